@@ -1,0 +1,3 @@
+// Package recipes holds the recipe schema and its validation, the built-in
+// recipe files, and the driver that places actors and runs the training loop.
+package recipes
