@@ -1,0 +1,142 @@
+package safetensors
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// File names of a Hugging Face checkpoint directory.
+const (
+	SingleFile = "model.safetensors"
+	IndexFile  = "model.safetensors.index.json"
+)
+
+// Checkpoint is a checkpoint directory's tensors, from one file or from the
+// shards an index names.
+type Checkpoint struct {
+	Dir   string
+	files map[string]*File // shard file name → parsed file
+	where map[string]string
+}
+
+// index is model.safetensors.index.json.
+type index struct {
+	Metadata  map[string]any    `json:"metadata"`
+	WeightMap map[string]string `json:"weight_map"`
+}
+
+// OpenCheckpoint reads dir/model.safetensors.index.json and its shards when
+// the index exists, else dir/model.safetensors.
+func OpenCheckpoint(dir string) (*Checkpoint, error) {
+	c := &Checkpoint{Dir: dir, files: map[string]*File{}, where: map[string]string{}}
+	ipath := filepath.Join(dir, IndexFile)
+	b, err := os.ReadFile(ipath)
+	if errors.Is(err, os.ErrNotExist) {
+		f, err := ReadFile(filepath.Join(dir, SingleFile))
+		if err != nil {
+			return nil, err
+		}
+		c.files[SingleFile] = f
+		for _, t := range f.Tensors {
+			c.where[t.Name] = SingleFile
+		}
+		return c, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open checkpoint: %w", err)
+	}
+	var idx index
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return nil, fmt.Errorf("open checkpoint %s: %w", ipath, err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return nil, fmt.Errorf("open checkpoint %s: weight_map is empty", ipath)
+	}
+	for name, shard := range idx.WeightMap {
+		if shard == "" || filepath.Base(shard) != shard {
+			return nil, fmt.Errorf("open checkpoint %s: weight_map[%q]: bad shard file name %q", ipath, name, shard)
+		}
+		f, ok := c.files[shard]
+		if !ok {
+			f, err = ReadFile(filepath.Join(dir, shard))
+			if err != nil {
+				return nil, fmt.Errorf("open checkpoint %s: %w", ipath, err)
+			}
+			c.files[shard] = f
+		}
+		if _, ok := f.Tensor(name); !ok {
+			return nil, fmt.Errorf("open checkpoint %s: tensor %q: not in shard %s", ipath, name, f.Path)
+		}
+		c.where[name] = shard
+	}
+	return c, nil
+}
+
+// Names lists all tensor names, sorted.
+func (c *Checkpoint) Names() []string {
+	out := make([]string, 0, len(c.where))
+	for n := range c.where {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Tensor returns the named tensor and the path of the file holding it.
+func (c *Checkpoint) Tensor(name string) (*Tensor, string, bool) {
+	shard, ok := c.where[name]
+	if !ok {
+		return nil, filepath.Join(c.Dir, SingleFile), false
+	}
+	f := c.files[shard]
+	t, _ := f.Tensor(name)
+	return t, f.Path, true
+}
+
+// WriteCheckpoint writes tensors to dir as model.safetensors, or, when their
+// data exceed maxShardBytes (> 0), as model-0000i-of-0000n.safetensors shards
+// with an index. Tensors are never split across shards.
+func WriteCheckpoint(dir string, tensors []Tensor, maxShardBytes int64) error {
+	var total int64
+	for i := range tensors {
+		total += int64(len(tensors[i].Data))
+	}
+	meta := map[string]string{"format": "pt"}
+	if maxShardBytes <= 0 || total <= maxShardBytes {
+		return WriteFile(filepath.Join(dir, SingleFile), tensors, meta)
+	}
+	var shards [][]Tensor
+	var cur []Tensor
+	var size int64
+	for _, t := range tensors {
+		if len(cur) > 0 && size+int64(len(t.Data)) > maxShardBytes {
+			shards = append(shards, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, t)
+		size += int64(len(t.Data))
+	}
+	shards = append(shards, cur)
+	idx := index{Metadata: map[string]any{"total_size": total}, WeightMap: map[string]string{}}
+	for i, s := range shards {
+		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
+		if err := WriteFile(filepath.Join(dir, name), s, meta); err != nil {
+			return err
+		}
+		for _, t := range s {
+			idx.WeightMap[t.Name] = name
+		}
+	}
+	b, err := json.MarshalIndent(idx, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, IndexFile), b, 0o644); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	return nil
+}

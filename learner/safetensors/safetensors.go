@@ -1,0 +1,329 @@
+// Package safetensors reads and writes Hugging Face safetensors files: an
+// 8-byte little-endian header length, a JSON header mapping tensor names to
+// dtype, shape and byte offsets, then the raw little-endian tensor data.
+//
+// It owns the file format only: it knows nothing about models. Reading
+// accepts F32, BF16 and F16 and converts to float32 on request; writing
+// produces F32 or BF16. Sharded checkpoints (model.safetensors.index.json)
+// are handled by Checkpoint. Every error names the file and, where there is
+// one, the tensor.
+package safetensors
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+)
+
+// DType is a safetensors element type as spelled in the header.
+type DType string
+
+// Element types this package understands.
+const (
+	F32  DType = "F32"
+	BF16 DType = "BF16"
+	F16  DType = "F16"
+)
+
+// ErrUnsupportedDType is wrapped by errors about element types this package
+// cannot convert.
+var ErrUnsupportedDType = errors.New("unsupported dtype")
+
+// Size is the number of bytes of one element, or 0 when unsupported.
+func (d DType) Size() int {
+	switch d {
+	case F32:
+		return 4
+	case BF16, F16:
+		return 2
+	}
+	return 0
+}
+
+// maxHeader bounds the JSON header so a corrupt length cannot make us
+// allocate gigabytes (the reference implementation uses 100 MB as well).
+const maxHeader = 100 << 20
+
+// Tensor is one named tensor with its raw little-endian bytes.
+type Tensor struct {
+	Name  string
+	DType DType
+	Shape []int
+	Data  []byte
+}
+
+// NumElements is the product of the shape (1 for a scalar).
+func (t *Tensor) NumElements() int {
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Float32 converts the tensor's data to float32.
+func (t *Tensor) Float32() ([]float32, error) {
+	n := t.NumElements()
+	if t.DType.Size() == 0 {
+		return nil, fmt.Errorf("tensor %q: dtype %q: %w", t.Name, t.DType, ErrUnsupportedDType)
+	}
+	if len(t.Data) != n*t.DType.Size() {
+		return nil, fmt.Errorf("tensor %q: %d bytes for shape %v of %s", t.Name, len(t.Data), t.Shape, t.DType)
+	}
+	out := make([]float32, n)
+	switch t.DType {
+	case F32:
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
+		}
+	case BF16:
+		for i := range out {
+			out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(t.Data[2*i:])) << 16)
+		}
+	case F16:
+		for i := range out {
+			out[i] = f16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
+		}
+	}
+	return out, nil
+}
+
+// FromFloat32 builds a tensor of the given dtype (F32 or BF16) from float32
+// values. BF16 rounds to nearest even, as torch does.
+func FromFloat32(name string, dtype DType, shape []int, v []float32) (Tensor, error) {
+	t := Tensor{Name: name, DType: dtype, Shape: append([]int(nil), shape...)}
+	if n := t.NumElements(); n != len(v) {
+		return Tensor{}, fmt.Errorf("tensor %q: %d values for shape %v", name, len(v), shape)
+	}
+	switch dtype {
+	case F32:
+		t.Data = make([]byte, 4*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint32(t.Data[4*i:], math.Float32bits(x))
+		}
+	case BF16:
+		t.Data = make([]byte, 2*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint16(t.Data[2*i:], F32ToBF16(x))
+		}
+	default:
+		return Tensor{}, fmt.Errorf("tensor %q: write dtype %q: %w", name, dtype, ErrUnsupportedDType)
+	}
+	return t, nil
+}
+
+// F32ToBF16 rounds a float32 to bfloat16 bits (round to nearest even; NaN
+// stays NaN).
+func F32ToBF16(x float32) uint16 {
+	b := math.Float32bits(x)
+	if x != x {
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+func f16ToF32(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h) & 0x3ff
+	switch {
+	case exp == 0 && mant == 0:
+		return math.Float32frombits(sign)
+	case exp == 0: // subnormal: normalize
+		e := uint32(127 - 15 + 1)
+		for mant&0x400 == 0 {
+			mant <<= 1
+			e--
+		}
+		mant &= 0x3ff
+		return math.Float32frombits(sign | e<<23 | mant<<13)
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0xff<<23 | mant<<13)
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+}
+
+// File is a parsed safetensors file held in memory.
+type File struct {
+	Path     string
+	Metadata map[string]string
+	Tensors  []Tensor // in header order of offsets
+	byName   map[string]int
+}
+
+// Tensor returns the named tensor.
+func (f *File) Tensor(name string) (*Tensor, bool) {
+	i, ok := f.byName[name]
+	if !ok {
+		return nil, false
+	}
+	return &f.Tensors[i], true
+}
+
+// Names lists the tensor names in file order.
+func (f *File) Names() []string {
+	out := make([]string, len(f.Tensors))
+	for i := range f.Tensors {
+		out[i] = f.Tensors[i].Name
+	}
+	return out
+}
+
+type headerEntry struct {
+	DType   DType    `json:"dtype"`
+	Shape   []int    `json:"shape"`
+	Offsets [2]int64 `json:"data_offsets"`
+}
+
+// ReadFile reads and parses a whole safetensors file.
+func ReadFile(path string) (*File, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read safetensors: %w", err)
+	}
+	return Parse(path, b)
+}
+
+// Parse parses safetensors bytes; path is used in error messages only. The
+// returned tensors alias b.
+func Parse(path string, b []byte) (*File, error) {
+	if len(b) < 8 {
+		return nil, fmt.Errorf("safetensors %s: truncated: %d bytes, need at least 8 for the header length", path, len(b))
+	}
+	hlen := binary.LittleEndian.Uint64(b)
+	if hlen > maxHeader || hlen > uint64(len(b)-8) {
+		return nil, fmt.Errorf("safetensors %s: header length %d exceeds file size %d (truncated or corrupt)", path, hlen, len(b))
+	}
+	raw := map[string]json.RawMessage{}
+	if err := json.Unmarshal(b[8:8+hlen], &raw); err != nil {
+		return nil, fmt.Errorf("safetensors %s: bad header JSON: %w", path, err)
+	}
+	data := b[8+hlen:]
+	f := &File{Path: path, byName: map[string]int{}}
+	var starts []int64
+	for name, msg := range raw {
+		if name == "__metadata__" {
+			if err := json.Unmarshal(msg, &f.Metadata); err != nil {
+				return nil, fmt.Errorf("safetensors %s: __metadata__: %w", path, err)
+			}
+			continue
+		}
+		var e headerEntry
+		if err := json.Unmarshal(msg, &e); err != nil {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: bad header entry: %w", path, name, err)
+		}
+		t := Tensor{Name: name, DType: e.DType, Shape: e.Shape}
+		if t.Shape == nil {
+			t.Shape = []int{}
+		}
+		for _, d := range t.Shape {
+			if d < 0 {
+				return nil, fmt.Errorf("safetensors %s: tensor %q: negative dimension in shape %v", path, name, t.Shape)
+			}
+		}
+		lo, hi := e.Offsets[0], e.Offsets[1]
+		if lo < 0 || hi < lo || hi > int64(len(data)) {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: data offsets [%d, %d) out of range of %d data bytes (truncated or corrupt)", path, name, lo, hi, len(data))
+		}
+		if sz := t.DType.Size(); sz != 0 && int64(t.NumElements()*sz) != hi-lo {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: %d bytes for shape %v of %s, want %d", path, name, hi-lo, t.Shape, t.DType, t.NumElements()*sz)
+		}
+		t.Data = data[lo:hi:hi]
+		f.Tensors = append(f.Tensors, t)
+		starts = append(starts, lo)
+	}
+	order := make([]int, len(f.Tensors))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(i, j int) bool {
+		a, b := order[i], order[j]
+		if starts[a] != starts[b] {
+			return starts[a] < starts[b]
+		}
+		return f.Tensors[a].Name < f.Tensors[b].Name
+	})
+	sorted := make([]Tensor, len(order))
+	for i, k := range order {
+		sorted[i] = f.Tensors[k]
+		f.byName[sorted[i].Name] = i
+	}
+	f.Tensors = sorted
+	return f, nil
+}
+
+// Float32 returns the named tensor converted to float32 with its shape. The
+// error names the file and tensor.
+func (f *File) Float32(name string) ([]float32, []int, error) {
+	t, ok := f.Tensor(name)
+	if !ok {
+		return nil, nil, fmt.Errorf("safetensors %s: tensor %q: not found", f.Path, name)
+	}
+	v, err := t.Float32()
+	if err != nil {
+		return nil, nil, fmt.Errorf("safetensors %s: %w", f.Path, err)
+	}
+	return v, t.Shape, nil
+}
+
+// WriteFile writes tensors (in the given order) and optional metadata to path.
+func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
+	b, err := Encode(tensors, metadata)
+	if err != nil {
+		return fmt.Errorf("write safetensors %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("write safetensors: %w", err)
+	}
+	return nil
+}
+
+// Encode serializes tensors to safetensors bytes.
+func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
+	header := map[string]any{}
+	if len(metadata) > 0 {
+		header["__metadata__"] = metadata
+	}
+	var off int64
+	for i := range tensors {
+		t := &tensors[i]
+		if t.Name == "" || t.Name == "__metadata__" {
+			return nil, fmt.Errorf("tensor %d: invalid name %q", i, t.Name)
+		}
+		if _, dup := header[t.Name]; dup {
+			return nil, fmt.Errorf("tensor %q: duplicate name", t.Name)
+		}
+		if sz := t.DType.Size(); sz == 0 {
+			return nil, fmt.Errorf("tensor %q: dtype %q: %w", t.Name, t.DType, ErrUnsupportedDType)
+		} else if len(t.Data) != t.NumElements()*sz {
+			return nil, fmt.Errorf("tensor %q: %d bytes for shape %v of %s", t.Name, len(t.Data), t.Shape, t.DType)
+		}
+		shape := t.Shape
+		if shape == nil {
+			shape = []int{}
+		}
+		header[t.Name] = headerEntry{DType: t.DType, Shape: shape, Offsets: [2]int64{off, off + int64(len(t.Data))}}
+		off += int64(len(t.Data))
+	}
+	h, err := json.Marshal(header)
+	if err != nil {
+		return nil, err
+	}
+	// Pad the header with spaces to 8 bytes so data is aligned, as the
+	// reference writer does.
+	for len(h)%8 != 0 {
+		h = append(h, ' ')
+	}
+	out := make([]byte, 8, 8+len(h)+int(off))
+	binary.LittleEndian.PutUint64(out, uint64(len(h)))
+	out = append(out, h...)
+	for i := range tensors {
+		out = append(out, tensors[i].Data...)
+	}
+	return out, nil
+}

@@ -1,0 +1,212 @@
+package safetensors
+
+import (
+	"encoding/binary"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func mustTensor(t *testing.T, name string, dtype DType, shape []int, v []float32) Tensor {
+	t.Helper()
+	x, err := FromFloat32(name, dtype, shape, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func TestRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.safetensors")
+	in := []Tensor{
+		mustTensor(t, "b.weight", F32, []int{2, 3}, []float32{1, -2, 3.5, 0, 1e-30, -7}),
+		mustTensor(t, "a.bias", BF16, []int{3}, []float32{1, -0.5, 3}),
+		mustTensor(t, "scalar", F32, nil, []float32{42}),
+	}
+	if err := WriteFile(path, in, map[string]string{"format": "pt"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(f.Names(), ","); got != "b.weight,a.bias,scalar" {
+		t.Errorf("names in file order = %s", got)
+	}
+	if f.Metadata["format"] != "pt" {
+		t.Errorf("metadata = %v", f.Metadata)
+	}
+	for _, want := range in {
+		got, shape, err := f.Float32(want.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wv, _ := want.Float32()
+		if len(shape) != len(want.Shape) {
+			t.Errorf("%s: shape %v, want %v", want.Name, shape, want.Shape)
+		}
+		for i := range wv {
+			if got[i] != wv[i] {
+				t.Errorf("%s[%d] = %v, want %v", want.Name, i, got[i], wv[i])
+			}
+		}
+	}
+	// The header length is a multiple of 8 so data stays aligned.
+	b, _ := os.ReadFile(path)
+	if binary.LittleEndian.Uint64(b)%8 != 0 {
+		t.Errorf("header length %d not 8-aligned", binary.LittleEndian.Uint64(b))
+	}
+}
+
+func TestConversions(t *testing.T) {
+	bf := []struct {
+		in   float32
+		bits uint16
+	}{
+		{1, 0x3f80},
+		{-2, 0xc000},
+		{0, 0},
+		{float32(math.Inf(1)), 0x7f80},
+		{1.00390625, 0x3f80},               // halfway, rounds to even (down)
+		{1.01171875, 0x3f82},               // halfway, rounds to even (up)
+		{3.1415927, 0x4049},                // pi
+		{float32(math.MaxFloat32), 0x7f80}, // overflows to +Inf like torch
+	}
+	for _, c := range bf {
+		if got := F32ToBF16(c.in); got != c.bits {
+			t.Errorf("F32ToBF16(%v) = %#04x, want %#04x", c.in, got, c.bits)
+		}
+	}
+	f16 := []struct {
+		bits uint16
+		want float32
+	}{
+		{0x3c00, 1},
+		{0xc000, -2},
+		{0x7bff, 65504},
+		{0x0001, 5.9604645e-08}, // smallest subnormal
+		{0x0400, 6.1035156e-05}, // smallest normal
+		{0x3555, 0.33325195},
+		{0x7c00, float32(math.Inf(1))},
+		{0x8000, float32(math.Copysign(0, -1))},
+	}
+	for _, c := range f16 {
+		raw := []byte{byte(c.bits), byte(c.bits >> 8)}
+		tt := Tensor{Name: "h", DType: F16, Shape: []int{1}, Data: raw}
+		v, err := tt.Float32()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v[0] != c.want || math.Signbit(float64(v[0])) != math.Signbit(float64(c.want)) {
+			t.Errorf("f16 %#04x = %v, want %v", c.bits, v[0], c.want)
+		}
+	}
+}
+
+// header builds a raw file from a JSON header and data bytes.
+func header(js string, data int) []byte {
+	b := make([]byte, 8+len(js)+data)
+	binary.LittleEndian.PutUint64(b, uint64(len(js)))
+	copy(b[8:], js)
+	return b
+}
+
+func TestBadFiles(t *testing.T) {
+	good := header(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, 8)
+	cases := []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"empty", nil, "truncated"},
+		{"header longer than file", good[:20], "exceeds file size"},
+		{"truncated data", good[:len(good)-1], `tensor "w": data offsets [0, 8) out of range`},
+		{"bad json", header(`{"w":`, 0), "bad header JSON"},
+		{"bad entry", header(`{"w":{"dtype":1}}`, 0), `tensor "w": bad header entry`},
+		{"size mismatch", header(`{"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}`, 8), `tensor "w": 8 bytes for shape [3]`},
+		{"offsets reversed", header(`{"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}}`, 8), "out of range"},
+		{"negative dim", header(`{"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}}`, 0), "negative dimension"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("x.safetensors", c.b)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "x.safetensors") {
+				t.Errorf("error %q does not name the file and %q", err, c.want)
+			}
+		})
+	}
+	// An unknown dtype parses (other tensors stay readable) but cannot convert.
+	f, err := Parse("x.safetensors", header(`{"w":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}}`, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.Float32("w"); err == nil || !strings.Contains(err.Error(), `x.safetensors: tensor "w": dtype "I64": unsupported dtype`) {
+		t.Errorf("I64 error = %v", err)
+	}
+	if _, _, err := f.Float32("nope"); err == nil || !strings.Contains(err.Error(), `tensor "nope": not found`) {
+		t.Errorf("missing error = %v", err)
+	}
+	if _, err := FromFloat32("w", F16, []int{1}, []float32{1}); err == nil {
+		t.Error("F16 write accepted")
+	}
+	if _, err := FromFloat32("w", F32, []int{2}, []float32{1}); err == nil {
+		t.Error("shape mismatch accepted")
+	}
+}
+
+func TestShardedCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	var ts []Tensor
+	for i, n := range []string{"a", "b", "c", "d"} {
+		ts = append(ts, mustTensor(t, n, F32, []int{4}, []float32{float32(i), 1, 2, 3}))
+	}
+	if err := WriteCheckpoint(dir, ts, 40); err != nil { // 16 bytes each → 2 per shard
+		t.Fatal(err)
+	}
+	for _, name := range []string{IndexFile, "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := OpenCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.Names(), ","); got != "a,b,c,d" {
+		t.Fatalf("names = %s", got)
+	}
+	tt, file, ok := c.Tensor("d")
+	if !ok || !strings.HasSuffix(file, "model-00002-of-00002.safetensors") {
+		t.Fatalf("d in %s", file)
+	}
+	if v, _ := tt.Float32(); v[0] != 3 {
+		t.Errorf("d = %v", v)
+	}
+
+	// An index naming a tensor its shard lacks is an error naming both.
+	os.WriteFile(filepath.Join(dir, IndexFile), []byte(`{"weight_map":{"zz":"model-00001-of-00002.safetensors"}}`), 0o644)
+	if _, err := OpenCheckpoint(dir); err == nil || !strings.Contains(err.Error(), `tensor "zz": not in shard`) {
+		t.Errorf("err = %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, IndexFile), []byte(`{"weight_map":{"a":"../x.safetensors"}}`), 0o644)
+	if _, err := OpenCheckpoint(dir); err == nil || !strings.Contains(err.Error(), "bad shard file name") {
+		t.Errorf("err = %v", err)
+	}
+
+	// Single file.
+	dir2 := t.TempDir()
+	if err := WriteCheckpoint(dir2, ts, 0); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := OpenCheckpoint(dir2); err != nil || len(c.Names()) != 4 {
+		t.Fatalf("single: %v", err)
+	}
+	if _, err := OpenCheckpoint(t.TempDir()); err == nil || !strings.Contains(err.Error(), SingleFile) {
+		t.Errorf("empty dir err = %v", err)
+	}
+}
