@@ -1,35 +1,173 @@
-// Package blas holds the CPU backend's dense kernels, starting with SGEMM.
 package blas
+
+import "fmt"
 
 // Sgemm computes C = alpha*op(A)*op(B) + beta*C for row-major matrices, where
 // op(X) is X or its transpose. op(A) is m×k, op(B) is k×n, C is m×n; lda, ldb
 // and ldc are the row strides of A, B and C as stored. When beta is 0, C is
-// not read (NaNs in C do not propagate).
+// not read (NaNs in C do not propagate). When alpha is 0 or k is 0, A and B
+// are not read and C becomes beta*C.
 //
-// This is the plain reference loop; the fast kernel replaces its body.
+// Large products use up to Threads() goroutines. Sgemm is safe to call from
+// several goroutines at once on distinct C. Dimensions, strides or slices
+// that do not describe the matrices are a programming error: Sgemm panics
+// with a message naming the argument instead of touching memory outside
+// the slices.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	for i := 0; i < m; i++ {
-		for j := 0; j < n; j++ {
-			var s float32
-			for p := 0; p < k; p++ {
-				var av, bv float32
-				if transA {
-					av = a[p*lda+i]
-				} else {
-					av = a[i*lda+p]
-				}
-				if transB {
-					bv = b[j*ldb+p]
-				} else {
-					bv = b[p*ldb+j]
-				}
-				s += av * bv
-			}
-			if beta == 0 {
-				c[i*ldc+j] = alpha * s
-			} else {
-				c[i*ldc+j] = alpha*s + beta*c[i*ldc+j]
-			}
+	g := gemmArgs{transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}
+	g.check("Sgemm", 1, 0, 0, 0)
+	sgemm(&g, Threads())
+}
+
+// SgemmBatched computes batch independent products
+//
+//	C_i = alpha*op(A_i)*op(B_i) + beta*C_i,  i < batch,
+//
+// where A_i starts at a[i*strideA], B_i at b[i*strideB] and C_i at
+// c[i*strideC], each laid out as in Sgemm. strideA or strideB may be 0 to
+// use one matrix for every product; the C_i must not overlap. This is the
+// shape of attention (one product per head): the products are spread over
+// the goroutines whole, instead of each being split.
+func SgemmBatched(transA, transB bool, batch, m, n, k int, alpha float32, a []float32, strideA, lda int, b []float32, strideB, ldb int, beta float32, c []float32, strideC, ldc int) {
+	g := gemmArgs{transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}
+	if batch < 0 {
+		panic(fmt.Sprintf("blas: SgemmBatched: batch = %d < 0", batch))
+	}
+	g.check("SgemmBatched", batch, strideA, strideB, strideC)
+	if batch == 0 || m == 0 || n == 0 {
+		return
+	}
+	threads := Threads()
+	work := int64(m) * int64(n) * int64(k)
+	if k == 0 || alpha == 0 || batch == 1 || work >= minTaskWork*int64(threads) || work*int64(batch) < minTaskWork || threads == 1 {
+		// Each product alone is big enough to split, or all together too
+		// small to share: one product after another.
+		for i := 0; i < batch; i++ {
+			gi := g
+			gi.a, gi.b, gi.c = g.a[i*strideA:], g.b[i*strideB:], g.c[i*strideC:]
+			sgemm(&gi, threads)
+		}
+		return
+	}
+	if g.beta == 0 {
+		g.beta = 0 // -0 → +0: the kernels test the bits
+	}
+	call := getCall()
+	call.g, call.kern = g, active.Load()
+	call.batch, call.strideA, call.strideB, call.strideC = batch, strideA, strideB, strideC
+	call.ntasks = int64(batch)
+	call.run(threads)
+}
+
+// smallWork is the size (multiply-adds) below which packing is not worth it.
+const smallWork = 4 * 4 * 4 * 8
+
+func sgemm(g *gemmArgs, threads int) {
+	if g.m == 0 || g.n == 0 {
+		return
+	}
+	if g.k == 0 || g.alpha == 0 {
+		g.scale()
+		return
+	}
+	work := int64(g.m) * int64(g.n) * int64(g.k)
+	if work <= smallWork {
+		g.small()
+		return
+	}
+	if g.beta == 0 {
+		g.beta = 0 // -0 → +0: the kernels test the bits
+	}
+	kern := active.Load()
+	tasks := int(min(int64(threads), work/minTaskWork))
+	if tasks <= 1 {
+		buf := getBuf(kern.bufLen())
+		g.block(kern, buf.f, 0, g.m, 0, g.n)
+		putBuf(buf)
+		return
+	}
+	call := getCall()
+	call.g, call.kern = *g, kern
+	call.batch = 0
+	tm, tn := taskGrid(g.m, g.n, kern.mr, kern.nr, tasks)
+	call.tn = tn
+	call.rowChunk = roundUp((g.m+tm-1)/tm, kern.mr)
+	call.colChunk = roundUp((g.n+tn-1)/tn, kern.nr)
+	call.ntasks = int64(tm * tn)
+	call.run(threads)
+}
+
+// taskGrid cuts an m×n product into about tasks blocks, tm along m and tn
+// along n. Every task packs its own rows of op(A) and columns of op(B), so
+// the grid minimises the packed volume tm*n + tn*m, keeping each block at
+// least one register tile.
+func taskGrid(m, n, mr, nr, tasks int) (tm, tn int) {
+	tm, tn = 1, 1
+	best := -1
+	for i := 1; i <= tasks; i++ {
+		j := tasks / i
+		if i*j != tasks || (i > 1 && m/i < mr) || (j > 1 && n/j < nr) {
+			continue
+		}
+		if cost := i*n + j*m; best < 0 || cost < best {
+			tm, tn, best = i, j, cost
 		}
 	}
+	if best < 0 { // no exact split fits: split the longer side as far as tiles allow
+		if m/mr >= n/nr {
+			tm = max(1, min(tasks, m/mr))
+		} else {
+			tn = max(1, min(tasks, n/nr))
+		}
+	}
+	return tm, tn
+}
+
+// check panics unless the slices hold the matrices the arguments describe,
+// for every product of a batch.
+func (g *gemmArgs) check(fn string, batch, strideA, strideB, strideC int) {
+	if g.m < 0 || g.n < 0 || g.k < 0 {
+		panic(fmt.Sprintf("blas: %s: negative dimension m=%d n=%d k=%d", fn, g.m, g.n, g.k))
+	}
+	if strideA < 0 || strideB < 0 || strideC < 0 {
+		panic(fmt.Sprintf("blas: %s: negative stride strideA=%d strideB=%d strideC=%d", fn, strideA, strideB, strideC))
+	}
+	aRows, aCols := g.m, g.k
+	if g.transA {
+		aRows, aCols = g.k, g.m
+	}
+	bRows, bCols := g.k, g.n
+	if g.transB {
+		bRows, bCols = g.n, g.k
+	}
+	checkMatrix(fn, "A", "lda", g.a, aRows, aCols, g.lda, batch, strideA, g.transA)
+	checkMatrix(fn, "B", "ldb", g.b, bRows, bCols, g.ldb, batch, strideB, g.transB)
+	checkMatrix(fn, "C", "ldc", g.c, g.m, g.n, g.ldc, batch, strideC, false)
+	if batch > 1 && g.m > 0 && g.n > 0 && strideC < (g.m-1)*g.ldc+g.n {
+		panic(fmt.Sprintf("blas: %s: strideC = %d makes the %d×%d products' C overlap (need ≥ %d)", fn, strideC, g.m, g.n, (g.m-1)*g.ldc+g.n))
+	}
+}
+
+func checkMatrix(fn, name, ldName string, x []float32, rows, cols, ld, batch, stride int, trans bool) {
+	if ld < max(1, cols) {
+		panic(fmt.Sprintf("blas: %s: %s = %d is less than the %d columns of stored %s (trans%s=%v)", fn, ldName, ld, cols, name, name, trans))
+	}
+	if rows == 0 || cols == 0 || batch == 0 {
+		return
+	}
+	need := (batch-1)*stride + (rows-1)*ld + cols
+	if len(x) < need {
+		panic(fmt.Sprintf("blas: %s: len(%s) = %d, need %d for %d stored %d×%d matrices with ld %d, stride %d (trans%s=%v)",
+			fn, lower(name), len(x), need, batch, rows, cols, ld, stride, name, trans))
+	}
+}
+
+func lower(name string) string {
+	switch name {
+	case "A":
+		return "a"
+	case "B":
+		return "b"
+	}
+	return "c"
 }

@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package blas
+
+func bestKernel() *microKernel { return &genericKernel }

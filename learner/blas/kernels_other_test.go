@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package blas
+
+func testKernels() []*microKernel { return []*microKernel{&genericKernel} }

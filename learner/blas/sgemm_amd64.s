@@ -1,0 +1,306 @@
+#include "textflag.h"
+
+// func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL leaf+0(FP), AX
+	MOVL subleaf+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
+	RET
+
+// func xgetbv() (eax, edx uint32)
+TEXT ·xgetbv(SB), NOSPLIT, $0-8
+	MOVL $0, CX
+	XGETBV
+	MOVL AX, eax+0(FP)
+	MOVL DX, edx+4(FP)
+	RET
+
+// ---------------------------------------------------------------------------
+// AVX-512 micro-kernel, 12 rows x 32 columns.
+//
+// a: packed A sliver, 12 floats per k step (one column of op(A)).
+// b: packed B sliver, 32 floats per k step (one row of op(B)).
+// C tile = alpha*sum_k a⊗b + beta*C; when beta is +0 C is not read.
+// Accumulators Z0..Z23 (row r in Z(2r), Z(2r+1)); B row in Z24, Z25;
+// broadcasts of A rotate through Z26..Z31.
+
+#define K12X32(ao, bo) \
+	VMOVUPS      bo(BX), Z24;         \
+	VMOVUPS      bo+64(BX), Z25;      \
+	VBROADCASTSS ao+0(AX), Z26;       \
+	VBROADCASTSS ao+4(AX), Z27;       \
+	VFMADD231PS  Z24, Z26, Z0;        \
+	VFMADD231PS  Z25, Z26, Z1;        \
+	VFMADD231PS  Z24, Z27, Z2;        \
+	VFMADD231PS  Z25, Z27, Z3;        \
+	VBROADCASTSS ao+8(AX), Z28;       \
+	VBROADCASTSS ao+12(AX), Z29;      \
+	VFMADD231PS  Z24, Z28, Z4;        \
+	VFMADD231PS  Z25, Z28, Z5;        \
+	VFMADD231PS  Z24, Z29, Z6;        \
+	VFMADD231PS  Z25, Z29, Z7;        \
+	VBROADCASTSS ao+16(AX), Z30;      \
+	VBROADCASTSS ao+20(AX), Z31;      \
+	VFMADD231PS  Z24, Z30, Z8;        \
+	VFMADD231PS  Z25, Z30, Z9;        \
+	VFMADD231PS  Z24, Z31, Z10;       \
+	VFMADD231PS  Z25, Z31, Z11;       \
+	VBROADCASTSS ao+24(AX), Z26;      \
+	VBROADCASTSS ao+28(AX), Z27;      \
+	VFMADD231PS  Z24, Z26, Z12;       \
+	VFMADD231PS  Z25, Z26, Z13;       \
+	VFMADD231PS  Z24, Z27, Z14;       \
+	VFMADD231PS  Z25, Z27, Z15;       \
+	VBROADCASTSS ao+32(AX), Z28;      \
+	VBROADCASTSS ao+36(AX), Z29;      \
+	VFMADD231PS  Z24, Z28, Z16;       \
+	VFMADD231PS  Z25, Z28, Z17;       \
+	VFMADD231PS  Z24, Z29, Z18;       \
+	VFMADD231PS  Z25, Z29, Z19;       \
+	VBROADCASTSS ao+40(AX), Z30;      \
+	VBROADCASTSS ao+44(AX), Z31;      \
+	VFMADD231PS  Z24, Z30, Z20;       \
+	VFMADD231PS  Z25, Z30, Z21;       \
+	VFMADD231PS  Z24, Z31, Z22;       \
+	VFMADD231PS  Z25, Z31, Z23
+
+// Row r of the tile: scale by alpha (Z30), add beta*C (Z31), store, next row.
+#define ROW512BETA(z0, z1) \
+	VMULPS      Z30, z0, z0;      \
+	VMULPS      Z30, z1, z1;      \
+	VFMADD231PS (DX), Z31, z0;    \
+	VFMADD231PS 64(DX), Z31, z1;  \
+	VMOVUPS     z0, (DX);         \
+	VMOVUPS     z1, 64(DX);       \
+	ADDQ        R8, DX
+
+#define ROW512(z0, z1) \
+	VMULPS  Z30, z0, z0;  \
+	VMULPS  Z30, z1, z1;  \
+	VMOVUPS z0, (DX);     \
+	VMOVUPS z1, 64(DX);   \
+	ADDQ    R8, DX
+
+// func kernel12x32AVX512(kc int, a, b, c *float32, ldc int, alpha, beta float32)
+TEXT ·kernel12x32AVX512(SB), NOSPLIT, $0-48
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), AX
+	MOVQ b+16(FP), BX
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+
+	MOVQ CX, R9
+	SHRQ $2, R9
+	ANDQ $3, CX
+	TESTQ R9, R9
+	JZ   k512tail
+
+k512loop4:
+	PREFETCHT0 1024(BX)
+	K12X32(0, 0)
+	PREFETCHT0 1088(BX)
+	K12X32(48, 128)
+	PREFETCHT0 1152(BX)
+	K12X32(96, 256)
+	PREFETCHT0 1216(BX)
+	K12X32(144, 384)
+	ADDQ $192, AX
+	ADDQ $512, BX
+	DECQ R9
+	JNZ  k512loop4
+
+k512tail:
+	TESTQ CX, CX
+	JZ    k512store
+
+k512loop1:
+	K12X32(0, 0)
+	ADDQ $48, AX
+	ADDQ $128, BX
+	DECQ CX
+	JNZ  k512loop1
+
+k512store:
+	VBROADCASTSS alpha+40(FP), Z30
+	MOVL         beta+44(FP), R9
+	TESTL        R9, R9
+	JZ           k512nobeta
+	VBROADCASTSS beta+44(FP), Z31
+	ROW512BETA(Z0, Z1)
+	ROW512BETA(Z2, Z3)
+	ROW512BETA(Z4, Z5)
+	ROW512BETA(Z6, Z7)
+	ROW512BETA(Z8, Z9)
+	ROW512BETA(Z10, Z11)
+	ROW512BETA(Z12, Z13)
+	ROW512BETA(Z14, Z15)
+	ROW512BETA(Z16, Z17)
+	ROW512BETA(Z18, Z19)
+	ROW512BETA(Z20, Z21)
+	ROW512BETA(Z22, Z23)
+	VZEROUPPER
+	RET
+
+k512nobeta:
+	ROW512(Z0, Z1)
+	ROW512(Z2, Z3)
+	ROW512(Z4, Z5)
+	ROW512(Z6, Z7)
+	ROW512(Z8, Z9)
+	ROW512(Z10, Z11)
+	ROW512(Z12, Z13)
+	ROW512(Z14, Z15)
+	ROW512(Z16, Z17)
+	ROW512(Z18, Z19)
+	ROW512(Z20, Z21)
+	ROW512(Z22, Z23)
+	VZEROUPPER
+	RET
+
+// ---------------------------------------------------------------------------
+// AVX2+FMA micro-kernel, 6 rows x 16 columns.
+//
+// a: 6 floats per k step; b: 16 floats per k step. Accumulators Y0..Y11,
+// B row in Y12, Y13, broadcasts in Y14, Y15.
+
+#define K6X16(ao, bo) \
+	VMOVUPS      bo(BX), Y12;      \
+	VMOVUPS      bo+32(BX), Y13;   \
+	VBROADCASTSS ao+0(AX), Y14;    \
+	VBROADCASTSS ao+4(AX), Y15;    \
+	VFMADD231PS  Y12, Y14, Y0;     \
+	VFMADD231PS  Y13, Y14, Y1;     \
+	VFMADD231PS  Y12, Y15, Y2;     \
+	VFMADD231PS  Y13, Y15, Y3;     \
+	VBROADCASTSS ao+8(AX), Y14;    \
+	VBROADCASTSS ao+12(AX), Y15;   \
+	VFMADD231PS  Y12, Y14, Y4;     \
+	VFMADD231PS  Y13, Y14, Y5;     \
+	VFMADD231PS  Y12, Y15, Y6;     \
+	VFMADD231PS  Y13, Y15, Y7;     \
+	VBROADCASTSS ao+16(AX), Y14;   \
+	VBROADCASTSS ao+20(AX), Y15;   \
+	VFMADD231PS  Y12, Y14, Y8;     \
+	VFMADD231PS  Y13, Y14, Y9;     \
+	VFMADD231PS  Y12, Y15, Y10;    \
+	VFMADD231PS  Y13, Y15, Y11
+
+#define ROW256BETA(y0, y1) \
+	VMULPS      Y14, y0, y0;      \
+	VMULPS      Y14, y1, y1;      \
+	VFMADD231PS (DX), Y15, y0;    \
+	VFMADD231PS 32(DX), Y15, y1;  \
+	VMOVUPS     y0, (DX);         \
+	VMOVUPS     y1, 32(DX);       \
+	ADDQ        R8, DX
+
+#define ROW256(y0, y1) \
+	VMULPS  Y14, y0, y0;  \
+	VMULPS  Y14, y1, y1;  \
+	VMOVUPS y0, (DX);     \
+	VMOVUPS y1, 32(DX);   \
+	ADDQ    R8, DX
+
+// func kernel6x16AVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
+TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-48
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), AX
+	MOVQ b+16(FP), BX
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+	MOVQ CX, R9
+	SHRQ $2, R9
+	ANDQ $3, CX
+	TESTQ R9, R9
+	JZ   k256tail
+
+k256loop4:
+	K6X16(0, 0)
+	K6X16(24, 64)
+	K6X16(48, 128)
+	K6X16(72, 192)
+	ADDQ $96, AX
+	ADDQ $256, BX
+	DECQ R9
+	JNZ  k256loop4
+
+k256tail:
+	TESTQ CX, CX
+	JZ    k256store
+
+k256loop1:
+	K6X16(0, 0)
+	ADDQ $24, AX
+	ADDQ $64, BX
+	DECQ CX
+	JNZ  k256loop1
+
+k256store:
+	VBROADCASTSS alpha+40(FP), Y14
+	MOVL         beta+44(FP), R9
+	TESTL        R9, R9
+	JZ           k256nobeta
+	VBROADCASTSS beta+44(FP), Y15
+	ROW256BETA(Y0, Y1)
+	ROW256BETA(Y2, Y3)
+	ROW256BETA(Y4, Y5)
+	ROW256BETA(Y6, Y7)
+	ROW256BETA(Y8, Y9)
+	ROW256BETA(Y10, Y11)
+	VZEROUPPER
+	RET
+
+k256nobeta:
+	ROW256(Y0, Y1)
+	ROW256(Y2, Y3)
+	ROW256(Y4, Y5)
+	ROW256(Y6, Y7)
+	ROW256(Y8, Y9)
+	ROW256(Y10, Y11)
+	VZEROUPPER
+	RET
