@@ -1,0 +1,14 @@
+// Package tokenizer owns text ↔ token-id conversion for the policy models:
+// Hugging Face tokenizer.json files of the byte-level BPE kind (Qwen2, Qwen2.5,
+// Llama-3), a BPE trainer and a small built-in tokenizer for the tiny models
+// trained from scratch here, and the Qwen2.5 chat template.
+//
+// It is pure code: no network, no model weights, no actors. Encoding matches
+// Hugging Face tokenizers' encode(text, add_special_tokens=False): added tokens
+// (<|im_start|>, <|im_end|>, ...) are matched in the text first, the rest is
+// normalized, split by the model's pre-tokenizer pattern and merged by BPE.
+// Go's regexp has no lookahead, so the Qwen2/Llama-3/GPT-2 split patterns are
+// recognised by their exact text and run as hand-written scanners
+// (pretokenize.go); any other pattern is refused with ErrUnsupported rather
+// than approximated.
+package tokenizer
