@@ -1,0 +1,193 @@
+package actor
+
+import (
+	"context"
+	"fmt"
+
+	pa "github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// localEnvelope carries a message between actors of one process: no
+// encoding, the value itself is passed (so a sender must not mutate a
+// message after sending it).
+type localEnvelope struct {
+	msg  any
+	call *localCall
+}
+
+type localCall struct{ id uint64 }
+
+// Call sends msg to the actor ref and waits for its reply. It returns when
+// the reply arrives, ctx is done, the actor dies or its node is lost. The
+// callee's error comes back as an *ActorError.
+func (s *System) Call(ctx context.Context, ref Ref, msg any) (any, error) {
+	if ref.IsZero() {
+		return nil, fmt.Errorf("call: empty actor ref: %w", ErrActorNotFound)
+	}
+	pid := &pa.PID{Address: ref.Address, Id: ref.ID}
+	if ref.Address == s.addr {
+		if _, err := registeredName(msg); err != nil {
+			return nil, fmt.Errorf("call %s: %w", ref.Name, err)
+		}
+		if _, ok := s.as.ProcessRegistry.GetLocal(ref.ID); !ok {
+			return nil, fmt.Errorf("call %s on node %s: %w", ref.Name, s.addr, ErrActorNotFound)
+		}
+		id, ch := s.register(ref.Address+"/"+ref.ID, ref.Address)
+		s.as.Root.Send(pid, &localEnvelope{msg: msg, call: &localCall{id: id}})
+		return s.wait(ctx, id, ch, ref)
+	}
+	e := &wireEnvelope{Kind: kindCall, From: s.addr}
+	if err := s.encodeInto(e, msg); err != nil {
+		return nil, fmt.Errorf("call %s: %w", ref.Name, err)
+	}
+	id, ch := s.register(ref.Address+"/"+ref.ID, ref.Address)
+	e.Call = id
+	a, err := marshalEnvelope(e)
+	if err != nil {
+		s.unregister(id)
+		return nil, err
+	}
+	s.as.Root.RequestWithCustomSender(pid, a, s.replyPID)
+	return s.wait(ctx, id, ch, ref)
+}
+
+// Tell sends msg to ref without waiting. It fails only when msg cannot be
+// sent at all (unregistered type, too large, system stopped); delivery is
+// not confirmed.
+func (s *System) Tell(ref Ref, msg any) error {
+	if ref.IsZero() {
+		return fmt.Errorf("tell: empty actor ref: %w", ErrActorNotFound)
+	}
+	select {
+	case <-s.closed:
+		return ErrSystemStopped
+	default:
+	}
+	pid := &pa.PID{Address: ref.Address, Id: ref.ID}
+	if ref.Address == s.addr {
+		if _, err := registeredName(msg); err != nil {
+			return fmt.Errorf("tell %s: %w", ref.Name, err)
+		}
+		s.as.Root.Send(pid, &localEnvelope{msg: msg})
+		return nil
+	}
+	e := &wireEnvelope{Kind: kindTell, From: s.addr}
+	if err := s.encodeInto(e, msg); err != nil {
+		return fmt.Errorf("tell %s: %w", ref.Name, err)
+	}
+	a, err := marshalEnvelope(e)
+	if err != nil {
+		return err
+	}
+	s.as.Root.Send(pid, a)
+	return nil
+}
+
+// encodeInto encodes msg into e, refusing bodies over MaxMessageSize and
+// moving bodies over InlineLimit to the bulk path.
+func (s *System) encodeInto(e *wireEnvelope, msg any) error {
+	var err error
+	e.Type, e.Body, err = encodeBody(msg)
+	if err != nil {
+		return err
+	}
+	return s.offloadLarge(e)
+}
+
+func (s *System) offloadLarge(e *wireEnvelope) error {
+	n := len(e.Body)
+	if n > s.cfg.MaxMessageSize {
+		return fmt.Errorf("%s body is %d bytes, over the %d-byte message limit (send it with the Bulk API): %w",
+			e.Type, n, s.cfg.MaxMessageSize, ErrTooLarge)
+	}
+	if n > s.cfg.InlineLimit {
+		ref := s.bulk.Offer(e.Body, 1, bulkOfferTTL)
+		e.Body = nil
+		e.Bulk = &ref
+	}
+	return nil
+}
+
+func (s *System) wait(ctx context.Context, id uint64, ch chan callResult, ref Ref) (any, error) {
+	var r callResult
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		s.unregister(id)
+		return nil, fmt.Errorf("call %s: %w", ref.Name, ctx.Err())
+	case <-s.closed:
+		s.unregister(id)
+		return nil, ErrSystemStopped
+	}
+	if r.wire == nil {
+		return r.value, r.err
+	}
+	e := r.wire
+	if e.Err != "" {
+		return nil, &ActorError{Actor: ref.Name, Message: e.Err}
+	}
+	if e.Type == "" {
+		return nil, nil
+	}
+	body := e.Body
+	if e.Bulk != nil {
+		var err error
+		if body, err = s.bulk.Fetch(ctx, *e.Bulk); err != nil {
+			return nil, fmt.Errorf("call %s: fetch reply body: %w", ref.Name, err)
+		}
+	}
+	v, err := decodeBody(e.Type, body)
+	if err != nil {
+		return nil, fmt.Errorf("call %s: %w", ref.Name, err)
+	}
+	return v, nil
+}
+
+// replyProcess receives replies from other nodes. It is a bare protoactor
+// process (no mailbox): a reply is matched to its waiting call and handed
+// over; decoding happens in the caller's goroutine.
+type replyProcess struct{ s *System }
+
+func (p *replyProcess) SendUserMessage(_ *pa.PID, message any) {
+	if env, ok := message.(*pa.MessageEnvelope); ok {
+		message = env.Message
+	}
+	a, ok := message.(*anypb.Any)
+	if !ok {
+		// A DeadLetterResponse carries no call id; the directory's death
+		// notice or the node-lost event fails the call instead.
+		return
+	}
+	e, err := unmarshalEnvelope(a)
+	if err != nil {
+		p.s.log.Warn("dropping malformed reply", "err", err)
+		return
+	}
+	if e.Kind != kindReply {
+		p.s.log.Warn("dropping non-reply sent to the reply process", "kind", e.Kind, "from", e.From)
+		return
+	}
+	if !p.s.allowed(e.From) {
+		p.s.log.Warn("dropping reply from a non-member", "from", e.From)
+		return
+	}
+	p.s.complete(e.Call, callResult{wire: e})
+}
+
+func (p *replyProcess) SendSystemMessage(*pa.PID, any) {}
+func (p *replyProcess) Stop(*pa.PID)                   {}
+
+// CallAs is Call with the reply's type asserted.
+func CallAs[R any](ctx context.Context, s *System, ref Ref, msg any) (R, error) {
+	var zero R
+	v, err := s.Call(ctx, ref, msg)
+	if err != nil {
+		return zero, err
+	}
+	r, ok := v.(R)
+	if !ok {
+		return zero, fmt.Errorf("call %s: reply is %T, want %T", ref.Name, v, zero)
+	}
+	return r, nil
+}

@@ -1,0 +1,287 @@
+package actor
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"sync"
+
+	pa "github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// LocalSpawn describes an actor to start on this node.
+type LocalSpawn struct {
+	Name string
+	Kind string
+	Args any // spawn argument passed to the kind's Factory (a registered type, or nil)
+	// MaxRestarts is how often a panicking actor is rebuilt in place before
+	// it dies; -1 means without limit.
+	MaxRestarts int
+	// Restarts is the number of restarts already used (an actor respawned
+	// after its node was lost keeps its count).
+	Restarts int
+}
+
+// hosted is one actor living on this node.
+type hosted struct {
+	sys  *System
+	spec LocalSpawn
+	ref  Ref
+	pid  *pa.PID
+	ctx  *Context
+	inst Actor
+
+	mu        sync.Mutex
+	stopCause string
+}
+
+func (h *hosted) setStopCause(c string) {
+	h.mu.Lock()
+	if h.stopCause == "" {
+		h.stopCause = c
+	}
+	h.mu.Unlock()
+}
+
+// SpawnLocal starts an actor on this node. The kind's factory runs before
+// SpawnLocal returns, so its error reaches the spawner.
+func (s *System) SpawnLocal(spec LocalSpawn) (Ref, error) {
+	select {
+	case <-s.closed:
+		return Ref{}, ErrSystemStopped
+	default:
+	}
+	f, ok := lookupKind(spec.Kind)
+	if !ok {
+		return Ref{}, fmt.Errorf("kind %q on node %s (registered: %s): %w",
+			spec.Kind, s.addr, strings.Join(Kinds(), ", "), ErrUnknownKind)
+	}
+	if spec.Name == "" {
+		return Ref{}, fmt.Errorf("spawn %s: empty actor name", spec.Kind)
+	}
+	id := "a/" + spec.Name
+	h := &hosted{sys: s, spec: spec}
+	h.ref = Ref{Name: spec.Name, Kind: spec.Kind, Address: s.addr, ID: id}
+	h.ctx = &Context{sys: s, self: h.ref, restarts: spec.Restarts}
+
+	s.amu.Lock()
+	if _, dup := s.actors[spec.Name]; dup {
+		s.amu.Unlock()
+		return Ref{}, fmt.Errorf("actor %q on node %s: %w", spec.Name, s.addr, ErrNameTaken)
+	}
+	s.actors[spec.Name] = h // reserve the name while the factory runs
+	s.amu.Unlock()
+
+	inst, err := buildInstance(f, h.ctx, spec.Args)
+	if err != nil {
+		s.amu.Lock()
+		delete(s.actors, spec.Name)
+		s.amu.Unlock()
+		return Ref{}, fmt.Errorf("spawn %s %q on node %s: %w", spec.Kind, spec.Name, s.addr, err)
+	}
+	h.inst = inst
+	pid, err := s.as.Root.SpawnNamed(pa.PropsFromFunc(h.receive), id)
+	if err != nil {
+		s.amu.Lock()
+		delete(s.actors, spec.Name)
+		s.amu.Unlock()
+		return Ref{}, fmt.Errorf("spawn %s %q on node %s: %w", spec.Kind, spec.Name, s.addr, err)
+	}
+	h.pid = pid
+	s.emit(Event{Type: EventStarted, Ref: h.ref, Restarts: spec.Restarts})
+	return h.ref, nil
+}
+
+// buildInstance runs a factory, turning its panic into an error.
+func buildInstance(f Factory, ctx *Context, args any) (a Actor, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("factory panicked: %v", p)
+		}
+	}()
+	a, err = f(ctx, args)
+	if err == nil && a == nil {
+		err = fmt.Errorf("factory returned no actor")
+	}
+	return a, err
+}
+
+// StopLocal stops a hosted actor by name, with cause as its death cause, and
+// waits until it has stopped.
+func (s *System) StopLocal(name, cause string) error {
+	s.amu.Lock()
+	h := s.actors[name]
+	s.amu.Unlock()
+	if h == nil || h.pid == nil {
+		return fmt.Errorf("actor %q on node %s: %w", name, s.addr, ErrActorNotFound)
+	}
+	h.setStopCause(cause)
+	return s.as.Root.StopFuture(h.pid).Wait()
+}
+
+// Local lists the refs of the actors hosted on this node.
+func (s *System) Local() []Ref {
+	s.amu.Lock()
+	defer s.amu.Unlock()
+	out := make([]Ref, 0, len(s.actors))
+	for _, h := range s.actors {
+		if h.pid != nil {
+			out = append(out, h.ref)
+		}
+	}
+	return out
+}
+
+func (h *hosted) receive(c pa.Context) {
+	switch m := c.Message().(type) {
+	case *localEnvelope:
+		h.handle(c, m.msg, m.call, nil)
+	case *anypb.Any:
+		h.handleWire(c, m)
+	case *pa.Stopped:
+		h.stopped()
+	}
+}
+
+func (h *hosted) handleWire(c pa.Context, a *anypb.Any) {
+	s := h.sys
+	e, err := unmarshalEnvelope(a)
+	if err != nil {
+		s.log.Warn("dropping malformed message", "actor", h.ref.Name, "err", err)
+		return
+	}
+	if !s.allowed(e.From) {
+		s.log.Warn("dropping message from a non-member", "actor", h.ref.Name, "from", e.From)
+		return
+	}
+	if e.Kind == kindReply {
+		return
+	}
+	body := e.Body
+	if e.Bulk != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), bulkFetchTimeout)
+		body, err = s.bulk.Fetch(ctx, *e.Bulk)
+		cancel()
+		if err != nil {
+			h.replyWire(c, e, nil, fmt.Errorf("fetch message body: %w", err))
+			return
+		}
+	}
+	msg, err := decodeBody(e.Type, body)
+	if err != nil {
+		s.log.Warn("dropping undecodable message", "actor", h.ref.Name, "from", e.From, "err", err)
+		h.replyWire(c, e, nil, err)
+		return
+	}
+	h.handle(c, msg, nil, e)
+}
+
+// handle runs Receive and routes its result to the local caller (call) or
+// the remote caller (wire); both nil means a Tell.
+func (h *hosted) handle(c pa.Context, msg any, call *localCall, wire *wireEnvelope) {
+	reply, err, panicked := h.invoke(msg)
+	if panicked != "" {
+		err = fmt.Errorf("%s", panicked)
+	}
+	switch {
+	case call != nil:
+		if err != nil {
+			err = &ActorError{Actor: h.ref.Name, Message: err.Error(), err: err}
+		}
+		h.sys.complete(call.id, callResult{value: reply, err: err})
+	case wire != nil && wire.Kind == kindCall:
+		h.replyWire(c, wire, reply, err)
+	}
+	if panicked != "" {
+		h.afterPanic(c, panicked)
+	}
+}
+
+func (h *hosted) invoke(msg any) (reply any, err error, panicked string) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = fmt.Sprintf("panic: %v", p)
+			h.sys.log.Error("actor panicked", "actor", h.ref.Name, "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	reply, err = h.inst.Receive(h.ctx, msg)
+	return reply, err, ""
+}
+
+func (h *hosted) replyWire(c pa.Context, req *wireEnvelope, reply any, err error) {
+	if req.Kind != kindCall {
+		return
+	}
+	sender := c.Sender()
+	if sender == nil {
+		return
+	}
+	s := h.sys
+	out := &wireEnvelope{Kind: kindReply, Call: req.Call, From: s.addr}
+	if err == nil && reply != nil {
+		out.Type, out.Body, err = encodeBody(reply)
+		if err == nil {
+			err = s.offloadLarge(out)
+		}
+	}
+	if err != nil {
+		out.Type, out.Body, out.Bulk = "", nil, nil
+		out.Err = err.Error()
+	}
+	a, merr := marshalEnvelope(out)
+	if merr != nil {
+		s.log.Error("encode reply", "actor", h.ref.Name, "err", merr)
+		return
+	}
+	c.Send(sender, a)
+}
+
+// afterPanic restarts the actor in place while it has restarts left, and
+// stops it for good otherwise.
+func (h *hosted) afterPanic(c pa.Context, cause string) {
+	h.ctx.restarts++
+	max := h.spec.MaxRestarts
+	if max >= 0 && h.ctx.restarts > max {
+		h.setStopCause(cause)
+		c.Stop(c.Self())
+		return
+	}
+	f, _ := lookupKind(h.spec.Kind)
+	inst, err := buildInstance(f, h.ctx, h.spec.Args)
+	if err != nil {
+		h.setStopCause(cause + "; restart failed: " + err.Error())
+		c.Stop(c.Self())
+		return
+	}
+	h.inst = inst
+	h.sys.emit(Event{Type: EventRestarted, Ref: h.ref, Cause: cause, Restarts: h.ctx.restarts})
+}
+
+func (h *hosted) stopped() {
+	if st, ok := h.inst.(Stopper); ok {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					h.sys.log.Error("actor panicked in Stopped", "actor", h.ref.Name, "panic", p)
+				}
+			}()
+			st.Stopped(h.ctx)
+		}()
+	}
+	h.mu.Lock()
+	cause := h.stopCause
+	h.mu.Unlock()
+	if cause == "" {
+		cause = "stopped"
+	}
+	s := h.sys
+	s.amu.Lock()
+	if s.actors[h.ref.Name] == h {
+		delete(s.actors, h.ref.Name)
+	}
+	s.amu.Unlock()
+	s.FailActor(h.ref, fmt.Errorf("%s: %s: %w", h.ref.Name, cause, ErrActorDied))
+	s.emit(Event{Type: EventDied, Ref: h.ref, Cause: cause, Restarts: h.ctx.restarts})
+}

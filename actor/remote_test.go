@@ -1,0 +1,218 @@
+package actor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	pa "github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Multi-node tests run the peer node as a second process (this test binary
+// re-executed with RLNODE_ACTOR_PEER=1): two protoactor remotes in one
+// process share gRPC's global logger (shared/DESIGN.md).
+func TestMain(m *testing.M) {
+	if os.Getenv("RLNODE_ACTOR_PEER") == "1" {
+		runPeer()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// runPeer hosts a counter named "peer" and "sleepy", prints its address and
+// lives until stdin closes.
+func runPeer() {
+	s, err := Start(Config{Logger: DiscardLogger()})
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	RegisterKind("test.sleeper", func(*Context, any) (Actor, error) { return sleeper{}, nil })
+	if _, err := s.SpawnLocal(LocalSpawn{Name: "peer", Kind: "test.counter", MaxRestarts: -1}); err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	if _, err := s.SpawnLocal(LocalSpawn{Name: "sleepy", Kind: "test.sleeper"}); err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	fmt.Println("ADDR", s.Address())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	s.Stop()
+}
+
+type peerProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	addr  string
+}
+
+func startPeer(t testing.TB) *peerProc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "RLNODE_ACTOR_PEER=1")
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &peerProc{cmd: cmd, stdin: stdin}
+	t.Cleanup(func() {
+		stdin.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	select {
+	case l := <-lines:
+		if !strings.HasPrefix(l, "ADDR ") {
+			t.Fatalf("peer said %q", l)
+		}
+		p.addr = strings.TrimPrefix(l, "ADDR ")
+	case <-time.After(20 * time.Second):
+		t.Fatal("peer did not start within 20s")
+	}
+	return p
+}
+
+func (p *peerProc) ref(name string) Ref {
+	return Ref{Name: name, Kind: "test.counter", Address: p.addr, ID: "a/" + name}
+}
+
+func TestRemoteCallsAcrossProcesses(t *testing.T) {
+	s := startTestSystem(t)
+	p := startPeer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ref := p.ref("peer")
+
+	got, err := CallAs[Pong](ctx, s, ref, Ping{N: 2})
+	if err != nil || got.N != 2 {
+		t.Fatalf("remote call: %+v, %v", got, err)
+	}
+	if err := s.Tell(ref, Ping{N: 3}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = CallAs[Pong](ctx, s, ref, Ping{N: 1})
+	if err != nil || got.N != 6 {
+		t.Fatalf("tell then call, in order: %+v, %v", got, err)
+	}
+
+	_, err = s.Call(ctx, ref, Fail{Text: "nope"})
+	var ae *ActorError
+	if !errors.As(err, &ae) || ae.Message != "nope" || ae.Actor != "peer" {
+		t.Fatalf("remote callee error: %v", err)
+	}
+	_, err = s.Call(ctx, ref, &Boom{Text: "remote panic"})
+	if err == nil || !strings.Contains(err.Error(), "panic: remote panic") {
+		t.Fatalf("remote panic: %v", err)
+	}
+
+	// Bodies above the inline limit travel over the bulk path, both ways.
+	for _, size := range []int{1 << 10, 300 << 10, 20 << 20, 64<<20 - 64} {
+		payload := bytes.Repeat([]byte{byte(size)}, size)
+		payload[size/2] = 7
+		echo, err := CallAs[Echo](ctx, s, ref, Echo{Payload: payload})
+		if err != nil {
+			t.Fatalf("echo %d bytes: %v", size, err)
+		}
+		if !bytes.Equal(echo.Payload, payload) {
+			t.Fatalf("echo %d bytes: payload differs", size)
+		}
+	}
+	// Over the limit: refused at the sender, naming size and limit; the
+	// connection stays up.
+	_, err = s.Call(ctx, ref, Echo{Payload: make([]byte, 64<<20+1)})
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "67108864-byte") {
+		t.Fatalf("oversized message: %v", err)
+	}
+	// (The panic above restarted the peer's counter from zero.)
+	if got, err := CallAs[Pong](ctx, s, ref, Ping{N: 5}); err != nil || got.N != 5 {
+		t.Fatalf("after refusal: %+v, %v", got, err)
+	}
+
+	// Garbage from the wire is logged and dropped; the peer keeps serving.
+	pid := &pa.PID{Address: p.addr, Id: "a/peer"}
+	s.as.Root.Send(pid, &anypb.Any{TypeUrl: envelopeTypeURL, Value: []byte{0xc1, 0xff, 0x00}})
+	s.as.Root.Send(pid, &anypb.Any{TypeUrl: "evil", Value: []byte("x")})
+	bad, _ := marshalEnvelope(&wireEnvelope{Kind: kindTell, Type: "no.such.Type", Body: []byte{1}, From: s.addr})
+	s.as.Root.Send(pid, bad)
+	if got, err := CallAs[Pong](ctx, s, ref, Ping{N: 1}); err != nil || got.N != 6 {
+		t.Fatalf("after garbage: %+v, %v", got, err)
+	}
+}
+
+func TestNonMemberMessagesDropped(t *testing.T) {
+	s := startTestSystem(t)
+	p := startPeer(t)
+	ref := p.ref("peer")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := s.Call(ctx, ref, Ping{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// This side now refuses replies from the peer: the call must not
+	// complete, and it ends by deadline rather than hanging.
+	s.SetPeerFilter(func(addr string) bool { return addr != p.addr })
+	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	if _, err := s.Call(short, ref, Ping{N: 1}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("reply from a non-member was accepted: %v", err)
+	}
+	s.SetPeerFilter(nil)
+	if _, err := s.Call(ctx, ref, Ping{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestKilledPeerFailsPendingCalls(t *testing.T) {
+	s := startTestSystem(t)
+	p := startPeer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.Call(ctx, p.ref("peer"), Ping{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Call(ctx, p.ref("sleepy"), Ping{})
+		errc <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	_ = p.cmd.Process.Kill()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrNodeLost) {
+			t.Fatalf("pending call after SIGKILL: %v, want ErrNodeLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("pending call to a killed node did not fail within 10s")
+	}
+}

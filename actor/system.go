@@ -1,0 +1,379 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pa "github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Defaults for Config's limits.
+const (
+	DefaultMaxMessageSize = 64 << 20  // largest message body Call/Tell accept
+	DefaultInlineLimit    = 256 << 10 // bodies above this go over the bulk path
+	DefaultBatchSize      = 128       // protoactor endpoint-writer batch (messages)
+)
+
+// Config configures one node's actor system.
+type Config struct {
+	// Host and Port to listen on for the actor transport; Port 0 picks a free
+	// port. Host defaults to 127.0.0.1.
+	Host string
+	Port int
+	// AdvertiseHost is the host other nodes dial, when Host is 0.0.0.0.
+	AdvertiseHost string
+	// TLS, when set, secures the actor transport and the bulk path with
+	// mutual TLS.
+	TLS *TLSFiles
+	// MaxMessageSize caps one message body (default 64 MiB); larger bodies
+	// are refused at the sender. Use the Bulk API for larger payloads.
+	MaxMessageSize int
+	// InlineLimit is the body size above which a message travels over the
+	// bulk path instead of inside the gRPC batch (default 256 KiB).
+	InlineLimit int
+	// BatchSize bounds protoactor's endpoint-writer batch (default 128).
+	BatchSize int
+	// Logger receives the system's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.Host == "" {
+		out.Host = "127.0.0.1"
+	}
+	if out.MaxMessageSize <= 0 {
+		out.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if out.InlineLimit <= 0 {
+		out.InlineLimit = DefaultInlineLimit
+	}
+	if out.BatchSize <= 0 {
+		out.BatchSize = DefaultBatchSize
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return out
+}
+
+// Sentinel errors callers branch on.
+var (
+	ErrTooLarge      = errors.New("message too large")
+	ErrActorNotFound = errors.New("actor not found")
+	ErrUnknownKind   = errors.New("unknown actor kind")
+	ErrNameTaken     = errors.New("actor name already in use")
+	ErrNodeLost      = errors.New("node lost")
+	ErrActorDied     = errors.New("actor died")
+	ErrSystemStopped = errors.New("actor system stopped")
+)
+
+// ActorError is the error a callee returned (or the panic it raised), as
+// the caller sees it. Across nodes only the text survives; in-process the
+// original error is kept for errors.Is/As.
+type ActorError struct {
+	Actor   string
+	Message string
+	err     error
+}
+
+func (e *ActorError) Error() string { return "actor " + e.Actor + ": " + e.Message }
+func (e *ActorError) Unwrap() error { return e.err }
+
+// EventType says what happened to a hosted actor.
+type EventType int
+
+const (
+	EventStarted EventType = iota + 1
+	EventRestarted
+	EventDied
+)
+
+// Event reports a change in a hosted actor's life to the System's observer.
+type Event struct {
+	Type     EventType
+	Ref      Ref
+	Cause    string // why it restarted or died: "stopped", "panic: ...", ...
+	Restarts int
+}
+
+// System is one node's actor system: protoactor's actor system plus its
+// remote transport, the message codec, the call machinery and the bulk path.
+type System struct {
+	cfg      Config
+	log      *slog.Logger
+	as       *pa.ActorSystem
+	rem      *remote.Remote
+	addr     string
+	replyPID *pa.PID
+	bulk     *Bulk
+
+	nextCall atomic.Uint64
+	pmu      sync.Mutex
+	pending  map[uint64]*pendingCall
+
+	amu    sync.Mutex
+	actors map[string]*hosted // by name
+
+	observer   atomic.Pointer[func(Event)]
+	peerFilter atomic.Pointer[func(addr string) bool]
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+type pendingCall struct {
+	target string // Address + "/" + ID
+	addr   string
+	ch     chan callResult
+}
+
+type callResult struct {
+	value any           // local reply
+	err   error         // local error or failure (node lost, ...)
+	wire  *wireEnvelope // remote reply, decoded by the caller
+}
+
+// Start starts a node's actor system listening on cfg.Host:cfg.Port.
+func Start(cfg Config) (*System, error) {
+	c := cfg.withDefaults()
+	s := &System{
+		cfg:     c,
+		log:     c.Logger,
+		pending: map[uint64]*pendingCall{},
+		actors:  map[string]*hosted{},
+		closed:  make(chan struct{}),
+	}
+	// Bind first so a busy port is an error, not protoactor's panic.
+	lis, err := net.Listen("tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
+	if err != nil {
+		return nil, fmt.Errorf("actor transport: listen on %s:%d: %w", c.Host, c.Port, err)
+	}
+	port := lis.Addr().(*net.TCPAddr).Port
+	lis.Close()
+
+	quiet := c.Logger.With("component", "protoactor")
+	s.as = pa.NewActorSystem(pa.WithLoggerFactory(func(*pa.ActorSystem) *slog.Logger {
+		return slog.New(levelFilter{h: quiet.Handler(), min: slog.LevelWarn})
+	}))
+
+	// The whole batch must fit in one gRPC message: bodies above InlineLimit
+	// go over the bulk path, so a batch is at most BatchSize*InlineLimit plus
+	// envelope overhead. gRPC's 4 MiB default would otherwise drop the
+	// connection and fake a node death (shared/DESIGN.md).
+	grpcMax := c.BatchSize*(c.InlineLimit+4096) + (1 << 20)
+	if grpcMax > math.MaxInt32 {
+		grpcMax = math.MaxInt32
+	}
+	var srvCreds grpc.ServerOption
+	var dialCreds grpc.DialOption
+	if c.TLS != nil {
+		st, ct, err := c.TLS.load()
+		if err != nil {
+			return nil, err
+		}
+		srvCreds = grpc.Creds(credentials.NewTLS(st))
+		dialCreds = grpc.WithTransportCredentials(credentials.NewTLS(ct))
+	} else {
+		dialCreds = grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	serverOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcMax), grpc.MaxSendMsgSize(grpcMax)}
+	if srvCreds != nil {
+		serverOpts = append(serverOpts, srvCreds)
+	}
+	opts := []remote.ConfigOption{
+		remote.WithEndpointWriterBatchSize(c.BatchSize),
+		remote.WithServerOptions(serverOpts...),
+		remote.WithDialOptions(dialCreds,
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcMax), grpc.MaxCallSendMsgSize(grpcMax))),
+	}
+	if c.AdvertiseHost != "" {
+		opts = append(opts, remote.WithAdvertisedHost(net.JoinHostPort(c.AdvertiseHost, strconv.Itoa(port))))
+	}
+	s.rem = remote.NewRemote(s.as, remote.Configure(c.Host, port, opts...))
+	if err := startRemote(s.rem); err != nil {
+		return nil, err
+	}
+	s.addr = s.as.Address()
+
+	s.replyPID, _ = s.as.ProcessRegistry.Add(&replyProcess{s: s}, "rlnode$replies")
+	s.as.EventStream.Subscribe(func(ev any) {
+		if t, ok := ev.(*remote.EndpointTerminatedEvent); ok {
+			s.FailAddress(t.Address, fmt.Errorf("connection to %s closed: %w", t.Address, ErrNodeLost))
+		}
+	})
+
+	bulkHost := c.Host
+	s.bulk, err = startBulk(s, bulkHost, c.AdvertiseHost)
+	if err != nil {
+		s.rem.Shutdown(false)
+		return nil, err
+	}
+	return s, nil
+}
+
+// startRemote turns protoactor's panic on a failed listen into an error.
+func startRemote(r *remote.Remote) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("actor transport: %v", p)
+		}
+	}()
+	r.Start()
+	return nil
+}
+
+// Address is the actor transport address other nodes reach this one at.
+func (s *System) Address() string { return s.addr }
+
+// Bulk is the node's bulk path for payloads too large for one message.
+func (s *System) Bulk() *Bulk { return s.bulk }
+
+// Logger is the system's logger.
+func (s *System) Logger() *slog.Logger { return s.log }
+
+// SetObserver installs the function told about every hosted actor's start,
+// restart and death. It is called from actor goroutines and must not block.
+func (s *System) SetObserver(f func(Event)) { s.observer.Store(&f) }
+
+// SetPeerFilter installs the membership check: messages whose sending node
+// address it rejects are logged and dropped. Nil allows every sender.
+func (s *System) SetPeerFilter(f func(addr string) bool) {
+	if f == nil {
+		s.peerFilter.Store(nil)
+		return
+	}
+	s.peerFilter.Store(&f)
+}
+
+func (s *System) allowed(from string) bool {
+	if from == s.addr {
+		return true
+	}
+	f := s.peerFilter.Load()
+	return f == nil || (*f)(from)
+}
+
+func (s *System) emit(ev Event) {
+	if f := s.observer.Load(); f != nil {
+		(*f)(ev)
+	}
+}
+
+// Stop stops every hosted actor (running their Stopped hooks), fails all
+// pending calls and shuts the transport down.
+func (s *System) Stop() {
+	s.closeOnce.Do(func() {
+		s.amu.Lock()
+		var pids []*pa.PID
+		for _, h := range s.actors {
+			h.setStopCause("node stopped")
+			pids = append(pids, h.pid)
+		}
+		s.amu.Unlock()
+		for _, pid := range pids {
+			_ = s.as.Root.StopFuture(pid).Wait()
+		}
+		close(s.closed)
+		s.failAll(ErrSystemStopped)
+		s.bulk.close()
+		s.rem.Shutdown(false)
+		s.as.Shutdown()
+	})
+}
+
+// Done is closed once the system has stopped.
+func (s *System) Done() <-chan struct{} { return s.closed }
+
+func (s *System) register(target, addr string) (uint64, chan callResult) {
+	id := s.nextCall.Add(1)
+	ch := make(chan callResult, 1)
+	s.pmu.Lock()
+	s.pending[id] = &pendingCall{target: target, addr: addr, ch: ch}
+	s.pmu.Unlock()
+	return id, ch
+}
+
+func (s *System) unregister(id uint64) {
+	s.pmu.Lock()
+	delete(s.pending, id)
+	s.pmu.Unlock()
+}
+
+func (s *System) complete(id uint64, r callResult) {
+	s.pmu.Lock()
+	p := s.pending[id]
+	delete(s.pending, id)
+	s.pmu.Unlock()
+	if p != nil {
+		p.ch <- r
+	}
+}
+
+func (s *System) failWhere(match func(*pendingCall) bool, err error) {
+	s.pmu.Lock()
+	var hit []*pendingCall
+	for id, p := range s.pending {
+		if match(p) {
+			hit = append(hit, p)
+			delete(s.pending, id)
+		}
+	}
+	s.pmu.Unlock()
+	for _, p := range hit {
+		p.ch <- callResult{err: err}
+	}
+}
+
+// FailAddress fails every pending call to actors on the node at addr. The
+// cluster layer calls it when membership declares that node lost.
+func (s *System) FailAddress(addr string, err error) {
+	s.failWhere(func(p *pendingCall) bool { return p.addr == addr }, err)
+}
+
+// FailActor fails every pending call to the actor ref (it died).
+func (s *System) FailActor(ref Ref, err error) {
+	key := ref.Address + "/" + ref.ID
+	s.failWhere(func(p *pendingCall) bool { return p.target == key }, err)
+}
+
+func (s *System) failAll(err error) {
+	s.failWhere(func(*pendingCall) bool { return true }, err)
+}
+
+// levelFilter drops records below min: protoactor logs every connection at
+// Info, which is noise in a node's log.
+type levelFilter struct {
+	h   slog.Handler
+	min slog.Level
+}
+
+func (l levelFilter) Enabled(ctx context.Context, lv slog.Level) bool {
+	return lv >= l.min && l.h.Enabled(ctx, lv)
+}
+func (l levelFilter) Handle(ctx context.Context, r slog.Record) error { return l.h.Handle(ctx, r) }
+func (l levelFilter) WithAttrs(a []slog.Attr) slog.Handler {
+	return levelFilter{h: l.h.WithAttrs(a), min: l.min}
+}
+func (l levelFilter) WithGroup(n string) slog.Handler {
+	return levelFilter{h: l.h.WithGroup(n), min: l.min}
+}
+
+// DiscardLogger is a logger that writes nothing, for tests and benchmarks.
+func DiscardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// waitTimeout bounds the wait for an actor to stop.
+const waitTimeout = 10 * time.Second
