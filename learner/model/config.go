@@ -1,0 +1,254 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// Config is the part of a Hugging Face config.json the model reads.
+type Config struct {
+	Architecture      string  // Qwen2ForCausalLM or LlamaForCausalLM
+	HiddenSize        int     // hidden_size
+	IntermediateSize  int     // intermediate_size
+	NumLayers         int     // num_hidden_layers
+	NumHeads          int     // num_attention_heads
+	NumKVHeads        int     // num_key_value_heads
+	HeadDim           int     // head_dim, default hidden_size/num_attention_heads
+	VocabSize         int     // vocab_size
+	MaxPositions      int     // max_position_embeddings
+	RMSNormEps        float64 // rms_norm_eps
+	RopeTheta         float64 // rope_theta
+	TieWordEmbeddings bool    // tie_word_embeddings
+	AttentionBias     bool    // q/k/v bias: always for Qwen2, attention_bias for Llama
+	TorchDType        string  // torch_dtype: float32, bfloat16, float16
+
+	// raw keeps every field of the file so a saved config round-trips
+	// fields this package does not interpret (token ids, model_type, ...).
+	raw map[string]any
+}
+
+// Supported architectures.
+const (
+	Qwen2 = "Qwen2ForCausalLM"
+	Llama = "LlamaForCausalLM"
+)
+
+// ReadConfig reads and validates a config.json.
+func ReadConfig(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return ParseConfig(path, b)
+}
+
+// ParseConfig parses and validates config.json bytes; path names the file
+// in errors.
+func ParseConfig(path string, b []byte) (*Config, error) {
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	c := &Config{raw: raw}
+	p := fieldParser{path: path, raw: raw}
+	archs, ok := raw["architectures"].([]any)
+	if !ok || len(archs) != 1 {
+		return nil, fmt.Errorf("config %s: field architectures: want a list of one name, got %v", path, raw["architectures"])
+	}
+	c.Architecture, _ = archs[0].(string)
+	switch c.Architecture {
+	case Qwen2, Llama:
+	default:
+		return nil, fmt.Errorf("config %s: field architectures: unsupported architecture %q (want %s or %s)", path, archs[0], Qwen2, Llama)
+	}
+	c.HiddenSize = p.int("hidden_size", true, 0)
+	c.IntermediateSize = p.int("intermediate_size", true, 0)
+	c.NumLayers = p.int("num_hidden_layers", true, 0)
+	c.NumHeads = p.int("num_attention_heads", true, 0)
+	c.NumKVHeads = p.int("num_key_value_heads", false, c.NumHeads)
+	c.VocabSize = p.int("vocab_size", true, 0)
+	c.MaxPositions = p.int("max_position_embeddings", false, 2048)
+	c.RMSNormEps = p.float("rms_norm_eps", false, 1e-6)
+	c.RopeTheta = p.float("rope_theta", false, 10000)
+	c.TieWordEmbeddings = p.bool("tie_word_embeddings", false, false)
+	c.TorchDType = p.string("torch_dtype", false, "float32")
+	if c.NumHeads > 0 {
+		c.HeadDim = p.int("head_dim", false, c.HiddenSize/c.NumHeads)
+	}
+	if c.Architecture == Qwen2 {
+		c.AttentionBias = true
+		if p.bool("use_sliding_window", false, false) {
+			p.fail("use_sliding_window", "sliding-window attention is not supported")
+		}
+	} else {
+		c.AttentionBias = p.bool("attention_bias", false, false)
+		if p.bool("mlp_bias", false, false) {
+			p.fail("mlp_bias", "MLP bias is not supported")
+		}
+	}
+	if act := p.string("hidden_act", false, "silu"); act != "silu" {
+		p.fail("hidden_act", fmt.Sprintf("unsupported activation %q (want silu)", act))
+	}
+	if rs, ok := raw["rope_scaling"]; ok && rs != nil {
+		p.fail("rope_scaling", "RoPE scaling is not supported")
+	}
+	if p.err != nil {
+		return nil, p.err
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Validate checks sizes fit together.
+func (c *Config) Validate() error { return c.validate() }
+
+func (c *Config) validate() error {
+	pos := []struct {
+		name string
+		v    int
+	}{
+		{"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize},
+		{"num_hidden_layers", c.NumLayers}, {"num_attention_heads", c.NumHeads},
+		{"num_key_value_heads", c.NumKVHeads}, {"vocab_size", c.VocabSize},
+		{"max_position_embeddings", c.MaxPositions}, {"head_dim", c.HeadDim},
+	}
+	for _, f := range pos {
+		if f.v <= 0 {
+			return fmt.Errorf("field %s: must be positive, got %d", f.name, f.v)
+		}
+	}
+	switch {
+	case c.Architecture != Qwen2 && c.Architecture != Llama:
+		return fmt.Errorf("field architectures: unsupported architecture %q", c.Architecture)
+	case c.NumHeads%c.NumKVHeads != 0:
+		return fmt.Errorf("field num_key_value_heads: %d does not divide num_attention_heads %d", c.NumKVHeads, c.NumHeads)
+	case c.HeadDim%2 != 0:
+		return fmt.Errorf("field head_dim: %d must be even for rotary embeddings", c.HeadDim)
+	case c.HiddenSize%c.NumHeads != 0 && c.raw["head_dim"] == nil:
+		return fmt.Errorf("field num_attention_heads: %d does not divide hidden_size %d", c.NumHeads, c.HiddenSize)
+	case !(c.RMSNormEps > 0):
+		return fmt.Errorf("field rms_norm_eps: must be positive, got %v", c.RMSNormEps)
+	case !(c.RopeTheta > 0):
+		return fmt.Errorf("field rope_theta: must be positive, got %v", c.RopeTheta)
+	}
+	switch c.TorchDType {
+	case "float32", "bfloat16", "float16":
+	default:
+		return fmt.Errorf("field torch_dtype: unsupported %q (want float32, bfloat16 or float16)", c.TorchDType)
+	}
+	return nil
+}
+
+// JSON renders the config as a Hugging Face config.json, keeping fields of
+// the file it was read from.
+func (c *Config) JSON() ([]byte, error) {
+	out := map[string]any{}
+	for k, v := range c.raw {
+		out[k] = v
+	}
+	modelType := "qwen2"
+	if c.Architecture == Llama {
+		modelType = "llama"
+		out["attention_bias"] = c.AttentionBias
+	}
+	if _, ok := out["model_type"]; !ok {
+		out["model_type"] = modelType
+	}
+	out["architectures"] = []string{c.Architecture}
+	out["hidden_size"] = c.HiddenSize
+	out["intermediate_size"] = c.IntermediateSize
+	out["num_hidden_layers"] = c.NumLayers
+	out["num_attention_heads"] = c.NumHeads
+	out["num_key_value_heads"] = c.NumKVHeads
+	out["vocab_size"] = c.VocabSize
+	out["max_position_embeddings"] = c.MaxPositions
+	out["rms_norm_eps"] = c.RMSNormEps
+	out["rope_theta"] = c.RopeTheta
+	out["tie_word_embeddings"] = c.TieWordEmbeddings
+	out["torch_dtype"] = c.TorchDType
+	out["hidden_act"] = "silu"
+	if c.HeadDim*c.NumHeads != c.HiddenSize {
+		out["head_dim"] = c.HeadDim
+	}
+	return json.MarshalIndent(out, "", "  ")
+}
+
+// fieldParser reads typed fields and keeps the first error, which names the
+// file and field.
+type fieldParser struct {
+	path string
+	raw  map[string]any
+	err  error
+}
+
+func (p *fieldParser) fail(field, msg string) {
+	if p.err == nil {
+		p.err = fmt.Errorf("config %s: field %s: %s", p.path, field, msg)
+	}
+}
+
+func (p *fieldParser) get(field string, required bool) (any, bool) {
+	v, ok := p.raw[field]
+	if !ok || v == nil {
+		if required {
+			p.fail(field, "missing")
+		}
+		return nil, false
+	}
+	return v, true
+}
+
+func (p *fieldParser) int(field string, required bool, def int) int {
+	v, ok := p.get(field, required)
+	if !ok {
+		return def
+	}
+	x, isNum := v.(float64)
+	if !isNum || x != float64(int(x)) {
+		p.fail(field, fmt.Sprintf("want an integer, got %v", v))
+		return def
+	}
+	return int(x)
+}
+
+func (p *fieldParser) float(field string, required bool, def float64) float64 {
+	v, ok := p.get(field, required)
+	if !ok {
+		return def
+	}
+	x, isNum := v.(float64)
+	if !isNum {
+		p.fail(field, fmt.Sprintf("want a number, got %v", v))
+		return def
+	}
+	return x
+}
+
+func (p *fieldParser) bool(field string, required bool, def bool) bool {
+	v, ok := p.get(field, required)
+	if !ok {
+		return def
+	}
+	x, isBool := v.(bool)
+	if !isBool {
+		p.fail(field, fmt.Sprintf("want true or false, got %v", v))
+		return def
+	}
+	return x
+}
+
+func (p *fieldParser) string(field string, required bool, def string) string {
+	v, ok := p.get(field, required)
+	if !ok {
+		return def
+	}
+	x, isStr := v.(string)
+	if !isStr {
+		p.fail(field, fmt.Sprintf("want a string, got %v", v))
+		return def
+	}
+	return x
+}

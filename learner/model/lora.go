@@ -1,0 +1,281 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/rlnode/rlnode/learner/backend"
+	"github.com/rlnode/rlnode/learner/safetensors"
+)
+
+// LoRA is a low-rank adapter on a Linear: y += (Alpha/Rank) * drop(x) A^T B^T
+// with A rank×in and B out×rank, as PEFT defines it.
+type LoRA struct {
+	Rank    int
+	Alpha   float64
+	Dropout float64
+	A, B    *Param
+}
+
+// Scaling is Alpha/Rank.
+func (a *LoRA) Scaling() float32 { return float32(a.Alpha / float64(a.Rank)) }
+
+// LoRAConfig selects where adapters go and their size. TargetModules are
+// module names as PEFT spells them (q_proj, k_proj, v_proj, o_proj,
+// gate_proj, up_proj, down_proj).
+type LoRAConfig struct {
+	Rank          int
+	Alpha         float64
+	Dropout       float64
+	TargetModules []string
+	Seed          uint64
+}
+
+var moduleNames = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+
+// moduleName is "self_attn.q_proj" for index 0, matching Layer.linears.
+func moduleName(i int) string {
+	if i < 4 {
+		return "self_attn." + moduleNames[i]
+	}
+	return "mlp." + moduleNames[i]
+}
+
+func (c *LoRAConfig) validate() error {
+	switch {
+	case c.Rank <= 0:
+		return fmt.Errorf("lora: r must be positive, got %d", c.Rank)
+	case !(c.Alpha > 0):
+		return fmt.Errorf("lora: lora_alpha must be positive, got %v", c.Alpha)
+	case !(c.Dropout >= 0 && c.Dropout < 1):
+		return fmt.Errorf("lora: lora_dropout must be in [0, 1), got %v", c.Dropout)
+	case len(c.TargetModules) == 0:
+		return fmt.Errorf("lora: target_modules is empty")
+	}
+	for _, t := range c.TargetModules {
+		if !slices.Contains(moduleNames, t) {
+			return fmt.Errorf("lora: target_modules: unknown module %q (want some of %s)", t, strings.Join(moduleNames, ", "))
+		}
+	}
+	return nil
+}
+
+// AddLoRA freezes the base weights and puts fresh adapters on the target
+// modules of every layer: A from PEFT's default Kaiming-uniform
+// (bound 1/sqrt(in)), B zero, so the model's outputs are unchanged.
+func (m *Model) AddLoRA(cfg LoRAConfig) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	m.Freeze()
+	m.dropPass()
+	m.lora = &cfg
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6c6f7261))
+	for i, l := range m.Layers {
+		for j, lin := range l.linears() {
+			if !slices.Contains(cfg.TargetModules, moduleNames[j]) {
+				continue
+			}
+			pre := fmt.Sprintf("base_model.model.model.layers.%d.%s.", i, moduleName(j))
+			a := &LoRA{Rank: cfg.Rank, Alpha: cfg.Alpha, Dropout: cfg.Dropout,
+				A: m.newParam(pre+"lora_A.weight", cfg.Rank, lin.In),
+				B: m.newParam(pre+"lora_B.weight", lin.Out, cfg.Rank)}
+			bound := 1 / math.Sqrt(float64(lin.In))
+			v := make([]float32, a.A.Len())
+			for k := range v {
+				v[k] = float32((2*rng.Float64() - 1) * bound)
+			}
+			m.B.Upload(a.A.W, v)
+			lin.LoRA = a
+		}
+	}
+	return nil
+}
+
+func (m *Model) newParam(name string, shape ...int) *Param {
+	p := &Param{Name: name, Shape: shape}
+	p.W = m.B.Alloc(p.Len())
+	p.G = m.B.Alloc(p.Len())
+	return p
+}
+
+func (m *Model) dropPass() {
+	if m.pass != nil {
+		m.pass.free(m.B)
+		m.pass = nil
+	}
+}
+
+// drawDropout fills the LoRA dropout masks: while training, each input
+// element is kept with probability 1-p and scaled by 1/(1-p); otherwise the
+// masks are all ones.
+func (m *Model) drawDropout(p *pass, N int) {
+	for _, a := range p.layers {
+		for lin, la := range a.lora {
+			if la.mask == nil {
+				continue
+			}
+			v := make([]float32, N*lin.In)
+			keep := float32(1 / (1 - lin.LoRA.Dropout))
+			for i := range v {
+				if !m.Training || m.rng().Float64() >= lin.LoRA.Dropout {
+					v[i] = keep
+					if !m.Training {
+						v[i] = 1
+					}
+				}
+			}
+			m.B.Upload(la.mask, v)
+		}
+	}
+}
+
+func (m *Model) rng() *rand.Rand {
+	if m.dropRNG == nil {
+		m.dropRNG = rand.New(rand.NewPCG(m.DropoutSeed, 0x64726f70))
+	}
+	return m.dropRNG
+}
+
+// mergeInto adds Scaling * B A to dst's weight.
+func (a *LoRA) mergeInto(b backend.Backend, dst *Linear) {
+	b.MatMul(false, false, dst.Out, dst.In, a.Rank, a.Scaling(), a.B.W, a.A.W, 1, dst.Weight.W)
+}
+
+// MergeLoRA folds every adapter into its base weight and removes the
+// adapters; the merged model computes what the adapted one did (without
+// dropout).
+func (m *Model) MergeLoRA() {
+	for _, l := range m.Layers {
+		for _, lin := range l.linears() {
+			if lin.LoRA != nil {
+				lin.LoRA.mergeInto(m.B, lin)
+				m.B.Free(lin.LoRA.A.W)
+				m.B.Free(lin.LoRA.B.W)
+				lin.LoRA = nil
+			}
+		}
+	}
+	m.lora = nil
+	m.dropPass()
+}
+
+// adapterConfig is PEFT's adapter_config.json for a LoRA adapter.
+type adapterConfig struct {
+	PeftType         string   `json:"peft_type"`
+	TaskType         string   `json:"task_type"`
+	R                int      `json:"r"`
+	LoraAlpha        float64  `json:"lora_alpha"`
+	LoraDropout      float64  `json:"lora_dropout"`
+	TargetModules    []string `json:"target_modules"`
+	Bias             string   `json:"bias"`
+	FanInFanOut      bool     `json:"fan_in_fan_out"`
+	InferenceMode    bool     `json:"inference_mode"`
+	UseRSLoRA        bool     `json:"use_rslora"`
+	UseDoRA          bool     `json:"use_dora"`
+	InitLoraWeights  bool     `json:"init_lora_weights"`
+	BaseModelName    string   `json:"base_model_name_or_path"`
+	ModulesToSave    []string `json:"modules_to_save"`
+	LayersToTransfom []int    `json:"layers_to_transform"`
+}
+
+// Adapter file names PEFT and vLLM read.
+const (
+	AdapterWeights = "adapter_model.safetensors"
+	AdapterConfig  = "adapter_config.json"
+)
+
+// SaveLoRA writes the adapters as a PEFT adapter directory.
+func (m *Model) SaveLoRA(dir, baseModel string) error {
+	if m.lora == nil {
+		return fmt.Errorf("save lora %s: the model has no adapters", dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("save lora: %w", err)
+	}
+	var ts []safetensors.Tensor
+	for _, p := range m.loraParams() {
+		t, err := safetensors.FromFloat32(p.Name, safetensors.F32, p.Shape, m.download(p.W))
+		if err != nil {
+			return fmt.Errorf("save lora %s: %w", dir, err)
+		}
+		ts = append(ts, t)
+	}
+	if err := safetensors.WriteFile(filepath.Join(dir, AdapterWeights), ts, map[string]string{"format": "pt"}); err != nil {
+		return err
+	}
+	cfg := adapterConfig{PeftType: "LORA", TaskType: "CAUSAL_LM", R: m.lora.Rank, LoraAlpha: m.lora.Alpha,
+		LoraDropout: m.lora.Dropout, TargetModules: m.lora.TargetModules, Bias: "none",
+		InferenceMode: true, InitLoraWeights: true, BaseModelName: baseModel}
+	js, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, AdapterConfig), js, 0o644); err != nil {
+		return fmt.Errorf("save lora: %w", err)
+	}
+	return nil
+}
+
+func (m *Model) loraParams() []*Param {
+	var out []*Param
+	for _, l := range m.Layers {
+		for _, lin := range l.linears() {
+			if lin.LoRA != nil {
+				out = append(out, lin.LoRA.A, lin.LoRA.B)
+			}
+		}
+	}
+	return out
+}
+
+// LoadLoRA reads a PEFT adapter directory onto the model (adding adapters
+// as its config says, then loading their weights).
+func (m *Model) LoadLoRA(dir string) error {
+	cpath := filepath.Join(dir, AdapterConfig)
+	b, err := os.ReadFile(cpath)
+	if err != nil {
+		return fmt.Errorf("load lora: %w", err)
+	}
+	var ac adapterConfig
+	if err := json.Unmarshal(b, &ac); err != nil {
+		return fmt.Errorf("load lora %s: %w", cpath, err)
+	}
+	switch {
+	case ac.PeftType != "LORA":
+		return fmt.Errorf("load lora %s: field peft_type: %q is not LORA", cpath, ac.PeftType)
+	case ac.UseRSLoRA || ac.UseDoRA || ac.FanInFanOut:
+		return fmt.Errorf("load lora %s: fields use_rslora, use_dora, fan_in_fan_out: only plain LoRA is supported", cpath)
+	case ac.Bias != "" && ac.Bias != "none":
+		return fmt.Errorf("load lora %s: field bias: %q is not supported", cpath, ac.Bias)
+	}
+	if err := m.AddLoRA(LoRAConfig{Rank: ac.R, Alpha: ac.LoraAlpha, Dropout: ac.LoraDropout, TargetModules: ac.TargetModules}); err != nil {
+		return fmt.Errorf("load lora %s: %w", cpath, err)
+	}
+	wpath := filepath.Join(dir, AdapterWeights)
+	f, err := safetensors.ReadFile(wpath)
+	if err != nil {
+		return fmt.Errorf("load lora: %w", err)
+	}
+	for _, p := range m.loraParams() {
+		t, ok := f.Tensor(p.Name)
+		if !ok {
+			return fmt.Errorf("load lora %s: tensor %q: missing", wpath, p.Name)
+		}
+		if !sameShape(t.Shape, p.Shape) {
+			return fmt.Errorf("load lora %s: tensor %q: shape %v, want %v", wpath, p.Name, t.Shape, p.Shape)
+		}
+		v, err := t.Float32()
+		if err != nil {
+			return fmt.Errorf("load lora %s: %w", wpath, err)
+		}
+		m.B.Upload(p.W, v)
+	}
+	return nil
+}

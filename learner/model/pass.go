@@ -1,0 +1,223 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/rlnode/rlnode/learner/backend"
+)
+
+// pass holds the activations of one forward pass, kept for the backward
+// pass, and the backward scratch buffers. It is reused while batch shapes
+// repeat.
+type pass struct {
+	N, M   int // tokens, scored outputs
+	batch  *Batch
+	resid  []backend.Tensor // NumLayers+1 residual streams, N×hidden
+	layers []layerActs
+	tmp    backend.Tensor // N×hidden
+	lnf    backend.Tensor // final norm output, N×hidden
+	rstdf  backend.Tensor
+	hsel   backend.Tensor // lnf rows at Outputs, M×hidden
+	logits backend.Tensor // M×vocab
+	logp   backend.Tensor // M
+	ent    backend.Tensor // M
+	lse    backend.Tensor // M
+	g      grads
+	dlnf   backend.Tensor // N×hidden
+	dhsel  backend.Tensor // M×hidden
+	dlog   backend.Tensor // M×vocab
+	dlogp  backend.Tensor // M
+	dent   backend.Tensor // M
+	all    []backend.Tensor
+}
+
+func (m *Model) newPass(N, M int) *pass {
+	c := &m.Config
+	b := m.B
+	p := &pass{N: N, M: M}
+	alloc := func(n int) backend.Tensor {
+		t := b.Alloc(n)
+		p.all = append(p.all, t)
+		return t
+	}
+	h, qd, kd, I := c.HiddenSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim, c.IntermediateSize
+	for i := 0; i <= c.NumLayers; i++ {
+		p.resid = append(p.resid, alloc(N*h))
+	}
+	p.layers = make([]layerActs, c.NumLayers)
+	for i, l := range m.Layers {
+		a := &p.layers[i]
+		a.ln1, a.rstd1 = alloc(N*h), alloc(N)
+		a.q, a.k, a.v = alloc(N*qd), alloc(N*kd), alloc(N*kd)
+		a.att, a.lse = alloc(N*qd), alloc(N*c.NumHeads)
+		a.resid2, a.ln2, a.rstd2 = alloc(N*h), alloc(N*h), alloc(N)
+		a.gate, a.up, a.act = alloc(N*I), alloc(N*I), alloc(N*I)
+		a.lora = map[*Linear]*loraActs{}
+		for _, lin := range l.linears() {
+			if lin.LoRA == nil {
+				continue
+			}
+			la := &loraActs{xa: alloc(N * lin.LoRA.Rank), dxa: alloc(N * lin.LoRA.Rank)}
+			if lin.LoRA.Dropout > 0 {
+				la.mask, la.xd, la.tmp = alloc(N*lin.In), alloc(N*lin.In), alloc(N*lin.In)
+			}
+			a.lora[lin] = la
+		}
+	}
+	p.tmp, p.lnf, p.rstdf = alloc(N*h), alloc(N*h), alloc(N)
+	p.hsel, p.logits = alloc(M*h), alloc(M*c.VocabSize)
+	p.logp, p.ent, p.lse = alloc(M), alloc(M), alloc(M)
+	return p
+}
+
+// grads allocates the backward buffers on first use, so forward-only
+// models (the reference policy, inference) never hold them.
+func (p *pass) allocGrads(m *Model) {
+	if p.g.dres != nil {
+		return
+	}
+	c := &m.Config
+	alloc := func(n int) backend.Tensor {
+		t := m.B.Alloc(n)
+		p.all = append(p.all, t)
+		return t
+	}
+	N, M := p.N, p.M
+	h, qd, kd, I := c.HiddenSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim, c.IntermediateSize
+	p.g = grads{
+		dres: alloc(N * h), dln: alloc(N * h),
+		dq: alloc(N * qd), dk: alloc(N * kd), dv: alloc(N * kd), dat: alloc(N * qd),
+		dgate: alloc(N * I), dup: alloc(N * I), dact: alloc(N * I),
+	}
+	p.dlnf, p.dhsel, p.dlog = alloc(N*h), alloc(M*h), alloc(M*c.VocabSize)
+	p.dlogp, p.dent = alloc(M), alloc(M)
+}
+
+func (p *pass) free(b backend.Backend) {
+	for _, t := range p.all {
+		b.Free(t)
+	}
+}
+
+// Forward runs the model over the batch and returns the log probability
+// and the entropy of the next-token distribution at each of the batch's
+// scored outputs (laid out as bt.Outputs; bt.Split cuts them per sequence).
+// Activations are kept for Backward.
+func (m *Model) Forward(bt *Batch) (logp, entropy []float32, err error) {
+	c := &m.Config
+	if err := m.checkBatch(bt); err != nil {
+		return nil, nil, err
+	}
+	N, M := bt.Rows*bt.SeqLen, len(bt.Outputs)
+	if p := m.pass; p == nil || p.N != N || p.M != M {
+		if p != nil {
+			p.free(m.B)
+		}
+		m.pass = m.newPass(N, M)
+	}
+	p := m.pass
+	p.batch = bt
+	b := m.B
+	h := c.HiddenSize
+	m.drawDropout(p, N)
+	b.GatherRows(p.resid[0], m.Embed.W, bt.Tokens, h)
+	for i, l := range m.Layers {
+		l.Forward(m, p.resid[i+1], p.resid[i], &p.layers[i], bt, p.tmp)
+	}
+	b.RMSNorm(p.lnf, p.rstdf, p.resid[c.NumLayers], m.Norm.W, N, h, float32(c.RMSNormEps))
+	if M == 0 {
+		return nil, nil, nil
+	}
+	b.GatherRows(p.hsel, p.lnf, bt.Outputs, h)
+	b.MatMul(false, true, M, c.VocabSize, h, 1, p.hsel, m.LMHead.W, 0, p.logits)
+	b.LogProbs(p.logp, p.ent, p.lse, p.logits, bt.Targets, M, c.VocabSize)
+	logp, entropy = make([]float32, M), make([]float32, M)
+	b.Download(logp, p.logp)
+	b.Download(entropy, p.ent)
+	return logp, entropy, nil
+}
+
+// Logits returns the last Forward's logits at the scored outputs
+// (outputs×vocab).
+func (m *Model) Logits() []float32 {
+	if m.pass == nil {
+		return nil
+	}
+	return m.download(m.pass.logits)
+}
+
+func (m *Model) checkBatch(bt *Batch) error {
+	N := bt.Rows * bt.SeqLen
+	switch {
+	case N == 0:
+		return fmt.Errorf("forward: empty batch")
+	case len(bt.Tokens) != N || len(bt.Positions) != N || len(bt.Starts) != N:
+		return fmt.Errorf("forward: batch of %d×%d has %d tokens, %d positions, %d starts", bt.Rows, bt.SeqLen, len(bt.Tokens), len(bt.Positions), len(bt.Starts))
+	case len(bt.Outputs) != len(bt.Targets):
+		return fmt.Errorf("forward: %d outputs but %d targets", len(bt.Outputs), len(bt.Targets))
+	}
+	for i, t := range bt.Tokens {
+		if t < 0 || int(t) >= m.Config.VocabSize {
+			return fmt.Errorf("forward: token %d: id %d out of range [0, %d)", i, t, m.Config.VocabSize)
+		}
+		if p := bt.Positions[i]; p < 0 || int(p) >= m.Config.MaxPositions {
+			return fmt.Errorf("forward: token %d: position %d out of range [0, %d)", i, p, m.Config.MaxPositions)
+		}
+		if s := bt.Starts[i]; s < 0 || int(s) > i%bt.SeqLen {
+			return fmt.Errorf("forward: token %d: sequence start %d after the token", i, s)
+		}
+	}
+	for i, o := range bt.Outputs {
+		if o < 0 || int(o) >= N {
+			return fmt.Errorf("forward: output %d: token index %d out of range", i, o)
+		}
+		if t := bt.Targets[i]; t < 0 || int(t) >= m.Config.VocabSize {
+			return fmt.Errorf("forward: output %d: target id %d out of range [0, %d)", i, t, m.Config.VocabSize)
+		}
+	}
+	return nil
+}
+
+// Backward adds to every trainable parameter's gradient the gradient of
+// sum(dLogp*logp + dEntropy*entropy) over the last Forward's outputs.
+// dEntropy may be nil. Gradients accumulate across calls (micro-batches)
+// until ZeroGrad.
+func (m *Model) Backward(dLogp, dEntropy []float32) error {
+	p := m.pass
+	if p == nil || p.batch == nil {
+		return fmt.Errorf("backward: no forward pass to differentiate")
+	}
+	if len(dLogp) != p.M || (dEntropy != nil && len(dEntropy) != p.M) {
+		return fmt.Errorf("backward: %d dLogp and %d dEntropy values for %d outputs", len(dLogp), len(dEntropy), p.M)
+	}
+	if !finite(dLogp) || (dEntropy != nil && !finite(dEntropy)) {
+		return fmt.Errorf("backward: dLoss/dLogProb or dLoss/dEntropy is not finite")
+	}
+	p.allocGrads(m)
+	c := &m.Config
+	b := m.B
+	bt := p.batch
+	N, M, h := p.N, p.M, c.HiddenSize
+	b.Upload(p.dlogp, dLogp)
+	var dent backend.Tensor
+	if dEntropy != nil {
+		b.Upload(p.dent, dEntropy)
+		dent = p.dent
+	}
+	b.LogProbsBackward(p.dlog, p.logits, p.lse, p.dlogp, dent, bt.Targets, M, c.VocabSize)
+	b.MatMul(false, false, M, h, c.VocabSize, 1, p.dlog, m.LMHead.W, 0, p.dhsel)
+	if m.LMHead.G != nil {
+		b.MatMul(true, false, c.VocabSize, h, M, 1, p.dlog, p.hsel, 1, m.LMHead.G)
+	}
+	b.Zero(p.dlnf)
+	b.ScatterAddRows(p.dlnf, p.dhsel, bt.Outputs, h)
+	b.Zero(p.g.dres)
+	b.RMSNormBackward(p.g.dres, m.Norm.G, p.dlnf, p.resid[c.NumLayers], m.Norm.W, p.rstdf, N, h)
+	for i := c.NumLayers - 1; i >= 0; i-- {
+		m.Layers[i].Backward(m, p.resid[i], &p.layers[i], bt, &p.g)
+	}
+	if m.Embed.G != nil {
+		b.ScatterAddRows(m.Embed.G, p.g.dres, bt.Tokens, h)
+	}
+	return nil
+}
