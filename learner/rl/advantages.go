@@ -48,7 +48,7 @@ func meanStd(x []float64) (mean, std float64) {
 //
 // with std the unbiased (N−1) standard deviation, as torch.std and verl.
 // A group of identical rewards gets advantage 0. As in verl, a group of one
-// response gets mean 0 and std 1, so A = r.
+// response gets mean 0 and std 1, so A = r/(1 + GRPOEps).
 func GRPOAdvantages(rewards []float64, groupSize int) ([]float64, error) {
 	return groupAdvantages("grpo advantages", rewards, groupSize, true)
 }
