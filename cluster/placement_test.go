@@ -1,0 +1,155 @@
+package cluster
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func node(id string, cpu, gpu, freeCPU, freeGPU float64, labels ...string) NodeView {
+	l := map[string]string{}
+	for _, kv := range labels {
+		k, v, _ := strings.Cut(kv, "=")
+		l[k] = v
+	}
+	return NodeView{ID: id, Labels: l,
+		Total: Resources{CPU: cpu, GPU: gpu}, Free: Resources{CPU: freeCPU, GPU: freeGPU}}
+}
+
+func TestPlaceOne(t *testing.T) {
+	nodes := []NodeView{
+		node("a", 8, 0, 8, 0, "zone=x"),
+		node("b", 8, 2, 2, 2, "zone=y"),
+		node("c", 8, 0, 6, 0, "zone=y"),
+	}
+	cases := []struct {
+		name    string
+		req     Request
+		want    string
+		wantErr []string
+	}{
+		{"spreads to the least utilised node", Request{Resources: Resources{CPU: 1}}, "a", nil},
+		{"gpu goes where gpus are", Request{Resources: Resources{GPU: 1}}, "b", nil},
+		{"label selector", Request{Resources: Resources{CPU: 1}, Labels: map[string]string{"zone": "y"}}, "c", nil},
+		{"pinned node", Request{Resources: Resources{CPU: 1}, Node: "b"}, "b", nil},
+		{"zero request fits anywhere", Request{}, "a", nil},
+		{"too many gpus", Request{Resources: Resources{GPU: 3}}, "",
+			[]string{"no node can host {GPU:3}", "a free {CPU:8} of {CPU:8}", "b free {CPU:2 GPU:2} of {CPU:8 GPU:2}"}},
+		{"pinned node lacks room", Request{Resources: Resources{CPU: 4}, Node: "b"}, "", []string{"on node b"}},
+		{"pinned node unknown", Request{Node: "zz"}, "", []string{"no such live node"}},
+		{"custom resource", Request{Resources: Resources{"tpu": 1}}, "", []string{"{tpu:1}"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := PlaceOne(nodes, tc.req)
+			if tc.wantErr != nil {
+				if !errors.Is(err, ErrInfeasible) {
+					t.Fatalf("err = %v, want ErrInfeasible", err)
+				}
+				for _, w := range tc.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q lacks %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("PlaceOne = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPlaceGroup(t *testing.T) {
+	three := []NodeView{
+		node("n1", 4, 1, 4, 1),
+		node("n2", 4, 1, 4, 1),
+		node("n3", 8, 2, 8, 2),
+	}
+	gpu := Bundle{Resources: Resources{GPU: 1, CPU: 1}}
+	cpu2 := Bundle{Resources: Resources{CPU: 2}}
+	cases := []struct {
+		name    string
+		nodes   []NodeView
+		bundles []Bundle
+		st      Strategy
+		want    []string
+		wantErr []string
+	}{
+		{"strict pack on the one node that fits", three, []Bundle{gpu, gpu}, StrictPack, []string{"n3", "n3"}, nil},
+		{"pack fills one node first", three, []Bundle{cpu2, cpu2, cpu2}, Pack, []string{"n3", "n3", "n3"}, nil},
+		{"pack spills over when no node takes all", three, []Bundle{gpu, gpu, gpu}, Pack, []string{"n3", "n3", "n1"}, nil},
+		{"strict spread uses distinct nodes", three, []Bundle{gpu, gpu, gpu}, StrictSpread, []string{"n3", "n1", "n2"}, nil},
+		{"spread prefers distinct nodes", three, []Bundle{cpu2, cpu2}, Spread, []string{"n3", "n1"}, nil},
+		{"spread reuses when it must", three, []Bundle{gpu, gpu, gpu, gpu}, Spread, []string{"n3", "n1", "n2", "n3"}, nil},
+		{"strict spread needs more nodes", three, []Bundle{gpu, gpu, gpu, gpu}, StrictSpread, nil,
+			[]string{"STRICT_SPREAD", "needs 4 distinct nodes, the cluster has 3"}},
+		{"strict pack too big for any node", three, []Bundle{gpu, gpu, gpu}, StrictPack, nil,
+			[]string{"no single node has {CPU:3 GPU:3} free"}},
+		{"more gpus than the cluster has", three, []Bundle{{Resources: Resources{GPU: 8}}}, Pack, nil,
+			[]string{"the cluster has in all", "GPU 8 (has 4)"}},
+		{"busy cluster", []NodeView{node("n1", 4, 0, 1, 0)}, []Bundle{cpu2}, Pack, nil,
+			[]string{"the cluster has free {CPU:1}", "CPU 2 (has 1)"}},
+		{"labels respected", []NodeView{node("a", 4, 0, 4, 0, "role=learner"), node("b", 4, 0, 4, 0)},
+			[]Bundle{{Resources: Resources{CPU: 1}, Labels: map[string]string{"role": "learner"}}, cpu2}, StrictSpread,
+			[]string{"a", "b"}, nil},
+		{"needs backtracking", []NodeView{node("a", 3, 0, 3, 0), node("b", 2, 0, 2, 0)},
+			[]Bundle{{Resources: Resources{CPU: 2}}, {Resources: Resources{CPU: 3}}}, StrictSpread, []string{"b", "a"}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := PlaceGroup(tc.nodes, tc.bundles, tc.st)
+			if tc.wantErr != nil {
+				if !errors.Is(err, ErrInfeasible) {
+					t.Fatalf("err = %v, want ErrInfeasible", err)
+				}
+				for _, w := range tc.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q lacks %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("PlaceGroup = %v, want %v", got, tc.want)
+			}
+			checkFits(t, tc.nodes, tc.bundles, got)
+		})
+	}
+	if _, err := PlaceGroup(three, []Bundle{gpu}, "DIAGONAL"); err == nil {
+		t.Fatal("unknown strategy accepted")
+	}
+	if _, err := PlaceGroup(three, nil, Pack); err == nil {
+		t.Fatal("empty group accepted")
+	}
+}
+
+// checkFits verifies an assignment never overcommits a node.
+func checkFits(t *testing.T, nodes []NodeView, bundles []Bundle, assign []string) {
+	t.Helper()
+	use := map[string]Resources{}
+	for i, id := range assign {
+		use[id] = use[id].Add(bundles[i].Resources)
+	}
+	for _, n := range nodes {
+		if u, ok := use[n.ID]; ok && !n.Free.Covers(u) {
+			t.Fatalf("node %s overcommitted: uses %s, free %s", n.ID, u, n.Free)
+		}
+	}
+}
+
+func TestParseResources(t *testing.T) {
+	r, err := ParseResources("CPU=2, GPU=1,tpu=0.5")
+	if err != nil || !reflect.DeepEqual(r, Resources{CPU: 2, GPU: 1, "tpu": 0.5}) {
+		t.Fatalf("got %v, %v", r, err)
+	}
+	for _, bad := range []string{"CPU", "CPU=x", "=1", "GPU=-1"} {
+		if _, err := ParseResources(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
