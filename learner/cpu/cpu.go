@@ -114,9 +114,9 @@ func (b *Backend) parallel(n, grain int, fn func(lo, hi int)) {
 	wg.Wait()
 }
 
-// MatMul calls blas.Sgemm, splitting the rows of c across workers.
+// MatMul calls blas.Sgemm, which splits large products over its own
+// goroutine pool.
 func (b *Backend) MatMul(transA, transB bool, m, n, k int, alpha float32, a, bb backend.Tensor, beta float32, c backend.Tensor) {
-	A, B, C := f(a), f(bb), f(c)
 	lda, ldb := k, n
 	if transA {
 		lda = m
@@ -124,34 +124,11 @@ func (b *Backend) MatMul(transA, transB bool, m, n, k int, alpha float32, a, bb 
 	if transB {
 		ldb = k
 	}
-	b.gemm(transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, C, n)
-}
-
-// gemm splits the m rows of C into blocks for the workers. op(A) rows i..j
-// start at A[i*lda] (or column i when transposed).
-func (b *Backend) gemm(transA, transB bool, m, n, k int, alpha float32, A []float32, lda int, B []float32, ldb int, beta float32, C []float32, ldc int) {
-	if m == 0 || n == 0 {
-		return
-	}
-	// Split rows when the product is large enough to pay for goroutines.
-	grain := max(1, (1<<18)/max(1, n*k))
-	grain = (grain + 7) &^ 7
-	b.parallel(m, grain, func(lo, hi int) {
-		aOff := lo * lda
-		if transA {
-			aOff = lo
-		}
-		blas.Sgemm(transA, transB, hi-lo, n, k, alpha, A[aOff:], lda, B, ldb, beta, C[lo*ldc:], ldc)
-	})
+	blas.Sgemm(transA, transB, m, n, k, alpha, f(a), lda, f(bb), ldb, beta, f(c), n)
 }
 
 func (b *Backend) BatchedMatMul(transA, transB bool, m, n, k int, alpha float32, a backend.Tensor, lda, strideA int, bb backend.Tensor, ldb, strideB int, beta float32, c backend.Tensor, ldc, strideC int, batch int) {
-	A, B, C := f(a), f(bb), f(c)
-	b.parallel(batch, 1, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			blas.Sgemm(transA, transB, m, n, k, alpha, A[i*strideA:], lda, B[i*strideB:], ldb, beta, C[i*strideC:], ldc)
-		}
-	})
+	blas.SgemmBatched(transA, transB, batch, m, n, k, alpha, f(a), strideA, lda, f(bb), strideB, ldb, beta, f(c), strideC, ldc)
 }
 
 const elemGrain = 1 << 14

@@ -252,3 +252,18 @@ func (p *fieldParser) string(field string, required bool, def string) string {
 	}
 	return x
 }
+
+// NumParams is the parameter count the config implies (a tied lm_head
+// counted once), without allocating the model.
+func (c *Config) NumParams() int {
+	h, q, kv := c.HiddenSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
+	layer := 2*h + h*q + 2*h*kv + q*h + 3*h*c.IntermediateSize
+	if c.AttentionBias {
+		layer += q + 2*kv
+	}
+	n := c.VocabSize*h + c.NumLayers*layer + h
+	if !c.TieWordEmbeddings {
+		n += c.VocabSize * h
+	}
+	return n
+}

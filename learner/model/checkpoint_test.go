@@ -1,0 +1,204 @@
+package model
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/safetensors"
+)
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		arch  string
+		dtype safetensors.DType
+	}{{Qwen2, safetensors.F32}, {Llama, safetensors.F32}, {Qwen2, safetensors.BF16}} {
+		t.Run(c.arch+"/"+string(c.dtype), func(t *testing.T) {
+			m := tinyModel(t, tinyConfig(c.arch), 3)
+			dir := t.TempDir()
+			if err := m.Save(dir, c.dtype); err != nil {
+				t.Fatal(err)
+			}
+			m2, err := Load(dir, cpu.New())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[safetensors.DType]string{safetensors.F32: "float32", safetensors.BF16: "bfloat16"}[c.dtype]; m2.Config.TorchDType != want {
+				t.Errorf("torch_dtype %q, want %q", m2.Config.TorchDType, want)
+			}
+			w1, w2 := m.Weights(), m2.Weights()
+			if len(w1) != len(w2) {
+				t.Fatalf("%d tensors saved, %d loaded", len(w1), len(w2))
+			}
+			for name, v := range w1 {
+				for i := range v {
+					want := v[i]
+					if c.dtype == safetensors.BF16 {
+						want = bf16(want)
+					}
+					if w2[name][i] != want {
+						t.Fatalf("%s[%d] = %v, want %v", name, i, w2[name][i], want)
+					}
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func bf16(x float32) float32 {
+	t, _ := safetensors.FromFloat32("x", safetensors.BF16, []int{1}, []float32{x})
+	v, _ := t.Float32()
+	return v[0]
+}
+
+func TestLoadSharded(t *testing.T) {
+	m := tinyModel(t, tinyConfig(Llama), 3)
+	dir := t.TempDir()
+	if err := m.Save(dir, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := m.tensors(safetensors.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, "model.safetensors"))
+	if err := safetensors.WriteCheckpoint(dir, ts, 4096); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := Load(dir, cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range m.Weights() {
+		if got := m2.Weights()[name]; got[len(got)-1] != v[len(v)-1] {
+			t.Errorf("%s differs after sharded load", name)
+		}
+	}
+}
+
+// The bf16 golden checkpoint has Qwen2.5-0.5B-Instruct's layout (bias, tied
+// embeddings, bfloat16, torch_dtype bfloat16) at small size.
+func TestLoadQwenLayoutBF16(t *testing.T) {
+	m, err := Load("testdata/qwen2-bf16", cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.LMHead != m.Embed || m.Layers[0].Attn.Q.Bias == nil || m.NumParams() != m.Config.NumParams() {
+		t.Errorf("layout: tied=%v bias=%v params %d vs %d", m.LMHead == m.Embed, m.Layers[0].Attn.Q.Bias != nil, m.NumParams(), m.Config.NumParams())
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	m := tinyModel(t, tinyConfig(Qwen2), 3)
+	good, err := m.tensors(safetensors.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(fn func([]safetensors.Tensor) []safetensors.Tensor) []safetensors.Tensor {
+		return fn(append([]safetensors.Tensor(nil), good...))
+	}
+	cases := []struct {
+		name    string
+		tensors []safetensors.Tensor
+		want    string
+	}{
+		{"missing", edit(func(ts []safetensors.Tensor) []safetensors.Tensor {
+			return append(ts[:3], ts[4:]...)
+		}), `tensor "` + good[3].Name + `": missing`},
+		{"misshaped", edit(func(ts []safetensors.Tensor) []safetensors.Tensor {
+			ts[4].Shape = []int{ts[4].Shape[1], ts[4].Shape[0]}
+			return ts
+		}), `tensor "` + good[4].Name + `": shape [16 8], want [8 16]`},
+		{"unexpected", edit(func(ts []safetensors.Tensor) []safetensors.Tensor {
+			x, _ := safetensors.FromFloat32("model.layers.0.mlp.gate_proj.bias", safetensors.F32, []int{1}, []float32{0})
+			return append(ts, x)
+		}), `tensor "model.layers.0.mlp.gate_proj.bias": not a parameter`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			js, _ := m.Config.JSON()
+			os.WriteFile(filepath.Join(dir, "config.json"), js, 0o644)
+			if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), c.tensors, nil); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(dir, cpu.New())
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), filepath.Join(dir, "model.safetensors")) {
+				t.Errorf("error %v, want the file and %q", err, c.want)
+			}
+		})
+	}
+	// An element type the loader cannot convert names file and tensor.
+	dir := t.TempDir()
+	if err := m.Save(dir, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "model.safetensors")
+	b, _ := os.ReadFile(p)
+	os.WriteFile(p, []byte(strings.ReplaceAll(string(b), `"dtype":"F32"`, `"dtype":"I32"`)), 0o644)
+	if _, err := Load(dir, cpu.New()); err == nil || !strings.Contains(err.Error(), p+`: tensor "model.embed_tokens.weight": dtype "I32": unsupported dtype`) {
+		t.Errorf("dtype: %v", err)
+	}
+	// A truncated file names the file.
+	os.WriteFile(p, b[:len(b)-10], 0o644)
+	if _, err := Load(dir, cpu.New()); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "out of range") {
+		t.Errorf("truncated: %v", err)
+	}
+}
+
+func TestBatchErrors(t *testing.T) {
+	cases := []struct {
+		name   string
+		seqs   []Sequence
+		seqLen int
+		want   string
+	}{
+		{"empty prompt", []Sequence{{Response: []int32{1}}}, 0, "sequence 0: empty prompt"},
+		{"token range", []Sequence{{Prompt: []int32{1}, Response: []int32{99}}}, 0, "sequence 0: token id 99 out of range"},
+		{"too long", []Sequence{{Prompt: []int32{1, 2, 3}, Response: []int32{4}}}, 3, "exceeds the row length 3"},
+		{"none", nil, 0, "no sequences"},
+	}
+	for _, c := range cases {
+		if _, err := NewBatch(c.seqs, c.seqLen, true, 32); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestPackingLayout(t *testing.T) {
+	seqs := []Sequence{
+		{Prompt: []int32{1, 2}, Response: []int32{3}},       // 3 tokens
+		{Prompt: []int32{4}, Response: []int32{5, 6, 7, 8}}, // 5 tokens
+		{Prompt: []int32{9, 9}, Response: []int32{1, 2}},    // 4 tokens
+	}
+	bt, err := NewBatch(seqs, 8, true, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Longest first: row 0 = seq1 (5) + seq0 (3); row 1 = seq2 (4) + padding.
+	want := struct{ tok, pos, start []int32 }{
+		tok:   []int32{4, 5, 6, 7, 8, 1, 2, 3, 9, 9, 1, 2, 0, 0, 0, 0},
+		pos:   []int32{0, 1, 2, 3, 4, 0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3},
+		start: []int32{0, 0, 0, 0, 0, 5, 5, 5, 0, 0, 0, 0, 4, 4, 4, 4},
+	}
+	for i := range want.tok {
+		if bt.Tokens[i] != want.tok[i] || bt.Positions[i] != want.pos[i] || bt.Starts[i] != want.start[i] {
+			t.Fatalf("token %d: (%d, %d, %d), want (%d, %d, %d)", i, bt.Tokens[i], bt.Positions[i], bt.Starts[i], want.tok[i], want.pos[i], want.start[i])
+		}
+	}
+	wantOut := []int32{6, 0, 1, 2, 3, 9, 10}
+	for i, o := range bt.Outputs {
+		if o != wantOut[i] {
+			t.Fatalf("outputs %v, want %v", bt.Outputs, wantOut)
+		}
+	}
+	split := bt.Split([]float32{0, 1, 2, 3, 4, 5, 6})
+	if len(split[0]) != 1 || split[1][3] != 4 || split[2][1] != 6 {
+		t.Errorf("split %v", split)
+	}
+}

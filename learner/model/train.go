@@ -1,0 +1,127 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/rlnode/rlnode/learner/backend"
+	"github.com/rlnode/rlnode/learner/optim"
+)
+
+// Objective turns one micro-batch's per-output log probabilities and
+// entropies (laid out as bt.Outputs) into its loss and the loss's gradients
+// with respect to them (dEntropy may be nil). Losses in learner/rl have
+// this shape; micro says which micro-batch of the step this is.
+type Objective func(micro int, bt *Batch, logp, entropy []float32) (loss float64, dLogp, dEntropy []float32, err error)
+
+// Trainer runs optimizer steps on a model's trainable parameters (all
+// weights, or only the LoRA adapters) with gradient accumulation over
+// micro-batches.
+type Trainer struct {
+	Model       *Model
+	Opt         *optim.AdamW
+	MaxGradNorm float64 // global-norm clipping; 0 turns it off
+
+	step  int
+	host  map[*Param]*optim.Param // host copies when the backend has no host memory
+	views []*optim.Param
+}
+
+// StepStats reports one step.
+type StepStats struct {
+	Step     int     // 1-based number of the step just taken
+	Loss     float64 // sum of the micro-batches' losses
+	GradNorm float64 // global gradient norm before clipping
+}
+
+// Step zeroes the gradients, runs forward, objective and backward on each
+// micro-batch (gradients add up; the objective normalizes), clips, and
+// applies one optimizer update with learning rate lr. A non-finite loss or
+// gradient stops the step with an error naming the step and the first bad
+// micro-batch or tensor; the weights are then untouched.
+func (t *Trainer) Step(micro []*Batch, lr float64, obj Objective) (StepStats, error) {
+	m := t.Model
+	st := StepStats{Step: t.step + 1}
+	if len(micro) == 0 {
+		return st, fmt.Errorf("train step %d: no micro-batches", st.Step)
+	}
+	m.ZeroGrad()
+	for i, bt := range micro {
+		logp, ent, err := m.Forward(bt)
+		if err != nil {
+			return st, fmt.Errorf("train step %d: micro-batch %d: %w", st.Step, i, err)
+		}
+		loss, dLogp, dEnt, err := obj(i, bt, logp, ent)
+		if err != nil {
+			return st, fmt.Errorf("train step %d: micro-batch %d: objective: %w", st.Step, i, err)
+		}
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			return st, fmt.Errorf("train step %d: micro-batch %d: loss is %v", st.Step, i, loss)
+		}
+		st.Loss += loss
+		if err := m.Backward(dLogp, dEnt); err != nil {
+			return st, fmt.Errorf("train step %d: micro-batch %d: %w", st.Step, i, err)
+		}
+	}
+	params := t.optimParams()
+	if err := optim.CheckFinite(params); err != nil {
+		return st, fmt.Errorf("train step %d: %w", st.Step, err)
+	}
+	if t.MaxGradNorm > 0 {
+		st.GradNorm = optim.ClipGradNorm(params, t.MaxGradNorm)
+	} else {
+		st.GradNorm = gradNorm(params)
+	}
+	if err := t.Opt.Step(params, lr); err != nil {
+		return st, fmt.Errorf("train step %d: %w", st.Step, err)
+	}
+	t.syncBack()
+	t.step++
+	return st, nil
+}
+
+// optimParams views the trainable parameters as optim.Params: in place on
+// a host-memory backend, else through host copies refreshed from the
+// device.
+func (t *Trainer) optimParams() []*optim.Param {
+	m := t.Model
+	hm, isHost := m.B.(backend.HostMemory)
+	t.views = t.views[:0]
+	for _, p := range m.TrainableParams() {
+		if isHost {
+			t.views = append(t.views, &optim.Param{Name: p.Name, Data: hm.Host(p.W), Grad: hm.Host(p.G)})
+			continue
+		}
+		if t.host == nil {
+			t.host = map[*Param]*optim.Param{}
+		}
+		h := t.host[p]
+		if h == nil {
+			h = &optim.Param{Name: p.Name, Data: make([]float32, p.Len()), Grad: make([]float32, p.Len())}
+			t.host[p] = h
+		}
+		m.B.Download(h.Data, p.W)
+		m.B.Download(h.Grad, p.G)
+		t.views = append(t.views, h)
+	}
+	return t.views
+}
+
+func (t *Trainer) syncBack() {
+	if _, isHost := t.Model.B.(backend.HostMemory); isHost {
+		return
+	}
+	for p, h := range t.host {
+		t.Model.B.Upload(p.W, h.Data)
+	}
+}
+
+func gradNorm(params []*optim.Param) float64 {
+	var s float64
+	for _, p := range params {
+		for _, g := range p.Grad {
+			s += float64(g) * float64(g)
+		}
+	}
+	return math.Sqrt(s)
+}
