@@ -16,12 +16,17 @@ var (
 		mustJSON(qwen2Pattern) + `},"behavior":"Isolated","invert":false},` + string(byteLevelSection) + `]}`)
 )
 
+// mustJSON encodes strings and string pairs, which cannot fail. Unlike
+// json.Marshal it leaves <, > and & as they are: tokens such as <|im_end|>
+// stay readable in the file.
 func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // only called on string constants
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err)
 	}
-	return string(b)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 type addedTokenOut struct {
@@ -108,7 +113,14 @@ func (t *Tokenizer) MarshalJSON() ([]byte, error) {
 	for i, a := range t.added {
 		f.AddedTokens[i] = addedTokenOut{ID: a.ID, Content: a.Content, Normalized: a.Normalized, Special: a.Special}
 	}
-	return json.MarshalIndent(f, "", "  ")
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(f); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
 }
 
 // Save writes the tokenizer to path as tokenizer.json.
