@@ -14,6 +14,10 @@ type gemmArgs struct {
 	ldc            int
 }
 
+// panelBudget bounds, in floats, a packed panel of op(B) (4 MiB): products
+// wider than budget/k columns are done one panel at a time.
+const panelBudget = 1 << 20
+
 // blockSize splits total into the fewest blocks of at most max and returns
 // the (equal, align-rounded) block length, so that no block is a sliver.
 func blockSize(total, max, align int) int {
@@ -21,52 +25,95 @@ func blockSize(total, max, align int) int {
 	return min(max, roundUp((total+nb-1)/nb, align))
 }
 
-// block computes rows [i0,i1) and columns [j0,j1) of C on the calling
-// goroutine, using buf for packing. k ≥ 1 and alpha ≠ 0 here.
-//
-// Loop order (GotoBLAS/BLIS): for each nc-wide column block and kc-deep
-// slice, pack the kc×nc block of op(B) (kept in L2); for each mc-tall row
-// block pack op(A); then for each mr-row A sliver (kept in L1) sweep the
-// nr-column B slivers with the micro-kernel.
-func (g *gemmArgs) block(kern *microKernel, buf []float32, i0, i1, j0, j1 int) {
-	mr, nr := kern.mr, kern.nr
-	bPack := buf[:kern.bLen()]
-	aPack := buf[kern.bLen() : kern.bLen()+kern.aLen()]
-	tile := buf[kern.bLen()+kern.aLen():][:mr*nr]
+// panelWidth is the width of the column panels of op(B) for a k-deep product.
+func panelWidth(n, k, nr int) int {
+	limit := max(nr, panelBudget/k/nr*nr)
+	return blockSize(n, limit, nr)
+}
 
-	kc := blockSize(g.k, kern.kc, 4)
-	nc := blockSize(j1-j0, kern.nc, nr)
-	mc := blockSize(i1-i0, kern.mc, mr)
-	for jc := j0; jc < j1; jc += nc {
-		nb := min(nc, j1-jc)
-		for pc := 0; pc < g.k; pc += kc {
-			kb := min(kc, g.k-pc)
-			beta := g.beta
-			if pc > 0 {
-				beta = 1
-			}
-			packB(bPack, g.b, g.ldb, g.transB, pc, kb, jc, nb, nr)
-			for ic := i0; ic < i1; ic += mc {
-				mb := min(mc, i1-ic)
-				packA(aPack, g.a, g.lda, g.transA, ic, mb, pc, kb, mr)
-				for ir := 0; ir < mb; ir += mr {
-					aSliver := aPack[ir*kb : (ir+mr)*kb]
-					rows := min(mr, mb-ir)
-					for jr := 0; jr < nb; jr += nr {
-						bSliver := bPack[jr*kb : (jr+nr)*kb]
-						cols := min(nr, nb-jr)
-						c := g.c[(ic+ir)*g.ldc+jc+jr:]
-						if rows == mr && cols == nr {
-							kern.fn(kb, aSliver, bSliver, c, g.ldc, g.alpha, beta)
-							continue
-						}
-						kern.fn(kb, aSliver, bSliver, tile, nr, g.alpha, 0)
-						mergeTile(c, g.ldc, tile, nr, rows, cols, beta)
+// panel is columns [j0, j0+w) of op(B), packed over all of k: the kc-deep
+// block that starts at row pc lies at data[pc*nPad:], its sliver s (nr
+// columns) at data[pc*nPad+s*kb*nr:] where kb is that block's depth.
+type panel struct {
+	j0, w, nPad, kc int
+	data            []float32
+}
+
+func newPanel(kern *microKernel, j0, w, kc int, buf []float32) panel {
+	nPad := roundUp(w, kern.nr)
+	return panel{j0: j0, w: w, nPad: nPad, kc: kc, data: buf}
+}
+
+// packPanel packs slivers [s0, s1) of the panel over all of k.
+func (g *gemmArgs) packPanel(kern *microKernel, p *panel, s0, s1 int) {
+	nr := kern.nr
+	for pc := 0; pc < g.k; pc += p.kc {
+		kb := min(p.kc, g.k-pc)
+		dst := p.data[pc*p.nPad+s0*kb*nr : pc*p.nPad+s1*kb*nr]
+		packB(kern, dst, g.b, g.ldb, g.transB, pc, kb, p.j0+s0*nr, min(s1*nr, p.w)-s0*nr)
+	}
+}
+
+// computeBlock computes rows [i0,i1) of C (at most mc of them) over panel
+// columns [c0,c1) (c0 a multiple of nr), with buf holding the packed rows
+// of op(A) and an edge tile. k ≥ 1 and alpha ≠ 0 here.
+//
+// Loop order (GotoBLAS/BLIS): for each kc-deep slice, pack those rows of
+// op(A); for each nc-wide block of the panel (kept in L2), let each mr-row
+// A sliver (kept in L1) sweep the block's nr-column B slivers.
+func (g *gemmArgs) computeBlock(kern *microKernel, buf []float32, p *panel, i0, i1, c0, c1 int) {
+	mr, nr := kern.mr, kern.nr
+	aPack := buf[:kern.aLen()]
+	tile := buf[kern.aLen():][:mr*nr]
+	mb := i1 - i0
+	for pc := 0; pc < g.k; pc += p.kc {
+		kb := min(p.kc, g.k-pc)
+		beta := g.beta
+		if pc > 0 {
+			beta = 1
+		}
+		packA(kern, aPack, g.a, g.lda, g.transA, i0, mb, pc, kb)
+		bBlock := p.data[pc*p.nPad:]
+		for jc := c0; jc < c1; jc += kern.nc {
+			je := min(jc+kern.nc, c1)
+			for ir := 0; ir < mb; ir += mr {
+				aSliver := aPack[ir*kb : (ir+mr)*kb]
+				rows := min(mr, mb-ir)
+				for jr := jc; jr < je; jr += nr {
+					bSliver := bBlock[jr*kb : (jr+nr)*kb]
+					cols := min(nr, je-jr)
+					c := g.c[(i0+ir)*g.ldc+p.j0+jr:]
+					if rows == mr && cols == nr {
+						kern.fn(kb, aSliver, bSliver, c, g.ldc, g.alpha, beta)
+						continue
 					}
+					kern.fn(kb, aSliver, bSliver, tile, nr, g.alpha, 0)
+					mergeTile(c, g.ldc, tile, nr, rows, cols, beta)
 				}
 			}
 		}
 	}
+}
+
+// serial computes the whole product on the calling goroutine. buf is a
+// task buffer (kern.bufLen()), panelBuf holds at least one packed panel.
+func (g *gemmArgs) serial(kern *microKernel, buf, panelBuf []float32) {
+	kc := blockSize(g.k, kern.kc, 4)
+	mc := blockSize(g.m, kern.mc, kern.mr)
+	pw := panelWidth(g.n, g.k, kern.nr)
+	for j0 := 0; j0 < g.n; j0 += pw {
+		p := newPanel(kern, j0, min(pw, g.n-j0), kc, panelBuf)
+		g.packPanel(kern, &p, 0, p.nPad/kern.nr)
+		for i0 := 0; i0 < g.m; i0 += mc {
+			g.computeBlock(kern, buf, &p, i0, min(i0+mc, g.m), 0, p.w)
+		}
+	}
+}
+
+// panelLen is the buffer length serial and the parallel driver need for
+// one packed panel.
+func (g *gemmArgs) panelLen(kern *microKernel) int {
+	return g.k * roundUp(panelWidth(g.n, g.k, kern.nr), kern.nr)
 }
 
 // mergeTile sets the rows×cols corner of C to tile + beta*C, not reading C
@@ -90,15 +137,14 @@ func mergeTile(c []float32, ldc int, tile []float32, ldt, rows, cols int, beta f
 func (g *gemmArgs) scale() {
 	for i := 0; i < g.m; i++ {
 		row := g.c[i*g.ldc : i*g.ldc+g.n]
-		if g.beta == 0 {
+		switch g.beta {
+		case 0:
 			clear(row)
-			continue
-		}
-		if g.beta == 1 {
-			continue
-		}
-		for j := range row {
-			row[j] *= g.beta
+		case 1:
+		default:
+			for j := range row {
+				row[j] *= g.beta
+			}
 		}
 	}
 }

@@ -3,7 +3,7 @@ package blas
 import "sync/atomic"
 
 // microKernel is one register-tiled inner kernel together with the cache
-// blocking that suits it. fn computes the mr×nr tile
+// blocking and packing routines that suit it. fn computes the mr×nr tile
 //
 //	C = alpha * Σ_p a[p*mr+i] * b[p*nr+j] + beta*C   (i < mr, j < nr, p < kc)
 //
@@ -12,18 +12,20 @@ import "sync/atomic"
 type microKernel struct {
 	name   string
 	mr, nr int
-	// Largest blocks: kc along k (the A and B slivers stay in L1/L2),
-	// nc along n (the packed B block stays in L2), mc along m (the packed
-	// A block). mc is a multiple of mr and nc of nr.
+	// Largest blocks: kc along k (an A sliver, mr×kc, stays in L1), nc
+	// along n (a kc×nc block of packed B stays in L2 while the A slivers
+	// sweep it), mc along m (the rows of op(A) one task packs at a time).
+	// mc is a multiple of mr and nc of nr.
 	kc, mc, nc int
 	fn         func(kc int, a, b, c []float32, ldc int, alpha, beta float32)
+	// transpose sets dst[c*ldd+r] = src[r*ld+c] for r < rows, c < n.
+	transpose func(dst []float32, ldd int, src []float32, ld int, rows, n int)
 }
 
-// Layout of one packing buffer, in floats: the packed B block, then the
-// packed A block, then one edge tile, each starting on a 64-byte boundary.
-func (k *microKernel) bLen() int   { return roundUp(k.kc*k.nc, 16) }
+// aLen is the length of the packed A block; a task's buffer holds it and
+// one edge tile after it.
 func (k *microKernel) aLen() int   { return roundUp(k.mc*k.kc, 16) }
-func (k *microKernel) bufLen() int { return k.bLen() + k.aLen() + k.mr*k.nr }
+func (k *microKernel) bufLen() int { return k.aLen() + k.mr*k.nr }
 
 // active is the kernel Sgemm uses. It is chosen once from the CPU's
 // features; tests swap it to exercise the portable kernel.

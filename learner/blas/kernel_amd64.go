@@ -17,20 +17,22 @@ func kernel6x16AVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 var avx512Kernel = microKernel{
 	name: "avx512-12x32",
 	mr:   12, nr: 32,
-	kc: 384, mc: 1200, nc: 768,
+	kc: 384, mc: 240, nc: 768,
 	fn: func(kc int, a, b, c []float32, ldc int, alpha, beta float32) {
 		kernel12x32AVX512(kc, &a[0], &b[0], &c[0], ldc, alpha, beta)
 	},
+	transpose: transposeAVX,
 }
 
 // avx2Kernel: 12 ymm accumulators (6 rows × 2 vectors of 8).
 var avx2Kernel = microKernel{
 	name: "avx2-6x16",
 	mr:   6, nr: 16,
-	kc: 256, mc: 288, nc: 1024,
+	kc: 256, mc: 240, nc: 1024,
 	fn: func(kc int, a, b, c []float32, ldc int, alpha, beta float32) {
 		kernel6x16AVX2(kc, &a[0], &b[0], &c[0], ldc, alpha, beta)
 	},
+	transpose: transposeAVX,
 }
 
 func bestKernel() *microKernel {

@@ -6,7 +6,8 @@ var genericKernel = microKernel{
 	name: "generic-4x4",
 	mr:   4, nr: 4,
 	kc: 256, mc: 128, nc: 1024,
-	fn: kernel4x4Go,
+	fn:        kernel4x4Go,
+	transpose: transposeGo,
 }
 
 func kernel4x4Go(kc int, a, b, c []float32, ldc int, alpha, beta float32) {

@@ -7,7 +7,8 @@ package blas
 
 // packA copies op(A)[i0:i0+mb, p0:p0+kb] into ceil(mb/mr) slivers of kb×mr:
 // sliver s holds, for each p in turn, op(A)[i0+s*mr+r, p0+p] for r < mr.
-func packA(dst, a []float32, lda int, trans bool, i0, mb, p0, kb, mr int) {
+func packA(kern *microKernel, dst, a []float32, lda int, trans bool, i0, mb, p0, kb int) {
+	mr := kern.mr
 	for s := 0; s*mr < mb; s++ {
 		d := dst[s*mr*kb : (s+1)*mr*kb]
 		rows := min(mr, mb-s*mr)
@@ -15,65 +16,73 @@ func packA(dst, a []float32, lda int, trans bool, i0, mb, p0, kb, mr int) {
 		if trans {
 			// op(A)[i, p] = a[p*lda+i]: the sliver's values for one p are
 			// adjacent in memory.
-			for p := 0; p < kb; p++ {
-				src := a[(p0+p)*lda+top:]
-				src = src[:rows]
-				dp := d[p*mr : p*mr+mr]
-				copy(dp, src)
-				clear(dp[rows:])
-			}
-			continue
+			copyStrided(d, mr, a[p0*lda+top:], lda, rows, kb)
+		} else {
+			kern.transpose(d, mr, a[top*lda+p0:], lda, rows, kb)
 		}
-		// op(A)[i, p] = a[i*lda+p]: read each row along p, scatter with
-		// stride mr.
-		for r := 0; r < rows; r++ {
-			src := a[(top+r)*lda+p0:]
-			src = src[:kb]
-			dd := d[r:]
-			for p, v := range src {
-				dd[p*mr] = v
-			}
-		}
-		for r := rows; r < mr; r++ {
-			for p := 0; p < kb; p++ {
-				d[p*mr+r] = 0
-			}
-		}
+		padColumns(d, mr, rows, kb)
 	}
 }
 
 // packB copies op(B)[p0:p0+kb, j0:j0+nb] into ceil(nb/nr) slivers of kb×nr:
 // sliver s holds, for each p in turn, op(B)[p0+p, j0+s*nr+j] for j < nr.
-func packB(dst, b []float32, ldb int, trans bool, p0, kb, j0, nb, nr int) {
+func packB(kern *microKernel, dst, b []float32, ldb int, trans bool, p0, kb, j0, nb int) {
+	nr := kern.nr
 	for s := 0; s*nr < nb; s++ {
 		d := dst[s*nr*kb : (s+1)*nr*kb]
 		cols := min(nr, nb-s*nr)
 		left := j0 + s*nr
-		if !trans {
-			// op(B)[p, j] = b[p*ldb+j]: one row of the sliver is contiguous.
-			for p := 0; p < kb; p++ {
-				src := b[(p0+p)*ldb+left:]
-				src = src[:cols]
-				dp := d[p*nr : p*nr+nr]
-				copy(dp, src)
-				clear(dp[cols:])
-			}
-			continue
+		if trans {
+			kern.transpose(d, nr, b[left*ldb+p0:], ldb, cols, kb)
+		} else {
+			copyStrided(d, nr, b[p0*ldb+left:], ldb, cols, kb)
 		}
-		// op(B)[p, j] = b[j*ldb+p]: read each stored row along p, scatter
-		// with stride nr.
-		for j := 0; j < cols; j++ {
-			src := b[(left+j)*ldb+p0:]
-			src = src[:kb]
-			dd := d[j:]
-			for p, v := range src {
-				dd[p*nr] = v
-			}
+		padColumns(d, nr, cols, kb)
+	}
+}
+
+// padColumns zeroes entries width..ld-1 of each of the count rows of d.
+func padColumns(d []float32, ld, width, count int) {
+	if width == ld {
+		return
+	}
+	for p := 0; p < count; p++ {
+		clear(d[p*ld+width : p*ld+ld])
+	}
+}
+
+// copyStrided copies count rows of width floats, src rows lds apart, into
+// dst rows ldd apart. The kernels' sliver widths get fixed-size copies.
+func copyStrided(dst []float32, ldd int, src []float32, lds, width, count int) {
+	if count == 0 || width == 0 {
+		return
+	}
+	_ = src[(count-1)*lds+width-1]
+	_ = dst[(count-1)*ldd+width-1]
+	switch width {
+	case 32:
+		for p := 0; p < count; p++ {
+			*(*[32]float32)(dst[p*ldd:]) = *(*[32]float32)(src[p*lds:])
 		}
-		for j := cols; j < nr; j++ {
-			for p := 0; p < kb; p++ {
-				d[p*nr+j] = 0
-			}
+	case 16:
+		for p := 0; p < count; p++ {
+			*(*[16]float32)(dst[p*ldd:]) = *(*[16]float32)(src[p*lds:])
+		}
+	case 12:
+		for p := 0; p < count; p++ {
+			*(*[12]float32)(dst[p*ldd:]) = *(*[12]float32)(src[p*lds:])
+		}
+	case 6:
+		for p := 0; p < count; p++ {
+			*(*[6]float32)(dst[p*ldd:]) = *(*[6]float32)(src[p*lds:])
+		}
+	case 4:
+		for p := 0; p < count; p++ {
+			*(*[4]float32)(dst[p*ldd:]) = *(*[4]float32)(src[p*lds:])
+		}
+	default:
+		for p := 0; p < count; p++ {
+			copy(dst[p*ldd:p*ldd+width], src[p*lds:p*lds+width])
 		}
 	}
 }

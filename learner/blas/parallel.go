@@ -11,11 +11,20 @@ import (
 // slow or busy core delays only the tasks it holds. Helpers are started on
 // demand and then park on a channel; a call never waits for a helper that
 // has not yet picked it up.
+//
+// One Sgemm call runs one phase per column panel of op(B): the first tasks
+// of a phase pack the panel (shared by all), the rest wait for that and
+// then each compute a block of C, packing their own rows of op(A). One
+// SgemmBatched call runs one phase whose tasks are whole products.
 
 // minTaskWork is the fewest multiply-adds worth a task of its own: below
 // about 2^20 (≈10 µs on one core) handing work to another goroutine costs
 // more than it saves.
 const minTaskWork = 1 << 20
+
+// tasksPerThread over-decomposes a phase so that a thread slowed by other
+// load leaves its share to the others.
+const tasksPerThread = 3
 
 var threadSetting atomic.Int64
 
@@ -34,58 +43,95 @@ func Threads() int {
 	return runtime.GOMAXPROCS(0)
 }
 
-// gemmCall is one parallel Sgemm or SgemmBatched call shared by the
-// goroutines working on it. It is recycled once the caller and every helper
-// it was handed to have let go of it (refs).
+// gemmCall is one phase shared by the goroutines working on it. It is
+// recycled once the caller and every helper it was handed to have let go
+// of it (refs).
 type gemmCall struct {
 	g    gemmArgs
 	kern *microKernel
 
-	// Single product: a tm×tn grid of rowChunk×colChunk blocks of C.
+	// Panel phase: nPack tasks of packPer slivers each, then a grid of
+	// compute tasks, tn across, of rowChunk×colChunk blocks of the panel.
+	p                      panel
+	nPack, packPer         int
 	tn, rowChunk, colChunk int
-	// Batched product (batch > 0): task t is product t.
+	packed                 sync.WaitGroup
+
+	// Batched phase (batch > 0): task t is product t.
 	batch, strideA, strideB, strideC int
 
 	ntasks int64
 	next   atomic.Int64
-	wg     sync.WaitGroup
+	done   sync.WaitGroup
 	refs   atomic.Int32
 }
 
-func (c *gemmCall) runTask(t int, buf []float32) {
+// taskBufs are the buffers one goroutine holds while working on a phase.
+type taskBufs struct{ a, panel *packBuf }
+
+func (c *gemmCall) runTask(t int, bufs *taskBufs) {
 	if c.batch > 0 {
 		g := c.g
-		g.a = g.a[t*c.strideA:]
-		g.b = g.b[t*c.strideB:]
-		g.c = g.c[t*c.strideC:]
-		g.block(c.kern, buf, 0, g.m, 0, g.n)
+		g.a, g.b, g.c = g.a[t*c.strideA:], g.b[t*c.strideB:], g.c[t*c.strideC:]
+		bufs.get(c.kern, g.panelLen(c.kern))
+		g.serial(c.kern, bufs.a.f, bufs.panel.f)
 		return
 	}
+	if t < c.nPack {
+		s0 := t * c.packPer
+		s1 := min(s0+c.packPer, c.p.nPad/c.kern.nr)
+		c.g.packPanel(c.kern, &c.p, s0, s1)
+		c.packed.Done()
+		return
+	}
+	t -= c.nPack
+	c.packed.Wait()
 	ti, tj := t/c.tn, t%c.tn
-	i0, j0 := ti*c.rowChunk, tj*c.colChunk
-	i1, j1 := min(c.g.m, i0+c.rowChunk), min(c.g.n, j0+c.colChunk)
-	if i0 < i1 && j0 < j1 {
-		c.g.block(c.kern, buf, i0, i1, j0, j1)
+	i0, c0 := ti*c.rowChunk, tj*c.colChunk
+	i1, c1 := min(c.g.m, i0+c.rowChunk), min(c.p.w, c0+c.colChunk)
+	if i0 < i1 && c0 < c1 {
+		bufs.get(c.kern, 0)
+		c.g.computeBlock(c.kern, bufs.a.f, &c.p, i0, i1, c0, c1)
+	}
+}
+
+// get makes sure the task buffer, and a panel buffer of panelLen floats
+// when panelLen > 0, are held.
+func (b *taskBufs) get(kern *microKernel, panelLen int) {
+	if b.a == nil {
+		b.a = getBuf(&taskFree, kern.bufLen())
+	}
+	if panelLen > 0 && b.panel == nil {
+		b.panel = getBuf(&panelFree, max(panelLen, panelBudget))
+	}
+}
+
+func (b *taskBufs) put() {
+	if b.a != nil {
+		putBuf(&taskFree, b.a)
+	}
+	if b.panel != nil {
+		putBuf(&panelFree, b.panel)
 	}
 }
 
 // work claims and runs tasks until none are left.
 func (c *gemmCall) work() {
-	buf := getBuf(c.kern.bufLen())
+	var bufs taskBufs
 	for {
 		t := c.next.Add(1) - 1
 		if t >= c.ntasks {
 			break
 		}
-		c.runTask(int(t), buf.f)
-		c.wg.Done()
+		c.runTask(int(t), &bufs)
+		c.done.Done()
 	}
-	putBuf(buf)
+	bufs.put()
 }
 
 func (c *gemmCall) release() {
 	if c.refs.Add(-1) == 0 {
-		c.g, c.kern = gemmArgs{}, nil // drop references to the caller's slices
+		c.g, c.kern, c.p = gemmArgs{}, nil, panel{} // drop the caller's slices
 		select {
 		case callFree <- c:
 		default:
@@ -94,13 +140,13 @@ func (c *gemmCall) release() {
 }
 
 // run executes all tasks of c with up to threads goroutines and returns
-// when they are done.
+// when they are done. c must not be used afterwards.
 func (c *gemmCall) run(threads int) {
 	helpers := int(min(int64(threads), c.ntasks)) - 1
 	startHelpers(helpers)
-	c.next.Store(0)
-	c.wg.Add(int(c.ntasks))
+	c.done.Add(int(c.ntasks))
 	c.refs.Store(int32(1 + helpers))
+	c.next.Store(0)
 	for range helpers {
 		select {
 		case helperQueue <- c:
@@ -109,7 +155,7 @@ func (c *gemmCall) run(threads int) {
 		}
 	}
 	c.work()
-	c.wg.Wait()
+	c.done.Wait()
 	c.release()
 }
 
@@ -144,13 +190,14 @@ func helper() {
 type packBuf struct{ f []float32 }
 
 var (
-	bufFree  = make(chan *packBuf, 64)
-	callFree = make(chan *gemmCall, 64)
+	taskFree  = make(chan *packBuf, 64)
+	panelFree = make(chan *packBuf, 64)
+	callFree  = make(chan *gemmCall, 64)
 )
 
-func getBuf(n int) *packBuf {
+func getBuf(free *chan *packBuf, n int) *packBuf {
 	select {
-	case b := <-bufFree:
+	case b := <-*free:
 		if len(b.f) >= n {
 			return b
 		}
@@ -159,9 +206,9 @@ func getBuf(n int) *packBuf {
 	return &packBuf{f: make([]float32, n)}
 }
 
-func putBuf(b *packBuf) {
+func putBuf(free *chan *packBuf, b *packBuf) {
 	select {
-	case bufFree <- b:
+	case *free <- b:
 	default:
 	}
 }

@@ -39,7 +39,7 @@ func SgemmBatched(transA, transB bool, batch, m, n, k int, alpha float32, a []fl
 	}
 	threads := Threads()
 	work := int64(m) * int64(n) * int64(k)
-	if k == 0 || alpha == 0 || batch == 1 || work >= minTaskWork*int64(threads) || work*int64(batch) < minTaskWork || threads == 1 {
+	if k == 0 || alpha == 0 || batch == 1 || threads == 1 || work >= minTaskWork*int64(threads) || work*int64(batch) < minTaskWork {
 		// Each product alone is big enough to split, or all together too
 		// small to share: one product after another.
 		for i := 0; i < batch; i++ {
@@ -54,6 +54,7 @@ func SgemmBatched(transA, transB bool, batch, m, n, k int, alpha float32, a []fl
 	}
 	call := getCall()
 	call.g, call.kern = g, active.Load()
+	call.nPack = 0
 	call.batch, call.strideA, call.strideB, call.strideC = batch, strideA, strideB, strideC
 	call.ntasks = int64(batch)
 	call.run(threads)
@@ -79,48 +80,50 @@ func sgemm(g *gemmArgs, threads int) {
 		g.beta = 0 // -0 → +0: the kernels test the bits
 	}
 	kern := active.Load()
-	tasks := int(min(int64(threads), work/minTaskWork))
-	if tasks <= 1 {
-		buf := getBuf(kern.bufLen())
-		g.block(kern, buf.f, 0, g.m, 0, g.n)
-		putBuf(buf)
+	threads = int(min(int64(threads), work/minTaskWork))
+	if threads <= 1 {
+		var bufs taskBufs
+		bufs.get(kern, g.panelLen(kern))
+		g.serial(kern, bufs.a.f, bufs.panel.f)
+		bufs.put()
 		return
 	}
-	call := getCall()
-	call.g, call.kern = *g, kern
-	call.batch = 0
-	tm, tn := taskGrid(g.m, g.n, kern.mr, kern.nr, tasks)
-	call.tn = tn
-	call.rowChunk = roundUp((g.m+tm-1)/tm, kern.mr)
-	call.colChunk = roundUp((g.n+tn-1)/tn, kern.nr)
-	call.ntasks = int64(tm * tn)
-	call.run(threads)
+	var bufs taskBufs
+	bufs.get(kern, g.panelLen(kern))
+	kc := blockSize(g.k, kern.kc, 4)
+	pw := panelWidth(g.n, g.k, kern.nr)
+	for j0 := 0; j0 < g.n; j0 += pw {
+		call := getCall()
+		call.g, call.kern, call.batch = *g, kern, 0
+		call.p = newPanel(kern, j0, min(pw, g.n-j0), kc, bufs.panel.f)
+		call.plan(threads)
+		call.run(threads)
+	}
+	bufs.put()
 }
 
-// taskGrid cuts an m×n product into about tasks blocks, tm along m and tn
-// along n. Every task packs its own rows of op(A) and columns of op(B), so
-// the grid minimises the packed volume tm*n + tn*m, keeping each block at
-// least one register tile.
-func taskGrid(m, n, mr, nr, tasks int) (tm, tn int) {
-	tm, tn = 1, 1
-	best := -1
-	for i := 1; i <= tasks; i++ {
-		j := tasks / i
-		if i*j != tasks || (i > 1 && m/i < mr) || (j > 1 && n/j < nr) {
-			continue
-		}
-		if cost := i*n + j*m; best < 0 || cost < best {
-			tm, tn, best = i, j, cost
-		}
+// plan cuts a panel phase into tasks: packing tasks of whole slivers, then
+// about tasksPerThread compute tasks per thread, by rows of at most mc
+// (each task packs its rows of op(A) once) and, when there are too few
+// rows, also by columns.
+func (c *gemmCall) plan(threads int) {
+	kern, m := c.kern, c.g.m
+	slivers := c.p.nPad / kern.nr
+	c.nPack = min(slivers, threads)
+	c.packPer = (slivers + c.nPack - 1) / c.nPack
+	c.nPack = (slivers + c.packPer - 1) / c.packPer
+
+	target := threads * tasksPerThread
+	c.rowChunk = min(kern.mc, roundUp((m+target-1)/target, kern.mr))
+	tm := (m + c.rowChunk - 1) / c.rowChunk
+	tn := 1
+	if tm < target {
+		tn = min(slivers, (target+tm-1)/tm)
 	}
-	if best < 0 { // no exact split fits: split the longer side as far as tiles allow
-		if m/mr >= n/nr {
-			tm = max(1, min(tasks, m/mr))
-		} else {
-			tn = max(1, min(tasks, n/nr))
-		}
-	}
-	return tm, tn
+	c.colChunk = roundUp((c.p.w+tn-1)/tn, kern.nr)
+	c.tn = (c.p.w + c.colChunk - 1) / c.colChunk
+	c.ntasks = int64(c.nPack + tm*c.tn)
+	c.packed.Add(c.nPack)
 }
 
 // check panics unless the slices hold the matrices the arguments describe,

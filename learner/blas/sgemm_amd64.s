@@ -304,3 +304,132 @@ k256nobeta:
 	ROW256(Y10, Y11)
 	VZEROUPPER
 	RET
+
+// ---------------------------------------------------------------------------
+// Transposing copies for packing (AVX).
+
+// func transpose8Strip(src *float32, ld int, dst *float32, ldd int, n int)
+//
+// For c < n (a multiple of 8) and r < 8: dst[c*ldd+r] = src[r*ld+c].
+// Eight source rows are read 8 floats at a time and transposed in registers
+// (unpack, shuffle, lane permute).
+TEXT ·transpose8Strip(SB), NOSPLIT, $0-40
+	MOVQ src+0(FP), SI
+	MOVQ ld+8(FP), R8
+	MOVQ dst+16(FP), DI
+	MOVQ ldd+24(FP), R11
+	MOVQ n+32(FP), CX
+	SHLQ $2, R8
+	SHLQ $2, R11
+	LEAQ (R8)(R8*2), R9    // 3 source rows
+	LEAQ (SI)(R8*4), R10   // source row 4
+	LEAQ (R11)(R11*2), R12 // 3 destination rows
+	MOVQ R11, R14
+	SHLQ $3, R14           // 8 destination rows
+	SHRQ $3, CX
+	JZ   t8done
+
+t8loop:
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(R8*1), Y1
+	VMOVUPS (SI)(R8*2), Y2
+	VMOVUPS (SI)(R9*1), Y3
+	VMOVUPS (R10), Y4
+	VMOVUPS (R10)(R8*1), Y5
+	VMOVUPS (R10)(R8*2), Y6
+	VMOVUPS (R10)(R9*1), Y7
+
+	VUNPCKLPS Y1, Y0, Y8
+	VUNPCKHPS Y1, Y0, Y9
+	VUNPCKLPS Y3, Y2, Y10
+	VUNPCKHPS Y3, Y2, Y11
+	VUNPCKLPS Y5, Y4, Y12
+	VUNPCKHPS Y5, Y4, Y13
+	VUNPCKLPS Y7, Y6, Y14
+	VUNPCKHPS Y7, Y6, Y15
+
+	VSHUFPS $0x44, Y10, Y8, Y0
+	VSHUFPS $0xEE, Y10, Y8, Y1
+	VSHUFPS $0x44, Y11, Y9, Y2
+	VSHUFPS $0xEE, Y11, Y9, Y3
+	VSHUFPS $0x44, Y14, Y12, Y4
+	VSHUFPS $0xEE, Y14, Y12, Y5
+	VSHUFPS $0x44, Y15, Y13, Y6
+	VSHUFPS $0xEE, Y15, Y13, Y7
+
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x31, Y7, Y3, Y15
+
+	LEAQ    (DI)(R11*4), R13
+	VMOVUPS Y8, (DI)
+	VMOVUPS Y9, (DI)(R11*1)
+	VMOVUPS Y10, (DI)(R11*2)
+	VMOVUPS Y11, (DI)(R12*1)
+	VMOVUPS Y12, (R13)
+	VMOVUPS Y13, (R13)(R11*1)
+	VMOVUPS Y14, (R13)(R11*2)
+	VMOVUPS Y15, (R13)(R12*1)
+
+	ADDQ $32, SI
+	ADDQ $32, R10
+	ADDQ R14, DI
+	DECQ CX
+	JNZ  t8loop
+
+t8done:
+	VZEROUPPER
+	RET
+
+// func transpose4Strip(src *float32, ld int, dst *float32, ldd int, n int)
+//
+// For c < n (a multiple of 4) and r < 4: dst[c*ldd+r] = src[r*ld+c].
+TEXT ·transpose4Strip(SB), NOSPLIT, $0-40
+	MOVQ src+0(FP), SI
+	MOVQ ld+8(FP), R8
+	MOVQ dst+16(FP), DI
+	MOVQ ldd+24(FP), R11
+	MOVQ n+32(FP), CX
+	SHLQ $2, R8
+	SHLQ $2, R11
+	LEAQ (R8)(R8*2), R9
+	LEAQ (R11)(R11*2), R12
+	MOVQ R11, R14
+	SHLQ $2, R14
+	SHRQ $2, CX
+	JZ   t4done
+
+t4loop:
+	VMOVUPS (SI), X0
+	VMOVUPS (SI)(R8*1), X1
+	VMOVUPS (SI)(R8*2), X2
+	VMOVUPS (SI)(R9*1), X3
+
+	VUNPCKLPS X1, X0, X4
+	VUNPCKHPS X1, X0, X5
+	VUNPCKLPS X3, X2, X6
+	VUNPCKHPS X3, X2, X7
+
+	VSHUFPS $0x44, X6, X4, X0
+	VSHUFPS $0xEE, X6, X4, X1
+	VSHUFPS $0x44, X7, X5, X2
+	VSHUFPS $0xEE, X7, X5, X3
+
+	VMOVUPS X0, (DI)
+	VMOVUPS X1, (DI)(R11*1)
+	VMOVUPS X2, (DI)(R11*2)
+	VMOVUPS X3, (DI)(R12*1)
+
+	ADDQ $16, SI
+	ADDQ R14, DI
+	DECQ CX
+	JNZ  t4loop
+
+t4done:
+	VZEROUPPER
+	RET

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -183,5 +184,235 @@ func TestSgemmShapes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// withThreads sets the thread count for one test.
+func withThreads(t *testing.T, n int) {
+	t.Helper()
+	prev := SetThreads(n)
+	t.Cleanup(func() { SetThreads(prev) })
+}
+
+// TestSgemmLarge covers the blocked and parallel paths: k deeper than kc,
+// rows beyond one task, panels wider than nc and more than one panel, with
+// every transpose, padded strides, several alpha/beta and thread counts.
+func TestSgemmLarge(t *testing.T) {
+	shapes := []struct{ m, n, k int }{
+		{1000, 33, 17},
+		{17, 1000, 33},
+		{257, 129, 400},
+		{130, 1100, 50},
+		{40, 1100, 1000}, // two column panels
+		{300, 2, 1000},
+	}
+	scalars := []struct{ alpha, beta float32 }{{1, 0}, {-0.5, 1}, {2, -1.5}}
+	for _, kern := range testKernels() {
+		for _, threads := range []int{1, 2, 3} {
+			t.Run(fmt.Sprintf("%s/threads=%d", kern.name, threads), func(t *testing.T) {
+				withKernel(t, kern)
+				withThreads(t, threads)
+				rng := rand.New(rand.NewPCG(7, uint64(threads)))
+				for i, s := range shapes {
+					sc := scalars[i%len(scalars)]
+					for tr := 0; tr < 4; tr++ {
+						tc := gemmCase{transA: tr&1 != 0, transB: tr&2 != 0, m: s.m, n: s.n, k: s.k,
+							alpha: sc.alpha, beta: sc.beta, padA: tr, padB: 3 - tr, padC: 5}
+						runCase(t, tc, rng)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestSgemmScalars(t *testing.T) {
+	negZero := float32(math.Copysign(0, -1))
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, kern := range testKernels() {
+		t.Run(kern.name, func(t *testing.T) {
+			withKernel(t, kern)
+			for _, alpha := range []float32{1, -1, 0.25, 3} {
+				for _, beta := range []float32{0, negZero, 1, -1, 0.5} {
+					for _, s := range [][3]int{{5, 6, 7}, {40, 70, 90}, {200, 100, 300}} {
+						tc := gemmCase{transA: true, m: s[0], n: s[1], k: s[2], alpha: alpha, beta: beta, padC: 2}
+						runCase(t, tc, rng)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSgemmBetaZeroIgnoresC fills C with NaN: with beta 0 none may survive,
+// whichever path (direct loop, serial, parallel, alpha = 0, k = 0) runs.
+func TestSgemmBetaZeroIgnoresC(t *testing.T) {
+	nan := float32(math.NaN())
+	cases := []struct {
+		name    string
+		m, n, k int
+		alpha   float32
+	}{
+		{"tiny", 3, 4, 5, 1},
+		{"serial", 30, 40, 50, 1},
+		{"parallel", 200, 300, 100, 1},
+		{"alpha0", 30, 40, 50, 0},
+		{"k0", 30, 40, 0, 1},
+	}
+	for _, kern := range testKernels() {
+		for _, tc := range cases {
+			t.Run(kern.name+"/"+tc.name, func(t *testing.T) {
+				withKernel(t, kern)
+				rng := rand.New(rand.NewPCG(1, 1))
+				a, b := randSlice(rng, tc.m*tc.k), randSlice(rng, tc.k*tc.n)
+				c := make([]float32, tc.m*tc.n)
+				for i := range c {
+					c[i] = nan
+				}
+				want := make([]float32, len(c))
+				sgemmRef(false, false, tc.m, tc.n, tc.k, tc.alpha, a, max(1, tc.k), b, tc.n, 0, want, tc.n)
+				Sgemm(false, false, tc.m, tc.n, tc.k, tc.alpha, a, max(1, tc.k), b, tc.n, 0, c, tc.n)
+				for i := range c {
+					if d := math.Abs(float64(c[i] - want[i])); !(d <= tolerance(tc.k, 1, 0)) {
+						t.Fatalf("C[%d] = %g, want %g", i, c[i], want[i])
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestSgemmBatched(t *testing.T) {
+	cases := []gemmCase{
+		{m: 64, n: 64, k: 32, batch: 12},                                // parallel over products
+		{transB: true, m: 33, n: 65, k: 17, batch: 5, gapA: 3, gapC: 7}, // gaps between items
+		{transA: true, m: 100, n: 50, k: 70, batch: 4, shareB: true},    // one B for all
+		{m: 20, n: 30, k: 40, batch: 3, shareA: true, alpha: 2, beta: 0.5},
+		{m: 400, n: 300, k: 200, batch: 2, beta: 1}, // each product split
+		{m: 7, n: 7, k: 7, batch: 1},
+		{m: 7, n: 7, k: 7, batch: 0},
+	}
+	for _, kern := range testKernels() {
+		t.Run(kern.name, func(t *testing.T) {
+			withKernel(t, kern)
+			rng := rand.New(rand.NewPCG(4, 2))
+			for _, tc := range cases {
+				if tc.alpha == 0 {
+					tc.alpha = 1
+				}
+				runCase(t, tc, rng)
+			}
+		})
+	}
+}
+
+// TestSgemmConcurrentCallers runs products from several goroutines at once
+// through the shared helper pool.
+func TestSgemmConcurrentCallers(t *testing.T) {
+	withThreads(t, 3)
+	errs := make(chan string, 8)
+	for w := 0; w < 4; w++ {
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 5))
+			tc := gemmCase{transB: w%2 == 1, m: 150 + w, n: 170, k: 120, alpha: 1}
+			o := makeOperands(tc, rng)
+			want := append([]float32(nil), o.c...)
+			sgemmRef(tc.transA, tc.transB, tc.m, tc.n, tc.k, 1, o.a, o.lda, o.b, o.ldb, 0, want, o.ldc)
+			msg := ""
+			for rep := 0; rep < 5 && msg == ""; rep++ {
+				got := append([]float32(nil), o.c...)
+				Sgemm(tc.transA, tc.transB, tc.m, tc.n, tc.k, 1, o.a, o.lda, o.b, o.ldb, 0, got, o.ldc)
+				for i := range got {
+					if math.Abs(float64(got[i]-want[i])) > tolerance(tc.k, 1, 0) {
+						msg = fmt.Sprintf("caller %d rep %d: C[%d] = %g, want %g", w, rep, i, got[i], want[i])
+						break
+					}
+				}
+			}
+			errs <- msg
+		}()
+	}
+	for w := 0; w < 4; w++ {
+		if msg := <-errs; msg != "" {
+			t.Error(msg)
+		}
+	}
+}
+
+func TestSgemmNoAllocs(t *testing.T) {
+	withThreads(t, 2)
+	rng := rand.New(rand.NewPCG(2, 2))
+	a, b, c := randSlice(rng, 300*200), randSlice(rng, 200*250), make([]float32, 300*250)
+	cases := []struct {
+		name string
+		f    func()
+	}{
+		{"serial", func() { Sgemm(false, true, 30, 25, 20, 1, a, 20, b, 20, 0, c, 25) }},
+		{"parallel", func() { Sgemm(false, false, 300, 250, 200, 1, a, 200, b, 250, 0.5, c, 250) }},
+		{"batched", func() { SgemmBatched(false, true, 8, 30, 25, 40, 1, a, 1200, 40, b, 1000, 40, 0, c, 750, 25) }},
+	}
+	for _, tc := range cases {
+		tc.f() // warm the free lists and start the helpers
+		if n := testing.AllocsPerRun(20, tc.f); n != 0 {
+			t.Errorf("%s: %v allocations per call, want 0", tc.name, n)
+		}
+	}
+}
+
+func TestSgemmBadArguments(t *testing.T) {
+	buf := make([]float32, 100)
+	cases := []struct {
+		name, want string
+		f          func()
+	}{
+		{"negative m", "negative dimension", func() { Sgemm(false, false, -1, 2, 2, 1, buf, 2, buf, 2, 0, buf, 2) }},
+		{"lda too small", "lda = 2 is less than the 3 columns of stored A", func() { Sgemm(false, false, 2, 2, 3, 1, buf, 2, buf, 2, 0, buf, 2) }},
+		{"ldb too small transposed", "ldb = 1 is less than the 3 columns of stored B (transB=true)", func() { Sgemm(false, true, 2, 2, 3, 1, buf, 3, buf, 1, 0, buf, 2) }},
+		{"ldc too small", "ldc = 1 is less than the 2 columns of stored C", func() { Sgemm(false, false, 2, 2, 3, 1, buf, 3, buf, 2, 0, buf, 1) }},
+		{"a too short", "len(a) = 100, need 110", func() { Sgemm(false, false, 11, 2, 10, 1, buf, 10, buf, 2, 0, buf, 2) }},
+		{"c too short", "len(c) = 10, need 12", func() { Sgemm(false, false, 3, 4, 2, 1, buf, 2, buf, 4, 0, buf[:10], 4) }},
+		{"batch C overlap", "strideC = 4 makes the 2×3 products' C overlap", func() {
+			SgemmBatched(false, false, 2, 2, 3, 2, 1, buf, 4, 2, buf, 6, 3, 0, buf, 4, 3)
+		}},
+		{"batch too short", "len(b) = 100, need 106", func() {
+			SgemmBatched(false, false, 11, 2, 3, 2, 1, buf, 0, 2, buf, 10, 3, 0, make([]float32, 100), 6, 3)
+		}},
+		{"negative batch", "batch = -1", func() { SgemmBatched(false, false, -1, 2, 2, 2, 1, buf, 4, 2, buf, 4, 2, 0, buf, 4, 2) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				msg, _ := r.(string)
+				if !strings.Contains(msg, tc.want) {
+					t.Errorf("panic %q, want one containing %q", r, tc.want)
+				}
+			}()
+			tc.f()
+		})
+	}
+}
+
+func TestTranspose(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	src := randSlice(rng, 40*70)
+	for _, kern := range testKernels() {
+		for _, rows := range []int{1, 3, 4, 5, 8, 11, 12, 13, 16, 32} {
+			for _, n := range []int{1, 3, 4, 7, 8, 9, 16, 33, 64} {
+				ldd := rows + 3
+				got := make([]float32, n*ldd)
+				want := make([]float32, n*ldd)
+				kern.transpose(got, ldd, src, 70, rows, n)
+				transposeGo(want, ldd, src, 70, rows, n)
+				for i := range want {
+					if got[i] != want[i] {
+						t.Fatalf("%s rows=%d n=%d: dst[%d] = %g, want %g", kern.name, rows, n, i, got[i], want[i])
+					}
+				}
+				if got[0] != src[0] || got[(n-1)*ldd+rows-1] != src[(rows-1)*70+n-1] {
+					t.Fatalf("%s rows=%d n=%d: corners not transposed", kern.name, rows, n)
+				}
+			}
+		}
 	}
 }

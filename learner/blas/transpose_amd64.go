@@ -1,0 +1,35 @@
+package blas
+
+// Register-transposing copies in sgemm_amd64.s (AVX): for c < n, r < 8
+// (or 4), dst[c*ldd+r] = src[r*ld+c]; n is a multiple of 8 (or 4).
+
+//go:noescape
+func transpose8Strip(src *float32, ld int, dst *float32, ldd int, n int)
+
+//go:noescape
+func transpose4Strip(src *float32, ld int, dst *float32, ldd int, n int)
+
+// transposeAVX is transposeGo for CPUs with AVX: groups of 8 rows, then of
+// 4, go through registers in 8×8 (4×4) blocks; leftovers are copied in Go.
+func transposeAVX(dst []float32, ldd int, src []float32, ld int, rows, n int) {
+	if rows == 0 || n == 0 {
+		return
+	}
+	_ = src[(rows-1)*ld+n-1]
+	_ = dst[(n-1)*ldd+rows-1]
+	r := 0
+	if n8 := n &^ 7; n8 > 0 {
+		for ; r+8 <= rows; r += 8 {
+			transpose8Strip(&src[r*ld], ld, &dst[r], ldd, n8)
+		}
+		transposeRows(dst, ldd, src, ld, 0, r, n8, n)
+	}
+	if n4 := n &^ 3; n4 > 0 {
+		r4 := r
+		for ; r+4 <= rows; r += 4 {
+			transpose4Strip(&src[r*ld], ld, &dst[r], ldd, n4)
+		}
+		transposeRows(dst, ldd, src, ld, r4, r, n4, n)
+	}
+	transposeRows(dst, ldd, src, ld, r, rows, 0, n)
+}
