@@ -10,6 +10,7 @@ for the sequences in golden_input.json (each run alone, batch size 1):
   entropy   entropy of the next-token distribution at those positions
   w_logp, w_ent  random weights; loss = sum(w_logp*logprobs + w_ent*entropy)
   grad.<tensor name>  d loss / d parameter
+  sum_logprobs_grad.<tensor name>  d sum(logprobs) / d parameter
 
 Run with Debian's PyTorch:  /usr/bin/python3 make_golden.py
 """
@@ -154,9 +155,13 @@ def make(name, config, dtype, seqs):
         ent.append(-(lp.exp() * lp).sum(-1))
     logits, logp, ent = torch.cat(logits), torch.cat(logp), torch.cat(ent)
     w_logp, w_ent = torch.randn(logp.shape), torch.randn(ent.shape)
+    out = {"logits": logits, "logprobs": logp, "entropy": ent, "w_logp": w_logp, "w_ent": w_ent}
+    # What `rlnode model forward --grad` writes: d sum(logprobs) / d params.
+    sum_grads = torch.autograd.grad(logp.sum(), list(w.values()), retain_graph=True)
+    for k, g in zip(w.keys(), sum_grads):
+        out["sum_logprobs_grad." + k] = g
     loss = (w_logp * logp).sum() + (w_ent * ent).sum()
     loss.backward()
-    out = {"logits": logits, "logprobs": logp, "entropy": ent, "w_logp": w_logp, "w_ent": w_ent}
     for k, v in w.items():
         out["grad." + k] = v.grad
     save_safetensors(os.path.join(d, "golden.safetensors"), out)

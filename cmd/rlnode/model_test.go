@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rlnode/rlnode/learner/safetensors"
+)
+
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := runMain(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestModelInitThenForward(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	os.WriteFile(cfg, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":32,"intermediate_size":64,
+		"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":800,
+		"tie_word_embeddings":true,"torch_dtype":"bfloat16","bos_token_id":1}`), 0o644)
+	out := filepath.Join(dir, "ckpt")
+	if code, _, stderr := run(t, "model", "init", "--config", cfg, "--out", out, "--seed", "3"); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, stderr)
+	}
+	for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	st, err := safetensors.ReadFile(filepath.Join(out, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tt, ok := st.Tensor("model.layers.1.self_attn.k_proj.bias"); !ok || tt.DType != safetensors.BF16 {
+		t.Errorf("k_proj bias missing or not bf16")
+	}
+	if _, ok := st.Tensor("lm_head.weight"); ok {
+		t.Error("tied checkpoint has lm_head.weight")
+	}
+	// The same seed gives the same weights.
+	out2 := filepath.Join(dir, "ckpt2")
+	run(t, "model", "init", "--config", cfg, "--out", out2, "--seed", "3")
+	a, _ := os.ReadFile(filepath.Join(out, "model.safetensors"))
+	b, _ := os.ReadFile(filepath.Join(out2, "model.safetensors"))
+	if !bytes.Equal(a, b) {
+		t.Error("same seed, different weights")
+	}
+
+	in := filepath.Join(dir, "in.json")
+	os.WriteFile(in, []byte(`{"sequences":[{"prompt":[1,2,3],"response":[4,5]},{"prompt":[7],"response":[799,0,1]}]}`), 0o644)
+	res := filepath.Join(dir, "out.safetensors")
+	if code, _, stderr := run(t, "model", "forward", "--model", out, "--input", in, "--out", res, "--grad"); code != 0 {
+		t.Fatalf("forward: exit %d: %s", code, stderr)
+	}
+	f, err := safetensors.ReadFile(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []int{2, 3} {
+		v, shape, err := f.Float32("logprobs." + strconv.Itoa(i))
+		if err != nil || len(shape) != 1 || shape[0] != n {
+			t.Fatalf("logprobs.%d: %v %v", i, shape, err)
+		}
+		for _, x := range v {
+			// A fresh model is close to uniform over 800 tokens.
+			if math.Abs(float64(x)+math.Log(800)) > 0.5 {
+				t.Errorf("logprobs.%d = %v, far from -log(800)", i, v)
+			}
+		}
+	}
+	if _, _, err := f.Float32("grad.model.embed_tokens.weight"); err != nil {
+		t.Error(err)
+	}
+}
+
+// forward --grad on the golden checkpoints reproduces PyTorch's log probs
+// and d sum(logprobs)/d params (learner/model/testdata/make_golden.py).
+func TestModelForwardMatchesPyTorch(t *testing.T) {
+	for _, name := range []string{"qwen2", "llama"} {
+		t.Run(name, func(t *testing.T) {
+			src := filepath.Join("..", "..", "learner", "model", "testdata")
+			res := filepath.Join(t.TempDir(), "out.safetensors")
+			code, stdout, stderr := run(t, "model", "forward", "--model", filepath.Join(src, name),
+				"--input", filepath.Join(src, "golden_input.json"), "--out", res, "--grad")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			if !strings.Contains(stdout, "5 sequences, 20 response tokens") {
+				t.Errorf("stdout %q", stdout)
+			}
+			got, err := safetensors.ReadFile(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gold, err := safetensors.ReadFile(filepath.Join(src, name, "golden.safetensors"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _, _ := gold.Float32("logprobs")
+			var all []float32
+			for i := 0; i < 5; i++ {
+				v, _, err := got.Float32("logprobs." + strconv.Itoa(i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				all = append(all, v...)
+			}
+			for i := range want {
+				if math.Abs(float64(all[i]-want[i])) > 1e-4 {
+					t.Errorf("logprob %d = %v, torch %v", i, all[i], want[i])
+				}
+			}
+			n := 0
+			for _, gn := range gold.Names() {
+				pname, ok := strings.CutPrefix(gn, "sum_logprobs_grad.")
+				if !ok {
+					continue
+				}
+				w, _, _ := gold.Float32(gn)
+				g, _, err := got.Float32("grad." + pname)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var scale float64
+				for _, x := range w {
+					scale = max(scale, math.Abs(float64(x)))
+				}
+				for i := range w {
+					if math.Abs(float64(g[i]-w[i])) > 1e-5+1e-4*scale {
+						t.Errorf("grad.%s[%d] = %v, torch %v", pname, i, g[i], w[i])
+						break
+					}
+				}
+				n++
+			}
+			if n == 0 || n != len(got.Tensors)-5 {
+				t.Errorf("compared %d gradients, output has %d tensors", n, len(got.Tensors))
+			}
+		})
+	}
+}
+
+func TestModelCommandErrors(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join("..", "..", "learner", "model", "testdata")
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"sequences":[{"prompt":[1],"response":[2],"extra":1}]}`), 0o644)
+	big := filepath.Join(dir, "big.json")
+	os.WriteFile(big, []byte(`{"sequences":[{"prompt":[1],"response":[64]}]}`), 0o644)
+	badCfg := filepath.Join(dir, "config.json")
+	os.WriteFile(badCfg, []byte(`{"architectures":["MistralForCausalLM"]}`), 0o644)
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"model", "frobnicate"}, 2, `unknown subcommand "frobnicate"`},
+		{[]string{"model", "init", "--out", dir}, 2, "--config is required"},
+		{[]string{"model", "init", "--config", badCfg, "--out", dir}, 1, "field architectures"},
+		{[]string{"model", "forward", "--model", dir}, 2, "--input is required"},
+		{[]string{"model", "forward", "--model", filepath.Join(src, "qwen2"), "--input", bad, "--out", filepath.Join(dir, "o")}, 1, `unknown field "extra"`},
+		{[]string{"model", "forward", "--model", filepath.Join(src, "qwen2"), "--input", big, "--out", filepath.Join(dir, "o")}, 1, "token id 64 out of range"},
+		{[]string{"model", "forward", "--model", dir, "--input", filepath.Join(src, "golden_input.json"), "--out", filepath.Join(dir, "o")}, 1, "config.json"},
+	}
+	for _, c := range cases {
+		code, _, stderr := run(t, c.args...)
+		if code != c.code || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", c.args, code, stderr, c.code, c.want)
+		}
+	}
+	if code, stdout, _ := run(t, "model", "--help"); code != 0 || !strings.Contains(stdout, "rlnode model forward") {
+		t.Errorf("help: %d %q", code, stdout)
+	}
+}
