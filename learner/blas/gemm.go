@@ -15,8 +15,9 @@ type gemmArgs struct {
 }
 
 // panelBudget bounds, in floats, a packed panel of op(B) (4 MiB): products
-// wider than budget/k columns are done one panel at a time.
-const panelBudget = 1 << 20
+// wider than budget/k columns are done one panel at a time. A variable so
+// that tests can force many panels on small products.
+var panelBudget = 1 << 20
 
 // blockSize splits total into the fewest blocks of at most max and returns
 // the (equal, align-rounded) block length, so that no block is a sliver.

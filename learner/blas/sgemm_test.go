@@ -203,7 +203,7 @@ func TestSgemmLarge(t *testing.T) {
 		{17, 1000, 33},
 		{257, 129, 400},
 		{130, 1100, 50},
-		{40, 1100, 1000}, // two column panels
+		{40, 700, 500},
 		{300, 2, 1000},
 	}
 	scalars := []struct{ alpha, beta float32 }{{1, 0}, {-0.5, 1}, {2, -1.5}}
@@ -220,6 +220,29 @@ func TestSgemmLarge(t *testing.T) {
 							alpha: sc.alpha, beta: sc.beta, padA: tr, padB: 3 - tr, padC: 5}
 						runCase(t, tc, rng)
 					}
+				}
+			})
+		}
+	}
+}
+
+// TestSgemmPanels shrinks the panel budget so that op(B) is packed and
+// multiplied in many column panels, each a phase of its own.
+func TestSgemmPanels(t *testing.T) {
+	prev := panelBudget
+	panelBudget = 64 * 100
+	t.Cleanup(func() { panelBudget = prev })
+	for _, kern := range testKernels() {
+		for _, threads := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/threads=%d", kern.name, threads), func(t *testing.T) {
+				withKernel(t, kern)
+				withThreads(t, threads)
+				rng := rand.New(rand.NewPCG(8, 8))
+				for tr := 0; tr < 4; tr++ {
+					tc := gemmCase{transA: tr&1 != 0, transB: tr&2 != 0, m: 150, n: 333, k: 100, alpha: 1, beta: 0.5, padB: 1}
+					runCase(t, tc, rng)
+					tc.batch = 3
+					runCase(t, tc, rng)
 				}
 			})
 		}
