@@ -76,6 +76,10 @@ func TestWriteFixtures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bench := strings.Join(BuiltinCorpus(), "\n") + "\n" + strings.Join(readTexts(t), "\n")
+	if err := os.WriteFile(filepath.Join("testdata", "bench.txt"), []byte(bench), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := Builtin().Save(fixturePath("builtin")); err != nil {
 		t.Fatal(err)
 	}

@@ -30,49 +30,69 @@ func ccc(r rune) uint8 {
 	return combiningClass[r]
 }
 
-// isNFC is the quick check: text made only of runes whose NFC_Quick_Check is
-// Yes and that are starters is already in NFC. Most text takes this path.
-func isNFC(text string) bool {
+// stable reports whether r is a starter whose NFC_Quick_Check is Yes. No
+// rune composes into such a rune from before it, and canonical reordering
+// never moves a rune across it, so text can be normalized piecewise between
+// stable runes (UAX #15, "Stable Code Points").
+func stable(r rune) bool {
+	return r < 0x300 || (!nfcQuickCheckNo[r] && combiningClass[r] == 0)
+}
+
+// nfc returns text in Normalization Form C. Only the stretches around
+// unstable runes are rebuilt; text that is already NFC (nearly all text)
+// comes back as it is. Bytes that are not valid UTF-8 are kept as they are
+// (they are not characters to normalize), so byte-level BPE still
+// round-trips them.
+func nfc(text string) string {
+	var out []byte // nil until some stretch is rebuilt
+	copied := 0    // text[:copied] is in out
+	lastStable := 0
 	for i := 0; i < len(text); {
-		c := text[i]
-		if c < utf8.RuneSelf {
+		if text[i] < utf8.RuneSelf {
+			lastStable = i
 			i++
 			continue
 		}
 		r, n := utf8.DecodeRuneInString(text[i:])
-		i += n
-		if r < 0x300 {
+		if stable(r) {
+			lastStable = i
+			i += n
 			continue
 		}
-		if nfcQuickCheckNo[r] || combiningClass[r] != 0 {
-			return false
+		// The stretch to rebuild runs from the last stable rune, which may
+		// compose with what follows, to the next stable rune.
+		j := i + n
+		for j < len(text) {
+			r, m := utf8.DecodeRuneInString(text[j:])
+			if stable(r) {
+				break
+			}
+			j += m
 		}
+		out = append(out, text[copied:lastStable]...)
+		out = appendNFC(out, text[lastStable:j])
+		copied, i = j, j
 	}
-	return true
-}
-
-// nfc returns text in Normalization Form C. Bytes that are not valid UTF-8
-// are kept as they are (they are not characters to normalize), so byte-level
-// BPE still round-trips them.
-func nfc(text string) string {
-	if isNFC(text) {
+	if out == nil {
 		return text
 	}
-	var out []byte
+	return string(append(out, text[copied:]...))
+}
+
+// appendNFC appends the NFC form of s to out.
+func appendNFC(out []byte, s string) []byte {
 	var seg []rune
 	flush := func() {
-		if len(seg) > 0 {
-			for _, r := range compose(seg) {
-				out = utf8.AppendRune(out, r)
-			}
-			seg = seg[:0]
+		for _, r := range compose(seg) {
+			out = utf8.AppendRune(out, r)
 		}
+		seg = seg[:0]
 	}
-	for i := 0; i < len(text); {
-		r, n := utf8.DecodeRuneInString(text[i:])
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && n == 1 {
 			flush()
-			out = append(out, text[i])
+			out = append(out, s[i])
 			i++
 			continue
 		}
@@ -80,7 +100,7 @@ func nfc(text string) string {
 		i += n
 	}
 	flush()
-	return string(out)
+	return out
 }
 
 // appendDecomposed appends r's full canonical decomposition.

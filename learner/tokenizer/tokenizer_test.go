@@ -262,7 +262,8 @@ func FuzzRoundTrip(f *testing.F) {
 		}
 		toks = append(toks, tok)
 	}
-	for _, s := range []string{"", "Hello world", "I'm 12 <|im_end|>", "a \n\n b\t\t", "🚀 日本語 naïve", "e\u0301", "\xff\xfe", "<|im_start"} {
+	for _, s := range []string{"", "Hello world", "I'm 12 <|im_end|>", "a \n\n b\t\t", "🚀 日本語 naïve", "e\u0301", "\xff\xfe", "<|im_start",
+		"a\u0328\u0301b", "\u1100\u1161\u11a8", "\u0b47\u0300\u0b3e", "x\u0315\u0300\u05ae\u0300b"} {
 		f.Add(s)
 	}
 	f.Add(string(data[:200]))
@@ -286,6 +287,11 @@ func FuzzRoundTrip(f *testing.F) {
 					t.Fatalf("%s: Decode(Encode(%+q)) = %+q", fixtureNames[i], s, got)
 				}
 			}
+		}
+		// Normalizing between stable runes equals normalizing the whole
+		// text, and NFC is idempotent.
+		if n := nfc(s); n != string(appendNFC(nil, s)) || nfc(n) != n {
+			t.Fatalf("nfc(%+q) = %+q; whole-text NFC %+q; nfc again %+q", s, n, appendNFC(nil, s), nfc(n))
 		}
 		for _, sp := range []splitter{splitQwen2, splitLlama3, splitGPT2} {
 			if got := strings.Join(sp.split(s), ""); got != s {
