@@ -162,3 +162,20 @@ func unmarshalEnvelope(a *anypb.Any) (*wireEnvelope, error) {
 	}
 	return &e, nil
 }
+
+// EncodeMessage encodes a registered message to its type name and msgpack
+// body, for carrying messages inside other records (spawn arguments).
+func EncodeMessage(msg any) (typeName string, body []byte, err error) {
+	if msg == nil {
+		return "", nil, nil
+	}
+	return encodeBody(msg)
+}
+
+// DecodeMessage is EncodeMessage's inverse; an empty type name gives nil.
+func DecodeMessage(typeName string, body []byte) (any, error) {
+	if typeName == "" {
+		return nil, nil
+	}
+	return decodeBody(typeName, body)
+}

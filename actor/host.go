@@ -22,6 +22,9 @@ type LocalSpawn struct {
 	// Restarts is the number of restarts already used (an actor respawned
 	// after its node was lost keeps its count).
 	Restarts int
+	// Factory, when set, builds the actor instead of the registered kind's
+	// factory (for actors private to a package, like a node's own actor).
+	Factory Factory
 }
 
 // hosted is one actor living on this node.
@@ -53,7 +56,10 @@ func (s *System) SpawnLocal(spec LocalSpawn) (Ref, error) {
 		return Ref{}, ErrSystemStopped
 	default:
 	}
-	f, ok := lookupKind(spec.Kind)
+	f, ok := spec.Factory, spec.Factory != nil
+	if !ok {
+		f, ok = lookupKind(spec.Kind)
+	}
 	if !ok {
 		return Ref{}, fmt.Errorf("kind %q on node %s (registered: %s): %w",
 			spec.Kind, s.addr, strings.Join(Kinds(), ", "), ErrUnknownKind)
@@ -248,7 +254,10 @@ func (h *hosted) afterPanic(c pa.Context, cause string) {
 		c.Stop(c.Self())
 		return
 	}
-	f, _ := lookupKind(h.spec.Kind)
+	f := h.spec.Factory
+	if f == nil {
+		f, _ = lookupKind(h.spec.Kind)
+	}
 	inst, err := buildInstance(f, h.ctx, h.spec.Args)
 	if err != nil {
 		h.setStopCause(cause + "; restart failed: " + err.Error())

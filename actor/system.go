@@ -377,3 +377,14 @@ func DiscardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Disca
 
 // waitTimeout bounds the wait for an actor to stop.
 const waitTimeout = 10 * time.Second
+
+// ForgetAddress tells the system that the node at addr is gone: pending
+// calls to it fail with ErrNodeLost and protoactor drops its endpoint (and
+// fires its remote watches) at once instead of retrying the connection.
+func (s *System) ForgetAddress(addr string, cause error) {
+	if addr == "" || addr == s.addr {
+		return
+	}
+	s.FailAddress(addr, cause)
+	s.as.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: addr})
+}

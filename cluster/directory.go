@@ -1,0 +1,215 @@
+package cluster
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// The directory is the cluster's replicated view of nodes, actors and
+// placement groups. Every node holds a full copy; changes travel as gossip
+// broadcasts and a periodic full push/pull repairs what a broadcast missed.
+// Merging is pure: a record with a higher Version replaces a lower one, and
+// equal versions are ordered by Writer so every node converges on the same
+// record (the rule is in newer).
+
+// ActorState is an actor's life state as `rlnode status` shows it.
+type ActorState string
+
+const (
+	Alive      ActorState = "ALIVE"
+	Restarting ActorState = "RESTARTING"
+	Dead       ActorState = "DEAD"
+)
+
+// ActorRecord is the directory's entry for one named actor.
+type ActorRecord struct {
+	Name        string            `msgpack:"n" json:"name"`
+	Kind        string            `msgpack:"k" json:"kind"`
+	Node        string            `msgpack:"o" json:"node"`
+	Ref         actor.Ref         `msgpack:"r" json:"-"`
+	State       ActorState        `msgpack:"s" json:"state"`
+	Restarts    int               `msgpack:"rs" json:"restarts"`
+	MaxRestarts int               `msgpack:"mr" json:"max_restarts"`
+	Cause       string            `msgpack:"c,omitempty" json:"death_cause,omitempty"`
+	Resources   Resources         `msgpack:"re,omitempty" json:"resources,omitempty"`
+	Labels      map[string]string `msgpack:"l,omitempty" json:"labels,omitempty"`
+	PinNode     string            `msgpack:"p,omitempty" json:"-"`
+	Group       string            `msgpack:"g,omitempty" json:"placement_group,omitempty"`
+	Bundle      int               `msgpack:"b,omitempty" json:"bundle,omitempty"`
+	ArgsType    string            `msgpack:"at,omitempty" json:"-"`
+	Args        []byte            `msgpack:"a,omitempty" json:"-"`
+	Version     uint64            `msgpack:"v" json:"-"`
+	Writer      string            `msgpack:"w" json:"-"`
+	UpdatedMs   int64             `msgpack:"u" json:"updated_unix_ms"`
+}
+
+// NodeRecord is the directory's entry for one node: what does not fit in
+// memberlist's 512-byte node metadata.
+type NodeRecord struct {
+	ID        string            `msgpack:"id"`
+	Gossip    string            `msgpack:"g"`
+	Actor     string            `msgpack:"a"`
+	Labels    map[string]string `msgpack:"l,omitempty"`
+	GPUs      []GPUInfo         `msgpack:"gp,omitempty"`
+	Total     Resources         `msgpack:"t"`
+	Used      Resources         `msgpack:"u"`
+	StartedMs int64             `msgpack:"s"`
+	Leaving   bool              `msgpack:"lv,omitempty"`
+	Version   uint64            `msgpack:"v"`
+}
+
+// GroupRecord is a placement group: its bundles and the node of each.
+type GroupRecord struct {
+	ID       string   `msgpack:"id"`
+	Strategy Strategy `msgpack:"st"`
+	Bundles  []Bundle `msgpack:"b"`
+	Nodes    []string `msgpack:"n"`
+	Removed  bool     `msgpack:"rm,omitempty"`
+	Version  uint64   `msgpack:"v"`
+	Writer   string   `msgpack:"w"`
+}
+
+// update is the unit of gossip: any mix of records.
+type update struct {
+	Actors []ActorRecord `msgpack:"a,omitempty"`
+	Nodes  []NodeRecord  `msgpack:"n,omitempty"`
+	Groups []GroupRecord `msgpack:"g,omitempty"`
+}
+
+func (u *update) empty() bool { return len(u.Actors)+len(u.Nodes)+len(u.Groups) == 0 }
+
+func newer(v1 uint64, w1 string, v2 uint64, w2 string) bool {
+	return v1 > v2 || (v1 == v2 && w1 > w2)
+}
+
+// Directory holds the records; it is safe for concurrent use.
+type Directory struct {
+	mu     sync.RWMutex
+	actors map[string]ActorRecord
+	nodes  map[string]NodeRecord
+	groups map[string]GroupRecord
+	// onActor is told of every actor record that changed, old then new
+	// (old.Version == 0 when new); called without the lock held.
+	onActor func(old, cur ActorRecord)
+}
+
+func newDirectory() *Directory {
+	return &Directory{actors: map[string]ActorRecord{}, nodes: map[string]NodeRecord{}, groups: map[string]GroupRecord{}}
+}
+
+// merge applies u and returns the records that changed.
+func (d *Directory) merge(u *update) *update {
+	changed := &update{}
+	type pair struct{ old, cur ActorRecord }
+	var actorChanges []pair
+	d.mu.Lock()
+	for _, r := range u.Actors {
+		old, ok := d.actors[r.Name]
+		if ok && !newer(r.Version, r.Writer, old.Version, old.Writer) {
+			continue
+		}
+		d.actors[r.Name] = r
+		changed.Actors = append(changed.Actors, r)
+		actorChanges = append(actorChanges, pair{old, r})
+	}
+	for _, r := range u.Nodes {
+		if old, ok := d.nodes[r.ID]; ok && r.Version <= old.Version {
+			continue
+		}
+		d.nodes[r.ID] = r
+		changed.Nodes = append(changed.Nodes, r)
+	}
+	for _, r := range u.Groups {
+		if old, ok := d.groups[r.ID]; ok && !newer(r.Version, r.Writer, old.Version, old.Writer) {
+			continue
+		}
+		d.groups[r.ID] = r
+		changed.Groups = append(changed.Groups, r)
+	}
+	cb := d.onActor
+	d.mu.Unlock()
+	if cb != nil {
+		for _, p := range actorChanges {
+			cb(p.old, p.cur)
+		}
+	}
+	return changed
+}
+
+// snapshot is the full state, for push/pull.
+func (d *Directory) snapshot() *update {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	u := &update{}
+	for _, r := range d.actors {
+		u.Actors = append(u.Actors, r)
+	}
+	for _, r := range d.nodes {
+		u.Nodes = append(u.Nodes, r)
+	}
+	for _, r := range d.groups {
+		u.Groups = append(u.Groups, r)
+	}
+	return u
+}
+
+// Actor returns the record of the named actor.
+func (d *Directory) Actor(name string) (ActorRecord, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	r, ok := d.actors[name]
+	return r, ok
+}
+
+// Actors returns every actor record, sorted by name.
+func (d *Directory) Actors() []ActorRecord {
+	d.mu.RLock()
+	out := make([]ActorRecord, 0, len(d.actors))
+	for _, r := range d.actors {
+		out = append(out, r)
+	}
+	d.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Node returns the record of a node.
+func (d *Directory) Node(id string) (NodeRecord, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	r, ok := d.nodes[id]
+	return r, ok
+}
+
+// Group returns a placement group's record.
+func (d *Directory) Group(id string) (GroupRecord, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	r, ok := d.groups[id]
+	return r, ok
+}
+
+// Groups returns every placement group record, sorted by id.
+func (d *Directory) Groups() []GroupRecord {
+	d.mu.RLock()
+	out := make([]GroupRecord, 0, len(d.groups))
+	for _, r := range d.groups {
+		out = append(out, r)
+	}
+	d.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func encodeUpdate(u *update) ([]byte, error) { return msgpack.Marshal(u) }
+
+func decodeUpdate(b []byte) (*update, error) {
+	var u update
+	if err := msgpack.Unmarshal(b, &u); err != nil {
+		return nil, err
+	}
+	return &u, nil
+}

@@ -1,0 +1,187 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+)
+
+// PlacementGroup is a set of bundles reserved atomically across nodes, for
+// actors that must be placed together (PACK) or apart (SPREAD), as in Ray.
+type PlacementGroup struct {
+	ID       string
+	Strategy Strategy
+	Bundles  []Bundle
+	Nodes    []string // node id of each bundle
+}
+
+// CreatePlacementGroup reserves every bundle or none. A group the cluster
+// cannot hold fails at once with what is missing; it never waits for
+// resources to free up.
+func (n *Node) CreatePlacementGroup(ctx context.Context, bundles []Bundle, st Strategy) (*PlacementGroup, error) {
+	var raw [6]byte
+	_, _ = rand.Read(raw[:])
+	id := "pg-" + hex.EncodeToString(raw[:])
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		nodes, err := PlaceGroup(n.Views(), bundles, st)
+		if err != nil {
+			if lastErr != nil {
+				err = fmt.Errorf("%w (earlier attempt: %v)", err, lastErr)
+			}
+			return nil, err
+		}
+		retry, err := n.reserveAll(ctx, id, bundles, nodes)
+		if err == nil {
+			n.write(&update{Groups: []GroupRecord{{ID: id, Strategy: st, Bundles: bundles, Nodes: nodes, Version: 1, Writer: n.id}}})
+			return &PlacementGroup{ID: id, Strategy: st, Bundles: bundles, Nodes: nodes}, nil
+		}
+		if !retry {
+			return nil, err
+		}
+		lastErr = err
+	}
+	return nil, fmt.Errorf("placement group: nodes kept refusing reservations: %w", lastErr)
+}
+
+// reserveAll asks each chosen node to reserve its bundles; on any refusal
+// it releases what was reserved.
+func (n *Node) reserveAll(ctx context.Context, id string, bundles []Bundle, nodes []string) (retry bool, err error) {
+	per := map[string]*reserveRequest{}
+	for i, node := range nodes {
+		r := per[node]
+		if r == nil {
+			r = &reserveRequest{Group: id}
+			per[node] = r
+		}
+		r.Indices = append(r.Indices, i)
+		r.Resources = append(r.Resources, bundles[i].Resources)
+	}
+	ids := make([]string, 0, len(per))
+	for node := range per {
+		ids = append(ids, node)
+	}
+	sort.Strings(ids)
+	var done []string
+	for _, node := range ids {
+		err := n.askNode(ctx, node, *per[node])
+		if err != nil {
+			var re *refusal
+			retry = errors.As(err, &re) && re.retry
+			n.unreserveOn(ctx, id, done)
+			return retry, fmt.Errorf("placement group: reserve on node %s: %w", node, err)
+		}
+		done = append(done, node)
+	}
+	return false, nil
+}
+
+type refusal struct {
+	msg   string
+	retry bool
+}
+
+func (r *refusal) Error() string { return r.msg }
+
+func (n *Node) askNode(ctx context.Context, node string, msg any) error {
+	ref, err := n.nodeRef(node)
+	if err != nil {
+		return err
+	}
+	rep, err := actor.CallAs[okReply](ctx, n.sys, ref, msg)
+	if err != nil {
+		return err
+	}
+	if rep.Err != "" {
+		return &refusal{msg: rep.Err, retry: rep.Retry}
+	}
+	return nil
+}
+
+func (n *Node) unreserveOn(ctx context.Context, id string, nodes []string) {
+	for _, node := range nodes {
+		if err := n.askNode(ctx, node, unreserveRequest{Group: id}); err != nil {
+			n.log.Warn("release placement group reservation", "group", id, "node", node, "err", err)
+		}
+	}
+}
+
+// RemovePlacementGroup stops the group's actors and releases its bundles.
+func (n *Node) RemovePlacementGroup(ctx context.Context, id string) error {
+	g, ok := n.dir.Group(id)
+	if !ok || g.Removed {
+		return fmt.Errorf("placement group %s does not exist", id)
+	}
+	for _, rec := range n.dir.Actors() {
+		if rec.Group == id && rec.State != Dead {
+			if err := n.StopActor(ctx, rec.Name); err != nil {
+				n.log.Warn("stop placement group actor", "group", id, "actor", rec.Name, "err", err)
+			}
+		}
+	}
+	seen := map[string]bool{}
+	var nodes []string
+	for _, node := range g.Nodes {
+		if !seen[node] && n.isAlive(node) {
+			seen[node] = true
+			nodes = append(nodes, node)
+		}
+	}
+	n.unreserveOn(ctx, id, nodes)
+	g.Removed = true
+	g.Version++
+	g.Writer = n.id
+	n.write(&update{Groups: []GroupRecord{g}})
+	return nil
+}
+
+// replaceBundle moves a group's bundle off a lost node: it picks a node
+// that keeps the group's strategy (STRICT_SPREAD: one no other bundle
+// uses), reserves the bundle there and records the move.
+func (n *Node) replaceBundle(groupID string, bundle int, lost string) (string, error) {
+	g, ok := n.dir.Group(groupID)
+	if !ok || g.Removed || bundle >= len(g.Nodes) {
+		return "", fmt.Errorf("placement group %s is gone", groupID)
+	}
+	if g.Nodes[bundle] != lost && n.isAlive(g.Nodes[bundle]) {
+		return g.Nodes[bundle], nil // another actor of this bundle already moved it
+	}
+	if g.Strategy == StrictPack {
+		return "", fmt.Errorf("STRICT_PACK group %s lost its node %s", groupID, lost)
+	}
+	taken := map[string]bool{}
+	for i, node := range g.Nodes {
+		if i != bundle {
+			taken[node] = true
+		}
+	}
+	var views []NodeView
+	for _, v := range n.Views() {
+		if v.ID == lost || (g.Strategy == StrictSpread && taken[v.ID]) {
+			continue
+		}
+		views = append(views, v)
+	}
+	b := g.Bundles[bundle]
+	node, err := PlaceOne(views, Request{Resources: b.Resources, Labels: b.Labels})
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.askNode(ctx, node, reserveRequest{Group: groupID, Indices: []int{bundle}, Resources: []Resources{b.Resources}}); err != nil {
+		return "", err
+	}
+	g.Nodes = append([]string(nil), g.Nodes...)
+	g.Nodes[bundle] = node
+	g.Version++
+	g.Writer = n.id
+	n.write(&update{Groups: []GroupRecord{g}})
+	return node, nil
+}

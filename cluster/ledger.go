@@ -1,0 +1,125 @@
+package cluster
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// ledger is a node's account of its resources: what actors use and what
+// placement groups reserved. Every spawn and reservation on the node goes
+// through it, so a node is never overcommitted whatever its peers believed.
+type ledger struct {
+	mu      sync.Mutex
+	total   Resources
+	used    Resources // actors outside groups + all reserved bundles
+	bundles map[bundleKey]*bundleUse
+	actors  map[string]actorUse
+}
+
+type bundleKey struct {
+	group string
+	index int
+}
+
+type bundleUse struct {
+	reserved, used Resources
+}
+
+type actorUse struct {
+	res    Resources
+	bundle *bundleKey
+}
+
+func (l *ledger) init(total Resources) {
+	l.total = total
+	l.used = Resources{}
+	l.bundles = map[bundleKey]*bundleUse{}
+	l.actors = map[string]actorUse{}
+}
+
+func (l *ledger) snapshot() (total, used Resources) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total.Clone(), l.used.Clone()
+}
+
+// acquire charges an actor's resources to the node, or to its bundle.
+func (l *ledger) acquire(name string, res Resources, group string, bundle int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, dup := l.actors[name]; dup {
+		return fmt.Errorf("actor %q already holds resources here", name)
+	}
+	if group != "" {
+		k := bundleKey{group, bundle}
+		b := l.bundles[k]
+		if b == nil {
+			return fmt.Errorf("placement group %s bundle %d is not reserved on this node", group, bundle)
+		}
+		if free := b.reserved.Sub(b.used); !free.Covers(res) {
+			return fmt.Errorf("placement group %s bundle %d has free %s, lacks %s", group, bundle, free, strings.Join(free.Missing(res), ", "))
+		}
+		b.used = b.used.Add(res)
+		l.actors[name] = actorUse{res: res, bundle: &k}
+		return nil
+	}
+	if free := l.total.Sub(l.used); !free.Covers(res) {
+		return fmt.Errorf("free %s, lacks %s: %w", free, strings.Join(free.Missing(res), ", "), ErrInfeasible)
+	}
+	l.used = l.used.Add(res)
+	l.actors[name] = actorUse{res: res}
+	return nil
+}
+
+// release returns an actor's resources; it reports whether it held any.
+func (l *ledger) release(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok := l.actors[name]
+	if !ok {
+		return false
+	}
+	delete(l.actors, name)
+	if a.bundle != nil {
+		if b := l.bundles[*a.bundle]; b != nil {
+			b.used = b.used.Sub(a.res)
+		}
+		return true
+	}
+	l.used = l.used.Sub(a.res)
+	return true
+}
+
+// reserve sets aside bundles of a placement group, all or none.
+func (l *ledger) reserve(group string, idx []int, res []Resources) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	need := Resources{}
+	for i, r := range res {
+		if _, dup := l.bundles[bundleKey{group, idx[i]}]; dup {
+			return fmt.Errorf("placement group %s bundle %d already reserved here", group, idx[i])
+		}
+		need = need.Add(r)
+	}
+	if free := l.total.Sub(l.used); !free.Covers(need) {
+		return fmt.Errorf("free %s, lacks %s: %w", free, strings.Join(free.Missing(need), ", "), ErrInfeasible)
+	}
+	for i, r := range res {
+		l.bundles[bundleKey{group, idx[i]}] = &bundleUse{reserved: r.Clone(), used: Resources{}}
+	}
+	l.used = l.used.Add(need)
+	return nil
+}
+
+// unreserve drops every bundle of group held here.
+func (l *ledger) unreserve(group string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, b := range l.bundles {
+		if k.group == group {
+			l.used = l.used.Sub(b.reserved)
+			delete(l.bundles, k)
+		}
+	}
+}

@@ -1,0 +1,598 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-sockaddr"
+	"github.com/hashicorp/memberlist"
+	"github.com/rlnode/rlnode/actor"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Config configures a node. The zero value (plus nothing else) is the
+// embedded default: a single-node cluster on loopback with random ports.
+type Config struct {
+	// NodeID names the node; default: hostname plus a random suffix.
+	NodeID string
+	// Bind is the gossip address, HOST:PORT (port 0 picks a free one).
+	// Default 127.0.0.1:0.
+	Bind string
+	// Advertise is the host other nodes reach this one at, when Bind's
+	// host is 0.0.0.0.
+	Advertise string
+	// ActorBind is the actor transport address; default: Bind's host, a
+	// free port.
+	ActorBind string
+	// Join lists gossip addresses of existing members; empty starts a new
+	// cluster.
+	Join []string
+	// Key encrypts gossip (16, 24 or 32 bytes). Nil leaves gossip in the
+	// clear, which only the embedded single-process default should do.
+	Key []byte
+	// CPUs the node offers (default runtime.NumCPU()), GPUs it offers (-1
+	// detects NVIDIA GPUs), Resources any custom ones, Labels its labels.
+	CPUs      float64
+	GPUs      int
+	Resources Resources
+	Labels    map[string]string
+	// TLS secures the actor transport and bulk path.
+	TLS *actor.TLSFiles
+	// Detection tunes failure detection; zero means FastDetection.
+	Detection Detection
+	// JoinTimeout bounds Join (default 10s).
+	JoinTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Detection holds memberlist's failure-detection knobs.
+type Detection struct {
+	ProbeInterval  time.Duration
+	ProbeTimeout   time.Duration
+	SuspicionMult  int
+	GossipInterval time.Duration
+	PushPull       time.Duration
+}
+
+// FastDetection notices a killed node in about a second on a LAN or
+// loopback (measured: see README), at the cost of more probe traffic than
+// memberlist's DefaultLANConfig (about 5 s).
+var FastDetection = Detection{
+	ProbeInterval:  300 * time.Millisecond,
+	ProbeTimeout:   200 * time.Millisecond,
+	SuspicionMult:  2,
+	GossipInterval: 100 * time.Millisecond,
+	PushPull:       5 * time.Second,
+}
+
+// Node is one member of a cluster: its actor system, its memberlist and its
+// copy of the directory. Programs use it Ray-style: Spawn, Lookup, Call,
+// Watch, placement groups.
+type Node struct {
+	cfg     Config
+	id      string
+	log     *slog.Logger
+	sys     *actor.System
+	ml      *memberlist.Memberlist
+	dir     *Directory
+	queue   *memberlist.TransmitLimitedQueue
+	started time.Time
+
+	ledger ledger
+
+	mmu     sync.RWMutex
+	members map[string]memberInfo // alive members by node id
+
+	wmu      sync.Mutex
+	watchers map[string][]chan ActorRecord
+	changed  chan struct{} // closed and replaced on every actor change
+
+	recMu   sync.Mutex           // one reconcile pass at a time
+	missing map[string]time.Time // node id -> first seen missing (reconcile)
+	left    sync.Map             // node id -> time its Leave event arrived
+
+	events  chan memberlist.NodeEvent
+	stopped chan struct{}
+	stopMu  sync.Mutex
+	isDone  bool
+	leaving bool
+}
+
+type memberInfo struct {
+	id, gossip, actor string
+}
+
+// nodeMeta is memberlist's per-node metadata (at most 512 bytes).
+type nodeMeta struct {
+	ID    string `msgpack:"i"`
+	Actor string `msgpack:"a"`
+}
+
+// Start starts a node: it joins cfg.Join if given, or begins a new cluster.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Bind == "" {
+		cfg.Bind = "127.0.0.1:0"
+	}
+	if cfg.Detection == (Detection{}) {
+		cfg.Detection = FastDetection
+	}
+	if cfg.JoinTimeout <= 0 {
+		cfg.JoinTimeout = 10 * time.Second
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = defaultNodeID()
+	}
+	if len(cfg.Key) != 0 && len(cfg.Key) != 16 && len(cfg.Key) != 24 && len(cfg.Key) != 32 {
+		return nil, fmt.Errorf("gossip key is %d bytes; want 16, 24 or 32", len(cfg.Key))
+	}
+	host, portStr, err := net.SplitHostPort(cfg.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("bind address %q: %w", cfg.Bind, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return nil, fmt.Errorf("bind address %q: bad port", cfg.Bind)
+	}
+	if (host == "0.0.0.0" || host == "" || host == "::") && cfg.Advertise == "" {
+		ip, err := sockaddr.GetPrivateIP()
+		if err != nil || ip == "" {
+			return nil, fmt.Errorf("bind %s: no private IP to advertise found; pass an advertise address", cfg.Bind)
+		}
+		cfg.Advertise = ip
+	}
+	total := Resources{CPU: cfg.CPUs}
+	if cfg.CPUs <= 0 {
+		total[CPU] = float64(runtime.NumCPU())
+	}
+	var gpus []GPUInfo
+	switch {
+	case cfg.GPUs < 0:
+		if gpus, err = DetectGPUs(ctx); err != nil {
+			return nil, err
+		}
+		total[GPU] = float64(len(gpus))
+	default:
+		total[GPU] = float64(cfg.GPUs)
+		for i := 0; i < cfg.GPUs; i++ {
+			gpus = append(gpus, GPUInfo{Index: i, Name: "declared"})
+		}
+	}
+	for k, v := range cfg.Resources {
+		total[k] = v
+	}
+
+	n := &Node{
+		cfg:      cfg,
+		id:       cfg.NodeID,
+		log:      cfg.Logger.With("node", cfg.NodeID),
+		dir:      newDirectory(),
+		members:  map[string]memberInfo{},
+		watchers: map[string][]chan ActorRecord{},
+		changed:  make(chan struct{}),
+		missing:  map[string]time.Time{},
+		events:   make(chan memberlist.NodeEvent, 256),
+		stopped:  make(chan struct{}),
+		started:  time.Now(),
+	}
+	n.ledger.init(total)
+	n.dir.onActor = n.onActorChange
+
+	actorHost, actorPort := host, 0
+	if cfg.ActorBind != "" {
+		h, p, err := net.SplitHostPort(cfg.ActorBind)
+		if err != nil {
+			return nil, fmt.Errorf("actor bind address %q: %w", cfg.ActorBind, err)
+		}
+		actorHost = h
+		if actorPort, err = strconv.Atoi(p); err != nil {
+			return nil, fmt.Errorf("actor bind address %q: bad port", cfg.ActorBind)
+		}
+	}
+	n.sys, err = actor.Start(actor.Config{
+		Host: actorHost, Port: actorPort, AdvertiseHost: cfg.Advertise, TLS: cfg.TLS, Logger: n.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.sys.SetPeerFilter(n.isMemberAddress)
+	n.sys.SetObserver(n.onLocalEvent)
+	if _, err := n.sys.SpawnLocal(actor.LocalSpawn{Name: nodeActorName, Kind: nodeActorKind, Factory: n.nodeActorFactory, MaxRestarts: -1}); err != nil {
+		n.sys.Stop()
+		return nil, err
+	}
+
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.NodeID
+	mc.BindAddr, mc.BindPort = host, port
+	if cfg.Advertise != "" {
+		mc.AdvertiseAddr = cfg.Advertise
+	}
+	mc.SecretKey = cfg.Key
+	mc.ProbeInterval = cfg.Detection.ProbeInterval
+	mc.ProbeTimeout = cfg.Detection.ProbeTimeout
+	mc.SuspicionMult = cfg.Detection.SuspicionMult
+	mc.GossipInterval = cfg.Detection.GossipInterval
+	mc.PushPullInterval = cfg.Detection.PushPull
+	mc.TCPTimeout = cfg.JoinTimeout
+	mc.Delegate = &gossipDelegate{n: n}
+	mc.Events = &memberlist.ChannelEventDelegate{Ch: n.events}
+	mc.Logger = log.New(&slogWriter{l: n.log}, "", 0)
+	n.ml, err = memberlist.Create(mc)
+	if err != nil {
+		n.sys.Stop()
+		return nil, fmt.Errorf("gossip: listen on %s: %w", cfg.Bind, err)
+	}
+	n.queue = &memberlist.TransmitLimitedQueue{NumNodes: n.ml.NumMembers, RetransmitMult: 3}
+	n.publishNode()
+	go n.eventLoop()
+	go n.reconcileLoop()
+
+	if len(cfg.Join) > 0 {
+		if err := n.join(ctx, cfg.Join); err != nil {
+			n.shutdown()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+func (n *Node) join(ctx context.Context, addrs []string) error {
+	type res struct {
+		k   int
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		k, err := n.ml.Join(addrs)
+		ch <- res{k, err}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.JoinTimeout+2*time.Second)
+	defer cancel()
+	select {
+	case r := <-ch:
+		if r.err != nil && r.k == 0 {
+			return fmt.Errorf("join %v: no member answered (wrong address, or a gossip key that does not match the cluster's): %w", addrs, r.err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("join %v: no member answered within %s", addrs, n.cfg.JoinTimeout)
+	}
+}
+
+func defaultNodeID() string {
+	h, _ := os.Hostname()
+	if h == "" {
+		h = "node"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return h + "-" + hex.EncodeToString(b[:])
+}
+
+// ID is this node's id.
+func (n *Node) ID() string { return n.id }
+
+// GossipAddress is the address other nodes join.
+func (n *Node) GossipAddress() string {
+	ln := n.ml.LocalNode()
+	return net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
+}
+
+// ActorAddress is the actor transport's address.
+func (n *Node) ActorAddress() string { return n.sys.Address() }
+
+// System is the node's actor system (for Call/Tell on raw refs and Bulk).
+func (n *Node) System() *actor.System { return n.sys }
+
+// Directory is the node's copy of the cluster directory.
+func (n *Node) Directory() *Directory { return n.dir }
+
+// Done is closed when the node has stopped.
+func (n *Node) Done() <-chan struct{} { return n.stopped }
+
+// Stop leaves the cluster gracefully: local actors stop first (their
+// records say so), then the node leaves the gossip and shuts down.
+func (n *Node) Stop() {
+	n.stopMu.Lock()
+	if n.isDone || n.leaving {
+		n.stopMu.Unlock()
+		<-n.stopped
+		return
+	}
+	n.leaving = true
+	n.stopMu.Unlock()
+
+	n.publishNodeLeaving()
+	for _, ref := range n.sys.Local() {
+		if ref.Name != nodeActorName {
+			_ = n.sys.StopLocal(ref.Name, "node stopped")
+		}
+	}
+	// Let the death records go out before the node vanishes.
+	n.flushBroadcasts(time.Second)
+	_ = n.ml.Leave(2 * time.Second)
+	n.shutdown()
+}
+
+func (n *Node) flushBroadcasts(max time.Duration) {
+	deadline := time.Now().Add(max)
+	for n.queue.NumQueued() > 0 && time.Now().Before(deadline) && n.ml.NumMembers() > 1 {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (n *Node) shutdown() {
+	n.stopMu.Lock()
+	if n.isDone {
+		n.stopMu.Unlock()
+		return
+	}
+	n.isDone = true
+	n.stopMu.Unlock()
+	_ = n.ml.Shutdown()
+	n.sys.Stop()
+	close(n.stopped)
+}
+
+// isMemberAddress is the actor system's peer filter: only alive members'
+// actor addresses may send.
+func (n *Node) isMemberAddress(addr string) bool {
+	n.mmu.RLock()
+	defer n.mmu.RUnlock()
+	for _, m := range n.members {
+		if m.actor == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// aliveIDs returns the ids of alive members, sorted.
+func (n *Node) aliveIDs() []string {
+	n.mmu.RLock()
+	defer n.mmu.RUnlock()
+	out := make([]string, 0, len(n.members))
+	for id := range n.members {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (n *Node) isAlive(id string) bool {
+	n.mmu.RLock()
+	defer n.mmu.RUnlock()
+	_, ok := n.members[id]
+	return ok
+}
+
+// eventLoop applies membership events outside memberlist's callbacks.
+func (n *Node) eventLoop() {
+	for {
+		select {
+		case <-n.stopped:
+			return
+		case ev := <-n.events:
+			var meta nodeMeta
+			if err := msgpack.Unmarshal(ev.Node.Meta, &meta); err != nil || meta.ID == "" {
+				n.log.Warn("ignoring member with unreadable metadata", "member", ev.Node.Name, "err", err)
+				continue
+			}
+			info := memberInfo{id: meta.ID, gossip: ev.Node.Address(), actor: meta.Actor}
+			switch ev.Event {
+			case memberlist.NodeJoin, memberlist.NodeUpdate:
+				n.mmu.Lock()
+				n.members[meta.ID] = info
+				n.mmu.Unlock()
+				n.left.Delete(meta.ID)
+				if ev.Event == memberlist.NodeJoin && meta.ID != n.id {
+					n.log.Info("node joined", "member", meta.ID, "gossip", info.gossip)
+				}
+			case memberlist.NodeLeave:
+				n.mmu.Lock()
+				delete(n.members, meta.ID)
+				n.mmu.Unlock()
+				n.left.Store(meta.ID, time.Now())
+				if meta.ID == n.id {
+					continue
+				}
+				n.log.Warn("node left or lost", "member", meta.ID, "gossip", info.gossip)
+				n.sys.ForgetAddress(meta.Actor, fmt.Errorf("node %s (%s): %w", meta.ID, meta.Actor, actor.ErrNodeLost))
+				n.reconcile()
+			}
+		}
+	}
+}
+
+func (n *Node) reconcileLoop() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stopped:
+			return
+		case <-t.C:
+			n.reconcile()
+		}
+	}
+}
+
+// leader is the alive node with the lowest id: it alone restarts actors of
+// lost nodes, so a loss is handled once.
+func (n *Node) isLeader() bool {
+	ids := n.aliveIDs()
+	return len(ids) > 0 && ids[0] == n.id
+}
+
+// broadcast sends changed records to the other members.
+func (n *Node) broadcast(u *update) {
+	if u.empty() {
+		return
+	}
+	b, err := encodeUpdate(u)
+	if err != nil {
+		n.log.Error("encode directory update", "err", err)
+		return
+	}
+	msg := append([]byte{gossipUpdate}, b...)
+	if len(msg) <= 1200 {
+		n.queue.QueueBroadcast(&broadcast{msg: msg})
+		return
+	}
+	// Too big for a gossip packet: send it over memberlist's TCP path.
+	for _, m := range n.ml.Members() {
+		if m.Name != n.ml.LocalNode().Name {
+			if err := n.ml.SendReliable(m, msg); err != nil {
+				n.log.Warn("send directory update", "member", m.Name, "err", err)
+			}
+		}
+	}
+}
+
+// write stores records this node authored and gossips them.
+func (n *Node) write(u *update) {
+	n.broadcast(n.dir.merge(u))
+}
+
+// publishNode writes this node's record (resources, labels).
+func (n *Node) publishNode() {
+	rec := n.nodeRecord()
+	n.write(&update{Nodes: []NodeRecord{rec}})
+}
+
+func (n *Node) publishNodeLeaving() {
+	rec := n.nodeRecord()
+	rec.Leaving = true
+	n.write(&update{Nodes: []NodeRecord{rec}})
+}
+
+func (n *Node) nodeRecord() NodeRecord {
+	total, used := n.ledger.snapshot()
+	old, _ := n.dir.Node(n.id)
+	rec := NodeRecord{
+		ID: n.id, Actor: n.sys.Address(), Labels: n.cfg.Labels, Total: total, Used: used,
+		StartedMs: n.started.UnixMilli(), Version: old.Version + 1,
+	}
+	if n.ml != nil {
+		rec.Gossip = n.GossipAddress()
+	}
+	if n.cfg.GPUs < 0 || n.cfg.GPUs > 0 {
+		rec.GPUs = n.gpus()
+	}
+	return rec
+}
+
+func (n *Node) gpus() []GPUInfo {
+	old, ok := n.dir.Node(n.id)
+	if ok && len(old.GPUs) > 0 {
+		return old.GPUs
+	}
+	if n.cfg.GPUs < 0 {
+		g, _ := DetectGPUs(context.Background())
+		return g
+	}
+	out := make([]GPUInfo, n.cfg.GPUs)
+	for i := range out {
+		out[i] = GPUInfo{Index: i, Name: "declared"}
+	}
+	return out
+}
+
+// Views returns placement's view of the alive nodes.
+func (n *Node) Views() []NodeView {
+	var out []NodeView
+	for _, id := range n.aliveIDs() {
+		rec, ok := n.dir.Node(id)
+		if !ok || rec.Leaving {
+			continue
+		}
+		out = append(out, NodeView{ID: id, Labels: rec.Labels, Total: rec.Total, Free: rec.Total.Sub(rec.Used)})
+	}
+	return out
+}
+
+// gossip wire tags.
+const gossipUpdate byte = 1
+
+type gossipDelegate struct{ n *Node }
+
+func (g *gossipDelegate) NodeMeta(limit int) []byte {
+	b, _ := msgpack.Marshal(nodeMeta{ID: g.n.id, Actor: g.n.sys.Address()})
+	if len(b) > limit {
+		return nil
+	}
+	return b
+}
+
+func (g *gossipDelegate) NotifyMsg(b []byte) {
+	if len(b) < 2 || b[0] != gossipUpdate {
+		g.n.log.Warn("dropping unknown gossip message", "len", len(b))
+		return
+	}
+	u, err := decodeUpdate(b[1:])
+	if err != nil {
+		g.n.log.Warn("dropping malformed gossip update", "err", err)
+		return
+	}
+	g.n.dir.merge(u)
+}
+
+func (g *gossipDelegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return g.n.queue.GetBroadcasts(overhead, limit)
+}
+
+func (g *gossipDelegate) LocalState(join bool) []byte {
+	b, err := encodeUpdate(g.n.dir.snapshot())
+	if err != nil {
+		g.n.log.Error("encode directory state", "err", err)
+		return nil
+	}
+	return b
+}
+
+func (g *gossipDelegate) MergeRemoteState(buf []byte, join bool) {
+	u, err := decodeUpdate(buf)
+	if err != nil {
+		g.n.log.Warn("dropping malformed directory state", "err", err)
+		return
+	}
+	g.n.dir.merge(u)
+}
+
+type broadcast struct{ msg []byte }
+
+func (b *broadcast) Invalidates(memberlist.Broadcast) bool { return false }
+func (b *broadcast) Message() []byte                       { return b.msg }
+func (b *broadcast) Finished()                             {}
+
+// slogWriter routes memberlist's log lines to slog at debug level, except
+// errors and warnings.
+type slogWriter struct{ l *slog.Logger }
+
+func (w *slogWriter) Write(p []byte) (int, error) {
+	s := string(p)
+	switch {
+	case len(s) > 7 && s[:7] == "[ERR] m":
+		w.l.Warn(s)
+	default:
+		w.l.Debug(s)
+	}
+	return len(p), nil
+}
+
+var _ io.Writer = (*slogWriter)(nil)

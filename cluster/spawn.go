@@ -1,0 +1,448 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+)
+
+// SpawnOptions says where and how to run an actor.
+type SpawnOptions struct {
+	// Name is unique in the cluster; default: kind plus a random suffix.
+	Name string
+	// Args is passed to the kind's factory (a registered message type).
+	Args any
+	// Resources the actor holds while alive (none by default).
+	Resources Resources
+	// Labels a hosting node must carry.
+	Labels map[string]string
+	// Node pins the actor to a node id.
+	Node string
+	// MaxRestarts bounds restarts after panics and node loss; -1 means
+	// without limit, 0 (the default) never restarts.
+	MaxRestarts int
+	// Group and Bundle place the actor into a reserved placement-group slot.
+	Group  *PlacementGroup
+	Bundle int
+}
+
+// Handle is a Ray-style handle to a named actor. It follows the actor
+// across restarts: each call goes to the node the directory says hosts it.
+type Handle struct {
+	n    *Node
+	name string
+}
+
+// Name is the actor's name.
+func (h *Handle) Name() string { return h.name }
+
+// Call sends msg and waits for the reply (see actor.System.Call). While the
+// actor is restarting the call waits for it, within ctx.
+func (h *Handle) Call(ctx context.Context, msg any) (any, error) {
+	ref, err := h.n.resolve(ctx, h.name)
+	if err != nil {
+		return nil, err
+	}
+	return h.n.sys.Call(ctx, ref, msg)
+}
+
+// Tell sends msg without waiting for a reply.
+func (h *Handle) Tell(msg any) error {
+	rec, ok := h.n.dir.Actor(h.name)
+	if !ok || rec.State != Alive {
+		return fmt.Errorf("tell %s: %w", h.name, actor.ErrActorNotFound)
+	}
+	return h.n.sys.Tell(rec.Ref, msg)
+}
+
+// Record is the directory's current record of the actor.
+func (h *Handle) Record() (ActorRecord, bool) { return h.n.dir.Actor(h.name) }
+
+// Stop stops the actor for good (it is not restarted).
+func (h *Handle) Stop(ctx context.Context) error { return h.n.StopActor(ctx, h.name) }
+
+// Call is Handle.Call with the reply's type asserted.
+func Call[R any](ctx context.Context, h *Handle, msg any) (R, error) {
+	var zero R
+	v, err := h.Call(ctx, msg)
+	if err != nil {
+		return zero, err
+	}
+	r, ok := v.(R)
+	if !ok {
+		return zero, fmt.Errorf("call %s: reply is %T, want %T", h.name, v, zero)
+	}
+	return r, nil
+}
+
+// Spawn starts an actor of kind somewhere in the cluster: on the pinned
+// node, in its placement-group bundle, or on the least-loaded node that has
+// the resources and labels. A request no node can satisfy fails at once
+// with what the cluster offers.
+func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Handle, error) {
+	name := opts.Name
+	if name == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		name = kind + "-" + hex.EncodeToString(b[:])
+	}
+	if strings.HasPrefix(name, "$") {
+		return nil, fmt.Errorf("spawn %s: names starting with $ are reserved", name)
+	}
+	if rec, ok := n.dir.Actor(name); ok && rec.State != Dead {
+		return nil, fmt.Errorf("spawn %s: %w (on node %s, %s)", name, actor.ErrNameTaken, rec.Node, rec.State)
+	}
+	argsType, args, err := actor.EncodeMessage(opts.Args)
+	if err != nil {
+		return nil, fmt.Errorf("spawn %s: args: %w", name, err)
+	}
+	req := spawnRequest{
+		Name: name, Kind: kind, ArgsType: argsType, Args: args, Resources: opts.Resources,
+		Labels: opts.Labels, PinNode: opts.Node, MaxRestarts: opts.MaxRestarts,
+	}
+	if opts.Group != nil {
+		if opts.Bundle < 0 || opts.Bundle >= len(opts.Group.Nodes) {
+			return nil, fmt.Errorf("spawn %s: bundle %d out of range: group %s has %d bundles", name, opts.Bundle, opts.Group.ID, len(opts.Group.Nodes))
+		}
+		req.Group, req.Bundle = opts.Group.ID, opts.Bundle
+	}
+	if _, err := n.spawnSomewhere(ctx, req, nil); err != nil {
+		return nil, err
+	}
+	return &Handle{n: n, name: name}, nil
+}
+
+// spawnSomewhere places req and asks the chosen node to host it, trying
+// other nodes when one turns out to lack free resources (a stale view).
+func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map[string]bool) (actor.Ref, error) {
+	if exclude == nil {
+		exclude = map[string]bool{}
+	}
+	var lastErr error
+	for attempt := 0; attempt < 4; attempt++ {
+		target, err := n.placeSpawn(req, exclude)
+		if err != nil {
+			if lastErr != nil {
+				return actor.Ref{}, fmt.Errorf("spawn %s: %v (after: %v)", req.Name, err, lastErr)
+			}
+			return actor.Ref{}, fmt.Errorf("spawn %s: %w", req.Name, err)
+		}
+		nref, err := n.nodeRef(target)
+		if err != nil {
+			exclude[target] = true
+			lastErr = err
+			continue
+		}
+		rep, err := actor.CallAs[spawnReply](ctx, n.sys, nref, req)
+		if err != nil {
+			return actor.Ref{}, fmt.Errorf("spawn %s on node %s: %w", req.Name, target, err)
+		}
+		if rep.Err == "" {
+			return rep.Ref, nil
+		}
+		if !rep.Retry || req.Group != "" || req.PinNode != "" {
+			return actor.Ref{}, fmt.Errorf("spawn %s: %s", req.Name, rep.Err)
+		}
+		exclude[target] = true
+		lastErr = errors.New(rep.Err)
+	}
+	return actor.Ref{}, fmt.Errorf("spawn %s: %w", req.Name, lastErr)
+}
+
+func (n *Node) placeSpawn(req spawnRequest, exclude map[string]bool) (string, error) {
+	if req.Group != "" {
+		g, ok := n.dir.Group(req.Group)
+		if !ok || g.Removed {
+			return "", fmt.Errorf("placement group %s does not exist", req.Group)
+		}
+		return g.Nodes[req.Bundle], nil
+	}
+	var views []NodeView
+	for _, v := range n.Views() {
+		if !exclude[v.ID] {
+			views = append(views, v)
+		}
+	}
+	return PlaceOne(views, Request{Resources: req.Resources, Labels: req.Labels, Node: req.PinNode})
+}
+
+// resolve returns the current ref of a named actor, waiting while it
+// restarts.
+func (n *Node) resolve(ctx context.Context, name string) (actor.Ref, error) {
+	for {
+		n.wmu.Lock()
+		changed := n.changed
+		n.wmu.Unlock()
+		rec, ok := n.dir.Actor(name)
+		switch {
+		case !ok:
+			return actor.Ref{}, fmt.Errorf("actor %s: %w", name, actor.ErrActorNotFound)
+		case rec.State == Alive:
+			return rec.Ref, nil
+		case rec.State == Dead:
+			return actor.Ref{}, fmt.Errorf("actor %s died (%s): %w", name, rec.Cause, actor.ErrActorDied)
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return actor.Ref{}, fmt.Errorf("actor %s is restarting: %w", name, ctx.Err())
+		case <-n.stopped:
+			return actor.Ref{}, actor.ErrSystemStopped
+		}
+	}
+}
+
+// Lookup finds a named actor anywhere in the cluster: from the directory,
+// or, when gossip has not brought its record yet, by asking every node.
+func (n *Node) Lookup(ctx context.Context, name string) (*Handle, error) {
+	if _, ok := n.dir.Actor(name); ok {
+		return &Handle{n: n, name: name}, nil
+	}
+	var (
+		wg    sync.WaitGroup
+		found atomic.Pointer[ActorRecord]
+	)
+	for _, id := range n.aliveIDs() {
+		ref, err := n.nodeRef(id)
+		if err != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep, err := actor.CallAs[lookupReply](ctx, n.sys, ref, lookupRequest{Name: name})
+			if err == nil && rep.Found {
+				found.Store(&rep.Record)
+			}
+		}()
+	}
+	wg.Wait()
+	if rec := found.Load(); rec != nil {
+		n.dir.merge(&update{Actors: []ActorRecord{*rec}})
+		return &Handle{n: n, name: name}, nil
+	}
+	return nil, fmt.Errorf("lookup %s: %w", name, actor.ErrActorNotFound)
+}
+
+// StopActor stops a named actor wherever it runs; it is not restarted.
+func (n *Node) StopActor(ctx context.Context, name string) error {
+	rec, ok := n.dir.Actor(name)
+	if !ok || rec.State == Dead {
+		return fmt.Errorf("stop %s: %w", name, actor.ErrActorNotFound)
+	}
+	nref, err := n.nodeRef(rec.Node)
+	if err != nil {
+		return fmt.Errorf("stop %s: %w", name, err)
+	}
+	rep, err := actor.CallAs[okReply](ctx, n.sys, nref, stopRequest{Name: name, Cause: "stopped"})
+	if err != nil {
+		return fmt.Errorf("stop %s on node %s: %w", name, rec.Node, err)
+	}
+	if rep.Err != "" {
+		return fmt.Errorf("stop %s: %s", name, rep.Err)
+	}
+	return nil
+}
+
+// Notice tells a watcher that an actor died or was restarted.
+type Notice struct {
+	Name     string
+	State    ActorState // RESTARTING, ALIVE (restarted in place) or DEAD
+	Cause    string     // "stopped", "panic: ...", "node lost", ...
+	Node     string     // the node it died on
+	Restarts int
+}
+
+// Watch reports deaths and restarts of the named actor until it is DEAD
+// (the last notice) or ctx ends; the channel is closed then.
+func (n *Node) Watch(ctx context.Context, name string) <-chan Notice {
+	out := make(chan Notice, 16)
+	in := make(chan ActorRecord, 64)
+	n.wmu.Lock()
+	n.watchers[name] = append(n.watchers[name], in)
+	n.wmu.Unlock()
+	go func() {
+		defer close(out)
+		defer n.unwatch(name, in)
+		if rec, ok := n.dir.Actor(name); ok && rec.State == Dead {
+			out <- Notice{Name: name, State: Dead, Cause: rec.Cause, Node: rec.Node, Restarts: rec.Restarts}
+			return
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-n.stopped:
+				return
+			case rec := <-in:
+				select {
+				case out <- Notice{Name: name, State: rec.State, Cause: rec.Cause, Node: rec.Node, Restarts: rec.Restarts}:
+				case <-ctx.Done():
+					return
+				}
+				if rec.State == Dead {
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
+
+func (n *Node) unwatch(name string, ch chan ActorRecord) {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	ws := n.watchers[name]
+	for i, w := range ws {
+		if w == ch {
+			n.watchers[name] = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(n.watchers[name]) == 0 {
+		delete(n.watchers, name)
+	}
+}
+
+// onActorChange runs for every actor record that changed in the directory.
+func (n *Node) onActorChange(old, cur ActorRecord) {
+	died := cur.State == Dead && old.State != Dead
+	restarted := cur.State == Restarting && old.State != Restarting ||
+		cur.State == Alive && old.Version != 0 && cur.Restarts > old.Restarts && old.State == Alive
+	if (died || cur.State == Restarting) && old.Version != 0 && old.Ref.Address != "" {
+		n.sys.FailActor(old.Ref, fmt.Errorf("%s: %s: %w", cur.Name, cur.Cause, actor.ErrActorDied))
+	}
+	// Fencing: another node declared this node's actor lost and is
+	// replacing it; the local copy must not live on beside the new one.
+	if cur.Writer != n.id && old.Node == n.id && (cur.Node != n.id || cur.State != Alive) {
+		for _, ref := range n.sys.Local() {
+			if ref.Name == cur.Name {
+				go func() { _ = n.sys.StopLocal(ref.Name, "fenced: node "+cur.Writer+" declared this node lost") }()
+			}
+		}
+	}
+	n.wmu.Lock()
+	if died || restarted {
+		for _, w := range n.watchers[cur.Name] {
+			select {
+			case w <- cur:
+			default:
+				n.log.Warn("watcher too slow; notice dropped", "actor", cur.Name)
+			}
+		}
+	}
+	close(n.changed)
+	n.changed = make(chan struct{})
+	n.wmu.Unlock()
+}
+
+// reconcile is the leader's pass over actors whose node is gone: restart
+// them elsewhere while they have restarts left, or mark them DEAD.
+func (n *Node) reconcile() {
+	if !n.isLeader() {
+		return
+	}
+	n.recMu.Lock()
+	defer n.recMu.Unlock()
+	now := time.Now()
+	for _, rec := range n.dir.Actors() {
+		if rec.State == Dead {
+			continue
+		}
+		if rec.Node != "" && n.isAlive(rec.Node) {
+			if nr, ok := n.dir.Node(rec.Node); !ok || !nr.Leaving {
+				delete(n.missing, rec.Node)
+				continue
+			}
+			if rec.State != Restarting {
+				continue // the leaving node is still stopping it
+			}
+		}
+		if rec.Node != "" && !n.isAlive(rec.Node) {
+			first, seen := n.missing[rec.Node]
+			if !seen {
+				n.missing[rec.Node] = now
+				first = now
+			}
+			// A node we never saw leave may simply not have been seen join
+			// yet (gossip lag): give it a grace period.
+			if !n.sawLeave(rec.Node) && now.Sub(first) < missingGrace {
+				continue
+			}
+		}
+		n.restartOrBury(rec)
+	}
+}
+
+const missingGrace = 3 * time.Second
+
+func (n *Node) restartOrBury(rec ActorRecord) {
+	cause := rec.Cause
+	if rec.State != Restarting || cause == "" {
+		cause = "node lost"
+		if nr, ok := n.dir.Node(rec.Node); ok && nr.Leaving {
+			cause = "node stopped"
+		}
+	}
+	bump := func(r ActorRecord) ActorRecord {
+		r.Version++
+		r.Writer = n.id
+		r.UpdatedMs = time.Now().UnixMilli()
+		return r
+	}
+	if rec.State != Restarting {
+		if !restartsLeft(rec) {
+			rec = bump(rec)
+			rec.State, rec.Cause = Dead, cause
+			n.write(&update{Actors: []ActorRecord{rec}})
+			return
+		}
+		rec = bump(rec)
+		rec.State, rec.Cause, rec.Restarts = Restarting, cause, rec.Restarts+1
+		n.write(&update{Actors: []ActorRecord{rec}})
+	}
+	lostNode := rec.Node
+	rec = bump(rec)
+	rec.Node = ""
+	n.write(&update{Actors: []ActorRecord{rec}})
+	req := spawnRequest{
+		Name: rec.Name, Kind: rec.Kind, ArgsType: rec.ArgsType, Args: rec.Args, Resources: rec.Resources,
+		Labels: rec.Labels, PinNode: rec.PinNode, MaxRestarts: rec.MaxRestarts, Restarts: rec.Restarts,
+	}
+	if req.PinNode == lostNode {
+		req.PinNode = "" // the pinned node is gone; any fitting node will do
+	}
+	if rec.Group != "" {
+		node, err := n.replaceBundle(rec.Group, rec.Bundle, lostNode)
+		if err != nil {
+			rec = bump(rec)
+			rec.State, rec.Cause = Dead, cause+"; placement group bundle could not be re-placed: "+err.Error()
+			n.write(&update{Actors: []ActorRecord{rec}})
+			return
+		}
+		req.Group, req.Bundle, req.PinNode = rec.Group, rec.Bundle, node
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := n.spawnSomewhere(ctx, req, map[string]bool{lostNode: true}); err != nil {
+		cur, _ := n.dir.Actor(rec.Name)
+		cur = bump(cur)
+		cur.State, cur.Cause = Dead, cause+"; restart failed: "+err.Error()
+		n.write(&update{Actors: []ActorRecord{cur}})
+		return
+	}
+	n.log.Info("actor restarted after node loss", "actor", rec.Name, "lost_node", lostNode, "restarts", rec.Restarts)
+}
+
+func (n *Node) sawLeave(id string) bool {
+	_, ok := n.left.Load(id)
+	return ok
+}
