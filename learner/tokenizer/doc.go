@@ -10,5 +10,12 @@
 // Go's regexp has no lookahead, so the Qwen2/Llama-3/GPT-2 split patterns are
 // recognised by their exact text and run as hand-written scanners
 // (pretokenize.go); any other pattern is refused with ErrUnsupported rather
-// than approximated.
+// than approximated. The standard library has no Unicode normalization, so
+// Qwen2's NFC normalizer is implemented here from Unicode 15.0 tables
+// (normalize.go, gen_nfc.go) and checked against Unicode's conformance test.
+//
+// Tests compare with Hugging Face's own JavaScript tokenizers and Jinja
+// renderer and with a backtracking regex engine; the scripts that write those
+// golden files are in testdata/ (no Hugging Face Python package is in
+// Debian).
 package tokenizer
