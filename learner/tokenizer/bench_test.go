@@ -88,3 +88,66 @@ func BenchmarkTrainBuiltin(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLoadQwenSized loads a synthetic tokenizer.json of Qwen2.5's size
+// (151,643 vocabulary tokens, 151,387 merges, 22 added tokens).
+func BenchmarkLoadQwenSized(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "tokenizer.json")
+	if err := qwenSized(b).Save(path); err != nil {
+		b.Fatal(err)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(info.Size())
+	for b.Loop() {
+		if _, err := Load(path); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// qwenSized builds a tokenizer with Qwen2.5's counts: merges join
+// pseudo-random pairs of earlier tokens, skipping spellings already taken.
+func qwenSized(b *testing.B) *Tokenizer {
+	b.Helper()
+	const vocab = 151643
+	t := &Tokenizer{
+		split: splitQwen2, rawPreTokenizer: qwen2PreTokenizer,
+		rawPostProcessor: byteLevelSection, rawDecoder: byteLevelSection,
+		vocab:  make(map[string]int32, vocab),
+		merges: make(map[uint64]merge, vocab),
+		tokens: make([]string, vocab+len(qwenAddedTokens)),
+	}
+	t.tokenRaw = make([][]byte, len(t.tokens))
+	for i := 0; i < 256; i++ {
+		tok := string(byteToRune[i])
+		t.vocab[tok] = int32(i)
+		t.setToken(i, tok, true)
+		t.byteIDs[i] = int32(i)
+	}
+	seed := uint64(7)
+	next := func(n int) int {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		return int(seed>>33) % n
+	}
+	for n := 256; n < vocab; {
+		a, c := t.tokens[next(n)], t.tokens[next(n)]
+		if _, taken := t.vocab[a+c]; taken || len(a+c) > 24 {
+			continue
+		}
+		t.vocab[a+c] = int32(n)
+		t.setToken(n, a+c, true)
+		if err := t.addMerge(a, c); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	for i, a := range qwenAddedTokens {
+		t.setToken(vocab+i, a.content, true)
+		t.added = append(t.added, AddedToken{ID: vocab + i, Content: a.content, Special: a.special})
+	}
+	t.indexAdded()
+	return t
+}
