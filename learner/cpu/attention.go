@@ -51,7 +51,7 @@ func (b *Backend) Attention(out, lse, q, k, v backend.Tensor, starts []int32, ba
 							row[j] = 0
 							continue
 						}
-						e := float32(math.Exp(float64(row[j] - m)))
+						e := expf(row[j] - m)
 						row[j] = e
 						s += e
 					}
@@ -119,7 +119,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse backend.
 								row[j], drow[j] = 0, 0
 								continue
 							}
-							p := float32(math.Exp(float64(row[j] - l)))
+							p := expf(row[j] - l)
 							row[j] = p
 							drow[j] = p * (drow[j] - d)
 						}

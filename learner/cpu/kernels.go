@@ -131,7 +131,7 @@ func (b *Backend) rotate(X []float32, pos []int32, rows, heads, headDim int, the
 	})
 }
 
-func sigmoid(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
+func sigmoid(x float32) float32 { return 1 / (1 + expf(-x)) }
 
 func (b *Backend) SwiGLU(out, gate, up backend.Tensor, n int) {
 	O, G, U := f(out), f(gate), f(up)
@@ -173,7 +173,7 @@ func softmaxRow(o, x []float32) float32 {
 	}
 	var s float64
 	for j, v := range x {
-		e := float32(math.Exp(float64(v - m)))
+		e := expf(v - m)
 		o[j] = e
 		s += float64(e)
 	}
@@ -228,7 +228,7 @@ func (b *Backend) LogProbsBackward(dLogits, logits, lse, dLogp, dEntropy backend
 			}
 			for j, v := range z {
 				lp := v - l
-				p := float32(math.Exp(float64(lp)))
+				p := expf(lp)
 				dz[j] = -g*p - ge*p*(lp+h)
 			}
 			dz[targets[r]] += g
