@@ -30,12 +30,15 @@ type spawnRequest struct {
 	Restarts    int
 	Group       string
 	Bundle      int
+	// BaseVersion is the newest version of the actor's record the requester
+	// knows; the host writes above it even if gossip has not reached it.
+	BaseVersion uint64
 }
 
 type spawnReply struct {
-	Ref   actor.Ref
-	Err   string
-	Retry bool // the node lacked free resources: another node may fit
+	Record ActorRecord // what the host wrote to the directory
+	Err    string
+	Retry  bool // the node lacked free resources: another node may fit
 }
 
 type stopRequest struct {
@@ -74,11 +77,11 @@ func (a *nodeActor) Receive(_ *actor.Context, msg any) (any, error) {
 	n := a.n
 	switch m := msg.(type) {
 	case spawnRequest:
-		ref, retry, err := n.hostSpawn(m)
+		rec, retry, err := n.hostSpawn(m)
 		if err != nil {
 			return spawnReply{Err: err.Error(), Retry: retry}, nil
 		}
-		return spawnReply{Ref: ref}, nil
+		return spawnReply{Record: rec}, nil
 	case stopRequest:
 		if err := n.sys.StopLocal(m.Name, m.Cause); err != nil {
 			return okReply{Err: err.Error()}, nil
@@ -124,19 +127,20 @@ func (n *Node) nodeRef(id string) (actor.Ref, error) {
 }
 
 // hostSpawn starts an actor here after charging its resources.
-func (n *Node) hostSpawn(req spawnRequest) (ref actor.Ref, retry bool, err error) {
+func (n *Node) hostSpawn(req spawnRequest) (rec ActorRecord, retry bool, err error) {
 	n.stopMu.Lock()
 	leaving := n.leaving || n.isDone
 	n.stopMu.Unlock()
 	if leaving {
-		return actor.Ref{}, true, fmt.Errorf("node %s is stopping", n.id)
+		return rec, true, fmt.Errorf("node %s is stopping", n.id)
 	}
 	if !matchLabels(n.cfg.Labels, req.Labels) {
-		return actor.Ref{}, true, fmt.Errorf("node %s has labels %s, not %s", n.id, fmtLabels(n.cfg.Labels), fmtLabels(req.Labels))
+		return rec, true, fmt.Errorf("node %s has labels %s, not %s", n.id, fmtLabels(n.cfg.Labels), fmtLabels(req.Labels))
 	}
 	if err := n.ledger.acquire(req.Name, req.Resources, req.Group, req.Bundle); err != nil {
-		return actor.Ref{}, errors.Is(err, ErrInfeasible), fmt.Errorf("node %s: %w", n.id, err)
+		return rec, errors.Is(err, ErrInfeasible), fmt.Errorf("node %s: %w", n.id, err)
 	}
+	var ref actor.Ref
 	args, err := actor.DecodeMessage(req.ArgsType, req.Args)
 	if err == nil {
 		ref, err = n.sys.SpawnLocal(actor.LocalSpawn{
@@ -145,17 +149,18 @@ func (n *Node) hostSpawn(req spawnRequest) (ref actor.Ref, retry bool, err error
 	}
 	if err != nil {
 		n.ledger.release(req.Name)
-		return actor.Ref{}, false, fmt.Errorf("node %s: %w", n.id, err)
+		return rec, false, fmt.Errorf("node %s: %w", n.id, err)
 	}
 	old, _ := n.dir.Actor(req.Name)
-	n.write(&update{Actors: []ActorRecord{{
+	rec = ActorRecord{
 		Name: req.Name, Kind: req.Kind, Node: n.id, Ref: ref, State: Alive,
 		Restarts: req.Restarts, MaxRestarts: req.MaxRestarts, Resources: req.Resources, Labels: req.Labels,
 		PinNode: req.PinNode, Group: req.Group, Bundle: req.Bundle, ArgsType: req.ArgsType, Args: req.Args,
-		Version: old.Version + 1, Writer: n.id, UpdatedMs: time.Now().UnixMilli(),
-	}}})
+		Version: max(old.Version, req.BaseVersion) + 1, Writer: n.id, UpdatedMs: time.Now().UnixMilli(),
+	}
+	n.write(&update{Actors: []ActorRecord{rec}})
 	n.publishNode()
-	return ref, false, nil
+	return rec, false, nil
 }
 
 // onLocalEvent records restarts and deaths of actors hosted here.

@@ -97,8 +97,9 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	if strings.HasPrefix(name, "$") {
 		return nil, fmt.Errorf("spawn %s: names starting with $ are reserved", name)
 	}
-	if rec, ok := n.dir.Actor(name); ok && rec.State != Dead {
-		return nil, fmt.Errorf("spawn %s: %w (on node %s, %s)", name, actor.ErrNameTaken, rec.Node, rec.State)
+	prev, exists := n.dir.Actor(name)
+	if exists && prev.State != Dead {
+		return nil, fmt.Errorf("spawn %s: %w (on node %s, %s)", name, actor.ErrNameTaken, prev.Node, prev.State)
 	}
 	argsType, args, err := actor.EncodeMessage(opts.Args)
 	if err != nil {
@@ -106,7 +107,7 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	}
 	req := spawnRequest{
 		Name: name, Kind: kind, ArgsType: argsType, Args: args, Resources: opts.Resources,
-		Labels: opts.Labels, PinNode: opts.Node, MaxRestarts: opts.MaxRestarts,
+		Labels: opts.Labels, PinNode: opts.Node, MaxRestarts: opts.MaxRestarts, BaseVersion: prev.Version,
 	}
 	if opts.Group != nil {
 		if opts.Bundle < 0 || opts.Bundle >= len(opts.Group.Nodes) {
@@ -146,7 +147,10 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 			return actor.Ref{}, fmt.Errorf("spawn %s on node %s: %w", req.Name, target, err)
 		}
 		if rep.Err == "" {
-			return rep.Ref, nil
+			// The host gossips the record too; merging it here lets the
+			// spawner use the handle at once.
+			n.dir.merge(&update{Actors: []ActorRecord{rep.Record}})
+			return rep.Record.Ref, nil
 		}
 		if !rep.Retry || req.Group != "" || req.PinNode != "" {
 			return actor.Ref{}, fmt.Errorf("spawn %s: %s", req.Name, rep.Err)
@@ -416,8 +420,9 @@ func (n *Node) restartOrBury(rec ActorRecord) {
 	req := spawnRequest{
 		Name: rec.Name, Kind: rec.Kind, ArgsType: rec.ArgsType, Args: rec.Args, Resources: rec.Resources,
 		Labels: rec.Labels, PinNode: rec.PinNode, MaxRestarts: rec.MaxRestarts, Restarts: rec.Restarts,
+		BaseVersion: rec.Version,
 	}
-	if req.PinNode == lostNode {
+	if req.PinNode != "" && !n.isAlive(req.PinNode) {
 		req.PinNode = "" // the pinned node is gone; any fitting node will do
 	}
 	if rec.Group != "" {

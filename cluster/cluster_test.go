@@ -1,0 +1,350 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+)
+
+// Multi-node tests run every other node as a separate process: this test
+// binary re-executed with RLNODE_TEST_NODE set (two protoactor remotes in
+// one process share gRPC's global logger, shared/DESIGN.md).
+
+type Add struct{ N int }
+type Sum struct {
+	N    int
+	Node string
+}
+type WhereAreYou struct{}
+
+type counterActor struct {
+	node string
+	n    int
+}
+
+func (c *counterActor) Receive(ctx *actor.Context, msg any) (any, error) {
+	switch m := msg.(type) {
+	case Add:
+		c.n += m.N
+		return Sum{N: c.n, Node: c.node}, nil
+	case WhereAreYou:
+		return Sum{N: c.n, Node: c.node}, nil
+	}
+	return nil, fmt.Errorf("unexpected %T", msg)
+}
+
+func init() {
+	actor.RegisterMessage(Add{}, Sum{}, WhereAreYou{})
+	actor.RegisterKind("test.counter", func(ctx *actor.Context, args any) (actor.Actor, error) {
+		return &counterActor{node: os.Getenv("RLNODE_TEST_NODE_ID")}, nil
+	})
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("RLNODE_TEST_NODE") == "1" {
+		os.Exit(runTestNode())
+	}
+	os.Exit(m.Run())
+}
+
+func runTestNode() int {
+	key, _ := base64.StdEncoding.DecodeString(os.Getenv("RLNODE_TEST_KEY"))
+	gpus, _ := strconv.Atoi(os.Getenv("RLNODE_TEST_GPUS"))
+	labels := map[string]string{}
+	if l := os.Getenv("RLNODE_TEST_LABELS"); l != "" {
+		for _, kv := range strings.Split(l, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			labels[k] = v
+		}
+	}
+	n, err := Start(context.Background(), Config{
+		NodeID: os.Getenv("RLNODE_TEST_NODE_ID"), Bind: "127.0.0.1:0", Key: key, CPUs: 2, GPUs: gpus,
+		Labels: labels, Join: strings.Fields(os.Getenv("RLNODE_TEST_JOIN")), Logger: actor.DiscardLogger(),
+	})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	fmt.Println("UP", n.GossipAddress())
+	// Stdin closing means stop gracefully; SIGKILL from the test is the crash.
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	n.Stop()
+	return 0
+}
+
+type testNode struct {
+	id     string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	gossip string
+	exited chan struct{}
+}
+
+func testKey(t *testing.T) []byte {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+func startNodeProcess(t *testing.T, id string, key []byte, join string, gpus int, labels string) *testNode {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "RLNODE_TEST_NODE=1", "RLNODE_TEST_NODE_ID="+id,
+		"RLNODE_TEST_KEY="+base64.StdEncoding.EncodeToString(key), "RLNODE_TEST_JOIN="+join,
+		"RLNODE_TEST_GPUS="+strconv.Itoa(gpus), "RLNODE_TEST_LABELS="+labels)
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tn := &testNode{id: id, cmd: cmd, stdin: stdin, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(tn.exited) }()
+	t.Cleanup(func() {
+		stdin.Close()
+		select {
+		case <-tn.exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-tn.exited
+		}
+	})
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		if sc.Scan() {
+			line <- sc.Text()
+		}
+		close(line)
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case l := <-line:
+		if !strings.HasPrefix(l, "UP ") {
+			t.Fatalf("node %s: %q", id, l)
+		}
+		tn.gossip = strings.TrimPrefix(l, "UP ")
+	case <-time.After(20 * time.Second):
+		t.Fatalf("node %s did not start within 20s", id)
+	}
+	return tn
+}
+
+func startLocalNode(t *testing.T, id string, key []byte) *Node {
+	t.Helper()
+	n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2, GPUs: 0, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	return n
+}
+
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func nodeCount(n *Node) int { return len(n.Views()) }
+
+func TestThreeNodesSpawnKillRespawn(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "a-local", key)
+	b := startNodeProcess(t, "b-gpu", key, a.GossipAddress(), 1, "role=gpu")
+	c := startNodeProcess(t, "c-cpu", key, a.GossipAddress(), 0, "")
+	waitFor(t, "3 nodes with directory records", 10*time.Second, func() bool { return nodeCount(a) == 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	// Placement by resources and labels.
+	gpuActor, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "gpu-worker", Resources: Resources{GPU: 1}, MaxRestarts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Call[Sum](ctx, gpuActor, Add{N: 2})
+	if err != nil || s.Node != "b-gpu" || s.N != 2 {
+		t.Fatalf("gpu actor: %+v, %v (want on b-gpu)", s, err)
+	}
+	movable, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "movable", Node: "b-gpu", Resources: Resources{CPU: 1}, MaxRestarts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Call[Sum](ctx, movable, Add{N: 5}); err != nil || s.Node != "b-gpu" {
+		t.Fatalf("pinned actor: %+v, %v", s, err)
+	}
+	onC, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "on-c", Node: "c-cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := onC.Call(ctx, Add{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Bad requests fail at once with what the cluster offers.
+	_, err = a.Spawn(ctx, "test.counter", SpawnOptions{Resources: Resources{GPU: 4}})
+	if !errors.Is(err, ErrInfeasible) || !strings.Contains(err.Error(), "b-gpu free") || !strings.Contains(err.Error(), "{GPU:4}") {
+		t.Fatalf("infeasible spawn: %v", err)
+	}
+	_, err = a.Spawn(ctx, "no.such.kind", SpawnOptions{Node: "c-cpu"})
+	if err == nil || !strings.Contains(err.Error(), `"no.such.kind"`) || !strings.Contains(err.Error(), "c-cpu") {
+		t.Fatalf("unknown kind: %v", err)
+	}
+	if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "on-c"}); !errors.Is(err, actor.ErrNameTaken) {
+		t.Fatalf("duplicate name: %v", err)
+	}
+
+	// Placement groups: infeasible at once, feasible reserves resources.
+	_, err = a.CreatePlacementGroup(ctx, []Bundle{{Resources: Resources{GPU: 1}}, {Resources: Resources{GPU: 1}}}, StrictSpread)
+	if !errors.Is(err, ErrInfeasible) || !strings.Contains(err.Error(), "GPU 2 (has 1)") {
+		t.Fatalf("infeasible group: %v", err)
+	}
+	pg, err := a.CreatePlacementGroup(ctx, []Bundle{{Resources: Resources{CPU: 1}}, {Resources: Resources{CPU: 1}}}, StrictSpread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pg.Nodes[0] == pg.Nodes[1] {
+		t.Fatalf("STRICT_SPREAD put both bundles on %s", pg.Nodes[0])
+	}
+	inPG, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "in-pg", Group: pg, Bundle: 1, Resources: Resources{CPU: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Call[Sum](ctx, inPG, WhereAreYou{}); err != nil || nodeIDOf(a, s.Node) != pg.Nodes[1] {
+		t.Fatalf("actor in bundle 1 runs on %q (%v), want %s", s.Node, err, pg.Nodes[1])
+	}
+	if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Group: pg, Bundle: 1, Resources: Resources{CPU: 1}}); err == nil {
+		t.Fatal("bundle overcommitted")
+	}
+
+	// Lookup from the directory.
+	if h, err := a.Lookup(ctx, "movable"); err != nil || h.Name() != "movable" {
+		t.Fatalf("lookup: %v", err)
+	}
+	if _, err := a.Lookup(ctx, "nobody"); !errors.Is(err, actor.ErrActorNotFound) {
+		t.Fatalf("lookup of a missing actor: %v", err)
+	}
+
+	// SIGKILL the GPU node.
+	wGPU := a.Watch(ctx, "gpu-worker")
+	wMov := a.Watch(ctx, "movable")
+	killed := time.Now()
+	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "membership to drop the killed node", 10*time.Second, func() bool { return !a.isAlive("b-gpu") })
+	t.Logf("killed node noticed after %s", time.Since(killed).Round(time.Millisecond))
+
+	// The GPU actor has nowhere to go: DEAD, cause names the loss.
+	n := nextNotice(t, wGPU)
+	if n.State == Restarting {
+		n = nextNotice(t, wGPU)
+	}
+	if n.State != Dead || !strings.Contains(n.Cause, "node lost") || !strings.Contains(n.Cause, "{GPU:1}") {
+		t.Fatalf("gpu actor notice: %+v", n)
+	}
+	// The movable actor restarts on a node that fits, and its handle follows.
+	if n := nextNotice(t, wMov); n.State != Restarting || n.Cause != "node lost" || n.Restarts != 1 {
+		t.Fatalf("movable notice: %+v", n)
+	}
+	s, err = Call[Sum](ctx, movable, WhereAreYou{})
+	if err != nil || s.Node == "b-gpu" {
+		t.Fatalf("movable after respawn: %+v, %v", s, err)
+	}
+	if s.N != 0 {
+		t.Fatalf("a respawned actor starts fresh; got state %d", s.N)
+	}
+	rec, _ := movable.Record()
+	if rec.State != Alive || rec.Restarts != 1 || rec.Node == "b-gpu" {
+		t.Fatalf("movable record after respawn: %+v", rec)
+	}
+	st := a.Status()
+	if len(st.Nodes) != 2 {
+		t.Fatalf("status lists %d nodes after the kill, want 2", len(st.Nodes))
+	}
+	var sawDead bool
+	for _, ar := range st.Actors {
+		if ar.Name == "gpu-worker" {
+			sawDead = ar.State == Dead && strings.Contains(ar.Cause, "node lost")
+		}
+	}
+	if !sawDead {
+		t.Fatalf("status does not show gpu-worker DEAD with node lost: %+v", st.Actors)
+	}
+
+	// A graceful stop is seen at once and its actors are told "node stopped".
+	wC := a.Watch(ctx, "on-c")
+	c.stdin.Close()
+	if n := nextNotice(t, wC); n.State != Dead || n.Cause != "node stopped" {
+		t.Fatalf("on-c notice after graceful stop: %+v", n)
+	}
+	waitFor(t, "graceful leave", 5*time.Second, func() bool { return !a.isAlive("c-cpu") })
+}
+
+// nodeIDOf maps the test actor's reported node (its process's
+// RLNODE_TEST_NODE_ID, empty in the test process itself) to a node id.
+func nodeIDOf(a *Node, reported string) string {
+	if reported == "" {
+		return a.ID()
+	}
+	return reported
+}
+
+func nextNotice(t *testing.T, ch <-chan Notice) Notice {
+	t.Helper()
+	select {
+	case n, ok := <-ch:
+		if !ok {
+			t.Fatal("watch closed without a notice")
+		}
+		return n
+	case <-time.After(20 * time.Second):
+		t.Fatal("no notice within 20s")
+	}
+	return Notice{}
+}
+
+func TestWrongKeyCannotJoin(t *testing.T) {
+	a := startLocalNode(t, "keyed", testKey(t))
+	start := time.Now()
+	_, err := Start(context.Background(), Config{NodeID: "intruder", Bind: "127.0.0.1:0", Key: testKey(t),
+		Join: []string{a.GossipAddress()}, JoinTimeout: 3 * time.Second, Logger: actor.DiscardLogger()})
+	if err == nil || !strings.Contains(err.Error(), "no member answered") {
+		t.Fatalf("join with the wrong key: %v", err)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Fatalf("refusal took %s", d)
+	}
+	if len(a.aliveIDs()) != 1 {
+		t.Fatalf("intruder became a member: %v", a.aliveIDs())
+	}
+	_, err = Start(context.Background(), Config{Bind: "127.0.0.1:0", Join: []string{"127.0.0.1:1"},
+		JoinTimeout: 2 * time.Second, Logger: actor.DiscardLogger()})
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("join of a bad address: %v", err)
+	}
+}
