@@ -79,3 +79,15 @@ func BenchmarkSgemmBatched(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSgemmKernels times one transformer-shaped product with each
+// micro-kernel this CPU can run (the portable Go one included).
+func BenchmarkSgemmKernels(b *testing.B) {
+	for _, kern := range testKernels() {
+		b.Run(kern.name, func(b *testing.B) {
+			prev := active.Swap(kern)
+			defer active.Store(prev)
+			benchSgemm(b, false, true, 2048, 512, 512)
+		})
+	}
+}
