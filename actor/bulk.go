@@ -207,6 +207,9 @@ func (b *Bulk) handle(c net.Conn) {
 
 // Fetch pulls the whole payload named by ref.
 func (b *Bulk) Fetch(ctx context.Context, ref BulkRef) ([]byte, error) {
+	if ref.Size < 0 {
+		return nil, fmt.Errorf("bulk fetch from %s: negative size %d", ref.Addr, ref.Size)
+	}
 	buf := make([]byte, ref.Size)
 	if err := b.FetchRange(ctx, ref, 0, buf); err != nil {
 		return nil, err

@@ -132,6 +132,9 @@ func (s *System) wait(ctx context.Context, id uint64, ch chan callResult, ref Re
 	}
 	body := e.Body
 	if e.Bulk != nil {
+		if e.Bulk.Size > int64(s.cfg.MaxMessageSize) {
+			return nil, fmt.Errorf("call %s: reply of %d bytes over the %d-byte limit: %w", ref.Name, e.Bulk.Size, s.cfg.MaxMessageSize, ErrTooLarge)
+		}
 		var err error
 		if body, err = s.bulk.Fetch(ctx, *e.Bulk); err != nil {
 			return nil, fmt.Errorf("call %s: fetch reply body: %w", ref.Name, err)

@@ -1,8 +1,10 @@
 package actor
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sync"
 
@@ -125,21 +127,92 @@ const (
 // (Bulk is then set). From is the sending node's actor address, checked
 // against the membership before anything is delivered.
 type wireEnvelope struct {
-	Kind uint8    `msgpack:"k"`
-	Call uint64   `msgpack:"c,omitempty"`
-	Type string   `msgpack:"t,omitempty"`
-	Body []byte   `msgpack:"b,omitempty"`
-	Err  string   `msgpack:"e,omitempty"`
-	Bulk *BulkRef `msgpack:"x,omitempty"`
-	From string   `msgpack:"f"`
+	Kind uint8
+	Call uint64
+	Type string
+	Body []byte
+	Err  string
+	Bulk *BulkRef
+	From string
 }
 
+// The envelope has a hand-written binary layout rather than msgpack: it is
+// on every message's path, and a fixed layout costs no reflection and lets
+// the body alias the received buffer. Layout: kind byte, flags byte,
+// uvarint call id, then length-prefixed type, from, [err], [bulk addr, bulk
+// id, uvarint bulk size], and the body to the end.
+const (
+	flagErr  = 1
+	flagBulk = 2
+)
+
 func marshalEnvelope(e *wireEnvelope) (*anypb.Any, error) {
-	b, err := msgpack.Marshal(e)
-	if err != nil {
-		return nil, fmt.Errorf("encode envelope: %w", err)
+	n := 2 + binary.MaxVarintLen64*6 + len(e.Type) + len(e.From) + len(e.Err) + len(e.Body)
+	if e.Bulk != nil {
+		n += len(e.Bulk.Addr) + len(e.Bulk.ID)
 	}
+	b := make([]byte, 0, n)
+	var flags byte
+	if e.Err != "" {
+		flags |= flagErr
+	}
+	if e.Bulk != nil {
+		flags |= flagBulk
+	}
+	b = append(b, e.Kind, flags)
+	b = binary.AppendUvarint(b, e.Call)
+	b = appendString(b, e.Type)
+	b = appendString(b, e.From)
+	if e.Err != "" {
+		b = appendString(b, e.Err)
+	}
+	if e.Bulk != nil {
+		b = appendString(b, e.Bulk.Addr)
+		b = appendString(b, e.Bulk.ID)
+		b = binary.AppendUvarint(b, uint64(e.Bulk.Size))
+	}
+	b = append(b, e.Body...)
 	return &anypb.Any{TypeUrl: envelopeTypeURL, Value: b}, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+var errShortEnvelope = errors.New("decode envelope: truncated")
+
+// envReader reads the envelope's fields; the first error sticks.
+type envReader struct {
+	b   []byte
+	err error
+}
+
+func (r *envReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errShortEnvelope
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *envReader) str() string {
+	n := r.uvarint()
+	if r.err != nil {
+		return ""
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errShortEnvelope
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
 }
 
 // unmarshalEnvelope decodes bytes that arrived from the wire. It never
@@ -148,10 +221,35 @@ func unmarshalEnvelope(a *anypb.Any) (*wireEnvelope, error) {
 	if a.GetTypeUrl() != envelopeTypeURL {
 		return nil, fmt.Errorf("unexpected wire type %q", a.GetTypeUrl())
 	}
-	var e wireEnvelope
-	if err := msgpack.Unmarshal(a.GetValue(), &e); err != nil {
-		return nil, fmt.Errorf("decode envelope: %w", err)
+	v := a.GetValue()
+	if len(v) < 2 {
+		return nil, errShortEnvelope
 	}
+	e := &wireEnvelope{Kind: v[0]}
+	flags := v[1]
+	r := envReader{b: v[2:]}
+	e.Call = r.uvarint()
+	e.Type = r.str()
+	e.From = r.str()
+	if flags&flagErr != 0 {
+		e.Err = r.str()
+	}
+	if flags&flagBulk != 0 {
+		br := &BulkRef{Addr: r.str(), ID: r.str()}
+		size := r.uvarint()
+		if size > math.MaxInt64 {
+			return nil, errors.New("decode envelope: bulk size out of range")
+		}
+		br.Size = int64(size)
+		e.Bulk = br
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if flags&^(flagErr|flagBulk) != 0 {
+		return nil, fmt.Errorf("decode envelope: unknown flags %#x", flags)
+	}
+	e.Body = r.b
 	switch e.Kind {
 	case kindTell, kindCall, kindReply:
 	default:
@@ -160,7 +258,7 @@ func unmarshalEnvelope(a *anypb.Any) (*wireEnvelope, error) {
 	if e.Kind != kindReply && e.Type == "" {
 		return nil, errors.New("decode envelope: no message type")
 	}
-	return &e, nil
+	return e, nil
 }
 
 // EncodeMessage encodes a registered message to its type name and msgpack

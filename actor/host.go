@@ -167,6 +167,10 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any) {
 	}
 	body := e.Body
 	if e.Bulk != nil {
+		if e.Bulk.Size > int64(s.cfg.MaxMessageSize) {
+			h.replyWire(c, e, nil, fmt.Errorf("message body of %d bytes over the %d-byte limit: %w", e.Bulk.Size, s.cfg.MaxMessageSize, ErrTooLarge))
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), bulkFetchTimeout)
 		body, err = s.bulk.Fetch(ctx, *e.Bulk)
 		cancel()

@@ -41,7 +41,16 @@ func runPeer() {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
+	if _, err := s.SpawnLocal(LocalSpawn{Name: "fetcher", Kind: "test.fetcher"}); err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
 	if _, err := s.SpawnLocal(LocalSpawn{Name: "sleepy", Kind: "test.sleeper"}); err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	// A bare protoactor echo actor, for the side-by-side benchmarks.
+	if _, err := s.as.Root.SpawnNamed(pa.PropsFromFunc(bareEcho), "bare"); err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}

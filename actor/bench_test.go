@@ -1,0 +1,241 @@
+package actor
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pa "github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Benchmarks between two processes on loopback, our layer next to bare
+// protoactor-go on the same payloads (README has the table):
+//
+//	go test ./actor -run '^$' -bench . -benchtime 2s
+//
+// Our layer carries Echo{Payload} (msgpack in an Any, resolved through the
+// registry, reply matched by call id); bare protoactor carries a
+// wrapperspb.BytesValue of the same bytes through RequestFuture.
+
+const benchPayload = 100 // bytes per message
+
+// FetchOffer asks the peer to pull a bulk offer; the reply is its length.
+type FetchOffer struct{ Ref BulkRef }
+
+func init() {
+	RegisterMessage(FetchOffer{})
+	RegisterKind("test.fetcher", func(*Context, any) (Actor, error) { return fetcher{}, nil })
+}
+
+type fetcher struct{}
+
+func (fetcher) Receive(ctx *Context, msg any) (any, error) {
+	m, ok := msg.(FetchOffer)
+	if !ok {
+		return nil, fmt.Errorf("unexpected %T", msg)
+	}
+	b, err := ctx.System().Bulk().Fetch(context.Background(), m.Ref)
+	if err != nil {
+		return nil, err
+	}
+	return Pong{Len: len(b)}, nil
+}
+
+// bareEcho is a plain protoactor actor: it answers BytesValue with itself,
+// and counts chunk bytes for the bulk comparison.
+func bareEcho(c pa.Context) {
+	if m, ok := c.Message().(*wrapperspb.BytesValue); ok {
+		c.Respond(&wrapperspb.Int64Value{Value: int64(len(m.Value))})
+	}
+}
+
+func benchPeer(b *testing.B) (*System, *peerProc) {
+	b.Helper()
+	s, err := Start(Config{Logger: DiscardLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Stop)
+	return s, startPeer(b)
+}
+
+func reportRate(b *testing.B, ops int64, elapsed time.Duration, unit string) {
+	b.ReportMetric(float64(ops)/elapsed.Seconds(), unit)
+	b.ReportMetric(float64(elapsed.Microseconds())/float64(ops), "µs/call")
+}
+
+func BenchmarkRemoteSequential(b *testing.B) {
+	s, p := benchPeer(b)
+	ctx := context.Background()
+	msg := Echo{Payload: make([]byte, benchPayload)}
+	b.Run("rlnode", func(b *testing.B) {
+		ref := p.ref("peer")
+		if _, err := s.Call(ctx, ref, msg); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			if _, err := s.Call(ctx, ref, msg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportRate(b, int64(b.N), time.Since(start), "calls/s")
+	})
+	b.Run("protoactor", func(b *testing.B) {
+		pid := &pa.PID{Address: p.addr, Id: "bare"}
+		bv := &wrapperspb.BytesValue{Value: make([]byte, benchPayload)}
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			if _, err := s.as.Root.RequestFuture(pid, bv, 10*time.Second).Result(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportRate(b, int64(b.N), time.Since(start), "calls/s")
+	})
+}
+
+// pipelined runs b.N calls from `workers` goroutines, each with one call in
+// flight, so about `workers` calls are outstanding at any time.
+func pipelined(b *testing.B, workers int, call func() error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	b.ResetTimer()
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if err := call(); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
+}
+
+func BenchmarkRemotePipelined(b *testing.B) {
+	s, p := benchPeer(b)
+	ctx := context.Background()
+	msg := Echo{Payload: make([]byte, benchPayload)}
+	const inflight = 256
+	b.Run("rlnode", func(b *testing.B) {
+		ref := p.ref("peer")
+		pipelined(b, inflight, func() error { _, err := s.Call(ctx, ref, msg); return err })
+	})
+	b.Run("protoactor", func(b *testing.B) {
+		pid := &pa.PID{Address: p.addr, Id: "bare"}
+		bv := &wrapperspb.BytesValue{Value: make([]byte, benchPayload)}
+		pipelined(b, inflight, func() error {
+			_, err := s.as.Root.RequestFuture(pid, bv, 30*time.Second).Result()
+			return err
+		})
+	})
+}
+
+func BenchmarkInProcess(b *testing.B) {
+	s, err := Start(Config{Logger: DiscardLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Stop()
+	ref, err := s.SpawnLocal(LocalSpawn{Name: "local", Kind: "test.counter"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare, _ := s.as.Root.SpawnNamed(pa.PropsFromFunc(bareEcho), "bare-local")
+	ctx := context.Background()
+	msg := Echo{Payload: make([]byte, benchPayload)}
+	b.Run("rlnode", func(b *testing.B) {
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			if _, err := s.Call(ctx, ref, msg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportRate(b, int64(b.N), time.Since(start), "calls/s")
+	})
+	b.Run("protoactor", func(b *testing.B) {
+		bv := &wrapperspb.BytesValue{Value: make([]byte, benchPayload)}
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			if _, err := s.as.Root.RequestFuture(bare, bv, 10*time.Second).Result(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportRate(b, int64(b.N), time.Since(start), "calls/s")
+	})
+}
+
+// BenchmarkBulk256MiB moves 256 MiB to the peer: over our bulk path (the
+// peer pulls one offer), and through bare protoactor as 1 MiB BytesValue
+// chunks with at most 8 in flight (larger windows overflow a gRPC batch).
+func BenchmarkBulk256MiB(b *testing.B) {
+	s, p := benchPeer(b)
+	ctx := context.Background()
+	const size = 256 << 20
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	fetcherRef := Ref{Name: "fetcher", Address: p.addr, ID: "a/fetcher"}
+	b.Run("rlnode", func(b *testing.B) {
+		b.SetBytes(size)
+		for i := 0; i < b.N; i++ {
+			ref := s.Bulk().Offer(data, 1, time.Minute)
+			got, err := CallAs[Pong](ctx, s, fetcherRef, FetchOffer{Ref: ref})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if got.Len != size {
+				b.Fatalf("peer got %d bytes", got.Len)
+			}
+		}
+	})
+	b.Run("protoactor", func(b *testing.B) {
+		pid := &pa.PID{Address: p.addr, Id: "bare"}
+		const chunk = 1 << 20
+		b.SetBytes(size)
+		for i := 0; i < b.N; i++ {
+			window := make(chan *pa.Future, 8)
+			errc := make(chan error, 1)
+			go func() {
+				var total int64
+				for f := range window {
+					r, err := f.Result()
+					if err != nil {
+						errc <- err
+						return
+					}
+					total += r.(*wrapperspb.Int64Value).Value
+				}
+				if total != size {
+					errc <- fmt.Errorf("peer got %d bytes", total)
+					return
+				}
+				errc <- nil
+			}()
+			for off := 0; off < size; off += chunk {
+				window <- s.as.Root.RequestFuture(pid, &wrapperspb.BytesValue{Value: data[off : off+chunk]}, time.Minute)
+			}
+			close(window)
+			if err := <-errc; err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
