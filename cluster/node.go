@@ -238,6 +238,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("gossip: listen on %s: %w", cfg.Bind, err)
 	}
 	n.queue = &memberlist.TransmitLimitedQueue{NumNodes: n.ml.NumMembers, RetransmitMult: 3}
+	// Count ourselves a member at once, so an embedded node can place actors
+	// as soon as Start returns (the join event arrives asynchronously).
+	n.members[n.id] = memberInfo{id: n.id, gossip: n.GossipAddress(), actor: n.sys.Address()}
 	n.publishNode()
 	go n.eventLoop()
 	go n.reconcileLoop()
@@ -267,6 +270,16 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 	case r := <-ch:
 		if r.err != nil && r.k == 0 {
 			return fmt.Errorf("join %v: no member answered (wrong address, or a gossip key that does not match the cluster's): %w", addrs, r.err)
+		}
+		// Let the event loop take in the members the join brought, so that
+		// placement sees them when Start returns.
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			n.mmu.RLock()
+			k := len(n.members)
+			n.mmu.RUnlock()
+			if k >= n.ml.NumMembers() {
+				break
+			}
 		}
 		return nil
 	case <-ctx.Done():

@@ -1,0 +1,146 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+)
+
+// Hold blocks a test.gate actor until gateOpen is closed.
+type Hold struct{}
+
+var gateOpen = make(chan struct{})
+
+type gate struct{}
+
+func (gate) Receive(*actor.Context, any) (any, error) {
+	<-gateOpen
+	return nil, nil
+}
+
+func init() {
+	actor.RegisterMessage(Hold{})
+	actor.RegisterKind("test.gate", func(*actor.Context, any) (actor.Actor, error) { return gate{}, nil })
+}
+
+// The embedded default: a program with no cluster flags is a single-node
+// cluster in one process.
+func TestEmbeddedSingleNode(t *testing.T) {
+	n, err := Start(context.Background(), Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if len(n.Views()) != 1 {
+		t.Fatalf("embedded node sees %d nodes", len(n.Views()))
+	}
+	var hs []*Handle
+	for i := 0; i < 3; i++ {
+		h, err := n.Spawn(ctx, "test.counter", SpawnOptions{Resources: Resources{CPU: 0.5}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	// Resources are accounted: 3×0.5 of 2 CPUs used, a 1-CPU actor no longer fits.
+	if _, err := n.Spawn(ctx, "test.counter", SpawnOptions{Resources: Resources{CPU: 1}}); !errors.Is(err, ErrInfeasible) {
+		t.Fatalf("overcommit: %v", err)
+	}
+	if st := n.Status(); st.Nodes[0].Used[CPU] != 1.5 || len(st.Actors) != 3 {
+		t.Fatalf("status: used %v, %d actors", st.Nodes[0].Used, len(st.Actors))
+	}
+
+	// A pool sends each call to the replica with the fewest outstanding:
+	// three blocked calls land on three replicas.
+	var gates []*Handle
+	for i := 0; i < 3; i++ {
+		h, err := n.Spawn(ctx, "test.gate", SpawnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gates = append(gates, h)
+	}
+	pool, err := NewPool(gates...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := pool.Call(ctx, Hold{}); err != nil {
+				t.Error(err)
+			}
+		}()
+		waitFor(t, "call in flight", 5*time.Second, func() bool {
+			sum := int64(0)
+			for _, o := range pool.Outstanding() {
+				sum += o
+			}
+			return sum == int64(i+1)
+		})
+	}
+	if o := pool.Outstanding(); o[0] != 1 || o[1] != 1 || o[2] != 1 {
+		t.Fatalf("outstanding per replica %v, want [1 1 1]", o)
+	}
+	close(gateOpen)
+	wg.Wait()
+	if _, err := NewPool(); err == nil {
+		t.Fatal("empty pool accepted")
+	}
+
+	// Stopping frees resources and tells watchers.
+	w := n.Watch(ctx, hs[0].Name())
+	if err := hs[0].Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case no := <-w:
+		if no.State != Dead || no.Cause != "stopped" {
+			t.Fatalf("notice %+v", no)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no death notice")
+	}
+	if _, err := hs[0].Call(ctx, Add{N: 1}); !errors.Is(err, actor.ErrActorDied) || !strings.Contains(err.Error(), "stopped") {
+		t.Fatalf("call to stopped actor: %v", err)
+	}
+	waitFor(t, "resources freed", 5*time.Second, func() bool { return n.Status().Nodes[0].Used[CPU] == 1 })
+
+	// A watch on an already-dead actor answers at once.
+	select {
+	case no := <-n.Watch(ctx, hs[0].Name()):
+		if no.State != Dead {
+			t.Fatalf("late watch: %+v", no)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("late watch got nothing")
+	}
+
+	// Placement group then removal releases its reservation.
+	pg, err := n.CreatePlacementGroup(ctx, []Bundle{{Resources: Resources{CPU: 0.5}}, {Resources: Resources{CPU: 0.5}}}, StrictPack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := n.Status().Nodes[0].Used[CPU]; u != 2 {
+		t.Fatalf("after reserving: used CPU %v, want 2", u)
+	}
+	if _, err := n.Spawn(ctx, "test.counter", SpawnOptions{Name: "pg-member", Group: pg, Bundle: 0, Resources: Resources{CPU: 0.5}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.RemovePlacementGroup(ctx, pg.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "group released", 5*time.Second, func() bool { return n.Status().Nodes[0].Used[CPU] == 1 })
+	if rec, _ := n.Directory().Actor("pg-member"); rec.State != Dead {
+		t.Fatalf("group member after removal: %+v", rec.State)
+	}
+}
