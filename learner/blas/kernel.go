@@ -20,6 +20,8 @@ type microKernel struct {
 	fn         func(kc int, a, b, c []float32, ldc int, alpha, beta float32)
 	// transpose sets dst[c*ldd+r] = src[r*ld+c] for r < rows, c < n.
 	transpose func(dst []float32, ldd int, src []float32, ld int, rows, n int)
+	// copy sets dst[p*ldd+j] = src[p*lds+j] for p < count, j < width.
+	copy func(dst []float32, ldd int, src []float32, lds, width, count int)
 }
 
 // aLen is the length of the packed A block; a task's buffer holds it and

@@ -22,6 +22,7 @@ var avx512Kernel = microKernel{
 		kernel12x32AVX512(kc, &a[0], &b[0], &c[0], ldc, alpha, beta)
 	},
 	transpose: transposeAVX,
+	copy:      copyStridedAVX,
 }
 
 // avx2Kernel: 12 ymm accumulators (6 rows × 2 vectors of 8).
@@ -33,6 +34,7 @@ var avx2Kernel = microKernel{
 		kernel6x16AVX2(kc, &a[0], &b[0], &c[0], ldc, alpha, beta)
 	},
 	transpose: transposeAVX,
+	copy:      copyStridedAVX,
 }
 
 func bestKernel() *microKernel {

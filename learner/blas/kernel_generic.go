@@ -10,6 +10,7 @@ var genericKernel = microKernel{
 	kc: 256, mc: 128, nc: 1024,
 	fn:        kernel4x4Go,
 	transpose: transposeGo,
+	copy:      copyStridedGo,
 }
 
 func kernel4x4Go(kc int, a, b, c []float32, ldc int, alpha, beta float32) {

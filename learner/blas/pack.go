@@ -16,7 +16,7 @@ func packA(kern *microKernel, dst, a []float32, lda int, trans bool, i0, mb, p0,
 		if trans {
 			// op(A)[i, p] = a[p*lda+i]: the sliver's values for one p are
 			// adjacent in memory.
-			copyStrided(d, mr, a[p0*lda+top:], lda, rows, kb)
+			kern.copy(d, mr, a[p0*lda+top:], lda, rows, kb)
 		} else {
 			kern.transpose(d, mr, a[top*lda+p0:], lda, rows, kb)
 		}
@@ -35,7 +35,7 @@ func packB(kern *microKernel, dst, b []float32, ldb int, trans bool, p0, kb, j0,
 		if trans {
 			kern.transpose(d, nr, b[left*ldb+p0:], ldb, cols, kb)
 		} else {
-			copyStrided(d, nr, b[p0*ldb+left:], ldb, cols, kb)
+			kern.copy(d, nr, b[p0*ldb+left:], ldb, cols, kb)
 		}
 		padColumns(d, nr, cols, kb)
 	}
@@ -51,38 +51,13 @@ func padColumns(d []float32, ld, width, count int) {
 	}
 }
 
-// copyStrided copies count rows of width floats, src rows lds apart, into
-// dst rows ldd apart. The kernels' sliver widths get fixed-size copies.
-func copyStrided(dst []float32, ldd int, src []float32, lds, width, count int) {
-	if count == 0 || width == 0 {
-		return
-	}
-	_ = src[(count-1)*lds+width-1]
-	_ = dst[(count-1)*ldd+width-1]
-	switch width {
-	case 32:
-		for p := 0; p < count; p++ {
-			*(*[32]float32)(dst[p*ldd:]) = *(*[32]float32)(src[p*lds:])
-		}
-	case 16:
-		for p := 0; p < count; p++ {
-			*(*[16]float32)(dst[p*ldd:]) = *(*[16]float32)(src[p*lds:])
-		}
-	case 12:
-		for p := 0; p < count; p++ {
-			*(*[12]float32)(dst[p*ldd:]) = *(*[12]float32)(src[p*lds:])
-		}
-	case 6:
-		for p := 0; p < count; p++ {
-			*(*[6]float32)(dst[p*ldd:]) = *(*[6]float32)(src[p*lds:])
-		}
-	case 4:
-		for p := 0; p < count; p++ {
-			*(*[4]float32)(dst[p*ldd:]) = *(*[4]float32)(src[p*lds:])
-		}
-	default:
-		for p := 0; p < count; p++ {
-			copy(dst[p*ldd:p*ldd+width], src[p*lds:p*lds+width])
+// copyStridedGo copies count rows of width floats, src rows lds apart, into
+// dst rows ldd apart: the portable strided copy used by packing.
+func copyStridedGo(dst []float32, ldd int, src []float32, lds, width, count int) {
+	for p := 0; p < count; p++ {
+		d := dst[p*ldd : p*ldd+width]
+		for j, v := range src[p*lds : p*lds+width] {
+			d[j] = v
 		}
 	}
 }

@@ -433,3 +433,89 @@ t4loop:
 t4done:
 	VZEROUPPER
 	RET
+
+// ---------------------------------------------------------------------------
+// Strided row copies for packing (AVX): for p < count,
+// dst[p*ldd : p*ldd+W] = src[p*lds : p*lds+W], W = 32, 16 or 12.
+
+// func copy32Strip(src *float32, lds int, dst *float32, ldd int, count int)
+TEXT ·copy32Strip(SB), NOSPLIT, $0-40
+	MOVQ src+0(FP), SI
+	MOVQ lds+8(FP), R8
+	MOVQ dst+16(FP), DI
+	MOVQ ldd+24(FP), R9
+	MOVQ count+32(FP), CX
+	SHLQ $2, R8
+	SHLQ $2, R9
+	TESTQ CX, CX
+	JZ   c32done
+
+c32loop:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ R8, SI
+	ADDQ R9, DI
+	DECQ CX
+	JNZ  c32loop
+
+c32done:
+	VZEROUPPER
+	RET
+
+// func copy16Strip(src *float32, lds int, dst *float32, ldd int, count int)
+TEXT ·copy16Strip(SB), NOSPLIT, $0-40
+	MOVQ src+0(FP), SI
+	MOVQ lds+8(FP), R8
+	MOVQ dst+16(FP), DI
+	MOVQ ldd+24(FP), R9
+	MOVQ count+32(FP), CX
+	SHLQ $2, R8
+	SHLQ $2, R9
+	TESTQ CX, CX
+	JZ   c16done
+
+c16loop:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ R8, SI
+	ADDQ R9, DI
+	DECQ CX
+	JNZ  c16loop
+
+c16done:
+	VZEROUPPER
+	RET
+
+// func copy12Strip(src *float32, lds int, dst *float32, ldd int, count int)
+TEXT ·copy12Strip(SB), NOSPLIT, $0-40
+	MOVQ src+0(FP), SI
+	MOVQ lds+8(FP), R8
+	MOVQ dst+16(FP), DI
+	MOVQ ldd+24(FP), R9
+	MOVQ count+32(FP), CX
+	SHLQ $2, R8
+	SHLQ $2, R9
+	TESTQ CX, CX
+	JZ   c12done
+
+c12loop:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), X1
+	VMOVUPS Y0, (DI)
+	VMOVUPS X1, 32(DI)
+	ADDQ R8, SI
+	ADDQ R9, DI
+	DECQ CX
+	JNZ  c12loop
+
+c12done:
+	VZEROUPPER
+	RET

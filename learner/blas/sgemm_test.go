@@ -462,3 +462,27 @@ func TestTranspose(t *testing.T) {
 		}
 	}
 }
+
+func TestStridedCopy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	src := randSlice(rng, 50*40)
+	for _, kern := range testKernels() {
+		for _, width := range []int{1, 4, 6, 11, 12, 13, 16, 31, 32} {
+			for _, count := range []int{1, 2, 7, 49} {
+				ldd := width + 5
+				got := make([]float32, count*ldd)
+				want := make([]float32, count*ldd)
+				kern.copy(got, ldd, src, 40, width, count)
+				copyStridedGo(want, ldd, src, 40, width, count)
+				for i := range want {
+					if got[i] != want[i] {
+						t.Fatalf("%s width=%d count=%d: dst[%d] = %g, want %g", kern.name, width, count, i, got[i], want[i])
+					}
+				}
+				if got[(count-1)*ldd+width-1] != src[(count-1)*40+width-1] {
+					t.Fatalf("%s width=%d count=%d: last element not copied", kern.name, width, count)
+				}
+			}
+		}
+	}
+}

@@ -33,3 +33,35 @@ func transposeAVX(dst []float32, ldd int, src []float32, ld int, rows, n int) {
 	}
 	transposeRows(dst, ldd, src, ld, r, rows, 0, n)
 }
+
+// Strided row copies in sgemm_amd64.s (AVX): for p < count,
+// dst[p*ldd:][:W] = src[p*lds:][:W] with W = 32, 16, 12.
+
+//go:noescape
+func copy32Strip(src *float32, lds int, dst *float32, ldd int, count int)
+
+//go:noescape
+func copy16Strip(src *float32, lds int, dst *float32, ldd int, count int)
+
+//go:noescape
+func copy12Strip(src *float32, lds int, dst *float32, ldd int, count int)
+
+// copyStridedAVX is copyStridedGo with vector copies for the kernels'
+// sliver widths.
+func copyStridedAVX(dst []float32, ldd int, src []float32, lds, width, count int) {
+	if count == 0 || width == 0 {
+		return
+	}
+	_ = src[(count-1)*lds+width-1]
+	_ = dst[(count-1)*ldd+width-1]
+	switch width {
+	case 32:
+		copy32Strip(&src[0], lds, &dst[0], ldd, count)
+	case 16:
+		copy16Strip(&src[0], lds, &dst[0], ldd, count)
+	case 12:
+		copy12Strip(&src[0], lds, &dst[0], ldd, count)
+	default:
+		copyStridedGo(dst, ldd, src, lds, width, count)
+	}
+}
