@@ -31,7 +31,11 @@ func TestMain(m *testing.M) {
 // runPeer hosts a counter named "peer" and "sleepy", prints its address and
 // lives until stdin closes.
 func runPeer() {
-	s, err := Start(Config{Logger: DiscardLogger()})
+	cfg := Config{Logger: DiscardLogger()}
+	if dir := os.Getenv("RLNODE_ACTOR_TLS_DIR"); dir != "" {
+		cfg.TLS = tlsFilesIn(dir)
+	}
+	s, err := Start(cfg)
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(1)
@@ -65,14 +69,14 @@ type peerProc struct {
 	addr  string
 }
 
-func startPeer(t testing.TB) *peerProc {
+func startPeer(t testing.TB, env ...string) *peerProc {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "RLNODE_ACTOR_PEER=1")
+	cmd.Env = append(append(os.Environ(), "RLNODE_ACTOR_PEER=1"), env...)
 	stdin, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
