@@ -44,3 +44,9 @@ func cpuFeatures() (avx2FMA, avx512 bool) {
 	avx512 = avx2FMA && ebx7&avx512fBit != 0 && xcr0&opmaskZMM == opmaskZMM
 	return avx2FMA, avx512
 }
+
+// fmaPeakLoop runs n iterations of 12 independent AVX-512 FMAs; only
+// BenchmarkPeakFMA calls it, on CPUs with AVX-512.
+//
+//go:noescape
+func fmaPeakLoop(n int)
