@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The CLI tests run rlnode itself: this test binary re-executed with
+// RLNODE_CLI_MAIN=1 is `rlnode` with the given arguments.
+func TestMain(m *testing.M) {
+	if os.Getenv("RLNODE_CLI_MAIN") == "1" {
+		os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func rlnodeCmd(t *testing.T, home string, args ...string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), "RLNODE_CLI_MAIN=1", "RLNODE_HOME="+home)
+	return cmd
+}
+
+// runRlnode runs a short rlnode command and returns its output and exit code.
+func runRlnode(t *testing.T, home string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := rlnodeCmd(t, home, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("rlnode %v did not finish within 60s", args)
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+}
+
+type runningNode struct {
+	cmd    *exec.Cmd
+	gossip string
+	done   chan struct{}
+	out    *bytes.Buffer
+}
+
+// startRlnode starts `rlnode start|join ...` and waits for its gossip line.
+func startRlnode(t *testing.T, home string, args ...string) *runningNode {
+	t.Helper()
+	cmd := rlnodeCmd(t, home, args...)
+	pr, pw := io.Pipe()
+	cmd.Stdout = pw
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rn := &runningNode{cmd: cmd, done: make(chan struct{}), out: &bytes.Buffer{}}
+	go func() { _ = cmd.Wait(); pw.Close(); close(rn.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-rn.done
+	})
+	gossip := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			rn.out.WriteString(line + "\n")
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "gossip:" {
+				gossip <- f[1]
+			}
+		}
+	}()
+	select {
+	case g := <-gossip:
+		rn.gossip = g
+	case <-rn.done:
+		t.Fatalf("rlnode %v exited: %s", args, errb.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("rlnode %v printed no gossip address in 30s: %s", args, errb.String())
+	}
+	return rn
+}
+
+func TestStartJoinStatusStop(t *testing.T) {
+	home := t.TempDir()
+	a := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "alpha", "--gpus", "0")
+	keyFile := filepath.Join(home, "cluster.key")
+	if fi, err := os.Stat(keyFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v, mode %v", err, fi.Mode())
+	}
+	if !strings.Contains(a.out.String(), "rlnode join "+a.gossip+" --key-file "+keyFile) {
+		t.Fatalf("start does not print how to join:\n%s", a.out.String())
+	}
+	b := startRlnode(t, home, "join", a.gossip, "--bind", "127.0.0.1:0", "--key-file", keyFile,
+		"--node-id", "beta", "--gpus", "2", "--label", "zone=b", "--label", "rack=7")
+
+	var st struct {
+		Nodes []struct {
+			ID     string            `json:"id"`
+			GPUs   []json.RawMessage `json:"gpus"`
+			Labels map[string]string `json:"labels"`
+			State  string            `json:"state"`
+		} `json:"nodes"`
+		Actors []json.RawMessage `json:"actors"`
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		out, errOut, code := runRlnode(t, home, "status", "--address", a.gossip, "--json")
+		if code != 0 {
+			t.Fatalf("status: %s", errOut)
+		}
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("status JSON: %v\n%s", err, out)
+		}
+		if len(st.Nodes) == 2 && len(st.Nodes[1].Labels) == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(st.Nodes) != 2 || st.Nodes[0].ID != "alpha" || st.Nodes[1].ID != "beta" ||
+		len(st.Nodes[1].GPUs) != 2 || st.Nodes[1].Labels["zone"] != "b" || st.Actors == nil {
+		t.Fatalf("status: %+v", st)
+	}
+	out, _, code := runRlnode(t, home, "status", "--address", b.gossip)
+	if code != 0 || !strings.Contains(out, "alpha") || !strings.Contains(out, "rack=7,zone=b") {
+		t.Fatalf("table status (%d):\n%s", code, out)
+	}
+
+	// A node with the wrong key is refused, in bounded time, with a clear error.
+	bad := filepath.Join(t.TempDir(), "wrong.key")
+	if err := os.WriteFile(bad, []byte("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := runRlnode(t, home, "join", a.gossip, "--bind", "127.0.0.1:0", "--key-file", bad)
+	if code == 0 || !strings.Contains(errOut, "no member answered") {
+		t.Fatalf("wrong key join: code %d: %s", code, errOut)
+	}
+	_, errOut, code = runRlnode(t, home, "join", a.gossip, "--bind", "127.0.0.1:0", "--key-file", filepath.Join(home, "nope.key"))
+	if code == 0 || !strings.Contains(errOut, "nope.key") {
+		t.Fatalf("missing key file: code %d: %s", code, errOut)
+	}
+	_, errOut, code = runRlnode(t, home, "join", "--gpus", "many", a.gossip)
+	if code != 2 || !strings.Contains(errOut, `--gpus "many"`) {
+		t.Fatalf("bad --gpus: code %d: %s", code, errOut)
+	}
+
+	// stop: the node leaves gracefully and the other sees it at once.
+	out, errOut, code = runRlnode(t, home, "stop", "--address", b.gossip)
+	if code != 0 || !strings.Contains(out, "node beta stopped") {
+		t.Fatalf("stop: code %d: %s %s", code, out, errOut)
+	}
+	select {
+	case <-b.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stopped node still running")
+	}
+	out, _, _ = runRlnode(t, home, "status", "--address", a.gossip, "--json")
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Nodes) != 1 {
+		t.Fatalf("status after stop: %v %s", err, out)
+	}
+	if _, errOut, code := runRlnode(t, home, "status", "--address", "127.0.0.1:1"); code == 0 || !strings.Contains(errOut, "127.0.0.1:1") {
+		t.Fatalf("status of an unknown node: %d %s", code, errOut)
+	}
+	if out, _, code := runRlnode(t, home, "stop"); code != 0 || !strings.Contains(out, "alpha") {
+		t.Fatalf("stop of the only node: %d %s", code, out)
+	}
+}
