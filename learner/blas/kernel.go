@@ -22,6 +22,12 @@ type microKernel struct {
 	transpose func(dst []float32, ldd int, src []float32, ld int, rows, n int)
 	// copy sets dst[p*ldd+j] = src[p*lds+j] for p < count, j < width.
 	copy func(dst []float32, ldd int, src []float32, lds, width, count int)
+
+	// Skinny kernels, nil where absent (see skinny.go). dot4x4 sets
+	// out[i*4+j] = Σ_p a[i*lda+p]*b[j*ldb+p]; axpy4x64 sets
+	// out[i*64+j] = Σ_p a[i*lda+p]*b[p*ldb+j] (i < 4, j < 4 or 64, p < k).
+	dot4x4   func(k int, a []float32, lda int, b []float32, ldb int, out *[16]float32)
+	axpy4x64 func(k int, a []float32, lda int, b []float32, ldb int, out *[256]float32)
 }
 
 // aLen is the length of the packed A block; a task's buffer holds it and

@@ -23,6 +23,8 @@ var avx512Kernel = microKernel{
 	},
 	transpose: transposeAVX,
 	copy:      copyStridedAVX,
+	dot4x4:    dot4x4,
+	axpy4x64:  axpy4x64,
 }
 
 // avx2Kernel: 12 ymm accumulators (6 rows × 2 vectors of 8).
@@ -46,4 +48,24 @@ func bestKernel() *microKernel {
 		return &avx2Kernel
 	}
 	return &genericKernel
+}
+
+// Skinny kernels in sgemm_amd64.s (AVX-512); see skinny.go.
+
+//go:noescape
+func dot4x4AVX512(k int, a *float32, lda int, b *float32, ldb int, out *float32)
+
+//go:noescape
+func axpy4x64AVX512(k int, a *float32, lda int, b *float32, ldb int, out *float32)
+
+func dot4x4(k int, a []float32, lda int, b []float32, ldb int, out *[16]float32) {
+	_ = a[3*lda+k-1]
+	_ = b[3*ldb+k-1]
+	dot4x4AVX512(k, &a[0], lda, &b[0], ldb, &out[0])
+}
+
+func axpy4x64(k int, a []float32, lda int, b []float32, ldb int, out *[256]float32) {
+	_ = a[3*lda+k-1]
+	_ = b[(k-1)*ldb+63]
+	axpy4x64AVX512(k, &a[0], lda, &b[0], ldb, &out[0])
 }

@@ -60,6 +60,10 @@ type gemmCall struct {
 	// Batched phase (batch > 0): task t is product t.
 	batch, strideA, strideB, strideC int
 
+	// Skinny phase (skinnyA != nil): task t computes columns
+	// [t*colChunk, (t+1)*colChunk) from the copy of op(A) in skinnyA.
+	skinnyA []float32
+
 	ntasks int64
 	next   atomic.Int64
 	done   sync.WaitGroup
@@ -73,8 +77,19 @@ func (c *gemmCall) runTask(t int, bufs *taskBufs) {
 	if c.batch > 0 {
 		g := c.g
 		g.a, g.b, g.c = g.a[t*c.strideA:], g.b[t*c.strideB:], g.c[t*c.strideC:]
+		if g.skinnyOK(c.kern) {
+			bufs.get(c.kern, g.skinnyALen())
+			g.copySkinnyA(bufs.panel.f)
+			g.skinnyCols(c.kern, bufs.panel.f, bufs.a.f, 0, g.n)
+			return
+		}
 		bufs.get(c.kern, g.panelLen(c.kern))
 		g.serial(c.kern, bufs.a.f, bufs.panel.f)
+		return
+	}
+	if c.skinnyA != nil {
+		bufs.get(c.kern, 0)
+		c.g.skinnyCols(c.kern, c.skinnyA, bufs.a.f, t*c.colChunk, min(c.g.n, (t+1)*c.colChunk))
 		return
 	}
 	if t < c.nPack {
@@ -131,7 +146,7 @@ func (c *gemmCall) work() {
 
 func (c *gemmCall) release() {
 	if c.refs.Add(-1) == 0 {
-		c.g, c.kern, c.p = gemmArgs{}, nil, panel{} // drop the caller's slices
+		c.g, c.kern, c.p, c.skinnyA = gemmArgs{}, nil, panel{}, nil // drop the caller's slices
 		select {
 		case callFree <- c:
 		default:

@@ -81,6 +81,10 @@ func sgemm(g *gemmArgs, threads int) {
 	}
 	kern := active.Load()
 	threads = int(min(int64(threads), work/minTaskWork))
+	if g.skinnyOK(kern) {
+		g.skinny(kern, threads)
+		return
+	}
 	if threads <= 1 {
 		var bufs taskBufs
 		bufs.get(kern, g.panelLen(kern))
@@ -100,6 +104,26 @@ func sgemm(g *gemmArgs, threads int) {
 		call.run(threads)
 	}
 	bufs.put()
+}
+
+// skinny runs the skinny path (skinny.go), split by columns over threads.
+func (g *gemmArgs) skinny(kern *microKernel, threads int) {
+	a := getBuf(&panelFree, max(g.skinnyALen(), panelBudget))
+	defer putBuf(&panelFree, a)
+	g.copySkinnyA(a.f)
+	if threads <= 1 {
+		out := getBuf(&taskFree, kern.bufLen())
+		g.skinnyCols(kern, a.f, out.f, 0, g.n)
+		putBuf(&taskFree, out)
+		return
+	}
+	call := getCall()
+	call.g, call.kern, call.batch, call.skinnyA = *g, kern, 0, a.f
+	call.nPack = 0
+	tasks := threads * tasksPerThread
+	call.colChunk = roundUp((g.n+tasks-1)/tasks, g.skinnyWidth())
+	call.ntasks = int64((g.n + call.colChunk - 1) / call.colChunk)
+	call.run(threads)
 }
 
 // plan cuts a panel phase into tasks: packing tasks of whole slivers, then

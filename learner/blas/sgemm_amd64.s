@@ -563,3 +563,232 @@ peakloop:
 peakdone:
 	VZEROUPPER
 	RET
+
+// ---------------------------------------------------------------------------
+// Skinny products (m ≤ 4 rows at a time), AVX-512. op(B) is read where it
+// lies, unpacked: for few rows of C, packing B would cost as much as the
+// product.
+
+// Horizontal sum of zmm acc (one of Z0..Z15, low part xacc) into the float
+// at off(DX), with Z24 as scratch. 512-bit lane shuffles (AVX512F) fold the
+// four 128-bit lanes together; the last four floats are summed with VEX
+// ops, legal since xacc is below X16.
+#define HSUM(acc, xacc, off) \
+	VSHUFF32X4 $0x4E, acc, acc, Z24; \
+	VADDPS     Z24, acc, acc;        \
+	VSHUFF32X4 $0xB1, acc, acc, Z24; \
+	VADDPS     Z24, acc, acc;        \
+	VHADDPS    xacc, xacc, xacc;     \
+	VHADDPS    xacc, xacc, xacc;     \
+	VMOVSS     xacc, off(DX)
+
+#define DOT16 \
+	VMOVUPS (SI), Z16;        \
+	VMOVUPS (SI)(R8*1), Z17;  \
+	VMOVUPS (SI)(R8*2), Z18;  \
+	VMOVUPS (SI)(R9*1), Z19;  \
+	VMOVUPS (DI), Z20;        \
+	VMOVUPS (DI)(R10*1), Z21; \
+	VMOVUPS (DI)(R10*2), Z22; \
+	VMOVUPS (DI)(R11*1), Z23; \
+	VFMADD231PS Z20, Z16, Z0;  \
+	VFMADD231PS Z21, Z16, Z1;  \
+	VFMADD231PS Z22, Z16, Z2;  \
+	VFMADD231PS Z23, Z16, Z3;  \
+	VFMADD231PS Z20, Z17, Z4;  \
+	VFMADD231PS Z21, Z17, Z5;  \
+	VFMADD231PS Z22, Z17, Z6;  \
+	VFMADD231PS Z23, Z17, Z7;  \
+	VFMADD231PS Z20, Z18, Z8;  \
+	VFMADD231PS Z21, Z18, Z9;  \
+	VFMADD231PS Z22, Z18, Z10; \
+	VFMADD231PS Z23, Z18, Z11; \
+	VFMADD231PS Z20, Z19, Z12; \
+	VFMADD231PS Z21, Z19, Z13; \
+	VFMADD231PS Z22, Z19, Z14; \
+	VFMADD231PS Z23, Z19, Z15
+
+// func dot4x4AVX512(k int, a *float32, lda int, b *float32, ldb int, out *float32)
+//
+// out[i*4+j] = Σ_p a[i*lda+p] * b[j*ldb+p] for i, j < 4, p < k: sixteen dot
+// products of four rows of A with four rows of stored B (op(B) = Bᵀ).
+TEXT ·dot4x4AVX512(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), R8
+	MOVQ b+24(FP), DI
+	MOVQ ldb+32(FP), R10
+	MOVQ out+40(FP), DX
+	SHLQ $2, R8
+	SHLQ $2, R10
+	LEAQ (R8)(R8*2), R9
+	LEAQ (R10)(R10*2), R11
+
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+
+	MOVQ CX, R12
+	SHRQ $4, R12
+	JZ   dottail
+
+dotloop:
+	DOT16
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ R12
+	JNZ  dotloop
+
+dottail:
+	ANDQ  $15, CX
+	JZ    dotsum
+	MOVQ  $1, AX
+	SHLQ  CX, AX
+	DECQ  AX
+	KMOVW AX, K1
+	VMOVUPS.Z (SI), K1, Z16
+	VMOVUPS.Z (SI)(R8*1), K1, Z17
+	VMOVUPS.Z (SI)(R8*2), K1, Z18
+	VMOVUPS.Z (SI)(R9*1), K1, Z19
+	VMOVUPS.Z (DI), K1, Z20
+	VMOVUPS.Z (DI)(R10*1), K1, Z21
+	VMOVUPS.Z (DI)(R10*2), K1, Z22
+	VMOVUPS.Z (DI)(R11*1), K1, Z23
+	VFMADD231PS Z20, Z16, Z0
+	VFMADD231PS Z21, Z16, Z1
+	VFMADD231PS Z22, Z16, Z2
+	VFMADD231PS Z23, Z16, Z3
+	VFMADD231PS Z20, Z17, Z4
+	VFMADD231PS Z21, Z17, Z5
+	VFMADD231PS Z22, Z17, Z6
+	VFMADD231PS Z23, Z17, Z7
+	VFMADD231PS Z20, Z18, Z8
+	VFMADD231PS Z21, Z18, Z9
+	VFMADD231PS Z22, Z18, Z10
+	VFMADD231PS Z23, Z18, Z11
+	VFMADD231PS Z20, Z19, Z12
+	VFMADD231PS Z21, Z19, Z13
+	VFMADD231PS Z22, Z19, Z14
+	VFMADD231PS Z23, Z19, Z15
+
+dotsum:
+	HSUM(Z0, X0, 0)
+	HSUM(Z1, X1, 4)
+	HSUM(Z2, X2, 8)
+	HSUM(Z3, X3, 12)
+	HSUM(Z4, X4, 16)
+	HSUM(Z5, X5, 20)
+	HSUM(Z6, X6, 24)
+	HSUM(Z7, X7, 28)
+	HSUM(Z8, X8, 32)
+	HSUM(Z9, X9, 36)
+	HSUM(Z10, X10, 40)
+	HSUM(Z11, X11, 44)
+	HSUM(Z12, X12, 48)
+	HSUM(Z13, X13, 52)
+	HSUM(Z14, X14, 56)
+	HSUM(Z15, X15, 60)
+	VZEROUPPER
+	RET
+
+// func axpy4x64AVX512(k int, a *float32, lda int, b *float32, ldb int, out *float32)
+//
+// out[i*64+j] = Σ_p a[i*lda+p] * b[p*ldb+j] for i < 4, j < 64, p < k: four
+// rows of A times a 64-column strip of stored B (op(B) = B), B read row by
+// row where it lies.
+TEXT ·axpy4x64AVX512(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), R8
+	MOVQ b+24(FP), DI
+	MOVQ ldb+32(FP), R10
+	MOVQ out+40(FP), DX
+	SHLQ $2, R8
+	SHLQ $2, R10
+	LEAQ (R8)(R8*2), R9
+
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	TESTQ  CX, CX
+	JZ     axpystore
+
+axpyloop:
+	PREFETCHT0   (DI)(R10*8)
+	PREFETCHT0   64(DI)(R10*8)
+	PREFETCHT0   128(DI)(R10*8)
+	PREFETCHT0   192(DI)(R10*8)
+	VMOVUPS      (DI), Z16
+	VMOVUPS      64(DI), Z17
+	VMOVUPS      128(DI), Z18
+	VMOVUPS      192(DI), Z19
+	VBROADCASTSS (SI), Z20
+	VBROADCASTSS (SI)(R8*1), Z21
+	VBROADCASTSS (SI)(R8*2), Z22
+	VBROADCASTSS (SI)(R9*1), Z23
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z18, Z20, Z2
+	VFMADD231PS  Z19, Z20, Z3
+	VFMADD231PS  Z16, Z21, Z4
+	VFMADD231PS  Z17, Z21, Z5
+	VFMADD231PS  Z18, Z21, Z6
+	VFMADD231PS  Z19, Z21, Z7
+	VFMADD231PS  Z16, Z22, Z8
+	VFMADD231PS  Z17, Z22, Z9
+	VFMADD231PS  Z18, Z22, Z10
+	VFMADD231PS  Z19, Z22, Z11
+	VFMADD231PS  Z16, Z23, Z12
+	VFMADD231PS  Z17, Z23, Z13
+	VFMADD231PS  Z18, Z23, Z14
+	VFMADD231PS  Z19, Z23, Z15
+	ADDQ         $4, SI
+	ADDQ         R10, DI
+	DECQ         CX
+	JNZ          axpyloop
+
+axpystore:
+	VMOVUPS Z0, (DX)
+	VMOVUPS Z1, 64(DX)
+	VMOVUPS Z2, 128(DX)
+	VMOVUPS Z3, 192(DX)
+	VMOVUPS Z4, 256(DX)
+	VMOVUPS Z5, 320(DX)
+	VMOVUPS Z6, 384(DX)
+	VMOVUPS Z7, 448(DX)
+	VMOVUPS Z8, 512(DX)
+	VMOVUPS Z9, 576(DX)
+	VMOVUPS Z10, 640(DX)
+	VMOVUPS Z11, 704(DX)
+	VMOVUPS Z12, 768(DX)
+	VMOVUPS Z13, 832(DX)
+	VMOVUPS Z14, 896(DX)
+	VMOVUPS Z15, 960(DX)
+	VZEROUPPER
+	RET

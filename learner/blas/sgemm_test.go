@@ -243,6 +243,33 @@ func TestSgemmLarge(t *testing.T) {
 	}
 }
 
+// TestSgemmSkinny covers products with few rows of C (the skinny path where
+// the kernel has one): strips shifted at the right edge, row groups of four
+// padded with zero rows, k tails under a mask, several threads.
+func TestSgemmSkinny(t *testing.T) {
+	for _, kern := range testKernels() {
+		for _, threads := range []int{1, 2, 3} {
+			t.Run(fmt.Sprintf("%s/threads=%d", kern.name, threads), func(t *testing.T) {
+				withKernel(t, kern)
+				withThreads(t, threads)
+				for _, m := range []int{1, 3, 4, 5, 8} {
+					for _, n := range []int{4, 5, 64, 65, 200, 1030} {
+						for _, k := range []int{16, 17, 250} {
+							for tr := 0; tr < 4; tr++ {
+								tc := gemmCase{transA: tr&1 != 0, transB: tr&2 != 0, m: m, n: n, k: k,
+									alpha: 1.5, beta: float32(tr % 2), padA: 1, padB: tr, padC: 3}
+								runCase(t, tc)
+							}
+						}
+					}
+				}
+				tc := gemmCase{transB: true, m: 2, n: 3000, k: 700, alpha: 1, batch: 3}
+				runCase(t, tc)
+			})
+		}
+	}
+}
+
 // TestSgemmPanels shrinks the panel budget so that op(B) is packed and
 // multiplied in many column panels, each a phase of its own.
 func TestSgemmPanels(t *testing.T) {
@@ -395,6 +422,8 @@ func TestSgemmNoAllocs(t *testing.T) {
 	}{
 		{"serial", func() { Sgemm(false, true, 30, 25, 20, 1, a, 20, b, 20, 0, c, 25) }},
 		{"parallel", func() { Sgemm(false, false, 300, 250, 200, 1, a, 200, b, 250, 0.5, c, 250) }},
+		{"skinny", func() { Sgemm(false, true, 3, 250, 200, 1, a, 200, b, 200, 0, c, 250) }},
+		{"skinny parallel", func() { Sgemm(false, false, 2, 250, 200, 1, a, 200, b, 250, 0, c, 250) }},
 		{"batched", func() { SgemmBatched(false, true, 8, 30, 25, 40, 1, a, 1200, 40, b, 1000, 40, 0, c, 750, 25) }},
 	}
 	for _, tc := range cases {
