@@ -57,6 +57,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("RLNODE_TEST_NODE") == "1" {
 		os.Exit(runTestNode())
 	}
+	if target := os.Getenv("RLNODE_TEST_ROGUE"); target != "" {
+		os.Exit(runRogue(target))
+	}
 	os.Exit(m.Run())
 }
 
@@ -85,6 +88,52 @@ func runTestNode() int {
 	return 0
 }
 
+// runRogue is a bare actor system outside the cluster that tells and calls
+// an actor of it (target is "address id").
+func runRogue(target string) int {
+	addr, id, _ := strings.Cut(target, " ")
+	s, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		fmt.Println("RESULT start:", err)
+		return 1
+	}
+	defer s.Stop()
+	ref := actor.Ref{Name: "victim", Address: addr, ID: id}
+	_ = s.Tell(ref, Add{N: 1000})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := s.Call(ctx, ref, Add{N: 1000}); err != nil {
+		fmt.Println("RESULT", err)
+		return 0
+	}
+	fmt.Println("RESULT answered")
+	return 0
+}
+
+func TestNonMemberMessagesDropped(t *testing.T) {
+	a := startLocalNode(t, "guarded", testKey(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "victim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := h.Record()
+	exe, _ := os.Executable()
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "RLNODE_TEST_ROGUE="+rec.Ref.Address+" "+rec.Ref.ID)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("rogue: %v", err)
+	}
+	if !strings.Contains(string(out), "RESULT") || strings.Contains(string(out), "answered") {
+		t.Fatalf("rogue got: %s", out)
+	}
+	if s, err := Call[Sum](ctx, h, WhereAreYou{}); err != nil || s.N != 0 {
+		t.Fatalf("a non-member's messages reached the actor: %+v, %v", s, err)
+	}
+}
+
 type testNode struct {
 	id     string
 	cmd    *exec.Cmd
@@ -93,7 +142,7 @@ type testNode struct {
 	exited chan struct{}
 }
 
-func testKey(t *testing.T) []byte {
+func testKey(t testing.TB) []byte {
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		t.Fatal(err)
@@ -101,7 +150,7 @@ func testKey(t *testing.T) []byte {
 	return key
 }
 
-func startNodeProcess(t *testing.T, id string, key []byte, join string, gpus int, labels string) *testNode {
+func startNodeProcess(t testing.TB, id string, key []byte, join string, gpus int, labels string) *testNode {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -149,7 +198,7 @@ func startNodeProcess(t *testing.T, id string, key []byte, join string, gpus int
 	return tn
 }
 
-func startLocalNode(t *testing.T, id string, key []byte) *Node {
+func startLocalNode(t testing.TB, id string, key []byte) *Node {
 	t.Helper()
 	n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2, GPUs: 0, Logger: actor.DiscardLogger()})
 	if err != nil {
