@@ -191,6 +191,7 @@ func (b *Bulk) handle(c net.Conn) {
 		if _, err := c.Write(data[:k]); err != nil {
 			return
 		}
+		b.sys.stats.bulkServed.Add(uint64(k))
 		data = data[k:]
 	}
 	// A read that ends at the payload's end uses one of the offer's readers.
@@ -272,6 +273,7 @@ func (b *Bulk) FetchRange(ctx context.Context, ref BulkRef, off int64, dst []byt
 		}
 		got += k
 	}
+	b.sys.stats.bulkFetched.Add(uint64(len(dst)))
 	return nil
 }
 

@@ -25,6 +25,7 @@ func (s *System) Call(ctx context.Context, ref Ref, msg any) (any, error) {
 	if ref.IsZero() {
 		return nil, fmt.Errorf("call: empty actor ref: %w", ErrActorNotFound)
 	}
+	s.stats.callsSent.Add(1)
 	pid := &pa.PID{Address: ref.Address, Id: ref.ID}
 	if ref.Address == s.addr {
 		if _, err := registeredName(msg); err != nil {
@@ -64,6 +65,7 @@ func (s *System) Tell(ref Ref, msg any) error {
 		return ErrSystemStopped
 	default:
 	}
+	s.stats.tellsSent.Add(1)
 	pid := &pa.PID{Address: ref.Address, Id: ref.ID}
 	if ref.Address == s.addr {
 		if _, err := registeredName(msg); err != nil {
@@ -164,6 +166,7 @@ func (p *replyProcess) SendUserMessage(_ *pa.PID, message any) {
 	}
 	e, err := unmarshalEnvelope(a)
 	if err != nil {
+		p.s.stats.dropped.Add(1)
 		p.s.log.Warn("dropping malformed reply", "err", err)
 		return
 	}
@@ -172,6 +175,7 @@ func (p *replyProcess) SendUserMessage(_ *pa.PID, message any) {
 		return
 	}
 	if !p.s.allowed(e.From) {
+		p.s.stats.dropped.Add(1)
 		p.s.log.Warn("dropping reply from a non-member", "from", e.From)
 		return
 	}

@@ -143,6 +143,7 @@ func (s *System) Local() []Ref {
 func (h *hosted) receive(c pa.Context) {
 	switch m := c.Message().(type) {
 	case *localEnvelope:
+		h.sys.stats.received.Add(1)
 		h.handle(c, m.msg, m.call, nil)
 	case *anypb.Any:
 		h.handleWire(c, m)
@@ -155,10 +156,12 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any) {
 	s := h.sys
 	e, err := unmarshalEnvelope(a)
 	if err != nil {
+		s.stats.dropped.Add(1)
 		s.log.Warn("dropping malformed message", "actor", h.ref.Name, "err", err)
 		return
 	}
 	if !s.allowed(e.From) {
+		s.stats.dropped.Add(1)
 		s.log.Warn("dropping message from a non-member", "actor", h.ref.Name, "from", e.From)
 		return
 	}
@@ -181,10 +184,12 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any) {
 	}
 	msg, err := decodeBody(e.Type, body)
 	if err != nil {
+		s.stats.dropped.Add(1)
 		s.log.Warn("dropping undecodable message", "actor", h.ref.Name, "from", e.From, "err", err)
 		h.replyWire(c, e, nil, err)
 		return
 	}
+	s.stats.received.Add(1)
 	h.handle(c, msg, nil, e)
 }
 

@@ -128,6 +128,8 @@ type System struct {
 	amu    sync.Mutex
 	actors map[string]*hosted // by name
 
+	stats stats
+
 	observer   atomic.Pointer[func(Event)]
 	peerFilter atomic.Pointer[func(addr string) bool]
 
@@ -387,4 +389,27 @@ func (s *System) ForgetAddress(addr string, cause error) {
 	}
 	s.FailAddress(addr, cause)
 	s.as.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: addr})
+}
+
+type stats struct {
+	callsSent, tellsSent, received, dropped, bulkServed, bulkFetched atomic.Uint64
+}
+
+// Stats are a node's transport counters since it started.
+type Stats struct {
+	CallsSent        uint64 // Call requests sent
+	TellsSent        uint64 // Tell messages sent
+	MessagesReceived uint64 // requests and tells delivered to local actors
+	MessagesDropped  uint64 // malformed, undecodable or from non-members
+	BulkBytesServed  uint64 // bytes other nodes pulled from this node's offers
+	BulkBytesFetched uint64 // bytes this node pulled
+}
+
+// Stats returns the transport counters.
+func (s *System) Stats() Stats {
+	return Stats{
+		CallsSent: s.stats.callsSent.Load(), TellsSent: s.stats.tellsSent.Load(),
+		MessagesReceived: s.stats.received.Load(), MessagesDropped: s.stats.dropped.Load(),
+		BulkBytesServed: s.stats.bulkServed.Load(), BulkBytesFetched: s.stats.bulkFetched.Load(),
+	}
 }

@@ -3,6 +3,9 @@ package cluster
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -95,6 +98,34 @@ func TestEmbeddedSingleNode(t *testing.T) {
 	wg.Wait()
 	if _, err := NewPool(); err == nil {
 		t.Fatal("empty pool accepted")
+	}
+
+	// The control endpoint serves status and Prometheus metrics on loopback.
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	ctrl, closeCtrl, err := n.ServeControl("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeCtrl()
+	if ri, err := FindRunning(n.GossipAddress()); err != nil || ri.Control != ctrl {
+		t.Fatalf("run file: %+v, %v", ri, err)
+	}
+	resp, err := http.Get("http://" + ctrl + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`rlnode_actors{state="ALIVE"} 6`, "rlnode_nodes 1", `rlnode_node_resources{resource="CPU",kind="used"} 1.5`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %q:\n%s", want, metrics)
+		}
+	}
+	if !regexp.MustCompile(`rlnode_calls_sent_total [1-9]`).Match(metrics) {
+		t.Errorf("no calls counted:\n%s", metrics)
+	}
+	if st, err := FetchStatus(ctx, ctrl); err != nil || len(st.Actors) != 6 {
+		t.Fatalf("status over HTTP: %d actors, %v", len(st.Actors), err)
 	}
 
 	// Stopping frees resources and tells watchers.
