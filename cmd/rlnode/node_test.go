@@ -77,14 +77,21 @@ func startRlnode(t *testing.T, home string, args ...string) *runningNode {
 		_ = cmd.Process.Kill()
 		<-rn.done
 	})
+	// The banner ends with the join hint; the banner is complete then.
 	gossip := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
+		var g string
+		var banner bytes.Buffer
 		for sc.Scan() {
 			line := sc.Text()
-			rn.out.WriteString(line + "\n")
+			banner.WriteString(line + "\n")
 			if f := strings.Fields(line); len(f) == 2 && f[0] == "gossip:" {
-				gossip <- f[1]
+				g = f[1]
+			}
+			if strings.HasPrefix(line, "others join with:") {
+				rn.out.Write(banner.Bytes())
+				gossip <- g
 			}
 		}
 	}()
