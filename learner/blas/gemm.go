@@ -55,41 +55,71 @@ func (g *gemmArgs) packPanel(kern *microKernel, p *panel, s0, s1 int) {
 	}
 }
 
+// directA makes computeBlock read full A slivers where they lie
+// (kern.direct) when op(A) = A, instead of packing them: the kernel then
+// walks 12 rows of A with stride lda, which measured as fast as packed
+// slivers here even for lda a multiple of 4 KiB, and the packing (a
+// transpose) is saved. That matters most where each sliver meets few B
+// slivers, such as attention's P·V. A variable so that tests can turn it off.
+var directA = true
+
 // computeBlock computes rows [i0,i1) of C (at most mc of them) over panel
 // columns [c0,c1) (c0 a multiple of nr), with buf holding the packed rows
 // of op(A) and an edge tile. k ≥ 1 and alpha ≠ 0 here.
 //
 // Loop order (GotoBLAS/BLIS): for each kc-deep slice, pack those rows of
-// op(A); for each nc-wide block of the panel (kept in L2), let each mr-row
+// op(A) (unless read directly, see directA); for each nc-wide block of the panel (kept in L2), let each mr-row
 // A sliver (kept in L1) sweep the block's nr-column B slivers.
 func (g *gemmArgs) computeBlock(kern *microKernel, buf []float32, p *panel, i0, i1, c0, c1 int) {
 	mr, nr := kern.mr, kern.nr
 	aPack := buf[:kern.aLen()]
 	tile := buf[kern.aLen():][:mr*nr]
 	mb := i1 - i0
+	direct := directA && kern.direct != nil && !g.transA
+	full := mb / mr * mr // rows in full slivers
 	for pc := 0; pc < g.k; pc += p.kc {
 		kb := min(p.kc, g.k-pc)
 		beta := g.beta
 		if pc > 0 {
 			beta = 1
 		}
-		packA(kern, aPack, g.a, g.lda, g.transA, i0, mb, pc, kb)
+		switch {
+		case !direct:
+			packA(kern, aPack, g.a, g.lda, g.transA, i0, mb, pc, kb)
+		case full < mb: // only the last, partial sliver is packed
+			packA(kern, aPack, g.a, g.lda, false, i0+full, mb-full, pc, kb)
+		}
 		bBlock := p.data[pc*p.nPad:]
 		for jc := c0; jc < c1; jc += kern.nc {
 			je := min(jc+kern.nc, c1)
 			for ir := 0; ir < mb; ir += mr {
-				aSliver := aPack[ir*kb : (ir+mr)*kb]
 				rows := min(mr, mb-ir)
+				aDirect := direct && rows == mr
+				var aSliver []float32
+				switch {
+				case aDirect:
+					aSliver = g.a[(i0+ir)*g.lda+pc:]
+				case direct:
+					aSliver = aPack[:mr*kb]
+				default:
+					aSliver = aPack[ir*kb : (ir+mr)*kb]
+				}
 				for jr := jc; jr < je; jr += nr {
 					bSliver := bBlock[jr*kb : (jr+nr)*kb]
 					cols := min(nr, je-jr)
 					c := g.c[(i0+ir)*g.ldc+p.j0+jr:]
-					if rows == mr && cols == nr {
-						kern.fn(kb, aSliver, bSliver, c, g.ldc, g.alpha, beta)
-						continue
+					dst, ldd, b := c, g.ldc, beta
+					if rows < mr || cols < nr {
+						dst, ldd, b = tile, nr, 0
 					}
-					kern.fn(kb, aSliver, bSliver, tile, nr, g.alpha, 0)
-					mergeTile(c, g.ldc, tile, nr, rows, cols, beta)
+					if aDirect {
+						kern.direct(kb, aSliver, g.lda, bSliver, dst, ldd, g.alpha, b)
+					} else {
+						kern.fn(kb, aSliver, bSliver, dst, ldd, g.alpha, b)
+					}
+					if rows < mr || cols < nr {
+						mergeTile(c, g.ldc, tile, nr, rows, cols, beta)
+					}
 				}
 			}
 		}

@@ -18,6 +18,9 @@ type microKernel struct {
 	// mc is a multiple of mr and nc of nr.
 	kc, mc, nc int
 	fn         func(kc int, a, b, c []float32, ldc int, alpha, beta float32)
+	// direct, where not nil, is fn reading a full mr-row sliver of A where
+	// it lies (op(A) = A, rows lda apart) instead of packed.
+	direct func(kc int, a []float32, lda int, b, c []float32, ldc int, alpha, beta float32)
 	// transpose sets dst[c*ldd+r] = src[r*ld+c] for r < rows, c < n.
 	transpose func(dst []float32, ldd int, src []float32, ld int, rows, n int)
 	// copy sets dst[p*ldd+j] = src[p*lds+j] for p < count, j < width.

@@ -7,6 +7,9 @@ package blas
 func kernel12x32AVX512(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 
 //go:noescape
+func kernel12x32DirectAVX512(kc int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
 func kernel6x16AVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 
 // avx512Kernel: 24 zmm accumulators (12 rows × 2 vectors of 16), B row in
@@ -25,6 +28,10 @@ var avx512Kernel = microKernel{
 	copy:      copyStridedAVX,
 	dot4x4:    dot4x4,
 	axpy4x64:  axpy4x64,
+	direct: func(kc int, a []float32, lda int, b, c []float32, ldc int, alpha, beta float32) {
+		_ = a[11*lda+kc-1]
+		kernel12x32DirectAVX512(kc, &a[0], lda, &b[0], &c[0], ldc, alpha, beta)
+	},
 }
 
 // avx2Kernel: 12 ymm accumulators (6 rows × 2 vectors of 8).

@@ -188,6 +188,165 @@ k512nobeta:
 	RET
 
 // ---------------------------------------------------------------------------
+// AVX-512 micro-kernel, 12 rows x 32 columns, reading A unpacked.
+//
+// Like kernel12x32AVX512, but A is op(A) = A as stored, row-major with row
+// stride lda: row i of the sliver starts at a + i*lda. Rows 0-3 are
+// addressed from SI, 4-7 from DI, 8-11 from R10, each with index R11 = lda
+// or R12 = 3*lda bytes; all three advance 4 bytes per k step.
+
+#define K12X32D(ao, bo) \
+	VMOVUPS      bo(BX), Z24;          \
+	VMOVUPS      bo+64(BX), Z25;       \
+	VBROADCASTSS ao(SI), Z26;          \
+	VBROADCASTSS ao(SI)(R11*1), Z27;   \
+	VFMADD231PS  Z24, Z26, Z0;         \
+	VFMADD231PS  Z25, Z26, Z1;         \
+	VFMADD231PS  Z24, Z27, Z2;         \
+	VFMADD231PS  Z25, Z27, Z3;         \
+	VBROADCASTSS ao(SI)(R11*2), Z28;   \
+	VBROADCASTSS ao(SI)(R12*1), Z29;   \
+	VFMADD231PS  Z24, Z28, Z4;         \
+	VFMADD231PS  Z25, Z28, Z5;         \
+	VFMADD231PS  Z24, Z29, Z6;         \
+	VFMADD231PS  Z25, Z29, Z7;         \
+	VBROADCASTSS ao(DI), Z30;          \
+	VBROADCASTSS ao(DI)(R11*1), Z31;   \
+	VFMADD231PS  Z24, Z30, Z8;         \
+	VFMADD231PS  Z25, Z30, Z9;         \
+	VFMADD231PS  Z24, Z31, Z10;        \
+	VFMADD231PS  Z25, Z31, Z11;        \
+	VBROADCASTSS ao(DI)(R11*2), Z26;   \
+	VBROADCASTSS ao(DI)(R12*1), Z27;   \
+	VFMADD231PS  Z24, Z26, Z12;        \
+	VFMADD231PS  Z25, Z26, Z13;        \
+	VFMADD231PS  Z24, Z27, Z14;        \
+	VFMADD231PS  Z25, Z27, Z15;        \
+	VBROADCASTSS ao(R10), Z28;         \
+	VBROADCASTSS ao(R10)(R11*1), Z29;  \
+	VFMADD231PS  Z24, Z28, Z16;        \
+	VFMADD231PS  Z25, Z28, Z17;        \
+	VFMADD231PS  Z24, Z29, Z18;        \
+	VFMADD231PS  Z25, Z29, Z19;        \
+	VBROADCASTSS ao(R10)(R11*2), Z30;  \
+	VBROADCASTSS ao(R10)(R12*1), Z31;  \
+	VFMADD231PS  Z24, Z30, Z20;        \
+	VFMADD231PS  Z25, Z30, Z21;        \
+	VFMADD231PS  Z24, Z31, Z22;        \
+	VFMADD231PS  Z25, Z31, Z23
+
+// func kernel12x32DirectAVX512(kc int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32)
+TEXT ·kernel12x32DirectAVX512(SB), NOSPLIT, $0-56
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), R11
+	MOVQ b+24(FP), BX
+	MOVQ c+32(FP), DX
+	MOVQ ldc+40(FP), R8
+	SHLQ $2, R8
+	SHLQ $2, R11
+	LEAQ (R11)(R11*2), R12
+	LEAQ (SI)(R11*4), DI
+	LEAQ (DI)(R11*4), R10
+
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+
+	MOVQ CX, R9
+	SHRQ $2, R9
+	ANDQ $3, CX
+	TESTQ R9, R9
+	JZ   kdtail
+
+kdloop4:
+	PREFETCHT0 1024(BX)
+	K12X32D(0, 0)
+	PREFETCHT0 1088(BX)
+	K12X32D(4, 128)
+	PREFETCHT0 1152(BX)
+	K12X32D(8, 256)
+	PREFETCHT0 1216(BX)
+	K12X32D(12, 384)
+	ADDQ $16, SI
+	ADDQ $16, DI
+	ADDQ $16, R10
+	ADDQ $512, BX
+	DECQ R9
+	JNZ  kdloop4
+
+kdtail:
+	TESTQ CX, CX
+	JZ    kdstore
+
+kdloop1:
+	K12X32D(0, 0)
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R10
+	ADDQ $128, BX
+	DECQ CX
+	JNZ  kdloop1
+
+kdstore:
+	VBROADCASTSS alpha+48(FP), Z30
+	MOVL         beta+52(FP), R9
+	TESTL        R9, R9
+	JZ           kdnobeta
+	VBROADCASTSS beta+52(FP), Z31
+	ROW512BETA(Z0, Z1)
+	ROW512BETA(Z2, Z3)
+	ROW512BETA(Z4, Z5)
+	ROW512BETA(Z6, Z7)
+	ROW512BETA(Z8, Z9)
+	ROW512BETA(Z10, Z11)
+	ROW512BETA(Z12, Z13)
+	ROW512BETA(Z14, Z15)
+	ROW512BETA(Z16, Z17)
+	ROW512BETA(Z18, Z19)
+	ROW512BETA(Z20, Z21)
+	ROW512BETA(Z22, Z23)
+	VZEROUPPER
+	RET
+
+kdnobeta:
+	ROW512(Z0, Z1)
+	ROW512(Z2, Z3)
+	ROW512(Z4, Z5)
+	ROW512(Z6, Z7)
+	ROW512(Z8, Z9)
+	ROW512(Z10, Z11)
+	ROW512(Z12, Z13)
+	ROW512(Z14, Z15)
+	ROW512(Z16, Z17)
+	ROW512(Z18, Z19)
+	ROW512(Z20, Z21)
+	ROW512(Z22, Z23)
+	VZEROUPPER
+	RET
+
+// ---------------------------------------------------------------------------
 // AVX2+FMA micro-kernel, 6 rows x 16 columns.
 //
 // a: 6 floats per k step; b: 16 floats per k step. Accumulators Y0..Y11,

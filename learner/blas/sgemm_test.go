@@ -270,6 +270,29 @@ func TestSgemmSkinny(t *testing.T) {
 	}
 }
 
+// TestSgemmDirectA runs op(A) = A products with A slivers read where they
+// lie (where the kernel can) and packed.
+func TestSgemmDirectA(t *testing.T) {
+	prev := directA
+	t.Cleanup(func() { directA = prev })
+	for _, direct := range []bool{false, true} {
+		directA = direct
+		for _, kern := range testKernels() {
+			t.Run(fmt.Sprintf("%s/direct=%v", kern.name, direct), func(t *testing.T) {
+				withKernel(t, kern)
+				for _, s := range [][3]int{{13, 40, 9}, {36, 64, 400}, {250, 300, 100}, {100, 33, 17}} {
+					for _, tB := range []bool{false, true} {
+						tc := gemmCase{transB: tB, m: s[0], n: s[1], k: s[2], alpha: 0.5, beta: 2, padA: 3}
+						runCase(t, tc)
+						tc.batch, tc.beta = 2, 0
+						runCase(t, tc)
+					}
+				}
+			})
+		}
+	}
+}
+
 // TestSgemmPanels shrinks the panel budget so that op(B) is packed and
 // multiplied in many column panels, each a phase of its own.
 func TestSgemmPanels(t *testing.T) {
