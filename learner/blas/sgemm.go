@@ -39,9 +39,10 @@ func SgemmBatched(transA, transB bool, batch, m, n, k int, alpha float32, a []fl
 	}
 	threads := Threads()
 	work := int64(m) * int64(n) * int64(k)
-	if k == 0 || alpha == 0 || batch == 1 || threads == 1 || work >= minTaskWork*int64(threads) || work*int64(batch) < minTaskWork {
-		// Each product alone is big enough to split, or all together too
-		// small to share: one product after another.
+	bigItems := work >= minTaskWork*int64(threads) && batch < 2*threads
+	if k == 0 || alpha == 0 || batch == 1 || threads == 1 || bigItems || work*int64(batch) < minTaskWork {
+		// Too few products to share out whole, each big enough to split,
+		// or all together too small to share: one product after another.
 		for i := 0; i < batch; i++ {
 			gi := g
 			gi.a, gi.b, gi.c = g.a[i*strideA:], g.b[i*strideB:], g.c[i*strideC:]
