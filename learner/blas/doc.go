@@ -2,15 +2,23 @@
 //
 // It owns single-precision matrix multiplication for the learner: Sgemm for
 // one product and SgemmBatched for the many small products of attention.
-// Both follow the GotoBLAS/BLIS layout: op(A) and op(B) are copied ("packed")
-// into cache-sized contiguous panels, and a register-tiled micro-kernel
-// written in assembly (AVX-512 or AVX2+FMA on amd64, chosen at start-up from
-// CPUID) multiplies them. A pure-Go micro-kernel serves other architectures
-// and CPUs without those features. Large products are split over a pool of
-// goroutines (SetThreads); tiny ones run on the calling goroutine.
+// Both follow the GotoBLAS/BLIS layout: op(B) is copied ("packed") into
+// panels of nr-column slivers shared by all threads, and a register-tiled
+// micro-kernel in assembly (AVX-512 12×32 or AVX2+FMA 6×16 on amd64, chosen
+// at start-up from CPUID) multiplies mr-row slivers of op(A) with them.
+// Slivers of op(A) are packed too, except that the AVX-512 kernel reads
+// them where they lie when op(A) = A. Products with at most eight rows of C
+// (decoding, GEMV) skip packing and stream op(B) through AVX-512 dot or
+// strip kernels. A pure-Go micro-kernel serves other architectures and
+// CPUs without those features; tests force it to check it on amd64.
 //
-// The package does no allocation in steady state: packing buffers and call
-// records are recycled through free lists that survive garbage collection.
-// It must not import anything outside the standard library: it sits under
-// every tensor backend and is tested against a plain reference loop.
+// Large products are split into tasks claimed by the caller and a pool of
+// helper goroutines, up to Threads() of them (SetThreads); tiny ones run on
+// the calling goroutine. Packing buffers and call records are recycled
+// through free lists that survive garbage collection, so steady-state calls
+// do not allocate.
+//
+// The package imports only the standard library and knows nothing of
+// tensors or models: it sits under every tensor backend and is tested
+// against a plain reference loop.
 package blas
