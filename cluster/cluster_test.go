@@ -253,6 +253,10 @@ func TestThreeNodesSpawnKillRespawn(t *testing.T) {
 	if _, err := onC.Call(ctx, Add{N: 1}); err != nil {
 		t.Fatal(err)
 	}
+	relocatable, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "relocatable", Node: "c-cpu", MaxRestarts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// Bad requests fail at once with what the cluster offers.
 	_, err = a.Spawn(ctx, "test.counter", SpawnOptions{Resources: Resources{GPU: 4}})
@@ -347,11 +351,18 @@ func TestThreeNodesSpawnKillRespawn(t *testing.T) {
 
 	// A graceful stop is seen at once and its actors are told "node stopped".
 	wC := a.Watch(ctx, "on-c")
+	wR := a.Watch(ctx, "relocatable")
 	c.stdin.Close()
 	if n := nextNotice(t, wC); n.State != Dead || n.Cause != "node stopped" {
 		t.Fatalf("on-c notice after graceful stop: %+v", n)
 	}
+	if n := nextNotice(t, wR); n.State != Restarting || n.Cause != "node stopped" || n.Restarts != 1 {
+		t.Fatalf("relocatable notice after graceful stop: %+v", n)
+	}
 	waitFor(t, "graceful leave", 5*time.Second, func() bool { return !a.isAlive("c-cpu") })
+	if s, err := Call[Sum](ctx, relocatable, WhereAreYou{}); err != nil || s.Node == "c-cpu" {
+		t.Fatalf("relocatable after its node stopped: %+v, %v", s, err)
+	}
 }
 
 // nodeIDOf maps the test actor's reported node (its process's

@@ -3,6 +3,7 @@ package cluster
 import (
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/vmihailenco/msgpack/v5"
@@ -212,4 +213,34 @@ func decodeUpdate(b []byte) (*update, error) {
 		return nil, err
 	}
 	return &u, nil
+}
+
+// deadRecordTTL is how long the directory keeps DEAD actors, removed
+// placement groups and departed nodes, so status can show recent deaths
+// without the directory growing for ever.
+const deadRecordTTL = 10 * time.Minute
+
+// collect drops DEAD actor records last updated before cutoff, removed
+// groups, and records of nodes not alive that started before cutoff. Every
+// node collects on its own clock; a record that push/pull brings back is
+// dropped again on the next pass.
+func (d *Directory) collect(cutoff time.Time, alive func(id string) bool) {
+	ms := cutoff.UnixMilli()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for name, r := range d.actors {
+		if r.State == Dead && r.UpdatedMs < ms {
+			delete(d.actors, name)
+		}
+	}
+	for id, g := range d.groups {
+		if g.Removed {
+			delete(d.groups, id)
+		}
+	}
+	for id, r := range d.nodes {
+		if !alive(id) && r.StartedMs < ms {
+			delete(d.nodes, id)
+		}
+	}
 }

@@ -229,6 +229,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mc.GossipInterval = cfg.Detection.GossipInterval
 	mc.PushPullInterval = cfg.Detection.PushPull
 	mc.TCPTimeout = cfg.JoinTimeout
+	// A node restarted under the same id (new ports) may rejoin soon after
+	// its old self was declared dead.
+	mc.DeadNodeReclaimTime = 2 * time.Second
 	mc.Delegate = &gossipDelegate{n: n}
 	mc.Events = &memberlist.ChannelEventDelegate{Ch: n.events}
 	mc.Logger = log.New(&slogWriter{l: n.log}, "", 0)
@@ -441,6 +444,7 @@ func (n *Node) reconcileLoop() {
 			return
 		case <-t.C:
 			n.reconcile()
+			n.dir.collect(time.Now().Add(-deadRecordTTL), n.isAlive)
 		}
 	}
 }
@@ -499,7 +503,10 @@ func (n *Node) nodeRecord() NodeRecord {
 	old, _ := n.dir.Node(n.id)
 	rec := NodeRecord{
 		ID: n.id, Actor: n.sys.Address(), Labels: n.cfg.Labels, Total: total, Used: used,
-		StartedMs: n.started.UnixMilli(), Version: old.Version + 1,
+		StartedMs: n.started.UnixMilli(),
+		// Wall-clock versions let a node restarted under the same id
+		// supersede the records of its previous life.
+		Version: max(old.Version+1, uint64(time.Now().UnixNano())),
 	}
 	if n.ml != nil {
 		rec.Gossip = n.GossipAddress()

@@ -186,8 +186,10 @@ func (n *Node) onLocalEvent(ev actor.Event) {
 	case actor.EventDied:
 		rec.State = Dead
 		if ev.Cause == "node stopped" && restartsLeft(rec) {
-			// The leader respawns it elsewhere once this node is gone.
+			// The leader respawns it on another node; moving counts as a
+			// restart.
 			rec.State = Restarting
+			rec.Restarts++
 		}
 	}
 	n.write(&update{Actors: []ActorRecord{rec}})
