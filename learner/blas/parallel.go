@@ -50,11 +50,12 @@ type gemmCall struct {
 	g    gemmArgs
 	kern *microKernel
 
-	// Panel phase: nPack tasks of packPer slivers each, then a grid of
-	// compute tasks, tn across, of rowChunk×colChunk blocks of the panel.
+	// Panel phase: nPack packing tasks, then a tm×tn grid of compute
+	// tasks over the rowSlivers×colSlivers register tiles of the panel.
 	p                      panel
-	nPack, packPer         int
-	tn, rowChunk, colChunk int
+	nPack                  int
+	rowSlivers, colSlivers int
+	tm, tn                 int
 	packed                 sync.WaitGroup
 
 	// Batched phase (batch > 0): task t is product t.
@@ -62,7 +63,8 @@ type gemmCall struct {
 
 	// Skinny phase (skinnyA != nil): task t computes columns
 	// [t*colChunk, (t+1)*colChunk) from the copy of op(A) in skinnyA.
-	skinnyA []float32
+	skinnyA  []float32
+	colChunk int
 
 	ntasks int64
 	next   atomic.Int64
@@ -93,20 +95,23 @@ func (c *gemmCall) runTask(t int, bufs *taskBufs) {
 		return
 	}
 	if t < c.nPack {
-		s0 := t * c.packPer
-		s1 := min(s0+c.packPer, c.p.nPad/c.kern.nr)
+		s0, s1 := part(c.colSlivers, c.nPack, t)
 		c.g.packPanel(c.kern, &c.p, s0, s1)
 		c.packed.Done()
 		return
 	}
 	t -= c.nPack
 	c.packed.Wait()
-	ti, tj := t/c.tn, t%c.tn
-	i0, c0 := ti*c.rowChunk, tj*c.colChunk
-	i1, c1 := min(c.g.m, i0+c.rowChunk), min(c.p.w, c0+c.colChunk)
-	if i0 < i1 && c0 < c1 {
-		bufs.get(c.kern, 0)
-		c.g.computeBlock(c.kern, bufs.a.f, &c.p, i0, i1, c0, c1)
+	mr, nr := c.kern.mr, c.kern.nr
+	r0, r1 := part(c.rowSlivers, c.tm, t/c.tn)
+	s0, s1 := part(c.colSlivers, c.tn, t%c.tn)
+	i1, c0, c1 := min(c.g.m, r1*mr), s0*nr, min(c.p.w, s1*nr)
+	if c0 >= c1 {
+		return
+	}
+	bufs.get(c.kern, 0)
+	for i0 := r0 * mr; i0 < i1; i0 += c.kern.mc {
+		c.g.computeBlock(c.kern, bufs.a.f, &c.p, i0, min(i0+c.kern.mc, i1), c0, c1)
 	}
 }
 

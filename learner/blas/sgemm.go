@@ -127,29 +127,29 @@ func (g *gemmArgs) skinny(kern *microKernel, threads int) {
 	call.run(threads)
 }
 
-// plan cuts a panel phase into tasks: packing tasks of whole slivers, then
-// about tasksPerThread compute tasks per thread, by rows of at most mc
-// (each task packs its rows of op(A) once) and, when there are too few
-// rows, also by columns.
+// plan cuts a panel phase into tasks: a packing task per thread, then
+// about tasksPerThread compute tasks per thread. Compute tasks split C by
+// rows and, when there are too few rows, also by columns, into nearly
+// equal whole slivers (sizes differ by at most one), so that threads of
+// equal speed finish together.
 func (c *gemmCall) plan(threads int) {
-	kern, m := c.kern, c.g.m
-	slivers := c.p.nPad / kern.nr
-	c.nPack = min(slivers, threads)
-	c.packPer = (slivers + c.nPack - 1) / c.nPack
-	c.nPack = (slivers + c.packPer - 1) / c.packPer
+	kern := c.kern
+	c.colSlivers = c.p.nPad / kern.nr
+	c.rowSlivers = (c.g.m + kern.mr - 1) / kern.mr
+	c.nPack = min(c.colSlivers, threads)
 
 	target := threads * tasksPerThread
-	c.rowChunk = min(kern.mc, roundUp((m+target-1)/target, kern.mr))
-	tm := (m + c.rowChunk - 1) / c.rowChunk
-	tn := 1
-	if tm < target {
-		tn = min(slivers, (target+tm-1)/tm)
+	c.tm = min(c.rowSlivers, target)
+	c.tn = 1
+	if c.tm < target {
+		c.tn = min(c.colSlivers, (target+c.tm-1)/c.tm)
 	}
-	c.colChunk = roundUp((c.p.w+tn-1)/tn, kern.nr)
-	c.tn = (c.p.w + c.colChunk - 1) / c.colChunk
-	c.ntasks = int64(c.nPack + tm*c.tn)
+	c.ntasks = int64(c.nPack + c.tm*c.tn)
 	c.packed.Add(c.nPack)
 }
+
+// part returns part t of n items cut into parts nearly equal parts.
+func part(n, parts, t int) (lo, hi int) { return t * n / parts, (t + 1) * n / parts }
 
 // check panics unless the slices hold the matrices the arguments describe,
 // for every product of a batch.
