@@ -1,0 +1,71 @@
+// Package engine defines the inference-engine interface every rollout uses:
+// the native Go engine (package rollout/native) and the vLLM client
+// (package rollout/vllm) implement it, so episodes and the rollout actor do
+// not care which one runs underneath.
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"github.com/rlnode/rlnode/learner/tokenizer"
+)
+
+// SamplingParams are the sampling options of one request, with vLLM's and
+// OpenAI's meanings.
+type SamplingParams struct {
+	N            int      // samples per request; 0 means 1
+	MaxTokens    int      // new tokens at most; must be > 0
+	Temperature  float64  // 0 samples greedily
+	TopP         float64  // nucleus mass; 0 or 1 is off
+	TopK         int      // 0 is off
+	Stop         []string // stop strings (not included in the output)
+	StopTokenIDs []int    // stop token ids (included in TokenIDs, as vLLM does)
+	Seed         *int64   // fixes the sampling randomness of this request when set
+}
+
+// Request is one prompt: token ids, or chat messages that the engine renders
+// with its model's chat template (adding the generation prompt).
+type Request struct {
+	ID       string
+	Prompt   []int
+	Messages []tokenizer.Message
+	Params   SamplingParams
+}
+
+// Sample is one generated continuation.
+type Sample struct {
+	TokenIDs []int
+	// LogProbs[i] is log p(TokenIDs[i] | prefix) under the sampling
+	// distribution softmax(logits/T) — before top-k/top-p truncation, and
+	// at T = 1 when sampling greedily — exactly what the learner's
+	// importance-sampling correction compares with its own logprobs.
+	LogProbs     []float32
+	Text         string
+	FinishReason string // "stop" (stop string, stop id or EOS) or "length"
+}
+
+// Result answers one Request.
+type Result struct {
+	RequestID      string
+	PromptTokenIDs []int // the prompt as the engine tokenized it
+	Samples        []Sample
+	// WeightVersion is the policy version whose weights produced every
+	// sample of this result.
+	WeightVersion int64
+}
+
+// Engine generates continuations. Implementations must be safe for
+// concurrent use; Generate returns one Result per Request, in order, or an
+// error naming the engine (server) and the request that failed.
+type Engine interface {
+	Generate(ctx context.Context, reqs []Request) ([]Result, error)
+	// WeightVersion is the policy version the engine serves now.
+	WeightVersion() int64
+	// Close releases the engine's resources.
+	Close() error
+}
+
+// ErrBadRequest marks requests an engine refuses as invalid (empty prompt,
+// MaxTokens ≤ 0, prompt longer than the context, ...).
+var ErrBadRequest = errors.New("bad generation request")
