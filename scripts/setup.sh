@@ -1,6 +1,26 @@
 #!/usr/bin/env bash
-# Installs what building and testing rlnode needs on a fresh Debian machine.
-# Go modules come from the module proxy through `go mod download`.
+# Installs what building and testing rlnode needs on a fresh Debian machine:
+# Go modules from the module proxy, Debian packages (bubblewrap and python3
+# for the code sandbox), and the npm packages the OpenAI-client test uses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go mod download
+
+need=()
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+[ -x /usr/bin/python3 ] || need+=(python3)
+command -v node >/dev/null 2>&1 || need+=(nodejs npm)
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" = 0 ]; then
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+	else
+		echo "setup: missing ${need[*]}; install them (apt-get install ${need[*]})" >&2
+		exit 1
+	fi
+fi
+
+# npm packages for tests that drive our servers with official clients.
+for dir in $(find . -path ./node_modules -prune -o -name package.json -path '*/testdata/*' -print | xargs -r -n1 dirname); do
+	(cd "$dir" && npm ci --no-audit --no-fund --silent)
+done
