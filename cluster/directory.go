@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"sort"
 	"sync"
 	"time"
 
@@ -158,50 +157,35 @@ func (d *Directory) snapshot() *update {
 }
 
 // Actor returns the record of the named actor.
-func (d *Directory) Actor(name string) (ActorRecord, bool) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	r, ok := d.actors[name]
-	return r, ok
-}
+func (d *Directory) Actor(name string) (ActorRecord, bool) { return get(d, d.actors, name) }
 
 // Actors returns every actor record, sorted by name.
-func (d *Directory) Actors() []ActorRecord {
-	d.mu.RLock()
-	out := make([]ActorRecord, 0, len(d.actors))
-	for _, r := range d.actors {
-		out = append(out, r)
-	}
-	d.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
+func (d *Directory) Actors() []ActorRecord { return sortedValues(d, d.actors) }
 
 // Node returns the record of a node.
-func (d *Directory) Node(id string) (NodeRecord, bool) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	r, ok := d.nodes[id]
-	return r, ok
-}
+func (d *Directory) Node(id string) (NodeRecord, bool) { return get(d, d.nodes, id) }
 
 // Group returns a placement group's record.
-func (d *Directory) Group(id string) (GroupRecord, bool) {
+func (d *Directory) Group(id string) (GroupRecord, bool) { return get(d, d.groups, id) }
+
+// Groups returns every placement group record, sorted by id.
+func (d *Directory) Groups() []GroupRecord { return sortedValues(d, d.groups) }
+
+func get[R any](d *Directory, m map[string]R, key string) (R, bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	r, ok := d.groups[id]
+	r, ok := m[key]
 	return r, ok
 }
 
-// Groups returns every placement group record, sorted by id.
-func (d *Directory) Groups() []GroupRecord {
+// sortedValues copies m's records out in key order.
+func sortedValues[R any](d *Directory, m map[string]R) []R {
 	d.mu.RLock()
-	out := make([]GroupRecord, 0, len(d.groups))
-	for _, r := range d.groups {
-		out = append(out, r)
+	defer d.mu.RUnlock()
+	out := make([]R, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		out = append(out, m[k])
 	}
-	d.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
 

@@ -44,14 +44,7 @@ func TestPlaceOne(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := PlaceOne(nodes, tc.req)
 			if tc.wantErr != nil {
-				if !errors.Is(err, ErrInfeasible) {
-					t.Fatalf("err = %v, want ErrInfeasible", err)
-				}
-				for _, w := range tc.wantErr {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("error %q lacks %q", err, w)
-					}
-				}
+				checkInfeasible(t, err, tc.wantErr)
 				return
 			}
 			if err != nil || got != tc.want {
@@ -101,14 +94,7 @@ func TestPlaceGroup(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := PlaceGroup(tc.nodes, tc.bundles, tc.st)
 			if tc.wantErr != nil {
-				if !errors.Is(err, ErrInfeasible) {
-					t.Fatalf("err = %v, want ErrInfeasible", err)
-				}
-				for _, w := range tc.wantErr {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("error %q lacks %q", err, w)
-					}
-				}
+				checkInfeasible(t, err, tc.wantErr)
 				return
 			}
 			if err != nil {
@@ -125,6 +111,19 @@ func TestPlaceGroup(t *testing.T) {
 	}
 	if _, err := PlaceGroup(three, nil, Pack); err == nil {
 		t.Fatal("empty group accepted")
+	}
+}
+
+// checkInfeasible verifies err is ErrInfeasible and says every wanted thing.
+func checkInfeasible(t *testing.T, err error, want []string) {
+	t.Helper()
+	if !errors.Is(err, ErrInfeasible) {
+		t.Fatalf("err = %v, want ErrInfeasible", err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
 	}
 }
 
