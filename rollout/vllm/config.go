@@ -1,0 +1,104 @@
+package vllm
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config says which servers to use and how to talk to them. Zero durations
+// and counts take the defaults named on each field.
+type Config struct {
+	// Servers are the base URLs of the vLLM servers, e.g.
+	// "http://10.0.0.5:8000" (no /v1 suffix). At least one.
+	Servers []string
+	// Model is the served model name requests carry; GET /v1/models of every
+	// server must list it. LoadLoRA switches requests to the adapter's name.
+	Model string
+	// APIKey, when set, is sent as "Authorization: Bearer <key>" (vLLM's
+	// --api-key).
+	APIKey string
+	// MaxInFlight bounds the requests outstanding at one server; default 64.
+	MaxInFlight int
+	// MaxAttempts is how many times one request is tried (the first try and
+	// its retries); default 4.
+	MaxAttempts int
+	// RetryBase and RetryMax bound the backoff between tries: the wait
+	// before try k is uniformly drawn from [d/2, d] with
+	// d = min(RetryMax, RetryBase·2^(k-2)); defaults 100 ms and 5 s.
+	RetryBase, RetryMax time.Duration
+	// RequestTimeout bounds one try of one generation request; default 10 min.
+	RequestTimeout time.Duration
+	// ControlTimeout bounds one control call (health, models, LoRA and
+	// weight-transfer endpoints); default 10 min (loading weights is slow).
+	ControlTimeout time.Duration
+	// WeightVersion is the policy version the servers serve at start.
+	WeightVersion int64
+	// HTTPClient replaces the client's own (for TLS or a proxy). Its Timeout
+	// should be 0: the per-call timeouts above bound every call.
+	HTTPClient *http.Client
+}
+
+// withDefaults checks c and fills its zero fields.
+func (c Config) withDefaults() (Config, error) {
+	if len(c.Servers) == 0 {
+		return c, errors.New("vllm config: Servers is empty: give at least one server URL")
+	}
+	seen := map[string]bool{}
+	servers := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return c, fmt.Errorf("vllm config: Servers[%d] = %q: want http://host:port or https://host:port", i, s)
+		}
+		s = strings.TrimRight(s, "/")
+		if strings.HasSuffix(s, "/v1") {
+			return c, fmt.Errorf("vllm config: Servers[%d] = %q: give the base URL without /v1", i, c.Servers[i])
+		}
+		if seen[s] {
+			return c, fmt.Errorf("vllm config: Servers[%d] = %q is listed twice", i, s)
+		}
+		seen[s] = true
+		servers[i] = s
+	}
+	c.Servers = servers
+	if c.Model == "" {
+		return c, errors.New("vllm config: Model is empty: name the served model (GET /v1/models lists them)")
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+		def  int
+	}{{"MaxInFlight", &c.MaxInFlight, 64}, {"MaxAttempts", &c.MaxAttempts, 4}} {
+		if *f.v < 0 {
+			return c, fmt.Errorf("vllm config: %s = %d is negative", f.name, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"RetryBase", &c.RetryBase, 100 * time.Millisecond},
+		{"RetryMax", &c.RetryMax, 5 * time.Second},
+		{"RequestTimeout", &c.RequestTimeout, 10 * time.Minute},
+		{"ControlTimeout", &c.ControlTimeout, 10 * time.Minute},
+	} {
+		if *f.v < 0 {
+			return c, fmt.Errorf("vllm config: %s = %v is negative", f.name, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if c.RetryMax < c.RetryBase {
+		return c, fmt.Errorf("vllm config: RetryMax %v is below RetryBase %v", c.RetryMax, c.RetryBase)
+	}
+	return c, nil
+}

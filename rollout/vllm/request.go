@@ -1,0 +1,267 @@
+package vllm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/rlnode/rlnode/rollout/engine"
+)
+
+// maxResponseBytes bounds one answer read into memory: 64 samples of 32k
+// tokens with their logprobs stay well below it.
+const maxResponseBytes = 256 << 20
+
+// try sends r once to sl's server and turns the answer into a Result.
+func (c *Client) try(ctx context.Context, sl slot, r *engine.Request, id string, attempt int) (engine.Result, error) {
+	fail := func(status int, retry bool, err error) (engine.Result, error) {
+		return engine.Result{}, &RequestError{Server: sl.srv.url, RequestID: id, Attempt: attempt,
+			Status: status, retry: retry, Err: err}
+	}
+	path, body, err := encodeRequest(r, sl.model)
+	if err != nil {
+		return fail(0, false, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, sl.srv.url+path, bytes.NewReader(body))
+	if err != nil {
+		return fail(0, false, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	// vLLM takes X-Request-Id as its request id; each try gets its own so a
+	// retry never collides with an abandoned try still running there.
+	rid := id
+	if attempt > 1 {
+		rid = id + ".try" + strconv.Itoa(attempt)
+	}
+	req.Header.Set("X-Request-Id", rid)
+	c.auth(req)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fail(0, false, fmt.Errorf("POST %s: %w", path, ctx.Err()))
+		}
+		if errors.Is(actx.Err(), context.DeadlineExceeded) {
+			return fail(0, true, fmt.Errorf("POST %s: no answer within %v", path, c.cfg.RequestTimeout))
+		}
+		return fail(0, true, fmt.Errorf("POST %s: %w", path, err))
+	}
+	defer resp.Body.Close()
+	data, err := readBody(resp.Body)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fail(resp.StatusCode, false, fmt.Errorf("POST %s: reading the answer: %w", path, ctx.Err()))
+		}
+		return fail(resp.StatusCode, true, fmt.Errorf("POST %s: reading the answer: %w", path, err))
+	}
+	if resp.StatusCode != http.StatusOK {
+		err := fmt.Errorf("POST %s: HTTP %d: %s", path, resp.StatusCode, errorMessage(data))
+		if resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusUnprocessableEntity {
+			err = fmt.Errorf("%w: %w", engine.ErrBadRequest, err)
+		}
+		return fail(resp.StatusCode, retryableStatus(resp.StatusCode), err)
+	}
+	res, retry, err := decodeResult(path, data, r)
+	if err != nil {
+		return fail(resp.StatusCode, retry, fmt.Errorf("POST %s: %w", path, err))
+	}
+	res.RequestID = id
+	res.WeightVersion = sl.version
+	return res, nil
+}
+
+func (c *Client) auth(req *http.Request) {
+	if c.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
+	}
+}
+
+// readBody reads an answer, refusing one larger than maxResponseBytes.
+func readBody(r io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxResponseBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxResponseBytes {
+		return nil, fmt.Errorf("answer longer than %d bytes", maxResponseBytes)
+	}
+	return data, nil
+}
+
+// encodeRequest is the endpoint and JSON body for r, naming model.
+func encodeRequest(r *engine.Request, model string) (string, []byte, error) {
+	p := r.Params
+	n := max(p.N, 1)
+	topP := p.TopP
+	if topP == 0 {
+		topP = 1 // engine: 0 is off; vLLM wants (0, 1]
+	}
+	var v any
+	path := "/v1/completions"
+	if len(r.Messages) > 0 {
+		path = "/v1/chat/completions"
+		v = chatRequest{
+			Model: model, Messages: r.Messages, MaxCompletionTokens: p.MaxTokens, N: n,
+			Temperature: p.Temperature, TopP: topP, TopK: p.TopK, Seed: p.Seed,
+			Stop: p.Stop, StopTokenIDs: p.StopTokenIDs,
+			Logprobs: true, TopLogprobs: 0, ReturnTokenIDs: true, AddGenerationPrompt: true,
+		}
+	} else {
+		v = completionRequest{
+			Model: model, Prompt: r.Prompt, MaxTokens: p.MaxTokens, N: n,
+			Temperature: p.Temperature, TopP: topP, TopK: p.TopK, Seed: p.Seed,
+			Stop: p.Stop, StopTokenIDs: p.StopTokenIDs,
+			Logprobs: 0, ReturnTokenIDs: true,
+		}
+	}
+	body, err := json.Marshal(v)
+	return path, body, err
+}
+
+// decodeResult turns an answer into a Result. retry says whether another
+// try may succeed: yes for malformed JSON and aborted generations, no for
+// answers that are well-formed but lack what the client asked for.
+func decodeResult(path string, data []byte, r *engine.Request) (res engine.Result, retry bool, err error) {
+	n := max(r.Params.N, 1)
+	if path == "/v1/chat/completions" {
+		var cr chatResponse
+		if err := json.Unmarshal(data, &cr); err != nil {
+			return res, true, fmt.Errorf("malformed JSON answer: %w", err)
+		}
+		if cr.PromptTokenIDs == nil {
+			return res, false, errNoTokenIDs("prompt_token_ids")
+		}
+		res.PromptTokenIDs = cr.PromptTokenIDs
+		samples, retry, err := chatSamples(cr.Choices, n)
+		res.Samples = samples
+		return res, retry, err
+	}
+	var cr completionResponse
+	if err := json.Unmarshal(data, &cr); err != nil {
+		return res, true, fmt.Errorf("malformed JSON answer: %w", err)
+	}
+	if len(cr.Choices) != n {
+		return res, false, fmt.Errorf("%d choices for n = %d", len(cr.Choices), n)
+	}
+	res.Samples = make([]engine.Sample, n)
+	seen := make([]bool, n)
+	for _, ch := range cr.Choices {
+		if ch.Index < 0 || ch.Index >= n || seen[ch.Index] {
+			return res, false, fmt.Errorf("choice index %d out of range or repeated (n = %d)", ch.Index, n)
+		}
+		seen[ch.Index] = true
+		if ch.PromptTokenIDs == nil {
+			return res, false, errNoTokenIDs("prompt_token_ids")
+		}
+		if res.PromptTokenIDs == nil {
+			res.PromptTokenIDs = ch.PromptTokenIDs
+		}
+		if ch.TokenIDs == nil {
+			return res, false, errNoTokenIDs("token_ids")
+		}
+		var lps []*float64
+		if ch.Logprobs != nil {
+			lps = ch.Logprobs.TokenLogprobs
+		}
+		s, retry, err := sample(ch.Index, ch.Text, ch.FinishReason, ch.TokenIDs, len(lps), func(i int) (float64, bool) {
+			return derefOK(lps[i])
+		})
+		if err != nil {
+			return res, retry, err
+		}
+		res.Samples[ch.Index] = s
+	}
+	return res, false, nil
+}
+
+func chatSamples(choices []chatChoice, n int) ([]engine.Sample, bool, error) {
+	if len(choices) != n {
+		return nil, false, fmt.Errorf("%d choices for n = %d", len(choices), n)
+	}
+	out := make([]engine.Sample, n)
+	seen := make([]bool, n)
+	for _, ch := range choices {
+		if ch.Index < 0 || ch.Index >= n || seen[ch.Index] {
+			return nil, false, fmt.Errorf("choice index %d out of range or repeated (n = %d)", ch.Index, n)
+		}
+		seen[ch.Index] = true
+		if ch.TokenIDs == nil {
+			return nil, false, errNoTokenIDs("token_ids")
+		}
+		text := ""
+		if ch.Message.Content != nil {
+			text = *ch.Message.Content
+		}
+		nlp := 0
+		if ch.Logprobs != nil {
+			nlp = len(ch.Logprobs.Content)
+		}
+		s, retry, err := sample(ch.Index, text, ch.FinishReason, ch.TokenIDs, nlp, func(i int) (float64, bool) {
+			return ch.Logprobs.Content[i].Logprob, true
+		})
+		if err != nil {
+			return nil, retry, err
+		}
+		out[ch.Index] = s
+	}
+	return out, false, nil
+}
+
+// sample checks one choice and builds its Sample; logprob(i) is the i-th of
+// nlp logprobs (ok false for a JSON null).
+func sample(index int, text string, finish *string, ids []int, nlp int, logprob func(int) (float64, bool)) (engine.Sample, bool, error) {
+	reason := ""
+	if finish != nil {
+		reason = *finish
+	}
+	switch reason {
+	case "stop", "length":
+	case "abort":
+		// vLLM aborts requests in flight when paused with mode=abort.
+		return engine.Sample{}, true, fmt.Errorf("choice %d: generation aborted by the server", index)
+	default:
+		return engine.Sample{}, false, fmt.Errorf("choice %d: finish_reason %q, want \"stop\" or \"length\"", index, reason)
+	}
+	if nlp != len(ids) {
+		return engine.Sample{}, false, fmt.Errorf("choice %d: %d logprobs for %d token ids (did the request lose logprobs?)", index, nlp, len(ids))
+	}
+	lps := make([]float32, nlp)
+	for i := range lps {
+		v, ok := logprob(i)
+		if !ok {
+			return engine.Sample{}, false, fmt.Errorf("choice %d: logprob %d is null", index, i)
+		}
+		lps[i] = float32(v)
+	}
+	return engine.Sample{TokenIDs: ids, LogProbs: lps, Text: text, FinishReason: reason}, false, nil
+}
+
+func derefOK(p *float64) (float64, bool) {
+	if p == nil {
+		return 0, false
+	}
+	return *p, true
+}
+
+func errNoTokenIDs(field string) error {
+	return fmt.Errorf("answer has no %s: the server ignored return_token_ids (a vLLM too old for it?)", field)
+}
+
+// decodeModels reads the model ids of a GET /v1/models answer.
+func decodeModels(data []byte) ([]string, error) {
+	var ml modelList
+	if err := json.Unmarshal(data, &ml); err != nil {
+		return nil, fmt.Errorf("malformed JSON answer: %w", err)
+	}
+	ids := make([]string, len(ml.Data))
+	for i, m := range ml.Data {
+		ids[i] = m.ID
+	}
+	return ids, nil
+}

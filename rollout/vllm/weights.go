@@ -1,0 +1,361 @@
+package vllm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+)
+
+// Weight updates. The weight-sync actor calls these; the client keeps the
+// version each server serves and keeps samples from spanning two versions:
+// dispatch is paused (new requests wait, bounded by their context) while a
+// server's weights change, and an answer to a request sent before a pause
+// that may have changed its server's weights is discarded and retried.
+
+// PauseMode says what happens to requests in flight when generation pauses.
+// vLLM's third mode, "keep", is not offered: requests frozen across an
+// update would finish with the new weights, mixing two policies in one
+// sample.
+type PauseMode string
+
+const (
+	// PauseWait lets requests in flight finish under the old weights.
+	PauseWait PauseMode = "wait"
+	// PauseAbort aborts them at the server; the client sends them again
+	// after Resume, to the new weights.
+	PauseAbort PauseMode = "abort"
+)
+
+// Pause stops dispatch and pauses generation at every server
+// (POST /pause?mode=...). Requests made meanwhile wait for Resume. With
+// PauseWait it first waits (within ctx) for the client's requests in
+// flight to finish. If a server fails to pause, dispatch stays paused and
+// the error names the server; call Resume to go on.
+func (c *Client) Pause(ctx context.Context, mode PauseMode) error {
+	if mode != PauseWait && mode != PauseAbort {
+		return fmt.Errorf("vllm: pause mode %q: want %q or %q", mode, PauseWait, PauseAbort)
+	}
+	c.mu.Lock()
+	if c.userPaused {
+		c.mu.Unlock()
+		return errors.New("vllm: pause: already paused")
+	}
+	c.userPaused = true
+	c.mu.Unlock()
+	if mode == PauseWait {
+		if err := c.drain(ctx); err != nil {
+			c.mu.Lock()
+			c.userPaused = false
+			c.wakeLocked()
+			c.mu.Unlock()
+			return fmt.Errorf("vllm: pause: waiting for requests in flight: %w", err)
+		}
+	}
+	c.mu.Lock()
+	for _, s := range c.servers {
+		s.epoch++ // answers to requests still out (mode abort) are stale
+	}
+	c.mu.Unlock()
+	return c.eachServer(ctx, func(ctx context.Context, s *server) error {
+		_, err := c.control(ctx, s, http.MethodPost, "/pause?mode="+string(mode), nil)
+		return err
+	})
+}
+
+// Resume resumes generation at every server (POST /resume) and then
+// dispatch. If a server fails to resume, dispatch stays paused and the
+// error names it; Resume may be called again.
+func (c *Client) Resume(ctx context.Context) error {
+	c.mu.Lock()
+	paused := c.userPaused
+	c.mu.Unlock()
+	if !paused {
+		return errors.New("vllm: resume: not paused")
+	}
+	err := c.eachServer(ctx, func(ctx context.Context, s *server) error {
+		_, err := c.control(ctx, s, http.MethodPost, "/resume", nil)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.userPaused = false
+	c.wakeLocked()
+	c.mu.Unlock()
+	return nil
+}
+
+// InitWeightTransfer sets up vLLM's weight-transfer engine at every server
+// (POST /init_weight_transfer_engine {"init_info": ...}); once, before the
+// first update. initInfo holds one backend-specific value for all servers,
+// or one per server (NCCL ranks differ per server).
+func (c *Client) InitWeightTransfer(ctx context.Context, initInfo []any) error {
+	if len(initInfo) != 1 && len(initInfo) != len(c.servers) {
+		return fmt.Errorf("vllm: init weight transfer: %d init infos for %d servers: give 1 or %d",
+			len(initInfo), len(c.servers), len(c.servers))
+	}
+	return c.eachServer(ctx, func(ctx context.Context, s *server) error {
+		info := initInfo[0]
+		if len(initInfo) > 1 {
+			info = initInfo[s.index]
+		}
+		_, err := c.control(ctx, s, http.MethodPost, "/init_weight_transfer_engine", initWeightTransferRequest{InitInfo: info})
+		return err
+	})
+}
+
+// StartWeightUpdate begins an update at every server
+// (POST /start_weight_update). Generation must be paused.
+func (c *Client) StartWeightUpdate(ctx context.Context) error {
+	if err := c.requirePaused("start weight update"); err != nil {
+		return err
+	}
+	return c.eachServer(ctx, func(ctx context.Context, s *server) error {
+		_, err := c.control(ctx, s, http.MethodPost, "/start_weight_update", nil)
+		return err
+	})
+}
+
+// UpdateWeights sends one batch of backend-specific update metadata to
+// every server at once (POST /update_weights {"update_info": ...}). With
+// the NCCL backend the servers receive while the trainer broadcasts, so run
+// it beside the broadcast. May be called several times per update.
+func (c *Client) UpdateWeights(ctx context.Context, updateInfo any) error {
+	if err := c.requirePaused("update weights"); err != nil {
+		return err
+	}
+	return c.eachServer(ctx, func(ctx context.Context, s *server) error {
+		_, err := c.control(ctx, s, http.MethodPost, "/update_weights", updateWeightsRequest{UpdateInfo: updateInfo})
+		return err
+	})
+}
+
+// FinishWeightUpdate ends the update at every server
+// (POST /finish_weight_update {"weight_version": "<version>"}); each server
+// that finishes serves version from then on.
+func (c *Client) FinishWeightUpdate(ctx context.Context, version int64) error {
+	if err := c.requirePaused("finish weight update"); err != nil {
+		return err
+	}
+	return c.eachServer(ctx, func(ctx context.Context, s *server) error {
+		_, err := c.control(ctx, s, http.MethodPost, "/finish_weight_update",
+			finishWeightUpdateRequest{WeightVersion: strconv.FormatInt(version, 10)})
+		if err == nil {
+			c.mu.Lock()
+			s.version = version
+			c.mu.Unlock()
+		}
+		return err
+	})
+}
+
+// ReloadWeights makes every server load the safetensors checkpoint in
+// directory path (absolute, visible to every server) as weight version
+// version: pause (requests in flight finish first), start, update with
+// {"path": path}, finish, resume. The servers run vLLM's "disk"
+// weight-transfer backend. If a step fails, dispatch stays paused — a server
+// may hold partly loaded weights — and the error says so: retry
+// ReloadWeights' steps or call Resume.
+func (c *Client) ReloadWeights(ctx context.Context, path string, version int64) error {
+	if path == "" || path[0] != '/' {
+		return fmt.Errorf("vllm: reload weights: path %q is not absolute", path)
+	}
+	if err := c.Pause(ctx, PauseWait); err != nil {
+		return fmt.Errorf("vllm: reload weights from %s: %w", path, err)
+	}
+	steps := []struct {
+		name string
+		run  func() error
+	}{
+		{"start", func() error { return c.StartWeightUpdate(ctx) }},
+		{"update", func() error { return c.UpdateWeights(ctx, map[string]string{"path": path}) }},
+		{"finish", func() error { return c.FinishWeightUpdate(ctx, version) }},
+	}
+	for _, st := range steps {
+		if err := st.run(); err != nil {
+			return fmt.Errorf("vllm: reload weights from %s (version %d): %s: %w (dispatch stays paused)", path, version, st.name, err)
+		}
+	}
+	if err := c.Resume(ctx); err != nil {
+		return fmt.Errorf("vllm: reload weights from %s (version %d): resume: %w", path, version, err)
+	}
+	return nil
+}
+
+// LoadLoRA loads (or replaces in place) the LoRA adapter name from path at
+// every server (POST /v1/load_lora_adapter) and makes it what requests use,
+// as weight version version. Dispatch waits while the client's requests in
+// flight finish and while the adapter loads. The servers run with
+// --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True. Servers that
+// loaded it serve version even if others failed; requests switch to the
+// adapter only when every server has it.
+func (c *Client) LoadLoRA(ctx context.Context, name, path string, version int64) error {
+	if name == "" || path == "" {
+		return fmt.Errorf("vllm: load LoRA: name %q and path %q must both be set", name, path)
+	}
+	if err := c.hold(ctx); err != nil {
+		return fmt.Errorf("vllm: load LoRA %q: waiting for requests in flight: %w", name, err)
+	}
+	defer c.unhold()
+	err := c.eachServer(ctx, func(ctx context.Context, s *server) error {
+		_, err := c.control(ctx, s, http.MethodPost, "/v1/load_lora_adapter",
+			loadLoRARequest{LoRAName: name, LoRAPath: path, LoadInplace: true})
+		if err == nil {
+			c.mu.Lock()
+			s.version = version
+			c.mu.Unlock()
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.model = name
+	c.mu.Unlock()
+	return nil
+}
+
+// UnloadLoRA unloads adapter name at every server
+// (POST /v1/unload_lora_adapter). The adapter requests use now cannot be
+// unloaded.
+func (c *Client) UnloadLoRA(ctx context.Context, name string) error {
+	c.mu.Lock()
+	inUse := c.model == name
+	c.mu.Unlock()
+	if inUse {
+		return fmt.Errorf("vllm: unload LoRA %q: requests use it; load another adapter first", name)
+	}
+	return c.eachServer(ctx, func(ctx context.Context, s *server) error {
+		_, err := c.control(ctx, s, http.MethodPost, "/v1/unload_lora_adapter", unloadLoRARequest{LoRAName: name})
+		return err
+	})
+}
+
+func (c *Client) requirePaused(op string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.userPaused {
+		return fmt.Errorf("vllm: %s: generation is not paused: call Pause first", op)
+	}
+	return nil
+}
+
+// hold pauses dispatch on the client side only and waits for the
+// requests in flight to finish; unhold undoes it.
+func (c *Client) hold(ctx context.Context) error {
+	c.mu.Lock()
+	c.holds++
+	c.mu.Unlock()
+	if err := c.drain(ctx); err != nil {
+		c.unhold()
+		return err
+	}
+	return nil
+}
+
+func (c *Client) unhold() {
+	c.mu.Lock()
+	c.holds--
+	c.wakeLocked()
+	c.mu.Unlock()
+}
+
+// drain waits, within ctx, until no request is in flight at any server.
+func (c *Client) drain(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		n := 0
+		for _, s := range c.servers {
+			n += s.inFlight
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%d requests still in flight: %w", n, ctx.Err())
+		}
+	}
+}
+
+// control makes one control call to s: body (if not nil) as JSON, bounded
+// by Config.ControlTimeout; any answer but 200 is an error.
+func (c *Client) control(ctx context.Context, s *server, method, path string, body any) ([]byte, error) {
+	data, _, err := c.controlOnce(ctx, s, method, path, body)
+	return data, err
+}
+
+// controlRetry is control with the request retries: for calls that are safe
+// to repeat (GET /health, GET /v1/models).
+func (c *Client) controlRetry(ctx context.Context, s *server, method, path string, body any) ([]byte, error) {
+	var err error
+	for attempt := 1; attempt <= c.cfg.MaxAttempts; attempt++ {
+		if attempt > 1 {
+			if werr := sleepCtx(ctx, backoff(c.cfg.RetryBase, c.cfg.RetryMax, attempt)); werr != nil {
+				return nil, fmt.Errorf("%w (after: %v)", werr, err)
+			}
+		}
+		var data []byte
+		var retry bool
+		data, retry, err = c.controlOnce(ctx, s, method, path, body)
+		if err == nil || !retry || ctx.Err() != nil {
+			return data, err
+		}
+	}
+	return nil, fmt.Errorf("gave up after %d attempts: %w", c.cfg.MaxAttempts, err)
+}
+
+func (c *Client) controlOnce(ctx context.Context, s *server, method, path string, body any) (data []byte, retry bool, err error) {
+	op := method + " " + path
+	fail := func(status int, retry bool, err error) ([]byte, bool, error) {
+		return nil, retry, &ServerError{Server: s.url, Op: op, Status: status, Err: err}
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fail(0, false, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	actx, cancel := context.WithTimeout(ctx, c.cfg.ControlTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, method, s.url+path, rd)
+	if err != nil {
+		return fail(0, false, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	c.auth(req)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fail(0, false, ctx.Err())
+		}
+		if errors.Is(actx.Err(), context.DeadlineExceeded) {
+			return fail(0, true, fmt.Errorf("no answer within %v", c.cfg.ControlTimeout))
+		}
+		return fail(0, true, err)
+	}
+	defer resp.Body.Close()
+	data, err = readBody(resp.Body)
+	if err != nil {
+		return fail(resp.StatusCode, ctx.Err() == nil, fmt.Errorf("reading the answer: %w", err))
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fail(resp.StatusCode, retryableStatus(resp.StatusCode),
+			fmt.Errorf("HTTP %d: %s", resp.StatusCode, errorMessage(data)))
+	}
+	return data, false, nil
+}
