@@ -19,6 +19,7 @@ const (
 // shards an index names.
 type Checkpoint struct {
 	Dir   string
+	index string           // path of the index file; "" for a single file
 	files map[string]*File // shard file name → parsed file
 	where map[string]string
 }
@@ -49,6 +50,7 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open checkpoint: %w", err)
 	}
+	c.index = ipath
 	var idx index
 	if err := json.Unmarshal(b, &idx); err != nil {
 		return nil, fmt.Errorf("open checkpoint %s: %w", ipath, err)
@@ -86,10 +88,15 @@ func (c *Checkpoint) Names() []string {
 	return out
 }
 
-// Tensor returns the named tensor and the path of the file holding it.
+// Tensor returns the named tensor and the path of the file holding it. For
+// a tensor the checkpoint lacks, the path is the file that should have
+// listed it: the index of a sharded checkpoint, else model.safetensors.
 func (c *Checkpoint) Tensor(name string) (*Tensor, string, bool) {
 	shard, ok := c.where[name]
 	if !ok {
+		if c.index != "" {
+			return nil, c.index, false
+		}
 		return nil, filepath.Join(c.Dir, SingleFile), false
 	}
 	f := c.files[shard]
@@ -99,8 +106,14 @@ func (c *Checkpoint) Tensor(name string) (*Tensor, string, bool) {
 
 // WriteCheckpoint writes tensors to dir as model.safetensors, or, when their
 // data exceed maxShardBytes (> 0), as model-0000i-of-0000n.safetensors shards
-// with an index. Tensors are never split across shards.
+// with an index. Tensors are never split across shards. A checkpoint already
+// in dir (model.safetensors, or an index and the shards it names) is removed
+// first: OpenCheckpoint prefers an index, so a stale one would shadow the
+// new weights.
 func WriteCheckpoint(dir string, tensors []Tensor, maxShardBytes int64) error {
+	if err := removeCheckpoint(dir); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
 	var total int64
 	for i := range tensors {
 		total += int64(len(tensors[i].Data))
@@ -137,6 +150,40 @@ func WriteCheckpoint(dir string, tensors []Tensor, maxShardBytes int64) error {
 	}
 	if err := os.WriteFile(filepath.Join(dir, IndexFile), b, 0o644); err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	return nil
+}
+
+// removeCheckpoint deletes dir's checkpoint files: model.safetensors, the
+// index, and the shards the index names.
+func removeCheckpoint(dir string) error {
+	ipath := filepath.Join(dir, IndexFile)
+	b, err := os.ReadFile(ipath)
+	switch {
+	case err == nil:
+		var idx index
+		if err := json.Unmarshal(b, &idx); err != nil {
+			return fmt.Errorf("replace %s: %w", ipath, err)
+		}
+		shards := map[string]bool{}
+		for _, shard := range idx.WeightMap {
+			if shard != "" && filepath.Base(shard) == shard {
+				shards[shard] = true
+			}
+		}
+		for shard := range shards {
+			if err := os.Remove(filepath.Join(dir, shard)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+		if err := os.Remove(ipath); err != nil {
+			return err
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return err
+	}
+	if err := os.Remove(filepath.Join(dir, SingleFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	return nil
 }

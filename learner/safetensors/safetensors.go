@@ -10,6 +10,7 @@
 package safetensors
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,23 @@ func (d DType) Size() int {
 		return 4
 	case BF16, F16:
 		return 2
+	}
+	return 0
+}
+
+// storageSize is the element size of every dtype the safetensors format
+// defines, convertible or not: a parser needs it to check a header whatever
+// the tensor's type.
+func storageSize(d DType) int {
+	switch d {
+	case "BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3":
+		return 1
+	case "I16", "U16", F16, BF16:
+		return 2
+	case "I32", "U32", F32:
+		return 4
+	case "I64", "U64", "F64":
+		return 8
 	}
 	return 0
 }
@@ -180,6 +198,53 @@ type headerEntry struct {
 	Offsets [2]int64 `json:"data_offsets"`
 }
 
+// parsedEntry is a header entry as read: pointers tell a missing field from
+// a zero one.
+type parsedEntry struct {
+	DType   *DType    `json:"dtype"`
+	Shape   *[]int    `json:"shape"`
+	Offsets *[2]int64 `json:"data_offsets"`
+}
+
+func parseEntry(msg json.RawMessage) (headerEntry, error) {
+	var p parsedEntry
+	dec := json.NewDecoder(bytes.NewReader(msg))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return headerEntry{}, err
+	}
+	switch {
+	case p.DType == nil:
+		return headerEntry{}, errors.New("no dtype")
+	case p.Shape == nil:
+		return headerEntry{}, errors.New("no shape")
+	case p.Offsets == nil:
+		return headerEntry{}, errors.New("no data_offsets")
+	case storageSize(*p.DType) == 0:
+		return headerEntry{}, fmt.Errorf("unknown dtype %q", *p.DType)
+	}
+	return headerEntry{DType: *p.DType, Shape: *p.Shape, Offsets: *p.Offsets}, nil
+}
+
+// byteSize is the number of bytes shape holds of dtype, or -1 when that
+// exceeds limit (so a corrupt shape cannot overflow int64).
+func byteSize(shape []int, dtype DType, limit int64) int64 {
+	n := int64(storageSize(dtype))
+	for _, d := range shape {
+		if d == 0 {
+			return 0
+		}
+		if n > limit/int64(d) {
+			return -1
+		}
+		n *= int64(d)
+	}
+	if n > limit {
+		return -1
+	}
+	return n
+}
+
 // ReadFile reads and parses a whole safetensors file.
 func ReadFile(path string) (*File, error) {
 	b, err := os.ReadFile(path)
@@ -213,8 +278,8 @@ func Parse(path string, b []byte) (*File, error) {
 			}
 			continue
 		}
-		var e headerEntry
-		if err := json.Unmarshal(msg, &e); err != nil {
+		e, err := parseEntry(msg)
+		if err != nil {
 			return nil, fmt.Errorf("safetensors %s: tensor %q: bad header entry: %w", path, name, err)
 		}
 		t := Tensor{Name: name, DType: e.DType, Shape: e.Shape}
@@ -230,8 +295,11 @@ func Parse(path string, b []byte) (*File, error) {
 		if lo < 0 || hi < lo || hi > int64(len(data)) {
 			return nil, fmt.Errorf("safetensors %s: tensor %q: data offsets [%d, %d) out of range of %d data bytes (truncated or corrupt)", path, name, lo, hi, len(data))
 		}
-		if sz := t.DType.Size(); sz != 0 && int64(t.NumElements()*sz) != hi-lo {
-			return nil, fmt.Errorf("safetensors %s: tensor %q: %d bytes for shape %v of %s, want %d", path, name, hi-lo, t.Shape, t.DType, t.NumElements()*sz)
+		if want := byteSize(t.Shape, t.DType, 1<<62); want != hi-lo {
+			if want < 0 {
+				return nil, fmt.Errorf("safetensors %s: tensor %q: shape %v of %s overflows (corrupt header)", path, name, t.Shape, t.DType)
+			}
+			return nil, fmt.Errorf("safetensors %s: tensor %q: %d bytes for shape %v of %s, want %d", path, name, hi-lo, t.Shape, t.DType, want)
 		}
 		t.Data = data[lo:hi:hi]
 		f.Tensors = append(f.Tensors, t)
@@ -254,6 +322,20 @@ func Parse(path string, b []byte) (*File, error) {
 		f.byName[sorted[i].Name] = i
 	}
 	f.Tensors = sorted
+	// Tensors tile the data section exactly, in offset order, as the
+	// reference implementation requires: a gap, an overlap or bytes left
+	// over mean a corrupt header or a file cut or padded after writing.
+	var end int64
+	for i, k := range order {
+		lo, hi := starts[k], starts[k]+int64(len(sorted[i].Data))
+		if lo != end {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: data starts at byte %d, want %d (tensors must tile the data without gaps or overlaps; corrupt header)", path, sorted[i].Name, lo, end)
+		}
+		end = hi
+	}
+	if end != int64(len(data)) {
+		return nil, fmt.Errorf("safetensors %s: tensors cover %d data bytes but the file holds %d (corrupt header or trailing bytes)", path, end, len(data))
+	}
 	return f, nil
 }
 

@@ -128,6 +128,18 @@ func TestBadFiles(t *testing.T) {
 		{"size mismatch", header(`{"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}`, 8), `tensor "w": 8 bytes for shape [3]`},
 		{"offsets reversed", header(`{"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}}`, 8), "out of range"},
 		{"negative dim", header(`{"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}}`, 0), "negative dimension"},
+		// A flipped byte in "__metadata__" turns the metadata into an entry
+		// with none of the fields a tensor needs.
+		{"corrupt metadata key", header(`{"__meta#ata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, 8), `tensor "__meta#ata__": bad header entry`},
+		{"no dtype", header(`{"w":{"shape":[2],"data_offsets":[0,8]}}`, 8), `tensor "w": bad header entry: no dtype`},
+		{"no shape", header(`{"w":{"dtype":"F32","data_offsets":[0,8]}}`, 8), `tensor "w": bad header entry: no shape`},
+		{"no offsets", header(`{"w":{"dtype":"F32","shape":[2]}}`, 8), `tensor "w": bad header entry: no data_offsets`},
+		{"unknown dtype", header(`{"w":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}}`, 8), `tensor "w": bad header entry: unknown dtype "F33"`},
+		{"unknown field", header(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"strides":[1]}}`, 8), `tensor "w": bad header entry: json: unknown field "strides"`},
+		{"gap", header(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}`, 12), `tensor "b": data starts at byte 8, want 4`},
+		{"overlap", header(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, 8), `tensor "b": data starts at byte 4, want 8`},
+		{"trailing bytes", header(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, 12), "tensors cover 8 data bytes but the file holds 12"},
+		{"overflowing shape", header(`{"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}}`, 8), `tensor "w": shape [4294967296 4294967296] of F32 overflows`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -208,5 +220,57 @@ func TestShardedCheckpoint(t *testing.T) {
 	}
 	if _, err := OpenCheckpoint(t.TempDir()); err == nil || !strings.Contains(err.Error(), SingleFile) {
 		t.Errorf("empty dir err = %v", err)
+	}
+}
+
+// Writing a checkpoint over another replaces it: a stale index would shadow
+// a new model.safetensors, and stale shards would waste the disk.
+func TestRewriteCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	write := func(first float32, maxShard int64) {
+		t.Helper()
+		var ts []Tensor
+		for _, n := range []string{"a", "b", "c"} {
+			ts = append(ts, mustTensor(t, n, F32, []int{4}, []float32{first, 1, 2, 3}))
+		}
+		if err := WriteCheckpoint(dir, ts, maxShard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(first float32, files ...string) {
+		t.Helper()
+		c, err := OpenCheckpoint(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range c.Names() {
+			tt, _, _ := c.Tensor(n)
+			if v, _ := tt.Float32(); v[0] != first {
+				t.Errorf("%s[0] = %v, want %v", n, v[0], first)
+			}
+		}
+		entries, _ := os.ReadDir(dir)
+		var got []string
+		for _, e := range entries {
+			got = append(got, e.Name())
+		}
+		if strings.Join(got, ",") != strings.Join(files, ",") {
+			t.Errorf("files %v, want %v", got, files)
+		}
+	}
+	write(1, 16)
+	check(1, "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors", IndexFile)
+	write(2, 0)
+	check(2, SingleFile)
+	write(3, 40)
+	check(3, "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", IndexFile)
+
+	// A tensor the index does not list is reported against the index.
+	c, err := OpenCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, file, ok := c.Tensor("zz"); ok || file != filepath.Join(dir, IndexFile) {
+		t.Errorf("missing tensor: ok=%v file %s, want the index", ok, file)
 	}
 }
