@@ -1,0 +1,373 @@
+package data
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/rlnode/rlnode/rollout/verify"
+)
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadJSONL(t *testing.T) {
+	p := writeFile(t, "gsm.jsonl", `{"question": "1+1?", "answer": 2, "meta": {"id": "a"}}
+
+{"question": "Name it", "answer": "x", "meta": {"id": "b"}, "tests": ["assert f(1) == 2", "assert f(2) == 3"]}
+`)
+	got, err := Load(p, Mapping{Prompt: "question", Answer: "answer", ID: "meta.id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Example{
+		{ID: "a", Prompt: "1+1?", Ref: verify.Reference{Answer: "2"}},
+		{ID: "b", Prompt: "Name it", Ref: verify.Reference{Answer: "x"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestLoadJSONLErrors(t *testing.T) {
+	cases := []struct {
+		name, text string
+		m          Mapping
+		want       []string // substrings of the error
+	}{
+		{"garbled", `{"prompt": "a", "answer": "1"}` + "\n{nope\n", DefaultMapping, []string{"row 1", "line 2", "not a JSON object"}},
+		{"missing column", `{"prompt": "a"}`, DefaultMapping, []string{"row 0", `column "answer"`, `no field "answer"`}},
+		{"nested missing", `{"q": {"text": "a"}}`, Mapping{Prompt: "q.body"}, []string{`column "q.body"`, `no field "body"`}},
+		{"list index", `{"msgs": [{"content": "a"}]}`, Mapping{Prompt: "msgs.3.content"}, []string{`no element "3" in a list of 1`}},
+		{"mistyped", `{"prompt": {"a": 1}}`, Mapping{Prompt: "prompt"}, []string{`column "prompt"`, "an object where a string"}},
+		{"tests mistyped", `{"prompt": "p", "tests": [1]}`, Mapping{Prompt: "prompt", Tests: "tests"}, []string{`column "tests"`, "element 0 is a number"}},
+		{"empty prompt", `{"prompt": "  "}`, Mapping{Prompt: "prompt"}, []string{"empty prompt"}},
+		{"no prompt mapping", `{"prompt": "a"}`, Mapping{}, []string{"no prompt column"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := writeFile(t, "d.jsonl", c.text)
+			_, err := Load(p, c.m)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, ErrBadDataset) {
+				t.Errorf("error %v is not ErrBadDataset", err)
+			}
+			for _, w := range append(c.want, p) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+	if _, err := Load(writeFile(t, "d.csv", "a,b"), DefaultMapping); err == nil || !strings.Contains(err.Error(), "unknown dataset format") {
+		t.Errorf("csv: %v", err)
+	}
+}
+
+// writeParquet writes a small Hugging Face-like dataset: a string question,
+// an int answer, a struct with a nested solution and a list of tests.
+func writeParquet(t *testing.T, rows int) string {
+	t.Helper()
+	mem := memory.DefaultAllocator
+	sc := arrow.NewSchema([]arrow.Field{
+		{Name: "question", Type: arrow.BinaryTypes.String},
+		{Name: "answer", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "meta", Type: arrow.StructOf(arrow.Field{Name: "solution", Type: arrow.BinaryTypes.String})},
+		{Name: "tests", Type: arrow.ListOf(arrow.BinaryTypes.String)},
+		{Name: "score", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+	}, nil)
+	b := array.NewRecordBuilder(mem, sc)
+	defer b.Release()
+	for i := range rows {
+		b.Field(0).(*array.StringBuilder).Append("q" + string(rune('a'+i%26)))
+		b.Field(1).(*array.Int64Builder).Append(int64(i * 10))
+		sb := b.Field(2).(*array.StructBuilder)
+		sb.Append(true)
+		sb.FieldBuilder(0).(*array.StringBuilder).Append("because " + string(rune('a'+i%26)))
+		lb := b.Field(3).(*array.ListBuilder)
+		lb.Append(true)
+		lb.ValueBuilder().(*array.StringBuilder).AppendValues([]string{"assert 1", "assert 2"}, nil)
+		b.Field(4).(*array.Float64Builder).AppendNull()
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	p := filepath.Join(t.TempDir(), "train.parquet")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pqarrow.NewFileWriter(sc, f,
+		parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Snappy), parquet.WithMaxRowGroupLength(7)),
+		pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadParquet(t *testing.T) {
+	p := writeParquet(t, 20)
+	got, err := Load(p, Mapping{Prompt: "question", Answer: "answer", Tests: "tests", Setup: "meta.solution"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 20 {
+		t.Fatalf("%d rows, want 20", len(got))
+	}
+	want := Example{ID: "train.parquet:13", Prompt: "qn", Ref: verify.Reference{Answer: "130", Tests: []string{"assert 1", "assert 2"}, Setup: "because n"}}
+	if !reflect.DeepEqual(got[13], want) {
+		t.Fatalf("row 13: got %+v, want %+v", got[13], want)
+	}
+
+	for _, c := range []struct {
+		m    Mapping
+		want string
+	}{
+		{Mapping{Prompt: "problem"}, `column "problem": not in the file (columns: question, answer, meta, tests, score)`},
+		{Mapping{Prompt: "question", Answer: "score"}, `row 0: column "score": null where a string`},
+		{Mapping{Prompt: "question", Answer: "meta"}, `row 0: column "meta": an object where`},
+		{Mapping{Prompt: "meta.nope"}, `column "meta.nope": no field "nope"`},
+	} {
+		_, err := Load(p, c.m)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), p) {
+			t.Errorf("mapping %+v: error %v, want it to name %s and %q", c.m, err, p, c.want)
+		}
+	}
+	if _, err := Load(writeFile(t, "bad.parquet", "not parquet"), DefaultMapping); err == nil || !strings.Contains(err.Error(), "read parquet") {
+		t.Errorf("garbled parquet: %v", err)
+	}
+}
+
+func TestSampler(t *testing.T) {
+	exs := make([]Example, 5)
+	for i := range exs {
+		exs[i].ID = string(rune('a' + i))
+	}
+	ids := func(s *Sampler, n int) string {
+		var b strings.Builder
+		for {
+			batch, err := s.Next(n)
+			if err == io.EOF {
+				return b.String()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range batch {
+				b.WriteString(e.ID)
+			}
+			b.WriteString("|")
+		}
+	}
+	s1, _ := NewSampler(exs, 7, 3)
+	s2, _ := NewSampler(exs, 7, 3)
+	a, b := ids(s1, 2), ids(s2, 2)
+	if a != b {
+		t.Fatalf("same seed, different orders: %s vs %s", a, b)
+	}
+	flat := strings.ReplaceAll(a, "|", "")
+	if len(flat) != 15 || strings.Count(a, "|") != 8 {
+		t.Fatalf("3 epochs of 5 in batches of 2: %s", a)
+	}
+	for e := range 3 {
+		ep := []byte(flat[e*5 : e*5+5])
+		seen := map[byte]bool{}
+		for _, c := range ep {
+			seen[c] = true
+		}
+		if len(seen) != 5 {
+			t.Errorf("epoch %d is not a permutation: %s", e, ep)
+		}
+	}
+	if flat[:5] == flat[5:10] && flat[5:10] == flat[10:] {
+		t.Errorf("epochs not reshuffled: %s", flat)
+	}
+	s3, _ := NewSampler(exs, 8, 3)
+	if ids(s3, 2) == a {
+		t.Errorf("seeds 7 and 8 give the same order %s", a)
+	}
+	if _, err := NewSampler(nil, 1, 1); err == nil {
+		t.Error("empty dataset accepted")
+	}
+	s4, _ := NewSampler(exs, 1, 0)
+	for range 10 {
+		if b, err := s4.Next(3); err != nil || len(b) != 3 {
+			t.Fatalf("endless sampler: %d, %v", len(b), err)
+		}
+	}
+	if s4.Epoch() != 6 {
+		t.Errorf("epoch %d after 30 of 5, want 6", s4.Epoch())
+	}
+}
+
+func sampleTurns() []Turn {
+	return []Turn{
+		{EpisodeID: "g0-s0", GroupID: 0, Sample: 0, Turn: 0, PolicyID: "solver", WeightVersion: 3,
+			PromptIDs: []int32{1, 2, 3}, ResponseIDs: []int32{4, 5}, LogProbs: []float32{-0.1, -0.2}, LossMask: []float32{1, 1},
+			Reward: 0, FinalReward: 1, FinishReason: "stop", ResponseText: "ab"},
+		{EpisodeID: "g0-s0", GroupID: 0, Sample: 0, Turn: 1, PolicyID: "feedback", WeightVersion: 2,
+			PromptIDs: []int32{}, ResponseIDs: []int32{6, 7, 8}, LogProbs: []float32{-1, 0, -3}, LossMask: []float32{1, 0, 1},
+			Advantages: []float32{0.5, 0.5, 0.5}, Reward: 1, FinalReward: 1, FinishReason: "length", Note: "truncated"},
+		{EpisodeID: "g1-s2", GroupID: 1, Sample: 2, PromptIDs: []int32{9}, ResponseIDs: []int32{}, LogProbs: []float32{}, LossMask: []float32{},
+			FinishReason: "stop", Note: "empty answer"},
+	}
+}
+
+func TestTrajectoryRoundTrip(t *testing.T) {
+	want := sampleTurns()
+	for _, batchRows := range []int{0, 1, 2} {
+		p := filepath.Join(t.TempDir(), "traj.arrow")
+		f, _ := os.Create(p)
+		if err := WriteTrajectories(f, want, batchRows); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		got, err := ReadTrajectoryFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Empty lists come back empty, not nil.
+		norm := func(ts []Turn) []Turn {
+			out := append([]Turn(nil), ts...)
+			for i := range out {
+				for _, s := range []*[]int32{&out[i].PromptIDs, &out[i].ResponseIDs} {
+					if len(*s) == 0 {
+						*s = []int32{}
+					}
+				}
+				for _, s := range []*[]float32{&out[i].LogProbs, &out[i].LossMask} {
+					if len(*s) == 0 {
+						*s = []float32{}
+					}
+				}
+			}
+			return out
+		}
+		if !reflect.DeepEqual(norm(got), norm(want)) {
+			t.Fatalf("batch rows %d:\ngot  %+v\nwant %+v", batchRows, got, want)
+		}
+	}
+	b, err := MarshalTrajectories(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := UnmarshalTrajectories("reply", b)
+	if err != nil || len(got) != 3 || got[1].Note != "truncated" {
+		t.Fatalf("bytes round trip: %v %+v", err, got)
+	}
+	if _, err := UnmarshalTrajectories("reply", b[:len(b)/2]); err == nil || !strings.Contains(err.Error(), "read reply") {
+		t.Errorf("truncated bytes: %v", err)
+	}
+}
+
+func TestTrajectoryRejectsBadTurns(t *testing.T) {
+	for _, c := range []struct {
+		edit func(*Turn)
+		want string
+	}{
+		{func(t *Turn) { t.LogProbs = t.LogProbs[:1] }, "1 logprobs for 2 response tokens"},
+		{func(t *Turn) { t.LossMask = nil }, "0 loss-mask entries"},
+		{func(t *Turn) { t.Advantages = []float32{1} }, "1 advantages"},
+		{func(t *Turn) { t.Reward = float32(1) / float32(zero()) }, "not finite"},
+	} {
+		ts := sampleTurns()
+		c.edit(&ts[0])
+		_, err := MarshalTrajectories(ts)
+		if err == nil || !errors.Is(err, ErrBadTrajectory) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "row 0") {
+			t.Errorf("want error with %q, got %v", c.want, err)
+		}
+	}
+}
+
+func zero() int { return 0 }
+
+// writeIPC writes a one-row IPC file whose schema is the trajectory schema
+// with column name dropped or retyped to float64.
+func writeIPC(t *testing.T, name string, retype bool) string {
+	t.Helper()
+	rec, err := NewRecord(nil, sampleTurns()[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	var fields []arrow.Field
+	var cols []arrow.Array
+	mem := memory.DefaultAllocator
+	for i, f := range rec.Schema().Fields() {
+		switch {
+		case f.Name == name && retype:
+			b := array.NewFloat64Builder(mem)
+			b.Append(1)
+			a := b.NewArray()
+			defer a.Release()
+			fields = append(fields, arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Float64})
+			cols = append(cols, a)
+		case f.Name == name:
+		default:
+			fields = append(fields, f)
+			cols = append(cols, rec.Column(i))
+		}
+	}
+	sc := arrow.NewSchema(fields, nil)
+	out := array.NewRecordBatch(sc, cols, 1)
+	defer out.Release()
+	p := filepath.Join(t.TempDir(), "bad.arrow")
+	f, _ := os.Create(p)
+	w, err := ipc.NewFileWriter(f, ipc.WithSchema(sc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	f.Close()
+	return p
+}
+
+func TestReadTrajectoryBadColumns(t *testing.T) {
+	for _, c := range []struct {
+		col    string
+		retype bool
+		want   string
+	}{
+		{ColLogProbs, false, `column "logprobs": missing`},
+		{ColReward, true, `column "reward": type float64, want float32`},
+		{ColResponseIDs, true, `column "response_ids": type float64, want list<item: int32, nullable>`},
+	} {
+		p := writeIPC(t, c.col, c.retype)
+		_, err := ReadTrajectoryFile(p)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%s: error %v, want it to name %s and %q", c.col, err, p, c.want)
+		}
+	}
+	if _, err := ReadTrajectoryFile(writeFile(t, "x.arrow", "garbage")); err == nil || !strings.Contains(err.Error(), "not an Arrow IPC file") {
+		t.Errorf("garbage file: %v", err)
+	}
+}

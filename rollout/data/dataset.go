@@ -1,0 +1,415 @@
+package data
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/rlnode/rlnode/rollout/verify"
+)
+
+// Example is one problem of a dataset: the prompt shown to the policy and
+// the reference its answers are verified against.
+type Example struct {
+	ID     string           `msgpack:"id" json:"id"`
+	Prompt string           `msgpack:"p" json:"prompt"`
+	Ref    verify.Reference `msgpack:"r" json:"ref"`
+}
+
+// Mapping says which source column fills which Example field. A column is
+// a path: "question", or "meta.answer" for a nested field, or
+// "messages.0.content" for an element of a list. Empty Answer, Tests,
+// Setup and ID leave those fields empty (ID then defaults to "FILE:ROW").
+type Mapping struct {
+	Prompt string `json:"prompt" yaml:"prompt"`
+	Answer string `json:"answer,omitempty" yaml:"answer,omitempty"`
+	Tests  string `json:"tests,omitempty" yaml:"tests,omitempty"` // a list of strings, or one string
+	Setup  string `json:"setup,omitempty" yaml:"setup,omitempty"`
+	ID     string `json:"id,omitempty" yaml:"id,omitempty"`
+}
+
+// DefaultMapping reads columns named "prompt" and "answer".
+var DefaultMapping = Mapping{Prompt: "prompt", Answer: "answer"}
+
+// ErrBadDataset marks source rows that do not fit the mapping.
+var ErrBadDataset = errors.New("bad dataset")
+
+// MaxLineBytes caps one JSONL line.
+const MaxLineBytes = 64 << 20
+
+// Load reads a dataset file: ".jsonl" (one JSON object a line; blank lines
+// skipped) or ".parquet". Errors name the file, the row (0-based, counting
+// data rows) and the column.
+func Load(path string, m Mapping) ([]Example, error) {
+	if m.Prompt == "" {
+		return nil, fmt.Errorf("load %s: mapping has no prompt column: %w", path, ErrBadDataset)
+	}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".jsonl", ".ndjson":
+		return loadJSONL(path, m)
+	case ".parquet":
+		return loadParquet(path, m)
+	}
+	return nil, fmt.Errorf("load %s: unknown dataset format %q (want .jsonl or .parquet): %w", path, filepath.Ext(path), ErrBadDataset)
+}
+
+func loadJSONL(path string, m Mapping) ([]Example, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("load dataset: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
+	var out []Example
+	line := 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		var row map[string]any
+		if err := dec.Decode(&row); err != nil {
+			return nil, fmt.Errorf("load %s: row %d (line %d): not a JSON object: %v: %w", path, len(out), line, err, ErrBadDataset)
+		}
+		ex, err := m.example(path, len(out), row)
+		if err != nil {
+			return nil, fmt.Errorf("load %s: line %d: %w", path, line, err)
+		}
+		out = append(out, ex)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("load %s: after line %d: %w", path, line, err)
+	}
+	return out, nil
+}
+
+func loadParquet(path string, m Mapping) ([]Example, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("load dataset: %w", err)
+	}
+	defer f.Close()
+	mem := memory.DefaultAllocator
+	tbl, err := pqarrow.ReadTable(context.Background(), f, parquet.NewReaderProperties(mem), pqarrow.ArrowReadProperties{}, mem)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: read parquet: %w", path, err)
+	}
+	defer tbl.Release()
+	sc := tbl.Schema()
+	// Only the columns the mapping names are converted.
+	var cols []int
+	for _, p := range []string{m.Prompt, m.Answer, m.Tests, m.Setup, m.ID} {
+		if p == "" {
+			continue
+		}
+		top, _, _ := strings.Cut(p, ".")
+		idx := sc.FieldIndices(top)
+		if len(idx) == 0 {
+			return nil, fmt.Errorf("load %s: column %q: not in the file (columns: %s): %w", path, top, columnNames(sc), ErrBadDataset)
+		}
+		cols = append(cols, idx[0])
+	}
+	tr := array.NewTableReader(tbl, 4096)
+	defer tr.Release()
+	var out []Example
+	for tr.Next() {
+		rec := tr.RecordBatch()
+		for r := range int(rec.NumRows()) {
+			row := make(map[string]any, len(cols))
+			for _, c := range cols {
+				v, err := arrowValue(rec.Column(c), r)
+				if err != nil {
+					return nil, fmt.Errorf("load %s: row %d: column %q: %v: %w", path, len(out), sc.Field(c).Name, err, ErrBadDataset)
+				}
+				row[sc.Field(c).Name] = v
+			}
+			ex, err := m.example(path, len(out), row)
+			if err != nil {
+				return nil, fmt.Errorf("load %s: %w", path, err)
+			}
+			out = append(out, ex)
+		}
+	}
+	if err := tr.Err(); err != nil {
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	return out, nil
+}
+
+func columnNames(sc *arrow.Schema) string {
+	names := make([]string, sc.NumFields())
+	for i, f := range sc.Fields() {
+		names[i] = f.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// arrowValue converts one cell to the JSON-like values the mapping walks:
+// string, json.Number, bool, nil, []any, map[string]any.
+func arrowValue(a arrow.Array, i int) (any, error) {
+	if a.IsNull(i) {
+		return nil, nil
+	}
+	switch a := a.(type) {
+	case *array.String:
+		return a.Value(i), nil
+	case *array.LargeString:
+		return a.Value(i), nil
+	case *array.StringView:
+		return a.Value(i), nil
+	case *array.Binary:
+		return string(a.Value(i)), nil
+	case *array.LargeBinary:
+		return string(a.Value(i)), nil
+	case *array.Boolean:
+		return a.Value(i), nil
+	case *array.Int8:
+		return json.Number(strconv.FormatInt(int64(a.Value(i)), 10)), nil
+	case *array.Int16:
+		return json.Number(strconv.FormatInt(int64(a.Value(i)), 10)), nil
+	case *array.Int32:
+		return json.Number(strconv.FormatInt(int64(a.Value(i)), 10)), nil
+	case *array.Int64:
+		return json.Number(strconv.FormatInt(a.Value(i), 10)), nil
+	case *array.Uint8:
+		return json.Number(strconv.FormatUint(uint64(a.Value(i)), 10)), nil
+	case *array.Uint16:
+		return json.Number(strconv.FormatUint(uint64(a.Value(i)), 10)), nil
+	case *array.Uint32:
+		return json.Number(strconv.FormatUint(uint64(a.Value(i)), 10)), nil
+	case *array.Uint64:
+		return json.Number(strconv.FormatUint(a.Value(i), 10)), nil
+	case *array.Float32:
+		return json.Number(strconv.FormatFloat(float64(a.Value(i)), 'g', -1, 32)), nil
+	case *array.Float64:
+		return json.Number(strconv.FormatFloat(a.Value(i), 'g', -1, 64)), nil
+	case array.ListLike:
+		s, e := a.ValueOffsets(i)
+		vals := a.ListValues()
+		out := make([]any, 0, e-s)
+		for j := s; j < e; j++ {
+			v, err := arrowValue(vals, int(j))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, nil
+	case *array.Struct:
+		st := a.DataType().(*arrow.StructType)
+		out := make(map[string]any, a.NumField())
+		for f := range a.NumField() {
+			v, err := arrowValue(a.Field(f), i)
+			if err != nil {
+				return nil, fmt.Errorf("field %q: %w", st.Field(f).Name, err)
+			}
+			out[st.Field(f).Name] = v
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unsupported Arrow type %s", a.DataType())
+}
+
+func (m Mapping) example(path string, row int, v map[string]any) (Example, error) {
+	ex := Example{ID: fmt.Sprintf("%s:%d", filepath.Base(path), row)}
+	str := func(col string, dst *string) error {
+		if col == "" {
+			return nil
+		}
+		x, err := lookup(v, col)
+		if err == nil {
+			*dst, err = scalarString(x)
+		}
+		if err != nil {
+			return fmt.Errorf("row %d: column %q: %w: %w", row, col, err, ErrBadDataset)
+		}
+		return nil
+	}
+	if err := str(m.Prompt, &ex.Prompt); err != nil {
+		return Example{}, err
+	}
+	if err := str(m.Answer, &ex.Ref.Answer); err != nil {
+		return Example{}, err
+	}
+	if err := str(m.Setup, &ex.Ref.Setup); err != nil {
+		return Example{}, err
+	}
+	if err := str(m.ID, &ex.ID); err != nil {
+		return Example{}, err
+	}
+	if m.Tests != "" {
+		x, err := lookup(v, m.Tests)
+		if err == nil {
+			ex.Ref.Tests, err = stringList(x)
+		}
+		if err != nil {
+			return Example{}, fmt.Errorf("row %d: column %q: %w: %w", row, m.Tests, err, ErrBadDataset)
+		}
+	}
+	if strings.TrimSpace(ex.Prompt) == "" {
+		return Example{}, fmt.Errorf("row %d: column %q: empty prompt: %w", row, m.Prompt, ErrBadDataset)
+	}
+	return ex, nil
+}
+
+// lookup walks a dotted path through objects and lists.
+func lookup(v any, path string) (any, error) {
+	cur := v
+	for seg := range strings.SplitSeq(path, ".") {
+		switch c := cur.(type) {
+		case map[string]any:
+			next, ok := c[seg]
+			if !ok {
+				return nil, fmt.Errorf("no field %q", seg)
+			}
+			cur = next
+		case []any:
+			k, err := strconv.Atoi(seg)
+			if err != nil || k < 0 || k >= len(c) {
+				return nil, fmt.Errorf("no element %q in a list of %d", seg, len(c))
+			}
+			cur = c[k]
+		case nil:
+			return nil, fmt.Errorf("null before %q", seg)
+		default:
+			return nil, fmt.Errorf("%s has no field %q", kindOf(cur), seg)
+		}
+	}
+	return cur, nil
+}
+
+func scalarString(v any) (string, error) {
+	switch v := v.(type) {
+	case string:
+		return v, nil
+	case json.Number:
+		return v.String(), nil
+	case bool:
+		return strconv.FormatBool(v), nil
+	}
+	return "", fmt.Errorf("%s where a string or number is needed", kindOf(v))
+}
+
+func stringList(v any) ([]string, error) {
+	if s, ok := v.(string); ok {
+		return []string{s}, nil
+	}
+	l, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s where a list of strings is needed", kindOf(v))
+	}
+	out := make([]string, len(l))
+	for i, x := range l {
+		s, ok := x.(string)
+		if !ok {
+			return nil, fmt.Errorf("element %d is %s, not a string", i, kindOf(x))
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+func kindOf(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "a list"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// Sampler hands out batches of examples in seeded random order, epoch after
+// epoch: each epoch is a fresh permutation drawn from (seed, epoch), so a
+// run restarted with the same seed sees the same order. A batch that runs
+// past the end of an epoch continues into the next one.
+type Sampler struct {
+	examples []Example
+	seed     uint64
+	epochs   int // 0: no end
+	epoch    int
+	pos      int
+	order    []int
+}
+
+// NewSampler samples from examples for epochs epochs (0: without end).
+func NewSampler(examples []Example, seed uint64, epochs int) (*Sampler, error) {
+	if len(examples) == 0 {
+		return nil, fmt.Errorf("sampler: no examples: %w", ErrBadDataset)
+	}
+	if epochs < 0 {
+		return nil, fmt.Errorf("sampler: %d epochs: %w", epochs, ErrBadDataset)
+	}
+	s := &Sampler{examples: examples, seed: seed, epochs: epochs}
+	s.shuffle()
+	return s, nil
+}
+
+func (s *Sampler) shuffle() {
+	r := rand.New(rand.NewPCG(s.seed, uint64(s.epoch)))
+	s.order = r.Perm(len(s.examples))
+	s.pos = 0
+}
+
+// Epoch is the 0-based epoch the next example comes from.
+func (s *Sampler) Epoch() int {
+	if s.pos == len(s.order) && (s.epochs == 0 || s.epoch < s.epochs) {
+		return s.epoch + 1
+	}
+	return s.epoch
+}
+
+// Next returns up to n examples. After the last epoch it returns io.EOF;
+// the final batch may be short.
+func (s *Sampler) Next(n int) ([]Example, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("sampler: batch size %d: %w", n, ErrBadDataset)
+	}
+	var out []Example
+	for len(out) < n {
+		if s.pos == len(s.order) {
+			if s.epochs > 0 && s.epoch+1 >= s.epochs {
+				s.epoch = s.epochs
+				break
+			}
+			s.epoch++
+			s.shuffle()
+		}
+		if s.epochs > 0 && s.epoch >= s.epochs {
+			break
+		}
+		out = append(out, s.examples[s.order[s.pos]])
+		s.pos++
+	}
+	if len(out) == 0 {
+		return nil, io.EOF
+	}
+	return out, nil
+}
