@@ -39,20 +39,46 @@ var (
 // learned tokens. It is computed once; callers share it.
 func Builtin() *Tokenizer {
 	builtinOnce.Do(func() {
-		specials := make([]string, len(qwenAddedTokens))
-		for i, a := range qwenAddedTokens {
-			specials[i] = a.content
-		}
-		t, err := Train(BuiltinCorpus(), BuiltinVocabSize, specials)
+		t, err := trainBuiltin(BuiltinVocabSize)
 		if err != nil {
 			panic("tokenizer: builtin: " + err.Error()) // fixed inputs; a test covers them
-		}
-		for i := range t.added {
-			t.added[i].Special = qwenAddedTokens[i].special
 		}
 		builtin = t
 	})
 	return builtin
+}
+
+// BuiltinMinVocabSize is the smallest vocabulary BuiltinSized can fill: the
+// 256 byte tokens and Qwen2.5's 22 added tokens.
+const BuiltinMinVocabSize = 256 + 22
+
+// BuiltinSized returns the built-in tokenizer for a model of vocabSize
+// tokens: Builtin() when vocabSize ≥ BuiltinVocabSize, else the same
+// training stopped after fewer merges, so that every id fits the model.
+// Below BuiltinMinVocabSize there is no such tokenizer.
+func BuiltinSized(vocabSize int) (*Tokenizer, error) {
+	if vocabSize >= BuiltinVocabSize {
+		return Builtin(), nil
+	}
+	if vocabSize < BuiltinMinVocabSize {
+		return nil, fmt.Errorf("tokenizer: builtin: vocabulary of %d is below the %d tokens it needs (256 bytes and %d added tokens)", vocabSize, BuiltinMinVocabSize, len(qwenAddedTokens))
+	}
+	return trainBuiltin(vocabSize)
+}
+
+func trainBuiltin(vocabSize int) (*Tokenizer, error) {
+	specials := make([]string, len(qwenAddedTokens))
+	for i, a := range qwenAddedTokens {
+		specials[i] = a.content
+	}
+	t, err := Train(BuiltinCorpus(), vocabSize, specials)
+	if err != nil {
+		return nil, err
+	}
+	for i := range t.added {
+		t.added[i].Special = qwenAddedTokens[i].special
+	}
+	return t, nil
 }
 
 var (

@@ -300,3 +300,46 @@ func FuzzRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// BuiltinSized fits the built-in tokenizer to smaller models: the same
+// merges, stopped early, and the added tokens at the end of the vocabulary.
+func TestBuiltinSized(t *testing.T) {
+	if BuiltinMinVocabSize != 256+len(qwenAddedTokens) {
+		t.Fatalf("BuiltinMinVocabSize %d, want %d", BuiltinMinVocabSize, 256+len(qwenAddedTokens))
+	}
+	full := Builtin()
+	for _, n := range []int{BuiltinMinVocabSize, 300, BuiltinVocabSize - 1} {
+		tok, err := BuiltinSized(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok.VocabSize() != n {
+			t.Errorf("BuiltinSized(%d).VocabSize() = %d", n, tok.VocabSize())
+		}
+		merges := n - BuiltinMinVocabSize
+		if !slices.Equal(tok.mergeSeq, full.mergeSeq[:merges]) {
+			t.Errorf("BuiltinSized(%d): merges are not the first %d of Builtin()'s", n, merges)
+		}
+		added := tok.AddedTokens()
+		if len(added) != len(qwenAddedTokens) || added[0].ID != n-len(qwenAddedTokens) || added[len(added)-1].ID != n-1 || !added[0].Special || added[len(added)-1].Special {
+			t.Errorf("BuiltinSized(%d): added tokens %+v", n, added)
+		}
+		text := "Tom has 3 apples. <|im_end|>"
+		for _, id := range tok.Encode(text) {
+			if id >= n {
+				t.Errorf("BuiltinSized(%d): id %d out of range", n, id)
+			}
+		}
+		if got := tok.Decode(tok.Encode(text)); got != text {
+			t.Errorf("BuiltinSized(%d): round trip %q", n, got)
+		}
+	}
+	for _, n := range []int{BuiltinVocabSize, 151936} {
+		if tok, err := BuiltinSized(n); err != nil || tok != full {
+			t.Errorf("BuiltinSized(%d) = %v, %v; want Builtin()", n, tok, err)
+		}
+	}
+	if _, err := BuiltinSized(BuiltinMinVocabSize - 1); err == nil || !strings.Contains(err.Error(), "vocabulary of 277 is below the 278 tokens") {
+		t.Errorf("BuiltinSized(277) error %v", err)
+	}
+}
