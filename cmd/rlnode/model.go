@@ -22,8 +22,9 @@ func init() { commands["model"] = modelCommand }
 const modelUsage = `usage:
   rlnode model init --config CONFIG.json --out DIR [--seed N]
       write a randomly initialized checkpoint: DIR/config.json,
-      DIR/model.safetensors and DIR/tokenizer.json (the built-in tokenizer,
-      when the config's vocab_size holds it)
+      DIR/model.safetensors (dtype as torch_dtype: bfloat16 or float32) and
+      DIR/tokenizer.json (the built-in byte-level BPE tokenizer, trained to
+      vocab_size tokens when that is below its 768; vocab_size >= 278)
   rlnode model forward --model DIR --input IN.json --out OUT.safetensors [--grad]
       IN.json is {"sequences": [{"prompt": [ids], "response": [ids]}, ...]};
       OUT gets float32 logprobs.<i> per sequence (log p of each response
@@ -94,6 +95,12 @@ func modelInit(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The built-in tokenizer, cut to the model's vocabulary when smaller,
+	// so every id it produces has an embedding.
+	tok, err := tokenizer.BuiltinSized(cfg.VocabSize)
+	if err != nil {
+		return fmt.Errorf("config %s: field vocab_size: %d is too small for the built-in tokenizer (at least %d: 256 byte tokens and Qwen's 22 added tokens)", *configPath, cfg.VocabSize, tokenizer.BuiltinMinVocabSize)
+	}
 	m, err := model.New(*cfg, cpu.New())
 	if err != nil {
 		return err
@@ -106,24 +113,75 @@ func modelInit(args []string, stdout, stderr io.Writer) error {
 	if err := m.Save(*out, dtype); err != nil {
 		return err
 	}
-	tok := tokenizer.Builtin()
-	if tok.VocabSize() <= cfg.VocabSize {
-		if err := tok.Save(filepath.Join(*out, "tokenizer.json")); err != nil {
-			return err
-		}
-	} else {
-		fmt.Fprintf(stderr, "rlnode model init: vocab_size %d is smaller than the built-in tokenizer's %d tokens; tokenizer.json not written\n", cfg.VocabSize, tok.VocabSize())
+	if err := tok.Save(filepath.Join(*out, "tokenizer.json")); err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s: %s, %d parameters, seed %d\n", *out, cfg.Architecture, m.NumParams(), *seed)
 	return nil
 }
 
-// forwardInput is IN.json of rlnode model forward.
+// forwardInput is IN.json of rlnode model forward. Token ids stay raw JSON
+// until checked, so an error can name the sequence and position of a value
+// that is not an id.
 type forwardInput struct {
 	Sequences []struct {
-		Prompt   []int32 `json:"prompt"`
-		Response []int32 `json:"response"`
+		Prompt   []json.RawMessage `json:"prompt"`
+		Response []json.RawMessage `json:"response"`
 	} `json:"sequences"`
+}
+
+// readForwardInput reads IN.json and checks every sequence against the
+// model's config: ids in [0, vocab_size), at least one prompt token, and no
+// more tokens than max_position_embeddings.
+func readForwardInput(path string, cfg *model.Config, cfgPath string) ([]model.Sequence, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var in forwardInput
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err == io.EOF {
+		return nil, fmt.Errorf("input %s: empty file (want {\"sequences\": [...]})", path)
+	} else if err != nil {
+		return nil, fmt.Errorf("input %s: %w", path, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("input %s: data after the top-level object", path)
+	}
+	if len(in.Sequences) == 0 {
+		return nil, fmt.Errorf("input %s: field sequences: missing or empty", path)
+	}
+	ids := func(i int, field string, raw []json.RawMessage) ([]int32, error) {
+		out := make([]int32, len(raw))
+		for j, r := range raw {
+			id, err := strconv.ParseInt(string(r), 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("input %s: sequences[%d].%s[%d]: %s is not a token id (want an integer)", path, i, field, j, r)
+			}
+			if id < 0 || id >= int64(cfg.VocabSize) {
+				return nil, fmt.Errorf("input %s: sequences[%d].%s[%d]: token id %d out of range [0, %d) (vocab_size of %s)", path, i, field, j, id, cfg.VocabSize, cfgPath)
+			}
+			out[j] = int32(id)
+		}
+		return out, nil
+	}
+	seqs := make([]model.Sequence, len(in.Sequences))
+	for i, s := range in.Sequences {
+		if len(s.Prompt) == 0 {
+			return nil, fmt.Errorf("input %s: sequences[%d].prompt: missing or empty (the first response token needs a token before it)", path, i)
+		}
+		if n := len(s.Prompt) + len(s.Response); n > cfg.MaxPositions {
+			return nil, fmt.Errorf("input %s: sequences[%d]: %d tokens exceed max_position_embeddings %d of %s", path, i, n, cfg.MaxPositions, cfgPath)
+		}
+		if seqs[i].Prompt, err = ids(i, "prompt", s.Prompt); err != nil {
+			return nil, err
+		}
+		if seqs[i].Response, err = ids(i, "response", s.Response); err != nil {
+			return nil, err
+		}
+	}
+	return seqs, nil
 }
 
 func modelForward(args []string, stdout, stderr io.Writer) error {
@@ -136,22 +194,15 @@ func modelForward(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args, "model", "input", "out"); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(*inPath)
+	// The input is checked against the config before the weights load.
+	cfgPath := filepath.Join(*dir, "config.json")
+	cfg, err := model.ReadConfig(cfgPath)
 	if err != nil {
 		return err
 	}
-	var in forwardInput
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		return fmt.Errorf("input %s: %w", *inPath, err)
-	}
-	if len(in.Sequences) == 0 {
-		return fmt.Errorf("input %s: field sequences: empty", *inPath)
-	}
-	seqs := make([]model.Sequence, len(in.Sequences))
-	for i, s := range in.Sequences {
-		seqs[i] = model.Sequence{Prompt: s.Prompt, Response: s.Response}
+	seqs, err := readForwardInput(*inPath, cfg, cfgPath)
+	if err != nil {
+		return err
 	}
 	m, err := model.Load(*dir, cpu.New())
 	if err != nil {

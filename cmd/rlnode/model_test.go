@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/rlnode/rlnode/learner/safetensors"
+	"github.com/rlnode/rlnode/learner/tokenizer"
 )
 
 func run(t *testing.T, args ...string) (int, string, string) {
@@ -154,6 +155,27 @@ func TestModelCommandErrors(t *testing.T) {
 	os.WriteFile(bad, []byte(`{"sequences":[{"prompt":[1],"response":[2],"extra":1}]}`), 0o644)
 	big := filepath.Join(dir, "big.json")
 	os.WriteFile(big, []byte(`{"sequences":[{"prompt":[1],"response":[64]}]}`), 0o644)
+	inputs := map[string]string{
+		"frac":     `{"sequences":[{"prompt":[1],"response":[2]},{"prompt":[1],"response":[3,1.5]}]}`,
+		"string":   `{"sequences":[{"prompt":["7"],"response":[2]}]}`,
+		"null":     `{"sequences":[{"prompt":[1,null],"response":[2]}]}`,
+		"neg":      `{"sequences":[{"prompt":[1],"response":[2]},{"prompt":[-1],"response":[2]}]}`,
+		"huge":     `{"sequences":[{"prompt":[1],"response":[99999999999]}]}`,
+		"trailing": `{"sequences":[{"prompt":[1],"response":[2]}]} {"sequences":[]}`,
+		"empty":    ``,
+		"none":     `{"sequences":[]}`,
+		"noprompt": `{"sequences":[{"prompt":[1],"response":[2]},{"response":[2]}]}`,
+		"long":     `{"sequences":[{"prompt":[` + strings.Repeat("1,", 128) + `1],"response":[2]}]}`,
+	}
+	for name, js := range inputs {
+		os.WriteFile(filepath.Join(dir, name+".json"), []byte(js), 0o644)
+	}
+	forward := func(name string) []string {
+		return []string{"model", "forward", "--model", filepath.Join(src, "qwen2"), "--input", filepath.Join(dir, name+".json"), "--out", filepath.Join(dir, "o")}
+	}
+	smallVocab := filepath.Join(dir, "small-vocab.json")
+	os.WriteFile(smallVocab, []byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":16,"intermediate_size":32,
+		"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":277}`), 0o644)
 	badCfg := filepath.Join(dir, "config.json")
 	os.WriteFile(badCfg, []byte(`{"architectures":["MistralForCausalLM"]}`), 0o644)
 	cases := []struct {
@@ -164,9 +186,20 @@ func TestModelCommandErrors(t *testing.T) {
 		{[]string{"model", "frobnicate"}, 2, `unknown subcommand "frobnicate"`},
 		{[]string{"model", "init", "--out", dir}, 2, "--config is required"},
 		{[]string{"model", "init", "--config", badCfg, "--out", dir}, 1, "field architectures"},
+		{[]string{"model", "init", "--config", smallVocab, "--out", filepath.Join(dir, "small")}, 1, "field vocab_size: 277 is too small for the built-in tokenizer (at least 278"},
 		{[]string{"model", "forward", "--model", dir}, 2, "--input is required"},
 		{[]string{"model", "forward", "--model", filepath.Join(src, "qwen2"), "--input", bad, "--out", filepath.Join(dir, "o")}, 1, `unknown field "extra"`},
-		{[]string{"model", "forward", "--model", filepath.Join(src, "qwen2"), "--input", big, "--out", filepath.Join(dir, "o")}, 1, "token id 64 out of range"},
+		{[]string{"model", "forward", "--model", filepath.Join(src, "qwen2"), "--input", big, "--out", filepath.Join(dir, "o")}, 1, "sequences[0].response[0]: token id 64 out of range [0, 64) (vocab_size of " + filepath.Join(src, "qwen2", "config.json")},
+		{forward("frac"), 1, "sequences[1].response[1]: 1.5 is not a token id"},
+		{forward("string"), 1, `sequences[0].prompt[0]: "7" is not a token id`},
+		{forward("null"), 1, "sequences[0].prompt[1]: null is not a token id"},
+		{forward("neg"), 1, "sequences[1].prompt[0]: token id -1 out of range"},
+		{forward("huge"), 1, "sequences[0].response[0]: token id 99999999999 out of range"},
+		{forward("trailing"), 1, "data after the top-level object"},
+		{forward("empty"), 1, "empty file"},
+		{forward("none"), 1, "field sequences: missing or empty"},
+		{forward("noprompt"), 1, "sequences[1].prompt: missing or empty"},
+		{forward("long"), 1, "sequences[0]: 130 tokens exceed max_position_embeddings 128"},
 		{[]string{"model", "forward", "--model", dir, "--input", filepath.Join(src, "golden_input.json"), "--out", filepath.Join(dir, "o")}, 1, "config.json"},
 	}
 	for _, c := range cases {
@@ -177,5 +210,30 @@ func TestModelCommandErrors(t *testing.T) {
 	}
 	if code, stdout, _ := run(t, "model", "--help"); code != 0 || !strings.Contains(stdout, "rlnode model forward") {
 		t.Errorf("help: %d %q", code, stdout)
+	}
+}
+
+// A vocabulary below the built-in tokenizer's 768 tokens gets the tokenizer
+// trained to that size, so every id it produces is a row of the embedding.
+func TestModelInitSmallVocab(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	os.WriteFile(cfg, []byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":16,"intermediate_size":32,
+		"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":300}`), 0o644)
+	out := filepath.Join(dir, "ckpt")
+	if code, _, stderr := run(t, "model", "init", "--config", cfg, "--out", out); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, stderr)
+	}
+	tok, err := tokenizer.Load(filepath.Join(out, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.VocabSize() != 300 {
+		t.Errorf("tokenizer has %d tokens, want 300", tok.VocabSize())
+	}
+	for _, id := range tok.EncodeChat([]tokenizer.Message{{Role: "user", Content: "What is 2 + 3?"}}, true) {
+		if id >= 300 {
+			t.Errorf("token id %d outside the model's vocabulary", id)
+		}
 	}
 }
