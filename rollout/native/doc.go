@@ -1,0 +1,16 @@
+// Package native is the embedded inference engine: it generates with the
+// learner's own model (learner/model on the learner/cpu backend) in
+// process, so a rollout needs no inference server, and its log
+// probabilities are computed by the same network the learner trains.
+//
+// It owns prefill and decode with per-sequence KV caches, continuous
+// batching (a scheduler goroutine admits new sequences into the running
+// batch between decode steps and retires finished ones), sampling
+// (temperature, top-p, top-k, per-request seeds, stop strings and ids, EOS,
+// max tokens), swapping in new policy weights between steps, and an
+// OpenAI-compatible HTTP handler (Server) over it, which `rlnode serve`
+// runs. It implements engine.Engine.
+//
+// It does not train, hold optimizer state or talk to other nodes; weights
+// arrive through SetWeights from whoever owns them.
+package native
