@@ -202,3 +202,54 @@ func TestPackingLayout(t *testing.T) {
 		t.Errorf("split %v", split)
 	}
 }
+
+// A model that only runs forward (inference, the reference policy) holds
+// no gradient buffers; they appear when training asks for them.
+func TestGradientsAllocatedOnFirstUse(t *testing.T) {
+	m, err := Load("testdata/qwen2", cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt, err := NewBatch([]Sequence{{Prompt: []int32{1, 2}, Response: []int32{3, 4}}}, 0, false, m.Config.VocabSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Forward(bt); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range m.Params() {
+		if p.G != nil {
+			t.Fatalf("%s has a gradient buffer after a forward pass", p.Name)
+		}
+	}
+	ref, err := m.Clone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Backward([]float32{1, 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var norm float64
+	for _, p := range m.Params() {
+		if p.G == nil {
+			t.Fatalf("%s has no gradient after Backward", p.Name)
+		}
+		for _, g := range m.download(p.G) {
+			norm += float64(g) * float64(g)
+		}
+	}
+	if norm == 0 {
+		t.Error("Backward left all gradients zero")
+	}
+	if _, _, err := ref.Forward(bt); err != nil {
+		t.Fatal(err)
+	}
+	if err := ref.Backward([]float32{1, 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ref.Params() {
+		if p.G != nil {
+			t.Fatalf("frozen reference: %s has a gradient buffer", p.Name)
+		}
+	}
+}

@@ -77,7 +77,9 @@ type Model struct {
 	lora        *LoRAConfig
 }
 
-// New allocates a model with zero weights and gradients.
+// New allocates a model with zero weights. Gradient buffers are allocated
+// on first use (ZeroGrad, Backward, Grads, TrainableParams), so a model that
+// only runs forward (inference, a reference policy) holds its weights once.
 func New(cfg Config, b backend.Backend) (*Model, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("new model: %w", err)
@@ -87,7 +89,6 @@ func New(cfg Config, b backend.Backend) (*Model, error) {
 	param := func(name string, shape ...int) *Param {
 		p := &Param{Name: name, Shape: shape}
 		p.W = b.Alloc(p.Len())
-		p.G = b.Alloc(p.Len())
 		m.params = append(m.params, p)
 		return p
 	}
@@ -168,6 +169,18 @@ func (m *Model) Clone() (*Model, error) {
 	return c, nil
 }
 
+// allocGrads gives every weight of an unfrozen model its gradient buffer.
+func (m *Model) allocGrads() {
+	if m.frozen {
+		return
+	}
+	for _, p := range m.params {
+		if p.G == nil {
+			p.G = m.B.Alloc(p.Len())
+		}
+	}
+}
+
 // ZeroGrad clears every gradient (parameters and adapters).
 func (m *Model) ZeroGrad() {
 	for _, p := range m.TrainableParams() {
@@ -178,6 +191,7 @@ func (m *Model) ZeroGrad() {
 // TrainableParams are the parameters that receive gradients: the adapters
 // when the model has LoRA, else every weight unless frozen.
 func (m *Model) TrainableParams() []*Param {
+	m.allocGrads()
 	out := m.loraParams()
 	if !m.frozen {
 		out = append(out, m.params...)

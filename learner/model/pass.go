@@ -194,6 +194,7 @@ func (m *Model) Backward(dLogp, dEntropy []float32) error {
 		return fmt.Errorf("backward: dLoss/dLogProb or dLoss/dEntropy is not finite")
 	}
 	p.allocGrads(m)
+	m.allocGrads()
 	c := &m.Config
 	b := m.B
 	bt := p.batch
