@@ -1,0 +1,269 @@
+package episode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/rlnode/rlnode/rollout/data"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/verify"
+)
+
+// PythonExecutor runs a Python program in a sandbox (the code verifier's
+// sandbox implements it) and returns what it printed (stdout, then
+// stderr), capped by the sandbox. A program that fails, times out or is
+// killed is not an error: its output says so. err is for a sandbox that
+// could not run at all. Implementations must be safe for concurrent use.
+type PythonExecutor interface {
+	RunPython(ctx context.Context, code string) (output string, err error)
+}
+
+// Tokenizer turns tool output into token ids of the solver's vocabulary.
+// *tokenizer.Tokenizer implements it.
+type Tokenizer interface {
+	Encode(text string) []int
+}
+
+// ToolUse is the multi-turn tool episode: the solver writes, and whenever
+// its turn ends with a <tool_call>{"name": ..., "arguments": ...}</tool_call>
+// the tool runs and its output, in the ToolResponse template, is appended
+// to the sequence; the solver continues from there, up to MaxCalls tool
+// calls. Tools: "calculator" (arguments.expression, see Calculate) and, with
+// a Python executor, "python" (arguments.code).
+//
+// The episode is one Turn: ResponseIDs hold the solver's tokens and the
+// tool-output tokens in order; tool-output tokens have loss mask 0 and
+// logprob 0, so only what the solver sampled is trained. The reward is the
+// score of the solver's last segment.
+type ToolUse struct {
+	Solver    Policy
+	Verifier  verify.Verifier
+	Tokenizer Tokenizer
+	Python    PythonExecutor // nil: no python tool
+	MaxCalls  int            // tool calls per episode; 0 means 4
+	Limits    Limits
+	tpl       *compiled
+}
+
+// NewToolUse checks the policy, tokenizer and templates.
+func NewToolUse(solver Policy, v verify.Verifier, tok Tokenizer, py PythonExecutor, t Templates, lim Limits) (*ToolUse, error) {
+	if err := solver.check("solver"); err != nil {
+		return nil, err
+	}
+	if v == nil || tok == nil {
+		return nil, fmt.Errorf("tool episode: needs a verifier and a tokenizer")
+	}
+	tpl, err := t.compile()
+	if err != nil {
+		return nil, err
+	}
+	return &ToolUse{Solver: solver, Verifier: v, Tokenizer: tok, Python: py, MaxCalls: 4, Limits: lim.withDefaults(), tpl: tpl}, nil
+}
+
+type toolState struct {
+	ex      data.Example
+	group   int64
+	sample  int
+	turn    data.Turn
+	prompt  []int // the first prompt's token ids
+	seq     []int // response so far: solver and tool tokens
+	last    string
+	text    strings.Builder
+	calls   int
+	done    bool
+	notes   []string
+	version int64
+}
+
+// Run implements Runner.
+func (r *ToolUse) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	maxCalls := r.MaxCalls
+	if maxCalls <= 0 {
+		maxCalls = 4
+	}
+	outs, err := firstTool(ctx, r, b)
+	if err != nil {
+		return nil, err
+	}
+	var eps []*toolState
+	for i, ex := range b.Examples {
+		for s := range b.N {
+			e := &toolState{ex: ex, group: b.FirstGroupID + int64(i), sample: s}
+			eps = append(eps, e)
+			if o := outs[i]; o.err != nil {
+				e.turn, e.done = failedTurn(r.Solver, "turn 0: "+o.err.Error()), true
+				continue
+			}
+			e.turn = turnOf(r.Solver, outs[i].res, outs[i].res.Samples[s])
+			e.prompt = append([]int(nil), outs[i].res.PromptTokenIDs...)
+			e.seq = append(e.seq, outs[i].res.Samples[s].TokenIDs...)
+			e.last = outs[i].res.Samples[s].Text
+			e.text.WriteString(e.last)
+			e.version = outs[i].res.WeightVersion
+		}
+	}
+	for round := 1; ; round++ {
+		var live []*toolState
+		var reqs []engine.Request
+		for _, e := range eps {
+			if e.done {
+				continue
+			}
+			call, ok := lastToolCall(e.last)
+			if !ok || e.turn.FinishReason == "length" {
+				e.done = true
+				continue
+			}
+			if e.calls == maxCalls {
+				e.notes = append(e.notes, fmt.Sprintf("stopped after %d tool calls", maxCalls))
+				e.done = true
+				continue
+			}
+			e.calls++
+			out := r.runTool(ctx, call)
+			q, _ := quote(out, r.Limits.MaxQuoteBytes)
+			resp, err := r.tpl.render("tool_response", TemplateData{Output: q})
+			if err != nil {
+				return nil, err
+			}
+			ids := r.Tokenizer.Encode(resp)
+			e.seq = append(e.seq, ids...)
+			e.turn.ResponseIDs = append(e.turn.ResponseIDs, toInt32(ids)...)
+			e.turn.LogProbs = append(e.turn.LogProbs, make([]float32, len(ids))...)
+			e.turn.LossMask = append(e.turn.LossMask, make([]float32, len(ids))...)
+			e.text.WriteString(resp)
+			p := seeded(r.Solver.Params, e.group, e.sample, round)
+			p.N = 1
+			prompt := append(append([]int(nil), e.prompt...), e.seq...)
+			live = append(live, e)
+			reqs = append(reqs, engine.Request{ID: fmt.Sprintf("%s-c%d", episodeID(e.group, e.sample), round), Prompt: prompt, Params: p})
+		}
+		if len(reqs) == 0 {
+			break
+		}
+		outs, err := generate(ctx, r.Solver, reqs)
+		if err != nil {
+			return nil, err
+		}
+		for k, e := range live {
+			if o := outs[k]; o.err != nil {
+				e.notes = append(e.notes, fmt.Sprintf("call %d: %v", round, o.err))
+				e.last, e.done = "", true
+				continue
+			}
+			smp := outs[k].res.Samples[0]
+			lp := smp.LogProbs
+			if len(lp) != len(smp.TokenIDs) {
+				lp = make([]float32, len(smp.TokenIDs))
+			}
+			e.seq = append(e.seq, smp.TokenIDs...)
+			e.turn.ResponseIDs = append(e.turn.ResponseIDs, toInt32(smp.TokenIDs)...)
+			e.turn.LogProbs = append(e.turn.LogProbs, lp...)
+			e.turn.LossMask = append(e.turn.LossMask, ones(len(smp.TokenIDs))...)
+			e.turn.FinishReason = smp.FinishReason
+			if outs[k].res.WeightVersion != e.version {
+				e.notes = append(e.notes, fmt.Sprintf("weight version changed from %d to %d mid-episode", e.version, outs[k].res.WeightVersion))
+				e.version = min(e.version, outs[k].res.WeightVersion)
+			}
+			e.last = smp.Text
+			e.text.WriteString(e.last)
+		}
+	}
+	var turns []data.Turn
+	for _, e := range eps {
+		t := e.turn
+		if t.FinishReason != "error" {
+			t.ResponseText = strings.ToValidUTF8(e.text.String(), "\uFFFD")
+			t.WeightVersion = e.version
+			var note string
+			t.Reward, note = score(ctx, r.Verifier, r.Limits, e.last, e.ex.Ref)
+			t.Note = joinNotes(append([]string{t.Note, note}, e.notes...)...)
+		}
+		t.FinalReward = t.Reward
+		setEpisode(&t, e.group, e.sample, 0)
+		turns = append(turns, t)
+	}
+	return turns, nil
+}
+
+func firstTool(ctx context.Context, r *ToolUse, b Batch) ([]outcome, error) {
+	reqs := make([]engine.Request, len(b.Examples))
+	for i, ex := range b.Examples {
+		prompt, err := r.tpl.render("tool_solver", TemplateData{Problem: ex.Prompt})
+		if err != nil {
+			return nil, err
+		}
+		p := seeded(r.Solver.Params, b.FirstGroupID+int64(i), 0, 0)
+		p.N = b.N
+		reqs[i] = engine.Request{ID: fmt.Sprintf("g%d-c0", b.FirstGroupID+int64(i)), Messages: userMessage(prompt), Params: p}
+	}
+	return generate(ctx, r.Solver, reqs)
+}
+
+// toolCall is Qwen2.5's tool-call JSON.
+type toolCall struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+	bad       string
+}
+
+// lastToolCall finds the last <tool_call>...</tool_call> of a segment. A
+// call whose body is not valid JSON is still a call: the model gets the
+// parse error back as the tool's output.
+func lastToolCall(text string) (toolCall, bool) {
+	end := strings.LastIndex(text, "</tool_call>")
+	if end < 0 {
+		return toolCall{}, false
+	}
+	start := strings.LastIndex(text[:end], "<tool_call>")
+	if start < 0 {
+		return toolCall{}, false
+	}
+	body := strings.TrimSpace(text[start+len("<tool_call>") : end])
+	var c toolCall
+	if err := json.Unmarshal([]byte(body), &c); err != nil {
+		return toolCall{bad: "tool call is not valid JSON: " + err.Error()}, true
+	}
+	return c, true
+}
+
+func (r *ToolUse) runTool(ctx context.Context, c toolCall) string {
+	if c.bad != "" {
+		return "error: " + c.bad
+	}
+	switch c.Name {
+	case "calculator":
+		var a struct {
+			Expression string `json:"expression"`
+		}
+		if err := json.Unmarshal(c.Arguments, &a); err != nil || a.Expression == "" {
+			return `error: calculator needs {"expression": "..."}`
+		}
+		v, err := Calculate(a.Expression)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return v
+	case "python":
+		if r.Python == nil {
+			break
+		}
+		var a struct {
+			Code string `json:"code"`
+		}
+		if err := json.Unmarshal(c.Arguments, &a); err != nil || a.Code == "" {
+			return `error: python needs {"code": "..."}`
+		}
+		out, err := r.Python.RunPython(ctx, a.Code)
+		if err != nil {
+			return "error: python sandbox: " + err.Error()
+		}
+		return out
+	}
+	return fmt.Sprintf("error: unknown tool %q", c.Name)
+}
