@@ -369,14 +369,17 @@ func (f *fakeVLLM) serveGenerate(w http.ResponseWriter, r *http.Request, chat bo
 			return
 		}
 	}
-	// A paused vLLM keeps new requests waiting until it resumes.
+	// A paused vLLM keeps new requests waiting until it resumes; aborted
+	// ones come back at once.
 	f.mu.Lock()
 	resumed := f.resumed
 	f.mu.Unlock()
-	select {
-	case <-resumed:
-	case <-r.Context().Done():
-		return
+	if !aborted {
+		select {
+		case <-resumed:
+		case <-r.Context().Done():
+			return
+		}
 	}
 
 	f.mu.Lock()

@@ -1,0 +1,287 @@
+package vllm
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rlnode/rlnode/rollout/engine"
+)
+
+func TestLoadLoRA(t *testing.T) {
+	a, b := newFake(t), newFake(t)
+	c := newClient(t, Config{WeightVersion: 1}, a, b)
+	ctx := testCtx(t)
+	req := engine.Request{ID: "l", Prompt: promptOf(3), Params: params(6)}
+
+	if err := c.LoadLoRA(ctx, "policy", "/ckpt/step-2/adapter", 2); err != nil {
+		t.Fatal(err)
+	}
+	if c.Model() != "policy" || c.WeightVersion() != 2 {
+		t.Errorf("after load: Model %q, WeightVersion %d; want policy, 2", c.Model(), c.WeightVersion())
+	}
+	for _, f := range []*fakeVLLM{a, b} {
+		var body loadLoRARequest
+		json.Unmarshal(f.bodies["/v1/load_lora_adapter.lora_name"], &body.LoRAName)
+		json.Unmarshal(f.bodies["/v1/load_lora_adapter.lora_path"], &body.LoRAPath)
+		json.Unmarshal(f.bodies["/v1/load_lora_adapter.load_inplace"], &body.LoadInplace)
+		if body != (loadLoRARequest{"policy", "/ckpt/step-2/adapter", true}) {
+			t.Errorf("%s got load body %+v", f.url, body)
+		}
+	}
+	ids, err := c.Models(ctx, 1)
+	if err != nil || !slices.Contains(ids, "policy") {
+		t.Errorf("server 1 lists %v (%v), want the adapter", ids, err)
+	}
+	res, err := c.Generate(ctx, []engine.Request{req, req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res[0], req.Prompt, req.Params, "lora:/ckpt/step-2/adapter", 2)
+	checkResult(t, res[1], req.Prompt, req.Params, "lora:/ckpt/step-2/adapter", 2)
+	if m := append(a.models, b.models...); len(m) != 2 || m[0] != "policy" || m[1] != "policy" {
+		t.Errorf("requests named models %v, want the adapter", m)
+	}
+
+	// The next version replaces the adapter in place under the same name.
+	if err := c.LoadLoRA(ctx, "policy", "/ckpt/step-3/adapter", 3); err != nil {
+		t.Fatal(err)
+	}
+	res, err = c.Generate(ctx, []engine.Request{req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res[0], req.Prompt, req.Params, "lora:/ckpt/step-3/adapter", 3)
+
+	// A load that fails at the server names it and changes nothing.
+	err = c.LoadLoRA(ctx, "other", "/missing/adapter", 4)
+	var se *ServerError
+	if !errors.As(err, &se) || se.Status != 404 || !strings.Contains(err.Error(), "POST /v1/load_lora_adapter") ||
+		!strings.Contains(err.Error(), a.url) || !strings.Contains(err.Error(), "No adapter found") {
+		t.Fatalf("err = %v, want a 404 naming the server and endpoint", err)
+	}
+	if c.Model() != "policy" || c.WeightVersion() != 3 {
+		t.Errorf("after failed load: Model %q, WeightVersion %d; want policy, 3", c.Model(), c.WeightVersion())
+	}
+
+	if err := c.UnloadLoRA(ctx, "policy"); err == nil || !strings.Contains(err.Error(), "requests use it") {
+		t.Errorf("unloading the adapter in use: err = %v", err)
+	}
+	if err := c.LoadLoRA(ctx, "spare", "/ckpt/spare", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UnloadLoRA(ctx, "policy"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UnloadLoRA(ctx, "policy"); err == nil || !strings.Contains(err.Error(), "cannot be found") {
+		t.Errorf("unloading twice: err = %v, want the server's 404", err)
+	}
+	if err := c.LoadLoRA(ctx, "", "/x", 5); err == nil {
+		t.Error("LoadLoRA with no name succeeded")
+	}
+}
+
+func TestWeightTransferSequence(t *testing.T) {
+	a, b := newFake(t), newFake(t)
+	c := newClient(t, Config{WeightVersion: 6}, a, b)
+	ctx := testCtx(t)
+
+	if err := c.InitWeightTransfer(ctx, []any{map[string]any{"rank_offset": 1}, map[string]any{"rank_offset": 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.InitWeightTransfer(ctx, []any{1, 2, 3}); err == nil || !strings.Contains(err.Error(), "3 init infos for 2 servers") {
+		t.Errorf("InitWeightTransfer with 3 infos: err = %v", err)
+	}
+	if err := c.StartWeightUpdate(ctx); err == nil || !strings.Contains(err.Error(), "call Pause first") {
+		t.Errorf("StartWeightUpdate before Pause: err = %v", err)
+	}
+	if err := c.Resume(ctx); err == nil || !strings.Contains(err.Error(), "not paused") {
+		t.Errorf("Resume before Pause: err = %v", err)
+	}
+	if err := c.Pause(ctx, "keep"); err == nil || !strings.Contains(err.Error(), `pause mode "keep"`) {
+		t.Errorf("Pause(keep): err = %v", err)
+	}
+	steps := []func() error{
+		func() error { return c.Pause(ctx, PauseWait) },
+		func() error { return c.StartWeightUpdate(ctx) },
+		func() error {
+			return c.UpdateWeights(ctx, map[string]any{"names": []string{"w"}, "dtype_names": []string{"bfloat16"}, "shapes": [][]int{{2, 2}}})
+		},
+		func() error { return c.FinishWeightUpdate(ctx, 7) },
+		func() error { return c.Resume(ctx) },
+	}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	want := []string{"POST /init_weight_transfer_engine", "POST /pause?mode=wait", "POST /start_weight_update",
+		"POST /update_weights", "POST /finish_weight_update", "POST /resume"}
+	for i, f := range []*fakeVLLM{a, b} {
+		if got := f.callLog(); !slices.Equal(got, want) {
+			t.Errorf("server %d calls = %v, want %v", i, got, want)
+		}
+		if got := string(f.bodies["/finish_weight_update.weight_version"]); got != `"7"` {
+			t.Errorf("server %d weight_version = %s, want \"7\"", i, got)
+		}
+		if got := string(f.bodies["/update_weights.update_info"]); !strings.Contains(got, `"dtype_names":["bfloat16"]`) {
+			t.Errorf("server %d update_info = %s", i, got)
+		}
+	}
+	if got := string(b.bodies["/init_weight_transfer_engine.init_info"]); got != `{"rank_offset":2}` {
+		t.Errorf("server 1 init_info = %s, want its own", got)
+	}
+	if c.WeightVersion() != 7 {
+		t.Errorf("WeightVersion = %d, want 7", c.WeightVersion())
+	}
+	req := engine.Request{Prompt: promptOf(1), Params: params(4)}
+	res, err := c.Generate(ctx, []engine.Request{req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res[0], req.Prompt, req.Params, "v7", 7)
+
+	// A server's refusal names it; finishing twice conflicts.
+	if err := c.Pause(ctx, PauseWait); err != nil {
+		t.Fatal(err)
+	}
+	err = c.FinishWeightUpdate(ctx, 8)
+	var se *ServerError
+	if !errors.As(err, &se) || se.Status != 409 || !strings.Contains(err.Error(), "POST /finish_weight_update") {
+		t.Errorf("finish without start: err = %v, want HTTP 409 naming the endpoint", err)
+	}
+	if c.WeightVersion() != 7 {
+		t.Errorf("WeightVersion = %d after a refused finish, want 7", c.WeightVersion())
+	}
+	if err := c.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReloadWeights(t *testing.T) {
+	f := newFake(t)
+	c := newClient(t, Config{}, f)
+	ctx := testCtx(t)
+	if err := c.ReloadWeights(ctx, "/shared/checkpoints/step-100", 100); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"POST /pause?mode=wait", "POST /start_weight_update", "POST /update_weights",
+		"POST /finish_weight_update", "POST /resume"}
+	if got := f.callLog(); !slices.Equal(got, want) {
+		t.Errorf("calls = %v, want %v", got, want)
+	}
+	if got := string(f.bodies["/update_weights.update_info"]); got != `{"path":"/shared/checkpoints/step-100"}` {
+		t.Errorf("update_info = %s", got)
+	}
+	req := engine.Request{Prompt: promptOf(5), Params: params(3)}
+	res, err := c.Generate(ctx, []engine.Request{req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res[0], req.Prompt, req.Params, "v100", 100)
+
+	if err := c.ReloadWeights(ctx, "relative/path", 101); err == nil || !strings.Contains(err.Error(), "not absolute") {
+		t.Errorf("relative path: err = %v", err)
+	}
+	// A failed step leaves dispatch paused and says so.
+	f.mu.Lock()
+	f.updating = true // the server believes an update is under way: start conflicts
+	f.mu.Unlock()
+	err = c.ReloadWeights(ctx, "/shared/checkpoints/step-101", 101)
+	if err == nil || !strings.Contains(err.Error(), "start") || !strings.Contains(err.Error(), "dispatch stays paused") ||
+		!strings.Contains(err.Error(), "409") {
+		t.Fatalf("err = %v, want the start conflict and a note that dispatch is paused", err)
+	}
+	if err := c.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// With PauseAbort a request in flight is aborted at the server and sent
+// again after Resume, so it comes back whole from the new weights.
+func TestPauseAbortRetriesUnderNewWeights(t *testing.T) {
+	f := newFake(t)
+	c := newClient(t, Config{WeightVersion: 1}, f)
+	ctx := testCtx(t)
+	arrived := watchArrivals(f)
+	f.holdRequests()
+	req := engine.Request{ID: "inflight", Prompt: promptOf(8), Params: params(5)}
+	done := make(chan []engine.Result, 1)
+	go func() {
+		res, err := c.Generate(ctx, []engine.Request{req})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	waitArrivals(ctx, t, arrived, 1)
+	if err := c.Pause(ctx, PauseAbort); err != nil {
+		t.Fatal(err)
+	}
+	f.release()
+	// The aborted try comes back; its retry waits for Resume.
+	waitUntil(ctx, t, "the aborted try to return", func() bool {
+		_, tries, _ := f.stats()
+		return tries == 1 && c.Servers()[0].InFlight == 0
+	})
+	for _, step := range []func() error{
+		func() error { return c.StartWeightUpdate(ctx) },
+		func() error { return c.UpdateWeights(ctx, map[string]any{"names": []string{}}) },
+		func() error { return c.FinishWeightUpdate(ctx, 2) },
+		func() error { return c.Resume(ctx) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := <-done
+	if res == nil {
+		t.FailNow()
+	}
+	checkResult(t, res[0], req.Prompt, req.Params, "v2", 2)
+	if _, tries, _ := f.stats(); tries != 2 {
+		t.Errorf("server got %d tries, want 2 (aborted, then after resume)", tries)
+	}
+}
+
+// With PauseWait the request in flight finishes under the old weights and
+// is stamped with the old version.
+func TestPauseWaitLetsRequestsFinish(t *testing.T) {
+	f := newFake(t)
+	c := newClient(t, Config{WeightVersion: 1}, f)
+	ctx := testCtx(t)
+	arrived := watchArrivals(f)
+	f.holdRequests()
+	req := engine.Request{ID: "inflight", Prompt: promptOf(8), Params: params(5)}
+	done := make(chan []engine.Result, 1)
+	go func() {
+		res, err := c.Generate(ctx, []engine.Request{req})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	waitArrivals(ctx, t, arrived, 1)
+	paused := make(chan error, 1)
+	go func() { paused <- c.Pause(ctx, PauseWait) }()
+	f.release()
+	if err := <-paused; err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res == nil {
+		t.FailNow()
+	}
+	checkResult(t, res[0], req.Prompt, req.Params, "base", 1)
+	if got := f.callLog(); len(got) != 1 || got[0] != "POST /pause?mode=wait" {
+		t.Errorf("calls = %v", got)
+	}
+	if err := c.Pause(ctx, PauseWait); err == nil || !strings.Contains(err.Error(), "already paused") {
+		t.Errorf("second Pause: err = %v", err)
+	}
+	if err := c.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
