@@ -1,0 +1,505 @@
+package verify
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The code sandbox runs untrusted Python in a separate process of
+// /usr/bin/python3 -I with, in both modes,
+//
+//   - rlimits set by the harness before any untrusted code runs (address
+//     space, CPU seconds, processes, file size, open files, no core dumps);
+//   - a wall-clock limit, after which the whole process group is killed;
+//   - stdout and stderr capped (the pipe is closed past the cap);
+//   - a private temp dir as working directory and HOME, removed afterwards;
+//   - a uid of its own per concurrent slot when rlnode runs as root, so
+//     that RLIMIT_NPROC applies (the kernel exempts root from it) and
+//     root-owned files are out of reach.
+//
+// ModeBwrap adds bubblewrap: new user, pid, network, ipc, uts and cgroup
+// namespaces (no network at all), a read-only view of /usr and the /lib
+// links only, a size-capped tmpfs as /tmp, a new session, and death with
+// the parent. ModeRlimit is the fallback where bwrap is missing or cannot
+// create namespaces; as root it still unshares the network, pid, ipc and
+// uts namespaces, but as another user it leaves the network reachable and
+// world-writable directories (/tmp) writable: Sandbox.Isolation says
+// which case ran.
+
+//go:embed harness.py
+var harnessSource string
+
+// Sandbox modes.
+const (
+	ModeBwrap  = "bwrap"
+	ModeRlimit = "rlimit"
+)
+
+// Limits bound one sandboxed run.
+type Limits struct {
+	Wall        time.Duration // whole run, wall clock
+	Test        time.Duration // each of setup, program and test (SIGALRM in the harness)
+	CPUSeconds  int           // RLIMIT_CPU
+	MemoryBytes int64         // RLIMIT_AS
+	Processes   int           // RLIMIT_NPROC: processes and threads of the sandbox's uid
+	FileBytes   int64         // RLIMIT_FSIZE, and the size of bwrap's /tmp
+	OutputBytes int           // stdout and stderr, each
+}
+
+// DefaultLimits suit MBPP-sized programs: 10 s wall, 3 s per test, 5 CPU
+// seconds, 512 MiB of address space, 32 processes, 16 MiB files, 64 KiB
+// of output.
+func DefaultLimits() Limits {
+	return Limits{
+		Wall:        10 * time.Second,
+		Test:        3 * time.Second,
+		CPUSeconds:  5,
+		MemoryBytes: 512 << 20,
+		Processes:   32,
+		FileBytes:   16 << 20,
+		OutputBytes: 64 << 10,
+	}
+}
+
+// SandboxConfig configures NewSandbox; zero fields take the defaults.
+type SandboxConfig struct {
+	Mode        string // "" (bwrap when it works, else rlimit), ModeBwrap or ModeRlimit
+	Python      string // interpreter; default /usr/bin/python3
+	Bwrap       string // bubblewrap binary; default "bwrap" from PATH
+	Limits      Limits // zero value: DefaultLimits
+	Concurrency int    // runs at once; default runtime.NumCPU()
+	// UIDBase is the first uid of the per-slot uids used when running as
+	// root; default 0x7A000000 (far above any login uid).
+	UIDBase int
+	TempDir string // parent of the private temp dirs; default os.TempDir()
+}
+
+// Sandbox runs Python programs with the limits above. It is safe for
+// concurrent use; at most Concurrency runs go at once, the others wait.
+type Sandbox struct {
+	cfg       SandboxConfig
+	mode      string
+	isolation string
+	asRoot    bool
+	slots     chan int
+}
+
+// NewSandbox checks the interpreter and picks the mode: it runs a probe
+// through bwrap and takes ModeBwrap when that works (an error when
+// ModeBwrap was asked for and it does not), ModeRlimit otherwise.
+func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
+	if cfg.Python == "" {
+		cfg.Python = "/usr/bin/python3"
+	}
+	if cfg.Bwrap == "" {
+		cfg.Bwrap = "bwrap"
+	}
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits()
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = runtime.NumCPU()
+	}
+	if cfg.UIDBase == 0 {
+		cfg.UIDBase = 0x7A000000
+	}
+	if cfg.TempDir == "" {
+		cfg.TempDir = os.TempDir()
+	}
+	if cfg.Limits.Wall <= 0 || cfg.Limits.Test <= 0 || cfg.Limits.CPUSeconds <= 0 || cfg.Limits.MemoryBytes <= 0 ||
+		cfg.Limits.Processes <= 0 || cfg.Limits.FileBytes <= 0 || cfg.Limits.OutputBytes <= 0 {
+		return nil, fmt.Errorf("sandbox limits: every limit must be positive: %+v", cfg.Limits)
+	}
+	if _, err := os.Stat(cfg.Python); err != nil {
+		return nil, fmt.Errorf("sandbox python: %w", err)
+	}
+	s := &Sandbox{cfg: cfg, asRoot: os.Geteuid() == 0, slots: make(chan int, cfg.Concurrency)}
+	if fi, err := os.Stat(cfg.TempDir); err != nil {
+		return nil, fmt.Errorf("sandbox temp dir: %w", err)
+	} else if s.asRoot && fi.Mode().Perm()&0o001 == 0 {
+		// The per-slot uids must reach their private dirs inside it.
+		return nil, fmt.Errorf("sandbox temp dir %s: mode %v is not searchable by other users", cfg.TempDir, fi.Mode().Perm())
+	}
+	for i := range cfg.Concurrency {
+		s.slots <- i
+	}
+	switch cfg.Mode {
+	case "", ModeBwrap:
+		err := s.probeBwrap()
+		if err == nil {
+			s.mode = ModeBwrap
+			s.isolation = "bwrap: user, pid, network, ipc, uts and cgroup namespaces; read-only /usr; tmpfs /tmp; rlimits"
+			break
+		}
+		if cfg.Mode == ModeBwrap {
+			return nil, fmt.Errorf("sandbox mode bwrap: %w", err)
+		}
+		s.mode = ModeRlimit
+	case ModeRlimit:
+		s.mode = ModeRlimit
+	default:
+		return nil, fmt.Errorf("sandbox mode %q: want %q or %q", cfg.Mode, ModeBwrap, ModeRlimit)
+	}
+	if s.mode == ModeRlimit {
+		if s.asRoot {
+			s.isolation = "rlimit: rlimits; own uid per slot; network, pid, ipc and uts namespaces"
+		} else {
+			s.isolation = "rlimit: rlimits only (no network isolation; world-writable paths writable)"
+		}
+	}
+	if s.asRoot {
+		s.isolation += fmt.Sprintf("; uids %d..%d", cfg.UIDBase, cfg.UIDBase+cfg.Concurrency-1)
+	}
+	return s, nil
+}
+
+// Mode is ModeBwrap or ModeRlimit: which sandbox runs the code.
+func (s *Sandbox) Mode() string { return s.mode }
+
+// Isolation describes in words what the sandbox's mode isolates.
+func (s *Sandbox) Isolation() string { return s.isolation }
+
+// Limits are the limits each run gets.
+func (s *Sandbox) Limits() Limits { return s.cfg.Limits }
+
+func (s *Sandbox) probeBwrap() error {
+	path, err := exec.LookPath(s.cfg.Bwrap)
+	if err != nil {
+		return err
+	}
+	s.cfg.Bwrap = path
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	slot := <-s.slots
+	defer func() { s.slots <- slot }()
+	args := append(s.bwrapArgs(), s.cfg.Python, "-I", "-c", "print('ok')")
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.SysProcAttr = s.sysProcAttr(slot, ModeBwrap)
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("probe %s: %w: %s", path, err, bytes.TrimSpace(out))
+	}
+	if string(bytes.TrimSpace(out)) != "ok" {
+		return fmt.Errorf("probe %s: unexpected output %q", path, out)
+	}
+	return nil
+}
+
+// bwrapArgs is the bubblewrap command line up to the program.
+func (s *Sandbox) bwrapArgs() []string {
+	args := []string{s.cfg.Bwrap,
+		"--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+		"--ro-bind", "/usr", "/usr",
+	}
+	// Debian and most others link /bin, /lib, /lib64 and /sbin into /usr;
+	// older layouts have real directories there.
+	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"} {
+		if target, err := os.Readlink(d); err == nil {
+			args = append(args, "--symlink", target, d)
+		} else if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			args = append(args, "--ro-bind", d, d)
+		}
+	}
+	args = append(args,
+		"--proc", "/proc", "--dev", "/dev",
+		"--size", fmt.Sprint(s.cfg.Limits.FileBytes), "--tmpfs", "/tmp",
+		"--remount-ro", "/",
+		"--chdir", "/tmp",
+		"--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+		"--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8",
+	)
+	return args
+}
+
+// sysProcAttr puts the child in its own process group (so the wall-clock
+// kill reaches its children), kills it with its parent, and as root
+// switches to the slot's uid and, in rlimit mode, unshares namespaces.
+func (s *Sandbox) sysProcAttr(slot int, mode string) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if s.asRoot {
+		uid := uint32(s.cfg.UIDBase + slot)
+		attr.Credential = &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}
+		if mode == ModeRlimit {
+			attr.Cloneflags = syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
+		}
+	}
+	return attr
+}
+
+// PythonJob is one program to run: Setup, then Program, then each of
+// Tests (Python statements, usually one assert each) in the same module
+// namespace.
+type PythonJob struct {
+	Setup   string
+	Program string
+	Tests   []string
+}
+
+// Test outcomes.
+const (
+	TestPassed  = "pass"
+	TestFailed  = "fail"    // an AssertionError
+	TestError   = "error"   // another exception, or the per-test alarm
+	TestNotRun  = "not run" // the program failed or the run was stopped before it
+	stageLimits = "limits"
+)
+
+// TestOutcome is the verdict on one test.
+type TestOutcome struct {
+	Outcome string // TestPassed, TestFailed, TestError or TestNotRun
+	Detail  string // exception type and message
+}
+
+// PythonRun is what one sandboxed run did.
+type PythonRun struct {
+	Mode         string
+	ProgramError string // setup or program raised (exception type and message)
+	Tests        []TestOutcome
+	Passed       int
+	Stopped      string // why the run was stopped early: wall-clock limit, CPU limit, signal, output limit, ...
+	ExitCode     int
+	Stdout       []byte // at most Limits.OutputBytes
+	Stderr       []byte // at most Limits.OutputBytes
+	Truncated    bool   // stdout or stderr went over the cap
+	Elapsed      time.Duration
+}
+
+// errOutputCap stops the copy of a stream that went over its cap.
+var errOutputCap = errors.New("output over the limit")
+
+// cappedBuffer keeps the first max bytes and fails writes past them, so
+// exec closes the pipe and the writer gets EPIPE.
+type cappedBuffer struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	max     int
+	overCap bool
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	room := c.max - c.buf.Len()
+	if len(p) > room {
+		c.buf.Write(p[:max(room, 0)])
+		c.overCap = true
+		return max(room, 0), errOutputCap
+	}
+	return c.buf.Write(p)
+}
+
+// RunPython runs job in the sandbox. The error is for failures of the
+// sandbox itself (no temp dir, no process); what the program did, however
+// badly, is in PythonRun.
+func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, error) {
+	var slot int
+	select {
+	case slot = <-s.slots:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("sandbox: waiting for a free slot: %w", ctx.Err())
+	}
+	defer func() { s.slots <- slot }()
+
+	nonceBytes := make([]byte, 16)
+	if _, err := rand.Read(nonceBytes); err != nil {
+		return nil, fmt.Errorf("sandbox: nonce: %w", err)
+	}
+	nonce := hex.EncodeToString(nonceBytes)
+	lim := s.cfg.Limits
+	input, err := json.Marshal(map[string]any{
+		"nonce": nonce, "setup": job.Setup, "program": job.Program, "tests": job.Tests,
+		"limits": map[string]any{
+			"memory_bytes": lim.MemoryBytes, "processes": lim.Processes, "file_bytes": lim.FileBytes,
+			"cpu_seconds": lim.CPUSeconds, "test_seconds": lim.Test.Seconds(),
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: encode job: %w", err)
+	}
+
+	var args []string
+	var dir string
+	env := []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
+	if s.mode == ModeBwrap {
+		args = append(s.bwrapArgs(), s.cfg.Python, "-I", "-c", harnessSource)
+		dir = "/"
+	} else {
+		dir, err = os.MkdirTemp(s.cfg.TempDir, "rlnode-sandbox-")
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: temp dir: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		if s.asRoot {
+			uid := s.cfg.UIDBase + slot
+			if err := os.Chown(dir, uid, uid); err != nil {
+				return nil, fmt.Errorf("sandbox: temp dir %s: %w", dir, err)
+			}
+		}
+		args = []string{s.cfg.Python, "-I", "-c", harnessSource}
+		env = append(env, "HOME="+dir, "TMPDIR="+dir)
+	}
+
+	runCtx, cancel := context.WithTimeout(ctx, lim.Wall)
+	defer cancel()
+	cmd := exec.CommandContext(runCtx, args[0], args[1:]...)
+	cmd.Dir = dir
+	cmd.Env = env
+	cmd.SysProcAttr = s.sysProcAttr(slot, s.mode)
+	cmd.Cancel = func() error {
+		// The whole group: bwrap or python and anything it forked.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = 2 * time.Second
+	cmd.Stdin = bytes.NewReader(input)
+	stdout := &cappedBuffer{max: lim.OutputBytes}
+	stderr := &cappedBuffer{max: lim.OutputBytes}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	reportR, reportW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: report pipe: %w", err)
+	}
+	defer reportR.Close()
+	cmd.ExtraFiles = []*os.File{reportW}
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		reportW.Close()
+		return nil, fmt.Errorf("sandbox: start %s: %w", args[0], err)
+	}
+	reportW.Close()
+	reports := make(chan []reportLine, 1)
+	go func() { reports <- readReports(reportR, nonce) }()
+	waitErr := cmd.Wait()
+	// Kill anything of the group still alive (rlimit mode without a pid
+	// namespace), then stop reading the report pipe if a straggler holds
+	// it open.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	var lines []reportLine
+	select {
+	case lines = <-reports:
+	case <-time.After(2 * time.Second):
+		reportR.Close()
+		lines = <-reports
+	}
+	run := &PythonRun{
+		Mode:      s.mode,
+		Stdout:    stdout.buf.Bytes(),
+		Stderr:    stderr.buf.Bytes(),
+		Truncated: stdout.overCap || stderr.overCap,
+		Elapsed:   time.Since(start),
+		Tests:     make([]TestOutcome, len(job.Tests)),
+	}
+	if cmd.ProcessState != nil {
+		run.ExitCode = cmd.ProcessState.ExitCode()
+	}
+	for i := range run.Tests {
+		run.Tests[i].Outcome = TestNotRun
+	}
+	limitsSet, done := false, false
+	for _, l := range lines {
+		switch {
+		case l.stage == stageLimits:
+			limitsSet = true
+		case (l.stage == "setup" || l.stage == "program") && l.outcome == "error":
+			run.ProgramError = l.stage + ": " + l.detail
+		case l.stage == "test" && l.index >= 0 && l.index < len(run.Tests):
+			run.Tests[l.index] = TestOutcome{Outcome: l.outcome, Detail: l.detail}
+			if l.outcome == TestPassed {
+				run.Passed++
+			}
+		case l.stage == "done":
+			done = true
+		}
+	}
+	switch {
+	case runCtx.Err() != nil && ctx.Err() == nil:
+		run.Stopped = fmt.Sprintf("wall-clock limit of %v", lim.Wall)
+	case ctx.Err() != nil:
+		run.Stopped = "cancelled: " + ctx.Err().Error()
+	case !limitsSet:
+		return run, fmt.Errorf("sandbox: the harness did not start (exit %d): %s", run.ExitCode, strings.TrimSpace(string(run.Stderr)))
+	case stdout.overCap || stderr.overCap:
+		run.Stopped = fmt.Sprintf("output over %d bytes", lim.OutputBytes)
+	case !done && run.ProgramError == "":
+		run.Stopped = exitReason(cmd.ProcessState, waitErr)
+	}
+	return run, nil
+}
+
+// exitReason says why the harness ended without finishing.
+func exitReason(ps *os.ProcessState, waitErr error) string {
+	if ps == nil {
+		return fmt.Sprintf("no exit status: %v", waitErr)
+	}
+	sig := syscall.Signal(0)
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		sig = ws.Signal()
+	} else if code := ps.ExitCode(); code > 128 && code < 128+65 {
+		// bwrap exits with 128+N when its child dies of signal N.
+		sig = syscall.Signal(code - 128)
+	}
+	if sig != 0 {
+		switch sig {
+		case syscall.SIGXCPU:
+			return "CPU time limit"
+		case syscall.SIGKILL:
+			return "killed (CPU time limit or out of memory)"
+		}
+		return "killed by " + sig.String()
+	}
+	return fmt.Sprintf("exited with status %d before the tests finished", ps.ExitCode())
+}
+
+type reportLine struct {
+	stage, outcome, detail string
+	index                  int
+}
+
+// readReports parses the harness's lines; lines without the nonce (forged
+// by the program, or garbage) are skipped.
+func readReports(r io.Reader, nonce string) []reportLine {
+	var out []reportLine
+	sc := bufio.NewScanner(io.LimitReader(r, 4<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), nonce+" ")
+		if !ok {
+			continue
+		}
+		var parts []any
+		if json.Unmarshal([]byte(rest), &parts) != nil || len(parts) == 0 {
+			continue
+		}
+		l := reportLine{index: -1}
+		l.stage, _ = parts[0].(string)
+		if l.stage == "test" && len(parts) == 4 {
+			if f, ok := parts[1].(float64); ok {
+				l.index = int(f)
+			}
+			l.outcome, _ = parts[2].(string)
+			l.detail, _ = parts[3].(string)
+		} else if len(parts) == 3 {
+			l.outcome, _ = parts[1].(string)
+			l.detail, _ = parts[2].(string)
+		}
+		out = append(out, l)
+	}
+	return out
+}
