@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tinyCheckpoint writes a small random Qwen2 checkpoint with the built-in
+// tokenizer through `rlnode model init`.
+func tinyCheckpoint(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	os.WriteFile(cfg, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":32,"intermediate_size":64,
+		"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":768,
+		"max_position_embeddings":128,"tie_word_embeddings":true}`), 0o644)
+	out := filepath.Join(dir, "ckpt")
+	if code, _, stderr := run(t, "model", "init", "--config", cfg, "--out", out, "--seed", "1"); code != 0 {
+		t.Fatalf("model init: exit %d: %s", code, stderr)
+	}
+	return out
+}
+
+func TestServeAnswersAndStopsOnSignal(t *testing.T) {
+	ckpt := tinyCheckpoint(t)
+	cmd := rlnodeCmd(t, t.TempDir(), "serve", "--model", ckpt, "--listen", "127.0.0.1:0", "--served-model-name", "tiny")
+	pr, pw := io.Pipe()
+	cmd.Stdout = pw
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); pw.Close(); close(exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var url string
+	select {
+	case line := <-lines:
+		m := regexp.MustCompile(`on (http://127\.0\.0\.1:\d+)$`).FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("banner %q", line)
+		}
+		url = m[1]
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no banner within 30s; stderr: %s", errb.String())
+	}
+
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get(url + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("health: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	resp, err = client.Post(url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"return_token_ids":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Choices []struct {
+			TokenIDs     []int  `json:"token_ids"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&r)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || len(r.Choices) != 1 || len(r.Choices[0].TokenIDs) == 0 || r.Usage.CompletionTokens != len(r.Choices[0].TokenIDs) {
+		t.Fatalf("chat: status %d, %v, %+v", resp.StatusCode, err, r)
+	}
+
+	cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop within 30s of SIGINT")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit %d after SIGINT; stderr: %s", code, errb.String())
+	}
+}
+
+func TestServeBadArguments(t *testing.T) {
+	ckpt := tinyCheckpoint(t)
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"serve"}, 2, "--model is required"},
+		{[]string{"serve", "--model", filepath.Join(t.TempDir(), "none")}, 1, "config.json"},
+		{[]string{"serve", "--model", ckpt, "--listen", "127.0.0.1:99999"}, 1, "--listen"},
+		{[]string{"serve", "--model", ckpt, "--max-batch", "0"}, 2, "--max-batch must be positive"},
+		{[]string{"serve", "--model", ckpt, "extra"}, 2, `unexpected argument "extra"`},
+	}
+	for _, tc := range tests {
+		code, _, stderr := run(t, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", tc.args, code, stderr, tc.code, tc.want)
+		}
+	}
+}
