@@ -81,7 +81,7 @@ func harnessLeft(t *testing.T) []string {
 		}
 		if strings.Contains(string(b), "_rlnode_harness") {
 			stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-			left = append(left, e.Name()+" "+strings.Fields(string(stat)+" ? ? ?")[2])
+			left = append(left, e.Name()+" "+strings.Fields(string(stat) + " ? ? ?")[2])
 		}
 	}
 	return left
