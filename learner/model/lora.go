@@ -185,6 +185,66 @@ type adapterConfig struct {
 	LayersToTransfom []int    `json:"layers_to_transform"`
 }
 
+// adapterConfigIn is adapter_config.json as read: PEFT fields this package
+// cannot honour are kept raw so that a file using them is refused rather
+// than loaded as something else.
+type adapterConfigIn struct {
+	PeftType          string          `json:"peft_type"`
+	R                 int             `json:"r"`
+	LoraAlpha         float64         `json:"lora_alpha"`
+	LoraDropout       float64         `json:"lora_dropout"`
+	TargetModules     json.RawMessage `json:"target_modules"`
+	Bias              string          `json:"bias"`
+	FanInFanOut       bool            `json:"fan_in_fan_out"`
+	UseRSLoRA         bool            `json:"use_rslora"`
+	UseDoRA           bool            `json:"use_dora"`
+	ModulesToSave     json.RawMessage `json:"modules_to_save"`
+	LayersToTransform json.RawMessage `json:"layers_to_transform"`
+	RankPattern       json.RawMessage `json:"rank_pattern"`
+	AlphaPattern      json.RawMessage `json:"alpha_pattern"`
+}
+
+// set reports whether a raw JSON field holds something other than null or
+// an empty list/object.
+func set(raw json.RawMessage) bool {
+	switch strings.TrimSpace(string(raw)) {
+	case "", "null", "[]", "{}":
+		return false
+	}
+	return true
+}
+
+// loraConfig checks an adapter_config.json and returns its LoRAConfig; the
+// error names the field.
+func (ac *adapterConfigIn) loraConfig() (LoRAConfig, error) {
+	switch {
+	case ac.PeftType != "LORA":
+		return LoRAConfig{}, fmt.Errorf("field peft_type: %q is not LORA", ac.PeftType)
+	case ac.UseRSLoRA:
+		return LoRAConfig{}, fmt.Errorf("field use_rslora: rank-stabilized scaling is not supported")
+	case ac.UseDoRA:
+		return LoRAConfig{}, fmt.Errorf("field use_dora: DoRA is not supported")
+	case ac.FanInFanOut:
+		return LoRAConfig{}, fmt.Errorf("field fan_in_fan_out: transposed (Conv1D) weights are not supported")
+	case ac.Bias != "" && ac.Bias != "none":
+		return LoRAConfig{}, fmt.Errorf("field bias: %q is not supported (want none)", ac.Bias)
+	case set(ac.ModulesToSave):
+		return LoRAConfig{}, fmt.Errorf("field modules_to_save: %s: fully trained extra modules are not supported", ac.ModulesToSave)
+	case set(ac.LayersToTransform):
+		return LoRAConfig{}, fmt.Errorf("field layers_to_transform: %s: adapters on a subset of layers are not supported", ac.LayersToTransform)
+	case set(ac.RankPattern):
+		return LoRAConfig{}, fmt.Errorf("field rank_pattern: %s: per-module ranks are not supported", ac.RankPattern)
+	case set(ac.AlphaPattern):
+		return LoRAConfig{}, fmt.Errorf("field alpha_pattern: %s: per-module alphas are not supported", ac.AlphaPattern)
+	}
+	var targets []string
+	if err := json.Unmarshal(ac.TargetModules, &targets); err != nil {
+		return LoRAConfig{}, fmt.Errorf("field target_modules: %s: want a list of module names (a pattern string is not supported)", ac.TargetModules)
+	}
+	cfg := LoRAConfig{Rank: ac.R, Alpha: ac.LoraAlpha, Dropout: ac.LoraDropout, TargetModules: targets}
+	return cfg, cfg.validate()
+}
+
 // Adapter file names PEFT and vLLM read.
 const (
 	AdapterWeights = "adapter_model.safetensors"
@@ -236,26 +296,20 @@ func (m *Model) loraParams() []*Param {
 }
 
 // LoadLoRA reads a PEFT adapter directory onto the model (adding adapters
-// as its config says, then loading their weights).
+// as its config says, then loading their weights). Config and weights are
+// checked whole first: on error the model is left as it was.
 func (m *Model) LoadLoRA(dir string) error {
 	cpath := filepath.Join(dir, AdapterConfig)
 	b, err := os.ReadFile(cpath)
 	if err != nil {
 		return fmt.Errorf("load lora: %w", err)
 	}
-	var ac adapterConfig
+	var ac adapterConfigIn
 	if err := json.Unmarshal(b, &ac); err != nil {
 		return fmt.Errorf("load lora %s: %w", cpath, err)
 	}
-	switch {
-	case ac.PeftType != "LORA":
-		return fmt.Errorf("load lora %s: field peft_type: %q is not LORA", cpath, ac.PeftType)
-	case ac.UseRSLoRA || ac.UseDoRA || ac.FanInFanOut:
-		return fmt.Errorf("load lora %s: fields use_rslora, use_dora, fan_in_fan_out: only plain LoRA is supported", cpath)
-	case ac.Bias != "" && ac.Bias != "none":
-		return fmt.Errorf("load lora %s: field bias: %q is not supported", cpath, ac.Bias)
-	}
-	if err := m.AddLoRA(LoRAConfig{Rank: ac.R, Alpha: ac.LoraAlpha, Dropout: ac.LoraDropout, TargetModules: ac.TargetModules}); err != nil {
+	cfg, err := ac.loraConfig()
+	if err != nil {
 		return fmt.Errorf("load lora %s: %w", cpath, err)
 	}
 	wpath := filepath.Join(dir, AdapterWeights)
@@ -263,19 +317,49 @@ func (m *Model) LoadLoRA(dir string) error {
 	if err != nil {
 		return fmt.Errorf("load lora: %w", err)
 	}
-	for _, p := range m.loraParams() {
-		t, ok := f.Tensor(p.Name)
+	want := m.loraShapes(cfg)
+	values := map[string][]float32{}
+	for name, shape := range want {
+		t, ok := f.Tensor(name)
 		if !ok {
-			return fmt.Errorf("load lora %s: tensor %q: missing", wpath, p.Name)
+			return fmt.Errorf("load lora %s: tensor %q: missing", wpath, name)
 		}
-		if !sameShape(t.Shape, p.Shape) {
-			return fmt.Errorf("load lora %s: tensor %q: shape %v, want %v", wpath, p.Name, t.Shape, p.Shape)
+		if !sameShape(t.Shape, shape) {
+			return fmt.Errorf("load lora %s: tensor %q: shape %v, want %v", wpath, name, t.Shape, shape)
 		}
 		v, err := t.Float32()
 		if err != nil {
 			return fmt.Errorf("load lora %s: %w", wpath, err)
 		}
-		m.B.Upload(p.W, v)
+		values[name] = v
+	}
+	for _, name := range f.Names() {
+		if _, ok := want[name]; !ok {
+			return fmt.Errorf("load lora %s: tensor %q: not an adapter weight of r=%d on %s", wpath, name, cfg.Rank, strings.Join(cfg.TargetModules, ", "))
+		}
+	}
+	if err := m.AddLoRA(cfg); err != nil {
+		return fmt.Errorf("load lora %s: %w", cpath, err)
+	}
+	for _, p := range m.loraParams() {
+		m.B.Upload(p.W, values[p.Name])
 	}
 	return nil
+}
+
+// loraShapes names the adapter tensors AddLoRA(cfg) would create, with
+// their shapes.
+func (m *Model) loraShapes(cfg LoRAConfig) map[string][]int {
+	out := map[string][]int{}
+	for i, l := range m.Layers {
+		for j, lin := range l.linears() {
+			if !slices.Contains(cfg.TargetModules, moduleNames[j]) {
+				continue
+			}
+			pre := fmt.Sprintf("base_model.model.model.layers.%d.%s.", i, moduleName(j))
+			out[pre+"lora_A.weight"] = []int{cfg.Rank, lin.In}
+			out[pre+"lora_B.weight"] = []int{lin.Out, cfg.Rank}
+		}
+	}
+	return out
 }

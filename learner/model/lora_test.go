@@ -163,3 +163,87 @@ func TestLoRAErrors(t *testing.T) {
 		t.Errorf("IA3: %v", err)
 	}
 }
+
+// An adapter directory this package cannot load as PEFT would is refused
+// with the file and field or tensor, and the model is left as it was.
+func TestLoadLoRARefuses(t *testing.T) {
+	src := tinyModel(t, tinyConfig(Qwen2), 4)
+	if err := src.AddLoRA(LoRAConfig{Rank: 2, Alpha: 4, TargetModules: []string{"q_proj", "v_proj"}}); err != nil {
+		t.Fatal(err)
+	}
+	good := t.TempDir()
+	if err := src.SaveLoRA(good, "tiny-base"); err != nil {
+		t.Fatal(err)
+	}
+	goodCfg, _ := os.ReadFile(filepath.Join(good, AdapterConfig))
+	goodW, err := safetensors.ReadFile(filepath.Join(good, AdapterWeights))
+	if err != nil {
+		t.Fatal(err)
+	}
+	editCfg := func(field, value string) func(string) {
+		return func(dir string) {
+			var c map[string]any
+			json.Unmarshal(goodCfg, &c)
+			var v any
+			json.Unmarshal([]byte(value), &v)
+			c[field] = v
+			b, _ := json.Marshal(c)
+			os.WriteFile(filepath.Join(dir, AdapterConfig), b, 0o644)
+		}
+	}
+	editWeights := func(fn func([]safetensors.Tensor) []safetensors.Tensor) func(string) {
+		return func(dir string) {
+			ts := fn(append([]safetensors.Tensor(nil), goodW.Tensors...))
+			if err := safetensors.WriteFile(filepath.Join(dir, AdapterWeights), ts, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	q0A := "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+	cases := []struct {
+		name string
+		edit func(dir string)
+		file string
+		want string
+	}{
+		{"modules_to_save", editCfg("modules_to_save", `["lm_head"]`), AdapterConfig, `field modules_to_save: ["lm_head"]`},
+		{"layers_to_transform", editCfg("layers_to_transform", `[0]`), AdapterConfig, "field layers_to_transform: [0]"},
+		{"rank_pattern", editCfg("rank_pattern", `{"q_proj":4}`), AdapterConfig, "field rank_pattern"},
+		{"alpha_pattern", editCfg("alpha_pattern", `{"q_proj":4}`), AdapterConfig, "field alpha_pattern"},
+		{"target_modules pattern", editCfg("target_modules", `"all-linear"`), AdapterConfig, `field target_modules: "all-linear": want a list`},
+		{"dora", editCfg("use_dora", `true`), AdapterConfig, "field use_dora"},
+		{"rslora", editCfg("use_rslora", `true`), AdapterConfig, "field use_rslora"},
+		{"rank", editCfg("r", `0`), AdapterConfig, "r must be positive"},
+		{"missing tensor", editWeights(func(ts []safetensors.Tensor) []safetensors.Tensor { return ts[1:] }), AdapterWeights, "tensor \"" + goodW.Tensors[0].Name + "\": missing"},
+		{"misshaped tensor", editWeights(func(ts []safetensors.Tensor) []safetensors.Tensor {
+			for i := range ts {
+				if ts[i].Name == q0A {
+					ts[i].Shape = []int{ts[i].Shape[1], ts[i].Shape[0]}
+				}
+			}
+			return ts
+		}), AdapterWeights, `tensor "` + q0A + `": shape [16 2], want [2 16]`},
+		{"extra tensor", editWeights(func(ts []safetensors.Tensor) []safetensors.Tensor {
+			x, _ := safetensors.FromFloat32("base_model.model.model.layers.0.mlp.up_proj.lora_A.weight", safetensors.F32, []int{2, 16}, make([]float32, 32))
+			return append(ts, x)
+		}), AdapterWeights, `tensor "base_model.model.model.layers.0.mlp.up_proj.lora_A.weight": not an adapter weight of r=2 on q_proj, v_proj`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, AdapterConfig), goodCfg, 0o644)
+			if err := safetensors.WriteFile(filepath.Join(dir, AdapterWeights), goodW.Tensors, nil); err != nil {
+				t.Fatal(err)
+			}
+			c.edit(dir)
+			m := tinyModel(t, tinyConfig(Qwen2), 4)
+			err := m.LoadLoRA(dir)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), filepath.Join(dir, c.file)) {
+				t.Fatalf("error %v, want %s and %q", err, c.file, c.want)
+			}
+			if n := len(m.TrainableParams()); n != len(m.Params()) || m.Layers[0].Attn.Q.LoRA != nil {
+				t.Errorf("a refused adapter changed the model: %d trainable params, q_proj adapter %v", n, m.Layers[0].Attn.Q.LoRA)
+			}
+		})
+	}
+}
