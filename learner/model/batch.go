@@ -40,9 +40,14 @@ func NewBatch(seqs []Sequence, seqLen int, pack bool, vocab int) (*Batch, error)
 		if len(s.Prompt) == 0 {
 			return nil, fmt.Errorf("batch: sequence %d: empty prompt (the first response token needs a token before it)", i)
 		}
-		for _, t := range append(append([]int32(nil), s.Prompt...), s.Response...) {
-			if t < 0 || int(t) >= vocab {
-				return nil, fmt.Errorf("batch: sequence %d: token id %d out of range [0, %d)", i, t, vocab)
+		for _, part := range []struct {
+			field string
+			ids   []int32
+		}{{"prompt", s.Prompt}, {"response", s.Response}} {
+			for j, t := range part.ids {
+				if t < 0 || int(t) >= vocab {
+					return nil, fmt.Errorf("batch: sequence %d: %s[%d]: token id %d out of range [0, %d)", i, part.field, j, t, vocab)
+				}
 			}
 		}
 		longest = max(longest, len(s.Prompt)+len(s.Response))

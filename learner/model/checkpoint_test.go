@@ -159,7 +159,8 @@ func TestBatchErrors(t *testing.T) {
 		want   string
 	}{
 		{"empty prompt", []Sequence{{Response: []int32{1}}}, 0, "sequence 0: empty prompt"},
-		{"token range", []Sequence{{Prompt: []int32{1}, Response: []int32{99}}}, 0, "sequence 0: token id 99 out of range"},
+		{"token range", []Sequence{{Prompt: []int32{1}, Response: []int32{99}}}, 0, "sequence 0: response[0]: token id 99 out of range [0, 32)"},
+		{"negative id", []Sequence{{Prompt: []int32{1}, Response: []int32{2}}, {Prompt: []int32{1, -3}, Response: []int32{2}}}, 0, "sequence 1: prompt[1]: token id -3 out of range"},
 		{"too long", []Sequence{{Prompt: []int32{1, 2, 3}, Response: []int32{4}}}, 3, "exceeds the row length 3"},
 		{"none", nil, 0, "no sequences"},
 	}
@@ -251,5 +252,42 @@ func TestGradientsAllocatedOnFirstUse(t *testing.T) {
 		if p.G != nil {
 			t.Fatalf("frozen reference: %s has a gradient buffer", p.Name)
 		}
+	}
+}
+
+// A tensor missing from a sharded checkpoint is reported against the index
+// that should list it; a misshaped one against the shard holding it.
+func TestLoadShardedErrors(t *testing.T) {
+	m := tinyModel(t, tinyConfig(Qwen2), 3)
+	ts, err := m.tensors(safetensors.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing, misshaped := ts[5].Name, ts[6].Name
+	for _, c := range []struct {
+		name string
+		edit func(ts []safetensors.Tensor) []safetensors.Tensor
+		file string
+		want string
+	}{
+		{"missing", func(ts []safetensors.Tensor) []safetensors.Tensor { return append(ts[:5:5], ts[6:]...) },
+			safetensors.IndexFile, `tensor "` + missing + `": missing`},
+		{"misshaped", func(ts []safetensors.Tensor) []safetensors.Tensor {
+			ts[6].Shape = []int{ts[6].Shape[1], ts[6].Shape[0]}
+			return ts
+		}, "model-00002-of-00006.safetensors", `tensor "` + misshaped + `": shape`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			js, _ := m.Config.JSON()
+			os.WriteFile(filepath.Join(dir, "config.json"), js, 0o644)
+			if err := safetensors.WriteCheckpoint(dir, c.edit(append([]safetensors.Tensor(nil), ts...)), 4096); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(dir, cpu.New())
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), filepath.Join(dir, c.file)) {
+				t.Errorf("error %v, want %s and %q", err, c.file, c.want)
+			}
+		})
 	}
 }

@@ -68,7 +68,13 @@ func ParseConfig(path string, b []byte) (*Config, error) {
 	c.NumHeads = p.int("num_attention_heads", true, 0)
 	c.NumKVHeads = p.int("num_key_value_heads", false, c.NumHeads)
 	c.VocabSize = p.int("vocab_size", true, 0)
-	c.MaxPositions = p.int("max_position_embeddings", false, 2048)
+	// Missing fields take the defaults of the architecture's
+	// transformers config class, as from_pretrained would.
+	defaultPositions := 2048 // LlamaConfig
+	if c.Architecture == Qwen2 {
+		defaultPositions = 32768 // Qwen2Config
+	}
+	c.MaxPositions = p.int("max_position_embeddings", false, defaultPositions)
 	c.RMSNormEps = p.float("rms_norm_eps", false, 1e-6)
 	c.RopeTheta = p.float("rope_theta", false, 10000)
 	c.TieWordEmbeddings = p.bool("tie_word_embeddings", false, false)
@@ -92,6 +98,9 @@ func ParseConfig(path string, b []byte) (*Config, error) {
 	}
 	if rs, ok := raw["rope_scaling"]; ok && rs != nil {
 		p.fail("rope_scaling", "RoPE scaling is not supported")
+	}
+	if d := p.float("attention_dropout", false, 0); d != 0 {
+		p.fail("attention_dropout", fmt.Sprintf("%v: attention dropout is not supported (want 0)", d))
 	}
 	if p.err != nil {
 		return nil, p.err

@@ -46,6 +46,7 @@ func TestConfigErrors(t *testing.T) {
 		{"dtype", `{"architectures":["Qwen2ForCausalLM"],"torch_dtype":"int8",` + base + `}`, `field torch_dtype: unsupported "int8"`},
 		{"eps", `{"architectures":["Qwen2ForCausalLM"],"rms_norm_eps":0,` + base + `}`, "field rms_norm_eps"},
 		{"json", `{"architectures":`, "unexpected end"},
+		{"attention dropout", `{"architectures":["Qwen2ForCausalLM"],"attention_dropout":0.1,` + base + `}`, "field attention_dropout: 0.1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -68,5 +69,23 @@ func TestLlamaAttentionBias(t *testing.T) {
 	}
 	if !c.AttentionBias || c.NumKVHeads != 4 || c.TieWordEmbeddings {
 		t.Errorf("parsed %+v", c)
+	}
+}
+
+// Fields a config.json leaves out take the defaults of the architecture's
+// transformers config class.
+func TestConfigDefaults(t *testing.T) {
+	base := `"hidden_size":32,"intermediate_size":48,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":64`
+	for _, c := range []struct {
+		arch      string
+		positions int
+	}{{Qwen2, 32768}, {Llama, 2048}} {
+		cfg, err := ParseConfig("c.json", []byte(`{"architectures":["`+c.arch+`"],`+base+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.MaxPositions != c.positions || cfg.NumKVHeads != 4 || cfg.RMSNormEps != 1e-6 || cfg.RopeTheta != 10000 || cfg.TieWordEmbeddings || cfg.HeadDim != 8 {
+			t.Errorf("%s defaults: %+v", c.arch, cfg)
+		}
 	}
 }
