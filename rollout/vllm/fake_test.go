@@ -78,6 +78,10 @@ type fakeCompletionRequest struct {
 	Temperature    float64  `json:"temperature"`
 	TopP           float64  `json:"top_p"`
 	TopK           int      `json:"top_k"`
+	MinP           *float64 `json:"min_p"`
+	RepPenalty     *float64 `json:"repetition_penalty"`
+	PresPenalty    *float64 `json:"presence_penalty"`
+	FreqPenalty    *float64 `json:"frequency_penalty"`
 	Seed           *int64   `json:"seed"`
 	Stop           []string `json:"stop"`
 	StopTokenIDs   []int    `json:"stop_token_ids"`
@@ -93,6 +97,10 @@ type fakeChatRequest struct {
 	Temperature         float64       `json:"temperature"`
 	TopP                float64       `json:"top_p"`
 	TopK                int           `json:"top_k"`
+	MinP                *float64      `json:"min_p"`
+	RepPenalty          *float64      `json:"repetition_penalty"`
+	PresPenalty         *float64      `json:"presence_penalty"`
+	FreqPenalty         *float64      `json:"frequency_penalty"`
 	Seed                *int64        `json:"seed"`
 	Stop                []string      `json:"stop"`
 	StopTokenIDs        []int         `json:"stop_token_ids"`
@@ -309,6 +317,10 @@ func (f *fakeVLLM) serveGenerate(w http.ResponseWriter, r *http.Request, chat bo
 			vllmError(w, http.StatusBadRequest, "BadRequestError", "fake wants logprobs, top_logprobs, return_token_ids, add_generation_prompt and messages")
 			return
 		}
+		if msg := neutral(req.TopP, req.TopK, req.MinP, req.RepPenalty, req.PresPenalty, req.FreqPenalty); msg != "" {
+			vllmError(w, http.StatusBadRequest, "BadRequestError", msg)
+			return
+		}
 		prompt = fakeChatPrompt(req.Messages)
 		p = fakeParams{req.MaxCompletionTokens, req.Temperature, seedOf(req.Seed), req.StopTokenIDs}
 		model, n = req.Model, req.N
@@ -323,6 +335,10 @@ func (f *fakeVLLM) serveGenerate(w http.ResponseWriter, r *http.Request, chat bo
 		}
 		if req.Logprobs == nil || !req.ReturnTokenIDs || len(req.Prompt) == 0 {
 			vllmError(w, http.StatusBadRequest, "BadRequestError", "fake wants logprobs, return_token_ids and a prompt")
+			return
+		}
+		if msg := neutral(req.TopP, req.TopK, req.MinP, req.RepPenalty, req.PresPenalty, req.FreqPenalty); msg != "" {
+			vllmError(w, http.StatusBadRequest, "BadRequestError", msg)
 			return
 		}
 		prompt = req.Prompt
@@ -461,6 +477,23 @@ func fakeText(ids []int) string {
 		fmt.Fprintf(&b, "t%d ", id)
 	}
 	return b.String()
+}
+
+// neutral checks what the fake insists on: every sampling parameter set
+// (none left to generation_config), top_p in (0, 1], top_k -1 or ≥ 1, and
+// min_p and the penalties off.
+func neutral(topP float64, topK int, minP, rep, pres, freq *float64) string {
+	switch {
+	case minP == nil || rep == nil || pres == nil || freq == nil:
+		return "fake wants min_p and the penalties set explicitly"
+	case topP <= 0 || topP > 1:
+		return fmt.Sprintf("top_p must be in (0, 1], got %v.", topP)
+	case topK == 0 || topK < -1:
+		return fmt.Sprintf("fake wants top_k -1 (off) or ≥ 1, got %d.", topK)
+	case *minP != 0 || *rep != 1 || *pres != 0 || *freq != 0:
+		return "fake wants min_p 0, repetition_penalty 1, presence and frequency penalties 0"
+	}
+	return ""
 }
 
 func seedOf(p *int64) int64 {

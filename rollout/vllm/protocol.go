@@ -10,24 +10,33 @@ import (
 // The JSON bodies below follow vLLM's OpenAI-compatible server
 // (vllm/entrypoints/openai/completion/protocol.py and
 // chat_completion/protocol.py). Only the fields the client sends or reads
-// are declared; vLLM ignores absent optional fields and the decoder ignores
-// fields it does not know.
+// are declared; the decoder ignores fields it does not know.
+//
+// Every sampling parameter is sent explicitly, the neutral ones too (top_k
+// -1, min_p 0, penalties off): vLLM fills a field the request leaves out
+// from the model's generation_config.json (many set top_k, top_p or a
+// repetition penalty), which would sample from a distribution other than
+// the one the request names.
 
 // completionRequest is the body of POST /v1/completions with the prompt
 // given as token ids.
 type completionRequest struct {
-	Model          string   `json:"model"`
-	Prompt         []int    `json:"prompt"`
-	MaxTokens      int      `json:"max_tokens"`
-	N              int      `json:"n"`
-	Temperature    float64  `json:"temperature"`
-	TopP           float64  `json:"top_p"`
-	TopK           int      `json:"top_k,omitempty"`
-	Seed           *int64   `json:"seed,omitempty"`
-	Stop           []string `json:"stop,omitempty"`
-	StopTokenIDs   []int    `json:"stop_token_ids,omitempty"`
-	Logprobs       int      `json:"logprobs"` // 0: the sampled token's logprob only
-	ReturnTokenIDs bool     `json:"return_token_ids"`
+	Model             string   `json:"model"`
+	Prompt            []int    `json:"prompt"`
+	MaxTokens         int      `json:"max_tokens"`
+	N                 int      `json:"n"`
+	Temperature       float64  `json:"temperature"`
+	TopP              float64  `json:"top_p"`
+	TopK              int      `json:"top_k"` // -1: off
+	MinP              float64  `json:"min_p"`
+	RepetitionPenalty float64  `json:"repetition_penalty"`
+	PresencePenalty   float64  `json:"presence_penalty"`
+	FrequencyPenalty  float64  `json:"frequency_penalty"`
+	Seed              *int64   `json:"seed,omitempty"`
+	Stop              []string `json:"stop,omitempty"`
+	StopTokenIDs      []int    `json:"stop_token_ids,omitempty"`
+	Logprobs          int      `json:"logprobs"` // 0: the sampled token's logprob only
+	ReturnTokenIDs    bool     `json:"return_token_ids"`
 }
 
 // chatRequest is the body of POST /v1/chat/completions.
@@ -38,7 +47,11 @@ type chatRequest struct {
 	N                   int                 `json:"n"`
 	Temperature         float64             `json:"temperature"`
 	TopP                float64             `json:"top_p"`
-	TopK                int                 `json:"top_k,omitempty"`
+	TopK                int                 `json:"top_k"` // -1: off
+	MinP                float64             `json:"min_p"`
+	RepetitionPenalty   float64             `json:"repetition_penalty"`
+	PresencePenalty     float64             `json:"presence_penalty"`
+	FrequencyPenalty    float64             `json:"frequency_penalty"`
 	Seed                *int64              `json:"seed,omitempty"`
 	Stop                []string            `json:"stop,omitempty"`
 	StopTokenIDs        []int               `json:"stop_token_ids,omitempty"`

@@ -102,20 +102,24 @@ func encodeRequest(r *engine.Request, model string) (string, []byte, error) {
 	if topP == 0 {
 		topP = 1 // engine: 0 is off; vLLM wants (0, 1]
 	}
+	topK := p.TopK
+	if topK == 0 {
+		topK = -1 // off; every vLLM version takes -1 (older ones refuse 0)
+	}
 	var v any
 	path := "/v1/completions"
 	if len(r.Messages) > 0 {
 		path = "/v1/chat/completions"
 		v = chatRequest{
 			Model: model, Messages: r.Messages, MaxCompletionTokens: p.MaxTokens, N: n,
-			Temperature: p.Temperature, TopP: topP, TopK: p.TopK, Seed: p.Seed,
+			Temperature: p.Temperature, TopP: topP, TopK: topK, RepetitionPenalty: 1, Seed: p.Seed,
 			Stop: p.Stop, StopTokenIDs: p.StopTokenIDs,
 			Logprobs: true, TopLogprobs: 0, ReturnTokenIDs: true, AddGenerationPrompt: true,
 		}
 	} else {
 		v = completionRequest{
 			Model: model, Prompt: r.Prompt, MaxTokens: p.MaxTokens, N: n,
-			Temperature: p.Temperature, TopP: topP, TopK: p.TopK, Seed: p.Seed,
+			Temperature: p.Temperature, TopP: topP, TopK: topK, RepetitionPenalty: 1, Seed: p.Seed,
 			Stop: p.Stop, StopTokenIDs: p.StopTokenIDs,
 			Logprobs: 0, ReturnTokenIDs: true,
 		}
