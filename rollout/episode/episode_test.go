@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -280,23 +278,10 @@ func TestSCoReTwoTurns(t *testing.T) {
 	}
 }
 
-// localPython runs python3 as a plain child process with a timeout. It
-// stands in for the code sandbox (rollout/verify) in this test only.
-type localPython struct{}
-
-func (localPython) RunPython(ctx context.Context, code string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "/usr/bin/python3", "-I", "-c", code).CombinedOutput()
-	if err != nil && len(out) == 0 {
-		return "", err
-	}
-	return string(out), nil
-}
-
 func TestToolUse(t *testing.T) {
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3")
+	sb, err := verify.NewSandbox(verify.SandboxConfig{Concurrency: 2})
+	if err != nil {
+		t.Fatalf("code sandbox: %v", err)
 	}
 	calls := map[string]string{
 		"2+3": `Let me compute. <tool_call>{"name": "calculator", "arguments": {"expression": "2+3"}}</tool_call>`,
@@ -317,7 +302,7 @@ func TestToolUse(t *testing.T) {
 		}
 		return "no idea"
 	}
-	r, err := episode.NewToolUse(policy("solver", eng), episodetest.ExactVerifier{}, eng.Tok, localPython{}, episode.Templates{}, episode.Limits{})
+	r, err := episode.NewToolUse(policy("solver", eng), episodetest.ExactVerifier{}, eng.Tok, episode.SandboxPython{Sandbox: sb}, episode.Templates{}, episode.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +320,7 @@ func TestToolUse(t *testing.T) {
 			t.Errorf("row %d: reward %v note %q text %q", i, tr.Reward, tr.Note, tr.ResponseText)
 		}
 		// The masked stretch is exactly the tool response; its logprobs are 0.
-		resp := eng.Tok.Encode(fmt.Sprintf("\n<|im_start|>user\n<tool_response>\n%s\n</tool_response><|im_end|>\n<|im_start|>assistant\n", answerOf(problems[i].Prompt)+map[int]string{0: "", 1: "\n"}[i]))
+		resp := eng.Tok.Encode(fmt.Sprintf("\n<|im_start|>user\n<tool_response>\n%s\n</tool_response><|im_end|>\n<|im_start|>assistant\n", answerOf(problems[i].Prompt)))
 		var masked []int32
 		for k, m := range tr.LossMask {
 			if m == 0 {
