@@ -68,12 +68,13 @@ func (c *LoRAConfig) validate() error {
 
 // AddLoRA freezes the base weights and puts fresh adapters on the target
 // modules of every layer: A from PEFT's default Kaiming-uniform
-// (bound 1/sqrt(in)), B zero, so the model's outputs are unchanged.
+// (bound 1/sqrt(in)), B zero, so the model's outputs are unchanged. A value
+// head stays trainable.
 func (m *Model) AddLoRA(cfg LoRAConfig) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	m.Freeze()
+	m.freezeBase()
 	m.dropPass()
 	m.lora = &cfg
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6c6f7261))

@@ -63,8 +63,9 @@ type Model struct {
 	B      backend.Backend
 	Embed  *Param // model.embed_tokens.weight, vocab×hidden
 	Layers []*Layer
-	Norm   *Param // model.norm.weight
-	LMHead *Param // lm_head.weight; the embedding when tied
+	Norm   *Param     // model.norm.weight
+	LMHead *Param     // lm_head.weight; the embedding when tied
+	Value  *ValueHead // the critic's value head; nil without one (AddValueHead)
 
 	params []*Param // checkpoint order
 	frozen bool     // no parameter gradients (reference model, LoRA base)
@@ -138,9 +139,25 @@ func (m *Model) NumParams() int {
 // Freeze drops the parameter gradients: the model still runs forward (a
 // reference policy for KL) and backward to its inputs and adapters, but
 // computes no weight gradients.
+//
+// A value head is frozen with the rest.
 func (m *Model) Freeze() {
+	m.freezeBase()
+	if v := m.Value; v != nil {
+		for _, p := range v.params() {
+			if p.G != nil {
+				m.B.Free(p.G)
+				p.G = nil
+			}
+		}
+		v.frozen = true
+	}
+}
+
+// freezeBase freezes every weight but the value head's.
+func (m *Model) freezeBase() {
 	for _, p := range m.params {
-		if p.G != nil {
+		if p.G != nil && !m.Value.owns(p) {
 			m.B.Free(p.G)
 			p.G = nil
 		}
@@ -149,11 +166,15 @@ func (m *Model) Freeze() {
 }
 
 // Clone returns a frozen copy of the weights on the same backend: the
-// reference policy. LoRA adapters are merged into the copy.
+// reference policy. LoRA adapters are merged into the copy; a value head is
+// copied (frozen too).
 func (m *Model) Clone() (*Model, error) {
 	c, err := New(m.Config, m.B)
 	if err != nil {
 		return nil, err
+	}
+	if m.Value != nil {
+		c.addValueHead()
 	}
 	c.Freeze()
 	for i, p := range m.params {
@@ -171,11 +192,8 @@ func (m *Model) Clone() (*Model, error) {
 
 // allocGrads gives every weight of an unfrozen model its gradient buffer.
 func (m *Model) allocGrads() {
-	if m.frozen {
-		return
-	}
 	for _, p := range m.params {
-		if p.G == nil {
+		if p.G == nil && (!m.frozen || m.Value.trains(p)) {
 			p.G = m.B.Alloc(p.Len())
 		}
 	}
@@ -189,12 +207,15 @@ func (m *Model) ZeroGrad() {
 }
 
 // TrainableParams are the parameters that receive gradients: the adapters
-// when the model has LoRA, else every weight unless frozen.
+// when the model has LoRA, else every weight unless frozen; a value head
+// added to a model with LoRA trains beside the adapters.
 func (m *Model) TrainableParams() []*Param {
 	m.allocGrads()
 	out := m.loraParams()
 	if !m.frozen {
 		out = append(out, m.params...)
+	} else if v := m.Value; v != nil && !v.frozen {
+		out = append(out, v.params()...)
 	}
 	return out
 }
@@ -229,7 +250,7 @@ func isNorm(name string) bool {
 
 // Load reads dir/config.json and the checkpoint's weights (single file or
 // sharded; float32, bfloat16 or float16, converted to float32 master
-// weights).
+// weights). A checkpoint holding v_head.summary.weight gets a value head.
 func Load(dir string, b backend.Backend) (*Model, error) {
 	cfg, err := ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -242,6 +263,9 @@ func Load(dir string, b backend.Backend) (*Model, error) {
 	m, err := New(*cfg, b)
 	if err != nil {
 		return nil, fmt.Errorf("load model %s: %w", dir, err)
+	}
+	if _, _, ok := ck.Tensor(ValueHeadWeight); ok {
+		m.addValueHead()
 	}
 	if err := m.loadWeights(ck); err != nil {
 		return nil, err

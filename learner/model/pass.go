@@ -22,12 +22,14 @@ type pass struct {
 	logp   backend.Tensor // M
 	ent    backend.Tensor // M
 	lse    backend.Tensor // M
+	values backend.Tensor // M, the value head's; nil without one
 	g      grads
 	dlnf   backend.Tensor // N×hidden
 	dhsel  backend.Tensor // M×hidden
 	dlog   backend.Tensor // M×vocab
 	dlogp  backend.Tensor // M
 	dent   backend.Tensor // M
+	dval   backend.Tensor // M, nil without a value head
 	all    []backend.Tensor
 }
 
@@ -67,6 +69,9 @@ func (m *Model) newPass(N, M int) *pass {
 	p.tmp, p.lnf, p.rstdf = alloc(N*h), alloc(N*h), alloc(N)
 	p.hsel, p.logits = alloc(M*h), alloc(M*c.VocabSize)
 	p.logp, p.ent, p.lse = alloc(M), alloc(M), alloc(M)
+	if m.Value != nil {
+		p.values = alloc(M)
+	}
 	return p
 }
 
@@ -91,6 +96,9 @@ func (p *pass) allocGrads(m *Model) {
 	}
 	p.dlnf, p.dhsel, p.dlog = alloc(N*h), alloc(M*h), alloc(M*c.VocabSize)
 	p.dlogp, p.dent = alloc(M), alloc(M)
+	if m.Value != nil {
+		p.dval = alloc(M)
+	}
 }
 
 func (p *pass) free(b backend.Backend) {
@@ -131,6 +139,10 @@ func (m *Model) Forward(bt *Batch) (logp, entropy []float32, err error) {
 	b.GatherRows(p.hsel, p.lnf, bt.Outputs, h)
 	b.MatMul(false, true, M, c.VocabSize, h, 1, p.hsel, m.LMHead.W, 0, p.logits)
 	b.LogProbs(p.logp, p.ent, p.lse, p.logits, bt.Targets, M, c.VocabSize)
+	if v := m.Value; v != nil {
+		b.MatMul(false, true, M, 1, h, 1, p.hsel, v.Weight.W, 0, p.values)
+		b.AddRowVector(p.values, v.Bias.W, M, 1)
+	}
 	logp, entropy = make([]float32, M), make([]float32, M)
 	b.Download(logp, p.logp)
 	b.Download(entropy, p.ent)
@@ -193,22 +205,46 @@ func (m *Model) Backward(dLogp, dEntropy []float32) error {
 	if !finite(dLogp) || (dEntropy != nil && !finite(dEntropy)) {
 		return fmt.Errorf("backward: dLoss/dLogProb or dLoss/dEntropy is not finite")
 	}
+	m.backward(dLogp, dEntropy, nil)
+	return nil
+}
+
+// backward runs the checked backward pass; nil gradients are zero.
+func (m *Model) backward(dLogp, dEntropy, dValues []float32) {
+	p := m.pass
 	p.allocGrads(m)
 	m.allocGrads()
 	c := &m.Config
 	b := m.B
 	bt := p.batch
 	N, M, h := p.N, p.M, c.HiddenSize
-	b.Upload(p.dlogp, dLogp)
-	var dent backend.Tensor
-	if dEntropy != nil {
-		b.Upload(p.dent, dEntropy)
-		dent = p.dent
+	if dLogp == nil && dEntropy == nil {
+		b.Zero(p.dhsel)
+	} else {
+		if dLogp != nil {
+			b.Upload(p.dlogp, dLogp)
+		} else {
+			b.Zero(p.dlogp)
+		}
+		var dent backend.Tensor
+		if dEntropy != nil {
+			b.Upload(p.dent, dEntropy)
+			dent = p.dent
+		}
+		b.LogProbsBackward(p.dlog, p.logits, p.lse, p.dlogp, dent, bt.Targets, M, c.VocabSize)
+		b.MatMul(false, false, M, h, c.VocabSize, 1, p.dlog, m.LMHead.W, 0, p.dhsel)
+		if m.LMHead.G != nil {
+			b.MatMul(true, false, c.VocabSize, h, M, 1, p.dlog, p.hsel, 1, m.LMHead.G)
+		}
 	}
-	b.LogProbsBackward(p.dlog, p.logits, p.lse, p.dlogp, dent, bt.Targets, M, c.VocabSize)
-	b.MatMul(false, false, M, h, c.VocabSize, 1, p.dlog, m.LMHead.W, 0, p.dhsel)
-	if m.LMHead.G != nil {
-		b.MatMul(true, false, c.VocabSize, h, M, 1, p.dlog, p.hsel, 1, m.LMHead.G)
+	if v := m.Value; v != nil && dValues != nil {
+		// V = hsel w^T + b: dhsel += dV w, dw += dV^T hsel, db += sum dV.
+		b.Upload(p.dval, dValues)
+		b.MatMul(false, false, M, h, 1, 1, p.dval, v.Weight.W, 1, p.dhsel)
+		if v.Weight.G != nil {
+			b.MatMul(true, false, 1, h, M, 1, p.dval, p.hsel, 1, v.Weight.G)
+			b.SumRows(v.Bias.G, p.dval, M, 1)
+		}
 	}
 	b.Zero(p.dlnf)
 	b.ScatterAddRows(p.dlnf, p.dhsel, bt.Outputs, h)
@@ -220,5 +256,4 @@ func (m *Model) Backward(dLogp, dEntropy []float32) error {
 	if m.Embed.G != nil {
 		b.ScatterAddRows(m.Embed.G, p.g.dres, bt.Tokens, h)
 	}
-	return nil
 }

@@ -14,6 +14,25 @@ import (
 // this shape; micro says which micro-batch of the step this is.
 type Objective func(micro int, bt *Batch, logp, entropy []float32) (loss float64, dLogp, dEntropy []float32, err error)
 
+// Scores are one micro-batch's forward results at its scored outputs, laid
+// out as bt.Outputs: log probabilities, entropies and, on a model with a
+// value head, values (else nil).
+type Scores struct {
+	LogProbs, Entropy, Values []float32
+}
+
+// ScoreGrads are a loss's gradients with respect to Scores; a nil field is
+// zero.
+type ScoreGrads struct {
+	LogProbs, Entropy, Values []float32
+}
+
+// ActorCriticObjective is Objective for a policy with a value head (a
+// shared-trunk critic): the loss may take the values too (PPO's policy
+// loss plus vf_coef times the value loss), and its gradient with respect
+// to them flows through the head and the trunk in the same backward pass.
+type ActorCriticObjective func(micro int, bt *Batch, s Scores) (loss float64, d ScoreGrads, err error)
+
 // Trainer runs optimizer steps on a model's trainable parameters (all
 // weights, or only the LoRA adapters) with gradient accumulation over
 // micro-batches.
@@ -40,6 +59,54 @@ type StepStats struct {
 // gradient stops the step with an error naming the step and the first bad
 // micro-batch or tensor; the weights are then untouched.
 func (t *Trainer) Step(micro []*Batch, lr float64, obj Objective) (StepStats, error) {
+	return t.step1(micro, lr, func(i int, bt *Batch) (float64, error) {
+		logp, ent, err := t.Model.Forward(bt)
+		if err != nil {
+			return 0, err
+		}
+		loss, dLogp, dEnt, err := obj(i, bt, logp, ent)
+		if err != nil {
+			return 0, fmt.Errorf("objective: %w", err)
+		}
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			return 0, fmt.Errorf("loss is %v", loss)
+		}
+		return loss, t.Model.Backward(dLogp, dEnt)
+	})
+}
+
+// StepActorCritic is Step with an ActorCriticObjective: each micro-batch's
+// forward pass also yields the value head's values (on a model with one),
+// and one backward pass takes the loss's gradients with respect to log
+// probabilities, entropies and values, updating policy, trunk and head
+// together.
+func (t *Trainer) StepActorCritic(micro []*Batch, lr float64, obj ActorCriticObjective) (StepStats, error) {
+	return t.step1(micro, lr, func(i int, bt *Batch) (float64, error) {
+		m := t.Model
+		var s Scores
+		var err error
+		if m.Value != nil {
+			s.LogProbs, s.Entropy, s.Values, err = m.ForwardWithValues(bt)
+		} else {
+			s.LogProbs, s.Entropy, err = m.Forward(bt)
+		}
+		if err != nil {
+			return 0, err
+		}
+		loss, d, err := obj(i, bt, s)
+		if err != nil {
+			return 0, fmt.Errorf("objective: %w", err)
+		}
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			return 0, fmt.Errorf("loss is %v", loss)
+		}
+		return loss, m.BackwardWithValues(d.LogProbs, d.Entropy, d.Values)
+	})
+}
+
+// step1 is one optimizer step; microStep runs forward, objective and
+// backward of micro-batch i and returns its loss.
+func (t *Trainer) step1(micro []*Batch, lr float64, microStep func(i int, bt *Batch) (float64, error)) (StepStats, error) {
 	m := t.Model
 	st := StepStats{Step: t.step + 1}
 	if len(micro) == 0 {
@@ -47,19 +114,9 @@ func (t *Trainer) Step(micro []*Batch, lr float64, obj Objective) (StepStats, er
 	}
 	m.ZeroGrad()
 	for i, bt := range micro {
-		logp, ent, err := m.Forward(bt)
-		if err != nil {
-			return st, fmt.Errorf("train step %d: micro-batch %d: %w", st.Step, i, err)
-		}
-		loss, dLogp, dEnt, err := obj(i, bt, logp, ent)
-		if err != nil {
-			return st, fmt.Errorf("train step %d: micro-batch %d: objective: %w", st.Step, i, err)
-		}
-		if math.IsNaN(loss) || math.IsInf(loss, 0) {
-			return st, fmt.Errorf("train step %d: micro-batch %d: loss is %v", st.Step, i, loss)
-		}
+		loss, err := microStep(i, bt) // the loss counts once computed, as Step always reported it
 		st.Loss += loss
-		if err := m.Backward(dLogp, dEnt); err != nil {
+		if err != nil {
 			return st, fmt.Errorf("train step %d: micro-batch %d: %w", st.Step, i, err)
 		}
 	}
