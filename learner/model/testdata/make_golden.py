@@ -12,6 +12,17 @@ for the sequences in golden_input.json (each run alone, batch size 1):
   grad.<tensor name>  d loss / d parameter
   sum_logprobs_grad.<tensor name>  d sum(logprobs) / d parameter
 
+For the value head (qwen2-value: a smaller Qwen2 whose checkpoint also holds
+TRL's v_head.summary.weight/bias) golden.safetensors holds instead:
+
+  logprobs, values  per response token; a value is read at the token before
+                    the response token, as the logits are
+  old_values, returns  random; the value loss's detached inputs
+  vf_loss, vf_clipfrac  PPO's clipped value loss (verl's compute_value_loss,
+                    token-mean, cliprange_value 0.2) and its clip fraction
+  w_logp            random; loss = sum(w_logp*logprobs) + vf_loss
+  grad.<tensor name>  d loss / d parameter, value head included
+
 Run with Debian's PyTorch:  /usr/bin/python3 make_golden.py
 """
 import json
@@ -103,6 +114,12 @@ def rope(x, theta):
 
 def forward(c, w, tokens):
     """Logits (T × vocab) of one sequence."""
+    head = w["model.embed_tokens.weight"] if c["tie_word_embeddings"] else w["lm_head.weight"]
+    return hidden(c, w, tokens) @ head.T
+
+
+def hidden(c, w, tokens):
+    """Final-norm hidden states (T × hidden) of one sequence."""
     H, KV = c["num_attention_heads"], c["num_key_value_heads"]
     D = c["hidden_size"] // H
     eps, theta = c["rms_norm_eps"], c["rope_theta"]
@@ -130,9 +147,7 @@ def forward(c, w, tokens):
         h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
         g = torch.nn.functional.silu(lin(p + "mlp.gate_proj", h)) * lin(p + "mlp.up_proj", h)
         x = x + lin(p + "mlp.down_proj", g)
-    x = rmsnorm(x, w["model.norm.weight"], eps)
-    head = w["model.embed_tokens.weight"] if c["tie_word_embeddings"] else w["lm_head.weight"]
-    return x @ head.T
+    return rmsnorm(x, w["model.norm.weight"], eps)
 
 
 def make(name, config, dtype, seqs):
@@ -168,6 +183,46 @@ def make(name, config, dtype, seqs):
     print(name, sum(v.numel() for v in w.values()), "params, loss", loss.item())
 
 
+VALUE_CLIP = 0.2
+
+
+def make_value(name, config, seqs):
+    d = os.path.join(HERE, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    w = random_weights(config)
+    w["v_head.summary.weight"] = 0.2 * torch.randn(1, config["hidden_size"])
+    w["v_head.summary.bias"] = 0.1 * torch.randn(1)
+    save_safetensors(os.path.join(d, "model.safetensors"), w)
+    w = {k: v.requires_grad_(True) for k, v in w.items()}
+    head = w["model.embed_tokens.weight"] if config["tie_word_embeddings"] else w["lm_head.weight"]
+    logp, values = [], []
+    for s in seqs:
+        toks = s["prompt"] + s["response"]
+        x = hidden(config, w, toks)[len(s["prompt"]) - 1 : len(toks) - 1]
+        lp = (x @ head.T).log_softmax(-1)
+        logp.append(lp.gather(1, torch.tensor(s["response"])[:, None])[:, 0])
+        values.append((x @ w["v_head.summary.weight"].T + w["v_head.summary.bias"])[:, 0])
+    logp, values = torch.cat(logp), torch.cat(values)
+    old = values.detach() + 0.3 * torch.randn(values.shape)
+    returns = values.detach() + torch.randn(values.shape)
+    # verl's compute_value_loss, token-mean over all response tokens.
+    clipped = torch.max(torch.min(values, old + VALUE_CLIP), old - VALUE_CLIP)
+    l1, l2 = (values - returns) ** 2, (clipped - returns) ** 2
+    vf_loss = 0.5 * torch.max(l1, l2).mean()
+    clipfrac = (l2 > l1).float().mean()
+    w_logp = torch.randn(logp.shape)
+    loss = (w_logp * logp).sum() + vf_loss
+    loss.backward()
+    out = {"logprobs": logp, "values": values, "old_values": old, "returns": returns,
+           "vf_loss": vf_loss.reshape(1), "vf_clipfrac": clipfrac.reshape(1), "w_logp": w_logp}
+    for k, v in w.items():
+        out["grad." + k] = v.grad
+    save_safetensors(os.path.join(d, "golden.safetensors"), out)
+    print(name, sum(v.numel() for v in w.values()), "params, vf_loss", vf_loss.item(), "clipfrac", clipfrac.item())
+
+
 def main():
     vocab = 64
     seqs = []
@@ -192,6 +247,8 @@ def main():
     make("qwen2", qwen2, torch.float32, seqs)
     make("llama", llama, torch.float32, seqs)
     make("qwen2-bf16", dict(qwen2, torch_dtype="bfloat16"), torch.bfloat16, seqs)
+    small = dict(qwen2, hidden_size=16, intermediate_size=24)
+    make_value("qwen2-value", small, seqs)
 
 
 if __name__ == "__main__":
