@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -346,4 +347,18 @@ func BenchmarkSandboxTrivial(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "execs/s")
 		})
 	}
+}
+
+// BenchmarkBarePython is the side-by-side peer of BenchmarkSandboxTrivial:
+// the same program and assert run by /usr/bin/python3 -I with no sandbox,
+// no harness and no limits.
+func BenchmarkBarePython(b *testing.B) {
+	start := time.Now()
+	for b.Loop() {
+		out, err := exec.Command("/usr/bin/python3", "-I", "-c", "x = 1\nassert x == 1").CombinedOutput()
+		if err != nil {
+			b.Fatalf("%v: %s", err, out)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "execs/s")
 }
