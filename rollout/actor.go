@@ -1,0 +1,598 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/data"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/episode"
+	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/rollout/verify"
+)
+
+// ActorKind is the kind name of the rollout actor: it hosts an engine on
+// its node (and, for MLMT, optionally a second engine for the feedback
+// policy), runs generation and episode jobs on it, and reports throughput,
+// queue depth and the weight version it serves.
+//
+// Jobs are submitted (Submit), run in the background up to Concurrency at
+// a time so the engine batches across them, and collected (Collect); the
+// mailbox never waits on generation, so Stats answer at once. Episode
+// results travel as Arrow IPC bytes (data.TrajectorySchema): inline in the
+// reply, or as an explicit bulk offer when over BulkThreshold.
+const ActorKind = "rollout"
+
+// ActorConfig is the spawn argument of a rollout actor.
+type ActorConfig struct {
+	Engine         string // registered engine name ("native", or one a program registers)
+	Model          string // what the engine loads (the native engine: a checkpoint directory)
+	PolicyID       string // solver policy id recorded in trajectories; default "solver"
+	FeedbackEngine string // optional engine of the MLMT feedback policy
+	FeedbackModel  string
+	FeedbackPolicy string // default "feedback"
+	Verifier       string // registered verifier name: "math" (default), "gsm8k", "code"
+	PythonTool     bool   // offer the python tool in tool episodes (code sandbox)
+	Concurrency    int    // jobs run at once; default 4
+	MaxQueue       int    // jobs waiting beyond those; default 256
+	BulkThreshold  int    // Arrow replies over this many bytes go by bulk offer; default 16 MiB
+	JobTTL         time.Duration
+}
+
+// Episode kinds of EpisodeRequest.Kind.
+const (
+	EpisodeSingle = "single"
+	EpisodeMLMT   = "mlmt"
+	EpisodeSCoRe  = "score"
+	EpisodeTools  = "tools"
+)
+
+// GenerateRequest asks for plain generation on the hosted engine.
+type GenerateRequest struct {
+	Requests []engine.Request
+}
+
+// EpisodeRequest asks for one batch of episodes.
+type EpisodeRequest struct {
+	Kind           string
+	Examples       []data.Example
+	N              int   // samples per example (GRPO group size)
+	FirstGroupID   int64 // group id of Examples[0]
+	Params         engine.SamplingParams
+	FeedbackParams engine.SamplingParams // MLMT with a feedback engine
+	StaticFeedback bool                  // MLMT: the static template instead of the feedback engine
+	Templates      episode.Templates
+	MaxToolCalls   int
+}
+
+// Submit queues a GenerateRequest or an EpisodeRequest (exactly one set).
+type Submit struct {
+	Generate *GenerateRequest
+	Episode  *EpisodeRequest
+}
+
+// Ticket names a submitted job.
+type Ticket struct {
+	Job string
+}
+
+// Collect asks for a job's outcome; a finished job is forgotten once
+// collected.
+type Collect struct {
+	Job string
+}
+
+// JobResult is a job's outcome. While the job runs, Done is false.
+type JobResult struct {
+	Job   string
+	Done  bool
+	Error string
+	// Generation jobs.
+	Results []engine.Result
+	// Episode jobs: the turns as Arrow IPC file bytes, inline or offered.
+	Arrow         []byte
+	Bulk          *actor.BulkRef
+	Turns         int
+	MeanReward    float64 // mean FinalReward over episodes
+	WeightVersion int64
+	Elapsed       time.Duration
+}
+
+// StatsRequest asks for an ActorStats.
+type StatsRequest struct{}
+
+// ActorStats is what a rollout actor reports.
+type ActorStats struct {
+	WeightVersion   int64
+	QueueDepth      int // jobs waiting for a slot
+	Running         int
+	Completed       int64
+	Failed          int64
+	GeneratedTokens int64   // response tokens produced by finished jobs
+	TokensPerSecond float64 // over the last finished jobs (a 30 s window)
+	Episodes        int64
+}
+
+func init() {
+	actor.RegisterMessage(ActorConfig{}, GenerateRequest{}, EpisodeRequest{}, Submit{}, Ticket{}, Collect{},
+		JobResult{}, StatsRequest{}, ActorStats{})
+	actor.RegisterKind(ActorKind, func(ctx *actor.Context, args any) (actor.Actor, error) {
+		cfg, ok := args.(ActorConfig)
+		if !ok {
+			return nil, fmt.Errorf("rollout actor: spawn args are %T, want rollout.ActorConfig", args)
+		}
+		return newRolloutActor(ctx, cfg)
+	})
+	RegisterEngine("native", func(cfg ActorConfig, model string) (engine.Engine, error) {
+		if model == "" {
+			return nil, errors.New("native engine: no model directory")
+		}
+		return native.Load(model, native.Config{})
+	})
+	RegisterVerifier("math", func() (verify.Verifier, error) { return verify.Math{}, nil })
+	RegisterVerifier("gsm8k", func() (verify.Verifier, error) { return verify.GSM8K{}, nil })
+	RegisterVerifier("code", func() (verify.Verifier, error) {
+		sb, err := verify.NewSandbox(verify.SandboxConfig{})
+		if err != nil {
+			return nil, err
+		}
+		return verify.Code{Sandbox: sb}, nil
+	})
+}
+
+// EngineFactory builds the engine a rollout actor hosts; model is
+// ActorConfig.Model or FeedbackModel.
+type EngineFactory func(cfg ActorConfig, model string) (engine.Engine, error)
+
+var registry = struct {
+	sync.RWMutex
+	engines   map[string]EngineFactory
+	verifiers map[string]func() (verify.Verifier, error)
+}{engines: map[string]EngineFactory{}, verifiers: map[string]func() (verify.Verifier, error){}}
+
+// RegisterEngine makes an engine available to rollout actors by name.
+// Every node must register the same names (from init).
+func RegisterEngine(name string, f EngineFactory) {
+	registry.Lock()
+	registry.engines[name] = f
+	registry.Unlock()
+}
+
+// RegisterVerifier makes a verifier available to rollout actors by name.
+func RegisterVerifier(name string, f func() (verify.Verifier, error)) {
+	registry.Lock()
+	registry.verifiers[name] = f
+	registry.Unlock()
+}
+
+func names[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func buildEngine(cfg ActorConfig, name, model string) (engine.Engine, error) {
+	registry.RLock()
+	f, ok := registry.engines[name]
+	known := names(registry.engines)
+	registry.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("rollout actor: unknown engine %q (registered: %v)", name, known)
+	}
+	e, err := f(cfg, model)
+	if err != nil {
+		return nil, fmt.Errorf("rollout actor: engine %q: %w", name, err)
+	}
+	return e, nil
+}
+
+type job struct {
+	id     string
+	submit Submit
+	done   bool
+	result JobResult
+	ended  time.Time
+}
+
+type rolloutActor struct {
+	cfg      ActorConfig
+	sys      *actor.System
+	solver   engine.Engine
+	feedback engine.Engine
+	verifier verify.Verifier
+	python   episode.PythonExecutor
+
+	slots chan struct{}
+	ctx   context.Context
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+
+	mu      sync.Mutex
+	jobs    map[string]*job
+	next    int64
+	waiting int
+	running int
+	window  []tokenMark
+
+	completed, failed, tokens, episodeCount atomic.Int64
+}
+
+type tokenMark struct {
+	at     time.Time
+	tokens int
+	took   time.Duration
+}
+
+func newRolloutActor(ctx *actor.Context, cfg ActorConfig) (*rolloutActor, error) {
+	if cfg.PolicyID == "" {
+		cfg.PolicyID = "solver"
+	}
+	if cfg.FeedbackPolicy == "" {
+		cfg.FeedbackPolicy = "feedback"
+	}
+	if cfg.Verifier == "" {
+		cfg.Verifier = "math"
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.MaxQueue <= 0 {
+		cfg.MaxQueue = 256
+	}
+	if cfg.BulkThreshold <= 0 {
+		cfg.BulkThreshold = 16 << 20
+	}
+	if cfg.JobTTL <= 0 {
+		cfg.JobTTL = 10 * time.Minute
+	}
+	registry.RLock()
+	vf, ok := registry.verifiers[cfg.Verifier]
+	known := names(registry.verifiers)
+	registry.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("rollout actor: unknown verifier %q (registered: %v)", cfg.Verifier, known)
+	}
+	v, err := vf()
+	if err != nil {
+		return nil, fmt.Errorf("rollout actor: verifier %q: %w", cfg.Verifier, err)
+	}
+	a := &rolloutActor{cfg: cfg, sys: ctx.System(), verifier: v, jobs: map[string]*job{}, slots: make(chan struct{}, cfg.Concurrency)}
+	if a.solver, err = buildEngine(cfg, cfg.Engine, cfg.Model); err != nil {
+		return nil, err
+	}
+	if cfg.FeedbackEngine != "" {
+		if a.feedback, err = buildEngine(cfg, cfg.FeedbackEngine, cfg.FeedbackModel); err != nil {
+			a.solver.Close()
+			return nil, err
+		}
+	}
+	if cfg.PythonTool {
+		sb, err := verify.NewSandbox(verify.SandboxConfig{})
+		if err != nil {
+			a.closeEngines()
+			return nil, fmt.Errorf("rollout actor: python tool: %w", err)
+		}
+		a.python = episode.SandboxPython{Sandbox: sb}
+	}
+	a.ctx, a.stop = context.WithCancel(context.Background())
+	return a, nil
+}
+
+func (a *rolloutActor) closeEngines() {
+	a.solver.Close()
+	if a.feedback != nil {
+		a.feedback.Close()
+	}
+}
+
+// Stopped cancels running jobs, waits for them and closes the engines.
+func (a *rolloutActor) Stopped(*actor.Context) {
+	a.stop()
+	a.wg.Wait()
+	a.closeEngines()
+}
+
+// Receive implements actor.Actor.
+func (a *rolloutActor) Receive(ctx *actor.Context, msg any) (any, error) {
+	switch m := msg.(type) {
+	case Submit:
+		return a.submit(m)
+	case Collect:
+		return a.collect(m.Job)
+	case StatsRequest:
+		return a.stats(), nil
+	}
+	return nil, fmt.Errorf("rollout actor: unexpected message %T", msg)
+}
+
+func (a *rolloutActor) submit(s Submit) (Ticket, error) {
+	if (s.Generate == nil) == (s.Episode == nil) {
+		return Ticket{}, errors.New("rollout actor: submit exactly one of Generate and Episode")
+	}
+	if s.Generate != nil && len(s.Generate.Requests) == 0 {
+		return Ticket{}, errors.New("rollout actor: generate: no requests")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expire()
+	if a.waiting >= a.cfg.MaxQueue {
+		return Ticket{}, fmt.Errorf("rollout actor: queue full (%d jobs waiting)", a.waiting)
+	}
+	a.next++
+	j := &job{id: fmt.Sprintf("job-%d", a.next), submit: s}
+	a.jobs[j.id] = j
+	a.waiting++
+	a.wg.Add(1)
+	go a.run(j)
+	return Ticket{Job: j.id}, nil
+}
+
+// expire forgets finished jobs nobody collected within JobTTL.
+func (a *rolloutActor) expire() {
+	for id, j := range a.jobs {
+		if j.done && time.Since(j.ended) > a.cfg.JobTTL {
+			if j.result.Bulk != nil {
+				a.sys.Bulk().Release(*j.result.Bulk)
+			}
+			delete(a.jobs, id)
+		}
+	}
+}
+
+func (a *rolloutActor) collect(id string) (JobResult, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	j, ok := a.jobs[id]
+	if !ok {
+		return JobResult{}, fmt.Errorf("rollout actor: no job %q (never submitted, or already collected)", id)
+	}
+	if !j.done {
+		return JobResult{Job: id}, nil
+	}
+	delete(a.jobs, id)
+	return j.result, nil
+}
+
+func (a *rolloutActor) run(j *job) {
+	defer a.wg.Done()
+	got := false
+	select {
+	case a.slots <- struct{}{}:
+		got = true
+	case <-a.ctx.Done():
+	}
+	a.mu.Lock()
+	a.waiting--
+	a.running++
+	a.mu.Unlock()
+	start := time.Now()
+	res, tokens := a.work(j.submit)
+	if got {
+		<-a.slots
+	}
+	res.Job, res.Done, res.Elapsed = j.id, true, time.Since(start)
+	if res.Error != "" {
+		a.failed.Add(1)
+	} else {
+		a.completed.Add(1)
+		a.tokens.Add(int64(tokens))
+	}
+	a.mu.Lock()
+	a.running--
+	j.done, j.result, j.ended = true, res, time.Now()
+	a.window = append(a.window, tokenMark{at: time.Now(), tokens: tokens, took: res.Elapsed})
+	a.mu.Unlock()
+}
+
+// work runs one job; a panic in an engine or verifier fails the job, not
+// the node.
+func (a *rolloutActor) work(s Submit) (res JobResult, tokens int) {
+	defer func() {
+		if p := recover(); p != nil {
+			res, tokens = JobResult{Error: fmt.Sprintf("panic: %v", p)}, 0
+		}
+	}()
+	if a.ctx.Err() != nil {
+		return JobResult{Error: "rollout actor stopped"}, 0
+	}
+	if s.Generate != nil {
+		out, err := a.solver.Generate(a.ctx, s.Generate.Requests)
+		if err != nil {
+			return JobResult{Error: err.Error()}, 0
+		}
+		for _, r := range out {
+			for _, smp := range r.Samples {
+				tokens += len(smp.TokenIDs)
+			}
+		}
+		return JobResult{Results: out, WeightVersion: a.solver.WeightVersion()}, tokens
+	}
+	turns, err := a.episodes(*s.Episode)
+	if err != nil {
+		return JobResult{Error: err.Error()}, 0
+	}
+	eps := map[string]float32{}
+	for _, t := range turns {
+		for _, m := range t.LossMask {
+			if m != 0 {
+				tokens++
+			}
+		}
+		eps[t.EpisodeID] = t.FinalReward
+	}
+	var sum float64
+	for _, r := range eps {
+		sum += float64(r)
+	}
+	a.episodeCount.Add(int64(len(eps)))
+	b, err := data.MarshalTrajectories(turns)
+	if err != nil {
+		return JobResult{Error: err.Error()}, 0
+	}
+	res = JobResult{Turns: len(turns), WeightVersion: a.solver.WeightVersion()}
+	if len(eps) > 0 {
+		res.MeanReward = sum / float64(len(eps))
+	}
+	if len(b) > a.cfg.BulkThreshold {
+		ref := a.sys.Bulk().Offer(b, 1, a.cfg.JobTTL)
+		res.Bulk = &ref
+	} else {
+		res.Arrow = b
+	}
+	return res, tokens
+}
+
+func (a *rolloutActor) episodes(r EpisodeRequest) ([]data.Turn, error) {
+	solver := episode.Policy{ID: a.cfg.PolicyID, Engine: a.solver, Params: r.Params}
+	lim := episode.Limits{}
+	var run episode.Runner
+	var err error
+	switch r.Kind {
+	case EpisodeSingle:
+		run, err = episode.NewSingleTurn(solver, a.verifier, r.Templates, lim)
+	case EpisodeSCoRe:
+		run, err = episode.NewSCoRe(solver, a.verifier, r.Templates, lim)
+	case EpisodeMLMT:
+		var fb *episode.Policy
+		if !r.StaticFeedback {
+			if a.feedback == nil {
+				return nil, errors.New("mlmt episode: this actor hosts no feedback engine (set FeedbackEngine, or ask for StaticFeedback)")
+			}
+			fb = &episode.Policy{ID: a.cfg.FeedbackPolicy, Engine: a.feedback, Params: r.FeedbackParams}
+		}
+		run, err = episode.NewMLMT(solver, fb, a.verifier, r.Templates, lim)
+	case EpisodeTools:
+		tk, ok := a.solver.(interface{ Tokenizer() *tokenizer.Tokenizer })
+		if !ok {
+			return nil, fmt.Errorf("tool episode: engine %q does not expose its tokenizer", a.cfg.Engine)
+		}
+		var tu *episode.ToolUse
+		tu, err = episode.NewToolUse(solver, a.verifier, tk.Tokenizer(), a.python, r.Templates, lim)
+		if err == nil && r.MaxToolCalls > 0 {
+			tu.MaxCalls = r.MaxToolCalls
+		}
+		run = tu
+	default:
+		return nil, fmt.Errorf("unknown episode kind %q (want %s, %s, %s or %s)", r.Kind, EpisodeSingle, EpisodeMLMT, EpisodeSCoRe, EpisodeTools)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return run.Run(a.ctx, episode.Batch{Examples: r.Examples, N: r.N, FirstGroupID: r.FirstGroupID})
+}
+
+func (a *rolloutActor) stats() ActorStats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cut := time.Now().Add(-30 * time.Second)
+	k := 0
+	for k < len(a.window) && a.window[k].at.Before(cut) {
+		k++
+	}
+	a.window = a.window[k:]
+	var tokens int
+	var first time.Time
+	for i, m := range a.window {
+		tokens += m.tokens
+		if s := m.at.Add(-m.took); i == 0 || s.Before(first) {
+			first = s
+		}
+	}
+	st := ActorStats{
+		WeightVersion: a.solver.WeightVersion(), QueueDepth: a.waiting, Running: a.running,
+		Completed: a.completed.Load(), Failed: a.failed.Load(), GeneratedTokens: a.tokens.Load(), Episodes: a.episodeCount.Load(),
+	}
+	if len(a.window) > 0 {
+		if span := time.Since(first).Seconds(); span > 0 {
+			st.TokensPerSecond = float64(tokens) / span
+		}
+	}
+	return st
+}
+
+// Caller is what the client helpers call through: *cluster.Handle (and a
+// cluster.Pool) satisfy it.
+type Caller interface {
+	Call(ctx context.Context, msg any) (any, error)
+}
+
+// pollEvery bounds how often Await asks whether a job is done.
+const (
+	pollFirst = time.Millisecond
+	pollMax   = 50 * time.Millisecond
+)
+
+// Await submits s to a rollout actor and waits for its result (bounded by
+// ctx), polling with backoff.
+func Await(ctx context.Context, c Caller, s Submit) (JobResult, error) {
+	v, err := c.Call(ctx, s)
+	if err != nil {
+		return JobResult{}, err
+	}
+	t, ok := v.(Ticket)
+	if !ok {
+		return JobResult{}, fmt.Errorf("rollout actor: submit answered %T, want Ticket", v)
+	}
+	wait := pollFirst
+	for {
+		v, err := c.Call(ctx, Collect{Job: t.Job})
+		if err != nil {
+			return JobResult{}, err
+		}
+		r, ok := v.(JobResult)
+		if !ok {
+			return JobResult{}, fmt.Errorf("rollout actor: collect answered %T, want JobResult", v)
+		}
+		if r.Done {
+			if r.Error != "" {
+				return r, fmt.Errorf("rollout job %s: %s", t.Job, r.Error)
+			}
+			return r, nil
+		}
+		select {
+		case <-ctx.Done():
+			return JobResult{}, fmt.Errorf("rollout job %s: %w", t.Job, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, pollMax)
+	}
+}
+
+// Generate runs plain generation on a rollout actor.
+func Generate(ctx context.Context, c Caller, reqs []engine.Request) ([]engine.Result, int64, error) {
+	r, err := Await(ctx, c, Submit{Generate: &GenerateRequest{Requests: reqs}})
+	if err != nil {
+		return nil, 0, err
+	}
+	return r.Results, r.WeightVersion, nil
+}
+
+// RunEpisodes runs a batch of episodes on a rollout actor and returns the
+// turns, fetching them over the bulk path of sys when they were offered.
+func RunEpisodes(ctx context.Context, c Caller, sys *actor.System, req EpisodeRequest) ([]data.Turn, JobResult, error) {
+	r, err := Await(ctx, c, Submit{Episode: &req})
+	if err != nil {
+		return nil, r, err
+	}
+	b := r.Arrow
+	if r.Bulk != nil {
+		if b, err = sys.Bulk().Fetch(ctx, *r.Bulk); err != nil {
+			return nil, r, fmt.Errorf("rollout job %s: fetch trajectories: %w", r.Job, err)
+		}
+	}
+	turns, err := data.UnmarshalTrajectories("rollout job "+r.Job, b)
+	if err != nil {
+		return nil, r, err
+	}
+	return turns, r, nil
+}

@@ -1,0 +1,458 @@
+package rollout_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"math"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout"
+	"github.com/rlnode/rlnode/rollout/data"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/episode"
+	"github.com/rlnode/rlnode/rollout/episode/episodetest"
+	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/rollout/verify"
+)
+
+// gate holds generation of the "gated" engine until released, so the
+// queue-depth test sees jobs waiting.
+var gate = struct {
+	sync.Mutex
+	ch chan struct{}
+}{ch: make(chan struct{})}
+
+type gatedEngine struct{ *episodetest.ScriptedEngine }
+
+func (g gatedEngine) Generate(ctx context.Context, reqs []engine.Request) ([]engine.Result, error) {
+	gate.Lock()
+	ch := gate.ch
+	gate.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.ScriptedEngine.Generate(ctx, reqs)
+}
+
+func answerOf(prompt string) string {
+	if strings.Contains(prompt, "2+3") {
+		return "5"
+	}
+	return "42"
+}
+
+// script: a solver wrong at first and right after feedback; a teacher.
+func script(r engine.Request, _ int) string {
+	if len(r.Messages) == 0 {
+		return "tokens"
+	}
+	p := r.Messages[len(r.Messages)-1].Content
+	switch {
+	case strings.Contains(p, "You are a teacher"):
+		return "Recheck the arithmetic."
+	case strings.Contains(p, "Feedback on it:"):
+		return "Fixed: \\boxed{" + answerOf(p) + "}"
+	}
+	return "I think \\boxed{1}"
+}
+
+// tinyModel is a small random Qwen2 over the builtin tokenizer.
+func tinyModel() (*model.Model, error) {
+	cfg := model.Config{Architecture: model.Qwen2, HiddenSize: 32, IntermediateSize: 48, NumLayers: 2,
+		NumHeads: 4, NumKVHeads: 2, HeadDim: 8, VocabSize: tokenizer.BuiltinVocabSize, MaxPositions: 512,
+		RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
+	m, err := model.New(cfg, cpu.New())
+	if err != nil {
+		return nil, err
+	}
+	rng := mrand.New(mrand.NewPCG(7, 1))
+	for _, p := range m.Params() {
+		v := make([]float32, p.Len())
+		for i := range v {
+			if len(p.Shape) == 1 && strings.HasSuffix(p.Name, "norm.weight") {
+				v[i] = 1
+			} else {
+				v[i] = float32(rng.NormFloat64() * 0.25)
+			}
+		}
+		m.B.Upload(p.W, v)
+	}
+	return m, nil
+}
+
+func init() {
+	rollout.RegisterEngine("scripted", func(cfg rollout.ActorConfig, model string) (engine.Engine, error) {
+		e := episodetest.NewScriptedEngine(script)
+		if model == "teacher" {
+			e.Version.Store(7)
+		} else {
+			e.Version.Store(3)
+		}
+		return e, nil
+	})
+	rollout.RegisterEngine("gated", func(rollout.ActorConfig, string) (engine.Engine, error) {
+		return gatedEngine{episodetest.NewScriptedEngine(script)}, nil
+	})
+	rollout.RegisterEngine("native-tiny", func(rollout.ActorConfig, string) (engine.Engine, error) {
+		m, err := tinyModel()
+		if err != nil {
+			return nil, err
+		}
+		return native.New(m, tokenizer.Builtin(), native.Config{MaxBatch: 8, WeightVersion: 11})
+	})
+	rollout.RegisterVerifier("exact", func() (verify.Verifier, error) { return episodetest.ExactVerifier{}, nil })
+}
+
+var problems = []data.Example{
+	{ID: "add", Prompt: "What is 2+3?", Ref: verify.Reference{Answer: "5"}},
+	{ID: "mul", Prompt: "What is 7*6?", Ref: verify.Reference{Answer: "42"}},
+}
+
+func startNode(t *testing.T) *cluster.Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := cluster.Start(ctx, cluster.Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	return n
+}
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func spawn(t *testing.T, n *cluster.Node, cfg rollout.ActorConfig, node string) *cluster.Handle {
+	t.Helper()
+	h, err := n.Spawn(testCtx(t), rollout.ActorKind, cluster.SpawnOptions{Args: cfg, Node: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func stats(t *testing.T, h *cluster.Handle) rollout.ActorStats {
+	t.Helper()
+	s, err := cluster.Call[rollout.ActorStats](testCtx(t), h, rollout.StatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var mlmtRequest = rollout.EpisodeRequest{Kind: rollout.EpisodeMLMT, Examples: problems, N: 2, FirstGroupID: 40,
+	Params: engine.SamplingParams{MaxTokens: 64}, FeedbackParams: engine.SamplingParams{MaxTokens: 32}}
+
+func checkMLMT(t *testing.T, turns []data.Turn) {
+	t.Helper()
+	if len(turns) != 12 {
+		t.Fatalf("%d turns, want 12", len(turns))
+	}
+	for i, tr := range turns {
+		pol, ver := "solver", int64(3)
+		if i%3 == 1 {
+			pol, ver = "feedback", 7
+		}
+		if tr.PolicyID != pol || tr.WeightVersion != ver || tr.FinalReward != 1 || tr.GroupID != int64(40+i/6) {
+			t.Errorf("turn %d: policy %s version %d final %v group %d", i, tr.PolicyID, tr.WeightVersion, tr.FinalReward, tr.GroupID)
+		}
+	}
+}
+
+func TestActorEmbedded(t *testing.T) {
+	n := startNode(t)
+	for _, threshold := range []int{0, 1} { // inline reply; explicit bulk offer
+		t.Run(fmt.Sprintf("bulk-threshold-%d", threshold), func(t *testing.T) {
+			h := spawn(t, n, rollout.ActorConfig{Engine: "scripted", FeedbackEngine: "scripted", FeedbackModel: "teacher",
+				Verifier: "exact", BulkThreshold: threshold}, "")
+			ctx := testCtx(t)
+			turns, res, err := rollout.RunEpisodes(ctx, h, n.System(), mlmtRequest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkMLMT(t, turns)
+			if (res.Bulk != nil) != (threshold == 1) || res.MeanReward != 1 || res.Turns != 12 || res.WeightVersion != 3 {
+				t.Errorf("result: bulk %v mean %v turns %d version %d", res.Bulk, res.MeanReward, res.Turns, res.WeightVersion)
+			}
+			results, version, err := rollout.Generate(ctx, h, []engine.Request{{ID: "r1", Prompt: []int{1, 2, 3}, Params: engine.SamplingParams{N: 2, MaxTokens: 8}}})
+			if err != nil || len(results) != 1 || len(results[0].Samples) != 2 || version != 3 {
+				t.Fatalf("generate: %+v %d %v", results, version, err)
+			}
+			st := stats(t, h)
+			if st.Completed != 2 || st.Episodes != 4 || st.WeightVersion != 3 || st.QueueDepth != 0 || st.Running != 0 || st.GeneratedTokens == 0 || st.TokensPerSecond <= 0 {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+}
+
+func TestActorBadRequests(t *testing.T) {
+	n := startNode(t)
+	ctx := testCtx(t)
+	if _, err := n.Spawn(ctx, rollout.ActorKind, cluster.SpawnOptions{Args: rollout.ActorConfig{Engine: "nope"}}); err == nil || !strings.Contains(err.Error(), `unknown engine "nope"`) {
+		t.Errorf("unknown engine: %v", err)
+	}
+	if _, err := n.Spawn(ctx, rollout.ActorKind, cluster.SpawnOptions{Args: rollout.ActorConfig{Engine: "scripted", Verifier: "nope"}}); err == nil || !strings.Contains(err.Error(), `unknown verifier "nope"`) {
+		t.Errorf("unknown verifier: %v", err)
+	}
+	h := spawn(t, n, rollout.ActorConfig{Engine: "scripted", Verifier: "exact"}, "")
+	for _, c := range []struct {
+		req  rollout.EpisodeRequest
+		want string
+	}{
+		{rollout.EpisodeRequest{Kind: "chess", Examples: problems, N: 1, Params: engine.SamplingParams{MaxTokens: 8}}, `unknown episode kind "chess"`},
+		{rollout.EpisodeRequest{Kind: rollout.EpisodeMLMT, Examples: problems, N: 1, Params: engine.SamplingParams{MaxTokens: 8}}, "hosts no feedback engine"},
+		{rollout.EpisodeRequest{Kind: rollout.EpisodeSingle, Examples: problems, N: 1}, "MaxTokens 0"},
+		{rollout.EpisodeRequest{Kind: rollout.EpisodeSingle, Examples: problems, N: 1, Params: engine.SamplingParams{MaxTokens: 8}, Templates: episodeTemplates("{{.Nope}}")}, `template "solver"`},
+		{rollout.EpisodeRequest{Kind: rollout.EpisodeTools, Examples: problems, N: 1, Params: engine.SamplingParams{MaxTokens: 8}}, "does not expose its tokenizer"},
+	} {
+		if _, _, err := rollout.RunEpisodes(ctx, h, n.System(), c.req); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.req.Kind, err, c.want)
+		}
+	}
+	if _, err := h.Call(ctx, rollout.Collect{Job: "job-999"}); err == nil || !strings.Contains(err.Error(), `no job "job-999"`) {
+		t.Errorf("collect unknown job: %v", err)
+	}
+	if _, err := h.Call(ctx, rollout.Submit{}); err == nil || !strings.Contains(err.Error(), "exactly one") {
+		t.Errorf("empty submit: %v", err)
+	}
+	if st := stats(t, h); st.Failed != 5 || st.Completed != 0 {
+		t.Errorf("stats after failures: %+v", st)
+	}
+}
+
+func TestActorQueueDepth(t *testing.T) {
+	n := startNode(t)
+	h := spawn(t, n, rollout.ActorConfig{Engine: "gated", Verifier: "exact", Concurrency: 1, MaxQueue: 3}, "")
+	ctx := testCtx(t)
+	req := rollout.EpisodeRequest{Kind: rollout.EpisodeSingle, Examples: problems, N: 1, Params: engine.SamplingParams{MaxTokens: 8}}
+	var tickets []rollout.Ticket
+	for range 3 {
+		tk, err := cluster.Call[rollout.Ticket](ctx, h, rollout.Submit{Episode: &req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets = append(tickets, tk)
+	}
+	// Wait (bounded by ctx) until one job holds the only slot.
+	for st := stats(t, h); st.Running != 1 || st.QueueDepth != 2; st = stats(t, h) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("stats never showed 1 running, 2 waiting: %+v", st)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	tk, err := cluster.Call[rollout.Ticket](ctx, h, rollout.Submit{Episode: &req})
+	if err != nil {
+		t.Fatalf("fourth job, third waiting: %v", err)
+	}
+	tickets = append(tickets, tk)
+	if _, err := h.Call(ctx, rollout.Submit{Episode: &req}); err == nil || !strings.Contains(err.Error(), "queue full (3 jobs waiting)") {
+		t.Errorf("fifth job: %v", err)
+	}
+	gate.Lock()
+	close(gate.ch)
+	gate.Unlock()
+	for _, tk := range tickets {
+		for {
+			r, err := cluster.Call[rollout.JobResult](ctx, h, rollout.Collect{Job: tk.Job})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Done {
+				if r.Error != "" || r.Turns != 2 {
+					t.Errorf("job %s: %+v", tk.Job, r)
+				}
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	if st := stats(t, h); st.Completed != 4 || st.QueueDepth != 0 {
+		t.Errorf("stats after release: %+v", st)
+	}
+}
+
+func episodeTemplates(solver string) episode.Templates { return episode.Templates{Solver: solver} }
+
+// TestActorNativeEngine runs episodes on the native engine with a small
+// random model: rewards are whatever the model earns; the trajectories must
+// be exact: prompt ids are the chat template's, logprobs are finite and
+// non-positive, the loss mask covers exactly the sampled tokens.
+func TestActorNativeEngine(t *testing.T) {
+	n := startNode(t)
+	h := spawn(t, n, rollout.ActorConfig{Engine: "native-tiny", Verifier: "math"}, "")
+	ctx := testCtx(t)
+	seed := int64(5)
+	for _, kind := range []string{rollout.EpisodeSingle, rollout.EpisodeMLMT, rollout.EpisodeTools} {
+		req := rollout.EpisodeRequest{Kind: kind, Examples: problems, N: 2, StaticFeedback: true, MaxToolCalls: 1,
+			Params: engine.SamplingParams{MaxTokens: 12, Temperature: 1, Seed: &seed}}
+		turns, res, err := rollout.RunEpisodes(ctx, h, n.System(), req)
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		want := map[string]int{rollout.EpisodeSingle: 4, rollout.EpisodeMLMT: 8, rollout.EpisodeTools: 4}[kind]
+		if len(turns) != want || res.WeightVersion != 11 {
+			t.Fatalf("%s: %d turns (want %d), version %d", kind, len(turns), want, res.WeightVersion)
+		}
+		tok := tokenizer.Builtin()
+		for i, tr := range turns {
+			if tr.WeightVersion != 11 || tr.PolicyID != "solver" || len(tr.ResponseIDs) == 0 {
+				t.Errorf("%s turn %d: version %d policy %s %d tokens", kind, i, tr.WeightVersion, tr.PolicyID, len(tr.ResponseIDs))
+			}
+			for k, lp := range tr.LogProbs {
+				sampled := tr.LossMask[k] == 1
+				masked := tr.LossMask[k] == 0 && lp == 0 && kind == rollout.EpisodeTools
+				if math.IsNaN(float64(lp)) || lp > 0 || !(sampled || masked) {
+					t.Errorf("%s turn %d token %d: logprob %v mask %v", kind, i, k, lp, tr.LossMask[k])
+				}
+			}
+			if tr.Turn == 0 {
+				ex := problems[tr.GroupID]
+				prompt := tok.EncodeChat([]tokenizer.Message{{Role: "user", Content: firstPrompt(kind, ex.Prompt)}}, true)
+				if !slices.Equal(toInt(tr.PromptIDs), prompt) {
+					t.Errorf("%s turn %d: prompt ids are not the chat template's", kind, i)
+				}
+			}
+		}
+	}
+	if st := stats(t, h); st.WeightVersion != 11 || st.Completed != 3 || st.Episodes != 12 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func firstPrompt(kind, problem string) string {
+	d := episode.DefaultTemplates()
+	if kind == rollout.EpisodeTools {
+		return strings.ReplaceAll(d.ToolSolver, "{{.Problem}}", problem)
+	}
+	return strings.ReplaceAll(d.Solver, "{{.Problem}}", problem)
+}
+
+func toInt(x []int32) []int {
+	out := make([]int, len(x))
+	for i, v := range x {
+		out[i] = int(v)
+	}
+	return out
+}
+
+// The two-process test: a child process (this test binary) joins the
+// cluster as a second node; the rollout actor is placed on it and its
+// trajectories come back over the bulk path between the processes.
+
+func TestMain(m *testing.M) {
+	if os.Getenv("RLNODE_ROLLOUT_NODE") == "1" {
+		os.Exit(runChildNode())
+	}
+	os.Exit(m.Run())
+}
+
+func runChildNode() int {
+	key, _ := base64.StdEncoding.DecodeString(os.Getenv("RLNODE_ROLLOUT_KEY"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: "child", Bind: "127.0.0.1:0", Key: key, CPUs: 2,
+		Join: []string{os.Getenv("RLNODE_ROLLOUT_JOIN")}, Logger: actor.DiscardLogger()})
+	cancel()
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	fmt.Println("UP")
+	_, _ = io.Copy(io.Discard, os.Stdin) // stdin closing means stop
+	n.Stop()
+	return 0
+}
+
+func TestActorAcrossProcesses(t *testing.T) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: "parent", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "RLNODE_ROLLOUT_NODE=1", "RLNODE_ROLLOUT_KEY="+base64.StdEncoding.EncodeToString(key),
+		"RLNODE_ROLLOUT_JOIN="+n.GossipAddress())
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	defer func() {
+		stdin.Close()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			select {
+			case line <- sc.Text():
+			default:
+			}
+		}
+	}()
+	select {
+	case l := <-line:
+		if l != "UP" {
+			t.Fatalf("child node: %s", l)
+		}
+	case <-ctx.Done():
+		t.Fatal("child node did not start")
+	}
+	for _, threshold := range []int{0, 1} {
+		h := spawn(t, n, rollout.ActorConfig{Engine: "scripted", FeedbackEngine: "scripted", FeedbackModel: "teacher",
+			Verifier: "exact", BulkThreshold: threshold}, "child")
+		if rec, _ := h.Record(); rec.Node != "child" {
+			t.Fatalf("actor placed on %q, want the child node", rec.Node)
+		}
+		turns, res, err := rollout.RunEpisodes(ctx, h, n.System(), mlmtRequest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkMLMT(t, turns)
+		if (res.Bulk != nil) != (threshold == 1) {
+			t.Errorf("threshold %d: bulk %v", threshold, res.Bulk)
+		}
+		if st := stats(t, h); st.Completed != 1 || st.Episodes != 4 {
+			t.Errorf("stats %+v", st)
+		}
+	}
+}
