@@ -252,7 +252,8 @@ const (
 	AdapterConfig  = "adapter_config.json"
 )
 
-// SaveLoRA writes the adapters as a PEFT adapter directory.
+// SaveLoRA writes the adapters as a PEFT adapter directory; a value head
+// goes beside them in ValueHeadFile.
 func (m *Model) SaveLoRA(dir, baseModel string) error {
 	if m.lora == nil {
 		return fmt.Errorf("save lora %s: the model has no adapters", dir)
@@ -281,6 +282,11 @@ func (m *Model) SaveLoRA(dir, baseModel string) error {
 	if err := os.WriteFile(filepath.Join(dir, AdapterConfig), js, 0o644); err != nil {
 		return fmt.Errorf("save lora: %w", err)
 	}
+	if m.Value != nil {
+		if err := m.saveValueHead(dir); err != nil {
+			return fmt.Errorf("save lora %s: %w", dir, err)
+		}
+	}
 	return nil
 }
 
@@ -297,8 +303,9 @@ func (m *Model) loraParams() []*Param {
 }
 
 // LoadLoRA reads a PEFT adapter directory onto the model (adding adapters
-// as its config says, then loading their weights). Config and weights are
-// checked whole first: on error the model is left as it was.
+// as its config says, then loading their weights), and the value head in
+// ValueHeadFile when the directory has one. Config and weights are checked
+// whole first: on error the model is left as it was.
 func (m *Model) LoadLoRA(dir string) error {
 	cpath := filepath.Join(dir, AdapterConfig)
 	b, err := os.ReadFile(cpath)
@@ -339,11 +346,18 @@ func (m *Model) LoadLoRA(dir string) error {
 			return fmt.Errorf("load lora %s: tensor %q: not an adapter weight of r=%d on %s", wpath, name, cfg.Rank, strings.Join(cfg.TargetModules, ", "))
 		}
 	}
+	head, err := m.readValueHead(dir)
+	if err != nil {
+		return fmt.Errorf("load lora: %w", err)
+	}
 	if err := m.AddLoRA(cfg); err != nil {
 		return fmt.Errorf("load lora %s: %w", cpath, err)
 	}
 	for _, p := range m.loraParams() {
 		m.B.Upload(p.W, values[p.Name])
+	}
+	if head != nil {
+		m.setValueHead(head)
 	}
 	return nil
 }

@@ -1,8 +1,14 @@
 package model
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+
+	"github.com/rlnode/rlnode/learner/safetensors"
 )
 
 // Checkpoint names of the value head's tensors. They follow TRL's
@@ -123,4 +129,65 @@ func (m *Model) BackwardWithValues(dLogp, dEntropy, dValues []float32) error {
 	}
 	m.backward(dLogp, dEntropy, dValues)
 	return nil
+}
+
+// ValueHeadFile is where SaveLoRA puts a value head beside the adapter:
+// PEFT and vLLM read only the adapter's two files, and the head, trained
+// with the adapters, is the critic's share of the run's state.
+const ValueHeadFile = "value_head.safetensors"
+
+// saveValueHead writes the head's tensors to dir/ValueHeadFile.
+func (m *Model) saveValueHead(dir string) error {
+	var ts []safetensors.Tensor
+	for _, p := range m.Value.params() {
+		t, err := safetensors.FromFloat32(p.Name, safetensors.F32, p.Shape, m.download(p.W))
+		if err != nil {
+			return err
+		}
+		ts = append(ts, t)
+	}
+	return safetensors.WriteFile(filepath.Join(dir, ValueHeadFile), ts, map[string]string{"format": "pt"})
+}
+
+// readValueHead reads dir/ValueHeadFile, checked whole: exactly the head's
+// two tensors with this model's shapes. A missing file gives nil.
+func (m *Model) readValueHead(dir string) (map[string][]float32, error) {
+	path := filepath.Join(dir, ValueHeadFile)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string][]int{ValueHeadWeight: {1, m.Config.HiddenSize}, ValueHeadBias: {1}}
+	out := map[string][]float32{}
+	for name, shape := range want {
+		t, ok := f.Tensor(name)
+		if !ok {
+			return nil, fmt.Errorf("load value head %s: tensor %q: missing", path, name)
+		}
+		if !sameShape(t.Shape, shape) {
+			return nil, fmt.Errorf("load value head %s: tensor %q: shape %v, want %v", path, name, t.Shape, shape)
+		}
+		if out[name], err = t.Float32(); err != nil {
+			return nil, fmt.Errorf("load value head %s: %w", path, err)
+		}
+	}
+	for _, name := range f.Names() {
+		if _, ok := want[name]; !ok {
+			return nil, fmt.Errorf("load value head %s: tensor %q: not a value head tensor", path, name)
+		}
+	}
+	return out, nil
+}
+
+// setValueHead gives the model a head (if it has none) holding w.
+func (m *Model) setValueHead(w map[string][]float32) {
+	if m.Value == nil {
+		m.addValueHead()
+	}
+	for _, p := range m.Value.params() {
+		m.B.Upload(p.W, w[p.Name])
+	}
 }

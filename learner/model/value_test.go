@@ -363,3 +363,64 @@ func TestValueHeadBadInput(t *testing.T) {
 		t.Errorf("load without the head's bias: %v", err)
 	}
 }
+
+// SaveLoRA keeps the head beside the adapter; LoadLoRA brings both back
+// onto a base without a head, and refuses a bad head file whole.
+func TestValueHeadLoRASaveLoad(t *testing.T) {
+	m := tinyModel(t, tinyConfig(Qwen2), 7)
+	if err := m.AddValueHead(3); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AddLoRA(LoRAConfig{Rank: 2, Alpha: 4, TargetModules: []string{"q_proj", "up_proj"}}); err != nil {
+		t.Fatal(err)
+	}
+	randomizeLoRA(m, 2)
+	m.B.Upload(m.Value.Bias.W, []float32{-0.5})
+	bt, _ := NewBatch(randomSequences(rand.New(rand.NewPCG(1, 1)), 3, 32), 0, false, 32)
+	want := scores(t, m, bt)
+	dir := t.TempDir()
+	if err := m.SaveLoRA(dir, "tiny"); err != nil {
+		t.Fatal(err)
+	}
+	adapter, err := safetensors.ReadFile(filepath.Join(dir, AdapterWeights))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range adapter.Names() {
+		if strings.Contains(name, "v_head") {
+			t.Errorf("%s in %s: PEFT would refuse it", name, AdapterWeights)
+		}
+	}
+	m2 := tinyModel(t, tinyConfig(Qwen2), 7)
+	if err := m2.LoadLoRA(dir); err != nil {
+		t.Fatal(err)
+	}
+	if m2.Value == nil {
+		t.Fatal("no value head after LoadLoRA")
+	}
+	got := scores(t, m2, bt)
+	if d := maxDiff(got.Values, want.Values) + maxDiff(got.LogProbs, want.LogProbs); d != 0 {
+		t.Errorf("reloaded adapter and head differ by %g", d)
+	}
+	if n := len(m2.TrainableParams()); n != 2*2*2+2 {
+		t.Errorf("%d trainable params after LoadLoRA, want 8 adapters and the head", n)
+	}
+
+	// A head of the wrong width is refused before anything changes.
+	bad, err := safetensors.FromFloat32(ValueHeadWeight, safetensors.F32, []int{1, 8}, make([]float32, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bias, _ := safetensors.FromFloat32(ValueHeadBias, safetensors.F32, []int{1}, []float32{0})
+	if err := safetensors.WriteFile(filepath.Join(dir, ValueHeadFile), []safetensors.Tensor{bad, bias}, nil); err != nil {
+		t.Fatal(err)
+	}
+	m3 := tinyModel(t, tinyConfig(Qwen2), 7)
+	err = m3.LoadLoRA(dir)
+	if err == nil || !strings.Contains(err.Error(), ValueHeadFile) || !strings.Contains(err.Error(), `"v_head.summary.weight": shape [1 8], want [1 16]`) {
+		t.Errorf("bad head file: %v", err)
+	}
+	if m3.Value != nil || len(m3.loraParams()) != 0 {
+		t.Error("a refused LoadLoRA changed the model")
+	}
+}
