@@ -19,12 +19,24 @@ func benchConfig() Config {
 // BenchmarkTrainStep is forward + backward over 8 rows of 256 tokens, every
 // token after the first scored (the gradient of the sum of log probs), as
 // one RL micro-batch.
-func BenchmarkTrainStep(b *testing.B) {
+func BenchmarkTrainStep(b *testing.B) { benchTrainStep(b, false) }
+
+// BenchmarkTrainStepValueHead is BenchmarkTrainStep on a model with a value
+// head, backward taking dLoss/dValue (all ones) with dLoss/dLogProb: the
+// shared critic's cost over the policy alone.
+func BenchmarkTrainStepValueHead(b *testing.B) { benchTrainStep(b, true) }
+
+func benchTrainStep(b *testing.B, valueHead bool) {
 	m, err := New(benchConfig(), cpu.New())
 	if err != nil {
 		b.Fatal(err)
 	}
 	m.InitRandom(1)
+	if valueHead {
+		if err := m.AddValueHead(1); err != nil {
+			b.Fatal(err)
+		}
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	const rows, seqLen = 8, 256
 	seqs := make([]Sequence, rows)
@@ -46,6 +58,15 @@ func BenchmarkTrainStep(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		m.ZeroGrad()
+		if valueHead {
+			if _, _, _, err := m.ForwardWithValues(bt); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.BackwardWithValues(ones, nil, ones); err != nil {
+				b.Fatal(err)
+			}
+			continue
+		}
 		if _, _, err := m.Forward(bt); err != nil {
 			b.Fatal(err)
 		}

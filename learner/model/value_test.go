@@ -405,6 +405,12 @@ func TestValueHeadLoRASaveLoad(t *testing.T) {
 	if n := len(m2.TrainableParams()); n != 2*2*2+2 {
 		t.Errorf("%d trainable params after LoadLoRA, want 8 adapters and the head", n)
 	}
+	// Merging folds the adapters into the base and keeps the head.
+	m2.MergeLoRA()
+	merged := scores(t, m2, bt)
+	if d := maxDiff(merged.Values, want.Values); d > 1e-5 || m2.Value == nil {
+		t.Errorf("merged model: head %v, values differ by %g", m2.Value != nil, d)
+	}
 
 	// A head of the wrong width is refused before anything changes.
 	bad, err := safetensors.FromFloat32(ValueHeadWeight, safetensors.F32, []int{1, 8}, make([]float32, 8))
