@@ -190,7 +190,8 @@ func (m *Model) Clone() (*Model, error) {
 	return c, nil
 }
 
-// allocGrads gives every weight of an unfrozen model its gradient buffer.
+// allocGrads gives every weight of an unfrozen model, and a trainable
+// value head, its gradient buffer.
 func (m *Model) allocGrads() {
 	for _, p := range m.params {
 		if p.G == nil && (!m.frozen || m.Value.trains(p)) {

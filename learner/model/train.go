@@ -34,7 +34,7 @@ type ScoreGrads struct {
 type ActorCriticObjective func(micro int, bt *Batch, s Scores) (loss float64, d ScoreGrads, err error)
 
 // Trainer runs optimizer steps on a model's trainable parameters (all
-// weights, or only the LoRA adapters) with gradient accumulation over
+// weights, or only the LoRA adapters and a value head) with gradient accumulation over
 // micro-batches.
 type Trainer struct {
 	Model       *Model
@@ -59,7 +59,7 @@ type StepStats struct {
 // gradient stops the step with an error naming the step and the first bad
 // micro-batch or tensor; the weights are then untouched.
 func (t *Trainer) Step(micro []*Batch, lr float64, obj Objective) (StepStats, error) {
-	return t.step1(micro, lr, func(i int, bt *Batch) (float64, error) {
+	return t.takeStep(micro, lr, func(i int, bt *Batch) (float64, error) {
 		logp, ent, err := t.Model.Forward(bt)
 		if err != nil {
 			return 0, err
@@ -81,7 +81,7 @@ func (t *Trainer) Step(micro []*Batch, lr float64, obj Objective) (StepStats, er
 // probabilities, entropies and values, updating policy, trunk and head
 // together.
 func (t *Trainer) StepActorCritic(micro []*Batch, lr float64, obj ActorCriticObjective) (StepStats, error) {
-	return t.step1(micro, lr, func(i int, bt *Batch) (float64, error) {
+	return t.takeStep(micro, lr, func(i int, bt *Batch) (float64, error) {
 		m := t.Model
 		var s Scores
 		var err error
@@ -104,9 +104,9 @@ func (t *Trainer) StepActorCritic(micro []*Batch, lr float64, obj ActorCriticObj
 	})
 }
 
-// step1 is one optimizer step; microStep runs forward, objective and
+// takeStep is one optimizer step; microStep runs forward, objective and
 // backward of micro-batch i and returns its loss.
-func (t *Trainer) step1(micro []*Batch, lr float64, microStep func(i int, bt *Batch) (float64, error)) (StepStats, error) {
+func (t *Trainer) takeStep(micro []*Batch, lr float64, microStep func(i int, bt *Batch) (float64, error)) (StepStats, error) {
 	m := t.Model
 	st := StepStats{Step: t.step + 1}
 	if len(micro) == 0 {
