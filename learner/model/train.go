@@ -34,8 +34,8 @@ type ScoreGrads struct {
 type ActorCriticObjective func(micro int, bt *Batch, s Scores) (loss float64, d ScoreGrads, err error)
 
 // Trainer runs optimizer steps on a model's trainable parameters (all
-// weights, or only the LoRA adapters and a value head) with gradient accumulation over
-// micro-batches.
+// weights, or only the LoRA adapters and a value head) with gradient
+// accumulation over micro-batches.
 type Trainer struct {
 	Model       *Model
 	Opt         *optim.AdamW
