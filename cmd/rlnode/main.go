@@ -11,10 +11,14 @@ func usage() string {
 	return `usage: rlnode COMMAND [flags]
 
 commands:
-  start    start the first node of a cluster
-  join     join a cluster
+  start    start the first node of a cluster (foreground)
+  join     join a cluster: rlnode join HOST:PORT --key-file PATH
   status   show the cluster's nodes and actors
   stop     stop a node gracefully
-  model    create and inspect model checkpoints
+  model    create a checkpoint (model init) or score sequences (model forward)
+  serve    serve a model over an OpenAI-compatible HTTP API
+  verify   score model responses (math, gsm8k, code) from JSONL
+
+Run 'rlnode COMMAND -h' for a command's flags.
 `
 }
