@@ -2,4 +2,13 @@
 // engine and its OpenAI-compatible server, verifiers, episodes (single,
 // MLMT three-turn, SCoRe, tools), datasets, Arrow trajectories and the
 // rollout actor.
+//
+// This package itself is the rollout actor (ActorKind): it hosts an engine
+// on a node, runs generation and episode jobs submitted over the runtime,
+// and returns episodes as Arrow IPC bytes (rollout/data's TrajectorySchema),
+// inline or through the bulk path when large. Engines and verifiers reach
+// it by name (RegisterEngine, RegisterVerifier; "native", "math", "gsm8k"
+// and "code" are built in). The subpackages do the work: engine and verify
+// (interfaces), native and vllm (engines), episode (episode runners), data
+// (datasets and trajectories), task (synthetic problems).
 package rollout
