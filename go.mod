@@ -10,6 +10,7 @@ require (
 	github.com/vmihailenco/msgpack/v5 v5.4.1
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
+	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (
