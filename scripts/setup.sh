@@ -21,6 +21,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # npm packages for tests that drive our servers with official clients.
-for dir in $(find . -path ./node_modules -prune -o -name package.json -path '*/testdata/*' -print | xargs -r -n1 dirname); do
-	(cd "$dir" && npm ci --no-audit --no-fund --silent)
+for dir in $(find . -name node_modules -prune -o -name package.json -path '*/testdata/*' -print | xargs -r -n1 dirname); do
+	echo "setup: npm ci in $dir"
+	(cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
 done
