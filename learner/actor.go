@@ -1,0 +1,181 @@
+package learner
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/learner/safetensors"
+)
+
+// ActorKind is the kind name of the learner actor: it hosts a Learner
+// (policy, optimizer, reference, optional value head) on its node and
+// trains it on the batches it is sent. Messages are handled one at a time,
+// so a Train call and a weights request never overlap.
+const ActorKind = "learner"
+
+// ActorConfig is the spawn argument of a learner actor.
+type ActorConfig struct {
+	Config Config
+	// ResumeDir, when set, is a checkpoint (Save) loaded at spawn time.
+	ResumeDir string
+}
+
+// TrainRequest asks for one Train call; the reply is Stats.
+type TrainRequest struct {
+	Batch Batch
+}
+
+// SetAlgorithmRequest switches the algorithm (SFT warm-up, then RL); the
+// reply is AlgorithmSet.
+type SetAlgorithmRequest struct {
+	Algorithm string
+	LR        float64 // > 0 replaces the peak learning rate; 0 keeps it
+}
+
+// AlgorithmSet acknowledges SetAlgorithmRequest.
+type AlgorithmSet struct {
+	Algorithm string
+}
+
+// WeightsRequest asks for the policy's current weights as a bulk offer;
+// the reply is WeightsOffer.
+type WeightsRequest struct {
+	// Readers is how many fetches the offer allows (one per engine); 0
+	// means 1.
+	Readers int
+	// TTL bounds how long the offer stays up; 0 means two minutes.
+	TTL time.Duration
+}
+
+// WeightsOffer names the weights offered on the learner's node's bulk
+// path: a safetensors file (float32, no value head) of Size bytes. Fetch
+// it with System().Bulk().Fetch and read it with DecodeWeights.
+type WeightsOffer struct {
+	Step int // optimizer steps behind these weights
+	Ref  actor.BulkRef
+}
+
+// SaveRequest asks for a checkpoint in Dir (on the learner's node); the
+// reply is Saved.
+type SaveRequest struct {
+	Dir string
+}
+
+// Saved acknowledges SaveRequest.
+type Saved struct {
+	Dir  string
+	Step int
+}
+
+// LoadRequest replaces the learner's state with the checkpoint in Dir; the
+// reply is Loaded.
+type LoadRequest struct {
+	Dir string
+}
+
+// Loaded acknowledges LoadRequest.
+type Loaded struct {
+	Step int
+}
+
+func init() {
+	actor.RegisterMessage(ActorConfig{}, TrainRequest{}, Stats{}, SetAlgorithmRequest{}, AlgorithmSet{},
+		WeightsRequest{}, WeightsOffer{}, SaveRequest{}, Saved{}, LoadRequest{}, Loaded{})
+	actor.RegisterKind(ActorKind, func(ctx *actor.Context, args any) (actor.Actor, error) {
+		cfg, ok := args.(ActorConfig)
+		if !ok {
+			return nil, fmt.Errorf("learner actor: spawn args are %T, want learner.ActorConfig", args)
+		}
+		l, err := New(cfg.Config)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.ResumeDir != "" {
+			if err := l.Load(cfg.ResumeDir); err != nil {
+				return nil, err
+			}
+		}
+		return &learnerActor{l: l}, nil
+	})
+}
+
+type learnerActor struct {
+	l *Learner
+}
+
+// Receive implements actor.Actor.
+func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
+	switch m := msg.(type) {
+	case TrainRequest:
+		return a.l.Train(m.Batch)
+	case SetAlgorithmRequest:
+		if err := a.l.SetAlgorithm(m.Algorithm, m.LR); err != nil {
+			return nil, err
+		}
+		return AlgorithmSet{Algorithm: m.Algorithm}, nil
+	case WeightsRequest:
+		data, err := EncodeWeights(a.l.PolicyWeights())
+		if err != nil {
+			return nil, fmt.Errorf("learner actor: weights: %w", err)
+		}
+		ttl := m.TTL
+		if ttl <= 0 {
+			ttl = 2 * time.Minute
+		}
+		return WeightsOffer{Step: a.l.Step(), Ref: ctx.System().Bulk().Offer(data, m.Readers, ttl)}, nil
+	case SaveRequest:
+		if m.Dir == "" {
+			return nil, fmt.Errorf("learner actor: save: empty directory")
+		}
+		if err := a.l.Save(m.Dir); err != nil {
+			return nil, err
+		}
+		return Saved{Dir: m.Dir, Step: a.l.Step()}, nil
+	case LoadRequest:
+		if err := a.l.Load(m.Dir); err != nil {
+			return nil, err
+		}
+		return Loaded{Step: a.l.Step()}, nil
+	}
+	return nil, fmt.Errorf("learner actor: unexpected message %T", msg)
+}
+
+// EncodeWeights writes weights (name → float32 values) as safetensors
+// bytes, tensors sorted by name, each 1-D: the receiver knows the shapes
+// from its own model.
+func EncodeWeights(w map[string][]float32) ([]byte, error) {
+	names := make([]string, 0, len(w))
+	for n := range w {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	ts := make([]safetensors.Tensor, 0, len(names))
+	for _, n := range names {
+		t, err := safetensors.FromFloat32(n, safetensors.F32, []int{len(w[n])}, w[n])
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, t)
+	}
+	return safetensors.Encode(ts, nil)
+}
+
+// DecodeWeights reads EncodeWeights' bytes; what names the payload in
+// errors.
+func DecodeWeights(what string, data []byte) (map[string][]float32, error) {
+	f, err := safetensors.Parse(what, data)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]float32, len(f.Names()))
+	for _, n := range f.Names() {
+		v, _, err := f.Float32(n)
+		if err != nil {
+			return nil, err
+		}
+		out[n] = v
+	}
+	return out, nil
+}

@@ -1,0 +1,297 @@
+package learner
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/optim"
+	"github.com/rlnode/rlnode/learner/rl"
+)
+
+// Algorithms the learner trains with (Config.Algorithm).
+const (
+	GRPO        = "grpo"        // group-normalized advantages (r−mean)/(std+ε), PPO clipped loss
+	DrGRPO      = "dr_grpo"     // group-centred advantages, seq-mean-token-sum-norm aggregation
+	RLOO        = "rloo"        // leave-one-out baseline
+	ReinforcePP = "reinforce++" // discounted returns whitened over the batch
+	PPO         = "ppo"         // value head (shared-trunk critic), GAE, clipped policy + value loss
+	RWSFT       = "rw_sft"      // reward-weighted SFT: NLL weighted by exp(r/β)-normalized weights
+	SFT         = "sft"         // plain NLL of the responses (warm-up)
+)
+
+// Algorithms lists every algorithm name.
+var Algorithms = []string{GRPO, DrGRPO, RLOO, ReinforcePP, PPO, RWSFT, SFT}
+
+// Config is what a learner is built from. DefaultConfig fills every field
+// with a working value; Validate names the field that is wrong.
+type Config struct {
+	// ModelDir is a checkpoint directory (config.json + safetensors) to
+	// start from. When empty, Model gives the architecture of a model
+	// initialized at random with Seed.
+	ModelDir string
+	Model    *model.Config
+	Seed     uint64
+
+	Algorithm string
+
+	// Learning rate: linear warm-up over WarmupSteps to LR, then cosine
+	// decay to MinLR at TotalSteps; TotalSteps 0 keeps LR constant after
+	// warm-up.
+	LR, MinLR               float64
+	WarmupSteps, TotalSteps int
+	// AdamW.
+	Beta1, Beta2, Eps, WeightDecay float64
+	// MaxGradNorm clips the global gradient norm; 0 turns clipping off.
+	MaxGradNorm float64
+
+	// Loss configures the PPO clipped surrogate (clip-higher, dual-clip,
+	// TIS cap, KL to the frozen initial policy, entropy bonus,
+	// aggregation). SFT and RWSFT use only its Aggregation.
+	Loss rl.PolicyLossConfig
+	// MaxResponseLen is Dr.GRPO's constant normalizer (the longest
+	// response the engine may produce).
+	MaxResponseLen int
+
+	// MicroBatchSeqs sequences go through forward/backward at once;
+	// gradients accumulate over micro-batches.
+	MicroBatchSeqs int
+	// MiniBatches splits each Train batch into this many optimizer steps
+	// (PPO's mini-batches); with more than one, the old log probabilities
+	// are computed by a forward pass before the first step, so the ratio
+	// and the clipping are meaningful.
+	MiniBatches int
+
+	// PPO: GAE discount and λ, value-loss weight and clip. REINFORCE++
+	// uses Gamma.
+	Gamma, Lambda     float64
+	VFCoef, ValueClip float64
+	// RWBeta is the temperature of reward-weighted SFT's weights.
+	RWBeta float64
+}
+
+// DefaultConfig is GRPO with DAPO's clip-higher (0.2/0.28), token-mean
+// aggregation, AdamW (0.9, 0.999, 1e-8, wd 0), lr 1e-5, clipping at 1.0.
+func DefaultConfig() Config {
+	loss := rl.DAPOConfig()
+	loss.DualClip = 0
+	return Config{
+		Algorithm: GRPO,
+		LR:        1e-5, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
+		MaxGradNorm:    1,
+		Loss:           loss,
+		MaxResponseLen: 1024,
+		MicroBatchSeqs: 32,
+		MiniBatches:    1,
+		Gamma:          1, Lambda: 0.95,
+		VFCoef: 0.5, ValueClip: 0.2,
+		RWBeta: 1,
+	}
+}
+
+// Validate reports the first field that makes no learner.
+func (c Config) Validate() error {
+	known := false
+	for _, a := range Algorithms {
+		known = known || c.Algorithm == a
+	}
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("learner config: %s %v: %s", field, v, want)
+	}
+	switch {
+	case !known:
+		return bad("algorithm", fmt.Sprintf("%q", c.Algorithm), "want one of "+strings.Join(Algorithms, ", "))
+	case c.ModelDir == "" && c.Model == nil:
+		return fmt.Errorf("learner config: neither model_dir nor model is set")
+	case c.ModelDir != "" && c.Model != nil:
+		return fmt.Errorf("learner config: both model_dir and model are set")
+	case !(c.LR > 0) || math.IsInf(c.LR, 0):
+		return bad("lr", c.LR, "want a finite rate > 0")
+	case !(c.MinLR >= 0) || c.MinLR > c.LR:
+		return bad("min_lr", c.MinLR, "want a rate in [0, lr]")
+	case c.WarmupSteps < 0:
+		return bad("warmup_steps", c.WarmupSteps, "want ≥ 0")
+	case c.TotalSteps != 0 && c.TotalSteps < c.WarmupSteps:
+		return bad("total_steps", c.TotalSteps, "want 0 (constant) or ≥ warmup_steps")
+	case !(c.Beta1 >= 0 && c.Beta1 < 1):
+		return bad("beta1", c.Beta1, "want [0, 1)")
+	case !(c.Beta2 >= 0 && c.Beta2 < 1):
+		return bad("beta2", c.Beta2, "want [0, 1)")
+	case !(c.Eps > 0):
+		return bad("eps", c.Eps, "want > 0")
+	case !(c.WeightDecay >= 0):
+		return bad("weight_decay", c.WeightDecay, "want ≥ 0")
+	case !(c.MaxGradNorm >= 0):
+		return bad("max_grad_norm", c.MaxGradNorm, "want ≥ 0 (0 turns clipping off)")
+	case c.MicroBatchSeqs <= 0:
+		return bad("micro_batch_seqs", c.MicroBatchSeqs, "want > 0")
+	case c.MiniBatches <= 0:
+		return bad("mini_batches", c.MiniBatches, "want > 0")
+	case c.Algorithm == DrGRPO && c.MaxResponseLen <= 0:
+		return bad("max_response_len", c.MaxResponseLen, "Dr.GRPO needs it > 0 as its normalizer")
+	case !(c.Gamma >= 0 && c.Gamma <= 1):
+		return bad("gamma", c.Gamma, "want [0, 1]")
+	case !(c.Lambda >= 0 && c.Lambda <= 1):
+		return bad("lambda", c.Lambda, "want [0, 1]")
+	case c.Algorithm == PPO && !(c.VFCoef > 0):
+		return bad("vf_coef", c.VFCoef, "PPO needs it > 0")
+	case !(c.ValueClip >= 0):
+		return bad("value_clip", c.ValueClip, "want ≥ 0 (0 turns it off)")
+	case c.Algorithm == RWSFT && !(c.RWBeta > 0):
+		return bad("rw_beta", c.RWBeta, "want > 0")
+	}
+	if err := c.Loss.Validate(); err != nil {
+		return fmt.Errorf("learner config: loss: %w", err)
+	}
+	if c.policyGradient() && c.Loss.ClipLow == 0 && c.Loss.ClipHigh == 0 {
+		return fmt.Errorf("learner config: loss: clip_low and clip_high are both 0: the clipped surrogate needs a range (0.2/0.28 is DAPO's)")
+	}
+	return nil
+}
+
+// policyGradient is true for the algorithms trained with the clipped
+// surrogate.
+func (c Config) policyGradient() bool { return c.Algorithm != SFT && c.Algorithm != RWSFT }
+
+// Batch is one training batch of trajectories: sequence i is Prompts[i]
+// followed by Responses[i]. Per-token fields have one entry per response
+// token.
+type Batch struct {
+	PolicyID  string
+	Prompts   [][]int32
+	Responses [][]int32
+	// Masks are 1 for tokens the policy sampled (trained) and 0 for the
+	// rest (tool output); nil means all ones.
+	Masks [][]float32
+	// SampleLogProbs are the engine's log probabilities at sampling time;
+	// needed when Loss.TISCap > 0, else may be nil.
+	SampleLogProbs [][]float32
+	// Rewards are the outcome rewards, one per sequence (RL algorithms;
+	// ignored by SFT).
+	Rewards []float64
+	// GroupIDs mark the GRPO groups: the samples of one prompt share an
+	// id and sit next to each other; every group has the same size.
+	// Needed by GRPO, Dr.GRPO and RLOO.
+	GroupIDs []int64
+	// Advantages, when set, are used as they are (one per response token)
+	// instead of the algorithm's estimator (policy-gradient algorithms
+	// other than PPO).
+	Advantages [][]float32
+}
+
+// Stats report one Train call (summed or averaged over its mini-batches).
+type Stats struct {
+	Step          int     // optimizer steps taken so far
+	Loss          float64 // mean over mini-batches
+	GradNorm      float64 // of the last mini-batch, before clipping
+	LR            float64 // of the last mini-batch
+	ClipFrac      float64
+	ClipFracLow   float64
+	ClipFracHigh  float64
+	ApproxKL      float64 // k3 KL(π_old‖π)
+	RefKL         float64 // to the frozen reference (when Loss.KLCoef > 0)
+	Entropy       float64 // mean per-token entropy of the policy
+	ValueLoss     float64 // PPO
+	ValueClipFrac float64
+	Tokens        int // loss tokens trained on
+	Seqs          int
+	RewardMean    float64
+	AdvantageMean float64 // mean over loss tokens
+}
+
+// Learner holds a policy (and optional value head), its optimizer, and a
+// frozen reference copy when the loss has a KL term. It is not safe for
+// concurrent use: the actor serializes calls.
+type Learner struct {
+	cfg     Config
+	model   *model.Model
+	ref     *model.Model
+	trainer *model.Trainer
+	step    int
+}
+
+// New builds a learner on the cpu backend.
+func New(cfg Config) (*Learner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var m *model.Model
+	var err error
+	if cfg.ModelDir != "" {
+		if m, err = model.Load(cfg.ModelDir, cpu.New()); err != nil {
+			return nil, fmt.Errorf("learner: %w", err)
+		}
+	} else {
+		if m, err = model.New(*cfg.Model, cpu.New()); err != nil {
+			return nil, fmt.Errorf("learner: %w", err)
+		}
+		m.InitRandom(cfg.Seed)
+	}
+	if cfg.Algorithm == PPO && m.Value == nil {
+		if err := m.AddValueHead(cfg.Seed + 1); err != nil {
+			return nil, fmt.Errorf("learner: %w", err)
+		}
+	}
+	l := &Learner{cfg: cfg, model: m}
+	if cfg.Loss.KLCoef > 0 {
+		if l.ref, err = m.Clone(); err != nil {
+			return nil, fmt.Errorf("learner: reference policy: %w", err)
+		}
+	}
+	l.trainer = &model.Trainer{Model: m, Opt: optim.NewAdamW(cfg.Beta1, cfg.Beta2, cfg.Eps, cfg.WeightDecay), MaxGradNorm: cfg.MaxGradNorm}
+	return l, nil
+}
+
+// Config returns the learner's configuration.
+func (l *Learner) Config() Config { return l.cfg }
+
+// Model is the trained policy. Callers must not train it behind the
+// learner's back.
+func (l *Learner) Model() *model.Model { return l.model }
+
+// Step is the number of optimizer steps taken.
+func (l *Learner) Step() int { return l.step }
+
+// SetAlgorithm switches the algorithm between Train calls (SFT warm-up,
+// then GRPO) and, when lr > 0, the peak learning rate (MinLR is capped at
+// it). The new configuration must validate; PPO needs a value head that
+// the model already has.
+func (l *Learner) SetAlgorithm(name string, lr float64) error {
+	c := l.cfg
+	c.Algorithm = name
+	if lr > 0 {
+		c.LR = lr
+		c.MinLR = min(c.MinLR, lr)
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if name == PPO && l.model.Value == nil {
+		return fmt.Errorf("learner: algorithm %q needs a value head; build the learner with it", name)
+	}
+	l.cfg = c
+	return nil
+}
+
+// lr is the schedule's rate at optimizer step s (0-based).
+func (l *Learner) lr(s int) float64 {
+	c := l.cfg
+	if c.TotalSteps == 0 {
+		if s < c.WarmupSteps {
+			return c.LR * float64(s+1) / float64(c.WarmupSteps)
+		}
+		return c.LR
+	}
+	return optim.WarmupCosine{Base: c.LR, Min: c.MinLR, Warmup: c.WarmupSteps, Total: c.TotalSteps}.LR(s)
+}
+
+// PolicyWeights returns a host copy of the policy's weights by Hugging
+// Face name, without the value head: what an inference engine serves.
+func (l *Learner) PolicyWeights() map[string][]float32 {
+	w := l.model.Weights()
+	delete(w, model.ValueHeadWeight)
+	delete(w, model.ValueHeadBias)
+	return w
+}

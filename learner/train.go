@@ -1,0 +1,397 @@
+package learner
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/rl"
+)
+
+// micro is one micro-batch: sequences [lo, hi) of the Train batch.
+type micro struct {
+	lo, hi int
+	bt     *model.Batch
+}
+
+// prepared is a Train batch checked and laid out, with what the rollout
+// phase fixed: masks, advantages, old log probs and values, returns.
+type prepared struct {
+	masks, sample, adv   [][]float32
+	old, oldVal, returns [][]float32 // nil unless a pre-pass ran
+	weights              []float64   // SFT / RWSFT
+	mini                 [][]micro
+}
+
+// Train runs one batch through the configured algorithm: advantages (or
+// SFT weights) over the whole batch, then MiniBatches optimizer steps over
+// micro-batches of MicroBatchSeqs sequences. A bad batch is refused before
+// any weight changes, with an error naming the field and the sequence; a
+// non-finite loss or gradient stops the step with the weights untouched.
+func (l *Learner) Train(b Batch) (Stats, error) {
+	p, err := l.prepare(b)
+	if err != nil {
+		return Stats{Step: l.step}, fmt.Errorf("learner: train step %d: %w", l.step+1, err)
+	}
+	var st Stats
+	var ps rl.PolicyStats
+	var entSum, valLoss, valClipped, valTokens float64
+	for _, mini := range p.mini {
+		lossCfg := l.cfg.Loss
+		var norm rl.Norm
+		for _, mb := range mini {
+			norm = norm.Add(rl.CountNorm(p.masks[mb.lo:mb.hi]))
+		}
+		if l.cfg.Algorithm == DrGRPO {
+			lossCfg.Aggregation = rl.SeqMeanTokenSumNorm
+			norm.Const = float64(l.cfg.MaxResponseLen)
+		}
+		bts := make([]*model.Batch, len(mini))
+		for i, mb := range mini {
+			bts[i] = mb.bt
+		}
+		// The objective sees micro-batch i of this mini-batch.
+		policy := func(i int, logp, ent []float32) (float64, rl.PolicyLossResult, error) {
+			mb := mini[i]
+			lp, en := mb.bt.Split(logp), mb.bt.Split(ent)
+			masks := p.masks[mb.lo:mb.hi]
+			for s, m := range masks {
+				for t, v := range m {
+					entSum += float64(v) * float64(en[s][t])
+				}
+			}
+			if !l.cfg.policyGradient() {
+				loss, d, err := rl.WeightedSFTLoss(lp, masks, p.weights[mb.lo:mb.hi], lossCfg.Aggregation, norm)
+				return loss, rl.PolicyLossResult{Loss: loss, DLogProbs: d}, err
+			}
+			pb := rl.PolicyBatch{LogProbs: lp, OldLogProbs: lp, Entropy: en, Advantages: p.adv[mb.lo:mb.hi], Mask: masks}
+			if p.old != nil {
+				pb.OldLogProbs = p.old[mb.lo:mb.hi]
+			}
+			if lossCfg.TISCap > 0 {
+				pb.SampleLogProbs = p.sample[mb.lo:mb.hi]
+			}
+			if l.ref != nil {
+				ref, _, err := l.ref.Forward(mb.bt)
+				if err != nil {
+					return 0, rl.PolicyLossResult{}, fmt.Errorf("reference policy: %w", err)
+				}
+				pb.RefLogProbs = mb.bt.Split(ref)
+			}
+			res, err := rl.PolicyLoss(lossCfg, pb, norm)
+			ps = ps.Add(res.Stats)
+			return res.Loss, res, err
+		}
+		lr := l.lr(l.step)
+		var ss model.StepStats
+		if l.cfg.Algorithm == PPO {
+			ss, err = l.trainer.StepActorCritic(bts, lr, func(i int, bt *model.Batch, s model.Scores) (float64, model.ScoreGrads, error) {
+				loss, res, err := policy(i, s.LogProbs, s.Entropy)
+				if err != nil {
+					return 0, model.ScoreGrads{}, err
+				}
+				mb := mini[i]
+				vb := rl.ValueBatch{Values: bt.Split(s.Values), OldValues: p.oldVal[mb.lo:mb.hi], Returns: p.returns[mb.lo:mb.hi], Mask: p.masks[mb.lo:mb.hi]}
+				vr, err := rl.ValueLoss(vb, l.cfg.valueClip(), lossCfg.Aggregation, norm)
+				if err != nil {
+					return 0, model.ScoreGrads{}, err
+				}
+				valLoss += vr.Loss
+				valClipped, valTokens = valClipped+vr.Clipped, valTokens+vr.Tokens
+				for _, d := range vr.DValues {
+					for t := range d {
+						d[t] *= float32(l.cfg.VFCoef)
+					}
+				}
+				var g model.ScoreGrads
+				if g.LogProbs, err = bt.Join(res.DLogProbs); err != nil {
+					return 0, g, err
+				}
+				if res.DEntropy != nil {
+					if g.Entropy, err = bt.Join(res.DEntropy); err != nil {
+						return 0, g, err
+					}
+				}
+				if g.Values, err = bt.Join(vr.DValues); err != nil {
+					return 0, g, err
+				}
+				return loss + l.cfg.VFCoef*vr.Loss, g, nil
+			})
+		} else {
+			ss, err = l.trainer.Step(bts, lr, func(i int, bt *model.Batch, logp, ent []float32) (float64, []float32, []float32, error) {
+				loss, res, err := policy(i, logp, ent)
+				if err != nil {
+					return 0, nil, nil, err
+				}
+				dl, err := bt.Join(res.DLogProbs)
+				if err != nil {
+					return 0, nil, nil, err
+				}
+				var de []float32
+				if res.DEntropy != nil {
+					if de, err = bt.Join(res.DEntropy); err != nil {
+						return 0, nil, nil, err
+					}
+				}
+				return loss, dl, de, nil
+			})
+		}
+		if err != nil {
+			return Stats{Step: l.step}, fmt.Errorf("learner: %w", err)
+		}
+		l.step++
+		st.Loss += ss.Loss / float64(len(p.mini))
+		st.GradNorm, st.LR = ss.GradNorm, lr
+	}
+	st.Step = l.step
+	for _, m := range p.masks {
+		st.Seqs++
+		for _, v := range m {
+			st.Tokens += int(v)
+		}
+	}
+	st.ClipFrac, st.ClipFracLow, st.ClipFracHigh = ps.ClipFrac(), ps.ClipFracLow(), ps.ClipFracHigh()
+	st.ApproxKL, st.RefKL = ps.ApproxKL(), ps.RefKL()
+	if st.Tokens > 0 {
+		st.Entropy = entSum / float64(st.Tokens)
+	}
+	st.ValueLoss = valLoss
+	if valTokens > 0 {
+		st.ValueClipFrac = valClipped / valTokens
+	}
+	if len(b.Rewards) > 0 {
+		for _, r := range b.Rewards {
+			st.RewardMean += r / float64(len(b.Rewards))
+		}
+	}
+	if p.adv != nil && st.Tokens > 0 {
+		var s float64
+		for i, a := range p.adv {
+			for t, v := range a {
+				s += float64(v) * float64(p.masks[i][t])
+			}
+		}
+		st.AdvantageMean = s / float64(st.Tokens)
+	}
+	return st, nil
+}
+
+// valueClip is the value loss's clip; 0 in the config means no clipping.
+func (c Config) valueClip() float64 {
+	if c.ValueClip == 0 {
+		return math.MaxFloat32
+	}
+	return c.ValueClip
+}
+
+// prepare checks b and computes everything fixed before the first step.
+func (l *Learner) prepare(b Batch) (*prepared, error) {
+	n := len(b.Prompts)
+	if n == 0 {
+		return nil, fmt.Errorf("batch: no sequences")
+	}
+	if len(b.Responses) != n {
+		return nil, fmt.Errorf("batch: %d responses for %d prompts", len(b.Responses), n)
+	}
+	p := &prepared{masks: b.Masks}
+	if p.masks == nil {
+		p.masks = make([][]float32, n)
+		for i, r := range b.Responses {
+			p.masks[i] = ones(len(r))
+		}
+	}
+	perToken := func(field string, v [][]float32, required bool) error {
+		if v == nil {
+			if required {
+				return fmt.Errorf("batch: %s: missing", field)
+			}
+			return nil
+		}
+		if len(v) != n {
+			return fmt.Errorf("batch: %s: %d sequences, want %d", field, len(v), n)
+		}
+		for i := range v {
+			if len(v[i]) != len(b.Responses[i]) {
+				return fmt.Errorf("batch: %s[%d]: %d values for %d response tokens", field, i, len(v[i]), len(b.Responses[i]))
+			}
+			for t, x := range v[i] {
+				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+					return fmt.Errorf("batch: %s[%d][%d] is %v", field, i, t, x)
+				}
+			}
+		}
+		return nil
+	}
+	cfg := l.cfg
+	if err := perToken("masks", p.masks, true); err != nil {
+		return nil, err
+	}
+	if err := perToken("sample_logprobs", b.SampleLogProbs, cfg.policyGradient() && cfg.Loss.TISCap > 0); err != nil {
+		return nil, err
+	}
+	if err := perToken("advantages", b.Advantages, false); err != nil {
+		return nil, err
+	}
+	p.sample, p.adv = b.SampleLogProbs, b.Advantages
+	needRewards := cfg.Algorithm != SFT && (p.adv == nil || cfg.Algorithm == RWSFT || cfg.Algorithm == PPO)
+	if needRewards || b.Rewards != nil {
+		if len(b.Rewards) != n {
+			return nil, fmt.Errorf("batch: rewards: %d values for %d sequences", len(b.Rewards), n)
+		}
+		for i, r := range b.Rewards {
+			if math.IsNaN(r) || math.IsInf(r, 0) {
+				return nil, fmt.Errorf("batch: rewards[%d] is %v", i, r)
+			}
+		}
+	}
+
+	// Lay out the micro-batches (the model checks the token ids).
+	vocab := l.model.Config.VocabSize
+	mbs := cfg.MiniBatches
+	if mbs > n {
+		return nil, fmt.Errorf("batch: %d sequences cannot make %d mini-batches", n, mbs)
+	}
+	for k := range mbs {
+		lo, hi := k*n/mbs, (k+1)*n/mbs
+		var mini []micro
+		for s := lo; s < hi; s += cfg.MicroBatchSeqs {
+			e := min(s+cfg.MicroBatchSeqs, hi)
+			seqs := make([]model.Sequence, e-s)
+			for i := range seqs {
+				seqs[i] = model.Sequence{Prompt: b.Prompts[s+i], Response: b.Responses[s+i]}
+			}
+			bt, err := model.NewBatch(seqs, 0, true, vocab)
+			if err != nil {
+				return nil, fmt.Errorf("sequences %d..%d: %w", s, e-1, err)
+			}
+			mini = append(mini, micro{lo: s, hi: e, bt: bt})
+		}
+		p.mini = append(p.mini, mini)
+	}
+
+	// Old log probs (and values) by a forward pass when the ratio can
+	// differ from 1 or the critic's values are needed.
+	if cfg.policyGradient() && (mbs > 1 || cfg.Algorithm == PPO) {
+		p.old, p.oldVal = make([][]float32, n), make([][]float32, n)
+		for _, mini := range p.mini {
+			for _, mb := range mini {
+				var logp, val []float32
+				var err error
+				if cfg.Algorithm == PPO {
+					logp, _, val, err = l.model.ForwardWithValues(mb.bt)
+				} else {
+					logp, _, err = l.model.Forward(mb.bt)
+				}
+				if err != nil {
+					return nil, fmt.Errorf("old log probs: %w", err)
+				}
+				copy(p.old[mb.lo:], clone2(mb.bt.Split(logp)))
+				if val != nil {
+					copy(p.oldVal[mb.lo:], clone2(mb.bt.Split(val)))
+				}
+			}
+		}
+	}
+
+	var err error
+	switch cfg.Algorithm {
+	case SFT:
+		p.weights = make([]float64, n)
+		for i := range p.weights {
+			p.weights[i] = 1
+		}
+	case RWSFT:
+		if p.weights, err = rl.RewardWeights(b.Rewards, cfg.RWBeta); err != nil {
+			return nil, err
+		}
+	case PPO:
+		rewards, err := rl.TokenRewards(b.Rewards, nil, p.masks, 0)
+		if err != nil {
+			return nil, err
+		}
+		var adv [][]float32
+		if adv, p.returns, err = rl.GAE(rewards, p.oldVal, p.masks, cfg.Gamma, cfg.Lambda); err != nil {
+			return nil, err
+		}
+		if p.adv, err = rl.MaskedWhiten(adv, p.masks); err != nil {
+			return nil, err
+		}
+	default:
+		if p.adv != nil {
+			break
+		}
+		if cfg.Algorithm == ReinforcePP {
+			rewards, err := rl.TokenRewards(b.Rewards, nil, p.masks, 0)
+			if err != nil {
+				return nil, err
+			}
+			if p.adv, _, err = rl.ReinforcePPAdvantages(rewards, p.masks, cfg.Gamma); err != nil {
+				return nil, err
+			}
+			break
+		}
+		g, err := groupSize(b.GroupIDs, n)
+		if err != nil {
+			return nil, err
+		}
+		var seqAdv []float64
+		switch cfg.Algorithm {
+		case GRPO:
+			seqAdv, err = rl.GRPOAdvantages(b.Rewards, g)
+		case DrGRPO:
+			seqAdv, err = rl.DrGRPOAdvantages(b.Rewards, g)
+		case RLOO:
+			seqAdv, err = rl.RLOOAdvantages(b.Rewards, g)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if p.adv, err = rl.TokenAdvantages(seqAdv, p.masks); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// groupSize checks that ids form contiguous groups of one size and
+// returns it.
+func groupSize(ids []int64, n int) (int, error) {
+	if len(ids) != n {
+		return 0, fmt.Errorf("batch: group_ids: %d values for %d sequences", len(ids), n)
+	}
+	size := 0
+	seen := map[int64]bool{}
+	for i := 0; i < n; {
+		j := i
+		for j < n && ids[j] == ids[i] {
+			j++
+		}
+		if seen[ids[i]] {
+			return 0, fmt.Errorf("batch: group_ids[%d]: group %d appears again after other groups (samples of a group must sit together)", i, ids[i])
+		}
+		seen[ids[i]] = true
+		if size == 0 {
+			size = j - i
+		} else if j-i != size {
+			return 0, fmt.Errorf("batch: group_ids[%d]: group %d has %d samples, the first group %d", i, ids[i], j-i, size)
+		}
+		i = j
+	}
+	return size, nil
+}
+
+func ones(n int) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = 1
+	}
+	return out
+}
+
+func clone2(v [][]float32) [][]float32 {
+	out := make([][]float32, len(v))
+	for i := range v {
+		out[i] = append([]float32(nil), v[i]...)
+	}
+	return out
+}

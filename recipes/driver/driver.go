@@ -1,0 +1,492 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/rollout/task"
+	"github.com/rlnode/rlnode/rollout/verify"
+)
+
+// Metrics is one line of metrics.jsonl: one optimizer step of the
+// learner. Steps count from the first warm-up step; RL steps follow the
+// warm-up ones.
+type Metrics struct {
+	Step  int    `json:"step"`
+	Phase string `json:"phase"` // "warmup" (SFT) or "rl"
+	// RewardMean is the mean verifier reward of the step's samples; null
+	// on warm-up steps, which sample nothing.
+	RewardMean *float64 `json:"reward_mean"`
+	// EvalAccuracy is the greedy accuracy on held-out problems, at
+	// evaluation steps only.
+	EvalAccuracy    *float64 `json:"eval_accuracy,omitempty"`
+	Loss            float64  `json:"loss"`
+	GradNorm        float64  `json:"grad_norm"`
+	LR              float64  `json:"lr"`
+	ClipFrac        float64  `json:"clip_frac"`
+	ClipFracHigh    float64  `json:"clip_frac_high"`
+	ApproxKL        float64  `json:"approx_kl"`
+	RefKL           float64  `json:"ref_kl"`
+	Entropy         float64  `json:"entropy"`
+	Tokens          int      `json:"tokens"`
+	ResponseLenMean float64  `json:"response_len_mean,omitempty"`
+	SolvedAllFrac   float64  `json:"groups_all_correct,omitempty"`
+	SolvedNoneFrac  float64  `json:"groups_none_correct,omitempty"`
+	WeightVersion   int64    `json:"weight_version"`
+	GenSeconds      float64  `json:"gen_s,omitempty"`
+	TrainSeconds    float64  `json:"train_s"`
+	SyncSeconds     float64  `json:"sync_s"`
+	EvalSeconds     float64  `json:"eval_s,omitempty"`
+	ElapsedSeconds  float64  `json:"elapsed_s"`
+}
+
+// Result sums up a run.
+type Result struct {
+	Steps             int     // optimizer steps taken (warm-up and RL)
+	PostWarmupEval    float64 // eval accuracy right after warm-up (−1 when not evaluated)
+	FinalEval         float64 // eval accuracy at the last step (−1 when not evaluated)
+	EvalProblems      int     // distinct held-out problems evaluated
+	WeightVersion     int64   // version the engine serves at the end
+	LastCheckpointDir string
+}
+
+// DriverStateFile is the driver's part of a checkpoint: where the data
+// cursor and the step stand.
+const DriverStateFile = "driver_state.json"
+
+type driverState struct {
+	Step          int    `json:"step"`
+	TrainCursor   int    `json:"train_cursor"`
+	WeightVersion int64  `json:"weight_version"`
+	Seed          uint64 `json:"seed"`
+}
+
+// run is one training run in progress.
+type run struct {
+	cfg     Config
+	tpl     *compiled
+	log     *slog.Logger
+	node    *cluster.Node
+	learner *cluster.Handle
+	eng     *native.Engine
+	tok     *tokenizer.Tokenizer
+	gen     *task.Generator
+	eval    []task.Problem
+	metrics *os.File
+	start   time.Time
+	step    int
+	cursor  int
+	version int64
+	res     Result
+}
+
+// Run trains per cfg: it places the learner actor on the cluster, starts
+// the native engine in this process, runs the SFT warm-up and the RL loop,
+// and returns when the last step is done or ctx ends.
+func Run(ctx context.Context, cfg Config) (res Result, err error) {
+	tpl, err := cfg.validate()
+	if err != nil {
+		return Result{}, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.EngineBatch == 0 {
+		cfg.EngineBatch = 256
+	}
+	if cfg.LearnerResources == nil {
+		cfg.LearnerResources = cluster.Resources{cluster.CPU: 1}
+	}
+	r := &run{cfg: cfg, tpl: tpl, log: cfg.Logger, start: time.Now(), res: Result{PostWarmupEval: -1, FinalEval: -1}}
+	if r.gen, err = task.New(cfg.Task); err != nil {
+		return Result{}, fmt.Errorf("driver: task: %w", err)
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return Result{}, fmt.Errorf("driver: %w", err)
+	}
+	if r.metrics, err = os.Create(filepath.Join(cfg.Out, "metrics.jsonl")); err != nil {
+		return Result{}, fmt.Errorf("driver: %w", err)
+	}
+	defer func() {
+		if cerr := r.metrics.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("driver: metrics: %w", cerr)
+		}
+	}()
+
+	r.node = cfg.Node
+	if r.node == nil {
+		if r.node, err = cluster.Start(ctx, cluster.Config{Logger: actor.DiscardLogger()}); err != nil {
+			return Result{}, fmt.Errorf("driver: embedded cluster: %w", err)
+		}
+		defer r.node.Stop()
+	}
+	if err := r.startEngine(); err != nil {
+		return Result{}, err
+	}
+	defer r.eng.Close()
+	if err := r.placeLearner(ctx); err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = r.learner.Stop(sctx)
+	}()
+	// The engine starts from the learner's weights, whatever the init.
+	if err := r.syncWeights(ctx); err != nil {
+		return Result{}, err
+	}
+	if cfg.EvalEvery > 0 {
+		if err := r.pickEvalProblems(); err != nil {
+			return Result{}, err
+		}
+	}
+	if err := r.warmup(ctx); err != nil {
+		return r.res, err
+	}
+	if err := r.reinforce(ctx); err != nil {
+		return r.res, err
+	}
+	r.res.Steps, r.res.WeightVersion = r.step, r.eng.WeightVersion()
+	return r.res, nil
+}
+
+func (r *run) startEngine() error {
+	cfg := r.cfg
+	ncfg := native.Config{MaxBatch: cfg.EngineBatch, MaxStepTokens: 4096}
+	if cfg.ModelDir != "" {
+		e, err := native.Load(cfg.ModelDir, ncfg)
+		if err != nil {
+			return fmt.Errorf("driver: engine: %w", err)
+		}
+		r.eng, r.tok = e, e.Tokenizer()
+		return nil
+	}
+	tok, err := tokenizer.BuiltinSized(cfg.Model.VocabSize)
+	if err != nil {
+		return fmt.Errorf("driver: model.vocab_size: %w", err)
+	}
+	m, err := model.New(*cfg.Model, cpu.New())
+	if err != nil {
+		return fmt.Errorf("driver: model: %w", err)
+	}
+	if r.eng, err = native.New(m, tok, ncfg); err != nil {
+		return fmt.Errorf("driver: engine: %w", err)
+	}
+	r.tok = tok
+	return nil
+}
+
+func (r *run) placeLearner(ctx context.Context) error {
+	l := r.cfg.Learner
+	l.Model, l.ModelDir, l.Seed = r.cfg.Model, r.cfg.ModelDir, r.cfg.Seed
+	h, err := r.node.Spawn(ctx, learner.ActorKind, cluster.SpawnOptions{
+		Args: learner.ActorConfig{Config: l}, Resources: r.cfg.LearnerResources,
+	})
+	if err != nil {
+		return fmt.Errorf("driver: place learner: %w", err)
+	}
+	r.learner = h
+	return nil
+}
+
+// syncWeights pulls the learner's weights over the bulk path and swaps
+// them into the engine as version r.step.
+func (r *run) syncWeights(ctx context.Context) error {
+	off, err := cluster.Call[learner.WeightsOffer](ctx, r.learner, learner.WeightsRequest{Readers: 1})
+	if err != nil {
+		return fmt.Errorf("driver: weights of step %d: %w", r.step, err)
+	}
+	data, err := r.node.System().Bulk().Fetch(ctx, off.Ref)
+	if err != nil {
+		return fmt.Errorf("driver: fetch weights of step %d: %w", off.Step, err)
+	}
+	w, err := learner.DecodeWeights(fmt.Sprintf("weights of learner step %d", off.Step), data)
+	if err != nil {
+		return fmt.Errorf("driver: %w", err)
+	}
+	if err := r.eng.SetWeights(ctx, int64(off.Step), w); err != nil {
+		return fmt.Errorf("driver: %w", err)
+	}
+	r.version = int64(off.Step)
+	return nil
+}
+
+// pickEvalProblems takes up to EvalProblems distinct held-out problems.
+func (r *run) pickEvalProblems() error {
+	seen := map[string]bool{}
+	for i := 0; i < 50*r.cfg.EvalProblems && len(r.eval) < r.cfg.EvalProblems; i++ {
+		p, err := r.gen.Problem(task.HeldOut, i)
+		if err != nil {
+			return fmt.Errorf("driver: held-out problem %d: %w", i, err)
+		}
+		if !seen[p.Question] {
+			seen[p.Question] = true
+			r.eval = append(r.eval, p)
+		}
+	}
+	if len(r.eval) == 0 {
+		return fmt.Errorf("driver: the task has no held-out problems")
+	}
+	r.res.EvalProblems = len(r.eval)
+	return nil
+}
+
+func (r *run) prompt(p task.Problem) []int {
+	return r.tok.Encode(render(r.tpl.prompt, TemplateData{Question: p.Question}))
+}
+
+func (r *run) nextTrain() (task.Problem, error) {
+	p, err := r.gen.Problem(task.Train, r.cursor)
+	if err != nil {
+		return p, fmt.Errorf("driver: train problem %d: %w", r.cursor, err)
+	}
+	r.cursor++
+	return p, nil
+}
+
+func (r *run) setAlgorithm(ctx context.Context, name string, lr float64) error {
+	if _, err := cluster.Call[learner.AlgorithmSet](ctx, r.learner, learner.SetAlgorithmRequest{Algorithm: name, LR: lr}); err != nil {
+		return fmt.Errorf("driver: set algorithm %s: %w", name, err)
+	}
+	return nil
+}
+
+// warmup is plain SFT on generated problems with their worked answers,
+// so the policy's reward starts above zero.
+func (r *run) warmup(ctx context.Context) error {
+	cfg := r.cfg
+	if cfg.WarmupSteps == 0 {
+		return nil
+	}
+	if err := r.setAlgorithm(ctx, learner.SFT, cfg.WarmupLR); err != nil {
+		return err
+	}
+	eos, ok := r.tok.TokenID(tokenizer.EndOfText)
+	if !ok {
+		return fmt.Errorf("driver: the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
+	}
+	for range cfg.WarmupSteps {
+		t0 := time.Now()
+		var b learner.Batch
+		for range cfg.WarmupBatch {
+			p, err := r.nextTrain()
+			if err != nil {
+				return err
+			}
+			ans := r.tok.Encode(render(r.tpl.answer, TemplateData{Question: p.Question, Answer: p.Answer}))
+			b.Prompts = append(b.Prompts, toInt32(r.prompt(p)))
+			b.Responses = append(b.Responses, append(toInt32(ans), int32(eos)))
+		}
+		st, err := r.train(ctx, b)
+		if err != nil {
+			return err
+		}
+		m := Metrics{Phase: "warmup"}
+		fill(&m, st)
+		m.TrainSeconds = time.Since(t0).Seconds()
+		last := r.step == cfg.WarmupSteps
+		if err := r.finishStep(ctx, &m, last, last && cfg.Steps == 0); err != nil {
+			return err
+		}
+		if last && m.EvalAccuracy != nil {
+			r.res.PostWarmupEval = *m.EvalAccuracy
+		}
+	}
+	return nil
+}
+
+// train sends one batch to the learner.
+func (r *run) train(ctx context.Context, b learner.Batch) (learner.Stats, error) {
+	st, err := cluster.Call[learner.Stats](ctx, r.learner, learner.TrainRequest{Batch: b})
+	if err != nil {
+		return st, fmt.Errorf("driver: train step %d: %w", r.step+1, err)
+	}
+	r.step = st.Step
+	return st, nil
+}
+
+func fill(m *Metrics, st learner.Stats) {
+	m.Step, m.Loss, m.GradNorm, m.LR = st.Step, st.Loss, st.GradNorm, st.LR
+	m.ClipFrac, m.ClipFracHigh, m.ApproxKL, m.RefKL, m.Entropy = st.ClipFrac, st.ClipFracHigh, st.ApproxKL, st.RefKL, st.Entropy
+	m.Tokens = st.Tokens
+}
+
+// finishStep pushes the new weights to the engine, evaluates and
+// checkpoints when due, and writes the metrics line.
+func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall bool) error {
+	t0 := time.Now()
+	if err := r.syncWeights(ctx); err != nil {
+		return err
+	}
+	m.SyncSeconds = time.Since(t0).Seconds()
+	m.WeightVersion = r.eng.WeightVersion()
+	if evalNow && r.cfg.EvalEvery > 0 {
+		t0 = time.Now()
+		acc, err := r.evaluate(ctx)
+		if err != nil {
+			return err
+		}
+		m.EvalAccuracy = &acc
+		m.EvalSeconds = time.Since(t0).Seconds()
+		r.res.FinalEval = acc
+	}
+	if lastOverall {
+		dir := filepath.Join(r.cfg.Out, "checkpoints", fmt.Sprintf("step-%d", r.step))
+		if err := r.checkpoint(ctx, dir); err != nil {
+			return err
+		}
+		r.res.LastCheckpointDir = dir
+	}
+	m.ElapsedSeconds = time.Since(r.start).Seconds()
+	js, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("driver: metrics: %w", err)
+	}
+	if _, err := r.metrics.Write(append(js, '\n')); err != nil {
+		return fmt.Errorf("driver: metrics: %w", err)
+	}
+	r.log.Info("step", "step", m.Step, "phase", m.Phase, "reward", m.RewardMean, "eval", m.EvalAccuracy, "loss", m.Loss)
+	if r.cfg.Progress != nil {
+		r.cfg.Progress(*m)
+	}
+	return nil
+}
+
+// evaluate is greedy accuracy on the held-out problems.
+func (r *run) evaluate(ctx context.Context) (float64, error) {
+	reqs := make([]engine.Request, len(r.eval))
+	for i, p := range r.eval {
+		reqs[i] = engine.Request{ID: "eval-" + p.ID, Prompt: r.prompt(p), Params: engine.SamplingParams{N: 1, MaxTokens: r.cfg.MaxTokens}}
+	}
+	res, err := r.eng.Generate(ctx, reqs)
+	if err != nil {
+		return 0, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
+	}
+	var sum float64
+	for i, p := range r.eval {
+		sum += verify.Math{}.Verify(ctx, res[i].Samples[0].Text, verify.Reference{Answer: p.Answer}).Reward
+	}
+	return sum / float64(len(r.eval)), nil
+}
+
+// reinforce is the RL loop: sample prompts, generate GroupSize samples
+// each, verify, train, push weights, evaluate, checkpoint.
+func (r *run) reinforce(ctx context.Context) error {
+	cfg := r.cfg
+	if cfg.Steps == 0 {
+		return nil
+	}
+	if err := r.setAlgorithm(ctx, cfg.Learner.Algorithm, cfg.Learner.LR); err != nil {
+		return err
+	}
+	for k := 1; k <= cfg.Steps; k++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
+		}
+		t0 := time.Now()
+		probs := make([]task.Problem, cfg.PromptsPerStep)
+		reqs := make([]engine.Request, cfg.PromptsPerStep)
+		for i := range probs {
+			p, err := r.nextTrain()
+			if err != nil {
+				return err
+			}
+			seed := int64(cfg.Seed)*1_000_003 + int64(r.cursor)
+			probs[i] = p
+			reqs[i] = engine.Request{ID: fmt.Sprintf("s%d-%d", r.step+1, i), Prompt: r.prompt(p), Params: engine.SamplingParams{
+				N: cfg.GroupSize, MaxTokens: cfg.MaxTokens, Temperature: cfg.Temperature, TopP: cfg.TopP, Seed: &seed}}
+		}
+		res, err := r.eng.Generate(ctx, reqs)
+		if err != nil {
+			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
+		}
+		gen := time.Since(t0).Seconds()
+		b := learner.Batch{PolicyID: "solver"}
+		var respLen float64
+		var allRight, noneRight int
+		for i, rr := range res {
+			right := 0
+			for _, s := range rr.Samples {
+				v := verify.Math{}.Verify(ctx, s.Text, verify.Reference{Answer: probs[i].Answer})
+				b.Prompts = append(b.Prompts, toInt32(rr.PromptTokenIDs))
+				b.Responses = append(b.Responses, toInt32(s.TokenIDs))
+				b.SampleLogProbs = append(b.SampleLogProbs, append([]float32(nil), s.LogProbs...))
+				b.Rewards = append(b.Rewards, v.Reward)
+				b.GroupIDs = append(b.GroupIDs, int64(r.cursor-len(res)+i))
+				respLen += float64(len(s.TokenIDs))
+				if v.Reward == 1 {
+					right++
+				}
+			}
+			switch right {
+			case len(rr.Samples):
+				allRight++
+			case 0:
+				noneRight++
+			}
+		}
+		t1 := time.Now()
+		st, err := r.train(ctx, b)
+		if err != nil {
+			return err
+		}
+		m := Metrics{Phase: "rl"}
+		fill(&m, st)
+		reward := st.RewardMean
+		m.RewardMean = &reward
+		m.ResponseLenMean = respLen / float64(len(b.Responses))
+		m.SolvedAllFrac = float64(allRight) / float64(len(res))
+		m.SolvedNoneFrac = float64(noneRight) / float64(len(res))
+		m.GenSeconds, m.TrainSeconds = gen, time.Since(t1).Seconds()
+		last := k == cfg.Steps
+		evalNow := cfg.EvalEvery > 0 && (k%cfg.EvalEvery == 0 || last)
+		ckpt := last || (cfg.CheckpointEvery > 0 && k%cfg.CheckpointEvery == 0)
+		if err := r.finishStep(ctx, &m, evalNow, ckpt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkpoint writes the learner's checkpoint (weights, optimizer,
+// reference, step), the tokenizer (so the directory loads as a model for
+// the native engine) and the driver's cursor into dir.
+func (r *run) checkpoint(ctx context.Context, dir string) error {
+	if _, err := cluster.Call[learner.Saved](ctx, r.learner, learner.SaveRequest{Dir: dir}); err != nil {
+		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+	}
+	if err := r.tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {
+		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+	}
+	js, err := json.MarshalIndent(driverState{Step: r.step, TrainCursor: r.cursor, WeightVersion: r.version, Seed: r.cfg.Seed}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, DriverStateFile), append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+	}
+	return nil
+}
+
+func toInt32(x []int) []int32 {
+	out := make([]int32, len(x))
+	for i, v := range x {
+		out[i] = int32(v)
+	}
+	return out
+}
