@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// benchShapes are the square sizes and the transformer-shaped products
-// (tokens × hidden, hidden × 3·hidden, MLP) that bench_torch.py also times.
+// benchShapes are the square sizes, the transformer-shaped products
+// (tokens × hidden, hidden × 3·hidden, MLP; NT is x·Wᵀ, TN the weight
+// gradient) and decode-sized ones that bench_torch.py also times.
 var benchShapes = []struct {
 	name           string
 	transA, transB bool
@@ -24,6 +25,11 @@ var benchShapes = []struct {
 	{"512x512x2048_TN", true, false, 512, 512, 2048},
 	{"512x1536x2048_TN", true, false, 512, 1536, 2048},
 	{"2048x512x1536_NN", false, false, 2048, 512, 1536},
+	// Decoding: a few tokens through a 1024→4096 projection (the skinny
+	// path takes up to 16 rows).
+	{"decode1x4096x1024_NT", false, true, 1, 4096, 1024},
+	{"decode4x4096x1024_NT", false, true, 4, 4096, 1024},
+	{"decode16x4096x1024_NT", false, true, 16, 4096, 1024},
 }
 
 func BenchmarkSgemm(b *testing.B) {

@@ -35,6 +35,9 @@ SHAPES = [
     ("512x512x2048_TN", True, False, 512, 512, 2048),
     ("512x1536x2048_TN", True, False, 512, 1536, 2048),
     ("2048x512x1536_NN", False, False, 2048, 512, 1536),
+    ("decode1x4096x1024_NT", False, True, 1, 4096, 1024),
+    ("decode4x4096x1024_NT", False, True, 4, 4096, 1024),
+    ("decode16x4096x1024_NT", False, True, 16, 4096, 1024),
 ]
 
 # name, heads, m, n, k, transB — as in BenchmarkSgemmBatched.

@@ -7,7 +7,7 @@
 // micro-kernel in assembly (AVX-512 12×32 or AVX2+FMA 6×16 on amd64, chosen
 // at start-up from CPUID) multiplies mr-row slivers of op(A) with them.
 // Slivers of op(A) are packed too, except that the AVX-512 kernel reads
-// them where they lie when op(A) = A. Products with at most eight rows of C
+// them where they lie when op(A) = A. Products with at most sixteen rows of C
 // (decoding, GEMV) skip packing and stream op(B) through AVX-512 dot or
 // strip kernels. A pure-Go micro-kernel serves other architectures and
 // CPUs without those features; tests force it to check it on amd64.

@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -252,7 +253,7 @@ func TestSgemmSkinny(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/threads=%d", kern.name, threads), func(t *testing.T) {
 				withKernel(t, kern)
 				withThreads(t, threads)
-				for _, m := range []int{1, 3, 4, 5, 8} {
+				for _, m := range []int{1, 3, 4, 5, 13, 16} {
 					for _, n := range []int{4, 5, 64, 65, 200, 1030} {
 						for _, k := range []int{16, 17, 250} {
 							for tr := 0; tr < 4; tr++ {
@@ -454,6 +455,20 @@ func TestSgemmNoAllocs(t *testing.T) {
 		if n := testing.AllocsPerRun(20, tc.f); n != 0 {
 			t.Errorf("%s: %v allocations per call, want 0", tc.name, n)
 		}
+	}
+}
+
+func TestSetThreads(t *testing.T) {
+	prev := SetThreads(3)
+	t.Cleanup(func() { SetThreads(prev) })
+	if got := Threads(); got != 3 {
+		t.Errorf("after SetThreads(3), Threads() = %d", got)
+	}
+	if old := SetThreads(0); old != 3 {
+		t.Errorf("SetThreads(0) returned %d, want the previous 3", old)
+	}
+	if got, want := Threads(), runtime.GOMAXPROCS(0); got != want {
+		t.Errorf("after SetThreads(0), Threads() = %d, want GOMAXPROCS %d", got, want)
 	}
 }
 

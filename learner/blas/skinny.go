@@ -9,8 +9,10 @@ package blas
 // padded with zero rows to a multiple of four.
 
 // skinnyRows is the most rows of C taken by the skinny path; each group of
-// four rows reads op(B) once more.
-const skinnyRows = 8
+// four rows reads op(B) once more. At 16 rows, four passes over a 16 MiB
+// op(B) still took under half the time of packing it (measured here with
+// a 1024→4096 projection).
+const skinnyRows = 16
 
 // skinnyWidth is the column granularity of the skinny kernel for g.
 func (g *gemmArgs) skinnyWidth() int {
