@@ -14,8 +14,10 @@ import (
 //
 // One Sgemm call runs one phase per column panel of op(B): the first tasks
 // of a phase pack the panel (shared by all), the rest wait for that and
-// then each compute a block of C, packing their own rows of op(A). One
-// SgemmBatched call runs one phase whose tasks are whole products.
+// then each compute a block of C, packing their own rows of op(A) where
+// the kernel does not read them in place. A skinny Sgemm (skinny.go) runs
+// one phase of column strips. One SgemmBatched call runs one phase whose
+// tasks are whole products.
 
 // minTaskWork is the fewest multiply-adds worth a task of its own: below
 // about 2^20 (≈10 µs on one core) handing work to another goroutine costs

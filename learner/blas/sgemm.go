@@ -45,7 +45,10 @@ func SgemmBatched(transA, transB bool, batch, m, n, k int, alpha float32, a []fl
 		// or all together too small to share: one product after another.
 		for i := 0; i < batch; i++ {
 			gi := g
-			gi.a, gi.b, gi.c = g.a[i*strideA:], g.b[i*strideB:], g.c[i*strideC:]
+			gi.c = g.c[i*strideC:]
+			if k > 0 && alpha != 0 { // else A and B are not read and may be short
+				gi.a, gi.b = g.a[i*strideA:], g.b[i*strideB:]
+			}
 			sgemm(&gi, threads)
 		}
 		return

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -400,6 +401,11 @@ func TestSgemmBatchedEmpty(t *testing.T) {
 	SgemmBatched(false, false, 2, 0, 2, 2, 1, nil, 0, 2, make([]float32, 8), 4, 2, 0, c, 0, 2)
 	if c[0] != 1 || c[3] != 4 {
 		t.Errorf("C changed to %v", c)
+	}
+	// k = 0: A and B are not read (here nil), C_i = beta*C_i.
+	SgemmBatched(false, false, 2, 1, 2, 0, 1, nil, 5, 1, nil, 5, 2, 2, c, 2, 2)
+	if want := []float32{2, 4, 6, 8}; !slices.Equal(c, want) {
+		t.Errorf("k=0: C = %v, want %v", c, want)
 	}
 }
 
