@@ -1,0 +1,112 @@
+package recipes
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/rlnode/rlnode/rollout/data"
+)
+
+// Every built-in recipe loads and validates, and its resolved form loads
+// back to the same recipe.
+func TestBuiltinsLoadAndRoundTrip(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	names := BuiltinNames()
+	want := []string{"grpo_gsm8k", "mbpp", "mlmt_math", "mlmt_math_static", "mlmt_math_stopgrad", "quickstart", "score_math"}
+	if !reflect.DeepEqual(names, want) {
+		t.Fatalf("BuiltinNames() = %v, want %v", names, want)
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			l, err := Load(name, nil)
+			if err != nil {
+				t.Fatalf("Load(%q):\n%v", name, err)
+			}
+			if l.Name != name {
+				t.Errorf("name = %q, want %q", l.Name, name)
+			}
+			if l.Engines.Policy.Kind != "native" {
+				t.Errorf("engines.policy.kind = %q; built-in recipes run on the native engine", l.Engines.Policy.Kind)
+			}
+			var b bytes.Buffer
+			if err := l.WriteResolved(&b); err != nil {
+				t.Fatal(err)
+			}
+			back, err := Parse("resolved.yaml", b.Bytes(), "", nil)
+			if err != nil {
+				t.Fatalf("resolved recipe does not load back:\n%v\n%s", err, b.String())
+			}
+			if d := diffValues("", reflect.ValueOf(back.Recipe), reflect.ValueOf(l.Recipe)); d != nil {
+				t.Errorf("resolved recipe loads back different:\n%s", strings.Join(d, "\n"))
+			}
+			if ds := l.Data.Dataset; ds != nil {
+				c := ds.Columns
+				ex, err := data.Load(ds.Train, data.Mapping{Prompt: c.Prompt, Answer: c.Answer, Tests: c.Tests, Setup: c.Setup, ID: c.ID})
+				if err != nil {
+					t.Fatalf("dataset: %v", err)
+				}
+				if len(ex) < l.Eval.HeldOut*2 {
+					t.Errorf("dataset has %d examples; eval.held_out %d leaves too few to train", len(ex), l.Eval.HeldOut)
+				}
+			}
+		})
+	}
+}
+
+func TestBuiltinVariants(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	st, err := Load("mlmt_math_static", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Algorithm.MLMT.StaticFeedback || st.Models.Feedback != nil || st.Engines.Feedback != nil ||
+		!reflect.DeepEqual(st.Algorithm.MLMT.Train, []string{"solver"}) {
+		t.Errorf("mlmt_math_static: %+v, feedback model %v, engine %v", st.Algorithm.MLMT, st.Models.Feedback, st.Engines.Feedback)
+	}
+	sg, err := Load("mlmt_math_stopgrad", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sg.Algorithm.MLMT.StopGradient || sg.Models.Feedback == nil {
+		t.Errorf("mlmt_math_stopgrad: %+v", sg.Algorithm.MLMT)
+	}
+	// The variants are the documented switches on the base recipe.
+	src, sets, ok := BuiltinSource("mlmt_math_static")
+	if !ok || len(src) == 0 || len(sets) == 0 {
+		t.Fatalf("BuiltinSource(mlmt_math_static) = %d bytes, %v, %v", len(src), sets, ok)
+	}
+	viaSet, err := Load("mlmt_math", sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(viaSet.Recipe, st.Recipe) {
+		t.Errorf("mlmt_math with %v differs from mlmt_math_static", sets)
+	}
+}
+
+// diffValues lists where two values differ, by field path.
+func diffValues(path string, a, b reflect.Value) []string {
+	switch a.Kind() {
+	case reflect.Pointer:
+		if a.IsNil() || b.IsNil() {
+			if a.IsNil() != b.IsNil() {
+				return []string{fmt.Sprintf("%s: nil %v vs %v", path, a.IsNil(), b.IsNil())}
+			}
+			return nil
+		}
+		return diffValues(path, a.Elem(), b.Elem())
+	case reflect.Struct:
+		var out []string
+		for i := 0; i < a.NumField(); i++ {
+			out = append(out, diffValues(path+"."+a.Type().Field(i).Name, a.Field(i), b.Field(i))...)
+		}
+		return out
+	}
+	if !reflect.DeepEqual(a.Interface(), b.Interface()) {
+		return []string{fmt.Sprintf("%s: %#v vs %#v", path, a.Interface(), b.Interface())}
+	}
+	return nil
+}

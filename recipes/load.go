@@ -1,0 +1,240 @@
+package recipes
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Loaded is a recipe with where each of its values came from.
+type Loaded struct {
+	*Recipe
+	// Source is the file name, or "builtin:NAME" for a built-in recipe.
+	Source string
+	// Sets are the --set overrides applied, in order.
+	Sets []string
+
+	pos map[string]Pos
+}
+
+// Pos is where the value at path (as "algorithm.lr") came from; ok is
+// false for values left at their defaults.
+func (l *Loaded) Pos(path string) (Pos, bool) {
+	p, ok := l.pos[path]
+	return p, ok
+}
+
+// Load reads a recipe by built-in name (see Builtins) or by file path,
+// applies the --set overrides, fills the defaults and validates it. Every
+// problem found is reported at once, as Errors (errors.Is(err, ErrInvalid)).
+// A name that is neither a built-in recipe nor a file is an error naming
+// the built-in recipes.
+func Load(nameOrPath string, sets []string) (*Loaded, error) {
+	if b, ok := builtin(nameOrPath); ok {
+		dir, err := builtinDataDir()
+		if err != nil {
+			return nil, err
+		}
+		all := append(append([]string{}, b.sets...), sets...)
+		l, err := parse("builtin:"+b.file, b.src, dir, all)
+		if l != nil {
+			l.Source, l.Sets = "builtin:"+nameOrPath, append([]string{}, sets...)
+		}
+		return l, err
+	}
+	src, err := os.ReadFile(nameOrPath)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !strings.ContainsAny(nameOrPath, "/.") {
+			return nil, fmt.Errorf("recipe %q: no such file, and no built-in recipe by that name (built-in: %s)", nameOrPath, strings.Join(BuiltinNames(), ", "))
+		}
+		return nil, fmt.Errorf("recipe: %w", err)
+	}
+	dir, err := filepath.Abs(filepath.Dir(nameOrPath))
+	if err != nil {
+		return nil, fmt.Errorf("recipe %s: %w", nameOrPath, err)
+	}
+	return parse(nameOrPath, src, dir, sets)
+}
+
+// Parse loads a recipe from src; file names it in errors, relative paths
+// in it are relative to dir (the working directory when dir is empty).
+func Parse(file string, src []byte, dir string, sets []string) (*Loaded, error) {
+	return parse(file, src, dir, sets)
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func parse(file string, src []byte, dir string, sets []string) (*Loaded, error) {
+	d := &decoder{file: file, sets: map[*yaml.Node]string{}, pos: map[string]Pos{}}
+	fileErr := func(err error) error {
+		msg := err.Error()
+		if m := yamlLine.FindStringSubmatch(msg); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			return Errors{{Pos: Pos{File: file, Line: line}, Msg: "YAML: " + m[2]}}
+		}
+		return Errors{{Pos: Pos{File: file}, Msg: "YAML: " + strings.TrimPrefix(msg, "yaml: ")}}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil && err != io.EOF {
+		return nil, fileErr(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, Errors{{Pos: Pos{File: file, Line: extra.Line}, Msg: "more than one YAML document; a recipe is one"}}
+	} else if err != io.EOF {
+		return nil, fileErr(err)
+	}
+	root := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: 1}
+	if len(doc.Content) > 0 {
+		root = doc.Content[0]
+	}
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		root = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: 1}
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, Errors{{Pos: Pos{File: file, Line: root.Line}, Msg: "want a recipe (key: value pairs), got " + describe(root)}}
+	}
+	for _, s := range sets {
+		if err := applySet(root, s, d.sets); err != nil {
+			d.errs = append(d.errs, &Error{Pos: Pos{File: file, Set: s}, Msg: err.Error()})
+		}
+	}
+	r := Default()
+	d.decode(root, reflect.ValueOf(r).Elem(), "")
+	l := &Loaded{Recipe: r, Source: file, Sets: append([]string{}, sets...), pos: d.pos}
+	if len(d.errs) == 0 {
+		// Dependent defaults and cross-field checks only make sense on a
+		// recipe whose every field decoded.
+		if r.Name == "" {
+			r.Name = strings.TrimSuffix(filepath.Base(strings.TrimPrefix(file, "builtin:")), filepath.Ext(file))
+		}
+		r.resolve(dir, l.isSet, l.fromSet)
+		for _, p := range r.validate(l.isSet) {
+			d.errs = append(d.errs, &Error{Pos: l.nearest(p.path), Path: p.path, Msg: p.msg})
+		}
+	}
+	if len(d.errs) > 0 {
+		d.errs.sort()
+		return nil, d.errs
+	}
+	return l, nil
+}
+
+func (l *Loaded) fromSet(path string) bool { return l.pos[path].Set != "" }
+
+func (l *Loaded) isSet(path string) bool {
+	_, ok := l.pos[path]
+	return ok
+}
+
+// nearest is the position of path, or of its closest ancestor that the
+// file sets, or the file itself.
+func (l *Loaded) nearest(path string) Pos {
+	for p := path; p != ""; {
+		if pos, ok := l.pos[p]; ok {
+			return pos
+		}
+		i := strings.LastIndex(p, ".")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return Pos{File: l.Source}
+}
+
+// WriteResolved writes the recipe with every default filled in, as YAML
+// that loads back to the same recipe: what the run directory keeps.
+func (l *Loaded) WriteResolved(w io.Writer) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# resolved recipe: %s", l.Source)
+	for _, s := range l.Sets {
+		fmt.Fprintf(&b, " --set %s", s)
+	}
+	b.WriteString("\n# every default filled in; `rlnode run` on this file repeats the run.\n")
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(encodeNode(reflect.ValueOf(l.Recipe))); err != nil {
+		return fmt.Errorf("write resolved recipe: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return fmt.Errorf("write resolved recipe: %w", err)
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// encodeNode turns a schema value into YAML nodes. yaml.v3's own encoder
+// drops a string's leading newline (the tool_response template has one),
+// so the resolved recipe is built node by node: strings with blank edges
+// are double-quoted, other multi-line strings are literal blocks.
+func encodeNode(v reflect.Value) *yaml.Node {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
+		}
+		return encodeNode(v.Elem())
+	case reflect.Struct:
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		for i := 0; i < v.NumField(); i++ {
+			name, opts, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+			f := v.Field(i)
+			if name == "" || name == "-" || opts == "omitempty" && f.IsZero() {
+				continue
+			}
+			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name}, encodeNode(f))
+		}
+		return n
+	case reflect.Slice:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		if v.Len() > 0 && v.Index(0).Kind() == reflect.String {
+			n.Style = yaml.FlowStyle
+		}
+		for i := 0; i < v.Len(); i++ {
+			n.Content = append(n.Content, encodeNode(v.Index(i)))
+		}
+		return n
+	case reflect.Map:
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		keys := v.MapKeys()
+		sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+		for _, k := range keys {
+			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k.String()}, encodeNode(v.MapIndex(k)))
+		}
+		return n
+	case reflect.String:
+		n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v.String()}
+		switch s := v.String(); {
+		case s != strings.TrimSpace(s):
+			n.Style = yaml.DoubleQuotedStyle
+		case strings.Contains(s, "\n"):
+			n.Style = yaml.LiteralStyle
+		}
+		return n
+	case reflect.Bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(v.Bool())}
+	case reflect.Int, reflect.Int64:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(v.Int(), 10)}
+	case reflect.Uint64:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatUint(v.Uint(), 10)}
+	case reflect.Float64:
+		s := strconv.FormatFloat(v.Float(), 'g', -1, 64)
+		if !strings.ContainsAny(s, ".eEn") {
+			s += ".0"
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: s}
+	}
+	panic(fmt.Sprintf("recipes: encode: unsupported type %s", v.Type())) // the schema has none; a test encodes every built-in
+}

@@ -1,0 +1,459 @@
+package recipes
+
+import "github.com/rlnode/rlnode/rollout/episode"
+
+// Recipe is one training run, as a recipe file describes it. The YAML keys
+// are the `yaml` tags; recipes/SCHEMA.md documents every key with its default
+// and its limits. Default returns a Recipe with every default filled in; a
+// recipe file is decoded on top of it (Parse), so a key left out keeps its
+// default, and Resolve fills the defaults that depend on other fields.
+type Recipe struct {
+	// Name names the run (logs, job names). Default: the file's base name.
+	Name string `yaml:"name"`
+	// Description is free text for `rlnode recipe list`.
+	Description string `yaml:"description"`
+	// Seed seeds everything random in the run: initialization, data order,
+	// sampling, dropout. Default 1.
+	Seed uint64 `yaml:"seed"`
+	// Deterministic asks for bit-reproducible CPU runs: same seed, same
+	// weights, also across a --resume. Needs the native engine and sync
+	// mode. Default false.
+	Deterministic bool `yaml:"deterministic"`
+
+	Models     Models     `yaml:"models"`
+	Engines    Engines    `yaml:"engines"`
+	Data       Data       `yaml:"data"`
+	Episode    Episode    `yaml:"episode"`
+	Algorithm  Algorithm  `yaml:"algorithm"`
+	SFT        SFT        `yaml:"sft"`
+	Placement  Placement  `yaml:"placement"`
+	Schedule   Schedule   `yaml:"schedule"`
+	Eval       Eval       `yaml:"eval"`
+	Checkpoint Checkpoint `yaml:"checkpoint"`
+	Sync       Sync       `yaml:"sync"`
+}
+
+// Models are the networks of a run.
+type Models struct {
+	// Policy is the trained policy (the solver of MLMT and SCoRe). Required.
+	Policy Model `yaml:"policy"`
+	// Feedback is MLMT's feedback policy (the higher level). Absent: a
+	// separate copy of the policy's initial weights. Must be absent with
+	// static feedback and for episodes other than mlmt.
+	Feedback *Model `yaml:"feedback,omitempty"`
+	// Reference is the frozen model of the KL term. Absent: a frozen copy
+	// of the policy's initial weights. Only used when algorithm.kl_coef > 0.
+	Reference *Model `yaml:"reference,omitempty"`
+}
+
+// Model is one network: a checkpoint directory or a random initialization.
+type Model struct {
+	// Path is a checkpoint directory in Hugging Face's layout (config.json,
+	// *.safetensors, tokenizer.json). Relative paths are relative to the
+	// recipe file's directory. Exactly one of Path and Init.
+	Path string `yaml:"path"`
+	// Init creates a randomly initialized model (seeded by the recipe's
+	// seed) with the built-in tokenizer sized to its vocabulary.
+	Init *ModelInit `yaml:"init,omitempty"`
+	// LoRA trains low-rank adapters instead of every weight. Absent: full
+	// fine-tuning.
+	LoRA *LoRA `yaml:"lora,omitempty"`
+	// ValueHead adds a scalar value head on the policy's trunk (the PPO
+	// critic). Required for algorithm ppo. Default false.
+	ValueHead bool `yaml:"value_head"`
+}
+
+// ModelInit is the architecture of a randomly initialized model, with
+// Hugging Face config.json's meaning.
+type ModelInit struct {
+	// Architecture is qwen2 or llama. Default qwen2.
+	Architecture string `yaml:"architecture"`
+	// VocabSize is vocab_size; at least 278 (the built-in tokenizer's
+	// bytes and added tokens). Default 512.
+	VocabSize int `yaml:"vocab_size"`
+	// HiddenSize is hidden_size. Default 64.
+	HiddenSize int `yaml:"hidden_size"`
+	// IntermediateSize is intermediate_size (the MLP width). Default 192.
+	IntermediateSize int `yaml:"intermediate_size"`
+	// Layers is num_hidden_layers. Default 2.
+	Layers int `yaml:"layers"`
+	// Heads is num_attention_heads; it divides HiddenSize. Default 4.
+	Heads int `yaml:"heads"`
+	// KVHeads is num_key_value_heads; it divides Heads. Default: Heads.
+	KVHeads int `yaml:"kv_heads"`
+	// MaxPositions is max_position_embeddings: prompt plus response
+	// tokens at most. Default 512.
+	MaxPositions int `yaml:"max_positions"`
+	// TieWordEmbeddings shares the embedding and output matrices.
+	// Default true.
+	TieWordEmbeddings bool `yaml:"tie_word_embeddings"`
+}
+
+// LoRA configures low-rank adapters (PEFT's layout).
+type LoRA struct {
+	// Rank is r; > 0. Default 8.
+	Rank int `yaml:"rank"`
+	// Alpha scales the adapter by Alpha/Rank; > 0. Default 16.
+	Alpha float64 `yaml:"alpha"`
+	// Dropout on the adapter input, in [0, 1). Default 0.
+	Dropout float64 `yaml:"dropout"`
+	// Targets are module names as PEFT spells them: q_proj, k_proj,
+	// v_proj, o_proj, gate_proj, up_proj, down_proj. Default all seven.
+	Targets []string `yaml:"targets,omitempty"`
+}
+
+// Engines are the inference engines that generate rollouts.
+type Engines struct {
+	// Policy serves the policy (the solver).
+	Policy Engine `yaml:"policy"`
+	// Feedback serves MLMT's trainable feedback policy. Absent: the same
+	// settings as Policy (a separate engine with the feedback weights).
+	Feedback *Engine `yaml:"feedback,omitempty"`
+}
+
+// Engine is one inference engine setup.
+type Engine struct {
+	// Kind is native (the in-process Go engine; CPU) or vllm (external
+	// vLLM servers). Default native.
+	Kind string `yaml:"kind"`
+	// Replicas is the number of rollout actors for this engine; with vllm,
+	// the servers are shared among them. Default 1.
+	Replicas int `yaml:"replicas"`
+	// MaxBatch is how many sequences one native engine decodes together.
+	// Default 64.
+	MaxBatch int `yaml:"max_batch"`
+	// WeightSync is how new weights reach the engine: full (every weight),
+	// lora (adapter deltas; needs the model's lora section) or, for vllm
+	// only, reload (the server reloads a checkpoint directory it can read).
+	// Default full, or lora when the model has a lora section.
+	WeightSync string `yaml:"weight_sync"`
+	// VLLM holds the vLLM servers; required with kind vllm, refused with
+	// kind native.
+	VLLM *VLLM `yaml:"vllm,omitempty"`
+}
+
+// VLLM points at running vLLM OpenAI-compatible servers.
+type VLLM struct {
+	// Servers are base URLs (http or https, no /v1 suffix). At least one.
+	Servers []string `yaml:"servers,omitempty"`
+	// Model is the served model name. Required.
+	Model string `yaml:"model"`
+	// APIKeyEnv names the environment variable holding the servers' API
+	// key (their --api-key); the key itself never goes in a recipe.
+	// Default: none (no Authorization header).
+	APIKeyEnv string `yaml:"api_key_env"`
+	// MaxInFlight bounds the requests outstanding at one server.
+	// Default 64.
+	MaxInFlight int `yaml:"max_in_flight"`
+}
+
+// Data is where problems come from: a built-in task or a dataset file.
+// Exactly one of Task and Dataset.
+type Data struct {
+	Task    *Task    `yaml:"task,omitempty"`
+	Dataset *Dataset `yaml:"dataset,omitempty"`
+	// Verifier scores answers: math (\boxed{} answers, equivalence up to
+	// form), gsm8k (the number after ####) or code (tests run in the
+	// sandbox; needs python3). Default math.
+	Verifier string `yaml:"verifier"`
+}
+
+// Task is the built-in seeded synthetic problem generator (rollout/task).
+type Task struct {
+	// Kinds are problem kinds: arithmetic, word, linear, sequence,
+	// fraction, remainder. Default all, cycled.
+	Kinds []string `yaml:"kinds,omitempty"`
+	// Level is the difficulty 1..5; 0 spreads problems over all levels.
+	// Default 0.
+	Level int `yaml:"level"`
+	// HeldOutPercent of the question space is held out for evaluation,
+	// 1..99. Default 10.
+	HeldOutPercent int `yaml:"held_out_percent"`
+	// Seed seeds the generator. Default: the recipe's seed.
+	Seed uint64 `yaml:"seed"`
+}
+
+// Dataset is a file of problems.
+type Dataset struct {
+	// Train is the training file: .jsonl or .parquet. Required.
+	Train string `yaml:"train"`
+	// Eval is the held-out file, same format and columns. Default: none;
+	// then eval.held_out problems are split off the training file.
+	Eval string `yaml:"eval"`
+	// Columns map source columns (paths like "meta.answer" or
+	// "messages.0.content") to fields. Default prompt: prompt, answer:
+	// answer.
+	Columns Columns `yaml:"columns"`
+	// Epochs bounds the passes over the training file; 0 is unbounded.
+	// Default 0.
+	Epochs int `yaml:"epochs"`
+}
+
+// Columns name the dataset columns (rollout/data.Mapping).
+type Columns struct {
+	// Prompt is the problem text. Default "prompt".
+	Prompt string `yaml:"prompt"`
+	// Answer is the reference answer (math, gsm8k). Default "answer"
+	// (verifier code: none).
+	Answer string `yaml:"answer"`
+	// Tests are the code verifier's tests (a list, or one string).
+	// Required with verifier code.
+	Tests string `yaml:"tests"`
+	// Setup is code run before the tests. Default none.
+	Setup string `yaml:"setup"`
+	// ID names a row. Default: FILE:ROW.
+	ID string `yaml:"id"`
+}
+
+// Episode is how one problem becomes turns.
+type Episode struct {
+	// Type is single (one answer), mlmt (solver, feedback, refined
+	// answer), score (SCoRe two-turn self-correction) or tools (multi-turn
+	// tool use). Default single.
+	Type string `yaml:"type"`
+	// Templates are the prompt formats (Go text/template); empty fields
+	// take rollout/episode's defaults.
+	Templates episode.Templates `yaml:"templates"`
+	// Tools are the tools of type tools: calculator, python. Default
+	// [calculator].
+	Tools []string `yaml:"tools,omitempty"`
+	// MaxToolCalls bounds the tool calls of one episode. Default 4.
+	MaxToolCalls int `yaml:"max_tool_calls"`
+}
+
+// Algorithm is the RL algorithm and its hyper-parameters.
+type Algorithm struct {
+	// Name is grpo, ppo (with the value head as critic), rloo,
+	// reinforce_pp (REINFORCE++), drgrpo (Dr.GRPO) or rw_sft
+	// (reward-weighted SFT). Default grpo.
+	Name string `yaml:"name"`
+	// GroupSize is the number of samples per prompt; at least 2 for grpo,
+	// drgrpo and rloo. Default 8.
+	GroupSize int `yaml:"group_size"`
+	// BatchPrompts is the number of prompts per step. Default 16.
+	BatchPrompts int `yaml:"batch_prompts"`
+	// MaxTokens bounds each generated turn. Default 256.
+	MaxTokens int `yaml:"max_tokens"`
+	// Temperature of rollout sampling; > 0 when GroupSize > 1. Default 1.
+	Temperature float64 `yaml:"temperature"`
+	// TopP is the nucleus mass, (0, 1]. Default 1 (off).
+	TopP float64 `yaml:"top_p"`
+	// ClipLow and ClipHigh bound the ratio to [1−low, 1+high]; low in
+	// [0, 1). Default 0.2 and 0.2 (DAPO's clip-higher: 0.28).
+	ClipLow  float64 `yaml:"clip_low"`
+	ClipHigh float64 `yaml:"clip_high"`
+	// DualClip is dual-clip PPO's c, 0 (off) or > 1. Default 0.
+	DualClip float64 `yaml:"dual_clip"`
+	// KLCoef weighs KL(π‖π_ref) in the loss; ≥ 0. Default 0 (no reference
+	// model is loaded).
+	KLCoef float64 `yaml:"kl_coef"`
+	// KLEstimator is k1, k2 or k3. Default k3.
+	KLEstimator string `yaml:"kl_estimator"`
+	// EntropyCoef weighs the entropy bonus; ≥ 0. Default 0.
+	EntropyCoef float64 `yaml:"entropy_coef"`
+	// Aggregation is token-mean, seq-mean-token-mean or
+	// seq-mean-token-sum-norm. Default token-mean (drgrpo:
+	// seq-mean-token-sum-norm).
+	Aggregation string `yaml:"aggregation"`
+	// TISCap caps truncated importance sampling between the engine's and
+	// the learner's logprobs; 0 is off. Default 0 (async: 2).
+	TISCap float64 `yaml:"tis_cap"`
+	// LR is the peak learning rate; > 0. Default 1e-6.
+	LR float64 `yaml:"lr"`
+	// MinLR is where cosine decays to, in [0, lr]. Default 0.
+	MinLR float64 `yaml:"min_lr"`
+	// Schedule is constant or cosine. Default constant.
+	Schedule string `yaml:"schedule"`
+	// Warmup is the number of linear warm-up steps, ≤ schedule.steps.
+	// Default 0.
+	Warmup int `yaml:"warmup"`
+	// WeightDecay is AdamW's decoupled weight decay. Default 0.
+	WeightDecay float64 `yaml:"weight_decay"`
+	// GradClip is the global gradient-norm limit; 0 is off. Default 1.
+	GradClip float64 `yaml:"grad_clip"`
+	// MicroBatch is the number of sequences per forward/backward pass.
+	// Default 8.
+	MicroBatch int `yaml:"micro_batch"`
+	// Epochs is the number of optimizer passes over each batch (PPO
+	// epochs). Default 1.
+	Epochs int `yaml:"epochs"`
+	// Gamma and Lambda are the discount and GAE λ of ppo and
+	// reinforce_pp, in [0, 1]. Default 1 and 1.
+	Gamma  float64 `yaml:"gamma"`
+	Lambda float64 `yaml:"lambda"`
+	// ValueCoef weighs the value loss (ppo). Default 0.5.
+	ValueCoef float64 `yaml:"value_coef"`
+	// ValueClip clips value updates (ppo); 0 is off. Default 0.2.
+	ValueClip float64 `yaml:"value_clip"`
+	// RWSFT configures rw_sft.
+	RWSFT RWSFT `yaml:"rw_sft"`
+	// MLMT configures the training of mlmt episodes.
+	MLMT MLMT `yaml:"mlmt"`
+}
+
+// RWSFT configures reward-weighted SFT.
+type RWSFT struct {
+	// Weighting is exp (weights ∝ exp(reward/beta), normalized) or filter
+	// (weight 1 when reward ≥ threshold, else 0). Default exp.
+	Weighting string `yaml:"weighting"`
+	// Beta is exp's temperature; > 0. Default 1.
+	Beta float64 `yaml:"beta"`
+	// Threshold is filter's reward cut. Default 1.
+	Threshold float64 `yaml:"threshold"`
+}
+
+// MLMT configures which policies of the three-turn episode train, and how.
+type MLMT struct {
+	// Train lists the trained policies: solver, feedback. Default both
+	// (only solver with static feedback).
+	Train []string `yaml:"train,omitempty"`
+	// StopGradient is the stop-gradient variant: the solver's refine turn
+	// (turn 3) gets no gradient — the solver learns from its first
+	// attempt only, while the feedback policy learns from the refined
+	// answer's reward. Default false (both solver turns train).
+	StopGradient bool `yaml:"stop_gradient"`
+	// StaticFeedback replaces the feedback policy by the fixed
+	// episode.templates.static_feedback text (the baseline MLMT-RL is
+	// compared with). Needs models.feedback and engines.feedback absent.
+	// Default false.
+	StaticFeedback bool `yaml:"static_feedback"`
+	// FeedbackReward is what the feedback turn is rewarded with: final
+	// (the refined answer's reward) or improvement (final minus the first
+	// attempt's). Default final.
+	FeedbackReward string `yaml:"feedback_reward"`
+}
+
+// SFT is the supervised warm-up before RL, on reference answers, so that
+// a model trained from scratch starts with a reward above zero.
+type SFT struct {
+	// Steps of SFT; 0 skips the warm-up. Default 0.
+	Steps int `yaml:"steps"`
+	// BatchSize is the number of examples per step. Default 32.
+	BatchSize int `yaml:"batch_size"`
+	// LR is the SFT learning rate (constant); > 0. Default 1e-4.
+	LR float64 `yaml:"lr"`
+	// Response is the target text (Go text/template over .Problem and
+	// .Answer). Default "\boxed{{.Answer}}" with the braces escaped.
+	Response string `yaml:"response"`
+}
+
+// Placement says where actors run.
+type Placement struct {
+	// Mode is colocated (rollout and learner share the nodes and take
+	// turns) or split (rollout actors and learner shards on separate
+	// resources). Default colocated.
+	Mode string `yaml:"mode"`
+	// Rollout is what each rollout actor reserves. Default 1 CPU.
+	Rollout Resources `yaml:"rollout"`
+	// Learner is what each learner shard reserves. Default 1 CPU.
+	Learner Resources `yaml:"learner"`
+	// LearnerShards is the number of data-parallel learner shards.
+	// Default 1.
+	LearnerShards int `yaml:"learner_shards"`
+}
+
+// Resources an actor reserves on its node.
+type Resources struct {
+	CPUs float64 `yaml:"cpus"`
+	GPUs float64 `yaml:"gpus"`
+	// Custom are node resources by name (rlnode join --resource NAME=N).
+	Custom map[string]float64 `yaml:"custom,omitempty"`
+}
+
+// Schedule is how long the run is and how often it evaluates and saves.
+type Schedule struct {
+	// Steps is the number of RL steps; > 0. Default 100.
+	Steps int `yaml:"steps"`
+	// EvalEvery evaluates every N steps (and after the last); 0 only after
+	// the last. Default 10.
+	EvalEvery int `yaml:"eval_every"`
+	// CheckpointEvery saves every N steps (and after the last); 0 only
+	// after the last. Default 0.
+	CheckpointEvery int `yaml:"checkpoint_every"`
+}
+
+// Eval is the periodic evaluation on held-out problems.
+type Eval struct {
+	// HeldOut is the number of held-out problems per evaluation; > 0.
+	// Default 100.
+	HeldOut int `yaml:"held_out"`
+	// Samples per problem (accuracy averages them). Default 1.
+	Samples int `yaml:"samples"`
+	// Temperature of evaluation sampling; 0 is greedy. Default 0.
+	Temperature float64 `yaml:"temperature"`
+	// Metrics are written to metrics.jsonl at evaluation steps: accuracy,
+	// reward_mean, response_length, and for mlmt and score episodes
+	// turn1_accuracy, turn3_accuracy (mlmt; score: the second turn),
+	// delta (final minus first), incorrect_to_correct, correct_to_incorrect.
+	// Default [accuracy, reward_mean], plus the turn metrics for mlmt and
+	// score.
+	Metrics []string `yaml:"metrics,omitempty"`
+}
+
+// Checkpoint says what a checkpoint keeps.
+type Checkpoint struct {
+	// Keep is how many checkpoints stay on disk (oldest removed); 0 keeps
+	// all. Default 3.
+	Keep int `yaml:"keep"`
+	// Optimizer saves the optimizer state too (needed by --resume).
+	// Default true.
+	Optimizer bool `yaml:"optimizer"`
+}
+
+// Sync is how generation and training overlap.
+type Sync struct {
+	// Mode is sync (on-policy: generation waits for the new weights) or
+	// async (generation of step t+1 overlaps training of step t).
+	// Default sync.
+	Mode string `yaml:"mode"`
+	// MaxStaleness is async's bound on how many versions a trajectory's
+	// policy may lag the learner's, ≥ 1 with async, 0 with sync.
+	// Default 0 (async: 1).
+	MaxStaleness int `yaml:"max_staleness"`
+}
+
+// Default returns a recipe with every default that does not depend on
+// other fields; Resolve fills the rest.
+func Default() *Recipe {
+	return &Recipe{
+		Seed:    1,
+		Models:  Models{Policy: Model{}},
+		Engines: Engines{Policy: defaultEngine()},
+		Data:    Data{Verifier: "math"},
+		Episode: Episode{Type: "single", MaxToolCalls: 4},
+		Algorithm: Algorithm{
+			Name: "grpo", GroupSize: 8, BatchPrompts: 16, MaxTokens: 256, Temperature: 1, TopP: 1,
+			ClipLow: 0.2, ClipHigh: 0.2, KLEstimator: "k3", LR: 1e-6, Schedule: "constant",
+			GradClip: 1, MicroBatch: 8, Epochs: 1, Gamma: 1, Lambda: 1, ValueCoef: 0.5, ValueClip: 0.2,
+			RWSFT: RWSFT{Weighting: "exp", Beta: 1, Threshold: 1},
+			MLMT:  MLMT{FeedbackReward: "final"},
+		},
+		SFT:        SFT{BatchSize: 32, LR: 1e-4, Response: `\boxed{{"{"}}{{.Answer}}{{"}"}}`},
+		Placement:  Placement{Mode: "colocated", Rollout: Resources{CPUs: 1}, Learner: Resources{CPUs: 1}, LearnerShards: 1},
+		Schedule:   Schedule{Steps: 100, EvalEvery: 10},
+		Eval:       Eval{HeldOut: 100, Samples: 1},
+		Checkpoint: Checkpoint{Keep: 3, Optimizer: true},
+		Sync:       Sync{Mode: "sync"},
+	}
+}
+
+func defaultEngine() Engine { return Engine{Kind: "native", Replicas: 1, MaxBatch: 64} }
+
+// The decoder calls setDefaults on structs it allocates for a section that
+// is absent from the defaults (pointer fields).
+func (m *ModelInit) setDefaults() {
+	*m = ModelInit{Architecture: "qwen2", VocabSize: 512, HiddenSize: 64, IntermediateSize: 192,
+		Layers: 2, Heads: 4, MaxPositions: 512, TieWordEmbeddings: true}
+}
+
+func (l *LoRA) setDefaults() {
+	*l = LoRA{Rank: 8, Alpha: 16, Targets: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}
+}
+
+func (e *Engine) setDefaults() { *e = defaultEngine() }
+
+func (v *VLLM) setDefaults() { *v = VLLM{MaxInFlight: 64} }
+
+func (t *Task) setDefaults() { *t = Task{HeldOutPercent: 10} }
+
+func (d *Dataset) setDefaults() { *d = Dataset{Columns: Columns{Prompt: "prompt", Answer: "answer"}} }

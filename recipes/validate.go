@@ -1,0 +1,610 @@
+package recipes
+
+import (
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"text/template"
+
+	"github.com/rlnode/rlnode/learner/rl"
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/task"
+)
+
+// The names a recipe may use.
+var (
+	EngineKinds    = []string{"native", "vllm"}
+	WeightSyncs    = []string{"full", "lora", "reload"}
+	Verifiers      = []string{"math", "gsm8k", "code"}
+	EpisodeTypes   = []string{"single", "mlmt", "score", "tools"}
+	Tools          = []string{"calculator", "python"}
+	Algorithms     = []string{"grpo", "ppo", "rloo", "reinforce_pp", "drgrpo", "rw_sft"}
+	Schedules      = []string{"constant", "cosine"}
+	Weightings     = []string{"exp", "filter"}
+	MLMTPolicies   = []string{"solver", "feedback"}
+	FeedbackReward = []string{"final", "improvement"}
+	PlacementModes = []string{"colocated", "split"}
+	SyncModes      = []string{"sync", "async"}
+	Architectures  = []string{"qwen2", "llama"}
+	LoRATargets    = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+	// Metrics every episode type has; TurnMetrics need mlmt or score.
+	Metrics     = []string{"accuracy", "reward_mean", "response_length"}
+	TurnMetrics = []string{"turn1_accuracy", "turn3_accuracy", "delta", "incorrect_to_correct", "correct_to_incorrect"}
+)
+
+// resolve fills the defaults that depend on other fields and makes paths
+// absolute. isSet tells whether the file or an override gave a path.
+// Relative paths from the file are relative to dir, those from --set to
+// the working directory (fromSet tells which).
+func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
+	abs := func(path, p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		if dir != "" && !fromSet(path) {
+			return filepath.Join(dir, p)
+		}
+		if a, err := filepath.Abs(p); err == nil {
+			return a
+		}
+		return p
+	}
+	for _, m := range []struct {
+		path string
+		m    *Model
+	}{{"models.policy", &r.Models.Policy}, {"models.feedback", r.Models.Feedback}, {"models.reference", r.Models.Reference}} {
+		if m.m == nil {
+			continue
+		}
+		m.m.Path = abs(m.path+".path", m.m.Path)
+		if m.m.Init != nil && m.m.Init.KVHeads == 0 {
+			m.m.Init.KVHeads = m.m.Init.Heads
+		}
+	}
+	if ds := r.Data.Dataset; ds != nil {
+		ds.Train, ds.Eval = abs("data.dataset.train", ds.Train), abs("data.dataset.eval", ds.Eval)
+		if r.Data.Verifier == "code" && !isSet("data.dataset.columns.answer") {
+			ds.Columns.Answer = "" // code problems are scored by tests
+		}
+	}
+	if t := r.Data.Task; t != nil {
+		if t.Seed == 0 {
+			t.Seed = r.Seed
+		}
+		if t.Kinds == nil {
+			t.Kinds = slices.Clone(task.Kinds)
+		}
+	}
+	a := &r.Algorithm
+	if a.Aggregation == "" {
+		a.Aggregation = string(rl.TokenMean)
+		if a.Name == "drgrpo" {
+			a.Aggregation = string(rl.SeqMeanTokenSumNorm)
+		}
+	}
+	mlmt := r.Episode.Type == "mlmt"
+	if mlmt && a.MLMT.Train == nil {
+		a.MLMT.Train = []string{"solver", "feedback"}
+		if a.MLMT.StaticFeedback {
+			a.MLMT.Train = []string{"solver"}
+		}
+	}
+	if mlmt && !a.MLMT.StaticFeedback && r.Engines.Feedback == nil {
+		e := r.Engines.Policy
+		e.VLLM = nil
+		if p := r.Engines.Policy.VLLM; p != nil {
+			v := *p
+			v.Servers = slices.Clone(p.Servers)
+			e.VLLM = &v
+		}
+		r.Engines.Feedback = &e
+	}
+	fb := r.Models.Feedback
+	if fb == nil {
+		fb = &r.Models.Policy
+	}
+	resolveSync := func(e *Engine, m *Model) {
+		if e != nil && e.WeightSync == "" {
+			e.WeightSync = "full"
+			if m.LoRA != nil {
+				e.WeightSync = "lora"
+			}
+		}
+	}
+	resolveSync(&r.Engines.Policy, &r.Models.Policy)
+	resolveSync(r.Engines.Feedback, fb)
+	r.Episode.Templates = r.Episode.Templates.WithDefaults()
+	if r.Episode.Type == "tools" && r.Episode.Tools == nil {
+		r.Episode.Tools = []string{"calculator"}
+	}
+	if r.Eval.Metrics == nil {
+		r.Eval.Metrics = []string{"accuracy", "reward_mean"}
+		if mlmt || r.Episode.Type == "score" {
+			r.Eval.Metrics = append(r.Eval.Metrics, TurnMetrics...)
+		}
+	}
+	if r.Sync.Mode == "async" && !isSet("sync.max_staleness") {
+		r.Sync.MaxStaleness = 1
+	}
+}
+
+type problem struct{ path, msg string }
+
+type checker struct{ probs []problem }
+
+func (c *checker) add(path, format string, args ...any) {
+	c.probs = append(c.probs, problem{path, fmt.Sprintf(format, args...)})
+}
+
+func (c *checker) oneOf(path, v string, allowed []string) bool {
+	if slices.Contains(allowed, v) {
+		return true
+	}
+	c.add(path, "%q: want one of %s", v, strings.Join(allowed, ", "))
+	return false
+}
+
+func (c *checker) positive(path string, v int) {
+	if v <= 0 {
+		c.add(path, "%d: want a positive integer", v)
+	}
+}
+
+func (c *checker) nonNegative(path string, v int) {
+	if v < 0 {
+		c.add(path, "%d: must not be negative", v)
+	}
+}
+
+func (c *checker) nonNegativeF(path string, v float64) {
+	if v < 0 {
+		c.add(path, "%v: must not be negative", v)
+	}
+}
+
+func (c *checker) unit(path string, v float64) {
+	if v < 0 || v > 1 {
+		c.add(path, "%v: want a value in [0, 1]", v)
+	}
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// validate reports every impossible value and contradiction of a resolved
+// recipe, each under the path it concerns.
+func (r *Recipe) validate(isSet func(string) bool) []problem {
+	c := &checker{}
+	a := &r.Algorithm
+	epType := r.Episode.Type
+	mlmt := epType == "mlmt"
+	c.oneOf("episode.type", epType, EpisodeTypes)
+	algoOK := c.oneOf("algorithm.name", a.Name, Algorithms)
+
+	// models
+	c.model("models.policy", &r.Models.Policy)
+	if r.Models.Feedback != nil {
+		c.model("models.feedback", r.Models.Feedback)
+		switch {
+		case !mlmt:
+			c.add("models.feedback", "a feedback policy needs episode.type mlmt (episode.type is %q)", epType)
+		case a.MLMT.StaticFeedback:
+			c.add("models.feedback", "set, but algorithm.mlmt.static_feedback is true: remove one (--set models.feedback=null)")
+		}
+	}
+	if r.Models.Reference != nil {
+		c.model("models.reference", r.Models.Reference)
+		if r.Models.Reference.LoRA != nil {
+			c.add("models.reference.lora", "the reference model is frozen; LoRA adapters on it train nothing")
+		}
+		if a.KLCoef == 0 {
+			c.add("models.reference", "set, but algorithm.kl_coef is 0: the reference model would be loaded and never used")
+		}
+	}
+	if algoOK && a.Name == "ppo" && !r.Models.Policy.ValueHead {
+		c.add("models.policy.value_head", "algorithm ppo needs the critic: set models.policy.value_head: true")
+	}
+	if algoOK && a.Name != "ppo" && r.Models.Policy.ValueHead {
+		c.add("models.policy.value_head", "only algorithm ppo uses a value head (algorithm.name is %q)", a.Name)
+	}
+
+	// engines
+	c.engine("engines.policy", &r.Engines.Policy, &r.Models.Policy)
+	if e := r.Engines.Feedback; e != nil {
+		fb := r.Models.Feedback
+		if fb == nil {
+			fb = &r.Models.Policy
+		}
+		c.engine("engines.feedback", e, fb)
+		if !mlmt {
+			c.add("engines.feedback", "a feedback engine needs episode.type mlmt (episode.type is %q)", epType)
+		} else if a.MLMT.StaticFeedback {
+			c.add("engines.feedback", "set, but algorithm.mlmt.static_feedback is true: remove one (--set engines.feedback=null)")
+		}
+	}
+
+	// data
+	d := &r.Data
+	switch {
+	case d.Task == nil && d.Dataset == nil:
+		c.add("data", "want a task or a dataset section")
+	case d.Task != nil && d.Dataset != nil:
+		c.add("data", "both task and dataset are set; want one")
+	}
+	c.oneOf("data.verifier", d.Verifier, Verifiers)
+	if t := d.Task; t != nil {
+		for i, k := range t.Kinds {
+			c.oneOf(fmt.Sprintf("data.task.kinds.%d", i), k, task.Kinds)
+		}
+		if t.Kinds != nil && len(t.Kinds) == 0 {
+			c.add("data.task.kinds", "empty list; leave the key out for all kinds")
+		}
+		if t.Level < 0 || t.Level > task.MaxLevel {
+			c.add("data.task.level", "%d: want 1..%d, or 0 for all levels", t.Level, task.MaxLevel)
+		}
+		if t.HeldOutPercent < 1 || t.HeldOutPercent > 99 {
+			c.add("data.task.held_out_percent", "%d: want 1..99", t.HeldOutPercent)
+		}
+		if d.Verifier == "code" {
+			c.add("data.verifier", "the built-in task has math answers; want math")
+		}
+	}
+	if ds := d.Dataset; ds != nil {
+		c.datasetFile("data.dataset.train", ds.Train, true)
+		c.datasetFile("data.dataset.eval", ds.Eval, false)
+		if ds.Columns.Prompt == "" {
+			c.add("data.dataset.columns.prompt", "empty: the prompt column is required")
+		}
+		switch {
+		case d.Verifier == "code" && ds.Columns.Tests == "":
+			c.add("data.dataset.columns.tests", "verifier code needs the tests column")
+		case d.Verifier != "code" && ds.Columns.Answer == "":
+			c.add("data.dataset.columns.answer", "verifier %s needs the answer column", d.Verifier)
+		}
+		c.nonNegative("data.dataset.epochs", ds.Epochs)
+	}
+
+	// episode
+	if err := r.Episode.Templates.Validate(); err != nil {
+		c.add("episode.templates", "%v", err)
+	}
+	for i, t := range r.Episode.Tools {
+		c.oneOf(fmt.Sprintf("episode.tools.%d", i), t, Tools)
+	}
+	if len(r.Episode.Tools) > 0 && epType != "tools" {
+		c.add("episode.tools", "tools need episode.type tools (episode.type is %q)", epType)
+	}
+	c.positive("episode.max_tool_calls", r.Episode.MaxToolCalls)
+
+	// algorithm
+	c.positive("algorithm.group_size", a.GroupSize)
+	if algoOK && a.GroupSize == 1 && slices.Contains([]string{"grpo", "drgrpo", "rloo"}, a.Name) {
+		c.add("algorithm.group_size", "1: %s compares the samples of a group; want at least 2", a.Name)
+	}
+	c.positive("algorithm.batch_prompts", a.BatchPrompts)
+	c.positive("algorithm.max_tokens", a.MaxTokens)
+	c.nonNegativeF("algorithm.temperature", a.Temperature)
+	if a.Temperature == 0 && a.GroupSize > 1 {
+		c.add("algorithm.temperature", "0 (greedy) makes every sample of a group the same; want > 0")
+	}
+	if !(a.TopP > 0 && a.TopP <= 1) {
+		c.add("algorithm.top_p", "%v: want a value in (0, 1]", a.TopP)
+	}
+	if a.ClipLow < 0 || a.ClipLow >= 1 {
+		c.add("algorithm.clip_low", "%v: want a value in [0, 1) (the ratio's lower bound is 1 − clip_low)", a.ClipLow)
+	}
+	c.nonNegativeF("algorithm.clip_high", a.ClipHigh)
+	if a.DualClip != 0 && a.DualClip <= 1 {
+		c.add("algorithm.dual_clip", "%v: want 0 (off) or a value above 1 (3 is usual)", a.DualClip)
+	}
+	c.nonNegativeF("algorithm.kl_coef", a.KLCoef)
+	if _, err := rl.ParseKLEstimator(a.KLEstimator); err != nil || !slices.Contains([]string{"k1", "k2", "k3"}, a.KLEstimator) {
+		c.add("algorithm.kl_estimator", "%q: want k1, k2 or k3", a.KLEstimator)
+	}
+	c.nonNegativeF("algorithm.entropy_coef", a.EntropyCoef)
+	if _, err := rl.ParseAggregation(a.Aggregation); err != nil {
+		c.add("algorithm.aggregation", "%q: want token-mean, seq-mean-token-mean or seq-mean-token-sum-norm", a.Aggregation)
+	}
+	c.nonNegativeF("algorithm.tis_cap", a.TISCap)
+	if a.TISCap != 0 && a.TISCap < 1 {
+		c.add("algorithm.tis_cap", "%v: want 0 (off) or a cap of at least 1", a.TISCap)
+	}
+	if a.LR <= 0 {
+		c.add("algorithm.lr", "%v: want a positive learning rate", a.LR)
+	}
+	if a.MinLR < 0 || a.MinLR > a.LR {
+		c.add("algorithm.min_lr", "%v: want a value in [0, lr %v]", a.MinLR, a.LR)
+	}
+	c.oneOf("algorithm.schedule", a.Schedule, Schedules)
+	if a.MinLR != 0 && a.Schedule == "constant" {
+		c.add("algorithm.min_lr", "%v: only the cosine schedule decays to min_lr", a.MinLR)
+	}
+	c.nonNegative("algorithm.warmup", a.Warmup)
+	if a.Warmup > r.Schedule.Steps {
+		c.add("algorithm.warmup", "%d: more warm-up steps than schedule.steps %d", a.Warmup, r.Schedule.Steps)
+	}
+	c.nonNegativeF("algorithm.weight_decay", a.WeightDecay)
+	c.nonNegativeF("algorithm.grad_clip", a.GradClip)
+	c.positive("algorithm.micro_batch", a.MicroBatch)
+	c.positive("algorithm.epochs", a.Epochs)
+	c.unit("algorithm.gamma", a.Gamma)
+	c.unit("algorithm.lambda", a.Lambda)
+	c.nonNegativeF("algorithm.value_coef", a.ValueCoef)
+	c.nonNegativeF("algorithm.value_clip", a.ValueClip)
+	if def := Default().Algorithm; algoOK && a.Name != "ppo" {
+		for _, f := range []struct {
+			key      string
+			v, deflt float64
+		}{{"value_coef", a.ValueCoef, def.ValueCoef}, {"value_clip", a.ValueClip, def.ValueClip}, {"lambda", a.Lambda, def.Lambda}} {
+			if f.v != f.deflt {
+				c.add("algorithm."+f.key, "%v: only algorithm ppo uses it (algorithm.name is %q); leave it at %v", f.v, a.Name, f.deflt)
+			}
+		}
+	}
+	c.oneOf("algorithm.rw_sft.weighting", a.RWSFT.Weighting, Weightings)
+	if a.RWSFT.Beta <= 0 {
+		c.add("algorithm.rw_sft.beta", "%v: want a positive temperature", a.RWSFT.Beta)
+	}
+	if algoOK && a.Name != "rw_sft" && a.RWSFT != Default().Algorithm.RWSFT {
+		c.add("algorithm.rw_sft", "set, but algorithm.name is %q", a.Name)
+	}
+	c.mlmt(r)
+
+	// SFT warm-up
+	c.nonNegative("sft.steps", r.SFT.Steps)
+	c.positive("sft.batch_size", r.SFT.BatchSize)
+	if r.SFT.LR <= 0 {
+		c.add("sft.lr", "%v: want a positive learning rate", r.SFT.LR)
+	}
+	if err := checkSFTTemplate(r.SFT.Response); err != nil {
+		c.add("sft.response", "%v", err)
+	}
+	if r.SFT.Steps > 0 && r.Data.Verifier == "code" {
+		c.add("sft.steps", "SFT warm-up needs reference answers; verifier code has tests only")
+	}
+
+	// placement
+	p := &r.Placement
+	c.oneOf("placement.mode", p.Mode, PlacementModes)
+	c.resources("placement.rollout", p.Rollout)
+	c.resources("placement.learner", p.Learner)
+	c.positive("placement.learner_shards", p.LearnerShards)
+
+	// schedule, eval, checkpoint
+	c.positive("schedule.steps", r.Schedule.Steps)
+	c.nonNegative("schedule.eval_every", r.Schedule.EvalEvery)
+	c.nonNegative("schedule.checkpoint_every", r.Schedule.CheckpointEvery)
+	c.positive("eval.held_out", r.Eval.HeldOut)
+	c.positive("eval.samples", r.Eval.Samples)
+	c.nonNegativeF("eval.temperature", r.Eval.Temperature)
+	if r.Eval.Samples > 1 && r.Eval.Temperature == 0 {
+		c.add("eval.samples", "%d samples at temperature 0 are all the same; set eval.temperature > 0 or samples: 1", r.Eval.Samples)
+	}
+	seenMetric := map[string]bool{}
+	for i, m := range r.Eval.Metrics {
+		path := fmt.Sprintf("eval.metrics.%d", i)
+		switch {
+		case seenMetric[m]:
+			c.add(path, "%q listed twice", m)
+		case slices.Contains(TurnMetrics, m):
+			if !mlmt && epType != "score" {
+				c.add(path, "%q needs episode.type mlmt or score (episode.type is %q)", m, epType)
+			}
+		default:
+			c.oneOf(path, m, append(slices.Clone(Metrics), TurnMetrics...))
+		}
+		seenMetric[m] = true
+	}
+	c.nonNegative("checkpoint.keep", r.Checkpoint.Keep)
+
+	// sync
+	s := &r.Sync
+	if c.oneOf("sync.mode", s.Mode, SyncModes) {
+		switch {
+		case s.MaxStaleness < 0:
+			c.add("sync.max_staleness", "%d: must not be negative", s.MaxStaleness)
+		case s.Mode == "sync" && s.MaxStaleness != 0:
+			c.add("sync.max_staleness", "%d: only sync.mode async allows stale trajectories", s.MaxStaleness)
+		case s.Mode == "async" && s.MaxStaleness == 0:
+			c.add("sync.max_staleness", "0 with async is sync: set sync.mode sync, or max_staleness ≥ 1")
+		}
+	}
+	if r.Deterministic {
+		if s.Mode != "sync" {
+			c.add("deterministic", "needs sync.mode sync: async overlap makes the order of updates timing-dependent")
+		}
+		for _, e := range []struct {
+			path string
+			e    *Engine
+		}{{"engines.policy", &r.Engines.Policy}, {"engines.feedback", r.Engines.Feedback}} {
+			if e.e != nil && e.e.Kind == "vllm" {
+				c.add("deterministic", "needs the native engine (%s.kind is vllm)", e.path)
+			}
+		}
+	}
+	return c.probs
+}
+
+func (c *checker) model(path string, m *Model) {
+	switch {
+	case m.Path == "" && m.Init == nil:
+		c.add(path, "want path (a checkpoint directory) or init (a random initialization)")
+	case m.Path != "" && m.Init != nil:
+		c.add(path, "both path and init are set; want one")
+	case m.Path != "":
+		if _, err := os.Stat(filepath.Join(m.Path, "config.json")); err != nil {
+			c.add(path+".path", "%s is not a checkpoint directory (no config.json)", m.Path)
+		}
+	}
+	if in := m.Init; in != nil {
+		p := path + ".init"
+		c.oneOf(p+".architecture", in.Architecture, Architectures)
+		if in.VocabSize < tokenizer.BuiltinMinVocabSize {
+			c.add(p+".vocab_size", "%d: the built-in tokenizer needs at least %d", in.VocabSize, tokenizer.BuiltinMinVocabSize)
+		}
+		c.positive(p+".hidden_size", in.HiddenSize)
+		c.positive(p+".intermediate_size", in.IntermediateSize)
+		c.positive(p+".layers", in.Layers)
+		c.positive(p+".heads", in.Heads)
+		c.positive(p+".kv_heads", in.KVHeads)
+		c.positive(p+".max_positions", in.MaxPositions)
+		if in.Heads > 0 && in.HiddenSize > 0 && in.HiddenSize%in.Heads != 0 {
+			c.add(p+".heads", "%d does not divide hidden_size %d", in.Heads, in.HiddenSize)
+		}
+		if in.Heads > 0 && in.KVHeads > 0 && in.Heads%in.KVHeads != 0 {
+			c.add(p+".kv_heads", "%d does not divide heads %d", in.KVHeads, in.Heads)
+		}
+	}
+	if l := m.LoRA; l != nil {
+		p := path + ".lora"
+		c.positive(p+".rank", l.Rank)
+		if l.Alpha <= 0 {
+			c.add(p+".alpha", "%v: want a positive scale", l.Alpha)
+		}
+		if l.Dropout < 0 || l.Dropout >= 1 {
+			c.add(p+".dropout", "%v: want a value in [0, 1)", l.Dropout)
+		}
+		if len(l.Targets) == 0 {
+			c.add(p+".targets", "empty: want at least one module")
+		}
+		for i, t := range l.Targets {
+			c.oneOf(fmt.Sprintf("%s.targets.%d", p, i), t, LoRATargets)
+		}
+	}
+}
+
+func (c *checker) engine(path string, e *Engine, m *Model) {
+	kindOK := c.oneOf(path+".kind", e.Kind, EngineKinds)
+	c.positive(path+".replicas", e.Replicas)
+	c.positive(path+".max_batch", e.MaxBatch)
+	if c.oneOf(path+".weight_sync", e.WeightSync, WeightSyncs) {
+		switch {
+		case e.WeightSync == "lora" && m.LoRA == nil:
+			c.add(path+".weight_sync", "lora needs the model's lora section")
+		case e.WeightSync == "full" && m.LoRA != nil && e.Kind == "vllm":
+			// Merged adapters can be sent as full weights: allowed.
+		case e.WeightSync == "reload" && e.Kind != "vllm":
+			c.add(path+".weight_sync", "reload is for vllm servers; the native engine takes full or lora")
+		}
+	}
+	if !kindOK {
+		return
+	}
+	switch {
+	case e.Kind == "vllm" && e.VLLM == nil:
+		c.add(path+".vllm", "kind vllm needs this section with servers and model")
+	case e.Kind == "native" && e.VLLM != nil:
+		c.add(path+".vllm", "set, but kind is native: remove it or set kind: vllm")
+	case e.VLLM != nil:
+		v := e.VLLM
+		if len(v.Servers) == 0 {
+			c.add(path+".vllm.servers", "want at least one server URL (http://HOST:PORT)")
+		}
+		for i, s := range v.Servers {
+			u, err := url.Parse(s)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				c.add(fmt.Sprintf("%s.vllm.servers.%d", path, i), "%q: want http://HOST:PORT or https://HOST:PORT", s)
+			} else if strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1") {
+				c.add(fmt.Sprintf("%s.vllm.servers.%d", path, i), "%q: leave out the /v1 suffix", s)
+			}
+		}
+		if v.Model == "" {
+			c.add(path+".vllm.model", "empty: want the served model name")
+		}
+		if v.APIKeyEnv != "" && !envName.MatchString(v.APIKeyEnv) {
+			c.add(path+".vllm.api_key_env", "%q is not an environment variable name (the key itself never goes in a recipe)", v.APIKeyEnv)
+		}
+		c.positive(path+".vllm.max_in_flight", v.MaxInFlight)
+	}
+}
+
+func (c *checker) datasetFile(path, file string, required bool) {
+	if file == "" {
+		if required {
+			c.add(path, "empty: want a .jsonl or .parquet file")
+		}
+		return
+	}
+	switch strings.ToLower(filepath.Ext(file)) {
+	case ".jsonl", ".ndjson", ".parquet":
+	default:
+		c.add(path, "%s: want a .jsonl or .parquet file", file)
+		return
+	}
+	if st, err := os.Stat(file); err != nil {
+		c.add(path, "%v", err)
+	} else if st.IsDir() {
+		c.add(path, "%s is a directory; want a .jsonl or .parquet file", file)
+	}
+}
+
+func (c *checker) resources(path string, r Resources) {
+	c.nonNegativeF(path+".cpus", r.CPUs)
+	c.nonNegativeF(path+".gpus", r.GPUs)
+	if r.GPUs > 1 && r.GPUs != math.Trunc(r.GPUs) {
+		c.add(path+".gpus", "%v: above 1, want whole GPUs", r.GPUs)
+	}
+	for k, v := range r.Custom {
+		if v < 0 {
+			c.add(path+".custom."+k, "%v: must not be negative", v)
+		}
+	}
+}
+
+func (c *checker) mlmt(r *Recipe) {
+	m := &r.Algorithm.MLMT
+	if r.Episode.Type != "mlmt" {
+		if len(m.Train) > 0 || m.StopGradient || m.StaticFeedback || m.FeedbackReward != "final" {
+			c.add("algorithm.mlmt", "set, but episode.type is %q (these settings are for mlmt)", r.Episode.Type)
+		}
+		return
+	}
+	c.oneOf("algorithm.mlmt.feedback_reward", m.FeedbackReward, FeedbackReward)
+	if len(m.Train) == 0 {
+		c.add("algorithm.mlmt.train", "empty: want solver, feedback or both")
+	}
+	seen := map[string]bool{}
+	for i, p := range m.Train {
+		path := fmt.Sprintf("algorithm.mlmt.train.%d", i)
+		if !c.oneOf(path, p, MLMTPolicies) {
+			continue
+		}
+		if seen[p] {
+			c.add(path, "%q listed twice", p)
+		}
+		seen[p] = true
+	}
+	if m.StaticFeedback && seen["feedback"] {
+		c.add("algorithm.mlmt.train", "trains feedback, but algorithm.mlmt.static_feedback is true (no feedback policy)")
+	}
+	if m.StopGradient && !seen["feedback"] {
+		c.add("algorithm.mlmt.stop_gradient", "the stop-gradient variant trains the feedback policy; add feedback to algorithm.mlmt.train")
+	}
+}
+
+// checkSFTTemplate parses the SFT response template and runs it on a
+// sample, so an unknown field is caught now and not at step 0.
+func checkSFTTemplate(s string) error {
+	if s == "" {
+		return fmt.Errorf("empty: want the target text template (e.g. \\boxed{{\"{\"}}{{.Answer}}{{\"}\"}})")
+	}
+	t, err := template.New("sft.response").Option("missingkey=error").Parse(s)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, SFTData{Problem: "1+1", Answer: "2"}); err != nil {
+		return fmt.Errorf("%v (fields: .Problem, .Answer)", err)
+	}
+	return nil
+}
+
+// SFTData is what sft.response sees.
+type SFTData struct {
+	Problem string
+	Answer  string
+}
