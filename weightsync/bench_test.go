@@ -1,0 +1,100 @@
+package weightsync
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/tokenizer"
+)
+
+// benchConfig is a Qwen2 model of about 9.8 M parameters: ~39 MB of
+// float32 weights per version.
+func benchConfig() model.Config {
+	return model.Config{Architecture: model.Qwen2, HiddenSize: 512, IntermediateSize: 1536, NumLayers: 3,
+		NumHeads: 8, NumKVHeads: 4, HeadDim: 64, VocabSize: tokenizer.BuiltinVocabSize, MaxPositions: 256,
+		RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
+}
+
+func benchUpdate(b *testing.B) (string, Update) {
+	m, err := model.New(benchConfig(), cpu.New())
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.InitRandom(1)
+	dir := saveModel(b, m)
+	m.InitRandom(2)
+	return dir, FullUpdate(m)
+}
+
+// BenchmarkPublish pushes one version of the ~39 MB model to 1 and to 3
+// native engines in an embedded cluster: each engine pulls the same bulk
+// offer, decodes it and swaps it in. BenchmarkBulkFetch is one plain pull
+// of the same payload, the floor a push to one engine can reach.
+func BenchmarkPublish(b *testing.B) {
+	dir, u := benchUpdate(b)
+	for _, engines := range []int{1, 3} {
+		b.Run(fmt.Sprintf("engines=%d", engines), func(b *testing.B) {
+			n := embedded(b)
+			refs := spawnEngines(b, n, "bench-", dir, "", engines)
+			s, err := Start(context.Background(), n, 0, Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			for _, r := range refs {
+				if _, err := s.Register(context.Background(), r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			var bytes int
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				rep, err := s.Publish(ctx, int64(i+1), u)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bytes = rep.Bytes
+			}
+			b.SetBytes(int64(bytes))
+		})
+	}
+}
+
+func BenchmarkBulkFetch(b *testing.B) {
+	_, u := benchUpdate(b)
+	blob, err := encodeBlob(1, u)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := embedded(b)
+	bulk := n.System().Bulk()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	b.SetBytes(int64(len(blob)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ref := bulk.Offer(blob, 1, time.Minute)
+		if _, err := bulk.Fetch(ctx, ref); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEncode is the publisher's one-time cost per version: the
+// safetensors payload all engines pull.
+func BenchmarkEncode(b *testing.B) {
+	_, u := benchUpdate(b)
+	for i := 0; i < b.N; i++ {
+		blob, err := encodeBlob(1, u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(len(blob)))
+	}
+}
