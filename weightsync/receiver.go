@@ -33,8 +33,8 @@ type EngineConfig struct {
 type Push struct {
 	Version int64
 	Blob    actor.BulkRef
-	// Timeout bounds the host's fetch and swap (the caller's own wait is
-	// bounded too).
+	// Timeout bounds the host's fetch and swap (default 2 min; the
+	// caller's own wait is bounded too).
 	Timeout time.Duration
 }
 
@@ -121,13 +121,14 @@ func checkpointBase(dir string) func([]string) (map[string][]float32, error) {
 }
 
 // Apply fetches p's payload with sys's bulk client and applies it to the
-// engine, within p.Timeout (if set) and ctx.
+// engine, within ctx and p.Timeout (default 2 min).
 func (r *Receiver) Apply(ctx context.Context, sys *actor.System, p Push) error {
-	if p.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
-		defer cancel()
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = defaultPushTimeout
 	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if cur := r.Engine.WeightVersion(); p.Version <= cur {

@@ -32,7 +32,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.PushTimeout <= 0 {
-		c.PushTimeout = 2 * time.Minute
+		c.PushTimeout = defaultPushTimeout
 	}
 	if c.QueryTimeout <= 0 {
 		c.QueryTimeout = 10 * time.Second
@@ -41,6 +41,8 @@ func (c *Config) defaults() {
 		c.Name = "weightsync"
 	}
 }
+
+const defaultPushTimeout = 2 * time.Minute
 
 // Errors callers branch on.
 var (
@@ -349,6 +351,10 @@ func (s *Syncer) Publish(ctx context.Context, version int64, u Update) (Report, 
 		s.mu.Unlock()
 		return Report{}, fmt.Errorf("publish version %d: last published %d: %w", version, latest, ErrStaleVersion)
 	}
+	if len(s.targets) == 0 {
+		s.mu.Unlock()
+		return Report{}, fmt.Errorf("publish version %d: %w", version, ErrNoEngines)
+	}
 	targets := make([]*target, 0, len(s.targets))
 	natives := 0
 	for _, t := range s.targets {
@@ -425,10 +431,14 @@ func (s *Syncer) Publish(ctx context.Context, version int64, u Update) (Report, 
 	if ctx.Err() != nil {
 		return rep, fmt.Errorf("publish version %d: %w", version, ctx.Err())
 	}
-	s.mu.Lock()
-	s.latest = version
-	s.notifyLocked()
-	s.mu.Unlock()
+	if len(rep.Applied) > 0 {
+		// A version no engine took is not published: the next publish may
+		// reuse its number.
+		s.mu.Lock()
+		s.latest = version
+		s.notifyLocked()
+		s.mu.Unlock()
+	}
 	if len(rep.Failed) > 0 {
 		errs := make([]error, len(rep.Failed))
 		for i, e := range rep.Failed {

@@ -158,6 +158,12 @@ func TestBadUpdates(t *testing.T) {
 	if _, err := s.WaitVersion(ctx, 1); !errors.Is(err, ErrNoEngines) {
 		t.Fatalf("wait with no engines: %v", err)
 	}
+	if _, err := s.Publish(ctx, 1, FullUpdate(randomModel(t, tinyConfig(), 2))); !errors.Is(err, ErrNoEngines) {
+		t.Fatalf("publish with no engines: %v", err)
+	}
+	if st := s.Versions(); st.Latest != 0 {
+		t.Fatalf("a refused publish moved the version to %d", st.Latest)
+	}
 }
 
 // Asynchronous mode with k = 1: generation for step s may use version
