@@ -113,15 +113,21 @@ func parse(file string, src []byte, dir string, sets []string) (*Loaded, error) 
 	r := Default()
 	d.decode(root, reflect.ValueOf(r).Elem(), "")
 	l := &Loaded{Recipe: r, Source: file, Sets: append([]string{}, sets...), pos: d.pos}
-	if len(d.errs) == 0 {
-		// Dependent defaults and cross-field checks only make sense on a
-		// recipe whose every field decoded.
+	{
+		// A field that failed to decode keeps its default; the checks below
+		// skip problems on or around it so one mistake is reported once.
+		failed := map[string]bool{}
+		for _, e := range d.errs {
+			failed[e.Path] = true
+		}
 		if r.Name == "" {
 			r.Name = strings.TrimSuffix(filepath.Base(strings.TrimPrefix(file, "builtin:")), filepath.Ext(file))
 		}
 		r.resolve(dir, l.isSet, l.fromSet)
 		for _, p := range r.validate(l.isSet) {
-			d.errs = append(d.errs, &Error{Pos: l.nearest(p.path), Path: p.path, Msg: p.msg})
+			if !related(failed, p.path) {
+				d.errs = append(d.errs, &Error{Pos: l.nearest(p.path), Path: p.path, Msg: p.msg})
+			}
 		}
 	}
 	if len(d.errs) > 0 {
@@ -129,6 +135,16 @@ func parse(file string, src []byte, dir string, sets []string) (*Loaded, error) 
 		return nil, d.errs
 	}
 	return l, nil
+}
+
+// related tells whether path is a failed path, or inside or around one.
+func related(failed map[string]bool, path string) bool {
+	for f := range failed {
+		if f == "" || f == path || strings.HasPrefix(path, f+".") || strings.HasPrefix(f, path+".") {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *Loaded) fromSet(path string) bool { return l.pos[path].Set != "" }

@@ -316,7 +316,7 @@ func (r *Recipe) validate(isSet func(string) bool) []problem {
 	if a.LR <= 0 {
 		c.add("algorithm.lr", "%v: want a positive learning rate", a.LR)
 	}
-	if a.MinLR < 0 || a.MinLR > a.LR {
+	if a.LR > 0 && (a.MinLR < 0 || a.MinLR > a.LR) {
 		c.add("algorithm.min_lr", "%v: want a value in [0, lr %v]", a.MinLR, a.LR)
 	}
 	c.oneOf("algorithm.schedule", a.Schedule, Schedules)

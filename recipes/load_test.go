@@ -1,0 +1,244 @@
+package recipes
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata")
+
+// Each testdata/invalid/NAME.yaml has its expected errors, every one at
+// once, in NAME.errors (regenerate with go test ./recipes -update).
+func TestInvalidRecipesGolden(t *testing.T) {
+	files, err := filepath.Glob("testdata/invalid/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			_, err := Load(f, nil)
+			if err == nil {
+				t.Fatal("loaded without error")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error is not ErrInvalid: %v", err)
+			}
+			cwd, _ := os.Getwd()
+			got := strings.ReplaceAll(err.Error(), cwd, "$PWD") + "\n"
+			golden := strings.TrimSuffix(f, ".yaml") + ".errors"
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update)", err)
+			}
+			if got != string(want) {
+				t.Errorf("errors differ from %s:\n--- got\n%s--- want\n%s", golden, got, want)
+			}
+		})
+	}
+}
+
+// base is a small valid recipe the table below breaks one field at a time.
+const base = `name: base
+models:
+  policy:
+    init: {}
+data:
+  task: {}
+`
+
+func TestValidationRules(t *testing.T) {
+	cases := []struct {
+		sets []string
+		want string // substring of the one error
+	}{
+		{[]string{"algorithm.lr=-1e-4"}, "--set algorithm.lr=-1e-4: algorithm.lr: -0.0001: want a positive learning rate"},
+		{[]string{"algorithm.lr=0"}, "algorithm.lr: 0: want a positive learning rate"},
+		{[]string{"algorithm.clip_low=1.2"}, "algorithm.clip_low: 1.2: want a value in [0, 1)"},
+		{[]string{"algorithm.group_size=1"}, "algorithm.group_size: 1: grpo compares the samples of a group"},
+		{[]string{"algorithm.name=rloo", "algorithm.group_size=1"}, "rloo compares the samples"},
+		{[]string{"sync.mode=async", "sync.max_staleness=-2"}, "sync.max_staleness: -2: must not be negative"},
+		{[]string{"sync.max_staleness=2"}, "only sync.mode async allows stale trajectories"},
+		{[]string{"sync.mode=async", "sync.max_staleness=0"}, "0 with async is sync"},
+		{[]string{"engines.policy.kind=vllm"}, "--set engines.policy.kind=vllm: engines.policy.vllm: kind vllm needs this section"},
+		{[]string{"engines.policy.kind=vllm", "engines.policy.vllm.model=m"}, "engines.policy.vllm.servers: want at least one server URL"},
+		{[]string{"engines.policy.kind=tgi"}, `engines.policy.kind: "tgi": want one of native, vllm`},
+		{[]string{"engines.policy.weight_sync=lora"}, "lora needs the model's lora section"},
+		{[]string{"algorithm.name=ppo"}, "algorithm ppo needs the critic"},
+		{[]string{"algorithm.dual_clip=1"}, "want 0 (off) or a value above 1"},
+		{[]string{"algorithm.temperature=0"}, "0 (greedy) makes every sample of a group the same"},
+		{[]string{"algorithm.top_p=0"}, "algorithm.top_p: 0: want a value in (0, 1]"},
+		{[]string{"algorithm.aggregation=sum"}, `algorithm.aggregation: "sum"`},
+		{[]string{"algorithm.warmup=101"}, "more warm-up steps than schedule.steps 100"},
+		{[]string{"algorithm.value_clip=0.3"}, "only algorithm ppo uses it"},
+		{[]string{"algorithm.rw_sft.beta=2"}, `algorithm.rw_sft: set, but algorithm.name is "grpo"`},
+		{[]string{"algorithm.mlmt.stop_gradient=true"}, `algorithm.mlmt: set, but episode.type is "single"`},
+		{[]string{"episode.type=mlmt", "algorithm.mlmt.static_feedback=true", "algorithm.mlmt.train=[solver, feedback]"}, "trains feedback, but algorithm.mlmt.static_feedback is true"},
+		{[]string{"episode.type=mlmt", "algorithm.mlmt.train=[solver]", "algorithm.mlmt.stop_gradient=true"}, "add feedback to algorithm.mlmt.train"},
+		{[]string{"episode.type=mlmt", "algorithm.mlmt.train=[]"}, "algorithm.mlmt.train: empty"},
+		{[]string{"episode.type=mlmt", "algorithm.mlmt.static_feedback=true", "models.feedback.init={}"}, "models.feedback: set, but algorithm.mlmt.static_feedback is true"},
+		{[]string{"models.feedback.init={}"}, "a feedback policy needs episode.type mlmt"},
+		{[]string{"episode.templates.refine={{.Nope}}"}, "episode.templates"},
+		{[]string{"sft.response={{.Solution}}"}, "sft.response"},
+		{[]string{"episode.tools=[calculator]"}, "tools need episode.type tools"},
+		{[]string{"episode.type=tools", "episode.tools=[shell]"}, `episode.tools.0: "shell": want one of calculator, python`},
+		{[]string{"eval.metrics=[turn1_accuracy]"}, `needs episode.type mlmt or score`},
+		{[]string{"eval.samples=4"}, "samples at temperature 0 are all the same"},
+		{[]string{"deterministic=true", "sync.mode=async"}, "deterministic: needs sync.mode sync"},
+		{[]string{"models.policy.lora.rank=0"}, "models.policy.lora.rank: 0: want a positive integer"},
+		{[]string{"models.policy.lora.targets=[qkv]"}, `models.policy.lora.targets.0: "qkv"`},
+		{[]string{"models.policy.init.vocab_size=100"}, "the built-in tokenizer needs at least"},
+		{[]string{"models.policy.path=/nonexistent"}, "both path and init are set"},
+		{[]string{"models.reference.init={}"}, "algorithm.kl_coef is 0: the reference model would be loaded and never used"},
+		{[]string{"data.task.held_out_percent=100"}, "data.task.held_out_percent: 100: want 1..99"},
+		{[]string{"data.verifier=code"}, "the built-in task has math answers"},
+		{[]string{"placement.mode=spread"}, `placement.mode: "spread": want one of colocated, split`},
+		{[]string{"placement.learner.gpus=1.5"}, "above 1, want whole GPUs"},
+		{[]string{"placement.rollout.custom.tpu=-1"}, "placement.rollout.custom.tpu: -1: must not be negative"},
+		{[]string{"placement.learner_shards=0"}, "placement.learner_shards: 0: want a positive integer"},
+		{[]string{"schedule.steps=0"}, "schedule.steps: 0: want a positive integer"},
+		{[]string{"checkpoint.keep=-1"}, "checkpoint.keep: -1: must not be negative"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.sets, " "), func(t *testing.T) {
+			_, err := Parse("base.yaml", []byte(base), t.TempDir(), c.sets)
+			if err == nil {
+				t.Fatalf("no error; want %q", c.want)
+			}
+			var es Errors
+			if !errors.As(err, &es) || len(es) != 1 {
+				t.Fatalf("want exactly one error containing %q, got:\n%v", c.want, err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %q\nwant it to contain %q", err, c.want)
+			}
+		})
+	}
+	if _, err := Parse("base.yaml", []byte(base), "", nil); err != nil {
+		t.Fatalf("the base recipe is invalid: %v", err)
+	}
+}
+
+func TestSetOverrides(t *testing.T) {
+	l, err := Parse("base.yaml", []byte(base), "", []string{
+		"algorithm.lr=3e-4",              // typed by the schema: a float
+		"algorithm.group_size=4",         // an int
+		"checkpoint.optimizer=false",     // a bool
+		"name=12",                        // a string, though it looks like a number
+		"data.task.kinds=[word, linear]", // a list
+		"data.task.kinds.1=fraction",     // one element
+		"models.policy.lora.rank=4",      // creates the section, with its defaults
+		"placement.rollout.custom.tpu=2",
+		"sync.mode=async",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Algorithm.LR != 3e-4 || l.Algorithm.GroupSize != 4 || l.Checkpoint.Optimizer || l.Name != "12" {
+		t.Errorf("scalars: lr %v, group %d, optimizer %v, name %q", l.Algorithm.LR, l.Algorithm.GroupSize, l.Checkpoint.Optimizer, l.Name)
+	}
+	if !reflect.DeepEqual(l.Data.Task.Kinds, []string{"word", "fraction"}) {
+		t.Errorf("kinds = %v", l.Data.Task.Kinds)
+	}
+	if lo := l.Models.Policy.LoRA; lo == nil || lo.Rank != 4 || lo.Alpha != 16 || len(lo.Targets) != 7 {
+		t.Errorf("lora = %+v", lo)
+	}
+	if l.Engines.Policy.WeightSync != "lora" {
+		t.Errorf("weight_sync = %q; with LoRA the default is lora", l.Engines.Policy.WeightSync)
+	}
+	if l.Placement.Rollout.Custom["tpu"] != 2 {
+		t.Errorf("custom = %v", l.Placement.Rollout.Custom)
+	}
+	if l.Sync.MaxStaleness != 1 {
+		t.Errorf("async max_staleness = %d, want the default 1", l.Sync.MaxStaleness)
+	}
+	if p, ok := l.Pos("algorithm.lr"); !ok || p.Set != "algorithm.lr=3e-4" {
+		t.Errorf("Pos(algorithm.lr) = %+v, %v", p, ok)
+	}
+	if p, ok := l.Pos("models.policy.init"); !ok || p.Line != 4 {
+		t.Errorf("Pos(models.policy.init) = %+v, %v", p, ok)
+	}
+
+	// Bad overrides: each error names its override, all reported at once.
+	_, err = Parse("base.yaml", []byte(strings.Replace(base, "task: {}", "task: {kinds: [word, linear]}", 1)), "", []string{
+		"algorithm.lr=fast", "algorithm.lrr=1", "noequals", "data.task.kinds.9=x", "name.first=x", "algorithm..lr=1", "algorithm.group_size=2.5",
+	})
+	want := []string{
+		`--set algorithm.lr=fast: algorithm.lr: want a number, got "fast"`,
+		`--set algorithm.lrr=1: algorithm.lrr: unknown key "lrr" (did you mean "lr"?)`,
+		`--set noequals: want KEY.PATH=VALUE`,
+		`--set name.first=x: name is a value ("base"), not a section`,
+		`--set data.task.kinds.9=x: data.task.kinds is a list of 2; want an index 0..2, got "9"`,
+		`--set algorithm..lr=1: empty key in "algorithm..lr"`,
+		`--set algorithm.group_size=2.5: algorithm.group_size: want an integer, got "2.5"`,
+	}
+	if err == nil {
+		t.Fatal("bad overrides accepted")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("errors lack %q:\n%v", w, err)
+		}
+	}
+}
+
+// The resolved recipe keeps explicit zeros whose default is not zero.
+func TestResolvedKeepsZeros(t *testing.T) {
+	l, err := Parse("base.yaml", []byte(base), "", []string{"algorithm.grad_clip=0", "checkpoint.optimizer=false", "eval.held_out=7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := l.WriteResolved(&b); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse("resolved.yaml", []byte(b.String()), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Algorithm.GradClip != 0 || back.Checkpoint.Optimizer || back.Eval.HeldOut != 7 {
+		t.Errorf("resolved lost values: grad_clip %v optimizer %v held_out %d\n%s", back.Algorithm.GradClip, back.Checkpoint.Optimizer, back.Eval.HeldOut, b.String())
+	}
+	if !strings.HasPrefix(b.String(), "# resolved recipe: base.yaml --set algorithm.grad_clip=0") {
+		t.Errorf("header: %q", strings.SplitN(b.String(), "\n", 2)[0])
+	}
+}
+
+func TestRelativePaths(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "train.jsonl"), []byte(`{"prompt":"1+1","answer":"2"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := "models: {policy: {init: {}}}\ndata: {dataset: {train: train.jsonl}}\n"
+	if err := os.WriteFile(filepath.Join(dir, "r.yaml"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Load(filepath.Join(dir, "r.yaml"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Data.Dataset.Train != filepath.Join(dir, "train.jsonl") {
+		t.Errorf("train = %q: relative to the recipe's directory", l.Data.Dataset.Train)
+	}
+	if l.Name != "r" {
+		t.Errorf("name = %q, want the file's base name", l.Name)
+	}
+	// From --set, relative to the working directory: here it does not exist.
+	_, err = Load(filepath.Join(dir, "r.yaml"), []string{"data.dataset.train=elsewhere.jsonl"})
+	cwd, _ := os.Getwd()
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(cwd, "elsewhere.jsonl")) {
+		t.Errorf("want an error naming %s, got %v", filepath.Join(cwd, "elsewhere.jsonl"), err)
+	}
+	if _, err := Load("no_such_recipe", nil); err == nil || !strings.Contains(err.Error(), "built-in: grpo_gsm8k, mbpp") {
+		t.Errorf("unknown name: %v", err)
+	}
+}
