@@ -1,0 +1,136 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/rlnode/rlnode/recipes"
+)
+
+func init() { commands["recipe"] = recipeCommand }
+
+const recipeUsage = `usage:
+  rlnode recipe list
+      the built-in recipes
+  rlnode recipe show NAME|FILE [--resolved] [--set KEY.PATH=VALUE]...
+      print a recipe: the file as written, or with --resolved every default
+      filled in (what a run directory keeps); --set implies --resolved
+  rlnode recipe validate NAME|FILE [--set KEY.PATH=VALUE]...
+      check a recipe: every problem is printed as FILE:LINE: field.path: message,
+      exit status 1 when there is any
+
+The schema: recipes/SCHEMA.md.
+`
+
+func recipeCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, recipeUsage)
+		return 0
+	}
+	switch args[0] {
+	case "list":
+		return recipeList(args[1:], stdout, stderr)
+	case "show", "validate":
+		return recipeShowValidate(args[0], args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "rlnode recipe: unknown subcommand %q\n\n%s", args[0], recipeUsage)
+	return 2
+}
+
+// parseInterleaved parses flags given before, between or after positional
+// arguments and returns the positional ones.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return positional, nil
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func recipeList(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "rlnode recipe list: unexpected argument %q\n", args[0])
+		return 2
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tDESCRIPTION")
+	for _, name := range recipes.BuiltinNames() {
+		l, err := recipes.Load(name, nil)
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode recipe list: %s: %v\n", name, err)
+			return 1
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", name, l.Description)
+	}
+	tw.Flush()
+	return 0
+}
+
+func recipeShowValidate(verb string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rlnode recipe "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sets repeated
+	fs.Var(&sets, "set", "override KEY.PATH=VALUE (repeatable; VALUE is YAML)")
+	resolved := false
+	if verb == "show" {
+		fs.BoolVar(&resolved, "resolved", false, "print every default filled in")
+	}
+	pos, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return 2
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "rlnode recipe %s: want one recipe (a built-in name or a file)\n\n%s", verb, recipeUsage)
+		return 2
+	}
+	l, err := recipes.Load(pos[0], sets)
+	if err != nil {
+		if errors.Is(err, recipes.ErrInvalid) {
+			n := strings.Count(err.Error(), "\n") + 1
+			fmt.Fprintf(stderr, "%v\nrlnode recipe %s: %s: %d error(s)\n", err, verb, pos[0], n)
+		} else {
+			fmt.Fprintf(stderr, "rlnode recipe %s: %v\n", verb, err)
+		}
+		return 1
+	}
+	switch {
+	case verb == "validate":
+		fmt.Fprintf(stdout, "%s: ok (%s, %s, %s episodes, %d steps)\n", pos[0], l.Name, l.Algorithm.Name, l.Episode.Type, l.Schedule.Steps)
+	case resolved || len(sets) > 0:
+		if err := l.WriteResolved(stdout); err != nil {
+			fmt.Fprintf(stderr, "rlnode recipe show: %v\n", err)
+			return 1
+		}
+	default:
+		src, vsets, ok := recipes.BuiltinSource(pos[0])
+		if !ok {
+			if src, err = os.ReadFile(pos[0]); err != nil {
+				fmt.Fprintf(stderr, "rlnode recipe show: %v\n", err)
+				return 1
+			}
+		}
+		if len(vsets) > 0 {
+			fmt.Fprintf(stdout, "# %s is the recipe below with:", pos[0])
+			for _, s := range vsets {
+				fmt.Fprintf(stdout, " --set '%s'", s)
+			}
+			fmt.Fprintln(stdout)
+		}
+		_, _ = stdout.Write(src)
+	}
+	return 0
+}
