@@ -273,7 +273,7 @@ func TestFailingEnginesDoNotBlockOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s := startSyncer(t, n, Config{PushTimeout: 2 * time.Second})
+	s := startSyncer(t, n, Config{PushTimeout: 5 * time.Second}) // the stuck engine's push ends here
 	register(t, s, healthy[0], stopped[0], closedRef, busyRef)
 	ctx := testCtx(t, 60*time.Second)
 
