@@ -1,0 +1,397 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/rlnode/rlnode/recipes"
+)
+
+func init() { commands["sbatch"] = sbatchCommand }
+
+const sbatchUsage = `usage: rlnode sbatch RECIPE --nodes N --gpus-per-node G [flags]
+
+Validates RECIPE (a built-in name or a file) and prints a Slurm batch script
+that runs it on N nodes: 'rlnode start' on the first node of the allocation,
+'rlnode join' on the others through srun (GPUs as Slurm assigned them:
+SLURM_GPUS_ON_NODE, else CUDA_VISIBLE_DEVICES), a wait (bounded) until all N
+nodes are up, 'rlnode run RECIPE', and a clean shutdown on exit, error,
+scancel or the time limit. Submit it with: rlnode sbatch ... > job.sh && sbatch job.sh
+
+The run directory (--out) must be on a filesystem every node sees (as home
+directories usually are): the cluster key file is shared through it. Set
+RLNODE_ADVERTISE in the job's environment when nodes must talk over an
+address other than the one routing to the first node.
+
+flags:
+`
+
+// sbatchOptions are what the batch script is made from.
+type sbatchOptions struct {
+	Recipe       string   // as the script passes it to rlnode run: a built-in name or an absolute path
+	RecipeName   string   // the recipe's name
+	Sets         []string // --set overrides for rlnode run
+	Nodes        int
+	GPUsPerNode  int
+	Partition    string
+	Time         string
+	Account      string
+	JobName      string
+	Out          string // run directory; "" is $SLURM_SUBMIT_DIR/rlnode-$SLURM_JOB_ID
+	Rlnode       string // the rlnode binary every node runs
+	RunCmd       string // replaces 'rlnode run ...' (shell text)
+	Port         int    // gossip port of the first node; 0 picks a free one
+	WaitTimeout  time.Duration
+	StopTimeout  time.Duration
+	GeneratedCmd string // the command line that made the script, for its header
+}
+
+var slurmTime = regexp.MustCompile(`^(\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2}|infinite|unlimited|UNLIMITED)$`)
+
+func sbatchCommand(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rlnode sbatch", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, sbatchUsage)
+		fs.PrintDefaults()
+	}
+	var o sbatchOptions
+	var sets repeated
+	fs.IntVar(&o.Nodes, "nodes", 0, "nodes to allocate (required, ≥ 1)")
+	fs.IntVar(&o.GPUsPerNode, "gpus-per-node", -1, "GPUs per node (required; 0 for CPU-only nodes)")
+	fs.StringVar(&o.Partition, "partition", "", "Slurm partition")
+	fs.StringVar(&o.Time, "time", "", "time limit (Slurm's format: MM, HH:MM:SS, D-HH:MM...)")
+	fs.StringVar(&o.Account, "account", "", "Slurm account")
+	fs.StringVar(&o.JobName, "job-name", "", "Slurm job name (default rlnode-RECIPE)")
+	fs.StringVar(&o.Out, "out", "", "run directory, on a filesystem all nodes see (default $SLURM_SUBMIT_DIR/rlnode-$SLURM_JOB_ID)")
+	fs.StringVar(&o.Rlnode, "rlnode", "", "path of the rlnode binary on the nodes (default: this binary)")
+	fs.StringVar(&o.RunCmd, "run-cmd", "", "shell command run on the first node instead of 'rlnode run RECIPE' once all nodes are up;\n"+
+		"it sees $RLNODE (the binary), $RLNODE_GOSSIP (the first node's gossip address), $RLNODE_OUT and $RLNODE_NODES.\n"+
+		"e.g. --run-cmd '\"$RLNODE\" status --json' for a smoke test of the allocation")
+	fs.IntVar(&o.Port, "port", 0, "gossip port of the first node (0 picks a free one)")
+	fs.DurationVar(&o.WaitTimeout, "wait-timeout", 5*time.Minute, "how long the job waits for all nodes to be up")
+	fs.DurationVar(&o.StopTimeout, "stop-timeout", 30*time.Second, "how long shutdown waits for each step before killing it")
+	fs.Var(&sets, "set", "recipe override KEY.PATH=VALUE (repeatable), checked now and passed to rlnode run")
+	pos, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return 2
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "rlnode sbatch: want one recipe (a built-in name or a file), got %d arguments\n", len(pos))
+		return 2
+	}
+	o.Sets = sets
+	o.GeneratedCmd = "rlnode sbatch " + shellJoin(args)
+	l, err := recipes.Load(pos[0], sets)
+	if err != nil {
+		if errors.Is(err, recipes.ErrInvalid) {
+			fmt.Fprintf(stderr, "%v\nrlnode sbatch: recipe %s is invalid; no script written\n", err, pos[0])
+		} else {
+			fmt.Fprintf(stderr, "rlnode sbatch: %v\n", err)
+		}
+		return 1
+	}
+	o.RecipeName = l.Name
+	o.Recipe = pos[0]
+	if _, _, builtin := recipes.BuiltinSource(pos[0]); !builtin {
+		if o.Recipe, err = filepath.Abs(pos[0]); err != nil {
+			fmt.Fprintf(stderr, "rlnode sbatch: %v\n", err)
+			return 1
+		}
+	}
+	if o.Rlnode == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode sbatch: find this binary: %v (pass --rlnode PATH)\n", err)
+			return 1
+		}
+		o.Rlnode = exe
+	}
+	if o.Out != "" && !filepath.IsAbs(o.Out) {
+		if o.Out, err = filepath.Abs(o.Out); err != nil {
+			fmt.Fprintf(stderr, "rlnode sbatch: %v\n", err)
+			return 1
+		}
+	}
+	if err := o.check(l.Recipe); err != nil {
+		fmt.Fprintf(stderr, "rlnode sbatch: %v\n", err)
+		return 2
+	}
+	script, err := sbatchScript(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "rlnode sbatch: %v\n", err)
+		return 1
+	}
+	_, _ = io.WriteString(stdout, script)
+	return 0
+}
+
+// check refuses options Slurm would refuse, or that cannot hold the
+// recipe's actors.
+func (o *sbatchOptions) check(r *recipes.Recipe) error {
+	var errs []string
+	if o.Nodes < 1 {
+		errs = append(errs, fmt.Sprintf("--nodes %d: want at least 1", o.Nodes))
+	}
+	if o.GPUsPerNode < 0 {
+		errs = append(errs, "--gpus-per-node is required (0 for CPU-only nodes)")
+	}
+	if o.Time != "" && !slurmTime.MatchString(o.Time) {
+		errs = append(errs, fmt.Sprintf("--time %q: want Slurm's format (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)", o.Time))
+	}
+	for _, f := range []struct{ name, v string }{{"--partition", o.Partition}, {"--account", o.Account}, {"--job-name", o.JobName}} {
+		if strings.ContainsAny(f.v, " \t\n'\"\\$`") {
+			errs = append(errs, fmt.Sprintf("%s %q: no blanks, quotes or shell characters", f.name, f.v))
+		}
+	}
+	if o.Port < 0 || o.Port > 65535 {
+		errs = append(errs, fmt.Sprintf("--port %d: want 0..65535", o.Port))
+	}
+	if o.WaitTimeout < time.Second || o.StopTimeout < time.Second {
+		errs = append(errs, "--wait-timeout and --stop-timeout: want at least 1s")
+	}
+	if o.GPUsPerNode >= 0 && o.Nodes >= 1 {
+		p := r.Placement
+		replicas := r.Engines.Policy.Replicas
+		if r.Engines.Feedback != nil {
+			replicas += r.Engines.Feedback.Replicas
+		}
+		need := float64(replicas)*p.Rollout.GPUs + float64(p.LearnerShards)*p.Learner.GPUs
+		have := float64(o.Nodes * o.GPUsPerNode)
+		switch {
+		case need > have:
+			errs = append(errs, fmt.Sprintf("the recipe's actors reserve %g GPUs (%d rollout actors × %g + %d learner shards × %g) but %d nodes × %d GPUs give %g",
+				need, replicas, p.Rollout.GPUs, p.LearnerShards, p.Learner.GPUs, o.Nodes, o.GPUsPerNode, have))
+		case p.Rollout.GPUs > float64(o.GPUsPerNode) || p.Learner.GPUs > float64(o.GPUsPerNode):
+			errs = append(errs, fmt.Sprintf("one actor reserves more GPUs (rollout %g, learner %g) than a node has (%d)", p.Rollout.GPUs, p.Learner.GPUs, o.GPUsPerNode))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "\n"))
+	}
+	if o.JobName == "" {
+		o.JobName = "rlnode-" + regexp.MustCompile(`[^A-Za-z0-9_.-]`).ReplaceAllString(o.RecipeName, "_")
+	}
+	return nil
+}
+
+var safeShell = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`)
+
+// shellQuote quotes s for bash, leaving plain words bare.
+func shellQuote(s string) string {
+	if safeShell.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func shellJoin(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = shellQuote(a)
+	}
+	return strings.Join(q, " ")
+}
+
+// sbatchScript renders the batch script.
+func sbatchScript(o sbatchOptions) (string, error) {
+	runCmd := o.RunCmd
+	if runCmd == "" {
+		parts := []string{`"$RLNODE"`, "run", shellQuote(o.Recipe), "--out", `"$RLNODE_OUT/run"`, "--address", `"$RLNODE_GOSSIP"`}
+		for _, s := range o.Sets {
+			parts = append(parts, "--set", shellQuote(s))
+		}
+		runCmd = strings.Join(parts, " ")
+	}
+	out := `${SLURM_SUBMIT_DIR:-$PWD}/rlnode-${SLURM_JOB_ID}`
+	if o.Out != "" {
+		out = shellQuote(o.Out)
+	}
+	var b strings.Builder
+	err := sbatchTemplate.Execute(&b, map[string]any{
+		"O":       o,
+		"Rlnode":  shellQuote(o.Rlnode),
+		"Out":     out,
+		"RunCmd":  shellQuote(runCmd),
+		"WaitS":   int(o.WaitTimeout.Seconds()),
+		"StopS":   int(o.StopTimeout.Seconds()),
+		"Recipe":  o.Recipe,
+		"Sets":    strings.ReplaceAll(shellJoin(o.Sets), "\n", " "),
+		"SignalS": 3*int(o.StopTimeout.Seconds()) + 15,
+		"Command": strings.ReplaceAll(o.GeneratedCmd, "\n", " "),
+	})
+	return b.String(), err
+}
+
+var sbatchTemplate = template.Must(template.New("sbatch").Parse(`#!/bin/bash
+# Generated by: {{.Command}}
+# Recipe {{.Recipe}}{{if .Sets}} with {{.Sets}}{{end}}: validated when this script was written.
+#SBATCH --job-name={{.O.JobName}}
+#SBATCH --nodes={{.O.Nodes}}
+#SBATCH --ntasks-per-node=1
+{{- if gt .O.GPUsPerNode 0}}
+#SBATCH --gpus-per-node={{.O.GPUsPerNode}}
+{{- end}}
+{{- if .O.Partition}}
+#SBATCH --partition={{.O.Partition}}
+{{- end}}
+{{- if .O.Time}}
+#SBATCH --time={{.O.Time}}
+#SBATCH --signal=B:TERM@{{.SignalS}}
+{{- end}}
+{{- if .O.Account}}
+#SBATCH --account={{.O.Account}}
+{{- end}}
+set -uo pipefail
+if [ -z "${SLURM_JOB_ID:-}" ] || [ -z "${SLURM_JOB_NODELIST:-}" ]; then
+  echo "not inside a Slurm job: submit this script with sbatch" >&2
+  exit 2
+fi
+
+export RLNODE={{.Rlnode}}
+export RLNODE_NODES={{.O.Nodes}}
+export RLNODE_GPUS_PER_NODE={{.O.GPUsPerNode}}
+export RLNODE_OUT={{.Out}}
+export RLNODE_KEY="$RLNODE_OUT/cluster.key"  # shared through the run directory
+RUN_CMD={{.RunCmd}}
+WAIT_S={{.WaitS}}
+STOP_S={{.StopS}}
+
+log() { printf '[rlnode-sbatch %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+mkdir -p "$RLNODE_OUT" || exit 1
+
+# The first node of the allocation runs 'rlnode start'; the others join it.
+HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+HEAD_NODEADDR=$(scontrol show node "$HEAD_NODE" 2>/dev/null | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p' | head -n 1)
+export RLNODE_HEAD_ADDR=$(getent ahostsv4 "${HEAD_NODEADDR:-$HEAD_NODE}" | awk 'NR == 1 { print $1 }')
+if [ -z "$RLNODE_HEAD_ADDR" ]; then
+  log "cannot resolve the address of the first node $HEAD_NODE"
+  exit 1
+fi
+
+# Run on every node: its GPUs as Slurm assigned them, the address the
+# others reach it at, and a node-local RLNODE_HOME (run files hold PIDs).
+NODE_ENV='
+gpus_here() {
+  if [ "$RLNODE_GPUS_PER_NODE" -eq 0 ]; then echo 0
+  elif [ -n "${SLURM_GPUS_ON_NODE:-}" ]; then echo "$SLURM_GPUS_ON_NODE"
+  elif [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+    case "$CUDA_VISIBLE_DEVICES" in ""|NoDevFiles) echo 0 ;; *) echo "$CUDA_VISIBLE_DEVICES" | tr , "\n" | grep -c . ;; esac
+  else echo "$RLNODE_GPUS_PER_NODE"
+  fi
+}
+node_ip() {
+  if [ -n "${RLNODE_ADVERTISE:-}" ]; then echo "$RLNODE_ADVERTISE"; return; fi
+  ip -4 route get "$RLNODE_HEAD_ADDR" 2>/dev/null | sed -n "s/.* src \([0-9.]*\).*/\1/p" | head -n 1
+}
+NODE_NAME="${SLURMD_NODENAME:-$(hostname -s)}"
+export RLNODE_HOME="${TMPDIR:-/tmp}/rlnode-${SLURM_JOB_ID}-${NODE_NAME}"
+NODE_IP=$(node_ip)
+if [ -z "$NODE_IP" ]; then NODE_IP=$(hostname -I | awk "{ print \$1 }"); fi
+'
+eval "$NODE_ENV"
+
+HEAD_PID= SRUN_PID= RUN_PID=
+stop_pid() { # stop_pid PID SECONDS: wait for PID to exit, then kill it
+  local pid=$1 i
+  for ((i = 0; i < $2 * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
+    sleep 0.1
+  done
+  log "pid $pid still running after $2s: killing it"
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  return 1
+}
+cleanup() {
+  local rc=$? clean=1
+  trap - EXIT TERM INT
+  log "shutting down (exit status $rc)"
+  if [ -n "$RUN_PID" ] && kill -0 "$RUN_PID" 2>/dev/null; then
+    kill -TERM "$RUN_PID" 2>/dev/null; stop_pid "$RUN_PID" "$STOP_S" || clean=0
+  fi
+  if [ -n "$SRUN_PID" ] && kill -0 "$SRUN_PID" 2>/dev/null; then
+    kill -TERM "$SRUN_PID" 2>/dev/null  # srun passes TERM to every 'rlnode join': they leave the cluster
+    stop_pid "$SRUN_PID" "$STOP_S" || clean=0
+  fi
+  if [ -n "$HEAD_PID" ] && kill -0 "$HEAD_PID" 2>/dev/null; then
+    "$RLNODE" stop >/dev/null 2>&1 || kill -TERM "$HEAD_PID" 2>/dev/null
+    stop_pid "$HEAD_PID" "$STOP_S" || clean=0
+  fi
+  rm -rf "$RLNODE_HOME"
+  if [ "$clean" = 1 ]; then log "all nodes stopped cleanly"; else log "some processes had to be killed"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'log "signal received"; exit 143' TERM INT
+
+log "job $SLURM_JOB_ID: $RLNODE_NODES nodes ($SLURM_JOB_NODELIST), first $HEAD_NODE at $RLNODE_HEAD_ADDR, run directory $RLNODE_OUT"
+"$RLNODE" start --bind "$NODE_IP:{{.O.Port}}" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" \
+  --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1 &
+HEAD_PID=$!
+
+# The first node's gossip address, from the run file it writes when up.
+RLNODE_GOSSIP=
+for ((i = 0; i < WAIT_S * 10; i++)); do
+  RLNODE_GOSSIP=$(sed -n 's/.*"gossip_address": *"\([^"]*\)".*/\1/p' "$RLNODE_HOME"/run/*.json 2>/dev/null | head -n 1)
+  [ -n "$RLNODE_GOSSIP" ] && break
+  if ! kill -0 "$HEAD_PID" 2>/dev/null; then
+    log "rlnode start failed:"; cat "$RLNODE_OUT/node-$NODE_NAME.log"; exit 1
+  fi
+  sleep 0.1
+done
+if [ -z "$RLNODE_GOSSIP" ]; then log "rlnode start not up after ${WAIT_S}s"; exit 1; fi
+export RLNODE_GOSSIP
+log "first node up: gossip $RLNODE_GOSSIP"
+
+if [ "$RLNODE_NODES" -gt 1 ]; then
+  JOIN='eval "$NODE_ENV"
+exec "$RLNODE" join "$RLNODE_GOSSIP" --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" \
+  --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1'
+  export NODE_ENV
+  srun --nodes=$((RLNODE_NODES - 1)) --ntasks=$((RLNODE_NODES - 1)) --ntasks-per-node=1 --exclude="$HEAD_NODE" \
+    --kill-on-bad-exit=0{{if gt .O.GPUsPerNode 0}} --gpus-per-node={{.O.GPUsPerNode}}{{end}} bash -c "$JOIN" &
+  SRUN_PID=$!
+fi
+
+# Wait until every node is up, counting ALIVE entries of status' nodes array.
+alive_nodes() {
+  "$RLNODE" status --json 2>/dev/null | tr -d ' \n' | sed -n 's/.*"nodes":\[\(.*\)\],"actors".*/\1/p' \
+    | grep -o '"state":"ALIVE"' | wc -l
+}
+deadline=$((SECONDS + WAIT_S))
+while :; do
+  up=$(alive_nodes)
+  [ "$up" -ge "$RLNODE_NODES" ] && break
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    log "only $up of $RLNODE_NODES nodes up after ${WAIT_S}s; node logs are in $RLNODE_OUT"; exit 1
+  fi
+  if ! kill -0 "$HEAD_PID" 2>/dev/null; then log "the first node exited"; exit 1; fi
+  if [ -n "$SRUN_PID" ] && ! kill -0 "$SRUN_PID" 2>/dev/null; then
+    log "the joining nodes exited; their logs are in $RLNODE_OUT"; exit 1
+  fi
+  sleep 1
+done
+log "$up of $RLNODE_NODES nodes up"
+
+log "running: $RUN_CMD"
+bash -c "$RUN_CMD" &
+RUN_PID=$!
+wait "$RUN_PID"
+rc=$?
+RUN_PID=
+log "run finished with exit status $rc"
+exit "$rc"
+`))

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The generated scripts' text is pinned by golden files (regenerate with
+// go test ./cmd/rlnode -run TestSbatchGolden -update) and must parse as
+// bash.
+func TestSbatchGolden(t *testing.T) {
+	home := t.TempDir()
+	cases := []struct {
+		name string
+		args []string
+	}{
+		{"quickstart_cpu", []string{"quickstart", "--nodes", "2", "--gpus-per-node", "0", "--rlnode", "/opt/rlnode/bin/rlnode"}},
+		{"mlmt_gpu", []string{"mlmt_math", "--nodes", "4", "--gpus-per-node", "8", "--partition", "gpu", "--time", "2-00:00:00",
+			"--account", "rl", "--out", "/shared/runs/mlmt", "--set", "algorithm.lr=1e-5", "--set", "placement.rollout.gpus=1",
+			"--rlnode", "/opt/rlnode/bin/rlnode", "--port", "7946"}},
+		{"smoke_single", []string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--rlnode", "/opt/rlnode/bin/rlnode",
+			"--run-cmd", `"$RLNODE" status --json`, "--wait-timeout", "60s", "--stop-timeout", "10s"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, errOut, code := runRlnode(t, home, append([]string{"sbatch"}, c.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			golden := filepath.Join("testdata", "sbatch", c.name+".sh")
+			if *updateGolden {
+				if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update)", err)
+			}
+			if out != string(want) {
+				t.Errorf("script differs from %s (rerun with -update and review the diff):\n%s", golden, out)
+			}
+			bashSyntax(t, out)
+		})
+	}
+}
+
+func bashSyntax(t *testing.T, script string) {
+	t.Helper()
+	cmd := exec.Command("bash", "-n")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("bash -n: %v\n%s", err, out)
+	}
+}
+
+func TestSbatchRefuses(t *testing.T) {
+	home := t.TempDir()
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("models: {policy: {init: {}}}\ndata: {task: {}}\nalgorithm: {lr: -1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{bad, "--nodes", "2", "--gpus-per-node", "1"}, 1, bad + ":3: algorithm.lr: -1: want a positive learning rate"},
+		{[]string{"quickstart", "--nodes", "0", "--gpus-per-node", "1"}, 2, "--nodes 0: want at least 1"},
+		{[]string{"quickstart", "--nodes", "2"}, 2, "--gpus-per-node is required"},
+		{[]string{"quickstart", "--nodes", "2", "--gpus-per-node", "1", "--time", "soon"}, 2, `--time "soon"`},
+		{[]string{"quickstart", "--nodes", "2", "--gpus-per-node", "1", "--partition", "a b"}, 2, "--partition"},
+		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "1", "--set", "placement.learner.gpus=2"}, 2, "reserve 2 GPUs"},
+		{[]string{"quickstart", "--nodes", "2", "--gpus-per-node", "1", "--set", "placement.learner_shards=2", "--set", "placement.learner.gpus=2"}, 2, "reserve 4 GPUs"},
+		{[]string{"--nodes", "2", "--gpus-per-node", "1"}, 2, "want one recipe"},
+		{[]string{"nonesuch", "--nodes", "2", "--gpus-per-node", "1"}, 1, "no built-in recipe by that name"},
+	}
+	for _, c := range cases {
+		out, errOut, code := runRlnode(t, home, append([]string{"sbatch"}, c.args...)...)
+		if code != c.code || !strings.Contains(errOut, c.want) || out != "" {
+			t.Errorf("sbatch %v: exit %d (want %d), stdout %d bytes, stderr:\n%s\nwant it to contain %q", c.args, code, c.code, len(out), errOut, c.want)
+		}
+	}
+}
+
+// fakeSlurm puts scontrol and srun on PATH that make one machine look like
+// an allocation of nodes fake1..fakeN: srun starts each task as a local
+// process with its own SLURMD_NODENAME and passes TERM on, as srun does.
+func fakeSlurm(t *testing.T, nodes int) string {
+	t.Helper()
+	dir := t.TempDir()
+	scontrol := `#!/bin/bash
+case "$1 $2" in
+"show hostnames") for i in $(seq 1 ` + itoa(nodes) + `); do echo fake$i; done ;;
+"show node") echo "NodeName=$3 Arch=x86_64 CoresPerSocket=1"; echo "   NodeAddr=127.0.0.1 NodeHostName=$3" ;;
+*) echo "fake scontrol: $*" >&2; exit 1 ;;
+esac
+`
+	srun := `#!/bin/bash
+n=1
+while [ $# -gt 0 ]; do
+  case "$1" in --ntasks=*) n=${1#--ntasks=} ;; --*) ;; *) break ;; esac
+  shift
+done
+pids=()
+for i in $(seq 1 "$n"); do
+  SLURMD_NODENAME=fake$((i + 1)) SLURM_PROCID=$((i - 1)) "$@" &
+  pids+=($!)
+done
+trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM INT
+while [ -n "$(jobs -r)" ]; do wait; done
+`
+	for name, body := range map[string]string{"scontrol": scontrol, "srun": srun} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// rlnodeWrapper is an executable named rlnode that runs this test binary
+// as rlnode, for scripts that call "$RLNODE".
+func rlnodeWrapper(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "rlnode")
+	body := "#!/bin/sh\nRLNODE_CLI_MAIN=1 exec " + shellQuote(exe) + " \"$@\"\n"
+	if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The generated script, run as a 3-node job on this machine (fake scontrol
+// and srun, real rlnode processes on 127.0.0.1): three nodes come up, the
+// run command sees all three, and everything stops cleanly.
+func TestSbatchScriptRunsThreeNodes(t *testing.T) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs ip (iproute2) to find the node address")
+	}
+	home := t.TempDir()
+	rl := rlnodeWrapper(t)
+	runDir := filepath.Join(t.TempDir(), "run")
+	script, errOut, code := runRlnode(t, home, "sbatch", "quickstart", "--nodes", "3", "--gpus-per-node", "0",
+		"--rlnode", rl, "--out", runDir, "--wait-timeout", "60s", "--stop-timeout", "20s",
+		"--run-cmd", `"$RLNODE" status --json > "$RLNODE_OUT/status.json"`)
+	if code != 0 {
+		t.Fatalf("sbatch: exit %d: %s", code, errOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-s")
+	cmd.Stdin = strings.NewReader(script)
+	tmp := t.TempDir()
+	cmd.Env = append(os.Environ(), "PATH="+fakeSlurm(t, 3)+":"+os.Getenv("PATH"), "SLURM_JOB_ID=4242",
+		"SLURM_JOB_NODELIST=fake[1-3]", "SLURMD_NODENAME=fake1", "TMPDIR="+tmp, "SLURM_SUBMIT_DIR="+tmp)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	log := out.String()
+	if err != nil {
+		t.Fatalf("job failed: %v\n%s\n%s", err, log, nodeLogs(runDir))
+	}
+	for _, want := range []string{"3 of 3 nodes up", "run finished with exit status 0", "all nodes stopped cleanly"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("job output lacks %q:\n%s", want, log)
+		}
+	}
+	var st struct {
+		Nodes []struct {
+			State  string            `json:"state"`
+			Labels map[string]string `json:"labels"`
+		} `json:"nodes"`
+	}
+	b, err := os.ReadFile(filepath.Join(runDir, "status.json"))
+	if err != nil || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("status.json: %v\n%s", err, b)
+	}
+	names := map[string]bool{}
+	for _, n := range st.Nodes {
+		if n.State == "ALIVE" {
+			names[n.Labels["slurm_node"]] = true
+		}
+	}
+	if len(names) != 3 || !names["fake1"] || !names["fake2"] || !names["fake3"] {
+		t.Errorf("the run command saw nodes %v, want fake1..fake3", names)
+	}
+	// Every node left: "node ... stopped" in each node's log.
+	for _, n := range []string{"fake1", "fake2", "fake3"} {
+		b, _ := os.ReadFile(filepath.Join(runDir, "node-"+n+".log"))
+		if !strings.Contains(string(b), "stopped") {
+			t.Errorf("node %s did not stop gracefully:\n%s", n, b)
+		}
+	}
+}
+
+func nodeLogs(dir string) string {
+	var b strings.Builder
+	files, _ := filepath.Glob(filepath.Join(dir, "node-*.log"))
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		b.WriteString("== " + f + "\n" + string(data))
+	}
+	return b.String()
+}
