@@ -76,13 +76,26 @@ func BenchmarkBulkFetch(b *testing.B) {
 	bulk := n.System().Bulk()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	b.SetBytes(int64(len(blob)))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		ref := bulk.Offer(blob, 1, time.Minute)
-		if _, err := bulk.Fetch(ctx, ref); err != nil {
-			b.Fatal(err)
-		}
+	// readers=3 pulls one offer three times at once, as three engines do.
+	for _, readers := range []int{1, 3} {
+		b.Run(fmt.Sprintf("readers=%d", readers), func(b *testing.B) {
+			b.SetBytes(int64(len(blob)))
+			for i := 0; i < b.N; i++ {
+				ref := bulk.Offer(blob, readers, time.Minute)
+				errs := make(chan error, readers)
+				for range readers {
+					go func() {
+						_, err := bulk.Fetch(ctx, ref)
+						errs <- err
+					}()
+				}
+				for range readers {
+					if err := <-errs; err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
 	}
 }
 
