@@ -68,8 +68,10 @@ func (a *syncActor) Receive(ctx *actor.Context, msg any) (any, error) {
 	case StatusRequest:
 		return a.s.Versions(), nil
 	case RegisterEngine:
-		// Bounded by QueryTimeout inside Register.
-		return a.s.Register(context.Background(), m.Engine)
+		// Register may wait for a publish and then catch the engine up.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*a.s.cfg.PushTimeout)
+		defer cancel()
+		return a.s.Register(ctx, m.Engine)
 	}
 	return nil, fmt.Errorf("%s: unexpected message %T", Kind, msg)
 }

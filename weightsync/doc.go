@@ -36,9 +36,10 @@
 //   - Fan-out is N concurrent pulls of one offer: the publishing node
 //     serves N copies. A chunk-pipelined relay (engine i forwarding to
 //     engine i+1 while it receives) needs a streaming offer in actor.Bulk.
-//   - An engine registered behind the published version, or restarted, is
-//     not caught up until the next Publish (a restarted EngineKind host is
-//     removed instead). Keeping the last payload to re-push is the fix.
+//   - A restarted EngineKind host is removed, not caught up: the driver
+//     registers it again (Register catches a late engine up from the last
+//     full and LoRA payloads, which the Syncer keeps). vLLM targets
+//     registered late are not caught up.
 //   - The rollout actor (package rollout) does not answer Push yet; it can
 //     host a Receiver (Receiver.Apply) beside its engine. Until then
 //     engines that take pushes run in EngineKind actors.

@@ -131,6 +131,9 @@ type Syncer struct {
 	targets    map[string]*target
 	removed    []EngineStatus
 	changed    chan struct{} // closed and replaced on every change
+	// The last full update and the last LoRA update after it, for
+	// catching up late engines (up to two payloads held in memory).
+	lastFull, lastLoRA *payload
 }
 
 // New returns a Syncer on node whose published version starts at
@@ -183,10 +186,18 @@ func (s *Syncer) nodeOf(addr string) string {
 
 // Register adds a native engine host (an EngineKind actor, or one
 // ServeEngine started) and asks it for the version it serves. An engine
-// behind the published version gets the next push; until then WaitVersion
-// waits for it. If the actor is in the cluster directory, its death or
-// restart removes it at once.
+// behind the published version is caught up first: it gets the last full
+// payload and the last LoRA payload after it (the Syncer keeps both), and
+// is not registered if that fails. If the actor is in the cluster
+// directory, its death or restart removes it at once. Register waits for
+// a publish in progress to end.
 func (s *Syncer) Register(ctx context.Context, ref actor.Ref) (EngineStatus, error) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return EngineStatus{}, fmt.Errorf("weightsync: register engine %s: waiting for a publish to end: %w", ref.Name, ctx.Err())
+	}
+	defer func() { <-s.sem }()
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 	defer cancel()
 	node := s.nodeOf(ref.Address)
@@ -199,6 +210,9 @@ func (s *Syncer) Register(ctx context.Context, ref actor.Ref) (EngineStatus, err
 		return EngineStatus{}, fmt.Errorf("weightsync: register engine %s on node %s: answered %T, want weightsync.EngineVersion (is it a weight-sync engine host?)", ref.Name, node, v)
 	}
 	t := &target{name: ref.Name, node: node, ref: ref, version: ev.Version}
+	if err := s.catchUp(ctx, t); err != nil {
+		return EngineStatus{}, fmt.Errorf("weightsync: register engine %s on node %s: %w", ref.Name, node, err)
+	}
 	if err := s.add(t); err != nil {
 		return EngineStatus{}, err
 	}
@@ -207,6 +221,38 @@ func (s *Syncer) Register(ctx context.Context, ref actor.Ref) (EngineStatus, err
 		go s.watch(wctx, t)
 	}
 	return t.status(), nil
+}
+
+// payload is a published version's encoded update, kept for catching up
+// engines that register later.
+type payload struct {
+	version int64
+	blob    []byte
+}
+
+// catchUp pushes the kept payloads newer than t's version to t.
+func (s *Syncer) catchUp(ctx context.Context, t *target) error {
+	s.mu.Lock()
+	var todo []payload
+	for _, p := range []*payload{s.lastFull, s.lastLoRA} {
+		if p != nil && p.version > t.version {
+			todo = append(todo, *p)
+		}
+	}
+	s.mu.Unlock()
+	bulk := s.node.System().Bulk()
+	for _, p := range todo {
+		pctx, cancel := context.WithTimeout(ctx, s.cfg.PushTimeout)
+		offer := bulk.Offer(p.blob, 1, s.cfg.PushTimeout+30*time.Second)
+		v, err := s.pushNative(pctx, t, Push{Version: p.version, Blob: offer, Timeout: s.cfg.PushTimeout})
+		bulk.Release(offer)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("catch up from version %d to %d: %w", t.version, p.version, err)
+		}
+		t.version = v // t is not shared yet
+	}
+	return nil
 }
 
 func (s *Syncer) watchCtx(t *target) (context.Context, context.CancelFunc) {
@@ -436,6 +482,11 @@ func (s *Syncer) Publish(ctx context.Context, version int64, u Update) (Report, 
 		// reuse its number.
 		s.mu.Lock()
 		s.latest = version
+		if u.LoRA == nil {
+			s.lastFull, s.lastLoRA = &payload{version, blob}, nil
+		} else {
+			s.lastLoRA = &payload{version, blob}
+		}
 		s.notifyLocked()
 		s.mu.Unlock()
 	}

@@ -331,3 +331,44 @@ func (stuckEngine) SetWeights(ctx context.Context, version int64, w map[string][
 	<-ctx.Done()
 	return ctx.Err()
 }
+
+// Engines registered after a full and after a LoRA publish are caught up
+// to the published weights before they count.
+func TestLateEnginesCatchUp(t *testing.T) {
+	n := embedded(t)
+	dir := saveModel(t, randomModel(t, tinyConfig(), 1))
+	refs := spawnEngines(t, n, "late-", dir, "", 3)
+	s := startSyncer(t, n, Config{})
+	register(t, s, refs[0])
+	ctx := testCtx(t, 60*time.Second)
+
+	learner := randomModel(t, tinyConfig(), 2)
+	if _, err := s.Publish(ctx, 1, FullUpdate(learner)); err != nil {
+		t.Fatal(err)
+	}
+	register(t, s, refs[1])
+	checkAgainst(t, "after full", learner, generate(t, n.System(), refs[1]), 1)
+
+	if err := learner.AddLoRA(model.LoRAConfig{Rank: 2, Alpha: 4, TargetModules: []string{"k_proj", "up_proj"}, Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range learner.TrainableParams() {
+		v := make([]float32, p.Len())
+		for k := range v {
+			v[k] = float32(k%7-3) * 0.04
+		}
+		learner.B.Upload(p.W, v)
+	}
+	u, err := LoRAUpdate(learner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Publish(ctx, 2, u); err != nil {
+		t.Fatal(err)
+	}
+	register(t, s, refs[2]) // from the checkpoint: full v1, then LoRA v2
+	checkAgainst(t, "after lora", learner, generate(t, n.System(), refs[2]), 2)
+	if v, err := s.VersionFor(ctx, 2); err != nil || v != 2 {
+		t.Fatalf("barrier at step 2: %d, %v", v, err)
+	}
+}
