@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// slurmTool finds a Slurm or munge program on PATH or in /usr/sbin.
+func slurmTool(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if p := filepath.Join("/usr/sbin", name); fileExists(p) {
+		return p
+	}
+	return ""
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// daemon starts a foreground daemon and stops it (TERM, then KILL after
+// 10s) when the test ends.
+func daemon(t *testing.T, env []string, logFile string, path string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(path, args...)
+	cmd.Env = env
+	f, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", path, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+}
+
+// TestSbatchUnderSlurm runs generated scripts under a real one-node Slurm
+// (Debian's slurm-wlm: munged, slurmctld and slurmd started here with a
+// configuration in a temporary directory). It needs root (slurmd starts
+// jobs as their user) and is skipped where Slurm is not installed.
+func TestSbatchUnderSlurm(t *testing.T) {
+	tools := map[string]string{}
+	for _, name := range []string{"munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo", "scancel"} {
+		if tools[name] = slurmTool(name); tools[name] == "" {
+			t.Skipf("%s not installed (Debian: apt-get install slurm-wlm munge)", name)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: slurmd starts jobs as their owner")
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _, _ = strings.Cut(host, ".")
+	dir, err := os.MkdirTemp("", "rlslurm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil { // munged wants its socket directory searchable
+		t.Fatal(err)
+	}
+	for _, d := range []string{"state", "spool"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := make([]byte, 1024)
+	for i := range key {
+		key[i] = byte(i*7 + i/13)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "munge.key"), key, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "munge.sock")
+	conf := filepath.Join(dir, "slurm.conf")
+	cfg := fmt.Sprintf(`ClusterName=rlnodetest
+SlurmctldHost=%[1]s(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=%[2]d
+SlurmdPort=%[3]d
+AuthType=auth/munge
+AuthInfo=socket=%[4]s
+CredType=cred/munge
+StateSaveLocation=%[5]s/state
+SlurmdSpoolDir=%[5]s/spool
+SlurmctldPidFile=%[5]s/slurmctld.pid
+SlurmdPidFile=%[5]s/slurmd.pid
+SlurmctldLogFile=%[5]s/slurmctld.log
+SlurmdLogFile=%[5]s/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+NodeName=%[1]s NodeAddr=127.0.0.1 CPUs=%[6]d RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes=%[1]s Default=YES MaxTime=INFINITE State=UP
+`, host, freePort(t), freePort(t), sock, dir, runtime.NumCPU())
+	if err := os.WriteFile(conf, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "SLURM_CONF="+conf)
+	daemon(t, env, filepath.Join(dir, "munged.out"), tools["munged"], "-F", "-f", "-S", sock,
+		"--key-file="+filepath.Join(dir, "munge.key"), "--log-file="+filepath.Join(dir, "munged.log"),
+		"--pid-file="+filepath.Join(dir, "munged.pid"), "--seed-file="+filepath.Join(dir, "munged.seed"))
+	waitFor(t, 20*time.Second, "munged socket", func() bool { return fileExists(sock) })
+	daemon(t, env, filepath.Join(dir, "slurmctld.out"), tools["slurmctld"], "-D", "-f", conf)
+	daemon(t, env, filepath.Join(dir, "slurmd.out"), tools["slurmd"], "-D", "-f", conf, "-N", host)
+	slurm := func(name string, args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, tools[name], args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	waitFor(t, 60*time.Second, "the Slurm node to be idle", func() bool {
+		out, err := slurm("sinfo", "-h", "-o", "%T")
+		return err == nil && strings.TrimSpace(out) == "idle"
+	})
+
+	rl := rlnodeWrapper(t)
+	home := t.TempDir()
+	submit := func(runCmd string) (id, runDir string) {
+		t.Helper()
+		runDir = filepath.Join(dir, fmt.Sprintf("run%d", time.Now().UnixNano()))
+		script, errOut, code := runRlnode(t, home, "sbatch", "quickstart", "--nodes", "1", "--gpus-per-node", "0",
+			"--rlnode", rl, "--out", runDir, "--wait-timeout", "60s", "--stop-timeout", "10s", "--run-cmd", runCmd)
+		if code != 0 {
+			t.Fatalf("rlnode sbatch: exit %d: %s", code, errOut)
+		}
+		path := filepath.Join(dir, "job.sh")
+		if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out, err := slurm("sbatch", "--parsable", "--output="+filepath.Join(dir, "job-%j.out"), path)
+		if err != nil {
+			t.Fatalf("sbatch: %v: %s", err, out)
+		}
+		return strings.TrimSpace(out), runDir
+	}
+	finished := func(id string) (state, output string) {
+		t.Helper()
+		waitFor(t, 90*time.Second, "job "+id+" to finish", func() bool {
+			out, err := slurm("squeue", "-h", "-j", id, "-o", "%T")
+			return err == nil && strings.TrimSpace(out) == "" || strings.Contains(out, "Invalid job id")
+		})
+		info, _ := slurm("scontrol", "show", "job", id)
+		b, _ := os.ReadFile(filepath.Join(dir, "job-"+id+".out"))
+		return info, string(b)
+	}
+
+	// A smoke run: the job sees its one node, and shuts down cleanly.
+	id, _ := submit(`"$RLNODE" status --json`)
+	info, out := finished(id)
+	if !strings.Contains(info, "JobState=COMPLETED") || !strings.Contains(info, "ExitCode=0:0") {
+		t.Errorf("job %s: %s\n%s", id, info, out)
+	}
+	for _, want := range []string{"1 of 1 nodes up", `"state": "ALIVE"`, "run finished with exit status 0", "all nodes stopped cleanly"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("job output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// scancel mid-run: the trap stops the node cleanly.
+	id, runDir := submit(`sleep 300`)
+	waitFor(t, 60*time.Second, "job "+id+" to run its command", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "job-"+id+".out"))
+		return strings.Contains(string(b), "running: sleep 300")
+	})
+	if out, err := slurm("scancel", id); err != nil {
+		t.Fatalf("scancel: %v: %s", err, out)
+	}
+	info, out = finished(id)
+	if !strings.Contains(info, "JobState=CANCELLED") {
+		t.Errorf("job %s: %s", id, info)
+	}
+	if !strings.Contains(out, "all nodes stopped cleanly") {
+		t.Errorf("cancelled job did not stop cleanly:\n%s\n%s", out, nodeLogs(runDir))
+	}
+}
+
+func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if ok() {
+			return
+		}
+	}
+	t.Fatalf("gave up waiting %v for %s", limit, what)
+}
