@@ -366,7 +366,15 @@ func TestLateEnginesCatchUp(t *testing.T) {
 	if _, err := s.Publish(ctx, 2, u); err != nil {
 		t.Fatal(err)
 	}
-	register(t, s, refs[2]) // from the checkpoint: full v1, then LoRA v2
+	// Through the actor, as another node would: from the checkpoint it
+	// gets full v1, then LoRA v2.
+	h, err := n.Lookup(ctx, "weightsync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := cluster.Call[EngineStatus](ctx, h, RegisterEngine{Engine: refs[2]}); err != nil || st.Version != 2 || st.Name != "late-c" {
+		t.Fatalf("register through the actor: %+v, %v", st, err)
+	}
 	checkAgainst(t, "after lora", learner, generate(t, n.System(), refs[2]), 2)
 	if v, err := s.VersionFor(ctx, 2); err != nil || v != 2 {
 		t.Fatalf("barrier at step 2: %d, %v", v, err)
