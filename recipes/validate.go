@@ -250,7 +250,10 @@ func (r *Recipe) validate(isSet func(string) bool) []problem {
 			c.add("data.task.held_out_percent", "%d: want 1..99", t.HeldOutPercent)
 		}
 		if d.Verifier == "code" {
-			c.add("data.verifier", "the built-in task has math answers; want math")
+			c.add("data.verifier", "the built-in task has math answers; want math or gsm8k")
+		}
+		if _, err := task.New(t.Config()); err != nil && len(c.probs) == 0 {
+			c.add("data.task", "%v", err)
 		}
 	}
 	if ds := d.Dataset; ds != nil {
@@ -353,6 +356,15 @@ func (r *Recipe) validate(isSet func(string) bool) []problem {
 		c.add("algorithm.rw_sft", "set, but algorithm.name is %q", a.Name)
 	}
 	c.mlmt(r)
+	if len(c.probs) == 0 {
+		// The learner's own checks, on what passed ours.
+		if err := a.PolicyLossConfig().Validate(); err != nil {
+			c.add("algorithm", "%v", err)
+		}
+		if err := a.LRSchedule(r.Schedule.Steps).Validate(); err != nil {
+			c.add("algorithm", "%v", err)
+		}
+	}
 
 	// SFT warm-up
 	c.nonNegative("sft.steps", r.SFT.Steps)
@@ -442,6 +454,7 @@ func (c *checker) model(path string, m *Model) {
 	}
 	if in := m.Init; in != nil {
 		p := path + ".init"
+		before := len(c.probs)
 		c.oneOf(p+".architecture", in.Architecture, Architectures)
 		if in.VocabSize < tokenizer.BuiltinMinVocabSize {
 			c.add(p+".vocab_size", "%d: the built-in tokenizer needs at least %d", in.VocabSize, tokenizer.BuiltinMinVocabSize)
@@ -457,6 +470,11 @@ func (c *checker) model(path string, m *Model) {
 		}
 		if in.Heads > 0 && in.KVHeads > 0 && in.Heads%in.KVHeads != 0 {
 			c.add(p+".kv_heads", "%d does not divide heads %d", in.KVHeads, in.Heads)
+		}
+		if len(c.probs) == before {
+			if _, err := in.Config(); err != nil {
+				c.add(p, "%v", err)
+			}
 		}
 	}
 	if l := m.LoRA; l != nil {

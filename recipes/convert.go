@@ -1,0 +1,84 @@
+package recipes
+
+import (
+	"encoding/json"
+
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/optim"
+	"github.com/rlnode/rlnode/learner/rl"
+	"github.com/rlnode/rlnode/rollout/data"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/task"
+)
+
+// The conversions below turn recipe sections into the library packages'
+// own configurations. Validation runs them too, so a recipe that loads is
+// one the packages accept.
+
+var architectureNames = map[string]string{"qwen2": model.Qwen2, "llama": model.Llama}
+
+// ConfigJSON is the init section as a Hugging Face config.json (float32).
+func (m *ModelInit) ConfigJSON() []byte {
+	b, _ := json.MarshalIndent(map[string]any{ // plain values: cannot fail
+		"architectures":           []string{architectureNames[m.Architecture]},
+		"model_type":              m.Architecture,
+		"vocab_size":              m.VocabSize,
+		"hidden_size":             m.HiddenSize,
+		"intermediate_size":       m.IntermediateSize,
+		"num_hidden_layers":       m.Layers,
+		"num_attention_heads":     m.Heads,
+		"num_key_value_heads":     m.KVHeads,
+		"max_position_embeddings": m.MaxPositions,
+		"tie_word_embeddings":     m.TieWordEmbeddings,
+		"rms_norm_eps":            1e-6,
+		"rope_theta":              10000.0,
+		"hidden_act":              "silu",
+		"torch_dtype":             "float32",
+	}, "", "  ")
+	return b
+}
+
+// Config is the init section parsed and checked by learner/model.
+func (m *ModelInit) Config() (*model.Config, error) {
+	return model.ParseConfig("init", m.ConfigJSON())
+}
+
+// Config is the LoRA section for learner/model; seed seeds the adapters'
+// initialization.
+func (l *LoRA) Config(seed uint64) model.LoRAConfig {
+	return model.LoRAConfig{Rank: l.Rank, Alpha: l.Alpha, Dropout: l.Dropout, TargetModules: append([]string{}, l.Targets...), Seed: seed}
+}
+
+// PolicyLossConfig is the algorithm's clipped surrogate for learner/rl.
+func (a *Algorithm) PolicyLossConfig() rl.PolicyLossConfig {
+	est, _ := rl.ParseKLEstimator(a.KLEstimator)
+	return rl.PolicyLossConfig{
+		ClipLow: a.ClipLow, ClipHigh: a.ClipHigh, DualClip: a.DualClip, TISCap: a.TISCap,
+		KLCoef: a.KLCoef, KL: est, EntropyCoef: a.EntropyCoef, Aggregation: rl.Aggregation(a.Aggregation),
+	}
+}
+
+// Sampling is the rollout sampling of one prompt: GroupSize samples.
+func (a *Algorithm) Sampling() engine.SamplingParams {
+	return engine.SamplingParams{N: a.GroupSize, MaxTokens: a.MaxTokens, Temperature: a.Temperature, TopP: a.TopP}
+}
+
+// LRSchedule is the learning rate over steps RL steps: a linear warm-up,
+// then constant or a cosine decay to MinLR at the last step.
+func (a *Algorithm) LRSchedule(steps int) optim.WarmupCosine {
+	s := optim.WarmupCosine{Base: a.LR, Min: a.LR, Warmup: a.Warmup, Total: steps}
+	if a.Schedule == "cosine" {
+		s.Min = a.MinLR
+	}
+	return s
+}
+
+// Config is the task section for rollout/task.
+func (t *Task) Config() task.Config {
+	return task.Config{Seed: t.Seed, Kinds: append([]string{}, t.Kinds...), Level: t.Level, HeldOutPercent: t.HeldOutPercent}
+}
+
+// Mapping is the columns section for rollout/data.
+func (c Columns) Mapping() data.Mapping {
+	return data.Mapping{Prompt: c.Prompt, Answer: c.Answer, Tests: c.Tests, Setup: c.Setup, ID: c.ID}
+}
