@@ -153,9 +153,14 @@ func TestSbatchScriptRunsThreeNodes(t *testing.T) {
 	home := t.TempDir()
 	rl := rlnodeWrapper(t)
 	runDir := filepath.Join(t.TempDir(), "run")
-	script, errOut, code := runRlnode(t, home, "sbatch", "quickstart", "--nodes", "3", "--gpus-per-node", "0",
+	// A recipe file: the script carries it resolved, and the job checks it.
+	recipe := filepath.Join(t.TempDir(), "tiny.yaml")
+	if err := os.WriteFile(recipe, []byte("models: {policy: {init: {}}}\ndata: {task: {kinds: [word]}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script, errOut, code := runRlnode(t, home, "sbatch", recipe, "--set", "schedule.steps=7", "--nodes", "3", "--gpus-per-node", "0",
 		"--rlnode", rl, "--out", runDir, "--wait-timeout", "60s", "--stop-timeout", "20s",
-		"--run-cmd", `"$RLNODE" status --json > "$RLNODE_OUT/status.json"`)
+		"--run-cmd", `"$RLNODE" recipe validate "$RLNODE_OUT/recipe.yaml" && "$RLNODE" status --json > "$RLNODE_OUT/status.json"`)
 	if code != 0 {
 		t.Fatalf("sbatch: exit %d: %s", code, errOut)
 	}
@@ -173,7 +178,7 @@ func TestSbatchScriptRunsThreeNodes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("job failed: %v\n%s\n%s", err, log, nodeLogs(runDir))
 	}
-	for _, want := range []string{"3 of 3 nodes up", "run finished with exit status 0", "all nodes stopped cleanly"} {
+	for _, want := range []string{"3 of 3 nodes up", "recipe.yaml: ok (tiny, grpo, single episodes, 7 steps)", "run finished with exit status 0", "all nodes stopped cleanly"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("job output lacks %q:\n%s", want, log)
 		}
