@@ -1,0 +1,283 @@
+package learner
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/rl"
+)
+
+func tinyModel() *model.Config {
+	return &model.Config{Architecture: model.Qwen2, HiddenSize: 16, IntermediateSize: 32, NumLayers: 1, NumHeads: 2,
+		NumKVHeads: 1, HeadDim: 8, VocabSize: 12, MaxPositions: 32, RMSNormEps: 1e-6, RopeTheta: 10000,
+		TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
+}
+
+func tinyConfig(alg string) Config {
+	c := DefaultConfig()
+	c.Model, c.Seed, c.Algorithm = tinyModel(), 3, alg
+	c.LR = 1e-2
+	c.MicroBatchSeqs = 3 // several micro-batches per step
+	c.MaxResponseLen = 4
+	return c
+}
+
+// groupBatch is two groups of four samples: responses of 2-4 tokens,
+// rewards 1 for responses starting with token 5.
+func groupBatch() Batch {
+	b := Batch{PolicyID: "solver"}
+	resp := [][]int32{{5, 6, 7}, {8, 6}, {5, 9, 9, 1}, {2, 3}, {5, 1}, {4, 4, 4}, {8, 8}, {5, 5, 5}}
+	for i, r := range resp {
+		b.Prompts = append(b.Prompts, []int32{1, int32(2 + i/4), 3})
+		b.Responses = append(b.Responses, r)
+		lp := make([]float32, len(r))
+		for t := range lp {
+			lp[t] = -2.4
+		}
+		b.SampleLogProbs = append(b.SampleLogProbs, lp)
+		var rew float64
+		if r[0] == 5 {
+			rew = 1
+		}
+		b.Rewards = append(b.Rewards, rew)
+		b.GroupIDs = append(b.GroupIDs, int64(i/4))
+	}
+	return b
+}
+
+func newLearner(t *testing.T, c Config) *Learner {
+	t.Helper()
+	l, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func maxDiff(a, b map[string][]float32) float64 {
+	var d float64
+	for name, x := range a {
+		for i := range x {
+			d = math.Max(d, math.Abs(float64(x[i]-b[name][i])))
+		}
+	}
+	return d
+}
+
+// rewardedLogProb is the mean log probability of the rewarded responses'
+// tokens minus that of the unrewarded ones.
+func rewardedLogProb(t *testing.T, l *Learner, b Batch) float64 {
+	t.Helper()
+	seqs := make([]model.Sequence, len(b.Prompts))
+	for i := range seqs {
+		seqs[i] = model.Sequence{Prompt: b.Prompts[i], Response: b.Responses[i]}
+	}
+	bt, err := model.NewBatch(seqs, 0, true, l.model.Config.VocabSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logp, _, err := l.model.Forward(bt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var good, bad, ng, nb float64
+	for i, per := range bt.Split(logp) {
+		for _, v := range per {
+			if b.Rewards[i] > 0 {
+				good, ng = good+float64(v), ng+1
+			} else {
+				bad, nb = bad+float64(v), nb+1
+			}
+		}
+	}
+	return good/ng - bad/nb
+}
+
+// Every algorithm takes steps that change the weights, report finite
+// statistics, and (all but plain SFT, which ignores rewards) move
+// probability toward the rewarded responses.
+func TestTrainAlgorithms(t *testing.T) {
+	for _, tc := range []struct {
+		alg  string
+		edit func(*Config)
+	}{
+		{GRPO, nil},
+		{GRPO, func(c *Config) { c.Loss.KLCoef, c.Loss.KL = 0.1, rl.K3; c.MiniBatches = 2; c.Loss.TISCap = 2 }},
+		{GRPO, func(c *Config) { c.Loss.EntropyCoef = 0.01 }},
+		{DrGRPO, nil},
+		{RLOO, nil},
+		{ReinforcePP, nil},
+		{PPO, nil},
+		{RWSFT, func(c *Config) { c.RWBeta = 0.2 }},
+		{SFT, nil},
+	} {
+		c := tinyConfig(tc.alg)
+		name := tc.alg
+		if tc.edit != nil {
+			tc.edit(&c)
+			name += "+options"
+		}
+		t.Run(name, func(t *testing.T) {
+			l := newLearner(t, c)
+			b := groupBatch()
+			before := l.PolicyWeights()
+			gap0 := rewardedLogProb(t, l, b)
+			var st Stats
+			var err error
+			for range 3 {
+				if st, err = l.Train(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if want := 3 * c.MiniBatches; st.Step != want || l.Step() != want {
+				t.Errorf("step %d (learner %d), want %d", st.Step, l.Step(), want)
+			}
+			if d := maxDiff(before, l.PolicyWeights()); d == 0 {
+				t.Error("weights did not change")
+			}
+			if st.Tokens != 21 || st.Seqs != 8 {
+				t.Errorf("tokens %d seqs %d, want 21 and 8", st.Tokens, st.Seqs)
+			}
+			for what, v := range map[string]float64{"loss": st.Loss, "grad norm": st.GradNorm, "entropy": st.Entropy, "kl": st.ApproxKL, "ref kl": st.RefKL, "value loss": st.ValueLoss} {
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					t.Errorf("%s is %v", what, v)
+				}
+			}
+			if !(st.Entropy > 0) || !(st.GradNorm > 0) {
+				t.Errorf("entropy %v, grad norm %v: want > 0", st.Entropy, st.GradNorm)
+			}
+			if tc.alg == PPO && !(st.ValueLoss > 0) {
+				t.Errorf("PPO value loss %v, want > 0", st.ValueLoss)
+			}
+			if c.Loss.KLCoef > 0 && !(st.RefKL > 0) {
+				t.Errorf("ref KL %v after 3 steps away from the reference, want > 0", st.RefKL)
+			}
+			if c.MiniBatches > 1 && !(st.ApproxKL > 0) {
+				t.Errorf("approx KL %v on the second mini-batch, want > 0", st.ApproxKL)
+			}
+			if tc.alg != SFT {
+				if gap := rewardedLogProb(t, l, b); !(gap > gap0) {
+					t.Errorf("log prob of rewarded minus unrewarded responses %.4f → %.4f: want a rise", gap0, gap)
+				}
+			}
+		})
+	}
+}
+
+// Bad batches are refused with an error naming the field, and the
+// weights stay as they were.
+func TestTrainRefusesBadBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		edit       func(*Batch)
+	}{
+		{"empty", "no sequences", func(b *Batch) { *b = Batch{} }},
+		{"responses", "responses for", func(b *Batch) { b.Responses = b.Responses[1:] }},
+		{"mask length", "masks[2]", func(b *Batch) {
+			b.Masks = make([][]float32, len(b.Responses))
+			for i, r := range b.Responses {
+				b.Masks[i] = ones(len(r))
+			}
+			b.Masks[2] = ones(1)
+		}},
+		{"reward NaN", "rewards[3]", func(b *Batch) { b.Rewards[3] = math.NaN() }},
+		{"rewards missing", "rewards", func(b *Batch) { b.Rewards = nil }},
+		{"token range", "out of range", func(b *Batch) { b.Responses[4] = []int32{5, 99} }},
+		{"groups uneven", "group_ids[3]", func(b *Batch) { b.GroupIDs[3] = 1 }},
+		{"group split", "appears again", func(b *Batch) { b.GroupIDs = []int64{0, 0, 1, 1, 0, 0, 1, 1} }},
+		{"sample logprobs", "sample_logprobs[1]", func(b *Batch) { b.SampleLogProbs[1] = nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tinyConfig(GRPO)
+			c.Loss.TISCap = 2
+			l := newLearner(t, c)
+			b := groupBatch()
+			tc.edit(&b)
+			before := l.PolicyWeights()
+			_, err := l.Train(b)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			if d := maxDiff(before, l.PolicyWeights()); d != 0 || l.Step() != 0 {
+				t.Errorf("a refused batch changed the weights by %v / step to %d", d, l.Step())
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		want string
+		edit func(*Config)
+	}{
+		{"algorithm", func(c *Config) { c.Algorithm = "dpo" }},
+		{"neither model_dir nor model", func(c *Config) { c.Model = nil }},
+		{"lr", func(c *Config) { c.LR = 0 }},
+		{"micro_batch_seqs", func(c *Config) { c.MicroBatchSeqs = 0 }},
+		{"clip_low and clip_high", func(c *Config) { c.Loss.ClipLow, c.Loss.ClipHigh = 0, 0 }},
+		{"loss: ", func(c *Config) { c.Loss.Aggregation = "mean" }},
+		{"rw_beta", func(c *Config) { c.Algorithm, c.RWBeta = RWSFT, 0 }},
+	} {
+		c := tinyConfig(GRPO)
+		tc.edit(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want one containing %q", err, tc.want)
+		}
+	}
+	if err := tinyConfig(GRPO).Validate(); err != nil {
+		t.Errorf("the test config is refused: %v", err)
+	}
+}
+
+// A checkpoint restores weights, optimizer moments, reference and step:
+// one more step from the restored learner equals one more step from the
+// original.
+func TestCheckpointResumesExactly(t *testing.T) {
+	c := tinyConfig(GRPO)
+	c.Loss.KLCoef, c.Loss.KL = 0.05, rl.K3
+	a := newLearner(t, c)
+	b := groupBatch()
+	for range 2 {
+		if _, err := a.Train(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	if err := a.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	r := newLearner(t, c)
+	if err := r.Load(dir); err != nil {
+		t.Fatal(err)
+	}
+	if r.Step() != 2 {
+		t.Errorf("restored step %d, want 2", r.Step())
+	}
+	if d := maxDiff(a.PolicyWeights(), r.PolicyWeights()); d != 0 {
+		t.Errorf("restored weights differ by %v", d)
+	}
+	sa, err := a.Train(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := r.Train(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(a.PolicyWeights(), r.PolicyWeights()); d != 0 {
+		t.Errorf("after one more step the weights differ by %v", d)
+	}
+	if sa.RefKL != sr.RefKL || sa.Loss != sr.Loss {
+		t.Errorf("step stats differ: loss %v/%v ref KL %v/%v", sa.Loss, sr.Loss, sa.RefKL, sr.RefKL)
+	}
+
+	other := tinyConfig(GRPO)
+	m := *other.Model
+	m.HiddenSize, m.HeadDim = 32, 16
+	other.Model = &m
+	if err := newLearner(t, other).Load(dir); err == nil || !strings.Contains(err.Error(), "hidden_size") {
+		t.Errorf("loading into another architecture: error %v, want one naming hidden_size", err)
+	}
+}
