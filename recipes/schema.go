@@ -224,8 +224,9 @@ type Episode struct {
 // Algorithm is the RL algorithm and its hyper-parameters.
 type Algorithm struct {
 	// Name is grpo, ppo (with the value head as critic), rloo,
-	// reinforce_pp (REINFORCE++), drgrpo (Dr.GRPO) or rw_sft
-	// (reward-weighted SFT). Default grpo.
+	// reinforce_pp (REINFORCE++; also spelled reinforce++), drgrpo
+	// (Dr.GRPO; also dr_grpo) or rw_sft (reward-weighted SFT). Default
+	// grpo.
 	Name string `yaml:"name"`
 	// GroupSize is the number of samples per prompt; at least 2 for grpo,
 	// drgrpo and rloo. Default 8.
@@ -239,7 +240,7 @@ type Algorithm struct {
 	// TopP is the nucleus mass, (0, 1]. Default 1 (off).
 	TopP float64 `yaml:"top_p"`
 	// ClipLow and ClipHigh bound the ratio to [1−low, 1+high]; low in
-	// [0, 1). Default 0.2 and 0.2 (DAPO's clip-higher: 0.28).
+	// [0, 1). Default 0.2 and 0.28 (DAPO's clip-higher; PPO's is 0.2).
 	ClipLow  float64 `yaml:"clip_low"`
 	ClipHigh float64 `yaml:"clip_high"`
 	// DualClip is dual-clip PPO's c, 0 (off) or > 1. Default 0.
@@ -258,7 +259,7 @@ type Algorithm struct {
 	// TISCap caps truncated importance sampling between the engine's and
 	// the learner's logprobs; 0 is off. Default 0 (async: 2).
 	TISCap float64 `yaml:"tis_cap"`
-	// LR is the peak learning rate; > 0. Default 1e-6.
+	// LR is the peak learning rate; > 0. Default 1e-5.
 	LR float64 `yaml:"lr"`
 	// MinLR is where cosine decays to, in [0, lr]. Default 0.
 	MinLR float64 `yaml:"min_lr"`
@@ -269,16 +270,24 @@ type Algorithm struct {
 	Warmup int `yaml:"warmup"`
 	// WeightDecay is AdamW's decoupled weight decay. Default 0.
 	WeightDecay float64 `yaml:"weight_decay"`
+	// AdamBeta1, AdamBeta2 in [0, 1) and AdamEps > 0 are AdamW's.
+	// Default 0.9, 0.999, 1e-8.
+	AdamBeta1 float64 `yaml:"adam_beta1"`
+	AdamBeta2 float64 `yaml:"adam_beta2"`
+	AdamEps   float64 `yaml:"adam_eps"`
 	// GradClip is the global gradient-norm limit; 0 is off. Default 1.
 	GradClip float64 `yaml:"grad_clip"`
 	// MicroBatch is the number of sequences per forward/backward pass.
-	// Default 8.
+	// Default 32.
 	MicroBatch int `yaml:"micro_batch"`
-	// Epochs is the number of optimizer passes over each batch (PPO
-	// epochs). Default 1.
+	// Epochs is the number of passes over each batch (PPO epochs).
+	// Default 1.
 	Epochs int `yaml:"epochs"`
-	// Gamma and Lambda are the discount and GAE λ of ppo and
-	// reinforce_pp, in [0, 1]. Default 1 and 1.
+	// MiniBatches splits each pass into this many optimizer steps (PPO's
+	// mini-batches). Default 1.
+	MiniBatches int `yaml:"mini_batches"`
+	// Gamma is the discount of ppo and reinforce_pp, Lambda the GAE λ of
+	// ppo, both in [0, 1]. Default 1 and 0.95.
 	Gamma  float64 `yaml:"gamma"`
 	Lambda float64 `yaml:"lambda"`
 	// ValueCoef weighs the value loss (ppo). Default 0.5.
@@ -333,7 +342,7 @@ type SFT struct {
 	// LR is the SFT learning rate (constant); > 0. Default 1e-4.
 	LR float64 `yaml:"lr"`
 	// Response is the target text (Go text/template over .Problem and
-	// .Answer). Default "\boxed{{.Answer}}" with the braces escaped.
+	// .Answer). Default `\boxed{ {{- .Answer -}} }`: \boxed{ANSWER}.
 	Response string `yaml:"response"`
 }
 
@@ -423,12 +432,13 @@ func Default() *Recipe {
 		Episode: Episode{Type: "single", MaxToolCalls: 4},
 		Algorithm: Algorithm{
 			Name: "grpo", GroupSize: 8, BatchPrompts: 16, MaxTokens: 256, Temperature: 1, TopP: 1,
-			ClipLow: 0.2, ClipHigh: 0.2, KLEstimator: "k3", LR: 1e-6, Schedule: "constant",
-			GradClip: 1, MicroBatch: 8, Epochs: 1, Gamma: 1, Lambda: 1, ValueCoef: 0.5, ValueClip: 0.2,
+			ClipLow: 0.2, ClipHigh: 0.28, KLEstimator: "k3", LR: 1e-5, Schedule: "constant",
+			AdamBeta1: 0.9, AdamBeta2: 0.999, AdamEps: 1e-8,
+			GradClip: 1, MicroBatch: 32, Epochs: 1, MiniBatches: 1, Gamma: 1, Lambda: 0.95, ValueCoef: 0.5, ValueClip: 0.2,
 			RWSFT: RWSFT{Weighting: "exp", Beta: 1, Threshold: 1},
 			MLMT:  MLMT{FeedbackReward: "final"},
 		},
-		SFT:        SFT{BatchSize: 32, LR: 1e-4, Response: `\boxed{{"{"}}{{.Answer}}{{"}"}}`},
+		SFT:        SFT{BatchSize: 32, LR: 1e-4, Response: `\boxed{ {{- .Answer -}} }`},
 		Placement:  Placement{Mode: "colocated", Rollout: Resources{CPUs: 1}, Learner: Resources{CPUs: 1}, LearnerShards: 1},
 		Schedule:   Schedule{Steps: 100, EvalEvery: 10},
 		Eval:       Eval{HeldOut: 100, Samples: 1},

@@ -37,6 +37,9 @@ var (
 	TurnMetrics = []string{"turn1_accuracy", "turn3_accuracy", "delta", "incorrect_to_correct", "correct_to_incorrect"}
 )
 
+// algorithmAliases are the learner's spellings of algorithm names.
+var algorithmAliases = map[string]string{"dr_grpo": "drgrpo", "reinforce++": "reinforce_pp"}
+
 // resolve fills the defaults that depend on other fields and makes paths
 // absolute. isSet tells whether the file or an override gave a path.
 // Relative paths from the file are relative to dir, those from --set to
@@ -81,6 +84,9 @@ func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
 		}
 	}
 	a := &r.Algorithm
+	if n, ok := algorithmAliases[a.Name]; ok {
+		a.Name = n
+	}
 	if a.Aggregation == "" {
 		a.Aggregation = string(rl.TokenMean)
 		if a.Name == "drgrpo" {
@@ -334,6 +340,19 @@ func (r *Recipe) validate(isSet func(string) bool) []problem {
 	c.nonNegativeF("algorithm.grad_clip", a.GradClip)
 	c.positive("algorithm.micro_batch", a.MicroBatch)
 	c.positive("algorithm.epochs", a.Epochs)
+	c.positive("algorithm.mini_batches", a.MiniBatches)
+	if a.MiniBatches > a.BatchPrompts*a.GroupSize && a.BatchPrompts > 0 && a.GroupSize > 0 {
+		c.add("algorithm.mini_batches", "%d: more mini-batches than the %d sequences of a batch", a.MiniBatches, a.BatchPrompts*a.GroupSize)
+	}
+	if a.AdamBeta1 < 0 || a.AdamBeta1 >= 1 {
+		c.add("algorithm.adam_beta1", "%v: want a value in [0, 1)", a.AdamBeta1)
+	}
+	if a.AdamBeta2 < 0 || a.AdamBeta2 >= 1 {
+		c.add("algorithm.adam_beta2", "%v: want a value in [0, 1)", a.AdamBeta2)
+	}
+	if a.AdamEps <= 0 {
+		c.add("algorithm.adam_eps", "%v: want a positive epsilon", a.AdamEps)
+	}
 	c.unit("algorithm.gamma", a.Gamma)
 	c.unit("algorithm.lambda", a.Lambda)
 	c.nonNegativeF("algorithm.value_coef", a.ValueCoef)
@@ -608,7 +627,7 @@ func (c *checker) mlmt(r *Recipe) {
 // sample, so an unknown field is caught now and not at step 0.
 func checkSFTTemplate(s string) error {
 	if s == "" {
-		return fmt.Errorf("empty: want the target text template (e.g. \\boxed{{\"{\"}}{{.Answer}}{{\"}\"}})")
+		return fmt.Errorf("empty: want the target text template (e.g. \\boxed{ {{- .Answer -}} })")
 	}
 	t, err := template.New("sft.response").Option("missingkey=error").Parse(s)
 	if err != nil {

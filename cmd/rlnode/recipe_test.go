@@ -22,7 +22,7 @@ func TestRecipeCommand(t *testing.T) {
 	}
 
 	out, errOut, code = runRlnode(t, home, "recipe", "validate", "quickstart", "--set", "algorithm.lr=1e-4")
-	if code != 0 || !strings.Contains(out, "quickstart: ok (quickstart, grpo, single episodes, 150 steps)") {
+	if code != 0 || !strings.Contains(out, "quickstart: ok (quickstart, grpo, single episodes, 100 steps)") {
 		t.Errorf("validate quickstart: exit %d\n%s%s", code, out, errOut)
 	}
 
