@@ -9,6 +9,7 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/task"
 )
 
@@ -55,7 +56,8 @@ type Config struct {
 	TopP        float64 // 0: off
 	MaxTokens   int     // response tokens at most
 
-	// EvalEvery k RL steps (and after warm-up, and at the last step), the
+	// EvalEvery k steps (warm-up and RL; and after warm-up, and at the
+	// last step), the
 	// greedy accuracy on EvalProblems distinct held-out problems is
 	// logged as eval_accuracy. 0 turns evaluation off.
 	EvalEvery, EvalProblems int
@@ -74,6 +76,10 @@ type Config struct {
 	Logger *slog.Logger // default: discard
 	// Progress, when set, is called after every step with its metrics.
 	Progress func(Metrics)
+	// OnWeights, when set, is called after each weight push with the
+	// engine now serving version (from the driver's goroutine; the
+	// engine must not be closed or given weights by the callee).
+	OnWeights func(version int64, eng engine.Engine)
 }
 
 // TemplateData is what PromptTemplate and AnswerTemplate see.

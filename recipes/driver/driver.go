@@ -223,6 +223,9 @@ func (r *run) syncWeights(ctx context.Context) error {
 		return fmt.Errorf("driver: %w", err)
 	}
 	r.version = int64(off.Step)
+	if r.cfg.OnWeights != nil {
+		r.cfg.OnWeights(r.version, r.eng)
+	}
 	return nil
 }
 
@@ -300,7 +303,8 @@ func (r *run) warmup(ctx context.Context) error {
 		fill(&m, st)
 		m.TrainSeconds = time.Since(t0).Seconds()
 		last := r.step == cfg.WarmupSteps
-		if err := r.finishStep(ctx, &m, last, last && cfg.Steps == 0); err != nil {
+		evalNow := last || (cfg.EvalEvery > 0 && r.step%cfg.EvalEvery == 0)
+		if err := r.finishStep(ctx, &m, evalNow, last && cfg.Steps == 0); err != nil {
 			return err
 		}
 		if last && m.EvalAccuracy != nil {
