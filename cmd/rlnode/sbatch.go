@@ -381,7 +381,9 @@ export RLNODE_GOSSIP
 log "first node up: gossip $RLNODE_GOSSIP"
 
 if [ "$RLNODE_NODES" -gt 1 ]; then
+  # A shared filesystem may show the new key file late: wait for it, bounded.
   JOIN='eval "$NODE_ENV"
+for ((i = 0; i < 600; i++)); do [ -s "$RLNODE_KEY" ] && break; sleep 0.1; done
 exec "$RLNODE" join "$RLNODE_GOSSIP" --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" \
   --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1'
   export NODE_ENV
