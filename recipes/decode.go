@@ -204,8 +204,8 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 	}
 	keys, index := fieldsOf(v.Type())
 	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := n.Content[i], n.Content[i+1]
+	for _, kv := range d.merged(n, path) {
+		k, val := kv[0], kv[1]
 		if k.Kind != yaml.ScalarNode {
 			d.errorf(k, path, "want a key name, got %s", describe(k))
 			continue
@@ -227,6 +227,60 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		seen[k.Value] = true
 		d.decode(val, v.Field(fi), p)
 	}
+}
+
+// merged returns a mapping's key/value pairs with YAML merge keys
+// ("<<: *base", "<<: [*a, *b]") expanded: merged pairs first, keys given
+// explicitly replacing merged ones of the same name (earlier merge sources
+// win over later ones, as YAML specifies).
+func (d *decoder) merged(n *yaml.Node, path string) [][2]*yaml.Node {
+	var explicit, merged [][2]*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || k.Tag != "!!merge" {
+			explicit = append(explicit, [2]*yaml.Node{k, val})
+			continue
+		}
+		sources := []*yaml.Node{val}
+		if resolveAlias(val).Kind == yaml.SequenceNode {
+			sources = resolveAlias(val).Content
+		}
+		for _, src := range sources {
+			src = resolveAlias(src)
+			if src.Kind != yaml.MappingNode {
+				d.errorf(val, path, "<< merges a section, got %s", describe(src))
+				continue
+			}
+			for _, kv := range d.merged(src, path) {
+				if !hasKey(merged, kv[0].Value) {
+					merged = append(merged, kv)
+				}
+			}
+		}
+	}
+	out := explicit
+	for _, kv := range merged {
+		if !hasKey(explicit, kv[0].Value) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func resolveAlias(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+func hasKey(pairs [][2]*yaml.Node, key string) bool {
+	for _, kv := range pairs {
+		if kv[0].Kind == yaml.ScalarNode && kv[0].Value == key {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *decoder) decodeScalar(n *yaml.Node, v reflect.Value, path string) {

@@ -242,3 +242,33 @@ func TestRelativePaths(t *testing.T) {
 		t.Errorf("unknown name: %v", err)
 	}
 }
+
+// Anchors, aliases and merge keys let a recipe share sections.
+func TestAnchorsAndMergeKeys(t *testing.T) {
+	src := `name: shared
+models:
+  policy:
+    init: &tiny {hidden_size: 32, heads: 2, layers: 1}
+  feedback:
+    init:
+      <<: *tiny
+      layers: 3
+  reference:
+    init: *tiny
+episode: {type: mlmt}
+algorithm: {kl_coef: 0.01}
+data: {task: {}}
+`
+	l, err := Parse("shared.yaml", []byte(src), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, f, r := l.Models.Policy.Init, l.Models.Feedback.Init, l.Models.Reference.Init
+	if p.HiddenSize != 32 || p.Layers != 1 || f.HiddenSize != 32 || f.Heads != 2 || f.Layers != 3 || r.Layers != 1 || r.HiddenSize != 32 {
+		t.Errorf("policy %+v\nfeedback %+v\nreference %+v", p, f, r)
+	}
+	_, err = Parse("bad.yaml", []byte("models:\n  policy:\n    <<: 3\n"), "", nil)
+	if err == nil || !strings.Contains(err.Error(), `bad.yaml:3: models.policy: << merges a section, got "3"`) {
+		t.Errorf("bad merge: %v", err)
+	}
+}
