@@ -421,7 +421,7 @@ func applySet(root *yaml.Node, set string, marks map[*yaml.Node]string) error {
 		marks[k] = set
 		return k
 	}
-	cur := root
+	cur, shared := root, false
 	for i, s := range segs {
 		last := i == len(segs)-1
 		at := strings.Join(segs[:i], ".")
@@ -441,7 +441,7 @@ func applySet(root *yaml.Node, set string, marks map[*yaml.Node]string) error {
 			case found >= 0 && last:
 				cur.Content[found] = val
 			case found >= 0:
-				cur = cur.Content[found]
+				cur, shared = private(cur.Content, found, shared)
 			case last:
 				cur.Content = append(cur.Content, newKey(s), val)
 			default:
@@ -463,13 +463,31 @@ func applySet(root *yaml.Node, set string, marks map[*yaml.Node]string) error {
 			} else if last {
 				cur.Content[idx] = val
 			} else {
-				cur = cur.Content[idx]
+				cur, shared = private(cur.Content, idx, shared)
 			}
 		default:
 			return fmt.Errorf("%s is a value (%s), not a section", at, describe(cur))
 		}
 	}
 	return nil
+}
+
+// private makes content[i] a node of its own before an override changes
+// it: an alias is replaced by a copy of its anchor's node, and an anchored
+// node by a copy (its aliases keep the original), so --set a.b=c changes
+// a.b only, never the sections that share it.
+// Below a copied node, every node on the path is copied too (shared says
+// so), since the copy's children are still the original's.
+func private(content []*yaml.Node, i int, shared bool) (*yaml.Node, bool) {
+	n := content[i]
+	if !shared && n.Kind != yaml.AliasNode && n.Anchor == "" {
+		return n, false
+	}
+	c := *resolveAlias(n)
+	c.Anchor = ""
+	c.Content = append([]*yaml.Node(nil), c.Content...)
+	content[i] = &c
+	return &c, true
 }
 
 func markAll(n *yaml.Node, set string, marks map[*yaml.Node]string) {

@@ -272,3 +272,37 @@ data: {task: {}}
 		t.Errorf("bad merge: %v", err)
 	}
 }
+
+// An override of a shared section changes the path it names only.
+func TestSetOnSharedSection(t *testing.T) {
+	src := `models:
+  policy:
+    init: &tiny {hidden_size: 32, heads: 2, layers: 1}
+  feedback:
+    init: *tiny
+engines:
+  policy: &e {kind: vllm, vllm: {servers: ["http://a:1"], model: m}}
+  feedback: *e
+episode: {type: mlmt}
+data: {task: {}}
+`
+	for _, c := range []struct {
+		set                   string
+		policyLayers, fbLayer int
+	}{
+		{"models.feedback.init.layers=3", 1, 3}, // through the alias
+		{"models.policy.init.layers=4", 4, 1},   // through the anchor
+	} {
+		l, err := Parse("shared.yaml", []byte(src), "", []string{c.set, "engines.policy.vllm.model=p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Engines.Policy.VLLM.Model != "p" || l.Engines.Feedback.VLLM.Model != "m" {
+			t.Errorf("vllm models: policy %q feedback %q, want p, m", l.Engines.Policy.VLLM.Model, l.Engines.Feedback.VLLM.Model)
+		}
+		if l.Models.Policy.Init.Layers != c.policyLayers || l.Models.Feedback.Init.Layers != c.fbLayer {
+			t.Errorf("--set %s: policy layers %d, feedback layers %d; want %d, %d", c.set,
+				l.Models.Policy.Init.Layers, l.Models.Feedback.Init.Layers, c.policyLayers, c.fbLayer)
+		}
+	}
+}
