@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -111,7 +112,9 @@ while [ $# -gt 0 ]; do
 done
 pids=()
 for i in $(seq 1 "$n"); do
-  SLURMD_NODENAME=fake$((i + 1)) SLURM_PROCID=$((i - 1)) "$@" &
+  node=fake$((i + 1))
+  extra=FAKE_ENV_$node  # per-node environment, as Slurm sets GPU variables per step
+  env -u SLURM_GPUS_ON_NODE -u CUDA_VISIBLE_DEVICES SLURMD_NODENAME=$node SLURM_PROCID=$((i - 1)) ${!extra:-} "$@" &
   pids+=($!)
 done
 trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM INT
@@ -144,8 +147,9 @@ func rlnodeWrapper(t *testing.T) string {
 }
 
 // The generated script, run as a 3-node job on this machine (fake scontrol
-// and srun, real rlnode processes on 127.0.0.1): three nodes come up, the
-// run command sees all three, and everything stops cleanly.
+// and srun, real rlnode processes on 127.0.0.1): three nodes come up with
+// the GPUs Slurm's variables give them, the run command sees all three,
+// and everything stops cleanly.
 func TestSbatchScriptRunsThreeNodes(t *testing.T) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs ip (iproute2) to find the node address")
@@ -158,7 +162,7 @@ func TestSbatchScriptRunsThreeNodes(t *testing.T) {
 	if err := os.WriteFile(recipe, []byte("models: {policy: {init: {}}}\ndata: {task: {kinds: [word]}}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	script, errOut, code := runRlnode(t, home, "sbatch", recipe, "--set", "schedule.steps=7", "--nodes", "3", "--gpus-per-node", "0",
+	script, errOut, code := runRlnode(t, home, "sbatch", recipe, "--set", "schedule.steps=7", "--nodes", "3", "--gpus-per-node", "4",
 		"--rlnode", rl, "--out", runDir, "--wait-timeout", "60s", "--stop-timeout", "20s",
 		"--run-cmd", `"$RLNODE" recipe validate "$RLNODE_OUT/recipe.yaml" && "$RLNODE" status --json > "$RLNODE_OUT/status.json"`)
 	if code != 0 {
@@ -170,7 +174,10 @@ func TestSbatchScriptRunsThreeNodes(t *testing.T) {
 	cmd.Stdin = strings.NewReader(script)
 	tmp := t.TempDir()
 	cmd.Env = append(os.Environ(), "PATH="+fakeSlurm(t, 3)+":"+os.Getenv("PATH"), "SLURM_JOB_ID=4242",
-		"SLURM_JOB_NODELIST=fake[1-3]", "SLURMD_NODENAME=fake1", "TMPDIR="+tmp, "SLURM_SUBMIT_DIR="+tmp)
+		"SLURM_JOB_NODELIST=fake[1-3]", "SLURMD_NODENAME=fake1", "TMPDIR="+tmp, "SLURM_SUBMIT_DIR="+tmp,
+		"SLURM_GPUS_ON_NODE=2", "CUDA_VISIBLE_DEVICES=0,1", // first node: Slurm's count
+		"FAKE_ENV_fake2=CUDA_VISIBLE_DEVICES=1,3,5",      // CUDA_VISIBLE_DEVICES only
+		"FAKE_ENV_fake3=CUDA_VISIBLE_DEVICES=NoDevFiles") // Slurm's "none"
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -185,22 +192,23 @@ func TestSbatchScriptRunsThreeNodes(t *testing.T) {
 	}
 	var st struct {
 		Nodes []struct {
-			State  string            `json:"state"`
-			Labels map[string]string `json:"labels"`
+			State  string             `json:"state"`
+			Labels map[string]string  `json:"labels"`
+			Total  map[string]float64 `json:"total"`
 		} `json:"nodes"`
 	}
 	b, err := os.ReadFile(filepath.Join(runDir, "status.json"))
 	if err != nil || json.Unmarshal(b, &st) != nil {
 		t.Fatalf("status.json: %v\n%s", err, b)
 	}
-	names := map[string]bool{}
+	gpus := map[string]float64{}
 	for _, n := range st.Nodes {
 		if n.State == "ALIVE" {
-			names[n.Labels["slurm_node"]] = true
+			gpus[n.Labels["slurm_node"]] = n.Total["GPU"]
 		}
 	}
-	if len(names) != 3 || !names["fake1"] || !names["fake2"] || !names["fake3"] {
-		t.Errorf("the run command saw nodes %v, want fake1..fake3", names)
+	if want := map[string]float64{"fake1": 2, "fake2": 3, "fake3": 0}; !reflect.DeepEqual(gpus, want) {
+		t.Errorf("the run command saw nodes with GPUs %v, want %v", gpus, want)
 	}
 	// Every node left: "node ... stopped" in each node's log.
 	for _, n := range []string{"fake1", "fake2", "fake3"} {
