@@ -191,6 +191,36 @@ func (l *Loaded) WriteResolved(w io.Writer) error {
 	return err
 }
 
+// ResolvedFile is the name of the resolved recipe in a run directory.
+const ResolvedFile = "recipe.yaml"
+
+// SaveResolved writes the resolved recipe to dir/recipe.yaml (atomically:
+// a temporary file renamed into place) and returns its path.
+func (l *Loaded) SaveResolved(dir string) (string, error) {
+	var b bytes.Buffer
+	if err := l.WriteResolved(&b); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, ResolvedFile)
+	tmp, err := os.CreateTemp(dir, ".recipe-*.yaml")
+	if err != nil {
+		return "", fmt.Errorf("save resolved recipe: %w", err)
+	}
+	_, werr := tmp.Write(b.Bytes())
+	cerr := tmp.Close()
+	if werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), path)
+	}
+	if werr != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("save resolved recipe %s: %w", path, werr)
+	}
+	return path, nil
+}
+
 // encodeNode turns a schema value into YAML nodes. yaml.v3's own encoder
 // drops a string's leading newline (the tool_response template has one),
 // so the resolved recipe is built node by node: strings with blank edges

@@ -306,3 +306,28 @@ data: {task: {}}
 		}
 	}
 }
+
+func TestSaveResolved(t *testing.T) {
+	l, err := Parse("base.yaml", []byte(base), "", []string{"seed=9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path, err := l.SaveResolved(dir)
+	if err != nil || path != filepath.Join(dir, ResolvedFile) {
+		t.Fatalf("SaveResolved = %q, %v", path, err)
+	}
+	back, err := Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Seed != 9 || back.Name != "base" {
+		t.Errorf("loaded back seed %d name %q", back.Seed, back.Name)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("run directory holds %d files, want only %s", len(entries), ResolvedFile)
+	}
+	if _, err := l.SaveResolved(filepath.Join(dir, "missing", "sub")); err == nil {
+		t.Error("SaveResolved into a missing directory succeeded")
+	}
+}
