@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -329,5 +330,27 @@ func TestSaveResolved(t *testing.T) {
 	}
 	if _, err := l.SaveResolved(filepath.Join(dir, "missing", "sub")); err == nil {
 		t.Error("SaveResolved into a missing directory succeeded")
+	}
+}
+
+func TestFeedbackMetrics(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	l, err := Load("mlmt_math", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(l.Eval.Metrics, "turn3_accuracy_static") || !slices.Contains(l.Eval.Metrics, "turn1_accuracy") {
+		t.Errorf("mlmt_math metrics = %v", l.Eval.Metrics)
+	}
+	st, err := Load("mlmt_math_static", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(st.Eval.Metrics, "turn3_accuracy_static") {
+		t.Errorf("static feedback run has turn3_accuracy_static: %v", st.Eval.Metrics)
+	}
+	_, err = Load("mlmt_math_static", []string{"eval.metrics=[turn3_accuracy_static]"})
+	if err == nil || !strings.Contains(err.Error(), "needs episode.type mlmt with a feedback policy") {
+		t.Errorf("turn3_accuracy_static with static feedback: %v", err)
 	}
 }

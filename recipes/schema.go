@@ -393,9 +393,11 @@ type Eval struct {
 	// Metrics are written to metrics.jsonl at evaluation steps: accuracy,
 	// reward_mean, response_length, and for mlmt and score episodes
 	// turn1_accuracy, turn3_accuracy (mlmt; score: the second turn),
-	// delta (final minus first), incorrect_to_correct, correct_to_incorrect.
+	// delta (final minus first), incorrect_to_correct, correct_to_incorrect,
+	// and for mlmt with a feedback policy turn3_accuracy_static (turn 3
+	// with the static feedback text instead, on the same problems).
 	// Default [accuracy, reward_mean], plus the turn metrics for mlmt and
-	// score.
+	// score, plus turn3_accuracy_static for mlmt with a feedback policy.
 	Metrics []string `yaml:"metrics,omitempty"`
 }
 

@@ -32,9 +32,13 @@ var (
 	SyncModes      = []string{"sync", "async"}
 	Architectures  = []string{"qwen2", "llama"}
 	LoRATargets    = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
-	// Metrics every episode type has; TurnMetrics need mlmt or score.
+	// Metrics every episode type has; TurnMetrics need mlmt or score;
+	// FeedbackMetrics need mlmt with a feedback policy (turn-3 accuracy
+	// with the static feedback text in its place, on the same problems:
+	// the MLMT-RL comparison).
 	Metrics     = []string{"accuracy", "reward_mean", "response_length"}
-	TurnMetrics = []string{"turn1_accuracy", "turn3_accuracy", "delta", "incorrect_to_correct", "correct_to_incorrect"}
+	TurnMetrics     = []string{"turn1_accuracy", "turn3_accuracy", "delta", "incorrect_to_correct", "correct_to_incorrect"}
+	FeedbackMetrics = []string{"turn3_accuracy_static"}
 )
 
 // algorithmAliases are the learner's spellings of algorithm names.
@@ -132,6 +136,9 @@ func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
 		r.Eval.Metrics = []string{"accuracy", "reward_mean"}
 		if mlmt || r.Episode.Type == "score" {
 			r.Eval.Metrics = append(r.Eval.Metrics, TurnMetrics...)
+		}
+		if mlmt && !a.MLMT.StaticFeedback {
+			r.Eval.Metrics = append(r.Eval.Metrics, FeedbackMetrics...)
 		}
 	}
 	if r.Sync.Mode == "async" && !isSet("sync.max_staleness") {
@@ -421,12 +428,16 @@ func (r *Recipe) validate(isSet func(string) bool) []problem {
 		switch {
 		case seenMetric[m]:
 			c.add(path, "%q listed twice", m)
+		case slices.Contains(FeedbackMetrics, m):
+			if !mlmt || a.MLMT.StaticFeedback {
+				c.add(path, "%q needs episode.type mlmt with a feedback policy (not static feedback)", m)
+			}
 		case slices.Contains(TurnMetrics, m):
 			if !mlmt && epType != "score" {
 				c.add(path, "%q needs episode.type mlmt or score (episode.type is %q)", m, epType)
 			}
 		default:
-			c.oneOf(path, m, append(slices.Clone(Metrics), TurnMetrics...))
+			c.oneOf(path, m, slices.Concat(Metrics, TurnMetrics, FeedbackMetrics))
 		}
 		seenMetric[m] = true
 	}
