@@ -36,7 +36,7 @@ var (
 	// FeedbackMetrics need mlmt with a feedback policy (turn-3 accuracy
 	// with the static feedback text in its place, on the same problems:
 	// the MLMT-RL comparison).
-	Metrics     = []string{"accuracy", "reward_mean", "response_length"}
+	Metrics         = []string{"accuracy", "reward_mean", "response_length"}
 	TurnMetrics     = []string{"turn1_accuracy", "turn3_accuracy", "delta", "incorrect_to_correct", "correct_to_incorrect"}
 	FeedbackMetrics = []string{"turn3_accuracy_static"}
 )
