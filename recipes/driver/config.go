@@ -65,6 +65,11 @@ type Config struct {
 	// written to Out/checkpoints/step-N/. 0 writes only the last.
 	CheckpointEvery int
 
+	// Resume is a checkpoint directory of an earlier run of this config
+	// (Out/checkpoints/step-N): the learner loads it, the data cursor and
+	// step continue from it, and metrics.jsonl is appended to.
+	Resume string
+
 	// Node is the cluster to place the learner on; nil starts an embedded
 	// single-node cluster for the run.
 	Node *cluster.Node

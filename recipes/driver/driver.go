@@ -118,7 +118,14 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return Result{}, fmt.Errorf("driver: %w", err)
 	}
-	if r.metrics, err = os.Create(filepath.Join(cfg.Out, "metrics.jsonl")); err != nil {
+	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+	if cfg.Resume != "" {
+		if err := r.readResumeState(); err != nil {
+			return Result{}, err
+		}
+		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+	}
+	if r.metrics, err = os.OpenFile(filepath.Join(cfg.Out, "metrics.jsonl"), flags, 0o644); err != nil {
 		return Result{}, fmt.Errorf("driver: %w", err)
 	}
 	defer func() {
@@ -195,7 +202,7 @@ func (r *run) placeLearner(ctx context.Context) error {
 	l := r.cfg.Learner
 	l.Model, l.ModelDir, l.Seed = r.cfg.Model, r.cfg.ModelDir, r.cfg.Seed
 	h, err := r.node.Spawn(ctx, learner.ActorKind, cluster.SpawnOptions{
-		Args: learner.ActorConfig{Config: l}, Resources: r.cfg.LearnerResources,
+		Args: learner.ActorConfig{Config: l, ResumeDir: r.cfg.Resume}, Resources: r.cfg.LearnerResources,
 	})
 	if err != nil {
 		return fmt.Errorf("driver: place learner: %w", err)
@@ -273,7 +280,7 @@ func (r *run) setAlgorithm(ctx context.Context, name string, lr float64) error {
 // so the policy's reward starts above zero.
 func (r *run) warmup(ctx context.Context) error {
 	cfg := r.cfg
-	if cfg.WarmupSteps == 0 {
+	if r.step >= cfg.WarmupSteps {
 		return nil
 	}
 	if err := r.setAlgorithm(ctx, learner.SFT, cfg.WarmupLR); err != nil {
@@ -283,7 +290,7 @@ func (r *run) warmup(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("driver: the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
 	}
-	for range cfg.WarmupSteps {
+	for r.step < cfg.WarmupSteps {
 		t0 := time.Now()
 		var b learner.Batch
 		for range cfg.WarmupBatch {
@@ -392,13 +399,14 @@ func (r *run) evaluate(ctx context.Context) (float64, error) {
 // each, verify, train, push weights, evaluate, checkpoint.
 func (r *run) reinforce(ctx context.Context) error {
 	cfg := r.cfg
-	if cfg.Steps == 0 {
+	first := r.step - cfg.WarmupSteps + 1
+	if first > cfg.Steps {
 		return nil
 	}
 	if err := r.setAlgorithm(ctx, cfg.Learner.Algorithm, cfg.Learner.LR); err != nil {
 		return err
 	}
-	for k := 1; k <= cfg.Steps; k++ {
+	for k := first; k <= cfg.Steps; k++ {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
@@ -484,6 +492,28 @@ func (r *run) checkpoint(ctx context.Context, dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, DriverStateFile), append(js, '\n'), 0o644); err != nil {
 		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
 	}
+	return nil
+}
+
+// readResumeState reads the driver's state from the checkpoint to resume
+// from; the learner actor loads its own part at spawn.
+func (r *run) readResumeState() error {
+	path := filepath.Join(r.cfg.Resume, DriverStateFile)
+	js, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("driver: resume: %w", err)
+	}
+	var ds driverState
+	if err := json.Unmarshal(js, &ds); err != nil {
+		return fmt.Errorf("driver: resume: %s: %w", path, err)
+	}
+	switch {
+	case ds.Seed != r.cfg.Seed:
+		return fmt.Errorf("driver: resume: %s: seed %d, the config's %d", path, ds.Seed, r.cfg.Seed)
+	case ds.Step < 0 || ds.TrainCursor < 0:
+		return fmt.Errorf("driver: resume: %s: step %d, cursor %d: want ≥ 0", path, ds.Step, ds.TrainCursor)
+	}
+	r.step, r.cursor = ds.Step, ds.TrainCursor
 	return nil
 }
 

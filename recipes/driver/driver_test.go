@@ -207,3 +207,57 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// A run resumed from its step-4 checkpoint reaches the same step-5
+// weights as the uninterrupted run (CPU, fixed seed), and appends to the
+// metrics of the run directory it continues in. Reward-weighted SFT makes
+// every sample count even when the tiny model earns no reward, so a wrong
+// data cursor or lost optimizer state would show in the weights.
+func TestResumeReachesSameWeights(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run := func(out string) Config {
+		c := tinyRun(out)
+		c.Learner.Algorithm = learner.RWSFT
+		return c
+	}
+	full := t.TempDir()
+	if _, err := Run(ctx, run(full)); err != nil {
+		t.Fatal(err)
+	}
+	resumed := t.TempDir()
+	cfg := run(resumed)
+	cfg.Resume = filepath.Join(full, "checkpoints", "step-4")
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Steps != 5 {
+		t.Errorf("resumed run ended at step %d, want 5", res.Steps)
+	}
+	lines := readMetrics(t, filepath.Join(resumed, "metrics.jsonl"))
+	if len(lines) != 1 || lines[0]["step"] != float64(5) {
+		t.Errorf("resumed run wrote %d metrics lines (%v), want one for step 5", len(lines), lines)
+	}
+	a, err := model.Load(filepath.Join(full, "checkpoints", "step-5"), cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := model.Load(filepath.Join(resumed, "checkpoints", "step-5"), cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := b.Weights()
+	for name, w := range a.Weights() {
+		if !slices.Equal(w, wb[name]) {
+			t.Errorf("tensor %s differs between the uninterrupted and the resumed run", name)
+		}
+	}
+
+	bad := tinyRun(t.TempDir())
+	bad.Seed = 2
+	bad.Resume = cfg.Resume
+	if _, err := Run(ctx, bad); err == nil || !strings.Contains(err.Error(), "seed") {
+		t.Errorf("resume with another seed: error %v, want one naming the seed", err)
+	}
+}
