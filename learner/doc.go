@@ -1,4 +1,17 @@
 // Package learner holds the policy model, tokenizer, tensor backends, optimizer,
 // RL objectives and sharding. Its math is pure code with no network and no
-// actors; only the learner actor wrapper imports package actor.
+// actors; only the learner actor wrapper (actor.go) imports package actor.
+//
+// At its root, Learner trains a policy (and an optional value head) on
+// batches of trajectories with one of the algorithms GRPO, Dr.GRPO, RLOO,
+// REINFORCE++, PPO with a shared-trunk critic (GAE), reward-weighted SFT and
+// plain SFT, over micro-batches and optional PPO mini-batches, with the
+// clipped surrogate of learner/rl (clip-higher, dual-clip, TIS, KL to a frozen
+// reference, entropy bonus); it saves and loads checkpoints (weights in
+// safetensors, AdamW moments, reference, step). The learner actor (ActorKind)
+// hosts one and offers its weights on the bulk path for engines.
+//
+// Not done yet: the learner runs on the cpu backend only, unsharded; LoRA
+// training is not exposed through Config; the RNG of LoRA dropout is not
+// checkpointed (no dropout is used without LoRA).
 package learner

@@ -1,0 +1,22 @@
+// Package driver runs the training loop: it places the learner actor
+// (package learner) on the cluster — an embedded single-node cluster when
+// none is given — starts the native engine (rollout/native) in this
+// process, and loops: draw prompts from the synthetic task (rollout/task),
+// generate GroupSize samples per prompt, score them with the math verifier
+// (rollout/verify), train on the batch, push the new weights to the
+// engine (learner weights offered over the bulk path, then
+// native.Engine.SetWeights), evaluate greedy accuracy on held-out problems
+// every k steps, write metrics.jsonl and checkpoints under
+// Out/checkpoints/step-N/ (learner checkpoint, tokenizer.json,
+// driver_state.json). An SFT warm-up on generated problems with their
+// worked answers runs first, so rewards start above zero. Config is a plain
+// struct; recipes map onto it, and Quickstart is the tuned preset.
+//
+// Not done yet: the engine is always the in-process native engine (no
+// rollout actors on other nodes, no vLLM; the weight-sync actor is not
+// used); episodes are single-turn with the driver's own short prompt
+// format (rollout/episode's chat-template runners, MLMT and SCoRe are not
+// wired in); data comes from rollout/task only (no datasets); generation
+// and training alternate synchronously (no staleness-k overlap); no
+// curves.png, progress bar or Prometheus metrics.
+package driver
