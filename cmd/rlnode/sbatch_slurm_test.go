@@ -64,10 +64,12 @@ func daemon(t *testing.T, env []string, logFile string, path string, args ...str
 	})
 }
 
-// TestSbatchUnderSlurm runs generated scripts under a real one-node Slurm
-// (Debian's slurm-wlm: munged, slurmctld and slurmd started here with a
-// configuration in a temporary directory). It needs root (slurmd starts
-// jobs as their user) and is skipped where Slurm is not installed.
+// TestSbatchUnderSlurm runs generated scripts under a real Slurm on this
+// machine (Debian's slurm-wlm: munged, slurmctld and two slurmd started
+// here with a configuration in a temporary directory; the two slurmd are
+// Slurm nodes n1 and n2 on this host, on their own ports). It needs root
+// (slurmd starts jobs as their user) and is skipped where Slurm is not
+// installed.
 func TestSbatchUnderSlurm(t *testing.T) {
 	tools := map[string]string{}
 	for _, name := range []string{"munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo", "scancel"} {
@@ -91,7 +93,7 @@ func TestSbatchUnderSlurm(t *testing.T) {
 	if err := os.Chmod(dir, 0o711); err != nil { // munged wants its socket directory searchable
 		t.Fatal(err)
 	}
-	for _, d := range []string{"state", "spool"} {
+	for _, d := range []string{"state", "spool", "spool/n1", "spool/n2"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -110,16 +112,15 @@ SlurmctldHost=%[1]s(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 SlurmctldPort=%[2]d
-SlurmdPort=%[3]d
 AuthType=auth/munge
 AuthInfo=socket=%[4]s
 CredType=cred/munge
 StateSaveLocation=%[5]s/state
-SlurmdSpoolDir=%[5]s/spool
+SlurmdSpoolDir=%[5]s/spool/%%n
 SlurmctldPidFile=%[5]s/slurmctld.pid
-SlurmdPidFile=%[5]s/slurmd.pid
+SlurmdPidFile=%[5]s/slurmd-%%n.pid
 SlurmctldLogFile=%[5]s/slurmctld.log
-SlurmdLogFile=%[5]s/slurmd.log
+SlurmdLogFile=%[5]s/slurmd-%%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -129,9 +130,10 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
-NodeName=%[1]s NodeAddr=127.0.0.1 CPUs=%[6]d RealMemory=1000 State=UNKNOWN
-PartitionName=debug Nodes=%[1]s Default=YES MaxTime=INFINITE State=UP
-`, host, freePort(t), freePort(t), sock, dir, runtime.NumCPU())
+NodeName=n1 NodeHostname=%[1]s NodeAddr=127.0.0.1 Port=%[3]d CPUs=%[6]d RealMemory=1000 State=UNKNOWN
+NodeName=n2 NodeHostname=%[1]s NodeAddr=127.0.0.1 Port=%[7]d CPUs=%[6]d RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
+`, host, freePort(t), freePort(t), sock, dir, runtime.NumCPU(), freePort(t))
 	if err := os.WriteFile(conf, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +143,8 @@ PartitionName=debug Nodes=%[1]s Default=YES MaxTime=INFINITE State=UP
 		"--pid-file="+filepath.Join(dir, "munged.pid"), "--seed-file="+filepath.Join(dir, "munged.seed"))
 	waitFor(t, 20*time.Second, "munged socket", func() bool { return fileExists(sock) })
 	daemon(t, env, filepath.Join(dir, "slurmctld.out"), tools["slurmctld"], "-D", "-f", conf)
-	daemon(t, env, filepath.Join(dir, "slurmd.out"), tools["slurmd"], "-D", "-f", conf, "-N", host)
+	daemon(t, env, filepath.Join(dir, "slurmd-n1.out"), tools["slurmd"], "-D", "-f", conf, "-N", "n1")
+	daemon(t, env, filepath.Join(dir, "slurmd-n2.out"), tools["slurmd"], "-D", "-f", conf, "-N", "n2")
 	slurm := func(name string, args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -150,9 +153,9 @@ PartitionName=debug Nodes=%[1]s Default=YES MaxTime=INFINITE State=UP
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	waitFor(t, 60*time.Second, "the Slurm node to be idle", func() bool {
-		out, err := slurm("sinfo", "-h", "-o", "%T")
-		return err == nil && strings.TrimSpace(out) == "idle"
+	waitFor(t, 60*time.Second, "Slurm nodes n1 and n2 to be idle", func() bool {
+		out, err := slurm("sinfo", "-h", "-N", "-o", "%N %T")
+		return err == nil && strings.Count(out, " idle") == 2
 	})
 
 	rl := rlnodeWrapper(t)
@@ -160,7 +163,7 @@ PartitionName=debug Nodes=%[1]s Default=YES MaxTime=INFINITE State=UP
 	submit := func(runCmd string) (id, runDir string) {
 		t.Helper()
 		runDir = filepath.Join(dir, fmt.Sprintf("run%d", time.Now().UnixNano()))
-		script, errOut, code := runRlnode(t, home, "sbatch", "quickstart", "--nodes", "1", "--gpus-per-node", "0",
+		script, errOut, code := runRlnode(t, home, "sbatch", "quickstart", "--nodes", "2", "--gpus-per-node", "0",
 			"--rlnode", rl, "--out", runDir, "--wait-timeout", "60s", "--stop-timeout", "10s", "--run-cmd", runCmd)
 		if code != 0 {
 			t.Fatalf("rlnode sbatch: exit %d: %s", code, errOut)
@@ -186,20 +189,36 @@ PartitionName=debug Nodes=%[1]s Default=YES MaxTime=INFINITE State=UP
 		return info, string(b)
 	}
 
-	// A smoke run: the job sees its one node, and shuts down cleanly.
-	id, _ := submit(`"$RLNODE" status --json`)
+	// Every node left the cluster gracefully: rlnode prints "leaving" on
+	// a TERM and "stopped" when done.
+	leftGracefully := func(runDir string) {
+		t.Helper()
+		for _, n := range []string{"n1", "n2"} {
+			b, _ := os.ReadFile(filepath.Join(runDir, "node-"+n+".log"))
+			if !strings.Contains(string(b), "stopped") {
+				t.Errorf("node %s did not stop gracefully:\n%s", n, b)
+			}
+		}
+	}
+
+	// A smoke run: the job sees both nodes, and shuts down cleanly.
+	id, runDir := submit(`"$RLNODE" status --json`)
 	info, out := finished(id)
 	if !strings.Contains(info, "JobState=COMPLETED") || !strings.Contains(info, "ExitCode=0:0") {
 		t.Errorf("job %s: %s\n%s", id, info, out)
 	}
-	for _, want := range []string{"1 of 1 nodes up", `"state": "ALIVE"`, "run finished with exit status 0", "all nodes stopped cleanly"} {
+	for _, want := range []string{"2 of 2 nodes up", `"slurm_node": "n1"`, `"slurm_node": "n2"`, "run finished with exit status 0", "all nodes stopped cleanly"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("job output lacks %q:\n%s", want, out)
 		}
 	}
+	if n := strings.Count(out, `"state": "ALIVE"`); n != 2 {
+		t.Errorf("status in the job shows %d ALIVE entries, want 2:\n%s", n, out)
+	}
+	leftGracefully(runDir)
 
 	// scancel mid-run: the trap stops the node cleanly.
-	id, runDir := submit(`sleep 300`)
+	id, runDir = submit(`sleep 300`)
 	waitFor(t, 60*time.Second, "job "+id+" to run its command", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "job-"+id+".out"))
 		return strings.Contains(string(b), "running: sleep 300")
@@ -214,6 +233,7 @@ PartitionName=debug Nodes=%[1]s Default=YES MaxTime=INFINITE State=UP
 	if !strings.Contains(out, "all nodes stopped cleanly") {
 		t.Errorf("cancelled job did not stop cleanly:\n%s\n%s", out, nodeLogs(runDir))
 	}
+	leftGracefully(runDir)
 }
 
 func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {

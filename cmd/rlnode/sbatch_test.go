@@ -120,7 +120,11 @@ done
 trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM INT
 while [ -n "$(jobs -r)" ]; do wait; done
 `
-	for name, body := range map[string]string{"scontrol": scontrol, "srun": srun} {
+	// No step list: the script falls back to signalling srun, which passes
+	// TERM on (the real-Slurm test covers scancel --signal).
+	squeue := "#!/bin/sh\nexit 0\n"
+	scancel := "#!/bin/sh\necho fake scancel: no job >&2\nexit 1\n"
+	for name, body := range map[string]string{"scontrol": scontrol, "srun": srun, "squeue": squeue, "scancel": scancel} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
 			t.Fatal(err)
 		}

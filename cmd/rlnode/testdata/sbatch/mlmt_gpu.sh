@@ -79,7 +79,11 @@ cleanup() {
     kill -TERM "$RUN_PID" 2>/dev/null; stop_pid "$RUN_PID" "$STOP_S" || clean=0
   fi
   if [ -n "$SRUN_PID" ] && kill -0 "$SRUN_PID" 2>/dev/null; then
-    kill -TERM "$SRUN_PID" 2>/dev/null  # srun passes TERM to every 'rlnode join': they leave the cluster
+    # TERM to every 'rlnode join' through Slurm, so they leave the cluster
+    # (a TERM to srun itself makes Slurm kill the step's tasks).
+    local step
+    step=$(squeue -h -s -j "$SLURM_JOB_ID" -o "%i %j" 2>/dev/null | awk '$2 == "rlnode-join" { print $1; exit }')
+    if [ -n "$step" ]; then scancel --signal=TERM "$step" 2>/dev/null; else kill -TERM "$SRUN_PID" 2>/dev/null; fi
     stop_pid "$SRUN_PID" "$STOP_S" || clean=0
   fi
   if [ -n "$HEAD_PID" ] && kill -0 "$HEAD_PID" 2>/dev/null; then
@@ -119,8 +123,8 @@ for ((i = 0; i < 600; i++)); do [ -s "$RLNODE_KEY" ] && break; sleep 0.1; done
 exec "$RLNODE" join "$RLNODE_GOSSIP" --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" \
   --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1'
   export NODE_ENV
-  srun --nodes=$((RLNODE_NODES - 1)) --ntasks=$((RLNODE_NODES - 1)) --ntasks-per-node=1 --exclude="$HEAD_NODE" \
-    --kill-on-bad-exit=0 --gpus-per-node=8 bash -c "$JOIN" &
+  srun --job-name=rlnode-join --nodes=$((RLNODE_NODES - 1)) --ntasks=$((RLNODE_NODES - 1)) --ntasks-per-node=1 \
+    --exclude="$HEAD_NODE" --kill-on-bad-exit=0 --gpus-per-node=8 bash -c "$JOIN" &
   SRUN_PID=$!
 fi
 
