@@ -52,7 +52,7 @@ func Load(nameOrPath string, sets []string) (*Loaded, error) {
 		}
 		return l, err
 	}
-	src, err := os.ReadFile(nameOrPath)
+	src, err := readRecipeFile(nameOrPath)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !strings.ContainsAny(nameOrPath, "/.") {
 			return nil, fmt.Errorf("recipe %q: no such file, and no built-in recipe by that name (built-in: %s)", nameOrPath, strings.Join(BuiltinNames(), ", "))
@@ -64,6 +64,29 @@ func Load(nameOrPath string, sets []string) (*Loaded, error) {
 		return nil, fmt.Errorf("recipe %s: %w", nameOrPath, err)
 	}
 	return parse(nameOrPath, src, dir, sets)
+}
+
+// MaxRecipeBytes bounds a recipe file: a recipe is a page of YAML, and a
+// dataset passed by mistake must not be parsed as one.
+const MaxRecipeBytes = 1 << 20
+
+func readRecipeFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory, not a recipe file", path)
+	}
+	src, err := io.ReadAll(io.LimitReader(f, MaxRecipeBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(src) > MaxRecipeBytes {
+		return nil, fmt.Errorf("%s is over %d bytes: not a recipe (a dataset goes in data.dataset.train)", path, MaxRecipeBytes)
+	}
+	return src, nil
 }
 
 // Parse loads a recipe from src; file names it in errors, relative paths

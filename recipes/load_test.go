@@ -354,3 +354,17 @@ func TestFeedbackMetrics(t *testing.T) {
 		t.Errorf("turn3_accuracy_static with static feedback: %v", err)
 	}
 }
+
+func TestRecipeFileLimits(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "train.jsonl")
+	if err := os.WriteFile(big, []byte(strings.Repeat(`{"prompt": "1+1", "answer": "2"}`+"\n", 40000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(big, nil); err == nil || !strings.Contains(err.Error(), "not a recipe") {
+		t.Errorf("a 1.3 MB dataset as recipe: %v", err)
+	}
+	if _, err := Load(dir, nil); err == nil || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("a directory as recipe: %v", err)
+	}
+}
