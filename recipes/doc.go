@@ -13,9 +13,18 @@
 // nothing; the only file access is checking that model and dataset paths
 // exist, and writing the built-in recipes' data files under $RLNODE_HOME.
 //
-// Not done yet: the mapping from Recipe onto the driver's configuration
-// (recipes/driver), and the schema's semantics that only the driver can
-// give (stop_gradient, feedback_reward, placement modes) are documented in
-// SCHEMA.md but enforced by nothing until then. The built-in recipes'
-// hyper-parameters are first guesses, not tuned by a run.
+// The conversions (convert.go) give the library packages' configurations
+// (model.Config, model.LoRAConfig, rl.PolicyLossConfig, SamplingParams,
+// optim.WarmupCosine, task.Config, data.Mapping); validation runs their own
+// checks too, so a recipe that loads is one they accept.
+//
+// Not done yet: the mapping of a Recipe onto recipes/driver's Config (the
+// driver's templates see .Question where rollout/episode's and sft.response
+// see .Problem; its algorithm names dr_grpo and reinforce++ are accepted
+// here as aliases). Keys whose meaning only the driver can give
+// (algorithm.mlmt.stop_gradient and feedback_reward, placement.mode,
+// checkpoint.keep, eval.samples, engines.*.replicas, sync.mode async) are
+// validated and documented in SCHEMA.md but act on nothing until the
+// driver reads them. The built-in recipes other than quickstart (which
+// carries the driver's tuned preset) have untuned first-guess values.
 package recipes
