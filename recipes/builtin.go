@@ -24,9 +24,12 @@ var variants = map[string]struct {
 	base string
 	sets []string
 }{
-	"mlmt_math_stopgrad": {"mlmt_math", []string{"name=mlmt_math_stopgrad", "algorithm.mlmt.stop_gradient=true"}},
-	"mlmt_math_static": {"mlmt_math", []string{"name=mlmt_math_static", "algorithm.mlmt.static_feedback=true",
-		"models.feedback=null", "engines.feedback=null", "algorithm.mlmt.train=[solver]"}},
+	"mlmt_math_stopgrad": {"mlmt_math", []string{"name=mlmt_math_stopgrad",
+		"description=mlmt_math, stop-gradient variant (the solver's refine turn gets no gradient)",
+		"algorithm.mlmt.stop_gradient=true"}},
+	"mlmt_math_static": {"mlmt_math", []string{"name=mlmt_math_static",
+		"description=mlmt_math with static feedback, the baseline (only the solver trains)",
+		"algorithm.mlmt.static_feedback=true", "models.feedback=null", "engines.feedback=null", "algorithm.mlmt.train=[solver]"}},
 }
 
 type builtinRecipe struct {

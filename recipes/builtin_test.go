@@ -19,6 +19,7 @@ func TestBuiltinsLoadAndRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(names, want) {
 		t.Fatalf("BuiltinNames() = %v, want %v", names, want)
 	}
+	descriptions := map[string]string{}
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			l, err := Load(name, nil)
@@ -28,6 +29,10 @@ func TestBuiltinsLoadAndRoundTrip(t *testing.T) {
 			if l.Name != name {
 				t.Errorf("name = %q, want %q", l.Name, name)
 			}
+			if other, dup := descriptions[l.Description]; dup || l.Description == "" {
+				t.Errorf("description %q is empty or also %s's", l.Description, other)
+			}
+			descriptions[l.Description] = name
 			if l.Engines.Policy.Kind != "native" {
 				t.Errorf("engines.policy.kind = %q; built-in recipes run on the native engine", l.Engines.Policy.Kind)
 			}
