@@ -3,6 +3,7 @@ package recipes
 import (
 	"bytes"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -114,4 +115,26 @@ func diffValues(path string, a, b reflect.Value) []string {
 		return []string{fmt.Sprintf("%s: %#v vs %#v", path, a.Interface(), b.Interface())}
 	}
 	return nil
+}
+
+// The built-in recipe files also load by path (from a checkout), their
+// relative paths resolved against their directory.
+func TestBuiltinsLoadByPath(t *testing.T) {
+	files, err := filepath.Glob("builtin/*.yaml")
+	if err != nil || len(files) != 5 {
+		t.Fatalf("built-in files: %v %v", files, err)
+	}
+	for _, f := range files {
+		l, err := Load(f, nil)
+		if err != nil {
+			t.Errorf("%s:\n%v", f, err)
+			continue
+		}
+		if ds := l.Data.Dataset; ds != nil {
+			abs, _ := filepath.Abs("builtin/data/mbpp_tiny.jsonl")
+			if ds.Train != abs {
+				t.Errorf("%s: train = %s, want %s", f, ds.Train, abs)
+			}
+		}
+	}
 }
