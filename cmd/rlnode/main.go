@@ -18,6 +18,8 @@ commands:
   model    create a checkpoint (model init) or score sequences (model forward)
   serve    serve a model over an OpenAI-compatible HTTP API
   verify   score model responses (math, gsm8k, code) from JSONL
+  recipe   list, show or validate recipes (built-in names or files)
+  sbatch   print a Slurm batch script that runs a recipe on N nodes
 
 Run 'rlnode COMMAND -h' for a command's flags.
 `
