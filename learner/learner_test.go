@@ -148,8 +148,13 @@ func TestTrainAlgorithms(t *testing.T) {
 			if !(st.Entropy > 0) || !(st.GradNorm > 0) {
 				t.Errorf("entropy %v, grad norm %v: want > 0", st.Entropy, st.GradNorm)
 			}
-			if tc.alg == PPO && !(st.ValueLoss > 0) {
-				t.Errorf("PPO value loss %v, want > 0", st.ValueLoss)
+			if tc.alg == PPO {
+				if !(st.ValueLoss > 0) {
+					t.Errorf("PPO value loss %v, want > 0", st.ValueLoss)
+				}
+				if _, ok := l.PolicyWeights()[model.ValueHeadWeight]; ok {
+					t.Error("PolicyWeights carries the value head, which engines do not have")
+				}
 			}
 			if c.Loss.KLCoef > 0 && !(st.RefKL > 0) {
 				t.Errorf("ref KL %v after 3 steps away from the reference, want > 0", st.RefKL)
