@@ -6,6 +6,15 @@ call. Run: /usr/bin/python3 bench_policy_loss.py
 """
 import time
 
+# Debian's OpenBLAS 0.3.21 does not recognise this machine's CPU and falls
+# back to slow SSE3 kernels; pick the core type from the CPU flags (see
+# learner/blas/bench_torch.py) before torch loads OpenBLAS.
+import os as _os
+if "OPENBLAS_CORETYPE" not in _os.environ:
+    _flags = next((l.split(":", 1)[1].split() for l in open("/proc/cpuinfo") if l.startswith("flags")), [])
+    _core = "Cooperlake" if "avx512_bf16" in _flags else "SkylakeX" if "avx512f" in _flags else "Haswell" if "avx2" in _flags else ""
+    if _core:
+        _os.environ["OPENBLAS_CORETYPE"] = _core
 import torch
 
 torch.manual_seed(0)
