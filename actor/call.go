@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	pa "github.com/asynkron/protoactor-go/actor"
+	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -38,16 +39,11 @@ func (s *System) Call(ctx context.Context, ref Ref, msg any) (any, error) {
 		s.as.Root.Send(pid, &localEnvelope{msg: msg, call: &localCall{id: id}})
 		return s.wait(ctx, id, ch, ref)
 	}
-	e := &wireEnvelope{Kind: kindCall, From: s.addr}
-	if err := s.encodeInto(e, msg); err != nil {
-		return nil, fmt.Errorf("call %s: %w", ref.Name, err)
-	}
 	id, ch := s.register(ref.Address+"/"+ref.ID, ref.Address)
-	e.Call = id
-	a, err := marshalEnvelope(e)
+	a, err := s.encodeWire(kindCall, id, msg)
 	if err != nil {
 		s.unregister(id)
-		return nil, err
+		return nil, fmt.Errorf("call %s: %w", ref.Name, err)
 	}
 	s.as.Root.RequestWithCustomSender(pid, a, s.replyPID)
 	return s.wait(ctx, id, ch, ref)
@@ -74,41 +70,43 @@ func (s *System) Tell(ref Ref, msg any) error {
 		s.as.Root.Send(pid, &localEnvelope{msg: msg})
 		return nil
 	}
-	e := &wireEnvelope{Kind: kindTell, From: s.addr}
-	if err := s.encodeInto(e, msg); err != nil {
-		return fmt.Errorf("tell %s: %w", ref.Name, err)
-	}
-	a, err := marshalEnvelope(e)
+	a, err := s.encodeWire(kindTell, 0, msg)
 	if err != nil {
-		return err
+		return fmt.Errorf("tell %s: %w", ref.Name, err)
 	}
 	s.as.Root.Send(pid, a)
 	return nil
 }
 
-// encodeInto encodes msg into e, refusing bodies over MaxMessageSize and
-// moving bodies over InlineLimit to the bulk path.
-func (s *System) encodeInto(e *wireEnvelope, msg any) error {
-	var err error
-	e.Type, e.Body, err = encodeBody(msg)
+// encodeWire builds the wire form of msg: the envelope header with the
+// msgpack body encoded straight after it, in one buffer. Bodies over
+// MaxMessageSize are refused; bodies over InlineLimit are offered on the
+// bulk path and the envelope carries the reference instead.
+func (s *System) encodeWire(kind uint8, call uint64, msg any) (*anypb.Any, error) {
+	name, err := registeredName(msg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return s.offloadLarge(e)
-}
-
-func (s *System) offloadLarge(e *wireEnvelope) error {
-	n := len(e.Body)
-	if n > s.cfg.MaxMessageSize {
-		return fmt.Errorf("%s body is %d bytes, over the %d-byte message limit (send it with the Bulk API): %w",
-			e.Type, n, s.cfg.MaxMessageSize, ErrTooLarge)
+	e := wireEnvelope{Kind: kind, Call: call, Type: name, From: s.addr}
+	w := sliceWriter{b: appendHeader(make([]byte, 0, 256), &e)}
+	hdr := len(w.b)
+	enc := msgpack.GetEncoder()
+	enc.Reset(&w)
+	err = enc.Encode(msg)
+	msgpack.PutEncoder(enc)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", name, err)
 	}
-	if n > s.cfg.InlineLimit {
-		ref := s.bulk.Offer(e.Body, 1, bulkOfferTTL)
-		e.Body = nil
+	body := w.b[hdr:]
+	if n := len(body); n > s.cfg.MaxMessageSize {
+		return nil, fmt.Errorf("%s body is %d bytes, over the %d-byte message limit (send it with the Bulk API): %w",
+			name, n, s.cfg.MaxMessageSize, ErrTooLarge)
+	} else if n > s.cfg.InlineLimit {
+		ref := s.bulk.Offer(body, 1, bulkOfferTTL)
 		e.Bulk = &ref
+		return marshalEnvelope(&e)
 	}
-	return nil
+	return &anypb.Any{TypeUrl: envelopeTypeURL, Value: w.b}, nil
 }
 
 func (s *System) wait(ctx context.Context, id uint64, ch chan callResult, ref Ref) (any, error) {

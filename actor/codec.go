@@ -151,7 +151,13 @@ func marshalEnvelope(e *wireEnvelope) (*anypb.Any, error) {
 	if e.Bulk != nil {
 		n += len(e.Bulk.Addr) + len(e.Bulk.ID)
 	}
-	b := make([]byte, 0, n)
+	b := appendHeader(make([]byte, 0, n), e)
+	b = append(b, e.Body...)
+	return &anypb.Any{TypeUrl: envelopeTypeURL, Value: b}, nil
+}
+
+// appendHeader appends everything of e but its body.
+func appendHeader(b []byte, e *wireEnvelope) []byte {
 	var flags byte
 	if e.Err != "" {
 		flags |= flagErr
@@ -171,9 +177,15 @@ func marshalEnvelope(e *wireEnvelope) (*anypb.Any, error) {
 		b = appendString(b, e.Bulk.ID)
 		b = binary.AppendUvarint(b, uint64(e.Bulk.Size))
 	}
-	b = append(b, e.Body...)
-	return &anypb.Any{TypeUrl: envelopeTypeURL, Value: b}, nil
+	return b
 }
+
+// sliceWriter lets the msgpack encoder append straight after the header.
+type sliceWriter struct{ b []byte }
+
+func (w *sliceWriter) Write(p []byte) (int, error)       { w.b = append(w.b, p...); return len(p), nil }
+func (w *sliceWriter) WriteByte(c byte) error            { w.b = append(w.b, c); return nil }
+func (w *sliceWriter) WriteString(s string) (int, error) { w.b = append(w.b, s...); return len(s), nil }
 
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
@@ -201,17 +213,54 @@ func (r *envReader) uvarint() uint64 {
 	return v
 }
 
-func (r *envReader) str() string {
+// bytes reads a length-prefixed field, aliasing the envelope's buffer.
+func (r *envReader) bytes() []byte {
 	n := r.uvarint()
 	if r.err != nil {
-		return ""
+		return nil
 	}
 	if n > uint64(len(r.b)) {
 		r.err = errShortEnvelope
-		return ""
+		return nil
 	}
-	s := string(r.b[:n])
+	b := r.b[:n]
 	r.b = r.b[n:]
+	return b
+}
+
+func (r *envReader) str() string { return string(r.bytes()) }
+
+// name reads a field from a small recurring set (message type names, node
+// addresses) through the intern table, so steady traffic allocates no
+// strings for them.
+func (r *envReader) name() string { return interned.get(r.bytes()) }
+
+// interned maps recurring byte strings to one shared string. It stops
+// growing at internCap entries so arbitrary wire input cannot fill memory.
+var interned = internTable{m: map[string]string{}}
+
+const internCap = 4096
+
+type internTable struct {
+	mu sync.RWMutex
+	m  map[string]string
+}
+
+func (t *internTable) get(b []byte) string {
+	t.mu.RLock()
+	s, ok := t.m[string(b)] // no allocation for the lookup
+	t.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = string(b)
+	if len(b) <= 256 {
+		t.mu.Lock()
+		if len(t.m) < internCap {
+			t.m[s] = s
+		}
+		t.mu.Unlock()
+	}
 	return s
 }
 
@@ -229,13 +278,13 @@ func unmarshalEnvelope(a *anypb.Any) (*wireEnvelope, error) {
 	flags := v[1]
 	r := envReader{b: v[2:]}
 	e.Call = r.uvarint()
-	e.Type = r.str()
-	e.From = r.str()
+	e.Type = r.name()
+	e.From = r.name()
 	if flags&flagErr != 0 {
 		e.Err = r.str()
 	}
 	if flags&flagBulk != 0 {
-		br := &BulkRef{Addr: r.str(), ID: r.str()}
+		br := &BulkRef{Addr: r.name(), ID: r.str()}
 		size := r.uvarint()
 		if size > math.MaxInt64 {
 			return nil, errors.New("decode envelope: bulk size out of range")

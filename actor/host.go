@@ -234,21 +234,16 @@ func (h *hosted) replyWire(c pa.Context, req *wireEnvelope, reply any, err error
 		return
 	}
 	s := h.sys
-	out := &wireEnvelope{Kind: kindReply, Call: req.Call, From: s.addr}
+	var a *anypb.Any
 	if err == nil && reply != nil {
-		out.Type, out.Body, err = encodeBody(reply)
-		if err == nil {
-			err = s.offloadLarge(out)
+		a, err = s.encodeWire(kindReply, req.Call, reply)
+	}
+	if err != nil || a == nil {
+		out := &wireEnvelope{Kind: kindReply, Call: req.Call, From: s.addr}
+		if err != nil {
+			out.Err = err.Error()
 		}
-	}
-	if err != nil {
-		out.Type, out.Body, out.Bulk = "", nil, nil
-		out.Err = err.Error()
-	}
-	a, merr := marshalEnvelope(out)
-	if merr != nil {
-		s.log.Error("encode reply", "actor", h.ref.Name, "err", merr)
-		return
+		a, _ = marshalEnvelope(out)
 	}
 	c.Send(sender, a)
 }
