@@ -115,7 +115,9 @@ func buildInstance(f Factory, ctx *Context, args any) (a Actor, err error) {
 }
 
 // StopLocal stops a hosted actor by name, with cause as its death cause, and
-// waits until it has stopped.
+// waits until it has stopped (protoactor bounds the wait at 10 s: an actor
+// stuck in Receive stops when Receive returns, and StopLocal reports the
+// timeout).
 func (s *System) StopLocal(name, cause string) error {
 	s.amu.Lock()
 	h := s.actors[name]

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	pa "github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
@@ -376,9 +375,6 @@ func (l levelFilter) WithGroup(n string) slog.Handler {
 
 // DiscardLogger is a logger that writes nothing, for tests and benchmarks.
 func DiscardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// waitTimeout bounds the wait for an actor to stop.
-const waitTimeout = 10 * time.Second
 
 // ForgetAddress tells the system that the node at addr is gone: pending
 // calls to it fail with ErrNodeLost and protoactor drops its endpoint (and
