@@ -1,0 +1,342 @@
+package recipes
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+	tparse "text/template/parse"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/recipes/driver"
+)
+
+// ErrUnsupported marks a recipe feature that validates but that the
+// driver (recipes/driver) cannot run yet.
+var ErrUnsupported = errors.New("not supported by the driver yet")
+
+// learnerAlgorithms are the learner's names of the recipe algorithms the
+// driver runs (single-turn, outcome reward).
+var learnerAlgorithms = map[string]string{
+	"grpo": learner.GRPO, "drgrpo": learner.DrGRPO, "rloo": learner.RLOO,
+	"reinforce_pp": learner.ReinforcePP, "rw_sft": learner.RWSFT,
+}
+
+// DriverConfig maps the recipe onto the training loop's configuration,
+// with out as the run directory. What the driver runs today: single-turn
+// episodes on the built-in task with the math verifier, one native engine
+// in the driver's process, one learner (grpo, drgrpo, rloo, reinforce_pp,
+// rw_sft with exp weights), the SFT warm-up, schedule, evaluation,
+// checkpoints and seed. Every recipe feature beyond that is refused with
+// an error naming the recipe field (errors.Is(err, ErrUnsupported)), never
+// dropped. The caller sets Resume, Node, Logger and Progress.
+//
+// checkpoint.keep is not in driver.Config: the caller prunes the
+// checkpoints (PruneCheckpoints). deterministic needs nothing more: the
+// driver is single-threaded in its sampling and seeded.
+func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
+	r := l.Recipe
+	var refused []string
+	no := func(field, format string, args ...any) {
+		refused = append(refused, field+": "+fmt.Sprintf(format, args...))
+	}
+
+	// Episode, data, engines, sync, placement: what the loop can do.
+	if r.Episode.Type != "single" {
+		no("episode.type", "%s episodes are not supported yet (single only)", r.Episode.Type)
+	}
+	if r.Data.Dataset != nil {
+		no("data.dataset", "datasets are not supported yet (use data.task)")
+	}
+	if r.Data.Task == nil && r.Data.Dataset == nil {
+		no("data.task", "missing: the driver needs a built-in task")
+	}
+	if r.Data.Verifier != "math" {
+		no("data.verifier", "%s is not supported yet (math only)", r.Data.Verifier)
+	}
+	if r.Engines.Policy.Kind != "native" {
+		no("engines.policy.kind", "%s engines are not supported yet (native only)", r.Engines.Policy.Kind)
+	}
+	if r.Engines.Policy.Replicas != 1 {
+		no("engines.policy.replicas", "%d: more than one engine is not supported yet", r.Engines.Policy.Replicas)
+	}
+	if ws := r.Engines.Policy.WeightSync; ws != "full" {
+		no("engines.policy.weight_sync", "%s is not supported yet (full only)", ws)
+	}
+	if r.Engines.Feedback != nil {
+		no("engines.feedback", "a feedback engine is not supported yet")
+	}
+	if r.Sync.Mode != "sync" {
+		no("sync.mode", "%s is not supported yet (sync only)", r.Sync.Mode)
+	}
+	if r.Placement.Mode != "colocated" {
+		no("placement.mode", "%s placement is not supported yet (colocated only)", r.Placement.Mode)
+	}
+	if r.Placement.LearnerShards != 1 {
+		no("placement.learner_shards", "%d: more than one learner shard is not supported yet", r.Placement.LearnerShards)
+	}
+	if rr := r.Placement.Rollout; rr.CPUs != 1 || rr.GPUs != 0 || len(rr.Custom) > 0 {
+		no("placement.rollout", "not supported yet: the native engine runs in the driver's process and reserves nothing")
+	}
+
+	// Models.
+	pol := r.Models.Policy
+	if pol.LoRA != nil {
+		no("models.policy.lora", "LoRA training is not supported yet")
+	}
+	if pol.ValueHead {
+		no("models.policy.value_head", "a value head (PPO) is not supported yet")
+	}
+	if r.Models.Feedback != nil {
+		no("models.feedback", "a feedback model is not supported yet")
+	}
+	if r.Models.Reference != nil {
+		no("models.reference", "a separate reference model is not supported yet (the KL term uses the initial policy)")
+	}
+
+	// Algorithm.
+	a := r.Algorithm
+	name, ok := learnerAlgorithms[a.Name]
+	if !ok {
+		no("algorithm.name", "%s is not supported yet (grpo, drgrpo, rloo, reinforce_pp, rw_sft)", a.Name)
+	}
+	if a.Epochs != 1 {
+		no("algorithm.epochs", "%d: more than one pass over a batch is not supported yet", a.Epochs)
+	}
+	if a.Name == "rw_sft" && a.RWSFT.Weighting != "exp" {
+		no("algorithm.rw_sft.weighting", "%s is not supported yet (exp only)", a.RWSFT.Weighting)
+	}
+	if r.SFT.Steps > 0 && (a.Warmup > 0 || a.Schedule != "constant") {
+		// The learner's schedule counts optimizer steps from the first SFT
+		// step, so an RL warm-up or decay would start in the SFT phase.
+		no("algorithm.schedule", "a warm-up or cosine schedule after an SFT warm-up (sft.steps %d) is not supported yet", r.SFT.Steps)
+	}
+
+	// Evaluation and checkpoints.
+	if r.Eval.Samples != 1 {
+		no("eval.samples", "%d: more than one sample per problem is not supported yet", r.Eval.Samples)
+	}
+	if r.Eval.Temperature != 0 {
+		no("eval.temperature", "%v: sampled evaluation is not supported yet (greedy only)", r.Eval.Temperature)
+	}
+	for _, m := range r.Eval.Metrics {
+		switch m {
+		case "accuracy", "reward_mean", "response_length":
+		default:
+			no("eval.metrics", "%s is not supported yet (accuracy, reward_mean, response_length)", m)
+		}
+	}
+	if !r.Checkpoint.Optimizer {
+		no("checkpoint.optimizer", "false is not supported yet: checkpoints always keep the optimizer state")
+	}
+
+	// Templates (rendered by the driver over .Question and .Answer).
+	prompt, err := driverTemplate("episode.templates.solver", r.Episode.Templates.Solver, false)
+	if err != nil {
+		no("episode.templates.solver", "%v", err)
+	}
+	answer, err := driverTemplate("sft.response", r.SFT.Response, true)
+	if err != nil {
+		no("sft.response", "%v", err)
+	}
+
+	if len(refused) > 0 {
+		return driver.Config{}, &UnsupportedError{Source: l.Source, Fields: refused}
+	}
+
+	lc := learner.DefaultConfig()
+	lc.Algorithm = name
+	lc.LR, lc.MinLR = a.LR, a.LR
+	if a.Schedule == "cosine" {
+		lc.MinLR, lc.TotalSteps = a.MinLR, r.Schedule.Steps
+	}
+	lc.WarmupSteps = a.Warmup
+	lc.Beta1, lc.Beta2, lc.Eps, lc.WeightDecay = a.AdamBeta1, a.AdamBeta2, a.AdamEps, a.WeightDecay
+	lc.MaxGradNorm = a.GradClip
+	lc.Loss = a.PolicyLossConfig()
+	lc.MaxResponseLen = a.MaxTokens
+	lc.MicroBatchSeqs = a.MicroBatch
+	lc.MiniBatches = a.MiniBatches
+	lc.Gamma, lc.Lambda, lc.VFCoef, lc.ValueClip = a.Gamma, a.Lambda, a.ValueCoef, a.ValueClip
+	lc.RWBeta = a.RWSFT.Beta
+
+	cfg := driver.Config{
+		Out:            out,
+		Seed:           r.Seed,
+		Learner:        lc,
+		Task:           r.Data.Task.Config(),
+		PromptTemplate: prompt,
+		AnswerTemplate: answer,
+		WarmupSteps:    r.SFT.Steps, WarmupBatch: r.SFT.BatchSize, WarmupLR: r.SFT.LR,
+		Steps: r.Schedule.Steps, PromptsPerStep: a.BatchPrompts, GroupSize: a.GroupSize,
+		Temperature: a.Temperature, TopP: a.TopP, MaxTokens: a.MaxTokens,
+		EvalEvery: r.Schedule.EvalEvery, EvalProblems: r.Eval.HeldOut,
+		CheckpointEvery: r.Schedule.CheckpointEvery,
+		EngineBatch:     r.Engines.Policy.MaxBatch,
+	}
+	if cfg.TopP == 1 {
+		cfg.TopP = 0 // the driver's "off"
+	}
+	if cfg.EvalEvery == 0 {
+		// The recipe's 0 is "only after the last step"; the driver's 0 is
+		// "never". Every warm-up+RL steps evaluates after the warm-up and
+		// after the last step.
+		cfg.EvalEvery = max(1, r.SFT.Steps+r.Schedule.Steps)
+	}
+	if pol.Path != "" {
+		cfg.ModelDir = pol.Path
+	} else {
+		mc, err := pol.Init.Config()
+		if err != nil {
+			return driver.Config{}, fmt.Errorf("recipe %s: models.policy.init: %w", l.Source, err)
+		}
+		cfg.Model = mc
+	}
+	res := cluster.Resources{}
+	if c := r.Placement.Learner.CPUs; c > 0 {
+		res[cluster.CPU] = c
+	}
+	if g := r.Placement.Learner.GPUs; g > 0 {
+		res[cluster.GPU] = g
+	}
+	maps.Copy(res, r.Placement.Learner.Custom)
+	if len(res) > 0 {
+		cfg.LearnerResources = res
+	}
+	return cfg, nil
+}
+
+// UnsupportedError lists the recipe fields the driver cannot run yet.
+type UnsupportedError struct {
+	Source string
+	Fields []string // "field.path: why"
+}
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("recipe %s: not supported by the driver yet:\n  %s", e.Source, strings.Join(e.Fields, "\n  "))
+}
+
+// Is makes errors.Is(err, ErrUnsupported) true.
+func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// driverTemplate turns a recipe template over .Problem (and .Answer when
+// answer) into the driver's, over .Question and .Answer, by renaming the
+// field in the parsed template (not in the text).
+func driverTemplate(field, text string, answer bool) (string, error) {
+	t, err := template.New(field).Option("missingkey=error").Parse(text)
+	if err != nil {
+		return "", err
+	}
+	var bad []string
+	var walk func(n tparse.Node)
+	walk = func(n tparse.Node) {
+		switch n := n.(type) {
+		case *tparse.ListNode:
+			if n != nil {
+				for _, c := range n.Nodes {
+					walk(c)
+				}
+			}
+		case *tparse.ActionNode:
+			walk(n.Pipe)
+		case *tparse.PipeNode:
+			if n != nil {
+				for _, c := range n.Cmds {
+					walk(c)
+				}
+			}
+		case *tparse.CommandNode:
+			for _, a := range n.Args {
+				walk(a)
+			}
+		case *tparse.FieldNode:
+			switch {
+			case n.Ident[0] == "Problem":
+				n.Ident[0] = "Question"
+			case n.Ident[0] == "Answer" && answer:
+			default:
+				bad = append(bad, "."+n.Ident[0])
+			}
+		case *tparse.IfNode:
+			walk(n.Pipe)
+			walk(n.List)
+			walk(n.ElseList)
+		case *tparse.RangeNode:
+			walk(n.Pipe)
+			walk(n.List)
+			walk(n.ElseList)
+		case *tparse.WithNode:
+			walk(n.Pipe)
+			walk(n.List)
+			walk(n.ElseList)
+		case *tparse.TemplateNode:
+			bad = append(bad, "{{template}}")
+		}
+	}
+	walk(t.Tree.Root)
+	if len(bad) > 0 {
+		fields := ".Problem"
+		if answer {
+			fields += " and .Answer"
+		}
+		return "", fmt.Errorf("uses %s: single-turn runs render only %s", strings.Join(bad, ", "), fields)
+	}
+	return t.Tree.Root.String(), nil
+}
+
+// Checkpoints returns the run directory's checkpoints (out/checkpoints/
+// step-N), oldest first.
+func Checkpoints(out string) ([]string, error) {
+	dir := filepath.Join(out, "checkpoints")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
+	type ck struct {
+		step int
+		path string
+	}
+	var cks []ck
+	for _, e := range ents {
+		n, ok := strings.CutPrefix(e.Name(), "step-")
+		step, err := strconv.Atoi(n)
+		if !e.IsDir() || !ok || err != nil || step < 0 {
+			continue
+		}
+		cks = append(cks, ck{step, filepath.Join(dir, e.Name())})
+	}
+	sort.Slice(cks, func(i, j int) bool { return cks[i].step < cks[j].step })
+	paths := make([]string, len(cks))
+	for i, c := range cks {
+		paths[i] = c.path
+	}
+	return paths, nil
+}
+
+// PruneCheckpoints removes all but the newest keep checkpoints of the run
+// directory (checkpoint.keep); keep 0 keeps all.
+func PruneCheckpoints(out string, keep int) error {
+	if keep <= 0 {
+		return nil
+	}
+	cks, err := Checkpoints(out)
+	if err != nil {
+		return err
+	}
+	for len(cks) > keep {
+		if err := os.RemoveAll(cks[0]); err != nil {
+			return fmt.Errorf("prune checkpoint: %w", err)
+		}
+		cks = cks[1:]
+	}
+	return nil
+}
