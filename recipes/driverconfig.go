@@ -285,7 +285,7 @@ func driverTemplate(field, text string, answer bool) (string, error) {
 		if answer {
 			fields += " and .Answer"
 		}
-		return "", fmt.Errorf("uses %s: single-turn runs render only %s", strings.Join(bad, ", "), fields)
+		return "", fmt.Errorf("uses %s: not supported yet (single-turn runs render only %s)", strings.Join(bad, ", "), fields)
 	}
 	return t.Tree.Root.String(), nil
 }
