@@ -287,7 +287,18 @@ func driverTemplate(field, text string, answer bool) (string, error) {
 		}
 		return "", fmt.Errorf("uses %s: not supported yet (single-turn runs render only %s)", strings.Join(bad, ", "), fields)
 	}
-	return t.Tree.Root.String(), nil
+	// Printed back node by node: a text node next to an action is quoted
+	// as {{"text"}}, since `\boxed{` followed by `{{.Answer}}` would read
+	// as `{{{`.
+	var sb strings.Builder
+	for _, n := range t.Tree.Root.Nodes {
+		if tn, ok := n.(*tparse.TextNode); ok && strings.ContainsAny(string(tn.Text), "{}") {
+			sb.WriteString("{{" + strconv.Quote(string(tn.Text)) + "}}")
+			continue
+		}
+		sb.WriteString(n.String())
+	}
+	return sb.String(), nil
 }
 
 // Checkpoints returns the run directory's checkpoints (out/checkpoints/

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"text/template"
 
 	"github.com/rlnode/rlnode/recipes/driver"
 )
@@ -63,8 +64,10 @@ func TestDriverConfigQuickstart(t *testing.T) {
 	}
 	// The answer template renders the same text (the recipe's trim markers
 	// are applied at parse time).
-	if got.AnswerTemplate != `\boxed{{"{"}}{{.Answer}}{{"}"}}` && !strings.Contains(got.AnswerTemplate, ".Answer") {
-		t.Errorf("answer template %q", got.AnswerTemplate)
+	for _, tpl := range [][2]string{{got.PromptTemplate, want.PromptTemplate}, {got.AnswerTemplate, want.AnswerTemplate}} {
+		if g, w := renderTemplate(t, tpl[0]), renderTemplate(t, tpl[1]); g != w {
+			t.Errorf("template %q renders %q, driver.Quickstart's %q renders %q", tpl[0], g, tpl[1], w)
+		}
 	}
 	// Sizes and lengths are being tuned in the preset; the recipe file
 	// must agree with it once tuning settles. Until then, say where they
@@ -165,4 +168,35 @@ func TestPruneCheckpoints(t *testing.T) {
 	if !reflect.DeepEqual(cks, want) {
 		t.Errorf("after prune: %v, want %v", cks, want)
 	}
+}
+
+func TestDriverTemplateBraces(t *testing.T) {
+	got, err := driverTemplate("f", `\boxed{ {{- .Answer -}} }`, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := template.New("x").Parse(got)
+	if err != nil {
+		t.Fatalf("%q does not parse: %v", got, err)
+	}
+	var sb strings.Builder
+	if err := tpl.Execute(&sb, driver.TemplateData{Answer: "42"}); err != nil {
+		t.Fatal(err)
+	}
+	if sb.String() != `\boxed{42}` {
+		t.Errorf("%q renders %q, want \\boxed{42}", got, sb.String())
+	}
+}
+
+func renderTemplate(t *testing.T, text string) string {
+	t.Helper()
+	tpl, err := template.New("x").Parse(text)
+	if err != nil {
+		t.Fatalf("%q: %v", text, err)
+	}
+	var sb strings.Builder
+	if err := tpl.Execute(&sb, driver.TemplateData{Question: "What is 1 + 2?", Answer: "3"}); err != nil {
+		t.Fatal(err)
+	}
+	return sb.String()
 }
