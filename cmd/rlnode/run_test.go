@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// tinyRun is quickstart at a size that runs in about a second.
+var tinyRun = []string{"--set", "sft.steps=4", "--set", "schedule.steps=3", "--set", "schedule.eval_every=2",
+	"--set", "schedule.checkpoint_every=2", "--set", "eval.held_out=8", "--set", "algorithm.batch_prompts=4",
+	"--set", "algorithm.group_size=4", "--set", "checkpoint.keep=1"}
+
+func TestRunQuickstartThenEval(t *testing.T) {
+	home, dir := t.TempDir(), filepath.Join(t.TempDir(), "run")
+	stdout, stderr, code := runRlnode(t, home, append([]string{"run", "quickstart", "--out", dir}, tinyRun...)...)
+	if code != 0 {
+		t.Fatalf("rlnode run: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	// metrics.jsonl: one line per step, 4 warm-up then 3 RL, evaluations
+	// after the warm-up and at the last step.
+	f, err := os.Open(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("metrics line %q: %v", sc.Text(), err)
+		}
+		lines = append(lines, m)
+	}
+	if len(lines) != 7 {
+		t.Fatalf("metrics.jsonl has %d lines, want 7 (4 warm-up + 3 RL)", len(lines))
+	}
+	for i, m := range lines {
+		if m["step"] != float64(i+1) {
+			t.Errorf("line %d: step %v", i+1, m["step"])
+		}
+		if _, ok := m["reward_mean"]; !ok {
+			t.Errorf("line %d: no reward_mean", i+1)
+		}
+	}
+	if lines[4]["phase"] != "rl" || lines[4]["reward_mean"] == nil {
+		t.Errorf("step 5 is not an RL step with a reward: %v", lines[4])
+	}
+	for _, s := range []int{4, 7} {
+		if _, ok := lines[s-1]["eval_accuracy"]; !ok {
+			t.Errorf("step %d has no eval_accuracy", s)
+		}
+	}
+	// The resolved recipe loads back with the overrides in it.
+	js, err := os.ReadFile(filepath.Join(dir, "recipe.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(js), "held_out: 8") {
+		t.Errorf("recipe.yaml lacks the override eval.held_out=8:\n%s", js)
+	}
+	// checkpoint.keep=1: only the last of step-6 and step-7 stays.
+	ents, err := os.ReadDir(filepath.Join(dir, "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != "step-7" {
+		t.Fatalf("checkpoints: %v, want only step-7", ents)
+	}
+	ck := filepath.Join(dir, "checkpoints", "step-7")
+	for _, name := range []string{"model.safetensors", "optimizer.safetensors", "tokenizer.json", "driver_state.json"} {
+		if _, err := os.Stat(filepath.Join(ck, name)); err != nil {
+			t.Errorf("checkpoint: %v", err)
+		}
+	}
+	if !strings.Contains(stderr, "step 7/7") {
+		t.Errorf("no progress line for step 7/7 on stderr:\n%s", stderr)
+	}
+
+	// rlnode eval on the checkpoint: the same held-out problems and
+	// weights as the run's last evaluation, so the same accuracy.
+	out := filepath.Join(t.TempDir(), "eval.json")
+	stdout, stderr, code = runRlnode(t, home, "eval", "--model", ck, "--recipe", "quickstart", "--set", "eval.held_out=8", "--out", out)
+	if code != 0 {
+		t.Fatalf("rlnode eval: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "accuracy ") {
+		t.Errorf("rlnode eval printed no accuracy:\n%s", stderr)
+	}
+	var res evalResult
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Problems != 8 || res.Accuracy != lines[6]["eval_accuracy"] {
+		t.Errorf("eval: %+v; the run's last eval_accuracy %v on 8 problems", res, lines[6]["eval_accuracy"])
+	}
+}
+
+func TestRunRecipeErrorBeforeRunDir(t *testing.T) {
+	home := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "run")
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("name: bad\nalgorithm:\n  lr: -1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := runRlnode(t, home, "run", bad, "--out", dir)
+	if code == 0 {
+		t.Fatal("rlnode run of a bad recipe exited 0")
+	}
+	if !strings.Contains(stderr, bad+":3:") || !strings.Contains(stderr, "algorithm.lr") {
+		t.Errorf("error does not give %s:3 and algorithm.lr:\n%s", bad, stderr)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the run directory exists after a recipe error (%v)", err)
+	}
+	// A feature the driver cannot run yet is refused before the run
+	// directory exists too, naming the field.
+	_, stderr, code = runRlnode(t, home, "run", "mlmt_math", "--out", dir)
+	if code == 0 || !strings.Contains(stderr, "episode.type") || !strings.Contains(stderr, "not supported yet") {
+		t.Errorf("mlmt_math: exit %d, stderr:\n%s", code, stderr)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the run directory exists after a refused recipe (%v)", err)
+	}
+	_, stderr, code = runRlnode(t, home, "eval", "--model", dir, "--recipe", "score_math")
+	if code == 0 || !strings.Contains(stderr, "not supported yet") {
+		t.Errorf("eval of score_math: exit %d, stderr:\n%s", code, stderr)
+	}
+}
