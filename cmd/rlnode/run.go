@@ -187,7 +187,8 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case wasInterrupted && (err == nil || errors.Is(err, context.Canceled)):
-		fmt.Fprintf(stderr, "rlnode run: stopped after step %d; continue with: rlnode run %s --out %s --resume\n", bar.last, pos[0], dir)
+		fmt.Fprintf(stderr, "rlnode run: stopped after step %d; continue from its newest checkpoint with: rlnode run %s --out %s --resume\n",
+			bar.last, filepath.Join(dir, recipes.ResolvedFile), dir)
 		return 130
 	case err != nil:
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
