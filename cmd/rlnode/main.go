@@ -11,6 +11,8 @@ func usage() string {
 	return `usage: rlnode COMMAND [flags]
 
 commands:
+  run      run a recipe (built-in name or file): rlnode run quickstart
+  eval     greedy accuracy of a checkpoint on a recipe's held-out problems
   start    start the first node of a cluster (foreground)
   join     join a cluster: rlnode join HOST:PORT --key-file PATH
   status   show the cluster's nodes and actors
