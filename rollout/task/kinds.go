@@ -11,11 +11,18 @@ import (
 // scratch must be able to write them.
 const maxAnswer = 99999
 
+// level1MaxOperand bounds level-1 operands: a + b and a - b (a ≥ b) over
+// 1..level1MaxOperand give 1,365 distinct questions, so a
+// held-out split of a few hundred tests whether a model learned the rule
+// rather than recalling the train questions (with 1..9, 126 questions in
+// all, it could only recall).
+const level1MaxOperand = 30
+
 // arithmetic: levels 1-3 are flat expressions (+ and -; then * too),
 // levels 4-5 random trees with parentheses and exact division.
 func arithmetic(level int, rng *rand.Rand) (string, string) {
 	type shape struct{ operands, maxN int }
-	shapes := [...]shape{{2, 9}, {3, 50}, {3, 20}, {4, 30}, {5, 60}}
+	shapes := [...]shape{{2, level1MaxOperand}, {3, 50}, {3, 20}, {4, 30}, {5, 60}}
 	sh := shapes[level-1]
 	for {
 		var t *arith

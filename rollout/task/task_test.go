@@ -260,3 +260,39 @@ func BenchmarkGenerate(b *testing.B) {
 		i++
 	}
 }
+
+// TestLevel1ArithmeticSpace checks level-1 arithmetic: two operands in
+// 1..level1MaxOperand joined by + or −, never negative, and a question
+// space large enough that a held-out split of a few hundred questions
+// tests the rule rather than recall.
+func TestLevel1ArithmeticSpace(t *testing.T) {
+	re := regexp.MustCompile(`^What is (\d+) ([+-]) (\d+)\?$`)
+	atoi := func(s string) int {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, split := range []Split{Train, HeldOut} {
+		distinct := map[string]bool{}
+		for _, p := range gen(t, Config{Seed: 5, Kinds: []string{Arithmetic}, Level: 1, HeldOutPercent: 30}, split, 3000) {
+			m := re.FindStringSubmatch(p.Question)
+			if m == nil {
+				t.Fatalf("%s: %q is not a level-1 question", p.ID, p.Question)
+			}
+			a, b := atoi(m[1]), atoi(m[3])
+			if a < 1 || b < 1 || a > level1MaxOperand || b > level1MaxOperand {
+				t.Fatalf("%s: %q: operand outside 1..%d", p.ID, p.Question, level1MaxOperand)
+			}
+			if n := atoi(p.Answer); n < 0 {
+				t.Fatalf("%s: %q: negative answer %d", p.ID, p.Question, n)
+			}
+			distinct[p.Question] = true
+		}
+		t.Logf("%s: %d distinct level-1 questions in 3000", split, len(distinct))
+		if len(distinct) < 200 {
+			t.Errorf("%s: only %d distinct level-1 questions in 3000", split, len(distinct))
+		}
+	}
+}
