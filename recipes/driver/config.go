@@ -95,13 +95,15 @@ type TemplateData struct {
 // Quickstart is the tuned preset of the quickstart recipe: a 0.45 M
 // parameter Qwen2-style model (hidden 128, 2 layers, the built-in 768-token
 // vocabulary) trained from scratch on CPU on level-1 arithmetic ("What is
-// 7 - 3?" → "\boxed{4}"): 150 SFT warm-up steps at lr 1e-3, then GRPO with
+// 27 - 13?" → "\boxed{14}", operands 1..30, 1,365 questions, 30% held
+// out): 300 SFT warm-up steps at lr 1e-3, then 800 GRPO steps with
 // clip-higher (0.2/0.28), 32 prompts × 8 samples per step at temperature 1,
-// lr 3e-4. See the package doc for the measured curve.
+// lr 1e-4; greedy accuracy on 256 distinct held-out questions every 25
+// steps. See the package doc for the measured curves.
 func Quickstart(out string) Config {
 	l := learner.DefaultConfig()
 	l.Algorithm = learner.GRPO
-	l.LR = 3e-4
+	l.LR = 1e-4
 	l.MicroBatchSeqs = 64
 	l.MaxResponseLen = 8
 	return Config{
@@ -114,10 +116,10 @@ func Quickstart(out string) Config {
 		Task:           task.Config{Seed: 1, Kinds: []string{task.Arithmetic}, Level: 1, HeldOutPercent: 30},
 		PromptTemplate: "{{.Question}}\n",
 		AnswerTemplate: `\boxed{ {{- .Answer -}} }`,
-		WarmupSteps:    150, WarmupBatch: 64, WarmupLR: 1e-3,
-		Steps: 600, PromptsPerStep: 32, GroupSize: 8,
+		WarmupSteps:    300, WarmupBatch: 64, WarmupLR: 1e-3,
+		Steps: 800, PromptsPerStep: 32, GroupSize: 8,
 		Temperature: 1, MaxTokens: 8,
-		EvalEvery: 25, EvalProblems: 64,
+		EvalEvery: 25, EvalProblems: 256,
 		CheckpointEvery: 100,
 	}
 }
