@@ -21,8 +21,8 @@ func TestConversions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Architecture != model.Qwen2 || cfg.VocabSize != 768 || cfg.HiddenSize != 64 || cfg.NumLayers != 2 ||
-		cfg.NumHeads != 4 || cfg.NumKVHeads != 2 || cfg.MaxPositions != 64 || !cfg.TieWordEmbeddings || cfg.HeadDim != 16 {
+	if cfg.Architecture != model.Qwen2 || cfg.VocabSize != 768 || cfg.HiddenSize != 128 || cfg.NumLayers != 2 ||
+		cfg.NumHeads != 4 || cfg.NumKVHeads != 2 || cfg.MaxPositions != 64 || !cfg.TieWordEmbeddings || cfg.HeadDim != 32 {
 		t.Errorf("model config = %+v", cfg)
 	}
 	lc := l.Models.Policy.LoRA.Config(7)
@@ -41,8 +41,8 @@ func TestConversions(t *testing.T) {
 		t.Errorf("sampling = %+v", sp)
 	}
 	s := l.Algorithm.LRSchedule(l.Schedule.Steps)
-	if got := s.LR(0); math.Abs(got-3e-5) > 1e-12 {
-		t.Errorf("LR(0) = %v, want lr/warmup = 3e-5", got)
+	if got, want := s.LR(0), l.Algorithm.LR/10; math.Abs(got-want) > 1e-12 {
+		t.Errorf("LR(0) = %v, want lr/warmup = %v", got, want)
 	}
 	if got := s.LR(l.Schedule.Steps); got != 1e-5 {
 		t.Errorf("LR(last) = %v, want min_lr", got)
