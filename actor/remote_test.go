@@ -1,19 +1,18 @@
 package actor
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	pa "github.com/asynkron/protoactor-go/actor"
+	"github.com/rlnode/rlnode/internal/proctest"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -64,55 +63,17 @@ func runPeer() {
 }
 
 type peerProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	addr  string
+	*proctest.Child
+	addr string
 }
 
 func startPeer(t testing.TB, env ...string) *peerProc {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
+	c := proctest.Start(t, 20*time.Second, append([]string{"RLNODE_ACTOR_PEER=1"}, env...)...)
+	if !strings.HasPrefix(c.Line, "ADDR ") {
+		t.Fatalf("peer said %q", c.Line)
 	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), "RLNODE_ACTOR_PEER=1"), env...)
-	stdin, _ := cmd.StdinPipe()
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &peerProc{cmd: cmd, stdin: stdin}
-	t.Cleanup(func() {
-		stdin.Close()
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	select {
-	case l := <-lines:
-		if !strings.HasPrefix(l, "ADDR ") {
-			t.Fatalf("peer said %q", l)
-		}
-		p.addr = strings.TrimPrefix(l, "ADDR ")
-	case <-time.After(20 * time.Second):
-		t.Fatal("peer did not start within 20s")
-	}
-	return p
+	return &peerProc{Child: c, addr: strings.TrimPrefix(c.Line, "ADDR ")}
 }
 
 func (p *peerProc) ref(name string) Ref {
@@ -219,7 +180,7 @@ func TestKilledPeerFailsPendingCalls(t *testing.T) {
 		errc <- err
 	}()
 	time.Sleep(100 * time.Millisecond)
-	_ = p.cmd.Process.Kill()
+	_ = p.Cmd.Process.Kill()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, ErrNodeLost) {

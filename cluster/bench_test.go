@@ -35,9 +35,9 @@ func BenchmarkFailureDetection(b *testing.B) {
 				b.StartTimer()
 				start := time.Now()
 				if mode == "sigkill" {
-					_ = tn.cmd.Process.Signal(syscall.SIGKILL)
+					_ = tn.Cmd.Process.Signal(syscall.SIGKILL)
 				} else {
-					tn.stdin.Close()
+					tn.Stdin.Close()
 				}
 				for a.isAlive(id) {
 					if time.Since(start) > 30*time.Second {
@@ -46,7 +46,7 @@ func BenchmarkFailureDetection(b *testing.B) {
 					time.Sleep(2 * time.Millisecond)
 				}
 				total += time.Since(start)
-				<-tn.exited
+				<-tn.Exited
 			}
 			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/detection")
 		})

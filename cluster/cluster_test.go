@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/internal/proctest"
 )
 
 // Multi-node tests run every other node as a separate process: this test
@@ -135,11 +135,9 @@ func TestNonMemberMessagesDropped(t *testing.T) {
 }
 
 type testNode struct {
+	*proctest.Child
 	id     string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
 	gossip string
-	exited chan struct{}
 }
 
 func testKey(t testing.TB) []byte {
@@ -152,50 +150,13 @@ func testKey(t testing.TB) []byte {
 
 func startNodeProcess(t testing.TB, id string, key []byte, join string, gpus int, labels string) *testNode {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "RLNODE_TEST_NODE=1", "RLNODE_TEST_NODE_ID="+id,
+	c := proctest.Start(t, 20*time.Second, "RLNODE_TEST_NODE=1", "RLNODE_TEST_NODE_ID="+id,
 		"RLNODE_TEST_KEY="+base64.StdEncoding.EncodeToString(key), "RLNODE_TEST_JOIN="+join,
 		"RLNODE_TEST_GPUS="+strconv.Itoa(gpus), "RLNODE_TEST_LABELS="+labels)
-	stdin, _ := cmd.StdinPipe()
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	if !strings.HasPrefix(c.Line, "UP ") {
+		t.Fatalf("node %s: %q", id, c.Line)
 	}
-	tn := &testNode{id: id, cmd: cmd, stdin: stdin, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(tn.exited) }()
-	t.Cleanup(func() {
-		stdin.Close()
-		select {
-		case <-tn.exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-tn.exited
-		}
-	})
-	line := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		if sc.Scan() {
-			line <- sc.Text()
-		}
-		close(line)
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	select {
-	case l := <-line:
-		if !strings.HasPrefix(l, "UP ") {
-			t.Fatalf("node %s: %q", id, l)
-		}
-		tn.gossip = strings.TrimPrefix(l, "UP ")
-	case <-time.After(20 * time.Second):
-		t.Fatalf("node %s did not start within 20s", id)
-	}
-	return tn
+	return &testNode{Child: c, id: id, gossip: strings.TrimPrefix(c.Line, "UP ")}
 }
 
 func startLocalNode(t testing.TB, id string, key []byte) *Node {
@@ -306,7 +267,7 @@ func TestThreeNodesSpawnKillRespawn(t *testing.T) {
 	wGPU := a.Watch(ctx, "gpu-worker")
 	wMov := a.Watch(ctx, "movable")
 	killed := time.Now()
-	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := b.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "membership to drop the killed node", 10*time.Second, func() bool { return !a.isAlive("b-gpu") })
@@ -352,7 +313,7 @@ func TestThreeNodesSpawnKillRespawn(t *testing.T) {
 	// A graceful stop is seen at once and its actors are told "node stopped".
 	wC := a.Watch(ctx, "on-c")
 	wR := a.Watch(ctx, "relocatable")
-	c.stdin.Close()
+	c.Stdin.Close()
 	if n := nextNotice(t, wC); n.State != Dead || n.Cause != "node stopped" {
 		t.Fatalf("on-c notice after graceful stop: %+v", n)
 	}

@@ -1,7 +1,6 @@
 package rollout_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -10,7 +9,6 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/proctest"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
@@ -398,44 +397,10 @@ func TestActorAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Stop()
-	exe, _ := os.Executable()
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "RLNODE_ROLLOUT_NODE=1", "RLNODE_ROLLOUT_KEY="+base64.StdEncoding.EncodeToString(key),
+	c := proctest.Start(t, 30*time.Second, "RLNODE_ROLLOUT_NODE=1", "RLNODE_ROLLOUT_KEY="+base64.StdEncoding.EncodeToString(key),
 		"RLNODE_ROLLOUT_JOIN="+n.GossipAddress())
-	stdin, _ := cmd.StdinPipe()
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	defer func() {
-		stdin.Close()
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	line := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			select {
-			case line <- sc.Text():
-			default:
-			}
-		}
-	}()
-	select {
-	case l := <-line:
-		if l != "UP" {
-			t.Fatalf("child node: %s", l)
-		}
-	case <-ctx.Done():
-		t.Fatal("child node did not start")
+	if c.Line != "UP" {
+		t.Fatalf("child node: %s", c.Line)
 	}
 	for _, threshold := range []int{0, 1} {
 		h := spawn(t, n, rollout.ActorConfig{Engine: "scripted", FeedbackEngine: "scripted", FeedbackModel: "teacher",

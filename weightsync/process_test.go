@@ -1,7 +1,6 @@
 package weightsync
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/proctest"
 )
 
 // The multi-process test: this test binary re-executed as a second node
@@ -50,49 +50,12 @@ func runChildNode() int {
 // startChild starts the child node joined to n and returns its process.
 func startChild(t *testing.T, n *cluster.Node, key []byte) *exec.Cmd {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "RLNODE_WEIGHTSYNC_NODE=1", "RLNODE_WEIGHTSYNC_KEY="+base64.StdEncoding.EncodeToString(key),
+	c := proctest.Start(t, 30*time.Second, "RLNODE_WEIGHTSYNC_NODE=1", "RLNODE_WEIGHTSYNC_KEY="+base64.StdEncoding.EncodeToString(key),
 		"RLNODE_WEIGHTSYNC_JOIN="+n.GossipAddress())
-	stdin, _ := cmd.StdinPipe()
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	if c.Line != "UP" {
+		t.Fatalf("child node: %s", c.Line)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		stdin.Close()
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	line := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			select {
-			case line <- sc.Text():
-			default:
-			}
-		}
-	}()
-	select {
-	case l := <-line:
-		if l != "UP" {
-			t.Fatalf("child node: %s", l)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("child node did not start within 30s")
-	}
-	return cmd
+	return c.Cmd
 }
 
 func TestPublishAcrossProcesses(t *testing.T) {

@@ -1,0 +1,80 @@
+// Package proctest runs the current test binary again as a separate process,
+// so multi-node tests put every other node in a real process of its own (two
+// protoactor remotes in one process share gRPC's global logger, see
+// shared/DESIGN.md). The child's TestMain recognises it by the environment
+// the test passes and runs the node instead of the tests.
+package proctest
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// Child is the re-executed test binary.
+type Child struct {
+	Cmd   *exec.Cmd
+	Stdin io.WriteCloser // closing it asks the child to stop gracefully
+	Line  string         // the first line the child printed
+	// Exited is closed when the child process has ended.
+	Exited <-chan struct{}
+}
+
+// Start runs the test binary with env added to the environment, waits up to
+// timeout for the first line on its stdout, and registers a cleanup that
+// closes its stdin and kills it if it has not exited 10 s later. Output after
+// the first line is drained so the child never blocks on a full pipe.
+func Start(t testing.TB, timeout time.Duration, env ...string) *Child {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		stdin.Close()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	first := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		if sc.Scan() {
+			first <- sc.Text()
+		}
+		close(first)
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case l, ok := <-first:
+		if !ok {
+			t.Fatalf("child %v exited without a line", env)
+		}
+		return &Child{Cmd: cmd, Stdin: stdin, Line: l, Exited: exited}
+	case <-time.After(timeout):
+		t.Fatalf("child %v printed nothing within %s", env, timeout)
+	}
+	return nil
+}
