@@ -242,6 +242,9 @@ func (n *Node) StopActor(ctx context.Context, name string) error {
 	if !ok || rec.State == Dead {
 		return fmt.Errorf("stop %s: %w", name, actor.ErrActorNotFound)
 	}
+	if rec.Node == "" {
+		return fmt.Errorf("stop %s: it is being restarted on another node (cause: %s); stop it once it is ALIVE", name, rec.Cause)
+	}
 	nref, err := n.nodeRef(rec.Node)
 	if err != nil {
 		return fmt.Errorf("stop %s: %w", name, err)
