@@ -399,3 +399,42 @@ func remainder(level int, rng *rand.Rand) (string, string) {
 	n := between(rng, m+1, []int{50, 200, 1000, 10000}[level-1])
 	return fmt.Sprintf("What is the remainder when %d is divided by %d?", n, m), strconv.Itoa(n % m)
 }
+
+// pickMax bounds pick's candidates: 1..pickMax, two digits at most.
+const pickMax = 99
+
+// pick: level+1 distinct candidates in 1..pickMax; the hint names the
+// wanted one by position ("1st", "2nd", ...), drawn independently of the
+// numbers, so nothing in the question tells which one it is.
+func pick(level int, rng *rand.Rand) (question, answer, hint string) {
+	n := level + 1
+	seen := map[int]bool{}
+	nums := make([]string, 0, n)
+	vals := make([]int, 0, n)
+	for len(nums) < n {
+		v := between(rng, 1, pickMax)
+		if seen[v] {
+			continue
+		}
+		seen[v] = true
+		vals = append(vals, v)
+		nums = append(nums, strconv.Itoa(v))
+	}
+	k := rng.IntN(n)
+	return "Pick: " + strings.Join(nums, " "), strconv.Itoa(vals[k]), Ordinal(k + 1)
+}
+
+// Ordinal writes 1 as "1st", 2 as "2nd", 3 as "3rd", 4 as "4th", ...
+func Ordinal(k int) string {
+	suffix := "th"
+	switch {
+	case k%100 >= 11 && k%100 <= 13:
+	case k%10 == 1:
+		suffix = "st"
+	case k%10 == 2:
+		suffix = "nd"
+	case k%10 == 3:
+		suffix = "rd"
+	}
+	return strconv.Itoa(k) + suffix
+}

@@ -6,6 +6,14 @@
 // share a question: a question's split is a function of its text alone
 // (the same for every seed), and each split only keeps its own questions.
 //
+// One kind, pick, is made for multi-turn (MLMT) training: its Problem
+// carries a Hint the solver's prompt must not show. "Pick: 17 42 8" with
+// hint "2nd" has the answer 42: the solver alone can only guess one of
+// the candidates (1 in level+1), while a feedback policy that sees the
+// hint can tell it which one — feedback carries information the solver
+// lacks, so turn-3 accuracy above turn-1 accuracy measures the use of
+// feedback. It is not among Kinds (a mixed generator never draws it).
+//
 // Answers are checked with the math verifier (package rollout/verify);
 // this package owns no prompts or chat templates: recipes wrap Question.
 package task
@@ -25,11 +33,21 @@ const (
 	Sequence   = "sequence"   // "What is the next number in the sequence 3, 7, 11, 15?"
 	Fraction   = "fraction"   // "What is 1/2 + 1/3? Answer with a fraction in lowest terms."
 	Remainder  = "remainder"  // "What is the remainder when 100 is divided by 7?"
+	// Pick is the hidden-information kind: "Pick: 17 42 8", hint "2nd",
+	// answer 42.
+	Pick = "pick"
 )
 
 // Kinds lists every kind, in the order a mixed generator cycles through
 // them.
 var Kinds = []string{Arithmetic, Word, Linear, Sequence, Fraction, Remainder}
+
+// HiddenKinds are the kinds whose problems carry a Hint for a feedback
+// policy; they are asked for by name only.
+var HiddenKinds = []string{Pick}
+
+// AllKinds lists every kind New accepts.
+func AllKinds() []string { return slices.Concat(Kinds, HiddenKinds) }
 
 // MaxLevel is the hardest difficulty level; levels run from 1.
 const MaxLevel = 5
@@ -60,12 +78,15 @@ type Problem struct {
 	Level    int    `json:"level"`
 	Question string `json:"question"`
 	Answer   string `json:"answer"` // an integer or a reduced fraction a/b
+	// Hint is what only an MLMT feedback policy may see (HiddenKinds);
+	// empty for the other kinds.
+	Hint string `json:"hint,omitempty"`
 }
 
 // Config chooses what a Generator makes.
 type Config struct {
 	Seed  uint64
-	Kinds []string // nil: all Kinds, cycled by index
+	Kinds []string // nil: all Kinds, cycled by index; HiddenKinds by name
 	// Level is the difficulty, 1..MaxLevel; 0 spreads problems over all
 	// levels, cycled by index.
 	Level int
@@ -86,8 +107,8 @@ func New(cfg Config) (*Generator, error) {
 		cfg.Kinds = Kinds
 	}
 	for _, k := range cfg.Kinds {
-		if !slices.Contains(Kinds, k) {
-			return nil, fmt.Errorf("task kind %q: want one of %v", k, Kinds)
+		if !slices.Contains(AllKinds(), k) {
+			return nil, fmt.Errorf("task kind %q: want one of %v", k, AllKinds())
 		}
 	}
 	if cfg.Level < 0 || cfg.Level > MaxLevel {
@@ -135,9 +156,9 @@ func (g *Generator) Problem(split Split, i int) (Problem, error) {
 	// falls in the split.
 	for attempt := range uint64(maxDraws) {
 		rng := rand.New(rand.NewPCG(mix(g.cfg.Seed, uint64(i)), mix(streamKey(kind, level, split), attempt)))
-		q, a := generate(kind, level, rng)
+		q, a, hint := generate(kind, level, rng)
 		if SplitOf(q, g.cfg.HeldOutPercent) == split {
-			return Problem{ID: fmt.Sprintf("%s/%d/%s/%d", kind, level, split, i), Kind: kind, Level: level, Question: q, Answer: a}, nil
+			return Problem{ID: fmt.Sprintf("%s/%d/%s/%d", kind, level, split, i), Kind: kind, Level: level, Question: q, Answer: a, Hint: hint}, nil
 		}
 	}
 	return Problem{}, fmt.Errorf("task %s level %d: no %s question in %d draws", kind, level, split, maxDraws)
@@ -156,7 +177,15 @@ func (g *Generator) Generate(split Split, n int) ([]Problem, error) {
 	return out, nil
 }
 
-func generate(kind string, level int, rng *rand.Rand) (question, answer string) {
+func generate(kind string, level int, rng *rand.Rand) (question, answer, hint string) {
+	if kind == Pick {
+		return pick(level, rng)
+	}
+	q, a := generateVisible(kind, level, rng)
+	return q, a, ""
+}
+
+func generateVisible(kind string, level int, rng *rand.Rand) (question, answer string) {
 	switch kind {
 	case Arithmetic:
 		return arithmetic(level, rng)
