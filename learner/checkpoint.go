@@ -32,8 +32,8 @@ type checkpointState struct {
 // Save writes a checkpoint to dir: policy weights (float32), optimizer
 // state, the reference policy when there is one, and the step.
 func (l *Learner) Save(dir string) error {
-	if err := l.model.Save(dir, safetensors.F32); err != nil {
-		return fmt.Errorf("learner: save %s: %w", dir, err)
+	if err := l.SaveModel(dir); err != nil {
+		return err
 	}
 	st := l.trainer.Opt.State()
 	ts := make([]safetensors.Tensor, 0, len(st.Tensors))
@@ -46,6 +46,17 @@ func (l *Learner) Save(dir string) error {
 	}
 	if err := safetensors.WriteFile(filepath.Join(dir, OptimizerFile), ts, map[string]string{"step": strconv.Itoa(st.Step)}); err != nil {
 		return fmt.Errorf("learner: save %s: optimizer: %w", dir, err)
+	}
+	return removeShardFiles(dir, 0)
+}
+
+// SaveModel writes everything of a checkpoint but the optimizer state:
+// policy weights, the reference policy when there is one, and
+// learner_state.json. A ZeRO-1 group's rank 0 calls it while every rank
+// writes its optimizer shard (WriteOptimizerShard).
+func (l *Learner) SaveModel(dir string) error {
+	if err := l.model.Save(dir, safetensors.F32); err != nil {
+		return fmt.Errorf("learner: save %s: %w", dir, err)
 	}
 	if l.ref != nil {
 		var rt []safetensors.Tensor
@@ -97,22 +108,13 @@ func (l *Learner) Load(dir string) error {
 	if state.Step < 0 {
 		return fmt.Errorf("learner: load %s: step %d is negative", filepath.Join(dir, StateFile), state.Step)
 	}
-	optPath := filepath.Join(dir, OptimizerFile)
-	f, err := safetensors.ReadFile(optPath)
+	sizes := map[string]int{}
+	for _, p := range m.TrainableParams() {
+		sizes[p.Name] = p.Len()
+	}
+	ost, optPath, err := ReadOptimizerState(dir, sizes)
 	if err != nil {
 		return fmt.Errorf("learner: load: %w", err)
-	}
-	optStep, err := strconv.Atoi(f.Metadata["step"])
-	if err != nil {
-		return fmt.Errorf("learner: load %s: metadata step %q: %w", optPath, f.Metadata["step"], err)
-	}
-	ost := optim.AdamWState{Step: optStep}
-	for _, name := range f.Names() {
-		v, _, err := f.Float32(name)
-		if err != nil {
-			return fmt.Errorf("learner: load %s: %w", optPath, err)
-		}
-		ost.Tensors = append(ost.Tensors, optim.Tensor{Name: name, Data: v})
 	}
 	var ref *model.Model
 	if l.ref != nil {

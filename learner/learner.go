@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/optim"
@@ -70,6 +71,16 @@ type Config struct {
 	VFCoef, ValueClip float64
 	// RWBeta is the temperature of reward-weighted SFT's weights.
 	RWBeta float64
+
+	// Shards is the number of data-parallel learner ranks (recipe field
+	// learner.shards); 0 and 1 mean one unsharded learner. Every rank holds
+	// the whole policy, trains on its slice of each batch, and the ranks'
+	// gradients are summed by package learner/shard.
+	Shards int
+	// ZeROStage, with Shards > 1: 0 keeps the whole AdamW state on every
+	// rank; 1 (ZeRO-1) gives each rank the state of its slice of the
+	// parameters only, and the updated slices are all-gathered.
+	ZeROStage int
 }
 
 // DefaultConfig is GRPO with DAPO's clip-higher (0.2/0.28), token-mean
@@ -87,7 +98,8 @@ func DefaultConfig() Config {
 		MiniBatches:    1,
 		Gamma:          1, Lambda: 0.95,
 		VFCoef: 0.5, ValueClip: 0.2,
-		RWBeta: 1,
+		RWBeta:    1,
+		ZeROStage: 1,
 	}
 }
 
@@ -141,6 +153,10 @@ func (c Config) Validate() error {
 		return bad("value_clip", c.ValueClip, "want ≥ 0 (0 turns it off)")
 	case c.Algorithm == RWSFT && !(c.RWBeta > 0):
 		return bad("rw_beta", c.RWBeta, "want > 0")
+	case c.Shards < 0:
+		return bad("shards", c.Shards, "want ≥ 0 (0 and 1 mean one learner)")
+	case c.ZeROStage != 0 && c.ZeROStage != 1:
+		return bad("zero_stage", c.ZeROStage, "want 0 (replicated optimizer) or 1 (sharded optimizer state); parameter sharding (ZeRO-3) is not supported")
 	}
 	if err := c.Loss.Validate(); err != nil {
 		return fmt.Errorf("learner config: loss: %w", err)
@@ -210,6 +226,66 @@ type Learner struct {
 	ref     *model.Model
 	trainer *model.Trainer
 	step    int
+	shard   *Sharding
+}
+
+// Sharding makes a learner one rank of a data-parallel group; package
+// learner/shard builds it. Every rank gets the whole Train batch and
+// computes advantages and loss normalizers over all of it, but runs
+// forward and backward only on its slice of each mini-batch: sequences
+// [lo + Rank·n/Ranks, lo + (Rank+1)·n/Ranks) of a mini-batch [lo, lo+n).
+// The losses are normalized by the whole mini-batch, so the sum of the
+// ranks' gradients is the unsharded learner's gradient.
+type Sharding struct {
+	Rank, Ranks int
+	// Update replaces the optimizer update (model.Trainer.Update): it sums
+	// the gradients across ranks, clips by the global norm and leaves every
+	// rank with the same updated weights.
+	Update func(step int, params []*optim.Param, lr float64) (gradNorm float64, err error)
+	// SumStats adds v element-wise across the ranks, in place, so every
+	// rank reports the batch's statistics.
+	SumStats func(v []float64) error
+}
+
+// SetSharding makes the learner rank s.Rank of s.Ranks (nil makes it a
+// single learner again). The weights must already equal the other ranks'.
+func (l *Learner) SetSharding(s *Sharding) error {
+	if s == nil {
+		l.shard = nil
+		l.trainer.Update = nil
+		return nil
+	}
+	if s.Ranks < 1 || s.Rank < 0 || s.Rank >= s.Ranks {
+		return fmt.Errorf("learner: sharding: rank %d of %d", s.Rank, s.Ranks)
+	}
+	if s.Update == nil || s.SumStats == nil {
+		return fmt.Errorf("learner: sharding: rank %d of %d has no Update or SumStats", s.Rank, s.Ranks)
+	}
+	l.shard = s
+	l.trainer.Update = s.Update
+	return nil
+}
+
+// Optimizer is the learner's AdamW. A ZeRO-1 rank takes its slice of the
+// state from it after Load and then leaves it empty.
+func (l *Learner) Optimizer() *optim.AdamW { return l.trainer.Opt }
+
+// TrainableParams views the trainable tensors (weights and gradients) in
+// the model's order; on the cpu backend they alias the model's memory.
+func (l *Learner) TrainableParams() []*optim.Param {
+	var out []*optim.Param
+	hm, _ := l.model.B.(backend.HostMemory)
+	for _, p := range l.model.TrainableParams() {
+		op := &optim.Param{Name: p.Name}
+		if hm != nil {
+			op.Data, op.Grad = hm.Host(p.W), hm.Host(p.G)
+		} else {
+			op.Data, op.Grad = make([]float32, p.Len()), make([]float32, p.Len())
+			l.model.B.Download(op.Data, p.W)
+		}
+		out = append(out, op)
+	}
+	return out
 }
 
 // New builds a learner on the cpu backend.

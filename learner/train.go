@@ -20,7 +20,8 @@ type prepared struct {
 	masks, sample, adv   [][]float32
 	old, oldVal, returns [][]float32 // nil unless a pre-pass ran
 	weights              []float64   // SFT / RWSFT
-	mini                 [][]micro
+	mini                 [][]micro   // this rank's micro-batches of each mini-batch
+	miniRange            [][2]int    // each mini-batch's sequences [lo, hi) in the whole batch
 }
 
 // Train runs one batch through the configured algorithm: advantages (or
@@ -36,12 +37,11 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 	var st Stats
 	var ps rl.PolicyStats
 	var entSum, valLoss, valClipped, valTokens float64
-	for _, mini := range p.mini {
+	for k, mini := range p.mini {
 		lossCfg := l.cfg.Loss
-		var norm rl.Norm
-		for _, mb := range mini {
-			norm = norm.Add(rl.CountNorm(p.masks[mb.lo:mb.hi]))
-		}
+		// The whole mini-batch's counts, also on a rank that trains on a
+		// slice of it.
+		norm := rl.CountNorm(p.masks[p.miniRange[k][0]:p.miniRange[k][1]])
 		if l.cfg.Algorithm == DrGRPO {
 			lossCfg.Aggregation = rl.SeqMeanTokenSumNorm
 			norm.Const = float64(l.cfg.MaxResponseLen)
@@ -144,6 +144,18 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 		st.GradNorm, st.LR = ss.GradNorm, lr
 	}
 	st.Step = l.step
+	if l.shard != nil {
+		// Every rank reports the batch's sums, not its slice's.
+		v := []float64{st.Loss, entSum, valLoss, valClipped, valTokens,
+			ps.Tokens, ps.ClippedLow, ps.ClippedHigh, ps.DualClipped, ps.RatioSum, ps.ApproxKLSum,
+			ps.RefKLSum, ps.EntropySum, ps.TISWeightSum, ps.TISTruncated, ps.PGLoss, ps.KLLoss, ps.EntropyLoss}
+		if err := l.shard.SumStats(v); err != nil {
+			return Stats{Step: l.step}, fmt.Errorf("learner: train step %d: statistics: %w", l.step, err)
+		}
+		st.Loss, entSum, valLoss, valClipped, valTokens = v[0], v[1], v[2], v[3], v[4]
+		ps = rl.PolicyStats{Tokens: v[5], ClippedLow: v[6], ClippedHigh: v[7], DualClipped: v[8], RatioSum: v[9], ApproxKLSum: v[10],
+			RefKLSum: v[11], EntropySum: v[12], TISWeightSum: v[13], TISTruncated: v[14], PGLoss: v[15], KLLoss: v[16], EntropyLoss: v[17]}
+	}
 	for _, m := range p.masks {
 		st.Seqs++
 		for _, v := range m {
@@ -251,9 +263,8 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 	if mbs > n {
 		return nil, fmt.Errorf("batch: %d sequences cannot make %d mini-batches", n, mbs)
 	}
-	for k := range mbs {
-		lo, hi := k*n/mbs, (k+1)*n/mbs
-		var mini []micro
+	layout := func(lo, hi int) ([]micro, error) {
+		var out []micro
 		for s := lo; s < hi; s += cfg.MicroBatchSeqs {
 			e := min(s+cfg.MicroBatchSeqs, hi)
 			seqs := make([]model.Sequence, e-s)
@@ -264,16 +275,42 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 			if err != nil {
 				return nil, fmt.Errorf("sequences %d..%d: %w", s, e-1, err)
 			}
-			mini = append(mini, micro{lo: s, hi: e, bt: bt})
+			out = append(out, micro{lo: s, hi: e, bt: bt})
+		}
+		return out, nil
+	}
+	rank, ranks := 0, 1
+	if l.shard != nil {
+		rank, ranks = l.shard.Rank, l.shard.Ranks
+	}
+	for k := range mbs {
+		lo, hi := k*n/mbs, (k+1)*n/mbs
+		if hi-lo < ranks {
+			return nil, fmt.Errorf("batch: mini-batch %d has %d sequences for %d shards (want at least one per shard)", k, hi-lo, ranks)
+		}
+		p.miniRange = append(p.miniRange, [2]int{lo, hi})
+		mini, err := layout(lo+rank*(hi-lo)/ranks, lo+(rank+1)*(hi-lo)/ranks)
+		if err != nil {
+			return nil, err
 		}
 		p.mini = append(p.mini, mini)
 	}
 
 	// Old log probs (and values) by a forward pass when the ratio can
-	// differ from 1 or the critic's values are needed.
+	// differ from 1 or the critic's values are needed. A rank needs only
+	// its own sequences', except under PPO, whose advantages are whitened
+	// over the whole batch: then every rank runs the pre-pass on all of it.
 	if cfg.policyGradient() && (mbs > 1 || cfg.Algorithm == PPO) {
 		p.old, p.oldVal = make([][]float32, n), make([][]float32, n)
-		for _, mini := range p.mini {
+		pre := p.mini
+		if ranks > 1 && cfg.Algorithm == PPO {
+			all, err := layout(0, n)
+			if err != nil {
+				return nil, err
+			}
+			pre = [][]micro{all}
+		}
+		for _, mini := range pre {
 			for _, mb := range mini {
 				var logp, val []float32
 				var err error

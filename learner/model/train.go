@@ -41,6 +41,16 @@ type Trainer struct {
 	Opt         *optim.AdamW
 	MaxGradNorm float64 // global-norm clipping; 0 turns it off
 
+	// Update, when set, replaces the step's local check, clip and Opt.Step
+	// once every micro-batch's backward is done: it gets the trainable
+	// parameters with this process's accumulated gradients and must leave
+	// in Data the weights after one update with learning rate lr, returning
+	// the gradient norm before clipping. A data-parallel rank (learner/shard)
+	// reduces the gradients across ranks here. It is the only sharding hook:
+	// the backward pass has no per-layer callback, so gradient buckets are
+	// reduced after backward, not overlapped with it.
+	Update func(step int, params []*optim.Param, lr float64) (gradNorm float64, err error)
+
 	step  int
 	host  map[*Param]*optim.Param // host copies when the backend has no host memory
 	views []*optim.Param
@@ -121,6 +131,16 @@ func (t *Trainer) takeStep(micro []*Batch, lr float64, microStep func(i int, bt 
 		}
 	}
 	params := t.optimParams()
+	if t.Update != nil {
+		norm, err := t.Update(st.Step, params, lr)
+		st.GradNorm = norm
+		if err != nil {
+			return st, fmt.Errorf("train step %d: %w", st.Step, err)
+		}
+		t.syncBack()
+		t.step++
+		return st, nil
+	}
 	if err := optim.CheckFinite(params); err != nil {
 		return st, fmt.Errorf("train step %d: %w", st.Step, err)
 	}
