@@ -50,3 +50,10 @@ func cpuFeatures() (avx2FMA, avx512 bool) {
 //
 //go:noescape
 func fmaPeakLoop(n int)
+
+// AVX512 reports whether the CPU and the operating system support the
+// AVX-512 foundation instructions, for the CPU backend's vector loops.
+func AVX512() bool {
+	_, ok := cpuFeatures()
+	return ok
+}

@@ -3,3 +3,6 @@
 package blas
 
 func bestKernel() *microKernel { return &genericKernel }
+
+// AVX512 is false off amd64.
+func AVX512() bool { return false }

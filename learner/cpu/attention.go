@@ -41,24 +41,12 @@ func (b *Backend) Attention(out, lse, q, k, v backend.Tensor, starts []int32, ba
 				for i := i0; i < i1; i++ {
 					row := S[(i-i0)*nk : (i-i0+1)*nk]
 					lo, hi := int(st[i])-j0, i-j0+1 // valid keys [lo, hi)
-					m := float32(math.Inf(-1))
-					for j := lo; j < hi; j++ {
-						m = max(m, row[j])
-					}
-					var s float32
-					for j := range row {
-						if j < lo || j >= hi {
-							row[j] = 0
-							continue
-						}
-						e := expf(row[j] - m)
-						row[j] = e
-						s += e
-					}
-					inv := 1 / s
-					for j := lo; j < hi; j++ {
-						row[j] *= inv
-					}
+					clear(row[:lo])
+					clear(row[hi:])
+					valid := row[lo:hi]
+					m := maxOf(valid)
+					s := expSub(valid, valid, m)
+					scal(valid, 1/s)
 					LSE[(r*heads+h)*seqLen+i] = m + float32(math.Log(float64(s)))
 				}
 				// O[i0:i1] = P V[j0:i1]
@@ -82,7 +70,6 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse backend.
 	b.parallel(batch*kvHeads, 1, func(lo, hi int) {
 		P := make([]float32, attnBlock*seqLen)
 		dP := make([]float32, attnBlock*seqLen)
-		D := make([]float32, attnBlock)
 		for bk := lo; bk < hi; bk++ {
 			r, kh := bk/kvHeads, bk%kvHeads
 			st := starts[r*seqLen : (r+1)*seqLen]
@@ -105,24 +92,16 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse backend.
 					blas.Sgemm(false, true, nq, nk, headDim, 1, DO[qOff:], qd, V[kOff:], kd, 0, dP, nk)
 					for i := i0; i < i1; i++ {
 						ii := i - i0
-						var d float32
-						o, g := O[(base+i)*qd+h*headDim:], DO[(base+i)*qd+h*headDim:]
-						for x := 0; x < headDim; x++ {
-							d += o[x] * g[x]
-						}
-						D[ii] = d
+						o := (base+i)*qd + h*headDim
+						d := dotf(O[o:o+headDim], DO[o:o+headDim])
 						l := LSE[(r*heads+h)*seqLen+i]
 						row, drow := P[ii*nk:(ii+1)*nk], dP[ii*nk:(ii+1)*nk]
 						lo, hi := int(st[i])-j0, i-j0+1
-						for j := range row {
-							if j < lo || j >= hi {
-								row[j], drow[j] = 0, 0
-								continue
-							}
-							p := expf(row[j] - l)
-							row[j] = p
-							drow[j] = p * (drow[j] - d)
-						}
+						clear(row[:lo])
+						clear(drow[:lo])
+						clear(row[hi:])
+						clear(drow[hi:])
+						softmaxGrad(row[lo:hi], drow[lo:hi], l, d)
 					}
 					// dV[j0:i1] += P^T dO;  dK[j0:i1] += scale dS^T Q;  dQ = scale dS K
 					blas.Sgemm(true, false, nk, headDim, nq, 1, P, nk, DO[qOff:], qd, 1, DV[kOff:], kd)

@@ -136,10 +136,7 @@ func sigmoid(x float32) float32 { return 1 / (1 + expf(-x)) }
 func (b *Backend) SwiGLU(out, gate, up backend.Tensor, n int) {
 	O, G, U := f(out), f(gate), f(up)
 	b.parallel(n, elemGrain, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			g := G[i]
-			O[i] = g * sigmoid(g) * U[i]
-		}
+		swiglu(O[lo:hi], G[lo:hi], U[lo:hi])
 	})
 }
 
@@ -147,12 +144,7 @@ func (b *Backend) SwiGLU(out, gate, up backend.Tensor, n int) {
 func (b *Backend) SwiGLUBackward(dGate, dUp, dOut, gate, up backend.Tensor, n int) {
 	DG, DU, DO, G, U := f(dGate), f(dUp), f(dOut), f(gate), f(up)
 	b.parallel(n, elemGrain, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			g := G[i]
-			s := sigmoid(g)
-			DU[i] = DO[i] * g * s
-			DG[i] = DO[i] * U[i] * s * (1 + g*(1-s))
-		}
+		swigluBack(DG[lo:hi], DU[lo:hi], DO[lo:hi], G[lo:hi], U[lo:hi])
 	})
 }
 
@@ -226,10 +218,14 @@ func (b *Backend) LogProbsBackward(dLogits, logits, lse, dLogp, dEntropy backend
 				}
 				h = float32(hs)
 			}
-			for j, v := range z {
-				lp := v - l
-				p := expf(lp)
-				dz[j] = -g*p - ge*p*(lp+h)
+			expSub(dz, z, l) // p
+			if ge == 0 {
+				scal(dz, -g)
+			} else {
+				for j, v := range z {
+					p := dz[j]
+					dz[j] = -g*p - ge*p*(v-l+h)
+				}
 			}
 			dz[targets[r]] += g
 		}

@@ -1,0 +1,127 @@
+package cpu
+
+import "math"
+
+// Element-wise loops the kernels spend their time in, each with a pure-Go
+// version (the reference, and the path on CPUs without AVX-512) and an
+// AVX-512 one in vec_amd64.s. The wrappers check lengths so the assembly
+// never reads or writes past a slice.
+
+// expSub sets dst[i] = exp(src[i] - m) and returns the sum of dst.
+func expSub(dst, src []float32, m float32) float32 {
+	mustLen("expSub", len(dst), len(src))
+	if useAVX512 && len(src) > 0 {
+		return expSubAVX512(&dst[0], &src[0], len(src), m)
+	}
+	return expSubGo(dst, src, m)
+}
+
+func expSubGo(dst, src []float32, m float32) float32 {
+	var s float32
+	for i, v := range src {
+		e := expf(v - m)
+		dst[i] = e
+		s += e
+	}
+	return s
+}
+
+// softmaxGrad sets p[i] = exp(p[i] - l), then dp[i] = p[i]*(dp[i] - d):
+// scores to probabilities with a known log-sum-exp l, and the softmax
+// backward with d = sum(dOut*out).
+func softmaxGrad(p, dp []float32, l, d float32) {
+	mustLen("softmaxGrad", len(p), len(dp))
+	if useAVX512 && len(p) > 0 {
+		softmaxGradAVX512(&p[0], &dp[0], len(p), l, d)
+		return
+	}
+	softmaxGradGo(p, dp, l, d)
+}
+
+func softmaxGradGo(p, dp []float32, l, d float32) {
+	for j, v := range p {
+		e := expf(v - l)
+		p[j] = e
+		dp[j] = e * (dp[j] - d)
+	}
+}
+
+// swiglu sets out = silu(g) * u.
+func swiglu(out, g, u []float32) {
+	mustLen("swiglu", len(out), len(g))
+	mustLen("swiglu", len(out), len(u))
+	if useAVX512 && len(out) > 0 {
+		swigluAVX512(&out[0], &g[0], &u[0], len(out))
+		return
+	}
+	swigluGo(out, g, u)
+}
+
+func swigluGo(out, g, u []float32) {
+	for i, x := range g {
+		out[i] = x * sigmoid(x) * u[i]
+	}
+}
+
+// swigluBack overwrites dg and du with the gradients of out = silu(g)*u;
+// d silu(g)/dg = sig(g) * (1 + g*(1 - sig(g))).
+func swigluBack(dg, du, dout, g, u []float32) {
+	n := len(dout)
+	mustLen("swigluBack", len(dg), n)
+	mustLen("swigluBack", len(du), n)
+	mustLen("swigluBack", len(g), n)
+	mustLen("swigluBack", len(u), n)
+	if useAVX512 && n > 0 {
+		swigluBackAVX512(&dg[0], &du[0], &dout[0], &g[0], &u[0], n)
+		return
+	}
+	swigluBackGo(dg, du, dout, g, u)
+}
+
+func swigluBackGo(dg, du, dout, g, u []float32) {
+	for i, x := range g {
+		s := sigmoid(x)
+		du[i] = dout[i] * x * s
+		dg[i] = dout[i] * u[i] * s * (1 + x*(1-s))
+	}
+}
+
+// maxOf returns the largest element of x, -Inf for none.
+func maxOf(x []float32) float32 {
+	if useAVX512 && len(x) > 0 {
+		return maxAVX512(&x[0], len(x))
+	}
+	return maxGo(x)
+}
+
+func maxGo(x []float32) float32 {
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		m = max(m, v)
+	}
+	return m
+}
+
+// scal sets x *= a.
+func scal(x []float32, a float32) {
+	if useAVX512 && len(x) > 0 {
+		scaleAVX512(&x[0], len(x), a)
+		return
+	}
+	for i := range x {
+		x[i] *= a
+	}
+}
+
+// dotf returns sum(a[i]*b[i]) accumulated in float32.
+func dotf(a, b []float32) float32 {
+	mustLen("dotf", len(a), len(b))
+	if useAVX512 && len(a) > 0 {
+		return dotAVX512(&a[0], &b[0], len(a))
+	}
+	var s float32
+	for i, v := range a {
+		s += v * b[i]
+	}
+	return s
+}

@@ -1,0 +1,191 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// vecLengths covers empty, sub-vector, exact-vector and tailed lengths.
+var vecLengths = []int{0, 1, 3, 15, 16, 17, 31, 32, 33, 64, 100, 257}
+
+// withGo runs fn with the pure-Go loops selected.
+func withGo(fn func()) {
+	saved := useAVX512
+	useAVX512 = false
+	defer func() { useAVX512 = saved }()
+	fn()
+}
+
+// closeTo reports whether got is within tol relative to want (NaN matches
+// NaN, infinities must match exactly).
+func closeTo(got, want float32, tol float64) bool {
+	g, w := float64(got), float64(want)
+	switch {
+	case math.IsNaN(w):
+		return math.IsNaN(g)
+	case math.IsInf(w, 0):
+		return g == w
+	}
+	return math.Abs(g-w) <= tol*math.Max(math.Abs(w), 1e-30)
+}
+
+func vecInput(rng *rand.Rand, n int, spread float64) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() * spread)
+	}
+	return x
+}
+
+func requireAVX512(t *testing.T) {
+	t.Helper()
+	if !useAVX512 {
+		t.Skip("no AVX-512 on this CPU: only the pure-Go loops run")
+	}
+}
+
+func TestExpSubMatchesGo(t *testing.T) {
+	requireAVX512(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range vecLengths {
+		for _, spread := range []float64{1, 30} {
+			src := vecInput(rng, n, spread)
+			got, want := make([]float32, n), make([]float32, n)
+			sum := expSub(got, src, 0.25)
+			var wantSum float32
+			withGo(func() { wantSum = expSub(want, src, 0.25) })
+			for i := range want {
+				if !closeTo(got[i], want[i], 4e-7) && !(want[i] < 1e-37 && got[i] < 1e-37) {
+					t.Fatalf("n=%d: exp(%v-0.25) = %v, want %v", n, src[i], got[i], want[i])
+				}
+			}
+			if !closeTo(sum, wantSum, 1e-5) {
+				t.Fatalf("n=%d spread %v: sum %v, want %v", n, spread, sum, wantSum)
+			}
+		}
+	}
+}
+
+func TestExpSubSpecialValues(t *testing.T) {
+	requireAVX512(t)
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	src := []float32{0, -inf, -200, 200, inf, nan, 88.7, -87, 1, -1, 10, -10, 0.5, -0.5, 3, 4, 5}
+	got, want := make([]float32, len(src)), make([]float32, len(src))
+	expSub(got, src, 0)
+	withGo(func() { expSub(want, src, 0) })
+	for i := range src {
+		if !closeTo(got[i], want[i], 4e-7) {
+			t.Errorf("exp(%v) = %v, want %v", src[i], got[i], want[i])
+		}
+	}
+}
+
+func TestSoftmaxGradMatchesGo(t *testing.T) {
+	requireAVX512(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range vecLengths {
+		p0, dp0 := vecInput(rng, n, 2), vecInput(rng, n, 1)
+		p, dp := append([]float32(nil), p0...), append([]float32(nil), dp0...)
+		wp, wdp := append([]float32(nil), p0...), append([]float32(nil), dp0...)
+		softmaxGrad(p, dp, 1.5, 0.3)
+		withGo(func() { softmaxGrad(wp, wdp, 1.5, 0.3) })
+		for i := range p {
+			if !closeTo(p[i], wp[i], 4e-7) || !closeTo(dp[i], wdp[i], 1e-6) {
+				t.Fatalf("n=%d [%d]: p %v dp %v, want %v %v", n, i, p[i], dp[i], wp[i], wdp[i])
+			}
+		}
+	}
+}
+
+func TestSwiGLUMatchesGo(t *testing.T) {
+	requireAVX512(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, n := range vecLengths {
+		for _, spread := range []float64{1, 40} {
+			g, u, dout := vecInput(rng, n, spread), vecInput(rng, n, 1), vecInput(rng, n, 1)
+			out, wout := make([]float32, n), make([]float32, n)
+			dg, du, wdg, wdu := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+			swiglu(out, g, u)
+			swigluBack(dg, du, dout, g, u)
+			withGo(func() {
+				swiglu(wout, g, u)
+				swigluBack(wdg, wdu, dout, g, u)
+			})
+			for i := range out {
+				// 1 + g(1-s) cancels near g ≈ -1.28: bound dg's error by
+				// the size of its terms, not of the result.
+				s := 1 / (1 + math.Exp(-float64(g[i])))
+				dgScale := math.Abs(float64(dout[i])*float64(u[i])*s) * (1 + math.Abs(float64(g[i])))
+				if !closeTo(out[i], wout[i], 1e-6) || !closeTo(du[i], wdu[i], 1e-6) || math.Abs(float64(dg[i]-wdg[i])) > 1e-6*dgScale {
+					t.Fatalf("n=%d g=%v u=%v: out %v du %v dg %v, want %v %v %v", n, g[i], u[i], out[i], du[i], dg[i], wout[i], wdu[i], wdg[i])
+				}
+			}
+		}
+	}
+}
+
+func TestReductionsMatchGo(t *testing.T) {
+	requireAVX512(t)
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, n := range vecLengths {
+		a, b := vecInput(rng, n, 3), vecInput(rng, n, 1)
+		m, d := maxOf(a), dotf(a, b)
+		x := append([]float32(nil), a...)
+		scal(x, 0.7)
+		var wm, wd float32
+		wx := append([]float32(nil), a...)
+		withGo(func() {
+			wm, wd = maxOf(a), dotf(a, b)
+			scal(wx, 0.7)
+		})
+		if m != wm {
+			t.Errorf("n=%d: max %v, want %v", n, m, wm)
+		}
+		var mag float64
+		for i := range a {
+			mag += math.Abs(float64(a[i] * b[i]))
+		}
+		if math.Abs(float64(d-wd)) > 1e-6*(mag+1) {
+			t.Errorf("n=%d: dot %v, want %v", n, d, wd)
+		}
+		for i := range x {
+			if x[i] != wx[i] {
+				t.Fatalf("n=%d: scale [%d] %v, want %v", n, i, x[i], wx[i])
+			}
+		}
+	}
+}
+
+// TestVecNoOverrun checks that the masked tails write nothing past the
+// slice: the guard element after each output must survive.
+func TestVecNoOverrun(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, n := range vecLengths {
+		buf := vecInput(rng, 4*n+4, 1)
+		guard := float32(12345)
+		out, dp := buf[:n:n], buf[n+1:2*n+1:2*n+1]
+		buf[n], buf[2*n+1] = guard, guard
+		g, u := vecInput(rng, n, 1), vecInput(rng, n, 1)
+		expSub(out, g, 0)
+		softmaxGrad(out, dp, 0, 0)
+		swiglu(out, g, u)
+		swigluBack(out, dp, u, g, u)
+		scal(out, 2)
+		if buf[n] != guard || buf[2*n+1] != guard {
+			t.Fatalf("n=%d: wrote past the end (%v, %v)", n, buf[n], buf[2*n+1])
+		}
+	}
+}
+
+// TestKernelsPureGo reruns the kernel tests on the pure-Go loops, the path
+// CPUs without AVX-512 take.
+func TestKernelsPureGo(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("the kernel tests already ran on the pure-Go loops")
+	}
+	withGo(func() {
+		t.Run("Attention", TestAttentionPackedGQA)
+		t.Run("Elementwise", TestElementwiseBackward)
+	})
+}
