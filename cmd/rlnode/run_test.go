@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,6 +78,15 @@ func TestRunQuickstartThenEval(t *testing.T) {
 			t.Errorf("checkpoint: %v", err)
 		}
 	}
+	checkCurves(t, dir)
+	// rlnode plot redraws it.
+	if err := os.Remove(filepath.Join(dir, "curves.png")); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := runRlnode(t, home, "plot", dir); code != 0 || !strings.Contains(out, "curves.png") {
+		t.Fatalf("rlnode plot: exit %d\n%s%s", code, out, errOut)
+	}
+	checkCurves(t, dir)
 	if !strings.Contains(stderr, "step 7/7") {
 		t.Errorf("no progress line for step 7/7 on stderr:\n%s", stderr)
 	}
@@ -133,5 +143,43 @@ func TestRunRecipeErrorBeforeRunDir(t *testing.T) {
 	_, stderr, code = runRlnode(t, home, "eval", "--model", dir, "--recipe", "score_math")
 	if code == 0 || !strings.Contains(stderr, "not supported yet") {
 		t.Errorf("eval of score_math: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// checkCurves decodes DIR/curves.png: the size internal/plot draws.
+func checkCurves(t *testing.T, dir string) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "curves.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("curves.png: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != 800 || b.Dy() != 480 {
+		t.Errorf("curves.png is %v, want 800x480", b)
+	}
+}
+
+func TestPlotBadRunDir(t *testing.T) {
+	home, dir := t.TempDir(), t.TempDir()
+	_, stderr, code := runRlnode(t, home, "plot", dir)
+	if code != 1 || !strings.Contains(stderr, filepath.Join(dir, "metrics.jsonl")) {
+		t.Errorf("plot of an empty directory: exit %d, stderr:\n%s", code, stderr)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte("{\"step\":1,\"reward_mean\":0.5}\n{\"step\":\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = runRlnode(t, home, "plot", dir)
+	if code != 1 || !strings.Contains(stderr, "metrics.jsonl:2:") {
+		t.Errorf("plot of a broken metrics.jsonl: exit %d, stderr:\n%s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "curves.png")); !os.IsNotExist(err) {
+		t.Errorf("curves.png written from a broken metrics.jsonl (%v)", err)
+	}
+	if _, _, code = runRlnode(t, home, "plot"); code != 2 {
+		t.Errorf("plot without a directory: exit %d, want 2", code)
 	}
 }

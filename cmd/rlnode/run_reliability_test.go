@@ -1,0 +1,338 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/recipes/driver"
+)
+
+// Reliability of `rlnode run` as a process: killed and resumed, scraped
+// while it runs, stopped by recipe errors before anything starts.
+
+// deterministicRun is quickstart (seed 1, deterministic: true) at a size
+// where each step takes milliseconds; the RL steps outnumber the
+// checkpoint interval several times, so a kill after the first RL
+// checkpoint lands before the end.
+var deterministicRun = []string{"--set", "sft.steps=2", "--set", "schedule.steps=14", "--set", "schedule.eval_every=0",
+	"--set", "schedule.checkpoint_every=2", "--set", "eval.held_out=4", "--set", "algorithm.batch_prompts=4",
+	"--set", "algorithm.group_size=4", "--set", "checkpoint.keep=0", "--set", "seed=7", "--set", "deterministic=true"}
+
+// started is an rlnode process running in the background.
+type started struct {
+	cmd    *exec.Cmd
+	stdout *bufio.Reader
+	stderr *bytes.Buffer
+	done   chan struct{}
+}
+
+func startRun(t *testing.T, home string, args ...string) *started {
+	t.Helper()
+	cmd := rlnodeCmd(t, home, args...)
+	pr, pw := io.Pipe()
+	var errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = pw, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &started{cmd: cmd, stdout: bufio.NewReader(pr), stderr: &errb, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); pw.Close(); close(s.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-s.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-s.done
+		}
+	})
+	return s
+}
+
+// wait waits (at most 60 s) for the process to end and returns its exit code.
+func (s *started) wait(t *testing.T) int {
+	t.Helper()
+	go func() { _, _ = io.Copy(io.Discard, s.stdout) }()
+	select {
+	case <-s.done:
+	case <-time.After(60 * time.Second):
+		_ = s.cmd.Process.Kill()
+		t.Fatalf("rlnode did not end within 60 s\nstderr:\n%s", s.stderr)
+	}
+	return s.cmd.ProcessState.ExitCode()
+}
+
+// waitFor polls cond every 5 ms until it holds, the process ends, or 60 s pass.
+func (s *started) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	for !cond() {
+		select {
+		case <-s.done:
+			if cond() {
+				return
+			}
+			t.Fatalf("rlnode ended before %s\nstderr:\n%s", what, s.stderr)
+		case <-deadline:
+			t.Fatalf("no %s within 60 s", what)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func TestRunKilledThenResumedReachesTheSameWeights(t *testing.T) {
+	home := t.TempDir()
+	whole, killed := filepath.Join(t.TempDir(), "whole"), filepath.Join(t.TempDir(), "killed")
+	if stdout, stderr, code := runRlnode(t, home, append([]string{"run", "quickstart", "--out", whole}, deterministicRun...)...); code != 0 {
+		t.Fatalf("uninterrupted run: exit %d\n%s%s", code, stdout, stderr)
+	}
+
+	// The same run, SIGKILLed once the checkpoint after the first RL
+	// checkpoint interval is complete (the driver writes its state file last).
+	run := startRun(t, home, append([]string{"run", "quickstart", "--out", killed}, deterministicRun...)...)
+	firstRL := filepath.Join(killed, "checkpoints", "step-4", driver.DriverStateFile)
+	run.waitFor(t, "checkpoint step-4", func() bool { _, err := os.Stat(firstRL); return err == nil })
+	select {
+	case <-run.done:
+		t.Fatalf("the run ended before the kill: nothing to resume\nstderr:\n%s", run.stderr)
+	default:
+	}
+	if err := run.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := run.wait(t); code != -1 {
+		t.Fatalf("killed run exit code %d, want -1 (signal)", code)
+	}
+	cks, _ := filepath.Glob(filepath.Join(killed, "checkpoints", "step-*"))
+	if _, err := os.Stat(filepath.Join(killed, "checkpoints", "step-16")); err == nil {
+		t.Fatalf("the killed run reached its last checkpoint before the kill (%v): nothing was resumed", cks)
+	}
+	t.Logf("killed with checkpoints %v", cks)
+
+	stdout, stderr, code := runRlnode(t, home, "run", filepath.Join(killed, "recipe.yaml"), "--out", killed, "--resume")
+	if code != 0 {
+		t.Fatalf("resumed run: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "resuming from ") {
+		t.Errorf("resumed run does not say where it resumed:\n%s", stdout)
+	}
+	// Steps change the weights, so equal final weights say the resumed
+	// steps were the same steps.
+	if a, b := readFile(t, whole, "step-14", "model.safetensors"), readFile(t, whole, "step-16", "model.safetensors"); bytes.Equal(a, b) {
+		t.Fatal("the weights at steps 14 and 16 are equal: the comparison below would prove nothing")
+	}
+	for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
+		a, b := readFile(t, whole, "step-16", f), readFile(t, killed, "step-16", f)
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s after kill and resume differs from the uninterrupted run's (%d vs %d bytes)", f, len(b), len(a))
+		}
+	}
+	// The resumed run's curves are drawn from the whole metrics.jsonl.
+	checkCurves(t, killed)
+}
+
+func TestRunResumeSkipsAnIncompleteCheckpoint(t *testing.T) {
+	home := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "run")
+	if stdout, stderr, code := runRlnode(t, home, append([]string{"run", "quickstart", "--out", dir}, tinyRun...)...); code != 0 {
+		t.Fatalf("run: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// A checkpoint the kill cut short: weights written, no driver state.
+	partial := filepath.Join(dir, "checkpoints", "step-9")
+	if err := os.MkdirAll(partial, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(partial, "model.safetensors"), []byte("trunc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runRlnode(t, home, "run", filepath.Join(dir, "recipe.yaml"), "--out", dir, "--resume")
+	if code != 0 {
+		t.Fatalf("resume: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "skipping "+partial+": incomplete") || !strings.Contains(stdout, "resuming from "+filepath.Join(dir, "checkpoints", "step-7")) {
+		t.Errorf("resume did not skip the incomplete checkpoint:\n%s%s", stdout, stderr)
+	}
+	// Nothing to resume from at all.
+	empty := t.TempDir()
+	_, stderr, code = runRlnode(t, home, "run", "quickstart", "--out", empty, "--resume")
+	if code != 1 || !strings.Contains(stderr, "no complete checkpoint in "+filepath.Join(empty, "checkpoints")) {
+		t.Errorf("resume without checkpoints: exit %d\n%s", code, stderr)
+	}
+}
+
+var metricLine = regexp.MustCompile(`(?m)^(rlnode_[a-z_]+)\{run="quickstart"\} (\S+)$`)
+
+func scrape(url string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, m := range metricLine.FindAllStringSubmatch(string(b), -1) {
+		v, err := strconv.ParseFloat(m[2], 64)
+		if err != nil {
+			return nil, err
+		}
+		out[m[1]] = v
+	}
+	return out, nil
+}
+
+// TestRunMetricsEndpoint scrapes --metrics-addr while a run lasts: the
+// run is long enough never to end by itself within the test; Ctrl-C
+// (SIGINT) stops it after the step that was scraped.
+func TestRunMetricsEndpoint(t *testing.T) {
+	home, dir := t.TempDir(), filepath.Join(t.TempDir(), "run")
+	args := []string{"run", "quickstart", "--out", dir, "--metrics-addr", "127.0.0.1:0", "--set", "sft.steps=2",
+		"--set", "schedule.steps=100000", "--set", "schedule.eval_every=3", "--set", "schedule.checkpoint_every=0",
+		"--set", "eval.held_out=4", "--set", "algorithm.batch_prompts=2", "--set", "algorithm.group_size=2"}
+	run := startRun(t, home, args...)
+	urls := make(chan string, 1)
+	go func() {
+		for {
+			line, err := run.stdout.ReadString('\n')
+			if err != nil {
+				close(urls)
+				return
+			}
+			if u, ok := strings.CutPrefix(strings.TrimSpace(line), "metrics endpoint: "); ok {
+				urls <- u
+				_, _ = io.Copy(io.Discard, run.stdout)
+				return
+			}
+		}
+	}()
+	var url string
+	select {
+	case u, ok := <-urls:
+		if !ok {
+			t.Fatalf("rlnode run printed no metrics endpoint\nstderr:\n%s", run.stderr)
+		}
+		url = u
+	case <-time.After(60 * time.Second):
+		t.Fatal("no metrics endpoint line within 60 s")
+	}
+	var got map[string]float64
+	run.waitFor(t, "an RL step and an evaluation in the scrape", func() bool {
+		m, err := scrape(url)
+		if err != nil {
+			return false
+		}
+		got = m
+		_, reward := m["rlnode_reward_mean"]
+		_, eval := m["rlnode_eval_accuracy"]
+		return reward && eval && m["rlnode_step"] >= 3
+	})
+	if err := run.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := run.wait(t); code != 130 {
+		t.Errorf("interrupted run: exit %d, want 130\nstderr:\n%s", code, run.stderr)
+	}
+	t.Logf("scraped: %v", got)
+	checks := []struct {
+		name   string
+		lo, hi float64
+	}{
+		{"rlnode_steps_planned", 100002, 100002},
+		{"rlnode_run_state", 0, 0},
+		{"rlnode_reward_mean", 0, 1},
+		{"rlnode_eval_accuracy", 0, 1},
+		{"rlnode_weight_version", 1, 1e9},
+		{"rlnode_tokens_total", 1, 1e12},
+		{"rlnode_tokens_per_second", 1e-9, 1e12},
+		{"rlnode_learning_rate", 1e-12, 1},
+		{"rlnode_elapsed_seconds", 0, 1e6},
+	}
+	for _, c := range checks {
+		v, ok := got[c.name]
+		if !ok || v < c.lo || v > c.hi {
+			t.Errorf("%s = %v (present %v), want in [%v, %v]", c.name, v, ok, c.lo, c.hi)
+		}
+	}
+	// The interrupted run still drew its curves, and the endpoint is gone.
+	checkCurves(t, dir)
+	host := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/metrics")
+	if c, err := net.DialTimeout("tcp", host, time.Second); err == nil {
+		c.Close()
+		t.Errorf("metrics endpoint %s still listens after the run", host)
+	}
+}
+
+// TestRunRecipeErrorsStartNothing: recipe errors (in the file, in --set,
+// a taken --metrics-addr) stop rlnode run before the run directory, any
+// checkpoint or any actor exists, and name where the problem is.
+func TestRunRecipeErrorsStartNothing(t *testing.T) {
+	home := t.TempDir()
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("name: bad\nseed: 1\nschedule:\n  steps: many\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"file", []string{bad}, []string{bad + ":4:", "schedule.steps"}},
+		{"set unknown key", []string{"quickstart", "--set", "algorithm.lrr=1"}, []string{"--set algorithm.lrr=1", `unknown key "lrr"`}},
+		{"set bad value", []string{"quickstart", "--set", "algorithm.group_size=0"}, []string{"--set algorithm.group_size=0", "algorithm.group_size"}},
+		{"metrics port taken", []string{"quickstart", "--metrics-addr", ln.Addr().String()}, []string{"--metrics-addr", "address already in use"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "run")
+			stdout, stderr, code := runRlnode(t, home, append(append([]string{"run"}, c.args...), "--out", dir)...)
+			if code != 1 {
+				t.Errorf("exit %d, want 1", code)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("the run directory exists (%v)", err)
+			}
+			if strings.Contains(stdout, "writing to") {
+				t.Errorf("the run started:\n%s", stdout)
+			}
+		})
+	}
+}
+
+func readFile(t *testing.T, run, checkpoint, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(run, "checkpoints", checkpoint, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
