@@ -44,6 +44,39 @@ type Config struct {
 	// (over .Question and .Answer); it must pass the math verifier.
 	AnswerTemplate string
 
+	// Episode is the episode kind: EpisodeSingle (also ""), EpisodeMLMT or
+	// EpisodeSCoRe. Multi-turn prompts are plain text (no chat template):
+	// each later turn's prompt is rendered from its template.
+	Episode string
+	// MLMT: FeedbackTemplate is the feedback policy's prompt (over
+	// .Question, .Hint — what only the feedback policy sees, from the
+	// task — and .Attempt, the solver's first answer);
+	// FeedbackAnswerTemplate the feedback its SFT warm-up trains on (over
+	// .Question, .Hint, .Answer, .Attempt); StaticFeedbackTemplate the
+	// feedback text without a feedback policy (over .Question, .Attempt);
+	// RefineTemplate the solver's third-turn prompt (over .Question,
+	// .Attempt, .Feedback).
+	FeedbackTemplate, FeedbackAnswerTemplate, StaticFeedbackTemplate, RefineTemplate string
+	// Feedback is MLMT's feedback policy; nil is static feedback (the
+	// baseline): StaticFeedbackTemplate is the feedback.
+	Feedback *FeedbackPolicy
+	// StopGradient (MLMT) is the stop-gradient variant: the solver's
+	// refine turn gets no gradient (the solver trains on its first
+	// attempts only) while the feedback policy learns from the refined
+	// answer's reward.
+	StopGradient bool
+	// FeedbackReward (MLMT) is what the feedback turn is rewarded with:
+	// FeedbackRewardFinal (also "": the refined answer's reward) or
+	// FeedbackRewardImprovement (refined minus first).
+	FeedbackReward string
+	// SCoRe: ReviewTemplate is the self-correction instruction; the second
+	// turn's prompt is the first prompt, the first answer, a newline, the
+	// instruction (over .Question, .Attempt) and a newline. ScoreAlpha is
+	// the reward shaping of the second turn, r2 + α(r2 − r1) (SCoRe's
+	// stage II); ≥ 0.
+	ReviewTemplate string
+	ScoreAlpha     float64
+
 	// SFT warm-up: WarmupSteps optimizer steps of plain SFT on
 	// WarmupBatch generated problems each, at WarmupLR. 0 steps skips it.
 	WarmupSteps, WarmupBatch int
@@ -87,9 +120,47 @@ type Config struct {
 	OnWeights func(version int64, eng engine.Engine)
 }
 
-// TemplateData is what PromptTemplate and AnswerTemplate see.
+// Episode kinds.
+const (
+	EpisodeSingle = "single"
+	EpisodeMLMT   = "mlmt"
+	EpisodeSCoRe  = "score"
+)
+
+// Feedback rewards of MLMT.
+const (
+	FeedbackRewardFinal       = "final"
+	FeedbackRewardImprovement = "improvement"
+)
+
+// FeedbackPolicy is MLMT's trainable feedback policy: its own model
+// (from scratch, seeded with Seed+1, or a checkpoint directory), its own
+// learner actor and native engine. It trains with the solver's learner
+// settings (algorithm, optimizer, loss), in the warm-up always and in RL
+// when Train is set.
+type FeedbackPolicy struct {
+	Model    *model.Config
+	ModelDir string
+	Train    bool
+}
+
+// learnerConfig is the feedback learner's configuration.
+func (f *FeedbackPolicy) learnerConfig(c Config) learner.Config {
+	l := c.Learner
+	l.Model, l.ModelDir, l.Seed = f.Model, f.ModelDir, c.Seed+1
+	return l
+}
+
+func (c *Config) multiTurn() bool { return c.Episode == EpisodeMLMT || c.Episode == EpisodeSCoRe }
+
+// TemplateData is what the templates see.
 type TemplateData struct {
 	Question, Answer string
+	// Hint is the problem's hidden information (task.Problem.Hint): only
+	// the feedback policy's templates may show it.
+	Hint string
+	// Attempt is the solver's first answer; Feedback the feedback text.
+	Attempt, Feedback string
 }
 
 // Quickstart is the tuned preset of the quickstart recipe: a 0.45 M
@@ -126,7 +197,9 @@ func Quickstart(out string) Config {
 
 // compiled are a Config's parsed templates.
 type compiled struct {
-	prompt, answer *template.Template
+	prompt, answer                                   *template.Template
+	feedback, feedbackAnswer, staticFeedback, refine *template.Template
+	review                                           *template.Template
 }
 
 func (c *Config) validate() (*compiled, error) {
@@ -170,22 +243,98 @@ func (c *Config) validate() (*compiled, error) {
 	if t.prompt, err = parseTemplate("prompt_template", c.PromptTemplate, "Question"); err != nil {
 		return nil, err
 	}
+	if strings.Contains(c.PromptTemplate, ".Hint") {
+		return nil, fmt.Errorf("driver config: prompt_template %q: uses .Hint, which only the feedback policy may see", c.PromptTemplate)
+	}
 	if t.answer, err = parseTemplate("answer_template", c.AnswerTemplate, "Answer"); err != nil {
 		return nil, err
+	}
+	switch c.Episode {
+	case "", EpisodeSingle:
+	case EpisodeMLMT:
+		if err := c.validateMLMT(&t); err != nil {
+			return nil, err
+		}
+	case EpisodeSCoRe:
+		switch {
+		case c.Feedback != nil:
+			return nil, fmt.Errorf("driver config: feedback: a feedback policy needs episode mlmt (episode is score)")
+		case !(c.ScoreAlpha >= 0):
+			return nil, bad("score_alpha", c.ScoreAlpha, "want ≥ 0")
+		}
+		if t.review, err = parseTemplate("review_template", c.ReviewTemplate, ""); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, bad("episode", c.Episode, "want single, mlmt or score")
+	}
+	if !c.multiTurn() && (c.Feedback != nil || c.StopGradient || c.FeedbackReward != "") {
+		return nil, fmt.Errorf("driver config: feedback, stop_gradient and feedback_reward are for episode mlmt (episode is %q)", c.Episode)
 	}
 	l := c.Learner
 	l.Model, l.ModelDir, l.Seed = c.Model, c.ModelDir, c.Seed
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("driver config: %w", err)
 	}
+	if f := c.Feedback; f != nil {
+		if err := f.learnerConfig(*c).Validate(); err != nil {
+			return nil, fmt.Errorf("driver config: feedback: %w", err)
+		}
+	}
 	return &t, nil
+}
+
+func (c *Config) validateMLMT(t *compiled) error {
+	var err error
+	switch f := c.Feedback; {
+	case f != nil && (f.Model == nil) == (f.ModelDir == ""):
+		return fmt.Errorf("driver config: feedback: set exactly one of model and model_dir")
+	case f == nil && c.StopGradient:
+		return fmt.Errorf("driver config: stop_gradient: the stop-gradient variant trains a feedback policy; static feedback has none")
+	case f != nil && c.StopGradient && !f.Train:
+		return fmt.Errorf("driver config: stop_gradient: the stop-gradient variant trains the feedback policy; set feedback.train")
+	}
+	switch c.FeedbackReward {
+	case "", FeedbackRewardFinal, FeedbackRewardImprovement:
+	default:
+		return fmt.Errorf("driver config: feedback_reward %q: want final or improvement", c.FeedbackReward)
+	}
+	if t.refine, err = parseTemplate("refine_template", c.RefineTemplate, "Feedback"); err != nil {
+		return err
+	}
+	if strings.Contains(c.RefineTemplate, ".Hint") {
+		return fmt.Errorf("driver config: refine_template %q: uses .Hint, which only the feedback policy may see", c.RefineTemplate)
+	}
+	if c.Feedback == nil {
+		if t.staticFeedback, err = parseTemplate("static_feedback_template", c.StaticFeedbackTemplate, ""); err != nil {
+			return err
+		}
+		if strings.Contains(c.StaticFeedbackTemplate, ".Hint") {
+			return fmt.Errorf("driver config: static_feedback_template %q: uses .Hint: static feedback is the baseline without the hidden information", c.StaticFeedbackTemplate)
+		}
+		return nil
+	}
+	if t.feedback, err = parseTemplate("feedback_template", c.FeedbackTemplate, "Attempt"); err != nil {
+		return err
+	}
+	if t.feedbackAnswer, err = parseTemplate("feedback_answer_template", c.FeedbackAnswerTemplate, ""); err != nil {
+		return err
+	}
+	// The static text is also evaluated beside the trained feedback
+	// (turn3_accuracy_static) when given.
+	if strings.TrimSpace(c.StaticFeedbackTemplate) != "" {
+		if t.staticFeedback, err = parseTemplate("static_feedback_template", c.StaticFeedbackTemplate, ""); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func parseTemplate(field, text, needs string) (*template.Template, error) {
 	if strings.TrimSpace(text) == "" {
 		return nil, fmt.Errorf("driver config: %s: empty", field)
 	}
-	if !strings.Contains(text, "."+needs) {
+	if needs != "" && !strings.Contains(text, "."+needs) {
 		return nil, fmt.Errorf("driver config: %s %q: must use .%s", field, text, needs)
 	}
 	t, err := template.New(field).Option("missingkey=error").Parse(text)
@@ -193,7 +342,7 @@ func parseTemplate(field, text, needs string) (*template.Template, error) {
 		return nil, fmt.Errorf("driver config: %s: %w", field, err)
 	}
 	var sb strings.Builder
-	if err := t.Execute(&sb, TemplateData{Question: "q", Answer: "a"}); err != nil {
+	if err := t.Execute(&sb, TemplateData{Question: "q", Answer: "a", Hint: "h", Attempt: "t", Feedback: "f"}); err != nil {
 		return nil, fmt.Errorf("driver config: %s: %w", field, err)
 	}
 	return t, nil
@@ -203,4 +352,32 @@ func render(t *template.Template, d TemplateData) string {
 	var sb strings.Builder
 	_ = t.Execute(&sb, d) // checked at validation with the same data type
 	return sb.String()
+}
+
+// MLMTMath is the tuned preset of the mlmt_math recipe: MLMT three-turn
+// on the pick task (rollout/task: "Pick: 17 42 8", level 2, three
+// candidates; the hint "2nd" is shown to the feedback policy only), a
+// solver and a trainable feedback policy of the quickstart's architecture
+// trained from scratch on CPU. The SFT warm-up teaches the solver the
+// \boxed{} answer after both of its prompts and the feedback policy to
+// name the hinted position ("take the 2nd"); GRPO then trains both on the
+// refined answer's reward. See the package doc for the measured runs.
+func MLMTMath(out string) Config {
+	c := Quickstart(out)
+	c.Episode = EpisodeMLMT
+	c.Task = task.Config{Seed: 1, Kinds: []string{task.Pick}, Level: 2, HeldOutPercent: 30}
+	c.PromptTemplate = "{{.Question}}\n"
+	c.FeedbackTemplate = "{{.Question}}\nhint: {{.Hint}}\ntry: {{.Attempt}}\nfeedback:"
+	c.FeedbackAnswerTemplate = " take the {{.Hint}}"
+	c.StaticFeedbackTemplate = " check your answer"
+	c.RefineTemplate = "{{.Question}}\ntry: {{.Attempt}}\nfeedback:{{.Feedback}}\n"
+	m := *c.Model
+	m.MaxPositions = 128
+	c.Model = &m
+	fm := m
+	c.Feedback = &FeedbackPolicy{Model: &fm, Train: true}
+	c.WarmupSteps, c.WarmupBatch = 100, 32
+	c.Steps, c.PromptsPerStep, c.GroupSize = 200, 16, 8
+	c.EvalEvery, c.EvalProblems, c.CheckpointEvery = 25, 256, 100
+	return c
 }

@@ -32,36 +32,58 @@ type Metrics struct {
 	// on warm-up steps, which sample nothing.
 	RewardMean *float64 `json:"reward_mean"`
 	// EvalAccuracy is the greedy accuracy on held-out problems, at
-	// evaluation steps only.
-	EvalAccuracy    *float64 `json:"eval_accuracy,omitempty"`
-	Loss            float64  `json:"loss"`
-	GradNorm        float64  `json:"grad_norm"`
-	LR              float64  `json:"lr"`
-	ClipFrac        float64  `json:"clip_frac"`
-	ClipFracHigh    float64  `json:"clip_frac_high"`
-	ApproxKL        float64  `json:"approx_kl"`
-	RefKL           float64  `json:"ref_kl"`
-	Entropy         float64  `json:"entropy"`
-	Tokens          int      `json:"tokens"`
-	ResponseLenMean float64  `json:"response_len_mean,omitempty"`
-	SolvedAllFrac   float64  `json:"groups_all_correct,omitempty"`
-	SolvedNoneFrac  float64  `json:"groups_none_correct,omitempty"`
-	WeightVersion   int64    `json:"weight_version"`
-	GenSeconds      float64  `json:"gen_s,omitempty"`
-	TrainSeconds    float64  `json:"train_s"`
-	SyncSeconds     float64  `json:"sync_s"`
-	EvalSeconds     float64  `json:"eval_s,omitempty"`
-	ElapsedSeconds  float64  `json:"elapsed_s"`
+	// evaluation steps only; for multi-turn episodes, of the final turn.
+	EvalAccuracy *float64 `json:"eval_accuracy,omitempty"`
+	// Turn metrics of multi-turn episodes at evaluation steps (greedy, on
+	// the same held-out problems): see TurnEval.
+	Turn1Accuracy       *float64 `json:"turn1_accuracy,omitempty"`
+	Turn2Accuracy       *float64 `json:"turn2_accuracy,omitempty"` // score
+	Turn3Accuracy       *float64 `json:"turn3_accuracy,omitempty"` // mlmt
+	Turn3AccuracyStatic *float64 `json:"turn3_accuracy_static,omitempty"`
+	Delta               *float64 `json:"delta,omitempty"`
+	IncorrectToCorrect  *float64 `json:"incorrect_to_correct,omitempty"`
+	CorrectToIncorrect  *float64 `json:"correct_to_incorrect,omitempty"`
+	// Turn1RewardMean is the mean reward of the first attempts of
+	// multi-turn RL steps (RewardMean is the final turn's).
+	Turn1RewardMean *float64 `json:"turn1_reward_mean,omitempty"`
+	// The feedback policy's learner step (mlmt with a trained feedback
+	// policy).
+	FeedbackLoss     *float64 `json:"feedback_loss,omitempty"`
+	FeedbackGradNorm *float64 `json:"feedback_grad_norm,omitempty"`
+	FeedbackEntropy  *float64 `json:"feedback_entropy,omitempty"`
+
+	Loss            float64 `json:"loss"`
+	GradNorm        float64 `json:"grad_norm"`
+	LR              float64 `json:"lr"`
+	ClipFrac        float64 `json:"clip_frac"`
+	ClipFracHigh    float64 `json:"clip_frac_high"`
+	ApproxKL        float64 `json:"approx_kl"`
+	RefKL           float64 `json:"ref_kl"`
+	Entropy         float64 `json:"entropy"`
+	Tokens          int     `json:"tokens"`
+	Seqs            int     `json:"seqs"` // sequences the solver trained on
+	ResponseLenMean float64 `json:"response_len_mean,omitempty"`
+	SolvedAllFrac   float64 `json:"groups_all_correct,omitempty"`
+	SolvedNoneFrac  float64 `json:"groups_none_correct,omitempty"`
+	WeightVersion   int64   `json:"weight_version"`
+	GenSeconds      float64 `json:"gen_s,omitempty"`
+	TrainSeconds    float64 `json:"train_s"`
+	SyncSeconds     float64 `json:"sync_s"`
+	EvalSeconds     float64 `json:"eval_s,omitempty"`
+	ElapsedSeconds  float64 `json:"elapsed_s"`
 }
 
 // Result sums up a run.
 type Result struct {
-	Steps             int     // optimizer steps taken (warm-up and RL)
-	PostWarmupEval    float64 // eval accuracy right after warm-up (−1 when not evaluated)
-	FinalEval         float64 // eval accuracy at the last step (−1 when not evaluated)
-	EvalProblems      int     // distinct held-out problems evaluated
-	WeightVersion     int64   // version the engine serves at the end
-	LastCheckpointDir string
+	Steps          int     // optimizer steps taken (warm-up and RL)
+	PostWarmupEval float64 // eval accuracy right after warm-up (−1 when not evaluated)
+	FinalEval      float64 // eval accuracy at the last step (−1 when not evaluated)
+	// The turn metrics after warm-up and at the last evaluation
+	// (multi-turn episodes; zero otherwise).
+	PostWarmupTurns, FinalTurns TurnEval
+	EvalProblems                int   // distinct held-out problems evaluated
+	WeightVersion               int64 // version the engine serves at the end
+	LastCheckpointDir           string
 }
 
 // DriverStateFile is the driver's part of a checkpoint: where the data
@@ -75,23 +97,31 @@ type driverState struct {
 	Seed          uint64 `json:"seed"`
 }
 
-// run is one training run in progress.
-type run struct {
-	cfg     Config
-	tpl     *compiled
-	log     *slog.Logger
-	node    *cluster.Node
+// policy is one trained policy: its learner actor and the engine that
+// serves it.
+type policy struct {
+	id      string
 	learner *cluster.Handle
 	eng     *native.Engine
 	tok     *tokenizer.Tokenizer
-	gen     *task.Generator
-	eval    []task.Problem
-	metrics *os.File
-	start   time.Time
-	step    int
-	cursor  int
-	version int64
-	res     Result
+}
+
+// run is one training run in progress.
+type run struct {
+	cfg      Config
+	tpl      *compiled
+	log      *slog.Logger
+	node     *cluster.Node
+	solver   *policy
+	feedback *policy // mlmt with a feedback policy; nil otherwise
+	gen      *task.Generator
+	eval     []task.Problem
+	metrics  *os.File
+	start    time.Time
+	step     int
+	cursor   int
+	version  int64
+	res      Result
 }
 
 // Run trains per cfg: it places the learner actor on the cluster, starts
@@ -141,20 +171,24 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		}
 		defer r.node.Stop()
 	}
-	if err := r.startEngine(); err != nil {
+	solverLearner := cfg.Learner
+	solverLearner.Model, solverLearner.ModelDir, solverLearner.Seed = cfg.Model, cfg.ModelDir, cfg.Seed
+	if r.solver, err = r.startPolicy(ctx, "solver", solverLearner, cfg.Resume); err != nil {
 		return Result{}, err
 	}
-	defer r.eng.Close()
-	if err := r.placeLearner(ctx); err != nil {
-		return Result{}, err
+	defer r.solver.stop()
+	if fb := cfg.Feedback; fb != nil {
+		resume := ""
+		if cfg.Resume != "" {
+			resume = filepath.Join(cfg.Resume, FeedbackDir)
+		}
+		if r.feedback, err = r.startPolicy(ctx, "feedback", fb.learnerConfig(cfg), resume); err != nil {
+			return Result{}, err
+		}
+		defer r.feedback.stop()
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = r.learner.Stop(sctx)
-	}()
-	// The engine starts from the learner's weights, whatever the init.
-	if err := r.syncWeights(ctx); err != nil {
+	// The engines start from the learners' weights, whatever the init.
+	if err := r.syncAll(ctx); err != nil {
 		return Result{}, err
 	}
 	if cfg.EvalEvery > 0 {
@@ -168,96 +202,111 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if err := r.reinforce(ctx); err != nil {
 		return r.res, err
 	}
-	r.res.Steps, r.res.WeightVersion = r.step, r.eng.WeightVersion()
+	r.res.Steps, r.res.WeightVersion = r.step, r.solver.eng.WeightVersion()
 	return r.res, nil
 }
 
-func (r *run) startEngine() error {
-	cfg := r.cfg
-	ncfg := native.Config{MaxBatch: cfg.EngineBatch, MaxStepTokens: 4096}
-	if cfg.ModelDir != "" {
-		e, err := native.Load(cfg.ModelDir, ncfg)
+// newEngine starts a native engine on a fresh model of mc (its weights
+// come from the learner at the first sync) or on the checkpoint in dir.
+func newEngine(mc *model.Config, dir string, batch int) (*native.Engine, *tokenizer.Tokenizer, error) {
+	ncfg := native.Config{MaxBatch: batch, MaxStepTokens: 4096}
+	if dir != "" {
+		e, err := native.Load(dir, ncfg)
 		if err != nil {
-			return fmt.Errorf("driver: engine: %w", err)
+			return nil, nil, fmt.Errorf("engine: %w", err)
 		}
-		r.eng, r.tok = e, e.Tokenizer()
-		return nil
+		return e, e.Tokenizer(), nil
 	}
-	tok, err := tokenizer.BuiltinSized(cfg.Model.VocabSize)
+	tok, err := tokenizer.BuiltinSized(mc.VocabSize)
 	if err != nil {
-		return fmt.Errorf("driver: model.vocab_size: %w", err)
+		return nil, nil, fmt.Errorf("model.vocab_size: %w", err)
 	}
-	m, err := model.New(*cfg.Model, cpu.New())
+	m, err := model.New(*mc, cpu.New())
 	if err != nil {
-		return fmt.Errorf("driver: model: %w", err)
+		return nil, nil, fmt.Errorf("model: %w", err)
 	}
-	if r.eng, err = native.New(m, tok, ncfg); err != nil {
-		return fmt.Errorf("driver: engine: %w", err)
+	e, err := native.New(m, tok, ncfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("engine: %w", err)
 	}
-	r.tok = tok
-	return nil
+	return e, tok, nil
 }
 
-func (r *run) placeLearner(ctx context.Context) error {
-	l := r.cfg.Learner
-	l.Model, l.ModelDir, l.Seed = r.cfg.Model, r.cfg.ModelDir, r.cfg.Seed
+// startPolicy starts the engine and places the learner actor of one
+// policy.
+func (r *run) startPolicy(ctx context.Context, id string, l learner.Config, resume string) (*policy, error) {
+	eng, tok, err := newEngine(l.Model, l.ModelDir, r.cfg.EngineBatch)
+	if err != nil {
+		return nil, fmt.Errorf("driver: %s policy: %w", id, err)
+	}
 	h, err := r.node.Spawn(ctx, learner.ActorKind, cluster.SpawnOptions{
-		Args: learner.ActorConfig{Config: l, ResumeDir: r.cfg.Resume}, Resources: r.cfg.LearnerResources,
+		Args: learner.ActorConfig{Config: l, ResumeDir: resume}, Resources: r.cfg.LearnerResources,
 	})
 	if err != nil {
-		return fmt.Errorf("driver: place learner: %w", err)
+		eng.Close()
+		return nil, fmt.Errorf("driver: place the %s learner: %w", id, err)
 	}
-	r.learner = h
+	return &policy{id: id, learner: h, eng: eng, tok: tok}, nil
+}
+
+func (p *policy) stop() {
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = p.learner.Stop(sctx)
+	p.eng.Close()
+}
+
+// syncAll pushes every policy's weights to its engine.
+func (r *run) syncAll(ctx context.Context) error {
+	if err := r.syncWeights(ctx, r.solver); err != nil {
+		return err
+	}
+	if r.feedback != nil {
+		return r.syncWeights(ctx, r.feedback)
+	}
 	return nil
 }
 
-// syncWeights pulls the learner's weights over the bulk path and swaps
-// them into the engine as version r.step.
-func (r *run) syncWeights(ctx context.Context) error {
-	off, err := cluster.Call[learner.WeightsOffer](ctx, r.learner, learner.WeightsRequest{Readers: 1})
+// syncWeights pulls a learner's weights over the bulk path and swaps them
+// into its engine as the version of the learner's step.
+func (r *run) syncWeights(ctx context.Context, p *policy) error {
+	off, err := cluster.Call[learner.WeightsOffer](ctx, p.learner, learner.WeightsRequest{Readers: 1})
 	if err != nil {
-		return fmt.Errorf("driver: weights of step %d: %w", r.step, err)
+		return fmt.Errorf("driver: %s weights of step %d: %w", p.id, r.step, err)
 	}
 	data, err := r.node.System().Bulk().Fetch(ctx, off.Ref)
 	if err != nil {
-		return fmt.Errorf("driver: fetch weights of step %d: %w", off.Step, err)
+		return fmt.Errorf("driver: fetch %s weights of step %d: %w", p.id, off.Step, err)
 	}
-	w, err := learner.DecodeWeights(fmt.Sprintf("weights of learner step %d", off.Step), data)
+	w, err := learner.DecodeWeights(fmt.Sprintf("%s weights of learner step %d", p.id, off.Step), data)
 	if err != nil {
 		return fmt.Errorf("driver: %w", err)
 	}
-	if err := r.eng.SetWeights(ctx, int64(off.Step), w); err != nil {
-		return fmt.Errorf("driver: %w", err)
+	if err := p.eng.SetWeights(ctx, int64(off.Step), w); err != nil {
+		return fmt.Errorf("driver: %s: %w", p.id, err)
 	}
-	r.version = int64(off.Step)
-	if r.cfg.OnWeights != nil {
-		r.cfg.OnWeights(r.version, r.eng)
+	if p == r.solver {
+		r.version = int64(off.Step)
+		if r.cfg.OnWeights != nil {
+			r.cfg.OnWeights(r.version, p.eng)
+		}
 	}
 	return nil
 }
 
 // pickEvalProblems takes up to EvalProblems distinct held-out problems.
 func (r *run) pickEvalProblems() error {
-	seen := map[string]bool{}
-	for i := 0; i < 50*r.cfg.EvalProblems && len(r.eval) < r.cfg.EvalProblems; i++ {
-		p, err := r.gen.Problem(task.HeldOut, i)
-		if err != nil {
-			return fmt.Errorf("driver: held-out problem %d: %w", i, err)
-		}
-		if !seen[p.Question] {
-			seen[p.Question] = true
-			r.eval = append(r.eval, p)
-		}
+	probs, err := heldOutProblems(r.gen, r.cfg.EvalProblems)
+	if err != nil {
+		return fmt.Errorf("driver: %w", err)
 	}
-	if len(r.eval) == 0 {
-		return fmt.Errorf("driver: the task has no held-out problems")
-	}
+	r.eval = probs
 	r.res.EvalProblems = len(r.eval)
 	return nil
 }
 
 func (r *run) prompt(p task.Problem) []int {
-	return r.tok.Encode(render(r.tpl.prompt, TemplateData{Question: p.Question}))
+	return r.solver.tok.Encode(render(r.tpl.prompt, TemplateData{Question: p.Question}))
 }
 
 func (r *run) nextTrain() (task.Problem, error) {
@@ -270,8 +319,13 @@ func (r *run) nextTrain() (task.Problem, error) {
 }
 
 func (r *run) setAlgorithm(ctx context.Context, name string, lr float64) error {
-	if _, err := cluster.Call[learner.AlgorithmSet](ctx, r.learner, learner.SetAlgorithmRequest{Algorithm: name, LR: lr}); err != nil {
-		return fmt.Errorf("driver: set algorithm %s: %w", name, err)
+	for _, p := range []*policy{r.solver, r.feedback} {
+		if p == nil {
+			continue
+		}
+		if _, err := cluster.Call[learner.AlgorithmSet](ctx, p.learner, learner.SetAlgorithmRequest{Algorithm: name, LR: lr}); err != nil {
+			return fmt.Errorf("driver: set the %s algorithm %s: %w", p.id, name, err)
+		}
 	}
 	return nil
 }
@@ -286,7 +340,10 @@ func (r *run) warmup(ctx context.Context) error {
 	if err := r.setAlgorithm(ctx, learner.SFT, cfg.WarmupLR); err != nil {
 		return err
 	}
-	eos, ok := r.tok.TokenID(tokenizer.EndOfText)
+	if cfg.multiTurn() {
+		return r.warmupMultiTurn(ctx)
+	}
+	eos, ok := r.solver.tok.TokenID(tokenizer.EndOfText)
 	if !ok {
 		return fmt.Errorf("driver: the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
 	}
@@ -298,63 +355,87 @@ func (r *run) warmup(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			ans := r.tok.Encode(render(r.tpl.answer, TemplateData{Question: p.Question, Answer: p.Answer}))
+			ans := r.solver.tok.Encode(render(r.tpl.answer, TemplateData{Question: p.Question, Answer: p.Answer}))
 			b.Prompts = append(b.Prompts, toInt32(r.prompt(p)))
 			b.Responses = append(b.Responses, append(toInt32(ans), int32(eos)))
 		}
-		st, err := r.train(ctx, b)
+		st, err := r.train(ctx, r.solver, b)
 		if err != nil {
 			return err
 		}
 		m := Metrics{Phase: "warmup"}
 		fill(&m, st)
 		m.TrainSeconds = time.Since(t0).Seconds()
-		last := r.step == cfg.WarmupSteps
-		evalNow := last || (cfg.EvalEvery > 0 && r.step%cfg.EvalEvery == 0)
-		if err := r.finishStep(ctx, &m, evalNow, last && cfg.Steps == 0); err != nil {
+		if err := r.finishWarmupStep(ctx, &m); err != nil {
 			return err
-		}
-		if last && m.EvalAccuracy != nil {
-			r.res.PostWarmupEval = *m.EvalAccuracy
 		}
 	}
 	return nil
 }
 
-// train sends one batch to the learner.
-func (r *run) train(ctx context.Context, b learner.Batch) (learner.Stats, error) {
-	st, err := cluster.Call[learner.Stats](ctx, r.learner, learner.TrainRequest{Batch: b})
-	if err != nil {
-		return st, fmt.Errorf("driver: train step %d: %w", r.step+1, err)
+// finishWarmupStep ends a warm-up step: evaluation when due (always after
+// the last), a checkpoint when the run has no RL steps.
+func (r *run) finishWarmupStep(ctx context.Context, m *Metrics) error {
+	cfg := r.cfg
+	last := r.step == cfg.WarmupSteps
+	evalNow := last || (cfg.EvalEvery > 0 && r.step%cfg.EvalEvery == 0)
+	if err := r.finishStep(ctx, m, evalNow, last && cfg.Steps == 0); err != nil {
+		return err
 	}
-	r.step = st.Step
+	if last && m.EvalAccuracy != nil {
+		r.res.PostWarmupEval = *m.EvalAccuracy
+		r.res.PostWarmupTurns = r.res.FinalTurns
+	}
+	return nil
+}
+
+// train sends one batch to a policy's learner; the solver's steps are the
+// run's.
+func (r *run) train(ctx context.Context, p *policy, b learner.Batch) (learner.Stats, error) {
+	b.PolicyID = p.id
+	st, err := cluster.Call[learner.Stats](ctx, p.learner, learner.TrainRequest{Batch: b})
+	if err != nil {
+		return st, fmt.Errorf("driver: train the %s at step %d: %w", p.id, r.step+1, err)
+	}
+	if p == r.solver {
+		r.step = st.Step
+	}
 	return st, nil
 }
 
 func fill(m *Metrics, st learner.Stats) {
 	m.Step, m.Loss, m.GradNorm, m.LR = st.Step, st.Loss, st.GradNorm, st.LR
 	m.ClipFrac, m.ClipFracHigh, m.ApproxKL, m.RefKL, m.Entropy = st.ClipFrac, st.ClipFracHigh, st.ApproxKL, st.RefKL, st.Entropy
-	m.Tokens = st.Tokens
+	m.Tokens, m.Seqs = st.Tokens, st.Seqs
 }
 
 // finishStep pushes the new weights to the engine, evaluates and
 // checkpoints when due, and writes the metrics line.
 func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall bool) error {
 	t0 := time.Now()
-	if err := r.syncWeights(ctx); err != nil {
+	if err := r.syncAll(ctx); err != nil {
 		return err
 	}
 	m.SyncSeconds = time.Since(t0).Seconds()
-	m.WeightVersion = r.eng.WeightVersion()
+	m.WeightVersion = r.solver.eng.WeightVersion()
 	if evalNow && r.cfg.EvalEvery > 0 {
 		t0 = time.Now()
-		acc, err := r.evaluate(ctx)
-		if err != nil {
-			return err
+		if r.cfg.multiTurn() {
+			te, err := evalTurns(ctx, r.cfg, r.tpl, r.solver.eng, r.feedbackEngine(), r.eval)
+			if err != nil {
+				return fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
+			}
+			te.fill(m)
+			r.res.FinalTurns = te
+		} else {
+			acc, err := r.evaluate(ctx)
+			if err != nil {
+				return err
+			}
+			m.EvalAccuracy = &acc
 		}
-		m.EvalAccuracy = &acc
 		m.EvalSeconds = time.Since(t0).Seconds()
-		r.res.FinalEval = acc
+		r.res.FinalEval = *m.EvalAccuracy
 	}
 	if lastOverall {
 		dir := filepath.Join(r.cfg.Out, "checkpoints", fmt.Sprintf("step-%d", r.step))
@@ -384,7 +465,7 @@ func (r *run) evaluate(ctx context.Context) (float64, error) {
 	for i, p := range r.eval {
 		reqs[i] = engine.Request{ID: "eval-" + p.ID, Prompt: r.prompt(p), Params: engine.SamplingParams{N: 1, MaxTokens: r.cfg.MaxTokens}}
 	}
-	res, err := r.eng.Generate(ctx, reqs)
+	res, err := r.solver.eng.Generate(ctx, reqs)
 	if err != nil {
 		return 0, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
 	}
@@ -406,6 +487,9 @@ func (r *run) reinforce(ctx context.Context) error {
 	if err := r.setAlgorithm(ctx, cfg.Learner.Algorithm, cfg.Learner.LR); err != nil {
 		return err
 	}
+	if cfg.multiTurn() {
+		return r.reinforceMultiTurn(ctx, first)
+	}
 	for k := first; k <= cfg.Steps; k++ {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
@@ -423,7 +507,7 @@ func (r *run) reinforce(ctx context.Context) error {
 			reqs[i] = engine.Request{ID: fmt.Sprintf("s%d-%d", r.step+1, i), Prompt: r.prompt(p), Params: engine.SamplingParams{
 				N: cfg.GroupSize, MaxTokens: cfg.MaxTokens, Temperature: cfg.Temperature, TopP: cfg.TopP, Seed: &seed}}
 		}
-		res, err := r.eng.Generate(ctx, reqs)
+		res, err := r.solver.eng.Generate(ctx, reqs)
 		if err != nil {
 			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
 		}
@@ -453,7 +537,7 @@ func (r *run) reinforce(ctx context.Context) error {
 			}
 		}
 		t1 := time.Now()
-		st, err := r.train(ctx, b)
+		st, err := r.train(ctx, r.solver, b)
 		if err != nil {
 			return err
 		}
@@ -475,15 +559,32 @@ func (r *run) reinforce(ctx context.Context) error {
 	return nil
 }
 
+// FeedbackDir is where an MLMT checkpoint keeps the feedback policy:
+// step-N/ holds the solver (so it loads as a model like a single-turn
+// checkpoint), step-N/feedback/ the feedback policy in the same layout.
+const FeedbackDir = "feedback"
+
 // checkpoint writes the learner's checkpoint (weights, optimizer,
 // reference, step), the tokenizer (so the directory loads as a model for
-// the native engine) and the driver's cursor into dir.
+// the native engine) and the driver's cursor into dir; the feedback
+// policy's, if any, into dir/feedback.
 func (r *run) checkpoint(ctx context.Context, dir string) error {
-	if _, err := cluster.Call[learner.Saved](ctx, r.learner, learner.SaveRequest{Dir: dir}); err != nil {
-		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+	save := func(p *policy, dir string) error {
+		if _, err := cluster.Call[learner.Saved](ctx, p.learner, learner.SaveRequest{Dir: dir}); err != nil {
+			return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+		}
+		if err := p.tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {
+			return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+		}
+		return nil
 	}
-	if err := r.tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {
-		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+	if err := save(r.solver, dir); err != nil {
+		return err
+	}
+	if r.feedback != nil {
+		if err := save(r.feedback, filepath.Join(dir, FeedbackDir)); err != nil {
+			return err
+		}
 	}
 	js, err := json.MarshalIndent(driverState{Step: r.step, TrainCursor: r.cursor, WeightVersion: r.version, Seed: r.cfg.Seed}, "", "  ")
 	if err != nil {
