@@ -20,8 +20,9 @@ func (b *Backend) Attention(out, lse, q, k, v backend.Tensor, starts []int32, ba
 	qd, kd := heads*headDim, kvHeads*headDim
 	group := heads / kvHeads
 	scale := float32(1 / math.Sqrt(float64(headDim)))
-	b.parallel(batch*heads, 1, func(lo, hi int) {
-		S := make([]float32, attnBlock*seqLen)
+	bufs := b.scratch(attnBlock * seqLen)
+	b.parallelChunks(batch*heads, 1, func(worker, _, lo, hi int) {
+		S := bufs[worker]
 		for bh := lo; bh < hi; bh++ {
 			r, h := bh/heads, bh%heads
 			kh := h / group
@@ -67,9 +68,9 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse backend.
 	qd, kd := heads*headDim, kvHeads*headDim
 	group := heads / kvHeads
 	scale := float32(1 / math.Sqrt(float64(headDim)))
-	b.parallel(batch*kvHeads, 1, func(lo, hi int) {
-		P := make([]float32, attnBlock*seqLen)
-		dP := make([]float32, attnBlock*seqLen)
+	bufs := b.scratch(2 * attnBlock * seqLen)
+	b.parallelChunks(batch*kvHeads, 1, func(worker, _, lo, hi int) {
+		P, dP := bufs[worker][:attnBlock*seqLen], bufs[worker][attnBlock*seqLen:]
 		for bk := lo; bk < hi; bk++ {
 			r, kh := bk/kvHeads, bk%kvHeads
 			st := starts[r*seqLen : (r+1)*seqLen]

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/blas"
@@ -25,6 +26,8 @@ type Backend struct {
 	Workers int
 	mu      sync.Mutex
 	ropes   map[ropeKey]*ropeTable
+	work    [][]float32 // per-worker scratch (scratch)
+	parts   []float32   // per-chunk partial sums (RMSNormBackward)
 }
 
 // New returns a backend using all cores (GOMAXPROCS).
@@ -81,37 +84,74 @@ func mustLen(op string, a, b int) {
 	}
 }
 
-// parallel runs fn over [0, n) split into contiguous chunks, one per worker,
-// and returns when all are done. Chunks hold at least grain items so tiny
-// loops stay on one goroutine.
+// chunksPerWorker over-decomposes parallel loops: workers claim chunks
+// from a shared counter, so a core slowed by other load leaves its
+// remaining chunks to the others instead of holding everyone up.
+const chunksPerWorker = 4
+
+// chunks is the number of pieces parallel cuts n items into: at most
+// chunksPerWorker per worker, each at least grain items, so tiny loops stay
+// on one goroutine.
+func (b *Backend) chunks(n, grain int) int {
+	w := max(b.Workers, 1)
+	grain = max(grain, 1)
+	return min((n+grain-1)/grain, w*chunksPerWorker)
+}
+
+// parallel runs fn over [0, n) cut into b.chunks(n, grain) contiguous
+// chunks and returns when all are done.
 func (b *Backend) parallel(n, grain int, fn func(lo, hi int)) {
-	w := b.Workers
-	if w < 1 {
-		w = 1
-	}
-	if grain < 1 {
-		grain = 1
-	}
-	if m := (n + grain - 1) / grain; m < w {
-		w = m
-	}
-	if w <= 1 {
+	b.parallelChunks(n, grain, func(_, _, lo, hi int) { fn(lo, hi) })
+}
+
+// parallelChunks is parallel telling fn which worker (0 ≤ worker <
+// Workers, never two goroutines at once) runs which chunk (in [0,
+// b.chunks(n, grain))), for per-worker scratch buffers and per-chunk
+// partial results.
+func (b *Backend) parallelChunks(n, grain int, fn func(worker, chunk, lo, hi int)) {
+	nc := b.chunks(n, grain)
+	if nc <= 1 {
 		if n > 0 {
-			fn(0, n)
+			fn(0, 0, 0, n)
 		}
 		return
 	}
+	var next atomic.Int64
+	run := func(worker int) {
+		for {
+			c := int(next.Add(1) - 1)
+			if c >= nc {
+				return
+			}
+			fn(worker, c, c*n/nc, (c+1)*n/nc)
+		}
+	}
 	var wg sync.WaitGroup
-	chunk := (n + w - 1) / w
-	for lo := 0; lo < n; lo += chunk {
-		hi := min(lo+chunk, n)
+	for w := 1; w < min(b.Workers, nc); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fn(lo, hi)
+			run(w)
 		}()
 	}
+	run(0)
 	wg.Wait()
+}
+
+// scratch returns Workers buffers of at least n floats each, kept between
+// calls (a Backend serves one goroutine at a time), with unspecified
+// contents.
+func (b *Backend) scratch(n int) [][]float32 {
+	w := max(b.Workers, 1)
+	if len(b.work) != w {
+		b.work = make([][]float32, w)
+	}
+	for i := range b.work {
+		if len(b.work[i]) < n {
+			b.work[i] = make([]float32, n)
+		}
+	}
+	return b.work
 }
 
 // MatMul calls blas.Sgemm, which splits large products over its own

@@ -11,16 +11,10 @@ func (b *Backend) RMSNorm(out, rstd, x, w backend.Tensor, rows, cols int, eps fl
 	b.parallel(rows, 16, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr := X[r*cols : (r+1)*cols]
-			var ss float64
-			for _, v := range xr {
-				ss += float64(v) * float64(v)
-			}
-			s := float32(1 / math.Sqrt(ss/float64(cols)+float64(eps)))
+			ss := dotf(xr, xr)
+			s := float32(1 / math.Sqrt(float64(ss)/float64(cols)+float64(eps)))
 			R[r] = s
-			or := O[r*cols : (r+1)*cols]
-			for j, v := range xr {
-				or[j] = v * s * W[j]
-			}
+			rmsScale(O[r*cols:(r+1)*cols], xr, W[:cols], s)
 		}
 	})
 }
@@ -29,33 +23,33 @@ func (b *Backend) RMSNorm(out, rstd, x, w backend.Tensor, rows, cols int, eps fl
 // dx = s*(dy*w - n*mean(dy*w*n)), dw = sum over rows of dy*n.
 func (b *Backend) RMSNormBackward(dx, dw, dy, x, w, rstd backend.Tensor, rows, cols int) {
 	DX, DW, DY, X, W, R := f(dx), f(dw), f(dy), f(x), f(w), f(rstd)
-	// dx rows are independent; dw sums over rows, so each worker keeps a
-	// partial sum that is added under the lock at the end.
-	var mu = make(chan struct{}, 1)
-	b.parallel(rows, 16, func(lo, hi int) {
-		part := make([]float32, cols)
+	// dx rows are independent; dw sums over rows, so each chunk keeps a
+	// partial sum, added in chunk order at the end (the same result
+	// whichever worker ran which chunk).
+	nc := b.chunks(rows, 16)
+	if len(b.parts) < nc*cols {
+		b.parts = make([]float32, nc*cols)
+	}
+	parts := b.parts[:nc*cols]
+	clear(parts)
+	W = W[:cols]
+	b.parallelChunks(rows, 16, func(_, c, lo, hi int) {
+		part := parts[c*cols : (c+1)*cols]
 		for r := lo; r < hi; r++ {
 			xr, dyr, dxr := X[r*cols:(r+1)*cols], DY[r*cols:(r+1)*cols], DX[r*cols:(r+1)*cols]
 			s := R[r]
-			var dot float32
-			for j := range xr {
-				dot += dyr[j] * W[j] * xr[j]
-			}
-			c := dot * s * s / float32(cols)
-			for j := range xr {
-				dxr[j] += s * (dyr[j]*W[j] - xr[j]*c)
-				part[j] += dyr[j] * xr[j] * s
-			}
+			cc := dot3(dyr, W, xr) * s * s / float32(cols)
+			rmsBack(dxr, part, dyr, xr, W, s, cc)
 		}
-		if DW == nil {
-			return
-		}
-		mu <- struct{}{}
-		for j := range part {
-			DW[j] += part[j]
-		}
-		<-mu
 	})
+	if DW == nil {
+		return
+	}
+	for c := 0; c < nc; c++ {
+		for j, v := range parts[c*cols : (c+1)*cols] {
+			DW[j] += v
+		}
+	}
 }
 
 type ropeKey struct {

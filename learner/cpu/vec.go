@@ -125,3 +125,48 @@ func dotf(a, b []float32) float32 {
 	}
 	return s
 }
+
+// rmsScale sets out = x * s * w: one row of RMSNorm's output.
+func rmsScale(out, x, w []float32, s float32) {
+	mustLen("rmsScale", len(out), len(x))
+	mustLen("rmsScale", len(out), len(w))
+	if useAVX512 && len(out) > 0 {
+		rmsScaleAVX512(&out[0], &x[0], &w[0], len(out), s)
+		return
+	}
+	for j, v := range x {
+		out[j] = v * s * w[j]
+	}
+}
+
+// dot3 returns sum(a[i]*b[i]*c[i]) accumulated in float32.
+func dot3(a, b, c []float32) float32 {
+	mustLen("dot3", len(a), len(b))
+	mustLen("dot3", len(a), len(c))
+	if useAVX512 && len(a) > 0 {
+		return dot3AVX512(&a[0], &b[0], &c[0], len(a))
+	}
+	var d float32
+	for j, v := range a {
+		d += v * b[j] * c[j]
+	}
+	return d
+}
+
+// rmsBack does one row of RMSNorm's backward pass:
+// dx += s*(dy*w - x*c) and part += dy*x*s.
+func rmsBack(dx, part, dy, x, w []float32, s, c float32) {
+	n := len(x)
+	mustLen("rmsBack", len(dx), n)
+	mustLen("rmsBack", len(part), n)
+	mustLen("rmsBack", len(dy), n)
+	mustLen("rmsBack", len(w), n)
+	if useAVX512 && n > 0 {
+		rmsBackAVX512(&dx[0], &part[0], &dy[0], &x[0], &w[0], n, s, c)
+		return
+	}
+	for j, v := range x {
+		dx[j] += s * (dy[j]*w[j] - v*c)
+		part[j] += dy[j] * v * s
+	}
+}

@@ -26,3 +26,12 @@ func scaleAVX512(x *float32, n int, a float32)
 
 //go:noescape
 func dotAVX512(a, b *float32, n int) float32
+
+//go:noescape
+func rmsScaleAVX512(out, x, w *float32, n int, s float32)
+
+//go:noescape
+func dot3AVX512(a, b, c *float32, n int) float32
+
+//go:noescape
+func rmsBackAVX512(dx, part, dy, x, w *float32, n int, s, c float32)

@@ -313,3 +313,123 @@ dtdone:
 	VMOVSS X15, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// func rmsScaleAVX512(out, x, w *float32, n int, s float32)
+// out = x * s * w.
+TEXT ·rmsScaleAVX512(SB), NOSPLIT, $0-36
+	MOVQ out+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ w+16(FP), DX
+	MOVQ n+24(FP), CX
+	VBROADCASTSS s+32(FP), Z1
+rsloop:
+	CMPQ CX, $16
+	JLT  rstail
+	VMULPS  (SI), Z1, Z0
+	VMULPS  (DX), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DX
+	ADDQ    $64, DI
+	SUBQ    $16, CX
+	JMP     rsloop
+rstail:
+	TESTQ CX, CX
+	JZ    rsdone
+	TAILMASK
+	VMOVUPS.Z (SI), K1, Z0
+	VMOVUPS.Z (DX), K1, Z2
+	VMULPS    Z1, Z0, Z0
+	VMULPS    Z2, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+rsdone:
+	VZEROUPPER
+	RET
+
+// func dot3AVX512(a, b, c *float32, n int) float32
+// sum of a*b*c.
+TEXT ·dot3AVX512(SB), NOSPLIT, $0-36
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DX
+	MOVQ c+16(FP), DI
+	MOVQ n+24(FP), CX
+	VXORPS Z15, Z15, Z15
+d3loop:
+	CMPQ CX, $16
+	JLT  d3tail
+	VMOVUPS     (SI), Z0
+	VMULPS      (DX), Z0, Z0
+	VFMADD231PS (DI), Z0, Z15
+	ADDQ        $64, SI
+	ADDQ        $64, DX
+	ADDQ        $64, DI
+	SUBQ        $16, CX
+	JMP         d3loop
+d3tail:
+	TESTQ CX, CX
+	JZ    d3done
+	TAILMASK
+	VMOVUPS.Z   (SI), K1, Z0
+	VMOVUPS.Z   (DX), K1, Z1
+	VMOVUPS.Z   (DI), K1, Z2
+	VMULPS      Z1, Z0, Z0
+	VFMADD231PS Z2, Z0, Z15
+d3done:
+	HSUM(VADDPS)
+	VMOVSS X15, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func rmsBackAVX512(dx, part, dy, x, w *float32, n int, s, c float32)
+// dx += s*(dy*w - x*c); part += dy*x*s.
+TEXT ·rmsBackAVX512(SB), NOSPLIT, $0-56
+	MOVQ dx+0(FP), DI
+	MOVQ part+8(FP), R8
+	MOVQ dy+16(FP), R9
+	MOVQ x+24(FP), SI
+	MOVQ w+32(FP), DX
+	MOVQ n+40(FP), CX
+	VBROADCASTSS s+48(FP), Z10
+	VBROADCASTSS c+52(FP), Z11
+rbloop:
+	CMPQ CX, $16
+	JLT  rbtail
+	VMOVUPS (R9), Z0         // dy
+	VMOVUPS (SI), Z1         // x
+	VMULPS  (DX), Z0, Z2     // dy*w
+	VMULPS  Z11, Z1, Z3      // x*c
+	VSUBPS  Z3, Z2, Z2       // dy*w - x*c
+	VMOVUPS (DI), Z4
+	VFMADD231PS Z10, Z2, Z4  // dx += s*(...)
+	VMOVUPS Z4, (DI)
+	VMULPS  Z1, Z0, Z5       // dy*x
+	VMOVUPS (R8), Z6
+	VFMADD231PS Z10, Z5, Z6  // part += dy*x*s
+	VMOVUPS Z6, (R8)
+	ADDQ    $64, DI
+	ADDQ    $64, R8
+	ADDQ    $64, R9
+	ADDQ    $64, SI
+	ADDQ    $64, DX
+	SUBQ    $16, CX
+	JMP     rbloop
+rbtail:
+	TESTQ CX, CX
+	JZ    rbdone
+	TAILMASK
+	VMOVUPS.Z (R9), K1, Z0
+	VMOVUPS.Z (SI), K1, Z1
+	VMOVUPS.Z (DX), K1, Z7
+	VMULPS  Z7, Z0, Z2
+	VMULPS  Z11, Z1, Z3
+	VSUBPS  Z3, Z2, Z2
+	VMOVUPS.Z (DI), K1, Z4
+	VFMADD231PS Z10, Z2, Z4
+	VMOVUPS Z4, K1, (DI)
+	VMULPS  Z1, Z0, Z5
+	VMOVUPS.Z (R8), K1, Z6
+	VFMADD231PS Z10, Z5, Z6
+	VMOVUPS Z6, K1, (R8)
+rbdone:
+	VZEROUPPER
+	RET

@@ -5,10 +5,13 @@ package cpu
 // useAVX512 is false off amd64; the functions below are never called.
 var useAVX512 = false
 
-func expSubAVX512(dst, src *float32, n int, m float32) float32 { panic("cpu: no AVX-512") }
-func softmaxGradAVX512(p, dp *float32, n int, l, d float32)    { panic("cpu: no AVX-512") }
-func swigluAVX512(out, gate, up *float32, n int)               { panic("cpu: no AVX-512") }
-func swigluBackAVX512(dg, du, dout, gate, up *float32, n int)  { panic("cpu: no AVX-512") }
-func maxAVX512(x *float32, n int) float32                      { panic("cpu: no AVX-512") }
-func scaleAVX512(x *float32, n int, a float32)                 { panic("cpu: no AVX-512") }
-func dotAVX512(a, b *float32, n int) float32                   { panic("cpu: no AVX-512") }
+func expSubAVX512(dst, src *float32, n int, m float32) float32       { panic("cpu: no AVX-512") }
+func softmaxGradAVX512(p, dp *float32, n int, l, d float32)          { panic("cpu: no AVX-512") }
+func swigluAVX512(out, gate, up *float32, n int)                     { panic("cpu: no AVX-512") }
+func swigluBackAVX512(dg, du, dout, gate, up *float32, n int)        { panic("cpu: no AVX-512") }
+func maxAVX512(x *float32, n int) float32                            { panic("cpu: no AVX-512") }
+func scaleAVX512(x *float32, n int, a float32)                       { panic("cpu: no AVX-512") }
+func dotAVX512(a, b *float32, n int) float32                         { panic("cpu: no AVX-512") }
+func rmsScaleAVX512(out, x, w *float32, n int, s float32)            { panic("cpu: no AVX-512") }
+func dot3AVX512(a, b, c *float32, n int) float32                     { panic("cpu: no AVX-512") }
+func rmsBackAVX512(dx, part, dy, x, w *float32, n int, s, c float32) { panic("cpu: no AVX-512") }

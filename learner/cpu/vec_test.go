@@ -157,6 +157,39 @@ func TestReductionsMatchGo(t *testing.T) {
 	}
 }
 
+func TestRMSNormRowsMatchGo(t *testing.T) {
+	requireAVX512(t)
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, n := range vecLengths {
+		x, w, dy := vecInput(rng, n, 2), vecInput(rng, n, 1), vecInput(rng, n, 1)
+		dx0, part0 := vecInput(rng, n, 1), vecInput(rng, n, 1)
+		out, wout := make([]float32, n), make([]float32, n)
+		dx, part := append([]float32(nil), dx0...), append([]float32(nil), part0...)
+		wdx, wpart := append([]float32(nil), dx0...), append([]float32(nil), part0...)
+		rmsScale(out, x, w, 0.8)
+		d := dot3(dy, w, x)
+		rmsBack(dx, part, dy, x, w, 0.8, 0.1)
+		var wd float32
+		withGo(func() {
+			rmsScale(wout, x, w, 0.8)
+			wd = dot3(dy, w, x)
+			rmsBack(wdx, wpart, dy, x, w, 0.8, 0.1)
+		})
+		var mag float64
+		for i := range x {
+			mag += math.Abs(float64(dy[i] * w[i] * x[i]))
+		}
+		if math.Abs(float64(d-wd)) > 1e-6*(mag+1) {
+			t.Errorf("n=%d: dot3 %v, want %v", n, d, wd)
+		}
+		for i := range out {
+			if !closeTo(out[i], wout[i], 1e-6) || math.Abs(float64(dx[i]-wdx[i])) > 1e-5 || math.Abs(float64(part[i]-wpart[i])) > 1e-5 {
+				t.Fatalf("n=%d [%d]: out %v dx %v part %v, want %v %v %v", n, i, out[i], dx[i], part[i], wout[i], wdx[i], wpart[i])
+			}
+		}
+	}
+}
+
 // TestVecNoOverrun checks that the masked tails write nothing past the
 // slice: the guard element after each output must survive.
 func TestVecNoOverrun(t *testing.T) {
@@ -172,6 +205,8 @@ func TestVecNoOverrun(t *testing.T) {
 		swiglu(out, g, u)
 		swigluBack(out, dp, u, g, u)
 		scal(out, 2)
+		rmsScale(out, g, u, 2)
+		rmsBack(out, dp, g, u, g, 1, 1)
 		if buf[n] != guard || buf[2*n+1] != guard {
 			t.Fatalf("n=%d: wrote past the end (%v, %v)", n, buf[n], buf[2*n+1])
 		}
