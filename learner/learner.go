@@ -245,6 +245,10 @@ type Sharding struct {
 	// SumStats adds v element-wise across the ranks, in place, so every
 	// rank reports the batch's statistics.
 	SumStats func(v []float64) error
+	// Abort is told when step failed on this rank before or after its
+	// Update (a non-finite loss of its slice): the other ranks, waiting in
+	// the collective, fail at once instead of at their timeout.
+	Abort func(step int, err error)
 }
 
 // SetSharding makes the learner rank s.Rank of s.Ranks (nil makes it a
@@ -258,8 +262,8 @@ func (l *Learner) SetSharding(s *Sharding) error {
 	if s.Ranks < 1 || s.Rank < 0 || s.Rank >= s.Ranks {
 		return fmt.Errorf("learner: sharding: rank %d of %d", s.Rank, s.Ranks)
 	}
-	if s.Update == nil || s.SumStats == nil {
-		return fmt.Errorf("learner: sharding: rank %d of %d has no Update or SumStats", s.Rank, s.Ranks)
+	if s.Update == nil || s.SumStats == nil || s.Abort == nil {
+		return fmt.Errorf("learner: sharding: rank %d of %d lacks Update, SumStats or Abort", s.Rank, s.Ranks)
 	}
 	l.shard = s
 	l.trainer.Update = s.Update

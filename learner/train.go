@@ -137,6 +137,9 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 			})
 		}
 		if err != nil {
+			if l.shard != nil {
+				l.shard.Abort(l.step+1, err)
+			}
 			return Stats{Step: l.step}, fmt.Errorf("learner: %w", err)
 		}
 		l.step++
@@ -283,6 +286,15 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 	if l.shard != nil {
 		rank, ranks = l.shard.Rank, l.shard.Ranks
 	}
+	var all []micro
+	if ranks > 1 {
+		// Every rank checks every sequence, so a bad one fails the step on
+		// all ranks alike, not only on the rank that trains on it.
+		var err error
+		if all, err = layout(0, n); err != nil {
+			return nil, err
+		}
+	}
 	for k := range mbs {
 		lo, hi := k*n/mbs, (k+1)*n/mbs
 		if hi-lo < ranks {
@@ -304,10 +316,6 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 		p.old, p.oldVal = make([][]float32, n), make([][]float32, n)
 		pre := p.mini
 		if ranks > 1 && cfg.Algorithm == PPO {
-			all, err := layout(0, n)
-			if err != nil {
-				return nil, err
-			}
 			pre = [][]micro{all}
 		}
 		for _, mini := range pre {

@@ -1,0 +1,436 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/optim"
+)
+
+// Options tune a rank's collectives. The zero value takes the defaults.
+type Options struct {
+	// Timeout bounds every collective (one reduce-scatter, all-gather or
+	// statistics sum): a rank that sends nothing for this long fails the
+	// step on every rank, naming it. Default 60 s.
+	Timeout time.Duration
+	// BucketElems is the size of one ring bucket in float32 elements
+	// (default 1 Mi = 4 MiB).
+	BucketElems int
+	// InFlight is how many buckets are on the wire at once (default 2).
+	InFlight int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Timeout <= 0 {
+		o.Timeout = time.Minute
+	}
+	if o.BucketElems <= 0 {
+		o.BucketElems = 1 << 20
+	}
+	if o.InFlight <= 0 {
+		o.InFlight = 2
+	}
+	return o
+}
+
+// ErrGroupFailed marks a rank whose group lost a collective: its weights
+// may differ from the other ranks', so it trains no more until the group
+// restarts from a checkpoint (Rank.Restart, Group.Restart).
+var ErrGroupFailed = errors.New("learner group failed; restart it from a checkpoint")
+
+// piece is a part of one trainable tensor a ZeRO-1 rank owns: elements
+// [lo, hi) of tensor ti, at flat offset off.
+type piece struct {
+	ti, lo, hi, off int
+	name            string
+}
+
+// Rank is one learner of a data-parallel group: it joins the Learner to the
+// others through a Transport and does the step's update (learner.Sharding).
+// Stage 0 all-reduces the gradients and steps the learner's own AdamW on
+// every rank; stage 1 (ZeRO-1) reduce-scatters them, steps AdamW on the
+// slice this rank owns (its moments are the only ones it keeps) and
+// all-gathers the updated weights. Not safe for concurrent use.
+type Rank struct {
+	l     *learner.Learner
+	t     Transport
+	ring  *ring
+	opt   Options
+	stage int
+	epoch uint64
+	op    uint64
+
+	names  []string
+	sizes  []int
+	offs   []int // flat offset of each trainable tensor
+	total  int
+	flat   []float32
+	pieces []piece      // stage 1: what this rank owns
+	zopt   *optim.AdamW // stage 1: AdamW over pieces
+	failed error
+	// updating is the learner step whose update has begun: an error of
+	// that step came out of the collectives alike on every rank.
+	updating int
+}
+
+// Join makes l rank t.Rank() of t.Size() for epoch (a number every rank
+// agrees on, new after every restart) with ZeRO stage l.Config().ZeROStage.
+// It checks, over the transport, that every rank holds the same weights
+// and step; a rank that does not answer within o.Timeout fails the join.
+// Under stage 1 the learner's optimizer state (fresh or loaded) is cut
+// down to this rank's slice.
+func Join(l *learner.Learner, t Transport, epoch uint64, o Options) (*Rank, error) {
+	o = o.withDefaults()
+	r := &Rank{l: l, t: t, opt: o, epoch: epoch, stage: l.Config().ZeROStage,
+		ring: &ring{t: t, bucket: o.BucketElems, inFlight: o.InFlight}}
+	if t.Size() == 1 {
+		r.stage = 0
+	}
+	for _, p := range l.TrainableParams() {
+		r.names = append(r.names, p.Name)
+		r.sizes = append(r.sizes, len(p.Data))
+		r.offs = append(r.offs, r.total)
+		r.total += len(p.Data)
+	}
+	if r.total < t.Size() {
+		return nil, fmt.Errorf("shard: join: %d trainable elements for %d ranks", r.total, t.Size())
+	}
+	r.flat = make([]float32, r.total)
+	if err := r.checkSame(); err != nil {
+		return nil, err
+	}
+	if r.stage == 1 {
+		r.layPieces()
+		if err := r.takeOptimizer(); err != nil {
+			return nil, err
+		}
+	}
+	err := l.SetSharding(&learner.Sharding{Rank: t.Rank(), Ranks: t.Size(), Update: r.update, SumStats: r.sumStats, Abort: r.abort})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Learner is the rank's learner.
+func (r *Rank) Learner() *learner.Learner { return r.l }
+
+// Stage is the ZeRO stage in use (0 or 1).
+func (r *Rank) Stage() int { return r.stage }
+
+// Err is the error that failed the group, or nil.
+func (r *Rank) Err() error { return r.failed }
+
+func (r *Rank) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), r.opt.Timeout)
+}
+
+// fail records err, tells the other ranks and returns it wrapped.
+func (r *Rank) fail(err error) error {
+	if r.failed == nil {
+		r.failed = err
+		r.t.Abort(r.epoch, err)
+	}
+	return fmt.Errorf("%w (rank %d of %d, epoch %d): %w", ErrGroupFailed, r.t.Rank(), r.t.Size(), r.epoch, err)
+}
+
+func (r *Rank) nextOp(k uint64) uint64 {
+	op := r.op
+	r.op += k
+	return op
+}
+
+// checkSame compares a fingerprint of every rank's weights and step.
+func (r *Rank) checkSame() error {
+	ctx, cancel := r.ctx()
+	defer cancel()
+	var sum, wsum float64
+	i := 0
+	for _, p := range r.l.TrainableParams() {
+		for _, v := range p.Data {
+			sum += float64(v)
+			wsum += float64(v) * float64(i%9973+1)
+			i++
+		}
+	}
+	mine := []float64{float64(r.l.Step()), float64(r.total), sum, wsum}
+	all, err := r.ring.gather64(ctx, r.epoch, r.nextOp(1), mine)
+	if err != nil {
+		return r.fail(fmt.Errorf("join: %w", err))
+	}
+	for k, v := range all {
+		if v[0] != mine[0] || v[1] != mine[1] {
+			return r.fail(fmt.Errorf("join: %s is at step %v with %v trainable elements, %s at step %v with %v",
+				r.t.Peer(k), v[0], v[1], r.t.Peer(r.t.Rank()), mine[0], mine[1]))
+		}
+		if v[2] != mine[2] || v[3] != mine[3] {
+			return r.fail(fmt.Errorf("join: %s holds other weights than %s (same seed or checkpoint on every rank?)", r.t.Peer(k), r.t.Peer(r.t.Rank())))
+		}
+	}
+	return nil
+}
+
+// layPieces cuts this rank's owned flat ranges at tensor boundaries.
+func (r *Rank) layPieces() {
+	r.pieces = r.pieces[:0]
+	for _, rg := range r.ring.owned(r.total, r.t.Rank()) {
+		lo := rg[0]
+		for lo < rg[1] {
+			ti := sort.Search(len(r.offs), func(i int) bool { return r.offs[i] > lo }) - 1
+			hi := min(rg[1], r.offs[ti]+r.sizes[ti])
+			tlo, thi := lo-r.offs[ti], hi-r.offs[ti]
+			r.pieces = append(r.pieces, piece{ti: ti, lo: tlo, hi: thi, off: lo, name: fmt.Sprintf("%s[%d:%d]", r.names[ti], tlo, thi)})
+			lo = hi
+		}
+	}
+}
+
+// takeOptimizer moves this rank's slice of the learner's AdamW state into
+// the ZeRO-1 optimizer and empties the learner's.
+func (r *Rank) takeOptimizer() error {
+	c := r.l.Config()
+	full := r.l.Optimizer().State()
+	byName := map[string][]float32{}
+	for _, t := range full.Tensors {
+		byName[t.Name] = t.Data
+	}
+	st := optim.AdamWState{Step: full.Step}
+	params := make([]*optim.Param, len(r.pieces))
+	for i, p := range r.pieces {
+		n := p.hi - p.lo
+		params[i] = &optim.Param{Name: p.name, Data: make([]float32, n), Grad: make([]float32, n)}
+		if len(full.Tensors) == 0 {
+			continue
+		}
+		for _, prefix := range []string{optim.ExpAvgPrefix, optim.ExpAvgSqPrefix} {
+			v, ok := byName[prefix+r.names[p.ti]]
+			if !ok {
+				return fmt.Errorf("shard: rank %d: optimizer state has no %q", r.t.Rank(), prefix+r.names[p.ti])
+			}
+			st.Tensors = append(st.Tensors, optim.Tensor{Name: prefix + p.name, Data: v[p.lo:p.hi]})
+		}
+	}
+	z := optim.NewAdamW(c.Beta1, c.Beta2, c.Eps, c.WeightDecay)
+	if err := z.LoadState(params, st); err != nil {
+		return fmt.Errorf("shard: rank %d: %w", r.t.Rank(), err)
+	}
+	if err := r.l.Optimizer().LoadState(nil, optim.AdamWState{}); err != nil {
+		return err
+	}
+	r.zopt = z
+	return nil
+}
+
+// sumStats is learner.Sharding.SumStats.
+func (r *Rank) sumStats(v []float64) error {
+	if r.failed != nil {
+		return fmt.Errorf("%w: %v", ErrGroupFailed, r.failed)
+	}
+	ctx, cancel := r.ctx()
+	defer cancel()
+	if err := r.ring.sum64(ctx, r.epoch, r.nextOp(1), v); err != nil {
+		return r.fail(err)
+	}
+	return nil
+}
+
+// abort is learner.Sharding.Abort: a step that failed on this rank alone
+// fails the group.
+func (r *Rank) abort(step int, err error) {
+	if r.updating != step {
+		_ = r.fail(fmt.Errorf("step %d failed on %s: %w", step, r.t.Peer(r.t.Rank()), err))
+	}
+}
+
+// update is learner.Sharding.Update.
+func (r *Rank) update(step int, params []*optim.Param, lr float64) (float64, error) {
+	r.updating = step
+	if r.failed != nil {
+		return 0, fmt.Errorf("%w: %v", ErrGroupFailed, r.failed)
+	}
+	if len(params) != len(r.names) {
+		return 0, fmt.Errorf("shard: %d trainable tensors, joined with %d", len(params), len(r.names))
+	}
+	for i, p := range params {
+		copy(r.flat[r.offs[i]:], p.Grad)
+	}
+	if r.stage == 0 {
+		return r.updateReplicated(params, lr)
+	}
+	return r.updateZeRO1(params, lr)
+}
+
+func (r *Rank) updateReplicated(params []*optim.Param, lr float64) (float64, error) {
+	ctx, cancel := r.ctx()
+	err := r.ring.allReduce(ctx, r.epoch, r.nextOp(2), r.flat)
+	cancel()
+	if err != nil {
+		return 0, r.fail(fmt.Errorf("gradients: %w", err))
+	}
+	for i, p := range params {
+		copy(p.Grad, r.flat[r.offs[i]:r.offs[i]+len(p.Grad)])
+	}
+	// Every rank now holds the same gradients, so the checks below come
+	// out the same everywhere.
+	if err := optim.CheckFinite(params); err != nil {
+		return 0, err
+	}
+	c := r.l.Config()
+	var norm float64
+	if c.MaxGradNorm > 0 {
+		norm = optim.ClipGradNorm(params, c.MaxGradNorm)
+	} else {
+		for _, p := range params {
+			for _, g := range p.Grad {
+				norm += float64(g) * float64(g)
+			}
+		}
+		norm = math.Sqrt(norm)
+	}
+	return norm, r.l.Optimizer().Step(params, lr)
+}
+
+func (r *Rank) updateZeRO1(params []*optim.Param, lr float64) (float64, error) {
+	ctx, cancel := r.ctx()
+	err := r.ring.reduceScatter(ctx, r.epoch, r.nextOp(1), r.flat)
+	cancel()
+	if err != nil {
+		return 0, r.fail(fmt.Errorf("gradients: %w", err))
+	}
+	// Global norm and non-finite check from every rank's owned slice.
+	size := r.t.Size()
+	v := make([]float64, 1+size)
+	var bad error
+	for _, p := range r.pieces {
+		for i, g := range r.flat[p.off : p.off+p.hi-p.lo] {
+			if g-g != 0 && bad == nil {
+				bad = fmt.Errorf("gradient of %q: %v at index %d", r.names[p.ti], g, p.lo+i)
+			}
+			v[0] += float64(g) * float64(g)
+		}
+	}
+	if bad != nil {
+		v[1+r.t.Rank()] = 1
+		v[0] = 0
+	}
+	ctx, cancel = r.ctx()
+	err = r.ring.sum64(ctx, r.epoch, r.nextOp(1), v)
+	cancel()
+	if err != nil {
+		return 0, r.fail(fmt.Errorf("gradient norm: %w", err))
+	}
+	if bad != nil {
+		return 0, bad
+	}
+	for k := range size {
+		if v[1+k] != 0 {
+			return 0, fmt.Errorf("non-finite gradient on %s", r.t.Peer(k))
+		}
+	}
+	norm := math.Sqrt(v[0])
+	c := r.l.Config()
+	if c.MaxGradNorm > 0 {
+		// As optim.ClipGradNorm, from the global norm.
+		if coef := c.MaxGradNorm / (norm + 1e-6); coef < 1 {
+			f := float32(coef)
+			for _, p := range r.pieces {
+				g := r.flat[p.off : p.off+p.hi-p.lo]
+				for i := range g {
+					g[i] *= f
+				}
+			}
+		}
+	}
+	ps := make([]*optim.Param, len(r.pieces))
+	for i, p := range r.pieces {
+		ps[i] = &optim.Param{Name: p.name, Data: params[p.ti].Data[p.lo:p.hi], Grad: r.flat[p.off : p.off+p.hi-p.lo]}
+	}
+	if err := r.zopt.Step(ps, lr); err != nil {
+		return norm, err
+	}
+	// Spread the updated slices: the flat buffer now carries weights.
+	for _, p := range r.pieces {
+		copy(r.flat[p.off:], params[p.ti].Data[p.lo:p.hi])
+	}
+	ctx, cancel = r.ctx()
+	err = r.ring.allGather(ctx, r.epoch, r.nextOp(1), r.flat)
+	cancel()
+	if err != nil {
+		return norm, r.fail(fmt.Errorf("weights: %w", err))
+	}
+	for i, p := range params {
+		copy(p.Data, r.flat[r.offs[i]:r.offs[i]+len(p.Data)])
+	}
+	return norm, nil
+}
+
+// Save writes the group's checkpoint share of this rank into dir (a
+// directory every rank can reach: a shared file system across nodes).
+// Stage 0: rank 0 writes an unsharded checkpoint (learner.Save). Stage 1:
+// rank 0 writes weights, reference and learner_state.json, and every rank
+// its optimizer shard (learner.ShardOptimizerFile). The checkpoint is whole
+// once every rank's Save has returned; it loads with any shard count.
+func (r *Rank) Save(dir string) error {
+	if r.failed != nil {
+		return fmt.Errorf("shard: save %s: %w: %v", dir, ErrGroupFailed, r.failed)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("shard: save: %w", err)
+	}
+	rank := r.t.Rank()
+	if r.stage == 0 {
+		if rank == 0 {
+			return r.l.Save(dir)
+		}
+		return nil
+	}
+	var parts []learner.OptimizerPart
+	st := r.zopt.State()
+	byName := map[string][]float32{}
+	for _, t := range st.Tensors {
+		byName[t.Name] = t.Data
+	}
+	for _, p := range r.pieces {
+		if len(parts) == 0 || parts[len(parts)-1].Name != r.names[p.ti] {
+			parts = append(parts, learner.OptimizerPart{Name: r.names[p.ti]})
+		}
+		q := &parts[len(parts)-1]
+		q.Ranges = append(q.Ranges, [2]int{p.lo, p.hi})
+		avg, sq := byName[optim.ExpAvgPrefix+p.name], byName[optim.ExpAvgSqPrefix+p.name]
+		if avg == nil {
+			// Not stepped yet: zero moments.
+			avg, sq = make([]float32, p.hi-p.lo), make([]float32, p.hi-p.lo)
+		}
+		q.ExpAvg = append(q.ExpAvg, avg...)
+		q.ExpAvgSq = append(q.ExpAvgSq, sq...)
+	}
+	if err := learner.WriteOptimizerShard(dir, rank, r.t.Size(), r.zopt.StepCount(), parts); err != nil {
+		return fmt.Errorf("shard: save: rank %d: %w", rank, err)
+	}
+	if rank == 0 {
+		return r.l.SaveModel(dir)
+	}
+	return nil
+}
+
+// Restart loads the checkpoint in dir (written by any shard count, or by
+// an unsharded learner) into this rank's learner and joins it to the group
+// of t under a new epoch; the Rank r is done with. Every rank of the new
+// group must restart from the same checkpoint.
+func Restart(l *learner.Learner, t Transport, epoch uint64, o Options, dir string) (*Rank, error) {
+	if err := l.SetSharding(nil); err != nil {
+		return nil, err
+	}
+	if dir != "" {
+		if err := l.Load(dir); err != nil {
+			return nil, fmt.Errorf("shard: restart rank %d: %w", t.Rank(), err)
+		}
+	}
+	return Join(l, t, epoch, o)
+}

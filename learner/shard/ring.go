@@ -1,0 +1,203 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// ring runs one rank's collectives over a Transport. A buffer of n floats
+// is cut into buckets of bucket elements; each bucket into Size chunks,
+// chunk i being [i·m/Size, (i+1)·m/Size) of an m-element bucket. After a
+// reduce-scatter rank r holds the sum of chunk r of every bucket (the
+// slice it owns); an all-gather spreads every owner's chunks to all ranks.
+// Each chunk goes once around the ring, so a rank sends and receives
+// 2·(Size−1)/Size of the buffer per all-reduce, whatever Size is; up to
+// inFlight buckets are on the wire at once.
+type ring struct {
+	t        Transport
+	bucket   int
+	inFlight int
+	// afterSend, when set, runs after every send (tests kill a rank
+	// mid-collective here).
+	afterSend func(tag Tag)
+}
+
+func chunk(m, parts, i int) (lo, hi int) { return i * m / parts, (i + 1) * m / parts }
+
+func mod(a, n int) int { return ((a % n) + n) % n }
+
+// owned lists the element ranges of an n-element buffer that rank owns.
+func (g *ring) owned(n, rank int) [][2]int {
+	var out [][2]int
+	size := g.t.Size()
+	for b := 0; b < n; b += g.bucket {
+		m := min(g.bucket, n-b)
+		lo, hi := chunk(m, size, rank)
+		if hi > lo {
+			out = append(out, [2]int{b + lo, b + hi})
+		}
+	}
+	return out
+}
+
+// bytesOf views x's memory as bytes (little-endian on every platform Go
+// runs rlnode on: amd64, arm64).
+func bytesOf(x []float32) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
+}
+
+func bytesOf64(x []float64) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 8*len(x))
+}
+
+// forBuckets runs f on every bucket of an n-element buffer, inFlight at a
+// time, and returns the first error (no new bucket starts after one).
+func (g *ring) forBuckets(n int, f func(b uint32, lo, hi int) error) error {
+	sem := make(chan struct{}, max(1, g.inFlight))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	failed := func() bool { mu.Lock(); defer mu.Unlock(); return first != nil }
+	for b, lo := uint32(0), 0; lo < n && !failed(); b, lo = b+1, lo+g.bucket {
+		hi := min(lo+g.bucket, n)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := f(b, lo, hi); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+func (g *ring) send(ctx context.Context, to int, tag Tag, p []byte) error {
+	if err := g.t.Send(ctx, to, tag, p); err != nil {
+		return fmt.Errorf("send %s to %s: %w", tag, g.t.Peer(to), err)
+	}
+	if g.afterSend != nil {
+		g.afterSend(tag)
+	}
+	return nil
+}
+
+// reduceScatter sums x across the ranks into the chunks each rank owns;
+// the other chunks of x are left partly summed.
+func (g *ring) reduceScatter(ctx context.Context, epoch, op uint64, x []float32) error {
+	n, size, r := len(x), g.t.Size(), g.t.Rank()
+	if size == 1 {
+		return nil
+	}
+	right, left := mod(r+1, size), mod(r-1, size)
+	return g.forBuckets(n, func(b uint32, lo, hi int) error {
+		seg := x[lo:hi]
+		m := len(seg)
+		var tmp []float32
+		for s := 0; s < size-1; s++ {
+			tag := Tag{Epoch: epoch, Op: op, Bucket: b, Step: uint32(s)}
+			slo, shi := chunk(m, size, mod(r-s-1, size))
+			if err := g.send(ctx, right, tag, bytesOf(seg[slo:shi])); err != nil {
+				return err
+			}
+			rlo, rhi := chunk(m, size, mod(r-s-2, size))
+			if cap(tmp) < rhi-rlo {
+				tmp = make([]float32, rhi-rlo)
+			}
+			tmp = tmp[:rhi-rlo]
+			if err := g.t.Recv(ctx, left, tag, bytesOf(tmp)); err != nil {
+				return fmt.Errorf("reduce-scatter: %w", err)
+			}
+			dst := seg[rlo:rhi]
+			for i, v := range tmp {
+				dst[i] += v
+			}
+		}
+		return nil
+	})
+}
+
+// allGather copies every rank's owned chunks of x to all ranks.
+func (g *ring) allGather(ctx context.Context, epoch, op uint64, x []float32) error {
+	n, size, r := len(x), g.t.Size(), g.t.Rank()
+	if size == 1 {
+		return nil
+	}
+	right, left := mod(r+1, size), mod(r-1, size)
+	return g.forBuckets(n, func(b uint32, lo, hi int) error {
+		seg := x[lo:hi]
+		m := len(seg)
+		for s := 0; s < size-1; s++ {
+			tag := Tag{Epoch: epoch, Op: op, Bucket: b, Step: uint32(s)}
+			slo, shi := chunk(m, size, mod(r-s, size))
+			if err := g.send(ctx, right, tag, bytesOf(seg[slo:shi])); err != nil {
+				return err
+			}
+			rlo, rhi := chunk(m, size, mod(r-s-1, size))
+			if err := g.t.Recv(ctx, left, tag, bytesOf(seg[rlo:rhi])); err != nil {
+				return fmt.Errorf("all-gather: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// allReduce sums x across the ranks: reduce-scatter, then all-gather
+// (two collective numbers, op and op+1). Every rank ends with the same
+// bits, since each chunk is summed once, by its owner's ring order.
+func (g *ring) allReduce(ctx context.Context, epoch, op uint64, x []float32) error {
+	if err := g.reduceScatter(ctx, epoch, op, x); err != nil {
+		return err
+	}
+	return g.allGather(ctx, epoch, op+1, x)
+}
+
+// gather64 returns every rank's v (all of one length), by rank, passing
+// each vector once around the ring.
+func (g *ring) gather64(ctx context.Context, epoch, op uint64, v []float64) ([][]float64, error) {
+	size, r := g.t.Size(), g.t.Rank()
+	all := make([][]float64, size)
+	all[r] = append([]float64(nil), v...)
+	right, left := mod(r+1, size), mod(r-1, size)
+	for s := 0; s < size-1; s++ {
+		tag := Tag{Epoch: epoch, Op: op, Step: uint32(s)}
+		if err := g.send(ctx, right, tag, bytesOf64(all[mod(r-s, size)])); err != nil {
+			return nil, err
+		}
+		from := mod(r-s-1, size)
+		all[from] = make([]float64, len(v))
+		if err := g.t.Recv(ctx, left, tag, bytesOf64(all[from])); err != nil {
+			return nil, fmt.Errorf("gather: %w", err)
+		}
+	}
+	return all, nil
+}
+
+// sum64 adds v across the ranks in place, in rank order, so every rank gets
+// the same bits.
+func (g *ring) sum64(ctx context.Context, epoch, op uint64, v []float64) error {
+	all, err := g.gather64(ctx, epoch, op, v)
+	if err != nil {
+		return err
+	}
+	clear(v)
+	for _, w := range all {
+		for i := range v {
+			v[i] += w[i]
+		}
+	}
+	return nil
+}
