@@ -173,23 +173,17 @@ func softmaxRow(o, x []float32) float32 {
 // LogProbs: logp = z[t] - lse; entropy = lse - sum p*z.
 func (b *Backend) LogProbs(logp, entropy, lse, logits backend.Tensor, targets []int32, rows, vocab int) {
 	LP, EN, L, Z := f(logp), f(entropy), f(lse), f(logits)
-	b.parallel(rows, 1, func(lo, hi int) {
+	bufs := b.scratch(vocab)
+	b.parallelChunks(rows, 1, func(worker, _, lo, hi int) {
+		e := bufs[worker][:vocab]
 		for r := lo; r < hi; r++ {
 			z := Z[r*vocab : (r+1)*vocab]
-			m := float32(math.Inf(-1))
-			for _, v := range z {
-				m = max(m, v)
-			}
-			var s, sz float64
-			for _, v := range z {
-				e := math.Exp(float64(v - m))
-				s += e
-				sz += e * float64(v-m)
-			}
-			ls := math.Log(s)
+			m := maxOf(z)
+			s, sz := expSubDot(e, z, m)
+			ls := math.Log(float64(s))
 			L[r] = m + float32(ls)
 			LP[r] = z[targets[r]] - L[r]
-			EN[r] = float32(ls - sz/s)
+			EN[r] = float32(ls - float64(sz)/float64(s))
 		}
 	})
 }

@@ -170,3 +170,20 @@ func rmsBack(dx, part, dy, x, w []float32, s, c float32) {
 		part[j] += dy[j] * v * s
 	}
 }
+
+// expSubDot sets dst[i] = exp(src[i] - m) and returns the sums of dst and
+// of dst[i]*(src[i] - m): the pieces of a softmax's entropy.
+func expSubDot(dst, src []float32, m float32) (sum, dot float32) {
+	mustLen("expSubDot", len(dst), len(src))
+	if useAVX512 && len(src) > 0 {
+		return expSubDotAVX512(&dst[0], &src[0], len(src), m)
+	}
+	for i, v := range src {
+		d := v - m
+		e := expf(d)
+		dst[i] = e
+		sum += e
+		dot += e * d
+	}
+	return sum, dot
+}

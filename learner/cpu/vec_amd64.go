@@ -35,3 +35,6 @@ func dot3AVX512(a, b, c *float32, n int) float32
 
 //go:noescape
 func rmsBackAVX512(dx, part, dy, x, w *float32, n int, s, c float32)
+
+//go:noescape
+func expSubDotAVX512(dst, src *float32, n int, m float32) (sum, dot float32)

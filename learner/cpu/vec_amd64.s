@@ -433,3 +433,47 @@ rbtail:
 rbdone:
 	VZEROUPPER
 	RET
+
+// func expSubDotAVX512(dst, src *float32, n int, m float32) (sum, dot float32)
+// dst = exp(src - m); sum = Σ dst; dot = Σ dst*(src - m).
+TEXT ·expSubDotAVX512(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS m+24(FP), Z28
+	EXPCONSTS
+	VXORPS Z15, Z15, Z15
+	VXORPS Z13, Z13, Z13
+edloop:
+	CMPQ CX, $16
+	JLT  edtail
+	VMOVUPS (SI), Z0
+	VSUBPS  Z28, Z0, Z0
+	VMOVAPS Z0, Z3
+	EXPZ(Z0, Z1, Z2)
+	VMOVUPS Z0, (DI)
+	VADDPS  Z0, Z15, Z15
+	VFMADD231PS Z3, Z0, Z13
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	SUBQ    $16, CX
+	JMP     edloop
+edtail:
+	TESTQ CX, CX
+	JZ    eddone
+	TAILMASK
+	VMOVUPS.Z (SI), K1, Z0
+	VSUBPS    Z28, Z0, Z0
+	VMOVAPS   Z0, Z3
+	EXPZ(Z0, Z1, Z2)
+	VMOVUPS   Z0, K1, (DI)
+	VADDPS    Z0, Z15, K1, Z15
+	VFMADD231PS Z3, Z0, K1, Z13
+eddone:
+	HSUM(VADDPS)
+	VMOVSS X15, sum+32(FP)
+	VMOVAPS Z13, Z15
+	HSUM(VADDPS)
+	VMOVSS X15, dot+36(FP)
+	VZEROUPPER
+	RET

@@ -15,3 +15,6 @@ func dotAVX512(a, b *float32, n int) float32                         { panic("cp
 func rmsScaleAVX512(out, x, w *float32, n int, s float32)            { panic("cpu: no AVX-512") }
 func dot3AVX512(a, b, c *float32, n int) float32                     { panic("cpu: no AVX-512") }
 func rmsBackAVX512(dx, part, dy, x, w *float32, n int, s, c float32) { panic("cpu: no AVX-512") }
+func expSubDotAVX512(dst, src *float32, n int, m float32) (sum, dot float32) {
+	panic("cpu: no AVX-512")
+}

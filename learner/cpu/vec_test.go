@@ -81,6 +81,26 @@ func TestExpSubSpecialValues(t *testing.T) {
 	}
 }
 
+func TestExpSubDotMatchesGo(t *testing.T) {
+	requireAVX512(t)
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, n := range vecLengths {
+		src := vecInput(rng, n, 4)
+		got, want := make([]float32, n), make([]float32, n)
+		s, d := expSubDot(got, src, 1)
+		var ws, wd float32
+		withGo(func() { ws, wd = expSubDot(want, src, 1) })
+		for i := range want {
+			if !closeTo(got[i], want[i], 4e-7) {
+				t.Fatalf("n=%d: exp(%v-1) = %v, want %v", n, src[i], got[i], want[i])
+			}
+		}
+		if !closeTo(s, ws, 1e-5) || math.Abs(float64(d-wd)) > 1e-5*(math.Abs(float64(wd))+float64(ws)) {
+			t.Fatalf("n=%d: sums %v %v, want %v %v", n, s, d, ws, wd)
+		}
+	}
+}
+
 func TestSoftmaxGradMatchesGo(t *testing.T) {
 	requireAVX512(t)
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -201,6 +221,7 @@ func TestVecNoOverrun(t *testing.T) {
 		buf[n], buf[2*n+1] = guard, guard
 		g, u := vecInput(rng, n, 1), vecInput(rng, n, 1)
 		expSub(out, g, 0)
+		expSubDot(out, g, 0)
 		softmaxGrad(out, dp, 0, 0)
 		swiglu(out, g, u)
 		swigluBack(out, dp, u, g, u)
