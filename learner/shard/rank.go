@@ -44,6 +44,10 @@ func (o Options) withDefaults() Options {
 // restarts from a checkpoint (Rank.Restart, Group.Restart).
 var ErrGroupFailed = errors.New("learner group failed; restart it from a checkpoint")
 
+// testAfterSend, when set (by a test's child process), runs after every
+// collective send: the failure test kills its rank there, mid-step.
+var testAfterSend func(Tag)
+
 // piece is a part of one trainable tensor a ZeRO-1 rank owns: elements
 // [lo, hi) of tensor ti, at flat offset off.
 type piece struct {
@@ -88,7 +92,7 @@ type Rank struct {
 func Join(l *learner.Learner, t Transport, epoch uint64, o Options) (*Rank, error) {
 	o = o.withDefaults()
 	r := &Rank{l: l, t: t, opt: o, epoch: epoch, stage: l.Config().ZeROStage,
-		ring: &ring{t: t, bucket: o.BucketElems, inFlight: o.InFlight}}
+		ring: &ring{t: t, bucket: o.BucketElems, inFlight: o.InFlight, afterSend: testAfterSend}}
 	if t.Size() == 1 {
 		r.stage = 0
 	}

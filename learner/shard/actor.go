@@ -1,0 +1,134 @@
+package shard
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/learner"
+)
+
+// ActorKind is the kind of a learner rank: a learner.Learner plus a
+// mailbox, spawned with learner.ActorConfig (the same Config and seed, or
+// ResumeDir, on every rank), then joined to its group with JoinRequest. It
+// answers the learner actor's TrainRequest, SaveRequest, WeightsRequest and
+// SetAlgorithmRequest; a Train or Save must go to every rank of the group at
+// once (Group does that).
+const ActorKind = "learner-shard"
+
+// MailboxRequest asks a rank actor for its mailbox; the reply is
+// MailboxRef.
+type MailboxRequest struct{}
+
+// MailboxRef names a rank's mailbox.
+type MailboxRef struct {
+	Ref actor.Ref
+}
+
+// JoinRequest makes the rank actor rank Rank of the group whose mailboxes
+// are Peers, for Epoch; with ResumeDir it first loads that checkpoint
+// (a restart). The reply is Joined.
+type JoinRequest struct {
+	Epoch     uint64
+	Rank      int
+	Peers     []actor.Ref
+	Options   Options
+	ResumeDir string
+}
+
+// Joined acknowledges JoinRequest.
+type Joined struct {
+	Rank, Step, Stage int
+}
+
+func init() {
+	actor.RegisterMessage(MailboxRequest{}, MailboxRef{}, JoinRequest{}, Joined{})
+	actor.RegisterKind(ActorKind, func(ctx *actor.Context, args any) (actor.Actor, error) {
+		cfg, ok := args.(learner.ActorConfig)
+		if !ok {
+			return nil, fmt.Errorf("learner-shard actor: spawn args are %T, want learner.ActorConfig", args)
+		}
+		l, err := learner.New(cfg.Config)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.ResumeDir != "" {
+			if err := l.Load(cfg.ResumeDir); err != nil {
+				return nil, err
+			}
+		}
+		mb, err := OpenMailbox(ctx.System(), ctx.Self().Name+".mailbox")
+		if err != nil {
+			return nil, err
+		}
+		return &rankActor{l: l, mb: mb}, nil
+	})
+}
+
+type rankActor struct {
+	l    *learner.Learner
+	mb   *Mailbox
+	rank *Rank
+}
+
+// Stopped implements actor.Stopper.
+func (a *rankActor) Stopped(*actor.Context) { a.mb.Close() }
+
+// Receive implements actor.Actor.
+func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
+	switch m := msg.(type) {
+	case MailboxRequest:
+		return MailboxRef{Ref: a.mb.Ref()}, nil
+	case JoinRequest:
+		t, err := a.mb.Transport(m.Epoch, m.Rank, m.Peers, m.Options)
+		if err != nil {
+			return nil, err
+		}
+		a.rank = nil
+		var r *Rank
+		if m.ResumeDir != "" {
+			r, err = Restart(a.l, t, m.Epoch, m.Options, m.ResumeDir)
+		} else {
+			r, err = Join(a.l, t, m.Epoch, m.Options)
+		}
+		if err != nil {
+			return nil, err
+		}
+		a.rank = r
+		return Joined{Rank: m.Rank, Step: a.l.Step(), Stage: r.Stage()}, nil
+	case learner.TrainRequest:
+		if a.rank == nil {
+			return nil, fmt.Errorf("learner-shard %s: train before joining a group", ctx.Self().Name)
+		}
+		return a.l.Train(m.Batch)
+	case learner.SaveRequest:
+		if a.rank == nil {
+			return nil, fmt.Errorf("learner-shard %s: save before joining a group", ctx.Self().Name)
+		}
+		if m.Dir == "" {
+			return nil, fmt.Errorf("learner-shard %s: save: empty directory", ctx.Self().Name)
+		}
+		if err := a.rank.Save(m.Dir); err != nil {
+			return nil, err
+		}
+		return learner.Saved{Dir: m.Dir, Step: a.l.Step()}, nil
+	case learner.LoadRequest:
+		return nil, fmt.Errorf("learner-shard %s: a rank loads a checkpoint only with its whole group (JoinRequest.ResumeDir, Group.Restart)", ctx.Self().Name)
+	case learner.SetAlgorithmRequest:
+		if err := a.l.SetAlgorithm(m.Algorithm, m.LR); err != nil {
+			return nil, err
+		}
+		return learner.AlgorithmSet{Algorithm: m.Algorithm}, nil
+	case learner.WeightsRequest:
+		data, err := learner.EncodeWeights(a.l.PolicyWeights())
+		if err != nil {
+			return nil, fmt.Errorf("learner-shard %s: weights: %w", ctx.Self().Name, err)
+		}
+		ttl := m.TTL
+		if ttl <= 0 {
+			ttl = 2 * time.Minute
+		}
+		return learner.WeightsOffer{Step: a.l.Step(), Ref: ctx.System().Bulk().Offer(data, m.Readers, ttl)}, nil
+	}
+	return nil, fmt.Errorf("learner-shard %s: unexpected message %T", ctx.Self().Name, msg)
+}

@@ -1,0 +1,37 @@
+// Package shard owns the data-parallel learner: N learner ranks (one
+// learner.Learner each, on one node or many) that train as one learner with
+// the global batch.
+//
+// Every rank gets the whole batch, computes advantages and loss
+// normalizers over all of it and runs forward and backward on its slice
+// (learner.Sharding). The gradients then meet in a ring: reduce-scatter and
+// all-gather in buckets of BucketElems floats, InFlight buckets at a time,
+// over a Transport. The real Transport (Mailbox) sends actor messages to
+// each rank's mailbox actor, small payloads inline and large ones as bulk
+// offers the receiver pulls straight into its buffer; no NCCL, no gRPC for
+// bulk data. ZeRO stage 0 all-reduces the gradients and steps AdamW on
+// every rank; stage 1 (ZeRO-1) reduce-scatters them, steps AdamW only on
+// the slice a rank owns (the moments of the rest are not kept), and
+// all-gathers the updated weights. Sums are taken in ring order once per
+// chunk, so all ranks hold bit-identical weights.
+//
+// Every collective has a timeout (Options.Timeout): a rank that dies or
+// stalls fails the step on all ranks with an error naming it and its node,
+// and a rank whose own step fails tells the others at once (RingAbort). A
+// failed group trains no more; the driver restarts it from the last
+// checkpoint (Group.Restart, with the survivors and respawned ranks, any
+// count). Checkpoints are written per rank (learner.ShardOptimizerFile)
+// and load with any shard count, or into an unsharded learner.
+//
+// Rank and the ring are plain code over Transport, tested in one process
+// (MemTransports); ActorKind and Group wrap them for the runtime, tested
+// with ranks in separate processes.
+//
+// Not done: gradients are reduced after the whole backward pass (the model
+// has no per-layer backward hook), so communication overlaps other buckets,
+// not the backward compute; parameter sharding (ZeRO-3/FSDP) is not
+// implemented (every rank holds the whole policy, so weight sync reads
+// rank 0); a ZeRO-1 checkpoint needs a directory every rank can write (a
+// shared file system across hosts); PPO ranks each run the old-policy
+// pre-pass over the whole batch (its advantages are whitened batch-wide).
+package shard

@@ -1,0 +1,194 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/learner"
+)
+
+// Group is the driver's handle on a data-parallel learner group: rank
+// actors of ActorKind, already spawned (on any nodes) with the same
+// learner.ActorConfig. It sends every Train and Save to all ranks at once
+// and reports rank 0's answer (all ranks report the same statistics).
+// After a failed step the group trains no more; Restart joins a new set of
+// rank actors (the survivors plus respawned ones, any count) from the last
+// checkpoint. A Group is not safe for concurrent use.
+type Group struct {
+	sys    *actor.System
+	ranks  []actor.Ref
+	opt    Options
+	epoch  uint64
+	failed error
+}
+
+// NewGroup joins ranks into one group (rank i is ranks[i]).
+func NewGroup(ctx context.Context, sys *actor.System, ranks []actor.Ref, o Options) (*Group, error) {
+	g := &Group{sys: sys, opt: o.withDefaults()}
+	if err := g.join(ctx, ranks, ""); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Ranks are the rank actors, by rank.
+func (g *Group) Ranks() []actor.Ref { return append([]actor.Ref(nil), g.ranks...) }
+
+// Epoch is the group's current epoch (1 after NewGroup, +1 per Restart).
+func (g *Group) Epoch() uint64 { return g.epoch }
+
+// Restart joins ranks (any number; survivors of the failed group and
+// respawned actors) as a new epoch of the group, every rank loading the
+// checkpoint in dir first: a checkpoint written by any shard count.
+func (g *Group) Restart(ctx context.Context, ranks []actor.Ref, dir string) error {
+	if dir == "" {
+		return fmt.Errorf("shard: restart: no checkpoint directory")
+	}
+	return g.join(ctx, ranks, dir)
+}
+
+func (g *Group) join(ctx context.Context, ranks []actor.Ref, dir string) error {
+	if len(ranks) == 0 {
+		return fmt.Errorf("shard: group of no ranks")
+	}
+	g.epoch++
+	g.failed = fmt.Errorf("joining epoch %d", g.epoch)
+	mailboxes := make([]actor.Ref, len(ranks))
+	_, err := g.fanOut(ctx, ranks, "mailbox", func(int) any { return MailboxRequest{} }, func(i int, reply any) error {
+		m, ok := reply.(MailboxRef)
+		if !ok {
+			return fmt.Errorf("reply %T, want MailboxRef", reply)
+		}
+		mailboxes[i] = m.Ref
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	_, err = g.fanOut(ctx, ranks, "join", func(i int) any {
+		return JoinRequest{Epoch: g.epoch, Rank: i, Peers: mailboxes, Options: g.opt, ResumeDir: dir}
+	}, nil)
+	if err != nil {
+		return err
+	}
+	g.ranks, g.failed = append([]actor.Ref(nil), ranks...), nil
+	return nil
+}
+
+// Train runs one Train on every rank with the whole batch (each trains on
+// its slice) and returns the batch's statistics. A rank that dies or
+// stalls fails the step on every rank within the collective timeout; the
+// error names the rank and its node.
+func (g *Group) Train(ctx context.Context, b learner.Batch) (learner.Stats, error) {
+	if g.failed != nil {
+		return learner.Stats{}, fmt.Errorf("shard: train: %w: %v", ErrGroupFailed, g.failed)
+	}
+	replies, err := g.fanOut(ctx, g.ranks, "train", func(int) any { return learner.TrainRequest{Batch: b} }, nil)
+	if err != nil {
+		g.failed = err
+		return learner.Stats{}, err
+	}
+	st, ok := replies[0].(learner.Stats)
+	if !ok {
+		return learner.Stats{}, fmt.Errorf("shard: train: rank 0 replied %T", replies[0])
+	}
+	return st, nil
+}
+
+// Save writes a checkpoint of the group to dir (reachable by every rank).
+func (g *Group) Save(ctx context.Context, dir string) (learner.Saved, error) {
+	if g.failed != nil {
+		return learner.Saved{}, fmt.Errorf("shard: save: %w: %v", ErrGroupFailed, g.failed)
+	}
+	replies, err := g.fanOut(ctx, g.ranks, "save", func(int) any { return learner.SaveRequest{Dir: dir} }, nil)
+	if err != nil {
+		return learner.Saved{}, err
+	}
+	s, _ := replies[0].(learner.Saved)
+	return s, nil
+}
+
+// SetAlgorithm switches every rank's algorithm (and peak rate when lr > 0).
+func (g *Group) SetAlgorithm(ctx context.Context, name string, lr float64) error {
+	_, err := g.fanOut(ctx, g.ranks, "set algorithm", func(int) any { return learner.SetAlgorithmRequest{Algorithm: name, LR: lr} }, nil)
+	return err
+}
+
+// Weights offers the policy's weights from rank 0 (every rank holds them
+// whole under ZeRO stages 0 and 1).
+func (g *Group) Weights(ctx context.Context, req learner.WeightsRequest) (learner.WeightsOffer, error) {
+	if g.failed != nil {
+		return learner.WeightsOffer{}, fmt.Errorf("shard: weights: %w: %v", ErrGroupFailed, g.failed)
+	}
+	return actor.CallAs[learner.WeightsOffer](ctx, g.sys, g.ranks[0], req)
+}
+
+// fanOut calls every rank at once. Once one fails it waits at most the
+// collective timeout (plus a little) for the rest, since they will fail
+// too, then reports every failure by rank, the root causes (not "aborted
+// by another rank") first.
+func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg func(i int) any, check func(i int, reply any) error) ([]any, error) {
+	type result struct {
+		i     int
+		reply any
+		err   error
+	}
+	ch := make(chan result, len(ranks))
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for i, r := range ranks {
+		go func() {
+			reply, err := g.sys.Call(cctx, r, msg(i))
+			if err == nil && check != nil {
+				err = check(i, reply)
+			}
+			ch <- result{i, reply, err}
+		}()
+	}
+	replies := make([]any, len(ranks))
+	errs := map[int]error{}
+	var grace <-chan time.Time
+	for pending := len(ranks); pending > 0; {
+		select {
+		case r := <-ch:
+			pending--
+			replies[r.i] = r.reply
+			if r.err != nil {
+				errs[r.i] = r.err
+				if grace == nil {
+					grace = time.After(g.opt.Timeout + 5*time.Second)
+				}
+			}
+		case <-grace:
+			for i, rp := range replies {
+				if rp == nil && errs[i] == nil {
+					errs[i] = fmt.Errorf("no reply within %s of the first failure", g.opt.Timeout+5*time.Second)
+				}
+			}
+			pending = 0
+		}
+	}
+	if len(errs) == 0 {
+		return replies, nil
+	}
+	idx := make([]int, 0, len(errs))
+	for i := range errs {
+		idx = append(idx, i)
+	}
+	secondary := func(i int) bool { return strings.Contains(errs[i].Error(), ErrAborted.Error()) }
+	sort.Slice(idx, func(a, b int) bool {
+		if sa, sb := secondary(idx[a]), secondary(idx[b]); sa != sb {
+			return !sa
+		}
+		return idx[a] < idx[b]
+	})
+	parts := make([]string, len(idx))
+	for k, i := range idx {
+		parts[k] = fmt.Sprintf("rank %d (%s): %v", i, ranks[i].Address, errs[i])
+	}
+	return replies, fmt.Errorf("shard: %s (epoch %d): %s", what, g.epoch, strings.Join(parts, "; "))
+}

@@ -1,0 +1,221 @@
+package shard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/learner"
+)
+
+// Multi-process tests: every rank lives in a process of its own (the test
+// binary re-executed by internal/proctest) with its own actor system, and
+// the ranks talk over loopback TCP exactly as on separate hosts. The test
+// process is the driver.
+
+func TestMain(m *testing.M) {
+	if os.Getenv("RLNODE_SHARD_NODE") == "1" {
+		os.Exit(runRankNode())
+	}
+	os.Exit(m.Run())
+}
+
+// runRankNode hosts one rank actor and prints its ref as JSON.
+func runRankNode() int {
+	stage, _ := strconv.Atoi(os.Getenv("RLNODE_SHARD_STAGE"))
+	shards, _ := strconv.Atoi(os.Getenv("RLNODE_SHARD_SHARDS"))
+	if op, err := strconv.ParseUint(os.Getenv("RLNODE_SHARD_DIE_AT_OP"), 10, 64); err == nil {
+		testAfterSend = func(t Tag) {
+			if t.Op == op {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}
+	}
+	sys, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	defer sys.Stop()
+	ref, err := sys.SpawnLocal(actor.LocalSpawn{Name: "rank", Kind: ActorKind,
+		Args: learner.ActorConfig{Config: tinyConfig(os.Getenv("RLNODE_SHARD_ALG"), shards, stage)}})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	js, _ := json.Marshal(ref)
+	fmt.Println(string(js))
+	_, _ = io.Copy(io.Discard, os.Stdin) // stdin closing means stop
+	return 0
+}
+
+// startRanks starts n rank processes; env is added to rank i's when
+// extra(i) returns it.
+func startRanks(t *testing.T, n, stage int, extra func(i int) []string) ([]actor.Ref, []*proctest.Child) {
+	t.Helper()
+	refs := make([]actor.Ref, n)
+	kids := make([]*proctest.Child, n)
+	for i := range n {
+		env := []string{"RLNODE_SHARD_NODE=1", "RLNODE_SHARD_ALG=" + learner.GRPO,
+			"RLNODE_SHARD_STAGE=" + strconv.Itoa(stage), "RLNODE_SHARD_SHARDS=" + strconv.Itoa(n)}
+		if extra != nil {
+			env = append(env, extra(i)...)
+		}
+		kids[i] = proctest.Start(t, 30*time.Second, env...)
+		if err := json.Unmarshal([]byte(kids[i].Line), &refs[i]); err != nil {
+			t.Fatalf("rank %d: %q: %v", i, kids[i].Line, err)
+		}
+	}
+	return refs, kids
+}
+
+func driverSystem(t *testing.T) *actor.System {
+	t.Helper()
+	sys, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.Stop)
+	return sys
+}
+
+// groupWeights fetches every rank's weights over the bulk path.
+func groupWeights(t *testing.T, ctx context.Context, sys *actor.System, refs []actor.Ref) []map[string][]float32 {
+	t.Helper()
+	var out []map[string][]float32
+	for i, r := range refs {
+		off, err := actor.CallAs[learner.WeightsOffer](ctx, sys, r, learner.WeightsRequest{})
+		if err != nil {
+			t.Fatalf("weights of rank %d: %v", i, err)
+		}
+		data, err := sys.Bulk().Fetch(ctx, off.Ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := learner.DecodeWeights(fmt.Sprintf("rank %d", i), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// 1, 2 and 4 ranks in separate processes, global batch 8, reach the
+// weights of one learner on the same batches (tolerance equivTol).
+func TestEquivalenceProcesses(t *testing.T) {
+	sys := driverSystem(t)
+	for _, tc := range []struct{ n, stage int }{{1, 1}, {2, 0}, {2, 1}, {4, 1}} {
+		t.Run(fmt.Sprintf("ranks%d_stage%d", tc.n, tc.stage), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			refs, _ := startRanks(t, tc.n, tc.stage, nil)
+			g, err := NewGroup(ctx, sys, refs, Options{Timeout: 20 * time.Second, BucketElems: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref := newLearner(t, tinyConfig(learner.GRPO, 0, 0))
+			for step := range 3 {
+				want, err := ref.Train(groupBatch(step))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := g.Train(ctx, groupBatch(step))
+				if err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				if got.Step != want.Step || got.Tokens != want.Tokens || got.Loss-want.Loss > 1e-5 || want.Loss-got.Loss > 1e-5 {
+					t.Fatalf("step %d: stats %+v, want %+v", step, got, want)
+				}
+			}
+			w := ref.Model().Weights()
+			for r, gw := range groupWeights(t, ctx, sys, refs) {
+				d, at := maxDiff(gw, w)
+				t.Logf("rank %d: max weight difference %g", r, d)
+				if d > equivTol {
+					t.Errorf("rank %d: weights differ by %g at %s (tolerance %g)", r, d, at, equivTol)
+				}
+			}
+		})
+	}
+}
+
+// A rank SIGKILLed in the middle of a step's gradient reduce-scatter fails
+// the step on the others with an error naming it, within the collective
+// timeout; the group restarts from the last checkpoint with a respawned
+// rank and continues where training straight through would be.
+func TestRankKilledMidStep(t *testing.T) {
+	sys := driverSystem(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// Collectives of a ZeRO-1 rank: join's check is 0; each step does a
+	// reduce-scatter, a norm sum, an all-gather and a statistics sum; so
+	// op 5 is step 2's gradient reduce-scatter.
+	refs, kids := startRanks(t, 3, 1, func(i int) []string {
+		if i == 1 {
+			return []string{"RLNODE_SHARD_DIE_AT_OP=5"}
+		}
+		return nil
+	})
+	const timeout = 3 * time.Second
+	g, err := NewGroup(ctx, sys, refs, Options{Timeout: timeout, BucketElems: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Train(ctx, groupBatch(0)); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := g.Save(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = g.Train(ctx, groupBatch(1))
+	t.Logf("failed step returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatal("the step succeeded with rank 1 dead")
+	}
+	select {
+	case <-kids[1].Exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 1 did not die")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "rank 1 (node "+refs[1].Address+")") || !strings.Contains(msg, "sent nothing") {
+		t.Errorf("error does not name the dead rank 1 at %s as the cause: %v", refs[1].Address, err)
+	}
+	if _, err := g.Train(ctx, groupBatch(1)); err == nil || !strings.Contains(err.Error(), ErrGroupFailed.Error()) {
+		t.Errorf("train after a failure: %v; want ErrGroupFailed", err)
+	}
+
+	// Respawn rank 1 and restart everyone from the checkpoint.
+	fresh, _ := startRanks(t, 1, 1, nil)
+	refs[1] = fresh[0]
+	if err := g.Restart(ctx, refs, dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Train(ctx, groupBatch(1)); err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+	ref := newLearner(t, tinyConfig(learner.GRPO, 0, 0))
+	for step := range 2 {
+		if _, err := ref.Train(groupBatch(step)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := ref.Model().Weights()
+	for r, gw := range groupWeights(t, ctx, sys, refs) {
+		if d, at := maxDiff(gw, w); d > equivTol {
+			t.Errorf("rank %d after restart: weights differ by %g at %s", r, d, at)
+		}
+	}
+}
