@@ -111,16 +111,7 @@ func (b *Backend) rotate(X []float32, pos []int32, rows, heads, headDim int, the
 		for r := lo; r < hi; r++ {
 			p := int(pos[r])
 			cs, sn := t.cos[p*half:(p+1)*half], t.sin[p*half:(p+1)*half]
-			for h := 0; h < heads; h++ {
-				v := X[(r*heads+h)*headDim : (r*heads+h+1)*headDim]
-				x1, x2 := v[:half], v[half:]
-				for i := 0; i < half; i++ {
-					c, s := cs[i], sign*sn[i]
-					a, bb := x1[i], x2[i]
-					x1[i] = a*c - bb*s
-					x2[i] = bb*c + a*s
-				}
-			}
+			ropeRow(X[r*heads*headDim:(r+1)*heads*headDim], cs, sn, heads, sign)
 		}
 	})
 }

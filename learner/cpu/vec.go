@@ -187,3 +187,25 @@ func expSubDot(dst, src []float32, m float32) (sum, dot float32) {
 	}
 	return sum, dot
 }
+
+// ropeRow rotates the heads of one token, x holding heads vectors of
+// 2*len(cs) floats: pairs (i, i+half) by the angle whose cosine and sine
+// are cs[i] and sign*sn[i].
+func ropeRow(x, cs, sn []float32, heads int, sign float32) {
+	half := len(cs)
+	mustLen("ropeRow", len(sn), half)
+	mustLen("ropeRow", len(x), heads*2*half)
+	if useAVX512 && half > 0 && heads > 0 {
+		ropeAVX512(&x[0], &cs[0], &sn[0], heads, half, sign)
+		return
+	}
+	for h := 0; h < heads; h++ {
+		x1, x2 := x[2*h*half:(2*h+1)*half], x[(2*h+1)*half:(2*h+2)*half]
+		for i := range x1 {
+			c, s := cs[i], sign*sn[i]
+			a, bb := x1[i], x2[i]
+			x1[i] = a*c - bb*s
+			x2[i] = bb*c + a*s
+		}
+	}
+}

@@ -38,3 +38,6 @@ func rmsBackAVX512(dx, part, dy, x, w *float32, n int, s, c float32)
 
 //go:noescape
 func expSubDotAVX512(dst, src *float32, n int, m float32) (sum, dot float32)
+
+//go:noescape
+func ropeAVX512(x, cos, sin *float32, heads, half int, sign float32)

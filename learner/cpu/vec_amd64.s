@@ -477,3 +477,65 @@ eddone:
 	VMOVSS X15, dot+36(FP)
 	VZEROUPPER
 	RET
+
+// func ropeAVX512(x, cos, sin *float32, heads, half int, sign float32)
+// Rotates each of heads consecutive vectors of 2*half floats:
+// (a, b) → (a·c − b·s, b·c + a·s) with s = sign·sin.
+TEXT ·ropeAVX512(SB), NOSPLIT, $0-44
+	MOVQ x+0(FP), DI
+	MOVQ cos+8(FP), R8
+	MOVQ sin+16(FP), R9
+	MOVQ heads+24(FP), R10
+	MOVQ half+32(FP), R11
+	VBROADCASTSS sign+40(FP), Z9
+	MOVQ R11, R12
+	SHLQ $2, R12
+rphead:
+	TESTQ R10, R10
+	JZ    rpdone
+	MOVQ  DI, SI
+	LEAQ  (DI)(R12*1), DX
+	MOVQ  R8, R13
+	MOVQ  R9, BX
+	MOVQ  R11, CX
+rploop:
+	CMPQ CX, $16
+	JLT  rptail
+	VMOVUPS      (R13), Z0
+	VMULPS       (BX), Z9, Z1
+	VMOVUPS      (SI), Z2
+	VMOVUPS      (DX), Z3
+	VMULPS       Z0, Z2, Z4
+	VFNMADD231PS Z1, Z3, Z4
+	VMULPS       Z0, Z3, Z5
+	VFMADD231PS  Z1, Z2, Z5
+	VMOVUPS      Z4, (SI)
+	VMOVUPS      Z5, (DX)
+	ADDQ         $64, SI
+	ADDQ         $64, DX
+	ADDQ         $64, R13
+	ADDQ         $64, BX
+	SUBQ         $16, CX
+	JMP          rploop
+rptail:
+	TESTQ CX, CX
+	JZ    rpnext
+	TAILMASK
+	VMOVUPS.Z    (R13), K1, Z0
+	VMOVUPS.Z    (BX), K1, Z1
+	VMULPS       Z9, Z1, Z1
+	VMOVUPS.Z    (SI), K1, Z2
+	VMOVUPS.Z    (DX), K1, Z3
+	VMULPS       Z0, Z2, Z4
+	VFNMADD231PS Z1, Z3, Z4
+	VMULPS       Z0, Z3, Z5
+	VFMADD231PS  Z1, Z2, Z5
+	VMOVUPS      Z4, K1, (SI)
+	VMOVUPS      Z5, K1, (DX)
+rpnext:
+	LEAQ (DI)(R12*2), DI
+	DECQ R10
+	JMP  rphead
+rpdone:
+	VZEROUPPER
+	RET

@@ -18,3 +18,5 @@ func rmsBackAVX512(dx, part, dy, x, w *float32, n int, s, c float32) { panic("cp
 func expSubDotAVX512(dst, src *float32, n int, m float32) (sum, dot float32) {
 	panic("cpu: no AVX-512")
 }
+
+func ropeAVX512(x, cos, sin *float32, heads, half int, sign float32) { panic("cpu: no AVX-512") }

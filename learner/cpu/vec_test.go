@@ -210,6 +210,26 @@ func TestRMSNormRowsMatchGo(t *testing.T) {
 	}
 }
 
+func TestRoPERowMatchesGo(t *testing.T) {
+	requireAVX512(t)
+	rng := rand.New(rand.NewPCG(17, 18))
+	for _, half := range []int{1, 4, 16, 20, 32, 40} {
+		for _, sign := range []float32{1, -1} {
+			const heads = 3
+			cs, sn := vecInput(rng, half, 1), vecInput(rng, half, 1)
+			x := vecInput(rng, heads*2*half, 1)
+			want := append([]float32(nil), x...)
+			ropeRow(x, cs, sn, heads, sign)
+			withGo(func() { ropeRow(want, cs, sn, heads, sign) })
+			for i := range x {
+				if math.Abs(float64(x[i]-want[i])) > 1e-6*(1+math.Abs(float64(want[i]))) {
+					t.Fatalf("half %d sign %v [%d]: %v, want %v", half, sign, i, x[i], want[i])
+				}
+			}
+		}
+	}
+}
+
 // TestVecNoOverrun checks that the masked tails write nothing past the
 // slice: the guard element after each output must survive.
 func TestVecNoOverrun(t *testing.T) {
