@@ -216,27 +216,35 @@ func (b *Backend) Mul(dst, x, y backend.Tensor) {
 
 func (b *Backend) AddRowVector(x, v backend.Tensor, rows, cols int) {
 	X, V := f(x), f(v)
+	V = V[:cols]
 	b.parallel(rows, max(1, elemGrain/max(cols, 1)), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			row := X[r*cols : (r+1)*cols]
-			for j := range row {
-				row[j] += V[j]
-			}
+			addTo(X[r*cols:(r+1)*cols], V)
 		}
 	})
 }
 
 func (b *Backend) SumRows(dst, x backend.Tensor, rows, cols int) {
 	D, X := f(dst), f(x)
-	// Columns are independent: split them so no two workers write alike.
-	b.parallel(cols, 64, func(lo, hi int) {
-		for r := 0; r < rows; r++ {
-			row := X[r*cols : (r+1)*cols]
-			for j := lo; j < hi; j++ {
-				D[j] += row[j]
-			}
+	// Each chunk of rows sums into its own partial row; the partials are
+	// added in chunk order (the same result whichever worker ran which).
+	grain := max(1, elemGrain/max(cols, 1))
+	nc := b.chunks(rows, grain)
+	if len(b.parts) < nc*cols {
+		b.parts = make([]float32, nc*cols)
+	}
+	parts := b.parts[:nc*cols]
+	clear(parts)
+	b.parallelChunks(rows, grain, func(_, c, lo, hi int) {
+		part := parts[c*cols : (c+1)*cols]
+		for r := lo; r < hi; r++ {
+			addTo(part, X[r*cols:(r+1)*cols])
 		}
 	})
+	D = D[:cols]
+	for c := 0; c < nc; c++ {
+		addTo(D, parts[c*cols:(c+1)*cols])
+	}
 }
 
 func (b *Backend) GatherRows(dst, src backend.Tensor, idx []int32, cols int) {
@@ -255,9 +263,6 @@ func (*Backend) ScatterAddRows(dst, src backend.Tensor, idx []int32, cols int) {
 	D, S := f(dst), f(src)
 	mustLen("ScatterAddRows", len(S), len(idx)*cols)
 	for i, r := range idx {
-		d := D[int(r)*cols : (int(r)+1)*cols]
-		for j, v := range S[i*cols : (i+1)*cols] {
-			d[j] += v
-		}
+		addTo(D[int(r)*cols:(int(r)+1)*cols], S[i*cols:(i+1)*cols])
 	}
 }

@@ -45,10 +45,9 @@ func (b *Backend) RMSNormBackward(dx, dw, dy, x, w, rstd backend.Tensor, rows, c
 	if DW == nil {
 		return
 	}
+	DW = DW[:cols]
 	for c := 0; c < nc; c++ {
-		for j, v := range parts[c*cols : (c+1)*cols] {
-			DW[j] += v
-		}
+		addTo(DW, parts[c*cols:(c+1)*cols])
 	}
 }
 

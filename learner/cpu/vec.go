@@ -209,3 +209,15 @@ func ropeRow(x, cs, sn []float32, heads int, sign float32) {
 		}
 	}
 }
+
+// addTo sets dst += src.
+func addTo(dst, src []float32) {
+	mustLen("addTo", len(dst), len(src))
+	if useAVX512 && len(dst) > 0 {
+		addToAVX512(&dst[0], &src[0], len(dst))
+		return
+	}
+	for i, v := range src {
+		dst[i] += v
+	}
+}

@@ -41,3 +41,6 @@ func expSubDotAVX512(dst, src *float32, n int, m float32) (sum, dot float32)
 
 //go:noescape
 func ropeAVX512(x, cos, sin *float32, heads, half int, sign float32)
+
+//go:noescape
+func addToAVX512(dst, src *float32, n int)

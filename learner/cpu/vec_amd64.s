@@ -539,3 +539,43 @@ rpnext:
 rpdone:
 	VZEROUPPER
 	RET
+
+// func addToAVX512(dst, src *float32, n int)
+// dst += src.
+TEXT ·addToAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+adloop:
+	CMPQ CX, $32
+	JLT  adone
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	VADDPS  (SI), Z0, Z0
+	VADDPS  64(SI), Z1, Z1
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	ADDQ    $128, SI
+	ADDQ    $128, DI
+	SUBQ    $32, CX
+	JMP     adloop
+adone:
+	CMPQ CX, $16
+	JLT  adtail
+	VMOVUPS (DI), Z0
+	VADDPS  (SI), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	SUBQ    $16, CX
+adtail:
+	TESTQ CX, CX
+	JZ    addone
+	TAILMASK
+	VMOVUPS.Z (DI), K1, Z0
+	VMOVUPS.Z (SI), K1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+addone:
+	VZEROUPPER
+	RET

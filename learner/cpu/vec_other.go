@@ -20,3 +20,5 @@ func expSubDotAVX512(dst, src *float32, n int, m float32) (sum, dot float32) {
 }
 
 func ropeAVX512(x, cos, sin *float32, heads, half int, sign float32) { panic("cpu: no AVX-512") }
+
+func addToAVX512(dst, src *float32, n int) { panic("cpu: no AVX-512") }

@@ -230,6 +230,22 @@ func TestRoPERowMatchesGo(t *testing.T) {
 	}
 }
 
+func TestAddToMatchesGo(t *testing.T) {
+	requireAVX512(t)
+	rng := rand.New(rand.NewPCG(19, 20))
+	for _, n := range append(vecLengths, 48, 95, 96) {
+		d0, src := vecInput(rng, n, 1), vecInput(rng, n, 1)
+		got, want := append([]float32(nil), d0...), append([]float32(nil), d0...)
+		addTo(got, src)
+		withGo(func() { addTo(want, src) })
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("n=%d [%d]: %v, want %v", n, i, got[i], want[i])
+			}
+		}
+	}
+}
+
 // TestVecNoOverrun checks that the masked tails write nothing past the
 // slice: the guard element after each output must survive.
 func TestVecNoOverrun(t *testing.T) {
@@ -246,6 +262,7 @@ func TestVecNoOverrun(t *testing.T) {
 		swiglu(out, g, u)
 		swigluBack(out, dp, u, g, u)
 		scal(out, 2)
+		addTo(out, g)
 		rmsScale(out, g, u, 2)
 		rmsBack(out, dp, g, u, g, 1, 1)
 		if buf[n] != guard || buf[2*n+1] != guard {
