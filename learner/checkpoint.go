@@ -2,10 +2,15 @@ package learner
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
@@ -167,4 +172,259 @@ func sameArch(a, b model.Config) error {
 		}
 	}
 	return nil
+}
+
+// A ZeRO-1 group writes its AdamW state as one file per rank,
+// ShardOptimizerFile(rank, n), instead of OptimizerFile. A shard file holds,
+// for each tensor the rank owns elements of, "exp_avg.<name>" and
+// "exp_avg_sq.<name>" with those elements in order, and the metadata
+// "ranges.<name>" = "lo:hi,lo:hi,…" (element ranges of the flattened tensor)
+// beside "step", "rank" and "shards". Any set of shard files that covers
+// every element once loads into any shard count (ReadOptimizerState merges
+// them), and so does an unsharded OptimizerFile.
+
+// ShardOptimizerFile is the file name of rank's (0-based) optimizer shard
+// of n.
+func ShardOptimizerFile(rank, n int) string {
+	return fmt.Sprintf("optimizer-%05d-of-%05d.safetensors", rank+1, n)
+}
+
+var shardFileRE = regexp.MustCompile(`^optimizer-(\d{5})-of-(\d{5})\.safetensors$`)
+
+// OptimizerPart is one tensor's share of a rank's optimizer state: element
+// ranges [lo, hi) of the flattened tensor and the moments of those
+// elements, concatenated in range order.
+type OptimizerPart struct {
+	Name             string
+	Ranges           [][2]int
+	ExpAvg, ExpAvgSq []float32
+}
+
+// WriteOptimizerShard writes rank's part of an optimizer state at step into
+// dir. Rank 0 also removes an unsharded OptimizerFile and shard files of
+// another shard count, so a directory never holds two states.
+func WriteOptimizerShard(dir string, rank, n, step int, parts []OptimizerPart) error {
+	name := filepath.Join(dir, ShardOptimizerFile(rank, n))
+	meta := map[string]string{"step": strconv.Itoa(step), "rank": strconv.Itoa(rank), "shards": strconv.Itoa(n)}
+	var ts []safetensors.Tensor
+	for _, p := range parts {
+		total := 0
+		rs := make([]string, len(p.Ranges))
+		for i, r := range p.Ranges {
+			total += r[1] - r[0]
+			rs[i] = fmt.Sprintf("%d:%d", r[0], r[1])
+		}
+		if total != len(p.ExpAvg) || total != len(p.ExpAvgSq) {
+			return fmt.Errorf("write %s: tensor %q: ranges cover %d elements, moments have %d and %d", name, p.Name, total, len(p.ExpAvg), len(p.ExpAvgSq))
+		}
+		meta["ranges."+p.Name] = strings.Join(rs, ",")
+		for _, m := range []struct {
+			prefix string
+			v      []float32
+		}{{optim.ExpAvgPrefix, p.ExpAvg}, {optim.ExpAvgSqPrefix, p.ExpAvgSq}} {
+			t, err := safetensors.FromFloat32(m.prefix+p.Name, safetensors.F32, []int{len(m.v)}, m.v)
+			if err != nil {
+				return fmt.Errorf("write %s: %w", name, err)
+			}
+			ts = append(ts, t)
+		}
+	}
+	tmp := name + ".tmp"
+	if err := safetensors.WriteFile(tmp, ts, meta); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if rank != 0 {
+		return nil
+	}
+	if err := os.Remove(filepath.Join(dir, OptimizerFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return removeShardFiles(dir, n)
+}
+
+// removeShardFiles deletes optimizer shard files of a shard count other
+// than keep (0 removes all).
+func removeShardFiles(dir string, keep int) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		m := shardFileRE.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		if n, _ := strconv.Atoi(m[2]); n != keep {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("remove stale %s: %w", e.Name(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// ReadOptimizerState reads the AdamW state of the checkpoint in dir, whole:
+// from OptimizerFile, or else merged from every shard file. sizes gives
+// each trained tensor's element count; shard files must cover every
+// element of the tensors they name exactly once and agree on the step.
+// The second result names what was read, for errors.
+func ReadOptimizerState(dir string, sizes map[string]int) (optim.AdamWState, string, error) {
+	whole := filepath.Join(dir, OptimizerFile)
+	if _, err := os.Stat(whole); err == nil {
+		st, err := readWholeOptimizer(whole)
+		return st, whole, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return optim.AdamWState{}, dir, err
+	}
+	var files []string
+	n := 0
+	for _, e := range ents {
+		m := shardFileRE.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		k, _ := strconv.Atoi(m[2])
+		if n != 0 && k != n {
+			return optim.AdamWState{}, dir, fmt.Errorf("%s: optimizer shard files of %d and of %d shards", dir, n, k)
+		}
+		n = k
+		files = append(files, e.Name())
+	}
+	if n == 0 {
+		return optim.AdamWState{}, whole, fmt.Errorf("%s: no %s and no optimizer shard files", dir, OptimizerFile)
+	}
+	sort.Strings(files)
+	for r := range n {
+		if r >= len(files) || files[r] != ShardOptimizerFile(r, n) {
+			return optim.AdamWState{}, dir, fmt.Errorf("%s: optimizer shard %s missing", dir, ShardOptimizerFile(r, n))
+		}
+	}
+	type full struct {
+		avg, sq []float32
+		seen    []bool
+	}
+	merged := map[string]*full{}
+	step := -1
+	for _, fn := range files {
+		path := filepath.Join(dir, fn)
+		f, err := safetensors.ReadFile(path)
+		if err != nil {
+			return optim.AdamWState{}, path, err
+		}
+		s, err := strconv.Atoi(f.Metadata["step"])
+		if err != nil {
+			return optim.AdamWState{}, path, fmt.Errorf("%s: metadata step %q: %w", path, f.Metadata["step"], err)
+		}
+		if step >= 0 && s != step {
+			return optim.AdamWState{}, path, fmt.Errorf("%s: step %d, %s has %d", path, s, files[0], step)
+		}
+		step = s
+		for _, tn := range f.Names() {
+			if !strings.HasPrefix(tn, optim.ExpAvgPrefix) {
+				if !strings.HasPrefix(tn, optim.ExpAvgSqPrefix) {
+					return optim.AdamWState{}, path, fmt.Errorf("%s: unknown tensor %q", path, tn)
+				}
+				continue
+			}
+			name := strings.TrimPrefix(tn, optim.ExpAvgPrefix)
+			size, ok := sizes[name]
+			if !ok {
+				return optim.AdamWState{}, path, fmt.Errorf("%s: tensor %q: moments of a param not being trained", path, tn)
+			}
+			ranges, err := parseRanges(f.Metadata["ranges."+name], size)
+			if err != nil {
+				return optim.AdamWState{}, path, fmt.Errorf("%s: metadata ranges.%s: %w", path, name, err)
+			}
+			avg, _, err := f.Float32(tn)
+			if err != nil {
+				return optim.AdamWState{}, path, fmt.Errorf("%s: %w", path, err)
+			}
+			sq, _, err := f.Float32(optim.ExpAvgSqPrefix + name)
+			if err != nil {
+				return optim.AdamWState{}, path, fmt.Errorf("%s: %w", path, err)
+			}
+			fm := merged[name]
+			if fm == nil {
+				fm = &full{avg: make([]float32, size), sq: make([]float32, size), seen: make([]bool, size)}
+				merged[name] = fm
+			}
+			at := 0
+			for _, r := range ranges {
+				if at+r[1]-r[0] > len(avg) || len(sq) != len(avg) {
+					return optim.AdamWState{}, path, fmt.Errorf("%s: tensor %q: ranges cover more than its %d moments", path, name, len(avg))
+				}
+				for i := r[0]; i < r[1]; i++ {
+					if fm.seen[i] {
+						return optim.AdamWState{}, path, fmt.Errorf("%s: tensor %q: element %d is also in another shard", path, name, i)
+					}
+					fm.seen[i] = true
+				}
+				copy(fm.avg[r[0]:r[1]], avg[at:])
+				copy(fm.sq[r[0]:r[1]], sq[at:])
+				at += r[1] - r[0]
+			}
+			if at != len(avg) {
+				return optim.AdamWState{}, path, fmt.Errorf("%s: tensor %q: ranges cover %d elements, it has %d", path, name, at, len(avg))
+			}
+		}
+	}
+	names := make([]string, 0, len(merged))
+	for name, fm := range merged {
+		for i, ok := range fm.seen {
+			if !ok {
+				return optim.AdamWState{}, dir, fmt.Errorf("%s: optimizer shards: tensor %q: element %d is in no shard", dir, name, i)
+			}
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	st := optim.AdamWState{Step: step}
+	for _, name := range names {
+		st.Tensors = append(st.Tensors, optim.Tensor{Name: optim.ExpAvgPrefix + name, Data: merged[name].avg},
+			optim.Tensor{Name: optim.ExpAvgSqPrefix + name, Data: merged[name].sq})
+	}
+	return st, dir, nil
+}
+
+func readWholeOptimizer(path string) (optim.AdamWState, error) {
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return optim.AdamWState{}, err
+	}
+	optStep, err := strconv.Atoi(f.Metadata["step"])
+	if err != nil {
+		return optim.AdamWState{}, fmt.Errorf("%s: metadata step %q: %w", path, f.Metadata["step"], err)
+	}
+	ost := optim.AdamWState{Step: optStep}
+	for _, name := range f.Names() {
+		v, _, err := f.Float32(name)
+		if err != nil {
+			return optim.AdamWState{}, fmt.Errorf("%s: %w", path, err)
+		}
+		ost.Tensors = append(ost.Tensors, optim.Tensor{Name: name, Data: v})
+	}
+	return ost, nil
+}
+
+// parseRanges reads "lo:hi,lo:hi" within [0, size).
+func parseRanges(s string, size int) ([][2]int, error) {
+	if s == "" {
+		return nil, fmt.Errorf("missing")
+	}
+	var out [][2]int
+	for _, part := range strings.Split(s, ",") {
+		a, b, ok := strings.Cut(part, ":")
+		lo, err1 := strconv.Atoi(a)
+		hi, err2 := strconv.Atoi(b)
+		if !ok || err1 != nil || err2 != nil || lo < 0 || hi < lo || hi > size {
+			return nil, fmt.Errorf("range %q not within [0, %d)", part, size)
+		}
+		out = append(out, [2]int{lo, hi})
+	}
+	return out, nil
 }

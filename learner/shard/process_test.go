@@ -46,8 +46,15 @@ func runRankNode() int {
 		return 1
 	}
 	defer sys.Stop()
-	ref, err := sys.SpawnLocal(actor.LocalSpawn{Name: "rank", Kind: ActorKind,
-		Args: learner.ActorConfig{Config: tinyConfig(os.Getenv("RLNODE_SHARD_ALG"), shards, stage)}})
+	spawn := actor.LocalSpawn{Name: "rank", Kind: ActorKind,
+		Args: learner.ActorConfig{Config: tinyConfig(os.Getenv("RLNODE_SHARD_ALG"), shards, stage)}}
+	switch os.Getenv("RLNODE_SHARD_MODEL") {
+	case "quickstart":
+		spawn.Args = learner.ActorConfig{Config: quickstartConfig(shards)}
+	case "bench":
+		spawn.Kind = benchKind
+	}
+	ref, err := sys.SpawnLocal(spawn)
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1
@@ -60,7 +67,7 @@ func runRankNode() int {
 
 // startRanks starts n rank processes; env is added to rank i's when
 // extra(i) returns it.
-func startRanks(t *testing.T, n, stage int, extra func(i int) []string) ([]actor.Ref, []*proctest.Child) {
+func startRanks(t testing.TB, n, stage int, extra func(i int) []string) ([]actor.Ref, []*proctest.Child) {
 	t.Helper()
 	refs := make([]actor.Ref, n)
 	kids := make([]*proctest.Child, n)
@@ -76,6 +83,12 @@ func startRanks(t *testing.T, n, stage int, extra func(i int) []string) ([]actor
 		}
 	}
 	return refs, kids
+}
+
+// startRanksTB starts n rank processes with env added.
+func startRanksTB(tb testing.TB, n int, env ...string) ([]actor.Ref, []*proctest.Child) {
+	tb.Helper()
+	return startRanks(tb, n, 1, func(int) []string { return env })
 }
 
 func driverSystem(t *testing.T) *actor.System {

@@ -1,0 +1,238 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/model"
+)
+
+// Benchmarks between processes on loopback (each rank a re-executed test
+// binary, as in the multi-process tests):
+//
+//	go test ./learner/shard -run '^$' -bench 'AllReduce|Memcpy|TrainStepQuickstart' -benchtime 5x
+//
+// AllReduce reports bus bandwidth as NCCL's tests define it: bytes/time ×
+// 2(n−1)/n, the traffic each rank's link carries in a ring all-reduce.
+
+const benchKind = "shard-bench"
+
+// BenchJoin makes a bench actor rank Rank of Peers (mailboxes).
+type BenchJoin struct {
+	Rank  int
+	Peers []actor.Ref
+}
+
+// BenchRun asks a bench actor for Iters all-reduces of Floats elements.
+type BenchRun struct {
+	Floats, Iters int
+	FirstOp       uint64
+}
+
+func init() {
+	actor.RegisterMessage(BenchJoin{}, BenchRun{})
+	actor.RegisterKind(benchKind, func(ctx *actor.Context, _ any) (actor.Actor, error) {
+		mb, err := OpenMailbox(ctx.System(), ctx.Self().Name+".mailbox")
+		if err != nil {
+			return nil, err
+		}
+		return &benchActor{mb: mb}, nil
+	})
+}
+
+type benchActor struct {
+	mb *Mailbox
+	g  *ring
+}
+
+func (a *benchActor) Receive(_ *actor.Context, msg any) (any, error) {
+	switch m := msg.(type) {
+	case MailboxRequest:
+		return MailboxRef{Ref: a.mb.Ref()}, nil
+	case BenchJoin:
+		t, err := a.mb.Transport(1, m.Rank, m.Peers, Options{})
+		if err != nil {
+			return nil, err
+		}
+		a.g = &ring{t: t, bucket: 1 << 20, inFlight: 2}
+		return Joined{Rank: m.Rank}, nil
+	case BenchRun:
+		x := make([]float32, m.Floats)
+		for i := range m.Iters {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			err := a.g.allReduce(ctx, 1, m.FirstOp+2*uint64(i), x)
+			cancel()
+			if err != nil {
+				return nil, err
+			}
+		}
+		return Joined{}, nil
+	}
+	return nil, fmt.Errorf("bench: unexpected %T", msg)
+}
+
+var benchSizes = []int{1 << 20, 16 << 20, 64 << 20} // bytes
+
+func BenchmarkAllReduceLoopback(b *testing.B) {
+	for _, n := range []int{2, 4} {
+		for _, size := range benchSizes {
+			b.Run(fmt.Sprintf("ranks=%d/MiB=%d", n, size>>20), func(b *testing.B) {
+				sys, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer sys.Stop()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				// Rank 0 is this process; the others are child processes.
+				mb, err := OpenMailbox(sys, "bench0.mailbox")
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer mb.Close()
+				peers := []actor.Ref{mb.Ref()}
+				var kids []actor.Ref
+				for range n - 1 {
+					refs, _ := startRanksTB(b, 1, "RLNODE_SHARD_MODEL=bench")
+					r, err := actor.CallAs[MailboxRef](ctx, sys, refs[0], MailboxRequest{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					kids = append(kids, refs[0])
+					peers = append(peers, r.Ref)
+				}
+				for i, k := range kids {
+					if _, err := sys.Call(ctx, k, BenchJoin{Rank: i + 1, Peers: peers}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				t, err := mb.Transport(1, 0, peers, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				g := &ring{t: t, bucket: 1 << 20, inFlight: 2}
+				x := make([]float32, size/4)
+				run := func(iters int, first uint64) {
+					done := make(chan error, len(kids))
+					for _, k := range kids {
+						go func() {
+							_, err := sys.Call(ctx, k, BenchRun{Floats: len(x), Iters: iters, FirstOp: first})
+							done <- err
+						}()
+					}
+					for i := range iters {
+						if err := g.allReduce(ctx, 1, first+2*uint64(i), x); err != nil {
+							b.Fatal(err)
+						}
+					}
+					for range kids {
+						if err := <-done; err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				run(1, 0) // warm: connections, buffers
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				run(b.N, 2)
+				b.StopTimer()
+				sec := b.Elapsed().Seconds() / float64(b.N)
+				b.ReportMetric(float64(size)/sec/1e9*2*float64(n-1)/float64(n), "busGB/s")
+			})
+		}
+	}
+}
+
+// BenchmarkMemcpy copies the same sizes within one process: the ceiling a
+// collective between processes on one host could approach.
+func BenchmarkMemcpy(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("MiB=%d", size>>20), func(b *testing.B) {
+			src, dst := make([]byte, size), make([]byte, size)
+			for i := range src {
+				src[i] = byte(i)
+			}
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for range b.N {
+				copy(dst, src)
+			}
+			b.ReportMetric(float64(size)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
+	}
+}
+
+func quickstartConfig(shards int) learner.Config {
+	l := learner.DefaultConfig()
+	l.Model = &model.Config{Architecture: model.Qwen2, HiddenSize: 128, IntermediateSize: 384, NumLayers: 2,
+		NumHeads: 4, NumKVHeads: 2, HeadDim: 32, VocabSize: 768, MaxPositions: 64, RMSNormEps: 1e-6,
+		RopeTheta: 10000, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
+	l.Seed, l.LR, l.MicroBatchSeqs, l.MaxResponseLen = 1, 1e-4, 64, 8
+	l.Shards, l.ZeROStage = shards, 1
+	return l
+}
+
+// quickstartBatch is one quickstart GRPO step's shape: 32 prompts × 8
+// samples, 16 prompt and 8 response tokens each.
+func quickstartBatch() learner.Batch {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var b learner.Batch
+	for i := range 256 {
+		p, r := make([]int32, 16), make([]int32, 8)
+		for k := range p {
+			p[k] = int32(rng.IntN(768))
+		}
+		for k := range r {
+			r[k] = int32(rng.IntN(768))
+		}
+		b.Prompts, b.Responses = append(b.Prompts, p), append(b.Responses, r)
+		b.Rewards = append(b.Rewards, float64(rng.IntN(2)))
+		b.GroupIDs = append(b.GroupIDs, int64(i/8))
+	}
+	return b
+}
+
+// BenchmarkTrainStepQuickstart is one GRPO step of the quickstart model
+// (hidden 128, 2 layers, vocab 768) on its batch shape, with the ranks in
+// separate processes driven by a Group, each with GOMAXPROCS = cores/ranks;
+// tokens/s counts prompt and response tokens.
+func BenchmarkTrainStepQuickstart(b *testing.B) {
+	for _, n := range []int{1, 2} {
+		b.Run("shards="+strconv.Itoa(n), func(b *testing.B) {
+			sys, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sys.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			// Each rank gets its share of the cores, as ranks on one host
+			// would be pinned.
+			procs := max(1, runtime.NumCPU()/n)
+			refs, _ := startRanksTB(b, n, "RLNODE_SHARD_MODEL=quickstart", "GOMAXPROCS="+strconv.Itoa(procs))
+			g, err := NewGroup(ctx, sys, refs, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			batch := quickstartBatch()
+			if _, err := g.Train(ctx, batch); err != nil { // warm
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				if _, err := g.Train(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(256*24*b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
