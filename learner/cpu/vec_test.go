@@ -279,6 +279,8 @@ func TestKernelsPureGo(t *testing.T) {
 	}
 	withGo(func() {
 		t.Run("Attention", TestAttentionPackedGQA)
+		t.Run("AttentionGroups", TestAttentionGroupsMatchReference)
+		t.Run("RowVectors", TestRowVectorOps)
 		t.Run("Elementwise", TestElementwiseBackward)
 	})
 }
