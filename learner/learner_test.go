@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/optim"
 	"github.com/rlnode/rlnode/learner/rl"
 )
 
@@ -224,6 +225,8 @@ func TestConfigValidate(t *testing.T) {
 		{"clip_low and clip_high", func(c *Config) { c.Loss.ClipLow, c.Loss.ClipHigh = 0, 0 }},
 		{"loss: ", func(c *Config) { c.Loss.Aggregation = "mean" }},
 		{"rw_beta", func(c *Config) { c.Algorithm, c.RWBeta = RWSFT, 0 }},
+		{"shards -1", func(c *Config) { c.Shards = -1 }},
+		{"zero_stage 3: want 0", func(c *Config) { c.ZeROStage = 3 }},
 	} {
 		c := tinyConfig(GRPO)
 		tc.edit(&c)
@@ -284,5 +287,38 @@ func TestCheckpointResumesExactly(t *testing.T) {
 	other.Model = &m
 	if err := newLearner(t, other).Load(dir); err == nil || !strings.Contains(err.Error(), "hidden_size") {
 		t.Errorf("loading into another architecture: error %v, want one naming hidden_size", err)
+	}
+}
+
+func TestSharding(t *testing.T) {
+	l := newLearner(t, tinyConfig(GRPO))
+	ok := Sharding{Rank: 0, Ranks: 2, Update: func(int, []*optim.Param, float64) (float64, error) { return 0, nil },
+		SumStats: func([]float64) error { return nil }, Abort: func(int, error) {}}
+	for _, tc := range []struct {
+		want string
+		edit func(*Sharding)
+	}{
+		{"rank 2 of 2", func(s *Sharding) { s.Rank = 2 }},
+		{"rank -1 of 2", func(s *Sharding) { s.Rank = -1 }},
+		{"lacks Update", func(s *Sharding) { s.Update = nil }},
+		{"lacks Update, SumStats or Abort", func(s *Sharding) { s.Abort = nil }},
+	} {
+		s := ok
+		tc.edit(&s)
+		if err := l.SetSharding(&s); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want one containing %q", err, tc.want)
+		}
+	}
+	// Eight sequences in two mini-batches cannot feed five ranks each.
+	c := tinyConfig(GRPO)
+	c.MiniBatches = 2
+	l = newLearner(t, c)
+	s := ok
+	s.Ranks = 5
+	if err := l.SetSharding(&s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Train(groupBatch()); err == nil || !strings.Contains(err.Error(), "mini-batch 0 has 4 sequences for 5 shards") {
+		t.Errorf("train: %v; want the mini-batch refused for too few sequences", err)
 	}
 }

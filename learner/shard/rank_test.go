@@ -1,8 +1,10 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +66,89 @@ func TestEquivalenceInProcess(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// ZeRO-1 keeps on each rank the moments of its slice only: the ranks'
+// moment counts add up to the model's parameter count.
+func TestZeRO1KeepsItsSlice(t *testing.T) {
+	c := tinyConfig(learner.GRPO, 4, 1)
+	ranks := memGroup(t, c, Options{BucketElems: 100, Timeout: 20 * time.Second})
+	if _, errs := trainAll(ranks, groupBatch(0)); errs[0] != nil {
+		t.Fatal(errs)
+	}
+	total := 0
+	for _, p := range ranks[0].Learner().TrainableParams() {
+		total += len(p.Data)
+	}
+	sum := 0
+	for r, rk := range ranks {
+		n := 0
+		for _, tn := range rk.zopt.State().Tensors {
+			n += len(tn.Data)
+		}
+		if len(rk.Learner().Optimizer().State().Tensors) != 0 {
+			t.Errorf("rank %d: the learner's own AdamW still holds state", r)
+		}
+		if n/2 > total/4+100 {
+			t.Errorf("rank %d keeps %d moments of %d parameters, want about a quarter", r, n/2, total)
+		}
+		sum += n / 2
+	}
+	if sum != total {
+		t.Errorf("ranks keep moments of %d elements, the model has %d", sum, total)
+	}
+}
+
+func TestJoinRefusesDifferentWeights(t *testing.T) {
+	c := tinyConfig(learner.GRPO, 2, 1)
+	ts := MemTransports(2)
+	errs := make([]error, 2)
+	done := make(chan struct{})
+	for i := range 2 {
+		ci := c
+		ci.Seed = uint64(10 + i)
+		l := newLearner(t, ci)
+		go func() {
+			_, errs[i] = Join(l, ts[i], 1, Options{Timeout: 20 * time.Second})
+			done <- struct{}{}
+		}()
+	}
+	<-done
+	<-done
+	for i, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "holds other weights") {
+			t.Errorf("rank %d: %v; want a refusal naming the different weights", i, err)
+		}
+	}
+}
+
+// A step that fails on one rank alone (its slice's loss is NaN) fails the
+// others at once through the abort, not at their timeout, and the group
+// then refuses to train.
+func TestLocalFailureAbortsGroup(t *testing.T) {
+	c := tinyConfig(learner.GRPO, 2, 1)
+	ranks := memGroup(t, c, Options{Timeout: 10 * time.Minute})
+	// Poison rank 1's weights after the join's check.
+	p := ranks[1].Learner().TrainableParams()
+	for i := range p[0].Data {
+		p[0].Data[i] = float32(math.NaN())
+	}
+	done := make(chan []error, 1)
+	go func() { _, errs := trainAll(ranks, groupBatch(0)); done <- errs }()
+	var errs []error
+	select {
+	case errs = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("rank 0 still waits for rank 1, whose step failed")
+	}
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "NaN") {
+		t.Errorf("rank 1: %v; want its NaN loss", errs[1])
+	}
+	if !errors.Is(errs[0], ErrAborted) || !strings.Contains(errs[0].Error(), "NaN") {
+		t.Errorf("rank 0: %v; want ErrAborted carrying rank 1's cause", errs[0])
+	}
+	if _, errs := trainAll(ranks, groupBatch(1)); !errors.Is(errs[0], ErrGroupFailed) {
+		t.Errorf("train after the failure: %v; want ErrGroupFailed", errs[0])
 	}
 }
