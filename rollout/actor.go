@@ -16,6 +16,7 @@ import (
 	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/verify"
+	"github.com/rlnode/rlnode/weightsync"
 )
 
 // ActorKind is the kind name of the rollout actor: it hosts an engine on
@@ -44,6 +45,16 @@ type ActorConfig struct {
 	MaxQueue       int    // jobs waiting beyond those; default 256
 	BulkThreshold  int    // Arrow replies over this many bytes go by bulk offer; default 16 MiB
 	JobTTL         time.Duration
+	// WeightVersion is the policy version the solver's Model holds (the
+	// native engine starts serving it).
+	WeightVersion int64
+	// WeightSync hosts the solver engine for weight pushes beside the
+	// actor: a weightsync engine host (weightsync.ServeEngine) named
+	// "<actor name>.weights" on the same node, with its own mailbox, so a
+	// push never waits behind job messages and jobs never wait behind a
+	// push. EngineHostRequest returns its ref for weightsync.Syncer.Register.
+	// The engine must take weights (weightsync.HostedEngine: native does).
+	WeightSync bool
 }
 
 // Episode kinds of EpisodeRequest.Kind.
@@ -105,6 +116,18 @@ type JobResult struct {
 	Elapsed       time.Duration
 }
 
+// EngineHostRequest asks a rollout actor started with WeightSync for its
+// engine host; it answers with an EngineHost.
+type EngineHostRequest struct{}
+
+// EngineHost is the weightsync engine host of a rollout actor's solver
+// engine: register Ref with weightsync.Syncer.Register and every publish
+// reaches the engine the actor generates with.
+type EngineHost struct {
+	Ref     actor.Ref
+	Version int64 // the version the engine serves now
+}
+
 // StatsRequest asks for an ActorStats.
 type StatsRequest struct{}
 
@@ -122,7 +145,7 @@ type ActorStats struct {
 
 func init() {
 	actor.RegisterMessage(ActorConfig{}, GenerateRequest{}, EpisodeRequest{}, Submit{}, Ticket{}, Collect{},
-		JobResult{}, StatsRequest{}, ActorStats{})
+		JobResult{}, StatsRequest{}, ActorStats{}, EngineHostRequest{}, EngineHost{})
 	actor.RegisterKind(ActorKind, func(ctx *actor.Context, args any) (actor.Actor, error) {
 		cfg, ok := args.(ActorConfig)
 		if !ok {
@@ -134,7 +157,7 @@ func init() {
 		if model == "" {
 			return nil, errors.New("native engine: no model directory")
 		}
-		return native.Load(model, native.Config{})
+		return native.Load(model, native.Config{WeightVersion: cfg.WeightVersion})
 	})
 	RegisterVerifier("math", func() (verify.Verifier, error) { return verify.Math{}, nil })
 	RegisterVerifier("gsm8k", func() (verify.Verifier, error) { return verify.GSM8K{}, nil })
@@ -211,6 +234,7 @@ type rolloutActor struct {
 	feedback engine.Engine
 	verifier verify.Verifier
 	python   episode.PythonExecutor
+	host     actor.Ref // weightsync engine host (WeightSync)
 
 	slots chan struct{}
 	ctx   context.Context
@@ -284,6 +308,21 @@ func newRolloutActor(ctx *actor.Context, cfg ActorConfig) (*rolloutActor, error)
 		}
 		a.python = episode.SandboxPython{Sandbox: sb}
 	}
+	if cfg.WeightSync {
+		he, ok := a.solver.(weightsync.HostedEngine)
+		if !ok {
+			a.closeEngines()
+			return nil, fmt.Errorf("rollout actor: WeightSync: engine %q (%T) does not take weight pushes (no SetWeights)", cfg.Engine, a.solver)
+		}
+		var base func([]string) (map[string][]float32, error)
+		if cfg.Model != "" {
+			base = weightsync.CheckpointBase(cfg.Model)
+		}
+		if a.host, err = weightsync.ServeEngine(a.sys, ctx.Self().Name+".weights", he, base); err != nil {
+			a.closeEngines()
+			return nil, fmt.Errorf("rollout actor: WeightSync: %w", err)
+		}
+	}
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	return a, nil
 }
@@ -299,6 +338,9 @@ func (a *rolloutActor) closeEngines() {
 func (a *rolloutActor) Stopped(*actor.Context) {
 	a.stop()
 	a.wg.Wait()
+	if !a.host.IsZero() {
+		_ = a.sys.StopLocal(a.host.Name, "rollout actor stopped")
+	}
 	a.closeEngines()
 }
 
@@ -311,6 +353,11 @@ func (a *rolloutActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		return a.collect(m.Job)
 	case StatsRequest:
 		return a.stats(), nil
+	case EngineHostRequest:
+		if a.host.IsZero() {
+			return nil, fmt.Errorf("rollout actor %s: no engine host: spawn it with ActorConfig.WeightSync", ctx.Self().Name)
+		}
+		return EngineHost{Ref: a.host, Version: a.solver.WeightVersion()}, nil
 	}
 	return nil, fmt.Errorf("rollout actor: unexpected message %T", msg)
 }

@@ -23,6 +23,10 @@
 // error; the others still get the version. Every wait is bounded by a
 // context or a timeout.
 //
+// Rollout actors (package rollout) started with ActorConfig.WeightSync
+// host their engine with ServeEngine beside them; rollout.Pool registers
+// those hosts and removes them when their actor is lost.
+//
 // Modes: MaxStaleness 0 is synchronous (VersionFor(step) waits until every
 // engine serves version step); k > 0 lets generation for step s run on
 // version s-k or newer, waiting only when that bound would be broken.
@@ -40,9 +44,6 @@
 //     registers it again (Register catches a late engine up from the last
 //     full and LoRA payloads, which the Syncer keeps). vLLM targets
 //     registered late are not caught up.
-//   - The rollout actor (package rollout) does not answer Push yet; it can
-//     host a Receiver (Receiver.Apply) beside its engine. Until then
-//     engines that take pushes run in EngineKind actors.
 //   - vLLM's NCCL weight-transfer backend (GPU to GPU) is not driven; full
 //     updates go through the "disk" backend.
 package weightsync

@@ -72,7 +72,7 @@ func init() {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EngineKind, err)
 		}
-		return &engineHost{name: ctx.Self().Name, eng: e, own: true, recv: &Receiver{Engine: e, Base: checkpointBase(cfg.Model)}}, nil
+		return &engineHost{name: ctx.Self().Name, eng: e, own: true, recv: &Receiver{Engine: e, Base: CheckpointBase(cfg.Model)}}, nil
 	})
 }
 
@@ -97,8 +97,9 @@ type Receiver struct {
 	base map[string][]float32
 }
 
-// checkpointBase reads base weights from the checkpoint dir.
-func checkpointBase(dir string) func([]string) (map[string][]float32, error) {
+// CheckpointBase reads base weights (for merging LoRA adapters) from the
+// checkpoint dir: the Base of a Receiver, or ServeEngine's base.
+func CheckpointBase(dir string) func([]string) (map[string][]float32, error) {
 	return func(names []string) (map[string][]float32, error) {
 		ck, err := safetensors.OpenCheckpoint(dir)
 		if err != nil {

@@ -317,6 +317,10 @@ func (s *Syncer) remove(t *target, cause string) bool {
 	return true
 }
 
+// MaxStaleness is the k of Config.MaxStaleness: results for learner step
+// s may come from version s-k or newer.
+func (s *Syncer) MaxStaleness() int { return s.cfg.MaxStaleness }
+
 // Versions is the Syncer's current view.
 func (s *Syncer) Versions() Status {
 	s.mu.Lock()

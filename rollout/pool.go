@@ -1,0 +1,589 @@
+package rollout
+
+// The rollout pool: an engine.Engine over rollout actors on the cluster's
+// nodes, so episode runners in the driver's process generate on many
+// nodes (see Pool).
+//
+// Not done yet: a lost replica is not replaced (no respawn on another
+// node; the pool shrinks); a replica the cluster restarts is dropped, not
+// re-registered; episode jobs (RunEpisodes) are not spread by the pool,
+// only plain generation; chunks are not split further when the pool
+// shrinks mid-call.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/weightsync"
+)
+
+// PoolConfig says where a Pool's rollout actors run and how it talks to
+// them. Exactly one of Nodes, Group and Replicas places them.
+type PoolConfig struct {
+	// Actor is the spawn argument of every replica. The pool sets
+	// WeightSync when Weights is set.
+	Actor ActorConfig
+	// Nodes pins one replica on each listed node id (a node may repeat).
+	Nodes []string
+	// Group puts one replica in each bundle of a placement group.
+	Group *cluster.PlacementGroup
+	// Replicas starts this many replicas wherever the cluster places them
+	// (with Resources and Labels).
+	Replicas  int
+	Resources cluster.Resources
+	Labels    map[string]string
+	// Name prefixes the replicas' actor names (Name-0, Name-1, ...);
+	// default "rollout-pool-" and a random suffix.
+	Name string
+	// Weights, when set, gets every replica's engine registered, and gates
+	// generation: GenerateStep(step) waits until the engines serve version
+	// step-k (k = Weights.MaxStaleness(); 0 is synchronous) and refuses
+	// results older than that.
+	Weights *weightsync.Syncer
+	// ChunkSize is the number of requests per job; 0 splits each Generate
+	// evenly over the live replicas. Smaller chunks lose less work when a
+	// replica dies; larger ones batch better.
+	ChunkSize int
+	// CallTimeout bounds one Submit or Collect call (default 30 s).
+	CallTimeout time.Duration
+	// LossTimeout is how long a replica whose calls keep failing, but
+	// which the cluster has not reported dead, is retried before its job
+	// moves to another replica and it is dropped (default 15 s, more than
+	// failure detection plus the cluster's grace for a missing node).
+	LossTimeout time.Duration
+}
+
+// Pool is an engine.Engine over rollout actors on the cluster's nodes: a
+// Generate call is cut into chunks, each chunk runs as one generation job
+// on the least busy live replica, and the results come back in request
+// order. When a replica is lost (its node killed, the actor dead, or its
+// calls failing for LossTimeout), the chunks it held run again on the
+// others: with the requests' seeds, a deterministic engine gives the same
+// samples. A chunk's result is taken from one job only, so no request is
+// answered twice; when every replica is lost, Generate fails naming them.
+//
+// Each engine.Result carries the policy version that generated it; with
+// Weights set the pool keeps the staleness bound of weightsync (see
+// GenerateStep). All methods are safe for concurrent use.
+type Pool struct {
+	node *cluster.Node
+	cfg  PoolConfig
+	reps []*replica
+	step atomic.Int64
+
+	watch context.Context
+	stop  context.CancelFunc
+
+	mu      sync.Mutex
+	closed  bool
+	version int64 // lowest version of the last Generate's results
+
+	moved atomic.Int64
+}
+
+type replica struct {
+	name string
+	h    *cluster.Handle
+	node string
+	host actor.Ref     // weightsync engine host, when Weights is set
+	lost chan struct{} // closed once the replica is lost
+	// Under Pool.mu:
+	cause string
+	busy  int // chunks outstanding
+}
+
+// ReplicaStatus is one replica as the pool sees it.
+type ReplicaStatus struct {
+	Name string
+	Node string
+	Busy int    // chunks it runs now
+	Lost string // why it was dropped; empty while live
+}
+
+// ErrAllLost: every replica of the pool is lost.
+var ErrAllLost = errors.New("rollout pool: every rollout actor is lost")
+
+// StartPool spawns the replicas, registers their engines with
+// cfg.Weights, and watches them. A replica that cannot be started or
+// registered stops the others and fails the call, naming it.
+func StartPool(ctx context.Context, node *cluster.Node, cfg PoolConfig) (*Pool, error) {
+	placements := 0
+	var spawn []cluster.SpawnOptions
+	if len(cfg.Nodes) > 0 {
+		placements++
+		for _, id := range cfg.Nodes {
+			spawn = append(spawn, cluster.SpawnOptions{Node: id})
+		}
+	}
+	if cfg.Group != nil {
+		placements++
+		for b := range cfg.Group.Nodes {
+			spawn = append(spawn, cluster.SpawnOptions{Group: cfg.Group, Bundle: b})
+		}
+	}
+	if cfg.Replicas > 0 {
+		placements++
+		for range cfg.Replicas {
+			spawn = append(spawn, cluster.SpawnOptions{Resources: cfg.Resources, Labels: cfg.Labels})
+		}
+	}
+	if placements != 1 || len(spawn) == 0 {
+		return nil, fmt.Errorf("rollout pool: set exactly one of PoolConfig.Nodes, Group and Replicas (got %d nodes, group %v, %d replicas)",
+			len(cfg.Nodes), cfg.Group != nil, cfg.Replicas)
+	}
+	if cfg.ChunkSize < 0 {
+		return nil, fmt.Errorf("rollout pool: ChunkSize %d: want ≥ 0", cfg.ChunkSize)
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 30 * time.Second
+	}
+	if cfg.LossTimeout <= 0 {
+		cfg.LossTimeout = 15 * time.Second
+	}
+	if cfg.Name == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		cfg.Name = "rollout-pool-" + hex.EncodeToString(b[:])
+	}
+	cfg.Actor.WeightSync = cfg.Actor.WeightSync || cfg.Weights != nil
+
+	wctx, stop := context.WithCancel(context.Background())
+	p := &Pool{node: node, cfg: cfg, watch: wctx, stop: stop, version: cfg.Actor.WeightVersion}
+	for i, opts := range spawn {
+		opts.Name = fmt.Sprintf("%s-%d", cfg.Name, i)
+		opts.Args = cfg.Actor
+		r, err := p.startReplica(ctx, opts)
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.reps = append(p.reps, r)
+	}
+	for _, r := range p.reps {
+		go p.watchReplica(r)
+	}
+	return p, nil
+}
+
+func (p *Pool) startReplica(ctx context.Context, opts cluster.SpawnOptions) (*replica, error) {
+	where := opts.Node
+	if where == "" {
+		where = "any node"
+	}
+	h, err := p.node.Spawn(ctx, ActorKind, opts)
+	if err != nil {
+		return nil, fmt.Errorf("rollout pool: start %s on %s: %w", opts.Name, where, err)
+	}
+	r := &replica{name: opts.Name, h: h, lost: make(chan struct{})}
+	if rec, ok := h.Record(); ok {
+		r.node = rec.Node
+	}
+	if p.cfg.Weights == nil {
+		return r, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+	defer cancel()
+	eh, err := cluster.Call[EngineHost](cctx, h, EngineHostRequest{})
+	if err == nil {
+		r.host = eh.Ref
+		_, err = p.cfg.Weights.Register(ctx, eh.Ref)
+	}
+	if err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = p.node.StopActor(sctx, r.name)
+		return nil, fmt.Errorf("rollout pool: register the engine of %s on node %s with weightsync: %w", r.name, r.node, err)
+	}
+	return r, nil
+}
+
+// watchReplica drops r when the cluster reports it dead or restarting (a
+// restarted rollout actor has forgotten its jobs and serves its checkpoint
+// again, not the published weights).
+func (p *Pool) watchReplica(r *replica) {
+	for n := range p.node.Watch(p.watch, r.name) {
+		if n.State == cluster.Alive {
+			continue
+		}
+		node := n.Node
+		if node == "" {
+			node = r.node
+		}
+		p.lose(r, fmt.Sprintf("%s on node %s: %s", n.State, node, n.Cause))
+		return
+	}
+}
+
+// lose drops r; its running chunks move to the others.
+func (p *Pool) lose(r *replica, cause string) {
+	p.mu.Lock()
+	if r.cause != "" {
+		p.mu.Unlock()
+		return
+	}
+	r.cause = cause // no new chunk goes to r from here on
+	p.mu.Unlock()
+	// Unregister before its chunks move, so the next publish does not
+	// wait for (and fail on) a lost engine.
+	if p.cfg.Weights != nil && !r.host.IsZero() {
+		p.cfg.Weights.Remove(r.host.Name, "rollout actor "+r.name+" lost: "+cause)
+	}
+	close(r.lost)
+	p.node.System().Logger().Warn("rollout replica lost", "replica", r.name, "node", r.node, "cause", cause)
+}
+
+// SetStep sets the learner step that Generate generates for (the step
+// whose training consumes the samples).
+func (p *Pool) SetStep(step int64) { p.step.Store(step) }
+
+// Generate implements engine.Engine: GenerateStep at the step SetStep set.
+func (p *Pool) Generate(ctx context.Context, reqs []engine.Request) ([]engine.Result, error) {
+	return p.GenerateStep(ctx, p.step.Load(), reqs)
+}
+
+type chunk struct{ lo, hi int }
+
+type outcome struct {
+	c       chunk
+	r       *replica
+	results []engine.Result
+	lost    bool
+	err     error
+}
+
+// GenerateStep generates for learner step step. With Weights set it first
+// waits (within ctx) until every engine serves version step-k or newer,
+// and every result must come from such a version; each Result's
+// WeightVersion says which, for the learner's importance-sampling
+// correction.
+func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Request) ([]engine.Result, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil, errors.New("rollout pool: closed")
+	}
+	if len(p.live()) == 0 {
+		return nil, p.allLost()
+	}
+	bound := int64(-1 << 63)
+	if w := p.cfg.Weights; w != nil {
+		if _, err := w.VersionFor(ctx, step); err != nil {
+			if len(p.live()) == 0 {
+				return nil, p.allLost()
+			}
+			return nil, fmt.Errorf("rollout pool: generate for step %d: %w", step, err)
+		}
+		bound = step - int64(w.MaxStaleness())
+	}
+
+	size := p.cfg.ChunkSize
+	if size == 0 {
+		live := max(len(p.live()), 1)
+		size = (len(reqs) + live - 1) / live
+	}
+	var pending []chunk
+	for lo := 0; lo < len(reqs); lo += size {
+		pending = append(pending, chunk{lo, min(lo+size, len(reqs))})
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// A chunk runs at most once per replica (a loss drops the replica), so
+	// this never blocks a sender after an early return.
+	done := make(chan outcome, len(pending)*len(p.reps))
+	results := make([]engine.Result, len(reqs))
+	running := 0
+	for len(pending) > 0 || running > 0 {
+		for len(pending) > 0 {
+			r := p.pick()
+			if r == nil {
+				break
+			}
+			c := pending[0]
+			pending = pending[1:]
+			running++
+			go func() {
+				res, lost, err := p.runChunk(gctx, r, reqs[c.lo:c.hi])
+				p.mu.Lock()
+				r.busy--
+				p.mu.Unlock()
+				done <- outcome{c: c, r: r, results: res, lost: lost, err: err}
+			}()
+		}
+		if running == 0 {
+			return nil, p.allLost()
+		}
+		var o outcome
+		select {
+		case o = <-done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("rollout pool: generate for step %d: %w", step, ctx.Err())
+		}
+		running--
+		switch {
+		case o.lost:
+			pending = append(pending, o.c)
+			p.moved.Add(1)
+		case o.err != nil:
+			return nil, o.err
+		default:
+			for i, res := range o.results {
+				if res.WeightVersion < bound {
+					return nil, fmt.Errorf("rollout pool: request %s on %s (node %s): weight version %d, older than step %d allows (%d with max staleness %d)",
+						res.RequestID, o.r.name, o.r.node, res.WeightVersion, step, bound, step-bound)
+				}
+				results[o.c.lo+i] = res
+			}
+		}
+	}
+	low := results[0].WeightVersion
+	for _, r := range results {
+		low = min(low, r.WeightVersion)
+	}
+	p.mu.Lock()
+	p.version = low
+	p.mu.Unlock()
+	return results, nil
+}
+
+// live lists the replicas not lost.
+func (p *Pool) live() []*replica {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*replica
+	for _, r := range p.reps {
+		if r.cause == "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// pick reserves the live replica with the fewest chunks outstanding (ties
+// to the earliest); nil when none is live.
+func (p *Pool) pick() *replica {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var best *replica
+	for _, r := range p.reps {
+		if r.cause == "" && (best == nil || r.busy < best.busy) {
+			best = r
+		}
+	}
+	if best != nil {
+		best.busy++
+	}
+	return best
+}
+
+func (p *Pool) allLost() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	causes := make([]string, len(p.reps))
+	for i, r := range p.reps {
+		causes[i] = fmt.Sprintf("%s on node %s (%s)", r.name, r.node, r.cause)
+	}
+	return fmt.Errorf("%w: %s", ErrAllLost, strings.Join(causes, "; "))
+}
+
+// runChunk runs reqs as one generation job on r. lost says the job was
+// abandoned because r is lost: the caller runs it elsewhere. err is a
+// failure of the job itself (a bad request fails the same anywhere).
+func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) (results []engine.Result, lost bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.lost:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	isLost := func() bool {
+		select {
+		case <-r.lost:
+			return true
+		default:
+			return false
+		}
+	}
+	// call retries failing calls until the cluster reports r lost, ctx
+	// ends, or the failures last LossTimeout (then r is dropped here).
+	var failingSince time.Time
+	wait := pollFirst
+	call := func(msg any) (any, bool, error) {
+		for {
+			cctx, ccancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+			v, err := r.h.Call(cctx, msg)
+			ccancel()
+			if err == nil {
+				failingSince = time.Time{}
+				return v, false, nil
+			}
+			if isLost() {
+				return nil, true, nil
+			}
+			if ctx.Err() != nil {
+				return nil, false, ctx.Err()
+			}
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			} else if time.Since(failingSince) > p.cfg.LossTimeout {
+				p.lose(r, fmt.Sprintf("calls failing for %s: %v", p.cfg.LossTimeout, err))
+				return nil, true, nil
+			}
+			select {
+			case <-ctx.Done():
+				if isLost() {
+					return nil, true, nil
+				}
+				return nil, false, ctx.Err()
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, pollMax)
+		}
+	}
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("rollout pool: %s on node %s: %s", r.name, r.node, fmt.Sprintf(format, args...))
+	}
+
+	v, lost, err := call(Submit{Generate: &GenerateRequest{Requests: reqs}})
+	if lost || err != nil {
+		return nil, lost, err
+	}
+	t, ok := v.(Ticket)
+	if !ok {
+		return nil, false, fail("submit answered %T, want Ticket", v)
+	}
+	wait = pollFirst
+	for {
+		v, lost, err := call(Collect{Job: t.Job})
+		if lost || err != nil {
+			return nil, lost, err
+		}
+		jr, ok := v.(JobResult)
+		if !ok {
+			return nil, false, fail("collect answered %T, want JobResult", v)
+		}
+		if jr.Done {
+			switch {
+			case jr.Error == "rollout actor stopped":
+				p.lose(r, "actor stopped")
+				return nil, true, nil
+			case jr.Error != "":
+				return nil, false, fail("job %s: %s", t.Job, jr.Error)
+			case len(jr.Results) != len(reqs):
+				return nil, false, fail("job %s: %d results for %d requests", t.Job, len(jr.Results), len(reqs))
+			}
+			for i := range reqs {
+				if jr.Results[i].RequestID != reqs[i].ID {
+					return nil, false, fail("job %s: result %d answers request %q, want %q", t.Job, i, jr.Results[i].RequestID, reqs[i].ID)
+				}
+			}
+			return jr.Results, false, nil
+		}
+		select {
+		case <-ctx.Done():
+			if isLost() {
+				return nil, true, nil
+			}
+			return nil, false, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, pollMax)
+	}
+}
+
+// WeightVersion implements engine.Engine: with Weights, the lowest version
+// the pool's registered engines serve; otherwise the lowest version of the
+// last Generate's results (at first ActorConfig.WeightVersion).
+func (p *Pool) WeightVersion() int64 {
+	if w := p.cfg.Weights; w != nil {
+		ours := map[string]bool{}
+		for _, r := range p.reps {
+			ours[r.host.Name] = true
+		}
+		first, low := true, int64(0)
+		for _, e := range w.Versions().Engines {
+			if ours[e.Name] && (first || e.Version < low) {
+				first, low = false, e.Version
+			}
+		}
+		if !first {
+			return low
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.version
+}
+
+// Replicas reports each replica, in start order.
+func (p *Pool) Replicas() []ReplicaStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]ReplicaStatus, len(p.reps))
+	for i, r := range p.reps {
+		out[i] = ReplicaStatus{Name: r.name, Node: r.node, Busy: r.busy, Lost: r.cause}
+	}
+	return out
+}
+
+// Handles returns the live replicas' handles (for Stats, or episode jobs
+// with RunEpisodes).
+func (p *Pool) Handles() []*cluster.Handle {
+	var out []*cluster.Handle
+	for _, r := range p.live() {
+		out = append(out, r.h)
+	}
+	return out
+}
+
+// Redispatched counts chunks that ran again because their replica was lost.
+func (p *Pool) Redispatched() int64 { return p.moved.Load() }
+
+// Close implements engine.Engine: it unregisters the engines from Weights
+// and stops the live replicas (each within 10 s). Errors name the
+// replicas that did not stop.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.stop()
+	var errs []string
+	for _, r := range p.live() {
+		if p.cfg.Weights != nil && !r.host.IsZero() {
+			p.cfg.Weights.Remove(r.host.Name, "rollout pool closed")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := p.node.StopActor(ctx, r.name); err != nil {
+			errs = append(errs, err.Error())
+		}
+		cancel()
+	}
+	if len(errs) > 0 {
+		sort.Strings(errs)
+		return fmt.Errorf("rollout pool: close: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+var _ engine.Engine = (*Pool)(nil)

@@ -1,0 +1,416 @@
+package rollout_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/weightsync"
+)
+
+// The pool's multi-process test runs this test binary again as rollout
+// nodes (internal/proctest). Such a child is recognised here, before
+// TestMain, by RLNODE_POOL_NODE (its node id).
+func init() {
+	rollout.RegisterEngine("pool-tiny", func(cfg rollout.ActorConfig, _ string) (engine.Engine, error) {
+		m, err := tinyModel()
+		if err != nil {
+			return nil, err
+		}
+		e, err := native.New(m, tokenizer.Builtin(), native.Config{MaxBatch: 8, WeightVersion: cfg.WeightVersion})
+		if err != nil {
+			return nil, err
+		}
+		if os.Getenv("RLNODE_POOL_HOLD") == "1" {
+			return holdEngine{e}, nil
+		}
+		return e, nil
+	})
+	// Registered first: a child node needs the engine too.
+	if id := os.Getenv("RLNODE_POOL_NODE"); id != "" {
+		os.Exit(runPoolNode(id))
+	}
+}
+
+// holdEngine is the engine of the node the test kills: it never answers a
+// request whose id starts with "hold" (until its context ends), so the
+// kill surely lands mid-generation.
+type holdEngine struct{ *native.Engine }
+
+func (h holdEngine) Generate(ctx context.Context, reqs []engine.Request) ([]engine.Result, error) {
+	for _, r := range reqs {
+		if strings.HasPrefix(r.ID, "hold") {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+	}
+	return h.Engine.Generate(ctx, reqs)
+}
+
+func runPoolNode(id string) int {
+	key, _ := base64.StdEncoding.DecodeString(os.Getenv("RLNODE_POOL_KEY"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2,
+		Join: []string{os.Getenv("RLNODE_POOL_JOIN")}, Logger: actor.DiscardLogger()})
+	cancel()
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	fmt.Println("UP")
+	_, _ = io.Copy(io.Discard, os.Stdin) // stdin closing means stop
+	n.Stop()
+	return 0
+}
+
+// otherModel is tinyModel's architecture with other random weights.
+func otherModel(t *testing.T, seed uint64) *model.Model {
+	t.Helper()
+	m, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := mrand.New(mrand.NewPCG(seed, 2))
+	for _, p := range m.Params() {
+		v := make([]float32, p.Len())
+		for i := range v {
+			if len(p.Shape) == 1 && strings.HasSuffix(p.Name, "norm.weight") {
+				v[i] = 1
+			} else {
+				v[i] = float32(rng.NormFloat64() * 0.25)
+			}
+		}
+		m.B.Upload(p.W, v)
+	}
+	return m
+}
+
+// poolRequests are n sampled requests, each with its own seed.
+func poolRequests(prefix string, n int) []engine.Request {
+	var reqs []engine.Request
+	for i := range n {
+		seed := int64(100 + i)
+		reqs = append(reqs, engine.Request{ID: fmt.Sprintf("%s-%d", prefix, i), Prompt: []int{5 + i, 17, 42, 9 + i},
+			Params: engine.SamplingParams{MaxTokens: 6, Temperature: 1, Seed: &seed}})
+	}
+	return reqs
+}
+
+// reference generates reqs in this process with the native engine on m.
+func reference(t *testing.T, m *model.Model, reqs []engine.Request) []engine.Result {
+	t.Helper()
+	e, err := native.New(m, tokenizer.Builtin(), native.Config{MaxBatch: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	res, err := e.Generate(testCtx(t), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// sameSamples holds the pool's results to the reference: same request
+// order, same tokens, the given weight version.
+func sameSamples(t *testing.T, who string, got, want []engine.Result, version int64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d results for %d requests", who, len(got), len(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.RequestID != w.RequestID || g.WeightVersion != version || len(g.Samples) != len(w.Samples) {
+			t.Fatalf("%s result %d: request %q version %d, %d samples; want %q version %d, %d samples",
+				who, i, g.RequestID, g.WeightVersion, len(g.Samples), w.RequestID, version, len(w.Samples))
+		}
+		for k := range w.Samples {
+			if !slices.Equal(g.Samples[k].TokenIDs, w.Samples[k].TokenIDs) {
+				t.Errorf("%s request %s sample %d: tokens %v, reference %v", who, g.RequestID, k, g.Samples[k].TokenIDs, w.Samples[k].TokenIDs)
+			}
+		}
+	}
+}
+
+func completed(t *testing.T, h *cluster.Handle) int64 { t.Helper(); return stats(t, h).Completed }
+
+// TestPoolStaleness: with max staleness k, generation for step s runs on
+// version s-k or newer and waits for it otherwise; k = 0 is the
+// synchronous barrier.
+func TestPoolStaleness(t *testing.T) {
+	n := startNode(t)
+	ctx := testCtx(t)
+	for _, k := range []int{0, 1} {
+		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
+			syncer, err := weightsync.Start(ctx, n, 0, weightsync.Config{MaxStaleness: k, Name: fmt.Sprintf("ws-%d", k)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer syncer.Close()
+			pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"},
+				Replicas: 2, Weights: syncer, Name: fmt.Sprintf("stale-%d", k)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			reqs := poolRequests("s", 4)
+			published := int64(0)
+			for step := int64(0); step <= 3; step++ {
+				// Whether step may run on the published version.
+				if step-int64(k) > published {
+					short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+					_, err := pool.GenerateStep(short, step, reqs)
+					cancel()
+					if want := fmt.Sprintf("wait for version %d", step-int64(k)); err == nil || !strings.Contains(err.Error(), want) {
+						t.Fatalf("step %d on version %d: %v, want %q", step, published, err, want)
+					}
+					published++
+					if _, err := syncer.Publish(ctx, published, weightsync.FullUpdate(otherModel(t, uint64(published)))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				res, err := pool.GenerateStep(ctx, step, reqs)
+				if err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				for _, r := range res {
+					if r.WeightVersion != published || r.WeightVersion < step-int64(k) {
+						t.Errorf("step %d: request %s on version %d (published %d, bound %d)", step, r.RequestID, r.WeightVersion, published, step-int64(k))
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestPoolErrors(t *testing.T) {
+	n := startNode(t)
+	ctx := testCtx(t)
+	syncer, err := weightsync.Start(ctx, n, 0, weightsync.Config{Name: "ws-errors"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syncer.Close()
+	cases := []struct {
+		name string
+		cfg  rollout.PoolConfig
+		want string
+	}{
+		{"no placement", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}}, "exactly one of PoolConfig.Nodes, Group and Replicas"},
+		{"two placements", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}, Replicas: 1, Nodes: []string{n.ID()}}, "exactly one"},
+		{"unknown node", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}, Nodes: []string{"nowhere"}, Name: "e1"}, "start e1-0 on nowhere"},
+		{"unknown engine", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "nope"}, Replicas: 1, Name: "e2"}, `unknown engine "nope"`},
+		{"engine without weights", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "scripted", Verifier: "exact"}, Replicas: 1, Weights: syncer, Name: "e3"}, "does not take weight pushes"},
+		{"negative chunk", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}, Replicas: 1, ChunkSize: -1}, "ChunkSize -1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := rollout.StartPool(ctx, n, c.cfg)
+			if err == nil {
+				p.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v, want %q", err, c.want)
+			}
+		})
+	}
+	// A failed start leaves no actor behind.
+	for _, rec := range n.Directory().Actors() {
+		if strings.HasPrefix(rec.Name, "e") && rec.State == cluster.Alive && rec.Kind == rollout.ActorKind {
+			t.Errorf("actor %s left alive after a failed start", rec.Name)
+		}
+	}
+
+	// Without weightsync: a scripted engine, small chunks, a bad request
+	// fails the call naming the replica and the request's problem.
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "scripted", Verifier: "exact"}, Replicas: 2, ChunkSize: 3, Name: "plain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := pool.Generate(ctx, poolRequests("p", 7))
+	if err != nil || len(res) != 7 || res[6].RequestID != "p-6" || res[0].WeightVersion != 3 || pool.WeightVersion() != 3 {
+		t.Fatalf("plain pool: %d results, %v", len(res), err)
+	}
+	bad := poolRequests("b", 2)
+	bad[1].Params.MaxTokens = 0
+	if _, err := pool.Generate(ctx, bad); err == nil || !strings.Contains(err.Error(), "rollout pool: plain-") || !strings.Contains(err.Error(), "request b-1: bad generation request") {
+		t.Errorf("bad request: %v", err)
+	}
+	if _, err := cluster.Call[rollout.EngineHost](ctx, pool.Handles()[0], rollout.EngineHostRequest{}); err == nil || !strings.Contains(err.Error(), "WeightSync") {
+		t.Errorf("engine host of an actor without WeightSync: %v", err)
+	}
+	if err := pool.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Generate(ctx, poolRequests("q", 1)); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("generate after close: %v", err)
+	}
+	if rec, _ := n.Directory().Actor("plain-0"); rec.State != cluster.Dead {
+		t.Errorf("plain-0 is %s after Close", rec.State)
+	}
+}
+
+// TestPoolAcrossProcesses: three nodes (this process, r1 and r2 as child
+// processes), a pool of rollout actors on r1 and r2 whose engines take
+// weight pushes from a synchronous weightsync.Syncer; r2 is SIGKILLed
+// while it holds a chunk, then r1. It comes last in the package: gRPC
+// goroutines still dialing the killed nodes would race with the global
+// logger a later node's start sets (shared/DESIGN.md, -race).
+func TestPoolAcrossProcesses(t *testing.T) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: "driver", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	env := []string{"RLNODE_POOL_KEY=" + base64.StdEncoding.EncodeToString(key), "RLNODE_POOL_JOIN=" + n.GossipAddress()}
+	r1 := proctest.Start(t, 30*time.Second, append(env, "RLNODE_POOL_NODE=r1")...)
+	r2 := proctest.Start(t, 30*time.Second, append(env, "RLNODE_POOL_NODE=r2", "RLNODE_POOL_HOLD=1")...)
+	if r1.Line != "UP" || r2.Line != "UP" {
+		t.Fatalf("child nodes: %q %q", r1.Line, r2.Line)
+	}
+	for len(n.Views()) < 3 { // both children joined (bounded by ctx)
+		select {
+		case <-ctx.Done():
+			t.Fatalf("nodes seen: %d, want 3", len(n.Views()))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
+	syncer, err := weightsync.Start(ctx, n, 0, weightsync.Config{PushTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syncer.Close()
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"},
+		Nodes: []string{"r1", "r2"}, Weights: syncer, Name: "gen"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if st := syncer.Versions(); len(st.Engines) != 2 || st.Engines[0].Node != "r1" || st.Engines[1].Node != "r2" {
+		t.Fatalf("weightsync engines %+v, want gen-0 on r1 and gen-1 on r2", st.Engines)
+	}
+	h1, h2 := pool.Handles()[0], pool.Handles()[1]
+
+	// Version 0, both replicas work, samples equal the reference's.
+	base, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := poolRequests("a", 8)
+	got, err := pool.GenerateStep(ctx, 0, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSamples(t, "version 0", got, reference(t, base, reqs), 0)
+	if c1, c2 := completed(t, h1), completed(t, h2); c1 != 1 || c2 != 1 {
+		t.Fatalf("jobs completed: r1 %d, r2 %d; want one chunk each", c1, c2)
+	}
+
+	// Version 1 pushed to both engines: the samples are the new weights'.
+	next := otherModel(t, 9)
+	rep, err := syncer.Publish(ctx, 1, weightsync.FullUpdate(next))
+	if err != nil || len(rep.Applied) != 2 {
+		t.Fatalf("publish 1: %+v %v", rep, err)
+	}
+	for _, h := range []*cluster.Handle{h1, h2} {
+		if v := stats(t, h).WeightVersion; v != 1 {
+			t.Errorf("%s serves version %d after the push of 1", h.Name(), v)
+		}
+	}
+	pool.SetStep(1)
+	got, err = pool.Generate(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want1 := reference(t, next, reqs)
+	sameSamples(t, "version 1", got, want1, 1)
+	if pool.WeightVersion() != 1 {
+		t.Errorf("pool serves version %d, want 1", pool.WeightVersion())
+	}
+
+	// Synchronous: step 2 needs version 2, which nobody publishes.
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = pool.GenerateStep(short, 2, reqs)
+	cancelShort()
+	if err == nil || !strings.Contains(err.Error(), "wait for version 2") || !strings.Contains(err.Error(), "gen-1.weights on r2 serves 1") {
+		t.Fatalf("step 2 before version 2: %v", err)
+	}
+
+	// r2 holds its chunk; it is killed mid-generation and the chunk runs
+	// again on r1, with the same seeds and so the same samples.
+	held := poolRequests("hold", 8)
+	type answer struct {
+		res []engine.Result
+		err error
+	}
+	answered := make(chan answer, 1)
+	before := completed(t, h1)
+	go func() {
+		res, err := pool.GenerateStep(ctx, 1, held)
+		answered <- answer{res, err}
+	}()
+	for st := stats(t, h2); st.Running != 1; st = stats(t, h2) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("r2 never ran the held chunk: %+v", st)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := r2.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a := <-answered
+	if a.err != nil {
+		t.Fatalf("generate across the kill: %v", a.err)
+	}
+	sameSamples(t, "after the kill", a.res, reference(t, next, held), 1)
+	if after := completed(t, h1); after != before+2 || pool.Redispatched() != 1 {
+		t.Errorf("r1 completed %d jobs during the kill (want 2: its own chunk and r2's), %d chunks moved (want 1)", after-before, pool.Redispatched())
+	}
+	reps := pool.Replicas()
+	if reps[0].Lost != "" || !strings.Contains(reps[1].Lost, "r2") {
+		t.Errorf("replicas after the kill: %+v", reps)
+	}
+	t.Logf("r2 lost: %s", reps[1].Lost)
+	// The lost engine left weightsync: the next publish reaches r1 only
+	// and does not fail.
+	rep, err = syncer.Publish(ctx, 2, weightsync.FullUpdate(otherModel(t, 11)))
+	if err != nil || len(rep.Applied) != 1 || rep.Applied[0].Name != "gen-0.weights" {
+		t.Fatalf("publish 2 after the kill: %+v %v", rep, err)
+	}
+
+	// Every replica lost: a clear error naming them and their nodes.
+	if err := r1.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pool.GenerateStep(ctx, 2, poolRequests("c", 4))
+	if !errors.Is(err, rollout.ErrAllLost) || !strings.Contains(err.Error(), "gen-0 on node r1") || !strings.Contains(err.Error(), "gen-1 on node r2") {
+		t.Fatalf("generate with every node killed: %v", err)
+	}
+	t.Logf("all lost: %v", err)
+}
