@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,11 +30,13 @@ var learnerAlgorithms = map[string]string{
 }
 
 // DriverConfig maps the recipe onto the training loop's configuration,
-// with out as the run directory. What the driver runs today: single-turn
-// episodes on the built-in task with the math verifier, one native engine
-// in the driver's process, one learner (grpo, drgrpo, rloo, reinforce_pp,
-// rw_sft with exp weights), the SFT warm-up, schedule, evaluation,
-// checkpoints and seed. Every recipe feature beyond that is refused with
+// with out as the run directory. What the driver runs today: single-turn,
+// MLMT three-turn (trainable or frozen feedback policy, static feedback,
+// stop-gradient, final or improvement feedback reward) and SCoRe
+// two-turn episodes on the built-in task with the math verifier, native
+// engines in the driver's process, a learner per policy (grpo, drgrpo,
+// rloo, reinforce_pp, rw_sft with exp weights), the SFT warm-up,
+// schedule, evaluation, checkpoints and seed. Every recipe feature beyond that is refused with
 // an error naming the recipe field (errors.Is(err, ErrUnsupported)), never
 // dropped. The caller sets Resume, Node, Logger and Progress.
 //
@@ -48,8 +51,10 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	}
 
 	// Episode, data, engines, sync, placement: what the loop can do.
-	if r.Episode.Type != "single" {
-		no("episode.type", "%s episodes are not supported yet (single only)", r.Episode.Type)
+	epType := r.Episode.Type
+	mlmt, score := epType == "mlmt", epType == "score"
+	if epType != "single" && !mlmt && !score {
+		no("episode.type", "%s episodes are not supported yet (single, mlmt, score)", epType)
 	}
 	if r.Data.Dataset != nil {
 		no("data.dataset", "datasets are not supported yet (use data.task)")
@@ -69,8 +74,17 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if ws := r.Engines.Policy.WeightSync; ws != "full" {
 		no("engines.policy.weight_sync", "%s is not supported yet (full only)", ws)
 	}
-	if r.Engines.Feedback != nil {
-		no("engines.feedback", "a feedback engine is not supported yet")
+	if e := r.Engines.Feedback; e != nil {
+		switch {
+		case e.Kind != "native":
+			no("engines.feedback.kind", "%s engines are not supported yet (native only)", e.Kind)
+		case e.Replicas != 1:
+			no("engines.feedback.replicas", "%d: more than one engine is not supported yet", e.Replicas)
+		case e.WeightSync != "full":
+			no("engines.feedback.weight_sync", "%s is not supported yet (full only)", e.WeightSync)
+		case e.MaxBatch != r.Engines.Policy.MaxBatch:
+			no("engines.feedback.max_batch", "%d differs from engines.policy.max_batch %d: one batch size for both engines is supported", e.MaxBatch, r.Engines.Policy.MaxBatch)
+		}
 	}
 	if r.Sync.Mode != "sync" {
 		no("sync.mode", "%s is not supported yet (sync only)", r.Sync.Mode)
@@ -93,8 +107,16 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if pol.ValueHead {
 		no("models.policy.value_head", "a value head (PPO) is not supported yet")
 	}
-	if r.Models.Feedback != nil {
-		no("models.feedback", "a feedback model is not supported yet")
+	if fb := r.Models.Feedback; fb != nil {
+		if fb.LoRA != nil {
+			no("models.feedback.lora", "LoRA training is not supported yet")
+		}
+		if fb.ValueHead {
+			no("models.feedback.value_head", "a value head (PPO) is not supported yet")
+		}
+	}
+	if mlmt && !slices.Contains(r.Algorithm.MLMT.Train, "solver") {
+		no("algorithm.mlmt.train", "training the feedback policy alone is not supported yet (the solver must train)")
 	}
 	if r.Models.Reference != nil {
 		no("models.reference", "a separate reference model is not supported yet (the KL term uses the initial policy)")
@@ -126,24 +148,43 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		no("eval.temperature", "%v: sampled evaluation is not supported yet (greedy only)", r.Eval.Temperature)
 	}
 	for _, m := range r.Eval.Metrics {
-		switch m {
-		case "accuracy", "reward_mean", "response_length":
-		default:
-			no("eval.metrics", "%s is not supported yet (accuracy, reward_mean, response_length)", m)
+		// Validation allowed only the metrics of the episode type; the
+		// driver writes them all.
+		if !slices.Contains(slices.Concat(Metrics, TurnMetrics, FeedbackMetrics), m) {
+			no("eval.metrics", "%s is not supported yet", m)
 		}
 	}
 	if !r.Checkpoint.Optimizer {
 		no("checkpoint.optimizer", "false is not supported yet: checkpoints always keep the optimizer state")
 	}
 
-	// Templates (rendered by the driver over .Question and .Answer).
-	prompt, err := driverTemplate("episode.templates.solver", r.Episode.Templates.Solver, false)
-	if err != nil {
-		no("episode.templates.solver", "%v", err)
+	// Templates (rendered by the driver: .Problem becomes .Question).
+	tpl := func(field, text string, fields ...string) string {
+		out, err := driverTemplate(field, text, fields...)
+		if err != nil {
+			no(field, "%v", err)
+		}
+		return out
 	}
-	answer, err := driverTemplate("sft.response", r.SFT.Response, true)
-	if err != nil {
-		no("sft.response", "%v", err)
+	et := r.Episode.Templates
+	prompt := tpl("episode.templates.solver", et.Solver, "Problem")
+	answer := tpl("sft.response", r.SFT.Response, "Problem", "Answer")
+	var feedbackPrompt, feedbackAnswer, static, refine, review string
+	hasFeedback := mlmt && !r.Algorithm.MLMT.StaticFeedback
+	if mlmt {
+		static = tpl("episode.templates.static_feedback", et.StaticFeedback, "Problem", "Attempt")
+		refine = tpl("episode.templates.refine", et.Refine, "Problem", "Attempt", "Feedback")
+	}
+	if hasFeedback {
+		feedbackPrompt = tpl("episode.templates.feedback", et.Feedback, "Problem", "Attempt", "Hint")
+		if r.SFT.Steps > 0 && r.SFT.FeedbackResponse == "" {
+			no("sft.feedback_response", "empty: the warm-up (sft.steps %d) needs the feedback policy's target", r.SFT.Steps)
+		} else if r.SFT.FeedbackResponse != "" {
+			feedbackAnswer = tpl("sft.feedback_response", r.SFT.FeedbackResponse, "Problem", "Hint", "Answer", "Attempt")
+		}
+	}
+	if score {
+		review = tpl("episode.templates.review", et.Review, "Problem", "Attempt")
 	}
 
 	if len(refused) > 0 {
@@ -179,6 +220,35 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		EvalEvery: r.Schedule.EvalEvery, EvalProblems: r.Eval.HeldOut,
 		CheckpointEvery: r.Schedule.CheckpointEvery,
 		EngineBatch:     r.Engines.Policy.MaxBatch,
+	}
+	if mlmt || score {
+		cfg.Episode = epType
+	}
+	if mlmt {
+		m := r.Algorithm.MLMT
+		cfg.StaticFeedbackTemplate, cfg.RefineTemplate = static, refine
+		cfg.StopGradient, cfg.FeedbackReward = m.StopGradient, m.FeedbackReward
+	}
+	if hasFeedback {
+		cfg.FeedbackTemplate, cfg.FeedbackAnswerTemplate = feedbackPrompt, feedbackAnswer
+		fb := &driver.FeedbackPolicy{Train: slices.Contains(r.Algorithm.MLMT.Train, "feedback")}
+		src, field := r.Models.Feedback, "models.feedback"
+		if src == nil { // a separate copy of the policy's initial weights
+			src, field = &r.Models.Policy, "models.policy"
+		}
+		if src.Path != "" {
+			fb.ModelDir = src.Path
+		} else {
+			mc, err := src.Init.Config()
+			if err != nil {
+				return driver.Config{}, fmt.Errorf("recipe %s: %s.init: %w", l.Source, field, err)
+			}
+			fb.Model = mc
+		}
+		cfg.Feedback = fb
+	}
+	if score {
+		cfg.ReviewTemplate, cfg.ScoreAlpha = review, r.Algorithm.Score.Alpha
 	}
 	if cfg.TopP == 1 {
 		cfg.TopP = 0 // the driver's "off"
@@ -225,10 +295,10 @@ func (e *UnsupportedError) Error() string {
 // Is makes errors.Is(err, ErrUnsupported) true.
 func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
 
-// driverTemplate turns a recipe template over .Problem (and .Answer when
-// answer) into the driver's, over .Question and .Answer, by renaming the
-// field in the parsed template (not in the text).
-func driverTemplate(field, text string, answer bool) (string, error) {
+// driverTemplate turns a recipe template over the given fields into the
+// driver's, where .Problem is .Question, by renaming the field in the
+// parsed template (not in the text). A field outside fields is refused.
+func driverTemplate(field, text string, fields ...string) (string, error) {
 	t, err := template.New(field).Option("missingkey=error").Parse(text)
 	if err != nil {
 		return "", err
@@ -257,11 +327,10 @@ func driverTemplate(field, text string, answer bool) (string, error) {
 			}
 		case *tparse.FieldNode:
 			switch {
+			case !slices.Contains(fields, n.Ident[0]):
+				bad = append(bad, "."+n.Ident[0])
 			case n.Ident[0] == "Problem":
 				n.Ident[0] = "Question"
-			case n.Ident[0] == "Answer" && answer:
-			default:
-				bad = append(bad, "."+n.Ident[0])
 			}
 		case *tparse.IfNode:
 			walk(n.Pipe)
@@ -281,11 +350,7 @@ func driverTemplate(field, text string, answer bool) (string, error) {
 	}
 	walk(t.Tree.Root)
 	if len(bad) > 0 {
-		fields := ".Problem"
-		if answer {
-			fields += " and .Answer"
-		}
-		return "", fmt.Errorf("uses %s: not supported yet (single-turn runs render only %s)", strings.Join(bad, ", "), fields)
+		return "", fmt.Errorf("uses %s: not supported (this template renders only .%s)", strings.Join(bad, ", "), strings.Join(fields, ", ."))
 	}
 	// Printed back node by node: a text node next to an action is quoted
 	// as {{"text"}}, since `\boxed{` followed by `{{.Answer}}` would read

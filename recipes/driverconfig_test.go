@@ -102,8 +102,13 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 		sets   []string
 		field  string
 	}{
-		{"mlmt_math", nil, "episode.type"},
-		{"score_math", nil, "episode.type"},
+		{"quickstart", []string{"episode.type=tools"}, "episode.type"},
+		{"mlmt_math", []string{"algorithm.mlmt.train=[feedback]"}, "algorithm.mlmt.train"},
+		{"mlmt_math", []string{"engines.feedback.replicas=2"}, "engines.feedback.replicas"},
+		{"mlmt_math", []string{"engines.feedback.max_batch=8"}, "engines.feedback.max_batch"},
+		{"mlmt_math", []string{"models.feedback.lora={rank: 4}"}, "models.feedback.lora"},
+		{"mlmt_math", []string{`sft.feedback_response=""`}, "sft.feedback_response"},
+		{"mlmt_math", []string{`episode.templates.refine="{{.Problem}} {{.Attempt}} {{.Hint}} {{.Feedback}}"`}, "episode.templates.refine"},
 		{"grpo_gsm8k", nil, "data.verifier"},
 		{"mbpp", nil, "data.verifier"},
 		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}"}, "engines.policy.kind"},
@@ -131,21 +136,21 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 			t.Errorf("%s: got %v, want ErrUnsupported", name, err)
 			continue
 		}
-		if msg := err.Error(); !strings.Contains(msg, c.field+":") || !strings.Contains(msg, "not supported yet") {
+		if msg := err.Error(); !strings.Contains(msg, c.field+":") || !strings.Contains(msg, "not supported") {
 			t.Errorf("%s: error does not name %s as not supported yet:\n%s", name, c.field, msg)
 		}
 	}
 }
 
 func TestDriverTemplateRenamesProblem(t *testing.T) {
-	got, err := driverTemplate("f", "Q: {{.Problem}}{{if .Problem}}!{{end}}\n", false)
+	got, err := driverTemplate("f", "Q: {{.Problem}}{{if .Problem}}!{{end}}\n", "Problem")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := "Q: {{.Question}}{{if .Question}}!{{end}}\n"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
-	if _, err := driverTemplate("f", "{{.Answer}}", false); err == nil {
+	if _, err := driverTemplate("f", "{{.Answer}}", "Problem"); err == nil {
 		t.Error("a prompt using .Answer was accepted")
 	}
 }
@@ -171,7 +176,7 @@ func TestPruneCheckpoints(t *testing.T) {
 }
 
 func TestDriverTemplateBraces(t *testing.T) {
-	got, err := driverTemplate("f", `\boxed{ {{- .Answer -}} }`, true)
+	got, err := driverTemplate("f", `\boxed{ {{- .Answer -}} }`, "Problem", "Answer")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -298,6 +298,15 @@ type Algorithm struct {
 	RWSFT RWSFT `yaml:"rw_sft"`
 	// MLMT configures the training of mlmt episodes.
 	MLMT MLMT `yaml:"mlmt"`
+	// Score configures the training of score episodes.
+	Score Score `yaml:"score"`
+}
+
+// Score configures SCoRe's reward shaping.
+type Score struct {
+	// Alpha weighs the second turn's improvement: its reward is
+	// r2 + alpha·(r2 − r1) (SCoRe's stage-II bonus); ≥ 0. Default 1.
+	Alpha float64 `yaml:"alpha"`
 }
 
 // RWSFT configures reward-weighted SFT.
@@ -344,6 +353,10 @@ type SFT struct {
 	// Response is the target text (Go text/template over .Problem and
 	// .Answer). Default `\boxed{ {{- .Answer -}} }`: \boxed{ANSWER}.
 	Response string `yaml:"response"`
+	// FeedbackResponse is MLMT's feedback policy's target (over .Problem,
+	// .Hint, .Answer, .Attempt). Needed by an mlmt run with a feedback
+	// policy and sft.steps > 0. Default none.
+	FeedbackResponse string `yaml:"feedback_response"`
 }
 
 // Placement says where actors run.
@@ -439,6 +452,7 @@ func Default() *Recipe {
 			GradClip: 1, MicroBatch: 32, Epochs: 1, MiniBatches: 1, Gamma: 1, Lambda: 0.95, ValueCoef: 0.5, ValueClip: 0.2,
 			RWSFT: RWSFT{Weighting: "exp", Beta: 1, Threshold: 1},
 			MLMT:  MLMT{FeedbackReward: "final"},
+			Score: Score{Alpha: 1},
 		},
 		SFT:        SFT{BatchSize: 32, LR: 1e-4, Response: `\boxed{ {{- .Answer -}} }`},
 		Placement:  Placement{Mode: "colocated", Rollout: Resources{CPUs: 1}, Learner: Resources{CPUs: 1}, LearnerShards: 1},

@@ -32,12 +32,13 @@ var (
 	SyncModes      = []string{"sync", "async"}
 	Architectures  = []string{"qwen2", "llama"}
 	LoRATargets    = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
-	// Metrics every episode type has; TurnMetrics need mlmt or score;
+	// Metrics every episode type has; TurnMetrics need mlmt or score
+	// (turn2_accuracy score, turn3_accuracy mlmt: the final turn);
 	// FeedbackMetrics need mlmt with a feedback policy (turn-3 accuracy
 	// with the static feedback text in its place, on the same problems:
 	// the MLMT-RL comparison).
 	Metrics         = []string{"accuracy", "reward_mean", "response_length"}
-	TurnMetrics     = []string{"turn1_accuracy", "turn3_accuracy", "delta", "incorrect_to_correct", "correct_to_incorrect"}
+	TurnMetrics     = []string{"turn1_accuracy", "turn2_accuracy", "turn3_accuracy", "delta", "incorrect_to_correct", "correct_to_incorrect"}
 	FeedbackMetrics = []string{"turn3_accuracy_static"}
 )
 
@@ -135,7 +136,7 @@ func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
 	if r.Eval.Metrics == nil {
 		r.Eval.Metrics = []string{"accuracy", "reward_mean"}
 		if mlmt || r.Episode.Type == "score" {
-			r.Eval.Metrics = append(r.Eval.Metrics, TurnMetrics...)
+			r.Eval.Metrics = append(r.Eval.Metrics, turnMetricsOf(r.Episode.Type)...)
 		}
 		if mlmt && !a.MLMT.StaticFeedback {
 			r.Eval.Metrics = append(r.Eval.Metrics, FeedbackMetrics...)
@@ -251,7 +252,7 @@ func (r *Recipe) validate(isSet func(string) bool) []problem {
 	c.oneOf("data.verifier", d.Verifier, Verifiers)
 	if t := d.Task; t != nil {
 		for i, k := range t.Kinds {
-			c.oneOf(fmt.Sprintf("data.task.kinds.%d", i), k, task.Kinds)
+			c.oneOf(fmt.Sprintf("data.task.kinds.%d", i), k, task.AllKinds())
 		}
 		if t.Kinds != nil && len(t.Kinds) == 0 {
 			c.add("data.task.kinds", "empty list; leave the key out for all kinds")
@@ -433,8 +434,11 @@ func (r *Recipe) validate(isSet func(string) bool) []problem {
 				c.add(path, "%q needs episode.type mlmt with a feedback policy (not static feedback)", m)
 			}
 		case slices.Contains(TurnMetrics, m):
-			if !mlmt && epType != "score" {
+			switch {
+			case !mlmt && epType != "score":
 				c.add(path, "%q needs episode.type mlmt or score (episode.type is %q)", m, epType)
+			case !slices.Contains(turnMetricsOf(epType), m):
+				c.add(path, "%q is not a metric of %s episodes (want one of %v)", m, epType, turnMetricsOf(epType))
 			}
 		default:
 			c.oneOf(path, m, slices.Concat(Metrics, TurnMetrics, FeedbackMetrics))
@@ -603,7 +607,28 @@ func (c *checker) resources(path string, r Resources) {
 	}
 }
 
+// turnMetricsOf are the turn metrics of an episode type: the final turn
+// is turn 3 of mlmt, turn 2 of score.
+func turnMetricsOf(epType string) []string {
+	final := "turn3_accuracy"
+	if epType == "score" {
+		final = "turn2_accuracy"
+	}
+	return []string{"turn1_accuracy", final, "delta", "incorrect_to_correct", "correct_to_incorrect"}
+}
+
 func (c *checker) mlmt(r *Recipe) {
+	if r.Episode.Type != "score" && r.Algorithm.Score.Alpha != 1 {
+		c.add("algorithm.score", "set, but episode.type is %q (these settings are for score)", r.Episode.Type)
+	}
+	if r.Episode.Type == "score" {
+		c.nonNegativeF("algorithm.score.alpha", r.Algorithm.Score.Alpha)
+	}
+	// Static feedback ignores it, so that the static variant of a recipe
+	// is the recipe with static_feedback set.
+	if r.SFT.FeedbackResponse != "" && r.Episode.Type != "mlmt" {
+		c.add("sft.feedback_response", "set, but episode.type is %q (it is for mlmt)", r.Episode.Type)
+	}
 	m := &r.Algorithm.MLMT
 	if r.Episode.Type != "mlmt" {
 		if len(m.Train) > 0 || m.StopGradient || m.StaticFeedback || m.FeedbackReward != "final" {

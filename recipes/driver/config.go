@@ -317,8 +317,10 @@ func (c *Config) validateMLMT(t *compiled) error {
 	if t.feedback, err = parseTemplate("feedback_template", c.FeedbackTemplate, "Attempt"); err != nil {
 		return err
 	}
-	if t.feedbackAnswer, err = parseTemplate("feedback_answer_template", c.FeedbackAnswerTemplate, ""); err != nil {
-		return err
+	if c.WarmupSteps > 0 || strings.TrimSpace(c.FeedbackAnswerTemplate) != "" {
+		if t.feedbackAnswer, err = parseTemplate("feedback_answer_template", c.FeedbackAnswerTemplate, ""); err != nil {
+			return err
+		}
 	}
 	// The static text is also evaluated beside the trained feedback
 	// (turn3_accuracy_static) when given.
@@ -376,7 +378,28 @@ func MLMTMath(out string) Config {
 	c.Model = &m
 	fm := m
 	c.Feedback = &FeedbackPolicy{Model: &fm, Train: true}
+	c.FeedbackReward = FeedbackRewardFinal
 	c.WarmupSteps, c.WarmupBatch = 100, 32
+	c.Steps, c.PromptsPerStep, c.GroupSize = 200, 16, 8
+	c.EvalEvery, c.EvalProblems, c.CheckpointEvery = 25, 256, 100
+	return c
+}
+
+// SCoReMath is the preset of the score_math recipe: SCoRe two-turn
+// self-correction on the quickstart's level-1 arithmetic with the
+// quickstart's model: the SFT warm-up teaches the \boxed{} answer after
+// the first prompt and after the review prompt (first prompt, sampled
+// first answer, instruction); GRPO then trains both turns, the second on
+// r2 + α(r2 − r1) with α = 1.
+func SCoReMath(out string) Config {
+	c := Quickstart(out)
+	c.Episode = EpisodeSCoRe
+	c.ReviewTemplate = "check and answer again"
+	c.ScoreAlpha = 1
+	m := *c.Model
+	m.MaxPositions = 128
+	c.Model = &m
+	c.WarmupSteps, c.WarmupBatch = 300, 32
 	c.Steps, c.PromptsPerStep, c.GroupSize = 200, 16, 8
 	c.EvalEvery, c.EvalProblems, c.CheckpointEvery = 25, 256, 100
 	return c

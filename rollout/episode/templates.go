@@ -15,7 +15,7 @@ type Templates struct {
 	// Solver asks the solver for a first answer. Uses .Problem.
 	Solver string `json:"solver,omitempty" yaml:"solver,omitempty"`
 	// Feedback asks the feedback policy (MLMT turn 2) to critique an
-	// attempt. Uses .Problem and .Attempt.
+	// attempt. Uses .Problem and .Attempt; may use .Hint.
 	Feedback string `json:"feedback,omitempty" yaml:"feedback,omitempty"`
 	// StaticFeedback is the feedback text used instead of a feedback policy.
 	// May use .Problem and .Attempt.
@@ -38,6 +38,11 @@ type TemplateData struct {
 	Attempt  string
 	Feedback string
 	Output   string
+	// Hint is a problem's hidden information that only the feedback
+	// policy may see (rollout/task's pick kind). The runners of this
+	// package leave it empty (data.Example carries none); the driver in
+	// recipes/driver fills it.
+	Hint string
 }
 
 const boxedInstruction = "Please reason step by step, and put your final answer within \\boxed{}."

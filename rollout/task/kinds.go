@@ -400,19 +400,21 @@ func remainder(level int, rng *rand.Rand) (string, string) {
 	return fmt.Sprintf("What is the remainder when %d is divided by %d?", n, m), strconv.Itoa(n % m)
 }
 
-// pickMax bounds pick's candidates: 1..pickMax, two digits at most.
-const pickMax = 99
+// pick's candidates are two-digit numbers, pickMin..pickMax: every
+// candidate sits at the same token offset, so a tiny model learns to copy
+// the k-th one quickly.
+const pickMin, pickMax = 10, 99
 
-// pick: level+1 distinct candidates in 1..pickMax; the hint names the
-// wanted one by position ("1st", "2nd", ...), drawn independently of the
-// numbers, so nothing in the question tells which one it is.
+// pick: level+1 distinct candidates in pickMin..pickMax; the hint names
+// the wanted one by position ("1st", "2nd", ...), drawn independently of
+// the numbers, so nothing in the question tells which one it is.
 func pick(level int, rng *rand.Rand) (question, answer, hint string) {
 	n := level + 1
 	seen := map[int]bool{}
 	nums := make([]string, 0, n)
 	vals := make([]int, 0, n)
 	for len(nums) < n {
-		v := between(rng, 1, pickMax)
+		v := between(rng, pickMin, pickMax)
 		if seen[v] {
 			continue
 		}

@@ -30,7 +30,7 @@ func TestPick(t *testing.T) {
 					seen := map[string]bool{}
 					for _, s := range nums {
 						v, err := strconv.Atoi(s)
-						if err != nil || v < 1 || v > pickMax || seen[s] {
+						if err != nil || v < pickMin || v > pickMax || seen[s] {
 							t.Fatalf("%s: %q: candidate %q", p.ID, p.Question, s)
 						}
 						seen[s] = true

@@ -1,0 +1,123 @@
+package recipes
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"text/template"
+
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/recipes/driver"
+)
+
+// The multi-turn built-ins map onto the driver's presets: mlmt_math is
+// driver.MLMTMath (templates rendering the same text), its variants
+// differ from it only where they say, and score_math is
+// driver.SCoReMath.
+func TestDriverConfigMultiTurn(t *testing.T) {
+	data := driver.TemplateData{Question: "Pick: 17 42 8", Answer: "42", Hint: "2nd", Attempt: `\boxed{17}`, Feedback: " take the 2nd"}
+	for _, tc := range []struct {
+		recipe string
+		want   func() driver.Config
+	}{
+		{"mlmt_math", func() driver.Config { return driver.MLMTMath("OUT") }},
+		{"mlmt_math_stopgrad", func() driver.Config { c := driver.MLMTMath("OUT"); c.StopGradient = true; return c }},
+		{"mlmt_math_static", func() driver.Config {
+			c := driver.MLMTMath("OUT")
+			c.Feedback, c.FeedbackTemplate, c.FeedbackAnswerTemplate = nil, "", ""
+			return c
+		}},
+		{"score_math", func() driver.Config { return driver.SCoReMath("OUT") }},
+	} {
+		t.Run(tc.recipe, func(t *testing.T) {
+			l, err := Load(tc.recipe, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := l.DriverConfig("OUT")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.want()
+			for _, tpl := range []struct {
+				name      string
+				got, want string
+			}{
+				{"prompt", got.PromptTemplate, want.PromptTemplate},
+				{"answer", got.AnswerTemplate, want.AnswerTemplate},
+				{"feedback", got.FeedbackTemplate, want.FeedbackTemplate},
+				{"feedback answer", got.FeedbackAnswerTemplate, want.FeedbackAnswerTemplate},
+				{"static feedback", got.StaticFeedbackTemplate, want.StaticFeedbackTemplate},
+				{"refine", got.RefineTemplate, want.RefineTemplate},
+				{"review", got.ReviewTemplate, want.ReviewTemplate},
+			} {
+				if (tpl.got == "") != (tpl.want == "") {
+					t.Errorf("%s template: recipe %q, preset %q", tpl.name, tpl.got, tpl.want)
+					continue
+				}
+				if tpl.got != "" {
+					if g, w := renderWith(t, tpl.got, data), renderWith(t, tpl.want, data); g != w {
+						t.Errorf("%s template renders %q, the preset's %q", tpl.name, g, w)
+					}
+				}
+			}
+			// Templates compared by rendering; the rest field by field.
+			got.PromptTemplate, got.AnswerTemplate, got.FeedbackTemplate, got.FeedbackAnswerTemplate = "", "", "", ""
+			got.StaticFeedbackTemplate, got.RefineTemplate, got.ReviewTemplate = "", "", ""
+			want.PromptTemplate, want.AnswerTemplate, want.FeedbackTemplate, want.FeedbackAnswerTemplate = "", "", "", ""
+			want.StaticFeedbackTemplate, want.RefineTemplate, want.ReviewTemplate = "", "", ""
+			if want.EngineBatch == 0 {
+				want.EngineBatch = 256
+			}
+			if arch(got.Model) != arch(want.Model) {
+				t.Errorf("model %+v, preset %+v", arch(got.Model), arch(want.Model))
+			}
+			if (got.Feedback == nil) != (want.Feedback == nil) {
+				t.Fatalf("feedback %+v, preset %+v", got.Feedback, want.Feedback)
+			}
+			if got.Feedback != nil {
+				if arch(got.Feedback.Model) != arch(want.Feedback.Model) || got.Feedback.Train != want.Feedback.Train || got.Feedback.ModelDir != want.Feedback.ModelDir {
+					t.Errorf("feedback %+v %+v, preset %+v %+v", *got.Feedback, arch(got.Feedback.Model), *want.Feedback, arch(want.Feedback.Model))
+				}
+			}
+			got.LearnerResources = nil // the recipe's default, the driver's default
+			got.Model, want.Model, got.Feedback, want.Feedback = nil, nil, nil, nil
+			gl, wl := got.Learner, want.Learner
+			if gl.Algorithm != wl.Algorithm || gl.LR != wl.LR || gl.Loss.ClipLow != wl.Loss.ClipLow || gl.Loss.ClipHigh != wl.Loss.ClipHigh ||
+				gl.MicroBatchSeqs != wl.MicroBatchSeqs || gl.MaxResponseLen != wl.MaxResponseLen || gl.MaxGradNorm != wl.MaxGradNorm {
+				t.Errorf("learner %+v, preset %+v", gl, wl)
+			}
+			got.Learner, want.Learner = wl, wl
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("config\n%+v\npreset\n%+v", got, want)
+			}
+		})
+	}
+}
+
+func renderWith(t *testing.T, text string, d driver.TemplateData) string {
+	t.Helper()
+	tpl, err := template.New("x").Option("missingkey=error").Parse(text)
+	if err != nil {
+		t.Fatalf("%q: %v", text, err)
+	}
+	var sb strings.Builder
+	if err := tpl.Execute(&sb, d); err != nil {
+		t.Fatalf("%q: %v", text, err)
+	}
+	return sb.String()
+}
+
+// arch is what a recipe's model init decides of a model config.
+type archKey struct {
+	arch                                              string
+	hidden, inter, layers, heads, kvHeads, vocab, pos int
+	tie                                               bool
+}
+
+func arch(m *model.Config) archKey {
+	if m == nil {
+		return archKey{}
+	}
+	return archKey{m.Architecture, m.HiddenSize, m.IntermediateSize, m.NumLayers, m.NumHeads, m.NumKVHeads, m.VocabSize, m.MaxPositions, m.TieWordEmbeddings}
+}
