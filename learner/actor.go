@@ -88,6 +88,9 @@ func init() {
 		if !ok {
 			return nil, fmt.Errorf("learner actor: spawn args are %T, want learner.ActorConfig", args)
 		}
+		if cfg.Config.Shards > 1 {
+			return nil, fmt.Errorf("learner actor: config shards %d: a sharded learner is %d actors of kind learner-shard joined by learner/shard.NewGroup, not one learner actor", cfg.Config.Shards, cfg.Config.Shards)
+		}
 		l, err := New(cfg.Config)
 		if err != nil {
 			return nil, err

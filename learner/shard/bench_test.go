@@ -3,7 +3,9 @@ package shard
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"runtime"
 	"strconv"
 	"testing"
@@ -233,6 +235,42 @@ func BenchmarkTrainStepQuickstart(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(256*24*b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
+
+// BenchmarkTCPLoopback streams the same sizes over one loopback TCP
+// connection inside one process: the socket ceiling under the bulk path.
+func BenchmarkTCPLoopback(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("MiB=%d", size>>20), func(b *testing.B) {
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer lis.Close()
+			go func() {
+				c, err := lis.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				_, _ = io.Copy(io.Discard, c)
+			}()
+			c, err := net.Dial("tcp", lis.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			buf := make([]byte, size)
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(size)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 		})
 	}
 }
