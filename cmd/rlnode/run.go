@@ -190,7 +190,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		cfg.Node = node
 	}
 
-	bar := newProgressBar(stderr, cfg.WarmupSteps+cfg.Steps)
+	bar := newProgressBar(stderr, cfg.WarmupSteps, cfg.WarmupSteps+cfg.Steps)
 	cfg.Progress = func(m driver.Metrics) {
 		bar.step(m)
 		if exporter != nil {
@@ -261,32 +261,43 @@ func printRecipeError(w io.Writer, verb, recipe string, err error) {
 }
 
 // progressBar prints one line per step: redrawn in place (\r) on a
-// terminal, plain lines otherwise (logs, pipes).
+// terminal, plain lines otherwise (logs, pipes). tok/s is the step's
+// tokens over its generation and training time. The ETA is per phase:
+// SFT warm-up steps are far faster than RL steps, so during the warm-up it
+// is the time left to the end of the warm-up ("warm-up ETA"), and during
+// RL the remaining RL steps at the rate of the RL steps seen so far.
 type progressBar struct {
-	w     io.Writer
-	tty   bool
-	total int
-	start time.Time
-	first int // first step seen, for the ETA of a resumed run
-	last  int
-	eval  *float64
-	drawn bool
+	w      io.Writer
+	tty    bool
+	warmup int // warm-up steps planned (they come first)
+	total  int
+	now    func() time.Time
+
+	lastAt     time.Time // when the previous step ended (the bar's start at first)
+	phase      string
+	phaseStart time.Time // when the current phase's first step began
+	phaseFirst int       // the step before the current phase's first seen step
+	last       int
+	eval       *float64
+	drawn      bool
 }
 
-func newProgressBar(w io.Writer, total int) *progressBar {
+func newProgressBar(w io.Writer, warmup, total int) *progressBar {
 	tty := false
 	if f, ok := w.(*os.File); ok {
 		if st, err := f.Stat(); err == nil {
 			tty = st.Mode()&os.ModeCharDevice != 0
 		}
 	}
-	return &progressBar{w: w, tty: tty, total: total, start: time.Now(), first: -1}
+	return &progressBar{w: w, tty: tty, warmup: warmup, total: total, now: time.Now, lastAt: time.Now()}
 }
 
 func (b *progressBar) step(m driver.Metrics) {
-	if b.first < 0 {
-		b.first = m.Step - 1
+	now := b.now()
+	if m.Phase != b.phase || b.phase == "" {
+		b.phase, b.phaseStart, b.phaseFirst = m.Phase, b.lastAt, m.Step-1
 	}
+	b.lastAt = now
 	b.last = m.Step
 	if m.EvalAccuracy != nil {
 		b.eval = m.EvalAccuracy
@@ -304,9 +315,14 @@ func (b *progressBar) step(m driver.Metrics) {
 	if s := m.GenSeconds + m.TrainSeconds; s > 0 && m.Tokens > 0 {
 		fmt.Fprintf(&sb, " %.0f tok/s", float64(m.Tokens)/s)
 	}
-	if done := m.Step - b.first; done > 0 && m.Step < b.total {
-		per := time.Since(b.start) / time.Duration(done)
-		fmt.Fprintf(&sb, " ETA %s", (per * time.Duration(b.total-m.Step)).Round(time.Second))
+	end, label := b.total, "ETA"
+	if m.Phase == "warmup" {
+		// No RL step yet to time the rest by.
+		end, label = b.warmup, "warm-up ETA"
+	}
+	if done := m.Step - b.phaseFirst; done > 0 && m.Step < end {
+		per := now.Sub(b.phaseStart) / time.Duration(done)
+		fmt.Fprintf(&sb, " %s %s", label, (per * time.Duration(end-m.Step)).Round(time.Second))
 	}
 	if b.tty {
 		fmt.Fprintf(b.w, "\r\033[K%s", sb.String())

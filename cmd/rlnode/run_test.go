@@ -2,12 +2,16 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/recipes/driver"
 )
 
 // tinyRun is quickstart at a size that runs in about a second.
@@ -181,5 +185,40 @@ func TestPlotBadRunDir(t *testing.T) {
 	}
 	if _, _, code = runRlnode(t, home, "plot"); code != 2 {
 		t.Errorf("plot without a directory: exit %d, want 2", code)
+	}
+}
+
+// TestProgressBar feeds the bar steps on a fake clock: warm-up steps of
+// 1 s, then RL steps of 10 s, and checks each line.
+func TestProgressBar(t *testing.T) {
+	var buf bytes.Buffer
+	bar := newProgressBar(&buf, 2, 5)
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	bar.lastAt = clock
+	bar.now = func() time.Time { return clock }
+	f := func(v float64) *float64 { return &v }
+	steps := []struct {
+		took time.Duration
+		m    driver.Metrics
+		want string
+	}{
+		{time.Second, driver.Metrics{Step: 1, Phase: "warmup", Loss: 2.5, Tokens: 400, TrainSeconds: 0.5},
+			"step 1/5 warmup loss 2.5000 800 tok/s warm-up ETA 1s"},
+		{time.Second, driver.Metrics{Step: 2, Phase: "warmup", Loss: 2, Tokens: 400, TrainSeconds: 0.5, EvalAccuracy: f(0.25)},
+			"step 2/5 warmup loss 2.0000 eval 0.250 800 tok/s"},
+		{10 * time.Second, driver.Metrics{Step: 3, Phase: "rl", RewardMean: f(0.5), Tokens: 1000, GenSeconds: 2, TrainSeconds: 3},
+			"step 3/5 rl     reward 0.500 eval 0.250 200 tok/s ETA 20s"},
+		{10 * time.Second, driver.Metrics{Step: 4, Phase: "rl", RewardMean: f(0.75), Tokens: 1000, GenSeconds: 4, TrainSeconds: 1},
+			"step 4/5 rl     reward 0.750 eval 0.250 200 tok/s ETA 10s"},
+		{10 * time.Second, driver.Metrics{Step: 5, Phase: "rl", RewardMean: f(1), EvalAccuracy: f(0.5)},
+			"step 5/5 rl     reward 1.000 eval 0.500"},
+	}
+	for _, s := range steps {
+		clock = clock.Add(s.took)
+		buf.Reset()
+		bar.step(s.m)
+		if got := strings.TrimRight(buf.String(), "\n"); got != s.want {
+			t.Errorf("step %d:\n got %q\nwant %q", s.m.Step, got, s.want)
+		}
 	}
 }
