@@ -105,23 +105,29 @@ func TestReduceScatterOwnedChunks(t *testing.T) {
 	}
 }
 
+// Every rank gets the same bits: the vectors are added in rank order.
 func TestSum64SameBits(t *testing.T) {
+	got := make([][]float64, 4)
 	errs := runRanks(4, func(g *ring) error {
-		v := []float64{0.1 * float64(g.t.Rank()+1), 1e16, -1e16}
+		r := g.t.Rank()
+		v := []float64{0.1 * float64(r+1), 1e16 * float64(1-2*(r%2)), 1}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if err := g.sum64(ctx, 1, 0, v); err != nil {
-			return err
-		}
-		want := 0.1 + 0.2 + 0.30000000000000004 + 0.4
-		if v[0] != ((0.1+0.2)+0.30000000000000004)+0.4 && v[0] != want {
-			return fmt.Errorf("sum %v", v[0])
-		}
-		return nil
+		err := g.sum64(ctx, 1, 0, v)
+		got[r] = v
+		return err
 	})
 	for r, err := range errs {
 		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	want := []float64{((0.1 + 0.2) + 0.30000000000000004) + 0.4, 0, 4}
+	for r := range got {
+		for i := range want {
+			if got[r][i] != want[i] {
+				t.Errorf("rank %d element %d: %v, want %v (rank-order sum)", r, i, got[r][i], want[i])
+			}
 		}
 	}
 }

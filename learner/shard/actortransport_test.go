@@ -1,0 +1,41 @@
+package shard
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/rlnode/rlnode/actor"
+)
+
+func TestMailboxTransportRefusesBadGroups(t *testing.T) {
+	sys, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Stop()
+	mb, err := OpenMailbox(sys, "rank0.mailbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Close()
+	other := actor.Ref{Name: "x", Address: "127.0.0.1:1", ID: "a/x"}
+	for _, tc := range []struct {
+		name  string
+		rank  int
+		peers []actor.Ref
+		want  string
+	}{
+		{"rank out of range", 2, []actor.Ref{mb.Ref(), other}, "rank 2 of 2"},
+		{"not this mailbox", 0, []actor.Ref{other, mb.Ref()}, "rank 0's mailbox is"},
+		{"missing peer", 0, []actor.Ref{mb.Ref(), {}}, "rank 1 has no mailbox"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := mb.Transport(1, tc.rank, tc.peers, Options{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := OpenMailbox(sys, "rank0.mailbox"); err == nil {
+		t.Error("a second mailbox under the same name opened")
+	}
+}
