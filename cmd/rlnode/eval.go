@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -21,8 +22,11 @@ import (
 )
 
 // `rlnode eval` is greedy accuracy of a checkpoint on a recipe's held-out
-// problems with the native engine, single-turn episodes only. Not done
-// yet: mlmt and score (per-turn accuracy, Δ, flip rates), datasets, vllm.
+// problems with the native engine: single-turn, and for mlmt and score
+// episodes per turn (first and final answer, Δ, flip rates; for mlmt with
+// a feedback policy also the final turn with the static feedback text).
+// An mlmt checkpoint keeps the solver in step-N/ and the feedback policy
+// in step-N/feedback/ (driver.FeedbackDir). Not done yet: datasets, vllm.
 
 func init() { commands["eval"] = evalCommand }
 
@@ -32,6 +36,12 @@ Greedy accuracy of the model in DIR (a checkpoint: config.json, safetensors,
 tokenizer.json, e.g. RUN/checkpoints/step-N) on the recipe's held-out
 problems (eval.held_out of them), printed and written as JSON to FILE.
 
+For mlmt and score recipes the episode is played greedily: accuracy of the
+first and of the final answer (mlmt turn 3, score turn 2), their difference
+(delta) and the fractions of problems that went incorrect→correct and
+correct→incorrect; mlmt with a feedback policy loads it from DIR/feedback
+and also reports the final turn with the static feedback text instead.
+
 `
 
 // evalResult is what `rlnode eval` prints and writes.
@@ -40,7 +50,9 @@ type evalResult struct {
 	Recipe   string  `json:"recipe"`
 	Problems int     `json:"problems"`
 	Correct  int     `json:"correct"`
-	Accuracy float64 `json:"accuracy"`
+	Accuracy float64 `json:"accuracy"` // of the final answer
+	// Turns are the per-turn figures of mlmt and score episodes.
+	Turns *driver.TurnEval `json:"turns,omitempty"`
 }
 
 func evalCommand(args []string, stdout, stderr io.Writer) int {
@@ -71,12 +83,8 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 		printRecipeError(stderr, "eval", *recipe, err)
 		return 1
 	}
-	if t := l.Episode.Type; t != "single" {
-		fmt.Fprintf(stderr, "rlnode eval: %s: episode.type %s: evaluating %s episodes is not supported yet (single only)\n", *recipe, t, t)
-		return 1
-	}
 	// The driver's mapping gives the templates, the task and the limits,
-	// and refuses what single-turn native evaluation cannot do.
+	// and refuses what native evaluation cannot do.
 	cfg, err := l.DriverConfig(*modelDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode eval: %v\n", err)
@@ -84,7 +92,12 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	res, err := evaluate(ctx, *modelDir, cfg)
+	var res evalResult
+	if cfg.Episode == driver.EpisodeMLMT || cfg.Episode == driver.EpisodeSCoRe {
+		res, err = evaluateTurns(ctx, *modelDir, cfg)
+	} else {
+		res, err = evaluate(ctx, *modelDir, cfg)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode eval: %v\n", err)
 		return 1
@@ -96,6 +109,17 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 		if err := os.WriteFile(*out, js, 0o644); err != nil {
 			fmt.Fprintf(stderr, "rlnode eval: %v\n", err)
 			return 1
+		}
+	}
+	if te := res.Turns; te != nil {
+		final := "turn 3"
+		if te.Episode == driver.EpisodeSCoRe {
+			final = "turn 2"
+		}
+		fmt.Fprintf(stderr, "turn 1 accuracy %.3f, %s accuracy %.3f (delta %+.3f; incorrect→correct %.3f, correct→incorrect %.3f) on %d held-out problems, greedy\n",
+			te.Turn1, final, te.Final, te.Delta, te.IncorrectToCorrect, te.CorrectToIncorrect, te.Problems)
+		if te.FinalStatic >= 0 {
+			fmt.Fprintf(stderr, "%s accuracy with the static feedback text instead of the feedback policy's: %.3f\n", final, te.FinalStatic)
 		}
 	}
 	fmt.Fprintf(stderr, "accuracy %.3f (%d/%d held-out problems, greedy)\n", res.Accuracy, res.Correct, res.Problems)
@@ -159,4 +183,15 @@ func evaluate(ctx context.Context, dir string, cfg driver.Config) (evalResult, e
 	}
 	res.Accuracy = sum / float64(res.Problems) // the driver's eval_accuracy
 	return res, nil
+}
+
+// evaluateTurns plays the recipe's mlmt or score episode greedily on its
+// held-out problems with the checkpoint in dir (the feedback policy from
+// dir/feedback), the evaluation the driver runs at its eval steps.
+func evaluateTurns(ctx context.Context, dir string, cfg driver.Config) (evalResult, error) {
+	te, err := driver.EvaluateCheckpoint(ctx, cfg, dir)
+	if err != nil {
+		return evalResult{}, err
+	}
+	return evalResult{Model: dir, Problems: te.Problems, Correct: int(math.Round(te.Final * float64(te.Problems))), Accuracy: te.Final, Turns: &te}, nil
 }
