@@ -73,7 +73,7 @@ func Curves(name string, r io.Reader) (Chart, error) {
 		steps = append(steps, s)
 	}
 	sort.Ints(steps)
-	c := Chart{Title: "training curves", XLabel: "step", YLabel: "reward / accuracy", Width: 800, Height: 480}
+	c := Chart{Title: "training curves", XLabel: "step", YLabel: "reward / accuracy", Width: 800, Height: 480, XFromZero: true}
 	for i, f := range CurveFields {
 		s := Series{Name: f, Color: Palette[i%len(Palette)]}
 		for _, st := range steps {

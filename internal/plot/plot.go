@@ -38,6 +38,8 @@ type Chart struct {
 	XLabel, YLabel string
 	Width, Height  int // pixels; at least MinWidth × MinHeight
 	Series         []Series
+	// XFromZero starts the x axis at 0 when no x is negative (steps).
+	XFromZero bool
 }
 
 // Smallest chart Draw accepts: below this the labels do not fit.
@@ -132,6 +134,9 @@ func Draw(c Chart) (*image.RGBA, Axes, error) {
 	xmin, xmax, ymin, ymax, err := c.check()
 	if err != nil {
 		return nil, Axes{}, err
+	}
+	if c.XFromZero && xmin > 0 {
+		xmin = 0
 	}
 	if xmax == xmin {
 		xmin, xmax = xmin-1, xmax+1

@@ -80,6 +80,19 @@ func TestDrawPutsCurvesWhereTheDataAre(t *testing.T) {
 	}
 }
 
+func TestDrawXFromZero(t *testing.T) {
+	s := []Series{{Name: "a", X: []float64{10, 20}, Y: []float64{0.5, 0.5}}}
+	for _, c := range []struct {
+		from0 bool
+		want  float64
+	}{{false, 10}, {true, 0}} {
+		_, ax, err := Draw(Chart{Width: 300, Height: 200, Series: s, XFromZero: c.from0})
+		if err != nil || ax.XMin != c.want {
+			t.Errorf("XFromZero %v: x axis from %v (%v), want %v", c.from0, ax.XMin, err, c.want)
+		}
+	}
+}
+
 func TestDrawRangeOutsideUnitInterval(t *testing.T) {
 	c := Chart{Width: 300, Height: 200, Series: []Series{{Name: "loss", X: []float64{0, 10, 20}, Y: []float64{-1.3, 2.7, 0.4}}}}
 	img, ax := decode(t, c)
