@@ -379,7 +379,7 @@ func MLMTMath(out string) Config {
 	fm := m
 	c.Feedback = &FeedbackPolicy{Model: &fm, Train: true}
 	c.FeedbackReward = FeedbackRewardFinal
-	c.WarmupSteps, c.WarmupBatch = 100, 32
+	c.WarmupSteps, c.WarmupBatch = 150, 32
 	c.Steps, c.PromptsPerStep, c.GroupSize = 200, 16, 8
 	c.EvalEvery, c.EvalProblems, c.CheckpointEvery = 25, 256, 100
 	return c

@@ -33,11 +33,40 @@
 // (a parallel reduction: the test run and the harness run of seed 1 part
 // after RL step 450); the warm-up curve is.
 //
+// Multi-turn episodes (Config.Episode; recipes mlmt_math, its stopgrad and
+// static variants, score_math) are played by the driver itself with plain
+// text prompts rendered from its templates (rollout/episode's runners use
+// chat messages and data.Example, which carries no hidden hint):
+//   - MLMT: turn 1 the solver answers (GroupSize samples per prompt), turn
+//     2 the feedback policy — its own learner actor and native engine,
+//     seeded Seed+1 — writes feedback seeing the problem, the task's Hint
+//     and the attempt (or the static text, with no feedback policy), turn
+//     3 the solver refines. The solver trains on turn 1 (its own score)
+//     and turn 3 (the final score) as two GRPO groups per prompt; the
+//     stop-gradient variant drops the turn-3 rows (the recipe schema's
+//     meaning: the solver learns from its first attempt only, the
+//     feedback policy still learns from the refined answer); the feedback
+//     policy trains on the final score or its improvement over turn 1.
+//   - SCoRe: turn 2 sees the first prompt, the first answer and the review
+//     instruction; both turns train, turn 2 on r2 + α(r2 − r1).
+//   - The warm-up samples the solver's first attempts from its current
+//     weights and trains the solver on the reference answer after both of
+//     its prompts and the feedback policy on FeedbackAnswerTemplate.
+//   - Eval steps play the episode greedily on the held-out problems:
+//     turn1_accuracy, turn3_accuracy (score: turn2_accuracy), delta,
+//     incorrect_to_correct, correct_to_incorrect, and with a feedback
+//     policy turn3_accuracy_static (the same solver with the static text);
+//     eval_accuracy is the final turn's. EvaluateCheckpoint is the same
+//     evaluation from a checkpoint (rlnode eval).
+//   - Checkpoints: step-N/ is the solver, as in single-turn runs;
+//     step-N/feedback/ the feedback policy in the same layout. Resume
+//     restores both.
+//
 // Not done yet: the engine is always the in-process native engine (no
 // rollout actors on other nodes, no vLLM; the weight-sync actor is not
-// used); episodes are single-turn with the driver's own short prompt
-// format (rollout/episode's chat-template runners, MLMT and SCoRe are not
-// wired in); data comes from rollout/task only (no datasets); generation
-// and training alternate synchronously (no staleness-k overlap); no
-// curves.png, progress bar or Prometheus metrics.
+// used); single-turn episodes use the driver's own short prompt format;
+// training the feedback policy without the solver is refused; one
+// learner-config for both MLMT policies; data comes from rollout/task
+// only (no datasets); generation and training alternate synchronously (no
+// staleness-k overlap); no curves.png, progress bar or Prometheus metrics.
 package driver
