@@ -129,7 +129,8 @@ func StartPool(ctx context.Context, node *cluster.Node, cfg PoolConfig) (*Pool, 
 	if cfg.Group != nil {
 		placements++
 		for b := range cfg.Group.Nodes {
-			spawn = append(spawn, cluster.SpawnOptions{Group: cfg.Group, Bundle: b})
+			// The replica holds its bundle's resources.
+			spawn = append(spawn, cluster.SpawnOptions{Group: cfg.Group, Bundle: b, Resources: cfg.Group.Bundles[b].Resources})
 		}
 	}
 	if cfg.Replicas > 0 {

@@ -201,6 +201,40 @@ func TestPoolStaleness(t *testing.T) {
 	}
 }
 
+// TestPoolPlacementGroup puts one replica in each bundle of a group.
+func TestPoolPlacementGroup(t *testing.T) {
+	n := startNode(t)
+	ctx := testCtx(t)
+	pg, err := n.CreatePlacementGroup(ctx, []cluster.Bundle{{Resources: cluster.Resources{"CPU": 0.5}}, {Resources: cluster.Resources{"CPU": 0.5}}}, cluster.StrictPack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}, Group: pg, Name: "grouped"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	reps := pool.Replicas()
+	if len(reps) != 2 || reps[0].Node != n.ID() || reps[1].Node != n.ID() {
+		t.Fatalf("replicas %+v, want two on %s", reps, n.ID())
+	}
+	for _, r := range reps {
+		if rec, _ := n.Directory().Actor(r.Name); rec.Group != pg.ID || rec.Resources["CPU"] != 0.5 {
+			t.Errorf("%s: group %q resources %v, want %s and its bundle's CPU 0.5", r.Name, rec.Group, rec.Resources, pg.ID)
+		}
+	}
+	reqs := poolRequests("g", 6)
+	base, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pool.Generate(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSamples(t, "placement group", got, reference(t, base, reqs), 0)
+}
+
 func TestPoolErrors(t *testing.T) {
 	n := startNode(t)
 	ctx := testCtx(t)
