@@ -245,9 +245,11 @@ type Sharding struct {
 	// SumStats adds v element-wise across the ranks, in place, so every
 	// rank reports the batch's statistics.
 	SumStats func(v []float64) error
-	// Abort is told when step failed on this rank before or after its
-	// Update (a non-finite loss of its slice): the other ranks, waiting in
-	// the collective, fail at once instead of at their timeout.
+	// Abort is told when optimizer step (the learner's 1-based count) fails
+	// on this rank. A failure before the step's Update began is this
+	// rank's alone (a non-finite loss of its slice): the sharding then
+	// tells the other ranks, waiting in the collective, so they fail at
+	// once instead of at their timeout.
 	Abort func(step int, err error)
 }
 

@@ -253,8 +253,10 @@ func (r *Rank) abort(step int, err error) {
 }
 
 // update is learner.Sharding.Update.
-func (r *Rank) update(step int, params []*optim.Param, lr float64) (float64, error) {
-	r.updating = step
+func (r *Rank) update(_ int, params []*optim.Param, lr float64) (float64, error) {
+	// The learner's step count (its Abort's numbering), not the trainer's,
+	// which restarts at 0 after a Load.
+	r.updating = r.l.Step() + 1
 	if r.failed != nil {
 		return 0, fmt.Errorf("%w: %v", ErrGroupFailed, r.failed)
 	}
