@@ -415,10 +415,12 @@ func TestPoolAcrossProcesses(t *testing.T) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+	killed := time.Now()
 	if err := r2.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	a := <-answered
+	t.Logf("answered %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 	if a.err != nil {
 		t.Fatalf("generate across the kill: %v", a.err)
 	}
