@@ -178,3 +178,25 @@ func TestCollectiveFailures(t *testing.T) {
 		}
 	})
 }
+
+// Messages of an epoch before the current one are dropped, on arrival
+// too, so a restarted group never reads a dead epoch's chunk.
+func TestInboxForgetsOldEpochs(t *testing.T) {
+	in := newInbox()
+	in.put(Tag{Epoch: 1, Op: 3}, delivery{data: []byte{1}})
+	in.forget(2)
+	in.put(Tag{Epoch: 1, Op: 4}, delivery{data: []byte{2}})
+	in.put(Tag{Epoch: 2, Op: 0}, delivery{data: []byte{3}})
+	in.mu.Lock()
+	n := len(in.slots)
+	in.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d slots after forgetting epoch 1, want only epoch 2's", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := in.take(ctx, Tag{Epoch: 2}, "rank 0")
+	if err != nil || len(d.data) != 1 || d.data[0] != 3 {
+		t.Errorf("take: %v %v", d.data, err)
+	}
+}

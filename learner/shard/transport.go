@@ -62,6 +62,7 @@ type inbox struct {
 	slots   map[Tag]chan delivery
 	aborted map[uint64]chan struct{}
 	causes  map[uint64]error
+	current uint64 // messages of earlier epochs are dropped on arrival
 }
 
 func newInbox() *inbox {
@@ -90,6 +91,10 @@ func (in *inbox) abortCh(epoch uint64) chan struct{} {
 // sender never repeats a tag within an epoch).
 func (in *inbox) put(tag Tag, d delivery) {
 	in.mu.Lock()
+	if tag.Epoch < in.current {
+		in.mu.Unlock()
+		return
+	}
 	ch := in.slot(tag)
 	in.mu.Unlock()
 	select {
@@ -142,11 +147,12 @@ func (in *inbox) take(ctx context.Context, tag Tag, peer string) (delivery, erro
 	}
 }
 
-// forget drops every message and abort of epochs before epoch (a restart
-// leaves the old epoch's stragglers behind).
+// forget drops every message and abort of epochs before epoch, and those
+// that arrive later (a restart leaves the old epoch's stragglers behind).
 func (in *inbox) forget(epoch uint64) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	in.current = max(in.current, epoch)
 	for t := range in.slots {
 		if t.Epoch < epoch {
 			delete(in.slots, t)
