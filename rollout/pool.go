@@ -303,9 +303,7 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 	}
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// A chunk runs at most once per replica (a loss drops the replica), so
-	// this never blocks a sender after an early return.
-	done := make(chan outcome, len(pending)*len(p.reps))
+	done := make(chan outcome, len(pending))
 	results := make([]engine.Result, len(reqs))
 	running := 0
 	for len(pending) > 0 || running > 0 {
@@ -322,7 +320,10 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 				p.mu.Lock()
 				r.busy--
 				p.mu.Unlock()
-				done <- outcome{c: c, r: r, results: res, lost: lost, err: err}
+				select { // after an early return nobody reads: gctx ends then
+				case done <- outcome{c: c, r: r, results: res, lost: lost, err: err}:
+				case <-gctx.Done():
+				}
 			}()
 		}
 		if running == 0 {
@@ -422,8 +423,10 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 			return false
 		}
 	}
-	// call retries failing calls until the cluster reports r lost, ctx
-	// ends, or the failures last LossTimeout (then r is dropped here).
+	// call retries calls that fail in transport until the cluster reports
+	// r lost, ctx ends, or the failures last LossTimeout (then r is dropped
+	// here). An error the actor itself answered (*actor.ActorError) comes
+	// back at once: r is alive.
 	var failingSince time.Time
 	wait := pollFirst
 	call := func(msg any) (any, bool, error) {
@@ -431,9 +434,10 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 			cctx, ccancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
 			v, err := r.h.Call(cctx, msg)
 			ccancel()
-			if err == nil {
+			var answered *actor.ActorError
+			if err == nil || errors.As(err, &answered) {
 				failingSince = time.Time{}
-				return v, false, nil
+				return v, false, err
 			}
 			if isLost() {
 				return nil, true, nil
@@ -462,9 +466,29 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 		return fmt.Errorf("rollout pool: %s on node %s: %s", r.name, r.node, fmt.Sprintf(format, args...))
 	}
 
-	v, lost, err := call(Submit{Generate: &GenerateRequest{Requests: reqs}})
-	if lost || err != nil {
-		return nil, lost, err
+	var v any
+	for {
+		var lost bool
+		v, lost, err = call(Submit{Generate: &GenerateRequest{Requests: reqs}})
+		if lost {
+			return nil, true, nil
+		}
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "queue full") {
+			return nil, false, fail("submit: %v", err)
+		}
+		// Busy, not lost: wait for a slot (bounded by ctx).
+		select {
+		case <-ctx.Done():
+			if isLost() {
+				return nil, true, nil
+			}
+			return nil, false, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, pollMax)
 	}
 	t, ok := v.(Ticket)
 	if !ok {
@@ -473,8 +497,16 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 	wait = pollFirst
 	for {
 		v, lost, err := call(Collect{Job: t.Job})
-		if lost || err != nil {
-			return nil, lost, err
+		if lost {
+			return nil, true, nil
+		}
+		if err != nil {
+			if strings.Contains(err.Error(), "no job") {
+				// The actor forgot the job (restarted in place): the chunk
+				// runs again; the watch decides about the replica.
+				return nil, true, nil
+			}
+			return nil, false, fail("collect job %s: %v", t.Job, err)
 		}
 		jr, ok := v.(JobResult)
 		if !ok {

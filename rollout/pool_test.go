@@ -235,6 +235,35 @@ func TestPoolPlacementGroup(t *testing.T) {
 	sameSamples(t, "placement group", got, reference(t, base, reqs), 0)
 }
 
+// TestPoolBusyReplica: a replica whose queue is full is waited for, not
+// dropped (one job running, one waiting, seven one-request chunks).
+func TestPoolBusyReplica(t *testing.T) {
+	n := startNode(t)
+	ctx := testCtx(t)
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny", Concurrency: 1, MaxQueue: 1},
+		Replicas: 1, ChunkSize: 1, Name: "busy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	reqs := poolRequests("q", 7)
+	base, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pool.Generate(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSamples(t, "busy replica", got, reference(t, base, reqs), 0)
+	if r := pool.Replicas()[0]; r.Lost != "" || pool.Redispatched() != 0 {
+		t.Errorf("replica %+v, %d chunks moved: a full queue is not a loss", r, pool.Redispatched())
+	}
+	if st := stats(t, pool.Handles()[0]); st.Completed != 7 {
+		t.Errorf("%d jobs completed, want 7", st.Completed)
+	}
+}
+
 func TestPoolErrors(t *testing.T) {
 	n := startNode(t)
 	ctx := testCtx(t)
