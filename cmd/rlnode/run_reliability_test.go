@@ -27,7 +27,7 @@ import (
 // where each step takes milliseconds; the RL steps outnumber the
 // checkpoint interval several times, so a kill after the first RL
 // checkpoint lands before the end.
-var deterministicRun = []string{"--set", "sft.steps=2", "--set", "schedule.steps=14", "--set", "schedule.eval_every=0",
+var deterministicRun = []string{"--set", "sft.steps=2", "--set", "schedule.steps=40", "--set", "schedule.eval_every=0",
 	"--set", "schedule.checkpoint_every=2", "--set", "eval.held_out=4", "--set", "algorithm.batch_prompts=4",
 	"--set", "algorithm.group_size=4", "--set", "checkpoint.keep=0", "--set", "seed=7", "--set", "deterministic=true"}
 
@@ -116,7 +116,7 @@ func TestRunKilledThenResumedReachesTheSameWeights(t *testing.T) {
 		t.Fatalf("killed run exit code %d, want -1 (signal)", code)
 	}
 	cks, _ := filepath.Glob(filepath.Join(killed, "checkpoints", "step-*"))
-	if _, err := os.Stat(filepath.Join(killed, "checkpoints", "step-16")); err == nil {
+	if _, err := os.Stat(filepath.Join(killed, "checkpoints", "step-42")); err == nil {
 		t.Fatalf("the killed run reached its last checkpoint before the kill (%v): nothing was resumed", cks)
 	}
 	t.Logf("killed with checkpoints %v", cks)
@@ -130,11 +130,11 @@ func TestRunKilledThenResumedReachesTheSameWeights(t *testing.T) {
 	}
 	// Steps change the weights, so equal final weights say the resumed
 	// steps were the same steps.
-	if a, b := readFile(t, whole, "step-14", "model.safetensors"), readFile(t, whole, "step-16", "model.safetensors"); bytes.Equal(a, b) {
-		t.Fatal("the weights at steps 14 and 16 are equal: the comparison below would prove nothing")
+	if a, b := readFile(t, whole, "step-40", "model.safetensors"), readFile(t, whole, "step-42", "model.safetensors"); bytes.Equal(a, b) {
+		t.Fatal("the weights at steps 40 and 42 are equal: the comparison below would prove nothing")
 	}
 	for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
-		a, b := readFile(t, whole, "step-16", f), readFile(t, killed, "step-16", f)
+		a, b := readFile(t, whole, "step-42", f), readFile(t, killed, "step-42", f)
 		if !bytes.Equal(a, b) {
 			t.Errorf("%s after kill and resume differs from the uninterrupted run's (%d vs %d bytes)", f, len(b), len(a))
 		}
