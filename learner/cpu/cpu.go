@@ -1,8 +1,19 @@
 // Package cpu is the pure-Go reference implementation of backend.Backend.
 // Tensors are []float32 in host memory; matrix products go through
-// learner/blas.Sgemm and the other kernels split their rows, heads or
-// elements across all cores with goroutines. Every later backend is checked
-// against this one, so its kernels favour plain, readable loops.
+// learner/blas.Sgemm, and the other kernels split their rows, heads or
+// elements into chunks that all cores claim from a shared counter.
+//
+// The element-wise inner loops the kernels spend their time in (exp for
+// softmax, SiLU and log-probabilities, RMSNorm rows, RoPE, row sums) live in
+// vec.go as plain Go, the reference, with AVX-512 versions in
+// vec_amd64.s chosen at start-up where the CPU has them; tests check each
+// against its Go twin and rerun the kernel tests on the Go path. Attention
+// stacks the query heads that share a kv head so that each query block is
+// a few large products rather than many small ones.
+//
+// Not done yet: an AVX2 version of the vector loops (CPUs without AVX-512
+// take the Go loops), and fusing the q/k/v and gate/up projections into
+// single products.
 package cpu
 
 import (
