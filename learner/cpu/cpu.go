@@ -81,7 +81,10 @@ func (*Backend) Download(dst []float32, src backend.Tensor) {
 	copy(dst, s)
 }
 
-func (*Backend) Zero(t backend.Tensor) { clear(f(t)) }
+func (b *Backend) Zero(t backend.Tensor) {
+	d := f(t)
+	b.parallel(len(d), 1<<16, func(lo, hi int) { clear(d[lo:hi]) })
+}
 
 func (*Backend) Copy(dst, src backend.Tensor) {
 	d, s := f(dst), f(src)
