@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"image/color"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/plot"
 	"github.com/rlnode/rlnode/recipes/driver"
 )
 
@@ -137,16 +139,12 @@ func TestRunRecipeErrorBeforeRunDir(t *testing.T) {
 	}
 	// A feature the driver cannot run yet is refused before the run
 	// directory exists too, naming the field.
-	_, stderr, code = runRlnode(t, home, "run", "mlmt_math", "--out", dir)
-	if code == 0 || !strings.Contains(stderr, "episode.type") || !strings.Contains(stderr, "not supported yet") {
-		t.Errorf("mlmt_math: exit %d, stderr:\n%s", code, stderr)
+	_, stderr, code = runRlnode(t, home, "run", "quickstart", "--set", "engines.policy.replicas=2", "--out", dir)
+	if code == 0 || !strings.Contains(stderr, "engines.policy.replicas") || !strings.Contains(stderr, "not supported yet") {
+		t.Errorf("two engines: exit %d, stderr:\n%s", code, stderr)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the run directory exists after a refused recipe (%v)", err)
-	}
-	_, stderr, code = runRlnode(t, home, "eval", "--model", dir, "--recipe", "score_math")
-	if code == 0 || !strings.Contains(stderr, "not supported yet") {
-		t.Errorf("eval of score_math: exit %d, stderr:\n%s", code, stderr)
 	}
 }
 
@@ -219,6 +217,42 @@ func TestProgressBar(t *testing.T) {
 		bar.step(s.m)
 		if got := strings.TrimRight(buf.String(), "\n"); got != s.want {
 			t.Errorf("step %d:\n got %q\nwant %q", s.m.Step, got, s.want)
+		}
+	}
+}
+
+// TestRunMLMTCurves: a tiny MLMT three-turn run; its curves.png has the
+// turn-1 and turn-3 accuracy curves (their colours appear: legend and
+// points).
+func TestRunMLMTCurves(t *testing.T) {
+	home, dir := t.TempDir(), filepath.Join(t.TempDir(), "run")
+	stdout, stderr, code := runRlnode(t, home, "run", "mlmt_math", "--out", dir, "--set", "sft.steps=2", "--set", "schedule.steps=2",
+		"--set", "schedule.eval_every=2", "--set", "eval.held_out=4", "--set", "algorithm.batch_prompts=2", "--set", "algorithm.group_size=2")
+	if code != 0 {
+		t.Fatalf("rlnode run mlmt_math: exit %d\n%s%s", code, stdout, stderr)
+	}
+	checkCurves(t, dir)
+	f, err := os.Open(filepath.Join(dir, "curves.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[color.RGBA]int{}
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, a := img.At(x, y).RGBA()
+			count[color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(bl >> 8), uint8(a >> 8)}]++
+		}
+	}
+	for i, name := range plot.CurveFields {
+		want := name != "turn2_accuracy" // SCoRe only
+		if got := count[plot.Palette[i]] > 0; got != want {
+			t.Errorf("curves.png: %s colour present %v, want %v", name, got, want)
 		}
 	}
 }

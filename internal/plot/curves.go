@@ -11,11 +11,12 @@ import (
 	"sort"
 )
 
-// CurveFields are the metrics.jsonl fields Curves plots, in legend order.
-// reward_mean and eval_accuracy are required of a run (at least one must
-// have a value); turn1_accuracy and turn3_accuracy appear in three-turn
-// runs.
-var CurveFields = []string{"reward_mean", "eval_accuracy", "turn1_accuracy", "turn3_accuracy"}
+// CurveFields are the metrics.jsonl fields Curves plots, in legend order;
+// the i-th is drawn in Palette[i]. reward_mean and eval_accuracy are
+// required of a run (at least one must have a value); turn1_accuracy and
+// turn3_accuracy (and turn3_accuracy_static, the static-feedback
+// baseline) appear in MLMT three-turn runs, turn2_accuracy in SCoRe runs.
+var CurveFields = []string{"reward_mean", "eval_accuracy", "turn1_accuracy", "turn2_accuracy", "turn3_accuracy", "turn3_accuracy_static"}
 
 // Curves reads metrics.jsonl lines from r (name is the file, for errors)
 // and returns the chart of CurveFields against step. A field that is

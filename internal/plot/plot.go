@@ -50,11 +50,12 @@ const (
 
 // Palette is the colour order of series that set none.
 var Palette = []color.RGBA{
-	{31, 119, 180, 255}, // blue
-	{255, 127, 14, 255}, // orange
-	{44, 160, 44, 255},  // green
-	{214, 39, 40, 255},  // red
-	{148, 103, 189, 255},
+	{31, 119, 180, 255},  // blue
+	{255, 127, 14, 255},  // orange
+	{44, 160, 44, 255},   // green
+	{214, 39, 40, 255},   // red
+	{148, 103, 189, 255}, // purple
+	{140, 86, 75, 255},   // brown
 }
 
 var (

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -145,12 +146,13 @@ func TestCurvesFromMetrics(t *testing.T) {
 		"turn1_accuracy": {{3, 0.2}},
 		"turn3_accuracy": {{3, 0.3}},
 	}
-	if len(c.Series) != len(want) {
-		t.Fatalf("%d series, want %d", len(c.Series), len(want))
+	order := []string{"reward_mean", "eval_accuracy", "turn1_accuracy", "turn3_accuracy"}
+	if len(c.Series) != len(order) {
+		t.Fatalf("%d series, want %d", len(c.Series), len(order))
 	}
 	for i, s := range c.Series {
-		if s.Name != CurveFields[i] {
-			t.Errorf("series %d is %s, want %s", i, s.Name, CurveFields[i])
+		if s.Name != order[i] || s.Color != Palette[slices.Index(CurveFields, s.Name)] {
+			t.Errorf("series %d is %s in %v, want %s in its CurveFields colour", i, s.Name, s.Color, order[i])
 		}
 		w := want[s.Name]
 		if len(s.X) != len(w) {
