@@ -8,12 +8,8 @@ import (
 )
 
 func TestMailboxTransportRefusesBadGroups(t *testing.T) {
-	sys, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sys.Stop()
-	mb, err := OpenMailbox(sys, "rank0.mailbox")
+	sys := driverSystem(t)
+	mb, err := OpenMailbox(sys, "refuses.mailbox")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +31,7 @@ func TestMailboxTransportRefusesBadGroups(t *testing.T) {
 			}
 		})
 	}
-	if _, err := OpenMailbox(sys, "rank0.mailbox"); err == nil {
+	if _, err := OpenMailbox(sys, "refuses.mailbox"); err == nil {
 		t.Error("a second mailbox under the same name opened")
 	}
 }

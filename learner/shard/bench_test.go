@@ -80,21 +80,20 @@ func (a *benchActor) Receive(_ *actor.Context, msg any) (any, error) {
 	return nil, fmt.Errorf("bench: unexpected %T", msg)
 }
 
+var benchRuns int // names this process's mailbox uniquely per run
+
 var benchSizes = []int{1 << 20, 16 << 20, 64 << 20} // bytes
 
 func BenchmarkAllReduceLoopback(b *testing.B) {
 	for _, n := range []int{2, 4} {
 		for _, size := range benchSizes {
 			b.Run(fmt.Sprintf("ranks=%d/MiB=%d", n, size>>20), func(b *testing.B) {
-				sys, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer sys.Stop()
+				sys := driverSystem(b)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				defer cancel()
 				// Rank 0 is this process; the others are child processes.
-				mb, err := OpenMailbox(sys, "bench0.mailbox")
+				benchRuns++
+				mb, err := OpenMailbox(sys, fmt.Sprintf("bench%d.mailbox", benchRuns))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -211,11 +210,7 @@ func BenchmarkTrainStepQuickstart(b *testing.B) {
 	for _, tc := range []struct{ n, procs int }{{1, runtime.NumCPU()}, {1, 1}, {2, max(1, runtime.NumCPU()/2)}} {
 		n := tc.n
 		b.Run(fmt.Sprintf("shards=%d/procs=%d", n, tc.procs), func(b *testing.B) {
-			sys, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer sys.Stop()
+			sys := driverSystem(b)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			// Each rank gets its share of the cores, as ranks on one host

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -129,8 +130,8 @@ func (g *Group) Weights(ctx context.Context, req learner.WeightsRequest) (learne
 
 // fanOut calls every rank at once. Once one fails it waits at most the
 // collective timeout (plus a little) for the rest, since they will fail
-// too, then reports every failure by rank, the root causes (not "aborted
-// by another rank") first.
+// too, then reports every failure by rank, likeliest cause first: lost
+// ranks, then timeouts, then aborts that echo another rank's failure.
 func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg func(i int) any, check func(i int, reply any) error) ([]any, error) {
 	type result struct {
 		i     int
@@ -179,10 +180,20 @@ func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg 
 	for i := range errs {
 		idx = append(idx, i)
 	}
-	secondary := func(i int) bool { return strings.Contains(errs[i].Error(), ErrAborted.Error()) }
+	// A lost rank is the likeliest cause; a rank that timed out waiting
+	// names the neighbour it waited for; an abort only echoes another's.
+	order := func(i int) int {
+		switch err := errs[i]; {
+		case errors.Is(err, actor.ErrNodeLost), errors.Is(err, actor.ErrActorDied):
+			return 0
+		case strings.Contains(err.Error(), ErrAborted.Error()):
+			return 2
+		}
+		return 1
+	}
 	sort.Slice(idx, func(a, b int) bool {
-		if sa, sb := secondary(idx[a]), secondary(idx[b]); sa != sb {
-			return !sa
+		if oa, ob := order(idx[a]), order(idx[b]); oa != ob {
+			return oa < ob
 		}
 		return idx[a] < idx[b]
 	})

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,8 +24,16 @@ import (
 // process is the driver.
 
 func TestMain(m *testing.M) {
-	if os.Getenv("RLNODE_SHARD_NODE") == "1" {
+	switch os.Getenv("RLNODE_SHARD_NODE") {
+	case "1":
 		os.Exit(runRankNode())
+	case "cluster":
+		if err := clusterSpawnCheck(); err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+		fmt.Println("OK")
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
@@ -91,14 +100,22 @@ func startRanksTB(tb testing.TB, n int, env ...string) ([]actor.Ref, []*proctest
 	return startRanks(tb, n, 1, func(int) []string { return env })
 }
 
-func driverSystem(t *testing.T) *actor.System {
-	t.Helper()
-	sys, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
+var shared struct {
+	once sync.Once
+	sys  *actor.System
+	err  error
+}
+
+// driverSystem is the test process's one actor system, shared by every
+// test and benchmark: a second protoactor remote in one process races on
+// gRPC's global logger (shared/DESIGN.md).
+func driverSystem(tb testing.TB) *actor.System {
+	tb.Helper()
+	shared.once.Do(func() { shared.sys, shared.err = actor.Start(actor.Config{Logger: actor.DiscardLogger()}) })
+	if shared.err != nil {
+		tb.Fatal(shared.err)
 	}
-	t.Cleanup(sys.Stop)
-	return sys
+	return shared.sys
 }
 
 // groupWeights fetches every rank's weights over the bulk path.
@@ -203,8 +220,9 @@ func TestRankKilledMidStep(t *testing.T) {
 		t.Fatal("rank 1 did not die")
 	}
 	msg := err.Error()
-	if !strings.Contains(msg, "rank 1 (node "+refs[1].Address+")") || !strings.Contains(msg, "sent nothing") {
-		t.Errorf("error does not name the dead rank 1 at %s as the cause: %v", refs[1].Address, err)
+	if !strings.HasPrefix(msg, "shard: train (epoch 1): rank 1 ("+refs[1].Address+")") ||
+		!strings.Contains(msg, "rank 1 (node "+refs[1].Address+") sent nothing") {
+		t.Errorf("error does not lead with the dead rank 1 at %s, nor say the others waited on it: %v", refs[1].Address, err)
 	}
 	if _, err := g.Train(ctx, groupBatch(1)); err == nil || !strings.Contains(err.Error(), ErrGroupFailed.Error()) {
 		t.Errorf("train after a failure: %v; want ErrGroupFailed", err)
