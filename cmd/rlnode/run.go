@@ -28,13 +28,19 @@ import (
 // `rlnode run` trains a recipe: in this process on an embedded
 // single-node cluster by default, or with --address on a running cluster
 // (the learner is placed there; the native engine stays in this process).
-// What the driver cannot run yet (recipes.ErrUnsupported: mlmt/score/tools
-// episodes, datasets, vllm engines, async, split placement, several
-// learner shards or engines) is refused before anything starts.
+// What the driver cannot run yet (recipes.ErrUnsupported: tools episodes,
+// datasets, vllm engines, async, split placement, several learner shards
+// or engines) is refused before anything starts.
 // At the end (also after an interruption or an error, whenever
 // metrics.jsonl has data) it draws DIR/curves.png from DIR/metrics.jsonl
 // (internal/plot); `rlnode plot DIR` redraws it. --metrics-addr serves the
-// run's latest metrics in Prometheus text format (runMetrics).
+// run's latest metrics in Prometheus text format (runMetrics). --resume
+// takes the newest checkpoint that has the driver's state file (a kill
+// during a checkpoint write leaves one without it).
+//
+// Not done yet: the endpoint exports the last step's values only (no
+// histograms, no per-node rollout or learner metrics); the ETA of a run
+// still in its warm-up covers the warm-up only.
 
 func init() { commands["run"] = runCommand }
 
