@@ -210,8 +210,16 @@ func TestSCoRePlumbing(t *testing.T) {
 	if ev["seqs"] != float64(2*4*4) {
 		t.Errorf("the solver trained on %v sequences, want both turns: %d", ev["seqs"], 2*4*4)
 	}
-	if _, err := os.Stat(filepath.Join(cfg.Out, "checkpoints", "step-4", FeedbackDir)); err == nil {
+	last := filepath.Join(cfg.Out, "checkpoints", "step-4")
+	if _, err := os.Stat(filepath.Join(last, FeedbackDir)); err == nil {
 		t.Error("a score checkpoint has a feedback policy")
+	}
+	te, err := EvaluateCheckpoint(ctx, cfg, last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if te.Episode != EpisodeSCoRe || te.Final != ev["turn2_accuracy"] || te.Turn1 != ev["turn1_accuracy"] || te.FinalStatic != -1 {
+		t.Errorf("EvaluateCheckpoint %+v; the run's last evaluation %v", te, ev)
 	}
 }
 
