@@ -128,6 +128,12 @@ func (g *Group) Weights(ctx context.Context, req learner.WeightsRequest) (learne
 	return actor.CallAs[learner.WeightsOffer](ctx, g.sys, g.ranks[0], req)
 }
 
+var errNoReply = errors.New("no reply")
+
+// grace is how long fanOut waits for the other ranks after one failed:
+// each of them fails within a collective timeout of its last progress.
+func (g *Group) grace() time.Duration { return g.opt.Timeout + g.opt.Timeout/2 }
+
 // fanOut calls every rank at once. Once one fails it waits at most the
 // collective timeout (plus a little) for the rest, since they will fail
 // too, then reports every failure by rank, likeliest cause first: lost
@@ -161,13 +167,13 @@ func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg 
 			if r.err != nil {
 				errs[r.i] = r.err
 				if grace == nil {
-					grace = time.After(g.opt.Timeout + 5*time.Second)
+					grace = time.After(g.grace())
 				}
 			}
 		case <-grace:
 			for i, rp := range replies {
 				if rp == nil && errs[i] == nil {
-					errs[i] = fmt.Errorf("no reply within %s of the first failure", g.opt.Timeout+5*time.Second)
+					errs[i] = fmt.Errorf("%w within %s of the first failure (stuck?)", errNoReply, g.grace())
 				}
 			}
 			pending = 0
@@ -180,11 +186,11 @@ func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg 
 	for i := range errs {
 		idx = append(idx, i)
 	}
-	// A lost rank is the likeliest cause; a rank that timed out waiting
+	// A lost or silent rank is the likeliest cause; a rank that timed out waiting
 	// names the neighbour it waited for; an abort only echoes another's.
 	order := func(i int) int {
 		switch err := errs[i]; {
-		case errors.Is(err, actor.ErrNodeLost), errors.Is(err, actor.ErrActorDied):
+		case errors.Is(err, actor.ErrNodeLost), errors.Is(err, actor.ErrActorDied), errors.Is(err, errNoReply):
 			return 0
 		case strings.Contains(err.Error(), ErrAborted.Error()):
 			return 2

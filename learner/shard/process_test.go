@@ -250,3 +250,31 @@ func TestRankKilledMidStep(t *testing.T) {
 		}
 	}
 }
+
+// A rank that stops answering without dying (SIGSTOP: its sockets stay
+// open) fails the step too: the others time out waiting for it, and the
+// group stops waiting for its reply a grace period later.
+func TestRankStoppedMidStep(t *testing.T) {
+	sys := driverSystem(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	refs, kids := startRanks(t, 2, 1, nil)
+	g, err := NewGroup(ctx, sys, refs, Options{Timeout: 2 * time.Second, BucketElems: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kids[1].Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kids[1].Cmd.Process.Signal(syscall.SIGCONT) })
+	start := time.Now()
+	_, err = g.Train(ctx, groupBatch(0))
+	t.Logf("returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatal("the step succeeded with rank 1 stopped")
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "shard: train (epoch 1): rank 1 ("+refs[1].Address+"): no reply within") || !strings.Contains(msg, "rank 1 (node "+refs[1].Address+") sent nothing") {
+		t.Errorf("error does not say rank 0 waited on rank 1 and rank 1 never replied: %v", err)
+	}
+}
