@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -23,13 +24,15 @@ import (
 // Reliability of `rlnode run` as a process: killed and resumed, scraped
 // while it runs, stopped by recipe errors before anything starts.
 
-// deterministicRun is quickstart (seed 1, deterministic: true) at a size
+// deterministicRun is a recipe (seed set, deterministic: true) at a size
 // where each step takes milliseconds; the RL steps outnumber the
 // checkpoint interval several times, so a kill after the first RL
-// checkpoint lands before the end.
-var deterministicRun = []string{"--set", "sft.steps=2", "--set", "schedule.steps=40", "--set", "schedule.eval_every=0",
-	"--set", "schedule.checkpoint_every=2", "--set", "eval.held_out=4", "--set", "algorithm.batch_prompts=4",
-	"--set", "algorithm.group_size=4", "--set", "checkpoint.keep=0", "--set", "seed=7", "--set", "deterministic=true"}
+// checkpoint (step-4) lands before the end.
+func deterministicRun(rlSteps int) []string {
+	return []string{"--set", "sft.steps=2", "--set", fmt.Sprintf("schedule.steps=%d", rlSteps), "--set", "schedule.eval_every=0",
+		"--set", "schedule.checkpoint_every=2", "--set", "eval.held_out=4", "--set", "algorithm.batch_prompts=4",
+		"--set", "algorithm.group_size=4", "--set", "checkpoint.keep=0", "--set", "seed=7", "--set", "deterministic=true"}
+}
 
 // started is an rlnode process running in the background.
 type started struct {
@@ -92,16 +95,35 @@ func (s *started) waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// TestRunKilledThenResumedReachesTheSameWeights: a run SIGKILLed after a
+// checkpoint and resumed with --resume ends with the same bytes in every
+// weights and optimizer file as an uninterrupted run: single-turn GRPO,
+// and MLMT three-turn with its trained feedback policy (step-N/feedback).
 func TestRunKilledThenResumedReachesTheSameWeights(t *testing.T) {
+	for _, c := range []struct {
+		recipe  string
+		rlSteps int
+		files   []string
+	}{
+		{"quickstart", 40, []string{"model.safetensors", "optimizer.safetensors"}},
+		{"mlmt_math", 16, []string{"model.safetensors", "optimizer.safetensors", "feedback/model.safetensors", "feedback/optimizer.safetensors"}},
+	} {
+		t.Run(c.recipe, func(t *testing.T) { killAndResume(t, c.recipe, c.rlSteps, c.files) })
+	}
+}
+
+func killAndResume(t *testing.T, recipe string, rlSteps int, files []string) {
 	home := t.TempDir()
 	whole, killed := filepath.Join(t.TempDir(), "whole"), filepath.Join(t.TempDir(), "killed")
-	if stdout, stderr, code := runRlnode(t, home, append([]string{"run", "quickstart", "--out", whole}, deterministicRun...)...); code != 0 {
+	args := deterministicRun(rlSteps)
+	if stdout, stderr, code := runRlnode(t, home, append([]string{"run", recipe, "--out", whole}, args...)...); code != 0 {
 		t.Fatalf("uninterrupted run: exit %d\n%s%s", code, stdout, stderr)
 	}
+	last := fmt.Sprintf("step-%d", 2+rlSteps)
 
 	// The same run, SIGKILLed once the checkpoint after the first RL
 	// checkpoint interval is complete (the driver writes its state file last).
-	run := startRun(t, home, append([]string{"run", "quickstart", "--out", killed}, deterministicRun...)...)
+	run := startRun(t, home, append([]string{"run", recipe, "--out", killed}, args...)...)
 	firstRL := filepath.Join(killed, "checkpoints", "step-4", driver.DriverStateFile)
 	run.waitFor(t, "checkpoint step-4", func() bool { _, err := os.Stat(firstRL); return err == nil })
 	select {
@@ -116,7 +138,7 @@ func TestRunKilledThenResumedReachesTheSameWeights(t *testing.T) {
 		t.Fatalf("killed run exit code %d, want -1 (signal)", code)
 	}
 	cks, _ := filepath.Glob(filepath.Join(killed, "checkpoints", "step-*"))
-	if _, err := os.Stat(filepath.Join(killed, "checkpoints", "step-42")); err == nil {
+	if _, err := os.Stat(filepath.Join(killed, "checkpoints", last)); err == nil {
 		t.Fatalf("the killed run reached its last checkpoint before the kill (%v): nothing was resumed", cks)
 	}
 	t.Logf("killed with checkpoints %v", cks)
@@ -130,11 +152,14 @@ func TestRunKilledThenResumedReachesTheSameWeights(t *testing.T) {
 	}
 	// Steps change the weights, so equal final weights say the resumed
 	// steps were the same steps.
-	if a, b := readFile(t, whole, "step-40", "model.safetensors"), readFile(t, whole, "step-42", "model.safetensors"); bytes.Equal(a, b) {
-		t.Fatal("the weights at steps 40 and 42 are equal: the comparison below would prove nothing")
+	before := fmt.Sprintf("step-%d", rlSteps)
+	for _, f := range files {
+		if strings.HasSuffix(f, "model.safetensors") && bytes.Equal(readFile(t, whole, before, f), readFile(t, whole, last, f)) {
+			t.Fatalf("%s at %s and %s are equal: the comparison below would prove nothing", f, before, last)
+		}
 	}
-	for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
-		a, b := readFile(t, whole, "step-42", f), readFile(t, killed, "step-42", f)
+	for _, f := range files {
+		a, b := readFile(t, whole, last, f), readFile(t, killed, last, f)
 		if !bytes.Equal(a, b) {
 			t.Errorf("%s after kill and resume differs from the uninterrupted run's (%d vs %d bytes)", f, len(b), len(a))
 		}
