@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -33,5 +34,26 @@ func TestMailboxTransportRefusesBadGroups(t *testing.T) {
 	}
 	if _, err := OpenMailbox(sys, "refuses.mailbox"); err == nil {
 		t.Error("a second mailbox under the same name opened")
+	}
+}
+
+func TestGroupRefusesBadRanks(t *testing.T) {
+	sys := driverSystem(t)
+	a := actor.Ref{Name: "a", Address: "127.0.0.1:1", ID: "a/a"}
+	b := actor.Ref{Name: "b", Address: "127.0.0.1:1", ID: "a/b"}
+	for _, tc := range []struct {
+		name  string
+		ranks []actor.Ref
+		want  string
+	}{
+		{"none", nil, "group of no ranks"},
+		{"empty ref", []actor.Ref{a, {}}, "rank 1 has an empty actor ref"},
+		{"twice", []actor.Ref{a, b, a}, "rank 2 is rank 0's actor a@127.0.0.1:1 again"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := NewGroup(context.Background(), sys, tc.ranks, Options{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -56,6 +56,16 @@ func (g *Group) join(ctx context.Context, ranks []actor.Ref, dir string) error {
 	if len(ranks) == 0 {
 		return fmt.Errorf("shard: group of no ranks")
 	}
+	seen := map[actor.Ref]int{}
+	for i, r := range ranks {
+		if r.IsZero() {
+			return fmt.Errorf("shard: rank %d has an empty actor ref", i)
+		}
+		if j, dup := seen[r]; dup {
+			return fmt.Errorf("shard: rank %d is rank %d's actor %s again", i, j, r)
+		}
+		seen[r] = i
+	}
 	g.epoch++
 	g.failed = fmt.Errorf("joining epoch %d", g.epoch)
 	mailboxes := make([]actor.Ref, len(ranks))
