@@ -105,8 +105,8 @@ func TestRunKilledThenResumedReachesTheSameWeights(t *testing.T) {
 		rlSteps int
 		files   []string
 	}{
-		{"quickstart", 40, []string{"model.safetensors", "optimizer.safetensors"}},
-		{"mlmt_math", 16, []string{"model.safetensors", "optimizer.safetensors", "feedback/model.safetensors", "feedback/optimizer.safetensors"}},
+		{"quickstart", 24, []string{"model.safetensors", "optimizer.safetensors"}},
+		{"mlmt_math", 12, []string{"model.safetensors", "optimizer.safetensors", "feedback/model.safetensors", "feedback/optimizer.safetensors"}},
 	} {
 		t.Run(c.recipe, func(t *testing.T) { killAndResume(t, c.recipe, c.rlSteps, c.files) })
 	}
