@@ -103,6 +103,11 @@ type replica struct {
 	busy  int // chunks outstanding
 }
 
+// poolPollMax caps the pool's wait between Collect calls, lower than
+// Await's: a job is seen done at most this late (a Collect costs the
+// replica a few hundred µs, so a 10 s job takes about a thousand).
+const poolPollMax = 10 * time.Millisecond
+
 // ReplicaStatus is one replica as the pool sees it.
 type ReplicaStatus struct {
 	Name string
@@ -459,7 +464,7 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 				return nil, false, ctx.Err()
 			case <-time.After(wait):
 			}
-			wait = min(2*wait, pollMax)
+			wait = min(2*wait, poolPollMax)
 		}
 	}
 	fail := func(format string, args ...any) error {
@@ -488,7 +493,7 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 			return nil, false, ctx.Err()
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, pollMax)
+		wait = min(2*wait, poolPollMax)
 	}
 	t, ok := v.(Ticket)
 	if !ok {
@@ -537,7 +542,7 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 			return nil, false, ctx.Err()
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, pollMax)
+		wait = min(2*wait, poolPollMax)
 	}
 }
 

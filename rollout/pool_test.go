@@ -523,3 +523,50 @@ func TestPoolAcrossProcesses(t *testing.T) {
 	}
 	t.Logf("all lost: %v", err)
 }
+
+// BenchmarkPoolGenerate is the pool's overhead: 8 sampled requests of 6
+// and of 48 new tokens on the tiny model, straight on a native engine in
+// this process ("direct") and through a pool of one embedded rollout
+// actor hosting the same engine (submit, polled collect, msgpack both
+// ways).
+func BenchmarkPoolGenerate(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	n, err := cluster.Start(ctx, cluster.Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Stop()
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}, Replicas: 1, Name: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	m, err := tinyModel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	direct, err := native.New(m, tokenizer.Builtin(), native.Config{MaxBatch: 8})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer direct.Close()
+	for _, tokens := range []int{6, 48} {
+		reqs := poolRequests("b", 8)
+		for i := range reqs {
+			reqs[i].Params.MaxTokens = tokens
+		}
+		for _, e := range []struct {
+			name string
+			eng  engine.Engine
+		}{{"direct", direct}, {"pool-1", pool}} {
+			b.Run(fmt.Sprintf("tokens=%d/%s", tokens, e.name), func(b *testing.B) {
+				for b.Loop() {
+					if _, err := e.eng.Generate(ctx, reqs); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
