@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/rl"
 )
 
 func saveAll(t *testing.T, ranks []*Rank, dir string) {
@@ -45,11 +46,12 @@ func restartGroup(t *testing.T, c learner.Config, n int, dir string) []*Rank {
 	return ranks
 }
 
-// A checkpoint written by 2 ZeRO-1 ranks loads into 1, 3 and 4 ranks and
-// into an unsharded learner, and one more step lands where training
-// straight through does.
+// A checkpoint written by 2 ZeRO-1 ranks (with a KL reference) loads into
+// 1, 3 and 4 ranks of either stage and into an unsharded learner, and one
+// more step lands where training straight through does.
 func TestReshardCheckpoint(t *testing.T) {
 	c := tinyConfig(learner.GRPO, 2, 1)
+	c.Loss.KLCoef, c.Loss.KL = 0.05, rl.K3 // the frozen reference travels too
 	single := c
 	single.Shards = 0
 	straight := newLearner(t, single)
@@ -64,7 +66,7 @@ func TestReshardCheckpoint(t *testing.T) {
 	}
 	dir := t.TempDir()
 	saveAll(t, ranks, dir)
-	for _, f := range []string{learner.ShardOptimizerFile(0, 2), learner.ShardOptimizerFile(1, 2), "model.safetensors", learner.StateFile} {
+	for _, f := range []string{learner.ShardOptimizerFile(0, 2), learner.ShardOptimizerFile(1, 2), "model.safetensors", learner.ReferenceFile, learner.StateFile} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Fatalf("checkpoint lacks %s: %v", f, err)
 		}

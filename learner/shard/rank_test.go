@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/rl"
 )
 
 // Tolerance of the equivalence tests: N ranks sum the same float32
@@ -18,15 +19,19 @@ import (
 const equivTol = 2e-5
 
 // N in-process ranks reach the weights of one learner on the same batches,
-// under both ZeRO stages and with PPO mini-batches.
+// under both ZeRO stages: GRPO, PPO with a value head and two mini-batches,
+// GRPO with KL to the frozen reference and two mini-batches, and SFT.
 func TestEquivalenceInProcess(t *testing.T) {
-	for _, alg := range []string{learner.GRPO, learner.PPO} {
+	for _, alg := range []string{learner.GRPO, learner.PPO, "grpo+kl", learner.SFT} {
 		for _, stage := range []int{0, 1} {
 			for _, n := range []int{1, 2, 4} {
 				t.Run(fmt.Sprintf("%s_stage%d_ranks%d", alg, stage, n), func(t *testing.T) {
-					c := tinyConfig(alg, n, stage)
-					if alg == learner.PPO {
+					c := tinyConfig(strings.TrimSuffix(alg, "+kl"), n, stage)
+					switch alg {
+					case learner.PPO:
 						c.MiniBatches = 2
+					case "grpo+kl":
+						c.Loss.KLCoef, c.Loss.KL, c.MiniBatches = 0.05, rl.K3, 2
 					}
 					single := c
 					single.Shards = 0
