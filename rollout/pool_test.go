@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -20,10 +21,13 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/proctest"
 	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout"
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/rollout/verify"
 	"github.com/rlnode/rlnode/weightsync"
 )
 
@@ -567,6 +571,62 @@ func BenchmarkPoolGenerate(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestPoolUnderEpisodes is the swap the driver makes: episode runners in
+// this process generate through the pool, whose actors load the policy
+// checkpoint with the built-in "native" engine and take the published
+// weights; every turn carries the version it was sampled with.
+func TestPoolUnderEpisodes(t *testing.T) {
+	if isolated(t) {
+		return
+	}
+	n := startNode(t)
+	ctx := testCtx(t)
+	m, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := m.Save(dir, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	if err := tokenizer.Builtin().Save(filepath.Join(dir, "tokenizer.json")); err != nil {
+		t.Fatal(err)
+	}
+	syncer, err := weightsync.Start(ctx, n, 5, weightsync.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syncer.Close()
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "native", Model: dir, WeightVersion: 5},
+		Replicas: 2, Weights: syncer, Name: "episodes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := syncer.Publish(ctx, 6, weightsync.FullUpdate(otherModel(t, 3))); err != nil {
+		t.Fatal(err)
+	}
+	pool.SetStep(6)
+	seed := int64(1)
+	run, err := episode.NewSingleTurn(episode.Policy{ID: "solver", Engine: pool, Params: engine.SamplingParams{MaxTokens: 8, Temperature: 1, Seed: &seed}},
+		verify.Math{}, episode.Templates{}, episode.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns, err := run.Run(ctx, episode.Batch{Examples: problems, N: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(turns) != 8 {
+		t.Fatalf("%d turns, want 8", len(turns))
+	}
+	for i, tr := range turns {
+		if tr.WeightVersion != 6 || len(tr.ResponseIDs) == 0 || len(tr.LogProbs) != len(tr.ResponseIDs) {
+			t.Errorf("turn %d: version %d, %d tokens, %d logprobs", i, tr.WeightVersion, len(tr.ResponseIDs), len(tr.LogProbs))
 		}
 	}
 }
