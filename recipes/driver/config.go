@@ -399,8 +399,8 @@ func SCoReMath(out string) Config {
 	m := *c.Model
 	m.MaxPositions = 128
 	c.Model = &m
-	c.WarmupSteps, c.WarmupBatch = 300, 32
-	c.Steps, c.PromptsPerStep, c.GroupSize = 200, 16, 8
+	c.WarmupSteps, c.WarmupBatch = 300, 64
+	c.Steps, c.PromptsPerStep, c.GroupSize = 400, 16, 8
 	c.EvalEvery, c.EvalProblems, c.CheckpointEvery = 25, 256, 100
 	return c
 }

@@ -62,6 +62,20 @@
 //     step-N/feedback/ the feedback policy in the same layout. Resume
 //     restores both.
 //
+// The MLMT-RL proof, measured on the shared 2-core machine (seed 1, same
+// budget: 150 warm-up + 200 GRPO steps of 16 prompts × 8 episodes; greedy
+// on 256 held-out pick problems). `go run ./cmd/rlnode run mlmt_math`
+// (319 s): after warm-up turn-1 0.113, turn-3 0.469; at the end turn-1
+// 0.383, turn-3 0.836 (Δ +0.453; incorrect→correct 0.602,
+// correct→incorrect 0.148). `go run ./cmd/rlnode run mlmt_math_static`
+// (116 s): after warm-up turn-1 0.090, turn-3 0.082; at the end turn-1
+// 0.180, turn-3 0.160. rlnode eval on both final checkpoints gives the
+// same figures. Alone the solver cannot beat always naming the most common
+// hinted position (2nd: 100 of the 256 held-out problems, 0.39), so the
+// gain above that is the feedback's information; the trained run's
+// turn3_accuracy_static (its solver given the static text) is 0.02: it
+// has learned to rely on feedback. One run per variant: not a seed study.
+//
 // Not done yet: the engine is always the in-process native engine (no
 // rollout actors on other nodes, no vLLM; the weight-sync actor is not
 // used); single-turn episodes use the driver's own short prompt format;
