@@ -21,8 +21,9 @@ import (
 //
 //	go test ./learner/shard -run '^$' -bench 'AllReduce|Memcpy|TrainStepQuickstart' -benchtime 5x
 //
-// AllReduce reports bus bandwidth as NCCL's tests define it: bytes/time ×
-// 2(n−1)/n, the traffic each rank's link carries in a ring all-reduce.
+// AllReduce (with Options' default buckets) reports bus bandwidth as NCCL's
+// tests define it: bytes/time × 2(n−1)/n, the traffic each rank's link
+// carries in a ring all-reduce.
 
 const benchKind = "shard-bench"
 
@@ -63,7 +64,8 @@ func (a *benchActor) Receive(_ *actor.Context, msg any) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.g = &ring{t: t, bucket: 1 << 20, inFlight: 2}
+		o := Options{}.withDefaults()
+		a.g = &ring{t: t, bucket: o.BucketElems, inFlight: o.InFlight}
 		return Joined{Rank: m.Rank}, nil
 	case BenchRun:
 		x := make([]float32, m.Floats)
@@ -118,7 +120,8 @@ func BenchmarkAllReduceLoopback(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				g := &ring{t: t, bucket: 1 << 20, inFlight: 2}
+				o := Options{}.withDefaults()
+				g := &ring{t: t, bucket: o.BucketElems, inFlight: o.InFlight}
 				x := make([]float32, size/4)
 				run := func(iters int, first uint64) {
 					done := make(chan error, len(kids))
