@@ -18,13 +18,19 @@
 // optim.WarmupCosine, task.Config, data.Mapping); validation runs their own
 // checks too, so a recipe that loads is one they accept.
 //
-// Not done yet: the mapping of a Recipe onto recipes/driver's Config (the
-// driver's templates see .Question where rollout/episode's and sft.response
-// see .Problem; its algorithm names dr_grpo and reinforce++ are accepted
-// here as aliases). Keys whose meaning only the driver can give
-// (algorithm.mlmt.stop_gradient and feedback_reward, placement.mode,
-// checkpoint.keep, eval.samples, engines.*.replicas, sync.mode async) are
-// validated and documented in SCHEMA.md but act on nothing until the
-// driver reads them. The built-in recipes other than quickstart (which
-// carries the driver's tuned preset) have untuned first-guess values.
+// Loaded.DriverConfig (driverconfig.go) maps a recipe onto recipes/driver's
+// Config (the driver's templates see .Question where rollout/episode's and
+// sft.response see .Problem; its algorithm names dr_grpo and reinforce++
+// are accepted here as aliases) and refuses, naming the field, what the
+// driver cannot run yet. Single-turn, mlmt (algorithm.mlmt.*: train,
+// stop_gradient, static_feedback, feedback_reward) and score
+// (algorithm.score.alpha) episodes run. quickstart, mlmt_math and
+// score_math carry the driver's tuned presets (Quickstart, MLMTMath,
+// SCoReMath; tests check they agree).
+//
+// Not done yet: keys whose meaning only the driver can give and that it
+// does not run yet (placement.mode split, eval.samples > 1,
+// engines.*.replicas > 1, sync.mode async, tools episodes, datasets) are
+// validated and documented in SCHEMA.md but refused by DriverConfig.
+// grpo_gsm8k and mbpp have untuned first-guess values.
 package recipes
