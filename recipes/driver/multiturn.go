@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -245,10 +246,14 @@ func (r *run) feedbackEngine() *native.Engine {
 	return r.feedback.eng
 }
 
-// seedAt is the sampling seed of turn t of the step whose problems end at
-// the data cursor.
+// seedAt is the first sampling seed of turn t of the step whose problems
+// end at the data cursor; request i of the turn gets seedAt + i. The
+// (seed, cursor, turn) triple is hashed so that the seed ranges of
+// different steps and turns do not overlap in practice.
 func (r *run) seedAt(turn int) *int64 {
-	s := int64(r.cfg.Seed)*1_000_003 + int64(r.cursor)*7 + int64(turn)*1_000_000_007
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%d/%d", r.cfg.Seed, r.cursor, turn)
+	s := int64(h.Sum64() >> 2) // room for + i without overflow
 	return &s
 }
 
