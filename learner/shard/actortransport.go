@@ -26,7 +26,9 @@ type RingAbort struct {
 
 // inlineMax is the largest payload sent inside the actor message; larger
 // ones go over the bulk path (a message costs one gRPC hop, a bulk fetch
-// a TCP connection of its own, worth it only for large chunks).
+// a TCP connection of its own, worth it only for large chunks). Sending
+// every chunk as 128 KiB inline parts instead measured 3-4x less bus
+// bandwidth than bulk pulls at 1-64 MiB between processes here.
 const inlineMax = 64 << 10
 
 func init() {
