@@ -402,6 +402,15 @@ func TestActorAcrossProcesses(t *testing.T) {
 	if c.Line != "UP" {
 		t.Fatalf("child node: %s", c.Line)
 	}
+	// The child says UP once it has joined, but the parent's membership
+	// may not list it yet: wait (bounded by ctx) before placing on it.
+	for len(n.Views()) < 2 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("nodes seen: %d, want 2", len(n.Views()))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	for _, threshold := range []int{0, 1} {
 		h := spawn(t, n, rollout.ActorConfig{Engine: "scripted", FeedbackEngine: "scripted", FeedbackModel: "teacher",
 			Verifier: "exact", BulkThreshold: threshold}, "child")
