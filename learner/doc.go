@@ -9,9 +9,11 @@
 // clipped surrogate of learner/rl (clip-higher, dual-clip, TIS, KL to a frozen
 // reference, entropy bonus); it saves and loads checkpoints (weights in
 // safetensors, AdamW moments, reference, step). The learner actor (ActorKind)
-// hosts one and offers its weights on the bulk path for engines.
+// hosts one and offers its weights on the bulk path for engines. With
+// Config.Shards > 1 the learner runs as ranks of learner/shard (data
+// parallel, ZeRO-1), each a Learner with SetSharding.
 //
-// Not done yet: the learner runs on the cpu backend only, unsharded; LoRA
+// Not done yet: the learner runs on the cpu backend only; LoRA
 // training is not exposed through Config; the RNG of LoRA dropout is not
 // checkpointed (no dropout is used without LoRA).
 package learner
