@@ -64,17 +64,24 @@
 //
 // The MLMT-RL proof, measured on the shared 2-core machine (seed 1, same
 // budget: 150 warm-up + 200 GRPO steps of 16 prompts × 8 episodes; greedy
-// on 256 held-out pick problems). `go run ./cmd/rlnode run mlmt_math`
-// (319 s): after warm-up turn-1 0.113, turn-3 0.469; at the end turn-1
-// 0.383, turn-3 0.836 (Δ +0.453; incorrect→correct 0.602,
-// correct→incorrect 0.148). `go run ./cmd/rlnode run mlmt_math_static`
-// (116 s): after warm-up turn-1 0.090, turn-3 0.082; at the end turn-1
-// 0.180, turn-3 0.160. rlnode eval on both final checkpoints gives the
-// same figures. Alone the solver cannot beat always naming the most common
-// hinted position (2nd: 100 of the 256 held-out problems, 0.39), so the
-// gain above that is the feedback's information; the trained run's
-// turn3_accuracy_static (its solver given the static text) is 0.02: it
-// has learned to rely on feedback. One run per variant: not a seed study.
+// on 256 held-out pick problems; run one after the other).
+// `go run ./cmd/rlnode run mlmt_math` (242 s by elapsed_s): after warm-up
+// turn-1 0.133, turn-3 0.461; at the end turn-1 0.367, turn-3 0.695 (Δ
+// +0.328; incorrect→correct 0.465, correct→incorrect 0.137).
+// `go run ./cmd/rlnode run mlmt_math_static` (101 s): after warm-up
+// turn-1 0.121, turn-3 0.125; at the end turn-1 0.281, turn-3 0.281 (the
+// solver always names the 3rd candidate). rlnode eval on both final
+// checkpoints gives the same figures. An earlier pair of runs, before the
+// sampling seeds were hashed (same settings otherwise): mlmt_math turn-1
+// 0.383, turn-3 0.836; mlmt_math_static turn-1 0.180, turn-3 0.160.
+// Alone the solver cannot beat always naming the most common hinted
+// position (2nd: 100 of the 256 held-out problems, 0.39), so the gain
+// above that is the feedback's information; the trained run's
+// turn3_accuracy_static (its solver given the static text) is 0.008: it
+// relies on feedback. The stop-gradient variant (mlmt_math_stopgrad, 150
+// s) trains the solver on turn 1 only: turn-1 0.133 → 0.387, turn-3 0.461
+// → 0.453 (0.42–0.49 on the way); with the earlier seeds turn-3 fell
+// 0.469 → 0.363. One or two runs per variant: not a seed study.
 //
 // Not done yet: the engine is always the in-process native engine (no
 // rollout actors on other nodes, no vLLM; the weight-sync actor is not
