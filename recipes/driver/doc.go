@@ -82,6 +82,9 @@
 // s) trains the solver on turn 1 only: turn-1 0.133 → 0.387, turn-3 0.461
 // → 0.453 (0.42–0.49 on the way); with the earlier seeds turn-3 fell
 // 0.469 → 0.363. One or two runs per variant: not a seed study.
+// score_math (300 warm-up + 400 GRPO steps on level-1 arithmetic, 234 s):
+// turn-1 0.094 → 0.098, turn-2 0.113 → 0.113 (0.11–0.16 on the way): no
+// measurable self-correction gain at this scale.
 //
 // Not done yet: the engine is always the in-process native engine (no
 // rollout actors on other nodes, no vLLM; the weight-sync actor is not
