@@ -3,7 +3,8 @@
 the sum of log probs of every token after the first.
 
 Run:  /usr/bin/python3 bench_train_step.py [threads] [steps]
-Prints seconds per step, tokens/s and peak RSS (getrusage).
+Prints seconds per step, tokens/s (mean and best step), CPU seconds per step
+(user + system, all threads) and peak RSS (getrusage).
 """
 import math
 import resource
@@ -88,11 +89,18 @@ def step(tokens):
 
 tokens = torch.randint(0, V, (B, T))
 step(tokens)  # warm up
+def cpu_seconds():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 times = []
+cpu0 = cpu_seconds()
 for _ in range(steps):
     t0 = time.perf_counter()
     step(tokens)
     times.append(time.perf_counter() - t0)
+cpu = (cpu_seconds() - cpu0) / steps
 best, mean = min(times), sum(times) / len(times)
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(f"threads {threads}: {mean:.3f} s/step mean, {best:.3f} best; {B*T/mean:.0f} tokens/s mean, {B*T/best:.0f} best; peak RSS {rss:.0f} MiB")
+print(f"threads {threads}: {mean:.3f} s/step mean, {best:.3f} best; {B*T/mean:.0f} tokens/s mean, {B*T/best:.0f} best; {cpu:.3f} cpu-s/step; peak RSS {rss:.0f} MiB")
