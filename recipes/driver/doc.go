@@ -69,8 +69,9 @@
 // turn-1 0.133, turn-3 0.461; at the end turn-1 0.367, turn-3 0.695 (Δ
 // +0.328; incorrect→correct 0.465, correct→incorrect 0.137).
 // `go run ./cmd/rlnode run mlmt_math_static` (101 s): after warm-up
-// turn-1 0.121, turn-3 0.125; at the end turn-1 0.281, turn-3 0.281 (the
-// solver always names the 3rd candidate). rlnode eval on both final
+// turn-1 0.121, turn-3 0.125; at the end turn-1 0.281, turn-3 0.281
+// (exactly the share of 3rd-position hints, 72 of 256: it looks like a
+// constant guess, not checked sample by sample). rlnode eval on both final
 // checkpoints gives the same figures. An earlier pair of runs, before the
 // sampling seeds were hashed (same settings otherwise): mlmt_math turn-1
 // 0.383, turn-3 0.836; mlmt_math_static turn-1 0.180, turn-3 0.160.
