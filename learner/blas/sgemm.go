@@ -19,6 +19,15 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	sgemm(&g, Threads())
 }
 
+// SgemmSerial is Sgemm on the calling goroutine only, for callers that
+// already keep every core busy with independent products (attention's
+// heads): splitting each product again would only add hand-offs.
+func SgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	g := gemmArgs{transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}
+	g.check("SgemmSerial", 1, 0, 0, 0)
+	sgemm(&g, 1)
+}
+
 // SgemmBatched computes batch independent products
 //
 //	C_i = alpha*op(A_i)*op(B_i) + beta*C_i,  i < batch,

@@ -559,3 +559,39 @@ func TestStridedCopy(t *testing.T) {
 		}
 	}
 }
+
+// TestSgemmSerial checks that SgemmSerial gives Sgemm's one-thread result
+// bit for bit, whatever the thread setting, and checks its arguments.
+func TestSgemmSerial(t *testing.T) {
+	withThreads(t, 3)
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, s := range []struct {
+		ta, tb  bool
+		m, n, k int
+	}{{false, true, 192, 256, 64}, {true, false, 256, 64, 192}, {false, false, 300, 70, 500}} {
+		lda, ldb := s.k, s.n
+		if s.ta {
+			lda = s.m
+		}
+		if s.tb {
+			ldb = s.k
+		}
+		a, b, c0 := randSlice(rng, s.m*s.k), randSlice(rng, s.k*s.n), randSlice(rng, s.m*s.n)
+		got, want := append([]float32(nil), c0...), append([]float32(nil), c0...)
+		SgemmSerial(s.ta, s.tb, s.m, s.n, s.k, 0.5, a, lda, b, ldb, 1, got, s.n)
+		SetThreads(1)
+		Sgemm(s.ta, s.tb, s.m, s.n, s.k, 0.5, a, lda, b, ldb, 1, want, s.n)
+		SetThreads(3)
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%+v: c[%d] = %v, want %v", s, i, got[i], want[i])
+			}
+		}
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "SgemmSerial") {
+			t.Errorf("short C: panic %v, want one naming SgemmSerial", r)
+		}
+	}()
+	SgemmSerial(false, false, 4, 4, 4, 1, make([]float32, 16), 4, make([]float32, 16), 4, 0, make([]float32, 15), 4)
+}

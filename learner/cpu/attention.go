@@ -74,7 +74,7 @@ func (b *Backend) Attention(out, lse, q, k, v backend.Tensor, starts []int32, ba
 				rows := group * nq
 				gatherHeads(Qs, Q, qd, base, i0, i1, h0, group, headDim)
 				// S = scale * Qs K[j0:i1]^T, rows nk wide.
-				blas.Sgemm(false, true, rows, nk, headDim, scale, Qs, headDim,
+				blas.SgemmSerial(false, true, rows, nk, headDim, scale, Qs, headDim,
 					K[(base+j0)*kd+kh*headDim:], kd, 0, S, nk)
 				for x := 0; x < rows; x++ {
 					hh, ii := x/nq, x%nq
@@ -90,7 +90,7 @@ func (b *Backend) Attention(out, lse, q, k, v backend.Tensor, starts []int32, ba
 					LSE[(r*heads+h0+hh)*seqLen+i] = m + float32(math.Log(float64(s)))
 				}
 				// Os = P V[j0:i1]
-				blas.Sgemm(false, false, rows, headDim, nk, 1, S, nk,
+				blas.SgemmSerial(false, false, rows, headDim, nk, 1, S, nk,
 					V[(base+j0)*kd+kh*headDim:], kd, 0, Os, headDim)
 				scatterHeads(O, Os, qd, base, i0, i1, h0, group, headDim)
 			}
@@ -132,8 +132,8 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse backend.
 				kOff := (base+j0)*kd + kh*headDim
 				gatherHeads(Qs, Q, qd, base, i0, i1, h0, group, headDim)
 				gatherHeads(dOs, DO, qd, base, i0, i1, h0, group, headDim)
-				blas.Sgemm(false, true, rows, nk, headDim, scale, Qs, headDim, K[kOff:], kd, 0, P, nk)
-				blas.Sgemm(false, true, rows, nk, headDim, 1, dOs, headDim, V[kOff:], kd, 0, dP, nk)
+				blas.SgemmSerial(false, true, rows, nk, headDim, scale, Qs, headDim, K[kOff:], kd, 0, P, nk)
+				blas.SgemmSerial(false, true, rows, nk, headDim, 1, dOs, headDim, V[kOff:], kd, 0, dP, nk)
 				for x := 0; x < rows; x++ {
 					hh, ii := x/nq, x%nq
 					i := i0 + ii
@@ -149,9 +149,9 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse backend.
 					softmaxGrad(row[lo:hi], drow[lo:hi], l, d)
 				}
 				// dV[j0:i1] += P^T dOs;  dK[j0:i1] += scale dS^T Qs;  dQs = scale dS K
-				blas.Sgemm(true, false, nk, headDim, rows, 1, P, nk, dOs, headDim, 1, DV[kOff:], kd)
-				blas.Sgemm(true, false, nk, headDim, rows, scale, dP, nk, Qs, headDim, 1, DK[kOff:], kd)
-				blas.Sgemm(false, false, rows, headDim, nk, scale, dP, nk, K[kOff:], kd, 0, dQs, headDim)
+				blas.SgemmSerial(true, false, nk, headDim, rows, 1, P, nk, dOs, headDim, 1, DV[kOff:], kd)
+				blas.SgemmSerial(true, false, nk, headDim, rows, scale, dP, nk, Qs, headDim, 1, DK[kOff:], kd)
+				blas.SgemmSerial(false, false, rows, headDim, nk, scale, dP, nk, K[kOff:], kd, 0, dQs, headDim)
 				scatterHeads(DQ, dQs, qd, base, i0, i1, h0, group, headDim)
 			}
 		}
