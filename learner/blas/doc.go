@@ -1,7 +1,10 @@
 // Package blas holds the CPU backend's dense kernels, starting with SGEMM.
 //
 // It owns single-precision matrix multiplication for the learner: Sgemm for
-// one product and SgemmBatched for the many small products of attention.
+// one product, SgemmBatched for many small ones, and SgemmSerial for
+// callers that already run independent products on every core (the CPU
+// backend's attention). AVX512 reports the CPU feature for the backend's
+// own vector loops.
 // Both follow the GotoBLAS/BLIS layout: op(B) is copied ("packed") into
 // panels of nr-column slivers shared by all threads, and a register-tiled
 // micro-kernel in assembly (AVX-512 12×32 or AVX2+FMA 6×16 on amd64, chosen
