@@ -58,7 +58,8 @@ func (b *Backend) Attention(out, lse, q, k, v backend.Tensor, starts []int32, ba
 	group := heads / kvHeads
 	scale := float32(1 / math.Sqrt(float64(headDim)))
 	gb := group * attnBlock
-	bufs := b.scratch(gb*seqLen + 2*gb*headDim)
+	bufs, done := b.scratch(gb*seqLen + 2*gb*headDim)
+	defer done()
 	b.parallelChunks(batch*kvHeads, 1, func(worker, _, lo, hi int) {
 		buf := bufs[worker]
 		S, Qs, Os := buf[:gb*seqLen], buf[gb*seqLen:gb*(seqLen+headDim)], buf[gb*(seqLen+headDim):gb*(seqLen+2*headDim)]
@@ -110,7 +111,8 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse backend.
 	scale := float32(1 / math.Sqrt(float64(headDim)))
 	gb := group * attnBlock
 	ps, hs := gb*seqLen, gb*headDim
-	bufs := b.scratch(2*ps + 3*hs)
+	bufs, done := b.scratch(2*ps + 3*hs)
+	defer done()
 	b.parallelChunks(batch*kvHeads, 1, func(worker, _, lo, hi int) {
 		buf := bufs[worker]
 		P, dP := buf[:ps], buf[ps:2*ps]

@@ -37,8 +37,11 @@ type Backend struct {
 	Workers int
 	mu      sync.Mutex
 	ropes   map[ropeKey]*ropeTable
-	work    [][]float32 // per-worker scratch (scratch)
-	parts   []float32   // per-chunk partial sums (RMSNormBackward)
+	// Buffers reused between calls, each under a lock taken with TryLock.
+	scratchMu sync.Mutex
+	work      [][]float32 // per-worker scratch (scratch)
+	partsMu   sync.Mutex
+	parts     []float32 // per-chunk partial sums (partials)
 }
 
 // New returns a backend using all cores (GOMAXPROCS).
@@ -152,11 +155,19 @@ func (b *Backend) parallelChunks(n, grain int, fn func(worker, chunk, lo, hi int
 	wg.Wait()
 }
 
-// scratch returns Workers buffers of at least n floats each, kept between
-// calls (a Backend serves one goroutine at a time), with unspecified
-// contents.
-func (b *Backend) scratch(n int) [][]float32 {
+// scratch returns Workers buffers of at least n floats each, with
+// unspecified contents, and the function that hands them back. They are
+// kept between calls; a call that finds them in use (a Backend shared by
+// goroutines against its contract) gets fresh ones rather than a data race.
+func (b *Backend) scratch(n int) ([][]float32, func()) {
 	w := max(b.Workers, 1)
+	if !b.scratchMu.TryLock() {
+		bufs := make([][]float32, w)
+		for i := range bufs {
+			bufs[i] = make([]float32, n)
+		}
+		return bufs, func() {}
+	}
 	if len(b.work) != w {
 		b.work = make([][]float32, w)
 	}
@@ -165,7 +176,21 @@ func (b *Backend) scratch(n int) [][]float32 {
 			b.work[i] = make([]float32, n)
 		}
 	}
-	return b.work
+	return b.work, b.scratchMu.Unlock
+}
+
+// partials returns n zeroed floats for per-chunk partial sums and the
+// function that hands them back, on the same terms as scratch.
+func (b *Backend) partials(n int) ([]float32, func()) {
+	if !b.partsMu.TryLock() {
+		return make([]float32, n), func() {}
+	}
+	if len(b.parts) < n {
+		b.parts = make([]float32, n)
+	}
+	p := b.parts[:n]
+	clear(p)
+	return p, b.partsMu.Unlock
 }
 
 // MatMul calls blas.Sgemm, which splits large products over its own
@@ -244,11 +269,8 @@ func (b *Backend) SumRows(dst, x backend.Tensor, rows, cols int) {
 	// added in chunk order (the same result whichever worker ran which).
 	grain := max(1, elemGrain/max(cols, 1))
 	nc := b.chunks(rows, grain)
-	if len(b.parts) < nc*cols {
-		b.parts = make([]float32, nc*cols)
-	}
-	parts := b.parts[:nc*cols]
-	clear(parts)
+	parts, done := b.partials(nc * cols)
+	defer done()
 	b.parallelChunks(rows, grain, func(_, c, lo, hi int) {
 		part := parts[c*cols : (c+1)*cols]
 		for r := lo; r < hi; r++ {

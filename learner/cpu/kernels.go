@@ -27,11 +27,8 @@ func (b *Backend) RMSNormBackward(dx, dw, dy, x, w, rstd backend.Tensor, rows, c
 	// partial sum, added in chunk order at the end (the same result
 	// whichever worker ran which chunk).
 	nc := b.chunks(rows, 16)
-	if len(b.parts) < nc*cols {
-		b.parts = make([]float32, nc*cols)
-	}
-	parts := b.parts[:nc*cols]
-	clear(parts)
+	parts, done := b.partials(nc * cols)
+	defer done()
 	W = W[:cols]
 	b.parallelChunks(rows, 16, func(_, c, lo, hi int) {
 		part := parts[c*cols : (c+1)*cols]
@@ -163,7 +160,8 @@ func softmaxRow(o, x []float32) float32 {
 // LogProbs: logp = z[t] - lse; entropy = lse - sum p*z.
 func (b *Backend) LogProbs(logp, entropy, lse, logits backend.Tensor, targets []int32, rows, vocab int) {
 	LP, EN, L, Z := f(logp), f(entropy), f(lse), f(logits)
-	bufs := b.scratch(vocab)
+	bufs, done := b.scratch(vocab)
+	defer done()
 	b.parallelChunks(rows, 1, func(worker, _, lo, hi int) {
 		e := bufs[worker][:vocab]
 		for r := lo; r < hi; r++ {

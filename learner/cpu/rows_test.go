@@ -45,3 +45,53 @@ func TestRowVectorOps(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentCallersGetOwnScratch calls kernels that reuse scratch and
+// partial-sum buffers from several goroutines on one Backend (against its
+// contract, as a shared reference model might): each must still get its
+// own buffers and the sequential result.
+func TestConcurrentCallersGetOwnScratch(t *testing.T) {
+	b := New()
+	rng := rand.New(rand.NewPCG(23, 24))
+	const rows, cols, vocab = 300, 40, 50
+	x, z := vecInput(rng, rows*cols, 1), vecInput(rng, rows*vocab, 3)
+	targets := make([]int32, rows)
+	for i := range targets {
+		targets[i] = int32(rng.IntN(vocab))
+	}
+	run := func() (sum, logp []float32) {
+		sum, logp = make([]float32, cols), make([]float32, rows)
+		ent, lse := make(Tensor, rows), make(Tensor, rows)
+		b.SumRows(Tensor(sum), Tensor(x), rows, cols)
+		b.LogProbs(Tensor(logp), ent, lse, Tensor(z), targets, rows, vocab)
+		return sum, logp
+	}
+	wantSum, wantLogp := run()
+	const callers = 4
+	errs := make(chan string, callers)
+	for range callers {
+		go func() {
+			for range 20 {
+				sum, logp := run()
+				for j := range sum {
+					if sum[j] != wantSum[j] {
+						errs <- "SumRows differs under concurrent calls"
+						return
+					}
+				}
+				for j := range logp {
+					if logp[j] != wantLogp[j] {
+						errs <- "LogProbs differs under concurrent calls"
+						return
+					}
+				}
+			}
+			errs <- ""
+		}()
+	}
+	for range callers {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
+	}
+}
