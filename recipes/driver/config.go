@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"text/template"
+	"time"
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/learner"
@@ -111,6 +112,24 @@ type Config struct {
 	// EngineBatch is the native engine's decode batch (default 256).
 	EngineBatch int
 
+	// Rollout, when set, generates the solver's samples (training and
+	// evaluation) on rollout actors on the cluster (a rollout.Pool of
+	// native engines) instead of the native engine in this process; each
+	// learner step's weights reach them through a weightsync.Syncer.
+	// FeedbackRollout does the same for MLMT's feedback policy. The
+	// actors load the policy's starting checkpoint, which the learner
+	// writes into Out/rollout/<policy>/: across hosts Out must be on a
+	// filesystem every node reads. On an embedded cluster the node offers
+	// as many CPUs as the learners and actors reserve (at least its cores):
+	// they share the machine and take turns.
+	Rollout, FeedbackRollout *Rollout
+	// MaxStaleness k > 0 is asynchronous training (single-turn episodes,
+	// with Rollout): the samples of step t+1 are generated while step t
+	// trains, on weights at most k versions older than the step's
+	// on-policy version (the pool refuses older results). 0 is
+	// synchronous: generation waits for the newest weights.
+	MaxStaleness int
+
 	Logger *slog.Logger // default: discard
 	// Progress, when set, is called after every step with its metrics.
 	Progress func(Metrics)
@@ -118,6 +137,25 @@ type Config struct {
 	// engine now serving version (from the driver's goroutine; the
 	// engine must not be closed or given weights by the callee).
 	OnWeights func(version int64, eng engine.Engine)
+}
+
+// Rollout places a policy's generation on rollout actors (see
+// Config.Rollout).
+type Rollout struct {
+	// Replicas is the number of rollout actors (> 0).
+	Replicas int
+	// Resources is what each actor reserves (default 1 CPU).
+	Resources cluster.Resources
+	// Spread reserves the actors' resources up front in a placement group
+	// that puts them on as many nodes as it can (placement mode split);
+	// otherwise each actor is placed on its own where its resources fit.
+	Spread bool
+	// ChunkSize is the requests per generation job (0: each call split
+	// evenly over the live actors); see rollout.PoolConfig.
+	ChunkSize int
+	// LossTimeout is how long an actor whose calls keep failing is
+	// retried before its chunks move elsewhere (default the pool's).
+	LossTimeout time.Duration
 }
 
 // Episode kinds.
@@ -237,6 +275,28 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("checkpoint_every", c.CheckpointEvery, "want ≥ 0")
 	case c.EngineBatch < 0:
 		return nil, bad("engine_batch", c.EngineBatch, "want ≥ 0 (0: 256)")
+	case c.MaxStaleness < 0:
+		return nil, bad("max_staleness", c.MaxStaleness, "want ≥ 0")
+	case c.MaxStaleness > 0 && c.Rollout == nil:
+		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous generation runs on rollout actors: set rollout")
+	case c.MaxStaleness > 0 && c.multiTurn():
+		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous training is for single-turn episodes (episode is "+c.Episode+")")
+	case c.FeedbackRollout != nil && c.Feedback == nil:
+		return nil, fmt.Errorf("driver config: feedback_rollout: set, but the run has no feedback policy")
+	}
+	for _, ro := range []struct {
+		field string
+		r     *Rollout
+	}{{"rollout", c.Rollout}, {"feedback_rollout", c.FeedbackRollout}} {
+		switch {
+		case ro.r == nil:
+		case ro.r.Replicas <= 0:
+			return nil, bad(ro.field+".replicas", ro.r.Replicas, "want > 0")
+		case ro.r.ChunkSize < 0:
+			return nil, bad(ro.field+".chunk_size", ro.r.ChunkSize, "want ≥ 0")
+		case ro.r.LossTimeout < 0:
+			return nil, bad(ro.field+".loss_timeout", ro.r.LossTimeout, "want ≥ 0")
+		}
 	}
 	var t compiled
 	var err error

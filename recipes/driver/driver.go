@@ -16,10 +16,12 @@ import (
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
+	"github.com/rlnode/rlnode/weightsync"
 )
 
 // Metrics is one line of metrics.jsonl: one optimizer step of the
@@ -66,11 +68,21 @@ type Metrics struct {
 	SolvedAllFrac   float64 `json:"groups_all_correct,omitempty"`
 	SolvedNoneFrac  float64 `json:"groups_none_correct,omitempty"`
 	WeightVersion   int64   `json:"weight_version"`
-	GenSeconds      float64 `json:"gen_s,omitempty"`
-	TrainSeconds    float64 `json:"train_s"`
-	SyncSeconds     float64 `json:"sync_s"`
-	EvalSeconds     float64 `json:"eval_s,omitempty"`
-	ElapsedSeconds  float64 `json:"elapsed_s"`
+	// WeightLag is how many versions the oldest sample of the step lags
+	// behind the version that would be on-policy for it (the learner's
+	// step before this one): 0 in synchronous runs, ≤ max staleness in
+	// asynchronous ones. RL steps only.
+	WeightLag *int64 `json:"weight_lag,omitempty"`
+	// RolloutRegenerated counts the generation chunks of the run so far
+	// that ran again because their rollout actor was lost; RolloutLive
+	// is the live actors after the step (runs with rollout actors).
+	RolloutRegenerated *int64  `json:"rollout_regenerated,omitempty"`
+	RolloutLive        *int    `json:"rollout_live,omitempty"`
+	GenSeconds         float64 `json:"gen_s,omitempty"`
+	TrainSeconds       float64 `json:"train_s"`
+	SyncSeconds        float64 `json:"sync_s"`
+	EvalSeconds        float64 `json:"eval_s,omitempty"`
+	ElapsedSeconds     float64 `json:"elapsed_s"`
 }
 
 // Result sums up a run.
@@ -84,6 +96,9 @@ type Result struct {
 	EvalProblems                int   // distinct held-out problems evaluated
 	WeightVersion               int64 // version the engine serves at the end
 	LastCheckpointDir           string
+	// RolloutRegenerated counts generation chunks that ran again on
+	// another rollout actor after theirs was lost (runs with Rollout).
+	RolloutRegenerated int64
 }
 
 // DriverStateFile is the driver's part of a checkpoint: where the data
@@ -98,13 +113,28 @@ type driverState struct {
 }
 
 // policy is one trained policy: its learner actor and the engine that
-// serves it.
+// serves it: the native engine in this process (local), or rollout actors
+// on the cluster (pool) fed by a weight syncer.
 type policy struct {
 	id      string
 	learner *cluster.Handle
-	eng     *native.Engine
+	eng     *policyEngine
+	local   *native.Engine
+	pool    *rollout.Pool
+	syncer  *weightsync.Syncer
+	group   *cluster.PlacementGroup
+	node    *cluster.Node
 	tok     *tokenizer.Tokenizer
 }
+
+// policyEngine is what episodes generate with: a policy's engine and its
+// tokenizer.
+type policyEngine struct {
+	engine.Engine
+	tok *tokenizer.Tokenizer
+}
+
+func (e *policyEngine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 
 // run is one training run in progress.
 type run struct {
@@ -120,8 +150,12 @@ type run struct {
 	start    time.Time
 	step     int
 	cursor   int
-	version  int64
-	res      Result
+	// prefetched is the problems drawn for batches not trained yet (the
+	// asynchronous run's next batch): a checkpoint's cursor leaves them
+	// out, so a resumed run draws them again.
+	prefetched int
+	version    int64
+	res        Result
 }
 
 // Run trains per cfg: it places the learner actor on the cluster, starts
@@ -166,14 +200,14 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 
 	r.node = cfg.Node
 	if r.node == nil {
-		if r.node, err = cluster.Start(ctx, cluster.Config{Logger: actor.DiscardLogger()}); err != nil {
+		if r.node, err = cluster.Start(ctx, cluster.Config{CPUs: embeddedCPUs(cfg), Logger: actor.DiscardLogger()}); err != nil {
 			return Result{}, fmt.Errorf("driver: embedded cluster: %w", err)
 		}
 		defer r.node.Stop()
 	}
 	solverLearner := cfg.Learner
 	solverLearner.Model, solverLearner.ModelDir, solverLearner.Seed = cfg.Model, cfg.ModelDir, cfg.Seed
-	if r.solver, err = r.startPolicy(ctx, "solver", solverLearner, cfg.Resume); err != nil {
+	if r.solver, err = r.startPolicy(ctx, "solver", solverLearner, cfg.Resume, cfg.Rollout); err != nil {
 		return Result{}, err
 	}
 	defer r.solver.stop()
@@ -182,7 +216,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		if cfg.Resume != "" {
 			resume = filepath.Join(cfg.Resume, FeedbackDir)
 		}
-		if r.feedback, err = r.startPolicy(ctx, "feedback", fb.learnerConfig(cfg), resume); err != nil {
+		if r.feedback, err = r.startPolicy(ctx, "feedback", fb.learnerConfig(cfg), resume, cfg.FeedbackRollout); err != nil {
 			return Result{}, err
 		}
 		defer r.feedback.stop()
@@ -203,6 +237,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return r.res, err
 	}
 	r.res.Steps, r.res.WeightVersion = r.step, r.solver.eng.WeightVersion()
+	r.res.RolloutRegenerated = r.regenerated()
 	return r.res, nil
 }
 
@@ -232,28 +267,45 @@ func newEngine(mc *model.Config, dir string, batch int) (*native.Engine, *tokeni
 	return e, tok, nil
 }
 
-// startPolicy starts the engine and places the learner actor of one
-// policy.
-func (r *run) startPolicy(ctx context.Context, id string, l learner.Config, resume string) (*policy, error) {
-	eng, tok, err := newEngine(l.Model, l.ModelDir, r.cfg.EngineBatch)
-	if err != nil {
-		return nil, fmt.Errorf("driver: %s policy: %w", id, err)
-	}
+// startPolicy places the learner actor of one policy and starts its
+// engine: in this process, or with ro on rollout actors (startRollout).
+func (r *run) startPolicy(ctx context.Context, id string, l learner.Config, resume string, ro *Rollout) (*policy, error) {
 	h, err := r.node.Spawn(ctx, learner.ActorKind, cluster.SpawnOptions{
 		Args: learner.ActorConfig{Config: l, ResumeDir: resume}, Resources: r.cfg.LearnerResources,
 	})
 	if err != nil {
-		eng.Close()
 		return nil, fmt.Errorf("driver: place the %s learner: %w", id, err)
 	}
-	return &policy{id: id, learner: h, eng: eng, tok: tok}, nil
+	p := &policy{id: id, learner: h, node: r.node}
+	if ro != nil {
+		if err := r.startRollout(ctx, p, l, ro); err != nil {
+			p.stop()
+			return nil, err
+		}
+		return p, nil
+	}
+	eng, tok, err := newEngine(l.Model, l.ModelDir, r.cfg.EngineBatch)
+	if err != nil {
+		p.stop()
+		return nil, fmt.Errorf("driver: %s policy: %w", id, err)
+	}
+	p.local, p.tok, p.eng = eng, tok, &policyEngine{Engine: eng, tok: tok}
+	return p, nil
 }
 
 func (p *policy) stop() {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if p.eng != nil {
+		p.eng.Close()
+	}
+	if p.syncer != nil {
+		p.syncer.Close()
+	}
+	if p.group != nil {
+		_ = p.node.RemovePlacementGroup(sctx, p.group.ID)
+	}
 	_ = p.learner.Stop(sctx)
-	p.eng.Close()
 }
 
 // syncAll pushes every policy's weights to its engine.
@@ -282,13 +334,17 @@ func (r *run) syncWeights(ctx context.Context, p *policy) error {
 	if err != nil {
 		return fmt.Errorf("driver: %w", err)
 	}
-	if err := p.eng.SetWeights(ctx, int64(off.Step), w); err != nil {
+	if p.pool != nil {
+		if err := r.publish(ctx, p, int64(off.Step), w); err != nil {
+			return err
+		}
+	} else if err := p.local.SetWeights(ctx, int64(off.Step), w); err != nil {
 		return fmt.Errorf("driver: %s: %w", p.id, err)
 	}
 	if p == r.solver {
 		r.version = int64(off.Step)
 		if r.cfg.OnWeights != nil {
-			r.cfg.OnWeights(r.version, p.eng)
+			r.cfg.OnWeights(r.version, p.eng.Engine)
 		}
 	}
 	return nil
@@ -413,11 +469,21 @@ func fill(m *Metrics, st learner.Stats) {
 // checkpoints when due, and writes the metrics line.
 func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall bool) error {
 	t0 := time.Now()
-	if err := r.syncAll(ctx); err != nil {
-		return err
+	// Rollout actors sit idle through a single-turn warm-up: they get the
+	// weights when an evaluation needs them (always after the last
+	// warm-up step), not at every SFT step.
+	idle := r.solver.pool != nil && m.Phase == "warmup" && !evalNow && !r.cfg.multiTurn()
+	if !idle {
+		if err := r.syncAll(ctx); err != nil {
+			return err
+		}
 	}
 	m.SyncSeconds = time.Since(t0).Seconds()
 	m.WeightVersion = r.solver.eng.WeightVersion()
+	if r.solver.pool != nil {
+		regen, live := r.regenerated(), r.liveReplicas()
+		m.RolloutRegenerated, m.RolloutLive = &regen, &live
+	}
 	if evalNow && r.cfg.EvalEvery > 0 {
 		t0 = time.Now()
 		if r.cfg.multiTurn() {
@@ -490,28 +556,53 @@ func (r *run) reinforce(ctx context.Context) error {
 	if cfg.multiTurn() {
 		return r.reinforceMultiTurn(ctx, first)
 	}
+	// Asynchronous runs generate the next step's batch while this one
+	// trains; synchronous ones generate each batch on the newest weights.
+	async := cfg.MaxStaleness > 0
+	gctx, cancel := context.WithCancel(ctx)
+	var next *rlBatch
+	defer func() {
+		cancel()
+		if next != nil {
+			<-next.done
+		}
+	}()
 	for k := first; k <= cfg.Steps; k++ {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
 		t0 := time.Now()
-		probs := make([]task.Problem, cfg.PromptsPerStep)
-		reqs := make([]engine.Request, cfg.PromptsPerStep)
-		for i := range probs {
-			p, err := r.nextTrain()
-			if err != nil {
+		if next == nil {
+			var err error
+			if next, err = r.startBatch(gctx, int64(r.step)); err != nil {
 				return err
 			}
-			seed := int64(cfg.Seed)*1_000_003 + int64(r.cursor)
-			probs[i] = p
-			reqs[i] = engine.Request{ID: fmt.Sprintf("s%d-%d", r.step+1, i), Prompt: r.prompt(p), Params: engine.SamplingParams{
-				N: cfg.GroupSize, MaxTokens: cfg.MaxTokens, Temperature: cfg.Temperature, TopP: cfg.TopP, Seed: &seed}}
 		}
-		res, err := r.solver.eng.Generate(ctx, reqs)
-		if err != nil {
-			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
+		batch := next
+		select {
+		case <-batch.done:
+		case <-ctx.Done():
+			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, ctx.Err())
 		}
-		gen := time.Since(t0).Seconds()
+		next = nil
+		r.prefetched -= len(batch.probs)
+		if batch.err != nil {
+			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, batch.err)
+		}
+		if async && k < cfg.Steps {
+			// On-policy for the next batch is the version this step's
+			// training makes; the pool lets it run up to k versions older.
+			var err error
+			if next, err = r.startBatch(gctx, int64(r.step)+1); err != nil {
+				return err
+			}
+		}
+		probs, res := batch.probs, batch.res
+		gen := batch.genSeconds
+		if !async {
+			gen = time.Since(t0).Seconds()
+		}
+		lag := batch.onPolicy - lowestVersion(res)
 		b := learner.Batch{PolicyID: "solver"}
 		var respLen float64
 		var allRight, noneRight int
@@ -523,7 +614,7 @@ func (r *run) reinforce(ctx context.Context) error {
 				b.Responses = append(b.Responses, toInt32(s.TokenIDs))
 				b.SampleLogProbs = append(b.SampleLogProbs, append([]float32(nil), s.LogProbs...))
 				b.Rewards = append(b.Rewards, v.Reward)
-				b.GroupIDs = append(b.GroupIDs, int64(r.cursor-len(res)+i))
+				b.GroupIDs = append(b.GroupIDs, int64(batch.firstGroup+i))
 				respLen += float64(len(s.TokenIDs))
 				if v.Reward == 1 {
 					right++
@@ -549,6 +640,7 @@ func (r *run) reinforce(ctx context.Context) error {
 		m.SolvedAllFrac = float64(allRight) / float64(len(res))
 		m.SolvedNoneFrac = float64(noneRight) / float64(len(res))
 		m.GenSeconds, m.TrainSeconds = gen, time.Since(t1).Seconds()
+		m.WeightLag = &lag
 		last := k == cfg.Steps
 		evalNow := cfg.EvalEvery > 0 && (k%cfg.EvalEvery == 0 || last)
 		ckpt := last || (cfg.CheckpointEvery > 0 && k%cfg.CheckpointEvery == 0)
@@ -557,6 +649,64 @@ func (r *run) reinforce(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// rlBatch is one RL step's prompts and, once done is closed, their
+// samples.
+type rlBatch struct {
+	probs      []task.Problem
+	reqs       []engine.Request
+	firstGroup int   // group id (data cursor) of probs[0]
+	onPolicy   int64 // the weight version on-policy for this batch
+	done       chan struct{}
+	res        []engine.Result
+	err        error
+	genSeconds float64
+}
+
+// startBatch draws the next PromptsPerStep problems (here, so the data
+// cursor moves in step order) and generates their samples in the
+// background for the batch whose on-policy version is onPolicy.
+func (r *run) startBatch(ctx context.Context, onPolicy int64) (*rlBatch, error) {
+	cfg := r.cfg
+	b := &rlBatch{firstGroup: r.cursor, onPolicy: onPolicy, done: make(chan struct{}),
+		probs: make([]task.Problem, cfg.PromptsPerStep), reqs: make([]engine.Request, cfg.PromptsPerStep)}
+	for i := range b.probs {
+		p, err := r.nextTrain()
+		if err != nil {
+			return nil, err
+		}
+		seed := int64(cfg.Seed)*1_000_003 + int64(r.cursor)
+		b.probs[i] = p
+		b.reqs[i] = engine.Request{ID: fmt.Sprintf("s%d-%d", onPolicy+1, i), Prompt: r.prompt(p), Params: engine.SamplingParams{
+			N: cfg.GroupSize, MaxTokens: cfg.MaxTokens, Temperature: cfg.Temperature, TopP: cfg.TopP, Seed: &seed}}
+	}
+	r.prefetched += len(b.probs)
+	go func() {
+		defer close(b.done)
+		t0 := time.Now()
+		if pool := r.solver.pool; pool != nil {
+			b.res, b.err = pool.GenerateStep(ctx, onPolicy, b.reqs)
+		} else {
+			b.res, b.err = r.solver.eng.Generate(ctx, b.reqs)
+		}
+		if b.err == nil && len(b.res) != len(b.reqs) {
+			b.err = fmt.Errorf("engine returned %d results for %d requests", len(b.res), len(b.reqs))
+		}
+		b.genSeconds = time.Since(t0).Seconds()
+	}()
+	return b, nil
+}
+
+func lowestVersion(res []engine.Result) int64 {
+	if len(res) == 0 {
+		return 0
+	}
+	low := res[0].WeightVersion
+	for _, r := range res[1:] {
+		low = min(low, r.WeightVersion)
+	}
+	return low
 }
 
 // FeedbackDir is where an MLMT checkpoint keeps the feedback policy:
@@ -586,7 +736,7 @@ func (r *run) checkpoint(ctx context.Context, dir string) error {
 			return err
 		}
 	}
-	js, err := json.MarshalIndent(driverState{Step: r.step, TrainCursor: r.cursor, WeightVersion: r.version, Seed: r.cfg.Seed}, "", "  ")
+	js, err := json.MarshalIndent(driverState{Step: r.step, TrainCursor: r.cursor - r.prefetched, WeightVersion: r.version, Seed: r.cfg.Seed}, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ func quoteAnswer(s string) string {
 }
 
 // firstTurn: the solver answers every problem n times.
-func (x *rollouts) firstTurn(ctx context.Context, solver *native.Engine, tpl *compiled, sp sampling) error {
+func (x *rollouts) firstTurn(ctx context.Context, solver *policyEngine, tpl *compiled, sp sampling) error {
 	prompts := make([]string, len(x.probs))
 	for i, p := range x.probs {
 		prompts[i] = render(tpl.prompt, TemplateData{Question: p.Question})
@@ -142,7 +142,7 @@ func (x *rollouts) firstTurn(ctx context.Context, solver *native.Engine, tpl *co
 
 // feedbackTurn writes MLMT's feedback: the feedback policy's (fb set) or
 // the static text.
-func (x *rollouts) feedbackTurn(ctx context.Context, fb *native.Engine, tpl *compiled, sp sampling) error {
+func (x *rollouts) feedbackTurn(ctx context.Context, fb *policyEngine, tpl *compiled, sp sampling) error {
 	x.fb, x.fbText = nil, make([]string, len(x.attempts))
 	if fb == nil {
 		for j, a := range x.attempts {
@@ -179,7 +179,7 @@ func (x *rollouts) laterPrompt(cfg *Config, tpl *compiled, j int) string {
 }
 
 // finalTurn: the solver answers again (MLMT refine, SCoRe second turn).
-func (x *rollouts) finalTurn(ctx context.Context, cfg *Config, solver *native.Engine, tpl *compiled, sp sampling) error {
+func (x *rollouts) finalTurn(ctx context.Context, cfg *Config, solver *policyEngine, tpl *compiled, sp sampling) error {
 	prompts := make([]string, len(x.attempts))
 	for j := range x.attempts {
 		prompts[j] = x.laterPrompt(cfg, tpl, j)
@@ -197,7 +197,7 @@ func (x *rollouts) finalTurn(ctx context.Context, cfg *Config, solver *native.En
 }
 
 // evalTurns is the greedy multi-turn evaluation on probs.
-func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *native.Engine, probs []task.Problem) (TurnEval, error) {
+func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *policyEngine, probs []task.Problem) (TurnEval, error) {
 	greedy := sampling{maxTokens: cfg.MaxTokens}
 	x := newRollouts(probs, 1)
 	if err := x.firstTurn(ctx, solver, tpl, greedy); err != nil {
@@ -239,7 +239,7 @@ func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *nativ
 	return te, nil
 }
 
-func (r *run) feedbackEngine() *native.Engine {
+func (r *run) feedbackEngine() *policyEngine {
 	if r.feedback == nil {
 		return nil
 	}
@@ -527,7 +527,11 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 		}
 		defer fb.Close()
 	}
-	te, err := evalTurns(ctx, cfg, tpl, solver, fb, probs)
+	var fbe *policyEngine
+	if fb != nil {
+		fbe = &policyEngine{Engine: fb, tok: fb.Tokenizer()}
+	}
+	te, err := evalTurns(ctx, cfg, tpl, &policyEngine{Engine: solver, tok: solver.Tokenizer()}, fbe, probs)
 	if err != nil {
 		return TurnEval{}, fmt.Errorf("driver: evaluate %s: %w", dir, err)
 	}

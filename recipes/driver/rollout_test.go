@@ -1,0 +1,107 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Runs whose generation goes through rollout actors (two replicas on the
+// embedded cluster), synchronous and asynchronous with max staleness 1:
+// every step is logged once and in order, each RL step's samples lag the
+// on-policy version by at most k (exactly 0 when synchronous), evaluation
+// runs on the actors, and training moved the weights away from the model
+// the actors started from.
+func TestRunOnRolloutActors(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		staleness int
+		spread    bool
+	}{
+		{"sync", 0, false},
+		{"async-k1", 1, false},
+		{"sync-spread", 0, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out := t.TempDir()
+			cfg := tinyRun(out)
+			cfg.Steps = 5
+			cfg.Rollout = &Rollout{Replicas: 2, Spread: c.spread}
+			cfg.MaxStaleness = c.staleness
+			res, err := Run(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total := cfg.WarmupSteps + cfg.Steps
+			if res.Steps != total || res.WeightVersion != int64(total) {
+				t.Errorf("steps %d, version %d: want %d and %d", res.Steps, res.WeightVersion, total, total)
+			}
+			if res.FinalEval < 0 || res.PostWarmupEval < 0 {
+				t.Errorf("evaluation missing: post-warm-up %v, final %v", res.PostWarmupEval, res.FinalEval)
+			}
+			ms := readMetrics(t, filepath.Join(out, "metrics.jsonl"))
+			if len(ms) != total {
+				t.Fatalf("%d metrics lines, want %d", len(ms), total)
+			}
+			lags := map[int64]int{}
+			for i, m := range ms {
+				if int(m["step"].(float64)) != i+1 {
+					t.Fatalf("line %d: step %v, want %d", i+1, m["step"], i+1)
+				}
+				if m["phase"] != "rl" {
+					continue
+				}
+				lag, ok := m["weight_lag"].(float64)
+				if !ok || lag < 0 || int(lag) > c.staleness {
+					t.Errorf("step %d: weight_lag %v, want 0..%d", i+1, m["weight_lag"], c.staleness)
+				}
+				lags[int64(lag)]++
+				if live, _ := m["rollout_live"].(float64); live != 2 {
+					t.Errorf("step %d: rollout_live %v, want 2", i+1, m["rollout_live"])
+				}
+			}
+			t.Logf("weight lag per RL step: %v", lags)
+			start, err := os.ReadFile(filepath.Join(out, "rollout", "solver", "model.safetensors"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			end, err := os.ReadFile(filepath.Join(res.LastCheckpointDir, "model.safetensors"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Equal(start, end) {
+				t.Error("the final weights equal the rollout actors' starting model: nothing was trained")
+			}
+		})
+	}
+}
+
+// Config errors of the rollout settings name the field.
+func TestRolloutConfigErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"async without actors", func(c *Config) { c.MaxStaleness = 1 }, "max_staleness 1: asynchronous generation runs on rollout actors"},
+		{"negative staleness", func(c *Config) { c.MaxStaleness = -1 }, "max_staleness -1"},
+		{"no replicas", func(c *Config) { c.Rollout = &Rollout{} }, "rollout.replicas 0"},
+		{"async multi-turn", func(c *Config) { *c = MLMTMath(c.Out); c.Rollout = &Rollout{Replicas: 1}; c.MaxStaleness = 1 }, "single-turn"},
+		{"feedback rollout without feedback", func(c *Config) { c.FeedbackRollout = &Rollout{Replicas: 1} }, "feedback_rollout"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := tinyRun(t.TempDir())
+			c.edit(&cfg)
+			_, err := Run(context.Background(), cfg)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
