@@ -5,6 +5,7 @@ package driver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,8 +17,46 @@ import (
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/weightsync"
 )
+
+// RolloutEngine is the engine the driver's rollout actors host: the
+// native engine loading the checkpoint directory the driver wrote, with
+// the decode batch the run asked for (EngineConfigFile in that directory;
+// rollout.ActorConfig carries no engine settings). Every node registers it
+// (this package's init), as it does the rollout actor kind.
+const RolloutEngine = "driver-native"
+
+// EngineConfigFile holds the native engine settings of a rollout model
+// directory: {"max_batch": N}.
+const EngineConfigFile = "engine.json"
+
+type engineFile struct {
+	MaxBatch int `json:"max_batch"`
+}
+
+func init() {
+	rollout.RegisterEngine(RolloutEngine, func(cfg rollout.ActorConfig, dir string) (engine.Engine, error) {
+		if dir == "" {
+			return nil, errors.New(RolloutEngine + " engine: no model directory")
+		}
+		path := filepath.Join(dir, EngineConfigFile)
+		js, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s engine: %w", RolloutEngine, err)
+		}
+		var ef engineFile
+		if err := json.Unmarshal(js, &ef); err != nil {
+			return nil, fmt.Errorf("%s engine: %s: %w", RolloutEngine, path, err)
+		}
+		if ef.MaxBatch <= 0 {
+			return nil, fmt.Errorf("%s engine: %s: max_batch %d: want > 0", RolloutEngine, path, ef.MaxBatch)
+		}
+		return native.Load(dir, native.Config{MaxBatch: ef.MaxBatch, MaxStepTokens: 4096, WeightVersion: cfg.WeightVersion})
+	})
+}
 
 // rolloutPushTimeout bounds one engine's fetch and swap of a version: a
 // lost actor's push fails within it and the actor is dropped.
@@ -70,6 +109,10 @@ func (r *run) startRollout(ctx context.Context, p *policy, l learner.Config, ro 
 	if err := tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {
 		return fmt.Errorf("driver: write the %s rollout model: %w", p.id, err)
 	}
+	js, _ := json.Marshal(engineFile{MaxBatch: r.cfg.EngineBatch})
+	if err := os.WriteFile(filepath.Join(dir, EngineConfigFile), js, 0o644); err != nil {
+		return fmt.Errorf("driver: write the %s rollout model: %w", p.id, err)
+	}
 	version := int64(saved.Step)
 	suffix := fmt.Sprintf("%s-%d", p.id, time.Now().UnixNano())
 	p.syncer, err = weightsync.Start(ctx, r.node, version, weightsync.Config{
@@ -82,7 +125,7 @@ func (r *run) startRollout(ctx context.Context, p *policy, l learner.Config, ro 
 		res = cluster.Resources{cluster.CPU: 1}
 	}
 	pc := rollout.PoolConfig{
-		Actor:   rollout.ActorConfig{Engine: "native", Model: dir, PolicyID: p.id, WeightVersion: version},
+		Actor:   rollout.ActorConfig{Engine: RolloutEngine, Model: dir, PolicyID: p.id, WeightVersion: version},
 		Weights: p.syncer, Name: "rollout-" + suffix, ChunkSize: ro.ChunkSize, LossTimeout: ro.LossTimeout,
 	}
 	if ro.Spread {

@@ -105,3 +105,46 @@ func TestRolloutConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// MLMT with both policies on rollout actors (two each), resumed from a
+// warm-up checkpoint of an in-process run: the actors start from the
+// resumed weights (version = the checkpoint's step), the three turns run
+// on them, and RL moves both policies' weights.
+func TestMLMTOnRolloutActors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	warm := tinyMLMT(filepath.Join(t.TempDir(), "warm"))
+	warm.Steps = 0
+	if _, err := Run(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tinyMLMT(filepath.Join(t.TempDir(), "rl"))
+	cfg.Resume = filepath.Join(warm.Out, "checkpoints", "step-2")
+	cfg.Rollout, cfg.FeedbackRollout = &Rollout{Replicas: 2}, &Rollout{Replicas: 2, ChunkSize: 3}
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Steps != 4 || res.WeightVersion != 4 {
+		t.Fatalf("steps %d, version %d: want 4 and 4", res.Steps, res.WeightVersion)
+	}
+	lines := readMetrics(t, filepath.Join(cfg.Out, "metrics.jsonl"))
+	if len(lines) != 2 {
+		t.Fatalf("%d metrics lines, want 2", len(lines))
+	}
+	if _, ok := lines[1]["turn3_accuracy"]; !ok {
+		t.Errorf("last step has no turn3_accuracy: %v", lines[1])
+	}
+	for _, p := range []struct{ id, resumed, end string }{
+		{"solver", cfg.Resume, res.LastCheckpointDir},
+		{"feedback", filepath.Join(cfg.Resume, FeedbackDir), filepath.Join(res.LastCheckpointDir, FeedbackDir)},
+	} {
+		start := weightsOf(t, filepath.Join(cfg.Out, "rollout", p.id))
+		if !sameWeights(start, weightsOf(t, p.resumed)) {
+			t.Errorf("%s: the rollout actors did not start from the resumed checkpoint", p.id)
+		}
+		if sameWeights(start, weightsOf(t, p.end)) {
+			t.Errorf("%s: RL did not move the weights", p.id)
+		}
+	}
+}
