@@ -26,11 +26,18 @@
 // stop_gradient, static_feedback, feedback_reward) and score
 // (algorithm.score.alpha) episodes run. quickstart, mlmt_math and
 // score_math carry the driver's tuned presets (Quickstart, MLMTMath,
-// SCoReMath; tests check they agree).
+// SCoReMath; tests check they agree). Generation goes on rollout actors
+// (driver.Config.Rollout, placed per placement.rollout and
+// engines.*.replicas) when the recipe asks for more than the in-process
+// engine: engines.*.replicas > 1, placement.mode split, sync.mode async
+// (single-turn: driver.Config.MaxStaleness), or placement.rollout other
+// than 1 CPU; `rlnode run --address` does it on any cluster
+// (Loaded.RolloutPlacement).
 //
 // Not done yet: keys whose meaning only the driver can give and that it
-// does not run yet (placement.mode split, eval.samples > 1,
-// engines.*.replicas > 1, sync.mode async, tools episodes, datasets) are
-// validated and documented in SCHEMA.md but refused by DriverConfig.
+// does not run yet (eval.samples > 1, placement.learner_shards > 1,
+// sync.mode async for multi-turn episodes, tools episodes, datasets,
+// vllm engines, lora weight sync) are validated and documented in
+// SCHEMA.md but refused by DriverConfig.
 // grpo_gsm8k and mbpp have untuned first-guess values.
 package recipes

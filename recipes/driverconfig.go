@@ -34,7 +34,9 @@ var learnerAlgorithms = map[string]string{
 // MLMT three-turn (trainable or frozen feedback policy, static feedback,
 // stop-gradient, final or improvement feedback reward) and SCoRe
 // two-turn episodes on the built-in task with the math verifier, native
-// engines in the driver's process, a learner per policy (grpo, drgrpo,
+// engines in the driver's process or on rollout actors (see
+// needsRolloutActors; synchronous, or asynchronous for single-turn
+// episodes), a learner per policy (grpo, drgrpo,
 // rloo, reinforce_pp, rw_sft with exp weights), the SFT warm-up,
 // schedule, evaluation, checkpoints and seed. Every recipe feature beyond that is refused with
 // an error naming the recipe field (errors.Is(err, ErrUnsupported)), never
@@ -68,9 +70,6 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if r.Engines.Policy.Kind != "native" {
 		no("engines.policy.kind", "%s engines are not supported yet (native only)", r.Engines.Policy.Kind)
 	}
-	if r.Engines.Policy.Replicas != 1 {
-		no("engines.policy.replicas", "%d: more than one engine is not supported yet", r.Engines.Policy.Replicas)
-	}
 	if ws := r.Engines.Policy.WeightSync; ws != "full" {
 		no("engines.policy.weight_sync", "%s is not supported yet (full only)", ws)
 	}
@@ -78,25 +77,17 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		switch {
 		case e.Kind != "native":
 			no("engines.feedback.kind", "%s engines are not supported yet (native only)", e.Kind)
-		case e.Replicas != 1:
-			no("engines.feedback.replicas", "%d: more than one engine is not supported yet", e.Replicas)
 		case e.WeightSync != "full":
 			no("engines.feedback.weight_sync", "%s is not supported yet (full only)", e.WeightSync)
 		case e.MaxBatch != r.Engines.Policy.MaxBatch:
 			no("engines.feedback.max_batch", "%d differs from engines.policy.max_batch %d: one batch size for both engines is supported", e.MaxBatch, r.Engines.Policy.MaxBatch)
 		}
 	}
-	if r.Sync.Mode != "sync" {
-		no("sync.mode", "%s is not supported yet (sync only)", r.Sync.Mode)
-	}
-	if r.Placement.Mode != "colocated" {
-		no("placement.mode", "%s placement is not supported yet (colocated only)", r.Placement.Mode)
+	if r.Sync.Mode == "async" && epType != "single" {
+		no("sync.mode", "async is not supported yet for %s episodes (single only)", epType)
 	}
 	if r.Placement.LearnerShards != 1 {
 		no("placement.learner_shards", "%d: more than one learner shard is not supported yet", r.Placement.LearnerShards)
-	}
-	if rr := r.Placement.Rollout; rr.CPUs != 1 || rr.GPUs != 0 || len(rr.Custom) > 0 {
-		no("placement.rollout", "not supported yet: the native engine runs in the driver's process and reserves nothing")
 	}
 
 	// Models.
@@ -279,7 +270,57 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if len(res) > 0 {
 		cfg.LearnerResources = res
 	}
+	if l.needsRolloutActors() {
+		cfg.Rollout, cfg.FeedbackRollout = l.RolloutPlacement(cfg.Feedback != nil)
+	}
+	if r.Sync.Mode == "async" {
+		cfg.MaxStaleness = r.Sync.MaxStaleness
+	}
 	return cfg, nil
+}
+
+// needsRolloutActors is the rule for generating on rollout actors rather
+// than in the driver's process: more than one engine replica, split
+// placement, asynchronous sync, or rollout resources other than the
+// default 1 CPU. The embedded default (one replica, colocated, sync)
+// keeps the faster in-process engine; `rlnode run --address` puts
+// generation on the cluster whatever the recipe (RolloutPlacement).
+func (l *Loaded) needsRolloutActors() bool {
+	r := l.Recipe
+	rr := r.Placement.Rollout
+	fbReplicas := 1
+	if r.Engines.Feedback != nil {
+		fbReplicas = r.Engines.Feedback.Replicas
+	}
+	return r.Engines.Policy.Replicas > 1 || fbReplicas > 1 || r.Placement.Mode == "split" || r.Sync.Mode == "async" ||
+		rr.CPUs != 1 || rr.GPUs != 0 || len(rr.Custom) > 0
+}
+
+// RolloutPlacement is where the recipe puts the rollout actors of the
+// policy and, with feedback, of MLMT's feedback policy: engines.*.replicas
+// actors each reserving placement.rollout, reserved up front in a
+// placement group spread over the nodes when placement.mode is split.
+func (l *Loaded) RolloutPlacement(feedback bool) (policy, fb *driver.Rollout) {
+	r := l.Recipe
+	rr := r.Placement.Rollout
+	res := cluster.Resources{} // empty: the actors reserve nothing
+	if rr.CPUs > 0 {
+		res[cluster.CPU] = rr.CPUs
+	}
+	if rr.GPUs > 0 {
+		res[cluster.GPU] = rr.GPUs
+	}
+	maps.Copy(res, rr.Custom)
+	split := r.Placement.Mode == "split"
+	policy = &driver.Rollout{Replicas: r.Engines.Policy.Replicas, Resources: res, Spread: split}
+	if feedback {
+		n := r.Engines.Policy.Replicas
+		if r.Engines.Feedback != nil {
+			n = r.Engines.Feedback.Replicas
+		}
+		fb = &driver.Rollout{Replicas: n, Resources: maps.Clone(res), Spread: split}
+	}
+	return policy, fb
 }
 
 // UnsupportedError lists the recipe fields the driver cannot run yet.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"text/template"
 
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/recipes/driver"
 )
 
@@ -104,7 +105,6 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 	}{
 		{"quickstart", []string{"episode.type=tools"}, "episode.type"},
 		{"mlmt_math", []string{"algorithm.mlmt.train=[feedback]"}, "algorithm.mlmt.train"},
-		{"mlmt_math", []string{"engines.feedback.replicas=2"}, "engines.feedback.replicas"},
 		{"mlmt_math", []string{"engines.feedback.max_batch=8"}, "engines.feedback.max_batch"},
 		{"mlmt_math", []string{"models.feedback.lora={rank: 4}"}, "models.feedback.lora"},
 		{"mlmt_math", []string{`sft.feedback_response=""`}, "sft.feedback_response"},
@@ -112,9 +112,8 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 		{"grpo_gsm8k", nil, "data.verifier"},
 		{"mbpp", nil, "data.verifier"},
 		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}"}, "engines.policy.kind"},
-		{"quickstart", []string{"engines.policy.replicas=2"}, "engines.policy.replicas"},
-		{"quickstart", []string{"deterministic=false", "sync.mode=async"}, "sync.mode"},
-		{"quickstart", []string{"placement.mode=split"}, "placement.mode"},
+		{"mlmt_math", []string{"deterministic=false", "sync.mode=async"}, "sync.mode"},
+		{"score_math", []string{"deterministic=false", "sync.mode=async"}, "sync.mode"},
 		{"quickstart", []string{"placement.learner_shards=2"}, "placement.learner_shards"},
 		{"quickstart", []string{"models.policy.lora={rank: 4}"}, "models.policy.lora"},
 		{"quickstart", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "algorithm.name"},
@@ -138,6 +137,45 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 		}
 		if msg := err.Error(); !strings.Contains(msg, c.field+":") || !strings.Contains(msg, "not supported") {
 			t.Errorf("%s: error does not name %s as not supported yet:\n%s", name, c.field, msg)
+		}
+	}
+}
+
+// Generation goes on rollout actors exactly when the recipe asks for more
+// than the in-process engine, placed per placement.rollout.
+func TestDriverConfigRolloutActors(t *testing.T) {
+	one := cluster.Resources{cluster.CPU: 1}
+	for _, c := range []struct {
+		recipe    string
+		sets      []string
+		want, fb  *driver.Rollout
+		staleness int
+	}{
+		{"quickstart", nil, nil, nil, 0},
+		{"mlmt_math", nil, nil, nil, 0},
+		{"quickstart", []string{"engines.policy.replicas=2"}, &driver.Rollout{Replicas: 2, Resources: one}, nil, 0},
+		{"quickstart", []string{"placement.mode=split"}, &driver.Rollout{Replicas: 1, Resources: one, Spread: true}, nil, 0},
+		{"quickstart", []string{"deterministic=false", "sync.mode=async"}, &driver.Rollout{Replicas: 1, Resources: one}, nil, 1},
+		{"quickstart", []string{"deterministic=false", "sync.mode=async", "sync.max_staleness=3", "engines.policy.replicas=4"}, &driver.Rollout{Replicas: 4, Resources: one}, nil, 3},
+		{"quickstart", []string{"placement.rollout={cpus: 0, custom: {rollout: 1}}"}, &driver.Rollout{Replicas: 1, Resources: cluster.Resources{"rollout": 1}}, nil, 0},
+		{"quickstart", []string{"placement.rollout.cpus=2", "placement.rollout.gpus=1"}, &driver.Rollout{Replicas: 1, Resources: cluster.Resources{cluster.CPU: 2, cluster.GPU: 1}}, nil, 0},
+		{"mlmt_math", []string{"engines.feedback.replicas=3"}, &driver.Rollout{Replicas: 1, Resources: one}, &driver.Rollout{Replicas: 3, Resources: one}, 0},
+		{"mlmt_math", []string{"engines.policy.replicas=2", "engines.feedback.replicas=2"}, &driver.Rollout{Replicas: 2, Resources: one}, &driver.Rollout{Replicas: 2, Resources: one}, 0},
+		{"mlmt_math_static", []string{"engines.policy.replicas=2"}, &driver.Rollout{Replicas: 2, Resources: one}, nil, 0},
+	} {
+		name := c.recipe + " " + strings.Join(c.sets, " ")
+		l, err := Load(c.recipe, c.sets)
+		if err != nil {
+			t.Errorf("%s: load: %v", name, err)
+			continue
+		}
+		cfg, err := l.DriverConfig("OUT")
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if !reflect.DeepEqual(cfg.Rollout, c.want) || !reflect.DeepEqual(cfg.FeedbackRollout, c.fb) || cfg.MaxStaleness != c.staleness {
+			t.Errorf("%s: rollout %+v, feedback %+v, staleness %d; want %+v, %+v, %d", name, cfg.Rollout, cfg.FeedbackRollout, cfg.MaxStaleness, c.want, c.fb, c.staleness)
 		}
 	}
 }

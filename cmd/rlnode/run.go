@@ -27,10 +27,13 @@ import (
 
 // `rlnode run` trains a recipe: in this process on an embedded
 // single-node cluster by default, or with --address on a running cluster
-// (the learner is placed there; the native engine stays in this process).
-// What the driver cannot run yet (recipes.ErrUnsupported: tools episodes,
-// datasets, vllm engines, async, split placement, several learner shards
-// or engines) is refused before anything starts.
+// (this process joins it as a node; the learner and the rollout actors
+// are placed on the cluster, generation always on rollout actors there,
+// per the recipe's placement.rollout and engines.*.replicas). A lost
+// rollout node's work is regenerated on the others; the end of the run
+// reports how many chunks were. What the driver cannot run yet
+// (recipes.ErrUnsupported: tools episodes, datasets, vllm engines, async
+// multi-turn, several learner shards) is refused before anything starts.
 // At the end (also after an interruption or an error, whenever
 // metrics.jsonl has data) it draws DIR/curves.png from DIR/metrics.jsonl
 // (internal/plot); `rlnode plot DIR` redraws it. --metrics-addr serves the
@@ -194,6 +197,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		defer node.Stop()
 		cfg.Node = node
+		if cfg.Rollout == nil {
+			cfg.Rollout, cfg.FeedbackRollout = l.RolloutPlacement(cfg.Feedback != nil)
+		}
 	}
 
 	bar := newProgressBar(stderr, cfg.WarmupSteps, cfg.WarmupSteps+cfg.Steps)
@@ -250,6 +256,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if res.FinalEval >= 0 {
 		fmt.Fprintf(stdout, "eval accuracy at the end: %.3f (%d held-out problems)\n", res.FinalEval, res.EvalProblems)
+	}
+	if cfg.Rollout != nil {
+		fmt.Fprintf(stdout, "rollout: %d generation chunks regenerated after lost rollout actors\n", res.RolloutRegenerated)
 	}
 	fmt.Fprintf(stdout, "done: %d steps\n", res.Steps)
 	return 0
