@@ -1,0 +1,126 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRunSurvivesRolloutNodeKill: `rlnode run --address` on a cluster of
+// real processes — `rlnode start` (it alone offers the learner's custom
+// resource) and two `rlnode join` nodes that each offer one rollout
+// actor's — generates on two rollout actors. One rollout node is
+// SIGKILLed right after a few RL steps are logged, while the next step
+// generates: the run completes on the other, metrics.jsonl has every step
+// exactly once and in order, the chunks the lost actor held were
+// regenerated (rollout_regenerated, and the end-of-run line), and the
+// learner's last checkpoint is the last step. Synchronous and
+// asynchronous (max staleness 1: the next batch generates while a step
+// trains).
+func TestRunSurvivesRolloutNodeKill(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sets []string
+	}{
+		{"sync", nil},
+		{"async", []string{"--set", "sync.mode=async"}},
+	} {
+		t.Run(c.name, func(t *testing.T) { rolloutNodeKill(t, c.sets) })
+	}
+}
+
+func rolloutNodeKill(t *testing.T, extra []string) {
+	home := t.TempDir()
+	head := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head", "--resource", "learner=1")
+	key := filepath.Join(home, "cluster.key")
+	victim := startRlnode(t, home, "join", head.gossip, "--bind", "127.0.0.1:0", "--key-file", key, "--node-id", "roll-a", "--resource", "rollout=1")
+	startRlnode(t, home, "join", head.gossip, "--bind", "127.0.0.1:0", "--key-file", key, "--node-id", "roll-b", "--resource", "rollout=1")
+
+	const warmup, rl = 3, 20
+	out := filepath.Join(t.TempDir(), "run")
+	args := []string{"run", "quickstart", "--address", head.gossip, "--key-file", key, "--bind", "127.0.0.1:0", "--out", out,
+		"--set", "deterministic=false", "--set", "engines.policy.replicas=2",
+		// One actor per rollout node, none elsewhere; the learner on the head.
+		"--set", "placement.rollout={cpus: 0, custom: {rollout: 1}}", "--set", "placement.learner.custom={learner: 1}",
+		"--set", "sft.steps=3", "--set", "schedule.steps=20", "--set", "eval.held_out=16", "--set", "schedule.eval_every=10"}
+	run := startRun(t, home, append(args, extra...)...)
+	metrics := filepath.Join(out, "metrics.jsonl")
+	// Kill once three RL steps are logged: the driver is then generating
+	// the next step (a few ms after the line, for about 0.1 s), so the
+	// victim holds a chunk.
+	run.waitFor(t, "three RL steps", func() bool { return len(readLines(t, metrics)) >= warmup+3 })
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	stdout := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(run.stdout) // EOF once the process ends
+		stdout <- string(b)
+	}()
+	var printed string
+	select {
+	case printed = <-stdout:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the run did not end within 60 s of the kill\nstderr:\n%s", run.stderr)
+	}
+	<-run.done
+	if code := run.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("run exit %d after the rollout node's kill\nstderr:\n%s", code, run.stderr)
+	}
+	<-victim.done
+
+	lines := readLines(t, metrics)
+	if len(lines) != warmup+rl {
+		t.Fatalf("%d metrics lines, want %d (every step once)", len(lines), warmup+rl)
+	}
+	var regenerated float64
+	liveAfter := -1.0
+	for i, m := range lines {
+		if step := m["step"].(float64); int(step) != i+1 {
+			t.Fatalf("metrics line %d is step %v: a step trained twice or skipped", i+1, step)
+		}
+		regenerated, _ = m["rollout_regenerated"].(float64)
+		liveAfter, _ = m["rollout_live"].(float64)
+	}
+	if liveAfter != 1 {
+		t.Errorf("rollout_live %v at the end, want 1 (the killed node's actor dropped)", liveAfter)
+	}
+	if regenerated < 1 {
+		t.Errorf("rollout_regenerated %v: the killed actor's chunk was not regenerated", regenerated)
+	}
+	if want := fmt.Sprintf("rollout: %d generation chunks regenerated", int(regenerated)); !strings.Contains(printed, want) {
+		t.Errorf("no line %q in the run's output:\n%s", want, printed)
+	}
+	t.Logf("%v chunks regenerated; metrics lines %d", regenerated, len(lines))
+	if _, err := os.Stat(filepath.Join(out, "checkpoints", "step-23", "driver_state.json")); err != nil {
+		t.Errorf("last checkpoint: %v", err)
+	}
+}
+
+// readLines reads metrics.jsonl; a missing file or a partly written last
+// line reads as the lines before it.
+func readLines(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []map[string]any
+	for _, l := range strings.SplitAfter(string(b), "\n") {
+		if !strings.HasSuffix(l, "\n") {
+			break
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("%s:%d: %v", path, len(out)+1, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
