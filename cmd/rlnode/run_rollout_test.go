@@ -42,13 +42,13 @@ func rolloutNodeKill(t *testing.T, extra []string) {
 	victim := startRlnode(t, home, "join", head.gossip, "--bind", "127.0.0.1:0", "--key-file", key, "--node-id", "roll-a", "--resource", "rollout=1")
 	startRlnode(t, home, "join", head.gossip, "--bind", "127.0.0.1:0", "--key-file", key, "--node-id", "roll-b", "--resource", "rollout=1")
 
-	const warmup, rl = 3, 20
+	const warmup, rl = 3, 12
 	out := filepath.Join(t.TempDir(), "run")
 	args := []string{"run", "quickstart", "--address", head.gossip, "--key-file", key, "--bind", "127.0.0.1:0", "--out", out,
 		"--set", "deterministic=false", "--set", "engines.policy.replicas=2",
 		// One actor per rollout node, none elsewhere; the learner on the head.
 		"--set", "placement.rollout={cpus: 0, custom: {rollout: 1}}", "--set", "placement.learner.custom={learner: 1}",
-		"--set", "sft.steps=3", "--set", "schedule.steps=20", "--set", "eval.held_out=16", "--set", "schedule.eval_every=10"}
+		"--set", fmt.Sprintf("sft.steps=%d", warmup), "--set", fmt.Sprintf("schedule.steps=%d", rl), "--set", "eval.held_out=16", "--set", "schedule.eval_every=10"}
 	run := startRun(t, home, append(args, extra...)...)
 	metrics := filepath.Join(out, "metrics.jsonl")
 	// Kill once three RL steps are logged: the driver is then generating
@@ -98,7 +98,7 @@ func rolloutNodeKill(t *testing.T, extra []string) {
 		t.Errorf("no line %q in the run's output:\n%s", want, printed)
 	}
 	t.Logf("%v chunks regenerated; metrics lines %d", regenerated, len(lines))
-	if _, err := os.Stat(filepath.Join(out, "checkpoints", "step-23", "driver_state.json")); err != nil {
+	if _, err := os.Stat(filepath.Join(out, "checkpoints", fmt.Sprintf("step-%d", warmup+rl), "driver_state.json")); err != nil {
 		t.Errorf("last checkpoint: %v", err)
 	}
 }
