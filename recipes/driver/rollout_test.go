@@ -148,3 +148,35 @@ func TestMLMTOnRolloutActors(t *testing.T) {
 		}
 	}
 }
+
+// Synchronous runs of one seed end with the same weights on two rollout
+// actors (cut into chunks of 1 or of 3 requests) and on the in-process
+// engine: requests carry their seeds, so where and in which chunk a
+// request runs does not change its samples (recipes' deterministic: true
+// holds with rollout actors).
+func TestRolloutRunsRepeat(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var got [][]byte
+	for i := range 3 {
+		cfg := tinyRun(t.TempDir())
+		if i < 2 {
+			cfg.Rollout = &Rollout{Replicas: 2, ChunkSize: 1 + 2*i} // different cuts
+		}
+		res, err := Run(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(res.LastCheckpointDir, "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, b)
+	}
+	if !bytes.Equal(got[0], got[1]) {
+		t.Error("two runs of the same seed on rollout actors (chunks of 1 and 3 requests) end with different weights")
+	}
+	if !bytes.Equal(got[0], got[2]) {
+		t.Error("a run on rollout actors and one on the in-process engine end with different weights")
+	}
+}
