@@ -3,6 +3,8 @@ package driver
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,6 +69,20 @@ func TestRunOnRolloutActors(t *testing.T) {
 				}
 			}
 			t.Logf("weight lag per RL step: %v", lags)
+			// A checkpoint's data cursor counts the problems trained on,
+			// not the next batch an asynchronous run drew already.
+			ck := filepath.Join(out, "checkpoints", fmt.Sprintf("step-%d", cfg.WarmupSteps+2))
+			js, err := os.ReadFile(filepath.Join(ck, DriverStateFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ds driverState
+			if err := json.Unmarshal(js, &ds); err != nil {
+				t.Fatal(err)
+			}
+			if want := cfg.WarmupSteps*cfg.WarmupBatch + 2*cfg.PromptsPerStep; ds.TrainCursor != want {
+				t.Errorf("%s: train_cursor %d, want %d", ck, ds.TrainCursor, want)
+			}
 			start, err := os.ReadFile(filepath.Join(out, "rollout", "solver", "model.safetensors"))
 			if err != nil {
 				t.Fatal(err)
