@@ -36,6 +36,11 @@ func TestRunOnRolloutActors(t *testing.T) {
 			cfg.Steps = 5
 			cfg.Rollout = &Rollout{Replicas: 2, Spread: c.spread}
 			cfg.MaxStaleness = c.staleness
+			if c.staleness > 0 {
+				// Truncated importance sampling needs the engines' sampling
+				// logprobs, which travel back from the actors.
+				cfg.Learner.Loss.TISCap = 2
+			}
 			res, err := Run(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
