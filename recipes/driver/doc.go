@@ -12,6 +12,26 @@
 // worked answers runs first, so rewards start above zero. Config is a plain
 // struct; recipes map onto it, and Quickstart is the tuned preset.
 //
+// With Config.Rollout (rollout.go) a policy generates on rollout actors
+// instead: a rollout.Pool of Replicas actors placed per their resources
+// (or a spread placement group), hosting the native engine on the
+// checkpoint the learner writes into Out/rollout/<policy>/ at the start
+// (the run directory must be readable on every node hosting an actor),
+// and a weightsync.Syncer that pushes each learner step's weights to all
+// of them at once (the driver pulls them from the learner over the bulk
+// path, as for the in-process engine; a single-turn warm-up pushes only
+// before evaluations). Training batches and evaluation generate there;
+// MLMT's feedback policy too with Config.FeedbackRollout. A lost actor's
+// chunks run again on the others (metrics: rollout_regenerated,
+// rollout_live); a push that fails drops the actor and the run goes on
+// while one is left. With MaxStaleness k > 0 (single-turn) the next
+// step's batch is drawn and generated while the current step trains; the
+// pool's bound holds its samples to versions ≥ on-policy − k, and
+// metrics.jsonl's weight_lag is each step's lag (0 when synchronous).
+// The checkpoint's data cursor leaves the prefetched batch out, so a
+// resumed run draws it again. Synchronous runs on actors give the same
+// weights as in-process ones (TestRolloutRunsRepeat).
+//
 // Measured on the shared 2-core machine beside other engineers' jobs (wall
 // times are noisy). Level-1 arithmetic has 1,365 questions (operands
 // 1..30), so the 256 held-out questions test the rule, not recall.
@@ -87,11 +107,13 @@
 // turn-1 0.094 → 0.098, turn-2 0.113 → 0.113 (0.11–0.16 on the way): no
 // measurable self-correction gain at this scale.
 //
-// Not done yet: the engine is always the in-process native engine (no
-// rollout actors on other nodes, no vLLM; the weight-sync actor is not
-// used); single-turn episodes use the driver's own short prompt format;
+// Not done yet: no vLLM engines; the actors' starting checkpoint goes
+// through the run directory (a shared filesystem across hosts), not a
+// push at registration; a lost rollout actor is not replaced (the pool
+// shrinks); asynchronous training is single-turn only, with a pipeline
+// one batch deep; single-turn episodes use the driver's own short prompt format;
 // training the feedback policy without the solver is refused; one
 // learner-config for both MLMT policies; data comes from rollout/task
-// only (no datasets); generation and training alternate synchronously (no
-// staleness-k overlap); no curves.png, progress bar or Prometheus metrics.
+// only (no datasets); curves.png, the progress bar and Prometheus
+// metrics are the CLI's (cmd/rlnode).
 package driver
