@@ -62,7 +62,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	out := fs.String("out", "", "run directory (default ./runs/NAME-YYYYMMDD-HHMMSS)")
 	resume := fs.Bool("resume", false, "continue from the newest checkpoint in --out")
-	address := fs.String("address", "", "join the cluster a member at HOST:PORT (gossip address) belongs to; default: an embedded single-node cluster")
+	address := fs.String("address", "", "join the cluster a member at HOST:PORT (gossip address) belongs to and generate on rollout actors there; default: an embedded single-node cluster")
 	keyFile := fs.String("key-file", filepath.Join(cluster.Home(), "cluster.key"), "gossip encryption key file (with --address)")
 	bind := fs.String("bind", "0.0.0.0:0", "gossip address of this process's node (with --address)")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics while the run lasts (port 0 picks one)")
