@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/cluster"
 )
 
 // Runs whose generation goes through rollout actors (two replicas on the
@@ -199,5 +202,32 @@ func TestRolloutRunsRepeat(t *testing.T) {
 	}
 	if !bytes.Equal(got[0], got[2]) {
 		t.Error("a run on rollout actors and one on the in-process engine end with different weights")
+	}
+}
+
+// The embedded node offers what the run reserves, at least its cores.
+func TestEmbeddedCPUs(t *testing.T) {
+	cores := float64(runtime.NumCPU())
+	for _, c := range []struct {
+		name string
+		edit func(*Config)
+		want float64
+	}{
+		{"in-process", func(*Config) {}, cores},
+		{"many actors", func(c *Config) { c.Rollout = &Rollout{Replicas: 8} }, max(cores, 1+8)},
+		{"two CPUs each", func(c *Config) {
+			c.Rollout = &Rollout{Replicas: 4, Resources: cluster.Resources{cluster.CPU: 2}}
+		}, max(cores, 1+8)},
+		{"mlmt", func(c *Config) {
+			*c = MLMTMath(c.Out)
+			c.LearnerResources = cluster.Resources{cluster.CPU: 3}
+			c.Rollout, c.FeedbackRollout = &Rollout{Replicas: 4}, &Rollout{Replicas: 5, Resources: cluster.Resources{"rollout": 1}}
+		}, max(cores, 3+3+4)},
+	} {
+		cfg := tinyRun("OUT")
+		c.edit(&cfg)
+		if got := embeddedCPUs(cfg); got != c.want {
+			t.Errorf("%s: %v CPUs, want %v", c.name, got, c.want)
+		}
 	}
 }
