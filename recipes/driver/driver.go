@@ -97,13 +97,15 @@ type driverState struct {
 	Seed          uint64 `json:"seed"`
 }
 
-// policy is one trained policy: its learner actor and the engine that
-// serves it.
+// policy is one trained policy: its learner (one actor or a shard group)
+// and the engine that serves it (of model or modelDir).
 type policy struct {
-	id      string
-	learner *cluster.Handle
-	eng     *native.Engine
-	tok     *tokenizer.Tokenizer
+	id       string
+	learner  learners
+	eng      *native.Engine
+	tok      *tokenizer.Tokenizer
+	model    *model.Config
+	modelDir string
 }
 
 // run is one training run in progress.
@@ -119,6 +121,7 @@ type run struct {
 	metrics  *os.File
 	start    time.Time
 	step     int
+	logged   int // the last step in metrics.jsonl
 	cursor   int
 	version  int64
 	res      Result
@@ -196,10 +199,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			return Result{}, err
 		}
 	}
-	if err := r.warmup(ctx); err != nil {
-		return r.res, err
-	}
-	if err := r.reinforce(ctx); err != nil {
+	if err := r.trainLoop(ctx); err != nil {
 		return r.res, err
 	}
 	r.res.Steps, r.res.WeightVersion = r.step, r.solver.eng.WeightVersion()
@@ -239,20 +239,16 @@ func (r *run) startPolicy(ctx context.Context, id string, l learner.Config, resu
 	if err != nil {
 		return nil, fmt.Errorf("driver: %s policy: %w", id, err)
 	}
-	h, err := r.node.Spawn(ctx, learner.ActorKind, cluster.SpawnOptions{
-		Args: learner.ActorConfig{Config: l, ResumeDir: resume}, Resources: r.cfg.LearnerResources,
-	})
+	ls, err := r.placeLearners(ctx, id, l, resume)
 	if err != nil {
 		eng.Close()
-		return nil, fmt.Errorf("driver: place the %s learner: %w", id, err)
+		return nil, fmt.Errorf("driver: %w", err)
 	}
-	return &policy{id: id, learner: h, eng: eng, tok: tok}, nil
+	return &policy{id: id, learner: ls, eng: eng, tok: tok, model: l.Model, modelDir: l.ModelDir}, nil
 }
 
 func (p *policy) stop() {
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = p.learner.Stop(sctx)
+	p.learner.stop()
 	p.eng.Close()
 }
 
@@ -270,7 +266,7 @@ func (r *run) syncAll(ctx context.Context) error {
 // syncWeights pulls a learner's weights over the bulk path and swaps them
 // into its engine as the version of the learner's step.
 func (r *run) syncWeights(ctx context.Context, p *policy) error {
-	off, err := cluster.Call[learner.WeightsOffer](ctx, p.learner, learner.WeightsRequest{Readers: 1})
+	off, err := p.learner.weights(ctx, learner.WeightsRequest{Readers: 1})
 	if err != nil {
 		return fmt.Errorf("driver: %s weights of step %d: %w", p.id, r.step, err)
 	}
@@ -323,7 +319,7 @@ func (r *run) setAlgorithm(ctx context.Context, name string, lr float64) error {
 		if p == nil {
 			continue
 		}
-		if _, err := cluster.Call[learner.AlgorithmSet](ctx, p.learner, learner.SetAlgorithmRequest{Algorithm: name, LR: lr}); err != nil {
+		if err := p.learner.setAlgorithm(ctx, name, lr); err != nil {
 			return fmt.Errorf("driver: set the %s algorithm %s: %w", p.id, name, err)
 		}
 	}
@@ -393,7 +389,7 @@ func (r *run) finishWarmupStep(ctx context.Context, m *Metrics) error {
 // run's.
 func (r *run) train(ctx context.Context, p *policy, b learner.Batch) (learner.Stats, error) {
 	b.PolicyID = p.id
-	st, err := cluster.Call[learner.Stats](ctx, p.learner, learner.TrainRequest{Batch: b})
+	st, err := p.learner.train(ctx, b)
 	if err != nil {
 		return st, fmt.Errorf("driver: train the %s at step %d: %w", p.id, r.step+1, err)
 	}
@@ -452,6 +448,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 	if _, err := r.metrics.Write(append(js, '\n')); err != nil {
 		return fmt.Errorf("driver: metrics: %w", err)
 	}
+	r.logged = m.Step
 	r.log.Info("step", "step", m.Step, "phase", m.Phase, "reward", m.RewardMean, "eval", m.EvalAccuracy, "loss", m.Loss)
 	if r.cfg.Progress != nil {
 		r.cfg.Progress(*m)
@@ -570,7 +567,7 @@ const FeedbackDir = "feedback"
 // policy's, if any, into dir/feedback.
 func (r *run) checkpoint(ctx context.Context, dir string) error {
 	save := func(p *policy, dir string) error {
-		if _, err := cluster.Call[learner.Saved](ctx, p.learner, learner.SaveRequest{Dir: dir}); err != nil {
+		if _, err := p.learner.save(ctx, dir); err != nil {
 			return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
 		}
 		if err := p.tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {

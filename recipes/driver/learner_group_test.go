@@ -1,0 +1,258 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/shard"
+)
+
+// shardTol is how far a sharded run's weights may be from one learner's:
+// N ranks sum the same float32 gradients in another order and AdamW
+// divides by √v, so weights agree to about 1e-6 after a few steps
+// (learner/shard's equivalence tolerance); a missed rank or a wrong slice
+// gives 1e-3 and more.
+const shardTol = 2e-5
+
+// shardRun is tinyRun with the learner as shards ranks of half a CPU each
+// and short collective timeouts (a lost rank fails the step in seconds).
+func shardRun(out string, shards int) Config {
+	c := tinyRun(out)
+	c.Learner.Shards = shards
+	c.LearnerResources = cluster.Resources{cluster.CPU: 0.5}
+	c.LearnerTimeout = 4 * time.Second
+	return c
+}
+
+func checkpointWeights(t *testing.T, cfg Config, dir string) (map[string][]float32, int) {
+	t.Helper()
+	l := cfg.Learner
+	l.Model, l.Seed, l.Shards = cfg.Model, cfg.Seed, 0
+	ln, err := learner.New(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ln.Load(dir); err != nil {
+		t.Fatalf("load %s: %v", dir, err)
+	}
+	return ln.PolicyWeights(), ln.Step()
+}
+
+func maxWeightDiff(t *testing.T, a, b map[string][]float32) (float64, string) {
+	t.Helper()
+	if len(a) != len(b) {
+		t.Fatalf("%d tensors against %d", len(a), len(b))
+	}
+	var d float64
+	var at string
+	for name, x := range a {
+		y, ok := b[name]
+		if !ok || len(y) != len(x) {
+			t.Fatalf("tensor %s: %d values against %d", name, len(x), len(y))
+		}
+		for i := range x {
+			if e := math.Abs(float64(x[i] - y[i])); e > d || math.IsNaN(e) {
+				d, at = e, fmt.Sprintf("%s[%d]", name, i)
+			}
+		}
+	}
+	return d, at
+}
+
+// metricSteps are the steps of metrics.jsonl, in file order.
+func metricSteps(t *testing.T, path string) []int {
+	t.Helper()
+	var steps []int
+	for _, m := range readMetrics(t, path) {
+		steps = append(steps, int(m["step"].(float64)))
+	}
+	return steps
+}
+
+func checkStepsOnce(t *testing.T, path string, last int) {
+	t.Helper()
+	steps := metricSteps(t, path)
+	ok := len(steps) == last
+	for i, s := range steps {
+		ok = ok && s == i+1
+	}
+	if !ok {
+		t.Errorf("%s has steps %v, want 1..%d once each", path, steps, last)
+	}
+}
+
+// A run with the learner as two shard ranks (ZeRO-1) completes, writes a
+// checkpoint with one optimizer file per rank, and ends at the weights of
+// the same run with one learner actor. The generation is the same: warm-up
+// steps sample nothing, and the RL steps' rewards come out equal (checked),
+// so the weights are compared after all 5 steps, within shardTol.
+func TestShardedRunMatchesOneLearner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var rewards [2][]float64
+	var cfgs [2]Config
+	for i, n := range []int{1, 2} {
+		cfgs[i] = shardRun(filepath.Join(t.TempDir(), "run"), n)
+		cfgs[i].Progress = func(m Metrics) {
+			if m.RewardMean != nil {
+				rewards[i] = append(rewards[i], *m.RewardMean)
+			}
+		}
+		res, err := Run(ctx, cfgs[i])
+		if err != nil {
+			t.Fatalf("%d shards: %v", n, err)
+		}
+		if res.Steps != 5 {
+			t.Fatalf("%d shards: %d steps, want 5", n, res.Steps)
+		}
+		checkStepsOnce(t, filepath.Join(cfgs[i].Out, "metrics.jsonl"), 5)
+	}
+	last := filepath.Join(cfgs[1].Out, "checkpoints", "step-5")
+	for r := range 2 {
+		if _, err := os.Stat(filepath.Join(last, learner.ShardOptimizerFile(r, 2))); err != nil {
+			t.Errorf("rank %d's optimizer file: %v", r, err)
+		}
+	}
+	if fmt.Sprint(rewards[0]) != fmt.Sprint(rewards[1]) {
+		t.Fatalf("RL rewards %v with one learner, %v with two shards: the generation parted", rewards[0], rewards[1])
+	}
+	one, _ := checkpointWeights(t, cfgs[0], filepath.Join(cfgs[0].Out, "checkpoints", "step-5"))
+	two, step := checkpointWeights(t, cfgs[1], last)
+	if step != 5 {
+		t.Errorf("sharded checkpoint at step %d, want 5", step)
+	}
+	d, at := maxWeightDiff(t, one, two)
+	t.Logf("max |w1 − w2| after 5 steps: %g at %s", d, at)
+	if d > shardTol {
+		t.Errorf("two shards' weights differ from one learner's by %g at %s (tolerance %g)", d, at, shardTol)
+	}
+}
+
+// --resume with another shard count than the checkpoint's: the optimizer
+// state reshards, and the resumed run ends where the uninterrupted one did.
+func TestResumeWithOtherShardCount(t *testing.T) {
+	for _, tc := range []struct{ from, to int }{{2, 1}, {1, 2}} {
+		t.Run(fmt.Sprintf("%d_to_%d", tc.from, tc.to), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			full := shardRun(filepath.Join(t.TempDir(), "full"), tc.from)
+			if _, err := Run(ctx, full); err != nil {
+				t.Fatal(err)
+			}
+			resumed := shardRun(filepath.Join(t.TempDir(), "resumed"), tc.to)
+			resumed.Resume = filepath.Join(full.Out, "checkpoints", "step-4")
+			res, err := Run(ctx, resumed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Steps != 5 {
+				t.Fatalf("resumed run ended at step %d, want 5", res.Steps)
+			}
+			if got := metricSteps(t, filepath.Join(resumed.Out, "metrics.jsonl")); fmt.Sprint(got) != "[5]" {
+				t.Errorf("resumed run logged steps %v, want [5]", got)
+			}
+			a, _ := checkpointWeights(t, full, filepath.Join(full.Out, "checkpoints", "step-5"))
+			b, _ := checkpointWeights(t, resumed, filepath.Join(resumed.Out, "checkpoints", "step-5"))
+			if d, at := maxWeightDiff(t, a, b); d > shardTol {
+				t.Errorf("resumed with %d shards: weights differ from the %d-shard run by %g at %s (tolerance %g)", tc.to, tc.from, d, at, shardTol)
+			}
+		})
+	}
+}
+
+// A rank stopped mid-run fails the next step; the driver respawns it,
+// restarts the group from the last checkpoint (or, before the first, from
+// the initial weights), redoes the steps after it and logs every step once.
+// The same step failing twice ends the run with an error naming it.
+func TestRankLostRestartsFromCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		killAfter int  // kill rank 1 once this step is logged
+		always    bool // every time, not once
+		want      string
+	}{
+		{name: "before_any_checkpoint", killAfter: 1},
+		{name: "after_checkpoint", killAfter: 5},
+		{name: "fails_again", killAfter: 5, always: true, want: "step 6 failed again"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			node, err := cluster.Start(ctx, cluster.Config{Logger: actor.DiscardLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer node.Stop()
+			cfg := shardRun(filepath.Join(t.TempDir(), "run"), 2)
+			cfg.Node = node
+			cfg.Steps = 5 // checkpoints at steps 4, 6, 7
+			kills := 0
+			var seen []int
+			var killErr error
+			cfg.Progress = func(m Metrics) {
+				seen = append(seen, m.Step)
+				if m.Step != tc.killAfter || (kills > 0 && !tc.always) {
+					return
+				}
+				kills++
+				killErr = stopRank(ctx, node, 1)
+			}
+			res, err := Run(ctx, cfg)
+			if killErr != nil {
+				t.Fatalf("stop a rank: %v", killErr)
+			}
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "rank 1") {
+					t.Fatalf("err %v, want %q naming rank 1", err, tc.want)
+				}
+				t.Log(err)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kills != 1 || res.Steps != 7 {
+				t.Fatalf("%d kills, %d steps; want 1 kill and 7 steps", kills, res.Steps)
+			}
+			checkStepsOnce(t, filepath.Join(cfg.Out, "metrics.jsonl"), 7)
+			// Steps after the checkpoint (or all, before one) ran twice.
+			redo := 1
+			if tc.killAfter == 5 {
+				redo = 5
+			}
+			var want []int
+			for s := 1; s <= tc.killAfter; s++ {
+				want = append(want, s)
+			}
+			for s := redo; s <= 7; s++ {
+				want = append(want, s)
+			}
+			if fmt.Sprint(seen) != fmt.Sprint(want) {
+				t.Errorf("steps done %v, want %v", seen, want)
+			}
+			if _, step := checkpointWeights(t, cfg, filepath.Join(cfg.Out, "checkpoints", "step-7")); step != 7 {
+				t.Errorf("last checkpoint at learner step %d, want 7", step)
+			}
+		})
+	}
+}
+
+// stopRank stops the live learner-shard actor of rank.
+func stopRank(ctx context.Context, node *cluster.Node, rank int) error {
+	tag := fmt.Sprintf("-r%d.", rank)
+	for _, rec := range node.Directory().Actors() {
+		if rec.Kind == shard.ActorKind && rec.State == cluster.Alive && strings.Contains(rec.Name, tag) {
+			return node.StopActor(ctx, rec.Name)
+		}
+	}
+	return fmt.Errorf("no live rank %d", rank)
+}
