@@ -34,7 +34,8 @@ var learnerAlgorithms = map[string]string{
 // MLMT three-turn (trainable or frozen feedback policy, static feedback,
 // stop-gradient, final or improvement feedback reward) and SCoRe
 // two-turn episodes on the built-in task with the math verifier, native
-// engines in the driver's process, a learner per policy (grpo, drgrpo,
+// engines in the driver's process, a learner per policy, of
+// placement.learner_shards data-parallel ranks (grpo, drgrpo,
 // rloo, reinforce_pp, rw_sft with exp weights), the SFT warm-up,
 // schedule, evaluation, checkpoints and seed. Every recipe feature beyond that is refused with
 // an error naming the recipe field (errors.Is(err, ErrUnsupported)), never
@@ -91,9 +92,6 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	}
 	if r.Placement.Mode != "colocated" {
 		no("placement.mode", "%s placement is not supported yet (colocated only)", r.Placement.Mode)
-	}
-	if r.Placement.LearnerShards != 1 {
-		no("placement.learner_shards", "%d: more than one learner shard is not supported yet", r.Placement.LearnerShards)
 	}
 	if rr := r.Placement.Rollout; rr.CPUs != 1 || rr.GPUs != 0 || len(rr.Custom) > 0 {
 		no("placement.rollout", "not supported yet: the native engine runs in the driver's process and reserves nothing")
@@ -206,6 +204,9 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	lc.MiniBatches = a.MiniBatches
 	lc.Gamma, lc.Lambda, lc.VFCoef, lc.ValueClip = a.Gamma, a.Lambda, a.ValueCoef, a.ValueClip
 	lc.RWBeta = a.RWSFT.Beta
+	// Each trained policy's learner (MLMT: the feedback policy's too) runs
+	// as this many ranks of placement.learner each.
+	lc.Shards = r.Placement.LearnerShards
 
 	cfg := driver.Config{
 		Out:            out,
