@@ -26,6 +26,7 @@ type Group struct {
 	opt       Options
 	epoch     uint64
 	failed    error
+	lost      []int // ranks the last failed call found gone or silent
 }
 
 // NewGroup joins ranks into one group (rank i is ranks[i]).
@@ -39,6 +40,12 @@ func NewGroup(ctx context.Context, sys *actor.System, ranks []actor.Ref, o Optio
 
 // Ranks are the rank actors, by rank.
 func (g *Group) Ranks() []actor.Ref { return append([]actor.Ref(nil), g.ranks...) }
+
+// Lost are the ranks (indexes into Ranks) that the last failed call found
+// gone (actor stopped, node lost) or silent past the grace period: the ones
+// to respawn before Restart. Others may be gone too without having shown
+// it; a caller probes them.
+func (g *Group) Lost() []int { return append([]int(nil), g.lost...) }
 
 // Epoch is the group's current epoch (1 after NewGroup, +1 per Restart).
 func (g *Group) Epoch() uint64 { return g.epoch }
@@ -214,6 +221,12 @@ func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg 
 	}
 	if len(errs) == 0 {
 		return replies, nil
+	}
+	g.lost = g.lost[:0]
+	for i := range ranks {
+		if err := errs[i]; err != nil && (lost(err) || errors.Is(err, errNoReply)) {
+			g.lost = append(g.lost, i)
+		}
 	}
 	idx := make([]int, 0, len(errs))
 	for i := range errs {

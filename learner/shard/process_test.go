@@ -227,6 +227,9 @@ func TestRankKilledMidStep(t *testing.T) {
 		!strings.Contains(msg, "rank 1 ("+refs[1].Address+") is lost") {
 		t.Errorf("error does not lead with the dead rank 1 at %s, nor say the others were aborted for it: %v", refs[1].Address, err)
 	}
+	if lost := g.Lost(); len(lost) != 1 || lost[0] != 1 {
+		t.Errorf("lost ranks %v, want [1]", lost)
+	}
 	if _, err := g.Train(ctx, groupBatch(1)); err == nil || !strings.Contains(err.Error(), ErrGroupFailed.Error()) {
 		t.Errorf("train after a failure: %v; want ErrGroupFailed", err)
 	}

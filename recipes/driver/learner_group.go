@@ -208,7 +208,8 @@ func (s *learnerShards) refs() []actor.Ref {
 
 // spawn starts rank i's actor in bundle b of pg, with the policy's initial
 // spawn arguments. The bundle of a rank that was just stopped is released
-// when the node sees the actor end, so a refusal is retried for a while.
+// when its node sees the actor end, so a refusal is retried for a while,
+// as long as that node is a member.
 func (s *learnerShards) spawn(ctx context.Context, i int, pg *cluster.PlacementGroup, b int) (shardRank, error) {
 	s.spawns++
 	name := fmt.Sprintf("%s-r%d.%d", s.base, i, s.spawns)
@@ -222,14 +223,24 @@ func (s *learnerShards) spawn(ctx context.Context, i int, pg *cluster.PlacementG
 			}
 			return shardRank{h: h, ref: rec.Ref, pg: pg, bundle: b}, nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return shardRank{}, fmt.Errorf("place %s learner shard %d (placement group %s bundle %d): %w", s.policy, i, pg.ID, b, err)
+		if time.Now().After(deadline) || ctx.Err() != nil || !s.member(pg.Nodes[b]) {
+			return shardRank{}, fmt.Errorf("place %s learner shard %d (placement group %s bundle %d on node %s): %w", s.policy, i, pg.ID, b, pg.Nodes[b], err)
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// member says whether node is an alive member of the cluster.
+func (s *learnerShards) member(node string) bool {
+	for _, v := range s.node.Views() {
+		if v.ID == node {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *learnerShards) train(ctx context.Context, b learner.Batch) (learner.Stats, error) {
@@ -267,15 +278,20 @@ func (s *learnerShards) save(ctx context.Context, dir string) (learner.Saved, er
 // failed step; a rank that cannot answer it is replaced.
 const probeTimeout = 5 * time.Second
 
-// restart respawns the ranks that are gone or do not answer, then joins
+// restart respawns the ranks that are gone (those the failed step found
+// lost, and any that do not answer a probe now), then joins
 // survivors and new ranks as the group's next epoch from the checkpoint in
 // dir (shard.Group.Restart: any shard count wrote it). Without a
 // checkpoint every rank is replaced and a new group starts from the
 // initial spawn arguments.
 func (s *learnerShards) restart(ctx context.Context, dir string) error {
 	var lost []int
+	known := map[int]bool{}
+	for _, i := range s.g.Lost() {
+		known[i] = true
+	}
 	for i, rk := range s.ranks {
-		if dir == "" {
+		if dir == "" || known[i] {
 			lost = append(lost, i)
 			continue
 		}
