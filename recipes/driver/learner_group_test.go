@@ -228,7 +228,7 @@ func TestRankLostRestartsFromCheckpoint(t *testing.T) {
 					return
 				}
 				kills++
-				killErr = stopRank(ctx, node, 1)
+				killErr = stopRank(ctx, node, "solver", 1)
 			}
 			res, err := Run(ctx, cfg)
 			if killErr != nil {
@@ -270,15 +270,73 @@ func TestRankLostRestartsFromCheckpoint(t *testing.T) {
 	}
 }
 
-// stopRank stops the live learner-shard actor of rank.
-func stopRank(ctx context.Context, node *cluster.Node, rank int) error {
+// stopRank stops the live learner-shard actor of a policy's rank.
+func stopRank(ctx context.Context, node *cluster.Node, policy string, rank int) error {
 	tag := fmt.Sprintf("-r%d.", rank)
 	for _, rec := range node.Directory().Actors() {
-		if rec.Kind == shard.ActorKind && rec.State == cluster.Alive && strings.Contains(rec.Name, tag) {
+		if rec.Kind == shard.ActorKind && rec.State == cluster.Alive && strings.HasPrefix(rec.Name, "learner-"+policy+"-") && strings.Contains(rec.Name, tag) {
 			return node.StopActor(ctx, rec.Name)
 		}
 	}
-	return fmt.Errorf("no live rank %d", rank)
+	return fmt.Errorf("no live %s rank %d", policy, rank)
+}
+
+// MLMT with both policies sharded: a feedback rank lost mid-run restarts
+// both policies from the last checkpoint (the feedback policy from its
+// feedback/ part), and the run ends at the weights of an uninterrupted
+// one, both policies' checkpoints with per-rank optimizer files.
+func TestMLMTShardedFeedbackRankLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run := func(name string, kill bool) Config {
+		node, err := cluster.Start(ctx, cluster.Config{Logger: actor.DiscardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer node.Stop()
+		cfg := tinyMLMT(filepath.Join(t.TempDir(), name))
+		cfg.Learner.Shards = 2
+		cfg.LearnerResources = cluster.Resources{cluster.CPU: 0.5}
+		cfg.LearnerTimeout = 4 * time.Second
+		cfg.Node = node
+		cfg.Steps, cfg.CheckpointEvery = 3, 1 // checkpoints at steps 3, 4, 5
+		var killErr error
+		steps := 0
+		wantSteps := 5
+		if kill {
+			wantSteps = 6 // step 5 again
+		}
+		cfg.Progress = func(m Metrics) {
+			steps++
+			if kill && m.Step == 4 {
+				kill = false
+				killErr = stopRank(ctx, node, "feedback", 1)
+			}
+		}
+		res, err := Run(ctx, cfg)
+		if err != nil || killErr != nil {
+			t.Fatalf("%s: %v (stop a rank: %v)", name, err, killErr)
+		}
+		if res.Steps != 5 || kill || steps != wantSteps {
+			t.Fatalf("%s: %d steps, %d done (kill pending %v), want 5 and %d done", name, res.Steps, steps, kill, wantSteps)
+		}
+		checkStepsOnce(t, filepath.Join(cfg.Out, "metrics.jsonl"), 5)
+		return cfg
+	}
+	straight, restarted := run("straight", false), run("restarted", true)
+	for _, sub := range []string{"", FeedbackDir} {
+		last := filepath.Join(restarted.Out, "checkpoints", "step-5", sub)
+		for r := range 2 {
+			if _, err := os.Stat(filepath.Join(last, learner.ShardOptimizerFile(r, 2))); err != nil {
+				t.Errorf("%s rank %d's optimizer file: %v", last, r, err)
+			}
+		}
+		a := weightsOf(t, filepath.Join(straight.Out, "checkpoints", "step-5", sub))
+		b := weightsOf(t, last)
+		if d, at := maxWeightDiff(t, a, b); d > shardTol {
+			t.Errorf("%s: restarted run's weights differ from the uninterrupted run's by %g at %s", last, d, at)
+		}
+	}
 }
 
 // A rank's node dies mid-run (the child process holding it is killed):
