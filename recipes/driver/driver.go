@@ -391,7 +391,11 @@ func (r *run) train(ctx context.Context, p *policy, b learner.Batch) (learner.St
 	b.PolicyID = p.id
 	st, err := p.learner.train(ctx, b)
 	if err != nil {
-		return st, fmt.Errorf("driver: train the %s at step %d: %w", p.id, r.step+1, err)
+		step := r.step + 1
+		if p != r.solver {
+			step = r.step // the solver trained on this step first
+		}
+		return st, fmt.Errorf("driver: train the %s at step %d: %w", p.id, step, err)
 	}
 	if p == r.solver {
 		r.step = st.Step

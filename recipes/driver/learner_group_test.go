@@ -281,9 +281,10 @@ func stopRank(ctx context.Context, node *cluster.Node, policy string, rank int) 
 	return fmt.Errorf("no live %s rank %d", policy, rank)
 }
 
-// MLMT with both policies sharded: a feedback rank lost mid-run restarts
-// both policies from the last checkpoint (the feedback policy from its
-// feedback/ part), and the run ends at the weights of an uninterrupted
+// MLMT with both policies sharded: a feedback rank lost after step 5
+// fails step 6 and restarts both policies from step 4's checkpoint (the
+// feedback policy from its feedback/ part), step 5 is redone, and the run
+// ends at the weights of an uninterrupted
 // one, both policies' checkpoints with per-rank optimizer files.
 func TestMLMTShardedFeedbackRankLost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -299,39 +300,40 @@ func TestMLMTShardedFeedbackRankLost(t *testing.T) {
 		cfg.LearnerResources = cluster.Resources{cluster.CPU: 0.5}
 		cfg.LearnerTimeout = 4 * time.Second
 		cfg.Node = node
-		cfg.Steps, cfg.CheckpointEvery = 3, 1 // checkpoints at steps 3, 4, 5
+		cfg.Steps, cfg.CheckpointEvery = 4, 2 // checkpoints at steps 4 and 6
 		var killErr error
 		steps := 0
-		wantSteps := 5
+		wantSteps := 6
 		if kill {
-			wantSteps = 6 // step 5 again
+			wantSteps = 7 // step 5 again
 		}
 		cfg.Progress = func(m Metrics) {
 			steps++
-			if kill && m.Step == 4 {
+			if kill && m.Step == 5 {
 				kill = false
 				killErr = stopRank(ctx, node, "feedback", 1)
+
 			}
 		}
 		res, err := Run(ctx, cfg)
 		if err != nil || killErr != nil {
 			t.Fatalf("%s: %v (stop a rank: %v)", name, err, killErr)
 		}
-		if res.Steps != 5 || kill || steps != wantSteps {
-			t.Fatalf("%s: %d steps, %d done (kill pending %v), want 5 and %d done", name, res.Steps, steps, kill, wantSteps)
+		if res.Steps != 6 || kill || steps != wantSteps {
+			t.Fatalf("%s: %d steps, %d done (kill pending %v), want 6 and %d done", name, res.Steps, steps, kill, wantSteps)
 		}
-		checkStepsOnce(t, filepath.Join(cfg.Out, "metrics.jsonl"), 5)
+		checkStepsOnce(t, filepath.Join(cfg.Out, "metrics.jsonl"), 6)
 		return cfg
 	}
 	straight, restarted := run("straight", false), run("restarted", true)
 	for _, sub := range []string{"", FeedbackDir} {
-		last := filepath.Join(restarted.Out, "checkpoints", "step-5", sub)
+		last := filepath.Join(restarted.Out, "checkpoints", "step-6", sub)
 		for r := range 2 {
 			if _, err := os.Stat(filepath.Join(last, learner.ShardOptimizerFile(r, 2))); err != nil {
 				t.Errorf("%s rank %d's optimizer file: %v", last, r, err)
 			}
 		}
-		a := weightsOf(t, filepath.Join(straight.Out, "checkpoints", "step-5", sub))
+		a := weightsOf(t, filepath.Join(straight.Out, "checkpoints", "step-6", sub))
 		b := weightsOf(t, last)
 		if d, at := maxWeightDiff(t, a, b); d > shardTol {
 			t.Errorf("%s: restarted run's weights differ from the uninterrupted run's by %g at %s", last, d, at)
