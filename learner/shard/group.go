@@ -94,7 +94,7 @@ func (g *Group) join(ctx context.Context, ranks []actor.Ref, dir string) error {
 	if err != nil {
 		return err
 	}
-	g.ranks, g.mailboxes, g.failed = append([]actor.Ref(nil), ranks...), mailboxes, nil
+	g.ranks, g.mailboxes, g.failed, g.lost = append([]actor.Ref(nil), ranks...), mailboxes, nil, nil
 	return nil
 }
 

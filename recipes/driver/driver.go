@@ -166,6 +166,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			err = fmt.Errorf("driver: metrics: %w", cerr)
 		}
 	}()
+	if cfg.Resume != "" {
+		// Steps after the checkpoint (a run that went on past it) are redone.
+		if err := r.cutMetrics(r.step); err != nil {
+			return Result{}, fmt.Errorf("driver: resume: %w", err)
+		}
+	}
 
 	r.node = cfg.Node
 	if r.node == nil {

@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -452,7 +451,9 @@ func readDriverState(dir string, seed uint64) (driverState, error) {
 }
 
 // cutMetrics rewrites metrics.jsonl without the lines of steps after
-// step (the steps about to be redone) and reopens it for appending.
+// step (the steps about to be redone) and reopens it for appending. A last
+// line that does not parse (a run killed mid-write) is dropped; any other
+// is an error naming it.
 func (r *run) cutMetrics(step int) error {
 	path := filepath.Join(r.cfg.Out, "metrics.jsonl")
 	if err := r.metrics.Close(); err != nil {
@@ -463,22 +464,24 @@ func (r *run) cutMetrics(step int) error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	var kept bytes.Buffer
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	for n := 1; sc.Scan(); n++ {
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	for n, line := range lines {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
 		var m struct {
 			Step *int `json:"step"`
 		}
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil || m.Step == nil {
-			return fmt.Errorf("metrics: %s:%d: not a metrics line (%v)", path, n, err)
+		if err := json.Unmarshal(line, &m); err != nil || m.Step == nil {
+			if n == len(lines)-1 && !bytes.HasSuffix(line, []byte("\n")) {
+				break // cut off mid-write
+			}
+			return fmt.Errorf("metrics: %s:%d: not a metrics line (%v)", path, n+1, err)
 		}
 		if *m.Step <= step {
-			kept.Write(sc.Bytes())
+			kept.Write(bytes.TrimRight(line, "\n"))
 			kept.WriteByte('\n')
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("metrics: %s: %w", path, err)
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, kept.Bytes(), 0o644); err != nil {

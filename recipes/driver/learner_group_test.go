@@ -161,8 +161,10 @@ func TestShardedRunMatchesOneLearner(t *testing.T) {
 	}
 }
 
-// --resume with another shard count than the checkpoint's: the optimizer
-// state reshards, and the resumed run ends where the uninterrupted one did.
+// --resume with another shard count than the checkpoint's, in the same run
+// directory: the optimizer state reshards, the resumed run ends where the
+// uninterrupted one did, and metrics.jsonl holds every step once (the
+// first run's step 5 is cut and redone).
 func TestResumeWithOtherShardCount(t *testing.T) {
 	for _, tc := range []struct{ from, to int }{{2, 1}, {1, 2}} {
 		t.Run(fmt.Sprintf("%d_to_%d", tc.from, tc.to), func(t *testing.T) {
@@ -172,7 +174,8 @@ func TestResumeWithOtherShardCount(t *testing.T) {
 			if _, err := Run(ctx, full); err != nil {
 				t.Fatal(err)
 			}
-			resumed := shardRun(filepath.Join(t.TempDir(), "resumed"), tc.to)
+			a, _ := checkpointWeights(t, full, filepath.Join(full.Out, "checkpoints", "step-5"))
+			resumed := shardRun(full.Out, tc.to)
 			resumed.Resume = filepath.Join(full.Out, "checkpoints", "step-4")
 			res, err := Run(ctx, resumed)
 			if err != nil {
@@ -181,10 +184,7 @@ func TestResumeWithOtherShardCount(t *testing.T) {
 			if res.Steps != 5 {
 				t.Fatalf("resumed run ended at step %d, want 5", res.Steps)
 			}
-			if got := metricSteps(t, filepath.Join(resumed.Out, "metrics.jsonl")); fmt.Sprint(got) != "[5]" {
-				t.Errorf("resumed run logged steps %v, want [5]", got)
-			}
-			a, _ := checkpointWeights(t, full, filepath.Join(full.Out, "checkpoints", "step-5"))
+			checkStepsOnce(t, filepath.Join(resumed.Out, "metrics.jsonl"), 5)
 			b, _ := checkpointWeights(t, resumed, filepath.Join(resumed.Out, "checkpoints", "step-5"))
 			if d, at := maxWeightDiff(t, a, b); d > shardTol {
 				t.Errorf("resumed with %d shards: weights differ from the %d-shard run by %g at %s (tolerance %g)", tc.to, tc.from, d, at, shardTol)
@@ -406,4 +406,54 @@ func ranksOn(node *cluster.Node, id string) int {
 		}
 	}
 	return n
+}
+
+// cutMetrics keeps the lines up to a step, drops a last line cut off
+// mid-write, and refuses any other line that is not a metrics line.
+func TestCutMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		step     int
+		want     string // kept content, or the error's text
+		bad      bool
+	}{
+		{"cut", "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n", 2, "{\"step\":1}\n{\"step\":2}\n", false},
+		{"keep all", "{\"step\":1}\n{\"step\":2}\n", 2, "{\"step\":1}\n{\"step\":2}\n", false},
+		{"empty", "", 3, "", false},
+		{"torn last line", "{\"step\":1}\n{\"step\":2}\n{\"st", 5, "{\"step\":1}\n{\"step\":2}\n", false},
+		{"no trailing newline", "{\"step\":1}\n{\"step\":2}", 5, "{\"step\":1}\n{\"step\":2}\n", false},
+		{"garbage inside", "{\"step\":1}\nnope\n{\"step\":3}\n", 5, "metrics.jsonl:2: not a metrics line", true},
+		{"no step", "{\"step\":1}\n{\"loss\":2}\n", 5, "metrics.jsonl:2: not a metrics line", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := t.TempDir()
+			path := filepath.Join(out, "metrics.jsonl")
+			if err := os.WriteFile(path, []byte(tc.in), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &run{cfg: Config{Out: out}, metrics: f}
+			err = r.cutMetrics(tc.step)
+			if tc.bad {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("err %v, want %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.metrics.Close()
+			got, _ := os.ReadFile(path)
+			if string(got) != tc.want || r.logged != tc.step {
+				t.Errorf("kept %q (logged %d), want %q (%d)", got, r.logged, tc.want, tc.step)
+			}
+			if _, err := r.metrics.Write([]byte("{\"step\":9}\n")); err != nil {
+				t.Errorf("append after the cut: %v", err)
+			}
+		})
+	}
 }
