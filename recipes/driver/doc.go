@@ -103,7 +103,8 @@
 // (they refuse older weight versions) and fed the restored weights; and
 // metrics.jsonl is cut back to the checkpoint's step, so a redone step is
 // logged once (Progress and OnWeights do see it twice). The same step
-// failing again ends the run. --resume takes any shard count. Tested:
+// failing again ends the run. --resume takes any shard count and cuts
+// metrics.jsonl back to the checkpoint's step the same way. Tested:
 // tinyRun with 2 shards ends 2.5e-7 from the 1-learner run's weights
 // after 5 steps (same generation: equal rewards), within 2e-5.
 // Measured (the quickstart recipe with --set sft.steps=60 schedule.steps=60
@@ -124,7 +125,6 @@
 // staleness-k overlap); no curves.png, progress bar or Prometheus metrics;
 // sharded learners: ZeRO stage and collective timeout (LearnerTimeout)
 // are not recipe fields (ZeRO-1, 60 s), one shard count for both MLMT
-// policies, a rank that dies between steps is noticed at the next learner
-// call, and --resume still appends to metrics.jsonl without cutting the
-// lines after the resumed step.
+// policies, and a rank that dies between steps is noticed at the next
+// learner call.
 package driver
