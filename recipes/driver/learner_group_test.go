@@ -457,3 +457,24 @@ func TestCutMetrics(t *testing.T) {
 		})
 	}
 }
+
+// Shards the cluster cannot hold fail the run at placement, naming the
+// policy, the shard count and what is missing (MLMT: the solver's two
+// ranks take the embedded node's 2 CPUs, the feedback policy's find none).
+func TestShardsThatDoNotFitFailAtPlacement(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	node, err := cluster.Start(ctx, cluster.Config{CPUs: 2, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Stop()
+	cfg := tinyMLMT(filepath.Join(t.TempDir(), "run"))
+	cfg.Node = node
+	cfg.Learner.Shards = 2
+	cfg.LearnerResources = cluster.Resources{cluster.CPU: 1}
+	_, err = Run(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), "2 feedback learner shards") || !strings.Contains(err.Error(), "missing CPU") {
+		t.Fatalf("err %v, want the feedback policy's 2 shards refused for want of CPU", err)
+	}
+}
