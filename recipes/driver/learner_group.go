@@ -365,9 +365,10 @@ func (s *learnerShards) stop() {
 // run, else the --resume one, else the initial weights), rewinds the
 // driver's step, data cursor and metrics.jsonl to it, and goes on. Steps
 // after the checkpoint are redone and logged once: their earlier lines
-// are cut from metrics.jsonl. The same step failing again ends the run.
+// are cut from metrics.jsonl. A step failing a second time ends the run,
+// so a run restarts at most once per step.
 func (r *run) trainLoop(ctx context.Context) error {
-	failedAt := -1
+	failed := map[int]bool{}
 	r.logged = r.step
 	for {
 		err := r.warmup(ctx)
@@ -379,10 +380,10 @@ func (r *run) trainLoop(ctx context.Context) error {
 			return err
 		}
 		step := r.logged + 1
-		if step == failedAt {
+		if failed[step] {
 			return fmt.Errorf("driver: step %d failed again after a restart of the learners, giving up: %w", step, err)
 		}
-		failedAt = step
+		failed[step] = true
 		if rerr := r.restartLearners(ctx, err); rerr != nil {
 			return fmt.Errorf("driver: step %d: %w; restarting the learners: %w", step, err, rerr)
 		}
