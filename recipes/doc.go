@@ -32,10 +32,12 @@
 // engine: engines.*.replicas > 1, placement.mode split, sync.mode async
 // (single-turn: driver.Config.MaxStaleness), or placement.rollout other
 // than 1 CPU; `rlnode run --address` does it on any cluster
-// (Loaded.RolloutPlacement).
+// (Loaded.RolloutPlacement). placement.learner_shards > 1 runs each
+// trained policy's learner as that many learner/shard ranks of
+// placement.learner each (driver.Config.Learner.Shards).
 //
 // Not done yet: keys whose meaning only the driver can give and that it
-// does not run yet (eval.samples > 1, placement.learner_shards > 1,
+// does not run yet (eval.samples > 1,
 // sync.mode async for multi-turn episodes, tools episodes, datasets,
 // vllm engines, lora weight sync) are validated and documented in
 // SCHEMA.md but refused by DriverConfig.

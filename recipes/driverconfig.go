@@ -36,7 +36,8 @@ var learnerAlgorithms = map[string]string{
 // two-turn episodes on the built-in task with the math verifier, native
 // engines in the driver's process or on rollout actors (see
 // needsRolloutActors; synchronous, or asynchronous for single-turn
-// episodes), a learner per policy (grpo, drgrpo,
+// episodes), a learner per policy, of placement.learner_shards
+// data-parallel ranks (grpo, drgrpo,
 // rloo, reinforce_pp, rw_sft with exp weights), the SFT warm-up,
 // schedule, evaluation, checkpoints and seed. Every recipe feature beyond that is refused with
 // an error naming the recipe field (errors.Is(err, ErrUnsupported)), never
@@ -85,9 +86,6 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	}
 	if r.Sync.Mode == "async" && epType != "single" {
 		no("sync.mode", "async is not supported yet for %s episodes (single only)", epType)
-	}
-	if r.Placement.LearnerShards != 1 {
-		no("placement.learner_shards", "%d: more than one learner shard is not supported yet", r.Placement.LearnerShards)
 	}
 
 	// Models.
@@ -197,6 +195,9 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	lc.MiniBatches = a.MiniBatches
 	lc.Gamma, lc.Lambda, lc.VFCoef, lc.ValueClip = a.Gamma, a.Lambda, a.ValueCoef, a.ValueClip
 	lc.RWBeta = a.RWSFT.Beta
+	// Each trained policy's learner (MLMT: the feedback policy's too) runs
+	// as this many ranks of placement.learner each.
+	lc.Shards = r.Placement.LearnerShards
 
 	cfg := driver.Config{
 		Out:            out,

@@ -3,6 +3,7 @@ package recipes
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -114,7 +115,6 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}"}, "engines.policy.kind"},
 		{"mlmt_math", []string{"deterministic=false", "sync.mode=async"}, "sync.mode"},
 		{"score_math", []string{"deterministic=false", "sync.mode=async"}, "sync.mode"},
-		{"quickstart", []string{"placement.learner_shards=2"}, "placement.learner_shards"},
 		{"quickstart", []string{"models.policy.lora={rank: 4}"}, "models.policy.lora"},
 		{"quickstart", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "algorithm.name"},
 		{"quickstart", []string{"algorithm.epochs=2"}, "algorithm.epochs"},
@@ -242,4 +242,25 @@ func renderTemplate(t *testing.T, text string) string {
 		t.Fatal(err)
 	}
 	return sb.String()
+}
+
+// placement.learner_shards is the shard count of each policy's learner;
+// placement.learner what each shard holds.
+func TestDriverConfigLearnerShards(t *testing.T) {
+	for _, c := range []struct {
+		recipe string
+		shards int
+	}{{"quickstart", 1}, {"quickstart", 2}, {"mlmt_math", 3}} {
+		l, err := Load(c.recipe, []string{fmt.Sprintf("placement.learner_shards=%d", c.shards), "placement.learner.cpus=0.5"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.DriverConfig(t.TempDir())
+		if err != nil {
+			t.Fatalf("%s with %d shards: %v", c.recipe, c.shards, err)
+		}
+		if got.Learner.Shards != c.shards || got.LearnerResources[cluster.CPU] != 0.5 {
+			t.Errorf("%s: learner shards %d of %v, want %d of 0.5 CPU", c.recipe, got.Learner.Shards, got.LearnerResources, c.shards)
+		}
+	}
 }

@@ -27,13 +27,14 @@ import (
 
 // `rlnode run` trains a recipe: in this process on an embedded
 // single-node cluster by default, or with --address on a running cluster
-// (this process joins it as a node; the learner and the rollout actors
-// are placed on the cluster, generation always on rollout actors there,
-// per the recipe's placement.rollout and engines.*.replicas). A lost
-// rollout node's work is regenerated on the others; the end of the run
-// reports how many chunks were. What the driver cannot run yet
-// (recipes.ErrUnsupported: tools episodes, datasets, vllm engines, async
-// multi-turn, several learner shards) is refused before anything starts.
+// (this process joins it as a node; the learner — placement.learner_shards
+// ranks — and the rollout actors are placed on the cluster, generation
+// always on rollout actors there, per the recipe's placement.rollout and
+// engines.*.replicas). A lost rollout node's work is regenerated on the
+// others; the end of the run reports how many chunks were; a lost learner
+// rank restarts the run from its last checkpoint. What the driver cannot
+// run yet (recipes.ErrUnsupported: tools episodes, datasets, vllm engines,
+// async multi-turn) is refused before anything starts.
 // At the end (also after an interruption or an error, whenever
 // metrics.jsonl has data) it draws DIR/curves.png from DIR/metrics.jsonl
 // (internal/plot); `rlnode plot DIR` redraws it. --metrics-addr serves the

@@ -17,7 +17,9 @@
 //
 // Every collective has a timeout (Options.Timeout): a rank that dies or
 // stalls fails the step on all ranks with an error naming it and its node,
-// and a rank whose own step fails tells the others at once (RingAbort). A
+// and a rank whose own step fails tells the others at once (RingAbort), as
+// does Group for a rank whose call comes back lost (actor gone, node lost),
+// so a killed rank fails the step in milliseconds, not a timeout. A
 // failed group trains no more; the driver restarts it from the last
 // checkpoint (Group.Restart, with the survivors and respawned ranks, any
 // count). Checkpoints are written per rank (learner.ShardOptimizerFile)

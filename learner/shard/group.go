@@ -20,11 +20,13 @@ import (
 // rank actors (the survivors plus respawned ones, any count) from the last
 // checkpoint. A Group is not safe for concurrent use.
 type Group struct {
-	sys    *actor.System
-	ranks  []actor.Ref
-	opt    Options
-	epoch  uint64
-	failed error
+	sys       *actor.System
+	ranks     []actor.Ref
+	mailboxes []actor.Ref // of ranks, by rank
+	opt       Options
+	epoch     uint64
+	failed    error
+	lost      []int // ranks the last failed call found gone or silent
 }
 
 // NewGroup joins ranks into one group (rank i is ranks[i]).
@@ -38,6 +40,12 @@ func NewGroup(ctx context.Context, sys *actor.System, ranks []actor.Ref, o Optio
 
 // Ranks are the rank actors, by rank.
 func (g *Group) Ranks() []actor.Ref { return append([]actor.Ref(nil), g.ranks...) }
+
+// Lost are the ranks (indexes into Ranks) that the last failed call found
+// gone (actor stopped, node lost) or silent past the grace period: the ones
+// to respawn before Restart. Others may be gone too without having shown
+// it; a caller probes them.
+func (g *Group) Lost() []int { return append([]int(nil), g.lost...) }
 
 // Epoch is the group's current epoch (1 after NewGroup, +1 per Restart).
 func (g *Group) Epoch() uint64 { return g.epoch }
@@ -86,7 +94,7 @@ func (g *Group) join(ctx context.Context, ranks []actor.Ref, dir string) error {
 	if err != nil {
 		return err
 	}
-	g.ranks, g.failed = append([]actor.Ref(nil), ranks...), nil
+	g.ranks, g.mailboxes, g.failed, g.lost = append([]actor.Ref(nil), ranks...), mailboxes, nil, nil
 	return nil
 }
 
@@ -140,13 +148,32 @@ func (g *Group) Weights(ctx context.Context, req learner.WeightsRequest) (learne
 
 var errNoReply = errors.New("no reply")
 
+// lost says whether err means the rank's actor or node is gone.
+func lost(err error) bool {
+	return errors.Is(err, actor.ErrNodeLost) || errors.Is(err, actor.ErrActorDied) || errors.Is(err, actor.ErrActorNotFound)
+}
+
+// abortFor tells every other rank of the joined group that rank i is
+// lost, so their collectives fail now instead of after the timeout.
+func (g *Group) abortFor(i int, err error) {
+	if g.failed != nil || len(g.mailboxes) != len(g.ranks) {
+		return // joining: no epoch to abort yet
+	}
+	for k, mb := range g.mailboxes {
+		if k != i {
+			_ = g.sys.Tell(mb, RingAbort{Epoch: g.epoch, From: i, Reason: fmt.Sprintf("rank %d (%s) is lost: %v", i, g.ranks[i].Address, err)})
+		}
+	}
+}
+
 // grace is how long fanOut waits for the other ranks after one failed:
 // each of them fails within a collective timeout of its last progress.
 func (g *Group) grace() time.Duration { return g.opt.Timeout + g.opt.Timeout/2 }
 
-// fanOut calls every rank at once. Once one fails it waits at most the
-// collective timeout (plus a little) for the rest, since they will fail
-// too, then reports every failure by rank, likeliest cause first: lost
+// fanOut calls every rank at once. A rank found lost (its actor or node
+// gone) aborts the others' collectives at once (abortFor). Once one fails
+// it waits at most the collective timeout (plus a little) for the rest,
+// since they will fail too, then reports every failure by rank, likeliest cause first: lost
 // ranks, then timeouts, then aborts that echo another rank's failure.
 func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg func(i int) any, check func(i int, reply any) error) ([]any, error) {
 	type result struct {
@@ -176,6 +203,9 @@ func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg 
 			replies[r.i] = r.reply
 			if r.err != nil {
 				errs[r.i] = r.err
+				if lost(r.err) {
+					g.abortFor(r.i, r.err)
+				}
 				if grace == nil {
 					grace = time.After(g.grace())
 				}
@@ -192,6 +222,12 @@ func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg 
 	if len(errs) == 0 {
 		return replies, nil
 	}
+	g.lost = g.lost[:0]
+	for i := range ranks {
+		if err := errs[i]; err != nil && (lost(err) || errors.Is(err, errNoReply)) {
+			g.lost = append(g.lost, i)
+		}
+	}
 	idx := make([]int, 0, len(errs))
 	for i := range errs {
 		idx = append(idx, i)
@@ -200,7 +236,7 @@ func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg 
 	// names the neighbour it waited for; an abort only echoes another's.
 	order := func(i int) int {
 		switch err := errs[i]; {
-		case errors.Is(err, actor.ErrNodeLost), errors.Is(err, actor.ErrActorDied), errors.Is(err, errNoReply):
+		case lost(err), errors.Is(err, errNoReply):
 			return 0
 		case strings.Contains(err.Error(), ErrAborted.Error()):
 			return 2

@@ -107,8 +107,13 @@ type Config struct {
 	// Node is the cluster to place the learner on; nil starts an embedded
 	// single-node cluster for the run.
 	Node *cluster.Node
-	// LearnerResources are what the learner actor holds (default 1 CPU).
+	// LearnerResources are what the learner actor holds (default 1 CPU);
+	// with Learner.Shards > 1, what each rank holds.
 	LearnerResources cluster.Resources
+	// LearnerTimeout bounds every collective of a sharded learner
+	// (Learner.Shards > 1; learner/shard.Options.Timeout): a lost rank
+	// fails the step within it (default 60 s).
+	LearnerTimeout time.Duration
 	// EngineBatch is the native engine's decode batch (default 256).
 	EngineBatch int
 
@@ -273,6 +278,8 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("eval_problems", c.EvalProblems, "want > 0")
 	case c.CheckpointEvery < 0:
 		return nil, bad("checkpoint_every", c.CheckpointEvery, "want ≥ 0")
+	case c.LearnerTimeout < 0:
+		return nil, bad("learner_timeout", c.LearnerTimeout, "want ≥ 0 (0: 60s)")
 	case c.EngineBatch < 0:
 		return nil, bad("engine_batch", c.EngineBatch, "want ≥ 0 (0: 256)")
 	case c.MaxStaleness < 0:

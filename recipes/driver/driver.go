@@ -112,12 +112,14 @@ type driverState struct {
 	Seed          uint64 `json:"seed"`
 }
 
-// policy is one trained policy: its learner actor and the engine that
-// serves it: the native engine in this process (local), or rollout actors
-// on the cluster (pool) fed by a weight syncer.
+// policy is one trained policy: its learner (one actor or a shard
+// group) and the engine that serves it: the native engine in this process
+// (local), or rollout actors on the cluster (pool) fed by a weight syncer.
 type policy struct {
 	id      string
-	learner *cluster.Handle
+	learner learners
+	l       learner.Config // as started: a learner restart starts the engine anew from it
+	ro      *Rollout       // rollout actors' settings; nil: the engine is local
 	eng     *policyEngine
 	local   *native.Engine
 	pool    *rollout.Pool
@@ -125,6 +127,9 @@ type policy struct {
 	group   *cluster.PlacementGroup
 	node    *cluster.Node
 	tok     *tokenizer.Tokenizer
+	// regenerated counts the chunks that pools replaced by a learner
+	// restart ran again.
+	regenerated int64
 }
 
 // policyEngine is what episodes generate with: a policy's engine and its
@@ -149,6 +154,7 @@ type run struct {
 	metrics  *os.File
 	start    time.Time
 	step     int
+	logged   int // the last step in metrics.jsonl
 	cursor   int
 	// prefetched is the problems drawn for batches not trained yet (the
 	// asynchronous run's next batch): a checkpoint's cursor leaves them
@@ -197,6 +203,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			err = fmt.Errorf("driver: metrics: %w", cerr)
 		}
 	}()
+	if cfg.Resume != "" {
+		// Steps after the checkpoint (a run that went on past it) are redone.
+		if err := r.cutMetrics(r.step); err != nil {
+			return Result{}, fmt.Errorf("driver: resume: %w", err)
+		}
+	}
 
 	r.node = cfg.Node
 	if r.node == nil {
@@ -230,10 +242,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			return Result{}, err
 		}
 	}
-	if err := r.warmup(ctx); err != nil {
-		return r.res, err
-	}
-	if err := r.reinforce(ctx); err != nil {
+	if err := r.trainLoop(ctx); err != nil {
 		return r.res, err
 	}
 	r.res.Steps, r.res.WeightVersion = r.step, r.solver.eng.WeightVersion()
@@ -267,35 +276,43 @@ func newEngine(mc *model.Config, dir string, batch int) (*native.Engine, *tokeni
 	return e, tok, nil
 }
 
-// startPolicy places the learner actor of one policy and starts its
-// engine: in this process, or with ro on rollout actors (startRollout).
+// startPolicy places the learner of one policy (placeLearners) and
+// starts its engine (startEngine).
 func (r *run) startPolicy(ctx context.Context, id string, l learner.Config, resume string, ro *Rollout) (*policy, error) {
-	h, err := r.node.Spawn(ctx, learner.ActorKind, cluster.SpawnOptions{
-		Args: learner.ActorConfig{Config: l, ResumeDir: resume}, Resources: r.cfg.LearnerResources,
-	})
+	ls, err := r.placeLearners(ctx, id, l, resume)
 	if err != nil {
-		return nil, fmt.Errorf("driver: place the %s learner: %w", id, err)
+		return nil, fmt.Errorf("driver: %w", err)
 	}
-	p := &policy{id: id, learner: h, node: r.node}
-	if ro != nil {
-		if err := r.startRollout(ctx, p, l, ro); err != nil {
-			p.stop()
-			return nil, err
-		}
-		return p, nil
-	}
-	eng, tok, err := newEngine(l.Model, l.ModelDir, r.cfg.EngineBatch)
-	if err != nil {
+	p := &policy{id: id, learner: ls, l: l, ro: ro, node: r.node}
+	if err := r.startEngine(ctx, p); err != nil {
 		p.stop()
-		return nil, fmt.Errorf("driver: %s policy: %w", id, err)
+		return nil, err
 	}
-	p.local, p.tok, p.eng = eng, tok, &policyEngine{Engine: eng, tok: tok}
 	return p, nil
 }
 
-func (p *policy) stop() {
+// startEngine starts p's engine: in this process, or on rollout actors
+// (startRollout) that load the learner's current weights.
+func (r *run) startEngine(ctx context.Context, p *policy) error {
+	if p.ro != nil {
+		return r.startRollout(ctx, p, p.l, p.ro)
+	}
+	eng, tok, err := newEngine(p.l.Model, p.l.ModelDir, r.cfg.EngineBatch)
+	if err != nil {
+		return fmt.Errorf("driver: %s policy: %w", p.id, err)
+	}
+	p.local, p.tok, p.eng = eng, tok, &policyEngine{Engine: eng, tok: tok}
+	return nil
+}
+
+// stopEngine closes p's engine: the local one, or the rollout actors with
+// their weight syncer and placement group.
+func (p *policy) stopEngine() {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if p.pool != nil {
+		p.regenerated += p.pool.Redispatched()
+	}
 	if p.eng != nil {
 		p.eng.Close()
 	}
@@ -305,7 +322,12 @@ func (p *policy) stop() {
 	if p.group != nil {
 		_ = p.node.RemovePlacementGroup(sctx, p.group.ID)
 	}
-	_ = p.learner.Stop(sctx)
+	p.eng, p.local, p.pool, p.syncer, p.group = nil, nil, nil, nil, nil
+}
+
+func (p *policy) stop() {
+	p.stopEngine()
+	p.learner.stop()
 }
 
 // syncAll pushes every policy's weights to its engine.
@@ -322,7 +344,7 @@ func (r *run) syncAll(ctx context.Context) error {
 // syncWeights pulls a learner's weights over the bulk path and swaps them
 // into its engine as the version of the learner's step.
 func (r *run) syncWeights(ctx context.Context, p *policy) error {
-	off, err := cluster.Call[learner.WeightsOffer](ctx, p.learner, learner.WeightsRequest{Readers: 1})
+	off, err := p.learner.weights(ctx, learner.WeightsRequest{Readers: 1})
 	if err != nil {
 		return fmt.Errorf("driver: %s weights of step %d: %w", p.id, r.step, err)
 	}
@@ -379,7 +401,7 @@ func (r *run) setAlgorithm(ctx context.Context, name string, lr float64) error {
 		if p == nil {
 			continue
 		}
-		if _, err := cluster.Call[learner.AlgorithmSet](ctx, p.learner, learner.SetAlgorithmRequest{Algorithm: name, LR: lr}); err != nil {
+		if err := p.learner.setAlgorithm(ctx, name, lr); err != nil {
 			return fmt.Errorf("driver: set the %s algorithm %s: %w", p.id, name, err)
 		}
 	}
@@ -449,9 +471,13 @@ func (r *run) finishWarmupStep(ctx context.Context, m *Metrics) error {
 // run's.
 func (r *run) train(ctx context.Context, p *policy, b learner.Batch) (learner.Stats, error) {
 	b.PolicyID = p.id
-	st, err := cluster.Call[learner.Stats](ctx, p.learner, learner.TrainRequest{Batch: b})
+	st, err := p.learner.train(ctx, b)
 	if err != nil {
-		return st, fmt.Errorf("driver: train the %s at step %d: %w", p.id, r.step+1, err)
+		step := r.step + 1
+		if p != r.solver {
+			step = r.step // the solver trained on this step first
+		}
+		return st, fmt.Errorf("driver: train the %s at step %d: %w", p.id, step, err)
 	}
 	if p == r.solver {
 		r.step = st.Step
@@ -518,6 +544,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 	if _, err := r.metrics.Write(append(js, '\n')); err != nil {
 		return fmt.Errorf("driver: metrics: %w", err)
 	}
+	r.logged = m.Step
 	r.log.Info("step", "step", m.Step, "phase", m.Phase, "reward", m.RewardMean, "eval", m.EvalAccuracy, "loss", m.Loss)
 	if r.cfg.Progress != nil {
 		r.cfg.Progress(*m)
@@ -720,7 +747,7 @@ const FeedbackDir = "feedback"
 // policy's, if any, into dir/feedback.
 func (r *run) checkpoint(ctx context.Context, dir string) error {
 	save := func(p *policy, dir string) error {
-		if _, err := cluster.Call[learner.Saved](ctx, p.learner, learner.SaveRequest{Dir: dir}); err != nil {
+		if _, err := p.learner.save(ctx, dir); err != nil {
 			return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
 		}
 		if err := p.tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {

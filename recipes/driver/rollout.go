@@ -63,8 +63,9 @@ func init() {
 const rolloutPushTimeout = 30 * time.Second
 
 // embeddedCPUs is what the embedded node offers: its cores, or more when
-// the run's learners and rollout actors reserve more (they share the
-// machine and take turns; CPUs here are a reservation, not a limit).
+// the run's learners (each policy's Learner.Shards ranks) and rollout
+// actors reserve more (they share the machine and take turns; CPUs here
+// are a reservation, not a limit).
 func embeddedCPUs(cfg Config) float64 {
 	cpus := func(res cluster.Resources) float64 {
 		if res == nil {
@@ -72,9 +73,9 @@ func embeddedCPUs(cfg Config) float64 {
 		}
 		return res[cluster.CPU]
 	}
-	need := cpus(cfg.LearnerResources)
+	need := float64(max(cfg.Learner.Shards, 1)) * cpus(cfg.LearnerResources)
 	if cfg.Feedback != nil {
-		need += cpus(cfg.LearnerResources)
+		need *= 2
 	}
 	for _, ro := range []*Rollout{cfg.Rollout, cfg.FeedbackRollout} {
 		if ro != nil {
@@ -102,7 +103,7 @@ func (r *run) startRollout(ctx context.Context, p *policy, l learner.Config, ro 
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("driver: %s rollout model: %w", p.id, err)
 	}
-	saved, err := cluster.Call[learner.Saved](ctx, p.learner, learner.SaveRequest{Dir: dir})
+	saved, err := p.learner.save(ctx, dir)
 	if err != nil {
 		return fmt.Errorf("driver: write the %s rollout model to %s: %w", p.id, dir, err)
 	}
@@ -187,12 +188,16 @@ func (r *run) publish(ctx context.Context, p *policy, version int64, w map[strin
 	return nil
 }
 
-// regenerated counts the chunks the run's pools ran again after a lost
-// actor.
+// regenerated counts the chunks the run's pools (those a learner restart
+// replaced too) ran again after a lost actor.
 func (r *run) regenerated() int64 {
 	var n int64
 	for _, p := range []*policy{r.solver, r.feedback} {
-		if p != nil && p.pool != nil {
+		if p == nil {
+			continue
+		}
+		n += p.regenerated
+		if p.pool != nil {
 			n += p.pool.Redispatched()
 		}
 	}

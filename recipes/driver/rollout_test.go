@@ -218,6 +218,14 @@ func TestEmbeddedCPUs(t *testing.T) {
 		{"two CPUs each", func(c *Config) {
 			c.Rollout = &Rollout{Replicas: 4, Resources: cluster.Resources{cluster.CPU: 2}}
 		}, max(cores, 1+8)},
+		{"two shards", func(c *Config) {
+			c.Learner.Shards, c.LearnerResources = 2, cluster.Resources{cluster.CPU: 3}
+			c.Rollout = &Rollout{Replicas: 2}
+		}, max(cores, 2*3+2)},
+		{"mlmt sharded", func(c *Config) {
+			*c = MLMTMath(c.Out)
+			c.Learner.Shards, c.LearnerResources = 3, cluster.Resources{cluster.CPU: 2}
+		}, max(cores, 2*3*2)},
 		{"mlmt", func(c *Config) {
 			*c = MLMTMath(c.Out)
 			c.LearnerResources = cluster.Resources{cluster.CPU: 3}
