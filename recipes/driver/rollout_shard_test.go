@@ -1,0 +1,123 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/rollout"
+)
+
+// Generation on rollout actors with the learner as two shard ranks: rank 1
+// stopped after step 5 fails step 6; the learners restart from step 4's
+// checkpoint and the rollout actors are replaced by a new pool at version
+// 4 (the old one serves version 5 and would refuse it), steps 5–7 are
+// redone and every step is logged once, with weight_lag within k and both
+// actors live. The synchronous run ends at the weights of an uninterrupted
+// one; in the asynchronous one (max staleness 1) the prefetched batch is
+// dropped, so step 6's checkpoint cursor counts exactly the problems
+// trained on.
+func TestRolloutActorsShardRankLost(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		staleness int
+	}{
+		{"sync", 0},
+		{"async-k1", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			run := func(name string, killAfter int) (Config, Result, []int, map[string]bool) {
+				t.Helper()
+				node, err := cluster.Start(ctx, cluster.Config{CPUs: 4, Logger: actor.DiscardLogger()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer node.Stop()
+				cfg := shardRun(filepath.Join(t.TempDir(), name), 2)
+				cfg.Node = node
+				cfg.Steps = 5 // checkpoints at steps 4, 6, 7
+				cfg.Rollout = &Rollout{Replicas: 2}
+				cfg.MaxStaleness = c.staleness
+				if c.staleness > 0 {
+					cfg.Learner.Loss.TISCap = 2
+				}
+				var seen []int
+				pools := map[string]bool{} // the rollout pools seen live at a step's end
+				var killErr error
+				cfg.Progress = func(m Metrics) {
+					seen = append(seen, m.Step)
+					for _, rec := range node.Directory().Actors() {
+						if rec.Kind == rollout.ActorKind && rec.State == cluster.Alive {
+							pools[rec.Name[:strings.LastIndexByte(rec.Name, '-')]] = true
+						}
+					}
+					if m.Step == killAfter {
+						killAfter = -1
+						killErr = stopRank(ctx, node, "solver", 1)
+					}
+				}
+				res, err := Run(ctx, cfg)
+				if err != nil || killErr != nil {
+					t.Fatalf("%s: %v (stop a rank: %v)", name, err, killErr)
+				}
+				if killAfter > 0 {
+					t.Fatalf("%s: rank never stopped", name)
+				}
+				return cfg, res, seen, pools
+			}
+			cfg, res, seen, pools := run("restarted", 5)
+			if res.Steps != 7 || res.WeightVersion != 7 {
+				t.Errorf("steps %d, version %d: want 7 and 7", res.Steps, res.WeightVersion)
+			}
+			if want := "[1 2 3 4 5 5 6 7]"; fmt.Sprint(seen) != want {
+				t.Errorf("steps done %v, want %s", seen, want)
+			}
+			if len(pools) != 2 {
+				t.Errorf("rollout pools %v, want 2 (the first replaced at the restart)", pools)
+			}
+			metrics := filepath.Join(cfg.Out, "metrics.jsonl")
+			checkStepsOnce(t, metrics, 7)
+			for _, m := range readMetrics(t, metrics) {
+				if m["phase"] != "rl" {
+					continue
+				}
+				if lag, ok := m["weight_lag"].(float64); !ok || lag < 0 || int(lag) > c.staleness {
+					t.Errorf("step %v: weight_lag %v, want 0..%d", m["step"], m["weight_lag"], c.staleness)
+				}
+				if live, _ := m["rollout_live"].(float64); live != 2 {
+					t.Errorf("step %v: rollout_live %v, want 2", m["step"], m["rollout_live"])
+				}
+			}
+			// The new pool started from the restored learner: step 4.
+			if _, step := checkpointWeights(t, cfg, filepath.Join(cfg.Out, "rollout", "solver")); step != 4 {
+				t.Errorf("the replacement rollout actors' model is of learner step %d, want 4", step)
+			}
+			ds, err := readDriverState(filepath.Join(cfg.Out, "checkpoints", "step-6"), cfg.Seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := cfg.WarmupSteps*cfg.WarmupBatch + 4*cfg.PromptsPerStep; ds.TrainCursor != want {
+				t.Errorf("step 6's train_cursor %d, want %d", ds.TrainCursor, want)
+			}
+			if c.staleness > 0 {
+				return // which version a prefetched sample gets depends on timing
+			}
+			straight, _, _, pools := run("straight", 0)
+			if len(pools) != 1 {
+				t.Errorf("uninterrupted run: rollout pools %v, want 1", pools)
+			}
+			a := weightsOf(t, filepath.Join(straight.Out, "checkpoints", "step-7"))
+			b := weightsOf(t, filepath.Join(cfg.Out, "checkpoints", "step-7"))
+			if d, at := maxWeightDiff(t, a, b); d > shardTol {
+				t.Errorf("restarted run's weights differ from the uninterrupted run's by %g at %s (tolerance %g)", d, at, shardTol)
+			}
+		})
+	}
+}
