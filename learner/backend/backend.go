@@ -16,6 +16,14 @@
 //     stream, weights, embedding tables) are always added to.
 //   - A Backend is used by one goroutine at a time; implementations may use
 //     any number of goroutines inside a call but return only when done.
+//   - A view (View) shares its parent's storage: writes through either are
+//     seen by both, it is valid while the parent is, and it is never freed.
+//   - Per-sequence KV caches (the incremental forward of learner/model's
+//     Inference) are backend tensors of rows kvHeads*headDim wide, row t
+//     holding token t's key (after RoPE) or value; ops over a batch of
+//     sequences take one cache tensor per sequence and cut the rows of the
+//     batch's other tensors with rows: sequence i owns rows
+//     rows[i] ≤ r < rows[i+1] (len(rows) == sequences+1, rows[0] == 0).
 //
 // This package must not import any implementation.
 package backend
@@ -44,6 +52,10 @@ type Backend interface {
 	Zero(t Tensor)
 	// Copy copies src into dst (same length).
 	Copy(dst, src Tensor)
+	// View returns a tensor of n elements sharing t's elements
+	// [off, off+n): scratch buffers sized for the largest batch are used
+	// for smaller ones through views of the exact length.
+	View(t Tensor, off, n int) Tensor
 
 	// MatMul computes c = alpha*op(a)*op(b) + beta*c where op(a) is m×k
 	// and op(b) is k×n, both contiguous. beta == 0 does not read c.
@@ -103,6 +115,18 @@ type Backend interface {
 	Attention(out, lse, q, k, v Tensor, starts []int32, batch, seqLen, heads, kvHeads, headDim int)
 	// AttentionBackward overwrites dq, dk and dv with the gradients of out.
 	AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse Tensor, starts []int32, batch, seqLen, heads, kvHeads, headDim int)
+
+	// WriteKV copies, for each sequence i, its rows of src (cols wide)
+	// into dst[i] from row at[i] on: appending a chunk's new keys or values
+	// to its sequence's cache, or moving a cache into a larger tensor.
+	WriteKV(dst []Tensor, at []int32, src Tensor, rows []int32, cols int)
+	// CachedAttention is causal scaled-dot-product attention with
+	// grouped-query heads of each sequence's newest tokens against its KV
+	// cache. Sequence i's query rows of q (heads*headDim wide) are its last
+	// rows[i+1]-rows[i] tokens; k[i] and v[i] hold its first lens[i] keys
+	// and values, the new tokens' included, so query row r attends to keys
+	// 0 ≤ s ≤ lens[i] - (rows[i+1] - r). out is laid out as q.
+	CachedAttention(out, q Tensor, k, v []Tensor, rows, lens []int32, heads, kvHeads, headDim int)
 
 	// GatherRows sets dst row i = src row idx[i] (cols wide): the
 	// embedding lookup, and the selection of positions to score.
