@@ -121,3 +121,74 @@ func TestRolloutActorsShardRankLost(t *testing.T) {
 		})
 	}
 }
+
+// MLMT with both policies sharded and generating on rollout actors: a
+// feedback rank stopped after step 5 fails step 6; both policies restart
+// from step 4's checkpoint, both rollout pools are replaced (each new one
+// loads its restored policy, step 4), step 5 is redone and the run ends
+// at the weights of an uninterrupted one, both policies.
+func TestMLMTRolloutActorsFeedbackRankLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run := func(name string, kill bool) (Config, map[string]bool) {
+		t.Helper()
+		node, err := cluster.Start(ctx, cluster.Config{CPUs: 4, Logger: actor.DiscardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer node.Stop()
+		cfg := tinyMLMT(filepath.Join(t.TempDir(), name))
+		cfg.Learner.Shards = 2
+		cfg.LearnerResources = cluster.Resources{cluster.CPU: 0.5}
+		cfg.LearnerTimeout = 4 * time.Second
+		cfg.Rollout, cfg.FeedbackRollout = &Rollout{Replicas: 1}, &Rollout{Replicas: 1}
+		cfg.Node = node
+		cfg.Steps, cfg.CheckpointEvery = 4, 2 // checkpoints at steps 4 and 6
+		var seen []int
+		pools := map[string]bool{}
+		var killErr error
+		cfg.Progress = func(m Metrics) {
+			seen = append(seen, m.Step)
+			for _, rec := range node.Directory().Actors() {
+				if rec.Kind == rollout.ActorKind && rec.State == cluster.Alive {
+					pools[rec.Name[:strings.LastIndexByte(rec.Name, '-')]] = true
+				}
+			}
+			if kill && m.Step == 5 {
+				kill = false
+				killErr = stopRank(ctx, node, "feedback", 1)
+			}
+		}
+		res, err := Run(ctx, cfg)
+		if err != nil || killErr != nil {
+			t.Fatalf("%s: %v (stop a rank: %v)", name, err, killErr)
+		}
+		want := "[1 2 3 4 5 6]"
+		if strings.HasPrefix(name, "restarted") {
+			want = "[1 2 3 4 5 5 6]"
+		}
+		if res.Steps != 6 || kill || fmt.Sprint(seen) != want {
+			t.Fatalf("%s: %d steps, done %v (kill pending %v); want 6 steps, done %s", name, res.Steps, seen, kill, want)
+		}
+		checkStepsOnce(t, filepath.Join(cfg.Out, "metrics.jsonl"), 6)
+		return cfg, pools
+	}
+	straight, pools := run("straight", false)
+	if len(pools) != 2 {
+		t.Errorf("uninterrupted run: rollout pools %v, want 2 (solver, feedback)", pools)
+	}
+	restarted, pools := run("restarted", true)
+	if len(pools) != 4 {
+		t.Errorf("restarted run: rollout pools %v, want 4 (both policies' replaced)", pools)
+	}
+	for _, p := range []struct{ id, sub string }{{"solver", ""}, {"feedback", FeedbackDir}} {
+		if _, step := checkpointWeights(t, restarted, filepath.Join(restarted.Out, "rollout", p.id)); step != 4 {
+			t.Errorf("%s: the replacement rollout actors' model is of learner step %d, want 4", p.id, step)
+		}
+		a := weightsOf(t, filepath.Join(straight.Out, "checkpoints", "step-6", p.sub))
+		b := weightsOf(t, filepath.Join(restarted.Out, "checkpoints", "step-6", p.sub))
+		if d, at := maxWeightDiff(t, a, b); d > shardTol {
+			t.Errorf("%s: restarted run's weights differ from the uninterrupted run's by %g at %s (tolerance %g)", p.id, d, at, shardTol)
+		}
+	}
+}
