@@ -31,6 +31,9 @@ type pass struct {
 	dent   backend.Tensor // M
 	dval   backend.Tensor // M, nil without a value head
 	all    []backend.Tensor
+	// gradsFinal, when set (by Trainer, on a step's last micro-batch), is
+	// called as backward finishes the gradients of GradGroups' group k.
+	gradsFinal func(k int)
 }
 
 func (m *Model) newPass(N, M int) *pass {
@@ -252,8 +255,52 @@ func (m *Model) backward(dLogp, dEntropy, dValues []float32) {
 	b.RMSNormBackward(p.g.dres, m.Norm.G, p.dlnf, p.resid[c.NumLayers], m.Norm.W, p.rstdf, N, h)
 	for i := c.NumLayers - 1; i >= 0; i-- {
 		m.Layers[i].Backward(m, p.resid[i], &p.layers[i], bt, &p.g)
+		if p.gradsFinal != nil {
+			p.gradsFinal(c.NumLayers - 1 - i)
+		}
 	}
 	if m.Embed.G != nil {
 		b.ScatterAddRows(m.Embed.G, p.g.dres, bt.Tokens, h)
 	}
+	if p.gradsFinal != nil {
+		p.gradsFinal(c.NumLayers)
+	}
+}
+
+// GradGroups lists the trainable parameters in the order the backward
+// pass finishes their gradients: group k < NumLayers is decoder layer
+// NumLayers−1−k's (the last layer first), group NumLayers all the others
+// (embedding, final norm, lm_head, value head). Those come last because a
+// tied embedding's gradient takes the lm_head's contribution first and
+// the embedding's at the very end; the untied lm_head and the norm could
+// go earlier but are one group's worth of elements, not worth the
+// bookkeeping. A group may be empty (a layer without trainable
+// parameters). Within a group, parameters keep TrainableParams' order.
+func (m *Model) GradGroups() [][]*Param {
+	c := &m.Config
+	layerOf := map[*Param]int{}
+	for i, l := range m.Layers {
+		ps := []*Param{l.InputNorm, l.PostNorm}
+		for _, lin := range l.linears() {
+			ps = append(ps, lin.Weight)
+			if lin.Bias != nil {
+				ps = append(ps, lin.Bias)
+			}
+			if lin.LoRA != nil {
+				ps = append(ps, lin.LoRA.A, lin.LoRA.B)
+			}
+		}
+		for _, p := range ps {
+			layerOf[p] = i
+		}
+	}
+	groups := make([][]*Param, c.NumLayers+1)
+	for _, p := range m.TrainableParams() {
+		k := c.NumLayers
+		if i, ok := layerOf[p]; ok {
+			k = c.NumLayers - 1 - i
+		}
+		groups[k] = append(groups[k], p)
+	}
+	return groups
 }

@@ -46,14 +46,26 @@ type Trainer struct {
 	// parameters with this process's accumulated gradients and must leave
 	// in Data the weights after one update with learning rate lr, returning
 	// the gradient norm before clipping. A data-parallel rank (learner/shard)
-	// reduces the gradients across ranks here. It is the only sharding hook:
-	// the backward pass has no per-layer callback, so gradient buckets are
-	// reduced after backward, not overlapped with it.
+	// reduces the gradients across ranks here.
 	Update func(step int, params []*optim.Param, lr float64) (gradNorm float64, err error)
 
-	step  int
-	host  map[*Param]*optim.Param // host copies when the backend has no host memory
-	views []*optim.Param
+	// GradsReady, when set beside Update, is called during the backward
+	// pass of the step's last micro-batch each time a group of gradients
+	// (GradGroups, in order) is final for the step, so a data-parallel rank
+	// can start reducing them while backward goes on with earlier layers.
+	// params are the views Update gets next (their Grad already holds the
+	// final gradients of ready, indices into params); the views stay valid
+	// until Update returns. It runs on the backward pass's goroutine and
+	// must not block: it may only copy the gradients and hand them off.
+	// The backward pass cannot fail once it runs, so Update follows on
+	// every step where GradsReady was called.
+	GradsReady func(step int, params []*optim.Param, ready []int)
+
+	step      int
+	host      map[*Param]*optim.Param // host copies when the backend has no host memory
+	views     []*optim.Param
+	lastMicro bool // the micro-batch running is the step's last
+	armed     bool // GradsReady fired this step
 }
 
 // StepStats reports one step.
@@ -74,6 +86,7 @@ func (t *Trainer) Step(micro []*Batch, lr float64, obj Objective) (StepStats, er
 		if err != nil {
 			return 0, err
 		}
+		t.arm()
 		loss, dLogp, dEnt, err := obj(i, bt, logp, ent)
 		if err != nil {
 			return 0, fmt.Errorf("objective: %w", err)
@@ -103,6 +116,7 @@ func (t *Trainer) StepActorCritic(micro []*Batch, lr float64, obj ActorCriticObj
 		if err != nil {
 			return 0, err
 		}
+		t.arm()
 		loss, d, err := obj(i, bt, s)
 		if err != nil {
 			return 0, fmt.Errorf("objective: %w", err)
@@ -123,8 +137,13 @@ func (t *Trainer) takeStep(micro []*Batch, lr float64, microStep func(i int, bt 
 		return st, fmt.Errorf("train step %d: no micro-batches", st.Step)
 	}
 	m.ZeroGrad()
+	t.armed = false
 	for i, bt := range micro {
+		t.lastMicro = i == len(micro)-1
 		loss, err := microStep(i, bt) // the loss counts once computed, as Step always reported it
+		if m.pass != nil {
+			m.pass.gradsFinal = nil
+		}
 		st.Loss += loss
 		if err != nil {
 			return st, fmt.Errorf("train step %d: micro-batch %d: %w", st.Step, i, err)
@@ -157,10 +176,56 @@ func (t *Trainer) takeStep(micro []*Batch, lr float64, microStep func(i int, bt 
 	return st, nil
 }
 
-// optimParams views the trainable parameters as optim.Params: in place on
-// a host-memory backend, else through host copies refreshed from the
-// device.
-func (t *Trainer) optimParams() []*optim.Param {
+// GradGroups are Model.GradGroups as indices into the parameters Update
+// and GradsReady get (TrainableParams' order).
+func (t *Trainer) GradGroups() [][]int {
+	m := t.Model
+	idx := map[*Param]int{}
+	for i, p := range m.TrainableParams() {
+		idx[p] = i
+	}
+	groups := m.GradGroups()
+	out := make([][]int, len(groups))
+	for k, g := range groups {
+		out[k] = make([]int, 0, len(g))
+		for _, p := range g {
+			out[k] = append(out[k], idx[p])
+		}
+	}
+	return out
+}
+
+// arm hooks GradsReady into the backward pass of the step's last
+// micro-batch (called after its forward pass, which may have made a new
+// pass).
+func (t *Trainer) arm() {
+	m := t.Model
+	if m.pass == nil {
+		return
+	}
+	m.pass.gradsFinal = nil
+	if t.GradsReady == nil || t.Update == nil || !t.lastMicro {
+		return
+	}
+	groups := t.GradGroups() // per step: LoRA or a value head may come later
+	step := t.step + 1
+	m.pass.gradsFinal = func(k int) {
+		if !t.armed {
+			t.armed = true
+			t.viewParams()
+		}
+		if _, isHost := m.B.(backend.HostMemory); !isHost {
+			tp := m.TrainableParams()
+			for _, i := range groups[k] {
+				m.B.Download(t.views[i].Grad, tp[i].G)
+			}
+		}
+		t.GradsReady(step, t.views, groups[k])
+	}
+}
+
+// viewParams builds the optim.Param views without refreshing host copies.
+func (t *Trainer) viewParams() []*optim.Param {
 	m := t.Model
 	hm, isHost := m.B.(backend.HostMemory)
 	t.views = t.views[:0]
@@ -177,11 +242,24 @@ func (t *Trainer) optimParams() []*optim.Param {
 			h = &optim.Param{Name: p.Name, Data: make([]float32, p.Len()), Grad: make([]float32, p.Len())}
 			t.host[p] = h
 		}
-		m.B.Download(h.Data, p.W)
-		m.B.Download(h.Grad, p.G)
 		t.views = append(t.views, h)
 	}
 	return t.views
+}
+
+// optimParams views the trainable parameters as optim.Params: in place on
+// a host-memory backend, else through host copies refreshed from the
+// device.
+func (t *Trainer) optimParams() []*optim.Param {
+	m := t.Model
+	views := t.viewParams()
+	if _, isHost := m.B.(backend.HostMemory); !isHost {
+		for i, p := range m.TrainableParams() {
+			m.B.Download(views[i].Data, p.W)
+			m.B.Download(views[i].Grad, p.G)
+		}
+	}
+	return views
 }
 
 func (t *Trainer) syncBack() {
