@@ -2,59 +2,112 @@ package model
 
 import (
 	"fmt"
-	"math"
-	"runtime"
-	"slices"
-	"sync"
-	"sync/atomic"
 
 	"github.com/rlnode/rlnode/learner/backend"
-	"github.com/rlnode/rlnode/learner/blas"
 )
 
 // This file is the incremental (generation) forward pass: the same network
 // as Forward, run a few tokens at a time per sequence, with each layer's
 // keys and values kept in a per-sequence cache so that earlier tokens are
-// never recomputed. It serves the native inference engine. It works on the
-// weights in place through backend.HostMemory (the cpu backend) and
-// learner/blas; a device backend would need its own cached-attention
-// kernel. It keeps no activations and has no backward pass.
+// never recomputed. It serves the native inference engine. Like the
+// training forward it is written against learner/backend only: the caches
+// and every activation live in backend tensors, and the host sees token
+// ids going in and the logits coming out. It keeps no activations for a
+// backward pass and has none.
+//
+// Not done yet: the caches are one contiguous tensor per layer and
+// sequence, grown by doubling and copied when a prompt's samples fork
+// (Clone); a paged cache with shared prompt blocks would save both copies.
 
 // KVCache holds one sequence's attention keys (after RoPE) and values for
-// every layer, in the order its tokens went through Inference.Forward.
-// Position t of layer l is K[l][t*kvDim:(t+1)*kvDim]. A cache is used by one
-// Forward call at a time.
+// every layer, in the order its tokens went through Inference.Forward, in
+// backend tensors of the model's backend: row t of layer l's key tensor is
+// token t's key (NumKVHeads*HeadDim wide). Capacity grows by doubling. A
+// cache is used by one Forward call at a time.
 type KVCache struct {
-	n      int
+	b      backend.Backend
+	n      int // tokens held
+	rows   int // tokens the tensors have room for
 	layers int
 	kvDim  int
-	k, v   [][]float32
+	freed  bool
+	k, v   []backend.Tensor // per layer, rows*kvDim each; nil while rows == 0
 }
 
-// NewKVCache returns an empty cache for a sequence of this model.
+// NewKVCache returns an empty cache for a sequence of this model. It takes
+// no backend memory until its first tokens arrive.
 func (m *Model) NewKVCache() *KVCache {
 	c := &m.Config
-	return &KVCache{layers: c.NumLayers, kvDim: c.NumKVHeads * c.HeadDim,
-		k: make([][]float32, c.NumLayers), v: make([][]float32, c.NumLayers)}
+	return &KVCache{b: m.B, layers: c.NumLayers, kvDim: c.NumKVHeads * c.HeadDim}
 }
 
 // Len is the number of tokens whose keys and values the cache holds: the
 // position the sequence's next token takes.
 func (c *KVCache) Len() int { return c.n }
 
-// Bytes is the memory the cache's keys and values take.
+// Bytes is the memory the cache's keys and values take (the tokens held,
+// not the spare capacity).
 func (c *KVCache) Bytes() int { return 2 * 4 * c.n * c.kvDim * c.layers }
 
-// Clone returns an independent copy: several samples of one prompt share
-// the prompt's prefill this way.
+// Clone returns an independent copy with the same capacity: several
+// samples of one prompt share the prompt's prefill this way.
 func (c *KVCache) Clone() *KVCache {
-	d := &KVCache{n: c.n, layers: c.layers, kvDim: c.kvDim,
-		k: make([][]float32, c.layers), v: make([][]float32, c.layers)}
-	for l := range c.k {
-		d.k[l] = slices.Clone(c.k[l][:c.n*c.kvDim])
-		d.v[l] = slices.Clone(c.v[l][:c.n*c.kvDim])
+	d := &KVCache{b: c.b, layers: c.layers, kvDim: c.kvDim, freed: c.freed}
+	if c.freed || c.rows == 0 {
+		return d
 	}
+	d.alloc(c.rows)
+	d.copyFrom(c)
 	return d
+}
+
+// Free releases the cache's backend memory at once (rather than when the
+// garbage collector finds it, which a device backend cannot rely on). The
+// cache is empty afterwards and Forward refuses it.
+func (c *KVCache) Free() {
+	c.release()
+	c.n, c.freed = 0, true
+}
+
+func (c *KVCache) release() {
+	for l := range c.k {
+		c.b.Free(c.k[l])
+		c.b.Free(c.v[l])
+	}
+	c.k, c.v, c.rows = nil, nil, 0
+}
+
+func (c *KVCache) alloc(rows int) {
+	c.k, c.v = make([]backend.Tensor, c.layers), make([]backend.Tensor, c.layers)
+	for l := range c.k {
+		c.k[l], c.v[l] = c.b.Alloc(rows*c.kvDim), c.b.Alloc(rows*c.kvDim)
+	}
+	c.rows = rows
+}
+
+// copyFrom copies src's tokens into c, which has room for them.
+func (c *KVCache) copyFrom(src *KVCache) {
+	if src.n == 0 {
+		c.n = 0
+		return
+	}
+	at, rows := []int32{0}, []int32{0, int32(src.n)}
+	for l := range c.k {
+		c.b.WriteKV(c.k[l:l+1], at, src.k[l], rows, c.kvDim)
+		c.b.WriteKV(c.v[l:l+1], at, src.v[l], rows, c.kvDim)
+	}
+	c.n = src.n
+}
+
+// reserve makes room for need tokens (at most limit), doubling.
+func (c *KVCache) reserve(need, limit int) {
+	if need <= c.rows {
+		return
+	}
+	old := *c
+	c.alloc(min(max(need, 2*c.rows, 16), max(limit, need)))
+	c.copyFrom(&old)
+	old.release()
 }
 
 // Chunk is the next tokens of one sequence: they take positions
@@ -67,31 +120,100 @@ type Chunk struct {
 }
 
 // Inference runs incremental forward passes of one model and owns their
-// scratch memory. It is used by one goroutine at a time and reads the
-// model's weights at every call, so weights uploaded between calls take
+// scratch tensors, sized for the largest batch so far and used through
+// views of the exact size. It is used by one goroutine at a time and reads
+// the model's weights at every call, so weights uploaded between calls take
 // effect at the next one.
 type Inference struct {
-	m       *Model
-	host    backend.HostMemory
-	workers int
+	m *Model
+	b backend.Backend
 
-	pos                                         []int32
-	resid, ln, q, k, v, att, tmp, rstd          []float32
-	gate, up, act, lora, last, logits, lastRstd []float32
-	scores                                      [][]float32 // attention scores per worker
+	capN, capR, capLoRA int // token rows, chunk rows and LoRA elements the tensors hold
+	all                 []backend.Tensor
 
-	cos, sin []float32 // RoPE tables [pos][headDim/2]
+	resid, ln, q, k, v, att, tmp, rstd, gate, up, act backend.Tensor // capN rows
+	last, lastLN, lastRstd, logits                    backend.Tensor // capR rows
+	lora                                              backend.Tensor // capLoRA
+
+	// Host side: token ids and positions in, logits out, per-sequence cuts.
+	tokens, pos, lastRow, rows, at, lens []int32
+	kc, vc                               []backend.Tensor
+	hostLogits                           []float32
 }
 
-// NewInference prepares incremental forward passes over m. The model's
-// backend must keep tensors in host memory (the cpu backend).
+// NewInference prepares incremental forward passes over m on its backend.
 func (m *Model) NewInference() (*Inference, error) {
-	h, ok := m.B.(backend.HostMemory)
-	if !ok {
-		return nil, fmt.Errorf("incremental forward: backend %q does not keep tensors in host memory", m.B.Name())
+	return &Inference{m: m, b: m.B}, nil
+}
+
+// Free releases the scratch tensors; the next Forward allocates them again.
+func (in *Inference) Free() {
+	for _, t := range in.all {
+		in.b.Free(t)
 	}
-	w := runtime.GOMAXPROCS(0)
-	return &Inference{m: m, host: h, workers: w, scores: make([][]float32, w)}, nil
+	in.all = nil
+	in.capN, in.capR, in.capLoRA = 0, 0, 0
+}
+
+// reserve makes the scratch tensors hold N token rows, R chunk rows and
+// lora LoRA elements, with a quarter spare so that a batch growing by a
+// few sequences does not reallocate every step.
+func (in *Inference) reserve(N, R, lora int) {
+	if N <= in.capN && R <= in.capR && lora <= in.capLoRA {
+		return
+	}
+	in.Free()
+	c := &in.m.Config
+	N, R, lora = max(N+N/4, 8), max(R+R/4, 4), lora+lora/4
+	alloc := func(n int) backend.Tensor {
+		t := in.b.Alloc(n)
+		in.all = append(in.all, t)
+		return t
+	}
+	h, qd, kd, I := c.HiddenSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim, c.IntermediateSize
+	in.resid, in.ln, in.tmp, in.rstd = alloc(N*h), alloc(N*h), alloc(N*h), alloc(N)
+	in.q, in.att, in.k, in.v = alloc(N*qd), alloc(N*qd), alloc(N*kd), alloc(N*kd)
+	in.gate, in.up, in.act = alloc(N*I), alloc(N*I), alloc(N*I)
+	in.last, in.lastLN, in.lastRstd, in.logits = alloc(R*h), alloc(R*h), alloc(R), alloc(R*c.VocabSize)
+	if lora > 0 {
+		in.lora = alloc(lora)
+	}
+	in.capN, in.capR, in.capLoRA = N, R, lora
+}
+
+// check validates a batch of chunks before anything changes.
+func (in *Inference) check(chunks []Chunk) (N int, err error) {
+	c := &in.m.Config
+	if len(chunks) == 0 {
+		return 0, fmt.Errorf("incremental forward: no chunks")
+	}
+	seen := make(map[*KVCache]bool, len(chunks))
+	for i, ch := range chunks {
+		switch {
+		case ch.Cache == nil:
+			return 0, fmt.Errorf("incremental forward: chunk %d: no KV cache", i)
+		case ch.Cache.freed:
+			return 0, fmt.Errorf("incremental forward: chunk %d: its KV cache was freed", i)
+		case ch.Cache.layers != c.NumLayers || ch.Cache.kvDim != c.NumKVHeads*c.HeadDim:
+			return 0, fmt.Errorf("incremental forward: chunk %d: KV cache of another model shape", i)
+		case ch.Cache.b != in.b:
+			return 0, fmt.Errorf("incremental forward: chunk %d: KV cache on another backend than the model's %q", i, in.b.Name())
+		case len(ch.Tokens) == 0:
+			return 0, fmt.Errorf("incremental forward: chunk %d: no tokens", i)
+		case seen[ch.Cache]:
+			return 0, fmt.Errorf("incremental forward: chunk %d: its KV cache is already used by another chunk of the batch", i)
+		case ch.Cache.n+len(ch.Tokens) > c.MaxPositions:
+			return 0, fmt.Errorf("incremental forward: chunk %d: positions up to %d exceed max_position_embeddings %d", i, ch.Cache.n+len(ch.Tokens)-1, c.MaxPositions)
+		}
+		seen[ch.Cache] = true
+		for j, t := range ch.Tokens {
+			if t < 0 || int(t) >= c.VocabSize {
+				return 0, fmt.Errorf("incremental forward: chunk %d: token %d: id %d out of range [0, %d)", i, j, t, c.VocabSize)
+			}
+		}
+		N += len(ch.Tokens)
+	}
+	return N, nil
 }
 
 // Forward runs the chunks through the model as one batch, appends their
@@ -100,96 +222,91 @@ func (m *Model) NewInference() (*Inference, error) {
 // valid until the next call. Each cache may appear in one chunk only. On
 // error no cache is changed.
 func (in *Inference) Forward(chunks []Chunk) ([]float32, error) {
-	m, c := in.m, &in.m.Config
-	if len(chunks) == 0 {
-		return nil, fmt.Errorf("incremental forward: no chunks")
+	N, err := in.check(chunks)
+	if err != nil {
+		return nil, err
 	}
-	N := 0
-	seen := make(map[*KVCache]bool, len(chunks))
-	for i, ch := range chunks {
-		switch {
-		case ch.Cache == nil:
-			return nil, fmt.Errorf("incremental forward: chunk %d: no KV cache", i)
-		case ch.Cache.layers != c.NumLayers || ch.Cache.kvDim != c.NumKVHeads*c.HeadDim:
-			return nil, fmt.Errorf("incremental forward: chunk %d: KV cache of another model shape", i)
-		case len(ch.Tokens) == 0:
-			return nil, fmt.Errorf("incremental forward: chunk %d: no tokens", i)
-		case seen[ch.Cache]:
-			return nil, fmt.Errorf("incremental forward: chunk %d: its KV cache is already used by another chunk of the batch", i)
-		case ch.Cache.n+len(ch.Tokens) > c.MaxPositions:
-			return nil, fmt.Errorf("incremental forward: chunk %d: positions up to %d exceed max_position_embeddings %d", i, ch.Cache.n+len(ch.Tokens)-1, c.MaxPositions)
-		}
-		seen[ch.Cache] = true
-		for j, t := range ch.Tokens {
-			if t < 0 || int(t) >= c.VocabSize {
-				return nil, fmt.Errorf("incremental forward: chunk %d: token %d: id %d out of range [0, %d)", i, j, t, c.VocabSize)
+	m, b, c := in.m, in.b, &in.m.Config
+	R := len(chunks)
+	h, hd, V := c.HiddenSize, c.HeadDim, c.VocabSize
+	qd, kd, I := c.NumHeads*hd, c.NumKVHeads*hd, c.IntermediateSize
+	lora := 0
+	for _, l := range m.Layers {
+		for _, lin := range l.linears() {
+			if lin.LoRA != nil {
+				lora = max(lora, N*lin.LoRA.Rank)
 			}
 		}
-		N += len(ch.Tokens)
 	}
-	h, hd := c.HiddenSize, c.HeadDim
-	qd, kd, I := c.NumHeads*hd, c.NumKVHeads*hd, c.IntermediateSize
-	in.pos = grow(in.pos, N)
-	in.resid, in.ln, in.tmp = grow(in.resid, N*h), grow(in.ln, N*h), grow(in.tmp, N*h)
-	in.q, in.att = grow(in.q, N*qd), grow(in.att, N*qd)
-	in.k, in.v = grow(in.k, N*kd), grow(in.v, N*kd)
-	in.gate, in.up, in.act = grow(in.gate, N*I), grow(in.up, N*I), grow(in.act, N*I)
-	in.rstd = grow(in.rstd, N)
+	in.reserve(N, R, lora)
 
-	embed := in.host.Host(m.Embed.W)
-	maxPos := 0
+	in.tokens, in.pos = grow(in.tokens, N), grow(in.pos, N)
+	in.lastRow, in.at, in.lens = grow(in.lastRow, R), grow(in.at, R), grow(in.lens, R)
+	in.rows = grow(in.rows, R+1)
+	in.kc, in.vc = grow(in.kc, R), grow(in.vc, R)
+	in.rows[0] = 0
 	row := 0
-	for _, ch := range chunks {
+	for i, ch := range chunks {
+		kv := ch.Cache
 		for j, t := range ch.Tokens {
-			p := ch.Cache.n + j
-			in.pos[row] = int32(p)
-			maxPos = max(maxPos, p)
-			copy(in.resid[row*h:(row+1)*h], embed[int(t)*h:(int(t)+1)*h])
+			in.tokens[row] = t
+			in.pos[row] = int32(kv.n + j)
 			row++
 		}
+		kv.reserve(kv.n+len(ch.Tokens), c.MaxPositions)
+		in.rows[i+1] = int32(row)
+		in.lastRow[i] = int32(row - 1)
+		in.at[i], in.lens[i] = int32(kv.n), int32(kv.n+len(ch.Tokens))
 	}
-	in.ropeTables(maxPos + 1)
-	eps := float32(c.RMSNormEps)
-	for li, l := range m.Layers {
-		in.rmsNorm(in.ln, in.rstd, in.resid, in.host.Host(l.InputNorm.W), N, h, eps)
-		in.linear(in.q, in.ln, l.Attn.Q, N)
-		in.linear(in.k, in.ln, l.Attn.K, N)
-		in.linear(in.v, in.ln, l.Attn.V, N)
-		in.rope(in.q, N, c.NumHeads)
-		in.rope(in.k, N, c.NumKVHeads)
-		row := 0
-		for _, ch := range chunks {
-			kv := ch.Cache
-			n := len(ch.Tokens)
-			kv.k[li] = append(kv.k[li][:kv.n*kd], in.k[row*kd:(row+n)*kd]...)
-			kv.v[li] = append(kv.v[li][:kv.n*kd], in.v[row*kd:(row+n)*kd]...)
-			row += n
+
+	view := func(t backend.Tensor, n int) backend.Tensor { return b.View(t, 0, n) }
+	resid, ln, tmp, rstd := view(in.resid, N*h), view(in.ln, N*h), view(in.tmp, N*h), view(in.rstd, N)
+	q, att, k, v := view(in.q, N*qd), view(in.att, N*qd), view(in.k, N*kd), view(in.v, N*kd)
+	gate, up, act := view(in.gate, N*I), view(in.up, N*I), view(in.act, N*I)
+	linear := func(y, x backend.Tensor, l *Linear) {
+		var la *loraActs
+		if l.LoRA != nil {
+			la = &loraActs{xa: view(in.lora, N*l.LoRA.Rank)}
 		}
-		in.attention(chunks, li)
-		in.linear(in.tmp, in.att, l.Attn.O, N)
-		addTo(in.resid[:N*h], in.tmp[:N*h])
-		in.rmsNorm(in.ln, in.rstd, in.resid, in.host.Host(l.PostNorm.W), N, h, eps)
-		in.linear(in.gate, in.ln, l.MLP.Gate, N)
-		in.linear(in.up, in.ln, l.MLP.Up, N)
-		in.swiGLU(N * I)
-		in.linear(in.tmp, in.act, l.MLP.Down, N)
-		addTo(in.resid[:N*h], in.tmp[:N*h])
+		l.Forward(b, y, x, N, la)
+	}
+	eps := float32(c.RMSNormEps)
+	b.GatherRows(resid, m.Embed.W, in.tokens, h)
+	for li, l := range m.Layers {
+		b.RMSNorm(ln, rstd, resid, l.InputNorm.W, N, h, eps)
+		linear(q, ln, l.Attn.Q)
+		linear(k, ln, l.Attn.K)
+		linear(v, ln, l.Attn.V)
+		b.RoPE(q, in.pos, N, c.NumHeads, hd, c.RopeTheta)
+		b.RoPE(k, in.pos, N, c.NumKVHeads, hd, c.RopeTheta)
+		for i, ch := range chunks {
+			in.kc[i], in.vc[i] = ch.Cache.k[li], ch.Cache.v[li]
+		}
+		b.WriteKV(in.kc, in.at, k, in.rows, kd)
+		b.WriteKV(in.vc, in.at, v, in.rows, kd)
+		b.CachedAttention(att, q, in.kc, in.vc, in.rows, in.lens, c.NumHeads, c.NumKVHeads, hd)
+		linear(tmp, att, l.Attn.O)
+		b.Add(resid, resid, tmp)
+		b.RMSNorm(ln, rstd, resid, l.PostNorm.W, N, h, eps)
+		linear(gate, ln, l.MLP.Gate)
+		linear(up, ln, l.MLP.Up)
+		b.SwiGLU(act, gate, up, N*I)
+		linear(tmp, act, l.MLP.Down)
+		b.Add(resid, resid, tmp)
 	}
 	for _, ch := range chunks {
 		ch.Cache.n += len(ch.Tokens)
 	}
+	clear(in.kc)
+	clear(in.vc)
 	// Only each chunk's last token is scored.
-	R := len(chunks)
-	in.last, in.lastRstd = grow(in.last, R*h), grow(in.lastRstd, R)
-	in.logits = grow(in.logits, R*c.VocabSize)
-	row = 0
-	for i, ch := range chunks {
-		row += len(ch.Tokens)
-		copy(in.tmp[i*h:(i+1)*h], in.resid[(row-1)*h:row*h])
-	}
-	in.rmsNorm(in.last, in.lastRstd, in.tmp, in.host.Host(m.Norm.W), R, h, eps)
-	blas.Sgemm(false, true, R, c.VocabSize, h, 1, in.last, h, in.host.Host(m.LMHead.W), h, 0, in.logits, c.VocabSize)
-	return in.logits[:R*c.VocabSize], nil
+	last, lastLN, logits := view(in.last, R*h), view(in.lastLN, R*h), view(in.logits, R*V)
+	b.GatherRows(last, resid, in.lastRow, h)
+	b.RMSNorm(lastLN, view(in.lastRstd, R), last, m.Norm.W, R, h, eps)
+	b.MatMul(false, true, R, V, h, 1, lastLN, m.LMHead.W, 0, logits)
+	in.hostLogits = grow(in.hostLogits, R*V)
+	b.Download(in.hostLogits, logits)
+	return in.hostLogits, nil
 }
 
 // grow returns s with length n, reusing its storage when large enough.
@@ -198,220 +315,4 @@ func grow[T any](s []T, n int) []T {
 		return s[:n]
 	}
 	return make([]T, n, n+n/4)
-}
-
-func addTo(dst, x []float32) {
-	for i, v := range x {
-		dst[i] += v
-	}
-}
-
-// linear sets y = x W^T + b (+ the LoRA term) for rows rows.
-func (in *Inference) linear(y, x []float32, l *Linear, rows int) {
-	w := in.host.Host(l.Weight.W)
-	blas.Sgemm(false, true, rows, l.Out, l.In, 1, x, l.In, w, l.In, 0, y, l.Out)
-	if l.Bias != nil {
-		b := in.host.Host(l.Bias.W)
-		for r := 0; r < rows; r++ {
-			addTo(y[r*l.Out:(r+1)*l.Out], b)
-		}
-	}
-	if a := l.LoRA; a != nil {
-		in.lora = grow(in.lora, rows*a.Rank)
-		blas.Sgemm(false, true, rows, a.Rank, l.In, 1, x, l.In, in.host.Host(a.A.W), l.In, 0, in.lora, a.Rank)
-		blas.Sgemm(false, true, rows, l.Out, a.Rank, a.Scaling(), in.lora, a.Rank, in.host.Host(a.B.W), a.Rank, 1, y, l.Out)
-	}
-}
-
-// rmsNorm is the cpu backend's RMSNorm: the sum of squares in float64.
-func (in *Inference) rmsNorm(out, rstd, x, w []float32, rows, cols int, eps float32) {
-	in.parallel(rows, 16, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			xr := x[r*cols : (r+1)*cols]
-			var ss float64
-			for _, v := range xr {
-				ss += float64(v) * float64(v)
-			}
-			s := float32(1 / math.Sqrt(ss/float64(cols)+float64(eps)))
-			rstd[r] = s
-			or := out[r*cols : (r+1)*cols]
-			for j, v := range xr {
-				or[j] = v * s * w[j]
-			}
-		}
-	})
-}
-
-// ropeTables makes cos/sin tables cover positions < n, computed as the cpu
-// backend and Hugging Face do (inverse frequencies and their product with
-// the position in float32).
-func (in *Inference) ropeTables(n int) {
-	c := &in.m.Config
-	half := c.HeadDim / 2
-	if len(in.cos) >= n*half {
-		return
-	}
-	n = min(max(n, 2*len(in.cos)/max(half, 1), 256), max(n, c.MaxPositions))
-	in.cos, in.sin = make([]float32, n*half), make([]float32, n*half)
-	for i := 0; i < half; i++ {
-		inv := float32(1 / math.Pow(c.RopeTheta, float64(2*i)/float64(c.HeadDim)))
-		for p := 0; p < n; p++ {
-			a := float64(float32(p) * inv)
-			in.cos[p*half+i] = float32(math.Cos(a))
-			in.sin[p*half+i] = float32(math.Sin(a))
-		}
-	}
-}
-
-// rope rotates each head of x (rows × heads*headDim) by its token's
-// position, "rotate half" layout.
-func (in *Inference) rope(x []float32, rows, heads int) {
-	hd := in.m.Config.HeadDim
-	half := hd / 2
-	for r := 0; r < rows; r++ {
-		p := int(in.pos[r])
-		cs, sn := in.cos[p*half:(p+1)*half], in.sin[p*half:(p+1)*half]
-		for h := 0; h < heads; h++ {
-			v := x[(r*heads+h)*hd : (r*heads+h+1)*hd]
-			x1, x2 := v[:half], v[half:]
-			for i := 0; i < half; i++ {
-				a, b := x1[i], x2[i]
-				x1[i] = a*cs[i] - b*sn[i]
-				x2[i] = b*cs[i] + a*sn[i]
-			}
-		}
-	}
-}
-
-func (in *Inference) swiGLU(n int) {
-	g, u, o := in.gate[:n], in.up[:n], in.act[:n]
-	in.parallel(n, 1<<13, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			x := g[i]
-			o[i] = x / (1 + float32(math.Exp(float64(-x)))) * u[i]
-		}
-	})
-}
-
-// attention computes in.att for every chunk's queries from layer li of its
-// cache (which already holds the chunk's own keys and values). The work is split by
-// (chunk, kv head); a single decoding token scores its whole group of
-// query heads with one product.
-func (in *Inference) attention(chunks []Chunk, li int) {
-	c := &in.m.Config
-	hd, nh, nkv := c.HeadDim, c.NumHeads, c.NumKVHeads
-	qd, kd, group := nh*hd, nkv*hd, nh/nkv
-	scale := float32(1 / math.Sqrt(float64(hd)))
-	offs := make([]int, len(chunks))
-	need := 0
-	row := 0
-	for i, ch := range chunks {
-		offs[i] = row
-		row += len(ch.Tokens)
-		need = max(need, max(len(ch.Tokens), group)*(ch.Cache.n+len(ch.Tokens)))
-	}
-	for w := range in.scores {
-		in.scores[w] = grow(in.scores[w], need)
-	}
-	in.parallelUnits(len(chunks)*nkv, func(worker, u int) {
-		ci, kh := u/nkv, u%nkv
-		ch := chunks[ci]
-		// The cache holds the chunk's keys already; its length is updated
-		// after the last layer.
-		T, L0 := len(ch.Tokens), ch.Cache.n
-		ctx := L0 + T
-		Kl, Vl := ch.Cache.k[li][kh*hd:], ch.Cache.v[li][kh*hd:]
-		S := in.scores[worker]
-		base := offs[ci]
-		if T == 1 {
-			// The group's query heads are adjacent in the token's row.
-			q := in.q[base*qd+kh*group*hd:]
-			out := in.att[base*qd+kh*group*hd:]
-			blas.Sgemm(false, true, group, ctx, hd, scale, q, hd, Kl, kd, 0, S, ctx)
-			for g := 0; g < group; g++ {
-				softmaxPrefix(S[g*ctx:(g+1)*ctx], ctx)
-			}
-			blas.Sgemm(false, false, group, hd, ctx, 1, S, ctx, Vl, kd, 0, out, hd)
-			return
-		}
-		for h := kh * group; h < (kh+1)*group; h++ {
-			q := in.q[base*qd+h*hd:]
-			out := in.att[base*qd+h*hd:]
-			blas.Sgemm(false, true, T, ctx, hd, scale, q, qd, Kl, kd, 0, S, ctx)
-			for t := 0; t < T; t++ {
-				softmaxPrefix(S[t*ctx:(t+1)*ctx], L0+t+1)
-			}
-			blas.Sgemm(false, false, T, hd, ctx, 1, S, ctx, Vl, kd, 0, out, qd)
-		}
-	})
-}
-
-// softmaxPrefix replaces row[:n] by its softmax and zeroes the rest (the
-// causal mask).
-func softmaxPrefix(row []float32, n int) {
-	m := float32(math.Inf(-1))
-	for _, v := range row[:n] {
-		m = max(m, v)
-	}
-	var s float32
-	for j := range row[:n] {
-		e := float32(math.Exp(float64(row[j] - m)))
-		row[j] = e
-		s += e
-	}
-	inv := 1 / s
-	for j := range row[:n] {
-		row[j] *= inv
-	}
-	clear(row[n:])
-}
-
-// parallel runs fn over [0, n) in contiguous chunks of at least grain items,
-// one per worker.
-func (in *Inference) parallel(n, grain int, fn func(lo, hi int)) {
-	w := min(in.workers, (n+grain-1)/grain)
-	if w <= 1 {
-		if n > 0 {
-			fn(0, n)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	chunk := (n + w - 1) / w
-	for lo := 0; lo < n; lo += chunk {
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			fn(lo, hi)
-		}(lo, min(lo+chunk, n))
-	}
-	wg.Wait()
-}
-
-// parallelUnits runs fn(worker, u) for every u < n, the workers claiming
-// units one at a time so that uneven units balance out.
-func (in *Inference) parallelUnits(n int, fn func(worker, u int)) {
-	w := min(in.workers, n)
-	if w <= 1 {
-		for u := 0; u < n; u++ {
-			fn(0, u)
-		}
-		return
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for worker := 0; worker < w; worker++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				u := int(next.Add(1) - 1)
-				if u >= n {
-					return
-				}
-				fn(worker, u)
-			}
-		}()
-	}
-	wg.Wait()
 }

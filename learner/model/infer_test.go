@@ -5,6 +5,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/rlnode/rlnode/learner/backend"
+	"github.com/rlnode/rlnode/learner/cpu"
 )
 
 // Incremental decoding must score tokens as the training forward does:
@@ -195,6 +198,12 @@ func TestInferenceBadChunks(t *testing.T) {
 	}
 	c := m.NewKVCache()
 	long := make([]int32, cfg.MaxPositions+1)
+	freed := m.NewKVCache()
+	if _, err := inf.Forward([]Chunk{{Cache: freed, Tokens: []int32{1, 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	freed.Free()
+	elsewhere := tinyModel(t, cfg, 10) // the same shape on its own backend
 	tests := []struct {
 		name   string
 		chunks []Chunk
@@ -208,6 +217,8 @@ func TestInferenceBadChunks(t *testing.T) {
 		{"shared cache", []Chunk{{Cache: c, Tokens: []int32{1}}, {Cache: c, Tokens: []int32{2}}}, "chunk 1: its KV cache is already used"},
 		{"too long", []Chunk{{Cache: c, Tokens: long}}, "exceed max_position_embeddings 64"},
 		{"foreign cache", []Chunk{{Cache: o.NewKVCache(), Tokens: []int32{1}}}, "another model shape"},
+		{"freed cache", []Chunk{{Cache: freed, Tokens: []int32{1}}}, "chunk 0: its KV cache was freed"},
+		{"other backend", []Chunk{{Cache: c, Tokens: []int32{1}}, {Cache: elsewhere.NewKVCache(), Tokens: []int32{1}}}, "chunk 1: KV cache on another backend"},
 	}
 	for _, tc := range tests {
 		_, err := inf.Forward(tc.chunks)
@@ -217,5 +228,114 @@ func TestInferenceBadChunks(t *testing.T) {
 	}
 	if c.Len() != 0 {
 		t.Errorf("failed calls changed the cache: length %d", c.Len())
+	}
+}
+
+// deviceBackend is the cpu backend seen only through backend.Backend (no
+// HostMemory, as with a device backend), counting the copies to the host.
+type deviceBackend struct {
+	backend.Backend
+	downloads int
+}
+
+func (d *deviceBackend) Download(dst []float32, src backend.Tensor) {
+	d.downloads++
+	d.Backend.Download(dst, src)
+}
+
+// TestInferenceOnDeviceBackend runs the incremental forward on a backend
+// whose tensors the model cannot read in place: it still matches the
+// training forward, and each call copies one thing to the host, the
+// logits.
+func TestInferenceOnDeviceBackend(t *testing.T) {
+	cfg := tinyConfig(Llama)
+	host := tinyModel(t, cfg, 11)
+	dev := &deviceBackend{Backend: cpu.New()}
+	m, err := New(cfg, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := host.Weights()
+	for _, p := range m.Params() {
+		m.B.Upload(p.W, w[p.Name])
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	checkAgainstForward(t, m, randomSequences(rng, 5, cfg.VocabSize), rng)
+
+	inf, err := m.NewInference()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := m.NewKVCache(), m.NewKVCache()
+	dev.downloads = 0
+	for step, chunks := range [][]Chunk{
+		{{Cache: a, Tokens: []int32{1, 2, 3}}, {Cache: b, Tokens: []int32{4}}},
+		{{Cache: a, Tokens: []int32{5}}, {Cache: b, Tokens: []int32{6}}},
+	} {
+		if _, err := inf.Forward(chunks); err != nil {
+			t.Fatal(err)
+		}
+		if dev.downloads != step+1 {
+			t.Fatalf("after %d forward calls: %d downloads, want one per call", step+1, dev.downloads)
+		}
+	}
+	inf.Free()
+	a.Free()
+	b.Free()
+}
+
+// TestKVCacheGrowsAndFrees feeds one sequence token by token past several
+// capacity doublings, a clone taken midway continuing beside it: both keep
+// matching a fresh cache fed the same tokens at once.
+func TestKVCacheGrowsAndFrees(t *testing.T) {
+	cfg := tinyConfig(Qwen2)
+	m := tinyModel(t, cfg, 12)
+	inf, err := m.NewInference()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	toks := make([]int32, 50)
+	for i := range toks {
+		toks[i] = int32(rng.IntN(cfg.VocabSize))
+	}
+	a := m.NewKVCache()
+	var clone *KVCache
+	V := cfg.VocabSize
+	for i, tok := range toks {
+		chunks := []Chunk{{Cache: a, Tokens: []int32{tok}}}
+		if clone != nil {
+			chunks = append(chunks, Chunk{Cache: clone, Tokens: []int32{tok}})
+		}
+		got, err := inf.Forward(chunks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append([]float32(nil), got...)
+		if i == 20 {
+			clone = a.Clone()
+		}
+		if i%7 != 6 {
+			continue
+		}
+		fresh := m.NewKVCache()
+		want, err := inf.Forward([]Chunk{{Cache: fresh, Tokens: toks[:i+1]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := 0; r < len(chunks); r++ {
+			for j := 0; j < V; j++ {
+				if d := math.Abs(float64(got[r*V+j] - want[j])); d > inferTol*(1+math.Abs(float64(want[j]))) {
+					t.Fatalf("token %d, cache %d: logit %d = %v, one-chunk forward %v", i, r, j, got[r*V+j], want[j])
+				}
+			}
+		}
+		fresh.Free()
+		if fresh.Len() != 0 || fresh.Bytes() != 0 {
+			t.Fatalf("freed cache: length %d, %d bytes", fresh.Len(), fresh.Bytes())
+		}
+	}
+	if a.Len() != len(toks) || clone.Len() != len(toks) {
+		t.Errorf("lengths %d and %d, want %d", a.Len(), clone.Len(), len(toks))
 	}
 }
