@@ -1,7 +1,8 @@
-// Package native is the embedded inference engine: it generates with the
-// learner's own model (learner/model on the learner/cpu backend) in
-// process, so a rollout needs no inference server, and its log
-// probabilities are computed by the same network the learner trains.
+// Package native is the embedded inference engine: it generates in process
+// with the learner's own model (learner/model, on learner/cpu or any other
+// learner/backend: the KV caches live in backend memory), so a rollout
+// needs no inference server, and its log probabilities are computed by the
+// same network the learner trains.
 //
 // It owns prefill and decode with per-sequence KV caches, continuous
 // batching (a scheduler goroutine admits new sequences into the running

@@ -67,8 +67,8 @@ type Engine struct {
 
 var _ engine.Engine = (*Engine)(nil)
 
-// New starts an engine over m (whose backend must keep tensors in host
-// memory, as the cpu backend does) and tok. The engine owns m from now on:
+// New starts an engine over m (on any learner/backend: the KV caches and
+// activations live in the backend's memory) and tok. The engine owns m from now on:
 // change its weights only through SetWeights.
 func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	cfg.defaults()

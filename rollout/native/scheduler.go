@@ -56,8 +56,8 @@ func (e *Engine) run() {
 	}
 	for {
 		// Requests cancelled or failed since the last step leave the batch.
-		prefill = slices.DeleteFunc(prefill, func(j *job) bool { return !alive(j) })
-		running = slices.DeleteFunc(running, func(s *seq) bool { return !alive(s.j) })
+		prefill = slices.DeleteFunc(prefill, func(j *job) bool { return !alive(j) && freeCache(j.cache) })
+		running = slices.DeleteFunc(running, func(s *seq) bool { return !alive(s.j) && freeCache(s.cache) })
 
 		idle := len(prefill) == 0 && len(running) == 0
 		if idle && len(swaps) > 0 {
@@ -120,6 +120,16 @@ func (e *Engine) run() {
 	}
 }
 
+// freeCache hands a KV cache's backend memory back at once (the engine's
+// model may live on a device backend, whose memory the garbage collector
+// does not see) and returns true, for use inside DeleteFunc.
+func freeCache(c *model.KVCache) bool {
+	if c != nil {
+		c.Free()
+	}
+	return true
+}
+
 func alive(j *job) bool {
 	select {
 	case <-j.finished:
@@ -159,9 +169,11 @@ func (e *Engine) step(prefill []*job, running []*seq, smp []sampler) ([]*job, []
 		err = fmt.Errorf("forward pass: %w", err)
 		for _, j := range prefill {
 			j.finish(err)
+			freeCache(j.cache)
 		}
 		for _, s := range running {
 			s.j.finish(err)
+			freeCache(s.cache)
 		}
 		return nil, nil
 	}
@@ -194,6 +206,8 @@ func (e *Engine) step(prefill []*job, running []*seq, smp []sampler) ([]*job, []
 	for _, d := range draws {
 		if e.accept(d) {
 			running = append(running, d.s)
+		} else {
+			freeCache(d.s.cache)
 		}
 	}
 	return prefill, running
@@ -284,10 +298,13 @@ func (e *Engine) accept(d draw) bool {
 func (e *Engine) shutdown(prefill []*job, running []*seq, waiting *job, swaps []*swap) {
 	for _, j := range prefill {
 		j.finish(ErrClosed)
+		freeCache(j.cache)
 	}
 	for _, s := range running {
 		s.j.finish(ErrClosed)
+		freeCache(s.cache)
 	}
+	e.inf.Free()
 	if waiting != nil {
 		waiting.finish(ErrClosed)
 	}
