@@ -251,6 +251,11 @@ type Sharding struct {
 	// tells the other ranks, waiting in the collective, so they fail at
 	// once instead of at their timeout.
 	Abort func(step int, err error)
+	// GradsReady, optional, is model.Trainer.GradsReady: told during the
+	// backward pass of each step's last micro-batch which gradients are
+	// final (GradGroups' groups, in order), so reduction can overlap the
+	// rest of backward. It must not block.
+	GradsReady func(step int, params []*optim.Param, ready []int)
 }
 
 // SetSharding makes the learner rank s.Rank of s.Ranks (nil makes it a
@@ -258,7 +263,7 @@ type Sharding struct {
 func (l *Learner) SetSharding(s *Sharding) error {
 	if s == nil {
 		l.shard = nil
-		l.trainer.Update = nil
+		l.trainer.Update, l.trainer.GradsReady = nil, nil
 		return nil
 	}
 	if s.Ranks < 1 || s.Rank < 0 || s.Rank >= s.Ranks {
@@ -268,9 +273,14 @@ func (l *Learner) SetSharding(s *Sharding) error {
 		return fmt.Errorf("learner: sharding: rank %d of %d lacks Update, SumStats or Abort", s.Rank, s.Ranks)
 	}
 	l.shard = s
-	l.trainer.Update = s.Update
+	l.trainer.Update, l.trainer.GradsReady = s.Update, s.GradsReady
 	return nil
 }
+
+// GradGroups lists TrainableParams' indices in the order the backward pass
+// finishes their gradients (model.Model.GradGroups): each decoder layer's,
+// last layer first, then the embedding, norm and heads.
+func (l *Learner) GradGroups() [][]int { return l.trainer.GradGroups() }
 
 // Optimizer is the learner's AdamW. A ZeRO-1 rank takes its slice of the
 // state from it after Load and then leaves it empty.

@@ -4,9 +4,16 @@
 //
 // Every rank gets the whole batch, computes advantages and loss
 // normalizers over all of it and runs forward and backward on its slice
-// (learner.Sharding). The gradients then meet in a ring: reduce-scatter and
+// (learner.Sharding). The gradients meet in a ring: reduce-scatter and
 // all-gather in buckets of BucketElems floats, InFlight buckets at a time,
-// over a Transport. The real Transport (Mailbox) sends actor messages to
+// over a Transport. The reduction overlaps the backward pass: the flat
+// gradient buffer is laid out in the order backward finishes gradients
+// (learner.GradGroups: the last decoder layer first, embedding, norm and
+// heads last, since a tied embedding is final only at the very end), and
+// during the backward pass of a step's last micro-batch the model's hook
+// (learner.Sharding.GradsReady) copies each finished layer into it and
+// starts every bucket it completes, on goroutines, in bucket order on
+// every rank; the update waits for all buckets (overlap.go). The real Transport (Mailbox) sends actor messages to
 // each rank's mailbox actor, small payloads inline and large ones as bulk
 // offers the receiver pulls straight into its buffer; no NCCL, no gRPC for
 // bulk data. ZeRO stage 0 all-reduces the gradients and steps AdamW on
@@ -29,9 +36,9 @@
 // (MemTransports); ActorKind and Group wrap them for the runtime, tested
 // with ranks in separate processes.
 //
-// Not done: gradients are reduced after the whole backward pass (the model
-// has no per-layer backward hook), so communication overlaps other buckets,
-// not the backward compute; parameter sharding (ZeRO-3/FSDP) is not
+// Not done: on the cpu backend backward already uses every core, so the
+// overlap hides only the communication's waiting, not its copies and sums
+// (which compete with backward for the cores); parameter sharding (ZeRO-3/FSDP) is not
 // implemented (every rank holds the whole policy, so weight sync reads
 // rank 0); a ZeRO-1 checkpoint needs a directory every rank can write (a
 // shared file system across hosts); PPO ranks each run the old-policy

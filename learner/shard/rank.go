@@ -72,14 +72,18 @@ type Rank struct {
 	epoch uint64
 	op    uint64
 
-	names  []string
-	sizes  []int
-	offs   []int // flat offset of each trainable tensor
-	total  int
-	flat   []float32
-	pieces []piece      // stage 1: what this rank owns
-	zopt   *optim.AdamW // stage 1: AdamW over pieces
-	failed error
+	names []string
+	sizes []int
+	order []int // trainable tensors in flat order: gradient-ready order
+	offs  []int // flat offset of each trainable tensor
+	total int
+	flat  []float32
+	// pending is the step's gradient reduction once begun (by the
+	// backward hook or by update); only the learner's goroutine touches it.
+	pending *overlap
+	pieces  []piece      // stage 1: what this rank owns
+	zopt    *optim.AdamW // stage 1: AdamW over pieces
+	failed  error
 	// updating is the learner step whose update has begun: an error of
 	// that step came out of the collectives alike on every rank.
 	updating int
@@ -101,8 +105,9 @@ func Join(l *learner.Learner, t Transport, epoch uint64, o Options) (*Rank, erro
 	for _, p := range l.TrainableParams() {
 		r.names = append(r.names, p.Name)
 		r.sizes = append(r.sizes, len(p.Data))
-		r.offs = append(r.offs, r.total)
-		r.total += len(p.Data)
+	}
+	if err := r.layOut(l.GradGroups()); err != nil {
+		return nil, err
 	}
 	if r.total < t.Size() {
 		return nil, fmt.Errorf("shard: join: %d trainable elements for %d ranks", r.total, t.Size())
@@ -117,7 +122,8 @@ func Join(l *learner.Learner, t Transport, epoch uint64, o Options) (*Rank, erro
 			return nil, err
 		}
 	}
-	err := l.SetSharding(&learner.Sharding{Rank: t.Rank(), Ranks: t.Size(), Update: r.update, SumStats: r.sumStats, Abort: r.abort})
+	err := l.SetSharding(&learner.Sharding{Rank: t.Rank(), Ranks: t.Size(), Update: r.update, SumStats: r.sumStats, Abort: r.abort,
+		GradsReady: r.gradsReady})
 	if err != nil {
 		return nil, err
 	}
@@ -182,13 +188,40 @@ func (r *Rank) checkSame() error {
 	return nil
 }
 
+// layOut places the trainable tensors in the flat buffer in the order the
+// backward pass finishes their gradients (groups, from
+// learner.GradGroups), so the first buckets can be reduced while backward
+// is still at the earlier layers.
+func (r *Rank) layOut(groups [][]int) error {
+	n := len(r.names)
+	r.offs = make([]int, n)
+	seen := make([]bool, n)
+	r.order, r.total = r.order[:0], 0
+	for _, g := range groups {
+		for _, i := range g {
+			if i < 0 || i >= n || seen[i] {
+				return fmt.Errorf("shard: join: gradient groups name tensor %d twice or out of [0, %d)", i, n)
+			}
+			seen[i] = true
+			r.order = append(r.order, i)
+			r.offs[i] = r.total
+			r.total += r.sizes[i]
+		}
+	}
+	if len(r.order) != n {
+		return fmt.Errorf("shard: join: gradient groups cover %d of %d trainable tensors", len(r.order), n)
+	}
+	return nil
+}
+
 // layPieces cuts this rank's owned flat ranges at tensor boundaries.
 func (r *Rank) layPieces() {
 	r.pieces = r.pieces[:0]
 	for _, rg := range r.ring.owned(r.total, r.t.Rank()) {
 		lo := rg[0]
 		for lo < rg[1] {
-			ti := sort.Search(len(r.offs), func(i int) bool { return r.offs[i] > lo }) - 1
+			j := sort.Search(len(r.order), func(j int) bool { return r.offs[r.order[j]] > lo }) - 1
+			ti := r.order[j]
 			hi := min(rg[1], r.offs[ti]+r.sizes[ti])
 			tlo, thi := lo-r.offs[ti], hi-r.offs[ti]
 			r.pieces = append(r.pieces, piece{ti: ti, lo: tlo, hi: thi, off: lo, name: fmt.Sprintf("%s[%d:%d]", r.names[ti], tlo, thi)})
@@ -252,6 +285,7 @@ func (r *Rank) abort(step int, err error) {
 	if r.updating != step {
 		_ = r.fail(fmt.Errorf("step %d failed on %s: %w", step, r.t.Peer(r.t.Rank()), err))
 	}
+	r.drop()
 }
 
 // update is learner.Sharding.Update.
@@ -260,13 +294,15 @@ func (r *Rank) update(_ int, params []*optim.Param, lr float64) (float64, error)
 	// which restarts at 0 after a Load.
 	r.updating = r.l.Step() + 1
 	if r.failed != nil {
+		r.drop()
 		return 0, fmt.Errorf("%w: %v", ErrGroupFailed, r.failed)
 	}
 	if len(params) != len(r.names) {
+		r.drop()
 		return 0, fmt.Errorf("shard: %d trainable tensors, joined with %d", len(params), len(r.names))
 	}
-	for i, p := range params {
-		copy(r.flat[r.offs[i]:], p.Grad)
+	if err := r.finish(params); err != nil {
+		return 0, r.fail(fmt.Errorf("gradients: %w", err))
 	}
 	if r.stage == 0 {
 		return r.updateReplicated(params, lr)
@@ -274,13 +310,9 @@ func (r *Rank) update(_ int, params []*optim.Param, lr float64) (float64, error)
 	return r.updateZeRO1(params, lr)
 }
 
+// updateReplicated steps AdamW on every rank with the all-reduced
+// gradients in flat.
 func (r *Rank) updateReplicated(params []*optim.Param, lr float64) (float64, error) {
-	ctx, cancel := r.ctx()
-	err := r.ring.allReduce(ctx, r.epoch, r.nextOp(2), r.flat)
-	cancel()
-	if err != nil {
-		return 0, r.fail(fmt.Errorf("gradients: %w", err))
-	}
 	for i, p := range params {
 		copy(p.Grad, r.flat[r.offs[i]:r.offs[i]+len(p.Grad)])
 	}
@@ -304,13 +336,9 @@ func (r *Rank) updateReplicated(params []*optim.Param, lr float64) (float64, err
 	return norm, r.l.Optimizer().Step(params, lr)
 }
 
+// updateZeRO1 steps AdamW on this rank's slice of the reduce-scattered
+// gradients in flat and all-gathers the weights.
 func (r *Rank) updateZeRO1(params []*optim.Param, lr float64) (float64, error) {
-	ctx, cancel := r.ctx()
-	err := r.ring.reduceScatter(ctx, r.epoch, r.nextOp(1), r.flat)
-	cancel()
-	if err != nil {
-		return 0, r.fail(fmt.Errorf("gradients: %w", err))
-	}
 	// Global norm and non-finite check from every rank's owned slice.
 	size := r.t.Size()
 	v := make([]float64, 1+size)
@@ -327,8 +355,8 @@ func (r *Rank) updateZeRO1(params []*optim.Param, lr float64) (float64, error) {
 		v[1+r.t.Rank()] = 1
 		v[0] = 0
 	}
-	ctx, cancel = r.ctx()
-	err = r.ring.sum64(ctx, r.epoch, r.nextOp(1), v)
+	ctx, cancel := r.ctx()
+	err := r.ring.sum64(ctx, r.epoch, r.nextOp(1), v)
 	cancel()
 	if err != nil {
 		return 0, r.fail(fmt.Errorf("gradient norm: %w", err))

@@ -98,61 +98,69 @@ func (g *ring) send(ctx context.Context, to int, tag Tag, p []byte) error {
 // reduceScatter sums x across the ranks into the chunks each rank owns;
 // the other chunks of x are left partly summed.
 func (g *ring) reduceScatter(ctx context.Context, epoch, op uint64, x []float32) error {
-	n, size, r := len(x), g.t.Size(), g.t.Rank()
-	if size == 1 {
+	if g.t.Size() == 1 {
 		return nil
 	}
-	right, left := mod(r+1, size), mod(r-1, size)
-	return g.forBuckets(n, func(b uint32, lo, hi int) error {
-		seg := x[lo:hi]
-		m := len(seg)
-		var tmp []float32
-		for s := 0; s < size-1; s++ {
-			tag := Tag{Epoch: epoch, Op: op, Bucket: b, Step: uint32(s)}
-			slo, shi := chunk(m, size, mod(r-s-1, size))
-			if err := g.send(ctx, right, tag, bytesOf(seg[slo:shi])); err != nil {
-				return err
-			}
-			rlo, rhi := chunk(m, size, mod(r-s-2, size))
-			if cap(tmp) < rhi-rlo {
-				tmp = make([]float32, rhi-rlo)
-			}
-			tmp = tmp[:rhi-rlo]
-			if err := g.t.Recv(ctx, left, tag, bytesOf(tmp)); err != nil {
-				return fmt.Errorf("reduce-scatter: %w", err)
-			}
-			dst := seg[rlo:rhi]
-			for i, v := range tmp {
-				dst[i] += v
-			}
-		}
-		return nil
+	return g.forBuckets(len(x), func(b uint32, lo, hi int) error {
+		return g.reduceScatterBucket(ctx, epoch, op, b, x[lo:hi])
 	})
+}
+
+// reduceScatterBucket is reduceScatter of bucket b, whose elements are seg.
+func (g *ring) reduceScatterBucket(ctx context.Context, epoch, op uint64, b uint32, seg []float32) error {
+	size, r := g.t.Size(), g.t.Rank()
+	right, left := mod(r+1, size), mod(r-1, size)
+	m := len(seg)
+	var tmp []float32
+	for s := 0; s < size-1; s++ {
+		tag := Tag{Epoch: epoch, Op: op, Bucket: b, Step: uint32(s)}
+		slo, shi := chunk(m, size, mod(r-s-1, size))
+		if err := g.send(ctx, right, tag, bytesOf(seg[slo:shi])); err != nil {
+			return err
+		}
+		rlo, rhi := chunk(m, size, mod(r-s-2, size))
+		if cap(tmp) < rhi-rlo {
+			tmp = make([]float32, rhi-rlo)
+		}
+		tmp = tmp[:rhi-rlo]
+		if err := g.t.Recv(ctx, left, tag, bytesOf(tmp)); err != nil {
+			return fmt.Errorf("reduce-scatter: %w", err)
+		}
+		dst := seg[rlo:rhi]
+		for i, v := range tmp {
+			dst[i] += v
+		}
+	}
+	return nil
 }
 
 // allGather copies every rank's owned chunks of x to all ranks.
 func (g *ring) allGather(ctx context.Context, epoch, op uint64, x []float32) error {
-	n, size, r := len(x), g.t.Size(), g.t.Rank()
-	if size == 1 {
+	if g.t.Size() == 1 {
 		return nil
 	}
-	right, left := mod(r+1, size), mod(r-1, size)
-	return g.forBuckets(n, func(b uint32, lo, hi int) error {
-		seg := x[lo:hi]
-		m := len(seg)
-		for s := 0; s < size-1; s++ {
-			tag := Tag{Epoch: epoch, Op: op, Bucket: b, Step: uint32(s)}
-			slo, shi := chunk(m, size, mod(r-s, size))
-			if err := g.send(ctx, right, tag, bytesOf(seg[slo:shi])); err != nil {
-				return err
-			}
-			rlo, rhi := chunk(m, size, mod(r-s-1, size))
-			if err := g.t.Recv(ctx, left, tag, bytesOf(seg[rlo:rhi])); err != nil {
-				return fmt.Errorf("all-gather: %w", err)
-			}
-		}
-		return nil
+	return g.forBuckets(len(x), func(b uint32, lo, hi int) error {
+		return g.allGatherBucket(ctx, epoch, op, b, x[lo:hi])
 	})
+}
+
+// allGatherBucket is allGather of bucket b, whose elements are seg.
+func (g *ring) allGatherBucket(ctx context.Context, epoch, op uint64, b uint32, seg []float32) error {
+	size, r := g.t.Size(), g.t.Rank()
+	right, left := mod(r+1, size), mod(r-1, size)
+	m := len(seg)
+	for s := 0; s < size-1; s++ {
+		tag := Tag{Epoch: epoch, Op: op, Bucket: b, Step: uint32(s)}
+		slo, shi := chunk(m, size, mod(r-s, size))
+		if err := g.send(ctx, right, tag, bytesOf(seg[slo:shi])); err != nil {
+			return err
+		}
+		rlo, rhi := chunk(m, size, mod(r-s-1, size))
+		if err := g.t.Recv(ctx, left, tag, bytesOf(seg[rlo:rhi])); err != nil {
+			return fmt.Errorf("all-gather: %w", err)
+		}
+	}
+	return nil
 }
 
 // allReduce sums x across the ranks: reduce-scatter, then all-gather
