@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"runtime"
 	"strconv"
 	"testing"
@@ -203,6 +204,59 @@ func quickstartBatch() learner.Batch {
 	return b
 }
 
+// bench9MConfig is learner/model's 9.7M-parameter training-step benchmark
+// model (hidden 384, 6 layers, vocab 768, tied) as a ZeRO-1 learner.
+func bench9MConfig(shards int) learner.Config {
+	l := learner.DefaultConfig()
+	l.Model = &model.Config{Architecture: model.Qwen2, HiddenSize: 384, IntermediateSize: 1024, NumLayers: 6,
+		NumHeads: 6, NumKVHeads: 2, HeadDim: 64, VocabSize: 768, MaxPositions: 512, RMSNormEps: 1e-6,
+		RopeTheta: 1e6, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
+	l.Seed, l.LR, l.MicroBatchSeqs, l.MaxResponseLen = 1, 1e-4, 8, 240
+	l.Shards, l.ZeROStage = shards, 1
+	return l
+}
+
+// bench9MBatch is 2 groups × 8 samples of 16 prompt and 240 response
+// tokens: 4,096 tokens a step.
+func bench9MBatch() learner.Batch {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var b learner.Batch
+	for i := range 16 {
+		p, r := make([]int32, 16), make([]int32, 240)
+		for k := range p {
+			p[k] = int32(rng.IntN(768))
+		}
+		for k := range r {
+			r[k] = int32(rng.IntN(768))
+		}
+		b.Prompts, b.Responses = append(b.Prompts, p), append(b.Responses, r)
+		b.Rewards = append(b.Rewards, float64(rng.IntN(2)))
+		b.GroupIDs = append(b.GroupIDs, int64(i/8))
+	}
+	return b
+}
+
+// benchOptions are the training-step benchmarks' collective options:
+// RLNODE_BENCH_BUCKET sets BucketElems (else the default, 1 Mi floats).
+func benchOptions(b *testing.B) Options {
+	var o Options
+	if s := os.Getenv("RLNODE_BENCH_BUCKET"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			b.Fatalf("RLNODE_BENCH_BUCKET=%q: want a positive element count", s)
+		}
+		o.BucketElems = n
+	}
+	return o
+}
+
+// BenchmarkTrainStep9M is BenchmarkTrainStepQuickstart's step on the 9.7M
+// model (bench9MConfig), 4,096 tokens a step: enough gradient (39 MB, 10
+// default buckets) for the reduction to overlap backward.
+func BenchmarkTrainStep9M(b *testing.B) {
+	benchTrainStep(b, "bench9m", bench9MBatch(), 16*256)
+}
+
 // BenchmarkTrainStepQuickstart is one GRPO step of the quickstart model
 // (hidden 128, 2 layers, vocab 768) on its batch shape, with the ranks in
 // separate processes driven by a Group, each rank with GOMAXPROCS procs
@@ -210,6 +264,10 @@ func quickstartBatch() learner.Batch {
 // that 2 shards on a core each are measured against); tokens/s counts
 // prompt and response tokens.
 func BenchmarkTrainStepQuickstart(b *testing.B) {
+	benchTrainStep(b, "quickstart", quickstartBatch(), 256*24)
+}
+
+func benchTrainStep(b *testing.B, modelName string, batch learner.Batch, tokens int) {
 	for _, tc := range []struct{ n, procs int }{{1, runtime.NumCPU()}, {1, 1}, {2, max(1, runtime.NumCPU()/2)}} {
 		n := tc.n
 		b.Run(fmt.Sprintf("shards=%d/procs=%d", n, tc.procs), func(b *testing.B) {
@@ -218,12 +276,11 @@ func BenchmarkTrainStepQuickstart(b *testing.B) {
 			defer cancel()
 			// Each rank gets its share of the cores, as ranks on one host
 			// would be pinned.
-			refs, _ := startRanksTB(b, n, "RLNODE_SHARD_MODEL=quickstart", "GOMAXPROCS="+strconv.Itoa(tc.procs))
-			g, err := NewGroup(ctx, sys, refs, Options{})
+			refs, _ := startRanksTB(b, n, "RLNODE_SHARD_MODEL="+modelName, "GOMAXPROCS="+strconv.Itoa(tc.procs))
+			g, err := NewGroup(ctx, sys, refs, benchOptions(b))
 			if err != nil {
 				b.Fatal(err)
 			}
-			batch := quickstartBatch()
 			if _, err := g.Train(ctx, batch); err != nil { // warm
 				b.Fatal(err)
 			}
@@ -234,7 +291,7 @@ func BenchmarkTrainStepQuickstart(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(256*24*b.N)/b.Elapsed().Seconds(), "tokens/s")
+			b.ReportMetric(float64(tokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
 		})
 	}
 }

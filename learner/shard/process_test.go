@@ -60,6 +60,8 @@ func runRankNode() int {
 	switch os.Getenv("RLNODE_SHARD_MODEL") {
 	case "quickstart":
 		spawn.Args = learner.ActorConfig{Config: quickstartConfig(shards)}
+	case "bench9m":
+		spawn.Args = learner.ActorConfig{Config: bench9MConfig(shards)}
 	case "bench":
 		spawn.Kind = benchKind
 	}
