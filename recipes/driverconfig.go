@@ -59,14 +59,14 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if epType != "single" && !mlmt && !score {
 		no("episode.type", "%s episodes are not supported yet (single, mlmt, score)", epType)
 	}
-	if r.Data.Dataset != nil {
-		no("data.dataset", "datasets are not supported yet (use data.task)")
+	if r.Data.Dataset != nil && epType != "single" {
+		no("data.dataset", "datasets are not supported yet for %s episodes (single only; use data.task)", epType)
 	}
 	if r.Data.Task == nil && r.Data.Dataset == nil {
-		no("data.task", "missing: the driver needs a built-in task")
+		no("data.task", "missing: the driver needs a built-in task or a dataset")
 	}
-	if r.Data.Verifier != "math" {
-		no("data.verifier", "%s is not supported yet (math only)", r.Data.Verifier)
+	if r.Data.Verifier != "math" && epType != "single" {
+		no("data.verifier", "%s is not supported yet for %s episodes (math only)", r.Data.Verifier, epType)
 	}
 	if r.Engines.Policy.Kind != "native" {
 		no("engines.policy.kind", "%s engines are not supported yet (native only)", r.Engines.Policy.Kind)
@@ -203,7 +203,7 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		Out:            out,
 		Seed:           r.Seed,
 		Learner:        lc,
-		Task:           r.Data.Task.Config(),
+		VerifyWorkers:  r.Data.VerifyWorkers,
 		PromptTemplate: prompt,
 		AnswerTemplate: answer,
 		WarmupSteps:    r.SFT.Steps, WarmupBatch: r.SFT.BatchSize, WarmupLR: r.SFT.LR,
@@ -212,6 +212,15 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		EvalEvery: r.Schedule.EvalEvery, EvalProblems: r.Eval.HeldOut,
 		CheckpointEvery: r.Schedule.CheckpointEvery,
 		EngineBatch:     r.Engines.Policy.MaxBatch,
+	}
+	if v := r.Data.Verifier; v != "math" { // math is the driver's ""
+		cfg.Verifier = v
+	}
+	if t := r.Data.Task; t != nil {
+		cfg.Task = t.Config()
+	}
+	if ds := r.Data.Dataset; ds != nil {
+		cfg.Dataset = &driver.Dataset{Train: ds.Train, Eval: ds.Eval, Epochs: ds.Epochs, Mapping: ds.Columns.Mapping()}
 	}
 	if mlmt || score {
 		cfg.Episode = epType

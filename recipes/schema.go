@@ -156,6 +156,9 @@ type Data struct {
 	// form), gsm8k (the number after ####) or code (tests run in the
 	// sandbox; needs python3). Default math.
 	Verifier string `yaml:"verifier"`
+	// VerifyWorkers bounds the verifications running at once; 0 is the
+	// driver's default (the cores for code, 1 for math and gsm8k).
+	VerifyWorkers int `yaml:"verify_workers"`
 }
 
 // Task is the built-in seeded synthetic problem generator (rollout/task).

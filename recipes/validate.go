@@ -250,6 +250,7 @@ func (r *Recipe) validate(isSet func(string) bool) []problem {
 		c.add("data", "both task and dataset are set; want one")
 	}
 	c.oneOf("data.verifier", d.Verifier, Verifiers)
+	c.nonNegative("data.verify_workers", d.VerifyWorkers)
 	if t := d.Task; t != nil {
 		for i, k := range t.Kinds {
 			c.oneOf(fmt.Sprintf("data.task.kinds.%d", i), k, task.AllKinds())
@@ -402,8 +403,9 @@ func (r *Recipe) validate(isSet func(string) bool) []problem {
 	if err := checkSFTTemplate(r.SFT.Response); err != nil {
 		c.add("sft.response", "%v", err)
 	}
-	if r.SFT.Steps > 0 && r.Data.Verifier == "code" {
-		c.add("sft.steps", "SFT warm-up needs reference answers; verifier code has tests only")
+	if r.SFT.Steps > 0 && r.Data.Verifier == "code" && (r.Data.Dataset == nil || r.Data.Dataset.Columns.Answer == "") {
+		// With code, the answer column is the reference program.
+		c.add("sft.steps", "SFT warm-up needs reference answers; with verifier code set data.dataset.columns.answer to the reference program's column")
 	}
 
 	// placement

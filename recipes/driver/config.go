@@ -38,6 +38,19 @@ type Config struct {
 	// Task generates the problems (train split for training, held-out
 	// split for evaluation).
 	Task task.Config
+	// Dataset, when set, is the problem source instead of Task: train and
+	// held-out rows from files (data.go). Single-turn episodes only.
+	Dataset *Dataset
+	// Verifier scores answers: VerifierMath (also ""), VerifierGSM8K or
+	// VerifierCode (sandboxed Python tests; verify.go). Multi-turn
+	// episodes use math.
+	Verifier string
+	// VerifyWorkers bounds the verifications running at once (default:
+	// the cores for code, 1 for math and gsm8k).
+	VerifyWorkers int
+	// SandboxMode is the code sandbox's mode: "" (bwrap where it works,
+	// else rlimits), "bwrap" or "rlimit".
+	SandboxMode string
 	// PromptTemplate renders a problem into the prompt text (Go
 	// text/template over .Question); short prompts keep tiny models fast.
 	PromptTemplate string
@@ -288,6 +301,18 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous generation runs on rollout actors: set rollout")
 	case c.MaxStaleness > 0 && c.multiTurn():
 		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous training is for single-turn episodes (episode is "+c.Episode+")")
+	case c.VerifyWorkers < 0:
+		return nil, bad("verify_workers", c.VerifyWorkers, "want ≥ 0 (0: default)")
+	case c.Verifier != "" && c.Verifier != VerifierMath && c.Verifier != VerifierGSM8K && c.Verifier != VerifierCode:
+		return nil, bad("verifier", c.Verifier, "want math, gsm8k or code")
+	case c.multiTurn() && c.Verifier != "" && c.Verifier != VerifierMath:
+		return nil, bad("verifier", c.Verifier, "multi-turn episodes ("+c.Episode+") verify with math")
+	case c.multiTurn() && c.Dataset != nil:
+		return nil, fmt.Errorf("driver config: dataset: multi-turn episodes (%s) draw from the task (they need its hints)", c.Episode)
+	case c.Dataset != nil && c.Dataset.Train == "":
+		return nil, fmt.Errorf("driver config: dataset.train: empty")
+	case c.Verifier == VerifierCode && c.Dataset == nil:
+		return nil, bad("verifier", c.Verifier, "code problems come from a dataset (the task has math answers)")
 	case c.FeedbackRollout != nil && c.Feedback == nil:
 		return nil, fmt.Errorf("driver config: feedback_rollout: set, but the run has no feedback policy")
 	}

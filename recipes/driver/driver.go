@@ -149,7 +149,8 @@ type run struct {
 	node     *cluster.Node
 	solver   *policy
 	feedback *policy // mlmt with a feedback policy; nil otherwise
-	gen      *task.Generator
+	src      problemSource
+	verifier verify.Verifier
 	eval     []task.Problem
 	metrics  *os.File
 	start    time.Time
@@ -182,8 +183,11 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		cfg.LearnerResources = cluster.Resources{cluster.CPU: 1}
 	}
 	r := &run{cfg: cfg, tpl: tpl, log: cfg.Logger, start: time.Now(), res: Result{PostWarmupEval: -1, FinalEval: -1}}
-	if r.gen, err = task.New(cfg.Task); err != nil {
-		return Result{}, fmt.Errorf("driver: task: %w", err)
+	if r.src, err = newSource(cfg); err != nil {
+		return Result{}, err
+	}
+	if r.verifier, err = newVerifier(cfg); err != nil {
+		return Result{}, err
 	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return Result{}, fmt.Errorf("driver: %w", err)
@@ -374,7 +378,7 @@ func (r *run) syncWeights(ctx context.Context, p *policy) error {
 
 // pickEvalProblems takes up to EvalProblems distinct held-out problems.
 func (r *run) pickEvalProblems() error {
-	probs, err := heldOutProblems(r.gen, r.cfg.EvalProblems)
+	probs, err := r.src.heldOut(r.cfg.EvalProblems)
 	if err != nil {
 		return fmt.Errorf("driver: %w", err)
 	}
@@ -388,7 +392,7 @@ func (r *run) prompt(p task.Problem) []int {
 }
 
 func (r *run) nextTrain() (task.Problem, error) {
-	p, err := r.gen.Problem(task.Train, r.cursor)
+	p, err := r.src.train(r.cursor)
 	if err != nil {
 		return p, fmt.Errorf("driver: train problem %d: %w", r.cursor, err)
 	}
@@ -562,9 +566,17 @@ func (r *run) evaluate(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
 	}
-	var sum float64
+	jobs := make([]verifyJob, len(r.eval))
 	for i, p := range r.eval {
-		sum += verify.Math{}.Verify(ctx, res[i].Samples[0].Text, verify.Reference{Answer: p.Answer}).Reward
+		jobs[i] = verifyJob{res[i].Samples[0].Text, r.src.reference(p)}
+	}
+	vs, err := r.verify(ctx, jobs)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, v := range vs {
+		sum += v.Reward
 	}
 	return sum / float64(len(r.eval)), nil
 }
@@ -633,10 +645,22 @@ func (r *run) reinforce(ctx context.Context) error {
 		b := learner.Batch{PolicyID: "solver"}
 		var respLen float64
 		var allRight, noneRight int
+		var jobs []verifyJob
+		for i, rr := range res {
+			ref := r.src.reference(probs[i])
+			for _, s := range rr.Samples {
+				jobs = append(jobs, verifyJob{s.Text, ref})
+			}
+		}
+		vs, err := r.verify(ctx, jobs)
+		if err != nil {
+			return err
+		}
 		for i, rr := range res {
 			right := 0
 			for _, s := range rr.Samples {
-				v := verify.Math{}.Verify(ctx, s.Text, verify.Reference{Answer: probs[i].Answer})
+				v := vs[0]
+				vs = vs[1:]
 				b.Prompts = append(b.Prompts, toInt32(rr.PromptTokenIDs))
 				b.Responses = append(b.Responses, toInt32(s.TokenIDs))
 				b.SampleLogProbs = append(b.SampleLogProbs, append([]float32(nil), s.LogProbs...))

@@ -1,0 +1,58 @@
+package recipes
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/rlnode/rlnode/recipes/driver"
+	"github.com/rlnode/rlnode/rollout/data"
+)
+
+// grpo_gsm8k and mbpp map onto the driver: the verifier, the verify
+// workers, and mbpp's dataset with its embedded file resolved to an
+// absolute path whatever the working directory.
+func TestDriverConfigDataAndVerifier(t *testing.T) {
+	for _, c := range []struct {
+		recipe   string
+		sets     []string
+		verifier string
+		workers  int
+		dataset  bool
+	}{
+		{"quickstart", nil, "", 0, false},
+		{"grpo_gsm8k", nil, driver.VerifierGSM8K, 0, false},
+		{"mbpp", nil, driver.VerifierCode, 0, true},
+		{"mbpp", []string{"data.verify_workers=3"}, driver.VerifierCode, 3, true},
+	} {
+		t.Run(c.recipe, func(t *testing.T) {
+			t.Chdir(t.TempDir())
+			l, err := Load(c.recipe, c.sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := l.DriverConfig(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Verifier != c.verifier || cfg.VerifyWorkers != c.workers {
+				t.Errorf("verifier %q workers %d, want %q %d", cfg.Verifier, cfg.VerifyWorkers, c.verifier, c.workers)
+			}
+			if (cfg.Dataset != nil) != c.dataset {
+				t.Fatalf("dataset %+v, want set: %v", cfg.Dataset, c.dataset)
+			}
+			if cfg.Dataset == nil {
+				return
+			}
+			if !filepath.IsAbs(cfg.Dataset.Train) {
+				t.Errorf("train %q is not absolute", cfg.Dataset.Train)
+			}
+			ex, err := data.Load(cfg.Dataset.Train, cfg.Dataset.Mapping)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ex) == 0 || len(ex[0].Ref.Tests) == 0 {
+				t.Errorf("loaded %d examples, first %+v: want tests", len(ex), ex)
+			}
+		})
+	}
+}
