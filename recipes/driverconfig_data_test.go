@@ -2,6 +2,7 @@ package recipes
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/rlnode/rlnode/recipes/driver"
@@ -54,5 +55,16 @@ func TestDriverConfigDataAndVerifier(t *testing.T) {
 				t.Errorf("loaded %d examples, first %+v: want tests", len(ex), ex)
 			}
 		})
+	}
+}
+
+// An SFT warm-up with verifier code needs the reference programs' column.
+func TestCodeWarmupNeedsReferenceColumn(t *testing.T) {
+	_, err := Load("mbpp", []string{`data.dataset.columns.answer=""`})
+	if err == nil || !strings.Contains(err.Error(), "sft.steps") || !strings.Contains(err.Error(), "columns.answer") {
+		t.Errorf("error %v, want one naming sft.steps and the answer column", err)
+	}
+	if _, err := Load("mbpp", []string{`data.dataset.columns.answer=""`, "sft.steps=0"}); err != nil {
+		t.Errorf("no warm-up, no answer column: %v", err)
 	}
 }
