@@ -55,7 +55,8 @@ type Config struct {
 	// text/template over .Question); short prompts keep tiny models fast.
 	PromptTemplate string
 	// AnswerTemplate renders the worked answer that SFT warm-up trains on
-	// (over .Question and .Answer); it must pass the math verifier.
+	// (over .Question and .Answer); it must pass the run's verifier (with
+	// code, .Answer is the dataset's reference program).
 	AnswerTemplate string
 
 	// Episode is the episode kind: EpisodeSingle (also ""), EpisodeMLMT or
