@@ -14,4 +14,9 @@
 //
 // It does not train, hold optimizer state or talk to other nodes; weights
 // arrive through SetWeights from whoever owns them.
+//
+// Not done yet: running it on a GPU needs the CUDA backend (issue 7) to
+// implement learner/backend's KV-cache ops; each sequence's cache is its
+// own contiguous tensors (no paging, and a prompt's samples copy its
+// prefill rather than share it).
 package native
