@@ -48,9 +48,11 @@
 // AVX-512 kernels, seed 1 (deterministic): 0.148 after warm-up (20 s),
 // 0.234 at RL step 200, 0.301 at 500, 0.328 at 800 (317 s: +18 points,
 // short of +20, which is why the RL phase grew), 0.426 at 1,000, 0.391 at
-// 1,200 (+24; 0.34–0.44 over the last 300 steps); about 470 s in all
-// (the last 400 steps measured by resuming the 800-step run's final
-// checkpoint, which reaches the uninterrupted run's weights).
+// 1,200 (+24; 0.34–0.44 over the last 300 steps). The first 1,100
+// steps took 317 s; the last 400 were measured by resuming the 800-step
+// run's final checkpoint (which reaches the uninterrupted run's weights)
+// and took 215 s at load 6–9, so the whole run stays inside 10 minutes
+// even on a busy machine.
 //
 // Earlier measurements, before the kernel work and on the shared 2-core
 // machine beside other engineers' jobs (wall times are noisy). Level-1 arithmetic has 1,365 questions (operands
