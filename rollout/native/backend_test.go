@@ -1,0 +1,104 @@
+package native
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/rlnode/rlnode/learner/backend"
+	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/engine"
+)
+
+// countingBackend is the cpu backend seen only through backend.Backend
+// (no HostMemory, as with a device backend), counting tensors allocated
+// and freed. The scheduler goroutine and the test read the counts.
+type countingBackend struct {
+	backend.Backend
+	mu            sync.Mutex
+	allocs, frees int
+}
+
+func (c *countingBackend) Alloc(n int) backend.Tensor {
+	c.mu.Lock()
+	c.allocs++
+	c.mu.Unlock()
+	return c.Backend.Alloc(n)
+}
+
+func (c *countingBackend) Free(t backend.Tensor) {
+	c.mu.Lock()
+	c.frees++
+	c.mu.Unlock()
+	c.Backend.Free(t)
+}
+
+func (c *countingBackend) live() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.allocs - c.frees
+}
+
+// TestEngineOnDeviceBackend runs the engine on a backend whose memory the
+// model cannot read in place: greedy and seeded samples (several per
+// prompt, so prefills fork) equal those of the engine on the cpu backend,
+// and once the engine is closed every KV cache and scratch tensor it
+// allocated has been freed, which a device backend depends on.
+func TestEngineOnDeviceBackend(t *testing.T) {
+	ref := testModel(t, 3)
+	dev := &countingBackend{Backend: cpu.New()}
+	m, err := model.New(testConfig(), dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := ref.Weights()
+	for _, p := range m.Params() {
+		m.B.Upload(p.W, w[p.Name])
+	}
+	params := dev.live()
+	tok := tokenizer.Builtin()
+	seed := int64(5)
+	reqs := []engine.Request{
+		{Prompt: tok.Encode("The answer is"), Params: engine.SamplingParams{MaxTokens: 40}},
+		{Prompt: tok.Encode("Let's think step by step about 12 * 7."), Params: engine.SamplingParams{N: 3, MaxTokens: 25, Temperature: 0.9, Seed: &seed}},
+		{Prompt: tok.Encode("Hi"), Params: engine.SamplingParams{N: 2, MaxTokens: 60, Temperature: 1.2, TopK: 30, Seed: &seed}},
+	}
+	generate := func(m *model.Model) []engine.Result {
+		t.Helper()
+		e, err := New(m, tok, Config{MaxBatch: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		res, err := e.Generate(testCtx(t), reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A second round reuses the scratch and starts new caches.
+		if _, err := e.Generate(context.Background(), reqs[:1]); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	want := generate(ref)
+	got := generate(m)
+	for i := range want {
+		for k := range want[i].Samples {
+			g, w := got[i].Samples[k], want[i].Samples[k]
+			if !slices.Equal(g.TokenIDs, w.TokenIDs) {
+				t.Fatalf("request %d sample %d: tokens %v on the device backend, %v on cpu", i, k, g.TokenIDs, w.TokenIDs)
+			}
+			for j := range w.LogProbs {
+				if d := g.LogProbs[j] - w.LogProbs[j]; d > 1e-5 || d < -1e-5 {
+					t.Fatalf("request %d sample %d token %d: log prob %v on the device backend, %v on cpu", i, k, j, g.LogProbs[j], w.LogProbs[j])
+				}
+			}
+		}
+	}
+	if n := dev.live(); n != params {
+		t.Errorf("after Close, %d tensors live, want the model's %d (%d allocated, %d freed)", n, params, dev.allocs, dev.frees)
+	}
+}
