@@ -156,15 +156,22 @@ func (in *Inference) Free() {
 }
 
 // reserve makes the scratch tensors hold N token rows, R chunk rows and
-// lora LoRA elements, with a quarter spare so that a batch growing by a
-// few sequences does not reallocate every step.
+// lora LoRA elements. Capacities never shrink and grow with a quarter
+// spare, so that a batch growing by a few sequences, or prefill steps
+// alternating with decoding steps, do not reallocate every step.
 func (in *Inference) reserve(N, R, lora int) {
 	if N <= in.capN && R <= in.capR && lora <= in.capLoRA {
 		return
 	}
+	grown := func(need, have, least int) int {
+		if need <= have {
+			return have
+		}
+		return max(need+need/4, least)
+	}
+	N, R, lora = grown(N, in.capN, 8), grown(R, in.capR, 4), grown(lora, in.capLoRA, 0)
 	in.Free()
 	c := &in.m.Config
-	N, R, lora = max(N+N/4, 8), max(R+R/4, 4), lora+lora/4
 	alloc := func(n int) backend.Tensor {
 		t := in.b.Alloc(n)
 		in.all = append(in.all, t)
