@@ -235,7 +235,12 @@ func TestInferenceBadChunks(t *testing.T) {
 // HostMemory, as with a device backend), counting the copies to the host.
 type deviceBackend struct {
 	backend.Backend
-	downloads int
+	downloads, allocs int
+}
+
+func (d *deviceBackend) Alloc(n int) backend.Tensor {
+	d.allocs++
+	return d.Backend.Alloc(n)
 }
 
 func (d *deviceBackend) Download(dst []float32, src backend.Tensor) {
@@ -278,6 +283,32 @@ func TestInferenceOnDeviceBackend(t *testing.T) {
 		if dev.downloads != step+1 {
 			t.Fatalf("after %d forward calls: %d downloads, want one per call", step+1, dev.downloads)
 		}
+	}
+	// Steps of many tokens in few chunks (prefill) alternating with steps
+	// of many chunks of one token (decoding) settle on scratch tensors
+	// that hold both, and caches with room stop reallocating.
+	caches := make([]*KVCache, 12)
+	for i := range caches {
+		caches[i] = m.NewKVCache()
+	}
+	var allocs []int
+	for round := 0; round < 3; round++ {
+		prefill := []Chunk{{Cache: a, Tokens: make([]int32, 30)}}
+		decode := make([]Chunk, len(caches))
+		for i, c := range caches {
+			decode[i] = Chunk{Cache: c, Tokens: []int32{int32(i)}}
+		}
+		for _, chunks := range [][]Chunk{prefill, decode} {
+			if _, err := inf.Forward(chunks); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.Free()
+		a = m.NewKVCache()
+		allocs = append(allocs, dev.allocs)
+	}
+	if allocs[2] != allocs[1]+2*cfg.NumLayers {
+		t.Errorf("allocations after each round %v: the third round allocated %d tensors, want only its new prefill cache's %d", allocs, allocs[2]-allocs[1], 2*cfg.NumLayers)
 	}
 	inf.Free()
 	a.Free()
