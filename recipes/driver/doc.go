@@ -95,7 +95,16 @@
 // schedule.steps=3`, the shipped 16-problem file, 12 trained on and 4 held
 // out): after 100 SFT steps on the reference programs the RL rewards are
 // 0.56–0.75 on training problems and the held-out eval is 0.000 — the
-// tiny model recalls programs, it does not learn to code.
+// tiny model recalls programs, it does not learn to code. grpo_gsm8k
+// (`go run ./cmd/rlnode run grpo_gsm8k`: the word task, level 1, the gsm8k
+// verifier, 300 SFT + 250 GRPO steps of 32 prompts × 8 at lr 2e-4 with
+// clip-higher 0.28; 152 s by elapsed_s, 2 m 50 s wall with the build):
+// greedy eval on 200 held-out problems 0.375 after warm-up, 0.385–0.410
+// during RL, 0.410 at the end; the sampled reward went from 0.225 (mean of
+// the first 25 RL steps) to 0.332 (last 25). A weak signal, one seed. The
+// recipe's earlier settings (8 prompts, lr 5e-4, 150 steps) gave 0.375 →
+// 0.395 (dipping to 0.315); lr 1e-4 0.375 → 0.390 (peak 0.425); a hidden
+// size of 128 only 0.275 after the same warm-up, 0.260 at the end.
 //
 // Multi-turn episodes (Config.Episode; recipes mlmt_math, its stopgrad and
 // static variants, score_math) are played by the driver itself with plain
