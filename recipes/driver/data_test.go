@@ -180,6 +180,14 @@ func TestDatasetRun(t *testing.T) {
 	if _, ok := a[len(a)-1]["eval_accuracy"]; !ok {
 		t.Errorf("last step has no eval_accuracy: %v", a[len(a)-1])
 	}
+	// The checkpoint evaluates alone as the run did at its last step.
+	ev, err := EvaluateSingleCheckpoint(ctx, datasetRun(t.TempDir(), jsonl), filepath.Join(full, "checkpoints", "step-5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Problems != 8 || ev.Accuracy != a[4]["eval_accuracy"] {
+		t.Errorf("checkpoint evaluation %+v, the run's last eval_accuracy %v on 8 problems", ev, a[4]["eval_accuracy"])
+	}
 	ds, err := readDriverState(filepath.Join(full, "checkpoints", "step-4"), 1)
 	if err != nil {
 		t.Fatal(err)
@@ -255,5 +263,38 @@ func TestDatasetRunRefusesBadInput(t *testing.T) {
 				t.Errorf("the run directory was created")
 			}
 		})
+	}
+}
+
+// EvaluateSingleCheckpoint scores a checkpoint as the run scored it: on a
+// dataset whose answers the warm-up teaches (every answer 7), the run's
+// last eval_accuracy is above 0 and the checkpoint's evaluation equals it.
+func TestEvaluateSingleCheckpoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rows := make([]map[string]any, 30)
+	for i := range rows {
+		rows[i] = map[string]any{"q": fmt.Sprintf("What is %d + %d?", i, 7-i), "meta": map[string]any{"a": "7"}}
+	}
+	out := t.TempDir()
+	c := datasetRun(out, writeJSONL(t, rows))
+	c.WarmupSteps, c.WarmupLR, c.Steps, c.EvalEvery = 30, 1e-2, 0, 30
+	res, err := Run(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(res.FinalEval > 0) {
+		t.Fatalf("final eval %v: the warm-up did not teach the constant answer; the test needs it above 0", res.FinalEval)
+	}
+	ev, err := EvaluateSingleCheckpoint(ctx, c, filepath.Join(out, "checkpoints", "step-30"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Problems != 8 || ev.Accuracy != res.FinalEval || ev.Correct != int(res.FinalEval*8+0.5) {
+		t.Errorf("checkpoint evaluation %+v, the run's final eval %v on 8 problems", ev, res.FinalEval)
+	}
+	c.Verifier = VerifierGSM8K // "\boxed{7}" is also a GSM8K answer
+	if ev2, err := EvaluateSingleCheckpoint(ctx, c, filepath.Join(out, "checkpoints", "step-30")); err != nil || ev2 != ev {
+		t.Errorf("gsm8k verifier: %+v, %v; want %+v", ev2, err, ev)
 	}
 }

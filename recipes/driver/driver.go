@@ -558,13 +558,30 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 
 // evaluate is greedy accuracy on the held-out problems.
 func (r *run) evaluate(ctx context.Context) (float64, error) {
+	rewards, err := r.evalRewards(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, x := range rewards {
+		sum += x
+	}
+	return sum / float64(len(r.eval)), nil
+}
+
+// evalRewards generates greedily for the held-out problems and verifies
+// the answers: one reward per problem.
+func (r *run) evalRewards(ctx context.Context) ([]float64, error) {
 	reqs := make([]engine.Request, len(r.eval))
 	for i, p := range r.eval {
 		reqs[i] = engine.Request{ID: "eval-" + p.ID, Prompt: r.prompt(p), Params: engine.SamplingParams{N: 1, MaxTokens: r.cfg.MaxTokens}}
 	}
 	res, err := r.solver.eng.Generate(ctx, reqs)
 	if err != nil {
-		return 0, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
+		return nil, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
+	}
+	if len(res) != len(reqs) {
+		return nil, fmt.Errorf("driver: evaluate at step %d: engine returned %d results for %d requests", r.step, len(res), len(reqs))
 	}
 	jobs := make([]verifyJob, len(r.eval))
 	for i, p := range r.eval {
@@ -572,13 +589,13 @@ func (r *run) evaluate(ctx context.Context) (float64, error) {
 	}
 	vs, err := r.verify(ctx, jobs)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	var sum float64
-	for _, v := range vs {
-		sum += v.Reward
+	rewards := make([]float64, len(vs))
+	for i, v := range vs {
+		rewards[i] = v.Reward
 	}
-	return sum / float64(len(r.eval)), nil
+	return rewards, nil
 }
 
 // reinforce is the RL loop: sample prompts, generate GroupSize samples

@@ -125,4 +125,11 @@ func TestCodeRun(t *testing.T) {
 			t.Errorf("step %v: reward_mean %v", l["step"], l["reward_mean"])
 		}
 	}
+	ev, err := EvaluateSingleCheckpoint(ctx, c, filepath.Join(out, "checkpoints", "step-5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Problems != 2 || ev.Accuracy != lines[4]["eval_accuracy"] {
+		t.Errorf("checkpoint evaluation %+v, the run's last eval_accuracy %v on 2 problems", ev, lines[4]["eval_accuracy"])
+	}
 }

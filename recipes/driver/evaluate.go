@@ -1,0 +1,71 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rlnode/rlnode/rollout/native"
+)
+
+// SingleEval is a single-turn checkpoint's greedy evaluation.
+type SingleEval struct {
+	// Accuracy is the mean reward over Problems held-out problems (the
+	// driver's eval_accuracy); Correct counts those with reward 1.
+	Accuracy          float64
+	Correct, Problems int
+}
+
+// EvaluateSingleCheckpoint evaluates the checkpoint in dir as the driver
+// evaluates a single-turn run of cfg: greedy, on the same held-out
+// problems (the task's, or the dataset's eval file or held-out rows),
+// scored by cfg's verifier (math, gsm8k, or code in the sandbox).
+func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (SingleEval, error) {
+	if cfg.multiTurn() {
+		return SingleEval{}, fmt.Errorf("driver: evaluate %s: episode %q is multi-turn (EvaluateCheckpoint)", dir, cfg.Episode)
+	}
+	cfg.Out = dir // validate wants a run directory; nothing is written
+	tpl, err := cfg.validate()
+	if err != nil {
+		return SingleEval{}, err
+	}
+	if cfg.EvalProblems <= 0 {
+		return SingleEval{}, fmt.Errorf("driver: evaluate %s: eval_problems %d: want > 0", dir, cfg.EvalProblems)
+	}
+	cfg.EvalEvery = max(cfg.EvalEvery, 1) // the source holds out EvalProblems
+	src, err := newSource(cfg)
+	if err != nil {
+		return SingleEval{}, err
+	}
+	probs, err := src.heldOut(cfg.EvalProblems)
+	if err != nil {
+		return SingleEval{}, fmt.Errorf("driver: %w", err)
+	}
+	v, err := newVerifier(cfg)
+	if err != nil {
+		return SingleEval{}, err
+	}
+	batch := cfg.EngineBatch
+	if batch == 0 {
+		batch = 256
+	}
+	eng, err := native.Load(dir, native.Config{MaxBatch: batch})
+	if err != nil {
+		return SingleEval{}, fmt.Errorf("driver: load model %s: %w", dir, err)
+	}
+	defer eng.Close()
+	r := &run{cfg: cfg, tpl: tpl, src: src, verifier: v, eval: probs,
+		solver: &policy{eng: &policyEngine{Engine: eng, tok: eng.Tokenizer()}, tok: eng.Tokenizer()}}
+	rewards, err := r.evalRewards(ctx)
+	if err != nil {
+		return SingleEval{}, fmt.Errorf("driver: evaluate %s: %w", dir, err)
+	}
+	out := SingleEval{Problems: len(probs)}
+	for _, x := range rewards {
+		out.Accuracy += x
+		if x == 1 {
+			out.Correct++
+		}
+	}
+	out.Accuracy /= float64(len(probs))
+	return out, nil
+}
