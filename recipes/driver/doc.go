@@ -213,7 +213,9 @@
 // learner-config for both MLMT policies; datasets and the gsm8k and code
 // verifiers are single-turn only (multi-turn episodes need the task's
 // hints and verify with math); `rlnode eval` of a single-turn checkpoint
-// (cmd/rlnode) still draws task problems with the math verifier; the
+// (cmd/rlnode) still draws task problems with the math verifier (so
+// `rlnode eval --recipe mbpp` scores the wrong problems): it should call
+// EvaluateSingleCheckpoint, which evaluates as the run does; the
 // sandbox's limits and mode are not recipe fields; curves.png, the progress bar and Prometheus
 // metrics are the CLI's (cmd/rlnode); sharded learners: ZeRO stage and
 // collective timeout (LearnerTimeout) are not recipe fields (ZeRO-1,
