@@ -95,7 +95,11 @@
 // schedule.steps=3`, the shipped 16-problem file, 12 trained on and 4 held
 // out): after 100 SFT steps on the reference programs the RL rewards are
 // 0.56–0.75 on training problems and the held-out eval is 0.000 — the
-// tiny model recalls programs, it does not learn to code. grpo_gsm8k
+// tiny model recalls programs, it does not learn to code. The whole
+// recipe (`go run ./cmd/rlnode run mbpp`: 100 SFT + 20 GRPO steps at lr
+// 1e-4, 18 s by elapsed_s) keeps the RL reward at 0.50–0.81 (mean 0.65),
+// held-out eval 0.000 throughout; at lr 5e-4 the reward fell to 0.13–0.56
+// by the last 10 steps. grpo_gsm8k
 // (`go run ./cmd/rlnode run grpo_gsm8k`: the word task, level 1, the gsm8k
 // verifier, 300 SFT + 250 GRPO steps of 32 prompts × 8 at lr 2e-4 with
 // clip-higher 0.28; 152 s by elapsed_s, 2 m 50 s wall with the build):
