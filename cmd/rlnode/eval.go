@@ -10,15 +10,9 @@ import (
 	"math"
 	"os"
 	"os/signal"
-	"strings"
-	"text/template"
 
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/recipes/driver"
-	"github.com/rlnode/rlnode/rollout/engine"
-	"github.com/rlnode/rlnode/rollout/native"
-	"github.com/rlnode/rlnode/rollout/task"
-	"github.com/rlnode/rlnode/rollout/verify"
 )
 
 // `rlnode eval` is greedy accuracy of a checkpoint on a recipe's held-out
@@ -127,62 +121,16 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// evaluate runs the model in dir greedily on cfg's held-out problems —
-// the same distinct problems, in the same order, as the driver's
-// evaluation — and scores them with the math verifier.
+// evaluate runs the model in dir greedily on cfg's held-out problems (the
+// task's, or the dataset's eval file or held-out rows) and scores them
+// with cfg's verifier: the driver's own evaluation, so the figure equals
+// the run's eval_accuracy.
 func evaluate(ctx context.Context, dir string, cfg driver.Config) (evalResult, error) {
-	gen, err := task.New(cfg.Task)
+	se, err := driver.EvaluateSingleCheckpoint(ctx, cfg, dir)
 	if err != nil {
-		return evalResult{}, fmt.Errorf("task: %w", err)
+		return evalResult{}, err
 	}
-	var probs []task.Problem
-	seen := map[string]bool{}
-	for i := 0; i < 50*cfg.EvalProblems && len(probs) < cfg.EvalProblems; i++ {
-		p, err := gen.Problem(task.HeldOut, i)
-		if err != nil {
-			return evalResult{}, fmt.Errorf("held-out problem %d: %w", i, err)
-		}
-		if !seen[p.Question] {
-			seen[p.Question] = true
-			probs = append(probs, p)
-		}
-	}
-	if len(probs) == 0 {
-		return evalResult{}, fmt.Errorf("the task has no held-out problems")
-	}
-	tpl, err := template.New("prompt").Option("missingkey=error").Parse(cfg.PromptTemplate)
-	if err != nil {
-		return evalResult{}, fmt.Errorf("prompt template: %w", err)
-	}
-	eng, err := native.Load(dir, native.Config{MaxBatch: cfg.EngineBatch})
-	if err != nil {
-		return evalResult{}, fmt.Errorf("load model %s: %w", dir, err)
-	}
-	defer eng.Close()
-	tok := eng.Tokenizer()
-	reqs := make([]engine.Request, len(probs))
-	for i, p := range probs {
-		var sb strings.Builder
-		if err := tpl.Execute(&sb, driver.TemplateData{Question: p.Question}); err != nil {
-			return evalResult{}, fmt.Errorf("prompt template: %w", err)
-		}
-		reqs[i] = engine.Request{ID: "eval-" + p.ID, Prompt: tok.Encode(sb.String()), Params: engine.SamplingParams{N: 1, MaxTokens: cfg.MaxTokens}}
-	}
-	out, err := eng.Generate(ctx, reqs)
-	if err != nil {
-		return evalResult{}, fmt.Errorf("generate: %w", err)
-	}
-	res := evalResult{Model: dir, Problems: len(probs)}
-	var sum float64
-	for i, p := range probs {
-		r := verify.Math{}.Verify(ctx, out[i].Samples[0].Text, verify.Reference{Answer: p.Answer}).Reward
-		sum += r
-		if r == 1 {
-			res.Correct++
-		}
-	}
-	res.Accuracy = sum / float64(res.Problems) // the driver's eval_accuracy
-	return res, nil
+	return evalResult{Model: dir, Problems: se.Problems, Correct: se.Correct, Accuracy: se.Accuracy}, nil
 }
 
 // evaluateTurns plays the recipe's mlmt or score episode greedily on its

@@ -72,8 +72,31 @@ func TestRunDataRecipes(t *testing.T) {
 			if a, ok := last["eval_accuracy"].(float64); !ok || a < 0 || a > 1 {
 				t.Errorf("last step eval_accuracy %v", last["eval_accuracy"])
 			}
-			if _, err := os.Stat(filepath.Join(dir, "checkpoints", "step-4", "driver_state.json")); err != nil {
-				t.Error(err)
+			ckpt := filepath.Join(dir, "checkpoints", "step-4")
+			if _, err := os.Stat(filepath.Join(ckpt, "driver_state.json")); err != nil {
+				t.Fatal(err)
+			}
+			// rlnode eval scores the checkpoint as the run did: the same
+			// held-out problems and the recipe's verifier (gsm8k, code).
+			evalOut := filepath.Join(t.TempDir(), "eval.json")
+			ecmd := rlnodeCmd(t, home, append([]string{"eval", "--model", ckpt, "--recipe", c.recipe, "--out", evalOut}, short...)...)
+			ecmd.Dir = cmd.Dir
+			if b, err := ecmd.CombinedOutput(); err != nil {
+				t.Fatalf("rlnode eval: %v\n%s", err, b)
+			}
+			js, err := os.ReadFile(evalOut)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ev struct {
+				Accuracy float64 `json:"accuracy"`
+				Problems int     `json:"problems"`
+			}
+			if err := json.Unmarshal(js, &ev); err != nil {
+				t.Fatalf("eval output %s: %v", js, err)
+			}
+			if a, _ := last["eval_accuracy"].(float64); ev.Accuracy != a || ev.Problems != 4 {
+				t.Errorf("rlnode eval: accuracy %v on %d problems, the run's last eval_accuracy %v on 4", ev.Accuracy, ev.Problems, a)
 			}
 		})
 	}
