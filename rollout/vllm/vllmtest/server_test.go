@@ -1,0 +1,76 @@
+package vllmtest_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/vllm"
+	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
+)
+
+// The fake answers the real client: generation within the vocabulary,
+// reloads recorded with their directory and version, refusals and hangs
+// surfacing as the client's errors.
+func TestServerWithClient(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, b := vllmtest.New(vllmtest.Options{Model: "m", Vocab: 50}), vllmtest.New(vllmtest.Options{Model: "m", Vocab: 50})
+	defer a.Close()
+	defer b.Close()
+	c, err := vllm.New(ctx, vllm.Config{Servers: []string{a.URL(), b.URL()}, Model: "m", ControlTimeout: 2 * time.Second, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reqs := make([]engine.Request, 8)
+	for i := range reqs {
+		reqs[i] = engine.Request{ID: string(rune('a' + i)), Prompt: []int{1, 2, i}, Params: engine.SamplingParams{N: 2, MaxTokens: 5, Temperature: 1}}
+	}
+	res, err := c.Generate(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		for _, s := range r.Samples {
+			for _, id := range s.TokenIDs {
+				if id < 0 || id >= 50 {
+					t.Fatalf("token id %d outside the vocabulary 50", id)
+				}
+			}
+		}
+	}
+	if a.Generated()+b.Generated() != len(reqs) {
+		t.Fatalf("answered %d+%d requests, want %d", a.Generated(), b.Generated(), len(reqs))
+	}
+	if err := c.ReloadWeights(ctx, "/ckpt/step-1", 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*vllmtest.Server{a, b} {
+		if got := s.Reloads(); len(got) != 1 || got[0] != (vllmtest.Reload{Path: "/ckpt/step-1", Version: "1"}) {
+			t.Fatalf("%s reloads = %+v", s.URL(), got)
+		}
+	}
+	b.RefuseReloads(true)
+	if err := c.ReloadWeights(ctx, "/ckpt/step-2", 2); err == nil || !strings.Contains(err.Error(), b.URL()) {
+		t.Fatalf("refused reload: err = %v, want one naming %s", err, b.URL())
+	}
+}
+
+func TestHangingReloadIsBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := vllmtest.New(vllmtest.Options{Model: "m"})
+	defer a.Close()
+	c, err := vllm.New(ctx, vllm.Config{Servers: []string{a.URL()}, Model: "m", ControlTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a.HangReloads()
+	if err := c.ReloadWeights(ctx, "/ckpt/step-1", 1); err == nil || !strings.Contains(err.Error(), "finish") {
+		t.Fatalf("hanging reload: err = %v, want the finish step's error", err)
+	}
+}
