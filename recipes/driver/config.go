@@ -148,6 +148,9 @@ type Config struct {
 	// on-policy version (the pool refuses older results). 0 is
 	// synchronous: generation waits for the newest weights.
 	MaxStaleness int
+	// VLLM, when set, makes the solver generate on running vLLM servers
+	// (vllm.go); single-turn or static-feedback runs, synchronous.
+	VLLM *VLLM
 
 	Logger *slog.Logger // default: discard
 	// Progress, when set, is called after every step with its metrics.
@@ -316,6 +319,11 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("verifier", c.Verifier, "code problems come from a dataset (the task has math answers)")
 	case c.FeedbackRollout != nil && c.Feedback == nil:
 		return nil, fmt.Errorf("driver config: feedback_rollout: set, but the run has no feedback policy")
+	}
+	if c.VLLM != nil {
+		if err := c.VLLM.validate(c); err != nil {
+			return nil, err
+		}
 	}
 	for _, ro := range []struct {
 		field string

@@ -21,6 +21,7 @@ import (
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
+	"github.com/rlnode/rlnode/rollout/vllm"
 	"github.com/rlnode/rlnode/weightsync"
 )
 
@@ -124,6 +125,7 @@ type policy struct {
 	local   *native.Engine
 	pool    *rollout.Pool
 	syncer  *weightsync.Syncer
+	vllm    *vllm.Client // the solver's vLLM servers (Config.VLLM)
 	group   *cluster.PlacementGroup
 	node    *cluster.Node
 	tok     *tokenizer.Tokenizer
@@ -301,6 +303,9 @@ func (r *run) startEngine(ctx context.Context, p *policy) error {
 	if p.ro != nil {
 		return r.startRollout(ctx, p, p.l, p.ro)
 	}
+	if r.cfg.VLLM != nil && p.id == "solver" {
+		return r.startVLLM(ctx, p)
+	}
 	eng, tok, err := newEngine(p.l.Model, p.l.ModelDir, r.cfg.EngineBatch)
 	if err != nil {
 		return fmt.Errorf("driver: %s policy: %w", p.id, err)
@@ -326,7 +331,7 @@ func (p *policy) stopEngine() {
 	if p.group != nil {
 		_ = p.node.RemovePlacementGroup(sctx, p.group.ID)
 	}
-	p.eng, p.local, p.pool, p.syncer, p.group = nil, nil, nil, nil, nil
+	p.eng, p.local, p.pool, p.syncer, p.group, p.vllm = nil, nil, nil, nil, nil, nil
 }
 
 func (p *policy) stop() {
@@ -348,6 +353,9 @@ func (r *run) syncAll(ctx context.Context) error {
 // syncWeights pulls a learner's weights over the bulk path and swaps them
 // into its engine as the version of the learner's step.
 func (r *run) syncWeights(ctx context.Context, p *policy) error {
+	if p.vllm != nil {
+		return r.syncVLLM(ctx, p)
+	}
 	off, err := p.learner.weights(ctx, learner.WeightsRequest{Readers: 1})
 	if err != nil {
 		return fmt.Errorf("driver: %s weights of step %d: %w", p.id, r.step, err)
@@ -748,6 +756,11 @@ func (r *run) startBatch(ctx context.Context, onPolicy int64) (*rlBatch, error) 
 		b.probs[i] = p
 		b.reqs[i] = engine.Request{ID: fmt.Sprintf("s%d-%d", onPolicy+1, i), Prompt: r.prompt(p), Params: engine.SamplingParams{
 			N: cfg.GroupSize, MaxTokens: cfg.MaxTokens, Temperature: cfg.Temperature, TopP: cfg.TopP, Seed: &seed}}
+	}
+	if r.solver.vllm != nil {
+		if err := r.checkServed(r.solver, onPolicy); err != nil {
+			return nil, err
+		}
 	}
 	r.prefetched += len(b.probs)
 	go func() {

@@ -1,0 +1,185 @@
+package driver
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
+)
+
+// The fake servers cannot learn: these tests check the plumbing between
+// the driver, the learner and vLLM servers (generation spread over the
+// servers, one reload per learner step with its checkpoint directory,
+// versions checked, errors naming the server), not learning.
+
+// vllmRun is tinyRun generating on two fake vLLM servers.
+func vllmRun(t *testing.T) (Config, *vllmtest.Server, *vllmtest.Server) {
+	t.Helper()
+	cfg := tinyRun(t.TempDir())
+	opts := vllmtest.Options{Model: "tiny", Vocab: cfg.Model.VocabSize}
+	a, b := vllmtest.New(opts), vllmtest.New(opts)
+	t.Cleanup(a.Close)
+	t.Cleanup(b.Close)
+	cfg.VLLM = &VLLM{Servers: []string{a.URL(), b.URL()}, Model: "tiny", ReloadTimeout: 5 * time.Second}
+	return cfg, a, b
+}
+
+func TestRunOnVLLM(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, a, b := vllmRun(t)
+	var served []int64
+	cfg.OnWeights = func(v int64, eng engine.Engine) {
+		served = append(served, v)
+		if eng.WeightVersion() != v {
+			t.Errorf("OnWeights(%d): the client serves version %d", v, eng.WeightVersion())
+		}
+	}
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Generated() == 0 || b.Generated() == 0 {
+		t.Errorf("generation requests answered: %s %d, %s %d; want both > 0", a.URL(), a.Generated(), b.URL(), b.Generated())
+	}
+	dir := filepath.Join(cfg.Out, "vllm-weights")
+	// One reload at start and one per learner step (warm-up and RL).
+	want := 1 + cfg.WarmupSteps + cfg.Steps
+	for _, s := range []*vllmtest.Server{a, b} {
+		rl := s.Reloads()
+		if len(rl) != want {
+			t.Fatalf("%s: %d reloads %+v, want %d", s.URL(), len(rl), rl, want)
+		}
+		for i, r := range rl {
+			if r.Version != strconv.FormatInt(served[i], 10) || r.Path != filepath.Join(dir, "step-"+r.Version) {
+				t.Errorf("%s reload %d = %+v, want version %d from %s/step-%d", s.URL(), i, r, served[i], dir, served[i])
+			}
+		}
+	}
+	if last := served[len(served)-1]; res.WeightVersion != last || last != int64(cfg.WarmupSteps+cfg.Steps) {
+		t.Errorf("final version %d, last served %d, want %d", res.WeightVersion, last, cfg.WarmupSteps+cfg.Steps)
+	}
+	// The servers' directory holds whole checkpoints; older ones are pruned.
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 2 {
+		t.Errorf("%s holds %d entries, want the 2 newest step directories", dir, len(ents))
+	}
+	last := filepath.Join(dir, "step-"+strconv.FormatInt(res.WeightVersion, 10))
+	for _, f := range []string{"config.json", "tokenizer.json"} {
+		if _, err := os.Stat(filepath.Join(last, f)); err != nil {
+			t.Errorf("the reloaded checkpoint: %v", err)
+		}
+	}
+	m := readMetrics(t, filepath.Join(cfg.Out, "metrics.jsonl"))
+	if len(m) != cfg.WarmupSteps+cfg.Steps {
+		t.Fatalf("%d metrics lines, want %d", len(m), cfg.WarmupSteps+cfg.Steps)
+	}
+	for _, k := range []string{"step", "reward_mean"} {
+		if _, ok := m[len(m)-1][k]; !ok {
+			t.Errorf("the last metrics line has no %s: %v", k, m[len(m)-1])
+		}
+	}
+}
+
+// A server that goes down mid-run: its requests move to the other server,
+// and the next reload stops the run with an error naming its URL.
+func TestVLLMServerDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, a, b := vllmRun(t)
+	downAt := int64(cfg.WarmupSteps + 1)
+	var aAt, bAt int
+	cfg.OnWeights = func(v int64, _ engine.Engine) {
+		if v == downAt {
+			b.Close()
+			aAt, bAt = a.Generated(), b.Generated()
+		}
+	}
+	_, err := Run(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), b.URL()) {
+		t.Fatalf("Run: err = %v, want one naming %s", err, b.URL())
+	}
+	if a.Generated() <= aAt || b.Generated() != bAt {
+		t.Errorf("after %s went down: %s answered %d more, it %d more; want its requests on the other", b.URL(), a.URL(), a.Generated()-aAt, b.Generated()-bAt)
+	}
+	if rl := a.Reloads(); len(rl) != int(downAt)+1 {
+		t.Errorf("%s: %d reloads, want %d (the one after the failed one is not made)", a.URL(), len(rl), downAt+1)
+	}
+}
+
+// A server that never confirms a reload stops the step within
+// ReloadTimeout with an error naming it; one that is unreachable at start
+// stops the run before any training.
+func TestVLLMReloadErrors(t *testing.T) {
+	t.Run("no confirmation", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cfg, _, b := vllmRun(t)
+		cfg.VLLM.ReloadTimeout = 300 * time.Millisecond
+		cfg.OnWeights = func(v int64, _ engine.Engine) {
+			if v == 1 {
+				b.HangReloads()
+			}
+		}
+		_, err := Run(ctx, cfg)
+		if err == nil || !strings.Contains(err.Error(), b.URL()) || !strings.Contains(err.Error(), "finish") {
+			t.Fatalf("Run: err = %v, want the finish step of %s", err, b.URL())
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cfg, a, _ := vllmRun(t)
+		a.RefuseReloads(true)
+		_, err := Run(ctx, cfg)
+		if err == nil || !strings.Contains(err.Error(), a.URL()) {
+			t.Fatalf("Run: err = %v, want one naming %s", err, a.URL())
+		}
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cfg, _, b := vllmRun(t)
+		b.Close()
+		_, err := Run(ctx, cfg)
+		if err == nil || !strings.Contains(err.Error(), b.URL()) {
+			t.Fatalf("Run: err = %v, want one naming %s", err, b.URL())
+		}
+		if _, err := os.Stat(filepath.Join(cfg.Out, "vllm-weights")); err == nil {
+			t.Errorf("weights were written before the servers were checked")
+		}
+	})
+}
+
+func TestVLLMConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"no servers", func(c *Config) { c.VLLM.Servers = nil }, "VLLM.Servers is empty"},
+		{"no model", func(c *Config) { c.VLLM.Model = "" }, "VLLM.Model is empty"},
+		{"rollout too", func(c *Config) { c.Rollout = &Rollout{Replicas: 1} }, "VLLM and Rollout"},
+		{"async", func(c *Config) { c.Rollout, c.MaxStaleness = nil, 1 }, "max_staleness"},
+		{"negative keep", func(c *Config) { c.VLLM.Keep = -1 }, "negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tinyRun(t.TempDir())
+			cfg.VLLM = &VLLM{Servers: []string{"http://127.0.0.1:1"}, Model: "m"}
+			tc.edit(&cfg)
+			_, err := cfg.validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("validate: err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
