@@ -68,10 +68,13 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if r.Data.Verifier != "math" && epType != "single" {
 		no("data.verifier", "%s is not supported yet for %s episodes (math only)", r.Data.Verifier, epType)
 	}
-	if r.Engines.Policy.Kind != "native" {
-		no("engines.policy.kind", "%s engines are not supported yet (native only)", r.Engines.Policy.Kind)
-	}
-	if ws := r.Engines.Policy.WeightSync; ws != "full" {
+	onVLLM := r.Engines.Policy.Kind == "vllm"
+	switch ws := r.Engines.Policy.WeightSync; {
+	case r.Engines.Policy.Kind != "native" && !onVLLM:
+		no("engines.policy.kind", "%s engines are not supported yet (native or vllm)", r.Engines.Policy.Kind)
+	case onVLLM:
+		l.refuseVLLM(no)
+	case ws != "full":
 		no("engines.policy.weight_sync", "%s is not supported yet (full only)", ws)
 	}
 	if e := r.Engines.Feedback; e != nil {
@@ -280,7 +283,13 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if len(res) > 0 {
 		cfg.LearnerResources = res
 	}
-	if l.needsRolloutActors() {
+	if onVLLM {
+		v := r.Engines.Policy.VLLM
+		cfg.VLLM = &driver.VLLM{Servers: v.Servers, Model: v.Model, MaxInFlight: v.MaxInFlight}
+		if v.APIKeyEnv != "" {
+			cfg.VLLM.APIKey = os.Getenv(v.APIKeyEnv)
+		}
+	} else if l.needsRolloutActors() {
 		cfg.Rollout, cfg.FeedbackRollout = l.RolloutPlacement(cfg.Feedback != nil)
 	}
 	if r.Sync.Mode == "async" {
@@ -466,4 +475,38 @@ func PruneCheckpoints(out string, keep int) error {
 		cks = cks[1:]
 	}
 	return nil
+}
+
+// refuseVLLM reports what a recipe with engines.policy.kind vllm asks for
+// that the driver's vLLM engine cannot do. The driver talks to the servers
+// from its own process (driver.VLLM): rollout actors and their placement
+// do not apply, and only the solver generates there.
+func (l *Loaded) refuseVLLM(no func(field, format string, args ...any)) {
+	r := l.Recipe
+	e := r.Engines.Policy
+	if e.VLLM == nil {
+		no("engines.policy.vllm", "missing: kind vllm without servers is not supported")
+		return
+	}
+	switch e.WeightSync {
+	case "full", "reload": // both: the learner's checkpoint, reloaded by every server
+	case "lora":
+		no("engines.policy.weight_sync", "lora is not supported yet with kind vllm (the driver does not train LoRA adapters): use reload")
+	default:
+		no("engines.policy.weight_sync", "%s is not supported with kind vllm (full or reload)", e.WeightSync)
+	}
+	if e.VLLM.APIKeyEnv != "" && os.Getenv(e.VLLM.APIKeyEnv) == "" {
+		no("engines.policy.vllm.api_key_env", "$%s is unset or empty: a key that is not there is not supported", e.VLLM.APIKeyEnv)
+	}
+	switch {
+	case e.Replicas > 1:
+		no("engines.policy.replicas", "%d is not supported with kind vllm: the driver's client spreads requests over engines.policy.vllm.servers; set 1", e.Replicas)
+	case r.Sync.Mode == "async":
+		no("sync.mode", "async is not supported with vllm engines yet (sync only)")
+	case l.needsRolloutActors():
+		no("placement", "rollout actors (placement.mode split or placement.rollout resources) are not supported with vllm engines: the servers run outside rlnode")
+	}
+	if r.Episode.Type == "mlmt" && !r.Algorithm.MLMT.StaticFeedback {
+		no("engines.policy.kind", "vllm with a feedback policy (mlmt without static_feedback) is not supported yet: vllm serves the solver only")
+	}
 }

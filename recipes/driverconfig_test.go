@@ -112,7 +112,11 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 		{"mlmt_math", []string{`episode.templates.refine="{{.Problem}} {{.Attempt}} {{.Hint}} {{.Feedback}}"`}, "episode.templates.refine"},
 		{"mlmt_math", []string{"data.verifier=gsm8k"}, "data.verifier"},
 		{"score_math", []string{"data.verifier=gsm8k"}, "data.verifier"},
-		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}"}, "engines.policy.kind"},
+		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "engines.policy.replicas=2"}, "engines.policy.replicas"},
+		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "sync.mode=async"}, "sync.mode"},
+		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "placement.mode=split"}, "placement"},
+		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "engines.policy.vllm.api_key_env=RLNODE_TEST_UNSET_KEY"}, "engines.policy.vllm.api_key_env"},
+		{"mlmt_math", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}"}, "engines.policy.kind"},
 		{"mlmt_math", []string{"deterministic=false", "sync.mode=async"}, "sync.mode"},
 		{"score_math", []string{"deterministic=false", "sync.mode=async"}, "sync.mode"},
 		{"quickstart", []string{"models.policy.lora={rank: 4}"}, "models.policy.lora"},
@@ -261,6 +265,41 @@ func TestDriverConfigLearnerShards(t *testing.T) {
 		}
 		if got.Learner.Shards != c.shards || got.LearnerResources[cluster.CPU] != 0.5 {
 			t.Errorf("%s: learner shards %d of %v, want %d of 0.5 CPU", c.recipe, got.Learner.Shards, got.LearnerResources, c.shards)
+		}
+	}
+}
+
+// engines.policy.kind vllm maps onto driver.VLLM (no rollout actors), for
+// single-turn recipes and MLMT with static feedback, with weight_sync full
+// or reload; the API key is read from the variable the recipe names.
+func TestDriverConfigVLLM(t *testing.T) {
+	t.Setenv("RLNODE_TEST_VLLM_KEY", "sekret")
+	servers := `engines.policy.vllm={servers: ["http://10.0.0.5:8000", "http://10.0.0.6:8000"], model: Qwen/Qwen2.5-0.5B, max_in_flight: 8, api_key_env: RLNODE_TEST_VLLM_KEY}`
+	for _, c := range []struct {
+		recipe string
+		sets   []string
+	}{
+		{"quickstart", nil},
+		{"quickstart", []string{"engines.policy.weight_sync=reload"}},
+		{"grpo_gsm8k", nil},
+		{"mlmt_math_static", nil},
+		{"score_math", nil},
+	} {
+		sets := append([]string{"deterministic=false", "engines.policy.kind=vllm", servers}, c.sets...)
+		name := c.recipe + " " + strings.Join(c.sets, " ")
+		l, err := Load(c.recipe, sets)
+		if err != nil {
+			t.Errorf("%s: load: %v", name, err)
+			continue
+		}
+		cfg, err := l.DriverConfig("OUT")
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		want := &driver.VLLM{Servers: []string{"http://10.0.0.5:8000", "http://10.0.0.6:8000"}, Model: "Qwen/Qwen2.5-0.5B", MaxInFlight: 8, APIKey: "sekret"}
+		if !reflect.DeepEqual(cfg.VLLM, want) || cfg.Rollout != nil {
+			t.Errorf("%s: VLLM %+v, rollout %+v; want %+v and no rollout actors", name, cfg.VLLM, cfg.Rollout, want)
 		}
 	}
 }
