@@ -206,7 +206,19 @@
 // warm-up 10,000, 9,827, 6,306 against 9,845, 12,349, 6,844. Noisy; two
 // ranks are not slower here, at most ~1.5x faster.
 //
-// Not done yet: no vLLM engines; the actors' starting checkpoint goes
+// vLLM engines (Config.VLLM, vllm.go): the solver generates on running
+// vLLM servers through a rollout/vllm client in this process, and each
+// learner step's checkpoint, written to a directory the servers read, is
+// reloaded by every server before the next generation (checked per
+// server). Tested against fake servers (rollout/vllm/vllmtest) that
+// answer with vLLM's documented shapes but cannot learn: the tests check
+// plumbing (requests on both servers, one reload per step with its
+// directory, a server lost mid-run, unconfirmed reloads), not learning;
+// no run against a real vLLM has been made.
+//
+// Not done yet: vLLM serves the solver only (no feedback policy, no
+// rollout actors, synchronous only, no LoRA sync; `rlnode run --address`
+// sets rollout actors and so is refused with vLLM); the actors' starting checkpoint goes
 // through the run directory (a shared filesystem across hosts), not a
 // push at registration; a lost rollout actor is not replaced (the pool
 // shrinks); a learner restart replaces all rollout actors rather than

@@ -183,3 +183,36 @@ func TestVLLMConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// Multi-turn episodes without a feedback policy (SCoRe; MLMT with static
+// feedback) generate every turn on the servers and reload once per step.
+func TestMultiTurnOnVLLM(t *testing.T) {
+	for _, ep := range []string{EpisodeSCoRe, EpisodeMLMT} {
+		t.Run(ep, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cfg := tinyMLMT(t.TempDir())
+			cfg.Feedback = nil
+			if ep == EpisodeSCoRe {
+				cfg.Episode, cfg.ReviewTemplate, cfg.ScoreAlpha = EpisodeSCoRe, "check and answer again", 10
+			}
+			opts := vllmtest.Options{Model: "tiny", Vocab: cfg.Model.VocabSize}
+			a, b := vllmtest.New(opts), vllmtest.New(opts)
+			defer a.Close()
+			defer b.Close()
+			cfg.VLLM = &VLLM{Servers: []string{a.URL(), b.URL()}, Model: "tiny", ReloadTimeout: 5 * time.Second}
+			if _, err := Run(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			steps := cfg.WarmupSteps + cfg.Steps
+			if n := len(readMetrics(t, filepath.Join(cfg.Out, "metrics.jsonl"))); n != steps {
+				t.Errorf("%d metrics lines, want %d", n, steps)
+			}
+			for _, s := range []*vllmtest.Server{a, b} {
+				if s.Generated() == 0 || len(s.Reloads()) != 1+steps {
+					t.Errorf("%s: %d requests answered, %d reloads; want > 0 and %d", s.URL(), s.Generated(), len(s.Reloads()), 1+steps)
+				}
+			}
+		})
+	}
+}
