@@ -2,6 +2,7 @@ package recipes
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,9 +11,11 @@ import (
 	"strings"
 	"testing"
 	"text/template"
+	"time"
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/recipes/driver"
+	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
 )
 
 func TestDriverConfigQuickstart(t *testing.T) {
@@ -301,5 +304,50 @@ func TestDriverConfigVLLM(t *testing.T) {
 		if !reflect.DeepEqual(cfg.VLLM, want) || cfg.Rollout != nil {
 			t.Errorf("%s: VLLM %+v, rollout %+v; want %+v and no rollout actors", name, cfg.VLLM, cfg.Rollout, want)
 		}
+	}
+}
+
+// The shipped recipes run on vLLM servers by changing the engine section
+// (and deterministic, which needs the native engine): here against two
+// fake servers (rollout/vllm/vllmtest), shrunk to a few steps. The fakes
+// cannot learn; this checks that recipe, driver and servers connect: both
+// servers answer, every learner step is reloaded, metrics are written.
+func TestShippedRecipesOnVLLM(t *testing.T) {
+	for _, name := range []string{"quickstart", "grpo_gsm8k", "score_math", "mlmt_math_static"} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			opts := vllmtest.Options{Model: "served", Vocab: 768}
+			a, b := vllmtest.New(opts), vllmtest.New(opts)
+			defer a.Close()
+			defer b.Close()
+			l, err := Load(name, []string{"deterministic=false", "engines.policy.kind=vllm",
+				fmt.Sprintf("engines.policy.vllm={servers: [%q, %q], model: served}", a.URL(), b.URL()),
+				"sft.steps=1", "sft.batch_size=4", "schedule.steps=2", "schedule.eval_every=2", "eval.held_out=4",
+				"algorithm.batch_prompts=2", "algorithm.group_size=2"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := t.TempDir()
+			cfg, err := l.DriverConfig(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := driver.Run(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			js, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(js), "\n"); n != 3 {
+				t.Errorf("metrics.jsonl has %d lines, want 3 (1 warm-up + 2 RL steps)", n)
+			}
+			for _, s := range []*vllmtest.Server{a, b} {
+				if s.Generated() == 0 || len(s.Reloads()) != 4 {
+					t.Errorf("%s: %d requests answered, %d reloads; want > 0 and 4 (start + 3 steps)", s.URL(), s.Generated(), len(s.Reloads()))
+				}
+			}
+		})
 	}
 }
