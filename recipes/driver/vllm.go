@@ -117,17 +117,20 @@ func (r *run) syncVLLM(ctx context.Context, p *policy) error {
 	tmp := filepath.Join(root, fmt.Sprintf("writing-%d", time.Now().UnixNano()))
 	saved, err := p.learner.save(ctx, tmp)
 	if err != nil {
+		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("driver: write the %s checkpoint for vLLM to %s: %w", p.id, tmp, err)
 	}
 	version := int64(saved.Step)
+	dir := filepath.Join(root, "step-"+strconv.FormatInt(version, 10))
 	if err := p.tok.Save(filepath.Join(tmp, "tokenizer.json")); err != nil {
+		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("driver: write the %s checkpoint for vLLM: %w", p.id, err)
 	}
-	dir := filepath.Join(root, "step-"+strconv.FormatInt(version, 10))
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("driver: vLLM weights: %w", err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
+		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("driver: vLLM weights: %w", err)
 	}
 	timeout := v.ReloadTimeout

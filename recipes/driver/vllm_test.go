@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
 )
 
@@ -74,10 +75,16 @@ func TestRunOnVLLM(t *testing.T) {
 		t.Errorf("%s holds %d entries, want the 2 newest step directories", dir, len(ents))
 	}
 	last := filepath.Join(dir, "step-"+strconv.FormatInt(res.WeightVersion, 10))
-	for _, f := range []string{"config.json", "tokenizer.json"} {
-		if _, err := os.Stat(filepath.Join(last, f)); err != nil {
-			t.Errorf("the reloaded checkpoint: %v", err)
-		}
+	// It is a whole model directory with the run's final weights: it loads
+	// as a native engine and matches the run's last checkpoint.
+	eng, err := native.Load(last, native.Config{MaxBatch: 4, MaxStepTokens: 256})
+	if err != nil {
+		t.Fatalf("the reloaded directory does not load as a model: %v", err)
+	}
+	eng.Close()
+	final := filepath.Join(cfg.Out, "checkpoints", "step-"+strconv.FormatInt(res.WeightVersion, 10))
+	if !sameWeights(weightsOf(t, last), weightsOf(t, final)) {
+		t.Errorf("%s holds other weights than the run's last checkpoint %s", last, final)
 	}
 	m := readMetrics(t, filepath.Join(cfg.Out, "metrics.jsonl"))
 	if len(m) != cfg.WarmupSteps+cfg.Steps {
