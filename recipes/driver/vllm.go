@@ -30,8 +30,9 @@ import (
 // sampled; the servers must serve a model with the same tokenizer.
 //
 // Weights: after every learner step (and at start) the learner writes its
-// checkpoint (safetensors, config.json) and the driver the tokenizer into
-// Dir/step-N/, and every server reloads it as version N (vLLM's "disk"
+// checkpoint into Dir/step-N/, the driver keeps of it what vLLM loads
+// (config.json, model safetensors) and adds the tokenizer, and every
+// server reloads it as version N (the run's step) (vLLM's "disk"
 // weight transfer: pause, start, update {"path"}, finish, resume). The
 // next generation starts only when every server serves N.
 type VLLM struct {
@@ -120,8 +121,14 @@ func (r *run) syncVLLM(ctx context.Context, p *policy) error {
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("driver: write the %s checkpoint for vLLM to %s: %w", p.id, tmp, err)
 	}
-	version := int64(saved.Step)
+	// Versions are the run's steps (as the native engines'); the learner's
+	// own step is in the error messages.
+	version := int64(r.step)
 	dir := filepath.Join(root, "step-"+strconv.FormatInt(version, 10))
+	if err := modelOnly(tmp); err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("driver: %s checkpoint of learner step %d for vLLM: %w", p.id, saved.Step, err)
+	}
 	if err := p.tok.Save(filepath.Join(tmp, "tokenizer.json")); err != nil {
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("driver: write the %s checkpoint for vLLM: %w", p.id, err)
@@ -152,6 +159,35 @@ func (r *run) syncVLLM(ctx context.Context, p *policy) error {
 		if r.cfg.OnWeights != nil {
 			r.cfg.OnWeights(r.version, p.eng.Engine)
 		}
+	}
+	return nil
+}
+
+// modelOnly leaves in a learner checkpoint directory what a vLLM server
+// loads: config.json and the model's safetensors (model.safetensors, or
+// model-*-of-*.safetensors shards and their index). vLLM reads every
+// *.safetensors file of a directory without an index, so the learner's
+// optimizer, reference, value-head and state files must go.
+func modelOnly(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var hasModel bool
+	for _, e := range ents {
+		name := e.Name()
+		switch {
+		case name == "config.json" || name == "model.safetensors.index.json":
+		case strings.HasPrefix(name, "model") && strings.HasSuffix(name, ".safetensors"):
+			hasModel = true
+		default:
+			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	if !hasModel {
+		return fmt.Errorf("%s holds no model*.safetensors", dir)
 	}
 	return nil
 }

@@ -75,8 +75,20 @@ func TestRunOnVLLM(t *testing.T) {
 		t.Errorf("%s holds %d entries, want the 2 newest step directories", dir, len(ents))
 	}
 	last := filepath.Join(dir, "step-"+strconv.FormatInt(res.WeightVersion, 10))
-	// It is a whole model directory with the run's final weights: it loads
+	// It holds the model and nothing else vLLM would read, with the run's
+	// final weights: it loads
 	// as a native engine and matches the run's last checkpoint.
+	files, err := os.ReadDir(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Name())
+	}
+	if got := strings.Join(names, " "); got != "config.json model.safetensors tokenizer.json" {
+		t.Errorf("%s holds %s, want config.json model.safetensors tokenizer.json", last, got)
+	}
 	eng, err := native.Load(last, native.Config{MaxBatch: 4, MaxStepTokens: 256})
 	if err != nil {
 		t.Fatalf("the reloaded directory does not load as a model: %v", err)
@@ -221,5 +233,45 @@ func TestMultiTurnOnVLLM(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// modelOnly keeps what vLLM loads and drops the learner's other
+// safetensors (vLLM would read them as model weights).
+func TestModelOnly(t *testing.T) {
+	for _, tc := range []struct {
+		files, want []string
+		err         string
+	}{
+		{[]string{"config.json", "model.safetensors", "optimizer.safetensors", "reference.safetensors", "value_head.safetensors", "learner_state.json"},
+			[]string{"config.json", "model.safetensors"}, ""},
+		{[]string{"config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json", "optimizer.safetensors"},
+			[]string{"config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"}, ""},
+		{[]string{"config.json", "optimizer.safetensors"}, nil, "no model"},
+	} {
+		dir := t.TempDir()
+		for _, f := range tc.files {
+			if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := modelOnly(dir)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%v: err = %v, want %q", tc.files, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", tc.files, err)
+		}
+		ents, _ := os.ReadDir(dir)
+		var got []string
+		for _, e := range ents {
+			got = append(got, e.Name())
+		}
+		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("%v: left %v, want %v", tc.files, got, tc.want)
+		}
 	}
 }
