@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/rollout/vllm"
 )
 
@@ -165,9 +166,9 @@ func (r *run) syncVLLM(ctx context.Context, p *policy) error {
 
 // modelOnly leaves in a learner checkpoint directory what a vLLM server
 // loads: config.json and the model's safetensors (model.safetensors, or
-// model-*-of-*.safetensors shards and their index). vLLM reads every
-// *.safetensors file of a directory without an index, so the learner's
-// optimizer, reference, value-head and state files must go.
+// model-*-of-*.safetensors shards and their index), without a value head.
+// vLLM reads every *.safetensors file of a directory without an index, so
+// the learner's optimizer, reference, value-head and state files must go.
 func modelOnly(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -188,6 +189,36 @@ func modelOnly(dir string) error {
 	}
 	if !hasModel {
 		return fmt.Errorf("%s holds no model*.safetensors", dir)
+	}
+	return stripValueHead(dir)
+}
+
+// stripValueHead rewrites the model in dir without a PPO value head
+// (v_head.*: vLLM's model classes have no such parameter and refuse
+// unknown weights); a model without one is left alone.
+func stripValueHead(dir string) error {
+	ck, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return err
+	}
+	var keep []safetensors.Tensor
+	stripped := false
+	for _, name := range ck.Names() {
+		if strings.HasPrefix(name, "v_head.") {
+			stripped = true
+			continue
+		}
+		t, _, ok := ck.Tensor(name)
+		if !ok {
+			return fmt.Errorf("%s: tensor %q listed but not found", dir, name)
+		}
+		keep = append(keep, *t)
+	}
+	if !stripped {
+		return nil
+	}
+	if err := safetensors.WriteCheckpoint(dir, keep, 0); err != nil {
+		return fmt.Errorf("%s: rewrite without the value head: %w", dir, err)
 	}
 	return nil
 }

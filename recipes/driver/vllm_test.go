@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
@@ -237,20 +238,35 @@ func TestMultiTurnOnVLLM(t *testing.T) {
 }
 
 // modelOnly keeps what vLLM loads and drops the learner's other
-// safetensors (vLLM would read them as model weights).
+// files (vLLM would read any *.safetensors as model weights).
 func TestModelOnly(t *testing.T) {
 	for _, tc := range []struct {
-		files, want []string
-		err         string
+		maxShard int64 // < 0: no model
+		extra    []string
+		want     []string
+		err      string
 	}{
-		{[]string{"config.json", "model.safetensors", "optimizer.safetensors", "reference.safetensors", "value_head.safetensors", "learner_state.json"},
+		{0, []string{"config.json", "optimizer.safetensors", "reference.safetensors", "value_head.safetensors", "learner_state.json"},
 			[]string{"config.json", "model.safetensors"}, ""},
-		{[]string{"config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json", "optimizer.safetensors"},
+		{16, []string{"config.json", "optimizer.safetensors"},
 			[]string{"config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"}, ""},
-		{[]string{"config.json", "optimizer.safetensors"}, nil, "no model"},
+		{-1, []string{"config.json", "optimizer.safetensors"}, nil, "no model"},
 	} {
 		dir := t.TempDir()
-		for _, f := range tc.files {
+		if tc.maxShard >= 0 {
+			var ts []safetensors.Tensor
+			for _, n := range []string{"a", "b"} {
+				tt, err := safetensors.FromFloat32(n, safetensors.F32, []int{4}, []float32{1, 2, 3, 4})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ts = append(ts, tt)
+			}
+			if err := safetensors.WriteCheckpoint(dir, ts, tc.maxShard); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, f := range tc.extra {
 			if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -258,12 +274,12 @@ func TestModelOnly(t *testing.T) {
 		err := modelOnly(dir)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%v: err = %v, want %q", tc.files, err, tc.err)
+				t.Errorf("%v: err = %v, want %q", tc.extra, err, tc.err)
 			}
 			continue
 		}
 		if err != nil {
-			t.Fatalf("%v: %v", tc.files, err)
+			t.Fatalf("%v: %v", tc.extra, err)
 		}
 		ents, _ := os.ReadDir(dir)
 		var got []string
@@ -271,7 +287,52 @@ func TestModelOnly(t *testing.T) {
 			got = append(got, e.Name())
 		}
 		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
-			t.Errorf("%v: left %v, want %v", tc.files, got, tc.want)
+			t.Errorf("left %v, want %v", got, tc.want)
 		}
+	}
+}
+
+// A PPO checkpoint's value head (v_head.* in model.safetensors) is
+// stripped; the model's tensors stay as they were.
+func TestModelOnlyStripsValueHead(t *testing.T) {
+	dir := t.TempDir()
+	var ts []safetensors.Tensor
+	for _, tc := range []struct {
+		name  string
+		shape []int
+	}{{"model.embed_tokens.weight", []int{2, 2}}, {"v_head.summary.weight", []int{1, 2}}, {"v_head.summary.bias", []int{1}}} {
+		n := 1
+		for _, d := range tc.shape {
+			n *= d
+		}
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(i + 1)
+		}
+		tt, err := safetensors.FromFloat32(tc.name, safetensors.F32, tc.shape, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, tt)
+	}
+	if err := safetensors.WriteCheckpoint(dir, ts, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := modelOnly(dir); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(ck.Names(), " "); got != "model.embed_tokens.weight" {
+		t.Fatalf("tensors left: %s", got)
+	}
+	tt, _, _ := ck.Tensor("model.embed_tokens.weight")
+	if v, err := tt.Float32(); err != nil || len(v) != 4 || v[0] != 1 || v[3] != 4 {
+		t.Errorf("the model tensor changed: %v %v", v, err)
 	}
 }
