@@ -147,8 +147,12 @@ func (r *run) syncVLLM(ctx context.Context, p *policy) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	err = p.vllm.ReloadWeights(rctx, dir, version)
+	timedOut := rctx.Err() != nil && ctx.Err() == nil
 	cancel()
-	if err != nil {
+	switch {
+	case err != nil && timedOut:
+		return fmt.Errorf("driver: %s step %d: the vLLM servers did not confirm the reload within %v: %w", p.id, version, timeout, err)
+	case err != nil:
 		return fmt.Errorf("driver: %s step %d: %w", p.id, version, err)
 	}
 	if err := r.checkServed(p, version); err != nil {

@@ -128,6 +128,7 @@ func TestVLLMServerDown(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), b.URL()) {
 		t.Fatalf("Run: err = %v, want one naming %s", err, b.URL())
 	}
+	t.Logf("Run: %v", err)
 	if a.Generated() <= aAt || b.Generated() != bAt {
 		t.Errorf("after %s went down: %s answered %d more, it %d more; want its requests on the other", b.URL(), a.URL(), a.Generated()-aAt, b.Generated()-bAt)
 	}
@@ -151,9 +152,10 @@ func TestVLLMReloadErrors(t *testing.T) {
 			}
 		}
 		_, err := Run(ctx, cfg)
-		if err == nil || !strings.Contains(err.Error(), b.URL()) || !strings.Contains(err.Error(), "finish") {
+		if err == nil || !strings.Contains(err.Error(), b.URL()) || !strings.Contains(err.Error(), "finish") || !strings.Contains(err.Error(), "did not confirm the reload within 300ms") {
 			t.Fatalf("Run: err = %v, want the finish step of %s", err, b.URL())
 		}
+		t.Logf("Run: %v", err)
 	})
 	t.Run("refused", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -164,6 +166,7 @@ func TestVLLMReloadErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), a.URL()) {
 			t.Fatalf("Run: err = %v, want one naming %s", err, a.URL())
 		}
+		t.Logf("Run: %v", err)
 	})
 	t.Run("unreachable", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -174,6 +177,7 @@ func TestVLLMReloadErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), b.URL()) {
 			t.Fatalf("Run: err = %v, want one naming %s", err, b.URL())
 		}
+		t.Logf("Run: %v", err)
 		if _, err := os.Stat(filepath.Join(cfg.Out, "vllm-weights")); err == nil {
 			t.Errorf("weights were written before the servers were checked")
 		}
