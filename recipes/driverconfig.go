@@ -122,6 +122,9 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		// responses, and the feedback policy would need its own.
 		no("algorithm.name", "ppo is not supported yet for %s episodes (single only)", epType)
 	}
+	if a.Name == "ppo" && a.ValueCoef == 0 {
+		no("algorithm.value_coef", "0: ppo's critic would never train (want > 0)")
+	}
 	if a.Name == "rw_sft" && a.RWSFT.Weighting != "exp" {
 		no("algorithm.rw_sft.weighting", "%s is not supported yet (exp only)", a.RWSFT.Weighting)
 	}

@@ -118,6 +118,7 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 		{"quickstart", []string{"models.policy.lora={rank: 4}"}, "models.policy.lora"},
 		{"mlmt_math", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "algorithm.name"},
 		{"score_math", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "algorithm.name"},
+		{"quickstart", []string{"algorithm.name=ppo", "models.policy.value_head=true", "algorithm.value_coef=0"}, "algorithm.value_coef"},
 		{"mlmt_math", []string{"algorithm.name=ppo", "models.policy.value_head=true", "models.feedback.value_head=true"}, "models.feedback.value_head"},
 		{"quickstart", []string{"algorithm.schedule=cosine"}, "algorithm.schedule"},
 		{"quickstart", []string{"eval.samples=4", "eval.temperature=0.7"}, "eval.samples"},
