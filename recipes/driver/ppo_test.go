@@ -158,3 +158,34 @@ func TestPPOShardedMatchesOneLearner(t *testing.T) {
 		t.Errorf("two shards' weights differ from one learner's by %g at %s (tolerance %g)", d, at, shardTol)
 	}
 }
+
+// PPO with generation on two rollout actors, asynchronous (max staleness
+// 1): the actors load the learner's starting checkpoint, value head and
+// all, and take every step's weight push (which leaves the value head out).
+func TestPPOOnRolloutActors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := ppoRun(t.TempDir())
+	c.Steps, c.CheckpointEvery = 4, 4
+	c.Rollout, c.MaxStaleness = &Rollout{Replicas: 2}, 1
+	res, err := Run(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := c.WarmupSteps + c.Steps
+	if res.Steps != last || res.WeightVersion != int64(last) {
+		t.Errorf("result: %d steps, version %d; want %d and %d", res.Steps, res.WeightVersion, last, last)
+	}
+	checkStepsOnce(t, filepath.Join(c.Out, "metrics.jsonl"), last)
+	for _, m := range readMetrics(t, filepath.Join(c.Out, "metrics.jsonl")) {
+		if m["phase"] != "rl" {
+			continue
+		}
+		if lag, ok := m["weight_lag"].(float64); !ok || lag < 0 || lag > 1 {
+			t.Errorf("step %v: weight_lag %v, want 0..1", m["step"], m["weight_lag"])
+		}
+		if _, ok := m["value_loss"]; !ok {
+			t.Errorf("step %v: no value_loss", m["step"])
+		}
+	}
+}
