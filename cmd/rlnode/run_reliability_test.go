@@ -99,7 +99,7 @@ func (s *started) waitFor(t *testing.T, what string, cond func() bool) {
 			}
 			t.Fatalf("rlnode ended before %s\nstderr:\n%s", what, s.stderr)
 		case <-deadline:
-			t.Fatalf("no %s within 60 s", what)
+			t.Fatalf("no %s within 60 s\nstderr:\n%s", what, s.stderr)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
