@@ -5,7 +5,8 @@
 // At its root, Learner trains a policy (and an optional value head) on
 // batches of trajectories with one of the algorithms GRPO, Dr.GRPO, RLOO,
 // REINFORCE++, PPO with a shared-trunk critic (GAE), reward-weighted SFT and
-// plain SFT, over micro-batches and optional PPO mini-batches, with the
+// plain SFT, over micro-batches and optional PPO mini-batches and epochs
+// (Stats reports the critic's value loss and explained variance), with the
 // clipped surrogate of learner/rl (clip-higher, dual-clip, TIS, KL to a frozen
 // reference, entropy bonus); it saves and loads checkpoints (weights in
 // safetensors, AdamW moments, reference, step). The learner actor (ActorKind)

@@ -64,6 +64,10 @@ type Config struct {
 	// are computed by a forward pass before the first step, so the ratio
 	// and the clipping are meaningful.
 	MiniBatches int
+	// Epochs is the number of passes over each Train batch (PPO epochs):
+	// Epochs×MiniBatches optimizer steps against the old log probabilities,
+	// values and advantages fixed before the first. 0 and 1 are one pass.
+	Epochs int
 
 	// PPO: GAE discount and λ, value-loss weight and clip. REINFORCE++
 	// uses Gamma.
@@ -141,6 +145,8 @@ func (c Config) Validate() error {
 		return bad("micro_batch_seqs", c.MicroBatchSeqs, "want > 0")
 	case c.MiniBatches <= 0:
 		return bad("mini_batches", c.MiniBatches, "want > 0")
+	case c.Epochs < 0:
+		return bad("epochs", c.Epochs, "want ≥ 0 (0 and 1 are one pass)")
 	case c.Algorithm == DrGRPO && c.MaxResponseLen <= 0:
 		return bad("max_response_len", c.MaxResponseLen, "Dr.GRPO needs it > 0 as its normalizer")
 	case !(c.Gamma >= 0 && c.Gamma <= 1):
@@ -211,6 +217,10 @@ type Stats struct {
 	Entropy       float64 // mean per-token entropy of the policy
 	ValueLoss     float64 // PPO
 	ValueClipFrac float64
+	// ExplainedVar is PPO's 1 − Var(returns − values)/Var(returns) over
+	// the batch's loss tokens, with the values of the pre-pass (before the
+	// step): 1 is a perfect critic, ≤ 0 one no better than a constant.
+	ExplainedVar  float64
 	Tokens        int // loss tokens trained on
 	Seqs          int
 	RewardMean    float64

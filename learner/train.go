@@ -37,7 +37,10 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 	var st Stats
 	var ps rl.PolicyStats
 	var entSum, valLoss, valClipped, valTokens float64
-	for k, mini := range p.mini {
+	passes := len(p.mini) * l.cfg.epochs()
+	for pass := range passes {
+		k := pass % len(p.mini)
+		mini := p.mini[k]
 		lossCfg := l.cfg.Loss
 		// The whole mini-batch's counts, also on a rank that trains on a
 		// slice of it.
@@ -143,7 +146,7 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 			return Stats{Step: l.step}, fmt.Errorf("learner: %w", err)
 		}
 		l.step++
-		st.Loss += ss.Loss / float64(len(p.mini))
+		st.Loss += ss.Loss / float64(passes)
 		st.GradNorm, st.LR = ss.GradNorm, lr
 	}
 	st.Step = l.step
@@ -167,10 +170,13 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 	}
 	st.ClipFrac, st.ClipFracLow, st.ClipFracHigh = ps.ClipFrac(), ps.ClipFracLow(), ps.ClipFracHigh()
 	st.ApproxKL, st.RefKL = ps.ApproxKL(), ps.RefKL()
-	if st.Tokens > 0 {
-		st.Entropy = entSum / float64(st.Tokens)
+	if st.Tokens > 0 { // every pass saw every token
+		st.Entropy = entSum / float64(st.Tokens*l.cfg.epochs())
 	}
-	st.ValueLoss = valLoss
+	st.ValueLoss = valLoss / float64(passes)
+	if l.cfg.Algorithm == PPO {
+		st.ExplainedVar = explainedVar(p.returns, p.oldVal, p.masks)
+	}
 	if valTokens > 0 {
 		st.ValueClipFrac = valClipped / valTokens
 	}
@@ -189,6 +195,32 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 		st.AdvantageMean = s / float64(st.Tokens)
 	}
 	return st, nil
+}
+
+// epochs is the passes over a batch (Epochs, 0 meaning 1).
+func (c Config) epochs() int { return max(1, c.Epochs) }
+
+// explainedVar is 1 − Var(returns − values)/Var(returns) over the masked
+// tokens; 0 when the returns do not vary.
+func explainedVar(returns, values, masks [][]float32) float64 {
+	var n, sr, srr, sd, sdd float64
+	for i, m := range masks {
+		for t, w := range m {
+			if w == 0 {
+				continue
+			}
+			r, d := float64(returns[i][t]), float64(returns[i][t]-values[i][t])
+			n, sr, srr, sd, sdd = n+1, sr+r, srr+r*r, sd+d, sdd+d*d
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	vr := srr/n - (sr/n)*(sr/n)
+	if vr <= 1e-12 {
+		return 0
+	}
+	return 1 - (sdd/n-(sd/n)*(sd/n))/vr
 }
 
 // valueClip is the value loss's clip; 0 in the config means no clipping.
@@ -312,7 +344,7 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 	// differ from 1 or the critic's values are needed. A rank needs only
 	// its own sequences', except under PPO, whose advantages are whitened
 	// over the whole batch: then every rank runs the pre-pass on all of it.
-	if cfg.policyGradient() && (mbs > 1 || cfg.Algorithm == PPO) {
+	if cfg.policyGradient() && (mbs > 1 || cfg.epochs() > 1 || cfg.Algorithm == PPO) {
 		p.old, p.oldVal = make([][]float32, n), make([][]float32, n)
 		pre := p.mini
 		if ranks > 1 && cfg.Algorithm == PPO {

@@ -30,6 +30,9 @@ var variants = map[string]struct {
 	"mlmt_math_static": {"mlmt_math", []string{"name=mlmt_math_static",
 		"description=mlmt_math with static feedback, the baseline (only the solver trains)",
 		"algorithm.mlmt.static_feedback=true", "models.feedback=null", "engines.feedback=null", "algorithm.mlmt.train=[solver]"}},
+	"ppo_math": {"quickstart", []string{"name=ppo_math",
+		"description=quickstart with PPO (the value head on the policy's trunk as critic, GAE), 600 RL steps",
+		"algorithm.name=ppo", "models.policy.value_head=true", "schedule.steps=600", "schedule.eval_every=50"}},
 }
 
 type builtinRecipe struct {

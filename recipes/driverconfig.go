@@ -26,7 +26,7 @@ var ErrUnsupported = errors.New("not supported by the driver yet")
 // driver runs (single-turn, outcome reward).
 var learnerAlgorithms = map[string]string{
 	"grpo": learner.GRPO, "drgrpo": learner.DrGRPO, "rloo": learner.RLOO,
-	"reinforce_pp": learner.ReinforcePP, "rw_sft": learner.RWSFT,
+	"reinforce_pp": learner.ReinforcePP, "rw_sft": learner.RWSFT, "ppo": learner.PPO,
 }
 
 // DriverConfig maps the recipe onto the training loop's configuration,
@@ -38,7 +38,8 @@ var learnerAlgorithms = map[string]string{
 // needsRolloutActors; synchronous, or asynchronous for single-turn
 // episodes), a learner per policy, of placement.learner_shards
 // data-parallel ranks (grpo, drgrpo,
-// rloo, reinforce_pp, rw_sft with exp weights), the SFT warm-up,
+// rloo, reinforce_pp, rw_sft with exp weights; ppo with the value head as
+// critic for single-turn episodes; epochs and mini-batches), the SFT warm-up,
 // schedule, evaluation, checkpoints and seed. Every recipe feature beyond that is refused with
 // an error naming the recipe field (errors.Is(err, ErrUnsupported)), never
 // dropped. The caller sets Resume, Node, Logger and Progress.
@@ -96,9 +97,8 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if pol.LoRA != nil {
 		no("models.policy.lora", "LoRA training is not supported yet")
 	}
-	if pol.ValueHead {
-		no("models.policy.value_head", "a value head (PPO) is not supported yet")
-	}
+	// models.policy.value_head goes with algorithm ppo (validated): the
+	// learner adds the critic for PPO.
 	if fb := r.Models.Feedback; fb != nil {
 		if fb.LoRA != nil {
 			no("models.feedback.lora", "LoRA training is not supported yet")
@@ -118,10 +118,15 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	a := r.Algorithm
 	name, ok := learnerAlgorithms[a.Name]
 	if !ok {
-		no("algorithm.name", "%s is not supported yet (grpo, drgrpo, rloo, reinforce_pp, rw_sft)", a.Name)
+		no("algorithm.name", "%s is not supported yet (grpo, ppo, drgrpo, rloo, reinforce_pp, rw_sft)", a.Name)
 	}
-	if a.Epochs != 1 {
-		no("algorithm.epochs", "%d: more than one pass over a batch is not supported yet", a.Epochs)
+	if a.Name == "ppo" && epType != "single" {
+		// The critic would score the turns of an episode as independent
+		// responses, and the feedback policy would need its own.
+		no("algorithm.name", "ppo is not supported yet for %s episodes (single only)", epType)
+	}
+	if a.Name == "ppo" && a.ValueCoef == 0 {
+		no("algorithm.value_coef", "0: ppo's critic would never train (want > 0)")
 	}
 	if a.Name == "rw_sft" && a.RWSFT.Weighting != "exp" {
 		no("algorithm.rw_sft.weighting", "%s is not supported yet (exp only)", a.RWSFT.Weighting)
@@ -195,7 +200,7 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	lc.Loss = a.PolicyLossConfig()
 	lc.MaxResponseLen = a.MaxTokens
 	lc.MicroBatchSeqs = a.MicroBatch
-	lc.MiniBatches = a.MiniBatches
+	lc.MiniBatches, lc.Epochs = a.MiniBatches, a.Epochs
 	lc.Gamma, lc.Lambda, lc.VFCoef, lc.ValueClip = a.Gamma, a.Lambda, a.ValueCoef, a.ValueClip
 	lc.RWBeta = a.RWSFT.Beta
 	// Each trained policy's learner (MLMT: the feedback policy's too) runs

@@ -123,8 +123,10 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 		{"mlmt_math", []string{"deterministic=false", "sync.mode=async"}, "sync.mode"},
 		{"score_math", []string{"deterministic=false", "sync.mode=async"}, "sync.mode"},
 		{"quickstart", []string{"models.policy.lora={rank: 4}"}, "models.policy.lora"},
-		{"quickstart", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "algorithm.name"},
-		{"quickstart", []string{"algorithm.epochs=2"}, "algorithm.epochs"},
+		{"mlmt_math", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "algorithm.name"},
+		{"score_math", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "algorithm.name"},
+		{"quickstart", []string{"algorithm.name=ppo", "models.policy.value_head=true", "algorithm.value_coef=0"}, "algorithm.value_coef"},
+		{"mlmt_math", []string{"algorithm.name=ppo", "models.policy.value_head=true", "models.feedback.value_head=true"}, "models.feedback.value_head"},
 		{"quickstart", []string{"algorithm.schedule=cosine"}, "algorithm.schedule"},
 		{"quickstart", []string{"eval.samples=4", "eval.temperature=0.7"}, "eval.samples"},
 		{"quickstart", []string{"eval.temperature=0.7"}, "eval.temperature"},
@@ -287,6 +289,7 @@ func TestDriverConfigVLLM(t *testing.T) {
 		{"grpo_gsm8k", nil},
 		{"mlmt_math_static", nil},
 		{"score_math", nil},
+		{"ppo_math", nil},
 	} {
 		sets := append([]string{"deterministic=false", "engines.policy.kind=vllm", servers}, c.sets...)
 		name := c.recipe + " " + strings.Join(c.sets, " ")
@@ -313,7 +316,7 @@ func TestDriverConfigVLLM(t *testing.T) {
 // cannot learn; this checks that recipe, driver and servers connect: both
 // servers answer, every learner step is reloaded, metrics are written.
 func TestShippedRecipesOnVLLM(t *testing.T) {
-	for _, name := range []string{"quickstart", "grpo_gsm8k", "score_math", "mlmt_math_static"} {
+	for _, name := range []string{"quickstart", "grpo_gsm8k", "score_math", "mlmt_math_static", "ppo_math"} {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

@@ -45,14 +45,23 @@ type started struct {
 func startRun(t *testing.T, home string, args ...string) *started {
 	t.Helper()
 	cmd := rlnodeCmd(t, home, args...)
-	pr, pw := io.Pipe()
+	// stdout is an OS pipe, not an io.Pipe: the process ends (and done
+	// closes) whether or not the test reads its output, so a failing test
+	// cannot hang in Cleanup on a copy goroutine nobody drains.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = pw, &errb
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	pw.Close() // the child holds its own copy; EOF on pr once it ends
+	if err != nil {
+		pr.Close()
 		t.Fatal(err)
 	}
 	s := &started{cmd: cmd, stdout: bufio.NewReader(pr), stderr: &errb, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); pw.Close(); close(s.done) }()
+	go func() { _ = cmd.Wait(); close(s.done) }()
 	t.Cleanup(func() {
 		select {
 		case <-s.done:
@@ -60,6 +69,7 @@ func startRun(t *testing.T, home string, args ...string) *started {
 			_ = cmd.Process.Kill()
 			<-s.done
 		}
+		pr.Close()
 	})
 	return s
 }
@@ -89,7 +99,7 @@ func (s *started) waitFor(t *testing.T, what string, cond func() bool) {
 			}
 			t.Fatalf("rlnode ended before %s\nstderr:\n%s", what, s.stderr)
 		case <-deadline:
-			t.Fatalf("no %s within 60 s", what)
+			t.Fatalf("no %s within 60 s\nstderr:\n%s", what, s.stderr)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

@@ -21,7 +21,11 @@ import (
 // binary, as in the multi-process tests):
 //
 //	go test ./learner/shard -run '^$' -bench 'AllReduce|Memcpy|TrainStepQuickstart' -benchtime 5x
+//	RLNODE_BENCH_BUCKET=65536 go test ./learner/shard -run '^$' -bench 'TrainStep(Quickstart|9M)/shards=2' -benchtime 3x
 //
+// The quickstart's gradient (0.5 M floats) fits one default bucket, so
+// only smaller buckets let its reduction overlap backward; the 9.7M
+// model's fills about ten.
 // AllReduce (with Options' default buckets) reports bus bandwidth as NCCL's
 // tests define it: bytes/time × 2(n−1)/n, the traffic each rank's link
 // carries in a ring all-reduce.

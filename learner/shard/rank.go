@@ -15,12 +15,15 @@ import (
 
 // Options tune a rank's collectives. The zero value takes the defaults.
 type Options struct {
-	// Timeout bounds every collective (one reduce-scatter, all-gather or
+	// Timeout bounds every collective (one gradient bucket's reduction,
+	// from its start during backward; the weights' all-gather; a
 	// statistics sum): a rank that sends nothing for this long fails the
 	// step on every rank, naming it. Default 60 s.
 	Timeout time.Duration
 	// BucketElems is the size of one ring bucket in float32 elements
-	// (default 1 Mi = 4 MiB).
+	// (default 1 Mi = 4 MiB). A gradient bucket starts once backward has
+	// finished all of its tensors, so smaller buckets overlap more of the
+	// backward pass but pay the per-chunk latency more often.
 	BucketElems int
 	// InFlight is how many buckets are on the wire at once (default 4:
 	// against 2, BenchmarkAllReduceLoopback gained 10-30% at 16 and 64 MiB

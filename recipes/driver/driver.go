@@ -55,20 +55,26 @@ type Metrics struct {
 	FeedbackGradNorm *float64 `json:"feedback_grad_norm,omitempty"`
 	FeedbackEntropy  *float64 `json:"feedback_entropy,omitempty"`
 
-	Loss            float64 `json:"loss"`
-	GradNorm        float64 `json:"grad_norm"`
-	LR              float64 `json:"lr"`
-	ClipFrac        float64 `json:"clip_frac"`
-	ClipFracHigh    float64 `json:"clip_frac_high"`
-	ApproxKL        float64 `json:"approx_kl"`
-	RefKL           float64 `json:"ref_kl"`
-	Entropy         float64 `json:"entropy"`
-	Tokens          int     `json:"tokens"`
-	Seqs            int     `json:"seqs"` // sequences the solver trained on
-	ResponseLenMean float64 `json:"response_len_mean,omitempty"`
-	SolvedAllFrac   float64 `json:"groups_all_correct,omitempty"`
-	SolvedNoneFrac  float64 `json:"groups_none_correct,omitempty"`
-	WeightVersion   int64   `json:"weight_version"`
+	Loss         float64 `json:"loss"`
+	GradNorm     float64 `json:"grad_norm"`
+	LR           float64 `json:"lr"`
+	ClipFrac     float64 `json:"clip_frac"`
+	ClipFracHigh float64 `json:"clip_frac_high"`
+	ApproxKL     float64 `json:"approx_kl"`
+	RefKL        float64 `json:"ref_kl"`
+	Entropy      float64 `json:"entropy"`
+	// PPO's critic at RL steps: the value loss (mean over the step's
+	// optimizer steps), the fraction of value-clipped tokens, and the
+	// explained variance of the returns by the values before the step.
+	ValueLoss       *float64 `json:"value_loss,omitempty"`
+	ValueClipFrac   *float64 `json:"value_clip_frac,omitempty"`
+	ExplainedVar    *float64 `json:"explained_var,omitempty"`
+	Tokens          int      `json:"tokens"`
+	Seqs            int      `json:"seqs"` // sequences the solver trained on
+	ResponseLenMean float64  `json:"response_len_mean,omitempty"`
+	SolvedAllFrac   float64  `json:"groups_all_correct,omitempty"`
+	SolvedNoneFrac  float64  `json:"groups_none_correct,omitempty"`
+	WeightVersion   int64    `json:"weight_version"`
 	// WeightLag is how many versions the oldest sample of the step lags
 	// behind the version that would be on-policy for it (the learner's
 	// step before this one): 0 in synchronous runs, ≤ max staleness in
@@ -351,7 +357,8 @@ func (r *run) syncAll(ctx context.Context) error {
 }
 
 // syncWeights pulls a learner's weights over the bulk path and swaps them
-// into its engine as the version of the learner's step.
+// into its engine as the version of the run's step (one Train call; a
+// learner with mini-batches takes more optimizer steps than that).
 func (r *run) syncWeights(ctx context.Context, p *policy) error {
 	if p.vllm != nil {
 		return r.syncVLLM(ctx, p)
@@ -369,14 +376,14 @@ func (r *run) syncWeights(ctx context.Context, p *policy) error {
 		return fmt.Errorf("driver: %w", err)
 	}
 	if p.pool != nil {
-		if err := r.publish(ctx, p, int64(off.Step), w); err != nil {
+		if err := r.publish(ctx, p, int64(r.step), w); err != nil {
 			return err
 		}
-	} else if err := p.local.SetWeights(ctx, int64(off.Step), w); err != nil {
+	} else if err := p.local.SetWeights(ctx, int64(r.step), w); err != nil {
 		return fmt.Errorf("driver: %s: %w", p.id, err)
 	}
 	if p == r.solver {
-		r.version = int64(off.Step)
+		r.version = int64(r.step)
 		if r.cfg.OnWeights != nil {
 			r.cfg.OnWeights(r.version, p.eng.Engine)
 		}
@@ -454,7 +461,7 @@ func (r *run) warmup(ctx context.Context) error {
 			return err
 		}
 		m := Metrics{Phase: "warmup"}
-		fill(&m, st)
+		r.fill(&m, st)
 		m.TrainSeconds = time.Since(t0).Seconds()
 		if err := r.finishWarmupStep(ctx, &m); err != nil {
 			return err
@@ -492,15 +499,22 @@ func (r *run) train(ctx context.Context, p *policy, b learner.Batch) (learner.St
 		return st, fmt.Errorf("driver: train the %s at step %d: %w", p.id, step, err)
 	}
 	if p == r.solver {
-		r.step = st.Step
+		// A run's step is one Train call, whatever the optimizer steps
+		// inside it (algorithm.mini_batches, epochs).
+		r.step++
 	}
 	return st, nil
 }
 
-func fill(m *Metrics, st learner.Stats) {
-	m.Step, m.Loss, m.GradNorm, m.LR = st.Step, st.Loss, st.GradNorm, st.LR
+// fill copies the solver's Stats of the run's current step into m.
+func (r *run) fill(m *Metrics, st learner.Stats) {
+	m.Step = r.step
+	m.Loss, m.GradNorm, m.LR = st.Loss, st.GradNorm, st.LR
 	m.ClipFrac, m.ClipFracHigh, m.ApproxKL, m.RefKL, m.Entropy = st.ClipFrac, st.ClipFracHigh, st.ApproxKL, st.RefKL, st.Entropy
 	m.Tokens, m.Seqs = st.Tokens, st.Seqs
+	if m.Phase == "rl" && r.cfg.Learner.Algorithm == learner.PPO {
+		m.ValueLoss, m.ValueClipFrac, m.ExplainedVar = &st.ValueLoss, &st.ValueClipFrac, &st.ExplainedVar
+	}
 }
 
 // finishStep pushes the new weights to the engine, evaluates and
@@ -709,7 +723,7 @@ func (r *run) reinforce(ctx context.Context) error {
 			return err
 		}
 		m := Metrics{Phase: "rl"}
-		fill(&m, st)
+		r.fill(&m, st)
 		reward := st.RewardMean
 		m.RewardMean = &reward
 		m.ResponseLenMean = respLen / float64(len(b.Responses))

@@ -404,6 +404,13 @@ func (r *run) restartLearners(ctx context.Context, cause error) error {
 			return err
 		}
 	}
+	// The asynchronous run's prefetched batch is gone with reinforce
+	// (which cancels and waits for its generation before returning); the
+	// checkpoint's cursor already leaves it out. The step is the
+	// checkpoint's before the engines restart: new rollout actors start at
+	// its version (startRollout).
+	r.prefetched = 0
+	r.step, r.cursor, r.version = ds.Step, ds.TrainCursor, ds.WeightVersion
 	for _, p := range []*policy{r.solver, r.feedback} {
 		if p == nil {
 			continue
@@ -425,11 +432,6 @@ func (r *run) restartLearners(ctx context.Context, cause error) error {
 			return err
 		}
 	}
-	// The asynchronous run's prefetched batch is gone with reinforce
-	// (which cancels and waits for its generation before returning); the
-	// checkpoint's cursor already leaves it out.
-	r.prefetched = 0
-	r.step, r.cursor, r.version = ds.Step, ds.TrainCursor, ds.WeightVersion
 	if err := r.cutMetrics(ds.Step); err != nil {
 		return err
 	}

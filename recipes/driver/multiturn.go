@@ -324,7 +324,7 @@ func (r *run) warmupMultiTurn(ctx context.Context) error {
 			return err
 		}
 		m := Metrics{Phase: "warmup"}
-		fill(&m, st)
+		r.fill(&m, st)
 		if r.feedback != nil {
 			fst, err := r.train(ctx, r.feedback, fbb)
 			if err != nil {
@@ -437,7 +437,7 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 			return err
 		}
 		m := Metrics{Phase: "rl"}
-		fill(&m, st)
+		r.fill(&m, st)
 		if trainFeedback {
 			fst, err := r.train(ctx, r.feedback, fbb)
 			if err != nil {

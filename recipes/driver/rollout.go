@@ -103,8 +103,7 @@ func (r *run) startRollout(ctx context.Context, p *policy, l learner.Config, ro 
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("driver: %s rollout model: %w", p.id, err)
 	}
-	saved, err := p.learner.save(ctx, dir)
-	if err != nil {
+	if _, err := p.learner.save(ctx, dir); err != nil {
 		return fmt.Errorf("driver: write the %s rollout model to %s: %w", p.id, dir, err)
 	}
 	if err := tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {
@@ -114,7 +113,7 @@ func (r *run) startRollout(ctx context.Context, p *policy, l learner.Config, ro 
 	if err := os.WriteFile(filepath.Join(dir, EngineConfigFile), js, 0o644); err != nil {
 		return fmt.Errorf("driver: write the %s rollout model: %w", p.id, err)
 	}
-	version := int64(saved.Step)
+	version := int64(r.step) // the run's step, as syncWeights versions them
 	suffix := fmt.Sprintf("%s-%d", p.id, time.Now().UnixNano())
 	p.syncer, err = weightsync.Start(ctx, r.node, version, weightsync.Config{
 		MaxStaleness: r.cfg.MaxStaleness, PushTimeout: rolloutPushTimeout, Name: "weightsync-" + suffix, Logger: r.log})

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/native"
@@ -338,5 +340,45 @@ func TestModelOnlyStripsValueHead(t *testing.T) {
 	tt, _, _ := ck.Tensor("model.embed_tokens.weight")
 	if v, err := tt.Float32(); err != nil || len(v) != 4 || v[0] != 1 || v[3] != 4 {
 		t.Errorf("the model tensor changed: %v %v", v, err)
+	}
+}
+
+// PPO on vLLM: several optimizer steps per run step (epochs ×
+// mini-batches) still make one version per run step, and the critic's
+// value head stays out of what the servers reload.
+func TestPPOOnVLLM(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, a, _ := vllmRun(t)
+	cfg.Learner.Algorithm = learner.PPO
+	cfg.Learner.MiniBatches, cfg.Learner.Epochs = 2, 2
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl := a.Reloads()
+	if len(rl) != 1+cfg.WarmupSteps+cfg.Steps {
+		t.Fatalf("%d reloads %+v, want %d", len(rl), rl, 1+cfg.WarmupSteps+cfg.Steps)
+	}
+	for i, r := range rl {
+		if r.Version != strconv.Itoa(i) {
+			t.Errorf("reload %d is version %s, want the run step %d", i, r.Version, i)
+		}
+	}
+	hasHead := func(dir string) bool {
+		t.Helper()
+		ck, err := safetensors.OpenCheckpoint(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, ok := ck.Tensor(model.ValueHeadWeight)
+		return ok
+	}
+	v := strconv.FormatInt(res.WeightVersion, 10)
+	if !hasHead(filepath.Join(cfg.Out, "checkpoints", "step-"+v)) {
+		t.Fatal("the run's checkpoint has no value head: not a PPO run?")
+	}
+	if hasHead(filepath.Join(cfg.Out, "vllm-weights", "step-"+v)) {
+		t.Error("the servers' checkpoint holds the value head")
 	}
 }
