@@ -198,7 +198,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		defer node.Stop()
 		cfg.Node = node
-		if cfg.Rollout == nil {
+		// On a cluster, generation goes to rollout actors, unless vLLM
+		// servers generate (the driver's client talks to them directly).
+		if cfg.Rollout == nil && cfg.VLLM == nil {
 			cfg.Rollout, cfg.FeedbackRollout = l.RolloutPlacement(cfg.Feedback != nil)
 		}
 	}
