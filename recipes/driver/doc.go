@@ -71,9 +71,10 @@
 // 100 warm-up steps left the sampled reward near 0.05 and GRPO barely
 // moved it (0.09 → 0.07–0.10 by RL step 275). Plain SFT keeps improving
 // too (0.58 after 600 SFT steps), so the curve shows GRPO learning from
-// reward, not that it beats more SFT. Long runs are not bit-reproducible
-// (a parallel reduction: the test run and the harness run of seed 1 part
-// after RL step 450); the warm-up curve is.
+// reward, not that it beats more SFT. Those long runs were not
+// bit-reproducible (a parallel reduction: the test run and the harness run
+// of seed 1 parted after RL step 450); since then the CPU kernels add
+// partial sums in chunk order and runs with deterministic: true repeat.
 //
 // Datasets and verifiers (data.go, verify.go): a dataset (JSONL or
 // Parquet through rollout/data, with a column mapping) replaces the task
@@ -239,8 +240,8 @@
 //
 // Not done yet: PPO for multi-turn episodes (refused); the KL as a reward
 // penalty (only the loss term); vLLM serves the solver only (no feedback
-// policy, no rollout actors, synchronous only, no LoRA sync; `rlnode run
-// --address` sets rollout actors and so is refused with vLLM); the actors' starting checkpoint goes
+// policy, no rollout actors, synchronous only, no LoRA sync); the actors'
+// starting checkpoint goes
 // through the run directory (a shared filesystem across hosts), not a
 // push at registration; a lost rollout actor is not replaced (the pool
 // shrinks); a learner restart replaces all rollout actors rather than
@@ -250,12 +251,9 @@
 // training the feedback policy without the solver is refused; one
 // learner-config for both MLMT policies; datasets and the gsm8k and code
 // verifiers are single-turn only (multi-turn episodes need the task's
-// hints and verify with math); `rlnode eval` of a single-turn checkpoint
-// (cmd/rlnode) still draws task problems with the math verifier (so
-// `rlnode eval --recipe mbpp` scores the wrong problems): it should call
-// EvaluateSingleCheckpoint, which evaluates as the run does; the
-// sandbox's limits and mode are not recipe fields; curves.png, the progress bar and Prometheus
-// metrics are the CLI's (cmd/rlnode); sharded learners: ZeRO stage and
+// hints and verify with math); the sandbox's limits and mode are not
+// recipe fields; curves.png, the progress bar and Prometheus metrics are
+// the CLI's (cmd/rlnode); sharded learners: ZeRO stage and
 // collective timeout (LearnerTimeout) are not recipe fields (ZeRO-1,
 // 60 s), one shard count for both MLMT policies, and a rank that dies
 // between steps is noticed at the next learner call.
