@@ -44,15 +44,14 @@
 // weight_lag 1 on 199 of 200 steps, and matched the synchronous runs'
 // 0.215 at step 475 before the last evaluation. One seed: not a study.
 //
-// Quickstart now runs 1,200 GRPO steps (was 800). With this session's
-// AVX-512 kernels, seed 1 (deterministic): 0.148 after warm-up (20 s),
-// 0.234 at RL step 200, 0.301 at 500, 0.328 at 800 (317 s: +18 points,
-// short of +20, which is why the RL phase grew), 0.426 at 1,000, 0.391 at
-// 1,200 (+24; 0.34–0.44 over the last 300 steps). The first 1,100
-// steps took 317 s; the last 400 were measured by resuming the 800-step
-// run's final checkpoint (which reaches the uninterrupted run's weights)
-// and took 215 s at load 6–9, so the whole run stays inside 10 minutes
-// even on a busy machine.
+// Quickstart now runs 1,200 GRPO steps (was 800). At the end of session
+// 2, `go run ./cmd/rlnode run quickstart` uninterrupted on a quiet machine
+// (seed 1, deterministic): 0.148 after warm-up, 0.191 at RL step 200,
+// 0.305 at 500, 0.301 at 800, 0.402 at 1,000, 0.391 at the end (+24;
+// 0.31–0.43 over the last 300 steps), 318 s. An earlier build of the same
+// session ended at 0.328 after 800 RL steps (+18, short of +20, which is
+// why the RL phase grew). Runs repeat bit for bit with one binary; kernel
+// changes move the numbers.
 //
 // Earlier measurements, before the kernel work and on the shared 2-core
 // machine beside other engineers' jobs (wall times are noisy). Level-1 arithmetic has 1,365 questions (operands
