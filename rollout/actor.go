@@ -31,6 +31,14 @@ import (
 // reply, or as an explicit bulk offer when over BulkThreshold.
 const ActorKind = "rollout"
 
+// Texts of the rollout actor's answers that the pool acts on: they cross
+// node boundaries as error text, so both sides share them here.
+const (
+	msgQueueFull    = "queue full"
+	msgNoJob        = "no job"
+	msgActorStopped = "rollout actor stopped"
+)
+
 // ActorConfig is the spawn argument of a rollout actor.
 type ActorConfig struct {
 	Engine         string // registered engine name ("native", or one a program registers)
@@ -339,7 +347,7 @@ func (a *rolloutActor) Stopped(*actor.Context) {
 	a.stop()
 	a.wg.Wait()
 	if !a.host.IsZero() {
-		_ = a.sys.StopLocal(a.host.Name, "rollout actor stopped")
+		_ = a.sys.StopLocal(a.host.Name, msgActorStopped)
 	}
 	a.closeEngines()
 }
@@ -373,7 +381,7 @@ func (a *rolloutActor) submit(s Submit) (Ticket, error) {
 	defer a.mu.Unlock()
 	a.expire()
 	if a.waiting >= a.cfg.MaxQueue {
-		return Ticket{}, fmt.Errorf("rollout actor: queue full (%d jobs waiting)", a.waiting)
+		return Ticket{}, fmt.Errorf("rollout actor: %s (%d jobs waiting)", msgQueueFull, a.waiting)
 	}
 	a.next++
 	j := &job{id: fmt.Sprintf("job-%d", a.next), submit: s}
@@ -401,7 +409,7 @@ func (a *rolloutActor) collect(id string) (JobResult, error) {
 	defer a.mu.Unlock()
 	j, ok := a.jobs[id]
 	if !ok {
-		return JobResult{}, fmt.Errorf("rollout actor: no job %q (never submitted, or already collected)", id)
+		return JobResult{}, fmt.Errorf("rollout actor: %s %q (never submitted, or already collected)", msgNoJob, id)
 	}
 	if !j.done {
 		return JobResult{Job: id}, nil
@@ -450,7 +458,7 @@ func (a *rolloutActor) work(s Submit) (res JobResult, tokens int) {
 		}
 	}()
 	if a.ctx.Err() != nil {
-		return JobResult{Error: "rollout actor stopped"}, 0
+		return JobResult{Error: msgActorStopped}, 0
 	}
 	if s.Generate != nil {
 		out, err := a.solver.Generate(a.ctx, s.Generate.Requests)

@@ -428,12 +428,26 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 			return false
 		}
 	}
+	// pause waits wait (doubling it up to poolPollMax for the next time);
+	// it reports r lost, or ctx's error, if either ends the wait.
+	wait := pollFirst
+	pause := func() (lost bool, err error) {
+		select {
+		case <-ctx.Done():
+			if isLost() {
+				return true, nil
+			}
+			return false, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, poolPollMax)
+		return false, nil
+	}
 	// call retries calls that fail in transport until the cluster reports
 	// r lost, ctx ends, or the failures last LossTimeout (then r is dropped
 	// here). An error the actor itself answered (*actor.ActorError) comes
 	// back at once: r is alive.
 	var failingSince time.Time
-	wait := pollFirst
 	call := func(msg any) (any, bool, error) {
 		for {
 			cctx, ccancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
@@ -456,15 +470,9 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 				p.lose(r, fmt.Sprintf("calls failing for %s: %v", p.cfg.LossTimeout, err))
 				return nil, true, nil
 			}
-			select {
-			case <-ctx.Done():
-				if isLost() {
-					return nil, true, nil
-				}
-				return nil, false, ctx.Err()
-			case <-time.After(wait):
+			if lost, err := pause(); lost || err != nil {
+				return nil, lost, err
 			}
-			wait = min(2*wait, poolPollMax)
 		}
 	}
 	fail := func(format string, args ...any) error {
@@ -481,19 +489,13 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 		if err == nil {
 			break
 		}
-		if !strings.Contains(err.Error(), "queue full") {
+		if !strings.Contains(err.Error(), msgQueueFull) {
 			return nil, false, fail("submit: %v", err)
 		}
 		// Busy, not lost: wait for a slot (bounded by ctx).
-		select {
-		case <-ctx.Done():
-			if isLost() {
-				return nil, true, nil
-			}
-			return nil, false, ctx.Err()
-		case <-time.After(wait):
+		if lost, err := pause(); lost || err != nil {
+			return nil, lost, err
 		}
-		wait = min(2*wait, poolPollMax)
 	}
 	t, ok := v.(Ticket)
 	if !ok {
@@ -506,7 +508,7 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 			return nil, true, nil
 		}
 		if err != nil {
-			if strings.Contains(err.Error(), "no job") {
+			if strings.Contains(err.Error(), msgNoJob) {
 				// The actor forgot the job (restarted in place): the chunk
 				// runs again; the watch decides about the replica.
 				return nil, true, nil
@@ -519,7 +521,7 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 		}
 		if jr.Done {
 			switch {
-			case jr.Error == "rollout actor stopped":
+			case jr.Error == msgActorStopped:
 				p.lose(r, "actor stopped")
 				return nil, true, nil
 			case jr.Error != "":
@@ -534,15 +536,9 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 			}
 			return jr.Results, false, nil
 		}
-		select {
-		case <-ctx.Done():
-			if isLost() {
-				return nil, true, nil
-			}
-			return nil, false, ctx.Err()
-		case <-time.After(wait):
+		if lost, err := pause(); lost || err != nil {
+			return nil, lost, err
 		}
-		wait = min(2*wait, poolPollMax)
 	}
 }
 
