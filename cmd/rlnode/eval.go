@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -61,12 +60,9 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, evalUsage)
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		return 2
+	pos, code, ok := parseCommand(fs, args)
+	if !ok {
+		return code
 	}
 	if len(pos) > 0 || *modelDir == "" || *recipe == "" {
 		fmt.Fprintf(stderr, "rlnode eval: want --model DIR and --recipe RECIPE\n\n%s", evalUsage)

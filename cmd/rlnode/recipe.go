@@ -44,6 +44,20 @@ func recipeCommand(args []string, stdout, stderr io.Writer) int {
 
 // parseInterleaved parses flags given before, between or after positional
 // arguments and returns the positional ones.
+// parseCommand is parseInterleaved with the exit codes every command
+// uses: ok false means stop with code (0 after -h, 2 on a flag error,
+// which the flag set has already printed).
+func parseCommand(fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
+	pos, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil, 0, false
+	}
+	if err != nil {
+		return nil, 2, false
+	}
+	return pos, 0, true
+}
+
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
@@ -86,12 +100,9 @@ func recipeShowValidate(verb string, args []string, stdout, stderr io.Writer) in
 	if verb == "show" {
 		fs.BoolVar(&resolved, "resolved", false, "print every default filled in")
 	}
-	pos, err := parseInterleaved(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		return 2
+	pos, code, ok := parseCommand(fs, args)
+	if !ok {
+		return code
 	}
 	if len(pos) != 1 {
 		fmt.Fprintf(stderr, "rlnode recipe %s: want one recipe (a built-in name or a file)\n\n%s", verb, recipeUsage)

@@ -73,12 +73,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, runUsage)
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		return 2
+	pos, code, ok := parseCommand(fs, args)
+	if !ok {
+		return code
 	}
 	if len(pos) != 1 {
 		fmt.Fprintf(stderr, "rlnode run: want one recipe (a built-in name or a file)\n\n%s", runUsage)
