@@ -731,14 +731,22 @@ func (r *run) reinforce(ctx context.Context) error {
 		m.SolvedNoneFrac = float64(noneRight) / float64(len(res))
 		m.GenSeconds, m.TrainSeconds = gen, time.Since(t1).Seconds()
 		m.WeightLag = &lag
-		last := k == cfg.Steps
-		evalNow := cfg.EvalEvery > 0 && (k%cfg.EvalEvery == 0 || last)
-		ckpt := last || (cfg.CheckpointEvery > 0 && k%cfg.CheckpointEvery == 0)
-		if err := r.finishStep(ctx, &m, evalNow, ckpt); err != nil {
+		if err := r.finishRLStep(ctx, &m, k); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// finishRLStep finishes RL step k (1-based) of cfg.Steps: evaluation
+// every EvalEvery steps and at the last, a checkpoint every
+// CheckpointEvery steps and at the last.
+func (r *run) finishRLStep(ctx context.Context, m *Metrics, k int) error {
+	cfg := r.cfg
+	last := k == cfg.Steps
+	evalNow := cfg.EvalEvery > 0 && (k%cfg.EvalEvery == 0 || last)
+	ckpt := last || (cfg.CheckpointEvery > 0 && k%cfg.CheckpointEvery == 0)
+	return r.finishStep(ctx, m, evalNow, ckpt)
 }
 
 // rlBatch is one RL step's prompts and, once done is closed, their

@@ -452,10 +452,7 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 		m.SolvedAllFrac = float64(allRight) / float64(len(probs))
 		m.SolvedNoneFrac = float64(noneRight) / float64(len(probs))
 		m.GenSeconds, m.TrainSeconds = gen, time.Since(t1).Seconds()
-		last := k == cfg.Steps
-		evalNow := cfg.EvalEvery > 0 && (k%cfg.EvalEvery == 0 || last)
-		ckpt := last || (cfg.CheckpointEvery > 0 && k%cfg.CheckpointEvery == 0)
-		if err := r.finishStep(ctx, &m, evalNow, ckpt); err != nil {
+		if err := r.finishRLStep(ctx, &m, k); err != nil {
 			return err
 		}
 	}
