@@ -148,13 +148,17 @@ func (h *hosted) receive(c pa.Context) {
 		h.sys.stats.received.Add(1)
 		h.handle(c, m.msg, m.call, nil)
 	case *anypb.Any:
-		h.handleWire(c, m)
+		h.handleWire(c, m, false)
+	case *heldRelease:
+		h.handleWire(c, m.a, true)
 	case *pa.Stopped:
 		h.stopped()
 	}
 }
 
-func (h *hosted) handleWire(c pa.Context, a *anypb.Any) {
+// handleWire delivers a message that came over the transport; released is
+// true for one that was held (held.go) and now comes back.
+func (h *hosted) handleWire(c pa.Context, a *anypb.Any, released bool) {
 	s := h.sys
 	e, err := unmarshalEnvelope(a)
 	if err != nil {
@@ -162,12 +166,15 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any) {
 		s.log.Warn("dropping malformed message", "actor", h.ref.Name, "err", err)
 		return
 	}
-	if !s.allowed(e.From) {
-		s.stats.dropped.Add(1)
-		s.log.Warn("dropping message from a non-member", "actor", h.ref.Name, "from", e.From)
+	if e.Kind == kindReply {
 		return
 	}
-	if e.Kind == kindReply {
+	if released {
+		s.released(e.From, h.pid.Id)
+	} else if !s.allowed(e.From) || s.senderHeld(e.From, h.pid.Id) {
+		if !s.hold(h, c, a, e) {
+			s.refuseHeld(heldMsg{sender: c.Sender(), env: e, actor: h.ref.Name}, "not held")
+		}
 		return
 	}
 	body := e.Body
@@ -285,6 +292,7 @@ func (h *hosted) stopped() {
 			st.Stopped(h.ctx)
 		}()
 	}
+	h.sys.forgetHeld(h.pid.Id)
 	h.mu.Lock()
 	cause := h.stopCause
 	h.mu.Unlock()

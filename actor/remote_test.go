@@ -34,10 +34,21 @@ func runPeer() {
 	if dir := os.Getenv("RLNODE_ACTOR_TLS_DIR"); dir != "" {
 		cfg.TLS = tlsFilesIn(dir)
 	}
+	if g := os.Getenv("RLNODE_ACTOR_PEER_GRACE"); g != "" {
+		cfg.PeerGrace, _ = time.ParseDuration(g)
+	}
 	s, err := Start(cfg)
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(1)
+	}
+	if members := os.Getenv("RLNODE_ACTOR_PEER_MEMBERS"); members != "" {
+		// The peer admits the addresses listed in this file, read at each
+		// check: the test "gossips" a join by writing it.
+		s.SetPeerFilter(func(addr string) bool {
+			b, _ := os.ReadFile(members)
+			return strings.Contains(string(b), addr+"\n")
+		})
 	}
 	RegisterKind("test.sleeper", func(*Context, any) (Actor, error) { return sleeper{}, nil })
 	if _, err := s.SpawnLocal(LocalSpawn{Name: "peer", Kind: "test.counter", MaxRestarts: -1}); err != nil {
@@ -164,6 +175,64 @@ func TestNonMemberMessagesDropped(t *testing.T) {
 	if _, err := s.Call(ctx, ref, Ping{N: 1}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestMessagesFromAJoiningNodeAreHeld: a node's messages that reach a peer
+// before the peer's membership lists it (it joined a moment ago; gossip
+// has not told the peer yet) are held, and delivered in order once the
+// peer admits it; a sender never admitted gets an error naming it after
+// the grace, not a call that hangs.
+func TestMessagesFromAJoiningNodeAreHeld(t *testing.T) {
+	s := startTestSystem(t)
+	members := t.TempDir() + "/members"
+	if err := os.WriteFile(members, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startPeer(t, "RLNODE_ACTOR_PEER_MEMBERS="+members)
+	ref := p.ref("peer")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	if err := s.Tell(ref, Ping{N: 2}); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		got Pong
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, err := CallAs[Pong](ctx, s, ref, Ping{N: 1})
+		done <- result{got, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("a call from a node the peer does not know was answered: %+v, %v", r.got, r.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := os.WriteFile(members, []byte(s.Address()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	// 3: the held tell (2) was delivered before the held call (1).
+	if r.err != nil || r.got.N != 3 {
+		t.Fatalf("held call after the join: %+v, %v (want N=3: tell, then call, in order)", r.got, r.err)
+	}
+	// Admitted now: no holding.
+	if got, err := CallAs[Pong](ctx, s, ref, Ping{N: 1}); err != nil || got.N != 4 {
+		t.Fatalf("call after the join: %+v, %v", got, err)
+	}
+
+	// A sender never admitted: the call fails after the grace with an
+	// error that names the sender.
+	q := startPeer(t, "RLNODE_ACTOR_PEER_MEMBERS="+t.TempDir()+"/none", "RLNODE_ACTOR_PEER_GRACE=200ms")
+	start := time.Now()
+	_, err := s.Call(ctx, q.ref("peer"), Ping{N: 1})
+	var ae *ActorError
+	if !errors.As(err, &ae) || !strings.Contains(ae.Message, "does not know the sending node "+s.Address()) {
+		t.Fatalf("call from a sender never admitted: %v", err)
+	}
+	t.Logf("refused after %v: %v", time.Since(start).Round(time.Millisecond), err)
 }
 
 func TestKilledPeerFailsPendingCalls(t *testing.T) {

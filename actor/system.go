@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pa "github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
@@ -47,6 +48,10 @@ type Config struct {
 	BatchSize int
 	// Logger receives the system's logs (default slog.Default()).
 	Logger *slog.Logger
+	// PeerGrace is how long a message from a node the peer filter does not
+	// admit yet is held before it is dropped (default DefaultPeerGrace; a
+	// negative value drops at once). See held.go.
+	PeerGrace time.Duration
 }
 
 func (c *Config) withDefaults() Config {
@@ -65,6 +70,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
+	}
+	if out.PeerGrace == 0 {
+		out.PeerGrace = DefaultPeerGrace
 	}
 	return out
 }
@@ -131,6 +139,7 @@ type System struct {
 
 	observer   atomic.Pointer[func(Event)]
 	peerFilter atomic.Pointer[func(addr string) bool]
+	held       heldQueue // messages from senders not (yet) admitted
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -251,7 +260,8 @@ func (s *System) Logger() *slog.Logger { return s.log }
 func (s *System) SetObserver(f func(Event)) { s.observer.Store(&f) }
 
 // SetPeerFilter installs the membership check: messages whose sending node
-// address it rejects are logged and dropped. Nil allows every sender.
+// address it rejects are held for Config.PeerGrace (the sender may have
+// joined a moment ago), then logged and dropped. Nil allows every sender.
 func (s *System) SetPeerFilter(f func(addr string) bool) {
 	if f == nil {
 		s.peerFilter.Store(nil)
@@ -388,7 +398,7 @@ func (s *System) ForgetAddress(addr string, cause error) {
 }
 
 type stats struct {
-	callsSent, tellsSent, received, dropped, bulkServed, bulkFetched atomic.Uint64
+	callsSent, tellsSent, received, dropped, held, bulkServed, bulkFetched atomic.Uint64
 }
 
 // Stats are a node's transport counters since it started.
@@ -397,6 +407,7 @@ type Stats struct {
 	TellsSent        uint64 // Tell messages sent
 	MessagesReceived uint64 // requests and tells delivered to local actors
 	MessagesDropped  uint64 // malformed, undecodable or from non-members
+	MessagesHeld     uint64 // held until their sender became a member (or the grace ran out)
 	BulkBytesServed  uint64 // bytes other nodes pulled from this node's offers
 	BulkBytesFetched uint64 // bytes this node pulled
 }
@@ -406,6 +417,7 @@ func (s *System) Stats() Stats {
 	return Stats{
 		CallsSent: s.stats.callsSent.Load(), TellsSent: s.stats.tellsSent.Load(),
 		MessagesReceived: s.stats.received.Load(), MessagesDropped: s.stats.dropped.Load(),
+		MessagesHeld:    s.stats.held.Load(),
 		BulkBytesServed: s.stats.bulkServed.Load(), BulkBytesFetched: s.stats.bulkFetched.Load(),
 	}
 }

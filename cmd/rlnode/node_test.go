@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -58,6 +59,7 @@ type runningNode struct {
 	gossip string
 	done   chan struct{}
 	out    *bytes.Buffer
+	stderr *bytes.Buffer
 }
 
 // startRlnode starts `rlnode start|join ...` and waits for its gossip line.
@@ -71,7 +73,7 @@ func startRlnode(t *testing.T, home string, args ...string) *runningNode {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	rn := &runningNode{cmd: cmd, done: make(chan struct{}), out: &bytes.Buffer{}}
+	rn := &runningNode{cmd: cmd, done: make(chan struct{}), out: &bytes.Buffer{}, stderr: &errb}
 	go func() { _ = cmd.Wait(); pw.Close(); close(rn.done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -104,6 +106,30 @@ func startRlnode(t *testing.T, home string, args ...string) *runningNode {
 		t.Fatalf("rlnode %v printed no gossip address in 30s: %s", args, errb.String())
 	}
 	return rn
+}
+
+// dumpOnFailure makes a failed test log the goroutines of the given nodes
+// still running (SIGQUIT makes the Go runtime write them to stderr): a
+// stall then shows the other side of the call too.
+func dumpOnFailure(t *testing.T, nodes ...*runningNode) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, n := range nodes {
+			select {
+			case <-n.done:
+				continue
+			default:
+			}
+			_ = n.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-n.done:
+			case <-time.After(10 * time.Second):
+			}
+			t.Logf("node %v stderr:\n%s", n.cmd.Args[1:], n.stderr)
+		}
+	})
 }
 
 func TestStartJoinStatusStop(t *testing.T) {

@@ -74,6 +74,20 @@ func startRun(t *testing.T, home string, args ...string) *started {
 	return s
 }
 
+// dump ends a process that stopped making progress with SIGQUIT, so that
+// the Go runtime writes every goroutine's stack to its stderr, and returns
+// that stderr: a stall in CI then says where it stalled.
+func (s *started) dump() string {
+	_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	return "stderr (with the goroutine dump):\n" + s.stderr.String()
+}
+
 // wait waits (at most 60 s) for the process to end and returns its exit code.
 func (s *started) wait(t *testing.T) int {
 	t.Helper()
@@ -81,8 +95,7 @@ func (s *started) wait(t *testing.T) int {
 	select {
 	case <-s.done:
 	case <-time.After(60 * time.Second):
-		_ = s.cmd.Process.Kill()
-		t.Fatalf("rlnode did not end within 60 s\nstderr:\n%s", s.stderr)
+		t.Fatalf("rlnode did not end within 60 s\n%s", s.dump())
 	}
 	return s.cmd.ProcessState.ExitCode()
 }
@@ -99,7 +112,7 @@ func (s *started) waitFor(t *testing.T, what string, cond func() bool) {
 			}
 			t.Fatalf("rlnode ended before %s\nstderr:\n%s", what, s.stderr)
 		case <-deadline:
-			t.Fatalf("no %s within 60 s\nstderr:\n%s", what, s.stderr)
+			t.Fatalf("no %s within 60 s\n%s", what, s.dump())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

@@ -40,7 +40,8 @@ func rolloutNodeKill(t *testing.T, extra []string) {
 	head := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head", "--resource", "learner=1")
 	key := filepath.Join(home, "cluster.key")
 	victim := startRlnode(t, home, "join", head.gossip, "--bind", "127.0.0.1:0", "--key-file", key, "--node-id", "roll-a", "--resource", "rollout=1")
-	startRlnode(t, home, "join", head.gossip, "--bind", "127.0.0.1:0", "--key-file", key, "--node-id", "roll-b", "--resource", "rollout=1")
+	other := startRlnode(t, home, "join", head.gossip, "--bind", "127.0.0.1:0", "--key-file", key, "--node-id", "roll-b", "--resource", "rollout=1")
+	dumpOnFailure(t, head, victim, other)
 
 	const warmup, rl = 3, 12
 	out := filepath.Join(t.TempDir(), "run")
@@ -67,7 +68,7 @@ func rolloutNodeKill(t *testing.T, extra []string) {
 	select {
 	case printed = <-stdout:
 	case <-time.After(60 * time.Second):
-		t.Fatalf("the run did not end within 60 s of the kill\nstderr:\n%s", run.stderr)
+		t.Fatalf("the run did not end within 60 s of the kill\n%s", run.dump())
 	}
 	<-run.done
 	if code := run.cmd.ProcessState.ExitCode(); code != 0 {
