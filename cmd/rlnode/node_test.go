@@ -48,8 +48,16 @@ func runRlnode(t *testing.T, home string, args ...string) (string, string, int) 
 	select {
 	case <-done:
 	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("rlnode %v did not finish within 60s", args)
+		// SIGQUIT: the Go runtime writes every goroutine to stderr, so the
+		// failure says where it stalled.
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		t.Fatalf("rlnode %v did not finish within 60s\nstdout:\n%s\nstderr (with the goroutine dump):\n%s", args, out.String(), errb.String())
 	}
 	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
 }
