@@ -183,9 +183,7 @@ func (l *Learner) Load(dir string) error {
 	}
 	l.model, l.ref, l.trainer, l.step = m, ref, tr, state.Step
 	l.armDropout()
-	// A checkpoint from before the adapters started (a warm-up's), loaded
-	// for an algorithm that trains them, starts them now.
-	return l.maybeLoRA()
+	return nil
 }
 
 // loadAdapter puts the PEFT adapter in dir onto m, checking it against

@@ -87,11 +87,11 @@ type Config struct {
 	ZeROStage int
 
 	// LoRA, when set, makes every algorithm but SFT train low-rank
-	// adapters on the frozen policy (lora.go): they are added when the
-	// learner is built with, or first switched to, such an algorithm, and
-	// stay. An SFT warm-up before them trains every weight; the RL after
-	// it trains only the adapters (and a PPO value head) on top of the
-	// warmed-up base, with optimizer state for those alone.
+	// adapters on the frozen policy (lora.go): they are added at the first
+	// Train with such an algorithm, and stay. An SFT warm-up before them
+	// trains every weight; the RL after it trains only the adapters (and a
+	// PPO value head) on top of the warmed-up base, with optimizer state
+	// for those alone.
 	LoRA *model.LoRAConfig
 }
 
@@ -361,9 +361,6 @@ func New(cfg Config) (*Learner, error) {
 		}
 	}
 	l.trainer = &model.Trainer{Model: m, Opt: optim.NewAdamW(cfg.Beta1, cfg.Beta2, cfg.Eps, cfg.WeightDecay), MaxGradNorm: cfg.MaxGradNorm}
-	if err := l.maybeLoRA(); err != nil {
-		return nil, err
-	}
 	return l, nil
 }
 
@@ -395,7 +392,7 @@ func (l *Learner) SetAlgorithm(name string, lr float64) error {
 		return fmt.Errorf("learner: algorithm %q needs a value head; build the learner with it", name)
 	}
 	l.cfg = c
-	return l.maybeLoRA()
+	return nil
 }
 
 // lr is the schedule's rate at optimizer step s (0-based).

@@ -6,8 +6,8 @@ import (
 	"github.com/rlnode/rlnode/learner/optim"
 )
 
-// LoRA training (Config.LoRA). The adapters start when the learner first
-// runs an algorithm other than SFT: A drawn from LoRA.Seed, B zero, so the
+// LoRA training (Config.LoRA). The adapters start at the learner's first
+// Train with an algorithm other than SFT, before its first step: A drawn from LoRA.Seed, B zero, so the
 // policy is unchanged at that moment; the base freezes, the optimizer
 // starts afresh over the adapters (and a value head), and a KL reference
 // becomes the base the adapters sit on (the policy at that moment, as
