@@ -38,6 +38,10 @@ import (
 // vLLM servers, and the model name its requests use.
 const VLLMLoRAName = "rlnode-solver"
 
+// testAdapterPushed, when set by a test, is told of every adapter push:
+// policy, version and the number of tensors pushed.
+var testAdapterPushed func(policy string, version int64, tensors int)
+
 // weightsPart is what a policy's weight sync asks its learner for:
 // adapter deltas once a LoRA learner has adapters.
 func (p *policy) weightsPart() string {
@@ -58,6 +62,9 @@ func adapterUpdate(ad *learner.AdapterInfo, w map[string][]float32) weightsync.U
 func (r *run) pushAdapter(ctx context.Context, p *policy, ad *learner.AdapterInfo, w map[string][]float32) error {
 	u := adapterUpdate(ad, w)
 	version := int64(r.step)
+	if testAdapterPushed != nil {
+		testAdapterPushed(p.id, version, len(w))
+	}
 	if p.pool != nil {
 		return r.publish(ctx, p, version, u)
 	}
@@ -146,6 +153,9 @@ func (r *run) syncVLLMAdapter(ctx context.Context, p *policy) (bool, error) {
 	}
 	if err := weightsync.WriteAdapter(dir, adapterUpdate(off.Adapter, w), r.cfg.VLLM.Model); err != nil {
 		return false, fmt.Errorf("driver: %s adapter of step %d for vLLM: %w", p.id, version, err)
+	}
+	if testAdapterPushed != nil {
+		testAdapterPushed(p.id, version, len(w))
 	}
 	rctx, cancel := context.WithTimeout(ctx, r.vllmReloadTimeout())
 	err = p.vllm.LoadLoRA(rctx, VLLMLoRAName, dir, version)
