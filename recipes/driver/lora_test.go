@@ -16,6 +16,8 @@ import (
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/weightsync"
 )
 
 // loraRun is tinyRun training LoRA adapters in its RL steps, with
@@ -190,8 +192,21 @@ func TestLoRARun(t *testing.T) {
 		t.Error("the adapters did not move between RL steps 4 and 5")
 	}
 	checkServedIsLearner(t, cfg, &g, 5)
-	// Evaluation of the checkpoint serves base + adapter: the run's own
+	// Evaluation of the checkpoint serves base + adapter: the engine it
+	// loads generates what the run's engine did, and scores the run's own
 	// final accuracy.
+	eng, err := weightsync.LoadNative(ck5, native.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := eng.Generate(ctx, []engine.Request{{Prompt: loraProbe, Params: engine.SamplingParams{N: 1, MaxTokens: 6}}})
+	eng.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, w := got[0].Samples[0], g.last[5]; !slices.Equal(s.TokenIDs, w.TokenIDs) || maxAbsDiff(s.LogProbs, w.LogProbs) > 1e-5 {
+		t.Errorf("the checkpoint served merged generates %v %v, the run's engine %v %v", s.TokenIDs, s.LogProbs, w.TokenIDs, w.LogProbs)
+	}
 	se, err := EvaluateSingleCheckpoint(ctx, cfg, ck5)
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +214,17 @@ func TestLoRARun(t *testing.T) {
 	if se.Accuracy != res.FinalEval {
 		t.Errorf("EvaluateSingleCheckpoint %v, the run's final eval %v", se.Accuracy, res.FinalEval)
 	}
+}
+
+func maxAbsDiff(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	var d float64
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i]-b[i])))
+	}
+	return d
 }
 
 func sameFile(t *testing.T, a, b string) bool {
@@ -297,5 +323,50 @@ func TestLoRAShardedMatchesOneLearner(t *testing.T) {
 	t.Logf("max |w1 − w2| after 5 steps: %g at %s", d, at)
 	if d > shardTol {
 		t.Errorf("two shards' merged weights differ from one learner's by %g at %s", d, at)
+	}
+}
+
+// MLMT with LoRA on both policies, the feedback policy on rollout actors:
+// each RL step pushes both policies' adapters, the checkpoint keeps both
+// as base + adapter (the feedback policy's under feedback/), and
+// evaluating the checkpoint (rlnode eval's path) serves them merged: the
+// run's own last turn accuracies.
+func TestLoRAMLMT(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pl := watchPushes(t)
+	cfg := tinyMLMT(t.TempDir())
+	cfg.Learner.LoRA = &model.LoRAConfig{Rank: 2, Alpha: 4, TargetModules: []string{"q_proj", "v_proj"}, Seed: 1}
+	cfg.Feedback.LoRA = &model.LoRAConfig{Rank: 4, Alpha: 4, TargetModules: []string{"up_proj", "down_proj"}, Seed: 2}
+	cfg.FeedbackRollout = &Rollout{Replicas: 2}
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Steps != 4 {
+		t.Fatalf("%d steps, want 4", res.Steps)
+	}
+	for _, id := range []string{"solver", "feedback"} {
+		if got := pl.versions[id]; !slices.Equal(got, []int64{3, 4}) {
+			t.Errorf("%s adapter pushes at versions %v, want 3, 4", id, got)
+		}
+	}
+	if pl.tensors["solver"] != 4 || pl.tensors["feedback"] != 4 {
+		t.Errorf("adapter tensors pushed: %v, want 4 each", pl.tensors)
+	}
+	ck := filepath.Join(cfg.Out, "checkpoints", "step-4")
+	checkLoRACheckpoint(t, ck)
+	fck := filepath.Join(ck, FeedbackDir)
+	for _, f := range []string{model.AdapterWeights, model.AdapterConfig, "model.safetensors"} {
+		if _, err := os.Stat(filepath.Join(fck, f)); err != nil {
+			t.Errorf("feedback checkpoint: %v", err)
+		}
+	}
+	te, err := EvaluateCheckpoint(ctx, cfg, ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if te.Turn1 != res.FinalTurns.Turn1 || te.Final != res.FinalTurns.Final {
+		t.Errorf("EvaluateCheckpoint turn 1 %v, final %v; the run's last evaluation %v, %v", te.Turn1, te.Final, res.FinalTurns.Turn1, res.FinalTurns.Final)
 	}
 }
