@@ -95,7 +95,9 @@ func (p *loraProxy) load(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"detail":"lora_name and lora_path are required"}`, http.StatusBadRequest)
 		return
 	}
-	fail := func(msg string) { http.Error(w, `{"object":"error","message":"`+msg+`","type":"BadRequestError","code":400}`, http.StatusBadRequest) }
+	fail := func(msg string) {
+		http.Error(w, `{"object":"error","message":"`+msg+`","type":"BadRequestError","code":400}`, http.StatusBadRequest)
+	}
 	js, err := os.ReadFile(filepath.Join(req.Path, model.AdapterConfig))
 	if err != nil {
 		fail("No adapter found for " + req.Path)
