@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -153,8 +154,17 @@ func checkLoRACheckpoint(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatalf("%s: optimizer state of the adapters: %v", dir, err)
 	}
-	if len(st.Tensors) != 2*len(sizes) {
-		t.Errorf("%s: optimizer state has %d tensors for %d adapter tensors", dir, len(st.Tensors), len(sizes))
+	adapters := 0
+	for _, x := range st.Tensors {
+		switch {
+		case strings.Contains(x.Name, ".lora_"):
+			adapters++
+		case !strings.Contains(x.Name, "v_head."): // PPO's value head trains beside the adapters
+			t.Errorf("%s: optimizer state for %s, a frozen base weight", dir, x.Name)
+		}
+	}
+	if adapters != 2*len(sizes) {
+		t.Errorf("%s: optimizer state has %d adapter moments for %d adapter tensors", dir, adapters, len(sizes))
 	}
 }
 
@@ -368,5 +378,44 @@ func TestLoRAMLMT(t *testing.T) {
 	}
 	if te.Turn1 != res.FinalTurns.Turn1 || te.Final != res.FinalTurns.Final {
 		t.Errorf("EvaluateCheckpoint turn 1 %v, final %v; the run's last evaluation %v, %v", te.Turn1, te.Final, res.FinalTurns.Turn1, res.FinalTurns.Final)
+	}
+}
+
+// PPO with LoRA: the value head trains beside the adapters (saved with
+// them), the engine serves the adapted policy without it, and a resumed
+// run reaches the same bytes.
+func TestLoRAPPO(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run := func(out string) Config {
+		c := tinyRun(out)
+		c.Steps, c.CheckpointEvery = 4, 2
+		c.Learner.Algorithm = learner.PPO
+		c.Learner.MiniBatches = 2
+		c.Learner.LR = 1e-2
+		c.Learner.LoRA = &model.LoRAConfig{Rank: 2, Alpha: 4, TargetModules: []string{"q_proj", "up_proj"}, Seed: 3}
+		return c
+	}
+	cfg := run(t.TempDir())
+	var g probeGen
+	cfg.OnWeights = g.onWeights(t, ctx)
+	if _, err := Run(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	last := filepath.Join(cfg.Out, "checkpoints", "step-6")
+	checkLoRACheckpoint(t, last)
+	if _, err := os.Stat(filepath.Join(last, model.ValueHeadFile)); err != nil {
+		t.Errorf("value head beside the adapter: %v", err)
+	}
+	checkServedIsLearner(t, cfg, &g, 6)
+	resumed := run(t.TempDir())
+	resumed.Resume = filepath.Join(cfg.Out, "checkpoints", "step-4")
+	if _, err := Run(ctx, resumed); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"model.safetensors", model.AdapterWeights, model.ValueHeadFile, learner.OptimizerFile} {
+		if !sameFile(t, filepath.Join(last, f), filepath.Join(resumed.Out, "checkpoints", "step-6", f)) {
+			t.Errorf("%s differs between the uninterrupted and the resumed run", f)
+		}
 	}
 }
