@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/safetensors"
@@ -418,4 +420,61 @@ func TestLoRAPPO(t *testing.T) {
 			t.Errorf("%s differs between the uninterrupted and the resumed run", f)
 		}
 	}
+}
+
+// LoRA with two learner shards and two rollout actors, a rank stopped
+// after step 5: the group restarts from step 4's checkpoint (base +
+// adapter), the replacement actors load it served merged and take the
+// later adapter pushes on its base; the run ends at the uninterrupted
+// run's weights and its actors serve the learner's forward. Asynchronous
+// generation (k = 1) on adapters runs too.
+func TestLoRARolloutShardRankLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	run := func(name string, killAfter, staleness int) (Config, *probeGen) {
+		t.Helper()
+		node, err := cluster.Start(ctx, cluster.Config{CPUs: 4, Logger: actor.DiscardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer node.Stop()
+		cfg := shardRun(filepath.Join(t.TempDir(), name), 2)
+		lc := loraRun(cfg.Out)
+		cfg.Learner.LoRA, cfg.Learner.LR, cfg.Learner.Algorithm = lc.Learner.LoRA, lc.Learner.LR, lc.Learner.Algorithm
+		cfg.Node = node
+		cfg.Steps = 5
+		cfg.Rollout = &Rollout{Replicas: 2}
+		cfg.MaxStaleness = staleness
+		var g probeGen
+		cfg.OnWeights = g.onWeights(t, ctx)
+		var killErr error
+		cfg.Progress = func(m Metrics) {
+			if m.Step == killAfter {
+				killAfter = -1
+				killErr = stopRank(ctx, node, "solver", 1)
+			}
+		}
+		res, err := Run(ctx, cfg)
+		if err != nil || killErr != nil {
+			t.Fatalf("%s: %v (stop a rank: %v)", name, err, killErr)
+		}
+		if killAfter > 0 {
+			t.Fatalf("%s: rank never stopped", name)
+		}
+		if res.Steps != 7 {
+			t.Fatalf("%s: %d steps", name, res.Steps)
+		}
+		return cfg, &g
+	}
+	cfg, g := run("restarted", 5, 0)
+	checkStepsOnce(t, filepath.Join(cfg.Out, "metrics.jsonl"), 7)
+	checkServedIsLearner(t, cfg, g, 7)
+	straight, _ := run("straight", 0, 0)
+	a, _ := checkpointWeights(t, straight, filepath.Join(straight.Out, "checkpoints", "step-7"))
+	b, _ := checkpointWeights(t, cfg, filepath.Join(cfg.Out, "checkpoints", "step-7"))
+	if d, at := maxWeightDiff(t, a, b); d > shardTol {
+		t.Errorf("restarted run's merged weights differ from the uninterrupted run's by %g at %s", d, at)
+	}
+	async, ga := run("async", 0, 1)
+	checkServedIsLearner(t, async, ga, 7)
 }
