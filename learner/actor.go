@@ -47,6 +47,39 @@ type WeightsRequest struct {
 	Readers int
 	// TTL bounds how long the offer stays up; 0 means two minutes.
 	TTL time.Duration
+	// Part is which weights: WeightsPolicy (""), WeightsBase or
+	// WeightsAdapter.
+	Part string
+}
+
+// Parts of the policy a WeightsRequest asks for.
+const (
+	// WeightsPolicy is what an engine serves: under LoRA the base with
+	// the adapters merged in.
+	WeightsPolicy = ""
+	// WeightsBase is the frozen base under LoRA (else the policy).
+	WeightsBase = "base"
+	// WeightsAdapter is the LoRA adapters' tensors only (PEFT names), with
+	// WeightsOffer.Adapter describing them; a learner whose adapters have
+	// not started offers the policy instead, with Adapter nil.
+	WeightsAdapter = "adapter"
+)
+
+// PolicyWeightsPart is what a WeightsRequest for part offers (see the
+// Weights* constants) and the adapter it carries, if any.
+func (l *Learner) PolicyWeightsPart(part string) (map[string][]float32, *AdapterInfo, error) {
+	switch part {
+	case WeightsPolicy:
+		return l.PolicyWeights(), nil, nil
+	case WeightsBase:
+		return l.BaseWeights(), nil, nil
+	case WeightsAdapter:
+		if a := l.Adapter(); a != nil {
+			return l.AdapterWeights(), a, nil
+		}
+		return l.PolicyWeights(), nil, nil
+	}
+	return nil, nil, fmt.Errorf("weights: part %q: want \"\", %q or %q", part, WeightsBase, WeightsAdapter)
 }
 
 // WeightsOffer names the weights offered on the learner's node's bulk
@@ -55,6 +88,9 @@ type WeightsRequest struct {
 type WeightsOffer struct {
 	Step int // optimizer steps behind these weights
 	Ref  actor.BulkRef
+	// Adapter is set when the offer holds LoRA adapter tensors
+	// (WeightsAdapter).
+	Adapter *AdapterInfo
 }
 
 // SaveRequest asks for a checkpoint in Dir (on the learner's node); the
@@ -81,7 +117,7 @@ type Loaded struct {
 }
 
 func init() {
-	actor.RegisterMessage(ActorConfig{}, TrainRequest{}, Stats{}, SetAlgorithmRequest{}, AlgorithmSet{},
+	actor.RegisterMessage(ActorConfig{}, TrainRequest{}, Stats{}, SetAlgorithmRequest{}, AlgorithmSet{}, AdapterInfo{},
 		WeightsRequest{}, WeightsOffer{}, SaveRequest{}, Saved{}, LoadRequest{}, Loaded{})
 	actor.RegisterKind(ActorKind, func(ctx *actor.Context, args any) (actor.Actor, error) {
 		cfg, ok := args.(ActorConfig)
@@ -119,7 +155,11 @@ func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		}
 		return AlgorithmSet{Algorithm: m.Algorithm}, nil
 	case WeightsRequest:
-		data, err := EncodeWeights(a.l.PolicyWeights())
+		w, ad, err := a.l.PolicyWeightsPart(m.Part)
+		if err != nil {
+			return nil, fmt.Errorf("learner actor: %w", err)
+		}
+		data, err := EncodeWeights(w)
 		if err != nil {
 			return nil, fmt.Errorf("learner actor: weights: %w", err)
 		}
@@ -127,7 +167,7 @@ func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		if ttl <= 0 {
 			ttl = 2 * time.Minute
 		}
-		return WeightsOffer{Step: a.l.Step(), Ref: ctx.System().Bulk().Offer(data, m.Readers, ttl)}, nil
+		return WeightsOffer{Step: a.l.Step(), Ref: ctx.System().Bulk().Offer(data, m.Readers, ttl), Adapter: ad}, nil
 	case SaveRequest:
 		if m.Dir == "" {
 			return nil, fmt.Errorf("learner actor: save: empty directory")

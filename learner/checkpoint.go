@@ -32,6 +32,9 @@ type checkpointState struct {
 	Step      int    `json:"step"`
 	Algorithm string `json:"algorithm"`
 	Seed      uint64 `json:"seed"`
+	// LoRADropout is the state of the LoRA dropout's random source, when
+	// it drew any masks.
+	LoRADropout []byte `json:"lora_dropout_state,omitempty"`
 }
 
 // Save writes a checkpoint to dir: policy weights (float32), optimizer
@@ -58,9 +61,27 @@ func (l *Learner) Save(dir string) error {
 // SaveModel writes everything of a checkpoint but the optimizer state:
 // policy weights, the reference policy when there is one, and
 // learner_state.json. A ZeRO-1 group's rank 0 calls it while every rank
-// writes its optimizer shard (WriteOptimizerShard).
+// writes its optimizer shard (WriteOptimizerShard). Under LoRA the
+// weights are the frozen base (config.json, model.safetensors) and the
+// adapters beside them in PEFT's layout (model.AdapterWeights,
+// model.AdapterConfig): the directory is a base model with its adapter.
 func (l *Learner) SaveModel(dir string) error {
 	if err := l.model.Save(dir, safetensors.F32); err != nil {
+		return fmt.Errorf("learner: save %s: %w", dir, err)
+	}
+	if l.model.LoRA() != nil {
+		if err := l.model.SaveLoRA(dir, ""); err != nil {
+			return fmt.Errorf("learner: save %s: %w", dir, err)
+		}
+	} else {
+		for _, f := range []string{model.AdapterWeights, model.AdapterConfig} {
+			if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("learner: save %s: stale adapter: %w", dir, err)
+			}
+		}
+	}
+	drop, err := l.model.DropoutState()
+	if err != nil {
 		return fmt.Errorf("learner: save %s: %w", dir, err)
 	}
 	if l.ref != nil {
@@ -78,7 +99,7 @@ func (l *Learner) SaveModel(dir string) error {
 			return fmt.Errorf("learner: save %s: reference: %w", dir, err)
 		}
 	}
-	js, err := json.MarshalIndent(checkpointState{Step: l.step, Algorithm: l.cfg.Algorithm, Seed: l.cfg.Seed}, "", "  ")
+	js, err := json.MarshalIndent(checkpointState{Step: l.step, Algorithm: l.cfg.Algorithm, Seed: l.cfg.Seed, LoRADropout: drop}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("learner: save %s: %w", dir, err)
 	}
@@ -90,11 +111,18 @@ func (l *Learner) SaveModel(dir string) error {
 
 // Load replaces the learner's policy, optimizer state, reference and step
 // with a checkpoint written by Save. The model's architecture must match
-// the learner's. Everything is read and checked before anything changes.
+// the learner's; a checkpoint with LoRA adapters needs Config.LoRA with
+// the same rank, alpha, dropout and targets. Everything is read and
+// checked before anything changes.
 func (l *Learner) Load(dir string) error {
 	m, err := model.Load(dir, cpu.New())
 	if err != nil {
 		return fmt.Errorf("learner: load: %w", err)
+	}
+	if model.HasAdapter(dir) {
+		if err := l.loadAdapter(m, dir); err != nil {
+			return err
+		}
 	}
 	if err := sameArch(m.Config, l.model.Config); err != nil {
 		return fmt.Errorf("learner: load %s: %w", dir, err)
@@ -150,8 +178,49 @@ func (l *Learner) Load(dir string) error {
 	if err := tr.Opt.LoadState(params, ost); err != nil {
 		return fmt.Errorf("learner: load %s: %w", optPath, err)
 	}
+	if err := m.SetDropoutState(state.LoRADropout); err != nil {
+		return fmt.Errorf("learner: load %s: %w", filepath.Join(dir, StateFile), err)
+	}
 	l.model, l.ref, l.trainer, l.step = m, ref, tr, state.Step
+	l.armDropout()
 	return nil
+}
+
+// loadAdapter puts the PEFT adapter in dir onto m, checking it against
+// Config.LoRA.
+func (l *Learner) loadAdapter(m *model.Model, dir string) error {
+	want := l.cfg.LoRA
+	if want == nil {
+		return fmt.Errorf("learner: load %s: the checkpoint has LoRA adapters (%s) but the learner's config has no lora", dir, model.AdapterConfig)
+	}
+	if err := m.LoadLoRA(dir); err != nil {
+		return fmt.Errorf("learner: load: %w", err)
+	}
+	got := m.LoRA()
+	if got.Rank != want.Rank || got.Alpha != want.Alpha || got.Dropout != want.Dropout || !sameSet(got.TargetModules, want.TargetModules) {
+		return fmt.Errorf("learner: load %s: adapter r=%d alpha=%v dropout=%v targets %v, the learner's config r=%d alpha=%v dropout=%v targets %v",
+			filepath.Join(dir, model.AdapterConfig), got.Rank, got.Alpha, got.Dropout, got.TargetModules, want.Rank, want.Alpha, want.Dropout, want.TargetModules)
+	}
+	return nil
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[string]int{}
+	for _, x := range a {
+		seen[x]++
+	}
+	for _, x := range b {
+		seen[x]--
+	}
+	for _, n := range seen {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // sameArch reports the first architecture field where a and b differ.

@@ -14,7 +14,13 @@
 // Config.Shards > 1 the learner runs as ranks of learner/shard (data
 // parallel, ZeRO-1), each a Learner with SetSharding.
 //
-// Not done yet: the learner runs on the cpu backend only; LoRA
-// training is not exposed through Config; the RNG of LoRA dropout is not
-// checkpointed (no dropout is used without LoRA).
+// Config.LoRA trains PEFT-style adapters in every algorithm but SFT
+// (lora.go): they start at the first such Train on the frozen base, the
+// optimizer keeps state for them only, checkpoints hold the base and the
+// adapter in PEFT's layout (plus the dropout's random state), weights are
+// offered whole and merged (what engines serve), as the base, or as the
+// adapters alone (WeightsRequest.Part), and sharded ranks reduce only the
+// adapters' gradients.
+//
+// Not done yet: the learner runs on the cpu backend only.
 package learner

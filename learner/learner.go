@@ -85,6 +85,14 @@ type Config struct {
 	// rank; 1 (ZeRO-1) gives each rank the state of its slice of the
 	// parameters only, and the updated slices are all-gathered.
 	ZeROStage int
+
+	// LoRA, when set, makes every algorithm but SFT train low-rank
+	// adapters on the frozen policy (lora.go): they are added at the first
+	// Train with such an algorithm, and stay. An SFT warm-up before them
+	// trains every weight; the RL after it trains only the adapters (and a
+	// PPO value head) on top of the warmed-up base, with optimizer state
+	// for those alone.
+	LoRA *model.LoRAConfig
 }
 
 // DefaultConfig is GRPO with DAPO's clip-higher (0.2/0.28), token-mean
@@ -163,6 +171,11 @@ func (c Config) Validate() error {
 		return bad("shards", c.Shards, "want ≥ 0 (0 and 1 mean one learner)")
 	case c.ZeROStage != 0 && c.ZeROStage != 1:
 		return bad("zero_stage", c.ZeROStage, "want 0 (replicated optimizer) or 1 (sharded optimizer state); parameter sharding (ZeRO-3) is not supported")
+	}
+	if c.LoRA != nil {
+		if err := c.LoRA.Validate(); err != nil {
+			return fmt.Errorf("learner config: %w", err)
+		}
 	}
 	if err := c.Loss.Validate(); err != nil {
 		return fmt.Errorf("learner config: loss: %w", err)
@@ -266,6 +279,11 @@ type Sharding struct {
 	// final (GradGroups' groups, in order), so reduction can overlap the
 	// rest of backward. It must not block.
 	GradsReady func(step int, params []*optim.Param, ready []int)
+	// ParamsChanged, optional, is told when the trainable parameters
+	// change between steps (LoRA adapters added: lora.go), so the rank
+	// lays out its buffers and optimizer state again. Every rank changes
+	// alike, at the same call.
+	ParamsChanged func() error
 }
 
 // SetSharding makes the learner rank s.Rank of s.Ranks (nil makes it a
@@ -390,9 +408,10 @@ func (l *Learner) lr(s int) float64 {
 }
 
 // PolicyWeights returns a host copy of the policy's weights by Hugging
-// Face name, without the value head: what an inference engine serves.
+// Face name, without the value head: what an inference engine serves
+// (under LoRA, the base with the adapters merged in).
 func (l *Learner) PolicyWeights() map[string][]float32 {
-	w := l.model.Weights()
+	w := l.model.MergedWeights()
 	delete(w, model.ValueHeadWeight)
 	delete(w, model.ValueHeadBias)
 	return w

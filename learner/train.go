@@ -34,6 +34,9 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 	if err != nil {
 		return Stats{Step: l.step}, fmt.Errorf("learner: train step %d: %w", l.step+1, err)
 	}
+	if err := l.maybeLoRA(); err != nil {
+		return Stats{Step: l.step}, err
+	}
 	var st Stats
 	var ps rl.PolicyStats
 	var entSum, valLoss, valClipped, valTokens float64

@@ -75,15 +75,19 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		no("engines.policy.kind", "%s engines are not supported yet (native or vllm)", r.Engines.Policy.Kind)
 	case onVLLM:
 		l.refuseVLLM(no)
-	case ws != "full":
-		no("engines.policy.weight_sync", "%s is not supported yet (full only)", ws)
+	case ws != "full" && ws != "lora":
+		no("engines.policy.weight_sync", "%s is not supported yet (full or lora)", ws)
+	case ws == "full" && r.Models.Policy.LoRA != nil:
+		no("engines.policy.weight_sync", "full with models.policy.lora is not supported: the driver pushes the adapters (lora)")
 	}
 	if e := r.Engines.Feedback; e != nil {
 		switch {
 		case e.Kind != "native":
 			no("engines.feedback.kind", "%s engines are not supported yet (native only)", e.Kind)
-		case e.WeightSync != "full":
-			no("engines.feedback.weight_sync", "%s is not supported yet (full only)", e.WeightSync)
+		case e.WeightSync != "full" && e.WeightSync != "lora":
+			no("engines.feedback.weight_sync", "%s is not supported yet (full or lora)", e.WeightSync)
+		case e.WeightSync == "full" && l.feedbackLoRA() != nil:
+			no("engines.feedback.weight_sync", "full with a LoRA feedback policy is not supported: the driver pushes the adapters (lora)")
 		case e.MaxBatch != r.Engines.Policy.MaxBatch:
 			no("engines.feedback.max_batch", "%d differs from engines.policy.max_batch %d: one batch size for both engines is supported", e.MaxBatch, r.Engines.Policy.MaxBatch)
 		}
@@ -94,15 +98,9 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 
 	// Models.
 	pol := r.Models.Policy
-	if pol.LoRA != nil {
-		no("models.policy.lora", "LoRA training is not supported yet")
-	}
 	// models.policy.value_head goes with algorithm ppo (validated): the
 	// learner adds the critic for PPO.
 	if fb := r.Models.Feedback; fb != nil {
-		if fb.LoRA != nil {
-			no("models.feedback.lora", "LoRA training is not supported yet")
-		}
 		if fb.ValueHead {
 			no("models.feedback.value_head", "a value head (PPO) is not supported yet")
 		}
@@ -206,6 +204,11 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	// Each trained policy's learner (MLMT: the feedback policy's too) runs
 	// as this many ranks of placement.learner each.
 	lc.Shards = r.Placement.LearnerShards
+	if pol.LoRA != nil {
+		// The SFT warm-up trains every weight, the RL steps the adapters.
+		c := pol.LoRA.Config(r.Seed)
+		lc.LoRA = &c
+	}
 
 	cfg := driver.Config{
 		Out:            out,
@@ -254,6 +257,10 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 			}
 			fb.Model = mc
 		}
+		if lo := l.feedbackLoRA(); lo != nil {
+			c := lo.Config(r.Seed + 1)
+			fb.LoRA = &c
+		}
 		cfg.Feedback = fb
 	}
 	if score {
@@ -301,6 +308,15 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		cfg.MaxStaleness = r.Sync.MaxStaleness
 	}
 	return cfg, nil
+}
+
+// feedbackLoRA is the LoRA section of MLMT's feedback policy: its own
+// model's, or the policy's when it starts as a copy of the policy.
+func (l *Loaded) feedbackLoRA() *LoRA {
+	if fb := l.Recipe.Models.Feedback; fb != nil {
+		return fb.LoRA
+	}
+	return l.Recipe.Models.Policy.LoRA
 }
 
 // needsRolloutActors is the rule for generating on rollout actors rather
@@ -495,10 +511,12 @@ func (l *Loaded) refuseVLLM(no func(field, format string, args ...any)) {
 	}
 	switch e.WeightSync {
 	case "full", "reload": // both: the learner's checkpoint, reloaded by every server
-	case "lora":
-		no("engines.policy.weight_sync", "lora is not supported yet with kind vllm (the driver does not train LoRA adapters): use reload")
+	case "lora": // the adapter, loaded in place by every server (driver.VLLMLoRAName)
 	default:
-		no("engines.policy.weight_sync", "%s is not supported with kind vllm (full or reload)", e.WeightSync)
+		no("engines.policy.weight_sync", "%s is not supported with kind vllm (full, reload or lora)", e.WeightSync)
+	}
+	if e.WeightSync != "lora" && r.Models.Policy.LoRA != nil {
+		no("engines.policy.weight_sync", "%s with models.policy.lora is not supported with kind vllm: use lora (the adapter, loaded in place)", e.WeightSync)
 	}
 	if e.VLLM.APIKeyEnv != "" && os.Getenv(e.VLLM.APIKeyEnv) == "" {
 		no("engines.policy.vllm.api_key_env", "$%s is unset or empty: a key that is not there is not supported", e.VLLM.APIKeyEnv)

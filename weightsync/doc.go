@@ -18,7 +18,10 @@
 // merged onto the host's base weights: W + (alpha/r)·B·A). vLLM targets
 // get a checkpoint (ReloadWeights) or a PEFT adapter (LoadLoRA) written to
 // a directory the servers share. Every engine reports the version it
-// serves. An engine whose push fails, times out (Config.PushTimeout) or
+// serves. LoadNative starts an engine on a LoRA checkpoint (base plus
+// PEFT adapter) serving them merged; MergeLoRA and WriteAdapter do the
+// merge and the PEFT directory for engines the caller feeds itself. An
+// engine whose push fails, times out (Config.PushTimeout) or
 // whose node dies is removed and named (engine and node) in the publish
 // error; the others still get the version. Every wait is bounded by a
 // context or a timeout.

@@ -68,7 +68,7 @@ func init() {
 		if cfg.Model == "" {
 			return nil, fmt.Errorf("%s: EngineConfig.Model: no checkpoint directory", EngineKind)
 		}
-		e, err := native.Load(cfg.Model, native.Config{MaxBatch: cfg.MaxBatch, WeightVersion: cfg.Version})
+		e, err := LoadNative(cfg.Model, native.Config{MaxBatch: cfg.MaxBatch, WeightVersion: cfg.Version})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EngineKind, err)
 		}

@@ -131,9 +131,27 @@ func (v *VLLM) writeCheckpoint(version int64, u Update) (string, error) {
 }
 
 func (v *VLLM) writeAdapter(version int64, u Update) (string, error) {
+	dir := v.versionDir("lora", version)
+	if err := WriteAdapter(dir, u, v.BaseModel); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// WriteAdapter writes a LoRA update into dir as a PEFT adapter directory
+// (adapter_model.safetensors, adapter_config.json with baseModel as
+// base_model_name_or_path): what vLLM's /v1/load_lora_adapter and PEFT
+// load.
+func WriteAdapter(dir string, u Update, baseModel string) error {
+	if u.LoRA == nil {
+		return fmt.Errorf("write adapter %s: the update is a full one", dir)
+	}
+	if err := u.validate(); err != nil {
+		return fmt.Errorf("write adapter %s: %w", dir, err)
+	}
 	ads, err := u.adapters()
 	if err != nil {
-		return "", err
+		return err
 	}
 	shapes := map[string][]int{}
 	for _, ad := range ads {
@@ -143,26 +161,22 @@ func (v *VLLM) writeAdapter(version int64, u Update) (string, error) {
 	u.Shapes = shapes
 	ts, err := tensors(u, true)
 	if err != nil {
-		return "", err
+		return err
 	}
-	dir := v.versionDir("lora", version)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+		return err
 	}
 	if err := safetensors.WriteFile(filepath.Join(dir, model.AdapterWeights), ts, map[string]string{"format": "pt"}); err != nil {
-		return "", err
+		return err
 	}
 	cfg := map[string]any{"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": u.LoRA.Rank, "lora_alpha": u.LoRA.Alpha,
 		"lora_dropout": 0.0, "target_modules": u.LoRA.TargetModules, "bias": "none", "inference_mode": true,
-		"base_model_name_or_path": v.BaseModel}
+		"base_model_name_or_path": baseModel}
 	js, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
-		return "", err
+		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, model.AdapterConfig), js, 0o644); err != nil {
-		return "", err
-	}
-	return dir, nil
+	return os.WriteFile(filepath.Join(dir, model.AdapterConfig), js, 0o644)
 }
 
 // prune deletes version directories older than the Keep newest.

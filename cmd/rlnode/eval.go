@@ -19,15 +19,20 @@ import (
 // episodes per turn (first and final answer, Δ, flip rates; for mlmt with
 // a feedback policy also the final turn with the static feedback text).
 // An mlmt checkpoint keeps the solver in step-N/ and the feedback policy
-// in step-N/feedback/ (driver.FeedbackDir). Not done yet: datasets, vllm.
+// in step-N/feedback/ (driver.FeedbackDir). A LoRA checkpoint (the frozen
+// base plus a PEFT adapter) is evaluated with the adapter merged into the
+// base (driver's evaluation loads it through weightsync.LoadNative): no
+// merged copy is written into checkpoints. Not done yet: datasets, vllm.
 
 func init() { commands["eval"] = evalCommand }
 
 const evalUsage = `usage: rlnode eval --model DIR --recipe RECIPE [--set KEY.PATH=VALUE]... [--out FILE]
 
 Greedy accuracy of the model in DIR (a checkpoint: config.json, safetensors,
-tokenizer.json, e.g. RUN/checkpoints/step-N) on the recipe's held-out
-problems (eval.held_out of them), printed and written as JSON to FILE.
+tokenizer.json, e.g. RUN/checkpoints/step-N; a LoRA run's checkpoint adds
+adapter_model.safetensors and adapter_config.json, merged into the base) on
+the recipe's held-out problems (eval.held_out of them), printed and written
+as JSON to FILE.
 
 For mlmt and score recipes the episode is played greedily: accuracy of the
 first and of the final answer (mlmt turn 3, score turn 2), their difference

@@ -117,9 +117,12 @@ func (m *Model) dropPass() {
 // element is kept with probability 1-p and scaled by 1/(1-p); otherwise the
 // masks are all ones.
 func (m *Model) drawDropout(p *pass, N int) {
-	for _, a := range p.layers {
-		for lin, la := range a.lora {
-			if la.mask == nil {
+	for i, a := range p.layers {
+		// In the layer's projection order, not the map's (random): the
+		// masks must repeat with the seed.
+		for _, lin := range m.Layers[i].linears() {
+			la := a.lora[lin]
+			if la == nil || la.mask == nil {
 				continue
 			}
 			v := make([]float32, N*lin.In)
@@ -139,7 +142,8 @@ func (m *Model) drawDropout(p *pass, N int) {
 
 func (m *Model) rng() *rand.Rand {
 	if m.dropRNG == nil {
-		m.dropRNG = rand.New(rand.NewPCG(m.DropoutSeed, 0x64726f70))
+		m.dropPCG = rand.NewPCG(m.DropoutSeed, 0x64726f70)
+		m.dropRNG = rand.New(m.dropPCG)
 	}
 	return m.dropRNG
 }
@@ -377,4 +381,107 @@ func (m *Model) loraShapes(cfg LoRAConfig) map[string][]int {
 		}
 	}
 	return out
+}
+
+// Validate reports the first field that makes no adapter.
+func (c LoRAConfig) Validate() error { return c.validate() }
+
+// LoRA is the adapters' configuration, or nil when the model has none.
+func (m *Model) LoRA() *LoRAConfig {
+	if m.lora == nil {
+		return nil
+	}
+	c := *m.lora
+	c.TargetModules = slices.Clone(c.TargetModules)
+	return &c
+}
+
+// LoRAWeights returns a host copy of every adapter tensor (A and B of each
+// adapted projection) by its PEFT name; empty without adapters.
+func (m *Model) LoRAWeights() map[string][]float32 {
+	out := map[string][]float32{}
+	for _, p := range m.loraParams() {
+		out[p.Name] = m.download(p.W)
+	}
+	return out
+}
+
+// MergedWeights returns a host copy of the weights the adapted model
+// computes with: Weights, with each adapted projection's weight replaced
+// by W + (Alpha/Rank)·B·A. Without adapters it is Weights.
+func (m *Model) MergedWeights() map[string][]float32 {
+	w := m.Weights()
+	for _, l := range m.Layers {
+		for _, lin := range l.linears() {
+			a := lin.LoRA
+			if a == nil {
+				continue
+			}
+			wt := w[lin.Weight.Name]
+			av, bv := m.download(a.A.W), m.download(a.B.W)
+			s := a.Scaling()
+			for o := 0; o < lin.Out; o++ {
+				row := wt[o*lin.In : (o+1)*lin.In]
+				for k := 0; k < a.Rank; k++ {
+					c := s * bv[o*a.Rank+k]
+					if c == 0 {
+						continue
+					}
+					for i, x := range av[k*lin.In : (k+1)*lin.In] {
+						row[i] += c * x
+					}
+				}
+			}
+		}
+	}
+	return w
+}
+
+// DropoutState is the state of the LoRA dropout's random source (nil
+// before the first mask was drawn), for checkpoints.
+func (m *Model) DropoutState() ([]byte, error) {
+	if m.dropPCG == nil {
+		return nil, nil
+	}
+	return m.dropPCG.MarshalBinary()
+}
+
+// SetDropoutState restores DropoutState's bytes; nil starts the source
+// afresh from DropoutSeed.
+func (m *Model) SetDropoutState(b []byte) error {
+	m.dropRNG, m.dropPCG = nil, nil
+	if b == nil {
+		return nil
+	}
+	m.rng()
+	if err := m.dropPCG.UnmarshalBinary(b); err != nil {
+		return fmt.Errorf("lora dropout state: %w", err)
+	}
+	return nil
+}
+
+// HasAdapter reports whether dir holds a PEFT adapter (AdapterConfig).
+func HasAdapter(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, AdapterConfig))
+	return err == nil
+}
+
+// LoadServed loads the model a checkpoint directory serves: its weights
+// and, when the directory also holds a PEFT adapter (an rlnode LoRA
+// checkpoint keeps the frozen base in model.safetensors and the adapter
+// beside it), the adapter merged into them. The result is for inference:
+// its weights are frozen.
+func LoadServed(dir string, b backend.Backend) (*Model, error) {
+	m, err := Load(dir, b)
+	if err != nil {
+		return nil, err
+	}
+	if !HasAdapter(dir) {
+		return m, nil
+	}
+	if err := m.LoadLoRA(dir); err != nil {
+		return nil, err
+	}
+	m.MergeLoRA()
+	return m, nil
 }

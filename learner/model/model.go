@@ -75,6 +75,7 @@ type Model struct {
 	Training    bool
 	DropoutSeed uint64
 	dropRNG     *rand.Rand
+	dropPCG     *rand.PCG // dropRNG's source, for DropoutState
 	lora        *LoRAConfig
 }
 

@@ -120,7 +120,11 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		}
 		return learner.AlgorithmSet{Algorithm: m.Algorithm}, nil
 	case learner.WeightsRequest:
-		data, err := learner.EncodeWeights(a.l.PolicyWeights())
+		w, ad, err := a.l.PolicyWeightsPart(m.Part)
+		if err != nil {
+			return nil, fmt.Errorf("learner-shard %s: %w", ctx.Self().Name, err)
+		}
+		data, err := learner.EncodeWeights(w)
 		if err != nil {
 			return nil, fmt.Errorf("learner-shard %s: weights: %w", ctx.Self().Name, err)
 		}
@@ -128,7 +132,7 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		if ttl <= 0 {
 			ttl = 2 * time.Minute
 		}
-		return learner.WeightsOffer{Step: a.l.Step(), Ref: ctx.System().Bulk().Offer(data, m.Readers, ttl)}, nil
+		return learner.WeightsOffer{Step: a.l.Step(), Ref: ctx.System().Bulk().Offer(data, m.Readers, ttl), Adapter: ad}, nil
 	}
 	return nil, fmt.Errorf("learner-shard %s: unexpected message %T", ctx.Self().Name, msg)
 }

@@ -105,17 +105,9 @@ func Join(l *learner.Learner, t Transport, epoch uint64, o Options) (*Rank, erro
 	if t.Size() == 1 {
 		r.stage = 0
 	}
-	for _, p := range l.TrainableParams() {
-		r.names = append(r.names, p.Name)
-		r.sizes = append(r.sizes, len(p.Data))
-	}
-	if err := r.layOut(l.GradGroups()); err != nil {
+	if err := r.layTensors(); err != nil {
 		return nil, err
 	}
-	if r.total < t.Size() {
-		return nil, fmt.Errorf("shard: join: %d trainable elements for %d ranks", r.total, t.Size())
-	}
-	r.flat = make([]float32, r.total)
 	if err := r.checkSame(); err != nil {
 		return nil, err
 	}
@@ -126,7 +118,7 @@ func Join(l *learner.Learner, t Transport, epoch uint64, o Options) (*Rank, erro
 		}
 	}
 	err := l.SetSharding(&learner.Sharding{Rank: t.Rank(), Ranks: t.Size(), Update: r.update, SumStats: r.sumStats, Abort: r.abort,
-		GradsReady: r.gradsReady})
+		GradsReady: r.gradsReady, ParamsChanged: r.paramsChanged})
 	if err != nil {
 		return nil, err
 	}
@@ -186,6 +178,44 @@ func (r *Rank) checkSame() error {
 		}
 		if v[2] != mine[2] || v[3] != mine[3] {
 			return r.fail(fmt.Errorf("join: %s holds other weights than %s (same seed or checkpoint on every rank?)", r.t.Peer(k), r.t.Peer(r.t.Rank())))
+		}
+	}
+	return nil
+}
+
+// layTensors reads the learner's trainable tensors and lays them out in
+// the flat buffer.
+func (r *Rank) layTensors() error {
+	r.names, r.sizes = r.names[:0], r.sizes[:0]
+	for _, p := range r.l.TrainableParams() {
+		r.names = append(r.names, p.Name)
+		r.sizes = append(r.sizes, len(p.Data))
+	}
+	if err := r.layOut(r.l.GradGroups()); err != nil {
+		return err
+	}
+	if r.total < r.t.Size() {
+		return fmt.Errorf("shard: join: %d trainable elements for %d ranks", r.total, r.t.Size())
+	}
+	r.flat = make([]float32, r.total)
+	return nil
+}
+
+// paramsChanged is learner.Sharding.ParamsChanged: the learner's
+// trainable tensors changed between steps (LoRA adapters started, the
+// same on every rank), so the ring carries only theirs from now on (under
+// LoRA, only the adapters' gradients are reduced) and ZeRO-1 slices the
+// learner's fresh optimizer state again. No collective is needed: every
+// rank changes alike.
+func (r *Rank) paramsChanged() error {
+	r.drop()
+	if err := r.layTensors(); err != nil {
+		return r.fail(err)
+	}
+	if r.stage == 1 {
+		r.layPieces()
+		if err := r.takeOptimizer(); err != nil {
+			return r.fail(err)
 		}
 	}
 	return nil

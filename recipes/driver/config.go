@@ -202,12 +202,15 @@ type FeedbackPolicy struct {
 	Model    *model.Config
 	ModelDir string
 	Train    bool
+	// LoRA trains the feedback policy's RL steps as adapters (lora.go);
+	// the solver's is Learner.LoRA.
+	LoRA *model.LoRAConfig
 }
 
 // learnerConfig is the feedback learner's configuration.
 func (f *FeedbackPolicy) learnerConfig(c Config) learner.Config {
 	l := c.Learner
-	l.Model, l.ModelDir, l.Seed = f.Model, f.ModelDir, c.Seed+1
+	l.Model, l.ModelDir, l.Seed, l.LoRA = f.Model, f.ModelDir, c.Seed+1, f.LoRA
 	return l
 }
 

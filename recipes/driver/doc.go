@@ -237,9 +237,15 @@
 // left out of what the servers load), not learning;
 // no run against a real vLLM has been made.
 //
+// LoRA (Learner.LoRA, FeedbackPolicy.LoRA; lora.go): the warm-up trains
+// every weight, the RL steps only the adapters; weight sync moves the
+// adapters (merged onto the base by the in-process engine and by each
+// rollout actor; a PEFT directory loaded in place by vLLM servers);
+// checkpoints are base + PEFT adapter, served merged by evaluation.
+//
 // Not done yet: PPO for multi-turn episodes (refused); the KL as a reward
 // penalty (only the loss term); vLLM serves the solver only (no feedback
-// policy, no rollout actors, synchronous only, no LoRA sync); the actors'
+// policy, no rollout actors, synchronous only); the actors'
 // starting checkpoint goes
 // through the run directory (a shared filesystem across hosts), not a
 // push at registration; a lost rollout actor is not replaced (the pool

@@ -138,6 +138,11 @@ type policy struct {
 	// regenerated counts the chunks that pools replaced by a learner
 	// restart ran again.
 	regenerated int64
+	// LoRA (lora.go): the base the local engine's adapters merge onto
+	// (nil: not fetched for this engine yet); whether the vLLM servers
+	// hold the learner's base.
+	loraBase map[string][]float32
+	vllmBase bool
 }
 
 // policyEngine is what episodes generate with: a policy's engine and its
@@ -338,6 +343,7 @@ func (p *policy) stopEngine() {
 		_ = p.node.RemovePlacementGroup(sctx, p.group.ID)
 	}
 	p.eng, p.local, p.pool, p.syncer, p.group, p.vllm = nil, nil, nil, nil, nil, nil
+	p.loraBase, p.vllmBase = nil, false
 }
 
 func (p *policy) stop() {
@@ -363,7 +369,7 @@ func (r *run) syncWeights(ctx context.Context, p *policy) error {
 	if p.vllm != nil {
 		return r.syncVLLM(ctx, p)
 	}
-	off, err := p.learner.weights(ctx, learner.WeightsRequest{Readers: 1})
+	off, err := p.learner.weights(ctx, learner.WeightsRequest{Readers: 1, Part: p.weightsPart()})
 	if err != nil {
 		return fmt.Errorf("driver: %s weights of step %d: %w", p.id, r.step, err)
 	}
@@ -375,8 +381,12 @@ func (r *run) syncWeights(ctx context.Context, p *policy) error {
 	if err != nil {
 		return fmt.Errorf("driver: %w", err)
 	}
-	if p.pool != nil {
-		if err := r.publish(ctx, p, int64(r.step), w); err != nil {
+	if off.Adapter != nil {
+		if err := r.pushAdapter(ctx, p, off.Adapter, w); err != nil {
+			return err
+		}
+	} else if p.pool != nil {
+		if err := r.publish(ctx, p, int64(r.step), weightsync.Update{Tensors: w}); err != nil {
 			return err
 		}
 	} else if err := p.local.SetWeights(ctx, int64(r.step), w); err != nil {

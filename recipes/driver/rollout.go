@@ -54,7 +54,9 @@ func init() {
 		if ef.MaxBatch <= 0 {
 			return nil, fmt.Errorf("%s engine: %s: max_batch %d: want > 0", RolloutEngine, path, ef.MaxBatch)
 		}
-		return native.Load(dir, native.Config{MaxBatch: ef.MaxBatch, MaxStepTokens: 4096, WeightVersion: cfg.WeightVersion})
+		// A LoRA learner's model directory is its base plus adapter: served
+		// merged, while pushed adapters merge onto the base (CheckpointBase).
+		return weightsync.LoadNative(dir, native.Config{MaxBatch: ef.MaxBatch, MaxStepTokens: 4096, WeightVersion: cfg.WeightVersion})
 	})
 }
 
@@ -165,16 +167,17 @@ func policyTokenizer(l learner.Config) (*tokenizer.Tokenizer, error) {
 	return tok, nil
 }
 
-// publish pushes version's weights to p's rollout actors. A version the
+// publish pushes version's weights (full, or LoRA adapters) to p's
+// rollout actors. A version the
 // actors already serve (the one they started from) is not pushed again.
 // Actors that fail the push are dropped (the pool regenerates their
 // chunks elsewhere); the run goes on while one is left.
-func (r *run) publish(ctx context.Context, p *policy, version int64, w map[string][]float32) error {
+func (r *run) publish(ctx context.Context, p *policy, version int64, u weightsync.Update) error {
 	if version <= p.syncer.Versions().Latest {
 		p.pool.SetStep(version)
 		return nil
 	}
-	_, err := p.syncer.Publish(ctx, version, weightsync.Update{Tensors: w})
+	_, err := p.syncer.Publish(ctx, version, u)
 	switch {
 	case errors.Is(err, weightsync.ErrEngineFailed) && len(p.pool.Handles()) > 0:
 		r.log.Warn("rollout actors dropped in a weight push", "policy", p.id, "version", version, "err", err)

@@ -108,24 +108,62 @@ func (r *run) startVLLM(ctx context.Context, p *policy) error {
 }
 
 // syncVLLM writes p's learner checkpoint into the shared directory and
-// makes every server reload it; it returns once every server serves the
-// learner's step as its version.
+// makes every server reload it (or, once a LoRA learner has adapters,
+// load them: lora.go); it returns once every server serves the learner's
+// step as its version.
 func (r *run) syncVLLM(ctx context.Context, p *policy) error {
-	v := r.cfg.VLLM
 	root, err := r.vllmDir()
 	if err != nil {
 		return fmt.Errorf("driver: vLLM weights directory: %w", err)
 	}
+	// Versions are the run's steps (as the native engines'); the learner's
+	// own step is in the error messages.
+	version := int64(r.step)
+	loaded := false
+	if p.l.LoRA != nil {
+		if loaded, err = r.syncVLLMAdapter(ctx, p); err != nil {
+			return err
+		}
+	}
+	if !loaded {
+		if err := r.reloadVLLM(ctx, p, root, "step-"+strconv.FormatInt(version, 10)); err != nil {
+			return err
+		}
+		// Adapters not started yet: these weights are the base they will
+		// start on.
+		p.vllmBase = true
+	}
+	if err := r.checkServed(p, version); err != nil {
+		return err
+	}
+	r.pruneVLLM(root, version)
+	if p == r.solver {
+		r.version = version
+		if r.cfg.OnWeights != nil {
+			r.cfg.OnWeights(r.version, p.eng.Engine)
+		}
+	}
+	return nil
+}
+
+func (r *run) vllmReloadTimeout() time.Duration {
+	if t := r.cfg.VLLM.ReloadTimeout; t > 0 {
+		return t
+	}
+	return 10 * time.Minute
+}
+
+// reloadVLLM writes p's learner checkpoint, stripped to what vLLM loads,
+// into root/name and makes every server reload it as the run's step.
+func (r *run) reloadVLLM(ctx context.Context, p *policy, root, name string) error {
 	tmp := filepath.Join(root, fmt.Sprintf("writing-%d", time.Now().UnixNano()))
 	saved, err := p.learner.save(ctx, tmp)
 	if err != nil {
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("driver: write the %s checkpoint for vLLM to %s: %w", p.id, tmp, err)
 	}
-	// Versions are the run's steps (as the native engines'); the learner's
-	// own step is in the error messages.
 	version := int64(r.step)
-	dir := filepath.Join(root, "step-"+strconv.FormatInt(version, 10))
+	dir := filepath.Join(root, name)
 	if err := modelOnly(tmp); err != nil {
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("driver: %s checkpoint of learner step %d for vLLM: %w", p.id, saved.Step, err)
@@ -141,10 +179,7 @@ func (r *run) syncVLLM(ctx context.Context, p *policy) error {
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("driver: vLLM weights: %w", err)
 	}
-	timeout := v.ReloadTimeout
-	if timeout == 0 {
-		timeout = 10 * time.Minute
-	}
+	timeout := r.vllmReloadTimeout()
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	err = p.vllm.ReloadWeights(rctx, dir, version)
 	timedOut := rctx.Err() != nil && ctx.Err() == nil
@@ -154,16 +189,6 @@ func (r *run) syncVLLM(ctx context.Context, p *policy) error {
 		return fmt.Errorf("driver: %s step %d: the vLLM servers did not confirm the reload within %v: %w", p.id, version, timeout, err)
 	case err != nil:
 		return fmt.Errorf("driver: %s step %d: %w", p.id, version, err)
-	}
-	if err := r.checkServed(p, version); err != nil {
-		return err
-	}
-	r.pruneVLLM(root, version)
-	if p == r.solver {
-		r.version = version
-		if r.cfg.OnWeights != nil {
-			r.cfg.OnWeights(r.version, p.eng.Engine)
-		}
 	}
 	return nil
 }

@@ -1,0 +1,204 @@
+package learner
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/safetensors"
+)
+
+func loraConfig(alg string) Config {
+	c := tinyConfig(alg)
+	c.LoRA = &model.LoRAConfig{Rank: 2, Alpha: 4, TargetModules: []string{"q_proj", "v_proj", "down_proj"}, Seed: 5}
+	return c
+}
+
+func train(t *testing.T, l *Learner, b Batch) {
+	t.Helper()
+	if _, err := l.Train(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SFT trains every weight; the first step of an RL algorithm starts the
+// adapters, and from then on training moves only the adapters, with optimizer state for them alone, and the engine's weights
+// are the base with the adapters merged.
+func TestLoRAStartsAfterSFT(t *testing.T) {
+	l := newLearner(t, loraConfig(SFT))
+	if l.Adapter() != nil {
+		t.Fatal("adapters before any RL algorithm")
+	}
+	w0 := l.PolicyWeights()
+	train(t, l, groupBatch())
+	sft := l.PolicyWeights()
+	if maxDiff(sft, w0) == 0 {
+		t.Fatal("SFT moved no weight")
+	}
+	if err := l.SetAlgorithm(GRPO, 0); err != nil {
+		t.Fatal(err)
+	}
+	if l.Adapter() != nil {
+		t.Fatal("adapters before the first RL step")
+	}
+	for range 3 {
+		train(t, l, groupBatch())
+	}
+	ad := l.Adapter()
+	if ad == nil || ad.Rank != 2 || ad.Alpha != 4 || !slices.Equal(ad.TargetModules, []string{"q_proj", "v_proj", "down_proj"}) {
+		t.Fatalf("adapter after the RL steps: %+v", ad)
+	}
+	if d := maxDiff(l.BaseWeights(), sft); d != 0 {
+		t.Errorf("the frozen base moved by %g", d)
+	}
+	merged := l.PolicyWeights()
+	if maxDiff(merged, sft) == 0 {
+		t.Error("RL steps moved no adapter")
+	}
+	for name, w := range merged {
+		adapted := strings.Contains(name, "q_proj.weight") || strings.Contains(name, "v_proj.weight") || strings.Contains(name, "down_proj.weight")
+		if moved := !slices.Equal(w, sft[name]); moved != adapted {
+			t.Errorf("%s: moved %v, adapted %v", name, moved, adapted)
+		}
+	}
+	aw := l.AdapterWeights()
+	if len(aw) != 6 {
+		t.Errorf("%d adapter tensors, want 6 (A and B of 3 projections)", len(aw))
+	}
+	st := l.Optimizer().State()
+	if len(st.Tensors) != 2*len(aw) {
+		t.Errorf("optimizer state has %d tensors, want %d (two moments per adapter tensor)", len(st.Tensors), 2*len(aw))
+	}
+	for _, x := range st.Tensors {
+		if !strings.Contains(x.Name, "lora_") {
+			t.Errorf("optimizer state for %s, not an adapter", x.Name)
+		}
+	}
+	// The merged weights are what the model computes with: the learner's
+	// forward equals a plain model built from them.
+	m, err := model.New(l.Model().Config, cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range m.Params() {
+		m.B.Upload(p.W, merged[p.Name])
+	}
+	if d := logprobDiff(t, l.Model(), m, groupBatch()); d > 1e-5 {
+		t.Errorf("merged model's log probs differ from the adapted model's by %g", d)
+	}
+}
+
+func logprobDiff(t *testing.T, a, b *model.Model, bb Batch) float64 {
+	t.Helper()
+	seqs := make([]model.Sequence, len(bb.Prompts))
+	for i := range seqs {
+		seqs[i] = model.Sequence{Prompt: bb.Prompts[i], Response: bb.Responses[i]}
+	}
+	bt, err := model.NewBatch(seqs, 0, true, a.Config.VocabSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	la, _, err := a.Forward(bt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	la = slices.Clone(la)
+	lb, _, err := b.Forward(bt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d float64
+	for i := range la {
+		d = max(d, float64(abs32(la[i]-lb[i])))
+	}
+	return d
+}
+
+func abs32(x float32) float32 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// A LoRA checkpoint is the base model plus a PEFT adapter and the
+// adapters' optimizer state; a learner loading it continues exactly as
+// the one that wrote it. With dropout, the dropout source's state travels
+// too.
+func TestLoRACheckpointResumes(t *testing.T) {
+	for _, dropout := range []float64{0, 0.1} {
+		c := loraConfig(GRPO)
+		c.LoRA.Dropout = dropout
+		a := newLearner(t, c)
+		train(t, a, groupBatch())
+		train(t, a, groupBatch())
+		dir := t.TempDir()
+		if err := a.Save(dir); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"config.json", "model.safetensors", model.AdapterWeights, model.AdapterConfig, OptimizerFile, StateFile} {
+			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+				t.Errorf("dropout %v: %v", dropout, err)
+			}
+		}
+		f, err := safetensors.ReadFile(filepath.Join(dir, OptimizerFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range f.Names() {
+			if !strings.Contains(n, "lora_") {
+				t.Errorf("optimizer file holds %s", n)
+			}
+		}
+		// The directory serves base + adapter.
+		served, err := model.LoadServed(dir, cpu.New())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := maxDiff(served.Weights(), a.PolicyWeights()); d > 1e-6 {
+			t.Errorf("LoadServed differs from the learner's merged weights by %g", d)
+		}
+
+		b := newLearner(t, c)
+		if err := b.Load(dir); err != nil {
+			t.Fatal(err)
+		}
+		train(t, a, groupBatch())
+		train(t, b, groupBatch())
+		if d := maxDiff(a.PolicyWeights(), b.PolicyWeights()); d != 0 {
+			t.Errorf("dropout %v: resumed learner differs by %g after a step", dropout, d)
+		}
+		if d := maxDiff(a.AdapterWeights(), b.AdapterWeights()); d != 0 {
+			t.Errorf("dropout %v: resumed adapters differ by %g", dropout, d)
+		}
+	}
+}
+
+// A checkpoint's adapter must match the learner's LoRA config.
+func TestLoRALoadRefusesMismatch(t *testing.T) {
+	a := newLearner(t, loraConfig(GRPO))
+	train(t, a, groupBatch())
+	dir := t.TempDir()
+	if err := a.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	noLoRA := newLearner(t, tinyConfig(GRPO))
+	if err := noLoRA.Load(dir); err == nil || !strings.Contains(err.Error(), "no lora") {
+		t.Errorf("load into a learner without lora: %v", err)
+	}
+	c := loraConfig(GRPO)
+	c.LoRA.Rank = 4
+	other := newLearner(t, c)
+	if err := other.Load(dir); err == nil || !strings.Contains(err.Error(), "r=2") {
+		t.Errorf("load into a learner of rank 4: %v", err)
+	}
+	bad := loraConfig(GRPO)
+	bad.LoRA.TargetModules = []string{"qkv"}
+	if _, err := New(bad); err == nil || !strings.Contains(err.Error(), "qkv") {
+		t.Errorf("bad target accepted: %v", err)
+	}
+}
