@@ -504,6 +504,44 @@ func (s *Syncer) Publish(ctx context.Context, version int64, u Update) (Report, 
 	return rep, nil
 }
 
+// PublishInitial makes u, full weights, the published version without
+// pushing it anywhere: engines registered from now on are caught up from
+// it (Register pushes it over the bulk path). It is how engines that start
+// with no weights — rollout actors given only their model's config and
+// tokenizer (rollout.ActorConfig.ModelFiles) — get their starting weights,
+// so no node reads them from the driver's file system. version must not be
+// older than the published one; refused once an engine is registered or a
+// version was kept (use Publish then), and for a LoRA update.
+func (s *Syncer) PublishInitial(ctx context.Context, version int64, u Update) error {
+	if u.LoRA != nil {
+		return fmt.Errorf("publish initial version %d: a LoRA update: the initial weights must be full", version)
+	}
+	blob, err := encodeBlob(version, u)
+	if err != nil {
+		return fmt.Errorf("publish initial version %d: %w", version, err)
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("publish initial version %d: waiting for a registration to end: %w", version, ctx.Err())
+	}
+	defer func() { <-s.sem }()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.ctx.Err() != nil:
+		return fmt.Errorf("publish initial version %d: syncer closed", version)
+	case len(s.targets) > 0 || s.lastFull != nil:
+		return fmt.Errorf("publish initial version %d: engines are registered or a version was published: use Publish", version)
+	case version < s.latest:
+		return fmt.Errorf("publish initial version %d: last published %d: %w", version, s.latest, ErrStaleVersion)
+	}
+	s.latest = version
+	s.lastFull = &payload{version, blob}
+	s.notifyLocked()
+	return nil
+}
+
 func (s *Syncer) pushNative(ctx context.Context, t *target, p Push) (int64, error) {
 	v, err := s.node.System().Call(ctx, t.ref, p)
 	if err != nil {

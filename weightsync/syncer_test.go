@@ -380,3 +380,43 @@ func TestLateEnginesCatchUp(t *testing.T) {
 		t.Fatalf("barrier at step 2: %d, %v", v, err)
 	}
 }
+
+// PublishInitial keeps the starting weights without pushing them: an
+// engine that starts on other weights (version -1: none yet) serves them
+// once it registers. Refused once an engine is registered, for LoRA, for
+// an older version.
+func TestPublishInitialCatchesUpNewEngines(t *testing.T) {
+	n := embedded(t)
+	ctx := testCtx(t, 60*time.Second)
+	blank := saveModel(t, randomModel(t, tinyConfig(), 1))
+	h, err := n.Spawn(ctx, EngineKind, cluster.SpawnOptions{Name: "blank", Args: EngineConfig{Model: blank, Version: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := h.Record()
+	s, err := Start(ctx, n, 3, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	learner := randomModel(t, tinyConfig(), 2)
+	lora := FullUpdate(learner)
+	lora.LoRA = &LoRA{Rank: 1, Alpha: 1}
+	if err := s.PublishInitial(ctx, 3, lora); err == nil || !strings.Contains(err.Error(), "must be full") {
+		t.Fatalf("initial LoRA: %v", err)
+	}
+	if err := s.PublishInitial(ctx, 2, FullUpdate(learner)); !errors.Is(err, ErrStaleVersion) {
+		t.Fatalf("initial version 2 after 3: %v", err)
+	}
+	if err := s.PublishInitial(ctx, 3, FullUpdate(learner)); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Versions(); st.Latest != 3 || len(st.Engines) != 0 {
+		t.Fatalf("after PublishInitial: %+v", st)
+	}
+	register(t, s, rec.Ref)
+	checkAgainst(t, "registered after PublishInitial", learner, generate(t, n.System(), rec.Ref), 3)
+	if err := s.PublishInitial(ctx, 4, FullUpdate(learner)); err == nil || !strings.Contains(err.Error(), "use Publish") {
+		t.Fatalf("PublishInitial with an engine registered: %v", err)
+	}
+}
