@@ -73,7 +73,11 @@ func (h holdEngine) Generate(ctx context.Context, reqs []engine.Request) ([]engi
 func runPoolNode(id string) int {
 	key, _ := base64.StdEncoding.DecodeString(os.Getenv("RLNODE_POOL_KEY"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	n, err := cluster.Start(ctx, cluster.Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2,
+	var res cluster.Resources
+	if os.Getenv("RLNODE_POOL_ROLLOUT") == "1" {
+		res = cluster.Resources{"rollout": 1} // room for one replica of TestPoolReplacesLostReplica
+	}
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2, Resources: res,
 		Join: []string{os.Getenv("RLNODE_POOL_JOIN")}, Logger: actor.DiscardLogger()})
 	cancel()
 	if err != nil {
@@ -628,5 +632,148 @@ func TestPoolUnderEpisodes(t *testing.T) {
 		if tr.WeightVersion != 6 || len(tr.ResponseIDs) == 0 || len(tr.LogProbs) != len(tr.ResponseIDs) {
 			t.Errorf("turn %d: version %d, %d tokens, %d logprobs", i, tr.WeightVersion, len(tr.ResponseIDs), len(tr.LogProbs))
 		}
+	}
+}
+
+// modelFiles are tinyModel's config and tokenizer as ActorConfig.ModelFiles.
+func modelFiles(t *testing.T) map[string][]byte {
+	t.Helper()
+	m, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cj, err := m.Config.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tj, err := tokenizer.Builtin().MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{"config.json": cj, "tokenizer.json": tj}
+}
+
+// waitPool polls the pool (every 10 ms, within ctx) until cond holds.
+func waitPool(ctx context.Context, t *testing.T, pool *rollout.Pool, what string, cond func([]rollout.ReplicaStatus) bool) {
+	t.Helper()
+	for !cond(pool.Replicas()) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not within the test's time; replicas %+v", what, pool.Replicas())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// A replica whose node is SIGKILLed is replaced. Replicas start from
+// ModelFiles alone: their weights come from weightsync when they register.
+// With no node left with room (each child offers one "rollout"), the pool
+// goes on with one replica and keeps trying; once a node with room joins,
+// the replacement starts there, registers at the version published
+// meanwhile, and generates that version's samples.
+func TestPoolReplacesLostReplica(t *testing.T) {
+	if isolated(t) {
+		return
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: "driver", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	env := []string{"RLNODE_POOL_KEY=" + base64.StdEncoding.EncodeToString(key), "RLNODE_POOL_JOIN=" + n.GossipAddress(), "RLNODE_POOL_ROLLOUT=1"}
+	children := map[string]*proctest.Child{}
+	join := func(id string) {
+		c := proctest.Start(t, 30*time.Second, append(env, "RLNODE_POOL_NODE="+id)...)
+		if c.Line != "UP" {
+			t.Fatalf("child node %s: %q", id, c.Line)
+		}
+		children[id] = c
+		for !slices.ContainsFunc(n.Views(), func(v cluster.NodeView) bool { return v.ID == id }) {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("node %s never seen", id)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	join("r1")
+	join("r2")
+
+	base, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncer, err := weightsync.Start(ctx, n, 0, weightsync.Config{PushTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syncer.Close()
+	if err := syncer.PublishInitial(ctx, 0, weightsync.FullUpdate(base)); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "native", ModelFiles: modelFiles(t)},
+		Replicas: 2, Resources: cluster.Resources{"rollout": 1}, Weights: syncer, Name: "rep", RespawnEvery: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	reps := pool.Replicas()
+	if nodes := []string{reps[0].Node, reps[1].Node}; !slices.Contains(nodes, "r1") || !slices.Contains(nodes, "r2") {
+		t.Fatalf("replicas %+v, want one on r1 and one on r2", reps)
+	}
+	reqs := poolRequests("a", 8)
+	got, err := pool.GenerateStep(ctx, 0, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSamples(t, "version 0 (pushed at registration)", got, reference(t, base, reqs), 0)
+
+	next := otherModel(t, 9)
+	if _, err := syncer.Publish(ctx, 1, weightsync.FullUpdate(next)); err != nil {
+		t.Fatal(err)
+	}
+	victim := reps[1]
+	if err := children[victim.Node].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(ctx, t, pool, "the killed replica dropped", func(rs []rollout.ReplicaStatus) bool { return rs[1].Lost != "" })
+	// No node has room: one replica generates, the replacement waits.
+	want1 := reference(t, next, reqs)
+	got, err = pool.GenerateStep(ctx, 1, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSamples(t, "version 1 on the survivor", got, want1, 1)
+	if live, replaced := len(pool.Handles()), pool.Replaced(); live != 1 || replaced != 0 {
+		t.Fatalf("before a node with room joins: %d live, %d replaced; want 1 and 0 (%+v)", live, replaced, pool.Replicas())
+	}
+
+	join("r3")
+	waitPool(ctx, t, pool, "a replacement on r3", func(rs []rollout.ReplicaStatus) bool {
+		return len(rs) == 3 && rs[2].Lost == ""
+	})
+	fresh := pool.Replicas()[2]
+	if fresh.Node != "r3" || fresh.Replaces != victim.Name || pool.Replaced() != 1 || len(pool.Handles()) != 2 {
+		t.Fatalf("replacement %+v (replaced %d, live %d), want one on r3 replacing %s", fresh, pool.Replaced(), len(pool.Handles()), victim.Name)
+	}
+	for _, e := range syncer.Versions().Engines {
+		if e.Version != 1 {
+			t.Errorf("engine %s on %s serves %d, want the published 1", e.Name, e.Node, e.Version)
+		}
+	}
+	h := pool.Handles()[1]
+	got, err = pool.GenerateStep(ctx, 1, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSamples(t, "version 1 with the replacement", got, want1, 1)
+	if c := completed(t, h); c != 1 {
+		t.Errorf("the replacement %s completed %d chunks, want 1 of 2", h.Name(), c)
 	}
 }
