@@ -82,9 +82,12 @@ type Metrics struct {
 	WeightLag *int64 `json:"weight_lag,omitempty"`
 	// RolloutRegenerated counts the generation chunks of the run so far
 	// that ran again because their rollout actor was lost; RolloutLive
-	// is the live actors after the step (runs with rollout actors).
+	// is the solver's live actors after the step, and RolloutReplaced the
+	// actors started so far in place of lost ones (runs with rollout
+	// actors).
 	RolloutRegenerated *int64  `json:"rollout_regenerated,omitempty"`
 	RolloutLive        *int    `json:"rollout_live,omitempty"`
+	RolloutReplaced    *int64  `json:"rollout_replaced,omitempty"`
 	GenSeconds         float64 `json:"gen_s,omitempty"`
 	TrainSeconds       float64 `json:"train_s"`
 	SyncSeconds        float64 `json:"sync_s"`
@@ -171,6 +174,9 @@ type run struct {
 	prefetched int
 	version    int64
 	res        Result
+	// rolloutShort: the solver's live rollout actors were fewer than the
+	// recipe's at the last step (said once in the log).
+	rolloutShort bool
 }
 
 // Run trains per cfg: it places the learner actor on the cluster, starts
@@ -363,17 +369,9 @@ func (r *run) syncWeights(ctx context.Context, p *policy) error {
 	if p.vllm != nil {
 		return r.syncVLLM(ctx, p)
 	}
-	off, err := p.learner.weights(ctx, learner.WeightsRequest{Readers: 1})
+	w, err := r.learnerWeights(ctx, p)
 	if err != nil {
-		return fmt.Errorf("driver: %s weights of step %d: %w", p.id, r.step, err)
-	}
-	data, err := r.node.System().Bulk().Fetch(ctx, off.Ref)
-	if err != nil {
-		return fmt.Errorf("driver: fetch %s weights of step %d: %w", p.id, off.Step, err)
-	}
-	w, err := learner.DecodeWeights(fmt.Sprintf("%s weights of learner step %d", p.id, off.Step), data)
-	if err != nil {
-		return fmt.Errorf("driver: %w", err)
+		return err
 	}
 	if p.pool != nil {
 		if err := r.publish(ctx, p, int64(r.step), w); err != nil {
@@ -533,8 +531,8 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 	m.SyncSeconds = time.Since(t0).Seconds()
 	m.WeightVersion = r.solver.eng.WeightVersion()
 	if r.solver.pool != nil {
-		regen, live := r.regenerated(), r.liveReplicas()
-		m.RolloutRegenerated, m.RolloutLive = &regen, &live
+		regen, live, replaced := r.regenerated(), r.liveReplicas(), r.replacedReplicas()
+		m.RolloutRegenerated, m.RolloutLive, m.RolloutReplaced = &regen, &live, &replaced
 	}
 	if evalNow && r.cfg.EvalEvery > 0 {
 		t0 = time.Now()
