@@ -15,17 +15,22 @@
 //
 // With Config.Rollout (rollout.go) a policy generates on rollout actors
 // instead: a rollout.Pool of Replicas actors placed per their resources
-// (or a spread placement group), hosting the native engine on the
-// checkpoint the learner writes into Out/rollout/<policy>/ at the start
-// (the run directory must be readable on every node hosting an actor),
-// and a weightsync.Syncer that pushes each learner step's weights to all
-// of them at once (the driver pulls them from the learner over the bulk
+// (or a spread placement group), hosting the native engine built from the
+// model's config.json, tokenizer and engine settings sent with the spawn
+// (rollout.ActorConfig.ModelFiles), and a weightsync.Syncer that holds the
+// learner's starting weights (PublishInitial) and pushes them to each
+// actor when it registers, then each learner step's weights to all of
+// them at once (the driver pulls them from the learner over the bulk
 // path, as for the in-process engine; a single-turn warm-up pushes only
-// before evaluations). Training batches and evaluation generate there;
-// MLMT's feedback policy too with Config.FeedbackRollout. A lost actor's
-// chunks run again on the others (metrics: rollout_regenerated,
-// rollout_live); a push that fails drops the actor and the run goes on
-// while one is left. With MaxStaleness k > 0 (single-turn) the next
+// before evaluations). No node hosting an actor reads the run directory
+// (TestRunSurvivesRolloutNodeKill hides it from them). Training batches
+// and evaluation generate there; MLMT's feedback policy too with
+// Config.FeedbackRollout. A lost actor's chunks run again on the others
+// (metrics: rollout_regenerated, rollout_live), and the pool starts a
+// replacement where placement allows, registered at the version published
+// by then (rollout_replaced); while no node can host one the run goes on
+// with fewer (said once in the run's log) and the pool retries every 2 s.
+// A push that fails drops the actor the same way. With MaxStaleness k > 0 (single-turn) the next
 // step's batch is drawn and generated while the current step trains; the
 // pool's bound holds its samples to versions ≥ on-policy − k, and
 // metrics.jsonl's weight_lag is each step's lag (0 when synchronous).
@@ -239,11 +244,9 @@
 //
 // Not done yet: PPO for multi-turn episodes (refused); the KL as a reward
 // penalty (only the loss term); vLLM serves the solver only (no feedback
-// policy, no rollout actors, synchronous only, no LoRA sync); the actors'
-// starting checkpoint goes
-// through the run directory (a shared filesystem across hosts), not a
-// push at registration; a lost rollout actor is not replaced (the pool
-// shrinks); a learner restart replaces all rollout actors rather than
+// policy, no rollout actors, synchronous only, no LoRA sync); a lost
+// rollout actor's replacement keeps the resources of a spread group's
+// bundle but not the spread; a learner restart replaces all rollout actors rather than
 // resetting their weight version (they reload the model); asynchronous
 // training is single-turn only, with a pipeline one batch deep;
 // single-turn episodes use the driver's own short prompt format;
