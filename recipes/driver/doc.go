@@ -235,7 +235,13 @@
 // vLLM servers through a rollout/vllm client in this process, and each
 // learner step's checkpoint, written to a directory the servers read, is
 // reloaded by every server before the next generation (checked per
-// server). Tested against fake servers (rollout/vllm/vllmtest) that
+// server). MLMT's trainable feedback policy does the same on servers of
+// its own (Config.FeedbackVLLM, Out/vllm-weights-feedback). With
+// MaxStaleness k > 0 (single-turn) the next step's batch generates while
+// a step trains: the reload waits for the requests in flight, which keep
+// the version they were sent under (the client's per-request tag), holds
+// new ones until every server serves the new version, and a result older
+// than on-policy − k stops the run (weight_lag as on rollout actors). Tested against fake servers (rollout/vllm/vllmtest) that
 // answer with vLLM's documented shapes but cannot learn: the tests check
 // plumbing (requests on both servers, one reload per step with its
 // directory, a server lost mid-run, unconfirmed reloads, PPO's value head
@@ -243,8 +249,9 @@
 // no run against a real vLLM has been made.
 //
 // Not done yet: PPO for multi-turn episodes (refused); the KL as a reward
-// penalty (only the loss term); vLLM serves the solver only (no feedback
-// policy, no rollout actors, synchronous only, no LoRA sync); a lost
+// penalty (only the loss term); vLLM runs no rollout actors (the servers
+// are the replicas) and no LoRA sync, and asynchronous runs on it are
+// single-turn; a lost
 // rollout actor's replacement keeps the resources of a spread group's
 // bundle but not the spread; a learner restart replaces all rollout actors rather than
 // resetting their weight version (they reload the model); asynchronous

@@ -315,7 +315,7 @@ func (r *run) startEngine(ctx context.Context, p *policy) error {
 	if p.ro != nil {
 		return r.startRollout(ctx, p, p.l, p.ro)
 	}
-	if r.cfg.VLLM != nil && p.id == "solver" {
+	if r.vllmConfig(p) != nil {
 		return r.startVLLM(ctx, p)
 	}
 	eng, tok, err := newEngine(p.l.Model, p.l.ModelDir, r.cfg.EngineBatch)
@@ -778,7 +778,9 @@ func (r *run) startBatch(ctx context.Context, onPolicy int64) (*rlBatch, error) 
 			N: cfg.GroupSize, MaxTokens: cfg.MaxTokens, Temperature: cfg.Temperature, TopP: cfg.TopP, Seed: &seed}}
 	}
 	if r.solver.vllm != nil {
-		if err := r.checkServed(r.solver, onPolicy); err != nil {
+		// Asynchronous: the servers still serve the version the step
+		// being trained was generated with.
+		if err := r.checkServing(r.solver, onPolicy-int64(cfg.MaxStaleness), onPolicy); err != nil {
 			return nil, err
 		}
 	}
@@ -793,6 +795,9 @@ func (r *run) startBatch(ctx context.Context, onPolicy int64) (*rlBatch, error) 
 		}
 		if b.err == nil && len(b.res) != len(b.reqs) {
 			b.err = fmt.Errorf("engine returned %d results for %d requests", len(b.res), len(b.reqs))
+		}
+		if b.err == nil && r.solver.vllm != nil {
+			b.err = staleResult(b.res, onPolicy-int64(cfg.MaxStaleness))
 		}
 		b.genSeconds = time.Since(t0).Seconds()
 	}()
