@@ -79,10 +79,11 @@ func rolloutNodeKill(t *testing.T, extra []string, third bool) {
 	if third {
 		spare := joinRollout("roll-c")
 		dumpOnFailure(t, spare)
-		run.waitFor(t, "rollout_live back to 2 after the kill", func() bool {
+		run.waitFor(t, "a replacement actor (rollout_replaced 1, rollout_live 2)", func() bool {
 			lines := readLines(t, metrics)
 			for _, m := range lines[min(killedAt, len(lines)):] {
-				if live, _ := m["rollout_live"].(float64); live == 2 {
+				live, _ := m["rollout_live"].(float64)
+				if replaced, _ := m["rollout_replaced"].(float64); live == 2 && replaced == 1 {
 					return true
 				}
 			}
