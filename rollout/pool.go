@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -76,7 +77,8 @@ type PoolConfig struct {
 // calls failing for LossTimeout), the chunks it held run again on the
 // others: with the requests' seeds, a deterministic engine gives the same
 // samples. A chunk's result is taken from one job only, so no request is
-// answered twice; when every replica is lost, Generate fails naming them.
+// answered twice; when every replica is lost, Generate waits for a
+// replacement on its first try, and fails naming them all if none starts.
 //
 // A lost replica is replaced: the pool spawns a new rollout actor where
 // its placement allows (the same resources and labels on any node; a
@@ -100,6 +102,10 @@ type Pool struct {
 	mu      sync.Mutex
 	closed  bool
 	version int64 // lowest version of the last Generate's results
+	// starting counts replacements on their first try; changed is closed
+	// and replaced when a replica is lost or added or a first try ends.
+	starting int
+	changed  chan struct{}
 
 	moved    atomic.Int64
 	replaced atomic.Int64
@@ -187,7 +193,7 @@ func StartPool(ctx context.Context, node *cluster.Node, cfg PoolConfig) (*Pool, 
 	cfg.Actor.WeightSync = cfg.Actor.WeightSync || cfg.Weights != nil
 
 	wctx, stop := context.WithCancel(context.Background())
-	p := &Pool{node: node, cfg: cfg, watch: wctx, stop: stop, version: cfg.Actor.WeightVersion}
+	p := &Pool{node: node, cfg: cfg, watch: wctx, stop: stop, version: cfg.Actor.WeightVersion, changed: make(chan struct{})}
 	for _, opts := range spawn {
 		r, err := p.startReplica(ctx, opts)
 		if err != nil {
@@ -273,6 +279,11 @@ func (p *Pool) lose(r *replica, cause string) {
 	}
 	r.cause = cause // no new chunk goes to r from here on
 	closed := p.closed
+	replace := !closed && p.cfg.RespawnEvery > 0
+	if replace {
+		p.starting++
+	}
+	p.notifyLocked()
 	p.mu.Unlock()
 	// Unregister before its chunks move, so the next publish does not
 	// wait for (and fail on) a lost engine.
@@ -281,8 +292,36 @@ func (p *Pool) lose(r *replica, cause string) {
 	}
 	close(r.lost)
 	p.node.System().Logger().Warn("rollout replica lost", "replica", r.name, "node", r.node, "cause", cause)
-	if !closed && p.cfg.RespawnEvery > 0 {
+	if replace {
 		go p.replace(r)
+	}
+}
+
+func (p *Pool) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// awaitLive returns nil once a replica is live. While none is but a
+// replacement is on its first try it waits for that try (within ctx);
+// otherwise it fails with ErrAllLost naming every replica.
+func (p *Pool) awaitLive(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		live := slices.ContainsFunc(p.reps, func(r *replica) bool { return r.cause == "" })
+		starting, ch := p.starting, p.changed
+		p.mu.Unlock()
+		switch {
+		case live:
+			return nil
+		case starting == 0:
+			return p.allLost()
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("rollout pool: every replica lost, waiting for a replacement: %w", ctx.Err())
+		}
 	}
 }
 
@@ -304,6 +343,17 @@ func (p *Pool) replace(old *replica) {
 		_ = p.node.StopActor(sctx, old.name)
 		cancel()
 	}()
+	first := true
+	firstDone := func() {
+		if first {
+			first = false
+			p.mu.Lock()
+			p.starting--
+			p.notifyLocked()
+			p.mu.Unlock()
+		}
+	}
+	defer firstDone()
 	for tries := 1; ; tries++ {
 		if p.watch.Err() != nil {
 			return
@@ -317,6 +367,7 @@ func (p *Pool) replace(old *replica) {
 			closed := p.closed
 			if !closed {
 				p.reps = append(p.reps, r)
+				p.notifyLocked()
 			}
 			p.mu.Unlock()
 			if closed {
@@ -331,6 +382,7 @@ func (p *Pool) replace(old *replica) {
 		if tries == 1 {
 			log.Warn("rollout replica not replaced: going on with fewer, trying again periodically",
 				"lost", old.name, "live", len(p.live()), "every", p.cfg.RespawnEvery, "err", err)
+			firstDone()
 		}
 		select {
 		case <-p.watch.Done():
@@ -374,16 +426,23 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 	if closed {
 		return nil, errors.New("rollout pool: closed")
 	}
-	if len(p.live()) == 0 {
-		return nil, p.allLost()
+	if err := p.awaitLive(ctx); err != nil {
+		return nil, err
 	}
 	bound := int64(-1 << 63)
 	if w := p.cfg.Weights; w != nil {
-		if _, err := w.VersionFor(ctx, step); err != nil {
-			if len(p.live()) == 0 {
-				return nil, p.allLost()
+		for {
+			_, err := w.VersionFor(ctx, step)
+			if err == nil {
+				break
 			}
-			return nil, fmt.Errorf("rollout pool: generate for step %d: %w", step, err)
+			if len(p.live()) > 0 {
+				return nil, fmt.Errorf("rollout pool: generate for step %d: %w", step, err)
+			}
+			// Every replica was lost meanwhile (no engine is registered).
+			if err := p.awaitLive(ctx); err != nil {
+				return nil, err
+			}
 		}
 		bound = step - int64(w.MaxStaleness())
 	}
@@ -423,7 +482,11 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 			}()
 		}
 		if running == 0 {
-			return nil, p.allLost()
+			// Every replica is lost: wait for a replacement being started.
+			if err := p.awaitLive(ctx); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		var o outcome
 		select {

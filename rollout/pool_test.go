@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,11 +50,26 @@ func init() {
 		}
 		return e, nil
 	})
+	// pool-gated-start is pool-tiny whose construction waits while
+	// startGate is held (TestPoolWaitsForReplacement).
+	rollout.RegisterEngine("pool-gated-start", func(cfg rollout.ActorConfig, _ string) (engine.Engine, error) {
+		startGate.RLock()
+		defer startGate.RUnlock()
+		m, err := tinyModel()
+		if err != nil {
+			return nil, err
+		}
+		return native.New(m, tokenizer.Builtin(), native.Config{MaxBatch: 8, WeightVersion: cfg.WeightVersion})
+	})
 	// Registered first: a child node needs the engine too.
 	if id := os.Getenv("RLNODE_POOL_NODE"); id != "" {
 		os.Exit(runPoolNode(id))
 	}
 }
+
+// startGate holds back the construction of pool-gated-start engines while
+// a test holds it for writing.
+var startGate sync.RWMutex
 
 // holdEngine is the engine of the node the test kills: it never answers a
 // request whose id starts with "hold" (until its context ends), so the
@@ -775,5 +791,79 @@ func TestPoolReplacesLostReplica(t *testing.T) {
 	sameSamples(t, "version 1 with the replacement", got, want1, 1)
 	if c := completed(t, h); c != 1 {
 		t.Errorf("the replacement %s completed %d chunks, want 1 of 2", h.Name(), c)
+	}
+
+	// Both live replicas' nodes killed at once, a node with room for one
+	// up: generation started right away waits for the replacement that
+	// starts there instead of failing, and gives the same samples.
+	join("r4")
+	for _, id := range []string{"r1", "r3"} {
+		if err := children[id].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err = pool.GenerateStep(ctx, 1, reqs)
+	if err != nil {
+		t.Fatalf("generate with every replica's node killed and room on r4: %v", err)
+	}
+	sameSamples(t, "version 1 after both kills", got, want1, 1)
+	var on4 []string
+	for _, rs := range pool.Replicas() {
+		if rs.Lost == "" {
+			on4 = append(on4, rs.Name+"@"+rs.Node)
+		}
+	}
+	if len(on4) != 1 || !strings.HasSuffix(on4[0], "@r4") {
+		t.Errorf("live replicas %v, want one on r4", on4)
+	}
+}
+
+// With its only replica lost, generation waits for the replacement being
+// started instead of failing: while the replacement's engine cannot be
+// built, a bounded call ends waiting for it (not with ErrAllLost); once
+// it is built, generation runs on it.
+func TestPoolWaitsForReplacement(t *testing.T) {
+	if isolated(t) {
+		return
+	}
+	n := startNode(t)
+	ctx := testCtx(t)
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-gated-start"},
+		Nodes: []string{n.ID()}, Name: "waiting", RespawnEvery: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	startGate.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			startGate.Unlock()
+		}
+	}()
+	if err := n.StopActor(ctx, "waiting-0"); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(ctx, t, pool, "the stopped replica dropped", func(rs []rollout.ReplicaStatus) bool { return rs[0].Lost != "" })
+	reqs := poolRequests("w", 4)
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = pool.GenerateStep(short, 0, reqs)
+	cancel()
+	if err == nil || errors.Is(err, rollout.ErrAllLost) || !strings.Contains(err.Error(), "waiting for a replacement") {
+		t.Fatalf("generate while the replacement starts: %v, want a wait for it", err)
+	}
+	startGate.Unlock()
+	locked = false
+	base, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pool.GenerateStep(ctx, 0, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSamples(t, "on the replacement", got, reference(t, base, reqs), 0)
+	if rs := pool.Replicas(); len(rs) != 2 || rs[1].Replaces != "waiting-0" || rs[1].Lost != "" {
+		t.Errorf("replicas %+v, want waiting-1 replacing waiting-0", rs)
 	}
 }
