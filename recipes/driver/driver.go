@@ -846,7 +846,13 @@ func (r *run) checkpoint(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, DriverStateFile), append(js, '\n'), 0o644); err != nil {
+	// Written whole or not at all (a kill mid-write must not leave a
+	// truncated file that --resume takes for a complete checkpoint).
+	tmp := filepath.Join(dir, DriverStateFile+".tmp")
+	if err := os.WriteFile(tmp, append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, DriverStateFile)); err != nil {
 		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
 	}
 	return nil
