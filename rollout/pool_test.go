@@ -797,6 +797,7 @@ func TestPoolReplacesLostReplica(t *testing.T) {
 	// up: generation started right away waits for the replacement that
 	// starts there instead of failing, and gives the same samples.
 	join("r4")
+	killed := time.Now()
 	for _, id := range []string{"r1", "r3"} {
 		if err := children[id].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -806,6 +807,7 @@ func TestPoolReplacesLostReplica(t *testing.T) {
 	if err != nil {
 		t.Fatalf("generate with every replica's node killed and room on r4: %v", err)
 	}
+	t.Logf("answered %s after both SIGKILLs, on a replacement", time.Since(killed).Round(time.Millisecond))
 	sameSamples(t, "version 1 after both kills", got, want1, 1)
 	var on4 []string
 	for _, rs := range pool.Replicas() {
