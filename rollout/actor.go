@@ -61,7 +61,7 @@ type ActorConfig struct {
 	// read more, as the driver's reads its engine.json) sent with the spawn.
 	// The engine starts with no weights (version NoWeights) and refuses to
 	// generate until its first push, a full one, which a Pool gets it from
-	// weightsync when it registers (Syncer.PublishInitial, or the last
+	// weightsync when it registers (Syncer.Keep, or the last
 	// published version), so the actor reads nothing from the file system
 	// of the node that started it. Needs WeightSync. The "native" engine
 	// takes them (NewNativeFromFiles).

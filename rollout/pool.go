@@ -68,6 +68,10 @@ type PoolConfig struct {
 	// again while no node can host it (default 2 s); negative: lost
 	// replicas are not replaced and the pool shrinks.
 	RespawnEvery time.Duration
+	// ReplaceWait is how long generation waits for a replacement when
+	// every replica is lost, before it fails with ErrAllLost (default 1
+	// min).
+	ReplaceWait time.Duration
 }
 
 // Pool is an engine.Engine over rollout actors on the cluster's nodes: a
@@ -77,8 +81,8 @@ type PoolConfig struct {
 // calls failing for LossTimeout), the chunks it held run again on the
 // others: with the requests' seeds, a deterministic engine gives the same
 // samples. A chunk's result is taken from one job only, so no request is
-// answered twice; when every replica is lost, Generate waits for a
-// replacement on its first try, and fails naming them all if none starts.
+// answered twice; when every replica is lost, Generate waits up to
+// ReplaceWait for a replacement, and then fails naming them all.
 //
 // A lost replica is replaced: the pool spawns a new rollout actor where
 // its placement allows (the same resources and labels on any node; a
@@ -102,10 +106,12 @@ type Pool struct {
 	mu      sync.Mutex
 	closed  bool
 	version int64 // lowest version of the last Generate's results
-	// starting counts replacements on their first try; changed is closed
-	// and replaced when a replica is lost or added or a first try ends.
-	starting int
-	changed  chan struct{}
+	// replacing counts lost replicas whose replacement is being tried;
+	// replaceErr is the last try's failure. changed is closed and
+	// replaced when a replica is lost or added or a replacement ends.
+	replacing  int
+	replaceErr string
+	changed    chan struct{}
 
 	moved    atomic.Int64
 	replaced atomic.Int64
@@ -184,6 +190,9 @@ func StartPool(ctx context.Context, node *cluster.Node, cfg PoolConfig) (*Pool, 
 	}
 	if cfg.RespawnEvery == 0 {
 		cfg.RespawnEvery = 2 * time.Second
+	}
+	if cfg.ReplaceWait <= 0 {
+		cfg.ReplaceWait = time.Minute
 	}
 	if cfg.Name == "" {
 		var b [4]byte
@@ -281,7 +290,7 @@ func (p *Pool) lose(r *replica, cause string) {
 	closed := p.closed
 	replace := !closed && p.cfg.RespawnEvery > 0
 	if replace {
-		p.starting++
+		p.replacing++
 	}
 	p.notifyLocked()
 	p.mu.Unlock()
@@ -302,25 +311,32 @@ func (p *Pool) notifyLocked() {
 	p.changed = make(chan struct{})
 }
 
-// awaitLive returns nil once a replica is live. While none is but a
-// replacement is on its first try it waits for that try (within ctx);
-// otherwise it fails with ErrAllLost naming every replica.
+// awaitLive returns nil once a replica is live. While none is but
+// replacements are being tried it waits for one, within ctx and
+// ReplaceWait; then, or when none is tried, it fails with ErrAllLost
+// naming every replica.
 func (p *Pool) awaitLive(ctx context.Context) error {
+	var deadline <-chan time.Time
 	for {
 		p.mu.Lock()
 		live := slices.ContainsFunc(p.reps, func(r *replica) bool { return r.cause == "" })
-		starting, ch := p.starting, p.changed
+		replacing, ch, why := p.replacing, p.changed, p.replaceErr
 		p.mu.Unlock()
 		switch {
 		case live:
 			return nil
-		case starting == 0:
+		case replacing == 0:
 			return p.allLost()
+		}
+		if deadline == nil {
+			deadline = time.After(p.cfg.ReplaceWait)
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			return fmt.Errorf("rollout pool: every replica lost, waiting for a replacement: %w", ctx.Err())
+		case <-deadline:
+			return fmt.Errorf("%w (no replacement started within %v; the last try: %s)", p.allLost(), p.cfg.ReplaceWait, why)
 		}
 	}
 }
@@ -343,17 +359,12 @@ func (p *Pool) replace(old *replica) {
 		_ = p.node.StopActor(sctx, old.name)
 		cancel()
 	}()
-	first := true
-	firstDone := func() {
-		if first {
-			first = false
-			p.mu.Lock()
-			p.starting--
-			p.notifyLocked()
-			p.mu.Unlock()
-		}
-	}
-	defer firstDone()
+	defer func() {
+		p.mu.Lock()
+		p.replacing--
+		p.notifyLocked()
+		p.mu.Unlock()
+	}()
 	for tries := 1; ; tries++ {
 		if p.watch.Err() != nil {
 			return
@@ -379,10 +390,12 @@ func (p *Pool) replace(old *replica) {
 			go p.watchReplica(r)
 			return
 		}
+		p.mu.Lock()
+		p.replaceErr = err.Error()
+		p.mu.Unlock()
 		if tries == 1 {
 			log.Warn("rollout replica not replaced: going on with fewer, trying again periodically",
 				"lost", old.name, "live", len(p.live()), "every", p.cfg.RespawnEvery, "err", err)
-			firstDone()
 		}
 		select {
 		case <-p.watch.Done():

@@ -437,7 +437,7 @@ func TestPoolAcrossProcesses(t *testing.T) {
 	}
 	defer syncer.Close()
 	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"},
-		Nodes: []string{"r1", "r2"}, Weights: syncer, Name: "gen"})
+		Nodes: []string{"r1", "r2"}, Weights: syncer, Name: "gen", ReplaceWait: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -730,7 +730,7 @@ func TestPoolReplacesLostReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syncer.Close()
-	if err := syncer.PublishInitial(ctx, 0, weightsync.FullUpdate(base)); err != nil {
+	if err := syncer.Keep(ctx, 0, weightsync.FullUpdate(base)); err != nil {
 		t.Fatal(err)
 	}
 	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "native", ModelFiles: modelFiles(t)},

@@ -29,7 +29,7 @@
 // a late engine up from the last full payload and the LoRA one after it
 // (the Syncer keeps both), over the bulk path: that is how rollout actors
 // started from their model's config and tokenizer alone get their
-// starting weights (PublishInitial keeps the first version before any
+// starting weights (Keep holds the first version before any
 // engine registers) and how a lost actor's replacement joins at the
 // version published by then, with nothing read from a shared file system.
 //

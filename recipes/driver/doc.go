@@ -18,7 +18,7 @@
 // (or a spread placement group), hosting the native engine built from the
 // model's config.json, tokenizer and engine settings sent with the spawn
 // (rollout.ActorConfig.ModelFiles), and a weightsync.Syncer that holds the
-// learner's starting weights (PublishInitial) and pushes them to each
+// learner's starting weights (weightsync.Syncer.Keep) and pushes them to each
 // actor when it registers, then each learner step's weights to all of
 // them at once (the driver pulls them from the learner over the bulk
 // path, as for the in-process engine; a single-turn warm-up pushes only

@@ -148,7 +148,7 @@ func (r *run) learnerWeights(ctx context.Context, p *policy) (map[string][]float
 }
 
 // startRollout starts p's rollout actors: a new weight syncer holds the
-// learner's current weights as version r.step (PublishInitial), the
+// learner's current weights as version r.step (Keep), the
 // actors start from the model's config and tokenizer alone (modelFiles),
 // and registering their engines with the syncer pushes them those weights
 // over the bulk path; every later version is published to them. A lost
@@ -175,7 +175,7 @@ func (r *run) startRollout(ctx context.Context, p *policy, l learner.Config, ro 
 	if err != nil {
 		return fmt.Errorf("driver: %s weight syncer: %w", p.id, err)
 	}
-	if err := p.syncer.PublishInitial(ctx, version, weightsync.Update{Tensors: w}); err != nil {
+	if err := p.syncer.Keep(ctx, version, weightsync.Update{Tensors: w}); err != nil {
 		return fmt.Errorf("driver: %s rollout actors' starting weights: %w", p.id, err)
 	}
 	if rolloutStartHook != nil {
@@ -229,20 +229,38 @@ func policyTokenizer(l learner.Config) (*tokenizer.Tokenizer, error) {
 // publish pushes version's weights to p's rollout actors. A version the
 // actors already serve (the one they started from) is not pushed again.
 // Actors that fail the push are dropped (the pool regenerates their
-// chunks elsewhere); the run goes on while one is left.
+// chunks elsewhere and starts replacements); with none registered the
+// version is kept for the replacements to start from (the next
+// generation fails if none can start).
 func (r *run) publish(ctx context.Context, p *policy, version int64, w map[string][]float32) error {
 	if version <= p.syncer.Versions().Latest {
 		p.pool.SetStep(version)
 		return nil
 	}
-	_, err := p.syncer.Publish(ctx, version, weightsync.Update{Tensors: w})
+	u := weightsync.Update{Tensors: w}
+	// Publish and Keep race with a replacement registering between them:
+	// the loser's answer sends the other way, a bounded number of times.
+	var err error
+	for range 3 {
+		var rep weightsync.Report
+		rep, err = p.syncer.Publish(ctx, version, u)
+		noneTook := errors.Is(err, weightsync.ErrEngineFailed) && len(rep.Applied) == 0
+		if !errors.Is(err, weightsync.ErrNoEngines) && !noneTook {
+			break
+		}
+		kerr := p.syncer.Keep(ctx, version, u)
+		if !errors.Is(kerr, weightsync.ErrEnginesRegistered) {
+			if err = kerr; err == nil {
+				r.log.Warn("no rollout actor took the weights: the version is kept for their replacements", "policy", p.id, "version", version)
+			}
+			break
+		}
+	}
 	switch {
-	case errors.Is(err, weightsync.ErrEngineFailed) && len(p.pool.Handles()) > 0:
+	case errors.Is(err, weightsync.ErrEngineFailed):
 		r.log.Warn("rollout actors dropped in a weight push", "policy", p.id, "version", version, "err", err)
-	case errors.Is(err, weightsync.ErrNoEngines):
-		return fmt.Errorf("driver: publish %s version %d: %w (rollout actors: %+v)", p.id, version, err, p.pool.Replicas())
 	case err != nil:
-		return fmt.Errorf("driver: publish %s version %d: %w", p.id, version, err)
+		return fmt.Errorf("driver: publish %s version %d: %w (rollout actors: %+v)", p.id, version, err, p.pool.Replicas())
 	}
 	p.pool.SetStep(version)
 	return nil
