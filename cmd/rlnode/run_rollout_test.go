@@ -29,6 +29,10 @@ import (
 // rollout_live stays 1. "replaced": a third rollout node joins after the
 // kill and the pool's replacement actor starts there (rollout_live back
 // to 2, rollout_replaced 1); that run is then stopped with SIGINT.
+// "only-actor": one rollout actor, on the node killed; a node that joined
+// after it was placed gets the replacement and the run completes on it
+// (its chunk, if the kill landed in generation, waits for the
+// replacement; a weight push with no actor left is kept for it).
 func TestRunSurvivesRolloutNodeKill(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -41,6 +45,7 @@ func TestRunSurvivesRolloutNodeKill(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) { rolloutNodeKill(t, c.sets, c.third) })
 	}
+	t.Run("only-actor", onlyRolloutActorKilled)
 }
 
 func rolloutNodeKill(t *testing.T, extra []string, third bool) {
@@ -144,6 +149,49 @@ func rolloutNodeKill(t *testing.T, extra []string, third bool) {
 	if _, err := os.Stat(filepath.Join(out, "checkpoints", fmt.Sprintf("step-%d", warmup+rl), "driver_state.json")); err != nil {
 		t.Errorf("last checkpoint: %v", err)
 	}
+}
+
+func onlyRolloutActorKilled(t *testing.T) {
+	home := t.TempDir()
+	head := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head", "--resource", "learner=1")
+	key := filepath.Join(home, "cluster.key")
+	outParent := t.TempDir()
+	out := filepath.Join(outParent, "run")
+	joinRollout := func(id string) *runningNode {
+		return startHidden(t, outParent, "join", head.gossip, "--bind", "127.0.0.1:0", "--key-file", key, "--node-id", id, "--resource", "rollout=1")
+	}
+	victim := joinRollout("roll-a")
+	dumpOnFailure(t, head, victim)
+	const warmup, rl = 3, 12
+	run := startRun(t, home, "run", "quickstart", "--address", head.gossip, "--key-file", key, "--bind", "127.0.0.1:0", "--out", out,
+		"--set", "deterministic=false", "--set", "placement.rollout={cpus: 0, custom: {rollout: 1}}", "--set", "placement.learner.custom={learner: 1}",
+		"--set", fmt.Sprintf("sft.steps=%d", warmup), "--set", fmt.Sprintf("schedule.steps=%d", rl), "--set", "eval.held_out=16", "--set", "schedule.eval_every=10")
+	metrics := filepath.Join(out, "metrics.jsonl")
+	// The actor is on roll-a once a step is logged; roll-b joins after.
+	run.waitFor(t, "the first step", func() bool { return len(readLines(t, metrics)) >= 1 })
+	spare := joinRollout("roll-b")
+	dumpOnFailure(t, spare)
+	run.waitFor(t, "three RL steps", func() bool { return len(readLines(t, metrics)) >= warmup+3 })
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := run.wait(t); code != 0 {
+		t.Fatalf("run exit %d after its only rollout node's kill\nstderr:\n%s", code, run.stderr)
+	}
+	lines := readLines(t, metrics)
+	if len(lines) != warmup+rl {
+		t.Fatalf("%d metrics lines, want %d (every step once)", len(lines), warmup+rl)
+	}
+	for i, m := range lines {
+		if step := m["step"].(float64); int(step) != i+1 {
+			t.Fatalf("metrics line %d is step %v: a step trained twice or skipped", i+1, step)
+		}
+	}
+	last := lines[len(lines)-1]
+	if last["rollout_live"] != 1.0 || last["rollout_replaced"] != 1.0 {
+		t.Errorf("the last step: rollout_live %v, rollout_replaced %v; want 1 and 1 (the replacement on roll-b)", last["rollout_live"], last["rollout_replaced"])
+	}
+	t.Logf("rollout_regenerated %v at the end", last["rollout_regenerated"])
 }
 
 // readLines reads metrics.jsonl; a missing file or a partly written last
