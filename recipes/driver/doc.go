@@ -30,7 +30,9 @@
 // replacement where placement allows, registered at the version published
 // by then (rollout_replaced); while no node can host one the run goes on
 // with fewer (said once in the run's log) and the pool retries every 2 s.
-// A push that fails drops the actor the same way. With MaxStaleness k > 0 (single-turn) the next
+// A push that fails drops the actor the same way; a version no actor took
+// is kept for the replacements (weightsync.Syncer.Keep), and with every
+// actor lost generation waits up to a minute for one. With MaxStaleness k > 0 (single-turn) the next
 // step's batch is drawn and generated while the current step trains; the
 // pool's bound holds its samples to versions ≥ on-policy − k, and
 // metrics.jsonl's weight_lag is each step's lag (0 when synchronous).
