@@ -19,8 +19,8 @@ import (
 // their own RLNODE_HOME and, where mount namespaces can be had, with the
 // run's output directory covered by an empty tmpfs: they cannot read OUT,
 // so the actors' starting weights must come from the weight syncer.
-// One rollout node is SIGKILLed right after a few RL steps are logged,
-// while the next step generates: the run completes on the other,
+// One rollout node is frozen (SIGSTOP) after a few RL steps are logged
+// and SIGKILLed once its chunk was regenerated: the run completes on the other,
 // metrics.jsonl has every step exactly once and in order, the chunks the
 // lost actor held were regenerated (rollout_regenerated, and the
 // end-of-run line), and the learner's last checkpoint is the last step.
@@ -73,14 +73,28 @@ func rolloutNodeKill(t *testing.T, extra []string, third bool) {
 		"--set", fmt.Sprintf("sft.steps=%d", warmup), "--set", fmt.Sprintf("schedule.steps=%d", rl), "--set", "eval.held_out=16", "--set", "schedule.eval_every=10"}
 	run := startRun(t, home, append(args, extra...)...)
 	metrics := filepath.Join(out, "metrics.jsonl")
-	// Kill once three RL steps are logged: the driver is then generating
-	// the next step (a few ms after the line, for about 0.1 s), so the
-	// victim holds a chunk.
+	// Once three RL steps are logged the victim is frozen (SIGSTOP): it
+	// answers nothing but is not known lost until the cluster's failure
+	// detection says so, seconds later, so the next generation gives it a
+	// chunk, which must run again elsewhere, whenever the freeze landed.
+	// It is SIGKILLed once that regeneration is logged.
 	run.waitFor(t, "three RL steps", func() bool { return len(readLines(t, metrics)) >= warmup+3 })
-	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := victim.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	killedAt := len(readLines(t, metrics))
+	run.waitFor(t, "a chunk regenerated after the freeze", func() bool {
+		lines := readLines(t, metrics)
+		for _, m := range lines[min(killedAt, len(lines)):] {
+			if n, _ := m["rollout_regenerated"].(float64); n >= 1 {
+				return true
+			}
+		}
+		return false
+	})
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	if third {
 		spare := joinRollout("roll-c")
 		dumpOnFailure(t, spare)
@@ -133,7 +147,7 @@ func rolloutNodeKill(t *testing.T, extra []string, third bool) {
 	if regenerated < 1 {
 		t.Errorf("rollout_regenerated %v: the killed actor's chunk was not regenerated", regenerated)
 	}
-	t.Logf("%v chunks regenerated, %v actors replaced; metrics lines %d, the kill after %d", regenerated, replaced, len(lines), killedAt)
+	t.Logf("%v chunks regenerated, %v actors replaced; metrics lines %d, the freeze after %d", regenerated, replaced, len(lines), killedAt)
 	if third {
 		if liveAfter != 2 || replaced != 1 {
 			t.Errorf("rollout_live %v and rollout_replaced %v at the end, want 2 and 1 (a replacement on the node that joined)", liveAfter, replaced)
