@@ -5,6 +5,7 @@
 // the driver's node):
 //
 //	s, _ := weightsync.Start(ctx, node, 0, weightsync.Config{MaxStaleness: k})
+//	s.Keep(ctx, 0, weightsync.FullUpdate(m))           // starting weights, pushed at registration
 //	s.Register(ctx, engineRef)                         // an EngineKind actor, or ServeEngine's
 //	s.RegisterVLLM("vllm", weightsync.VLLM{Client: c, Dir: "/shared/weights"})
 //	v, _ := s.VersionFor(ctx, step)                    // gate generation for learner step `step`
