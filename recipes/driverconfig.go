@@ -82,8 +82,12 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	}
 	if e := r.Engines.Feedback; e != nil {
 		switch {
+		case e.Kind == "vllm" && onVLLM:
+			l.refuseFeedbackVLLM(no)
+		case e.Kind == "vllm":
+			no("engines.feedback.kind", "vllm needs engines.policy.kind vllm too (the solver on vLLM servers of its own)")
 		case e.Kind != "native":
-			no("engines.feedback.kind", "%s engines are not supported yet (native only)", e.Kind)
+			no("engines.feedback.kind", "%s engines are not supported yet (native or vllm)", e.Kind)
 		case e.WeightSync != "full" && e.WeightSync != "lora":
 			no("engines.feedback.weight_sync", "%s is not supported yet (full or lora)", e.WeightSync)
 		case e.WeightSync == "full" && l.feedbackLoRA() != nil:
@@ -296,10 +300,9 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		cfg.LearnerResources = res
 	}
 	if onVLLM {
-		v := r.Engines.Policy.VLLM
-		cfg.VLLM = &driver.VLLM{Servers: v.Servers, Model: v.Model, MaxInFlight: v.MaxInFlight}
-		if v.APIKeyEnv != "" {
-			cfg.VLLM.APIKey = os.Getenv(v.APIKeyEnv)
+		cfg.VLLM = driverVLLM(r.Engines.Policy.VLLM)
+		if fb := r.Engines.Feedback; fb != nil && fb.Kind == "vllm" && cfg.Feedback != nil {
+			cfg.FeedbackVLLM = driverVLLM(fb.VLLM)
 		}
 	} else if l.needsRolloutActors() {
 		cfg.Rollout, cfg.FeedbackRollout = l.RolloutPlacement(cfg.Feedback != nil)
@@ -498,10 +501,20 @@ func PruneCheckpoints(out string, keep int) error {
 	return nil
 }
 
+// driverVLLM maps an engine's vllm section onto the driver's.
+func driverVLLM(v *VLLM) *driver.VLLM {
+	d := &driver.VLLM{Servers: v.Servers, Model: v.Model, MaxInFlight: v.MaxInFlight}
+	if v.APIKeyEnv != "" {
+		d.APIKey = os.Getenv(v.APIKeyEnv)
+	}
+	return d
+}
+
 // refuseVLLM reports what a recipe with engines.policy.kind vllm asks for
 // that the driver's vLLM engine cannot do. The driver talks to the servers
 // from its own process (driver.VLLM): rollout actors and their placement
-// do not apply, and only the solver generates there.
+// do not apply; MLMT's trainable feedback policy needs servers of its own
+// (engines.feedback, refuseFeedbackVLLM).
 func (l *Loaded) refuseVLLM(no func(field, format string, args ...any)) {
 	r := l.Recipe
 	e := r.Engines.Policy
@@ -521,15 +534,47 @@ func (l *Loaded) refuseVLLM(no func(field, format string, args ...any)) {
 	if e.VLLM.APIKeyEnv != "" && os.Getenv(e.VLLM.APIKeyEnv) == "" {
 		no("engines.policy.vllm.api_key_env", "$%s is unset or empty: a key that is not there is not supported", e.VLLM.APIKeyEnv)
 	}
+	rr := r.Placement.Rollout
 	switch {
 	case e.Replicas > 1:
-		no("engines.policy.replicas", "%d is not supported with kind vllm: the driver's client spreads requests over engines.policy.vllm.servers; set 1", e.Replicas)
-	case r.Sync.Mode == "async":
-		no("sync.mode", "async is not supported with vllm engines yet (sync only)")
-	case l.needsRolloutActors():
+		no("engines.policy.replicas", "%d is not supported with kind vllm: the servers are the replicas (the driver's client spreads requests over engines.policy.vllm.servers); list more servers and set 1", e.Replicas)
+	case r.Placement.Mode == "split" || rr.CPUs != 1 || rr.GPUs != 0 || len(rr.Custom) > 0:
 		no("placement", "rollout actors (placement.mode split or placement.rollout resources) are not supported with vllm engines: the servers run outside rlnode")
 	}
-	if r.Episode.Type == "mlmt" && !r.Algorithm.MLMT.StaticFeedback {
-		no("engines.policy.kind", "vllm with a feedback policy (mlmt without static_feedback) is not supported yet: vllm serves the solver only")
+	if r.Episode.Type == "mlmt" && !r.Algorithm.MLMT.StaticFeedback && (r.Engines.Feedback == nil || r.Engines.Feedback.Kind != "vllm") {
+		no("engines.feedback", "with engines.policy.kind vllm the trainable feedback policy needs vLLM servers of its own: set engines.feedback.kind vllm and engines.feedback.vllm (or use static feedback)")
+	}
+}
+
+// refuseFeedbackVLLM reports what engines.feedback with kind vllm (MLMT's
+// trainable feedback policy on servers of its own) asks for that the
+// driver cannot do.
+func (l *Loaded) refuseFeedbackVLLM(no func(field, format string, args ...any)) {
+	r := l.Recipe
+	e := r.Engines.Feedback
+	if e.VLLM == nil {
+		no("engines.feedback.vllm", "missing: kind vllm without servers is not supported")
+		return
+	}
+	switch e.WeightSync {
+	case "full", "reload":
+	default:
+		no("engines.feedback.weight_sync", "%s is not supported with kind vllm (full or reload)", e.WeightSync)
+	}
+	if e.VLLM.APIKeyEnv != "" && os.Getenv(e.VLLM.APIKeyEnv) == "" {
+		no("engines.feedback.vllm.api_key_env", "$%s is unset or empty: a key that is not there is not supported", e.VLLM.APIKeyEnv)
+	}
+	if l.feedbackLoRA() != nil {
+		no("models.feedback.lora", "a LoRA feedback policy on vllm engines is not supported yet (the solver's LoRA is: engines.policy.weight_sync lora)")
+	}
+	if e.Replicas > 1 {
+		no("engines.feedback.replicas", "%d is not supported with kind vllm: the servers are the replicas; list more servers and set 1", e.Replicas)
+	}
+	if p := r.Engines.Policy.VLLM; p != nil {
+		for _, u := range e.VLLM.Servers {
+			if slices.Contains(p.Servers, u) {
+				no("engines.feedback.vllm.servers", "%s serves the policy too (engines.policy.vllm.servers): a server holds one policy's weights", u)
+			}
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"text/template"
@@ -116,10 +117,14 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 		{"mlmt_math", []string{"data.verifier=gsm8k"}, "data.verifier"},
 		{"score_math", []string{"data.verifier=gsm8k"}, "data.verifier"},
 		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "engines.policy.replicas=2"}, "engines.policy.replicas"},
-		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "sync.mode=async"}, "sync.mode"},
 		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "placement.mode=split"}, "placement"},
 		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "engines.policy.vllm.api_key_env=RLNODE_TEST_UNSET_KEY"}, "engines.policy.vllm.api_key_env"},
-		{"mlmt_math", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}"}, "engines.policy.kind"},
+		{"mlmt_math", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}"}, "engines.feedback"},
+		{"mlmt_math", []string{"deterministic=false", "engines.feedback.kind=vllm", "engines.feedback.vllm={servers: [\"http://127.0.0.1:8001\"], model: m}"}, "engines.feedback.kind"},
+		{"mlmt_math", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}",
+			"engines.feedback.kind=vllm", "engines.feedback.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}"}, "engines.feedback.vllm.servers"},
+		{"mlmt_math", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}",
+			"engines.feedback.kind=vllm", "engines.feedback.vllm={servers: [\"http://127.0.0.1:8001\"], model: m}", "engines.feedback.replicas=2"}, "engines.feedback.replicas"},
 		{"mlmt_math", []string{"deterministic=false", "sync.mode=async"}, "sync.mode"},
 		{"score_math", []string{"deterministic=false", "sync.mode=async"}, "sync.mode"},
 		{"quickstart", []string{"models.policy.lora={rank: 4}", "engines.policy.weight_sync=full"}, "engines.policy.weight_sync"},
@@ -291,6 +296,8 @@ func TestDriverConfigVLLM(t *testing.T) {
 		{"mlmt_math_static", nil},
 		{"score_math", nil},
 		{"ppo_math", nil},
+		{"quickstart", []string{"sync.mode=async", "sync.max_staleness=2"}},
+		{"mlmt_math", []string{"engines.feedback.kind=vllm", `engines.feedback.vllm={servers: ["http://10.0.0.7:8000"], model: fb}`}},
 	} {
 		sets := append([]string{"deterministic=false", "engines.policy.kind=vllm", servers}, c.sets...)
 		name := c.recipe + " " + strings.Join(c.sets, " ")
@@ -305,8 +312,18 @@ func TestDriverConfigVLLM(t *testing.T) {
 			continue
 		}
 		want := &driver.VLLM{Servers: []string{"http://10.0.0.5:8000", "http://10.0.0.6:8000"}, Model: "Qwen/Qwen2.5-0.5B", MaxInFlight: 8, APIKey: "sekret"}
-		if !reflect.DeepEqual(cfg.VLLM, want) || cfg.Rollout != nil {
+		if !reflect.DeepEqual(cfg.VLLM, want) || cfg.Rollout != nil || cfg.FeedbackRollout != nil {
 			t.Errorf("%s: VLLM %+v, rollout %+v; want %+v and no rollout actors", name, cfg.VLLM, cfg.Rollout, want)
+		}
+		if want := slices.Contains(c.sets, "sync.mode=async"); (cfg.MaxStaleness == 2) != want {
+			t.Errorf("%s: max staleness %d", name, cfg.MaxStaleness)
+		}
+		var fb *driver.VLLM
+		if c.recipe == "mlmt_math" {
+			fb = &driver.VLLM{Servers: []string{"http://10.0.0.7:8000"}, Model: "fb", MaxInFlight: 64}
+		}
+		if !reflect.DeepEqual(cfg.FeedbackVLLM, fb) {
+			t.Errorf("%s: FeedbackVLLM %+v, want %+v", name, cfg.FeedbackVLLM, fb)
 		}
 	}
 }
@@ -317,18 +334,39 @@ func TestDriverConfigVLLM(t *testing.T) {
 // cannot learn; this checks that recipe, driver and servers connect: both
 // servers answer, every learner step is reloaded, metrics are written.
 func TestShippedRecipesOnVLLM(t *testing.T) {
-	for _, name := range []string{"quickstart", "grpo_gsm8k", "score_math", "mlmt_math_static", "ppo_math"} {
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct {
+		name, recipe string
+		sets         []string
+		feedback     bool // the feedback policy on servers of its own
+	}{
+		{"quickstart", "quickstart", nil, false},
+		{"quickstart-async", "quickstart", []string{"sync.mode=async"}, false},
+		{"grpo_gsm8k", "grpo_gsm8k", nil, false},
+		{"score_math", "score_math", nil, false},
+		{"mlmt_math_static", "mlmt_math_static", nil, false},
+		{"mlmt_math", "mlmt_math", nil, true},
+		{"ppo_math", "ppo_math", nil, false},
+	} {
+		name := c.recipe
+		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			opts := vllmtest.Options{Model: "served", Vocab: 768}
 			a, b := vllmtest.New(opts), vllmtest.New(opts)
 			defer a.Close()
 			defer b.Close()
-			l, err := Load(name, []string{"deterministic=false", "engines.policy.kind=vllm",
+			servers := []*vllmtest.Server{a, b}
+			sets := append([]string{"deterministic=false", "engines.policy.kind=vllm",
 				fmt.Sprintf("engines.policy.vllm={servers: [%q, %q], model: served}", a.URL(), b.URL()),
 				"sft.steps=1", "sft.batch_size=4", "schedule.steps=2", "schedule.eval_every=2", "eval.held_out=4",
-				"algorithm.batch_prompts=2", "algorithm.group_size=2"})
+				"algorithm.batch_prompts=2", "algorithm.group_size=2"}, c.sets...)
+			if c.feedback {
+				f := vllmtest.New(opts)
+				defer f.Close()
+				servers = append(servers, f)
+				sets = append(sets, "engines.feedback.kind=vllm", fmt.Sprintf("engines.feedback.vllm={servers: [%q], model: served}", f.URL()))
+			}
+			l, err := Load(name, sets)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -347,7 +385,7 @@ func TestShippedRecipesOnVLLM(t *testing.T) {
 			if n := strings.Count(string(js), "\n"); n != 3 {
 				t.Errorf("metrics.jsonl has %d lines, want 3 (1 warm-up + 2 RL steps)", n)
 			}
-			for _, s := range []*vllmtest.Server{a, b} {
+			for _, s := range servers {
 				if s.Generated() == 0 || len(s.Reloads()) != 4 {
 					t.Errorf("%s: %d requests answered, %d reloads; want > 0 and 4 (start + 3 steps)", s.URL(), s.Generated(), len(s.Reloads()))
 				}

@@ -56,6 +56,16 @@ type ActorConfig struct {
 	// WeightVersion is the policy version the solver's Model holds (the
 	// native engine starts serving it).
 	WeightVersion int64
+	// ModelFiles stand in for Model's directory when Model is empty: the
+	// small files of the model (config.json, tokenizer.json; an engine may
+	// read more, as the driver's reads its engine.json) sent with the spawn.
+	// The engine starts with no weights (version NoWeights) and refuses to
+	// generate until its first push, a full one, which a Pool gets it from
+	// weightsync when it registers (Syncer.Keep, or the last
+	// published version), so the actor reads nothing from the file system
+	// of the node that started it. Needs WeightSync. The "native" engine
+	// takes them (NewNativeFromFiles).
+	ModelFiles map[string][]byte
 	// WeightSync hosts the solver engine for weight pushes beside the
 	// actor: a weightsync engine host (weightsync.ServeEngine) named
 	// "<actor name>.weights" on the same node, with its own mailbox, so a
@@ -162,6 +172,9 @@ func init() {
 		return newRolloutActor(ctx, cfg)
 	})
 	RegisterEngine("native", func(cfg ActorConfig, model string) (engine.Engine, error) {
+		if model == "" && cfg.ModelFiles != nil {
+			return NewNativeFromFiles(cfg.ModelFiles, native.Config{})
+		}
 		if model == "" {
 			return nil, errors.New("native engine: no model directory")
 		}
@@ -298,12 +311,17 @@ func newRolloutActor(ctx *actor.Context, cfg ActorConfig) (*rolloutActor, error)
 	if err != nil {
 		return nil, fmt.Errorf("rollout actor: verifier %q: %w", cfg.Verifier, err)
 	}
+	if cfg.ModelFiles != nil && (cfg.Model != "" || !cfg.WeightSync) {
+		return nil, fmt.Errorf("rollout actor: ModelFiles (an engine that starts with no weights) need an empty Model (have %q) and WeightSync (have %v)", cfg.Model, cfg.WeightSync)
+	}
 	a := &rolloutActor{cfg: cfg, sys: ctx.System(), verifier: v, jobs: map[string]*job{}, slots: make(chan struct{}, cfg.Concurrency)}
 	if a.solver, err = buildEngine(cfg, cfg.Engine, cfg.Model); err != nil {
 		return nil, err
 	}
 	if cfg.FeedbackEngine != "" {
-		if a.feedback, err = buildEngine(cfg, cfg.FeedbackEngine, cfg.FeedbackModel); err != nil {
+		fcfg := cfg
+		fcfg.ModelFiles = nil // the solver's
+		if a.feedback, err = buildEngine(fcfg, cfg.FeedbackEngine, cfg.FeedbackModel); err != nil {
 			a.solver.Close()
 			return nil, err
 		}
@@ -322,7 +340,12 @@ func newRolloutActor(ctx *actor.Context, cfg ActorConfig) (*rolloutActor, error)
 			a.closeEngines()
 			return nil, fmt.Errorf("rollout actor: WeightSync: engine %q (%T) does not take weight pushes (no SetWeights)", cfg.Engine, a.solver)
 		}
-		var base func([]string) (map[string][]float32, error)
+		// LoRA adapters merge onto the base: the checkpoint's, or for an
+		// engine started from ModelFiles the weights of the last full push
+		// (the Receiver keeps them), which always comes first.
+		base := func(names []string) (map[string][]float32, error) {
+			return nil, fmt.Errorf("lora: no full weights pushed yet to merge %d adapted projections onto (the engine started from model files alone)", len(names))
+		}
 		if cfg.Model != "" {
 			base = weightsync.CheckpointBase(cfg.Model)
 		}

@@ -8,7 +8,11 @@
 // and returns episodes as Arrow IPC bytes (rollout/data's TrajectorySchema),
 // inline or through the bulk path when large. Engines and verifiers reach
 // it by name (RegisterEngine, RegisterVerifier; "native", "math", "gsm8k"
-// and "code" are built in). The subpackages do the work: engine and verify
+// and "code" are built in). An actor may start from its model's config and
+// tokenizer alone (ActorConfig.ModelFiles) and get its weights from the
+// weight-sync actor when it registers, so it reads no shared file system.
+// Pool spreads generation over many actors and replaces lost ones. The
+// subpackages do the work: engine and verify
 // (interfaces), native and vllm (engines), episode (episode runners), data
 // (datasets and trajectories), task (synthetic problems).
 package rollout

@@ -4,8 +4,9 @@ package rollout
 // nodes, so episode runners in the driver's process generate on many
 // nodes (see Pool).
 //
-// Not done yet: a lost replica is not replaced (no respawn on another
-// node; the pool shrinks); a replica the cluster restarts is dropped, not
+// Not done yet: a replacement for a replica of a placement group is placed
+// by its bundle's resources, not in the group (the group's spread is not
+// kept); a replica the cluster restarts is dropped (and replaced), not
 // re-registered; episode jobs (RunEpisodes) are not spread by the pool,
 // only plain generation; chunks are not split further when the pool
 // shrinks mid-call.
@@ -16,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -62,6 +64,14 @@ type PoolConfig struct {
 	// moves to another replica and it is dropped (default 15 s, more than
 	// failure detection plus the cluster's grace for a missing node).
 	LossTimeout time.Duration
+	// RespawnEvery is how often the replacement of a lost replica is tried
+	// again while no node can host it (default 2 s); negative: lost
+	// replicas are not replaced and the pool shrinks.
+	RespawnEvery time.Duration
+	// ReplaceWait is how long generation waits for a replacement when
+	// every replica is lost, before it fails with ErrAllLost (default 1
+	// min).
+	ReplaceWait time.Duration
 }
 
 // Pool is an engine.Engine over rollout actors on the cluster's nodes: a
@@ -71,7 +81,15 @@ type PoolConfig struct {
 // calls failing for LossTimeout), the chunks it held run again on the
 // others: with the requests' seeds, a deterministic engine gives the same
 // samples. A chunk's result is taken from one job only, so no request is
-// answered twice; when every replica is lost, Generate fails naming them.
+// answered twice; when every replica is lost, Generate waits up to
+// ReplaceWait for a replacement, and then fails naming them all.
+//
+// A lost replica is replaced: the pool spawns a new rollout actor where
+// its placement allows (the same resources and labels on any node; a
+// pinned replica on its node once that node is back), registers its
+// engine with Weights, which catches it up to the published version, and
+// gives it later chunks. While no node can host it the pool goes on with
+// fewer, logs that once, and tries again every RespawnEvery.
 //
 // Each engine.Result carries the policy version that generated it; with
 // Weights set the pool keeps the staleness bound of weightsync (see
@@ -88,16 +106,26 @@ type Pool struct {
 	mu      sync.Mutex
 	closed  bool
 	version int64 // lowest version of the last Generate's results
+	// replacing counts lost replicas whose replacement is being tried;
+	// replaceErr is the last try's failure. changed is closed and
+	// replaced when a replica is lost or added or a replacement ends.
+	replacing  int
+	replaceErr string
+	changed    chan struct{}
 
-	moved atomic.Int64
+	moved    atomic.Int64
+	replaced atomic.Int64
+	names    atomic.Int64 // replicas named so far: the next is Name-<names>
 }
 
 type replica struct {
-	name string
-	h    *cluster.Handle
-	node string
-	host actor.Ref     // weightsync engine host, when Weights is set
-	lost chan struct{} // closed once the replica is lost
+	name     string
+	h        *cluster.Handle
+	node     string
+	host     actor.Ref            // weightsync engine host, when Weights is set
+	respawn  cluster.SpawnOptions // where a replacement may go
+	replaces string               // the lost replica this one replaced
+	lost     chan struct{}        // closed once the replica is lost
 	// Under Pool.mu:
 	cause string
 	busy  int // chunks outstanding
@@ -114,6 +142,9 @@ type ReplicaStatus struct {
 	Node string
 	Busy int    // chunks it runs now
 	Lost string // why it was dropped; empty while live
+	// Replaces names the lost replica this one replaced; empty for the
+	// replicas StartPool started.
+	Replaces string
 }
 
 // ErrAllLost: every replica of the pool is lost.
@@ -157,6 +188,12 @@ func StartPool(ctx context.Context, node *cluster.Node, cfg PoolConfig) (*Pool, 
 	if cfg.LossTimeout <= 0 {
 		cfg.LossTimeout = 15 * time.Second
 	}
+	if cfg.RespawnEvery == 0 {
+		cfg.RespawnEvery = 2 * time.Second
+	}
+	if cfg.ReplaceWait <= 0 {
+		cfg.ReplaceWait = time.Minute
+	}
 	if cfg.Name == "" {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
@@ -165,10 +202,8 @@ func StartPool(ctx context.Context, node *cluster.Node, cfg PoolConfig) (*Pool, 
 	cfg.Actor.WeightSync = cfg.Actor.WeightSync || cfg.Weights != nil
 
 	wctx, stop := context.WithCancel(context.Background())
-	p := &Pool{node: node, cfg: cfg, watch: wctx, stop: stop, version: cfg.Actor.WeightVersion}
-	for i, opts := range spawn {
-		opts.Name = fmt.Sprintf("%s-%d", cfg.Name, i)
-		opts.Args = cfg.Actor
+	p := &Pool{node: node, cfg: cfg, watch: wctx, stop: stop, version: cfg.Actor.WeightVersion, changed: make(chan struct{})}
+	for _, opts := range spawn {
 		r, err := p.startReplica(ctx, opts)
 		if err != nil {
 			p.Close()
@@ -182,7 +217,11 @@ func StartPool(ctx context.Context, node *cluster.Node, cfg PoolConfig) (*Pool, 
 	return p, nil
 }
 
+// startReplica spawns a replica placed per opts under the pool's next
+// name and registers its engine with Weights.
 func (p *Pool) startReplica(ctx context.Context, opts cluster.SpawnOptions) (*replica, error) {
+	opts.Name = fmt.Sprintf("%s-%d", p.cfg.Name, p.names.Add(1)-1)
+	opts.Args = p.cfg.Actor
 	where := opts.Node
 	if where == "" {
 		where = "any node"
@@ -191,7 +230,15 @@ func (p *Pool) startReplica(ctx context.Context, opts cluster.SpawnOptions) (*re
 	if err != nil {
 		return nil, fmt.Errorf("rollout pool: start %s on %s: %w", opts.Name, where, err)
 	}
-	r := &replica{name: opts.Name, h: h, lost: make(chan struct{})}
+	// A replacement goes where the cluster can place it: a group's bundle
+	// is tied to its (lost) node, so it takes the bundle's resources.
+	again := opts
+	again.Name, again.Args = "", nil
+	if again.Group != nil {
+		b := again.Group.Bundles[again.Bundle]
+		again.Group, again.Bundle, again.Resources, again.Labels = nil, 0, b.Resources, b.Labels
+	}
+	r := &replica{name: opts.Name, h: h, respawn: again, lost: make(chan struct{})}
 	if rec, ok := h.Record(); ok {
 		r.node = rec.Node
 	}
@@ -231,7 +278,8 @@ func (p *Pool) watchReplica(r *replica) {
 	}
 }
 
-// lose drops r; its running chunks move to the others.
+// lose drops r; its running chunks move to the others, and a replacement
+// is started (replace).
 func (p *Pool) lose(r *replica, cause string) {
 	p.mu.Lock()
 	if r.cause != "" {
@@ -239,6 +287,12 @@ func (p *Pool) lose(r *replica, cause string) {
 		return
 	}
 	r.cause = cause // no new chunk goes to r from here on
+	closed := p.closed
+	replace := !closed && p.cfg.RespawnEvery > 0
+	if replace {
+		p.replacing++
+	}
+	p.notifyLocked()
 	p.mu.Unlock()
 	// Unregister before its chunks move, so the next publish does not
 	// wait for (and fail on) a lost engine.
@@ -247,6 +301,108 @@ func (p *Pool) lose(r *replica, cause string) {
 	}
 	close(r.lost)
 	p.node.System().Logger().Warn("rollout replica lost", "replica", r.name, "node", r.node, "cause", cause)
+	if replace {
+		go p.replace(r)
+	}
+}
+
+func (p *Pool) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// awaitLive returns nil once a replica is live. While none is but
+// replacements are being tried it waits for one, within ctx and
+// ReplaceWait; then, or when none is tried, it fails with ErrAllLost
+// naming every replica.
+func (p *Pool) awaitLive(ctx context.Context) error {
+	var deadline <-chan time.Time
+	for {
+		p.mu.Lock()
+		live := slices.ContainsFunc(p.reps, func(r *replica) bool { return r.cause == "" })
+		replacing, ch, why := p.replacing, p.changed, p.replaceErr
+		p.mu.Unlock()
+		switch {
+		case live:
+			return nil
+		case replacing == 0:
+			return p.allLost()
+		}
+		if deadline == nil {
+			deadline = time.After(p.cfg.ReplaceWait)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("rollout pool: every replica lost, waiting for a replacement: %w", ctx.Err())
+		case <-deadline:
+			return fmt.Errorf("%w (no replacement started within %v; the last try: %s)", p.allLost(), p.cfg.ReplaceWait, why)
+		}
+	}
+}
+
+// respawnTimeout bounds one try at starting a replacement: the spawn, the
+// engine host query and the registration, which may wait for a publish
+// and then catch the engine up with a full push.
+const respawnTimeout = 5 * time.Minute
+
+// replace starts a replacement for the lost replica old, trying again
+// every RespawnEvery until one starts or the pool closes. The first
+// failure is logged once: the pool goes on with fewer meanwhile.
+func (p *Pool) replace(old *replica) {
+	log := p.node.System().Logger()
+	// A replica dropped for failing calls may still run: stop it, so it
+	// does not hold its node's resources (a dead node's call fails fast;
+	// a partitioned one's would hold the first try up, hence apart).
+	go func() {
+		sctx, cancel := context.WithTimeout(p.watch, 10*time.Second)
+		_ = p.node.StopActor(sctx, old.name)
+		cancel()
+	}()
+	defer func() {
+		p.mu.Lock()
+		p.replacing--
+		p.notifyLocked()
+		p.mu.Unlock()
+	}()
+	for tries := 1; ; tries++ {
+		if p.watch.Err() != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(p.watch, respawnTimeout)
+		r, err := p.startReplica(ctx, old.respawn)
+		cancel()
+		if err == nil {
+			r.replaces = old.name
+			p.mu.Lock()
+			closed := p.closed
+			if !closed {
+				p.reps = append(p.reps, r)
+				p.notifyLocked()
+			}
+			p.mu.Unlock()
+			if closed {
+				p.stopReplica(r, "rollout pool closed")
+				return
+			}
+			p.replaced.Add(1)
+			log.Info("rollout replica replaced", "lost", old.name, "replica", r.name, "node", r.node, "tries", tries, "live", len(p.live()))
+			go p.watchReplica(r)
+			return
+		}
+		p.mu.Lock()
+		p.replaceErr = err.Error()
+		p.mu.Unlock()
+		if tries == 1 {
+			log.Warn("rollout replica not replaced: going on with fewer, trying again periodically",
+				"lost", old.name, "live", len(p.live()), "every", p.cfg.RespawnEvery, "err", err)
+		}
+		select {
+		case <-p.watch.Done():
+			return
+		case <-time.After(p.cfg.RespawnEvery):
+		}
+	}
 }
 
 // SetStep sets the learner step that Generate generates for (the step
@@ -283,16 +439,23 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 	if closed {
 		return nil, errors.New("rollout pool: closed")
 	}
-	if len(p.live()) == 0 {
-		return nil, p.allLost()
+	if err := p.awaitLive(ctx); err != nil {
+		return nil, err
 	}
 	bound := int64(-1 << 63)
 	if w := p.cfg.Weights; w != nil {
-		if _, err := w.VersionFor(ctx, step); err != nil {
-			if len(p.live()) == 0 {
-				return nil, p.allLost()
+		for {
+			_, err := w.VersionFor(ctx, step)
+			if err == nil {
+				break
 			}
-			return nil, fmt.Errorf("rollout pool: generate for step %d: %w", step, err)
+			if len(p.live()) > 0 {
+				return nil, fmt.Errorf("rollout pool: generate for step %d: %w", step, err)
+			}
+			// Every replica was lost meanwhile (no engine is registered).
+			if err := p.awaitLive(ctx); err != nil {
+				return nil, err
+			}
 		}
 		bound = step - int64(w.MaxStaleness())
 	}
@@ -332,7 +495,11 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 			}()
 		}
 		if running == 0 {
-			return nil, p.allLost()
+			// Every replica is lost: wait for a replacement being started.
+			if err := p.awaitLive(ctx); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		var o outcome
 		select {
@@ -548,7 +715,7 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 func (p *Pool) WeightVersion() int64 {
 	if w := p.cfg.Weights; w != nil {
 		ours := map[string]bool{}
-		for _, r := range p.reps {
+		for _, r := range p.live() {
 			ours[r.host.Name] = true
 		}
 		first, low := true, int64(0)
@@ -572,7 +739,7 @@ func (p *Pool) Replicas() []ReplicaStatus {
 	defer p.mu.Unlock()
 	out := make([]ReplicaStatus, len(p.reps))
 	for i, r := range p.reps {
-		out[i] = ReplicaStatus{Name: r.name, Node: r.node, Busy: r.busy, Lost: r.cause}
+		out[i] = ReplicaStatus{Name: r.name, Node: r.node, Busy: r.busy, Lost: r.cause, Replaces: r.replaces}
 	}
 	return out
 }
@@ -590,6 +757,9 @@ func (p *Pool) Handles() []*cluster.Handle {
 // Redispatched counts chunks that ran again because their replica was lost.
 func (p *Pool) Redispatched() int64 { return p.moved.Load() }
 
+// Replaced counts replicas started in place of lost ones.
+func (p *Pool) Replaced() int64 { return p.replaced.Load() }
+
 // Close implements engine.Engine: it unregisters the engines from Weights
 // and stops the live replicas (each within 10 s). Errors name the
 // replicas that did not stop.
@@ -604,20 +774,25 @@ func (p *Pool) Close() error {
 	p.stop()
 	var errs []string
 	for _, r := range p.live() {
-		if p.cfg.Weights != nil && !r.host.IsZero() {
-			p.cfg.Weights.Remove(r.host.Name, "rollout pool closed")
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := p.node.StopActor(ctx, r.name); err != nil {
+		if err := p.stopReplica(r, "rollout pool closed"); err != nil {
 			errs = append(errs, err.Error())
 		}
-		cancel()
 	}
 	if len(errs) > 0 {
 		sort.Strings(errs)
 		return fmt.Errorf("rollout pool: close: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// stopReplica unregisters r's engine and stops its actor (within 10 s).
+func (p *Pool) stopReplica(r *replica, cause string) error {
+	if p.cfg.Weights != nil && !r.host.IsZero() {
+		p.cfg.Weights.Remove(r.host.Name, cause)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return p.node.StopActor(ctx, r.name)
 }
 
 var _ engine.Engine = (*Pool)(nil)

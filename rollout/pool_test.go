@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,11 +50,26 @@ func init() {
 		}
 		return e, nil
 	})
+	// pool-gated-start is pool-tiny whose construction waits while
+	// startGate is held (TestPoolWaitsForReplacement).
+	rollout.RegisterEngine("pool-gated-start", func(cfg rollout.ActorConfig, _ string) (engine.Engine, error) {
+		startGate.RLock()
+		defer startGate.RUnlock()
+		m, err := tinyModel()
+		if err != nil {
+			return nil, err
+		}
+		return native.New(m, tokenizer.Builtin(), native.Config{MaxBatch: 8, WeightVersion: cfg.WeightVersion})
+	})
 	// Registered first: a child node needs the engine too.
 	if id := os.Getenv("RLNODE_POOL_NODE"); id != "" {
 		os.Exit(runPoolNode(id))
 	}
 }
+
+// startGate holds back the construction of pool-gated-start engines while
+// a test holds it for writing.
+var startGate sync.RWMutex
 
 // holdEngine is the engine of the node the test kills: it never answers a
 // request whose id starts with "hold" (until its context ends), so the
@@ -73,7 +89,11 @@ func (h holdEngine) Generate(ctx context.Context, reqs []engine.Request) ([]engi
 func runPoolNode(id string) int {
 	key, _ := base64.StdEncoding.DecodeString(os.Getenv("RLNODE_POOL_KEY"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	n, err := cluster.Start(ctx, cluster.Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2,
+	var res cluster.Resources
+	if os.Getenv("RLNODE_POOL_ROLLOUT") == "1" {
+		res = cluster.Resources{"rollout": 1} // room for one replica of TestPoolReplacesLostReplica
+	}
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2, Resources: res,
 		Join: []string{os.Getenv("RLNODE_POOL_JOIN")}, Logger: actor.DiscardLogger()})
 	cancel()
 	if err != nil {
@@ -417,7 +437,7 @@ func TestPoolAcrossProcesses(t *testing.T) {
 	}
 	defer syncer.Close()
 	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"},
-		Nodes: []string{"r1", "r2"}, Weights: syncer, Name: "gen"})
+		Nodes: []string{"r1", "r2"}, Weights: syncer, Name: "gen", ReplaceWait: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -628,5 +648,224 @@ func TestPoolUnderEpisodes(t *testing.T) {
 		if tr.WeightVersion != 6 || len(tr.ResponseIDs) == 0 || len(tr.LogProbs) != len(tr.ResponseIDs) {
 			t.Errorf("turn %d: version %d, %d tokens, %d logprobs", i, tr.WeightVersion, len(tr.ResponseIDs), len(tr.LogProbs))
 		}
+	}
+}
+
+// modelFiles are tinyModel's config and tokenizer as ActorConfig.ModelFiles.
+func modelFiles(t *testing.T) map[string][]byte {
+	t.Helper()
+	m, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cj, err := m.Config.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tj, err := tokenizer.Builtin().MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{"config.json": cj, "tokenizer.json": tj}
+}
+
+// waitPool polls the pool (every 10 ms, within ctx) until cond holds.
+func waitPool(ctx context.Context, t *testing.T, pool *rollout.Pool, what string, cond func([]rollout.ReplicaStatus) bool) {
+	t.Helper()
+	for !cond(pool.Replicas()) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not within the test's time; replicas %+v", what, pool.Replicas())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// A replica whose node is SIGKILLed is replaced. Replicas start from
+// ModelFiles alone: their weights come from weightsync when they register.
+// With no node left with room (each child offers one "rollout"), the pool
+// goes on with one replica and keeps trying; once a node with room joins,
+// the replacement starts there, registers at the version published
+// meanwhile, and generates that version's samples.
+func TestPoolReplacesLostReplica(t *testing.T) {
+	if isolated(t) {
+		return
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: "driver", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	env := []string{"RLNODE_POOL_KEY=" + base64.StdEncoding.EncodeToString(key), "RLNODE_POOL_JOIN=" + n.GossipAddress(), "RLNODE_POOL_ROLLOUT=1"}
+	children := map[string]*proctest.Child{}
+	join := func(id string) {
+		c := proctest.Start(t, 30*time.Second, append(env, "RLNODE_POOL_NODE="+id)...)
+		if c.Line != "UP" {
+			t.Fatalf("child node %s: %q", id, c.Line)
+		}
+		children[id] = c
+		for !slices.ContainsFunc(n.Views(), func(v cluster.NodeView) bool { return v.ID == id }) {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("node %s never seen", id)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	join("r1")
+	join("r2")
+
+	base, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncer, err := weightsync.Start(ctx, n, 0, weightsync.Config{PushTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syncer.Close()
+	if err := syncer.Keep(ctx, 0, weightsync.FullUpdate(base)); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "native", ModelFiles: modelFiles(t)},
+		Replicas: 2, Resources: cluster.Resources{"rollout": 1}, Weights: syncer, Name: "rep", RespawnEvery: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	reps := pool.Replicas()
+	if nodes := []string{reps[0].Node, reps[1].Node}; !slices.Contains(nodes, "r1") || !slices.Contains(nodes, "r2") {
+		t.Fatalf("replicas %+v, want one on r1 and one on r2", reps)
+	}
+	reqs := poolRequests("a", 8)
+	got, err := pool.GenerateStep(ctx, 0, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSamples(t, "version 0 (pushed at registration)", got, reference(t, base, reqs), 0)
+
+	next := otherModel(t, 9)
+	if _, err := syncer.Publish(ctx, 1, weightsync.FullUpdate(next)); err != nil {
+		t.Fatal(err)
+	}
+	victim := reps[1]
+	if err := children[victim.Node].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(ctx, t, pool, "the killed replica dropped", func(rs []rollout.ReplicaStatus) bool { return rs[1].Lost != "" })
+	// No node has room: one replica generates, the replacement waits.
+	want1 := reference(t, next, reqs)
+	got, err = pool.GenerateStep(ctx, 1, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSamples(t, "version 1 on the survivor", got, want1, 1)
+	if live, replaced := len(pool.Handles()), pool.Replaced(); live != 1 || replaced != 0 {
+		t.Fatalf("before a node with room joins: %d live, %d replaced; want 1 and 0 (%+v)", live, replaced, pool.Replicas())
+	}
+
+	join("r3")
+	waitPool(ctx, t, pool, "a replacement on r3", func(rs []rollout.ReplicaStatus) bool {
+		return len(rs) == 3 && rs[2].Lost == ""
+	})
+	fresh := pool.Replicas()[2]
+	if fresh.Node != "r3" || fresh.Replaces != victim.Name || pool.Replaced() != 1 || len(pool.Handles()) != 2 {
+		t.Fatalf("replacement %+v (replaced %d, live %d), want one on r3 replacing %s", fresh, pool.Replaced(), len(pool.Handles()), victim.Name)
+	}
+	for _, e := range syncer.Versions().Engines {
+		if e.Version != 1 {
+			t.Errorf("engine %s on %s serves %d, want the published 1", e.Name, e.Node, e.Version)
+		}
+	}
+	h := pool.Handles()[1]
+	got, err = pool.GenerateStep(ctx, 1, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSamples(t, "version 1 with the replacement", got, want1, 1)
+	if c := completed(t, h); c != 1 {
+		t.Errorf("the replacement %s completed %d chunks, want 1 of 2", h.Name(), c)
+	}
+
+	// Both live replicas' nodes killed at once, a node with room for one
+	// up: generation started right away waits for the replacement that
+	// starts there instead of failing, and gives the same samples.
+	join("r4")
+	killed := time.Now()
+	for _, id := range []string{"r1", "r3"} {
+		if err := children[id].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err = pool.GenerateStep(ctx, 1, reqs)
+	if err != nil {
+		t.Fatalf("generate with every replica's node killed and room on r4: %v", err)
+	}
+	t.Logf("answered %s after both SIGKILLs, on a replacement", time.Since(killed).Round(time.Millisecond))
+	sameSamples(t, "version 1 after both kills", got, want1, 1)
+	var on4 []string
+	for _, rs := range pool.Replicas() {
+		if rs.Lost == "" {
+			on4 = append(on4, rs.Name+"@"+rs.Node)
+		}
+	}
+	if len(on4) != 1 || !strings.HasSuffix(on4[0], "@r4") {
+		t.Errorf("live replicas %v, want one on r4", on4)
+	}
+}
+
+// With its only replica lost, generation waits for the replacement being
+// started instead of failing: while the replacement's engine cannot be
+// built, a bounded call ends waiting for it (not with ErrAllLost); once
+// it is built, generation runs on it.
+func TestPoolWaitsForReplacement(t *testing.T) {
+	if isolated(t) {
+		return
+	}
+	n := startNode(t)
+	ctx := testCtx(t)
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-gated-start"},
+		Nodes: []string{n.ID()}, Name: "waiting", RespawnEvery: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	startGate.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			startGate.Unlock()
+		}
+	}()
+	if err := n.StopActor(ctx, "waiting-0"); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(ctx, t, pool, "the stopped replica dropped", func(rs []rollout.ReplicaStatus) bool { return rs[0].Lost != "" })
+	reqs := poolRequests("w", 4)
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = pool.GenerateStep(short, 0, reqs)
+	cancel()
+	if err == nil || errors.Is(err, rollout.ErrAllLost) || !strings.Contains(err.Error(), "waiting for a replacement") {
+		t.Fatalf("generate while the replacement starts: %v, want a wait for it", err)
+	}
+	startGate.Unlock()
+	locked = false
+	base, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pool.GenerateStep(ctx, 0, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSamples(t, "on the replacement", got, reference(t, base, reqs), 0)
+	if rs := pool.Replicas(); len(rs) != 2 || rs[1].Replaces != "waiting-0" || rs[1].Lost != "" {
+		t.Errorf("replicas %+v, want waiting-1 replacing waiting-0", rs)
 	}
 }

@@ -5,6 +5,7 @@
 // the driver's node):
 //
 //	s, _ := weightsync.Start(ctx, node, 0, weightsync.Config{MaxStaleness: k})
+//	s.Keep(ctx, 0, weightsync.FullUpdate(m))           // starting weights, pushed at registration
 //	s.Register(ctx, engineRef)                         // an EngineKind actor, or ServeEngine's
 //	s.RegisterVLLM("vllm", weightsync.VLLM{Client: c, Dir: "/shared/weights"})
 //	v, _ := s.VersionFor(ctx, step)                    // gate generation for learner step `step`
@@ -28,7 +29,13 @@
 //
 // Rollout actors (package rollout) started with ActorConfig.WeightSync
 // host their engine with ServeEngine beside them; rollout.Pool registers
-// those hosts and removes them when their actor is lost.
+// those hosts and removes them when their actor is lost. Register catches
+// a late engine up from the last full payload and the LoRA one after it
+// (the Syncer keeps both), over the bulk path: that is how rollout actors
+// started from their model's config and tokenizer alone get their
+// starting weights (Keep holds the first version before any
+// engine registers) and how a lost actor's replacement joins at the
+// version published by then, with nothing read from a shared file system.
 //
 // Modes: MaxStaleness 0 is synchronous (VersionFor(step) waits until every
 // engine serves version step); k > 0 lets generation for step s run on
@@ -43,10 +50,9 @@
 //   - Fan-out is N concurrent pulls of one offer: the publishing node
 //     serves N copies. A chunk-pipelined relay (engine i forwarding to
 //     engine i+1 while it receives) needs a streaming offer in actor.Bulk.
-//   - A restarted EngineKind host is removed, not caught up: the driver
-//     registers it again (Register catches a late engine up from the last
-//     full and LoRA payloads, which the Syncer keeps). vLLM targets
-//     registered late are not caught up.
+//   - A restarted EngineKind host is removed, not caught up: its owner
+//     registers it again (rollout.Pool starts a replacement instead).
+//     vLLM targets registered late are not caught up.
 //   - vLLM's NCCL weight-transfer backend (GPU to GPU) is not driven; full
 //     updates go through the "disk" backend.
 package weightsync

@@ -53,6 +53,8 @@ var (
 	ErrEngineFailed = errors.New("engine failed")
 	// ErrStaleVersion: a version not newer than the last published one.
 	ErrStaleVersion = errors.New("weightsync: version not newer than the published one")
+	// ErrEnginesRegistered: Keep with engines registered (Publish to them).
+	ErrEnginesRegistered = errors.New("weightsync: engines are registered: publish to them")
 )
 
 // EngineStatus is one engine as the Syncer sees it.
@@ -502,6 +504,48 @@ func (s *Syncer) Publish(ctx context.Context, version int64, u Update) (Report, 
 		return rep, fmt.Errorf("publish version %d: %d of %d engines failed and were removed: %w", version, len(rep.Failed), len(targets), errors.Join(errs...))
 	}
 	return rep, nil
+}
+
+// Keep makes u, full weights, the published version without pushing it
+// anywhere, for a Syncer with no engine registered: engines registered
+// from now on are caught up from it (Register pushes it over the bulk
+// path). That is how engines that start with no weights — rollout actors
+// given only their model's config and tokenizer
+// (rollout.ActorConfig.ModelFiles) — get their starting weights, so no
+// node reads them from the driver's file system; and how a version
+// published while every engine is lost reaches their replacements. With
+// an engine registered it fails with ErrEnginesRegistered (use Publish).
+// version must be newer than the published one, or equal to it when
+// nothing was kept or published yet (the Syncer's initial version). A
+// LoRA update is refused.
+func (s *Syncer) Keep(ctx context.Context, version int64, u Update) error {
+	if u.LoRA != nil {
+		return fmt.Errorf("keep version %d: a LoRA update: kept weights must be full", version)
+	}
+	blob, err := encodeBlob(version, u)
+	if err != nil {
+		return fmt.Errorf("keep version %d: %w", version, err)
+	}
+	select { // Register holds it too: no engine registers meanwhile
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("keep version %d: waiting for a registration or publish to end: %w", version, ctx.Err())
+	}
+	defer func() { <-s.sem }()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.ctx.Err() != nil:
+		return fmt.Errorf("keep version %d: syncer closed", version)
+	case len(s.targets) > 0:
+		return fmt.Errorf("keep version %d: %w", version, ErrEnginesRegistered)
+	case version < s.latest || version == s.latest && s.lastFull != nil:
+		return fmt.Errorf("keep version %d: last published %d: %w", version, s.latest, ErrStaleVersion)
+	}
+	s.latest = version
+	s.lastFull, s.lastLoRA = &payload{version, blob}, nil
+	s.notifyLocked()
+	return nil
 }
 
 func (s *Syncer) pushNative(ctx context.Context, t *target, p Push) (int64, error) {

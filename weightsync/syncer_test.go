@@ -380,3 +380,62 @@ func TestLateEnginesCatchUp(t *testing.T) {
 		t.Fatalf("barrier at step 2: %d, %v", v, err)
 	}
 }
+
+// Keep holds weights without pushing them: an engine that starts on other
+// weights (version -1: none yet) serves them once it registers. Refused
+// for LoRA and for an older version, and with an engine registered; once
+// every engine is gone (removed), a newer version may be kept again.
+func TestKeepCatchesUpNewEngines(t *testing.T) {
+	n := embedded(t)
+	ctx := testCtx(t, 60*time.Second)
+	blank := saveModel(t, randomModel(t, tinyConfig(), 1))
+	spawnBlank := func(name string) actor.Ref {
+		h, err := n.Spawn(ctx, EngineKind, cluster.SpawnOptions{Name: name, Args: EngineConfig{Model: blank, Version: -1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, _ := h.Record()
+		return rec.Ref
+	}
+	s, err := Start(ctx, n, 3, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	learner := randomModel(t, tinyConfig(), 2)
+	lora := FullUpdate(learner)
+	lora.LoRA = &LoRA{Rank: 1, Alpha: 1}
+	if err := s.Keep(ctx, 3, lora); err == nil || !strings.Contains(err.Error(), "must be full") {
+		t.Fatalf("keep LoRA: %v", err)
+	}
+	if err := s.Keep(ctx, 2, FullUpdate(learner)); !errors.Is(err, ErrStaleVersion) {
+		t.Fatalf("keep version 2 after 3: %v", err)
+	}
+	if err := s.Keep(ctx, 3, FullUpdate(learner)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Keep(ctx, 3, FullUpdate(learner)); !errors.Is(err, ErrStaleVersion) {
+		t.Fatalf("keep version 3 twice: %v", err)
+	}
+	if st := s.Versions(); st.Latest != 3 || len(st.Engines) != 0 {
+		t.Fatalf("after Keep: %+v", st)
+	}
+	first := spawnBlank("blank-a")
+	register(t, s, first)
+	checkAgainst(t, "registered after Keep", learner, generate(t, n.System(), first), 3)
+	if err := s.Keep(ctx, 4, FullUpdate(learner)); !errors.Is(err, ErrEnginesRegistered) {
+		t.Fatalf("keep with an engine registered: %v", err)
+	}
+	// Every engine gone: version 4 is kept for the next one.
+	s.Remove(first.Name, "test")
+	next := randomModel(t, tinyConfig(), 3)
+	if _, err := s.Publish(ctx, 4, FullUpdate(next)); !errors.Is(err, ErrNoEngines) {
+		t.Fatalf("publish with no engine: %v", err)
+	}
+	if err := s.Keep(ctx, 4, FullUpdate(next)); err != nil {
+		t.Fatal(err)
+	}
+	second := spawnBlank("blank-b")
+	register(t, s, second)
+	checkAgainst(t, "registered after a second Keep", next, generate(t, n.System(), second), 4)
+}

@@ -136,21 +136,21 @@ type Config struct {
 	// native engines) instead of the native engine in this process; each
 	// learner step's weights reach them through a weightsync.Syncer.
 	// FeedbackRollout does the same for MLMT's feedback policy. The
-	// actors load the policy's starting checkpoint, which the learner
-	// writes into Out/rollout/<policy>/: across hosts Out must be on a
-	// filesystem every node reads. On an embedded cluster the node offers
+	// actors get the policy's starting weights pushed when they register
+	// (nothing is read from Out on their nodes). On an embedded cluster the node offers
 	// as many CPUs as the learners and actors reserve (at least its cores):
 	// they share the machine and take turns.
 	Rollout, FeedbackRollout *Rollout
 	// MaxStaleness k > 0 is asynchronous training (single-turn episodes,
-	// with Rollout): the samples of step t+1 are generated while step t
-	// trains, on weights at most k versions older than the step's
-	// on-policy version (the pool refuses older results). 0 is
-	// synchronous: generation waits for the newest weights.
+	// with Rollout or VLLM): the samples of step t+1 are generated while
+	// step t trains, on weights at most k versions older than the step's
+	// on-policy version (older results are refused). 0 is synchronous:
+	// generation waits for the newest weights.
 	MaxStaleness int
 	// VLLM, when set, makes the solver generate on running vLLM servers
-	// (vllm.go); single-turn or static-feedback runs, synchronous.
-	VLLM *VLLM
+	// (vllm.go); FeedbackVLLM, MLMT's trainable feedback policy on
+	// servers of its own (needs VLLM).
+	VLLM, FeedbackVLLM *VLLM
 
 	Logger *slog.Logger // default: discard
 	// Progress, when set, is called after every step with its metrics.
@@ -304,8 +304,8 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("engine_batch", c.EngineBatch, "want ≥ 0 (0: 256)")
 	case c.MaxStaleness < 0:
 		return nil, bad("max_staleness", c.MaxStaleness, "want ≥ 0")
-	case c.MaxStaleness > 0 && c.Rollout == nil:
-		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous generation runs on rollout actors: set rollout")
+	case c.MaxStaleness > 0 && c.Rollout == nil && c.VLLM == nil:
+		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous generation runs on rollout actors or vLLM servers: set rollout or vllm")
 	case c.MaxStaleness > 0 && c.multiTurn():
 		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous training is for single-turn episodes (episode is "+c.Episode+")")
 	case c.VerifyWorkers < 0:
@@ -323,8 +323,8 @@ func (c *Config) validate() (*compiled, error) {
 	case c.FeedbackRollout != nil && c.Feedback == nil:
 		return nil, fmt.Errorf("driver config: feedback_rollout: set, but the run has no feedback policy")
 	}
-	if c.VLLM != nil {
-		if err := c.VLLM.validate(c); err != nil {
+	if c.VLLM != nil || c.FeedbackVLLM != nil {
+		if err := c.validateVLLM(); err != nil {
 			return nil, err
 		}
 	}

@@ -15,17 +15,24 @@
 //
 // With Config.Rollout (rollout.go) a policy generates on rollout actors
 // instead: a rollout.Pool of Replicas actors placed per their resources
-// (or a spread placement group), hosting the native engine on the
-// checkpoint the learner writes into Out/rollout/<policy>/ at the start
-// (the run directory must be readable on every node hosting an actor),
-// and a weightsync.Syncer that pushes each learner step's weights to all
-// of them at once (the driver pulls them from the learner over the bulk
+// (or a spread placement group), hosting the native engine built from the
+// model's config.json, tokenizer and engine settings sent with the spawn
+// (rollout.ActorConfig.ModelFiles), and a weightsync.Syncer that holds the
+// learner's starting weights (weightsync.Syncer.Keep) and pushes them to each
+// actor when it registers, then each learner step's weights to all of
+// them at once (the driver pulls them from the learner over the bulk
 // path, as for the in-process engine; a single-turn warm-up pushes only
-// before evaluations). Training batches and evaluation generate there;
-// MLMT's feedback policy too with Config.FeedbackRollout. A lost actor's
-// chunks run again on the others (metrics: rollout_regenerated,
-// rollout_live); a push that fails drops the actor and the run goes on
-// while one is left. With MaxStaleness k > 0 (single-turn) the next
+// before evaluations). No node hosting an actor reads the run directory
+// (TestRunSurvivesRolloutNodeKill hides it from them). Training batches
+// and evaluation generate there; MLMT's feedback policy too with
+// Config.FeedbackRollout. A lost actor's chunks run again on the others
+// (metrics: rollout_regenerated, rollout_live), and the pool starts a
+// replacement where placement allows, registered at the version published
+// by then (rollout_replaced); while no node can host one the run goes on
+// with fewer (said once in the run's log) and the pool retries every 2 s.
+// A push that fails drops the actor the same way; a version no actor took
+// is kept for the replacements (weightsync.Syncer.Keep), and with every
+// actor lost generation waits up to a minute for one. With MaxStaleness k > 0 (single-turn) the next
 // step's batch is drawn and generated while the current step trains; the
 // pool's bound holds its samples to versions ≥ on-policy − k, and
 // metrics.jsonl's weight_lag is each step's lag (0 when synchronous).
@@ -230,7 +237,13 @@
 // vLLM servers through a rollout/vllm client in this process, and each
 // learner step's checkpoint, written to a directory the servers read, is
 // reloaded by every server before the next generation (checked per
-// server). Tested against fake servers (rollout/vllm/vllmtest) that
+// server). MLMT's trainable feedback policy does the same on servers of
+// its own (Config.FeedbackVLLM, Out/vllm-weights-feedback). With
+// MaxStaleness k > 0 (single-turn) the next step's batch generates while
+// a step trains: the reload waits for the requests in flight, which keep
+// the version they were sent under (the client's per-request tag), holds
+// new ones until every server serves the new version, and a result older
+// than on-policy − k stops the run (weight_lag as on rollout actors). Tested against fake servers (rollout/vllm/vllmtest) that
 // answer with vLLM's documented shapes but cannot learn: the tests check
 // plumbing (requests on both servers, one reload per step with its
 // directory, a server lost mid-run, unconfirmed reloads, PPO's value head
@@ -244,12 +257,10 @@
 // checkpoints are base + PEFT adapter, served merged by evaluation.
 //
 // Not done yet: PPO for multi-turn episodes (refused); the KL as a reward
-// penalty (only the loss term); vLLM serves the solver only (no feedback
-// policy, no rollout actors, synchronous only); the actors'
-// starting checkpoint goes
-// through the run directory (a shared filesystem across hosts), not a
-// push at registration; a lost rollout actor is not replaced (the pool
-// shrinks); a learner restart replaces all rollout actors rather than
+// penalty (only the loss term); vLLM runs no rollout actors (the servers
+// are the replicas), and asynchronous runs on it are single-turn; a lost
+// rollout actor's replacement keeps the resources of a spread group's
+// bundle but not the spread; a learner restart replaces all rollout actors rather than
 // resetting their weight version (they reload the model); asynchronous
 // training is single-turn only, with a pipeline one batch deep;
 // single-turn episodes use the driver's own short prompt format;

@@ -82,9 +82,12 @@ type Metrics struct {
 	WeightLag *int64 `json:"weight_lag,omitempty"`
 	// RolloutRegenerated counts the generation chunks of the run so far
 	// that ran again because their rollout actor was lost; RolloutLive
-	// is the live actors after the step (runs with rollout actors).
+	// is the solver's live actors after the step, and RolloutReplaced the
+	// actors started so far in place of lost ones (runs with rollout
+	// actors).
 	RolloutRegenerated *int64  `json:"rollout_regenerated,omitempty"`
 	RolloutLive        *int    `json:"rollout_live,omitempty"`
+	RolloutReplaced    *int64  `json:"rollout_replaced,omitempty"`
 	GenSeconds         float64 `json:"gen_s,omitempty"`
 	TrainSeconds       float64 `json:"train_s"`
 	SyncSeconds        float64 `json:"sync_s"`
@@ -176,6 +179,9 @@ type run struct {
 	prefetched int
 	version    int64
 	res        Result
+	// rolloutShort: the solver's live rollout actors were fewer than the
+	// recipe's at the last step (said once in the log).
+	rolloutShort bool
 }
 
 // Run trains per cfg: it places the learner actor on the cluster, starts
@@ -314,7 +320,7 @@ func (r *run) startEngine(ctx context.Context, p *policy) error {
 	if p.ro != nil {
 		return r.startRollout(ctx, p, p.l, p.ro)
 	}
-	if r.cfg.VLLM != nil && p.id == "solver" {
+	if r.vllmConfig(p) != nil {
 		return r.startVLLM(ctx, p)
 	}
 	eng, tok, err := newEngine(p.l.Model, p.l.ModelDir, r.cfg.EngineBatch)
@@ -369,17 +375,9 @@ func (r *run) syncWeights(ctx context.Context, p *policy) error {
 	if p.vllm != nil {
 		return r.syncVLLM(ctx, p)
 	}
-	off, err := p.learner.weights(ctx, learner.WeightsRequest{Readers: 1, Part: p.weightsPart()})
+	off, w, err := r.fetchWeights(ctx, p, p.weightsPart())
 	if err != nil {
-		return fmt.Errorf("driver: %s weights of step %d: %w", p.id, r.step, err)
-	}
-	data, err := r.node.System().Bulk().Fetch(ctx, off.Ref)
-	if err != nil {
-		return fmt.Errorf("driver: fetch %s weights of step %d: %w", p.id, off.Step, err)
-	}
-	w, err := learner.DecodeWeights(fmt.Sprintf("%s weights of learner step %d", p.id, off.Step), data)
-	if err != nil {
-		return fmt.Errorf("driver: %w", err)
+		return err
 	}
 	if off.Adapter != nil {
 		if err := r.pushAdapter(ctx, p, off.Adapter, w); err != nil {
@@ -543,8 +541,8 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 	m.SyncSeconds = time.Since(t0).Seconds()
 	m.WeightVersion = r.solver.eng.WeightVersion()
 	if r.solver.pool != nil {
-		regen, live := r.regenerated(), r.liveReplicas()
-		m.RolloutRegenerated, m.RolloutLive = &regen, &live
+		regen, live, replaced := r.regenerated(), r.liveReplicas(), r.replacedReplicas()
+		m.RolloutRegenerated, m.RolloutLive, m.RolloutReplaced = &regen, &live, &replaced
 	}
 	if evalNow && r.cfg.EvalEvery > 0 {
 		t0 = time.Now()
@@ -790,7 +788,9 @@ func (r *run) startBatch(ctx context.Context, onPolicy int64) (*rlBatch, error) 
 			N: cfg.GroupSize, MaxTokens: cfg.MaxTokens, Temperature: cfg.Temperature, TopP: cfg.TopP, Seed: &seed}}
 	}
 	if r.solver.vllm != nil {
-		if err := r.checkServed(r.solver, onPolicy); err != nil {
+		// Asynchronous: the servers still serve the version the step
+		// being trained was generated with.
+		if err := r.checkServing(r.solver, onPolicy-int64(cfg.MaxStaleness), onPolicy); err != nil {
 			return nil, err
 		}
 	}
@@ -805,6 +805,9 @@ func (r *run) startBatch(ctx context.Context, onPolicy int64) (*rlBatch, error) 
 		}
 		if b.err == nil && len(b.res) != len(b.reqs) {
 			b.err = fmt.Errorf("engine returned %d results for %d requests", len(b.res), len(b.reqs))
+		}
+		if b.err == nil && r.solver.vllm != nil {
+			b.err = staleResult(b.res, onPolicy-int64(cfg.MaxStaleness))
 		}
 		b.genSeconds = time.Since(t0).Seconds()
 	}()
@@ -853,7 +856,13 @@ func (r *run) checkpoint(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, DriverStateFile), append(js, '\n'), 0o644); err != nil {
+	// Written whole or not at all (a kill mid-write must not leave a
+	// truncated file that --resume takes for a complete checkpoint).
+	tmp := filepath.Join(dir, DriverStateFile+".tmp")
+	if err := os.WriteFile(tmp, append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, DriverStateFile)); err != nil {
 		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
 	}
 	return nil

@@ -424,9 +424,9 @@ func (r *run) restartLearners(ctx context.Context, cause error) error {
 		}
 		// Engines and rollout actors' weight syncers refuse a version
 		// older than they serve: replace them. A new local engine takes
-		// the restored weights in syncAll below; new rollout actors load
-		// them from the checkpoint the restored learner writes for them
-		// (startRollout) and start at its version.
+		// the restored weights in syncAll below; new rollout actors get
+		// them pushed from the restored learner (startRollout) and start
+		// at its version.
 		p.stopEngine()
 		if err := r.startEngine(ctx, p); err != nil {
 			return err

@@ -72,7 +72,7 @@ func (r *run) pushAdapter(ctx context.Context, p *policy, ad *learner.AdapterInf
 	if full {
 		// A new engine (start, restart, resume) may hold anything: give it
 		// the learner's base with the adapters merged, in one version.
-		base, err := r.fetchWeights(ctx, p, learner.WeightsBase)
+		_, base, err := r.fetchWeights(ctx, p, learner.WeightsBase)
 		if err != nil {
 			return err
 		}
@@ -95,21 +95,27 @@ func (r *run) pushAdapter(ctx context.Context, p *policy, ad *learner.AdapterInf
 	return nil
 }
 
-// fetchWeights pulls part of p's learner weights over the bulk path.
-func (r *run) fetchWeights(ctx context.Context, p *policy, part string) (map[string][]float32, error) {
+// fetchWeights pulls part of p's learner weights over the bulk path; the
+// offer's Adapter says whether an adapter part holds adapters (nil: the
+// learner's adapters have not started, and it holds the policy).
+func (r *run) fetchWeights(ctx context.Context, p *policy, part string) (learner.WeightsOffer, map[string][]float32, error) {
+	what := p.id + " weights"
+	if part != learner.WeightsPolicy {
+		what = p.id + " " + part + " weights"
+	}
 	off, err := p.learner.weights(ctx, learner.WeightsRequest{Readers: 1, Part: part})
 	if err != nil {
-		return nil, fmt.Errorf("driver: %s %s weights of step %d: %w", p.id, part, r.step, err)
+		return off, nil, fmt.Errorf("driver: %s of step %d: %w", what, r.step, err)
 	}
 	data, err := r.node.System().Bulk().Fetch(ctx, off.Ref)
 	if err != nil {
-		return nil, fmt.Errorf("driver: fetch %s %s weights of step %d: %w", p.id, part, off.Step, err)
+		return off, nil, fmt.Errorf("driver: fetch %s of step %d: %w", what, off.Step, err)
 	}
-	w, err := learner.DecodeWeights(fmt.Sprintf("%s %s weights of learner step %d", p.id, part, off.Step), data)
+	w, err := learner.DecodeWeights(fmt.Sprintf("%s of learner step %d", what, off.Step), data)
 	if err != nil {
-		return nil, fmt.Errorf("driver: %w", err)
+		return off, nil, fmt.Errorf("driver: %w", err)
 	}
-	return w, nil
+	return off, w, nil
 }
 
 // syncVLLMAdapter loads p's adapters on its vLLM servers as the run's
@@ -133,7 +139,7 @@ func (r *run) syncVLLMAdapter(ctx context.Context, p *policy) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("driver: %w", err)
 	}
-	root, err := r.vllmDir()
+	root, err := r.vllmDir(p)
 	if err != nil {
 		return false, fmt.Errorf("driver: vLLM weights directory: %w", err)
 	}
@@ -151,19 +157,19 @@ func (r *run) syncVLLMAdapter(ctx context.Context, p *policy) (bool, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return false, fmt.Errorf("driver: vLLM weights: %w", err)
 	}
-	if err := weightsync.WriteAdapter(dir, adapterUpdate(off.Adapter, w), r.cfg.VLLM.Model); err != nil {
+	if err := weightsync.WriteAdapter(dir, adapterUpdate(off.Adapter, w), r.vllmConfig(p).Model); err != nil {
 		return false, fmt.Errorf("driver: %s adapter of step %d for vLLM: %w", p.id, version, err)
 	}
 	if testAdapterPushed != nil {
 		testAdapterPushed(p.id, version, len(w))
 	}
-	rctx, cancel := context.WithTimeout(ctx, r.vllmReloadTimeout())
+	rctx, cancel := context.WithTimeout(ctx, r.vllmReloadTimeout(p))
 	err = p.vllm.LoadLoRA(rctx, VLLMLoRAName, dir, version)
 	timedOut := rctx.Err() != nil && ctx.Err() == nil
 	cancel()
 	switch {
 	case err != nil && timedOut:
-		return false, fmt.Errorf("driver: %s step %d: the vLLM servers did not confirm loading the adapter within %v: %w", p.id, version, r.vllmReloadTimeout(), err)
+		return false, fmt.Errorf("driver: %s step %d: the vLLM servers did not confirm loading the adapter within %v: %w", p.id, version, r.vllmReloadTimeout(p), err)
 	case err != nil:
 		return false, fmt.Errorf("driver: %s step %d: %w", p.id, version, err)
 	}

@@ -23,14 +23,16 @@ import (
 )
 
 // RolloutEngine is the engine the driver's rollout actors host: the
-// native engine loading the checkpoint directory the driver wrote, with
-// the decode batch the run asked for (EngineConfigFile in that directory;
-// rollout.ActorConfig carries no engine settings). Every node registers it
-// (this package's init), as it does the rollout actor kind.
+// native engine built from the model files the actor was spawned with
+// (rollout.ActorConfig.ModelFiles: config.json, tokenizer.json and
+// EngineConfigFile, the decode batch the run asked for), whose weights the
+// weight syncer pushes when the actor registers — or, given a directory,
+// loading that. Every node registers it (this package's init), as it does
+// the rollout actor kind.
 const RolloutEngine = "driver-native"
 
-// EngineConfigFile holds the native engine settings of a rollout model
-// directory: {"max_batch": N}.
+// EngineConfigFile holds the native engine settings of a rollout model:
+// {"max_batch": N}.
 const EngineConfigFile = "engine.json"
 
 type engineFile struct {
@@ -39,13 +41,22 @@ type engineFile struct {
 
 func init() {
 	rollout.RegisterEngine(RolloutEngine, func(cfg rollout.ActorConfig, dir string) (engine.Engine, error) {
-		if dir == "" {
-			return nil, errors.New(RolloutEngine + " engine: no model directory")
-		}
-		path := filepath.Join(dir, EngineConfigFile)
-		js, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("%s engine: %w", RolloutEngine, err)
+		var js []byte
+		path := EngineConfigFile + " of the model files"
+		switch {
+		case dir != "":
+			path = filepath.Join(dir, EngineConfigFile)
+			var err error
+			if js, err = os.ReadFile(path); err != nil {
+				return nil, fmt.Errorf("%s engine: %w", RolloutEngine, err)
+			}
+		case cfg.ModelFiles != nil:
+			var ok bool
+			if js, ok = cfg.ModelFiles[EngineConfigFile]; !ok {
+				return nil, fmt.Errorf("%s engine: no %s in the model files", RolloutEngine, EngineConfigFile)
+			}
+		default:
+			return nil, errors.New(RolloutEngine + " engine: no model directory or model files")
 		}
 		var ef engineFile
 		if err := json.Unmarshal(js, &ef); err != nil {
@@ -54,9 +65,13 @@ func init() {
 		if ef.MaxBatch <= 0 {
 			return nil, fmt.Errorf("%s engine: %s: max_batch %d: want > 0", RolloutEngine, path, ef.MaxBatch)
 		}
+		ncfg := native.Config{MaxBatch: ef.MaxBatch, MaxStepTokens: 4096, WeightVersion: cfg.WeightVersion}
+		if dir == "" {
+			return rollout.NewNativeFromFiles(cfg.ModelFiles, ncfg)
+		}
 		// A LoRA learner's model directory is its base plus adapter: served
 		// merged, while pushed adapters merge onto the base (CheckpointBase).
-		return weightsync.LoadNative(dir, native.Config{MaxBatch: ef.MaxBatch, MaxStepTokens: 4096, WeightVersion: cfg.WeightVersion})
+		return weightsync.LoadNative(dir, ncfg)
 	})
 }
 
@@ -87,47 +102,86 @@ func embeddedCPUs(cfg Config) float64 {
 	return max(need, float64(runtime.NumCPU()))
 }
 
-// rolloutModelDir is where the learner writes the checkpoint a policy's
-// rollout actors load at start.
-func (r *run) rolloutModelDir(id string) string { return filepath.Join(r.cfg.Out, "rollout", id) }
+// rolloutStartHook, when set (tests), sees the weights each policy's
+// rollout actors start from.
+var rolloutStartHook func(out, policy string, version int64, w map[string][]float32)
 
-// startRollout starts p's rollout actors: the learner writes its current
-// weights as a checkpoint (with the tokenizer) under Out/rollout/<id>/,
-// the actors load it as version r.step and register their engines with a
-// new weight syncer; every later version is published to them.
+// modelFiles are the files a policy's rollout actors build their engine
+// from (rollout.ActorConfig.ModelFiles): the model's config.json, the
+// tokenizer and the engine settings — kilobytes to a few MiB, sent with
+// the spawn, so no node reads the driver's file system.
+func (r *run) modelFiles(l learner.Config, tok *tokenizer.Tokenizer) (map[string][]byte, error) {
+	var cfg []byte
+	var err error
+	if l.ModelDir != "" {
+		cfg, err = os.ReadFile(filepath.Join(l.ModelDir, "config.json"))
+	} else {
+		cfg, err = l.Model.JSON()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("model config: %w", err)
+	}
+	tj, err := tok.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	ej, err := json.Marshal(engineFile{MaxBatch: r.cfg.EngineBatch})
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"config.json": cfg, "tokenizer.json": tj, EngineConfigFile: ej}, nil
+}
+
+// startRollout starts p's rollout actors: a new weight syncer holds the
+// learner's current weights as version r.step (Keep), the
+// actors start from the model's config and tokenizer alone (modelFiles),
+// and registering their engines with the syncer pushes them those weights
+// over the bulk path; every later version is published to them. A lost
+// actor's replacement registers the same way, at the version then
+// published.
 func (r *run) startRollout(ctx context.Context, p *policy, l learner.Config, ro *Rollout) error {
 	tok, err := policyTokenizer(l)
 	if err != nil {
 		return fmt.Errorf("driver: %s policy: %w", p.id, err)
 	}
 	p.tok = tok
-	dir := r.rolloutModelDir(p.id)
-	if err := os.RemoveAll(dir); err != nil {
+	files, err := r.modelFiles(l, tok)
+	if err != nil {
 		return fmt.Errorf("driver: %s rollout model: %w", p.id, err)
 	}
-	if _, err := p.learner.save(ctx, dir); err != nil {
-		return fmt.Errorf("driver: write the %s rollout model to %s: %w", p.id, dir, err)
-	}
-	if err := tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {
-		return fmt.Errorf("driver: write the %s rollout model: %w", p.id, err)
-	}
-	js, _ := json.Marshal(engineFile{MaxBatch: r.cfg.EngineBatch})
-	if err := os.WriteFile(filepath.Join(dir, EngineConfigFile), js, 0o644); err != nil {
-		return fmt.Errorf("driver: write the %s rollout model: %w", p.id, err)
+	off, w, err := r.fetchWeights(ctx, p, p.weightsPart())
+	if err != nil {
+		return err
 	}
 	version := int64(r.step) // the run's step, as syncWeights versions them
+	start, kept := version, w
+	if off.Adapter != nil {
+		// A LoRA learner with adapters: the actors start from the base,
+		// kept one version back, and the adapters follow as this version
+		// (the syncer keeps both for replacements).
+		if _, kept, err = r.fetchWeights(ctx, p, learner.WeightsBase); err != nil {
+			return err
+		}
+		start--
+	}
 	suffix := fmt.Sprintf("%s-%d", p.id, time.Now().UnixNano())
-	p.syncer, err = weightsync.Start(ctx, r.node, version, weightsync.Config{
+	p.syncer, err = weightsync.Start(ctx, r.node, start, weightsync.Config{
 		MaxStaleness: r.cfg.MaxStaleness, PushTimeout: rolloutPushTimeout, Name: "weightsync-" + suffix, Logger: r.log})
 	if err != nil {
 		return fmt.Errorf("driver: %s weight syncer: %w", p.id, err)
+	}
+	if err := p.syncer.Keep(ctx, start, weightsync.Update{Tensors: kept}); err != nil {
+		return fmt.Errorf("driver: %s rollout actors' starting weights: %w", p.id, err)
+	}
+	if rolloutStartHook != nil {
+		rolloutStartHook(r.cfg.Out, p.id, start, kept)
 	}
 	res := ro.Resources
 	if res == nil {
 		res = cluster.Resources{cluster.CPU: 1}
 	}
 	pc := rollout.PoolConfig{
-		Actor:   rollout.ActorConfig{Engine: RolloutEngine, Model: dir, PolicyID: p.id, WeightVersion: version},
+		Actor:   rollout.ActorConfig{Engine: RolloutEngine, ModelFiles: files, PolicyID: p.id},
 		Weights: p.syncer, Name: "rollout-" + suffix, ChunkSize: ro.ChunkSize, LossTimeout: ro.LossTimeout,
 	}
 	if ro.Spread {
@@ -146,10 +200,13 @@ func (r *run) startRollout(ctx context.Context, p *policy, l learner.Config, ro 
 	if err != nil {
 		return fmt.Errorf("driver: %s rollout actors: %w", p.id, err)
 	}
-	pool.SetStep(version)
+	pool.SetStep(start)
 	p.pool, p.eng = pool, &policyEngine{Engine: pool, tok: tok}
 	for _, rs := range pool.Replicas() {
 		r.log.Info("rollout actor", "policy", p.id, "actor", rs.Name, "node", rs.Node)
+	}
+	if off.Adapter != nil {
+		return r.publish(ctx, p, version, adapterUpdate(off.Adapter, w))
 	}
 	return nil
 }
@@ -171,20 +228,37 @@ func policyTokenizer(l learner.Config) (*tokenizer.Tokenizer, error) {
 // rollout actors. A version the
 // actors already serve (the one they started from) is not pushed again.
 // Actors that fail the push are dropped (the pool regenerates their
-// chunks elsewhere); the run goes on while one is left.
+// chunks elsewhere and starts replacements); with none registered the
+// version is kept for the replacements to start from (the next
+// generation fails if none can start).
 func (r *run) publish(ctx context.Context, p *policy, version int64, u weightsync.Update) error {
 	if version <= p.syncer.Versions().Latest {
 		p.pool.SetStep(version)
 		return nil
 	}
-	_, err := p.syncer.Publish(ctx, version, u)
+	// Publish and Keep race with a replacement registering between them:
+	// the loser's answer sends the other way, a bounded number of times.
+	var err error
+	for range 3 {
+		var rep weightsync.Report
+		rep, err = p.syncer.Publish(ctx, version, u)
+		noneTook := errors.Is(err, weightsync.ErrEngineFailed) && len(rep.Applied) == 0
+		if !errors.Is(err, weightsync.ErrNoEngines) && !noneTook {
+			break
+		}
+		kerr := p.syncer.Keep(ctx, version, u)
+		if !errors.Is(kerr, weightsync.ErrEnginesRegistered) {
+			if err = kerr; err == nil {
+				r.log.Warn("no rollout actor took the weights: the version is kept for their replacements", "policy", p.id, "version", version)
+			}
+			break
+		}
+	}
 	switch {
-	case errors.Is(err, weightsync.ErrEngineFailed) && len(p.pool.Handles()) > 0:
+	case errors.Is(err, weightsync.ErrEngineFailed):
 		r.log.Warn("rollout actors dropped in a weight push", "policy", p.id, "version", version, "err", err)
-	case errors.Is(err, weightsync.ErrNoEngines):
-		return fmt.Errorf("driver: publish %s version %d: %w (rollout actors: %+v)", p.id, version, err, p.pool.Replicas())
 	case err != nil:
-		return fmt.Errorf("driver: publish %s version %d: %w", p.id, version, err)
+		return fmt.Errorf("driver: publish %s version %d: %w (rollout actors: %+v)", p.id, version, err, p.pool.Replicas())
 	}
 	p.pool.SetStep(version)
 	return nil
@@ -206,5 +280,30 @@ func (r *run) regenerated() int64 {
 	return n
 }
 
-// liveReplicas counts the solver's live rollout actors.
-func (r *run) liveReplicas() int { return len(r.solver.pool.Handles()) }
+// replacedReplicas counts the rollout actors the run's current pools
+// started in place of lost ones.
+func (r *run) replacedReplicas() int64 {
+	var n int64
+	for _, p := range []*policy{r.solver, r.feedback} {
+		if p != nil && p.pool != nil {
+			n += p.pool.Replaced()
+		}
+	}
+	return n
+}
+
+// liveReplicas counts the solver's live rollout actors, and says once,
+// in the run's log, when they are fewer than the recipe's (the pool keeps
+// trying to replace the lost ones) and when they are back.
+func (r *run) liveReplicas() int {
+	live := len(r.solver.pool.Handles())
+	want := r.solver.ro.Replicas
+	switch short := live < want; {
+	case short && !r.rolloutShort:
+		r.log.Warn("rollout actors lost and not replaced yet: generating on fewer", "policy", r.solver.id, "live", live, "want", want)
+	case !short && r.rolloutShort:
+		r.log.Info("rollout actors replaced", "policy", r.solver.id, "live", live)
+	}
+	r.rolloutShort = live < want
+	return live
+}

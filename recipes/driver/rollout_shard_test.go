@@ -96,8 +96,8 @@ func TestRolloutActorsShardRankLost(t *testing.T) {
 				}
 			}
 			// The new pool started from the restored learner: step 4.
-			if _, step := checkpointWeights(t, cfg, filepath.Join(cfg.Out, "rollout", "solver")); step != 4 {
-				t.Errorf("the replacement rollout actors' model is of learner step %d, want 4", step)
+			if st := starts.of(t, cfg.Out, "solver"); st.version != 4 || !sameWeights(st.w, weightsOf(t, filepath.Join(cfg.Out, "checkpoints", "step-4"))) {
+				t.Errorf("the replacement rollout actors started at version %d, want 4 with step-4's weights", st.version)
 			}
 			ds, err := readDriverState(filepath.Join(cfg.Out, "checkpoints", "step-6"), cfg.Seed)
 			if err != nil {
@@ -182,8 +182,8 @@ func TestMLMTRolloutActorsFeedbackRankLost(t *testing.T) {
 		t.Errorf("restarted run: rollout pools %v, want 4 (both policies' replaced)", pools)
 	}
 	for _, p := range []struct{ id, sub string }{{"solver", ""}, {"feedback", FeedbackDir}} {
-		if _, step := checkpointWeights(t, restarted, filepath.Join(restarted.Out, "rollout", p.id)); step != 4 {
-			t.Errorf("%s: the replacement rollout actors' model is of learner step %d, want 4", p.id, step)
+		if st := starts.of(t, restarted.Out, p.id); st.version != 4 || !sameWeights(st.w, weightsOf(t, filepath.Join(restarted.Out, "checkpoints", "step-4", p.sub))) {
+			t.Errorf("%s: the replacement rollout actors started at version %d, want 4 with step-4's weights", p.id, st.version)
 		}
 		a := weightsOf(t, filepath.Join(straight.Out, "checkpoints", "step-6", p.sub))
 		b := weightsOf(t, filepath.Join(restarted.Out, "checkpoints", "step-6", p.sub))

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,16 +92,15 @@ func TestRunOnRolloutActors(t *testing.T) {
 			if want := cfg.WarmupSteps*cfg.WarmupBatch + 2*cfg.PromptsPerStep; ds.TrainCursor != want {
 				t.Errorf("%s: train_cursor %d, want %d", ck, ds.TrainCursor, want)
 			}
-			start, err := os.ReadFile(filepath.Join(out, "rollout", "solver", "model.safetensors"))
-			if err != nil {
-				t.Fatal(err)
+			start := starts.of(t, out, "solver")
+			if start.version != 0 {
+				t.Errorf("the rollout actors started at version %d, want 0", start.version)
 			}
-			end, err := os.ReadFile(filepath.Join(res.LastCheckpointDir, "model.safetensors"))
-			if err != nil {
-				t.Fatal(err)
+			if sameWeights(start.w, weightsOf(t, res.LastCheckpointDir)) {
+				t.Error("the final weights equal the rollout actors' starting weights: nothing was trained")
 			}
-			if bytes.Equal(start, end) {
-				t.Error("the final weights equal the rollout actors' starting model: nothing was trained")
+			if _, err := os.Stat(filepath.Join(out, "rollout")); !os.IsNotExist(err) {
+				t.Errorf("%s/rollout: %v; the actors' weights are pushed, nothing is written for them", out, err)
 			}
 		})
 	}
@@ -163,7 +163,11 @@ func TestMLMTOnRolloutActors(t *testing.T) {
 		{"solver", cfg.Resume, res.LastCheckpointDir},
 		{"feedback", filepath.Join(cfg.Resume, FeedbackDir), filepath.Join(res.LastCheckpointDir, FeedbackDir)},
 	} {
-		start := weightsOf(t, filepath.Join(cfg.Out, "rollout", p.id))
+		st := starts.of(t, cfg.Out, p.id)
+		start := st.w
+		if st.version != 2 {
+			t.Errorf("%s: the rollout actors started at version %d, want the resumed checkpoint's 2", p.id, st.version)
+		}
 		if !sameWeights(start, weightsOf(t, p.resumed)) {
 			t.Errorf("%s: the rollout actors did not start from the resumed checkpoint", p.id)
 		}
@@ -238,4 +242,39 @@ func TestEmbeddedCPUs(t *testing.T) {
 			t.Errorf("%s: %v CPUs, want %v", c.name, got, c.want)
 		}
 	}
+}
+
+// startRecord is the weights and version a policy's rollout actors
+// started from (rolloutStartHook), the last start of a run.
+type startRecord struct {
+	version int64
+	w       map[string][]float32
+}
+
+type startLog struct {
+	mu sync.Mutex
+	m  map[string]startRecord
+}
+
+// starts records every rollout start of this test binary's runs, by run
+// directory and policy.
+var starts = func() *startLog {
+	l := &startLog{m: map[string]startRecord{}}
+	rolloutStartHook = func(out, policy string, version int64, w map[string][]float32) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.m[out+"|"+policy] = startRecord{version, w}
+	}
+	return l
+}()
+
+func (l *startLog) of(t *testing.T, out, policy string) startRecord {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.m[out+"|"+policy]
+	if !ok {
+		t.Fatalf("no rollout start recorded for %s in %s", policy, out)
+	}
+	return r
 }

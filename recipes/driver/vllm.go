@@ -1,9 +1,10 @@
 package driver
 
-// Generation on vLLM servers (Config.VLLM): the solver's engine is a
-// rollout/vllm client in the driver's process, and each learner step's
-// weights reach the servers as a checkpoint the learner writes into a
-// directory they read, then reloaded.
+// Generation on vLLM servers (Config.VLLM, and Config.FeedbackVLLM for
+// MLMT's feedback policy): a policy's engine is a rollout/vllm client in
+// the driver's process, and each learner step's weights reach its servers
+// as a checkpoint the learner writes into a directory they read, then
+// reloaded.
 
 import (
 	"context"
@@ -11,11 +12,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rlnode/rlnode/learner/safetensors"
+	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/vllm"
 )
 
@@ -35,7 +38,11 @@ import (
 // (config.json, model safetensors) and adds the tokenizer, and every
 // server reloads it as version N (the run's step) (vLLM's "disk"
 // weight transfer: pause, start, update {"path"}, finish, resume). The
-// next generation starts only when every server serves N.
+// next generation starts only when every server serves N; with
+// Config.MaxStaleness k > 0 the next step's generation runs while a step
+// trains, the reload waits for the requests in flight (which keep the
+// version they were sent under) and holds new ones until it is done, and
+// every result must be of version N-k or newer.
 type VLLM struct {
 	// Servers are the servers' base URLs (no /v1); at least one.
 	Servers []string
@@ -59,40 +66,81 @@ type VLLM struct {
 	RequestTimeout time.Duration
 }
 
-func (v *VLLM) validate(c *Config) error {
+func (v *VLLM) validate(field string) error {
 	switch {
 	case len(v.Servers) == 0:
-		return errors.New("driver config: VLLM.Servers is empty: give at least one vLLM server URL")
+		return fmt.Errorf("driver config: %s.Servers is empty: give at least one vLLM server URL", field)
 	case v.Model == "":
-		return errors.New("driver config: VLLM.Model is empty: name the served model")
-	case c.Rollout != nil:
-		return errors.New("driver config: VLLM and Rollout are both set: the solver generates on vLLM servers or on rollout actors, not both")
-	case c.MaxStaleness > 0:
-		return errors.New("driver config: VLLM with MaxStaleness > 0: vLLM engines run synchronous training only")
-	case c.Feedback != nil:
-		return errors.New("driver config: VLLM with a feedback policy: vLLM serves the solver only (use static feedback or native engines)")
+		return fmt.Errorf("driver config: %s.Model is empty: name the served model", field)
 	case v.MaxInFlight < 0 || v.Keep < 0 || v.ReloadTimeout < 0 || v.RequestTimeout < 0:
-		return fmt.Errorf("driver config: VLLM: negative MaxInFlight %d, Keep %d, ReloadTimeout %v or RequestTimeout %v",
-			v.MaxInFlight, v.Keep, v.ReloadTimeout, v.RequestTimeout)
+		return fmt.Errorf("driver config: %s: negative MaxInFlight %d, Keep %d, ReloadTimeout %v or RequestTimeout %v",
+			field, v.MaxInFlight, v.Keep, v.ReloadTimeout, v.RequestTimeout)
 	}
 	return nil
 }
 
-// vllmDir is the absolute directory the solver's checkpoints go to.
-func (r *run) vllmDir() (string, error) {
-	dir := r.cfg.VLLM.Dir
+// validateVLLM checks VLLM and FeedbackVLLM against the rest of c.
+func (c *Config) validateVLLM() error {
+	switch {
+	case c.VLLM == nil:
+		return errors.New("driver config: FeedbackVLLM without VLLM: the feedback policy runs on vLLM servers only when the solver does")
+	case c.Rollout != nil:
+		return errors.New("driver config: VLLM and Rollout are both set: the solver generates on vLLM servers or on rollout actors, not both")
+	case c.Feedback != nil && c.FeedbackVLLM == nil:
+		return errors.New("driver config: VLLM with a feedback policy but no FeedbackVLLM: the feedback policy needs vLLM servers of its own (its weights differ from the solver's)")
+	case c.FeedbackVLLM != nil && c.Feedback == nil:
+		return errors.New("driver config: FeedbackVLLM set, but the run has no feedback policy")
+	case c.FeedbackVLLM != nil && c.FeedbackRollout != nil:
+		return errors.New("driver config: FeedbackVLLM and FeedbackRollout are both set: the feedback policy generates on vLLM servers or on rollout actors, not both")
+	}
+	if err := c.VLLM.validate("VLLM"); err != nil {
+		return err
+	}
+	if c.FeedbackVLLM == nil {
+		return nil
+	}
+	if err := c.FeedbackVLLM.validate("FeedbackVLLM"); err != nil {
+		return err
+	}
+	for _, u := range c.FeedbackVLLM.Servers {
+		if slices.Contains(c.VLLM.Servers, u) {
+			return fmt.Errorf("driver config: FeedbackVLLM.Servers: %s also serves the solver (VLLM.Servers): a server holds one policy's weights", u)
+		}
+	}
+	if c.VLLM.Dir != "" && c.VLLM.Dir == c.FeedbackVLLM.Dir {
+		return fmt.Errorf("driver config: FeedbackVLLM.Dir %s is VLLM.Dir too: each policy's checkpoints need their own directory", c.VLLM.Dir)
+	}
+	return nil
+}
+
+// vllmConfig is the vLLM setup of p: Config.VLLM for the solver,
+// Config.FeedbackVLLM for the feedback policy; nil when p is not on vLLM.
+func (r *run) vllmConfig(p *policy) *VLLM {
+	if p.id == "feedback" {
+		return r.cfg.FeedbackVLLM
+	}
+	return r.cfg.VLLM
+}
+
+// vllmDir is the absolute directory p's checkpoints go to: its Dir, or
+// Out/vllm-weights (the solver) and Out/vllm-weights-feedback.
+func (r *run) vllmDir(p *policy) (string, error) {
+	dir := r.vllmConfig(p).Dir
 	if dir == "" {
 		dir = filepath.Join(r.cfg.Out, "vllm-weights")
+		if p.id == "feedback" {
+			dir += "-feedback"
+		}
 	}
 	return filepath.Abs(dir)
 }
 
-// startVLLM connects p (the solver) to the vLLM servers: the client checks
-// every server answers and serves the model (an unreachable one is named
-// by URL). The servers' weights count as no version until the first sync
+// startVLLM connects p to its vLLM servers: the client checks every
+// server answers and serves the model (an unreachable one is named by
+// URL). The servers' weights count as no version until the first sync
 // reloads the learner's.
 func (r *run) startVLLM(ctx context.Context, p *policy) error {
-	v := r.cfg.VLLM
+	v := r.vllmConfig(p)
 	tok, err := policyTokenizer(p.l)
 	if err != nil {
 		return fmt.Errorf("driver: %s policy: %w", p.id, err)
@@ -112,7 +160,8 @@ func (r *run) startVLLM(ctx context.Context, p *policy) error {
 // load them: lora.go); it returns once every server serves the learner's
 // step as its version.
 func (r *run) syncVLLM(ctx context.Context, p *policy) error {
-	root, err := r.vllmDir()
+	v := r.vllmConfig(p)
+	root, err := r.vllmDir(p)
 	if err != nil {
 		return fmt.Errorf("driver: vLLM weights directory: %w", err)
 	}
@@ -136,7 +185,7 @@ func (r *run) syncVLLM(ctx context.Context, p *policy) error {
 	if err := r.checkServed(p, version); err != nil {
 		return err
 	}
-	r.pruneVLLM(root, version)
+	r.pruneVLLM(root, version, v.Keep)
 	if p == r.solver {
 		r.version = version
 		if r.cfg.OnWeights != nil {
@@ -146,8 +195,8 @@ func (r *run) syncVLLM(ctx context.Context, p *policy) error {
 	return nil
 }
 
-func (r *run) vllmReloadTimeout() time.Duration {
-	if t := r.cfg.VLLM.ReloadTimeout; t > 0 {
+func (r *run) vllmReloadTimeout(p *policy) time.Duration {
+	if t := r.vllmConfig(p).ReloadTimeout; t > 0 {
 		return t
 	}
 	return 10 * time.Minute
@@ -179,7 +228,7 @@ func (r *run) reloadVLLM(ctx context.Context, p *policy, root, name string) erro
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("driver: vLLM weights: %w", err)
 	}
-	timeout := r.vllmReloadTimeout()
+	timeout := r.vllmReloadTimeout(p)
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	err = p.vllm.ReloadWeights(rctx, dir, version)
 	timedOut := rctx.Err() != nil && ctx.Err() == nil
@@ -254,21 +303,44 @@ func stripValueHead(dir string) error {
 
 // checkServed fails unless every server of p serves version.
 func (r *run) checkServed(p *policy, version int64) error {
+	return r.checkServing(p, version, version)
+}
+
+// checkServing fails unless every server of p serves a version in
+// [lo, hi].
+func (r *run) checkServing(p *policy, lo, hi int64) error {
 	var wrong []string
 	for _, st := range p.vllm.Servers() {
-		if st.WeightVersion != version {
+		if st.WeightVersion < lo || st.WeightVersion > hi {
 			wrong = append(wrong, fmt.Sprintf("%s serves version %d", st.URL, st.WeightVersion))
 		}
 	}
-	if len(wrong) > 0 {
-		return fmt.Errorf("driver: %s: vLLM servers not on version %d: %s", p.id, version, strings.Join(wrong, "; "))
+	switch {
+	case len(wrong) == 0:
+		return nil
+	case lo == hi:
+		return fmt.Errorf("driver: %s: vLLM servers not on version %d: %s", p.id, lo, strings.Join(wrong, "; "))
+	default:
+		return fmt.Errorf("driver: %s: vLLM servers not on a version in [%d, %d]: %s", p.id, lo, hi, strings.Join(wrong, "; "))
+	}
+}
+
+// staleResult names the first result older than version bound (the
+// oldest a step's samples may be: its on-policy version minus the max
+// staleness); nil when none is.
+func staleResult(res []engine.Result, bound int64) error {
+	for _, r := range res {
+		if r.WeightVersion < bound {
+			return fmt.Errorf("request %s: weight version %d, older than the %d the max staleness allows", r.RequestID, r.WeightVersion, bound)
+		}
 	}
 	return nil
 }
 
-// pruneVLLM deletes the step directories older than the Keep newest.
-func (r *run) pruneVLLM(root string, current int64) {
-	keep := int64(r.cfg.VLLM.Keep)
+// pruneVLLM deletes the step directories older than the keep newest
+// (default 2).
+func (r *run) pruneVLLM(root string, current int64, keep64 int) {
+	keep := int64(keep64)
 	if keep <= 0 {
 		keep = 2
 	}

@@ -187,19 +187,34 @@ func TestVLLMReloadErrors(t *testing.T) {
 }
 
 func TestVLLMConfigErrors(t *testing.T) {
+	fb := &VLLM{Servers: []string{"http://127.0.0.1:2"}, Model: "f"}
 	for _, tc := range []struct {
 		name string
+		mlmt bool // a trainable feedback policy
 		edit func(*Config)
 		want string
 	}{
-		{"no servers", func(c *Config) { c.VLLM.Servers = nil }, "VLLM.Servers is empty"},
-		{"no model", func(c *Config) { c.VLLM.Model = "" }, "VLLM.Model is empty"},
-		{"rollout too", func(c *Config) { c.Rollout = &Rollout{Replicas: 1} }, "VLLM and Rollout"},
-		{"async", func(c *Config) { c.Rollout, c.MaxStaleness = nil, 1 }, "max_staleness"},
-		{"negative keep", func(c *Config) { c.VLLM.Keep = -1 }, "negative"},
+		{"no servers", false, func(c *Config) { c.VLLM.Servers = nil }, "VLLM.Servers is empty"},
+		{"no model", false, func(c *Config) { c.VLLM.Model = "" }, "VLLM.Model is empty"},
+		{"rollout too", false, func(c *Config) { c.Rollout = &Rollout{Replicas: 1} }, "VLLM and Rollout"},
+		{"negative keep", false, func(c *Config) { c.VLLM.Keep = -1 }, "negative"},
+		{"async multi-turn", true, func(c *Config) { c.FeedbackVLLM, c.MaxStaleness = fb, 1 }, "single-turn"},
+		{"feedback without servers", true, func(c *Config) {}, "needs vLLM servers of its own"},
+		{"feedback servers without feedback", false, func(c *Config) { c.FeedbackVLLM = fb }, "no feedback policy"},
+		{"feedback servers without solver servers", true, func(c *Config) { c.VLLM, c.FeedbackVLLM = nil, fb }, "FeedbackVLLM without VLLM"},
+		{"a server for both", true, func(c *Config) { c.FeedbackVLLM = &VLLM{Servers: c.VLLM.Servers, Model: "f"} }, "also serves the solver"},
+		{"one directory for both", true, func(c *Config) {
+			c.VLLM.Dir = "/w"
+			c.FeedbackVLLM = &VLLM{Servers: fb.Servers, Model: "f", Dir: "/w"}
+		}, "own directory"},
+		{"feedback model missing", true, func(c *Config) { c.FeedbackVLLM = &VLLM{Servers: fb.Servers} }, "FeedbackVLLM.Model is empty"},
+		{"feedback on actors too", true, func(c *Config) { c.FeedbackVLLM, c.FeedbackRollout = fb, &Rollout{Replicas: 1} }, "FeedbackVLLM and FeedbackRollout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tinyRun(t.TempDir())
+			if tc.mlmt {
+				cfg = tinyMLMT(t.TempDir())
+			}
 			cfg.VLLM = &VLLM{Servers: []string{"http://127.0.0.1:1"}, Model: "m"}
 			tc.edit(&cfg)
 			_, err := cfg.validate()
@@ -207,6 +222,116 @@ func TestVLLMConfigErrors(t *testing.T) {
 				t.Fatalf("validate: err = %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Asynchronous training on vLLM (max staleness 1): the next step's batch
+// generates while a step trains; every step still reloads the servers
+// once and in order, and every step's samples are at most one version
+// behind its on-policy version (weight_lag).
+func TestRunOnVLLMAsync(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, a, b := vllmRun(t)
+	cfg.Steps = 6
+	cfg.MaxStaleness = 1
+	cfg.Learner.Loss.TISCap = 2
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := cfg.WarmupSteps + cfg.Steps
+	if res.Steps != steps || res.WeightVersion != int64(steps) {
+		t.Errorf("steps %d, version %d: want %d and %d", res.Steps, res.WeightVersion, steps, steps)
+	}
+	for _, s := range []*vllmtest.Server{a, b} {
+		rl := s.Reloads()
+		if len(rl) != 1+steps {
+			t.Fatalf("%s: %d reloads, want %d", s.URL(), len(rl), 1+steps)
+		}
+		for i, r := range rl {
+			if r.Version != strconv.Itoa(i) {
+				t.Errorf("%s: reload %d is version %s, want %d", s.URL(), i, r.Version, i)
+			}
+		}
+	}
+	lags := map[int]int{}
+	for i, m := range readMetrics(t, filepath.Join(cfg.Out, "metrics.jsonl")) {
+		if int(m["step"].(float64)) != i+1 {
+			t.Fatalf("line %d: step %v", i+1, m["step"])
+		}
+		if m["phase"] != "rl" {
+			continue
+		}
+		lag, ok := m["weight_lag"].(float64)
+		if !ok || lag < 0 || lag > 1 {
+			t.Errorf("step %d: weight_lag %v, want 0 or 1", i+1, m["weight_lag"])
+		}
+		lags[int(lag)]++
+	}
+	if lags[0]+lags[1] != cfg.Steps {
+		t.Errorf("weight_lag on %d RL steps, want %d", lags[0]+lags[1], cfg.Steps)
+	}
+	t.Logf("weight lag per RL step: %v", lags)
+}
+
+// staleResult refuses a result older than the staleness bound and names it.
+func TestStaleResult(t *testing.T) {
+	res := []engine.Result{{RequestID: "a", WeightVersion: 5}, {RequestID: "b", WeightVersion: 3}}
+	if err := staleResult(res, 3); err != nil {
+		t.Errorf("bound 3: %v", err)
+	}
+	if err := staleResult(res, 4); err == nil || !strings.Contains(err.Error(), "request b: weight version 3") {
+		t.Errorf("bound 4: %v", err)
+	}
+}
+
+// MLMT with a trainable feedback policy on vLLM: the solver's turns go to
+// its two servers and the feedback turns to the feedback policy's two;
+// each set reloads its own policy's checkpoint once per step (from its own
+// directory), and the feedback servers' last reload holds the run's final
+// feedback weights.
+func TestMLMTFeedbackOnVLLM(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := tinyMLMT(t.TempDir())
+	servers := make([]*vllmtest.Server, 4)
+	for i := range servers {
+		servers[i] = vllmtest.New(vllmtest.Options{Model: "tiny", Vocab: cfg.Model.VocabSize})
+		defer servers[i].Close()
+	}
+	cfg.VLLM = &VLLM{Servers: []string{servers[0].URL(), servers[1].URL()}, Model: "tiny", ReloadTimeout: 5 * time.Second}
+	cfg.FeedbackVLLM = &VLLM{Servers: []string{servers[2].URL(), servers[3].URL()}, Model: "tiny", ReloadTimeout: 5 * time.Second}
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := cfg.WarmupSteps + cfg.Steps
+	if n := len(readMetrics(t, filepath.Join(cfg.Out, "metrics.jsonl"))); n != steps {
+		t.Errorf("%d metrics lines, want %d", n, steps)
+	}
+	for i, s := range servers {
+		dir := filepath.Join(cfg.Out, "vllm-weights")
+		if i >= 2 {
+			dir += "-feedback"
+		}
+		rl := s.Reloads()
+		if s.Generated() == 0 || len(rl) != 1+steps {
+			t.Fatalf("%s: %d requests answered, %d reloads; want > 0 and %d", s.URL(), s.Generated(), len(rl), 1+steps)
+		}
+		for v, r := range rl {
+			if want := filepath.Join(dir, "step-"+strconv.Itoa(v)); r.Path != want || r.Version != strconv.Itoa(v) {
+				t.Errorf("%s: reload %d = %+v, want version %d from %s", s.URL(), v, r, v, want)
+			}
+		}
+	}
+	last := filepath.Join(cfg.Out, "vllm-weights-feedback", "step-"+strconv.Itoa(steps))
+	final := filepath.Join(res.LastCheckpointDir, FeedbackDir)
+	if !sameWeights(weightsOf(t, last), weightsOf(t, final)) {
+		t.Errorf("%s holds other weights than the run's final feedback checkpoint %s", last, final)
+	}
+	if sameWeights(weightsOf(t, last), weightsOf(t, filepath.Join(cfg.Out, "vllm-weights", "step-"+strconv.Itoa(steps)))) {
+		t.Error("the feedback servers reloaded the solver's weights")
 	}
 }
 

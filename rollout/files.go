@@ -1,0 +1,112 @@
+package rollout
+
+// Engines that start from a model's small files (ActorConfig.ModelFiles)
+// and get their weights pushed.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync/atomic"
+
+	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/native"
+)
+
+// NoWeights is the version an engine built from ModelFiles serves until
+// its first push: older than any the driver publishes (run steps ≥ 0).
+const NoWeights = -1
+
+// ErrNoWeights: the engine has had no weights pushed yet.
+var ErrNoWeights = errors.New("no weights pushed yet")
+
+// PushedEngine is a native engine built from a model's config and
+// tokenizer alone, whose weights all come by push (SetWeights). Until a
+// push has set every parameter it serves NoWeights and refuses to
+// generate, so zeros are never sampled from.
+type PushedEngine struct {
+	*native.Engine
+	params []string // every parameter the first push must set
+	ready  atomic.Bool
+}
+
+// NewNativeFromFiles builds a PushedEngine from files["config.json"] and
+// files["tokenizer.json"] (the bytes of a model directory's files) on the
+// cpu backend; cfg.WeightVersion is ignored (NoWeights).
+func NewNativeFromFiles(files map[string][]byte, cfg native.Config) (*PushedEngine, error) {
+	cj, ok := files["config.json"]
+	if !ok {
+		return nil, fmt.Errorf("native engine from model files: no config.json (have %v)", names(files))
+	}
+	tj, ok := files["tokenizer.json"]
+	if !ok {
+		return nil, fmt.Errorf("native engine from model files: no tokenizer.json (have %v)", names(files))
+	}
+	mc, err := model.ParseConfig("model files: config.json", cj)
+	if err != nil {
+		return nil, fmt.Errorf("native engine: %w", err)
+	}
+	tok, err := tokenizer.Parse("model files: tokenizer.json", tj)
+	if err != nil {
+		return nil, fmt.Errorf("native engine: %w", err)
+	}
+	m, err := model.New(*mc, cpu.New())
+	if err != nil {
+		return nil, fmt.Errorf("native engine: %w", err)
+	}
+	cfg.WeightVersion = NoWeights
+	e, err := native.New(m, tok, cfg)
+	if err != nil {
+		return nil, err
+	}
+	pe := &PushedEngine{Engine: e}
+	for _, p := range m.Params() {
+		pe.params = append(pe.params, p.Name)
+	}
+	return pe, nil
+}
+
+// SetWeights implements weightsync.HostedEngine: the first call must set
+// every parameter (a full update); later ones any subset.
+func (e *PushedEngine) SetWeights(ctx context.Context, version int64, weights map[string][]float32) error {
+	if !e.ready.Load() {
+		var missing []string
+		for _, n := range e.params {
+			if _, ok := weights[n]; !ok {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) > 0 {
+			sort.Strings(missing)
+			return fmt.Errorf("native engine: set weights version %d: the first weights of an engine started without any must set every parameter; %d missing (first %q)",
+				version, len(missing), missing[0])
+		}
+	}
+	if err := e.Engine.SetWeights(ctx, version, weights); err != nil {
+		return err
+	}
+	e.ready.Store(true)
+	return nil
+}
+
+// Generate implements engine.Engine; it fails with ErrNoWeights before the
+// first push.
+func (e *PushedEngine) Generate(ctx context.Context, reqs []engine.Request) ([]engine.Result, error) {
+	if !e.ready.Load() {
+		return nil, fmt.Errorf("native engine: %w (the weight-sync actor catches an engine up when it registers)", ErrNoWeights)
+	}
+	return e.Engine.Generate(ctx, reqs)
+}
+
+// Stream is native.Engine.Stream; it fails with ErrNoWeights before the
+// first push.
+func (e *PushedEngine) Stream(ctx context.Context, req engine.Request, opts native.StreamOptions) (*native.Stream, error) {
+	if !e.ready.Load() {
+		return nil, fmt.Errorf("native engine: %w", ErrNoWeights)
+	}
+	return e.Engine.Stream(ctx, req, opts)
+}
