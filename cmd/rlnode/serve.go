@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/weightsync"
 )
 
 func init() { commands["serve"] = serveCommand }
@@ -54,7 +55,8 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		*name = *modelDir
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	e, err := native.Load(*modelDir, native.Config{MaxBatch: *maxBatch})
+	// A LoRA checkpoint (base + PEFT adapter) is served merged.
+	e, err := weightsync.LoadNative(*modelDir, native.Config{MaxBatch: *maxBatch})
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode serve: %v\n", err)
 		return 1
