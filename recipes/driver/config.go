@@ -39,11 +39,11 @@ type Config struct {
 	// split for evaluation).
 	Task task.Config
 	// Dataset, when set, is the problem source instead of Task: train and
-	// held-out rows from files (data.go). Single-turn episodes only.
+	// held-out rows from files (data.go); MLMT's .Hint is then a column
+	// (Dataset.HintColumn).
 	Dataset *Dataset
-	// Verifier scores answers: VerifierMath (also ""), VerifierGSM8K or
-	// VerifierCode (sandboxed Python tests; verify.go). Multi-turn
-	// episodes use math.
+	// Verifier scores answers, every turn's: VerifierMath (also ""),
+	// VerifierGSM8K or VerifierCode (sandboxed Python tests; verify.go).
 	Verifier string
 	// VerifyWorkers bounds the verifications running at once (default:
 	// the cores for code, 1 for math and gsm8k).
@@ -65,7 +65,8 @@ type Config struct {
 	Episode string
 	// MLMT: FeedbackTemplate is the feedback policy's prompt (over
 	// .Question, .Hint — what only the feedback policy sees, from the
-	// task — and .Attempt, the solver's first answer);
+	// task or the dataset's hint column — and .Attempt, the solver's first
+	// answer);
 	// FeedbackAnswerTemplate the feedback its SFT warm-up trains on (over
 	// .Question, .Hint, .Answer, .Attempt); StaticFeedbackTemplate the
 	// feedback text without a feedback policy (over .Question, .Attempt);
@@ -309,10 +310,6 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("verify_workers", c.VerifyWorkers, "want ≥ 0 (0: default)")
 	case c.Verifier != "" && c.Verifier != VerifierMath && c.Verifier != VerifierGSM8K && c.Verifier != VerifierCode:
 		return nil, bad("verifier", c.Verifier, "want math, gsm8k or code")
-	case c.multiTurn() && c.Verifier != "" && c.Verifier != VerifierMath:
-		return nil, bad("verifier", c.Verifier, "multi-turn episodes ("+c.Episode+") verify with math")
-	case c.multiTurn() && c.Dataset != nil:
-		return nil, fmt.Errorf("driver config: dataset: multi-turn episodes (%s) draw from the task (they need its hints)", c.Episode)
 	case c.Dataset != nil && c.Dataset.Train == "":
 		return nil, fmt.Errorf("driver config: dataset.train: empty")
 	case c.Verifier == VerifierCode && c.Dataset == nil:

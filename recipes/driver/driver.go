@@ -539,7 +539,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 	if evalNow && r.cfg.EvalEvery > 0 {
 		t0 = time.Now()
 		if r.cfg.multiTurn() {
-			te, err := evalTurns(ctx, r.cfg, r.tpl, r.solver.eng, r.feedbackEngine(), r.eval)
+			te, err := evalTurns(ctx, r.cfg, r.tpl, r.solver.eng, r.feedbackEngine(), r.src, r.eval, r.verify)
 			if err != nil {
 				return fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
 			}

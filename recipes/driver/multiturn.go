@@ -62,7 +62,8 @@ type sampling struct {
 type rollouts struct {
 	n        int
 	probs    []task.Problem
-	first    []engine.Result // per problem, n samples
+	refs     []verify.Reference // per problem: what its answers are verified against
+	first    []engine.Result    // per problem, n samples
 	r1       []float64
 	attempts []string
 	fb       []engine.Result // per episode; nil with static feedback
@@ -71,8 +72,33 @@ type rollouts struct {
 	r2       []float64
 }
 
-func newRollouts(probs []task.Problem, n int) *rollouts {
-	return &rollouts{n: n, probs: probs}
+func newRollouts(probs []task.Problem, n int, src problemSource) *rollouts {
+	refs := make([]verify.Reference, len(probs))
+	for i, p := range probs {
+		refs[i] = src.reference(p)
+	}
+	return &rollouts{n: n, probs: probs, refs: refs}
+}
+
+// scorer scores answers against their references: the run's verifier
+// (math, gsm8k or code in the sandbox) on its verification workers.
+type scorer func(ctx context.Context, jobs []verifyJob) ([]verify.Result, error)
+
+// rewards scores texts[j] against the reference of problem j/per.
+func (x *rollouts) rewards(ctx context.Context, score scorer, texts []string, per int) ([]float64, error) {
+	jobs := make([]verifyJob, len(texts))
+	for j, t := range texts {
+		jobs[j] = verifyJob{t, x.refs[j/per]}
+	}
+	vs, err := score(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(vs))
+	for j, v := range vs {
+		out[j] = v.Reward
+	}
+	return out, nil
 }
 
 func (x *rollouts) prob(j int) task.Problem { return x.probs[j/x.n] }
@@ -103,10 +129,6 @@ func generateTexts(ctx context.Context, eng engine.Engine, tok *tokenizer.Tokeni
 	return res, nil
 }
 
-func reward(ctx context.Context, text string, p task.Problem) float64 {
-	return verify.Math{}.Verify(ctx, text, verify.Reference{Answer: p.Answer}).Reward
-}
-
 // quoteLimit bounds an answer quoted inside a later prompt.
 const quoteLimit = 256
 
@@ -118,8 +140,9 @@ func quoteAnswer(s string) string {
 	return s
 }
 
-// firstTurn: the solver answers every problem n times.
-func (x *rollouts) firstTurn(ctx context.Context, solver *policyEngine, tpl *compiled, sp sampling) error {
+// firstTurn: the solver answers every problem n times; score (nil: the
+// warm-up, which needs no rewards) scores the answers.
+func (x *rollouts) firstTurn(ctx context.Context, solver *policyEngine, tpl *compiled, sp sampling, score scorer) error {
 	prompts := make([]string, len(x.probs))
 	for i, p := range x.probs {
 		prompts[i] = render(tpl.prompt, TemplateData{Question: p.Question})
@@ -131,13 +154,18 @@ func (x *rollouts) firstTurn(ctx context.Context, solver *policyEngine, tpl *com
 	}
 	x.first = res
 	x.r1, x.attempts = nil, nil
-	for i, rr := range res {
+	var texts []string
+	for _, rr := range res {
 		for _, s := range rr.Samples {
-			x.r1 = append(x.r1, reward(ctx, s.Text, x.probs[i]))
+			texts = append(texts, s.Text)
 			x.attempts = append(x.attempts, quoteAnswer(s.Text))
 		}
 	}
-	return nil
+	if score == nil {
+		return nil
+	}
+	x.r1, err = x.rewards(ctx, score, texts, x.n)
+	return err
 }
 
 // feedbackTurn writes MLMT's feedback: the feedback policy's (fb set) or
@@ -178,8 +206,9 @@ func (x *rollouts) laterPrompt(cfg *Config, tpl *compiled, j int) string {
 	return render(tpl.refine, d)
 }
 
-// finalTurn: the solver answers again (MLMT refine, SCoRe second turn).
-func (x *rollouts) finalTurn(ctx context.Context, cfg *Config, solver *policyEngine, tpl *compiled, sp sampling) error {
+// finalTurn: the solver answers again (MLMT refine, SCoRe second turn),
+// scored by score.
+func (x *rollouts) finalTurn(ctx context.Context, cfg *Config, solver *policyEngine, tpl *compiled, sp sampling, score scorer) error {
 	prompts := make([]string, len(x.attempts))
 	for j := range x.attempts {
 		prompts[j] = x.laterPrompt(cfg, tpl, j)
@@ -189,18 +218,21 @@ func (x *rollouts) finalTurn(ctx context.Context, cfg *Config, solver *policyEng
 	if err != nil {
 		return err
 	}
-	x.final, x.r2 = res, make([]float64, len(res))
+	texts := make([]string, len(res))
 	for j, rr := range res {
-		x.r2[j] = reward(ctx, rr.Samples[0].Text, x.prob(j))
+		texts[j] = rr.Samples[0].Text
 	}
-	return nil
+	x.final = res
+	x.r2, err = x.rewards(ctx, score, texts, x.n)
+	return err
 }
 
-// evalTurns is the greedy multi-turn evaluation on probs.
-func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *policyEngine, probs []task.Problem) (TurnEval, error) {
+// evalTurns is the greedy multi-turn evaluation on probs (from src),
+// scored by score.
+func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *policyEngine, src problemSource, probs []task.Problem, score scorer) (TurnEval, error) {
 	greedy := sampling{maxTokens: cfg.MaxTokens}
-	x := newRollouts(probs, 1)
-	if err := x.firstTurn(ctx, solver, tpl, greedy); err != nil {
+	x := newRollouts(probs, 1, src)
+	if err := x.firstTurn(ctx, solver, tpl, greedy, score); err != nil {
 		return TurnEval{}, err
 	}
 	if cfg.Episode == EpisodeMLMT {
@@ -208,7 +240,7 @@ func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *polic
 			return TurnEval{}, err
 		}
 	}
-	if err := x.finalTurn(ctx, &cfg, solver, tpl, greedy); err != nil {
+	if err := x.finalTurn(ctx, &cfg, solver, tpl, greedy, score); err != nil {
 		return TurnEval{}, err
 	}
 	n := float64(len(probs))
@@ -228,7 +260,7 @@ func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *polic
 		if err := x.feedbackTurn(ctx, nil, tpl, greedy); err != nil {
 			return TurnEval{}, err
 		}
-		if err := x.finalTurn(ctx, &cfg, solver, tpl, greedy); err != nil {
+		if err := x.finalTurn(ctx, &cfg, solver, tpl, greedy, score); err != nil {
 			return TurnEval{}, err
 		}
 		te.FinalStatic = 0
@@ -299,8 +331,8 @@ func (r *run) warmupMultiTurn(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		x := newRollouts(probs, 1)
-		if err := x.firstTurn(ctx, r.solver.eng, r.tpl, r.rlSampling(0)); err != nil {
+		x := newRollouts(probs, 1, r.src)
+		if err := x.firstTurn(ctx, r.solver.eng, r.tpl, r.rlSampling(0), nil); err != nil {
 			return fmt.Errorf("driver: warm-up step %d: %w", r.step+1, err)
 		}
 		var sb, fbb learner.Batch
@@ -364,8 +396,8 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 		if err != nil {
 			return err
 		}
-		x := newRollouts(probs, cfg.GroupSize)
-		if err := x.firstTurn(ctx, r.solver.eng, r.tpl, r.rlSampling(0)); err != nil {
+		x := newRollouts(probs, cfg.GroupSize, r.src)
+		if err := x.firstTurn(ctx, r.solver.eng, r.tpl, r.rlSampling(0), r.verify); err != nil {
 			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
 		}
 		if cfg.Episode == EpisodeMLMT {
@@ -373,7 +405,7 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 				return fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
 			}
 		}
-		if err := x.finalTurn(ctx, &cfg, r.solver.eng, r.tpl, r.rlSampling(2)); err != nil {
+		if err := x.finalTurn(ctx, &cfg, r.solver.eng, r.tpl, r.rlSampling(2), r.verify); err != nil {
 			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
 		}
 		gen := time.Since(t0).Seconds()
@@ -481,8 +513,9 @@ func heldOutProblems(gen *task.Generator, n int) ([]task.Problem, error) {
 }
 
 // EvaluateCheckpoint evaluates the multi-turn episode of cfg greedily on
-// its held-out problems (the EvalProblems the run evaluates on) with the
-// checkpoint in dir: the solver from dir, MLMT's feedback policy (when
+// its held-out problems (the EvalProblems the run evaluates on: the
+// task's, or the dataset's eval file or held-out rows), scored by cfg's
+// verifier, with the checkpoint in dir: the solver from dir, MLMT's feedback policy (when
 // cfg.Feedback is set) from dir/feedback — the layout Run writes.
 func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, error) {
 	if !cfg.multiTurn() {
@@ -496,13 +529,21 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 	if cfg.EvalProblems <= 0 {
 		return TurnEval{}, fmt.Errorf("driver: evaluate %s: eval_problems %d: want > 0", dir, cfg.EvalProblems)
 	}
-	gen, err := task.New(cfg.Task)
+	cfg.EvalEvery = max(cfg.EvalEvery, 1) // a dataset source holds out EvalProblems
+	src, err := newSource(cfg)
 	if err != nil {
-		return TurnEval{}, fmt.Errorf("driver: task: %w", err)
+		return TurnEval{}, err
 	}
-	probs, err := heldOutProblems(gen, cfg.EvalProblems)
+	probs, err := src.heldOut(cfg.EvalProblems)
 	if err != nil {
 		return TurnEval{}, fmt.Errorf("driver: %w", err)
+	}
+	v, err := newVerifier(cfg)
+	if err != nil {
+		return TurnEval{}, err
+	}
+	score := func(ctx context.Context, jobs []verifyJob) ([]verify.Result, error) {
+		return verifyAll(ctx, v, cfg.verifyWorkers(), jobs)
 	}
 	batch := cfg.EngineBatch
 	if batch == 0 {
@@ -528,7 +569,7 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 	if fb != nil {
 		fbe = &policyEngine{Engine: fb, tok: fb.Tokenizer()}
 	}
-	te, err := evalTurns(ctx, cfg, tpl, &policyEngine{Engine: solver, tok: solver.Tokenizer()}, fbe, probs)
+	te, err := evalTurns(ctx, cfg, tpl, &policyEngine{Engine: solver, tok: solver.Tokenizer()}, fbe, src, probs, score)
 	if err != nil {
 		return TurnEval{}, fmt.Errorf("driver: evaluate %s: %w", dir, err)
 	}
