@@ -60,14 +60,8 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if epType != "single" && !mlmt && !score {
 		no("episode.type", "%s episodes are not supported yet (single, mlmt, score)", epType)
 	}
-	if r.Data.Dataset != nil && epType != "single" {
-		no("data.dataset", "datasets are not supported yet for %s episodes (single only; use data.task)", epType)
-	}
 	if r.Data.Task == nil && r.Data.Dataset == nil {
 		no("data.task", "missing: the driver needs a built-in task or a dataset")
-	}
-	if r.Data.Verifier != "math" && epType != "single" {
-		no("data.verifier", "%s is not supported yet for %s episodes (math only)", r.Data.Verifier, epType)
 	}
 	onVLLM := r.Engines.Policy.Kind == "vllm"
 	switch ws := r.Engines.Policy.WeightSync; {
@@ -103,8 +97,13 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		if fb.LoRA != nil {
 			no("models.feedback.lora", "LoRA training is not supported yet")
 		}
-		if fb.ValueHead {
-			no("models.feedback.value_head", "a value head (PPO) is not supported yet")
+		// With ppo the feedback policy trains with PPO too, on its own
+		// critic (as validation asks of models.policy).
+		switch ppo := r.Algorithm.Name == "ppo"; {
+		case fb.ValueHead && !ppo:
+			no("models.feedback.value_head", "only algorithm ppo uses a value head (algorithm.name is %q)", r.Algorithm.Name)
+		case !fb.ValueHead && ppo && mlmt && !r.Algorithm.MLMT.StaticFeedback:
+			no("models.feedback.value_head", "false: algorithm ppo trains the feedback policy with PPO too, which needs its critic (set models.feedback.value_head: true)")
 		}
 	}
 	if mlmt && !slices.Contains(r.Algorithm.MLMT.Train, "solver") {
@@ -119,11 +118,6 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	name, ok := learnerAlgorithms[a.Name]
 	if !ok {
 		no("algorithm.name", "%s is not supported yet (grpo, ppo, drgrpo, rloo, reinforce_pp, rw_sft)", a.Name)
-	}
-	if a.Name == "ppo" && epType != "single" {
-		// The critic would score the turns of an episode as independent
-		// responses, and the feedback policy would need its own.
-		no("algorithm.name", "ppo is not supported yet for %s episodes (single only)", epType)
 	}
 	if a.Name == "ppo" && a.ValueCoef == 0 {
 		no("algorithm.value_coef", "0: ppo's critic would never train (want > 0)")

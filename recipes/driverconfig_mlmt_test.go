@@ -1,6 +1,8 @@
 package recipes
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/recipes/driver"
+	"github.com/rlnode/rlnode/rollout/data"
 )
 
 // The multi-turn built-ins map onto the driver's presets: mlmt_math is
@@ -120,4 +123,55 @@ func arch(m *model.Config) archKey {
 		return archKey{}
 	}
 	return archKey{m.Architecture, m.HiddenSize, m.IntermediateSize, m.NumLayers, m.NumHeads, m.NumKVHeads, m.VocabSize, m.MaxPositions, m.TieWordEmbeddings}
+}
+
+// Multi-turn recipes with a dataset, a verifier other than math, and ppo
+// map onto the driver (they were refused before): mlmt_gsm8k's embedded
+// files resolve to absolute paths and load; ppo gives both policies the
+// algorithm, and the feedback policy its value head.
+func TestDriverConfigMultiTurnDataAndPPO(t *testing.T) {
+	for _, c := range []struct {
+		recipe   string
+		sets     []string
+		verifier string
+		dataset  bool
+		algo     string
+	}{
+		{"mlmt_gsm8k", nil, driver.VerifierGSM8K, true, "grpo"},
+		{"mlmt_gsm8k", []string{"algorithm.name=ppo", "models.policy.value_head=true", "models.feedback.value_head=true"}, driver.VerifierGSM8K, true, "ppo"},
+		{"mlmt_math", []string{"algorithm.name=ppo", "models.policy.value_head=true", "models.feedback.value_head=true"}, "", false, "ppo"},
+		{"mlmt_math_static", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "", false, "ppo"},
+		{"score_math", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "", false, "ppo"},
+		{"score_math", []string{"data.task=null", "data.dataset.train=train.jsonl", "data.dataset.columns.prompt=question", "data.verifier=gsm8k"}, driver.VerifierGSM8K, true, "grpo"},
+	} {
+		name := c.recipe + " " + strings.Join(c.sets, " ")
+		t.Run(name, func(t *testing.T) {
+			t.Chdir(t.TempDir())
+			if err := os.WriteFile("train.jsonl", []byte(`{"question": "What is 1 + 1?", "answer": "#### 2"}`+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			l, err := Load(c.recipe, c.sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := l.DriverConfig(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Verifier != c.verifier || cfg.Learner.Algorithm != c.algo || (cfg.Dataset != nil) != c.dataset {
+				t.Errorf("verifier %q, algorithm %q, dataset %+v; want %q, %q, set %v", cfg.Verifier, cfg.Learner.Algorithm, cfg.Dataset, c.verifier, c.algo, c.dataset)
+			}
+			if cfg.Dataset != nil && c.recipe == "mlmt_gsm8k" {
+				for _, p := range []string{cfg.Dataset.Train, cfg.Dataset.Eval} {
+					if !filepath.IsAbs(p) {
+						t.Errorf("%q is not absolute", p)
+					}
+					ex, err := data.Load(p, cfg.Dataset.Mapping)
+					if err != nil || len(ex) == 0 || !strings.HasPrefix(ex[0].Ref.Answer, "#### ") {
+						t.Errorf("load %s: %d rows, %v", p, len(ex), err)
+					}
+				}
+			}
+		})
+	}
 }

@@ -54,6 +54,9 @@ type Metrics struct {
 	FeedbackLoss     *float64 `json:"feedback_loss,omitempty"`
 	FeedbackGradNorm *float64 `json:"feedback_grad_norm,omitempty"`
 	FeedbackEntropy  *float64 `json:"feedback_entropy,omitempty"`
+	// The feedback policy's critic (PPO): as ValueLoss, ExplainedVar.
+	FeedbackValueLoss    *float64 `json:"feedback_value_loss,omitempty"`
+	FeedbackExplainedVar *float64 `json:"feedback_explained_var,omitempty"`
 
 	Loss         float64 `json:"loss"`
 	GradNorm     float64 `json:"grad_norm"`

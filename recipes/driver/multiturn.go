@@ -362,7 +362,7 @@ func (r *run) warmupMultiTurn(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			fillFeedback(&m, fst)
+			fillFeedback(&m, fst, cfg.Learner.Algorithm)
 		}
 		m.TrainSeconds = time.Since(t0).Seconds()
 		if err := r.finishWarmupStep(ctx, &m); err != nil {
@@ -372,8 +372,11 @@ func (r *run) warmupMultiTurn(ctx context.Context) error {
 	return nil
 }
 
-func fillFeedback(m *Metrics, st learner.Stats) {
+func fillFeedback(m *Metrics, st learner.Stats, algorithm string) {
 	m.FeedbackLoss, m.FeedbackGradNorm, m.FeedbackEntropy = &st.Loss, &st.GradNorm, &st.Entropy
+	if m.Phase == "rl" && algorithm == learner.PPO {
+		m.FeedbackValueLoss, m.FeedbackExplainedVar = &st.ValueLoss, &st.ExplainedVar
+	}
 }
 
 // reinforceMultiTurn is the RL loop of MLMT and SCoRe episodes. Each step
@@ -384,6 +387,14 @@ func fillFeedback(m *Metrics, st learner.Stats) {
 //   - the feedback policy (MLMT, Feedback.Train) on its feedback, rewarded
 //     with the final score or its improvement over the first attempt,
 //     one group per prompt.
+//
+// With PPO each policy's learner has its own value head, and every turn's
+// response is a sequence of its own, as in single-turn PPO: the turn's
+// reward above sits on its last token, GAE runs over that response with
+// the critic's values of the turn's prompt and response, and nothing is
+// bootstrapped across turns (turn 1's value target is its own score, not
+// the episode's final one: the turns are trained as GRPO trains them,
+// only the advantage estimator changes).
 func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 	cfg := r.cfg
 	trainFeedback := r.feedback != nil && cfg.Feedback.Train
@@ -475,7 +486,7 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 			if err != nil {
 				return err
 			}
-			fillFeedback(&m, fst)
+			fillFeedback(&m, fst, cfg.Learner.Algorithm)
 		}
 		eps := float64(len(x.r2))
 		final, turn1 := r2Sum/eps, r1Sum/eps
