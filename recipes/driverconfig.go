@@ -31,15 +31,16 @@ var learnerAlgorithms = map[string]string{
 
 // DriverConfig maps the recipe onto the training loop's configuration,
 // with out as the run directory. What the driver runs today: single-turn,
-// MLMT three-turn (trainable or frozen feedback policy, static feedback,
-// stop-gradient, final or improvement feedback reward) and SCoRe
-// two-turn episodes on the built-in task with the math verifier, native
+// MLMT three-turn (trainable or frozen feedback policy or solver, static
+// feedback, stop-gradient, final or improvement feedback reward) and
+// SCoRe two-turn episodes, on the built-in task or a dataset with the
+// math, gsm8k or code verifier, native
 // engines in the driver's process or on rollout actors (see
 // needsRolloutActors; synchronous, or asynchronous for single-turn
 // episodes), a learner per policy, of placement.learner_shards
 // data-parallel ranks (grpo, drgrpo,
-// rloo, reinforce_pp, rw_sft with exp weights; ppo with the value head as
-// critic for single-turn episodes; epochs and mini-batches), the SFT warm-up,
+// rloo, reinforce_pp, rw_sft with exp weights; ppo with a value head as
+// critic per trained policy; epochs and mini-batches), the SFT warm-up,
 // schedule, evaluation, checkpoints and seed. Every recipe feature beyond that is refused with
 // an error naming the recipe field (errors.Is(err, ErrUnsupported)), never
 // dropped. The caller sets Resume, Node, Logger and Progress.
@@ -106,8 +107,8 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 			no("models.feedback.value_head", "false: algorithm ppo trains the feedback policy with PPO too, which needs its critic (set models.feedback.value_head: true)")
 		}
 	}
-	if mlmt && !slices.Contains(r.Algorithm.MLMT.Train, "solver") {
-		no("algorithm.mlmt.train", "training the feedback policy alone is not supported yet (the solver must train)")
+	if mlmt && r.Algorithm.MLMT.StopGradient && !slices.Contains(r.Algorithm.MLMT.Train, "solver") {
+		no("algorithm.mlmt.stop_gradient", "true, but algorithm.mlmt.train has no solver: the stop-gradient variant trains the solver's first turn")
 	}
 	if r.Models.Reference != nil {
 		no("models.reference", "a separate reference model is not supported yet (the KL term uses the initial policy)")
@@ -231,6 +232,7 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		m := r.Algorithm.MLMT
 		cfg.StaticFeedbackTemplate, cfg.RefineTemplate = static, refine
 		cfg.StopGradient, cfg.FeedbackReward = m.StopGradient, m.FeedbackReward
+		cfg.FreezeSolver = !slices.Contains(m.Train, "solver") // the feedback policy alone (validated)
 	}
 	if hasFeedback {
 		cfg.FeedbackTemplate, cfg.FeedbackAnswerTemplate = feedbackPrompt, feedbackAnswer

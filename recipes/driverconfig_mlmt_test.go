@@ -175,3 +175,29 @@ func TestDriverConfigMultiTurnDataAndPPO(t *testing.T) {
 		})
 	}
 }
+
+// algorithm.mlmt.train says which MLMT policies train in RL: without
+// solver the driver freezes it (FreezeSolver), without feedback the
+// feedback policy is frozen (Feedback.Train false).
+func TestDriverConfigMLMTTrain(t *testing.T) {
+	for _, c := range []struct {
+		train                      string
+		freezeSolver, trainFeedbck bool
+	}{
+		{"[solver, feedback]", false, true},
+		{"[feedback]", true, true},
+		{"[solver]", false, false},
+	} {
+		l, err := Load("mlmt_math", []string{"algorithm.mlmt.train=" + c.train})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := l.DriverConfig(t.TempDir())
+		if err != nil {
+			t.Fatalf("%s: %v", c.train, err)
+		}
+		if cfg.FreezeSolver != c.freezeSolver || cfg.Feedback == nil || cfg.Feedback.Train != c.trainFeedbck {
+			t.Errorf("train %s: freeze solver %v, feedback %+v; want %v and train %v", c.train, cfg.FreezeSolver, cfg.Feedback, c.freezeSolver, c.trainFeedbck)
+		}
+	}
+}

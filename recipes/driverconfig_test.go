@@ -108,7 +108,7 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 		field  string
 	}{
 		{"quickstart", []string{"episode.type=tools"}, "episode.type"},
-		{"mlmt_math", []string{"algorithm.mlmt.train=[feedback]"}, "algorithm.mlmt.train"},
+		{"mlmt_math", []string{"algorithm.mlmt.train=[feedback]", "algorithm.mlmt.stop_gradient=true"}, "algorithm.mlmt.stop_gradient"},
 		{"mlmt_math", []string{"engines.feedback.max_batch=8"}, "engines.feedback.max_batch"},
 		{"mlmt_math", []string{"models.feedback.lora={rank: 4}"}, "models.feedback.lora"},
 		{"mlmt_math", []string{`sft.feedback_response=""`}, "sft.feedback_response"},

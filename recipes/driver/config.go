@@ -81,6 +81,10 @@ type Config struct {
 	// attempts only) while the feedback policy learns from the refined
 	// answer's reward.
 	StopGradient bool
+	// FreezeSolver (MLMT) trains the feedback policy alone in RL: the
+	// solver, warmed up like the feedback policy, plays its turns but
+	// takes no RL step (the recipe's algorithm.mlmt.train: [feedback]).
+	FreezeSolver bool
 	// FeedbackReward (MLMT) is what the feedback turn is rewarded with:
 	// FeedbackRewardFinal (also "": the refined answer's reward) or
 	// FeedbackRewardImprovement (refined minus first).
@@ -366,8 +370,8 @@ func (c *Config) validate() (*compiled, error) {
 	default:
 		return nil, bad("episode", c.Episode, "want single, mlmt or score")
 	}
-	if !c.multiTurn() && (c.Feedback != nil || c.StopGradient || c.FeedbackReward != "") {
-		return nil, fmt.Errorf("driver config: feedback, stop_gradient and feedback_reward are for episode mlmt (episode is %q)", c.Episode)
+	if c.Episode != EpisodeMLMT && (c.Feedback != nil || c.StopGradient || c.FeedbackReward != "" || c.FreezeSolver) {
+		return nil, fmt.Errorf("driver config: feedback, stop_gradient, feedback_reward and freeze_solver are for episode mlmt (episode is %q)", c.Episode)
 	}
 	l := c.Learner
 	l.Model, l.ModelDir, l.Seed = c.Model, c.ModelDir, c.Seed
@@ -391,6 +395,10 @@ func (c *Config) validateMLMT(t *compiled) error {
 		return fmt.Errorf("driver config: stop_gradient: the stop-gradient variant trains a feedback policy; static feedback has none")
 	case f != nil && c.StopGradient && !f.Train:
 		return fmt.Errorf("driver config: stop_gradient: the stop-gradient variant trains the feedback policy; set feedback.train")
+	case c.FreezeSolver && (f == nil || !f.Train):
+		return fmt.Errorf("driver config: freeze_solver: with the solver frozen the feedback policy must train (set feedback with train)")
+	case c.FreezeSolver && c.StopGradient:
+		return fmt.Errorf("driver config: freeze_solver: the stop-gradient variant trains the solver's first turn; a frozen solver trains neither")
 	}
 	switch c.FeedbackReward {
 	case "", FeedbackRewardFinal, FeedbackRewardImprovement:

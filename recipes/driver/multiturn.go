@@ -381,8 +381,8 @@ func fillFeedback(m *Metrics, st learner.Stats, algorithm string) {
 
 // reinforceMultiTurn is the RL loop of MLMT and SCoRe episodes. Each step
 // plays GroupSize episodes per prompt and trains:
-//   - the solver on its first attempts (reward: their score) and, unless
-//     StopGradient, on its final answers (MLMT: their score; SCoRe:
+//   - the solver (unless FreezeSolver) on its first attempts (reward:
+//     their score) and, unless StopGradient, on its final answers (MLMT: their score; SCoRe:
 //     r2 + α(r2 − r1)), as two GRPO groups per prompt;
 //   - the feedback policy (MLMT, Feedback.Train) on its feedback, rewarded
 //     with the final score or its improvement over the first attempt,
@@ -475,12 +475,17 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 			}
 		}
 		t1 := time.Now()
-		st, err := r.train(ctx, r.solver, sb)
-		if err != nil {
+		var st learner.Stats
+		if cfg.FreezeSolver {
+			r.step++ // the run's step, with no solver step in it
+		} else if st, err = r.train(ctx, r.solver, sb); err != nil {
 			return err
 		}
 		m := Metrics{Phase: "rl"}
 		r.fill(&m, st)
+		if cfg.FreezeSolver {
+			m.ValueLoss, m.ValueClipFrac, m.ExplainedVar = nil, nil, nil
+		}
 		if trainFeedback {
 			fst, err := r.train(ctx, r.feedback, fbb)
 			if err != nil {
