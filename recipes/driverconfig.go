@@ -36,8 +36,8 @@ var learnerAlgorithms = map[string]string{
 // SCoRe two-turn episodes, on the built-in task or a dataset with the
 // math, gsm8k or code verifier, native
 // engines in the driver's process or on rollout actors (see
-// needsRolloutActors; synchronous, or asynchronous for single-turn
-// episodes), a learner per policy, of placement.learner_shards
+// needsRolloutActors; synchronous or asynchronous, every turn of a
+// multi-turn episode), a learner per policy, of placement.learner_shards
 // data-parallel ranks (grpo, drgrpo,
 // rloo, reinforce_pp, rw_sft with exp weights; ppo with a value head as
 // critic per trained policy; epochs and mini-batches), the SFT warm-up,
@@ -82,9 +82,6 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		case e.MaxBatch != r.Engines.Policy.MaxBatch:
 			no("engines.feedback.max_batch", "%d differs from engines.policy.max_batch %d: one batch size for both engines is supported", e.MaxBatch, r.Engines.Policy.MaxBatch)
 		}
-	}
-	if r.Sync.Mode == "async" && epType != "single" {
-		no("sync.mode", "async is not supported yet for %s episodes (single only)", epType)
 	}
 
 	// Models.

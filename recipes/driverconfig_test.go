@@ -118,8 +118,6 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "placement.mode=split"}, "placement"},
 		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "engines.policy.vllm.api_key_env=RLNODE_TEST_UNSET_KEY"}, "engines.policy.vllm.api_key_env"},
 		{"mlmt_math", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}"}, "engines.policy.kind"},
-		{"mlmt_math", []string{"deterministic=false", "sync.mode=async"}, "sync.mode"},
-		{"score_math", []string{"deterministic=false", "sync.mode=async"}, "sync.mode"},
 		{"quickstart", []string{"models.policy.lora={rank: 4}"}, "models.policy.lora"},
 		{"quickstart", []string{"algorithm.name=ppo", "models.policy.value_head=true", "algorithm.value_coef=0"}, "algorithm.value_coef"},
 		{"mlmt_math", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "models.feedback.value_head"},

@@ -147,10 +147,11 @@ type Config struct {
 	// as many CPUs as the learners and actors reserve (at least its cores):
 	// they share the machine and take turns.
 	Rollout, FeedbackRollout *Rollout
-	// MaxStaleness k > 0 is asynchronous training (single-turn episodes,
-	// with Rollout): the samples of step t+1 are generated while step t
-	// trains, on weights at most k versions older than the step's
-	// on-policy version (the pool refuses older results). 0 is
+	// MaxStaleness k > 0 is asynchronous training (with Rollout; MLMT
+	// with a feedback policy also with FeedbackRollout): the samples of
+	// step t+1 — multi-turn: every turn of its episodes — are generated
+	// while step t trains, on weights at most k versions older than the
+	// step's on-policy version (the pools refuse older results). 0 is
 	// synchronous: generation waits for the newest weights.
 	MaxStaleness int
 	// VLLM, when set, makes the solver generate on running vLLM servers
@@ -308,8 +309,8 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("max_staleness", c.MaxStaleness, "want ≥ 0")
 	case c.MaxStaleness > 0 && c.Rollout == nil:
 		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous generation runs on rollout actors: set rollout")
-	case c.MaxStaleness > 0 && c.multiTurn():
-		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous training is for single-turn episodes (episode is "+c.Episode+")")
+	case c.MaxStaleness > 0 && c.Feedback != nil && c.FeedbackRollout == nil:
+		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous MLMT generates the feedback turn on rollout actors too: set feedback_rollout")
 	case c.VerifyWorkers < 0:
 		return nil, bad("verify_workers", c.VerifyWorkers, "want ≥ 0 (0: default)")
 	case c.Verifier != "" && c.Verifier != VerifierMath && c.Verifier != VerifierGSM8K && c.Verifier != VerifierCode:
@@ -370,8 +371,11 @@ func (c *Config) validate() (*compiled, error) {
 	default:
 		return nil, bad("episode", c.Episode, "want single, mlmt or score")
 	}
-	if c.Episode != EpisodeMLMT && (c.Feedback != nil || c.StopGradient || c.FeedbackReward != "" || c.FreezeSolver) {
-		return nil, fmt.Errorf("driver config: feedback, stop_gradient, feedback_reward and freeze_solver are for episode mlmt (episode is %q)", c.Episode)
+	if !c.multiTurn() && (c.Feedback != nil || c.StopGradient || c.FeedbackReward != "") {
+		return nil, fmt.Errorf("driver config: feedback, stop_gradient and feedback_reward are for episode mlmt (episode is %q)", c.Episode)
+	}
+	if c.FreezeSolver && c.Episode != EpisodeMLMT {
+		return nil, fmt.Errorf("driver config: freeze_solver: for episode mlmt (episode is %q)", c.Episode)
 	}
 	l := c.Learner
 	l.Model, l.ModelDir, l.Seed = c.Model, c.ModelDir, c.Seed

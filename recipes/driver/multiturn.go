@@ -398,28 +398,54 @@ func fillFeedback(m *Metrics, st learner.Stats, algorithm string) {
 func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 	cfg := r.cfg
 	trainFeedback := r.feedback != nil && cfg.Feedback.Train
+	// Asynchronous runs play the next step's episodes while this one
+	// trains (multiturn_batch.go); synchronous ones play each step's on
+	// the newest weights.
+	async := cfg.MaxStaleness > 0
+	gctx, cancel := context.WithCancel(ctx)
+	var next *episodeBatch
+	defer func() {
+		cancel()
+		if next != nil {
+			<-next.done
+		}
+	}()
 	for k := first; k <= cfg.Steps; k++ {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
 		t0 := time.Now()
-		probs, err := r.nextProblems(cfg.PromptsPerStep)
-		if err != nil {
-			return err
-		}
-		x := newRollouts(probs, cfg.GroupSize, r.src)
-		if err := x.firstTurn(ctx, r.solver.eng, r.tpl, r.rlSampling(0), r.verify); err != nil {
-			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
-		}
-		if cfg.Episode == EpisodeMLMT {
-			if err := x.feedbackTurn(ctx, r.feedbackEngine(), r.tpl, r.rlSampling(1)); err != nil {
-				return fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
+		if next == nil {
+			var err error
+			if next, err = r.startEpisodes(gctx, int64(r.step)); err != nil {
+				return err
 			}
 		}
-		if err := x.finalTurn(ctx, &cfg, r.solver.eng, r.tpl, r.rlSampling(2), r.verify); err != nil {
-			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
+		batch := next
+		select {
+		case <-batch.done:
+		case <-ctx.Done():
+			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, ctx.Err())
 		}
-		gen := time.Since(t0).Seconds()
+		next = nil
+		r.prefetched -= len(batch.x.probs)
+		if batch.err != nil {
+			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, batch.err)
+		}
+		if async && k < cfg.Steps {
+			// On-policy for the next batch is the version this step's
+			// training makes; the pools let it run up to k versions older.
+			var err error
+			if next, err = r.startEpisodes(gctx, int64(r.step)+1); err != nil {
+				return err
+			}
+		}
+		x, probs := batch.x, batch.x.probs
+		gen := batch.genSeconds
+		if !async {
+			gen = time.Since(t0).Seconds()
+		}
+		lag := batch.onPolicy - batch.lowestVersion()
 
 		var sb, fbb learner.Batch
 		add := func(b *learner.Batch, res engine.Result, s engine.Sample, rw float64, group int64) {
@@ -433,7 +459,7 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 		var allRight, noneRight int
 		n := cfg.GroupSize
 		for i := range probs {
-			g := int64(r.cursor - len(probs) + i)
+			g := int64(batch.firstGroup + i)
 			for s, smp := range x.first[i].Samples {
 				add(&sb, x.first[i], smp, x.r1[i*n+s], 2*g)
 			}
@@ -476,6 +502,7 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 		}
 		t1 := time.Now()
 		var st learner.Stats
+		var err error
 		if cfg.FreezeSolver {
 			r.step++ // the run's step, with no solver step in it
 		} else if st, err = r.train(ctx, r.solver, sb); err != nil {
@@ -500,6 +527,7 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 		m.SolvedAllFrac = float64(allRight) / float64(len(probs))
 		m.SolvedNoneFrac = float64(noneRight) / float64(len(probs))
 		m.GenSeconds, m.TrainSeconds = gen, time.Since(t1).Seconds()
+		m.WeightLag = &lag
 		if err := r.finishRLStep(ctx, &m, k); err != nil {
 			return err
 		}
