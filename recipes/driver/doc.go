@@ -179,6 +179,20 @@
 // score_math (300 warm-up + 400 GRPO steps on level-1 arithmetic, 234 s):
 // turn-1 0.094 → 0.098, turn-2 0.113 → 0.113 (0.11–0.16 on the way): no
 // measurable self-correction gain at this scale.
+// mlmt_gsm8k (`rlnode run mlmt_gsm8k`, the binary built beforehand: 600
+// warm-up + 150 GRPO steps of 16 prompts × 8 episodes on the shipped
+// 3,000-row word-problem file, greedy on its 200 test rows, seed 1;
+// 278 s wall): after the warm-up turn-1 0.510, turn-3 0.290; at the end
+// turn-1 0.620, turn-3 0.435 (Δ −0.185; incorrect→correct 0.025,
+// correct→incorrect 0.210; turn3_accuracy_static 0.000); rlnode eval on
+// the last checkpoint gives the same figures. Sampled rewards, mean of
+// the first and last 25 RL steps: turn 1 0.422 → 0.543, final 0.232 →
+// 0.301. Without a hint the feedback policy is a second solver, and the
+// warm-up (feedback target: the reference answer) teaches the solver to
+// copy it, so its mistakes turn right first answers wrong: RL raised
+// both turns, turn 3 stayed below turn 1. With 300 warm-up and 100 RL
+// steps (127 s): 0.175 and 0.165 after the warm-up, 0.270 and 0.125 at
+// the end. One seed each.
 //
 // Sharded learner (Learner.Shards > 1, the recipe's
 // placement.learner_shards): each trained policy's learner (MLMT: the

@@ -382,8 +382,9 @@ func fillFeedback(m *Metrics, st learner.Stats, algorithm string) {
 // reinforceMultiTurn is the RL loop of MLMT and SCoRe episodes. Each step
 // plays GroupSize episodes per prompt and trains:
 //   - the solver (unless FreezeSolver) on its first attempts (reward:
-//     their score) and, unless StopGradient, on its final answers (MLMT: their score; SCoRe:
-//     r2 + α(r2 − r1)), as two GRPO groups per prompt;
+//     their score) and, unless StopGradient, on its final answers (MLMT:
+//     their score; SCoRe: r2 + α(r2 − r1)), as two GRPO groups per
+//     prompt;
 //   - the feedback policy (MLMT, Feedback.Train) on its feedback, rewarded
 //     with the final score or its improvement over the first attempt,
 //     one group per prompt.
