@@ -7,6 +7,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
 )
 
 // asyncMLMT is tinyMLMT with both policies on two rollout actors each,
@@ -132,5 +135,65 @@ func TestMLMTRolloutRunsRepeat(t *testing.T) {
 		if !sameWeights(weightsOf(t, filepath.Join(dirs[0], sub)), weightsOf(t, filepath.Join(dirs[1], sub))) {
 			t.Errorf("%q: the run on rollout actors ends with other weights than the in-process one", sub)
 		}
+	}
+}
+
+// An asynchronous MLMT run (max staleness 1, both policies sharded on
+// rollout actors) whose feedback rank is stopped after step 5: both
+// policies restart from step 4's checkpoint with new pools, the episodes
+// played ahead for the failed step are dropped, step 5 is redone, every
+// step is logged once with weight_lag within 1, and step 6's checkpoint
+// cursor counts exactly the problems trained on.
+func TestMLMTAsyncFeedbackRankLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node, err := cluster.Start(ctx, cluster.Config{CPUs: 4, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Stop()
+	cfg := tinyMLMT(filepath.Join(t.TempDir(), "run"))
+	cfg.Learner.Shards = 2
+	cfg.LearnerResources = cluster.Resources{cluster.CPU: 0.5}
+	cfg.LearnerTimeout = 4 * time.Second
+	cfg.Rollout, cfg.FeedbackRollout = &Rollout{Replicas: 1}, &Rollout{Replicas: 1}
+	cfg.MaxStaleness, cfg.Learner.Loss.TISCap = 1, 2
+	cfg.Node = node
+	cfg.Steps, cfg.CheckpointEvery = 4, 2 // checkpoints at steps 4 and 6
+	var seen []int
+	kill := true
+	var killErr error
+	cfg.Progress = func(m Metrics) {
+		seen = append(seen, m.Step)
+		if kill && m.Step == 5 {
+			kill = false
+			killErr = stopRank(ctx, node, "feedback", 1)
+		}
+	}
+	res, err := Run(ctx, cfg)
+	if err != nil || killErr != nil {
+		t.Fatalf("%v (stop a rank: %v)", err, killErr)
+	}
+	if want := "[1 2 3 4 5 5 6]"; res.Steps != 6 || kill || fmt.Sprint(seen) != want {
+		t.Fatalf("%d steps, done %v (kill pending %v); want 6 steps, done %s", res.Steps, seen, kill, want)
+	}
+	metrics := filepath.Join(cfg.Out, "metrics.jsonl")
+	checkStepsOnce(t, metrics, 6)
+	for _, m := range readMetrics(t, metrics) {
+		if lag, ok := m["weight_lag"].(float64); m["phase"] == "rl" && (!ok || lag < 0 || lag > 1) {
+			t.Errorf("step %v: weight_lag %v, want 0..1", m["step"], m["weight_lag"])
+		}
+	}
+	for _, id := range []string{"solver", "feedback"} {
+		if _, step := checkpointWeights(t, cfg, filepath.Join(cfg.Out, "rollout", id)); step != 4 {
+			t.Errorf("%s: the replacement rollout actors' model is of learner step %d, want 4", id, step)
+		}
+	}
+	ds, err := readDriverState(filepath.Join(cfg.Out, "checkpoints", "step-6"), cfg.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := cfg.WarmupSteps*cfg.WarmupBatch + 4*cfg.PromptsPerStep; ds.TrainCursor != want {
+		t.Errorf("step 6's train_cursor %d, want %d", ds.TrainCursor, want)
 	}
 }
