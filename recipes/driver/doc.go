@@ -182,16 +182,20 @@
 // mlmt_gsm8k (`rlnode run mlmt_gsm8k`, the binary built beforehand: 600
 // warm-up + 150 GRPO steps of 16 prompts × 8 episodes on the shipped
 // 3,000-row word-problem file, greedy on its 200 test rows, seed 1;
-// 278 s wall): after the warm-up turn-1 0.510, turn-3 0.290; at the end
-// turn-1 0.620, turn-3 0.435 (Δ −0.185; incorrect→correct 0.025,
-// correct→incorrect 0.210; turn3_accuracy_static 0.000); rlnode eval on
+// 161 s wall at load 2–4, 229 s under heavier load): after the warm-up
+// turn-1 0.445, turn-3 0.490 (static text 0.325); at the end turn-1
+// 0.525, turn-3 0.520 (Δ −0.005; incorrect→correct 0.050,
+// correct→incorrect 0.055), turn3_accuracy_static 0.355; rlnode eval on
 // the last checkpoint gives the same figures. Sampled rewards, mean of
-// the first and last 25 RL steps: turn 1 0.422 → 0.543, final 0.232 →
-// 0.301. Without a hint the feedback policy is a second solver, and the
-// warm-up (feedback target: the reference answer) teaches the solver to
-// copy it, so its mistakes turn right first answers wrong: RL raised
-// both turns, turn 3 stayed below turn 1. With 300 warm-up and 100 RL
-// steps (127 s): 0.175 and 0.165 after the warm-up, 0.270 and 0.125 at
+// the first and last 25 RL steps: turn 1 0.327 → 0.421, final 0.312 →
+// 0.422. RL raised both turns together; the trained feedback beats the
+// static text by 0.165 on turn 3 but does not lift turn 3 above turn 1.
+// The feedback policy sees no more than the solver; its warm-up target
+// is a verdict on the attempt. With the reference answer as that target
+// instead (the recipe's first form, 278 s), the solver learned to copy
+// feedback no better than itself: turn-1 0.510 → 0.620, turn-3 0.290 →
+// 0.435 (correct→incorrect 0.210 at the end); with 300 warm-up and 100
+// RL steps (127 s) 0.175 and 0.165 after the warm-up, 0.270 and 0.125 at
 // the end. One seed each.
 //
 // Sharded learner (Learner.Shards > 1, the recipe's
