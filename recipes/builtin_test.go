@@ -16,7 +16,7 @@ import (
 func TestBuiltinsLoadAndRoundTrip(t *testing.T) {
 	t.Setenv("RLNODE_HOME", t.TempDir())
 	names := BuiltinNames()
-	want := []string{"grpo_gsm8k", "mbpp", "mlmt_math", "mlmt_math_static", "mlmt_math_stopgrad", "ppo_math", "quickstart", "quickstart_lora", "score_math"}
+	want := []string{"grpo_gsm8k", "mbpp", "mlmt_gsm8k", "mlmt_math", "mlmt_math_static", "mlmt_math_stopgrad", "ppo_math", "quickstart", "quickstart_lora", "score_math"}
 	if !reflect.DeepEqual(names, want) {
 		t.Fatalf("BuiltinNames() = %v, want %v", names, want)
 	}
@@ -121,7 +121,7 @@ func diffValues(path string, a, b reflect.Value) []string {
 // relative paths resolved against their directory.
 func TestBuiltinsLoadByPath(t *testing.T) {
 	files, err := filepath.Glob("builtin/*.yaml")
-	if err != nil || len(files) != 5 {
+	if err != nil || len(files) != 6 {
 		t.Fatalf("built-in files: %v %v", files, err)
 	}
 	for _, f := range files {
@@ -131,7 +131,7 @@ func TestBuiltinsLoadByPath(t *testing.T) {
 			continue
 		}
 		if ds := l.Data.Dataset; ds != nil {
-			abs, _ := filepath.Abs("builtin/data/mbpp_tiny.jsonl")
+			abs, _ := filepath.Abs("builtin/data/" + map[string]string{"mbpp": "mbpp_tiny.jsonl", "mlmt_gsm8k": "gsm8k_word_train.jsonl"}[l.Name])
 			if ds.Train != abs {
 				t.Errorf("%s: train = %s, want %s", f, ds.Train, abs)
 			}

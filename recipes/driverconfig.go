@@ -31,15 +31,16 @@ var learnerAlgorithms = map[string]string{
 
 // DriverConfig maps the recipe onto the training loop's configuration,
 // with out as the run directory. What the driver runs today: single-turn,
-// MLMT three-turn (trainable or frozen feedback policy, static feedback,
-// stop-gradient, final or improvement feedback reward) and SCoRe
-// two-turn episodes on the built-in task with the math verifier, native
+// MLMT three-turn (trainable or frozen feedback policy or solver, static
+// feedback, stop-gradient, final or improvement feedback reward) and
+// SCoRe two-turn episodes, on the built-in task or a dataset with the
+// math, gsm8k or code verifier, native
 // engines in the driver's process or on rollout actors (see
-// needsRolloutActors; synchronous, or asynchronous for single-turn
-// episodes), a learner per policy, of placement.learner_shards
+// needsRolloutActors; synchronous or asynchronous, every turn of a
+// multi-turn episode), a learner per policy, of placement.learner_shards
 // data-parallel ranks (grpo, drgrpo,
-// rloo, reinforce_pp, rw_sft with exp weights; ppo with the value head as
-// critic for single-turn episodes; epochs and mini-batches), the SFT warm-up,
+// rloo, reinforce_pp, rw_sft with exp weights; ppo with a value head as
+// critic per trained policy; epochs and mini-batches), the SFT warm-up,
 // schedule, evaluation, checkpoints and seed. Every recipe feature beyond that is refused with
 // an error naming the recipe field (errors.Is(err, ErrUnsupported)), never
 // dropped. The caller sets Resume, Node, Logger and Progress.
@@ -60,14 +61,8 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if epType != "single" && !mlmt && !score {
 		no("episode.type", "%s episodes are not supported yet (single, mlmt, score)", epType)
 	}
-	if r.Data.Dataset != nil && epType != "single" {
-		no("data.dataset", "datasets are not supported yet for %s episodes (single only; use data.task)", epType)
-	}
 	if r.Data.Task == nil && r.Data.Dataset == nil {
 		no("data.task", "missing: the driver needs a built-in task or a dataset")
-	}
-	if r.Data.Verifier != "math" && epType != "single" {
-		no("data.verifier", "%s is not supported yet for %s episodes (math only)", r.Data.Verifier, epType)
 	}
 	onVLLM := r.Engines.Policy.Kind == "vllm"
 	switch ws := r.Engines.Policy.WeightSync; {
@@ -96,21 +91,23 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 			no("engines.feedback.max_batch", "%d differs from engines.policy.max_batch %d: one batch size for both engines is supported", e.MaxBatch, r.Engines.Policy.MaxBatch)
 		}
 	}
-	if r.Sync.Mode == "async" && epType != "single" {
-		no("sync.mode", "async is not supported yet for %s episodes (single only)", epType)
-	}
 
 	// Models.
 	pol := r.Models.Policy
 	// models.policy.value_head goes with algorithm ppo (validated): the
 	// learner adds the critic for PPO.
 	if fb := r.Models.Feedback; fb != nil {
-		if fb.ValueHead {
-			no("models.feedback.value_head", "a value head (PPO) is not supported yet")
+		// With ppo the feedback policy trains with PPO too, on its own
+		// critic (as validation asks of models.policy).
+		switch ppo := r.Algorithm.Name == "ppo"; {
+		case fb.ValueHead && !ppo:
+			no("models.feedback.value_head", "only algorithm ppo uses a value head (algorithm.name is %q)", r.Algorithm.Name)
+		case !fb.ValueHead && ppo && mlmt && !r.Algorithm.MLMT.StaticFeedback:
+			no("models.feedback.value_head", "false: algorithm ppo trains the feedback policy with PPO too, which needs its critic (set models.feedback.value_head: true)")
 		}
 	}
-	if mlmt && !slices.Contains(r.Algorithm.MLMT.Train, "solver") {
-		no("algorithm.mlmt.train", "training the feedback policy alone is not supported yet (the solver must train)")
+	if mlmt && r.Algorithm.MLMT.StopGradient && !slices.Contains(r.Algorithm.MLMT.Train, "solver") {
+		no("algorithm.mlmt.stop_gradient", "true, but algorithm.mlmt.train has no solver: the stop-gradient variant trains the solver's first turn")
 	}
 	if r.Models.Reference != nil {
 		no("models.reference", "a separate reference model is not supported yet (the KL term uses the initial policy)")
@@ -121,11 +118,6 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	name, ok := learnerAlgorithms[a.Name]
 	if !ok {
 		no("algorithm.name", "%s is not supported yet (grpo, ppo, drgrpo, rloo, reinforce_pp, rw_sft)", a.Name)
-	}
-	if a.Name == "ppo" && epType != "single" {
-		// The critic would score the turns of an episode as independent
-		// responses, and the feedback policy would need its own.
-		no("algorithm.name", "ppo is not supported yet for %s episodes (single only)", epType)
 	}
 	if a.Name == "ppo" && a.ValueCoef == 0 {
 		no("algorithm.value_coef", "0: ppo's critic would never train (want > 0)")
@@ -244,6 +236,7 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		m := r.Algorithm.MLMT
 		cfg.StaticFeedbackTemplate, cfg.RefineTemplate = static, refine
 		cfg.StopGradient, cfg.FeedbackReward = m.StopGradient, m.FeedbackReward
+		cfg.FreezeSolver = !slices.Contains(m.Train, "solver") // the feedback policy alone (validated)
 	}
 	if hasFeedback {
 		cfg.FeedbackTemplate, cfg.FeedbackAnswerTemplate = feedbackPrompt, feedbackAnswer
@@ -530,6 +523,9 @@ func (l *Loaded) refuseVLLM(no func(field, format string, args ...any)) {
 	}
 	if e.WeightSync != "lora" && r.Models.Policy.LoRA != nil {
 		no("engines.policy.weight_sync", "%s with models.policy.lora is not supported with kind vllm: use lora (the adapter, loaded in place)", e.WeightSync)
+	}
+	if r.Sync.Mode == "async" && r.Episode.Type != "single" {
+		no("sync.mode", "async on vllm engines is for single-turn episodes (episode.type is %s); asynchronous multi-turn runs use native engines on rollout actors", r.Episode.Type)
 	}
 	if e.VLLM.APIKeyEnv != "" && os.Getenv(e.VLLM.APIKeyEnv) == "" {
 		no("engines.policy.vllm.api_key_env", "$%s is unset or empty: a key that is not there is not supported", e.VLLM.APIKeyEnv)

@@ -1,13 +1,18 @@
 package recipes
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"text/template"
+	"time"
 
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/recipes/driver"
+	"github.com/rlnode/rlnode/rollout/data"
 )
 
 // The multi-turn built-ins map onto the driver's presets: mlmt_math is
@@ -120,4 +125,164 @@ func arch(m *model.Config) archKey {
 		return archKey{}
 	}
 	return archKey{m.Architecture, m.HiddenSize, m.IntermediateSize, m.NumLayers, m.NumHeads, m.NumKVHeads, m.VocabSize, m.MaxPositions, m.TieWordEmbeddings}
+}
+
+// Multi-turn recipes with a dataset, a verifier other than math, and ppo
+// map onto the driver (they were refused before): mlmt_gsm8k's embedded
+// files resolve to absolute paths and load; ppo gives both policies the
+// algorithm, and the feedback policy its value head.
+func TestDriverConfigMultiTurnDataAndPPO(t *testing.T) {
+	for _, c := range []struct {
+		recipe   string
+		sets     []string
+		verifier string
+		dataset  bool
+		algo     string
+	}{
+		{"mlmt_gsm8k", nil, driver.VerifierGSM8K, true, "grpo"},
+		{"mlmt_gsm8k", []string{"algorithm.name=ppo", "models.policy.value_head=true", "models.feedback.value_head=true"}, driver.VerifierGSM8K, true, "ppo"},
+		{"mlmt_math", []string{"algorithm.name=ppo", "models.policy.value_head=true", "models.feedback.value_head=true"}, "", false, "ppo"},
+		{"mlmt_math_static", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "", false, "ppo"},
+		{"score_math", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "", false, "ppo"},
+		{"score_math", []string{"data.task=null", "data.dataset.train=train.jsonl", "data.dataset.columns.prompt=question", "data.verifier=gsm8k"}, driver.VerifierGSM8K, true, "grpo"},
+	} {
+		name := c.recipe + " " + strings.Join(c.sets, " ")
+		t.Run(name, func(t *testing.T) {
+			t.Chdir(t.TempDir())
+			if err := os.WriteFile("train.jsonl", []byte(`{"question": "What is 1 + 1?", "answer": "#### 2"}`+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			l, err := Load(c.recipe, c.sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := l.DriverConfig(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Verifier != c.verifier || cfg.Learner.Algorithm != c.algo || (cfg.Dataset != nil) != c.dataset {
+				t.Errorf("verifier %q, algorithm %q, dataset %+v; want %q, %q, set %v", cfg.Verifier, cfg.Learner.Algorithm, cfg.Dataset, c.verifier, c.algo, c.dataset)
+			}
+			if cfg.Dataset != nil && c.recipe == "mlmt_gsm8k" {
+				for _, p := range []string{cfg.Dataset.Train, cfg.Dataset.Eval} {
+					if !filepath.IsAbs(p) {
+						t.Errorf("%q is not absolute", p)
+					}
+					ex, err := data.Load(p, cfg.Dataset.Mapping)
+					if err != nil || len(ex) == 0 || !strings.HasPrefix(ex[0].Ref.Answer, "#### ") {
+						t.Errorf("load %s: %d rows, %v", p, len(ex), err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// algorithm.mlmt.train says which MLMT policies train in RL: without
+// solver the driver freezes it (FreezeSolver), without feedback the
+// feedback policy is frozen (Feedback.Train false).
+func TestDriverConfigMLMTTrain(t *testing.T) {
+	for _, c := range []struct {
+		train                      string
+		freezeSolver, trainFeedbck bool
+	}{
+		{"[solver, feedback]", false, true},
+		{"[feedback]", true, true},
+		{"[solver]", false, false},
+	} {
+		l, err := Load("mlmt_math", []string{"algorithm.mlmt.train=" + c.train})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := l.DriverConfig(t.TempDir())
+		if err != nil {
+			t.Fatalf("%s: %v", c.train, err)
+		}
+		if cfg.FreezeSolver != c.freezeSolver || cfg.Feedback == nil || cfg.Feedback.Train != c.trainFeedbck {
+			t.Errorf("train %s: freeze solver %v, feedback %+v; want %v and train %v", c.train, cfg.FreezeSolver, cfg.Feedback, c.freezeSolver, c.trainFeedbck)
+		}
+	}
+}
+
+// sync.mode async maps for multi-turn recipes: the staleness bound, and
+// rollout actors for the solver and (MLMT) the feedback policy, which
+// asynchronous runs generate on.
+func TestDriverConfigMultiTurnAsync(t *testing.T) {
+	for _, c := range []struct {
+		recipe   string
+		feedback bool
+	}{{"mlmt_math", true}, {"mlmt_math_static", false}, {"score_math", false}, {"mlmt_gsm8k", true}} {
+		l, err := Load(c.recipe, []string{"deterministic=false", "sync.mode=async", "sync.max_staleness=2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := l.DriverConfig(t.TempDir())
+		if err != nil {
+			t.Fatalf("%s: %v", c.recipe, err)
+		}
+		if cfg.MaxStaleness != 2 || cfg.Rollout == nil || (cfg.FeedbackRollout != nil) != c.feedback {
+			t.Errorf("%s: max staleness %d, rollout %+v, feedback rollout %+v; want 2, set, set %v", c.recipe, cfg.MaxStaleness, cfg.Rollout, cfg.FeedbackRollout, c.feedback)
+		}
+	}
+}
+
+// The multi-turn recipes run what they map to, shrunk to seconds:
+// mlmt_gsm8k on its embedded files (from a directory that is not the
+// repository's), with ppo, and mlmt_math and score_math asynchronous on
+// rollout actors.
+func TestMultiTurnRecipesRun(t *testing.T) {
+	tiny := func(feedback bool) []string {
+		s := []string{"models.policy.init.hidden_size=32", "models.policy.init.intermediate_size=64", "models.policy.init.layers=1",
+			"sft.steps=2", "sft.batch_size=8", "schedule.steps=2", "schedule.eval_every=2", "eval.held_out=8",
+			"algorithm.batch_prompts=4", "algorithm.group_size=4"}
+		if feedback {
+			s = append(s, "models.feedback.init.hidden_size=32", "models.feedback.init.intermediate_size=64", "models.feedback.init.layers=1")
+		}
+		return s
+	}
+	ppo := []string{"algorithm.name=ppo", "models.policy.value_head=true", "models.feedback.value_head=true"}
+	async := []string{"deterministic=false", "sync.mode=async"}
+	for _, c := range []struct {
+		name, recipe string
+		sets         []string
+		lag          bool // weight_lag may be 1
+	}{
+		{"mlmt_gsm8k", "mlmt_gsm8k", tiny(true), false},
+		{"mlmt_gsm8k-ppo", "mlmt_gsm8k", append(tiny(true), ppo...), false},
+		{"mlmt_math-async", "mlmt_math", append(tiny(true), async...), true},
+		{"score_math-async", "score_math", append(tiny(false), async...), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("RLNODE_HOME", t.TempDir())
+			t.Chdir(t.TempDir())
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			l, err := Load(c.recipe, c.sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := t.TempDir()
+			cfg, err := l.DriverConfig(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := driver.Run(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Steps != 4 || res.FinalTurns.Problems != 8 {
+				t.Fatalf("%d steps, %d problems evaluated; want 4 and 8", res.Steps, res.FinalTurns.Problems)
+			}
+			js, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(js), "\n"); n != 4 {
+				t.Errorf("metrics.jsonl has %d lines, want 4", n)
+			}
+			if !c.lag && strings.Contains(string(js), `"weight_lag":1`) {
+				t.Errorf("a synchronous run logged a weight lag of 1")
+			}
+		})
+	}
 }

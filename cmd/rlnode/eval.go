@@ -22,7 +22,9 @@ import (
 // in step-N/feedback/ (driver.FeedbackDir). A LoRA checkpoint (the frozen
 // base plus a PEFT adapter) is evaluated with the adapter merged into the
 // base (driver's evaluation loads it through weightsync.LoadNative): no
-// merged copy is written into checkpoints. Not done yet: datasets, vllm.
+// merged copy is written into checkpoints. Recipes with a dataset are
+// evaluated on its held-out rows with the recipe's verifier. Not done yet:
+// evaluation on vLLM servers (eval always uses the native engine).
 
 func init() { commands["eval"] = evalCommand }
 

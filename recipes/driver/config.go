@@ -39,11 +39,11 @@ type Config struct {
 	// split for evaluation).
 	Task task.Config
 	// Dataset, when set, is the problem source instead of Task: train and
-	// held-out rows from files (data.go). Single-turn episodes only.
+	// held-out rows from files (data.go); MLMT's .Hint is then a column
+	// (Dataset.HintColumn).
 	Dataset *Dataset
-	// Verifier scores answers: VerifierMath (also ""), VerifierGSM8K or
-	// VerifierCode (sandboxed Python tests; verify.go). Multi-turn
-	// episodes use math.
+	// Verifier scores answers, every turn's: VerifierMath (also ""),
+	// VerifierGSM8K or VerifierCode (sandboxed Python tests; verify.go).
 	Verifier string
 	// VerifyWorkers bounds the verifications running at once (default:
 	// the cores for code, 1 for math and gsm8k).
@@ -65,7 +65,8 @@ type Config struct {
 	Episode string
 	// MLMT: FeedbackTemplate is the feedback policy's prompt (over
 	// .Question, .Hint — what only the feedback policy sees, from the
-	// task — and .Attempt, the solver's first answer);
+	// task or the dataset's hint column — and .Attempt, the solver's first
+	// answer);
 	// FeedbackAnswerTemplate the feedback its SFT warm-up trains on (over
 	// .Question, .Hint, .Answer, .Attempt); StaticFeedbackTemplate the
 	// feedback text without a feedback policy (over .Question, .Attempt);
@@ -80,6 +81,10 @@ type Config struct {
 	// attempts only) while the feedback policy learns from the refined
 	// answer's reward.
 	StopGradient bool
+	// FreezeSolver (MLMT) trains the feedback policy alone in RL: the
+	// solver, warmed up like the feedback policy, plays its turns but
+	// takes no RL step (the recipe's algorithm.mlmt.train: [feedback]).
+	FreezeSolver bool
 	// FeedbackReward (MLMT) is what the feedback turn is rewarded with:
 	// FeedbackRewardFinal (also "": the refined answer's reward) or
 	// FeedbackRewardImprovement (refined minus first).
@@ -141,11 +146,13 @@ type Config struct {
 	// as many CPUs as the learners and actors reserve (at least its cores):
 	// they share the machine and take turns.
 	Rollout, FeedbackRollout *Rollout
-	// MaxStaleness k > 0 is asynchronous training (single-turn episodes,
-	// with Rollout or VLLM): the samples of step t+1 are generated while
-	// step t trains, on weights at most k versions older than the step's
-	// on-policy version (older results are refused). 0 is synchronous:
-	// generation waits for the newest weights.
+	// MaxStaleness k > 0 is asynchronous training (with Rollout, or VLLM
+	// for single-turn episodes; MLMT with a feedback policy also with
+	// FeedbackRollout): the samples of step t+1 — multi-turn: every turn
+	// of its episodes — are generated while step t trains, on weights at
+	// most k versions older than the step's on-policy version (older
+	// results are refused). 0 is synchronous: generation waits for the
+	// newest weights.
 	MaxStaleness int
 	// VLLM, when set, makes the solver generate on running vLLM servers
 	// (vllm.go); FeedbackVLLM, MLMT's trainable feedback policy on
@@ -306,16 +313,14 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("max_staleness", c.MaxStaleness, "want ≥ 0")
 	case c.MaxStaleness > 0 && c.Rollout == nil && c.VLLM == nil:
 		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous generation runs on rollout actors or vLLM servers: set rollout or vllm")
-	case c.MaxStaleness > 0 && c.multiTurn():
-		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous training is for single-turn episodes (episode is "+c.Episode+")")
+	case c.MaxStaleness > 0 && c.VLLM != nil && c.multiTurn():
+		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous training on vLLM servers is for single-turn episodes (episode is "+c.Episode+")")
+	case c.MaxStaleness > 0 && c.Feedback != nil && c.FeedbackRollout == nil:
+		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous MLMT generates the feedback turn on rollout actors too: set feedback_rollout")
 	case c.VerifyWorkers < 0:
 		return nil, bad("verify_workers", c.VerifyWorkers, "want ≥ 0 (0: default)")
 	case c.Verifier != "" && c.Verifier != VerifierMath && c.Verifier != VerifierGSM8K && c.Verifier != VerifierCode:
 		return nil, bad("verifier", c.Verifier, "want math, gsm8k or code")
-	case c.multiTurn() && c.Verifier != "" && c.Verifier != VerifierMath:
-		return nil, bad("verifier", c.Verifier, "multi-turn episodes ("+c.Episode+") verify with math")
-	case c.multiTurn() && c.Dataset != nil:
-		return nil, fmt.Errorf("driver config: dataset: multi-turn episodes (%s) draw from the task (they need its hints)", c.Episode)
 	case c.Dataset != nil && c.Dataset.Train == "":
 		return nil, fmt.Errorf("driver config: dataset.train: empty")
 	case c.Verifier == VerifierCode && c.Dataset == nil:
@@ -375,6 +380,9 @@ func (c *Config) validate() (*compiled, error) {
 	if !c.multiTurn() && (c.Feedback != nil || c.StopGradient || c.FeedbackReward != "") {
 		return nil, fmt.Errorf("driver config: feedback, stop_gradient and feedback_reward are for episode mlmt (episode is %q)", c.Episode)
 	}
+	if c.FreezeSolver && c.Episode != EpisodeMLMT {
+		return nil, fmt.Errorf("driver config: freeze_solver: for episode mlmt (episode is %q)", c.Episode)
+	}
 	l := c.Learner
 	l.Model, l.ModelDir, l.Seed = c.Model, c.ModelDir, c.Seed
 	if err := l.Validate(); err != nil {
@@ -397,6 +405,10 @@ func (c *Config) validateMLMT(t *compiled) error {
 		return fmt.Errorf("driver config: stop_gradient: the stop-gradient variant trains a feedback policy; static feedback has none")
 	case f != nil && c.StopGradient && !f.Train:
 		return fmt.Errorf("driver config: stop_gradient: the stop-gradient variant trains the feedback policy; set feedback.train")
+	case c.FreezeSolver && (f == nil || !f.Train):
+		return fmt.Errorf("driver config: freeze_solver: with the solver frozen the feedback policy must train (set feedback with train)")
+	case c.FreezeSolver && c.StopGradient:
+		return fmt.Errorf("driver config: freeze_solver: the stop-gradient variant trains the solver's first turn; a frozen solver trains neither")
 	}
 	switch c.FeedbackReward {
 	case "", FeedbackRewardFinal, FeedbackRewardImprovement:

@@ -31,6 +31,11 @@ type Dataset struct {
 	Mapping data.Mapping
 	// Epochs bounds the passes over the train rows; 0 is unbounded.
 	Epochs int
+	// HintColumn is the column MLMT's feedback templates read as .Hint,
+	// what only the feedback policy sees (default "hint"); it is loaded,
+	// and required in every row, only when one of them uses .Hint
+	// (multiturn_data.go).
+	HintColumn string
 }
 
 // heldOutStream is the PCG stream of the held-out split; epochs use
@@ -68,6 +73,9 @@ type datasetSource struct {
 	trainEx   []data.Example
 	evalProbs []task.Problem
 	refs      map[string]verify.Reference
+	// trainHints are the train file's hint column by row (nil: not
+	// loaded; multiturn_data.go).
+	trainHints []string
 	// order is the permutation of epoch orderEpoch (a one-epoch cache).
 	order      []int
 	orderEpoch int
@@ -139,7 +147,11 @@ func (s *datasetSource) train(i int) (task.Problem, error) {
 	}
 	row := s.trainRows[s.order[i%n]]
 	ex := s.trainEx[row]
-	return task.Problem{ID: fmt.Sprintf("train/%d", row), Kind: "dataset", Question: ex.Prompt, Answer: ex.Ref.Answer}, nil
+	p := task.Problem{ID: fmt.Sprintf("train/%d", row), Kind: "dataset", Question: ex.Prompt, Answer: ex.Ref.Answer}
+	if s.trainHints != nil {
+		p.Hint = s.trainHints[row]
+	}
+	return p, nil
 }
 
 func (s *datasetSource) heldOut(n int) ([]task.Problem, error) {
@@ -174,6 +186,11 @@ func newSource(cfg Config) (problemSource, error) {
 	s, err := loadDataset(cfg.Dataset, cfg.Seed, eval)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.feedbackUsesHint() {
+		if err := s.loadHints(cfg.Dataset); err != nil {
+			return nil, err
+		}
 	}
 	if e := cfg.Dataset.Epochs; e > 0 && cfg.trainProblems() > e*len(s.trainRows) {
 		return nil, fmt.Errorf("driver config: dataset.epochs %d: the run draws %d training problems, %d epochs of %d rows hold %d",

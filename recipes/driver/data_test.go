@@ -244,7 +244,6 @@ func TestDatasetRunRefusesBadInput(t *testing.T) {
 		{"held out all", func(c *Config) { c.EvalProblems = 20 }, []string{"20 rows", "holding out 20"}},
 		{"epochs", func(c *Config) { c.Dataset.Epochs = 1 }, []string{"dataset.epochs 1", "draws 28"}},
 		{"verifier", func(c *Config) { c.Verifier = "lean" }, []string{"verifier lean"}},
-		{"multi-turn", func(c *Config) { c.Episode = EpisodeSCoRe; c.ReviewTemplate = "again" }, []string{"dataset", "multi-turn"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "run")

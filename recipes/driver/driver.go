@@ -54,6 +54,9 @@ type Metrics struct {
 	FeedbackLoss     *float64 `json:"feedback_loss,omitempty"`
 	FeedbackGradNorm *float64 `json:"feedback_grad_norm,omitempty"`
 	FeedbackEntropy  *float64 `json:"feedback_entropy,omitempty"`
+	// The feedback policy's critic (PPO): as ValueLoss, ExplainedVar.
+	FeedbackValueLoss    *float64 `json:"feedback_value_loss,omitempty"`
+	FeedbackExplainedVar *float64 `json:"feedback_explained_var,omitempty"`
 
 	Loss         float64 `json:"loss"`
 	GradNorm     float64 `json:"grad_norm"`
@@ -547,7 +550,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 	if evalNow && r.cfg.EvalEvery > 0 {
 		t0 = time.Now()
 		if r.cfg.multiTurn() {
-			te, err := evalTurns(ctx, r.cfg, r.tpl, r.solver.eng, r.feedbackEngine(), r.eval)
+			te, err := evalTurns(ctx, r.cfg, r.tpl, r.solver.eng, r.feedbackEngine(), r.src, r.eval, r.verify)
 			if err != nil {
 				return fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
 			}

@@ -258,3 +258,60 @@ func TestMLMTRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// FreezeSolver trains the feedback policy alone: after a warm-up, RL
+// leaves the solver's weights as they were (no solver sequences, no
+// solver loss) and moves the feedback policy's; the steps and weight
+// versions still advance once per RL step.
+func TestMLMTFeedbackOnly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	warm := tinyMLMT(filepath.Join(t.TempDir(), "warm"))
+	warm.Steps = 0
+	if _, err := Run(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	warmCk := filepath.Join(warm.Out, "checkpoints", "step-2")
+	cfg := tinyMLMT(filepath.Join(t.TempDir(), "rl"))
+	cfg.FreezeSolver = true
+	cfg.Resume = warmCk
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Steps != 4 || res.WeightVersion != 4 {
+		t.Fatalf("%d steps, version %d; want 4 and 4", res.Steps, res.WeightVersion)
+	}
+	lines := readMetrics(t, filepath.Join(cfg.Out, "metrics.jsonl"))
+	if len(lines) != 2 {
+		t.Fatalf("%d metrics lines, want 2", len(lines))
+	}
+	for _, m := range lines {
+		if m["seqs"] != float64(0) || m["loss"] != float64(0) {
+			t.Errorf("step %v: the frozen solver trained on %v sequences (loss %v)", m["step"], m["seqs"], m["loss"])
+		}
+		if _, ok := m["feedback_loss"].(float64); !ok {
+			t.Errorf("step %v: no feedback_loss", m["step"])
+		}
+	}
+	last := filepath.Join(cfg.Out, "checkpoints", "step-4")
+	if !sameWeights(weightsOf(t, warmCk), weightsOf(t, last)) {
+		t.Error("the frozen solver's weights moved in RL")
+	}
+	if sameWeights(weightsOf(t, filepath.Join(warmCk, FeedbackDir)), weightsOf(t, filepath.Join(last, FeedbackDir))) {
+		t.Error("the feedback policy's weights did not move in RL")
+	}
+	for _, edit := range []func(*Config){
+		func(c *Config) { c.Feedback.Train = false },
+		func(c *Config) { c.Feedback = nil },
+		func(c *Config) { c.StopGradient = true },
+		func(c *Config) { c.Episode, c.Feedback, c.ReviewTemplate = EpisodeSCoRe, nil, "again" },
+	} {
+		c := tinyMLMT(filepath.Join(t.TempDir(), "bad"))
+		c.FreezeSolver = true
+		edit(&c)
+		if _, err := Run(ctx, c); err == nil || !strings.Contains(err.Error(), "freeze_solver") {
+			t.Errorf("error %v, want one naming freeze_solver", err)
+		}
+	}
+}

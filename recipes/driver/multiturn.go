@@ -63,7 +63,8 @@ type sampling struct {
 type rollouts struct {
 	n        int
 	probs    []task.Problem
-	first    []engine.Result // per problem, n samples
+	refs     []verify.Reference // per problem: what its answers are verified against
+	first    []engine.Result    // per problem, n samples
 	r1       []float64
 	attempts []string
 	fb       []engine.Result // per episode; nil with static feedback
@@ -72,8 +73,33 @@ type rollouts struct {
 	r2       []float64
 }
 
-func newRollouts(probs []task.Problem, n int) *rollouts {
-	return &rollouts{n: n, probs: probs}
+func newRollouts(probs []task.Problem, n int, src problemSource) *rollouts {
+	refs := make([]verify.Reference, len(probs))
+	for i, p := range probs {
+		refs[i] = src.reference(p)
+	}
+	return &rollouts{n: n, probs: probs, refs: refs}
+}
+
+// scorer scores answers against their references: the run's verifier
+// (math, gsm8k or code in the sandbox) on its verification workers.
+type scorer func(ctx context.Context, jobs []verifyJob) ([]verify.Result, error)
+
+// rewards scores texts[j] against the reference of problem j/per.
+func (x *rollouts) rewards(ctx context.Context, score scorer, texts []string, per int) ([]float64, error) {
+	jobs := make([]verifyJob, len(texts))
+	for j, t := range texts {
+		jobs[j] = verifyJob{t, x.refs[j/per]}
+	}
+	vs, err := score(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(vs))
+	for j, v := range vs {
+		out[j] = v.Reward
+	}
+	return out, nil
 }
 
 func (x *rollouts) prob(j int) task.Problem { return x.probs[j/x.n] }
@@ -104,10 +130,6 @@ func generateTexts(ctx context.Context, eng engine.Engine, tok *tokenizer.Tokeni
 	return res, nil
 }
 
-func reward(ctx context.Context, text string, p task.Problem) float64 {
-	return verify.Math{}.Verify(ctx, text, verify.Reference{Answer: p.Answer}).Reward
-}
-
 // quoteLimit bounds an answer quoted inside a later prompt.
 const quoteLimit = 256
 
@@ -119,8 +141,9 @@ func quoteAnswer(s string) string {
 	return s
 }
 
-// firstTurn: the solver answers every problem n times.
-func (x *rollouts) firstTurn(ctx context.Context, solver *policyEngine, tpl *compiled, sp sampling) error {
+// firstTurn: the solver answers every problem n times; score (nil: the
+// warm-up, which needs no rewards) scores the answers.
+func (x *rollouts) firstTurn(ctx context.Context, solver *policyEngine, tpl *compiled, sp sampling, score scorer) error {
 	prompts := make([]string, len(x.probs))
 	for i, p := range x.probs {
 		prompts[i] = render(tpl.prompt, TemplateData{Question: p.Question})
@@ -132,13 +155,18 @@ func (x *rollouts) firstTurn(ctx context.Context, solver *policyEngine, tpl *com
 	}
 	x.first = res
 	x.r1, x.attempts = nil, nil
-	for i, rr := range res {
+	var texts []string
+	for _, rr := range res {
 		for _, s := range rr.Samples {
-			x.r1 = append(x.r1, reward(ctx, s.Text, x.probs[i]))
+			texts = append(texts, s.Text)
 			x.attempts = append(x.attempts, quoteAnswer(s.Text))
 		}
 	}
-	return nil
+	if score == nil {
+		return nil
+	}
+	x.r1, err = x.rewards(ctx, score, texts, x.n)
+	return err
 }
 
 // feedbackTurn writes MLMT's feedback: the feedback policy's (fb set) or
@@ -179,8 +207,9 @@ func (x *rollouts) laterPrompt(cfg *Config, tpl *compiled, j int) string {
 	return render(tpl.refine, d)
 }
 
-// finalTurn: the solver answers again (MLMT refine, SCoRe second turn).
-func (x *rollouts) finalTurn(ctx context.Context, cfg *Config, solver *policyEngine, tpl *compiled, sp sampling) error {
+// finalTurn: the solver answers again (MLMT refine, SCoRe second turn),
+// scored by score.
+func (x *rollouts) finalTurn(ctx context.Context, cfg *Config, solver *policyEngine, tpl *compiled, sp sampling, score scorer) error {
 	prompts := make([]string, len(x.attempts))
 	for j := range x.attempts {
 		prompts[j] = x.laterPrompt(cfg, tpl, j)
@@ -190,18 +219,21 @@ func (x *rollouts) finalTurn(ctx context.Context, cfg *Config, solver *policyEng
 	if err != nil {
 		return err
 	}
-	x.final, x.r2 = res, make([]float64, len(res))
+	texts := make([]string, len(res))
 	for j, rr := range res {
-		x.r2[j] = reward(ctx, rr.Samples[0].Text, x.prob(j))
+		texts[j] = rr.Samples[0].Text
 	}
-	return nil
+	x.final = res
+	x.r2, err = x.rewards(ctx, score, texts, x.n)
+	return err
 }
 
-// evalTurns is the greedy multi-turn evaluation on probs.
-func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *policyEngine, probs []task.Problem) (TurnEval, error) {
+// evalTurns is the greedy multi-turn evaluation on probs (from src),
+// scored by score.
+func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *policyEngine, src problemSource, probs []task.Problem, score scorer) (TurnEval, error) {
 	greedy := sampling{maxTokens: cfg.MaxTokens}
-	x := newRollouts(probs, 1)
-	if err := x.firstTurn(ctx, solver, tpl, greedy); err != nil {
+	x := newRollouts(probs, 1, src)
+	if err := x.firstTurn(ctx, solver, tpl, greedy, score); err != nil {
 		return TurnEval{}, err
 	}
 	if cfg.Episode == EpisodeMLMT {
@@ -209,7 +241,7 @@ func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *polic
 			return TurnEval{}, err
 		}
 	}
-	if err := x.finalTurn(ctx, &cfg, solver, tpl, greedy); err != nil {
+	if err := x.finalTurn(ctx, &cfg, solver, tpl, greedy, score); err != nil {
 		return TurnEval{}, err
 	}
 	n := float64(len(probs))
@@ -229,7 +261,7 @@ func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *polic
 		if err := x.feedbackTurn(ctx, nil, tpl, greedy); err != nil {
 			return TurnEval{}, err
 		}
-		if err := x.finalTurn(ctx, &cfg, solver, tpl, greedy); err != nil {
+		if err := x.finalTurn(ctx, &cfg, solver, tpl, greedy, score); err != nil {
 			return TurnEval{}, err
 		}
 		te.FinalStatic = 0
@@ -300,8 +332,8 @@ func (r *run) warmupMultiTurn(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		x := newRollouts(probs, 1)
-		if err := x.firstTurn(ctx, r.solver.eng, r.tpl, r.rlSampling(0)); err != nil {
+		x := newRollouts(probs, 1, r.src)
+		if err := x.firstTurn(ctx, r.solver.eng, r.tpl, r.rlSampling(0), nil); err != nil {
 			return fmt.Errorf("driver: warm-up step %d: %w", r.step+1, err)
 		}
 		var sb, fbb learner.Batch
@@ -331,7 +363,7 @@ func (r *run) warmupMultiTurn(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			fillFeedback(&m, fst)
+			fillFeedback(&m, fst, cfg.Learner.Algorithm)
 		}
 		m.TrainSeconds = time.Since(t0).Seconds()
 		if err := r.finishWarmupStep(ctx, &m); err != nil {
@@ -341,43 +373,81 @@ func (r *run) warmupMultiTurn(ctx context.Context) error {
 	return nil
 }
 
-func fillFeedback(m *Metrics, st learner.Stats) {
+func fillFeedback(m *Metrics, st learner.Stats, algorithm string) {
 	m.FeedbackLoss, m.FeedbackGradNorm, m.FeedbackEntropy = &st.Loss, &st.GradNorm, &st.Entropy
+	if m.Phase == "rl" && algorithm == learner.PPO {
+		m.FeedbackValueLoss, m.FeedbackExplainedVar = &st.ValueLoss, &st.ExplainedVar
+	}
 }
 
 // reinforceMultiTurn is the RL loop of MLMT and SCoRe episodes. Each step
 // plays GroupSize episodes per prompt and trains:
-//   - the solver on its first attempts (reward: their score) and, unless
-//     StopGradient, on its final answers (MLMT: their score; SCoRe:
-//     r2 + α(r2 − r1)), as two GRPO groups per prompt;
+//   - the solver (unless FreezeSolver) on its first attempts (reward:
+//     their score) and, unless StopGradient, on its final answers (MLMT:
+//     their score; SCoRe: r2 + α(r2 − r1)), as two GRPO groups per
+//     prompt;
 //   - the feedback policy (MLMT, Feedback.Train) on its feedback, rewarded
 //     with the final score or its improvement over the first attempt,
 //     one group per prompt.
+//
+// With PPO each policy's learner has its own value head, and every turn's
+// response is a sequence of its own, as in single-turn PPO: the turn's
+// reward above sits on its last token, GAE runs over that response with
+// the critic's values of the turn's prompt and response, and nothing is
+// bootstrapped across turns (turn 1's value target is its own score, not
+// the episode's final one: the turns are trained as GRPO trains them,
+// only the advantage estimator changes).
 func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 	cfg := r.cfg
 	trainFeedback := r.feedback != nil && cfg.Feedback.Train
+	// Asynchronous runs play the next step's episodes while this one
+	// trains (multiturn_batch.go); synchronous ones play each step's on
+	// the newest weights.
+	async := cfg.MaxStaleness > 0
+	gctx, cancel := context.WithCancel(ctx)
+	var next *episodeBatch
+	defer func() {
+		cancel()
+		if next != nil {
+			<-next.done
+		}
+	}()
 	for k := first; k <= cfg.Steps; k++ {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
 		t0 := time.Now()
-		probs, err := r.nextProblems(cfg.PromptsPerStep)
-		if err != nil {
-			return err
-		}
-		x := newRollouts(probs, cfg.GroupSize)
-		if err := x.firstTurn(ctx, r.solver.eng, r.tpl, r.rlSampling(0)); err != nil {
-			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
-		}
-		if cfg.Episode == EpisodeMLMT {
-			if err := x.feedbackTurn(ctx, r.feedbackEngine(), r.tpl, r.rlSampling(1)); err != nil {
-				return fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
+		if next == nil {
+			var err error
+			if next, err = r.startEpisodes(gctx, int64(r.step)); err != nil {
+				return err
 			}
 		}
-		if err := x.finalTurn(ctx, &cfg, r.solver.eng, r.tpl, r.rlSampling(2)); err != nil {
-			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
+		batch := next
+		select {
+		case <-batch.done:
+		case <-ctx.Done():
+			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, ctx.Err())
 		}
-		gen := time.Since(t0).Seconds()
+		next = nil
+		r.prefetched -= len(batch.x.probs)
+		if batch.err != nil {
+			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, batch.err)
+		}
+		if async && k < cfg.Steps {
+			// On-policy for the next batch is the version this step's
+			// training makes; the pools let it run up to k versions older.
+			var err error
+			if next, err = r.startEpisodes(gctx, int64(r.step)+1); err != nil {
+				return err
+			}
+		}
+		x, probs := batch.x, batch.x.probs
+		gen := batch.genSeconds
+		if !async {
+			gen = time.Since(t0).Seconds()
+		}
+		lag := batch.onPolicy - batch.lowestVersion()
 
 		var sb, fbb learner.Batch
 		add := func(b *learner.Batch, res engine.Result, s engine.Sample, rw float64, group int64) {
@@ -391,7 +461,7 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 		var allRight, noneRight int
 		n := cfg.GroupSize
 		for i := range probs {
-			g := int64(r.cursor - len(probs) + i)
+			g := int64(batch.firstGroup + i)
 			for s, smp := range x.first[i].Samples {
 				add(&sb, x.first[i], smp, x.r1[i*n+s], 2*g)
 			}
@@ -433,18 +503,24 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 			}
 		}
 		t1 := time.Now()
-		st, err := r.train(ctx, r.solver, sb)
-		if err != nil {
+		var st learner.Stats
+		var err error
+		if cfg.FreezeSolver {
+			r.step++ // the run's step, with no solver step in it
+		} else if st, err = r.train(ctx, r.solver, sb); err != nil {
 			return err
 		}
 		m := Metrics{Phase: "rl"}
 		r.fill(&m, st)
+		if cfg.FreezeSolver {
+			m.ValueLoss, m.ValueClipFrac, m.ExplainedVar = nil, nil, nil
+		}
 		if trainFeedback {
 			fst, err := r.train(ctx, r.feedback, fbb)
 			if err != nil {
 				return err
 			}
-			fillFeedback(&m, fst)
+			fillFeedback(&m, fst, cfg.Learner.Algorithm)
 		}
 		eps := float64(len(x.r2))
 		final, turn1 := r2Sum/eps, r1Sum/eps
@@ -453,6 +529,7 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 		m.SolvedAllFrac = float64(allRight) / float64(len(probs))
 		m.SolvedNoneFrac = float64(noneRight) / float64(len(probs))
 		m.GenSeconds, m.TrainSeconds = gen, time.Since(t1).Seconds()
+		m.WeightLag = &lag
 		if err := r.finishRLStep(ctx, &m, k); err != nil {
 			return err
 		}
@@ -482,8 +559,9 @@ func heldOutProblems(gen *task.Generator, n int) ([]task.Problem, error) {
 }
 
 // EvaluateCheckpoint evaluates the multi-turn episode of cfg greedily on
-// its held-out problems (the EvalProblems the run evaluates on) with the
-// checkpoint in dir: the solver from dir, MLMT's feedback policy (when
+// its held-out problems (the EvalProblems the run evaluates on: the
+// task's, or the dataset's eval file or held-out rows), scored by cfg's
+// verifier, with the checkpoint in dir: the solver from dir, MLMT's feedback policy (when
 // cfg.Feedback is set) from dir/feedback — the layout Run writes.
 func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, error) {
 	if !cfg.multiTurn() {
@@ -497,13 +575,21 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 	if cfg.EvalProblems <= 0 {
 		return TurnEval{}, fmt.Errorf("driver: evaluate %s: eval_problems %d: want > 0", dir, cfg.EvalProblems)
 	}
-	gen, err := task.New(cfg.Task)
+	cfg.EvalEvery = max(cfg.EvalEvery, 1) // a dataset source holds out EvalProblems
+	src, err := newSource(cfg)
 	if err != nil {
-		return TurnEval{}, fmt.Errorf("driver: task: %w", err)
+		return TurnEval{}, err
 	}
-	probs, err := heldOutProblems(gen, cfg.EvalProblems)
+	probs, err := src.heldOut(cfg.EvalProblems)
 	if err != nil {
 		return TurnEval{}, fmt.Errorf("driver: %w", err)
+	}
+	v, err := newVerifier(cfg)
+	if err != nil {
+		return TurnEval{}, err
+	}
+	score := func(ctx context.Context, jobs []verifyJob) ([]verify.Result, error) {
+		return verifyAll(ctx, v, cfg.verifyWorkers(), jobs)
 	}
 	batch := cfg.EngineBatch
 	if batch == 0 {
@@ -529,7 +615,7 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 	if fb != nil {
 		fbe = &policyEngine{Engine: fb, tok: fb.Tokenizer()}
 	}
-	te, err := evalTurns(ctx, cfg, tpl, &policyEngine{Engine: solver, tok: solver.Tokenizer()}, fbe, probs)
+	te, err := evalTurns(ctx, cfg, tpl, &policyEngine{Engine: solver, tok: solver.Tokenizer()}, fbe, src, probs, score)
 	if err != nil {
 		return TurnEval{}, fmt.Errorf("driver: evaluate %s: %w", dir, err)
 	}

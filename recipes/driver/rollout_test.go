@@ -116,7 +116,7 @@ func TestRolloutConfigErrors(t *testing.T) {
 		{"async without actors", func(c *Config) { c.MaxStaleness = 1 }, "max_staleness 1: asynchronous generation runs on rollout actors"},
 		{"negative staleness", func(c *Config) { c.MaxStaleness = -1 }, "max_staleness -1"},
 		{"no replicas", func(c *Config) { c.Rollout = &Rollout{} }, "rollout.replicas 0"},
-		{"async multi-turn", func(c *Config) { *c = MLMTMath(c.Out); c.Rollout = &Rollout{Replicas: 1}; c.MaxStaleness = 1 }, "single-turn"},
+		{"async mlmt without feedback actors", func(c *Config) { *c = MLMTMath(c.Out); c.Rollout = &Rollout{Replicas: 1}; c.MaxStaleness = 1 }, "set feedback_rollout"},
 		{"feedback rollout without feedback", func(c *Config) { c.FeedbackRollout = &Rollout{Replicas: 1} }, "feedback_rollout"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
