@@ -28,7 +28,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/weightsync"
@@ -150,7 +149,7 @@ func (r *run) syncVLLMAdapter(ctx context.Context, p *policy) (bool, error) {
 		if err := r.reloadVLLM(ctx, p, root, "base-"+strconv.FormatInt(version, 10)); err != nil {
 			return false, err
 		}
-		r.pruneVLLMBases(root, version)
+		r.pruneVLLMDirs(root, "base-", version) // older bases
 		p.vllmBase = true
 	}
 	dir := filepath.Join(root, "step-"+strconv.FormatInt(version, 10))
@@ -174,23 +173,4 @@ func (r *run) syncVLLMAdapter(ctx context.Context, p *policy) (bool, error) {
 		return false, fmt.Errorf("driver: %s step %d: %w", p.id, version, err)
 	}
 	return true, nil
-}
-
-// pruneVLLMBases deletes base directories of versions before current.
-func (r *run) pruneVLLMBases(root string, current int64) {
-	ents, err := os.ReadDir(root)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		num, ok := strings.CutPrefix(e.Name(), "base-")
-		if !ok || !e.IsDir() {
-			continue
-		}
-		if n, err := strconv.ParseInt(num, 10, 64); err == nil && n < current {
-			if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
-				r.log.Warn("vllm weights: prune", "dir", e.Name(), "err", err)
-			}
-		}
-	}
 }

@@ -339,21 +339,25 @@ func staleResult(res []engine.Result, bound int64) error {
 
 // pruneVLLM deletes the step directories older than the keep newest
 // (default 2).
-func (r *run) pruneVLLM(root string, current int64, keep64 int) {
-	keep := int64(keep64)
+func (r *run) pruneVLLM(root string, current int64, keep int) {
 	if keep <= 0 {
 		keep = 2
 	}
+	r.pruneVLLMDirs(root, "step-", current-int64(keep)+1)
+}
+
+// pruneVLLMDirs deletes root's directories prefix+N with N < below.
+func (r *run) pruneVLLMDirs(root, prefix string, below int64) {
 	ents, err := os.ReadDir(root)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
-		num, ok := strings.CutPrefix(e.Name(), "step-")
+		num, ok := strings.CutPrefix(e.Name(), prefix)
 		if !ok || !e.IsDir() {
 			continue
 		}
-		if n, err := strconv.ParseInt(num, 10, 64); err == nil && n <= current-keep {
+		if n, err := strconv.ParseInt(num, 10, 64); err == nil && n < below {
 			if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
 				r.log.Warn("vllm weights: prune", "dir", e.Name(), "err", err)
 			}
