@@ -227,7 +227,7 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		cfg.Task = t.Config()
 	}
 	if ds := r.Data.Dataset; ds != nil {
-		cfg.Dataset = &driver.Dataset{Train: ds.Train, Eval: ds.Eval, Epochs: ds.Epochs, Mapping: ds.Columns.Mapping()}
+		cfg.Dataset = &driver.Dataset{Train: ds.Train, Eval: ds.Eval, Epochs: ds.Epochs, Mapping: ds.Columns.Mapping(), HintColumn: ds.Columns.Hint}
 	}
 	if mlmt || score {
 		cfg.Episode = epType

@@ -206,6 +206,9 @@ type Columns struct {
 	Setup string `yaml:"setup"`
 	// ID names a row. Default: FILE:ROW.
 	ID string `yaml:"id"`
+	// Hint is what only MLMT's feedback policy sees: read as .Hint when
+	// its templates use it, then required in every row. Default "hint".
+	Hint string `yaml:"hint"`
 }
 
 // Episode is how one problem becomes turns.
@@ -485,4 +488,6 @@ func (v *VLLM) setDefaults() { *v = VLLM{MaxInFlight: 64} }
 
 func (t *Task) setDefaults() { *t = Task{HeldOutPercent: 10} }
 
-func (d *Dataset) setDefaults() { *d = Dataset{Columns: Columns{Prompt: "prompt", Answer: "answer"}} }
+func (d *Dataset) setDefaults() {
+	*d = Dataset{Columns: Columns{Prompt: "prompt", Answer: "answer", Hint: "hint"}}
+}

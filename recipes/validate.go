@@ -284,6 +284,9 @@ func (r *Recipe) validate(isSet func(string) bool) []problem {
 			c.add("data.dataset.columns.answer", "verifier %s needs the answer column", d.Verifier)
 		}
 		c.nonNegative("data.dataset.epochs", ds.Epochs)
+		if mlmt && ds.Columns.Hint == "" {
+			c.add("data.dataset.columns.hint", "empty: name the column the feedback templates read as .Hint (default hint)")
+		}
 	}
 
 	// episode
