@@ -345,6 +345,13 @@ type MLMT struct {
 	// (the refined answer's reward) or improvement (final minus the first
 	// attempt's). Default final.
 	FeedbackReward string `yaml:"feedback_reward"`
+	// FeedbackAlgorithm is the feedback policy's RL algorithm (one of
+	// algorithm.name's; ppo needs models.feedback.value_head) and
+	// FeedbackLR its learning rate; the other hyper-parameters are the
+	// algorithm section's. Default algorithm.name and algorithm.lr;
+	// ignored with static feedback.
+	FeedbackAlgorithm string  `yaml:"feedback_algorithm"`
+	FeedbackLR        float64 `yaml:"feedback_lr"`
 }
 
 // SFT is the supervised warm-up before RL, on reference answers, so that

@@ -54,6 +54,7 @@ type Metrics struct {
 	FeedbackLoss     *float64 `json:"feedback_loss,omitempty"`
 	FeedbackGradNorm *float64 `json:"feedback_grad_norm,omitempty"`
 	FeedbackEntropy  *float64 `json:"feedback_entropy,omitempty"`
+	FeedbackLR       *float64 `json:"feedback_lr,omitempty"`
 	// The feedback policy's critic (PPO): as ValueLoss, ExplainedVar.
 	FeedbackValueLoss    *float64 `json:"feedback_value_loss,omitempty"`
 	FeedbackExplainedVar *float64 `json:"feedback_explained_var,omitempty"`
@@ -639,7 +640,7 @@ func (r *run) reinforce(ctx context.Context) error {
 	if first > cfg.Steps {
 		return nil
 	}
-	if err := r.setAlgorithm(ctx, cfg.Learner.Algorithm, cfg.Learner.LR); err != nil {
+	if err := r.setRLAlgorithms(ctx); err != nil {
 		return err
 	}
 	if cfg.multiTurn() {

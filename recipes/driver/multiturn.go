@@ -373,8 +373,27 @@ func (r *run) warmupMultiTurn(ctx context.Context) error {
 	return nil
 }
 
+// setRLAlgorithms switches every policy's learner to its RL algorithm
+// and learning rate: the solver to Learner's, MLMT's feedback policy to
+// its own (FeedbackPolicy.Algorithm and LR, defaulting to the solver's).
+func (r *run) setRLAlgorithms(ctx context.Context) error {
+	for _, p := range []*policy{r.solver, r.feedback} {
+		if p == nil {
+			continue
+		}
+		l := r.cfg.Learner
+		if p == r.feedback {
+			l = r.cfg.Feedback.learnerConfig(r.cfg)
+		}
+		if err := p.learner.setAlgorithm(ctx, l.Algorithm, l.LR); err != nil {
+			return fmt.Errorf("driver: set the %s algorithm %s: %w", p.id, l.Algorithm, err)
+		}
+	}
+	return nil
+}
+
 func fillFeedback(m *Metrics, st learner.Stats, algorithm string) {
-	m.FeedbackLoss, m.FeedbackGradNorm, m.FeedbackEntropy = &st.Loss, &st.GradNorm, &st.Entropy
+	m.FeedbackLoss, m.FeedbackGradNorm, m.FeedbackEntropy, m.FeedbackLR = &st.Loss, &st.GradNorm, &st.Entropy, &st.LR
 	if m.Phase == "rl" && algorithm == learner.PPO {
 		m.FeedbackValueLoss, m.FeedbackExplainedVar = &st.ValueLoss, &st.ExplainedVar
 	}
@@ -532,7 +551,7 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 			if err != nil {
 				return err
 			}
-			fillFeedback(&m, fst, cfg.Learner.Algorithm)
+			fillFeedback(&m, fst, cfg.Feedback.learnerConfig(cfg).Algorithm)
 		}
 		eps := float64(len(x.r2))
 		final, turn1 := r2Sum/eps, r1Sum/eps
