@@ -444,8 +444,8 @@ type Sync struct {
 	// Default sync.
 	Mode string `yaml:"mode"`
 	// MaxStaleness is async's bound on how many versions a trajectory's
-	// policy may lag the learner's, ≥ 1 with async, 0 with sync.
-	// Default 0 (async: 1).
+	// policy may lag the learner's, ≥ 1 with async, 0 with sync; async
+	// generates up to that many steps ahead. Default 0 (async: 1).
 	MaxStaleness int `yaml:"max_staleness"`
 }
 

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
 )
 
 // holdTraining makes every asynchronous step train only once the batches
@@ -147,6 +150,40 @@ func TestPipelineAhead(t *testing.T) {
 	} {
 		if got := pipelineAhead(c.k, c.step, c.steps); got != c.want {
 			t.Errorf("pipelineAhead(%d, %d, %d) = %d, want %d", c.k, c.step, c.steps, got, c.want)
+		}
+	}
+}
+
+// On vLLM servers (single-turn) the pipeline is k batches deep too:
+// with training held until the batches ahead have generated, step i's
+// samples lag by exactly min(i−1, k), and the servers still reload every
+// version once, in order.
+func TestAsyncPipelineDeepVLLM(t *testing.T) {
+	holdTraining(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, a, b := vllmRun(t)
+	cfg.Steps, cfg.MaxStaleness, cfg.Learner.Loss.TISCap = 6, 2, 2
+	if _, err := Run(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var want []int
+	for i := range cfg.Steps {
+		want = append(want, min(i, cfg.MaxStaleness))
+	}
+	if lags := rlLags(t, cfg.Out); !slices.Equal(lags, want) {
+		t.Errorf("weight_lag per RL step %v, want %v", lags, want)
+	}
+	steps := cfg.WarmupSteps + cfg.Steps
+	for _, s := range []*vllmtest.Server{a, b} {
+		rl := s.Reloads()
+		if len(rl) != 1+steps {
+			t.Fatalf("%s: %d reloads, want %d", s.URL(), len(rl), 1+steps)
+		}
+		for i, r := range rl {
+			if r.Version != strconv.Itoa(i) {
+				t.Errorf("%s: reload %d is version %s, want %d", s.URL(), i, r.Version, i)
+			}
 		}
 	}
 }
