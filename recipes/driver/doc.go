@@ -143,8 +143,9 @@
 //   - MLMT: turn 1 the solver answers (GroupSize samples per prompt), turn
 //     2 the feedback policy — its own learner actor and native engine,
 //     seeded Seed+1 — writes feedback seeing the problem, the Hint (the
-//     task's, or a dataset's hint column: Dataset.HintColumn, the recipe's data.dataset.columns.hint, default
-//     "hint", read and required in every row, before the cluster starts,
+//     task's, or a dataset's hint column: Dataset.HintColumn, the
+//     recipe's data.dataset.columns.hint, default "hint", read and
+//     required in every row, before the cluster starts,
 //     only when a feedback template uses .Hint; multiturn_data.go) and the
 //     attempt (or the static text, with no feedback policy), turn
 //     3 the solver refines. The solver trains on turn 1 (its own score)
