@@ -48,12 +48,15 @@
 // quickstart --set deterministic=false --set sync.mode=async --set
 // sync.max_staleness=K --set engines.policy.replicas=2 --set
 // sft.steps=60 --set schedule.steps=100 --set eval.held_out=32`, this
-// shared 2-core machine at load 7–10, two rounds interleaved): RL tokens
-// per second over the 100 steps 2,068 and 3,108 with k = 1, 2,087 and
-// 3,045 with k = 2; weight_lag 1 on 99 steps with k = 1, 2 on 98 with
-// k = 2. Generation (about 0.3 s a step) is faster than training (0.5–0.7
-// s), so the pipeline stays full and the lag sits at k, but training
-// bounds the step time: on these 2 cores k = 2 gains nothing. Synchronous runs on actors give the same
+// shared 2-core machine, three rounds one run at a time, load 5–10): RL
+// tokens per second over the 100 steps (elapsed_s from the last warm-up
+// step to the last RL step) 2,068, 3,108 and 4,856 with k = 1; 2,087,
+// 3,045 and 4,449 with k = 2; in the third round sync.mode=sync made
+// 3,490. weight_lag was 1 on 99 steps with k = 1 and 2 on 98 with k = 2
+// (0, 1, then k). Generation (0.13–0.35 s a step) is faster than
+// training (0.31–0.74 s), so the pipeline stays full and the lag sits at
+// k, but training bounds the step time once k = 1 hides generation: on
+// these 2 cores k = 2 gains nothing over k = 1. Synchronous runs on actors give the same
 // weights as in-process ones (TestRolloutRunsRepeat).
 //
 // Measured on the shared 2-core machine, embedded cluster, quickstart with
