@@ -96,15 +96,23 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	pol := r.Models.Policy
 	// models.policy.value_head goes with algorithm ppo (validated): the
 	// learner adds the critic for PPO.
+	// The feedback policy's algorithm (algorithm.mlmt.feedback_algorithm,
+	// default algorithm.name): with ppo it trains on its own critic (as
+	// validation asks of models.policy).
+	fbAlgo := r.Algorithm.MLMT.FeedbackAlgorithm
 	if fb := r.Models.Feedback; fb != nil {
-		// With ppo the feedback policy trains with PPO too, on its own
-		// critic (as validation asks of models.policy).
-		switch ppo := r.Algorithm.Name == "ppo"; {
+		switch ppo := fbAlgo == "ppo"; {
 		case fb.ValueHead && !ppo:
-			no("models.feedback.value_head", "only algorithm ppo uses a value head (algorithm.name is %q)", r.Algorithm.Name)
+			no("models.feedback.value_head", "only algorithm ppo uses a value head (the feedback policy's algorithm.mlmt.feedback_algorithm is %q)", fbAlgo)
 		case !fb.ValueHead && ppo && mlmt && !r.Algorithm.MLMT.StaticFeedback:
-			no("models.feedback.value_head", "false: algorithm ppo trains the feedback policy with PPO too, which needs its critic (set models.feedback.value_head: true)")
+			no("models.feedback.value_head", "false: the feedback policy trains with ppo (algorithm.mlmt.feedback_algorithm), which needs its critic (set models.feedback.value_head: true)")
 		}
+	} else if fbAlgo == "ppo" && r.Algorithm.Name != "ppo" && mlmt && !r.Algorithm.MLMT.StaticFeedback {
+		// A copy of models.policy, whose value_head goes with algorithm.name.
+		no("models.feedback", "absent: the feedback policy trains with ppo (algorithm.mlmt.feedback_algorithm), which needs models.feedback with value_head: true")
+	}
+	if _, ok := learnerAlgorithms[fbAlgo]; fbAlgo != "" && !ok {
+		no("algorithm.mlmt.feedback_algorithm", "%s is not supported yet (grpo, ppo, drgrpo, rloo, reinforce_pp, rw_sft)", fbAlgo)
 	}
 	if mlmt && r.Algorithm.MLMT.StopGradient && !slices.Contains(r.Algorithm.MLMT.Train, "solver") {
 		no("algorithm.mlmt.stop_gradient", "true, but algorithm.mlmt.train has no solver: the stop-gradient variant trains the solver's first turn")
@@ -119,7 +127,7 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if !ok {
 		no("algorithm.name", "%s is not supported yet (grpo, ppo, drgrpo, rloo, reinforce_pp, rw_sft)", a.Name)
 	}
-	if a.Name == "ppo" && a.ValueCoef == 0 {
+	if (a.Name == "ppo" || fbAlgo == "ppo") && a.ValueCoef == 0 {
 		no("algorithm.value_coef", "0: ppo's critic would never train (want > 0)")
 	}
 	if a.Name == "rw_sft" && a.RWSFT.Weighting != "exp" {
@@ -227,7 +235,7 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		cfg.Task = t.Config()
 	}
 	if ds := r.Data.Dataset; ds != nil {
-		cfg.Dataset = &driver.Dataset{Train: ds.Train, Eval: ds.Eval, Epochs: ds.Epochs, Mapping: ds.Columns.Mapping()}
+		cfg.Dataset = &driver.Dataset{Train: ds.Train, Eval: ds.Eval, Epochs: ds.Epochs, Mapping: ds.Columns.Mapping(), HintColumn: ds.Columns.Hint}
 	}
 	if mlmt || score {
 		cfg.Episode = epType
@@ -240,7 +248,8 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	}
 	if hasFeedback {
 		cfg.FeedbackTemplate, cfg.FeedbackAnswerTemplate = feedbackPrompt, feedbackAnswer
-		fb := &driver.FeedbackPolicy{Train: slices.Contains(r.Algorithm.MLMT.Train, "feedback")}
+		fb := &driver.FeedbackPolicy{Train: slices.Contains(r.Algorithm.MLMT.Train, "feedback"),
+			Algorithm: learnerAlgorithms[fbAlgo], LR: r.Algorithm.MLMT.FeedbackLR}
 		src, field := r.Models.Feedback, "models.feedback"
 		if src == nil { // a separate copy of the policy's initial weights
 			src, field = &r.Models.Policy, "models.policy"

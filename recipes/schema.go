@@ -206,6 +206,9 @@ type Columns struct {
 	Setup string `yaml:"setup"`
 	// ID names a row. Default: FILE:ROW.
 	ID string `yaml:"id"`
+	// Hint is what only MLMT's feedback policy sees: read as .Hint when
+	// its templates use it, then required in every row. Default "hint".
+	Hint string `yaml:"hint"`
 }
 
 // Episode is how one problem becomes turns.
@@ -342,6 +345,13 @@ type MLMT struct {
 	// (the refined answer's reward) or improvement (final minus the first
 	// attempt's). Default final.
 	FeedbackReward string `yaml:"feedback_reward"`
+	// FeedbackAlgorithm is the feedback policy's RL algorithm (one of
+	// algorithm.name's; ppo needs models.feedback.value_head) and
+	// FeedbackLR its learning rate; the other hyper-parameters are the
+	// algorithm section's. Default algorithm.name and algorithm.lr;
+	// ignored with static feedback.
+	FeedbackAlgorithm string  `yaml:"feedback_algorithm"`
+	FeedbackLR        float64 `yaml:"feedback_lr"`
 }
 
 // SFT is the supervised warm-up before RL, on reference answers, so that
@@ -434,8 +444,8 @@ type Sync struct {
 	// Default sync.
 	Mode string `yaml:"mode"`
 	// MaxStaleness is async's bound on how many versions a trajectory's
-	// policy may lag the learner's, ≥ 1 with async, 0 with sync.
-	// Default 0 (async: 1).
+	// policy may lag the learner's, ≥ 1 with async, 0 with sync; async
+	// generates up to that many steps ahead. Default 0 (async: 1).
 	MaxStaleness int `yaml:"max_staleness"`
 }
 
@@ -485,4 +495,6 @@ func (v *VLLM) setDefaults() { *v = VLLM{MaxInFlight: 64} }
 
 func (t *Task) setDefaults() { *t = Task{HeldOutPercent: 10} }
 
-func (d *Dataset) setDefaults() { *d = Dataset{Columns: Columns{Prompt: "prompt", Answer: "answer"}} }
+func (d *Dataset) setDefaults() {
+	*d = Dataset{Columns: Columns{Prompt: "prompt", Answer: "answer", Hint: "hint"}}
+}

@@ -99,6 +99,17 @@ func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
 		}
 	}
 	mlmt := r.Episode.Type == "mlmt"
+	if m := &a.MLMT; mlmt && !m.StaticFeedback {
+		if n, ok := algorithmAliases[m.FeedbackAlgorithm]; ok {
+			m.FeedbackAlgorithm = n
+		}
+		if m.FeedbackAlgorithm == "" {
+			m.FeedbackAlgorithm = a.Name
+		}
+		if m.FeedbackLR == 0 {
+			m.FeedbackLR = a.LR
+		}
+	}
 	if mlmt && a.MLMT.Train == nil {
 		a.MLMT.Train = []string{"solver", "feedback"}
 		if a.MLMT.StaticFeedback {
@@ -284,6 +295,9 @@ func (r *Recipe) validate(isSet func(string) bool) []problem {
 			c.add("data.dataset.columns.answer", "verifier %s needs the answer column", d.Verifier)
 		}
 		c.nonNegative("data.dataset.epochs", ds.Epochs)
+		if mlmt && ds.Columns.Hint == "" {
+			c.add("data.dataset.columns.hint", "empty: name the column the feedback templates read as .Hint (default hint)")
+		}
 	}
 
 	// episode
@@ -633,12 +647,18 @@ func (c *checker) mlmt(r *Recipe) {
 	}
 	m := &r.Algorithm.MLMT
 	if r.Episode.Type != "mlmt" {
-		if len(m.Train) > 0 || m.StopGradient || m.StaticFeedback || m.FeedbackReward != "final" {
+		if len(m.Train) > 0 || m.StopGradient || m.StaticFeedback || m.FeedbackReward != "final" || m.FeedbackAlgorithm != "" || m.FeedbackLR != 0 {
 			c.add("algorithm.mlmt", "set, but episode.type is %q (these settings are for mlmt)", r.Episode.Type)
 		}
 		return
 	}
 	c.oneOf("algorithm.mlmt.feedback_reward", m.FeedbackReward, FeedbackReward)
+	if !m.StaticFeedback {
+		c.oneOf("algorithm.mlmt.feedback_algorithm", m.FeedbackAlgorithm, Algorithms)
+		if !(m.FeedbackLR > 0) {
+			c.add("algorithm.mlmt.feedback_lr", "%g: want > 0", m.FeedbackLR)
+		}
+	}
 	if len(m.Train) == 0 {
 		c.add("algorithm.mlmt.train", "empty: want solver, feedback or both")
 	}

@@ -212,12 +212,25 @@ type FeedbackPolicy struct {
 	// LoRA trains the feedback policy's RL steps as adapters (lora.go);
 	// the solver's is Learner.LoRA.
 	LoRA *model.LoRAConfig
+	// Algorithm and LR are the feedback policy's RL algorithm (a learner
+	// name) and peak learning rate; empty and 0: the solver's
+	// (Learner.Algorithm, Learner.LR). With PPO the feedback learner gets
+	// a value head of its own; the other settings are Learner's.
+	Algorithm string
+	LR        float64
 }
 
 // learnerConfig is the feedback learner's configuration.
 func (f *FeedbackPolicy) learnerConfig(c Config) learner.Config {
 	l := c.Learner
 	l.Model, l.ModelDir, l.Seed, l.LoRA = f.Model, f.ModelDir, c.Seed+1, f.LoRA
+	if f.Algorithm != "" {
+		l.Algorithm = f.Algorithm
+	}
+	if f.LR != 0 {
+		l.LR = f.LR
+		l.MinLR = min(l.MinLR, f.LR)
+	}
 	return l
 }
 
@@ -401,6 +414,8 @@ func (c *Config) validateMLMT(t *compiled) error {
 	switch f := c.Feedback; {
 	case f != nil && (f.Model == nil) == (f.ModelDir == ""):
 		return fmt.Errorf("driver config: feedback: set exactly one of model and model_dir")
+	case f != nil && f.LR < 0:
+		return fmt.Errorf("driver config: feedback.lr %g: want > 0, or 0 for the solver's", f.LR)
 	case f == nil && c.StopGradient:
 		return fmt.Errorf("driver config: stop_gradient: the stop-gradient variant trains a feedback policy; static feedback has none")
 	case f != nil && c.StopGradient && !f.Train:

@@ -32,14 +32,31 @@
 // with fewer (said once in the run's log) and the pool retries every 2 s.
 // A push that fails drops the actor the same way; a version no actor took
 // is kept for the replacements (weightsync.Syncer.Keep), and with every
-// actor lost generation waits up to a minute for one. With MaxStaleness k > 0 the next
-// step's batch is drawn and generated (multi-turn: all turns of its
-// episodes, on both policies' actors; multiturn_batch.go) while the
-// current step trains; the pools' bound holds its samples to versions ≥
-// on-policy − k, and
-// metrics.jsonl's weight_lag is each step's lag (0 when synchronous).
-// The checkpoint's data cursor leaves the prefetched batch out, so a
-// resumed run draws it again. Synchronous runs on actors give the same
+// actor lost generation waits up to a minute for one. With MaxStaleness k > 0 the
+// batches of the next k steps are drawn (in step order: the cursor and
+// sampling seeds of a synchronous run) and generated one after another
+// (multi-turn: all turns of their episodes, on both policies' actors;
+// multiturn_batch.go) while the current step trains, a pipeline k
+// batches deep (rollout.go); the pools' bound holds each batch's samples
+// to versions ≥ on-policy − k, the driver checks every step's lag against
+// k again (more stops the run), and metrics.jsonl's weight_lag is each
+// step's lag (0 when synchronous). The checkpoint's data cursor leaves
+// every batch drawn ahead out, so a resumed run draws them again
+// (TestAsyncPipelineDeep: with training held until the batches ahead
+// have generated, step i's lag is exactly min(i−1, k), for k = 2, 3
+// single-turn, 2 for MLMT and on vLLM servers). Measured (`rlnode run
+// quickstart --set deterministic=false --set sync.mode=async --set
+// sync.max_staleness=K --set engines.policy.replicas=2 --set
+// sft.steps=60 --set schedule.steps=100 --set eval.held_out=32`, this
+// shared 2-core machine, three rounds one run at a time, load 5–10): RL
+// tokens per second over the 100 steps (elapsed_s from the last warm-up
+// step to the last RL step) 2,068, 3,108 and 4,856 with k = 1; 2,087,
+// 3,045 and 4,449 with k = 2; in the third round sync.mode=sync made
+// 3,490. weight_lag was 1 on 99 steps with k = 1 and 2 on 98 with k = 2
+// (0, 1, then k). Generation (0.13–0.35 s a step) is faster than
+// training (0.31–0.74 s), so the pipeline stays full and the lag sits at
+// k, but training bounds the step time once k = 1 hides generation: on
+// these 2 cores k = 2 gains nothing over k = 1. Synchronous runs on actors give the same
 // weights as in-process ones (TestRolloutRunsRepeat).
 //
 // Measured on the shared 2-core machine, embedded cluster, quickstart with
@@ -129,8 +146,9 @@
 //   - MLMT: turn 1 the solver answers (GroupSize samples per prompt), turn
 //     2 the feedback policy — its own learner actor and native engine,
 //     seeded Seed+1 — writes feedback seeing the problem, the Hint (the
-//     task's, or a dataset's hint column: Dataset.HintColumn, default
-//     "hint", read and required in every row, before the cluster starts,
+//     task's, or a dataset's hint column: Dataset.HintColumn, the
+//     recipe's data.dataset.columns.hint, default "hint", read and
+//     required in every row, before the cluster starts,
 //     only when a feedback template uses .Hint; multiturn_data.go) and the
 //     attempt (or the static text, with no feedback policy), turn
 //     3 the solver refines. The solver trains on turn 1 (its own score)
@@ -148,8 +166,12 @@
 //     response is a sequence of its own with that turn's reward (the ones
 //     above) on its last token and GAE over it, as single-turn PPO: no
 //     value is bootstrapped across turns, so turn 1's target is its own
-//     score, not the episode's final one. The algorithm is the run's for
-//     both MLMT policies.
+//     score, not the episode's final one. MLMT's feedback policy trains
+//     with its own algorithm and learning rate when FeedbackPolicy's
+//     Algorithm and LR are set (the recipe's algorithm.mlmt.feedback_algorithm
+//     and feedback_lr; e.g. the solver on PPO, the feedback policy on
+//     GRPO), its learner built with a value head only for PPO; the other
+//     learner settings are Learner's, shared.
 //   - The warm-up samples the solver's first attempts from its current
 //     weights and trains the solver on the reference answer after both of
 //     its prompts and the feedback policy on FeedbackAnswerTemplate.
@@ -223,7 +245,7 @@
 // anew and fed the restored weights, rollout actors are replaced by a new
 // pool and weight syncer loading the restored learner's weights at the
 // checkpoint's version (startRollout again), and an asynchronous run's
-// prefetched batch is dropped (its cursor is the checkpoint's); and
+// batches drawn ahead are dropped (the checkpoint's cursor leaves them out); and
 // metrics.jsonl is cut back to the checkpoint's step, so a redone step is
 // logged once (Progress and OnWeights do see it twice). The same step
 // failing again ends the run. --resume takes any shard count and cuts
@@ -296,13 +318,12 @@
 // are the replicas), and asynchronous runs on it are single-turn; a lost
 // rollout actor's replacement keeps the resources of a spread group's
 // bundle but not the spread; a learner restart replaces all rollout actors rather than
-// resetting their weight version (they reload the model); asynchronous
-// training has a pipeline one batch deep (multi-turn: the next step's
-// turns run one after another, not interleaved with this step's);
-// single-turn episodes use the driver's own short prompt format; one
-// learner-config (algorithm included) for both MLMT policies; a dataset's
-// hint column is not a recipe key (recipes read the column "hint"); the
-// sandbox's limits and mode are not
+// resetting their weight version (they reload the model); an
+// asynchronous run's batches ahead generate one after another (multi-turn:
+// a batch's turns run one after another, not interleaved with other
+// steps'); single-turn episodes use the driver's own short prompt format;
+// both MLMT policies share one learner config but for the algorithm and
+// learning rate; the sandbox's limits and mode are not
 // recipe fields; curves.png, the progress bar and Prometheus metrics are
 // the CLI's (cmd/rlnode); sharded learners: ZeRO stage and
 // collective timeout (LearnerTimeout) are not recipe fields (ZeRO-1,

@@ -54,6 +54,7 @@ type Metrics struct {
 	FeedbackLoss     *float64 `json:"feedback_loss,omitempty"`
 	FeedbackGradNorm *float64 `json:"feedback_grad_norm,omitempty"`
 	FeedbackEntropy  *float64 `json:"feedback_entropy,omitempty"`
+	FeedbackLR       *float64 `json:"feedback_lr,omitempty"`
 	// The feedback policy's critic (PPO): as ValueLoss, ExplainedVar.
 	FeedbackValueLoss    *float64 `json:"feedback_value_loss,omitempty"`
 	FeedbackExplainedVar *float64 `json:"feedback_explained_var,omitempty"`
@@ -639,21 +640,22 @@ func (r *run) reinforce(ctx context.Context) error {
 	if first > cfg.Steps {
 		return nil
 	}
-	if err := r.setAlgorithm(ctx, cfg.Learner.Algorithm, cfg.Learner.LR); err != nil {
+	if err := r.setRLAlgorithms(ctx); err != nil {
 		return err
 	}
 	if cfg.multiTurn() {
 		return r.reinforceMultiTurn(ctx, first)
 	}
-	// Asynchronous runs generate the next step's batch while this one
-	// trains; synchronous ones generate each batch on the newest weights.
+	// Asynchronous runs generate up to MaxStaleness steps ahead while this
+	// one trains (pipelineAhead); synchronous ones generate each batch on
+	// the newest weights.
 	async := cfg.MaxStaleness > 0
 	gctx, cancel := context.WithCancel(ctx)
-	var next *rlBatch
+	var ahead []*rlBatch // drawn, not trained yet: steps r.step+1, r.step+2, ...
 	defer func() {
 		cancel()
-		if next != nil {
-			<-next.done
+		for _, b := range ahead {
+			<-b.done
 		}
 	}()
 	for k := first; k <= cfg.Steps; k++ {
@@ -661,37 +663,50 @@ func (r *run) reinforce(ctx context.Context) error {
 			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
 		t0 := time.Now()
-		if next == nil {
-			var err error
-			if next, err = r.startBatch(gctx, int64(r.step)); err != nil {
+		if len(ahead) == 0 {
+			b, err := r.startBatch(gctx, int64(r.step), nil)
+			if err != nil {
 				return err
 			}
+			ahead = append(ahead, b)
 		}
-		batch := next
+		batch := ahead[0]
 		select {
 		case <-batch.done:
 		case <-ctx.Done():
 			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, ctx.Err())
 		}
-		next = nil
+		ahead = ahead[1:]
 		r.prefetched -= len(batch.probs)
 		if batch.err != nil {
 			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, batch.err)
 		}
-		if async && k < cfg.Steps {
-			// On-policy for the next batch is the version this step's
-			// training makes; the pool lets it run up to k versions older.
-			var err error
-			if next, err = r.startBatch(gctx, int64(r.step)+1); err != nil {
+		// On-policy for the batch j steps ahead is the version j − 1
+		// steps after this one's training; the pool lets it run up to k
+		// versions older, so it may start on today's weights for j ≤ k.
+		for j := len(ahead) + 1; async && j <= pipelineAhead(cfg.MaxStaleness, k, cfg.Steps); j++ {
+			after := batch.done
+			if len(ahead) > 0 {
+				after = ahead[len(ahead)-1].done
+			}
+			b, err := r.startBatch(gctx, int64(r.step+j), after)
+			if err != nil {
 				return err
 			}
+			ahead = append(ahead, b)
 		}
 		probs, res := batch.probs, batch.res
 		gen := batch.genSeconds
 		if !async {
 			gen = time.Since(t0).Seconds()
 		}
-		lag := batch.onPolicy - lowestVersion(res)
+		lag, err := r.checkLag(batch.onPolicy, lowestVersion(res))
+		if err != nil {
+			return err
+		}
+		if async && pipelineHook != nil {
+			pipelineHook(ctx, batchesDone(ahead))
+		}
 		b := learner.Batch{PolicyID: "solver"}
 		var respLen float64
 		var allRight, noneRight int
@@ -775,8 +790,9 @@ type rlBatch struct {
 
 // startBatch draws the next PromptsPerStep problems (here, so the data
 // cursor moves in step order) and generates their samples in the
-// background for the batch whose on-policy version is onPolicy.
-func (r *run) startBatch(ctx context.Context, onPolicy int64) (*rlBatch, error) {
+// background for the batch whose on-policy version is onPolicy, once
+// after is closed (the batch drawn before it is generated; nil: at once).
+func (r *run) startBatch(ctx context.Context, onPolicy int64, after <-chan struct{}) (*rlBatch, error) {
 	cfg := r.cfg
 	b := &rlBatch{firstGroup: r.cursor, onPolicy: onPolicy, done: make(chan struct{}),
 		probs: make([]task.Problem, cfg.PromptsPerStep), reqs: make([]engine.Request, cfg.PromptsPerStep)}
@@ -800,6 +816,9 @@ func (r *run) startBatch(ctx context.Context, onPolicy int64) (*rlBatch, error) 
 	r.prefetched += len(b.probs)
 	go func() {
 		defer close(b.done)
+		if b.err = waitTurn(ctx, after); b.err != nil {
+			return
+		}
 		t0 := time.Now()
 		if pool := r.solver.pool; pool != nil {
 			b.res, b.err = pool.GenerateStep(ctx, onPolicy, b.reqs)

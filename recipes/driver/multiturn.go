@@ -373,8 +373,27 @@ func (r *run) warmupMultiTurn(ctx context.Context) error {
 	return nil
 }
 
+// setRLAlgorithms switches every policy's learner to its RL algorithm
+// and learning rate: the solver to Learner's, MLMT's feedback policy to
+// its own (FeedbackPolicy.Algorithm and LR, defaulting to the solver's).
+func (r *run) setRLAlgorithms(ctx context.Context) error {
+	for _, p := range []*policy{r.solver, r.feedback} {
+		if p == nil {
+			continue
+		}
+		l := r.cfg.Learner
+		if p == r.feedback {
+			l = r.cfg.Feedback.learnerConfig(r.cfg)
+		}
+		if err := p.learner.setAlgorithm(ctx, l.Algorithm, l.LR); err != nil {
+			return fmt.Errorf("driver: set the %s algorithm %s: %w", p.id, l.Algorithm, err)
+		}
+	}
+	return nil
+}
+
 func fillFeedback(m *Metrics, st learner.Stats, algorithm string) {
-	m.FeedbackLoss, m.FeedbackGradNorm, m.FeedbackEntropy = &st.Loss, &st.GradNorm, &st.Entropy
+	m.FeedbackLoss, m.FeedbackGradNorm, m.FeedbackEntropy, m.FeedbackLR = &st.Loss, &st.GradNorm, &st.Entropy, &st.LR
 	if m.Phase == "rl" && algorithm == learner.PPO {
 		m.FeedbackValueLoss, m.FeedbackExplainedVar = &st.ValueLoss, &st.ExplainedVar
 	}
@@ -400,16 +419,16 @@ func fillFeedback(m *Metrics, st learner.Stats, algorithm string) {
 func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 	cfg := r.cfg
 	trainFeedback := r.feedback != nil && cfg.Feedback.Train
-	// Asynchronous runs play the next step's episodes while this one
-	// trains (multiturn_batch.go); synchronous ones play each step's on
-	// the newest weights.
+	// Asynchronous runs play up to MaxStaleness steps' episodes ahead
+	// while this one trains (multiturn_batch.go); synchronous ones play
+	// each step's on the newest weights.
 	async := cfg.MaxStaleness > 0
 	gctx, cancel := context.WithCancel(ctx)
-	var next *episodeBatch
+	var ahead []*episodeBatch // drawn, not trained yet: steps r.step+1, r.step+2, ...
 	defer func() {
 		cancel()
-		if next != nil {
-			<-next.done
+		for _, b := range ahead {
+			<-b.done
 		}
 	}()
 	for k := first; k <= cfg.Steps; k++ {
@@ -417,37 +436,50 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
 		t0 := time.Now()
-		if next == nil {
-			var err error
-			if next, err = r.startEpisodes(gctx, int64(r.step)); err != nil {
+		if len(ahead) == 0 {
+			b, err := r.startEpisodes(gctx, int64(r.step), nil)
+			if err != nil {
 				return err
 			}
+			ahead = append(ahead, b)
 		}
-		batch := next
+		batch := ahead[0]
 		select {
 		case <-batch.done:
 		case <-ctx.Done():
 			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, ctx.Err())
 		}
-		next = nil
+		ahead = ahead[1:]
 		r.prefetched -= len(batch.x.probs)
 		if batch.err != nil {
 			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, batch.err)
 		}
-		if async && k < cfg.Steps {
-			// On-policy for the next batch is the version this step's
-			// training makes; the pools let it run up to k versions older.
-			var err error
-			if next, err = r.startEpisodes(gctx, int64(r.step)+1); err != nil {
+		// As single-turn (reinforce): the batch j steps ahead may start on
+		// today's weights for j ≤ k; its episodes play once the batch
+		// before it has played.
+		for j := len(ahead) + 1; async && j <= pipelineAhead(cfg.MaxStaleness, k, cfg.Steps); j++ {
+			after := batch.done
+			if len(ahead) > 0 {
+				after = ahead[len(ahead)-1].done
+			}
+			b, err := r.startEpisodes(gctx, int64(r.step+j), after)
+			if err != nil {
 				return err
 			}
+			ahead = append(ahead, b)
 		}
 		x, probs := batch.x, batch.x.probs
 		gen := batch.genSeconds
 		if !async {
 			gen = time.Since(t0).Seconds()
 		}
-		lag := batch.onPolicy - batch.lowestVersion()
+		lag, err := r.checkLag(batch.onPolicy, batch.lowestVersion())
+		if err != nil {
+			return err
+		}
+		if async && pipelineHook != nil {
+			pipelineHook(ctx, batchesDone(ahead))
+		}
 
 		var sb, fbb learner.Batch
 		add := func(b *learner.Batch, res engine.Result, s engine.Sample, rw float64, group int64) {
@@ -504,7 +536,6 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 		}
 		t1 := time.Now()
 		var st learner.Stats
-		var err error
 		if cfg.FreezeSolver {
 			r.step++ // the run's step, with no solver step in it
 		} else if st, err = r.train(ctx, r.solver, sb); err != nil {
@@ -520,7 +551,7 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 			if err != nil {
 				return err
 			}
-			fillFeedback(&m, fst, cfg.Learner.Algorithm)
+			fillFeedback(&m, fst, cfg.Feedback.learnerConfig(cfg).Algorithm)
 		}
 		eps := float64(len(x.r2))
 		final, turn1 := r2Sum/eps, r1Sum/eps

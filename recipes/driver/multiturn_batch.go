@@ -1,8 +1,8 @@
 package driver
 
 // One RL step's multi-turn episodes, played in the background so that an
-// asynchronous run (MaxStaleness > 0) plays step t+1's episodes, all
-// turns, while step t trains.
+// asynchronous run (MaxStaleness k > 0) plays the episodes of steps
+// t+1..t+k, all turns, one batch after another, while step t trains.
 
 import (
 	"context"
@@ -63,8 +63,9 @@ func stepEngineOf(p *policy, onPolicy int64) *policyEngine {
 // startEpisodes draws the next PromptsPerStep problems and their sampling
 // seeds (here, so that the data cursor moves in step order and the seeds
 // are those of a synchronous run) and plays their episodes in the
-// background for the batch whose on-policy version is onPolicy.
-func (r *run) startEpisodes(ctx context.Context, onPolicy int64) (*episodeBatch, error) {
+// background for the batch whose on-policy version is onPolicy, once after
+// is closed (the batch drawn before it has played; nil: at once).
+func (r *run) startEpisodes(ctx context.Context, onPolicy int64, after <-chan struct{}) (*episodeBatch, error) {
 	cfg := r.cfg
 	b := &episodeBatch{firstGroup: r.cursor, onPolicy: onPolicy, done: make(chan struct{})}
 	probs, err := r.nextProblems(cfg.PromptsPerStep)
@@ -81,6 +82,9 @@ func (r *run) startEpisodes(ctx context.Context, onPolicy int64) (*episodeBatch,
 	r.prefetched += len(probs)
 	go func() {
 		defer close(b.done)
+		if b.err = waitTurn(ctx, after); b.err != nil {
+			return
+		}
 		t0 := time.Now()
 		defer func() { b.genSeconds = time.Since(t0).Seconds() }()
 		x := b.x
@@ -96,3 +100,5 @@ func (r *run) startEpisodes(ctx context.Context, onPolicy int64) (*episodeBatch,
 	}()
 	return b, nil
 }
+
+func (b *episodeBatch) ready() <-chan struct{} { return b.done }

@@ -307,3 +307,60 @@ func (r *run) liveReplicas() int {
 	r.rolloutShort = live < want
 	return live
 }
+
+// The asynchronous pipeline (MaxStaleness k > 0): while RL step t trains,
+// the batches of steps t+1..t+k are drawn (in step order, so the data
+// cursor and the sampling seeds are a synchronous run's) and generated one
+// after another on the weights the engines serve. On-policy for step t+j
+// is version t+j−1; at the time it is drawn the engines serve version
+// t−1 or newer, which the pools' bound (on-policy − k) admits for j ≤ k,
+// so no batch waits for weights, and checkLag checks every step's lag
+// against k again. Every batch drawn ahead stays out of a checkpoint's
+// data cursor (run.prefetched), so a resumed run draws it again; a learner
+// restart drops them with the loop that drew them.
+
+// pipelineAhead is how many steps after RL step k (1-based, of steps) an
+// asynchronous run with max staleness maxStaleness has drawn while k
+// trains.
+func pipelineAhead(maxStaleness, k, steps int) int {
+	return max(min(maxStaleness, steps-k), 0)
+}
+
+// waitTurn waits for after (nil: no wait) or the end of ctx.
+func waitTurn(ctx context.Context, after <-chan struct{}) error {
+	if after == nil {
+		return nil
+	}
+	select {
+	case <-after:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// checkLag is a step's weight lag: how many versions its oldest sample
+// lags the batch's on-policy version. More than the max staleness stops
+// the run (the pools' and vLLM's bounds should make that impossible).
+func (r *run) checkLag(onPolicy, lowest int64) (int64, error) {
+	lag := onPolicy - lowest
+	if lag > int64(r.cfg.MaxStaleness) {
+		return lag, fmt.Errorf("driver: step %d: a sample of weight version %d lags the on-policy version %d by %d, more than max staleness %d",
+			r.step+1, lowest, onPolicy, lag, r.cfg.MaxStaleness)
+	}
+	return lag, nil
+}
+
+// pipelineHook, when set (tests), runs before each asynchronous RL step
+// trains, with the done channels of the batches drawn ahead of it.
+var pipelineHook func(ctx context.Context, ahead []<-chan struct{})
+
+func batchesDone[B interface{ ready() <-chan struct{} }](bs []B) []<-chan struct{} {
+	out := make([]<-chan struct{}, len(bs))
+	for i, b := range bs {
+		out[i] = b.ready()
+	}
+	return out
+}
+
+func (b *rlBatch) ready() <-chan struct{} { return b.done }

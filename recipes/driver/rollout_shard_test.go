@@ -19,9 +19,9 @@ import (
 // 4 (the old one serves version 5 and would refuse it), steps 5–7 are
 // redone and every step is logged once, with weight_lag within k and both
 // actors live. The synchronous run ends at the weights of an uninterrupted
-// one; in the asynchronous one (max staleness 1) the prefetched batch is
-// dropped, so step 6's checkpoint cursor counts exactly the problems
-// trained on.
+// one; in the asynchronous ones (max staleness 1 and 2) the batches drawn
+// ahead are dropped, so step 6's checkpoint cursor counts exactly the
+// problems trained on.
 func TestRolloutActorsShardRankLost(t *testing.T) {
 	for _, c := range []struct {
 		name      string
@@ -29,6 +29,7 @@ func TestRolloutActorsShardRankLost(t *testing.T) {
 	}{
 		{"sync", 0},
 		{"async-k1", 1},
+		{"async-k2", 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
