@@ -35,6 +35,10 @@ type checkpointState struct {
 	// LoRADropout is the state of the LoRA dropout's random source, when
 	// it drew any masks.
 	LoRADropout []byte `json:"lora_dropout_state,omitempty"`
+	// RLStart is the optimizer step the RL phase's LR schedule began at,
+	// -1 before it began. A checkpoint written before the field existed
+	// (nil) had its schedule count from step 0.
+	RLStart *int `json:"rl_start_step"`
 }
 
 // Save writes a checkpoint to dir: policy weights (float32), optimizer
@@ -99,7 +103,8 @@ func (l *Learner) SaveModel(dir string) error {
 			return fmt.Errorf("learner: save %s: reference: %w", dir, err)
 		}
 	}
-	js, err := json.MarshalIndent(checkpointState{Step: l.step, Algorithm: l.cfg.Algorithm, Seed: l.cfg.Seed, LoRADropout: drop}, "", "  ")
+	cs := checkpointState{Step: l.step, Algorithm: l.cfg.Algorithm, Seed: l.cfg.Seed, LoRADropout: drop, RLStart: &l.rlStart}
+	js, err := json.MarshalIndent(cs, "", "  ")
 	if err != nil {
 		return fmt.Errorf("learner: save %s: %w", dir, err)
 	}
@@ -141,6 +146,15 @@ func (l *Learner) Load(dir string) error {
 	if state.Step < 0 {
 		return fmt.Errorf("learner: load %s: step %d is negative", filepath.Join(dir, StateFile), state.Step)
 	}
+	rlStart := -1
+	switch {
+	case state.RLStart != nil && (*state.RLStart < -1 || *state.RLStart > state.Step):
+		return fmt.Errorf("learner: load %s: rl_start_step %d not in [-1, step %d]", filepath.Join(dir, StateFile), *state.RLStart, state.Step)
+	case state.RLStart != nil:
+		rlStart = *state.RLStart
+	case state.Algorithm != SFT && state.Step > 0:
+		rlStart = 0
+	}
 	sizes := map[string]int{}
 	for _, p := range m.TrainableParams() {
 		sizes[p.Name] = p.Len()
@@ -181,7 +195,7 @@ func (l *Learner) Load(dir string) error {
 	if err := m.SetDropoutState(state.LoRADropout); err != nil {
 		return fmt.Errorf("learner: load %s: %w", filepath.Join(dir, StateFile), err)
 	}
-	l.model, l.ref, l.trainer, l.step = m, ref, tr, state.Step
+	l.model, l.ref, l.trainer, l.step, l.rlStart = m, ref, tr, state.Step, rlStart
 	l.armDropout()
 	return nil
 }

@@ -38,9 +38,12 @@ type Config struct {
 
 	Algorithm string
 
-	// Learning rate: linear warm-up over WarmupSteps to LR, then cosine
-	// decay to MinLR at TotalSteps; TotalSteps 0 keeps LR constant after
-	// warm-up.
+	// Learning rate of the RL phase: linear warm-up over WarmupSteps to
+	// LR, then cosine decay to MinLR at TotalSteps; TotalSteps 0 keeps LR
+	// constant after warm-up. Steps count optimizer steps from the RL
+	// phase's first (the first Train with an algorithm other than SFT), so
+	// an SFT warm-up before it does not eat into the schedule; SFT trains
+	// at the constant rate SetAlgorithm gives it (LR when none).
 	LR, MinLR               float64
 	WarmupSteps, TotalSteps int
 	// AdamW.
@@ -250,6 +253,12 @@ type Learner struct {
 	trainer *model.Trainer
 	step    int
 	shard   *Sharding
+	// minLR is the configured MinLR, which SetAlgorithm caps at each
+	// phase's peak rate (not at an earlier phase's).
+	minLR float64
+	// rlStart is the optimizer step the RL phase began at (the schedule's
+	// step 0), -1 before it began; checkpoints keep it.
+	rlStart int
 }
 
 // Sharding makes a learner one rank of a data-parallel group; package
@@ -354,7 +363,7 @@ func New(cfg Config) (*Learner, error) {
 			return nil, fmt.Errorf("learner: %w", err)
 		}
 	}
-	l := &Learner{cfg: cfg, model: m}
+	l := &Learner{cfg: cfg, model: m, minLR: cfg.MinLR, rlStart: -1}
 	if cfg.Loss.KLCoef > 0 {
 		if l.ref, err = m.Clone(); err != nil {
 			return nil, fmt.Errorf("learner: reference policy: %w", err)
@@ -375,15 +384,17 @@ func (l *Learner) Model() *model.Model { return l.model }
 func (l *Learner) Step() int { return l.step }
 
 // SetAlgorithm switches the algorithm between Train calls (SFT warm-up,
-// then GRPO) and, when lr > 0, the peak learning rate (MinLR is capped at
-// it). The new configuration must validate; PPO needs a value head that
-// the model already has.
+// then GRPO) and, when lr > 0, the peak learning rate (the configured
+// MinLR is capped at it). SFT trains at that rate, constant; the RL
+// schedule starts at the first Train with another algorithm (Config.LR).
+// The new configuration must validate; PPO needs a value head that the
+// model already has.
 func (l *Learner) SetAlgorithm(name string, lr float64) error {
 	c := l.cfg
 	c.Algorithm = name
 	if lr > 0 {
 		c.LR = lr
-		c.MinLR = min(c.MinLR, lr)
+		c.MinLR = min(l.minLR, lr)
 	}
 	if err := c.Validate(); err != nil {
 		return err
@@ -395,9 +406,14 @@ func (l *Learner) SetAlgorithm(name string, lr float64) error {
 	return nil
 }
 
-// lr is the schedule's rate at optimizer step s (0-based).
+// lr is the rate of optimizer step s (0-based, counted from the first
+// step): SFT's constant rate, or the RL schedule's at s−rlStart.
 func (l *Learner) lr(s int) float64 {
 	c := l.cfg
+	if c.Algorithm == SFT || l.rlStart < 0 {
+		return c.LR
+	}
+	s -= l.rlStart
 	if c.TotalSteps == 0 {
 		if s < c.WarmupSteps {
 			return c.LR * float64(s+1) / float64(c.WarmupSteps)
@@ -405,6 +421,18 @@ func (l *Learner) lr(s int) float64 {
 		return c.LR
 	}
 	return optim.WarmupCosine{Base: c.LR, Min: c.MinLR, Warmup: c.WarmupSteps, Total: c.TotalSteps}.LR(s)
+}
+
+// RLStart is the optimizer step the RL phase (the LR schedule) began at,
+// or -1 before its first Train.
+func (l *Learner) RLStart() int { return l.rlStart }
+
+// startRL marks the RL phase's first step at the first Train with an
+// algorithm other than SFT.
+func (l *Learner) startRL() {
+	if l.cfg.Algorithm != SFT && l.rlStart < 0 {
+		l.rlStart = l.step
+	}
 }
 
 // PolicyWeights returns a host copy of the policy's weights by Hugging

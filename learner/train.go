@@ -37,6 +37,7 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 	if err := l.maybeLoRA(); err != nil {
 		return Stats{Step: l.step}, err
 	}
+	l.startRL()
 	var st Stats
 	var ps rl.PolicyStats
 	var entSum, valLoss, valClipped, valTokens float64

@@ -125,11 +125,6 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if a.Name == "rw_sft" && a.RWSFT.Weighting != "exp" {
 		no("algorithm.rw_sft.weighting", "%s is not supported yet (exp only)", a.RWSFT.Weighting)
 	}
-	if r.SFT.Steps > 0 && (a.Warmup > 0 || a.Schedule != "constant") {
-		// The learner's schedule counts optimizer steps from the first SFT
-		// step, so an RL warm-up or decay would start in the SFT phase.
-		no("algorithm.schedule", "a warm-up or cosine schedule after an SFT warm-up (sft.steps %d) is not supported yet", r.SFT.Steps)
-	}
 
 	// Evaluation and checkpoints.
 	if r.Eval.Samples != 1 {
@@ -184,11 +179,15 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 
 	lc := learner.DefaultConfig()
 	lc.Algorithm = name
+	// The schedule is the RL phase's, in optimizer steps (epochs ×
+	// mini_batches per RL step) counted from the first RL step: the SFT
+	// warm-up before it trains at sft.lr.
+	perStep := max(1, a.Epochs) * max(1, a.MiniBatches)
 	lc.LR, lc.MinLR = a.LR, a.LR
 	if a.Schedule == "cosine" {
-		lc.MinLR, lc.TotalSteps = a.MinLR, r.Schedule.Steps
+		lc.MinLR, lc.TotalSteps = a.MinLR, r.Schedule.Steps*perStep
 	}
-	lc.WarmupSteps = a.Warmup
+	lc.WarmupSteps = a.Warmup * perStep
 	lc.Beta1, lc.Beta2, lc.Eps, lc.WeightDecay = a.AdamBeta1, a.AdamBeta2, a.AdamEps, a.WeightDecay
 	lc.MaxGradNorm = a.GradClip
 	lc.Loss = a.PolicyLossConfig()

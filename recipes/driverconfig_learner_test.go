@@ -1,0 +1,38 @@
+package recipes
+
+import (
+	"testing"
+)
+
+// The RL schedule runs after an SFT warm-up, in optimizer steps: epochs ×
+// mini_batches per RL step, for algorithm.warmup and schedule.steps alike.
+func TestDriverConfigScheduleAfterWarmup(t *testing.T) {
+	for _, c := range []struct {
+		sets          []string
+		warmup, total int
+		lr, minLR     float64
+	}{
+		{[]string{"algorithm.schedule=cosine", "algorithm.warmup=5", "algorithm.min_lr=1e-6", "schedule.steps=40"}, 5, 40, 1e-4, 1e-6},
+		{[]string{"algorithm.schedule=cosine", "algorithm.warmup=5", "algorithm.min_lr=1e-6", "schedule.steps=40", "algorithm.mini_batches=2", "algorithm.epochs=3"}, 30, 240, 1e-4, 1e-6},
+		{[]string{"algorithm.warmup=4", "algorithm.mini_batches=2"}, 8, 0, 1e-4, 1e-4},
+	} {
+		l, err := Load("quickstart", append([]string{"algorithm.lr=1e-4"}, c.sets...))
+		if err != nil {
+			t.Fatalf("%v: %v", c.sets, err)
+		}
+		if l.SFT.Steps == 0 {
+			t.Fatal("quickstart has no SFT warm-up: the test needs one")
+		}
+		got, err := l.DriverConfig(t.TempDir())
+		if err != nil {
+			t.Fatalf("%v: %v", c.sets, err)
+		}
+		lc := got.Learner
+		if lc.WarmupSteps != c.warmup || lc.TotalSteps != c.total || lc.LR != c.lr || lc.MinLR != c.minLR {
+			t.Errorf("%v: learner warmup %d total %d lr %v min %v, want %d %d %v %v", c.sets, lc.WarmupSteps, lc.TotalSteps, lc.LR, lc.MinLR, c.warmup, c.total, c.lr, c.minLR)
+		}
+		if got.WarmupLR != l.SFT.LR {
+			t.Errorf("%v: SFT lr %v, want sft.lr %v", c.sets, got.WarmupLR, l.SFT.LR)
+		}
+	}
+}
