@@ -39,6 +39,9 @@ type checkpointState struct {
 	// -1 before it began. A checkpoint written before the field existed
 	// (nil) had its schedule count from step 0.
 	RLStart *int `json:"rl_start_step"`
+	// Reference is Config.RefModelDir, the KL reference the checkpoint
+	// does not copy; empty when ReferenceFile holds it (or there is none).
+	Reference string `json:"reference_model,omitempty"`
 }
 
 // Save writes a checkpoint to dir: policy weights (float32), optimizer
@@ -88,7 +91,11 @@ func (l *Learner) SaveModel(dir string) error {
 	if err != nil {
 		return fmt.Errorf("learner: save %s: %w", dir, err)
 	}
-	if l.ref != nil {
+	if l.cfg.RefModelDir != "" {
+		if err := removeReferenceFile(dir); err != nil {
+			return err
+		}
+	} else if l.ref != nil {
 		var rt []safetensors.Tensor
 		for _, p := range l.ref.Params() {
 			v := make([]float32, p.Len())
@@ -103,7 +110,7 @@ func (l *Learner) SaveModel(dir string) error {
 			return fmt.Errorf("learner: save %s: reference: %w", dir, err)
 		}
 	}
-	cs := checkpointState{Step: l.step, Algorithm: l.cfg.Algorithm, Seed: l.cfg.Seed, LoRADropout: drop, RLStart: &l.rlStart}
+	cs := checkpointState{Step: l.step, Algorithm: l.cfg.Algorithm, Seed: l.cfg.Seed, LoRADropout: drop, RLStart: &l.rlStart, Reference: l.cfg.RefModelDir}
 	js, err := json.MarshalIndent(cs, "", "  ")
 	if err != nil {
 		return fmt.Errorf("learner: save %s: %w", dir, err)
@@ -163,8 +170,11 @@ func (l *Learner) Load(dir string) error {
 	if err != nil {
 		return fmt.Errorf("learner: load: %w", err)
 	}
-	var ref *model.Model
-	if l.ref != nil {
+	if state.Reference != l.cfg.RefModelDir {
+		return fmt.Errorf("learner: load %s: reference_model %q, the learner's %q: resume with the reference the run started with (models.reference)", filepath.Join(dir, StateFile), state.Reference, l.cfg.RefModelDir)
+	}
+	ref := l.ref // a given reference stays
+	if l.ref != nil && l.cfg.RefModelDir == "" {
 		refPath := filepath.Join(dir, ReferenceFile)
 		rf, err := safetensors.ReadFile(refPath)
 		if err != nil {

@@ -55,6 +55,10 @@ type Config struct {
 	// TIS cap, KL to the frozen initial policy, entropy bonus,
 	// aggregation). SFT and RWSFT use only its Aggregation.
 	Loss rl.PolicyLossConfig
+	// RefModelDir, with Loss.KLCoef > 0, is the KL reference: a frozen
+	// checkpoint directory with the policy's vocabulary (reference.go).
+	// Empty: the initial policy.
+	RefModelDir string
 	// MaxResponseLen is Dr.GRPO's constant normalizer (the longest
 	// response the engine may produce).
 	MaxResponseLen int
@@ -172,6 +176,8 @@ func (c Config) Validate() error {
 		return bad("rw_beta", c.RWBeta, "want > 0")
 	case c.Shards < 0:
 		return bad("shards", c.Shards, "want ≥ 0 (0 and 1 mean one learner)")
+	case c.RefModelDir != "" && !(c.Loss.KLCoef > 0):
+		return bad("ref_model_dir", fmt.Sprintf("%q", c.RefModelDir), "a reference model needs loss.kl_coef > 0 (nothing else uses it)")
 	case c.ZeROStage != 0 && c.ZeROStage != 1:
 		return bad("zero_stage", c.ZeROStage, "want 0 (replicated optimizer) or 1 (sharded optimizer state); parameter sharding (ZeRO-3) is not supported")
 	}
@@ -364,7 +370,12 @@ func New(cfg Config) (*Learner, error) {
 		}
 	}
 	l := &Learner{cfg: cfg, model: m, minLR: cfg.MinLR, rlStart: -1}
-	if cfg.Loss.KLCoef > 0 {
+	switch {
+	case cfg.RefModelDir != "":
+		if l.ref, err = loadReference(cfg, m); err != nil {
+			return nil, err
+		}
+	case cfg.Loss.KLCoef > 0:
 		if l.ref, err = m.Clone(); err != nil {
 			return nil, fmt.Errorf("learner: reference policy: %w", err)
 		}
@@ -428,11 +439,23 @@ func (l *Learner) lr(s int) float64 {
 func (l *Learner) RLStart() int { return l.rlStart }
 
 // startRL marks the RL phase's first step at the first Train with an
-// algorithm other than SFT.
-func (l *Learner) startRL() {
-	if l.cfg.Algorithm != SFT && l.rlStart < 0 {
-		l.rlStart = l.step
+// algorithm other than SFT. After an SFT warm-up, the KL reference (the
+// initial policy's copy, not a given one) becomes the warmed-up policy:
+// RL's initial policy, as the reference is the SFT model in
+// InstructGPT-style training (under LoRA, startLoRA made it the base).
+func (l *Learner) startRL() error {
+	if l.cfg.Algorithm == SFT || l.rlStart >= 0 {
+		return nil
 	}
+	l.rlStart = l.step
+	if l.ref != nil && l.cfg.RefModelDir == "" && l.step > 0 && l.model.LoRA() == nil {
+		ref, err := l.model.Clone()
+		if err != nil {
+			return fmt.Errorf("learner: start RL: reference policy: %w", err)
+		}
+		l.ref = ref
+	}
+	return nil
 }
 
 // PolicyWeights returns a host copy of the policy's weights by Hugging

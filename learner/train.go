@@ -37,7 +37,9 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 	if err := l.maybeLoRA(); err != nil {
 		return Stats{Step: l.step}, err
 	}
-	l.startRL()
+	if err := l.startRL(); err != nil {
+		return Stats{Step: l.step}, err
+	}
 	var st Stats
 	var ps rl.PolicyStats
 	var entSum, valLoss, valClipped, valTokens float64

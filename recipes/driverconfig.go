@@ -109,8 +109,8 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if mlmt && r.Algorithm.MLMT.StopGradient && !slices.Contains(r.Algorithm.MLMT.Train, "solver") {
 		no("algorithm.mlmt.stop_gradient", "true, but algorithm.mlmt.train has no solver: the stop-gradient variant trains the solver's first turn")
 	}
-	if r.Models.Reference != nil {
-		no("models.reference", "a separate reference model is not supported yet (the KL term uses the initial policy)")
+	if ref := r.Models.Reference; ref != nil && ref.Path == "" {
+		no("models.reference.init", "a randomly initialized reference model is not supported: give models.reference.path, a checkpoint directory")
 	}
 
 	// Algorithm.
@@ -199,6 +199,10 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	// Each trained policy's learner (MLMT: the feedback policy's too) runs
 	// as this many ranks of placement.learner each.
 	lc.Shards = r.Placement.LearnerShards
+	if ref := r.Models.Reference; ref != nil {
+		// The solver's KL reference, loaded by every rank of its learner.
+		lc.RefModelDir = ref.Path
+	}
 	if pol.LoRA != nil {
 		// The SFT warm-up trains every weight, the RL steps the adapters.
 		c := pol.LoRA.Config(r.Seed)

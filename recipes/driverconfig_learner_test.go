@@ -1,6 +1,10 @@
 package recipes
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -34,5 +38,36 @@ func TestDriverConfigScheduleAfterWarmup(t *testing.T) {
 		if got.WarmupLR != l.SFT.LR {
 			t.Errorf("%v: SFT lr %v, want sft.lr %v", c.sets, got.WarmupLR, l.SFT.LR)
 		}
+	}
+}
+
+// models.reference.path becomes the solver learner's reference (not the
+// feedback policy's); a random reference is refused naming the field.
+func TestDriverConfigReferenceModel(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Load("mlmt_math", []string{"algorithm.kl_coef=0.05", "models.reference.path=" + dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.DriverConfig(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Learner.RefModelDir != dir {
+		t.Errorf("learner reference %q, want %q", got.Learner.RefModelDir, dir)
+	}
+	if got.Feedback == nil {
+		t.Fatal("mlmt_math has no feedback policy: the test needs one")
+	}
+	l, err = Load("quickstart", []string{"algorithm.kl_coef=0.05", "models.reference.init={}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.DriverConfig(t.TempDir())
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "models.reference.init:") {
+		t.Errorf("a random reference: %v, want ErrUnsupported naming models.reference.init", err)
 	}
 }

@@ -218,6 +218,7 @@ type FeedbackPolicy struct {
 func (f *FeedbackPolicy) learnerConfig(c Config) learner.Config {
 	l := c.Learner
 	l.Model, l.ModelDir, l.Seed, l.LoRA = f.Model, f.ModelDir, c.Seed+1, f.LoRA
+	l.RefModelDir = "" // the solver's reference; the feedback policy's is its initial weights
 	return l
 }
 
