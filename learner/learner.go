@@ -55,6 +55,13 @@ type Config struct {
 	// TIS cap, KL to the frozen initial policy, entropy bonus,
 	// aggregation). SFT and RWSFT use only its Aggregation.
 	Loss rl.PolicyLossConfig
+	// KLInReward, with PPO and Loss.KLCoef > 0, makes the KL to the
+	// reference a reward penalty instead of a loss term: every response
+	// token's reward gets −KLCoef·KL (Loss.KL's estimator, of the
+	// pre-step log probabilities against the reference's) before GAE, as
+	// InstructGPT's and TRL's PPO do. Other algorithms refuse it; the SFT
+	// warm-up ignores it.
+	KLInReward bool
 	// RefModelDir, with Loss.KLCoef > 0, is the KL reference: a frozen
 	// checkpoint directory with the policy's vocabulary (reference.go).
 	// Empty: the initial policy.
@@ -176,6 +183,10 @@ func (c Config) Validate() error {
 		return bad("rw_beta", c.RWBeta, "want > 0")
 	case c.Shards < 0:
 		return bad("shards", c.Shards, "want ≥ 0 (0 and 1 mean one learner)")
+	case c.KLInReward && c.Algorithm != PPO && c.Algorithm != SFT:
+		return bad("kl_in_reward", true, fmt.Sprintf("only PPO takes a per-token reward (its GAE); algorithm is %q", c.Algorithm))
+	case c.KLInReward && !(c.Loss.KLCoef > 0):
+		return bad("kl_in_reward", true, "needs loss.kl_coef > 0 (the penalty's weight)")
 	case c.RefModelDir != "" && !(c.Loss.KLCoef > 0):
 		return bad("ref_model_dir", fmt.Sprintf("%q", c.RefModelDir), "a reference model needs loss.kl_coef > 0 (nothing else uses it)")
 	case c.ZeROStage != 0 && c.ZeROStage != 1:
@@ -247,6 +258,9 @@ type Stats struct {
 	Seqs          int
 	RewardMean    float64
 	AdvantageMean float64 // mean over loss tokens
+	// KLPenalty is KLInReward's mean per-token penalty KLCoef·KL over the
+	// loss tokens, subtracted from the rewards (RefKL is then that KL).
+	KLPenalty float64
 }
 
 // Learner holds a policy (and optional value head), its optimizer, and a

@@ -191,6 +191,7 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	lc.Beta1, lc.Beta2, lc.Eps, lc.WeightDecay = a.AdamBeta1, a.AdamBeta2, a.AdamEps, a.WeightDecay
 	lc.MaxGradNorm = a.GradClip
 	lc.Loss = a.PolicyLossConfig()
+	lc.KLInReward = a.KLInReward
 	lc.MaxResponseLen = a.MaxTokens
 	lc.MicroBatchSeqs = a.MicroBatch
 	lc.MiniBatches, lc.Epochs = a.MiniBatches, a.Epochs

@@ -71,3 +71,36 @@ func TestDriverConfigReferenceModel(t *testing.T) {
 		t.Errorf("a random reference: %v, want ErrUnsupported naming models.reference.init", err)
 	}
 }
+
+// algorithm.kl_in_reward reaches PPO's learner, and is refused with
+// another algorithm or without kl_coef.
+func TestKLInRewardRecipe(t *testing.T) {
+	ppo := []string{"algorithm.name=ppo", "models.policy.value_head=true"}
+	l, err := Load("quickstart", append(ppo, "algorithm.kl_coef=0.05", "algorithm.kl_in_reward=true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.DriverConfig(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Learner.KLInReward || got.Learner.Loss.KLCoef != 0.05 {
+		t.Errorf("learner kl_in_reward %v kl_coef %v, want true 0.05", got.Learner.KLInReward, got.Learner.Loss.KLCoef)
+	}
+	lc := got.Learner
+	lc.Model = got.Model
+	if err := lc.Validate(); err != nil {
+		t.Error(err)
+	}
+	for _, c := range []struct {
+		sets []string
+		want string
+	}{
+		{[]string{"algorithm.kl_coef=0.05", "algorithm.kl_in_reward=true"}, `algorithm.kl_in_reward: true: only algorithm ppo takes a per-token reward (its GAE); algorithm.name is "grpo"`},
+		{append(ppo, "algorithm.kl_in_reward=true"), "algorithm.kl_in_reward: true, but algorithm.kl_coef is 0"},
+	} {
+		if _, err := Load("quickstart", c.sets); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error containing %q", c.sets, err, c.want)
+		}
+	}
+}

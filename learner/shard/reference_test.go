@@ -72,3 +72,41 @@ func TestReferenceModelEqualsOneLearner(t *testing.T) {
 		}
 	}
 }
+
+// PPO with the KL in the reward: every rank computes the penalty over the
+// whole batch, as one learner does, and reaches its weights.
+func TestKLInRewardEqualsOneLearner(t *testing.T) {
+	mc := *tinyModel()
+	mc.VocabSize = 300
+	c := tinyConfig(learner.PPO, 2, 1)
+	c.Model, c.ModelDir, c.RefModelDir = nil, writeModel(t, mc, 1), writeModel(t, mc, 2)
+	c.Loss.KLCoef, c.Loss.KL, c.KLInReward, c.MiniBatches = 0.1, rl.K3, true, 2
+	single := c
+	single.Shards = 0
+	ref := newLearner(t, single)
+	ranks := memGroup(t, c, Options{BucketElems: 333, Timeout: 20 * time.Second})
+	for k := range 3 {
+		b := groupBatch(k)
+		want, err := ref.Train(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !(want.KLPenalty > 1e-4) {
+			t.Fatalf("step %d: penalty %v: the test would not see a wrong one", k, want.KLPenalty)
+		}
+		got, errs := trainAll(ranks, b)
+		for r := range ranks {
+			if errs[r] != nil {
+				t.Fatalf("step %d rank %d: %v", k, r, errs[r])
+			}
+			if math.Abs(got[r].KLPenalty-want.KLPenalty) > 1e-6 || math.Abs(got[r].Loss-want.Loss) > 1e-5 {
+				t.Errorf("step %d rank %d: penalty %v loss %v, one learner's %v %v", k, r, got[r].KLPenalty, got[r].Loss, want.KLPenalty, want.Loss)
+			}
+		}
+	}
+	for r, rk := range ranks {
+		if d, at := maxDiff(rk.Learner().Model().Weights(), ref.Model().Weights()); d > equivTol {
+			t.Errorf("rank %d: weights differ by %g at %s", r, d, at)
+		}
+	}
+}
