@@ -42,13 +42,26 @@ type checkpointState struct {
 	// Reference is Config.RefModelDir, the KL reference the checkpoint
 	// does not copy; empty when ReferenceFile holds it (or there is none).
 	Reference string `json:"reference_model,omitempty"`
+	// OptimizerOmitted marks a checkpoint saved without the AdamW state
+	// (Config.OmitOptimizer); a learner loading it starts AdamW afresh.
+	// Without the mark, a missing state is an error (a checkpoint cut
+	// short).
+	OptimizerOmitted bool `json:"optimizer_omitted,omitempty"`
 }
 
 // Save writes a checkpoint to dir: policy weights (float32), optimizer
-// state, the reference policy when there is one, and the step.
+// state (unless Config.OmitOptimizer), the reference policy when there is
+// one, and the step.
 func (l *Learner) Save(dir string) error {
 	if err := l.SaveModel(dir); err != nil {
 		return err
+	}
+	if l.cfg.OmitOptimizer {
+		// No stale state of an earlier save may pass for this one's.
+		if err := os.Remove(filepath.Join(dir, OptimizerFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("learner: save %s: stale optimizer state: %w", dir, err)
+		}
+		return removeShardFiles(dir, 0)
 	}
 	st := l.trainer.Opt.State()
 	ts := make([]safetensors.Tensor, 0, len(st.Tensors))
@@ -110,7 +123,7 @@ func (l *Learner) SaveModel(dir string) error {
 			return fmt.Errorf("learner: save %s: reference: %w", dir, err)
 		}
 	}
-	cs := checkpointState{Step: l.step, Algorithm: l.cfg.Algorithm, Seed: l.cfg.Seed, LoRADropout: drop, RLStart: &l.rlStart, Reference: l.cfg.RefModelDir}
+	cs := checkpointState{Step: l.step, Algorithm: l.cfg.Algorithm, Seed: l.cfg.Seed, LoRADropout: drop, RLStart: &l.rlStart, Reference: l.cfg.RefModelDir, OptimizerOmitted: l.cfg.OmitOptimizer}
 	js, err := json.MarshalIndent(cs, "", "  ")
 	if err != nil {
 		return fmt.Errorf("learner: save %s: %w", dir, err)
@@ -122,7 +135,8 @@ func (l *Learner) SaveModel(dir string) error {
 }
 
 // Load replaces the learner's policy, optimizer state, reference and step
-// with a checkpoint written by Save. The model's architecture must match
+// with a checkpoint written by Save. A checkpoint saved without optimizer
+// state (OptimizerOmitted) leaves AdamW fresh: the moments restart at zero. The model's architecture must match
 // the learner's; a checkpoint with LoRA adapters needs Config.LoRA with
 // the same rank, alpha, dropout and targets. Everything is read and
 // checked before anything changes.
@@ -166,9 +180,12 @@ func (l *Learner) Load(dir string) error {
 	for _, p := range m.TrainableParams() {
 		sizes[p.Name] = p.Len()
 	}
-	ost, optPath, err := ReadOptimizerState(dir, sizes)
-	if err != nil {
-		return fmt.Errorf("learner: load: %w", err)
+	var ost optim.AdamWState
+	optPath := filepath.Join(dir, StateFile)
+	if !state.OptimizerOmitted {
+		if ost, optPath, err = ReadOptimizerState(dir, sizes); err != nil {
+			return fmt.Errorf("learner: load: %w", err)
+		}
 	}
 	if state.Reference != l.cfg.RefModelDir {
 		return fmt.Errorf("learner: load %s: reference_model %q, the learner's %q: resume with the reference the run started with (models.reference)", filepath.Join(dir, StateFile), state.Reference, l.cfg.RefModelDir)
@@ -199,8 +216,10 @@ func (l *Learner) Load(dir string) error {
 	for _, p := range m.TrainableParams() {
 		params = append(params, &optim.Param{Name: p.Name, Data: make([]float32, p.Len()), Grad: make([]float32, p.Len())})
 	}
-	if err := tr.Opt.LoadState(params, ost); err != nil {
-		return fmt.Errorf("learner: load %s: %w", optPath, err)
+	if !state.OptimizerOmitted {
+		if err := tr.Opt.LoadState(params, ost); err != nil {
+			return fmt.Errorf("learner: load %s: %w", optPath, err)
+		}
 	}
 	if err := m.SetDropoutState(state.LoRADropout); err != nil {
 		return fmt.Errorf("learner: load %s: %w", filepath.Join(dir, StateFile), err)
@@ -208,6 +227,22 @@ func (l *Learner) Load(dir string) error {
 	l.model, l.ref, l.trainer, l.step, l.rlStart = m, ref, tr, state.Step, rlStart
 	l.armDropout()
 	return nil
+}
+
+// OptimizerOmitted reports whether the checkpoint in dir was saved without
+// its AdamW state (Config.OmitOptimizer), so that resuming from it restarts
+// the optimizer's moments.
+func OptimizerOmitted(dir string) (bool, error) {
+	path := filepath.Join(dir, StateFile)
+	js, err := os.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("learner: %w", err)
+	}
+	var st checkpointState
+	if err := json.Unmarshal(js, &st); err != nil {
+		return false, fmt.Errorf("learner: %s: %w", path, err)
+	}
+	return st.OptimizerOmitted, nil
 }
 
 // loadAdapter puts the PEFT adapter in dir onto m, checking it against

@@ -100,6 +100,12 @@ type Config struct {
 	// parameters only, and the updated slices are all-gathered.
 	ZeROStage int
 
+	// OmitOptimizer makes checkpoints leave out the AdamW state (recipe
+	// checkpoint.optimizer: false): smaller, and a learner loading one
+	// starts AdamW afresh (zero moments, step count 0) at the checkpoint's
+	// weights, step and schedule (checkpoint.go).
+	OmitOptimizer bool
+
 	// LoRA, when set, makes every algorithm but SFT train low-rank
 	// adapters on the frozen policy (lora.go): they are added at the first
 	// Train with such an algorithm, and stay. An SFT warm-up before them

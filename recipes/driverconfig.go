@@ -140,9 +140,6 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 			no("eval.metrics", "%s is not supported yet", m)
 		}
 	}
-	if !r.Checkpoint.Optimizer {
-		no("checkpoint.optimizer", "false is not supported yet: checkpoints always keep the optimizer state")
-	}
 
 	// Templates (rendered by the driver: .Problem becomes .Question).
 	tpl := func(field, text string, fields ...string) string {
@@ -192,6 +189,9 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	lc.MaxGradNorm = a.GradClip
 	lc.Loss = a.PolicyLossConfig()
 	lc.KLInReward = a.KLInReward
+	// checkpoint.optimizer false: smaller checkpoints; --resume from one
+	// restarts AdamW's moments (the driver warns).
+	lc.OmitOptimizer = !r.Checkpoint.Optimizer
 	lc.MaxResponseLen = a.MaxTokens
 	lc.MicroBatchSeqs = a.MicroBatch
 	lc.MiniBatches, lc.Epochs = a.MiniBatches, a.Epochs

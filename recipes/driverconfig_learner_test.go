@@ -104,3 +104,21 @@ func TestKLInRewardRecipe(t *testing.T) {
 		}
 	}
 }
+
+// checkpoint.optimizer false runs: the learner leaves the optimizer state
+// out of its checkpoints.
+func TestDriverConfigCheckpointWithoutOptimizer(t *testing.T) {
+	for _, keep := range []bool{true, false} {
+		l, err := Load("quickstart", []string{"checkpoint.optimizer=" + map[bool]string{true: "true", false: "false"}[keep]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.DriverConfig(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Learner.OmitOptimizer == keep {
+			t.Errorf("checkpoint.optimizer %v: learner omit_optimizer %v", keep, got.Learner.OmitOptimizer)
+		}
+	}
+}

@@ -132,7 +132,6 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 		{"mlmt_math", []string{"models.feedback.value_head=true"}, "models.feedback.value_head"},
 		{"quickstart", []string{"eval.samples=4", "eval.temperature=0.7"}, "eval.samples"},
 		{"quickstart", []string{"eval.temperature=0.7"}, "eval.temperature"},
-		{"quickstart", []string{"checkpoint.optimizer=false"}, "checkpoint.optimizer"},
 		{"quickstart", []string{`episode.templates.solver="{{.Problem}} {{.Attempt}}"`}, "episode.templates.solver"},
 	} {
 		name := c.recipe + " " + strings.Join(c.sets, " ")
