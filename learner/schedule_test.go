@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rlnode/rlnode/learner/model"
 )
 
 // sftBatch is groupBatch as SFT sees it (the rewards are ignored).
@@ -43,7 +45,37 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Max(1, math.Ab
 // After an SFT warm-up at its own constant rate, the RL schedule starts at
 // its own step 0: warm-up, cosine, floor, counted from the switch.
 func TestScheduleRestartsAtRL(t *testing.T) {
+	for _, lora := range []bool{false, true} {
+		c := scheduleConfig()
+		if lora {
+			c.LoRA = &model.LoRAConfig{Rank: 2, Alpha: 4, TargetModules: []string{"q_proj", "v_proj"}, Seed: 5}
+		}
+		scheduleAcrossSwitch(t, c)
+	}
+
+	// An SFT rate below min_lr does not lower the RL floor.
 	l := newLearner(t, scheduleConfig())
+	if err := l.SetAlgorithm(SFT, 1e-4); err != nil {
+		t.Fatal(err)
+	}
+	trainLR(t, l, sftBatch())
+	if err := l.SetAlgorithm(GRPO, 1e-2); err != nil {
+		t.Fatal(err)
+	}
+	var last float64
+	for range rlRates {
+		last = trainLR(t, l, groupBatch())
+	}
+	if !near(last, 1e-3) {
+		t.Errorf("floor after an SFT at 1e-4: %v, want min_lr 1e-3", last)
+	}
+}
+
+// scheduleAcrossSwitch trains 3 SFT steps, then checks the RL rates (under
+// LoRA the adapters start at the switch too).
+func scheduleAcrossSwitch(t *testing.T, c Config) {
+	t.Helper()
+	l := newLearner(t, c)
 	if err := l.SetAlgorithm(SFT, 5e-2); err != nil {
 		t.Fatal(err)
 	}
@@ -66,22 +98,8 @@ func TestScheduleRestartsAtRL(t *testing.T) {
 	if l.RLStart() != 3 {
 		t.Errorf("RL start %d, want 3", l.RLStart())
 	}
-
-	// An SFT rate below min_lr does not lower the RL floor.
-	l = newLearner(t, scheduleConfig())
-	if err := l.SetAlgorithm(SFT, 1e-4); err != nil {
-		t.Fatal(err)
-	}
-	trainLR(t, l, sftBatch())
-	if err := l.SetAlgorithm(GRPO, 1e-2); err != nil {
-		t.Fatal(err)
-	}
-	var last float64
-	for range rlRates {
-		last = trainLR(t, l, groupBatch())
-	}
-	if !near(last, 1e-3) {
-		t.Errorf("floor after an SFT at 1e-4: %v, want min_lr 1e-3", last)
+	if (c.LoRA != nil) != (l.Adapter() != nil) {
+		t.Errorf("lora %v: adapters %v after the RL steps", c.LoRA != nil, l.Adapter())
 	}
 }
 
