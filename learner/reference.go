@@ -22,11 +22,12 @@ import (
 // then record its directory (learner_state.json) rather than copy it, and
 // a resumed learner loads it from there again.
 
-// loadReference loads Config.RefModelDir and checks that it speaks the
-// policy's vocabulary: the same vocab_size and, token by token, the same
-// tokenizer.
+// loadReference loads Config.RefModelDir after CheckReference.
 func loadReference(cfg Config, policy *model.Model) (*model.Model, error) {
 	dir := cfg.RefModelDir
+	if err := CheckReference(cfg.ModelDir, &policy.Config, dir); err != nil {
+		return nil, fmt.Errorf("learner: %w", err)
+	}
 	ref, err := model.Load(dir, cpu.New())
 	if err != nil {
 		return nil, fmt.Errorf("learner: reference model: %w", err)
@@ -36,30 +37,53 @@ func loadReference(cfg Config, policy *model.Model) (*model.Model, error) {
 			return nil, fmt.Errorf("learner: reference model: %w", err)
 		}
 	}
-	policyName := cfg.ModelDir
-	if policyName == "" {
-		policyName = "the policy initialized from scratch"
-	}
 	if a, b := ref.Config.VocabSize, policy.Config.VocabSize; a != b {
-		return nil, fmt.Errorf("learner: reference model %s: vocab_size %d, the policy's (%s) %d: the KL term needs one vocabulary", dir, a, policyName, b)
-	}
-	refTok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		return nil, fmt.Errorf("learner: reference model %s: %w", dir, err)
-	}
-	var polTok *tokenizer.Tokenizer
-	if cfg.ModelDir != "" {
-		polTok, err = tokenizer.Load(filepath.Join(cfg.ModelDir, "tokenizer.json"))
-	} else {
-		polTok, err = tokenizer.BuiltinSized(policy.Config.VocabSize)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("learner: the policy's tokenizer (%s): %w", policyName, err)
-	}
-	if err := sameTokens(refTok, polTok); err != nil {
-		return nil, fmt.Errorf("learner: reference model %s and the policy (%s) have different tokenizers: %w", dir, policyName, err)
+		return nil, fmt.Errorf("learner: reference model %s: vocab_size %d, the policy's %d", dir, a, b)
 	}
 	return ref, nil
+}
+
+// CheckReference reports whether the model in refDir can be the KL
+// reference of a policy (its checkpoint directory policyDir, or when that
+// is empty a model of config policy with the built-in tokenizer): the
+// same vocab_size and, token by token, the same tokenizer. Errors name
+// both. Recipes call it before any actor starts; the learner again when
+// it loads the reference.
+func CheckReference(policyDir string, policy *model.Config, refDir string) error {
+	policyName := policyDir
+	if policyDir != "" {
+		c, err := model.ReadConfig(filepath.Join(policyDir, "config.json"))
+		if err != nil {
+			return fmt.Errorf("the policy: %w", err)
+		}
+		policy = c
+	} else {
+		policyName = "the policy initialized from scratch"
+	}
+	rc, err := model.ReadConfig(filepath.Join(refDir, "config.json"))
+	if err != nil {
+		return fmt.Errorf("reference model: %w", err)
+	}
+	if rc.VocabSize != policy.VocabSize {
+		return fmt.Errorf("reference model %s: vocab_size %d, the policy's (%s) %d: the KL term needs one vocabulary", refDir, rc.VocabSize, policyName, policy.VocabSize)
+	}
+	refTok, err := tokenizer.Load(filepath.Join(refDir, "tokenizer.json"))
+	if err != nil {
+		return fmt.Errorf("reference model %s: %w", refDir, err)
+	}
+	var polTok *tokenizer.Tokenizer
+	if policyDir != "" {
+		polTok, err = tokenizer.Load(filepath.Join(policyDir, "tokenizer.json"))
+	} else {
+		polTok, err = tokenizer.BuiltinSized(policy.VocabSize)
+	}
+	if err != nil {
+		return fmt.Errorf("the policy's tokenizer (%s): %w", policyName, err)
+	}
+	if err := sameTokens(refTok, polTok); err != nil {
+		return fmt.Errorf("reference model %s and the policy (%s) have different tokenizers: %w", refDir, policyName, err)
+	}
+	return nil
 }
 
 // sameTokens reports the first token id where a and b differ.

@@ -200,10 +200,6 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	// Each trained policy's learner (MLMT: the feedback policy's too) runs
 	// as this many ranks of placement.learner each.
 	lc.Shards = r.Placement.LearnerShards
-	if ref := r.Models.Reference; ref != nil {
-		// The solver's KL reference, loaded by every rank of its learner.
-		lc.RefModelDir = ref.Path
-	}
 	if pol.LoRA != nil {
 		// The SFT warm-up trains every weight, the RL steps the adapters.
 		c := pol.LoRA.Config(r.Seed)
@@ -284,6 +280,15 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 			return driver.Config{}, fmt.Errorf("recipe %s: models.policy.init: %w", l.Source, err)
 		}
 		cfg.Model = mc
+	}
+	if ref := r.Models.Reference; ref != nil {
+		// The solver's KL reference, loaded by every rank of its learner;
+		// checked here so that a wrong one stops the run before any actor
+		// starts.
+		if err := learner.CheckReference(cfg.ModelDir, cfg.Model, ref.Path); err != nil {
+			return driver.Config{}, fmt.Errorf("recipe %s: models.reference.path: %w", l.Source, err)
+		}
+		cfg.Learner.RefModelDir = ref.Path
 	}
 	res := cluster.Resources{}
 	if c := r.Placement.Learner.CPUs; c > 0 {

@@ -2,10 +2,14 @@ package recipes
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/safetensors"
+	"github.com/rlnode/rlnode/learner/tokenizer"
 )
 
 // The RL schedule runs after an SFT warm-up, in optimizer steps: epochs ×
@@ -41,26 +45,69 @@ func TestDriverConfigScheduleAfterWarmup(t *testing.T) {
 	}
 }
 
-// models.reference.path becomes the solver learner's reference (not the
-// feedback policy's); a random reference is refused naming the field.
-func TestDriverConfigReferenceModel(t *testing.T) {
+// writeCheckpoint writes a random model of cfg with the built-in tokenizer
+// of tokVocab tokens into a new directory.
+func writeCheckpoint(t *testing.T, cfg model.Config, tokVocab int) string {
+	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	l, err := Load("mlmt_math", []string{"algorithm.kl_coef=0.05", "models.reference.path=" + dir})
+	m, err := model.New(cfg, cpu.New())
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := l.DriverConfig(t.TempDir())
+	m.InitRandom(7)
+	if err := m.Save(dir, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.BuiltinSized(tokVocab)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Learner.RefModelDir != dir {
-		t.Errorf("learner reference %q, want %q", got.Learner.RefModelDir, dir)
+	if err := tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {
+		t.Fatal(err)
 	}
-	if got.Feedback == nil {
-		t.Fatal("mlmt_math has no feedback policy: the test needs one")
+	return dir
+}
+
+// models.reference.path becomes the solver learner's reference, checked
+// before any actor starts: another vocabulary or tokenizer is an error
+// naming the field and both models; a random reference is refused naming
+// the field.
+func TestDriverConfigReferenceModel(t *testing.T) {
+	l, err := Load("quickstart", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, err := l.Models.Policy.Init.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := writeCheckpoint(t, *mc, mc.VocabSize)
+	wide := *mc
+	wide.VocabSize += 32
+	for _, c := range []struct {
+		dir  string
+		want []string
+	}{
+		{good, nil},
+		{writeCheckpoint(t, wide, wide.VocabSize), []string{"models.reference.path", "vocab_size 800", "the policy initialized from scratch"}},
+		{writeCheckpoint(t, *mc, mc.VocabSize-10), []string{"models.reference.path", "different tokenizers"}},
+	} {
+		l, err := Load("quickstart", []string{"algorithm.kl_coef=0.05", "models.reference.path=" + c.dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.DriverConfig(t.TempDir())
+		if c.want == nil {
+			if err != nil || got.Learner.RefModelDir != c.dir {
+				t.Errorf("learner reference %q (%v), want %q", got.Learner.RefModelDir, err, c.dir)
+			}
+			continue
+		}
+		for _, w := range append(c.want, c.dir) {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("reference %s: %v, want an error naming %q", c.dir, err, w)
+			}
+		}
 	}
 	l, err = Load("quickstart", []string{"algorithm.kl_coef=0.05", "models.reference.init={}"})
 	if err != nil {
