@@ -52,7 +52,7 @@ type Config struct {
 	MaxGradNorm float64
 
 	// Loss configures the PPO clipped surrogate (clip-higher, dual-clip,
-	// TIS cap, KL to the frozen initial policy, entropy bonus,
+	// TIS cap, KL to the frozen reference, entropy bonus,
 	// aggregation). SFT and RWSFT use only its Aggregation.
 	Loss rl.PolicyLossConfig
 	// KLInReward, with PPO and Loss.KLCoef > 0, makes the KL to the
