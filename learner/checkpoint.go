@@ -35,13 +35,33 @@ type checkpointState struct {
 	// LoRADropout is the state of the LoRA dropout's random source, when
 	// it drew any masks.
 	LoRADropout []byte `json:"lora_dropout_state,omitempty"`
+	// RLStart is the optimizer step the RL phase's LR schedule began at,
+	// -1 before it began. A checkpoint written before the field existed
+	// (nil) had its schedule count from step 0.
+	RLStart *int `json:"rl_start_step"`
+	// Reference is Config.RefModelDir, the KL reference the checkpoint
+	// does not copy; empty when ReferenceFile holds it (or there is none).
+	Reference string `json:"reference_model,omitempty"`
+	// OptimizerOmitted marks a checkpoint saved without the AdamW state
+	// (Config.OmitOptimizer); a learner loading it starts AdamW afresh.
+	// Without the mark, a missing state is an error (a checkpoint cut
+	// short).
+	OptimizerOmitted bool `json:"optimizer_omitted,omitempty"`
 }
 
 // Save writes a checkpoint to dir: policy weights (float32), optimizer
-// state, the reference policy when there is one, and the step.
+// state (unless Config.OmitOptimizer), the reference policy when there is
+// one, and the step.
 func (l *Learner) Save(dir string) error {
 	if err := l.SaveModel(dir); err != nil {
 		return err
+	}
+	if l.cfg.OmitOptimizer {
+		// No stale state of an earlier save may pass for this one's.
+		if err := os.Remove(filepath.Join(dir, OptimizerFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("learner: save %s: stale optimizer state: %w", dir, err)
+		}
+		return removeShardFiles(dir, 0)
 	}
 	st := l.trainer.Opt.State()
 	ts := make([]safetensors.Tensor, 0, len(st.Tensors))
@@ -84,7 +104,11 @@ func (l *Learner) SaveModel(dir string) error {
 	if err != nil {
 		return fmt.Errorf("learner: save %s: %w", dir, err)
 	}
-	if l.ref != nil {
+	if l.cfg.RefModelDir != "" {
+		if err := removeReferenceFile(dir); err != nil {
+			return err
+		}
+	} else if l.ref != nil {
 		var rt []safetensors.Tensor
 		for _, p := range l.ref.Params() {
 			v := make([]float32, p.Len())
@@ -99,7 +123,8 @@ func (l *Learner) SaveModel(dir string) error {
 			return fmt.Errorf("learner: save %s: reference: %w", dir, err)
 		}
 	}
-	js, err := json.MarshalIndent(checkpointState{Step: l.step, Algorithm: l.cfg.Algorithm, Seed: l.cfg.Seed, LoRADropout: drop}, "", "  ")
+	cs := checkpointState{Step: l.step, Algorithm: l.cfg.Algorithm, Seed: l.cfg.Seed, LoRADropout: drop, RLStart: &l.rlStart, Reference: l.cfg.RefModelDir, OptimizerOmitted: l.cfg.OmitOptimizer}
+	js, err := json.MarshalIndent(cs, "", "  ")
 	if err != nil {
 		return fmt.Errorf("learner: save %s: %w", dir, err)
 	}
@@ -110,7 +135,8 @@ func (l *Learner) SaveModel(dir string) error {
 }
 
 // Load replaces the learner's policy, optimizer state, reference and step
-// with a checkpoint written by Save. The model's architecture must match
+// with a checkpoint written by Save. A checkpoint saved without optimizer
+// state (OptimizerOmitted) leaves AdamW fresh: the moments restart at zero. The model's architecture must match
 // the learner's; a checkpoint with LoRA adapters needs Config.LoRA with
 // the same rank, alpha, dropout and targets. Everything is read and
 // checked before anything changes.
@@ -141,16 +167,31 @@ func (l *Learner) Load(dir string) error {
 	if state.Step < 0 {
 		return fmt.Errorf("learner: load %s: step %d is negative", filepath.Join(dir, StateFile), state.Step)
 	}
+	rlStart := -1
+	switch {
+	case state.RLStart != nil && (*state.RLStart < -1 || *state.RLStart > state.Step):
+		return fmt.Errorf("learner: load %s: rl_start_step %d not in [-1, step %d]", filepath.Join(dir, StateFile), *state.RLStart, state.Step)
+	case state.RLStart != nil:
+		rlStart = *state.RLStart
+	case state.Algorithm != SFT && state.Step > 0:
+		rlStart = 0
+	}
 	sizes := map[string]int{}
 	for _, p := range m.TrainableParams() {
 		sizes[p.Name] = p.Len()
 	}
-	ost, optPath, err := ReadOptimizerState(dir, sizes)
-	if err != nil {
-		return fmt.Errorf("learner: load: %w", err)
+	var ost optim.AdamWState
+	optPath := filepath.Join(dir, StateFile)
+	if !state.OptimizerOmitted {
+		if ost, optPath, err = ReadOptimizerState(dir, sizes); err != nil {
+			return fmt.Errorf("learner: load: %w", err)
+		}
 	}
-	var ref *model.Model
-	if l.ref != nil {
+	if state.Reference != l.cfg.RefModelDir {
+		return fmt.Errorf("learner: load %s: reference_model %q, the learner's %q: resume with the reference the run started with (models.reference)", filepath.Join(dir, StateFile), state.Reference, l.cfg.RefModelDir)
+	}
+	ref := l.ref // a given reference stays
+	if l.ref != nil && l.cfg.RefModelDir == "" {
 		refPath := filepath.Join(dir, ReferenceFile)
 		rf, err := safetensors.ReadFile(refPath)
 		if err != nil {
@@ -175,15 +216,33 @@ func (l *Learner) Load(dir string) error {
 	for _, p := range m.TrainableParams() {
 		params = append(params, &optim.Param{Name: p.Name, Data: make([]float32, p.Len()), Grad: make([]float32, p.Len())})
 	}
-	if err := tr.Opt.LoadState(params, ost); err != nil {
-		return fmt.Errorf("learner: load %s: %w", optPath, err)
+	if !state.OptimizerOmitted {
+		if err := tr.Opt.LoadState(params, ost); err != nil {
+			return fmt.Errorf("learner: load %s: %w", optPath, err)
+		}
 	}
 	if err := m.SetDropoutState(state.LoRADropout); err != nil {
 		return fmt.Errorf("learner: load %s: %w", filepath.Join(dir, StateFile), err)
 	}
-	l.model, l.ref, l.trainer, l.step = m, ref, tr, state.Step
+	l.model, l.ref, l.trainer, l.step, l.rlStart = m, ref, tr, state.Step, rlStart
 	l.armDropout()
 	return nil
+}
+
+// OptimizerOmitted reports whether the checkpoint in dir was saved without
+// its AdamW state (Config.OmitOptimizer), so that resuming from it restarts
+// the optimizer's moments.
+func OptimizerOmitted(dir string) (bool, error) {
+	path := filepath.Join(dir, StateFile)
+	js, err := os.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("learner: %w", err)
+	}
+	var st checkpointState
+	if err := json.Unmarshal(js, &st); err != nil {
+		return false, fmt.Errorf("learner: %s: %w", path, err)
+	}
+	return st.OptimizerOmitted, nil
 }
 
 // loadAdapter puts the PEFT adapter in dir onto m, checking it against

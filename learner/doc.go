@@ -8,8 +8,16 @@
 // plain SFT, over micro-batches and optional PPO mini-batches and epochs
 // (Stats reports the critic's value loss and explained variance), with the
 // clipped surrogate of learner/rl (clip-higher, dual-clip, TIS, KL to a frozen
-// reference, entropy bonus); it saves and loads checkpoints (weights in
-// safetensors, AdamW moments, reference, step). The learner actor (ActorKind)
+// reference as a loss term or, for PPO, a per-token reward penalty
+// (Config.KLInReward), entropy bonus); it saves and loads checkpoints
+// (weights in safetensors, AdamW moments unless Config.OmitOptimizer,
+// reference, step, where the RL phase began).
+//
+// Phases: an SFT warm-up (SetAlgorithm(SFT, lr)) trains at a constant rate;
+// the learning-rate schedule (warm-up, cosine) belongs to the RL phase and
+// counts optimizer steps from its first Train. The KL reference is a frozen
+// copy of RL's initial policy (the warmed-up one; under LoRA the base), or
+// a model of its own (Config.RefModelDir, reference.go). The learner actor (ActorKind)
 // hosts one and offers its weights on the bulk path for engines. With
 // Config.Shards > 1 the learner runs as ranks of learner/shard (data
 // parallel, ZeRO-1), each a Learner with SetSharding.

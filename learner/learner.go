@@ -38,9 +38,12 @@ type Config struct {
 
 	Algorithm string
 
-	// Learning rate: linear warm-up over WarmupSteps to LR, then cosine
-	// decay to MinLR at TotalSteps; TotalSteps 0 keeps LR constant after
-	// warm-up.
+	// Learning rate of the RL phase: linear warm-up over WarmupSteps to
+	// LR, then cosine decay to MinLR at TotalSteps; TotalSteps 0 keeps LR
+	// constant after warm-up. Steps count optimizer steps from the RL
+	// phase's first (the first Train with an algorithm other than SFT), so
+	// an SFT warm-up before it does not eat into the schedule; SFT trains
+	// at the constant rate SetAlgorithm gives it (LR when none).
 	LR, MinLR               float64
 	WarmupSteps, TotalSteps int
 	// AdamW.
@@ -49,9 +52,20 @@ type Config struct {
 	MaxGradNorm float64
 
 	// Loss configures the PPO clipped surrogate (clip-higher, dual-clip,
-	// TIS cap, KL to the frozen initial policy, entropy bonus,
+	// TIS cap, KL to the frozen reference, entropy bonus,
 	// aggregation). SFT and RWSFT use only its Aggregation.
 	Loss rl.PolicyLossConfig
+	// KLInReward, with PPO and Loss.KLCoef > 0, makes the KL to the
+	// reference a reward penalty instead of a loss term: every response
+	// token's reward gets −KLCoef·KL (Loss.KL's estimator, of the
+	// pre-step log probabilities against the reference's) before GAE, as
+	// InstructGPT's and TRL's PPO do. Other algorithms refuse it; the SFT
+	// warm-up ignores it.
+	KLInReward bool
+	// RefModelDir, with Loss.KLCoef > 0, is the KL reference: a frozen
+	// checkpoint directory with the policy's vocabulary (reference.go).
+	// Empty: the initial policy.
+	RefModelDir string
 	// MaxResponseLen is Dr.GRPO's constant normalizer (the longest
 	// response the engine may produce).
 	MaxResponseLen int
@@ -85,6 +99,12 @@ type Config struct {
 	// rank; 1 (ZeRO-1) gives each rank the state of its slice of the
 	// parameters only, and the updated slices are all-gathered.
 	ZeROStage int
+
+	// OmitOptimizer makes checkpoints leave out the AdamW state (recipe
+	// checkpoint.optimizer: false): smaller, and a learner loading one
+	// starts AdamW afresh (zero moments, step count 0) at the checkpoint's
+	// weights, step and schedule (checkpoint.go).
+	OmitOptimizer bool
 
 	// LoRA, when set, makes every algorithm but SFT train low-rank
 	// adapters on the frozen policy (lora.go): they are added at the first
@@ -169,6 +189,12 @@ func (c Config) Validate() error {
 		return bad("rw_beta", c.RWBeta, "want > 0")
 	case c.Shards < 0:
 		return bad("shards", c.Shards, "want ≥ 0 (0 and 1 mean one learner)")
+	case c.KLInReward && c.Algorithm != PPO && c.Algorithm != SFT:
+		return bad("kl_in_reward", true, fmt.Sprintf("only PPO takes a per-token reward (its GAE); algorithm is %q", c.Algorithm))
+	case c.KLInReward && !(c.Loss.KLCoef > 0):
+		return bad("kl_in_reward", true, "needs loss.kl_coef > 0 (the penalty's weight)")
+	case c.RefModelDir != "" && !(c.Loss.KLCoef > 0):
+		return bad("ref_model_dir", fmt.Sprintf("%q", c.RefModelDir), "a reference model needs loss.kl_coef > 0 (nothing else uses it)")
 	case c.ZeROStage != 0 && c.ZeROStage != 1:
 		return bad("zero_stage", c.ZeROStage, "want 0 (replicated optimizer) or 1 (sharded optimizer state); parameter sharding (ZeRO-3) is not supported")
 	}
@@ -238,6 +264,9 @@ type Stats struct {
 	Seqs          int
 	RewardMean    float64
 	AdvantageMean float64 // mean over loss tokens
+	// KLPenalty is KLInReward's mean per-token penalty KLCoef·KL over the
+	// loss tokens, subtracted from the rewards (RefKL is then that KL).
+	KLPenalty float64
 }
 
 // Learner holds a policy (and optional value head), its optimizer, and a
@@ -250,6 +279,12 @@ type Learner struct {
 	trainer *model.Trainer
 	step    int
 	shard   *Sharding
+	// minLR is the configured MinLR, which SetAlgorithm caps at each
+	// phase's peak rate (not at an earlier phase's).
+	minLR float64
+	// rlStart is the optimizer step the RL phase began at (the schedule's
+	// step 0), -1 before it began; checkpoints keep it.
+	rlStart int
 }
 
 // Sharding makes a learner one rank of a data-parallel group; package
@@ -354,8 +389,13 @@ func New(cfg Config) (*Learner, error) {
 			return nil, fmt.Errorf("learner: %w", err)
 		}
 	}
-	l := &Learner{cfg: cfg, model: m}
-	if cfg.Loss.KLCoef > 0 {
+	l := &Learner{cfg: cfg, model: m, minLR: cfg.MinLR, rlStart: -1}
+	switch {
+	case cfg.RefModelDir != "":
+		if l.ref, err = loadReference(cfg, m); err != nil {
+			return nil, err
+		}
+	case cfg.Loss.KLCoef > 0:
 		if l.ref, err = m.Clone(); err != nil {
 			return nil, fmt.Errorf("learner: reference policy: %w", err)
 		}
@@ -375,15 +415,17 @@ func (l *Learner) Model() *model.Model { return l.model }
 func (l *Learner) Step() int { return l.step }
 
 // SetAlgorithm switches the algorithm between Train calls (SFT warm-up,
-// then GRPO) and, when lr > 0, the peak learning rate (MinLR is capped at
-// it). The new configuration must validate; PPO needs a value head that
-// the model already has.
+// then GRPO) and, when lr > 0, the peak learning rate (the configured
+// MinLR is capped at it). SFT trains at that rate, constant; the RL
+// schedule starts at the first Train with another algorithm (Config.LR).
+// The new configuration must validate; PPO needs a value head that the
+// model already has.
 func (l *Learner) SetAlgorithm(name string, lr float64) error {
 	c := l.cfg
 	c.Algorithm = name
 	if lr > 0 {
 		c.LR = lr
-		c.MinLR = min(c.MinLR, lr)
+		c.MinLR = min(l.minLR, lr)
 	}
 	if err := c.Validate(); err != nil {
 		return err
@@ -395,9 +437,14 @@ func (l *Learner) SetAlgorithm(name string, lr float64) error {
 	return nil
 }
 
-// lr is the schedule's rate at optimizer step s (0-based).
+// lr is the rate of optimizer step s (0-based, counted from the first
+// step): SFT's constant rate, or the RL schedule's at s−rlStart.
 func (l *Learner) lr(s int) float64 {
 	c := l.cfg
+	if c.Algorithm == SFT || l.rlStart < 0 {
+		return c.LR
+	}
+	s -= l.rlStart
 	if c.TotalSteps == 0 {
 		if s < c.WarmupSteps {
 			return c.LR * float64(s+1) / float64(c.WarmupSteps)
@@ -405,6 +452,30 @@ func (l *Learner) lr(s int) float64 {
 		return c.LR
 	}
 	return optim.WarmupCosine{Base: c.LR, Min: c.MinLR, Warmup: c.WarmupSteps, Total: c.TotalSteps}.LR(s)
+}
+
+// RLStart is the optimizer step the RL phase (the LR schedule) began at,
+// or -1 before its first Train.
+func (l *Learner) RLStart() int { return l.rlStart }
+
+// startRL marks the RL phase's first step at the first Train with an
+// algorithm other than SFT. After an SFT warm-up, the KL reference (the
+// initial policy's copy, not a given one) becomes the warmed-up policy:
+// RL's initial policy, as the reference is the SFT model in
+// InstructGPT-style training (under LoRA, startLoRA made it the base).
+func (l *Learner) startRL() error {
+	if l.cfg.Algorithm == SFT || l.rlStart >= 0 {
+		return nil
+	}
+	l.rlStart = l.step
+	if l.ref != nil && l.cfg.RefModelDir == "" && l.step > 0 && l.model.LoRA() == nil {
+		ref, err := l.model.Clone()
+		if err != nil {
+			return fmt.Errorf("learner: start RL: reference policy: %w", err)
+		}
+		l.ref = ref
+	}
+	return nil
 }
 
 // PolicyWeights returns a host copy of the policy's weights by Hugging

@@ -11,7 +11,8 @@ import (
 // policy is unchanged at that moment; the base freezes, the optimizer
 // starts afresh over the adapters (and a value head), and a KL reference
 // becomes the base the adapters sit on (the policy at that moment, as
-// TRL's reference with the adapter disabled). LoRA dropout, when set, is
+// TRL's reference with the adapter disabled), unless Config.RefModelDir
+// gives the reference. LoRA dropout, when set, is
 // drawn from a source seeded with Seed whose state checkpoints keep.
 
 // maybeLoRA adds the adapters when Config.LoRA is set, the algorithm is
@@ -29,7 +30,7 @@ func (l *Learner) startLoRA() error {
 		return fmt.Errorf("learner: start lora: %w", err)
 	}
 	l.armDropout()
-	if l.ref != nil {
+	if l.ref != nil && l.cfg.RefModelDir == "" {
 		ref, err := m.Clone() // B is zero: the base
 		if err != nil {
 			return fmt.Errorf("learner: start lora: reference policy: %w", err)

@@ -19,6 +19,8 @@ type micro struct {
 type prepared struct {
 	masks, sample, adv   [][]float32
 	old, oldVal, returns [][]float32 // nil unless a pre-pass ran
+	refKL                [][]float32 // KLInReward's per-token KL estimates (PPO)
+	pre                  [][]micro   // the micro-batches the pre-pass ran over
 	weights              []float64   // SFT / RWSFT
 	mini                 [][]micro   // this rank's micro-batches of each mini-batch
 	miniRange            [][2]int    // each mini-batch's sequences [lo, hi) in the whole batch
@@ -30,6 +32,11 @@ type prepared struct {
 // any weight changes, with an error naming the field and the sequence; a
 // non-finite loss or gradient stops the step with the weights untouched.
 func (l *Learner) Train(b Batch) (Stats, error) {
+	// The RL phase starts before prepare: its reference is the one
+	// prepare's KL reward penalty uses.
+	if err := l.startRL(); err != nil {
+		return Stats{Step: l.step}, err
+	}
 	p, err := l.prepare(b)
 	if err != nil {
 		return Stats{Step: l.step}, fmt.Errorf("learner: train step %d: %w", l.step+1, err)
@@ -45,6 +52,9 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 		k := pass % len(p.mini)
 		mini := p.mini[k]
 		lossCfg := l.cfg.Loss
+		if l.cfg.KLInReward {
+			lossCfg.KLCoef = 0 // in the rewards instead
+		}
 		// The whole mini-batch's counts, also on a rank that trains on a
 		// slice of it.
 		norm := rl.CountNorm(p.masks[p.miniRange[k][0]:p.miniRange[k][1]])
@@ -77,7 +87,7 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 			if lossCfg.TISCap > 0 {
 				pb.SampleLogProbs = p.sample[mb.lo:mb.hi]
 			}
-			if l.ref != nil {
+			if l.ref != nil && lossCfg.KLCoef > 0 {
 				ref, _, err := l.ref.Forward(mb.bt)
 				if err != nil {
 					return 0, rl.PolicyLossResult{}, fmt.Errorf("reference policy: %w", err)
@@ -173,6 +183,17 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 	}
 	st.ClipFrac, st.ClipFracLow, st.ClipFracHigh = ps.ClipFrac(), ps.ClipFracLow(), ps.ClipFracHigh()
 	st.ApproxKL, st.RefKL = ps.ApproxKL(), ps.RefKL()
+	if p.refKL != nil && st.Tokens > 0 {
+		// Every rank computed it over the whole batch (PPO's pre-pass).
+		var s float64
+		for i, k := range p.refKL {
+			for t, v := range k {
+				s += float64(v) * float64(p.masks[i][t])
+			}
+		}
+		st.RefKL = s / float64(st.Tokens)
+		st.KLPenalty = l.cfg.Loss.KLCoef * st.RefKL
+	}
 	if st.Tokens > 0 { // every pass saw every token
 		st.Entropy = entSum / float64(st.Tokens*l.cfg.epochs())
 	}
@@ -353,6 +374,7 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 		if ranks > 1 && cfg.Algorithm == PPO {
 			pre = [][]micro{all}
 		}
+		p.pre = pre
 		for _, mini := range pre {
 			for _, mb := range mini {
 				var logp, val []float32
@@ -385,7 +407,15 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 			return nil, err
 		}
 	case PPO:
-		rewards, err := rl.TokenRewards(b.Rewards, nil, p.masks, 0)
+		var kl [][]float32
+		beta := 0.0
+		if cfg.KLInReward {
+			if kl, err = l.rewardKL(p, b); err != nil {
+				return nil, err
+			}
+			p.refKL, beta = kl, cfg.Loss.KLCoef
+		}
+		rewards, err := rl.TokenRewards(b.Rewards, kl, p.masks, beta)
 		if err != nil {
 			return nil, err
 		}
@@ -431,6 +461,27 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 		}
 	}
 	return p, nil
+}
+
+// rewardKL is KLInReward's per-token KL of the pre-pass's log probabilities
+// (the policy that sampled, on-policy) to the reference's, over the same
+// micro-batches: under PPO every sequence of the batch.
+func (l *Learner) rewardKL(p *prepared, b Batch) ([][]float32, error) {
+	ref := make([][]float32, len(b.Prompts))
+	for _, mini := range p.pre {
+		for _, mb := range mini {
+			logp, _, err := l.ref.Forward(mb.bt)
+			if err != nil {
+				return nil, fmt.Errorf("reference policy: %w", err)
+			}
+			copy(ref[mb.lo:], clone2(mb.bt.Split(logp)))
+		}
+	}
+	kl, err := rl.KLPenalty(l.cfg.Loss.KL, p.old, ref, p.masks)
+	if err != nil {
+		return nil, err
+	}
+	return kl, nil
 }
 
 // groupSize checks that ids form contiguous groups of one size and

@@ -117,8 +117,8 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	if mlmt && r.Algorithm.MLMT.StopGradient && !slices.Contains(r.Algorithm.MLMT.Train, "solver") {
 		no("algorithm.mlmt.stop_gradient", "true, but algorithm.mlmt.train has no solver: the stop-gradient variant trains the solver's first turn")
 	}
-	if r.Models.Reference != nil {
-		no("models.reference", "a separate reference model is not supported yet (the KL term uses the initial policy)")
+	if ref := r.Models.Reference; ref != nil && ref.Path == "" {
+		no("models.reference.init", "a randomly initialized reference model is not supported: give models.reference.path, a checkpoint directory")
 	}
 
 	// Algorithm.
@@ -132,11 +132,6 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	}
 	if a.Name == "rw_sft" && a.RWSFT.Weighting != "exp" {
 		no("algorithm.rw_sft.weighting", "%s is not supported yet (exp only)", a.RWSFT.Weighting)
-	}
-	if r.SFT.Steps > 0 && (a.Warmup > 0 || a.Schedule != "constant") {
-		// The learner's schedule counts optimizer steps from the first SFT
-		// step, so an RL warm-up or decay would start in the SFT phase.
-		no("algorithm.schedule", "a warm-up or cosine schedule after an SFT warm-up (sft.steps %d) is not supported yet", r.SFT.Steps)
 	}
 
 	// Evaluation and checkpoints.
@@ -152,9 +147,6 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		if !slices.Contains(slices.Concat(Metrics, TurnMetrics, FeedbackMetrics), m) {
 			no("eval.metrics", "%s is not supported yet", m)
 		}
-	}
-	if !r.Checkpoint.Optimizer {
-		no("checkpoint.optimizer", "false is not supported yet: checkpoints always keep the optimizer state")
 	}
 
 	// Templates (rendered by the driver: .Problem becomes .Question).
@@ -192,14 +184,22 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 
 	lc := learner.DefaultConfig()
 	lc.Algorithm = name
+	// The schedule is the RL phase's, in optimizer steps (epochs ×
+	// mini_batches per RL step) counted from the first RL step: the SFT
+	// warm-up before it trains at sft.lr.
+	perStep := max(1, a.Epochs) * max(1, a.MiniBatches)
 	lc.LR, lc.MinLR = a.LR, a.LR
 	if a.Schedule == "cosine" {
-		lc.MinLR, lc.TotalSteps = a.MinLR, r.Schedule.Steps
+		lc.MinLR, lc.TotalSteps = a.MinLR, r.Schedule.Steps*perStep
 	}
-	lc.WarmupSteps = a.Warmup
+	lc.WarmupSteps = a.Warmup * perStep
 	lc.Beta1, lc.Beta2, lc.Eps, lc.WeightDecay = a.AdamBeta1, a.AdamBeta2, a.AdamEps, a.WeightDecay
 	lc.MaxGradNorm = a.GradClip
 	lc.Loss = a.PolicyLossConfig()
+	lc.KLInReward = a.KLInReward
+	// checkpoint.optimizer false: smaller checkpoints; --resume from one
+	// restarts AdamW's moments (the driver warns).
+	lc.OmitOptimizer = !r.Checkpoint.Optimizer
 	lc.MaxResponseLen = a.MaxTokens
 	lc.MicroBatchSeqs = a.MicroBatch
 	lc.MiniBatches, lc.Epochs = a.MiniBatches, a.Epochs
@@ -289,6 +289,15 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 			return driver.Config{}, fmt.Errorf("recipe %s: models.policy.init: %w", l.Source, err)
 		}
 		cfg.Model = mc
+	}
+	if ref := r.Models.Reference; ref != nil {
+		// The solver's KL reference, loaded by every rank of its learner;
+		// checked here so that a wrong one stops the run before any actor
+		// starts.
+		if err := learner.CheckReference(cfg.ModelDir, cfg.Model, ref.Path); err != nil {
+			return driver.Config{}, fmt.Errorf("recipe %s: models.reference.path: %w", l.Source, err)
+		}
+		cfg.Learner.RefModelDir = ref.Path
 	}
 	res := cluster.Resources{}
 	if c := r.Placement.Learner.CPUs; c > 0 {

@@ -256,6 +256,10 @@ type Algorithm struct {
 	KLCoef float64 `yaml:"kl_coef"`
 	// KLEstimator is k1, k2 or k3. Default k3.
 	KLEstimator string `yaml:"kl_estimator"`
+	// KLInReward (ppo only, with KLCoef > 0) subtracts KLCoef·KL from
+	// every response token's reward before GAE instead of adding the KL
+	// to the loss (InstructGPT's and TRL's PPO). Default false.
+	KLInReward bool `yaml:"kl_in_reward"`
 	// EntropyCoef weighs the entropy bonus; ≥ 0. Default 0.
 	EntropyCoef float64 `yaml:"entropy_coef"`
 	// Aggregation is token-mean, seq-mean-token-mean or

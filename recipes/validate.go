@@ -334,6 +334,14 @@ func (r *Recipe) validate(isSet func(string) bool) []problem {
 		c.add("algorithm.dual_clip", "%v: want 0 (off) or a value above 1 (3 is usual)", a.DualClip)
 	}
 	c.nonNegativeF("algorithm.kl_coef", a.KLCoef)
+	if a.KLInReward {
+		switch {
+		case algoOK && a.Name != "ppo":
+			c.add("algorithm.kl_in_reward", "true: only algorithm ppo takes a per-token reward (its GAE); algorithm.name is %q", a.Name)
+		case !(a.KLCoef > 0):
+			c.add("algorithm.kl_in_reward", "true, but algorithm.kl_coef is %v: the penalty's weight must be > 0", a.KLCoef)
+		}
+	}
 	if _, err := rl.ParseKLEstimator(a.KLEstimator); err != nil || !slices.Contains([]string{"k1", "k2", "k3"}, a.KLEstimator) {
 		c.add("algorithm.kl_estimator", "%q: want k1, k2 or k3", a.KLEstimator)
 	}

@@ -443,7 +443,8 @@ func (r *Rank) updateZeRO1(params []*optim.Param, lr float64) (float64, error) {
 // directory every rank can reach: a shared file system across nodes).
 // Stage 0: rank 0 writes an unsharded checkpoint (learner.Save). Stage 1:
 // rank 0 writes weights, reference and learner_state.json, and every rank
-// its optimizer shard (learner.ShardOptimizerFile). The checkpoint is whole
+// its optimizer shard (learner.ShardOptimizerFile); with
+// learner.Config.OmitOptimizer rank 0 writes all there is. The checkpoint is whole
 // once every rank's Save has returned; it loads with any shard count.
 func (r *Rank) Save(dir string) error {
 	if r.failed != nil {
@@ -453,7 +454,9 @@ func (r *Rank) Save(dir string) error {
 		return fmt.Errorf("shard: save: %w", err)
 	}
 	rank := r.t.Rank()
-	if r.stage == 0 {
+	if r.stage == 0 || r.l.Config().OmitOptimizer {
+		// Without optimizer state a ZeRO-1 rank has nothing of its own to
+		// write either.
 		if rank == 0 {
 			return r.l.Save(dir)
 		}

@@ -231,6 +231,7 @@ func (f *FeedbackPolicy) learnerConfig(c Config) learner.Config {
 		l.LR = f.LR
 		l.MinLR = min(l.MinLR, f.LR)
 	}
+	l.RefModelDir = "" // the solver's reference; the feedback policy's is its initial weights
 	return l
 }
 

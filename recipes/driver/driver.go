@@ -67,6 +67,9 @@ type Metrics struct {
 	ApproxKL     float64 `json:"approx_kl"`
 	RefKL        float64 `json:"ref_kl"`
 	Entropy      float64 `json:"entropy"`
+	// KLPenalty is the mean per-token KL reward penalty (PPO with
+	// Learner.KLInReward) at RL steps.
+	KLPenalty *float64 `json:"kl_penalty,omitempty"`
 	// PPO's critic at RL steps: the value loss (mean over the step's
 	// optimizer steps), the fraction of value-clipped tokens, and the
 	// explained variance of the returns by the values before the step.
@@ -526,6 +529,9 @@ func (r *run) fill(m *Metrics, st learner.Stats) {
 	m.Tokens, m.Seqs = st.Tokens, st.Seqs
 	if m.Phase == "rl" && r.cfg.Learner.Algorithm == learner.PPO {
 		m.ValueLoss, m.ValueClipFrac, m.ExplainedVar = &st.ValueLoss, &st.ValueClipFrac, &st.ExplainedVar
+		if r.cfg.Learner.KLInReward {
+			m.KLPenalty = &st.KLPenalty
+		}
 	}
 }
 

@@ -54,6 +54,7 @@ func (e *learnerFailure) Unwrap() error { return e.err }
 // group of LearnerResources per rank (so on a cluster they spread over the
 // nodes that have room).
 func (r *run) placeLearners(ctx context.Context, id string, l learner.Config, resume string) (learners, error) {
+	r.warnNoOptimizer(id, resume)
 	args := learner.ActorConfig{Config: l, ResumeDir: resume}
 	if l.Shards <= 1 {
 		a := &learnerActor{node: r.node, policy: id, args: args, res: r.cfg.LearnerResources}
@@ -91,6 +92,20 @@ func (r *run) placeLearners(ctx context.Context, id string, l learner.Config, re
 		return nil, fmt.Errorf("join the %s learner's %d shards: %w", id, l.Shards, err)
 	}
 	return s, nil
+}
+
+// warnNoOptimizer warns when the checkpoint a policy's learner is about to
+// load was saved without optimizer state (checkpoint.optimizer false):
+// training goes on from its weights with AdamW's moments at zero, so a
+// resumed run does not reproduce the uninterrupted one. A checkpoint that
+// cannot be read is left to the learner's Load to report.
+func (r *run) warnNoOptimizer(policy, dir string) {
+	if dir == "" {
+		return
+	}
+	if omitted, err := learner.OptimizerOmitted(dir); err == nil && omitted {
+		r.log.Warn("checkpoint has no optimizer state (checkpoint.optimizer: false): AdamW's moments restart at zero", "policy", policy, "checkpoint", dir)
+	}
 }
 
 // learnerActor is one learner actor (package learner).
@@ -419,6 +434,7 @@ func (r *run) restartLearners(ctx context.Context, cause error) error {
 		if pdir != "" && p == r.feedback {
 			pdir = filepath.Join(dir, FeedbackDir)
 		}
+		r.warnNoOptimizer(p.id, pdir)
 		if err := p.learner.restart(ctx, pdir); err != nil {
 			return err
 		}
