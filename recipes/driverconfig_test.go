@@ -131,8 +131,6 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 		{"mlmt_math", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "models.feedback.value_head"},
 		{"mlmt_math", []string{"models.feedback.value_head=true"}, "models.feedback.value_head"},
 		{"quickstart", []string{"algorithm.schedule=cosine"}, "algorithm.schedule"},
-		{"quickstart", []string{"eval.samples=4", "eval.temperature=0.7"}, "eval.samples"},
-		{"quickstart", []string{"eval.temperature=0.7"}, "eval.temperature"},
 		{"quickstart", []string{"checkpoint.optimizer=false"}, "checkpoint.optimizer"},
 		{"quickstart", []string{`episode.templates.solver="{{.Problem}} {{.Attempt}}"`}, "episode.templates.solver"},
 	} {
