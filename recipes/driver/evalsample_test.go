@@ -450,3 +450,35 @@ func TestSampledEvalMultiTurn(t *testing.T) {
 		})
 	}
 }
+
+// A sampled evaluation on two rollout actors, the requests cut into
+// chunks of 3 spread over them, gives the in-process engine's figures:
+// the seeds travel with the requests, and nothing depends on which actor
+// or batch serves an answer.
+func TestSampledEvalOnRolloutActors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	train := writeJSONL(t, easyRows(96))
+	var evals [2][]string
+	for i, ro := range []*Rollout{nil, {Replicas: 2, ChunkSize: 3}} {
+		cfg := datasetRun(t.TempDir(), train)
+		cfg.WarmupSteps, cfg.EvalProblems, cfg.EvalEvery = 150, 16, 75
+		cfg.EvalSampling = EvalSampling{Samples: 4, Temperature: 1}
+		cfg.Rollout = ro
+		if _, err := Run(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range readMetrics(t, filepath.Join(cfg.Out, "metrics.jsonl")) {
+			if live, _ := m["rollout_live"].(float64); ro != nil && live != 2 {
+				t.Fatalf("step %v: rollout_live %v, want 2", m["step"], m["rollout_live"])
+			}
+			if _, ok := m["eval_pass_at_4"]; ok {
+				evals[i] = append(evals[i], fmt.Sprint(m["step"], m["eval_accuracy"], m["eval_pass_at_1"], m["eval_pass_at_4"], m["eval_maj_at_4"]))
+			}
+		}
+	}
+	t.Logf("step, mean, pass@1, pass@4, maj@4: %q", evals[0])
+	if len(evals[0]) != 3 || !slices.Equal(evals[0], evals[1]) {
+		t.Errorf("in-process %q\nrollout actors %q: want the same 3 evaluations", evals[0], evals[1])
+	}
+}
