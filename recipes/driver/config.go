@@ -111,8 +111,8 @@ type Config struct {
 
 	// EvalEvery k steps (warm-up and RL; and after warm-up, and at the
 	// last step), the
-	// greedy accuracy on EvalProblems distinct held-out problems is
-	// logged as eval_accuracy. 0 turns evaluation off.
+	// accuracy on EvalProblems distinct held-out problems (greedy, or
+	// per EvalSampling) is logged as eval_accuracy. 0 turns evaluation off.
 	EvalEvery, EvalProblems int
 	// EvalSampling samples evaluations (n seeded answers per problem at
 	// a temperature: mean accuracy, pass@k, maj@n; evalsample.go); the
