@@ -42,8 +42,8 @@ type Metrics struct {
 	// flat: eval_samples, eval_temperature, eval_pass_at_K, eval_maj_at_N
 	// (evalsample.go).
 	EvalSampled *SampledEval `json:"-"`
-	// Turn metrics of multi-turn episodes at evaluation steps (greedy, on
-	// the same held-out problems): see TurnEval.
+	// Turn metrics of multi-turn episodes at evaluation steps (on the
+	// same held-out problems): see TurnEval.
 	Turn1Accuracy       *float64 `json:"turn1_accuracy,omitempty"`
 	Turn2Accuracy       *float64 `json:"turn2_accuracy,omitempty"` // score
 	Turn3Accuracy       *float64 `json:"turn3_accuracy,omitempty"` // mlmt

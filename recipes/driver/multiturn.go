@@ -18,10 +18,11 @@ import (
 	"github.com/rlnode/rlnode/weightsync"
 )
 
-// TurnEval is the greedy evaluation of a multi-turn episode on held-out
+// TurnEval is the evaluation of a multi-turn episode on held-out
 // problems: accuracy of the first answer and of the final one (MLMT's
 // turn 3, SCoRe's turn 2), their difference, and how often a problem
-// flipped (fractions of all problems, as in the SCoRe paper).
+// flipped (fractions of all problems, as in the SCoRe paper; sampled:
+// of all episodes).
 type TurnEval struct {
 	Episode  string  `json:"episode"`
 	Problems int     `json:"problems"`
