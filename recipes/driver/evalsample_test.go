@@ -482,3 +482,31 @@ func TestSampledEvalOnRolloutActors(t *testing.T) {
 		t.Errorf("in-process %q\nrollout actors %q: want the same 3 evaluations", evals[0], evals[1])
 	}
 }
+
+// A sampled evaluation on (fake) vLLM servers: the evaluation requests go
+// through the client with their seeds, and the figures come out the same
+// in a second run (the fake answers by prompt, seed and weights; it cannot
+// learn, so this checks plumbing, not accuracy).
+func TestSampledEvalOnVLLM(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var evals [2][]string
+	for i := range evals {
+		cfg, a, b := vllmRun(t)
+		cfg.EvalSampling = EvalSampling{Samples: 4, Temperature: 1}
+		if _, err := Run(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if a.Generated() == 0 || b.Generated() == 0 {
+			t.Errorf("requests answered: %d and %d, want both > 0", a.Generated(), b.Generated())
+		}
+		for _, m := range readMetrics(t, filepath.Join(cfg.Out, "metrics.jsonl")) {
+			if _, ok := m["eval_accuracy"]; ok {
+				evals[i] = append(evals[i], fmt.Sprint(m["step"], m["eval_samples"], m["eval_accuracy"], m["eval_pass_at_1"], m["eval_pass_at_4"], m["eval_maj_at_4"]))
+			}
+		}
+	}
+	if len(evals[0]) != 3 || !slices.Equal(evals[0], evals[1]) || strings.Contains(evals[0][0], "nil") {
+		t.Errorf("evaluations %q and %q: want the same 3, with eval_samples, pass@1, pass@4 and maj@4", evals[0], evals[1])
+	}
+}
