@@ -135,12 +135,6 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 	}
 
 	// Evaluation and checkpoints.
-	if r.Eval.Samples != 1 {
-		no("eval.samples", "%d: more than one sample per problem is not supported yet", r.Eval.Samples)
-	}
-	if r.Eval.Temperature != 0 {
-		no("eval.temperature", "%v: sampled evaluation is not supported yet (greedy only)", r.Eval.Temperature)
-	}
 	for _, m := range r.Eval.Metrics {
 		// Validation allowed only the metrics of the episode type; the
 		// driver writes them all.
@@ -227,6 +221,9 @@ func (l *Loaded) DriverConfig(out string) (driver.Config, error) {
 		EvalEvery: r.Schedule.EvalEvery, EvalProblems: r.Eval.HeldOut,
 		CheckpointEvery: r.Schedule.CheckpointEvery,
 		EngineBatch:     r.Engines.Policy.MaxBatch,
+	}
+	if r.Eval.Temperature > 0 { // greedy is the driver's zero value (samples > 1 refused by validation)
+		cfg.EvalSampling = driver.EvalSampling{Samples: r.Eval.Samples, Temperature: r.Eval.Temperature, PassK: r.Eval.PassK}
 	}
 	if v := r.Data.Verifier; v != "math" { // math is the driver's ""
 		cfg.Verifier = v

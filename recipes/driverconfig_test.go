@@ -130,8 +130,6 @@ func TestDriverConfigRefusesUnsupported(t *testing.T) {
 		{"quickstart", []string{"algorithm.name=ppo", "models.policy.value_head=true", "algorithm.value_coef=0"}, "algorithm.value_coef"},
 		{"mlmt_math", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "models.feedback.value_head"},
 		{"mlmt_math", []string{"models.feedback.value_head=true"}, "models.feedback.value_head"},
-		{"quickstart", []string{"eval.samples=4", "eval.temperature=0.7"}, "eval.samples"},
-		{"quickstart", []string{"eval.temperature=0.7"}, "eval.temperature"},
 		{"quickstart", []string{`episode.templates.solver="{{.Problem}} {{.Attempt}}"`}, "episode.templates.solver"},
 	} {
 		name := c.recipe + " " + strings.Join(c.sets, " ")

@@ -416,10 +416,14 @@ type Eval struct {
 	// HeldOut is the number of held-out problems per evaluation; > 0.
 	// Default 100.
 	HeldOut int `yaml:"held_out"`
-	// Samples per problem (accuracy averages them). Default 1.
+	// Samples per problem (accuracy averages them: mean@n); > 1 needs
+	// Temperature > 0. Default 1.
 	Samples int `yaml:"samples"`
 	// Temperature of evaluation sampling; 0 is greedy. Default 0.
 	Temperature float64 `yaml:"temperature"`
+	// PassK are the k of pass@k written at sampled evaluations, ascending,
+	// each in 1..Samples. Default (with Temperature > 0): 1 and Samples.
+	PassK []int `yaml:"pass_k,omitempty"`
 	// Metrics are written to metrics.jsonl at evaluation steps: accuracy,
 	// reward_mean, response_length, and for mlmt and score episodes
 	// turn1_accuracy, turn3_accuracy (mlmt; score: the second turn),

@@ -445,7 +445,24 @@ func (r *Recipe) validate(isSet func(string) bool) []problem {
 	c.positive("eval.samples", r.Eval.Samples)
 	c.nonNegativeF("eval.temperature", r.Eval.Temperature)
 	if r.Eval.Samples > 1 && r.Eval.Temperature == 0 {
-		c.add("eval.samples", "%d samples at temperature 0 are all the same; set eval.temperature > 0 or samples: 1", r.Eval.Samples)
+		c.add("eval.samples", "%d samples at temperature 0 are all the same (eval.temperature 0 is greedy); set eval.temperature > 0 or eval.samples: 1", r.Eval.Samples)
+	}
+	if r.Eval.PassK != nil {
+		switch {
+		case r.Eval.Temperature == 0:
+			c.add("eval.pass_k", "pass@k needs sampled answers: eval.temperature is 0 (greedy)")
+		case len(r.Eval.PassK) == 0:
+			c.add("eval.pass_k", "empty: leave it out for the default (1 and eval.samples)")
+		}
+		for i, k := range r.Eval.PassK {
+			path := fmt.Sprintf("eval.pass_k.%d", i)
+			switch {
+			case k < 1 || k > r.Eval.Samples:
+				c.add(path, "%d: want 1..eval.samples (%d)", k, r.Eval.Samples)
+			case i > 0 && k <= r.Eval.PassK[i-1]:
+				c.add(path, "%d: want ascending values, each once (after %d)", k, r.Eval.PassK[i-1])
+			}
+		}
 	}
 	seenMetric := map[string]bool{}
 	for i, m := range r.Eval.Metrics {

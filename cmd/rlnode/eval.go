@@ -6,18 +6,24 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/recipes/driver"
 )
 
-// `rlnode eval` is greedy accuracy of a checkpoint on a recipe's held-out
-// problems with the native engine: single-turn, and for mlmt and score
-// episodes per turn (first and final answer, Δ, flip rates; for mlmt with
-// a feedback policy also the final turn with the static feedback text).
+// `rlnode eval` is the accuracy of a checkpoint on a recipe's held-out
+// problems with the native engine, greedy or sampled as the recipe's eval
+// section says (eval.samples answers at eval.temperature: mean accuracy,
+// pass@k, maj@n, with the seeds the run's evaluations use, so the figures
+// equal the run's): single-turn, and for mlmt and score episodes per turn
+// (first and final answer, Δ, flip rates; for mlmt with a feedback policy
+// also the final turn with the static feedback text).
 // An mlmt checkpoint keeps the solver in step-N/ and the feedback policy
 // in step-N/feedback/ (driver.FeedbackDir). A LoRA checkpoint (the frozen
 // base plus a PEFT adapter) is evaluated with the adapter merged into the
@@ -30,11 +36,16 @@ func init() { commands["eval"] = evalCommand }
 
 const evalUsage = `usage: rlnode eval --model DIR --recipe RECIPE [--set KEY.PATH=VALUE]... [--out FILE]
 
-Greedy accuracy of the model in DIR (a checkpoint: config.json, safetensors,
+Accuracy of the model in DIR (a checkpoint: config.json, safetensors,
 tokenizer.json, e.g. RUN/checkpoints/step-N; a LoRA run's checkpoint adds
 adapter_model.safetensors and adapter_config.json, merged into the base) on
 the recipe's held-out problems (eval.held_out of them), printed and written
-as JSON to FILE.
+as JSON to FILE. Greedy by default; with eval.temperature > 0 each problem
+gets eval.samples seeded answers (the seeds of the run's evaluations):
+accuracy is then the mean over all answers (mean@n), and pass@k (for each k
+of eval.pass_k; default 1 and n) and maj@n (majority vote over the final
+answers; math and gsm8k verifiers) are added, e.g.
+--set eval.samples=8 --set eval.temperature=1 --set eval.pass_k=[1,4,8].
 
 For mlmt and score recipes the episode is played greedily: accuracy of the
 first and of the final answer (mlmt turn 3, score turn 2), their difference
@@ -50,7 +61,10 @@ type evalResult struct {
 	Recipe   string  `json:"recipe"`
 	Problems int     `json:"problems"`
 	Correct  int     `json:"correct"`
-	Accuracy float64 `json:"accuracy"` // of the final answer
+	Accuracy float64 `json:"accuracy"` // of the final answer; sampled: mean@n
+	// Sampled is a sampled evaluation's samples, temperature, pass_at_K
+	// and maj_at_N (of the final answer); absent when greedy.
+	Sampled *driver.SampledEval `json:"sampled,omitempty"`
 	// Turns are the per-turn figures of mlmt and score episodes.
 	Turns *driver.TurnEval `json:"turns,omitempty"`
 }
@@ -113,13 +127,21 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 		if te.Episode == driver.EpisodeSCoRe {
 			final = "turn 2"
 		}
-		fmt.Fprintf(stderr, "turn 1 accuracy %.3f, %s accuracy %.3f (delta %+.3f; incorrect→correct %.3f, correct→incorrect %.3f) on %d held-out problems, greedy\n",
-			te.Turn1, final, te.Final, te.Delta, te.IncorrectToCorrect, te.CorrectToIncorrect, te.Problems)
+		fmt.Fprintf(stderr, "turn 1 accuracy %.3f, %s accuracy %.3f (delta %+.3f; incorrect→correct %.3f, correct→incorrect %.3f) on %d held-out problems, %s\n",
+			te.Turn1, final, te.Final, te.Delta, te.IncorrectToCorrect, te.CorrectToIncorrect, te.Problems, howSampled(te.Sampled))
+		if te.Sampled != nil {
+			fmt.Fprintf(stderr, "(turn accuracies and flip rates are over all %d episodes; pass@k and maj@n of the final answer)\n", te.Problems*te.Sampled.Samples)
+		}
 		if te.FinalStatic >= 0 {
 			fmt.Fprintf(stderr, "%s accuracy with the static feedback text instead of the feedback policy's: %.3f\n", final, te.FinalStatic)
 		}
 	}
-	fmt.Fprintf(stderr, "accuracy %.3f (%d/%d held-out problems, greedy)\n", res.Accuracy, res.Correct, res.Problems)
+	if s := res.Sampled; s != nil {
+		fmt.Fprintf(stderr, "accuracy %.3f (mean@%d: %d/%d answers correct on %d held-out problems, %s)\n", res.Accuracy, s.Samples, res.Correct, s.Samples*res.Problems, res.Problems, howSampled(s))
+		fmt.Fprintf(stderr, "%s\n", sampledFigures(s))
+	} else {
+		fmt.Fprintf(stderr, "accuracy %.3f (%d/%d held-out problems, greedy)\n", res.Accuracy, res.Correct, res.Problems)
+	}
 	_, _ = stdout.Write(js)
 	return 0
 }
@@ -133,7 +155,7 @@ func evaluate(ctx context.Context, dir string, cfg driver.Config) (evalResult, e
 	if err != nil {
 		return evalResult{}, err
 	}
-	return evalResult{Model: dir, Problems: se.Problems, Correct: se.Correct, Accuracy: se.Accuracy}, nil
+	return evalResult{Model: dir, Problems: se.Problems, Correct: se.Correct, Accuracy: se.Accuracy, Sampled: se.Sampled}, nil
 }
 
 // evaluateTurns plays the recipe's mlmt or score episode greedily on its
@@ -144,5 +166,30 @@ func evaluateTurns(ctx context.Context, dir string, cfg driver.Config) (evalResu
 	if err != nil {
 		return evalResult{}, err
 	}
-	return evalResult{Model: dir, Problems: te.Problems, Correct: int(math.Round(te.Final * float64(te.Problems))), Accuracy: te.Final, Turns: &te}, nil
+	answers := te.Problems
+	if te.Sampled != nil {
+		answers *= te.Sampled.Samples
+	}
+	return evalResult{Model: dir, Problems: te.Problems, Correct: int(math.Round(te.Final * float64(answers))), Accuracy: te.Final, Sampled: te.Sampled, Turns: &te}, nil
+}
+
+// howSampled says how an evaluation sampled.
+func howSampled(s *driver.SampledEval) string {
+	if s == nil {
+		return "greedy"
+	}
+	return fmt.Sprintf("%d samples each at temperature %g", s.Samples, s.Temperature)
+}
+
+// sampledFigures is a sampled evaluation's pass@k and maj@n on one line.
+func sampledFigures(s *driver.SampledEval) string {
+	ks := slices.Sorted(maps.Keys(s.PassAt))
+	parts := make([]string, 0, len(ks)+1)
+	for _, k := range ks {
+		parts = append(parts, fmt.Sprintf("pass@%d %.3f", k, s.PassAt[k]))
+	}
+	if s.Majority != nil {
+		parts = append(parts, fmt.Sprintf("maj@%d %.3f", s.Samples, *s.Majority))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -62,6 +62,22 @@ func TestEvalMLMTCheckpoint(t *testing.T) {
 		}
 	}
 
+	// Sampled: every turn over 4 episodes per problem, pass@k and maj@n
+	// of the final answer.
+	stdout, stderr, code = runRlnode(t, home, append([]string{"eval", "--model", ck, "--recipe", "mlmt_math", "--set", "eval.held_out=8"}, sampledEval...)...)
+	if code != 0 {
+		t.Fatalf("rlnode eval, sampled: exit %d\n%s%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"on 8 held-out problems, 4 samples each at temperature 1", "over all 32 episodes", "mean@4", "pass@4 ", "maj@4 "} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("rlnode eval's sampled report lacks %q:\n%s", want, stderr)
+		}
+	}
+	var sampled evalResult
+	if err := json.Unmarshal([]byte(stdout), &sampled); err != nil || sampled.Turns == nil || sampled.Turns.Sampled == nil || sampled.Sampled == nil {
+		t.Errorf("rlnode eval, sampled: JSON %v\n%s", err, stdout)
+	}
+
 	// The static baseline evaluates the same solver with the static text.
 	if _, stderr, code := runRlnode(t, home, "eval", "--model", ck, "--recipe", "mlmt_math_static", "--set", "eval.held_out=8"); code != 0 {
 		t.Errorf("rlnode eval --recipe mlmt_math_static: exit %d\n%s", code, stderr)

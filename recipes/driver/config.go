@@ -111,9 +111,13 @@ type Config struct {
 
 	// EvalEvery k steps (warm-up and RL; and after warm-up, and at the
 	// last step), the
-	// greedy accuracy on EvalProblems distinct held-out problems is
-	// logged as eval_accuracy. 0 turns evaluation off.
+	// accuracy on EvalProblems distinct held-out problems (greedy, or
+	// per EvalSampling) is logged as eval_accuracy. 0 turns evaluation off.
 	EvalEvery, EvalProblems int
+	// EvalSampling samples evaluations (n seeded answers per problem at
+	// a temperature: mean accuracy, pass@k, maj@n; evalsample.go); the
+	// zero value is greedy.
+	EvalSampling EvalSampling
 	// CheckpointEvery c RL steps (and at the last step) a checkpoint is
 	// written to Out/checkpoints/step-N/. 0 writes only the last.
 	CheckpointEvery int
@@ -341,6 +345,9 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("verifier", c.Verifier, "code problems come from a dataset (the task has math answers)")
 	case c.FeedbackRollout != nil && c.Feedback == nil:
 		return nil, fmt.Errorf("driver config: feedback_rollout: set, but the run has no feedback policy")
+	}
+	if err := c.EvalSampling.validate(); err != nil {
+		return nil, err
 	}
 	if c.VLLM != nil || c.FeedbackVLLM != nil {
 		if err := c.validateVLLM(); err != nil {

@@ -6,8 +6,8 @@
 // prompt, score them with the run's verifier (rollout/verify: math, gsm8k
 // or code; verify.go), train on the batch, push the new weights to the
 // engine (learner weights offered over the bulk path, then
-// native.Engine.SetWeights), evaluate greedy accuracy on held-out problems
-// every k steps, write metrics.jsonl and checkpoints under
+// native.Engine.SetWeights), evaluate accuracy on held-out problems
+// every k steps (greedy, or sampled: below), write metrics.jsonl and checkpoints under
 // Out/checkpoints/step-N/ (learner checkpoint, tokenizer.json,
 // driver_state.json). An SFT warm-up on generated problems with their
 // worked answers runs first, so rewards start above zero. Config is a plain
@@ -180,7 +180,8 @@
 //     incorrect_to_correct, correct_to_incorrect, and with a feedback
 //     policy turn3_accuracy_static (the same solver with the static text);
 //     eval_accuracy is the final turn's. EvaluateCheckpoint is the same
-//     evaluation from a checkpoint (rlnode eval).
+//     evaluation from a checkpoint (rlnode eval). Sampled evaluations play
+//     n episodes per problem (below).
 //   - Checkpoints: step-N/ is the solver, as in single-turn runs;
 //     step-N/feedback/ the feedback policy in the same layout. Resume
 //     restores both.
@@ -227,6 +228,27 @@
 // 0.435 (correct→incorrect 0.210 at the end); with 300 warm-up and 100
 // RL steps (127 s) 0.175 and 0.165 after the warm-up, 0.270 and 0.125 at
 // the end. One seed each.
+//
+// Sampled evaluation (Config.EvalSampling, the recipe's eval.samples,
+// eval.temperature and eval.pass_k; evalsample.go): n answers per held-out
+// problem at temperature T > 0, each its own request with a seed hashed
+// from (Seed, problem ID, answer index, turn), so the figures do not depend
+// on the engine (in-process, rollout actors, vLLM), the batching or the
+// actor that serves an answer, and every evaluation of a run (and rlnode
+// eval of its checkpoints) uses the same seeds. eval_accuracy is mean@n
+// (the mean reward over all answers); metrics.jsonl adds eval_samples,
+// eval_temperature, eval_pass_at_K per k (the unbiased estimator of Chen et
+// al. 2021; default k = 1 and n) and eval_maj_at_N (majority vote over the
+// answers the math or gsm8k verifier extracts, classes by
+// verify.Equivalent, ties to the first seen; none with code). Multi-turn:
+// turn accuracies and flip rates over all n episodes per problem, pass@k
+// and maj@n of the final turn; the static-feedback comparison reuses the
+// final turn's seeds. Greedy evaluations (the default) send and write
+// exactly what they did before. Tested: the estimator on hand-worked
+// numbers, two runs with one seed, the checkpoint evaluated again, served
+// in chunks out of order, and on two rollout actors, all with equal
+// figures; seeds that collide across answers, or no seeds, fail those
+// tests.
 //
 // Sharded learner (Learner.Shards > 1, the recipe's
 // placement.learner_shards): each trained policy's learner (MLMT: the

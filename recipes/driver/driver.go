@@ -34,11 +34,16 @@ type Metrics struct {
 	// RewardMean is the mean verifier reward of the step's samples; null
 	// on warm-up steps, which sample nothing.
 	RewardMean *float64 `json:"reward_mean"`
-	// EvalAccuracy is the greedy accuracy on held-out problems, at
-	// evaluation steps only; for multi-turn episodes, of the final turn.
+	// EvalAccuracy is the accuracy on held-out problems, at evaluation
+	// steps only: greedy, or the mean over Config.EvalSampling's samples
+	// (mean@n); for multi-turn episodes, of the final turn.
 	EvalAccuracy *float64 `json:"eval_accuracy,omitempty"`
-	// Turn metrics of multi-turn episodes at evaluation steps (greedy, on
-	// the same held-out problems): see TurnEval.
+	// EvalSampled is a sampled evaluation's pass@k and maj@n, written
+	// flat: eval_samples, eval_temperature, eval_pass_at_K, eval_maj_at_N
+	// (evalsample.go).
+	EvalSampled *SampledEval `json:"-"`
+	// Turn metrics of multi-turn episodes at evaluation steps (on the
+	// same held-out problems): see TurnEval.
 	Turn1Accuracy       *float64 `json:"turn1_accuracy,omitempty"`
 	Turn2Accuracy       *float64 `json:"turn2_accuracy,omitempty"` // score
 	Turn3Accuracy       *float64 `json:"turn3_accuracy,omitempty"` // mlmt
@@ -564,11 +569,11 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 			te.fill(m)
 			r.res.FinalTurns = te
 		} else {
-			acc, err := r.evaluate(ctx)
+			se, err := r.evaluate(ctx)
 			if err != nil {
 				return err
 			}
-			m.EvalAccuracy = &acc
+			m.EvalAccuracy, m.EvalSampled = &se.Accuracy, se.Sampled
 		}
 		m.EvalSeconds = time.Since(t0).Seconds()
 		r.res.FinalEval = *m.EvalAccuracy
@@ -594,48 +599,6 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 		r.cfg.Progress(*m)
 	}
 	return nil
-}
-
-// evaluate is greedy accuracy on the held-out problems.
-func (r *run) evaluate(ctx context.Context) (float64, error) {
-	rewards, err := r.evalRewards(ctx)
-	if err != nil {
-		return 0, err
-	}
-	var sum float64
-	for _, x := range rewards {
-		sum += x
-	}
-	return sum / float64(len(r.eval)), nil
-}
-
-// evalRewards generates greedily for the held-out problems and verifies
-// the answers: one reward per problem.
-func (r *run) evalRewards(ctx context.Context) ([]float64, error) {
-	reqs := make([]engine.Request, len(r.eval))
-	for i, p := range r.eval {
-		reqs[i] = engine.Request{ID: "eval-" + p.ID, Prompt: r.prompt(p), Params: engine.SamplingParams{N: 1, MaxTokens: r.cfg.MaxTokens}}
-	}
-	res, err := r.solver.eng.Generate(ctx, reqs)
-	if err != nil {
-		return nil, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
-	}
-	if len(res) != len(reqs) {
-		return nil, fmt.Errorf("driver: evaluate at step %d: engine returned %d results for %d requests", r.step, len(res), len(reqs))
-	}
-	jobs := make([]verifyJob, len(r.eval))
-	for i, p := range r.eval {
-		jobs[i] = verifyJob{res[i].Samples[0].Text, r.src.reference(p)}
-	}
-	vs, err := r.verify(ctx, jobs)
-	if err != nil {
-		return nil, err
-	}
-	rewards := make([]float64, len(vs))
-	for i, v := range vs {
-		rewards[i] = v.Reward
-	}
-	return rewards, nil
 }
 
 // reinforce is the RL loop: sample prompts, generate GroupSize samples

@@ -8,17 +8,20 @@ import (
 	"github.com/rlnode/rlnode/weightsync"
 )
 
-// SingleEval is a single-turn checkpoint's greedy evaluation.
+// SingleEval is a single-turn evaluation on held-out problems.
 type SingleEval struct {
 	// Accuracy is the mean reward over Problems held-out problems (the
-	// driver's eval_accuracy); Correct counts those with reward 1.
+	// driver's eval_accuracy; sampled: over all their answers, mean@n);
+	// Correct counts the answers with reward 1.
 	Accuracy          float64
 	Correct, Problems int
+	// Sampled is a sampled evaluation's pass@k and maj@n (nil: greedy).
+	Sampled *SampledEval
 }
 
 // EvaluateSingleCheckpoint evaluates the checkpoint in dir as the driver
-// evaluates a single-turn run of cfg: greedy, on the same held-out
-// problems (the task's, or the dataset's eval file or held-out rows),
+// evaluates a single-turn run of cfg: greedy or sampled per
+// cfg.EvalSampling (the same seeds), on the same held-out problems (the task's, or the dataset's eval file or held-out rows),
 // scored by cfg's verifier (math, gsm8k, or code in the sandbox).
 func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (SingleEval, error) {
 	if cfg.multiTurn() {
@@ -56,17 +59,9 @@ func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (Sing
 	defer eng.Close()
 	r := &run{cfg: cfg, tpl: tpl, src: src, verifier: v, eval: probs,
 		solver: &policy{eng: &policyEngine{Engine: eng, tok: eng.Tokenizer()}, tok: eng.Tokenizer()}}
-	rewards, err := r.evalRewards(ctx)
+	out, err := r.evaluate(ctx)
 	if err != nil {
 		return SingleEval{}, fmt.Errorf("driver: evaluate %s: %w", dir, err)
 	}
-	out := SingleEval{Problems: len(probs)}
-	for _, x := range rewards {
-		out.Accuracy += x
-		if x == 1 {
-			out.Correct++
-		}
-	}
-	out.Accuracy /= float64(len(probs))
 	return out, nil
 }

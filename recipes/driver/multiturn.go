@@ -18,10 +18,11 @@ import (
 	"github.com/rlnode/rlnode/weightsync"
 )
 
-// TurnEval is the greedy evaluation of a multi-turn episode on held-out
+// TurnEval is the evaluation of a multi-turn episode on held-out
 // problems: accuracy of the first answer and of the final one (MLMT's
 // turn 3, SCoRe's turn 2), their difference, and how often a problem
-// flipped (fractions of all problems, as in the SCoRe paper).
+// flipped (fractions of all problems, as in the SCoRe paper; sampled:
+// of all episodes).
 type TurnEval struct {
 	Episode  string  `json:"episode"`
 	Problems int     `json:"problems"`
@@ -34,6 +35,10 @@ type TurnEval struct {
 	Delta              float64 `json:"delta"`
 	IncorrectToCorrect float64 `json:"incorrect_to_correct"`
 	CorrectToIncorrect float64 `json:"correct_to_incorrect"`
+	// Sampled is a sampled evaluation's pass@k and maj@n of the final
+	// turn (nil: greedy). The figures above are then means over all
+	// Problems × Samples episodes (evalsample.go).
+	Sampled *SampledEval `json:"sampled,omitempty"`
 }
 
 func (te TurnEval) fill(m *Metrics) {
@@ -49,13 +54,15 @@ func (te TurnEval) fill(m *Metrics) {
 		m.Turn3AccuracyStatic = v(te.FinalStatic)
 	}
 	m.Delta, m.IncorrectToCorrect, m.CorrectToIncorrect = v(te.Delta), v(te.IncorrectToCorrect), v(te.CorrectToIncorrect)
+	m.EvalSampled = te.Sampled
 }
 
 // sampling is how one turn samples.
 type sampling struct {
 	n, maxTokens int
 	temp, topP   float64
-	seed         *int64 // request i gets *seed + i
+	seed         *int64  // request i gets *seed + i
+	seeds        []int64 // request i gets seeds[i] (evaluation; over seed)
 }
 
 // rollouts are multi-turn episodes in progress: n per problem, flat index
@@ -109,7 +116,9 @@ func generateTexts(ctx context.Context, eng engine.Engine, tok *tokenizer.Tokeni
 	reqs := make([]engine.Request, len(prompts))
 	for i, p := range prompts {
 		params := engine.SamplingParams{N: sp.n, MaxTokens: sp.maxTokens, Temperature: sp.temp, TopP: sp.topP}
-		if sp.seed != nil {
+		if sp.seeds != nil {
+			params.Seed = &sp.seeds[i]
+		} else if sp.seed != nil {
 			s := *sp.seed + int64(i)
 			params.Seed = &s
 		}
@@ -228,25 +237,27 @@ func (x *rollouts) finalTurn(ctx context.Context, cfg *Config, solver *policyEng
 	return err
 }
 
-// evalTurns is the greedy multi-turn evaluation on probs (from src),
-// scored by score.
+// evalTurns is the multi-turn evaluation on probs (from src), scored by
+// score: greedy, or cfg.EvalSampling's episodes per problem, each turn of
+// each episode with its own seed (evalsample.go).
 func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *policyEngine, src problemSource, probs []task.Problem, score scorer) (TurnEval, error) {
-	greedy := sampling{maxTokens: cfg.MaxTokens}
-	x := newRollouts(probs, 1, src)
-	if err := x.firstTurn(ctx, solver, tpl, greedy, score); err != nil {
+	eps := evalEpisodes(probs, cfg.EvalSampling.samples())
+	x := newRollouts(eps, 1, src)
+	if err := x.firstTurn(ctx, solver, tpl, cfg.evalTurnSampling(eps, 1), score); err != nil {
 		return TurnEval{}, err
 	}
 	if cfg.Episode == EpisodeMLMT {
-		if err := x.feedbackTurn(ctx, fb, tpl, greedy); err != nil {
+		if err := x.feedbackTurn(ctx, fb, tpl, cfg.evalTurnSampling(eps, 2)); err != nil {
 			return TurnEval{}, err
 		}
 	}
-	if err := x.finalTurn(ctx, &cfg, solver, tpl, greedy, score); err != nil {
+	final := cfg.evalTurnSampling(eps, 3)
+	if err := x.finalTurn(ctx, &cfg, solver, tpl, final, score); err != nil {
 		return TurnEval{}, err
 	}
-	n := float64(len(probs))
+	n := float64(len(eps))
 	te := TurnEval{Episode: cfg.Episode, Problems: len(probs), FinalStatic: -1}
-	for j := range probs {
+	for j := range eps {
 		te.Turn1 += x.r1[j] / n
 		te.Final += x.r2[j] / n
 		switch {
@@ -257,11 +268,20 @@ func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *polic
 		}
 	}
 	te.Delta = te.Final - te.Turn1
+	if cfg.EvalSampling.sampled() {
+		texts := make([]string, len(x.final))
+		for j, rr := range x.final {
+			texts[j] = rr.Samples[0].Text
+		}
+		te.Sampled = sampledEval(cfg, x.r2, texts)
+	}
 	if cfg.Episode == EpisodeMLMT && fb != nil && tpl.staticFeedback != nil {
-		if err := x.feedbackTurn(ctx, nil, tpl, greedy); err != nil {
+		if err := x.feedbackTurn(ctx, nil, tpl, final); err != nil {
 			return TurnEval{}, err
 		}
-		if err := x.finalTurn(ctx, &cfg, solver, tpl, greedy, score); err != nil {
+		// The same seeds as with the policy's feedback: the comparison
+		// differs in the feedback text only.
+		if err := x.finalTurn(ctx, &cfg, solver, tpl, final, score); err != nil {
 			return TurnEval{}, err
 		}
 		te.FinalStatic = 0

@@ -1,0 +1,40 @@
+package recipes
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/rlnode/rlnode/recipes/driver"
+)
+
+// eval.samples, eval.temperature and eval.pass_k map onto the driver's
+// EvalSampling (sampled evaluation runs: the refusal is gone); a greedy
+// recipe leaves it zero, the driver's greedy evaluation.
+func TestDriverConfigSampledEval(t *testing.T) {
+	for _, c := range []struct {
+		recipe string
+		sets   []string
+		want   driver.EvalSampling
+	}{
+		{"quickstart", nil, driver.EvalSampling{}},
+		{"quickstart", []string{"eval.samples=8", "eval.temperature=0.7"}, driver.EvalSampling{Samples: 8, Temperature: 0.7}},
+		{"quickstart", []string{"eval.samples=8", "eval.temperature=1", "eval.pass_k=[1, 4, 8]"}, driver.EvalSampling{Samples: 8, Temperature: 1, PassK: []int{1, 4, 8}}},
+		{"quickstart", []string{"eval.temperature=0.5"}, driver.EvalSampling{Samples: 1, Temperature: 0.5}},
+		{"mlmt_math", []string{"eval.samples=4", "eval.temperature=1", "eval.pass_k=[2]"}, driver.EvalSampling{Samples: 4, Temperature: 1, PassK: []int{2}}},
+		{"score_math", []string{"eval.samples=2", "eval.temperature=0.8"}, driver.EvalSampling{Samples: 2, Temperature: 0.8}},
+	} {
+		l, err := Load(c.recipe, c.sets)
+		if err != nil {
+			t.Errorf("%s %v: load: %v", c.recipe, c.sets, err)
+			continue
+		}
+		cfg, err := l.DriverConfig(t.TempDir())
+		if err != nil {
+			t.Errorf("%s %v: %v", c.recipe, c.sets, err)
+			continue
+		}
+		if !reflect.DeepEqual(cfg.EvalSampling, c.want) {
+			t.Errorf("%s %v: EvalSampling %+v, want %+v", c.recipe, c.sets, cfg.EvalSampling, c.want)
+		}
+	}
+}
