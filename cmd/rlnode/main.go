@@ -13,7 +13,7 @@ func usage() string {
 commands:
   run      run a recipe (built-in name or file): rlnode run quickstart
   plot     redraw a run's curves.png from its metrics.jsonl
-  eval     greedy accuracy of a checkpoint on a recipe's held-out problems
+  eval     accuracy of a checkpoint on a recipe's held-out problems (greedy, or mean@n, pass@k)
   start    start the first node of a cluster (foreground)
   join     join a cluster: rlnode join HOST:PORT --key-file PATH
   status   show the cluster's nodes and actors

@@ -427,7 +427,7 @@ func (r *runMetrics) write(w io.Writer) {
 		metric("rlnode_reward_mean", "gauge", "Mean verifier reward of the last RL step's samples.", *r.reward)
 	}
 	if r.eval != nil {
-		metric("rlnode_eval_accuracy", "gauge", "Greedy accuracy on held-out problems at the last evaluation.", *r.eval)
+		metric("rlnode_eval_accuracy", "gauge", "Held-out accuracy at the last evaluation (greedy, or mean@n with eval.samples).", *r.eval)
 	}
 	if m := r.last; m != nil {
 		if s := m.GenSeconds + m.TrainSeconds; s > 0 {

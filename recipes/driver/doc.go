@@ -297,7 +297,8 @@
 // verifier's reward on the last response token, runs GAE over the
 // response with the critic's values from a pre-pass, whitens the
 // advantages over the batch, and trains the clipped policy and value
-// losses together; a KL term (Loss.KLCoef) is a loss term. Epochs ×
+// losses together; a KL term (Loss.KLCoef) is a loss term, or with
+// Learner.KLInReward a per-token reward penalty before GAE. Epochs ×
 // MiniBatches optimizer steps make one run step: metrics.jsonl's step,
 // the weight versions and checkpoints count run steps (Train calls).
 // Checkpoints carry the value head; engines load them and ignore it, and
@@ -335,8 +336,7 @@
 // rollout actor; a PEFT directory loaded in place by vLLM servers);
 // checkpoints are base + PEFT adapter, served merged by evaluation.
 //
-// Not done yet: the KL as a reward
-// penalty (only the loss term); vLLM runs no rollout actors (the servers
+// Not done yet: vLLM runs no rollout actors (the servers
 // are the replicas), and asynchronous runs on it are single-turn; a lost
 // rollout actor's replacement keeps the resources of a spread group's
 // bundle but not the spread; a learner restart replaces all rollout actors rather than
