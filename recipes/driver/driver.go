@@ -619,50 +619,16 @@ func (r *run) reinforce(ctx context.Context) error {
 	// one trains (pipelineAhead); synchronous ones generate each batch on
 	// the newest weights.
 	async := cfg.MaxStaleness > 0
-	gctx, cancel := context.WithCancel(ctx)
-	var ahead []*rlBatch // drawn, not trained yet: steps r.step+1, r.step+2, ...
-	defer func() {
-		cancel()
-		for _, b := range ahead {
-			<-b.done
-		}
-	}()
+	pipe := newPipeline(ctx, r, r.startBatch)
+	defer pipe.close()
 	for k := first; k <= cfg.Steps; k++ {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
 		t0 := time.Now()
-		if len(ahead) == 0 {
-			b, err := r.startBatch(gctx, int64(r.step), nil)
-			if err != nil {
-				return err
-			}
-			ahead = append(ahead, b)
-		}
-		batch := ahead[0]
-		select {
-		case <-batch.done:
-		case <-ctx.Done():
-			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, ctx.Err())
-		}
-		ahead = ahead[1:]
-		r.prefetched -= len(batch.probs)
-		if batch.err != nil {
-			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, batch.err)
-		}
-		// On-policy for the batch j steps ahead is the version j − 1
-		// steps after this one's training; the pool lets it run up to k
-		// versions older, so it may start on today's weights for j ≤ k.
-		for j := len(ahead) + 1; async && j <= pipelineAhead(cfg.MaxStaleness, k, cfg.Steps); j++ {
-			after := batch.done
-			if len(ahead) > 0 {
-				after = ahead[len(ahead)-1].done
-			}
-			b, err := r.startBatch(gctx, int64(r.step+j), after)
-			if err != nil {
-				return err
-			}
-			ahead = append(ahead, b)
+		batch, err := pipe.next(ctx, k)
+		if err != nil {
+			return err
 		}
 		probs, res := batch.probs, batch.res
 		gen := batch.genSeconds
@@ -672,9 +638,6 @@ func (r *run) reinforce(ctx context.Context) error {
 		lag, err := r.checkLag(batch.onPolicy, lowestVersion(res))
 		if err != nil {
 			return err
-		}
-		if async && pipelineHook != nil {
-			pipelineHook(ctx, batchesDone(ahead))
 		}
 		b := learner.Batch{PolicyID: "solver"}
 		var respLen float64

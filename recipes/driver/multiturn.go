@@ -443,50 +443,16 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 	// while this one trains (multiturn_batch.go); synchronous ones play
 	// each step's on the newest weights.
 	async := cfg.MaxStaleness > 0
-	gctx, cancel := context.WithCancel(ctx)
-	var ahead []*episodeBatch // drawn, not trained yet: steps r.step+1, r.step+2, ...
-	defer func() {
-		cancel()
-		for _, b := range ahead {
-			<-b.done
-		}
-	}()
+	pipe := newPipeline(ctx, r, r.startEpisodes)
+	defer pipe.close()
 	for k := first; k <= cfg.Steps; k++ {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
 		t0 := time.Now()
-		if len(ahead) == 0 {
-			b, err := r.startEpisodes(gctx, int64(r.step), nil)
-			if err != nil {
-				return err
-			}
-			ahead = append(ahead, b)
-		}
-		batch := ahead[0]
-		select {
-		case <-batch.done:
-		case <-ctx.Done():
-			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, ctx.Err())
-		}
-		ahead = ahead[1:]
-		r.prefetched -= len(batch.x.probs)
-		if batch.err != nil {
-			return fmt.Errorf("driver: generate for step %d: %w", r.step+1, batch.err)
-		}
-		// As single-turn (reinforce): the batch j steps ahead may start on
-		// today's weights for j ≤ k; its episodes play once the batch
-		// before it has played.
-		for j := len(ahead) + 1; async && j <= pipelineAhead(cfg.MaxStaleness, k, cfg.Steps); j++ {
-			after := batch.done
-			if len(ahead) > 0 {
-				after = ahead[len(ahead)-1].done
-			}
-			b, err := r.startEpisodes(gctx, int64(r.step+j), after)
-			if err != nil {
-				return err
-			}
-			ahead = append(ahead, b)
+		batch, err := pipe.next(ctx, k)
+		if err != nil {
+			return err
 		}
 		x, probs := batch.x, batch.x.probs
 		gen := batch.genSeconds
@@ -496,9 +462,6 @@ func (r *run) reinforceMultiTurn(ctx context.Context, first int) error {
 		lag, err := r.checkLag(batch.onPolicy, batch.lowestVersion())
 		if err != nil {
 			return err
-		}
-		if async && pipelineHook != nil {
-			pipelineHook(ctx, batchesDone(ahead))
 		}
 
 		var sb, fbb learner.Batch

@@ -102,3 +102,5 @@ func (r *run) startEpisodes(ctx context.Context, onPolicy int64, after <-chan st
 }
 
 func (b *episodeBatch) ready() <-chan struct{} { return b.done }
+func (b *episodeBatch) failed() error          { return b.err }
+func (b *episodeBatch) problems() int          { return len(b.x.probs) }

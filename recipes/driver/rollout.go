@@ -355,12 +355,89 @@ func (r *run) checkLag(onPolicy, lowest int64) (int64, error) {
 // trains, with the done channels of the batches drawn ahead of it.
 var pipelineHook func(ctx context.Context, ahead []<-chan struct{})
 
-func batchesDone[B interface{ ready() <-chan struct{} }](bs []B) []<-chan struct{} {
-	out := make([]<-chan struct{}, len(bs))
-	for i, b := range bs {
-		out[i] = b.ready()
-	}
-	return out
+// pendingBatch is an RL step's batch generating in the background: an
+// rlBatch (single-turn) or an episodeBatch (multi-turn).
+type pendingBatch interface {
+	ready() <-chan struct{} // closed once generated (or failed)
+	failed() error
+	problems() int // problems drawn for it (they count in run.prefetched)
 }
 
 func (b *rlBatch) ready() <-chan struct{} { return b.done }
+func (b *rlBatch) failed() error          { return b.err }
+func (b *rlBatch) problems() int          { return len(b.probs) }
+
+// pipeline holds the batches drawn and not trained yet, steps r.step+1,
+// r.step+2, ...: the next step's alone in a synchronous run, up to
+// MaxStaleness more in an asynchronous one. start draws a batch for the
+// given on-policy version and generates it once after is closed.
+type pipeline[B pendingBatch] struct {
+	r      *run
+	gctx   context.Context // generation's: cancelled by close
+	cancel context.CancelFunc
+	ahead  []B
+	start  func(ctx context.Context, onPolicy int64, after <-chan struct{}) (B, error)
+}
+
+func newPipeline[B pendingBatch](ctx context.Context, r *run, start func(context.Context, int64, <-chan struct{}) (B, error)) *pipeline[B] {
+	gctx, cancel := context.WithCancel(ctx)
+	return &pipeline[B]{r: r, gctx: gctx, cancel: cancel, start: start}
+}
+
+// close cancels the batches still ahead and waits for them to end.
+func (p *pipeline[B]) close() {
+	p.cancel()
+	for _, b := range p.ahead {
+		<-b.ready()
+	}
+}
+
+// next returns RL step k's batch, generated (started now when none was
+// drawn ahead), and in an asynchronous run first draws and starts the
+// batches of the steps after it, each generating once the one before it
+// has.
+func (p *pipeline[B]) next(ctx context.Context, k int) (B, error) {
+	r, cfg := p.r, p.r.cfg
+	var none B
+	if len(p.ahead) == 0 {
+		b, err := p.start(p.gctx, int64(r.step), nil)
+		if err != nil {
+			return none, err
+		}
+		p.ahead = append(p.ahead, b)
+	}
+	batch := p.ahead[0]
+	select {
+	case <-batch.ready():
+	case <-ctx.Done():
+		return none, fmt.Errorf("driver: generate for step %d: %w", r.step+1, ctx.Err())
+	}
+	p.ahead = p.ahead[1:]
+	r.prefetched -= batch.problems()
+	if err := batch.failed(); err != nil {
+		return none, fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
+	}
+	// On-policy for the batch j steps ahead is the version j − 1 steps
+	// after this one's training; the pools let it run up to k versions
+	// older, so it may start on today's weights for j ≤ k.
+	async := cfg.MaxStaleness > 0
+	for j := len(p.ahead) + 1; async && j <= pipelineAhead(cfg.MaxStaleness, k, cfg.Steps); j++ {
+		after := batch.ready()
+		if len(p.ahead) > 0 {
+			after = p.ahead[len(p.ahead)-1].ready()
+		}
+		b, err := p.start(p.gctx, int64(r.step+j), after)
+		if err != nil {
+			return none, err
+		}
+		p.ahead = append(p.ahead, b)
+	}
+	if async && pipelineHook != nil {
+		done := make([]<-chan struct{}, len(p.ahead))
+		for i, b := range p.ahead {
+			done[i] = b.ready()
+		}
+		pipelineHook(ctx, done)
+	}
+	return batch, nil
+}
