@@ -98,17 +98,7 @@ func TestMultiTurnAsync(t *testing.T) {
 			if want := []int{cfg.WarmupSteps + 3, cfg.WarmupSteps + 4, cfg.WarmupSteps + 5}; !slices.Equal(steps, want) {
 				t.Errorf("the resumed run logged steps %v, want %v", steps, want)
 			}
-			a, err := readDriverState(filepath.Join(full, "checkpoints", fmt.Sprintf("step-%d", total)), cfg.Seed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := readDriverState(filepath.Join(resumed, "checkpoints", fmt.Sprintf("step-%d", total)), cfg.Seed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if a.TrainCursor != b.TrainCursor {
-				t.Errorf("final train_cursor: uninterrupted %d, resumed %d", a.TrainCursor, b.TrainCursor)
-			}
+			sameFinalCursor(t, full, resumed, total, cfg.Seed)
 		})
 	}
 }

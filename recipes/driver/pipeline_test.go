@@ -128,17 +128,7 @@ func TestAsyncPipelineDeep(t *testing.T) {
 			if lags, want := rlLags(t, resumed), want[:len(steps)]; !slices.Equal(lags, want) {
 				t.Errorf("resumed: weight_lag per RL step %v, want %v", lags, want)
 			}
-			a, err := readDriverState(filepath.Join(full, "checkpoints", fmt.Sprintf("step-%d", total)), cfg.Seed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := readDriverState(filepath.Join(resumed, "checkpoints", fmt.Sprintf("step-%d", total)), cfg.Seed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if a.TrainCursor != b.TrainCursor {
-				t.Errorf("final train_cursor: uninterrupted %d, resumed %d", a.TrainCursor, b.TrainCursor)
-			}
+			sameFinalCursor(t, full, resumed, total, cfg.Seed)
 		})
 	}
 }
@@ -185,5 +175,22 @@ func TestAsyncPipelineDeepVLLM(t *testing.T) {
 				t.Errorf("%s: reload %d is version %s, want %d", s.URL(), i, r.Version, i)
 			}
 		}
+	}
+}
+
+// sameFinalCursor: a resumed run's last checkpoint (step-total) has the
+// uninterrupted run's data cursor.
+func sameFinalCursor(t *testing.T, full, resumed string, total int, seed uint64) {
+	t.Helper()
+	a, err := readDriverState(filepath.Join(full, "checkpoints", fmt.Sprintf("step-%d", total)), seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := readDriverState(filepath.Join(resumed, "checkpoints", fmt.Sprintf("step-%d", total)), seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.TrainCursor != b.TrainCursor {
+		t.Errorf("final train_cursor: uninterrupted %d, resumed %d", a.TrainCursor, b.TrainCursor)
 	}
 }
