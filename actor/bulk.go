@@ -20,7 +20,15 @@ import (
 // gradients, trajectory batches, and message bodies over InlineLimit): the
 // owner offers the bytes under an unguessable id, and readers pull them
 // over a TCP (or TLS) stream in chunks. Pulling lets N engines fetch one
-// offer without the owner pushing N copies through its mailbox.
+// offer without the owner pushing N copies through its mailbox. A sender
+// that knows its one reader (a learner rank's ring neighbour) can instead
+// push the bytes to a receiver the reader registered (HandlePush): one
+// stream write per payload, no announcement and no round trip to ask.
+//
+// Connections are kept per peer address and reused (a few idle ones, for
+// bulkIdle), so a payload costs no dial or TLS handshake once a pair of
+// nodes has talked; every request still names its sender and is refused
+// for a non-member.
 
 const (
 	bulkMagic        = "RLB1"
@@ -31,6 +39,17 @@ const (
 	bulkStatusAbsent = 1
 	bulkStatusDenied = 2
 	bulkStatusRange  = 3
+	bulkStatusFailed = 4
+
+	bulkHelloMagic = "RLBH"
+	bulkPushMagic  = "RLBP"
+	// bulkIdle is how long a client keeps an idle connection for reuse;
+	// servers close theirs after bulkServerIdle, which is longer so that a
+	// client seldom picks a connection the server is closing.
+	bulkIdle        = 15 * time.Second
+	bulkServerIdle  = time.Minute
+	bulkPoolPerPeer = 8
+	bulkMaxPushHdr  = 64 << 10
 )
 
 // ErrBulkAbsent means the offer expired, was fully read, or never existed.
@@ -51,9 +70,27 @@ type Bulk struct {
 	srv  *tls.Config
 	cli  *tls.Config
 
-	mu     sync.Mutex
-	offers map[string]*offer
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	offers   map[string]*offer
+	handlers map[string]PushHandler
+	idle     map[string][]*bulkConn // by peer address, most recently used last
+	conns    map[net.Conn]struct{}  // the server's open connections
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// PushHandler receives one pushed payload: hdr as the sender gave it, and
+// the n payload bytes to read from r. It runs on the connection's
+// goroutine, so it should file the bytes and return, not wait for other
+// pushes. Bytes it leaves unread are discarded; an error fails the push
+// at the sender.
+type PushHandler func(hdr []byte, n int64, r io.Reader) error
+
+// bulkConn is a client connection to one peer's bulk server.
+type bulkConn struct {
+	net.Conn
+	hello bool // the server accepted this node's hello (needed to push)
+	used  time.Time
 }
 
 type offer struct {
@@ -63,7 +100,8 @@ type offer struct {
 }
 
 func startBulk(s *System, host, advertise string) (*Bulk, error) {
-	b := &Bulk{sys: s, offers: map[string]*offer{}}
+	b := &Bulk{sys: s, offers: map[string]*offer{}, handlers: map[string]PushHandler{},
+		idle: map[string][]*bulkConn{}, conns: map[net.Conn]struct{}{}}
 	if s.cfg.TLS != nil {
 		var err error
 		if b.srv, b.cli, err = s.cfg.TLS.load(); err != nil {
@@ -116,12 +154,44 @@ func (b *Bulk) Release(ref BulkRef) {
 	}
 }
 
+// HandlePush registers h for payloads pushed to name on this node, until
+// the returned function is called.
+func (b *Bulk) HandlePush(name string, h PushHandler) (unregister func(), err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, dup := b.handlers[name]; dup {
+		return nil, fmt.Errorf("bulk path: a push receiver %q is already registered", name)
+	}
+	if len(name) == 0 || len(name) > 0xffff {
+		return nil, fmt.Errorf("bulk path: push receiver name of %d bytes", len(name))
+	}
+	b.handlers[name] = h
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			delete(b.handlers, name)
+			b.mu.Unlock()
+		})
+	}, nil
+}
+
 func (b *Bulk) close() {
 	b.lis.Close()
 	b.mu.Lock()
+	b.closed = true
 	for id, o := range b.offers {
 		o.timer.Stop()
 		delete(b.offers, id)
+	}
+	for c := range b.conns {
+		c.Close()
+	}
+	for addr, cs := range b.idle {
+		for _, c := range cs {
+			c.Close()
+		}
+		delete(b.idle, addr)
 	}
 	b.mu.Unlock()
 	b.wg.Wait()
@@ -134,62 +204,220 @@ func (b *Bulk) serve() {
 		if err != nil {
 			return
 		}
-		go b.handle(c)
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			c.Close()
+			return
+		}
+		b.conns[c] = struct{}{}
+		b.wg.Add(1)
+		b.mu.Unlock()
+		go func() {
+			defer b.wg.Done()
+			b.handle(c)
+			b.mu.Lock()
+			delete(b.conns, c)
+			b.mu.Unlock()
+		}()
 	}
 }
 
-// Request: magic, 32-byte hex id, offset and length (uint64 big-endian),
-// then the requester's actor address (uint16 length + bytes). Response:
-// one status byte, then on success the requested bytes.
+// handle serves one connection's requests in turn until the client closes
+// it, sends something malformed, is refused, or stays idle past
+// bulkServerIdle. Each request starts with a 4-byte magic:
+//
+//   - fetch (bulkMagic): 32-byte hex id, offset and length (uint64
+//     big-endian), then the requester's actor address (uint16 length +
+//     bytes). Response: one status byte, then on success the bytes.
+//   - hello (bulkHelloMagic): the client's actor address (uint16 length +
+//     bytes). Response: one status byte. Pushes need an accepted hello.
+//   - push (bulkPushMagic): receiver name (uint16 length + bytes), header
+//     (uint32 length + bytes), payload length (uint64) and the payload.
+//     Response: one status byte once the receiver has taken the payload.
+//
+// A refused member check answers bulkStatusDenied and closes the
+// connection.
 func (b *Bulk) handle(c net.Conn) {
 	defer c.Close()
+	raw := c
 	if b.srv != nil {
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 		tc := tls.Server(c, b.srv)
 		if err := tc.Handshake(); err != nil {
 			b.sys.log.Warn("bulk: TLS handshake failed", "peer", c.RemoteAddr().String(), "err", err)
 			return
 		}
+		_ = c.SetDeadline(time.Time{})
 		c = tc
 	}
-	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	r := bufio.NewReader(c)
-	var hdr [4 + 32 + 16 + 2]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil || string(hdr[:4]) != bulkMagic {
+	var hello string // the member this connection pushes for
+	for first := true; ; first = false {
+		// The first request must come soon after connecting; later ones
+		// may wait while the client keeps the connection idle.
+		wait := bulkServerIdle
+		if first {
+			wait = 30 * time.Second
+		}
+		_ = raw.SetReadDeadline(time.Now().Add(wait))
+		var magic [4]byte
+		if _, err := io.ReadFull(r, magic[:]); err != nil {
+			if first {
+				b.sys.log.Warn("bulk: malformed request", "peer", c.RemoteAddr().String())
+			}
+			return
+		}
+		_ = raw.SetReadDeadline(time.Now().Add(30 * time.Second))
+		var ok bool
+		switch string(magic[:]) {
+		case bulkMagic:
+			ok = b.serveFetch(c, r)
+		case bulkHelloMagic:
+			from, err := readString16(r)
+			if err != nil {
+				return
+			}
+			if !b.sys.allowed(from) {
+				b.sys.log.Warn("bulk: refusing a non-member", "from", from, "peer", c.RemoteAddr().String())
+				_, _ = c.Write([]byte{bulkStatusDenied})
+				return
+			}
+			hello = from
+			_, err = c.Write([]byte{bulkStatusOK})
+			ok = err == nil
+		case bulkPushMagic:
+			ok = b.servePush(c, raw, r, hello)
+		default:
+			b.sys.log.Warn("bulk: malformed request", "peer", c.RemoteAddr().String())
+			return
+		}
+		if !ok {
+			return
+		}
+	}
+}
+
+func readString16(r io.Reader) (string, error) {
+	var n [2]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return "", err
+	}
+	s := make([]byte, binary.BigEndian.Uint16(n[:]))
+	if _, err := io.ReadFull(r, s); err != nil {
+		return "", err
+	}
+	return string(s), nil
+}
+
+// servePush takes one push; false ends the connection.
+func (b *Bulk) servePush(c, raw net.Conn, r *bufio.Reader, hello string) bool {
+	name, err := readString16(r)
+	if err != nil {
+		return false
+	}
+	var h4 [4]byte
+	if _, err := io.ReadFull(r, h4[:]); err != nil {
+		return false
+	}
+	hn := binary.BigEndian.Uint32(h4[:])
+	if hn > bulkMaxPushHdr {
+		b.sys.log.Warn("bulk: malformed push", "peer", c.RemoteAddr().String(), "header", hn)
+		return false
+	}
+	hdr := make([]byte, hn)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return false
+	}
+	var n8 [8]byte
+	if _, err := io.ReadFull(r, n8[:]); err != nil {
+		return false
+	}
+	n := int64(binary.BigEndian.Uint64(n8[:]))
+	if n < 0 {
+		return false
+	}
+	if hello == "" {
+		// No accepted hello: nothing of the payload is read.
+		b.sys.log.Warn("bulk: push without a hello", "peer", c.RemoteAddr().String())
+		_, _ = c.Write([]byte{bulkStatusDenied})
+		return false
+	}
+	// The payload may take a while to arrive (a large one, a slow link):
+	// the sender's own timeout bounds it.
+	_ = raw.SetReadDeadline(time.Time{})
+	status := byte(bulkStatusOK)
+	lr := &io.LimitedReader{R: r, N: n}
+	b.mu.Lock()
+	h := b.handlers[name]
+	b.mu.Unlock()
+	switch {
+	case !b.sys.allowed(hello):
+		// Membership changed since the hello; the sender was a member,
+		// so its payload is drained rather than trusted.
+		b.sys.log.Warn("bulk: refusing a non-member", "from", hello, "peer", c.RemoteAddr().String())
+		status = bulkStatusDenied
+	case h == nil:
+		status = bulkStatusAbsent
+	default:
+		if err := h(hdr, n, lr); err != nil {
+			if lr.N > 0 {
+				// The handler may have failed on the stream itself.
+				if _, derr := io.Copy(io.Discard, lr); derr != nil || lr.N > 0 {
+					return false
+				}
+			}
+			b.sys.log.Warn("bulk: push receiver failed", "receiver", name, "err", err)
+			status = bulkStatusFailed
+		}
+	}
+	if _, err := io.Copy(io.Discard, lr); err != nil || lr.N > 0 {
+		return false
+	}
+	if _, err := c.Write([]byte{status}); err != nil {
+		return false
+	}
+	return status != bulkStatusDenied
+}
+
+// serveFetch answers one fetch request; false ends the connection.
+func (b *Bulk) serveFetch(c net.Conn, r *bufio.Reader) bool {
+	var hdr [32 + 16 + 2]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		b.sys.log.Warn("bulk: malformed request", "peer", c.RemoteAddr().String())
-		return
+		return false
 	}
-	id := string(hdr[4:36])
-	off := binary.BigEndian.Uint64(hdr[36:44])
-	n := binary.BigEndian.Uint64(hdr[44:52])
-	from := make([]byte, binary.BigEndian.Uint16(hdr[52:54]))
+	id := string(hdr[0:32])
+	off := binary.BigEndian.Uint64(hdr[32:40])
+	n := binary.BigEndian.Uint64(hdr[40:48])
+	from := make([]byte, binary.BigEndian.Uint16(hdr[48:50]))
 	if _, err := io.ReadFull(r, from); err != nil {
-		return
+		return false
 	}
-	_ = c.SetReadDeadline(time.Time{})
 	if !b.sys.allowed(string(from)) {
 		b.sys.log.Warn("bulk: refusing a non-member", "from", string(from), "peer", c.RemoteAddr().String())
 		_, _ = c.Write([]byte{bulkStatusDenied})
-		return
+		return false
 	}
 	b.mu.Lock()
 	o := b.offers[id]
 	b.mu.Unlock()
 	if o == nil {
-		_, _ = c.Write([]byte{bulkStatusAbsent})
-		return
+		_, err := c.Write([]byte{bulkStatusAbsent})
+		return err == nil
 	}
 	if off > uint64(len(o.data)) || n > uint64(len(o.data))-off {
-		_, _ = c.Write([]byte{bulkStatusRange})
-		return
+		_, err := c.Write([]byte{bulkStatusRange})
+		return err == nil
 	}
 	if _, err := c.Write([]byte{bulkStatusOK}); err != nil {
-		return
+		return false
 	}
 	data := o.data[off : off+n]
 	for len(data) > 0 {
 		k := min(len(data), bulkChunk)
 		if _, err := c.Write(data[:k]); err != nil {
-			return
+			return false
 		}
 		b.sys.stats.bulkServed.Add(uint64(k))
 		data = data[k:]
@@ -204,7 +432,102 @@ func (b *Bulk) handle(c net.Conn) {
 		}
 		b.mu.Unlock()
 	}
+	return true
 }
+
+// conn returns an idle connection to addr, or dials one. reused says
+// which: a reused connection may have been closed by the server meanwhile.
+func (b *Bulk) conn(ctx context.Context, addr string) (c *bulkConn, reused bool, err error) {
+	b.mu.Lock()
+	for cs := b.idle[addr]; len(cs) > 0; cs = b.idle[addr] {
+		c = cs[len(cs)-1]
+		b.idle[addr] = cs[:len(cs)-1]
+		if time.Since(c.used) < bulkIdle {
+			b.mu.Unlock()
+			return c, true, nil
+		}
+		c.Close()
+	}
+	b.mu.Unlock()
+	d := net.Dialer{}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	if b.cli != nil {
+		cfg := b.cli.Clone()
+		if host, _, err := net.SplitHostPort(addr); err == nil && cfg.ServerName == "" {
+			cfg.ServerName = host
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, false, fmt.Errorf("TLS: %w", err)
+		}
+		nc = tc
+	}
+	return &bulkConn{Conn: nc}, false, nil
+}
+
+// release keeps c for reuse, or closes it when the pool is full or the
+// node is closing.
+func (b *Bulk) release(addr string, c *bulkConn) {
+	c.used = time.Now()
+	b.mu.Lock()
+	if !b.closed && len(b.idle[addr]) < bulkPoolPerPeer {
+		b.idle[addr] = append(b.idle[addr], c)
+		c = nil
+	}
+	b.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// errStale marks a failure on a reused connection before the server
+// answered: the request is retried once on a new connection.
+var errStale = errors.New("stale bulk connection")
+
+// do runs one request on a pooled connection to addr. req returns whether
+// the connection may be reused (false after any error, or when ctx ended
+// mid-request). A request that fails with errStale on a reused connection
+// is retried once on a fresh one.
+func (b *Bulk) do(ctx context.Context, addr string, req func(c *bulkConn) error) error {
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c, reused, err := b.conn(ctx, addr)
+		if err != nil {
+			return ctxErr(ctx, err)
+		}
+		stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+		err = req(c)
+		if !stop() {
+			// The deadline was (or is being) set: the connection is spent.
+			c.Close()
+			if err == nil {
+				return nil
+			}
+			return ctxErr(ctx, err)
+		}
+		if err == nil {
+			b.release(addr, c)
+			return nil
+		}
+		c.Close()
+		if errors.Is(err, errStale) {
+			if reused && attempt == 0 {
+				continue
+			}
+			err = errors.Unwrap(err)
+		}
+		return ctxErr(ctx, err)
+	}
+}
+
+// stale wraps an error seen before the server's status byte.
+func stale(err error) error { return fmt.Errorf("%w: %w", errStale, err) }
 
 // Fetch pulls the whole payload named by ref.
 func (b *Bulk) Fetch(ctx context.Context, ref BulkRef) ([]byte, error) {
@@ -220,25 +543,9 @@ func (b *Bulk) Fetch(ctx context.Context, ref BulkRef) ([]byte, error) {
 
 // FetchRange pulls len(dst) bytes of ref's payload starting at off into dst.
 func (b *Bulk) FetchRange(ctx context.Context, ref BulkRef, off int64, dst []byte) error {
-	d := net.Dialer{}
-	c, err := d.DialContext(ctx, "tcp", ref.Addr)
-	if err != nil {
-		return fmt.Errorf("bulk fetch from %s: %w", ref.Addr, err)
+	if len(ref.ID) != 32 {
+		return fmt.Errorf("bulk fetch from %s: malformed offer id %q", ref.Addr, ref.ID)
 	}
-	defer c.Close()
-	if b.cli != nil {
-		cfg := b.cli.Clone()
-		if host, _, err := net.SplitHostPort(ref.Addr); err == nil && cfg.ServerName == "" {
-			cfg.ServerName = host
-		}
-		tc := tls.Client(c, cfg)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			return fmt.Errorf("bulk fetch from %s: TLS: %w", ref.Addr, err)
-		}
-		c = tc
-	}
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
-	defer stop()
 	from := b.sys.addr
 	req := make([]byte, 0, 54+len(from))
 	req = append(req, bulkMagic...)
@@ -247,33 +554,106 @@ func (b *Bulk) FetchRange(ctx context.Context, ref BulkRef, off int64, dst []byt
 	req = binary.BigEndian.AppendUint64(req, uint64(len(dst)))
 	req = binary.BigEndian.AppendUint16(req, uint16(len(from)))
 	req = append(req, from...)
-	if len(ref.ID) != 32 {
-		return fmt.Errorf("bulk fetch from %s: malformed offer id %q", ref.Addr, ref.ID)
+	var status error
+	err := b.do(ctx, ref.Addr, func(c *bulkConn) error {
+		if _, err := c.Write(req); err != nil {
+			return stale(err)
+		}
+		var st [1]byte
+		if _, err := io.ReadFull(c, st[:]); err != nil {
+			return stale(err)
+		}
+		switch st[0] {
+		case bulkStatusOK:
+		case bulkStatusAbsent:
+			status = fmt.Errorf("bulk fetch %s from %s: %w", ref.ID, ref.Addr, ErrBulkAbsent)
+			return nil
+		case bulkStatusDenied:
+			status = fmt.Errorf("bulk fetch from %s: refused: this node is not a member", ref.Addr)
+			return status
+		default:
+			status = fmt.Errorf("bulk fetch from %s: range [%d, +%d) outside the %d-byte payload", ref.Addr, off, len(dst), ref.Size)
+			return nil
+		}
+		for got := 0; got < len(dst); {
+			k := min(len(dst)-got, bulkChunk)
+			if _, err := io.ReadFull(c, dst[got:got+k]); err != nil {
+				return fmt.Errorf("after %d of %d bytes: %w", got, len(dst), err)
+			}
+			got += k
+		}
+		return nil
+	})
+	if status != nil {
+		return status
 	}
-	if _, err := c.Write(req); err != nil {
+	if err != nil {
 		return fmt.Errorf("bulk fetch from %s: %w", ref.Addr, err)
 	}
-	var st [1]byte
-	if _, err := io.ReadFull(c, st[:]); err != nil {
-		return fmt.Errorf("bulk fetch from %s: %w", ref.Addr, ctxErr(ctx, err))
-	}
-	switch st[0] {
-	case bulkStatusOK:
-	case bulkStatusAbsent:
-		return fmt.Errorf("bulk fetch %s from %s: %w", ref.ID, ref.Addr, ErrBulkAbsent)
-	case bulkStatusDenied:
-		return fmt.Errorf("bulk fetch from %s: refused: this node is not a member", ref.Addr)
-	default:
-		return fmt.Errorf("bulk fetch from %s: range [%d, +%d) outside the %d-byte payload", ref.Addr, off, len(dst), ref.Size)
-	}
-	for got := 0; got < len(dst); {
-		k := min(len(dst)-got, bulkChunk)
-		if _, err := io.ReadFull(c, dst[got:got+k]); err != nil {
-			return fmt.Errorf("bulk fetch from %s: after %d of %d bytes: %w", ref.Addr, got, len(dst), ctxErr(ctx, err))
-		}
-		got += k
-	}
 	b.sys.stats.bulkFetched.Add(uint64(len(dst)))
+	return nil
+}
+
+// Push sends payload to the receiver registered under name on the node
+// whose bulk address is addr (its Bulk().Addr()), with hdr for the
+// receiver's handler, and returns once that handler has taken it. It
+// writes straight from payload, which the caller may reuse afterwards.
+func (b *Bulk) Push(ctx context.Context, addr, name string, hdr, payload []byte) error {
+	if len(name) == 0 || len(name) > 0xffff || len(hdr) > bulkMaxPushHdr {
+		return fmt.Errorf("bulk push to %s: receiver name of %d bytes, header of %d", addr, len(name), len(hdr))
+	}
+	req := make([]byte, 0, 4+2+len(name)+4+len(hdr)+8)
+	req = append(req, bulkPushMagic...)
+	req = binary.BigEndian.AppendUint16(req, uint16(len(name)))
+	req = append(req, name...)
+	req = binary.BigEndian.AppendUint32(req, uint32(len(hdr)))
+	req = append(req, hdr...)
+	req = binary.BigEndian.AppendUint64(req, uint64(len(payload)))
+	var status error
+	err := b.do(ctx, addr, func(c *bulkConn) error {
+		var st [1]byte
+		if !c.hello {
+			from := b.sys.addr
+			h := append([]byte(bulkHelloMagic), byte(len(from)>>8), byte(len(from)))
+			if _, err := c.Write(append(h, from...)); err != nil {
+				return stale(err)
+			}
+			if _, err := io.ReadFull(c, st[:]); err != nil {
+				return stale(err)
+			}
+			if st[0] != bulkStatusOK {
+				status = fmt.Errorf("bulk push to %s: refused: this node is not a member", addr)
+				return status
+			}
+			c.hello = true
+		}
+		bufs := net.Buffers{req, payload}
+		if _, err := bufs.WriteTo(c.Conn); err != nil {
+			return stale(err)
+		}
+		if _, err := io.ReadFull(c, st[:]); err != nil {
+			return stale(err)
+		}
+		switch st[0] {
+		case bulkStatusOK:
+			return nil
+		case bulkStatusAbsent:
+			status = fmt.Errorf("bulk push to %s: no receiver %q there (closed?): %w", addr, name, ErrBulkAbsent)
+			return nil
+		case bulkStatusDenied:
+			status = fmt.Errorf("bulk push to %s: refused: this node is not a member", addr)
+			return status
+		default:
+			status = fmt.Errorf("bulk push to %s: receiver %q failed (see its node's log)", addr, name)
+			return nil
+		}
+	})
+	if status != nil {
+		return status
+	}
+	if err != nil {
+		return fmt.Errorf("bulk push to %s: %w", addr, err)
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -87,6 +88,10 @@ func (g *ring) forBuckets(n int, f func(b uint32, lo, hi int) error) error {
 
 func (g *ring) send(ctx context.Context, to int, tag Tag, p []byte) error {
 	if err := g.t.Send(ctx, to, tag, p); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			// A push waits for the receiver to take the bytes.
+			return fmt.Errorf("%s took nothing of %s within the collective timeout (dead or stuck?): %w", g.t.Peer(to), tag, err)
+		}
 		return fmt.Errorf("send %s to %s: %w", tag, g.t.Peer(to), err)
 	}
 	if g.afterSend != nil {
