@@ -484,14 +484,16 @@ func (b *Bulk) release(addr string, c *bulkConn) {
 	}
 }
 
-// errStale marks a failure on a reused connection before the server
-// answered: the request is retried once on a new connection.
-var errStale = errors.New("stale bulk connection")
+// staleErr marks a failure before the server answered: on a reused
+// connection the request is retried once on a new connection.
+type staleErr struct{ err error }
 
-// do runs one request on a pooled connection to addr. req returns whether
-// the connection may be reused (false after any error, or when ctx ended
-// mid-request). A request that fails with errStale on a reused connection
-// is retried once on a fresh one.
+func (e staleErr) Error() string { return e.err.Error() }
+
+// do runs one request on a pooled connection to addr. The connection is
+// kept for reuse when req succeeds and ctx did not end mid-request. A
+// request that fails with a staleErr on a reused connection is retried
+// once on a fresh one.
 func (b *Bulk) do(ctx context.Context, addr string, req func(c *bulkConn) error) error {
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -516,18 +518,19 @@ func (b *Bulk) do(ctx context.Context, addr string, req func(c *bulkConn) error)
 			return nil
 		}
 		c.Close()
-		if errors.Is(err, errStale) {
+		var st staleErr
+		if errors.As(err, &st) {
 			if reused && attempt == 0 {
 				continue
 			}
-			err = errors.Unwrap(err)
+			err = st.err
 		}
 		return ctxErr(ctx, err)
 	}
 }
 
 // stale wraps an error seen before the server's status byte.
-func stale(err error) error { return fmt.Errorf("%w: %w", errStale, err) }
+func stale(err error) error { return staleErr{err} }
 
 // Fetch pulls the whole payload named by ref.
 func (b *Bulk) Fetch(ctx context.Context, ref BulkRef) ([]byte, error) {

@@ -96,3 +96,152 @@ func TestBulkRefusesNonMembers(t *testing.T) {
 		t.Fatalf("member fetch after a refusal: %+v, %v", got, err)
 	}
 }
+
+// pushed is what a test push receiver got.
+type pushed struct {
+	hdr, data []byte
+}
+
+func pushReceiver(t *testing.T, b *Bulk, name string) (<-chan pushed, func()) {
+	t.Helper()
+	got := make(chan pushed, 16)
+	unregister, err := b.HandlePush(name, func(hdr []byte, n int64, r io.Reader) error {
+		data := make([]byte, n)
+		if _, err := io.ReadFull(r, data); err != nil {
+			return err
+		}
+		if string(hdr) == "fail" {
+			return errors.New("refused by the test")
+		}
+		got <- pushed{append([]byte(nil), hdr...), data}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, unregister
+}
+
+// received waits (boundedly) for the next push.
+func received(t *testing.T, got <-chan pushed) pushed {
+	t.Helper()
+	select {
+	case p := <-got:
+		return p
+	case <-time.After(20 * time.Second):
+		t.Fatal("the push returned but the receiver got nothing")
+		return pushed{}
+	}
+}
+
+// dropServerConns closes b's server side of every kept connection, as an
+// idle timeout or a restart would.
+func dropServerConns(b *Bulk) {
+	b.mu.Lock()
+	for c := range b.conns {
+		c.Close()
+	}
+	b.mu.Unlock()
+}
+
+func TestBulkPush(t *testing.T) {
+	s := startTestSystem(t)
+	b := s.Bulk()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got, unregister := pushReceiver(t, b, "rx")
+	if _, err := b.HandlePush("rx", nil); err == nil {
+		t.Fatal("a second receiver under one name registered")
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
+	for i, p := range [][]byte{big, nil, []byte("small")} {
+		hdr := []byte{byte(i)}
+		if err := b.Push(ctx, b.Addr(), "rx", hdr, p); err != nil {
+			t.Fatalf("push %d: %v", i, err)
+		}
+		g := received(t, got)
+		if !bytes.Equal(g.hdr, hdr) || !bytes.Equal(g.data, p) {
+			t.Fatalf("push %d: got header %v and %d bytes", i, g.hdr, len(g.data))
+		}
+	}
+	// Sequential requests reuse one kept connection.
+	b.mu.Lock()
+	idle, served := len(b.idle[b.Addr()]), len(b.conns)
+	b.mu.Unlock()
+	if idle != 1 || served != 1 {
+		t.Fatalf("%d idle client connections and %d server ones after 3 pushes, want 1 and 1", idle, served)
+	}
+	// A receiver's error fails the push; the connection stays usable.
+	if err := b.Push(ctx, b.Addr(), "rx", []byte("fail"), big); err == nil || !strings.Contains(err.Error(), "failed") {
+		t.Fatalf("push to a failing receiver: %v", err)
+	}
+	if err := b.Push(ctx, b.Addr(), "nobody", nil, big); !errors.Is(err, ErrBulkAbsent) {
+		t.Fatalf("push to no receiver: %v", err)
+	}
+	// A kept connection the server has closed is replaced without failing
+	// the request (push or fetch).
+	dropServerConns(b)
+	if err := b.Push(ctx, b.Addr(), "rx", []byte("again"), big); err != nil {
+		t.Fatalf("push after the server dropped the kept connection: %v", err)
+	}
+	received(t, got)
+	ref := b.Offer(big, 1, time.Minute)
+	dropServerConns(b)
+	if data, err := b.Fetch(ctx, ref); err != nil || !bytes.Equal(data, big) {
+		t.Fatalf("fetch after the server dropped the kept connection: %v", err)
+	}
+	unregister()
+	if err := b.Push(ctx, b.Addr(), "rx", nil, big); !errors.Is(err, ErrBulkAbsent) {
+		t.Fatalf("push after unregistering: %v", err)
+	}
+	// A node that is gone fails the push (no silent success).
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := lis.Addr().String()
+	lis.Close()
+	if err := b.Push(ctx, gone, "rx", nil, big); err == nil {
+		t.Fatal("push to a closed port succeeded")
+	}
+}
+
+func TestBulkPushRefusesNonMembers(t *testing.T) {
+	s := startTestSystem(t)
+	got, _ := pushReceiver(t, s.Bulk(), "rx")
+	s.SetPeerFilter(func(string) bool { return false })
+	from := "192.0.2.7:4000" // a documentation address: never dialled, only named
+	push := append([]byte(bulkPushMagic), 0, 2, 'r', 'x', 0, 0, 0, 0)
+	push = binary.BigEndian.AppendUint64(push, 5)
+	push = append(push, "bytes"...)
+	hello := append([]byte(bulkHelloMagic), 0, byte(len(from)))
+	hello = append(hello, from...)
+	for _, tc := range []struct {
+		name string
+		req  []byte
+	}{
+		{"push without a hello", push},
+		{"hello from a non-member", append(hello, push...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", s.Bulk().Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := c.Write(tc.req); err != nil {
+				t.Fatal(err)
+			}
+			reply, _ := io.ReadAll(c)
+			if len(reply) != 1 || reply[0] != bulkStatusDenied {
+				t.Fatalf("non-member got %v, want the denied status and the connection closed", reply)
+			}
+		})
+	}
+	select {
+	case p := <-got:
+		t.Fatalf("a non-member's push reached the receiver: %q", p.data)
+	default:
+	}
+}
