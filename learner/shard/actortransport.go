@@ -211,16 +211,24 @@ func (a *actorTransport) Send(ctx context.Context, to int, tag Tag, payload []by
 }
 
 func (a *actorTransport) Recv(ctx context.Context, from int, tag Tag, dst []byte) error {
-	d, err := a.in().take(ctx, tag, a.Peer(from))
+	p, release, err := a.recvLend(ctx, from, tag, len(dst))
 	if err != nil {
 		return err
 	}
-	if len(d.data) != len(dst) {
-		return fmt.Errorf("%s sent %d bytes for %s, want %d", a.Peer(from), len(d.data), tag, len(dst))
-	}
-	copy(dst, d.data)
-	putBuf(d.data)
+	copy(dst, p)
+	release()
 	return nil
+}
+
+func (a *actorTransport) recvLend(ctx context.Context, from int, tag Tag, n int) ([]byte, func(), error) {
+	d, err := a.in().take(ctx, tag, a.Peer(from))
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(d.data) != n {
+		return nil, nil, fmt.Errorf("%s sent %d bytes for %s, want %d", a.Peer(from), len(d.data), tag, n)
+	}
+	return d.data, func() { putBuf(d.data) }, nil
 }
 
 func (a *actorTransport) in() *inbox { return a.mb.in }

@@ -52,6 +52,23 @@ func bytesOf(x []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
 }
 
+// floatsOf views p (4-byte aligned, as every buffer a lender hands out
+// is) as float32s.
+func floatsOf(p []byte) []float32 {
+	if len(p) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&p[0])), len(p)/4)
+}
+
+// lender is a Transport that can lend a received payload instead of
+// copying it into the caller's buffer: the reduce-scatter sums from it.
+type lender interface {
+	// recvLend is Recv without the copy: p is what from sent under tag
+	// (n bytes, else an error), valid until release is called.
+	recvLend(ctx context.Context, from int, tag Tag, n int) (p []byte, release func(), err error)
+}
+
 func bytesOf64(x []float64) []byte {
 	if len(x) == 0 {
 		return nil
@@ -116,6 +133,7 @@ func (g *ring) reduceScatterBucket(ctx context.Context, epoch, op uint64, b uint
 	size, r := g.t.Size(), g.t.Rank()
 	right, left := mod(r+1, size), mod(r-1, size)
 	m := len(seg)
+	lender, _ := g.t.(lender)
 	var tmp []float32
 	for s := 0; s < size-1; s++ {
 		tag := Tag{Epoch: epoch, Op: op, Bucket: b, Step: uint32(s)}
@@ -124,6 +142,19 @@ func (g *ring) reduceScatterBucket(ctx context.Context, epoch, op uint64, b uint
 			return err
 		}
 		rlo, rhi := chunk(m, size, mod(r-s-2, size))
+		dst := seg[rlo:rhi]
+		if lender != nil {
+			// Sum straight from the received bytes.
+			p, release, err := lender.recvLend(ctx, left, tag, 4*len(dst))
+			if err != nil {
+				return fmt.Errorf("reduce-scatter: %w", err)
+			}
+			for i, v := range floatsOf(p) {
+				dst[i] += v
+			}
+			release()
+			continue
+		}
 		if cap(tmp) < rhi-rlo {
 			tmp = make([]float32, rhi-rlo)
 		}
@@ -131,7 +162,6 @@ func (g *ring) reduceScatterBucket(ctx context.Context, epoch, op uint64, b uint
 		if err := g.t.Recv(ctx, left, tag, bytesOf(tmp)); err != nil {
 			return fmt.Errorf("reduce-scatter: %w", err)
 		}
-		dst := seg[rlo:rhi]
 		for i, v := range tmp {
 			dst[i] += v
 		}
