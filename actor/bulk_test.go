@@ -245,3 +245,37 @@ func TestBulkPushRefusesNonMembers(t *testing.T) {
 	default:
 	}
 }
+
+// Pushes use the bulk path's mutual TLS when it is configured.
+func TestBulkPushTLS(t *testing.T) {
+	dir := t.TempDir()
+	writeTestPKI(t, dir)
+	s, err := Start(Config{TLS: tlsFilesIn(dir), Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got, _ := pushReceiver(t, s.Bulk(), "rx")
+	big := bytes.Repeat([]byte("w"), 2<<20)
+	for i := range 2 { // the second on the kept TLS connection
+		if err := s.Bulk().Push(ctx, s.Bulk().Addr(), "rx", nil, big); err != nil {
+			t.Fatalf("push %d over TLS: %v", i, err)
+		}
+		if p := received(t, got); !bytes.Equal(p.data, big) {
+			t.Fatalf("push %d over TLS: %d bytes", i, len(p.data))
+		}
+	}
+	// A plain TCP client gets no service from a TLS bulk server.
+	c, err := net.Dial("tcp", s.Bulk().Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = c.Write(append([]byte(bulkHelloMagic), 0, 1, 'x'))
+	if reply, _ := io.ReadAll(c); bytes.Contains(reply, []byte{bulkStatusOK}) && len(reply) == 1 {
+		t.Fatalf("a plain client got %v", reply)
+	}
+}
