@@ -207,7 +207,15 @@ func (a *actorTransport) Send(ctx context.Context, to int, tag Tag, payload []by
 	binary.BigEndian.PutUint32(hdr[16:], tag.Bucket)
 	binary.BigEndian.PutUint32(hdr[20:], tag.Step)
 	binary.BigEndian.PutUint32(hdr[24:], uint32(a.rank))
-	return a.mb.sys.Bulk().Push(ctx, dst.Addr, dst.Name, hdr[:], payload)
+	if err := a.mb.sys.Bulk().Push(ctx, dst.Addr, dst.Name, hdr[:], payload); err != nil {
+		// Ask again next time: the peer may come back elsewhere (a
+		// restarted node keeps its actor address, not its bulk port).
+		a.mb.mu.Lock()
+		delete(a.mb.addrs, a.peers[to])
+		a.mb.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 func (a *actorTransport) Recv(ctx context.Context, from int, tag Tag, dst []byte) error {

@@ -13,10 +13,11 @@
 // during the backward pass of a step's last micro-batch the model's hook
 // (learner.Sharding.GradsReady) copies each finished layer into it and
 // starts every bucket it completes, on goroutines, in bucket order on
-// every rank; the update waits for all buckets (overlap.go). The real Transport (Mailbox) sends actor messages to
-// each rank's mailbox actor, small payloads inline and large ones as bulk
-// offers the receiver pulls straight into its buffer; no NCCL, no gRPC for
-// bulk data. ZeRO stage 0 all-reduces the gradients and steps AdamW on
+// every rank; the update waits for all buckets (overlap.go). The real Transport (Mailbox) pushes each chunk
+// on the runtime's bulk path, over a kept TCP (or TLS) connection, from the
+// sender's buffer to the receiving rank's mailbox, where the reduce-scatter
+// sums straight from the received bytes; only aborts are actor messages.
+// No NCCL, no gRPC for bulk data. ZeRO stage 0 all-reduces the gradients and steps AdamW on
 // every rank; stage 1 (ZeRO-1) reduce-scatters them, steps AdamW only on
 // the slice a rank owns (the moments of the rest are not kept), and
 // all-gathers the updated weights. Sums are taken in ring order once per

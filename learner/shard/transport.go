@@ -48,11 +48,9 @@ type Transport interface {
 	Peer(r int) string
 }
 
-// delivery is a message waiting in an inbox: inline bytes or a bulk offer
-// (handled by the transport).
+// delivery is a message waiting in an inbox.
 type delivery struct {
 	data []byte
-	ext  any
 }
 
 // inbox matches arriving messages with the Recv waiting for their tag, in
