@@ -138,8 +138,10 @@ func (b *Bulk) Offer(data []byte, readers int, ttl time.Duration) BulkRef {
 	o := &offer{data: data, readers: readers}
 	b.mu.Lock()
 	b.offers[id] = o
-	b.mu.Unlock()
+	// Set under the lock that Release takes, which a short TTL's timer
+	// may call before AfterFunc has returned.
 	o.timer = time.AfterFunc(ttl, func() { b.Release(BulkRef{ID: id}) })
+	b.mu.Unlock()
 	return BulkRef{Addr: b.addr, ID: id, Size: int64(len(data))}
 }
 
