@@ -39,12 +39,20 @@ func Start(t testing.TB, timeout time.Duration, env ...string) *Child {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.StdoutPipe()
+	// An OS pipe of our own, not StdoutPipe: Wait (below, concurrent with
+	// the reads) closes a StdoutPipe as soon as the child exits, which
+	// loses a line the child printed just before exiting (an "ERR ..."
+	// from a child that fails fast). Ours reads to EOF whatever Wait does.
+	out, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd.Stdout = w
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	w.Close() // the child holds its own copy
+	if err != nil {
+		out.Close()
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
@@ -66,6 +74,7 @@ func Start(t testing.TB, timeout time.Duration, env ...string) *Child {
 		}
 		close(first)
 		_, _ = io.Copy(io.Discard, out)
+		out.Close()
 	}()
 	select {
 	case l, ok := <-first:
