@@ -249,18 +249,7 @@ func TestDatasetRunRefusesBadInput(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "run")
 			c := datasetRun(out, writeJSONL(t, good))
 			tc.edit(&c)
-			_, err := Run(context.Background(), c)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not name %q", err, w)
-				}
-			}
-			if _, err := os.Stat(out); err == nil {
-				t.Errorf("the run directory was created")
-			}
+			refusedBeforeStart(t, c, out, tc.want)
 		})
 	}
 }
@@ -295,5 +284,23 @@ func TestEvaluateSingleCheckpoint(t *testing.T) {
 	c.Verifier = VerifierGSM8K // "\boxed{7}" is also a GSM8K answer
 	if ev2, err := EvaluateSingleCheckpoint(ctx, c, filepath.Join(out, "checkpoints", "step-30")); err != nil || ev2 != ev {
 		t.Errorf("gsm8k verifier: %+v, %v; want %+v", ev2, err, ev)
+	}
+}
+
+// refusedBeforeStart: Run(c) fails with an error naming every want, and
+// out (c's run directory) was never created.
+func refusedBeforeStart(t *testing.T, c Config, out string, want []string) {
+	t.Helper()
+	_, err := Run(context.Background(), c)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not name %q", err, w)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("the run directory was created")
 	}
 }

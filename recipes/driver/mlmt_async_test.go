@@ -77,15 +77,7 @@ func TestMultiTurnAsync(t *testing.T) {
 				lags[int(lag)]++
 			}
 			t.Logf("weight lag per RL step: %v", lags)
-			for step := cfg.WarmupSteps + 1; step <= total; step++ {
-				ds, err := readDriverState(filepath.Join(full, "checkpoints", fmt.Sprintf("step-%d", step)), cfg.Seed)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if want := cfg.WarmupSteps*cfg.WarmupBatch + (step-cfg.WarmupSteps)*cfg.PromptsPerStep; ds.TrainCursor != want {
-					t.Errorf("step-%d: train_cursor %d, want %d (the batch drawn ahead left out)", step, ds.TrainCursor, want)
-				}
-			}
+			checkCursors(t, full, cfg, total)
 			resumed := t.TempDir()
 			rc := tc.cfg(resumed, tc.staleness)
 			rc.Resume = filepath.Join(full, "checkpoints", fmt.Sprintf("step-%d", cfg.WarmupSteps+2))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -146,26 +145,7 @@ func TestMultiTurnTurnsUseRunVerifier(t *testing.T) {
 		cfg := tinyMLMT(t.TempDir())
 		cfg.Task, cfg.Dataset, cfg.Verifier = task.Config{}, &Dataset{Train: train, Mapping: data.Mapping{Prompt: "q", Answer: "a"}}, tc.verifier
 		cfg.FeedbackTemplate, cfg.FeedbackAnswerTemplate = "{{.Question}}\ntry: {{.Attempt}}\nfeedback:", " again"
-		tpl, err := cfg.validate()
-		if err != nil {
-			t.Fatal(err)
-		}
-		src, err := newSource(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := newVerifier(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := &run{cfg: cfg, verifier: v}
-		tok, _ := tokenizer.BuiltinSized(cfg.Model.VocabSize)
-		eng := &policyEngine{Engine: &fakeEngine{tok: tok, answer: "#### 7"}, tok: tok}
-		probs, _ := src.heldOut(4)
-		te, err := evalTurns(context.Background(), cfg, tpl, eng, eng, src, probs, r.verify)
-		if err != nil {
-			t.Fatal(err)
-		}
+		te := evalOnFake(t, context.Background(), cfg, "#### 7", 4)
 		if te.Turn1 != tc.want || te.Final != tc.want {
 			t.Errorf("verifier %s: turn-1 %v, turn-3 %v; want %v both", tc.verifier, te.Turn1, te.Final, tc.want)
 		}
@@ -257,18 +237,7 @@ func TestMLMTDatasetRefusesBadInput(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "run")
 			c := tinyMLMTData(out, writeJSONL(t, good))
 			tc.edit(&c)
-			_, err := Run(context.Background(), c)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not name %q", err, w)
-				}
-			}
-			if _, err := os.Stat(out); err == nil {
-				t.Errorf("the run directory was created")
-			}
+			refusedBeforeStart(t, c, out, tc.want)
 		})
 	}
 }
@@ -308,26 +277,7 @@ func TestMLMTCodeVerifier(t *testing.T) {
 	defer cancel()
 	train := writeJSONL(t, codeRows())
 	cfg := codeMLMT(t.TempDir(), train)
-	tpl, err := cfg.validate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := newSource(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := newVerifier(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &run{cfg: cfg, verifier: v}
-	tok, _ := tokenizer.BuiltinSized(cfg.Model.VocabSize)
-	eng := &policyEngine{Engine: &fakeEngine{tok: tok, answer: "def double(x):\n    return 2 * x"}, tok: tok}
-	probs, _ := src.heldOut(6)
-	te, err := evalTurns(ctx, cfg, tpl, eng, eng, src, probs, r.verify)
-	if err != nil {
-		t.Fatal(err)
-	}
+	te := evalOnFake(t, ctx, cfg, "def double(x):\n    return 2 * x", 6)
 	if want := 5.0 / 6; math.Abs(te.Turn1-want) > 1e-9 || math.Abs(te.Final-want) > 1e-9 {
 		t.Errorf("turn-1 %v, turn-3 %v; want %v both", te.Turn1, te.Final, want)
 	}
@@ -347,4 +297,31 @@ func TestMLMTCodeVerifier(t *testing.T) {
 			t.Errorf("RL step: %s = %v", k, lines[2][k])
 		}
 	}
+}
+
+// evalOnFake evaluates cfg's first n held-out problems, every turn
+// scored by the run's verifier, with both policies answering answer.
+func evalOnFake(t *testing.T, ctx context.Context, cfg Config, answer string, n int) TurnEval {
+	t.Helper()
+	tpl, err := cfg.validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := newSource(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := newVerifier(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run{cfg: cfg, verifier: v}
+	tok, _ := tokenizer.BuiltinSized(cfg.Model.VocabSize)
+	eng := &policyEngine{Engine: &fakeEngine{tok: tok, answer: answer}, tok: tok}
+	probs, _ := src.heldOut(n)
+	te, err := evalTurns(ctx, cfg, tpl, eng, eng, src, probs, r.verify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return te
 }

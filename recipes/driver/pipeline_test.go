@@ -100,15 +100,7 @@ func TestAsyncPipelineDeep(t *testing.T) {
 			if lags := rlLags(t, full); !slices.Equal(lags, want) {
 				t.Errorf("weight_lag per RL step %v, want %v", lags, want)
 			}
-			for step := cfg.WarmupSteps + 1; step <= total; step++ {
-				ds, err := readDriverState(filepath.Join(full, "checkpoints", fmt.Sprintf("step-%d", step)), cfg.Seed)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if want := cfg.WarmupSteps*cfg.WarmupBatch + (step-cfg.WarmupSteps)*cfg.PromptsPerStep; ds.TrainCursor != want {
-					t.Errorf("step-%d: train_cursor %d, want %d (the batches drawn ahead left out)", step, ds.TrainCursor, want)
-				}
-			}
+			checkCursors(t, full, cfg, total)
 			resumed := t.TempDir()
 			rc := tc.cfg(resumed, tc.k)
 			rc.Resume = filepath.Join(full, "checkpoints", fmt.Sprintf("step-%d", cfg.WarmupSteps+2))
@@ -192,5 +184,21 @@ func sameFinalCursor(t *testing.T, full, resumed string, total int, seed uint64)
 	}
 	if a.TrainCursor != b.TrainCursor {
 		t.Errorf("final train_cursor: uninterrupted %d, resumed %d", a.TrainCursor, b.TrainCursor)
+	}
+}
+
+// checkCursors: every RL checkpoint of a run (step-WarmupSteps+1 ..
+// step-total) has the data cursor of the steps trained, the batches an
+// asynchronous run drew ahead left out.
+func checkCursors(t *testing.T, full string, cfg Config, total int) {
+	t.Helper()
+	for step := cfg.WarmupSteps + 1; step <= total; step++ {
+		ds, err := readDriverState(filepath.Join(full, "checkpoints", fmt.Sprintf("step-%d", step)), cfg.Seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := cfg.WarmupSteps*cfg.WarmupBatch + (step-cfg.WarmupSteps)*cfg.PromptsPerStep; ds.TrainCursor != want {
+			t.Errorf("step-%d: train_cursor %d, want %d (the batches drawn ahead left out)", step, ds.TrainCursor, want)
+		}
 	}
 }
