@@ -190,11 +190,15 @@ func quickstartConfig(shards int) learner.Config {
 
 // quickstartBatch is one quickstart GRPO step's shape: 32 prompts × 8
 // samples, 16 prompt and 8 response tokens each.
-func quickstartBatch() learner.Batch {
+func quickstartBatch() learner.Batch { return randomBatch(256, 16, 8) }
+
+// randomBatch is n samples in groups of 8 with random tokens (vocab 768),
+// prompts of promptLen and responses of respLen tokens, rewards 0 or 1.
+func randomBatch(n, promptLen, respLen int) learner.Batch {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var b learner.Batch
-	for i := range 256 {
-		p, r := make([]int32, 16), make([]int32, 8)
+	for i := range n {
+		p, r := make([]int32, promptLen), make([]int32, respLen)
 		for k := range p {
 			p[k] = int32(rng.IntN(768))
 		}
@@ -222,23 +226,7 @@ func bench9MConfig(shards int) learner.Config {
 
 // bench9MBatch is 2 groups × 8 samples of 16 prompt and 240 response
 // tokens: 4,096 tokens a step.
-func bench9MBatch() learner.Batch {
-	rng := rand.New(rand.NewPCG(1, 2))
-	var b learner.Batch
-	for i := range 16 {
-		p, r := make([]int32, 16), make([]int32, 240)
-		for k := range p {
-			p[k] = int32(rng.IntN(768))
-		}
-		for k := range r {
-			r[k] = int32(rng.IntN(768))
-		}
-		b.Prompts, b.Responses = append(b.Prompts, p), append(b.Responses, r)
-		b.Rewards = append(b.Rewards, float64(rng.IntN(2)))
-		b.GroupIDs = append(b.GroupIDs, int64(i/8))
-	}
-	return b
-}
+func bench9MBatch() learner.Batch { return randomBatch(16, 16, 240) }
 
 // benchOptions are the training-step benchmarks' collective options:
 // RLNODE_BENCH_BUCKET sets BucketElems (else the default, 1 Mi floats).
