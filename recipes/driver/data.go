@@ -67,6 +67,7 @@ func (s taskSource) reference(p task.Problem) verify.Reference {
 // datasetSource serves a loaded dataset. Problem IDs are "train/ROW" and
 // "eval/ROW" (rows of the loaded files); refs holds their references.
 type datasetSource struct {
+	trainFile string // for errors
 	seed      uint64
 	epochs    int
 	trainRows []int // rows of trainEx left for training
@@ -94,7 +95,7 @@ func loadDataset(ds *Dataset, seed uint64, evalProblems int) (*datasetSource, er
 	if len(train) == 0 {
 		return nil, fmt.Errorf("driver: dataset train %s: no rows: %w", ds.Train, data.ErrBadDataset)
 	}
-	s := &datasetSource{seed: seed, epochs: ds.Epochs, trainEx: train, refs: map[string]verify.Reference{}, orderEpoch: -1}
+	s := &datasetSource{trainFile: ds.Train, seed: seed, epochs: ds.Epochs, trainEx: train, refs: map[string]verify.Reference{}, orderEpoch: -1}
 	add := func(id string, ex data.Example) task.Problem {
 		s.refs[id] = ex.Ref
 		return task.Problem{ID: id, Kind: "dataset", Question: ex.Prompt, Answer: ex.Ref.Answer}
@@ -156,7 +157,7 @@ func (s *datasetSource) train(i int) (task.Problem, error) {
 
 func (s *datasetSource) heldOut(n int) ([]task.Problem, error) {
 	if len(s.evalProbs) == 0 {
-		return nil, fmt.Errorf("the dataset has no held-out problems")
+		return nil, fmt.Errorf("dataset %s: no held-out problems (no eval file, and no rows held out: eval problems 0)", s.trainFile)
 	}
 	return s.evalProbs[:min(n, len(s.evalProbs))], nil
 }
