@@ -1,5 +1,5 @@
 // Package recipes holds the recipe schema and its validation, the built-in
-// recipe files, and (in recipes/driver) the driver that places actors and
+// recipe files, and (in train) the driver that places actors and
 // runs the training loop.
 //
 // A recipe is a YAML file (SCHEMA.md documents every key). Load reads one
@@ -18,7 +18,7 @@
 // optim.WarmupCosine, task.Config, data.Mapping); validation runs their own
 // checks too, so a recipe that loads is one they accept.
 //
-// Loaded.DriverConfig (driverconfig.go) maps a recipe onto recipes/driver's
+// Loaded.FromRecipe (train/recipe.go) maps a recipe onto train's
 // Config (the driver's templates see .Question where rollout/episode's and
 // sft.response see .Problem; its algorithm names dr_grpo and reinforce++
 // are accepted here as aliases) and refuses, naming the field, what the
@@ -40,6 +40,6 @@
 // does not run yet (eval.samples > 1,
 // sync.mode async for multi-turn episodes, tools episodes, datasets,
 // vllm engines, lora weight sync) are validated and documented in
-// SCHEMA.md but refused by DriverConfig.
+// SCHEMA.md but refused by FromRecipe.
 // grpo_gsm8k and mbpp have untuned first-guess values.
 package recipes

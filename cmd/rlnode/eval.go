@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/rlnode/rlnode/recipes"
-	"github.com/rlnode/rlnode/recipes/driver"
+	"github.com/rlnode/rlnode/train"
 )
 
 // `rlnode eval` is the accuracy of a checkpoint on a recipe's held-out
@@ -25,7 +25,7 @@ import (
 // (first and final answer, Δ, flip rates; for mlmt with a feedback policy
 // also the final turn with the static feedback text).
 // An mlmt checkpoint keeps the solver in step-N/ and the feedback policy
-// in step-N/feedback/ (driver.FeedbackDir). A LoRA checkpoint (the frozen
+// in step-N/feedback/ (train.FeedbackDir). A LoRA checkpoint (the frozen
 // base plus a PEFT adapter) is evaluated with the adapter merged into the
 // base (driver's evaluation loads it through weightsync.LoadNative): no
 // merged copy is written into checkpoints. Recipes with a dataset are
@@ -64,9 +64,9 @@ type evalResult struct {
 	Accuracy float64 `json:"accuracy"` // of the final answer; sampled: mean@n
 	// Sampled is a sampled evaluation's samples, temperature, pass_at_K
 	// and maj_at_N (of the final answer); absent when greedy.
-	Sampled *driver.SampledEval `json:"sampled,omitempty"`
+	Sampled *train.SampledEval `json:"sampled,omitempty"`
 	// Turns are the per-turn figures of mlmt and score episodes.
-	Turns *driver.TurnEval `json:"turns,omitempty"`
+	Turns *train.TurnEval `json:"turns,omitempty"`
 }
 
 func evalCommand(args []string, stdout, stderr io.Writer) int {
@@ -96,7 +96,7 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	// The driver's mapping gives the templates, the task and the limits,
 	// and refuses what native evaluation cannot do.
-	cfg, err := l.DriverConfig(*modelDir)
+	cfg, err := train.FromRecipe(l, *modelDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode eval: %v\n", err)
 		return 1
@@ -104,7 +104,7 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	var res evalResult
-	if cfg.Episode == driver.EpisodeMLMT || cfg.Episode == driver.EpisodeSCoRe {
+	if cfg.Episode == train.EpisodeMLMT || cfg.Episode == train.EpisodeSCoRe {
 		res, err = evaluateTurns(ctx, *modelDir, cfg)
 	} else {
 		res, err = evaluate(ctx, *modelDir, cfg)
@@ -124,7 +124,7 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if te := res.Turns; te != nil {
 		final := "turn 3"
-		if te.Episode == driver.EpisodeSCoRe {
+		if te.Episode == train.EpisodeSCoRe {
 			final = "turn 2"
 		}
 		fmt.Fprintf(stderr, "turn 1 accuracy %.3f, %s accuracy %.3f (delta %+.3f; incorrect→correct %.3f, correct→incorrect %.3f) on %d held-out problems, %s\n",
@@ -150,8 +150,8 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 // task's, or the dataset's eval file or held-out rows) and scores them
 // with cfg's verifier: the driver's own evaluation, so the figure equals
 // the run's eval_accuracy.
-func evaluate(ctx context.Context, dir string, cfg driver.Config) (evalResult, error) {
-	se, err := driver.EvaluateSingleCheckpoint(ctx, cfg, dir)
+func evaluate(ctx context.Context, dir string, cfg train.Config) (evalResult, error) {
+	se, err := train.EvaluateSingleCheckpoint(ctx, cfg, dir)
 	if err != nil {
 		return evalResult{}, err
 	}
@@ -161,8 +161,8 @@ func evaluate(ctx context.Context, dir string, cfg driver.Config) (evalResult, e
 // evaluateTurns plays the recipe's mlmt or score episode greedily on its
 // held-out problems with the checkpoint in dir (the feedback policy from
 // dir/feedback), the evaluation the driver runs at its eval steps.
-func evaluateTurns(ctx context.Context, dir string, cfg driver.Config) (evalResult, error) {
-	te, err := driver.EvaluateCheckpoint(ctx, cfg, dir)
+func evaluateTurns(ctx context.Context, dir string, cfg train.Config) (evalResult, error) {
+	te, err := train.EvaluateCheckpoint(ctx, cfg, dir)
 	if err != nil {
 		return evalResult{}, err
 	}
@@ -174,7 +174,7 @@ func evaluateTurns(ctx context.Context, dir string, cfg driver.Config) (evalResu
 }
 
 // howSampled says how an evaluation sampled.
-func howSampled(s *driver.SampledEval) string {
+func howSampled(s *train.SampledEval) string {
 	if s == nil {
 		return "greedy"
 	}
@@ -182,7 +182,7 @@ func howSampled(s *driver.SampledEval) string {
 }
 
 // sampledFigures is a sampled evaluation's pass@k and maj@n on one line.
-func sampledFigures(s *driver.SampledEval) string {
+func sampledFigures(s *train.SampledEval) string {
 	ks := slices.Sorted(maps.Keys(s.PassAt))
 	parts := make([]string, 0, len(ks)+1)
 	for _, k := range ks {

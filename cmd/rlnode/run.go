@@ -22,7 +22,7 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/plot"
 	"github.com/rlnode/rlnode/recipes"
-	"github.com/rlnode/rlnode/recipes/driver"
+	"github.com/rlnode/rlnode/train"
 )
 
 // `rlnode run` trains a recipe: in this process on an embedded
@@ -96,13 +96,13 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if dir == "" {
 		dir = filepath.Join("runs", fmt.Sprintf("%s-%s", l.Name, time.Now().Format("20060102-150405")))
 	}
-	cfg, err := l.DriverConfig(dir)
+	cfg, err := train.FromRecipe(l, dir)
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		return 1
 	}
 	if *resume {
-		cks, err := recipes.Checkpoints(dir)
+		cks, err := train.Checkpoints(dir)
 		if err != nil {
 			fmt.Fprintf(stderr, "rlnode run: --resume: %v\n", err)
 			return 1
@@ -111,7 +111,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		// driver's state file, which the driver writes last: resume from
 		// the newest complete one.
 		for i := len(cks) - 1; i >= 0 && cfg.Resume == ""; i-- {
-			if _, err := os.Stat(filepath.Join(cks[i], driver.DriverStateFile)); err == nil {
+			if _, err := os.Stat(filepath.Join(cks[i], train.DriverStateFile)); err == nil {
 				cfg.Resume = cks[i]
 			} else {
 				fmt.Fprintf(stderr, "rlnode run: --resume: skipping %s: incomplete (%v)\n", cks[i], err)
@@ -198,17 +198,17 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		// On a cluster, generation goes to rollout actors, unless vLLM
 		// servers generate (the driver's client talks to them directly).
 		if cfg.Rollout == nil && cfg.VLLM == nil {
-			cfg.Rollout, cfg.FeedbackRollout = l.RolloutPlacement(cfg.Feedback != nil)
+			cfg.Rollout, cfg.FeedbackRollout = train.RolloutPlacement(l, cfg.Feedback != nil)
 		}
 	}
 
 	bar := newProgressBar(stderr, cfg.WarmupSteps, cfg.WarmupSteps+cfg.Steps)
-	cfg.Progress = func(m driver.Metrics) {
+	cfg.Progress = func(m train.Metrics) {
 		bar.step(m)
 		if exporter != nil {
 			exporter.observe(m)
 		}
-		if err := recipes.PruneCheckpoints(dir, l.Checkpoint.Keep); err != nil {
+		if err := train.PruneCheckpoints(dir, l.Checkpoint.Keep); err != nil {
 			bar.note(fmt.Sprintf("rlnode run: %v", err))
 		}
 		mu.Lock()
@@ -219,7 +219,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	res, err := driver.Run(ctx, cfg)
+	res, err := train.Run(ctx, cfg)
 	bar.done()
 	mu.Lock()
 	wasInterrupted := interrupted
@@ -236,7 +236,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	} else {
 		fmt.Fprintf(stdout, "curves: %s\n", filepath.Join(dir, "curves.png"))
 	}
-	cks, _ := recipes.Checkpoints(dir)
+	cks, _ := train.Checkpoints(dir)
 	if len(cks) > 0 {
 		fmt.Fprintf(stdout, "checkpoints: %s (newest %s)\n", filepath.Join(dir, "checkpoints"), filepath.Base(cks[len(cks)-1]))
 	} else {
@@ -307,7 +307,7 @@ func newProgressBar(w io.Writer, warmup, total int) *progressBar {
 	return &progressBar{w: w, tty: tty, warmup: warmup, total: total, now: time.Now, lastAt: time.Now()}
 }
 
-func (b *progressBar) step(m driver.Metrics) {
+func (b *progressBar) step(m train.Metrics) {
 	now := b.now()
 	if m.Phase != b.phase || b.phase == "" {
 		b.phase, b.phaseStart, b.phaseFirst = m.Phase, b.lastAt, m.Step-1
@@ -370,7 +370,7 @@ type runMetrics struct {
 	planned int
 
 	mu       sync.Mutex
-	last     *driver.Metrics
+	last     *train.Metrics
 	tokens   int64
 	eval     *float64
 	reward   *float64
@@ -381,7 +381,7 @@ func newRunMetrics(run string, planned int) *runMetrics {
 	return &runMetrics{run: run, planned: planned}
 }
 
-func (r *runMetrics) observe(m driver.Metrics) {
+func (r *runMetrics) observe(m train.Metrics) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.last = &m

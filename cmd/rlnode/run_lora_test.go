@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/rlnode/rlnode/recipes/driver"
+	"github.com/rlnode/rlnode/train"
 )
 
 // loraArgs train rank-4 adapters (with dropout, so its random state must
@@ -34,7 +34,7 @@ func TestRunLoRAKilledThenResumed(t *testing.T) {
 	}
 	last := fmt.Sprintf("step-%d", 2+rlSteps)
 	run := startRun(t, home, append([]string{"run", "quickstart", "--out", killed}, args...)...)
-	firstRL := filepath.Join(killed, "checkpoints", "step-4", driver.DriverStateFile)
+	firstRL := filepath.Join(killed, "checkpoints", "step-4", train.DriverStateFile)
 	run.waitFor(t, "checkpoint step-4", func() bool { _, err := os.Stat(firstRL); return err == nil })
 	select {
 	case <-run.done:

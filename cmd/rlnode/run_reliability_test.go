@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlnode/rlnode/recipes/driver"
+	"github.com/rlnode/rlnode/train"
 )
 
 // Reliability of `rlnode run` as a process: killed and resumed, scraped
@@ -147,7 +147,7 @@ func killAndResume(t *testing.T, recipe string, rlSteps int, files []string) {
 	// The same run, SIGKILLed once the checkpoint after the first RL
 	// checkpoint interval is complete (the driver writes its state file last).
 	run := startRun(t, home, append([]string{"run", recipe, "--out", killed}, args...)...)
-	firstRL := filepath.Join(killed, "checkpoints", "step-4", driver.DriverStateFile)
+	firstRL := filepath.Join(killed, "checkpoints", "step-4", train.DriverStateFile)
 	run.waitFor(t, "checkpoint step-4", func() bool { _, err := os.Stat(firstRL); return err == nil })
 	select {
 	case <-run.done:

@@ -41,7 +41,7 @@ type TemplateData struct {
 	// Hint is a problem's hidden information that only the feedback
 	// policy may see (rollout/task's pick kind). The runners of this
 	// package leave it empty (data.Example carries none); the driver in
-	// recipes/driver fills it.
+	// train fills it.
 	Hint string
 }
 

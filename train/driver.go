@@ -1,0 +1,853 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/rollout/task"
+	"github.com/rlnode/rlnode/rollout/verify"
+	"github.com/rlnode/rlnode/rollout/vllm"
+	"github.com/rlnode/rlnode/weightsync"
+)
+
+// Metrics is one line of metrics.jsonl: one optimizer step of the
+// learner. Steps count from the first warm-up step; RL steps follow the
+// warm-up ones.
+type Metrics struct {
+	Step  int    `json:"step"`
+	Phase string `json:"phase"` // "warmup" (SFT) or "rl"
+	// RewardMean is the mean verifier reward of the step's samples; null
+	// on warm-up steps, which sample nothing.
+	RewardMean *float64 `json:"reward_mean"`
+	// EvalAccuracy is the accuracy on held-out problems, at evaluation
+	// steps only: greedy, or the mean over Config.EvalSampling's samples
+	// (mean@n); for multi-turn episodes, of the final turn.
+	EvalAccuracy *float64 `json:"eval_accuracy,omitempty"`
+	// EvalSampled is a sampled evaluation's pass@k and maj@n, written
+	// flat: eval_samples, eval_temperature, eval_pass_at_K, eval_maj_at_N
+	// (evalsample.go).
+	EvalSampled *SampledEval `json:"-"`
+	// Turn metrics of multi-turn episodes at evaluation steps (on the
+	// same held-out problems): see TurnEval.
+	Turn1Accuracy       *float64 `json:"turn1_accuracy,omitempty"`
+	Turn2Accuracy       *float64 `json:"turn2_accuracy,omitempty"` // score
+	Turn3Accuracy       *float64 `json:"turn3_accuracy,omitempty"` // mlmt
+	Turn3AccuracyStatic *float64 `json:"turn3_accuracy_static,omitempty"`
+	Delta               *float64 `json:"delta,omitempty"`
+	IncorrectToCorrect  *float64 `json:"incorrect_to_correct,omitempty"`
+	CorrectToIncorrect  *float64 `json:"correct_to_incorrect,omitempty"`
+	// Turn1RewardMean is the mean reward of the first attempts of
+	// multi-turn RL steps (RewardMean is the final turn's).
+	Turn1RewardMean *float64 `json:"turn1_reward_mean,omitempty"`
+	// The feedback policy's learner step (mlmt with a trained feedback
+	// policy).
+	FeedbackLoss     *float64 `json:"feedback_loss,omitempty"`
+	FeedbackGradNorm *float64 `json:"feedback_grad_norm,omitempty"`
+	FeedbackEntropy  *float64 `json:"feedback_entropy,omitempty"`
+	FeedbackLR       *float64 `json:"feedback_lr,omitempty"`
+	// The feedback policy's critic (PPO): as ValueLoss, ExplainedVar.
+	FeedbackValueLoss    *float64 `json:"feedback_value_loss,omitempty"`
+	FeedbackExplainedVar *float64 `json:"feedback_explained_var,omitempty"`
+
+	Loss         float64 `json:"loss"`
+	GradNorm     float64 `json:"grad_norm"`
+	LR           float64 `json:"lr"`
+	ClipFrac     float64 `json:"clip_frac"`
+	ClipFracHigh float64 `json:"clip_frac_high"`
+	ApproxKL     float64 `json:"approx_kl"`
+	RefKL        float64 `json:"ref_kl"`
+	Entropy      float64 `json:"entropy"`
+	// KLPenalty is the mean per-token KL reward penalty (PPO with
+	// Learner.KLInReward) at RL steps.
+	KLPenalty *float64 `json:"kl_penalty,omitempty"`
+	// PPO's critic at RL steps: the value loss (mean over the step's
+	// optimizer steps), the fraction of value-clipped tokens, and the
+	// explained variance of the returns by the values before the step.
+	ValueLoss       *float64 `json:"value_loss,omitempty"`
+	ValueClipFrac   *float64 `json:"value_clip_frac,omitempty"`
+	ExplainedVar    *float64 `json:"explained_var,omitempty"`
+	Tokens          int      `json:"tokens"`
+	Seqs            int      `json:"seqs"` // sequences the solver trained on
+	ResponseLenMean float64  `json:"response_len_mean,omitempty"`
+	SolvedAllFrac   float64  `json:"groups_all_correct,omitempty"`
+	SolvedNoneFrac  float64  `json:"groups_none_correct,omitempty"`
+	WeightVersion   int64    `json:"weight_version"`
+	// WeightLag is how many versions the oldest sample of the step lags
+	// behind the version that would be on-policy for it (the learner's
+	// step before this one): 0 in synchronous runs, ≤ max staleness in
+	// asynchronous ones. RL steps only.
+	WeightLag *int64 `json:"weight_lag,omitempty"`
+	// RolloutRegenerated counts the generation chunks of the run so far
+	// that ran again because their rollout actor was lost; RolloutLive
+	// is the solver's live actors after the step, and RolloutReplaced the
+	// actors started so far in place of lost ones (runs with rollout
+	// actors).
+	RolloutRegenerated *int64  `json:"rollout_regenerated,omitempty"`
+	RolloutLive        *int    `json:"rollout_live,omitempty"`
+	RolloutReplaced    *int64  `json:"rollout_replaced,omitempty"`
+	GenSeconds         float64 `json:"gen_s,omitempty"`
+	TrainSeconds       float64 `json:"train_s"`
+	SyncSeconds        float64 `json:"sync_s"`
+	EvalSeconds        float64 `json:"eval_s,omitempty"`
+	ElapsedSeconds     float64 `json:"elapsed_s"`
+}
+
+// Result sums up a run.
+type Result struct {
+	Steps          int     // optimizer steps taken (warm-up and RL)
+	PostWarmupEval float64 // eval accuracy right after warm-up (−1 when not evaluated)
+	FinalEval      float64 // eval accuracy at the last step (−1 when not evaluated)
+	// The turn metrics after warm-up and at the last evaluation
+	// (multi-turn episodes; zero otherwise).
+	PostWarmupTurns, FinalTurns TurnEval
+	EvalProblems                int   // distinct held-out problems evaluated
+	WeightVersion               int64 // version the engine serves at the end
+	LastCheckpointDir           string
+	// RolloutRegenerated counts generation chunks that ran again on
+	// another rollout actor after theirs was lost (runs with Rollout).
+	RolloutRegenerated int64
+}
+
+// DriverStateFile is the driver's part of a checkpoint: where the data
+// cursor and the step stand.
+const DriverStateFile = "driver_state.json"
+
+type driverState struct {
+	Step          int    `json:"step"`
+	TrainCursor   int    `json:"train_cursor"`
+	WeightVersion int64  `json:"weight_version"`
+	Seed          uint64 `json:"seed"`
+}
+
+// policy is one trained policy: its learner (one actor or a shard
+// group) and the engine that serves it: the native engine in this process
+// (local), or rollout actors on the cluster (pool) fed by a weight syncer.
+type policy struct {
+	id      string
+	learner learners
+	l       learner.Config // as started: a learner restart starts the engine anew from it
+	ro      *Rollout       // rollout actors' settings; nil: the engine is local
+	eng     *policyEngine
+	local   *native.Engine
+	pool    *rollout.Pool
+	syncer  *weightsync.Syncer
+	vllm    *vllm.Client // the solver's vLLM servers (Config.VLLM)
+	group   *cluster.PlacementGroup
+	node    *cluster.Node
+	tok     *tokenizer.Tokenizer
+	// regenerated counts the chunks that pools replaced by a learner
+	// restart ran again.
+	regenerated int64
+	// LoRA (lora.go): the base the local engine's adapters merge onto
+	// (nil: not fetched for this engine yet); whether the vLLM servers
+	// hold the learner's base.
+	loraBase map[string][]float32
+	vllmBase bool
+}
+
+// policyEngine is what episodes generate with: a policy's engine and its
+// tokenizer.
+type policyEngine struct {
+	engine.Engine
+	tok *tokenizer.Tokenizer
+}
+
+func (e *policyEngine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
+
+// run is one training run in progress.
+type run struct {
+	cfg      Config
+	tpl      *compiled
+	log      *slog.Logger
+	node     *cluster.Node
+	solver   *policy
+	feedback *policy // mlmt with a feedback policy; nil otherwise
+	src      problemSource
+	verifier verify.Verifier
+	eval     []task.Problem
+	metrics  *os.File
+	start    time.Time
+	step     int
+	logged   int // the last step in metrics.jsonl
+	cursor   int
+	// prefetched is the problems drawn for batches not trained yet (the
+	// asynchronous run's next batch): a checkpoint's cursor leaves them
+	// out, so a resumed run draws them again.
+	prefetched int
+	version    int64
+	res        Result
+	// rolloutShort: the solver's live rollout actors were fewer than the
+	// recipe's at the last step (said once in the log).
+	rolloutShort bool
+}
+
+// Run trains per cfg: it places the learner actor on the cluster, starts
+// the native engine in this process, runs the SFT warm-up and the RL loop,
+// and returns when the last step is done or ctx ends.
+func Run(ctx context.Context, cfg Config) (res Result, err error) {
+	tpl, err := cfg.validate()
+	if err != nil {
+		return Result{}, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.EngineBatch == 0 {
+		cfg.EngineBatch = 256
+	}
+	if cfg.LearnerResources == nil {
+		cfg.LearnerResources = cluster.Resources{cluster.CPU: 1}
+	}
+	r := &run{cfg: cfg, tpl: tpl, log: cfg.Logger, start: time.Now(), res: Result{PostWarmupEval: -1, FinalEval: -1}}
+	if r.src, err = newSource(cfg); err != nil {
+		return Result{}, err
+	}
+	if r.verifier, err = newVerifier(cfg); err != nil {
+		return Result{}, err
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return Result{}, fmt.Errorf("driver: %w", err)
+	}
+	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+	if cfg.Resume != "" {
+		if err := r.readResumeState(); err != nil {
+			return Result{}, err
+		}
+		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+	}
+	if r.metrics, err = os.OpenFile(filepath.Join(cfg.Out, "metrics.jsonl"), flags, 0o644); err != nil {
+		return Result{}, fmt.Errorf("driver: %w", err)
+	}
+	defer func() {
+		if cerr := r.metrics.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("driver: metrics: %w", cerr)
+		}
+	}()
+	if cfg.Resume != "" {
+		// Steps after the checkpoint (a run that went on past it) are redone.
+		if err := r.cutMetrics(r.step); err != nil {
+			return Result{}, fmt.Errorf("driver: resume: %w", err)
+		}
+	}
+
+	r.node = cfg.Node
+	if r.node == nil {
+		if r.node, err = cluster.Start(ctx, cluster.Config{CPUs: embeddedCPUs(cfg), Logger: actor.DiscardLogger()}); err != nil {
+			return Result{}, fmt.Errorf("driver: embedded cluster: %w", err)
+		}
+		defer r.node.Stop()
+	}
+	solverLearner := cfg.Learner
+	solverLearner.Model, solverLearner.ModelDir, solverLearner.Seed = cfg.Model, cfg.ModelDir, cfg.Seed
+	if r.solver, err = r.startPolicy(ctx, "solver", solverLearner, cfg.Resume, cfg.Rollout); err != nil {
+		return Result{}, err
+	}
+	defer r.solver.stop()
+	if fb := cfg.Feedback; fb != nil {
+		resume := ""
+		if cfg.Resume != "" {
+			resume = filepath.Join(cfg.Resume, FeedbackDir)
+		}
+		if r.feedback, err = r.startPolicy(ctx, "feedback", fb.learnerConfig(cfg), resume, cfg.FeedbackRollout); err != nil {
+			return Result{}, err
+		}
+		defer r.feedback.stop()
+	}
+	// The engines start from the learners' weights, whatever the init.
+	if err := r.syncAll(ctx); err != nil {
+		return Result{}, err
+	}
+	if cfg.EvalEvery > 0 {
+		if err := r.pickEvalProblems(); err != nil {
+			return Result{}, err
+		}
+	}
+	if err := r.trainLoop(ctx); err != nil {
+		return r.res, err
+	}
+	r.res.Steps, r.res.WeightVersion = r.step, r.solver.eng.WeightVersion()
+	r.res.RolloutRegenerated = r.regenerated()
+	return r.res, nil
+}
+
+// newEngine starts a native engine on a fresh model of mc (its weights
+// come from the learner at the first sync) or on the checkpoint in dir.
+func newEngine(mc *model.Config, dir string, batch int) (*native.Engine, *tokenizer.Tokenizer, error) {
+	ncfg := native.Config{MaxBatch: batch, MaxStepTokens: 4096}
+	if dir != "" {
+		e, err := native.Load(dir, ncfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("engine: %w", err)
+		}
+		return e, e.Tokenizer(), nil
+	}
+	tok, err := tokenizer.BuiltinSized(mc.VocabSize)
+	if err != nil {
+		return nil, nil, fmt.Errorf("model.vocab_size: %w", err)
+	}
+	m, err := model.New(*mc, cpu.New())
+	if err != nil {
+		return nil, nil, fmt.Errorf("model: %w", err)
+	}
+	e, err := native.New(m, tok, ncfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("engine: %w", err)
+	}
+	return e, tok, nil
+}
+
+// startPolicy places the learner of one policy (placeLearners) and
+// starts its engine (startEngine).
+func (r *run) startPolicy(ctx context.Context, id string, l learner.Config, resume string, ro *Rollout) (*policy, error) {
+	ls, err := r.placeLearners(ctx, id, l, resume)
+	if err != nil {
+		return nil, fmt.Errorf("driver: %w", err)
+	}
+	p := &policy{id: id, learner: ls, l: l, ro: ro, node: r.node}
+	if err := r.startEngine(ctx, p); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// startEngine starts p's engine: in this process, or on rollout actors
+// (startRollout) that load the learner's current weights.
+func (r *run) startEngine(ctx context.Context, p *policy) error {
+	if p.ro != nil {
+		return r.startRollout(ctx, p, p.l, p.ro)
+	}
+	if r.vllmConfig(p) != nil {
+		return r.startVLLM(ctx, p)
+	}
+	eng, tok, err := newEngine(p.l.Model, p.l.ModelDir, r.cfg.EngineBatch)
+	if err != nil {
+		return fmt.Errorf("driver: %s policy: %w", p.id, err)
+	}
+	p.local, p.tok, p.eng = eng, tok, &policyEngine{Engine: eng, tok: tok}
+	return nil
+}
+
+// stopEngine closes p's engine: the local one, or the rollout actors with
+// their weight syncer and placement group.
+func (p *policy) stopEngine() {
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if p.pool != nil {
+		p.regenerated += p.pool.Redispatched()
+	}
+	if p.eng != nil {
+		p.eng.Close()
+	}
+	if p.syncer != nil {
+		p.syncer.Close()
+	}
+	if p.group != nil {
+		_ = p.node.RemovePlacementGroup(sctx, p.group.ID)
+	}
+	p.eng, p.local, p.pool, p.syncer, p.group, p.vllm = nil, nil, nil, nil, nil, nil
+	p.loraBase, p.vllmBase = nil, false
+}
+
+func (p *policy) stop() {
+	p.stopEngine()
+	p.learner.stop()
+}
+
+// syncAll pushes every policy's weights to its engine.
+func (r *run) syncAll(ctx context.Context) error {
+	if err := r.syncWeights(ctx, r.solver); err != nil {
+		return err
+	}
+	if r.feedback != nil {
+		return r.syncWeights(ctx, r.feedback)
+	}
+	return nil
+}
+
+// syncWeights pulls a learner's weights over the bulk path and swaps them
+// into its engine as the version of the run's step (one Train call; a
+// learner with mini-batches takes more optimizer steps than that).
+func (r *run) syncWeights(ctx context.Context, p *policy) error {
+	if p.vllm != nil {
+		return r.syncVLLM(ctx, p)
+	}
+	off, w, err := r.fetchWeights(ctx, p, p.weightsPart())
+	if err != nil {
+		return err
+	}
+	if off.Adapter != nil {
+		if err := r.pushAdapter(ctx, p, off.Adapter, w); err != nil {
+			return err
+		}
+	} else if p.pool != nil {
+		if err := r.publish(ctx, p, int64(r.step), weightsync.Update{Tensors: w}); err != nil {
+			return err
+		}
+	} else if err := p.local.SetWeights(ctx, int64(r.step), w); err != nil {
+		return fmt.Errorf("driver: %s: %w", p.id, err)
+	}
+	if p == r.solver {
+		r.version = int64(r.step)
+		if r.cfg.OnWeights != nil {
+			r.cfg.OnWeights(r.version, p.eng.Engine)
+		}
+	}
+	return nil
+}
+
+// pickEvalProblems takes up to EvalProblems distinct held-out problems.
+func (r *run) pickEvalProblems() error {
+	probs, err := r.src.heldOut(r.cfg.EvalProblems)
+	if err != nil {
+		return fmt.Errorf("driver: %w", err)
+	}
+	r.eval = probs
+	r.res.EvalProblems = len(r.eval)
+	return nil
+}
+
+func (r *run) prompt(p task.Problem) []int {
+	return r.solver.tok.Encode(render(r.tpl.prompt, TemplateData{Question: p.Question}))
+}
+
+func (r *run) nextTrain() (task.Problem, error) {
+	p, err := r.src.train(r.cursor)
+	if err != nil {
+		return p, fmt.Errorf("driver: train problem %d: %w", r.cursor, err)
+	}
+	r.cursor++
+	return p, nil
+}
+
+func (r *run) setAlgorithm(ctx context.Context, name string, lr float64) error {
+	for _, p := range []*policy{r.solver, r.feedback} {
+		if p == nil {
+			continue
+		}
+		if err := p.learner.setAlgorithm(ctx, name, lr); err != nil {
+			return fmt.Errorf("driver: set the %s algorithm %s: %w", p.id, name, err)
+		}
+	}
+	return nil
+}
+
+// warmup is plain SFT on generated problems with their worked answers,
+// so the policy's reward starts above zero.
+func (r *run) warmup(ctx context.Context) error {
+	cfg := r.cfg
+	if r.step >= cfg.WarmupSteps {
+		return nil
+	}
+	if err := r.setAlgorithm(ctx, learner.SFT, cfg.WarmupLR); err != nil {
+		return err
+	}
+	if cfg.multiTurn() {
+		return r.warmupMultiTurn(ctx)
+	}
+	eos, ok := r.solver.tok.TokenID(tokenizer.EndOfText)
+	if !ok {
+		return fmt.Errorf("driver: the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
+	}
+	for r.step < cfg.WarmupSteps {
+		t0 := time.Now()
+		var b learner.Batch
+		for range cfg.WarmupBatch {
+			p, err := r.nextTrain()
+			if err != nil {
+				return err
+			}
+			ans := r.solver.tok.Encode(render(r.tpl.answer, TemplateData{Question: p.Question, Answer: p.Answer}))
+			b.Prompts = append(b.Prompts, toInt32(r.prompt(p)))
+			b.Responses = append(b.Responses, append(toInt32(ans), int32(eos)))
+		}
+		st, err := r.train(ctx, r.solver, b)
+		if err != nil {
+			return err
+		}
+		m := Metrics{Phase: "warmup"}
+		r.fill(&m, st)
+		m.TrainSeconds = time.Since(t0).Seconds()
+		if err := r.finishWarmupStep(ctx, &m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishWarmupStep ends a warm-up step: evaluation when due (always after
+// the last), a checkpoint when the run has no RL steps.
+func (r *run) finishWarmupStep(ctx context.Context, m *Metrics) error {
+	cfg := r.cfg
+	last := r.step == cfg.WarmupSteps
+	evalNow := last || (cfg.EvalEvery > 0 && r.step%cfg.EvalEvery == 0)
+	if err := r.finishStep(ctx, m, evalNow, last && cfg.Steps == 0); err != nil {
+		return err
+	}
+	if last && m.EvalAccuracy != nil {
+		r.res.PostWarmupEval = *m.EvalAccuracy
+		r.res.PostWarmupTurns = r.res.FinalTurns
+	}
+	return nil
+}
+
+// train sends one batch to a policy's learner; the solver's steps are the
+// run's.
+func (r *run) train(ctx context.Context, p *policy, b learner.Batch) (learner.Stats, error) {
+	b.PolicyID = p.id
+	st, err := p.learner.train(ctx, b)
+	if err != nil {
+		step := r.step + 1
+		if p != r.solver {
+			step = r.step // the solver trained on this step first
+		}
+		return st, fmt.Errorf("driver: train the %s at step %d: %w", p.id, step, err)
+	}
+	if p == r.solver {
+		// A run's step is one Train call, whatever the optimizer steps
+		// inside it (algorithm.mini_batches, epochs).
+		r.step++
+	}
+	return st, nil
+}
+
+// fill copies the solver's Stats of the run's current step into m.
+func (r *run) fill(m *Metrics, st learner.Stats) {
+	m.Step = r.step
+	m.Loss, m.GradNorm, m.LR = st.Loss, st.GradNorm, st.LR
+	m.ClipFrac, m.ClipFracHigh, m.ApproxKL, m.RefKL, m.Entropy = st.ClipFrac, st.ClipFracHigh, st.ApproxKL, st.RefKL, st.Entropy
+	m.Tokens, m.Seqs = st.Tokens, st.Seqs
+	if m.Phase == "rl" && r.cfg.Learner.Algorithm == learner.PPO {
+		m.ValueLoss, m.ValueClipFrac, m.ExplainedVar = &st.ValueLoss, &st.ValueClipFrac, &st.ExplainedVar
+		if r.cfg.Learner.KLInReward {
+			m.KLPenalty = &st.KLPenalty
+		}
+	}
+}
+
+// finishStep pushes the new weights to the engine, evaluates and
+// checkpoints when due, and writes the metrics line.
+func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall bool) error {
+	t0 := time.Now()
+	// Rollout actors sit idle through a single-turn warm-up: they get the
+	// weights when an evaluation needs them (always after the last
+	// warm-up step), not at every SFT step.
+	idle := r.solver.pool != nil && m.Phase == "warmup" && !evalNow && !r.cfg.multiTurn()
+	if !idle {
+		if err := r.syncAll(ctx); err != nil {
+			return err
+		}
+	}
+	m.SyncSeconds = time.Since(t0).Seconds()
+	m.WeightVersion = r.solver.eng.WeightVersion()
+	if r.solver.pool != nil {
+		regen, live, replaced := r.regenerated(), r.liveReplicas(), r.replacedReplicas()
+		m.RolloutRegenerated, m.RolloutLive, m.RolloutReplaced = &regen, &live, &replaced
+	}
+	if evalNow && r.cfg.EvalEvery > 0 {
+		t0 = time.Now()
+		if r.cfg.multiTurn() {
+			te, err := evalTurns(ctx, r.cfg, r.tpl, r.solver.eng, r.feedbackEngine(), r.src, r.eval, r.verify)
+			if err != nil {
+				return fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
+			}
+			te.fill(m)
+			r.res.FinalTurns = te
+		} else {
+			se, err := r.evaluate(ctx)
+			if err != nil {
+				return err
+			}
+			m.EvalAccuracy, m.EvalSampled = &se.Accuracy, se.Sampled
+		}
+		m.EvalSeconds = time.Since(t0).Seconds()
+		r.res.FinalEval = *m.EvalAccuracy
+	}
+	if lastOverall {
+		dir := filepath.Join(r.cfg.Out, "checkpoints", fmt.Sprintf("step-%d", r.step))
+		if err := r.checkpoint(ctx, dir); err != nil {
+			return err
+		}
+		r.res.LastCheckpointDir = dir
+	}
+	m.ElapsedSeconds = time.Since(r.start).Seconds()
+	js, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("driver: metrics: %w", err)
+	}
+	if _, err := r.metrics.Write(append(js, '\n')); err != nil {
+		return fmt.Errorf("driver: metrics: %w", err)
+	}
+	r.logged = m.Step
+	r.log.Info("step", "step", m.Step, "phase", m.Phase, "reward", m.RewardMean, "eval", m.EvalAccuracy, "loss", m.Loss)
+	if r.cfg.Progress != nil {
+		r.cfg.Progress(*m)
+	}
+	return nil
+}
+
+// reinforce is the RL loop: sample prompts, generate GroupSize samples
+// each, verify, train, push weights, evaluate, checkpoint.
+func (r *run) reinforce(ctx context.Context) error {
+	cfg := r.cfg
+	first := r.step - cfg.WarmupSteps + 1
+	if first > cfg.Steps {
+		return nil
+	}
+	if err := r.setRLAlgorithms(ctx); err != nil {
+		return err
+	}
+	if cfg.multiTurn() {
+		return r.reinforceMultiTurn(ctx, first)
+	}
+	// Asynchronous runs generate up to MaxStaleness steps ahead while this
+	// one trains (pipelineAhead); synchronous ones generate each batch on
+	// the newest weights.
+	async := cfg.MaxStaleness > 0
+	pipe := newPipeline(ctx, r, r.startBatch)
+	defer pipe.close()
+	for k := first; k <= cfg.Steps; k++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
+		}
+		t0 := time.Now()
+		batch, err := pipe.next(ctx, k)
+		if err != nil {
+			return err
+		}
+		probs, res := batch.probs, batch.res
+		gen := batch.genSeconds
+		if !async {
+			gen = time.Since(t0).Seconds()
+		}
+		lag, err := r.checkLag(batch.onPolicy, lowestVersion(res))
+		if err != nil {
+			return err
+		}
+		b := learner.Batch{PolicyID: "solver"}
+		var respLen float64
+		var allRight, noneRight int
+		var jobs []verifyJob
+		for i, rr := range res {
+			ref := r.src.reference(probs[i])
+			for _, s := range rr.Samples {
+				jobs = append(jobs, verifyJob{s.Text, ref})
+			}
+		}
+		vs, err := r.verify(ctx, jobs)
+		if err != nil {
+			return err
+		}
+		for i, rr := range res {
+			right := 0
+			for _, s := range rr.Samples {
+				v := vs[0]
+				vs = vs[1:]
+				b.Prompts = append(b.Prompts, toInt32(rr.PromptTokenIDs))
+				b.Responses = append(b.Responses, toInt32(s.TokenIDs))
+				b.SampleLogProbs = append(b.SampleLogProbs, append([]float32(nil), s.LogProbs...))
+				b.Rewards = append(b.Rewards, v.Reward)
+				b.GroupIDs = append(b.GroupIDs, int64(batch.firstGroup+i))
+				respLen += float64(len(s.TokenIDs))
+				if v.Reward == 1 {
+					right++
+				}
+			}
+			switch right {
+			case len(rr.Samples):
+				allRight++
+			case 0:
+				noneRight++
+			}
+		}
+		t1 := time.Now()
+		st, err := r.train(ctx, r.solver, b)
+		if err != nil {
+			return err
+		}
+		m := Metrics{Phase: "rl"}
+		r.fill(&m, st)
+		reward := st.RewardMean
+		m.RewardMean = &reward
+		m.ResponseLenMean = respLen / float64(len(b.Responses))
+		m.SolvedAllFrac = float64(allRight) / float64(len(res))
+		m.SolvedNoneFrac = float64(noneRight) / float64(len(res))
+		m.GenSeconds, m.TrainSeconds = gen, time.Since(t1).Seconds()
+		m.WeightLag = &lag
+		if err := r.finishRLStep(ctx, &m, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishRLStep finishes RL step k (1-based) of cfg.Steps: evaluation
+// every EvalEvery steps and at the last, a checkpoint every
+// CheckpointEvery steps and at the last.
+func (r *run) finishRLStep(ctx context.Context, m *Metrics, k int) error {
+	cfg := r.cfg
+	last := k == cfg.Steps
+	evalNow := cfg.EvalEvery > 0 && (k%cfg.EvalEvery == 0 || last)
+	ckpt := last || (cfg.CheckpointEvery > 0 && k%cfg.CheckpointEvery == 0)
+	return r.finishStep(ctx, m, evalNow, ckpt)
+}
+
+// rlBatch is one RL step's prompts and, once done is closed, their
+// samples.
+type rlBatch struct {
+	probs      []task.Problem
+	reqs       []engine.Request
+	firstGroup int   // group id (data cursor) of probs[0]
+	onPolicy   int64 // the weight version on-policy for this batch
+	done       chan struct{}
+	res        []engine.Result
+	err        error
+	genSeconds float64
+}
+
+// startBatch draws the next PromptsPerStep problems (here, so the data
+// cursor moves in step order) and generates their samples in the
+// background for the batch whose on-policy version is onPolicy, once
+// after is closed (the batch drawn before it is generated; nil: at once).
+func (r *run) startBatch(ctx context.Context, onPolicy int64, after <-chan struct{}) (*rlBatch, error) {
+	cfg := r.cfg
+	b := &rlBatch{firstGroup: r.cursor, onPolicy: onPolicy, done: make(chan struct{}),
+		probs: make([]task.Problem, cfg.PromptsPerStep), reqs: make([]engine.Request, cfg.PromptsPerStep)}
+	for i := range b.probs {
+		p, err := r.nextTrain()
+		if err != nil {
+			return nil, err
+		}
+		seed := int64(cfg.Seed)*1_000_003 + int64(r.cursor)
+		b.probs[i] = p
+		b.reqs[i] = engine.Request{ID: fmt.Sprintf("s%d-%d", onPolicy+1, i), Prompt: r.prompt(p), Params: engine.SamplingParams{
+			N: cfg.GroupSize, MaxTokens: cfg.MaxTokens, Temperature: cfg.Temperature, TopP: cfg.TopP, Seed: &seed}}
+	}
+	if r.solver.vllm != nil {
+		// Asynchronous: the servers still serve the version the step
+		// being trained was generated with.
+		if err := r.checkServing(r.solver, onPolicy-int64(cfg.MaxStaleness), onPolicy); err != nil {
+			return nil, err
+		}
+	}
+	r.prefetched += len(b.probs)
+	go func() {
+		defer close(b.done)
+		if b.err = waitTurn(ctx, after); b.err != nil {
+			return
+		}
+		t0 := time.Now()
+		if pool := r.solver.pool; pool != nil {
+			b.res, b.err = pool.GenerateStep(ctx, onPolicy, b.reqs)
+		} else {
+			b.res, b.err = r.solver.eng.Generate(ctx, b.reqs)
+		}
+		if b.err == nil && len(b.res) != len(b.reqs) {
+			b.err = fmt.Errorf("engine returned %d results for %d requests", len(b.res), len(b.reqs))
+		}
+		if b.err == nil && r.solver.vllm != nil {
+			b.err = staleResult(b.res, onPolicy-int64(cfg.MaxStaleness))
+		}
+		b.genSeconds = time.Since(t0).Seconds()
+	}()
+	return b, nil
+}
+
+func lowestVersion(res []engine.Result) int64 {
+	if len(res) == 0 {
+		return 0
+	}
+	low := res[0].WeightVersion
+	for _, r := range res[1:] {
+		low = min(low, r.WeightVersion)
+	}
+	return low
+}
+
+// FeedbackDir is where an MLMT checkpoint keeps the feedback policy:
+// step-N/ holds the solver (so it loads as a model like a single-turn
+// checkpoint), step-N/feedback/ the feedback policy in the same layout.
+const FeedbackDir = "feedback"
+
+// checkpoint writes the learner's checkpoint (weights, optimizer,
+// reference, step), the tokenizer (so the directory loads as a model for
+// the native engine) and the driver's cursor into dir; the feedback
+// policy's, if any, into dir/feedback.
+func (r *run) checkpoint(ctx context.Context, dir string) error {
+	save := func(p *policy, dir string) error {
+		if _, err := p.learner.save(ctx, dir); err != nil {
+			return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+		}
+		if err := p.tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {
+			return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+		}
+		return nil
+	}
+	if err := save(r.solver, dir); err != nil {
+		return err
+	}
+	if r.feedback != nil {
+		if err := save(r.feedback, filepath.Join(dir, FeedbackDir)); err != nil {
+			return err
+		}
+	}
+	js, err := json.MarshalIndent(driverState{Step: r.step, TrainCursor: r.cursor - r.prefetched, WeightVersion: r.version, Seed: r.cfg.Seed}, "", "  ")
+	if err != nil {
+		return err
+	}
+	// Written whole or not at all (a kill mid-write must not leave a
+	// truncated file that --resume takes for a complete checkpoint).
+	tmp := filepath.Join(dir, DriverStateFile+".tmp")
+	if err := os.WriteFile(tmp, append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, DriverStateFile)); err != nil {
+		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+	}
+	return nil
+}
+
+// readResumeState reads the driver's state from the checkpoint to resume
+// from; the learner actor loads its own part at spawn.
+func (r *run) readResumeState() error {
+	path := filepath.Join(r.cfg.Resume, DriverStateFile)
+	js, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("driver: resume: %w", err)
+	}
+	var ds driverState
+	if err := json.Unmarshal(js, &ds); err != nil {
+		return fmt.Errorf("driver: resume: %s: %w", path, err)
+	}
+	switch {
+	case ds.Seed != r.cfg.Seed:
+		return fmt.Errorf("driver: resume: %s: seed %d, the config's %d", path, ds.Seed, r.cfg.Seed)
+	case ds.Step < 0 || ds.TrainCursor < 0:
+		return fmt.Errorf("driver: resume: %s: step %d, cursor %d: want ≥ 0", path, ds.Step, ds.TrainCursor)
+	}
+	r.step, r.cursor = ds.Step, ds.TrainCursor
+	return nil
+}
+
+func toInt32(x []int) []int32 {
+	out := make([]int32, len(x))
+	for i, v := range x {
+		out[i] = int32(v)
+	}
+	return out
+}

@@ -1,0 +1,606 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"github.com/rlnode/rlnode/recipes"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+	tparse "text/template/parse"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/learner"
+)
+
+// ErrUnsupported marks a recipe feature that validates but that the
+// driver (train) cannot run yet.
+var ErrUnsupported = errors.New("not supported by the driver yet")
+
+// recipe is a loaded recipe seen by the driver's conversion.
+type recipe struct{ *recipes.Loaded }
+
+// FromRecipe is the driver configuration of a loaded recipe, writing under
+// out; a feature the recipe schema accepts but the loop cannot run is an
+// *UnsupportedError naming the fields.
+func FromRecipe(l *recipes.Loaded, out string) (Config, error) { return recipe{l}.config(out) }
+
+// RolloutPlacement is where a recipe's rollout actors go when the run
+// generates on a cluster (rlnode run --address) although the recipe alone
+// would not ask for actors.
+func RolloutPlacement(l *recipes.Loaded, feedback bool) (policy, fb *Rollout) {
+	return recipe{l}.rolloutPlacement(feedback)
+}
+
+// learnerAlgorithms are the learner's names of the recipe algorithms the
+// driver runs (single-turn, outcome reward).
+var learnerAlgorithms = map[string]string{
+	"grpo": learner.GRPO, "drgrpo": learner.DrGRPO, "rloo": learner.RLOO,
+	"reinforce_pp": learner.ReinforcePP, "rw_sft": learner.RWSFT, "ppo": learner.PPO,
+}
+
+// FromRecipe maps the recipe onto the training loop's configuration,
+// with out as the run directory. What the driver runs today: single-turn,
+// MLMT three-turn (trainable or frozen feedback policy or solver, static
+// feedback, stop-gradient, final or improvement feedback reward) and
+// SCoRe two-turn episodes, on the built-in task or a dataset with the
+// math, gsm8k or code verifier, native
+// engines in the driver's process or on rollout actors (see
+// needsRolloutActors; synchronous or asynchronous, every turn of a
+// multi-turn episode), a learner per policy, of placement.learner_shards
+// data-parallel ranks (grpo, drgrpo,
+// rloo, reinforce_pp, rw_sft with exp weights; ppo with a value head as
+// critic per trained policy; epochs and mini-batches), the SFT warm-up,
+// schedule, evaluation, checkpoints and seed. Every recipe feature beyond that is refused with
+// an error naming the recipe field (errors.Is(err, ErrUnsupported)), never
+// dropped. The caller sets Resume, Node, Logger and Progress.
+//
+// checkpoint.keep is not in Config: the caller prunes the
+// checkpoints (PruneCheckpoints). deterministic needs nothing more: the
+// driver is single-threaded in its sampling and seeded.
+func (l recipe) config(out string) (Config, error) {
+	r := l.Recipe
+	var refused []string
+	no := func(field, format string, args ...any) {
+		refused = append(refused, field+": "+fmt.Sprintf(format, args...))
+	}
+
+	// Episode, data, engines, sync, placement: what the loop can do.
+	epType := r.Episode.Type
+	mlmt, score := epType == "mlmt", epType == "score"
+	if epType != "single" && !mlmt && !score {
+		no("episode.type", "%s episodes are not supported yet (single, mlmt, score)", epType)
+	}
+	if r.Data.Task == nil && r.Data.Dataset == nil {
+		no("data.task", "missing: the driver needs a built-in task or a dataset")
+	}
+	onVLLM := r.Engines.Policy.Kind == "vllm"
+	switch ws := r.Engines.Policy.WeightSync; {
+	case r.Engines.Policy.Kind != "native" && !onVLLM:
+		no("engines.policy.kind", "%s engines are not supported yet (native or vllm)", r.Engines.Policy.Kind)
+	case onVLLM:
+		l.refuseVLLM(no)
+	case ws != "full" && ws != "lora":
+		no("engines.policy.weight_sync", "%s is not supported yet (full or lora)", ws)
+	case ws == "full" && r.Models.Policy.LoRA != nil:
+		no("engines.policy.weight_sync", "full with models.policy.lora is not supported: the driver pushes the adapters (lora)")
+	}
+	if e := r.Engines.Feedback; e != nil {
+		switch {
+		case e.Kind == "vllm" && onVLLM:
+			l.refuseFeedbackVLLM(no)
+		case e.Kind == "vllm":
+			no("engines.feedback.kind", "vllm needs engines.policy.kind vllm too (the solver on vLLM servers of its own)")
+		case e.Kind != "native":
+			no("engines.feedback.kind", "%s engines are not supported yet (native or vllm)", e.Kind)
+		case e.WeightSync != "full" && e.WeightSync != "lora":
+			no("engines.feedback.weight_sync", "%s is not supported yet (full or lora)", e.WeightSync)
+		case e.WeightSync == "full" && l.feedbackLoRA() != nil:
+			no("engines.feedback.weight_sync", "full with a LoRA feedback policy is not supported: the driver pushes the adapters (lora)")
+		case e.MaxBatch != r.Engines.Policy.MaxBatch:
+			no("engines.feedback.max_batch", "%d differs from engines.policy.max_batch %d: one batch size for both engines is supported", e.MaxBatch, r.Engines.Policy.MaxBatch)
+		}
+	}
+
+	// Models.
+	pol := r.Models.Policy
+	// models.policy.value_head goes with algorithm ppo (validated): the
+	// learner adds the critic for PPO.
+	// The feedback policy's algorithm (algorithm.mlmt.feedback_algorithm,
+	// default algorithm.name): with ppo it trains on its own critic (as
+	// validation asks of models.policy).
+	fbAlgo := r.Algorithm.MLMT.FeedbackAlgorithm
+	if fb := r.Models.Feedback; fb != nil {
+		switch ppo := fbAlgo == "ppo"; {
+		case fb.ValueHead && !ppo:
+			no("models.feedback.value_head", "only algorithm ppo uses a value head (the feedback policy's algorithm.mlmt.feedback_algorithm is %q)", fbAlgo)
+		case !fb.ValueHead && ppo && mlmt && !r.Algorithm.MLMT.StaticFeedback:
+			no("models.feedback.value_head", "false: the feedback policy trains with ppo (algorithm.mlmt.feedback_algorithm), which needs its critic (set models.feedback.value_head: true)")
+		}
+	} else if fbAlgo == "ppo" && r.Algorithm.Name != "ppo" && mlmt && !r.Algorithm.MLMT.StaticFeedback {
+		// A copy of models.policy, whose value_head goes with algorithm.name.
+		no("models.feedback", "absent: the feedback policy trains with ppo (algorithm.mlmt.feedback_algorithm), which needs models.feedback with value_head: true")
+	}
+	if _, ok := learnerAlgorithms[fbAlgo]; fbAlgo != "" && !ok {
+		no("algorithm.mlmt.feedback_algorithm", "%s is not supported yet (grpo, ppo, drgrpo, rloo, reinforce_pp, rw_sft)", fbAlgo)
+	}
+	if mlmt && r.Algorithm.MLMT.StopGradient && !slices.Contains(r.Algorithm.MLMT.Train, "solver") {
+		no("algorithm.mlmt.stop_gradient", "true, but algorithm.mlmt.train has no solver: the stop-gradient variant trains the solver's first turn")
+	}
+	if ref := r.Models.Reference; ref != nil && ref.Path == "" {
+		no("models.reference.init", "a randomly initialized reference model is not supported: give models.reference.path, a checkpoint directory")
+	}
+
+	// Algorithm.
+	a := r.Algorithm
+	name, ok := learnerAlgorithms[a.Name]
+	if !ok {
+		no("algorithm.name", "%s is not supported yet (grpo, ppo, drgrpo, rloo, reinforce_pp, rw_sft)", a.Name)
+	}
+	if (a.Name == "ppo" || fbAlgo == "ppo") && a.ValueCoef == 0 {
+		no("algorithm.value_coef", "0: ppo's critic would never train (want > 0)")
+	}
+	if a.Name == "rw_sft" && a.RWSFT.Weighting != "exp" {
+		no("algorithm.rw_sft.weighting", "%s is not supported yet (exp only)", a.RWSFT.Weighting)
+	}
+
+	// Evaluation and checkpoints.
+	for _, m := range r.Eval.Metrics {
+		// Validation allowed only the metrics of the episode type; the
+		// driver writes them all.
+		if !slices.Contains(slices.Concat(recipes.Metrics, recipes.TurnMetrics, recipes.FeedbackMetrics), m) {
+			no("eval.metrics", "%s is not supported yet", m)
+		}
+	}
+
+	// Templates (rendered by the driver: .Problem becomes .Question).
+	tpl := func(field, text string, fields ...string) string {
+		out, err := driverTemplate(field, text, fields...)
+		if err != nil {
+			no(field, "%v", err)
+		}
+		return out
+	}
+	et := r.Episode.Templates
+	prompt := tpl("episode.templates.solver", et.Solver, "Problem")
+	answer := tpl("sft.response", r.SFT.Response, "Problem", "Answer")
+	var feedbackPrompt, feedbackAnswer, static, refine, review string
+	hasFeedback := mlmt && !r.Algorithm.MLMT.StaticFeedback
+	if mlmt {
+		static = tpl("episode.templates.static_feedback", et.StaticFeedback, "Problem", "Attempt")
+		refine = tpl("episode.templates.refine", et.Refine, "Problem", "Attempt", "Feedback")
+	}
+	if hasFeedback {
+		feedbackPrompt = tpl("episode.templates.feedback", et.Feedback, "Problem", "Attempt", "Hint")
+		if r.SFT.Steps > 0 && r.SFT.FeedbackResponse == "" {
+			no("sft.feedback_response", "empty: the warm-up (sft.steps %d) needs the feedback policy's target", r.SFT.Steps)
+		} else if r.SFT.FeedbackResponse != "" {
+			feedbackAnswer = tpl("sft.feedback_response", r.SFT.FeedbackResponse, "Problem", "Hint", "Answer", "Attempt")
+		}
+	}
+	if score {
+		review = tpl("episode.templates.review", et.Review, "Problem", "Attempt")
+	}
+
+	if len(refused) > 0 {
+		return Config{}, &UnsupportedError{Source: l.Source, Fields: refused}
+	}
+
+	lc := learner.DefaultConfig()
+	lc.Algorithm = name
+	// The schedule is the RL phase's, in optimizer steps (epochs ×
+	// mini_batches per RL step) counted from the first RL step: the SFT
+	// warm-up before it trains at sft.lr.
+	perStep := max(1, a.Epochs) * max(1, a.MiniBatches)
+	lc.LR, lc.MinLR = a.LR, a.LR
+	if a.Schedule == "cosine" {
+		lc.MinLR, lc.TotalSteps = a.MinLR, r.Schedule.Steps*perStep
+	}
+	lc.WarmupSteps = a.Warmup * perStep
+	lc.Beta1, lc.Beta2, lc.Eps, lc.WeightDecay = a.AdamBeta1, a.AdamBeta2, a.AdamEps, a.WeightDecay
+	lc.MaxGradNorm = a.GradClip
+	lc.Loss = a.PolicyLossConfig()
+	lc.KLInReward = a.KLInReward
+	// checkpoint.optimizer false: smaller checkpoints; --resume from one
+	// restarts AdamW's moments (the driver warns).
+	lc.OmitOptimizer = !r.Checkpoint.Optimizer
+	lc.MaxResponseLen = a.MaxTokens
+	lc.MicroBatchSeqs = a.MicroBatch
+	lc.MiniBatches, lc.Epochs = a.MiniBatches, a.Epochs
+	lc.Gamma, lc.Lambda, lc.VFCoef, lc.ValueClip = a.Gamma, a.Lambda, a.ValueCoef, a.ValueClip
+	lc.RWBeta = a.RWSFT.Beta
+	// Each trained policy's learner (MLMT: the feedback policy's too) runs
+	// as this many ranks of placement.learner each.
+	lc.Shards = r.Placement.LearnerShards
+	if pol.LoRA != nil {
+		// The SFT warm-up trains every weight, the RL steps the adapters.
+		c := pol.LoRA.Config(r.Seed)
+		lc.LoRA = &c
+	}
+
+	cfg := Config{
+		Out:            out,
+		Seed:           r.Seed,
+		Learner:        lc,
+		VerifyWorkers:  r.Data.VerifyWorkers,
+		PromptTemplate: prompt,
+		AnswerTemplate: answer,
+		WarmupSteps:    r.SFT.Steps, WarmupBatch: r.SFT.BatchSize, WarmupLR: r.SFT.LR,
+		Steps: r.Schedule.Steps, PromptsPerStep: a.BatchPrompts, GroupSize: a.GroupSize,
+		Temperature: a.Temperature, TopP: a.TopP, MaxTokens: a.MaxTokens,
+		EvalEvery: r.Schedule.EvalEvery, EvalProblems: r.Eval.HeldOut,
+		CheckpointEvery: r.Schedule.CheckpointEvery,
+		EngineBatch:     r.Engines.Policy.MaxBatch,
+	}
+	if r.Eval.Temperature > 0 { // greedy is the driver's zero value (samples > 1 refused by validation)
+		cfg.EvalSampling = EvalSampling{Samples: r.Eval.Samples, Temperature: r.Eval.Temperature, PassK: r.Eval.PassK}
+	}
+	if v := r.Data.Verifier; v != "math" { // math is the driver's ""
+		cfg.Verifier = v
+	}
+	if t := r.Data.Task; t != nil {
+		cfg.Task = t.Config()
+	}
+	if ds := r.Data.Dataset; ds != nil {
+		cfg.Dataset = &Dataset{Train: ds.Train, Eval: ds.Eval, Epochs: ds.Epochs, Mapping: ds.Columns.Mapping(), HintColumn: ds.Columns.Hint}
+	}
+	if mlmt || score {
+		cfg.Episode = epType
+	}
+	if mlmt {
+		m := r.Algorithm.MLMT
+		cfg.StaticFeedbackTemplate, cfg.RefineTemplate = static, refine
+		cfg.StopGradient, cfg.FeedbackReward = m.StopGradient, m.FeedbackReward
+		cfg.FreezeSolver = !slices.Contains(m.Train, "solver") // the feedback policy alone (validated)
+	}
+	if hasFeedback {
+		cfg.FeedbackTemplate, cfg.FeedbackAnswerTemplate = feedbackPrompt, feedbackAnswer
+		fb := &FeedbackPolicy{Train: slices.Contains(r.Algorithm.MLMT.Train, "feedback"),
+			Algorithm: learnerAlgorithms[fbAlgo], LR: r.Algorithm.MLMT.FeedbackLR}
+		src, field := r.Models.Feedback, "models.feedback"
+		if src == nil { // a separate copy of the policy's initial weights
+			src, field = &r.Models.Policy, "models.policy"
+		}
+		if src.Path != "" {
+			fb.ModelDir = src.Path
+		} else {
+			mc, err := src.Init.Config()
+			if err != nil {
+				return Config{}, fmt.Errorf("recipe %s: %s.init: %w", l.Source, field, err)
+			}
+			fb.Model = mc
+		}
+		if lo := l.feedbackLoRA(); lo != nil {
+			c := lo.Config(r.Seed + 1)
+			fb.LoRA = &c
+		}
+		cfg.Feedback = fb
+	}
+	if score {
+		cfg.ReviewTemplate, cfg.ScoreAlpha = review, r.Algorithm.Score.Alpha
+	}
+	if cfg.TopP == 1 {
+		cfg.TopP = 0 // the driver's "off"
+	}
+	if cfg.EvalEvery == 0 {
+		// The recipe's 0 is "only after the last step"; the driver's 0 is
+		// "never". Every warm-up+RL steps evaluates after the warm-up and
+		// after the last step.
+		cfg.EvalEvery = max(1, r.SFT.Steps+r.Schedule.Steps)
+	}
+	if pol.Path != "" {
+		cfg.ModelDir = pol.Path
+	} else {
+		mc, err := pol.Init.Config()
+		if err != nil {
+			return Config{}, fmt.Errorf("recipe %s: models.policy.init: %w", l.Source, err)
+		}
+		cfg.Model = mc
+	}
+	if ref := r.Models.Reference; ref != nil {
+		// The solver's KL reference, loaded by every rank of its learner;
+		// checked here so that a wrong one stops the run before any actor
+		// starts.
+		if err := learner.CheckReference(cfg.ModelDir, cfg.Model, ref.Path); err != nil {
+			return Config{}, fmt.Errorf("recipe %s: models.reference.path: %w", l.Source, err)
+		}
+		cfg.Learner.RefModelDir = ref.Path
+	}
+	res := cluster.Resources{}
+	if c := r.Placement.Learner.CPUs; c > 0 {
+		res[cluster.CPU] = c
+	}
+	if g := r.Placement.Learner.GPUs; g > 0 {
+		res[cluster.GPU] = g
+	}
+	maps.Copy(res, r.Placement.Learner.Custom)
+	if len(res) > 0 {
+		cfg.LearnerResources = res
+	}
+	if onVLLM {
+		cfg.VLLM = driverVLLM(r.Engines.Policy.VLLM)
+		if fb := r.Engines.Feedback; fb != nil && fb.Kind == "vllm" && cfg.Feedback != nil {
+			cfg.FeedbackVLLM = driverVLLM(fb.VLLM)
+		}
+	} else if l.needsRolloutActors() {
+		cfg.Rollout, cfg.FeedbackRollout = l.rolloutPlacement(cfg.Feedback != nil)
+	}
+	if r.Sync.Mode == "async" {
+		cfg.MaxStaleness = r.Sync.MaxStaleness
+	}
+	return cfg, nil
+}
+
+// feedbackLoRA is the LoRA section of MLMT's feedback policy: its own
+// model's, or the policy's when it starts as a copy of the policy.
+func (l recipe) feedbackLoRA() *recipes.LoRA {
+	if fb := l.Recipe.Models.Feedback; fb != nil {
+		return fb.LoRA
+	}
+	return l.Recipe.Models.Policy.LoRA
+}
+
+// needsRolloutActors is the rule for generating on rollout actors rather
+// than in the driver's process: more than one engine replica, split
+// placement, asynchronous sync, or rollout resources other than the
+// default 1 CPU. The embedded default (one replica, colocated, sync)
+// keeps the faster in-process engine; `rlnode run --address` puts
+// generation on the cluster whatever the recipe (RolloutPlacement).
+func (l recipe) needsRolloutActors() bool {
+	r := l.Recipe
+	rr := r.Placement.Rollout
+	fbReplicas := 1
+	if r.Engines.Feedback != nil {
+		fbReplicas = r.Engines.Feedback.Replicas
+	}
+	return r.Engines.Policy.Replicas > 1 || fbReplicas > 1 || r.Placement.Mode == "split" || r.Sync.Mode == "async" ||
+		rr.CPUs != 1 || rr.GPUs != 0 || len(rr.Custom) > 0
+}
+
+// RolloutPlacement is where the recipe puts the rollout actors of the
+// policy and, with feedback, of MLMT's feedback policy: engines.*.replicas
+// actors each reserving placement.rollout, reserved up front in a
+// placement group spread over the nodes when placement.mode is split.
+func (l recipe) rolloutPlacement(feedback bool) (policy, fb *Rollout) {
+	r := l.Recipe
+	rr := r.Placement.Rollout
+	res := cluster.Resources{} // empty: the actors reserve nothing
+	if rr.CPUs > 0 {
+		res[cluster.CPU] = rr.CPUs
+	}
+	if rr.GPUs > 0 {
+		res[cluster.GPU] = rr.GPUs
+	}
+	maps.Copy(res, rr.Custom)
+	split := r.Placement.Mode == "split"
+	policy = &Rollout{Replicas: r.Engines.Policy.Replicas, Resources: res, Spread: split}
+	if feedback {
+		n := r.Engines.Policy.Replicas
+		if r.Engines.Feedback != nil {
+			n = r.Engines.Feedback.Replicas
+		}
+		fb = &Rollout{Replicas: n, Resources: maps.Clone(res), Spread: split}
+	}
+	return policy, fb
+}
+
+// UnsupportedError lists the recipe fields the driver cannot run yet.
+type UnsupportedError struct {
+	Source string
+	Fields []string // "field.path: why"
+}
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("recipe %s: not supported by the driver yet:\n  %s", e.Source, strings.Join(e.Fields, "\n  "))
+}
+
+// Is makes errors.Is(err, ErrUnsupported) true.
+func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// driverTemplate turns a recipe template over the given fields into the
+// driver's, where .Problem is .Question, by renaming the field in the
+// parsed template (not in the text). A field outside fields is refused.
+func driverTemplate(field, text string, fields ...string) (string, error) {
+	t, err := template.New(field).Option("missingkey=error").Parse(text)
+	if err != nil {
+		return "", err
+	}
+	var bad []string
+	var walk func(n tparse.Node)
+	walk = func(n tparse.Node) {
+		switch n := n.(type) {
+		case *tparse.ListNode:
+			if n != nil {
+				for _, c := range n.Nodes {
+					walk(c)
+				}
+			}
+		case *tparse.ActionNode:
+			walk(n.Pipe)
+		case *tparse.PipeNode:
+			if n != nil {
+				for _, c := range n.Cmds {
+					walk(c)
+				}
+			}
+		case *tparse.CommandNode:
+			for _, a := range n.Args {
+				walk(a)
+			}
+		case *tparse.FieldNode:
+			switch {
+			case !slices.Contains(fields, n.Ident[0]):
+				bad = append(bad, "."+n.Ident[0])
+			case n.Ident[0] == "Problem":
+				n.Ident[0] = "Question"
+			}
+		case *tparse.IfNode:
+			walk(n.Pipe)
+			walk(n.List)
+			walk(n.ElseList)
+		case *tparse.RangeNode:
+			walk(n.Pipe)
+			walk(n.List)
+			walk(n.ElseList)
+		case *tparse.WithNode:
+			walk(n.Pipe)
+			walk(n.List)
+			walk(n.ElseList)
+		case *tparse.TemplateNode:
+			bad = append(bad, "{{template}}")
+		}
+	}
+	walk(t.Tree.Root)
+	if len(bad) > 0 {
+		return "", fmt.Errorf("uses %s: not supported (this template renders only .%s)", strings.Join(bad, ", "), strings.Join(fields, ", ."))
+	}
+	// Printed back node by node: a text node next to an action is quoted
+	// as {{"text"}}, since `\boxed{` followed by `{{.Answer}}` would read
+	// as `{{{`.
+	var sb strings.Builder
+	for _, n := range t.Tree.Root.Nodes {
+		if tn, ok := n.(*tparse.TextNode); ok && strings.ContainsAny(string(tn.Text), "{}") {
+			sb.WriteString("{{" + strconv.Quote(string(tn.Text)) + "}}")
+			continue
+		}
+		sb.WriteString(n.String())
+	}
+	return sb.String(), nil
+}
+
+// Checkpoints returns the run directory's checkpoints (out/checkpoints/
+// step-N), oldest first.
+func Checkpoints(out string) ([]string, error) {
+	dir := filepath.Join(out, "checkpoints")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
+	type ck struct {
+		step int
+		path string
+	}
+	var cks []ck
+	for _, e := range ents {
+		n, ok := strings.CutPrefix(e.Name(), "step-")
+		step, err := strconv.Atoi(n)
+		if !e.IsDir() || !ok || err != nil || step < 0 {
+			continue
+		}
+		cks = append(cks, ck{step, filepath.Join(dir, e.Name())})
+	}
+	sort.Slice(cks, func(i, j int) bool { return cks[i].step < cks[j].step })
+	paths := make([]string, len(cks))
+	for i, c := range cks {
+		paths[i] = c.path
+	}
+	return paths, nil
+}
+
+// PruneCheckpoints removes all but the newest keep checkpoints of the run
+// directory (checkpoint.keep); keep 0 keeps all.
+func PruneCheckpoints(out string, keep int) error {
+	if keep <= 0 {
+		return nil
+	}
+	cks, err := Checkpoints(out)
+	if err != nil {
+		return err
+	}
+	for len(cks) > keep {
+		if err := os.RemoveAll(cks[0]); err != nil {
+			return fmt.Errorf("prune checkpoint: %w", err)
+		}
+		cks = cks[1:]
+	}
+	return nil
+}
+
+// driverVLLM maps an engine's vllm section onto the driver's.
+func driverVLLM(v *recipes.VLLM) *VLLM {
+	d := &VLLM{Servers: v.Servers, Model: v.Model, MaxInFlight: v.MaxInFlight}
+	if v.APIKeyEnv != "" {
+		d.APIKey = os.Getenv(v.APIKeyEnv)
+	}
+	return d
+}
+
+// refuseVLLM reports what a recipe with engines.policy.kind vllm asks for
+// that the driver's vLLM engine cannot do. The driver talks to the servers
+// from its own process (VLLM): rollout actors and their placement
+// do not apply; MLMT's trainable feedback policy needs servers of its own
+// (engines.feedback, refuseFeedbackVLLM).
+func (l recipe) refuseVLLM(no func(field, format string, args ...any)) {
+	r := l.Recipe
+	e := r.Engines.Policy
+	if e.VLLM == nil {
+		no("engines.policy.vllm", "missing: kind vllm without servers is not supported")
+		return
+	}
+	switch e.WeightSync {
+	case "full", "reload": // both: the learner's checkpoint, reloaded by every server
+	case "lora": // the adapter, loaded in place by every server (VLLMLoRAName)
+	default:
+		no("engines.policy.weight_sync", "%s is not supported with kind vllm (full, reload or lora)", e.WeightSync)
+	}
+	if e.WeightSync != "lora" && r.Models.Policy.LoRA != nil {
+		no("engines.policy.weight_sync", "%s with models.policy.lora is not supported with kind vllm: use lora (the adapter, loaded in place)", e.WeightSync)
+	}
+	if r.Sync.Mode == "async" && r.Episode.Type != "single" {
+		no("sync.mode", "async on vllm engines is for single-turn episodes (episode.type is %s); asynchronous multi-turn runs use native engines on rollout actors", r.Episode.Type)
+	}
+	if e.VLLM.APIKeyEnv != "" && os.Getenv(e.VLLM.APIKeyEnv) == "" {
+		no("engines.policy.vllm.api_key_env", "$%s is unset or empty: a key that is not there is not supported", e.VLLM.APIKeyEnv)
+	}
+	rr := r.Placement.Rollout
+	switch {
+	case e.Replicas > 1:
+		no("engines.policy.replicas", "%d is not supported with kind vllm: the servers are the replicas (the driver's client spreads requests over engines.policy.vllm.servers); list more servers and set 1", e.Replicas)
+	case r.Placement.Mode == "split" || rr.CPUs != 1 || rr.GPUs != 0 || len(rr.Custom) > 0:
+		no("placement", "rollout actors (placement.mode split or placement.rollout resources) are not supported with vllm engines: the servers run outside rlnode")
+	}
+	if r.Episode.Type == "mlmt" && !r.Algorithm.MLMT.StaticFeedback && (r.Engines.Feedback == nil || r.Engines.Feedback.Kind != "vllm") {
+		no("engines.feedback", "with engines.policy.kind vllm the trainable feedback policy needs vLLM servers of its own: set engines.feedback.kind vllm and engines.feedback.vllm (or use static feedback)")
+	}
+}
+
+// refuseFeedbackVLLM reports what engines.feedback with kind vllm (MLMT's
+// trainable feedback policy on servers of its own) asks for that the
+// driver cannot do.
+func (l recipe) refuseFeedbackVLLM(no func(field, format string, args ...any)) {
+	r := l.Recipe
+	e := r.Engines.Feedback
+	if e.VLLM == nil {
+		no("engines.feedback.vllm", "missing: kind vllm without servers is not supported")
+		return
+	}
+	switch e.WeightSync {
+	case "full", "reload":
+	default:
+		no("engines.feedback.weight_sync", "%s is not supported with kind vllm (full or reload)", e.WeightSync)
+	}
+	if e.VLLM.APIKeyEnv != "" && os.Getenv(e.VLLM.APIKeyEnv) == "" {
+		no("engines.feedback.vllm.api_key_env", "$%s is unset or empty: a key that is not there is not supported", e.VLLM.APIKeyEnv)
+	}
+	if l.feedbackLoRA() != nil {
+		no("models.feedback.lora", "a LoRA feedback policy on vllm engines is not supported yet (the solver's LoRA is: engines.policy.weight_sync lora)")
+	}
+	if e.Replicas > 1 {
+		no("engines.feedback.replicas", "%d is not supported with kind vllm: the servers are the replicas; list more servers and set 1", e.Replicas)
+	}
+	if p := r.Engines.Policy.VLLM; p != nil {
+		for _, u := range e.VLLM.Servers {
+			if slices.Contains(p.Servers, u) {
+				no("engines.feedback.vllm.servers", "%s serves the policy too (engines.policy.vllm.servers): a server holds one policy's weights", u)
+			}
+		}
+	}
+}

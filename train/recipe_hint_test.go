@@ -1,0 +1,110 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"github.com/rlnode/rlnode/recipes"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeHintRows writes n pick-style rows whose hint sits in column col
+// (none when col is empty) to path.
+func writeHintRows(t *testing.T, path, col string, n int) {
+	t.Helper()
+	pos := []string{"1st", "2nd", "3rd"}
+	var b strings.Builder
+	for i := range n {
+		c := []int{i%7 + 1, i%5 + 10, i%3 + 20}
+		k := (i / 3) % 3
+		row := map[string]any{"question": fmt.Sprintf("Pick: %d %d %d", c[0], c[1], c[2]), "answer": fmt.Sprint(c[k])}
+		if col != "" {
+			row[col] = pos[k]
+		}
+		js, err := json.Marshal(row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(append(js, '\n'))
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// data.dataset.columns.hint names the column MLMT's feedback templates
+// read as .Hint: a file whose hint column is named otherwise runs, a file
+// without the named column stops before anything starts with an error
+// naming it, and an empty name is refused.
+func TestDatasetHintColumn(t *testing.T) {
+	sets := []string{"data.task=null", "data.dataset.train=train.jsonl", "data.dataset.columns.prompt=question",
+		`episode.templates.feedback="{{.Problem}} hint {{.Hint}} try: {{.Attempt}}\nfeedback:"`,
+		`sft.feedback_response=" take the {{.Hint}}"`,
+		"models.policy.init.hidden_size=32", "models.policy.init.intermediate_size=64", "models.policy.init.layers=1",
+		"models.feedback.init.hidden_size=32", "models.feedback.init.intermediate_size=64", "models.feedback.init.layers=1",
+		"sft.steps=2", "sft.batch_size=8", "schedule.steps=2", "schedule.eval_every=2", "eval.held_out=8",
+		"algorithm.batch_prompts=4", "algorithm.group_size=4"}
+	t.Run("renamed", func(t *testing.T) {
+		t.Setenv("RLNODE_HOME", t.TempDir())
+		t.Chdir(t.TempDir())
+		writeHintRows(t, "train.jsonl", "clue", 40)
+		l, err := recipes.Load("mlmt_math", append(sets, "data.dataset.columns.hint=clue"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := FromRecipe(l, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Dataset == nil || cfg.Dataset.HintColumn != "clue" {
+			t.Fatalf("dataset %+v: want HintColumn clue", cfg.Dataset)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		res, err := Run(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Steps != 4 || res.FinalTurns.Problems != 8 {
+			t.Errorf("%d steps, %d problems evaluated; want 4 and 8", res.Steps, res.FinalTurns.Problems)
+		}
+	})
+	t.Run("missing", func(t *testing.T) {
+		t.Setenv("RLNODE_HOME", t.TempDir())
+		t.Chdir(t.TempDir())
+		writeHintRows(t, "train.jsonl", "hint", 40) // the default name, not the recipe's
+		l, err := recipes.Load("mlmt_math", append(sets, "data.dataset.columns.hint=clue"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := FromRecipe(l, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err = Run(ctx, cfg)
+		if err == nil || !strings.Contains(err.Error(), `"clue"`) || !strings.Contains(err.Error(), "train.jsonl") {
+			t.Errorf("error %v: want one naming the column \"clue\" and the file", err)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		t.Chdir(t.TempDir())
+		writeHintRows(t, "train.jsonl", "clue", 4)
+		for _, c := range []struct {
+			recipe string
+			sets   []string
+			want   string
+		}{
+			{"mlmt_gsm8k", []string{"data.dataset.train=train.jsonl", `data.dataset.columns.hint=""`}, "empty"},
+		} {
+			_, err := recipes.Load(c.recipe, c.sets)
+			if err == nil || !strings.Contains(err.Error(), "data.dataset.columns.hint") || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s %v: error %v, want one naming data.dataset.columns.hint: %s", c.recipe, c.sets, err, c.want)
+			}
+		}
+	})
+}

@@ -1,0 +1,110 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/rlnode/rlnode/rollout/verify"
+)
+
+// Verifiers (Config.Verifier).
+const (
+	VerifierMath  = "math"
+	VerifierGSM8K = "gsm8k"
+	VerifierCode  = "code"
+)
+
+// newVerifier builds the run's verifier. Code runs each program in
+// verify's sandbox (bwrap where it works, else rlimits; SandboxMode
+// forces one) with verify.DefaultLimits: 10 s wall clock per program (the
+// process group is killed then), 3 s per test, 5 CPU seconds, 512 MiB of
+// address space, 32 processes, 16 MiB of files, 64 KiB of output, so a
+// hanging or hostile program costs at most 10 s of one worker.
+func newVerifier(cfg Config) (verify.Verifier, error) {
+	switch cfg.Verifier {
+	case "", VerifierMath:
+		return verify.Math{}, nil
+	case VerifierGSM8K:
+		return verify.GSM8K{}, nil
+	case VerifierCode:
+		sb, err := verify.NewSandbox(verify.SandboxConfig{Mode: cfg.SandboxMode, Concurrency: cfg.verifyWorkers()})
+		if err != nil {
+			return nil, fmt.Errorf("driver: code verifier: %w", err)
+		}
+		return verify.Code{Sandbox: sb}, nil
+	}
+	return nil, fmt.Errorf("driver config: verifier %q: want math, gsm8k or code", cfg.Verifier)
+}
+
+// verifyWorkers is how many verifications run at once: VerifyWorkers, or
+// the machine's cores for code (sandboxed Python is the slow part of a
+// code step) and 1 for math and gsm8k (microseconds each).
+func (c *Config) verifyWorkers() int {
+	switch {
+	case c.VerifyWorkers > 0:
+		return c.VerifyWorkers
+	case c.Verifier == VerifierCode:
+		return runtime.NumCPU()
+	}
+	return 1
+}
+
+// verifyJob is one response to score against its reference.
+type verifyJob struct {
+	text string
+	ref  verify.Reference
+}
+
+// verifyAll scores the jobs with at most workers at once, results in job
+// order. Each verification is bounded by the verifier itself (the code
+// sandbox's wall clock); ctx ending stops the rest.
+func verifyAll(ctx context.Context, v verify.Verifier, workers int, jobs []verifyJob) ([]verify.Result, error) {
+	out := make([]verify.Result, len(jobs))
+	if workers <= 1 {
+		for i, j := range jobs {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			out[i] = v.Verify(ctx, j.text, j.ref)
+		}
+		return out, nil
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(workers, len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				out[i] = v.Verify(ctx, jobs[i].text, jobs[i].ref)
+			}
+		}()
+	}
+	var err error
+feed:
+	for i := range jobs {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			err = ctx.Err()
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// verify scores a run's responses with its verifier and worker count.
+func (r *run) verify(ctx context.Context, jobs []verifyJob) ([]verify.Result, error) {
+	res, err := verifyAll(ctx, r.verifier, r.cfg.verifyWorkers(), jobs)
+	if err != nil {
+		return nil, fmt.Errorf("driver: verify at step %d: %w", r.step, err)
+	}
+	return res, nil
+}

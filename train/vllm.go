@@ -1,0 +1,366 @@
+package train
+
+// Generation on vLLM servers (Config.VLLM, and Config.FeedbackVLLM for
+// MLMT's feedback policy): a policy's engine is a rollout/vllm client in
+// the driver's process, and each learner step's weights reach its servers
+// as a checkpoint the learner writes into a directory they read, then
+// reloaded.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rlnode/rlnode/learner/safetensors"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/vllm"
+)
+
+// VLLM makes the solver generate on running vLLM OpenAI-compatible
+// servers instead of the native engine.
+//
+// The driver talks to them through one rollout/vllm client in its own
+// process (no rollout actors: the servers do the work, and the client
+// already spreads requests over them, bounds and retries them, and moves
+// a failed request to another server). Prompts are token ids from the
+// policy's own tokenizer and the servers answer token ids
+// (return_token_ids), so the learner trains on exactly the ids the servers
+// sampled; the servers must serve a model with the same tokenizer.
+//
+// Weights: after every learner step (and at start) the learner writes its
+// checkpoint into Dir/step-N/, the driver keeps of it what vLLM loads
+// (config.json, model safetensors) and adds the tokenizer, and every
+// server reloads it as version N (the run's step) (vLLM's "disk"
+// weight transfer: pause, start, update {"path"}, finish, resume). The
+// next generation starts only when every server serves N; with
+// Config.MaxStaleness k > 0 the next step's generation runs while a step
+// trains, the reload waits for the requests in flight (which keep the
+// version they were sent under) and holds new ones until it is done, and
+// every result must be of version N-k or newer.
+type VLLM struct {
+	// Servers are the servers' base URLs (no /v1); at least one.
+	Servers []string
+	// Model is the served model name.
+	Model string
+	// APIKey is the servers' --api-key; empty sends none.
+	APIKey string
+	// MaxInFlight bounds the requests outstanding per server (default 64).
+	MaxInFlight int
+	// Dir is a directory the learner writes and every server reads under
+	// the same path (a shared file system); default Out/vllm-weights.
+	// Made absolute.
+	Dir string
+	// Keep is how many step directories stay in Dir (default 2).
+	Keep int
+	// ReloadTimeout bounds one reload at every server: a server that does
+	// not confirm within it stops the step (default 10 min).
+	ReloadTimeout time.Duration
+	// RequestTimeout bounds one try of one generation request (default
+	// the client's, 10 min).
+	RequestTimeout time.Duration
+}
+
+func (v *VLLM) validate(field string) error {
+	switch {
+	case len(v.Servers) == 0:
+		return fmt.Errorf("driver config: %s.Servers is empty: give at least one vLLM server URL", field)
+	case v.Model == "":
+		return fmt.Errorf("driver config: %s.Model is empty: name the served model", field)
+	case v.MaxInFlight < 0 || v.Keep < 0 || v.ReloadTimeout < 0 || v.RequestTimeout < 0:
+		return fmt.Errorf("driver config: %s: negative MaxInFlight %d, Keep %d, ReloadTimeout %v or RequestTimeout %v",
+			field, v.MaxInFlight, v.Keep, v.ReloadTimeout, v.RequestTimeout)
+	}
+	return nil
+}
+
+// validateVLLM checks VLLM and FeedbackVLLM against the rest of c.
+func (c *Config) validateVLLM() error {
+	switch {
+	case c.VLLM == nil:
+		return errors.New("driver config: FeedbackVLLM without VLLM: the feedback policy runs on vLLM servers only when the solver does")
+	case c.Rollout != nil:
+		return errors.New("driver config: VLLM and Rollout are both set: the solver generates on vLLM servers or on rollout actors, not both")
+	case c.Feedback != nil && c.FeedbackVLLM == nil:
+		return errors.New("driver config: VLLM with a feedback policy but no FeedbackVLLM: the feedback policy needs vLLM servers of its own (its weights differ from the solver's)")
+	case c.FeedbackVLLM != nil && c.Feedback == nil:
+		return errors.New("driver config: FeedbackVLLM set, but the run has no feedback policy")
+	case c.FeedbackVLLM != nil && c.FeedbackRollout != nil:
+		return errors.New("driver config: FeedbackVLLM and FeedbackRollout are both set: the feedback policy generates on vLLM servers or on rollout actors, not both")
+	}
+	if err := c.VLLM.validate("VLLM"); err != nil {
+		return err
+	}
+	if c.FeedbackVLLM == nil {
+		return nil
+	}
+	if err := c.FeedbackVLLM.validate("FeedbackVLLM"); err != nil {
+		return err
+	}
+	for _, u := range c.FeedbackVLLM.Servers {
+		if slices.Contains(c.VLLM.Servers, u) {
+			return fmt.Errorf("driver config: FeedbackVLLM.Servers: %s also serves the solver (VLLM.Servers): a server holds one policy's weights", u)
+		}
+	}
+	if c.VLLM.Dir != "" && c.VLLM.Dir == c.FeedbackVLLM.Dir {
+		return fmt.Errorf("driver config: FeedbackVLLM.Dir %s is VLLM.Dir too: each policy's checkpoints need their own directory", c.VLLM.Dir)
+	}
+	return nil
+}
+
+// vllmConfig is the vLLM setup of p: Config.VLLM for the solver,
+// Config.FeedbackVLLM for the feedback policy; nil when p is not on vLLM.
+func (r *run) vllmConfig(p *policy) *VLLM {
+	if p.id == "feedback" {
+		return r.cfg.FeedbackVLLM
+	}
+	return r.cfg.VLLM
+}
+
+// vllmDir is the absolute directory p's checkpoints go to: its Dir, or
+// Out/vllm-weights (the solver) and Out/vllm-weights-feedback.
+func (r *run) vllmDir(p *policy) (string, error) {
+	dir := r.vllmConfig(p).Dir
+	if dir == "" {
+		dir = filepath.Join(r.cfg.Out, "vllm-weights")
+		if p.id == "feedback" {
+			dir += "-feedback"
+		}
+	}
+	return filepath.Abs(dir)
+}
+
+// startVLLM connects p to its vLLM servers: the client checks every
+// server answers and serves the model (an unreachable one is named by
+// URL). The servers' weights count as no version until the first sync
+// reloads the learner's.
+func (r *run) startVLLM(ctx context.Context, p *policy) error {
+	v := r.vllmConfig(p)
+	tok, err := policyTokenizer(p.l)
+	if err != nil {
+		return fmt.Errorf("driver: %s policy: %w", p.id, err)
+	}
+	c, err := vllm.New(ctx, vllm.Config{Servers: v.Servers, Model: v.Model, APIKey: v.APIKey, MaxInFlight: v.MaxInFlight,
+		RequestTimeout: v.RequestTimeout, ControlTimeout: v.ReloadTimeout, WeightVersion: -1})
+	if err != nil {
+		return fmt.Errorf("driver: %s policy on vLLM: %w", p.id, err)
+	}
+	p.vllm, p.tok, p.eng = c, tok, &policyEngine{Engine: c, tok: tok}
+	r.log.Info("vllm engine", "policy", p.id, "servers", strings.Join(v.Servers, ","), "model", v.Model)
+	return nil
+}
+
+// syncVLLM writes p's learner checkpoint into the shared directory and
+// makes every server reload it (or, once a LoRA learner has adapters,
+// load them: lora.go); it returns once every server serves the learner's
+// step as its version.
+func (r *run) syncVLLM(ctx context.Context, p *policy) error {
+	v := r.vllmConfig(p)
+	root, err := r.vllmDir(p)
+	if err != nil {
+		return fmt.Errorf("driver: vLLM weights directory: %w", err)
+	}
+	// Versions are the run's steps (as the native engines'); the learner's
+	// own step is in the error messages.
+	version := int64(r.step)
+	loaded := false
+	if p.l.LoRA != nil {
+		if loaded, err = r.syncVLLMAdapter(ctx, p); err != nil {
+			return err
+		}
+	}
+	if !loaded {
+		if err := r.reloadVLLM(ctx, p, root, "step-"+strconv.FormatInt(version, 10)); err != nil {
+			return err
+		}
+		// Adapters not started yet: these weights are the base they will
+		// start on.
+		p.vllmBase = true
+	}
+	if err := r.checkServed(p, version); err != nil {
+		return err
+	}
+	r.pruneVLLM(root, version, v.Keep)
+	if p == r.solver {
+		r.version = version
+		if r.cfg.OnWeights != nil {
+			r.cfg.OnWeights(r.version, p.eng.Engine)
+		}
+	}
+	return nil
+}
+
+func (r *run) vllmReloadTimeout(p *policy) time.Duration {
+	if t := r.vllmConfig(p).ReloadTimeout; t > 0 {
+		return t
+	}
+	return 10 * time.Minute
+}
+
+// reloadVLLM writes p's learner checkpoint, stripped to what vLLM loads,
+// into root/name and makes every server reload it as the run's step.
+func (r *run) reloadVLLM(ctx context.Context, p *policy, root, name string) error {
+	tmp := filepath.Join(root, fmt.Sprintf("writing-%d", time.Now().UnixNano()))
+	saved, err := p.learner.save(ctx, tmp)
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("driver: write the %s checkpoint for vLLM to %s: %w", p.id, tmp, err)
+	}
+	version := int64(r.step)
+	dir := filepath.Join(root, name)
+	if err := modelOnly(tmp); err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("driver: %s checkpoint of learner step %d for vLLM: %w", p.id, saved.Step, err)
+	}
+	if err := p.tok.Save(filepath.Join(tmp, "tokenizer.json")); err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("driver: write the %s checkpoint for vLLM: %w", p.id, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("driver: vLLM weights: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("driver: vLLM weights: %w", err)
+	}
+	timeout := r.vllmReloadTimeout(p)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	err = p.vllm.ReloadWeights(rctx, dir, version)
+	timedOut := rctx.Err() != nil && ctx.Err() == nil
+	cancel()
+	switch {
+	case err != nil && timedOut:
+		return fmt.Errorf("driver: %s step %d: the vLLM servers did not confirm the reload within %v: %w", p.id, version, timeout, err)
+	case err != nil:
+		return fmt.Errorf("driver: %s step %d: %w", p.id, version, err)
+	}
+	return nil
+}
+
+// modelOnly leaves in a learner checkpoint directory what a vLLM server
+// loads: config.json and the model's safetensors (model.safetensors, or
+// model-*-of-*.safetensors shards and their index), without a value head.
+// vLLM reads every *.safetensors file of a directory without an index, so
+// the learner's optimizer, reference, value-head and state files must go.
+func modelOnly(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var hasModel bool
+	for _, e := range ents {
+		name := e.Name()
+		switch {
+		case name == "config.json" || name == "model.safetensors.index.json":
+		case strings.HasPrefix(name, "model") && strings.HasSuffix(name, ".safetensors"):
+			hasModel = true
+		default:
+			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	if !hasModel {
+		return fmt.Errorf("%s holds no model*.safetensors", dir)
+	}
+	return stripValueHead(dir)
+}
+
+// stripValueHead rewrites the model in dir without a PPO value head
+// (v_head.*: vLLM's model classes have no such parameter and refuse
+// unknown weights); a model without one is left alone.
+func stripValueHead(dir string) error {
+	ck, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return err
+	}
+	var keep []safetensors.Tensor
+	stripped := false
+	for _, name := range ck.Names() {
+		if strings.HasPrefix(name, "v_head.") {
+			stripped = true
+			continue
+		}
+		t, _, ok := ck.Tensor(name)
+		if !ok {
+			return fmt.Errorf("%s: tensor %q listed but not found", dir, name)
+		}
+		keep = append(keep, *t)
+	}
+	if !stripped {
+		return nil
+	}
+	if err := safetensors.WriteCheckpoint(dir, keep, 0); err != nil {
+		return fmt.Errorf("%s: rewrite without the value head: %w", dir, err)
+	}
+	return nil
+}
+
+// checkServed fails unless every server of p serves version.
+func (r *run) checkServed(p *policy, version int64) error {
+	return r.checkServing(p, version, version)
+}
+
+// checkServing fails unless every server of p serves a version in
+// [lo, hi].
+func (r *run) checkServing(p *policy, lo, hi int64) error {
+	var wrong []string
+	for _, st := range p.vllm.Servers() {
+		if st.WeightVersion < lo || st.WeightVersion > hi {
+			wrong = append(wrong, fmt.Sprintf("%s serves version %d", st.URL, st.WeightVersion))
+		}
+	}
+	switch {
+	case len(wrong) == 0:
+		return nil
+	case lo == hi:
+		return fmt.Errorf("driver: %s: vLLM servers not on version %d: %s", p.id, lo, strings.Join(wrong, "; "))
+	default:
+		return fmt.Errorf("driver: %s: vLLM servers not on a version in [%d, %d]: %s", p.id, lo, hi, strings.Join(wrong, "; "))
+	}
+}
+
+// staleResult names the first result older than version bound (the
+// oldest a step's samples may be: its on-policy version minus the max
+// staleness); nil when none is.
+func staleResult(res []engine.Result, bound int64) error {
+	for _, r := range res {
+		if r.WeightVersion < bound {
+			return fmt.Errorf("request %s: weight version %d, older than the %d the max staleness allows", r.RequestID, r.WeightVersion, bound)
+		}
+	}
+	return nil
+}
+
+// pruneVLLM deletes the step directories older than the keep newest
+// (default 2).
+func (r *run) pruneVLLM(root string, current int64, keep int) {
+	if keep <= 0 {
+		keep = 2
+	}
+	r.pruneVLLMDirs(root, "step-", current-int64(keep)+1)
+}
+
+// pruneVLLMDirs deletes root's directories prefix+N with N < below.
+func (r *run) pruneVLLMDirs(root, prefix string, below int64) {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		num, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if n, err := strconv.ParseInt(num, 10, 64); err == nil && n < below {
+			if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
+				r.log.Warn("vllm weights: prune", "dir", e.Name(), "err", err)
+			}
+		}
+	}
+}
