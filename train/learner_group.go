@@ -395,10 +395,9 @@ func (r *run) trainLoop(ctx context.Context) error {
 			return err
 		}
 		step := r.logged + 1
-		if failed[step] {
+		if !RetryAfterFailure(failed, step) {
 			return fmt.Errorf("driver: step %d failed again after a restart of the learners, giving up: %w", step, err)
 		}
-		failed[step] = true
 		if rerr := r.restartLearners(ctx, err); rerr != nil {
 			return fmt.Errorf("driver: step %d: %w; restarting the learners: %w", step, err, rerr)
 		}

@@ -319,13 +319,6 @@ func (r *run) liveReplicas() int {
 // data cursor (run.prefetched), so a resumed run draws it again; a learner
 // restart drops them with the loop that drew them.
 
-// pipelineAhead is how many steps after RL step k (1-based, of steps) an
-// asynchronous run with max staleness maxStaleness has drawn while k
-// trains.
-func pipelineAhead(maxStaleness, k, steps int) int {
-	return max(min(maxStaleness, steps-k), 0)
-}
-
 // waitTurn waits for after (nil: no wait) or the end of ctx.
 func waitTurn(ctx context.Context, after <-chan struct{}) error {
 	if after == nil {
