@@ -7,9 +7,12 @@ package proctest
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -86,4 +89,38 @@ func Start(t testing.TB, timeout time.Duration, env ...string) *Child {
 		t.Fatalf("child %v printed nothing within %s", env, timeout)
 	}
 	return nil
+}
+
+// isolatedEnv names the test a re-executed binary runs by itself.
+const isolatedEnv = "RLNODE_PROCTEST_ISOLATED"
+
+// Isolated runs the calling test alone in a fresh process of the test
+// binary (within 3 minutes) and reports its outcome and output here; it
+// returns true in the calling process, where the test should return at
+// once, and false in the fresh one, where it goes on. A test whose process
+// runs a cluster node of its own uses it: the other tests of its package
+// may hold an actor system already, and two in one process share gRPC's
+// global logger.
+func Isolated(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(isolatedEnv) == t.Name() {
+		return false
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), isolatedEnv+"="+t.Name())
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s in its own process:\n%s", t.Name(), out)
+	if err != nil {
+		t.Fatalf("%s in its own process: %v", t.Name(), err)
+	}
+	if !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("%s in its own process did not run", t.Name())
+	}
+	return true
 }

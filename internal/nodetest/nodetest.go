@@ -1,0 +1,109 @@
+// Package nodetest runs extra cluster nodes for multi-node tests, each in a
+// process of its own: the test binary re-executed (internal/proctest),
+// which Main, called from the package's TestMain, turns into a node. The
+// cluster package's own tests cannot import it (it imports cluster) and
+// keep their own child node.
+package nodetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/proctest"
+)
+
+// env carries a child node's settings (JSON) to the re-executed binary.
+const env = "RLNODE_NODETEST_NODE"
+
+// Options are a child node's settings.
+type Options struct {
+	// ID is the node id; empty: the cluster picks one.
+	ID string
+	// CPUs and Resources are what the node offers (cluster.Config's).
+	CPUs      float64
+	Resources cluster.Resources
+	// Key is the cluster's gossip key, if it has one.
+	Key []byte
+}
+
+type settings struct {
+	Options
+	Join string
+}
+
+// Main runs the package's tests, or, in a process Start re-executed, the
+// child node until its stdin closes. It does not return.
+func Main(m *testing.M) {
+	if js := os.Getenv(env); js != "" {
+		os.Exit(runNode(js))
+	}
+	os.Exit(m.Run())
+}
+
+// runNode starts the node js describes, prints "UP <node id>" (or "ERR
+// <why>") and runs until stdin closes or the process is killed.
+func runNode(js string) int {
+	var s settings
+	if err := json.Unmarshal([]byte(js), &s); err != nil {
+		fmt.Println("ERR", env, err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: s.ID, Bind: "127.0.0.1:0", Key: s.Key, CPUs: s.CPUs,
+		Resources: s.Resources, Join: []string{s.Join}, Logger: actor.DiscardLogger()})
+	cancel()
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	fmt.Println("UP", n.ID())
+	_, _ = io.Copy(io.Discard, os.Stdin) // stdin closing means stop
+	n.Stop()
+	return 0
+}
+
+// Node is a child node.
+type Node struct {
+	*proctest.Child
+	ID string
+}
+
+// Kill ends the child node's process at once (a crash, not a leave) and
+// waits for it to exit.
+func (n *Node) Kill() {
+	_ = n.Cmd.Process.Kill()
+	<-n.Exited
+}
+
+// Start starts a child node with o, joined to join's cluster, with extra
+// added to its environment, and returns once join's membership lists it
+// (within 30 s). The node stops at the test's end.
+func Start(t testing.TB, join *cluster.Node, o Options, extra ...string) *Node {
+	t.Helper()
+	js, err := json.Marshal(settings{Options: o, Join: join.GossipAddress()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := proctest.Start(t, 30*time.Second, append([]string{env + "=" + string(js)}, extra...)...)
+	id, ok := strings.CutPrefix(c.Line, "UP ")
+	if !ok {
+		t.Fatalf("child node %q: %s", o.ID, c.Line)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.ContainsFunc(join.Views(), func(v cluster.NodeView) bool { return v.ID == id }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("child node %s joined but %s does not list it after 30 s", id, join.ID())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return &Node{Child: c, ID: id}
+}
