@@ -253,15 +253,15 @@
 // Sharded learner (Learner.Shards > 1, the recipe's
 // placement.learner_shards): each trained policy's learner (MLMT: the
 // feedback policy's too) runs as that many learner/shard ranks (ZeRO-1) in
-// a SPREAD placement group of LearnerResources per rank; the learners
-// interface (learner_group.go) hides whether a policy has one learner
-// actor or a group. When a learner fails — a rank lost (actor stopped or
+// a SPREAD placement group of LearnerResources per rank
+// (shard.StartGroup, which also places a single learner actor, so the loop
+// sees one type either way). When a learner fails — a rank lost (actor stopped or
 // node dead: the step fails in milliseconds, as shard.Group aborts the
 // survivors' collectives) or any other learner error — every policy's
 // learner restarts from the run's last checkpoint (else the --resume one,
-// else the initial weights): lost ranks are respawned (in their bundle, or
-// in a new placement group when their node is gone) and the group
-// restarts (shard.Group.Restart); step, data cursor and weight version
+// else the initial weights): shard.PlacedGroup.Restart respawns lost ranks
+// (in their bundle, or in a new placement group when their node is gone)
+// and restarts the group; step, data cursor and weight version
 // come from the checkpoint's driver_state.json; the engines are replaced,
 // as they refuse older weight versions: an in-process engine is started
 // anew and fed the restored weights, rollout actors are replaced by a new

@@ -15,6 +15,7 @@ import (
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/shard"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout"
 	"github.com/rlnode/rlnode/rollout/engine"
@@ -139,7 +140,7 @@ type driverState struct {
 // (local), or rollout actors on the cluster (pool) fed by a weight syncer.
 type policy struct {
 	id      string
-	learner learners
+	learner *shard.PlacedGroup
 	l       learner.Config // as started: a learner restart starts the engine anew from it
 	ro      *Rollout       // rollout actors' settings; nil: the engine is local
 	eng     *policyEngine
@@ -366,7 +367,7 @@ func (p *policy) stopEngine() {
 
 func (p *policy) stop() {
 	p.stopEngine()
-	p.learner.stop()
+	p.learner.Stop()
 }
 
 // syncAll pushes every policy's weights to its engine.
@@ -440,7 +441,7 @@ func (r *run) setAlgorithm(ctx context.Context, name string, lr float64) error {
 		if p == nil {
 			continue
 		}
-		if err := p.learner.setAlgorithm(ctx, name, lr); err != nil {
+		if err := p.learner.SetAlgorithm(ctx, name, lr); err != nil {
 			return fmt.Errorf("driver: set the %s algorithm %s: %w", p.id, name, err)
 		}
 	}
@@ -510,7 +511,7 @@ func (r *run) finishWarmupStep(ctx context.Context, m *Metrics) error {
 // run's.
 func (r *run) train(ctx context.Context, p *policy, b learner.Batch) (learner.Stats, error) {
 	b.PolicyID = p.id
-	st, err := p.learner.train(ctx, b)
+	st, err := p.learner.Train(ctx, b)
 	if err != nil {
 		step := r.step + 1
 		if p != r.solver {
@@ -790,7 +791,7 @@ const FeedbackDir = "feedback"
 // policy's, if any, into dir/feedback.
 func (r *run) checkpoint(ctx context.Context, dir string) error {
 	save := func(p *policy, dir string) error {
-		if _, err := p.learner.save(ctx, dir); err != nil {
+		if _, err := p.learner.Save(ctx, dir); err != nil {
 			return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
 		}
 		if err := p.tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {

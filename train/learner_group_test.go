@@ -3,7 +3,6 @@ package train
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,32 +12,9 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
-	"github.com/rlnode/rlnode/internal/proctest"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/shard"
 )
-
-func TestMain(m *testing.M) {
-	if join := os.Getenv("RLNODE_DRIVER_TEST_NODE"); join != "" {
-		os.Exit(runTestNode(join))
-	}
-	os.Exit(m.Run())
-}
-
-// runTestNode is a second cluster node of 1 CPU in a child process: it
-// joins join, prints "UP <node id>" and runs until stdin closes or it is
-// killed.
-func runTestNode(join string) int {
-	n, err := cluster.Start(context.Background(), cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Join: []string{join}, Logger: actor.DiscardLogger()})
-	if err != nil {
-		fmt.Println("ERR", err)
-		return 1
-	}
-	fmt.Println("UP", n.ID())
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	n.Stop()
-	return 0
-}
 
 // shardTol is how far a sharded run's weights may be from one learner's:
 // N ranks sum the same float32 gradients in another order and AdamW
@@ -339,73 +315,6 @@ func TestMLMTShardedFeedbackRankLost(t *testing.T) {
 			t.Errorf("%s: restarted run's weights differ from the uninterrupted run's by %g at %s", last, d, at)
 		}
 	}
-}
-
-// A rank's node dies mid-run (the child process holding it is killed):
-// the next step fails at once, the rank is placed anew on the surviving
-// node (its bundle's node is gone, so in a new placement group), the group
-// restarts from the last checkpoint and the run finishes with every step
-// logged once.
-func TestRankNodeDiesRestartsElsewhere(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	node, err := cluster.Start(ctx, cluster.Config{CPUs: 2, Logger: actor.DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Stop()
-	child := proctest.Start(t, 30*time.Second, "RLNODE_DRIVER_TEST_NODE="+node.GossipAddress())
-	other, ok := strings.CutPrefix(child.Line, "UP ")
-	if !ok {
-		t.Fatalf("child node: %s", child.Line)
-	}
-	for seen := false; !seen; {
-		for _, v := range node.Views() {
-			seen = seen || v.ID == other
-		}
-		if !seen {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("node %s never joined", other)
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}
-	cfg := shardRun(filepath.Join(t.TempDir(), "run"), 2)
-	cfg.Node = node
-	cfg.LearnerResources = cluster.Resources{cluster.CPU: 1}
-	cfg.Steps = 5 // checkpoints at steps 4, 6, 7
-	killed := false
-	cfg.Progress = func(m Metrics) {
-		if m.Step != 5 || killed {
-			return
-		}
-		killed = true
-		if ranksOn(node, other) != 1 {
-			t.Errorf("%d ranks on node %s, want 1 (SPREAD over two nodes)", ranksOn(node, other), other)
-		}
-		_ = child.Cmd.Process.Kill()
-		<-child.Exited
-	}
-	res, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !killed || res.Steps != 7 {
-		t.Fatalf("killed %v, %d steps; want the kill and 7 steps", killed, res.Steps)
-	}
-	checkStepsOnce(t, filepath.Join(cfg.Out, "metrics.jsonl"), 7)
-}
-
-// ranksOn counts the live learner-shard actors on node id.
-func ranksOn(node *cluster.Node, id string) int {
-	n := 0
-	for _, rec := range node.Directory().Actors() {
-		if rec.Kind == shard.ActorKind && rec.State == cluster.Alive && rec.Node == id {
-			n++
-		}
-	}
-	return n
 }
 
 // cutMetrics keeps the lines up to a step, drops a last line cut off

@@ -102,7 +102,7 @@ func (r *run) fetchWeights(ctx context.Context, p *policy, part string) (learner
 	if part != learner.WeightsPolicy {
 		what = p.id + " " + part + " weights"
 	}
-	off, err := p.learner.weights(ctx, learner.WeightsRequest{Readers: 1, Part: part})
+	off, err := p.learner.Weights(ctx, learner.WeightsRequest{Readers: 1, Part: part})
 	if err != nil {
 		return off, nil, fmt.Errorf("driver: %s of step %d: %w", what, r.step, err)
 	}
@@ -122,7 +122,7 @@ func (r *run) fetchWeights(ctx context.Context, p *policy, part string) (learner
 // hold it. It reports false (nothing done) while the learner has no
 // adapters yet: the caller reloads full weights then.
 func (r *run) syncVLLMAdapter(ctx context.Context, p *policy) (bool, error) {
-	off, err := p.learner.weights(ctx, learner.WeightsRequest{Readers: 1, Part: learner.WeightsAdapter})
+	off, err := p.learner.Weights(ctx, learner.WeightsRequest{Readers: 1, Part: learner.WeightsAdapter})
 	if err != nil {
 		return false, fmt.Errorf("driver: %s adapter of step %d: %w", p.id, r.step, err)
 	}

@@ -405,7 +405,7 @@ func (r *run) setRLAlgorithms(ctx context.Context) error {
 		if p == r.feedback {
 			l = r.cfg.Feedback.learnerConfig(r.cfg)
 		}
-		if err := p.learner.setAlgorithm(ctx, l.Algorithm, l.LR); err != nil {
+		if err := p.learner.SetAlgorithm(ctx, l.Algorithm, l.LR); err != nil {
 			return fmt.Errorf("driver: set the %s algorithm %s: %w", p.id, l.Algorithm, err)
 		}
 	}

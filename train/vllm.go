@@ -206,7 +206,7 @@ func (r *run) vllmReloadTimeout(p *policy) time.Duration {
 // into root/name and makes every server reload it as the run's step.
 func (r *run) reloadVLLM(ctx context.Context, p *policy, root, name string) error {
 	tmp := filepath.Join(root, fmt.Sprintf("writing-%d", time.Now().UnixNano()))
-	saved, err := p.learner.save(ctx, tmp)
+	saved, err := p.learner.Save(ctx, tmp)
 	if err != nil {
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("driver: write the %s checkpoint for vLLM to %s: %w", p.id, tmp, err)

@@ -28,14 +28,21 @@
 // and a rank whose own step fails tells the others at once (RingAbort), as
 // does Group for a rank whose call comes back lost (actor gone, node lost),
 // so a killed rank fails the step in milliseconds, not a timeout. A
-// failed group trains no more; the driver restarts it from the last
+// failed group trains no more; the caller restarts it from the last
 // checkpoint (Group.Restart, with the survivors and respawned ranks, any
 // count). Checkpoints are written per rank (learner.ShardOptimizerFile)
 // and load with any shard count, or into an unsharded learner.
 //
+// StartGroup places a policy's learner on the cluster, the way
+// rollout.StartPool places rollout actors: one learner actor, or ranks in
+// the bundles of a SPREAD placement group joined as a Group; its Restart
+// respawns lost ranks (elsewhere when their node is gone) and restarts
+// the group from a checkpoint. When to restart is the training loop's
+// call, not this package's.
+//
 // Rank and the ring are plain code over Transport, tested in one process
-// (MemTransports); ActorKind and Group wrap them for the runtime, tested
-// with ranks in separate processes.
+// (MemTransports); ActorKind, Group and StartGroup wrap them for the
+// runtime, tested with ranks and nodes in separate processes.
 //
 // Not done: on the cpu backend backward already uses every core, so the
 // overlap hides only the communication's waiting, not its copies and sums

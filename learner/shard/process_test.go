@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/internal/nodetest"
 	"github.com/rlnode/rlnode/internal/proctest"
 	"github.com/rlnode/rlnode/learner"
 )
@@ -24,18 +25,10 @@ import (
 // process is the driver.
 
 func TestMain(m *testing.M) {
-	switch os.Getenv("RLNODE_SHARD_NODE") {
-	case "1":
+	if os.Getenv("RLNODE_SHARD_NODE") == "1" {
 		os.Exit(runRankNode())
-	case "cluster":
-		if err := clusterSpawnCheck(); err != nil {
-			fmt.Println("ERR", err)
-			os.Exit(1)
-		}
-		fmt.Println("OK")
-		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	nodetest.Main(m)
 }
 
 // runRankNode hosts one rank actor and prints its ref as JSON.

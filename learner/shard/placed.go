@@ -1,0 +1,346 @@
+package shard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/learner"
+)
+
+// GroupConfig says what a PlacedGroup runs and what each member holds.
+type GroupConfig struct {
+	// Policy names the learner in actor names and errors ("solver").
+	Policy string
+	// Actor is every member's spawn argument. Actor.Config.Shards is the
+	// number of ranks: with 2 or more they are learner-shard ranks
+	// (ActorKind), otherwise the group is one learner actor
+	// (learner.ActorKind).
+	Actor learner.ActorConfig
+	// Resources is what each member holds (default 1 CPU).
+	Resources cluster.Resources
+	// Options are the ranks' collective settings (Options.Timeout bounds
+	// how long a lost rank takes to fail a step).
+	Options Options
+}
+
+// Failure is an error of a learner call (train, save, weights, set
+// algorithm): the caller may recover by Restart. Every error those
+// methods of PlacedGroup return is a *Failure.
+type Failure struct {
+	Policy, Op string
+	Err        error
+}
+
+func (e *Failure) Error() string {
+	return fmt.Sprintf("%s learner: %s: %v", e.Policy, e.Op, e.Err)
+}
+
+func (e *Failure) Unwrap() error { return e.Err }
+
+// Member is one actor of a PlacedGroup as it stands.
+type Member struct {
+	Name string
+	Node string
+}
+
+// PlacedGroup is one policy's learner on the cluster: a learner actor, or
+// a data-parallel Group of learner-shard ranks, one per bundle of a SPREAD
+// placement group (so on a cluster they spread over the nodes that have
+// room). Restart replaces the members that are lost, placing a rank anew
+// when its bundle's node is gone, and brings the learner back to a
+// checkpoint. Methods must be called from one goroutine at a time.
+type PlacedGroup struct {
+	node   *cluster.Node
+	cfg    GroupConfig
+	base   string // rank actors are base-r<rank>.<spawn>
+	spawns int
+	pgs    []*cluster.PlacementGroup // the first holds the ranks as placed; later ones replacements
+	ranks  []placedRank              // one for a single learner actor
+	g      *Group                    // nil for a single learner actor
+}
+
+// placedRank is one member actor and the bundle it holds (none for a
+// single learner actor).
+type placedRank struct {
+	h      *cluster.Handle
+	ref    actor.Ref
+	pg     *cluster.PlacementGroup
+	bundle int
+}
+
+// StartGroup places cfg's learner on node's cluster and, for ranks, joins
+// them as a Group. A member that cannot be placed stops the others and
+// fails the call, naming what was missing.
+func StartGroup(ctx context.Context, node *cluster.Node, cfg GroupConfig) (*PlacedGroup, error) {
+	if cfg.Resources == nil {
+		cfg.Resources = cluster.Resources{cluster.CPU: 1}
+	}
+	var raw [4]byte
+	_, _ = rand.Read(raw[:])
+	p := &PlacedGroup{node: node, cfg: cfg, base: "learner-" + cfg.Policy + "-" + hex.EncodeToString(raw[:])}
+	n := cfg.Actor.Config.Shards
+	if n <= 1 {
+		h, err := node.Spawn(ctx, learner.ActorKind, cluster.SpawnOptions{Args: cfg.Actor, Resources: cfg.Resources})
+		if err != nil {
+			return nil, fmt.Errorf("place the %s learner: %w", cfg.Policy, err)
+		}
+		p.ranks = []placedRank{{h: h}}
+		return p, nil
+	}
+	bundles := make([]cluster.Bundle, n)
+	for i := range bundles {
+		bundles[i] = cluster.Bundle{Resources: cfg.Resources}
+	}
+	pg, err := node.CreatePlacementGroup(ctx, bundles, cluster.Spread)
+	if err != nil {
+		return nil, fmt.Errorf("%d %s learner shards of %s each: %w", n, cfg.Policy, cfg.Resources, err)
+	}
+	p.pgs = append(p.pgs, pg)
+	p.ranks = make([]placedRank, n)
+	for i := range p.ranks {
+		if p.ranks[i], err = p.spawnRank(ctx, i, pg, i); err != nil {
+			p.Stop()
+			return nil, err
+		}
+	}
+	if p.g, err = NewGroup(ctx, node.System(), p.refs(), cfg.Options); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("join the %s learner's %d shards: %w", cfg.Policy, n, err)
+	}
+	return p, nil
+}
+
+func (p *PlacedGroup) fail(op string, err error) error {
+	return &Failure{Policy: p.cfg.Policy, Op: op, Err: err}
+}
+
+func (p *PlacedGroup) refs() []actor.Ref {
+	out := make([]actor.Ref, len(p.ranks))
+	for i, r := range p.ranks {
+		out[i] = r.ref
+	}
+	return out
+}
+
+// Members are the member actors, by rank.
+func (p *PlacedGroup) Members() []Member {
+	out := make([]Member, len(p.ranks))
+	for i, r := range p.ranks {
+		out[i].Name = r.h.Name()
+		if rec, ok := r.h.Record(); ok {
+			out[i].Node = rec.Node
+		}
+	}
+	return out
+}
+
+// spawnRank starts rank i's actor in bundle b of pg, with the initial
+// spawn arguments. The bundle of a rank that was just stopped is released
+// when its node sees the actor end, so a refusal is retried for a while,
+// as long as that node is a member.
+func (p *PlacedGroup) spawnRank(ctx context.Context, i int, pg *cluster.PlacementGroup, b int) (placedRank, error) {
+	p.spawns++
+	name := fmt.Sprintf("%s-r%d.%d", p.base, i, p.spawns)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h, err := p.node.Spawn(ctx, ActorKind, cluster.SpawnOptions{Name: name, Args: p.cfg.Actor, Resources: p.cfg.Resources, Group: pg, Bundle: b})
+		if err == nil {
+			rec, ok := h.Record()
+			if !ok || rec.Ref.IsZero() {
+				return placedRank{}, fmt.Errorf("place %s learner shard %d: no directory record for %s", p.cfg.Policy, i, name)
+			}
+			return placedRank{h: h, ref: rec.Ref, pg: pg, bundle: b}, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil || !p.member(pg.Nodes[b]) {
+			return placedRank{}, fmt.Errorf("place %s learner shard %d (placement group %s bundle %d on node %s): %w", p.cfg.Policy, i, pg.ID, b, pg.Nodes[b], err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// member says whether node is an alive member of the cluster.
+func (p *PlacedGroup) member(node string) bool {
+	for _, v := range p.node.Views() {
+		if v.ID == node {
+			return true
+		}
+	}
+	return false
+}
+
+// Train runs one training step on the batch.
+func (p *PlacedGroup) Train(ctx context.Context, b learner.Batch) (learner.Stats, error) {
+	var st learner.Stats
+	var err error
+	if p.g != nil {
+		st, err = p.g.Train(ctx, b)
+	} else {
+		st, err = cluster.Call[learner.Stats](ctx, p.ranks[0].h, learner.TrainRequest{Batch: b})
+	}
+	if err != nil {
+		return st, p.fail("train", err)
+	}
+	return st, nil
+}
+
+// SetAlgorithm switches the RL algorithm (and the peak rate when lr > 0).
+func (p *PlacedGroup) SetAlgorithm(ctx context.Context, name string, lr float64) error {
+	var err error
+	if p.g != nil {
+		err = p.g.SetAlgorithm(ctx, name, lr)
+	} else {
+		_, err = cluster.Call[learner.AlgorithmSet](ctx, p.ranks[0].h, learner.SetAlgorithmRequest{Algorithm: name, LR: lr})
+	}
+	if err != nil {
+		return p.fail("set algorithm "+name, err)
+	}
+	return nil
+}
+
+// Weights offers the policy's weights on the bulk path.
+func (p *PlacedGroup) Weights(ctx context.Context, req learner.WeightsRequest) (learner.WeightsOffer, error) {
+	var off learner.WeightsOffer
+	var err error
+	if p.g != nil {
+		off, err = p.g.Weights(ctx, req)
+	} else {
+		off, err = cluster.Call[learner.WeightsOffer](ctx, p.ranks[0].h, req)
+	}
+	if err != nil {
+		return off, p.fail("weights", err)
+	}
+	return off, nil
+}
+
+// Save writes a checkpoint to dir (ranks: one optimizer file each, so dir
+// must be reachable by every rank).
+func (p *PlacedGroup) Save(ctx context.Context, dir string) (learner.Saved, error) {
+	var sv learner.Saved
+	var err error
+	if p.g != nil {
+		sv, err = p.g.Save(ctx, dir)
+	} else {
+		sv, err = cluster.Call[learner.Saved](ctx, p.ranks[0].h, learner.SaveRequest{Dir: dir})
+	}
+	if err != nil {
+		return sv, p.fail("save "+dir, err)
+	}
+	return sv, nil
+}
+
+// probeTimeout bounds the question "are you there?" to a rank after a
+// failed step; a rank that cannot answer it is replaced.
+const probeTimeout = 5 * time.Second
+
+// Restart brings the learner back to the checkpoint in dir, or with dir
+// "" to how it was first placed (GroupConfig.Actor: the initial weights or
+// its ResumeDir).
+//
+// A single learner actor is replaced by a fresh one that loads dir:
+// cheaper to reason about than asking a possibly wedged actor to load.
+// Ranks that are gone (those the failed step found lost, and any that do
+// not answer a probe now) are respawned in their bundle, or in a new
+// placement group when the bundle's node is gone; then survivors and new
+// ranks join as the group's next epoch from dir (Group.Restart: any shard
+// count wrote it). Without a checkpoint every rank is replaced and a new
+// group starts.
+func (p *PlacedGroup) Restart(ctx context.Context, dir string) error {
+	if p.g == nil {
+		return p.restartActor(ctx, dir)
+	}
+	var lost []int
+	known := map[int]bool{}
+	for _, i := range p.g.Lost() {
+		known[i] = true
+	}
+	for i, rk := range p.ranks {
+		if dir == "" || known[i] {
+			lost = append(lost, i)
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		_, err := actor.CallAs[MailboxRef](pctx, p.node.System(), rk.ref, MailboxRequest{})
+		cancel()
+		if err != nil {
+			lost = append(lost, i)
+		}
+	}
+	for _, i := range lost {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_ = p.ranks[i].h.Stop(sctx) // may be gone, or on a lost node
+		cancel()
+	}
+	var extra *cluster.PlacementGroup
+	for k, i := range lost {
+		old := p.ranks[i]
+		rk, err := p.spawnRank(ctx, i, old.pg, old.bundle)
+		if err != nil {
+			// The bundle's node is gone: place the rank anew.
+			if extra == nil {
+				bundles := make([]cluster.Bundle, len(lost))
+				for b := range bundles {
+					bundles[b] = cluster.Bundle{Resources: p.cfg.Resources}
+				}
+				var perr error
+				if extra, perr = p.node.CreatePlacementGroup(ctx, bundles, cluster.Spread); perr != nil {
+					return fmt.Errorf("respawn %s learner shard %d: %v; a new placement group: %w", p.cfg.Policy, i, err, perr)
+				}
+				p.pgs = append(p.pgs, extra)
+			}
+			if rk, err = p.spawnRank(ctx, i, extra, k); err != nil {
+				return err
+			}
+		}
+		p.ranks[i] = rk
+	}
+	if dir == "" {
+		g, err := NewGroup(ctx, p.node.System(), p.refs(), p.cfg.Options)
+		if err != nil {
+			return fmt.Errorf("rejoin the %s learner's %d shards: %w", p.cfg.Policy, len(p.ranks), err)
+		}
+		p.g = g
+		return nil
+	}
+	if err := p.g.Restart(ctx, p.refs(), dir); err != nil {
+		return fmt.Errorf("restart the %s learner's %d shards from %s: %w", p.cfg.Policy, len(p.ranks), dir, err)
+	}
+	return nil
+}
+
+func (p *PlacedGroup) restartActor(ctx context.Context, dir string) error {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_ = p.ranks[0].h.Stop(sctx) // it may be gone already
+	cancel()
+	args := p.cfg.Actor
+	if dir != "" {
+		args.ResumeDir = dir
+	}
+	h, err := p.node.Spawn(ctx, learner.ActorKind, cluster.SpawnOptions{Args: args, Resources: p.cfg.Resources})
+	if err != nil {
+		return fmt.Errorf("restart the %s learner from %q: %w", p.cfg.Policy, dir, err)
+	}
+	p.ranks[0] = placedRank{h: h}
+	return nil
+}
+
+// Stop stops every member (within 10 s) and removes the placement groups.
+func (p *PlacedGroup) Stop() {
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, rk := range p.ranks {
+		if rk.h != nil {
+			_ = rk.h.Stop(sctx)
+		}
+	}
+	for _, pg := range p.pgs {
+		_ = p.node.RemovePlacementGroup(sctx, pg.ID)
+	}
+}
