@@ -3,12 +3,8 @@ package rollout_test
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"fmt"
-	"io"
 	"math"
-	mrand "math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -17,8 +13,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
-	"github.com/rlnode/rlnode/internal/proctest"
-	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/internal/nodetest"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout"
@@ -27,6 +22,7 @@ import (
 	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/episode/episodetest"
 	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/rollout/native/nativetest"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
 
@@ -73,29 +69,16 @@ func script(r engine.Request, _ int) string {
 	return "I think \\boxed{1}"
 }
 
-// tinyModel is a small random Qwen2 over the builtin tokenizer.
-func tinyModel() (*model.Model, error) {
-	cfg := model.Config{Architecture: model.Qwen2, HiddenSize: 32, IntermediateSize: 48, NumLayers: 2,
-		NumHeads: 4, NumKVHeads: 2, HeadDim: 8, VocabSize: tokenizer.BuiltinVocabSize, MaxPositions: 512,
-		RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
-	m, err := model.New(cfg, cpu.New())
-	if err != nil {
-		return nil, err
-	}
-	rng := mrand.New(mrand.NewPCG(7, 1))
-	for _, p := range m.Params() {
-		v := make([]float32, p.Len())
-		for i := range v {
-			if len(p.Shape) == 1 && strings.HasSuffix(p.Name, "norm.weight") {
-				v[i] = 1
-			} else {
-				v[i] = float32(rng.NormFloat64() * 0.25)
-			}
-		}
-		m.B.Upload(p.W, v)
-	}
-	return m, nil
+// tinyConfig is nativetest's small Qwen2 with room for MLMT's three-turn
+// prompts.
+func tinyConfig() model.Config {
+	c := nativetest.Config()
+	c.MaxPositions = 512
+	return c
 }
+
+// tinyModel is a tinyConfig model with random weights.
+func tinyModel() (*model.Model, error) { return nativetest.NewModel(tinyConfig(), 7) }
 
 func init() {
 	rollout.RegisterEngine("scripted", func(cfg rollout.ActorConfig, model string) (engine.Engine, error) {
@@ -363,28 +346,7 @@ func toInt(x []int32) []int {
 // cluster as a second node; the rollout actor is placed on it and its
 // trajectories come back over the bulk path between the processes.
 
-func TestMain(m *testing.M) {
-	if os.Getenv("RLNODE_ROLLOUT_NODE") == "1" {
-		os.Exit(runChildNode())
-	}
-	os.Exit(m.Run())
-}
-
-func runChildNode() int {
-	key, _ := base64.StdEncoding.DecodeString(os.Getenv("RLNODE_ROLLOUT_KEY"))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	n, err := cluster.Start(ctx, cluster.Config{NodeID: "child", Bind: "127.0.0.1:0", Key: key, CPUs: 2,
-		Join: []string{os.Getenv("RLNODE_ROLLOUT_JOIN")}, Logger: actor.DiscardLogger()})
-	cancel()
-	if err != nil {
-		fmt.Println("ERR", err)
-		return 1
-	}
-	fmt.Println("UP")
-	_, _ = io.Copy(io.Discard, os.Stdin) // stdin closing means stop
-	n.Stop()
-	return 0
-}
+func TestMain(m *testing.M) { nodetest.Main(m) }
 
 func TestActorAcrossProcesses(t *testing.T) {
 	key := make([]byte, 32)
@@ -397,20 +359,7 @@ func TestActorAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Stop()
-	c := proctest.Start(t, 30*time.Second, "RLNODE_ROLLOUT_NODE=1", "RLNODE_ROLLOUT_KEY="+base64.StdEncoding.EncodeToString(key),
-		"RLNODE_ROLLOUT_JOIN="+n.GossipAddress())
-	if c.Line != "UP" {
-		t.Fatalf("child node: %s", c.Line)
-	}
-	// The child says UP once it has joined, but the parent's membership
-	// may not list it yet: wait (bounded by ctx) before placing on it.
-	for len(n.Views()) < 2 {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("nodes seen: %d, want 2", len(n.Views()))
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	nodetest.Start(t, n, nodetest.Options{ID: "child", CPUs: 2, Key: key})
 	for _, threshold := range []int{0, 1} {
 		h := spawn(t, n, rollout.ActorConfig{Engine: "scripted", FeedbackEngine: "scripted", FeedbackModel: "teacher",
 			Verifier: "exact", BulkThreshold: threshold}, "child")

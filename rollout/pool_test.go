@@ -3,38 +3,32 @@ package rollout_test
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
-	mrand "math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/nodetest"
 	"github.com/rlnode/rlnode/internal/proctest"
 	"github.com/rlnode/rlnode/learner/model"
-	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/rollout/native/nativetest"
 	"github.com/rlnode/rlnode/rollout/verify"
 	"github.com/rlnode/rlnode/weightsync"
 )
 
-// The pool's multi-process test runs this test binary again as rollout
-// nodes (internal/proctest). Such a child is recognised here, before
-// TestMain, by RLNODE_POOL_NODE (its node id).
+// The pool's multi-process tests run this test binary again as rollout
+// nodes (internal/nodetest); they find these engines registered too.
 func init() {
 	rollout.RegisterEngine("pool-tiny", func(cfg rollout.ActorConfig, _ string) (engine.Engine, error) {
 		m, err := tinyModel()
@@ -61,10 +55,6 @@ func init() {
 		}
 		return native.New(m, tokenizer.Builtin(), native.Config{MaxBatch: 8, WeightVersion: cfg.WeightVersion})
 	})
-	// Registered first: a child node needs the engine too.
-	if id := os.Getenv("RLNODE_POOL_NODE"); id != "" {
-		os.Exit(runPoolNode(id))
-	}
 }
 
 // startGate holds back the construction of pool-gated-start engines while
@@ -86,79 +76,12 @@ func (h holdEngine) Generate(ctx context.Context, reqs []engine.Request) ([]engi
 	return h.Engine.Generate(ctx, reqs)
 }
 
-func runPoolNode(id string) int {
-	key, _ := base64.StdEncoding.DecodeString(os.Getenv("RLNODE_POOL_KEY"))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	var res cluster.Resources
-	if os.Getenv("RLNODE_POOL_ROLLOUT") == "1" {
-		res = cluster.Resources{"rollout": 1} // room for one replica of TestPoolReplacesLostReplica
-	}
-	n, err := cluster.Start(ctx, cluster.Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2, Resources: res,
-		Join: []string{os.Getenv("RLNODE_POOL_JOIN")}, Logger: actor.DiscardLogger()})
-	cancel()
-	if err != nil {
-		fmt.Println("ERR", err)
-		return 1
-	}
-	fmt.Println("UP")
-	_, _ = io.Copy(io.Discard, os.Stdin) // stdin closing means stop
-	n.Stop()
-	return 0
-}
-
-// isolated runs the calling test in a fresh process of this test binary
-// and reports its outcome there; it returns false inside that process,
-// where the test body runs. Each pool test so starts its cluster node in a
-// process no earlier node has used: protoactor's remote sets gRPC's global
-// logger at start, which races (under -race) with gRPC goroutines an
-// earlier node left dialing or closing connections (shared/DESIGN.md).
-func isolated(t *testing.T) bool {
-	t.Helper()
-	if os.Getenv("RLNODE_POOL_TEST") == t.Name() {
-		return false
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), "RLNODE_POOL_TEST="+t.Name())
-	out, err := cmd.CombinedOutput()
-	t.Logf("%s in its own process:\n%s", t.Name(), out)
-	if err != nil {
-		t.Fatalf("%s in its own process: %v", t.Name(), err)
-	}
-	if !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-		t.Fatalf("%s in its own process did not run", t.Name())
-	}
-	return true
-}
-
 // otherModel is tinyModel's architecture with other random weights.
 func otherModel(t *testing.T, seed uint64) *model.Model {
 	t.Helper()
-	m, err := tinyModel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := mrand.New(mrand.NewPCG(seed, 2))
-	for _, p := range m.Params() {
-		v := make([]float32, p.Len())
-		for i := range v {
-			if len(p.Shape) == 1 && strings.HasSuffix(p.Name, "norm.weight") {
-				v[i] = 1
-			} else {
-				v[i] = float32(rng.NormFloat64() * 0.25)
-			}
-		}
-		m.B.Upload(p.W, v)
-	}
-	return m
+	return nativetest.Model(t, tinyConfig(), 1000+seed) // never tinyModel's seed
 }
 
-// poolRequests are n sampled requests, each with its own seed.
 func poolRequests(prefix string, n int) []engine.Request {
 	var reqs []engine.Request
 	for i := range n {
@@ -211,7 +134,7 @@ func completed(t *testing.T, h *cluster.Handle) int64 { t.Helper(); return stats
 // version s-k or newer and waits for it otherwise; k = 0 is the
 // synchronous barrier.
 func TestPoolStaleness(t *testing.T) {
-	if isolated(t) {
+	if proctest.Isolated(t) {
 		return
 	}
 	n := startNode(t)
@@ -261,7 +184,7 @@ func TestPoolStaleness(t *testing.T) {
 
 // TestPoolPlacementGroup puts one replica in each bundle of a group.
 func TestPoolPlacementGroup(t *testing.T) {
-	if isolated(t) {
+	if proctest.Isolated(t) {
 		return
 	}
 	n := startNode(t)
@@ -299,7 +222,7 @@ func TestPoolPlacementGroup(t *testing.T) {
 // TestPoolBusyReplica: a replica whose queue is full is waited for, not
 // dropped (one job running, one waiting, seven one-request chunks).
 func TestPoolBusyReplica(t *testing.T) {
-	if isolated(t) {
+	if proctest.Isolated(t) {
 		return
 	}
 	n := startNode(t)
@@ -329,7 +252,7 @@ func TestPoolBusyReplica(t *testing.T) {
 }
 
 func TestPoolErrors(t *testing.T) {
-	if isolated(t) {
+	if proctest.Isolated(t) {
 		return
 	}
 	n := startNode(t)
@@ -403,7 +326,7 @@ func TestPoolErrors(t *testing.T) {
 // weight pushes from a synchronous weightsync.Syncer; r2 is SIGKILLed
 // while it holds a chunk, then r1.
 func TestPoolAcrossProcesses(t *testing.T) {
-	if isolated(t) {
+	if proctest.Isolated(t) {
 		return
 	}
 	key := make([]byte, 32)
@@ -417,19 +340,8 @@ func TestPoolAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Stop()
-	env := []string{"RLNODE_POOL_KEY=" + base64.StdEncoding.EncodeToString(key), "RLNODE_POOL_JOIN=" + n.GossipAddress()}
-	r1 := proctest.Start(t, 30*time.Second, append(env, "RLNODE_POOL_NODE=r1")...)
-	r2 := proctest.Start(t, 30*time.Second, append(env, "RLNODE_POOL_NODE=r2", "RLNODE_POOL_HOLD=1")...)
-	if r1.Line != "UP" || r2.Line != "UP" {
-		t.Fatalf("child nodes: %q %q", r1.Line, r2.Line)
-	}
-	for len(n.Views()) < 3 { // both children joined (bounded by ctx)
-		select {
-		case <-ctx.Done():
-			t.Fatalf("nodes seen: %d, want 3", len(n.Views()))
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	r1 := nodetest.Start(t, n, nodetest.Options{ID: "r1", CPUs: 2, Key: key})
+	r2 := nodetest.Start(t, n, nodetest.Options{ID: "r2", CPUs: 2, Key: key}, "RLNODE_POOL_HOLD=1")
 
 	syncer, err := weightsync.Start(ctx, n, 0, weightsync.Config{PushTimeout: 30 * time.Second})
 	if err != nil {
@@ -513,9 +425,7 @@ func TestPoolAcrossProcesses(t *testing.T) {
 		}
 	}
 	killed := time.Now()
-	if err := r2.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	r2.Kill()
 	a := <-answered
 	t.Logf("answered %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 	if a.err != nil {
@@ -538,9 +448,7 @@ func TestPoolAcrossProcesses(t *testing.T) {
 	}
 
 	// Every replica lost: a clear error naming them and their nodes.
-	if err := r1.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	r1.Kill()
 	_, err = pool.GenerateStep(ctx, 2, poolRequests("c", 4))
 	if !errors.Is(err, rollout.ErrAllLost) || !strings.Contains(err.Error(), "gen-0 on node r1") || !strings.Contains(err.Error(), "gen-1 on node r2") {
 		t.Fatalf("generate with every node killed: %v", err)
@@ -600,7 +508,7 @@ func BenchmarkPoolGenerate(b *testing.B) {
 // checkpoint with the built-in "native" engine and take the published
 // weights; every turn carries the version it was sampled with.
 func TestPoolUnderEpisodes(t *testing.T) {
-	if isolated(t) {
+	if proctest.Isolated(t) {
 		return
 	}
 	n := startNode(t)
@@ -609,13 +517,7 @@ func TestPoolUnderEpisodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	if err := m.Save(dir, safetensors.F32); err != nil {
-		t.Fatal(err)
-	}
-	if err := tokenizer.Builtin().Save(filepath.Join(dir, "tokenizer.json")); err != nil {
-		t.Fatal(err)
-	}
+	dir := nativetest.Save(t, m)
 	syncer, err := weightsync.Start(ctx, n, 5, weightsync.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -688,7 +590,7 @@ func waitPool(ctx context.Context, t *testing.T, pool *rollout.Pool, what string
 // the replacement starts there, registers at the version published
 // meanwhile, and generates that version's samples.
 func TestPoolReplacesLostReplica(t *testing.T) {
-	if isolated(t) {
+	if proctest.Isolated(t) {
 		return
 	}
 	key := make([]byte, 32)
@@ -702,21 +604,9 @@ func TestPoolReplacesLostReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Stop()
-	env := []string{"RLNODE_POOL_KEY=" + base64.StdEncoding.EncodeToString(key), "RLNODE_POOL_JOIN=" + n.GossipAddress(), "RLNODE_POOL_ROLLOUT=1"}
-	children := map[string]*proctest.Child{}
-	join := func(id string) {
-		c := proctest.Start(t, 30*time.Second, append(env, "RLNODE_POOL_NODE="+id)...)
-		if c.Line != "UP" {
-			t.Fatalf("child node %s: %q", id, c.Line)
-		}
-		children[id] = c
-		for !slices.ContainsFunc(n.Views(), func(v cluster.NodeView) bool { return v.ID == id }) {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("node %s never seen", id)
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
+	children := map[string]*nodetest.Node{}
+	join := func(id string) { // room for one replica each
+		children[id] = nodetest.Start(t, n, nodetest.Options{ID: id, CPUs: 2, Resources: cluster.Resources{"rollout": 1}, Key: key})
 	}
 	join("r1")
 	join("r2")
@@ -755,9 +645,7 @@ func TestPoolReplacesLostReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim := reps[1]
-	if err := children[victim.Node].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	children[victim.Node].Kill()
 	waitPool(ctx, t, pool, "the killed replica dropped", func(rs []rollout.ReplicaStatus) bool { return rs[1].Lost != "" })
 	// No node has room: one replica generates, the replacement waits.
 	want1 := reference(t, next, reqs)
@@ -799,9 +687,7 @@ func TestPoolReplacesLostReplica(t *testing.T) {
 	join("r4")
 	killed := time.Now()
 	for _, id := range []string{"r1", "r3"} {
-		if err := children[id].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
+		children[id].Kill()
 	}
 	got, err = pool.GenerateStep(ctx, 1, reqs)
 	if err != nil {
@@ -825,7 +711,7 @@ func TestPoolReplacesLostReplica(t *testing.T) {
 // built, a bounded call ends waiting for it (not with ErrAllLost); once
 // it is built, generation runs on it.
 func TestPoolWaitsForReplacement(t *testing.T) {
-	if isolated(t) {
+	if proctest.Isolated(t) {
 		return
 	}
 	n := startNode(t)

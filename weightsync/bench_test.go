@@ -9,6 +9,7 @@ import (
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/native/nativetest"
 )
 
 // benchConfig is a Qwen2 model of about 9.8 M parameters: ~39 MB of
@@ -25,7 +26,7 @@ func benchUpdate(b *testing.B) (string, Update) {
 		b.Fatal(err)
 	}
 	m.InitRandom(1)
-	dir := saveModel(b, m)
+	dir := nativetest.Save(b, m)
 	m.InitRandom(2)
 	return dir, FullUpdate(m)
 }

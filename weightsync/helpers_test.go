@@ -3,64 +3,14 @@ package weightsync
 import (
 	"context"
 	"math"
-	"math/rand/v2"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
-	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
-	"github.com/rlnode/rlnode/learner/safetensors"
-	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/engine"
 )
-
-// tinyConfig is a small Qwen2 model over the built-in tokenizer.
-func tinyConfig() model.Config {
-	return model.Config{Architecture: model.Qwen2, HiddenSize: 32, IntermediateSize: 48, NumLayers: 2,
-		NumHeads: 4, NumKVHeads: 2, HeadDim: 8, VocabSize: tokenizer.BuiltinVocabSize, MaxPositions: 256,
-		RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
-}
-
-// randomModel has weights large enough that next-token distributions are
-// far from uniform, so different weights give clearly different logprobs.
-func randomModel(t testing.TB, cfg model.Config, seed uint64) *model.Model {
-	t.Helper()
-	m, err := model.New(cfg, cpu.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(seed, 1))
-	for _, p := range m.Params() {
-		v := make([]float32, p.Len())
-		for i := range v {
-			if len(p.Shape) == 1 && strings.HasSuffix(p.Name, "norm.weight") {
-				v[i] = 1
-			} else {
-				v[i] = float32(rng.NormFloat64() * 0.25)
-			}
-		}
-		m.B.Upload(p.W, v)
-	}
-	return m
-}
-
-// saveModel writes m and the built-in tokenizer as a checkpoint directory
-// the native engine loads.
-func saveModel(t testing.TB, m *model.Model) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "model")
-	if err := m.Save(dir, safetensors.F32); err != nil {
-		t.Fatal(err)
-	}
-	if err := tokenizer.Builtin().Save(filepath.Join(dir, "tokenizer.json")); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 func testCtx(t testing.TB, d time.Duration) context.Context {
 	t.Helper()

@@ -1,22 +1,16 @@
 package weightsync
 
 import (
-	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"errors"
-	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
-	"github.com/rlnode/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/internal/nodetest"
+	"github.com/rlnode/rlnode/rollout/native/nativetest"
 )
 
 // The multi-process test: this test binary re-executed as a second node
@@ -24,39 +18,7 @@ import (
 // shared/DESIGN.md). An engine host lives there and pulls each version
 // over the bulk path from the driver's node.
 
-func TestMain(m *testing.M) {
-	if os.Getenv("RLNODE_WEIGHTSYNC_NODE") == "1" {
-		os.Exit(runChildNode())
-	}
-	os.Exit(m.Run())
-}
-
-func runChildNode() int {
-	key, _ := base64.StdEncoding.DecodeString(os.Getenv("RLNODE_WEIGHTSYNC_KEY"))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	n, err := cluster.Start(ctx, cluster.Config{NodeID: "child", Bind: "127.0.0.1:0", Key: key, CPUs: 2,
-		Join: []string{os.Getenv("RLNODE_WEIGHTSYNC_JOIN")}, Logger: actor.DiscardLogger()})
-	cancel()
-	if err != nil {
-		fmt.Println("ERR", err)
-		return 1
-	}
-	fmt.Println("UP")
-	_, _ = io.Copy(io.Discard, os.Stdin) // stdin closing means stop
-	n.Stop()
-	return 0
-}
-
-// startChild starts the child node joined to n and returns its process.
-func startChild(t *testing.T, n *cluster.Node, key []byte) *exec.Cmd {
-	t.Helper()
-	c := proctest.Start(t, 30*time.Second, "RLNODE_WEIGHTSYNC_NODE=1", "RLNODE_WEIGHTSYNC_KEY="+base64.StdEncoding.EncodeToString(key),
-		"RLNODE_WEIGHTSYNC_JOIN="+n.GossipAddress())
-	if c.Line != "UP" {
-		t.Fatalf("child node: %s", c.Line)
-	}
-	return c.Cmd
-}
+func TestMain(m *testing.M) { nodetest.Main(m) }
 
 func TestPublishAcrossProcesses(t *testing.T) {
 	key := make([]byte, 32)
@@ -69,10 +31,10 @@ func TestPublishAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Stop()
-	child := startChild(t, n, key)
+	child := nodetest.Start(t, n, nodetest.Options{ID: "child", CPUs: 2, Key: key})
 
-	base := randomModel(t, tinyConfig(), 1)
-	dir := saveModel(t, base) // the child reads the same directory
+	base := nativetest.Model(t, nativetest.Config(), 1)
+	dir := nativetest.Save(t, base) // the child reads the same directory
 	local := spawnEngines(t, n, "here-", dir, "driver", 1)
 	remote := spawnEngines(t, n, "there-", dir, "child", 1)
 	s := startSyncer(t, n, Config{PushTimeout: 30 * time.Second})
@@ -82,7 +44,7 @@ func TestPublishAcrossProcesses(t *testing.T) {
 	}
 
 	served := n.System().Stats().BulkBytesServed
-	learner := randomModel(t, tinyConfig(), 2)
+	learner := nativetest.Model(t, nativetest.Config(), 2)
 	rep, err := s.Publish(ctx, 1, FullUpdate(learner))
 	if err != nil {
 		t.Fatal(err)
@@ -105,10 +67,8 @@ func TestPublishAcrossProcesses(t *testing.T) {
 
 	// The child node dies: the next publish completes for the local engine
 	// and names the lost one (removed by its failed push or its watch).
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	learner2 := randomModel(t, tinyConfig(), 3)
+	child.Kill()
+	learner2 := nativetest.Model(t, nativetest.Config(), 3)
 	rep, err = s.Publish(ctx, 2, FullUpdate(learner2))
 	st := s.Versions()
 	if len(rep.Applied) != 1 || rep.Applied[0].Name != "here-a" || len(st.Engines) != 1 || len(st.Removed) != 1 {

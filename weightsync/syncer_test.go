@@ -11,6 +11,7 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/rollout/native/nativetest"
 )
 
 func startSyncer(t *testing.T, n *cluster.Node, cfg Config) *Syncer {
@@ -37,8 +38,8 @@ func register(t *testing.T, s *Syncer, refs ...actor.Ref) {
 // of the learner's model with the new weights.
 func TestPublishFullAndLoRA(t *testing.T) {
 	n := embedded(t)
-	base := randomModel(t, tinyConfig(), 1)
-	dir := saveModel(t, base)
+	base := nativetest.Model(t, nativetest.Config(), 1)
+	dir := nativetest.Save(t, base)
 	refs := spawnEngines(t, n, "eng-", dir, "", 3)
 	s := startSyncer(t, n, Config{})
 	register(t, s, refs...)
@@ -47,7 +48,7 @@ func TestPublishFullAndLoRA(t *testing.T) {
 	// Before: the engines serve the checkpoint.
 	checkAgainst(t, "before", base, generate(t, n.System(), refs[0]), 0)
 
-	learner := randomModel(t, tinyConfig(), 2)
+	learner := nativetest.Model(t, nativetest.Config(), 2)
 	rep, err := s.Publish(ctx, 1, FullUpdate(learner))
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +126,7 @@ func TestPublishFullAndLoRA(t *testing.T) {
 
 func TestBadUpdates(t *testing.T) {
 	n := embedded(t)
-	dir := saveModel(t, randomModel(t, tinyConfig(), 1))
+	dir := nativetest.Save(t, nativetest.Model(t, nativetest.Config(), 1))
 	refs := spawnEngines(t, n, "bad-", dir, "", 1)
 	s := startSyncer(t, n, Config{})
 	register(t, s, refs...)
@@ -158,7 +159,7 @@ func TestBadUpdates(t *testing.T) {
 	if _, err := s.WaitVersion(ctx, 1); !errors.Is(err, ErrNoEngines) {
 		t.Fatalf("wait with no engines: %v", err)
 	}
-	if _, err := s.Publish(ctx, 1, FullUpdate(randomModel(t, tinyConfig(), 2))); !errors.Is(err, ErrNoEngines) {
+	if _, err := s.Publish(ctx, 1, FullUpdate(nativetest.Model(t, nativetest.Config(), 2))); !errors.Is(err, ErrNoEngines) {
 		t.Fatalf("publish with no engines: %v", err)
 	}
 	if st := s.Versions(); st.Latest != 0 {
@@ -170,7 +171,7 @@ func TestBadUpdates(t *testing.T) {
 // s-1; asking for step 2 while every engine serves 0 waits for a publish.
 func TestStalenessBound(t *testing.T) {
 	n := embedded(t)
-	dir := saveModel(t, randomModel(t, tinyConfig(), 1))
+	dir := nativetest.Save(t, nativetest.Model(t, nativetest.Config(), 1))
 	refs := spawnEngines(t, n, "st-", dir, "", 2)
 	s := startSyncer(t, n, Config{MaxStaleness: 1})
 	register(t, s, refs...)
@@ -196,7 +197,7 @@ func TestStalenessBound(t *testing.T) {
 		}
 		got <- v
 	}()
-	learner := randomModel(t, tinyConfig(), 2)
+	learner := nativetest.Model(t, nativetest.Config(), 2)
 	if _, err := s.Publish(ctx, 1, FullUpdate(learner)); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestStalenessBound(t *testing.T) {
 // engine (the on-policy barrier).
 func TestSynchronousBarrier(t *testing.T) {
 	n := embedded(t)
-	dir := saveModel(t, randomModel(t, tinyConfig(), 1))
+	dir := nativetest.Save(t, nativetest.Model(t, nativetest.Config(), 1))
 	refs := spawnEngines(t, n, "sync-", dir, "", 2)
 	s := startSyncer(t, n, Config{})
 	register(t, s, refs...)
@@ -228,7 +229,7 @@ func TestSynchronousBarrier(t *testing.T) {
 		}
 		got <- v
 	}()
-	learner := randomModel(t, tinyConfig(), 4)
+	learner := nativetest.Model(t, nativetest.Config(), 4)
 	if _, err := s.Publish(ctx, 1, FullUpdate(learner)); err != nil {
 		t.Fatal(err)
 	}
@@ -249,8 +250,8 @@ func TestSynchronousBarrier(t *testing.T) {
 // version, and the failures are named and removed.
 func TestFailingEnginesDoNotBlockOthers(t *testing.T) {
 	n := embedded(t)
-	base := randomModel(t, tinyConfig(), 1)
-	dir := saveModel(t, base)
+	base := nativetest.Model(t, nativetest.Config(), 1)
+	dir := nativetest.Save(t, base)
 	healthy := spawnEngines(t, n, "ok-", dir, "", 1)
 	stopped := spawnEngines(t, n, "gone-", dir, "", 1)
 
@@ -282,7 +283,7 @@ func TestFailingEnginesDoNotBlockOthers(t *testing.T) {
 	}
 	closedEng.Close()
 
-	learner := randomModel(t, tinyConfig(), 2)
+	learner := nativetest.Model(t, nativetest.Config(), 2)
 	rep, err := s.Publish(ctx, 1, FullUpdate(learner))
 	if !errors.Is(err, ErrEngineFailed) {
 		t.Fatalf("publish: %v", err)
@@ -336,13 +337,13 @@ func (stuckEngine) SetWeights(ctx context.Context, version int64, w map[string][
 // to the published weights before they count.
 func TestLateEnginesCatchUp(t *testing.T) {
 	n := embedded(t)
-	dir := saveModel(t, randomModel(t, tinyConfig(), 1))
+	dir := nativetest.Save(t, nativetest.Model(t, nativetest.Config(), 1))
 	refs := spawnEngines(t, n, "late-", dir, "", 3)
 	s := startSyncer(t, n, Config{})
 	register(t, s, refs[0])
 	ctx := testCtx(t, 60*time.Second)
 
-	learner := randomModel(t, tinyConfig(), 2)
+	learner := nativetest.Model(t, nativetest.Config(), 2)
 	if _, err := s.Publish(ctx, 1, FullUpdate(learner)); err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +389,7 @@ func TestLateEnginesCatchUp(t *testing.T) {
 func TestKeepCatchesUpNewEngines(t *testing.T) {
 	n := embedded(t)
 	ctx := testCtx(t, 60*time.Second)
-	blank := saveModel(t, randomModel(t, tinyConfig(), 1))
+	blank := nativetest.Save(t, nativetest.Model(t, nativetest.Config(), 1))
 	spawnBlank := func(name string) actor.Ref {
 		h, err := n.Spawn(ctx, EngineKind, cluster.SpawnOptions{Name: name, Args: EngineConfig{Model: blank, Version: -1}})
 		if err != nil {
@@ -402,7 +403,7 @@ func TestKeepCatchesUpNewEngines(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	learner := randomModel(t, tinyConfig(), 2)
+	learner := nativetest.Model(t, nativetest.Config(), 2)
 	lora := FullUpdate(learner)
 	lora.LoRA = &LoRA{Rank: 1, Alpha: 1}
 	if err := s.Keep(ctx, 3, lora); err == nil || !strings.Contains(err.Error(), "must be full") {
@@ -428,7 +429,7 @@ func TestKeepCatchesUpNewEngines(t *testing.T) {
 	}
 	// Every engine gone: version 4 is kept for the next one.
 	s.Remove(first.Name, "test")
-	next := randomModel(t, tinyConfig(), 3)
+	next := nativetest.Model(t, nativetest.Config(), 3)
 	if _, err := s.Publish(ctx, 4, FullUpdate(next)); !errors.Is(err, ErrNoEngines) {
 		t.Fatalf("publish with no engine: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/safetensors"
+	"github.com/rlnode/rlnode/rollout/native/nativetest"
 	"github.com/rlnode/rlnode/rollout/vllm"
 )
 
@@ -111,7 +112,7 @@ func (f *vllmServer) serve(w http.ResponseWriter, r *http.Request) {
 // loaded in place; the servers read exactly the learner's tensors.
 func TestPublishToVLLM(t *testing.T) {
 	n := embedded(t)
-	dir := saveModel(t, randomModel(t, tinyConfig(), 1))
+	dir := nativetest.Save(t, nativetest.Model(t, nativetest.Config(), 1))
 	native := spawnEngines(t, n, "nat-", dir, "", 1)
 	srv := newVLLMServer(t)
 	ctx := testCtx(t, 60*time.Second)
@@ -127,7 +128,7 @@ func TestPublishToVLLM(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	learner := randomModel(t, tinyConfig(), 2)
+	learner := nativetest.Model(t, nativetest.Config(), 2)
 	full := FullUpdate(learner)
 	if _, err := s.Publish(ctx, 1, full); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/native/nativetest"
 )
 
 // countingBackend is the cpu backend seen only through backend.Backend
@@ -48,9 +49,9 @@ func (c *countingBackend) live() int {
 // and once the engine is closed every KV cache and scratch tensor it
 // allocated has been freed, which a device backend depends on.
 func TestEngineOnDeviceBackend(t *testing.T) {
-	ref := testModel(t, 3)
+	ref := nativetest.Model(t, nativetest.Config(), 3)
 	dev := &countingBackend{Backend: cpu.New()}
-	m, err := model.New(testConfig(), dev)
+	m, err := model.New(nativetest.Config(), dev)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -14,41 +13,12 @@ import (
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/native/nativetest"
 )
-
-// testConfig is a small Qwen2 model over the built-in tokenizer.
-func testConfig() model.Config {
-	return model.Config{Architecture: model.Qwen2, HiddenSize: 32, IntermediateSize: 48, NumLayers: 2,
-		NumHeads: 4, NumKVHeads: 2, HeadDim: 8, VocabSize: tokenizer.BuiltinVocabSize, MaxPositions: 256,
-		RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
-}
-
-// testModel has weights large enough that next-token distributions are
-// far from uniform, so greedy choices are clear and sampling varies.
-func testModel(t testing.TB, seed uint64) *model.Model {
-	t.Helper()
-	m, err := model.New(testConfig(), cpu.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(seed, 1))
-	for _, p := range m.Params() {
-		v := make([]float32, p.Len())
-		for i := range v {
-			if len(p.Shape) == 1 && strings.HasSuffix(p.Name, "norm.weight") {
-				v[i] = 1
-			} else {
-				v[i] = float32(rng.NormFloat64() * 0.25)
-			}
-		}
-		m.B.Upload(p.W, v)
-	}
-	return m
-}
 
 func testEngine(t testing.TB, cfg Config) (*Engine, *model.Model) {
 	t.Helper()
-	m := testModel(t, 1)
+	m := nativetest.Model(t, nativetest.Config(), 1)
 	e, err := New(m, tokenizer.Builtin(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +39,7 @@ func testCtx(t testing.TB) context.Context {
 // predict each response token.
 func referenceLogits(t *testing.T, weights map[string][]float32, prompt, response []int) [][]float32 {
 	t.Helper()
-	ref, err := model.New(testConfig(), cpu.New())
+	ref, err := model.New(nativetest.Config(), cpu.New())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +298,7 @@ func TestStopConditions(t *testing.T) {
 // The tokenizer's end-of-turn ids end generation although the request
 // names no stop ids.
 func TestEOSEndsGeneration(t *testing.T) {
-	m := testModel(t, 1)
+	m := nativetest.Model(t, nativetest.Config(), 1)
 	tok := tokenizer.Builtin()
 	eos := tok.StopIDs()[0]
 	// Make eos the greedy choice after the prompt: with tied embeddings its
@@ -503,7 +473,7 @@ func TestSetWeights(t *testing.T) {
 	if _, err := st.Next(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	other := testModel(t, 99).Weights()
+	other := nativetest.Model(t, nativetest.Config(), 99).Weights()
 	swapped := make(chan error, 1)
 	go func() { swapped <- e.SetWeights(testCtx(t), 7, other) }()
 	for {
