@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
 )
 
 // BenchmarkClientOverhead measures what the client adds to a request,
@@ -176,7 +177,7 @@ func instantServer(b *testing.B) *httptest.Server {
 	}
 	answer, err := json.Marshal(map[string]any{
 		"id": "cmpl-bench", "object": "text_completion", "created": 1, "model": "bench",
-		"choices": []any{map[string]any{"index": 0, "text": fakeText(ids),
+		"choices": []any{map[string]any{"index": 0, "text": vllmtest.Text(ids),
 			"logprobs":      map[string]any{"text_offset": make([]int, 16), "token_logprobs": lps, "tokens": toks, "top_logprobs": make([]any, 16)},
 			"finish_reason": "length", "stop_reason": nil, "token_ids": ids, "prompt_token_ids": prompt}},
 		"usage": map[string]int{"prompt_tokens": 128, "completion_tokens": 16, "total_tokens": 144},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
 )
 
 var _ engine.Engine = (*Client)(nil)
@@ -32,13 +33,24 @@ func fastRetries(cfg Config) Config {
 	return cfg
 }
 
-func newClient(t *testing.T, cfg Config, fakes ...*fakeVLLM) *Client {
+// fakeModel is the base model the fake servers serve.
+const fakeModel = "fake/qwen2-tiny"
+
+// newFake starts a fake vLLM server, stopped at the test's end.
+func newFake(t *testing.T) *vllmtest.Server {
+	t.Helper()
+	f := vllmtest.New(vllmtest.Options{Model: fakeModel})
+	t.Cleanup(f.Close)
+	return f
+}
+
+func newClient(t *testing.T, cfg Config, fakes ...*vllmtest.Server) *Client {
 	t.Helper()
 	for _, f := range fakes {
-		cfg.Servers = append(cfg.Servers, f.url)
+		cfg.Servers = append(cfg.Servers, f.URL())
 	}
 	if cfg.Model == "" {
-		cfg.Model = "fake/qwen2-tiny"
+		cfg.Model = fakeModel
 	}
 	c, err := New(testCtx(t), fastRetries(cfg))
 	if err != nil {
@@ -73,7 +85,7 @@ func checkResult(t *testing.T, res engine.Result, prompt []int, p engine.Samplin
 		seed = *p.Seed
 	}
 	for j, s := range res.Samples {
-		ids, lps, finish := fakeSample(prompt, fakeParams{p.MaxTokens, p.Temperature, seed, p.StopTokenIDs}, j, weights)
+		ids, lps, finish := vllmtest.Sample(prompt, vllmtest.Params{MaxTokens: p.MaxTokens, Temperature: p.Temperature, Seed: seed, StopTokenIDs: p.StopTokenIDs}, j, weights, vllmtest.DefaultVocab)
 		if !slices.Equal(s.TokenIDs, ids) {
 			t.Errorf("request %s sample %d: TokenIDs = %v, want %v", res.RequestID, j, s.TokenIDs, ids)
 		}
@@ -87,8 +99,8 @@ func checkResult(t *testing.T, res engine.Result, prompt []int, p engine.Samplin
 		if s.FinishReason != finish {
 			t.Errorf("request %s sample %d: FinishReason = %q, want %q", res.RequestID, j, s.FinishReason, finish)
 		}
-		if s.Text != fakeText(ids) {
-			t.Errorf("request %s sample %d: Text = %q, want %q", res.RequestID, j, s.Text, fakeText(ids))
+		if s.Text != vllmtest.Text(ids) {
+			t.Errorf("request %s sample %d: Text = %q, want %q", res.RequestID, j, s.Text, vllmtest.Text(ids))
 		}
 	}
 }
@@ -163,10 +175,10 @@ func TestGenerateChat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fakeChatPrompt([]chatMessage{{"system", "Be brief."}, {"user", "2+2?"}})
+	want := vllmtest.ChatPrompt([]vllmtest.ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "2+2?"}})
 	checkResult(t, res[0], want, p, "base", 0)
-	if len(f.messages) != 1 || f.messages[0][1].Content != "2+2?" {
-		t.Errorf("server got messages %v", f.messages)
+	if len(f.Messages()) != 1 || f.Messages()[0][1].Content != "2+2?" {
+		t.Errorf("server got messages %v", f.Messages())
 	}
 }
 
@@ -187,8 +199,8 @@ func TestGenerateBatchInOrder(t *testing.T) {
 		}
 		checkResult(t, r, reqs[i].Prompt, reqs[i].Params, "base", 0)
 	}
-	na, _, _ := a.stats()
-	nb, _, _ := b.stats()
+	na, _, _ := a.Stats()
+	nb, _, _ := b.Stats()
 	if na+nb != 40 || na == 0 || nb == 0 {
 		t.Errorf("servers answered %d and %d requests, want 40 in all, spread over both", na, nb)
 	}
@@ -220,7 +232,7 @@ func TestBadRequestsRefusedBeforeSending(t *testing.T) {
 			}
 		})
 	}
-	if _, tries, _ := f.stats(); tries != 0 {
+	if _, tries, _ := f.Stats(); tries != 0 {
 		t.Errorf("server got %d requests, want none", tries)
 	}
 }
@@ -228,12 +240,12 @@ func TestBadRequestsRefusedBeforeSending(t *testing.T) {
 func TestServerRefusesRequest(t *testing.T) {
 	f := newFake(t)
 	c := newClient(t, Config{}, f)
-	f.addFaults(fault400)
+	f.AddFaults(vllmtest.Fault400)
 	_, err := c.Generate(testCtx(t), []engine.Request{{ID: "long", Prompt: promptOf(1), Params: params(4)}})
 	if !errors.Is(err, engine.ErrBadRequest) || !strings.Contains(err.Error(), "maximum context length") {
 		t.Fatalf("err = %v, want ErrBadRequest with the server's message", err)
 	}
-	if _, tries, _ := f.stats(); tries != 1 {
+	if _, tries, _ := f.Stats(); tries != 1 {
 		t.Errorf("server got %d tries, want 1 (a 400 is not retried)", tries)
 	}
 }
@@ -241,27 +253,27 @@ func TestServerRefusesRequest(t *testing.T) {
 func TestRetriesThenSuccess(t *testing.T) {
 	cases := []struct {
 		name   string
-		faults []fault
+		faults []vllmtest.Fault
 	}{
-		{"503", []fault{fault503, fault503}},
-		{"connection dropped", []fault{faultDrop}},
-		{"malformed JSON", []fault{faultBadJSON}},
-		{"truncated JSON", []fault{faultTruncate}},
-		{"timeout", []fault{faultHang}},
-		{"mixed", []fault{fault503, faultDrop, faultBadJSON}},
+		{"503", []vllmtest.Fault{vllmtest.Fault503, vllmtest.Fault503}},
+		{"connection dropped", []vllmtest.Fault{vllmtest.FaultDrop}},
+		{"malformed JSON", []vllmtest.Fault{vllmtest.FaultBadJSON}},
+		{"truncated JSON", []vllmtest.Fault{vllmtest.FaultTruncate}},
+		{"timeout", []vllmtest.Fault{vllmtest.FaultHang}},
+		{"mixed", []vllmtest.Fault{vllmtest.Fault503, vllmtest.FaultDrop, vllmtest.FaultBadJSON}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t)
 			c := newClient(t, Config{MaxAttempts: 4, RequestTimeout: 200 * time.Millisecond}, f)
-			f.addFaults(tc.faults...)
+			f.AddFaults(tc.faults...)
 			req := engine.Request{ID: "r1", Prompt: promptOf(1), Params: params(5)}
 			res, err := c.Generate(testCtx(t), []engine.Request{req})
 			if err != nil {
 				t.Fatal(err)
 			}
 			checkResult(t, res[0], req.Prompt, req.Params, "base", 0)
-			_, tries, _ := f.stats()
+			_, tries, _ := f.Stats()
 			if tries != len(tc.faults)+1 {
 				t.Errorf("server got %d tries, want %d", tries, len(tc.faults)+1)
 			}
@@ -269,8 +281,8 @@ func TestRetriesThenSuccess(t *testing.T) {
 			for k := 2; k <= tries; k++ {
 				want = append(want, fmt.Sprintf("r1.try%d", k))
 			}
-			if !slices.Equal(f.reqIDs, want) {
-				t.Errorf("X-Request-Id of the tries = %v, want %v", f.reqIDs, want)
+			if !slices.Equal(f.RequestIDs(), want) {
+				t.Errorf("X-Request-Id of the tries = %v, want %v", f.RequestIDs(), want)
 			}
 		})
 	}
@@ -279,33 +291,33 @@ func TestRetriesThenSuccess(t *testing.T) {
 func TestRetriesExhausted(t *testing.T) {
 	cases := []struct {
 		name  string
-		fault fault
+		fault vllmtest.Fault
 		want  string
 	}{
-		{"503", fault503, "HTTP 503: engine overloaded"},
-		{"malformed JSON", faultBadJSON, "malformed JSON answer"},
-		{"dropped", faultDrop, "EOF"},
-		{"timeout", faultHang, "no answer within 100ms"},
+		{"503", vllmtest.Fault503, "HTTP 503: engine overloaded"},
+		{"malformed JSON", vllmtest.FaultBadJSON, "malformed JSON answer"},
+		{"dropped", vllmtest.FaultDrop, "EOF"},
+		{"timeout", vllmtest.FaultHang, "no answer within 100ms"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t)
 			c := newClient(t, Config{MaxAttempts: 3, RequestTimeout: 100 * time.Millisecond}, f)
-			f.addFaults(tc.fault, tc.fault, tc.fault, tc.fault)
+			f.AddFaults(tc.fault, tc.fault, tc.fault, tc.fault)
 			_, err := c.Generate(testCtx(t), []engine.Request{{ID: "req-7", Prompt: promptOf(1), Params: params(3)}})
 			var re *RequestError
 			if !errors.As(err, &re) {
 				t.Fatalf("err = %v (%T), want *RequestError", err, err)
 			}
-			if !re.Exhausted || re.Attempt != 3 || re.Server != f.url || re.RequestID != "req-7" {
-				t.Errorf("RequestError = %+v, want exhausted after 3 attempts at %s for req-7", re, f.url)
+			if !re.Exhausted || re.Attempt != 3 || re.Server != f.URL() || re.RequestID != "req-7" {
+				t.Errorf("RequestError = %+v, want exhausted after 3 attempts at %s for req-7", re, f.URL())
 			}
-			for _, s := range []string{f.url, `"req-7"`, "gave up after 3 attempts", tc.want} {
+			for _, s := range []string{f.URL(), `"req-7"`, "gave up after 3 attempts", tc.want} {
 				if !strings.Contains(err.Error(), s) {
 					t.Errorf("error %q does not say %q", err, s)
 				}
 			}
-			if _, tries, _ := f.stats(); tries != 3 {
+			if _, tries, _ := f.Stats(); tries != 3 {
 				t.Errorf("server got %d tries, want 3", tries)
 			}
 		})
@@ -315,12 +327,12 @@ func TestRetriesExhausted(t *testing.T) {
 func TestMissingTokenIDsIsNotRetried(t *testing.T) {
 	f := newFake(t)
 	c := newClient(t, Config{}, f)
-	f.noIDs = true
+	f.OmitTokenIDs()
 	_, err := c.Generate(testCtx(t), []engine.Request{{ID: "x", Prompt: promptOf(1), Params: params(3)}})
-	if err == nil || !strings.Contains(err.Error(), "return_token_ids") || !strings.Contains(err.Error(), f.url) {
+	if err == nil || !strings.Contains(err.Error(), "return_token_ids") || !strings.Contains(err.Error(), f.URL()) {
 		t.Fatalf("err = %v, want one naming return_token_ids and the server", err)
 	}
-	if _, tries, _ := f.stats(); tries != 1 {
+	if _, tries, _ := f.Stats(); tries != 1 {
 		t.Errorf("server got %d tries, want 1", tries)
 	}
 }
@@ -341,19 +353,19 @@ func TestServerDown(t *testing.T) {
 	t.Run("at start", func(t *testing.T) {
 		dead := deadURL(t)
 		f := newFake(t)
-		_, err := New(testCtx(t), fastRetries(Config{Servers: []string{f.url, dead}, Model: f.base, MaxAttempts: 2}))
+		_, err := New(testCtx(t), fastRetries(Config{Servers: []string{f.URL(), dead}, Model: f.Model(), MaxAttempts: 2}))
 		if err == nil || !strings.Contains(err.Error(), dead) || !strings.Contains(err.Error(), "GET /health") ||
 			!strings.Contains(err.Error(), "connection refused") {
 			t.Fatalf("err = %v, want connection refused at %s", err, dead)
 		}
-		if strings.Contains(err.Error(), f.url) {
+		if strings.Contains(err.Error(), f.URL()) {
 			t.Errorf("error %q blames the live server too", err)
 		}
 	})
 	t.Run("after start, another server takes over", func(t *testing.T) {
 		a, b := newFake(t), newFake(t)
 		c := newClient(t, Config{}, a, b)
-		a.close()
+		a.Close()
 		reqs := make([]engine.Request, 6)
 		for i := range reqs {
 			reqs[i] = engine.Request{ID: fmt.Sprint(i), Prompt: promptOf(i), Params: params(2)}
@@ -365,39 +377,39 @@ func TestServerDown(t *testing.T) {
 		for i := range res {
 			checkResult(t, res[i], reqs[i].Prompt, reqs[i].Params, "base", 0)
 		}
-		if nb, _, _ := b.stats(); nb != 6 {
+		if nb, _, _ := b.Stats(); nb != 6 {
 			t.Errorf("live server answered %d, want 6", nb)
 		}
 	})
 	t.Run("after start, the only server", func(t *testing.T) {
 		f := newFake(t)
 		c := newClient(t, Config{MaxAttempts: 2}, f)
-		f.close()
+		f.Close()
 		_, err := c.Generate(testCtx(t), []engine.Request{{ID: "lost", Prompt: promptOf(1), Params: params(2)}})
 		var re *RequestError
-		if !errors.As(err, &re) || re.Server != f.url || re.RequestID != "lost" || !re.Exhausted ||
+		if !errors.As(err, &re) || re.Server != f.URL() || re.RequestID != "lost" || !re.Exhausted ||
 			!strings.Contains(err.Error(), "connection refused") {
-			t.Fatalf("err = %v, want an exhausted RequestError at %s for lost", err, f.url)
+			t.Fatalf("err = %v, want an exhausted RequestError at %s for lost", err, f.URL())
 		}
 	})
 }
 
 func TestModelCheck(t *testing.T) {
 	f := newFake(t)
-	_, err := New(testCtx(t), Config{Servers: []string{f.url}, Model: "Qwen/Qwen2.5-7B"})
-	if err == nil || !strings.Contains(err.Error(), f.url) || !strings.Contains(err.Error(), `model "Qwen/Qwen2.5-7B" is not served`) ||
+	_, err := New(testCtx(t), Config{Servers: []string{f.URL()}, Model: "Qwen/Qwen2.5-7B"})
+	if err == nil || !strings.Contains(err.Error(), f.URL()) || !strings.Contains(err.Error(), `model "Qwen/Qwen2.5-7B" is not served`) ||
 		!strings.Contains(err.Error(), `"fake/qwen2-tiny"`) {
 		t.Fatalf("err = %v, want one naming the server, the model and what it serves", err)
 	}
 	g := newFake(t)
-	g.badModel = true
-	_, err = New(testCtx(t), Config{Servers: []string{g.url}, Model: g.base})
+	g.BreakModels()
+	_, err = New(testCtx(t), Config{Servers: []string{g.URL()}, Model: g.Model()})
 	if err == nil || !strings.Contains(err.Error(), "GET /v1/models") || !strings.Contains(err.Error(), "malformed JSON") {
 		t.Fatalf("err = %v, want a malformed /v1/models answer named", err)
 	}
 	c := newClient(t, Config{}, f)
 	ids, err := c.Models(testCtx(t), 0)
-	if err != nil || !slices.Equal(ids, []string{f.base}) {
+	if err != nil || !slices.Equal(ids, []string{f.Model()}) {
 		t.Fatalf("Models = %v, %v", ids, err)
 	}
 	if err := c.Health(testCtx(t)); err != nil {
@@ -428,13 +440,13 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestAPIKey(t *testing.T) {
-	f := newFake(t)
-	f.apiKey = "sk-test"
-	_, err := New(testCtx(t), Config{Servers: []string{f.url}, Model: f.base})
-	if err == nil || !strings.Contains(err.Error(), "HTTP 401: Unauthorized") || !strings.Contains(err.Error(), f.url) {
+	f := vllmtest.New(vllmtest.Options{Model: fakeModel, APIKey: "sk-test"})
+	t.Cleanup(f.Close)
+	_, err := New(testCtx(t), Config{Servers: []string{f.URL()}, Model: f.Model()})
+	if err == nil || !strings.Contains(err.Error(), "HTTP 401: Unauthorized") || !strings.Contains(err.Error(), f.URL()) {
 		t.Fatalf("err = %v, want HTTP 401 naming the server", err)
 	}
-	_, err = New(testCtx(t), Config{Servers: []string{f.url}, Model: f.base, APIKey: "wrong"})
+	_, err = New(testCtx(t), Config{Servers: []string{f.URL()}, Model: f.Model(), APIKey: "wrong"})
 	if err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("wrong key: err = %v, want HTTP 401", err)
 	}
@@ -451,8 +463,8 @@ func TestLeastOutstandingBalancing(t *testing.T) {
 	slow, fast := newFake(t), newFake(t)
 	c := newClient(t, Config{}, slow, fast)
 	ctx := testCtx(t)
-	arrived := watchArrivals(slow)
-	slow.holdRequests()
+	arrived := vllmtest.WatchArrivals(slow)
+	slow.HoldRequests()
 
 	// Two requests are held at the slow server (the first choice, then the
 	// least loaded): one each would be round robin; least outstanding sends
@@ -463,41 +475,41 @@ func TestLeastOutstandingBalancing(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	waitArrivals(ctx, t, arrived, 1)
+	vllmtest.WaitArrivals(ctx, t, arrived, 1)
 	for i := range 20 {
 		if _, err := c.Generate(ctx, []engine.Request{{Prompt: promptOf(i), Params: params(2)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n, _, _ := fast.stats(); n != 20 {
+	if n, _, _ := fast.Stats(); n != 20 {
 		t.Errorf("fast server answered %d of 20, want all", n)
 	}
 	st := c.Servers()
 	if st[0].InFlight != 1 || st[1].InFlight != 0 || st[1].Served != 20 {
 		t.Errorf("Servers() = %+v, want 1 in flight at the slow one and 20 served by the fast one", st)
 	}
-	slow.release()
+	slow.Release()
 	wg.Wait()
 
 	// With all requests held, n requests split evenly.
 	a, b := newFake(t), newFake(t)
 	c2 := newClient(t, Config{}, a, b)
-	arrived = watchArrivals(a, b)
-	a.holdRequests()
-	b.holdRequests()
+	arrived = vllmtest.WatchArrivals(a, b)
+	a.HoldRequests()
+	b.HoldRequests()
 	reqs := make([]engine.Request, 10)
 	for i := range reqs {
 		reqs[i] = engine.Request{Prompt: promptOf(i), Params: params(1)}
 	}
 	done := make(chan error, 1)
 	go func() { _, err := c2.Generate(ctx, reqs); done <- err }()
-	waitArrivals(ctx, t, arrived, 10)
+	vllmtest.WaitArrivals(ctx, t, arrived, 10)
 	st = c2.Servers()
 	if st[0].InFlight != 5 || st[1].InFlight != 5 {
 		t.Errorf("in flight %d and %d, want 5 and 5", st[0].InFlight, st[1].InFlight)
 	}
-	a.release()
-	b.release()
+	a.Release()
+	b.Release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -507,9 +519,9 @@ func TestConcurrencyBound(t *testing.T) {
 	a, b := newFake(t), newFake(t)
 	c := newClient(t, Config{MaxInFlight: 3}, a, b)
 	ctx := testCtx(t)
-	arrived := watchArrivals(a, b)
-	a.holdRequests()
-	b.holdRequests()
+	arrived := vllmtest.WatchArrivals(a, b)
+	a.HoldRequests()
+	b.HoldRequests()
 	reqs := make([]engine.Request, 30)
 	for i := range reqs {
 		reqs[i] = engine.Request{Prompt: promptOf(i), Params: params(1)}
@@ -517,23 +529,23 @@ func TestConcurrencyBound(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := c.Generate(ctx, reqs); done <- err }()
 	// Both servers fill up to the bound; the other 24 requests wait.
-	waitArrivals(ctx, t, arrived, 6)
+	vllmtest.WaitArrivals(ctx, t, arrived, 6)
 	st := c.Servers()
 	if st[0].InFlight != 3 || st[1].InFlight != 3 {
 		t.Errorf("in flight %d and %d, want 3 and 3", st[0].InFlight, st[1].InFlight)
 	}
-	a.release()
-	b.release()
+	a.Release()
+	b.Release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []*fakeVLLM{a, b} {
-		if _, _, maxSeen := f.stats(); maxSeen > 3 {
-			t.Errorf("server %s saw %d requests at once, bound is 3", f.url, maxSeen)
+	for _, f := range []*vllmtest.Server{a, b} {
+		if _, _, maxSeen := f.Stats(); maxSeen > 3 {
+			t.Errorf("server %s saw %d requests at once, bound is 3", f.URL(), maxSeen)
 		}
 	}
-	na, _, _ := a.stats()
-	nb, _, _ := b.stats()
+	na, _, _ := a.Stats()
+	nb, _, _ := b.Stats()
 	if na+nb != 30 {
 		t.Errorf("answered %d, want 30", na+nb)
 	}
@@ -543,18 +555,18 @@ func TestContextCancellation(t *testing.T) {
 	t.Run("request in flight", func(t *testing.T) {
 		f := newFake(t)
 		c := newClient(t, Config{}, f)
-		arrived := watchArrivals(f)
-		f.holdRequests()
+		arrived := vllmtest.WatchArrivals(f)
+		f.HoldRequests()
 		ctx, cancel := context.WithCancel(testCtx(t))
 		done := make(chan error, 1)
 		go func() {
 			_, err := c.Generate(ctx, []engine.Request{{ID: "cancel-me", Prompt: promptOf(1), Params: params(2)}})
 			done <- err
 		}()
-		waitArrivals(testCtx(t), t, arrived, 1)
+		vllmtest.WaitArrivals(testCtx(t), t, arrived, 1)
 		cancel()
 		err := <-done
-		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "cancel-me") || !strings.Contains(err.Error(), f.url) {
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "cancel-me") || !strings.Contains(err.Error(), f.URL()) {
 			t.Fatalf("err = %v, want context.Canceled naming the request and server", err)
 		}
 		if st := c.Servers(); st[0].InFlight != 0 {
@@ -563,47 +575,47 @@ func TestContextCancellation(t *testing.T) {
 	})
 	t.Run("during backoff", func(t *testing.T) {
 		f := newFake(t)
-		cfg := Config{Servers: []string{f.url}, Model: f.base, RetryBase: time.Hour, RetryMax: time.Hour}
+		cfg := Config{Servers: []string{f.URL()}, Model: f.Model(), RetryBase: time.Hour, RetryMax: time.Hour}
 		c, err := New(testCtx(t), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		arrived := watchArrivals(f)
-		f.addFaults(fault503)
+		arrived := vllmtest.WatchArrivals(f)
+		f.AddFaults(vllmtest.Fault503)
 		ctx, cancel := context.WithCancel(testCtx(t))
 		done := make(chan error, 1)
 		go func() {
 			_, err := c.Generate(ctx, []engine.Request{{ID: "b", Prompt: promptOf(1), Params: params(2)}})
 			done <- err
 		}()
-		waitArrivals(testCtx(t), t, arrived, 1)
+		vllmtest.WaitArrivals(testCtx(t), t, arrived, 1)
 		waitUntil(testCtx(t), t, "the 503 to come back", func() bool { return c.Servers()[0].InFlight == 0 })
 		cancel()
 		err = <-done
-		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "HTTP 503") || !strings.Contains(err.Error(), f.url) {
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "HTTP 503") || !strings.Contains(err.Error(), f.URL()) {
 			t.Fatalf("err = %v, want context.Canceled with the 503 that came before", err)
 		}
 	})
 	t.Run("waiting for a slot", func(t *testing.T) {
 		f := newFake(t)
 		c := newClient(t, Config{MaxInFlight: 1}, f)
-		arrived := watchArrivals(f)
-		f.holdRequests()
+		arrived := vllmtest.WatchArrivals(f)
+		f.HoldRequests()
 		ctx := testCtx(t)
 		held := make(chan error, 1)
 		go func() {
 			_, err := c.Generate(ctx, []engine.Request{{Prompt: promptOf(1), Params: params(2)}})
 			held <- err
 		}()
-		waitArrivals(ctx, t, arrived, 1)
+		vllmtest.WaitArrivals(ctx, t, arrived, 1)
 		wctx, cancel := context.WithCancel(ctx)
 		cancel()
 		_, err := c.Generate(wctx, []engine.Request{{ID: "queued", Prompt: promptOf(2), Params: params(2)}})
 		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "queued") {
 			t.Fatalf("err = %v, want context.Canceled naming the request", err)
 		}
-		f.release()
+		f.Release()
 		if err := <-held; err != nil {
 			t.Fatal(err)
 		}
@@ -613,7 +625,7 @@ func TestContextCancellation(t *testing.T) {
 func TestFirstFailureCancelsBatch(t *testing.T) {
 	f := newFake(t)
 	c := newClient(t, Config{MaxInFlight: 1}, f)
-	f.addFaults(fault400)
+	f.AddFaults(vllmtest.Fault400)
 	reqs := make([]engine.Request, 5)
 	for i := range reqs {
 		reqs[i] = engine.Request{ID: fmt.Sprint("b", i), Prompt: promptOf(i), Params: params(2)}

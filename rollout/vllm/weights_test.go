@@ -3,11 +3,13 @@ package vllm
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
 )
 
 func TestLoadLoRA(t *testing.T) {
@@ -22,13 +24,13 @@ func TestLoadLoRA(t *testing.T) {
 	if c.Model() != "policy" || c.WeightVersion() != 2 {
 		t.Errorf("after load: Model %q, WeightVersion %d; want policy, 2", c.Model(), c.WeightVersion())
 	}
-	for _, f := range []*fakeVLLM{a, b} {
+	for _, f := range []*vllmtest.Server{a, b} {
 		var body loadLoRARequest
-		json.Unmarshal(f.bodies["/v1/load_lora_adapter.lora_name"], &body.LoRAName)
-		json.Unmarshal(f.bodies["/v1/load_lora_adapter.lora_path"], &body.LoRAPath)
-		json.Unmarshal(f.bodies["/v1/load_lora_adapter.load_inplace"], &body.LoadInplace)
+		json.Unmarshal(f.Body("/v1/load_lora_adapter", "lora_name"), &body.LoRAName)
+		json.Unmarshal(f.Body("/v1/load_lora_adapter", "lora_path"), &body.LoRAPath)
+		json.Unmarshal(f.Body("/v1/load_lora_adapter", "load_inplace"), &body.LoadInplace)
 		if body != (loadLoRARequest{"policy", "/ckpt/step-2/adapter", true}) {
-			t.Errorf("%s got load body %+v", f.url, body)
+			t.Errorf("%s got load body %+v", f.URL(), body)
 		}
 	}
 	ids, err := c.Models(ctx, 1)
@@ -41,7 +43,7 @@ func TestLoadLoRA(t *testing.T) {
 	}
 	checkResult(t, res[0], req.Prompt, req.Params, "lora:/ckpt/step-2/adapter", 2)
 	checkResult(t, res[1], req.Prompt, req.Params, "lora:/ckpt/step-2/adapter", 2)
-	if m := append(a.models, b.models...); len(m) != 2 || m[0] != "policy" || m[1] != "policy" {
+	if m := append(a.Models(), b.Models()...); len(m) != 2 || m[0] != "policy" || m[1] != "policy" {
 		t.Errorf("requests named models %v, want the adapter", m)
 	}
 
@@ -59,7 +61,7 @@ func TestLoadLoRA(t *testing.T) {
 	err = c.LoadLoRA(ctx, "other", "/missing/adapter", 4)
 	var se *ServerError
 	if !errors.As(err, &se) || se.Status != 404 || !strings.Contains(err.Error(), "POST /v1/load_lora_adapter") ||
-		!strings.Contains(err.Error(), a.url) || !strings.Contains(err.Error(), "No adapter found") {
+		!strings.Contains(err.Error(), a.URL()) || !strings.Contains(err.Error(), "No adapter found") {
 		t.Fatalf("err = %v, want a 404 naming the server and endpoint", err)
 	}
 	if c.Model() != "policy" || c.WeightVersion() != 3 {
@@ -119,18 +121,18 @@ func TestWeightTransferSequence(t *testing.T) {
 	}
 	want := []string{"POST /init_weight_transfer_engine", "POST /pause?mode=wait", "POST /start_weight_update",
 		"POST /update_weights", "POST /finish_weight_update", "POST /resume"}
-	for i, f := range []*fakeVLLM{a, b} {
-		if got := f.callLog(); !slices.Equal(got, want) {
+	for i, f := range []*vllmtest.Server{a, b} {
+		if got := f.Calls(); !slices.Equal(got, want) {
 			t.Errorf("server %d calls = %v, want %v", i, got, want)
 		}
-		if got := string(f.bodies["/finish_weight_update.weight_version"]); got != `"7"` {
+		if got := string(f.Body("/finish_weight_update", "weight_version")); got != `"7"` {
 			t.Errorf("server %d weight_version = %s, want \"7\"", i, got)
 		}
-		if got := string(f.bodies["/update_weights.update_info"]); !strings.Contains(got, `"dtype_names":["bfloat16"]`) {
+		if got := string(f.Body("/update_weights", "update_info")); !strings.Contains(got, `"dtype_names":["bfloat16"]`) {
 			t.Errorf("server %d update_info = %s", i, got)
 		}
 	}
-	if got := string(b.bodies["/init_weight_transfer_engine.init_info"]); got != `{"rank_offset":2}` {
+	if got := string(b.Body("/init_weight_transfer_engine", "init_info")); got != `{"rank_offset":2}` {
 		t.Errorf("server 1 init_info = %s, want its own", got)
 	}
 	if c.WeightVersion() != 7 {
@@ -169,10 +171,10 @@ func TestReloadWeights(t *testing.T) {
 	}
 	want := []string{"POST /pause?mode=wait", "POST /start_weight_update", "POST /update_weights",
 		"POST /finish_weight_update", "POST /resume"}
-	if got := f.callLog(); !slices.Equal(got, want) {
+	if got := f.Calls(); !slices.Equal(got, want) {
 		t.Errorf("calls = %v, want %v", got, want)
 	}
-	if got := string(f.bodies["/update_weights.update_info"]); got != `{"path":"/shared/checkpoints/step-100"}` {
+	if got := string(f.Body("/update_weights", "update_info")); got != `{"path":"/shared/checkpoints/step-100"}` {
 		t.Errorf("update_info = %s", got)
 	}
 	req := engine.Request{Prompt: promptOf(5), Params: params(3)}
@@ -186,9 +188,15 @@ func TestReloadWeights(t *testing.T) {
 		t.Errorf("relative path: err = %v", err)
 	}
 	// A failed step leaves dispatch paused and says so.
-	f.mu.Lock()
-	f.updating = true // the server believes an update is under way: start conflicts
-	f.mu.Unlock()
+	// The server believes an update is under way: start conflicts.
+	resp, err := http.Post(f.URL()+"/start_weight_update", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("start an update behind the client's back: %s", resp.Status)
+	}
 	err = c.ReloadWeights(ctx, "/shared/checkpoints/step-101", 101)
 	if err == nil || !strings.Contains(err.Error(), "start") || !strings.Contains(err.Error(), "dispatch stays paused") ||
 		!strings.Contains(err.Error(), "409") {
@@ -205,8 +213,8 @@ func TestPauseAbortRetriesUnderNewWeights(t *testing.T) {
 	f := newFake(t)
 	c := newClient(t, Config{WeightVersion: 1}, f)
 	ctx := testCtx(t)
-	arrived := watchArrivals(f)
-	f.holdRequests()
+	arrived := vllmtest.WatchArrivals(f)
+	f.HoldRequests()
 	req := engine.Request{ID: "inflight", Prompt: promptOf(8), Params: params(5)}
 	done := make(chan []engine.Result, 1)
 	go func() {
@@ -216,14 +224,14 @@ func TestPauseAbortRetriesUnderNewWeights(t *testing.T) {
 		}
 		done <- res
 	}()
-	waitArrivals(ctx, t, arrived, 1)
+	vllmtest.WaitArrivals(ctx, t, arrived, 1)
 	if err := c.Pause(ctx, PauseAbort); err != nil {
 		t.Fatal(err)
 	}
-	f.release()
+	f.Release()
 	// The aborted try comes back; its retry waits for Resume.
 	waitUntil(ctx, t, "the aborted try to return", func() bool {
-		_, tries, _ := f.stats()
+		_, tries, _ := f.Stats()
 		return tries == 1 && c.Servers()[0].InFlight == 0
 	})
 	for _, step := range []func() error{
@@ -241,7 +249,7 @@ func TestPauseAbortRetriesUnderNewWeights(t *testing.T) {
 		t.FailNow()
 	}
 	checkResult(t, res[0], req.Prompt, req.Params, "v2", 2)
-	if _, tries, _ := f.stats(); tries != 2 {
+	if _, tries, _ := f.Stats(); tries != 2 {
 		t.Errorf("server got %d tries, want 2 (aborted, then after resume)", tries)
 	}
 }
@@ -252,8 +260,8 @@ func TestPauseWaitLetsRequestsFinish(t *testing.T) {
 	f := newFake(t)
 	c := newClient(t, Config{WeightVersion: 1}, f)
 	ctx := testCtx(t)
-	arrived := watchArrivals(f)
-	f.holdRequests()
+	arrived := vllmtest.WatchArrivals(f)
+	f.HoldRequests()
 	req := engine.Request{ID: "inflight", Prompt: promptOf(8), Params: params(5)}
 	done := make(chan []engine.Result, 1)
 	go func() {
@@ -263,10 +271,10 @@ func TestPauseWaitLetsRequestsFinish(t *testing.T) {
 		}
 		done <- res
 	}()
-	waitArrivals(ctx, t, arrived, 1)
+	vllmtest.WaitArrivals(ctx, t, arrived, 1)
 	paused := make(chan error, 1)
 	go func() { paused <- c.Pause(ctx, PauseWait) }()
-	f.release()
+	f.Release()
 	if err := <-paused; err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +283,7 @@ func TestPauseWaitLetsRequestsFinish(t *testing.T) {
 		t.FailNow()
 	}
 	checkResult(t, res[0], req.Prompt, req.Params, "base", 1)
-	if got := f.callLog(); len(got) != 1 || got[0] != "POST /pause?mode=wait" {
+	if got := f.Calls(); len(got) != 1 || got[0] != "POST /pause?mode=wait" {
 		t.Errorf("calls = %v", got)
 	}
 	if err := c.Pause(ctx, PauseWait); err == nil || !strings.Contains(err.Error(), "already paused") {
