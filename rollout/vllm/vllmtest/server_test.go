@@ -74,3 +74,35 @@ func TestHangingReloadIsBounded(t *testing.T) {
 		t.Fatalf("hanging reload: err = %v, want the finish step's error", err)
 	}
 }
+
+// With ReadFiles the fake refuses what vLLM could not load: a weight
+// update from a directory without a checkpoint and a LoRA adapter without
+// the PEFT files; Fail makes an endpoint answer out of memory.
+func TestReadFilesRefusesBadDirectories(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := vllmtest.New(vllmtest.Options{Model: "m", ReadFiles: true})
+	defer a.Close()
+	c, err := vllm.New(ctx, vllm.Config{Servers: []string{a.URL()}, Model: "m", MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	empty := t.TempDir()
+	if err := c.ReloadWeights(ctx, empty, 1); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Errorf("reload from an empty directory: err = %v, want HTTP 400", err)
+	}
+	if err := c.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.LoadLoRA(ctx, "policy", empty, 2); err == nil || !strings.Contains(err.Error(), "No adapter found") {
+		t.Errorf("LoRA from an empty directory: err = %v, want vLLM's refusal", err)
+	}
+	if got := a.LoRALoads(); len(got) != 0 {
+		t.Errorf("LoRA loads %+v after refusals, want none", got)
+	}
+	a.Fail("/pause")
+	if err := c.Pause(ctx, vllm.PauseWait); err == nil || !strings.Contains(err.Error(), "out of memory") {
+		t.Errorf("pause on a failing server: err = %v, want out of memory", err)
+	}
+}
