@@ -17,7 +17,6 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
-	"github.com/rlnode/rlnode/internal/plot"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/train"
 )
@@ -34,7 +33,7 @@ import (
 // async multi-turn) is refused before anything starts.
 // At the end (also after an interruption or an error, whenever
 // metrics.jsonl has data) it draws DIR/curves.png from DIR/metrics.jsonl
-// (internal/plot); `rlnode plot DIR` redraws it. --metrics-addr serves the
+// (train.WriteCurves); `rlnode plot DIR` redraws it. --metrics-addr serves the
 // run's latest metrics for Prometheus (train.RunMetrics). --resume
 // takes the newest checkpoint that has the driver's state file (a kill
 // during a checkpoint write leaves one without it).
@@ -226,8 +225,8 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		exporter.Finish(err)
 	}
 	fmt.Fprintf(stdout, "metrics: %s\n", filepath.Join(dir, "metrics.jsonl"))
-	if perr := plot.WriteCurves(filepath.Join(dir, "metrics.jsonl"), filepath.Join(dir, "curves.png")); perr != nil {
-		if !errors.Is(perr, plot.ErrNoData) && !errors.Is(perr, os.ErrNotExist) {
+	if perr := train.WriteCurves(filepath.Join(dir, "metrics.jsonl"), filepath.Join(dir, "curves.png")); perr != nil {
+		if !errors.Is(perr, train.ErrNoCurves) && !errors.Is(perr, os.ErrNotExist) {
 			fmt.Fprintf(stderr, "rlnode run: curves: %v\n", perr)
 		}
 	} else {
