@@ -13,6 +13,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -161,12 +162,13 @@ func drawCurves(panels [][]curve) (img image.Image, at func(panel int, x, y floa
 		p.X.Label.Text = "step"
 		p.Y.Label.Text = cp.YLabel
 		p.X.Min = 0 // steps count from the run's start
+		p.X.Tick.Marker, p.Y.Tick.Marker = trimmedTicks{}, trimmedTicks{}
 		p.Legend.Top, p.Legend.Left = true, true
 		p.Legend.TextStyle.Font.Size = vg.Points(10)
 		p.Add(plotter.NewGrid())
 		for _, c := range panels[i] {
 			col := CurveColors[indexOf(cp.Fields, c.field)%len(CurveColors)]
-			line, err := plotter.NewLine(c.xy)
+			line, err := plotter.NewLine(decimate(c.xy, maxCurvePoints))
 			if err != nil {
 				return nil, nil, fmt.Errorf("curves: %s: %w", c.field, err)
 			}
@@ -216,6 +218,54 @@ func drawCurves(panels [][]curve) (img image.Image, at func(panel int, x, y floa
 		return image.Point{X: int(float64(tx(x)) * scale), Y: CurvesHeight - 1 - int(float64(ty(y))*scale)}
 	}
 	return cnv.Image(), at, nil
+}
+
+// maxCurvePoints bounds the points of a drawn line: about two per pixel
+// column of a panel. Stroking costs more than linear time in the points
+// (5,000 steps took seconds), and more points than pixels draw nothing
+// more.
+const maxCurvePoints = 800
+
+// decimate returns xy cut to at most limit points: consecutive runs of
+// points each give their lowest and highest, in step order, so that every
+// peak and trough of the curve is still drawn.
+func decimate(xy plotter.XYs, limit int) plotter.XYs {
+	if len(xy) <= limit {
+		return xy
+	}
+	runs := limit / 2
+	out := make(plotter.XYs, 0, 2*runs)
+	for r := range runs {
+		lo, hi := r*len(xy)/runs, (r+1)*len(xy)/runs
+		mn, mx := lo, lo
+		for i := lo; i < hi; i++ {
+			if xy[i].Y < xy[mn].Y {
+				mn = i
+			}
+			if xy[i].Y > xy[mx].Y {
+				mx = i
+			}
+		}
+		out = append(out, xy[min(mn, mx)])
+		if mn != mx {
+			out = append(out, xy[max(mn, mx)])
+		}
+	}
+	return out
+}
+
+// trimmedTicks are gonum's default ticks with labels like 2500.00 and
+// 0.20 written 2500 and 0.2.
+type trimmedTicks struct{}
+
+func (trimmedTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i, t := range ts {
+		if strings.Contains(t.Label, ".") && !strings.ContainsAny(t.Label, "eE") {
+			ts[i].Label = strings.TrimSuffix(strings.TrimRight(t.Label, "0"), ".")
+		}
+	}
+	return ts
 }
 
 func indexOf(fields []string, f string) int {

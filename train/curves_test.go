@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gonum.org/v1/plot/plotter"
 )
 
 func TestReadCurves(t *testing.T) {
@@ -175,4 +177,54 @@ func c0(p []curve) float64 {
 		}
 	}
 	return lo
+}
+
+func TestDecimate(t *testing.T) {
+	ramp := func(n int) plotter.XYs {
+		xy := make(plotter.XYs, n)
+		for i := range xy {
+			xy[i] = plotter.XY{X: float64(i + 1), Y: float64(i % 7)}
+		}
+		return xy
+	}
+	spike := ramp(1000)
+	spike[500].Y = 100
+	spike[700].Y = -100
+	cases := []struct {
+		name  string
+		in    plotter.XYs
+		limit int
+		want  string // points kept, or "same"
+	}{
+		{"short: kept whole", ramp(10), 10, "same"},
+		{"two runs of four: lowest and highest of each, in step order", ramp(8), 4, "[{1 0} {4 3} {7 6} {8 0}]"},
+		{"one point per run when flat", plotter.XYs{{X: 1, Y: 2}, {X: 2, Y: 2}, {X: 3, Y: 2}, {X: 4, Y: 2}}, 2, "[{1 2}]"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := decimate(c.in, c.limit)
+			want := c.want
+			if want == "same" {
+				want = fmt.Sprint(c.in)
+			}
+			if fmt.Sprint(got) != want {
+				t.Errorf("decimate = %v, want %s", got, want)
+			}
+		})
+	}
+	// A long curve keeps its extremes and its step order.
+	got := decimate(spike, 100)
+	if len(got) > 100 {
+		t.Errorf("%d points, want at most 100", len(got))
+	}
+	seen := map[float64]bool{}
+	for i, p := range got {
+		seen[p.Y] = true
+		if i > 0 && p.X <= got[i-1].X {
+			t.Fatalf("point %d at step %v after step %v", i, p.X, got[i-1].X)
+		}
+	}
+	if !seen[100] || !seen[-100] {
+		t.Errorf("the spike at step 501 or the trough at step 701 was dropped")
+	}
 }
