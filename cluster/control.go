@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -124,8 +123,7 @@ func Home() string {
 }
 
 // ServeControl serves the node's control endpoint (GET /status, GET
-// /metrics in Prometheus text format, POST /stop)
-// on addr — loopback unless told otherwise — and records it in the run
+// /metrics for Prometheus, POST /stop) on addr — loopback unless told otherwise — and records it in the run
 // directory. It returns the bound address and a function that closes it.
 func (n *Node) ServeControl(addr string) (string, func(), error) {
 	lis, err := net.Listen("tcp", addr)
@@ -137,10 +135,7 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(n.Status())
 	})
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		n.writeMetrics(w)
-	})
+	mux.Handle("GET /metrics", n.metricsHandler())
 	mux.HandleFunc("POST /stop", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = fmt.Fprintf(w, "node %s stopping\n", n.id)
@@ -289,41 +284,4 @@ func LoadOrCreateKey(path string, create bool) ([]byte, bool, error) {
 		return nil, false, fmt.Errorf("key file %s: key is %d bytes, want 16, 24 or 32", path, l)
 	}
 	return key, false, nil
-}
-
-// writeMetrics writes Prometheus text-format metrics of this node's view.
-func (n *Node) writeMetrics(w io.Writer) {
-	st := n.Status()
-	fmt.Fprintf(w, "# HELP rlnode_nodes Live nodes in the cluster, as this node sees it.\n# TYPE rlnode_nodes gauge\nrlnode_nodes %d\n", len(st.Nodes))
-	counts := map[ActorState]int{Alive: 0, Restarting: 0, Dead: 0}
-	restarts := 0
-	for _, a := range st.Actors {
-		counts[a.State]++
-		restarts += a.Restarts
-	}
-	fmt.Fprintf(w, "# HELP rlnode_actors Actors in the directory by state.\n# TYPE rlnode_actors gauge\n")
-	for _, s := range []ActorState{Alive, Restarting, Dead} {
-		fmt.Fprintf(w, "rlnode_actors{state=%q} %d\n", s, counts[s])
-	}
-	fmt.Fprintf(w, "# HELP rlnode_actor_restarts Restarts summed over all actors.\n# TYPE rlnode_actor_restarts gauge\nrlnode_actor_restarts %d\n", restarts)
-	fmt.Fprintf(w, "# HELP rlnode_node_resources This node's resources.\n# TYPE rlnode_node_resources gauge\n")
-	total, used := n.ledger.snapshot()
-	for _, k := range sortedKeys(total) {
-		fmt.Fprintf(w, "rlnode_node_resources{resource=%q,kind=\"total\"} %g\n", k, total[k])
-		fmt.Fprintf(w, "rlnode_node_resources{resource=%q,kind=\"used\"} %g\n", k, used[k])
-	}
-	s := n.sys.Stats()
-	for _, c := range []struct {
-		name, help string
-		v          uint64
-	}{
-		{"rlnode_calls_sent_total", "Call requests sent by this node.", s.CallsSent},
-		{"rlnode_tells_sent_total", "Tell messages sent by this node.", s.TellsSent},
-		{"rlnode_messages_received_total", "Messages delivered to actors on this node.", s.MessagesReceived},
-		{"rlnode_messages_dropped_total", "Malformed, undecodable or non-member messages dropped.", s.MessagesDropped},
-		{"rlnode_bulk_bytes_served_total", "Bytes other nodes pulled from this node's bulk offers.", s.BulkBytesServed},
-		{"rlnode_bulk_bytes_fetched_total", "Bytes this node pulled over the bulk path.", s.BulkBytesFetched},
-	} {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", c.name, c.help, c.name, c.name, c.v)
-	}
 }

@@ -116,7 +116,8 @@ func TestEmbeddedSingleNode(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`rlnode_actors{state="ALIVE"} 6`, "rlnode_nodes 1", `rlnode_node_resources{resource="CPU",kind="used"} 1.5`} {
+	for _, want := range []string{`rlnode_actors{state="ALIVE"} 6`, "rlnode_nodes 1", `rlnode_node_resources{kind="used",resource="CPU"} 1.5`,
+		"# TYPE rlnode_calls_sent_total counter", "\ngo_goroutines "} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("metrics lack %q:\n%s", want, metrics)
 		}

@@ -30,5 +30,8 @@
 // adapters alone (WeightsRequest.Part), and sharded ranks reduce only the
 // adapters' gradients.
 //
+// InitCheckpoint and ScoreSequences (modelfiles.go) write a random
+// checkpoint and score sequences from files, for `rlnode model`.
+//
 // Not done yet: the learner runs on the cpu backend only.
 package learner

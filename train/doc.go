@@ -346,8 +346,8 @@
 // steps'); single-turn episodes use the driver's own short prompt format;
 // both MLMT policies share one learner config but for the algorithm and
 // learning rate; the sandbox's limits and mode are not
-// recipe fields; curves.png, the progress bar and Prometheus metrics are
-// the CLI's (cmd/rlnode); sharded learners: ZeRO stage and
+// recipe fields; the progress bar is the CLI's (cmd/rlnode), curves.png
+// (curves.go) and the Prometheus exporter (metrics_prom.go) are here; sharded learners: ZeRO stage and
 // collective timeout (LearnerTimeout) are not recipe fields (ZeRO-1,
 // 60 s), one shard count for both MLMT policies, and a rank that dies
 // between steps is noticed at the next learner call.

@@ -5,7 +5,7 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/rlnode/rlnode/internal/plot"
+	"github.com/rlnode/rlnode/train"
 )
 
 // `rlnode plot DIR` redraws DIR/curves.png from DIR/metrics.jsonl, as
@@ -15,8 +15,8 @@ func init() { commands["plot"] = plotCommand }
 
 const plotUsage = `usage: rlnode plot DIR
 
-Redraws DIR/curves.png (reward_mean, eval_accuracy and, for three-turn runs,
-turn1/turn3 accuracy against step) from DIR/metrics.jsonl.
+Redraws DIR/curves.png from DIR/metrics.jsonl: reward, accuracy per turn,
+KL and entropy, and tokens/s against step.
 `
 
 func plotCommand(args []string, stdout, stderr io.Writer) int {
@@ -29,7 +29,7 @@ func plotCommand(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	out := filepath.Join(args[0], "curves.png")
-	if err := plot.WriteCurves(filepath.Join(args[0], "metrics.jsonl"), out); err != nil {
+	if err := train.WriteCurves(filepath.Join(args[0], "metrics.jsonl"), out); err != nil {
 		fmt.Fprintf(stderr, "rlnode plot: %v\n", err)
 		return 1
 	}

@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,7 +17,6 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
-	"github.com/rlnode/rlnode/internal/plot"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/train"
 )
@@ -37,8 +33,8 @@ import (
 // async multi-turn) is refused before anything starts.
 // At the end (also after an interruption or an error, whenever
 // metrics.jsonl has data) it draws DIR/curves.png from DIR/metrics.jsonl
-// (internal/plot); `rlnode plot DIR` redraws it. --metrics-addr serves the
-// run's latest metrics in Prometheus text format (runMetrics). --resume
+// (train.WriteCurves); `rlnode plot DIR` redraws it. --metrics-addr serves the
+// run's latest metrics for Prometheus (train.RunMetrics). --resume
 // takes the newest checkpoint that has the driver's state file (a kill
 // during a checkpoint write leaves one without it).
 //
@@ -132,10 +128,10 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 
 	// The metrics listener is opened before the run directory exists, so a
 	// taken port stops the run before anything is written.
-	var exporter *runMetrics
+	var exporter *train.RunMetrics
 	if *metricsAddr != "" {
-		exporter = newRunMetrics(l.Name, cfg.WarmupSteps+cfg.Steps)
-		addr, stopServe, err := exporter.serve(*metricsAddr)
+		exporter = train.NewRunMetrics(l.Name, cfg.WarmupSteps+cfg.Steps)
+		addr, stopServe, err := exporter.Serve(*metricsAddr)
 		if err != nil {
 			fmt.Fprintf(stderr, "rlnode run: --metrics-addr: %v\n", err)
 			return 1
@@ -206,7 +202,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	cfg.Progress = func(m train.Metrics) {
 		bar.step(m)
 		if exporter != nil {
-			exporter.observe(m)
+			exporter.Observe(m)
 		}
 		if err := train.PruneCheckpoints(dir, l.Checkpoint.Keep); err != nil {
 			bar.note(fmt.Sprintf("rlnode run: %v", err))
@@ -226,11 +222,11 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	mu.Unlock()
 
 	if exporter != nil {
-		exporter.finish(err)
+		exporter.Finish(err)
 	}
 	fmt.Fprintf(stdout, "metrics: %s\n", filepath.Join(dir, "metrics.jsonl"))
-	if perr := plot.WriteCurves(filepath.Join(dir, "metrics.jsonl"), filepath.Join(dir, "curves.png")); perr != nil {
-		if !errors.Is(perr, plot.ErrNoData) && !errors.Is(perr, os.ErrNotExist) {
+	if perr := train.WriteCurves(filepath.Join(dir, "metrics.jsonl"), filepath.Join(dir, "curves.png")); perr != nil {
+		if !errors.Is(perr, train.ErrNoCurves) && !errors.Is(perr, os.ErrNotExist) {
 			fmt.Fprintf(stderr, "rlnode run: curves: %v\n", perr)
 		}
 	} else {
@@ -361,116 +357,4 @@ func (b *progressBar) done() {
 		fmt.Fprintln(b.w)
 		b.drawn = false
 	}
-}
-
-// runMetrics is the --metrics-addr exporter: the latest step's metrics in
-// Prometheus text exposition format (version 0.0.4).
-type runMetrics struct {
-	run     string
-	planned int
-
-	mu       sync.Mutex
-	last     *train.Metrics
-	tokens   int64
-	eval     *float64
-	reward   *float64
-	finished int // 0 running, 1 finished, 2 failed or interrupted
-}
-
-func newRunMetrics(run string, planned int) *runMetrics {
-	return &runMetrics{run: run, planned: planned}
-}
-
-func (r *runMetrics) observe(m train.Metrics) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.last = &m
-	r.tokens += int64(m.Tokens)
-	if m.EvalAccuracy != nil {
-		v := *m.EvalAccuracy
-		r.eval = &v
-	}
-	if m.RewardMean != nil {
-		v := *m.RewardMean
-		r.reward = &v
-	}
-}
-
-func (r *runMetrics) finish(err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.finished = 1
-	if err != nil {
-		r.finished = 2
-	}
-}
-
-// write renders the exposition. Values a run has not produced yet (reward
-// before the first RL step, accuracy before the first evaluation) are
-// left out rather than shown as 0.
-func (r *runMetrics) write(w io.Writer) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	label := fmt.Sprintf("{run=%q}", r.run)
-	metric := func(name, typ, help string, v float64) {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s%s %s\n", name, help, name, typ, name, label, strconv.FormatFloat(v, 'g', -1, 64))
-	}
-	step := 0.0
-	if r.last != nil {
-		step = float64(r.last.Step)
-	}
-	metric("rlnode_step", "gauge", "Last finished optimizer step (warm-up and RL steps count).", step)
-	metric("rlnode_steps_planned", "gauge", "Optimizer steps the recipe plans (warm-up plus RL).", float64(r.planned))
-	metric("rlnode_run_state", "gauge", "0 while the run lasts, 1 finished, 2 stopped by an error or an interrupt.", float64(r.finished))
-	metric("rlnode_tokens_total", "counter", "Tokens processed by the steps of this process.", float64(r.tokens))
-	if r.reward != nil {
-		metric("rlnode_reward_mean", "gauge", "Mean verifier reward of the last RL step's samples.", *r.reward)
-	}
-	if r.eval != nil {
-		metric("rlnode_eval_accuracy", "gauge", "Held-out accuracy at the last evaluation (greedy, or mean@n with eval.samples).", *r.eval)
-	}
-	if m := r.last; m != nil {
-		if s := m.GenSeconds + m.TrainSeconds; s > 0 {
-			metric("rlnode_tokens_per_second", "gauge", "Tokens per second of generation and training in the last step.", float64(m.Tokens)/s)
-		}
-		metric("rlnode_weight_version", "gauge", "Policy version the engines serve after the last step.", float64(m.WeightVersion))
-		metric("rlnode_loss", "gauge", "Loss of the last step.", m.Loss)
-		metric("rlnode_grad_norm", "gauge", "Gradient norm of the last step (before clipping).", m.GradNorm)
-		metric("rlnode_learning_rate", "gauge", "Learning rate of the last step.", m.LR)
-		metric("rlnode_approx_kl", "gauge", "Approximate KL between the sampling and the trained policy in the last step.", m.ApproxKL)
-		metric("rlnode_entropy", "gauge", "Mean token entropy in the last step.", m.Entropy)
-		metric("rlnode_clip_fraction", "gauge", "Fraction of clipped tokens in the last step.", m.ClipFrac)
-		fmt.Fprintf(w, "# HELP rlnode_step_seconds Seconds the last step spent per phase.\n# TYPE rlnode_step_seconds gauge\n")
-		for _, p := range []struct {
-			phase string
-			v     float64
-		}{{"generate", m.GenSeconds}, {"train", m.TrainSeconds}, {"sync", m.SyncSeconds}, {"eval", m.EvalSeconds}} {
-			fmt.Fprintf(w, "rlnode_step_seconds{run=%q,phase=%q} %s\n", r.run, p.phase, strconv.FormatFloat(p.v, 'g', -1, 64))
-		}
-		metric("rlnode_elapsed_seconds", "gauge", "Seconds since the run (or its resumption) started.", m.ElapsedSeconds)
-	}
-}
-
-// serve listens on addr and serves /metrics until stop is called; it
-// returns the address it listens on (port 0 picks one).
-func (r *runMetrics) serve(addr string) (string, func(), error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", nil, err
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		r.write(w)
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	stop := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if srv.Shutdown(ctx) != nil {
-			_ = srv.Close()
-		}
-	}
-	return ln.Addr().String(), stop, nil
 }

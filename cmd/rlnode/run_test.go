@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlnode/rlnode/internal/plot"
 	"github.com/rlnode/rlnode/train"
 )
 
@@ -148,7 +147,7 @@ func TestRunRecipeErrorBeforeRunDir(t *testing.T) {
 	}
 }
 
-// checkCurves decodes DIR/curves.png: the size internal/plot draws.
+// checkCurves decodes DIR/curves.png: the size train.WriteCurves draws.
 func checkCurves(t *testing.T, dir string) {
 	t.Helper()
 	f, err := os.Open(filepath.Join(dir, "curves.png"))
@@ -160,8 +159,8 @@ func checkCurves(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatalf("curves.png: %v", err)
 	}
-	if b := img.Bounds(); b.Dx() != 800 || b.Dy() != 480 {
-		t.Errorf("curves.png is %v, want 800x480", b)
+	if b := img.Bounds(); b.Dx() != train.CurvesWidth || b.Dy() != train.CurvesHeight {
+		t.Errorf("curves.png is %v, want %dx%d", b, train.CurvesWidth, train.CurvesHeight)
 	}
 }
 
@@ -221,9 +220,10 @@ func TestProgressBar(t *testing.T) {
 	}
 }
 
-// TestRunMLMTCurves: a tiny MLMT three-turn run; its curves.png has the
-// turn-1 and turn-3 accuracy curves (their colours appear: legend and
-// points).
+// TestRunMLMTCurves: a tiny MLMT three-turn run; the accuracy panel of
+// its curves.png has the turn-1 and turn-3 accuracy curves and no turn-2
+// one (SCoRe only): their colours appear in its quarter of the image
+// (legend and points) or not.
 func TestRunMLMTCurves(t *testing.T) {
 	home, dir := t.TempDir(), filepath.Join(t.TempDir(), "run")
 	stdout, stderr, code := runRlnode(t, home, "run", "mlmt_math", "--out", dir, "--set", "sft.steps=2", "--set", "schedule.steps=2",
@@ -241,17 +241,25 @@ func TestRunMLMTCurves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var panel train.CurvePanel
+	for _, p := range train.CurvePanels {
+		if p.Title == "accuracy per turn" {
+			panel = p
+		}
+	}
+	// The panel's quarter of the 2×2 grid.
+	w, h := train.CurvesWidth/2, train.CurvesHeight/2
+	x0, y0 := panel.Quarter%2*w, panel.Quarter/2*h
 	count := map[color.RGBA]int{}
-	b := img.Bounds()
-	for y := b.Min.Y; y < b.Max.Y; y++ {
-		for x := b.Min.X; x < b.Max.X; x++ {
+	for y := y0; y < y0+h; y++ {
+		for x := x0; x < x0+w; x++ {
 			r, g, bl, a := img.At(x, y).RGBA()
 			count[color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(bl >> 8), uint8(a >> 8)}]++
 		}
 	}
-	for i, name := range plot.CurveFields {
-		want := name != "turn2_accuracy" // SCoRe only
-		if got := count[plot.Palette[i]] > 0; got != want {
+	for i, name := range panel.Fields {
+		want := name != "turn2_accuracy"
+		if got := count[train.CurveColors[i]] > 0; got != want {
 			t.Errorf("curves.png: %s colour present %v, want %v", name, got, want)
 		}
 	}

@@ -2,6 +2,7 @@
 // equivalence after normalisation), GSM8K, and code run against assert
 // tests in a sandboxed process. Verifiers are pure with respect to the
 // runtime (no actors); the code verifier owns its sandbox processes.
+// ScoreJSONL scores a file of responses (`rlnode verify`).
 package verify
 
 import "context"

@@ -1,0 +1,155 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// exposition is the text format of samples ("NAME{LABELS} VALUE" lines),
+// each family with the HELP and TYPE that RunMetrics declares.
+func exposition(samples string) string {
+	help := map[string]string{
+		"rlnode_tokens_total": "Tokens processed by the steps of this process.",
+		"rlnode_step_seconds": "Seconds the last step spent per phase.",
+	}
+	for _, g := range runGauges {
+		help[g.name] = g.help
+	}
+	var sb strings.Builder
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(samples), "\n") {
+		name, _, _ := strings.Cut(line, "{")
+		if !seen[name] {
+			seen[name] = true
+			typ := "gauge"
+			if strings.HasSuffix(name, "_total") {
+				typ = "counter"
+			}
+			fmt.Fprintf(&sb, "# HELP %s %s\n# TYPE %s %s\n", name, help[name], name, typ)
+		}
+		sb.WriteString(line + "\n")
+	}
+	return sb.String()
+}
+
+func TestRunMetricsExposition(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	warmup := Metrics{Step: 1, Phase: "warmup", Loss: 2.5, LR: 1e-4, Tokens: 400, TrainSeconds: 0.5, SyncSeconds: 0.25,
+		EvalAccuracy: f(0.125), EvalSeconds: 2, WeightVersion: 1, ElapsedSeconds: 3}
+	rl := Metrics{Step: 2, Phase: "rl", RewardMean: f(0.5), Loss: 0.75, GradNorm: 1.5, LR: 2e-4, ApproxKL: 0.01, Entropy: 1.25,
+		ClipFrac: 0.0625, Tokens: 600, GenSeconds: 1, TrainSeconds: 2, WeightVersion: 2, ElapsedSeconds: 6.5}
+	cases := []struct {
+		name   string
+		steps  []Metrics
+		finish bool
+		end    error // Finish's argument
+		want   string
+	}{
+		{"before the first step: no per-step values", nil, false, nil, `
+rlnode_step{run="quick"} 0
+rlnode_steps_planned{run="quick"} 7
+rlnode_run_state{run="quick"} 0
+rlnode_tokens_total{run="quick"} 0
+`},
+		{"after a warm-up step: no reward yet", []Metrics{warmup}, false, nil, `
+rlnode_step{run="quick"} 1
+rlnode_steps_planned{run="quick"} 7
+rlnode_run_state{run="quick"} 0
+rlnode_tokens_total{run="quick"} 400
+rlnode_eval_accuracy{run="quick"} 0.125
+rlnode_tokens_per_second{run="quick"} 800
+rlnode_weight_version{run="quick"} 1
+rlnode_loss{run="quick"} 2.5
+rlnode_grad_norm{run="quick"} 0
+rlnode_learning_rate{run="quick"} 0.0001
+rlnode_approx_kl{run="quick"} 0
+rlnode_entropy{run="quick"} 0
+rlnode_clip_fraction{run="quick"} 0
+rlnode_elapsed_seconds{run="quick"} 3
+rlnode_step_seconds{phase="eval",run="quick"} 2
+rlnode_step_seconds{phase="generate",run="quick"} 0
+rlnode_step_seconds{phase="sync",run="quick"} 0.25
+rlnode_step_seconds{phase="train",run="quick"} 0.5
+`},
+		{"an RL step keeps the last evaluation; finished", []Metrics{warmup, rl}, true, nil, `
+rlnode_step{run="quick"} 2
+rlnode_steps_planned{run="quick"} 7
+rlnode_run_state{run="quick"} 1
+rlnode_tokens_total{run="quick"} 1000
+rlnode_reward_mean{run="quick"} 0.5
+rlnode_eval_accuracy{run="quick"} 0.125
+rlnode_tokens_per_second{run="quick"} 200
+rlnode_weight_version{run="quick"} 2
+rlnode_loss{run="quick"} 0.75
+rlnode_grad_norm{run="quick"} 1.5
+rlnode_learning_rate{run="quick"} 0.0002
+rlnode_approx_kl{run="quick"} 0.01
+rlnode_entropy{run="quick"} 1.25
+rlnode_clip_fraction{run="quick"} 0.0625
+rlnode_elapsed_seconds{run="quick"} 6.5
+rlnode_step_seconds{phase="eval",run="quick"} 0
+rlnode_step_seconds{phase="generate",run="quick"} 1
+rlnode_step_seconds{phase="sync",run="quick"} 0
+rlnode_step_seconds{phase="train",run="quick"} 2
+`},
+		{"stopped by an error before any step", nil, true, errors.New("interrupted"), `
+rlnode_step{run="quick"} 0
+rlnode_steps_planned{run="quick"} 7
+rlnode_run_state{run="quick"} 2
+rlnode_tokens_total{run="quick"} 0
+`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := NewRunMetrics("quick", 7)
+			for _, m := range c.steps {
+				r.Observe(m)
+			}
+			if c.finish {
+				r.Finish(c.end)
+			}
+			if err := testutil.CollectAndCompare(r, strings.NewReader(exposition(c.want))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// Serve answers scrapes on the address it bound and closes it on stop; a
+// taken address is an error before anything is served.
+func TestRunMetricsServe(t *testing.T) {
+	r := NewRunMetrics("quick", 3)
+	r.Observe(Metrics{Step: 1, Tokens: 10, TrainSeconds: 1})
+	addr, stop, err := r.Serve("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"\nrlnode_step{run=\"quick\"} 1\n", "\nrlnode_tokens_per_second{run=\"quick\"} 10\n", "\ngo_goroutines "} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("scrape lacks %q:\n%s", want, body)
+		}
+	}
+	if _, _, err := NewRunMetrics("other", 1).Serve(addr); err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("second Serve on %s: %v, want address already in use", addr, err)
+	}
+	stop()
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Errorf("%s still listens after stop", addr)
+	}
+}
