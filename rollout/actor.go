@@ -16,7 +16,7 @@ import (
 	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/verify"
-	"github.com/rlnode/rlnode/weightsync"
+	"github.com/rlnode/rlnode/rollout/weights"
 )
 
 // ActorKind is the kind name of the rollout actor: it hosts an engine on
@@ -61,17 +61,17 @@ type ActorConfig struct {
 	// read more, as the driver's reads its engine.json) sent with the spawn.
 	// The engine starts with no weights (version NoWeights) and refuses to
 	// generate until its first push, a full one, which a Pool gets it from
-	// weightsync when it registers (Syncer.Keep, or the last
+	// its WeightSync when it registers (the weights kept, or the last
 	// published version), so the actor reads nothing from the file system
-	// of the node that started it. Needs WeightSync. The "native" engine
-	// takes them (NewNativeFromFiles).
+	// of the node that started it. Needs WeightSync. The "native" and
+	// NativeFromFiles engines take them (NewNativeFromFiles).
 	ModelFiles map[string][]byte
 	// WeightSync hosts the solver engine for weight pushes beside the
-	// actor: a weightsync engine host (weightsync.ServeEngine) named
-	// "<actor name>.weights" on the same node, with its own mailbox, so a
-	// push never waits behind job messages and jobs never wait behind a
-	// push. EngineHostRequest returns its ref for weightsync.Syncer.Register.
-	// The engine must take weights (weightsync.HostedEngine: native does).
+	// actor: an engine host (weights.Serve) named "<actor name>.weights"
+	// on the same node, with its own mailbox, so a push never waits behind
+	// job messages and jobs never wait behind a push. EngineHostRequest
+	// returns its ref for a weight syncer to register (WeightSync.Register).
+	// The engine must take weights (weights.HostedEngine: native does).
 	WeightSync bool
 }
 
@@ -138,8 +138,8 @@ type JobResult struct {
 // engine host; it answers with an EngineHost.
 type EngineHostRequest struct{}
 
-// EngineHost is the weightsync engine host of a rollout actor's solver
-// engine: register Ref with weightsync.Syncer.Register and every publish
+// EngineHost is the engine host of a rollout actor's solver engine
+// (weights.Serve): register Ref with a weight syncer and every publish
 // reaches the engine the actor generates with.
 type EngineHost struct {
 	Ref     actor.Ref
@@ -255,7 +255,7 @@ type rolloutActor struct {
 	feedback engine.Engine
 	verifier verify.Verifier
 	python   episode.PythonExecutor
-	host     actor.Ref // weightsync engine host (WeightSync)
+	host     actor.Ref // engine host for weight pushes (WeightSync)
 
 	slots chan struct{}
 	ctx   context.Context
@@ -335,7 +335,7 @@ func newRolloutActor(ctx *actor.Context, cfg ActorConfig) (*rolloutActor, error)
 		a.python = episode.SandboxPython{Sandbox: sb}
 	}
 	if cfg.WeightSync {
-		he, ok := a.solver.(weightsync.HostedEngine)
+		he, ok := a.solver.(weights.HostedEngine)
 		if !ok {
 			a.closeEngines()
 			return nil, fmt.Errorf("rollout actor: WeightSync: engine %q (%T) does not take weight pushes (no SetWeights)", cfg.Engine, a.solver)
@@ -347,9 +347,9 @@ func newRolloutActor(ctx *actor.Context, cfg ActorConfig) (*rolloutActor, error)
 			return nil, fmt.Errorf("lora: no full weights pushed yet to merge %d adapted projections onto (the engine started from model files alone)", len(names))
 		}
 		if cfg.Model != "" {
-			base = weightsync.CheckpointBase(cfg.Model)
+			base = weights.CheckpointBase(cfg.Model)
 		}
-		if a.host, err = weightsync.ServeEngine(a.sys, ctx.Self().Name+".weights", he, base); err != nil {
+		if a.host, err = weights.Serve(a.sys, ctx.Self().Name+".weights", he, base); err != nil {
 			a.closeEngines()
 			return nil, fmt.Errorf("rollout actor: WeightSync: %w", err)
 		}

@@ -70,7 +70,7 @@ func NewNativeFromFiles(files map[string][]byte, cfg native.Config) (*PushedEngi
 	return pe, nil
 }
 
-// SetWeights implements weightsync.HostedEngine: the first call must set
+// SetWeights implements weights.HostedEngine: the first call must set
 // every parameter (a full update); later ones any subset.
 func (e *PushedEngine) SetWeights(ctx context.Context, version int64, weights map[string][]float32) error {
 	if !e.ready.Load() {

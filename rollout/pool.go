@@ -27,7 +27,6 @@ import (
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/rollout/engine"
-	"github.com/rlnode/rlnode/weightsync"
 )
 
 // PoolConfig says where a Pool's rollout actors run and how it talks to
@@ -52,7 +51,7 @@ type PoolConfig struct {
 	// generation: GenerateStep(step) waits until the engines serve version
 	// step-k (k = Weights.MaxStaleness(); 0 is synchronous) and refuses
 	// results older than that.
-	Weights *weightsync.Syncer
+	Weights WeightSync
 	// ChunkSize is the number of requests per job; 0 splits each Generate
 	// evenly over the live replicas. Smaller chunks lose less work when a
 	// replica dies; larger ones batch better.
@@ -74,6 +73,26 @@ type PoolConfig struct {
 	ReplaceWait time.Duration
 }
 
+// WeightSync is the weight syncer a Pool registers its replicas' engine
+// hosts with and gates generation on; weightsync.Syncer is one. Its
+// methods must be safe for concurrent use; Register may wait for a
+// publish in progress and then catch the engine up to the published
+// version, within ctx.
+type WeightSync interface {
+	// Register adds an engine host (an EngineHost's Ref).
+	Register(ctx context.Context, host actor.Ref) error
+	// Remove unregisters the engine host named name, for cause; false
+	// when it was not registered.
+	Remove(name, cause string) bool
+	// VersionFor waits until every registered engine serves step −
+	// MaxStaleness() or newer and returns the lowest version served.
+	VersionFor(ctx context.Context, step int64) (int64, error)
+	MaxStaleness() int
+	// Serves is the version the engine host named name serves; false when
+	// it is not registered.
+	Serves(name string) (int64, bool)
+}
+
 // Pool is an engine.Engine over rollout actors on the cluster's nodes: a
 // Generate call is cut into chunks, each chunk runs as one generation job
 // on the least busy live replica, and the results come back in request
@@ -92,7 +111,7 @@ type PoolConfig struct {
 // fewer, logs that once, and tries again every RespawnEvery.
 //
 // Each engine.Result carries the policy version that generated it; with
-// Weights set the pool keeps the staleness bound of weightsync (see
+// Weights set the pool keeps the staleness bound of its WeightSync (see
 // GenerateStep). All methods are safe for concurrent use.
 type Pool struct {
 	node *cluster.Node
@@ -122,7 +141,7 @@ type replica struct {
 	name     string
 	h        *cluster.Handle
 	node     string
-	host     actor.Ref            // weightsync engine host, when Weights is set
+	host     actor.Ref            // engine host, when Weights is set
 	respawn  cluster.SpawnOptions // where a replacement may go
 	replaces string               // the lost replica this one replaced
 	lost     chan struct{}        // closed once the replica is lost
@@ -250,13 +269,13 @@ func (p *Pool) startReplica(ctx context.Context, opts cluster.SpawnOptions) (*re
 	eh, err := cluster.Call[EngineHost](cctx, h, EngineHostRequest{})
 	if err == nil {
 		r.host = eh.Ref
-		_, err = p.cfg.Weights.Register(ctx, eh.Ref)
+		err = p.cfg.Weights.Register(ctx, eh.Ref)
 	}
 	if err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = p.node.StopActor(sctx, r.name)
-		return nil, fmt.Errorf("rollout pool: register the engine of %s on node %s with weightsync: %w", r.name, r.node, err)
+		return nil, fmt.Errorf("rollout pool: register the engine of %s on node %s with the weight syncer: %w", r.name, r.node, err)
 	}
 	return r, nil
 }
@@ -714,14 +733,10 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 // last Generate's results (at first ActorConfig.WeightVersion).
 func (p *Pool) WeightVersion() int64 {
 	if w := p.cfg.Weights; w != nil {
-		ours := map[string]bool{}
-		for _, r := range p.live() {
-			ours[r.host.Name] = true
-		}
 		first, low := true, int64(0)
-		for _, e := range w.Versions().Engines {
-			if ours[e.Name] && (first || e.Version < low) {
-				first, low = false, e.Version
+		for _, r := range p.live() {
+			if v, ok := w.Serves(r.host.Name); ok && (first || v < low) {
+				first, low = false, v
 			}
 		}
 		if !first {

@@ -24,6 +24,7 @@ import (
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/native/nativetest"
 	"github.com/rlnode/rlnode/rollout/verify"
+	"github.com/rlnode/rlnode/rollout/weights"
 	"github.com/rlnode/rlnode/weightsync"
 )
 
@@ -164,7 +165,7 @@ func TestPoolStaleness(t *testing.T) {
 						t.Fatalf("step %d on version %d: %v, want %q", step, published, err, want)
 					}
 					published++
-					if _, err := syncer.Publish(ctx, published, weightsync.FullUpdate(otherModel(t, uint64(published)))); err != nil {
+					if _, err := syncer.Publish(ctx, published, weights.FullUpdate(otherModel(t, uint64(published)))); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -376,7 +377,7 @@ func TestPoolAcrossProcesses(t *testing.T) {
 
 	// Version 1 pushed to both engines: the samples are the new weights'.
 	next := otherModel(t, 9)
-	rep, err := syncer.Publish(ctx, 1, weightsync.FullUpdate(next))
+	rep, err := syncer.Publish(ctx, 1, weights.FullUpdate(next))
 	if err != nil || len(rep.Applied) != 2 {
 		t.Fatalf("publish 1: %+v %v", rep, err)
 	}
@@ -442,7 +443,7 @@ func TestPoolAcrossProcesses(t *testing.T) {
 	t.Logf("r2 lost: %s", reps[1].Lost)
 	// The lost engine left weightsync: the next publish reaches r1 only
 	// and does not fail.
-	rep, err = syncer.Publish(ctx, 2, weightsync.FullUpdate(otherModel(t, 11)))
+	rep, err = syncer.Publish(ctx, 2, weights.FullUpdate(otherModel(t, 11)))
 	if err != nil || len(rep.Applied) != 1 || rep.Applied[0].Name != "gen-0.weights" {
 		t.Fatalf("publish 2 after the kill: %+v %v", rep, err)
 	}
@@ -529,7 +530,7 @@ func TestPoolUnderEpisodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := syncer.Publish(ctx, 6, weightsync.FullUpdate(otherModel(t, 3))); err != nil {
+	if _, err := syncer.Publish(ctx, 6, weights.FullUpdate(otherModel(t, 3))); err != nil {
 		t.Fatal(err)
 	}
 	pool.SetStep(6)
@@ -620,7 +621,7 @@ func TestPoolReplacesLostReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syncer.Close()
-	if err := syncer.Keep(ctx, 0, weightsync.FullUpdate(base)); err != nil {
+	if err := syncer.Keep(ctx, 0, weights.FullUpdate(base)); err != nil {
 		t.Fatal(err)
 	}
 	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "native", ModelFiles: modelFiles(t)},
@@ -641,7 +642,7 @@ func TestPoolReplacesLostReplica(t *testing.T) {
 	sameSamples(t, "version 0 (pushed at registration)", got, reference(t, base, reqs), 0)
 
 	next := otherModel(t, 9)
-	if _, err := syncer.Publish(ctx, 1, weightsync.FullUpdate(next)); err != nil {
+	if _, err := syncer.Publish(ctx, 1, weights.FullUpdate(next)); err != nil {
 		t.Fatal(err)
 	}
 	victim := reps[1]

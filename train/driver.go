@@ -23,6 +23,7 @@ import (
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
 	"github.com/rlnode/rlnode/rollout/vllm"
+	"github.com/rlnode/rlnode/rollout/weights"
 	"github.com/rlnode/rlnode/weightsync"
 )
 
@@ -397,7 +398,7 @@ func (r *run) syncWeights(ctx context.Context, p *policy) error {
 			return err
 		}
 	} else if p.pool != nil {
-		if err := r.publish(ctx, p, int64(r.step), weightsync.Update{Tensors: w}); err != nil {
+		if err := r.publish(ctx, p, int64(r.step), weights.Update{Tensors: w}); err != nil {
 			return err
 		}
 	} else if err := p.local.SetWeights(ctx, int64(r.step), w); err != nil {

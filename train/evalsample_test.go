@@ -14,7 +14,6 @@ import (
 
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/native"
-	"github.com/rlnode/rlnode/weightsync"
 )
 
 // pass@k on numbers worked by hand: 1 − C(n−c, k)/C(n, k).
@@ -340,7 +339,7 @@ func TestSampledEvalRepeats(t *testing.T) {
 	if se.Accuracy != last["eval_accuracy"] || se.Sampled == nil || se.Sampled.PassAt[4] != last["eval_pass_at_4"] || *se.Sampled.Majority != last["eval_maj_at_4"] {
 		t.Errorf("checkpoint evaluated again: %+v %+v; the run's last evaluation %v", se, se.Sampled, last)
 	}
-	ne, err := weightsync.LoadNative(dir, native.Config{MaxBatch: 5})
+	ne, err := native.Load(dir, native.Config{MaxBatch: 5})
 	if err != nil {
 		t.Fatal(err)
 	}

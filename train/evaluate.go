@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/rlnode/rlnode/rollout/native"
-	"github.com/rlnode/rlnode/weightsync"
 )
 
 // SingleEval is a single-turn evaluation on held-out problems.
@@ -52,7 +51,7 @@ func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (Sing
 	if batch == 0 {
 		batch = 256
 	}
-	eng, err := weightsync.LoadNative(dir, native.Config{MaxBatch: batch})
+	eng, err := native.Load(dir, native.Config{MaxBatch: batch})
 	if err != nil {
 		return SingleEval{}, fmt.Errorf("driver: load model %s: %w", dir, err)
 	}

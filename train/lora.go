@@ -19,7 +19,7 @@ package train
 // in PEFT layout (adapter_model.safetensors, adapter_config.json), the
 // adapters' optimizer state and learner_state.json; whatever loads one to
 // serve it (evaluation, rollout actors) merges the adapter
-// (weightsync.LoadNative), and --resume and learner restarts continue
+// (native.Load), and --resume and learner restarts continue
 // from base plus adapter.
 
 import (
@@ -30,7 +30,7 @@ import (
 	"strconv"
 
 	"github.com/rlnode/rlnode/learner"
-	"github.com/rlnode/rlnode/weightsync"
+	"github.com/rlnode/rlnode/rollout/weights"
 )
 
 // VLLMLoRAName is the adapter name the solver's LoRA is loaded under on
@@ -51,8 +51,8 @@ func (p *policy) weightsPart() string {
 }
 
 // adapterUpdate is an adapter offer's tensors as a weightsync update.
-func adapterUpdate(ad *learner.AdapterInfo, w map[string][]float32) weightsync.Update {
-	return weightsync.AdapterUpdate(w, ad.Rank, ad.Alpha, ad.TargetModules)
+func adapterUpdate(ad *learner.AdapterInfo, w map[string][]float32) weights.Update {
+	return weights.AdapterUpdate(w, ad.Rank, ad.Alpha, ad.TargetModules)
 }
 
 // pushAdapter gives p's engine the adapters w as the run's current
@@ -77,7 +77,7 @@ func (r *run) pushAdapter(ctx context.Context, p *policy, ad *learner.AdapterInf
 		}
 		p.loraBase = base
 	}
-	merged, err := weightsync.MergeLoRA(u, p.loraBase)
+	merged, err := weights.MergeLoRA(u, p.loraBase)
 	if err != nil {
 		return fmt.Errorf("driver: %s adapters of step %d: %w", p.id, r.step, err)
 	}
@@ -156,7 +156,7 @@ func (r *run) syncVLLMAdapter(ctx context.Context, p *policy) (bool, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return false, fmt.Errorf("driver: vLLM weights: %w", err)
 	}
-	if err := weightsync.WriteAdapter(dir, adapterUpdate(off.Adapter, w), r.vllmConfig(p).Model); err != nil {
+	if err := weights.WriteAdapter(dir, adapterUpdate(off.Adapter, w), r.vllmConfig(p).Model); err != nil {
 		return false, fmt.Errorf("driver: %s adapter of step %d for vLLM: %w", p.id, version, err)
 	}
 	if testAdapterPushed != nil {

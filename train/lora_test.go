@@ -20,7 +20,6 @@ import (
 	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/native"
-	"github.com/rlnode/rlnode/weightsync"
 )
 
 // loraRun is tinyRun training LoRA adapters in its RL steps, with
@@ -207,7 +206,7 @@ func TestLoRARun(t *testing.T) {
 	// Evaluation of the checkpoint serves base + adapter: the engine it
 	// loads generates what the run's engine did, and scores the run's own
 	// final accuracy.
-	eng, err := weightsync.LoadNative(ck5, native.Config{})
+	eng, err := native.Load(ck5, native.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
-	"github.com/rlnode/rlnode/weightsync"
 )
 
 // TurnEval is the evaluation of a multi-turn episode on held-out
@@ -609,7 +608,7 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 	if batch == 0 {
 		batch = 256
 	}
-	solver, err := weightsync.LoadNative(dir, native.Config{MaxBatch: batch, MaxStepTokens: 4096})
+	solver, err := native.Load(dir, native.Config{MaxBatch: batch, MaxStepTokens: 4096})
 	if err != nil {
 		return TurnEval{}, fmt.Errorf("driver: load solver %s: %w", dir, err)
 	}
@@ -620,7 +619,7 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 		if _, err := os.Stat(fdir); err != nil {
 			return TurnEval{}, fmt.Errorf("driver: the recipe has a feedback policy, but %s has none: %w", dir, err)
 		}
-		if fb, err = weightsync.LoadNative(fdir, native.Config{MaxBatch: batch, MaxStepTokens: 4096}); err != nil {
+		if fb, err = native.Load(fdir, native.Config{MaxBatch: batch, MaxStepTokens: 4096}); err != nil {
 			return TurnEval{}, fmt.Errorf("driver: load feedback policy %s: %w", fdir, err)
 		}
 		defer fb.Close()

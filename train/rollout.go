@@ -19,6 +19,7 @@ import (
 	"github.com/rlnode/rlnode/rollout"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/rollout/weights"
 	"github.com/rlnode/rlnode/weightsync"
 )
 
@@ -71,7 +72,7 @@ func init() {
 		}
 		// A LoRA learner's model directory is its base plus adapter: served
 		// merged, while pushed adapters merge onto the base (CheckpointBase).
-		return weightsync.LoadNative(dir, ncfg)
+		return native.Load(dir, ncfg)
 	})
 }
 
@@ -170,7 +171,7 @@ func (r *run) startRollout(ctx context.Context, p *policy, l learner.Config, ro 
 	if err != nil {
 		return fmt.Errorf("driver: %s weight syncer: %w", p.id, err)
 	}
-	if err := p.syncer.Keep(ctx, start, weightsync.Update{Tensors: kept}); err != nil {
+	if err := p.syncer.Keep(ctx, start, weights.Update{Tensors: kept}); err != nil {
 		return fmt.Errorf("driver: %s rollout actors' starting weights: %w", p.id, err)
 	}
 	if rolloutStartHook != nil {
@@ -231,7 +232,7 @@ func policyTokenizer(l learner.Config) (*tokenizer.Tokenizer, error) {
 // chunks elsewhere and starts replacements); with none registered the
 // version is kept for the replacements to start from (the next
 // generation fails if none can start).
-func (r *run) publish(ctx context.Context, p *policy, version int64, u weightsync.Update) error {
+func (r *run) publish(ctx context.Context, p *policy, version int64, u weights.Update) error {
 	if version <= p.syncer.Versions().Latest {
 		p.pool.SetStep(version)
 		return nil

@@ -28,7 +28,8 @@ type syncerArgs struct {
 type StatusRequest struct{}
 
 // RegisterEngine asks the weight-sync actor to register a native engine
-// host (an EngineKind actor); it answers with the engine's EngineStatus.
+// host (a weights.EngineKind actor); it answers with the engine's
+// EngineStatus.
 type RegisterEngine struct {
 	Engine actor.Ref
 }
@@ -71,7 +72,15 @@ func (a *syncActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		// Register may wait for a publish and then catch the engine up.
 		ctx, cancel := context.WithTimeout(context.Background(), 3*a.s.cfg.PushTimeout)
 		defer cancel()
-		return a.s.Register(ctx, m.Engine)
+		if err := a.s.Register(ctx, m.Engine); err != nil {
+			return nil, err
+		}
+		for _, e := range a.s.Versions().Engines {
+			if e.Name == m.Engine.Name {
+				return e, nil
+			}
+		}
+		return nil, fmt.Errorf("%s: engine %s was removed right after registering", Kind, m.Engine.Name)
 	}
 	return nil, fmt.Errorf("%s: unexpected message %T", Kind, msg)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/native/nativetest"
+	"github.com/rlnode/rlnode/rollout/weights"
 )
 
 // benchConfig is a Qwen2 model of about 9.8 M parameters: ~39 MB of
@@ -20,7 +21,7 @@ func benchConfig() model.Config {
 		RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
 }
 
-func benchUpdate(b *testing.B) (string, Update) {
+func benchUpdate(b *testing.B) (string, weights.Update) {
 	m, err := model.New(benchConfig(), cpu.New())
 	if err != nil {
 		b.Fatal(err)
@@ -28,7 +29,7 @@ func benchUpdate(b *testing.B) (string, Update) {
 	m.InitRandom(1)
 	dir := nativetest.Save(b, m)
 	m.InitRandom(2)
-	return dir, FullUpdate(m)
+	return dir, weights.FullUpdate(m)
 }
 
 // BenchmarkPublish pushes one version of the ~39 MB model to 1 and to 3
@@ -47,7 +48,7 @@ func BenchmarkPublish(b *testing.B) {
 			}
 			defer s.Close()
 			for _, r := range refs {
-				if _, err := s.Register(context.Background(), r); err != nil {
+				if err := s.Register(context.Background(), r); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -69,7 +70,7 @@ func BenchmarkPublish(b *testing.B) {
 
 func BenchmarkBulkFetch(b *testing.B) {
 	_, u := benchUpdate(b)
-	blob, err := encodeBlob(1, u)
+	blob, err := weights.Encode(1, u)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func BenchmarkBulkFetch(b *testing.B) {
 func BenchmarkEncode(b *testing.B) {
 	_, u := benchUpdate(b)
 	for i := 0; i < b.N; i++ {
-		blob, err := encodeBlob(1, u)
+		blob, err := weights.Encode(1, u)
 		if err != nil {
 			b.Fatal(err)
 		}

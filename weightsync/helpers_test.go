@@ -10,6 +10,7 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/weights"
 )
 
 func testCtx(t testing.TB, d time.Duration) context.Context {
@@ -29,14 +30,14 @@ func embedded(t testing.TB) *cluster.Node {
 	return n
 }
 
-// spawnEngines starts count EngineKind actors serving dir on node (any
+// spawnEngines starts count weights.EngineKind actors serving dir on node (any
 // node when node is "").
 func spawnEngines(t testing.TB, n *cluster.Node, prefix, dir, node string, count int) []actor.Ref {
 	t.Helper()
 	var refs []actor.Ref
 	for i := range count {
-		h, err := n.Spawn(testCtx(t, 30*time.Second), EngineKind, cluster.SpawnOptions{
-			Name: prefix + string(rune('a'+i)), Node: node, Args: EngineConfig{Model: dir}})
+		h, err := n.Spawn(testCtx(t, 30*time.Second), weights.EngineKind, cluster.SpawnOptions{
+			Name: prefix + string(rune('a'+i)), Node: node, Args: weights.EngineConfig{Model: dir}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,11 +56,11 @@ func generate(t *testing.T, sys *actor.System, ref actor.Ref) []engine.Result {
 	for i, p := range prompts {
 		reqs = append(reqs, engine.Request{ID: string(rune('p' + i)), Prompt: p, Params: engine.SamplingParams{MaxTokens: 8}})
 	}
-	v, err := sys.Call(testCtx(t, 30*time.Second), ref, Generate{Requests: reqs})
+	v, err := sys.Call(testCtx(t, 30*time.Second), ref, weights.Generate{Requests: reqs})
 	if err != nil {
 		t.Fatalf("generate on %s: %v", ref.Name, err)
 	}
-	return v.(Generated).Results
+	return v.(weights.Generated).Results
 }
 
 // checkAgainst holds every result to ref's training forward: each sampled

@@ -11,6 +11,7 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/nodetest"
 	"github.com/rlnode/rlnode/rollout/native/nativetest"
+	"github.com/rlnode/rlnode/rollout/weights"
 )
 
 // The multi-process test: this test binary re-executed as a second node
@@ -45,7 +46,7 @@ func TestPublishAcrossProcesses(t *testing.T) {
 
 	served := n.System().Stats().BulkBytesServed
 	learner := nativetest.Model(t, nativetest.Config(), 2)
-	rep, err := s.Publish(ctx, 1, FullUpdate(learner))
+	rep, err := s.Publish(ctx, 1, weights.FullUpdate(learner))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestPublishAcrossProcesses(t *testing.T) {
 	// and names the lost one (removed by its failed push or its watch).
 	child.Kill()
 	learner2 := nativetest.Model(t, nativetest.Config(), 3)
-	rep, err = s.Publish(ctx, 2, FullUpdate(learner2))
+	rep, err = s.Publish(ctx, 2, weights.FullUpdate(learner2))
 	st := s.Versions()
 	if len(rep.Applied) != 1 || rep.Applied[0].Name != "here-a" || len(st.Engines) != 1 || len(st.Removed) != 1 {
 		t.Fatalf("after the kill: report %+v, err %v, status %+v", rep, err, st)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/rollout/weights"
 )
 
 // Config configures a Syncer.
@@ -42,7 +43,7 @@ func (c *Config) defaults() {
 	}
 }
 
-const defaultPushTimeout = 2 * time.Minute
+const defaultPushTimeout = weights.DefaultPushTimeout
 
 // Errors callers branch on.
 var (
@@ -186,43 +187,43 @@ func (s *Syncer) nodeOf(addr string) string {
 	return addr
 }
 
-// Register adds a native engine host (an EngineKind actor, or one
-// ServeEngine started) and asks it for the version it serves. An engine
+// Register adds a native engine host (a weights.EngineKind actor, or one
+// weights.Serve started) and asks it for the version it serves. An engine
 // behind the published version is caught up first: it gets the last full
 // payload and the last LoRA payload after it (the Syncer keeps both), and
 // is not registered if that fails. If the actor is in the cluster
 // directory, its death or restart removes it at once. Register waits for
 // a publish in progress to end.
-func (s *Syncer) Register(ctx context.Context, ref actor.Ref) (EngineStatus, error) {
+func (s *Syncer) Register(ctx context.Context, ref actor.Ref) error {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return EngineStatus{}, fmt.Errorf("weightsync: register engine %s: waiting for a publish to end: %w", ref.Name, ctx.Err())
+		return fmt.Errorf("weightsync: register engine %s: waiting for a publish to end: %w", ref.Name, ctx.Err())
 	}
 	defer func() { <-s.sem }()
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 	defer cancel()
 	node := s.nodeOf(ref.Address)
-	v, err := s.node.System().Call(qctx, ref, VersionRequest{})
+	v, err := s.node.System().Call(qctx, ref, weights.VersionRequest{})
 	if err != nil {
-		return EngineStatus{}, fmt.Errorf("weightsync: register engine %s on node %s: %w", ref.Name, node, err)
+		return fmt.Errorf("weightsync: register engine %s on node %s: %w", ref.Name, node, err)
 	}
-	ev, ok := v.(EngineVersion)
+	ev, ok := v.(weights.EngineVersion)
 	if !ok {
-		return EngineStatus{}, fmt.Errorf("weightsync: register engine %s on node %s: answered %T, want weightsync.EngineVersion (is it a weight-sync engine host?)", ref.Name, node, v)
+		return fmt.Errorf("weightsync: register engine %s on node %s: answered %T, want weights.EngineVersion (is it a weight-sync engine host?)", ref.Name, node, v)
 	}
 	t := &target{name: ref.Name, node: node, ref: ref, version: ev.Version}
 	if err := s.catchUp(ctx, t); err != nil {
-		return EngineStatus{}, fmt.Errorf("weightsync: register engine %s on node %s: %w", ref.Name, node, err)
+		return fmt.Errorf("weightsync: register engine %s on node %s: %w", ref.Name, node, err)
 	}
 	if err := s.add(t); err != nil {
-		return EngineStatus{}, err
+		return err
 	}
 	if rec, ok := s.node.Directory().Actor(ref.Name); ok && rec.Ref.ID == ref.ID && rec.Ref.Address == ref.Address {
 		wctx, _ := s.watchCtx(t)
 		go s.watch(wctx, t)
 	}
-	return t.status(), nil
+	return nil
 }
 
 // payload is a published version's encoded update, kept for catching up
@@ -246,7 +247,7 @@ func (s *Syncer) catchUp(ctx context.Context, t *target) error {
 	for _, p := range todo {
 		pctx, cancel := context.WithTimeout(ctx, s.cfg.PushTimeout)
 		offer := bulk.Offer(p.blob, 1, s.cfg.PushTimeout+30*time.Second)
-		v, err := s.pushNative(pctx, t, Push{Version: p.version, Blob: offer, Timeout: s.cfg.PushTimeout})
+		v, err := s.pushNative(pctx, t, weights.Push{Version: p.version, Blob: offer, Timeout: s.cfg.PushTimeout})
 		bulk.Release(offer)
 		cancel()
 		if err != nil {
@@ -319,6 +320,18 @@ func (s *Syncer) remove(t *target, cause string) bool {
 	return true
 }
 
+// Serves is the version the engine registered under name serves; false
+// when none is.
+func (s *Syncer) Serves(name string) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.targets[name]
+	if !ok {
+		return 0, false
+	}
+	return t.version, true
+}
+
 // MaxStaleness is the k of Config.MaxStaleness: results for learner step
 // s may come from version s-k or newer.
 func (s *Syncer) MaxStaleness() int { return s.cfg.MaxStaleness }
@@ -388,7 +401,7 @@ func (s *Syncer) VersionFor(ctx context.Context, step int64) (int64, error) {
 // their shared directory. It returns when every engine has applied it or
 // failed; failed engines are removed and named in the error (which wraps
 // ErrEngineFailed), the others serve version. Publishes run one at a time.
-func (s *Syncer) Publish(ctx context.Context, version int64, u Update) (Report, error) {
+func (s *Syncer) Publish(ctx context.Context, version int64, u weights.Update) (Report, error) {
 	start := time.Now()
 	select {
 	case s.sem <- struct{}{}:
@@ -423,7 +436,7 @@ func (s *Syncer) Publish(ctx context.Context, version int64, u Update) (Report, 
 		s.mu.Unlock()
 	}()
 
-	blob, err := encodeBlob(version, u)
+	blob, err := weights.Encode(version, u)
 	if err != nil {
 		return Report{}, fmt.Errorf("publish version %d: %w", version, err)
 	}
@@ -449,7 +462,7 @@ func (s *Syncer) Publish(ctx context.Context, version int64, u Update) (Report, 
 			if t.vllm != nil {
 				v, err = t.vllm.push(pctx, version, u)
 			} else {
-				v, err = s.pushNative(pctx, t, Push{Version: version, Blob: offer, Timeout: s.cfg.PushTimeout})
+				v, err = s.pushNative(pctx, t, weights.Push{Version: version, Blob: offer, Timeout: s.cfg.PushTimeout})
 			}
 			results <- outcome{t, v, err}
 		}()
@@ -518,11 +531,11 @@ func (s *Syncer) Publish(ctx context.Context, version int64, u Update) (Report, 
 // version must be newer than the published one, or equal to it when
 // nothing was kept or published yet (the Syncer's initial version). A
 // LoRA update is refused.
-func (s *Syncer) Keep(ctx context.Context, version int64, u Update) error {
+func (s *Syncer) Keep(ctx context.Context, version int64, u weights.Update) error {
 	if u.LoRA != nil {
 		return fmt.Errorf("keep version %d: a LoRA update: kept weights must be full", version)
 	}
-	blob, err := encodeBlob(version, u)
+	blob, err := weights.Encode(version, u)
 	if err != nil {
 		return fmt.Errorf("keep version %d: %w", version, err)
 	}
@@ -548,14 +561,14 @@ func (s *Syncer) Keep(ctx context.Context, version int64, u Update) error {
 	return nil
 }
 
-func (s *Syncer) pushNative(ctx context.Context, t *target, p Push) (int64, error) {
+func (s *Syncer) pushNative(ctx context.Context, t *target, p weights.Push) (int64, error) {
 	v, err := s.node.System().Call(ctx, t.ref, p)
 	if err != nil {
 		return 0, err
 	}
-	ev, ok := v.(EngineVersion)
+	ev, ok := v.(weights.EngineVersion)
 	if !ok {
-		return 0, fmt.Errorf("answered %T, want weightsync.EngineVersion", v)
+		return 0, fmt.Errorf("answered %T, want weights.EngineVersion", v)
 	}
 	if ev.Version != p.Version {
 		return 0, fmt.Errorf("serves version %d after the push of %d", ev.Version, p.Version)
@@ -574,8 +587,8 @@ func (s *Syncer) refresh(t *target) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.QueryTimeout)
 	defer cancel()
-	v, err := s.node.System().Call(ctx, t.ref, VersionRequest{})
-	if ev, ok := v.(EngineVersion); err == nil && ok {
+	v, err := s.node.System().Call(ctx, t.ref, weights.VersionRequest{})
+	if ev, ok := v.(weights.EngineVersion); err == nil && ok {
 		s.mu.Lock()
 		t.version = ev.Version
 		s.notifyLocked()

@@ -12,6 +12,7 @@ import (
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/native/nativetest"
+	"github.com/rlnode/rlnode/rollout/weights"
 )
 
 func startSyncer(t *testing.T, n *cluster.Node, cfg Config) *Syncer {
@@ -27,7 +28,7 @@ func startSyncer(t *testing.T, n *cluster.Node, cfg Config) *Syncer {
 func register(t *testing.T, s *Syncer, refs ...actor.Ref) {
 	t.Helper()
 	for _, r := range refs {
-		if _, err := s.Register(testCtx(t, 30*time.Second), r); err != nil {
+		if err := s.Register(testCtx(t, 30*time.Second), r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -49,7 +50,7 @@ func TestPublishFullAndLoRA(t *testing.T) {
 	checkAgainst(t, "before", base, generate(t, n.System(), refs[0]), 0)
 
 	learner := nativetest.Model(t, nativetest.Config(), 2)
-	rep, err := s.Publish(ctx, 1, FullUpdate(learner))
+	rep, err := s.Publish(ctx, 1, weights.FullUpdate(learner))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestPublishFullAndLoRA(t *testing.T) {
 		}
 		learner.B.Upload(p.W, v)
 	}
-	u, err := LoRAUpdate(learner)
+	u, err := weights.LoRAUpdate(learner)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestPublishFullAndLoRA(t *testing.T) {
 		}
 		learner.B.Upload(p.W, v)
 	}
-	u, _ = LoRAUpdate(learner)
+	u, _ = weights.LoRAUpdate(learner)
 	if _, err := s.Publish(ctx, 3, u); err != nil {
 		t.Fatal(err)
 	}
@@ -133,13 +134,13 @@ func TestBadUpdates(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	cases := []struct {
 		name string
-		u    Update
+		u    weights.Update
 		want string
 	}{
-		{"empty", Update{}, "no tensors"},
-		{"shape", Update{Tensors: map[string][]float32{"model.norm.weight": make([]float32, 32)}, Shapes: map[string][]int{"model.norm.weight": {31}}}, "32 values for shape [31]"},
-		{"lora name", Update{Tensors: map[string][]float32{"model.norm.weight": make([]float32, 32)}, LoRA: &LoRA{Rank: 4, Alpha: 8}}, "not a PEFT adapter weight"},
-		{"lora half", Update{Tensors: map[string][]float32{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": make([]float32, 128)}, LoRA: &LoRA{Rank: 4, Alpha: 8}}, "only one of lora_A and lora_B"},
+		{"empty", weights.Update{}, "no tensors"},
+		{"shape", weights.Update{Tensors: map[string][]float32{"model.norm.weight": make([]float32, 32)}, Shapes: map[string][]int{"model.norm.weight": {31}}}, "32 values for shape [31]"},
+		{"lora name", weights.Update{Tensors: map[string][]float32{"model.norm.weight": make([]float32, 32)}, LoRA: &weights.LoRA{Rank: 4, Alpha: 8}}, "not a PEFT adapter weight"},
+		{"lora half", weights.Update{Tensors: map[string][]float32{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": make([]float32, 128)}, LoRA: &weights.LoRA{Rank: 4, Alpha: 8}}, "only one of lora_A and lora_B"},
 	}
 	for _, tc := range cases {
 		if _, err := s.Publish(ctx, 1, tc.u); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -148,7 +149,7 @@ func TestBadUpdates(t *testing.T) {
 	}
 	// Refused by the engine: an unknown tensor. The engine is named and
 	// removed; nothing else changed.
-	_, err := s.Publish(ctx, 1, Update{Tensors: map[string][]float32{"model.nope.weight": {1}}})
+	_, err := s.Publish(ctx, 1, weights.Update{Tensors: map[string][]float32{"model.nope.weight": {1}}})
 	var ee *EngineError
 	if !errors.As(err, &ee) || ee.Engine != "bad-a" || ee.Node != n.ID() || !strings.Contains(err.Error(), `"model.nope.weight"`) {
 		t.Fatalf("unknown tensor: %v", err)
@@ -159,7 +160,7 @@ func TestBadUpdates(t *testing.T) {
 	if _, err := s.WaitVersion(ctx, 1); !errors.Is(err, ErrNoEngines) {
 		t.Fatalf("wait with no engines: %v", err)
 	}
-	if _, err := s.Publish(ctx, 1, FullUpdate(nativetest.Model(t, nativetest.Config(), 2))); !errors.Is(err, ErrNoEngines) {
+	if _, err := s.Publish(ctx, 1, weights.FullUpdate(nativetest.Model(t, nativetest.Config(), 2))); !errors.Is(err, ErrNoEngines) {
 		t.Fatalf("publish with no engines: %v", err)
 	}
 	if st := s.Versions(); st.Latest != 0 {
@@ -198,7 +199,7 @@ func TestStalenessBound(t *testing.T) {
 		got <- v
 	}()
 	learner := nativetest.Model(t, nativetest.Config(), 2)
-	if _, err := s.Publish(ctx, 1, FullUpdate(learner)); err != nil {
+	if _, err := s.Publish(ctx, 1, weights.FullUpdate(learner)); err != nil {
 		t.Fatal(err)
 	}
 	if v := <-got; v != 1 {
@@ -230,7 +231,7 @@ func TestSynchronousBarrier(t *testing.T) {
 		got <- v
 	}()
 	learner := nativetest.Model(t, nativetest.Config(), 4)
-	if _, err := s.Publish(ctx, 1, FullUpdate(learner)); err != nil {
+	if _, err := s.Publish(ctx, 1, weights.FullUpdate(learner)); err != nil {
 		t.Fatal(err)
 	}
 	if v := <-got; v != 1 {
@@ -238,8 +239,8 @@ func TestSynchronousBarrier(t *testing.T) {
 	}
 	// Every engine serves version 1 once the barrier is through.
 	for _, r := range refs {
-		v, err := n.System().Call(ctx, r, VersionRequest{})
-		if err != nil || v.(EngineVersion).Version != 1 {
+		v, err := n.System().Call(ctx, r, weights.VersionRequest{})
+		if err != nil || v.(weights.EngineVersion).Version != 1 {
 			t.Fatalf("%s: %+v, %v", r.Name, v, err)
 		}
 	}
@@ -259,7 +260,7 @@ func TestFailingEnginesDoNotBlockOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closedRef, err := ServeEngine(n.System(), "closed", closedEng, nil)
+	closedRef, err := weights.Serve(n.System(), "closed", closedEng, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +270,7 @@ func TestFailingEnginesDoNotBlockOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { busyEng.Close() })
-	busyRef, err := ServeEngine(n.System(), "busy", stuckEngine{busyEng}, nil)
+	busyRef, err := weights.Serve(n.System(), "busy", stuckEngine{busyEng}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +285,7 @@ func TestFailingEnginesDoNotBlockOthers(t *testing.T) {
 	closedEng.Close()
 
 	learner := nativetest.Model(t, nativetest.Config(), 2)
-	rep, err := s.Publish(ctx, 1, FullUpdate(learner))
+	rep, err := s.Publish(ctx, 1, weights.FullUpdate(learner))
 	if !errors.Is(err, ErrEngineFailed) {
 		t.Fatalf("publish: %v", err)
 	}
@@ -344,7 +345,7 @@ func TestLateEnginesCatchUp(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 
 	learner := nativetest.Model(t, nativetest.Config(), 2)
-	if _, err := s.Publish(ctx, 1, FullUpdate(learner)); err != nil {
+	if _, err := s.Publish(ctx, 1, weights.FullUpdate(learner)); err != nil {
 		t.Fatal(err)
 	}
 	register(t, s, refs[1])
@@ -360,7 +361,7 @@ func TestLateEnginesCatchUp(t *testing.T) {
 		}
 		learner.B.Upload(p.W, v)
 	}
-	u, err := LoRAUpdate(learner)
+	u, err := weights.LoRAUpdate(learner)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +392,7 @@ func TestKeepCatchesUpNewEngines(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	blank := nativetest.Save(t, nativetest.Model(t, nativetest.Config(), 1))
 	spawnBlank := func(name string) actor.Ref {
-		h, err := n.Spawn(ctx, EngineKind, cluster.SpawnOptions{Name: name, Args: EngineConfig{Model: blank, Version: -1}})
+		h, err := n.Spawn(ctx, weights.EngineKind, cluster.SpawnOptions{Name: name, Args: weights.EngineConfig{Model: blank, Version: -1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -404,18 +405,18 @@ func TestKeepCatchesUpNewEngines(t *testing.T) {
 	}
 	t.Cleanup(s.Close)
 	learner := nativetest.Model(t, nativetest.Config(), 2)
-	lora := FullUpdate(learner)
-	lora.LoRA = &LoRA{Rank: 1, Alpha: 1}
+	lora := weights.FullUpdate(learner)
+	lora.LoRA = &weights.LoRA{Rank: 1, Alpha: 1}
 	if err := s.Keep(ctx, 3, lora); err == nil || !strings.Contains(err.Error(), "must be full") {
 		t.Fatalf("keep LoRA: %v", err)
 	}
-	if err := s.Keep(ctx, 2, FullUpdate(learner)); !errors.Is(err, ErrStaleVersion) {
+	if err := s.Keep(ctx, 2, weights.FullUpdate(learner)); !errors.Is(err, ErrStaleVersion) {
 		t.Fatalf("keep version 2 after 3: %v", err)
 	}
-	if err := s.Keep(ctx, 3, FullUpdate(learner)); err != nil {
+	if err := s.Keep(ctx, 3, weights.FullUpdate(learner)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Keep(ctx, 3, FullUpdate(learner)); !errors.Is(err, ErrStaleVersion) {
+	if err := s.Keep(ctx, 3, weights.FullUpdate(learner)); !errors.Is(err, ErrStaleVersion) {
 		t.Fatalf("keep version 3 twice: %v", err)
 	}
 	if st := s.Versions(); st.Latest != 3 || len(st.Engines) != 0 {
@@ -424,16 +425,16 @@ func TestKeepCatchesUpNewEngines(t *testing.T) {
 	first := spawnBlank("blank-a")
 	register(t, s, first)
 	checkAgainst(t, "registered after Keep", learner, generate(t, n.System(), first), 3)
-	if err := s.Keep(ctx, 4, FullUpdate(learner)); !errors.Is(err, ErrEnginesRegistered) {
+	if err := s.Keep(ctx, 4, weights.FullUpdate(learner)); !errors.Is(err, ErrEnginesRegistered) {
 		t.Fatalf("keep with an engine registered: %v", err)
 	}
 	// Every engine gone: version 4 is kept for the next one.
 	s.Remove(first.Name, "test")
 	next := nativetest.Model(t, nativetest.Config(), 3)
-	if _, err := s.Publish(ctx, 4, FullUpdate(next)); !errors.Is(err, ErrNoEngines) {
+	if _, err := s.Publish(ctx, 4, weights.FullUpdate(next)); !errors.Is(err, ErrNoEngines) {
 		t.Fatalf("publish with no engine: %v", err)
 	}
-	if err := s.Keep(ctx, 4, FullUpdate(next)); err != nil {
+	if err := s.Keep(ctx, 4, weights.FullUpdate(next)); err != nil {
 		t.Fatal(err)
 	}
 	second := spawnBlank("blank-b")

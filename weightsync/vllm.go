@@ -2,17 +2,15 @@ package weightsync
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/rollout/vllm"
+	"github.com/rlnode/rlnode/rollout/weights"
 )
 
 // VLLM is a vLLM target: the client the rollout side generates with (so
@@ -64,7 +62,7 @@ func (s *Syncer) RegisterVLLM(name string, v VLLM) (EngineStatus, error) {
 }
 
 // push writes u under Dir and makes every server load it.
-func (v *VLLM) push(ctx context.Context, version int64, u Update) (int64, error) {
+func (v *VLLM) push(ctx context.Context, version int64, u weights.Update) (int64, error) {
 	var dir string
 	var err error
 	if u.LoRA != nil {
@@ -91,32 +89,8 @@ func (v *VLLM) versionDir(kind string, version int64) string {
 	return filepath.Join(v.Dir, kind+"-"+strconv.FormatInt(version, 10))
 }
 
-func tensors(u Update, needShapes bool) ([]safetensors.Tensor, error) {
-	names := make([]string, 0, len(u.Tensors))
-	for n := range u.Tensors {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	out := make([]safetensors.Tensor, 0, len(names))
-	for _, n := range names {
-		shape, ok := u.Shapes[n]
-		if !ok {
-			if needShapes {
-				return nil, fmt.Errorf("tensor %q: no shape (Update.Shapes): a checkpoint needs every shape", n)
-			}
-			shape = []int{len(u.Tensors[n])}
-		}
-		t, err := safetensors.FromFloat32(n, safetensors.F32, shape, u.Tensors[n])
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, nil
-}
-
-func (v *VLLM) writeCheckpoint(version int64, u Update) (string, error) {
-	ts, err := tensors(u, true)
+func (v *VLLM) writeCheckpoint(version int64, u weights.Update) (string, error) {
+	ts, err := u.SafeTensors(true)
 	if err != nil {
 		return "", fmt.Errorf("vLLM checkpoint for version %d: %w", version, err)
 	}
@@ -130,53 +104,12 @@ func (v *VLLM) writeCheckpoint(version int64, u Update) (string, error) {
 	return dir, nil
 }
 
-func (v *VLLM) writeAdapter(version int64, u Update) (string, error) {
+func (v *VLLM) writeAdapter(version int64, u weights.Update) (string, error) {
 	dir := v.versionDir("lora", version)
-	if err := WriteAdapter(dir, u, v.BaseModel); err != nil {
+	if err := weights.WriteAdapter(dir, u, v.BaseModel); err != nil {
 		return "", err
 	}
 	return dir, nil
-}
-
-// WriteAdapter writes a LoRA update into dir as a PEFT adapter directory
-// (adapter_model.safetensors, adapter_config.json with baseModel as
-// base_model_name_or_path): what vLLM's /v1/load_lora_adapter and PEFT
-// load.
-func WriteAdapter(dir string, u Update, baseModel string) error {
-	if u.LoRA == nil {
-		return fmt.Errorf("write adapter %s: the update is a full one", dir)
-	}
-	if err := u.validate(); err != nil {
-		return fmt.Errorf("write adapter %s: %w", dir, err)
-	}
-	ads, err := u.adapters()
-	if err != nil {
-		return err
-	}
-	shapes := map[string][]int{}
-	for _, ad := range ads {
-		shapes["base_model.model."+ad.module+".lora_A.weight"] = []int{u.LoRA.Rank, ad.in}
-		shapes["base_model.model."+ad.module+".lora_B.weight"] = []int{ad.out, u.LoRA.Rank}
-	}
-	u.Shapes = shapes
-	ts, err := tensors(u, true)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if err := safetensors.WriteFile(filepath.Join(dir, model.AdapterWeights), ts, map[string]string{"format": "pt"}); err != nil {
-		return err
-	}
-	cfg := map[string]any{"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": u.LoRA.Rank, "lora_alpha": u.LoRA.Alpha,
-		"lora_dropout": 0.0, "target_modules": u.LoRA.TargetModules, "bias": "none", "inference_mode": true,
-		"base_model_name_or_path": baseModel}
-	js, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, model.AdapterConfig), js, 0o644)
 }
 
 // prune deletes version directories older than the Keep newest.

@@ -12,6 +12,7 @@ import (
 	"github.com/rlnode/rlnode/rollout/native/nativetest"
 	"github.com/rlnode/rlnode/rollout/vllm"
 	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
+	"github.com/rlnode/rlnode/rollout/weights"
 )
 
 // A vLLM target beside a native engine: a full update is written as a
@@ -37,7 +38,7 @@ func TestPublishToVLLM(t *testing.T) {
 	}
 
 	learner := nativetest.Model(t, nativetest.Config(), 2)
-	full := FullUpdate(learner)
+	full := weights.FullUpdate(learner)
 	if _, err := s.Publish(ctx, 1, full); err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestPublishToVLLM(t *testing.T) {
 	if err := learner.AddLoRA(model.LoRAConfig{Rank: 2, Alpha: 4, TargetModules: []string{"v_proj"}, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
-	u, err := LoRAUpdate(learner)
+	u, err := weights.LoRAUpdate(learner)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ import (
 // An mlmt checkpoint keeps the solver in step-N/ and the feedback policy
 // in step-N/feedback/ (train.FeedbackDir). A LoRA checkpoint (the frozen
 // base plus a PEFT adapter) is evaluated with the adapter merged into the
-// base (driver's evaluation loads it through weightsync.LoadNative): no
+// base (driver's evaluation loads it through native.Load): no
 // merged copy is written into checkpoints. Recipes with a dataset are
 // evaluated on its held-out rows with the recipe's verifier. Not done yet:
 // evaluation on vLLM servers (eval always uses the native engine).

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/rollout/native"
-	"github.com/rlnode/rlnode/weightsync"
 )
 
 func init() { commands["serve"] = serveCommand }
@@ -56,7 +55,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	// A LoRA checkpoint (base + PEFT adapter) is served merged.
-	e, err := weightsync.LoadNative(*modelDir, native.Config{MaxBatch: *maxBatch})
+	e, err := native.Load(*modelDir, native.Config{MaxBatch: *maxBatch})
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode serve: %v\n", err)
 		return 1

@@ -95,10 +95,18 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) 
 }
 
 // Load reads a checkpoint directory (config.json, safetensors weights,
-// tokenizer.json) onto the cpu backend and starts an engine over it.
+// tokenizer.json) onto the cpu backend and starts an engine over it. A
+// directory that also holds a PEFT adapter (an rlnode LoRA checkpoint:
+// the frozen base in model.safetensors, the adapter beside it) is served
+// as base plus adapter, merged.
 func Load(dir string, cfg Config) (*Engine, error) {
-	m, err := model.Load(dir, cpu.New())
-	if err != nil {
+	var m *model.Model
+	var err error
+	if model.HasAdapter(dir) {
+		if m, err = model.LoadServed(dir, cpu.New()); err != nil {
+			return nil, fmt.Errorf("native engine: %w", err)
+		}
+	} else if m, err = model.Load(dir, cpu.New()); err != nil {
 		return nil, err
 	}
 	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))

@@ -1,4 +1,4 @@
-package weightsync
+package weights
 
 import (
 	"context"
@@ -63,12 +63,12 @@ func init() {
 	actor.RegisterKind(EngineKind, func(ctx *actor.Context, args any) (actor.Actor, error) {
 		cfg, ok := args.(EngineConfig)
 		if !ok {
-			return nil, fmt.Errorf("%s: spawn args are %T, want weightsync.EngineConfig", EngineKind, args)
+			return nil, fmt.Errorf("%s: spawn args are %T, want weights.EngineConfig", EngineKind, args)
 		}
 		if cfg.Model == "" {
 			return nil, fmt.Errorf("%s: EngineConfig.Model: no checkpoint directory", EngineKind)
 		}
-		e, err := LoadNative(cfg.Model, native.Config{MaxBatch: cfg.MaxBatch, WeightVersion: cfg.Version})
+		e, err := native.Load(cfg.Model, native.Config{MaxBatch: cfg.MaxBatch, WeightVersion: cfg.Version})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EngineKind, err)
 		}
@@ -98,7 +98,7 @@ type Receiver struct {
 }
 
 // CheckpointBase reads base weights (for merging LoRA adapters) from the
-// checkpoint dir: the Base of a Receiver, or ServeEngine's base.
+// checkpoint dir: the Base of a Receiver, or Serve's base.
 func CheckpointBase(dir string) func([]string) (map[string][]float32, error) {
 	return func(names []string) (map[string][]float32, error) {
 		ck, err := safetensors.OpenCheckpoint(dir)
@@ -126,7 +126,7 @@ func CheckpointBase(dir string) func([]string) (map[string][]float32, error) {
 func (r *Receiver) Apply(ctx context.Context, sys *actor.System, p Push) error {
 	timeout := p.Timeout
 	if timeout <= 0 {
-		timeout = defaultPushTimeout
+		timeout = DefaultPushTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -142,7 +142,7 @@ func (r *Receiver) Apply(ctx context.Context, sys *actor.System, p Push) error {
 	if err != nil {
 		return fmt.Errorf("push version %d: %w", p.Version, err)
 	}
-	version, u, err := decodeBlob(fmt.Sprintf("bulk %s from %s", p.Blob.ID, p.Blob.Addr), blob)
+	version, u, err := Decode(fmt.Sprintf("bulk %s from %s", p.Blob.ID, p.Blob.Addr), blob)
 	if err != nil {
 		return fmt.Errorf("push version %d: %w", p.Version, err)
 	}
@@ -202,7 +202,7 @@ func (r *Receiver) merged(u Update) (map[string][]float32, error) {
 	return mergeLoRA(u, r.base)
 }
 
-// engineHost is the EngineKind actor (and ServeEngine's).
+// engineHost is the EngineKind actor (and Serve's).
 type engineHost struct {
 	name string
 	eng  engine.Engine
@@ -241,6 +241,9 @@ func (h *engineHost) Stopped(*actor.Context) {
 	}
 }
 
+// DefaultPushTimeout bounds a push whose Push.Timeout is unset.
+const DefaultPushTimeout = 2 * time.Minute
+
 // generateTimeout bounds one Generate call on a host.
 const generateTimeout = 10 * time.Minute
 
@@ -251,12 +254,12 @@ type HostedEngine interface {
 	SetWeights(ctx context.Context, version int64, weights map[string][]float32) error
 }
 
-// ServeEngine hosts an engine this process already runs as a local actor
-// named name that accepts pushes, so a Syncer can register it. base
+// Serve hosts an engine this process already runs as a local actor
+// named name that accepts pushes, so a weight syncer can register it. base
 // supplies the weights LoRA adapters merge onto (nil refuses LoRA
 // updates). The caller keeps owning e: stopping the actor does not close
 // it.
-func ServeEngine(sys *actor.System, name string, e HostedEngine, base func(names []string) (map[string][]float32, error)) (actor.Ref, error) {
+func Serve(sys *actor.System, name string, e HostedEngine, base func(names []string) (map[string][]float32, error)) (actor.Ref, error) {
 	h := &engineHost{name: name, eng: e, recv: &Receiver{Engine: e, Base: base}}
 	return sys.SpawnLocal(actor.LocalSpawn{Name: name, Kind: EngineKind, Factory: func(*actor.Context, any) (actor.Actor, error) {
 		return h, nil

@@ -1,4 +1,4 @@
-package weightsync
+package weights
 
 import (
 	"encoding/binary"
@@ -186,10 +186,10 @@ const (
 	metaTargets = "lora.target_modules"
 )
 
-// encodeBlob writes u as safetensors bytes (float32, names sorted, shapes
+// Encode writes u as safetensors bytes (float32, names sorted, shapes
 // as given or flat) with the version and the LoRA description in
 // __metadata__: the one payload every engine pulls.
-func encodeBlob(version int64, u Update) ([]byte, error) {
+func Encode(version int64, u Update) ([]byte, error) {
 	if err := u.validate(); err != nil {
 		return nil, err
 	}
@@ -241,9 +241,9 @@ func encodeBlob(version int64, u Update) ([]byte, error) {
 	return out, nil
 }
 
-// decodeBlob parses a blob written by encodeBlob; what names the payload in
+// Decode parses a blob written by Encode; what names the payload in
 // errors.
-func decodeBlob(what string, b []byte) (int64, Update, error) {
+func Decode(what string, b []byte) (int64, Update, error) {
 	f, err := safetensors.Parse(what, b)
 	if err != nil {
 		return 0, Update{}, err

@@ -1,4 +1,4 @@
-package weightsync
+package weights
 
 import (
 	"math"

@@ -1,6 +1,7 @@
-package weightsync
+package weights
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,7 +16,7 @@ func TestBlobRoundTrip(t *testing.T) {
 		},
 		LoRA: &LoRA{Rank: 2, Alpha: 3, TargetModules: []string{"q_proj"}},
 	}
-	blob, err := encodeBlob(7, u)
+	blob, err := Encode(7, u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +24,7 @@ func TestBlobRoundTrip(t *testing.T) {
 	if f, err := safetensors.Parse("blob", blob); err != nil || f.Metadata["rlnode.update"] != "lora" {
 		t.Fatalf("safetensors parse: %v", err)
 	}
-	v, got, err := decodeBlob("blob", blob)
+	v, got, err := Decode("blob", blob)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func TestBlobRoundTrip(t *testing.T) {
 		t.Fatalf("decoded version %d, %+v, %v", v, got.LoRA, err)
 	}
 	for name, want := range u.Tensors {
-		if !equal(got.Tensors[name], want) {
+		if !slices.Equal(got.Tensors[name], want) {
 			t.Fatalf("%s: %v, want %v", name, got.Tensors[name], want)
 		}
 	}
@@ -41,7 +42,7 @@ func TestBlobRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	// B·A = -1·[1 2 3] + 0.5·[4 5 6] = [1 0.5 0]; ×1.5 = [1.5 0.75 0].
-	if w := merged["model.layers.0.self_attn.q_proj.weight"]; !equal(w, []float32{11.5, 20.75, 30}) {
+	if w := merged["model.layers.0.self_attn.q_proj.weight"]; !slices.Equal(w, []float32{11.5, 20.75, 30}) {
 		t.Fatalf("merged %v", w)
 	}
 	if _, err := mergeLoRA(got, map[string][]float32{"model.layers.0.self_attn.q_proj.weight": {1, 2}}); err == nil || !strings.Contains(err.Error(), "want 1×3") {
@@ -50,7 +51,7 @@ func TestBlobRoundTrip(t *testing.T) {
 }
 
 func TestDecodeBlobRefusesBadPayloads(t *testing.T) {
-	good, err := encodeBlob(3, Update{Tensors: map[string][]float32{"model.norm.weight": {1, 2}}})
+	good, err := Encode(3, Update{Tensors: map[string][]float32{"model.norm.weight": {1, 2}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestDecodeBlobRefusesBadPayloads(t *testing.T) {
 		{"kind", badKind, `"delta", want full or lora`},
 	}
 	for _, tc := range cases {
-		if _, _, err := decodeBlob("payload", tc.blob); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, err := Decode("payload", tc.blob); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
