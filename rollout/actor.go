@@ -180,6 +180,7 @@ func init() {
 		}
 		return native.Load(model, native.Config{WeightVersion: cfg.WeightVersion})
 	})
+	RegisterEngine(PushedNative, newPushedNative)
 	RegisterVerifier("math", func() (verify.Verifier, error) { return verify.Math{}, nil })
 	RegisterVerifier("gsm8k", func() (verify.Verifier, error) { return verify.GSM8K{}, nil })
 	RegisterVerifier("code", func() (verify.Verifier, error) {

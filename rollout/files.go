@@ -5,8 +5,11 @@ package rollout
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"sync/atomic"
 
@@ -109,4 +112,64 @@ func (e *PushedEngine) Stream(ctx context.Context, req engine.Request, opts nati
 		return nil, fmt.Errorf("native engine: %w", ErrNoWeights)
 	}
 	return e.Engine.Stream(ctx, req, opts)
+}
+
+// PushedNative is the engine a weight syncer's rollout actors host: the
+// native engine built from the model files the actor was spawned with
+// (ActorConfig.ModelFiles: config.json, tokenizer.json and
+// EngineConfigFile, the decode batch), whose weights the syncer pushes
+// when the actor registers — or, given a directory, loading that. Every
+// node registers it (this package's init).
+const PushedNative = "driver-native"
+
+// EngineConfigFile holds the native engine settings of a rollout model:
+// {"max_batch": N}.
+const EngineConfigFile = "engine.json"
+
+type engineFile struct {
+	MaxBatch int `json:"max_batch"`
+}
+
+// PushedNativeFiles are the ModelFiles of a PushedNative engine: the
+// model's config.json and tokenizer.json bytes, and its decode batch.
+func PushedNativeFiles(config, tokenizer []byte, maxBatch int) (map[string][]byte, error) {
+	ej, err := json.Marshal(engineFile{MaxBatch: maxBatch})
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"config.json": config, "tokenizer.json": tokenizer, EngineConfigFile: ej}, nil
+}
+
+func newPushedNative(cfg ActorConfig, dir string) (engine.Engine, error) {
+	var js []byte
+	path := EngineConfigFile + " of the model files"
+	switch {
+	case dir != "":
+		path = filepath.Join(dir, EngineConfigFile)
+		var err error
+		if js, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("%s engine: %w", PushedNative, err)
+		}
+	case cfg.ModelFiles != nil:
+		var ok bool
+		if js, ok = cfg.ModelFiles[EngineConfigFile]; !ok {
+			return nil, fmt.Errorf("%s engine: no %s in the model files", PushedNative, EngineConfigFile)
+		}
+	default:
+		return nil, errors.New(PushedNative + " engine: no model directory or model files")
+	}
+	var ef engineFile
+	if err := json.Unmarshal(js, &ef); err != nil {
+		return nil, fmt.Errorf("%s engine: %s: %w", PushedNative, path, err)
+	}
+	if ef.MaxBatch <= 0 {
+		return nil, fmt.Errorf("%s engine: %s: max_batch %d: want > 0", PushedNative, path, ef.MaxBatch)
+	}
+	ncfg := native.Config{MaxBatch: ef.MaxBatch, MaxStepTokens: 4096, WeightVersion: cfg.WeightVersion}
+	if dir == "" {
+		return NewNativeFromFiles(cfg.ModelFiles, ncfg)
+	}
+	// A LoRA learner's model directory is its base plus adapter: served
+	// merged, while pushed adapters merge onto the base (CheckpointBase).
+	return native.Load(dir, ncfg)
 }

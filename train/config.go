@@ -143,7 +143,8 @@ type Config struct {
 	// Rollout, when set, generates the solver's samples (training and
 	// evaluation) on rollout actors on the cluster (a rollout.Pool of
 	// native engines) instead of the native engine in this process; each
-	// learner step's weights reach them through a weightsync.Syncer.
+	// learner step's weights reach them through a weightsync.Syncer
+	// (weightsync.RolloutServer).
 	// FeedbackRollout does the same for MLMT's feedback policy. The
 	// actors get the policy's starting weights pushed when they register
 	// (nothing is read from Out on their nodes). On an embedded cluster the node offers

@@ -5,8 +5,8 @@
 // or a dataset (Config.Dataset, data.go), generate GroupSize samples per
 // prompt, score them with the run's verifier (rollout/verify: math, gsm8k
 // or code; verify.go), train on the batch, push the new weights to the
-// engine (learner weights offered over the bulk path, then
-// native.Engine.SetWeights), evaluate accuracy on held-out problems
+// engine through the policy's weightsync.PolicyServer (learner weights
+// offered over the bulk path, then native.Engine.SetWeights), evaluate accuracy on held-out problems
 // every k steps (greedy, or sampled: below), write metrics.jsonl and checkpoints under
 // Out/checkpoints/step-N/ (learner checkpoint, tokenizer.json,
 // driver_state.json). An SFT warm-up on generated problems with their
@@ -14,7 +14,7 @@
 // struct; recipes map onto it, and Quickstart is the tuned preset.
 //
 // With Config.Rollout (rollout.go) a policy generates on rollout actors
-// instead: a rollout.Pool of Replicas actors placed per their resources
+// instead (a weightsync.RolloutServer): a rollout.Pool of Replicas actors placed per their resources
 // (or a spread placement group), hosting the native engine built from the
 // model's config.json, tokenizer and engine settings sent with the spawn
 // (rollout.ActorConfig.ModelFiles), and a weightsync.Syncer that holds the

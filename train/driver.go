@@ -13,17 +13,11 @@ import (
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/learner"
-	"github.com/rlnode/rlnode/learner/cpu"
-	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/shard"
 	"github.com/rlnode/rlnode/learner/tokenizer"
-	"github.com/rlnode/rlnode/rollout"
 	"github.com/rlnode/rlnode/rollout/engine"
-	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
-	"github.com/rlnode/rlnode/rollout/vllm"
-	"github.com/rlnode/rlnode/rollout/weights"
 	"github.com/rlnode/rlnode/weightsync"
 )
 
@@ -137,29 +131,19 @@ type driverState struct {
 }
 
 // policy is one trained policy: its learner (one actor or a shard
-// group) and the engine that serves it: the native engine in this process
-// (local), or rollout actors on the cluster (pool) fed by a weight syncer.
+// group) and the server its engines generate behind (the native engine
+// in this process, rollout actors, or vLLM servers: startEngine).
 type policy struct {
 	id      string
 	learner *shard.PlacedGroup
 	l       learner.Config // as started: a learner restart starts the engine anew from it
-	ro      *Rollout       // rollout actors' settings; nil: the engine is local
-	eng     *policyEngine
-	local   *native.Engine
-	pool    *rollout.Pool
-	syncer  *weightsync.Syncer
-	vllm    *vllm.Client // the solver's vLLM servers (Config.VLLM)
-	group   *cluster.PlacementGroup
-	node    *cluster.Node
+	ro      *Rollout       // rollout actors' settings; nil: the engine is local or vLLM
+	server  weightsync.PolicyServer
+	eng     *policyEngine // server with the policy's tokenizer
 	tok     *tokenizer.Tokenizer
-	// regenerated counts the chunks that pools replaced by a learner
-	// restart ran again.
+	// regenerated counts the chunks that rollout servers replaced by a
+	// learner restart ran again.
 	regenerated int64
-	// LoRA (lora.go): the base the local engine's adapters merge onto
-	// (nil: not fetched for this engine yet); whether the vLLM servers
-	// hold the learner's base.
-	loraBase map[string][]float32
-	vllmBase bool
 }
 
 // policyEngine is what episodes generate with: a policy's engine and its
@@ -287,32 +271,6 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	return r.res, nil
 }
 
-// newEngine starts a native engine on a fresh model of mc (its weights
-// come from the learner at the first sync) or on the checkpoint in dir.
-func newEngine(mc *model.Config, dir string, batch int) (*native.Engine, *tokenizer.Tokenizer, error) {
-	ncfg := native.Config{MaxBatch: batch, MaxStepTokens: 4096}
-	if dir != "" {
-		e, err := native.Load(dir, ncfg)
-		if err != nil {
-			return nil, nil, fmt.Errorf("engine: %w", err)
-		}
-		return e, e.Tokenizer(), nil
-	}
-	tok, err := tokenizer.BuiltinSized(mc.VocabSize)
-	if err != nil {
-		return nil, nil, fmt.Errorf("model.vocab_size: %w", err)
-	}
-	m, err := model.New(*mc, cpu.New())
-	if err != nil {
-		return nil, nil, fmt.Errorf("model: %w", err)
-	}
-	e, err := native.New(m, tok, ncfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("engine: %w", err)
-	}
-	return e, tok, nil
-}
-
 // startPolicy places the learner of one policy (placeLearners) and
 // starts its engine (startEngine).
 func (r *run) startPolicy(ctx context.Context, id string, l learner.Config, resume string, ro *Rollout) (*policy, error) {
@@ -320,7 +278,7 @@ func (r *run) startPolicy(ctx context.Context, id string, l learner.Config, resu
 	if err != nil {
 		return nil, fmt.Errorf("driver: %w", err)
 	}
-	p := &policy{id: id, learner: ls, l: l, ro: ro, node: r.node}
+	p := &policy{id: id, learner: ls, l: l, ro: ro}
 	if err := r.startEngine(ctx, p); err != nil {
 		p.stop()
 		return nil, err
@@ -328,42 +286,38 @@ func (r *run) startPolicy(ctx context.Context, id string, l learner.Config, resu
 	return p, nil
 }
 
-// startEngine starts p's engine: in this process, or on rollout actors
-// (startRollout) that load the learner's current weights.
+// startEngine starts p's policy server: rollout actors (Config.Rollout),
+// vLLM servers (Config.VLLM) or a native engine in this process.
 func (r *run) startEngine(ctx context.Context, p *policy) error {
-	if p.ro != nil {
-		return r.startRollout(ctx, p, p.l, p.ro)
+	var err error
+	switch {
+	case p.ro != nil:
+		err = r.startRollout(ctx, p)
+	case r.vllmConfig(p) != nil:
+		err = r.startVLLM(ctx, p)
+	default:
+		var es *weightsync.EngineServer
+		if es, err = weightsync.StartEngine(p.l.Model, p.l.ModelDir, r.cfg.EngineBatch); err == nil {
+			p.server, p.tok = es, es.Tokenizer()
+		}
 	}
-	if r.vllmConfig(p) != nil {
-		return r.startVLLM(ctx, p)
-	}
-	eng, tok, err := newEngine(p.l.Model, p.l.ModelDir, r.cfg.EngineBatch)
 	if err != nil {
 		return fmt.Errorf("driver: %s policy: %w", p.id, err)
 	}
-	p.local, p.tok, p.eng = eng, tok, &policyEngine{Engine: eng, tok: tok}
+	p.eng = &policyEngine{Engine: p.server, tok: p.tok}
 	return nil
 }
 
-// stopEngine closes p's engine: the local one, or the rollout actors with
-// their weight syncer and placement group.
+// stopEngine closes p's policy server.
 func (p *policy) stopEngine() {
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if p.pool != nil {
-		p.regenerated += p.pool.Redispatched()
+	if p.server == nil {
+		return
 	}
-	if p.eng != nil {
-		p.eng.Close()
+	if rs := p.server.Status().Replicas; rs != nil {
+		p.regenerated += rs.Regenerated
 	}
-	if p.syncer != nil {
-		p.syncer.Close()
-	}
-	if p.group != nil {
-		_ = p.node.RemovePlacementGroup(sctx, p.group.ID)
-	}
-	p.eng, p.local, p.pool, p.syncer, p.group, p.vllm = nil, nil, nil, nil, nil, nil
-	p.loraBase, p.vllmBase = nil, false
+	p.server.Close()
+	p.server, p.eng = nil, nil
 }
 
 func (p *policy) stop() {
@@ -382,32 +336,18 @@ func (r *run) syncAll(ctx context.Context) error {
 	return nil
 }
 
-// syncWeights pulls a learner's weights over the bulk path and swaps them
-// into its engine as the version of the run's step (one Train call; a
-// learner with mini-batches takes more optimizer steps than that).
+// syncWeights publishes a learner's weights to its server as the version
+// of the run's step (one Train call; a learner with mini-batches takes
+// more optimizer steps than that).
 func (r *run) syncWeights(ctx context.Context, p *policy) error {
-	if p.vllm != nil {
-		return r.syncVLLM(ctx, p)
-	}
-	off, w, err := r.fetchWeights(ctx, p, p.weightsPart())
-	if err != nil {
-		return err
-	}
-	if off.Adapter != nil {
-		if err := r.pushAdapter(ctx, p, off.Adapter, w); err != nil {
-			return err
-		}
-	} else if p.pool != nil {
-		if err := r.publish(ctx, p, int64(r.step), weights.Update{Tensors: w}); err != nil {
-			return err
-		}
-	} else if err := p.local.SetWeights(ctx, int64(r.step), w); err != nil {
-		return fmt.Errorf("driver: %s: %w", p.id, err)
+	version := int64(r.step)
+	if err := p.server.Publish(ctx, version, r.source(p)); err != nil {
+		return fmt.Errorf("driver: %s version %d: %w", p.id, version, err)
 	}
 	if p == r.solver {
-		r.version = int64(r.step)
+		r.version = version
 		if r.cfg.OnWeights != nil {
-			r.cfg.OnWeights(r.version, p.eng.Engine)
+			r.cfg.OnWeights(r.version, p.server)
 		}
 	}
 	return nil
@@ -549,7 +489,8 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 	// Rollout actors sit idle through a single-turn warm-up: they get the
 	// weights when an evaluation needs them (always after the last
 	// warm-up step), not at every SFT step.
-	idle := r.solver.pool != nil && m.Phase == "warmup" && !evalNow && !r.cfg.multiTurn()
+	st := r.solver.server.Status()
+	idle := st.PushOnDemand && m.Phase == "warmup" && !evalNow && !r.cfg.multiTurn()
 	if !idle {
 		if err := r.syncAll(ctx); err != nil {
 			return err
@@ -557,7 +498,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 	}
 	m.SyncSeconds = time.Since(t0).Seconds()
 	m.WeightVersion = r.solver.eng.WeightVersion()
-	if r.solver.pool != nil {
+	if st.Replicas != nil {
 		regen, live, replaced := r.regenerated(), r.liveReplicas(), r.replacedReplicas()
 		m.RolloutRegenerated, m.RolloutLive, m.RolloutReplaced = &regen, &live, &replaced
 	}
@@ -740,13 +681,6 @@ func (r *run) startBatch(ctx context.Context, onPolicy int64, after <-chan struc
 		b.reqs[i] = engine.Request{ID: fmt.Sprintf("s%d-%d", onPolicy+1, i), Prompt: r.prompt(p), Params: engine.SamplingParams{
 			N: cfg.GroupSize, MaxTokens: cfg.MaxTokens, Temperature: cfg.Temperature, TopP: cfg.TopP, Seed: &seed}}
 	}
-	if r.solver.vllm != nil {
-		// Asynchronous: the servers still serve the version the step
-		// being trained was generated with.
-		if err := r.checkServing(r.solver, onPolicy-int64(cfg.MaxStaleness), onPolicy); err != nil {
-			return nil, err
-		}
-	}
 	r.prefetched += len(b.probs)
 	go func() {
 		defer close(b.done)
@@ -754,16 +688,9 @@ func (r *run) startBatch(ctx context.Context, onPolicy int64, after <-chan struc
 			return
 		}
 		t0 := time.Now()
-		if pool := r.solver.pool; pool != nil {
-			b.res, b.err = pool.GenerateStep(ctx, onPolicy, b.reqs)
-		} else {
-			b.res, b.err = r.solver.eng.Generate(ctx, b.reqs)
-		}
+		b.res, b.err = r.solver.server.GenerateFor(ctx, onPolicy, b.reqs)
 		if b.err == nil && len(b.res) != len(b.reqs) {
 			b.err = fmt.Errorf("engine returned %d results for %d requests", len(b.res), len(b.reqs))
-		}
-		if b.err == nil && r.solver.vllm != nil {
-			b.err = staleResult(b.res, onPolicy-int64(cfg.MaxStaleness))
 		}
 		b.genSeconds = time.Since(t0).Seconds()
 	}()

@@ -8,9 +8,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/rlnode/rlnode/rollout"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/verify"
+	"github.com/rlnode/rlnode/weightsync"
 )
 
 // episodeBatch is one RL step's problems and, once done is closed, their
@@ -37,27 +37,13 @@ func (b *episodeBatch) lowestVersion() int64 {
 	return low
 }
 
-// stepEngine generates on a rollout pool for one learner step: the pool
-// holds every result to versions ≥ step − max staleness.
-type stepEngine struct {
-	*rollout.Pool
-	step int64
-}
-
-func (e stepEngine) Generate(ctx context.Context, reqs []engine.Request) ([]engine.Result, error) {
-	return e.GenerateStep(ctx, e.step, reqs)
-}
-
 // stepEngineOf is what a batch whose on-policy version is onPolicy
-// generates with on policy p: its pool bound to that step, or its engine.
+// generates with on policy p: its server bound to that version.
 func stepEngineOf(p *policy, onPolicy int64) *policyEngine {
 	if p == nil {
 		return nil
 	}
-	if p.pool != nil {
-		return &policyEngine{Engine: stepEngine{p.pool, onPolicy}, tok: p.tok}
-	}
-	return p.eng
+	return &policyEngine{Engine: weightsync.AtVersion(p.server, onPolicy), tok: p.tok}
 }
 
 // startEpisodes draws the next PromptsPerStep problems and their sampling

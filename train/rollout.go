@@ -1,12 +1,10 @@
 package train
 
-// Generation on rollout actors (Config.Rollout): a rollout.Pool per
-// policy, fed by a weightsync.Syncer.
+// Generation on rollout actors (Config.Rollout): a
+// weightsync.RolloutServer per policy.
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,64 +15,9 @@ import (
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout"
-	"github.com/rlnode/rlnode/rollout/engine"
-	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/weights"
 	"github.com/rlnode/rlnode/weightsync"
 )
-
-// RolloutEngine is the engine the driver's rollout actors host: the
-// native engine built from the model files the actor was spawned with
-// (rollout.ActorConfig.ModelFiles: config.json, tokenizer.json and
-// EngineConfigFile, the decode batch the run asked for), whose weights the
-// weight syncer pushes when the actor registers — or, given a directory,
-// loading that. Every node registers it (this package's init), as it does
-// the rollout actor kind.
-const RolloutEngine = "driver-native"
-
-// EngineConfigFile holds the native engine settings of a rollout model:
-// {"max_batch": N}.
-const EngineConfigFile = "engine.json"
-
-type engineFile struct {
-	MaxBatch int `json:"max_batch"`
-}
-
-func init() {
-	rollout.RegisterEngine(RolloutEngine, func(cfg rollout.ActorConfig, dir string) (engine.Engine, error) {
-		var js []byte
-		path := EngineConfigFile + " of the model files"
-		switch {
-		case dir != "":
-			path = filepath.Join(dir, EngineConfigFile)
-			var err error
-			if js, err = os.ReadFile(path); err != nil {
-				return nil, fmt.Errorf("%s engine: %w", RolloutEngine, err)
-			}
-		case cfg.ModelFiles != nil:
-			var ok bool
-			if js, ok = cfg.ModelFiles[EngineConfigFile]; !ok {
-				return nil, fmt.Errorf("%s engine: no %s in the model files", RolloutEngine, EngineConfigFile)
-			}
-		default:
-			return nil, errors.New(RolloutEngine + " engine: no model directory or model files")
-		}
-		var ef engineFile
-		if err := json.Unmarshal(js, &ef); err != nil {
-			return nil, fmt.Errorf("%s engine: %s: %w", RolloutEngine, path, err)
-		}
-		if ef.MaxBatch <= 0 {
-			return nil, fmt.Errorf("%s engine: %s: max_batch %d: want > 0", RolloutEngine, path, ef.MaxBatch)
-		}
-		ncfg := native.Config{MaxBatch: ef.MaxBatch, MaxStepTokens: 4096, WeightVersion: cfg.WeightVersion}
-		if dir == "" {
-			return rollout.NewNativeFromFiles(cfg.ModelFiles, ncfg)
-		}
-		// A LoRA learner's model directory is its base plus adapter: served
-		// merged, while pushed adapters merge onto the base (CheckpointBase).
-		return native.Load(dir, ncfg)
-	})
-}
 
 // rolloutPushTimeout bounds one engine's fetch and swap of a version: a
 // lost actor's push fails within it and the actor is dropped.
@@ -126,91 +69,68 @@ func (r *run) modelFiles(l learner.Config, tok *tokenizer.Tokenizer) (map[string
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	ej, err := json.Marshal(engineFile{MaxBatch: r.cfg.EngineBatch})
-	if err != nil {
-		return nil, err
-	}
-	return map[string][]byte{"config.json": cfg, "tokenizer.json": tj, EngineConfigFile: ej}, nil
+	return rollout.PushedNativeFiles(cfg, tj, r.cfg.EngineBatch)
 }
 
-// startRollout starts p's rollout actors: a new weight syncer holds the
-// learner's current weights as version r.step (Keep), the
-// actors start from the model's config and tokenizer alone (modelFiles),
-// and registering their engines with the syncer pushes them those weights
-// over the bulk path; every later version is published to them. A lost
-// actor's replacement registers the same way, at the version then
-// published.
-func (r *run) startRollout(ctx context.Context, p *policy, l learner.Config, ro *Rollout) error {
-	tok, err := policyTokenizer(l)
-	if err != nil {
-		return fmt.Errorf("driver: %s policy: %w", p.id, err)
-	}
-	p.tok = tok
-	files, err := r.modelFiles(l, tok)
-	if err != nil {
-		return fmt.Errorf("driver: %s rollout model: %w", p.id, err)
-	}
-	off, w, err := r.fetchWeights(ctx, p, p.weightsPart())
+// startRollout starts p's rollout actors behind a weightsync.RolloutServer:
+// they start from the model's config and tokenizer alone (modelFiles) and
+// get the learner's current weights, as version r.step, pushed when they
+// register; every later version is published to them.
+func (r *run) startRollout(ctx context.Context, p *policy) error {
+	tok, err := policyTokenizer(p.l)
 	if err != nil {
 		return err
 	}
-	version := int64(r.step) // the run's step, as syncWeights versions them
-	start, kept := version, w
-	if off.Adapter != nil {
-		// A LoRA learner with adapters: the actors start from the base,
-		// kept one version back, and the adapters follow as this version
-		// (the syncer keeps both for replacements).
-		if _, kept, err = r.fetchWeights(ctx, p, learner.WeightsBase); err != nil {
-			return err
-		}
-		start--
-	}
-	suffix := fmt.Sprintf("%s-%d", p.id, time.Now().UnixNano())
-	p.syncer, err = weightsync.Start(ctx, r.node, start, weightsync.Config{
-		MaxStaleness: r.cfg.MaxStaleness, PushTimeout: rolloutPushTimeout, Name: "weightsync-" + suffix, Logger: r.log})
+	p.tok = tok
+	files, err := r.modelFiles(p.l, tok)
 	if err != nil {
-		return fmt.Errorf("driver: %s weight syncer: %w", p.id, err)
+		return fmt.Errorf("rollout model: %w", err)
 	}
-	if err := p.syncer.Keep(ctx, start, weights.Update{Tensors: kept}); err != nil {
-		return fmt.Errorf("driver: %s rollout actors' starting weights: %w", p.id, err)
-	}
+	ro := p.ro
+	var src weightsync.Source = r.source(p)
 	if rolloutStartHook != nil {
-		rolloutStartHook(r.cfg.Out, p.id, start, kept)
+		src = &startRecorder{Source: src, out: r.cfg.Out, policy: p.id, version: int64(r.step)}
 	}
-	res := ro.Resources
-	if res == nil {
-		res = cluster.Resources{cluster.CPU: 1}
-	}
-	pc := rollout.PoolConfig{
-		Actor:   rollout.ActorConfig{Engine: RolloutEngine, ModelFiles: files, PolicyID: p.id},
-		Weights: p.syncer, Name: "rollout-" + suffix, ChunkSize: ro.ChunkSize, LossTimeout: ro.LossTimeout,
-	}
-	if ro.Spread {
-		bundles := make([]cluster.Bundle, ro.Replicas)
-		for i := range bundles {
-			bundles[i] = cluster.Bundle{Resources: res}
-		}
-		if p.group, err = r.node.CreatePlacementGroup(ctx, bundles, cluster.Spread); err != nil {
-			return fmt.Errorf("driver: %s rollout placement group (%d × %v): %w", p.id, ro.Replicas, res, err)
-		}
-		pc.Group = p.group
-	} else {
-		pc.Replicas, pc.Resources = ro.Replicas, res
-	}
-	pool, err := rollout.StartPool(ctx, r.node, pc)
+	srv, err := weightsync.StartRollout(ctx, r.node, weightsync.RolloutConfig{
+		Policy: p.id, Actor: rollout.ActorConfig{Engine: rollout.PushedNative, ModelFiles: files, PolicyID: p.id},
+		Replicas: ro.Replicas, Resources: ro.Resources, Spread: ro.Spread, ChunkSize: ro.ChunkSize, LossTimeout: ro.LossTimeout,
+		MaxStaleness: r.cfg.MaxStaleness, PushTimeout: rolloutPushTimeout, Name: fmt.Sprintf("%s-%d", p.id, time.Now().UnixNano()), Logger: r.log,
+	}, int64(r.step), src)
 	if err != nil {
-		return fmt.Errorf("driver: %s rollout actors: %w", p.id, err)
+		return err
 	}
-	pool.SetStep(start)
-	p.pool, p.eng = pool, &policyEngine{Engine: pool, tok: tok}
-	for _, rs := range pool.Replicas() {
-		r.log.Info("rollout actor", "policy", p.id, "actor", rs.Name, "node", rs.Node)
+	if rec, ok := src.(*startRecorder); ok {
+		rec.report()
 	}
-	if off.Adapter != nil {
-		return r.publish(ctx, p, version, adapterUpdate(off.Adapter, w))
-	}
+	p.server = srv
 	return nil
 }
+
+// startRecorder tells rolloutStartHook the weights rollout actors start
+// from: the learner's base one version back once it has adapters, else
+// its policy.
+type startRecorder struct {
+	weightsync.Source
+	out, policy string
+	version     int64
+	w           map[string][]float32
+}
+
+func (s *startRecorder) Update(ctx context.Context) (weights.Update, error) {
+	u, err := s.Source.Update(ctx)
+	if err == nil && u.LoRA == nil {
+		s.w = u.Tensors
+	}
+	return u, err
+}
+
+func (s *startRecorder) Base(ctx context.Context) (map[string][]float32, error) {
+	w, err := s.Source.Base(ctx)
+	s.w, s.version = w, s.version-1
+	return w, err
+}
+
+func (s *startRecorder) report() { rolloutStartHook(s.out, s.policy, s.version, s.w) }
 
 // policyTokenizer is the tokenizer of a policy's model: the checkpoint's,
 // or the built-in one sized to a from-scratch model.
@@ -225,48 +145,17 @@ func policyTokenizer(l learner.Config) (*tokenizer.Tokenizer, error) {
 	return tok, nil
 }
 
-// publish pushes version's weights (full, or LoRA adapters) to p's
-// rollout actors. A version the
-// actors already serve (the one they started from) is not pushed again.
-// Actors that fail the push are dropped (the pool regenerates their
-// chunks elsewhere and starts replacements); with none registered the
-// version is kept for the replacements to start from (the next
-// generation fails if none can start).
-func (r *run) publish(ctx context.Context, p *policy, version int64, u weights.Update) error {
-	if version <= p.syncer.Versions().Latest {
-		p.pool.SetStep(version)
+// replicas is p's rollout actors as its server reports them; nil when it
+// has none.
+func (p *policy) replicas() *weightsync.Replicas {
+	if p == nil || p.server == nil {
 		return nil
 	}
-	// Publish and Keep race with a replacement registering between them:
-	// the loser's answer sends the other way, a bounded number of times.
-	var err error
-	for range 3 {
-		var rep weightsync.Report
-		rep, err = p.syncer.Publish(ctx, version, u)
-		noneTook := errors.Is(err, weightsync.ErrEngineFailed) && len(rep.Applied) == 0
-		if !errors.Is(err, weightsync.ErrNoEngines) && !noneTook {
-			break
-		}
-		kerr := p.syncer.Keep(ctx, version, u)
-		if !errors.Is(kerr, weightsync.ErrEnginesRegistered) {
-			if err = kerr; err == nil {
-				r.log.Warn("no rollout actor took the weights: the version is kept for their replacements", "policy", p.id, "version", version)
-			}
-			break
-		}
-	}
-	switch {
-	case errors.Is(err, weightsync.ErrEngineFailed):
-		r.log.Warn("rollout actors dropped in a weight push", "policy", p.id, "version", version, "err", err)
-	case err != nil:
-		return fmt.Errorf("driver: publish %s version %d: %w (rollout actors: %+v)", p.id, version, err, p.pool.Replicas())
-	}
-	p.pool.SetStep(version)
-	return nil
+	return p.server.Status().Replicas
 }
 
-// regenerated counts the chunks the run's pools (those a learner restart
-// replaced too) ran again after a lost actor.
+// regenerated counts the chunks the run's rollout actors (those a learner
+// restart replaced too) ran again after a lost actor.
 func (r *run) regenerated() int64 {
 	var n int64
 	for _, p := range []*policy{r.solver, r.feedback} {
@@ -274,20 +163,20 @@ func (r *run) regenerated() int64 {
 			continue
 		}
 		n += p.regenerated
-		if p.pool != nil {
-			n += p.pool.Redispatched()
+		if rs := p.replicas(); rs != nil {
+			n += rs.Regenerated
 		}
 	}
 	return n
 }
 
-// replacedReplicas counts the rollout actors the run's current pools
+// replacedReplicas counts the rollout actors the run's current servers
 // started in place of lost ones.
 func (r *run) replacedReplicas() int64 {
 	var n int64
 	for _, p := range []*policy{r.solver, r.feedback} {
-		if p != nil && p.pool != nil {
-			n += p.pool.Replaced()
+		if rs := p.replicas(); rs != nil {
+			n += rs.Replaced
 		}
 	}
 	return n
@@ -297,8 +186,8 @@ func (r *run) replacedReplicas() int64 {
 // in the run's log, when they are fewer than the recipe's (the pool keeps
 // trying to replace the lost ones) and when they are back.
 func (r *run) liveReplicas() int {
-	live := len(r.solver.pool.Handles())
-	want := r.solver.ro.Replicas
+	rs := r.solver.replicas()
+	live, want := rs.Live, rs.Want
 	switch short := live < want; {
 	case short && !r.rolloutShort:
 		r.log.Warn("rollout actors lost and not replaced yet: generating on fewer", "policy", r.solver.id, "live", live, "want", want)

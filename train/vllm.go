@@ -1,10 +1,10 @@
 package train
 
 // Generation on vLLM servers (Config.VLLM, and Config.FeedbackVLLM for
-// MLMT's feedback policy): a policy's engine is a rollout/vllm client in
+// MLMT's feedback policy): a policy's server is a weightsync.VLLMServer in
 // the driver's process, and each learner step's weights reach its servers
-// as a checkpoint the learner writes into a directory they read, then
-// reloaded.
+// as a checkpoint the learner writes into a directory they read
+// (learnerSource.WriteModel), then reloaded.
 
 import (
 	"context"
@@ -13,13 +13,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rlnode/rlnode/learner/safetensors"
-	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/vllm"
+	"github.com/rlnode/rlnode/weightsync"
 )
 
 // VLLM makes the solver generate on running vLLM OpenAI-compatible
@@ -135,110 +134,27 @@ func (r *run) vllmDir(p *policy) (string, error) {
 	return filepath.Abs(dir)
 }
 
-// startVLLM connects p to its vLLM servers: the client checks every
-// server answers and serves the model (an unreachable one is named by
-// URL). The servers' weights count as no version until the first sync
-// reloads the learner's.
+// startVLLM connects p to its vLLM servers behind a
+// weightsync.VLLMServer. The servers' weights count as no version until
+// the first publish reloads the learner's.
 func (r *run) startVLLM(ctx context.Context, p *policy) error {
 	v := r.vllmConfig(p)
 	tok, err := policyTokenizer(p.l)
 	if err != nil {
-		return fmt.Errorf("driver: %s policy: %w", p.id, err)
-	}
-	c, err := vllm.New(ctx, vllm.Config{Servers: v.Servers, Model: v.Model, APIKey: v.APIKey, MaxInFlight: v.MaxInFlight,
-		RequestTimeout: v.RequestTimeout, ControlTimeout: v.ReloadTimeout, WeightVersion: -1})
-	if err != nil {
-		return fmt.Errorf("driver: %s policy on vLLM: %w", p.id, err)
-	}
-	p.vllm, p.tok, p.eng = c, tok, &policyEngine{Engine: c, tok: tok}
-	r.log.Info("vllm engine", "policy", p.id, "servers", strings.Join(v.Servers, ","), "model", v.Model)
-	return nil
-}
-
-// syncVLLM writes p's learner checkpoint into the shared directory and
-// makes every server reload it (or, once a LoRA learner has adapters,
-// load them: lora.go); it returns once every server serves the learner's
-// step as its version.
-func (r *run) syncVLLM(ctx context.Context, p *policy) error {
-	v := r.vllmConfig(p)
-	root, err := r.vllmDir(p)
-	if err != nil {
-		return fmt.Errorf("driver: vLLM weights directory: %w", err)
-	}
-	// Versions are the run's steps (as the native engines'); the learner's
-	// own step is in the error messages.
-	version := int64(r.step)
-	loaded := false
-	if p.l.LoRA != nil {
-		if loaded, err = r.syncVLLMAdapter(ctx, p); err != nil {
-			return err
-		}
-	}
-	if !loaded {
-		if err := r.reloadVLLM(ctx, p, root, "step-"+strconv.FormatInt(version, 10)); err != nil {
-			return err
-		}
-		// Adapters not started yet: these weights are the base they will
-		// start on.
-		p.vllmBase = true
-	}
-	if err := r.checkServed(p, version); err != nil {
 		return err
 	}
-	r.pruneVLLM(root, version, v.Keep)
-	if p == r.solver {
-		r.version = version
-		if r.cfg.OnWeights != nil {
-			r.cfg.OnWeights(r.version, p.eng.Engine)
-		}
-	}
-	return nil
-}
-
-func (r *run) vllmReloadTimeout(p *policy) time.Duration {
-	if t := r.vllmConfig(p).ReloadTimeout; t > 0 {
-		return t
-	}
-	return 10 * time.Minute
-}
-
-// reloadVLLM writes p's learner checkpoint, stripped to what vLLM loads,
-// into root/name and makes every server reload it as the run's step.
-func (r *run) reloadVLLM(ctx context.Context, p *policy, root, name string) error {
-	tmp := filepath.Join(root, fmt.Sprintf("writing-%d", time.Now().UnixNano()))
-	saved, err := p.learner.Save(ctx, tmp)
+	dir, err := r.vllmDir(p)
 	if err != nil {
-		_ = os.RemoveAll(tmp)
-		return fmt.Errorf("driver: write the %s checkpoint for vLLM to %s: %w", p.id, tmp, err)
+		return fmt.Errorf("vLLM weights directory: %w", err)
 	}
-	version := int64(r.step)
-	dir := filepath.Join(root, name)
-	if err := modelOnly(tmp); err != nil {
-		_ = os.RemoveAll(tmp)
-		return fmt.Errorf("driver: %s checkpoint of learner step %d for vLLM: %w", p.id, saved.Step, err)
+	srv, err := weightsync.StartVLLM(ctx, weightsync.VLLMConfig{Policy: p.id,
+		Client: vllm.Config{Servers: v.Servers, Model: v.Model, APIKey: v.APIKey, MaxInFlight: v.MaxInFlight,
+			RequestTimeout: v.RequestTimeout, ControlTimeout: v.ReloadTimeout},
+		Dir: dir, Keep: v.Keep, ReloadTimeout: v.ReloadTimeout, LoRAName: VLLMLoRAName, MaxStaleness: r.cfg.MaxStaleness, Logger: r.log})
+	if err != nil {
+		return err
 	}
-	if err := p.tok.Save(filepath.Join(tmp, "tokenizer.json")); err != nil {
-		_ = os.RemoveAll(tmp)
-		return fmt.Errorf("driver: write the %s checkpoint for vLLM: %w", p.id, err)
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("driver: vLLM weights: %w", err)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		_ = os.RemoveAll(tmp)
-		return fmt.Errorf("driver: vLLM weights: %w", err)
-	}
-	timeout := r.vllmReloadTimeout(p)
-	rctx, cancel := context.WithTimeout(ctx, timeout)
-	err = p.vllm.ReloadWeights(rctx, dir, version)
-	timedOut := rctx.Err() != nil && ctx.Err() == nil
-	cancel()
-	switch {
-	case err != nil && timedOut:
-		return fmt.Errorf("driver: %s step %d: the vLLM servers did not confirm the reload within %v: %w", p.id, version, timeout, err)
-	case err != nil:
-		return fmt.Errorf("driver: %s step %d: %w", p.id, version, err)
-	}
+	p.server, p.tok = srv, tok
 	return nil
 }
 
@@ -299,68 +215,4 @@ func stripValueHead(dir string) error {
 		return fmt.Errorf("%s: rewrite without the value head: %w", dir, err)
 	}
 	return nil
-}
-
-// checkServed fails unless every server of p serves version.
-func (r *run) checkServed(p *policy, version int64) error {
-	return r.checkServing(p, version, version)
-}
-
-// checkServing fails unless every server of p serves a version in
-// [lo, hi].
-func (r *run) checkServing(p *policy, lo, hi int64) error {
-	var wrong []string
-	for _, st := range p.vllm.Servers() {
-		if st.WeightVersion < lo || st.WeightVersion > hi {
-			wrong = append(wrong, fmt.Sprintf("%s serves version %d", st.URL, st.WeightVersion))
-		}
-	}
-	switch {
-	case len(wrong) == 0:
-		return nil
-	case lo == hi:
-		return fmt.Errorf("driver: %s: vLLM servers not on version %d: %s", p.id, lo, strings.Join(wrong, "; "))
-	default:
-		return fmt.Errorf("driver: %s: vLLM servers not on a version in [%d, %d]: %s", p.id, lo, hi, strings.Join(wrong, "; "))
-	}
-}
-
-// staleResult names the first result older than version bound (the
-// oldest a step's samples may be: its on-policy version minus the max
-// staleness); nil when none is.
-func staleResult(res []engine.Result, bound int64) error {
-	for _, r := range res {
-		if r.WeightVersion < bound {
-			return fmt.Errorf("request %s: weight version %d, older than the %d the max staleness allows", r.RequestID, r.WeightVersion, bound)
-		}
-	}
-	return nil
-}
-
-// pruneVLLM deletes the step directories older than the keep newest
-// (default 2).
-func (r *run) pruneVLLM(root string, current int64, keep int) {
-	if keep <= 0 {
-		keep = 2
-	}
-	r.pruneVLLMDirs(root, "step-", current-int64(keep)+1)
-}
-
-// pruneVLLMDirs deletes root's directories prefix+N with N < below.
-func (r *run) pruneVLLMDirs(root, prefix string, below int64) {
-	ents, err := os.ReadDir(root)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		num, ok := strings.CutPrefix(e.Name(), prefix)
-		if !ok || !e.IsDir() {
-			continue
-		}
-		if n, err := strconv.ParseInt(num, 10, 64); err == nil && n < below {
-			if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
-				r.log.Warn("vllm weights: prune", "dir", e.Name(), "err", err)
-			}
-		}
-	}
 }

@@ -275,17 +275,6 @@ func TestRunOnVLLMAsync(t *testing.T) {
 	t.Logf("weight lag per RL step: %v", lags)
 }
 
-// staleResult refuses a result older than the staleness bound and names it.
-func TestStaleResult(t *testing.T) {
-	res := []engine.Result{{RequestID: "a", WeightVersion: 5}, {RequestID: "b", WeightVersion: 3}}
-	if err := staleResult(res, 3); err != nil {
-		t.Errorf("bound 3: %v", err)
-	}
-	if err := staleResult(res, 4); err == nil || !strings.Contains(err.Error(), "request b: weight version 3") {
-		t.Errorf("bound 4: %v", err)
-	}
-}
-
 // MLMT with a trainable feedback policy on vLLM: the solver's turns go to
 // its two servers and the feedback turns to the feedback policy's two;
 // each set reloads its own policy's checkpoint once per step (from its own

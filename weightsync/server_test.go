@@ -1,0 +1,197 @@
+package weightsync
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/safetensors"
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/native/nativetest"
+	"github.com/rlnode/rlnode/rollout/vllm"
+	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
+	"github.com/rlnode/rlnode/rollout/weights"
+)
+
+// modelSource is a Source over a model standing in for the learner: its
+// weights, or its adapters once it has them, and its frozen base.
+type modelSource struct {
+	m     *model.Model
+	base  map[string][]float32 // the weights before adapters were added
+	bases int                  // Base calls
+}
+
+func (s *modelSource) Update(context.Context) (weights.Update, error) {
+	if s.base != nil {
+		return weights.LoRAUpdate(s.m)
+	}
+	return weights.FullUpdate(s.m), nil
+}
+
+func (s *modelSource) Adapter(ctx context.Context) (*weights.Update, error) {
+	if s.base == nil {
+		return nil, nil
+	}
+	u, err := weights.LoRAUpdate(s.m)
+	return &u, err
+}
+
+func (s *modelSource) Base(context.Context) (map[string][]float32, error) {
+	s.bases++
+	if s.base != nil {
+		return s.base, nil
+	}
+	return s.m.Weights(), nil
+}
+
+func (s *modelSource) WriteModel(_ context.Context, dir string) error {
+	if err := s.m.Save(dir, safetensors.F32); err != nil {
+		return err
+	}
+	return tokenizer.Builtin().Save(filepath.Join(dir, "tokenizer.json"))
+}
+
+// addAdapters gives s's model LoRA adapters that change its outputs.
+func (s *modelSource) addAdapters(t *testing.T) {
+	t.Helper()
+	s.base = s.m.Weights()
+	if err := s.m.AddLoRA(model.LoRAConfig{Rank: 4, Alpha: 8, TargetModules: []string{"q_proj", "down_proj"}, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range s.m.TrainableParams() {
+		v := make([]float32, p.Len())
+		for k := range v {
+			v[k] = float32((k*7+i*13)%11-5) * 0.05
+		}
+		s.m.B.Upload(p.W, v)
+	}
+}
+
+func greedy(t *testing.T, e engine.Engine) []engine.Result {
+	t.Helper()
+	var reqs []engine.Request
+	for i, p := range prompts {
+		reqs = append(reqs, engine.Request{ID: string(rune('p' + i)), Prompt: p, Params: engine.SamplingParams{MaxTokens: 8}})
+	}
+	res, err := e.Generate(testCtx(t, 30*time.Second), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// An in-process engine takes full weights, then adapters merged onto the
+// base it reads once.
+func TestEngineServerPublish(t *testing.T) {
+	cfg := nativetest.Config()
+	s, err := StartEngine(&cfg, "", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := testCtx(t, 60*time.Second)
+	src := &modelSource{m: nativetest.Model(t, cfg, 2)}
+	if err := s.Publish(ctx, 1, src); err != nil {
+		t.Fatal(err)
+	}
+	checkAgainst(t, "full", src.m, greedy(t, s), 1)
+	src.addAdapters(t)
+	for v := int64(2); v <= 3; v++ {
+		if err := s.Publish(ctx, v, src); err != nil {
+			t.Fatal(err)
+		}
+		checkAgainst(t, "lora", src.m, greedy(t, AtVersion(s, v)), v)
+	}
+	if src.bases != 1 || s.Status() != (ServerStatus{}) {
+		t.Errorf("base read %d times (want once), status %+v", src.bases, s.Status())
+	}
+}
+
+// vLLM servers reload each version from Dir/step-N, older directories are
+// pruned, and GenerateFor refuses servers outside the staleness window.
+func TestVLLMServerPublish(t *testing.T) {
+	opts := vllmtest.Options{Model: "tiny", Vocab: tokenizer.BuiltinVocabSize}
+	a, b := vllmtest.New(opts), vllmtest.New(opts)
+	defer a.Close()
+	defer b.Close()
+	dir := t.TempDir()
+	ctx := testCtx(t, 60*time.Second)
+	s, err := StartVLLM(ctx, VLLMConfig{Policy: "solver", Client: vllm.Config{Servers: []string{a.URL(), b.URL()}, Model: "tiny"},
+		Dir: dir, ReloadTimeout: 5 * time.Second, MaxStaleness: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.GenerateFor(ctx, 3, []engine.Request{{ID: "x", Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 2}}}); err == nil || !strings.Contains(err.Error(), "serves version -1") {
+		t.Fatalf("generate before any publish: %v", err)
+	}
+	src := &modelSource{m: nativetest.Model(t, nativetest.Config(), 2)}
+	for v := int64(1); v <= 3; v++ {
+		if err := s.Publish(ctx, v, src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, srv := range []*vllmtest.Server{a, b} {
+		rl := srv.Reloads()
+		if len(rl) != 3 || rl[2] != (vllmtest.Reload{Path: filepath.Join(dir, "step-3"), Version: "3"}) {
+			t.Errorf("%s reloads %+v, want 3, the last of %s/step-3", srv.URL(), rl, dir)
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 2 || ents[0].Name() != "step-2" || ents[1].Name() != "step-3" {
+		t.Errorf("%s holds %v, want step-2 and step-3", dir, ents)
+	}
+	req := []engine.Request{{ID: "y", Prompt: []int{1, 2}, Params: engine.SamplingParams{MaxTokens: 2}}}
+	if res, err := s.GenerateFor(ctx, 4, req); err != nil || res[0].WeightVersion != 3 {
+		t.Errorf("on-policy 4, max staleness 1: %+v, %v", res, err)
+	}
+	if _, err := s.GenerateFor(ctx, 5, req); err == nil || !strings.Contains(err.Error(), "not on a version in [4, 5]") {
+		t.Errorf("on-policy 5: %v, want the servers named outside [4, 5]", err)
+	}
+}
+
+// Rollout actors start from model files alone, get the source's weights
+// when they register, and every version published after.
+func TestRolloutServerPublish(t *testing.T) {
+	n := embedded(t)
+	ctx := testCtx(t, 2*time.Minute)
+	cfg := nativetest.Config()
+	mc, err := cfg.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tj, err := tokenizer.Builtin().MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := rollout.PushedNativeFiles(mc, tj, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &modelSource{m: nativetest.Model(t, cfg, 2)}
+	s, err := StartRollout(ctx, n, RolloutConfig{Policy: "solver", Actor: rollout.ActorConfig{Engine: rollout.PushedNative, ModelFiles: files},
+		Replicas: 2, Resources: cluster.Resources{cluster.CPU: 0.5}, Name: "test"}, 0, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkAgainst(t, "started", src.m, greedy(t, s), 0)
+	if rs := s.Status().Replicas; !s.Status().PushOnDemand || rs == nil || rs.Live != 2 || rs.Want != 2 {
+		t.Fatalf("status %+v, replicas %+v", s.Status(), rs)
+	}
+	src.m = nativetest.Model(t, cfg, 3)
+	if err := s.Publish(ctx, 1, src); err != nil {
+		t.Fatal(err)
+	}
+	checkAgainst(t, "version 1", src.m, greedy(t, AtVersion(s, 1)), 1)
+	if v := s.WeightVersion(); v != 1 {
+		t.Errorf("serves %d, want 1", v)
+	}
+}

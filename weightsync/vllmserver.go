@@ -1,0 +1,247 @@
+package weightsync
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/vllm"
+	"github.com/rlnode/rlnode/rollout/weights"
+)
+
+// VLLMConfig says which vLLM servers a VLLMServer drives and where their
+// weights go.
+type VLLMConfig struct {
+	// Policy names the policy in logs.
+	Policy string
+	// Client is the rollout/vllm client's configuration (its
+	// WeightVersion is set to -1: no version until the first Publish).
+	// Its ControlTimeout should be ReloadTimeout's.
+	Client vllm.Config
+	// Dir is an absolute directory every server reads under the same path;
+	// Keep is how many step directories stay there (default 2).
+	Dir  string
+	Keep int
+	// ReloadTimeout bounds one reload or adapter load at every server
+	// (default 10 min).
+	ReloadTimeout time.Duration
+	// LoRAName is the name adapters are loaded under, which requests then
+	// use as their model.
+	LoRAName string
+	// MaxStaleness is k: GenerateFor(onPolicy) refuses results older than
+	// onPolicy-k.
+	MaxStaleness int
+	Logger       *slog.Logger // default discards
+}
+
+// VLLMServer is a PolicyServer over vLLM servers through one rollout/vllm
+// client. A full version is the learner's model written to Dir/step-N/
+// and reloaded by every server (vLLM's "disk" weight transfer); a LoRA
+// learner's adapters are written to Dir/step-N/ as a PEFT adapter and
+// loaded in place, after the base (Dir/base-N/) when the servers may not
+// hold it (at start).
+type VLLMServer struct {
+	cfg    VLLMConfig
+	log    *slog.Logger
+	client *vllm.Client
+	base   bool // the servers hold the base adapters merge onto
+}
+
+// StartVLLM connects to the servers: the client checks every server
+// answers and serves the model (an unreachable one is named by URL).
+func StartVLLM(ctx context.Context, cfg VLLMConfig) (*VLLMServer, error) {
+	if !filepath.IsAbs(cfg.Dir) {
+		return nil, fmt.Errorf("vLLM: weights directory %q is not absolute", cfg.Dir)
+	}
+	if cfg.Keep <= 0 {
+		cfg.Keep = 2
+	}
+	if cfg.ReloadTimeout <= 0 {
+		cfg.ReloadTimeout = 10 * time.Minute
+	}
+	cc := cfg.Client
+	cc.WeightVersion = -1
+	c, err := vllm.New(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("vLLM: %w", err)
+	}
+	s := &VLLMServer{cfg: cfg, log: cfg.Logger, client: c}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.log.Info("vllm engine", "policy", cfg.Policy, "servers", strings.Join(cc.Servers, ","), "model", cc.Model)
+	return s, nil
+}
+
+// Generate implements engine.Engine.
+func (s *VLLMServer) Generate(ctx context.Context, reqs []engine.Request) ([]engine.Result, error) {
+	return s.client.Generate(ctx, reqs)
+}
+
+// GenerateFor checks that every server serves a version in
+// [onPolicy-k, onPolicy], generates, and refuses results older than
+// onPolicy-k.
+func (s *VLLMServer) GenerateFor(ctx context.Context, onPolicy int64, reqs []engine.Request) ([]engine.Result, error) {
+	bound := onPolicy - int64(s.cfg.MaxStaleness)
+	if err := s.checkServing(bound, onPolicy); err != nil {
+		return nil, err
+	}
+	res, err := s.client.Generate(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	return res, StaleResult(res, bound)
+}
+
+// WeightVersion implements engine.Engine.
+func (s *VLLMServer) WeightVersion() int64 { return s.client.WeightVersion() }
+
+// Close implements engine.Engine.
+func (s *VLLMServer) Close() error { return s.client.Close() }
+
+// Status implements PolicyServer.
+func (s *VLLMServer) Status() ServerStatus { return ServerStatus{} }
+
+// Publish loads src's weights on every server as version: its adapters
+// once it has them, else its model; it returns once every server serves
+// version.
+func (s *VLLMServer) Publish(ctx context.Context, version int64, src Source) error {
+	ad, err := src.Adapter(ctx)
+	if err != nil {
+		return err
+	}
+	if ad != nil {
+		err = s.loadAdapter(ctx, version, *ad, src)
+	} else {
+		err = s.reload(ctx, version, "step-", src)
+		// Adapters not started yet: these weights are the base they will
+		// start on.
+		s.base = err == nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.checkServing(version, version); err != nil {
+		return err
+	}
+	s.prune("step-", version-int64(s.cfg.Keep)+1)
+	return nil
+}
+
+// loadAdapter writes u under Dir/step-N/ and loads it on every server,
+// reloading the base first when the servers may not hold it.
+func (s *VLLMServer) loadAdapter(ctx context.Context, version int64, u weights.Update, src Source) error {
+	if !s.base {
+		// The learner's model is the frozen base: reloaded as this
+		// version, then the adapter on top.
+		if err := s.reload(ctx, version, "base-", src); err != nil {
+			return err
+		}
+		s.prune("base-", version) // older bases
+		s.base = true
+	}
+	dir := filepath.Join(s.cfg.Dir, "step-"+strconv.FormatInt(version, 10))
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("vLLM weights: %w", err)
+	}
+	if err := weights.WriteAdapter(dir, u, s.cfg.Client.Model); err != nil {
+		return fmt.Errorf("adapter of version %d for vLLM: %w", version, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReloadTimeout)
+	err := s.client.LoadLoRA(rctx, s.cfg.LoRAName, dir, version)
+	timedOut := rctx.Err() != nil && ctx.Err() == nil
+	cancel()
+	switch {
+	case err != nil && timedOut:
+		return fmt.Errorf("version %d: the vLLM servers did not confirm loading the adapter within %v: %w", version, s.cfg.ReloadTimeout, err)
+	case err != nil:
+		return fmt.Errorf("version %d: %w", version, err)
+	}
+	return nil
+}
+
+// reload writes src's model into Dir/<prefix>N and makes every server
+// reload it as version.
+func (s *VLLMServer) reload(ctx context.Context, version int64, prefix string, src Source) error {
+	tmp := filepath.Join(s.cfg.Dir, fmt.Sprintf("writing-%d", time.Now().UnixNano()))
+	if err := src.WriteModel(ctx, tmp); err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
+	}
+	dir := filepath.Join(s.cfg.Dir, prefix+strconv.FormatInt(version, 10))
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("vLLM weights: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("vLLM weights: %w", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReloadTimeout)
+	err := s.client.ReloadWeights(rctx, dir, version)
+	timedOut := rctx.Err() != nil && ctx.Err() == nil
+	cancel()
+	switch {
+	case err != nil && timedOut:
+		return fmt.Errorf("version %d: the vLLM servers did not confirm the reload within %v: %w", version, s.cfg.ReloadTimeout, err)
+	case err != nil:
+		return fmt.Errorf("version %d: %w", version, err)
+	}
+	return nil
+}
+
+// checkServing fails unless every server serves a version in [lo, hi].
+func (s *VLLMServer) checkServing(lo, hi int64) error {
+	var wrong []string
+	for _, st := range s.client.Servers() {
+		if st.WeightVersion < lo || st.WeightVersion > hi {
+			wrong = append(wrong, fmt.Sprintf("%s serves version %d", st.URL, st.WeightVersion))
+		}
+	}
+	switch {
+	case len(wrong) == 0:
+		return nil
+	case lo == hi:
+		return fmt.Errorf("vLLM servers not on version %d: %s", lo, strings.Join(wrong, "; "))
+	default:
+		return fmt.Errorf("vLLM servers not on a version in [%d, %d]: %s", lo, hi, strings.Join(wrong, "; "))
+	}
+}
+
+// StaleResult names the first result older than version bound (the
+// oldest a step's samples may be: its on-policy version minus the max
+// staleness); nil when none is.
+func StaleResult(res []engine.Result, bound int64) error {
+	for _, r := range res {
+		if r.WeightVersion < bound {
+			return fmt.Errorf("request %s: weight version %d, older than the %d the max staleness allows", r.RequestID, r.WeightVersion, bound)
+		}
+	}
+	return nil
+}
+
+// prune deletes Dir's directories prefix+N with N < below.
+func (s *VLLMServer) prune(prefix string, below int64) {
+	ents, err := os.ReadDir(s.cfg.Dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		num, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if n, err := strconv.ParseInt(num, 10, 64); err == nil && n < below {
+			if err := os.RemoveAll(filepath.Join(s.cfg.Dir, e.Name())); err != nil {
+				s.log.Warn("vllm weights: prune", "dir", e.Name(), "err", err)
+			}
+		}
+	}
+}
+
+var _ PolicyServer = (*VLLMServer)(nil)
