@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,5 +194,41 @@ func TestRolloutServerPublish(t *testing.T) {
 	checkAgainst(t, "version 1", src.m, greedy(t, AtVersion(s, 1)), 1)
 	if v := s.WeightVersion(); v != 1 {
 		t.Errorf("serves %d, want 1", v)
+	}
+}
+
+// Once the learner has adapters, the servers reload its base (base-N) and
+// load each version's PEFT adapter (step-N) in place; the base is
+// reloaded only once.
+func TestVLLMServerLoRA(t *testing.T) {
+	srv := vllmtest.New(vllmtest.Options{Model: "tiny", Vocab: tokenizer.BuiltinVocabSize, ReadFiles: true})
+	defer srv.Close()
+	dir := t.TempDir()
+	ctx := testCtx(t, 60*time.Second)
+	s, err := StartVLLM(ctx, VLLMConfig{Policy: "solver", Client: vllm.Config{Servers: []string{srv.URL()}, Model: "tiny"},
+		Dir: dir, ReloadTimeout: 5 * time.Second, LoRAName: "policy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	src := &modelSource{m: nativetest.Model(t, nativetest.Config(), 2)}
+	src.addAdapters(t)
+	for v := int64(1); v <= 2; v++ {
+		if err := s.Publish(ctx, v, src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rl := srv.Reloads(); len(rl) != 1 || rl[0] != (vllmtest.Reload{Path: filepath.Join(dir, "base-1"), Version: "1"}) {
+		t.Errorf("reloads %+v, want the base once from %s/base-1", rl, dir)
+	}
+	want := []vllmtest.LoRALoad{{Name: "policy", Path: filepath.Join(dir, "step-1")}, {Name: "policy", Path: filepath.Join(dir, "step-2")}}
+	if got := srv.LoRALoads(); !slices.Equal(got, want) {
+		t.Errorf("LoRA loads %+v, want %+v", got, want)
+	}
+	if ad := srv.Loaded().Adapter; ad == nil || len(ad.Names()) != 8 {
+		t.Errorf("the server read adapter %+v, want 8 tensors (A and B of q_proj and down_proj in 2 layers)", ad)
+	}
+	if v := s.WeightVersion(); v != 2 {
+		t.Errorf("serves %d, want 2", v)
 	}
 }
