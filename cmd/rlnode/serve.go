@@ -32,6 +32,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	maxTokens := fs.Int("max-queued-tokens", 0, "tokens of the requests in progress, prompts plus n × max_tokens; more are answered 429 (default 2 × --max-batch × the model's context)")
 	readTimeout := fs.Duration("read-timeout", 30*time.Second, "time to read a request's headers, and its body")
 	idleTimeout := fs.Duration("idle-timeout", 30*time.Second, "time a keep-alive connection may wait for its next request")
+	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "time each write of an answer may wait for a client that does not read")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: rlnode serve --model DIR [--listen 127.0.0.1:8000] [--served-model-name NAME]\n\n"+
 			"Serves the model with the native engine as an OpenAI-compatible HTTP server:\n"+
@@ -59,8 +60,8 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		bad = fmt.Sprintf("--max-body-bytes must be positive, got %d", *maxBody)
 	case *maxRequests < 0 || *maxTokens < 0:
 		bad = fmt.Sprintf("--max-requests and --max-queued-tokens must be ≥ 0 (0: the default), got %d and %d", *maxRequests, *maxTokens)
-	case *readTimeout <= 0 || *idleTimeout <= 0:
-		bad = fmt.Sprintf("--read-timeout and --idle-timeout must be positive, got %v and %v", *readTimeout, *idleTimeout)
+	case *readTimeout <= 0 || *idleTimeout <= 0 || *writeTimeout <= 0:
+		bad = fmt.Sprintf("--read-timeout, --idle-timeout and --write-timeout must be positive, got %v, %v and %v", *readTimeout, *idleTimeout, *writeTimeout)
 	}
 	if bad != "" {
 		fmt.Fprintf(stderr, "rlnode serve: %s\n", bad)
@@ -83,7 +84,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	srv := native.NewServer(e, *name, native.Limits{MaxBodyBytes: *maxBody, MaxRequests: *maxRequests,
-		MaxQueuedTokens: *maxTokens, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout}, log).HTTPServer()
+		MaxQueuedTokens: *maxTokens, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, WriteTimeout: *writeTimeout}, log).HTTPServer()
 	cfg := e.Model()
 	fmt.Fprintf(stdout, "serving %q (%s, %d parameters, context %d) on http://%s\n",
 		*name, cfg.Architecture, cfg.NumParams(), cfg.MaxPositions, ln.Addr())

@@ -130,7 +130,7 @@ func TestServeBadArguments(t *testing.T) {
 		{[]string{"serve", "--model", ckpt, "--max-batch", "0"}, 2, "--max-batch must be positive"},
 		{[]string{"serve", "--model", ckpt, "--max-body-bytes", "0"}, 2, "--max-body-bytes must be positive"},
 		{[]string{"serve", "--model", ckpt, "--max-requests", "-1"}, 2, "--max-requests and --max-queued-tokens must be ≥ 0"},
-		{[]string{"serve", "--model", ckpt, "--idle-timeout", "0s"}, 2, "--idle-timeout must be positive"},
+		{[]string{"serve", "--model", ckpt, "--idle-timeout", "0s"}, 2, "--write-timeout must be positive, got 30s, 0s and 30s"},
 		{[]string{"serve", "--model", ckpt, "extra"}, 2, `unexpected argument "extra"`},
 	}
 	for _, tc := range tests {

@@ -25,9 +25,10 @@ type Limits struct {
 	// is answered 429; one that alone exceeds it, 413.
 	MaxQueuedTokens int
 	// ReadTimeout bounds reading a request's headers, and its body once the
-	// server is ready to read it (default 30 s). IdleTimeout bounds how long
-	// a keep-alive connection waits for its next request (default 30 s).
-	ReadTimeout, IdleTimeout time.Duration
+	// server is ready to read it; IdleTimeout, how long a keep-alive
+	// connection waits for its next request; WriteTimeout, each write of an
+	// answer or streamed event to a client that does not read (30 s each).
+	ReadTimeout, IdleTimeout, WriteTimeout time.Duration
 }
 
 // DefaultMaxBodyBytes is Limits.MaxBodyBytes's default.
@@ -51,6 +52,9 @@ func (l Limits) withDefaults(e *Engine) Limits {
 	}
 	if l.IdleTimeout <= 0 {
 		l.IdleTimeout = 30 * time.Second
+	}
+	if l.WriteTimeout <= 0 {
+		l.WriteTimeout = 30 * time.Second
 	}
 	return l
 }

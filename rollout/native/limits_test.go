@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -284,4 +285,45 @@ func TestServerWrongMethod(t *testing.T) {
 	}
 	code, b := post(t, url+"/v1/nothing", "{}")
 	checkError(t, "unknown path", code, b, 404, "invalid_request_error", "")
+}
+
+// TestServerDropsClientThatDoesNotRead: a client that asks for a long
+// stream and never reads it loses its place once a write waits past the
+// write timeout, rather than holding it for good.
+func TestServerDropsClientThatDoesNotRead(t *testing.T) {
+	url, _ := startServerLimits(t, Limits{MaxRequests: 1, WriteTimeout: 300 * time.Millisecond})
+	// A small receive buffer, so the stream (some 16k events of top-20
+	// logprobs, megabytes) cannot all wait in the sockets.
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var err error
+		rc.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return err
+	}}
+	c, err := d.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := `{"model":"tiny","prompt":"hi","stream":true,"n":64,"max_tokens":250,"logprobs":20}`
+	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+
+	// The stream has begun; from here on it is not read.
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	head := make([]byte, 12)
+	if _, err := io.ReadFull(c, head); err != nil || string(head) != "HTTP/1.1 200" {
+		t.Fatalf("stream: %q, %v", head, err)
+	}
+
+	small := `{"model":"tiny","max_tokens":1,"prompt":"hi"}`
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, b := post(t, url+"/v1/completions", small)
+		if code == 200 {
+			break
+		}
+		if code != 429 || time.Now().After(deadline) {
+			t.Fatalf("the place is not given back: status %d: %s", code, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -383,7 +383,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	var sse *sseWriter
 	if c.stream {
-		sse = newSSE(w)
+		sse = newSSE(w, s.lim.WriteTimeout)
 	}
 	for open := len(streams); open > 0; {
 		it := <-items
@@ -433,6 +433,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	if c.chat && c.returnTokenID {
 		resp["prompt_token_ids"] = choices[0].prompt
 	}
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.lim.WriteTimeout))
 	writeJSON(w, 200, resp)
 }
 
@@ -564,20 +565,23 @@ func (s *Server) chunk(c *call, ch *choice, ev Event) map[string]any {
 	return out
 }
 
-// sseWriter writes server-sent events.
+// sseWriter writes server-sent events, each within a write timeout.
 type sseWriter struct {
-	w   http.ResponseWriter
-	rc  *http.ResponseController
-	err error
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	err     error
 }
 
-func newSSE(w http.ResponseWriter) *sseWriter {
+func newSSE(w http.ResponseWriter, timeout time.Duration) *sseWriter {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
+	s := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
+	s.rc.SetWriteDeadline(time.Now().Add(timeout))
 	w.WriteHeader(200)
-	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+	return s
 }
 
 // send writes one "data: {json}" event and reports whether the client is
@@ -591,6 +595,7 @@ func (s *sseWriter) send(v any) bool {
 		s.err = err
 		return false
 	}
+	s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
 	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", b); err != nil {
 		s.err = err
 		return false
@@ -601,6 +606,7 @@ func (s *sseWriter) send(v any) bool {
 
 func (s *sseWriter) done() {
 	if s.err == nil {
+		s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
 		fmt.Fprint(s.w, "data: [DONE]\n\n")
 		s.rc.Flush()
 	}
