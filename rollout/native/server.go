@@ -327,7 +327,6 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	c, aerr := s.parse(data, chat)
-	data = nil
 	s.adm.doneParsing()
 	if aerr != nil {
 		writeError(w, aerr)
