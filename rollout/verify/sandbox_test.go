@@ -233,7 +233,15 @@ print(children, error)
 				if !strings.Contains(run.ProgramError, "MemoryError") {
 					t.Fatalf("allocation not refused: %+v", run)
 				}
-				run = runJob(t, s, PythonJob{Program: "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))\n", Tests: []string{"assert True"}})
+				// Filling 256 MB can take longer than the 1 s test alarm on a
+				// loaded host: give time, so only the memory limit stops it.
+				lim := testLimits()
+				lim.Test, lim.Wall, lim.CPUSeconds = 20*time.Second, 30*time.Second, 20
+				slow, err := NewSandbox(SandboxConfig{Mode: mode, Limits: lim, Concurrency: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				run = runJob(t, slow, PythonJob{Program: "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))\n", Tests: []string{"assert True"}})
 				if !strings.Contains(run.ProgramError, "MemoryError") {
 					t.Fatalf("growth not stopped: %+v", run)
 				}
