@@ -204,6 +204,10 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // recipe, each under the path it concerns.
 func (r *Recipe) validate(isSet func(string) bool) []problem {
 	c := &checker{}
+	// The run's folder is runs/NAME-DATE: a name must not leave it.
+	if n := r.Name; n == "." || n == ".." || strings.ContainsAny(n, "/\\\x00") {
+		c.add("name", "%q: want a single path segment (no / or \\, not . or ..)", n)
+	}
 	a := &r.Algorithm
 	epType := r.Episode.Type
 	mlmt := epType == "mlmt"

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -27,6 +26,12 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	name := fs.String("served-model-name", "", "model name clients ask for (default: the --model argument, as vLLM does)")
 	maxBatch := fs.Int("max-batch", 64, "sequences decoded together")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	maxBody := fs.Int64("max-body-bytes", native.DefaultMaxBodyBytes, "largest request body; larger ones are answered 413")
+	maxRequests := fs.Int("max-requests", 0, "generation requests in progress at once; more are answered 429 (default 4 × --max-batch)")
+	maxTokens := fs.Int("max-queued-tokens", 0, "tokens of the requests in progress, prompts plus n × max_tokens; more are answered 429 (default 2 × --max-batch × the model's context)")
+	readTimeout := fs.Duration("read-timeout", 30*time.Second, "time to read a request's headers, and its body")
+	idleTimeout := fs.Duration("idle-timeout", 30*time.Second, "time a keep-alive connection may wait for its next request")
+	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "time each write of an answer may wait for a client that does not read")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: rlnode serve --model DIR [--listen 127.0.0.1:8000] [--served-model-name NAME]\n\n"+
 			"Serves the model with the native engine as an OpenAI-compatible HTTP server:\n"+
@@ -46,8 +51,19 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode serve: --log-level: %v\n", err)
 		return 2
 	}
-	if *maxBatch <= 0 {
-		fmt.Fprintf(stderr, "rlnode serve: --max-batch must be positive, got %d\n", *maxBatch)
+	bad := ""
+	switch {
+	case *maxBatch <= 0:
+		bad = fmt.Sprintf("--max-batch must be positive, got %d", *maxBatch)
+	case *maxBody <= 0:
+		bad = fmt.Sprintf("--max-body-bytes must be positive, got %d", *maxBody)
+	case *maxRequests < 0 || *maxTokens < 0:
+		bad = fmt.Sprintf("--max-requests and --max-queued-tokens must be ≥ 0 (0: the default), got %d and %d", *maxRequests, *maxTokens)
+	case *readTimeout <= 0 || *idleTimeout <= 0 || *writeTimeout <= 0:
+		bad = fmt.Sprintf("--read-timeout, --idle-timeout and --write-timeout must be positive, got %v, %v and %v", *readTimeout, *idleTimeout, *writeTimeout)
+	}
+	if bad != "" {
+		fmt.Fprintf(stderr, "rlnode serve: %s\n", bad)
 		return 2
 	}
 	if *name == "" {
@@ -66,7 +82,8 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode serve: --listen: %v\n", err)
 		return 1
 	}
-	srv := &http.Server{Handler: native.NewServer(e, *name, log), ReadHeaderTimeout: 30 * time.Second}
+	srv := native.NewServer(e, *name, native.Limits{MaxBodyBytes: *maxBody, MaxRequests: *maxRequests,
+		MaxQueuedTokens: *maxTokens, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, WriteTimeout: *writeTimeout}, log).HTTPServer()
 	cfg := e.Model()
 	fmt.Fprintf(stdout, "serving %q (%s, %d parameters, context %d) on http://%s\n",
 		*name, cfg.Architecture, cfg.NumParams(), cfg.MaxPositions, ln.Addr())

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -19,11 +21,17 @@ import (
 // tokenizer through `rlnode model init`.
 func tinyCheckpoint(t *testing.T) string {
 	t.Helper()
+	return tinyCheckpointContext(t, 128)
+}
+
+// tinyCheckpointContext is tinyCheckpoint with a context of positions tokens.
+func tinyCheckpointContext(t *testing.T, positions int) string {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.json")
-	os.WriteFile(cfg, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":32,"intermediate_size":64,
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":32,"intermediate_size":64,
 		"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":768,
-		"max_position_embeddings":128,"tie_word_embeddings":true}`), 0o644)
+		"max_position_embeddings":%d,"tie_word_embeddings":true}`, positions)), 0o644)
 	out := filepath.Join(dir, "ckpt")
 	if code, _, stderr := run(t, "model", "init", "--config", cfg, "--out", out, "--seed", "1"); code != 0 {
 		t.Fatalf("model init: exit %d: %s", code, stderr)
@@ -31,9 +39,11 @@ func tinyCheckpoint(t *testing.T) string {
 	return out
 }
 
-func TestServeAnswersAndStopsOnSignal(t *testing.T) {
-	ckpt := tinyCheckpoint(t)
-	cmd := rlnodeCmd(t, t.TempDir(), "serve", "--model", ckpt, "--listen", "127.0.0.1:0", "--served-model-name", "tiny")
+// startServe runs `rlnode serve` on a free port with args and returns its
+// URL, the process and a channel closed when it exits.
+func startServe(t *testing.T, args ...string) (string, *exec.Cmd, <-chan struct{}, *bytes.Buffer) {
+	t.Helper()
+	cmd := rlnodeCmd(t, t.TempDir(), append([]string{"serve", "--listen", "127.0.0.1:0", "--served-model-name", "tiny"}, args...)...)
 	pr, pw := io.Pipe()
 	cmd.Stdout = pw
 	var errb bytes.Buffer
@@ -53,17 +63,22 @@ func TestServeAnswersAndStopsOnSignal(t *testing.T) {
 		}
 		close(lines)
 	}()
-	var url string
 	select {
 	case line := <-lines:
 		m := regexp.MustCompile(`on (http://127\.0\.0\.1:\d+)$`).FindStringSubmatch(line)
 		if m == nil {
 			t.Fatalf("banner %q", line)
 		}
-		url = m[1]
+		return m[1], cmd, exited, &errb
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no banner within 30s; stderr: %s", errb.String())
 	}
+	return "", nil, nil, nil
+}
+
+func TestServeAnswersAndStopsOnSignal(t *testing.T) {
+	ckpt := tinyCheckpoint(t)
+	url, cmd, exited, errb := startServe(t, "--model", ckpt)
 
 	client := &http.Client{Timeout: 30 * time.Second}
 	resp, err := client.Get(url + "/health")
@@ -113,6 +128,9 @@ func TestServeBadArguments(t *testing.T) {
 		{[]string{"serve", "--model", filepath.Join(t.TempDir(), "none")}, 1, "config.json"},
 		{[]string{"serve", "--model", ckpt, "--listen", "127.0.0.1:99999"}, 1, "--listen"},
 		{[]string{"serve", "--model", ckpt, "--max-batch", "0"}, 2, "--max-batch must be positive"},
+		{[]string{"serve", "--model", ckpt, "--max-body-bytes", "0"}, 2, "--max-body-bytes must be positive"},
+		{[]string{"serve", "--model", ckpt, "--max-requests", "-1"}, 2, "--max-requests and --max-queued-tokens must be ≥ 0"},
+		{[]string{"serve", "--model", ckpt, "--idle-timeout", "0s"}, 2, "--write-timeout must be positive, got 30s, 0s and 30s"},
 		{[]string{"serve", "--model", ckpt, "extra"}, 2, `unexpected argument "extra"`},
 	}
 	for _, tc := range tests {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -58,6 +59,10 @@ type Tokenizer struct {
 	rawNormalizer, rawPreTokenizer, rawPostProcessor, rawDecoder json.RawMessage
 
 	cache wordCache
+
+	longest     sync.Once // sets longestLen and longestFrom
+	longestLen  int
+	longestFrom [256]int32
 }
 
 // VocabSize is one more than the largest token id, added tokens included.
@@ -114,7 +119,29 @@ func (t *Tokenizer) StopIDs() []int {
 // (<|im_start|>, <|im_end|>, ...) become their ids; no BOS or other
 // post-processor token is added.
 func (t *Tokenizer) Encode(text string) []int {
-	ids := make([]int, 0, len(text)/3+1)
+	ids, _ := t.encode(text, -1)
+	return ids
+}
+
+// EncodeLimit is Encode for a text that may hold at most limit tokens. It
+// returns false, and no ids, as soon as the text is known to hold more:
+// before merging a piece too long to fit, and before the text's end. Its
+// memory stays in proportion to limit and the text, whatever the text.
+func (t *Tokenizer) EncodeLimit(text string, limit int) ([]int, bool) {
+	if k := t.MaxBytesPerToken(); limit < 0 || (len(text)+k-1)/k > limit {
+		return nil, false
+	}
+	return t.encode(text, limit)
+}
+
+// encode encodes text, giving up once it holds more than limit tokens
+// (limit < 0: no limit).
+func (t *Tokenizer) encode(text string, limit int) ([]int, bool) {
+	n := len(text)/3 + 1
+	if limit >= 0 {
+		n = min(n, limit+1)
+	}
+	ids := make([]int, 0, n)
 	start := 0
 	for i := 0; i < len(text); {
 		cands := t.addedFirst[text[i]]
@@ -129,28 +156,108 @@ func (t *Tokenizer) Encode(text string) []int {
 			i++
 			continue
 		}
-		ids = t.encodeText(text[start:i], ids)
+		var ok bool
+		if ids, ok = t.encodeText(text[start:i], ids, limit); !ok {
+			return nil, false
+		}
 		ids = append(ids, t.added[matched].ID)
+		if limit >= 0 && len(ids) > limit {
+			return nil, false
+		}
 		i += len(t.added[matched].Content)
 		start = i
 	}
-	return t.encodeText(text[start:], ids)
+	ids, ok := t.encodeText(text[start:], ids, limit)
+	if !ok || (limit >= 0 && len(ids) > limit) {
+		return nil, false
+	}
+	return ids, true
 }
 
-// encodeText encodes text that holds no added token.
-func (t *Tokenizer) encodeText(text string, ids []int) []int {
+// encodeText encodes text that holds no added token, giving up once ids
+// hold more than limit tokens (limit < 0: no limit).
+func (t *Tokenizer) encodeText(text string, ids []int, limit int) ([]int, bool) {
 	if text == "" {
-		return ids
+		return ids, true
 	}
 	if t.nfc {
 		text = nfc(text)
 	}
 	for i := 0; i < len(text); {
 		n := t.split.piece(text, i)
+		// Give up before merging a piece that cannot fit.
+		if limit >= 0 && len(ids)+t.minTokens(text[i:i+n]) > limit {
+			return ids, false
+		}
 		ids = t.encodePiece(text[i:i+n], ids)
 		i += n
+		if limit >= 0 && len(ids) > limit {
+			return ids, false
+		}
 	}
-	return ids
+	return ids, true
+}
+
+// NFC normalization shortens UTF-8 text at most by the factor
+// nfcShrinkNum/nfcShrinkDen: U+212A KELVIN SIGN (3 bytes) becomes K (1),
+// and TestNFCShrinkBound derives 3.5 as a bound from the tables.
+const nfcShrinkNum, nfcShrinkDen = 7, 2
+
+// MaxBytesPerToken bounds the bytes of text that one token of Encode
+// stands for, so a text of n bytes holds at least
+// ceil(n / MaxBytesPerToken()) tokens: the longest token, widened by how
+// much NFC normalization (where the tokenizer applies it) can shorten text.
+func (t *Tokenizer) MaxBytesPerToken() int {
+	n := t.longestToken()
+	if t.nfc {
+		n = (n*nfcShrinkNum + nfcShrinkDen - 1) / nfcShrinkDen
+	}
+	for _, a := range t.added {
+		n = max(n, len(a.Content))
+	}
+	return n
+}
+
+// longestToken is the length in bytes of the longest token merging can
+// produce.
+func (t *Tokenizer) longestToken() int {
+	t.indexLongest()
+	return t.longestLen
+}
+
+// minTokens is a lower bound on the tokens of a piece: a token that
+// begins with byte b is at most longestFrom[b] bytes long, so the piece
+// splits into no fewer tokens than the fewest such jumps that cross it.
+func (t *Tokenizer) minTokens(piece string) int {
+	t.indexLongest()
+	jumps, end, reach := 0, 0, 0
+	for i := 0; i < len(piece); i++ {
+		reach = max(reach, i+int(t.longestFrom[piece[i]]))
+		if i == end {
+			jumps++
+			end = reach
+		}
+	}
+	return jumps
+}
+
+// indexLongest measures the vocabulary's tokens (those merging produces;
+// an added token comes only from matching its text).
+func (t *Tokenizer) indexLongest() {
+	t.longest.Do(func() {
+		for _, id := range t.vocab {
+			raw := t.tokenRaw[id]
+			if len(raw) == 0 {
+				continue
+			}
+			t.longestLen = max(t.longestLen, len(raw))
+			t.longestFrom[raw[0]] = max(t.longestFrom[raw[0]], int32(len(raw)))
+		}
+		for b := range t.longestFrom {
+			t.longestFrom[b] = max(t.longestFrom[b], 1)
+		}
+		t.longestLen = max(t.longestLen, 1)
+	})
 }
 
 // DecodeBytes returns the bytes ids stand for, each added token as its

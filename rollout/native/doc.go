@@ -10,7 +10,8 @@
 // (temperature, top-p, top-k, per-request seeds, stop strings and ids, EOS,
 // max tokens), swapping in new policy weights between steps, and an
 // OpenAI-compatible HTTP handler (Server) over it, which `rlnode serve`
-// runs. It implements engine.Engine.
+// runs, bounded in what clients can make it hold (Limits). It implements
+// engine.Engine.
 //
 // It does not train, hold optimizer state or talk to other nodes; weights
 // arrive through SetWeights from whoever owns them.

@@ -132,8 +132,11 @@ func (b body) stops() ([]string, *apiError) {
 }
 
 // prompts reads a completions "prompt": a string, a list of strings, a
-// list of token ids or a list of lists of token ids.
-func (b body) prompts(tok *tokenizer.Tokenizer, vocab int) ([][]int, *apiError) {
+// list of token ids or a list of lists of token ids. Each prompt must
+// leave room for a token in the model's context of positions, and all
+// together may hold at most budget tokens; text is tokenized only as far
+// as these limits allow.
+func (b body) prompts(tok *tokenizer.Tokenizer, vocab, positions, budget int) ([][]int, *apiError) {
 	if !b.has("prompt") {
 		return nil, badField("prompt", "missing")
 	}
@@ -143,19 +146,55 @@ func (b body) prompts(tok *tokenizer.Tokenizer, vocab int) ([][]int, *apiError) 
 	var ids []int
 	var idLists [][]int
 	var out [][]int
+	total := 0
+	encode := func(s string) *apiError {
+		limit := min(positions-1, budget-total)
+		p, ok := tok.EncodeLimit(s, limit)
+		if !ok {
+			if limit < positions-1 {
+				return overBudget(budget)
+			}
+			return tooLong("prompt", positions)
+		}
+		out = append(out, p)
+		total += len(p)
+		return nil
+	}
 	switch {
 	case json.Unmarshal(raw, &one) == nil:
-		out = [][]int{tok.Encode(one)}
+		if e := encode(one); e != nil {
+			return nil, e
+		}
 	case json.Unmarshal(raw, &ids) == nil && len(ids) > 0:
 		out = [][]int{ids}
 	case json.Unmarshal(raw, &texts) == nil && len(texts) > 0:
+		if len(texts) > maxPrompts {
+			return nil, badField("prompt", "%d prompts, more than the %d a request may hold", len(texts), maxPrompts)
+		}
 		for _, s := range texts {
-			out = append(out, tok.Encode(s))
+			if e := encode(s); e != nil {
+				return nil, e
+			}
 		}
 	case json.Unmarshal(raw, &idLists) == nil && len(idLists) > 0:
+		if len(idLists) > maxPrompts {
+			return nil, badField("prompt", "%d prompts, more than the %d a request may hold", len(idLists), maxPrompts)
+		}
 		out = idLists
 	default:
 		return nil, badField("prompt", "want a string, a list of strings, a list of token ids or a list of lists of token ids, got %s", abbreviate(raw))
+	}
+	if len(ids) > 0 || len(idLists) > 0 {
+		total = 0
+		for _, p := range out {
+			if len(p) > positions-1 {
+				return nil, tooLong("prompt", positions)
+			}
+			total += len(p)
+		}
+		if total > budget {
+			return nil, overBudget(budget)
+		}
 	}
 	for i, p := range out {
 		if len(p) == 0 {
@@ -168,6 +207,18 @@ func (b body) prompts(tok *tokenizer.Tokenizer, vocab int) ([][]int, *apiError) 
 		}
 	}
 	return out, nil
+}
+
+// tooLong refuses a prompt (the field) that leaves no room in the
+// model's context of positions tokens, as OpenAI does.
+func tooLong(field string, positions int) *apiError {
+	return &apiError{status: 400, typ: "invalid_request_error", param: field, code: "context_length_exceeded",
+		message: fmt.Sprintf("the prompt is longer than this model's context of %d tokens allows (at most %d, to leave room for one generated token)", positions, positions-1)}
+}
+
+func overBudget(budget int) *apiError {
+	return &apiError{status: 413, typ: "invalid_request_error", param: "prompt", code: "request_too_large",
+		message: fmt.Sprintf("the prompts hold more than %d tokens, the server's limit for the requests in progress", budget)}
 }
 
 // messages reads chat "messages": role and content, the content a string

@@ -14,11 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/engine"
 )
-
-// maxBody bounds a request body.
-const maxBody = 32 << 20
 
 // maxTopLogProbs is the most alternatives a request may ask for per token,
 // as OpenAI allows.
@@ -28,25 +26,42 @@ const maxTopLogProbs = 20
 // POST /v1/completions and /v1/chat/completions (with SSE streaming,
 // logprobs and vLLM's return_token_ids), GET /v1/models, /v1/models/{id}
 // and /health. Log probabilities are those of engine.Sample: under the
-// sampling distribution softmax(logits/T), before top-k/top-p.
+// sampling distribution softmax(logits/T), before top-k/top-p. What
+// clients can make it hold is bounded by its Limits.
 type Server struct {
 	e    *Engine
 	name string
+	lim  Limits
+	adm  *admission
 	mux  *http.ServeMux
 	log  *slog.Logger
 }
 
-// NewServer serves e under the model name name.
-func NewServer(e *Engine, name string, log *slog.Logger) *Server {
+// NewServer serves e under the model name name within lim.
+func NewServer(e *Engine, name string, lim Limits, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{e: e, name: name, mux: http.NewServeMux(), log: log}
-	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
-	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
-	s.mux.HandleFunc("GET /v1/models", s.models)
-	s.mux.HandleFunc("GET /v1/models/{id}", s.model)
-	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	lim = lim.withDefaults(e)
+	s := &Server{e: e, name: name, lim: lim, adm: newAdmission(lim), mux: http.NewServeMux(), log: log}
+	route := func(method, path string, h http.HandlerFunc) {
+		s.mux.HandleFunc(method+" "+path, h)
+		// Any other method on the path (GET also answers HEAD).
+		allow := method
+		if method == "GET" {
+			allow += ", HEAD"
+		}
+		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeError(w, &apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error",
+				message: fmt.Sprintf("%s %s: method not allowed (use %s)", r.Method, r.URL.Path, method)})
+		})
+	}
+	route("POST", "/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
+	route("POST", "/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
+	route("GET", "/v1/models", s.models)
+	route("GET", "/v1/models/{id}", s.model)
+	route("GET", "/health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: 404, typ: "invalid_request_error", message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
 	})
@@ -54,6 +69,12 @@ func NewServer(e *Engine, name string, log *slog.Logger) *Server {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// HTTPServer is an http.Server for s with the timeouts of its Limits.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{Handler: s, ReadHeaderTimeout: s.lim.ReadTimeout, ReadTimeout: s.lim.ReadTimeout,
+		IdleTimeout: s.lim.IdleTimeout}
+}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -72,7 +93,12 @@ func errorBody(e *apiError) map[string]any {
 	return map[string]any{"error": map[string]any{"message": e.message, "type": e.typ, "param": param, "code": code}}
 }
 
-func writeError(w http.ResponseWriter, e *apiError) { writeJSON(w, e.status, errorBody(e)) }
+func writeError(w http.ResponseWriter, e *apiError) {
+	if e.status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.status, errorBody(e))
+}
 
 func (s *Server) modelCard() map[string]any {
 	return map[string]any{"id": s.name, "object": "model", "created": 0, "owned_by": "rlnode",
@@ -108,6 +134,7 @@ type call struct {
 	returnTokenID bool
 	id            string
 	created       int64
+	tokens        int // prompts plus n × max_tokens per prompt
 }
 
 func (s *Server) parse(data []byte, chat bool) (*call, *apiError) {
@@ -188,8 +215,13 @@ func (s *Server) parse(data []byte, chat bool) (*call, *apiError) {
 		msgs, e := b.messages()
 		check(e)
 		if e == nil {
-			prompts = [][]int{s.e.Tokenizer().EncodeChat(msgs, true)}
-			defaultMax = max(1, cfg.MaxPositions-len(prompts[0]))
+			ids, ok := encodeChat(s.e.Tokenizer(), msgs, cfg.MaxPositions-1)
+			if !ok {
+				check(tooLong("messages", cfg.MaxPositions))
+			} else {
+				prompts = [][]int{ids}
+				defaultMax = max(1, cfg.MaxPositions-len(ids))
+			}
 		}
 		c.logprobs, e = b.boolean("logprobs", false)
 		check(e)
@@ -207,7 +239,7 @@ func (s *Server) parse(data []byte, chat bool) (*call, *apiError) {
 		}
 	} else {
 		c.id = "cmpl-" + randomID()
-		prompts, e = b.prompts(s.e.Tokenizer(), cfg.VocabSize)
+		prompts, e = b.prompts(s.e.Tokenizer(), cfg.VocabSize, cfg.MaxPositions, s.lim.MaxQueuedTokens)
 		check(e)
 		if b.has("logprobs") {
 			c.logprobs = true
@@ -229,8 +261,22 @@ func (s *Server) parse(data []byte, chat bool) (*call, *apiError) {
 	c.n = p.N
 	for i, pr := range prompts {
 		c.reqs = append(c.reqs, engine.Request{ID: fmt.Sprintf("%s-%d", c.id, i), Prompt: pr, Params: p})
+		c.tokens += len(pr) + p.N*p.MaxTokens
 	}
 	return c, nil
+}
+
+// encodeChat is EncodeLimit of the chat template of msgs, refusing from the
+// messages' length alone, before building the template, where it can.
+func encodeChat(tok *tokenizer.Tokenizer, msgs []tokenizer.Message, limit int) ([]int, bool) {
+	n, k := 0, tok.MaxBytesPerToken()
+	for _, m := range msgs {
+		n += len(m.Content)
+	}
+	if (n+k-1)/k > limit {
+		return nil, false
+	}
+	return tok.EncodeLimit(tokenizer.ChatTemplate(msgs, true), limit)
 }
 
 func randomID() string {
@@ -268,16 +314,29 @@ type choice struct {
 }
 
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		writeError(w, &apiError{status: 400, typ: "invalid_request_error", message: "reading the request body: " + err.Error()})
+	if aerr := s.adm.enter(); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	defer s.adm.leave()
+	data, aerr := s.adm.readBody(w, r)
+	if aerr != nil || data == nil {
+		if aerr != nil {
+			writeError(w, aerr)
+		}
 		return
 	}
 	c, aerr := s.parse(data, chat)
+	s.adm.doneParsing()
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
+	if aerr := s.adm.reserve(c.tokens); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	defer s.adm.release(c.tokens)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	streams := make([]*Stream, len(c.reqs))
@@ -323,7 +382,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	var sse *sseWriter
 	if c.stream {
-		sse = newSSE(w)
+		sse = newSSE(w, s.lim.WriteTimeout)
 	}
 	for open := len(streams); open > 0; {
 		it := <-items
@@ -373,6 +432,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	if c.chat && c.returnTokenID {
 		resp["prompt_token_ids"] = choices[0].prompt
 	}
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.lim.WriteTimeout))
 	writeJSON(w, 200, resp)
 }
 
@@ -504,20 +564,23 @@ func (s *Server) chunk(c *call, ch *choice, ev Event) map[string]any {
 	return out
 }
 
-// sseWriter writes server-sent events.
+// sseWriter writes server-sent events, each within a write timeout.
 type sseWriter struct {
-	w   http.ResponseWriter
-	rc  *http.ResponseController
-	err error
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	err     error
 }
 
-func newSSE(w http.ResponseWriter) *sseWriter {
+func newSSE(w http.ResponseWriter, timeout time.Duration) *sseWriter {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
+	s := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
+	s.rc.SetWriteDeadline(time.Now().Add(timeout))
 	w.WriteHeader(200)
-	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+	return s
 }
 
 // send writes one "data: {json}" event and reports whether the client is
@@ -531,6 +594,7 @@ func (s *sseWriter) send(v any) bool {
 		s.err = err
 		return false
 	}
+	s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
 	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", b); err != nil {
 		s.err = err
 		return false
@@ -541,6 +605,7 @@ func (s *sseWriter) send(v any) bool {
 
 func (s *sseWriter) done() {
 	if s.err == nil {
+		s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
 		fmt.Fprint(s.w, "data: [DONE]\n\n")
 		s.rc.Flush()
 	}

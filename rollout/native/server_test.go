@@ -18,12 +18,18 @@ import (
 // startServer serves a test engine on a real socket on 127.0.0.1.
 func startServer(t *testing.T) (string, *Engine) {
 	t.Helper()
+	return startServerLimits(t, Limits{})
+}
+
+// startServerLimits is startServer within lim.
+func startServerLimits(t *testing.T, lim Limits) (string, *Engine) {
+	t.Helper()
 	e, _ := testEngine(t, Config{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: NewServer(e, "tiny", nil), ReadHeaderTimeout: 10 * time.Second}
+	srv := NewServer(e, "tiny", lim, nil).HTTPServer()
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String(), e

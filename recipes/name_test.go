@@ -1,0 +1,37 @@
+package recipes
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// TestRunNameIsOnePathSegment: a recipe's name becomes the run's folder
+// runs/NAME-DATE, so one that would leave runs/ is refused.
+func TestRunNameIsOnePathSegment(t *testing.T) {
+	cases := []struct {
+		name string
+		ok   bool
+	}{
+		{"my-run", true},
+		{"gsm8k.v2_run", true},
+		{"..x", true},
+		{"../../X", false},
+		{"a/b", false},
+		{"/tmp/x", false},
+		{"..", false},
+		{".", false},
+		{`a\b`, false},
+	}
+	for _, c := range cases {
+		_, err := Load("grpo_gsm8k", []string{"name=" + c.name})
+		var es Errors
+		if err != nil && !errors.As(err, &es) {
+			t.Fatalf("name %q: %v", c.name, err)
+		}
+		onName := slices.ContainsFunc(es, func(e *Error) bool { return e.Path == "name" })
+		if onName == c.ok {
+			t.Errorf("name %q: error %v; want accepted %v", c.name, err, c.ok)
+		}
+	}
+}

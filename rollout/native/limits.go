@@ -1,0 +1,147 @@
+package native
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Limits bound what clients can make the server hold. A zero field takes
+// its default (see withDefaults).
+type Limits struct {
+	// MaxBodyBytes bounds a request body (default 4 MiB). A larger one is
+	// answered 413, unread when its Content-Length says so.
+	MaxBodyBytes int64
+	// MaxRequests bounds the generation requests in progress (default
+	// 4 × the engine's batch); more are answered 429.
+	MaxRequests int
+	// MaxQueuedTokens bounds the tokens of the generation requests in
+	// progress, each counting its prompts' tokens plus n × max_tokens per
+	// prompt (default 2 × batch × context). A request that would pass it
+	// is answered 429; one that alone exceeds it, 413.
+	MaxQueuedTokens int
+	// ReadTimeout bounds reading a request's headers, and its body once the
+	// server is ready to read it; IdleTimeout, how long a keep-alive
+	// connection waits for its next request; WriteTimeout, each write of an
+	// answer or streamed event to a client that does not read (30 s each).
+	ReadTimeout, IdleTimeout, WriteTimeout time.Duration
+}
+
+// DefaultMaxBodyBytes is Limits.MaxBodyBytes's default.
+const DefaultMaxBodyBytes = 4 << 20
+
+// maxPrompts bounds the prompts of one completions request.
+const maxPrompts = 1024
+
+func (l Limits) withDefaults(e *Engine) Limits {
+	if l.MaxBodyBytes <= 0 {
+		l.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if l.MaxRequests <= 0 {
+		l.MaxRequests = 4 * e.cfg.MaxBatch
+	}
+	if l.MaxQueuedTokens <= 0 {
+		l.MaxQueuedTokens = 2 * e.cfg.MaxBatch * e.Model().MaxPositions
+	}
+	if l.ReadTimeout <= 0 {
+		l.ReadTimeout = 30 * time.Second
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = 30 * time.Second
+	}
+	if l.WriteTimeout <= 0 {
+		l.WriteTimeout = 30 * time.Second
+	}
+	return l
+}
+
+// admission holds the counts that Limits bound. Bodies are read and
+// prompts tokenized a few at a time (parsing), so that the requests
+// admitted hold little memory until they are known to fit.
+type admission struct {
+	lim      Limits
+	requests chan struct{}
+	parsing  chan struct{}
+
+	mu     sync.Mutex
+	tokens int // queued: reserved by requests in progress
+}
+
+func newAdmission(lim Limits) *admission {
+	return &admission{lim: lim, requests: make(chan struct{}, lim.MaxRequests),
+		parsing: make(chan struct{}, max(1, min(runtime.GOMAXPROCS(0), 4)))}
+}
+
+// enter admits a request or answers why not; leave must follow an
+// admission.
+func (a *admission) enter() *apiError {
+	select {
+	case a.requests <- struct{}{}:
+		return nil
+	default:
+		return &apiError{status: http.StatusTooManyRequests, typ: "requests", code: "rate_limit_exceeded",
+			message: fmt.Sprintf("the server has %d requests in progress, its limit; retry later", a.lim.MaxRequests)}
+	}
+}
+
+func (a *admission) leave() { <-a.requests }
+
+// readBody reads r's body within MaxBodyBytes, taking a parsing slot that
+// the caller releases with doneParsing once the body is parsed. It
+// returns (nil, nil) when the client left while waiting.
+func (a *admission) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if r.ContentLength > a.lim.MaxBodyBytes {
+		w.Header().Set("Connection", "close") // rather than read the body to keep the connection
+		return nil, a.tooLarge()
+	}
+	select {
+	case a.parsing <- struct{}{}:
+	case <-r.Context().Done():
+		return nil, nil
+	}
+	// The read timeout runs from now, not from the request's arrival.
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(a.lim.ReadTimeout))
+	buf := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, a.lim.MaxBodyBytes)); err != nil {
+		a.doneParsing()
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, a.tooLarge()
+		}
+		return nil, &apiError{status: 400, typ: "invalid_request_error", message: "reading the request body: " + err.Error()}
+	}
+	return buf.Bytes(), nil
+}
+
+func (a *admission) doneParsing() { <-a.parsing }
+
+func (a *admission) tooLarge() *apiError {
+	return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
+		message: fmt.Sprintf("the request body is larger than the server's limit of %d bytes", a.lim.MaxBodyBytes)}
+}
+
+// reserve counts n tokens as queued, or answers why not; release(n) must
+// follow a reservation.
+func (a *admission) reserve(n int) *apiError {
+	if n > a.lim.MaxQueuedTokens {
+		return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
+			message: fmt.Sprintf("the request needs %d tokens (prompts plus n × max_tokens), more than the server's limit of %d", n, a.lim.MaxQueuedTokens)}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.tokens+n > a.lim.MaxQueuedTokens {
+		return &apiError{status: http.StatusTooManyRequests, typ: "tokens", code: "rate_limit_exceeded",
+			message: fmt.Sprintf("the request needs %d tokens and %d of the server's %d are in use; retry later", n, a.tokens, a.lim.MaxQueuedTokens)}
+	}
+	a.tokens += n
+	return nil
+}
+
+func (a *admission) release(n int) {
+	a.mu.Lock()
+	a.tokens -= n
+	a.mu.Unlock()
+}

@@ -1,0 +1,329 @@
+package native
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// openAIError is OpenAI's error body.
+type openAIError struct {
+	Error *struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+// checkError checks that an answer is OpenAI's error shape with this
+// status, type and code.
+func checkError(t *testing.T, what string, status int, body []byte, wantStatus int, typ, code string) {
+	t.Helper()
+	var e openAIError
+	raw := map[string]map[string]json.RawMessage{}
+	if err := json.Unmarshal(body, &e); err != nil || e.Error == nil || json.Unmarshal(body, &raw) != nil {
+		t.Fatalf("%s: status %d, body %.200q is not an OpenAI error", what, status, body)
+	}
+	for _, f := range []string{"message", "type", "param", "code"} {
+		if _, ok := raw["error"][f]; !ok {
+			t.Errorf("%s: error has no %q: %s", what, f, body)
+		}
+	}
+	gotCode := ""
+	if e.Error.Code != nil {
+		gotCode = *e.Error.Code
+	}
+	if status != wantStatus || e.Error.Type != typ || gotCode != code || e.Error.Message == "" {
+		t.Errorf("%s: status %d, error %+v; want %d, type %q, code %q", what, status, *e.Error, wantStatus, typ, code)
+	}
+}
+
+// rawRequest sends head (request line and headers, without the blank
+// line) and body on a new connection and returns the connection.
+func rawRequest(t *testing.T, url, head, body string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := io.WriteString(c, head+"\r\n\r\n"+body); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func readResponse(t *testing.T, c net.Conn) (*http.Response, []byte) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, b
+}
+
+// closedWithin reports whether the server closes c within d, reading
+// (and dropping) anything it sends first.
+func closedWithin(c net.Conn, d time.Duration) bool {
+	c.SetReadDeadline(time.Now().Add(d))
+	_, err := io.Copy(io.Discard, c)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return false
+	}
+	return true
+}
+
+func TestServerRefusesOversizeBody(t *testing.T) {
+	url, _ := startServerLimits(t, Limits{MaxBodyBytes: 1 << 10})
+
+	// A declared length over the limit is answered at once: the client has
+	// sent 10 of its 100 MB.
+	c := rawRequest(t, url, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000",
+		`{"model":`)
+	resp, b := readResponse(t, c)
+	checkError(t, "Content-Length 100 MB", resp.StatusCode, b, 413, "invalid_request_error", "request_too_large")
+	if !closedWithin(c, 5*time.Second) {
+		t.Error("the connection stays open after refusing a body it did not read")
+	}
+
+	// A chunked body without end is refused once it passes the limit.
+	c = rawRequest(t, url, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked", "")
+	go func() {
+		chunk := fmt.Sprintf("%x\r\n%s\r\n", 512, strings.Repeat("x", 512))
+		for {
+			if _, err := io.WriteString(c, chunk); err != nil {
+				return
+			}
+		}
+	}()
+	resp, b = readResponse(t, c)
+	checkError(t, "endless chunked body", resp.StatusCode, b, 413, "invalid_request_error", "request_too_large")
+
+	// At the limit a request is served.
+	pad := strings.Repeat("a", 900)
+	code, b := post(t, url+"/v1/completions", `{"model":"tiny","max_tokens":1,"prompt":"hi","user":"`+pad+`"}`)
+	if code != 200 {
+		t.Errorf("a body under the limit: status %d: %s", code, b)
+	}
+}
+
+// TestServerRefusesLongPromptBeforeTokenizing: a prompt that cannot fit
+// the context is refused from its length, or as soon as tokenizing shows
+// it, so handling it allocates about the body's copies, not its tokens
+// (merging one 2 MiB word alone holds hundreds of MB).
+func TestServerRefusesLongPromptBeforeTokenizing(t *testing.T) {
+	e, _ := testEngine(t, Config{})
+	s := NewServer(e, "tiny", Limits{MaxBodyBytes: 4 << 20}, nil)
+	words := strings.Repeat("lorem ipsum dolor sit amet ", (2<<20)/27)
+	word := strings.Repeat("a", 2<<20)
+	cases := []struct{ name, path, body, param string }{
+		{"completion, words", "/v1/completions", `{"model":"tiny","prompt":"` + words + `"}`, "prompt"},
+		{"completion, one word", "/v1/completions", `{"model":"tiny","prompt":"` + word + `"}`, "prompt"},
+		{"completion, list", "/v1/completions", `{"model":"tiny","prompt":["hi","` + word + `"]}`, "prompt"},
+		{"chat, one word", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"` + word + `"}]}`, "messages"},
+		{"chat, words", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"` + words + `"}]}`, "messages"},
+	}
+	for _, c := range cases {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, httptest.NewRequest("POST", c.path, strings.NewReader(c.body)))
+		runtime.ReadMemStats(&after)
+		checkError(t, c.name, w.Code, w.Body.Bytes(), 400, "invalid_request_error", "context_length_exceeded")
+		if !strings.Contains(w.Body.String(), `"param":"`+c.param+`"`) {
+			t.Errorf("%s: %s names no param %q", c.name, w.Body, c.param)
+		}
+		// The body, its JSON value, the message list's and the decoded
+		// string, and some slack.
+		if alloc, bound := after.TotalAlloc-before.TotalAlloc, uint64(5*len(c.body))+(1<<20); alloc > bound {
+			t.Errorf("%s: the handler allocated %d bytes for a body of %d (bound %d)", c.name, alloc, len(c.body), bound)
+		}
+	}
+}
+
+func TestServerCapsRequestsInProgress(t *testing.T) {
+	url, _ := startServerLimits(t, Limits{MaxRequests: 1})
+	// The one place is held by a request whose body never comes.
+	held := rawRequest(t, url, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000", "{")
+	small := `{"model":"tiny","max_tokens":1,"prompt":"hi"}`
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := client.Post(url+"/v1/completions", "application/json", strings.NewReader(small))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 429 {
+			checkError(t, "second request", resp.StatusCode, b, 429, "requests", "rate_limit_exceeded")
+			if resp.Header.Get("Retry-After") == "" {
+				t.Error("429 without Retry-After")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 429 while a request is in progress: status %d: %s", resp.StatusCode, b)
+		}
+		time.Sleep(10 * time.Millisecond) // the held request is not admitted yet
+	}
+	held.Close()
+	for {
+		code, b := post(t, url+"/v1/completions", small)
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the place is not given back: status %d: %s", code, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestAdmissionQueuedTokens(t *testing.T) {
+	a := newAdmission(Limits{MaxRequests: 4, MaxQueuedTokens: 100})
+	steps := []struct {
+		reserve, release int
+		status           int // 0: admitted
+	}{
+		{reserve: 60},
+		{reserve: 41, status: 429},
+		{reserve: 40},
+		{reserve: 1, status: 429},
+		{reserve: 101, status: 413},
+		{release: 60},
+		{reserve: 60},
+	}
+	for i, s := range steps {
+		if s.release > 0 {
+			a.release(s.release)
+			continue
+		}
+		e := a.reserve(s.reserve)
+		switch {
+		case s.status == 0 && e != nil:
+			t.Errorf("step %d: reserve(%d): %v", i, s.reserve, e)
+		case s.status != 0 && (e == nil || e.status != s.status):
+			t.Errorf("step %d: reserve(%d) = %v, want status %d", i, s.reserve, e, s.status)
+		}
+	}
+}
+
+func TestServerRefusesRequestOverTokenLimit(t *testing.T) {
+	url, _ := startServerLimits(t, Limits{MaxQueuedTokens: 100})
+	code, b := post(t, url+"/v1/completions", `{"model":"tiny","prompt":"hi","n":4,"max_tokens":30}`)
+	checkError(t, "n × max_tokens over the limit", code, b, 413, "invalid_request_error", "request_too_large")
+	code, b = post(t, url+"/v1/completions", `{"model":"tiny","prompt":"hi","n":2,"max_tokens":30}`)
+	if code != 200 {
+		t.Errorf("a request under the limit: status %d: %s", code, b)
+	}
+}
+
+func TestServerClosesSlowAndIdleConnections(t *testing.T) {
+	url, _ := startServerLimits(t, Limits{ReadTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond})
+	cases := []struct {
+		name string
+		send func() net.Conn
+	}{
+		{"slow headers", func() net.Conn {
+			return rawRequest(t, url, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: app", "")
+		}},
+		{"slow body", func() net.Conn {
+			return rawRequest(t, url, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100", `{"model":`)
+		}},
+		{"idle keep-alive", func() net.Conn {
+			c := rawRequest(t, url, "GET /health HTTP/1.1\r\nHost: x", "")
+			if resp, _ := readResponse(t, c); resp.StatusCode != 200 || resp.Close {
+				t.Fatalf("health: status %d, close %v", resp.StatusCode, resp.Close)
+			}
+			return c
+		}},
+	}
+	for _, c := range cases {
+		conn := c.send()
+		if !closedWithin(conn, 10*time.Second) {
+			t.Errorf("%s: the connection is still open 10 s later, with timeouts of 300 ms", c.name)
+		}
+	}
+}
+
+func TestServerWrongMethod(t *testing.T) {
+	url, _ := startServer(t)
+	cases := []struct{ method, path, allow string }{
+		{"GET", "/v1/completions", "POST"},
+		{"PUT", "/v1/chat/completions", "POST"},
+		{"POST", "/v1/models", "GET, HEAD"},
+		{"DELETE", "/v1/models/tiny", "GET, HEAD"},
+		{"POST", "/health", "GET, HEAD"},
+	}
+	for _, c := range cases {
+		req, _ := http.NewRequest(c.method, url+c.path, bytes.NewReader(nil))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		checkError(t, c.method+" "+c.path, resp.StatusCode, b, 405, "invalid_request_error", "")
+		if got := resp.Header.Get("Allow"); got != c.allow {
+			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
+		}
+	}
+	code, b := post(t, url+"/v1/nothing", "{}")
+	checkError(t, "unknown path", code, b, 404, "invalid_request_error", "")
+}
+
+// TestServerDropsClientThatDoesNotRead: a client that asks for a long
+// stream and never reads it loses its place once a write waits past the
+// write timeout, rather than holding it for good.
+func TestServerDropsClientThatDoesNotRead(t *testing.T) {
+	url, _ := startServerLimits(t, Limits{MaxRequests: 1, WriteTimeout: 300 * time.Millisecond})
+	// A small receive buffer, so the stream (some 16k events of top-20
+	// logprobs, megabytes) cannot all wait in the sockets.
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var err error
+		rc.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return err
+	}}
+	c, err := d.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := `{"model":"tiny","prompt":"hi","stream":true,"n":64,"max_tokens":250,"logprobs":20}`
+	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+
+	// The stream has begun; from here on it is not read.
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	head := make([]byte, 12)
+	if _, err := io.ReadFull(c, head); err != nil || string(head) != "HTTP/1.1 200" {
+		t.Fatalf("stream: %q, %v", head, err)
+	}
+
+	small := `{"model":"tiny","max_tokens":1,"prompt":"hi"}`
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, b := post(t, url+"/v1/completions", small)
+		if code == 200 {
+			break
+		}
+		if code != 429 || time.Now().After(deadline) {
+			t.Fatalf("the place is not given back: status %d: %s", code, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
