@@ -88,7 +88,6 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"episode.type=mlmt", "algorithm.mlmt.train=[]"}, "algorithm.mlmt.train: empty"},
 		{[]string{"episode.type=mlmt", "algorithm.mlmt.static_feedback=true", "models.feedback.init={}"}, "models.feedback: set, but algorithm.mlmt.static_feedback is true"},
 		{[]string{"models.feedback.init={}"}, "a feedback policy needs episode.type mlmt"},
-		{[]string{"episode.templates.refine={{.Nope}}"}, "episode.templates"},
 		{[]string{"sft.response={{.Solution}}"}, "sft.response"},
 		{[]string{"episode.tools=[calculator]"}, "tools need episode.type tools"},
 		{[]string{"episode.type=tools", "episode.tools=[shell]"}, `episode.tools.0: "shell": want one of calculator, python`},
