@@ -137,21 +137,26 @@ func TestRefusalSitesCovered(t *testing.T) {
 		if !ok || (fn.Name != "no" && fn.Name != "tpl") {
 			return true
 		}
-		field, err1 := strconv.Unquote(call.Args[0].(*ast.BasicLit).Value)
+		literal := func(e ast.Expr) string {
+			lit, ok := e.(*ast.BasicLit)
+			s, err := "", error(nil)
+			if ok {
+				s, err = strconv.Unquote(lit.Value)
+			}
+			if !ok || err != nil {
+				t.Fatalf("%s: %s's field and message must be string literals (for this test)", fset.Position(e.Pos()), fn.Name)
+			}
+			return s
+		}
+		field := literal(call.Args[0])
 		msg := `uses .*: not supported.*`
 		if fn.Name == "no" {
-			format, err2 := strconv.Unquote(call.Args[1].(*ast.BasicLit).Value)
-			if err2 != nil {
-				t.Fatalf("%s: %v", fset.Position(call.Pos()), err2)
-			}
+			format := literal(call.Args[1])
 			parts := verb.Split(format, -1)
 			for i := range parts {
 				parts[i] = regexp.QuoteMeta(parts[i])
 			}
 			msg = strings.Join(parts, ".*")
-		}
-		if err1 != nil {
-			t.Fatalf("%s: %v", fset.Position(call.Pos()), err1)
 		}
 		n++
 		re := regexp.MustCompile(`(?m)^.*: ` + regexp.QuoteMeta(field) + `: ` + msg + `$`)
