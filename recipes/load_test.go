@@ -89,6 +89,7 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"episode.type=mlmt", "algorithm.mlmt.static_feedback=true", "models.feedback.init={}"}, "models.feedback: set, but algorithm.mlmt.static_feedback is true"},
 		{[]string{"models.feedback.init={}"}, "a feedback policy needs episode.type mlmt"},
 		{[]string{"sft.response={{.Solution}}"}, "sft.response"},
+		{[]string{"sft.response=x"}, `sft.response: "x" does not use .Answer`},
 		{[]string{"episode.tools=[calculator]"}, "tools need episode.type tools"},
 		{[]string{"episode.type=tools", "episode.tools=[shell]"}, `episode.tools.0: "shell": want one of calculator, python`},
 		{[]string{"eval.metrics=[turn1_accuracy]"}, `needs episode.type mlmt or score`},

@@ -717,6 +717,9 @@ func checkSFTTemplate(s string) error {
 	if err := t.Execute(&b, SFTData{Problem: "1+1", Answer: "2"}); err != nil {
 		return fmt.Errorf("%v (fields: .Problem, .Answer)", err)
 	}
+	if !strings.Contains(s, ".Answer") {
+		return fmt.Errorf("%q does not use .Answer: the warm-up trains on the worked answer", s)
+	}
 	return nil
 }
 

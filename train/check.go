@@ -74,8 +74,9 @@ func (l recipe) packageChecks() []recipes.Problem {
 
 // configChecks convert a recipe that passed the other checks and check
 // what needs the converted configuration: the KL reference against the
-// policy, and the driver's own Config.validate (a refusal there that no
-// check above makes is reported on the recipe as a whole).
+// policy, the learners' configurations, and the driver's own
+// Config.validate (a refusal there that no check above makes is reported
+// on the recipe as a whole).
 func (l recipe) configChecks() []recipes.Problem {
 	// The run directory is not known here and not read by the checks.
 	cfg, err := l.config("OUT")
@@ -85,6 +86,18 @@ func (l recipe) configChecks() []recipes.Problem {
 	if ref := l.Recipe.Models.Reference; ref != nil {
 		if err := learner.CheckReference(cfg.ModelDir, cfg.Model, ref.Path); err != nil {
 			return []recipes.Problem{{Path: "models.reference.path", Msg: err.Error()}}
+		}
+	}
+	// The learners' own checks, on the algorithm section they are made
+	// from, before the driver's.
+	lc := cfg.Learner
+	lc.Model, lc.ModelDir, lc.Seed = cfg.Model, cfg.ModelDir, cfg.Seed
+	if err := lc.Validate(); err != nil {
+		return []recipes.Problem{{Path: "algorithm", Msg: err.Error()}}
+	}
+	if f := cfg.Feedback; f != nil {
+		if err := f.learnerConfig(cfg).Validate(); err != nil {
+			return []recipes.Problem{{Path: "algorithm.mlmt", Msg: "feedback policy: " + err.Error()}}
 		}
 	}
 	if _, err := cfg.validate(); err != nil {

@@ -41,6 +41,7 @@ var refusalCases = []struct {
 	{"quickstart", []string{"algorithm.name=ppo", "models.policy.value_head=true", "algorithm.value_coef=0"}, "--set algorithm.value_coef=0: algorithm.value_coef: 0: ppo's critic would never train (want > 0)"},
 	{"quickstart", []string{"algorithm.name=rw_sft", "algorithm.rw_sft.weighting=filter"}, "--set algorithm.rw_sft.weighting=filter: algorithm.rw_sft.weighting: filter is not supported yet (exp only)"},
 	{"mlmt_math", []string{`sft.feedback_response=""`}, `--set sft.feedback_response="": sft.feedback_response: empty: the warm-up (sft.steps 150) needs the feedback policy's target`},
+	{"mlmt_math", []string{`sft.feedback_response=" "`}, `--set sft.feedback_response=" ": sft.feedback_response: empty: the warm-up (sft.steps 150) needs the feedback policy's target`},
 
 	// vLLM engines.
 	{"quickstart", sets(vllmPolicy, "models.policy.lora={rank: 4}", "engines.policy.weight_sync=reload"),
@@ -71,6 +72,7 @@ var refusalCases = []struct {
 
 	// The packages' own checks.
 	{"quickstart", []string{"models.policy.init.hidden_size=36", "models.policy.init.heads=4", "models.policy.init.kv_heads=2"}, "builtin:quickstart.yaml:16: models.policy.init: config init: field head_dim: 9 must be even for rotary embeddings"},
+	{"quickstart", []string{"algorithm.clip_low=0", "algorithm.clip_high=0"}, "builtin:quickstart.yaml:50: algorithm: learner config: loss: clip_low and clip_high are both 0"},
 	{"quickstart", []string{`episode.templates.refine="{{.Nope}}"`}, `--set episode.templates.refine="{{.Nope}}": episode.templates.refine: template "refine": template: refine:1:2: executing "refine" at <.Nope>: can't evaluate field Nope`},
 }
 

@@ -130,7 +130,7 @@ func (l recipe) refusals() []recipes.Problem {
 	// Templates (rendered by the driver: .Problem becomes .Question).
 	_, tplProbs := l.templates()
 	refused = append(refused, tplProbs...)
-	if mlmt && !r.Algorithm.MLMT.StaticFeedback && r.SFT.Steps > 0 && r.SFT.FeedbackResponse == "" {
+	if mlmt && !r.Algorithm.MLMT.StaticFeedback && r.SFT.Steps > 0 && strings.TrimSpace(r.SFT.FeedbackResponse) == "" {
 		no("sft.feedback_response", "empty: the warm-up (sft.steps %d) needs the feedback policy's target", r.SFT.Steps)
 	}
 	return refused
