@@ -218,3 +218,31 @@ func TestBuiltinsPassCheck(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCheck: for any built-in recipe and override that loads, Check does
+// not panic and FromRecipe refuses exactly what it refuses. Run: go test
+// ./train -run '^$' -fuzz FuzzCheck
+func FuzzCheck(f *testing.F) {
+	f.Setenv("RLNODE_HOME", f.TempDir())
+	for _, c := range refusalCases {
+		for _, s := range c.sets {
+			f.Add(c.recipe, s)
+		}
+	}
+	for _, name := range recipes.BuiltinNames() {
+		f.Add(name, "algorithm.name=ppo")
+		f.Add(name, "episode.type=score")
+		f.Add(name, "sync.mode=async")
+	}
+	f.Fuzz(func(t *testing.T, name, set string) {
+		l, err := recipes.Load(name, []string{set})
+		if err != nil {
+			return
+		}
+		checkErr := Check(l)
+		_, runErr := FromRecipe(l, t.TempDir())
+		if (checkErr == nil) != (runErr == nil) || checkErr != nil && checkErr.Error() != runErr.Error() {
+			t.Errorf("%s --set %s: Check: %v\nFromRecipe: %v", name, set, checkErr, runErr)
+		}
+	})
+}
