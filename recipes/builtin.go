@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-
-	"github.com/rlnode/rlnode/cluster"
 )
 
 //go:embed builtin/*.yaml builtin/data
@@ -106,7 +104,7 @@ func builtinDataDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(cluster.Home(), "recipes", hex.EncodeToString(h.Sum(nil))[:16])
+	dir := filepath.Join(rlnodeHome(), "recipes", hex.EncodeToString(h.Sum(nil))[:16])
 	for _, p := range files {
 		dst := filepath.Join(dir, strings.TrimPrefix(p, "builtin/"))
 		want, _ := builtinFS.ReadFile(p)
@@ -125,4 +123,16 @@ func builtinDataDir() (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// rlnodeHome is cluster.Home: $RLNODE_HOME, else ~/.rlnode (train's tests
+// check that the built-in data lands under cluster.Home).
+func rlnodeHome() string {
+	if h := os.Getenv("RLNODE_HOME"); h != "" {
+		return h
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".rlnode")
+	}
+	return ".rlnode"
 }

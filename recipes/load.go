@@ -148,8 +148,8 @@ func parse(file string, src []byte, dir string, sets []string) (*Loaded, error) 
 		}
 		r.resolve(dir, l.isSet, l.fromSet)
 		for _, p := range r.validate(l.isSet) {
-			if !related(failed, p.path) {
-				d.errs = append(d.errs, &Error{Pos: l.nearest(p.path), Path: p.path, Msg: p.msg})
+			if !related(failed, p.Path) {
+				d.errs = append(d.errs, l.at(p))
 			}
 		}
 	}
@@ -158,6 +158,30 @@ func parse(file string, src []byte, dir string, sets []string) (*Loaded, error) 
 		return nil, d.errs
 	}
 	return l, nil
+}
+
+// Problem is a value a check refuses: the dotted path it concerns (as
+// "engines.policy.replicas"; "" for the recipe as a whole) and why.
+type Problem struct{ Path, Msg string }
+
+// Refuse turns the problems a check outside this package found in l into
+// Errors at the positions their paths came from (the value's line, or the
+// nearest section the file or an override sets, or the file), in file
+// order, the overrides' last; nil when there are none.
+func (l *Loaded) Refuse(probs []Problem) error {
+	if len(probs) == 0 {
+		return nil
+	}
+	es := make(Errors, len(probs))
+	for i, p := range probs {
+		es[i] = l.at(p)
+	}
+	es.sort()
+	return es
+}
+
+func (l *Loaded) at(p Problem) *Error {
+	return &Error{Pos: l.nearest(p.Path), Path: p.Path, Msg: p.Msg}
 }
 
 // related tells whether path is a failed path, or inside or around one.

@@ -1,7 +1,5 @@
 package recipes
 
-import "github.com/rlnode/rlnode/rollout/episode"
-
 // Recipe is one training run, as a recipe file describes it. The YAML keys
 // are the `yaml` tags; recipes/SCHEMA.md documents every key with its default
 // and its limits. Default returns a Recipe with every default filled in; a
@@ -218,8 +216,8 @@ type Episode struct {
 	// tool use). Default single.
 	Type string `yaml:"type"`
 	// Templates are the prompt formats (Go text/template); empty fields
-	// take rollout/episode's defaults.
-	Templates episode.Templates `yaml:"templates"`
+	// take the defaults (DefaultTemplates, rollout/episode's).
+	Templates Templates `yaml:"templates"`
 	// Tools are the tools of type tools: calculator, python. Default
 	// [calculator].
 	Tools []string `yaml:"tools,omitempty"`

@@ -18,17 +18,17 @@ import (
 	"github.com/rlnode/rlnode/learner"
 )
 
-// ErrUnsupported marks a recipe feature that validates but that the
-// driver (train) cannot run yet.
-var ErrUnsupported = errors.New("not supported by the driver yet")
-
 // recipe is a loaded recipe seen by the driver's conversion.
 type recipe struct{ *recipes.Loaded }
 
 // FromRecipe is the driver configuration of a loaded recipe, writing under
-// out; a feature the recipe schema accepts but the loop cannot run is an
-// *UnsupportedError naming the fields.
-func FromRecipe(l *recipes.Loaded, out string) (Config, error) { return recipe{l}.config(out) }
+// out. It refuses exactly what Check refuses, with the same errors.
+func FromRecipe(l *recipes.Loaded, out string) (Config, error) {
+	if err := Check(l); err != nil {
+		return Config{}, err
+	}
+	return recipe{l}.config(out)
+}
 
 // RolloutPlacement is where a recipe's rollout actors go when the run
 // generates on a cluster (rlnode run --address) although the recipe alone
@@ -44,30 +44,24 @@ var learnerAlgorithms = map[string]string{
 	"reinforce_pp": learner.ReinforcePP, "rw_sft": learner.RWSFT, "ppo": learner.PPO,
 }
 
-// FromRecipe maps the recipe onto the training loop's configuration,
-// with out as the run directory. What the driver runs today: single-turn,
-// MLMT three-turn (trainable or frozen feedback policy or solver, static
-// feedback, stop-gradient, final or improvement feedback reward) and
-// SCoRe two-turn episodes, on the built-in task or a dataset with the
-// math, gsm8k or code verifier, native
-// engines in the driver's process or on rollout actors (see
-// needsRolloutActors; synchronous or asynchronous, every turn of a
-// multi-turn episode), a learner per policy, of placement.learner_shards
-// data-parallel ranks (grpo, drgrpo,
-// rloo, reinforce_pp, rw_sft with exp weights; ppo with a value head as
-// critic per trained policy; epochs and mini-batches), the SFT warm-up,
-// schedule, evaluation, checkpoints and seed. Every recipe feature beyond that is refused with
-// an error naming the recipe field (errors.Is(err, ErrUnsupported)), never
-// dropped. The caller sets Resume, Node, Logger and Progress.
-//
-// checkpoint.keep is not in Config: the caller prunes the
-// checkpoints (PruneCheckpoints). deterministic needs nothing more: the
-// driver is single-threaded in its sampling and seeded.
-func (l recipe) config(out string) (Config, error) {
+// refusals are what a recipe asks for that the training loop cannot run
+// yet, each naming the recipe field. What the loop runs today:
+// single-turn, MLMT three-turn (trainable or frozen feedback policy or
+// solver, static feedback, stop-gradient, final or improvement feedback
+// reward) and SCoRe two-turn episodes, on the built-in task or a dataset
+// with the math, gsm8k or code verifier, native engines in the driver's
+// process or on rollout actors (see needsRolloutActors; synchronous or
+// asynchronous, every turn of a multi-turn episode) or vLLM servers, a
+// learner per policy of placement.learner_shards data-parallel ranks
+// (grpo, drgrpo, rloo, reinforce_pp, rw_sft with exp weights; ppo with a
+// value head as critic per trained policy; epochs and mini-batches), the
+// SFT warm-up, schedule, evaluation, checkpoints and seed. Every recipe
+// feature beyond that is refused here, never dropped.
+func (l recipe) refusals() []recipes.Problem {
 	r := l.Recipe
-	var refused []string
+	var refused []recipes.Problem
 	no := func(field, format string, args ...any) {
-		refused = append(refused, field+": "+fmt.Sprintf(format, args...))
+		refused = append(refused, recipes.Problem{Path: field, Msg: fmt.Sprintf(format, args...)})
 	}
 
 	// Episode, data, engines, sync, placement: what the loop can do.
@@ -76,17 +70,12 @@ func (l recipe) config(out string) (Config, error) {
 	if epType != "single" && !mlmt && !score {
 		no("episode.type", "%s episodes are not supported yet (single, mlmt, score)", epType)
 	}
-	if r.Data.Task == nil && r.Data.Dataset == nil {
-		no("data.task", "missing: the driver needs a built-in task or a dataset")
-	}
+	// Validation leaves native and vllm engines; native ones with full or
+	// lora weight sync.
 	onVLLM := r.Engines.Policy.Kind == "vllm"
 	switch ws := r.Engines.Policy.WeightSync; {
-	case r.Engines.Policy.Kind != "native" && !onVLLM:
-		no("engines.policy.kind", "%s engines are not supported yet (native or vllm)", r.Engines.Policy.Kind)
 	case onVLLM:
 		l.refuseVLLM(no)
-	case ws != "full" && ws != "lora":
-		no("engines.policy.weight_sync", "%s is not supported yet (full or lora)", ws)
 	case ws == "full" && r.Models.Policy.LoRA != nil:
 		no("engines.policy.weight_sync", "full with models.policy.lora is not supported: the driver pushes the adapters (lora)")
 	}
@@ -96,10 +85,6 @@ func (l recipe) config(out string) (Config, error) {
 			l.refuseFeedbackVLLM(no)
 		case e.Kind == "vllm":
 			no("engines.feedback.kind", "vllm needs engines.policy.kind vllm too (the solver on vLLM servers of its own)")
-		case e.Kind != "native":
-			no("engines.feedback.kind", "%s engines are not supported yet (native or vllm)", e.Kind)
-		case e.WeightSync != "full" && e.WeightSync != "lora":
-			no("engines.feedback.weight_sync", "%s is not supported yet (full or lora)", e.WeightSync)
 		case e.WeightSync == "full" && l.feedbackLoRA() != nil:
 			no("engines.feedback.weight_sync", "full with a LoRA feedback policy is not supported: the driver pushes the adapters (lora)")
 		case e.MaxBatch != r.Engines.Policy.MaxBatch:
@@ -108,7 +93,6 @@ func (l recipe) config(out string) (Config, error) {
 	}
 
 	// Models.
-	pol := r.Models.Policy
 	// models.policy.value_head goes with algorithm ppo (validated): the
 	// learner adds the critic for PPO.
 	// The feedback policy's algorithm (algorithm.mlmt.feedback_algorithm,
@@ -126,9 +110,6 @@ func (l recipe) config(out string) (Config, error) {
 		// A copy of models.policy, whose value_head goes with algorithm.name.
 		no("models.feedback", "absent: the feedback policy trains with ppo (algorithm.mlmt.feedback_algorithm), which needs models.feedback with value_head: true")
 	}
-	if _, ok := learnerAlgorithms[fbAlgo]; fbAlgo != "" && !ok {
-		no("algorithm.mlmt.feedback_algorithm", "%s is not supported yet (grpo, ppo, drgrpo, rloo, reinforce_pp, rw_sft)", fbAlgo)
-	}
 	if mlmt && r.Algorithm.MLMT.StopGradient && !slices.Contains(r.Algorithm.MLMT.Train, "solver") {
 		no("algorithm.mlmt.stop_gradient", "true, but algorithm.mlmt.train has no solver: the stop-gradient variant trains the solver's first turn")
 	}
@@ -136,12 +117,9 @@ func (l recipe) config(out string) (Config, error) {
 		no("models.reference.init", "a randomly initialized reference model is not supported: give models.reference.path, a checkpoint directory")
 	}
 
-	// Algorithm.
+	// Algorithm: every name validation allows has a learner algorithm
+	// (learnerAlgorithms; tested).
 	a := r.Algorithm
-	name, ok := learnerAlgorithms[a.Name]
-	if !ok {
-		no("algorithm.name", "%s is not supported yet (grpo, ppo, drgrpo, rloo, reinforce_pp, rw_sft)", a.Name)
-	}
 	if (a.Name == "ppo" || fbAlgo == "ppo") && a.ValueCoef == 0 {
 		no("algorithm.value_coef", "0: ppo's critic would never train (want > 0)")
 	}
@@ -149,50 +127,75 @@ func (l recipe) config(out string) (Config, error) {
 		no("algorithm.rw_sft.weighting", "%s is not supported yet (exp only)", a.RWSFT.Weighting)
 	}
 
-	// Evaluation and checkpoints.
-	for _, m := range r.Eval.Metrics {
-		// Validation allowed only the metrics of the episode type; the
-		// driver writes them all.
-		if !slices.Contains(slices.Concat(recipes.Metrics, recipes.TurnMetrics, recipes.FeedbackMetrics), m) {
-			no("eval.metrics", "%s is not supported yet", m)
-		}
-	}
-
 	// Templates (rendered by the driver: .Problem becomes .Question).
+	_, tplProbs := l.templates()
+	refused = append(refused, tplProbs...)
+	if mlmt && !r.Algorithm.MLMT.StaticFeedback && r.SFT.Steps > 0 && strings.TrimSpace(r.SFT.FeedbackResponse) == "" {
+		no("sft.feedback_response", "empty: the warm-up (sft.steps %d) needs the feedback policy's target", r.SFT.Steps)
+	}
+	return refused
+}
+
+// driverTemplates are a recipe's templates in the driver's form (.Problem
+// renamed .Question); those the episode type does not use are empty.
+type driverTemplates struct {
+	prompt, answer                                 string
+	feedbackPrompt, feedbackAnswer, static, refine string
+	review                                         string
+}
+
+// templates converts the recipe's templates for the driver; a template
+// that uses a field its turn does not render is a problem on its path.
+func (l recipe) templates() (driverTemplates, []recipes.Problem) {
+	r := l.Recipe
+	var probs []recipes.Problem
 	tpl := func(field, text string, fields ...string) string {
 		out, err := driverTemplate(field, text, fields...)
 		if err != nil {
-			no(field, "%v", err)
+			probs = append(probs, recipes.Problem{Path: field, Msg: err.Error()})
 		}
 		return out
 	}
 	et := r.Episode.Templates
-	prompt := tpl("episode.templates.solver", et.Solver, "Problem")
-	answer := tpl("sft.response", r.SFT.Response, "Problem", "Answer")
-	var feedbackPrompt, feedbackAnswer, static, refine, review string
-	hasFeedback := mlmt && !r.Algorithm.MLMT.StaticFeedback
-	if mlmt {
-		static = tpl("episode.templates.static_feedback", et.StaticFeedback, "Problem", "Attempt")
-		refine = tpl("episode.templates.refine", et.Refine, "Problem", "Attempt", "Feedback")
-	}
-	if hasFeedback {
-		feedbackPrompt = tpl("episode.templates.feedback", et.Feedback, "Problem", "Attempt", "Hint")
-		if r.SFT.Steps > 0 && r.SFT.FeedbackResponse == "" {
-			no("sft.feedback_response", "empty: the warm-up (sft.steps %d) needs the feedback policy's target", r.SFT.Steps)
-		} else if r.SFT.FeedbackResponse != "" {
-			feedbackAnswer = tpl("sft.feedback_response", r.SFT.FeedbackResponse, "Problem", "Hint", "Answer", "Attempt")
+	var t driverTemplates
+	t.prompt = tpl("episode.templates.solver", et.Solver, "Problem")
+	t.answer = tpl("sft.response", r.SFT.Response, "Problem", "Answer")
+	switch r.Episode.Type {
+	case "mlmt":
+		t.static = tpl("episode.templates.static_feedback", et.StaticFeedback, "Problem", "Attempt")
+		t.refine = tpl("episode.templates.refine", et.Refine, "Problem", "Attempt", "Feedback")
+		if !r.Algorithm.MLMT.StaticFeedback {
+			t.feedbackPrompt = tpl("episode.templates.feedback", et.Feedback, "Problem", "Attempt", "Hint")
+			if r.SFT.FeedbackResponse != "" {
+				t.feedbackAnswer = tpl("sft.feedback_response", r.SFT.FeedbackResponse, "Problem", "Hint", "Answer", "Attempt")
+			}
 		}
+	case "score":
+		t.review = tpl("episode.templates.review", et.Review, "Problem", "Attempt")
 	}
-	if score {
-		review = tpl("episode.templates.review", et.Review, "Problem", "Attempt")
-	}
+	return t, probs
+}
 
-	if len(refused) > 0 {
-		return Config{}, &UnsupportedError{Source: l.Source, Fields: refused}
-	}
+// config maps a checked recipe onto the training loop's configuration,
+// with out as the run directory. The caller sets Resume, Node, Logger and
+// Progress.
+//
+// checkpoint.keep is not in Config: the caller prunes the
+// checkpoints (PruneCheckpoints). deterministic needs nothing more: the
+// driver is single-threaded in its sampling and seeded.
+func (l recipe) config(out string) (Config, error) {
+	r := l.Recipe
+	epType := r.Episode.Type
+	mlmt, score := epType == "mlmt", epType == "score"
+	onVLLM := r.Engines.Policy.Kind == "vllm"
+	pol := r.Models.Policy
+	fbAlgo := r.Algorithm.MLMT.FeedbackAlgorithm
+	a := r.Algorithm
+	tpl, _ := l.templates() // checked
+	hasFeedback := mlmt && !r.Algorithm.MLMT.StaticFeedback
 
 	lc := learner.DefaultConfig()
-	lc.Algorithm = name
+	lc.Algorithm = learnerAlgorithms[a.Name]
 	// The schedule is the RL phase's, in optimizer steps (epochs ×
 	// mini_batches per RL step) counted from the first RL step: the SFT
 	// warm-up before it trains at sft.lr.
@@ -204,7 +207,7 @@ func (l recipe) config(out string) (Config, error) {
 	lc.WarmupSteps = a.Warmup * perStep
 	lc.Beta1, lc.Beta2, lc.Eps, lc.WeightDecay = a.AdamBeta1, a.AdamBeta2, a.AdamEps, a.WeightDecay
 	lc.MaxGradNorm = a.GradClip
-	lc.Loss = a.PolicyLossConfig()
+	lc.Loss = policyLossConfig(&a)
 	lc.KLInReward = a.KLInReward
 	// checkpoint.optimizer false: smaller checkpoints; --resume from one
 	// restarts AdamW's moments (the driver warns).
@@ -219,7 +222,7 @@ func (l recipe) config(out string) (Config, error) {
 	lc.Shards = r.Placement.LearnerShards
 	if pol.LoRA != nil {
 		// The SFT warm-up trains every weight, the RL steps the adapters.
-		c := pol.LoRA.Config(r.Seed)
+		c := loraConfig(pol.LoRA, r.Seed)
 		lc.LoRA = &c
 	}
 
@@ -228,8 +231,8 @@ func (l recipe) config(out string) (Config, error) {
 		Seed:           r.Seed,
 		Learner:        lc,
 		VerifyWorkers:  r.Data.VerifyWorkers,
-		PromptTemplate: prompt,
-		AnswerTemplate: answer,
+		PromptTemplate: tpl.prompt,
+		AnswerTemplate: tpl.answer,
 		WarmupSteps:    r.SFT.Steps, WarmupBatch: r.SFT.BatchSize, WarmupLR: r.SFT.LR,
 		Steps: r.Schedule.Steps, PromptsPerStep: a.BatchPrompts, GroupSize: a.GroupSize,
 		Temperature: a.Temperature, TopP: a.TopP, MaxTokens: a.MaxTokens,
@@ -244,22 +247,22 @@ func (l recipe) config(out string) (Config, error) {
 		cfg.Verifier = v
 	}
 	if t := r.Data.Task; t != nil {
-		cfg.Task = t.Config()
+		cfg.Task = taskConfig(t)
 	}
 	if ds := r.Data.Dataset; ds != nil {
-		cfg.Dataset = &Dataset{Train: ds.Train, Eval: ds.Eval, Epochs: ds.Epochs, Mapping: ds.Columns.Mapping(), HintColumn: ds.Columns.Hint}
+		cfg.Dataset = &Dataset{Train: ds.Train, Eval: ds.Eval, Epochs: ds.Epochs, Mapping: columnsMapping(ds.Columns), HintColumn: ds.Columns.Hint}
 	}
 	if mlmt || score {
 		cfg.Episode = epType
 	}
 	if mlmt {
 		m := r.Algorithm.MLMT
-		cfg.StaticFeedbackTemplate, cfg.RefineTemplate = static, refine
+		cfg.StaticFeedbackTemplate, cfg.RefineTemplate = tpl.static, tpl.refine
 		cfg.StopGradient, cfg.FeedbackReward = m.StopGradient, m.FeedbackReward
 		cfg.FreezeSolver = !slices.Contains(m.Train, "solver") // the feedback policy alone (validated)
 	}
 	if hasFeedback {
-		cfg.FeedbackTemplate, cfg.FeedbackAnswerTemplate = feedbackPrompt, feedbackAnswer
+		cfg.FeedbackTemplate, cfg.FeedbackAnswerTemplate = tpl.feedbackPrompt, tpl.feedbackAnswer
 		fb := &FeedbackPolicy{Train: slices.Contains(r.Algorithm.MLMT.Train, "feedback"),
 			Algorithm: learnerAlgorithms[fbAlgo], LR: r.Algorithm.MLMT.FeedbackLR}
 		src, field := r.Models.Feedback, "models.feedback"
@@ -269,20 +272,20 @@ func (l recipe) config(out string) (Config, error) {
 		if src.Path != "" {
 			fb.ModelDir = src.Path
 		} else {
-			mc, err := src.Init.Config()
+			mc, err := modelConfig(src.Init)
 			if err != nil {
 				return Config{}, fmt.Errorf("recipe %s: %s.init: %w", l.Source, field, err)
 			}
 			fb.Model = mc
 		}
 		if lo := l.feedbackLoRA(); lo != nil {
-			c := lo.Config(r.Seed + 1)
+			c := loraConfig(lo, r.Seed+1)
 			fb.LoRA = &c
 		}
 		cfg.Feedback = fb
 	}
 	if score {
-		cfg.ReviewTemplate, cfg.ScoreAlpha = review, r.Algorithm.Score.Alpha
+		cfg.ReviewTemplate, cfg.ScoreAlpha = tpl.review, r.Algorithm.Score.Alpha
 	}
 	if cfg.TopP == 1 {
 		cfg.TopP = 0 // the driver's "off"
@@ -296,19 +299,15 @@ func (l recipe) config(out string) (Config, error) {
 	if pol.Path != "" {
 		cfg.ModelDir = pol.Path
 	} else {
-		mc, err := pol.Init.Config()
+		mc, err := modelConfig(pol.Init)
 		if err != nil {
 			return Config{}, fmt.Errorf("recipe %s: models.policy.init: %w", l.Source, err)
 		}
 		cfg.Model = mc
 	}
 	if ref := r.Models.Reference; ref != nil {
-		// The solver's KL reference, loaded by every rank of its learner;
-		// checked here so that a wrong one stops the run before any actor
-		// starts.
-		if err := learner.CheckReference(cfg.ModelDir, cfg.Model, ref.Path); err != nil {
-			return Config{}, fmt.Errorf("recipe %s: models.reference.path: %w", l.Source, err)
-		}
+		// The solver's KL reference, loaded by every rank of its learner
+		// (Check checks it against the policy).
 		cfg.Learner.RefModelDir = ref.Path
 	}
 	res := cluster.Resources{}
@@ -388,19 +387,6 @@ func (l recipe) rolloutPlacement(feedback bool) (policy, fb *Rollout) {
 	}
 	return policy, fb
 }
-
-// UnsupportedError lists the recipe fields the driver cannot run yet.
-type UnsupportedError struct {
-	Source string
-	Fields []string // "field.path: why"
-}
-
-func (e *UnsupportedError) Error() string {
-	return fmt.Sprintf("recipe %s: not supported by the driver yet:\n  %s", e.Source, strings.Join(e.Fields, "\n  "))
-}
-
-// Is makes errors.Is(err, ErrUnsupported) true.
-func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
 
 // driverTemplate turns a recipe template over the given fields into the
 // driver's, where .Problem is .Question, by renaming the field in the
@@ -542,15 +528,11 @@ func (l recipe) refuseVLLM(no func(field, format string, args ...any)) {
 	r := l.Recipe
 	e := r.Engines.Policy
 	if e.VLLM == nil {
-		no("engines.policy.vllm", "missing: kind vllm without servers is not supported")
-		return
+		return // validation asks for it
 	}
-	switch e.WeightSync {
-	case "full", "reload": // both: the learner's checkpoint, reloaded by every server
-	case "lora": // the adapter, loaded in place by every server (VLLMLoRAName)
-	default:
-		no("engines.policy.weight_sync", "%s is not supported with kind vllm (full, reload or lora)", e.WeightSync)
-	}
+	// Every weight sync is supported: full and reload send the learner's
+	// checkpoint, reloaded by every server; lora the adapter, loaded in
+	// place by every server (VLLMLoRAName).
 	if e.WeightSync != "lora" && r.Models.Policy.LoRA != nil {
 		no("engines.policy.weight_sync", "%s with models.policy.lora is not supported with kind vllm: use lora (the adapter, loaded in place)", e.WeightSync)
 	}
@@ -579,8 +561,7 @@ func (l recipe) refuseFeedbackVLLM(no func(field, format string, args ...any)) {
 	r := l.Recipe
 	e := r.Engines.Feedback
 	if e.VLLM == nil {
-		no("engines.feedback.vllm", "missing: kind vllm without servers is not supported")
-		return
+		return // validation asks for it
 	}
 	switch e.WeightSync {
 	case "full", "reload":

@@ -78,7 +78,7 @@ func TestFromRecipeReferenceModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc, err := l.Models.Policy.Init.Config()
+	mc, err := modelConfig(l.Models.Policy.Init)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,8 +115,8 @@ func TestFromRecipeReferenceModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = FromRecipe(l, t.TempDir())
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "models.reference.init:") {
-		t.Errorf("a random reference: %v, want ErrUnsupported naming models.reference.init", err)
+	if !errors.Is(err, recipes.ErrInvalid) || !strings.Contains(err.Error(), "models.reference.init:") {
+		t.Errorf("a random reference: %v, want ErrInvalid naming models.reference.init", err)
 	}
 }
 

@@ -3,7 +3,6 @@ package train
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"github.com/rlnode/rlnode/recipes"
 	"os"
@@ -99,53 +98,6 @@ func TestFromRecipeQuickstart(t *testing.T) {
 	}
 	if got.Model.HiddenSize != l.Models.Policy.Init.HiddenSize || got.Steps != l.Schedule.Steps || got.WarmupSteps != l.SFT.Steps {
 		t.Errorf("mapped sizes differ from the recipe's")
-	}
-}
-
-func TestFromRecipeRefusesUnsupported(t *testing.T) {
-	for _, c := range []struct {
-		recipe string
-		sets   []string
-		field  string
-	}{
-		{"quickstart", []string{"episode.type=tools"}, "episode.type"},
-		{"mlmt_math", []string{"algorithm.mlmt.train=[feedback]", "algorithm.mlmt.stop_gradient=true"}, "algorithm.mlmt.stop_gradient"},
-		{"mlmt_math", []string{"engines.feedback.max_batch=8"}, "engines.feedback.max_batch"},
-		{"mlmt_math", []string{"models.feedback.lora={rank: 4}", "engines.feedback.weight_sync=full"}, "engines.feedback.weight_sync"},
-		{"mlmt_math", []string{`sft.feedback_response=""`}, "sft.feedback_response"},
-		{"mlmt_math", []string{`episode.templates.refine="{{.Problem}} {{.Attempt}} {{.Hint}} {{.Feedback}}"`}, "episode.templates.refine"},
-		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "engines.policy.replicas=2"}, "engines.policy.replicas"},
-		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "placement.mode=split"}, "placement"},
-		{"quickstart", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "engines.policy.vllm.api_key_env=RLNODE_TEST_UNSET_KEY"}, "engines.policy.vllm.api_key_env"},
-		{"mlmt_math", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}"}, "engines.feedback"},
-		{"mlmt_math", []string{"deterministic=false", "engines.feedback.kind=vllm", "engines.feedback.vllm={servers: [\"http://127.0.0.1:8001\"], model: m}"}, "engines.feedback.kind"},
-		{"mlmt_math", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}",
-			"engines.feedback.kind=vllm", "engines.feedback.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}"}, "engines.feedback.vllm.servers"},
-		{"mlmt_math", []string{"deterministic=false", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}",
-			"engines.feedback.kind=vllm", "engines.feedback.vllm={servers: [\"http://127.0.0.1:8001\"], model: m}", "engines.feedback.replicas=2"}, "engines.feedback.replicas"},
-		{"quickstart", []string{"models.policy.lora={rank: 4}", "engines.policy.weight_sync=full"}, "engines.policy.weight_sync"},
-		{"quickstart", []string{"deterministic=false", "models.policy.lora={rank: 4}", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}", "engines.policy.weight_sync=reload"}, "engines.policy.weight_sync"},
-		{"mlmt_math", []string{"deterministic=false", "sync.mode=async", "engines.policy.kind=vllm", "engines.policy.vllm={servers: [\"http://127.0.0.1:8000\"], model: m}",
-			"engines.feedback.kind=vllm", "engines.feedback.vllm={servers: [\"http://127.0.0.1:8001\"], model: m}"}, "sync.mode"},
-		{"quickstart", []string{"algorithm.name=ppo", "models.policy.value_head=true", "algorithm.value_coef=0"}, "algorithm.value_coef"},
-		{"mlmt_math", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "models.feedback.value_head"},
-		{"mlmt_math", []string{"models.feedback.value_head=true"}, "models.feedback.value_head"},
-		{"quickstart", []string{`episode.templates.solver="{{.Problem}} {{.Attempt}}"`}, "episode.templates.solver"},
-	} {
-		name := c.recipe + " " + strings.Join(c.sets, " ")
-		l, err := recipes.Load(c.recipe, c.sets)
-		if err != nil {
-			t.Errorf("%s: load: %v", name, err)
-			continue
-		}
-		_, err = FromRecipe(l, t.TempDir())
-		if !errors.Is(err, ErrUnsupported) {
-			t.Errorf("%s: got %v, want ErrUnsupported", name, err)
-			continue
-		}
-		if msg := err.Error(); !strings.Contains(msg, c.field+":") || !strings.Contains(msg, "not supported") {
-			t.Errorf("%s: error does not name %s as not supported yet:\n%s", name, c.field, msg)
-		}
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/train"
 )
 
@@ -89,7 +88,7 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode eval: want --model DIR and --recipe RECIPE\n\n%s", evalUsage)
 		return 2
 	}
-	l, err := recipes.Load(*recipe, sets)
+	l, err := loadChecked(*recipe, sets)
 	if err != nil {
 		printRecipeError(stderr, "eval", *recipe, err)
 		return 1

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/rlnode/rlnode/recipes"
+	"github.com/rlnode/rlnode/train"
 )
 
 func init() { commands["recipe"] = recipeCommand }
@@ -21,8 +21,9 @@ const recipeUsage = `usage:
       print a recipe: the file as written, or with --resolved every default
       filled in (what a run directory keeps); --set implies --resolved
   rlnode recipe validate NAME|FILE [--set KEY.PATH=VALUE]...
-      check a recipe: every problem is printed as FILE:LINE: field.path: message,
-      exit status 1 when there is any
+      check a recipe as rlnode run and rlnode sbatch do before they start:
+      every problem is printed as FILE:LINE: field.path: message, exit
+      status 1 when there is any
 
 The schema: recipes/SCHEMA.md.
 `
@@ -91,6 +92,20 @@ func recipeList(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// loadChecked loads a recipe and makes every check a run makes before it
+// starts (train.Check), so that rlnode recipe validate, sbatch, run and
+// eval refuse the same recipes with the same FILE:LINE messages.
+func loadChecked(nameOrPath string, sets []string) (*recipes.Loaded, error) {
+	l, err := recipes.Load(nameOrPath, sets)
+	if err != nil {
+		return nil, err
+	}
+	if err := train.Check(l); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
 func recipeShowValidate(verb string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode recipe "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -108,14 +123,13 @@ func recipeShowValidate(verb string, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "rlnode recipe %s: want one recipe (a built-in name or a file)\n\n%s", verb, recipeUsage)
 		return 2
 	}
-	l, err := recipes.Load(pos[0], sets)
+	load := recipes.Load
+	if verb == "validate" {
+		load = loadChecked
+	}
+	l, err := load(pos[0], sets)
 	if err != nil {
-		if errors.Is(err, recipes.ErrInvalid) {
-			n := strings.Count(err.Error(), "\n") + 1
-			fmt.Fprintf(stderr, "%v\nrlnode recipe %s: %s: %d error(s)\n", err, verb, pos[0], n)
-		} else {
-			fmt.Fprintf(stderr, "rlnode recipe %s: %v\n", verb, err)
-		}
+		printRecipeError(stderr, "recipe "+verb, pos[0], err)
 		return 1
 	}
 	switch {

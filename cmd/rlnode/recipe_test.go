@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/rlnode/rlnode/recipes"
+	"github.com/rlnode/rlnode/train"
 )
 
 func TestRecipeCommand(t *testing.T) {
@@ -64,5 +65,56 @@ func TestRecipeCommand(t *testing.T) {
 	}
 	if _, errOut, code := runRlnode(t, home, "recipe", "show", "nonesuch"); code != 1 || !strings.Contains(errOut, "no built-in recipe by that name") {
 		t.Errorf("show nonesuch: exit %d: %s", code, errOut)
+	}
+}
+
+// What rlnode run refuses, rlnode recipe validate, sbatch and eval refuse
+// too, before doing anything, with the same FILE:LINE messages
+// (train.Check).
+func TestValidateRefusesWhatRunRefuses(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("RLNODE_HOME", home)
+	vllm2 := filepath.Join(t.TempDir(), "vllm2.yaml")
+	src := "name: vllm2\nmodels: {policy: {init: {}}}\ndata: {task: {}}\nengines:\n  policy:\n    kind: vllm\n    replicas: 2\n" +
+		"    vllm: {servers: [\"http://127.0.0.1:8000\"], model: m}\n"
+	if err := os.WriteFile(vllm2, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		recipe string
+		sets   []string
+		want   string
+	}{
+		{"quickstart", []string{"algorithm.name=rw_sft", "algorithm.rw_sft.weighting=filter"}, "--set algorithm.rw_sft.weighting=filter: algorithm.rw_sft.weighting: filter is not supported yet"},
+		{vllm2, nil, vllm2 + ":7: engines.policy.replicas: 2 is not supported with kind vllm"},
+		{"mlmt_math", []string{"engines.feedback.max_batch=8"}, "--set engines.feedback.max_batch=8: engines.feedback.max_batch: 8 differs"},
+	} {
+		l, err := recipes.Load(c.recipe, c.sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkErr := train.Check(l)
+		if checkErr == nil || !strings.HasPrefix(checkErr.Error(), c.want) {
+			t.Fatalf("%s %v: train.Check: %v, want %q", c.recipe, c.sets, checkErr, c.want)
+		}
+		var sets []string
+		for _, s := range c.sets {
+			sets = append(sets, "--set", s)
+		}
+		dir := filepath.Join(t.TempDir(), "run")
+		for _, args := range [][]string{
+			{"recipe", "validate", c.recipe},
+			{"sbatch", c.recipe, "--nodes", "1", "--gpus-per-node", "0"},
+			{"run", c.recipe, "--out", dir},
+			{"eval", "--recipe", c.recipe, "--model", dir},
+		} {
+			out, errOut, code := runRlnode(t, home, append(args, sets...)...)
+			if code != 1 || !strings.Contains(errOut, checkErr.Error()+"\n") || out != "" {
+				t.Errorf("rlnode %v: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and:\n%v", args, code, out, errOut, checkErr)
+			}
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s: the run directory exists after a refused recipe (%v)", c.recipe, err)
+		}
 	}
 }

@@ -29,8 +29,8 @@ import (
 // engines.*.replicas). A lost rollout node's work is regenerated on the
 // others; the end of the run reports how many chunks were; a lost learner
 // rank restarts the run from its last checkpoint. What the driver cannot
-// run yet (recipes.ErrUnsupported: tools episodes, datasets, vllm engines,
-// async multi-turn) is refused before anything starts.
+// run yet is refused before anything starts, as rlnode recipe validate
+// refuses it (train.Check).
 // At the end (also after an interruption or an error, whenever
 // metrics.jsonl has data) it draws DIR/curves.png from DIR/metrics.jsonl
 // (train.WriteCurves); `rlnode plot DIR` redraws it. --metrics-addr serves the
@@ -83,7 +83,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// Everything is checked before the run directory exists.
-	l, err := recipes.Load(pos[0], sets)
+	l, err := loadChecked(pos[0], sets)
 	if err != nil {
 		printRecipeError(stderr, "run", pos[0], err)
 		return 1

@@ -91,7 +91,7 @@ func sbatchCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	o.Sets = sets
 	o.GeneratedCmd = "rlnode sbatch " + shellJoin(args)
-	l, err := recipes.Load(pos[0], sets)
+	l, err := loadChecked(pos[0], sets)
 	if err != nil {
 		if errors.Is(err, recipes.ErrInvalid) {
 			fmt.Fprintf(stderr, "%v\nrlnode sbatch: recipe %s is invalid; no script written\n", err, pos[0])

@@ -1,4 +1,4 @@
-package recipes
+package train
 
 import (
 	"encoding/json"
@@ -6,19 +6,20 @@ import (
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/optim"
 	"github.com/rlnode/rlnode/learner/rl"
+	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/rollout/data"
-	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/task"
 )
 
 // The conversions below turn recipe sections into the library packages'
-// own configurations. Validation runs them too, so a recipe that loads is
-// one the packages accept.
+// own configurations; Check runs the packages' own checks on them.
 
 var architectureNames = map[string]string{"qwen2": model.Qwen2, "llama": model.Llama}
 
-// ConfigJSON is the init section as a Hugging Face config.json (float32).
-func (m *ModelInit) ConfigJSON() []byte {
+// initConfigJSON is a model's init section as a Hugging Face config.json
+// (float32).
+func initConfigJSON(m *recipes.ModelInit) []byte {
 	b, _ := json.MarshalIndent(map[string]any{ // plain values: cannot fail
 		"architectures":           []string{architectureNames[m.Architecture]},
 		"model_type":              m.Architecture,
@@ -38,19 +39,20 @@ func (m *ModelInit) ConfigJSON() []byte {
 	return b
 }
 
-// Config is the init section parsed and checked by learner/model.
-func (m *ModelInit) Config() (*model.Config, error) {
-	return model.ParseConfig("init", m.ConfigJSON())
+// modelConfig is a model's init section parsed and checked by
+// learner/model.
+func modelConfig(m *recipes.ModelInit) (*model.Config, error) {
+	return model.ParseConfig("init", initConfigJSON(m))
 }
 
-// Config is the LoRA section for learner/model; seed seeds the adapters'
-// initialization.
-func (l *LoRA) Config(seed uint64) model.LoRAConfig {
+// loraConfig is a LoRA section for learner/model; seed seeds the
+// adapters' initialization.
+func loraConfig(l *recipes.LoRA, seed uint64) model.LoRAConfig {
 	return model.LoRAConfig{Rank: l.Rank, Alpha: l.Alpha, Dropout: l.Dropout, TargetModules: append([]string{}, l.Targets...), Seed: seed}
 }
 
-// PolicyLossConfig is the algorithm's clipped surrogate for learner/rl.
-func (a *Algorithm) PolicyLossConfig() rl.PolicyLossConfig {
+// policyLossConfig is the algorithm's clipped surrogate for learner/rl.
+func policyLossConfig(a *recipes.Algorithm) rl.PolicyLossConfig {
 	est, _ := rl.ParseKLEstimator(a.KLEstimator)
 	return rl.PolicyLossConfig{
 		ClipLow: a.ClipLow, ClipHigh: a.ClipHigh, DualClip: a.DualClip, TISCap: a.TISCap,
@@ -58,14 +60,9 @@ func (a *Algorithm) PolicyLossConfig() rl.PolicyLossConfig {
 	}
 }
 
-// Sampling is the rollout sampling of one prompt: GroupSize samples.
-func (a *Algorithm) Sampling() engine.SamplingParams {
-	return engine.SamplingParams{N: a.GroupSize, MaxTokens: a.MaxTokens, Temperature: a.Temperature, TopP: a.TopP}
-}
-
-// LRSchedule is the learning rate over steps RL steps: a linear warm-up,
+// lrSchedule is the learning rate over steps RL steps: a linear warm-up,
 // then constant or a cosine decay to MinLR at the last step.
-func (a *Algorithm) LRSchedule(steps int) optim.WarmupCosine {
+func lrSchedule(a *recipes.Algorithm, steps int) optim.WarmupCosine {
 	s := optim.WarmupCosine{Base: a.LR, Min: a.LR, Warmup: a.Warmup, Total: steps}
 	if a.Schedule == "cosine" {
 		s.Min = a.MinLR
@@ -73,12 +70,15 @@ func (a *Algorithm) LRSchedule(steps int) optim.WarmupCosine {
 	return s
 }
 
-// Config is the task section for rollout/task.
-func (t *Task) Config() task.Config {
+// taskConfig is a task section for rollout/task.
+func taskConfig(t *recipes.Task) task.Config {
 	return task.Config{Seed: t.Seed, Kinds: append([]string{}, t.Kinds...), Level: t.Level, HeldOutPercent: t.HeldOutPercent}
 }
 
-// Mapping is the columns section for rollout/data.
-func (c Columns) Mapping() data.Mapping {
+// columnsMapping is a dataset's columns section for rollout/data.
+func columnsMapping(c recipes.Columns) data.Mapping {
 	return data.Mapping{Prompt: c.Prompt, Answer: c.Answer, Tests: c.Tests, Setup: c.Setup, ID: c.ID}
 }
+
+// episodeTemplates are the recipe's templates for rollout/episode.
+func episodeTemplates(t recipes.Templates) episode.Templates { return episode.Templates(t) }

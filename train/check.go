@@ -1,0 +1,107 @@
+package train
+
+import (
+	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/recipes"
+	"github.com/rlnode/rlnode/rollout/task"
+)
+
+// Check reports everything about a loaded recipe that a run would refuse
+// before it starts: what the learner's and rollout's own packages refuse
+// in its model, task, templates and loss; what the training loop cannot
+// run yet (refusals); a KL reference that does not fit the policy; and,
+// as a last net, what the driver's Config.validate refuses. The result is
+// recipes.Errors, each "FILE:LINE: field.path: message". rlnode recipe
+// validate, sbatch, run and eval call it; FromRecipe refuses exactly what
+// it refuses.
+func Check(l *recipes.Loaded) error {
+	rc := recipe{l}
+	probs := append(rc.packageChecks(), rc.refusals()...)
+	if len(probs) == 0 {
+		probs = rc.configChecks()
+	}
+	return l.Refuse(probs)
+}
+
+// packageChecks are the checks of the packages a recipe section becomes
+// (learner/model, rollout/task, rollout/episode, learner/rl,
+// learner/optim), on their own configurations.
+func (l recipe) packageChecks() []recipes.Problem {
+	r := l.Recipe
+	var probs []recipes.Problem
+	add := func(path string, err error) {
+		if err != nil {
+			probs = append(probs, recipes.Problem{Path: path, Msg: err.Error()})
+		}
+	}
+	for _, m := range []struct {
+		path string
+		m    *recipes.Model
+	}{{"models.policy", &r.Models.Policy}, {"models.feedback", r.Models.Feedback}, {"models.reference", r.Models.Reference}} {
+		if m.m != nil && m.m.Init != nil {
+			_, err := modelConfig(m.m.Init)
+			add(m.path+".init", err)
+		}
+	}
+	if t := r.Data.Task; t != nil {
+		_, err := task.New(taskConfig(t))
+		add("data.task", err)
+	}
+	// One template at a time, the others at their (valid) defaults, so that
+	// each problem is reported at its own template's line.
+	et := r.Episode.Templates
+	for _, f := range []struct {
+		key  string
+		text string
+		set  func(*recipes.Templates, string)
+	}{
+		{"solver", et.Solver, func(t *recipes.Templates, s string) { t.Solver = s }},
+		{"feedback", et.Feedback, func(t *recipes.Templates, s string) { t.Feedback = s }},
+		{"static_feedback", et.StaticFeedback, func(t *recipes.Templates, s string) { t.StaticFeedback = s }},
+		{"refine", et.Refine, func(t *recipes.Templates, s string) { t.Refine = s }},
+		{"review", et.Review, func(t *recipes.Templates, s string) { t.Review = s }},
+		{"tool_solver", et.ToolSolver, func(t *recipes.Templates, s string) { t.ToolSolver = s }},
+		{"tool_response", et.ToolResponse, func(t *recipes.Templates, s string) { t.ToolResponse = s }},
+	} {
+		one := recipes.DefaultTemplates()
+		f.set(&one, f.text)
+		add("episode.templates."+f.key, episodeTemplates(one).Validate())
+	}
+	add("algorithm", policyLossConfig(&r.Algorithm).Validate())
+	add("algorithm", lrSchedule(&r.Algorithm, r.Schedule.Steps).Validate())
+	return probs
+}
+
+// configChecks convert a recipe that passed the other checks and check
+// what needs the converted configuration: the KL reference against the
+// policy, the learners' configurations, and the driver's own
+// Config.validate (a refusal there that no check above makes is reported
+// on the recipe as a whole).
+func (l recipe) configChecks() []recipes.Problem {
+	// The run directory is not known here and not read by the checks.
+	cfg, err := l.config("OUT")
+	if err != nil {
+		return []recipes.Problem{{Msg: err.Error()}}
+	}
+	if ref := l.Recipe.Models.Reference; ref != nil {
+		if err := learner.CheckReference(cfg.ModelDir, cfg.Model, ref.Path); err != nil {
+			return []recipes.Problem{{Path: "models.reference.path", Msg: err.Error()}}
+		}
+	}
+	// The learners' own checks, on the algorithm section they are made
+	// from, before the driver's.
+	lc := cfg.Learner
+	lc.Model, lc.ModelDir, lc.Seed = cfg.Model, cfg.ModelDir, cfg.Seed
+	if err := lc.Validate(); err != nil {
+		return []recipes.Problem{{Path: "algorithm", Msg: err.Error()}}
+	}
+	if f := cfg.Feedback; f != nil {
+		if err := f.learnerConfig(cfg).Validate(); err != nil {
+			return []recipes.Problem{{Path: "algorithm.mlmt", Msg: "feedback policy: " + err.Error()}}
+		}
+	}
+	if _, err := cfg.validate(); err != nil {
+		return []recipes.Problem{{Msg: err.Error()}}
+	}
+	return nil
+}

@@ -1,0 +1,248 @@
+package train
+
+import (
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rlnode/rlnode/recipes"
+)
+
+// Every refusal of the training loop, triggered by one recipe each: Check
+// (what rlnode recipe validate and sbatch call) and FromRecipe (what
+// rlnode run calls) give the same errors, each FILE:LINE: field.path:
+// message. TestRefusalSitesCovered checks that the table reaches every
+// refusal in recipe.go.
+var refusalCases = []struct {
+	recipe string
+	sets   []string
+	want   string // one line of the error
+}{
+	{"quickstart", []string{"episode.type=tools"}, "--set episode.type=tools: episode.type: tools episodes are not supported yet (single, mlmt, score)"},
+	{"quickstart", []string{"models.policy.lora={rank: 4}", "engines.policy.weight_sync=full"},
+		"--set engines.policy.weight_sync=full: engines.policy.weight_sync: full with models.policy.lora is not supported: the driver pushes the adapters (lora)"},
+	{"mlmt_math", sets(vllmFeedback, "deterministic=false"), "--set engines.feedback.kind=vllm: engines.feedback.kind: vllm needs engines.policy.kind vllm too"},
+	{"mlmt_math", []string{"models.feedback.lora={rank: 4}", "engines.feedback.weight_sync=full"},
+		"--set engines.feedback.weight_sync=full: engines.feedback.weight_sync: full with a LoRA feedback policy is not supported"},
+	{"mlmt_math", []string{"engines.feedback.max_batch=8"}, "--set engines.feedback.max_batch=8: engines.feedback.max_batch: 8 differs from engines.policy.max_batch"},
+	{"mlmt_math", []string{"models.feedback.value_head=true"}, `--set models.feedback.value_head=true: models.feedback.value_head: only algorithm ppo uses a value head (the feedback policy's algorithm.mlmt.feedback_algorithm is "grpo")`},
+	{"mlmt_math", []string{"algorithm.name=ppo", "models.policy.value_head=true"}, "builtin:mlmt_math.yaml:25: models.feedback.value_head: false: the feedback policy trains with ppo"},
+	{"mlmt_math", []string{"models.feedback=null", "algorithm.mlmt.feedback_algorithm=ppo"}, "--set models.feedback=null: models.feedback: absent: the feedback policy trains with ppo"},
+	{"mlmt_math", []string{"algorithm.mlmt.train=[feedback]", "algorithm.mlmt.stop_gradient=true"},
+		"--set algorithm.mlmt.stop_gradient=true: algorithm.mlmt.stop_gradient: true, but algorithm.mlmt.train has no solver"},
+	{"quickstart", []string{"algorithm.kl_coef=0.05", "models.reference.init={}"}, "--set models.reference.init={}: models.reference.init: a randomly initialized reference model is not supported"},
+	{"quickstart", []string{"algorithm.name=ppo", "models.policy.value_head=true", "algorithm.value_coef=0"}, "--set algorithm.value_coef=0: algorithm.value_coef: 0: ppo's critic would never train (want > 0)"},
+	{"quickstart", []string{"algorithm.name=rw_sft", "algorithm.rw_sft.weighting=filter"}, "--set algorithm.rw_sft.weighting=filter: algorithm.rw_sft.weighting: filter is not supported yet (exp only)"},
+	{"mlmt_math", []string{`sft.feedback_response=""`}, `--set sft.feedback_response="": sft.feedback_response: empty: the warm-up (sft.steps 150) needs the feedback policy's target`},
+	{"mlmt_math", []string{`sft.feedback_response=" "`}, `--set sft.feedback_response=" ": sft.feedback_response: empty: the warm-up (sft.steps 150) needs the feedback policy's target`},
+
+	// vLLM engines.
+	{"quickstart", sets(vllmPolicy, "models.policy.lora={rank: 4}", "engines.policy.weight_sync=reload"),
+		"--set engines.policy.weight_sync=reload: engines.policy.weight_sync: reload with models.policy.lora is not supported with kind vllm"},
+	{"mlmt_math", sets(vllmBoth, "sync.mode=async"), "--set sync.mode=async: sync.mode: async on vllm engines is for single-turn episodes (episode.type is mlmt)"},
+	{"quickstart", sets(vllmPolicy, "engines.policy.vllm.api_key_env=RLNODE_TEST_UNSET_KEY"),
+		"--set engines.policy.vllm.api_key_env=RLNODE_TEST_UNSET_KEY: engines.policy.vllm.api_key_env: $RLNODE_TEST_UNSET_KEY is unset or empty"},
+	{"quickstart", sets(vllmPolicy, "engines.policy.replicas=2"), "--set engines.policy.replicas=2: engines.policy.replicas: 2 is not supported with kind vllm: the servers are the replicas"},
+	{"quickstart", sets(vllmPolicy, "placement.mode=split"), "builtin:quickstart.yaml:62: placement: rollout actors (placement.mode split or placement.rollout resources) are not supported with vllm engines"},
+	{"mlmt_math", vllmPolicy, "builtin:mlmt_math.yaml:28: engines.feedback: with engines.policy.kind vllm the trainable feedback policy needs vLLM servers of its own"},
+	{"mlmt_math", sets(vllmBoth, "models.feedback.lora={rank: 4}"), "builtin:mlmt_math.yaml:28: engines.feedback.weight_sync: lora is not supported with kind vllm (full or reload)"},
+	{"mlmt_math", sets(vllmBoth, "engines.feedback.vllm.api_key_env=RLNODE_TEST_UNSET_KEY"),
+		"--set engines.feedback.vllm.api_key_env=RLNODE_TEST_UNSET_KEY: engines.feedback.vllm.api_key_env: $RLNODE_TEST_UNSET_KEY is unset or empty"},
+	{"mlmt_math", sets(vllmBoth, "models.feedback.lora={rank: 4}", "engines.feedback.weight_sync=full"),
+		"--set models.feedback.lora={rank: 4}: models.feedback.lora: a LoRA feedback policy on vllm engines is not supported yet"},
+	{"mlmt_math", sets(vllmBoth, "engines.feedback.replicas=2"), "--set engines.feedback.replicas=2: engines.feedback.replicas: 2 is not supported with kind vllm"},
+	{"mlmt_math", sets(vllmPolicy, "engines.feedback.kind=vllm", `engines.feedback.vllm={servers: ["http://127.0.0.1:8000"], model: m}`),
+		`--set engines.feedback.vllm={servers: ["http://127.0.0.1:8000"], model: m}: engines.feedback.vllm.servers: http://127.0.0.1:8000 serves the policy too`},
+
+	// Templates, as the driver renders them.
+	{"quickstart", []string{`episode.templates.solver="{{.Problem}} {{.Attempt}}"`}, `--set episode.templates.solver="{{.Problem}} {{.Attempt}}": episode.templates.solver: uses .Attempt: not supported (this template renders only .Problem)`},
+	{"quickstart", []string{`sft.response='{{define "a"}}x{{end}}{{template "a"}}{{.Answer}}'`}, `--set sft.response='{{define "a"}}x{{end}}{{template "a"}}{{.Answer}}': sft.response: uses {{template}}: not supported`},
+	{"mlmt_math", []string{`episode.templates.static_feedback="{{.Feedback}}"`}, `--set episode.templates.static_feedback="{{.Feedback}}": episode.templates.static_feedback: uses .Feedback: not supported`},
+	{"mlmt_math", []string{`episode.templates.refine="{{.Problem}} {{.Attempt}} {{.Hint}} {{.Feedback}}"`}, `--set episode.templates.refine="{{.Problem}} {{.Attempt}} {{.Hint}} {{.Feedback}}": episode.templates.refine: uses .Hint: not supported`},
+	{"mlmt_math", []string{`episode.templates.feedback="{{.Problem}} {{.Attempt}} {{.Output}}"`}, `--set episode.templates.feedback="{{.Problem}} {{.Attempt}} {{.Output}}": episode.templates.feedback: uses .Output: not supported`},
+	{"mlmt_math", []string{`sft.feedback_response="{{.Output}}"`}, `--set sft.feedback_response="{{.Output}}": sft.feedback_response: uses .Output: not supported`},
+	{"score_math", []string{`episode.templates.review="{{.Output}}"`}, `--set episode.templates.review="{{.Output}}": episode.templates.review: uses .Output: not supported`},
+
+	// The packages' own checks.
+	{"quickstart", []string{"models.policy.init.hidden_size=36", "models.policy.init.heads=4", "models.policy.init.kv_heads=2"}, "builtin:quickstart.yaml:16: models.policy.init: config init: field head_dim: 9 must be even for rotary embeddings"},
+	{"quickstart", []string{"algorithm.clip_low=0", "algorithm.clip_high=0"}, "builtin:quickstart.yaml:50: algorithm: learner config: loss: clip_low and clip_high are both 0"},
+	{"quickstart", []string{`episode.templates.refine="{{.Nope}}"`}, `--set episode.templates.refine="{{.Nope}}": episode.templates.refine: template "refine": template: refine:1:2: executing "refine" at <.Nope>: can't evaluate field Nope`},
+}
+
+var (
+	vllmPolicy   = []string{"deterministic=false", "engines.policy.kind=vllm", `engines.policy.vllm={servers: ["http://127.0.0.1:8000"], model: m}`}
+	vllmFeedback = []string{"engines.feedback.kind=vllm", `engines.feedback.vllm={servers: ["http://127.0.0.1:8001"], model: m}`}
+	vllmBoth     = sets(vllmPolicy, vllmFeedback...)
+)
+
+func sets(base []string, more ...string) []string {
+	return append(append([]string{}, base...), more...)
+}
+
+// refusalErrors runs every case: the error Check and FromRecipe both give.
+func refusalErrors(t *testing.T) []string {
+	t.Helper()
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	var got []string
+	for _, c := range refusalCases {
+		name := c.recipe + " " + strings.Join(c.sets, " ")
+		l, err := recipes.Load(c.recipe, c.sets)
+		if err != nil {
+			t.Errorf("%s: load: %v", name, err)
+			continue
+		}
+		checkErr := Check(l)
+		_, runErr := FromRecipe(l, t.TempDir())
+		switch {
+		case checkErr == nil || runErr == nil:
+			t.Errorf("%s: Check: %v; FromRecipe: %v; want both to refuse", name, checkErr, runErr)
+			continue
+		case checkErr.Error() != runErr.Error():
+			t.Errorf("%s: Check and FromRecipe differ:\n%v\n---\n%v", name, checkErr, runErr)
+		case !errors.Is(checkErr, recipes.ErrInvalid):
+			t.Errorf("%s: %v is not recipes.ErrInvalid", name, checkErr)
+		}
+		if !strings.Contains("\n"+checkErr.Error()+"\n", "\n"+c.want) {
+			t.Errorf("%s: got\n%v\nwant a line starting %q", name, checkErr, c.want)
+		}
+		got = append(got, checkErr.Error())
+	}
+	return got
+}
+
+func TestCheckMatchesFromRecipe(t *testing.T) { refusalErrors(t) }
+
+// Every refusal site of recipe.go (a no or tpl call naming its field) is
+// reached by a case of refusalCases.
+func TestRefusalSitesCovered(t *testing.T) {
+	errs := refusalErrors(t)
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "recipe.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verb := regexp.MustCompile(`%[-+# 0-9.]*[a-zA-Z]`)
+	n := 0
+	ast.Inspect(f, func(nd ast.Node) bool {
+		call, ok := nd.(*ast.CallExpr)
+		if !ok || len(call.Args) < 2 {
+			return true
+		}
+		fn, ok := call.Fun.(*ast.Ident)
+		if !ok || (fn.Name != "no" && fn.Name != "tpl") {
+			return true
+		}
+		literal := func(e ast.Expr) string {
+			lit, ok := e.(*ast.BasicLit)
+			s, err := "", error(nil)
+			if ok {
+				s, err = strconv.Unquote(lit.Value)
+			}
+			if !ok || err != nil {
+				t.Fatalf("%s: %s's field and message must be string literals (for this test)", fset.Position(e.Pos()), fn.Name)
+			}
+			return s
+		}
+		field := literal(call.Args[0])
+		msg := `uses .*: not supported.*`
+		if fn.Name == "no" {
+			format := literal(call.Args[1])
+			parts := verb.Split(format, -1)
+			for i := range parts {
+				parts[i] = regexp.QuoteMeta(parts[i])
+			}
+			msg = strings.Join(parts, ".*")
+		}
+		n++
+		re := regexp.MustCompile(`(?m)^.*: ` + regexp.QuoteMeta(field) + `: ` + msg + `$`)
+		for _, e := range errs {
+			if re.MatchString(e) {
+				return true
+			}
+		}
+		t.Errorf("%s: no case of refusalCases reaches %s: %s", fset.Position(call.Pos()), field, msg)
+		return true
+	})
+	if n < 25 {
+		t.Errorf("found %d refusal sites in recipe.go; the walk is broken", n)
+	}
+}
+
+// A refusal is reported at the line of the recipe file that asks for it.
+func TestCheckNamesFileLine(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "vllm2.yaml")
+	src := `name: vllm2
+models: {policy: {init: {}}}
+data: {task: {}}
+engines:
+  policy:
+    kind: vllm
+    replicas: 2
+    vllm: {servers: ["http://127.0.0.1:8000"], model: m}
+`
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := recipes.Load(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := file + ":7: engines.policy.replicas: 2 is not supported with kind vllm"
+	if err := Check(l); err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("Check: %v\nwant %q", err, want)
+	}
+}
+
+// Every built-in recipe passes Check, and converts.
+func TestBuiltinsPassCheck(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	for _, name := range recipes.BuiltinNames() {
+		l, err := recipes.Load(name, nil)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if err := Check(l); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if _, err := FromRecipe(l, t.TempDir()); err != nil {
+			t.Errorf("%s: FromRecipe: %v", name, err)
+		}
+	}
+}
+
+// FuzzCheck: for any built-in recipe and override that loads, Check does
+// not panic and FromRecipe refuses exactly what it refuses. Run: go test
+// ./train -run '^$' -fuzz FuzzCheck
+func FuzzCheck(f *testing.F) {
+	f.Setenv("RLNODE_HOME", f.TempDir())
+	for _, c := range refusalCases {
+		for _, s := range c.sets {
+			f.Add(c.recipe, s)
+		}
+	}
+	for _, name := range recipes.BuiltinNames() {
+		f.Add(name, "algorithm.name=ppo")
+		f.Add(name, "episode.type=score")
+		f.Add(name, "sync.mode=async")
+	}
+	f.Fuzz(func(t *testing.T, name, set string) {
+		l, err := recipes.Load(name, []string{set})
+		if err != nil {
+			return
+		}
+		checkErr := Check(l)
+		_, runErr := FromRecipe(l, t.TempDir())
+		if (checkErr == nil) != (runErr == nil) || checkErr != nil && checkErr.Error() != runErr.Error() {
+			t.Errorf("%s --set %s: Check: %v\nFromRecipe: %v", name, set, checkErr, runErr)
+		}
+	})
+}
