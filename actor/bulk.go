@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/connlimit"
 )
 
 // The bulk path moves payloads too large for one actor message (weights,
@@ -26,9 +28,12 @@ import (
 // stream write per payload, no announcement and no round trip to ask.
 //
 // Connections are kept per peer address and reused (a few idle ones, for
-// bulkIdle), so a payload costs no dial or TLS handshake once a pair of
-// nodes has talked; every request still names its sender and is refused
-// for a non-member.
+// bulkIdle), so a payload costs no dial, TLS or member handshake once a
+// pair of nodes has talked; every request still names its sender and is
+// refused for a non-member. On a node with a Secret a connection must pass
+// the member handshake (auth.go) before any request on it is read; every
+// read on the server has a deadline, a payload's included (it must keep
+// arriving), and one remote address may hold only so many connections.
 
 const (
 	bulkMagic        = "RLB1"
@@ -51,6 +56,11 @@ const (
 	bulkPoolPerPeer = 8
 	bulkMaxPushHdr  = 64 << 10
 )
+
+// bulkProgress is how long a read or write of a request's bytes may make
+// no progress before the server gives the connection up (a variable for
+// tests).
+var bulkProgress = 30 * time.Second
 
 // ErrBulkAbsent means the offer expired, was fully read, or never existed.
 var ErrBulkAbsent = errors.New("bulk offer not found")
@@ -75,6 +85,7 @@ type Bulk struct {
 	handlers map[string]PushHandler
 	idle     map[string][]*bulkConn // by peer address, most recently used last
 	conns    map[net.Conn]struct{}  // the server's open connections
+	gate     *connlimit.Gate
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -101,7 +112,8 @@ type offer struct {
 
 func startBulk(s *System, host, advertise string) (*Bulk, error) {
 	b := &Bulk{sys: s, offers: map[string]*offer{}, handlers: map[string]PushHandler{},
-		idle: map[string][]*bulkConn{}, conns: map[net.Conn]struct{}{}}
+		idle: map[string][]*bulkConn{}, conns: map[net.Conn]struct{}{},
+		gate: connlimit.New(connlimit.Limits{Unproven: s.cfg.MaxUnprovenPerAddr, Total: s.cfg.MaxConnsPerAddr})}
 	if s.cfg.TLS != nil {
 		var err error
 		if b.srv, b.cli, err = s.cfg.TLS.load(); err != nil {
@@ -206,10 +218,17 @@ func (b *Bulk) serve() {
 		if err != nil {
 			return
 		}
+		slot, err := b.gate.Admit(c.RemoteAddr())
+		if err != nil {
+			b.sys.warn.Warn(b.sys.log, "bulk: refusing a connection", "err", err)
+			c.Close()
+			continue
+		}
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()
 			c.Close()
+			slot.Release()
 			return
 		}
 		b.conns[c] = struct{}{}
@@ -217,7 +236,8 @@ func (b *Bulk) serve() {
 		b.mu.Unlock()
 		go func() {
 			defer b.wg.Done()
-			b.handle(c)
+			b.handle(c, slot)
+			slot.Release()
 			b.mu.Lock()
 			delete(b.conns, c)
 			b.mu.Unlock()
@@ -239,20 +259,29 @@ func (b *Bulk) serve() {
 //     Response: one status byte once the receiver has taken the payload.
 //
 // A refused member check answers bulkStatusDenied and closes the
-// connection.
-func (b *Bulk) handle(c net.Conn) {
+// connection. Before any request, the connection passes TLS and the member
+// handshake where the node has them, within handshakeTimeout.
+func (b *Bulk) handle(c net.Conn, slot *connlimit.Slot) {
 	defer c.Close()
 	raw := c
+	peer := c.RemoteAddr().String()
+	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
 	if b.srv != nil {
-		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 		tc := tls.Server(c, b.srv)
 		if err := tc.Handshake(); err != nil {
-			b.sys.log.Warn("bulk: TLS handshake failed", "peer", c.RemoteAddr().String(), "err", err)
+			b.sys.warn.Warn(b.sys.log, "bulk: TLS handshake failed", "peer", peer, "err", err)
 			return
 		}
-		_ = c.SetDeadline(time.Time{})
 		c = tc
 	}
+	if p := b.sys.proof; p != nil {
+		if err := p.server(c); err != nil {
+			b.sys.warn.Warn(b.sys.log, "bulk: refusing a connection", "peer", peer, "err", err)
+			return
+		}
+	}
+	_ = raw.SetDeadline(time.Time{})
+	slot.Proven()
 	r := bufio.NewReader(c)
 	var hello string // the member this connection pushes for
 	for first := true; ; first = false {
@@ -266,22 +295,22 @@ func (b *Bulk) handle(c net.Conn) {
 		var magic [4]byte
 		if _, err := io.ReadFull(r, magic[:]); err != nil {
 			if first {
-				b.sys.log.Warn("bulk: malformed request", "peer", c.RemoteAddr().String())
+				b.sys.warn.Warn(b.sys.log, "bulk: malformed request", "peer", peer)
 			}
 			return
 		}
-		_ = raw.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_ = raw.SetReadDeadline(time.Now().Add(bulkProgress))
 		var ok bool
 		switch string(magic[:]) {
 		case bulkMagic:
-			ok = b.serveFetch(c, r)
+			ok = b.serveFetch(c, raw, r)
 		case bulkHelloMagic:
 			from, err := readString16(r)
 			if err != nil {
 				return
 			}
 			if !b.sys.allowed(from) {
-				b.sys.log.Warn("bulk: refusing a non-member", "from", from, "peer", c.RemoteAddr().String())
+				b.sys.warn.Warn(b.sys.log, "bulk: refusing a non-member", "from", from, "peer", peer)
 				_, _ = c.Write([]byte{bulkStatusDenied})
 				return
 			}
@@ -291,7 +320,7 @@ func (b *Bulk) handle(c net.Conn) {
 		case bulkPushMagic:
 			ok = b.servePush(c, raw, r, hello)
 		default:
-			b.sys.log.Warn("bulk: malformed request", "peer", c.RemoteAddr().String())
+			b.sys.warn.Warn(b.sys.log, "bulk: malformed request", "peer", peer)
 			return
 		}
 		if !ok {
@@ -324,7 +353,7 @@ func (b *Bulk) servePush(c, raw net.Conn, r *bufio.Reader, hello string) bool {
 	}
 	hn := binary.BigEndian.Uint32(h4[:])
 	if hn > bulkMaxPushHdr {
-		b.sys.log.Warn("bulk: malformed push", "peer", c.RemoteAddr().String(), "header", hn)
+		b.sys.warn.Warn(b.sys.log, "bulk: malformed push", "peer", c.RemoteAddr().String(), "header", hn)
 		return false
 	}
 	hdr := make([]byte, hn)
@@ -341,15 +370,14 @@ func (b *Bulk) servePush(c, raw net.Conn, r *bufio.Reader, hello string) bool {
 	}
 	if hello == "" {
 		// No accepted hello: nothing of the payload is read.
-		b.sys.log.Warn("bulk: push without a hello", "peer", c.RemoteAddr().String())
+		b.sys.warn.Warn(b.sys.log, "bulk: push without a hello", "peer", c.RemoteAddr().String())
 		_, _ = c.Write([]byte{bulkStatusDenied})
 		return false
 	}
-	// The payload may take a while to arrive (a large one, a slow link):
-	// the sender's own timeout bounds it.
-	_ = raw.SetReadDeadline(time.Time{})
+	// The payload may take a while to arrive (a large one, a slow link),
+	// but it must keep arriving: each read gets bulkProgress.
 	status := byte(bulkStatusOK)
-	lr := &io.LimitedReader{R: r, N: n}
+	lr := &io.LimitedReader{R: &progressReader{r: r, c: raw}, N: n}
 	b.mu.Lock()
 	h := b.handlers[name]
 	b.mu.Unlock()
@@ -357,7 +385,7 @@ func (b *Bulk) servePush(c, raw net.Conn, r *bufio.Reader, hello string) bool {
 	case !b.sys.allowed(hello):
 		// Membership changed since the hello; the sender was a member,
 		// so its payload is drained rather than trusted.
-		b.sys.log.Warn("bulk: refusing a non-member", "from", hello, "peer", c.RemoteAddr().String())
+		b.sys.warn.Warn(b.sys.log, "bulk: refusing a non-member", "from", hello, "peer", c.RemoteAddr().String())
 		status = bulkStatusDenied
 	case h == nil:
 		status = bulkStatusAbsent
@@ -369,24 +397,42 @@ func (b *Bulk) servePush(c, raw net.Conn, r *bufio.Reader, hello string) bool {
 					return false
 				}
 			}
-			b.sys.log.Warn("bulk: push receiver failed", "receiver", name, "err", err)
+			b.sys.warn.Warn(b.sys.log, "bulk: push receiver failed", "receiver", name, "err", err)
 			status = bulkStatusFailed
 		}
 	}
 	if _, err := io.Copy(io.Discard, lr); err != nil || lr.N > 0 {
 		return false
 	}
+	_ = raw.SetWriteDeadline(time.Now().Add(bulkProgress))
 	if _, err := c.Write([]byte{status}); err != nil {
 		return false
 	}
 	return status != bulkStatusDenied
 }
 
-// serveFetch answers one fetch request; false ends the connection.
-func (b *Bulk) serveFetch(c net.Conn, r *bufio.Reader) bool {
+// progressReader reads from r, moving c's read deadline bulkProgress ahead
+// of each read (at most once a second: a deadline is a timer update).
+type progressReader struct {
+	r   io.Reader
+	c   net.Conn
+	set time.Time
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	if now := time.Now(); now.Sub(p.set) >= time.Second {
+		p.set = now
+		_ = p.c.SetReadDeadline(now.Add(bulkProgress))
+	}
+	return p.r.Read(b)
+}
+
+// serveFetch answers one fetch request; false ends the connection. Each
+// write of the answer must make progress within bulkProgress.
+func (b *Bulk) serveFetch(c, raw net.Conn, r *bufio.Reader) bool {
 	var hdr [32 + 16 + 2]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		b.sys.log.Warn("bulk: malformed request", "peer", c.RemoteAddr().String())
+		b.sys.warn.Warn(b.sys.log, "bulk: malformed request", "peer", c.RemoteAddr().String())
 		return false
 	}
 	id := string(hdr[0:32])
@@ -396,8 +442,9 @@ func (b *Bulk) serveFetch(c net.Conn, r *bufio.Reader) bool {
 	if _, err := io.ReadFull(r, from); err != nil {
 		return false
 	}
+	_ = raw.SetWriteDeadline(time.Now().Add(bulkProgress))
 	if !b.sys.allowed(string(from)) {
-		b.sys.log.Warn("bulk: refusing a non-member", "from", string(from), "peer", c.RemoteAddr().String())
+		b.sys.warn.Warn(b.sys.log, "bulk: refusing a non-member", "from", string(from), "peer", c.RemoteAddr().String())
 		_, _ = c.Write([]byte{bulkStatusDenied})
 		return false
 	}
@@ -418,6 +465,7 @@ func (b *Bulk) serveFetch(c net.Conn, r *bufio.Reader) bool {
 	data := o.data[off : off+n]
 	for len(data) > 0 {
 		k := min(len(data), bulkChunk)
+		_ = raw.SetWriteDeadline(time.Now().Add(bulkProgress))
 		if _, err := c.Write(data[:k]); err != nil {
 			return false
 		}
@@ -467,6 +515,19 @@ func (b *Bulk) conn(ctx context.Context, addr string) (c *bulkConn, reused bool,
 			return nil, false, fmt.Errorf("TLS: %w", err)
 		}
 		nc = tc
+	}
+	if p := b.sys.proof; p != nil {
+		deadline, ok := ctx.Deadline()
+		if !ok || time.Until(deadline) > handshakeTimeout {
+			deadline = time.Now().Add(handshakeTimeout)
+		}
+		_ = nc.SetDeadline(deadline)
+		err := p.client(nc)
+		_ = nc.SetDeadline(time.Time{})
+		if err != nil {
+			nc.Close()
+			return nil, false, err
+		}
 	}
 	return &bulkConn{Conn: nc}, false, nil
 }

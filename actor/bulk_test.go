@@ -279,3 +279,40 @@ func TestBulkPushTLS(t *testing.T) {
 		t.Fatalf("a plain client got %v", reply)
 	}
 }
+
+// A push whose payload stops arriving is given up after bulkProgress, even
+// after an accepted hello: it cannot hold the connection open.
+func TestStalledPushIsClosed(t *testing.T) {
+	defer func(d time.Duration) { bulkProgress = d }(bulkProgress)
+	bulkProgress = 500 * time.Millisecond
+	s := startTestSystem(t) // no key: the hello is accepted
+	got, _ := pushReceiver(t, s.Bulk(), "rx")
+	from := "192.0.2.7:4000"
+	req := append([]byte(bulkHelloMagic), 0, byte(len(from)))
+	req = append(req, from...)
+	req = append(req, bulkPushMagic...)
+	req = append(req, 0, 2, 'r', 'x', 0, 0, 0, 0)
+	req = binary.BigEndian.AppendUint64(req, 1<<20)
+	req = append(req, "only a few bytes"...)
+	c, err := net.Dial("tcp", s.Bulk().Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	reply, err := io.ReadAll(c)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("a stalled push held the connection for 10 s (the limit is 0.5 s)")
+	}
+	if !bytes.Equal(reply, []byte{bulkStatusOK}) {
+		t.Fatalf("reply %v, want the hello's OK and then the close", reply)
+	}
+	select {
+	case p := <-got:
+		t.Fatalf("the receiver got a payload of %d bytes from a stalled push", len(p.data))
+	default:
+	}
+}

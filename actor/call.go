@@ -165,16 +165,16 @@ func (p *replyProcess) SendUserMessage(_ *pa.PID, message any) {
 	e, err := unmarshalEnvelope(a)
 	if err != nil {
 		p.s.stats.dropped.Add(1)
-		p.s.log.Warn("dropping malformed reply", "err", err)
+		p.s.warn.Warn(p.s.log, "dropping malformed reply", "err", err)
 		return
 	}
 	if e.Kind != kindReply {
-		p.s.log.Warn("dropping non-reply sent to the reply process", "kind", e.Kind, "from", e.From)
+		p.s.warn.Warn(p.s.log, "dropping non-reply sent to the reply process", "kind", e.Kind, "from", e.From)
 		return
 	}
 	if !p.s.allowed(e.From) {
 		p.s.stats.dropped.Add(1)
-		p.s.log.Warn("dropping reply from a non-member", "from", e.From)
+		p.s.warn.Warn(p.s.log, "dropping reply from a non-member", "from", e.From)
 		return
 	}
 	p.s.complete(e.Call, callResult{wire: e})

@@ -202,7 +202,7 @@ func (s *System) releaseHeld(now time.Time) bool {
 // answers a call with an error, so its caller does not wait forever.
 func (s *System) refuseHeld(m heldMsg, why string) {
 	s.stats.dropped.Add(1)
-	s.log.Warn("dropping message from a non-member", "actor", m.actor, "from", m.env.From, "why", why)
+	s.warn.Warn(s.log, "dropping message from a non-member", "actor", m.actor, "from", m.env.From, "why", why)
 	if m.env.Kind != kindCall || m.sender == nil {
 		return
 	}

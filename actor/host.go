@@ -163,7 +163,7 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any, released bool) {
 	e, err := unmarshalEnvelope(a)
 	if err != nil {
 		s.stats.dropped.Add(1)
-		s.log.Warn("dropping malformed message", "actor", h.ref.Name, "err", err)
+		s.warn.Warn(s.log, "dropping malformed message", "actor", h.ref.Name, "err", err)
 		return
 	}
 	if e.Kind == kindReply {
@@ -194,7 +194,7 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any, released bool) {
 	msg, err := decodeBody(e.Type, body)
 	if err != nil {
 		s.stats.dropped.Add(1)
-		s.log.Warn("dropping undecodable message", "actor", h.ref.Name, "from", e.From, "err", err)
+		s.warn.Warn(s.log, "dropping undecodable message", "actor", h.ref.Name, "from", e.From, "err", err)
 		h.replyWire(c, e, nil, err)
 		return
 	}

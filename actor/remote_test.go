@@ -34,6 +34,9 @@ func runPeer() {
 	if dir := os.Getenv("RLNODE_ACTOR_TLS_DIR"); dir != "" {
 		cfg.TLS = tlsFilesIn(dir)
 	}
+	if k := os.Getenv("RLNODE_ACTOR_SECRET"); k != "" {
+		cfg.Secret = []byte(k)
+	}
 	if g := os.Getenv("RLNODE_ACTOR_PEER_GRACE"); g != "" {
 		cfg.PeerGrace, _ = time.ParseDuration(g)
 	}

@@ -15,9 +15,10 @@ import (
 
 	pa "github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rlnode/rlnode/internal/connlimit"
+	"github.com/rlnode/rlnode/internal/ratelog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Defaults for Config's limits.
@@ -25,6 +26,9 @@ const (
 	DefaultMaxMessageSize = 64 << 20  // largest message body Call/Tell accept
 	DefaultInlineLimit    = 256 << 10 // bodies above this go over the bulk path
 	DefaultBatchSize      = 128       // protoactor endpoint-writer batch (messages)
+
+	DefaultMaxUnprovenPerAddr = 16
+	DefaultMaxConnsPerAddr    = 256
 )
 
 // Config configures one node's actor system.
@@ -35,9 +39,22 @@ type Config struct {
 	Port int
 	// AdvertiseHost is the host other nodes dial, when Host is 0.0.0.0.
 	AdvertiseHost string
+	// Secret is the cluster key. When set, every connection to the actor
+	// transport and the bulk path must prove that it holds the same secret
+	// before anything on it is read (auth.go), so a process without it gets
+	// nothing done whatever sender it names. Nil leaves both open to anyone
+	// who can reach them: only for a node no other process should talk to.
+	Secret []byte
 	// TLS, when set, secures the actor transport and the bulk path with
-	// mutual TLS.
+	// mutual TLS (under the member handshake when Secret is set too).
 	TLS *TLSFiles
+	// MaxUnprovenPerAddr caps the connections one remote address may hold
+	// on the actor port and on the bulk port before they prove membership
+	// (default DefaultMaxUnprovenPerAddr); MaxConnsPerAddr caps all of its
+	// connections to each (default DefaultMaxConnsPerAddr). Connections
+	// beyond either are closed at once.
+	MaxUnprovenPerAddr int
+	MaxConnsPerAddr    int
 	// MaxMessageSize caps one message body (default 64 MiB); larger bodies
 	// are refused at the sender. Use the Bulk API for larger payloads.
 	MaxMessageSize int
@@ -73,6 +90,12 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.PeerGrace == 0 {
 		out.PeerGrace = DefaultPeerGrace
+	}
+	if out.MaxUnprovenPerAddr <= 0 {
+		out.MaxUnprovenPerAddr = DefaultMaxUnprovenPerAddr
+	}
+	if out.MaxConnsPerAddr <= 0 {
+		out.MaxConnsPerAddr = DefaultMaxConnsPerAddr
 	}
 	return out
 }
@@ -140,6 +163,8 @@ type System struct {
 	observer   atomic.Pointer[func(Event)]
 	peerFilter atomic.Pointer[func(addr string) bool]
 	held       heldQueue // messages from senders not (yet) admitted
+	proof      *memberProof
+	warn       ratelog.Limiter // warnings about what the network sent
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -188,26 +213,29 @@ func Start(cfg Config) (*System, error) {
 	if grpcMax > math.MaxInt32 {
 		grpcMax = math.MaxInt32
 	}
-	var srvCreds grpc.ServerOption
-	var dialCreds grpc.DialOption
+	// Every connection is admitted under the per-address caps, then
+	// proves membership (creds.go); the client side dials with the same.
+	if s.proof, err = newMemberProof(c.Secret); err != nil {
+		return nil, fmt.Errorf("actor transport: %w", err)
+	}
+	creds := &memberCreds{proof: s.proof, onErr: func(peer string, err error) {
+		s.warn.Warn(s.log, "actor transport: refusing a connection", "peer", peer, "err", err)
+	}}
+	creds.gate = connlimit.New(connlimit.Limits{Unproven: c.MaxUnprovenPerAddr, Total: c.MaxConnsPerAddr})
+	dial := creds.Clone().(*memberCreds)
 	if c.TLS != nil {
 		st, ct, err := c.TLS.load()
 		if err != nil {
 			return nil, err
 		}
-		srvCreds = grpc.Creds(credentials.NewTLS(st))
-		dialCreds = grpc.WithTransportCredentials(credentials.NewTLS(ct))
-	} else {
-		dialCreds = grpc.WithTransportCredentials(insecure.NewCredentials())
+		creds.tls, dial.tls = credentials.NewTLS(st), credentials.NewTLS(ct)
 	}
-	serverOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcMax), grpc.MaxSendMsgSize(grpcMax)}
-	if srvCreds != nil {
-		serverOpts = append(serverOpts, srvCreds)
-	}
+	serverOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcMax), grpc.MaxSendMsgSize(grpcMax),
+		grpc.Creds(creds), grpc.ConnectionTimeout(handshakeTimeout)}
 	opts := []remote.ConfigOption{
 		remote.WithEndpointWriterBatchSize(c.BatchSize),
 		remote.WithServerOptions(serverOpts...),
-		remote.WithDialOptions(dialCreds,
+		remote.WithDialOptions(grpc.WithTransportCredentials(dial),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcMax), grpc.MaxCallSendMsgSize(grpcMax))),
 	}
 	if c.AdvertiseHost != "" {

@@ -30,6 +30,9 @@ type Sum struct {
 }
 type WhereAreYou struct{}
 
+// Blob is a message whose body may be too large to travel inline.
+type Blob struct{ Data []byte }
+
 type counterActor struct {
 	node string
 	n    int
@@ -42,12 +45,14 @@ func (c *counterActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		return Sum{N: c.n, Node: c.node}, nil
 	case WhereAreYou:
 		return Sum{N: c.n, Node: c.node}, nil
+	case Blob:
+		return Sum{N: len(m.Data), Node: c.node}, nil
 	}
 	return nil, fmt.Errorf("unexpected %T", msg)
 }
 
 func init() {
-	actor.RegisterMessage(Add{}, Sum{}, WhereAreYou{})
+	actor.RegisterMessage(Add{}, Sum{}, WhereAreYou{}, Blob{})
 	actor.RegisterKind("test.counter", func(ctx *actor.Context, args any) (actor.Actor, error) {
 		return &counterActor{node: os.Getenv("RLNODE_TEST_NODE_ID")}, nil
 	})
@@ -59,6 +64,9 @@ func TestMain(m *testing.M) {
 	}
 	if target := os.Getenv("RLNODE_TEST_ROGUE"); target != "" {
 		os.Exit(runRogue(target))
+	}
+	if spec := os.Getenv("RLNODE_TEST_FORGE"); spec != "" {
+		os.Exit(runForger(spec))
 	}
 	os.Exit(m.Run())
 }

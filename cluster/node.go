@@ -13,12 +13,14 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/memberlist"
 	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/internal/ratelog"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -39,8 +41,11 @@ type Config struct {
 	// Join lists gossip addresses of existing members; empty starts a new
 	// cluster.
 	Join []string
-	// Key encrypts gossip (16, 24 or 32 bytes). Nil leaves gossip in the
-	// clear, which only the embedded single-process default should do.
+	// Key is the cluster key (16, 24 or 32 bytes): it encrypts gossip, and
+	// every connection to the actor transport and the bulk path must prove
+	// it holds the key before anything on it is read. Nil leaves gossip in
+	// the clear and both ports open to any process that reaches them, which
+	// only the embedded single-process default should do.
 	Key []byte
 	// CPUs the node offers (default runtime.NumCPU()), GPUs it offers (-1
 	// detects NVIDIA GPUs), Resources any custom ones, Labels its labels.
@@ -104,6 +109,7 @@ type Node struct {
 	left    sync.Map             // node id -> time its Leave event arrived
 
 	events  chan memberlist.NodeEvent
+	warn    ratelog.Limiter // warnings about what the network sent
 	stopped chan struct{}
 	stopMu  sync.Mutex
 	isDone  bool
@@ -204,7 +210,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n.sys, err = actor.Start(actor.Config{
-		Host: actorHost, Port: actorPort, AdvertiseHost: cfg.Advertise, TLS: cfg.TLS, Logger: n.log,
+		Host: actorHost, Port: actorPort, AdvertiseHost: cfg.Advertise, TLS: cfg.TLS, Secret: cfg.Key, Logger: n.log,
 	})
 	if err != nil {
 		return nil, err
@@ -234,9 +240,22 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mc.DeadNodeReclaimTime = 2 * time.Second
 	mc.Delegate = &gossipDelegate{n: n}
 	mc.Events = &memberlist.ChannelEventDelegate{Ch: n.events}
-	mc.Logger = log.New(&slogWriter{l: n.log}, "", 0)
+	mc.Logger = log.New(&slogWriter{l: n.log, warn: &n.warn}, "", 0)
+	gt, err := newGossipTransport(host, port, mc.Logger, func(peer string, err error) {
+		n.warn.Warn(n.log, "gossip: refusing a connection", "peer", peer, "err", err)
+	})
+	if err != nil {
+		n.sys.Stop()
+		return nil, err
+	}
+	mc.Transport = gt
+	if port == 0 {
+		mc.BindPort = gt.GetAutoBindPort()
+		mc.AdvertisePort = mc.BindPort
+	}
 	n.ml, err = memberlist.Create(mc)
 	if err != nil {
+		_ = gt.Shutdown()
 		n.sys.Stop()
 		return nil, fmt.Errorf("gossip: listen on %s: %w", cfg.Bind, err)
 	}
@@ -561,12 +580,12 @@ func (g *gossipDelegate) NodeMeta(limit int) []byte {
 
 func (g *gossipDelegate) NotifyMsg(b []byte) {
 	if len(b) < 2 || b[0] != gossipUpdate {
-		g.n.log.Warn("dropping unknown gossip message", "len", len(b))
+		g.n.warn.Warn(g.n.log, "dropping unknown gossip message", "len", len(b))
 		return
 	}
 	u, err := decodeUpdate(b[1:])
 	if err != nil {
-		g.n.log.Warn("dropping malformed gossip update", "err", err)
+		g.n.warn.Warn(g.n.log, "dropping malformed gossip update", "err", err)
 		return
 	}
 	g.n.dir.merge(u)
@@ -588,7 +607,7 @@ func (g *gossipDelegate) LocalState(join bool) []byte {
 func (g *gossipDelegate) MergeRemoteState(buf []byte, join bool) {
 	u, err := decodeUpdate(buf)
 	if err != nil {
-		g.n.log.Warn("dropping malformed directory state", "err", err)
+		g.n.warn.Warn(g.n.log, "dropping malformed directory state", "err", err)
 		return
 	}
 	g.n.dir.merge(u)
@@ -601,18 +620,43 @@ func (b *broadcast) Message() []byte                       { return b.msg }
 func (b *broadcast) Finished()                             {}
 
 // slogWriter routes memberlist's log lines to slog at debug level, except
-// errors and warnings.
-type slogWriter struct{ l *slog.Logger }
+// errors, which are warnings limited per kind: junk sent to the gossip
+// port (undecryptable packets, streams from non-members) logs one error
+// per packet.
+type slogWriter struct {
+	l    *slog.Logger
+	warn *ratelog.Limiter
+}
 
 func (w *slogWriter) Write(p []byte) (int, error) {
-	s := string(p)
-	switch {
-	case len(s) > 7 && s[:7] == "[ERR] m":
-		w.l.Warn(s)
-	default:
-		w.l.Debug(s)
+	s := strings.TrimSpace(string(p))
+	if rest, ok := strings.CutPrefix(s, "[ERR] memberlist: "); ok {
+		w.warn.Warn(w.l, "memberlist: "+memberlistKind(rest), "line", rest)
+		return len(p), nil
 	}
+	w.l.Debug(s)
 	return len(p), nil
+}
+
+// memberlistKind is the fixed part of a memberlist error line, the words
+// before the first that carries an error text, a number or an address:
+// "Decrypt packet failed: … from=…" is of kind "Decrypt packet failed",
+// "UDP packet too short (3 bytes) from=…" of "UDP packet too short".
+func memberlistKind(line string) string {
+	var kind []string
+	for _, w := range strings.Fields(line) {
+		word, last := strings.CutSuffix(w, ":")
+		if word == "" || strings.ContainsFunc(word, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '/' || r == '-')
+		}) {
+			break
+		}
+		kind = append(kind, word)
+		if last {
+			break
+		}
+	}
+	return strings.Join(kind, " ")
 }
 
 var _ io.Writer = (*slogWriter)(nil)

@@ -1,0 +1,135 @@
+// Package connlimit caps the connections one remote address may hold open
+// on a listening port, so that one peer cannot take every descriptor of a
+// node. It owns counting only; listeners close what it refuses.
+package connlimit
+
+import (
+	"fmt"
+	"net"
+	"sync"
+)
+
+// Limits are the caps per remote address (its IP; ports are free for an
+// attacker to vary). A connection is unproven from accept until it has
+// shown that it may stay (a member handshake); Unproven caps those, Total
+// caps every open connection. Zero means no cap.
+type Limits struct {
+	Unproven int
+	Total    int
+}
+
+// Gate counts open connections by remote address. It is safe for
+// concurrent use.
+type Gate struct {
+	lim    Limits
+	mu     sync.Mutex
+	byAddr map[string]*count
+}
+
+type count struct{ unproven, total int }
+
+// New returns a gate enforcing lim.
+func New(lim Limits) *Gate { return &Gate{lim: lim, byAddr: map[string]*count{}} }
+
+// Slot is one admitted connection's place in the count. Its methods may be
+// called more than once and from any goroutine.
+type Slot struct {
+	g      *Gate
+	key    string
+	mu     sync.Mutex
+	proven bool
+	done   bool
+}
+
+// Admit counts a new connection from addr as unproven, or refuses it with
+// an error naming the cap it would exceed.
+func (g *Gate) Admit(addr net.Addr) (*Slot, error) {
+	key := hostOf(addr)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c := g.byAddr[key]
+	if c == nil {
+		c = &count{}
+		g.byAddr[key] = c
+	}
+	if g.lim.Total > 0 && c.total >= g.lim.Total {
+		return nil, fmt.Errorf("%s already holds %d connections (the cap per address)", key, c.total)
+	}
+	if g.lim.Unproven > 0 && c.unproven >= g.lim.Unproven {
+		return nil, fmt.Errorf("%s already holds %d connections that have not proven membership (the cap per address)", key, c.unproven)
+	}
+	c.unproven++
+	c.total++
+	return &Slot{g: g, key: key}, nil
+}
+
+// Proven moves the connection from the unproven count to the proven ones.
+func (s *Slot) Proven() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proven || s.done {
+		return
+	}
+	s.proven = true
+	s.g.mu.Lock()
+	s.g.byAddr[s.key].unproven--
+	s.g.mu.Unlock()
+}
+
+// Release takes the connection out of the count (it closed).
+func (s *Slot) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return
+	}
+	s.done = true
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	c := s.g.byAddr[s.key]
+	if !s.proven {
+		c.unproven--
+	}
+	if c.total--; c.total == 0 {
+		delete(s.g.byAddr, s.key)
+	}
+}
+
+// Count returns the open and the unproven connections from host.
+func (g *Gate) Count(host string) (total, unproven int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c := g.byAddr[host]; c != nil {
+		return c.total, c.unproven
+	}
+	return 0, 0
+}
+
+// Conn is a connection that releases its slot when closed.
+type Conn struct {
+	net.Conn
+	Slot *Slot
+}
+
+// Close closes the connection and releases its slot.
+func (c *Conn) Close() error {
+	err := c.Conn.Close()
+	c.Slot.Release()
+	return err
+}
+
+func hostOf(addr net.Addr) string {
+	if addr == nil {
+		return ""
+	}
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		return a.IP.String()
+	case *net.UDPAddr:
+		return a.IP.String()
+	}
+	if h, _, err := net.SplitHostPort(addr.String()); err == nil {
+		return h
+	}
+	return addr.String()
+}
