@@ -55,12 +55,14 @@ func bareEcho(c pa.Context) {
 
 func benchPeer(b *testing.B) (*System, *peerProc) {
 	b.Helper()
-	s, err := Start(Config{Logger: DiscardLogger()})
+	// Both ends hold a cluster key, so every connection passes the member
+	// handshake, as between the nodes of a cluster.
+	s, err := Start(Config{Secret: []byte("bench key"), Logger: DiscardLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(s.Stop)
-	return s, startPeer(b)
+	return s, startPeer(b, "RLNODE_ACTOR_SECRET=bench key")
 }
 
 func reportRate(b *testing.B, ops int64, elapsed time.Duration, unit string) {
@@ -238,4 +240,41 @@ func BenchmarkBulk256MiB(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkBulkNewConnection fetches 1 KiB on a fresh connection each
+// time: what a dial costs, and what the member handshake adds to it.
+func BenchmarkBulkNewConnection(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		secret []byte
+	}{{"no_key", nil}, {"key", []byte("bench key")}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := Start(Config{Secret: tc.secret, Logger: DiscardLogger()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Stop()
+			ctx := context.Background()
+			data := make([]byte, 1024)
+			for i := 0; i < b.N; i++ {
+				if _, err := s.Bulk().Fetch(ctx, s.Bulk().Offer(data, 1, time.Minute)); err != nil {
+					b.Fatal(err)
+				}
+				dropIdle(s.Bulk())
+			}
+		})
+	}
+}
+
+// dropIdle closes the client connections b keeps for reuse.
+func dropIdle(b *Bulk) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for addr, cs := range b.idle {
+		for _, c := range cs {
+			c.Close()
+		}
+		delete(b.idle, addr)
+	}
 }

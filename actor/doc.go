@@ -4,6 +4,8 @@
 // that carries plain Go structs as msgpack between nodes.
 //
 // It owns the actor transport (protoactor remote over gRPC) and the chunked
-// bulk path for large payloads. It knows nothing of membership or placement:
-// package cluster tells it which addresses are members and which are lost.
+// bulk path for large payloads, and proves on both that a connection's other
+// end holds the cluster key (auth.go). It knows nothing of membership or
+// placement: package cluster tells it which addresses are members and which
+// are lost.
 package actor

@@ -371,9 +371,13 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 	if len(a.aliveIDs()) != 1 {
 		t.Fatalf("intruder became a member: %v", a.aliveIDs())
 	}
-	_, err = Start(context.Background(), Config{Bind: "127.0.0.1:0", Join: []string{"127.0.0.1:1"},
+	_, err = Start(context.Background(), Config{Bind: "127.0.0.1:0", Join: []string{"127.0.0.1:1"}, Key: testKey(t),
 		JoinTimeout: 2 * time.Second, Logger: actor.DiscardLogger()})
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("join of a bad address: %v", err)
+	}
+	_, err = Start(context.Background(), Config{Bind: "127.0.0.1:0", Join: []string{a.GossipAddress()}, Logger: actor.DiscardLogger()})
+	if err == nil || !strings.Contains(err.Error(), "no cluster key") {
+		t.Fatalf("join without a key: %v", err)
 	}
 }

@@ -43,9 +43,9 @@ type Config struct {
 	Join []string
 	// Key is the cluster key (16, 24 or 32 bytes): it encrypts gossip, and
 	// every connection to the actor transport and the bulk path must prove
-	// it holds the key before anything on it is read. Nil leaves gossip in
-	// the clear and both ports open to any process that reaches them, which
-	// only the embedded single-process default should do.
+	// it holds the key before anything on it is read. Nil starts a new
+	// cluster under a fresh random key (Node.Key returns it, for processes
+	// that should join); joining needs the cluster's key.
 	Key []byte
 	// CPUs the node offers (default runtime.NumCPU()), GPUs it offers (-1
 	// detects NVIDIA GPUs), Resources any custom ones, Labels its labels.
@@ -143,7 +143,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.NodeID == "" {
 		cfg.NodeID = defaultNodeID()
 	}
-	if len(cfg.Key) != 0 && len(cfg.Key) != 16 && len(cfg.Key) != 24 && len(cfg.Key) != 32 {
+	switch {
+	case len(cfg.Key) == 0 && len(cfg.Join) > 0:
+		return nil, fmt.Errorf("join %v: no cluster key given (the key file of the node that started the cluster)", cfg.Join)
+	case len(cfg.Key) == 0:
+		cfg.Key = make([]byte, 32)
+		_, _ = rand.Read(cfg.Key)
+	case len(cfg.Key) != 16 && len(cfg.Key) != 24 && len(cfg.Key) != 32:
 		return nil, fmt.Errorf("gossip key is %d bytes; want 16, 24 or 32", len(cfg.Key))
 	}
 	host, portStr, err := net.SplitHostPort(cfg.Bind)
@@ -321,6 +327,10 @@ func defaultNodeID() string {
 
 // ID is this node's id.
 func (n *Node) ID() string { return n.id }
+
+// Key is the cluster key the node runs under: the one its Config gave, or
+// the one made for it. Whoever holds it is a member.
+func (n *Node) Key() []byte { return append([]byte(nil), n.cfg.Key...) }
 
 // GossipAddress is the address other nodes join.
 func (n *Node) GossipAddress() string {

@@ -265,3 +265,18 @@ func TestGossipJunkWarningsAreRateLimited(t *testing.T) {
 		t.Errorf("no warning line counts the suppressed ones")
 	}
 }
+
+func TestMemberlistKind(t *testing.T) {
+	for _, tc := range []struct{ line, want string }{
+		{"Decrypt packet failed: no installed keys could decrypt the message from=127.0.0.1:4000", "Decrypt packet failed"},
+		{"UDP packet too short (3 bytes) from=127.0.0.1:4000", "UDP packet too short"},
+		{"Push/Pull with node-a failed: EOF", "Push/Pull with node-a failed"},
+		{"Push/Pull with 10.0.0.1:7946 failed: EOF", "Push/Pull with"},
+		{"failed to receive: EOF from=127.0.0.1:1", "failed to receive"},
+		{"", ""},
+	} {
+		if got := memberlistKind(tc.line); got != tc.want {
+			t.Errorf("memberlistKind(%q) = %q, want %q", tc.line, got, tc.want)
+		}
+	}
+}
