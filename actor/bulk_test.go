@@ -283,7 +283,8 @@ func TestBulkPushTLS(t *testing.T) {
 // A push whose payload stops arriving is given up after bulkProgress, even
 // after an accepted hello: it cannot hold the connection open.
 func TestStalledPushIsClosed(t *testing.T) {
-	defer func(d time.Duration) { bulkProgress = d }(bulkProgress)
+	old := bulkProgress
+	t.Cleanup(func() { bulkProgress = old }) // after the system's Stop, registered below
 	bulkProgress = 500 * time.Millisecond
 	s := startTestSystem(t) // no key: the hello is accepted
 	got, _ := pushReceiver(t, s.Bulk(), "rx")
