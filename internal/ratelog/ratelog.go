@@ -38,6 +38,8 @@ type window struct {
 // Allow reports whether a warning of kind may be logged at now and, when
 // it may, how many of that kind were suppressed since the last one logged.
 func (l *Limiter) Allow(kind string, now time.Time) (ok bool, suppressed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	every, burst := l.Every, l.Burst
 	if every <= 0 {
 		every = DefaultEvery
@@ -45,8 +47,6 @@ func (l *Limiter) Allow(kind string, now time.Time) (ok bool, suppressed int) {
 	if burst <= 0 {
 		burst = DefaultBurst
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.kinds == nil {
 		l.kinds = map[string]*window{}
 	}
@@ -71,6 +71,14 @@ func (l *Limiter) Allow(kind string, now time.Time) (ok bool, suppressed int) {
 	w.logged++
 	suppressed, w.suppressed = w.suppressed, 0
 	return true, suppressed
+}
+
+// SetWindow changes Every and Burst; unlike setting the fields, it is safe
+// while the limiter is in use.
+func (l *Limiter) SetWindow(every time.Duration, burst int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.Every, l.Burst = every, burst
 }
 
 // Warn logs msg with args at warn level on log unless warnings of that
