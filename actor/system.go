@@ -27,7 +27,7 @@ const (
 	DefaultInlineLimit    = 256 << 10 // bodies above this go over the bulk path
 	DefaultBatchSize      = 128       // protoactor endpoint-writer batch (messages)
 
-	DefaultMaxUnprovenPerAddr = 16
+	DefaultMaxUnprovenPerAddr = 64
 	DefaultMaxConnsPerAddr    = 256
 )
 
