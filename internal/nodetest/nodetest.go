@@ -31,7 +31,7 @@ type Options struct {
 	// CPUs and Resources are what the node offers (cluster.Config's).
 	CPUs      float64
 	Resources cluster.Resources
-	// Key is the cluster's gossip key, if it has one.
+	// Key is the cluster key; default: the joined node's (Node.Key).
 	Key []byte
 }
 
@@ -89,6 +89,9 @@ func (n *Node) Kill() {
 // (within 30 s). The node stops at the test's end.
 func Start(t testing.TB, join *cluster.Node, o Options, extra ...string) *Node {
 	t.Helper()
+	if o.Key == nil {
+		o.Key = join.Key()
+	}
 	js, err := json.Marshal(settings{Options: o, Join: join.GossipAddress()})
 	if err != nil {
 		t.Fatal(err)
