@@ -500,7 +500,7 @@ func (a *rolloutActor) work(s Submit) (res JobResult, tokens int) {
 	if err != nil {
 		return JobResult{Error: err.Error()}, 0
 	}
-	eps := map[string]float32{}
+	eps := map[string]float64{}
 	for _, t := range turns {
 		for _, m := range t.LossMask {
 			if m != 0 {
@@ -511,7 +511,7 @@ func (a *rolloutActor) work(s Submit) (res JobResult, tokens int) {
 	}
 	var sum float64
 	for _, r := range eps {
-		sum += float64(r)
+		sum += r
 	}
 	a.episodeCount.Add(int64(len(eps)))
 	b, err := data.MarshalTrajectories(turns)

@@ -59,9 +59,9 @@ type Config struct {
 	// code, .Answer is the dataset's reference program).
 	AnswerTemplate string
 
-	// Episode is the episode kind: EpisodeSingle (also ""), EpisodeMLMT or
-	// EpisodeSCoRe. Multi-turn prompts are plain text (no chat template):
-	// each later turn's prompt is rendered from its template.
+	// Episode is the episode kind: EpisodeSingle (also ""), EpisodeMLMT,
+	// EpisodeSCoRe or EpisodeTools. Prompts are plain text (no chat
+	// template): each later turn's prompt is rendered from its template.
 	Episode string
 	// MLMT: FeedbackTemplate is the feedback policy's prompt (over
 	// .Question, .Hint — what only the feedback policy sees, from the
@@ -96,6 +96,16 @@ type Config struct {
 	// stage II); ≥ 0.
 	ReviewTemplate string
 	ScoreAlpha     float64
+	// Tools: the solver's answer is one sequence in which each
+	// <tool_call>{"name": ..., "arguments": ...}</tool_call> it ends a
+	// segment with is answered by the tool's output in
+	// ToolResponseTemplate (over .Output), up to MaxToolCalls calls (0:
+	// 4); the output is masked out of the loss. Tools: the calculator,
+	// and with PythonTool Python in the code verifier's sandbox. The
+	// first prompt is PromptTemplate.
+	ToolResponseTemplate string
+	MaxToolCalls         int
+	PythonTool           bool
 
 	// SFT warm-up: WarmupSteps optimizer steps of plain SFT on
 	// WarmupBatch generated problems each, at WarmupLR. 0 steps skips it.
@@ -197,6 +207,7 @@ const (
 	EpisodeSingle = "single"
 	EpisodeMLMT   = "mlmt"
 	EpisodeSCoRe  = "score"
+	EpisodeTools  = "tools"
 )
 
 // Feedback rewards of MLMT.
@@ -250,6 +261,8 @@ type TemplateData struct {
 	Hint string
 	// Attempt is the solver's first answer; Feedback the feedback text.
 	Attempt, Feedback string
+	// Output is a tool's output (ToolResponseTemplate).
+	Output string
 }
 
 // Quickstart is the tuned preset of the quickstart recipe: a 0.45 M
@@ -288,7 +301,7 @@ func Quickstart(out string) Config {
 type compiled struct {
 	prompt, answer                                   *template.Template
 	feedback, feedbackAnswer, staticFeedback, refine *template.Template
-	review                                           *template.Template
+	review, toolResponse                             *template.Template
 }
 
 func (c *Config) validate() (*compiled, error) {
@@ -396,8 +409,18 @@ func (c *Config) validate() (*compiled, error) {
 		if t.review, err = parseTemplate("review_template", c.ReviewTemplate, ""); err != nil {
 			return nil, err
 		}
+	case EpisodeTools:
+		if c.MaxToolCalls < 0 {
+			return nil, bad("max_tool_calls", c.MaxToolCalls, "want ≥ 0 (0: 4)")
+		}
+		if t.toolResponse, err = parseTemplate("tool_response_template", c.ToolResponseTemplate, "Output"); err != nil {
+			return nil, err
+		}
 	default:
-		return nil, bad("episode", c.Episode, "want single, mlmt or score")
+		return nil, bad("episode", c.Episode, "want single, mlmt, score or tools")
+	}
+	if c.Episode != EpisodeTools && (c.ToolResponseTemplate != "" || c.MaxToolCalls != 0 || c.PythonTool) {
+		return nil, fmt.Errorf("driver config: tool_response_template, max_tool_calls and python_tool are for episode tools (episode is %q)", c.Episode)
 	}
 	if !c.multiTurn() && (c.Feedback != nil || c.StopGradient || c.FeedbackReward != "") {
 		return nil, fmt.Errorf("driver config: feedback, stop_gradient and feedback_reward are for episode mlmt (episode is %q)", c.Episode)
@@ -484,7 +507,7 @@ func parseTemplate(field, text, needs string) (*template.Template, error) {
 		return nil, fmt.Errorf("driver config: %s: %w", field, err)
 	}
 	var sb strings.Builder
-	if err := t.Execute(&sb, TemplateData{Question: "q", Answer: "a", Hint: "h", Attempt: "t", Feedback: "f"}); err != nil {
+	if err := t.Execute(&sb, TemplateData{Question: "q", Answer: "a", Hint: "h", Attempt: "t", Feedback: "f", Output: "o"}); err != nil {
 		return nil, fmt.Errorf("driver config: %s: %w", field, err)
 	}
 	return t, nil

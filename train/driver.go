@@ -15,7 +15,9 @@ import (
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/shard"
 	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
 	"github.com/rlnode/rlnode/weightsync"
@@ -165,6 +167,7 @@ type run struct {
 	feedback *policy // mlmt with a feedback policy; nil otherwise
 	src      problemSource
 	verifier verify.Verifier
+	python   episode.PythonExecutor // tool episodes with the python tool
 	eval     []task.Problem
 	metrics  *os.File
 	start    time.Time
@@ -505,7 +508,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 	if evalNow && r.cfg.EvalEvery > 0 {
 		t0 = time.Now()
 		if r.cfg.multiTurn() {
-			te, err := evalTurns(ctx, r.cfg, r.tpl, r.solver.eng, r.feedbackEngine(), r.src, r.eval, r.verify)
+			te, err := evalTurns(ctx, r.cfg, r.tpl, r.solver.eng, r.feedbackEngine(), r.src, r.eval, r.verifier)
 			if err != nil {
 				return fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
 			}
@@ -544,8 +547,24 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 	return nil
 }
 
-// reinforce is the RL loop: sample prompts, generate GroupSize samples
-// each, verify, train, push weights, evaluate, checkpoint.
+// reinforce is the RL loop: draw prompts, play GroupSize episodes each
+// (episodes.go), train every policy on its turns of them, push weights,
+// evaluate, checkpoint. Each step trains:
+//   - the solver (unless FreezeSolver) on its turns: single-turn and tool
+//     episodes' one, the first attempts of MLMT and SCoRe and, unless
+//     StopGradient, their final answers (MLMT: their score; SCoRe: r2 +
+//     α(r2 − r1)), one GRPO group per prompt and turn;
+//   - the feedback policy (MLMT, Feedback.Train) on its feedback, rewarded
+//     with the final score or its improvement over the first attempt,
+//     one group per prompt.
+//
+// With PPO each policy's learner has its own value head, and every turn's
+// response is a sequence of its own, as in single-turn PPO: the turn's
+// reward above sits on its last token, GAE runs over that response with
+// the critic's values of the turn's prompt and response, and nothing is
+// bootstrapped across turns (turn 1's value target is its own score, not
+// the episode's final one: the turns are trained as GRPO trains them,
+// only the advantage estimator changes).
 func (r *run) reinforce(ctx context.Context) error {
 	cfg := r.cfg
 	first := r.step - cfg.WarmupSteps + 1
@@ -555,14 +574,12 @@ func (r *run) reinforce(ctx context.Context) error {
 	if err := r.setRLAlgorithms(ctx); err != nil {
 		return err
 	}
-	if cfg.multiTurn() {
-		return r.reinforceMultiTurn(ctx, first)
-	}
-	// Asynchronous runs generate up to MaxStaleness steps ahead while this
-	// one trains (pipelineAhead); synchronous ones generate each batch on
-	// the newest weights.
+	trainFeedback := r.feedback != nil && cfg.Feedback.Train
+	// Asynchronous runs play up to MaxStaleness steps' episodes ahead
+	// while this one trains (pipelineAhead); synchronous ones play each
+	// batch on the newest weights.
 	async := cfg.MaxStaleness > 0
-	pipe := newPipeline(ctx, r, r.startBatch)
+	pipe := newPipeline(ctx, r, r.startEpisodes)
 	defer pipe.close()
 	for k := first; k <= cfg.Steps; k++ {
 		if err := ctx.Err(); err != nil {
@@ -573,63 +590,50 @@ func (r *run) reinforce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		probs, res := batch.probs, batch.res
 		gen := batch.genSeconds
 		if !async {
 			gen = time.Since(t0).Seconds()
 		}
-		lag, err := r.checkLag(batch.onPolicy, lowestVersion(res))
+		lag, err := r.checkLag(batch.onPolicy, lowestVersion(batch.turns))
 		if err != nil {
 			return err
 		}
-		b := learner.Batch{PolicyID: "solver"}
-		var respLen float64
-		var allRight, noneRight int
-		var jobs []verifyJob
-		for i, rr := range res {
-			ref := r.src.reference(probs[i])
-			for _, s := range rr.Samples {
-				jobs = append(jobs, verifyJob{s.Text, ref})
-			}
-		}
-		vs, err := r.verify(ctx, jobs)
+		sb, err := BatchFromTrajectories(r.solver.id, batch.turns, func(t data.Turn) bool { return !cfg.StopGradient || t.Turn == 0 })
 		if err != nil {
-			return err
+			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
-		for i, rr := range res {
-			right := 0
-			for _, s := range rr.Samples {
-				v := vs[0]
-				vs = vs[1:]
-				b.Prompts = append(b.Prompts, toInt32(rr.PromptTokenIDs))
-				b.Responses = append(b.Responses, toInt32(s.TokenIDs))
-				b.SampleLogProbs = append(b.SampleLogProbs, append([]float32(nil), s.LogProbs...))
-				b.Rewards = append(b.Rewards, v.Reward)
-				b.GroupIDs = append(b.GroupIDs, int64(batch.firstGroup+i))
-				respLen += float64(len(s.TokenIDs))
-				if v.Reward == 1 {
-					right++
-				}
-			}
-			switch right {
-			case len(rr.Samples):
-				allRight++
-			case 0:
-				noneRight++
+		var fbb learner.Batch
+		if trainFeedback {
+			if fbb, err = BatchFromTrajectories(r.feedback.id, batch.turns, nil); err != nil {
+				return fmt.Errorf("driver: step %d: %w", r.step+1, err)
 			}
 		}
 		t1 := time.Now()
-		st, err := r.train(ctx, r.solver, b)
-		if err != nil {
+		var st learner.Stats
+		if cfg.FreezeSolver {
+			r.step++ // the run's step, with no solver step in it
+		} else if st, err = r.train(ctx, r.solver, sb); err != nil {
 			return err
 		}
 		m := Metrics{Phase: "rl"}
 		r.fill(&m, st)
-		reward := st.RewardMean
-		m.RewardMean = &reward
-		m.ResponseLenMean = respLen / float64(len(b.Responses))
-		m.SolvedAllFrac = float64(allRight) / float64(len(res))
-		m.SolvedNoneFrac = float64(noneRight) / float64(len(res))
+		if cfg.FreezeSolver {
+			m.ValueLoss, m.ValueClipFrac, m.ExplainedVar = nil, nil, nil
+		}
+		if trainFeedback {
+			fst, err := r.train(ctx, r.feedback, fbb)
+			if err != nil {
+				return err
+			}
+			fillFeedback(&m, fst, cfg.Feedback.learnerConfig(cfg).Algorithm)
+		}
+		final, turn1 := rlStepMetrics(&m, outcomes(batch.turns, r.solver.id), cfg.GroupSize)
+		if cfg.multiTurn() {
+			m.RewardMean, m.Turn1RewardMean = &final, &turn1
+		} else {
+			reward := st.RewardMean
+			m.RewardMean = &reward
+		}
 		m.GenSeconds, m.TrainSeconds = gen, time.Since(t1).Seconds()
 		m.WeightLag = &lag
 		if err := r.finishRLStep(ctx, &m, k); err != nil {
@@ -648,64 +652,6 @@ func (r *run) finishRLStep(ctx context.Context, m *Metrics, k int) error {
 	evalNow := cfg.EvalEvery > 0 && (k%cfg.EvalEvery == 0 || last)
 	ckpt := last || (cfg.CheckpointEvery > 0 && k%cfg.CheckpointEvery == 0)
 	return r.finishStep(ctx, m, evalNow, ckpt)
-}
-
-// rlBatch is one RL step's prompts and, once done is closed, their
-// samples.
-type rlBatch struct {
-	probs      []task.Problem
-	reqs       []engine.Request
-	firstGroup int   // group id (data cursor) of probs[0]
-	onPolicy   int64 // the weight version on-policy for this batch
-	done       chan struct{}
-	res        []engine.Result
-	err        error
-	genSeconds float64
-}
-
-// startBatch draws the next PromptsPerStep problems (here, so the data
-// cursor moves in step order) and generates their samples in the
-// background for the batch whose on-policy version is onPolicy, once
-// after is closed (the batch drawn before it is generated; nil: at once).
-func (r *run) startBatch(ctx context.Context, onPolicy int64, after <-chan struct{}) (*rlBatch, error) {
-	cfg := r.cfg
-	b := &rlBatch{firstGroup: r.cursor, onPolicy: onPolicy, done: make(chan struct{}),
-		probs: make([]task.Problem, cfg.PromptsPerStep), reqs: make([]engine.Request, cfg.PromptsPerStep)}
-	for i := range b.probs {
-		p, err := r.nextTrain()
-		if err != nil {
-			return nil, err
-		}
-		seed := int64(cfg.Seed)*1_000_003 + int64(r.cursor)
-		b.probs[i] = p
-		b.reqs[i] = engine.Request{ID: fmt.Sprintf("s%d-%d", onPolicy+1, i), Prompt: r.prompt(p), Params: engine.SamplingParams{
-			N: cfg.GroupSize, MaxTokens: cfg.MaxTokens, Temperature: cfg.Temperature, TopP: cfg.TopP, Seed: &seed}}
-	}
-	r.prefetched += len(b.probs)
-	go func() {
-		defer close(b.done)
-		if b.err = waitTurn(ctx, after); b.err != nil {
-			return
-		}
-		t0 := time.Now()
-		b.res, b.err = r.solver.server.GenerateFor(ctx, onPolicy, b.reqs)
-		if b.err == nil && len(b.res) != len(b.reqs) {
-			b.err = fmt.Errorf("engine returned %d results for %d requests", len(b.res), len(b.reqs))
-		}
-		b.genSeconds = time.Since(t0).Seconds()
-	}()
-	return b, nil
-}
-
-func lowestVersion(res []engine.Result) int64 {
-	if len(res) == 0 {
-		return 0
-	}
-	low := res[0].WeightVersion
-	for _, r := range res[1:] {
-		low = min(low, r.WeightVersion)
-	}
-	return low
 }
 
 // FeedbackDir is where an MLMT checkpoint keeps the feedback policy:

@@ -31,6 +31,7 @@ import (
 	"strings"
 
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
@@ -271,69 +272,45 @@ func evalEpisodes(probs []task.Problem, n int) []task.Problem {
 	return out
 }
 
-// evalTurnSampling is how turn t samples episodes eps (evalEpisodes of n
-// per problem): greedily, or at the temperature with each episode's seed.
-func (c *Config) evalTurnSampling(eps []task.Problem, turn int) sampling {
-	sp := sampling{maxTokens: c.MaxTokens}
-	es := c.EvalSampling
-	if !es.sampled() {
-		return sp
+// evalSeeds are the sampling seeds of an evaluation of episodes eps
+// (evalEpisodes of n per problem): stage t of episode j samples with
+// evalSeed(seed, its problem's ID, j mod n, t+1); nil when greedy.
+func (c *Config) evalSeeds(eps []task.Problem) func(stage, j int) *int64 {
+	if !c.EvalSampling.sampled() {
+		return nil
 	}
-	n := es.samples()
-	sp.temp = es.Temperature
-	sp.seeds = make([]int64, len(eps))
-	for j, p := range eps {
-		sp.seeds[j] = evalSeed(c.Seed, p.ID, j%n, turn)
+	seed, n := c.Seed, c.EvalSampling.samples()
+	return func(stage, j int) *int64 {
+		s := evalSeed(seed, eps[j].ID, j%n, stage+1)
+		return &s
 	}
-	return sp
 }
 
-// evalRequests are the single-turn evaluation's requests: one per
-// episode of eps, N = 1. Greedy requests are as they always were.
-func (r *run) evalRequests(eps []task.Problem) []engine.Request {
-	sp := r.cfg.evalTurnSampling(eps, 1)
-	n := r.cfg.EvalSampling.samples()
-	reqs := make([]engine.Request, len(eps))
-	for j, p := range eps {
-		params := engine.SamplingParams{N: 1, MaxTokens: sp.maxTokens, Temperature: sp.temp}
-		id := "eval-" + p.ID
-		if sp.seeds != nil {
-			params.Seed = &sp.seeds[j]
-			id = fmt.Sprintf("eval-%s-%d", p.ID, j%n)
-		}
-		reqs[j] = engine.Request{ID: id, Prompt: r.prompt(p), Params: params}
+// evalParams is how evaluations sample: greedily, or at the temperature.
+func (c *Config) evalParams() engine.SamplingParams {
+	p := engine.SamplingParams{MaxTokens: c.MaxTokens}
+	if c.EvalSampling.sampled() {
+		p.Temperature = c.EvalSampling.Temperature
 	}
-	return reqs
+	return p
 }
 
-// evaluate is the single-turn evaluation on the held-out problems:
-// accuracy (mean@n), and the sampled figures when it samples.
+// evaluate is the single-turn (and tool) evaluation on the held-out
+// problems: accuracy (mean@n), and the sampled figures when it samples.
 func (r *run) evaluate(ctx context.Context) (SingleEval, error) {
 	eps := evalEpisodes(r.eval, r.cfg.EvalSampling.samples())
-	reqs := r.evalRequests(eps)
-	res, err := r.solver.eng.Generate(ctx, reqs)
+	b := episode.Batch{Examples: examplesOf(r.src, eps), N: 1, Seeds: r.cfg.evalSeeds(eps)}
+	run := r.episodes().runner(*episodePolicy(r.solver.id, r.solver.eng, r.cfg.evalParams()), nil)
+	turns, err := run.Run(ctx, b)
+	if err == nil {
+		err = failedTurns(turns)
+	}
 	if err != nil {
 		return SingleEval{}, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
 	}
-	if len(res) != len(reqs) {
-		return SingleEval{}, fmt.Errorf("driver: evaluate at step %d: engine returned %d results for %d requests", r.step, len(res), len(reqs))
-	}
-	jobs := make([]verifyJob, len(eps))
-	texts := make([]string, len(eps))
-	for j, p := range eps {
-		if len(res[j].Samples) != 1 {
-			return SingleEval{}, fmt.Errorf("driver: evaluate at step %d: request %s: engine returned %d samples, want 1", r.step, reqs[j].ID, len(res[j].Samples))
-		}
-		texts[j] = res[j].Samples[0].Text
-		jobs[j] = verifyJob{texts[j], r.src.reference(p)}
-	}
-	vs, err := r.verify(ctx, jobs)
-	if err != nil {
-		return SingleEval{}, err
-	}
-	rewards := make([]float64, len(vs))
-	for j, v := range vs {
-		rewards[j] = v.Reward
+	rewards, texts := make([]float64, len(turns)), make([]string, len(turns))
+	for j, t := range turns {
+		rewards[j], texts[j] = t.FinalReward, t.ResponseText
 	}
 	out := SingleEval{Problems: len(r.eval)}
 	for _, x := range rewards {

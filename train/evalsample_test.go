@@ -14,6 +14,7 @@ import (
 
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/rollout/task"
 )
 
 // pass@k on numbers worked by hand: 1 − C(n−c, k)/C(n, k).
@@ -69,13 +70,21 @@ func TestEvalSeeds(t *testing.T) {
 	const n = 8
 	cfg.EvalSampling = EvalSampling{Samples: n, Temperature: 1}
 	eps := evalEpisodes(probs, n)
-	seen := map[int64]string{}
-	for turn := 1; turn <= 3; turn++ {
-		sp := cfg.evalTurnSampling(eps, turn)
-		if len(sp.seeds) != len(eps) || sp.temp != 1 {
-			t.Fatalf("turn %d: %d seeds for %d episodes, temperature %v", turn, len(sp.seeds), len(eps), sp.temp)
+	seeds := func(c Config, eps []task.Problem, stage int) []int64 {
+		f := c.evalSeeds(eps)
+		out := make([]int64, len(eps))
+		for j := range eps {
+			out[j] = *f(stage, j)
 		}
-		for j, s := range sp.seeds {
+		return out
+	}
+	if p := cfg.evalParams(); p.Temperature != 1 || p.MaxTokens != cfg.MaxTokens {
+		t.Fatalf("sampled evaluation params %+v", p)
+	}
+	seen := map[int64]string{}
+	for stage := 0; stage <= 2; stage++ {
+		turn := stage + 1
+		for j, s := range seeds(cfg, eps, stage) {
 			who := fmt.Sprintf("turn %d problem %s sample %d", turn, eps[j].ID, j%n)
 			if other, dup := seen[s]; dup {
 				t.Fatalf("%s has the seed of %s", who, other)
@@ -87,17 +96,17 @@ func TestEvalSeeds(t *testing.T) {
 		}
 	}
 	// Fewer held-out problems: the same seeds for the ones kept.
-	sub := cfg.evalTurnSampling(evalEpisodes(probs[:3], n), 1)
-	if all := cfg.evalTurnSampling(eps, 1); !slices.Equal(sub.seeds, all.seeds[:3*n]) {
+	if sub, all := seeds(cfg, evalEpisodes(probs[:3], n), 0), seeds(cfg, eps, 0); !slices.Equal(sub, all[:3*n]) {
 		t.Errorf("the seeds of the first problems changed with eval_problems")
 	}
 	other := cfg
 	other.Seed++
-	if a, b := cfg.evalTurnSampling(eps, 1), other.evalTurnSampling(eps, 1); a.seeds[0] == b.seeds[0] {
+	if a, b := seeds(cfg, eps, 0), seeds(other, eps, 0); a[0] == b[0] {
 		t.Errorf("the evaluation seed does not depend on the run's seed")
 	}
-	if sp := (&Config{MaxTokens: 4}).evalTurnSampling(eps, 1); sp.seeds != nil || sp.temp != 0 {
-		t.Errorf("greedy evaluation sends seeds %v at temperature %v", sp.seeds, sp.temp)
+	greedy := &Config{MaxTokens: 4}
+	if f, p := greedy.evalSeeds(eps), greedy.evalParams(); f != nil || p.Temperature != 0 {
+		t.Errorf("greedy evaluation sends seeds at temperature %v", p.Temperature)
 	}
 }
 

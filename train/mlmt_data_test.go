@@ -13,6 +13,7 @@ import (
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
@@ -98,14 +99,11 @@ func TestMLMTDatasetHintReachesFeedback(t *testing.T) {
 	}
 	solver := &fakeEngine{tok: tok, answer: `\boxed{1}`}
 	fb := &fakeEngine{tok: tok, answer: " take it"}
-	x := newRollouts(probs, 2, src)
-	score := func(ctx context.Context, jobs []verifyJob) ([]verify.Result, error) {
-		return verifyAll(ctx, verify.Math{}, 1, jobs)
+	pol := func(id string, e *fakeEngine) *episode.Policy {
+		return &episode.Policy{ID: id, Engine: e, Params: engine.SamplingParams{MaxTokens: 4}, Tokenizer: tok}
 	}
-	if err := x.firstTurn(context.Background(), &policyEngine{Engine: solver, tok: tok}, tpl, sampling{maxTokens: 4}, score); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.feedbackTurn(context.Background(), &policyEngine{Engine: fb, tok: tok}, tpl, sampling{maxTokens: 4}); err != nil {
+	run := episodes{cfg: &cfg, tpl: tpl, verifier: verify.Math{}}.runner(*pol("solver", solver), pol("feedback", fb))
+	if _, err := run.Run(context.Background(), episode.Batch{Examples: examplesOf(src, probs), N: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if len(fb.seen) != 2*len(probs) {
@@ -315,11 +313,10 @@ func evalOnFake(t *testing.T, ctx context.Context, cfg Config, answer string, n 
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &run{cfg: cfg, verifier: v}
 	tok, _ := tokenizer.BuiltinSized(cfg.Model.VocabSize)
 	eng := &policyEngine{Engine: &fakeEngine{tok: tok, answer: answer}, tok: tok}
 	probs, _ := src.heldOut(n)
-	te, err := evalTurns(ctx, cfg, tpl, eng, eng, src, probs, r.verify)
+	te, err := evalTurns(ctx, cfg, tpl, eng, eng, src, probs, v)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -238,17 +238,13 @@ func (r *run) checkLag(onPolicy, lowest int64) (int64, error) {
 // trains, with the done channels of the batches drawn ahead of it.
 var pipelineHook func(ctx context.Context, ahead []<-chan struct{})
 
-// pendingBatch is an RL step's batch generating in the background: an
-// rlBatch (single-turn) or an episodeBatch (multi-turn).
+// pendingBatch is an RL step's batch generating in the background (an
+// episodeBatch).
 type pendingBatch interface {
 	ready() <-chan struct{} // closed once generated (or failed)
 	failed() error
 	problems() int // problems drawn for it (they count in run.prefetched)
 }
-
-func (b *rlBatch) ready() <-chan struct{} { return b.done }
-func (b *rlBatch) failed() error          { return b.err }
-func (b *rlBatch) problems() int          { return len(b.probs) }
 
 // pipeline holds the batches drawn and not trained yet, steps r.step+1,
 // r.step+2, ...: the next step's alone in a synchronous run, up to

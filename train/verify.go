@@ -1,10 +1,8 @@
 package train
 
 import (
-	"context"
 	"fmt"
 	"runtime"
-	"sync"
 
 	"github.com/rlnode/rlnode/rollout/verify"
 )
@@ -49,62 +47,4 @@ func (c *Config) verifyWorkers() int {
 		return runtime.NumCPU()
 	}
 	return 1
-}
-
-// verifyJob is one response to score against its reference.
-type verifyJob struct {
-	text string
-	ref  verify.Reference
-}
-
-// verifyAll scores the jobs with at most workers at once, results in job
-// order. Each verification is bounded by the verifier itself (the code
-// sandbox's wall clock); ctx ending stops the rest.
-func verifyAll(ctx context.Context, v verify.Verifier, workers int, jobs []verifyJob) ([]verify.Result, error) {
-	out := make([]verify.Result, len(jobs))
-	if workers <= 1 {
-		for i, j := range jobs {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			out[i] = v.Verify(ctx, j.text, j.ref)
-		}
-		return out, nil
-	}
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(workers, len(jobs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				out[i] = v.Verify(ctx, jobs[i].text, jobs[i].ref)
-			}
-		}()
-	}
-	var err error
-feed:
-	for i := range jobs {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			err = ctx.Err()
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// verify scores a run's responses with its verifier and worker count.
-func (r *run) verify(ctx context.Context, jobs []verifyJob) ([]verify.Result, error) {
-	res, err := verifyAll(ctx, r.verifier, r.cfg.verifyWorkers(), jobs)
-	if err != nil {
-		return nil, fmt.Errorf("driver: verify at step %d: %w", r.step, err)
-	}
-	return res, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/rollout/data"
+	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
 
@@ -15,36 +16,6 @@ func needPython(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skipf("code verifier needs /usr/bin/python3: %v", err)
-	}
-}
-
-// verifyAll keeps job order whatever the worker count.
-func TestVerifyAllOrder(t *testing.T) {
-	var jobs []verifyJob
-	var want []float64
-	for i := range 50 {
-		text, w := `\boxed{1}`, 1.0
-		if i%3 == 0 {
-			text, w = `\boxed{2}`, 0
-		}
-		jobs = append(jobs, verifyJob{text, verify.Reference{Answer: "1"}})
-		want = append(want, w)
-	}
-	for _, workers := range []int{1, 4, 100} {
-		res, err := verifyAll(context.Background(), verify.Math{}, workers, jobs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, r := range res {
-			if r.Reward != want[i] {
-				t.Errorf("workers %d: job %d reward %v, want %v", workers, i, r.Reward, want[i])
-			}
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := verifyAll(ctx, verify.Math{}, 4, jobs); err == nil {
-		t.Errorf("cancelled context: no error")
 	}
 }
 
@@ -58,25 +29,25 @@ func TestCodeVerifier(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := verify.Reference{Tests: []string{"assert f(2) == 4", "assert f(0) == 0"}}
-	jobs := []verifyJob{
-		{"def f(x):\n    return x * 2\n", ref},
-		{"```python\ndef f(x):\n    return x + 2\n```", ref},
-		{"def f(x):\n    while True:\n        pass\n", ref},
-		{"while True:\n    pass\n", ref},
+	jobs := []episode.Answer{
+		{Text: "def f(x):\n    return x * 2\n", Ref: ref},
+		{Text: "```python\ndef f(x):\n    return x + 2\n```", Ref: ref},
+		{Text: "def f(x):\n    while True:\n        pass\n", Ref: ref},
+		{Text: "while True:\n    pass\n", Ref: ref},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := verifyAll(ctx, v, 3, jobs)
+	res, notes, err := episode.ScoreAll(ctx, v, 3, episode.Limits{}, jobs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []float64{1, 0.5, 0, 0} {
-		if res[i].Reward != want {
-			t.Errorf("job %d: %+v, want reward %v", i, res[i], want)
+		if res[i] != want {
+			t.Errorf("job %d: reward %v (%s), want %v", i, res[i], notes[i], want)
 		}
 	}
-	if res[3].Error == "" {
-		t.Errorf("the hanging program has no error note: %+v", res[3])
+	if notes[3] == "" {
+		t.Errorf("the hanging program has no error note")
 	}
 }
 

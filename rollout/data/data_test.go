@@ -294,7 +294,7 @@ func TestTrajectoryRejectsBadTurns(t *testing.T) {
 		{func(t *Turn) { t.LogProbs = t.LogProbs[:1] }, "1 logprobs for 2 response tokens"},
 		{func(t *Turn) { t.LossMask = nil }, "0 loss-mask entries"},
 		{func(t *Turn) { t.Advantages = []float32{1} }, "1 advantages"},
-		{func(t *Turn) { t.Reward = float32(1) / float32(zero()) }, "not finite"},
+		{func(t *Turn) { t.Reward = 1 / float64(zero()) }, "not finite"},
 	} {
 		ts := sampleTurns()
 		c.edit(&ts[0])
@@ -358,7 +358,7 @@ func TestReadTrajectoryBadColumns(t *testing.T) {
 		want   string
 	}{
 		{ColLogProbs, false, `column "logprobs": missing`},
-		{ColReward, true, `column "reward": type float64, want float32`},
+		{ColFinishReason, true, `column "finish_reason": type float64, want utf8`},
 		{ColResponseIDs, true, `column "response_ids": type float64, want list<item: int32, nullable>`},
 	} {
 		p := writeIPC(t, c.col, c.retype)

@@ -29,6 +29,9 @@ type Example struct {
 	ID     string           `msgpack:"id" json:"id"`
 	Prompt string           `msgpack:"p" json:"prompt"`
 	Ref    verify.Reference `msgpack:"r" json:"ref"`
+	// Hint is what only MLMT's feedback policy may see (the feedback
+	// prompt's .Hint); empty when the data has none.
+	Hint string `msgpack:"h,omitempty" json:"hint,omitempty"`
 }
 
 // Mapping says which source column fills which Example field. A column is

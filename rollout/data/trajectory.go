@@ -35,15 +35,15 @@ type Turn struct {
 	LogProbs     []float32
 	LossMask     []float32
 	Advantages   []float32
-	Reward       float32 // reward of this turn (see the episode kinds)
-	FinalReward  float32 // reward of the whole episode
+	Reward       float64 // the reward this turn trains on (see the episode kinds)
+	FinalReward  float64 // the verifier's score of the episode's last answer
 	FinishReason string
 	ResponseText string
 	Note         string // why a reward is 0 without a normal verdict, if so
 }
 
 // SchemaVersion names the trajectory schema in the Arrow schema metadata.
-const SchemaVersion = "rlnode.trajectory/v1"
+const SchemaVersion = "rlnode.trajectory/v2"
 
 // Column names of the trajectory schema, in order.
 const (
@@ -84,8 +84,8 @@ var (
 //	logprobs        list<float32>   (len = len(response_ids))
 //	loss_mask       list<float32>   (len = len(response_ids); 1 trains, 0 not)
 //	advantages      list<float32>   (empty, or len = len(response_ids))
-//	reward          float32
-//	final_reward    float32
+//	reward          float64
+//	final_reward    float64
 //	finish_reason   utf8
 //	response_text   utf8
 //	note            utf8
@@ -103,8 +103,8 @@ var TrajectorySchema = arrow.NewSchema([]arrow.Field{
 	{Name: ColLogProbs, Type: listFloat32},
 	{Name: ColLossMask, Type: listFloat32},
 	{Name: ColAdvantages, Type: listFloat32},
-	{Name: ColReward, Type: arrow.PrimitiveTypes.Float32},
-	{Name: ColFinalReward, Type: arrow.PrimitiveTypes.Float32},
+	{Name: ColReward, Type: arrow.PrimitiveTypes.Float64},
+	{Name: ColFinalReward, Type: arrow.PrimitiveTypes.Float64},
 	{Name: ColFinishReason, Type: arrow.BinaryTypes.String},
 	{Name: ColResponseText, Type: arrow.BinaryTypes.String},
 	{Name: ColNote, Type: arrow.BinaryTypes.String},
@@ -128,15 +128,13 @@ func (t *Turn) Check() error {
 	case len(t.Advantages) != 0 && len(t.Advantages) != n:
 		return fmt.Errorf("episode %s turn %d: %d advantages for %d response tokens: %w", t.EpisodeID, t.Turn, len(t.Advantages), n, ErrBadTrajectory)
 	}
-	for _, v := range [...]float32{t.Reward, t.FinalReward} {
-		if !finite32(v) {
+	for _, v := range [...]float64{t.Reward, t.FinalReward} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return fmt.Errorf("episode %s turn %d: reward %v is not finite: %w", t.EpisodeID, t.Turn, v, ErrBadTrajectory)
 		}
 	}
 	return nil
 }
-
-func finite32(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
 
 // NewRecord builds one Arrow record batch holding turns. The caller
 // releases it.
@@ -155,7 +153,7 @@ func NewRecord(mem memory.Allocator, turns []Turn) (arrow.RecordBatch, error) {
 	str := func(i int) *array.StringBuilder { return b.Field(i).(*array.StringBuilder) }
 	i64 := func(i int) *array.Int64Builder { return b.Field(i).(*array.Int64Builder) }
 	i32 := func(i int) *array.Int32Builder { return b.Field(i).(*array.Int32Builder) }
-	f32 := func(i int) *array.Float32Builder { return b.Field(i).(*array.Float32Builder) }
+	f64 := func(i int) *array.Float64Builder { return b.Field(i).(*array.Float64Builder) }
 	ints := func(i int, v []int32) {
 		lb := b.Field(i).(*array.ListBuilder)
 		lb.Append(true)
@@ -178,8 +176,8 @@ func NewRecord(mem memory.Allocator, turns []Turn) (arrow.RecordBatch, error) {
 		floats(8, t.LogProbs)
 		floats(9, t.LossMask)
 		floats(10, t.Advantages)
-		f32(11).Append(t.Reward)
-		f32(12).Append(t.FinalReward)
+		f64(11).Append(t.Reward)
+		f64(12).Append(t.FinalReward)
 		str(13).Append(t.FinishReason)
 		str(14).Append(t.ResponseText)
 		str(15).Append(t.Note)
@@ -242,8 +240,8 @@ func TurnsFromRecord(rec arrow.RecordBatch) ([]Turn, error) {
 			LogProbs:      floats(8, r),
 			LossMask:      floats(9, r),
 			Advantages:    floats(10, r),
-			Reward:        arrs[11].(*array.Float32).Value(r),
-			FinalReward:   arrs[12].(*array.Float32).Value(r),
+			Reward:        arrs[11].(*array.Float64).Value(r),
+			FinalReward:   arrs[12].(*array.Float64).Value(r),
 			FinishReason:  str(13, r),
 			ResponseText:  str(14, r),
 			Note:          str(15, r),

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
-	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/verify"
@@ -16,10 +16,19 @@ import (
 
 // Policy is one trainable policy taking part in episodes: the engine that
 // serves it and how it samples. ID is recorded in every Turn it produced.
+// Tokenizer turns text prompts (Prompt.Text) into token ids; prompts given
+// as chat messages need none.
 type Policy struct {
-	ID     string
-	Engine engine.Engine
-	Params engine.SamplingParams
+	ID        string
+	Engine    engine.Engine
+	Params    engine.SamplingParams
+	Tokenizer Tokenizer
+}
+
+// Tokenizer turns text into token ids of a policy's vocabulary.
+// *tokenizer.Tokenizer implements it.
+type Tokenizer interface {
+	Encode(text string) []int
 }
 
 func (p Policy) check(role string) error {
@@ -34,12 +43,61 @@ func (p Policy) check(role string) error {
 	return nil
 }
 
+// request is the request id asking p for prompt with params.
+func (p Policy) request(id string, prompt Prompt, params engine.SamplingParams) (engine.Request, error) {
+	req := engine.Request{ID: id, Params: params}
+	switch {
+	case prompt.Messages != nil:
+		req.Messages = prompt.Messages
+	case p.Tokenizer == nil:
+		return req, fmt.Errorf("policy %q: request %s: a text prompt needs the policy's tokenizer", p.ID, id)
+	default:
+		req.Prompt = p.Tokenizer.Encode(prompt.Text)
+	}
+	return req, nil
+}
+
 // Batch is the input of one rollout step: N episodes (a GRPO group) per
 // example; example i gets group id FirstGroupID+i.
 type Batch struct {
 	Examples     []data.Example
 	N            int
 	FirstGroupID int64
+	// Seeds, when set, gives each request its sampling seed (nil:
+	// unseeded) in place of the policies' Params.Seed. Stage is what the
+	// request asks for (StageFirst, StageFeedback, StageFinal, or
+	// StageFinal+k: the k-th continuation after a tool call); index is
+	// the example (StageFirst: one request of N samples per example) or
+	// the episode, example×N + sample (later stages).
+	Seeds func(stage, index int) *int64
+}
+
+// Stages of an episode's requests, for Batch.Seeds.
+const (
+	StageFirst    = 0 // the solver's first answer
+	StageFeedback = 1 // MLMT's feedback
+	StageFinal    = 2 // the final answer of MLMT and SCoRe; tools: StageFinal+k after call k
+)
+
+// params is how the request of stage for example i (sample s; turn is
+// the row's turn index) samples on p: with the batch's Seeds, or with
+// p's seed spread over episodes and turns.
+func (b Batch) params(p engine.SamplingParams, stage, i, s, turn, n int) engine.SamplingParams {
+	g := b.FirstGroupID + int64(i)
+	if b.Seeds != nil {
+		index := i
+		if stage != StageFirst {
+			index = i*b.N + s
+		}
+		p.Seed = b.Seeds(stage, index)
+	} else if p.Seed != nil {
+		seed := *p.Seed + g*1_000_003 + int64(s)*1_009 + int64(turn)
+		p.Seed = &seed
+	}
+	p.N = n
+	p.Stop = append([]string(nil), p.Stop...)
+	p.StopTokenIDs = append([]int(nil), p.StopTokenIDs...)
+	return p
 }
 
 func (b Batch) check() error {
@@ -66,14 +124,20 @@ type Limits struct {
 	// MaxAnswerBytes: a longer answer scores 0 with a note, unverified.
 	MaxAnswerBytes int
 	// MaxQuoteBytes: an answer quoted inside a later prompt (attempt in
-	// the feedback and refine prompts, tool output) is cut to this size.
+	// the feedback and refine prompts, tool output) is cut to this size
+	// (at a character boundary), and CutMark is appended to it.
 	MaxQuoteBytes int
+	CutMark       string
 }
 
-// DefaultLimits: answers up to 256 KiB are verified; quotes are cut at 16 KiB.
-var DefaultLimits = Limits{MaxAnswerBytes: 256 << 10, MaxQuoteBytes: 16 << 10}
+// DefaultLimits: answers up to 256 KiB are verified; quotes are cut at 16
+// KiB and marked. The zero Limits means these.
+var DefaultLimits = Limits{MaxAnswerBytes: 256 << 10, MaxQuoteBytes: 16 << 10, CutMark: "\n[... cut]"}
 
 func (l Limits) withDefaults() Limits {
+	if l == (Limits{}) {
+		return DefaultLimits
+	}
 	if l.MaxAnswerBytes <= 0 {
 		l.MaxAnswerBytes = DefaultLimits.MaxAnswerBytes
 	}
@@ -83,10 +147,66 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// score verifies an answer, guarding the verifier contract: empty and
-// oversized answers are not sent to the verifier, rewards outside [0, 1]
-// or NaN become 0 with a note.
-func score(ctx context.Context, v verify.Verifier, lim Limits, answer string, ref verify.Reference) (float32, string) {
+// Answer is one answer to score against its reference.
+type Answer struct {
+	Text string
+	Ref  verify.Reference
+}
+
+// ScoreAll scores answers with v, up to workers at once (0: one), results
+// in order, with a note each where there is one. It guards the verifier contract: empty and oversized answers
+// are not sent to the verifier, rewards outside [0, 1] or NaN become 0;
+// each comes with a note. A nil v scores nothing (rewards 0). Only ctx
+// ending is an error.
+func ScoreAll(ctx context.Context, v verify.Verifier, workers int, lim Limits, jobs []Answer) ([]float64, []string, error) {
+	lim = lim.withDefaults()
+	rewards, notes := make([]float64, len(jobs)), make([]string, len(jobs))
+	if v == nil || len(jobs) == 0 {
+		return rewards, notes, nil
+	}
+	one := func(i int) {
+		rewards[i], notes[i] = score(ctx, v, lim, jobs[i].Text, jobs[i].Ref)
+	}
+	if workers <= 1 {
+		for i := range jobs {
+			if err := ctx.Err(); err != nil {
+				return nil, nil, err
+			}
+			one(i)
+		}
+		return rewards, notes, nil
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(workers, len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				one(i)
+			}
+		}()
+	}
+	var err error
+feed:
+	for i := range jobs {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			err = ctx.Err()
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err != nil {
+		return nil, nil, err
+	}
+	return rewards, notes, nil
+}
+
+// score verifies one answer (see ScoreAll).
+func score(ctx context.Context, v verify.Verifier, lim Limits, answer string, ref verify.Reference) (float64, string) {
 	switch {
 	case strings.TrimSpace(answer) == "":
 		return 0, "empty answer"
@@ -97,20 +217,23 @@ func score(ctx context.Context, v verify.Verifier, lim Limits, answer string, re
 	if math.IsNaN(r.Reward) || r.Reward < 0 || r.Reward > 1 {
 		return 0, fmt.Sprintf("verifier returned reward %v outside [0, 1]; %s", r.Reward, r.Error)
 	}
-	return float32(r.Reward), r.Error
+	return r.Reward, r.Error
 }
 
-// quote cuts s for use inside a later prompt and makes it valid UTF-8.
-func quote(s string, max int) (string, bool) {
+// Quote cuts an answer for use inside a later prompt (MaxQuoteBytes, at a
+// character boundary, then CutMark) and makes it valid UTF-8; cut says
+// whether it was cut.
+func (l Limits) Quote(s string) (q string, cut bool) {
+	l = l.withDefaults()
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= max {
+	if len(s) <= l.MaxQuoteBytes {
 		return s, false
 	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	end := l.MaxQuoteBytes
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
 	}
-	return s[:cut] + "\n[... cut]", true
+	return s[:end] + l.CutMark, true
 }
 
 func toInt32(x []int) []int32 {
@@ -131,18 +254,6 @@ func ones(n int) []float32 {
 
 // episodeID names episode s of group g.
 func episodeID(g int64, s int) string { return fmt.Sprintf("g%d-s%d", g, s) }
-
-// seeded gives each request of a seeded policy its own seed, so later
-// turns of different episodes do not share their randomness.
-func seeded(p engine.SamplingParams, group int64, sample, turn int) engine.SamplingParams {
-	if p.Seed != nil {
-		s := *p.Seed + group*1_000_003 + int64(sample)*1_009 + int64(turn)
-		p.Seed = &s
-	}
-	p.Stop = append([]string(nil), p.Stop...)
-	p.StopTokenIDs = append([]int(nil), p.StopTokenIDs...)
-	return p
-}
 
 // outcome is what one request produced: a result, or why it failed.
 type outcome struct {
@@ -215,10 +326,6 @@ func failedTurn(p Policy, why string) data.Turn {
 	}
 }
 
-func userMessage(text string) []tokenizer.Message {
-	return []tokenizer.Message{{Role: "user", Content: text}}
-}
-
 func joinNotes(notes ...string) string {
 	var out []string
 	for _, n := range notes {
@@ -230,17 +337,19 @@ func joinNotes(notes ...string) string {
 }
 
 // first runs the solver's first turn for every example of b: one request
-// of N samples per example. It returns, per example, the outcome.
-func first(ctx context.Context, solver Policy, tpl *compiled, b Batch) ([]outcome, error) {
+// of N samples per example, the prompt of prompt (the Prompter's Solver or
+// ToolSolver). It returns, per example, the outcome.
+func first(ctx context.Context, solver Policy, prompt func(data.Example) (Prompt, error), b Batch, id string) ([]outcome, error) {
 	reqs := make([]engine.Request, len(b.Examples))
 	for i, ex := range b.Examples {
-		prompt, err := tpl.render("solver", TemplateData{Problem: ex.Prompt})
+		pr, err := prompt(ex)
 		if err != nil {
 			return nil, err
 		}
-		p := seeded(solver.Params, b.FirstGroupID+int64(i), 0, 0)
-		p.N = b.N
-		reqs[i] = engine.Request{ID: fmt.Sprintf("g%d-t0", b.FirstGroupID+int64(i)), Messages: userMessage(prompt), Params: p}
+		g := b.FirstGroupID + int64(i)
+		if reqs[i], err = solver.request(fmt.Sprintf("g%d-%s", g, id), pr, b.params(solver.Params, StageFirst, i, 0, 0, b.N)); err != nil {
+			return nil, err
+		}
 	}
 	return generate(ctx, solver, reqs)
 }

@@ -81,7 +81,7 @@ func TestSingleTurnGroupsAndBadAnswers(t *testing.T) {
 	if len(turns) != 10 || eng.Calls() != 1 {
 		t.Fatalf("%d rows in %d calls, want 10 in 1 batched call", len(turns), eng.Calls())
 	}
-	wantReward := []float32{1, 0, 0, 0, 0}
+	wantReward := []float64{1, 0, 0, 0, 0}
 	wantNote := []string{"", "", "empty answer", "no \\boxed{} answer", "over the 262144-byte limit"}
 	for i, tr := range turns {
 		g, s := int64(100+i/5), i%5
@@ -139,7 +139,7 @@ func TestMLMTThreeTurns(t *testing.T) {
 		want := []struct {
 			policy  string
 			version int64
-			reward  float32
+			reward  float64
 		}{{"solver", 3, 0}, {"feedback", 7, 1}, {"solver", 3, 1}}[i%3]
 		if tr.Turn != int32(i%3) || tr.PolicyID != want.policy || tr.WeightVersion != want.version || tr.Reward != want.reward || tr.FinalReward != 1 {
 			t.Errorf("row %d: turn %d policy %s version %d reward %v final %v; want %+v", i, tr.Turn, tr.PolicyID, tr.WeightVersion, tr.Reward, tr.FinalReward, want)
@@ -179,7 +179,7 @@ func TestMLMTStaticFeedback(t *testing.T) {
 		t.Fatalf("%d rows, want 3 samples × 2 solver turns", len(turns))
 	}
 	for i, tr := range turns {
-		if tr.PolicyID != "solver" || tr.Turn != int32(2*(i%2)) || tr.Reward != float32(i%2) || tr.FinalReward != 1 {
+		if tr.PolicyID != "solver" || tr.Turn != int32(2*(i%2)) || tr.Reward != float64(i%2) || tr.FinalReward != 1 {
 			t.Errorf("row %d: policy %s turn %d reward %v final %v", i, tr.PolicyID, tr.Turn, tr.Reward, tr.FinalReward)
 		}
 	}
@@ -231,7 +231,7 @@ func TestMLMTQuotesHugeAttempts(t *testing.T) {
 	})
 	pol := policy("solver", solver)
 	pol.Params.MaxTokens = 1 << 20
-	r, err := episode.NewMLMT(pol, nil, episodetest.ExactVerifier{}, episode.Templates{}, episode.Limits{MaxQuoteBytes: 1000})
+	r, err := episode.NewMLMT(pol, nil, episodetest.ExactVerifier{}, episode.Templates{}, episode.Limits{MaxQuoteBytes: 1000, CutMark: "\n[... cut]"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestSCoReTwoTurns(t *testing.T) {
 		t.Fatalf("%d rows", len(turns))
 	}
 	for i, tr := range turns {
-		if tr.Turn != int32(i%2) || tr.Reward != float32(i%2) || tr.FinalReward != 1 || tr.GroupID != int64(5+i/4) {
+		if tr.Turn != int32(i%2) || tr.Reward != float64(i%2) || tr.FinalReward != 1 || tr.GroupID != int64(5+i/4) {
 			t.Errorf("row %d: turn %d reward %v final %v group %d", i, tr.Turn, tr.Reward, tr.FinalReward, tr.GroupID)
 		}
 	}

@@ -4,22 +4,23 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
 
 // SCoRe is the two-turn self-correction episode of SCoRe (Kumar et al.,
-// 2024): turn 0 the solver answers; turn 1 it sees its own answer in the
-// conversation followed by the fixed Review instruction and answers again.
-// Each turn carries its own score as Reward; FinalReward is turn 1's. The
-// learner shapes the stage-II reward from the two (r1 + α(r1 − r0)).
+// 2024): turn 0 the solver answers; turn 1 it sees its own answer followed
+// by the review instruction (Prompter.Review) and answers again. Turn 0
+// carries its score r0 as Reward; turn 1 the shaped r1 + Alpha·(r1 − r0)
+// (stage II's reward bonus; Alpha 0: its own score). FinalReward is r1.
 type SCoRe struct {
 	Solver   Policy
+	Prompter Prompter
 	Verifier verify.Verifier
+	Workers  int // verifications at once; 0: one
 	Limits   Limits
-	tpl      *compiled
+	Alpha    float64
 }
 
 // NewSCoRe checks the policy and templates.
@@ -30,11 +31,11 @@ func NewSCoRe(solver Policy, v verify.Verifier, t Templates, lim Limits) (*SCoRe
 	if v == nil {
 		return nil, fmt.Errorf("score episode: no verifier")
 	}
-	tpl, err := t.compile()
+	pr, err := t.Prompter()
 	if err != nil {
 		return nil, err
 	}
-	return &SCoRe{Solver: solver, Verifier: v, Limits: lim.withDefaults(), tpl: tpl}, nil
+	return &SCoRe{Solver: solver, Prompter: pr, Verifier: v, Limits: lim}, nil
 }
 
 // Run implements Runner.
@@ -42,11 +43,23 @@ func (r *SCoRe) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 	if err := b.check(); err != nil {
 		return nil, err
 	}
-	outs, err := first(ctx, r.Solver, r.tpl, b)
+	if err := r.Solver.check("solver"); err != nil {
+		return nil, err
+	}
+	lim := r.Limits.withDefaults()
+	outs, err := first(ctx, r.Solver, r.Prompter.Solver, b, "t0")
 	if err != nil {
 		return nil, err
 	}
-	review, err := r.tpl.render("review", TemplateData{})
+	var jobs []Answer
+	for i, ex := range b.Examples {
+		if outs[i].err == nil {
+			for _, smp := range outs[i].res.Samples {
+				jobs = append(jobs, Answer{smp.Text, ex.Ref})
+			}
+		}
+	}
+	rewards, notes, err := ScoreAll(ctx, r.Verifier, r.Workers, lim, jobs)
 	if err != nil {
 		return nil, err
 	}
@@ -59,10 +72,6 @@ func (r *SCoRe) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 	var reqs []engine.Request
 	for i, ex := range b.Examples {
 		g := b.FirstGroupID + int64(i)
-		prompt, err := r.tpl.render("solver", TemplateData{Problem: ex.Prompt})
-		if err != nil {
-			return nil, err
-		}
 		for s := range b.N {
 			e := &slot{ref: ex.Ref}
 			eps = append(eps, e)
@@ -72,22 +81,36 @@ func (r *SCoRe) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 			}
 			smp := outs[i].res.Samples[s]
 			t := turnOf(r.Solver, outs[i].res, smp)
-			t.Reward, t.Note = score(ctx, r.Verifier, r.Limits, smp.Text, ex.Ref)
-			q, cut := quote(smp.Text, r.Limits.MaxQuoteBytes)
+			t.Reward, t.Note = rewards[0], notes[0]
+			rewards, notes = rewards[1:], notes[1:]
+			q, cut := lim.Quote(smp.Text)
 			if cut {
 				t.Note = joinNotes(t.Note, "answer cut in the review conversation")
 			}
 			e.turns = append(e.turns, t)
-			p := seeded(r.Solver.Params, g, s, 1)
-			p.N = 1
+			prompt, err := r.Prompter.Review(ex, q)
+			if err != nil {
+				return nil, err
+			}
+			req, err := r.Solver.request(episodeID(g, s)+"-t1", prompt, b.params(r.Solver.Params, StageFinal, i, s, 1, 1))
+			if err != nil {
+				return nil, err
+			}
 			live = append(live, e)
-			reqs = append(reqs, engine.Request{ID: episodeID(g, s) + "-t1", Params: p, Messages: []tokenizer.Message{
-				{Role: "user", Content: prompt}, {Role: "assistant", Content: q}, {Role: "user", Content: review},
-			}})
+			reqs = append(reqs, req)
 		}
 	}
 	outs, err = generate(ctx, r.Solver, reqs)
 	if err != nil {
+		return nil, err
+	}
+	jobs = jobs[:0]
+	for k, e := range live {
+		if outs[k].err == nil {
+			jobs = append(jobs, Answer{outs[k].res.Samples[0].Text, e.ref})
+		}
+	}
+	if rewards, notes, err = ScoreAll(ctx, r.Verifier, r.Workers, lim, jobs); err != nil {
 		return nil, err
 	}
 	for k, e := range live {
@@ -95,18 +118,19 @@ func (r *SCoRe) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 			e.turns = append(e.turns, failedTurn(r.Solver, "turn 1: "+o.err.Error()))
 			continue
 		}
-		smp := outs[k].res.Samples[0]
-		t := turnOf(r.Solver, outs[k].res, smp)
-		t.Reward, t.Note = score(ctx, r.Verifier, r.Limits, smp.Text, e.ref)
+		t := turnOf(r.Solver, outs[k].res, outs[k].res.Samples[0])
+		t.Reward, t.Note = rewards[0], notes[0]
+		rewards, notes = rewards[1:], notes[1:]
 		e.turns = append(e.turns, t)
 	}
 	var turns []data.Turn
 	for i := range b.Examples {
 		for s := range b.N {
 			e := eps[i*b.N+s]
-			var final float32
-			if len(e.turns) == 2 {
+			var final float64
+			if len(e.turns) == 2 && e.turns[1].FinishReason != "error" {
 				final = e.turns[1].Reward
+				e.turns[1].Reward = final + r.Alpha*(final-e.turns[0].Reward)
 			}
 			for k := range e.turns {
 				setEpisode(&e.turns[k], b.FirstGroupID+int64(i), s, k)

@@ -9,12 +9,14 @@ import (
 )
 
 // SingleTurn is the plain episode: the solver answers once; the reward is
-// the verifier's score of that answer. One Turn per episode.
+// the verifier's score of that answer. One Turn per episode. A nil
+// Verifier scores nothing (rewards 0): SFT warm-ups sample attempts so.
 type SingleTurn struct {
 	Solver   Policy
+	Prompter Prompter
 	Verifier verify.Verifier
+	Workers  int // verifications at once; 0: one
 	Limits   Limits
-	tpl      *compiled
 }
 
 // NewSingleTurn checks the policy and templates.
@@ -25,11 +27,11 @@ func NewSingleTurn(solver Policy, v verify.Verifier, t Templates, lim Limits) (*
 	if v == nil {
 		return nil, fmt.Errorf("single-turn episode: no verifier")
 	}
-	tpl, err := t.compile()
+	pr, err := t.Prompter()
 	if err != nil {
 		return nil, err
 	}
-	return &SingleTurn{Solver: solver, Verifier: v, Limits: lim.withDefaults(), tpl: tpl}, nil
+	return &SingleTurn{Solver: solver, Prompter: pr, Verifier: v, Limits: lim}, nil
 }
 
 // Run implements Runner.
@@ -37,12 +39,28 @@ func (r *SingleTurn) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 	if err := b.check(); err != nil {
 		return nil, err
 	}
-	outs, err := first(ctx, r.Solver, r.tpl, b)
+	if err := r.Solver.check("solver"); err != nil {
+		return nil, err
+	}
+	lim := r.Limits.withDefaults()
+	outs, err := first(ctx, r.Solver, r.Prompter.Solver, b, "t0")
+	if err != nil {
+		return nil, err
+	}
+	var jobs []Answer
+	for i, ex := range b.Examples {
+		if outs[i].err == nil {
+			for _, smp := range outs[i].res.Samples {
+				jobs = append(jobs, Answer{smp.Text, ex.Ref})
+			}
+		}
+	}
+	rewards, notes, err := ScoreAll(ctx, r.Verifier, r.Workers, lim, jobs)
 	if err != nil {
 		return nil, err
 	}
 	var turns []data.Turn
-	for i, ex := range b.Examples {
+	for i := range b.Examples {
 		g := b.FirstGroupID + int64(i)
 		for s := range b.N {
 			var t data.Turn
@@ -50,9 +68,8 @@ func (r *SingleTurn) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 				t = failedTurn(r.Solver, "turn 0: "+o.err.Error())
 			} else {
 				t = turnOf(r.Solver, o.res, o.res.Samples[s])
-				var note string
-				t.Reward, note = score(ctx, r.Verifier, r.Limits, o.res.Samples[s].Text, ex.Ref)
-				t.Note = joinNotes(t.Note, note)
+				t.Reward, t.Note = rewards[0], notes[0]
+				rewards, notes = rewards[1:], notes[1:]
 			}
 			t.FinalReward = t.Reward
 			setEpisode(&t, g, s, 0)

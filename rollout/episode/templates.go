@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"text/template"
+
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/data"
 )
 
 // Templates are the prompt formats of the episode kinds, as Go
@@ -39,9 +42,7 @@ type TemplateData struct {
 	Feedback string
 	Output   string
 	// Hint is a problem's hidden information that only the feedback
-	// policy may see (rollout/task's pick kind). The runners of this
-	// package leave it empty (data.Example carries none); the driver in
-	// train fills it.
+	// policy may see (data.Example.Hint).
 	Hint string
 }
 
@@ -113,6 +114,14 @@ func (t Templates) Validate() error {
 	return err
 }
 
+// Prompter compiles t (after defaults) into prompts of one user message
+// each, to which the engine applies its chat template; SCoRe's second
+// prompt is the conversation so far (question, the solver's answer as the
+// assistant's, the review instruction).
+func (t Templates) Prompter() (Prompter, error) {
+	return t.compile()
+}
+
 func (t Templates) compile() (*compiled, error) {
 	t = t.WithDefaults()
 	c := &compiled{t: map[string]*template.Template{}}
@@ -149,4 +158,50 @@ func (c *compiled) render(name string, d TemplateData) (string, error) {
 		return "", fmt.Errorf("template %q: %w", name, err)
 	}
 	return b.String(), nil
+}
+
+func (c *compiled) user(name string, d TemplateData) (Prompt, error) {
+	text, err := c.render(name, d)
+	if err != nil {
+		return Prompt{}, err
+	}
+	return Prompt{Messages: []tokenizer.Message{{Role: "user", Content: text}}}, nil
+}
+
+func (c *compiled) Solver(ex data.Example) (Prompt, error) {
+	return c.user("solver", TemplateData{Problem: ex.Prompt})
+}
+
+func (c *compiled) Feedback(ex data.Example, attempt string) (Prompt, error) {
+	return c.user("feedback", TemplateData{Problem: ex.Prompt, Attempt: attempt, Hint: ex.Hint})
+}
+
+func (c *compiled) StaticFeedback(ex data.Example, attempt string) (string, error) {
+	return c.render("static_feedback", TemplateData{Problem: ex.Prompt, Attempt: attempt})
+}
+
+func (c *compiled) Refine(ex data.Example, attempt, feedback string) (Prompt, error) {
+	return c.user("refine", TemplateData{Problem: ex.Prompt, Attempt: attempt, Feedback: feedback})
+}
+
+func (c *compiled) Review(ex data.Example, attempt string) (Prompt, error) {
+	q, err := c.render("solver", TemplateData{Problem: ex.Prompt})
+	if err != nil {
+		return Prompt{}, err
+	}
+	review, err := c.render("review", TemplateData{Problem: ex.Prompt, Attempt: attempt})
+	if err != nil {
+		return Prompt{}, err
+	}
+	return Prompt{Messages: []tokenizer.Message{
+		{Role: "user", Content: q}, {Role: "assistant", Content: attempt}, {Role: "user", Content: review},
+	}}, nil
+}
+
+func (c *compiled) ToolSolver(ex data.Example) (Prompt, error) {
+	return c.user("tool_solver", TemplateData{Problem: ex.Prompt})
+}
+
+func (c *compiled) ToolResponse(output string) (string, error) {
+	return c.render("tool_response", TemplateData{Output: output})
 }

@@ -20,12 +20,6 @@ type PythonExecutor interface {
 	RunPython(ctx context.Context, code string) (output string, err error)
 }
 
-// Tokenizer turns tool output into token ids of the solver's vocabulary.
-// *tokenizer.Tokenizer implements it.
-type Tokenizer interface {
-	Encode(text string) []int
-}
-
 // ToolUse is the multi-turn tool episode: the solver writes, and whenever
 // its turn ends with a <tool_call>{"name": ..., "arguments": ...}</tool_call>
 // the tool runs and its output, in the ToolResponse template, is appended
@@ -37,14 +31,17 @@ type Tokenizer interface {
 // tool-output tokens in order; tool-output tokens have loss mask 0 and
 // logprob 0, so only what the solver sampled is trained. The reward is the
 // score of the solver's last segment.
+//
+// Tokenizer encodes the tool output (nil: the solver's Tokenizer).
 type ToolUse struct {
 	Solver    Policy
+	Prompter  Prompter
 	Verifier  verify.Verifier
+	Workers   int // verifications at once; 0: one
 	Tokenizer Tokenizer
 	Python    PythonExecutor // nil: no python tool
 	MaxCalls  int            // tool calls per episode; 0 means 4
 	Limits    Limits
-	tpl       *compiled
 }
 
 // NewToolUse checks the policy, tokenizer and templates.
@@ -55,15 +52,16 @@ func NewToolUse(solver Policy, v verify.Verifier, tok Tokenizer, py PythonExecut
 	if v == nil || tok == nil {
 		return nil, fmt.Errorf("tool episode: needs a verifier and a tokenizer")
 	}
-	tpl, err := t.compile()
+	pr, err := t.Prompter()
 	if err != nil {
 		return nil, err
 	}
-	return &ToolUse{Solver: solver, Verifier: v, Tokenizer: tok, Python: py, MaxCalls: 4, Limits: lim.withDefaults(), tpl: tpl}, nil
+	return &ToolUse{Solver: solver, Prompter: pr, Verifier: v, Tokenizer: tok, Python: py, MaxCalls: 4, Limits: lim}, nil
 }
 
 type toolState struct {
 	ex      data.Example
+	i       int
 	group   int64
 	sample  int
 	turn    data.Turn
@@ -82,18 +80,29 @@ func (r *ToolUse) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 	if err := b.check(); err != nil {
 		return nil, err
 	}
+	if err := r.Solver.check("solver"); err != nil {
+		return nil, err
+	}
+	tok := r.Tokenizer
+	if tok == nil {
+		tok = r.Solver.Tokenizer
+	}
+	if tok == nil {
+		return nil, fmt.Errorf("tool episode: no tokenizer for the tool output")
+	}
+	lim := r.Limits.withDefaults()
 	maxCalls := r.MaxCalls
 	if maxCalls <= 0 {
 		maxCalls = 4
 	}
-	outs, err := firstTool(ctx, r, b)
+	outs, err := first(ctx, r.Solver, r.Prompter.ToolSolver, b, "c0")
 	if err != nil {
 		return nil, err
 	}
 	var eps []*toolState
 	for i, ex := range b.Examples {
 		for s := range b.N {
-			e := &toolState{ex: ex, group: b.FirstGroupID + int64(i), sample: s}
+			e := &toolState{ex: ex, i: i, group: b.FirstGroupID + int64(i), sample: s}
 			eps = append(eps, e)
 			if o := outs[i]; o.err != nil {
 				e.turn, e.done = failedTurn(r.Solver, "turn 0: "+o.err.Error()), true
@@ -126,19 +135,18 @@ func (r *ToolUse) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 			}
 			e.calls++
 			out := r.runTool(ctx, call)
-			q, _ := quote(out, r.Limits.MaxQuoteBytes)
-			resp, err := r.tpl.render("tool_response", TemplateData{Output: q})
+			q, _ := lim.Quote(out)
+			resp, err := r.Prompter.ToolResponse(q)
 			if err != nil {
 				return nil, err
 			}
-			ids := r.Tokenizer.Encode(resp)
+			ids := tok.Encode(resp)
 			e.seq = append(e.seq, ids...)
 			e.turn.ResponseIDs = append(e.turn.ResponseIDs, toInt32(ids)...)
 			e.turn.LogProbs = append(e.turn.LogProbs, make([]float32, len(ids))...)
 			e.turn.LossMask = append(e.turn.LossMask, make([]float32, len(ids))...)
 			e.text.WriteString(resp)
-			p := seeded(r.Solver.Params, e.group, e.sample, round)
-			p.N = 1
+			p := b.params(r.Solver.Params, StageFinal+round, e.i, e.sample, round, 1)
 			prompt := append(append([]int(nil), e.prompt...), e.seq...)
 			live = append(live, e)
 			reqs = append(reqs, engine.Request{ID: fmt.Sprintf("%s-c%d", episodeID(e.group, e.sample), round), Prompt: prompt, Params: p})
@@ -174,35 +182,31 @@ func (r *ToolUse) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 			e.text.WriteString(e.last)
 		}
 	}
+	var jobs []Answer
+	for _, e := range eps {
+		if e.turn.FinishReason != "error" {
+			jobs = append(jobs, Answer{e.last, e.ex.Ref})
+		}
+	}
+	rewards, notes, err := ScoreAll(ctx, r.Verifier, r.Workers, lim, jobs)
+	if err != nil {
+		return nil, err
+	}
 	var turns []data.Turn
 	for _, e := range eps {
 		t := e.turn
 		if t.FinishReason != "error" {
 			t.ResponseText = strings.ToValidUTF8(e.text.String(), "\uFFFD")
 			t.WeightVersion = e.version
-			var note string
-			t.Reward, note = score(ctx, r.Verifier, r.Limits, e.last, e.ex.Ref)
-			t.Note = joinNotes(append([]string{t.Note, note}, e.notes...)...)
+			t.Reward = rewards[0]
+			t.Note = joinNotes(append([]string{t.Note, notes[0]}, e.notes...)...)
+			rewards, notes = rewards[1:], notes[1:]
 		}
 		t.FinalReward = t.Reward
 		setEpisode(&t, e.group, e.sample, 0)
 		turns = append(turns, t)
 	}
 	return turns, nil
-}
-
-func firstTool(ctx context.Context, r *ToolUse, b Batch) ([]outcome, error) {
-	reqs := make([]engine.Request, len(b.Examples))
-	for i, ex := range b.Examples {
-		prompt, err := r.tpl.render("tool_solver", TemplateData{Problem: ex.Prompt})
-		if err != nil {
-			return nil, err
-		}
-		p := seeded(r.Solver.Params, b.FirstGroupID+int64(i), 0, 0)
-		p.N = b.N
-		reqs[i] = engine.Request{ID: fmt.Sprintf("g%d-c0", b.FirstGroupID+int64(i)), Messages: userMessage(prompt), Params: p}
-	}
-	return generate(ctx, r.Solver, reqs)
 }
 
 // toolCall is Qwen2.5's tool-call JSON.
