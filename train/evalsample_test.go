@@ -258,7 +258,7 @@ func evalWith(t *testing.T, ctx context.Context, cfg Config, eng engine.Engine, 
 		t.Fatal(err)
 	}
 	r := &run{cfg: cfg, tpl: tpl, src: src, verifier: v, eval: probs,
-		solver: &policy{eng: &policyEngine{Engine: eng, tok: ne.Tokenizer()}, tok: ne.Tokenizer()}}
+		solver: &policy{id: "solver", eng: &policyEngine{Engine: eng, tok: ne.Tokenizer()}, tok: ne.Tokenizer()}}
 	se, err := r.evaluate(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -57,7 +57,7 @@ func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (Sing
 	}
 	defer eng.Close()
 	r := &run{cfg: cfg, tpl: tpl, src: src, verifier: v, eval: probs,
-		solver: &policy{eng: &policyEngine{Engine: eng, tok: eng.Tokenizer()}, tok: eng.Tokenizer()}}
+		solver: &policy{id: "solver", eng: &policyEngine{Engine: eng, tok: eng.Tokenizer()}, tok: eng.Tokenizer()}}
 	out, err := r.evaluate(ctx)
 	if err != nil {
 		return SingleEval{}, fmt.Errorf("driver: evaluate %s: %w", dir, err)

@@ -229,7 +229,7 @@ func TestMLMTRefusesBadConfig(t *testing.T) {
 		want string
 		edit func(*Config)
 	}{
-		{"episode", func(c *Config) { c.Episode = "tools" }},
+		{"episode", func(c *Config) { c.Episode = "chess" }},
 		{"prompt_template", func(c *Config) { c.PromptTemplate = "{{.Question}} {{.Hint}}" }},
 		{"refine_template", func(c *Config) { c.RefineTemplate = "{{.Question}} {{.Hint}} {{.Feedback}}" }},
 		{"refine_template", func(c *Config) { c.RefineTemplate = "{{.Question}}" }},

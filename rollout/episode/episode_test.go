@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/episode"
@@ -486,4 +487,176 @@ func FuzzCalculate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		_, _ = episode.Calculate(s) // must not panic or hang
 	})
+}
+
+// ScoreAll keeps answer order whatever the worker count, and stops when
+// ctx ends.
+func TestScoreAllOrder(t *testing.T) {
+	var answers []episode.Answer
+	var want []float64
+	for i := range 50 {
+		text, w := `\boxed{1}`, 1.0
+		switch i % 3 {
+		case 0:
+			text, w = `\boxed{2}`, 0
+		case 1:
+			text, w = " ", 0 // empty: not sent to the verifier
+		}
+		answers = append(answers, episode.Answer{Text: text, Ref: verify.Reference{Answer: "1"}})
+		want = append(want, w)
+	}
+	for _, workers := range []int{0, 1, 4, 100} {
+		got, notes, err := episode.ScoreAll(context.Background(), verify.Math{}, workers, episode.Limits{}, answers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) || notes[1] != "empty answer" {
+			t.Errorf("workers %d: rewards %v, note %q; want %v", workers, got, notes[1], want)
+		}
+	}
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := episode.ScoreAll(c, verify.Math{}, 4, episode.Limits{}, answers); err == nil {
+		t.Errorf("cancelled context: no error")
+	}
+}
+
+// textPrompter writes plain-text prompts, the feedback one with the hint.
+type textPrompter struct{}
+
+func (textPrompter) Solver(ex data.Example) (episode.Prompt, error) {
+	return episode.Prompt{Text: "Q: " + ex.Prompt}, nil
+}
+func (textPrompter) Feedback(ex data.Example, a string) (episode.Prompt, error) {
+	return episode.Prompt{Text: "You are a teacher. Q: " + ex.Prompt + " hint: " + ex.Hint + " try: " + a}, nil
+}
+func (textPrompter) StaticFeedback(ex data.Example, a string) (string, error) {
+	return "look again at " + a, nil
+}
+func (textPrompter) Refine(ex data.Example, a, f string) (episode.Prompt, error) {
+	return episode.Prompt{Text: "Q: " + ex.Prompt + " try: " + a + " Feedback on it: " + f}, nil
+}
+func (textPrompter) Review(ex data.Example, a string) (episode.Prompt, error) {
+	return episode.Prompt{Text: "Q: " + ex.Prompt + " " + a + " Feedback on it: review"}, nil
+}
+func (textPrompter) ToolSolver(ex data.Example) (episode.Prompt, error) {
+	return episode.Prompt{Text: "Q: " + ex.Prompt}, nil
+}
+func (textPrompter) ToolResponse(out string) (string, error) { return "<" + out + ">", nil }
+
+// seedLog gives request (stage, index) the seed 1000·stage + index and
+// records the calls.
+func seedLog() func(stage, index int) *int64 {
+	return func(stage, index int) *int64 {
+		s := int64(1000*stage + index)
+		return &s
+	}
+}
+
+// A caller's Prompter, Seeds and reward shaping: text prompts encoded by
+// the policy's tokenizer, the hint shown to the feedback policy alone,
+// seeds per stage and request, the feedback credited with the
+// improvement, and the refine turn replayed with static feedback.
+func TestMLMTPrompterSeedsAndShaping(t *testing.T) {
+	tok := tokenizer.Builtin()
+	text := func(r engine.Request) string { return tok.Decode(r.Prompt) }
+	solver := episodetest.NewScriptedEngine(func(r engine.Request, k int) string {
+		p := text(r)
+		switch {
+		case strings.Contains(p, "look again"):
+			return `\boxed{0}` // static feedback misleads
+		case strings.Contains(p, "Feedback on it:"):
+			return `Fixed: \boxed{` + answerOf(p) + `}`
+		case k == 1:
+			return `\boxed{` + answerOf(p) + `}` // the second sample is right at once
+		}
+		return `I think \boxed{1}`
+	})
+	teacher := episodetest.NewScriptedEngine(func(r engine.Request, _ int) string { return "Recheck." })
+	sp, fp := policy("solver", solver), policy("feedback", teacher)
+	sp.Tokenizer, fp.Tokenizer = tok, tok
+	r := &episode.MLMT{Solver: sp, Feedback: &fp, Prompter: textPrompter{}, Verifier: episodetest.ExactVerifier{}, FeedbackImprovement: true}
+	exs := []data.Example{{Prompt: "What is 2+3?", Hint: "five", Ref: verify.Reference{Answer: "5"}}}
+	b := episode.Batch{Examples: exs, N: 2, FirstGroupID: 4, Seeds: seedLog()}
+	turns, err := r.Run(ctx(t), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTurns(t, turns)
+	// Episode 0: wrong, then right (the feedback earns +1); episode 1:
+	// right, then right (0).
+	want := []struct {
+		turn          int32
+		reward, final float64
+	}{{0, 0, 1}, {1, 1, 1}, {2, 1, 1}, {0, 1, 1}, {1, 0, 1}, {2, 1, 1}}
+	if len(turns) != len(want) {
+		t.Fatalf("%d rows, want %d", len(turns), len(want))
+	}
+	for i, w := range want {
+		if tr := turns[i]; tr.Turn != w.turn || tr.Reward != w.reward || tr.FinalReward != w.final {
+			t.Errorf("row %d: turn %d reward %v final %v, want %+v", i, tr.Turn, tr.Reward, tr.FinalReward, w)
+		}
+	}
+	seeds := func(reqs []engine.Request) []int64 {
+		var out []int64
+		for _, q := range reqs {
+			out = append(out, *q.Params.Seed)
+		}
+		return out
+	}
+	if got := seeds(solver.Requests()); !slices.Equal(got, []int64{0, 2000, 2001}) {
+		t.Errorf("solver seeds %v, want turn 0's request 0, then episodes 0 and 1 of the final stage", got)
+	}
+	if got := seeds(teacher.Requests()); !slices.Equal(got, []int64{1000, 1001}) {
+		t.Errorf("feedback seeds %v", got)
+	}
+	for _, q := range solver.Requests() {
+		if len(q.Messages) != 0 || strings.Contains(text(q), "five") {
+			t.Errorf("solver request %s: messages %v, prompt %q (the hint is the feedback policy's)", q.ID, q.Messages, text(q))
+		}
+	}
+	if p := text(teacher.Requests()[0]); !strings.Contains(p, "hint: five try: I think") {
+		t.Errorf("feedback prompt %q", p)
+	}
+
+	// The refine turn again with static feedback: the same attempts and
+	// seeds, another feedback text.
+	static, err := r.RefineStatic(ctx(t), b, turns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := solver.Requests()[3:]
+	if len(static) != 4 || len(reqs) != 2 || !slices.Equal(seeds(reqs), []int64{2000, 2001}) || !strings.Contains(text(reqs[0]), "look again at I think") {
+		t.Fatalf("%d rows, %d requests %v", len(static), len(reqs), reqs)
+	}
+	for i, tr := range static {
+		if tr.Turn != int32(2*(i%2)) || tr.FinalReward != 0 || (tr.Turn == 0 && tr.Reward != turns[3*(i/2)].Reward) {
+			t.Errorf("static row %d: turn %d reward %v final %v", i, tr.Turn, tr.Reward, tr.FinalReward)
+		}
+	}
+}
+
+// SCoRe's second turn trains on r1 + α(r1 − r0).
+func TestSCoReAlpha(t *testing.T) {
+	eng := episodetest.NewScriptedEngine(func(r engine.Request, k int) string {
+		if len(r.Messages) > 1 {
+			return `\boxed{5}`
+		}
+		return []string{`\boxed{1}`, `\boxed{5}`}[k]
+	})
+	r, err := episode.NewSCoRe(policy("solver", eng), episodetest.ExactVerifier{}, episode.Templates{}, episode.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Alpha = 2
+	turns, err := r.Run(ctx(t), episode.Batch{Examples: problems[:1], N: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wrong then right: 1 + 2·(1 − 0) = 3; right twice: 1.
+	for i, w := range []float64{0, 3, 1, 1} {
+		if turns[i].Reward != w || turns[i].FinalReward != 1 {
+			t.Errorf("row %d: reward %v final %v, want %v and 1", i, turns[i].Reward, turns[i].FinalReward, w)
+		}
+	}
 }
