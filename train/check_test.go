@@ -25,7 +25,6 @@ var refusalCases = []struct {
 	sets   []string
 	want   string // one line of the error
 }{
-	{"quickstart", []string{"episode.type=tools"}, "--set episode.type=tools: episode.type: tools episodes are not supported yet (single, mlmt, score)"},
 	{"quickstart", []string{"models.policy.lora={rank: 4}", "engines.policy.weight_sync=full"},
 		"--set engines.policy.weight_sync=full: engines.policy.weight_sync: full with models.policy.lora is not supported: the driver pushes the adapters (lora)"},
 	{"mlmt_math", sets(vllmFeedback, "deterministic=false"), "--set engines.feedback.kind=vllm: engines.feedback.kind: vllm needs engines.policy.kind vllm too"},
@@ -69,6 +68,10 @@ var refusalCases = []struct {
 	{"mlmt_math", []string{`episode.templates.feedback="{{.Problem}} {{.Attempt}} {{.Output}}"`}, `--set episode.templates.feedback="{{.Problem}} {{.Attempt}} {{.Output}}": episode.templates.feedback: uses .Output: not supported`},
 	{"mlmt_math", []string{`sft.feedback_response="{{.Output}}"`}, `--set sft.feedback_response="{{.Output}}": sft.feedback_response: uses .Output: not supported`},
 	{"score_math", []string{`episode.templates.review="{{.Output}}"`}, `--set episode.templates.review="{{.Output}}": episode.templates.review: uses .Output: not supported`},
+	{"quickstart", []string{"episode.type=tools", `episode.templates.tool_solver="{{.Problem}} {{.Attempt}}"`},
+		`--set episode.templates.tool_solver="{{.Problem}} {{.Attempt}}": episode.templates.tool_solver: uses .Attempt: not supported (this template renders only .Problem)`},
+	{"quickstart", []string{"episode.type=tools", `episode.templates.tool_response="{{.Output}} {{.Problem}}"`},
+		`--set episode.templates.tool_response="{{.Output}} {{.Problem}}": episode.templates.tool_response: uses .Problem: not supported (this template renders only .Output)`},
 
 	// The packages' own checks.
 	{"quickstart", []string{"models.policy.init.hidden_size=36", "models.policy.init.heads=4", "models.policy.init.kv_heads=2"}, "builtin:quickstart.yaml:16: models.policy.init: config init: field head_dim: 9 must be even for rotary embeddings"},

@@ -100,12 +100,12 @@ type Config struct {
 	// <tool_call>{"name": ..., "arguments": ...}</tool_call> it ends a
 	// segment with is answered by the tool's output in
 	// ToolResponseTemplate (over .Output), up to MaxToolCalls calls (0:
-	// 4); the output is masked out of the loss. Tools: the calculator,
-	// and with PythonTool Python in the code verifier's sandbox. The
-	// first prompt is PromptTemplate.
-	ToolResponseTemplate string
-	MaxToolCalls         int
-	PythonTool           bool
+	// 4); the output is masked out of the loss. Tools: with Calculator
+	// the calculator, with PythonTool Python in the code verifier's
+	// sandbox. The first prompt is PromptTemplate.
+	ToolResponseTemplate   string
+	MaxToolCalls           int
+	Calculator, PythonTool bool
 
 	// SFT warm-up: WarmupSteps optimizer steps of plain SFT on
 	// WarmupBatch generated problems each, at WarmupLR. 0 steps skips it.
@@ -416,11 +416,14 @@ func (c *Config) validate() (*compiled, error) {
 		if t.toolResponse, err = parseTemplate("tool_response_template", c.ToolResponseTemplate, "Output"); err != nil {
 			return nil, err
 		}
+		if !c.Calculator && !c.PythonTool {
+			return nil, fmt.Errorf("driver config: calculator, python_tool: episode tools offers no tool: set one or both")
+		}
 	default:
 		return nil, bad("episode", c.Episode, "want single, mlmt, score or tools")
 	}
-	if c.Episode != EpisodeTools && (c.ToolResponseTemplate != "" || c.MaxToolCalls != 0 || c.PythonTool) {
-		return nil, fmt.Errorf("driver config: tool_response_template, max_tool_calls and python_tool are for episode tools (episode is %q)", c.Episode)
+	if c.Episode != EpisodeTools && (c.ToolResponseTemplate != "" || c.MaxToolCalls != 0 || c.Calculator || c.PythonTool) {
+		return nil, fmt.Errorf("driver config: tool_response_template, max_tool_calls, calculator and python_tool are for episode tools (episode is %q)", c.Episode)
 	}
 	if !c.multiTurn() && (c.Feedback != nil || c.StopGradient || c.FeedbackReward != "") {
 		return nil, fmt.Errorf("driver config: feedback, stop_gradient and feedback_reward are for episode mlmt (episode is %q)", c.Episode)

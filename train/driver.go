@@ -209,6 +209,9 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if r.verifier, err = newVerifier(cfg); err != nil {
 		return Result{}, err
 	}
+	if r.python, err = newPython(cfg); err != nil {
+		return Result{}, err
+	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return Result{}, fmt.Errorf("driver: %w", err)
 	}

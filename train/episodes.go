@@ -96,7 +96,7 @@ func (e episodes) runner(solver episode.Policy, fb *episode.Policy) episode.Runn
 		return &episode.SCoRe{Solver: solver, Prompter: pr, Verifier: e.verifier, Workers: workers, Limits: quoteLimits, Alpha: cfg.ScoreAlpha}
 	case EpisodeTools:
 		return &episode.ToolUse{Solver: solver, Prompter: pr, Verifier: e.verifier, Workers: workers, Python: e.python,
-			MaxCalls: cfg.MaxToolCalls, Limits: quoteLimits}
+			Calculator: cfg.Calculator, MaxCalls: cfg.MaxToolCalls, Limits: episode.DefaultLimits}
 	}
 	return &episode.SingleTurn{Solver: solver, Prompter: pr, Verifier: e.verifier, Workers: workers, Limits: quoteLimits}
 }

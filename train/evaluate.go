@@ -47,6 +47,10 @@ func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (Sing
 	if err != nil {
 		return SingleEval{}, err
 	}
+	py, err := newPython(cfg)
+	if err != nil {
+		return SingleEval{}, err
+	}
 	batch := cfg.EngineBatch
 	if batch == 0 {
 		batch = 256
@@ -56,7 +60,7 @@ func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (Sing
 		return SingleEval{}, fmt.Errorf("driver: load model %s: %w", dir, err)
 	}
 	defer eng.Close()
-	r := &run{cfg: cfg, tpl: tpl, src: src, verifier: v, eval: probs,
+	r := &run{cfg: cfg, tpl: tpl, src: src, verifier: v, python: py, eval: probs,
 		solver: &policy{id: "solver", eng: &policyEngine{Engine: eng, tok: eng.Tokenizer()}, tok: eng.Tokenizer()}}
 	out, err := r.evaluate(ctx)
 	if err != nil {

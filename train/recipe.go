@@ -66,10 +66,7 @@ func (l recipe) refusals() []recipes.Problem {
 
 	// Episode, data, engines, sync, placement: what the loop can do.
 	epType := r.Episode.Type
-	mlmt, score := epType == "mlmt", epType == "score"
-	if epType != "single" && !mlmt && !score {
-		no("episode.type", "%s episodes are not supported yet (single, mlmt, score)", epType)
-	}
+	mlmt := epType == "mlmt" // validation leaves single, mlmt, score and tools
 	// Validation leaves native and vllm engines; native ones with full or
 	// lora weight sync.
 	onVLLM := r.Engines.Policy.Kind == "vllm"
@@ -141,7 +138,7 @@ func (l recipe) refusals() []recipes.Problem {
 type driverTemplates struct {
 	prompt, answer                                 string
 	feedbackPrompt, feedbackAnswer, static, refine string
-	review                                         string
+	review, toolResponse                           string
 }
 
 // templates converts the recipe's templates for the driver; a template
@@ -158,7 +155,12 @@ func (l recipe) templates() (driverTemplates, []recipes.Problem) {
 	}
 	et := r.Episode.Templates
 	var t driverTemplates
-	t.prompt = tpl("episode.templates.solver", et.Solver, "Problem")
+	if r.Episode.Type == "tools" {
+		t.prompt = tpl("episode.templates.tool_solver", et.ToolSolver, "Problem")
+		t.toolResponse = tpl("episode.templates.tool_response", et.ToolResponse, "Output")
+	} else {
+		t.prompt = tpl("episode.templates.solver", et.Solver, "Problem")
+	}
 	t.answer = tpl("sft.response", r.SFT.Response, "Problem", "Answer")
 	switch r.Episode.Type {
 	case "mlmt":
@@ -252,8 +254,13 @@ func (l recipe) config(out string) (Config, error) {
 	if ds := r.Data.Dataset; ds != nil {
 		cfg.Dataset = &Dataset{Train: ds.Train, Eval: ds.Eval, Epochs: ds.Epochs, Mapping: columnsMapping(ds.Columns), HintColumn: ds.Columns.Hint}
 	}
-	if mlmt || score {
+	if epType != "single" {
 		cfg.Episode = epType
+	}
+	if epType == "tools" {
+		cfg.ToolResponseTemplate, cfg.MaxToolCalls = tpl.toolResponse, r.Episode.MaxToolCalls
+		cfg.Calculator = slices.Contains(r.Episode.Tools, "calculator")
+		cfg.PythonTool = slices.Contains(r.Episode.Tools, "python")
 	}
 	if mlmt {
 		m := r.Algorithm.MLMT

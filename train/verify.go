@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
 
@@ -47,4 +48,18 @@ func (c *Config) verifyWorkers() int {
 		return runtime.NumCPU()
 	}
 	return 1
+}
+
+// newPython is the python tool of tool episodes (PythonTool): each call
+// runs as a program in verify's sandbox, with the code verifier's limits;
+// nil without the tool.
+func newPython(cfg Config) (episode.PythonExecutor, error) {
+	if !cfg.PythonTool {
+		return nil, nil
+	}
+	sb, err := verify.NewSandbox(verify.SandboxConfig{Mode: cfg.SandboxMode, Concurrency: cfg.verifyWorkers()})
+	if err != nil {
+		return nil, fmt.Errorf("driver: python tool: %w", err)
+	}
+	return episode.SandboxPython{Sandbox: sb}, nil
 }

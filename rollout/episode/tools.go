@@ -24,8 +24,8 @@ type PythonExecutor interface {
 // its turn ends with a <tool_call>{"name": ..., "arguments": ...}</tool_call>
 // the tool runs and its output, in the ToolResponse template, is appended
 // to the sequence; the solver continues from there, up to MaxCalls tool
-// calls. Tools: "calculator" (arguments.expression, see Calculate) and, with
-// a Python executor, "python" (arguments.code).
+// calls. Tools: with Calculator, "calculator" (arguments.expression, see
+// Calculate); with a Python executor, "python" (arguments.code).
 //
 // The episode is one Turn: ResponseIDs hold the solver's tokens and the
 // tool-output tokens in order; tool-output tokens have loss mask 0 and
@@ -40,8 +40,10 @@ type ToolUse struct {
 	Workers   int // verifications at once; 0: one
 	Tokenizer Tokenizer
 	Python    PythonExecutor // nil: no python tool
-	MaxCalls  int            // tool calls per episode; 0 means 4
-	Limits    Limits
+	// Calculator offers the calculator tool (NewToolUse does).
+	Calculator bool
+	MaxCalls   int // tool calls per episode; 0 means 4
+	Limits     Limits
 }
 
 // NewToolUse checks the policy, tokenizer and templates.
@@ -56,7 +58,7 @@ func NewToolUse(solver Policy, v verify.Verifier, tok Tokenizer, py PythonExecut
 	if err != nil {
 		return nil, err
 	}
-	return &ToolUse{Solver: solver, Prompter: pr, Verifier: v, Tokenizer: tok, Python: py, MaxCalls: 4, Limits: lim}, nil
+	return &ToolUse{Solver: solver, Prompter: pr, Verifier: v, Tokenizer: tok, Python: py, Calculator: true, MaxCalls: 4, Limits: lim}, nil
 }
 
 type toolState struct {
@@ -242,6 +244,9 @@ func (r *ToolUse) runTool(ctx context.Context, c toolCall) string {
 	}
 	switch c.Name {
 	case "calculator":
+		if !r.Calculator {
+			break
+		}
 		var a struct {
 			Expression string `json:"expression"`
 		}
