@@ -10,7 +10,11 @@
 // every k steps (greedy, or sampled: below), write metrics.jsonl and checkpoints under
 // Out/checkpoints/step-N/ (learner checkpoint, tokenizer.json,
 // driver_state.json). An SFT warm-up on generated problems with their
-// worked answers runs first, so rewards start above zero. Config is a plain
+// worked answers runs first, so rewards start above zero. Every episode
+// type (single, MLMT, SCoRe, tools) plays through rollout/episode
+// (episodes.go), in training and evaluation; its turns, rollout/data's
+// trajectories, become each policy's learner batch in
+// BatchFromTrajectories (trajectory.go). Config is a plain
 // struct; recipes map onto it, and Quickstart is the tuned preset.
 //
 // With Config.Rollout (rollout.go) a policy generates on rollout actors
@@ -36,7 +40,7 @@
 // batches of the next k steps are drawn (in step order: the cursor and
 // sampling seeds of a synchronous run) and generated one after another
 // (multi-turn: all turns of their episodes, on both policies' actors;
-// multiturn_batch.go) while the current step trains, a pipeline k
+// episodes.go) while the current step trains, a pipeline k
 // batches deep (rollout.go); the pools' bound holds each batch's samples
 // to versions ≥ on-policy − k, the driver checks every step's lag against
 // k again (more stops the run), and metrics.jsonl's weight_lag is each
