@@ -138,9 +138,10 @@ func TestRunRecipeErrorBeforeRunDir(t *testing.T) {
 	}
 	// A feature the driver cannot run yet is refused before the run
 	// directory exists too, naming the field.
-	_, stderr, code = runRlnode(t, home, "run", "quickstart", "--set", "episode.type=tools", "--out", dir)
-	if code == 0 || !strings.Contains(stderr, "episode.type") || !strings.Contains(stderr, "not supported yet") {
-		t.Errorf("tools episodes: exit %d, stderr:\n%s", code, stderr)
+	_, stderr, code = runRlnode(t, home, "run", "quickstart", "--set", "deterministic=false", "--set", "engines.policy.kind=vllm",
+		"--set", `engines.policy.vllm={servers: ["http://127.0.0.1:8000"], model: m}`, "--set", "engines.policy.replicas=2", "--out", dir)
+	if code == 0 || !strings.Contains(stderr, "engines.policy.replicas") || !strings.Contains(stderr, "not supported") {
+		t.Errorf("vllm with 2 replicas: exit %d, stderr:\n%s", code, stderr)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the run directory exists after a refused recipe (%v)", err)
