@@ -99,6 +99,10 @@ type EpisodeRequest struct {
 	StaticFeedback bool                  // MLMT: the static template instead of the feedback engine
 	Templates      episode.Templates
 	MaxToolCalls   int
+	// Reward shaping: SCoRe's α (episode.SCoRe.Alpha); MLMT's feedback
+	// credited with the improvement (episode.MLMT.FeedbackImprovement).
+	ScoreAlpha          float64
+	FeedbackImprovement bool
 }
 
 // Submit queues a GenerateRequest or an EpisodeRequest (exactly one set).
@@ -540,7 +544,11 @@ func (a *rolloutActor) episodes(r EpisodeRequest) ([]data.Turn, error) {
 	case EpisodeSingle:
 		run, err = episode.NewSingleTurn(solver, a.verifier, r.Templates, lim)
 	case EpisodeSCoRe:
-		run, err = episode.NewSCoRe(solver, a.verifier, r.Templates, lim)
+		var sc *episode.SCoRe
+		if sc, err = episode.NewSCoRe(solver, a.verifier, r.Templates, lim); err == nil {
+			sc.Alpha = r.ScoreAlpha
+		}
+		run = sc
 	case EpisodeMLMT:
 		var fb *episode.Policy
 		if !r.StaticFeedback {
@@ -549,7 +557,11 @@ func (a *rolloutActor) episodes(r EpisodeRequest) ([]data.Turn, error) {
 			}
 			fb = &episode.Policy{ID: a.cfg.FeedbackPolicy, Engine: a.feedback, Params: r.FeedbackParams}
 		}
-		run, err = episode.NewMLMT(solver, fb, a.verifier, r.Templates, lim)
+		var m *episode.MLMT
+		if m, err = episode.NewMLMT(solver, fb, a.verifier, r.Templates, lim); err == nil {
+			m.FeedbackImprovement = r.FeedbackImprovement
+		}
+		run = m
 	case EpisodeTools:
 		tk, ok := a.solver.(interface{ Tokenizer() *tokenizer.Tokenizer })
 		if !ok {

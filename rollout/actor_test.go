@@ -146,7 +146,7 @@ func stats(t *testing.T, h *cluster.Handle) rollout.ActorStats {
 }
 
 var mlmtRequest = rollout.EpisodeRequest{Kind: rollout.EpisodeMLMT, Examples: problems, N: 2, FirstGroupID: 40,
-	Params: engine.SamplingParams{MaxTokens: 64}, FeedbackParams: engine.SamplingParams{MaxTokens: 32}}
+	Params: engine.SamplingParams{MaxTokens: 64}, FeedbackParams: engine.SamplingParams{MaxTokens: 32}, FeedbackImprovement: true}
 
 func checkMLMT(t *testing.T, turns []data.Turn) {
 	t.Helper()
@@ -160,6 +160,9 @@ func checkMLMT(t *testing.T, turns []data.Turn) {
 		}
 		if tr.PolicyID != pol || tr.WeightVersion != ver || tr.FinalReward != 1 || tr.GroupID != int64(40+i/6) {
 			t.Errorf("turn %d: policy %s version %d final %v group %d", i, tr.PolicyID, tr.WeightVersion, tr.FinalReward, tr.GroupID)
+		}
+		if i%3 == 1 && tr.Reward != tr.FinalReward-turns[i-1].Reward {
+			t.Errorf("turn %d: the feedback's reward %v is not its improvement %v − %v", i, tr.Reward, tr.FinalReward, turns[i-1].Reward)
 		}
 	}
 }

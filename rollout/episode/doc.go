@@ -3,10 +3,14 @@
 // (rollout/data): single-turn, MLMT three-turn (solver, feedback policy,
 // refining solver), SCoRe two-turn self-correction, and multi-turn tool use
 // (a safe calculator; Python through a sandboxed executor) with tool output
-// masked out of the loss. N samples of one example form a GRPO group.
+// masked out of the loss. N samples of one example form a GRPO group. The
+// training loop (train) and the rollout actors (rollout) both play their
+// episodes here.
 //
-// Prompt formats are data (Templates, Go text/template) with the reference
-// formats as defaults. Bad model output (empty, garbled, huge) scores 0 with
-// a note and never fails a run. The package generates and scores; it opens
-// no sockets and knows nothing of actors.
+// Prompts come from a Prompter: Templates (Go text/template, chat
+// messages, the reference formats as defaults) or the caller's own.
+// Batch.Seeds seeds each request; a turn's Reward is what it trains on
+// (SCoRe's and MLMT's shaping included). Bad model output (empty, garbled,
+// huge) scores 0 with a note and never fails a run. The package generates
+// and scores; it opens no sockets and knows nothing of actors.
 package episode
