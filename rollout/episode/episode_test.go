@@ -382,6 +382,17 @@ func TestToolUseBadCalls(t *testing.T) {
 	if tr := turns[0]; tr.Reward != 0 || !strings.Contains(tr.Note, "stopped after 4 tool calls") {
 		t.Errorf("reward %v note %q", tr.Reward, tr.Note)
 	}
+
+	// Without the calculator (a recipe's tools: [python]), calling it is
+	// calling an unknown tool.
+	outputs = nil
+	r.Calculator, r.MaxCalls = false, 1
+	if _, err := r.Run(ctx(t), episode.Batch{Examples: problems[:1], N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if len(outputs) != 1 || !strings.Contains(outputs[0], `error: unknown tool "calculator"`) {
+		t.Errorf("calculator off: tool outputs %q", outputs)
+	}
 }
 
 func toInt32(x []int) []int32 {
