@@ -71,21 +71,22 @@ func examplesOf(src problemSource, probs []task.Problem) []data.Example {
 	return out
 }
 
-// episodes is what plays a run's episodes.
-type episodes struct {
+// player is what plays a run's episodes: its config, templates,
+// verifier and tools.
+type player struct {
 	cfg      *Config
 	tpl      *compiled
 	verifier verify.Verifier
 	python   episode.PythonExecutor // tools with python; nil otherwise
 }
 
-func (r *run) episodes() episodes {
-	return episodes{cfg: &r.cfg, tpl: r.tpl, verifier: r.verifier, python: r.python}
+func (r *run) player() player {
+	return player{cfg: &r.cfg, tpl: r.tpl, verifier: r.verifier, python: r.python}
 }
 
 // runner is the runner of the run's episode type for the solver (and
 // MLMT's feedback policy: nil plays static feedback).
-func (e episodes) runner(solver episode.Policy, fb *episode.Policy) episode.Runner {
+func (e player) runner(solver episode.Policy, fb *episode.Policy) episode.Runner {
 	cfg := e.cfg
 	pr, workers := prompter{e.tpl}, cfg.verifyWorkers()
 	switch cfg.Episode {
@@ -185,7 +186,7 @@ func (r *run) startEpisodes(ctx context.Context, onPolicy int64, after <-chan st
 	if r.feedback != nil {
 		fb = episodePolicy(r.feedback.id, stepEngineOf(r.feedback, onPolicy), params)
 	}
-	run := r.episodes().runner(*episodePolicy(r.solver.id, stepEngineOf(r.solver, onPolicy), params), fb)
+	run := r.player().runner(*episodePolicy(r.solver.id, stepEngineOf(r.solver, onPolicy), params), fb)
 	r.prefetched += len(probs)
 	go func() {
 		defer close(b.done)

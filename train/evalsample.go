@@ -300,7 +300,7 @@ func (c *Config) evalParams() engine.SamplingParams {
 func (r *run) evaluate(ctx context.Context) (SingleEval, error) {
 	eps := evalEpisodes(r.eval, r.cfg.EvalSampling.samples())
 	b := episode.Batch{Examples: examplesOf(r.src, eps), N: 1, Seeds: r.cfg.evalSeeds(eps)}
-	run := r.episodes().runner(*episodePolicy(r.solver.id, r.solver.eng, r.cfg.evalParams()), nil)
+	run := r.player().runner(*episodePolicy(r.solver.id, r.solver.eng, r.cfg.evalParams()), nil)
 	turns, err := run.Run(ctx, b)
 	if err == nil {
 		err = failedTurns(turns)

@@ -102,7 +102,7 @@ func TestMLMTDatasetHintReachesFeedback(t *testing.T) {
 	pol := func(id string, e *fakeEngine) *episode.Policy {
 		return &episode.Policy{ID: id, Engine: e, Params: engine.SamplingParams{MaxTokens: 4}, Tokenizer: tok}
 	}
-	run := episodes{cfg: &cfg, tpl: tpl, verifier: verify.Math{}}.runner(*pol("solver", solver), pol("feedback", fb))
+	run := player{cfg: &cfg, tpl: tpl, verifier: verify.Math{}}.runner(*pol("solver", solver), pol("feedback", fb))
 	if _, err := run.Run(context.Background(), episode.Batch{Examples: examplesOf(src, probs), N: 2}); err != nil {
 		t.Fatal(err)
 	}

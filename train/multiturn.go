@@ -61,7 +61,7 @@ func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *polic
 	eps := evalEpisodes(probs, cfg.EvalSampling.samples())
 	b := episode.Batch{Examples: examplesOf(src, eps), N: 1, Seeds: cfg.evalSeeds(eps)}
 	params := cfg.evalParams()
-	run := episodes{cfg: &cfg, tpl: tpl, verifier: v}.runner(*episodePolicy("solver", solver, params), episodePolicy("feedback", fb, params))
+	run := player{cfg: &cfg, tpl: tpl, verifier: v}.runner(*episodePolicy("solver", solver, params), episodePolicy("feedback", fb, params))
 	turns, err := run.Run(ctx, b)
 	if err == nil {
 		err = failedTurns(turns)

@@ -112,7 +112,7 @@ func TestToolEpisodeBatch(t *testing.T) {
 	// Every problem gets 6*7 computed: right where the answer is 42.
 	eng := &toolEngine{tok: tok, call: `<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>`}
 	solver := episodePolicy("solver", &policyEngine{Engine: eng, tok: tok}, cfg.rlParams())
-	run := episodes{cfg: &cfg, tpl: tpl, verifier: verify.Math{}}.runner(*solver, nil)
+	run := player{cfg: &cfg, tpl: tpl, verifier: verify.Math{}}.runner(*solver, nil)
 	turns, err := run.Run(context.Background(), episode.Batch{Examples: examplesOf(src, probs), N: 2, FirstGroupID: 10})
 	if err != nil {
 		t.Fatal(err)
