@@ -123,8 +123,9 @@ func turnSeed(seed uint64, cursor, stage int) int64 {
 
 // rlSeeds are the sampling seeds of the RL batch whose first problem is
 // at cursor first and whose last ends at cursor end: single-turn request i
-// samples with seed·1,000,003 + its problem's cursor + 1; multi-turn
-// stages with turnSeed + i.
+// samples with seed·1,000,003 + its problem's cursor + 1; the stages of
+// multi-turn episodes and the continuations after tool calls with
+// turnSeed + i.
 func rlSeeds(cfg *Config, first, end int) func(stage, i int) *int64 {
 	return func(stage, i int) *int64 {
 		var s int64
