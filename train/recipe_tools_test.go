@@ -35,10 +35,28 @@ func toolsRecipe(t *testing.T, sets ...string) Config {
 }
 
 // A tools recipe runs: its settings reach the config, and two warm-up
-// and two RL steps train, evaluate and checkpoint.
+// and two RL steps train, evaluate and checkpoint; in this process and on
+// two rollout actors, synchronous and asynchronous.
 func TestToolsRecipeRuns(t *testing.T) {
 	needPython(t)
-	cfg := toolsRecipe(t)
+	for _, c := range []struct {
+		name string
+		sets []string
+	}{
+		{"in process", nil},
+		{"rollout actors", []string{"engines.policy.replicas=2"}},
+		{"rollout actors async", []string{"deterministic=false", "engines.policy.replicas=2", "sync.mode=async"}},
+	} {
+		t.Run(c.name, func(t *testing.T) { runToolsRecipe(t, c.sets...) })
+	}
+}
+
+func runToolsRecipe(t *testing.T, sets ...string) {
+	t.Helper()
+	cfg := toolsRecipe(t, sets...)
+	if (cfg.Rollout != nil) != (len(sets) > 0) {
+		t.Fatalf("rollout actors %+v for %v", cfg.Rollout, sets)
+	}
 	if cfg.Episode != EpisodeTools || !cfg.Calculator || !cfg.PythonTool || cfg.MaxToolCalls != 2 ||
 		cfg.PromptTemplate != "{{.Question}}\n" || !strings.Contains(cfg.ToolResponseTemplate, ".Output") {
 		t.Fatalf("config: episode %q calculator %v python %v calls %d prompt %q response %q", cfg.Episode, cfg.Calculator,
