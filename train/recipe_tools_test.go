@@ -13,6 +13,7 @@ import (
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/verify"
+	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
 )
 
 // toolsRecipe is the quickstart as tool episodes with both tools, cut to
@@ -169,4 +170,23 @@ func toIntSlice(x []int32) []int {
 		out[i] = int(v)
 	}
 	return out
+}
+
+// Tool episodes on vLLM servers: each continuation after a tool call is a
+// prompt of token ids on the fake servers.
+func TestToolsOnVLLM(t *testing.T) {
+	cfg := toolsRecipe(t)
+	cfg.PythonTool = false
+	opts := vllmtest.Options{Model: "tiny", Vocab: cfg.Model.VocabSize}
+	a := vllmtest.New(opts)
+	defer a.Close()
+	cfg.VLLM = &VLLM{Servers: []string{a.URL()}, Model: "tiny", ReloadTimeout: 5 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := Run(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(readMetrics(t, filepath.Join(cfg.Out, "metrics.jsonl"))); n != 4 || a.Generated() == 0 {
+		t.Errorf("%d metrics lines, %d requests answered; want 4 and > 0", n, a.Generated())
+	}
 }
