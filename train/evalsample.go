@@ -21,7 +21,6 @@ package train
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -31,7 +30,6 @@ import (
 	"strings"
 
 	"github.com/rlnode/rlnode/rollout/engine"
-	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
@@ -293,38 +291,6 @@ func (c *Config) evalParams() engine.SamplingParams {
 		p.Temperature = c.EvalSampling.Temperature
 	}
 	return p
-}
-
-// evaluate is the single-turn (and tool) evaluation on the held-out
-// problems: accuracy (mean@n), and the sampled figures when it samples.
-func (r *run) evaluate(ctx context.Context) (SingleEval, error) {
-	eps := evalEpisodes(r.eval, r.cfg.EvalSampling.samples())
-	b := episode.Batch{Examples: examplesOf(r.src, eps), N: 1, Seeds: r.cfg.evalSeeds(eps)}
-	run := r.player().runner(*episodePolicy(r.solver.id, r.solver.eng, r.cfg.evalParams()), nil)
-	turns, err := run.Run(ctx, b)
-	if err == nil {
-		err = failedTurns(turns)
-	}
-	if err != nil {
-		return SingleEval{}, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
-	}
-	rewards, texts := make([]float64, len(turns)), make([]string, len(turns))
-	for j, t := range turns {
-		rewards[j], texts[j] = t.FinalReward, t.ResponseText
-	}
-	out := SingleEval{Problems: len(r.eval)}
-	for _, x := range rewards {
-		out.Accuracy += x
-		if x == 1 {
-			out.Correct++
-		}
-	}
-	// Greedy: the sum over problems divided by their number, as always.
-	out.Accuracy /= float64(len(rewards))
-	if r.cfg.EvalSampling.sampled() {
-		out.Sampled = sampledEval(r.cfg, rewards, texts)
-	}
-	return out, nil
 }
 
 // sampledEval computes pass@k and maj@n from the rewards and texts of
