@@ -177,6 +177,11 @@ type Config struct {
 	Logger *slog.Logger // default: discard
 	// Progress, when set, is called after every step with its metrics.
 	Progress func(Metrics)
+	// Stop, when closed, ends the run after the step in progress, which
+	// is checkpointed first (Result.Stopped); nil never stops. Cancelling
+	// Run's context instead stops at once and keeps only the checkpoints
+	// already written.
+	Stop <-chan struct{}
 	// OnWeights, when set, is called after each weight push with the
 	// engine now serving version (from the driver's goroutine; the
 	// engine must not be closed or given weights by the callee).

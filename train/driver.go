@@ -119,6 +119,9 @@ type Result struct {
 	// RolloutRegenerated counts generation chunks that ran again on
 	// another rollout actor after theirs was lost (runs with Rollout).
 	RolloutRegenerated int64
+	// Stopped: the run ended early because Config.Stop was closed; its
+	// last step is checkpointed (LastCheckpointDir).
+	Stopped bool
 }
 
 // DriverStateFile is the driver's part of a checkpoint: where the data
@@ -395,63 +398,33 @@ func (r *run) setAlgorithm(ctx context.Context, name string, lr float64) error {
 	return nil
 }
 
-// warmup is plain SFT on generated problems with their worked answers,
-// so the policy's reward starts above zero.
-func (r *run) warmup(ctx context.Context) error {
+// warmupStep is one step of plain SFT on drawn problems with their
+// worked answers, so the policy's reward starts above zero.
+func (r *run) warmupStep(ctx context.Context) (Metrics, error) {
 	cfg := r.cfg
-	if r.step >= cfg.WarmupSteps {
-		return nil
-	}
-	if err := r.setAlgorithm(ctx, learner.SFT, cfg.WarmupLR); err != nil {
-		return err
-	}
-	if cfg.multiTurn() {
-		return r.warmupMultiTurn(ctx)
-	}
 	eos, ok := r.solver.tok.TokenID(tokenizer.EndOfText)
 	if !ok {
-		return fmt.Errorf("driver: the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
+		return Metrics{}, fmt.Errorf("driver: the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
 	}
-	for r.step < cfg.WarmupSteps {
-		t0 := time.Now()
-		var b learner.Batch
-		for range cfg.WarmupBatch {
-			p, err := r.nextTrain()
-			if err != nil {
-				return err
-			}
-			ans := r.solver.tok.Encode(render(r.tpl.answer, TemplateData{Question: p.Question, Answer: p.Answer}))
-			b.Prompts = append(b.Prompts, toInt32(r.prompt(p)))
-			b.Responses = append(b.Responses, append(toInt32(ans), int32(eos)))
-		}
-		st, err := r.train(ctx, r.solver, b)
+	t0 := time.Now()
+	var b learner.Batch
+	for range cfg.WarmupBatch {
+		p, err := r.nextTrain()
 		if err != nil {
-			return err
+			return Metrics{}, err
 		}
-		m := Metrics{Phase: "warmup"}
-		r.fill(&m, st)
-		m.TrainSeconds = time.Since(t0).Seconds()
-		if err := r.finishWarmupStep(ctx, &m); err != nil {
-			return err
-		}
+		ans := r.solver.tok.Encode(render(r.tpl.answer, TemplateData{Question: p.Question, Answer: p.Answer}))
+		b.Prompts = append(b.Prompts, toInt32(r.prompt(p)))
+		b.Responses = append(b.Responses, append(toInt32(ans), int32(eos)))
 	}
-	return nil
-}
-
-// finishWarmupStep ends a warm-up step: evaluation when due (always after
-// the last), a checkpoint when the run has no RL steps.
-func (r *run) finishWarmupStep(ctx context.Context, m *Metrics) error {
-	cfg := r.cfg
-	last := r.step == cfg.WarmupSteps
-	evalNow := last || (cfg.EvalEvery > 0 && r.step%cfg.EvalEvery == 0)
-	if err := r.finishStep(ctx, m, evalNow, last && cfg.Steps == 0); err != nil {
-		return err
+	st, err := r.train(ctx, r.solver, b)
+	if err != nil {
+		return Metrics{}, err
 	}
-	if last && m.EvalAccuracy != nil {
-		r.res.PostWarmupEval = *m.EvalAccuracy
-		r.res.PostWarmupTurns = r.res.FinalTurns
-	}
-	return nil
+	m := Metrics{Phase: "warmup"}
+	r.fill(&m, st)
+	m.TrainSeconds = time.Since(t0).Seconds()
+	return m, nil
 }
 
 // train sends one batch to a policy's learner; the solver's steps are the
@@ -488,16 +461,13 @@ func (r *run) fill(m *Metrics, st learner.Stats) {
 	}
 }
 
-// finishStep pushes the new weights to the engine, evaluates and
-// checkpoints when due, and writes the metrics line.
-func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall bool) error {
+// finishStep carries out what plan p says follows a step's training:
+// the weight push, the evaluation and the checkpoint; then it writes the
+// metrics line.
+func (r *run) finishStep(ctx context.Context, m *Metrics, p StepPlan) error {
 	t0 := time.Now()
-	// Rollout actors sit idle through a single-turn warm-up: they get the
-	// weights when an evaluation needs them (always after the last
-	// warm-up step), not at every SFT step.
 	st := r.solver.server.Status()
-	idle := st.PushOnDemand && m.Phase == "warmup" && !evalNow && !r.cfg.multiTurn()
-	if !idle {
+	if p.Push {
 		if err := r.syncAll(ctx); err != nil {
 			return err
 		}
@@ -508,7 +478,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 		regen, live, replaced := r.regenerated(), r.liveReplicas(), r.replacedReplicas()
 		m.RolloutRegenerated, m.RolloutLive, m.RolloutReplaced = &regen, &live, &replaced
 	}
-	if evalNow && r.cfg.EvalEvery > 0 {
+	if p.Eval {
 		t0 = time.Now()
 		if r.cfg.multiTurn() {
 			te, err := evalTurns(ctx, r.cfg, r.tpl, r.solver.eng, r.feedbackEngine(), r.src, r.eval, r.verifier)
@@ -526,8 +496,12 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 		}
 		m.EvalSeconds = time.Since(t0).Seconds()
 		r.res.FinalEval = *m.EvalAccuracy
+		if p.PostWarmup {
+			r.res.PostWarmupEval = *m.EvalAccuracy
+			r.res.PostWarmupTurns = r.res.FinalTurns
+		}
 	}
-	if lastOverall {
+	if p.Checkpoint {
 		dir := filepath.Join(r.cfg.Out, "checkpoints", fmt.Sprintf("step-%d", r.step))
 		if err := r.checkpoint(ctx, dir); err != nil {
 			return err
@@ -550,9 +524,9 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 	return nil
 }
 
-// reinforce is the RL loop: draw prompts, play GroupSize episodes each
-// (episodes.go), train every policy on its turns of them, push weights,
-// evaluate, checkpoint. Each step trains:
+// rlStep is one RL step: take the step's batch of episodes from the
+// pipeline (drawn and played per the plan, episodes.go) and train every
+// policy on its turns of them. Each step trains:
 //   - the solver (unless FreezeSolver) on its turns: single-turn and tool
 //     episodes' one, the first attempts of MLMT and SCoRe and, unless
 //     StopGradient, their final answers (MLMT: their score; SCoRe: r2 +
@@ -568,93 +542,61 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, evalNow, lastOverall b
 // bootstrapped across turns (turn 1's value target is its own score, not
 // the episode's final one: the turns are trained as GRPO trains them,
 // only the advantage estimator changes).
-func (r *run) reinforce(ctx context.Context) error {
+func (r *run) rlStep(ctx context.Context, pipe *pipeline[*episodeBatch], p StepPlan) (Metrics, error) {
 	cfg := r.cfg
-	first := r.step - cfg.WarmupSteps + 1
-	if first > cfg.Steps {
-		return nil
-	}
-	if err := r.setRLAlgorithms(ctx); err != nil {
-		return err
-	}
 	trainFeedback := r.feedback != nil && cfg.Feedback.Train
-	// Asynchronous runs play up to MaxStaleness steps' episodes ahead
-	// while this one trains (pipelineAhead); synchronous ones play each
-	// batch on the newest weights.
-	async := cfg.MaxStaleness > 0
-	pipe := newPipeline(ctx, r, r.startEpisodes)
-	defer pipe.close()
-	for k := first; k <= cfg.Steps; k++ {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
-		}
-		t0 := time.Now()
-		batch, err := pipe.next(ctx, k)
-		if err != nil {
-			return err
-		}
-		gen := batch.genSeconds
-		if !async {
-			gen = time.Since(t0).Seconds()
-		}
-		lag, err := r.checkLag(batch.onPolicy, lowestVersion(batch.turns))
-		if err != nil {
-			return err
-		}
-		sb, err := BatchFromTrajectories(r.solver.id, batch.turns, func(t data.Turn) bool { return !cfg.StopGradient || t.Turn == 0 })
-		if err != nil {
-			return fmt.Errorf("driver: step %d: %w", r.step+1, err)
-		}
-		var fbb learner.Batch
-		if trainFeedback {
-			if fbb, err = BatchFromTrajectories(r.feedback.id, batch.turns, nil); err != nil {
-				return fmt.Errorf("driver: step %d: %w", r.step+1, err)
-			}
-		}
-		t1 := time.Now()
-		var st learner.Stats
-		if cfg.FreezeSolver {
-			r.step++ // the run's step, with no solver step in it
-		} else if st, err = r.train(ctx, r.solver, sb); err != nil {
-			return err
-		}
-		m := Metrics{Phase: "rl"}
-		r.fill(&m, st)
-		if cfg.FreezeSolver {
-			m.ValueLoss, m.ValueClipFrac, m.ExplainedVar = nil, nil, nil
-		}
-		if trainFeedback {
-			fst, err := r.train(ctx, r.feedback, fbb)
-			if err != nil {
-				return err
-			}
-			fillFeedback(&m, fst, cfg.Feedback.learnerConfig(cfg).Algorithm)
-		}
-		final, turn1 := rlStepMetrics(&m, outcomes(batch.turns, r.solver.id), cfg.GroupSize)
-		if cfg.multiTurn() {
-			m.RewardMean, m.Turn1RewardMean = &final, &turn1
-		} else {
-			reward := st.RewardMean
-			m.RewardMean = &reward
-		}
-		m.GenSeconds, m.TrainSeconds = gen, time.Since(t1).Seconds()
-		m.WeightLag = &lag
-		if err := r.finishRLStep(ctx, &m, k); err != nil {
-			return err
+	t0 := time.Now()
+	batch, err := pipe.next(ctx, p)
+	if err != nil {
+		return Metrics{}, err
+	}
+	gen := batch.genSeconds
+	if cfg.MaxStaleness == 0 {
+		gen = time.Since(t0).Seconds()
+	}
+	lag, err := r.checkLag(batch.onPolicy, lowestVersion(batch.turns))
+	if err != nil {
+		return Metrics{}, err
+	}
+	sb, err := BatchFromTrajectories(r.solver.id, batch.turns, func(t data.Turn) bool { return !cfg.StopGradient || t.Turn == 0 })
+	if err != nil {
+		return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+	}
+	var fbb learner.Batch
+	if trainFeedback {
+		if fbb, err = BatchFromTrajectories(r.feedback.id, batch.turns, nil); err != nil {
+			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
 	}
-	return nil
-}
-
-// finishRLStep finishes RL step k (1-based) of cfg.Steps: evaluation
-// every EvalEvery steps and at the last, a checkpoint every
-// CheckpointEvery steps and at the last.
-func (r *run) finishRLStep(ctx context.Context, m *Metrics, k int) error {
-	cfg := r.cfg
-	last := k == cfg.Steps
-	evalNow := cfg.EvalEvery > 0 && (k%cfg.EvalEvery == 0 || last)
-	ckpt := last || (cfg.CheckpointEvery > 0 && k%cfg.CheckpointEvery == 0)
-	return r.finishStep(ctx, m, evalNow, ckpt)
+	t1 := time.Now()
+	var st learner.Stats
+	if cfg.FreezeSolver {
+		r.step++ // the run's step, with no solver step in it
+	} else if st, err = r.train(ctx, r.solver, sb); err != nil {
+		return Metrics{}, err
+	}
+	m := Metrics{Phase: "rl"}
+	r.fill(&m, st)
+	if cfg.FreezeSolver {
+		m.ValueLoss, m.ValueClipFrac, m.ExplainedVar = nil, nil, nil
+	}
+	if trainFeedback {
+		fst, err := r.train(ctx, r.feedback, fbb)
+		if err != nil {
+			return Metrics{}, err
+		}
+		fillFeedback(&m, fst, cfg.Feedback.learnerConfig(cfg).Algorithm)
+	}
+	final, turn1 := rlStepMetrics(&m, outcomes(batch.turns, r.solver.id), cfg.GroupSize)
+	if cfg.multiTurn() {
+		m.RewardMean, m.Turn1RewardMean = &final, &turn1
+	} else {
+		reward := st.RewardMean
+		m.RewardMean = &reward
+	}
+	m.GenSeconds, m.TrainSeconds = gen, time.Since(t1).Seconds()
+	m.WeightLag = &lag
+	return m, nil
 }
 
 // FeedbackDir is where an MLMT checkpoint keeps the feedback policy:

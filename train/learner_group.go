@@ -49,11 +49,9 @@ func (r *run) warnNoOptimizer(policy, dir string) {
 func (r *run) trainLoop(ctx context.Context) error {
 	failed := map[int]bool{}
 	r.logged = r.step
+	s := State{Step: r.step}
 	for {
-		err := r.warmup(ctx)
-		if err == nil {
-			err = r.reinforce(ctx)
-		}
+		err := r.steps(ctx, s)
 		var lf *shard.Failure
 		if err == nil || ctx.Err() != nil || !errors.As(err, &lf) {
 			return err
@@ -65,6 +63,89 @@ func (r *run) trainLoop(ctx context.Context) error {
 		if rerr := r.restartLearners(ctx, err); rerr != nil {
 			return fmt.Errorf("driver: step %d: %w; restarting the learners: %w", step, err, rerr)
 		}
+		s = Restarted(r.step)
+	}
+}
+
+// schedule is the planner's view of the run.
+func (r *run) schedule() Schedule {
+	cfg := r.cfg
+	return Schedule{
+		WarmupSteps: cfg.WarmupSteps, Steps: cfg.Steps,
+		EvalEvery: cfg.EvalEvery, CheckpointEvery: cfg.CheckpointEvery, Evaluates: cfg.EvalEvery > 0,
+		MaxStaleness:  cfg.MaxStaleness,
+		RolloutActors: r.solver.server.Status().PushOnDemand,
+		MultiTurn:     cfg.multiTurn(),
+	}
+}
+
+// steps carries out the planner's steps from state s until the run is
+// done, a stop is asked (Config.Stop: the step in progress finishes and
+// is checkpointed), or a step fails. The batches it draws ahead end with
+// it.
+func (r *run) steps(ctx context.Context, s State) error {
+	sc := r.schedule()
+	pipe := newPipeline(ctx, r, r.startEpisodes)
+	defer pipe.close()
+	for {
+		p := Plan(sc, s)
+		if p.Done {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			if p.Phase == PhaseWarmup {
+				return fmt.Errorf("driver: warm-up step %d: %w", p.Step, err)
+			}
+			return fmt.Errorf("driver: step %d: %w", p.Step, err)
+		}
+		if p.SetAlgorithm {
+			var err error
+			if p.Phase == PhaseWarmup {
+				err = r.setAlgorithm(ctx, learner.SFT, r.cfg.WarmupLR)
+			} else {
+				err = r.setRLAlgorithms(ctx)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		var m Metrics
+		var err error
+		switch {
+		case p.Phase == PhaseRL:
+			m, err = r.rlStep(ctx, pipe, p)
+		case r.cfg.multiTurn():
+			m, err = r.warmupStepMultiTurn(ctx)
+		default:
+			m, err = r.warmupStep(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		if r.step != p.Step {
+			return fmt.Errorf("driver: step %d was carried out as step %d", p.Step, r.step)
+		}
+		if r.stopAsked() {
+			p = StopAfter(p)
+		}
+		if err := r.finishStep(ctx, &m, p); err != nil {
+			return err
+		}
+		if p.Stop {
+			r.res.Stopped = true
+			return nil
+		}
+		s = After(s, p)
+	}
+}
+
+// stopAsked reports whether Config.Stop is closed.
+func (r *run) stopAsked() bool {
+	select {
+	case <-r.cfg.Stop:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -82,8 +163,8 @@ func (r *run) restartLearners(ctx context.Context, cause error) error {
 			return err
 		}
 	}
-	// The asynchronous run's prefetched batch is gone with reinforce
-	// (which cancels and waits for its generation before returning); the
+	// The asynchronous run's prefetched batches are gone with steps
+	// (which cancels and waits for their generation before returning); the
 	// checkpoint's cursor already leaves it out. The step is the
 	// checkpoint's before the engines restart: new rollout actors start at
 	// its version (startRollout).

@@ -22,84 +22,76 @@ func (r *run) feedbackEngine() *policyEngine {
 	return r.feedback.eng
 }
 
-// warmupMultiTurn is the SFT warm-up of multi-turn runs: each step draws
+// warmupStepMultiTurn is a step of the SFT warm-up of multi-turn runs: it draws
 // problems, samples the solver's first attempts from its current weights
 // (so the later prompts look like those of RL), and trains the solver on
 // the reference answer after the first prompt and after the later one,
 // and the feedback policy on the reference feedback
 // (FeedbackAnswerTemplate, which may show the hint); both learn the
 // formats. With static feedback the later prompt carries the static text.
-func (r *run) warmupMultiTurn(ctx context.Context) error {
+func (r *run) warmupStepMultiTurn(ctx context.Context) (Metrics, error) {
 	cfg := r.cfg
 	eos, ok := r.solver.tok.TokenID(tokenizer.EndOfText)
 	if !ok {
-		return fmt.Errorf("driver: the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
+		return Metrics{}, fmt.Errorf("driver: the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
 	}
 	sft := func(tok *tokenizer.Tokenizer, b *learner.Batch, prompt []int32, target string) {
 		b.Prompts = append(b.Prompts, prompt)
 		b.Responses = append(b.Responses, append(toInt32(tok.Encode(target)), int32(eos)))
 	}
 	pr := prompter{r.tpl}
-	for r.step < cfg.WarmupSteps {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("driver: warm-up step %d: %w", r.step+1, err)
-		}
-		t0 := time.Now()
-		from := r.cursor
-		probs, err := r.nextProblems(cfg.WarmupBatch)
-		if err != nil {
-			return err
-		}
-		// The solver's first attempts, unscored.
-		exs := examplesOf(r.src, probs)
-		attempts := &episode.SingleTurn{Solver: *episodePolicy(r.solver.id, r.solver.eng, cfg.rlParams()), Prompter: pr, Limits: quoteLimits}
-		turns, err := attempts.Run(ctx, episode.Batch{Examples: exs, N: 1, FirstGroupID: int64(from), Seeds: rlSeeds(&r.cfg, from, r.cursor)})
-		if err == nil {
-			err = failedTurns(turns)
-		}
-		if err != nil {
-			return fmt.Errorf("driver: warm-up step %d: %w", r.step+1, err)
-		}
-		var sb, fbb learner.Batch
-		for j, p := range probs {
-			answer := render(r.tpl.answer, TemplateData{Question: p.Question, Answer: p.Answer})
-			sft(r.solver.tok, &sb, turns[j].PromptIDs, answer)
-			attempt, _ := quoteLimits.Quote(turns[j].ResponseText)
-			var later episode.Prompt
-			if cfg.Episode == EpisodeSCoRe {
-				later, _ = pr.Review(exs[j], attempt)
-			} else {
-				d := TemplateData{Question: p.Question, Hint: p.Hint, Answer: p.Answer, Attempt: attempt}
-				var fbText string
-				if r.feedback == nil {
-					fbText = render(r.tpl.staticFeedback, d)
-				} else {
-					fbText = render(r.tpl.feedbackAnswer, d)
-					sft(r.feedback.tok, &fbb, toInt32(r.feedback.tok.Encode(render(r.tpl.feedback, d))), fbText)
-				}
-				later, _ = pr.Refine(exs[j], attempt, fbText)
-			}
-			sft(r.solver.tok, &sb, toInt32(r.solver.tok.Encode(later.Text)), answer)
-		}
-		st, err := r.train(ctx, r.solver, sb)
-		if err != nil {
-			return err
-		}
-		m := Metrics{Phase: "warmup"}
-		r.fill(&m, st)
-		if r.feedback != nil {
-			fst, err := r.train(ctx, r.feedback, fbb)
-			if err != nil {
-				return err
-			}
-			fillFeedback(&m, fst, cfg.Learner.Algorithm)
-		}
-		m.TrainSeconds = time.Since(t0).Seconds()
-		if err := r.finishWarmupStep(ctx, &m); err != nil {
-			return err
-		}
+	t0 := time.Now()
+	from := r.cursor
+	probs, err := r.nextProblems(cfg.WarmupBatch)
+	if err != nil {
+		return Metrics{}, err
 	}
-	return nil
+	// The solver's first attempts, unscored.
+	exs := examplesOf(r.src, probs)
+	attempts := &episode.SingleTurn{Solver: *episodePolicy(r.solver.id, r.solver.eng, cfg.rlParams()), Prompter: pr, Limits: quoteLimits}
+	turns, err := attempts.Run(ctx, episode.Batch{Examples: exs, N: 1, FirstGroupID: int64(from), Seeds: rlSeeds(&r.cfg, from, r.cursor)})
+	if err == nil {
+		err = failedTurns(turns)
+	}
+	if err != nil {
+		return Metrics{}, fmt.Errorf("driver: warm-up step %d: %w", r.step+1, err)
+	}
+	var sb, fbb learner.Batch
+	for j, p := range probs {
+		answer := render(r.tpl.answer, TemplateData{Question: p.Question, Answer: p.Answer})
+		sft(r.solver.tok, &sb, turns[j].PromptIDs, answer)
+		attempt, _ := quoteLimits.Quote(turns[j].ResponseText)
+		var later episode.Prompt
+		if cfg.Episode == EpisodeSCoRe {
+			later, _ = pr.Review(exs[j], attempt)
+		} else {
+			d := TemplateData{Question: p.Question, Hint: p.Hint, Answer: p.Answer, Attempt: attempt}
+			var fbText string
+			if r.feedback == nil {
+				fbText = render(r.tpl.staticFeedback, d)
+			} else {
+				fbText = render(r.tpl.feedbackAnswer, d)
+				sft(r.feedback.tok, &fbb, toInt32(r.feedback.tok.Encode(render(r.tpl.feedback, d))), fbText)
+			}
+			later, _ = pr.Refine(exs[j], attempt, fbText)
+		}
+		sft(r.solver.tok, &sb, toInt32(r.solver.tok.Encode(later.Text)), answer)
+	}
+	st, err := r.train(ctx, r.solver, sb)
+	if err != nil {
+		return Metrics{}, err
+	}
+	m := Metrics{Phase: "warmup"}
+	r.fill(&m, st)
+	if r.feedback != nil {
+		fst, err := r.train(ctx, r.feedback, fbb)
+		if err != nil {
+			return Metrics{}, err
+		}
+		fillFeedback(&m, fst, cfg.Learner.Algorithm)
+	}
+	m.TrainSeconds = time.Since(t0).Seconds()
+	return m, nil
 }
 
 // setRLAlgorithms switches every policy's learner to its RL algorithm

@@ -72,6 +72,9 @@ type StepPlan struct {
 	PostWarmup bool
 	// Checkpoint: save a checkpoint after the step.
 	Checkpoint bool
+	// Stop: the run ends after this step, before its schedule does (a
+	// stop was asked while it ran); the step is checkpointed.
+	Stop bool
 }
 
 // Plan is the next step of a run in state s under schedule sc.
@@ -112,6 +115,18 @@ func Plan(sc Schedule, s State) StepPlan {
 	for j := left + 1; j <= pipelineAhead(sc.MaxStaleness, k, sc.Steps); j++ {
 		p.Ahead = append(p.Ahead, int64(s.Step+j))
 	}
+	return p
+}
+
+// StopAfter is plan p for a step during which a stop was asked (Ctrl-C,
+// SIGTERM, Slurm's signal before the time limit): the step ends with a
+// checkpoint, warm-up steps too, so that nothing trained is lost and
+// --resume goes on from it; then the run ends.
+func StopAfter(p StepPlan) StepPlan {
+	if p.Done {
+		return p
+	}
+	p.Checkpoint, p.Stop = true, true
 	return p
 }
 

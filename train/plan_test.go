@@ -218,3 +218,27 @@ func TestPlanAsyncBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestStopAfter: a stop asked during any step checkpoints that step and
+// ends the run; a finished run stays finished.
+func TestStopAfter(t *testing.T) {
+	sc := Schedule{WarmupSteps: 2, Steps: 3, MaxStaleness: 1, Evaluates: true, EvalEvery: 5}
+	for _, c := range []struct {
+		s    State
+		want string
+	}{
+		{State{}, "w1 set push ckpt stop"},
+		{State{Step: 2, Learners: PhaseWarmup}, "r1 set own@2 ahead[3] push ckpt stop"},
+		{State{Step: 3, Ahead: 1, Learners: PhaseRL}, "r2 ahead[4] push ckpt stop"},
+		{State{Step: 5, Learners: PhaseRL}, "done@5"},
+	} {
+		p := StopAfter(Plan(sc, c.s))
+		got := describe(p)
+		if p.Stop {
+			got += " stop"
+		}
+		if got != c.want {
+			t.Errorf("stop after the plan from %+v: %q, want %q", c.s, got, c.want)
+		}
+	}
+}

@@ -271,15 +271,17 @@ func (p *pipeline[B]) close() {
 	}
 }
 
-// next returns RL step k's batch, generated (started now when none was
-// drawn ahead), and in an asynchronous run first draws and starts the
-// batches of the steps after it, each generating once the one before it
-// has.
-func (p *pipeline[B]) next(ctx context.Context, k int) (B, error) {
-	r, cfg := p.r, p.r.cfg
+// next carries out the drawing of RL plan p: it returns the step's batch,
+// generated (drawn now when p.DrawOwn), then draws and starts the batches
+// of p.Ahead, each generating once the one before it has.
+func (p *pipeline[B]) next(ctx context.Context, plan StepPlan) (B, error) {
+	r := p.r
 	var none B
-	if len(p.ahead) == 0 {
-		b, err := p.start(p.gctx, int64(r.step), nil)
+	if plan.DrawOwn != (len(p.ahead) == 0) {
+		return none, fmt.Errorf("driver: step %d: the plan draws its batch %v with %d drawn ahead", plan.Step, plan.DrawOwn, len(p.ahead))
+	}
+	if plan.DrawOwn {
+		b, err := p.start(p.gctx, plan.OnPolicy, nil)
 		if err != nil {
 			return none, err
 		}
@@ -289,29 +291,25 @@ func (p *pipeline[B]) next(ctx context.Context, k int) (B, error) {
 	select {
 	case <-batch.ready():
 	case <-ctx.Done():
-		return none, fmt.Errorf("driver: generate for step %d: %w", r.step+1, ctx.Err())
+		return none, fmt.Errorf("driver: generate for step %d: %w", plan.Step, ctx.Err())
 	}
 	p.ahead = p.ahead[1:]
 	r.prefetched -= batch.problems()
 	if err := batch.failed(); err != nil {
-		return none, fmt.Errorf("driver: generate for step %d: %w", r.step+1, err)
+		return none, fmt.Errorf("driver: generate for step %d: %w", plan.Step, err)
 	}
-	// On-policy for the batch j steps ahead is the version j − 1 steps
-	// after this one's training; the pools let it run up to k versions
-	// older, so it may start on today's weights for j ≤ k.
-	async := cfg.MaxStaleness > 0
-	for j := len(p.ahead) + 1; async && j <= pipelineAhead(cfg.MaxStaleness, k, cfg.Steps); j++ {
+	for _, onPolicy := range plan.Ahead {
 		after := batch.ready()
 		if len(p.ahead) > 0 {
 			after = p.ahead[len(p.ahead)-1].ready()
 		}
-		b, err := p.start(p.gctx, int64(r.step+j), after)
+		b, err := p.start(p.gctx, onPolicy, after)
 		if err != nil {
 			return none, err
 		}
 		p.ahead = append(p.ahead, b)
 	}
-	if async && pipelineHook != nil {
+	if r.cfg.MaxStaleness > 0 && pipelineHook != nil {
 		done := make([]<-chan struct{}, len(p.ahead))
 		for i, b := range p.ahead {
 			done[i] = b.ready()

@@ -153,9 +153,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "resuming from %s\n", cfg.Resume)
 	}
 
-	// The first Ctrl-C lets the current step finish: the progress callback
-	// cancels the run's context after it, so the driver stops at the next
-	// step's start. A second one cancels at once.
+	// The first Ctrl-C or SIGTERM (Slurm sends one before the time limit)
+	// lets the current step finish and checkpoints it (cfg.Stop); a second
+	// one cancels at once.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 2)
@@ -163,6 +163,8 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 	var mu sync.Mutex
 	interrupted := false
+	stop := make(chan struct{})
+	cfg.Stop = stop
 	go func() {
 		n := 0
 		for {
@@ -173,7 +175,8 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 				interrupted = true
 				mu.Unlock()
 				if n == 1 {
-					fmt.Fprintln(stderr, "\nrlnode run: interrupted; stopping after the current step (Ctrl-C again stops now)")
+					fmt.Fprintln(stderr, "\nrlnode run: interrupted; stopping after the current step, which is checkpointed (Ctrl-C again stops now)")
+					close(stop)
 				} else {
 					cancel()
 				}
@@ -207,12 +210,6 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		if err := train.PruneCheckpoints(dir, l.Checkpoint.Keep); err != nil {
 			bar.note(fmt.Sprintf("rlnode run: %v", err))
 		}
-		mu.Lock()
-		stop := interrupted
-		mu.Unlock()
-		if stop {
-			cancel()
-		}
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	res, err := train.Run(ctx, cfg)
@@ -240,8 +237,12 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case wasInterrupted && (err == nil || errors.Is(err, context.Canceled)):
-		fmt.Fprintf(stderr, "rlnode run: stopped after step %d; continue from its newest checkpoint with: rlnode run %s --out %s --resume\n",
-			bar.last, filepath.Join(dir, recipes.ResolvedFile), dir)
+		if len(cks) == 0 {
+			fmt.Fprintf(stderr, "rlnode run: stopped after step %d, before any checkpoint: nothing to resume\n", bar.last)
+			return 130
+		}
+		fmt.Fprintf(stderr, "rlnode run: stopped after step %d; continue from checkpoint %s with: rlnode run %s --out %s --resume\n",
+			bar.last, filepath.Base(cks[len(cks)-1]), filepath.Join(dir, recipes.ResolvedFile), dir)
 		return 130
 	case err != nil:
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)

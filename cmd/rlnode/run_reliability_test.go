@@ -300,6 +300,15 @@ func TestRunMetricsEndpoint(t *testing.T) {
 	if code := run.wait(t); code != 130 {
 		t.Errorf("interrupted run: exit %d, want 130\nstderr:\n%s", code, run.stderr)
 	}
+	// checkpoint_every 0 writes none on schedule: the interrupted step is
+	// checkpointed, and the resume hint names it.
+	cks, err := train.Checkpoints(dir)
+	if err != nil || len(cks) != 1 {
+		t.Fatalf("interrupted run left checkpoints %v (%v), want the interrupted step's\nstderr:\n%s", cks, err, run.stderr)
+	}
+	if want := "continue from checkpoint " + filepath.Base(cks[0]) + " with: rlnode run"; !strings.Contains(run.stderr.String(), want) {
+		t.Errorf("stderr lacks %q:\n%s", want, run.stderr)
+	}
 	t.Logf("scraped: %v", got)
 	checks := []struct {
 		name   string

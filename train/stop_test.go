@@ -1,0 +1,72 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// A stop asked during a step (Ctrl-C, SIGTERM) ends the run after that
+// step with a checkpoint of it, in the warm-up as in RL (with batches
+// drawn ahead), and a run resumed from that checkpoint ends on the same
+// bytes as the uninterrupted run.
+func TestStopCheckpointsTheStepThenResumes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	full := t.TempDir()
+	if _, err := Run(ctx, tinyRun(full)); err != nil {
+		t.Fatal(err)
+	}
+	final := filepath.Join(full, "checkpoints", "step-5")
+	for _, c := range []struct {
+		name   string
+		stopAt int // the stop is asked while this step runs
+	}{{"warm-up", 1}, {"first RL step", 3}, {"RL step between checkpoints", 5 - 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			out := t.TempDir()
+			cfg := tinyRun(out)
+			stop := make(chan struct{})
+			cfg.Stop = stop
+			cfg.Progress = func(m Metrics) {
+				if m.Step == c.stopAt-1 {
+					close(stop) // asked after step stopAt−1, so during step stopAt
+				}
+			}
+			if c.stopAt == 1 {
+				close(stop)
+				cfg.Progress = nil
+			}
+			res, err := Run(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := filepath.Join(out, "checkpoints", fmt.Sprintf("step-%d", c.stopAt))
+			if !res.Stopped || res.Steps != c.stopAt || res.LastCheckpointDir != want {
+				t.Fatalf("stopped %v at step %d with checkpoint %q, want a stop at step %d with %q", res.Stopped, res.Steps, res.LastCheckpointDir, c.stopAt, want)
+			}
+			ds, err := readDriverState(want, cfg.Seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ds.Step != c.stopAt {
+				t.Fatalf("%s holds step %d", want, ds.Step)
+			}
+			resumed := tinyRun(out)
+			resumed.Resume = want
+			res, err = Run(ctx, resumed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Steps != 5 || res.Stopped {
+				t.Fatalf("resumed run: %d steps, stopped %v", res.Steps, res.Stopped)
+			}
+			for _, f := range []string{"model.safetensors", "optimizer.safetensors", DriverStateFile} {
+				if !sameFile(t, filepath.Join(final, f), filepath.Join(out, "checkpoints", "step-5", f)) {
+					t.Errorf("%s differs from the uninterrupted run's", f)
+				}
+			}
+		})
+	}
+}
