@@ -100,8 +100,16 @@ func (l recipe) configChecks() []recipes.Problem {
 			return []recipes.Problem{{Path: "algorithm.mlmt", Msg: "feedback policy: " + err.Error()}}
 		}
 	}
-	if _, err := cfg.validate(); err != nil {
+	tpl, err := cfg.validate()
+	if err != nil {
 		return []recipes.Problem{{Msg: err.Error()}}
+	}
+	fbModel := "models.feedback"
+	if l.Recipe.Models.Feedback == nil {
+		fbModel = "models.policy" // the feedback policy is a copy of it
+	}
+	if field, err := checkContext(cfg, tpl, fbModel); err != nil {
+		return []recipes.Problem{{Path: field, Msg: err.Error()}}
 	}
 	return nil
 }

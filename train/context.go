@@ -1,0 +1,120 @@
+package train
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/rlnode/rlnode/learner"
+	modelpkg "github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/rollout/data"
+)
+
+// contextProbes is how many training problems checkContext renders.
+const contextProbes = 8
+
+// checkContext refuses a run whose first training problems cannot fit the
+// policies' context (max_position_embeddings): a warm-up sequence, prompt
+// and target, longer than the context, or a prompt leaving no room for
+// one generated token. The lengths are lower bounds (a later turn's prompt
+// is measured with an empty attempt and empty feedback), so what it
+// refuses would certainly fail; a run that passes may still meet a longer
+// problem later, which the learner refuses naming the sequence.
+func checkContext(cfg Config, tpl *compiled, feedbackModel string) (field string, err error) {
+	src, err := newSource(cfg)
+	if err != nil {
+		return "", nil // the run reports the data source itself
+	}
+	sl := cfg.Learner
+	sl.Model, sl.ModelDir = cfg.Model, cfg.ModelDir
+	solver, err := contextOf(sl, "models.policy")
+	if err != nil {
+		return "", nil
+	}
+	var fb *policyContext
+	if f := cfg.Feedback; f != nil {
+		fl := f.learnerConfig(cfg)
+		if fb, err = contextOf(fl, feedbackModel); err != nil {
+			return "", nil
+		}
+	}
+	pr := prompter{tpl}
+	for i := range min(contextProbes, cfg.trainProblems()) {
+		p, err := src.train(i)
+		if err != nil {
+			return "", nil
+		}
+		ex := data.Example{ID: p.ID, Prompt: p.Question, Hint: p.Hint}
+		answer := render(tpl.answer, TemplateData{Question: p.Question, Answer: p.Answer})
+		first, _ := pr.Solver(ex)
+		firstWhat := "the first prompt (episode.templates.solver)"
+		if cfg.Episode == EpisodeTools {
+			firstWhat = "the first prompt (episode.templates.tool_solver)"
+		}
+		type seq struct {
+			pol            *policyContext
+			what, prompt   string
+			target         string
+			sft, generated bool
+		}
+		seqs := []seq{{solver, firstWhat, first.Text, answer, cfg.WarmupSteps > 0, true}}
+		switch cfg.Episode {
+		case EpisodeSCoRe:
+			later, _ := pr.Review(ex, "")
+			seqs = append(seqs, seq{solver, "the review prompt (episode.templates.review)", later.Text, answer, cfg.WarmupSteps > 0, true})
+		case EpisodeMLMT:
+			d := TemplateData{Question: p.Question, Hint: p.Hint, Answer: p.Answer}
+			fbText := render(tpl.staticFeedback, d)
+			if fb != nil {
+				fbPrompt, _ := pr.Feedback(ex, "")
+				target := ""
+				if tpl.feedbackAnswer != nil {
+					fbText = render(tpl.feedbackAnswer, d)
+					target = fbText
+				}
+				seqs = append(seqs, seq{fb, "the feedback prompt (episode.templates.feedback)", fbPrompt.Text, target, cfg.WarmupSteps > 0, true})
+			}
+			later, _ := pr.Refine(ex, "", fbText)
+			seqs = append(seqs, seq{solver, "the refine prompt (episode.templates.refine)", later.Text, answer, cfg.WarmupSteps > 0, true})
+		}
+		for _, s := range seqs {
+			n := len(s.pol.tok.Encode(s.prompt))
+			if s.generated && n+1 > s.pol.positions {
+				return s.pol.field, fmt.Errorf("%d positions: problem %s: %s takes %d tokens, leaving no room for an answer; raise it or shorten the template",
+					s.pol.positions, p.ID, s.what, n)
+			}
+			if t := len(s.pol.tok.Encode(s.target)) + 1; s.sft && n+t > s.pol.positions {
+				return s.pol.field, fmt.Errorf("%d positions: problem %s: the warm-up sequence of %s and its target takes %d tokens (%d + %d); raise it or shorten the template",
+					s.pol.positions, p.ID, s.what, n+t, n, t)
+			}
+		}
+	}
+	return "", nil
+}
+
+// policyContext is what checkContext needs of a policy.
+type policyContext struct {
+	tok interface {
+		Encode(string) []int
+	}
+	positions int
+	field     string // the recipe field that sets positions
+}
+
+func contextOf(l learner.Config, model string) (*policyContext, error) {
+	tok, err := policyTokenizer(l)
+	if err != nil {
+		return nil, err
+	}
+	pc := &policyContext{tok: tok}
+	switch {
+	case l.Model != nil:
+		pc.positions, pc.field = l.Model.MaxPositions, model+".init.max_positions"
+	default:
+		mc, err := modelpkg.ReadConfig(filepath.Join(l.ModelDir, "config.json"))
+		if err != nil {
+			return nil, err
+		}
+		pc.positions, pc.field = mc.MaxPositions, model+".path"
+	}
+	return pc, nil
+}
