@@ -354,6 +354,29 @@ func first(ctx context.Context, solver Policy, prompt func(data.Example) (Prompt
 	return generate(ctx, solver, reqs)
 }
 
+// firstScored runs the solver's first turn (first) and scores every
+// sample the engine returned, in order: rewards and notes hold one entry
+// per sample of the examples whose request succeeded.
+func firstScored(ctx context.Context, solver Policy, prompt func(data.Example) (Prompt, error), v verify.Verifier, workers int, lim Limits, b Batch) ([]outcome, []float64, []string, error) {
+	outs, err := first(ctx, solver, prompt, b, "t0")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var jobs []Answer
+	for i, ex := range b.Examples {
+		if outs[i].err == nil {
+			for _, smp := range outs[i].res.Samples {
+				jobs = append(jobs, Answer{smp.Text, ex.Ref})
+			}
+		}
+	}
+	rewards, notes, err := ScoreAll(ctx, v, workers, lim, jobs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return outs, rewards, notes, nil
+}
+
 // setEpisode stamps the episode identity on a turn.
 func setEpisode(t *data.Turn, group int64, sample, turn int) {
 	t.EpisodeID = episodeID(group, sample)

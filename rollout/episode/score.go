@@ -47,19 +47,7 @@ func (r *SCoRe) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 		return nil, err
 	}
 	lim := r.Limits.withDefaults()
-	outs, err := first(ctx, r.Solver, r.Prompter.Solver, b, "t0")
-	if err != nil {
-		return nil, err
-	}
-	var jobs []Answer
-	for i, ex := range b.Examples {
-		if outs[i].err == nil {
-			for _, smp := range outs[i].res.Samples {
-				jobs = append(jobs, Answer{smp.Text, ex.Ref})
-			}
-		}
-	}
-	rewards, notes, err := ScoreAll(ctx, r.Verifier, r.Workers, lim, jobs)
+	outs, rewards, notes, err := firstScored(ctx, r.Solver, r.Prompter.Solver, r.Verifier, r.Workers, lim, b)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +92,7 @@ func (r *SCoRe) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 	if err != nil {
 		return nil, err
 	}
-	jobs = jobs[:0]
+	var jobs []Answer
 	for k, e := range live {
 		if outs[k].err == nil {
 			jobs = append(jobs, Answer{outs[k].res.Samples[0].Text, e.ref})
