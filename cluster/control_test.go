@@ -1,8 +1,16 @@
 package cluster
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -51,5 +59,50 @@ func TestControlGuard(t *testing.T) {
 				t.Fatalf("%s %s (Host %s, Origin %q, Authorization %q): HTTP %d, want %d: %s", c.method, "/stop", c.host, c.origin, c.auth, w.Code, c.want, w.Body)
 			}
 		})
+	}
+}
+
+// ServeControl writes the token file (mode 0600) beside the run file,
+// removes both on close, and warns when it listens beyond loopback.
+func TestServeControlTokenFileAndWarning(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	var logs bytes.Buffer
+	n, err := Start(context.Background(), Config{NodeID: "ctl", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	for _, c := range []struct {
+		bind string
+		warn bool
+	}{{"127.0.0.1:0", false}, {"0.0.0.0:0", true}} {
+		logs.Reset()
+		ctrl, closeCtrl, err := n.ServeControl(c.bind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokenFile := filepath.Join(Home(), "run", "ctl.token")
+		if fi, err := os.Stat(tokenFile); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: token file %v (%v), want mode 0600", c.bind, fi, err)
+		}
+		ri, err := FindRunning("ctl")
+		if err != nil || ri.Token == "" || ri.Control != ctrl {
+			t.Fatalf("%s: FindRunning: %+v, %v", c.bind, ri, err)
+		}
+		if got := strings.Contains(logs.String(), "control endpoint listens beyond loopback"); got != c.warn {
+			t.Errorf("%s: warned %v, want %v: %s", c.bind, got, c.warn, logs.String())
+		}
+		if err := RequestStop(context.Background(), ctrl, "wrong"); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+			t.Errorf("%s: stop with a wrong token: %v, want HTTP 401", c.bind, err)
+		}
+		closeCtrl()
+		if _, err := os.Stat(tokenFile); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: token file after close: %v", c.bind, err)
+		}
+	}
+	select {
+	case <-n.Done():
+		t.Fatal("a stop with a wrong token stopped the node")
+	default:
 	}
 }

@@ -207,8 +207,10 @@ func TestStartJoinStatusStop(t *testing.T) {
 	// The control endpoint stops a node only for its own user's CLI: a
 	// request without the token or from a foreign page is refused.
 	runDir := filepath.Join(home, "run")
-	if fi, err := os.Stat(filepath.Join(runDir, "beta.token")); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("token file: %v, mode %v", err, fi.Mode())
+	if fi, err := os.Stat(filepath.Join(runDir, "beta.token")); err != nil {
+		t.Fatalf("token file: %v", err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file mode %v, want 0600", fi.Mode())
 	}
 	var ri struct {
 		Control string `json:"control_address"`
