@@ -69,9 +69,9 @@ var refusalCases = []struct {
 	{"mlmt_math", []string{`sft.feedback_response="{{.Output}}"`}, `--set sft.feedback_response="{{.Output}}": sft.feedback_response: uses .Output: not supported`},
 	{"score_math", []string{`episode.templates.review="{{.Output}}"`}, `--set episode.templates.review="{{.Output}}": episode.templates.review: uses .Output: not supported`},
 	{"quickstart", []string{"episode.type=tools", `episode.templates.tool_solver="{{.Problem}} {{.Attempt}}"`},
-		`--set episode.templates.tool_solver="{{.Problem}} {{.Attempt}}": episode.templates.tool_solver: uses .Attempt: not supported (this template renders only .Problem)`},
+		`--set episode.templates.tool_solver="{{.Problem}} {{.Attempt}}": episode.templates.tool_solver: uses .Attempt: not supported in a prompt template (fields .Problem;`},
 	{"quickstart", []string{"episode.type=tools", `episode.templates.tool_response="{{.Output}} {{.Problem}}"`},
-		`--set episode.templates.tool_response="{{.Output}} {{.Problem}}": episode.templates.tool_response: uses .Problem: not supported (this template renders only .Output)`},
+		`--set episode.templates.tool_response="{{.Output}} {{.Problem}}": episode.templates.tool_response: uses .Problem: not supported in a prompt template (fields .Output;`},
 
 	// The packages' own checks.
 	{"quickstart", []string{"models.policy.init.hidden_size=36", "models.policy.init.heads=4", "models.policy.init.kv_heads=2"}, "builtin:quickstart.yaml:16: models.policy.init: config init: field head_dim: 9 must be even for rotary embeddings"},
