@@ -3,13 +3,16 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -102,13 +105,16 @@ func (n *Node) Status() Status {
 
 // RunInfo is written to RLNODE_HOME/run/<node id>.json while a node runs,
 // so `rlnode status` and `rlnode stop` on the same host find its control
-// endpoint from its gossip address.
+// endpoint from its gossip address. Beside it, <node id>.token (mode 0600)
+// holds the token that state-changing control requests must carry;
+// FindRunning reads it into Token.
 type RunInfo struct {
 	NodeID  string `json:"node_id"`
 	Gossip  string `json:"gossip_address"`
 	Actor   string `json:"actor_address"`
 	Control string `json:"control_address"`
 	PID     int    `json:"pid"`
+	Token   string `json:"-"`
 }
 
 // Home is rlnode's state directory: $RLNODE_HOME, or ~/.rlnode.
@@ -123,12 +129,40 @@ func Home() string {
 }
 
 // ServeControl serves the node's control endpoint (GET /status, GET
-// /metrics for Prometheus, POST /stop) on addr — loopback unless told otherwise — and records it in the run
-// directory. It returns the bound address and a function that closes it.
+// /metrics for Prometheus, POST /stop) on addr — loopback unless told
+// otherwise, with a warning when not — and records it in the run
+// directory. POST /stop needs the bearer token of the run directory's
+// token file; a request from a browser page of another origin is refused
+// (controlGuard). It returns the bound address and a function that
+// closes it.
 func (n *Node) ServeControl(addr string) (string, func(), error) {
+	token, err := newControlToken()
+	if err != nil {
+		return "", nil, fmt.Errorf("control endpoint: %w", err)
+	}
+	runDir := filepath.Join(Home(), "run")
+	runFile := filepath.Join(runDir, sanitize(n.id)+".json")
+	tokenFile := filepath.Join(runDir, sanitize(n.id)+".token")
+	// The token file is written before the endpoint exists: without it
+	// nothing can be stopped through the endpoint, not even by the CLI.
+	if err := os.MkdirAll(runDir, 0o700); err != nil {
+		return "", nil, fmt.Errorf("control endpoint: %w", err)
+	}
+	if err := writePrivate(tokenFile, []byte(token+"\n")); err != nil {
+		return "", nil, fmt.Errorf("control endpoint: token file: %w", err)
+	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
+		_ = os.Remove(tokenFile)
 		return "", nil, fmt.Errorf("control endpoint: listen on %s: %w", addr, err)
+	}
+	bound := lis.Addr().String()
+	loopback := false
+	if ap, err := netip.ParseAddrPort(bound); err == nil {
+		loopback = ap.Addr().IsLoopback()
+	}
+	if !loopback {
+		n.log.Warn("control endpoint listens beyond loopback: anyone who can reach it reads the cluster's status and metrics (stop needs the token)", "address", bound)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
@@ -141,25 +175,91 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 		_, _ = fmt.Fprintf(w, "node %s stopping\n", n.id)
 		go n.Stop()
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: controlGuard(token, !loopback, mux), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(lis) }()
-	bound := lis.Addr().String()
-	runDir := filepath.Join(Home(), "run")
-	runFile := filepath.Join(runDir, sanitize(n.id)+".json")
 	info := RunInfo{NodeID: n.id, Gossip: n.GossipAddress(), Actor: n.ActorAddress(), Control: bound, PID: os.Getpid()}
-	if err := os.MkdirAll(runDir, 0o700); err == nil {
-		b, _ := json.MarshalIndent(info, "", "  ")
-		if err := os.WriteFile(runFile, b, 0o600); err != nil {
-			n.log.Warn("write run file", "file", runFile, "err", err)
-		}
+	b, _ := json.MarshalIndent(info, "", "  ")
+	if err := writePrivate(runFile, b); err != nil {
+		n.log.Warn("write run file", "file", runFile, "err", err)
 	}
 	closeFn := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		_ = os.Remove(runFile)
+		_ = os.Remove(tokenFile)
 	}
 	return bound, closeFn, nil
+}
+
+// controlGuard wraps the control endpoint's handler: it refuses (403) a
+// request whose Origin is not the endpoint itself (a page of any other
+// site) or, unless namesOK (an endpoint bound beyond loopback, reached by
+// host name), whose Host is a name other than localhost (a page that
+// rebinds its own name to 127.0.0.1); and a state-changing request (any
+// method but GET and HEAD) without "Authorization: Bearer <token>" (401).
+func controlGuard(token string, namesOK bool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !namesOK && !controlHost(r.Host) {
+			http.Error(w, "control endpoint: refused: Host must be an IP address or localhost", http.StatusForbidden)
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host {
+			http.Error(w, "control endpoint: refused: cross-origin request from "+o, http.StatusForbidden)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+				http.Error(w, "control endpoint: refused: "+r.Method+" "+r.URL.Path+" needs the node's token (the .token file beside its run file)", http.StatusUnauthorized)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// controlHost reports whether a request's Host names the endpoint by
+// address (or as localhost), not by a name some page controls.
+func controlHost(host string) bool {
+	h, _, err := net.SplitHostPort(host)
+	if err != nil {
+		h = host
+	}
+	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	return strings.EqualFold(h, "localhost")
+}
+
+func newControlToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// writePrivate writes b to path readable by this user only (a file
+// already there with other modes is replaced, not reused).
+func writePrivate(path string, b []byte) error {
+	tmp := path + ".tmp"
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 func sanitize(s string) string {
@@ -191,6 +291,9 @@ func FindRunning(addr string) (RunInfo, error) {
 		var ri RunInfo
 		if json.Unmarshal(b, &ri) != nil || !processAlive(ri.PID) {
 			continue
+		}
+		if tok, err := os.ReadFile(filepath.Join(dir, strings.TrimSuffix(e.Name(), ".json")+".token")); err == nil {
+			ri.Token = strings.TrimSpace(string(tok))
 		}
 		infos = append(infos, ri)
 	}
@@ -242,16 +345,22 @@ func FetchStatus(ctx context.Context, control string) (Status, error) {
 	return st, nil
 }
 
-// RequestStop asks a node's control endpoint to leave the cluster.
-func RequestStop(ctx context.Context, control string) error {
+// RequestStop asks a node's control endpoint to leave the cluster, with
+// the token of its run directory (RunInfo.Token).
+func RequestStop(ctx context.Context, control, token string) error {
+	if token == "" {
+		return fmt.Errorf("stop %s: no control token (the node's .token file in %s is missing or unreadable)", control, filepath.Join(Home(), "run"))
+	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+control+"/stop", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("stop %s: %w", control, err)
 	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("stop %s: HTTP %d", control, resp.StatusCode)
+		return fmt.Errorf("stop %s: HTTP %d: %s", control, resp.StatusCode, strings.TrimSpace(string(msg)))
 	}
 	return nil
 }

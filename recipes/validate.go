@@ -9,7 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"text/template"
+
+	"github.com/rlnode/rlnode/internal/tmpl"
 )
 
 // The names a recipe may use.
@@ -707,18 +708,18 @@ func (c *checker) mlmt(r *Recipe) {
 	}
 }
 
-// checkSFTTemplate parses the SFT response template and runs it on a
-// sample, so an unknown field is caught now and not at step 0.
+// checkSFTTemplate parses the SFT response template, refusing what could
+// run unbounded (tmpl.Check), and runs it on a sample, so an unknown field
+// is caught now and not at step 0.
 func checkSFTTemplate(s string) error {
 	if s == "" {
 		return fmt.Errorf("empty: want the target text template (e.g. \\boxed{ {{- .Answer -}} })")
 	}
-	t, err := template.New("sft.response").Option("missingkey=error").Parse(s)
+	t, err := tmpl.Parse("sft.response", s, "Problem", "Answer")
 	if err != nil {
 		return err
 	}
-	var b strings.Builder
-	if err := t.Execute(&b, SFTData{Problem: "1+1", Answer: "2"}); err != nil {
+	if _, err := tmpl.Execute(t, SFTData{Problem: "1+1", Answer: "2"}, tmpl.MaxOutput); err != nil {
 		return fmt.Errorf("%v (fields: .Problem, .Answer)", err)
 	}
 	if !strings.Contains(s, ".Answer") {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rlnode/rlnode/recipes"
 )
@@ -61,22 +62,21 @@ var refusalCases = []struct {
 		`--set engines.feedback.vllm={servers: ["http://127.0.0.1:8000"], model: m}: engines.feedback.vllm.servers: http://127.0.0.1:8000 serves the policy too`},
 
 	// Templates, as the driver renders them.
-	{"quickstart", []string{`episode.templates.solver="{{.Problem}} {{.Attempt}}"`}, `--set episode.templates.solver="{{.Problem}} {{.Attempt}}": episode.templates.solver: uses .Attempt: not supported (this template renders only .Problem)`},
-	{"quickstart", []string{`sft.response='{{define "a"}}x{{end}}{{template "a"}}{{.Answer}}'`}, `--set sft.response='{{define "a"}}x{{end}}{{template "a"}}{{.Answer}}': sft.response: uses {{template}}: not supported`},
+	{"quickstart", []string{`episode.templates.solver="{{.Problem}} {{.Attempt}}"`}, `--set episode.templates.solver="{{.Problem}} {{.Attempt}}": episode.templates.solver: uses .Attempt: not supported in a prompt template (fields .Problem;`},
 	{"mlmt_math", []string{`episode.templates.static_feedback="{{.Feedback}}"`}, `--set episode.templates.static_feedback="{{.Feedback}}": episode.templates.static_feedback: uses .Feedback: not supported`},
 	{"mlmt_math", []string{`episode.templates.refine="{{.Problem}} {{.Attempt}} {{.Hint}} {{.Feedback}}"`}, `--set episode.templates.refine="{{.Problem}} {{.Attempt}} {{.Hint}} {{.Feedback}}": episode.templates.refine: uses .Hint: not supported`},
 	{"mlmt_math", []string{`episode.templates.feedback="{{.Problem}} {{.Attempt}} {{.Output}}"`}, `--set episode.templates.feedback="{{.Problem}} {{.Attempt}} {{.Output}}": episode.templates.feedback: uses .Output: not supported`},
 	{"mlmt_math", []string{`sft.feedback_response="{{.Output}}"`}, `--set sft.feedback_response="{{.Output}}": sft.feedback_response: uses .Output: not supported`},
 	{"score_math", []string{`episode.templates.review="{{.Output}}"`}, `--set episode.templates.review="{{.Output}}": episode.templates.review: uses .Output: not supported`},
 	{"quickstart", []string{"episode.type=tools", `episode.templates.tool_solver="{{.Problem}} {{.Attempt}}"`},
-		`--set episode.templates.tool_solver="{{.Problem}} {{.Attempt}}": episode.templates.tool_solver: uses .Attempt: not supported (this template renders only .Problem)`},
+		`--set episode.templates.tool_solver="{{.Problem}} {{.Attempt}}": episode.templates.tool_solver: uses .Attempt: not supported in a prompt template (fields .Problem;`},
 	{"quickstart", []string{"episode.type=tools", `episode.templates.tool_response="{{.Output}} {{.Problem}}"`},
-		`--set episode.templates.tool_response="{{.Output}} {{.Problem}}": episode.templates.tool_response: uses .Problem: not supported (this template renders only .Output)`},
+		`--set episode.templates.tool_response="{{.Output}} {{.Problem}}": episode.templates.tool_response: uses .Problem: not supported in a prompt template (fields .Output;`},
 
 	// The packages' own checks.
 	{"quickstart", []string{"models.policy.init.hidden_size=36", "models.policy.init.heads=4", "models.policy.init.kv_heads=2"}, "builtin:quickstart.yaml:16: models.policy.init: config init: field head_dim: 9 must be even for rotary embeddings"},
 	{"quickstart", []string{"algorithm.clip_low=0", "algorithm.clip_high=0"}, "builtin:quickstart.yaml:50: algorithm: learner config: loss: clip_low and clip_high are both 0"},
-	{"quickstart", []string{`episode.templates.refine="{{.Nope}}"`}, `--set episode.templates.refine="{{.Nope}}": episode.templates.refine: template "refine": template: refine:1:2: executing "refine" at <.Nope>: can't evaluate field Nope`},
+	{"quickstart", []string{`episode.templates.refine="{{.Nope}}"`}, `--set episode.templates.refine="{{.Nope}}": episode.templates.refine: template "refine": uses .Nope: not supported in a prompt template`},
 }
 
 var (
@@ -248,4 +248,35 @@ func FuzzCheck(f *testing.F) {
 			t.Errorf("%s --set %s: Check: %v\nFromRecipe: %v", name, set, checkErr, runErr)
 		}
 	})
+}
+
+// Hostile templates (loops, recursion, unbounded printf) are refused by
+// Check without running them; the timeout only guards against a hang.
+func TestCheckRefusesHostileTemplates(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	cases := []struct{ recipe, set, want string }{
+		{"quickstart", "episode.templates.solver='{{range 1000000000}}x{{end}}{{.Problem}}'", "{{range}}"},
+		{"quickstart", "sft.response='{{range 1000000000}}{{end}}{{.Answer}}'", "{{range}}"},
+		{"quickstart", `sft.response='{{printf "%0999999999d" 1}}{{.Answer}}'`, "over 999"},
+		{"mlmt_math", `episode.templates.refine='{{define "a"}}{{template "a" .}}{{end}}{{template "a" .}}{{.Problem}}{{.Attempt}}{{.Feedback}}'`, "{{template}}"},
+		{"mlmt_math", "episode.templates.feedback='{{range 99999}}{{range 99999}}{{end}}{{end}}{{.Problem}}{{.Attempt}}'", "{{range}}"},
+	}
+	for _, c := range cases {
+		done := make(chan error, 1)
+		go func() {
+			l, err := recipes.Load(c.recipe, []string{c.set})
+			if err == nil {
+				err = Check(l)
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s --set %s: %v; want a refusal naming %s", c.recipe, c.set, err, c.want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s --set %s: validation still running after 20 s", c.recipe, c.set)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/tmpl"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/rollout/engine"
@@ -510,21 +511,22 @@ func parseTemplate(field, text, needs string) (*template.Template, error) {
 	if needs != "" && !strings.Contains(text, "."+needs) {
 		return nil, fmt.Errorf("driver config: %s %q: must use .%s", field, text, needs)
 	}
-	t, err := template.New(field).Option("missingkey=error").Parse(text)
+	t, err := tmpl.Parse(field, text, "Question", "Answer", "Hint", "Attempt", "Feedback", "Output")
 	if err != nil {
 		return nil, fmt.Errorf("driver config: %s: %w", field, err)
 	}
-	var sb strings.Builder
-	if err := t.Execute(&sb, TemplateData{Question: "q", Answer: "a", Hint: "h", Attempt: "t", Feedback: "f", Output: "o"}); err != nil {
+	if _, err := tmpl.Execute(t, TemplateData{Question: "q", Answer: "a", Hint: "h", Attempt: "t", Feedback: "f", Output: "o"}, tmpl.MaxOutput); err != nil {
 		return nil, fmt.Errorf("driver config: %s: %w", field, err)
 	}
 	return t, nil
 }
 
+// render renders a template checked at validation (parseTemplate: it
+// cannot fail on TemplateData, and runs in time bounded by its size). Its
+// output stops at tmpl.MaxOutput, far past any model's context.
 func render(t *template.Template, d TemplateData) string {
-	var sb strings.Builder
-	_ = t.Execute(&sb, d) // checked at validation with the same data type
-	return sb.String()
+	s, _ := tmpl.Execute(t, d, tmpl.MaxOutput)
+	return s
 }
 
 // MLMTMath is the tuned preset of the mlmt_math recipe: MLMT three-turn

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -220,6 +221,9 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
 	if cfg.Resume != "" {
+		if err := r.verifyCheckpoint(cfg.Resume); err != nil {
+			return Result{}, fmt.Errorf("driver: resume: %w", err)
+		}
 		if err := r.readResumeState(); err != nil {
 			return Result{}, err
 		}
@@ -607,7 +611,8 @@ const FeedbackDir = "feedback"
 // checkpoint writes the learner's checkpoint (weights, optimizer,
 // reference, step), the tokenizer (so the directory loads as a model for
 // the native engine) and the driver's cursor into dir; the feedback
-// policy's, if any, into dir/feedback.
+// policy's, if any, into dir/feedback; last, the checksum manifest of
+// all of it (WriteManifest).
 func (r *run) checkpoint(ctx context.Context, dir string) error {
 	save := func(p *policy, dir string) error {
 		if _, err := p.learner.Save(ctx, dir); err != nil {
@@ -639,7 +644,22 @@ func (r *run) checkpoint(ctx context.Context, dir string) error {
 	if err := os.Rename(tmp, filepath.Join(dir, DriverStateFile)); err != nil {
 		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
 	}
+	if err := WriteManifest(dir); err != nil {
+		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+	}
 	return nil
+}
+
+// verifyCheckpoint checks the checkpoint to load against its manifest
+// (VerifyCheckpoint): one that fails is never trained on; one without a
+// manifest (older) is loaded with a warning.
+func (r *run) verifyCheckpoint(dir string) error {
+	err := VerifyCheckpoint(dir)
+	if errors.Is(err, ErrNoManifest) {
+		r.log.Warn("checkpoint has no checksum manifest: its files are not verified", "checkpoint", dir)
+		return nil
+	}
+	return err
 }
 
 // readResumeState reads the driver's state from the checkpoint to resume

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -259,5 +260,22 @@ func TestResumeReachesSameWeights(t *testing.T) {
 	bad.Resume = cfg.Resume
 	if _, err := Run(ctx, bad); err == nil || !strings.Contains(err.Error(), "seed") {
 		t.Errorf("resume with another seed: error %v, want one naming the seed", err)
+	}
+
+	// A checkpoint whose weights no longer match its manifest is never
+	// trained on.
+	weights := filepath.Join(cfg.Resume, "model.safetensors")
+	wbytes, err := os.ReadFile(weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wbytes[len(wbytes)/2] ^= 0xff
+	if err := os.WriteFile(weights, wbytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	corrupt := run(t.TempDir())
+	corrupt.Resume = cfg.Resume
+	if _, err := Run(ctx, corrupt); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "model.safetensors") {
+		t.Errorf("resume from a corrupt checkpoint: error %v, want ErrCorrupt naming model.safetensors", err)
 	}
 }

@@ -11,10 +11,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/template"
 	tparse "text/template/parse"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/tmpl"
 	"github.com/rlnode/rlnode/learner"
 )
 
@@ -161,7 +161,12 @@ func (l recipe) templates() (driverTemplates, []recipes.Problem) {
 	} else {
 		t.prompt = tpl("episode.templates.solver", et.Solver, "Problem")
 	}
-	t.answer = tpl("sft.response", r.SFT.Response, "Problem", "Answer")
+	// sft.response is refused on the same terms when the recipe loads
+	// (recipes' checkSFTTemplate); this is for a recipe built otherwise.
+	var err error
+	if t.answer, err = driverTemplate("sft.response", r.SFT.Response, "Problem", "Answer"); err != nil {
+		probs = append(probs, recipes.Problem{Path: "sft.response", Msg: err.Error()})
+	}
 	switch r.Episode.Type {
 	case "mlmt":
 		t.static = tpl("episode.templates.static_feedback", et.StaticFeedback, "Problem", "Attempt")
@@ -397,13 +402,13 @@ func (l recipe) rolloutPlacement(feedback bool) (policy, fb *Rollout) {
 
 // driverTemplate turns a recipe template over the given fields into the
 // driver's, where .Problem is .Question, by renaming the field in the
-// parsed template (not in the text). A field outside fields is refused.
+// parsed template (not in the text). A field outside fields, and anything
+// that could run unbounded, is refused (tmpl.Check).
 func driverTemplate(field, text string, fields ...string) (string, error) {
-	t, err := template.New(field).Option("missingkey=error").Parse(text)
+	t, err := tmpl.Parse(field, text, fields...)
 	if err != nil {
 		return "", err
 	}
-	var bad []string
 	var walk func(n tparse.Node)
 	walk = func(n tparse.Node) {
 		switch n := n.(type) {
@@ -425,18 +430,17 @@ func driverTemplate(field, text string, fields ...string) (string, error) {
 			for _, a := range n.Args {
 				walk(a)
 			}
+		case *tparse.ChainNode:
+			walk(n.Node)
 		case *tparse.FieldNode:
-			switch {
-			case !slices.Contains(fields, n.Ident[0]):
-				bad = append(bad, "."+n.Ident[0])
-			case n.Ident[0] == "Problem":
+			if n.Ident[0] == "Problem" {
 				n.Ident[0] = "Question"
 			}
+		case *tparse.VariableNode:
+			if len(n.Ident) > 1 && n.Ident[0] == "$" && n.Ident[1] == "Problem" {
+				n.Ident[1] = "Question"
+			}
 		case *tparse.IfNode:
-			walk(n.Pipe)
-			walk(n.List)
-			walk(n.ElseList)
-		case *tparse.RangeNode:
 			walk(n.Pipe)
 			walk(n.List)
 			walk(n.ElseList)
@@ -444,14 +448,9 @@ func driverTemplate(field, text string, fields ...string) (string, error) {
 			walk(n.Pipe)
 			walk(n.List)
 			walk(n.ElseList)
-		case *tparse.TemplateNode:
-			bad = append(bad, "{{template}}")
 		}
 	}
 	walk(t.Tree.Root)
-	if len(bad) > 0 {
-		return "", fmt.Errorf("uses %s: not supported (this template renders only .%s)", strings.Join(bad, ", "), strings.Join(fields, ", ."))
-	}
 	// Printed back node by node: a text node next to an action is quoted
 	// as {{"text"}}, since `\boxed{` followed by `{{.Answer}}` would read
 	// as `{{{`.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -91,6 +92,10 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	l, err := loadChecked(*recipe, sets)
 	if err != nil {
 		printRecipeError(stderr, "eval", *recipe, err)
+		return 1
+	}
+	if err := verifyModel(*modelDir); err != nil {
+		fmt.Fprintf(stderr, "rlnode eval: %v\n", err)
 		return 1
 	}
 	// The driver's mapping gives the templates, the task and the limits,
@@ -191,4 +196,14 @@ func sampledFigures(s *train.SampledEval) string {
 		parts = append(parts, fmt.Sprintf("maj@%d %.3f", s.Samples, *s.Majority))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// verifyModel checks a checkpoint given as --model against its checksum
+// manifest (train.VerifyCheckpoint); a model directory without one (not
+// written by rlnode run, or by an older one) passes.
+func verifyModel(dir string) error {
+	if err := train.VerifyCheckpoint(dir); err != nil && !errors.Is(err, train.ErrNoManifest) {
+		return err
+	}
+	return nil
 }

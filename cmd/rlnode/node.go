@@ -238,7 +238,7 @@ func stopCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := cluster.RequestStop(ctx, ri.Control); err != nil {
+	if err := cluster.RequestStop(ctx, ri.Control, ri.Token); err != nil {
 		fmt.Fprintf(stderr, "rlnode stop: node %s: %v\n", ri.NodeID, err)
 		return 1
 	}

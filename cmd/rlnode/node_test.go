@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -201,6 +202,55 @@ func TestStartJoinStatusStop(t *testing.T) {
 	_, errOut, code = runRlnode(t, home, "join", "--gpus", "many", a.gossip)
 	if code != 2 || !strings.Contains(errOut, `--gpus "many"`) {
 		t.Fatalf("bad --gpus: code %d: %s", code, errOut)
+	}
+
+	// The control endpoint stops a node only for its own user's CLI: a
+	// request without the token or from a foreign page is refused.
+	runDir := filepath.Join(home, "run")
+	if fi, err := os.Stat(filepath.Join(runDir, "beta.token")); err != nil {
+		t.Fatalf("token file: %v", err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file mode %v, want 0600", fi.Mode())
+	}
+	var ri struct {
+		Control string `json:"control_address"`
+	}
+	if b, err := os.ReadFile(filepath.Join(runDir, "beta.json")); err != nil || json.Unmarshal(b, &ri) != nil {
+		t.Fatalf("run file: %v %s", err, b)
+	}
+	token, err := os.ReadFile(filepath.Join(runDir, "beta.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, origin, auth string }{
+		{"no token", "", ""},
+		{"a wrong token", "", "Bearer x"},
+		{"a foreign origin", "http://evil.example", "Bearer " + strings.TrimSpace(string(token))},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+ri.Control+"/stop", strings.NewReader("{}"))
+		req.Header.Set("Content-Type", "text/plain")
+		if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("stop with %s: %v", c.name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("stop with %s: HTTP %d, want 401 or 403", c.name, resp.StatusCode)
+		}
+	}
+	select {
+	case <-b.done:
+		t.Fatal("a stop request without the token stopped the node")
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, errOut, code := runRlnode(t, home, "status", "--address", b.gossip); code != 0 {
+		t.Fatalf("status after refused stops: %s", errOut)
 	}
 
 	// stop: the node leaves gracefully and the other sees it at once.

@@ -118,3 +118,14 @@ func TestValidateRefusesWhatRunRefuses(t *testing.T) {
 		}
 	}
 }
+
+// A recipe's templates are checked, never run unbounded: the template
+// that once ran for 31 s and ran out of memory is refused at once
+// (runRlnode's 60 s limit guards against a hang).
+func TestRecipeValidateRefusesHostileTemplate(t *testing.T) {
+	home := t.TempDir()
+	_, errOut, code := runRlnode(t, home, "recipe", "validate", "quickstart", "--set", "sft.response='{{range 1000000000}}x{{end}}{{.Answer}}'")
+	if code != 1 || !strings.Contains(errOut, "sft.response: uses {{range}}: not supported") {
+		t.Fatalf("validate with a looping template: exit %d\n%s", code, errOut)
+	}
+}

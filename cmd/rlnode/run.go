@@ -36,7 +36,8 @@ import (
 // (train.WriteCurves); `rlnode plot DIR` redraws it. --metrics-addr serves the
 // run's latest metrics for Prometheus (train.RunMetrics). --resume
 // takes the newest checkpoint that has the driver's state file (a kill
-// during a checkpoint write leaves one without it).
+// during a checkpoint write leaves one without it) and passes its
+// checksum manifest (train.NewestIntact), saying which it skipped and why.
 //
 // Not done yet: the endpoint exports the last step's values only (no
 // histograms, no per-node rollout or learner metrics); the ETA of a run
@@ -98,25 +99,26 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *resume {
-		cks, err := train.Checkpoints(dir)
+		// A run killed while writing a checkpoint leaves it without the
+		// driver's state file (written after the learner's) or the
+		// checksum manifest (written last); a checkpoint whose files no
+		// longer match their manifest is never trained on: resume from the
+		// newest complete, intact one.
+		ck, skipped, noManifest, err := train.NewestIntact(dir)
+		for _, s := range skipped {
+			fmt.Fprintf(stderr, "rlnode run: --resume: skipping %v\n", s)
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "rlnode run: --resume: %v\n", err)
 			return 1
 		}
-		// A run killed while writing a checkpoint leaves it without the
-		// driver's state file, which the driver writes last: resume from
-		// the newest complete one.
-		for i := len(cks) - 1; i >= 0 && cfg.Resume == ""; i-- {
-			if _, err := os.Stat(filepath.Join(cks[i], train.DriverStateFile)); err == nil {
-				cfg.Resume = cks[i]
-			} else {
-				fmt.Fprintf(stderr, "rlnode run: --resume: skipping %s: incomplete (%v)\n", cks[i], err)
-			}
+		if noManifest {
+			fmt.Fprintf(stderr, "rlnode run: --resume: %s has no checksum manifest (written by an older rlnode): its files are not verified\n", ck)
 		}
-		if cfg.Resume == "" {
-			fmt.Fprintf(stderr, "rlnode run: --resume: no complete checkpoint in %s\n", filepath.Join(dir, "checkpoints"))
-			return 1
+		if len(skipped) > 0 {
+			fmt.Fprintf(stderr, "rlnode run: --resume: continuing from %s\n", ck)
 		}
+		cfg.Resume = ck
 	}
 	var key []byte
 	if *address != "" {

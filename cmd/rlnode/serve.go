@@ -70,6 +70,10 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		*name = *modelDir
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := verifyModel(*modelDir); err != nil {
+		fmt.Fprintf(stderr, "rlnode serve: %v\n", err)
+		return 1
+	}
 	// A LoRA checkpoint (base + PEFT adapter) is served merged.
 	e, err := native.Load(*modelDir, native.Config{MaxBatch: *maxBatch})
 	if err != nil {

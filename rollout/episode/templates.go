@@ -6,6 +6,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/rlnode/rlnode/internal/tmpl"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 )
@@ -129,18 +130,18 @@ func (t Templates) compile() (*compiled, error) {
 	marks := map[string]string{"Problem": probe.Problem, "Attempt": probe.Attempt, "Feedback": probe.Feedback, "Output": probe.Output}
 	var errs []error
 	for _, s := range templateSpec {
-		tp, err := template.New(s.name).Option("missingkey=error").Parse(*s.get(&t))
+		tp, err := tmpl.Parse(s.name, *s.get(&t), "Problem", "Attempt", "Feedback", "Output", "Hint")
 		if err != nil {
 			errs = append(errs, fmt.Errorf("template %q: %w: %w", s.name, err, ErrBadTemplate))
 			continue
 		}
-		var b strings.Builder
-		if err := tp.Execute(&b, probe); err != nil {
+		out, err := tmpl.Execute(tp, probe, tmpl.MaxOutput)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("template %q: %w: %w", s.name, err, ErrBadTemplate))
 			continue
 		}
 		for _, f := range s.needs {
-			if !strings.Contains(b.String(), marks[f]) {
+			if !strings.Contains(out, marks[f]) {
 				errs = append(errs, fmt.Errorf("template %q: does not use .%s: %w", s.name, f, ErrBadTemplate))
 			}
 		}
@@ -152,12 +153,14 @@ func (t Templates) compile() (*compiled, error) {
 	return c, nil
 }
 
+// render renders a compiled template; output past tmpl.MaxOutput is an
+// error.
 func (c *compiled) render(name string, d TemplateData) (string, error) {
-	var b strings.Builder
-	if err := c.t[name].Execute(&b, d); err != nil {
+	out, err := tmpl.Execute(c.t[name], d, tmpl.MaxOutput)
+	if err != nil {
 		return "", fmt.Errorf("template %q: %w", name, err)
 	}
-	return b.String(), nil
+	return out, nil
 }
 
 func (c *compiled) user(name string, d TemplateData) (Prompt, error) {

@@ -1,0 +1,108 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestControlGuard(t *testing.T) {
+	const token = "s3cret"
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
+	cases := []struct {
+		name    string
+		method  string
+		host    string
+		origin  string
+		auth    string
+		namesOK bool
+		want    int
+	}{
+		{"status by address", "GET", "127.0.0.1:9000", "", "", false, http.StatusAccepted},
+		{"status as localhost", "GET", "localhost:9000", "", "", false, http.StatusAccepted},
+		{"status over IPv6", "GET", "[::1]:9000", "", "", false, http.StatusAccepted},
+		{"status from its own page", "GET", "127.0.0.1:9000", "http://127.0.0.1:9000", "", false, http.StatusAccepted},
+		{"status from a foreign page", "GET", "127.0.0.1:9000", "http://evil.example", "", false, http.StatusForbidden},
+		{"rebound name", "GET", "evil.example:9000", "", "", false, http.StatusForbidden},
+		{"rebound name, same origin", "GET", "evil.example:9000", "http://evil.example:9000", "", false, http.StatusForbidden},
+		{"host name beyond loopback", "GET", "gpu-3:9000", "", "", true, http.StatusAccepted},
+		{"stop with the token", "POST", "127.0.0.1:9000", "", "Bearer " + token, false, http.StatusAccepted},
+		{"stop without a token", "POST", "127.0.0.1:9000", "", "", false, http.StatusUnauthorized},
+		{"stop with a wrong token", "POST", "127.0.0.1:9000", "", "Bearer guess", false, http.StatusUnauthorized},
+		{"stop with the token in another scheme", "POST", "127.0.0.1:9000", "", "Basic " + token, false, http.StatusUnauthorized},
+		{"stop from a foreign page with the token", "POST", "127.0.0.1:9000", "http://evil.example", "Bearer " + token, false, http.StatusForbidden},
+		{"stop from a null origin", "POST", "127.0.0.1:9000", "null", "Bearer " + token, false, http.StatusForbidden},
+		{"stop beyond loopback without a token", "POST", "gpu-3:9000", "", "", true, http.StatusUnauthorized},
+		{"delete without a token", "DELETE", "127.0.0.1:9000", "", "", false, http.StatusUnauthorized},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest(c.method, "http://"+c.host+"/stop", nil)
+			r.Host = c.host
+			if c.origin != "" {
+				r.Header.Set("Origin", c.origin)
+			}
+			if c.auth != "" {
+				r.Header.Set("Authorization", c.auth)
+			}
+			w := httptest.NewRecorder()
+			controlGuard(token, c.namesOK, ok).ServeHTTP(w, r)
+			if w.Code != c.want {
+				t.Fatalf("%s %s (Host %s, Origin %q, Authorization %q): HTTP %d, want %d: %s", c.method, "/stop", c.host, c.origin, c.auth, w.Code, c.want, w.Body)
+			}
+		})
+	}
+}
+
+// ServeControl writes the token file (mode 0600) beside the run file,
+// removes both on close, and warns when it listens beyond loopback.
+func TestServeControlTokenFileAndWarning(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	var logs bytes.Buffer
+	n, err := Start(context.Background(), Config{NodeID: "ctl", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	for _, c := range []struct {
+		bind string
+		warn bool
+	}{{"127.0.0.1:0", false}, {"0.0.0.0:0", true}} {
+		logs.Reset()
+		ctrl, closeCtrl, err := n.ServeControl(c.bind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokenFile := filepath.Join(Home(), "run", "ctl.token")
+		if fi, err := os.Stat(tokenFile); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: token file %v (%v), want mode 0600", c.bind, fi, err)
+		}
+		ri, err := FindRunning("ctl")
+		if err != nil || ri.Token == "" || ri.Control != ctrl {
+			t.Fatalf("%s: FindRunning: %+v, %v", c.bind, ri, err)
+		}
+		if got := strings.Contains(logs.String(), "control endpoint listens beyond loopback"); got != c.warn {
+			t.Errorf("%s: warned %v, want %v: %s", c.bind, got, c.warn, logs.String())
+		}
+		if err := RequestStop(context.Background(), ctrl, "wrong"); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+			t.Errorf("%s: stop with a wrong token: %v, want HTTP 401", c.bind, err)
+		}
+		closeCtrl()
+		if _, err := os.Stat(tokenFile); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: token file after close: %v", c.bind, err)
+		}
+	}
+	select {
+	case <-n.Done():
+		t.Fatal("a stop with a wrong token stopped the node")
+	default:
+	}
+}

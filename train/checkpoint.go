@@ -1,0 +1,205 @@
+package train
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// ManifestFile is a checkpoint's checksum manifest: the SHA-256 of every
+// other file under the checkpoint directory, one "HEX  PATH" line each
+// (sha256sum's format, paths relative to the directory, sorted), written
+// after everything else.
+const ManifestFile = "checksums.sha256"
+
+// ErrNoManifest: the checkpoint has no checksum manifest (it was written
+// before checkpoints had one), so its files cannot be verified.
+var ErrNoManifest = errors.New("no checksum manifest")
+
+// ErrCorrupt: a checkpoint file is missing or differs from its manifest.
+var ErrCorrupt = errors.New("fails its checksums")
+
+// WriteManifest writes dir's checksum manifest over every regular file
+// under dir, whole or not at all (a temporary file renamed into place).
+func WriteManifest(dir string) error {
+	var b bytes.Buffer
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if rel == ManifestFile || rel == ManifestFile+".tmp" {
+			return nil
+		}
+		sum, err := fileSHA256(p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s  %s\n", sum, rel)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("checksum manifest of %s: %w", dir, err)
+	}
+	tmp := filepath.Join(dir, ManifestFile+".tmp")
+	if err := writeSynced(tmp, b.Bytes()); err != nil {
+		return fmt.Errorf("checksum manifest of %s: %w", dir, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, ManifestFile)); err != nil {
+		return fmt.Errorf("checksum manifest of %s: %w", dir, err)
+	}
+	return nil
+}
+
+// VerifyCheckpoint checks every file dir's manifest lists against its
+// SHA-256. A directory without a manifest inside a checkpoint that has
+// one (step-N/feedback) is checked against the entries under it. It
+// returns nil, ErrNoManifest, or an error wrapping ErrCorrupt that names
+// the first file that is missing or differs.
+func VerifyCheckpoint(dir string) error {
+	entries, root, err := readManifest(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		p := filepath.Join(root, filepath.FromSlash(e.path))
+		sum, err := fileSHA256(p)
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w: %w", dir, ErrCorrupt, err)
+		}
+		if sum != e.sum {
+			return fmt.Errorf("checkpoint %s: %w: %s has SHA-256 %s, its manifest says %s", dir, ErrCorrupt, e.path, sum, e.sum)
+		}
+	}
+	return nil
+}
+
+type manifestEntry struct{ sum, path string }
+
+// readManifest reads the manifest that covers dir: dir's own, else its
+// parent's entries under dir's name; root is the manifest's directory.
+func readManifest(dir string) ([]manifestEntry, string, error) {
+	root, prefix := dir, ""
+	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		root, prefix = filepath.Dir(dir), filepath.Base(dir)+"/"
+		if b, err = os.ReadFile(filepath.Join(root, ManifestFile)); errors.Is(err, fs.ErrNotExist) {
+			return nil, "", fmt.Errorf("checkpoint %s: %w", dir, ErrNoManifest)
+		}
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	entries, err := parseManifest(b)
+	if err != nil {
+		return nil, "", fmt.Errorf("checkpoint %s: %w: %s: %w", dir, ErrCorrupt, filepath.Join(root, ManifestFile), err)
+	}
+	if prefix == "" {
+		return entries, root, nil
+	}
+	var under []manifestEntry
+	for _, e := range entries {
+		if strings.HasPrefix(e.path, prefix) {
+			under = append(under, e)
+		}
+	}
+	if len(under) == 0 {
+		return nil, "", fmt.Errorf("checkpoint %s: %w", dir, ErrNoManifest)
+	}
+	return under, root, nil
+}
+
+// parseManifest parses "HEX  PATH" lines; a path must stay inside the
+// checkpoint (relative, no "..").
+func parseManifest(b []byte) ([]manifestEntry, error) {
+	var out []manifestEntry
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; sc.Scan(); n++ {
+		sum, p, ok := strings.Cut(sc.Text(), "  ")
+		if _, err := hex.DecodeString(sum); !ok || err != nil || len(sum) != 2*sha256.Size {
+			return nil, fmt.Errorf("line %d: want \"SHA256HEX  PATH\"", n)
+		}
+		if p == "" || path.IsAbs(p) || !filepath.IsLocal(filepath.FromSlash(p)) {
+			return nil, fmt.Errorf("line %d: path %q is not inside the checkpoint", n, p)
+		}
+		out = append(out, manifestEntry{sum, p})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty")
+	}
+	return out, nil
+}
+
+// NewestIntact returns the newest checkpoint of the run directory out
+// (Checkpoints) that is complete (has the driver's state, written after
+// the learner's files) and passes its manifest (VerifyCheckpoint).
+// skipped says why each newer checkpoint was passed over. A checkpoint
+// without a manifest (written before checkpoints had one) is taken,
+// unverified: then noManifest is set.
+func NewestIntact(out string) (dir string, skipped []error, noManifest bool, err error) {
+	cks, err := Checkpoints(out)
+	if err != nil {
+		return "", nil, false, err
+	}
+	for i := len(cks) - 1; i >= 0; i-- {
+		if _, err := os.Stat(filepath.Join(cks[i], DriverStateFile)); err != nil {
+			skipped = append(skipped, fmt.Errorf("%s: incomplete (%w)", cks[i], err))
+			continue
+		}
+		switch err := VerifyCheckpoint(cks[i]); {
+		case err == nil:
+			return cks[i], skipped, false, nil
+		case errors.Is(err, ErrNoManifest):
+			return cks[i], skipped, true, nil
+		default:
+			skipped = append(skipped, err)
+		}
+	}
+	return "", skipped, false, fmt.Errorf("no complete, intact checkpoint in %s", filepath.Join(out, "checkpoints"))
+}
+
+func fileSHA256(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("read %s: %w", p, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// writeSynced writes b to p and flushes it to disk.
+func writeSynced(p string, b []byte) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
