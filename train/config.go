@@ -50,7 +50,7 @@ type Config struct {
 	// the cores for code, 1 for math and gsm8k).
 	VerifyWorkers int
 	// SandboxMode is the code sandbox's mode: "" (bwrap where it works,
-	// else rlimits), "bwrap" or "rlimit".
+	// else namespaces), "bwrap", "namespaces" or "rlimit-only-trusted-code".
 	SandboxMode string
 	// PromptTemplate renders a problem into the prompt text (Go
 	// text/template over .Question); short prompts keep tiny models fast.

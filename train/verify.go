@@ -16,7 +16,7 @@ const (
 )
 
 // newVerifier builds the run's verifier. Code runs each program in
-// verify's sandbox (bwrap where it works, else rlimits; SandboxMode
+// verify's sandbox (bwrap where it works, else namespaces; SandboxMode
 // forces one) with verify.DefaultLimits: 10 s wall clock per program (the
 // process group is killed then), 3 s per test, 5 CPU seconds, 512 MiB of
 // address space, 32 processes, 16 MiB of files, 64 KiB of output, so a

@@ -17,7 +17,8 @@ func init() { commands["verify"] = verifyCommand }
 
 const verifyUsage = `usage:
   rlnode verify --task math|gsm8k|code --in FILE.jsonl [--out FILE.jsonl]
-                [--workers N] [--sandbox auto|bwrap|rlimit] [--last-number]
+                [--workers N] [--sandbox auto|bwrap|namespaces|rlimit-only-trusted-code]
+                [--last-number]
       score model responses offline. Each input line is a JSON object:
         math, gsm8k: {"response": "...", "answer": "..."}
         code:        {"response": "...", "tests": ["assert ...", ...], "setup": "..."}
@@ -26,6 +27,11 @@ const verifyUsage = `usage:
       be scored normally, "error". Lines that are not JSON objects are
       reported on stderr as FILE:LINE and left out; the others go on.
       Exit status 1 when any line was bad.
+      Code runs contained: under bubblewrap, else in namespaces of its own
+      (auto takes the first that works here, and refuses to run code when
+      neither does); rlimit-only-trusted-code contains nothing (the code
+      can reach this user's files, processes and the network) and is only
+      for code you trust.
 `
 
 func verifyCommand(args []string, stdout, stderr io.Writer) int {
@@ -36,7 +42,7 @@ func verifyCommand(args []string, stdout, stderr io.Writer) int {
 	in := fs.String("in", "", "input JSONL file")
 	out := fs.String("out", "", "output JSONL file (default stdout)")
 	workers := fs.Int("workers", runtime.NumCPU(), "lines scored at once")
-	sandboxMode := fs.String("sandbox", "auto", "code sandbox: auto (bwrap when it works), bwrap or rlimit")
+	sandboxMode := fs.String("sandbox", "auto", "code sandbox: auto (bwrap when it works, else namespaces), bwrap, namespaces, or rlimit-only-trusted-code (contains nothing)")
 	lastNumber := fs.Bool("last-number", false, "gsm8k: take the last number of a response that states no answer")
 	err := parseFlags(fs, args, "task", "in")
 	if errors.Is(err, flag.ErrHelp) {

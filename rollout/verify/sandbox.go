@@ -21,33 +21,37 @@ import (
 )
 
 // The code sandbox runs untrusted Python in a separate process of
-// /usr/bin/python3 -I with, in both modes,
+// /usr/bin/python3 -I with, in every mode,
 //
 //   - rlimits set by the harness before any untrusted code runs (address
 //     space, CPU seconds, processes, file size, open files, no core dumps);
 //   - a wall-clock limit, after which the whole process group is killed;
 //   - stdout and stderr capped (the pipe is closed past the cap);
-//   - a private temp dir as working directory and HOME, removed afterwards;
+//   - a private temp dir as working directory and HOME;
 //   - a uid of its own per concurrent slot when rlnode runs as root, so
 //     that RLIMIT_NPROC applies (the kernel exempts root from it) and
 //     root-owned files are out of reach.
 //
-// ModeBwrap adds bubblewrap: new user, pid, network, ipc, uts and cgroup
-// namespaces (no network at all), a read-only view of /usr and the /lib
-// links only, a size-capped tmpfs as /tmp, a new session, and death with
-// the parent. ModeRlimit is the fallback where bwrap is missing or cannot
-// create namespaces; as root it still unshares the network, pid, ipc and
-// uts namespaces, but as another user it leaves the network reachable and
-// world-writable directories (/tmp) writable: Sandbox.Isolation says
-// which case ran.
+// ModeBwrap runs it under bubblewrap: new user, pid, network, ipc, uts
+// and cgroup namespaces (no network at all), a read-only view of /usr and
+// the /lib links only, a size-capped tmpfs as /tmp, a new session, and
+// death with the parent. ModeNamespaces builds the same with the
+// kernel's namespaces directly (nsinit.go), for hosts without bubblewrap.
+// In both, the code sees no host process, file outside /usr, or network,
+// and nothing it starts outlives its run: the pid namespace dies with it.
+// ModeRlimitOnly has the rlimits alone and contains nothing (the code
+// can signal the caller's processes, read its files, reach the network
+// and leave processes and files behind); it is only for code the user
+// trusts, and is never chosen unless asked for by name.
 
 //go:embed harness.py
 var harnessSource string
 
 // Sandbox modes.
 const (
-	ModeBwrap  = "bwrap"
-	ModeRlimit = "rlimit"
+	ModeBwrap      = "bwrap"
+	ModeNamespaces = "namespaces"
+	ModeRlimitOnly = "rlimit-only-trusted-code"
 )
 
 // Limits bound one sandboxed run.
@@ -78,7 +82,7 @@ func DefaultLimits() Limits {
 
 // SandboxConfig configures NewSandbox; zero fields take the defaults.
 type SandboxConfig struct {
-	Mode        string // "" (bwrap when it works, else rlimit), ModeBwrap or ModeRlimit
+	Mode        string // "" (bwrap when it works, else namespaces), ModeBwrap, ModeNamespaces or ModeRlimitOnly
 	Python      string // interpreter; default /usr/bin/python3
 	Bwrap       string // bubblewrap binary; default "bwrap" from PATH
 	Limits      Limits // zero value: DefaultLimits
@@ -96,12 +100,14 @@ type Sandbox struct {
 	mode      string
 	isolation string
 	asRoot    bool
+	userns    bool // ModeNamespaces: a user namespace too (always, unless running as root where the kernel refuses one)
 	slots     chan int
 }
 
-// NewSandbox checks the interpreter and picks the mode: it runs a probe
-// through bwrap and takes ModeBwrap when that works (an error when
-// ModeBwrap was asked for and it does not), ModeRlimit otherwise.
+// NewSandbox checks the interpreter and picks the mode: with Mode "" it
+// runs a probe through bwrap, then through ModeNamespaces, and takes the
+// first that works; when neither does it fails, naming ModeRlimitOnly.
+// A mode asked for by name that cannot run here is an error.
 func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 	if cfg.Python == "" {
 		cfg.Python = "/usr/bin/python3"
@@ -138,29 +144,54 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 	for i := range cfg.Concurrency {
 		s.slots <- i
 	}
+	const contained = "user, pid, network, ipc and uts namespaces; read-only /usr; tmpfs /tmp; rlimits"
+	var bwrapErr, nsErr error
 	switch cfg.Mode {
-	case "", ModeBwrap:
-		err := s.probeBwrap()
-		if err == nil {
-			s.mode = ModeBwrap
-			s.isolation = "bwrap: user, pid, network, ipc, uts and cgroup namespaces; read-only /usr; tmpfs /tmp; rlimits"
+	case "", ModeBwrap, ModeNamespaces:
+		if cfg.Mode != ModeNamespaces {
+			if bwrapErr = s.probe(ModeBwrap); bwrapErr == nil {
+				s.mode = ModeBwrap
+				s.isolation = "bwrap: " + contained + "; cgroup namespace"
+				break
+			}
+			if cfg.Mode == ModeBwrap {
+				return nil, fmt.Errorf("sandbox mode bwrap: %w", bwrapErr)
+			}
+		}
+		s.userns = true
+		nsErr = s.probe(ModeNamespaces)
+		if nsErr != nil && s.asRoot {
+			// Root can make the other namespaces without a user one.
+			s.userns = false
+			if s.probe(ModeNamespaces) != nil {
+				s.userns = true
+			} else {
+				nsErr = nil
+			}
+		}
+		if nsErr == nil {
+			s.mode = ModeNamespaces
+			s.isolation = "namespaces: " + contained
+			if !s.userns {
+				s.isolation = "namespaces: " + strings.Replace(contained, "user, ", "", 1)
+			}
 			break
 		}
-		if cfg.Mode == ModeBwrap {
-			return nil, fmt.Errorf("sandbox mode bwrap: %w", err)
+		if cfg.Mode == ModeNamespaces {
+			return nil, fmt.Errorf("sandbox mode namespaces: %w", nsErr)
 		}
-		s.mode = ModeRlimit
-	case ModeRlimit:
-		s.mode = ModeRlimit
-	default:
-		return nil, fmt.Errorf("sandbox mode %q: want %q or %q", cfg.Mode, ModeBwrap, ModeRlimit)
-	}
-	if s.mode == ModeRlimit {
+		return nil, fmt.Errorf("no sandbox can contain code on this host (bwrap: %v; namespaces: %v); "+
+			"install bubblewrap or allow user namespaces, or, only for code you trust, use sandbox mode %q", bwrapErr, nsErr, ModeRlimitOnly)
+	case ModeRlimitOnly:
+		s.mode = ModeRlimitOnly
+		s.isolation = "rlimit-only: rlimits alone; the code is trusted: it can reach the network, this user's files and processes"
 		if s.asRoot {
-			s.isolation = "rlimit: rlimits; own uid per slot; network, pid, ipc and uts namespaces"
-		} else {
-			s.isolation = "rlimit: rlimits only (no network isolation; world-writable paths writable)"
+			s.isolation = "rlimit-only: rlimits; own uid per slot; network, pid, ipc and uts namespaces; the code is trusted: it can write to world-writable paths"
 		}
+	case "rlimit":
+		return nil, fmt.Errorf("sandbox mode %q: does not contain untrusted code; use %q (the default picks bwrap or namespaces), or %q for code you trust", cfg.Mode, ModeNamespaces, ModeRlimitOnly)
+	default:
+		return nil, fmt.Errorf("sandbox mode %q: want %q, %q or %q", cfg.Mode, ModeBwrap, ModeNamespaces, ModeRlimitOnly)
 	}
 	if s.asRoot {
 		s.isolation += fmt.Sprintf("; uids %d..%d", cfg.UIDBase, cfg.UIDBase+cfg.Concurrency-1)
@@ -168,7 +199,7 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 	return s, nil
 }
 
-// Mode is ModeBwrap or ModeRlimit: which sandbox runs the code.
+// Mode is ModeBwrap, ModeNamespaces or ModeRlimitOnly: which sandbox runs the code.
 func (s *Sandbox) Mode() string { return s.mode }
 
 // Isolation describes in words what the sandbox's mode isolates.
@@ -177,29 +208,63 @@ func (s *Sandbox) Isolation() string { return s.isolation }
 // Limits are the limits each run gets.
 func (s *Sandbox) Limits() Limits { return s.cfg.Limits }
 
-func (s *Sandbox) probeBwrap() error {
-	path, err := exec.LookPath(s.cfg.Bwrap)
-	if err != nil {
-		return err
+// probe runs a trivial program in mode.
+func (s *Sandbox) probe(mode string) error {
+	if mode == ModeBwrap {
+		path, err := exec.LookPath(s.cfg.Bwrap)
+		if err != nil {
+			return err
+		}
+		s.cfg.Bwrap = path
 	}
-	s.cfg.Bwrap = path
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	slot := <-s.slots
 	defer func() { s.slots <- slot }()
-	args := append(s.bwrapArgs(), s.cfg.Python, "-I", "-c", "print('ok')")
+	args, dir, err := s.command(mode, slot, "print('ok')")
+	if err != nil {
+		return err
+	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.SysProcAttr = s.sysProcAttr(slot, ModeBwrap)
-	cmd.Dir = "/"
+	if mode == ModeNamespaces {
+		cmd.Args[0] = nsInitArg0
+	}
+	cmd.SysProcAttr = s.sysProcAttr(slot, mode)
+	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("probe %s: %w: %s", path, err, bytes.TrimSpace(out))
+		return fmt.Errorf("probe %s: %w: %s", args[0], err, bytes.TrimSpace(out))
 	}
 	if string(bytes.TrimSpace(out)) != "ok" {
-		return fmt.Errorf("probe %s: unexpected output %q", path, out)
+		return fmt.Errorf("probe %s: unexpected output %q", args[0], out)
 	}
 	return nil
+}
+
+// command is the command line that runs Python's -c program in mode
+// (ModeBwrap or ModeNamespaces) and its working directory.
+func (s *Sandbox) command(mode string, slot int, program string) ([]string, string, error) {
+	python := []string{s.cfg.Python, "-I", "-c", program}
+	if mode == ModeBwrap {
+		return append(s.bwrapArgs(), python...), "/", nil
+	}
+	cfg := nsInitConfig{Host: s.cfg.TempDir, TmpBytes: s.cfg.Limits.FileBytes}
+	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"} {
+		if _, err := os.Readlink(d); err == nil {
+			cfg.Links = append(cfg.Links, d)
+		} else if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			cfg.Dirs = append(cfg.Dirs, d)
+		}
+	}
+	if s.asRoot && !s.userns {
+		cfg.UID, cfg.GID = s.cfg.UIDBase+slot, s.cfg.UIDBase+slot
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	return append([]string{"/proc/self/exe", string(b)}, python...), "/", nil
 }
 
 // bwrapArgs is the bubblewrap command line up to the program.
@@ -229,14 +294,36 @@ func (s *Sandbox) bwrapArgs() []string {
 }
 
 // sysProcAttr puts the child in its own process group (so the wall-clock
-// kill reaches its children), kills it with its parent, and as root
-// switches to the slot's uid and, in rlimit mode, unshares namespaces.
+// kill reaches its children) and kills it with its parent. In
+// ModeNamespaces it makes the namespaces, mapping uid and gid 0 inside to
+// the caller's (as root: the slot's) ids. As root in the other modes it
+// switches to the slot's uid and, in ModeRlimitOnly, unshares the
+// namespaces that need no mounts.
 func (s *Sandbox) sysProcAttr(slot int, mode string) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	uid := uint32(s.cfg.UIDBase + slot)
+	if mode == ModeNamespaces {
+		attr.Cloneflags = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
+		if !s.userns {
+			return attr // the init runs as root and starts Python as the slot's uid
+		}
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		hostUID, hostGID := os.Getuid(), os.Getgid()
+		// Become uid 0 of the namespace, so the host sees the mapped ids
+		// (not the caller's) on every file access.
+		attr.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
+		if s.asRoot {
+			hostUID, hostGID = int(uid), int(uid)
+			attr.GidMappingsEnableSetgroups = true
+			attr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
+		}
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}}
+		return attr
+	}
 	if s.asRoot {
-		uid := uint32(s.cfg.UIDBase + slot)
 		attr.Credential = &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}
-		if mode == ModeRlimit {
+		if mode == ModeRlimitOnly {
 			attr.Cloneflags = syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
 		}
 	}
@@ -337,10 +424,7 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 	var args []string
 	var dir string
 	env := []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
-	if s.mode == ModeBwrap {
-		args = append(s.bwrapArgs(), s.cfg.Python, "-I", "-c", harnessSource)
-		dir = "/"
-	} else {
+	if s.mode == ModeRlimitOnly {
 		dir, err = os.MkdirTemp(s.cfg.TempDir, "rlnode-sandbox-")
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: temp dir: %w", err)
@@ -354,16 +438,22 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 		}
 		args = []string{s.cfg.Python, "-I", "-c", harnessSource}
 		env = append(env, "HOME="+dir, "TMPDIR="+dir)
+	} else if args, dir, err = s.command(s.mode, slot, harnessSource); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 
 	runCtx, cancel := context.WithTimeout(ctx, lim.Wall)
 	defer cancel()
 	cmd := exec.CommandContext(runCtx, args[0], args[1:]...)
+	if s.mode == ModeNamespaces {
+		cmd.Args[0] = nsInitArg0
+	}
 	cmd.Dir = dir
 	cmd.Env = env
 	cmd.SysProcAttr = s.sysProcAttr(slot, s.mode)
 	cmd.Cancel = func() error {
-		// The whole group: bwrap or python and anything it forked.
+		// The whole group: bwrap, the init or python and anything it
+		// forked (with a pid namespace, all of it dies with its init).
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	cmd.WaitDelay = 2 * time.Second
@@ -387,8 +477,8 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 	reports := make(chan []reportLine, 1)
 	go func() { reports <- readReports(reportR, nonce) }()
 	waitErr := cmd.Wait()
-	// Kill anything of the group still alive (rlimit mode without a pid
-	// namespace), then stop reading the report pipe if a straggler holds
+	// Kill anything of the group still alive (ModeRlimitOnly without a
+	// pid namespace), then stop reading the report pipe if a straggler holds
 	// it open.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	var lines []reportLine

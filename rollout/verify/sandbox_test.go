@@ -5,10 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -27,20 +32,23 @@ func testLimits() Limits {
 	}
 }
 
-// sandboxes returns a sandbox for each mode this host supports: rlimit
-// always, bwrap when bubblewrap can create its namespaces here. Where it
-// cannot, a bwrap subtest is skipped and says why, so the isolation
-// subtests never go missing unnoticed; RLNODE_REQUIRE_BWRAP=1 (a host that
-// must contain code with bwrap) makes that a failure.
+// sandboxes returns a sandbox for each mode this host supports:
+// rlimit-only always, bwrap when bubblewrap can create its namespaces
+// here, namespaces when the kernel lets this user make them. Where one
+// cannot run, its subtest is skipped and says why, so the isolation
+// subtests never go missing unnoticed; RLNODE_REQUIRE_BWRAP=1 and
+// RLNODE_REQUIRE_NAMESPACES=1 (a host that must contain code that way)
+// make that a failure.
 func sandboxes(t testing.TB) map[string]*Sandbox {
 	t.Helper()
 	out := map[string]*Sandbox{}
-	for _, mode := range []string{ModeBwrap, ModeRlimit} {
+	for _, mode := range []string{ModeBwrap, ModeNamespaces, ModeRlimitOnly} {
 		s, err := NewSandbox(SandboxConfig{Mode: mode, Limits: testLimits(), Concurrency: 2})
 		if err != nil {
-			if mode == ModeBwrap && os.Getenv("RLNODE_REQUIRE_BWRAP") == "" {
+			if mode == ModeBwrap && os.Getenv("RLNODE_REQUIRE_BWRAP") == "" ||
+				mode == ModeNamespaces && os.Getenv("RLNODE_REQUIRE_NAMESPACES") == "" {
 				skip := func(t testing.TB) {
-					t.Skipf("bubblewrap cannot run here (RLNODE_REQUIRE_BWRAP=1 makes this a failure): %v", err)
+					t.Skipf("%s cannot run here (RLNODE_REQUIRE_BWRAP=1 or RLNODE_REQUIRE_NAMESPACES=1 makes this a failure): %v", mode, err)
 				}
 				switch t := t.(type) {
 				case *testing.T:
@@ -247,7 +255,7 @@ print(children, error)
 				}
 			})
 			t.Run("socket", func(t *testing.T) {
-				if mode == ModeRlimit && os.Geteuid() != 0 {
+				if mode == ModeRlimitOnly && os.Geteuid() != 0 {
 					t.Skip("rlimit mode as a non-root user leaves the network reachable (Isolation says so)")
 				}
 				ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -277,7 +285,7 @@ print(children, error)
 				}
 			})
 			t.Run("write outside the temp dir", func(t *testing.T) {
-				if mode == ModeRlimit && os.Geteuid() != 0 {
+				if mode == ModeRlimitOnly && os.Geteuid() != 0 {
 					t.Skip("rlimit mode as a non-root user runs with the user's own file permissions")
 				}
 				hostDir := t.TempDir()
@@ -294,7 +302,7 @@ print(children, error)
 						t.Errorf("%s was written on the host (%v)", p, err)
 					}
 				}
-				if dir := strings.TrimSpace(string(run.Stdout)); mode == ModeRlimit {
+				if dir := strings.TrimSpace(string(run.Stdout)); mode == ModeRlimitOnly {
 					if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 						t.Errorf("temp dir %s left behind (%v)", dir, err)
 					}
@@ -319,7 +327,7 @@ print(children, error)
 
 func TestCodeVerify(t *testing.T) {
 	modes := sandboxes(t)
-	s := modes[ModeRlimit]
+	s := modes[ModeRlimitOnly]
 	if b, ok := modes[ModeBwrap]; ok {
 		s = b
 	}
@@ -381,4 +389,301 @@ func BenchmarkBarePython(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "execs/s")
+}
+
+// escapeChildEnv marks the test binary run again as uid 65534 by
+// TestSandboxEscapes.
+const escapeChildEnv = "RLNODE_SANDBOX_ESCAPE_CHILD"
+
+// TestSandboxEscapes runs programs that try to get out of the sandbox, as
+// the user running the tests and, when that is root, again as uid 65534
+// (the test binary started once more under that uid): each must stay
+// contained in every mode that claims to contain code.
+func TestSandboxEscapes(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Run("as root", sandboxEscapes)
+		t.Run("as an unprivileged user", escapesAsNobody)
+		return
+	}
+	t.Run("as an unprivileged user", sandboxEscapes)
+	if os.Getenv(escapeChildEnv) == "" {
+		t.Run("as root", func(t *testing.T) { t.Skip("the tests do not run as root, so the root case cannot be run") })
+	}
+}
+
+// escapesAsNobody runs TestSandboxEscapes in a copy of the test binary as
+// uid and gid 65534 and fails if it fails.
+func escapesAsNobody(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "verify-escapes.test")
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-test.run", "^TestSandboxEscapes$", "-test.v", "-test.count=1")
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=/tmp", "HOME=" + dir, escapeChildEnv + "=1"}
+	for _, k := range []string{"RLNODE_REQUIRE_BWRAP", "RLNODE_REQUIRE_NAMESPACES"} {
+		if v := os.Getenv(k); v != "" {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	t.Logf("as uid 65534:\n%s", out)
+	if err != nil {
+		t.Fatalf("the test as uid 65534 failed: %v", err)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestSandboxEscapes/as_an_unprivileged_user") {
+		t.Fatal("the test as uid 65534 did not pass")
+	}
+}
+
+// containingSandboxes are the sandboxes of the modes that claim to
+// contain code.
+func containingSandboxes(t *testing.T) map[string]*Sandbox {
+	out := sandboxes(t)
+	delete(out, ModeRlimitOnly)
+	if len(out) == 0 {
+		t.Fatal("no mode that contains code can run here")
+	}
+	return out
+}
+
+func sandboxEscapes(t *testing.T) {
+	nonce := fmt.Sprintf("rlnode-escape-%d-%d", os.Getpid(), time.Now().UnixNano())
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mode, s := range containingSandboxes(t) {
+		t.Run(mode, func(t *testing.T) {
+			t.Run("kill the verifier by its parent pids", func(t *testing.T) {
+				// Every ancestor the program can see gets SIGKILL; if one
+				// is this process, the test dies.
+				run := runJob(t, s, PythonJob{Program: `import os, signal
+seen = []
+p = os.getppid()
+while p > 0 and len(seen) < 10:
+    seen.append(p)
+    try:
+        status = open('/proc/%d/status' % p).read()
+        nxt = int(status.split('PPid:')[1].split()[0])
+    except Exception:
+        nxt = 0
+    try:
+        os.kill(p, signal.SIGKILL)
+    except OSError:
+        pass
+    p = nxt
+print(seen)
+`, Tests: []string{"assert True"}})
+				t.Logf("ancestors seen: %s", run.Stdout)
+			})
+			t.Run("kill the verifier found in /proc", func(t *testing.T) {
+				run := runJob(t, s, PythonJob{Program: fmt.Sprintf(`import os, signal
+found = []
+for p in os.listdir('/proc'):
+    if not p.isdigit() or int(p) == os.getpid():
+        continue
+    try:
+        cmdline = open('/proc/%%s/cmdline' %% p, 'rb').read()
+    except OSError:
+        continue
+    if %q.encode() in cmdline:
+        found.append(int(p))
+        try:
+            os.kill(int(p), signal.SIGKILL)
+        except OSError:
+            pass
+print(found)
+`, filepath.Base(exe)), Tests: []string{"assert found == []"}})
+				if run.Passed != 1 {
+					t.Fatalf("the program saw the verifier's process: %s", run.Stdout)
+				}
+			})
+			t.Run("read a 0600 file of the same user", func(t *testing.T) {
+				secret := filepath.Join(t.TempDir(), "secret")
+				if err := os.WriteFile(secret, []byte(nonce), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				run := runJob(t, s, PythonJob{Program: fmt.Sprintf(`try:
+    got = open(%q).read()
+except OSError as e:
+    got = type(e).__name__
+print(got)
+`, secret), Tests: []string{"assert True"}})
+				if strings.Contains(string(run.Stdout), nonce) || run.Passed != 1 {
+					t.Fatalf("the program read %s: %+v stdout %q", secret, run, run.Stdout)
+				}
+			})
+			t.Run("leave a daemon running", func(t *testing.T) {
+				marker := nonce + "-daemon-" + mode
+				run := runJob(t, s, PythonJob{Program: fmt.Sprintf(`import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv('/usr/bin/python3', ['python3', '-c', 'import time; time.sleep(60)', %q])
+    os._exit(0)
+os.wait()
+started = False
+for i in range(100):
+    for p in os.listdir('/proc'):
+        try:
+            started = started or %q in open('/proc/%%s/cmdline' %% p).read()
+        except Exception:
+            pass
+    if started:
+        break
+    time.sleep(0.03)
+`, marker, marker), Tests: []string{"assert started"}})
+				if run.Passed != 1 {
+					t.Fatalf("the daemon did not start: %+v", run)
+				}
+				var left []int
+				for range 20 {
+					if left = processesWith(t, marker); len(left) == 0 {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if len(left) > 0 {
+					for _, pid := range left {
+						syscall.Kill(pid, syscall.SIGKILL)
+					}
+					t.Fatalf("processes started in the sandbox still run after it: %v", left)
+				}
+			})
+			t.Run("reach a control endpoint on loopback", func(t *testing.T) {
+				var hits atomic.Int32
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					hits.Add(1)
+					fmt.Fprintln(w, "stopping")
+				}))
+				defer srv.Close()
+				run := runJob(t, s, PythonJob{Program: fmt.Sprintf(`import urllib.request
+try:
+    got = urllib.request.urlopen(urllib.request.Request(%q, data=b'{}', method='POST'), timeout=1).read().decode()
+except Exception as e:
+    got = type(e).__name__
+print(got)
+`, srv.URL+"/stop"), Tests: []string{"assert 'stopping' not in got"}})
+				if hits.Load() != 0 || run.Passed != 1 {
+					t.Fatalf("the program reached %s: %d requests, %+v stdout %q", srv.URL, hits.Load(), run, run.Stdout)
+				}
+			})
+			t.Run("leave files in /tmp, /var/tmp and /dev/shm", func(t *testing.T) {
+				var paths []string
+				for _, d := range []string{"/tmp", "/var/tmp", "/dev/shm"} {
+					paths = append(paths, filepath.Join(d, nonce+"-"+mode))
+				}
+				run := runJob(t, s, PythonJob{Program: fmt.Sprintf(`written = []
+for p in %s:
+    try:
+        with open(p, 'w') as f:
+            f.write('x')
+        written.append(p)
+    except OSError:
+        pass
+print(written)
+`, pyList(paths)), Tests: []string{"assert True"}})
+				if run.Passed != 1 {
+					t.Fatalf("the program did not run: %+v", run)
+				}
+				for _, p := range paths {
+					if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+						os.Remove(p)
+						t.Errorf("%s was left on the host (%v)", p, err)
+					}
+				}
+			})
+			t.Run("capabilities", func(t *testing.T) {
+				run := runJob(t, s, PythonJob{Program: `caps = {}
+for line in open('/proc/self/status'):
+    k, _, v = line.partition(':')
+    if k in ('CapInh', 'CapPrm', 'CapEff', 'CapAmb', 'NoNewPrivs'):
+        caps[k] = v.strip()
+print(caps)
+`, Tests: []string{"assert int(caps['CapPrm'], 16) == 0 and int(caps['CapEff'], 16) == 0 and int(caps['CapInh'], 16) == 0 and int(caps['CapAmb'], 16) == 0", "assert caps['NoNewPrivs'] == '1'"}})
+				if run.Passed != 2 {
+					t.Fatalf("the program holds capabilities or may gain them: %s", run.Stdout)
+				}
+			})
+		})
+	}
+}
+
+func pyList(items []string) string {
+	quoted := make([]string, len(items))
+	for i, s := range items {
+		quoted[i] = fmt.Sprintf("%q", s)
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
+}
+
+// processesWith lists the host's live processes whose command line
+// contains marker.
+func processesWith(t *testing.T, marker string) []int {
+	t.Helper()
+	var found []int
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(b), marker) {
+			continue
+		}
+		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if f := strings.Fields(string(stat) + " ? ? ?"); f[2] != "Z" {
+			found = append(found, pid)
+		}
+	}
+	return found
+}
+
+// TestSandboxModeChoice: without bubblewrap the default takes the
+// namespaces; the mode that contains nothing is only taken by its name.
+func TestSandboxModeChoice(t *testing.T) {
+	if _, err := NewSandbox(SandboxConfig{Mode: ModeNamespaces, Concurrency: 1}); err != nil {
+		t.Skipf("namespaces cannot run here (the default then refuses code): %v", err)
+	}
+	for _, tc := range []struct {
+		mode, bwrap, want, errHas string
+	}{
+		{"", "/nonexistent/bwrap", ModeNamespaces, ""},
+		{ModeBwrap, "/nonexistent/bwrap", "", "sandbox mode bwrap"},
+		{"rlimit", "", "", "rlimit-only-trusted-code"},
+		{"chroot", "", "", `sandbox mode "chroot"`},
+		{ModeRlimitOnly, "", ModeRlimitOnly, ""},
+	} {
+		s, err := NewSandbox(SandboxConfig{Mode: tc.mode, Bwrap: tc.bwrap, Concurrency: 1})
+		switch {
+		case tc.errHas != "" && (err == nil || !strings.Contains(err.Error(), tc.errHas)):
+			t.Errorf("mode %q, bwrap %q: error %v, want one containing %q", tc.mode, tc.bwrap, err, tc.errHas)
+		case tc.errHas == "" && err != nil:
+			t.Errorf("mode %q, bwrap %q: %v", tc.mode, tc.bwrap, err)
+		case tc.errHas == "" && s.Mode() != tc.want:
+			t.Errorf("mode %q, bwrap %q: got mode %s, want %s", tc.mode, tc.bwrap, s.Mode(), tc.want)
+		}
+	}
 }
