@@ -611,6 +611,7 @@ print(written)
 					}
 				}
 			})
+			t.Run("outlive a verifier killed during the run", func(t *testing.T) { killedVerifier(t, mode) })
 			t.Run("capabilities", func(t *testing.T) {
 				run := runJob(t, s, PythonJob{Program: `caps = {}
 for line in open('/proc/self/status'):
@@ -686,4 +687,69 @@ func TestSandboxModeChoice(t *testing.T) {
 			t.Errorf("mode %q, bwrap %q: got mode %s, want %s", tc.mode, tc.bwrap, s.Mode(), tc.want)
 		}
 	}
+}
+
+// victimEnv makes TestSandboxVictim run: the test binary started again
+// by TestSandboxEscapes, as a verifier that gets SIGKILL mid-run.
+const victimEnv = "RLNODE_SANDBOX_VICTIM"
+
+// TestSandboxVictim is not a test of its own: run by
+// TestSandboxEscapes, it starts a program in the sandbox of mode
+// RLNODE_SANDBOX_VICTIM_MODE that leaves a daemon named by victimEnv and
+// waits for the kill.
+func TestSandboxVictim(t *testing.T) {
+	marker := os.Getenv(victimEnv)
+	if marker == "" {
+		t.Skip("runs only as TestSandboxEscapes's child")
+	}
+	lim := testLimits()
+	lim.Wall, lim.Test, lim.CPUSeconds = time.Minute, time.Minute, 60
+	s, err := NewSandbox(SandboxConfig{Mode: os.Getenv(victimEnv + "_MODE"), Limits: lim, Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := s.RunPython(context.Background(), PythonJob{Program: fmt.Sprintf(`import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv('/usr/bin/python3', ['python3', '-c', 'import time; time.sleep(60)', %q])
+    os._exit(0)
+time.sleep(60)
+`, marker), Tests: []string{"assert True"}})
+	t.Fatalf("the run ended before the verifier was killed: %+v %v", run, err)
+}
+
+// killedVerifier: when the verifier dies by SIGKILL during a run in
+// mode, nothing the run started survives it.
+func killedVerifier(t *testing.T, mode string) {
+	marker := fmt.Sprintf("rlnode-victim-%d-%d-%s", os.Getpid(), time.Now().UnixNano(), mode)
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestSandboxVictim$", "-test.count=1")
+	cmd.Env = append(os.Environ(), victimEnv+"="+marker, victimEnv+"_MODE="+mode)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(processesWith(t, marker)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon did not start within 20 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	var left []int
+	for range 50 {
+		if left = processesWith(t, marker); len(left) == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, pid := range left {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	t.Fatalf("processes of the sandbox outlived the killed verifier: %v", left)
 }
