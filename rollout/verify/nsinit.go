@@ -14,8 +14,9 @@ import (
 // argv[0] nsInitArg0 inside new user (where the kernel allows them),
 // mount, pid, network, ipc and uts namespaces. The init builds a root of
 // its own (read-only /usr, the /lib links, a fresh /proc, a minimal /dev,
-// size-capped tmpfs /tmp and /dev/shm; nothing else of the host), sets
-// no-new-privs, drops every capability from its bounding set, makes
+// size-capped tmpfs /tmp and /dev/shm; nothing else of the host),
+// forbids user namespaces inside its own, sets no-new-privs and a seccomp
+// filter (seccomp.go), drops every capability from its bounding set, makes
 // itself undumpable and runs Python as its child, reaping orphans. When
 // Python exits the init exits with its status, and the kernel kills
 // everything left in the pid namespace.
@@ -30,6 +31,7 @@ type nsInitConfig struct {
 	Links    []string // top-level host paths that are symlinks, recreated as such
 	Dirs     []string // top-level host directories bound read-only (besides /usr)
 	TmpBytes int64    // size of /tmp and /dev/shm
+	UserNS   bool     // the init runs in a user namespace of its own
 	UID, GID int      // Python's ids when the init runs as real root (no user namespace); 0 otherwise
 }
 
@@ -199,6 +201,14 @@ func nsSetup(cfg nsInitConfig) error {
 		return err
 	}
 	_ = syscall.Sethostname([]byte("sandbox"))
+	if cfg.UserNS {
+		// The limit is the namespace's own: no user namespace can be
+		// made inside it, which keeps the kernel's code for them (and
+		// the capabilities a new one would hold) out of reach.
+		if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0\n"), 0); err != nil {
+			return fmt.Errorf("refuse nested user namespaces: %w", err)
+		}
+	}
 
 	// Privileges. Python, forked from this thread, inherits no-new-privs
 	// and an empty bounding set, so no exec gives it a capability, even
@@ -208,6 +218,9 @@ func nsSetup(cfg nsInitConfig) error {
 	}
 	if err := prctl(prSetNoNewPrivs, 1); err != nil {
 		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+	}
+	if _, err := installSeccomp(); err != nil {
+		return err
 	}
 	if err := prctl(prCapAmbient, prCapAmbientClrAll); err != nil && !errors.Is(err, syscall.EINVAL) {
 		return fmt.Errorf("prctl(PR_CAP_AMBIENT_CLEAR_ALL): %w", err)

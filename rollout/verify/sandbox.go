@@ -257,6 +257,7 @@ func (s *Sandbox) command(mode string, slot int, program string) ([]string, stri
 			cfg.Dirs = append(cfg.Dirs, d)
 		}
 	}
+	cfg.UserNS = s.userns
 	if s.asRoot && !s.userns {
 		cfg.UID, cfg.GID = s.cfg.UIDBase+slot, s.cfg.UIDBase+slot
 	}

@@ -188,6 +188,25 @@ func TestSandboxProgramErrors(t *testing.T) {
 	}
 }
 
+// TestSandboxThreads: honest programs may start threads and processes
+// (glibc's clone3 is refused by ModeNamespaces's filter; libc falls back).
+func TestSandboxThreads(t *testing.T) {
+	for mode, s := range sandboxes(t) {
+		t.Run(mode, func(t *testing.T) {
+			run := runJob(t, s, PythonJob{Program: `import subprocess, sys, threading
+out = []
+th = threading.Thread(target=lambda: out.append(sum(range(10))))
+th.start()
+th.join()
+child = subprocess.run([sys.executable, '-c', 'print(6 * 7)'], capture_output=True, text=True).stdout.strip()
+`, Tests: []string{"assert out == [45]", "assert child == '42'"}})
+			if run.Passed != 2 {
+				t.Fatalf("threads or processes failed: %+v", run)
+			}
+		})
+	}
+}
+
 func TestSandboxHostile(t *testing.T) {
 	for mode, s := range sandboxes(t) {
 		t.Run(mode, func(t *testing.T) {
@@ -453,15 +472,35 @@ func escapesAsNobody(t *testing.T) {
 	}
 }
 
+// nsWithoutUserNS names ModeNamespaces as root without a user namespace
+// (what root falls back to where the kernel refuses one).
+const nsWithoutUserNS = "namespaces-as-root-without-userns"
+
 // containingSandboxes are the sandboxes of the modes that claim to
-// contain code.
+// contain code, and as root the namespaces without a user namespace.
 func containingSandboxes(t *testing.T) map[string]*Sandbox {
 	out := sandboxes(t)
 	delete(out, ModeRlimitOnly)
 	if len(out) == 0 {
 		t.Fatal("no mode that contains code can run here")
 	}
+	if os.Geteuid() == 0 {
+		s, err := namespacesWithoutUserNS(testLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[nsWithoutUserNS] = s
+	}
 	return out
+}
+
+func namespacesWithoutUserNS(lim Limits) (*Sandbox, error) {
+	s, err := NewSandbox(SandboxConfig{Mode: ModeNamespaces, Limits: lim, Concurrency: 2})
+	if err != nil {
+		return nil, err
+	}
+	s.userns = false
+	return s, s.probe(ModeNamespaces)
 }
 
 func sandboxEscapes(t *testing.T) {
@@ -611,6 +650,16 @@ print(written)
 					}
 				}
 			})
+			t.Run("make a user namespace", func(t *testing.T) {
+				run := runJob(t, s, PythonJob{Program: `import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+got = libc.unshare(0x10000000)
+print(got, ctypes.get_errno())
+`, Tests: []string{"assert got == -1"}})
+				if run.Passed != 1 {
+					t.Fatalf("the program made a user namespace (and held every capability in it): %+v stdout %q", run, run.Stdout)
+				}
+			})
 			t.Run("outlive a verifier killed during the run", func(t *testing.T) { killedVerifier(t, mode) })
 			t.Run("capabilities", func(t *testing.T) {
 				run := runJob(t, s, PythonJob{Program: `caps = {}
@@ -704,7 +753,13 @@ func TestSandboxVictim(t *testing.T) {
 	}
 	lim := testLimits()
 	lim.Wall, lim.Test, lim.CPUSeconds = time.Minute, time.Minute, 60
-	s, err := NewSandbox(SandboxConfig{Mode: os.Getenv(victimEnv + "_MODE"), Limits: lim, Concurrency: 1})
+	var s *Sandbox
+	var err error
+	if mode := os.Getenv(victimEnv + "_MODE"); mode == nsWithoutUserNS {
+		s, err = namespacesWithoutUserNS(lim)
+	} else {
+		s, err = NewSandbox(SandboxConfig{Mode: mode, Limits: lim, Concurrency: 1})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
