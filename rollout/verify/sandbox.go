@@ -27,7 +27,7 @@ import (
 //     space, CPU seconds, processes, file size, open files, no core dumps);
 //   - a wall-clock limit, after which the whole process group is killed;
 //   - stdout and stderr capped (the pipe is closed past the cap);
-//   - a private temp dir as working directory and HOME;
+//   - a private temp dir as working directory and HOME, removed afterwards;
 //   - a uid of its own per concurrent slot when rlnode runs as root, so
 //     that RLIMIT_NPROC applies (the kernel exempts root from it) and
 //     root-owned files are out of reach.
@@ -144,36 +144,24 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 	for i := range cfg.Concurrency {
 		s.slots <- i
 	}
-	const contained = "user, pid, network, ipc and uts namespaces; read-only /usr; tmpfs /tmp; rlimits"
 	var bwrapErr, nsErr error
 	switch cfg.Mode {
 	case "", ModeBwrap, ModeNamespaces:
 		if cfg.Mode != ModeNamespaces {
 			if bwrapErr = s.probe(ModeBwrap); bwrapErr == nil {
 				s.mode = ModeBwrap
-				s.isolation = "bwrap: " + contained + "; cgroup namespace"
+				s.isolation = "bwrap: user, pid, network, ipc, uts and cgroup namespaces; read-only /usr; tmpfs /tmp; rlimits"
 				break
 			}
 			if cfg.Mode == ModeBwrap {
 				return nil, fmt.Errorf("sandbox mode bwrap: %w", bwrapErr)
 			}
 		}
-		s.userns = true
-		nsErr = s.probe(ModeNamespaces)
-		if nsErr != nil && s.asRoot {
-			// Root can make the other namespaces without a user one.
-			s.userns = false
-			if s.probe(ModeNamespaces) != nil {
-				s.userns = true
-			} else {
-				nsErr = nil
-			}
-		}
-		if nsErr == nil {
+		if nsErr = s.probeNamespaces(); nsErr == nil {
 			s.mode = ModeNamespaces
-			s.isolation = "namespaces: " + contained
+			s.isolation = "namespaces: user, pid, network, ipc and uts namespaces; read-only /usr; tmpfs /tmp; seccomp; rlimits"
 			if !s.userns {
-				s.isolation = "namespaces: " + strings.Replace(contained, "user, ", "", 1)
+				s.isolation = "namespaces: pid, network, ipc and uts namespaces (the kernel refuses a user one); read-only /usr; tmpfs /tmp; seccomp; rlimits"
 			}
 			break
 		}
@@ -240,6 +228,21 @@ func (s *Sandbox) probe(mode string) error {
 		return fmt.Errorf("probe %s: unexpected output %q", args[0], out)
 	}
 	return nil
+}
+
+// probeNamespaces probes ModeNamespaces with a user namespace and, as
+// root where the kernel refuses one, without (root can make the others).
+func (s *Sandbox) probeNamespaces() error {
+	s.userns = true
+	err := s.probe(ModeNamespaces)
+	if err != nil && s.asRoot {
+		s.userns = false
+		if s.probe(ModeNamespaces) == nil {
+			return nil
+		}
+		s.userns = true
+	}
+	return err
 }
 
 // command is the command line that runs Python's -c program in mode
