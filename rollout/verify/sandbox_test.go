@@ -43,7 +43,7 @@ func sandboxes(t testing.TB) map[string]*Sandbox {
 	t.Helper()
 	out := map[string]*Sandbox{}
 	for _, mode := range []string{ModeBwrap, ModeNamespaces, ModeRlimitOnly} {
-		s, err := NewSandbox(SandboxConfig{Mode: mode, Limits: testLimits(), Concurrency: 2})
+		s, err := NewSandbox(SandboxConfig{Mode: mode, Limits: testLimits(), Concurrency: 2, UIDBase: testUIDBase})
 		if err != nil {
 			if mode == ModeBwrap && os.Getenv("RLNODE_REQUIRE_BWRAP") == "" ||
 				mode == ModeNamespaces && os.Getenv("RLNODE_REQUIRE_NAMESPACES") == "" {
@@ -85,8 +85,13 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// harnessLeft lists host processes still running the harness: none may
-// outlive its run.
+// testUIDBase gives the sandboxes of this test process, when it runs as
+// root, uids of their own: other processes sandboxing code on the host
+// neither share their process limit nor show up in harnessLeft.
+var testUIDBase = 0x7B000000 + os.Getpid()%0x10000*16
+
+// harnessLeft lists host processes still running the harness (as root:
+// under this test process's uids): none may outlive its run.
 func harnessLeft(t *testing.T) []string {
 	t.Helper()
 	var left []string
@@ -98,6 +103,14 @@ func harnessLeft(t *testing.T) []string {
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err != nil {
 			continue
+		}
+		if os.Geteuid() == 0 {
+			status, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+			_, rest, _ := strings.Cut(string(status), "\nUid:")
+			uid, err := strconv.Atoi(strings.Fields(rest + " x")[0])
+			if err != nil || uid < testUIDBase || uid >= testUIDBase+16 {
+				continue
+			}
 		}
 		if strings.Contains(string(b), "_rlnode_harness") {
 			stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
@@ -264,7 +277,7 @@ print(children, error)
 				// loaded host: give time, so only the memory limit stops it.
 				lim := testLimits()
 				lim.Test, lim.Wall, lim.CPUSeconds = 20*time.Second, 30*time.Second, 20
-				slow, err := NewSandbox(SandboxConfig{Mode: mode, Limits: lim, Concurrency: 1})
+				slow, err := NewSandbox(SandboxConfig{Mode: mode, Limits: lim, Concurrency: 1, UIDBase: testUIDBase})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -495,7 +508,7 @@ func containingSandboxes(t *testing.T) map[string]*Sandbox {
 }
 
 func namespacesWithoutUserNS(lim Limits) (*Sandbox, error) {
-	s, err := NewSandbox(SandboxConfig{Mode: ModeNamespaces, Limits: lim, Concurrency: 2})
+	s, err := NewSandbox(SandboxConfig{Mode: ModeNamespaces, Limits: lim, Concurrency: 2, UIDBase: testUIDBase})
 	if err != nil {
 		return nil, err
 	}
@@ -714,7 +727,7 @@ func processesWith(t *testing.T, marker string) []int {
 // TestSandboxModeChoice: without bubblewrap the default takes the
 // namespaces; the mode that contains nothing is only taken by its name.
 func TestSandboxModeChoice(t *testing.T) {
-	if _, err := NewSandbox(SandboxConfig{Mode: ModeNamespaces, Concurrency: 1}); err != nil {
+	if _, err := NewSandbox(SandboxConfig{Mode: ModeNamespaces, Concurrency: 1, UIDBase: testUIDBase}); err != nil {
 		t.Skipf("namespaces cannot run here (the default then refuses code): %v", err)
 	}
 	for _, tc := range []struct {
@@ -726,7 +739,7 @@ func TestSandboxModeChoice(t *testing.T) {
 		{"chroot", "", "", `sandbox mode "chroot"`},
 		{ModeRlimitOnly, "", ModeRlimitOnly, ""},
 	} {
-		s, err := NewSandbox(SandboxConfig{Mode: tc.mode, Bwrap: tc.bwrap, Concurrency: 1})
+		s, err := NewSandbox(SandboxConfig{Mode: tc.mode, Bwrap: tc.bwrap, Concurrency: 1, UIDBase: testUIDBase})
 		switch {
 		case tc.errHas != "" && (err == nil || !strings.Contains(err.Error(), tc.errHas)):
 			t.Errorf("mode %q, bwrap %q: error %v, want one containing %q", tc.mode, tc.bwrap, err, tc.errHas)
@@ -758,7 +771,7 @@ func TestSandboxVictim(t *testing.T) {
 	if mode := os.Getenv(victimEnv + "_MODE"); mode == nsWithoutUserNS {
 		s, err = namespacesWithoutUserNS(lim)
 	} else {
-		s, err = NewSandbox(SandboxConfig{Mode: mode, Limits: lim, Concurrency: 1})
+		s, err = NewSandbox(SandboxConfig{Mode: mode, Limits: lim, Concurrency: 1, UIDBase: testUIDBase})
 	}
 	if err != nil {
 		t.Fatal(err)
