@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing rlnode needs on a fresh Debian machine:
 # Go modules from the module proxy, Debian packages (bubblewrap and python3
-# for the code sandbox), and the npm packages the OpenAI-client test uses.
+# for the code sandbox, slurm-wlm and munge for the Slurm tests), and the
+# npm packages the OpenAI-client test uses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go mod download
@@ -10,6 +11,8 @@ need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 [ -x /usr/bin/python3 ] || need+=(python3)
 command -v node >/dev/null 2>&1 || need+=(nodejs npm)
+# A real Slurm on this machine for the sbatch tests (they skip without it).
+[ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ] || need+=(slurm-wlm munge)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		apt-get update -qq

@@ -45,6 +45,9 @@ type sbatchOptions struct {
 	Partition    string
 	Time         string
 	Account      string
+	CPUsPerTask  int    // 0: Slurm's default (clusters that allocate by core give 1)
+	Mem          string // memory per node, Slurm's format; "" is Slurm's default
+	Exclusive    bool
 	JobName      string
 	Out          string // run directory; "" is $SLURM_SUBMIT_DIR/rlnode-$SLURM_JOB_ID
 	Rlnode       string // the rlnode binary every node runs
@@ -52,8 +55,11 @@ type sbatchOptions struct {
 	Port         int    // gossip port of the first node; 0 picks a free one
 	WaitTimeout  time.Duration
 	StopTimeout  time.Duration
-	GeneratedCmd string // the command line that made the script, for its header
+	GeneratedCmd string   // the command line that made the script, for its header
+	Warnings     []string // what check found doubtful but not wrong
 }
+
+var slurmMem = regexp.MustCompile(`^\d+[KMGTkmgt]?$`)
 
 var slurmTime = regexp.MustCompile(`^(\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2}|infinite|unlimited|UNLIMITED)$`)
 
@@ -71,11 +77,14 @@ func sbatchCommand(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Partition, "partition", "", "Slurm partition")
 	fs.StringVar(&o.Time, "time", "", "time limit (Slurm's format: MM, HH:MM:SS, D-HH:MM...)")
 	fs.StringVar(&o.Account, "account", "", "Slurm account")
+	fs.IntVar(&o.CPUsPerTask, "cpus-per-task", 0, "CPUs for each node's rlnode process (0: Slurm's default, 1 CPU on clusters that allocate by core)")
+	fs.StringVar(&o.Mem, "mem", "", "memory per node (Slurm's format: 64G, 500M; 0 for all of it)")
+	fs.BoolVar(&o.Exclusive, "exclusive", false, "whole nodes: share them with no other job")
 	fs.StringVar(&o.JobName, "job-name", "", "Slurm job name (default rlnode-RECIPE)")
 	fs.StringVar(&o.Out, "out", "", "run directory, on a filesystem all nodes see (default $SLURM_SUBMIT_DIR/rlnode-$SLURM_JOB_ID)")
 	fs.StringVar(&o.Rlnode, "rlnode", "", "path of the rlnode binary on the nodes (default: this binary)")
 	fs.StringVar(&o.RunCmd, "run-cmd", "", "shell command run on the first node instead of 'rlnode run RECIPE' once all nodes are up;\n"+
-		"it sees $RLNODE (the binary), $RLNODE_GOSSIP (the first node's gossip address), $RLNODE_OUT and $RLNODE_NODES.\n"+
+		"it sees $RLNODE (the binary), $RLNODE_GOSSIP (the first node's gossip address), $RLNODE_KEY, $NODE_IP (the first node's address), $RLNODE_OUT and $RLNODE_NODES.\n"+
 		"e.g. --run-cmd '\"$RLNODE\" status --json' for a smoke test of the allocation")
 	fs.IntVar(&o.Port, "port", 0, "gossip port of the first node (0 picks a free one)")
 	fs.DurationVar(&o.WaitTimeout, "wait-timeout", 5*time.Minute, "how long the job waits for all nodes to be up")
@@ -134,6 +143,9 @@ func sbatchCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode sbatch: %v\n", err)
 		return 2
 	}
+	for _, w := range o.Warnings {
+		fmt.Fprintf(stderr, "rlnode sbatch: warning: %s\n", w)
+	}
 	script, err := sbatchScript(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode sbatch: %v\n", err)
@@ -161,6 +173,12 @@ func (o *sbatchOptions) check(r *recipes.Recipe) error {
 			errs = append(errs, fmt.Sprintf("%s %q: no blanks, quotes or shell characters", f.name, f.v))
 		}
 	}
+	if o.CPUsPerTask < 0 {
+		errs = append(errs, fmt.Sprintf("--cpus-per-task %d: want ≥ 1 (or 0 for Slurm's default)", o.CPUsPerTask))
+	}
+	if o.Mem != "" && !slurmMem.MatchString(o.Mem) {
+		errs = append(errs, fmt.Sprintf("--mem %q: want Slurm's format (a number with an optional K, M, G or T suffix)", o.Mem))
+	}
 	if o.Port < 0 || o.Port > 65535 {
 		errs = append(errs, fmt.Sprintf("--port %d: want 0..65535", o.Port))
 	}
@@ -181,6 +199,8 @@ func (o *sbatchOptions) check(r *recipes.Recipe) error {
 				need, replicas, p.Rollout.GPUs, p.LearnerShards, p.Learner.GPUs, o.Nodes, o.GPUsPerNode, have))
 		case p.Rollout.GPUs > float64(o.GPUsPerNode) || p.Learner.GPUs > float64(o.GPUsPerNode):
 			errs = append(errs, fmt.Sprintf("one actor reserves more GPUs (rollout %g, learner %g) than a node has (%d)", p.Rollout.GPUs, p.Learner.GPUs, o.GPUsPerNode))
+		case need == 0 && o.GPUsPerNode > 0:
+			o.Warnings = append(o.Warnings, fmt.Sprintf("--gpus-per-node %d: the recipe's actors reserve no GPUs (placement.rollout.gpus and placement.learner.gpus are 0), so the job would hold GPUs it does not use; pass --gpus-per-node 0, or set the placement's GPUs", o.GPUsPerNode))
 		}
 	}
 	if len(errs) > 0 {
@@ -218,7 +238,10 @@ func sbatchScript(o sbatchOptions) (string, error) {
 		if o.Resolved != "" {
 			recipe, sets = `"$RLNODE_OUT/recipe.yaml"`, nil // the overrides are in it
 		}
-		parts := []string{`"$RLNODE"`, "run", recipe, "--out", `"$RLNODE_OUT/run"`, "--address", `"$RLNODE_GOSSIP"`}
+		// The driver joins as a node of its own, bound to the first node's
+		// address and holding the cluster's key.
+		parts := []string{`"$RLNODE"`, "run", recipe, "--out", `"$RLNODE_OUT/run"`, "--address", `"$RLNODE_GOSSIP"`,
+			"--key-file", `"$RLNODE_KEY"`, "--bind", `"$NODE_IP:0"`}
 		for _, s := range sets {
 			parts = append(parts, "--set", shellQuote(s))
 		}
@@ -270,6 +293,15 @@ var sbatchTemplate = template.Must(template.New("sbatch").Parse(`#!/bin/bash
 {{- if .O.Account}}
 #SBATCH --account={{.O.Account}}
 {{- end}}
+{{- if gt .O.CPUsPerTask 0}}
+#SBATCH --cpus-per-task={{.O.CPUsPerTask}}
+{{- end}}
+{{- if .O.Mem}}
+#SBATCH --mem={{.O.Mem}}
+{{- end}}
+{{- if .O.Exclusive}}
+#SBATCH --exclusive
+{{- end}}
 set -uo pipefail
 if [ -z "${SLURM_JOB_ID:-}" ] || [ -z "${SLURM_JOB_NODELIST:-}" ]; then
   echo "not inside a Slurm job: submit this script with sbatch" >&2
@@ -286,6 +318,10 @@ WAIT_S={{.WaitS}}
 STOP_S={{.StopS}}
 
 log() { printf '[rlnode-sbatch %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+if [ ! -x "$RLNODE" ]; then
+  log "$RLNODE is not an executable file on $(hostname -s): put rlnode on a filesystem every node sees (--rlnode PATH)"
+  exit 127
+fi
 
 mkdir -p "$RLNODE_OUT" || exit 1
 {{- if .Resolved}}
@@ -323,6 +359,7 @@ NODE_IP=$(node_ip)
 if [ -z "$NODE_IP" ]; then NODE_IP=$(hostname -I | awk "{ print \$1 }"); fi
 '
 eval "$NODE_ENV"
+export NODE_IP  # the run command binds the driver to it
 
 HEAD_PID= SRUN_PID= RUN_PID=
 stop_pid() { # stop_pid PID SECONDS: wait for PID to exit, then kill it
@@ -384,12 +421,16 @@ log "first node up: gossip $RLNODE_GOSSIP"
 if [ "$RLNODE_NODES" -gt 1 ]; then
   # A shared filesystem may show the new key file late: wait for it, bounded.
   JOIN='eval "$NODE_ENV"
+if [ ! -x "$RLNODE" ]; then
+  echo "rlnode-sbatch: $NODE_NAME: $RLNODE is not an executable file on this node: put rlnode on a filesystem every node sees (--rlnode PATH)" >&2
+  exit 127
+fi
 for ((i = 0; i < 600; i++)); do [ -s "$RLNODE_KEY" ] && break; sleep 0.1; done
 exec "$RLNODE" join "$RLNODE_GOSSIP" --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" \
   --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1'
   export NODE_ENV
   srun --job-name=rlnode-join --nodes=$((RLNODE_NODES - 1)) --ntasks=$((RLNODE_NODES - 1)) --ntasks-per-node=1 \
-    --exclude="$HEAD_NODE" --kill-on-bad-exit=0{{if gt .O.GPUsPerNode 0}} --gpus-per-node={{.O.GPUsPerNode}}{{end}} bash -c "$JOIN" &
+    --exclude="$HEAD_NODE" --kill-on-bad-exit=0{{if gt .O.CPUsPerTask 0}} --cpus-per-task={{.O.CPUsPerTask}}{{end}}{{if gt .O.GPUsPerNode 0}} --gpus-per-node={{.O.GPUsPerNode}}{{end}} bash -c "$JOIN" &
   SRUN_PID=$!
 fi
 

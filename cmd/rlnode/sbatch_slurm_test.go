@@ -160,11 +160,12 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 
 	rl := rlnodeWrapper(t)
 	home := t.TempDir()
-	submit := func(runCmd string) (id, runDir string) {
+	submit := func(nodes int, extra ...string) (id, runDir string) {
 		t.Helper()
 		runDir = filepath.Join(dir, fmt.Sprintf("run%d", time.Now().UnixNano()))
-		script, errOut, code := runRlnode(t, home, "sbatch", "quickstart", "--nodes", "2", "--gpus-per-node", "0",
-			"--rlnode", rl, "--out", runDir, "--wait-timeout", "60s", "--stop-timeout", "10s", "--run-cmd", runCmd)
+		args := append([]string{"sbatch", "quickstart", "--nodes", fmt.Sprint(nodes), "--gpus-per-node", "0",
+			"--rlnode", rl, "--out", runDir, "--wait-timeout", "60s", "--stop-timeout", "10s"}, extra...)
+		script, errOut, code := runRlnode(t, home, args...)
 		if code != 0 {
 			t.Fatalf("rlnode sbatch: exit %d: %s", code, errOut)
 		}
@@ -180,7 +181,7 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 	}
 	finished := func(id string) (state, output string) {
 		t.Helper()
-		waitFor(t, 90*time.Second, "job "+id+" to finish", func() bool {
+		waitFor(t, 180*time.Second, "job "+id+" to finish", func() bool {
 			out, err := slurm("squeue", "-h", "-j", id, "-o", "%T")
 			return err == nil && strings.TrimSpace(out) == "" || strings.Contains(out, "Invalid job id")
 		})
@@ -191,9 +192,9 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 
 	// Every node left the cluster gracefully: rlnode prints "leaving" on
 	// a TERM and "stopped" when done.
-	leftGracefully := func(runDir string) {
+	leftGracefully := func(runDir string, nodes ...string) {
 		t.Helper()
-		for _, n := range []string{"n1", "n2"} {
+		for _, n := range nodes {
 			b, _ := os.ReadFile(filepath.Join(runDir, "node-"+n+".log"))
 			if !strings.Contains(string(b), "stopped") {
 				t.Errorf("node %s did not stop gracefully:\n%s", n, b)
@@ -202,7 +203,7 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 	}
 
 	// A smoke run: the job sees both nodes, and shuts down cleanly.
-	id, runDir := submit(`"$RLNODE" status --json`)
+	id, runDir := submit(2, "--run-cmd", `"$RLNODE" status --json`)
 	info, out := finished(id)
 	if !strings.Contains(info, "JobState=COMPLETED") || !strings.Contains(info, "ExitCode=0:0") {
 		t.Errorf("job %s: %s\n%s", id, info, out)
@@ -215,10 +216,10 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 	if n := strings.Count(out, `"state": "ALIVE"`); n != 2 {
 		t.Errorf("status in the job shows %d ALIVE entries, want 2:\n%s", n, out)
 	}
-	leftGracefully(runDir)
+	leftGracefully(runDir, "n1", "n2")
 
 	// scancel mid-run: the trap stops the node cleanly.
-	id, runDir = submit(`sleep 300`)
+	id, runDir = submit(2, "--run-cmd", `sleep 300`)
 	waitFor(t, 60*time.Second, "job "+id+" to run its command", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "job-"+id+".out"))
 		return strings.Contains(string(b), "running: sleep 300")
@@ -233,7 +234,34 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 	if !strings.Contains(out, "all nodes stopped cleanly") {
 		t.Errorf("cancelled job did not stop cleanly:\n%s\n%s", out, nodeLogs(runDir))
 	}
-	leftGracefully(runDir)
+	leftGracefully(runDir, "n1", "n2")
+
+	// The default path: the generated script runs a short real recipe to
+	// completion on one node and on two, and stops every node.
+	for _, nodes := range []int{1, 2} {
+		id, runDir := submit(nodes, "--set", "sft.steps=2", "--set", "schedule.steps=2", "--set", "schedule.eval_every=1",
+			"--set", "schedule.checkpoint_every=4", "--set", "eval.held_out=8", "--set", "algorithm.batch_prompts=4")
+		info, out := finished(id)
+		if !strings.Contains(info, "JobState=COMPLETED") || !strings.Contains(info, "ExitCode=0:0") {
+			t.Errorf("%d nodes: job %s: %s\n%s\n%s", nodes, id, info, out, nodeLogs(runDir))
+		}
+		for _, want := range []string{fmt.Sprintf("%d of %d nodes up", nodes, nodes), "done: 4 steps", "run finished with exit status 0", "all nodes stopped cleanly"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%d nodes: job output lacks %q:\n%s", nodes, want, out)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(runDir, "run", "checkpoints", "step-4")); err != nil {
+			t.Errorf("%d nodes: no final checkpoint: %v", nodes, err)
+		}
+		leftGracefully(runDir, []string{"n1", "n2"}[:nodes]...)
+	}
+
+	// A binary the nodes cannot see: the job says so and starts nothing.
+	id, _ = submit(1, "--rlnode", filepath.Join(dir, "not-here", "rlnode"), "--run-cmd", "true")
+	info, out = finished(id)
+	if !strings.Contains(info, "ExitCode=127:0") || !strings.Contains(out, "is not an executable file on") {
+		t.Errorf("job with a missing binary: %s\n%s", info, out)
+	}
 }
 
 func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {

@@ -26,6 +26,8 @@ func TestSbatchGolden(t *testing.T) {
 		{"mlmt_gpu", []string{"mlmt_math", "--nodes", "4", "--gpus-per-node", "8", "--partition", "gpu", "--time", "2-00:00:00",
 			"--account", "rl", "--out", "/shared/runs/mlmt", "--set", "algorithm.lr=1e-5", "--set", "placement.rollout.gpus=1",
 			"--rlnode", "/opt/rlnode/bin/rlnode", "--port", "7946"}},
+		{"quickstart_cpus_mem", []string{"quickstart", "--nodes", "2", "--gpus-per-node", "0", "--rlnode", "/opt/rlnode/bin/rlnode",
+			"--cpus-per-task", "16", "--mem", "64G", "--exclusive"}},
 		{"smoke_single", []string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--rlnode", "/opt/rlnode/bin/rlnode",
 			"--run-cmd", `"$RLNODE" status --json`, "--wait-timeout", "60s", "--stop-timeout", "10s"}},
 	}
@@ -81,12 +83,32 @@ func TestSbatchRefuses(t *testing.T) {
 		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "1", "--set", "placement.learner.gpus=2"}, 2, "reserve 2 GPUs"},
 		{[]string{"quickstart", "--nodes", "2", "--gpus-per-node", "1", "--set", "placement.learner_shards=2", "--set", "placement.learner.gpus=2"}, 2, "reserve 4 GPUs"},
 		{[]string{"--nodes", "2", "--gpus-per-node", "1"}, 2, "want one recipe"},
+		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--cpus-per-task", "-1"}, 2, "--cpus-per-task -1"},
+		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--mem", "lots"}, 2, `--mem "lots"`},
 		{[]string{"nonesuch", "--nodes", "2", "--gpus-per-node", "1"}, 1, "no built-in recipe by that name"},
 	}
 	for _, c := range cases {
 		out, errOut, code := runRlnode(t, home, append([]string{"sbatch"}, c.args...)...)
 		if code != c.code || !strings.Contains(errOut, c.want) || out != "" {
 			t.Errorf("sbatch %v: exit %d (want %d), stdout %d bytes, stderr:\n%s\nwant it to contain %q", c.args, code, c.code, len(out), errOut, c.want)
+		}
+	}
+}
+
+// GPUs asked for a recipe whose actors reserve none: the script is written,
+// with a warning.
+func TestSbatchWarnsUnusedGPUs(t *testing.T) {
+	home := t.TempDir()
+	for _, c := range []struct {
+		gpus string
+		warn bool
+	}{{"4", true}, {"0", false}} {
+		out, errOut, code := runRlnode(t, home, "sbatch", "quickstart", "--nodes", "1", "--gpus-per-node", c.gpus, "--rlnode", "/opt/rlnode")
+		if code != 0 || !strings.HasPrefix(out, "#!/bin/bash") {
+			t.Fatalf("--gpus-per-node %s: exit %d, stderr %s", c.gpus, code, errOut)
+		}
+		if got := strings.Contains(errOut, "warning: --gpus-per-node "+c.gpus+": the recipe's actors reserve no GPUs"); got != c.warn {
+			t.Errorf("--gpus-per-node %s: warned %v, want %v; stderr:\n%s", c.gpus, got, c.warn, errOut)
 		}
 	}
 }

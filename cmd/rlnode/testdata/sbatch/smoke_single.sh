@@ -20,6 +20,10 @@ WAIT_S=60
 STOP_S=10
 
 log() { printf '[rlnode-sbatch %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+if [ ! -x "$RLNODE" ]; then
+  log "$RLNODE is not an executable file on $(hostname -s): put rlnode on a filesystem every node sees (--rlnode PATH)"
+  exit 127
+fi
 
 mkdir -p "$RLNODE_OUT" || exit 1
 
@@ -53,6 +57,7 @@ NODE_IP=$(node_ip)
 if [ -z "$NODE_IP" ]; then NODE_IP=$(hostname -I | awk "{ print \$1 }"); fi
 '
 eval "$NODE_ENV"
+export NODE_IP  # the run command binds the driver to it
 
 HEAD_PID= SRUN_PID= RUN_PID=
 stop_pid() { # stop_pid PID SECONDS: wait for PID to exit, then kill it
@@ -114,6 +119,10 @@ log "first node up: gossip $RLNODE_GOSSIP"
 if [ "$RLNODE_NODES" -gt 1 ]; then
   # A shared filesystem may show the new key file late: wait for it, bounded.
   JOIN='eval "$NODE_ENV"
+if [ ! -x "$RLNODE" ]; then
+  echo "rlnode-sbatch: $NODE_NAME: $RLNODE is not an executable file on this node: put rlnode on a filesystem every node sees (--rlnode PATH)" >&2
+  exit 127
+fi
 for ((i = 0; i < 600; i++)); do [ -s "$RLNODE_KEY" ] && break; sleep 0.1; done
 exec "$RLNODE" join "$RLNODE_GOSSIP" --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" \
   --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1'
