@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -45,12 +46,13 @@ import (
 
 func init() { commands["run"] = runCommand }
 
-const runUsage = `usage: rlnode run RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--resume] [--address HOST:PORT] [--metrics-addr HOST:PORT]
+const runUsage = `usage: rlnode run RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--resume | --overwrite] [--address HOST:PORT] [--metrics-addr HOST:PORT]
 
 Trains RECIPE (a built-in name or a file). DIR gets metrics.jsonl (one JSON
 object per step), checkpoints/step-N/, recipe.yaml (the resolved recipe) and,
 at the end, curves.png. Ctrl-C stops after the current step (exit status
-130); --resume continues from the newest checkpoint in DIR. --metrics-addr
+130); --resume continues from the newest checkpoint in DIR. A DIR that
+holds another run is refused unless --resume or --overwrite. --metrics-addr
 serves Prometheus metrics at http://HOST:PORT/metrics while the run lasts.
 
 `
@@ -59,7 +61,8 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("out", "", "run directory (default ./runs/NAME-YYYYMMDD-HHMMSS)")
-	resume := fs.Bool("resume", false, "continue from the newest checkpoint in --out")
+	resume := fs.Bool("resume", false, "continue from the newest checkpoint in --out (the recipe may change only its schedule, eval, placement, checkpoint and description)")
+	overwrite := fs.Bool("overwrite", false, "replace the run --out holds (its recipe, metrics, checkpoints and curves are removed)")
 	address := fs.String("address", "", "join the cluster a member at HOST:PORT (gossip address) belongs to and generate on rollout actors there; default: an embedded single-node cluster")
 	keyFile := fs.String("key-file", filepath.Join(cluster.Home(), "cluster.key"), "gossip encryption key file (with --address)")
 	bind := fs.String("bind", "0.0.0.0:0", "gossip address of this process's node (with --address)")
@@ -97,6 +100,15 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		return 1
+	}
+	var resolved bytes.Buffer
+	if err := l.WriteResolved(&resolved); err != nil {
+		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
+		return 1
+	}
+	if err := checkRunDir(dir, resolved.Bytes(), *resume, *overwrite); err != nil {
+		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
+		return 2
 	}
 	if *resume {
 		// A run killed while writing a checkpoint leaves it without the

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const savedRecipe = `# resolved recipe: builtin:quickstart
+name: quickstart
+description: a
+seed: 1
+algorithm: {name: grpo, lr: 1.0e-4}
+schedule: {steps: 10, eval_every: 5}
+`
+
+func TestCheckRunDir(t *testing.T) {
+	cases := []struct {
+		name              string
+		files             []string // what the folder holds
+		recipe            string   // the new run's resolved recipe
+		resume, overwrite bool
+		want              string // an error containing it; "" is none
+		left              []string
+	}{
+		{name: "empty folder", recipe: savedRecipe},
+		{name: "unrelated files", files: []string{"notes.txt"}, recipe: savedRecipe, left: []string{"notes.txt"}},
+		{name: "another run", files: []string{"recipe.yaml", "metrics.jsonl"}, recipe: savedRecipe,
+			want: "holds another run (recipe.yaml, metrics.jsonl): continue it with --resume, replace it with --overwrite"},
+		{name: "checkpoints only", files: []string{"checkpoints/step-5/x"}, recipe: savedRecipe, want: "holds another run (checkpoints)"},
+		{name: "resume, same recipe", files: []string{"recipe.yaml", "checkpoints/step-5/x"}, recipe: savedRecipe, resume: true},
+		{name: "resume, longer schedule", files: []string{"recipe.yaml"}, resume: true,
+			recipe: strings.Replace(savedRecipe, "steps: 10", "steps: 20", 1)},
+		{name: "resume, another recipe", files: []string{"recipe.yaml"}, resume: true,
+			recipe: strings.Replace(strings.Replace(savedRecipe, "lr: 1.0e-4", "lr: 1.0e-3", 1), "seed: 1", "seed: 2", 1),
+			want:   "differs from the run in DIR at algorithm.lr, seed (a resume may change only description, schedule"},
+		{name: "overwrite", files: []string{"recipe.yaml", "metrics.jsonl", "curves.png", "checkpoints/step-5/x", "notes.txt"},
+			recipe: savedRecipe, overwrite: true, left: []string{"notes.txt"}},
+		{name: "both", files: []string{"recipe.yaml"}, recipe: savedRecipe, resume: true, overwrite: true, want: "--resume and --overwrite: pick one"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, f := range c.files {
+				p := filepath.Join(dir, f)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				body := "x"
+				if f == "recipe.yaml" {
+					body = savedRecipe
+				}
+				if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := checkRunDir(dir, []byte(c.recipe), c.resume, c.overwrite)
+			want := strings.ReplaceAll(c.want, "DIR", dir)
+			if (err == nil) != (c.want == "") || err != nil && !strings.Contains(err.Error(), want) {
+				t.Fatalf("checkRunDir: %v, want an error containing %q", err, want)
+			}
+			if c.left != nil {
+				entries, _ := os.ReadDir(dir)
+				var got []string
+				for _, e := range entries {
+					got = append(got, e.Name())
+				}
+				if strings.Join(got, " ") != strings.Join(c.left, " ") {
+					t.Errorf("folder holds %v after, want %v", got, c.left)
+				}
+			}
+		})
+	}
+}
+
+// A second run into the folder of the first is refused and leaves the
+// first run's files as they were; --overwrite replaces them.
+func TestRunRefusesAnotherRunsFolder(t *testing.T) {
+	home, dir := t.TempDir(), filepath.Join(t.TempDir(), "run")
+	if stdout, stderr, code := runRlnode(t, home, append([]string{"run", "quickstart", "--out", dir}, tinyRun...)...); code != 0 {
+		t.Fatalf("first run: exit %d\n%s%s", code, stdout, stderr)
+	}
+	metrics, _ := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+	second := append([]string{"run", "quickstart", "--out", dir, "--set", "seed=7"}, tinyRun...)
+	_, stderr, code := runRlnode(t, home, second...)
+	if code != 2 || !strings.Contains(stderr, "holds another run") {
+		t.Fatalf("second run into the same folder: exit %d, want 2 and a refusal:\n%s", code, stderr)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, "metrics.jsonl")); string(after) != string(metrics) {
+		t.Errorf("the refused run changed metrics.jsonl")
+	}
+	_, stderr, code = runRlnode(t, home, append(second, "--resume")...)
+	if code != 2 || !strings.Contains(stderr, ", seed (a resume may change only") {
+		t.Errorf("--resume with another seed: exit %d, want 2 naming seed:\n%s", code, stderr)
+	}
+	stdout, stderr, code := runRlnode(t, home, append(second, "--overwrite")...)
+	if code != 0 {
+		t.Fatalf("--overwrite: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "recipe.yaml")); !strings.Contains(string(b), "seed: 7") {
+		t.Errorf("--overwrite did not replace recipe.yaml:\n%s", b)
+	}
+}
