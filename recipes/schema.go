@@ -48,7 +48,10 @@ type Models struct {
 type Model struct {
 	// Path is a checkpoint directory in Hugging Face's layout (config.json,
 	// *.safetensors, tokenizer.json). Relative paths are relative to the
-	// recipe file's directory. Exactly one of Path and Init.
+	// recipe file's directory; a hub id (ORG/NAME[@REVISION]) that is no
+	// such folder is the model's snapshot in the local Hugging Face cache
+	// (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub), read
+	// offline. Exactly one of Path and Init.
 	Path string `yaml:"path"`
 	// Init creates a randomly initialized model (seeded by the recipe's
 	// seed) with the built-in tokenizer sized to its vocabulary.

@@ -67,6 +67,20 @@ var algorithmAliases = map[string]string{"dr_grpo": "drgrpo", "reinforce++": "re
 // absolute. isSet tells whether the file or an override gave a path.
 // Relative paths from the file are relative to dir, those from --set to
 // the working directory (fromSet tells which).
+// modelPath is where a model path as written (raw) and made absolute
+// (local) points: local when it exists, else a hub id's snapshot in the
+// local Hugging Face cache, else raw left as written for validate to
+// report (a hub id) or local (a missing folder).
+func modelPath(raw, local string) string {
+	if _, err := os.Stat(local); err == nil || filepath.IsAbs(raw) || !IsHubID(raw) {
+		return local
+	}
+	if snap, err := HubSnapshot(raw); err == nil {
+		return snap
+	}
+	return raw
+}
+
 func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
 	abs := func(path, p string) string {
 		if p == "" || filepath.IsAbs(p) {
@@ -87,7 +101,7 @@ func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
 		if m.m == nil {
 			continue
 		}
-		m.m.Path = abs(m.path+".path", m.m.Path)
+		m.m.Path = modelPath(m.m.Path, abs(m.path+".path", m.m.Path))
 		if m.m.Init != nil && m.m.Init.KVHeads == 0 {
 			m.m.Init.KVHeads = m.m.Init.Heads
 		}
@@ -530,6 +544,9 @@ func (c *checker) model(path string, m *Model) {
 		c.add(path, "want path (a checkpoint directory) or init (a random initialization)")
 	case m.Path != "" && m.Init != nil:
 		c.add(path, "both path and init are set; want one")
+	case !filepath.IsAbs(m.Path) && IsHubID(m.Path): // resolve found no such model
+		_, err := HubSnapshot(m.Path)
+		c.add(path+".path", "%s is neither a checkpoint directory nor a hub id in the cache: %v", m.Path, err)
 	case m.Path != "":
 		if _, err := os.Stat(filepath.Join(m.Path, "config.json")); err != nil {
 			c.add(path+".path", "%s is not a checkpoint directory (no config.json)", m.Path)

@@ -11,9 +11,11 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/train"
 )
 
@@ -34,11 +36,13 @@ import (
 
 func init() { commands["eval"] = evalCommand }
 
-const evalUsage = `usage: rlnode eval --model DIR --recipe RECIPE [--set KEY.PATH=VALUE]... [--out FILE]
+const evalUsage = `usage: rlnode eval --model DIR [--recipe RECIPE] [--set KEY.PATH=VALUE]... [--out FILE]
 
 Accuracy of the model in DIR (a checkpoint: config.json, safetensors,
 tokenizer.json, e.g. RUN/checkpoints/step-N; a LoRA run's checkpoint adds
-adapter_model.safetensors and adapter_config.json, merged into the base) on
+adapter_model.safetensors and adapter_config.json, merged into the base; a
+run folder: its newest complete checkpoint, and its recipe.yaml unless
+--recipe is given; a hub id ORG/NAME from the local Hugging Face cache) on
 the recipe's held-out problems (eval.held_out of them), printed and written
 as JSON to FILE. Greedy by default; with eval.temperature > 0 each problem
 gets eval.samples seeded answers (the seeds of the run's evaluations):
@@ -72,8 +76,8 @@ type evalResult struct {
 func evalCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode eval", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	modelDir := fs.String("model", "", "checkpoint directory to evaluate")
-	recipe := fs.String("recipe", "", "recipe (a built-in name or a file) whose held-out problems, templates and limits are used")
+	modelDir := fs.String("model", "", "checkpoint directory, run folder or hub id (ORG/NAME, from the local Hugging Face cache) to evaluate")
+	recipe := fs.String("recipe", "", "recipe (a built-in name or a file) whose held-out problems, templates and limits are used (default with a run folder: its recipe.yaml)")
 	out := fs.String("out", "", "write the result as JSON to this file")
 	var sets repeated
 	fs.Var(&sets, "set", "override KEY.PATH=VALUE (repeatable; VALUE is YAML)")
@@ -85,8 +89,12 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	if len(pos) > 0 || *modelDir == "" || *recipe == "" {
-		fmt.Fprintf(stderr, "rlnode eval: want --model DIR and --recipe RECIPE\n\n%s", evalUsage)
+	if len(pos) > 0 || *modelDir == "" {
+		fmt.Fprintf(stderr, "rlnode eval: want --model DIR (and --recipe RECIPE unless DIR is a run folder)\n\n%s", evalUsage)
+		return 2
+	}
+	if err := evalTarget(modelDir, recipe); err != nil {
+		fmt.Fprintf(stderr, "rlnode eval: %v\n", err)
 		return 2
 	}
 	l, err := loadChecked(*recipe, sets)
@@ -148,6 +156,39 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	_, _ = stdout.Write(js)
 	return 0
+}
+
+// evalTarget resolves --model: a hub id to its cached snapshot, a run
+// folder to its newest complete checkpoint (and --recipe, when not given,
+// to the run's recipe.yaml).
+func evalTarget(model, recipe *string) error {
+	dir, err := recipes.ModelDir(*model)
+	if err != nil {
+		return fmt.Errorf("--model: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, "checkpoints")); err == nil {
+			cks, err := train.Checkpoints(dir)
+			if err != nil {
+				return fmt.Errorf("--model %s: %w", dir, err)
+			}
+			for i := len(cks) - 1; i >= 0; i-- {
+				if _, err := os.Stat(filepath.Join(cks[i], train.DriverStateFile)); err == nil {
+					if *recipe == "" {
+						*recipe = filepath.Join(dir, recipes.ResolvedFile)
+					}
+					*model = cks[i]
+					return nil
+				}
+			}
+			return fmt.Errorf("--model %s: a run folder with no complete checkpoint in %s", dir, filepath.Join(dir, "checkpoints"))
+		}
+	}
+	*model = dir
+	if *recipe == "" {
+		return fmt.Errorf("--model %s is a checkpoint, not a run folder: give --recipe RECIPE", dir)
+	}
+	return nil
 }
 
 // evaluate runs the model in dir greedily on cfg's held-out problems (the

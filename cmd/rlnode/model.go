@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/rlnode/rlnode/recipes"
 	"io"
 
 	"github.com/rlnode/rlnode/learner"
@@ -94,14 +95,18 @@ func modelInit(args []string, stdout, stderr io.Writer) error {
 func modelForward(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rlnode model forward", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("model", "", "checkpoint directory (config.json, model.safetensors)")
+	dir := fs.String("model", "", "checkpoint directory (config.json, model.safetensors), or a hub id ORG/NAME from the local Hugging Face cache")
 	inPath := fs.String("input", "", "IN.json with the sequences to score")
 	outPath := fs.String("out", "", "OUT.safetensors to write")
 	grad := fs.Bool("grad", false, "also write the gradient of the sum of all response log probs")
 	if err := parseFlags(fs, args, "model", "input", "out"); err != nil {
 		return err
 	}
-	seqs, tokens, err := learner.ScoreSequences(*dir, *inPath, *outPath, *grad)
+	model, err := recipes.ModelDir(*dir)
+	if err != nil {
+		return fmt.Errorf("--model: %w", err)
+	}
+	seqs, tokens, err := learner.ScoreSequences(model, *inPath, *outPath, *grad)
 	if err != nil {
 		return err
 	}

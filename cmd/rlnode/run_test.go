@@ -117,6 +117,18 @@ func TestRunQuickstartThenEval(t *testing.T) {
 	if res.Problems != 8 || res.Accuracy != lines[6]["eval_accuracy"] {
 		t.Errorf("eval: %+v; the run's last eval_accuracy %v on 8 problems", res, lines[6]["eval_accuracy"])
 	}
+	// The run folder itself: its newest checkpoint and its recipe.yaml.
+	stdout, stderr, code = runRlnode(t, home, "eval", "--model", dir)
+	if code != 0 {
+		t.Fatalf("rlnode eval --model RUN_DIR: exit %d\n%s%s", code, stdout, stderr)
+	}
+	var fromDir evalResult
+	if err := json.Unmarshal([]byte(stdout), &fromDir); err != nil {
+		t.Fatal(err)
+	}
+	if fromDir.Problems != 8 || fromDir.Accuracy != res.Accuracy || fromDir.Recipe != filepath.Join(dir, "recipe.yaml") {
+		t.Errorf("eval --model RUN_DIR: %+v; want the checkpoint's %+v from %s", fromDir, res, filepath.Join(dir, "recipe.yaml"))
+	}
 }
 
 func TestRunRecipeErrorBeforeRunDir(t *testing.T) {

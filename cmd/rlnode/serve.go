@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/rlnode/rlnode/recipes"
 	"io"
 	"log/slog"
 	"net"
@@ -21,7 +22,7 @@ func init() { commands["serve"] = serveCommand }
 func serveCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	modelDir := fs.String("model", "", "checkpoint directory (config.json, safetensors weights, tokenizer.json)")
+	modelDir := fs.String("model", "", "checkpoint directory (config.json, safetensors weights, tokenizer.json), or a hub id ORG/NAME from the local Hugging Face cache")
 	listen := fs.String("listen", "127.0.0.1:8000", "HTTP address HOST:PORT (port 0 picks a free one)")
 	name := fs.String("served-model-name", "", "model name clients ask for (default: the --model argument, as vLLM does)")
 	maxBatch := fs.Int("max-batch", 64, "sequences decoded together")
@@ -75,7 +76,12 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	// A LoRA checkpoint (base + PEFT adapter) is served merged.
-	e, err := native.Load(*modelDir, native.Config{MaxBatch: *maxBatch})
+	dir, err := recipes.ModelDir(*modelDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "rlnode serve: --model: %v\n", err)
+		return 1
+	}
+	e, err := native.Load(dir, native.Config{MaxBatch: *maxBatch})
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode serve: %v\n", err)
 		return 1
