@@ -15,7 +15,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 )
@@ -271,33 +270,14 @@ func sanitize(s string) string {
 	}, s)
 }
 
-// FindRunning returns the run info of the local node with gossip address
-// addr, or of the only local node when addr is empty.
+// FindRunning returns the run info of the local node with gossip address,
+// control address or node id addr, or of the only local node when addr is
+// empty.
 func FindRunning(addr string) (RunInfo, error) {
-	dir := filepath.Join(Home(), "run")
-	entries, err := os.ReadDir(dir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return RunInfo{}, fmt.Errorf("read %s: %w", dir, err)
+	dir, infos, err := Running()
+	if err != nil {
+		return RunInfo{}, err
 	}
-	var infos []RunInfo
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			continue
-		}
-		var ri RunInfo
-		if json.Unmarshal(b, &ri) != nil || !processAlive(ri.PID) {
-			continue
-		}
-		if tok, err := os.ReadFile(filepath.Join(dir, strings.TrimSuffix(e.Name(), ".json")+".token")); err == nil {
-			ri.Token = strings.TrimSpace(string(tok))
-		}
-		infos = append(infos, ri)
-	}
-	sort.Slice(infos, func(i, j int) bool { return infos[i].Gossip < infos[j].Gossip })
 	if addr == "" {
 		switch len(infos) {
 		case 0:
@@ -316,7 +296,7 @@ func FindRunning(addr string) (RunInfo, error) {
 			return ri, nil
 		}
 	}
-	return RunInfo{}, fmt.Errorf("no node with gossip address %s runs on this host (looked in %s); status and stop talk to a node on the same host, whose control endpoint listens on loopback", addr, dir)
+	return RunInfo{}, fmt.Errorf("no node with gossip address, control address or id %s runs on this host (looked in %s); status and stop talk to a node on the same host, whose control endpoint listens on loopback", addr, dir)
 }
 
 func processAlive(pid int) bool {

@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/memberlist"
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/internal/ratelog"
@@ -161,11 +160,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("bind address %q: bad port", cfg.Bind)
 	}
 	if (host == "0.0.0.0" || host == "" || host == "::") && cfg.Advertise == "" {
-		ip, err := sockaddr.GetPrivateIP()
-		if err != nil || ip == "" {
-			return nil, fmt.Errorf("bind %s: no private IP to advertise found; pass an advertise address", cfg.Bind)
+		if cfg.Advertise, err = advertiseHost(host, cfg.Join); err != nil {
+			return nil, fmt.Errorf("bind %s: %w", cfg.Bind, err)
 		}
-		cfg.Advertise = ip
+	}
+	advertised := cfg.Advertise
+	if advertised == "" {
+		advertised = host
+	}
+	for _, j := range cfg.Join {
+		if msg := familyMismatch(advertised, j); msg != "" {
+			cfg.Logger.Warn(msg)
+			break
+		}
 	}
 	total := Resources{CPU: cfg.CPUs}
 	if cfg.CPUs <= 0 {

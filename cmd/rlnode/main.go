@@ -14,10 +14,10 @@ commands:
   run      run a recipe (built-in name or file): rlnode run quickstart
   plot     redraw a run's curves.png from its metrics.jsonl
   eval     accuracy of a checkpoint on a recipe's held-out problems (greedy, or mean@n, pass@k)
-  start    start the first node of a cluster (foreground)
+  start    start the first node of a cluster (foreground, or --detach)
   join     join a cluster: rlnode join HOST:PORT --key-file PATH
   status   show the cluster's nodes and actors
-  stop     stop a node gracefully
+  stop     stop a node gracefully (--all: every node on this host)
   model    create a checkpoint (model init) or score sequences (model forward)
   serve    serve a model over an OpenAI-compatible HTTP API
   verify   score model responses (math, gsm8k, code) from JSONL

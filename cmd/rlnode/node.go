@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -44,19 +46,20 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	gpus := fs.String("gpus", "auto", "GPUs this node offers: auto (detect NVIDIA GPUs) or a number")
 	cpus := fs.Float64("cpus", 0, "CPUs this node offers (default: all cores)")
 	nodeID := fs.String("node-id", "", "node id (default: hostname plus a random suffix)")
-	control := fs.String("status-bind", "127.0.0.1:0", "control endpoint for `rlnode status` and `rlnode stop` (loopback unless told otherwise)")
+	control := fs.String("status-bind", "127.0.0.1:0", "control endpoint HOST:PORT that rlnode status and rlnode stop talk to (loopback unless told otherwise)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate for the actor transport (mutual TLS)")
 	tlsKey := fs.String("tls-key", "", "PEM private key for --tls-cert")
 	tlsCA := fs.String("tls-ca", "", "PEM CA that signed every node's certificate")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	detach := fs.Bool("detach", false, "run in the background, logging to a file under $RLNODE_HOME/logs; returns once the node is up")
 	var labels, resources repeated
 	fs.Var(&labels, "label", "node label k=v (repeatable)")
 	fs.Var(&resources, "resource", "custom resource NAME=AMOUNT (repeatable)")
 	fs.Usage = func() {
 		if verb == "start" {
-			fmt.Fprintf(stderr, "usage: rlnode start [flags]\n\nStarts the first node of a cluster and runs it in the foreground.\n\n")
+			fmt.Fprintf(stderr, "usage: rlnode start [flags]\n\nStarts the first node of a cluster and runs it in the foreground (--detach: in the background).\n\n")
 		} else {
-			fmt.Fprintf(stderr, "usage: rlnode join HOST:PORT [flags]\n\nJoins the cluster a member at HOST:PORT (its gossip address) belongs to.\n\n")
+			fmt.Fprintf(stderr, "usage: rlnode join HOST:PORT [flags]\n\nJoins the cluster a member at HOST:PORT (its gossip address) belongs to, in the\nforeground (--detach: in the background). Bound to a wildcard address, the node\nadvertises its address on the route to HOST, of HOST's family.\n\n")
 		}
 		fs.PrintDefaults()
 	}
@@ -65,6 +68,9 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	rest := args
 	for {
 		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
 			return 2
 		}
 		if fs.NArg() == 0 {
@@ -133,6 +139,9 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cfg.Key = key
+	if *detach {
+		return detachNode(verb, args, stdout, stderr)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -170,8 +179,12 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("address", "", "gossip address (or node id) of a node running on this host")
 	asJSON := fs.Bool("json", false, "print JSON with top-level arrays nodes and actors")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: rlnode status [--address HOST:PORT] [--json]\n\nShows the cluster's nodes (resources free/total, custom ones included) and actors,\nasked of a node running on this host.\n\n")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseNoArgs(fs, args); !ok {
+		return code
 	}
 	ri, err := cluster.FindRunning(*addr)
 	if err != nil {
@@ -197,16 +210,22 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 
 func printStatus(w io.Writer, st cluster.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "NODE\tSTATE\tGOSSIP\tACTORS\tCPU (free/total)\tGPU (free/total)\tLABELS\tUPTIME\n")
+	fmt.Fprintf(tw, "NODE\tSTATE\tGOSSIP\tACTORS\tCPU (free/total)\tGPU (free/total)\tCUSTOM (free/total)\tLABELS\tUPTIME\n")
 	for _, n := range st.Nodes {
-		var labels []string
+		var labels, custom []string
 		for k, v := range n.Labels {
 			labels = append(labels, k+"="+v)
 		}
 		sort.Strings(labels)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g/%g\t%g/%g\t%s\t%s\n", n.ID, n.State, n.Gossip, n.Actor,
+		for k, v := range n.Total {
+			if k != cluster.CPU && k != cluster.GPU {
+				custom = append(custom, fmt.Sprintf("%s=%g/%g", k, n.Free[k], v))
+			}
+		}
+		sort.Strings(custom)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g/%g\t%g/%g\t%s\t%s\t%s\n", n.ID, n.State, n.Gossip, n.Actor,
 			n.Free[cluster.CPU], n.Total[cluster.CPU], n.Free[cluster.GPU], n.Total[cluster.GPU],
-			strings.Join(labels, ","), time.Duration(n.UptimeS*float64(time.Second)))
+			dashIfEmpty(strings.Join(custom, ",")), dashIfEmpty(strings.Join(labels, ",")), time.Duration(n.UptimeS*float64(time.Second)))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -228,27 +247,155 @@ func stopCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode stop", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("address", "", "gossip address (or node id) of the node to stop, on this host")
-	if err := fs.Parse(args); err != nil {
+	all := fs.Bool("all", false, "stop every node running on this host")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: rlnode stop [--address HOST:PORT | --all]\n\nStops a node running on this host gracefully: its actors stop, then it leaves\nthe cluster.\n\n")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseNoArgs(fs, args); !ok {
+		return code
+	}
+	var nodes []cluster.RunInfo
+	switch {
+	case *all && *addr != "":
+		fmt.Fprintln(stderr, "rlnode stop: --all and --address: pick one")
 		return 2
-	}
-	ri, err := cluster.FindRunning(*addr)
-	if err != nil {
-		fmt.Fprintf(stderr, "rlnode stop: %v\n", err)
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := cluster.RequestStop(ctx, ri.Control, ri.Token); err != nil {
-		fmt.Fprintf(stderr, "rlnode stop: node %s: %v\n", ri.NodeID, err)
-		return 1
-	}
-	// Wait for the process to leave, bounded.
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", ri.PID)); err != nil {
-			fmt.Fprintf(stdout, "node %s stopped\n", ri.NodeID)
+	case *all:
+		dir, infos, err := cluster.Running()
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode stop: %v\n", err)
+			return 1
+		}
+		if len(infos) == 0 {
+			fmt.Fprintf(stdout, "no rlnode node runs on this host (looked in %s)\n", dir)
 			return 0
 		}
+		nodes = infos
+	default:
+		ri, err := cluster.FindRunning(*addr)
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode stop: %v\n", err)
+			return 1
+		}
+		nodes = []cluster.RunInfo{ri}
 	}
-	fmt.Fprintf(stderr, "rlnode stop: node %s (pid %d) asked to stop but still running after 15s\n", ri.NodeID, ri.PID)
+	code := 0
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var asked []cluster.RunInfo
+	for _, ri := range nodes {
+		if err := cluster.RequestStop(ctx, ri.Control, ri.Token); err != nil {
+			fmt.Fprintf(stderr, "rlnode stop: node %s: %v\n", ri.NodeID, err)
+			code = 1
+			continue
+		}
+		asked = append(asked, ri)
+	}
+	// Wait for the processes to leave, bounded.
+	deadline := time.Now().Add(15 * time.Second)
+	for _, ri := range asked {
+		for !processGone(ri.PID) && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if processGone(ri.PID) {
+			fmt.Fprintf(stdout, "node %s stopped\n", ri.NodeID)
+		} else {
+			fmt.Fprintf(stderr, "rlnode stop: node %s (pid %d) asked to stop but still running after 15s\n", ri.NodeID, ri.PID)
+			code = 1
+		}
+	}
+	return code
+}
+
+func processGone(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err != nil
+}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// parseNoArgs parses flags of a command that takes no arguments: -h
+// prints the usage and exits 0, a bad flag or an argument exits 2.
+func parseNoArgs(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2, false
+	}
+	return 0, true
+}
+
+// detachNode runs this command again without --detach in a new session,
+// its output in a log file under Home()/logs, and returns once the node is
+// up (its banner, then the log's path) or has failed (its log).
+func detachNode(verb string, args []string, stdout, stderr io.Writer) int {
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "rlnode %s --detach: find this binary: %v\n", verb, err)
+		return 1
+	}
+	var child []string
+	for _, a := range args {
+		if a != "--detach" && a != "-detach" && a != "--detach=true" && a != "-detach=true" {
+			child = append(child, a)
+		}
+	}
+	logs := filepath.Join(cluster.Home(), "logs")
+	if err := os.MkdirAll(logs, 0o700); err != nil {
+		fmt.Fprintf(stderr, "rlnode %s --detach: %v\n", verb, err)
+		return 1
+	}
+	logPath := filepath.Join(logs, fmt.Sprintf("%s-%s-%d.log", verb, time.Now().Format("20060102-150405"), os.Getpid()))
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		fmt.Fprintf(stderr, "rlnode %s --detach: %v\n", verb, err)
+		return 1
+	}
+	defer logFile.Close()
+	cmd := exec.Command(exe, append([]string{verb}, child...)...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives this terminal
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "rlnode %s --detach: start %s: %v\n", verb, exe, err)
+		return 1
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+		b, _ := os.ReadFile(logPath)
+		if banner, _, ok := strings.Cut(string(b), "\n"+"others join with:"); ok {
+			hint, _, _ := strings.Cut(string(b[len(banner)+1:]), "\n")
+			fmt.Fprintf(stdout, "%s\n%s\n  pid:     %d\n  log:     %s\nstop it with: rlnode stop --address %s (or rlnode stop --all)\n",
+				banner, hint, cmd.Process.Pid, logPath, gossipOf(banner))
+			return 0
+		}
+		select {
+		case <-exited:
+			fmt.Fprintf(stderr, "rlnode %s --detach: the node exited (log %s):\n%s", verb, logPath, b)
+			return 1
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	fmt.Fprintf(stderr, "rlnode %s --detach: the node was not up after 60s; it runs as pid %d, log %s\n", verb, cmd.Process.Pid, logPath)
 	return 1
+}
+
+// gossipOf finds the gossip address in a node's banner.
+func gossipOf(banner string) string {
+	for _, line := range strings.Split(banner, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "gossip:" {
+			return f[1]
+		}
+	}
+	return ""
 }

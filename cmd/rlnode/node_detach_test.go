@@ -1,0 +1,71 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// start and join --detach return once the node is up, logging under
+// RLNODE_HOME/logs; a node joined from a wildcard bind advertises the
+// address on the route to the one it joined (127.0.0.1 here); text status
+// shows custom resources; stop --all stops every node on the host.
+func TestDetachStatusStopAll(t *testing.T) {
+	home := t.TempDir()
+	t.Cleanup(func() { runRlnode(t, home, "stop", "--all") })
+	detached := func(args ...string) string {
+		t.Helper()
+		stdout, stderr, code := runRlnode(t, home, args...)
+		if code != 0 {
+			t.Fatalf("rlnode %v: exit %d\n%s%s", args, code, stdout, stderr)
+		}
+		logPath := ""
+		for _, line := range strings.Split(stdout, "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "log:" {
+				logPath = f[1]
+			}
+		}
+		if filepath.Dir(logPath) != filepath.Join(home, "logs") {
+			t.Fatalf("rlnode %v: log %q, want a file in %s:\n%s", args, logPath, filepath.Join(home, "logs"), stdout)
+		}
+		if b, err := os.ReadFile(logPath); err != nil || !strings.Contains(string(b), " is up") {
+			t.Errorf("log %s: %v\n%s", logPath, err, b)
+		}
+		return gossipOf(stdout)
+	}
+	head := detached("start", "--bind", "127.0.0.1:0", "--detach")
+	joined := detached("join", head, "--bind", "0.0.0.0:0", "--resource", "TPU=4", "--detach")
+	if !strings.HasPrefix(joined, "127.0.0.1:") {
+		t.Errorf("a node bound to 0.0.0.0 that joined %s advertises %s, want 127.0.0.1 (the address on the route to it)", head, joined)
+	}
+	stdout, stderr, code := runRlnode(t, home, "status", "--address", head)
+	if code != 0 || !strings.Contains(stdout, "TPU=4/4") || !strings.Contains(stdout, "CUSTOM (free/total)") {
+		t.Errorf("status: exit %d, want the custom resource TPU=4/4:\n%s%s", code, stdout, stderr)
+	}
+	stdout, stderr, code = runRlnode(t, home, "stop", "--all")
+	if code != 0 || strings.Count(stdout, " stopped\n") != 2 {
+		t.Errorf("stop --all: exit %d, want two nodes stopped:\n%s%s", code, stdout, stderr)
+	}
+	if _, stderr, code := runRlnode(t, home, "status"); code != 1 || !strings.Contains(stderr, "no rlnode node runs on this host") {
+		t.Errorf("status after stop --all: exit %d\n%s", code, stderr)
+	}
+}
+
+// -h prints the command's usage and exits 0, as every other command does.
+func TestNodeCommandsHelp(t *testing.T) {
+	home := t.TempDir()
+	for _, verb := range []string{"start", "join", "status", "stop"} {
+		_, stderr, code := runRlnode(t, home, verb, "-h")
+		if code != 0 || !strings.Contains(stderr, "usage: rlnode "+verb) {
+			t.Errorf("rlnode %s -h: exit %d, want 0 and a usage line:\n%s", verb, code, stderr)
+		}
+		if strings.Contains(stderr, "`") {
+			t.Errorf("rlnode %s -h: a backtick in the help text:\n%s", verb, stderr)
+		}
+	}
+	_, stderr, code := runRlnode(t, home, "stop", "--address", "no-such-node")
+	if code != 1 || !strings.Contains(stderr, "no node with gossip address, control address or id no-such-node") {
+		t.Errorf("stop --address NODE_ID: exit %d:\n%s", code, stderr)
+	}
+}
