@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime"
+	"runtime/debug"
 )
 
 // command is one subcommand: it gets its own arguments and writers and
@@ -16,10 +18,44 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage())
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
+		fmt.Fprintln(stdout, version())
+		return 0
+	}
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "rlnode: unknown command %q\n\n%s", args[0], usage())
 		return 2
 	}
 	return cmd(args[1:], stdout, stderr)
+}
+
+// version is "rlnode VERSION (COMMIT[, modified]) GO": the module version
+// and the VCS revision the binary was built from, as the Go toolchain
+// recorded them.
+func version() string {
+	v, rev, dirty := "(devel)", "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	switch {
+	case rev != "" && dirty:
+		v += " (" + rev + ", modified)"
+	case rev != "":
+		v += " (" + rev + ")"
+	}
+	return "rlnode " + v + " " + runtime.Version()
 }

@@ -24,6 +24,6 @@ commands:
   recipe   list, show or validate recipes (built-in names or files)
   sbatch   print a Slurm batch script that runs a recipe on N nodes
 
-Run 'rlnode COMMAND -h' for a command's flags.
+Run 'rlnode COMMAND -h' for a command's flags, 'rlnode --version' for the version.
 `
 }

@@ -170,3 +170,30 @@ func TestModelInitSmallVocab(t *testing.T) {
 		}
 	}
 }
+
+// model init reports every problem of a config at once.
+func TestModelInitReportsEveryProblem(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"fields.json": `{"architectures":["Qwen2ForCausalLM"],"hidden_size":"wide","num_hidden_layers":1.5,
+			"num_attention_heads":4,"vocab_size":800}`,
+		"sizes.json": `{"architectures":["Qwen2ForCausalLM"],"hidden_size":30,"intermediate_size":64,"num_hidden_layers":1,
+			"num_attention_heads":4,"num_key_value_heads":3,"vocab_size":800,"rope_theta":0}`,
+	} {
+		cfg := filepath.Join(dir, name)
+		if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, _, stderr := run(t, "model", "init", "--config", cfg, "--out", filepath.Join(dir, "out-"+name))
+		want := map[string][]string{
+			"fields.json": {"field hidden_size: want an integer", "field intermediate_size: missing", "field num_hidden_layers: want an integer"},
+			"sizes.json": {"field num_key_value_heads: 3 does not divide num_attention_heads 4",
+				"field num_attention_heads: 4 does not divide hidden_size 30", "field rope_theta: must be positive"},
+		}[name]
+		for _, w := range want {
+			if code == 0 || !strings.Contains(stderr, cfg+": "+w) {
+				t.Errorf("model init %s: exit %d, stderr lacks %q:\n%s", name, code, w, stderr)
+			}
+		}
+	}
+}

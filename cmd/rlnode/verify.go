@@ -60,8 +60,15 @@ func verifyCommand(args []string, stdout, stderr io.Writer) int {
 			v = verify.GSM8K{LastNumber: *lastNumber}
 		case "code":
 			mode := *sandboxMode
-			if mode == "auto" {
+			switch mode {
+			case "auto":
 				mode = ""
+			case "bwrap", "rlimit":
+			default:
+				err = usageError{fmt.Errorf("--sandbox %q: want auto, bwrap or rlimit", mode)}
+			}
+			if err != nil {
+				break
 			}
 			var sb *verify.Sandbox
 			sb, err = verify.NewSandbox(verify.SandboxConfig{Mode: mode, Concurrency: *workers})

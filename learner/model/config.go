@@ -2,6 +2,7 @@ package model
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 )
@@ -102,19 +103,22 @@ func ParseConfig(path string, b []byte) (*Config, error) {
 	if d := p.float("attention_dropout", false, 0); d != 0 {
 		p.fail("attention_dropout", fmt.Sprintf("%v: attention dropout is not supported (want 0)", d))
 	}
-	if p.err != nil {
-		return nil, p.err
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
 	}
-	if err := c.validate(); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+	if err := c.validate("config " + path + ": "); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
 // Validate checks sizes fit together.
-func (c *Config) Validate() error { return c.validate() }
+func (c *Config) Validate() error { return c.validate("") }
 
-func (c *Config) validate() error {
+// validate returns every problem found, each message starting with prefix.
+func (c *Config) validate(prefix string) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(prefix+format, args...)) }
 	pos := []struct {
 		name string
 		v    int
@@ -126,29 +130,36 @@ func (c *Config) validate() error {
 	}
 	for _, f := range pos {
 		if f.v <= 0 {
-			return fmt.Errorf("field %s: must be positive, got %d", f.name, f.v)
+			bad("field %s: must be positive, got %d", f.name, f.v)
 		}
 	}
-	switch {
-	case c.Architecture != Qwen2 && c.Architecture != Llama:
-		return fmt.Errorf("field architectures: unsupported architecture %q", c.Architecture)
-	case c.NumHeads%c.NumKVHeads != 0:
-		return fmt.Errorf("field num_key_value_heads: %d does not divide num_attention_heads %d", c.NumKVHeads, c.NumHeads)
-	case c.HeadDim%2 != 0:
-		return fmt.Errorf("field head_dim: %d must be even for rotary embeddings", c.HeadDim)
-	case c.HiddenSize%c.NumHeads != 0 && c.raw["head_dim"] == nil:
-		return fmt.Errorf("field num_attention_heads: %d does not divide hidden_size %d", c.NumHeads, c.HiddenSize)
-	case !(c.RMSNormEps > 0):
-		return fmt.Errorf("field rms_norm_eps: must be positive, got %v", c.RMSNormEps)
-	case !(c.RopeTheta > 0):
-		return fmt.Errorf("field rope_theta: must be positive, got %v", c.RopeTheta)
+	if len(errs) > 0 {
+		return errors.Join(errs...) // the checks below divide by these
+	}
+	if c.Architecture != Qwen2 && c.Architecture != Llama {
+		bad("field architectures: unsupported architecture %q", c.Architecture)
+	}
+	if c.NumHeads%c.NumKVHeads != 0 {
+		bad("field num_key_value_heads: %d does not divide num_attention_heads %d", c.NumKVHeads, c.NumHeads)
+	}
+	if c.HeadDim%2 != 0 {
+		bad("field head_dim: %d must be even for rotary embeddings", c.HeadDim)
+	}
+	if c.HiddenSize%c.NumHeads != 0 && c.raw["head_dim"] == nil {
+		bad("field num_attention_heads: %d does not divide hidden_size %d", c.NumHeads, c.HiddenSize)
+	}
+	if !(c.RMSNormEps > 0) {
+		bad("field rms_norm_eps: must be positive, got %v", c.RMSNormEps)
+	}
+	if !(c.RopeTheta > 0) {
+		bad("field rope_theta: must be positive, got %v", c.RopeTheta)
 	}
 	switch c.TorchDType {
 	case "float32", "bfloat16", "float16":
 	default:
-		return fmt.Errorf("field torch_dtype: unsupported %q (want float32, bfloat16 or float16)", c.TorchDType)
+		bad("field torch_dtype: unsupported %q (want float32, bfloat16 or float16)", c.TorchDType)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // JSON renders the config as a Hugging Face config.json, keeping fields of
@@ -190,13 +201,11 @@ func (c *Config) JSON() ([]byte, error) {
 type fieldParser struct {
 	path string
 	raw  map[string]any
-	err  error
+	errs []error // every field's problem, reported together
 }
 
 func (p *fieldParser) fail(field, msg string) {
-	if p.err == nil {
-		p.err = fmt.Errorf("config %s: field %s: %s", p.path, field, msg)
-	}
+	p.errs = append(p.errs, fmt.Errorf("config %s: field %s: %s", p.path, field, msg))
 }
 
 func (p *fieldParser) get(field string, required bool) (any, bool) {

@@ -83,7 +83,7 @@ type Model struct {
 // on first use (ZeroGrad, Backward, Grads, TrainableParams), so a model that
 // only runs forward (inference, a reference policy) holds its weights once.
 func New(cfg Config, b backend.Backend) (*Model, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validate(""); err != nil {
 		return nil, fmt.Errorf("new model: %w", err)
 	}
 	m := &Model{Config: cfg, B: b}
