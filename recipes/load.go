@@ -103,7 +103,16 @@ func parse(file string, src []byte, dir string, sets []string) (*Loaded, error) 
 		msg := err.Error()
 		if m := yamlLine.FindStringSubmatch(msg); m != nil {
 			line, _ := strconv.Atoi(m[1])
-			return Errors{{Pos: Pos{File: file, Line: line}, Msg: "YAML: " + m[2]}}
+			text := m[2]
+			// yaml.v3 numbers the lines of its parser's errors ("did not
+			// find expected ...") from 0, its scanner's from 1.
+			if strings.HasPrefix(text, "did not find expected") {
+				line++
+			}
+			if strings.HasPrefix(text, "did not find expected ',' or") {
+				text += " (the [ ] or { } that opens on this line is not closed, or lacks a comma)"
+			}
+			return Errors{{Pos: Pos{File: file, Line: line}, Msg: "YAML: " + text}}
 		}
 		return Errors{{Pos: Pos{File: file}, Msg: "YAML: " + strings.TrimPrefix(msg, "yaml: ")}}
 	}

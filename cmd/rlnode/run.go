@@ -237,7 +237,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "metrics: %s\n", filepath.Join(dir, "metrics.jsonl"))
 	if perr := train.WriteCurves(filepath.Join(dir, "metrics.jsonl"), filepath.Join(dir, "curves.png")); perr != nil {
-		if !errors.Is(perr, train.ErrNoCurves) && !errors.Is(perr, os.ErrNotExist) {
+		if errors.Is(perr, train.ErrNoCurves) || errors.Is(perr, os.ErrNotExist) {
+			fmt.Fprintf(stdout, "curves: none (no step finished)\n")
+		} else {
 			fmt.Fprintf(stderr, "rlnode run: curves: %v\n", perr)
 		}
 	} else {
@@ -304,7 +306,8 @@ type progressBar struct {
 	phaseStart time.Time // when the current phase's first step began
 	phaseFirst int       // the step before the current phase's first seen step
 	last       int
-	eval       *float64
+	eval       *float64 // the newest evaluation's accuracy
+	evalStep   int      // the step it was measured at
 	drawn      bool
 }
 
@@ -326,10 +329,20 @@ func (b *progressBar) step(m train.Metrics) {
 	b.lastAt = now
 	b.last = m.Step
 	if m.EvalAccuracy != nil {
-		b.eval = m.EvalAccuracy
+		b.eval, b.evalStep = m.EvalAccuracy, m.Step
 	}
+	// The step counts warm-up and RL steps together: the phase's own count
+	// follows.
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "step %d/%d %-6s", m.Step, b.total, m.Phase)
+	fmt.Fprintf(&sb, "step %d/%d", m.Step, b.total)
+	switch m.Phase {
+	case "warmup":
+		fmt.Fprintf(&sb, " (warm-up %d/%d)", m.Step, b.warmup)
+	case "rl":
+		fmt.Fprintf(&sb, " (RL %d/%d)", m.Step-b.warmup, b.total-b.warmup)
+	default:
+		fmt.Fprintf(&sb, " (%s)", m.Phase)
+	}
 	if m.RewardMean != nil {
 		fmt.Fprintf(&sb, " reward %.3f", *m.RewardMean)
 	} else {
@@ -337,6 +350,9 @@ func (b *progressBar) step(m train.Metrics) {
 	}
 	if b.eval != nil {
 		fmt.Fprintf(&sb, " eval %.3f", *b.eval)
+		if b.evalStep != m.Step {
+			fmt.Fprintf(&sb, " (at step %d)", b.evalStep) // the newest evaluation, not this step's
+		}
 	}
 	if s := m.GenSeconds + m.TrainSeconds; s > 0 && m.Tokens > 0 {
 		fmt.Fprintf(&sb, " %.0f tok/s", float64(m.Tokens)/s)

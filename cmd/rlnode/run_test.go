@@ -213,15 +213,15 @@ func TestProgressBar(t *testing.T) {
 		want string
 	}{
 		{time.Second, train.Metrics{Step: 1, Phase: "warmup", Loss: 2.5, Tokens: 400, TrainSeconds: 0.5},
-			"step 1/5 warmup loss 2.5000 800 tok/s warm-up ETA 1s"},
+			"step 1/5 (warm-up 1/2) loss 2.5000 800 tok/s warm-up ETA 1s"},
 		{time.Second, train.Metrics{Step: 2, Phase: "warmup", Loss: 2, Tokens: 400, TrainSeconds: 0.5, EvalAccuracy: f(0.25)},
-			"step 2/5 warmup loss 2.0000 eval 0.250 800 tok/s"},
+			"step 2/5 (warm-up 2/2) loss 2.0000 eval 0.250 800 tok/s"},
 		{10 * time.Second, train.Metrics{Step: 3, Phase: "rl", RewardMean: f(0.5), Tokens: 1000, GenSeconds: 2, TrainSeconds: 3},
-			"step 3/5 rl     reward 0.500 eval 0.250 200 tok/s ETA 20s"},
+			"step 3/5 (RL 1/3) reward 0.500 eval 0.250 (at step 2) 200 tok/s ETA 20s"},
 		{10 * time.Second, train.Metrics{Step: 4, Phase: "rl", RewardMean: f(0.75), Tokens: 1000, GenSeconds: 4, TrainSeconds: 1},
-			"step 4/5 rl     reward 0.750 eval 0.250 200 tok/s ETA 10s"},
+			"step 4/5 (RL 2/3) reward 0.750 eval 0.250 (at step 2) 200 tok/s ETA 10s"},
 		{10 * time.Second, train.Metrics{Step: 5, Phase: "rl", RewardMean: f(1), EvalAccuracy: f(0.5)},
-			"step 5/5 rl     reward 1.000 eval 0.500"},
+			"step 5/5 (RL 3/3) reward 1.000 eval 0.500"},
 	}
 	for _, s := range steps {
 		clock = clock.Add(s.took)

@@ -102,3 +102,13 @@ func TestRunRefusesAnotherRunsFolder(t *testing.T) {
 		t.Errorf("--overwrite did not replace recipe.yaml:\n%s", b)
 	}
 }
+
+// A run that fails before its first step says it drew no curves.
+func TestRunFailedBeforeAStepSaysNoCurves(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	stdout, stderr, code := runRlnode(t, t.TempDir(), "run", "quickstart", "--out", dir, "--set", "sft.steps=2", "--set", "schedule.steps=2",
+		"--set", "deterministic=false", "--set", "engines.policy.kind=vllm", "--set", "engines.policy.vllm={servers: [http://127.0.0.1:1], model: m}")
+	if code != 1 || !strings.Contains(stdout, "curves: none (no step finished)") {
+		t.Errorf("run against an unreachable vLLM server: exit %d, want 1 and no curves said:\n%s%s", code, stdout, stderr)
+	}
+}
