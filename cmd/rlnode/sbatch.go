@@ -77,7 +77,7 @@ func sbatchCommand(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Partition, "partition", "", "Slurm partition")
 	fs.StringVar(&o.Time, "time", "", "time limit (Slurm's format: MM, HH:MM:SS, D-HH:MM...)")
 	fs.StringVar(&o.Account, "account", "", "Slurm account")
-	fs.IntVar(&o.CPUsPerTask, "cpus-per-task", 0, "CPUs for each node's rlnode process (0: Slurm's default, 1 CPU on clusters that allocate by core)")
+	fs.IntVar(&o.CPUsPerTask, "cpus-per-task", 0, "CPUs for each node's rlnode process, which offers them to the recipe's actors (0: Slurm's default, 1 CPU on clusters that allocate by core)")
 	fs.StringVar(&o.Mem, "mem", "", "memory per node (Slurm's format: 64G, 500M; 0 for all of it)")
 	fs.BoolVar(&o.Exclusive, "exclusive", false, "whole nodes: share them with no other job")
 	fs.StringVar(&o.JobName, "job-name", "", "Slurm job name (default rlnode-RECIPE)")
@@ -400,7 +400,7 @@ trap cleanup EXIT
 trap 'log "signal received"; exit 143' TERM INT
 
 log "job $SLURM_JOB_ID: $RLNODE_NODES nodes ($SLURM_JOB_NODELIST), first $HEAD_NODE at $RLNODE_HEAD_ADDR, run directory $RLNODE_OUT"
-"$RLNODE" start --bind "$NODE_IP:{{.O.Port}}" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" \
+"$RLNODE" start --bind "$NODE_IP:{{.O.Port}}" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}" \
   --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1 &
 HEAD_PID=$!
 
@@ -426,7 +426,7 @@ if [ ! -x "$RLNODE" ]; then
   exit 127
 fi
 for ((i = 0; i < 600; i++)); do [ -s "$RLNODE_KEY" ] && break; sleep 0.1; done
-exec "$RLNODE" join "$RLNODE_GOSSIP" --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" \
+exec "$RLNODE" join "$RLNODE_GOSSIP" --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}" \
   --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1'
   export NODE_ENV
   srun --job-name=rlnode-join --nodes=$((RLNODE_NODES - 1)) --ntasks=$((RLNODE_NODES - 1)) --ntasks-per-node=1 \

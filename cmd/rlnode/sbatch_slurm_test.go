@@ -256,6 +256,13 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 		leftGracefully(runDir, []string{"n1", "n2"}[:nodes]...)
 	}
 
+	// --cpus-per-task: each node offers the CPUs Slurm gave it.
+	id, _ = submit(2, "--cpus-per-task", "1", "--run-cmd", `"$RLNODE" status --json | tr -d ' \n'`)
+	info, out = finished(id)
+	if !strings.Contains(info, "JobState=COMPLETED") || strings.Count(out, `"total":{"CPU":1`) != 2 {
+		t.Errorf("--cpus-per-task 1: want both nodes offering 1 CPU: %s\n%s", info, out)
+	}
+
 	// A binary the nodes cannot see: the job says so and starts nothing.
 	id, _ = submit(1, "--rlnode", filepath.Join(dir, "not-here", "rlnode"), "--run-cmd", "true")
 	info, out = finished(id)

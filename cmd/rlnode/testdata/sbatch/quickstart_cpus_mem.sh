@@ -101,7 +101,7 @@ trap cleanup EXIT
 trap 'log "signal received"; exit 143' TERM INT
 
 log "job $SLURM_JOB_ID: $RLNODE_NODES nodes ($SLURM_JOB_NODELIST), first $HEAD_NODE at $RLNODE_HEAD_ADDR, run directory $RLNODE_OUT"
-"$RLNODE" start --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" \
+"$RLNODE" start --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}" \
   --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1 &
 HEAD_PID=$!
 
@@ -127,7 +127,7 @@ if [ ! -x "$RLNODE" ]; then
   exit 127
 fi
 for ((i = 0; i < 600; i++)); do [ -s "$RLNODE_KEY" ] && break; sleep 0.1; done
-exec "$RLNODE" join "$RLNODE_GOSSIP" --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" \
+exec "$RLNODE" join "$RLNODE_GOSSIP" --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}" \
   --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1'
   export NODE_ENV
   srun --job-name=rlnode-join --nodes=$((RLNODE_NODES - 1)) --ntasks=$((RLNODE_NODES - 1)) --ntasks-per-node=1 \
