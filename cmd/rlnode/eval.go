@@ -168,20 +168,15 @@ func evalTarget(model, recipe *string) error {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
 		if _, err := os.Stat(filepath.Join(dir, "checkpoints")); err == nil {
-			cks, err := train.Checkpoints(dir)
+			ck, _, _, err := train.NewestIntact(dir)
 			if err != nil {
-				return fmt.Errorf("--model %s: %w", dir, err)
+				return fmt.Errorf("--model %s (a run folder): %w", dir, err)
 			}
-			for i := len(cks) - 1; i >= 0; i-- {
-				if _, err := os.Stat(filepath.Join(cks[i], train.DriverStateFile)); err == nil {
-					if *recipe == "" {
-						*recipe = filepath.Join(dir, recipes.ResolvedFile)
-					}
-					*model = cks[i]
-					return nil
-				}
+			if *recipe == "" {
+				*recipe = filepath.Join(dir, recipes.ResolvedFile)
 			}
-			return fmt.Errorf("--model %s: a run folder with no complete checkpoint in %s", dir, filepath.Join(dir, "checkpoints"))
+			*model = ck
+			return nil
 		}
 	}
 	*model = dir

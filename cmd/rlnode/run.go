@@ -131,6 +131,12 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "rlnode run: --resume: continuing from %s\n", ck)
 		}
 		cfg.Resume = ck
+		var step int
+		if _, err := fmt.Sscanf(filepath.Base(ck), "step-%d", &step); err == nil && step > cfg.WarmupSteps+cfg.Steps {
+			fmt.Fprintf(stderr, "rlnode run: --resume: %s is step %d, past the recipe's last step %d (%d warm-up + %d RL); raise schedule.steps to train further\n",
+				ck, step, cfg.WarmupSteps+cfg.Steps, cfg.WarmupSteps, cfg.Steps)
+			return 2
+		}
 	}
 	var key []byte
 	if *address != "" {

@@ -94,6 +94,12 @@ func TestRunRefusesAnotherRunsFolder(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, ", seed (a resume may change only") {
 		t.Errorf("--resume with another seed: exit %d, want 2 naming seed:\n%s", code, stderr)
 	}
+	// The same recipe ending before its newest checkpoint's step.
+	short := append([]string{"run", "quickstart", "--out", dir, "--resume"}, append(tinyRun, "--set", "schedule.steps=1")...)
+	_, stderr, code = runRlnode(t, home, short...)
+	if code != 2 || !strings.Contains(stderr, "is step 7, past the recipe's last step 5 (4 warm-up + 1 RL)") {
+		t.Errorf("--resume past the recipe's steps: exit %d, want 2:\n%s", code, stderr)
+	}
 	stdout, stderr, code := runRlnode(t, home, append(second, "--overwrite")...)
 	if code != 0 {
 		t.Fatalf("--overwrite: exit %d\n%s%s", code, stdout, stderr)
