@@ -11,8 +11,11 @@ need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 [ -x /usr/bin/python3 ] || need+=(python3)
 command -v node >/dev/null 2>&1 || need+=(nodejs npm)
-# A real Slurm on this machine for the sbatch tests (they skip without it).
-[ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ] || need+=(slurm-wlm munge)
+# A real Slurm on this machine for the sbatch tests; they need root (slurmd
+# starts jobs as their owner) and skip without it, so only root installs it.
+if [ "$(id -u)" = 0 ] && ! { [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ]; }; then
+	need+=(slurm-wlm munge)
+fi
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		apt-get update -qq
