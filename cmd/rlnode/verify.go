@@ -63,9 +63,9 @@ func verifyCommand(args []string, stdout, stderr io.Writer) int {
 			switch mode {
 			case "auto":
 				mode = ""
-			case "bwrap", "rlimit":
+			case verify.ModeBwrap, verify.ModeNamespaces, verify.ModeRlimitOnly:
 			default:
-				err = usageError{fmt.Errorf("--sandbox %q: want auto, bwrap or rlimit", mode)}
+				err = usageError{fmt.Errorf("--sandbox %q: want auto, bwrap, namespaces or rlimit-only-trusted-code", mode)}
 			}
 			if err != nil {
 				break

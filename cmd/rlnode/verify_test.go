@@ -154,7 +154,7 @@ func TestVerifyUsage(t *testing.T) {
 		{[]string{"verify", "--task", "poetry", "--in", in}, 2, `--task "poetry"`},
 		{[]string{"verify", "--task", "math", "--in", in, "--workers", "0"}, 2, "--workers 0"},
 		{[]string{"verify", "--task", "math", "--in", filepath.Join(dir, "missing.jsonl")}, 1, "missing.jsonl"},
-		{[]string{"verify", "--task", "code", "--in", in, "--sandbox", "chroot"}, 2, `--sandbox "chroot": want auto, bwrap or rlimit`},
+		{[]string{"verify", "--task", "code", "--in", in, "--sandbox", "chroot"}, 2, `--sandbox "chroot": want auto, bwrap, namespaces or rlimit-only-trusted-code`},
 		{[]string{"verify", "--task", "math", "--in", in, "--out", filepath.Join(dir, "no", "such", "dir.jsonl")}, 1, "no such file"},
 	}
 	for _, tc := range tests {
