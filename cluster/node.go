@@ -71,7 +71,7 @@ type Detection struct {
 }
 
 // FastDetection notices a killed node in about a second on a LAN or
-// loopback (measured: see README), at the cost of more probe traffic than
+// loopback (measured: see docs/benchmarks.md), at the cost of more probe traffic than
 // memberlist's DefaultLANConfig (about 5 s).
 var FastDetection = Detection{
 	ProbeInterval:  300 * time.Millisecond,

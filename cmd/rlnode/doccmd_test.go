@@ -181,7 +181,7 @@ func TestDocCommandsWork(t *testing.T) {
 		t.Logf("%s: rlnode %s", c.where, shellJoin(c.args))
 		switch args[0] {
 		case "run":
-			validate := append([]string{"recipe", "validate"}, args[1:]...)
+			validate := append([]string{"recipe", "validate"}, recipeArgs(args[1:])...)
 			if _, stderr, code := runRlnode(t, home, validate...); code != 0 {
 				t.Errorf("%s: rlnode %s: does not validate (exit %d):\n%s", c.where, shellJoin(c.args), code, stderr)
 			}
@@ -210,6 +210,22 @@ func TestDocCommandsWork(t *testing.T) {
 			}
 		}
 	}
+}
+
+// recipeArgs are a run's arguments without the flags that only say where
+// and how it runs (what recipe validate takes: the recipe and its --set).
+func recipeArgs(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		switch args[i] {
+		case "--out", "--address", "--key-file", "--bind", "--metrics-addr":
+			i++
+		case "--resume", "--overwrite":
+		default:
+			out = append(out, args[i])
+		}
+	}
+	return out
 }
 
 func flagValue(args []string, name string) string {

@@ -16,7 +16,7 @@ import (
 
 // TestServeRSSUnderHostileRequests measures `rlnode serve`'s resident
 // memory while 20 clients at once send oversized prompts. It is a
-// measurement, run by hand (figures in README's serve section):
+// measurement, run by hand (figures in docs/internals.md's serve section):
 //
 //	RLNODE_SERVE_RSS=1 go test ./cmd/rlnode -run TestServeRSS -v -timeout 30m
 //
