@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rlnode/rlnode/internal/connlimit"
 	"io"
 	"io/fs"
 	"net"
@@ -63,6 +64,10 @@ type GroupStatus struct {
 }
 
 // Status reports the live nodes and every actor the directory knows.
+// controlConnsPerAddr caps the connections one address may hold open on
+// the control endpoint.
+const controlConnsPerAddr = 32
+
 func (n *Node) Status() Status {
 	st := Status{Node: n.id, Nodes: []NodeStatus{}, Actors: []ActorStatus{}, Groups: []GroupStatus{}}
 	now := time.Now()
@@ -174,8 +179,11 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 		_, _ = fmt.Fprintf(w, "node %s stopping\n", n.id)
 		go n.Stop()
 	})
-	srv := &http.Server{Handler: controlGuard(token, !loopback, mux), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(lis) }()
+	// One address may hold a few connections open, never the node's
+	// descriptors; idle and slow clients are cut off.
+	srv := &http.Server{Handler: controlGuard(token, !loopback, mux), ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second}
+	go func() { _ = srv.Serve(connlimit.Limit(lis, controlConnsPerAddr)) }()
 	info := RunInfo{NodeID: n.id, Gossip: n.GossipAddress(), Actor: n.ActorAddress(), Control: bound, PID: os.Getpid()}
 	b, _ := json.MarshalIndent(info, "", "  ")
 	if err := writePrivate(runFile, b); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/rlnode/rlnode/internal/connlimit"
 	"github.com/rlnode/rlnode/recipes"
 	"io"
 	"log/slog"
@@ -32,6 +33,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	maxTokens := fs.Int("max-queued-tokens", 0, "tokens of the requests in progress, prompts plus n × max_tokens; more are answered 429 (default 2 × --max-batch × the model's context)")
 	readTimeout := fs.Duration("read-timeout", 30*time.Second, "time to read a request's headers, and its body")
 	idleTimeout := fs.Duration("idle-timeout", 30*time.Second, "time a keep-alive connection may wait for its next request")
+	connsPerAddr := fs.Int("max-conns-per-addr", 64, "connections one client address may hold open; more are closed at once (0: no cap)")
 	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "time each write of an answer may wait for a client that does not read")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: rlnode serve --model DIR [--listen 127.0.0.1:8000] [--served-model-name NAME]\n\n"+
@@ -101,7 +103,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(connlimit.Limit(ln, *connsPerAddr)) }()
 	select {
 	case err := <-served:
 		fmt.Fprintf(stderr, "rlnode serve: %v\n", err)

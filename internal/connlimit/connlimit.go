@@ -133,3 +133,33 @@ func hostOf(addr net.Addr) string {
 	}
 	return addr.String()
 }
+
+// Listener caps the connections each remote address holds open on l: a
+// connection over the cap is closed at once and Accept waits for the
+// next. The connections it returns release their place when closed.
+type Listener struct {
+	net.Listener
+	Gate *Gate
+}
+
+// Limit wraps l with a cap of total open connections per remote address.
+func Limit(l net.Listener, total int) *Listener {
+	return &Listener{Listener: l, Gate: New(Limits{Total: total})}
+}
+
+// Accept implements net.Listener.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		slot, err := l.Gate.Admit(c.RemoteAddr())
+		if err != nil {
+			c.Close()
+			continue
+		}
+		slot.Proven() // the cap is on open connections, not on a handshake
+		return &Conn{Conn: c, Slot: slot}, nil
+	}
+}

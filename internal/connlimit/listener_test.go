@@ -1,0 +1,68 @@
+package connlimit
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// A listener capped at 3 connections per address keeps 3 open, closes the
+// 4th at once, and admits a new one after one of the 3 closes.
+func TestListenerCapsPerAddress(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Limit(raw, 3)
+	defer l.Close()
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	var server []net.Conn
+	for range 3 {
+		defer dial().Close()
+		select {
+		case c := <-accepted:
+			server = append(server, c)
+		case <-time.After(5 * time.Second):
+			t.Fatal("a connection under the cap was not accepted")
+		}
+	}
+	over := dial()
+	over.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := over.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("the connection over the cap: read %v, want EOF (closed by the listener)", err)
+	}
+	if total, _ := l.Gate.Count("127.0.0.1"); total != 3 {
+		t.Fatalf("counted %d open connections, want 3", total)
+	}
+	// Closing an accepted connection frees its place.
+	server[0].Close()
+	if total, _ := l.Gate.Count("127.0.0.1"); total != 2 {
+		t.Fatalf("counted %d open connections after one closed, want 2", total)
+	}
+	next := dial()
+	defer next.Close()
+	select {
+	case c := <-accepted:
+		c.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("a connection under the cap again was not accepted")
+	}
+}
