@@ -125,8 +125,8 @@ func (r *run) steps(ctx context.Context, s State) error {
 		if r.step != p.Step {
 			return fmt.Errorf("driver: step %d was carried out as step %d", p.Step, r.step)
 		}
-		if r.stopAsked() {
-			p = StopAfter(p)
+		if r.stopAsked() && !Plan(sc, After(s, p)).Done {
+			p = StopAfter(p) // the last step ends the run anyway
 		}
 		if err := r.finishStep(ctx, &m, p); err != nil {
 			return err

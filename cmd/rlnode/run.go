@@ -258,7 +258,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "checkpoints: none written\n")
 	}
 	switch {
-	case wasInterrupted && (err == nil || errors.Is(err, context.Canceled)):
+	case wasInterrupted && (err == nil && res.Stopped || errors.Is(err, context.Canceled)):
 		if len(cks) == 0 {
 			fmt.Fprintf(stderr, "rlnode run: stopped after step %d, before any checkpoint: nothing to resume\n", bar.last)
 			return 130
