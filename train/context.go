@@ -51,16 +51,16 @@ func checkContext(cfg Config, tpl *compiled, feedbackModel string) (field string
 			firstWhat = "the first prompt (episode.templates.tool_solver)"
 		}
 		type seq struct {
-			pol            *policyContext
-			what, prompt   string
-			target         string
-			sft, generated bool
+			pol          *policyContext
+			what, prompt string
+			target       string
+			sft          bool // the warm-up trains on prompt + target
 		}
-		seqs := []seq{{solver, firstWhat, first.Text, answer, cfg.WarmupSteps > 0, true}}
+		seqs := []seq{{solver, firstWhat, first.Text, answer, cfg.WarmupSteps > 0}}
 		switch cfg.Episode {
 		case EpisodeSCoRe:
 			later, _ := pr.Review(ex, "")
-			seqs = append(seqs, seq{solver, "the review prompt (episode.templates.review)", later.Text, answer, cfg.WarmupSteps > 0, true})
+			seqs = append(seqs, seq{solver, "the review prompt (episode.templates.review)", later.Text, answer, cfg.WarmupSteps > 0})
 		case EpisodeMLMT:
 			d := TemplateData{Question: p.Question, Hint: p.Hint, Answer: p.Answer}
 			fbText := render(tpl.staticFeedback, d)
@@ -71,14 +71,14 @@ func checkContext(cfg Config, tpl *compiled, feedbackModel string) (field string
 					fbText = render(tpl.feedbackAnswer, d)
 					target = fbText
 				}
-				seqs = append(seqs, seq{fb, "the feedback prompt (episode.templates.feedback)", fbPrompt.Text, target, cfg.WarmupSteps > 0, true})
+				seqs = append(seqs, seq{fb, "the feedback prompt (episode.templates.feedback)", fbPrompt.Text, target, cfg.WarmupSteps > 0})
 			}
 			later, _ := pr.Refine(ex, "", fbText)
-			seqs = append(seqs, seq{solver, "the refine prompt (episode.templates.refine)", later.Text, answer, cfg.WarmupSteps > 0, true})
+			seqs = append(seqs, seq{solver, "the refine prompt (episode.templates.refine)", later.Text, answer, cfg.WarmupSteps > 0})
 		}
 		for _, s := range seqs {
 			n := len(s.pol.tok.Encode(s.prompt))
-			if s.generated && n+1 > s.pol.positions {
+			if n+1 > s.pol.positions {
 				return s.pol.field, fmt.Errorf("%d positions: problem %s: %s takes %d tokens, leaving no room for an answer; raise it or shorten the template",
 					s.pol.positions, p.ID, s.what, n)
 			}
