@@ -77,6 +77,10 @@ var refusalCases = []struct {
 	{"quickstart", []string{"models.policy.init.hidden_size=36", "models.policy.init.heads=4", "models.policy.init.kv_heads=2"}, "builtin:quickstart.yaml:16: models.policy.init: config init: field head_dim: 9 must be even for rotary embeddings"},
 	{"quickstart", []string{"algorithm.clip_low=0", "algorithm.clip_high=0"}, "builtin:quickstart.yaml:50: algorithm: learner config: loss: clip_low and clip_high are both 0"},
 	{"quickstart", []string{`episode.templates.refine="{{.Nope}}"`}, `--set episode.templates.refine="{{.Nope}}": episode.templates.refine: template "refine": uses .Nope: not supported in a prompt template`},
+
+	// Prompts that cannot fit the policy's context (checkContext).
+	{"quickstart", []string{"episode.type=score"}, "builtin:quickstart.yaml:23: models.policy.init.max_positions: 64 positions: problem arithmetic/1/train/0: the review prompt (episode.templates.review) takes 86 tokens, leaving no room for an answer"},
+	{"quickstart", []string{"episode.type=score", "models.policy.init.max_positions=88"}, "--set models.policy.init.max_positions=88: models.policy.init.max_positions: 88 positions: problem arithmetic/1/train/0: the warm-up sequence of the review prompt (episode.templates.review) and its target takes"},
 }
 
 var (
