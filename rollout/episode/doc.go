@@ -3,7 +3,8 @@
 // (rollout/data): single-turn, MLMT three-turn (solver, feedback policy,
 // refining solver), SCoRe two-turn self-correction, and multi-turn tool use
 // (a safe calculator; Python through a sandboxed executor) with tool output
-// masked out of the loss. N samples of one example form a GRPO group. The
+// masked out of the loss, and the agent episode, a policy acting in an
+// environment (rollout/env) step by step. N samples of one example form a GRPO group. The
 // training loop (train) and the rollout actors (rollout) both play their
 // episodes here.
 //

@@ -76,7 +76,7 @@ type Batch struct {
 const (
 	StageFirst    = 0 // the solver's first answer
 	StageFeedback = 1 // MLMT's feedback
-	StageFinal    = 2 // the final answer of MLMT and SCoRe; tools: StageFinal+k after call k
+	StageFinal    = 2 // the final answer of MLMT and SCoRe; tools: StageFinal+k after call k; agent: StageFinal+k for step k
 )
 
 // params is how the request of stage for example i (sample s; turn is

@@ -1,0 +1,234 @@
+package episode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/data"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/env"
+)
+
+// Agent is the episode in which the policy acts in an environment, up to
+// MaxSteps steps: the environment's observation and valid actions are the
+// user message; the policy's turn is parsed for its last
+// <action>name</action> or <action>name(param)</action> (env.ParseAction);
+// the environment steps with it and its next observation is the next user
+// message. A turn with no well-formed action steps the environment with
+// the empty action name, which it answers as an invalid action (with its
+// penalty); the parse error is in the turn's Note.
+//
+// Each step is one Turn (Turn = the step's index): the chat so far as
+// PromptIDs, the policy's tokens, logprobs and loss mask, Reward the
+// environment's reward for that step; every turn's FinalReward is the
+// episode's total. The last turn's Note names the outcome when the
+// environment gives one (Info["outcome"]).
+//
+// Example i's task is its Prompt, its seed Seed + its group id: the N
+// episodes of a group play the same episode of the environment (Reset must
+// be deterministic). A Reset error fails the run (the task is the
+// caller's); a Step error ends that episode with a note; engine failures
+// follow Runner.
+type Agent struct {
+	Policy Policy
+	// NewEnv makes the environment of one episode; each is used by one
+	// goroutine at a time and checked with env.Checked.
+	NewEnv   func() env.Env
+	MaxSteps int // steps per episode; 0 means 8
+	Seed     int64
+	System   string // the system message; empty: none
+	Limits   Limits
+}
+
+// agentState is one episode in play.
+type agentState struct {
+	i, sample int
+	group     int64
+	env       env.Env
+	msgs      []tokenizer.Message
+	turns     []data.Turn
+	done      bool
+	err       error // a Step error other than ctx's
+}
+
+// Run implements Runner.
+func (r *Agent) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if err := r.Policy.check("agent"); err != nil {
+		return nil, err
+	}
+	if r.NewEnv == nil {
+		return nil, errors.New("agent episode: no environment")
+	}
+	lim := r.Limits.withDefaults()
+	maxSteps := r.MaxSteps
+	if maxSteps <= 0 {
+		maxSteps = 8
+	}
+	var eps []*agentState
+	for i, ex := range b.Examples {
+		g := b.FirstGroupID + int64(i)
+		for s := range b.N {
+			e := &agentState{i: i, sample: s, group: g, env: env.Checked(r.NewEnv())}
+			obs, err := e.env.Reset(ctx, r.Seed+g, ex.Prompt)
+			if err != nil {
+				return nil, fmt.Errorf("agent episode: example %q: %w", ex.ID, err)
+			}
+			if r.System != "" {
+				e.msgs = append(e.msgs, tokenizer.Message{Role: "system", Content: r.System})
+			}
+			e.msgs = append(e.msgs, tokenizer.Message{Role: "user", Content: renderObservation(lim, obs)})
+			eps = append(eps, e)
+		}
+	}
+	// Step 0: one request of N samples per example.
+	reqs := make([]engine.Request, len(b.Examples))
+	for i := range b.Examples {
+		e := eps[i*b.N]
+		req, err := r.Policy.request(fmt.Sprintf("g%d-a0", e.group), Prompt{Messages: e.msgs}, b.params(r.Policy.Params, StageFirst, i, 0, 0, b.N))
+		if err != nil {
+			return nil, err
+		}
+		reqs[i] = req
+	}
+	outs, err := generate(ctx, r.Policy, reqs)
+	if err != nil {
+		return nil, err
+	}
+	live := eps
+	results := make([]outcome, len(eps))
+	for k, e := range eps {
+		results[k] = outcomeOf(outs[e.i], e.sample)
+	}
+	for step := 0; ; step++ {
+		if err := r.play(ctx, lim, live, results, step, maxSteps); err != nil {
+			return nil, err
+		}
+		var next []*agentState
+		var reqs []engine.Request
+		for _, e := range live {
+			if e.done {
+				continue
+			}
+			p := b.params(r.Policy.Params, StageFinal+step+1, e.i, e.sample, step+1, 1)
+			req, err := r.Policy.request(fmt.Sprintf("%s-a%d", episodeID(e.group, e.sample), step+1), Prompt{Messages: append([]tokenizer.Message(nil), e.msgs...)}, p)
+			if err != nil {
+				return nil, err
+			}
+			next, reqs = append(next, e), append(reqs, req)
+		}
+		if len(reqs) == 0 {
+			break
+		}
+		outs, err := generate(ctx, r.Policy, reqs)
+		if err != nil {
+			return nil, err
+		}
+		live, results = next, outs
+	}
+	var turns []data.Turn
+	for _, e := range eps {
+		var total float64
+		for _, t := range e.turns {
+			total += t.Reward
+		}
+		for k := range e.turns {
+			e.turns[k].FinalReward = total
+			setEpisode(&e.turns[k], e.group, e.sample, k)
+		}
+		turns = append(turns, e.turns...)
+	}
+	return turns, nil
+}
+
+// outcomeOf is sample s of o, as an outcome of one sample.
+func outcomeOf(o outcome, s int) outcome {
+	if o.err != nil {
+		return o
+	}
+	res := o.res
+	res.Samples = res.Samples[s : s+1]
+	return outcome{res: res}
+}
+
+// play records step of every live episode from its engine outcome and
+// steps its environment, the episodes at once. Only ctx ending is an
+// error.
+func (r *Agent) play(ctx context.Context, lim Limits, live []*agentState, outs []outcome, step, maxSteps int) error {
+	var wg sync.WaitGroup
+	for k, e := range live {
+		o := outs[k]
+		if o.err != nil {
+			e.turns = append(e.turns, failedTurn(r.Policy, fmt.Sprintf("step %d: %v", step, o.err)))
+			e.done = true
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.playOne(ctx, lim, e, o.res, step, maxSteps)
+		}()
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+func (r *Agent) playOne(ctx context.Context, lim Limits, e *agentState, res engine.Result, step, maxSteps int) {
+	smp := res.Samples[0]
+	t := turnOf(r.Policy, res, smp)
+	var notes []string
+	a, err := env.ParseAction(smp.Text)
+	if err != nil {
+		notes = append(notes, err.Error())
+		a = env.Action{}
+	}
+	sr, err := e.env.Step(ctx, a)
+	switch {
+	case err != nil:
+		notes = append(notes, "environment: "+err.Error())
+		e.done = true
+	default:
+		t.Reward = sr.Reward
+		if sr.Invalid != "" {
+			notes = append(notes, "invalid action: "+sr.Invalid)
+		}
+		if sr.Done {
+			if oc := sr.Info["outcome"]; oc != "" {
+				notes = append(notes, "outcome: "+oc)
+			}
+			e.done = true
+		} else if step+1 >= maxSteps {
+			notes = append(notes, fmt.Sprintf("stopped after %d steps", maxSteps))
+			e.done = true
+		}
+		said, _ := lim.Quote(smp.Text)
+		e.msgs = append(e.msgs,
+			tokenizer.Message{Role: "assistant", Content: said},
+			tokenizer.Message{Role: "user", Content: renderObservation(lim, sr.Observation)})
+	}
+	t.Note = joinNotes(notes...)
+	e.turns = append(e.turns, t)
+}
+
+// renderObservation is the user message of an observation: its text (cut
+// to the quote limit), the valid actions and how to write one.
+func renderObservation(lim Limits, obs env.Observation) string {
+	text, _ := lim.Quote(obs.Text)
+	var sb strings.Builder
+	sb.WriteString(text)
+	if len(obs.Actions) > 0 {
+		sb.WriteString("\n\nValid actions:\n")
+		for _, a := range obs.Actions {
+			fmt.Fprintf(&sb, "- %s: %s\n", a.Usage(), a.Description)
+		}
+		sb.WriteString("\nReply with one action as " + env.ActionOpen + "name" + env.ActionClose +
+			" or " + env.ActionOpen + "name(value)" + env.ActionClose + ".")
+	}
+	return sb.String()
+}
