@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/rlnode/rlnode/rollout/task"
 )
 
 // Actions of Equations, in the order that solves an equation.
@@ -189,7 +191,7 @@ func (e *Equations) current() string {
 	case 0, 1:
 		return eq.String()
 	case 2:
-		return fmt.Sprintf("%s = %d", term(eq.a), eq.c-eq.b)
+		return fmt.Sprintf("%s = %d", task.LinearTerm(eq.a), eq.c-eq.b)
 	}
 	return fmt.Sprintf("x = %d", eq.x)
 }
@@ -199,17 +201,7 @@ func (q equation) String() string {
 	if b < 0 {
 		sign, b = "-", -b
 	}
-	return fmt.Sprintf("%s %s %d = %d", term(q.a), sign, b, q.c)
-}
-
-func term(a int) string {
-	switch a {
-	case 1:
-		return "x"
-	case -1:
-		return "-x"
-	}
-	return strconv.Itoa(a) + "x"
+	return fmt.Sprintf("%s %s %d = %d", task.LinearTerm(q.a), sign, b, q.c)
 }
 
 var equationRE = regexp.MustCompile(`^\s*(-?\d*)\s*x\s*([+-])\s*(\d+)\s*=\s*(-?\d+)\s*$`)

@@ -200,8 +200,8 @@ func wordProblem(level int, rng *rand.Rand) (string, string) {
 	}
 }
 
-// linearTerm writes a*x with the sign folded in: "3x", "-x", "x".
-func linearTerm(a int) string {
+// LinearTerm writes a*x with the sign folded in: "3x", "-x", "x".
+func LinearTerm(a int) string {
 	switch a {
 	case 1:
 		return "x"
@@ -243,10 +243,10 @@ func linear(level int, rng *rand.Rand) (string, string) {
 		}
 		c := lhsA*x + lhsB - rhsA*x // rhs constant making x the solution
 		rhsB = c
-		lhs := linearTerm(lhsA) + plus(lhsB)
+		lhs := LinearTerm(lhsA) + plus(lhsB)
 		rhs := strconv.Itoa(rhsB)
 		if level >= 4 {
-			rhs = linearTerm(rhsA) + plus(rhsB)
+			rhs = LinearTerm(rhsA) + plus(rhsB)
 		}
 		return fmt.Sprintf("Solve for x: %s = %s.", lhs, rhs), strconv.Itoa(x)
 	}
