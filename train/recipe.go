@@ -409,29 +409,8 @@ func driverTemplate(field, text string, fields ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var walk func(n tparse.Node)
-	walk = func(n tparse.Node) {
+	tmpl.Walk(t.Tree.Root, func(n tparse.Node) bool {
 		switch n := n.(type) {
-		case *tparse.ListNode:
-			if n != nil {
-				for _, c := range n.Nodes {
-					walk(c)
-				}
-			}
-		case *tparse.ActionNode:
-			walk(n.Pipe)
-		case *tparse.PipeNode:
-			if n != nil {
-				for _, c := range n.Cmds {
-					walk(c)
-				}
-			}
-		case *tparse.CommandNode:
-			for _, a := range n.Args {
-				walk(a)
-			}
-		case *tparse.ChainNode:
-			walk(n.Node)
 		case *tparse.FieldNode:
 			if n.Ident[0] == "Problem" {
 				n.Ident[0] = "Question"
@@ -440,17 +419,9 @@ func driverTemplate(field, text string, fields ...string) (string, error) {
 			if len(n.Ident) > 1 && n.Ident[0] == "$" && n.Ident[1] == "Problem" {
 				n.Ident[1] = "Question"
 			}
-		case *tparse.IfNode:
-			walk(n.Pipe)
-			walk(n.List)
-			walk(n.ElseList)
-		case *tparse.WithNode:
-			walk(n.Pipe)
-			walk(n.List)
-			walk(n.ElseList)
 		}
-	}
-	walk(t.Tree.Root)
+		return true
+	})
 	// Printed back node by node: a text node next to an action is quoted
 	// as {{"text"}}, since `\boxed{` followed by `{{.Answer}}` would read
 	// as `{{{`.

@@ -54,23 +54,8 @@ func Check(t *template.Template, fields ...string) error {
 	if len(t.Templates()) > 1 {
 		add("{{define}}")
 	}
-	var walk func(n tparse.Node)
-	walk = func(n tparse.Node) {
+	visit := func(n tparse.Node) bool {
 		switch n := n.(type) {
-		case *tparse.ListNode:
-			if n != nil {
-				for _, c := range n.Nodes {
-					walk(c)
-				}
-			}
-		case *tparse.ActionNode:
-			walk(n.Pipe)
-		case *tparse.PipeNode:
-			if n != nil {
-				for _, c := range n.Cmds {
-					walk(c)
-				}
-			}
 		case *tparse.CommandNode:
 			if id, ok := n.Args[0].(*tparse.IdentifierNode); ok {
 				switch {
@@ -82,11 +67,6 @@ func Check(t *template.Template, fields ...string) error {
 					}
 				}
 			}
-			for _, a := range n.Args {
-				walk(a)
-			}
-		case *tparse.ChainNode:
-			walk(n.Node)
 		case *tparse.FieldNode:
 			if len(fields) > 0 && !slices.Contains(fields, n.Ident[0]) {
 				add("." + n.Ident[0])
@@ -95,22 +75,17 @@ func Check(t *template.Template, fields ...string) error {
 			if len(fields) > 0 && n.Ident[0] == "$" && len(n.Ident) > 1 && !slices.Contains(fields, n.Ident[1]) {
 				add("." + n.Ident[1])
 			}
-		case *tparse.IfNode:
-			walk(n.Pipe)
-			walk(n.List)
-			walk(n.ElseList)
-		case *tparse.WithNode:
-			walk(n.Pipe)
-			walk(n.List)
-			walk(n.ElseList)
 		case *tparse.RangeNode:
 			add("{{range}}")
+			return false
 		case *tparse.TemplateNode:
 			add("{{template}}")
+			return false
 		}
+		return true
 	}
 	if t.Tree != nil {
-		walk(t.Tree.Root)
+		Walk(t.Tree.Root, visit)
 	}
 	if len(bad) == 0 {
 		return nil
@@ -121,6 +96,53 @@ func Check(t *template.Template, fields ...string) error {
 	}
 	return fmt.Errorf("uses %s: not supported in a prompt template (%s; functions %s; no loops or template calls)",
 		strings.Join(bad, ", "), allowed, strings.Join(allowedFuncs, " "))
+}
+
+// Walk calls visit on n and, while visit returns true, on the nodes of its
+// actions, pipelines, commands and the branches of if and with (range
+// and template bodies too, when visit descends into them), in order.
+func Walk(n tparse.Node, visit func(tparse.Node) bool) {
+	if !visit(n) {
+		return
+	}
+	var kids []tparse.Node
+	switch n := n.(type) {
+	case *tparse.ListNode:
+		kids = n.Nodes
+	case *tparse.ActionNode:
+		kids = []tparse.Node{n.Pipe}
+	case *tparse.PipeNode:
+		for _, c := range n.Cmds {
+			kids = append(kids, c)
+		}
+	case *tparse.CommandNode:
+		kids = n.Args
+	case *tparse.ChainNode:
+		kids = []tparse.Node{n.Node}
+	case *tparse.IfNode:
+		kids = branches(&n.BranchNode)
+	case *tparse.WithNode:
+		kids = branches(&n.BranchNode)
+	case *tparse.RangeNode:
+		kids = branches(&n.BranchNode)
+	case *tparse.TemplateNode:
+		if n.Pipe != nil {
+			kids = []tparse.Node{n.Pipe}
+		}
+	}
+	for _, k := range kids {
+		Walk(k, visit)
+	}
+}
+
+// branches are a branch node's pipeline, list and else list, those that
+// are there.
+func branches(b *tparse.BranchNode) []tparse.Node {
+	out := []tparse.Node{b.Pipe, b.List}
+	if b.ElseList != nil {
+		out = append(out, b.ElseList)
+	}
+	return out
 }
 
 // checkPrintf returns what is wrong with printf's arguments, or "".
