@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +16,8 @@ import (
 
 // The generated scripts' text is pinned by golden files (regenerate with
 // go test ./cmd/rlnode -run TestSbatchGolden -update) and must parse as
-// bash.
+// bash. The first case's script is pinned whole; the others share most of
+// it, so each is pinned as its line diff from the first (NAME.diff).
 func TestSbatchGolden(t *testing.T) {
 	home := t.TempDir()
 	cases := []struct {
@@ -31,15 +33,25 @@ func TestSbatchGolden(t *testing.T) {
 		{"smoke_single", []string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--rlnode", "/opt/rlnode/bin/rlnode",
 			"--run-cmd", `"$RLNODE" status --json`, "--wait-timeout", "60s", "--stop-timeout", "10s"}},
 	}
-	for _, c := range cases {
+	var base string
+	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			out, errOut, code := runRlnode(t, home, append([]string{"sbatch"}, c.args...)...)
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errOut)
 			}
-			golden := filepath.Join("testdata", "sbatch", c.name+".sh")
+			bashSyntax(t, out)
+			golden, pinned := filepath.Join("testdata", "sbatch", c.name+".sh"), out
+			if i == 0 {
+				base = out
+			} else {
+				if base == "" {
+					t.Fatalf("no %s script to compare with", cases[0].name)
+				}
+				golden, pinned = filepath.Join("testdata", "sbatch", c.name+".diff"), lineDiff(base, out)
+			}
 			if *updateGolden {
-				if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+				if err := os.WriteFile(golden, []byte(pinned), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -47,12 +59,52 @@ func TestSbatchGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v (run with -update)", err)
 			}
-			if out != string(want) {
-				t.Errorf("script differs from %s (rerun with -update and review the diff):\n%s", golden, out)
+			if pinned != string(want) {
+				t.Errorf("script differs from %s (rerun with -update and review the diff):\n%s", golden, pinned)
 			}
-			bashSyntax(t, out)
 		})
 	}
+}
+
+// lineDiff is b's lines against a's: a hunk per run of changes, headed by
+// the line of a where it starts ("@@ 12"), with a's lines as "-" and b's
+// as "+" (a longest-common-subsequence diff; the scripts are short).
+func lineDiff(a, b string) string {
+	x, y := strings.SplitAfter(a, "\n"), strings.SplitAfter(b, "\n")
+	// lcs[i][j] is the longest common subsequence of x[i:] and y[j:].
+	lcs := make([][]int, len(x)+1)
+	for i := range lcs {
+		lcs[i] = make([]int, len(y)+1)
+	}
+	for i := len(x) - 1; i >= 0; i-- {
+		for j := len(y) - 1; j >= 0; j-- {
+			if x[i] == y[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	var sb strings.Builder
+	inHunk := false
+	for i, j := 0, 0; i < len(x) || j < len(y); {
+		switch {
+		case i < len(x) && j < len(y) && x[i] == y[j]:
+			i, j, inHunk = i+1, j+1, false
+			continue
+		case !inHunk:
+			fmt.Fprintf(&sb, "@@ %d\n", i+1)
+			inHunk = true
+		}
+		if j == len(y) || i < len(x) && lcs[i+1][j] >= lcs[i][j+1] {
+			sb.WriteString("-" + strings.TrimSuffix(x[i], "\n") + "\n")
+			i++
+		} else {
+			sb.WriteString("+" + strings.TrimSuffix(y[j], "\n") + "\n")
+			j++
+		}
+	}
+	return sb.String()
 }
 
 func bashSyntax(t *testing.T, script string) {
