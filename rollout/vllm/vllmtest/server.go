@@ -461,44 +461,40 @@ func (s *Server) weightsOf(model string) string {
 }
 
 // The request bodies as vLLM declares them (the subset the client may send).
+
+// sampling are the sampling fields both request bodies carry.
+type sampling struct {
+	N            int      `json:"n"`
+	Temperature  float64  `json:"temperature"`
+	TopP         float64  `json:"top_p"`
+	TopK         int      `json:"top_k"`
+	MinP         *float64 `json:"min_p"`
+	RepPenalty   *float64 `json:"repetition_penalty"`
+	PresPenalty  *float64 `json:"presence_penalty"`
+	FreqPenalty  *float64 `json:"frequency_penalty"`
+	Seed         *int64   `json:"seed"`
+	Stop         []string `json:"stop"`
+	StopTokenIDs []int    `json:"stop_token_ids"`
+}
+
 type completionRequest struct {
-	Model          string   `json:"model"`
-	Prompt         []int    `json:"prompt"`
-	MaxTokens      int      `json:"max_tokens"`
-	N              int      `json:"n"`
-	Temperature    float64  `json:"temperature"`
-	TopP           float64  `json:"top_p"`
-	TopK           int      `json:"top_k"`
-	MinP           *float64 `json:"min_p"`
-	RepPenalty     *float64 `json:"repetition_penalty"`
-	PresPenalty    *float64 `json:"presence_penalty"`
-	FreqPenalty    *float64 `json:"frequency_penalty"`
-	Seed           *int64   `json:"seed"`
-	Stop           []string `json:"stop"`
-	StopTokenIDs   []int    `json:"stop_token_ids"`
-	Logprobs       *int     `json:"logprobs"`
-	ReturnTokenIDs bool     `json:"return_token_ids"`
+	Model     string `json:"model"`
+	Prompt    []int  `json:"prompt"`
+	MaxTokens int    `json:"max_tokens"`
+	sampling
+	Logprobs       *int `json:"logprobs"`
+	ReturnTokenIDs bool `json:"return_token_ids"`
 }
 
 type chatRequest struct {
 	Model               string        `json:"model"`
 	Messages            []ChatMessage `json:"messages"`
 	MaxCompletionTokens int           `json:"max_completion_tokens"`
-	N                   int           `json:"n"`
-	Temperature         float64       `json:"temperature"`
-	TopP                float64       `json:"top_p"`
-	TopK                int           `json:"top_k"`
-	MinP                *float64      `json:"min_p"`
-	RepPenalty          *float64      `json:"repetition_penalty"`
-	PresPenalty         *float64      `json:"presence_penalty"`
-	FreqPenalty         *float64      `json:"frequency_penalty"`
-	Seed                *int64        `json:"seed"`
-	Stop                []string      `json:"stop"`
-	StopTokenIDs        []int         `json:"stop_token_ids"`
-	Logprobs            bool          `json:"logprobs"`
-	TopLogprobs         *int          `json:"top_logprobs"`
-	ReturnTokenIDs      bool          `json:"return_token_ids"`
-	AddGenerationPrompt bool          `json:"add_generation_prompt"`
+	sampling
+	Logprobs            bool `json:"logprobs"`
+	TopLogprobs         *int `json:"top_logprobs"`
+	ReturnTokenIDs      bool `json:"return_token_ids"`
+	AddGenerationPrompt bool `json:"add_generation_prompt"`
 }
 
 // decodeGenerate reads a completion or chat request: the prompt ids, the
