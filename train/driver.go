@@ -546,7 +546,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p StepPlan) error {
 // bootstrapped across turns (turn 1's value target is its own score, not
 // the episode's final one: the turns are trained as GRPO trains them,
 // only the advantage estimator changes).
-func (r *run) rlStep(ctx context.Context, pipe *pipeline[*episodeBatch], p StepPlan) (Metrics, error) {
+func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, error) {
 	cfg := r.cfg
 	trainFeedback := r.feedback != nil && cfg.Feedback.Train
 	t0 := time.Now()

@@ -238,33 +238,26 @@ func (r *run) checkLag(onPolicy, lowest int64) (int64, error) {
 // trains, with the done channels of the batches drawn ahead of it.
 var pipelineHook func(ctx context.Context, ahead []<-chan struct{})
 
-// pendingBatch is an RL step's batch generating in the background (an
-// episodeBatch).
-type pendingBatch interface {
-	ready() <-chan struct{} // closed once generated (or failed)
-	failed() error
-	problems() int // problems drawn for it (they count in run.prefetched)
-}
-
 // pipeline holds the batches drawn and not trained yet, steps r.step+1,
 // r.step+2, ...: the next step's alone in a synchronous run, up to
 // MaxStaleness more in an asynchronous one. start draws a batch for the
-// given on-policy version and generates it once after is closed.
-type pipeline[B pendingBatch] struct {
+// given on-policy version and generates it once after is closed
+// (run.startEpisodes).
+type pipeline struct {
 	r      *run
 	gctx   context.Context // generation's: cancelled by close
 	cancel context.CancelFunc
-	ahead  []B
-	start  func(ctx context.Context, onPolicy int64, after <-chan struct{}) (B, error)
+	ahead  []*episodeBatch
+	start  func(ctx context.Context, onPolicy int64, after <-chan struct{}) (*episodeBatch, error)
 }
 
-func newPipeline[B pendingBatch](ctx context.Context, r *run, start func(context.Context, int64, <-chan struct{}) (B, error)) *pipeline[B] {
+func newPipeline(ctx context.Context, r *run, start func(context.Context, int64, <-chan struct{}) (*episodeBatch, error)) *pipeline {
 	gctx, cancel := context.WithCancel(ctx)
-	return &pipeline[B]{r: r, gctx: gctx, cancel: cancel, start: start}
+	return &pipeline{r: r, gctx: gctx, cancel: cancel, start: start}
 }
 
 // close cancels the batches still ahead and waits for them to end.
-func (p *pipeline[B]) close() {
+func (p *pipeline) close() {
 	p.cancel()
 	for _, b := range p.ahead {
 		<-b.ready()
@@ -274,16 +267,15 @@ func (p *pipeline[B]) close() {
 // next carries out the drawing of RL plan p: it returns the step's batch,
 // generated (drawn now when p.DrawOwn), then draws and starts the batches
 // of p.Ahead, each generating once the one before it has.
-func (p *pipeline[B]) next(ctx context.Context, plan StepPlan) (B, error) {
+func (p *pipeline) next(ctx context.Context, plan StepPlan) (*episodeBatch, error) {
 	r := p.r
-	var none B
 	if plan.DrawOwn != (len(p.ahead) == 0) {
-		return none, fmt.Errorf("driver: step %d: the plan draws its batch %v with %d drawn ahead", plan.Step, plan.DrawOwn, len(p.ahead))
+		return nil, fmt.Errorf("driver: step %d: the plan draws its batch %v with %d drawn ahead", plan.Step, plan.DrawOwn, len(p.ahead))
 	}
 	if plan.DrawOwn {
 		b, err := p.start(p.gctx, plan.OnPolicy, nil)
 		if err != nil {
-			return none, err
+			return nil, err
 		}
 		p.ahead = append(p.ahead, b)
 	}
@@ -291,12 +283,12 @@ func (p *pipeline[B]) next(ctx context.Context, plan StepPlan) (B, error) {
 	select {
 	case <-batch.ready():
 	case <-ctx.Done():
-		return none, fmt.Errorf("driver: generate for step %d: %w", plan.Step, ctx.Err())
+		return nil, fmt.Errorf("driver: generate for step %d: %w", plan.Step, ctx.Err())
 	}
 	p.ahead = p.ahead[1:]
 	r.prefetched -= batch.problems()
 	if err := batch.failed(); err != nil {
-		return none, fmt.Errorf("driver: generate for step %d: %w", plan.Step, err)
+		return nil, fmt.Errorf("driver: generate for step %d: %w", plan.Step, err)
 	}
 	for _, onPolicy := range plan.Ahead {
 		after := batch.ready()
@@ -305,7 +297,7 @@ func (p *pipeline[B]) next(ctx context.Context, plan StepPlan) (B, error) {
 		}
 		b, err := p.start(p.gctx, onPolicy, after)
 		if err != nil {
-			return none, err
+			return nil, err
 		}
 		p.ahead = append(p.ahead, b)
 	}
