@@ -6,6 +6,7 @@ import (
 
 	"github.com/rlnode/rlnode/learner"
 	modelpkg "github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 )
 
@@ -93,9 +94,7 @@ func checkContext(cfg Config, tpl *compiled, feedbackModel string) (field string
 
 // policyContext is what checkContext needs of a policy.
 type policyContext struct {
-	tok interface {
-		Encode(string) []int
-	}
+	tok       *tokenizer.Tokenizer
 	positions int
 	field     string // the recipe field that sets positions
 }
