@@ -18,6 +18,7 @@ commands:
   join     join a cluster: rlnode join HOST:PORT --key-file PATH
   status   show the cluster's nodes and actors
   stop     stop a node gracefully (--all: every node on this host)
+  dashboard  serve the cluster and runs pages for a browser (127.0.0.1:8265)
   model    create a checkpoint (model init) or score sequences (model forward)
   serve    serve a model over an OpenAI-compatible HTTP API
   verify   score model responses (math, gsm8k, code) from JSONL

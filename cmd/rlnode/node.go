@@ -52,7 +52,10 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	tlsCA := fs.String("tls-ca", "", "PEM CA that signed every node's certificate")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	detach := fs.Bool("detach", false, "run in the background, logging to a file under $RLNODE_HOME/logs; returns once the node is up")
-	var labels, resources repeated
+	var labels, resources, dashRuns repeated
+	var dash dashboardFlag
+	fs.Var(&dash, "dashboard", "serve the dashboard's pages too: --dashboard (on 127.0.0.1:8265) or --dashboard=HOST:PORT")
+	fs.Var(&dashRuns, "dashboard-runs", "folder of runs the dashboard lists (repeatable; default: the current folder)")
 	fs.Var(&labels, "label", "node label k=v (repeatable)")
 	fs.Var(&resources, "resource", "custom resource NAME=AMOUNT (repeatable)")
 	fs.Usage = func() {
@@ -157,12 +160,24 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeCtrl()
+	dashLine := ""
+	if dash.addr != "" {
+		srv, err := serveNodeDashboard(node, dash.addr, dashRuns)
+		if err != nil {
+			node.Stop()
+			fmt.Fprintf(stderr, "rlnode %s: %v\n", verb, err)
+			return 1
+		}
+		defer srv.Close()
+		dashLine = fmt.Sprintf("  dashboard: %s\n", srv.URL)
+	}
 	keyNote := ""
 	if created {
 		keyNote = " (created)"
 	}
 	fmt.Fprintf(stdout, "node %s is up\n  gossip:  %s\n  actors:  %s\n  control: %s\n  key:     %s%s\n",
 		node.ID(), node.GossipAddress(), node.ActorAddress(), ctrl, *keyFile, keyNote)
+	fmt.Fprint(stdout, dashLine)
 	fmt.Fprintf(stdout, "others join with: rlnode join %s --key-file %s\n", node.GossipAddress(), *keyFile)
 	select {
 	case <-ctx.Done():

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/dashboard"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/train"
 )
@@ -149,6 +150,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	// The metrics listener is opened before the run directory exists, so a
 	// taken port stops the run before anything is written.
 	var exporter *train.RunMetrics
+	var exporterAddr string
 	if *metricsAddr != "" {
 		exporter = train.NewRunMetrics(l.Name, cfg.WarmupSteps+cfg.Steps)
 		addr, stopServe, err := exporter.Serve(*metricsAddr)
@@ -157,6 +159,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer stopServe()
+		exporterAddr = addr
 		fmt.Fprintf(stdout, "metrics endpoint: http://%s/metrics\n", addr)
 	}
 
@@ -167,6 +170,15 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if _, err := l.SaveResolved(dir); err != nil {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		return 1
+	}
+	// While the run lasts, DIR/metrics.addr says where its metrics
+	// endpoint listens (rlnode dashboard asks it for the run's state).
+	endpointFile := filepath.Join(dir, dashboard.EndpointFile)
+	_ = os.Remove(endpointFile)
+	if exporterAddr != "" {
+		if err := os.WriteFile(endpointFile, []byte(exporterAddr+"\n"), 0o644); err == nil {
+			defer os.Remove(endpointFile)
+		}
 	}
 	fmt.Fprintf(stdout, "run %s: %s (%s, %s), writing to %s\n", l.Name, l.Source, l.Algorithm.Name, l.Episode.Type, dir)
 	if cfg.Resume != "" {

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/dashboard"
+)
+
+func init() { commands["dashboard"] = dashboardCommand }
+
+const dashboardUsage = `usage: rlnode dashboard [--bind HOST:PORT] [--runs DIR]... [--address HOST:PORT]
+
+Serves pages for a browser until interrupted: the cluster (nodes, actors,
+placement groups) as a node running on this host sees it, and the runs in
+the --runs folders (each a run folder, or holding run folders up to two
+levels down): status, step and ETA, charts of metrics.jsonl with runs
+overlaid, the recipe differences between runs. Read-only. Bound beyond
+loopback, it asks for the control token of a node on this host.
+
+`
+
+func dashboardCommand(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rlnode dashboard", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	bind := fs.String("bind", "127.0.0.1:8265", "address HOST:PORT to serve on (loopback unless told otherwise; port 0 picks a free one)")
+	address := fs.String("address", "", "gossip address (or node id) of the node on this host to ask for the cluster's status (default: any that answers)")
+	var runs repeated
+	fs.Var(&runs, "runs", "folder of runs, or one run folder (repeatable; default: the current folder)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, dashboardUsage)
+		fs.PrintDefaults()
+	}
+	if code, ok := parseNoArgs(fs, args); !ok {
+		return code
+	}
+	if len(runs) == 0 {
+		runs = repeated{"."}
+	}
+	for _, d := range runs {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			fmt.Fprintf(stderr, "rlnode dashboard: --runs %s: not a folder\n", d)
+			return 2
+		}
+	}
+	cfg := dashboard.Config{Cluster: dashboard.HostNodes{Address: *address}, RunDirs: runs}
+	if !loopbackBind(*bind) {
+		// The token of a node on this host guards a dashboard others can reach.
+		if ri, err := cluster.FindRunning(*address); err == nil {
+			cfg.Token = ri.Token
+		} else if _, infos, err := cluster.Running(); err == nil && len(infos) > 0 {
+			cfg.Token = infos[0].Token
+		}
+	}
+	srv, err := dashboard.Serve(*bind, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "rlnode dashboard: %v\n", err)
+		return 1
+	}
+	defer srv.Close()
+	fmt.Fprintf(stdout, "dashboard: %s\n", srv.URL)
+	if cfg.Token != "" {
+		fmt.Fprintf(stdout, "open it once as %s?token=%s (the control token of a node on this host)\n", srv.URL, cfg.Token)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	return 0
+}
+
+// loopbackBind says whether a HOST:PORT to listen on is a loopback
+// address (or localhost).
+func loopbackBind(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// dashboardFlag is --dashboard on node commands: alone it means the
+// default address, --dashboard=HOST:PORT another.
+type dashboardFlag struct{ addr string }
+
+func (d *dashboardFlag) String() string   { return d.addr }
+func (d *dashboardFlag) IsBoolFlag() bool { return true }
+func (d *dashboardFlag) Set(v string) error {
+	switch v {
+	case "true":
+		d.addr = "127.0.0.1:8265"
+	case "false":
+		d.addr = ""
+	default:
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			return fmt.Errorf("want HOST:PORT: %v", err)
+		}
+		d.addr = v
+	}
+	return nil
+}
+
+// serveNodeDashboard serves the dashboard of a node in this process,
+// guarded beyond loopback by the node's control token.
+func serveNodeDashboard(node *cluster.Node, addr string, runs []string) (*dashboard.Server, error) {
+	if len(runs) == 0 {
+		runs = []string{"."}
+	}
+	cfg := dashboard.Config{Cluster: dashboard.LocalNode{Node: node}, RunDirs: runs}
+	if ri, err := cluster.FindRunning(node.ID()); err == nil {
+		cfg.Token = ri.Token
+	}
+	return dashboard.Serve(addr, cfg)
+}

@@ -1,0 +1,376 @@
+// rlnode dashboard: draws /cluster, /runs and /traces from the JSON under
+// /api/. No libraries; the charts are SVG. Every value from the server is
+// set as text, never as markup.
+"use strict";
+
+const main = document.getElementById("main");
+const updated = document.getElementById("updated");
+let timer = null;
+
+// el builds an element: el("td", {class: "x"}, "text", child, ...).
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "style") e.style.cssText = v; // through CSSOM: the page's CSP refuses style attributes
+    else e.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const k of kids) {
+    if (k === null || k === undefined) continue;
+    e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  }
+  return e;
+}
+const svgNS = "http://www.w3.org/2000/svg";
+function sv(tag, attrs) {
+  const e = document.createElementNS(svgNS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  return e;
+}
+
+async function getJSON(url) {
+  const r = await fetch(url, {cache: "no-store", credentials: "same-origin"});
+  const text = await r.text();
+  let body;
+  try { body = JSON.parse(text); } catch (e) { throw new Error(url + ": HTTP " + r.status + ": " + text.slice(0, 300)); }
+  if (!r.ok && body && body.error) throw new Error(body.error);
+  return body;
+}
+
+function fmtNum(v) {
+  if (v === null || v === undefined || Number.isNaN(v)) return "–";
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(2);
+  return String(Math.round(v * 1000) / 1000);
+}
+function fmtDur(s) {
+  if (s === null || s === undefined) return "–";
+  s = Math.round(s);
+  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
+  return h > 0 ? `${h}h${String(m).padStart(2, "0")}m` : m > 0 ? `${m}m${String(r).padStart(2, "0")}s` : `${r}s`;
+}
+function stateBadge(s) { return el("span", {class: "state " + s}, s); }
+function stamp() { updated.textContent = "updated " + new Date().toLocaleTimeString(); }
+function banner(msg) { return el("div", {class: "banner", role: "alert"}, msg); }
+
+// every runs f now and then every ms, until the page changes.
+function every(ms, f) {
+  const tick = async () => {
+    try { await f(); } catch (e) {
+      const b = banner("The dashboard does not answer: " + String(e.message || e));
+      b.id = "fetch-error";
+      const old = document.getElementById("fetch-error");
+      if (old) old.replaceWith(b); else main.prepend(b);
+    }
+    timer = setTimeout(tick, ms);
+  };
+  tick();
+}
+
+// ---- Cluster ----
+
+function resourceCell(n, key) {
+  const total = (n.total || {})[key] || 0, used = (n.used || {})[key] || 0;
+  if (total === 0) return el("td", {}, "–");
+  const pct = Math.min(100, Math.round(100 * used / total));
+  return el("td", {}, el("span", {class: "bar"}, el("i", {style: `width:${pct}%`})), `${fmtNum(used)} / ${fmtNum(total)} used`);
+}
+
+function drawCluster(v) {
+  const out = [];
+  if (v.error) {
+    out.push(banner("Cannot ask the cluster: " + v.error + (v.taken ? "\nShowing what it said at " + new Date(v.taken).toLocaleTimeString() + "." : "")));
+  }
+  const live = v.nodes.filter(n => !n.gone_since).length;
+  const totals = v.totals || {};
+  const sum = Object.keys(totals).sort().map(k => `${k} ${fmtNum(totals[k].used)}/${fmtNum(totals[k].total)} used`).join(" · ");
+  out.push(el("p", {class: "muted"}, `${live} live node${live === 1 ? "" : "s"}` + (v.asked ? ` · as node ${v.asked} sees it` : "") + (sum ? " · " + sum : "")));
+
+  out.push(el("h2", {}, "Nodes"));
+  const nt = el("table", {id: "nodes"}, el("tr", {}, ...["node", "state", "gossip", "actors at", "CPUs", "GPUs", "CPU", "GPU", "other resources", "labels", "uptime"].map(h => el("th", {}, h))));
+  for (const n of v.nodes) {
+    const other = Object.keys(n.total || {}).filter(k => k !== "CPU" && k !== "GPU").sort()
+      .map(k => `${k} ${fmtNum((n.used || {})[k] || 0)}/${fmtNum(n.total[k])}`).join(", ");
+    const labels = Object.keys(n.labels || {}).sort().map(k => `${k}=${n.labels[k]}`).join(", ");
+    const gpus = (n.gpus || []).map(g => g.name).join(", ");
+    const up = n.gone_since ? "gone " + new Date(n.gone_since).toLocaleTimeString() : fmtDur(n.uptime_s);
+    nt.append(el("tr", {"data-node": n.id, "data-state": n.state, class: n.gone_since ? "gone" : null},
+      el("td", {}, n.id), el("td", {}, stateBadge(n.state)), el("td", {}, n.gossip_address || "–"), el("td", {}, n.actor_address || "–"),
+      el("td", {}, fmtNum(n.cpus)), el("td", {title: gpus}, String((n.gpus || []).length) + (gpus ? " (" + gpus + ")" : "")),
+      resourceCell(n, "CPU"), resourceCell(n, "GPU"), el("td", {class: "wrap"}, other || "–"),
+      el("td", {class: "wrap"}, labels || "–"), el("td", {}, up)));
+  }
+  out.push(nt);
+
+  out.push(el("h2", {}, `Actors (${v.actors.length})`));
+  if (v.actors.length === 0) out.push(el("p", {class: "muted"}, "No actors."));
+  else {
+    const at = el("table", {id: "actors"}, el("tr", {}, ...["actor", "kind", "node", "state", "restarts", "death cause", "placement group"].map(h => el("th", {}, h))));
+    const shown = v.actors.slice(0, 2000);
+    for (const a of shown) {
+      at.append(el("tr", {"data-actor": a.name, "data-state": a.state}, el("td", {}, a.name), el("td", {}, a.kind), el("td", {}, a.node),
+        el("td", {}, stateBadge(a.state)), el("td", {}, a.restarts), el("td", {class: "wrap"}, a.death_cause || ""), el("td", {}, a.placement_group || "")));
+    }
+    out.push(at);
+    if (v.actors.length > shown.length) out.push(el("p", {class: "muted"}, `${v.actors.length - shown.length} more not shown.`));
+  }
+
+  out.push(el("h2", {}, `Placement groups (${v.placement_groups.length})`));
+  if (v.placement_groups.length === 0) out.push(el("p", {class: "muted"}, "No placement groups."));
+  else {
+    const gt = el("table", {id: "groups"}, el("tr", {}, ...["group", "strategy", "bundles", "nodes"].map(h => el("th", {}, h))));
+    for (const g of v.placement_groups) {
+      const bundles = (g.bundles || []).map(b => "{" + Object.keys(b).sort().map(k => `${k}: ${fmtNum(b[k])}`).join(", ") + "}").join(" ");
+      gt.append(el("tr", {}, el("td", {}, g.id), el("td", {}, g.strategy), el("td", {class: "wrap"}, bundles), el("td", {class: "wrap"}, (g.nodes || []).join(", "))));
+    }
+    out.push(gt);
+  }
+  main.replaceChildren(...out);
+  stamp();
+}
+
+function clusterPage() {
+  every(1000, async () => drawCluster(await getJSON("/api/cluster")));
+}
+
+// ---- Runs ----
+
+const palette = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f", "#78350f", "#475569", "#0f766e", "#a21caf", "#b45309", "#1e40af", "#15803d", "#7f1d1d"];
+// Metrics first in this order, the rest alphabetically.
+const preferred = ["reward_mean", "eval_accuracy", "turn1_accuracy", "turn2_accuracy", "turn3_accuracy", "turn1_reward_mean", "approx_kl", "ref_kl", "kl_penalty",
+  "entropy", "clip_frac", "clip_frac_high", "loss", "grad_norm", "lr", "tokens_per_s", "gen_s", "train_s", "sync_s", "eval_s", "weight_lag"];
+
+const runsState = {
+  selected: new URLSearchParams(location.search).getAll("run"),
+  smooth: Number(new URLSearchParams(location.search).get("smooth") || 0),
+  log: new URLSearchParams(location.search).get("log") === "1",
+  filter: "",
+  list: null,
+  series: null,
+  diff: null,
+  error: "",
+};
+
+function saveURL() {
+  const q = new URLSearchParams();
+  for (const r of runsState.selected) q.append("run", r);
+  if (runsState.smooth > 0) q.set("smooth", String(runsState.smooth));
+  if (runsState.log) q.set("log", "1");
+  history.replaceState(null, "", "/runs" + (q.toString() ? "?" + q : ""));
+}
+
+// niceTicks returns about n round values spanning [lo, hi].
+function niceTicks(lo, hi, n) {
+  if (!(hi > lo)) return [lo];
+  const raw = (hi - lo) / n, mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map(m => m * mag).find(s => s >= raw);
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+  return out;
+}
+
+// chart draws one metric of the selected runs, overlaid.
+function chart(metric, runs) {
+  const W = 440, H = 200, L = 54, R = 10, T = 8, B = 22;
+  const log = runsState.log;
+  const lines = [];
+  let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity, raw = 0, shown = 0;
+  runs.forEach((r, i) => {
+    const s = r.metrics[metric];
+    if (!s) return;
+    const pts = [];
+    for (let k = 0; k < s.x.length; k++) {
+      let y = s.y[k];
+      if (log) { if (!(y > 0)) continue; y = Math.log10(y); }
+      pts.push([s.x[k], y]);
+      x0 = Math.min(x0, s.x[k]); x1 = Math.max(x1, s.x[k]); y0 = Math.min(y0, y); y1 = Math.max(y1, y);
+    }
+    raw += s.raw; shown += pts.length;
+    lines.push({run: r, color: palette[i % palette.length], pts});
+  });
+  const box = el("div", {class: "chart", "data-metric": metric});
+  const sub = raw === shown ? `${raw} points` : `${shown} of ${raw} points`;
+  box.append(el("div", {class: "title"}, metric, el("span", {class: "sub"}, sub + (log ? " · log scale" : ""))));
+  const svg = sv("svg", {viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", "data-metric": metric});
+  box.append(svg);
+  if (shown === 0) {
+    box.append(el("p", {class: "muted"}, log ? "No positive values to draw on a log scale." : "No values."));
+    return box;
+  }
+  if (x1 === x0) { x0 -= 1; x1 += 1; }
+  if (y1 === y0) { const d = Math.abs(y0) * 0.05 || 1; y0 -= d; y1 += d; }
+  const pad = (y1 - y0) * 0.04; y0 -= pad; y1 += pad;
+  const px = x => L + (x - x0) / (x1 - x0) * (W - L - R);
+  const py = y => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
+  for (const t of niceTicks(y0, y1, 4)) {
+    svg.append(sv("line", {class: "grid", x1: L, x2: W - R, y1: py(t), y2: py(t)}));
+    const lab = sv("text", {class: "tick", x: L - 4, y: py(t) + 3, "text-anchor": "end"});
+    lab.textContent = log ? fmtNum(Math.pow(10, t)) : fmtNum(t);
+    svg.append(lab);
+  }
+  for (const t of niceTicks(x0, x1, 5)) {
+    const lab = sv("text", {class: "tick", x: px(t), y: H - 6, "text-anchor": "middle"});
+    lab.textContent = fmtNum(t);
+    svg.append(lab);
+  }
+  svg.append(sv("line", {class: "axis", x1: L, x2: L, y1: T, y2: H - B}));
+  svg.append(sv("line", {class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B}));
+  for (const ln of lines) {
+    const attrs = {fill: "none", stroke: ln.color, "stroke-width": 1.5, "vector-effect": "non-scaling-stroke",
+      "data-run": ln.run.id, "data-points": ln.pts.length, points: ln.pts.map(p => px(p[0]).toFixed(1) + "," + py(p[1]).toFixed(1)).join(" ")};
+    svg.append(sv(ln.pts.length === 1 ? "polyline" : "polyline", attrs));
+    if (ln.pts.length === 1) svg.append(sv("circle", {cx: px(ln.pts[0][0]), cy: py(ln.pts[0][1]), r: 2.5, fill: ln.color}));
+  }
+  // Hover: a cursor line and each run's value at the nearest step.
+  const cursor = sv("line", {class: "axis", y1: T, y2: H - B, visibility: "hidden"});
+  svg.append(cursor);
+  const tip = el("div", {class: "tip"});
+  box.append(tip);
+  svg.addEventListener("mousemove", ev => {
+    const rect = svg.getBoundingClientRect();
+    const vx = (ev.clientX - rect.left) / rect.width * W;
+    const x = x0 + (vx - L) / (W - L - R) * (x1 - x0);
+    const rows = [];
+    let at = null;
+    for (const ln of lines) {
+      let best = null;
+      for (const p of ln.pts) if (best === null || Math.abs(p[0] - x) < Math.abs(best[0] - x)) best = p;
+      if (!best) continue;
+      at = at === null ? best[0] : at;
+      rows.push(`${ln.run.name}: ${fmtNum(log ? Math.pow(10, best[1]) : best[1])} (step ${best[0]})`);
+    }
+    if (at === null) return;
+    cursor.setAttribute("x1", px(at)); cursor.setAttribute("x2", px(at)); cursor.setAttribute("visibility", "visible");
+    tip.textContent = rows.join("\n");
+    tip.style.display = "block";
+    tip.style.left = Math.min(ev.clientX - box.getBoundingClientRect().left + 12, box.clientWidth - tip.offsetWidth - 4) + "px";
+    tip.style.top = "28px";
+  });
+  svg.addEventListener("mouseleave", () => { tip.style.display = "none"; cursor.setAttribute("visibility", "hidden"); });
+  return box;
+}
+
+function drawRuns() {
+  const st = runsState, out = [];
+  if (st.error) out.push(banner(st.error));
+  const list = st.list;
+  if (!list) { main.replaceChildren(el("p", {class: "muted"}, "Loading runs…")); return; }
+  out.push(el("p", {class: "muted"}, `${list.runs.length} run${list.runs.length === 1 ? "" : "s"} in ${list.roots.join(", ") || "no folder"}. Tick runs to chart them; several are overlaid.`));
+  const known = new Set(list.runs.map(r => r.id));
+  const t = el("table", {id: "runs"}, el("tr", {}, ...["", "run", "status", "step", "ETA", "rows", "metrics written", "recipe", "folder"].map(h => el("th", {}, h))));
+  for (const r of list.runs) {
+    const box = el("input", {type: "checkbox", "data-run": r.id, checked: st.selected.includes(r.id)});
+    box.addEventListener("change", () => {
+      st.selected = box.checked ? [...st.selected, r.id] : st.selected.filter(x => x !== r.id);
+      saveURL(); refreshSeries();
+    });
+    const step = r.planned ? `${r.step} / ${r.planned}` : String(r.step);
+    t.append(el("tr", {"data-run": r.id, "data-status": r.status}, el("td", {}, box), el("td", {}, r.name), el("td", {}, stateBadge(r.status)),
+      el("td", {}, step), el("td", {}, r.eta_s !== undefined ? fmtDur(r.eta_s) : "–"), el("td", {}, r.rows),
+      el("td", {}, r.modified ? new Date(r.modified).toLocaleString() : "–"), el("td", {class: "wrap source"}, r.source || "–"), el("td", {class: "muted"}, r.id)));
+    if (r.problems && r.problems.length) t.append(el("tr", {}, el("td", {}), el("td", {colspan: 8, class: "problems"}, r.problems.join(" · "))));
+  }
+  out.push(t);
+  for (const id of st.selected) if (!known.has(id)) out.push(banner(`Run ${id} is no longer there (deleted or moved): untick it or reload.`));
+
+  if (st.selected.length > 0) {
+    const controls = el("div", {class: "controls"});
+    const smooth = el("input", {type: "range", min: 0, max: 0.99, step: 0.01, value: st.smooth, id: "smooth"});
+    const smoothLab = el("span", {}, String(st.smooth));
+    smooth.addEventListener("input", () => { smoothLab.textContent = smooth.value; });
+    smooth.addEventListener("change", () => { st.smooth = Number(smooth.value); saveURL(); refreshSeries(); });
+    const logBox = el("input", {type: "checkbox", id: "log", checked: st.log});
+    logBox.addEventListener("change", () => { st.log = logBox.checked; saveURL(); drawRuns(); });
+    const filter = el("input", {type: "search", placeholder: "filter metrics", value: st.filter, id: "filter"});
+    filter.addEventListener("input", () => { st.filter = filter.value; drawCharts(); });
+    controls.append(el("label", {}, "smoothing ", smooth, " ", smoothLab), el("label", {}, logBox, " log scale"), filter);
+    out.push(el("h2", {}, "Metrics"), controls, el("div", {id: "legend", class: "legend"}), el("div", {id: "charts", class: "charts"}));
+    out.push(el("h2", {}, "Recipe differences"), el("div", {id: "diff"}));
+  }
+  main.replaceChildren(...out);
+  drawCharts();
+  drawDiff();
+  stamp();
+}
+
+function drawCharts() {
+  const charts = document.getElementById("charts"), legend = document.getElementById("legend");
+  if (!charts || !runsState.series) return;
+  const runs = runsState.series.runs;
+  legend.replaceChildren(...runs.map((r, i) => el("span", {}, el("i", {style: `background:${palette[i % palette.length]}`}), r.name + (r.error ? " — " + r.error : ""))));
+  const names = new Set();
+  for (const r of runs) for (const k of Object.keys(r.metrics)) names.add(k);
+  const f = runsState.filter.toLowerCase();
+  const order = [...names].filter(k => k.toLowerCase().includes(f)).sort((a, b) => {
+    const ia = preferred.indexOf(a), ib = preferred.indexOf(b);
+    if (ia >= 0 || ib >= 0) return (ia < 0 ? 1e9 : ia) - (ib < 0 ? 1e9 : ib);
+    return a < b ? -1 : 1;
+  });
+  charts.replaceChildren(...order.map(k => chart(k, runs)));
+  if (order.length === 0) charts.append(el("p", {class: "muted"}, runs.some(r => r.rows > 0) ? "No metric matches." : "No metrics yet."));
+}
+
+function drawDiff() {
+  const box = document.getElementById("diff");
+  if (!box) return;
+  const d = runsState.diff;
+  if (runsState.selected.length < 2) { box.replaceChildren(el("p", {class: "muted"}, "Tick two runs or more to compare their recipes.")); return; }
+  if (!d) return;
+  if (d.error) { box.replaceChildren(banner(d.error)); return; }
+  if (d.rows.length === 0) { box.replaceChildren(el("p", {class: "muted"}, "The recipes are the same.")); return; }
+  const names = d.runs.map(id => { const r = (runsState.list.runs || []).find(x => x.id === id); return r ? r.name : id; });
+  const t = el("table", {class: "diff"}, el("tr", {}, el("th", {}, "setting"), ...names.map(n => el("th", {}, n))));
+  for (const row of d.rows) t.append(el("tr", {}, el("td", {}, row.path), ...row.values.map(v => el("td", {}, v))));
+  box.replaceChildren(t);
+}
+
+let seriesSeq = 0;
+async function refreshSeries() {
+  const st = runsState, seq = ++seriesSeq;
+  if (st.selected.length === 0) { st.series = null; st.diff = null; drawRuns(); return; }
+  const q = new URLSearchParams();
+  for (const r of st.selected) q.append("run", r);
+  q.set("points", "400");
+  q.set("smooth", String(st.smooth));
+  try {
+    const series = await getJSON("/api/series?" + q);
+    const diff = st.selected.length > 1 ? await getJSON("/api/diff?" + q) : null;
+    if (seq !== seriesSeq) return;
+    st.series = series; st.diff = diff; st.error = "";
+  } catch (e) {
+    st.error = String(e.message || e);
+  }
+  drawRuns();
+}
+
+function runsPage() {
+  let first = true;
+  every(5000, async () => {
+    let changed = first;
+    try {
+      const list = await getJSON("/api/runs");
+      changed = changed || runsState.error !== "" || JSON.stringify(list) !== JSON.stringify(runsState.list);
+      runsState.list = list;
+      runsState.error = "";
+    } catch (e) {
+      runsState.error = "Cannot list the runs: " + (e.message || e);
+      changed = true;
+    }
+    const live = (runsState.list ? runsState.list.runs : []).some(r => runsState.selected.includes(r.id) && (r.status === "running" || r.status === "writing"));
+    if (first || live) { first = false; await refreshSeries(); } else if (changed) drawRuns();
+  });
+}
+
+// ---- Traces ----
+
+function tracesPage() {
+  main.replaceChildren(el("h2", {}, "Traces"), el("div", {class: "note"},
+    "This build has no trace store, so there are no traces to show yet. Once runs record traces, this page searches and filters them, draws a trace as a span tree with timings and rewards, and sums them per agent, tool and model (its data will come from /api/traces)."));
+}
+
+// ---- Router ----
+
+const page = location.pathname.replace(/\/+$/, "").split("/")[1] || "cluster";
+for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.page === page);
+clearTimeout(timer);
+({cluster: clusterPage, runs: runsPage, traces: tracesPage}[page] || clusterPage)();
