@@ -10,6 +10,8 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 )
 
 // Bounds on what one run's metrics.jsonl may cost.
@@ -33,6 +35,9 @@ type Table struct {
 	Truncated bool
 	// Offset is where the next unread line starts.
 	Offset int64
+
+	scratch []field
+	keys    map[string]string // interned field names
 }
 
 // Rows is the number of rows read.
@@ -52,6 +57,13 @@ func (t *Table) Keys() []string {
 // value.
 func (t *Table) Series(key string) (xs, ys []float64) {
 	col := t.Columns[key]
+	n := 0
+	for _, v := range col {
+		if !math.IsNaN(v) {
+			n++
+		}
+	}
+	xs, ys = make([]float64, 0, n), make([]float64, 0, n)
 	for i, v := range col {
 		if !math.IsNaN(v) {
 			xs = append(xs, t.Steps[i])
@@ -104,37 +116,44 @@ func (t *Table) ReadMore(r io.Reader) error {
 }
 
 func (t *Table) addLine(line []byte) {
-	var row map[string]json.RawMessage
-	if json.Unmarshal(line, &row) != nil {
-		t.BadLines++
-		return
+	if t.keys == nil {
+		t.keys = map[string]string{}
 	}
-	var step float64
-	if json.Unmarshal(row["step"], &step) != nil || math.IsNaN(step) {
+	fields, ok := parseFlatObject(line, t.scratch[:0], t.keys)
+	if !ok {
+		fields, ok = parseObjectSlow(line, fields[:0])
+	}
+	t.scratch = fields
+	step, phase := math.NaN(), ""
+	for _, f := range fields {
+		switch {
+		case f.key == "step" && f.isNum:
+			step = f.num
+		case f.key == "phase" && !f.isNum:
+			phase = f.str
+		}
+	}
+	if !ok || math.IsNaN(step) {
 		t.BadLines++
 		return
 	}
 	n := len(t.Steps)
 	t.Steps = append(t.Steps, step)
-	var phase string
-	_ = json.Unmarshal(row["phase"], &phase)
 	t.Phases = append(t.Phases, phase)
-	for k, raw := range row {
-		if k == "step" || len(raw) == 0 || (raw[0] != '-' && (raw[0] < '0' || raw[0] > '9')) {
+	for _, f := range fields {
+		if !f.isNum || f.key == "step" || math.IsInf(f.num, 0) || math.IsNaN(f.num) {
 			continue
 		}
-		var v float64
-		if json.Unmarshal(raw, &v) != nil || math.IsInf(v, 0) {
-			continue
-		}
-		col, ok := t.Columns[k]
+		col, ok := t.Columns[f.key]
 		if !ok {
 			if len(t.Columns) >= maxMetricsKeys {
 				continue
 			}
 			col = nanColumn(n)
 		}
-		t.Columns[k] = append(col, v)
+		if len(col) == n { // a key given twice in one row counts once
+			t.Columns[f.key] = append(col, f.num)
+		}
 	}
 	t.derive(n)
 	for k, col := range t.Columns {
@@ -187,4 +206,121 @@ func ReadTable(path string) (*Table, error) {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	return t, nil
+}
+
+// field is one member of a metrics row: a number, or a string (other
+// values are left out).
+type field struct {
+	key   string
+	isNum bool
+	num   float64
+	str   string
+}
+
+// parseFlatObject reads a JSON object whose values are numbers, strings,
+// null or booleans, without escapes in keys: the rows rlnode writes. ok
+// is false for anything else (parseObjectSlow reads it then).
+func parseFlatObject(b []byte, out []field, keys map[string]string) ([]field, bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return out, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return out, skipSpace(b, i+1) == len(b)
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return out, false
+		}
+		end := i + 1
+		for end < len(b) && b[end] != '"' && b[end] != '\\' {
+			end++
+		}
+		if end >= len(b) || b[end] != '"' {
+			return out, false
+		}
+		key, ok := keys[string(b[i+1:end])]
+		if !ok && len(keys) < 4*maxMetricsKeys {
+			key = string(b[i+1 : end])
+			keys[key] = key
+		} else if !ok {
+			key = string(b[i+1 : end])
+		}
+		i = skipSpace(b, end+1)
+		if i >= len(b) || b[i] != ':' {
+			return out, false
+		}
+		i = skipSpace(b, i+1)
+		if i >= len(b) {
+			return out, false
+		}
+		switch c := b[i]; {
+		case c == '-' || c >= '0' && c <= '9':
+			j := i
+			for j < len(b) && strings.IndexByte("+-.eE0123456789", b[j]) >= 0 {
+				j++
+			}
+			v, err := strconv.ParseFloat(string(b[i:j]), 64)
+			if err != nil {
+				return out, false
+			}
+			out = append(out, field{key: key, isNum: true, num: v})
+			i = j
+		case c == '"':
+			j := i + 1
+			for j < len(b) && b[j] != '"' && b[j] != '\\' {
+				j++
+			}
+			if j >= len(b) || b[j] != '"' {
+				return out, false
+			}
+			out = append(out, field{key: key, str: string(b[i+1 : j])})
+			i = j + 1
+		case bytes.HasPrefix(b[i:], []byte("null")):
+			i += 4
+		case bytes.HasPrefix(b[i:], []byte("true")):
+			i += 4
+		case bytes.HasPrefix(b[i:], []byte("false")):
+			i += 5
+		default:
+			return out, false
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return out, false
+		}
+		if b[i] == '}' {
+			return out, skipSpace(b, i+1) == len(b)
+		}
+		if b[i] != ',' {
+			return out, false
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// parseObjectSlow reads any JSON object with encoding/json: its numbers
+// and strings at the top level.
+func parseObjectSlow(b []byte, out []field) ([]field, bool) {
+	var row map[string]any
+	if json.Unmarshal(b, &row) != nil {
+		return out, false
+	}
+	for k, v := range row {
+		switch v := v.(type) {
+		case float64:
+			out = append(out, field{key: k, isNum: true, num: v})
+		case string:
+			out = append(out, field{key: k, str: v})
+		}
+	}
+	return out, true
 }

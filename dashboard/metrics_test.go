@@ -65,3 +65,47 @@ func TestTableOverlongLine(t *testing.T) {
 		t.Fatalf("rows %d (steps %v), bad lines %d; want the overlong line skipped", tab.Rows(), tab.Steps, tab.BadLines)
 	}
 }
+
+// The fast reader of flat rows and encoding/json agree; rows it does not
+// read go to encoding/json.
+func TestParseFlatObject(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		fast bool // parseFlatObject reads it
+		ok   bool // one of the two reads it
+	}{
+		{`{"step":1,"phase":"rl","reward_mean":null,"loss":-2.5e-3,"ok":true,"no":false}`, true, true},
+		{` { "step" : 2 , "x" : "a b" } `, true, true},
+		{`{}`, true, true},
+		{`{"step":3,"nested":{"a":1},"loss":1}`, false, true},
+		{`{"st\u0065p":4,"loss":1}`, false, true},
+		{`{"step":5,"s":"quote \" inside"}`, false, true},
+		{`{"step":6,"list":[1,2]}`, false, true},
+		{`{"step":7,}`, false, false},
+		{`{"step":8} trailing`, false, false},
+		{`{"step":9e999}`, false, false},
+		{`[1,2]`, false, false},
+		{`{"step":1.2.3}`, false, false},
+	} {
+		fast, fastOK := parseFlatObject([]byte(c.line), nil, map[string]string{})
+		slow, slowOK := parseObjectSlow([]byte(c.line), nil)
+		if fastOK != c.fast || (fastOK || slowOK) != c.ok {
+			t.Errorf("%s: fast %v, slow %v; want fast %v, read %v", c.line, fastOK, slowOK, c.fast, c.ok)
+			continue
+		}
+		if fastOK {
+			want := map[string]field{}
+			for _, f := range slow {
+				want[f.key] = f
+			}
+			if len(fast) != len(want) {
+				t.Errorf("%s: fast %v, slow %v", c.line, fast, slow)
+			}
+			for _, f := range fast {
+				if want[f.key] != f {
+					t.Errorf("%s: %s: fast %+v, slow %+v", c.line, f.key, f, want[f.key])
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromium finds a Chromium to drive, or skips the test.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no Chromium on this machine (Debian: apt-get install chromium; scripts/setup.sh installs it)")
+	return ""
+}
+
+// artifactDir is where the browser tests leave their screenshots:
+// $RLNODE_TEST_ARTIFACTS when set, else the test's temporary folder.
+func artifactDir(t *testing.T) string {
+	if d := os.Getenv("RLNODE_TEST_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// browser opens a headless Chromium; the test ends it.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	exe := chromium(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 1000), chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelTime := context.WithTimeout(ctx, 4*time.Minute)
+	t.Cleanup(func() { cancelTime(); cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("start %s: %v", exe, err)
+	}
+	return ctx
+}
+
+// waitInPage evaluates expr in the page until it is true, for up to limit.
+func waitInPage(t *testing.T, ctx context.Context, what, expr string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("main").innerText`))
+			t.Fatalf("%s: not seen within %v (last error %v); the page says:\n%s", what, limit, err, html)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func screenshot(t *testing.T, ctx context.Context, path string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s", path)
+}
+
+// dashboardURL finds the dashboard line of a node's banner.
+func dashboardURL(t *testing.T, banner string) string {
+	t.Helper()
+	for _, line := range strings.Split(banner, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "dashboard:" {
+			return f[1]
+		}
+	}
+	t.Fatalf("no dashboard line in:\n%s", banner)
+	return ""
+}
+
+// TestDashboardInBrowser drives Chromium through the dashboard of a live
+// three-node cluster on 127.0.0.1 (one node serves it with --dashboard)
+// and of `rlnode dashboard` over a real run: the cluster page lists the
+// three nodes and marks one DEAD after its SIGKILL, without a reload; the
+// runs page draws the run's reward curve with one point per RL step.
+func TestDashboardInBrowser(t *testing.T) {
+	ctx := browser(t)
+	art := artifactDir(t)
+	home, runs := t.TempDir(), t.TempDir()
+
+	// A real short run, and a copy of it cut mid-line.
+	runDir := filepath.Join(runs, "quickstart-tiny")
+	args := append([]string{"run", "quickstart", "--out", runDir}, tinyRun...)
+	args = append(args, "--set", "schedule.steps=12")
+	if out, errOut, code := runRlnode(t, home, args...); code != 0 {
+		t.Fatalf("rlnode run: exit %d\n%s\n%s", code, out, errOut)
+	}
+	metrics, err := os.ReadFile(filepath.Join(runDir, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewards := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(metrics)), "\n") {
+		var row struct {
+			Reward *float64 `json:"reward_mean"`
+		}
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatalf("metrics.jsonl: %v: %s", err, line)
+		}
+		if row.Reward != nil {
+			rewards++
+		}
+	}
+	if rewards != 12 {
+		t.Fatalf("the run wrote %d rewards, want one per RL step (12)", rewards)
+	}
+	cut := filepath.Join(runs, "cut")
+	if err := os.MkdirAll(cut, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cut, "metrics.jsonl"), metrics[:len(metrics)-20], 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Three nodes; alpha serves the dashboard.
+	a := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "alpha", "--gpus", "0", "--dashboard=127.0.0.1:0", "--dashboard-runs", runs)
+	keyFile := filepath.Join(home, "cluster.key")
+	b := startRlnode(t, home, "join", a.gossip, "--bind", "127.0.0.1:0", "--key-file", keyFile, "--node-id", "beta", "--gpus", "0", "--label", "zone=b")
+	c := startRlnode(t, home, "join", a.gossip, "--bind", "127.0.0.1:0", "--key-file", keyFile, "--node-id", "gamma", "--gpus", "0", "--cpus", "3")
+	dumpOnFailure(t, a, b, c)
+	dash := dashboardURL(t, a.out.String())
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(dash+"cluster")); err != nil {
+		t.Fatal(err)
+	}
+	waitInPage(t, ctx, "three live nodes", `["alpha","beta","gamma"].every(id => document.querySelector('#nodes tr[data-node="'+id+'"][data-state="ALIVE"]'))`, time.Minute)
+	screenshot(t, ctx, filepath.Join(art, "dashboard-cluster.png"))
+
+	// SIGKILL gamma: the open page marks it DEAD by itself.
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-c.done
+	waitInPage(t, ctx, "gamma DEAD after its SIGKILL", `!!document.querySelector('#nodes tr[data-node="gamma"][data-state="DEAD"]')`, time.Minute)
+	alive, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#nodes tr[data-state="ALIVE"]').length`))
+	if err != nil || alive != 2 {
+		t.Fatalf("after gamma's kill, %d nodes ALIVE (%v), want alpha and beta", alive, err)
+	}
+	screenshot(t, ctx, filepath.Join(art, "dashboard-cluster-dead.png"))
+
+	// rlnode dashboard, a process of its own, over the runs folder.
+	cmd := rlnodeCmd(t, home, "dashboard", "--bind", "127.0.0.1:0", "--runs", runs)
+	pr, pw := io.Pipe()
+	cmd.Stdout = pw
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); pw.Close(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); <-done })
+	first := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		if sc.Scan() {
+			first <- sc.Text()
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	var standalone string
+	select {
+	case line := <-first:
+		standalone = strings.TrimPrefix(line, "dashboard: ")
+	case <-done:
+		t.Fatalf("rlnode dashboard exited: %s", errb.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("rlnode dashboard printed nothing in 30s: %s", errb.String())
+	}
+
+	runsURL := fmt.Sprintf("%sruns?run=%s", standalone, url.QueryEscape(runDir))
+	if err := chromedp.Do(ctx, chromedp.Navigate(runsURL)); err != nil {
+		t.Fatal(err)
+	}
+	sel := fmt.Sprintf(`document.querySelector('svg[data-metric="reward_mean"] polyline[data-run=%q]')`, runDir)
+	waitInPage(t, ctx, "the reward curve", "!!"+sel, time.Minute)
+	var drawn struct {
+		Points int `json:"points"` // the curve's data-points
+		Coords int `json:"coords"` // x,y pairs in its points attribute
+	}
+	drawn, err = chromedp.Run(ctx, chromedp.Evaluate[struct {
+		Points int `json:"points"`
+		Coords int `json:"coords"`
+	}](`(() => { const l = ` + sel + `; return {points: Number(l.dataset.points), coords: l.getAttribute("points").trim().split(/\s+/).length}; })()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drawn.Points != rewards || drawn.Coords != rewards {
+		t.Fatalf("the reward curve has %d points (%d drawn), want %d (one per RL step in metrics.jsonl)", drawn.Points, drawn.Coords, rewards)
+	}
+	// The cut run is listed with what is wrong with it.
+	waitInPage(t, ctx, "the cut run's problem", `document.getElementById("runs").innerText.includes("ends inside a line")`, 10*time.Second)
+	screenshot(t, ctx, filepath.Join(art, "dashboard-runs.png"))
+
+	// The standalone dashboard's cluster page asks a node on this host.
+	if err := chromedp.Do(ctx, chromedp.Navigate(standalone+"cluster")); err != nil {
+		t.Fatal(err)
+	}
+	waitInPage(t, ctx, "alpha and beta on rlnode dashboard's cluster page", `["alpha","beta"].every(id => document.querySelector('#nodes tr[data-node="'+id+'"][data-state="ALIVE"]'))`, time.Minute)
+}
