@@ -29,6 +29,9 @@ func (l LocalNode) Status(context.Context) (cluster.Status, error) { return l.No
 // Address, or else any that answers, trying them in turn.
 type HostNodes struct{ Address string }
 
+// perNodeTimeout bounds the wait for one node's status.
+const perNodeTimeout = 2 * time.Second
+
 // Status asks the nodes in turn until one answers.
 func (h HostNodes) Status(ctx context.Context) (cluster.Status, error) {
 	dir, infos, err := cluster.Running()
@@ -47,7 +50,10 @@ func (h HostNodes) Status(ctx context.Context) (cluster.Status, error) {
 	}
 	var errs []error
 	for _, ri := range infos {
-		st, err := cluster.FetchStatus(ctx, ri.Control)
+		// A node that hangs leaves time to ask the next.
+		nctx, cancel := context.WithTimeout(ctx, perNodeTimeout)
+		st, err := cluster.FetchStatus(nctx, ri.Control)
+		cancel()
 		if err == nil {
 			return st, nil
 		}

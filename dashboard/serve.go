@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -235,10 +236,21 @@ type RunList struct {
 
 func (h *handler) runList(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
-	list := RunList{Roots: h.runs.Roots(), Runs: []Run{}}
-	for _, dir := range h.runs.Find() {
-		list.Runs = append(list.Runs, h.runs.Describe(r.Context(), dir, now))
+	dirs := h.runs.Find()
+	list := RunList{Roots: h.runs.Roots(), Runs: make([]Run, len(dirs))}
+	// Runs are read side by side: a run's metrics endpoint that does not
+	// answer costs its own scrape timeout, not every run's.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i, dir := range dirs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			list.Runs[i] = h.runs.Describe(r.Context(), dir, now)
+		}()
 	}
+	wg.Wait()
 	writeJSON(w, http.StatusOK, list)
 }
 

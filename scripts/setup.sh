@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing rlnode needs on a fresh Debian machine:
 # Go modules from the module proxy, Debian packages (bubblewrap and python3
-# for the code sandbox, slurm-wlm and munge for the Slurm tests), and the
+# for the code sandbox, slurm-wlm and munge for the Slurm tests, chromium for
+# the dashboard's browser tests), and the
 # npm packages the OpenAI-client test uses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,8 @@ need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 [ -x /usr/bin/python3 ] || need+=(python3)
 command -v node >/dev/null 2>&1 || need+=(nodejs npm)
+# Headless Chromium for the dashboard's browser tests (they skip without it).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # A real Slurm on this machine for the sbatch tests; they need root (slurmd
 # starts jobs as their owner) and skip without it, so only root installs it.
 if [ "$(id -u)" = 0 ] && ! { [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ]; }; then

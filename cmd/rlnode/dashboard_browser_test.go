@@ -78,7 +78,7 @@ func waitInPage(t *testing.T, ctx context.Context, what, expr string, limit time
 
 func screenshot(t *testing.T, ctx context.Context, path string) {
 	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	png, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS("body")))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
@@ -135,6 +135,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if rewards != 12 {
 		t.Fatalf("the run wrote %d rewards, want one per RL step (12)", rewards)
+	}
+	// A second run to compare with: another seed.
+	run2 := filepath.Join(runs, "quickstart-seed2")
+	args2 := append([]string{"run", "quickstart", "--out", run2}, args[4:]...)
+	if out, errOut, code := runRlnode(t, home, append(args2, "--set", "seed=2")...); code != 0 {
+		t.Fatalf("rlnode run (seed 2): exit %d\n%s\n%s", code, out, errOut)
 	}
 	cut := filepath.Join(runs, "cut")
 	if err := os.MkdirAll(cut, 0o755); err != nil {
@@ -219,6 +225,25 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if drawn.Points != rewards || drawn.Coords != rewards {
 		t.Fatalf("the reward curve has %d points (%d drawn), want %d (one per RL step in metrics.jsonl)", drawn.Points, drawn.Coords, rewards)
+	}
+	// Interaction: tick the second run (both curves overlaid, the recipe
+	// diff names the seed), switch to a log scale, hover a chart.
+	click := fmt.Sprintf(`document.querySelector('input[type=checkbox][data-run=%q]').click(); true`, run2)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](click)); err != nil {
+		t.Fatal(err)
+	}
+	waitInPage(t, ctx, "two reward curves", `document.querySelectorAll('svg[data-metric="reward_mean"] polyline').length === 2`, 30*time.Second)
+	waitInPage(t, ctx, "the recipe diff", `!!document.querySelector("#diff table") && document.querySelector("#diff table").innerText.includes("seed")`, 30*time.Second)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("log").click(); true`)); err != nil {
+		t.Fatal(err)
+	}
+	waitInPage(t, ctx, "a log scale", `document.querySelector('.chart[data-metric="loss"] .sub').innerText.includes("log scale") && location.search.includes("log=1")`, 10*time.Second)
+	hover := `(() => { const s = document.querySelector('svg[data-metric="loss"]'), r = s.getBoundingClientRect();
+		s.dispatchEvent(new MouseEvent("mousemove", {clientX: r.left + r.width * 0.6, clientY: r.top + 50, bubbles: true}));
+		return s.parentNode.querySelector(".tip").innerText; })()`
+	tip, err := chromedp.Run(ctx, chromedp.Evaluate[string](hover))
+	if err != nil || strings.Count(tip, "(step ") != 2 {
+		t.Fatalf("hover read-out %q (%v), want one line per run", tip, err)
 	}
 	// The cut run is listed with what is wrong with it.
 	waitInPage(t, ctx, "the cut run's problem", `document.getElementById("runs").innerText.includes("ends inside a line")`, 10*time.Second)

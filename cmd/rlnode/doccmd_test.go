@@ -52,8 +52,8 @@ func readmeCommands(t *testing.T, path string) []docCommand {
 		if len(args) < 2 || strings.HasPrefix(args[1], "-") || args[0] == "model" && len(args) < 3 {
 			return // a mention of a subcommand or of a flag
 		}
-		if args[0] == "start" || args[0] == "join" || args[0] == "status" || args[0] == "stop" || args[0] == "serve" {
-			return // they serve until stopped: the cluster and serve tests run them
+		if args[0] == "start" || args[0] == "join" || args[0] == "status" || args[0] == "stop" || args[0] == "serve" || args[0] == "dashboard" {
+			return // they serve until stopped: the cluster, serve and dashboard tests run them
 		}
 		cands = append(cands, docCommand{fmt.Sprintf("%s:%d", path, lineOf(text, offset)), args})
 	}

@@ -202,7 +202,12 @@ function chart(metric, runs) {
   const pad = (y1 - y0) * 0.04; y0 -= pad; y1 += pad;
   const px = x => L + (x - x0) / (x1 - x0) * (W - L - R);
   const py = y => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
-  for (const t of niceTicks(y0, y1, 4)) {
+  // On a log scale: powers of ten when the range spans a decade or more,
+  // else round values between the ends (y is log10 of the value).
+  let yTicks = niceTicks(y0, y1, 4);
+  if (log && y1 - y0 < 1) yTicks = niceTicks(Math.pow(10, y0), Math.pow(10, y1), 4).filter(v => v > 0).map(Math.log10);
+  else if (log) yTicks = niceTicks(Math.ceil(y0), Math.floor(y1), 4).filter(Number.isInteger);
+  for (const t of yTicks) {
     svg.append(sv("line", {class: "grid", x1: L, x2: W - R, y1: py(t), y2: py(t)}));
     const lab = sv("text", {class: "tick", x: L - 4, y: py(t) + 3, "text-anchor": "end"});
     lab.textContent = log ? fmtNum(Math.pow(10, t)) : fmtNum(t);
