@@ -249,6 +249,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitInPage(t, ctx, "the cut run's problem", `document.getElementById("runs").innerText.includes("ends inside a line")`, 10*time.Second)
 	screenshot(t, ctx, filepath.Join(art, "dashboard-runs.png"))
 
+	// A run deleted while its charts are open is said to be gone.
+	if err := os.RemoveAll(run2); err != nil {
+		t.Fatal(err)
+	}
+	waitInPage(t, ctx, "the deleted run", `document.getElementById("main").innerText.includes("is no longer there")`, 30*time.Second)
+
 	// The standalone dashboard's cluster page asks a node on this host.
 	if err := chromedp.Do(ctx, chromedp.Navigate(standalone+"cluster")); err != nil {
 		t.Fatal(err)
