@@ -56,7 +56,11 @@ function banner(msg) { return el("div", {class: "banner", role: "alert"}, msg); 
 // every runs f now and then every ms, until the page changes.
 function every(ms, f) {
   const tick = async () => {
-    try { await f(); } catch (e) {
+    try {
+      await f();
+      const old = document.getElementById("fetch-error");
+      if (old) old.remove();
+    } catch (e) {
       const b = banner("The dashboard does not answer: " + String(e.message || e));
       b.id = "fetch-error";
       const old = document.getElementById("fetch-error");
@@ -255,11 +259,32 @@ function chart(metric, runs) {
   return box;
 }
 
+// runsSkeleton makes the runs page's two parts once: the run list, redrawn
+// as runs change, and the metrics section, whose controls persist.
+function runsSkeleton() {
+  if (document.getElementById("runs-top")) return;
+  const st = runsState;
+  const controls = el("div", {class: "controls"});
+  const smooth = el("input", {type: "range", min: 0, max: 0.99, step: 0.01, value: st.smooth, id: "smooth"});
+  const smoothLab = el("span", {}, String(st.smooth));
+  smooth.addEventListener("input", () => { smoothLab.textContent = smooth.value; });
+  smooth.addEventListener("change", () => { st.smooth = Number(smooth.value); saveURL(); refreshSeries(); });
+  const logBox = el("input", {type: "checkbox", id: "log", checked: st.log});
+  logBox.addEventListener("change", () => { st.log = logBox.checked; saveURL(); drawCharts(); });
+  const filter = el("input", {type: "search", placeholder: "filter metrics", value: st.filter, id: "filter"});
+  filter.addEventListener("input", () => { st.filter = filter.value; drawCharts(); });
+  controls.append(el("label", {}, "smoothing ", smooth, " ", smoothLab), el("label", {}, logBox, " log scale"), filter);
+  const metrics = el("section", {id: "runs-metrics"}, el("h2", {}, "Metrics"), controls, el("div", {id: "legend", class: "legend"}),
+    el("div", {id: "charts", class: "charts"}), el("h2", {}, "Recipe differences"), el("div", {id: "diff"}));
+  main.replaceChildren(el("div", {id: "runs-top"}), metrics);
+}
+
 function drawRuns() {
   const st = runsState, out = [];
-  if (st.error) out.push(banner(st.error));
   const list = st.list;
-  if (!list) { main.replaceChildren(el("p", {class: "muted"}, "Loading runs…")); return; }
+  if (!list) { main.replaceChildren(st.error ? banner(st.error) : el("p", {class: "muted"}, "Loading runs…")); return; }
+  runsSkeleton();
+  if (st.error) out.push(banner(st.error));
   out.push(el("p", {class: "muted"}, `${list.runs.length} run${list.runs.length === 1 ? "" : "s"} in ${list.roots.join(", ") || "no folder"}. Tick runs to chart them; several are overlaid.`));
   const known = new Set(list.runs.map(r => r.id));
   const t = el("table", {id: "runs"}, el("tr", {}, ...["", "run", "status", "step", "ETA", "rows", "metrics written", "recipe", "folder"].map(h => el("th", {}, h))));
@@ -277,24 +302,8 @@ function drawRuns() {
   }
   out.push(t);
   for (const id of st.selected) if (!known.has(id)) out.push(banner(`Run ${id} is no longer there (deleted or moved): untick it or reload.`));
-
-  if (st.selected.length > 0) {
-    const controls = el("div", {class: "controls"});
-    const smooth = el("input", {type: "range", min: 0, max: 0.99, step: 0.01, value: st.smooth, id: "smooth"});
-    const smoothLab = el("span", {}, String(st.smooth));
-    smooth.addEventListener("input", () => { smoothLab.textContent = smooth.value; });
-    smooth.addEventListener("change", () => { st.smooth = Number(smooth.value); saveURL(); refreshSeries(); });
-    const logBox = el("input", {type: "checkbox", id: "log", checked: st.log});
-    logBox.addEventListener("change", () => { st.log = logBox.checked; saveURL(); drawRuns(); });
-    const filter = el("input", {type: "search", placeholder: "filter metrics", value: st.filter, id: "filter"});
-    filter.addEventListener("input", () => { st.filter = filter.value; drawCharts(); });
-    controls.append(el("label", {}, "smoothing ", smooth, " ", smoothLab), el("label", {}, logBox, " log scale"), filter);
-    out.push(el("h2", {}, "Metrics"), controls, el("div", {id: "legend", class: "legend"}), el("div", {id: "charts", class: "charts"}));
-    out.push(el("h2", {}, "Recipe differences"), el("div", {id: "diff"}));
-  }
-  main.replaceChildren(...out);
-  drawCharts();
-  drawDiff();
+  document.getElementById("runs-top").replaceChildren(...out);
+  document.getElementById("runs-metrics").hidden = st.selected.length === 0;
   stamp();
 }
 
@@ -333,7 +342,7 @@ function drawDiff() {
 let seriesSeq = 0;
 async function refreshSeries() {
   const st = runsState, seq = ++seriesSeq;
-  if (st.selected.length === 0) { st.series = null; st.diff = null; drawRuns(); return; }
+  if (st.selected.length === 0) { st.series = null; st.diff = null; drawRuns(); drawCharts(); drawDiff(); return; }
   const q = new URLSearchParams();
   for (const r of st.selected) q.append("run", r);
   q.set("points", "400");
@@ -347,6 +356,8 @@ async function refreshSeries() {
     st.error = String(e.message || e);
   }
   drawRuns();
+  drawCharts();
+  drawDiff();
 }
 
 function runsPage() {
