@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -38,7 +37,6 @@ type Config struct {
 	Token string
 	// PollEvery is how often the cluster's status is asked (default 1s).
 	PollEvery time.Duration
-	Logger    *slog.Logger
 }
 
 // Server is a running dashboard.
@@ -104,9 +102,6 @@ type handler struct {
 func newHandler(ctx context.Context, cfg Config, namesOK bool) http.Handler {
 	if cfg.PollEvery <= 0 {
 		cfg.PollEvery = time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &handler{cfg: cfg, runs: NewRuns(cfg.RunDirs), mux: http.NewServeMux()}
 	if cfg.Cluster != nil {

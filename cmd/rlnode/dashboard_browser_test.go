@@ -212,14 +212,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	sel := fmt.Sprintf(`document.querySelector('svg[data-metric="reward_mean"] polyline[data-run=%q]')`, runDir)
 	waitInPage(t, ctx, "the reward curve", "!!"+sel, time.Minute)
-	var drawn struct {
+	type curve struct {
 		Points int `json:"points"` // the curve's data-points
 		Coords int `json:"coords"` // x,y pairs in its points attribute
 	}
-	drawn, err = chromedp.Run(ctx, chromedp.Evaluate[struct {
-		Points int `json:"points"`
-		Coords int `json:"coords"`
-	}](`(() => { const l = ` + sel + `; return {points: Number(l.dataset.points), coords: l.getAttribute("points").trim().split(/\s+/).length}; })()`))
+	drawn, err := chromedp.Run(ctx, chromedp.Evaluate[curve]("(() => { const l = "+sel+
+		`; return {points: Number(l.dataset.points), coords: l.getAttribute("points").trim().split(/\s+/).length}; })()`))
 	if err != nil {
 		t.Fatal(err)
 	}

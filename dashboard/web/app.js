@@ -77,7 +77,7 @@ function resourceCell(n, key) {
   const total = (n.total || {})[key] || 0, used = (n.used || {})[key] || 0;
   if (total === 0) return el("td", {}, "–");
   const pct = Math.min(100, Math.round(100 * used / total));
-  return el("td", {}, el("span", {class: "bar"}, el("i", {style: `width:${pct}%`})), `${fmtNum(used)} / ${fmtNum(total)} used`);
+  return el("td", {}, el("span", {class: "bar"}, el("i", {style: `width:${pct}%`})), `${fmtNum(used)} / ${fmtNum(total)} used, ${fmtNum(total - used)} free`);
 }
 
 function drawCluster(v) {
