@@ -265,7 +265,8 @@ type SeriesRun struct {
 }
 
 // Series is a decimated metric: X the steps, Y the values, Raw how many
-// points the metric has before decimation.
+// points the metric has (between from and to, when asked) before
+// decimation.
 type Series struct {
 	X   []float64 `json:"x"`
 	Y   []float64 `json:"y"`
@@ -303,6 +304,13 @@ func (h *handler) series(w http.ResponseWriter, r *http.Request) {
 			smooth = v
 		}
 	}
+	from, to := math.Inf(-1), math.Inf(1)
+	if v, err := strconv.ParseFloat(q.Get("from"), 64); err == nil && !math.IsNaN(v) {
+		from = v
+	}
+	if v, err := strconv.ParseFloat(q.Get("to"), 64); err == nil && !math.IsNaN(v) {
+		to = v
+	}
 	out := []SeriesRun{}
 	for _, id := range ids {
 		sr := SeriesRun{ID: id, Name: id, Metrics: map[string]Series{}}
@@ -328,7 +336,11 @@ func (h *handler) series(w http.ResponseWriter, r *http.Request) {
 			if len(ys) == 0 {
 				continue
 			}
-			ys = Smooth(ys, smooth)
+			// Smoothed over the whole run, then cut to the steps asked.
+			xs, ys = stepRange(xs, Smooth(ys, smooth), from, to)
+			if len(ys) == 0 {
+				continue
+			}
 			idx := Decimate(xs, ys, points)
 			s := Series{X: make([]float64, len(idx)), Y: make([]float64, len(idx)), Raw: len(ys)}
 			for i, j := range idx {
@@ -339,6 +351,20 @@ func (h *handler) series(w http.ResponseWriter, r *http.Request) {
 		out = append(out, sr)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"runs": out})
+}
+
+// stepRange keeps the points whose step lies in [from, to].
+func stepRange(xs, ys []float64, from, to float64) ([]float64, []float64) {
+	if math.IsInf(from, -1) && math.IsInf(to, 1) {
+		return xs, ys
+	}
+	var kx, ky []float64
+	for i, x := range xs {
+		if x >= from && x <= to {
+			kx, ky = append(kx, x), append(ky, ys[i])
+		}
+	}
+	return kx, ky
 }
 
 // round keeps 7 significant digits: the charts need no more, and the

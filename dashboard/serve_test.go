@@ -107,6 +107,20 @@ func TestServeAPI(t *testing.T) {
 	if len(rw.X) != 400 || rw.Raw != 10000 || rw.X[0] != 1 || rw.X[399] != 10000 || sr.Runs[0].Rows != 10000 {
 		t.Errorf("reward of 10,000 rows: %d points of %d, from %v", len(rw.X), rw.Raw, rw.X[:3])
 	}
+	// Zoomed to steps 2,001–2,300: those 300 points, whole.
+	q.Set("from", "2001")
+	q.Set("to", "2300")
+	var zoomed struct{ Runs []SeriesRun }
+	_, body, _ = get(t, base+"/api/series?"+q.Encode())
+	if err := json.Unmarshal([]byte(body), &zoomed); err != nil {
+		t.Fatal(err)
+	}
+	if z := zoomed.Runs[0].Metrics["reward_mean"]; len(z.X) != 300 || z.Raw != 300 || z.X[0] != 2001 || z.X[299] != 2300 {
+		t.Errorf("zoomed reward: %d points of %d, %v…", len(z.X), z.Raw, z.X[:min(3, len(z.X))])
+	}
+	if _, ok := zoomed.Runs[1].Metrics["reward_mean"]; ok {
+		t.Errorf("run b has no step in 2,001–2,300 yet its reward came back")
+	}
 	if rb := sr.Runs[1].Metrics["reward_mean"]; len(rb.X) != 3 || rb.Raw != 3 {
 		t.Errorf("reward of run b (steps 3–5 after 2 warm-up steps): %+v", rb)
 	}

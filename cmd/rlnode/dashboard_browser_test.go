@@ -243,6 +243,28 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil || strings.Count(tip, "(step ") != 2 {
 		t.Fatalf("hover read-out %q (%v), want one line per run", tip, err)
 	}
+	// Back to a linear scale (a run this short may have rewards of 0 only,
+	// which a log scale cannot draw), then
+	// drag across the reward chart: every chart zooms to those steps, the
+	// server sending only the points within; a double-click undoes it.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("log").click(); true`)); err != nil {
+		t.Fatal(err)
+	}
+	waitInPage(t, ctx, "the reward curve on a linear scale", "!!"+sel, 10*time.Second)
+	drag := `(() => { const s = document.querySelector('svg[data-metric="reward_mean"]'), r = s.getBoundingClientRect();
+		const at = (type, f) => s.dispatchEvent(new MouseEvent(type, {clientX: r.left + r.width * f, clientY: r.top + 60, bubbles: true}));
+		at("mousedown", 0.35); at("mousemove", 0.5); at("mouseup", 0.75); return true; })()`
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](drag)); err != nil {
+		t.Fatal(err)
+	}
+	zoomed := `(() => { const l = ` + sel + `; const n = l ? Number(l.dataset.points) : 0; return location.search.includes("from=") && n > 0 && n < ` + fmt.Sprint(rewards) + `; })()`
+	waitInPage(t, ctx, "the zoomed reward curve", zoomed, 30*time.Second)
+	unzoom := `document.querySelector('svg[data-metric="reward_mean"]').dispatchEvent(new MouseEvent("dblclick", {bubbles: true})); true`
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](unzoom)); err != nil {
+		t.Fatal(err)
+	}
+	waitInPage(t, ctx, "every step again", `(() => { const l = `+sel+`; return !location.search.includes("from=") && l && Number(l.dataset.points) === `+fmt.Sprint(rewards)+`; })()`, 30*time.Second)
+
 	// The cut run is listed with what is wrong with it.
 	waitInPage(t, ctx, "the cut run's problem", `document.getElementById("runs").innerText.includes("ends inside a line")`, 10*time.Second)
 	screenshot(t, ctx, filepath.Join(art, "dashboard-runs.png"))

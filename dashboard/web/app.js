@@ -148,6 +148,11 @@ const runsState = {
   selected: new URLSearchParams(location.search).getAll("run"),
   smooth: Number(new URLSearchParams(location.search).get("smooth") || 0),
   log: new URLSearchParams(location.search).get("log") === "1",
+  // range: the steps every chart is zoomed to, [from, to], or null.
+  range: (() => {
+    const q = new URLSearchParams(location.search), a = Number(q.get("from")), b = Number(q.get("to"));
+    return q.has("from") && q.has("to") && b > a ? [a, b] : null;
+  })(),
   filter: "",
   list: null,
   series: null,
@@ -160,6 +165,7 @@ function saveURL() {
   for (const r of runsState.selected) q.append("run", r);
   if (runsState.smooth > 0) q.set("smooth", String(runsState.smooth));
   if (runsState.log) q.set("log", "1");
+  if (runsState.range) { q.set("from", String(runsState.range[0])); q.set("to", String(runsState.range[1])); }
   history.replaceState(null, "", "/runs" + (q.toString() ? "?" + q : ""));
 }
 
@@ -256,7 +262,45 @@ function chart(metric, runs) {
     tip.style.top = "28px";
   });
   svg.addEventListener("mouseleave", () => { tip.style.display = "none"; cursor.setAttribute("visibility", "hidden"); });
+  // Drag across a chart to zoom every chart to those steps (the server
+  // decimates again within them); double-click to see every step again.
+  const band = sv("rect", {y: T, height: H - T - B, fill: "rgba(37,99,235,0.12)", visibility: "hidden"});
+  svg.append(band);
+  const stepAt = ev => { const rect = svg.getBoundingClientRect(); return x0 + (((ev.clientX - rect.left) / rect.width * W) - L) / (W - L - R) * (x1 - x0); };
+  let dragFrom = null;
+  svg.addEventListener("mousedown", ev => { dragFrom = stepAt(ev); ev.preventDefault(); });
+  svg.addEventListener("mousemove", ev => {
+    if (dragFrom === null) return;
+    const a = px(Math.max(x0, Math.min(dragFrom, stepAt(ev)))), b = px(Math.min(x1, Math.max(dragFrom, stepAt(ev))));
+    band.setAttribute("x", a); band.setAttribute("width", Math.max(0, b - a)); band.setAttribute("visibility", "visible");
+  });
+  svg.addEventListener("mouseup", ev => {
+    if (dragFrom === null) return;
+    const a = Math.max(x0, Math.min(dragFrom, stepAt(ev))), b = Math.min(x1, Math.max(dragFrom, stepAt(ev)));
+    dragFrom = null;
+    band.setAttribute("visibility", "hidden");
+    if (px(b) - px(a) < 4) return; // a click, not a drag
+    zoomTo([Math.floor(a), Math.ceil(b)]);
+  });
+  svg.addEventListener("dblclick", () => zoomTo(null));
   return box;
+}
+
+function zoomTo(range) {
+  runsState.range = range;
+  saveURL();
+  drawZoom();
+  refreshSeries();
+}
+
+function drawZoom() {
+  const z = document.getElementById("zoom");
+  if (!z) return;
+  const r = runsState.range;
+  if (!r) { z.replaceChildren(el("span", {class: "muted"}, "drag across a chart to zoom")); return; }
+  const reset = el("button", {type: "button", id: "zoom-reset"}, "every step");
+  reset.addEventListener("click", () => zoomTo(null));
+  z.replaceChildren(`steps ${r[0]}–${r[1]} `, reset);
 }
 
 // runsSkeleton makes the runs page's two parts once: the run list, redrawn
@@ -273,10 +317,11 @@ function runsSkeleton() {
   logBox.addEventListener("change", () => { st.log = logBox.checked; saveURL(); drawCharts(); });
   const filter = el("input", {type: "search", placeholder: "filter metrics", value: st.filter, id: "filter"});
   filter.addEventListener("input", () => { st.filter = filter.value; drawCharts(); });
-  controls.append(el("label", {}, "smoothing ", smooth, " ", smoothLab), el("label", {}, logBox, " log scale"), filter);
+  controls.append(el("label", {}, "smoothing ", smooth, " ", smoothLab), el("label", {}, logBox, " log scale"), filter, el("span", {id: "zoom"}));
   const metrics = el("section", {id: "runs-metrics"}, el("h2", {}, "Metrics"), controls, el("div", {id: "legend", class: "legend"}),
     el("div", {id: "charts", class: "charts"}), el("h2", {}, "Recipe differences"), el("div", {id: "diff"}));
   main.replaceChildren(el("div", {id: "runs-top"}), metrics);
+  drawZoom();
 }
 
 function drawRuns() {
@@ -347,6 +392,7 @@ async function refreshSeries() {
   for (const r of st.selected) q.append("run", r);
   q.set("points", "400");
   q.set("smooth", String(st.smooth));
+  if (st.range) { q.set("from", String(st.range[0])); q.set("to", String(st.range[1])); }
   try {
     const series = await getJSON("/api/series?" + q);
     const diff = st.selected.length > 1 ? await getJSON("/api/diff?" + q) : null;
