@@ -30,7 +30,8 @@ const (
 // Bounds on discovery and on what one request may read.
 const (
 	maxRuns         = 1000
-	maxDirEntries   = 10000
+	maxDirEntries   = 10000 // entries read of one folder
+	maxVisited      = 20000 // folders looked at in one search
 	maxRecipeBytes  = 1 << 20
 	maxScrapeBytes  = 1 << 20
 	scrapeTimeout   = time.Second
@@ -102,7 +103,8 @@ func isRunDir(dir string) bool {
 	return false
 }
 
-// Find lists the run folders under the roots, sorted, at most maxRuns.
+// Find lists the run folders under the roots, sorted, at most maxRuns,
+// looking at no more than maxVisited folders.
 func (rs *Runs) Find() []string {
 	var found []string
 	seen := map[string]bool{}
@@ -112,8 +114,12 @@ func (rs *Runs) Find() []string {
 			found = append(found, d)
 		}
 	}
+	budget := maxVisited
 	var walk func(dir string, depth int)
 	walk = func(dir string, depth int) {
+		if budget--; budget < 0 {
+			return
+		}
 		if isRunDir(dir) {
 			add(dir)
 			return
