@@ -1,0 +1,316 @@
+package traces
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+)
+
+// Store layout under its root folder:
+//
+//	date=YYYY-MM-DD/source=NAME/part-<unix-nanos>-<seq>.parquet
+//	index.jsonl       one line per Parquet file: rows, time range, source
+//	annotations.jsonl rewards given after the fact (rlnode traces annotate)
+//	writer.lock       held (flock) by the one writer
+//
+// The partition folders are Hive-style, so DuckDB, Spark or pyarrow read
+// the same tree from a folder or an object-store prefix.
+const (
+	IndexFile       = "index.jsonl"
+	AnnotationsFile = "annotations.jsonl"
+	LockFile        = "writer.lock"
+)
+
+// ErrLocked is returned by OpenWriter when another writer holds the store.
+var ErrLocked = errors.New("store is locked by another writer")
+
+// WriterOptions bound a writer's memory and loss.
+type WriterOptions struct {
+	// FlushInterval is the longest a span waits in memory before it is in
+	// a Parquet file: a killed writer loses at most this much (default 1s).
+	FlushInterval time.Duration
+	// MaxBuffered flushes early when this many spans wait (default 65536).
+	MaxBuffered int
+	// OnError is told about a flush that failed (default: ignored; the
+	// spans stay buffered and the next flush tries again).
+	OnError func(error)
+}
+
+// Writer appends spans to a store. It is the store's only writer: it
+// holds writer.lock for its lifetime. Safe for concurrent use.
+type Writer struct {
+	root string
+	lock *os.File
+	opt  WriterOptions
+
+	mu      sync.Mutex
+	buf     []Span
+	seq     int
+	written int64
+	closed  bool
+	kick    chan struct{}
+	done    chan struct{}
+	stopped chan struct{}
+}
+
+// OpenWriter takes the store at root (created if missing) for writing and
+// starts flushing every opt.FlushInterval. It fails with ErrLocked while
+// another process (or another Writer in this one) holds the store.
+func OpenWriter(root string, opt WriterOptions) (*Writer, error) {
+	if opt.FlushInterval <= 0 {
+		opt.FlushInterval = time.Second
+	}
+	if opt.MaxBuffered <= 0 {
+		opt.MaxBuffered = 1 << 16
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("trace store %s: %w", root, err)
+	}
+	lf, err := os.OpenFile(filepath.Join(root, LockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("trace store %s: lock: %w", root, err)
+	}
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(lf.Name())
+		lf.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("trace store %s: %w (%s holds %s)", root, ErrLocked, strings.TrimSpace(string(holder)), LockFile)
+		}
+		return nil, fmt.Errorf("trace store %s: lock: %w", root, err)
+	}
+	lf.Truncate(0)
+	fmt.Fprintf(lf, "pid %d\n", os.Getpid())
+	w := &Writer{root: root, lock: lf, opt: opt, kick: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{})}
+	go w.loop()
+	return w, nil
+}
+
+// Root is the store's folder.
+func (w *Writer) Root() string { return w.root }
+
+// Add buffers spans; they reach disk within the flush interval. Start and
+// End are kept to the microsecond.
+func (w *Writer) Add(spans ...Span) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return fmt.Errorf("trace store %s: writer is closed", w.root)
+	}
+	w.buf = append(w.buf, spans...)
+	if len(w.buf) >= w.opt.MaxBuffered {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// Written is the number of spans flushed so far.
+func (w *Writer) Written() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.written
+}
+
+func (w *Writer) loop() {
+	defer close(w.stopped)
+	t := time.NewTicker(w.opt.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.done:
+			return
+		case <-t.C:
+		case <-w.kick:
+		}
+		if err := w.Flush(); err != nil && w.opt.OnError != nil {
+			w.opt.OnError(err)
+		}
+	}
+}
+
+// Flush writes the buffered spans now: one Parquet file per date and
+// source partition, each written to a temporary name, synced and renamed,
+// then listed in the index.
+func (w *Writer) Flush() error {
+	w.mu.Lock()
+	spans := w.buf
+	w.buf = nil
+	w.mu.Unlock()
+	if len(spans) == 0 {
+		return nil
+	}
+	parts := map[string][]Span{}
+	var order []string
+	for _, s := range spans {
+		dir := partition(s.Start, s.Source)
+		if _, ok := parts[dir]; !ok {
+			order = append(order, dir)
+		}
+		parts[dir] = append(parts[dir], s)
+	}
+	var failed []Span
+	var firstErr error
+	for _, dir := range order {
+		if err := w.writePart(dir, parts[dir]); err != nil {
+			failed = append(failed, parts[dir]...)
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		w.mu.Lock()
+		w.written += int64(len(parts[dir]))
+		w.mu.Unlock()
+	}
+	if len(failed) > 0 {
+		w.mu.Lock()
+		w.buf = append(failed, w.buf...)
+		w.mu.Unlock()
+	}
+	return firstErr
+}
+
+func (w *Writer) writePart(dir string, spans []Span) error {
+	w.mu.Lock()
+	w.seq++
+	seq := w.seq
+	w.mu.Unlock()
+	rel := filepath.Join(dir, fmt.Sprintf("part-%d-%d-%06d.parquet", time.Now().UnixNano(), os.Getpid(), seq))
+	path := filepath.Join(w.root, rel)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("trace store %s: %w", w.root, err)
+	}
+	tmp := path + ".tmp"
+	if err := writeParquet(tmp, spans); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("trace store %s: write %s: %w", w.root, rel, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("trace store %s: %w", w.root, err)
+	}
+	e := indexEntryOf(filepath.ToSlash(rel), spans)
+	line, _ := json.Marshal(e)
+	f, err := os.OpenFile(filepath.Join(w.root, IndexFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("trace store %s: index: %w", w.root, err)
+	}
+	defer f.Close()
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("trace store %s: index: %w", w.root, err)
+	}
+	return f.Sync()
+}
+
+// writeParquet writes spans to a new Parquet file at path, synced.
+func writeParquet(path string, spans []Span) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// The Parquet writer closes what it writes to; the file is synced first.
+	if err := encodeParquet(struct{ io.Writer }{f}, spans); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+func encodeParquet(f io.Writer, spans []Span) error {
+	rec := record(spans)
+	defer rec.Release()
+	pw, err := pqarrow.NewFileWriter(schema, f,
+		parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Zstd)),
+		pqarrow.DefaultWriterProps())
+	if err != nil {
+		return err
+	}
+	if err := pw.Write(rec); err != nil {
+		pw.Close()
+		return err
+	}
+	return pw.Close()
+}
+
+// Close flushes what is buffered and releases the store.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	w.mu.Unlock()
+	close(w.done)
+	<-w.stopped
+	err := w.Flush()
+	w.lock.Truncate(0)
+	syscall.Flock(int(w.lock.Fd()), syscall.LOCK_UN)
+	w.lock.Close()
+	return err
+}
+
+// partition is the folder of a span: its UTC date and its source.
+func partition(start time.Time, source string) string {
+	return filepath.Join("date="+start.UTC().Format("2006-01-02"), "source="+escapeSource(source))
+}
+
+// escapeSource keeps a source name to one safe path element: letters,
+// digits, '-', '_' and '.' stay, everything else (and a leading '.')
+// becomes %XX, as Hive partition values are escaped.
+func escapeSource(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	var b strings.Builder
+	for i := 0; i < len(s) && b.Len() < 200; i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' && i > 0 {
+			b.WriteByte(c)
+		} else {
+			b.WriteString("%" + strings.ToUpper(strconv.FormatUint(uint64(c)|0x100, 16)[1:]))
+		}
+	}
+	return b.String()
+}
+
+// indexEntry describes one Parquet file of the store.
+type indexEntry struct {
+	File     string    `json:"file"`
+	Rows     int       `json:"rows"`
+	Source   string    `json:"source"`
+	MinStart time.Time `json:"min_start"`
+	MaxStart time.Time `json:"max_start"`
+	Traces   int       `json:"traces"`
+}
+
+func indexEntryOf(rel string, spans []Span) indexEntry {
+	e := indexEntry{File: rel, Rows: len(spans), Source: spans[0].Source, MinStart: spans[0].Start.UTC(), MaxStart: spans[0].Start.UTC()}
+	ids := map[[16]byte]bool{}
+	for _, s := range spans {
+		if s.Start.Before(e.MinStart) {
+			e.MinStart = s.Start.UTC()
+		}
+		if s.Start.After(e.MaxStart) {
+			e.MaxStart = s.Start.UTC()
+		}
+		ids[s.TraceID] = true
+	}
+	e.Traces = len(ids)
+	e.MinStart = e.MinStart.Truncate(time.Microsecond)
+	e.MaxStart = e.MaxStart.Truncate(time.Microsecond)
+	return e
+}
