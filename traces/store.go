@@ -222,8 +222,7 @@ func writeParquet(path string, spans []Span) error {
 		return err
 	}
 	defer f.Close()
-	// The Parquet writer closes what it writes to; the file is synced first.
-	if err := encodeParquet(struct{ io.Writer }{f}, spans); err != nil {
+	if err := encodeParquet(f, spans); err != nil {
 		return err
 	}
 	return f.Sync()
@@ -232,7 +231,8 @@ func writeParquet(path string, spans []Span) error {
 func encodeParquet(f io.Writer, spans []Span) error {
 	rec := record(spans)
 	defer rec.Release()
-	pw, err := pqarrow.NewFileWriter(schema, f,
+	// The Parquet writer would close f if it could; the caller owns it.
+	pw, err := pqarrow.NewFileWriter(schema, struct{ io.Writer }{f},
 		parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Zstd)),
 		pqarrow.DefaultWriterProps())
 	if err != nil {

@@ -20,7 +20,8 @@ commands:
   stop     stop a node gracefully (--all: every node on this host)
   dashboard  serve the cluster and runs pages for a browser (127.0.0.1:8265)
   model    create a checkpoint (model init) or score sequences (model forward)
-  serve    serve a model over an OpenAI-compatible HTTP API
+  serve    serve a model over an OpenAI-compatible HTTP API (or proxy one: --upstream URL), recording traces
+  traces   list, show, stats, export, annotate and reward recorded traces
   verify   score model responses (math, gsm8k, code) from JSONL
   recipe   list, show or validate recipes (built-in names or files)
   sbatch   print a Slurm batch script that runs a recipe on N nodes

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -35,13 +36,23 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	idleTimeout := fs.Duration("idle-timeout", 30*time.Second, "time a keep-alive connection may wait for its next request")
 	connsPerAddr := fs.Int("max-conns-per-addr", 64, "connections one client address may hold open; more are closed at once (0: no cap)")
 	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "time each write of an answer may wait for a client that does not read")
+	tf := addTraceFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: rlnode serve --model DIR [--listen 127.0.0.1:8000] [--served-model-name NAME]\n\n"+
+		fmt.Fprintf(stderr, "usage: rlnode serve --model DIR [--listen 127.0.0.1:8000] [--served-model-name NAME] [--traces STORE]\n"+
+			"       rlnode serve --upstream URL --traces STORE [--listen 127.0.0.1:8000]\n\n"+
 			"Serves the model with the native engine as an OpenAI-compatible HTTP server:\n"+
-			"/v1/completions, /v1/chat/completions, /v1/models, /health.\n\n")
+			"/v1/completions, /v1/chat/completions, /v1/models, /health. With --upstream it is\n"+
+			"a proxy to another such server instead. With --traces every call is recorded.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, "model"); err != nil {
+	err := parseFlags(fs, args)
+	if err == nil && *modelDir == "" && *tf.upstream == "" {
+		err = usageError{fmt.Errorf("--model is required (or --upstream URL)")}
+	}
+	if err == nil && *modelDir != "" && *tf.upstream != "" {
+		err = usageError{fmt.Errorf("--model and --upstream exclude each other")}
+	}
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -64,6 +75,8 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		bad = fmt.Sprintf("--max-requests and --max-queued-tokens must be ≥ 0 (0: the default), got %d and %d", *maxRequests, *maxTokens)
 	case *readTimeout <= 0 || *idleTimeout <= 0 || *writeTimeout <= 0:
 		bad = fmt.Sprintf("--read-timeout, --idle-timeout and --write-timeout must be positive, got %v, %v and %v", *readTimeout, *idleTimeout, *writeTimeout)
+	default:
+		bad = tf.check()
 	}
 	if bad != "" {
 		fmt.Fprintf(stderr, "rlnode serve: %s\n", bad)
@@ -73,6 +86,17 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		*name = *modelDir
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	store, err := tf.openStore(log)
+	if err != nil {
+		fmt.Fprintf(stderr, "rlnode serve: %v\n", err)
+		return 1
+	}
+	defer closeStore(store, stdout, stderr)
+	if *tf.upstream != "" {
+		return serveListener(*listen, connsPerAddr, &http.Server{Handler: tf.proxyHandler(store, *maxBody, log),
+			ReadHeaderTimeout: *readTimeout, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout},
+			fmt.Sprintf("proxying to %s", *tf.upstream), stdout, stderr, log)
+	}
 	if err := verifyModel(*modelDir); err != nil {
 		fmt.Fprintf(stderr, "rlnode serve: %v\n", err)
 		return 1
@@ -89,16 +113,23 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer e.Close()
-	ln, err := net.Listen("tcp", *listen)
+	srv := native.NewServer(e, *name, native.Limits{MaxBodyBytes: *maxBody, MaxRequests: *maxRequests,
+		MaxQueuedTokens: *maxTokens, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, WriteTimeout: *writeTimeout}, log).HTTPServer()
+	srv.Handler = tf.traced(srv.Handler, store, "serve", "rlnode", log)
+	cfg := e.Model()
+	return serveListener(*listen, connsPerAddr, srv, fmt.Sprintf("serving %q (%s, %d parameters, context %d)",
+		*name, cfg.Architecture, cfg.NumParams(), cfg.MaxPositions), stdout, stderr, log)
+}
+
+// serveListener serves srv on listen until SIGINT or SIGTERM, printing
+// what it serves and the address.
+func serveListener(listen string, connsPerAddr *int, srv *http.Server, what string, stdout, stderr io.Writer, log *slog.Logger) int {
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode serve: --listen: %v\n", err)
 		return 1
 	}
-	srv := native.NewServer(e, *name, native.Limits{MaxBodyBytes: *maxBody, MaxRequests: *maxRequests,
-		MaxQueuedTokens: *maxTokens, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, WriteTimeout: *writeTimeout}, log).HTTPServer()
-	cfg := e.Model()
-	fmt.Fprintf(stdout, "serving %q (%s, %d parameters, context %d) on http://%s\n",
-		*name, cfg.Architecture, cfg.NumParams(), cfg.MaxPositions, ln.Addr())
+	fmt.Fprintf(stdout, "%s on http://%s\n", what, ln.Addr())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/traces"
+)
+
+// clientsDir holds the npm package of official clients the trace tests run.
+var clientsDir = filepath.Join("..", "..", "traces", "testdata", "clients")
+
+// nodeClient runs testdata/clients/client.mjs with args and decodes what it
+// prints into v; it skips without node or the npm packages.
+func nodeClient(t *testing.T, v any, args ...string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed")
+	}
+	for _, pkg := range []string{"openai", "@opentelemetry/sdk-trace", "@opentelemetry/exporter-trace-otlp-proto"} {
+		if _, err := os.Stat(filepath.Join(clientsDir, "node_modules", pkg, "package.json")); err != nil {
+			t.Skipf("npm package %s is not installed: run npm ci in traces/testdata/clients", pkg)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, append([]string{"client.mjs"}, args...)...)
+	cmd.Dir = clientsDir
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node client.mjs %v: %v\n%s", args, err, stderr.String())
+	}
+	if err := json.Unmarshal(out, v); err != nil {
+		t.Fatalf("client.mjs printed %q: %v", out, err)
+	}
+}
+
+type openAIReport struct {
+	Chat struct {
+		Content        string    `json:"content"`
+		Finish         string    `json:"finish"`
+		TokenIDs       []int32   `json:"tokenIDs"`
+		PromptTokenIDs []int32   `json:"promptTokenIDs"`
+		Logprobs       []float32 `json:"logprobs"`
+		Usage          struct {
+			Prompt     int64 `json:"prompt_tokens"`
+			Completion int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	} `json:"chat"`
+	ChatStream struct {
+		Content  string  `json:"content"`
+		TokenIDs []int32 `json:"tokenIDs"`
+		Usage    struct {
+			Prompt     int64 `json:"prompt_tokens"`
+			Completion int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	} `json:"chatStream"`
+	Completion struct {
+		Text     string  `json:"text"`
+		TokenIDs []int32 `json:"tokenIDs"`
+	} `json:"completion"`
+}
+
+type otlpTurn struct {
+	TraceID    string `json:"traceId"`
+	RootSpanID string `json:"rootSpanId"`
+	ChatSpanID string `json:"chatSpanId"`
+}
+
+type otlpReport struct {
+	Proto     otlpTurn `json:"proto"`
+	JSON      otlpTurn `json:"json"`
+	Malformed struct {
+		Status int    `json:"status"`
+		Body   string `json:"body"`
+	} `json:"malformed"`
+}
+
+// stopServe sends SIGTERM and waits for the process to exit.
+func stopServe(t *testing.T, cmd *exec.Cmd, exited <-chan struct{}) {
+	t.Helper()
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("rlnode serve did not stop within 60s of SIGTERM")
+	}
+}
+
+// TestProxyRecordsOpenAIClientAndOTLP runs the official openai npm client
+// through `rlnode serve --upstream` to a real `rlnode serve --model`, and
+// the OpenTelemetry JS SDK's OTLP exporters into the proxy's /v1/traces;
+// the store must hold what the clients saw.
+func TestProxyRecordsOpenAIClientAndOTLP(t *testing.T) {
+	ckpt := tinyCheckpoint(t)
+	upstream, _, _, _ := startServe(t, "--model", ckpt)
+	store := filepath.Join(t.TempDir(), "traces")
+	proxy, cmd, exited, errb := startServe(t, "--upstream", upstream, "--traces", store, "--trace-flush", "200ms")
+
+	var oa openAIReport
+	nodeClient(t, &oa, "openai", proxy, "tiny")
+	var ot otlpReport
+	nodeClient(t, &ot, "otlp", proxy)
+	stopServe(t, cmd, exited)
+
+	if ot.Malformed.Status != 400 || !strings.Contains(ot.Malformed.Body, "resourceSpans[0].scopeSpans[0].spans[0].traceId") {
+		t.Errorf("malformed OTLP JSON answered %d %q, want 400 naming the traceId field", ot.Malformed.Status, ot.Malformed.Body)
+	}
+	all, skipped, err := traces.Load(store, traces.Any())
+	if err != nil || len(skipped) > 0 {
+		t.Fatalf("load: %v %v\nproxy stderr: %s", err, skipped, errb)
+	}
+	var calls []traces.Span
+	for _, tr := range all {
+		for _, s := range tr.Spans {
+			if s.Provider == "openai" {
+				calls = append(calls, s)
+			}
+		}
+	}
+	if len(calls) != 3 {
+		t.Fatalf("%d recorded calls, want 3 (chat, streamed chat, completion): %+v", len(calls), calls)
+	}
+	chat, stream, comp := calls[0], calls[1], calls[2]
+	if chat.Operation != traces.OpChat || chat.RequestModel != "tiny" || chat.AgentName != "scripted-agent" ||
+		chat.ConversationID != "conv-1" || chat.Source != "scripted-agent" {
+		t.Errorf("chat span %+v", chat)
+	}
+	if traces.MessagesText(chat.OutputMessages) != oa.Chat.Content || !slices.Equal(chat.OutputTokenIDs, oa.Chat.TokenIDs) ||
+		!slices.Equal(chat.PromptTokenIDs, oa.Chat.PromptTokenIDs) || !reflect.DeepEqual(chat.OutputLogprobs, oa.Chat.Logprobs) ||
+		chat.InputTokens != oa.Chat.Usage.Prompt || chat.OutputTokens != oa.Chat.Usage.Completion ||
+		!slices.Equal(chat.FinishReasons, []string{oa.Chat.Finish}) || len(oa.Chat.TokenIDs) == 0 {
+		t.Errorf("chat span %+v\nclient saw %+v", chat, oa.Chat)
+	}
+	if !strings.Contains(chat.InputMessages, `"content":"Tom has 3 apples."`) {
+		t.Errorf("chat input messages %s", chat.InputMessages)
+	}
+	if traces.MessagesText(stream.OutputMessages) != oa.ChatStream.Content || !slices.Equal(stream.OutputTokenIDs, oa.ChatStream.TokenIDs) ||
+		stream.OutputTokens != oa.ChatStream.Usage.Completion || len(oa.ChatStream.TokenIDs) == 0 {
+		t.Errorf("streamed chat span %+v\nclient saw %+v", stream, oa.ChatStream)
+	}
+	if comp.Operation != traces.OpTextCompletion || traces.MessagesText(comp.OutputMessages) != oa.Completion.Text ||
+		!slices.Equal(comp.OutputTokenIDs, oa.Completion.TokenIDs) || !strings.Contains(comp.InputMessages, "2 + 2 =") {
+		t.Errorf("completion span %+v\nclient saw %+v", comp, oa.Completion)
+	}
+
+	for _, turn := range []struct {
+		name  string
+		agent string
+		ids   otlpTurn
+	}{{"protobuf", "agent-proto", ot.Proto}, {"JSON", "agent-json", ot.JSON}} {
+		ts, _, _ := traces.Load(store, traces.Filter{TraceID: turn.ids.TraceID, MinReward: nan(), MaxReward: nan()})
+		if len(ts) != 1 || len(ts[0].Spans) != 4 {
+			t.Errorf("OTLP %s: traces %+v, want one of 4 spans", turn.name, ts)
+			continue
+		}
+		tr := ts[0]
+		root := tr.Root()
+		if root.SpanID.String() != turn.ids.RootSpanID || root.Operation != traces.OpInvokeAgent || root.Source != turn.agent ||
+			!reflect.DeepEqual(root.Rewards, []traces.Reward{{Name: "final", Value: 0.75, Reason: "judge"}}) {
+			t.Errorf("OTLP %s root %+v", turn.name, *root)
+		}
+		var chatSpan, calc, search *traces.Span
+		for i := range tr.Spans {
+			switch s := &tr.Spans[i]; {
+			case s.ToolName == "calc":
+				calc = s
+			case s.ToolName == "search":
+				search = s
+			case s.Operation == traces.OpChat:
+				chatSpan = s
+			}
+		}
+		if chatSpan == nil || calc == nil || search == nil {
+			t.Errorf("OTLP %s spans %+v", turn.name, tr.Spans)
+			continue
+		}
+		if chatSpan.SpanID.String() != turn.ids.ChatSpanID || chatSpan.ParentID != root.SpanID || chatSpan.RequestModel != "gpt-x" ||
+			chatSpan.InputTokens != 12 || chatSpan.OutputTokens != 4 || !slices.Equal(chatSpan.OutputTokenIDs, []int32{52, 3}) ||
+			chatSpan.Turn != 1 || traces.MessagesText(chatSpan.OutputMessages) != "4" {
+			t.Errorf("OTLP %s chat span %+v", turn.name, *chatSpan)
+		}
+		if calc.Failed() || calc.ToolResult != "4" || !search.Failed() || search.ErrorType != "TypeError" || search.StatusMessage != "no network" {
+			t.Errorf("OTLP %s tool spans %+v %+v", turn.name, *calc, *search)
+		}
+	}
+
+	// The CLI over the same store: tool rewards, then a filter on them.
+	code, out, stderr := run(t, "traces", "reward", "--store", store, "--kind", "tool")
+	if code != 0 || !strings.HasPrefix(out, "4 tool rewards on 5 traces") {
+		t.Fatalf("traces reward: exit %d: %s%s", code, out, stderr)
+	}
+	code, out, stderr = run(t, "traces", "list", "--store", store, "--tool", "search", "--reward", "tool", "--min-reward", "0", "--max-reward", "0")
+	if code != 0 || strings.Count(out, "\n") != 3 || !strings.Contains(out, ot.Proto.TraceID) || !strings.Contains(out, ot.JSON.TraceID) {
+		t.Errorf("traces list of traces whose tool rewards sum to 0 (calc +1, search −1): exit %d:\n%s%s", code, out, stderr)
+	}
+	code, out, _ = run(t, "traces", "show", "--store", store, ot.Proto.TraceID[:12])
+	if code != 0 || !strings.Contains(out, `"execute_tool search"`) || !strings.Contains(out, "reward.tool=-1 (exception TypeError: no network)") ||
+		!strings.Contains(out, "    "+ot.Proto.ChatSpanID) {
+		t.Errorf("traces show:\n%s", out)
+	}
+	code, out, _ = run(t, "traces", "stats", "--store", store, "--by", "model")
+	if code != 0 || !strings.Contains(out, "tiny") || !strings.Contains(out, "gpt-x") {
+		t.Errorf("traces stats --by model:\n%s", out)
+	}
+}
+
+func nan() float64 { return math.NaN() }

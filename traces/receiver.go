@@ -1,0 +1,126 @@
+package traces
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Sink takes spans. Add must be safe for concurrent use and return
+// quickly (Writer buffers).
+type Sink interface {
+	Add(spans ...Span) error
+}
+
+// OTLPPath is where OTLP/HTTP exporters send traces.
+const OTLPPath = "/v1/traces"
+
+// DefaultMaxOTLPBytes bounds an OTLP request body, after gzip.
+const DefaultMaxOTLPBytes = 16 << 20
+
+// OTLPReceiver accepts OTLP/HTTP trace exports (POST, protobuf or JSON,
+// optionally gzip) and adds their spans to Sink. A malformed request is
+// answered 400 with a message naming the field; nothing of it is kept.
+type OTLPReceiver struct {
+	Sink Sink
+	// Source is the partition of spans that name no run, agent, service
+	// or rlnode.source.
+	Source   string
+	MaxBytes int64 // default DefaultMaxOTLPBytes
+}
+
+func (o *OTLPReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "OTLP/HTTP traces: POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	isJSON := ct == "application/json"
+	if !isJSON && ct != "application/x-protobuf" {
+		http.Error(w, fmt.Sprintf("OTLP/HTTP traces: Content-Type %q: want application/x-protobuf or application/json", ct), http.StatusUnsupportedMediaType)
+		return
+	}
+	max := o.MaxBytes
+	if max <= 0 {
+		max = DefaultMaxOTLPBytes
+	}
+	var body io.Reader = http.MaxBytesReader(w, r.Body, max)
+	switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
+	case "", "identity":
+	case "gzip":
+		gz, err := gzip.NewReader(body)
+		if err != nil {
+			o.fail(w, isJSON, http.StatusBadRequest, fmt.Sprintf("gzip body: %v", err))
+			return
+		}
+		body = io.LimitReader(gz, max+1)
+	default:
+		o.fail(w, isJSON, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Encoding %q: want gzip or none", enc))
+		return
+	}
+	data, err := io.ReadAll(body)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) || int64(len(data)) > max {
+		o.fail(w, isJSON, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", max))
+		return
+	}
+	if err != nil {
+		o.fail(w, isJSON, http.StatusBadRequest, fmt.Sprintf("reading body: %v", err))
+		return
+	}
+	var td *tracepb.TracesData
+	if isJSON {
+		td, err = DecodeOTLPJSON(data)
+	} else {
+		td, err = DecodeOTLPProto(data)
+	}
+	var spans []Span
+	if err == nil {
+		spans, err = SpansFromOTLP(td, o.Source)
+	}
+	if err != nil {
+		o.fail(w, isJSON, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := o.Sink.Add(spans...); err != nil {
+		o.fail(w, isJSON, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	// An empty ExportTraceServiceResponse: full success.
+	if isJSON {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, "{}")
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	w.WriteHeader(http.StatusOK)
+}
+
+// fail answers with a google.rpc.Status, as OTLP/HTTP asks, in the
+// request's encoding.
+func (o *OTLPReceiver) fail(w http.ResponseWriter, isJSON bool, code int, msg string) {
+	msg = "OTLP/HTTP traces: " + msg
+	if isJSON {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		fmt.Fprintf(w, "{\"code\":3,\"message\":%q}\n", msg)
+		return
+	}
+	// google.rpc.Status{code=3 (INVALID_ARGUMENT), message=msg}, encoded by hand
+	// to keep genproto's status package out of the build.
+	b := protowire.AppendTag(nil, 1, protowire.VarintType)
+	b = protowire.AppendVarint(b, 3)
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	b = protowire.AppendString(b, msg)
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	w.WriteHeader(code)
+	w.Write(b)
+}

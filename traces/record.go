@@ -1,0 +1,197 @@
+package traces
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	oteltrace "go.opentelemetry.io/otel/trace"
+)
+
+// DefaultMaxRecordBytes bounds what a recorder keeps of one request and of
+// one answer; larger ones pass through whole but are kept truncated.
+const DefaultMaxRecordBytes = 8 << 20
+
+// Headers an agent may send to label its calls (all optional): the agent's
+// name, its conversation, its run, and the store partition. A W3C
+// traceparent header makes the call's span a child of the caller's span.
+const (
+	HeaderAgent        = "X-Rlnode-Agent"
+	HeaderConversation = "X-Rlnode-Conversation"
+	HeaderRun          = "X-Rlnode-Run"
+	HeaderSource       = "X-Rlnode-Source"
+)
+
+// Recorder serves Next and records each chat or completion call
+// (POST /v1/chat/completions, /v1/completions) as a span added to Sink,
+// after the answer is complete. Other requests pass through unrecorded.
+type Recorder struct {
+	Next     http.Handler
+	Sink     Sink
+	Source   string // partition of calls that name none (default "serve")
+	Provider string // gen_ai.provider.name of the answering server
+	MaxBytes int    // default DefaultMaxRecordBytes
+	Log      *slog.Logger
+}
+
+func recorded(r *http.Request) bool {
+	return r.Method == http.MethodPost && (strings.HasSuffix(r.URL.Path, "/chat/completions") || strings.HasSuffix(r.URL.Path, "/completions"))
+}
+
+func (rc *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !recorded(r) {
+		rc.Next.ServeHTTP(w, r)
+		return
+	}
+	max := rc.MaxBytes
+	if max <= 0 {
+		max = DefaultMaxRecordBytes
+	}
+	start := time.Now()
+	head, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
+	if err != nil {
+		http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	reqTruncated := len(head) > max
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	tw := &teeWriter{ResponseWriter: w, max: max}
+	rc.Next.ServeHTTP(tw, r)
+	if reqTruncated {
+		head = head[:max]
+	}
+	s := SpanOfExchange(Exchange{Path: r.URL.Path, Request: head, Status: tw.status(), ContentType: tw.Header().Get("Content-Type"),
+		Response: tw.buf.Bytes(), Truncated: tw.truncated || reqTruncated, Start: start, End: time.Now()})
+	s.Provider = rc.Provider
+	s.AgentName = header(r, HeaderAgent)
+	s.ConversationID = header(r, HeaderConversation)
+	s.RunID = header(r, HeaderRun)
+	s.TraceID, s.ParentID = traceParent(r.Header.Get("traceparent"))
+	if !s.TraceID.IsValid() {
+		rand.Read(s.TraceID[:])
+	}
+	rand.Read(s.SpanID[:])
+	source := rc.Source
+	if source == "" {
+		source = "serve"
+	}
+	s.Source = header(r, HeaderSource)
+	if s.Source == "" {
+		s.Source = SourceOf(&s, "", source)
+	}
+	if err := rc.Sink.Add(s); err != nil && rc.Log != nil {
+		rc.Log.Warn("trace not recorded", "path", r.URL.Path, "err", err)
+	}
+}
+
+// header is a request header's value, bounded to 256 bytes.
+func header(r *http.Request, name string) string { return truncate(r.Header.Get(name), 256) }
+
+// traceParent parses a W3C traceparent header (version 00).
+func traceParent(h string) (oteltrace.TraceID, oteltrace.SpanID) {
+	var tid oteltrace.TraceID
+	var sid oteltrace.SpanID
+	f := strings.Split(strings.TrimSpace(h), "-")
+	if len(f) != 4 || f[0] != "00" || len(f[1]) != 32 || len(f[2]) != 16 {
+		return tid, sid
+	}
+	if _, err := hex.Decode(tid[:], []byte(f[1])); err != nil {
+		return oteltrace.TraceID{}, sid
+	}
+	if _, err := hex.Decode(sid[:], []byte(f[2])); err != nil {
+		return oteltrace.TraceID{}, oteltrace.SpanID{}
+	}
+	return tid, sid
+}
+
+// teeWriter passes an answer through and keeps its first max bytes.
+// Unwrap lets http.ResponseController reach the connection (flushes and
+// write deadlines).
+type teeWriter struct {
+	http.ResponseWriter
+	max       int
+	buf       bytes.Buffer
+	code      int
+	truncated bool
+}
+
+func (t *teeWriter) WriteHeader(code int) {
+	if t.code == 0 {
+		t.code = code
+	}
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *teeWriter) Write(p []byte) (int, error) {
+	if t.code == 0 {
+		t.code = http.StatusOK
+	}
+	if room := t.max - t.buf.Len(); room > 0 {
+		t.buf.Write(p[:min(room, len(p))])
+		t.truncated = t.truncated || room < len(p)
+	} else if len(p) > 0 {
+		t.truncated = true
+	}
+	return t.ResponseWriter.Write(p)
+}
+
+func (t *teeWriter) Flush() {
+	if f, ok := t.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (t *teeWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+func (t *teeWriter) status() int {
+	if t.code == 0 {
+		return http.StatusOK
+	}
+	return t.code
+}
+
+// NewProxy is a reverse proxy to an OpenAI-compatible server at upstream
+// (its base URL, with or without /v1): every request is forwarded as it
+// came, answers (streams included) pass back as they arrive.
+func NewProxy(upstream *url.URL, log *slog.Logger) *httputil.ReverseProxy {
+	base := strings.TrimSuffix(strings.TrimSuffix(upstream.Path, "/"), "/v1")
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = upstream.Scheme
+			pr.Out.URL.Host = upstream.Host
+			pr.Out.URL.Path = base + pr.In.URL.Path
+			pr.Out.URL.RawPath = ""
+			pr.Out.Host = upstream.Host
+			if upstream.User != nil && pr.Out.Header.Get("Authorization") == "" {
+				if pw, ok := upstream.User.Password(); ok {
+					pr.Out.Header.Set("Authorization", "Bearer "+pw)
+				}
+			}
+		},
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if log != nil {
+				log.Warn("upstream failed", "url", upstream.Redacted(), "path", r.URL.Path, "err", err)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadGateway)
+			io.WriteString(w, `{"error":{"message":"upstream `+jsonEscape(upstream.Redacted())+` failed: `+jsonEscape(err.Error())+`","type":"upstream_error"}}`)
+		},
+	}
+	return p
+}
+
+func jsonEscape(s string) string {
+	b := []byte(marshal(s))
+	return string(b[1 : len(b)-1])
+}
