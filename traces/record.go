@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -179,6 +180,7 @@ func NewProxy(upstream *url.URL, log *slog.Logger) *httputil.ReverseProxy {
 			}
 		},
 		FlushInterval: -1,
+		ErrorLog:      stdlog.New(io.Discard, "", 0),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if log != nil {
 				log.Warn("upstream failed", "url", upstream.Redacted(), "path", r.URL.Path, "err", err)
@@ -187,6 +189,9 @@ func NewProxy(upstream *url.URL, log *slog.Logger) *httputil.ReverseProxy {
 			w.WriteHeader(http.StatusBadGateway)
 			io.WriteString(w, `{"error":{"message":"upstream `+jsonEscape(upstream.Redacted())+` failed: `+jsonEscape(err.Error())+`","type":"upstream_error"}}`)
 		},
+	}
+	if log != nil {
+		p.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	}
 	return p
 }

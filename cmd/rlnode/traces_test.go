@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -219,3 +220,37 @@ func TestProxyRecordsOpenAIClientAndOTLP(t *testing.T) {
 }
 
 func nan() float64 { return math.NaN() }
+
+// TestServeRecordsItsOwnCalls: rlnode serve --model --traces records each
+// call it answers, and a second writer on the same store is refused.
+func TestServeRecordsItsOwnCalls(t *testing.T) {
+	ckpt := tinyCheckpoint(t)
+	store := filepath.Join(t.TempDir(), "traces")
+	url, cmd, exited, _ := startServe(t, "--model", ckpt, "--traces", store)
+	code, _, stderr := run(t, "serve", "--upstream", url, "--traces", store, "--listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, "locked by another writer") {
+		t.Errorf("second writer on %s: exit %d: %s", store, code, stderr)
+	}
+	client := &http.Client{Timeout: 60 * time.Second}
+	resp, err := client.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(
+		`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"return_token_ids":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer struct {
+		Choices []struct {
+			TokenIDs []int32 `json:"token_ids"`
+		} `json:"choices"`
+	}
+	json.NewDecoder(resp.Body).Decode(&answer)
+	resp.Body.Close()
+	stopServe(t, cmd, exited)
+	ts, skipped, err := traces.Load(store, traces.Any())
+	if err != nil || len(skipped) > 0 || len(ts) != 1 || len(answer.Choices) != 1 {
+		t.Fatalf("traces %+v, skipped %v, err %v; answer %+v", ts, skipped, err, answer)
+	}
+	s := ts[0].Spans[0]
+	if s.Provider != "rlnode" || s.Source != "serve" || s.RequestModel != "tiny" || !slices.Equal(s.OutputTokenIDs, answer.Choices[0].TokenIDs) {
+		t.Errorf("recorded span %+v, answer token ids %v", s, answer.Choices[0].TokenIDs)
+	}
+}
