@@ -59,7 +59,9 @@ func TestSpanOfExchange(t *testing.T) {
 			check: func(s Span) bool { return s.Status == StatusError && s.ErrorType == "invalid_request" }},
 		{name: "answer cut at the recording limit", ex: Exchange{Path: "/v1/completions", Status: 200, ContentType: "application/json",
 			Request: []byte(`{"model":"m","prompt":"p"}`), Response: []byte(`{"choices":[{"te`), Truncated: true},
-			check: func(s Span) bool { return s.Status == StatusUnset && s.Attributes == `{"rlnode.record.truncated":true}` }},
+			check: func(s Span) bool {
+				return s.Status == StatusUnset && s.Attributes == `{"rlnode.record.truncated":true}`
+			}},
 	} {
 		c.ex.Start, c.ex.End = t0, t0.Add(time.Second)
 		if s := SpanOfExchange(c.ex); !c.check(s) {
