@@ -19,7 +19,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-func listen(b *testing.B, h http.Handler) string {
+func listen(b testing.TB, h http.Handler) string { return serveT(b, h) }
+
+// serveT serves h on a free loopback port until the test ends.
+func serveT(b testing.TB, h http.Handler) string {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -8,11 +8,14 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/verify"
 	"github.com/rlnode/rlnode/traces"
 )
@@ -71,9 +74,16 @@ func tracesCommand(args []string, stdout, stderr io.Writer) int {
 		by := fs.String("by", "agent", "group by agent, tool, model or source")
 		run = func() error { return tracesStats(*store, f, *by, stdout, stderr) }
 	case "export":
-		format := fs.String("format", "jsonl", "jsonl, parquet or otlp-json")
+		format := fs.String("format", "jsonl", "jsonl, parquet, otlp-json, or trajectories (Arrow IPC rows the learner trains on: one per model call, rewarded by --reward)")
 		out := fs.String("out", "-", "file to write (-: standard output)")
-		run = func() error { return tracesExport(*store, f, *format, *out, stdout, stderr) }
+		policy := fs.String("policy", "actor", "trajectories: the policy id of the rows")
+		tokPath := fs.String("tokenizer", "", "trajectories: tokenizer.json (or a checkpoint folder holding one) to re-tokenize calls recorded without token ids; without it they are left out")
+		run = func() error {
+			if *format == "trajectories" {
+				return tracesTrajectories(*store, f, *policy, *tokPath, *out, stdout, stderr)
+			}
+			return tracesExport(*store, f, *format, *out, stdout, stderr)
+		}
 	case "annotate":
 		trace := fs.String("trace", "", "trace id")
 		span := fs.String("span", "", "span id (default: the trace's root span)")
@@ -338,7 +348,7 @@ func tracesExport(store string, f traces.Filter, format, out string, stdout, std
 		"jsonl": traces.WriteJSONL, "parquet": traces.WriteParquet, "otlp-json": traces.WriteOTLPJSON,
 	}[format]
 	if write == nil {
-		return usageError{fmt.Errorf("--format %q: want jsonl, parquet or otlp-json", format)}
+		return usageError{fmt.Errorf("--format %q: want jsonl, parquet, otlp-json or trajectories", format)}
 	}
 	ts, err := loadTraces(store, f, stderr)
 	if err != nil {
@@ -415,5 +425,35 @@ func tracesReward(store string, f traces.Filter, kind, verifierName string, tr t
 		}
 	}
 	fmt.Fprintf(stdout, "%d %s rewards on %d traces\n", len(as), kind, len(ts))
+	return nil
+}
+
+func tracesTrajectories(store string, f traces.Filter, policy, tokPath, out string, stdout, stderr io.Writer) error {
+	opt := traces.TrajectoryOptions{Policy: policy, Reward: f.Reward, Model: f.Model}
+	if tokPath != "" {
+		if st, err := os.Stat(tokPath); err == nil && st.IsDir() {
+			tokPath = filepath.Join(tokPath, "tokenizer.json")
+		}
+		tok, err := tokenizer.Load(tokPath)
+		if err != nil {
+			return fmt.Errorf("--tokenizer: %w", err)
+		}
+		opt.Tokenizer = tok
+	}
+	ts, err := loadTraces(store, f, stderr)
+	if err != nil {
+		return err
+	}
+	turns, dropped := traces.Trajectories(ts, opt)
+	for _, d := range dropped {
+		fmt.Fprintf(stderr, "rlnode traces: left out trace %s %s: %s\n", d.Trace, d.Span, d.Why)
+	}
+	if out == "-" {
+		return data.WriteTrajectories(stdout, turns, 0)
+	}
+	if err := data.WriteTrajectoryFile(out, turns); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "exported %d trajectory rows of %d traces to %s\n", len(turns), len(ts), out)
 	return nil
 }

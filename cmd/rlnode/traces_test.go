@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/traces"
 )
 
@@ -212,6 +213,18 @@ func TestProxyRecordsOpenAIClientAndOTLP(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"execute_tool search"`) || !strings.Contains(out, "reward.tool=-1 (exception TypeError: no network)") ||
 		!strings.Contains(out, "    "+ot.Proto.ChatSpanID) {
 		t.Errorf("traces show:\n%s", out)
+	}
+	arrow := filepath.Join(t.TempDir(), "turns.arrow")
+	code, out, stderr = run(t, "traces", "export", "--store", store, "--format", "trajectories", "--reward", "final",
+		"--tokenizer", ckpt, "--out", arrow)
+	turns, err := data.ReadTrajectoryFile(arrow)
+	if code != 0 || err != nil || len(turns) != 2 {
+		t.Fatalf("traces export --format trajectories: exit %d, %v, %d rows: %s%s", code, err, len(turns), out, stderr)
+	}
+	for _, tn := range turns {
+		if tn.Reward != 0.75 || !slices.Equal(tn.ResponseIDs, []int32{52, 3}) || len(tn.PromptIDs) == 0 || tn.PolicyID != "actor" {
+			t.Errorf("trajectory row %+v", tn)
+		}
 	}
 	code, out, _ = run(t, "traces", "stats", "--store", store, "--by", "model")
 	if code != 0 || !strings.Contains(out, "tiny") || !strings.Contains(out, "gpt-x") {
