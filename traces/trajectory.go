@@ -13,9 +13,9 @@ import (
 type TrajectoryOptions struct {
 	// Policy is the turns' PolicyID.
 	Policy string
-	// Reward names the reward the turns train on: the trace's sum of the
-	// rewards of that name (Trace.Reward; "" sums all). Traces without one
-	// are dropped.
+	// Reward names the reward the turns train on: a call's own rewards of
+	// that name where it has some, else its trace's (Trace.Reward; "" sums
+	// all). Traces without one are dropped.
 	Reward string
 	// Model keeps only calls to this model ("": every call).
 	Model string
@@ -67,8 +67,13 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 				drop("the call failed")
 				continue
 			}
+			own := Trace{Spans: []Span{*s}}
+			r, ok := own.Reward(opt.Reward)
+			if !ok {
+				r = reward
+			}
 			row := data.Turn{EpisodeID: t.ID.String(), Turn: int32(len(rows)), PolicyID: opt.Policy,
-				WeightVersion: max(s.WeightVersion, 0), Reward: reward, FinalReward: reward, FinishReason: "stop",
+				WeightVersion: max(s.WeightVersion, 0), Reward: r, FinalReward: reward, FinishReason: "stop",
 				ResponseText: MessagesText(s.OutputMessages)}
 			if len(s.FinishReasons) > 0 && s.FinishReasons[0] != "" {
 				row.FinishReason = s.FinishReasons[0]

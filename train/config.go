@@ -11,6 +11,7 @@ import (
 	"github.com/rlnode/rlnode/internal/tmpl"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/task"
 )
@@ -178,6 +179,10 @@ type Config struct {
 	Logger *slog.Logger // default: discard
 	// Progress, when set, is called after every step with its metrics.
 	Progress func(Metrics)
+	// Episodes, when set, is called after each RL step has trained with
+	// that step and its trajectories (rlnode run records them as traces).
+	// It must not modify turns, nor keep them past its return.
+	Episodes func(step int, turns []data.Turn)
 	// Stop, when closed, ends the run after the step in progress, which
 	// is checkpointed first (Result.Stopped); nil never stops. Cancelling
 	// Run's context instead stops at once and keeps only the checkpoints

@@ -591,6 +591,9 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 		}
 		fillFeedback(&m, fst, cfg.Feedback.learnerConfig(cfg).Algorithm)
 	}
+	if cfg.Episodes != nil {
+		cfg.Episodes(r.step, batch.turns)
+	}
 	final, turn1 := rlStepMetrics(&m, outcomes(batch.turns, r.solver.id), cfg.GroupSize)
 	if cfg.multiTurn() {
 		m.RewardMean, m.Turn1RewardMean = &final, &turn1

@@ -70,6 +70,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics while the run lasts (port 0 picks one)")
 	var sets repeated
 	fs.Var(&sets, "set", "override KEY.PATH=VALUE (repeatable; VALUE is YAML)")
+	tf := addRunTraceFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, runUsage)
 		fs.PrintDefaults()
@@ -84,6 +85,10 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if *resume && *out == "" {
 		fmt.Fprintln(stderr, "rlnode run: --resume needs --out DIR (the run to continue)")
+		return 2
+	}
+	if err := tf.check(); err != nil {
+		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		return 2
 	}
 
@@ -180,6 +185,12 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 			defer os.Remove(endpointFile)
 		}
 	}
+	record, closeTraces, err := tf.open(dir, stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
+		return 1
+	}
+	cfg.Episodes = record
 	fmt.Fprintf(stdout, "run %s: %s (%s, %s), writing to %s\n", l.Name, l.Source, l.Algorithm.Name, l.Episode.Type, dir)
 	if cfg.Resume != "" {
 		fmt.Fprintf(stdout, "resuming from %s\n", cfg.Resume)
@@ -246,6 +257,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	res, err := train.Run(ctx, cfg)
 	bar.done()
+	closeTraces()
 	mu.Lock()
 	wasInterrupted := interrupted
 	mu.Unlock()

@@ -16,7 +16,7 @@ import (
 
 // runFiles are what a run writes into its directory; any of them there
 // means the directory holds a run.
-var runFiles = []string{recipes.ResolvedFile, "metrics.jsonl", "checkpoints", "curves.png", "vllm-weights"}
+var runFiles = []string{recipes.ResolvedFile, "metrics.jsonl", "checkpoints", "curves.png", "vllm-weights", "traces"}
 
 // resumableChanges are the recipe sections a resumed run may change: how
 // long it runs and how often it evaluates and saves, how it evaluates,

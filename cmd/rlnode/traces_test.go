@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -265,5 +267,52 @@ func TestServeRecordsItsOwnCalls(t *testing.T) {
 	s := ts[0].Spans[0]
 	if s.Provider != "rlnode" || s.Source != "serve" || s.RequestModel != "tiny" || !slices.Equal(s.OutputTokenIDs, answer.Choices[0].TokenIDs) {
 		t.Errorf("recorded span %+v, answer token ids %v", s, answer.Choices[0].TokenIDs)
+	}
+}
+
+// TestRunRecordsEpisodesWithoutChangingTheRun: rlnode run records its RL
+// episodes in DIR/traces by default, and the run's checkpoint and metrics
+// (less wall-clock fields) are the same bytes as with --traces off.
+func TestRunRecordsEpisodesWithoutChangingTheRun(t *testing.T) {
+	args := []string{"run", "quickstart", "--set", "sft.steps=4", "--set", "schedule.steps=2", "--set", "schedule.eval_every=0",
+		"--set", "schedule.checkpoint_every=0"}
+	on, off := filepath.Join(t.TempDir(), "on"), filepath.Join(t.TempDir(), "off")
+	if code, out, stderr := run(t, append(args, "--out", on)...); code != 0 || !strings.Contains(out, "traces: "+filepath.Join(on, "traces")) {
+		t.Fatalf("run: exit %d:\n%s%s", code, out, stderr)
+	}
+	if code, out, stderr := run(t, append(args, "--out", off, "--traces", "off")...); code != 0 || strings.Contains(out, "traces:") {
+		t.Fatalf("run --traces off: exit %d:\n%s%s", code, out, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(off, "traces")); err == nil {
+		t.Error("--traces off wrote a trace store")
+	}
+	for _, rel := range []string{"checkpoints/step-6/model.safetensors", "metrics.jsonl"} {
+		a, errA := os.ReadFile(filepath.Join(on, rel))
+		b, errB := os.ReadFile(filepath.Join(off, rel))
+		if errA != nil || errB != nil {
+			t.Fatalf("%s: %v %v", rel, errA, errB)
+		}
+		wall := regexp.MustCompile(`"[a-z_0-9]*(_s|per_s|_per_sec)":[-0-9.eE+]+,?`)
+		if !bytes.Equal(wall.ReplaceAll(a, nil), wall.ReplaceAll(b, nil)) {
+			t.Errorf("%s differs between the traced run and the one with --traces off", rel)
+		}
+	}
+	ts, skipped, err := traces.Load(filepath.Join(on, "traces"), traces.Any())
+	if err != nil || len(skipped) > 0 || len(ts) == 0 {
+		t.Fatalf("%d traces, skipped %v: %v", len(ts), skipped, err)
+	}
+	perStep := map[int64]int{}
+	for _, tr := range ts {
+		for _, s := range tr.Spans {
+			if s.Operation == traces.OpTextCompletion {
+				perStep[s.Step]++
+				if s.RunID != "on" || len(s.OutputTokenIDs) == 0 || len(s.OutputLogprobs) != len(s.OutputTokenIDs) || len(s.PromptTokenIDs) == 0 {
+					t.Fatalf("turn span %+v", s)
+				}
+			}
+		}
+	}
+	if len(perStep) != 2 || perStep[5] == 0 || perStep[5] != perStep[6] {
+		t.Errorf("turn spans per step %v, want the same number at RL steps 5 and 6", perStep)
 	}
 }

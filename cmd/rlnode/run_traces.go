@@ -1,0 +1,66 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/rlnode/rlnode/rollout/data"
+	"github.com/rlnode/rlnode/traces"
+)
+
+// runTraceFlags are rlnode run's flags for recording its episodes as
+// traces: on by default, in DIR/traces, beside (never inside) the
+// checkpoints and metrics.
+type runTraceFlags struct {
+	store  *string
+	sample *float64
+}
+
+func addRunTraceFlags(fs *flag.FlagSet) *runTraceFlags {
+	return &runTraceFlags{
+		store:  fs.String("traces", "", "trace store the run's episodes are recorded in (default DIR/traces; off: none)"),
+		sample: fs.Float64("trace-sample", 1, "share of episodes recorded, in [0, 1] (picked by a hash of the run and episode ids)"),
+	}
+}
+
+func (f *runTraceFlags) check() error {
+	if !(*f.sample >= 0 && *f.sample <= 1) {
+		return fmt.Errorf("--trace-sample must be in [0, 1], got %v", *f.sample)
+	}
+	return nil
+}
+
+// open starts recording into the store and returns the train.Config
+// Episodes callback and a close function printing where the traces are;
+// with --traces off both do nothing.
+func (f *runTraceFlags) open(runDir string, stdout, stderr io.Writer) (func(int, []data.Turn), func(), error) {
+	store := *f.store
+	if store == "off" || *f.sample == 0 {
+		return nil, func() {}, nil
+	}
+	if store == "" {
+		store = filepath.Join(runDir, "traces")
+	}
+	w, err := traces.OpenWriter(store, traces.WriterOptions{FlushInterval: 2 * time.Second,
+		OnError: func(err error) { fmt.Fprintf(stderr, "rlnode run: traces: %v\n", err) }})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--traces: %w", err)
+	}
+	run := filepath.Base(filepath.Clean(runDir))
+	record := func(step int, turns []data.Turn) {
+		w.Add(traces.SpansFromTurns(run, step, turns, *f.sample, time.Now())...)
+	}
+	closeStore := func() {
+		if err := w.Close(); err != nil {
+			fmt.Fprintf(stderr, "rlnode run: traces: %v\n", err)
+			return
+		}
+		if n := w.Written(); n > 0 {
+			fmt.Fprintf(stdout, "traces: %s (%d spans; rlnode traces list --store %s)\n", store, n, store)
+		}
+	}
+	return record, closeStore, nil
+}

@@ -1,0 +1,75 @@
+package traces
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/rollout/data"
+)
+
+func TestSpansFromTurnsRoundTrip(t *testing.T) {
+	var turns []data.Turn
+	for ep := range 40 {
+		for k := range 2 {
+			turns = append(turns, data.Turn{EpisodeID: "e" + string(rune('a'+ep%26)) + string(rune('0'+ep/26)), GroupID: int64(ep / 4), Sample: int32(ep % 4),
+				Turn: int32(k), PolicyID: "solver", WeightVersion: 3, PromptIDs: []int32{1, 2, int32(ep)}, ResponseIDs: []int32{int32(k), 9},
+				LogProbs: []float32{-0.5, -0.25}, LossMask: []float32{1, 1}, Reward: float64(k), FinalReward: 1, FinishReason: "stop", ResponseText: "x"})
+		}
+	}
+	end := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	spans := SpansFromTurns("run-a", 7, turns, 1, end)
+	if len(spans) != 40*3 {
+		t.Fatalf("%d spans, want 40 roots and 80 turns", len(spans))
+	}
+	byTrace := map[[16]byte]*Trace{}
+	var order []Trace
+	for _, s := range spans {
+		if byTrace[s.TraceID] == nil {
+			order = append(order, Trace{ID: s.TraceID})
+			byTrace[s.TraceID] = &order[len(order)-1]
+		}
+	}
+	for _, s := range spans {
+		for i := range order {
+			if order[i].ID == s.TraceID {
+				order[i].Spans = append(order[i].Spans, s)
+			}
+		}
+	}
+	back, dropped := Trajectories(order, TrajectoryOptions{Policy: "solver", Reward: "reward"})
+	if len(dropped) > 0 || len(back) != len(turns) {
+		t.Fatalf("%d rows back, dropped %v", len(back), dropped)
+	}
+	for i := range turns {
+		w, g := turns[i], back[i]
+		if !reflect.DeepEqual([]any{g.PromptIDs, g.ResponseIDs, g.LogProbs, g.Turn, g.WeightVersion, g.Reward, g.EpisodeID},
+			[]any{w.PromptIDs, w.ResponseIDs, w.LogProbs, w.Turn, w.WeightVersion, w.Reward, turnsTraceID(spans, i)}) {
+			t.Fatalf("row %d back %+v, want %+v", i, g, w)
+		}
+	}
+	// Sampling keeps whole episodes, the same ones each time.
+	half := SpansFromTurns("run-a", 7, turns, 0.5, end)
+	again := SpansFromTurns("run-a", 7, turns, 0.5, end)
+	if !reflect.DeepEqual(half, again) || len(half)%3 != 0 || len(half) == 0 || len(half) == len(spans) {
+		t.Errorf("sampled half: %d spans (of %d), repeatable %v", len(half), len(spans), reflect.DeepEqual(half, again))
+	}
+	if n := len(SpansFromTurns("run-a", 7, turns, 0, end)); n != 0 {
+		t.Errorf("sample 0 kept %d spans", n)
+	}
+}
+
+// turnsTraceID is the trace id of the i-th turn's span (roots come first
+// in each episode).
+func turnsTraceID(spans []Span, i int) string {
+	n := -1
+	for _, s := range spans {
+		if s.Operation == OpTextCompletion {
+			n++
+			if n == i {
+				return s.TraceID.String()
+			}
+		}
+	}
+	return ""
+}
