@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"io"
 	stdlog "log"
 	"log/slog"
@@ -58,7 +59,12 @@ func (rc *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	head, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
 	if err != nil {
-		http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+		code := http.StatusBadRequest
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			code = http.StatusRequestEntityTooLarge
+		}
+		http.Error(w, "reading request body: "+err.Error(), code)
 		return
 	}
 	reqTruncated := len(head) > max

@@ -267,7 +267,8 @@ func docFixtures(t *testing.T, home string) *strings.Replacer {
 	if _, stderr, code := runRlnode(t, home, "model", "init", "--config", cfg, "--out", model); code != 0 {
 		t.Fatalf("model init: exit %d: %s", code, stderr)
 	}
-	return strings.NewReplacer("PATH/", data+"/", "=DIR", "="+model, "HOST", "127.0.0.1", "NAME", "policy", "=N", "=2")
+	traceID := docTraceStore(t, filepath.Join(data, "traces"))
+	return strings.NewReplacer("PATH/", data+"/", "=DIR", "="+model, "HOST", "127.0.0.1", "NAME", "policy", "=N", "=2", "TRACE_ID", traceID)
 }
 
 func writeQAParquet(t *testing.T, path string, rows [][2]string) {

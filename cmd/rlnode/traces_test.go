@@ -316,3 +316,28 @@ func TestRunRecordsEpisodesWithoutChangingTheRun(t *testing.T) {
 		t.Errorf("turn spans per step %v, want the same number at RL steps 5 and 6", perStep)
 	}
 }
+
+// docTraceStore writes a trace store for the README's traces commands: one
+// trace of an agent that called a model and a search tool, and returns its id.
+func docTraceStore(t *testing.T, dir string) string {
+	t.Helper()
+	w, err := traces.OpenWriter(dir, traces.WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	root, chat, tool := traces.NewSpan(), traces.NewSpan(), traces.NewSpan()
+	root.TraceID, root.SpanID, root.Name, root.Operation, root.AgentName = [16]byte{7, 1}, [8]byte{7, 1}, "invoke_agent doc", traces.OpInvokeAgent, "doc"
+	chat.TraceID, chat.SpanID, chat.ParentID, chat.Name, chat.Operation, chat.RequestModel = root.TraceID, [8]byte{7, 2}, root.SpanID, "chat tiny", traces.OpChat, "tiny"
+	chat.PromptTokenIDs, chat.OutputTokenIDs = []int32{1, 2}, []int32{3}
+	chat.OutputMessages = `[{"role":"assistant","parts":[{"type":"text","content":"search"}]}]`
+	tool.TraceID, tool.SpanID, tool.ParentID, tool.Name, tool.Operation, tool.ToolName, tool.ToolResult = root.TraceID, [8]byte{7, 3}, root.SpanID, "execute_tool search", traces.OpExecuteTool, "search", "3 results"
+	for i, s := range []*traces.Span{&root, &chat, &tool} {
+		s.Start, s.End, s.Source = now.Add(time.Duration(i)*time.Millisecond), now.Add(10*time.Millisecond), "doc"
+		w.Add(*s)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return root.TraceID.String()
+}
