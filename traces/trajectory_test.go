@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/native/nativetest"
@@ -130,6 +131,32 @@ func TestLearnerBatchFromRecordedTraces(t *testing.T) {
 	}
 	if turns[2].Note != "re-tokenized; logprobs not recorded" || turns[0].Note != "" {
 		t.Errorf("notes %q %q", turns[0].Note, turns[2].Note)
+	}
+
+	// A few reward-weighted SFT steps of the policy that answered, on the batch.
+	cfg := learner.DefaultConfig()
+	cfg.ModelDir, cfg.Algorithm, cfg.LR, cfg.RWBeta = dir, learner.RWSFT, 1e-2, 1
+	l, err := learner.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := 0
+	for _, r := range b.Responses {
+		tokens += len(r)
+	}
+	var losses []float64
+	for range 4 {
+		st, err := l.Train(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Seqs != 3 || st.Tokens != tokens {
+			t.Fatalf("trained %d sequences, %d tokens; the batch has 3, %d", st.Seqs, st.Tokens, tokens)
+		}
+		losses = append(losses, st.Loss)
+	}
+	if !(losses[3] < losses[0]) {
+		t.Errorf("reward-weighted SFT on the traces: losses %v do not fall", losses)
 	}
 }
 
