@@ -153,6 +153,9 @@ type VLLM struct {
 type Data struct {
 	Task    *Task    `yaml:"task,omitempty"`
 	Dataset *Dataset `yaml:"dataset,omitempty"`
+	// Traces feeds the SFT warm-up from a trace store instead of reference
+	// answers. Default none.
+	Traces *TracesData `yaml:"traces,omitempty"`
 	// Verifier scores answers: math (\boxed{} answers, equivalence up to
 	// form), gsm8k (the number after ####) or code (tests run in the
 	// sandbox; needs python3). Default math.
@@ -175,6 +178,25 @@ type Task struct {
 	HeldOutPercent int `yaml:"held_out_percent"`
 	// Seed seeds the generator. Default: the recipe's seed.
 	Seed uint64 `yaml:"seed"`
+}
+
+// TracesData selects the recorded model calls an SFT warm-up trains on
+// (docs/traces.md): every chat or completion call of the traces that pass
+// the filters and whose reward is at least MinReward.
+type TracesData struct {
+	// Store is the trace store folder. Required.
+	Store string `yaml:"store"`
+	// Reward names the reward compared with MinReward ("" sums all).
+	Reward string `yaml:"reward"`
+	// MinReward keeps calls whose reward is at least this. Default: every
+	// call, rewarded or not.
+	MinReward *float64 `yaml:"min_reward,omitempty"`
+	// Agent, Model, Run and Source keep the traces with a span of that
+	// agent, a call to that model, of that run, of that store partition.
+	Agent  string `yaml:"agent"`
+	Model  string `yaml:"model"`
+	Run    string `yaml:"run"`
+	Source string `yaml:"source"`
 }
 
 // Dataset is a file of problems.

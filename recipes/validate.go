@@ -438,6 +438,26 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	}
 	c.mlmt(r)
 
+	if tr := r.Data.Traces; tr != nil {
+		switch st, err := os.Stat(tr.Store); {
+		case tr.Store == "":
+			c.add("data.traces.store", "empty: want a trace store folder")
+		case err != nil:
+			c.add("data.traces.store", "%v", err)
+		case !st.IsDir():
+			c.add("data.traces.store", "%s is a file; want a trace store folder", tr.Store)
+		}
+		if r.SFT.Steps == 0 {
+			c.add("data.traces", "feeds the SFT warm-up: set sft.steps > 0")
+		}
+		if epType != "single" {
+			c.add("data.traces", "warms up single-turn runs only (episode.type is %q)", epType)
+		}
+		if tr.MinReward != nil && (math.IsNaN(*tr.MinReward) || math.IsInf(*tr.MinReward, 0)) {
+			c.add("data.traces.min_reward", "%v: want a finite number", *tr.MinReward)
+		}
+	}
+
 	// SFT warm-up
 	c.nonNegative("sft.steps", r.SFT.Steps)
 	c.positive("sft.batch_size", r.SFT.BatchSize)

@@ -17,6 +17,9 @@ type TrajectoryOptions struct {
 	// that name where it has some, else its trace's (Trace.Reward; "" sums
 	// all). Traces without one are dropped.
 	Reward string
+	// KeepUnrewarded keeps traces without the reward, at reward 0 (SFT
+	// needs none).
+	KeepUnrewarded bool
 	// Model keeps only calls to this model ("": every call).
 	Model string
 	// Tokenizer re-tokenizes calls recorded without token ids (chat: the
@@ -47,7 +50,7 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 	for ti := range traces {
 		t := &traces[ti]
 		reward, ok := t.Reward(opt.Reward)
-		if !ok {
+		if !ok && !opt.KeepUnrewarded {
 			dropped = append(dropped, Dropped{Trace: t.ID.String(), Why: "no reward " + rewardName(opt.Reward)})
 			continue
 		}

@@ -113,6 +113,9 @@ type Config struct {
 	// WarmupBatch generated problems each, at WarmupLR. 0 steps skips it.
 	WarmupSteps, WarmupBatch int
 	WarmupLR                 float64
+	// WarmupTraces, when set, makes the warm-up train on recorded model
+	// calls instead (traces.go).
+	WarmupTraces *WarmupTraces
 
 	// RL: Steps steps of PromptsPerStep prompts × GroupSize samples.
 	Steps, PromptsPerStep, GroupSize int

@@ -187,6 +187,9 @@ type run struct {
 	// rolloutShort: the solver's live rollout actors were fewer than the
 	// recipe's at the last step (said once in the log).
 	rolloutShort bool
+	// traceRows are the recorded calls the warm-up trains on
+	// (Config.WarmupTraces), shuffled.
+	traceRows []data.Turn
 }
 
 // Run trains per cfg: it places the learner actor on the cluster, starts
@@ -266,6 +269,15 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			return Result{}, err
 		}
 		defer r.feedback.stop()
+	}
+	if cfg.WarmupTraces != nil {
+		pc, err := contextOf(r.solver.l, "models.policy")
+		if err != nil {
+			return Result{}, fmt.Errorf("driver: data.traces: %w", err)
+		}
+		if r.traceRows, err = loadWarmupTraces(cfg.WarmupTraces, r.solver.tok, pc, cfg.Seed); err != nil {
+			return Result{}, err
+		}
 	}
 	// The engines start from the learners' weights, whatever the init.
 	if err := r.syncAll(ctx); err != nil {
@@ -412,7 +424,13 @@ func (r *run) warmupStep(ctx context.Context) (Metrics, error) {
 	}
 	t0 := time.Now()
 	var b learner.Batch
+	if r.traceRows != nil {
+		b = warmupBatchFromTraces(r.traceRows, r.step, cfg.WarmupBatch)
+	}
 	for range cfg.WarmupBatch {
+		if r.traceRows != nil {
+			break
+		}
 		p, err := r.nextTrain()
 		if err != nil {
 			return Metrics{}, err

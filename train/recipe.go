@@ -259,6 +259,9 @@ func (l recipe) config(out string) (Config, error) {
 	if ds := r.Data.Dataset; ds != nil {
 		cfg.Dataset = &Dataset{Train: ds.Train, Eval: ds.Eval, Epochs: ds.Epochs, Mapping: columnsMapping(ds.Columns), HintColumn: ds.Columns.Hint}
 	}
+	if tr := r.Data.Traces; tr != nil {
+		cfg.WarmupTraces = warmupTraces(tr)
+	}
 	if epType != "single" {
 		cfg.Episode = epType
 	}

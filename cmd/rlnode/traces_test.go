@@ -232,6 +232,31 @@ func TestProxyRecordsOpenAIClientAndOTLP(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "tiny") || !strings.Contains(out, "gpt-x") {
 		t.Errorf("traces stats --by model:\n%s", out)
 	}
+
+	// A recipe warms the model that answered up on its recorded calls
+	// (data.traces): 3 proxied calls with their token ids, and the 2 OTLP
+	// chat calls (answer ids recorded, prompts re-tokenized).
+	runDir := filepath.Join(t.TempDir(), "run")
+	code, out, stderr = run(t, "run", "quickstart", "--out", runDir, "--set", "models.policy={path: "+ckpt+"}",
+		"--set", "data.traces.store="+store, "--set", "sft.steps=2", "--set", "sft.batch_size=5",
+		"--set", "schedule.steps=1", "--set", "schedule.eval_every=0", "--traces", "off")
+	if code != 0 {
+		t.Fatalf("run with data.traces: exit %d:\n%s%s", code, out, stderr)
+	}
+	wantTokens := len(oa.Chat.TokenIDs) + len(oa.ChatStream.TokenIDs) + len(oa.Completion.TokenIDs) + 2*2
+	metrics, _ := os.ReadFile(filepath.Join(runDir, "metrics.jsonl"))
+	lines := strings.Split(strings.TrimSpace(string(metrics)), "\n")
+	for _, line := range lines[:2] {
+		var m struct {
+			Phase  string `json:"phase"`
+			Tokens int    `json:"tokens"`
+			Seqs   int    `json:"seqs"`
+		}
+		json.Unmarshal([]byte(line), &m)
+		if m.Phase != "warmup" || m.Seqs != 5 || m.Tokens != wantTokens {
+			t.Errorf("warm-up step on the traces %s: want 5 sequences of %d response tokens in all", line, wantTokens)
+		}
+	}
 }
 
 func nan() float64 { return math.NaN() }
