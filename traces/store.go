@@ -36,12 +36,17 @@ const (
 // ErrLocked is returned by OpenWriter when another writer holds the store.
 var ErrLocked = errors.New("store is locked by another writer")
 
+// ErrBehind is returned by Add while the writer's buffer is full.
+var ErrBehind = errors.New("trace store is not keeping up: spans refused")
+
 // WriterOptions bound a writer's memory and loss.
 type WriterOptions struct {
 	// FlushInterval is the longest a span waits in memory before it is in
 	// a Parquet file: a killed writer loses at most this much (default 1s).
 	FlushInterval time.Duration
-	// MaxBuffered flushes early when this many spans wait (default 65536).
+	// MaxBuffered flushes early when this many spans wait (default 65536);
+	// while 4 × MaxBuffered wait (flushes failing: a full disk), Add
+	// refuses more with ErrBehind.
 	MaxBuffered int
 	// OnError is told about a flush that failed (default: ignored; the
 	// spans stay buffered and the next flush tries again).
@@ -55,14 +60,16 @@ type Writer struct {
 	lock *os.File
 	opt  WriterOptions
 
-	mu      sync.Mutex
-	buf     []Span
-	seq     int
-	written int64
-	closed  bool
-	kick    chan struct{}
-	done    chan struct{}
-	stopped chan struct{}
+	mu       sync.Mutex
+	buf      []Span
+	inflight int // spans a flush has taken and not written yet
+	seq      int
+	written  int64
+	flushMu  sync.Mutex // one flush at a time
+	closed   bool
+	kick     chan struct{}
+	done     chan struct{}
+	stopped  chan struct{}
 }
 
 // OpenWriter takes the store at root (created if missing) for writing and
@@ -108,6 +115,9 @@ func (w *Writer) Add(spans ...Span) error {
 	if w.closed {
 		return fmt.Errorf("trace store %s: writer is closed", w.root)
 	}
+	if waiting := len(w.buf) + w.inflight; waiting+len(spans) > 4*w.opt.MaxBuffered {
+		return fmt.Errorf("trace store %s: %w (%d spans wait to be written)", w.root, ErrBehind, waiting)
+	}
 	w.buf = append(w.buf, spans...)
 	if len(w.buf) >= w.opt.MaxBuffered {
 		select {
@@ -146,13 +156,21 @@ func (w *Writer) loop() {
 // source partition, each written to a temporary name, synced and renamed,
 // then listed in the index.
 func (w *Writer) Flush() error {
+	w.flushMu.Lock()
+	defer w.flushMu.Unlock()
 	w.mu.Lock()
 	spans := w.buf
 	w.buf = nil
+	w.inflight = len(spans)
 	w.mu.Unlock()
 	if len(spans) == 0 {
 		return nil
 	}
+	defer func() {
+		w.mu.Lock()
+		w.inflight = 0
+		w.mu.Unlock()
+	}()
 	parts := map[string][]Span{}
 	var order []string
 	for _, s := range spans {
@@ -179,6 +197,7 @@ func (w *Writer) Flush() error {
 	if len(failed) > 0 {
 		w.mu.Lock()
 		w.buf = append(failed, w.buf...)
+		w.inflight = 0
 		w.mu.Unlock()
 	}
 	return firstErr

@@ -318,3 +318,35 @@ func TestAnnotations(t *testing.T) {
 		t.Errorf("child rewards %+v: the annotation should replace the stored answer reward", child.Rewards)
 	}
 }
+
+func TestWriterRefusesWhenBehind(t *testing.T) {
+	root := t.TempDir()
+	w, err := OpenWriter(root, WriterOptions{FlushInterval: time.Hour, MaxBuffered: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// A partition folder that cannot be created makes every flush fail.
+	if err := os.WriteFile(filepath.Join(root, "date=2026-01-02"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	for i := range 8 {
+		if err := w.Add(sampleSpan(byte(i), 1, day, "a")); err != nil {
+			t.Fatalf("span %d of 8 refused: %v", i, err)
+		}
+	}
+	if err := w.Flush(); err == nil {
+		t.Fatal("a flush into a file posing as a folder succeeded")
+	}
+	if err := w.Add(sampleSpan(9, 1, day, "a")); !errors.Is(err, ErrBehind) {
+		t.Fatalf("the 9th span with 8 waiting and 4 × 2 allowed: %v, want ErrBehind", err)
+	}
+	os.Remove(filepath.Join(root, "date=2026-01-02"))
+	if err := w.Flush(); err != nil || w.Written() != 8 {
+		t.Fatalf("flush after the disk recovered: %v, %d written", err, w.Written())
+	}
+	if err := w.Add(sampleSpan(9, 1, day, "a")); err != nil {
+		t.Fatal(err)
+	}
+}
