@@ -16,6 +16,7 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -26,9 +27,62 @@ import (
 func DecodeOTLPProto(body []byte) (*tracepb.TracesData, error) {
 	td := &tracepb.TracesData{}
 	if err := proto.Unmarshal(body, td); err != nil {
-		return nil, fmt.Errorf("protobuf ExportTraceServiceRequest: %w", err)
+		return nil, fmt.Errorf("protobuf ExportTraceServiceRequest: %s: %w", locateProtoError(body), err)
 	}
 	return td, nil
+}
+
+// locateProtoError names the innermost message of an export request that
+// does not parse: resourceSpans[i], .scopeSpans[j], .spans[k], or the
+// request itself.
+func locateProtoError(body []byte) string {
+	levels := []struct {
+		name  string
+		field protowire.Number
+		msg   func() proto.Message
+	}{
+		{"resourceSpans", 1, func() proto.Message { return &tracepb.ResourceSpans{} }},
+		{"scopeSpans", 2, func() proto.Message { return &tracepb.ScopeSpans{} }},
+		{"spans", 2, func() proto.Message { return &tracepb.Span{} }},
+	}
+	path, b := "the request", body
+	for _, lv := range levels {
+		found := false
+		for i, rest := 0, b; len(rest) > 0; {
+			num, typ, n := protowire.ConsumeTag(rest)
+			if n < 0 {
+				return path
+			}
+			rest = rest[n:]
+			if num != lv.field || typ != protowire.BytesType {
+				if m := protowire.ConsumeFieldValue(num, typ, rest); m >= 0 {
+					rest = rest[m:]
+					continue
+				}
+				return path
+			}
+			v, m := protowire.ConsumeBytes(rest)
+			if m < 0 {
+				return path + fmt.Sprintf(" (%s[%d] is cut short)", lv.name, i)
+			}
+			rest = rest[m:]
+			if proto.Unmarshal(v, lv.msg()) != nil {
+				if path == "the request" {
+					path = ""
+				} else {
+					path += "."
+				}
+				path += fmt.Sprintf("%s[%d]", lv.name, i)
+				b, found = v, true
+				break
+			}
+			i++
+		}
+		if !found {
+			return path
+		}
+	}
+	return path
 }
 
 // The OTLP/HTTP JSON encoding: protobuf's JSON mapping with lowerCamelCase

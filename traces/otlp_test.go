@@ -195,3 +195,32 @@ func gzipOf(b []byte) []byte {
 	zw.Close()
 	return buf.Bytes()
 }
+
+func TestDecodeOTLPProtoNamesTheMessage(t *testing.T) {
+	spans := []Span{sampleSpan(1, 1, time.Unix(1e9, 0), "a"), sampleSpan(1, 2, time.Unix(1e9, 0), "a")}
+	good, _ := proto.Marshal(ToOTLP(spans))
+	// A span whose name field claims more bytes than it has: the second
+	// span of the first scope of the first resource.
+	td := ToOTLP(spans)
+	bad := td.ResourceSpans[0].ScopeSpans[0].Spans[1]
+	bad.Name = "x"
+	b, _ := proto.Marshal(td)
+	i := bytes.LastIndex(b, []byte{5<<3 | 2, 1, 'x'})
+	if i < 0 {
+		t.Fatal("no name field in the encoded span")
+	}
+	b[i+1] = 100
+	for _, c := range []struct {
+		name string
+		body []byte
+		want string
+	}{
+		{"a span", b, "resourceSpans[0].scopeSpans[0].spans[1]"},
+		{"cut short", good[:len(good)-3], "resourceSpans[0]"},
+		{"garbage", []byte{0xff, 0xff}, "the request"},
+	} {
+		if _, err := DecodeOTLPProto(c.body); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want it to name %s", c.name, err, c.want)
+		}
+	}
+}
