@@ -31,8 +31,9 @@ Reads a trace store (written by rlnode serve --traces):
   stats     calls, errors, tokens, latency percentiles and mean reward per agent, tool, model or source
   export    the filtered spans as JSONL, Parquet or OTLP JSON
   annotate  give a trace (or one span) a reward: --trace ID --reward NAME=VALUE --reason TEXT
-  reward    score the filtered traces: --kind tool (execution success, exception, empty) or
-            --kind answer --verifier math|gsm8k (final answer against the rlnode.reference attribute)
+  reward    score the filtered traces: --kind tool (execution success, exception, empty),
+            --kind answer --verifier math|gsm8k (final answer against the rlnode.reference attribute),
+            or --kind coordination (multi-agent rounds: rounds, consensus, answer quality, tokens)
 
 Filters (list, stats, export, reward): --since, --until (RFC 3339 or a duration back from now),
 --agent, --model, --run, --tool, --source, --trace (id prefix), --reward NAME with --min-reward, --max-reward.
@@ -91,13 +92,18 @@ func tracesCommand(args []string, stdout, stderr io.Writer) int {
 		reason := fs.String("reason", "", "why")
 		run = func() error { return tracesAnnotate(*store, *trace, *span, *reward, *reason, stdout) }
 	case "reward":
-		kind := fs.String("kind", "tool", "tool or answer")
+		kind := fs.String("kind", "tool", "tool, answer or coordination")
 		verifier := fs.String("verifier", "math", "answer rewards: math or gsm8k")
 		tr := traces.DefaultToolRewards()
 		fs.Float64Var(&tr.Success, "success", tr.Success, "tool reward of a call that returned a result")
 		fs.Float64Var(&tr.Exception, "exception", tr.Exception, "tool reward of a call that failed")
 		fs.Float64Var(&tr.Empty, "empty", tr.Empty, "tool reward of a call that returned nothing")
-		run = func() error { return tracesReward(*store, f, *kind, *verifier, tr, stdout, stderr) }
+		cr := traces.DefaultCoordinationRewards()
+		fs.Float64Var(&cr.RoundPenalty, "round-penalty", cr.RoundPenalty, "coordination reward per round after the first")
+		fs.Float64Var(&cr.Consensus, "consensus", cr.Consensus, "coordination reward when the agents' last answers agree")
+		fs.Float64Var(&cr.QualityWeight, "quality-weight", cr.QualityWeight, "coordination: weight of the trace's answer reward")
+		fs.Float64Var(&cr.TokenPenalty, "token-penalty", cr.TokenPenalty, "coordination reward per 1,000 tokens")
+		run = func() error { return tracesReward(*store, f, *kind, *verifier, tr, cr, stdout, stderr) }
 	default:
 		fmt.Fprintf(stderr, "rlnode traces: unknown subcommand %q\n", sub)
 		tracesUsage(stderr)
@@ -389,7 +395,7 @@ func tracesAnnotate(store, trace, span, reward, reason string, stdout io.Writer)
 	return nil
 }
 
-func tracesReward(store string, f traces.Filter, kind, verifierName string, tr traces.ToolRewards, stdout, stderr io.Writer) error {
+func tracesReward(store string, f traces.Filter, kind, verifierName string, tr traces.ToolRewards, cr traces.CoordinationRewards, stdout, stderr io.Writer) error {
 	ts, err := loadTraces(store, f, stderr)
 	if err != nil {
 		return err
@@ -413,8 +419,14 @@ func tracesReward(store string, f traces.Filter, kind, verifierName string, tr t
 				as = append(as, a)
 			}
 		}
+	case "coordination":
+		for i := range ts {
+			if a, ok := cr.Score(&ts[i]); ok {
+				as = append(as, a)
+			}
+		}
 	default:
-		return usageError{fmt.Errorf("--kind %q: want tool or answer", kind)}
+		return usageError{fmt.Errorf("--kind %q: want tool, answer or coordination", kind)}
 	}
 	for i := range as {
 		as[i].By = "rlnode traces reward --kind " + kind
