@@ -424,13 +424,11 @@ func (r *run) warmupStep(ctx context.Context) (Metrics, error) {
 	}
 	t0 := time.Now()
 	var b learner.Batch
+	drawn := cfg.WarmupBatch // problems drawn, with worked answers
 	if r.traceRows != nil {
-		b = warmupBatchFromTraces(r.traceRows, r.step, cfg.WarmupBatch)
+		b, drawn = warmupBatchFromTraces(r.traceRows, r.step, cfg.WarmupBatch), 0
 	}
-	for range cfg.WarmupBatch {
-		if r.traceRows != nil {
-			break
-		}
+	for range drawn {
 		p, err := r.nextTrain()
 		if err != nil {
 			return Metrics{}, err
