@@ -2,7 +2,8 @@
 # Installs what building and testing rlnode needs on a fresh Debian machine:
 # Go modules from the module proxy, Debian packages (bubblewrap and python3
 # for the code sandbox, slurm-wlm and munge for the Slurm tests, chromium for
-# the dashboard's browser tests), and the
+# the dashboard's browser tests, libnvrtc11.2 and g++ for the CUDA kernel
+# tests), and the
 # npm packages the OpenAI-client test uses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,19 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # starts jobs as their owner) and skip without it, so only root installs it.
 if [ "$(id -u)" = 0 ] && ! { [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ]; }; then
 	need+=(slurm-wlm munge)
+fi
+# NVRTC (CUDA's runtime compiler, Debian non-free) and g++ for the CUDA
+# kernel tests: they compile every kernel for sm_80/sm_90 and run it under
+# a CPU emulation, and skip without them, so only root installs them.
+if [ "$(id -u)" = 0 ]; then
+	command -v g++ >/dev/null 2>&1 || need+=(g++)
+	if ! compgen -G '/usr/lib/*/libnvrtc.so.11.2' >/dev/null; then
+		need+=(libnvrtc11.2)
+		src=/etc/apt/sources.list.d/debian.sources
+		if [ -f "$src" ] && grep -q '^Components: main$' "$src"; then
+			sed -i 's/^Components: main$/Components: main contrib non-free/' "$src"
+		fi
+	fi
 fi
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then

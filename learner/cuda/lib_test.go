@@ -1,0 +1,129 @@
+package cuda
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeLib builds testdata/fakecuda.c with defines into a shared library
+// in a fresh directory (dlopen caches by path, so every build gets its own).
+func fakeLib(t *testing.T, name string, defines ...string) string {
+	t.Helper()
+	cc := needTool(t, "gcc")
+	out := filepath.Join(t.TempDir(), name)
+	args := []string{"-shared", "-fPIC", "-o", out, "testdata/fakecuda.c"}
+	for _, d := range defines {
+		args = append(args, "-D"+d)
+	}
+	if b, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %v: %v\n%s", args, err, b)
+	}
+	return out
+}
+
+func TestProbe(t *testing.T) {
+	goodNVRTC := func(t *testing.T) string { return fakeLib(t, "libnvrtc.so", "FAKE_NVRTC") }
+	goodBlas := func(t *testing.T) string { return fakeLib(t, "libcublasLt.so", "FAKE_CUBLASLT") }
+	garbage := func(t *testing.T) string {
+		p := filepath.Join(t.TempDir(), "libcuda.so.1")
+		if err := os.WriteFile(p, []byte(strings.Repeat("not an ELF file\n", 64)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cases := []struct {
+		name    string
+		driver  func(t *testing.T) string
+		nvrtc   func(t *testing.T) string
+		blas    func(t *testing.T) string
+		want    []error  // every problem, in order; nil: available
+		mention []string // substrings of the report
+	}{
+		{name: "usable", mention: []string{"Fake GPU 0 (sm_90, 132 SMs, 80.0 GiB)", "CUDA backend: available"}},
+		{name: "nothing installed",
+			driver: func(t *testing.T) string { return "/nonexistent/libcuda.so.1" },
+			nvrtc:  func(t *testing.T) string { return "/nonexistent/libnvrtc.so" },
+			blas:   func(t *testing.T) string { return "/nonexistent/libcublasLt.so" },
+			want:   []error{ErrNoLibrary, ErrNoLibrary, ErrNoLibrary}, mention: []string{"/nonexistent/libcuda.so.1", "No such file"}},
+		{name: "not a library", driver: garbage, want: []error{ErrNoLibrary}, mention: []string{"invalid ELF header"}},
+		{name: "driver lacks symbols",
+			driver: func(t *testing.T) string {
+				return fakeLib(t, "libcuda.so.1", "FAKE_DRIVER", "OMIT_DEVICE_COUNT", "OMIT_LAUNCH")
+			},
+			want: []error{ErrNoSymbol}, mention: []string{"symbol missing: cuDeviceGetCount, cuLaunchKernel"}},
+		{name: "driver too old",
+			driver: func(t *testing.T) string { return fakeLib(t, "libcuda.so.1", "FAKE_DRIVER", "DRIVER_VERSION=11040") },
+			want:   []error{ErrTooOld}, mention: []string{"supports CUDA 11.4, the backend needs 11.8"}},
+		{name: "driver older than NVRTC",
+			driver: func(t *testing.T) string { return fakeLib(t, "libcuda.so.1", "FAKE_DRIVER", "DRIVER_VERSION=11080") },
+			want:   []error{ErrTooOld}, mention: []string{"older than NVRTC 12.4"}},
+		{name: "no device at init",
+			driver: func(t *testing.T) string { return fakeLib(t, "libcuda.so.1", "FAKE_DRIVER", "INIT_RESULT=100") },
+			want:   []error{ErrNoDevice}, mention: []string{"cuInit: no CUDA device"}},
+		{name: "no device listed",
+			driver: func(t *testing.T) string { return fakeLib(t, "libcuda.so.1", "FAKE_DRIVER", "DEVICE_COUNT=0") },
+			want:   []error{ErrNoDevice}, mention: []string{"CUDA_VISIBLE_DEVICES"}},
+		{name: "device too old",
+			driver: func(t *testing.T) string { return fakeLib(t, "libcuda.so.1", "FAKE_DRIVER", "ARCH=75") },
+			want:   []error{ErrTooOld}, mention: []string{"sm_75", "needs sm_80"}},
+		{name: "NVRTC too old",
+			nvrtc: func(t *testing.T) string {
+				return fakeLib(t, "libnvrtc.so", "FAKE_NVRTC", "NVRTC_MAJOR=11", "NVRTC_MINOR=2")
+			},
+			want: []error{ErrTooOld}, mention: []string{"NVRTC", "CUDA 11.2, the kernels need 11.8"}},
+		{name: "NVRTC lacks cubin output",
+			nvrtc: func(t *testing.T) string { return fakeLib(t, "libnvrtc.so", "FAKE_NVRTC", "OMIT_CUBIN") },
+			want:  []error{ErrNoSymbol}, mention: []string{"nvrtcGetCUBIN"}},
+		{name: "cuBLASLt too old",
+			blas: func(t *testing.T) string {
+				return fakeLib(t, "libcublasLt.so", "FAKE_CUBLASLT", "CUBLASLT_VERSION=110100")
+			},
+			want: []error{ErrTooOld}, mention: []string{"cuBLASLt", "it is 11.1"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.driver == nil {
+				c.driver = func(t *testing.T) string { return fakeLib(t, "libcuda.so.1", "FAKE_DRIVER") }
+			}
+			if c.nvrtc == nil {
+				c.nvrtc = goodNVRTC
+			}
+			if c.blas == nil {
+				c.blas = goodBlas
+			}
+			r := Probe(Libraries{Driver: []string{c.driver(t)}, NVRTC: []string{c.nvrtc(t)}, CublasLt: []string{c.blas(t)}})
+			text := r.String()
+			if len(r.Problems) != len(c.want) {
+				t.Fatalf("%d problems, want %d:\n%s", len(r.Problems), len(c.want), text)
+			}
+			for i, w := range c.want {
+				if !errors.Is(r.Problems[i], w) {
+					t.Errorf("problem %d is %v, want one wrapping %v", i, r.Problems[i], w)
+				}
+			}
+			if (r.Err() == nil) != (len(c.want) == 0) {
+				t.Errorf("Err() = %v with %d problems", r.Err(), len(c.want))
+			}
+			for _, m := range c.mention {
+				if !strings.Contains(text, m) {
+					t.Errorf("report lacks %q:\n%s", m, text)
+				}
+			}
+		})
+	}
+}
+
+func TestOpenLibraryTriesCandidatesInOrder(t *testing.T) {
+	good := fakeLib(t, "libnvrtc.so", "FAKE_NVRTC")
+	n, err := OpenNVRTC("/nonexistent/libnvrtc.so.13", good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Path() != good || n.Version() != (Version{12, 4}) {
+		t.Errorf("loaded %s version %s, want %s 12.4", n.Path(), n.Version(), good)
+	}
+}

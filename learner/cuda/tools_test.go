@@ -1,0 +1,30 @@
+package cuda
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// requireGPU is set on GPU hosts (scripts/gpu-check.sh): there every test
+// that would skip for a missing tool or device fails instead.
+var requireGPU = os.Getenv("RLNODE_REQUIRE_GPU") == "1"
+
+// skipOrFail skips the test with why, or fails it under RLNODE_REQUIRE_GPU=1.
+func skipOrFail(t *testing.T, why string) {
+	t.Helper()
+	if requireGPU {
+		t.Fatalf("RLNODE_REQUIRE_GPU=1: %s", why)
+	}
+	t.Skip(why)
+}
+
+// needTool returns the path of a command, or skips without it.
+func needTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		skipOrFail(t, name+" not installed")
+	}
+	return p
+}
