@@ -1,0 +1,189 @@
+// A small CUDA emulation for the host C++ compiler, enough to run the
+// kernels in ../kernels on a CPU and check them against the CPU backend:
+// the blocks of a grid run one after another; the threads of a block are
+// OS threads that meet at a barrier for __syncthreads; __shared__ is static
+// storage, which the one block running at a time owns; warp shuffles and
+// votes go through a per-warp exchange with its own barrier. A thread that
+// returns early leaves its block's and warp's barriers, as on the GPU.
+// Speed is no aim: it runs small shapes in tests. Dynamic shared memory,
+// atomics and cooperative groups are not provided.
+#ifndef RLNODE_CUDA_EMU_H
+#define RLNODE_CUDA_EMU_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+struct dim3 {
+	unsigned x, y, z;
+	dim3(unsigned x = 1, unsigned y = 1, unsigned z = 1) : x(x), y(y), z(z) {}
+};
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __restrict__
+
+namespace emu {
+
+// Barrier is a reusable barrier whose party count can shrink (drop) when
+// a thread leaves, as threads that exit a kernel early leave bar.sync.
+class Barrier {
+	std::mutex mu;
+	std::condition_variable cv;
+	int expected = 0, arrived = 0;
+	unsigned long gen = 0;
+
+	void release() {
+		arrived = 0;
+		gen++;
+		cv.notify_all();
+	}
+
+public:
+	void reset(int n) {
+		std::lock_guard<std::mutex> l(mu);
+		expected = n;
+		arrived = 0;
+	}
+	void sync() {
+		std::unique_lock<std::mutex> l(mu);
+		if (++arrived >= expected) {
+			release();
+			return;
+		}
+		unsigned long g = gen;
+		cv.wait(l, [&] { return gen != g; });
+	}
+	void drop() {
+		std::lock_guard<std::mutex> l(mu);
+		expected--;
+		if (arrived > 0 && arrived >= expected) release();
+	}
+};
+
+struct Warp {
+	Barrier bar;
+	uint64_t slot[32];
+	int lanes;
+};
+
+struct Launch {
+	dim3 grid, block;
+	Barrier blockBar; // __syncthreads
+	Barrier gate;     // between blocks: never shrinks
+	std::vector<Warp> warps;
+};
+
+inline Launch *g_launch;
+inline thread_local dim3 t_threadIdx, t_blockIdx;
+inline thread_local int t_tid;
+
+inline Warp &warp() { return g_launch->warps[t_tid / 32]; }
+inline int lane() { return t_tid % 32; }
+
+template <typename T> inline uint64_t bits(T v) {
+	static_assert(sizeof(T) <= 8, "shuffle of a type over 8 bytes");
+	uint64_t u = 0;
+	memcpy(&u, &v, sizeof v);
+	return u;
+}
+template <typename T> inline T unbits(uint64_t u) {
+	T v;
+	memcpy(&v, &u, sizeof v);
+	return v;
+}
+
+// exchange publishes v for the warp and returns lane src's value.
+template <typename T> inline T exchange(T v, int src) {
+	Warp &w = warp();
+	w.slot[lane()] = bits(v);
+	w.bar.sync();
+	T r = unbits<T>(w.slot[src & 31]);
+	w.bar.sync();
+	return r;
+}
+
+inline unsigned ballot(bool p) {
+	Warp &w = warp();
+	w.slot[lane()] = p;
+	w.bar.sync();
+	unsigned m = 0;
+	for (int i = 0; i < w.lanes; i++)
+		if (w.slot[i]) m |= 1u << i;
+	w.bar.sync();
+	return m;
+}
+
+// run executes body for every thread of every block of the launch.
+inline void run(dim3 grid, dim3 block, const std::function<void()> &body) {
+	Launch L;
+	L.grid = grid;
+	L.block = block;
+	int n = (int)(block.x * block.y * block.z);
+	int nw = (n + 31) / 32;
+	L.warps = std::vector<Warp>(nw);
+	auto resetBlock = [&] {
+		L.blockBar.reset(n);
+		for (int w = 0; w < nw; w++) {
+			L.warps[w].lanes = w == nw - 1 ? n - 32 * w : 32;
+			L.warps[w].bar.reset(L.warps[w].lanes);
+		}
+	};
+	resetBlock();
+	L.gate.reset(n);
+	g_launch = &L;
+	long blocks = (long)grid.x * grid.y * grid.z;
+	auto thread = [&](int tid) {
+		t_tid = tid;
+		t_threadIdx = dim3(tid % block.x, tid / block.x % block.y, tid / (block.x * block.y));
+		for (long b = 0; b < blocks; b++) {
+			t_blockIdx = dim3(b % grid.x, b / grid.x % grid.y, b / ((long)grid.x * grid.y));
+			body();
+			L.blockBar.drop();
+			warp().bar.drop();
+			L.gate.sync();
+			if (tid == 0) resetBlock();
+			L.gate.sync();
+		}
+	};
+	std::vector<std::thread> ts;
+	for (int i = 1; i < n; i++) ts.emplace_back(thread, i);
+	thread(0);
+	for (auto &t : ts) t.join();
+	g_launch = nullptr;
+}
+
+} // namespace emu
+
+#define threadIdx (emu::t_threadIdx)
+#define blockIdx (emu::t_blockIdx)
+#define blockDim (emu::g_launch->block)
+#define gridDim (emu::g_launch->grid)
+
+inline void __syncthreads() { emu::g_launch->blockBar.sync(); }
+template <typename T> inline T __shfl_sync(unsigned, T v, int src, int = 32) { return emu::exchange(v, src); }
+template <typename T> inline T __shfl_xor_sync(unsigned, T v, int m, int = 32) { return emu::exchange(v, emu::lane() ^ m); }
+template <typename T> inline T __shfl_down_sync(unsigned, T v, unsigned d, int = 32) {
+	int src = emu::lane() + (int)d;
+	T r = emu::exchange(v, src < emu::warp().lanes ? src : emu::lane());
+	return r;
+}
+inline unsigned __ballot_sync(unsigned, int p) { return emu::ballot(p != 0); }
+inline int __any_sync(unsigned, int p) { return emu::ballot(p != 0) != 0; }
+inline int __all_sync(unsigned m, int p) { return emu::ballot(p != 0) == (emu::warp().lanes == 32 ? 0xffffffffu : (1u << emu::warp().lanes) - 1); }
+
+inline float __uint_as_float(unsigned u) { return emu::unbits<float>(u); }
+inline unsigned __float_as_uint(float f) { return (unsigned)emu::bits(f); }
+inline float __int_as_float(int i) { return emu::unbits<float>((unsigned)i); }
+inline int __float_as_int(float f) { return (int)emu::bits(f); }
+
+#endif
