@@ -61,6 +61,13 @@ public:
 			return;
 		}
 		unsigned long g = gen;
+		// Yield a few times before sleeping: most waits are short, and a
+		// sleep and wake-up costs more than the work between barriers.
+		for (int i = 0; i < 8 && gen == g; i++) {
+			l.unlock();
+			std::this_thread::yield();
+			l.lock();
+		}
 		cv.wait(l, [&] { return gen != g; });
 	}
 	void drop() {
