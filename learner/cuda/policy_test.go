@@ -40,6 +40,10 @@ func TestPolicyLossTokens(t *testing.T) {
 	for t := range b.Advantages[1] {
 		b.Advantages[1][t] = -2 // negative: dual-clip applies
 	}
+	for _, t := range []int{5, 6, 7} { // ratios e^1.5 > 3: dual-clipped
+		b.OldLogProbs[1][t] = b.LogProbs[1][t] - 1.5
+		b.Mask[1][t] = 1
+	}
 	cfgs := map[string]rl.PolicyLossConfig{
 		"ppo":      rl.PPOConfig(),
 		"dapo+all": {ClipLow: 0.2, ClipHigh: 0.28, DualClip: 3, TISCap: 2, KLCoef: 0.05, KL: rl.K3, EntropyCoef: 0.01, Aggregation: rl.TokenMean},
