@@ -75,7 +75,7 @@ func EmulatorBinary(cacheDir string) (string, error) {
 		}
 		files[name] = string(b)
 	}
-	args := []string{"-std=c++17", "-O1", "-pthread", `-DKERNELS_INC="kernels.inc"`, "-o", "harness", "harness.cpp"}
+	args := []string{"-std=c++20", "-O1", "-pthread", `-DKERNELS_INC="kernels.inc"`, "-o", "harness", "harness.cpp"}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s %q\n", cxxPath, args)
 	if v, err := exec.Command(cxxPath, "--version").Output(); err == nil {

@@ -146,8 +146,6 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func blocks(n, per int) Dim3 { return D1((n + per - 1) / per) }
-
 // dtypes are the two element types a kernel test runs in.
 var dtypes = []string{"f32", "bf16"}
 

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include <condition_variable>
+#include <atomic>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -32,20 +32,23 @@ struct dim3 {
 #define __shared__ static
 #define __restrict__
 
+#ifndef EMU_SPIN
+#define EMU_SPIN 16
+#endif
+
 namespace emu {
 
 // Barrier is a reusable barrier whose party count can shrink (drop) when
 // a thread leaves, as threads that exit a kernel early leave bar.sync.
 class Barrier {
-	std::mutex mu;
-	std::condition_variable cv;
+	std::mutex mu; // guards expected and arrived
 	int expected = 0, arrived = 0;
-	unsigned long gen = 0;
+	std::atomic<unsigned> gen{0};
 
 	void release() {
 		arrived = 0;
-		gen++;
-		cv.notify_all();
+		gen.fetch_add(1, std::memory_order_release);
+		gen.notify_all();
 	}
 
 public:
@@ -55,20 +58,19 @@ public:
 		arrived = 0;
 	}
 	void sync() {
-		std::unique_lock<std::mutex> l(mu);
-		if (++arrived >= expected) {
-			release();
-			return;
+		// gen cannot move before this thread arrives: it counts in expected.
+		unsigned g = gen.load(std::memory_order_acquire);
+		{
+			std::lock_guard<std::mutex> l(mu);
+			if (++arrived >= expected) {
+				release();
+				return;
+			}
 		}
-		unsigned long g = gen;
-		// Yield a few times before sleeping: most waits are short, and a
+		// Yield for a while before sleeping: most waits are short, and a
 		// sleep and wake-up costs more than the work between barriers.
-		for (int i = 0; i < 8 && gen == g; i++) {
-			l.unlock();
-			std::this_thread::yield();
-			l.lock();
-		}
-		cv.wait(l, [&] { return gen != g; });
+		for (int i = 0; i < EMU_SPIN && gen.load(std::memory_order_acquire) == g; i++) std::this_thread::yield();
+		while (gen.load(std::memory_order_acquire) == g) gen.wait(g, std::memory_order_acquire);
 	}
 	void drop() {
 		std::lock_guard<std::mutex> l(mu);
@@ -77,9 +79,13 @@ public:
 	}
 };
 
+// Warp is a warp's exchange. Slots alternate between two banks, so one
+// barrier per exchange suffices: a lane writes bank k%2 for exchange k only
+// after exchange k-1's barrier, which every lane passes after its reads of
+// exchange k-2.
 struct Warp {
 	Barrier bar;
-	uint64_t slot[32];
+	uint64_t slot[2][32];
 	int lanes;
 };
 
@@ -93,6 +99,7 @@ struct Launch {
 inline Launch *g_launch;
 inline thread_local dim3 t_threadIdx, t_blockIdx;
 inline thread_local int t_tid;
+inline thread_local unsigned t_bank; // exchanges this lane has made, mod 2
 
 inline Warp &warp() { return g_launch->warps[t_tid / 32]; }
 inline int lane() { return t_tid % 32; }
@@ -112,21 +119,20 @@ template <typename T> inline T unbits(uint64_t u) {
 // exchange publishes v for the warp and returns lane src's value.
 template <typename T> inline T exchange(T v, int src) {
 	Warp &w = warp();
-	w.slot[lane()] = bits(v);
+	uint64_t *slot = w.slot[t_bank ^= 1];
+	slot[lane()] = bits(v);
 	w.bar.sync();
-	T r = unbits<T>(w.slot[src & 31]);
-	w.bar.sync();
-	return r;
+	return unbits<T>(slot[src & 31]);
 }
 
 inline unsigned ballot(bool p) {
 	Warp &w = warp();
-	w.slot[lane()] = p;
+	uint64_t *slot = w.slot[t_bank ^= 1];
+	slot[lane()] = p;
 	w.bar.sync();
 	unsigned m = 0;
 	for (int i = 0; i < w.lanes; i++)
-		if (w.slot[i]) m |= 1u << i;
-	w.bar.sync();
+		if (slot[i]) m |= 1u << i;
 	return m;
 }
 
@@ -154,6 +160,7 @@ inline void run(dim3 grid, dim3 block, const std::function<void()> &body) {
 		t_threadIdx = dim3(tid % block.x, tid / block.x % block.y, tid / (block.x * block.y));
 		for (long b = 0; b < blocks; b++) {
 			t_blockIdx = dim3(b % grid.x, b / grid.x % grid.y, b / ((long)grid.x * grid.y));
+			t_bank = 0;
 			body();
 			L.blockBar.drop();
 			warp().bar.drop();
