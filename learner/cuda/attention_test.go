@@ -95,6 +95,14 @@ func TestAttentionDecode(t *testing.T) {
 				want := make(cpu.Tensor, nrows*qd)
 				cpu.New().CachedAttention(want, cpu.Tensor(q), ks, vs, rows, lens, heads, kvHeads, headDim)
 				near(t, "out", output(out), want, tolFor(dt))
+
+				// Five warps a block for 12 (row, head) items: the last
+				// block's spare warps return at once, and the others must
+				// not wait for them.
+				out5 := input(dt, make([]float32, nrows*qd))
+				must(t, l.Launch(kname("attn_decode", dt), blocks(nrows*heads, 5), D1(5*32), out5, qa, input(dt, kpool), input(dt, vpool), offs, rows, lens,
+					int32(len(lens)), int32(heads), int32(kvHeads), int32(headDim)))
+				near(t, "out with spare warps", output(out5), want, tolFor(dt))
 			})
 		}
 	}

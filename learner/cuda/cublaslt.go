@@ -36,11 +36,12 @@ type CublasLt struct {
 }
 
 // OpenCublasLt loads cuBLASLt from the first of candidates that opens
-// (CublasLtCandidates when none are given). The errors wrap ErrNoLibrary,
+// (when none are given: $RLNODE_CUBLASLT alone if set, else
+// CublasLtCandidates, then NVIDIA's Python wheels). The errors wrap ErrNoLibrary,
 // ErrNoSymbol or ErrTooOld.
 func OpenCublasLt(candidates ...string) (*CublasLt, error) {
 	if len(candidates) == 0 {
-		candidates = CublasLtCandidates
+		candidates = searchList(EnvCublasLt, CublasLtCandidates, "libcublasLt.so.1[0-9]*")
 	}
 	lib, err := openLibrary("cuBLASLt", candidates)
 	if err != nil {

@@ -54,12 +54,13 @@ const (
 )
 
 // OpenDriver loads the driver library from the first of candidates that
-// opens (DriverCandidates when none are given), binds every function the
+// opens (when none are given: $RLNODE_CUDA_DRIVER alone if set,
+// else DriverCandidates), binds every function the
 // backend uses and initialises it. The errors wrap ErrNoLibrary,
 // ErrNoSymbol, ErrTooOld or ErrNoDevice.
 func OpenDriver(candidates ...string) (*Driver, error) {
 	if len(candidates) == 0 {
-		candidates = DriverCandidates
+		candidates = searchList(EnvDriver, DriverCandidates)
 	}
 	lib, err := openLibrary("CUDA driver", candidates)
 	if err != nil {

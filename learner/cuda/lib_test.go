@@ -127,3 +127,36 @@ func TestOpenLibraryTriesCandidatesInOrder(t *testing.T) {
 		t.Errorf("loaded %s version %s, want %s 12.4", n.Path(), n.Version(), good)
 	}
 }
+
+func TestSearchFindsWheelsAndHonoursEnv(t *testing.T) {
+	venv := t.TempDir()
+	lib := filepath.Join(venv, "lib", "python3.12", "site-packages", "nvidia", "cu13", "lib")
+	if err := os.MkdirAll(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	built := fakeLib(t, "libnvrtc.so", "FAKE_NVRTC", "NVRTC_MAJOR=13", "NVRTC_MINOR=0")
+	b, err := os.ReadFile(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wheel := filepath.Join(lib, "libnvrtc.so.13")
+	if err := os.WriteFile(wheel, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("VIRTUAL_ENV", venv)
+	t.Setenv(EnvNVRTC, "")
+	list := searchList(EnvNVRTC, []string{"libnvrtc.so.99"}, "libnvrtc.so.1[0-9]*")
+	if len(list) < 2 || list[0] != "libnvrtc.so.99" || list[1] != wheel {
+		t.Fatalf("search list %q: want the soname, then %s", list, wheel)
+	}
+	n, err := OpenNVRTC(list...)
+	if err != nil || n.Path() != wheel || n.Version() != (Version{13, 0}) {
+		t.Fatalf("OpenNVRTC from the wheel: %v, %v", n, err)
+	}
+
+	// An explicit path is the only one tried.
+	t.Setenv(EnvNVRTC, "/nonexistent/libnvrtc.so.13")
+	if _, err := OpenNVRTC(); !errors.Is(err, ErrNoLibrary) || !strings.Contains(err.Error(), "/nonexistent/libnvrtc.so.13") || strings.Contains(err.Error(), wheel) {
+		t.Errorf("with %s set to a missing file: %v", EnvNVRTC, err)
+	}
+}

@@ -33,11 +33,12 @@ type NVRTC struct {
 }
 
 // OpenNVRTC loads NVRTC from the first of candidates that opens
-// (NVRTCCandidates when none are given). The errors wrap ErrNoLibrary,
+// (when none are given: $RLNODE_NVRTC alone if set, else
+// NVRTCCandidates, then NVIDIA's Python wheels). The errors wrap ErrNoLibrary,
 // ErrNoSymbol or ErrTooOld.
 func OpenNVRTC(candidates ...string) (*NVRTC, error) {
 	if len(candidates) == 0 {
-		candidates = NVRTCCandidates
+		candidates = searchList(EnvNVRTC, NVRTCCandidates, "libnvrtc.so.1[0-9]*")
 	}
 	lib, err := openLibrary("NVRTC", candidates)
 	if err != nil {
