@@ -25,6 +25,7 @@ commands:
   verify   score model responses (math, gsm8k, code) from JSONL
   recipe   list, show or validate recipes (built-in names or files)
   sbatch   print a Slurm batch script that runs a recipe on N nodes
+  gpu      report the CUDA libraries and GPUs found, and why the CUDA backend cannot run
 
 Run 'rlnode COMMAND -h' for a command's flags, 'rlnode --version' for the version.
 `

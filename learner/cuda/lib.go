@@ -23,6 +23,9 @@ var (
 	ErrNoDevice = errors.New("no CUDA device")
 )
 
+// notFound ends glibc's dlopen error for a file that is not there.
+const notFound = "cannot open shared object file: No such file or directory"
+
 // library is one dlopen'ed shared object.
 type library struct {
 	path   string
@@ -35,15 +38,22 @@ func openLibrary(what string, candidates []string) (*library, error) {
 	if runtime.GOOS != "linux" {
 		return nil, fmt.Errorf("%s: %w: only Linux is supported, this is %s", what, ErrNoLibrary, runtime.GOOS)
 	}
-	var msgs []string
+	var absent, msgs []string
 	for _, c := range candidates {
 		h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err == nil {
 			return &library{path: c, handle: h}, nil
 		}
-		msgs = append(msgs, err.Error())
+		if strings.HasSuffix(err.Error(), notFound) {
+			absent = append(absent, c)
+		} else {
+			msgs = append(msgs, err.Error())
+		}
 	}
-	return nil, fmt.Errorf("%s: %w (tried %s)", what, ErrNoLibrary, strings.Join(msgs, "; "))
+	if len(absent) > 0 {
+		msgs = append([]string{"no " + strings.Join(absent, ", ")}, msgs...)
+	}
+	return nil, fmt.Errorf("%s: %w (%s)", what, ErrNoLibrary, strings.Join(msgs, "; "))
 }
 
 // bind sets each function pointer in fns to the library's symbol of that

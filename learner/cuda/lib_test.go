@@ -48,7 +48,7 @@ func TestProbe(t *testing.T) {
 			driver: func(t *testing.T) string { return "/nonexistent/libcuda.so.1" },
 			nvrtc:  func(t *testing.T) string { return "/nonexistent/libnvrtc.so" },
 			blas:   func(t *testing.T) string { return "/nonexistent/libcublasLt.so" },
-			want:   []error{ErrNoLibrary, ErrNoLibrary, ErrNoLibrary}, mention: []string{"/nonexistent/libcuda.so.1", "No such file"}},
+			want:   []error{ErrNoLibrary, ErrNoLibrary, ErrNoLibrary}, mention: []string{"CUDA driver: library not found (no /nonexistent/libcuda.so.1)"}},
 		{name: "not a library", driver: garbage, want: []error{ErrNoLibrary}, mention: []string{"invalid ELF header"}},
 		{name: "driver lacks symbols",
 			driver: func(t *testing.T) string {
