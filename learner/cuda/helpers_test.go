@@ -53,9 +53,8 @@ func emulator(t *testing.T) *Emulator {
 		emuBin, emuErr = EmulatorBinary(dir)
 	})
 	if emuErr != nil {
-		if requireGPU {
-			t.Fatalf("RLNODE_REQUIRE_GPU=1: %v", emuErr)
-		}
+		// launchers fails under RLNODE_REQUIRE_GPU=1 when the GPU is
+		// missing too; the emulation alone is optional on a GPU host.
 		t.Logf("no emulation: %v", emuErr)
 		return nil
 	}

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"os"
-	"os/exec"
 	"testing"
 )
 
@@ -17,14 +16,4 @@ func skipOrFail(t *testing.T, why string) {
 		t.Fatalf("RLNODE_REQUIRE_GPU=1: %s", why)
 	}
 	t.Skip(why)
-}
-
-// needTool returns the path of a command, or skips without it.
-func needTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		skipOrFail(t, name+" not installed")
-	}
-	return p
 }
