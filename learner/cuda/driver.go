@@ -46,11 +46,9 @@ type Driver struct {
 const (
 	cudaSuccess               = 0
 	cudaErrorNoDevice         = 100
-	cudaErrorInsufficientDrv  = 35
 	attrMultiprocessorCount   = 16
 	attrComputeCapabilityMajr = 75
 	attrComputeCapabilityMinr = 76
-	funcAttrMaxDynamicSmem    = 8
 )
 
 // OpenDriver loads the driver library from the first of candidates that
