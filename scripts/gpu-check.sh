@@ -47,6 +47,9 @@ run() {
 		else
 			echo "nvidia-smi: not found"
 		fi
+		if command -v python3 >/dev/null 2>&1; then
+			python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "available:", torch.cuda.is_available())' 2>&1 | tail -1 || true
+		fi
 		echo "== rlnode gpu"
 		"$dir/bin/rlnode" gpu || true
 	} >"$log/host.txt" 2>&1
