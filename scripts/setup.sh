@@ -28,8 +28,9 @@ if [ "$(id -u)" = 0 ]; then
 	if ! compgen -G '/usr/lib/*/libnvrtc.so.11.2' >/dev/null; then
 		need+=(libnvrtc11.2)
 		src=/etc/apt/sources.list.d/debian.sources
-		if [ -f "$src" ] && grep -q '^Components: main$' "$src"; then
-			sed -i 's/^Components: main$/Components: main contrib non-free/' "$src"
+		# Add the components to the existing Debian entries where they lack them.
+		if [ -f "$src" ]; then
+			sed -i -E '/^Components:/{/[[:space:]]contrib([[:space:]]|$)/!s/$/ contrib/;/[[:space:]]non-free([[:space:]]|$)/!s/$/ non-free/}' "$src"
 		fi
 	fi
 fi
