@@ -6,20 +6,37 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
-// fakeLib builds testdata/fakecuda.c with defines into a shared library
-// in a fresh directory (dlopen caches by path, so every build gets its own).
+var (
+	fakeMu    sync.Mutex
+	fakeBuilt = map[string]string{}
+)
+
+// fakeLib builds testdata/fakecuda.c with defines into a shared library in
+// its own directory (dlopen caches by path, so each variant needs its own
+// path), once per variant and process.
 func fakeLib(t *testing.T, name string, defines ...string) string {
 	t.Helper()
+	key := name + " " + strings.Join(defines, " ")
+	fakeMu.Lock()
+	defer fakeMu.Unlock()
+	if p, ok := fakeBuilt[key]; ok {
+		return p
+	}
 	cc, err := exec.LookPath("gcc")
 	if err != nil {
 		// Not a GPU matter: skipped even under RLNODE_REQUIRE_GPU=1, as
 		// GPU hosts may lack a C compiler.
 		t.Skip("gcc not installed")
 	}
-	out := filepath.Join(t.TempDir(), name)
+	dir, err := os.MkdirTemp(fakeDir, "lib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, name)
 	args := []string{"-shared", "-fPIC", "-o", out, "testdata/fakecuda.c"}
 	for _, d := range defines {
 		args = append(args, "-D"+d)
@@ -27,6 +44,7 @@ func fakeLib(t *testing.T, name string, defines ...string) string {
 	if b, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc %v: %v\n%s", args, err, b)
 	}
+	fakeBuilt[key] = out
 	return out
 }
 

@@ -15,7 +15,7 @@ import (
 // random weights from seed on backend b.
 func tinyQwen2(t *testing.T, b backend.Backend, seed uint64) *model.Model {
 	t.Helper()
-	cfg := model.Config{Architecture: model.Qwen2, HiddenSize: 32, IntermediateSize: 48, NumLayers: 2, NumHeads: 4,
+	cfg := model.Config{Architecture: model.Qwen2, HiddenSize: 32, IntermediateSize: 48, NumLayers: 1, NumHeads: 4,
 		NumKVHeads: 2, HeadDim: 8, VocabSize: 64, MaxPositions: 128, RMSNormEps: 1e-6,
 		RopeTheta: 1e6, TorchDType: "float32", AttentionBias: true, TieWordEmbeddings: true}
 	m, err := model.New(cfg, b)

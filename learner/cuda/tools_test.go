@@ -17,3 +17,17 @@ func skipOrFail(t *testing.T, why string) {
 	}
 	t.Skip(why)
 }
+
+// fakeDir holds the stand-in libraries built for the process's tests.
+var fakeDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "rlnode-fakecuda-")
+	if err != nil {
+		panic(err)
+	}
+	fakeDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
