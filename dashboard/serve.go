@@ -30,6 +30,8 @@ type Config struct {
 	// RunDirs are the folders searched for runs (each a run folder or
 	// holding run folders up to two levels down).
 	RunDirs []string
+	// TraceDirs are trace stores shown besides each run's traces/ folder.
+	TraceDirs []string
 	// Token is the control endpoint's token. Requests must carry it
 	// (?token= once, then a cookie; or Authorization: Bearer) when the
 	// dashboard listens beyond loopback; Serve refuses such an address
@@ -93,10 +95,11 @@ func Handler(ctx context.Context, cfg Config, namesOK bool) http.Handler {
 }
 
 type handler struct {
-	cfg   Config
-	runs  *Runs
-	watch *clusterWatch
-	mux   *http.ServeMux
+	cfg    Config
+	runs   *Runs
+	traces *TraceStores
+	watch  *clusterWatch
+	mux    *http.ServeMux
 }
 
 func newHandler(ctx context.Context, cfg Config, namesOK bool) http.Handler {
@@ -104,6 +107,7 @@ func newHandler(ctx context.Context, cfg Config, namesOK bool) http.Handler {
 		cfg.PollEvery = time.Second
 	}
 	h := &handler{cfg: cfg, runs: NewRuns(cfg.RunDirs), mux: http.NewServeMux()}
+	h.traces = NewTraceStores(cfg.TraceDirs, h.runs)
 	if cfg.Cluster != nil {
 		h.watch = &clusterWatch{src: cfg.Cluster, period: cfg.PollEvery}
 		go h.watch.run(ctx)
@@ -118,7 +122,7 @@ func newHandler(ctx context.Context, cfg Config, namesOK bool) http.Handler {
 	h.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/cluster", http.StatusFound)
 	})
-	for _, p := range []string{"/cluster", "/runs", "/traces"} {
+	for _, p := range []string{"/cluster", "/runs", "/traces", "/episodes"} {
 		h.mux.HandleFunc("GET "+p, page)
 	}
 	h.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
@@ -126,9 +130,12 @@ func newHandler(ctx context.Context, cfg Config, namesOK bool) http.Handler {
 	h.mux.HandleFunc("GET /api/runs", h.runList)
 	h.mux.HandleFunc("GET /api/series", h.series)
 	h.mux.HandleFunc("GET /api/diff", h.diff)
-	h.mux.HandleFunc("GET /api/traces", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this build has no trace store; /traces shows traces once it does"})
+	h.mux.HandleFunc("GET /api/stores", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"stores": h.traces.List()})
 	})
+	h.mux.HandleFunc("GET /api/traces", h.traceSearch)
+	h.mux.HandleFunc("GET /api/trace", h.traceOne)
+	h.mux.HandleFunc("GET /api/episodes", h.episodes)
 	return guard(cfg.Token, namesOK, h.mux)
 }
 

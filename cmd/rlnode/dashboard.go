@@ -17,13 +17,15 @@ import (
 
 func init() { commands["dashboard"] = dashboardCommand }
 
-const dashboardUsage = `usage: rlnode dashboard [--bind HOST:PORT] [--runs DIR]... [--address HOST:PORT]
+const dashboardUsage = `usage: rlnode dashboard [--bind HOST:PORT] [--runs DIR]... [--traces DIR]... [--address HOST:PORT]
 
 Serves pages for a browser until interrupted: the cluster (nodes, actors,
 placement groups) as a node running on this host sees it, and the runs in
 the --runs folders (each a run folder, or holding run folders up to two
 levels down): status, step and ETA, charts of metrics.jsonl with runs
-overlaid, the recipe differences between runs. Read-only. Bound beyond
+overlaid, the recipe differences between runs; the traces of the --traces
+stores and of each run's traces/ folder (search, span trees, stats), and
+each run's recorded episodes. Read-only. Bound beyond
 loopback, it asks for the control token of a node on this host.
 
 `
@@ -35,6 +37,8 @@ func dashboardCommand(args []string, stdout, stderr io.Writer) int {
 	address := fs.String("address", "", "gossip address (or node id) of the node on this host to ask for the cluster's status (default: any that answers)")
 	var runs repeated
 	fs.Var(&runs, "runs", "folder of runs, or one run folder (repeatable; default: the current folder)")
+	var stores repeated
+	fs.Var(&stores, "traces", "trace store folder to show besides each run's traces/ (repeatable)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, dashboardUsage)
 		fs.PrintDefaults()
@@ -51,7 +55,13 @@ func dashboardCommand(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	cfg := dashboard.Config{Cluster: dashboard.HostNodes{Address: *address}, RunDirs: runs}
+	for _, d := range stores {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			fmt.Fprintf(stderr, "rlnode dashboard: --traces %s: not a folder\n", d)
+			return 2
+		}
+	}
+	cfg := dashboard.Config{Cluster: dashboard.HostNodes{Address: *address}, RunDirs: runs, TraceDirs: stores}
 	if !loopbackBind(*bind) {
 		// The token of a node on this host guards a dashboard others can reach.
 		if ri, err := cluster.FindRunning(*address); err == nil {

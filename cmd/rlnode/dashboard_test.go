@@ -21,6 +21,7 @@ func TestDashboardRefusals(t *testing.T) {
 	}{
 		{[]string{"dashboard", "--runs", filepath.Join(home, "none")}, 2, "none: not a folder"},
 		{[]string{"dashboard", "--runs", file}, 2, "f: not a folder"},
+		{[]string{"dashboard", "--runs", home, "--traces", filepath.Join(home, "nostore")}, 2, "--traces " + filepath.Join(home, "nostore") + ": not a folder"},
 		{[]string{"dashboard", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"dashboard", "--bind", "0.0.0.0:0", "--runs", home}, 1, "beyond loopback and no control token"},
 		{[]string{"dashboard", "--bind", "127.0.0.1:99999", "--runs", home}, 1, "listen on 127.0.0.1:99999"},

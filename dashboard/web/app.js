@@ -1,4 +1,4 @@
-// rlnode dashboard: draws /cluster, /runs and /traces from the JSON under
+// rlnode dashboard: draws /cluster, /runs, /traces and /episodes from the JSON under
 // /api/. No libraries; the charts are SVG. Every value from the server is
 // set as text, never as markup.
 "use strict";
@@ -426,9 +426,236 @@ function runsPage() {
 
 // ---- Traces ----
 
+const traceFields = ["store", "since", "until", "agent", "model", "run", "tool", "trace", "reward", "min_reward", "max_reward"];
+
+// toInput turns an RFC 3339 time into a datetime-local value (local time).
+function toInput(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return "";
+  const p = n => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
+}
+function fmtMS(v) {
+  if (v === null || v === undefined) return "–";
+  if (v < 1) return v === 0 ? "0" : v.toFixed(2) + " ms";
+  if (v < 1000) return Math.round(v) + " ms";
+  return fmtNum(v / 1000) + " s";
+}
+function rewardText(rw) {
+  if (!rw) return "";
+  if (Array.isArray(rw)) return rw.map(r => `${r.name} ${fmtNum(r.value)}`).join(", ");
+  return Object.keys(rw).sort().map(k => `${k} ${fmtNum(rw[k])}`).join(", ");
+}
+function pager(total, offset, limit, go) {
+  const box = el("div", {class: "controls pager"});
+  const prev = el("button", {type: "button", disabled: offset <= 0}, "newer");
+  const next = el("button", {type: "button", disabled: offset + limit >= total}, "older");
+  prev.addEventListener("click", () => go(Math.max(0, offset - limit)));
+  next.addEventListener("click", () => go(offset + limit));
+  box.append(prev, el("span", {class: "muted"}, total === 0 ? "none" : `${offset + 1}–${Math.min(total, offset + limit)} of ${total}`), next);
+  return box;
+}
+
 function tracesPage() {
-  main.replaceChildren(el("h2", {}, "Traces"), el("div", {class: "note"},
-    "This build has no trace store, so there are no traces to show yet. Once runs record traces, this page searches and filters them, draws a trace as a span tree with timings and rewards, and sums them per agent, tool and model (its data will come from /api/traces)."));
+  const q = new URLSearchParams(location.search);
+  const form = el("form", {id: "trace-filter", class: "controls"});
+  const inputs = {};
+  const field = (name, label, attrs) => {
+    const i = el("input", Object.assign({name, id: "f-" + name}, attrs || {}));
+    inputs[name] = i;
+    form.append(el("label", {}, label + " ", i));
+  };
+  const storeSel = el("select", {name: "store", id: "f-store"}, el("option", {value: ""}, "every store"));
+  inputs.store = storeSel;
+  form.append(el("label", {}, "store ", storeSel));
+  field("since", "from", {type: "datetime-local"});
+  field("until", "to", {type: "datetime-local"});
+  for (const [n, l] of [["agent", "agent"], ["model", "model"], ["run", "run"], ["tool", "tool"], ["trace", "trace id"]]) field(n, l, {type: "search", size: 12});
+  field("reward", "reward", {type: "search", size: 8, placeholder: "all"});
+  field("min_reward", "≥", {type: "number", step: "any", size: 6});
+  field("max_reward", "≤", {type: "number", step: "any", size: 6});
+  form.append(el("button", {type: "submit"}, "search"));
+  for (const n of traceFields) {
+    const v = q.get(n) || "";
+    if (n === "since" || n === "until") inputs[n].value = toInput(v); else if (n !== "store") inputs[n].value = v;
+  }
+  main.replaceChildren(el("h2", {}, "Traces"), form, el("div", {id: "trace-results"}), el("section", {id: "trace-tree"}), el("div", {id: "trace-stats"}));
+  let offset = Number(q.get("offset") || 0), opened = q.get("open") ? [q.get("in") || "", q.get("open")] : null;
+
+  const params = () => {
+    const p = new URLSearchParams();
+    for (const n of traceFields) {
+      let v = inputs[n].value.trim();
+      if (!v) continue;
+      if (n === "since" || n === "until") { const d = new Date(v); if (Number.isNaN(d.getTime())) continue; v = d.toISOString(); }
+      p.set(n, v);
+    }
+    return p;
+  };
+  const saveTraceURL = () => {
+    const p = params();
+    if (offset > 0) p.set("offset", String(offset));
+    if (opened) { p.set("in", opened[0]); p.set("open", opened[1]); }
+    history.replaceState(null, "", "/traces" + (p.toString() ? "?" + p : ""));
+  };
+  const search = async () => {
+    const p = params();
+    p.set("offset", String(offset));
+    p.set("limit", "50");
+    const box = document.getElementById("trace-results");
+    let res;
+    try { res = await getJSON("/api/traces?" + p); } catch (e) { box.replaceChildren(banner(String(e.message || e))); return; }
+    const want = q.get("store") || storeSel.value;
+    storeSel.replaceChildren(el("option", {value: ""}, "every store"), ...res.stores.map(s => el("option", {value: s.id}, s.run ? `${s.name} (${s.id})` : s.id)));
+    storeSel.value = want;
+    q.delete("store");
+    const out = [];
+    for (const e of res.errors || []) out.push(banner(e));
+    if (res.stores.length === 0) out.push(el("div", {class: "note"}, "No trace store: runs record their episodes in DIR/traces (found under the --runs folders), and rlnode dashboard --traces DIR shows another store."));
+    if ((res.skipped || []).length) out.push(el("p", {class: "problems"}, "Not read: " + res.skipped.join(" · ")));
+    out.push(el("p", {class: "muted"}, `${res.total} trace${res.total === 1 ? "" : "s"} in ${res.searched.length} store${res.searched.length === 1 ? "" : "s"}, newest first. Click one to open it.`));
+    const t = el("table", {id: "traces"}, el("tr", {}, ...["start", "trace", "root span", "spans", "duration", "agents", "models", "tools", "rewards", "errors"].map(h => el("th", {}, h))));
+    for (const r of res.traces) {
+      const row = el("tr", {"data-trace": r.id, "data-store": r.store, class: "clickable" + (r.errors ? " failed" : "")},
+        el("td", {}, new Date(r.start).toLocaleString()), el("td", {class: "mono"}, r.id.slice(0, 12)), el("td", {}, r.name), el("td", {}, r.spans),
+        el("td", {}, fmtMS(r.duration_ms)), el("td", {}, (r.agents || []).join(", ")), el("td", {}, (r.models || []).join(", ")),
+        el("td", {}, (r.tools || []).join(", ")), el("td", {}, rewardText(r.rewards)), el("td", {}, r.errors || ""));
+      row.addEventListener("click", () => { opened = [r.store, r.id]; saveTraceURL(); openTrace(); });
+      t.append(row);
+    }
+    out.push(t, pager(res.total, res.offset, 50, o => { offset = o; saveTraceURL(); search(); }));
+    box.replaceChildren(...out);
+    drawStats(res.stats || {});
+    stamp();
+  };
+  const drawStats = stats => {
+    const out = [el("h2", {}, "Stats of the matching traces")];
+    for (const [by, label] of [["agent", "per agent (or source)"], ["tool", "per tool"], ["model", "per model"]]) {
+      const rows = stats[by] || [];
+      out.push(el("h3", {}, label));
+      if (rows.length === 0) { out.push(el("p", {class: "muted"}, "None.")); continue; }
+      const t = el("table", {id: "stats-" + by}, el("tr", {}, ...[by, "spans", "errors", "input tokens", "output tokens", "p50", "p90", "p99", "rewards", "mean reward"].map(h => el("th", {}, h))));
+      for (const s of rows) t.append(el("tr", {"data-key": s.key}, el("td", {}, s.key), el("td", {}, s.calls), el("td", {}, s.errors), el("td", {}, s.input_tokens),
+        el("td", {}, s.output_tokens), el("td", {}, fmtMS(s.p50_ms)), el("td", {}, fmtMS(s.p90_ms)), el("td", {}, fmtMS(s.p99_ms)), el("td", {}, s.rewards), el("td", {}, s.rewards ? fmtNum(s.reward_mean) : "–")));
+      out.push(t);
+    }
+    document.getElementById("trace-stats").replaceChildren(...out);
+  };
+  const openTrace = async () => {
+    const box = document.getElementById("trace-tree");
+    if (!opened) { box.replaceChildren(); return; }
+    let v;
+    try { v = await getJSON(`/api/trace?store=${encodeURIComponent(opened[0])}&id=${encodeURIComponent(opened[1])}`); } catch (e) { box.replaceChildren(banner(String(e.message || e))); return; }
+    if (v.error) { box.replaceChildren(banner(v.error)); return; }
+    box.replaceChildren(el("h2", {}, "Trace " + v.id), el("p", {class: "muted"}, `started ${new Date(v.start).toLocaleString()} · ${v.spans.length} spans` + (v.truncated ? ` (${v.truncated} more not shown)` : "") + ` · ${v.store}`), spanTree(v.spans));
+    box.scrollIntoView();
+  };
+  form.addEventListener("submit", ev => { ev.preventDefault(); offset = 0; saveTraceURL(); search(); });
+  search();
+  openTrace();
+}
+
+// spanTree draws spans as a tree (children under their parent, in start
+// order) with a bar for each span's time within the trace.
+function spanTree(spans) {
+  const ids = new Set(spans.map(s => s.id)), kids = new Map();
+  for (const s of spans) {
+    const p = s.parent && ids.has(s.parent) ? s.parent : "";
+    if (!kids.has(p)) kids.set(p, []);
+    kids.get(p).push(s);
+  }
+  const end = Math.max(1e-9, ...spans.map(s => s.start_ms + s.duration_ms));
+  const t = el("table", {id: "spans", class: "tree"}, el("tr", {}, ...["span", "timeline", "duration", "status", "model / tool", "tokens in/out", "rewards"].map(h => el("th", {}, h))));
+  const seen = new Set();
+  const walk = (s, depth) => {
+    if (seen.has(s.id)) return;
+    seen.add(s.id);
+    const bar = el("span", {class: "wf"}, el("i", {style: `left:${(100 * s.start_ms / end).toFixed(2)}%;width:${Math.max(0.5, 100 * s.duration_ms / end).toFixed(2)}%`}));
+    const what = [s.model, s.tool].filter(Boolean).join(" · ");
+    const tok = s.input_tokens !== undefined || s.output_tokens !== undefined ? `${s.input_tokens ?? "–"} / ${s.output_tokens ?? "–"}` : "";
+    const row = el("tr", {"data-span": s.id, "data-depth": depth, "data-parent": s.parent || "", class: "clickable" + (s.status === "error" ? " failed" : "")},
+      el("td", {style: `padding-left:${8 + 18 * depth}px`}, (kids.has(s.id) ? "▾ " : "· ") + s.name), el("td", {}, bar), el("td", {}, fmtMS(s.duration_ms)),
+      el("td", {}, s.status), el("td", {}, what), el("td", {}, tok), el("td", {class: "wrap"}, rewardText(s.rewards)));
+    const detail = el("tr", {class: "detail", hidden: true}, el("td", {colspan: 7}, spanDetail(s)));
+    row.addEventListener("click", () => { detail.hidden = !detail.hidden; });
+    t.append(row, detail);
+    for (const k of kids.get(s.id) || []) walk(k, depth + 1);
+  };
+  for (const r of kids.get("") || []) walk(r, 0);
+  return t;
+}
+
+function spanDetail(s) {
+  const dl = el("dl", {class: "kv"});
+  const add = (k, v) => { if (v !== undefined && v !== null && v !== "" && !(Array.isArray(v) && v.length === 0)) dl.append(el("dt", {}, k), el("dd", {}, String(v))); };
+  add("operation", s.operation); add("agent", s.agent); add("provider", s.provider); add("run", s.run); add("step", s.step); add("episode", s.episode);
+  add("turn", s.turn); add("policy", s.policy); add("weight version", s.weight_version); add("conversation", s.conversation);
+  add("started", `+${fmtMS(s.start_ms)}`); add("finish", (s.finish_reasons || []).join(", ")); add("error", [s.error_type, s.status_message].filter(Boolean).join(": "));
+  add("prompt token ids", s.prompt_token_ids || "");
+  for (const r of s.rewards || []) add("reward " + r.name, fmtNum(r.value) + (r.reason ? " — " + r.reason : ""));
+  add("input", s.input); add("output", s.output); add("tool arguments", s.tool_arguments); add("tool result", s.tool_result); add("attributes", s.attributes);
+  return dl;
+}
+
+// ---- Episodes ----
+
+function episodesPage() {
+  const q = new URLSearchParams(location.search);
+  const st = {run: q.get("run") || "", step: q.get("step") || "", offset: Number(q.get("offset") || 0)};
+  const runSel = el("select", {id: "ep-run"}), stepSel = el("select", {id: "ep-step"});
+  main.replaceChildren(el("h2", {}, "Episodes"), el("div", {class: "controls"}, el("label", {}, "run ", runSel), el("label", {}, "step ", stepSel)), el("div", {id: "episodes"}));
+  const save = () => {
+    const p = new URLSearchParams();
+    if (st.run) p.set("run", st.run);
+    if (st.step) p.set("step", st.step);
+    if (st.offset) p.set("offset", String(st.offset));
+    history.replaceState(null, "", "/episodes" + (p.toString() ? "?" + p : ""));
+  };
+  runSel.addEventListener("change", () => { st.run = runSel.value; st.step = ""; st.offset = 0; save(); load(); });
+  stepSel.addEventListener("change", () => { st.step = stepSel.value; st.offset = 0; save(); load(); });
+  const load = async () => {
+    const box = document.getElementById("episodes");
+    let stores;
+    try { stores = (await getJSON("/api/stores")).stores.filter(s => s.run); } catch (e) { box.replaceChildren(banner(String(e.message || e))); return; }
+    runSel.replaceChildren(...stores.map(s => el("option", {value: s.run}, `${s.name} (${s.run})`)));
+    if (!st.run && stores.length) st.run = stores[0].run;
+    if (st.run && !stores.some(s => s.run === st.run)) runSel.prepend(el("option", {value: st.run}, st.run));
+    runSel.value = st.run;
+    if (!st.run) { box.replaceChildren(el("div", {class: "note"}, "No run with recorded episodes under the --runs folders: rlnode run records them in DIR/traces unless started with --traces off.")); stepSel.replaceChildren(); return; }
+    const p = new URLSearchParams({run: st.run, offset: String(st.offset), limit: "20"});
+    if (st.step) p.set("step", st.step);
+    let page;
+    try { page = await getJSON("/api/episodes?" + p); } catch (e) { box.replaceChildren(banner(String(e.message || e))); return; }
+    stepSel.replaceChildren(el("option", {value: ""}, "every step"), ...page.steps.map(s => el("option", {value: String(s)}, String(s))));
+    stepSel.value = st.step;
+    const out = [];
+    if (page.error) out.push(banner(page.error));
+    if ((page.skipped || []).length) out.push(el("p", {class: "problems"}, "Not read: " + page.skipped.join(" · ")));
+    out.push(el("p", {class: "muted"}, `${page.total} episode${page.total === 1 ? "" : "s"}` + (st.step ? ` at step ${st.step}` : ` over ${page.steps.length} steps`) + ` recorded in ${page.store}.`));
+    for (const e of page.episodes) out.push(episodeCard(page.store, e));
+    out.push(pager(page.total, page.offset, 20, o => { st.offset = o; save(); load(); }));
+    box.replaceChildren(...out);
+    stamp();
+  };
+  load();
+}
+
+function episodeCard(store, e) {
+  const open = el("a", {href: `/traces?store=${encodeURIComponent(store)}&in=${encodeURIComponent(store)}&open=${e.trace}`, class: "open-trace"}, "open as a trace");
+  const head = el("div", {class: "ep-head"}, el("b", {}, `step ${e.step} · group ${e.group}`), " ", el("span", {class: "muted mono"}, e.id), " ",
+    el("span", {class: "verdict " + e.verdict}, e.verdict), " ", e.final !== undefined ? `verifier score ${fmtNum(e.final)}` : "", " · ", open);
+  const card = el("div", {class: "episode", "data-episode": e.id, "data-trace": e.trace, "data-verdict": e.verdict}, head);
+  for (const t of e.turns) {
+    const prompt = t.prompt ? el("pre", {}, t.prompt)
+      : el("div", {class: "muted"}, `${t.prompt_tokens} prompt tokens (the run records token ids, not text): ` + (t.prompt_ids || []).join(" ") + (t.prompt_tokens > (t.prompt_ids || []).length ? " …" : ""));
+    card.append(el("div", {class: "turn", "data-turn": t.turn},
+      el("div", {class: "muted"}, `turn ${t.turn}` + (t.weight_version !== undefined ? ` · weights v${t.weight_version}` : "") + ` · ${t.output_tokens} tokens out` + (t.finish_reason ? ` · ${t.finish_reason}` : "") + (t.status === "error" ? " · error" : "")),
+      el("div", {class: "label"}, "prompt"), prompt,
+      el("div", {class: "label"}, "response"), el("pre", {}, t.response || "(empty)"),
+      el("div", {}, el("span", {class: "label"}, "reward "), t.reward !== undefined ? fmtNum(t.reward) : "–", t.feedback ? el("span", {class: "feedback"}, " — " + t.feedback) : null)));
+  }
+  return card;
 }
 
 // ---- Router ----
@@ -436,4 +663,4 @@ function tracesPage() {
 const page = location.pathname.replace(/\/+$/, "").split("/")[1] || "cluster";
 for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.page === page);
 clearTimeout(timer);
-({cluster: clusterPage, runs: runsPage, traces: tracesPage}[page] || clusterPage)();
+({cluster: clusterPage, runs: runsPage, traces: tracesPage, episodes: episodesPage}[page] || clusterPage)();
