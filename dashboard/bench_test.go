@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/rlnode/rlnode/rollout/data"
+	"github.com/rlnode/rlnode/traces"
 )
 
 // writeLongRun writes a run of rows steps whose rows carry the fields a
@@ -130,4 +132,82 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// writeEpisodeStore records steps × 100 one-turn episodes of a run as
+// `rlnode run` does, in the run folder's traces/.
+func writeEpisodeStore(tb testing.TB, run string, steps int) {
+	tb.Helper()
+	w, err := traces.OpenWriter(filepath.Join(run, RunTracesFolder), traces.WriterOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	t0 := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	prompt := make([]int32, 64)
+	for step := 1; step <= steps; step++ {
+		turns := make([]data.Turn, 100)
+		for i := range turns {
+			turns[i] = data.Turn{EpisodeID: fmt.Sprintf("s%d-e%d", step, i), GroupID: int64(i / 4), PolicyID: "policy", WeightVersion: int64(step),
+				PromptIDs: prompt, ResponseIDs: prompt[:32], LogProbs: make([]float32, 32), ResponseText: "the answer is 42", FinishReason: "stop",
+				Reward: float64(i % 2), FinalReward: float64(i % 2)}
+		}
+		if err := w.Add(traces.SpansFromTurns("long", step, turns, 1, t0.Add(time.Duration(step)*time.Second))...); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// BenchmarkTraces10k: a run's store of 10,000 episodes (20,000 spans):
+// /api/traces (a page of 50, stats over all), /api/episodes (a page of 20
+// of one step) and /api/trace. Cold reads the store; warm finds it read.
+func BenchmarkTraces10k(b *testing.B) {
+	run := filepath.Join(b.TempDir(), "long")
+	writeLongRun(b, run, 100)
+	writeEpisodeStore(b, run, 100)
+	store := filepath.Join(run, RunTracesFolder)
+	cfg := Config{RunDirs: []string{filepath.Dir(run)}}
+	serve := func(h http.Handler, path, want string) int {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.Host = "127.0.0.1"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 || !strings.Contains(w.Body.String(), want) {
+			b.Fatalf("%s: HTTP %d: %.300s", path, w.Code, w.Body.String())
+		}
+		return w.Body.Len()
+	}
+	search := "/api/traces?store=" + url.QueryEscape(store)
+	b.Run("search-cold", func(b *testing.B) {
+		cpu := cpuTime()
+		for b.Loop() {
+			serve(Handler(b.Context(), cfg, false), search, `"total":10000`)
+		}
+		b.ReportMetric((cpuTime()-cpu).Seconds()*1000/float64(b.N), "cpu-ms/op")
+	})
+	h := Handler(b.Context(), cfg, false)
+	serve(h, search, `"total":10000`)
+	b.Run("search-warm", func(b *testing.B) {
+		cpu := cpuTime()
+		for b.Loop() {
+			serve(h, search, `"total":10000`)
+		}
+		b.ReportMetric((cpuTime()-cpu).Seconds()*1000/float64(b.N), "cpu-ms/op")
+	})
+	b.Run("search-filtered-warm", func(b *testing.B) {
+		cpu := cpuTime()
+		for b.Loop() {
+			serve(h, search+"&reward=final&min_reward=1", `"total":5000`)
+		}
+		b.ReportMetric((cpuTime()-cpu).Seconds()*1000/float64(b.N), "cpu-ms/op")
+	})
+	b.Run("episodes-warm", func(b *testing.B) {
+		cpu := cpuTime()
+		for b.Loop() {
+			serve(h, "/api/episodes?step=50&run="+url.QueryEscape(run), `"total":100`)
+		}
+		b.ReportMetric((cpuTime()-cpu).Seconds()*1000/float64(b.N), "cpu-ms/op")
+	})
 }

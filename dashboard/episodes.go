@@ -91,7 +91,7 @@ func EpisodeOf(t *traces.Trace) (Episode, bool) {
 		}
 		e.Policy = cmp(e.Policy, s.Policy)
 		turn := EpisodeTurn{Turn: s.Turn, WeightVersion: set(s.WeightVersion), Prompt: messagesText(s.InputMessages),
-			PromptTokens: len(s.PromptTokenIDs), Response: messagesText(s.OutputMessages), OutputTokens: max(s.OutputTokens, int64(len(s.OutputTokenIDs))),
+			PromptTokens: len(s.PromptTokenIDs), Response: renderMessages(s.OutputMessages, false), OutputTokens: max(s.OutputTokens, int64(len(s.OutputTokenIDs))),
 			Status: s.Status.String()}
 		turn.PromptIDs = slices.Clone(s.PromptTokenIDs[:min(len(s.PromptTokenIDs), maxPromptIDsShown)])
 		if len(s.FinishReasons) > 0 {

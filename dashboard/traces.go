@@ -357,7 +357,10 @@ func clip(s string, n int) string {
 
 // messagesText renders GenAI messages JSON ([{"role", "parts": [{"type",
 // "content"}]}]) as "role: text" lines; anything else is shown as is.
-func messagesText(raw string) string {
+func messagesText(raw string) string { return renderMessages(raw, true) }
+
+// renderMessages is messagesText, the roles left out unless roles.
+func renderMessages(raw string, roles bool) string {
 	if raw == "" {
 		return ""
 	}
@@ -387,7 +390,10 @@ func messagesText(raw string) string {
 				}
 				text = "[" + tag + "] " + text
 			}
-			fmt.Fprintf(&b, "%s: %s\n", cmp(m.Role, "?"), text)
+			if roles {
+				fmt.Fprintf(&b, "%s: ", cmp(m.Role, "?"))
+			}
+			b.WriteString(text + "\n")
 		}
 	}
 	return clip(strings.TrimSuffix(b.String(), "\n"), maxTextBytes)

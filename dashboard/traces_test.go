@@ -242,7 +242,7 @@ func TestEpisodesAPI(t *testing.T) {
 		t.Fatalf("episode %+v", e)
 	}
 	first, second := e.Turns[0], e.Turns[1]
-	if first.PromptTokens != 3 || len(first.PromptIDs) != 3 || first.Response != "assistant: first try" || *first.Reward != 0 || first.Feedback != "no answer found" {
+	if first.PromptTokens != 3 || len(first.PromptIDs) != 3 || first.Response != "first try" || *first.Reward != 0 || first.Feedback != "no answer found" {
 		t.Errorf("turn 0 %+v", first)
 	}
 	if second.Turn != 1 || *second.Reward != 1 || second.PromptTokens != 4 || *second.WeightVersion != 1 {

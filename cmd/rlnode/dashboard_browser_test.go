@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/rlnode/rlnode/dashboard"
+	"github.com/rlnode/rlnode/traces"
 )
 
 // chromium finds a Chromium to drive, or skips the test.
@@ -274,6 +276,66 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitInPage(t, ctx, "the deleted run", `document.getElementById("main").innerText.includes("is no longer there")`, 30*time.Second)
+
+	// The Episodes page shows the run's recorded episodes, turn by turn;
+	// one opens on the Traces page as a span tree.
+	store := filepath.Join(runDir, "traces")
+	recorded, _, err := traces.Load(store, traces.Any())
+	if err != nil || len(recorded) == 0 {
+		t.Fatalf("the run recorded no episodes in %s (%d traces, %v)", store, len(recorded), err)
+	}
+	perStep := map[int64]int{}
+	for i := range recorded {
+		perStep[recorded[i].Root().Step]++
+	}
+	step := recorded[0].Root().Step // the first RL step (after the SFT steps)
+	for i := range recorded {
+		step = min(step, recorded[i].Root().Step)
+	}
+	shown := min(perStep[step], 20) // the page shows 20 episodes at a time
+	epURL := fmt.Sprintf("%sepisodes?run=%s&step=%d", standalone, url.QueryEscape(runDir), step)
+	if err := chromedp.Do(ctx, chromedp.Navigate(epURL)); err != nil {
+		t.Fatal(err)
+	}
+	waitInPage(t, ctx, "the first step's episodes", fmt.Sprintf(`document.querySelectorAll(".episode").length === %d && document.getElementById("ep-step").options.length === %d`, shown, len(perStep)+1), time.Minute)
+	firstCard := `document.querySelector(".episode")`
+	trace, err := chromedp.Run(ctx, chromedp.Evaluate[string](firstCard+`.dataset.trace`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opened *traces.Trace
+	for i := range recorded {
+		if recorded[i].ID.String() == trace {
+			opened = &recorded[i]
+		}
+	}
+	if opened == nil || opened.Root().Step != step {
+		t.Fatalf("the first episode card names trace %q, not one of step %d in %s", trace, step, store)
+	}
+	turns, err := chromedp.Run(ctx, chromedp.Evaluate[int](firstCard+`.querySelectorAll(".turn").length`))
+	if err != nil || turns != len(opened.Spans)-1 {
+		t.Fatalf("the episode shows %d turns (%v), want %d (its trace's spans less the root)", turns, err, len(opened.Spans)-1)
+	}
+	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](firstCard+`.innerText`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	final, _ := opened.Reward("final")
+	for _, want := range []string{"prompt tokens", "RESPONSE", "verifier score", dashboard.Verdict(final, true)} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("the episode card lacks %q:\n%s", want, text)
+		}
+	}
+	screenshot(t, ctx, filepath.Join(art, "dashboard-episodes.png"))
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](firstCard+`.querySelector("a.open-trace").click(); true`)); err != nil {
+		t.Fatal(err)
+	}
+	root := opened.Root().SpanID.String()
+	waitInPage(t, ctx, "the episode as a span tree", fmt.Sprintf(`document.querySelectorAll("#spans tr[data-span]").length === %d &&
+		document.querySelectorAll('#spans tr[data-depth="1"][data-parent=%q]').length === %d &&
+		!!document.querySelector('#spans tr[data-depth="0"][data-span=%q]')`, len(opened.Spans), root, len(opened.Spans)-1, root), time.Minute)
+	waitInPage(t, ctx, "the store's traces listed", fmt.Sprintf(`document.getElementById("trace-results").innerText.includes("%d traces in 1 store")`, len(recorded)), 30*time.Second)
+	screenshot(t, ctx, filepath.Join(art, "dashboard-traces.png"))
 
 	// The standalone dashboard's cluster page asks a node on this host.
 	if err := chromedp.Do(ctx, chromedp.Navigate(standalone+"cluster")); err != nil {

@@ -480,7 +480,7 @@ function tracesPage() {
     const v = q.get(n) || "";
     if (n === "since" || n === "until") inputs[n].value = toInput(v); else if (n !== "store") inputs[n].value = v;
   }
-  main.replaceChildren(el("h2", {}, "Traces"), form, el("div", {id: "trace-results"}), el("section", {id: "trace-tree"}), el("div", {id: "trace-stats"}));
+  main.replaceChildren(el("h2", {}, "Traces"), form, el("section", {id: "trace-tree"}), el("div", {id: "trace-results"}), el("div", {id: "trace-stats"}));
   let offset = Number(q.get("offset") || 0), opened = q.get("open") ? [q.get("in") || "", q.get("open")] : null;
 
   const params = () => {
