@@ -321,14 +321,14 @@ func spanView(t0 time.Time, s *traces.Span) SpanView {
 		Model: cmp(s.RequestModel, s.ResponseModel), Provider: s.Provider, Tool: s.ToolName,
 		InputTokens: set(s.InputTokens), OutputTokens: set(s.OutputTokens), Run: s.RunID,
 		Step: set(s.Step), Episode: set(s.Episode), Turn: set(s.Turn), WeightVersion: set(s.WeightVersion),
-		Policy: s.Policy, Conversation: s.ConversationID, Rewards: s.Rewards, FinishReasons: s.FinishReasons,
+		Policy: s.Policy, Conversation: s.ConversationID, Rewards: slices.Clone(s.Rewards), FinishReasons: s.FinishReasons,
 		Input: messagesText(s.InputMessages), Output: messagesText(s.OutputMessages),
 		ToolArguments: clip(s.ToolArguments, maxTextBytes), ToolResult: clip(s.ToolResult, maxTextBytes),
 		PromptTokenIDs: len(s.PromptTokenIDs), Attributes: clip(s.Attributes, maxTextBytes)}
 	if s.ParentID.IsValid() {
 		v.Parent = s.ParentID.String()
 	}
-	for i := range v.Rewards {
+	for i := range v.Rewards { // a copy: the store's traces are shared between requests
 		v.Rewards[i].Reason = clip(v.Rewards[i].Reason, maxTextBytes)
 	}
 	return v

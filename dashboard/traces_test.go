@@ -2,10 +2,12 @@ package dashboard
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,6 +166,30 @@ func TestTracesAPI(t *testing.T) {
 	}
 	if tl := tv.Spans[2]; tl.Status != "error" || tl.StatusMessage != "tool timed out" || tl.ToolArguments != `{"q":"2+2"}` {
 		t.Errorf("tool span %+v", tl)
+	}
+
+	// Requests side by side share the store read once (run with -race).
+	var wg sync.WaitGroup
+	codes := make([]int, 8)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			u := api + "trace?store=" + url.QueryEscape(store) + "&id=" + solver.Traces[0].ID
+			if i%2 == 1 {
+				u = api + "traces?agent=solver"
+			}
+			if resp, err := http.Get(u); err == nil {
+				codes[i] = resp.StatusCode
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != 200 {
+			t.Errorf("request %d side by side: HTTP %d", i, c)
+		}
 	}
 
 	// Bad input: answered with what is wrong, never read outside the stores.
