@@ -123,11 +123,11 @@ func (d *dashboardFlag) Set(v string) error {
 
 // serveNodeDashboard serves the dashboard of a node in this process,
 // guarded beyond loopback by the node's control token.
-func serveNodeDashboard(node *cluster.Node, addr string, runs []string) (*dashboard.Server, error) {
+func serveNodeDashboard(node *cluster.Node, addr string, runs, stores []string) (*dashboard.Server, error) {
 	if len(runs) == 0 {
 		runs = []string{"."}
 	}
-	cfg := dashboard.Config{Cluster: dashboard.LocalNode{Node: node}, RunDirs: runs}
+	cfg := dashboard.Config{Cluster: dashboard.LocalNode{Node: node}, RunDirs: runs, TraceDirs: stores}
 	if ri, err := cluster.FindRunning(node.ID()); err == nil {
 		cfg.Token = ri.Token
 	}

@@ -52,10 +52,11 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	tlsCA := fs.String("tls-ca", "", "PEM CA that signed every node's certificate")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	detach := fs.Bool("detach", false, "run in the background, logging to a file under $RLNODE_HOME/logs; returns once the node is up")
-	var labels, resources, dashRuns repeated
+	var labels, resources, dashRuns, dashTraces repeated
 	var dash dashboardFlag
 	fs.Var(&dash, "dashboard", "serve the dashboard's pages too: --dashboard (on 127.0.0.1:8265) or --dashboard=HOST:PORT")
 	fs.Var(&dashRuns, "dashboard-runs", "folder of runs the dashboard lists (repeatable; default: the current folder)")
+	fs.Var(&dashTraces, "dashboard-traces", "trace store the dashboard shows besides each run's traces/ (repeatable)")
 	fs.Var(&labels, "label", "node label k=v (repeatable)")
 	fs.Var(&resources, "resource", "custom resource NAME=AMOUNT (repeatable)")
 	fs.Usage = func() {
@@ -162,7 +163,7 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	defer closeCtrl()
 	dashLine := ""
 	if dash.addr != "" {
-		srv, err := serveNodeDashboard(node, dash.addr, dashRuns)
+		srv, err := serveNodeDashboard(node, dash.addr, dashRuns, dashTraces)
 		if err != nil {
 			node.Stop()
 			fmt.Fprintf(stderr, "rlnode %s: %v\n", verb, err)
