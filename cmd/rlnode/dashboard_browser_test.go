@@ -178,8 +178,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	screenshot(t, ctx, filepath.Join(art, "dashboard-cluster-dead.png"))
 
-	// rlnode dashboard, a process of its own, over the runs folder.
-	cmd := rlnodeCmd(t, home, "dashboard", "--bind", "127.0.0.1:0", "--runs", runs)
+	// rlnode dashboard, a process of its own, over the runs folder and a
+	// second trace store (a copy of the run's).
+	extra := filepath.Join(t.TempDir(), "store")
+	if err := os.CopyFS(extra, os.DirFS(filepath.Join(runDir, "traces"))); err != nil {
+		t.Fatal(err)
+	}
+	cmd := rlnodeCmd(t, home, "dashboard", "--bind", "127.0.0.1:0", "--runs", runs, "--traces", extra)
 	pr, pw := io.Pipe()
 	cmd.Stdout = pw
 	var errb bytes.Buffer
@@ -334,8 +339,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitInPage(t, ctx, "the episode as a span tree", fmt.Sprintf(`document.querySelectorAll("#spans tr[data-span]").length === %d &&
 		document.querySelectorAll('#spans tr[data-depth="1"][data-parent=%q]').length === %d &&
 		!!document.querySelector('#spans tr[data-depth="0"][data-span=%q]')`, len(opened.Spans), root, len(opened.Spans)-1, root), time.Minute)
-	waitInPage(t, ctx, "the store's traces listed", fmt.Sprintf(`document.getElementById("trace-results").innerText.includes("%d traces in 1 store")`, len(recorded)), 30*time.Second)
+	waitInPage(t, ctx, "the run's store searched", fmt.Sprintf(`document.getElementById("trace-results").innerText.includes("%d traces in 1 store") && document.getElementById("f-store").value === %q`, len(recorded), store), 30*time.Second)
 	screenshot(t, ctx, filepath.Join(art, "dashboard-traces.png"))
+	// Every store: the run's and the copy given with --traces.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("f-store").value = ""; document.querySelector("#trace-filter button[type=submit]").click(); true`)); err != nil {
+		t.Fatal(err)
+	}
+	waitInPage(t, ctx, "both stores searched", fmt.Sprintf(`document.getElementById("trace-results").innerText.includes("%d traces in 2 stores")`, 2*len(recorded)), 30*time.Second)
 
 	// The standalone dashboard's cluster page asks a node on this host.
 	if err := chromedp.Do(ctx, chromedp.Navigate(standalone+"cluster")); err != nil {

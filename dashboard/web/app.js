@@ -447,10 +447,10 @@ function rewardText(rw) {
   if (Array.isArray(rw)) return rw.map(r => `${r.name} ${fmtNum(r.value)}`).join(", ");
   return Object.keys(rw).sort().map(k => `${k} ${fmtNum(rw[k])}`).join(", ");
 }
-function pager(total, offset, limit, go) {
+function pager(total, offset, limit, go, labels) {
   const box = el("div", {class: "controls pager"});
-  const prev = el("button", {type: "button", disabled: offset <= 0}, "newer");
-  const next = el("button", {type: "button", disabled: offset + limit >= total}, "older");
+  const prev = el("button", {type: "button", disabled: offset <= 0}, labels[0]);
+  const next = el("button", {type: "button", disabled: offset + limit >= total}, labels[1]);
   prev.addEventListener("click", () => go(Math.max(0, offset - limit)));
   next.addEventListener("click", () => go(offset + limit));
   box.append(prev, el("span", {class: "muted"}, total === 0 ? "none" : `${offset + 1}–${Math.min(total, offset + limit)} of ${total}`), next);
@@ -467,6 +467,7 @@ function tracesPage() {
     form.append(el("label", {}, label + " ", i));
   };
   const storeSel = el("select", {name: "store", id: "f-store"}, el("option", {value: ""}, "every store"));
+  if (q.get("store")) { storeSel.append(el("option", {value: q.get("store")}, q.get("store"))); storeSel.value = q.get("store"); }
   inputs.store = storeSel;
   form.append(el("label", {}, "store ", storeSel));
   field("since", "from", {type: "datetime-local"});
@@ -506,10 +507,10 @@ function tracesPage() {
     const box = document.getElementById("trace-results");
     let res;
     try { res = await getJSON("/api/traces?" + p); } catch (e) { box.replaceChildren(banner(String(e.message || e))); return; }
-    const want = q.get("store") || storeSel.value;
+    const want = storeSel.value;
     storeSel.replaceChildren(el("option", {value: ""}, "every store"), ...res.stores.map(s => el("option", {value: s.id}, s.run ? `${s.name} (${s.id})` : s.id)));
+    if (want && !res.stores.some(s => s.id === want)) storeSel.append(el("option", {value: want}, want + " (not found)"));
     storeSel.value = want;
-    q.delete("store");
     const out = [];
     for (const e of res.errors || []) out.push(banner(e));
     if (res.stores.length === 0) out.push(el("div", {class: "note"}, "No trace store: runs record their episodes in DIR/traces (found under the --runs folders), and rlnode dashboard --traces DIR shows another store."));
@@ -524,7 +525,7 @@ function tracesPage() {
       row.addEventListener("click", () => { opened = [r.store, r.id]; saveTraceURL(); openTrace(); });
       t.append(row);
     }
-    out.push(t, pager(res.total, res.offset, 50, o => { offset = o; saveTraceURL(); search(); }));
+    out.push(t, pager(res.total, res.offset, 50, o => { offset = o; saveTraceURL(); search(); }, ["newer", "older"]));
     box.replaceChildren(...out);
     drawStats(res.stats || {});
     stamp();
@@ -634,7 +635,7 @@ function episodesPage() {
     if ((page.skipped || []).length) out.push(el("p", {class: "problems"}, "Not read: " + page.skipped.join(" · ")));
     out.push(el("p", {class: "muted"}, `${page.total} episode${page.total === 1 ? "" : "s"}` + (st.step ? ` at step ${st.step}` : ` over ${page.steps.length} steps`) + ` recorded in ${page.store}.`));
     for (const e of page.episodes) out.push(episodeCard(page.store, e));
-    out.push(pager(page.total, page.offset, 20, o => { st.offset = o; save(); load(); }));
+    out.push(pager(page.total, page.offset, 20, o => { st.offset = o; save(); load(); }, ["previous", "next"]));
     box.replaceChildren(...out);
     stamp();
   };
