@@ -90,6 +90,12 @@ type Config struct {
 	// RWBeta is the temperature of reward-weighted SFT's weights.
 	RWBeta float64
 
+	// ValueBaseline, with a policy-gradient algorithm other than PPO,
+	// gives the model a value head whose value at each sequence's last
+	// loss token learns the sequence's reward (bi-level MLMT's V_L;
+	// valuebaseline.go). Nil: none.
+	ValueBaseline *ValueBaseline
+
 	// Shards is the number of data-parallel learner ranks (recipe field
 	// learner.shards); 0 and 1 mean one unsharded learner. Every rank holds
 	// the whole policy, trains on its slice of each batch, and the ranks'
@@ -195,8 +201,15 @@ func (c Config) Validate() error {
 		return bad("kl_in_reward", true, "needs loss.kl_coef > 0 (the penalty's weight)")
 	case c.RefModelDir != "" && !(c.Loss.KLCoef > 0):
 		return bad("ref_model_dir", fmt.Sprintf("%q", c.RefModelDir), "a reference model needs loss.kl_coef > 0 (nothing else uses it)")
+	case c.ValueBaseline != nil && (c.Algorithm == PPO || c.Algorithm == RWSFT):
+		return bad("value_baseline", "set", fmt.Sprintf("goes with a policy-gradient algorithm other than ppo (algorithm is %q)", c.Algorithm))
 	case c.ZeROStage != 0 && c.ZeROStage != 1:
 		return bad("zero_stage", c.ZeROStage, "want 0 (replicated optimizer) or 1 (sharded optimizer state); parameter sharding (ZeRO-3) is not supported")
+	}
+	if c.ValueBaseline != nil {
+		if err := c.ValueBaseline.validate(); err != nil {
+			return fmt.Errorf("learner config: value_baseline: %w", err)
+		}
 	}
 	if c.LoRA != nil {
 		if err := c.LoRA.Validate(); err != nil {
@@ -267,6 +280,9 @@ type Stats struct {
 	// KLPenalty is KLInReward's mean per-token penalty KLCoef·KL over the
 	// loss tokens, subtracted from the rewards (RefKL is then that KL).
 	KLPenalty float64
+	// Values are ValueBaseline's values of the batch's sequences before
+	// the step, in batch order (nil without one).
+	Values []float64
 }
 
 // Learner holds a policy (and optional value head), its optimizer, and a
@@ -384,10 +400,13 @@ func New(cfg Config) (*Learner, error) {
 		}
 		m.InitRandom(cfg.Seed)
 	}
-	if cfg.Algorithm == PPO && m.Value == nil {
+	if (cfg.Algorithm == PPO || cfg.ValueBaseline != nil) && m.Value == nil {
 		if err := m.AddValueHead(cfg.Seed + 1); err != nil {
 			return nil, fmt.Errorf("learner: %w", err)
 		}
+	}
+	if cfg.ValueBaseline != nil {
+		m.Value.DetachTrunk = cfg.ValueBaseline.StopTrunkGradient
 	}
 	l := &Learner{cfg: cfg, model: m, minLR: cfg.MinLR, rlStart: -1}
 	switch {

@@ -20,6 +20,7 @@ type prepared struct {
 	masks, sample, adv   [][]float32
 	old, oldVal, returns [][]float32 // nil unless a pre-pass ran
 	refKL                [][]float32 // KLInReward's per-token KL estimates (PPO)
+	seqValues            []float64   // ValueBaseline's pre-pass values at each sequence's last loss token
 	pre                  [][]micro   // the micro-batches the pre-pass ran over
 	weights              []float64   // SFT / RWSFT
 	mini                 [][]micro   // this rank's micro-batches of each mini-batch
@@ -100,26 +101,48 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 		}
 		lr := l.lr(l.step)
 		var ss model.StepStats
-		if l.cfg.Algorithm == PPO {
+		if l.cfg.Algorithm == PPO || (l.cfg.ValueBaseline != nil && l.cfg.policyGradient()) {
+			vb := l.cfg.ValueBaseline
 			ss, err = l.trainer.StepActorCritic(bts, lr, func(i int, bt *model.Batch, s model.Scores) (float64, model.ScoreGrads, error) {
 				loss, res, err := policy(i, s.LogProbs, s.Entropy)
 				if err != nil {
 					return 0, model.ScoreGrads{}, err
 				}
 				mb := mini[i]
-				vb := rl.ValueBatch{Values: bt.Split(s.Values), OldValues: p.oldVal[mb.lo:mb.hi], Returns: p.returns[mb.lo:mb.hi], Mask: p.masks[mb.lo:mb.hi]}
-				vr, err := rl.ValueLoss(vb, l.cfg.valueClip(), lossCfg.Aggregation, norm)
-				if err != nil {
-					return 0, model.ScoreGrads{}, err
+				var dValues [][]float32
+				coef := l.cfg.VFCoef
+				if vb != nil {
+					coef = vb.LossCoef
+					vr, err := rl.SquaredValueLoss(bt.Split(s.Values), b.Rewards[mb.lo:mb.hi], p.masks[mb.lo:mb.hi], norm)
+					if err != nil {
+						return 0, model.ScoreGrads{}, err
+					}
+					valLoss += vr.Loss
+					dValues = vr.DValues
+					loss += coef * vr.Loss
+				} else {
+					vbt := rl.ValueBatch{Values: bt.Split(s.Values), OldValues: p.oldVal[mb.lo:mb.hi], Returns: p.returns[mb.lo:mb.hi], Mask: p.masks[mb.lo:mb.hi]}
+					vr, err := rl.ValueLoss(vbt, l.cfg.valueClip(), lossCfg.Aggregation, norm)
+					if err != nil {
+						return 0, model.ScoreGrads{}, err
+					}
+					valLoss += vr.Loss
+					valClipped, valTokens = valClipped+vr.Clipped, valTokens+vr.Tokens
+					dValues = vr.DValues
+					loss += coef * vr.Loss
 				}
-				valLoss += vr.Loss
-				valClipped, valTokens = valClipped+vr.Clipped, valTokens+vr.Tokens
-				for _, d := range vr.DValues {
+				for _, d := range dValues {
 					for t := range d {
-						d[t] *= float32(l.cfg.VFCoef)
+						d[t] *= float32(coef)
 					}
 				}
 				var g model.ScoreGrads
+				if g.Values, err = bt.Join(dValues); err != nil {
+					return 0, g, err
+				}
+				if vb != nil && vb.ValueOnly {
+					return loss - res.Loss, g, nil
+				}
 				if g.LogProbs, err = bt.Join(res.DLogProbs); err != nil {
 					return 0, g, err
 				}
@@ -128,10 +151,7 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 						return 0, g, err
 					}
 				}
-				if g.Values, err = bt.Join(vr.DValues); err != nil {
-					return 0, g, err
-				}
-				return loss + l.cfg.VFCoef*vr.Loss, g, nil
+				return loss, g, nil
 			})
 		} else {
 			ss, err = l.trainer.Step(bts, lr, func(i int, bt *model.Batch, logp, ent []float32) (float64, []float32, []float32, error) {
@@ -201,6 +221,7 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 	if l.cfg.Algorithm == PPO {
 		st.ExplainedVar = explainedVar(p.returns, p.oldVal, p.masks)
 	}
+	st.Values = p.seqValues
 	if valTokens > 0 {
 		st.ValueClipFrac = valClipped / valTokens
 	}
@@ -304,7 +325,7 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 		return nil, err
 	}
 	p.sample, p.adv = b.SampleLogProbs, b.Advantages
-	needRewards := cfg.Algorithm != SFT && (p.adv == nil || cfg.Algorithm == RWSFT || cfg.Algorithm == PPO)
+	needRewards := cfg.Algorithm != SFT && (p.adv == nil || cfg.Algorithm == RWSFT || cfg.Algorithm == PPO || cfg.ValueBaseline != nil)
 	if needRewards || b.Rewards != nil {
 		if len(b.Rewards) != n {
 			return nil, fmt.Errorf("batch: rewards: %d values for %d sequences", len(b.Rewards), n)
@@ -368,10 +389,11 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 	// differ from 1 or the critic's values are needed. A rank needs only
 	// its own sequences', except under PPO, whose advantages are whitened
 	// over the whole batch: then every rank runs the pre-pass on all of it.
-	if cfg.policyGradient() && (mbs > 1 || cfg.epochs() > 1 || cfg.Algorithm == PPO) {
+	critic := cfg.Algorithm == PPO || (cfg.ValueBaseline != nil && cfg.policyGradient())
+	if cfg.policyGradient() && (mbs > 1 || cfg.epochs() > 1 || critic) {
 		p.old, p.oldVal = make([][]float32, n), make([][]float32, n)
 		pre := p.mini
-		if ranks > 1 && cfg.Algorithm == PPO {
+		if ranks > 1 && critic {
 			pre = [][]micro{all}
 		}
 		p.pre = pre
@@ -379,7 +401,7 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 			for _, mb := range mini {
 				var logp, val []float32
 				var err error
-				if cfg.Algorithm == PPO {
+				if critic {
 					logp, _, val, err = l.model.ForwardWithValues(mb.bt)
 				} else {
 					logp, _, err = l.model.Forward(mb.bt)
@@ -396,6 +418,17 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 	}
 
 	var err error
+	rewards := b.Rewards
+	if cfg.ValueBaseline != nil && cfg.policyGradient() {
+		if p.seqValues, err = rl.LastValues(p.oldVal, p.masks); err != nil {
+			return nil, err
+		}
+		if cfg.ValueBaseline.Shaping != 0 {
+			if rewards, err = rl.ShapedRewards(b.Rewards, p.seqValues, cfg.ValueBaseline.Shaping); err != nil {
+				return nil, err
+			}
+		}
+	}
 	switch cfg.Algorithm {
 	case SFT:
 		p.weights = make([]float64, n)
@@ -431,7 +464,7 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 			break
 		}
 		if cfg.Algorithm == ReinforcePP {
-			rewards, err := rl.TokenRewards(b.Rewards, nil, p.masks, 0)
+			rewards, err := rl.TokenRewards(rewards, nil, p.masks, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -447,11 +480,11 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 		var seqAdv []float64
 		switch cfg.Algorithm {
 		case GRPO:
-			seqAdv, err = rl.GRPOAdvantages(b.Rewards, g)
+			seqAdv, err = rl.GRPOAdvantages(rewards, g)
 		case DrGRPO:
-			seqAdv, err = rl.DrGRPOAdvantages(b.Rewards, g)
+			seqAdv, err = rl.DrGRPOAdvantages(rewards, g)
 		case RLOO:
-			seqAdv, err = rl.RLOOAdvantages(b.Rewards, g)
+			seqAdv, err = rl.RLOOAdvantages(rewards, g)
 		}
 		if err != nil {
 			return nil, err

@@ -243,7 +243,9 @@ func (m *Model) backward(dLogp, dEntropy, dValues []float32) {
 	if v := m.Value; v != nil && dValues != nil {
 		// V = hsel w^T + b: dhsel += dV w, dw += dV^T hsel, db += sum dV.
 		b.Upload(p.dval, dValues)
-		b.MatMul(false, false, M, h, 1, 1, p.dval, v.Weight.W, 1, p.dhsel)
+		if !v.DetachTrunk {
+			b.MatMul(false, false, M, h, 1, 1, p.dval, v.Weight.W, 1, p.dhsel)
+		}
 		if v.Weight.G != nil {
 			b.MatMul(true, false, 1, h, M, 1, p.dval, p.hsel, 1, v.Weight.G)
 			b.SumRows(v.Bias.G, p.dval, M, 1)

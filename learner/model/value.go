@@ -31,6 +31,10 @@ type ValueHead struct {
 	Weight *Param // 1×hidden
 	Bias   *Param // 1
 	frozen bool
+	// DetachTrunk stops the value loss's gradient at the head: it trains
+	// the head's weights and leaves the trunk's gradient to the policy
+	// terms (bi-level MLMT's stop_value_gradients).
+	DetachTrunk bool
 }
 
 func (v *ValueHead) params() []*Param { return []*Param{v.Weight, v.Bias} }

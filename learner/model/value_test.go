@@ -430,3 +430,42 @@ func TestValueHeadLoRASaveLoad(t *testing.T) {
 		t.Error("a refused LoadLoRA changed the model")
 	}
 }
+
+// With DetachTrunk the value loss trains the head alone: its gradient is
+// the attached head's, every other parameter's is the policy part's.
+func TestValueHeadDetachTrunk(t *testing.T) {
+	m := tinyModel(t, tinyConfig(Qwen2), 5)
+	if err := m.AddValueHead(2); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(4, 4))
+	bt, _ := NewBatch(randomSequences(rng, 4, 32), 0, false, 32)
+	dl, dv := randomWeights(rng, len(bt.Outputs)), randomWeights(rng, len(bt.Outputs))
+	grads := func(detach bool, dLogp, dValues []float32) map[string][]float32 {
+		m.Value.DetachTrunk = detach
+		scores(t, m, bt)
+		m.ZeroGrad()
+		if err := m.BackwardWithValues(dLogp, nil, dValues); err != nil {
+			t.Fatal(err)
+		}
+		return m.Grads()
+	}
+	attached := grads(false, dl, dv)
+	detached := grads(true, dl, dv)
+	policy := grads(false, dl, nil)
+	for name, g := range detached {
+		want := policy[name]
+		if name == ValueHeadWeight || name == ValueHeadBias {
+			want = attached[name]
+			if maxAbs(want) == 0 {
+				t.Fatalf("%s: no gradient to compare", name)
+			}
+		}
+		if d := maxDiff(g, want); d > 1e-6+1e-5*maxAbs(want) {
+			t.Errorf("%s: max diff %g", name, d)
+		}
+	}
+	if d := maxDiff(attached["model.embed_tokens.weight"], policy["model.embed_tokens.weight"]); d == 0 {
+		t.Error("attached head: the value loss left the trunk's gradient unchanged")
+	}
+}

@@ -15,18 +15,16 @@ import "fmt"
 // LastValues returns each sequence's value at its last loss token: the
 // value of the state after the whole sequence but its last token (a value
 // head reads V(s_t) at the token before t). A sequence without loss tokens
-// is an error.
+// has value 0 (and no value loss).
 func LastValues(values, mask [][]float32) ([]float64, error) {
 	if err := checkTokens(mask, tokenField{name: "values", data: values}); err != nil {
 		return nil, fmt.Errorf("last values: %w", err)
 	}
 	out := make([]float64, len(mask))
 	for i, m := range mask {
-		t := lastLoss(m)
-		if t < 0 {
-			return nil, fmt.Errorf("last values: sequence %d has no loss token", i)
+		if t := lastLoss(m); t >= 0 {
+			out[i] = float64(values[i][t])
 		}
-		out[i] = float64(values[i][t])
 	}
 	return out, nil
 }
@@ -85,9 +83,9 @@ type SquaredValueLossResult struct {
 
 // SquaredValueLoss is the value loss (V − R)² of sequence-level values:
 // V_i is sequence i's value at its last loss token (LastValues), R_i its
-// reward, and the loss is Σ_i (V_i − R_i)² / norm.Seqs, so the
-// micro-batches' losses add up to the mean over the batch's sequences
-// (torch's mse_loss). No clipping.
+// reward, and the loss is Σ_i (V_i − R_i)² / norm.Seqs over the sequences
+// with loss tokens, so the micro-batches' losses add up to the mean over
+// the batch's sequences (torch's mse_loss). No clipping.
 func SquaredValueLoss(values [][]float32, rewards []float64, mask [][]float32, norm Norm) (SquaredValueLossResult, error) {
 	v, err := LastValues(values, mask)
 	if err != nil {
@@ -99,11 +97,14 @@ func SquaredValueLoss(values [][]float32, rewards []float64, mask [][]float32, n
 	if err := checkScalars("rewards", rewards); err != nil {
 		return SquaredValueLossResult{}, fmt.Errorf("squared value loss: %w", err)
 	}
-	if !(norm.Seqs >= float64(len(mask))) || !finite(norm.Seqs) {
-		return SquaredValueLossResult{}, fmt.Errorf("squared value loss: norm seqs %v for a micro-batch of %d sequences", norm.Seqs, len(mask))
+	if local := CountNorm(mask).Seqs; !(norm.Seqs >= local && norm.Seqs > 0) || !finite(norm.Seqs) {
+		return SquaredValueLossResult{}, fmt.Errorf("squared value loss: norm seqs %v for a micro-batch of %v sequences with loss tokens", norm.Seqs, local)
 	}
 	res := SquaredValueLossResult{DValues: zerosLike(mask)}
 	for i, m := range mask {
+		if lastLoss(m) < 0 {
+			continue
+		}
 		e := v[i] - rewards[i]
 		res.Loss += e * e / norm.Seqs
 		res.DValues[i][lastLoss(m)] = float32(2 * e / norm.Seqs)

@@ -161,6 +161,25 @@ func TestBiLevelFeedbackLossGolden(t *testing.T) {
 	assertTokens(t, "dvalues", vl.DValues, g.FeedbackDValues, goldenGradTol)
 }
 
+// A sequence without loss tokens has value 0 and no value loss.
+func TestSquaredValueLossSkipsEmpty(t *testing.T) {
+	mask := [][]float32{{0, 0}, {1, 1, 0}}
+	vals := [][]float32{{7, 7}, {0.5, 0.25, 9}}
+	v, err := LastValues(vals, mask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertFloats(t, "values", v, []float64{0, 0.25}, 0)
+	res, err := SquaredValueLoss(vals, []float64{1, 1}, mask, CountNorm(mask))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(res.Loss, 0.5625, 1e-12) {
+		t.Errorf("loss %v, want 0.5625", res.Loss)
+	}
+	assertTokens(t, "dvalues", res.DValues, [][]float32{{0, 0}, {0, -1.5, 0}}, 0)
+}
+
 func TestBiLevelRefusals(t *testing.T) {
 	mask := ones(2, 3)
 	vals := [][]float32{{1, 2}, {3, 4, 5}}
@@ -169,12 +188,12 @@ func TestBiLevelRefusals(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"no loss token", func() error { _, err := LastValues([][]float32{{1}}, [][]float32{{0}}); return err }(), "sequence 0 has no loss token"},
+		{"shapes", func() error { _, err := LastValues([][]float32{{1}}, [][]float32{{0, 1}}); return err }(), "values[0] has 1 tokens"},
 		{"lengths", func() error { _, err := BaselineAdvantages([]float64{1}, []float64{1, 2}); return err }(), "1 rewards, 2 values"},
 		{"nan value", func() error { _, err := BaselineAdvantages([]float64{1}, []float64{math.NaN()}); return err }(), "values[0]"},
 		{"inf coef", func() error { _, err := ShapedRewards([]float64{1}, []float64{0}, math.Inf(1)); return err }(), "coefficient"},
 		{"rewards", func() error { _, err := SquaredValueLoss(vals, []float64{1}, mask, Norm{Seqs: 2}); return err }(), "1 rewards for 2 sequences"},
-		{"norm", func() error { _, err := SquaredValueLoss(vals, []float64{1, 0}, mask, Norm{Seqs: 1}); return err }(), "norm seqs 1"},
+		{"norm", func() error { _, err := SquaredValueLoss(vals, []float64{1, 0}, mask, Norm{Seqs: 1}); return err }(), "norm seqs 1 for a micro-batch of 2"},
 	} {
 		t.Run(c.name, func(t *testing.T) { assertErr(t, c.err, c.want) })
 	}
