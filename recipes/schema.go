@@ -333,6 +333,38 @@ type Algorithm struct {
 	MLMT MLMT `yaml:"mlmt"`
 	// Score configures the training of score episodes.
 	Score Score `yaml:"score"`
+	// BiLevel makes an mlmt run bi-level MLMT-RL (BiLevel SCoRe): a
+	// learned value V_L on the feedback policy's value head is the
+	// solver's baseline and may shape the feedback policy's reward.
+	// Absent: off.
+	BiLevel *BiLevel `yaml:"bi_level,omitempty"`
+}
+
+// BiLevel configures bi-level MLMT-RL. One reward R on the refined answer
+// ŷ trains both levels: the solver's two turns on (R − V_L)·(log π(z) +
+// log π(ŷ)), the value head on (V_L − R)², the feedback policy (GRPO) on
+// R + value_coef·V_L.
+type BiLevel struct {
+	// ValueCoef is c of the feedback policy's shaped reward R + c·V_L;
+	// 0 turns the shaping off. Default 0.1.
+	ValueCoef float64 `yaml:"value_coef"`
+	// ValueLossCoef weighs (V_L − R)² in the feedback learner's loss;
+	// > 0. Default 1.
+	ValueLossCoef float64 `yaml:"value_loss_coef"`
+	// StopValueGradients is the stop-grad variant: the value loss trains
+	// the value head alone, no gradient of it reaches the feedback
+	// model's trunk. Default false (full gradient).
+	StopValueGradients bool `yaml:"stop_value_gradients"`
+	// TrainGuidanceModel trains the feedback policy by RL; false keeps it
+	// fixed and trains only the value. Default true.
+	TrainGuidanceModel bool `yaml:"train_guidance_model"`
+	// GuidanceLR is the feedback learner's learning rate; 0 is
+	// algorithm.mlmt.feedback_lr's. Default 0.
+	GuidanceLR float64 `yaml:"guidance_lr"`
+	// GuidanceKLCoef weighs the feedback policy's KL to its own initial
+	// (post-warm-up) weights, estimated by algorithm.kl_estimator; ≥ 0.
+	// Default 0.05.
+	GuidanceKLCoef float64 `yaml:"guidance_kl_coef"`
 }
 
 // Score configures SCoRe's reward shaping.
@@ -521,6 +553,10 @@ func (l *LoRA) setDefaults() {
 }
 
 func (e *Engine) setDefaults() { *e = defaultEngine() }
+
+func (b *BiLevel) setDefaults() {
+	*b = BiLevel{ValueCoef: 0.1, ValueLossCoef: 1, TrainGuidanceModel: true, GuidanceKLCoef: 0.05}
+}
 
 func (v *VLLM) setDefaults() { *v = VLLM{MaxInFlight: 64} }
 

@@ -710,6 +710,9 @@ func (c *checker) mlmt(r *Recipe) {
 		c.add("sft.feedback_response", "set, but episode.type is %q (it is for mlmt)", r.Episode.Type)
 	}
 	m := &r.Algorithm.MLMT
+	if bl := r.Algorithm.BiLevel; bl != nil {
+		c.biLevel(r, bl)
+	}
 	if r.Episode.Type != "mlmt" {
 		if len(m.Train) > 0 || m.StopGradient || m.StaticFeedback || m.FeedbackReward != "final" || m.FeedbackAlgorithm != "" || m.FeedbackLR != 0 {
 			c.add("algorithm.mlmt", "set, but episode.type is %q (these settings are for mlmt)", r.Episode.Type)
@@ -769,4 +772,38 @@ func checkSFTTemplate(s string) error {
 type SFTData struct {
 	Problem string
 	Answer  string
+}
+
+func (c *checker) biLevel(r *Recipe, bl *BiLevel) {
+	m := &r.Algorithm.MLMT
+	switch {
+	case r.Episode.Type != "mlmt":
+		c.add("algorithm.bi_level", "set, but episode.type is %q (bi-level MLMT needs mlmt)", r.Episode.Type)
+		return
+	case m.StaticFeedback:
+		c.add("algorithm.bi_level", "set, but algorithm.mlmt.static_feedback is true: the value lives on the feedback policy")
+		return
+	}
+	if !slices.Contains(m.Train, "feedback") {
+		c.add("algorithm.mlmt.train", "has no feedback, but algorithm.bi_level trains the feedback policy's value: set algorithm.bi_level.train_guidance_model: false to keep the feedback policy fixed")
+	}
+	if m.FeedbackReward != "final" {
+		c.add("algorithm.mlmt.feedback_reward", "%q: bi-level MLMT trains both levels on one reward, the refined answer's (final)", m.FeedbackReward)
+	}
+	switch r.Algorithm.Name {
+	case "ppo", "rw_sft":
+		c.add("algorithm.name", "%q: bi-level MLMT's solver trains on its advantages R − V_L with a policy-gradient algorithm (grpo, drgrpo, rloo, reinforce_pp)", r.Algorithm.Name)
+	}
+	switch m.FeedbackAlgorithm {
+	case "ppo", "rw_sft":
+		c.add("algorithm.mlmt.feedback_algorithm", "%q: bi-level MLMT's feedback policy trains with a policy-gradient algorithm on its value baseline's head (grpo, drgrpo, rloo, reinforce_pp)", m.FeedbackAlgorithm)
+	}
+	if math.IsNaN(bl.ValueCoef) || math.IsInf(bl.ValueCoef, 0) {
+		c.add("algorithm.bi_level.value_coef", "%g: want a finite number", bl.ValueCoef)
+	}
+	if !(bl.ValueLossCoef > 0) || math.IsInf(bl.ValueLossCoef, 0) {
+		c.add("algorithm.bi_level.value_loss_coef", "%g: want > 0", bl.ValueLossCoef)
+	}
+	c.nonNegativeF("algorithm.bi_level.guidance_lr", bl.GuidanceLR)
+	c.nonNegativeF("algorithm.bi_level.guidance_kl_coef", bl.GuidanceKLCoef)
 }

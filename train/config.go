@@ -87,6 +87,10 @@ type Config struct {
 	// solver, warmed up like the feedback policy, plays its turns but
 	// takes no RL step (the recipe's algorithm.mlmt.train: [feedback]).
 	FreezeSolver bool
+	// BiLevel (MLMT with a feedback policy) is bi-level MLMT-RL: the
+	// feedback learner's value V_L is the solver's baseline (bilevel.go).
+	// Nil: off.
+	BiLevel *BiLevel
 	// FeedbackReward (MLMT) is what the feedback turn is rewarded with:
 	// FeedbackRewardFinal (also "": the refined answer's reward) or
 	// FeedbackRewardImprovement (refined minus first).
@@ -250,9 +254,30 @@ type FeedbackPolicy struct {
 	LR        float64
 }
 
+// BiLevel configures bi-level MLMT-RL (recipes.BiLevel). One reward R,
+// the refined answer's, trains both levels: the solver's turns on
+// advantage R − V_L, V_L the feedback learner's value of the episode
+// before its step; the feedback policy on R + ValueCoef·V_L, its value
+// head on ValueLossCoef·(V_L − R)².
+type BiLevel struct {
+	ValueCoef, ValueLossCoef float64
+	// StopValueGradients keeps the value loss's gradient out of the
+	// feedback model's trunk; TrainGuidance trains the feedback policy
+	// (false: only its value).
+	StopValueGradients, TrainGuidance bool
+	// GuidanceKLCoef is the feedback policy's KL coefficient, to its
+	// post-warm-up weights.
+	GuidanceKLCoef float64
+}
+
 // learnerConfig is the feedback learner's configuration.
 func (f *FeedbackPolicy) learnerConfig(c Config) learner.Config {
 	l := c.Learner
+	if b := c.BiLevel; b != nil {
+		l.ValueBaseline = &learner.ValueBaseline{LossCoef: b.ValueLossCoef, Shaping: b.ValueCoef,
+			StopTrunkGradient: b.StopValueGradients, ValueOnly: !b.TrainGuidance}
+		l.Loss.KLCoef = b.GuidanceKLCoef
+	}
 	l.Model, l.ModelDir, l.Seed, l.LoRA = f.Model, f.ModelDir, c.Seed+1, f.LoRA
 	if f.Algorithm != "" {
 		l.Algorithm = f.Algorithm
@@ -444,6 +469,16 @@ func (c *Config) validate() (*compiled, error) {
 	}
 	if c.FreezeSolver && c.Episode != EpisodeMLMT {
 		return nil, fmt.Errorf("driver config: freeze_solver: for episode mlmt (episode is %q)", c.Episode)
+	}
+	if b := c.BiLevel; b != nil {
+		switch {
+		case c.Episode != EpisodeMLMT || c.Feedback == nil:
+			return nil, fmt.Errorf("driver config: bi_level: needs episode mlmt with a feedback policy (the value V_L is on its head)")
+		case !c.Feedback.Train:
+			return nil, fmt.Errorf("driver config: bi_level: the feedback learner trains the value every step: set feedback.train (TrainGuidance false keeps its policy fixed)")
+		case c.FeedbackReward == FeedbackRewardImprovement:
+			return nil, fmt.Errorf("driver config: bi_level: both levels train on the final reward (feedback_reward is %q)", c.FeedbackReward)
+		}
 	}
 	l := c.Learner
 	l.Model, l.ModelDir, l.Seed = c.Model, c.ModelDir, c.Seed

@@ -454,7 +454,7 @@ func (r *run) train(ctx context.Context, p *policy, b learner.Batch) (learner.St
 	st, err := p.learner.Train(ctx, b)
 	if err != nil {
 		step := r.step + 1
-		if p != r.solver {
+		if p != r.solver && r.cfg.BiLevel == nil {
 			step = r.step // the solver trained on this step first
 		}
 		return st, fmt.Errorf("driver: train the %s at step %d: %w", p.id, step, err)
@@ -578,7 +578,8 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 	if err != nil {
 		return Metrics{}, err
 	}
-	sb, err := BatchFromTrajectories(r.solver.id, batch.turns, func(t data.Turn) bool { return !cfg.StopGradient || t.Turn == 0 })
+	solverTurns := func(t data.Turn) bool { return !cfg.StopGradient || t.Turn == 0 }
+	sb, err := BatchFromTrajectories(r.solver.id, batch.turns, solverTurns)
 	if err != nil {
 		return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
 	}
@@ -589,6 +590,17 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 		}
 	}
 	t1 := time.Now()
+	// Bi-level MLMT trains the feedback policy first: its value of each
+	// episode before the step is the solver's baseline.
+	var fst learner.Stats
+	if cfg.BiLevel != nil {
+		if fst, err = r.train(ctx, r.feedback, fbb); err != nil {
+			return Metrics{}, err
+		}
+		if err := biLevelAdvantages(&sb, batch.turns, r.solver.id, r.feedback.id, solverTurns, fst.Values); err != nil {
+			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+		}
+	}
 	var st learner.Stats
 	if cfg.FreezeSolver {
 		r.step++ // the run's step, with no solver step in it
@@ -600,12 +612,16 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 	if cfg.FreezeSolver {
 		m.ValueLoss, m.ValueClipFrac, m.ExplainedVar = nil, nil, nil
 	}
-	if trainFeedback {
-		fst, err := r.train(ctx, r.feedback, fbb)
-		if err != nil {
+	if trainFeedback && cfg.BiLevel == nil {
+		if fst, err = r.train(ctx, r.feedback, fbb); err != nil {
 			return Metrics{}, err
 		}
+	}
+	if trainFeedback {
 		fillFeedback(&m, fst, cfg.Feedback.learnerConfig(cfg).Algorithm)
+		if cfg.BiLevel != nil {
+			m.FeedbackValueLoss = &fst.ValueLoss
+		}
 	}
 	if cfg.Episodes != nil {
 		cfg.Episodes(r.step, batch.turns)

@@ -280,6 +280,13 @@ func (l recipe) config(out string) (Config, error) {
 		cfg.FeedbackTemplate, cfg.FeedbackAnswerTemplate = tpl.feedbackPrompt, tpl.feedbackAnswer
 		fb := &FeedbackPolicy{Train: slices.Contains(r.Algorithm.MLMT.Train, "feedback"),
 			Algorithm: learnerAlgorithms[fbAlgo], LR: r.Algorithm.MLMT.FeedbackLR}
+		if bl := r.Algorithm.BiLevel; bl != nil {
+			cfg.BiLevel = &BiLevel{ValueCoef: bl.ValueCoef, ValueLossCoef: bl.ValueLossCoef,
+				StopValueGradients: bl.StopValueGradients, TrainGuidance: bl.TrainGuidanceModel, GuidanceKLCoef: bl.GuidanceKLCoef}
+			if bl.GuidanceLR > 0 {
+				fb.LR = bl.GuidanceLR
+			}
+		}
 		src, field := r.Models.Feedback, "models.feedback"
 		if src == nil { // a separate copy of the policy's initial weights
 			src, field = &r.Models.Policy, "models.policy"

@@ -19,48 +19,22 @@ import (
 // only when the turns carry them (then every turn must). A turn whose
 // request failed (FinishReason "error") is an error.
 func BatchFromTrajectories(policy string, turns []data.Turn, train func(data.Turn) bool) (learner.Batch, error) {
-	var indices []int32 // the policy's turn indices, ascending
-	var groups []int64  // in order of first appearance
-	rows := map[[2]int64][]int{}
-	for i, t := range turns {
-		if t.PolicyID != policy {
-			continue
-		}
-		if t.FinishReason == "error" {
-			return learner.Batch{}, fmt.Errorf("policy %s: episode %s turn %d failed: %s", policy, t.EpisodeID, t.Turn, t.Note)
-		}
-		if err := t.Check(); err != nil {
-			return learner.Batch{}, fmt.Errorf("policy %s: %w", policy, err)
-		}
-		if k, found := slices.BinarySearch(indices, t.Turn); !found {
-			indices = slices.Insert(indices, k, t.Turn)
-		}
-		key := [2]int64{t.GroupID, int64(t.Turn)}
-		if _, seen := rows[[2]int64{t.GroupID, -1}]; !seen {
-			rows[[2]int64{t.GroupID, -1}] = nil
-			groups = append(groups, t.GroupID)
-		}
-		if train == nil || train(t) {
-			rows[key] = append(rows[key], i)
-		}
+	rows, groupIDs, err := trajectoryRows(policy, turns, train)
+	if err != nil {
+		return learner.Batch{}, err
 	}
-	b := learner.Batch{PolicyID: policy}
+	b := learner.Batch{PolicyID: policy, GroupIDs: groupIDs}
 	masked, advantages := false, false
-	for _, g := range groups {
-		for k, turn := range indices {
-			for _, i := range rows[[2]int64{g, int64(turn)}] {
-				t := &turns[i]
-				b.Prompts = append(b.Prompts, slices.Clone(t.PromptIDs))
-				b.Responses = append(b.Responses, slices.Clone(t.ResponseIDs))
-				b.SampleLogProbs = append(b.SampleLogProbs, slices.Clone(t.LogProbs))
-				b.Masks = append(b.Masks, slices.Clone(t.LossMask))
-				b.Advantages = append(b.Advantages, slices.Clone(t.Advantages))
-				b.Rewards = append(b.Rewards, t.Reward)
-				b.GroupIDs = append(b.GroupIDs, g*int64(len(indices))+int64(k))
-				masked = masked || slices.ContainsFunc(t.LossMask, func(m float32) bool { return m != 1 })
-				advantages = advantages || t.Advantages != nil
-			}
-		}
+	for _, i := range rows {
+		t := &turns[i]
+		b.Prompts = append(b.Prompts, slices.Clone(t.PromptIDs))
+		b.Responses = append(b.Responses, slices.Clone(t.ResponseIDs))
+		b.SampleLogProbs = append(b.SampleLogProbs, slices.Clone(t.LogProbs))
+		b.Masks = append(b.Masks, slices.Clone(t.LossMask))
+		b.Advantages = append(b.Advantages, slices.Clone(t.Advantages))
+		b.Rewards = append(b.Rewards, t.Reward)
+		masked = masked || slices.ContainsFunc(t.LossMask, func(m float32) bool { return m != 1 })
+		advantages = advantages || t.Advantages != nil
 	}
 	if !masked {
 		b.Masks = nil
@@ -71,6 +45,46 @@ func BatchFromTrajectories(policy string, turns []data.Turn, train func(data.Tur
 		return learner.Batch{}, fmt.Errorf("policy %s: sequence %d has no advantages, others have", policy, i)
 	}
 	return b, nil
+}
+
+// trajectoryRows are the indices in turns of the rows of policy's batch
+// that train admits, in BatchFromTrajectories's order, with each row's
+// GRPO group id.
+func trajectoryRows(policy string, turns []data.Turn, train func(data.Turn) bool) (rows []int, groupIDs []int64, err error) {
+	var indices []int32 // the policy's turn indices, ascending
+	var groups []int64  // in order of first appearance
+	byKey := map[[2]int64][]int{}
+	for i, t := range turns {
+		if t.PolicyID != policy {
+			continue
+		}
+		if t.FinishReason == "error" {
+			return nil, nil, fmt.Errorf("policy %s: episode %s turn %d failed: %s", policy, t.EpisodeID, t.Turn, t.Note)
+		}
+		if err := t.Check(); err != nil {
+			return nil, nil, fmt.Errorf("policy %s: %w", policy, err)
+		}
+		if k, found := slices.BinarySearch(indices, t.Turn); !found {
+			indices = slices.Insert(indices, k, t.Turn)
+		}
+		key := [2]int64{t.GroupID, int64(t.Turn)}
+		if _, seen := byKey[[2]int64{t.GroupID, -1}]; !seen {
+			byKey[[2]int64{t.GroupID, -1}] = nil
+			groups = append(groups, t.GroupID)
+		}
+		if train == nil || train(t) {
+			byKey[key] = append(byKey[key], i)
+		}
+	}
+	for _, g := range groups {
+		for k, turn := range indices {
+			for _, i := range byKey[[2]int64{g, int64(turn)}] {
+				rows = append(rows, i)
+				groupIDs = append(groupIDs, g*int64(len(indices))+int64(k))
+			}
+		}
+	}
+	return rows, groupIDs, nil
 }
 
 // episodeOutcome is what a step's metrics read of one episode: its group,
