@@ -224,6 +224,9 @@ func (l *Learner) Load(dir string) error {
 	if err := m.SetDropoutState(state.LoRADropout); err != nil {
 		return fmt.Errorf("learner: load %s: %w", filepath.Join(dir, StateFile), err)
 	}
+	if vb := l.cfg.ValueBaseline; vb != nil && m.Value != nil {
+		m.Value.DetachTrunk = vb.StopTrunkGradient
+	}
 	l.model, l.ref, l.trainer, l.step, l.rlStart = m, ref, tr, state.Step, rlStart
 	l.armDropout()
 	return nil

@@ -487,6 +487,13 @@ func (l *Learner) startRL() error {
 		return nil
 	}
 	l.rlStart = l.step
+	if vb := l.cfg.ValueBaseline; vb != nil && vb.ValueOnly && l.step > 0 {
+		// The warm-up's AdamW moments would keep moving the policy's
+		// weights on zero gradients.
+		if err := l.restartOptimizer(); err != nil {
+			return fmt.Errorf("learner: start RL: %w", err)
+		}
+	}
 	if l.ref != nil && l.cfg.RefModelDir == "" && l.step > 0 && l.model.LoRA() == nil {
 		ref, err := l.model.Clone()
 		if err != nil {

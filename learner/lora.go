@@ -37,12 +37,19 @@ func (l *Learner) startLoRA() error {
 		}
 		l.ref = ref
 	}
+	if err := l.restartOptimizer(); err != nil {
+		return fmt.Errorf("learner: start lora: %w", err)
+	}
+	return nil
+}
+
+// restartOptimizer starts AdamW afresh (zero moments) over the trainable
+// parameters.
+func (l *Learner) restartOptimizer() error {
 	c := l.cfg
 	l.trainer.Opt = optim.NewAdamW(c.Beta1, c.Beta2, c.Eps, c.WeightDecay)
 	if l.shard != nil && l.shard.ParamsChanged != nil {
-		if err := l.shard.ParamsChanged(); err != nil {
-			return fmt.Errorf("learner: start lora: %w", err)
-		}
+		return l.shard.ParamsChanged()
 	}
 	return nil
 }

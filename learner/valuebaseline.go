@@ -20,7 +20,9 @@ type ValueBaseline struct {
 	// gradient reaches the trunk the policy shares (stop_value_gradients).
 	StopTrunkGradient bool
 	// ValueOnly trains the value loss alone: the policy takes no
-	// policy-gradient step (train_guidance_model false).
+	// policy-gradient step (train_guidance_model false). AdamW restarts at
+	// the RL phase's first step, so with StopTrunkGradient (and no weight
+	// decay) the policy's weights stay as the warm-up left them.
 	ValueOnly bool
 }
 

@@ -130,3 +130,23 @@ func TestValueBaselineValidated(t *testing.T) {
 		}
 	}
 }
+
+// A learner loading a checkpoint keeps its head detached from the trunk.
+func TestValueBaselineStopTrunkGradientSurvivesLoad(t *testing.T) {
+	c := valueBaselineConfig(ValueBaseline{LossCoef: 1, StopTrunkGradient: true})
+	l := newLearner(t, c)
+	if _, err := l.Train(groupBatch()); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := l.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	l2 := newLearner(t, c)
+	if err := l2.Load(dir); err != nil {
+		t.Fatal(err)
+	}
+	if !l2.Model().Value.DetachTrunk {
+		t.Error("the loaded model's value head trains the trunk")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/rlnode/rlnode/internal/tmpl"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/rl"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/task"
@@ -277,6 +278,9 @@ func (f *FeedbackPolicy) learnerConfig(c Config) learner.Config {
 		l.ValueBaseline = &learner.ValueBaseline{LossCoef: b.ValueLossCoef, Shaping: b.ValueCoef,
 			StopTrunkGradient: b.StopValueGradients, ValueOnly: !b.TrainGuidance}
 		l.Loss.KLCoef = b.GuidanceKLCoef
+		if l.Loss.KL == "" {
+			l.Loss.KL = rl.K3
+		}
 	}
 	l.Model, l.ModelDir, l.Seed, l.LoRA = f.Model, f.ModelDir, c.Seed+1, f.LoRA
 	if f.Algorithm != "" {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
 )
@@ -93,14 +94,23 @@ func TestMLMTPlumbing(t *testing.T) {
 		name         string
 		edit         func(*Config)
 		feedback     bool // a feedback policy exists
-		feedbackMove bool // RL changes its weights
+		feedbackMove bool // RL changes its weights (the value head's aside)
 		solverSeqs   int  // sequences the solver trains on per RL step
+		biLevel      bool // the feedback learner runs for its value alone too
 	}{
-		{"both", func(*Config) {}, true, true, 2 * 4 * 4},
-		{"stop-gradient", func(c *Config) { c.StopGradient = true }, true, true, 4 * 4},
-		{"solver only", func(c *Config) { c.Feedback.Train = false }, true, false, 2 * 4 * 4},
-		{"static", func(c *Config) { c.Feedback = nil }, false, false, 2 * 4 * 4},
-		{"improvement reward", func(c *Config) { c.FeedbackReward = FeedbackRewardImprovement }, true, true, 2 * 4 * 4},
+		{"both", func(*Config) {}, true, true, 2 * 4 * 4, false},
+		{"stop-gradient", func(c *Config) { c.StopGradient = true }, true, true, 4 * 4, false},
+		{"solver only", func(c *Config) { c.Feedback.Train = false }, true, false, 2 * 4 * 4, false},
+		{"static", func(c *Config) { c.Feedback = nil }, false, false, 2 * 4 * 4, false},
+		{"improvement reward", func(c *Config) { c.FeedbackReward = FeedbackRewardImprovement }, true, true, 2 * 4 * 4, false},
+		{"bi-level", func(c *Config) {
+			c.Learner.Algorithm = learner.GRPO
+			c.BiLevel = &BiLevel{ValueCoef: 0.1, ValueLossCoef: 1, TrainGuidance: true, GuidanceKLCoef: 0.05}
+		}, true, true, 2 * 4 * 4, true},
+		{"bi-level stop-grad, fixed feedback policy", func(c *Config) {
+			c.Learner.Algorithm = learner.GRPO
+			c.BiLevel = &BiLevel{ValueCoef: 0.1, ValueLossCoef: 1, StopValueGradients: true}
+		}, true, false, 2 * 4 * 4, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -132,8 +142,11 @@ func TestMLMTPlumbing(t *testing.T) {
 						t.Errorf("step %v: %s = %v", m["step"], k, m[k])
 					}
 				}
-				if _, ok := m["feedback_loss"]; ok != (tc.feedback && tc.feedbackMove) {
+				if _, ok := m["feedback_loss"]; ok != (tc.feedback && (tc.feedbackMove || tc.biLevel)) {
 					t.Errorf("step %v: feedback_loss present %v", m["step"], ok)
+				}
+				if v, ok := m["feedback_value_loss"].(float64); ok != tc.biLevel || (ok && !(v > 0)) {
+					t.Errorf("step %v: feedback_value_loss %v (present %v, want %v)", m["step"], m["feedback_value_loss"], ok, tc.biLevel)
 				}
 				if got := m["seqs"]; got != float64(tc.solverSeqs) {
 					t.Errorf("step %v: the solver trained on %v sequences, want %d", m["step"], got, tc.solverSeqs)
@@ -164,7 +177,17 @@ func TestMLMTPlumbing(t *testing.T) {
 				t.Error("the solver's weights did not move in RL")
 			}
 			if tc.feedback {
-				moved := !sameWeights(weightsOf(t, filepath.Join(warmCk, FeedbackDir)), weightsOf(t, filepath.Join(last, FeedbackDir)))
+				before, after := weightsOf(t, filepath.Join(warmCk, FeedbackDir)), weightsOf(t, filepath.Join(last, FeedbackDir))
+				if tc.biLevel {
+					if slices.Equal(before[model.ValueHeadWeight], after[model.ValueHeadWeight]) {
+						t.Error("the feedback policy's value head did not move in RL")
+					}
+					for _, w := range []map[string][]float32{before, after} {
+						delete(w, model.ValueHeadWeight)
+						delete(w, model.ValueHeadBias)
+					}
+				}
+				moved := !sameWeights(before, after)
 				if moved != tc.feedbackMove {
 					t.Errorf("feedback weights moved in RL: %v, want %v", moved, tc.feedbackMove)
 				}

@@ -33,6 +33,16 @@ func TestFromRecipeMultiTurn(t *testing.T) {
 			return c
 		}},
 		{"score_math", func() Config { return SCoReMath("OUT") }},
+		{"bi_level_score", func() Config {
+			c := MLMTMath("OUT")
+			c.BiLevel = &BiLevel{ValueCoef: 0.1, ValueLossCoef: 1, TrainGuidance: true, GuidanceKLCoef: 0.05}
+			return c
+		}},
+		{"bi_level_score_stopgrad", func() Config {
+			c := MLMTMath("OUT")
+			c.BiLevel = &BiLevel{ValueCoef: 0.1, ValueLossCoef: 1, StopValueGradients: true, TrainGuidance: true, GuidanceKLCoef: 0.05}
+			return c
+		}},
 	} {
 		t.Run(tc.recipe, func(t *testing.T) {
 			l, err := recipes.Load(tc.recipe, nil)
