@@ -698,10 +698,11 @@ func turnMetricsOf(epType string) []string {
 }
 
 func (c *checker) mlmt(r *Recipe) {
-	if r.Episode.Type != "score" && r.Algorithm.Score.Alpha != 1 {
-		c.add("algorithm.score", "set, but episode.type is %q (these settings are for score)", r.Episode.Type)
+	shapedRefine := r.Episode.Type == "mlmt" && r.Algorithm.MLMT.RefineReward == "shaped"
+	if r.Episode.Type != "score" && !shapedRefine && r.Algorithm.Score.Alpha != 1 {
+		c.add("algorithm.score", "set, but episode.type is %q (these settings are for score, and for mlmt with algorithm.mlmt.refine_reward: shaped)", r.Episode.Type)
 	}
-	if r.Episode.Type == "score" {
+	if r.Episode.Type == "score" || shapedRefine {
 		c.nonNegativeF("algorithm.score.alpha", r.Algorithm.Score.Alpha)
 	}
 	// Static feedback ignores it, so that the static variant of a recipe
@@ -714,12 +715,13 @@ func (c *checker) mlmt(r *Recipe) {
 		c.biLevel(r, bl)
 	}
 	if r.Episode.Type != "mlmt" {
-		if len(m.Train) > 0 || m.StopGradient || m.StaticFeedback || m.FeedbackReward != "final" || m.FeedbackAlgorithm != "" || m.FeedbackLR != 0 {
+		if len(m.Train) > 0 || m.StopGradient || m.StaticFeedback || m.FeedbackReward != "final" || m.FeedbackAlgorithm != "" || m.FeedbackLR != 0 || m.RefineReward != "final" {
 			c.add("algorithm.mlmt", "set, but episode.type is %q (these settings are for mlmt)", r.Episode.Type)
 		}
 		return
 	}
 	c.oneOf("algorithm.mlmt.feedback_reward", m.FeedbackReward, FeedbackReward)
+	c.oneOf("algorithm.mlmt.refine_reward", m.RefineReward, []string{"final", "shaped"})
 	if !m.StaticFeedback {
 		c.oneOf("algorithm.mlmt.feedback_algorithm", m.FeedbackAlgorithm, Algorithms)
 		if !(m.FeedbackLR > 0) {
@@ -789,6 +791,9 @@ func (c *checker) biLevel(r *Recipe, bl *BiLevel) {
 	}
 	if m.FeedbackReward != "final" {
 		c.add("algorithm.mlmt.feedback_reward", "%q: bi-level MLMT trains both levels on one reward, the refined answer's (final)", m.FeedbackReward)
+	}
+	if m.RefineReward != "final" {
+		c.add("algorithm.mlmt.refine_reward", "%q: bi-level MLMT trains both levels on one reward, the refined answer's (final)", m.RefineReward)
 	}
 	switch r.Algorithm.Name {
 	case "ppo", "rw_sft":

@@ -92,6 +92,9 @@ type Config struct {
 	// feedback learner's value V_L is the solver's baseline (bilevel.go).
 	// Nil: off.
 	BiLevel *BiLevel
+	// ShapeRefine (MLMT) gives the refine turn SCoRe's shaped reward r2 +
+	// ScoreAlpha·(r2 − r1) (RL-guided SCoRe) instead of r2.
+	ShapeRefine bool
 	// FeedbackReward (MLMT) is what the feedback turn is rewarded with:
 	// FeedbackRewardFinal (also "": the refined answer's reward) or
 	// FeedbackRewardImprovement (refined minus first).
@@ -471,6 +474,9 @@ func (c *Config) validate() (*compiled, error) {
 	if !c.multiTurn() && (c.Feedback != nil || c.StopGradient || c.FeedbackReward != "") {
 		return nil, fmt.Errorf("driver config: feedback, stop_gradient and feedback_reward are for episode mlmt (episode is %q)", c.Episode)
 	}
+	if c.ShapeRefine && (c.Episode != EpisodeMLMT || !(c.ScoreAlpha >= 0)) {
+		return nil, fmt.Errorf("driver config: shape_refine: for episode mlmt with score_alpha ≥ 0 (episode %q, score_alpha %v)", c.Episode, c.ScoreAlpha)
+	}
 	if c.FreezeSolver && c.Episode != EpisodeMLMT {
 		return nil, fmt.Errorf("driver config: freeze_solver: for episode mlmt (episode is %q)", c.Episode)
 	}
@@ -480,6 +486,8 @@ func (c *Config) validate() (*compiled, error) {
 			return nil, fmt.Errorf("driver config: bi_level: needs episode mlmt with a feedback policy (the value V_L is on its head)")
 		case !c.Feedback.Train:
 			return nil, fmt.Errorf("driver config: bi_level: the feedback learner trains the value every step: set feedback.train (TrainGuidance false keeps its policy fixed)")
+		case c.ShapeRefine:
+			return nil, fmt.Errorf("driver config: bi_level: both levels train on the final reward (shape_refine is set)")
 		case c.FeedbackReward == FeedbackRewardImprovement:
 			return nil, fmt.Errorf("driver config: bi_level: both levels train on the final reward (feedback_reward is %q)", c.FeedbackReward)
 		}

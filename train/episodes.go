@@ -92,7 +92,8 @@ func (e player) runner(solver episode.Policy, fb *episode.Policy) episode.Runner
 	switch cfg.Episode {
 	case EpisodeMLMT:
 		return &episode.MLMT{Solver: solver, Feedback: fb, Prompter: pr, Verifier: e.verifier, Workers: workers,
-			Limits: quoteLimits, FeedbackImprovement: cfg.FeedbackReward == FeedbackRewardImprovement}
+			Limits: quoteLimits, FeedbackImprovement: cfg.FeedbackReward == FeedbackRewardImprovement,
+			ShapeRefine: cfg.ShapeRefine, Alpha: cfg.ScoreAlpha}
 	case EpisodeSCoRe:
 		return &episode.SCoRe{Solver: solver, Prompter: pr, Verifier: e.verifier, Workers: workers, Limits: quoteLimits, Alpha: cfg.ScoreAlpha}
 	case EpisodeTools:

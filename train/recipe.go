@@ -275,6 +275,9 @@ func (l recipe) config(out string) (Config, error) {
 		cfg.StaticFeedbackTemplate, cfg.RefineTemplate = tpl.static, tpl.refine
 		cfg.StopGradient, cfg.FeedbackReward = m.StopGradient, m.FeedbackReward
 		cfg.FreezeSolver = !slices.Contains(m.Train, "solver") // the feedback policy alone (validated)
+		if m.RefineReward == "shaped" {
+			cfg.ShapeRefine, cfg.ScoreAlpha = true, r.Algorithm.Score.Alpha
+		}
 	}
 	if hasFeedback {
 		cfg.FeedbackTemplate, cfg.FeedbackAnswerTemplate = tpl.feedbackPrompt, tpl.feedbackAnswer

@@ -671,3 +671,34 @@ func TestSCoReAlpha(t *testing.T) {
 		}
 	}
 }
+
+// RL-guided SCoRe: MLMT's refine turn trains on r2 + α(r2 − r1); the
+// feedback turn and FinalReward keep r2.
+func TestMLMTShapedRefine(t *testing.T) {
+	tok := tokenizer.Builtin()
+	solver := episodetest.NewScriptedEngine(func(r engine.Request, k int) string {
+		p := tok.Decode(r.Prompt)
+		switch {
+		case strings.Contains(p, "Feedback on it:"):
+			return `Fixed: \boxed{` + answerOf(p) + `}`
+		case k == 1:
+			return `\boxed{` + answerOf(p) + `}`
+		}
+		return `I think \boxed{1}`
+	})
+	teacher := episodetest.NewScriptedEngine(func(engine.Request, int) string { return "Recheck." })
+	sp, fp := policy("solver", solver), policy("feedback", teacher)
+	sp.Tokenizer, fp.Tokenizer = tok, tok
+	r := &episode.MLMT{Solver: sp, Feedback: &fp, Prompter: textPrompter{}, Verifier: episodetest.ExactVerifier{}, ShapeRefine: true, Alpha: 2}
+	exs := []data.Example{{Prompt: "What is 2+3?", Ref: verify.Reference{Answer: "5"}}}
+	turns, err := r.Run(ctx(t), episode.Batch{Examples: exs, N: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Episode 0: wrong then right, 1 + 2·(1 − 0) = 3; episode 1: right twice, 1.
+	for i, w := range []float64{0, 1, 3, 1, 1, 1} {
+		if turns[i].Reward != w || turns[i].FinalReward != 1 {
+			t.Errorf("row %d (turn %d): reward %v final %v, want %v and 1", i, turns[i].Turn, turns[i].Reward, turns[i].FinalReward, w)
+		}
+	}
+}

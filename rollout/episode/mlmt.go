@@ -32,6 +32,11 @@ type MLMT struct {
 	Workers             int // verifications at once; 0: one
 	Limits              Limits
 	FeedbackImprovement bool
+	// ShapeRefine gives the refine turn SCoRe's shaped reward r2 +
+	// Alpha·(r2 − r1) (r1 the attempt's score; RL-guided SCoRe) in place
+	// of r2; FinalReward stays r2.
+	ShapeRefine bool
+	Alpha       float64
 }
 
 // NewMLMT checks the policies and templates.
@@ -262,6 +267,9 @@ func (r *MLMT) finish(ctx context.Context, b Batch, eps []*mlmtState, fb *Policy
 				if r.FeedbackImprovement {
 					t.Reward -= e.turns[0].Reward
 				}
+			}
+			if turn == 2 && r.ShapeRefine && t.FinishReason != "error" {
+				t.Reward += r.Alpha * (t.Reward - e.turns[0].Reward)
 			}
 			t.Note = joinNotes(append([]string{t.Note}, e.notes...)...)
 		}
