@@ -201,7 +201,7 @@ type TracesData struct {
 
 // Dataset is a file of problems.
 type Dataset struct {
-	// Train is the training file: .jsonl or .parquet. Required.
+	// Train is the training file: .jsonl, .parquet or .csv. Required.
 	Train string `yaml:"train"`
 	// Eval is the held-out file, same format and columns. Default: none;
 	// then eval.held_out problems are split off the training file.

@@ -657,20 +657,20 @@ func (c *checker) engine(path string, e *Engine, m *Model) {
 func (c *checker) datasetFile(path, file string, required bool) {
 	if file == "" {
 		if required {
-			c.add(path, "empty: want a .jsonl or .parquet file")
+			c.add(path, "empty: want a .jsonl, .parquet or .csv file")
 		}
 		return
 	}
 	switch strings.ToLower(filepath.Ext(file)) {
-	case ".jsonl", ".ndjson", ".parquet":
+	case ".jsonl", ".ndjson", ".parquet", ".csv":
 	default:
-		c.add(path, "%s: want a .jsonl or .parquet file", file)
+		c.add(path, "%s: want a .jsonl, .parquet or .csv file", file)
 		return
 	}
 	if st, err := os.Stat(file); err != nil {
 		c.add(path, "%v", err)
 	} else if st.IsDir() {
-		c.add(path, "%s is a directory; want a .jsonl or .parquet file", file)
+		c.add(path, "%s is a directory; want a .jsonl, .parquet or .csv file", file)
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 // file and never trained on. A dataset is loaded, and every row checked,
 // before any actor starts.
 type Dataset struct {
-	// Train is the training file (.jsonl or .parquet); Eval the optional
+	// Train is the training file (.jsonl, .parquet or .csv); Eval the optional
 	// held-out file with the same columns.
 	Train, Eval string
 	// Mapping names the columns (prompt; answer for math and gsm8k, or

@@ -38,6 +38,11 @@ func TestFromRecipeMultiTurn(t *testing.T) {
 			c.BiLevel = &BiLevel{ValueCoef: 0.1, ValueLossCoef: 1, TrainGuidance: true, GuidanceKLCoef: 0.05}
 			return c
 		}},
+		{"rl_guided_score", func() Config {
+			c := MLMTMath("OUT")
+			c.ShapeRefine, c.ScoreAlpha = true, 10
+			return c
+		}},
 		{"bi_level_score_stopgrad", func() Config {
 			c := MLMTMath("OUT")
 			c.BiLevel = &BiLevel{ValueCoef: 0.1, ValueLossCoef: 1, StopValueGradients: true, TrainGuidance: true, GuidanceKLCoef: 0.05}

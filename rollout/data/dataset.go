@@ -56,7 +56,7 @@ var ErrBadDataset = errors.New("bad dataset")
 const MaxLineBytes = 64 << 20
 
 // Load reads a dataset file: ".jsonl" (one JSON object a line; blank lines
-// skipped) or ".parquet". Errors name the file, the row (0-based, counting
+// skipped), ".parquet" or ".csv" (a header row; loadCSV). Errors name the file, the row (0-based, counting
 // data rows) and the column.
 func Load(path string, m Mapping) ([]Example, error) {
 	if m.Prompt == "" {
@@ -67,8 +67,10 @@ func Load(path string, m Mapping) ([]Example, error) {
 		return loadJSONL(path, m)
 	case ".parquet":
 		return loadParquet(path, m)
+	case ".csv":
+		return loadCSV(path, m)
 	}
-	return nil, fmt.Errorf("load %s: unknown dataset format %q (want .jsonl or .parquet): %w", path, filepath.Ext(path), ErrBadDataset)
+	return nil, fmt.Errorf("load %s: unknown dataset format %q (want .jsonl, .parquet or .csv): %w", path, filepath.Ext(path), ErrBadDataset)
 }
 
 func loadJSONL(path string, m Mapping) ([]Example, error) {
@@ -253,8 +255,20 @@ func (m Mapping) example(path string, row int, v map[string]any) (Example, error
 	if err := str(m.Answer, &ex.Ref.Answer); err != nil {
 		return Example{}, err
 	}
-	if err := str(m.Setup, &ex.Ref.Setup); err != nil {
-		return Example{}, err
+	if m.Setup != "" {
+		// A list (MBPP-sanitized's test_imports) is lines of setup code.
+		x, err := lookup(v, m.Setup)
+		if l, ok := x.([]any); ok && err == nil {
+			var lines []string
+			if lines, err = stringList(l); err == nil {
+				ex.Ref.Setup = strings.Join(lines, "\n")
+			}
+		} else if err == nil {
+			ex.Ref.Setup, err = scalarString(x)
+		}
+		if err != nil {
+			return Example{}, fmt.Errorf("row %d: column %q: %w: %w", row, m.Setup, err, ErrBadDataset)
+		}
 	}
 	if err := str(m.ID, &ex.ID); err != nil {
 		return Example{}, err
