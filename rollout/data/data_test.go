@@ -79,8 +79,8 @@ func TestLoadJSONLErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Load(writeFile(t, "d.csv", "a,b"), DefaultMapping); err == nil || !strings.Contains(err.Error(), "unknown dataset format") {
-		t.Errorf("csv: %v", err)
+	if _, err := Load(writeFile(t, "d.tsv", "a\tb"), DefaultMapping); err == nil || !strings.Contains(err.Error(), "unknown dataset format") {
+		t.Errorf("tsv: %v", err)
 	}
 }
 
