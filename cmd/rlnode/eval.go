@@ -36,7 +36,7 @@ import (
 
 func init() { commands["eval"] = evalCommand }
 
-const evalUsage = `usage: rlnode eval --model DIR [--recipe RECIPE] [--set KEY.PATH=VALUE]... [--out FILE]
+const evalUsage = `usage: rlnode eval --model DIR [--recipe RECIPE] [--data FILE] [--set KEY.PATH=VALUE]... [--out FILE]
 
 Accuracy of the model in DIR (a checkpoint: config.json, safetensors,
 tokenizer.json, e.g. RUN/checkpoints/step-N; a LoRA run's checkpoint adds
@@ -50,6 +50,11 @@ accuracy is then the mean over all answers (mean@n), and pass@k (for each k
 of eval.pass_k; default 1 and n) and maj@n (majority vote over the final
 answers; math and gsm8k verifiers) are added, e.g.
 --set eval.samples=8 --set eval.temperature=1 --set eval.pass_k=[1,4,8].
+
+--data FILE evaluates on the first eval.held_out rows of FILE (.jsonl,
+.parquet or .csv) instead of the recipe's problems, no training file
+needed: its columns are the recipe's data.dataset.columns (default prompt
+and answer; --set data.dataset.columns.prompt=problem to map others).
 
 For mlmt and score recipes the episode is played greedily: accuracy of the
 first and of the final answer (mlmt turn 3, score turn 2), their difference
@@ -79,6 +84,7 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	modelDir := fs.String("model", "", "checkpoint directory, run folder or hub id (ORG/NAME, from the local Hugging Face cache) to evaluate")
 	recipe := fs.String("recipe", "", "recipe (a built-in name or a file) whose held-out problems, templates and limits are used (default with a run folder: its recipe.yaml)")
 	out := fs.String("out", "", "write the result as JSON to this file")
+	dataFile := fs.String("data", "", "evaluate on the first eval.held_out rows of this .jsonl, .parquet or .csv file instead of the recipe's problems")
 	var sets repeated
 	fs.Var(&sets, "set", "override KEY.PATH=VALUE (repeatable; VALUE is YAML)")
 	fs.Usage = func() {
@@ -96,6 +102,10 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	if err := evalTarget(modelDir, recipe); err != nil {
 		fmt.Fprintf(stderr, "rlnode eval: %v\n", err)
 		return 2
+	}
+	if *dataFile != "" {
+		// Before the user's --set, so that those map the file's columns.
+		sets = append(dataSets(*dataFile), sets...)
 	}
 	l, err := loadChecked(*recipe, sets)
 	if err != nil {
@@ -156,6 +166,13 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	_, _ = stdout.Write(js)
 	return 0
+}
+
+// dataSets are the overrides that make a recipe evaluate on file alone:
+// the file is the dataset's eval file, and its train file too (read, never
+// trained on), in place of a task.
+func dataSets(file string) []string {
+	return []string{"data.task=null", "data.dataset.train=" + file, "data.dataset.eval=" + file}
 }
 
 // evalTarget resolves --model: a hub id to its cached snapshot, a run

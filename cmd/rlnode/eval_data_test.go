@@ -1,0 +1,54 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// rlnode eval --data FILE evaluates on a file alone (here MATH.csv's
+// shape), its columns mapped with --set; a column the file lacks is named.
+func TestEvalData(t *testing.T) {
+	home := t.TempDir()
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":32,"intermediate_size":64,
+		"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":800,"max_position_embeddings":128,
+		"tie_word_embeddings":true,"torch_dtype":"float32","bos_token_id":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(t.TempDir(), "model")
+	if _, stderr, code := runRlnode(t, home, "model", "init", "--config", cfg, "--out", model); code != 0 {
+		t.Fatalf("model init: exit %d: %s", code, stderr)
+	}
+	file := filepath.Join(t.TempDir(), "MATH.csv")
+	if err := os.WriteFile(file, []byte("problem,solution,answer,subject,level\n"+
+		"\"What is 1+1, exactly?\",\"$\\boxed{2}$\",2,Algebra,Level 1\n"+
+		"What is 2+3?,\"$\\boxed{5}$\",5,Prealgebra,Level 2\n"+
+		"What is 7-4?,\"$\\boxed{3}$\",3,Prealgebra,Level 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "eval.json")
+	stdout, stderr, code := runRlnode(t, home, "eval", "--model", model, "--recipe", "quickstart", "--data", file,
+		"--set", "data.dataset.columns.prompt=problem", "--set", "eval.held_out=3", "--out", out)
+	if code != 0 {
+		t.Fatalf("rlnode eval --data: exit %d\n%s%s", code, stdout, stderr)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res evalResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Problems != 3 || !strings.Contains(stderr, "/3 held-out problems, greedy") {
+		t.Errorf("%d problems; report:\n%s", res.Problems, stderr)
+	}
+
+	_, stderr, code = runRlnode(t, home, "eval", "--model", model, "--recipe", "quickstart", "--data", file, "--set", "eval.held_out=3")
+	if code == 0 || !strings.Contains(stderr, `column "prompt": not in the header`) || !strings.Contains(stderr, "MATH.csv") {
+		t.Errorf("unmapped prompt column: exit %d\n%s", code, stderr)
+	}
+}
