@@ -411,10 +411,12 @@ type MLMT struct {
 	// ignored with static feedback.
 	FeedbackAlgorithm string  `yaml:"feedback_algorithm"`
 	FeedbackLR        float64 `yaml:"feedback_lr"`
-	// RefineReward is the solver's refine turn's reward: final (the
-	// refined answer's, r2) or shaped (SCoRe's r2 + alpha·(r2 − r1),
-	// alpha algorithm.score.alpha: RL-guided SCoRe). Default final.
-	RefineReward string `yaml:"refine_reward"`
+	// RefineReward is the solver's refine turn's reward: final (also
+	// empty: the refined answer's, r2) or shaped (SCoRe's r2 +
+	// alpha·(r2 − r1), alpha algorithm.score.alpha: RL-guided SCoRe).
+	// Default final, left empty so that a resolved recipe without it
+	// reads as before.
+	RefineReward string `yaml:"refine_reward,omitempty"`
 }
 
 // SFT is the supervised warm-up before RL, on reference answers, so that
@@ -531,7 +533,7 @@ func Default() *Recipe {
 			AdamBeta1: 0.9, AdamBeta2: 0.999, AdamEps: 1e-8,
 			GradClip: 1, MicroBatch: 32, Epochs: 1, MiniBatches: 1, Gamma: 1, Lambda: 0.95, ValueCoef: 0.5, ValueClip: 0.2,
 			RWSFT: RWSFT{Weighting: "exp", Beta: 1, Threshold: 1},
-			MLMT:  MLMT{FeedbackReward: "final", RefineReward: "final"},
+			MLMT:  MLMT{FeedbackReward: "final"},
 			Score: Score{Alpha: 1},
 		},
 		SFT:        SFT{BatchSize: 32, LR: 1e-4, Response: `\boxed{ {{- .Answer -}} }`},

@@ -715,13 +715,15 @@ func (c *checker) mlmt(r *Recipe) {
 		c.biLevel(r, bl)
 	}
 	if r.Episode.Type != "mlmt" {
-		if len(m.Train) > 0 || m.StopGradient || m.StaticFeedback || m.FeedbackReward != "final" || m.FeedbackAlgorithm != "" || m.FeedbackLR != 0 || m.RefineReward != "final" {
+		if len(m.Train) > 0 || m.StopGradient || m.StaticFeedback || m.FeedbackReward != "final" || m.FeedbackAlgorithm != "" || m.FeedbackLR != 0 || (m.RefineReward != "" && m.RefineReward != "final") {
 			c.add("algorithm.mlmt", "set, but episode.type is %q (these settings are for mlmt)", r.Episode.Type)
 		}
 		return
 	}
 	c.oneOf("algorithm.mlmt.feedback_reward", m.FeedbackReward, FeedbackReward)
-	c.oneOf("algorithm.mlmt.refine_reward", m.RefineReward, []string{"final", "shaped"})
+	if m.RefineReward != "" {
+		c.oneOf("algorithm.mlmt.refine_reward", m.RefineReward, []string{"final", "shaped"})
+	}
 	if !m.StaticFeedback {
 		c.oneOf("algorithm.mlmt.feedback_algorithm", m.FeedbackAlgorithm, Algorithms)
 		if !(m.FeedbackLR > 0) {
@@ -792,7 +794,7 @@ func (c *checker) biLevel(r *Recipe, bl *BiLevel) {
 	if m.FeedbackReward != "final" {
 		c.add("algorithm.mlmt.feedback_reward", "%q: bi-level MLMT trains both levels on one reward, the refined answer's (final)", m.FeedbackReward)
 	}
-	if m.RefineReward != "final" {
+	if m.RefineReward == "shaped" {
 		c.add("algorithm.mlmt.refine_reward", "%q: bi-level MLMT trains both levels on one reward, the refined answer's (final)", m.RefineReward)
 	}
 	switch r.Algorithm.Name {
