@@ -26,6 +26,7 @@ commands:
   recipe   list, show or validate recipes (built-in names or files)
   sbatch   print a Slurm batch script that runs a recipe on N nodes
   gpu      report the CUDA libraries and GPUs found, and why the CUDA backend cannot run
+  ctxopt   learn agent configurations for a fixed model (train, eval, benchmark)
 
 Run 'rlnode COMMAND -h' for a command's flags, 'rlnode --version' for the version.
 `

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rlnode/rlnode/ctxopt"
+	"github.com/rlnode/rlnode/ctxopt/simlm"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/episode"
+	"github.com/rlnode/rlnode/rollout/verify"
+	"github.com/rlnode/rlnode/rollout/vllm"
+)
+
+func init() { commands["ctxopt"] = ctxoptCommand }
+
+const ctxoptUsage = `usage:
+  rlnode ctxopt list
+      the built-in context-optimization recipes
+  rlnode ctxopt validate NAME|FILE
+      check a recipe: every problem as FILE:LINE: field: message
+  rlnode ctxopt train NAME|FILE --out DIR [--iterations N]
+      learn a configuration policy; writes DIR/policy.json and
+      DIR/metrics.jsonl, then scores it against a random policy on the
+      held-out questions
+  rlnode ctxopt eval NAME|FILE --policy FILE [--eval-per-type N]
+      the learned policy against a random policy on held-out questions
+  rlnode ctxopt benchmark NAME|FILE --policy FILE --out DIR [--eval-per-type N]
+      also every fixed configuration and the best fixed one per question
+      type; writes DIR/benchmark.json and DIR/pareto.png
+
+The recipe schema: docs/ctxopt.md.
+`
+
+func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, ctxoptUsage)
+		return 0
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("rlnode ctxopt "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "", "output directory")
+	policy := fs.String("policy", "", "a policy.json written by rlnode ctxopt train")
+	iters := fs.Int("iterations", 0, "override train.iterations")
+	evalPer := fs.Int("eval-per-type", 0, "override data.eval_per_type")
+	pos, code, ok := parseCommand(fs, args)
+	if !ok {
+		return code
+	}
+	switch sub {
+	case "list":
+		for _, n := range ctxopt.Builtins() {
+			r, err := ctxopt.LoadRecipe(n)
+			if err != nil {
+				fmt.Fprintf(stderr, "rlnode ctxopt list: %v\n", err)
+				return 1
+			}
+			fmt.Fprintf(stdout, "%-22s %s\n", n, r.Description)
+		}
+		return 0
+	case "validate", "train", "eval", "benchmark":
+	default:
+		fmt.Fprintf(stderr, "rlnode ctxopt: unknown subcommand %q\n\n%s", sub, ctxoptUsage)
+		return 2
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "rlnode ctxopt %s: want one recipe (name or file)\n", sub)
+		return 2
+	}
+	r, err := ctxopt.LoadRecipe(pos[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "%v\n", err)
+		return 1
+	}
+	if sub == "validate" {
+		fmt.Fprintf(stdout, "%s: ok\n", pos[0])
+		return 0
+	}
+	if *iters > 0 {
+		r.Train.Iterations = *iters
+	}
+	if *evalPer > 0 {
+		r.Data.EvalPerType = *evalPer
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := ctxoptRun(ctx, sub, r, *out, *policy, stdout); err != nil {
+		fmt.Fprintf(stderr, "rlnode ctxopt %s: %v\n", sub, err)
+		return 1
+	}
+	return 0
+}
+
+// ctxoptExecutor builds the recipe's executor.
+func ctxoptExecutor(ctx context.Context, r *ctxopt.Recipe) (*ctxopt.Executor, error) {
+	var eng engine.Engine = simlm.Engine{}
+	if r.Executor.Engine == "openai" {
+		c, err := vllm.New(ctx, vllm.Config{Servers: []string{r.Executor.URL}, Model: r.Executor.Model})
+		if err != nil {
+			return nil, err
+		}
+		eng = c
+	}
+	x := &ctxopt.Executor{Engine: eng, Verifier: verify.GSM8K{}, Space: r.SpaceOf(), Cost: r.Reward.CostWeights,
+		CorrectReward: r.Reward.Correct, Temperature: r.Executor.Temperature, Workers: r.Executor.Workers}
+	if r.Executor.Python {
+		sb, err := verify.NewSandbox(verify.SandboxConfig{})
+		if err != nil {
+			return nil, fmt.Errorf("python tool: %w (set executor.python: false to run without it)", err)
+		}
+		x.Python = episode.SandboxPython{Sandbox: sb}
+	}
+	if r.Executor.SearchURL != "" {
+		x.Search = ctxopt.HTTPSearch{URL: r.Executor.SearchURL}
+	}
+	return x, nil
+}
+
+func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, out, policy string, stdout io.Writer) error {
+	if (sub == "train" || sub == "benchmark") && out == "" {
+		return fmt.Errorf("--out DIR is required")
+	}
+	if (sub == "eval" || sub == "benchmark") && policy == "" {
+		return fmt.Errorf("--policy FILE is required")
+	}
+	x, err := ctxoptExecutor(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer x.Engine.Close()
+	m, err := r.Method()
+	if err != nil {
+		return err
+	}
+	trainQs, heldOut, err := r.Questions()
+	if err != nil {
+		return err
+	}
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+	}
+	switch sub {
+	case "train":
+		mf, err := os.Create(filepath.Join(out, "metrics.jsonl"))
+		if err != nil {
+			return err
+		}
+		defer mf.Close()
+		enc := json.NewEncoder(mf)
+		start := time.Now()
+		stats, err := ctxopt.Train(ctx, m, x, trainQs, ctxopt.TrainOptions{Iterations: r.Train.Iterations, Batch: r.Train.Batch, Seed: r.Seed,
+			Log: func(s ctxopt.IterStats) {
+				enc.Encode(s)
+				if s.Iter%10 == 0 || s.Iter == r.Train.Iterations-1 {
+					fmt.Fprintf(stdout, "iter %4d  reward %6.3f  accuracy %.3f  cost %.3f  executions/s %.0f  model calls/s %.0f  %.0fs\n",
+						s.Iter, s.Reward, s.Accuracy, s.Cost, s.ExecPerSec, s.CallsPerSec, s.Elapsed)
+				}
+			}})
+		if err != nil {
+			return err
+		}
+		var execs, calls, secs float64
+		for _, s := range stats {
+			if s.ExecPerSec > 0 {
+				execs += float64(r.Train.Batch)
+				secs += float64(r.Train.Batch) / s.ExecPerSec
+				calls += s.CallsPerSec * float64(r.Train.Batch) / s.ExecPerSec
+			}
+		}
+		fmt.Fprintf(stdout, "trained %d iterations × %d episodes in %s; executor: %.0f executions/s, %.0f model calls/s\n",
+			r.Train.Iterations, r.Train.Batch, time.Since(start).Round(time.Second), execs/secs, calls/secs)
+		pf := filepath.Join(out, "policy.json")
+		if err := ctxopt.SavePolicy(pf, m); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "policy: %s\n", pf)
+	case "eval", "benchmark":
+		if err := ctxopt.LoadPolicy(policy, m); err != nil {
+			return err
+		}
+	}
+	if sub != "benchmark" {
+		return ctxoptEval(ctx, r, x, m, heldOut, stdout)
+	}
+	res, err := ctxopt.Benchmark(ctx, x, m, trainQs[:min(len(trainQs), len(heldOut))], heldOut, r.Seed)
+	if err != nil {
+		return err
+	}
+	res.Learned.Name = r.Name
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "policy\taccuracy\tcost\treward\tstructures (direct/RA/RVA)\n")
+	row := func(s ctxopt.Summary) {
+		fmt.Fprintf(tw, "%s\t%.3f ± %.3f\t%.3f ± %.3f\t%.3f ± %.3f\t%d/%d/%d\n", s.Name, s.Accuracy, s.AccuracyCI, s.Cost, s.CostCI, s.Reward, s.RewardCI,
+			s.Structures["direct"], s.Structures["reason-answer"], s.Structures["reason-verify-answer"])
+	}
+	row(res.Learned)
+	row(res.Random)
+	row(res.BestPerType)
+	for _, f := range res.TopFixed(5) {
+		row(f)
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "%d fixed configurations, %d on the accuracy/cost Pareto front\n", len(res.Fixed), len(res.Front))
+	if len(res.Dominated) == 0 {
+		fmt.Fprintf(stdout, "the learned policy is on or beyond the fixed configurations' Pareto front\n")
+	} else {
+		fmt.Fprintf(stdout, "the learned policy is dominated by: %s\n", strings.Join(res.Dominated, "; "))
+	}
+	types := make([]string, 0, len(res.PerType))
+	for t := range res.PerType {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	fmt.Fprintf(stdout, "learned structures per question type (direct/RA/RVA):")
+	for _, t := range types {
+		v := res.PerType[t]
+		fmt.Fprintf(stdout, " %s %d/%d/%d", t, v[0], v[1], v[2])
+	}
+	fmt.Fprintln(stdout)
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "benchmark.json"), b, 0o644); err != nil {
+		return err
+	}
+	png := filepath.Join(out, "pareto.png")
+	if err := ctxopt.WritePlot(png, res, map[string]ctxopt.Summary{r.Name: res.Learned}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "table: %s\nplot: %s\n", filepath.Join(out, "benchmark.json"), png)
+	return nil
+}
+
+// ctxoptEval scores the learned (greedy) policy and a random one on the
+// held-out questions.
+func ctxoptEval(ctx context.Context, r *ctxopt.Recipe, x *ctxopt.Executor, m ctxopt.Method, heldOut []ctxopt.Question, stdout io.Writer) error {
+	rng := rand.New(rand.NewPCG(r.Seed, 0xbe7c))
+	cs, _, err := m.Choose(heldOut, rng, true)
+	if err != nil {
+		return err
+	}
+	outs, err := ctxopt.Execute(ctx, x, heldOut, cs, r.Seed)
+	if err != nil {
+		return err
+	}
+	learned := ctxopt.Summarize(r.Name, outs, cs)
+	rc := ctxopt.RandomConfigs(x.Space, len(heldOut), rng)
+	if outs, err = ctxopt.Execute(ctx, x, heldOut, rc, r.Seed); err != nil {
+		return err
+	}
+	random := ctxopt.Summarize("random", outs, rc)
+	for _, s := range []ctxopt.Summary{learned, random} {
+		fmt.Fprintf(stdout, "%-22s held-out n=%d  accuracy %.3f ± %.3f  cost %.3f ± %.3f  reward %.3f ± %.3f\n",
+			s.Name, s.N, s.Accuracy, s.AccuracyCI, s.Cost, s.CostCI, s.Reward, s.RewardCI)
+	}
+	return nil
+}

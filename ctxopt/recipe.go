@@ -1,0 +1,359 @@
+package ctxopt
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/rlnode/rlnode/ctxopt/simlm"
+	"github.com/rlnode/rlnode/rollout/task"
+)
+
+//go:embed recipes/*.yaml
+var builtin embed.FS
+
+// Recipe is a context-optimization run (its own schema, see
+// docs/ctxopt.md).
+type Recipe struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+	Seed        uint64 `yaml:"seed"`
+	Formulation string `yaml:"formulation"` // bandit | multistep | hierarchical
+	Executor    struct {
+		Engine      string  `yaml:"engine"` // sim | openai
+		URL         string  `yaml:"url"`    // openai: the server's base URL
+		Model       string  `yaml:"model"`  // openai: the served model's name
+		Context     int     `yaml:"context"`
+		Python      bool    `yaml:"python"`
+		SearchURL   string  `yaml:"search_url"`
+		Temperature float64 `yaml:"temperature"`
+		Workers     int     `yaml:"workers"`
+	} `yaml:"executor"`
+	Space struct {
+		Tools    []string `yaml:"tools"`
+		Budgets  []int    `yaml:"budgets"`
+		Atoms    []string `yaml:"atoms"`
+		MaxAtoms int      `yaml:"max_atoms"`
+	} `yaml:"space"`
+	Reward struct {
+		Correct     float64 `yaml:"correct"`
+		CostWeights `yaml:",inline"`
+		ShapeSimple float64 `yaml:"shape_simple"`
+	} `yaml:"reward"`
+	Data struct {
+		Kinds        []string `yaml:"kinds"`
+		Levels       []int    `yaml:"levels"`
+		TrainPerType int      `yaml:"train_per_type"`
+		EvalPerType  int      `yaml:"eval_per_type"`
+	} `yaml:"data"`
+	Train struct {
+		Iterations int `yaml:"iterations"`
+		Batch      int `yaml:"batch"`
+	} `yaml:"train"`
+	EmbedDim  int      `yaml:"embed_dim"`
+	PPO       PPOYAML  `yaml:"ppo"`
+	Structure *PPOYAML `yaml:"structure_ppo"`
+	Prompt    *PPOYAML `yaml:"prompt_ppo"`
+
+	file string
+	root *yaml.Node
+}
+
+// PPOYAML is a learner's PPO section.
+type PPOYAML struct {
+	LR          float64 `yaml:"lr"`
+	EntropyCoef float64 `yaml:"entropy_coef"`
+	Clip        float64 `yaml:"clip"`
+	Epochs      int     `yaml:"epochs"`
+	MaxGradNorm float64 `yaml:"max_grad_norm"`
+	ValueCoef   float64 `yaml:"value_coef"`
+	Gamma       float64 `yaml:"gamma"`
+	Hidden      []int   `yaml:"hidden"`
+}
+
+func (p PPOYAML) config() PPOConfig {
+	return PPOConfig{LR: p.LR, EntropyCoef: p.EntropyCoef, Clip: p.Clip, Epochs: p.Epochs, MaxGradNorm: p.MaxGradNorm, ValueCoef: p.ValueCoef, Gamma: p.Gamma, Lambda: 1, Hidden: p.Hidden}
+}
+
+// Builtins lists the built-in recipe names.
+func Builtins() []string {
+	es, _ := builtin.ReadDir("recipes")
+	var out []string
+	for _, e := range es {
+		out = append(out, strings.TrimSuffix(e.Name(), ".yaml"))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// maxRecipeBytes bounds a recipe file.
+const maxRecipeBytes = 1 << 20
+
+// LoadRecipe reads a built-in recipe by name or a file by path, and
+// validates it.
+func LoadRecipe(nameOrPath string) (*Recipe, error) {
+	var b []byte
+	var err error
+	file := nameOrPath
+	if !strings.ContainsAny(nameOrPath, "/.") {
+		file = "ctxopt/recipes/" + nameOrPath + ".yaml"
+		b, err = builtin.ReadFile("recipes/" + nameOrPath + ".yaml")
+		if err != nil {
+			return nil, fmt.Errorf("no built-in context-optimization recipe %q (built-in: %s)", nameOrPath, strings.Join(Builtins(), ", "))
+		}
+	} else {
+		st, err := os.Stat(nameOrPath)
+		if err != nil {
+			return nil, fmt.Errorf("recipe %s: %w", nameOrPath, err)
+		}
+		if st.Size() > maxRecipeBytes {
+			return nil, fmt.Errorf("recipe %s: %d bytes, more than %d", nameOrPath, st.Size(), maxRecipeBytes)
+		}
+		if b, err = os.ReadFile(nameOrPath); err != nil {
+			return nil, fmt.Errorf("recipe %s: %w", nameOrPath, err)
+		}
+	}
+	return ParseRecipe(file, b)
+}
+
+var yamlLineRE = regexp.MustCompile(`^yaml: (?:unmarshal errors:\n\s*)?line (\d+): (.*)`)
+
+// ParseRecipe decodes and validates a recipe; every error is "FILE:LINE:
+// field: message".
+func ParseRecipe(file string, b []byte) (*Recipe, error) {
+	r := &Recipe{file: filepath.Clean(file)}
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return nil, r.yamlErr(err)
+	}
+	r.root = &root
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(r); err != nil {
+		return nil, r.yamlErr(err)
+	}
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Recipe) yamlErr(err error) error {
+	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Errorf("%s:%s: %s", r.file, m[1], strings.Split(m[2], "\n")[0])
+	}
+	return fmt.Errorf("%s: %w", r.file, err)
+}
+
+// line finds the line of a dotted path (list elements by index); the
+// deepest existing prefix's line when the path is absent.
+func (r *Recipe) line(path string) int {
+	n := r.root
+	if n == nil {
+		return 0
+	}
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := n.Line
+	for _, key := range strings.Split(path, ".") {
+		var next *yaml.Node
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == key {
+					next = n.Content[i+1]
+					line = n.Content[i].Line
+				}
+			}
+		case yaml.SequenceNode:
+			if i, err := strconv.Atoi(key); err == nil && i >= 0 && i < len(n.Content) {
+				next = n.Content[i]
+				line = next.Line
+			}
+		}
+		if next == nil {
+			return line
+		}
+		n = next
+	}
+	return line
+}
+
+func (r *Recipe) errf(path, format string, args ...any) error {
+	return fmt.Errorf("%s:%d: %s: %s", r.file, r.line(path), path, fmt.Sprintf(format, args...))
+}
+
+// ContextTokens is the executor model's context length.
+func (r *Recipe) ContextTokens() int {
+	if r.Executor.Engine == "sim" {
+		return simlm.ContextTokens
+	}
+	return r.Executor.Context
+}
+
+func (r *Recipe) validate() error {
+	var errs []error
+	add := func(path, format string, args ...any) { errs = append(errs, r.errf(path, format, args...)) }
+	if r.Name == "" {
+		add("name", "missing")
+	}
+	if !slices.Contains([]string{"bandit", "multistep", "hierarchical"}, r.Formulation) {
+		add("formulation", "%q: want bandit, multistep or hierarchical", r.Formulation)
+	}
+	switch r.Executor.Engine {
+	case "sim":
+	case "openai":
+		if r.Executor.URL == "" {
+			add("executor.url", "the openai engine needs the server's URL")
+		}
+		if r.Executor.Context <= 0 {
+			add("executor.context", "the openai engine needs the model's context length in tokens")
+		}
+	default:
+		add("executor.engine", "%q: want sim or openai", r.Executor.Engine)
+	}
+	if r.Executor.Workers < 0 || r.Executor.Workers > 256 {
+		add("executor.workers", "%d not in 0..256", r.Executor.Workers)
+	}
+	if r.Executor.Temperature < 0 || r.Executor.Temperature > 2 {
+		add("executor.temperature", "%v not in [0, 2]", r.Executor.Temperature)
+	}
+	if len(r.Space.Atoms) == 0 {
+		add("space.atoms", "the prompt-atom library is empty: give at least one atom")
+	}
+	for i, a := range r.Space.Atoms {
+		if strings.TrimSpace(a) == "" || len(a) > 500 {
+			add(fmt.Sprintf("space.atoms.%d", i), "an atom must be non-empty text of at most 500 bytes")
+		}
+	}
+	if r.Space.MaxAtoms < 1 || len(r.Space.Atoms) > 0 && r.Space.MaxAtoms > len(r.Space.Atoms) {
+		add("space.max_atoms", "%d not in 1..%d (the library's size)", r.Space.MaxAtoms, len(r.Space.Atoms))
+	}
+	if len(r.Space.Budgets) == 0 {
+		add("space.budgets", "no token budgets")
+	}
+	ctx := r.ContextTokens()
+	for i, b := range r.Space.Budgets {
+		switch {
+		case b <= 0:
+			add(fmt.Sprintf("space.budgets.%d", i), "budget %d must be positive", b)
+		case ctx > 0 && b > ctx/2:
+			add(fmt.Sprintf("space.budgets.%d", i), "budget %d tokens leaves under half of the model's %d-token context for the prompt", b, ctx)
+		}
+	}
+	if len(r.Space.Tools) > 3 {
+		add("space.tools", "%d tools, at most 3", len(r.Space.Tools))
+	}
+	for i, t := range r.Space.Tools {
+		p := fmt.Sprintf("space.tools.%d", i)
+		switch {
+		case !slices.Contains(KnownTools, t):
+			add(p, "unknown tool %q (known: %s)", t, strings.Join(KnownTools, ", "))
+		case slices.Index(r.Space.Tools, t) != i:
+			add(p, "tool %q listed twice", t)
+		case t == ToolSearch && r.Executor.SearchURL == "":
+			add(p, "the search tool needs executor.search_url")
+		case t == ToolPython && !r.Executor.Python:
+			add(p, "the python tool needs executor.python: true")
+		}
+	}
+	if r.Reward.Correct <= 0 {
+		add("reward.correct", "%v must be positive", r.Reward.Correct)
+	}
+	for _, w := range []struct {
+		path string
+		v    float64
+	}{{"reward.prompt_token", r.Reward.PromptToken}, {"reward.completion_token", r.Reward.CompletionToken}, {"reward.tool_call", r.Reward.ToolCall}, {"reward.model_call", r.Reward.ModelCall}, {"reward.shape_simple", r.Reward.ShapeSimple}} {
+		if !(w.v >= 0 && w.v < 100) {
+			add(w.path, "%v not in [0, 100)", w.v)
+		}
+	}
+	for i, k := range r.Data.Kinds {
+		if !slices.Contains(task.Kinds, k) {
+			add(fmt.Sprintf("data.kinds.%d", i), "unknown task kind %q (want one of %s)", k, strings.Join(task.Kinds, ", "))
+		}
+	}
+	if len(r.Data.Kinds) == 0 {
+		add("data.kinds", "no task kinds")
+	}
+	if len(r.Data.Levels) == 0 {
+		add("data.levels", "no levels")
+	}
+	for i, l := range r.Data.Levels {
+		if l < 1 || l > task.MaxLevel {
+			add(fmt.Sprintf("data.levels.%d", i), "level %d not in 1..%d", l, task.MaxLevel)
+		}
+	}
+	if r.Data.TrainPerType < 1 || r.Data.TrainPerType > 10000 {
+		add("data.train_per_type", "%d not in 1..10000", r.Data.TrainPerType)
+	}
+	if r.Data.EvalPerType < 1 || r.Data.EvalPerType > 10000 {
+		add("data.eval_per_type", "%d not in 1..10000", r.Data.EvalPerType)
+	}
+	if r.Train.Iterations < 1 || r.Train.Iterations > 100000 {
+		add("train.iterations", "%d not in 1..100000", r.Train.Iterations)
+	}
+	if r.Train.Batch < 1 || r.Train.Batch > 4096 {
+		add("train.batch", "%d not in 1..4096", r.Train.Batch)
+	}
+	if r.EmbedDim < 4 || r.EmbedDim > 4096 {
+		add("embed_dim", "%d not in 4..4096", r.EmbedDim)
+	}
+	checkPPO := func(path string, p PPOYAML) {
+		if err := p.config().Check(); err != nil {
+			add(path, "%v", err)
+		}
+	}
+	if r.Formulation == "hierarchical" {
+		if r.Structure == nil || r.Prompt == nil {
+			add("formulation", "hierarchical needs structure_ppo and prompt_ppo sections")
+		} else {
+			checkPPO("structure_ppo", *r.Structure)
+			checkPPO("prompt_ppo", *r.Prompt)
+		}
+	} else {
+		checkPPO("ppo", r.PPO)
+	}
+	return errors.Join(errs...)
+}
+
+// Space is the recipe's configuration space.
+func (r *Recipe) SpaceOf() Space {
+	return Space{Tools: r.Space.Tools, Budgets: r.Space.Budgets, Atoms: r.Space.Atoms, MaxAtoms: r.Space.MaxAtoms}
+}
+
+// Method builds the recipe's formulation with fresh weights.
+func (r *Recipe) Method() (Method, error) {
+	rng := rand.New(rand.NewPCG(r.Seed, 0xc0f1))
+	emb := NewEmbedder(r.EmbedDim)
+	sp := r.SpaceOf()
+	switch r.Formulation {
+	case "bandit":
+		return NewBandit(sp, emb, r.PPO.config(), rng)
+	case "multistep":
+		return NewMultiStep(sp, emb, r.PPO.config(), r.Reward.ShapeSimple, rng)
+	default:
+		return NewHierarchical(sp, emb, r.Structure.config(), r.Prompt.config(), rng)
+	}
+}
+
+// Questions returns the recipe's train and held-out questions.
+func (r *Recipe) Questions() (trainQs, heldOut []Question, err error) {
+	if trainQs, err = Questions(r.Seed, task.Train, r.Data.Kinds, r.Data.Levels, r.Data.TrainPerType); err != nil {
+		return nil, nil, err
+	}
+	heldOut, err = Questions(r.Seed, task.HeldOut, r.Data.Kinds, r.Data.Levels, r.Data.EvalPerType)
+	return trainQs, heldOut, err
+}
