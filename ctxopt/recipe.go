@@ -313,7 +313,7 @@ func (r *Recipe) validate() error {
 	}
 	checkPPO := func(path string, p PPOYAML) {
 		if err := p.config().Check(); err != nil {
-			add(path, "%v", err)
+			add(path, "%s", strings.TrimPrefix(err.Error(), "ppo: "))
 		}
 	}
 	if r.Formulation == "hierarchical" {

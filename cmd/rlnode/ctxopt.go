@@ -36,9 +36,12 @@ const ctxoptUsage = `usage:
       held-out questions
   rlnode ctxopt eval NAME|FILE --policy FILE [--eval-per-type N]
       the learned policy against a random policy on held-out questions
-  rlnode ctxopt benchmark NAME|FILE --policy FILE --out DIR [--eval-per-type N]
+  rlnode ctxopt benchmark NAME|FILE --policy FILE --out DIR [--eval-per-type N] [--also RECIPE=POLICY]...
       also every fixed configuration and the best fixed one per question
-      type; writes DIR/benchmark.json and DIR/pareto.png
+      type (picked on train questions); --also scores more learned policies
+      beside it; writes DIR/benchmark.json and DIR/pareto.png
+
+--seed N replaces the recipe's seed (questions, initial weights, sampling).
 
 The recipe schema: docs/ctxopt.md.
 `
@@ -55,6 +58,9 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 	policy := fs.String("policy", "", "a policy.json written by rlnode ctxopt train")
 	iters := fs.Int("iterations", 0, "override train.iterations")
 	evalPer := fs.Int("eval-per-type", 0, "override data.eval_per_type")
+	seed := fs.Uint64("seed", 0, "override seed")
+	var also multiFlag
+	fs.Var(&also, "also", "benchmark: RECIPE=POLICY, another learned policy scored beside (repeatable)")
 	pos, code, ok := parseCommand(fs, args)
 	if !ok {
 		return code
@@ -94,9 +100,12 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 	if *evalPer > 0 {
 		r.Data.EvalPerType = *evalPer
 	}
+	if *seed > 0 {
+		r.Seed = *seed
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := ctxoptRun(ctx, sub, r, *out, *policy, stdout); err != nil {
+	if err := ctxoptRun(ctx, sub, r, *out, *policy, also, stdout); err != nil {
 		fmt.Fprintf(stderr, "rlnode ctxopt %s: %v\n", sub, err)
 		return 1
 	}
@@ -128,7 +137,7 @@ func ctxoptExecutor(ctx context.Context, r *ctxopt.Recipe) (*ctxopt.Executor, er
 	return x, nil
 }
 
-func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, out, policy string, stdout io.Writer) error {
+func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, out, policy string, also []string, stdout io.Writer) error {
 	if (sub == "train" || sub == "benchmark") && out == "" {
 		return fmt.Errorf("--out DIR is required")
 	}
@@ -201,6 +210,11 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, out, policy st
 		return err
 	}
 	res.Learned.Name = r.Name
+	learned := map[string]ctxopt.Summary{r.Name: res.Learned}
+	others, err := ctxoptAlso(ctx, r, x, heldOut, also)
+	if err != nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "policy\taccuracy\tcost\treward\tstructures (direct/RA/RVA)\n")
 	row := func(s ctxopt.Summary) {
@@ -208,6 +222,10 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, out, policy st
 			s.Structures["direct"], s.Structures["reason-answer"], s.Structures["reason-verify-answer"])
 	}
 	row(res.Learned)
+	for _, o := range others {
+		row(o)
+		learned[o.Name] = o
+	}
 	row(res.Random)
 	row(res.BestPerType)
 	for _, f := range res.TopFixed(5) {
@@ -231,7 +249,10 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, out, policy st
 		fmt.Fprintf(stdout, " %s %d/%d/%d", t, v[0], v[1], v[2])
 	}
 	fmt.Fprintln(stdout)
-	b, err := json.MarshalIndent(res, "", "  ")
+	b, err := json.MarshalIndent(struct {
+		ctxopt.Result
+		Also []ctxopt.Summary `json:"also,omitempty"`
+	}{res, others}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -239,7 +260,7 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, out, policy st
 		return err
 	}
 	png := filepath.Join(out, "pareto.png")
-	if err := ctxopt.WritePlot(png, res, map[string]ctxopt.Summary{r.Name: res.Learned}); err != nil {
+	if err := ctxopt.WritePlot(png, res, learned); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "table: %s\nplot: %s\n", filepath.Join(out, "benchmark.json"), png)
@@ -269,4 +290,47 @@ func ctxoptEval(ctx context.Context, r *ctxopt.Recipe, x *ctxopt.Executor, m ctx
 			s.Name, s.N, s.Accuracy, s.AccuracyCI, s.Cost, s.CostCI, s.Reward, s.RewardCI)
 	}
 	return nil
+}
+
+// multiFlag collects a repeated flag's values.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// ctxoptAlso scores further learned policies (RECIPE=POLICY) on the same
+// held-out questions and executor; their recipes must share the space.
+func ctxoptAlso(ctx context.Context, r *ctxopt.Recipe, x *ctxopt.Executor, heldOut []ctxopt.Question, also []string) ([]ctxopt.Summary, error) {
+	var out []ctxopt.Summary
+	for _, a := range also {
+		name, path, ok := strings.Cut(a, "=")
+		if !ok {
+			return nil, fmt.Errorf("--also %q: want RECIPE=POLICY", a)
+		}
+		o, err := ctxopt.LoadRecipe(name)
+		if err != nil {
+			return nil, err
+		}
+		if fmt.Sprint(o.SpaceOf()) != fmt.Sprint(r.SpaceOf()) {
+			return nil, fmt.Errorf("--also %s: its configuration space differs from %s's", name, r.Name)
+		}
+		o.Seed = r.Seed
+		m, err := o.Method()
+		if err != nil {
+			return nil, err
+		}
+		if err := ctxopt.LoadPolicy(path, m); err != nil {
+			return nil, err
+		}
+		cs, _, err := m.Choose(heldOut, rand.New(rand.NewPCG(r.Seed, 0xbe7c)), true)
+		if err != nil {
+			return nil, err
+		}
+		outs, err := ctxopt.Execute(ctx, x, heldOut, cs, r.Seed)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ctxopt.Summarize(o.Name, outs, cs))
+	}
+	return out, nil
 }

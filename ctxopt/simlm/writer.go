@@ -230,9 +230,9 @@ func (w *writer) verify(pr *problem) {
 	w.say("Verified result: %d.\n", vals[len(vals)-1])
 }
 
-// misread renders the problem's expression as the model translates it
-// without working through it: a word problem's step may be read the
-// wrong way round.
+// translate renders the problem's expression as the model writes it in
+// one go, without working through it: each step of a word problem may be
+// read the wrong way round, the more likely the longer the problem.
 func (w *writer) translate(pr *problem) string {
 	if !pr.word {
 		return pr.expr
@@ -240,7 +240,7 @@ func (w *writer) translate(pr *problem) string {
 	var exprs []string
 	for _, s := range pr.steps {
 		op := s.op
-		if w.rng.Float64() < 0.05 {
+		if w.rng.Float64() < 0.015*float64(len(pr.steps)) {
 			switch op {
 			case '+':
 				op = '-'

@@ -1,0 +1,87 @@
+package ctxopt
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestBuiltinRecipesLoad(t *testing.T) {
+	names := Builtins()
+	if len(names) != 3 {
+		t.Fatalf("built-in recipes %v, want the three formulations", names)
+	}
+	for _, n := range names {
+		r, err := LoadRecipe(n)
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		if r.Name != n {
+			t.Errorf("%s: name %q", n, r.Name)
+		}
+		m, err := r.Method()
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		if len(m.Learners()) == 0 {
+			t.Errorf("%s: no learners", n)
+		}
+	}
+	if _, err := LoadRecipe("nope"); err == nil || !strings.Contains(err.Error(), "ctxopt_bandit") {
+		t.Errorf("unknown recipe: %v, want an error listing the built-in ones", err)
+	}
+}
+
+// Bad configuration spaces are refused with FILE:LINE and the field.
+func TestRecipeValidation(t *testing.T) {
+	base, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lineOf := func(src, needle string) string {
+		i := strings.Index(src, needle)
+		if i < 0 {
+			t.Fatalf("%q not in the recipe", needle)
+		}
+		return strconv.Itoa(strings.Count(src[:i], "\n") + 1)
+	}
+	cases := []struct {
+		name, old, new, needle, want string
+	}{
+		{"empty atom library", "  atoms:\n    - Think step by step.\n    - Be concise.\n    - Double-check every calculation.\n    - Use a tool for every calculation.\n    - \"End with the line #### <answer>.\"\n    - Restate the question in your own words first.\n  max_atoms: 3",
+			"  atoms: []\n  max_atoms: 1", "  atoms: []", "space.atoms: the prompt-atom library is empty"},
+		{"budget over the context", "budgets: [64, 256, 512]", "budgets: [64, 256, 4096]", "budgets:", "space.budgets.2: budget 4096 tokens"},
+		{"unknown tool", "tools: [calculator, python]", "tools: [calculator, shell]", "tools:", `space.tools.1: unknown tool "shell"`},
+		{"search without endpoint", "tools: [calculator, python]", "tools: [calculator, search]", "tools:", "space.tools.1: the search tool needs executor.search_url"},
+		{"unknown field", "embed_dim: 64", "embed_dim: 64\nembed_dims: 3", "embed_dims", `field embed_dims not found`},
+		{"bad formulation", "formulation: bandit", "formulation: tabular", "formulation:", `formulation: "tabular"`},
+		{"bad ppo", "  epochs: 4", "  epochs: 0", "ppo:", "ppo: epochs 0 not in 1..64"},
+	}
+	for _, c := range cases {
+		src := strings.Replace(string(base), c.old, c.new, 1)
+		if src == string(base) {
+			t.Fatalf("%s: the edit did not apply", c.name)
+		}
+		path := filepath.Join(t.TempDir(), "r.yaml")
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadRecipe(path)
+		want := filepath.Clean(path) + ":" + lineOf(src, c.needle) + ": "
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q…%q", c.name, err, want, c.want)
+		}
+	}
+	// The openai engine's context is the recipe's to state.
+	src := strings.Replace(string(base), "  engine: sim", "  engine: openai\n  url: http://127.0.0.1:1\n  model: m\n  context: 600", 1)
+	src = strings.Replace(src, "  python: true", "  python: false", 1)
+	src = strings.Replace(src, "tools: [calculator, python]", "tools: [calculator]", 1)
+	if _, err := ParseRecipe("r.yaml", []byte(src)); err == nil || !strings.Contains(err.Error(), "space.budgets.2: budget 512 tokens leaves under half of the model's 600-token context") {
+		t.Errorf("budget over an openai model's context: %v", err)
+	}
+	if _, err := ParseRecipe("r.yaml", []byte("name: [")); err == nil || !strings.HasPrefix(err.Error(), "r.yaml:1: ") {
+		t.Errorf("broken YAML: %v", err)
+	}
+}
