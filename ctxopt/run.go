@@ -255,11 +255,21 @@ func Benchmark(ctx context.Context, x *Executor, m Method, tune, test []Question
 		if !dominated(f, res.Fixed, i) {
 			res.Front = append(res.Front, f.Name)
 		}
-		if f.Accuracy >= res.Learned.Accuracy && f.Cost <= res.Learned.Cost && (f.Accuracy > res.Learned.Accuracy || f.Cost < res.Learned.Cost) {
-			res.Dominated = append(res.Dominated, f.Name)
+	}
+	res.Dominated = res.DominatedBy(res.Learned)
+	return res, nil
+}
+
+// DominatedBy names the fixed configurations with at least s's accuracy
+// at no more cost, one of them strictly better.
+func (r Result) DominatedBy(s Summary) []string {
+	var out []string
+	for _, f := range r.Fixed {
+		if f.Accuracy >= s.Accuracy && f.Cost <= s.Cost && (f.Accuracy > s.Accuracy || f.Cost < s.Cost) {
+			out = append(out, f.Name)
 		}
 	}
-	return res, nil
+	return out
 }
 
 func dominated(f Summary, all []Summary, self int) bool {

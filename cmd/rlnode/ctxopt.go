@@ -233,10 +233,12 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, out, policy st
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "%d fixed configurations, %d on the accuracy/cost Pareto front\n", len(res.Fixed), len(res.Front))
-	if len(res.Dominated) == 0 {
-		fmt.Fprintf(stdout, "the learned policy is on or beyond the fixed configurations' Pareto front\n")
-	} else {
-		fmt.Fprintf(stdout, "the learned policy is dominated by: %s\n", strings.Join(res.Dominated, "; "))
+	for _, s := range append([]ctxopt.Summary{res.Learned}, others...) {
+		if d := res.DominatedBy(s); len(d) == 0 {
+			fmt.Fprintf(stdout, "%s is on or beyond the fixed configurations' Pareto front\n", s.Name)
+		} else {
+			fmt.Fprintf(stdout, "%s is dominated by: %s\n", s.Name, strings.Join(d, "; "))
+		}
 	}
 	types := make([]string, 0, len(res.PerType))
 	for t := range res.PerType {

@@ -60,7 +60,7 @@ func TestCtxoptTrainEvalBenchmark(t *testing.T) {
 	bench := filepath.Join(dir, "bench")
 	out = run("benchmark", "ctxopt_bandit", "--policy", filepath.Join(dir, "ctxopt_bandit", "policy.json"), "--eval-per-type", "1",
 		"--also", "ctxopt_hierarchical="+filepath.Join(dir, "ctxopt_hierarchical", "policy.json"), "--out", bench)
-	for _, want := range []string{"best fixed per type", "ctxopt_hierarchical", "Pareto front", "pareto.png"} {
+	for _, want := range []string{"best fixed per type", "ctxopt_hierarchical is", "Pareto front", "pareto.png"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("benchmark output lacks %q:\n%s", want, out)
 		}
