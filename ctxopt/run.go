@@ -204,14 +204,9 @@ func Benchmark(ctx context.Context, x *Executor, m Method, tune, test []Question
 		return res, err
 	}
 	res.Learned = Summarize("learned", outs, cs)
-	res.Chosen, res.PerType = map[string]int{}, map[string][]int{}
-	for i, c := range cs {
+	res.Chosen, res.PerType = map[string]int{}, StructuresPerType(test, cs)
+	for _, c := range cs {
 		res.Chosen[x.Space.Describe(c)]++
-		t := test[i].Type
-		if res.PerType[t] == nil {
-			res.PerType[t] = make([]int, NumStructures)
-		}
-		res.PerType[t][c.Structure]++
 	}
 	rc := RandomConfigs(x.Space, len(test), rng)
 	if outs, err = Execute(ctx, x, test, rc, seed); err != nil {
@@ -268,6 +263,20 @@ func (r Result) DominatedBy(s Summary) []string {
 		if f.Accuracy >= s.Accuracy && f.Cost <= s.Cost && (f.Accuracy > s.Accuracy || f.Cost < s.Cost) {
 			out = append(out, f.Name)
 		}
+	}
+	return out
+}
+
+// StructuresPerType counts, per question type, how often cs chose each
+// structure.
+func StructuresPerType(qs []Question, cs []Config) map[string][]int {
+	out := map[string][]int{}
+	for i, c := range cs {
+		t := qs[i].Type
+		if out[t] == nil {
+			out[t] = make([]int, NumStructures)
+		}
+		out[t][c.Structure]++
 	}
 	return out
 }

@@ -211,7 +211,7 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, out, policy st
 	}
 	res.Learned.Name = r.Name
 	learned := map[string]ctxopt.Summary{r.Name: res.Learned}
-	others, err := ctxoptAlso(ctx, r, x, heldOut, also)
+	others, perType, err := ctxoptAlso(ctx, r, x, heldOut, also)
 	if err != nil {
 		return err
 	}
@@ -240,17 +240,10 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, out, policy st
 			fmt.Fprintf(stdout, "%s is dominated by: %s\n", s.Name, strings.Join(d, "; "))
 		}
 	}
-	types := make([]string, 0, len(res.PerType))
-	for t := range res.PerType {
-		types = append(types, t)
+	printPerType(stdout, r.Name, res.PerType)
+	for _, o := range others {
+		printPerType(stdout, o.Name, perType[o.Name])
 	}
-	sort.Strings(types)
-	fmt.Fprintf(stdout, "learned structures per question type (direct/RA/RVA):")
-	for _, t := range types {
-		v := res.PerType[t]
-		fmt.Fprintf(stdout, " %s %d/%d/%d", t, v[0], v[1], v[2])
-	}
-	fmt.Fprintln(stdout)
 	b, err := json.MarshalIndent(struct {
 		ctxopt.Result
 		Also []ctxopt.Summary `json:"also,omitempty"`
@@ -302,37 +295,54 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // ctxoptAlso scores further learned policies (RECIPE=POLICY) on the same
 // held-out questions and executor; their recipes must share the space.
-func ctxoptAlso(ctx context.Context, r *ctxopt.Recipe, x *ctxopt.Executor, heldOut []ctxopt.Question, also []string) ([]ctxopt.Summary, error) {
+func ctxoptAlso(ctx context.Context, r *ctxopt.Recipe, x *ctxopt.Executor, heldOut []ctxopt.Question, also []string) ([]ctxopt.Summary, map[string]map[string][]int, error) {
 	var out []ctxopt.Summary
+	perType := map[string]map[string][]int{}
 	for _, a := range also {
 		name, path, ok := strings.Cut(a, "=")
 		if !ok {
-			return nil, fmt.Errorf("--also %q: want RECIPE=POLICY", a)
+			return nil, nil, fmt.Errorf("--also %q: want RECIPE=POLICY", a)
 		}
 		o, err := ctxopt.LoadRecipe(name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if fmt.Sprint(o.SpaceOf()) != fmt.Sprint(r.SpaceOf()) {
-			return nil, fmt.Errorf("--also %s: its configuration space differs from %s's", name, r.Name)
+			return nil, nil, fmt.Errorf("--also %s: its configuration space differs from %s's", name, r.Name)
 		}
 		o.Seed = r.Seed
 		m, err := o.Method()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := ctxopt.LoadPolicy(path, m); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		cs, _, err := m.Choose(heldOut, rand.New(rand.NewPCG(r.Seed, 0xbe7c)), true)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		outs, err := ctxopt.Execute(ctx, x, heldOut, cs, r.Seed)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, ctxopt.Summarize(o.Name, outs, cs))
+		perType[o.Name] = ctxopt.StructuresPerType(heldOut, cs)
 	}
-	return out, nil
+	return out, perType, nil
+}
+
+// printPerType writes a policy's structures per question type.
+func printPerType(w io.Writer, name string, perType map[string][]int) {
+	types := make([]string, 0, len(perType))
+	for t := range perType {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	fmt.Fprintf(w, "%s structures per question type (direct/RA/RVA):", name)
+	for _, t := range types {
+		v := perType[t]
+		fmt.Fprintf(w, " %s %d/%d/%d", t, v[0], v[1], v[2])
+	}
+	fmt.Fprintln(w)
 }
