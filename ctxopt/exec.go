@@ -73,6 +73,9 @@ type Executor struct {
 	MaxToolCalls  int     // per agent; 0 means 4
 	Temperature   float64 // sampling temperature of every call
 	Workers       int     // executions at once in RunBatch; 0 means 8
+	// Remote, when set, runs RunBatch's jobs instead (executor actors on
+	// cluster nodes: ExecutorPool).
+	Remote Runner
 
 	pyMu    sync.Mutex
 	pyCache map[string]string
@@ -293,9 +296,17 @@ type Job struct {
 	Seed int64
 }
 
-// RunBatch executes jobs with Workers at once and returns their outcomes
-// in order; the first error stops the batch.
+// Runner runs a batch of jobs and returns their outcomes in order.
+type Runner interface {
+	RunBatch(ctx context.Context, jobs []Job) ([]Outcome, error)
+}
+
+// RunBatch executes jobs with Workers at once (or hands them to Remote)
+// and returns their outcomes in order; the first error stops the batch.
 func (x *Executor) RunBatch(ctx context.Context, jobs []Job) ([]Outcome, error) {
+	if x.Remote != nil {
+		return x.Remote.RunBatch(ctx, jobs)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	workers := x.Workers

@@ -2,6 +2,7 @@ package ctxopt
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -17,7 +18,11 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/rlnode/rlnode/ctxopt/simlm"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/task"
+	"github.com/rlnode/rlnode/rollout/verify"
+	"github.com/rlnode/rlnode/rollout/vllm"
 )
 
 //go:embed recipes/*.yaml
@@ -66,8 +71,9 @@ type Recipe struct {
 	Structure *PPOYAML `yaml:"structure_ppo"`
 	Prompt    *PPOYAML `yaml:"prompt_ppo"`
 
-	file string
-	root *yaml.Node
+	file   string
+	source []byte
+	root   *yaml.Node
 }
 
 // PPOYAML is a learner's PPO section.
@@ -132,7 +138,7 @@ var yamlLineRE = regexp.MustCompile(`^yaml: (?:unmarshal errors:\n\s*)?line (\d+
 // ParseRecipe decodes and validates a recipe; every error is "FILE:LINE:
 // field: message".
 func ParseRecipe(file string, b []byte) (*Recipe, error) {
-	r := &Recipe{file: filepath.Clean(file)}
+	r := &Recipe{file: filepath.Clean(file), source: slices.Clone(b)}
 	var root yaml.Node
 	if err := yaml.Unmarshal(b, &root); err != nil {
 		return nil, r.yamlErr(err)
@@ -356,4 +362,33 @@ func (r *Recipe) Questions() (trainQs, heldOut []Question, err error) {
 	}
 	heldOut, err = Questions(r.Seed, task.HeldOut, r.Data.Kinds, r.Data.Levels, r.Data.EvalPerType)
 	return trainQs, heldOut, err
+}
+
+// NewExecutor builds the recipe's executor: its engine (the scripted model,
+// or the OpenAI-compatible server, checked to be up and serving the
+// model), the GSM8K verifier, the Python sandbox and the search endpoint
+// when the recipe asks for them.
+func (r *Recipe) NewExecutor(ctx context.Context) (*Executor, error) {
+	var eng engine.Engine = simlm.Engine{}
+	if r.Executor.Engine == "openai" {
+		c, err := vllm.New(ctx, vllm.Config{Servers: []string{r.Executor.URL}, Model: r.Executor.Model})
+		if err != nil {
+			return nil, err
+		}
+		eng = c
+	}
+	x := &Executor{Engine: eng, Verifier: verify.GSM8K{}, Space: r.SpaceOf(), Cost: r.Reward.CostWeights,
+		CorrectReward: r.Reward.Correct, Temperature: r.Executor.Temperature, Workers: r.Executor.Workers}
+	if r.Executor.Python {
+		sb, err := verify.NewSandbox(verify.SandboxConfig{})
+		if err != nil {
+			eng.Close()
+			return nil, fmt.Errorf("python tool: %w (set executor.python: false to run without it)", err)
+		}
+		x.Python = episode.SandboxPython{Sandbox: sb}
+	}
+	if r.Executor.SearchURL != "" {
+		x.Search = HTTPSearch{URL: r.Executor.SearchURL}
+	}
+	return x, nil
 }

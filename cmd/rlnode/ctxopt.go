@@ -15,12 +15,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/ctxopt"
-	"github.com/rlnode/rlnode/ctxopt/simlm"
-	"github.com/rlnode/rlnode/rollout/engine"
-	"github.com/rlnode/rlnode/rollout/episode"
-	"github.com/rlnode/rlnode/rollout/verify"
-	"github.com/rlnode/rlnode/rollout/vllm"
 )
 
 func init() { commands["ctxopt"] = ctxoptCommand }
@@ -42,6 +39,9 @@ const ctxoptUsage = `usage:
       beside it; writes DIR/benchmark.json and DIR/pareto.png
 
 --seed N replaces the recipe's seed (questions, initial weights, sampling).
+--address HOST:PORT [--key-file PATH] [--bind HOST:PORT] joins a running cluster
+and runs the executions on one executor actor per other node (the same
+outcomes as in process: every execution carries its seed).
 
 The recipe schema: docs/ctxopt.md.
 `
@@ -60,6 +60,9 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 	evalPer := fs.Int("eval-per-type", 0, "override data.eval_per_type")
 	seed := fs.Uint64("seed", 0, "override seed")
 	var also multiFlag
+	address := fs.String("address", "", "join the cluster a member at HOST:PORT belongs to and run the executions on executor actors on its other nodes")
+	keyFile := fs.String("key-file", filepath.Join(cluster.Home(), "cluster.key"), "gossip encryption key file (with --address)")
+	bind := fs.String("bind", "0.0.0.0:0", "gossip address of this process's node (with --address)")
 	fs.Var(&also, "also", "benchmark: RECIPE=POLICY, another learned policy scored beside (repeatable)")
 	pos, code, ok := parseCommand(fs, args)
 	if !ok {
@@ -105,50 +108,54 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := ctxoptRun(ctx, sub, r, *out, *policy, also, stdout); err != nil {
+	var node *cluster.Node
+	if *address != "" {
+		key, _, err := cluster.LoadOrCreateKey(*keyFile, false)
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode ctxopt %s: --address: %v\n", sub, err)
+			return 1
+		}
+		if node, err = cluster.Start(ctx, cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Logger: actor.DiscardLogger()}); err != nil {
+			fmt.Fprintf(stderr, "rlnode ctxopt %s: join %s: %v\n", sub, *address, err)
+			return 1
+		}
+		defer node.Stop()
+	}
+	if err := ctxoptRun(ctx, sub, r, node, *out, *policy, also, stdout); err != nil {
 		fmt.Fprintf(stderr, "rlnode ctxopt %s: %v\n", sub, err)
 		return 1
 	}
 	return 0
 }
 
-// ctxoptExecutor builds the recipe's executor.
-func ctxoptExecutor(ctx context.Context, r *ctxopt.Recipe) (*ctxopt.Executor, error) {
-	var eng engine.Engine = simlm.Engine{}
-	if r.Executor.Engine == "openai" {
-		c, err := vllm.New(ctx, vllm.Config{Servers: []string{r.Executor.URL}, Model: r.Executor.Model})
-		if err != nil {
-			return nil, err
-		}
-		eng = c
-	}
-	x := &ctxopt.Executor{Engine: eng, Verifier: verify.GSM8K{}, Space: r.SpaceOf(), Cost: r.Reward.CostWeights,
-		CorrectReward: r.Reward.Correct, Temperature: r.Executor.Temperature, Workers: r.Executor.Workers}
-	if r.Executor.Python {
-		sb, err := verify.NewSandbox(verify.SandboxConfig{})
-		if err != nil {
-			return nil, fmt.Errorf("python tool: %w (set executor.python: false to run without it)", err)
-		}
-		x.Python = episode.SandboxPython{Sandbox: sb}
-	}
-	if r.Executor.SearchURL != "" {
-		x.Search = ctxopt.HTTPSearch{URL: r.Executor.SearchURL}
-	}
-	return x, nil
-}
-
-func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, out, policy string, also []string, stdout io.Writer) error {
+func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, node *cluster.Node, out, policy string, also []string, stdout io.Writer) error {
 	if (sub == "train" || sub == "benchmark") && out == "" {
 		return fmt.Errorf("--out DIR is required")
 	}
 	if (sub == "eval" || sub == "benchmark") && policy == "" {
 		return fmt.Errorf("--policy FILE is required")
 	}
-	x, err := ctxoptExecutor(ctx, r)
+	x, err := r.NewExecutor(ctx)
 	if err != nil {
 		return err
 	}
 	defer x.Engine.Close()
+	if node != nil {
+		var ids []string
+		for _, v := range node.Views() {
+			if v.ID != node.ID() {
+				ids = append(ids, v.ID)
+			}
+		}
+		sort.Strings(ids)
+		pool, err := ctxopt.StartExecutors(ctx, node, r, "ctxopt-"+node.ID(), ids)
+		if err != nil {
+			return err
+		}
+		defer pool.Close(context.WithoutCancel(ctx))
+		x.Remote = pool
+		fmt.Fprintf(stdout, "executions on %d executor actors: nodes %s\n", len(ids), strings.Join(ids, ", "))
+	}
 	m, err := r.Method()
 	if err != nil {
 		return err

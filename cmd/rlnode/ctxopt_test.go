@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
 
@@ -83,5 +87,41 @@ func TestCtxoptTrainEvalBenchmark(t *testing.T) {
 	var o, e bytes.Buffer
 	if code := runMain([]string{"ctxopt", "eval", "ctxopt_multistep", "--policy", filepath.Join(dir, "ctxopt_bandit", "policy.json")}, &o, &e); code != 1 || !strings.Contains(e.String(), "multistep") {
 		t.Errorf("eval with another formulation's policy: exit %d: %s", code, e.String())
+	}
+}
+
+// With --address the executions run on executor actors of the cluster's
+// other nodes: here this test process's node, the CLI a child process. The
+// trained policy is the one an in-process run makes.
+func TestCtxoptTrainOnCluster(t *testing.T) {
+	if _, err := verify.NewSandbox(verify.SandboxConfig{}); err != nil {
+		t.Skipf("the recipes' python tool needs the sandbox: %v", err)
+	}
+	home := t.TempDir()
+	keyFile := filepath.Join(home, "cluster.key")
+	key, _, err := cluster.LoadOrCreateKey(keyFile, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: "exec-host", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	dist, local := filepath.Join(home, "dist"), filepath.Join(home, "local")
+	stdout, stderr, code := runRlnode(t, home, "ctxopt", "train", "ctxopt_multistep", "--iterations", "2", "--eval-per-type", "1",
+		"--out", dist, "--address", n.GossipAddress(), "--key-file", keyFile, "--bind", "127.0.0.1:0")
+	if code != 0 || !strings.Contains(stdout, "executions on 1 executor actors: nodes exec-host") {
+		t.Fatalf("train on the cluster: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if _, stderr, code := runRlnode(t, home, "ctxopt", "train", "ctxopt_multistep", "--iterations", "2", "--eval-per-type", "1", "--out", local); code != 0 {
+		t.Fatalf("train in process: exit %d\n%s", code, stderr)
+	}
+	a, errA := os.ReadFile(filepath.Join(dist, "policy.json"))
+	b, errB := os.ReadFile(filepath.Join(local, "policy.json"))
+	if errA != nil || errB != nil || !bytes.Equal(a, b) {
+		t.Errorf("the policies trained on the cluster and in process differ (%v, %v)", errA, errB)
 	}
 }
