@@ -3,6 +3,7 @@ package ctxopt
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -132,6 +133,13 @@ func (x *Executor) Run(ctx context.Context, q Question, c Config, seed int64) (O
 			fmt.Fprintf(&user, "Verification:\n%s\n\n", strings.TrimSpace(verification))
 		}
 		text, err := x.agent(ctx, r, c.Agents[r], user.String(), seed+int64(r)*7919, &u)
+		if errors.Is(err, engine.ErrBadRequest) {
+			// A request the engine refuses (a prompt over its context) is
+			// this configuration's failure, not the run's.
+			o := Outcome{Usage: u, Cost: x.Cost.Cost(u), Note: fmt.Sprintf("%s: %v", r, err)}
+			o.Reward = -o.Cost
+			return o, nil
+		}
 		if err != nil {
 			return Outcome{}, fmt.Errorf("execute %q: %s: %w", q.ID, r, err)
 		}

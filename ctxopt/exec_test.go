@@ -2,6 +2,7 @@ package ctxopt
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -129,6 +130,31 @@ func TestToolLoopOnHostileOutput(t *testing.T) {
 
 // The executor runs on the native engine too: a tiny random model's
 // output is cut at the agent's budget, counted, and scored (wrong).
+// A request the engine refuses scores 0 with a note; a failing engine is
+// an error.
+func TestEngineRefusalScoresZero(t *testing.T) {
+	eng := episodetest.NewScriptedEngine(func(r engine.Request, i int) string {
+		if r.Messages[0].Content[:22] == "You are the answerer o" {
+			return episodetest.Refuse
+		}
+		return "Step 1: 2 + 3 = 5."
+	})
+	x := testExecutor(eng)
+	var c Config
+	c.Structure = ReasonAnswer
+	o, err := x.Run(context.Background(), Question{ID: "q", Text: "What is 2 + 3?", Answer: "5"}, c, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Correct || o.Usage.ModelCalls != 1 || !strings.Contains(o.Note, "answerer") || o.Reward != -o.Cost || o.Cost <= 0 {
+		t.Fatalf("outcome %+v: want not correct, the reasoner's call charged, a note naming the answerer", o)
+	}
+	eng.Fail = errors.New("connection refused")
+	if _, err := x.Run(context.Background(), Question{ID: "q", Text: "What is 2 + 3?", Answer: "5"}, c, 1); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("a failing engine: %v", err)
+	}
+}
+
 func TestRunsOnNativeEngine(t *testing.T) {
 	cfg := nativetest.Config()
 	cfg.MaxPositions = 1024
