@@ -2,6 +2,7 @@ package ctxopt
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -87,22 +88,12 @@ func TestMethodsChooseValidConfigurations(t *testing.T) {
 		for i := range rewards {
 			rewards[i] = float64(i%3) - 1
 		}
-		before := slices.Clone(m.Learners()[slices.Sorted(mapsKeys(m.Learners()))[0]].Params()[0].Data)
+		before := slices.Clone(m.Learners()[slices.Sorted(maps.Keys(m.Learners()))[0]].Params()[0].Data)
 		if _, err := m.Learn(recs, rewards); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if after := m.Learners()[slices.Sorted(mapsKeys(m.Learners()))[0]].Params()[0].Data; slices.Equal(before, after) {
+		if after := m.Learners()[slices.Sorted(maps.Keys(m.Learners()))[0]].Params()[0].Data; slices.Equal(before, after) {
 			t.Errorf("%s: an update left the weights as they were", name)
-		}
-	}
-}
-
-func mapsKeys(m map[string]*Learner) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
 		}
 	}
 }
