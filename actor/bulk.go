@@ -86,6 +86,7 @@ type Bulk struct {
 	idle     map[string][]*bulkConn // by peer address, most recently used last
 	conns    map[net.Conn]struct{}  // the server's open connections
 	gate     *connlimit.Gate
+	loc      localState // the same-host path (local_linux.go)
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -108,6 +109,7 @@ type offer struct {
 	data    []byte
 	readers int
 	timer   *time.Timer
+	shared  *offerSeg // the copy local readers map, when readers > 1
 }
 
 func startBulk(s *System, host, advertise string) (*Bulk, error) {
@@ -132,6 +134,7 @@ func startBulk(s *System, host, advertise string) (*Bulk, error) {
 	b.addr = net.JoinHostPort(advertise, strconv.Itoa(port))
 	b.wg.Add(1)
 	go b.serve()
+	b.startLocal()
 	return b, nil
 }
 
@@ -147,7 +150,7 @@ func (b *Bulk) Offer(data []byte, readers int, ttl time.Duration) BulkRef {
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	id := hex.EncodeToString(raw[:])
-	o := &offer{data: data, readers: readers}
+	o := &offer{data: data, readers: readers, shared: b.newOfferShared(readers)}
 	b.mu.Lock()
 	b.offers[id] = o
 	// Set under the lock that Release takes, which a short TTL's timer
@@ -165,6 +168,7 @@ func (b *Bulk) Release(ref BulkRef) {
 	b.mu.Unlock()
 	if o != nil {
 		o.timer.Stop()
+		o.free()
 	}
 }
 
@@ -196,8 +200,10 @@ func (b *Bulk) close() {
 	b.closed = true
 	for id, o := range b.offers {
 		o.timer.Stop()
+		o.free()
 		delete(b.offers, id)
 	}
+	b.closeLocal()
 	for c := range b.conns {
 		c.Close()
 	}
@@ -319,6 +325,8 @@ func (b *Bulk) handle(c net.Conn, slot *connlimit.Slot) {
 			ok = err == nil
 		case bulkPushMagic:
 			ok = b.servePush(c, raw, r, hello)
+		case localQueryMagic:
+			ok = b.serveLocalQuery(c, r)
 		default:
 			b.sys.warn.Warn(b.sys.log, "bulk: malformed request", "peer", peer)
 			return
@@ -479,6 +487,7 @@ func (b *Bulk) serveFetch(c, raw net.Conn, r *bufio.Reader) bool {
 		if o.readers <= 0 && b.offers[id] == o {
 			delete(b.offers, id)
 			o.timer.Stop()
+			o.free()
 		}
 		b.mu.Unlock()
 	}
@@ -620,6 +629,9 @@ func (b *Bulk) FetchRange(ctx context.Context, ref BulkRef, off int64, dst []byt
 	req = binary.BigEndian.AppendUint64(req, uint64(len(dst)))
 	req = binary.BigEndian.AppendUint16(req, uint16(len(from)))
 	req = append(req, from...)
+	if handled, err := b.fetchLocal(ctx, ref, off, dst, req); handled {
+		return err
+	}
 	var status error
 	err := b.do(ctx, ref.Addr, func(c *bulkConn) error {
 		if _, err := c.Write(req); err != nil {
@@ -629,16 +641,11 @@ func (b *Bulk) FetchRange(ctx context.Context, ref BulkRef, off int64, dst []byt
 		if _, err := io.ReadFull(c, st[:]); err != nil {
 			return stale(err)
 		}
-		switch st[0] {
-		case bulkStatusOK:
-		case bulkStatusAbsent:
-			status = fmt.Errorf("bulk fetch %s from %s: %w", ref.ID, ref.Addr, ErrBulkAbsent)
-			return nil
-		case bulkStatusDenied:
-			status = fmt.Errorf("bulk fetch from %s: refused: this node is not a member", ref.Addr)
-			return status
-		default:
-			status = fmt.Errorf("bulk fetch from %s: range [%d, +%d) outside the %d-byte payload", ref.Addr, off, len(dst), ref.Size)
+		if st[0] != bulkStatusOK {
+			status = fetchStatusErr(ref, off, len(dst), st[0])
+			if st[0] == bulkStatusDenied {
+				return status
+			}
 			return nil
 		}
 		for got := 0; got < len(dst); {
@@ -675,6 +682,9 @@ func (b *Bulk) Push(ctx context.Context, addr, name string, hdr, payload []byte)
 	req = binary.BigEndian.AppendUint32(req, uint32(len(hdr)))
 	req = append(req, hdr...)
 	req = binary.BigEndian.AppendUint64(req, uint64(len(payload)))
+	if handled, err := b.pushLocal(ctx, addr, name, req, payload); handled {
+		return err
+	}
 	var status error
 	err := b.do(ctx, addr, func(c *bulkConn) error {
 		var st [1]byte
@@ -700,19 +710,11 @@ func (b *Bulk) Push(ctx context.Context, addr, name string, hdr, payload []byte)
 		if _, err := io.ReadFull(c, st[:]); err != nil {
 			return stale(err)
 		}
-		switch st[0] {
-		case bulkStatusOK:
-			return nil
-		case bulkStatusAbsent:
-			status = fmt.Errorf("bulk push to %s: no receiver %q there (closed?): %w", addr, name, ErrBulkAbsent)
-			return nil
-		case bulkStatusDenied:
-			status = fmt.Errorf("bulk push to %s: refused: this node is not a member", addr)
+		status = pushStatusErr(addr, name, st[0])
+		if st[0] == bulkStatusDenied {
 			return status
-		default:
-			status = fmt.Errorf("bulk push to %s: receiver %q failed (see its node's log)", addr, name)
-			return nil
 		}
+		return nil
 	})
 	if status != nil {
 		return status
@@ -721,6 +723,34 @@ func (b *Bulk) Push(ctx context.Context, addr, name string, hdr, payload []byte)
 		return fmt.Errorf("bulk push to %s: %w", addr, err)
 	}
 	return nil
+}
+
+// fetchStatusErr is the error a fetch's status byte st means (nil for OK).
+func fetchStatusErr(ref BulkRef, off int64, n int, st byte) error {
+	switch st {
+	case bulkStatusOK:
+		return nil
+	case bulkStatusAbsent:
+		return fmt.Errorf("bulk fetch %s from %s: %w", ref.ID, ref.Addr, ErrBulkAbsent)
+	case bulkStatusDenied:
+		return fmt.Errorf("bulk fetch from %s: refused: this node is not a member", ref.Addr)
+	default:
+		return fmt.Errorf("bulk fetch from %s: range [%d, +%d) outside the %d-byte payload", ref.Addr, off, n, ref.Size)
+	}
+}
+
+// pushStatusErr is the error a push's status byte st means (nil for OK).
+func pushStatusErr(addr, name string, st byte) error {
+	switch st {
+	case bulkStatusOK:
+		return nil
+	case bulkStatusAbsent:
+		return fmt.Errorf("bulk push to %s: no receiver %q there (closed?): %w", addr, name, ErrBulkAbsent)
+	case bulkStatusDenied:
+		return fmt.Errorf("bulk push to %s: refused: this node is not a member", addr)
+	default:
+		return fmt.Errorf("bulk push to %s: receiver %q failed (see its node's log)", addr, name)
+	}
 }
 
 func ctxErr(ctx context.Context, err error) error {

@@ -62,6 +62,10 @@ func runPeer() {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
+	if _, err := s.SpawnLocal(LocalSpawn{Name: "bulker", Kind: "test.bulker"}); err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
 	if _, err := s.SpawnLocal(LocalSpawn{Name: "sleepy", Kind: "test.sleeper"}); err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(1)

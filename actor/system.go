@@ -65,6 +65,10 @@ type Config struct {
 	BatchSize int
 	// Logger receives the system's logs (default slog.Default()).
 	Logger *slog.Logger
+	// BulkTCPOnly keeps every bulk transfer on TCP, also between nodes on
+	// one host (which otherwise use shared memory: local_linux.go); the
+	// environment variable RLNODE_BULK_TCP=1 does the same.
+	BulkTCPOnly bool
 	// PeerGrace is how long a message from a node the peer filter does not
 	// admit yet is held before it is dropped (default DefaultPeerGrace; a
 	// negative value drops at once). See held.go.
@@ -426,7 +430,7 @@ func (s *System) ForgetAddress(addr string, cause error) {
 }
 
 type stats struct {
-	callsSent, tellsSent, received, dropped, held, bulkServed, bulkFetched atomic.Uint64
+	callsSent, tellsSent, received, dropped, held, bulkServed, bulkFetched, bulkLocal atomic.Uint64
 }
 
 // Stats are a node's transport counters since it started.
@@ -438,6 +442,7 @@ type Stats struct {
 	MessagesHeld     uint64 // held until their sender became a member (or the grace ran out)
 	BulkBytesServed  uint64 // bytes other nodes pulled from this node's offers
 	BulkBytesFetched uint64 // bytes this node pulled
+	BulkBytesLocal   uint64 // bytes this node served, pulled or pushed through shared memory (same host)
 }
 
 // Stats returns the transport counters.
@@ -447,5 +452,6 @@ func (s *System) Stats() Stats {
 		MessagesReceived: s.stats.received.Load(), MessagesDropped: s.stats.dropped.Load(),
 		MessagesHeld:    s.stats.held.Load(),
 		BulkBytesServed: s.stats.bulkServed.Load(), BulkBytesFetched: s.stats.bulkFetched.Load(),
+		BulkBytesLocal: s.stats.bulkLocal.Load(),
 	}
 }

@@ -1,0 +1,1180 @@
+//go:build linux
+
+package actor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The same-host path: two nodes on one machine move bulk payloads through
+// shared memory instead of loopback TCP. Each node listens on a unix
+// socket in a directory only its user can enter (localDir); a client
+// learns a peer's socket by asking over the peer's bulk TCP port (after
+// the member handshake there) and uses it when the peer reports this
+// host's identity and the socket opens: the shared file is the proof of
+// one host. A connection on the socket is checked for this user
+// (SO_PEERCRED) and passes the member handshake; the client then sends a
+// memfd segment (a ring of localSlots slots, sealed against resizing) with
+// its hello. No segment has a name: a memfd lives only while a process
+// maps it or holds its descriptor, so a killed peer leaves none behind,
+// and a killed node's socket file is removed by the next node that starts
+// under the same user.
+//
+// Requests are those of the TCP path; the payload bytes go through the
+// ring. The writer copies a chunk into a free slot and rings a doorbell on
+// the socket ('d', slot, length); the reader answers every doorbell with
+// 'c' (slot read and freed) or 'l' (slot lent to the receiver, freed when
+// it is done with it, with no message). A writer finding no free slot
+// waits for an answer when some doorbell has none yet, else (every slot
+// lent) sends the chunk inline on the socket ('i', length, bytes), so a
+// lent slot never blocks a transfer. An offer read by more than one
+// reader is copied once into its own sealed segment, whose descriptor
+// every local reader receives and maps.
+
+const (
+	localSlots     = 8
+	localSlot      = bulkChunk
+	localStateSize = 64 // one cache line per slot's state word
+	localHdr       = 4096
+	localSegSize   = localHdr + localSlots*localSlot
+
+	localQueryMagic = "RLBL"
+	localHelloMagic = "RLSH"
+
+	localDoorbell = 'd'
+	localInline   = 'i'
+	localFreed    = 'c'
+	localLent     = 'l'
+	localStream   = 'r'
+	localMapped   = 'm'
+
+	localSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+)
+
+// localOff is set (RLNODE_BULK_TCP=1 or Config.BulkTCPOnly) to keep every
+// transfer on TCP.
+func localOff(c *Config) bool { return c.BulkTCPOnly || os.Getenv("RLNODE_BULK_TCP") == "1" }
+
+// hostIDOnce caches HostID.
+var hostIDOnce = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+})
+
+// HostID identifies the running kernel (its boot id): nodes reporting the
+// same one may be on one host, which the same-host path then checks by
+// opening the other node's socket. Empty where the system does not say.
+func HostID() string { return hostIDOnce() }
+
+// localDir is this user's private directory for bulk sockets: under
+// $XDG_RUNTIME_DIR or the temporary directory, created 0700, refused when
+// it is a link, another user's, or open to others.
+func localDir() (string, error) {
+	base := os.Getenv("XDG_RUNTIME_DIR")
+	if base == "" {
+		base = os.TempDir()
+	}
+	uid := os.Geteuid()
+	dir := filepath.Join(base, fmt.Sprintf("rlnode-%d", uid))
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("create %s: %w", dir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return "", fmt.Errorf("stat %s: %w", dir, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != uid || st.Mode&0o077 != 0 {
+		return "", fmt.Errorf("%s is not a directory private to user %d (mode %o, owner %d)", dir, uid, st.Mode, st.Uid)
+	}
+	return dir, nil
+}
+
+// sweepLocal removes the sockets in dir that no process listens on any
+// more (nodes that were killed).
+func sweepLocal(dir string) {
+	names, _ := filepath.Glob(filepath.Join(dir, "bulk-*.sock"))
+	for _, p := range names {
+		c, err := net.DialTimeout("unix", p, time.Second)
+		if err == nil {
+			c.Close()
+			continue
+		}
+		if errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.ENOENT) {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+// localServer is a node's same-host endpoint.
+type localServer struct {
+	lis  *net.UnixListener
+	path string
+	host string
+}
+
+// localPeer is what this node knows of a peer's same-host endpoint.
+type localPeer struct {
+	path string // empty: use TCP
+}
+
+// localState is a Bulk's same-host state.
+type localState struct {
+	srv   *localServer
+	peers map[string]localPeer       // by bulk address
+	idle  map[string][]*localConn    // client connections by bulk address
+	conns map[*net.UnixConn]*ringMap // the server's connections
+}
+
+// startLocal opens the node's same-host endpoint; without one (switched
+// off, no private directory, no unix sockets) every transfer uses TCP.
+func (b *Bulk) startLocal() {
+	b.loc = localState{peers: map[string]localPeer{}, idle: map[string][]*localConn{}, conns: map[*net.UnixConn]*ringMap{}}
+	if localOff(&b.sys.cfg) || HostID() == "" {
+		return
+	}
+	dir, err := localDir()
+	if err != nil {
+		b.sys.log.Warn("bulk: the same-host path is off", "err", err)
+		return
+	}
+	sweepLocal(dir)
+	var raw [12]byte
+	_, _ = rand.Read(raw[:])
+	path := filepath.Join(dir, "bulk-"+hex.EncodeToString(raw[:])+".sock")
+	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		b.sys.log.Warn("bulk: the same-host path is off", "err", err)
+		return
+	}
+	lis.SetUnlinkOnClose(true)
+	_ = os.Chmod(path, 0o600)
+	b.loc.srv = &localServer{lis: lis, path: path, host: HostID()}
+	b.wg.Add(1)
+	go b.serveLocal()
+}
+
+// LocalPath is the node's same-host socket, empty when it has none.
+func (b *Bulk) LocalPath() string {
+	if b.loc.srv == nil {
+		return ""
+	}
+	return b.loc.srv.path
+}
+
+// closeLocal closes the endpoint, the server's connections and the idle
+// client connections; b.mu is held.
+func (b *Bulk) closeLocal() {
+	if b.loc.srv != nil {
+		b.loc.srv.lis.Close()
+	}
+	for c := range b.loc.conns {
+		c.Close()
+	}
+	for addr, cs := range b.loc.idle {
+		for _, c := range cs {
+			c.close()
+		}
+		delete(b.loc.idle, addr)
+	}
+}
+
+// ringMap is a mapped ring segment, unmapped once its connection and
+// every slot lent from it are done.
+type ringMap struct {
+	mem  []byte
+	refs atomic.Int32
+}
+
+func (r *ringMap) state(i int) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&r.mem[localStateSize*i]))
+}
+
+func (r *ringMap) slot(i int) []byte {
+	off := localHdr + i*localSlot
+	return r.mem[off : off+localSlot : off+localSlot]
+}
+
+func (r *ringMap) unref() {
+	if r.refs.Add(-1) == 0 {
+		_ = unix.Munmap(r.mem)
+	}
+}
+
+// acquire claims a free slot for writing, or returns -1.
+func (r *ringMap) acquire() int {
+	for i := range localSlots {
+		if r.state(i).CompareAndSwap(0, 1) {
+			return i
+		}
+	}
+	return -1
+}
+
+// newSegment creates a sealed memfd of size bytes mapped read-write.
+func newSegment(name string, size int) (fd int, mem []byte, err error) {
+	fd, err = unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err = unix.Ftruncate(fd, int64(size)); err == nil {
+		mem, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, nil, fmt.Errorf("segment of %d bytes: %w", size, err)
+	}
+	return fd, mem, nil
+}
+
+func seal(fd int, seals int) error {
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+		return fmt.Errorf("seal segment: %w", err)
+	}
+	return nil
+}
+
+// mapReceived maps a segment another process sent: it must be a memfd of
+// exactly size bytes sealed against resizing (a peer that could shrink it
+// would fault the mapping's readers).
+func mapReceived(fd int, size int, prot int) ([]byte, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("segment: %w", err)
+	}
+	if st.Size != int64(size) {
+		return nil, fmt.Errorf("segment of %d bytes, want %d", st.Size, size)
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || seals&(unix.F_SEAL_SHRINK|unix.F_SEAL_GROW) != unix.F_SEAL_SHRINK|unix.F_SEAL_GROW {
+		return nil, fmt.Errorf("segment not sealed against resizing (seals %#x, %v)", seals, err)
+	}
+	if size == 0 {
+		return nil, nil
+	}
+	mem, err := unix.Mmap(fd, 0, size, prot, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map segment: %w", err)
+	}
+	return mem, nil
+}
+
+// recvFD reads len(buf) bytes from c with at most one descriptor attached.
+func recvFD(c *net.UnixConn, buf []byte) (fd int, err error) {
+	fd = -1
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	for got := 0; got < len(buf); {
+		n, oobn, _, _, err := c.ReadMsgUnix(buf[got:], oob)
+		if oobn > 0 {
+			msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+			for _, m := range msgs {
+				fds, _ := unix.ParseUnixRights(&m)
+				for _, f := range fds {
+					if fd < 0 && perr == nil {
+						fd = f
+					} else {
+						unix.Close(f)
+					}
+				}
+			}
+		}
+		if err != nil {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			return -1, err
+		}
+		if n == 0 {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			return -1, io.ErrUnexpectedEOF
+		}
+		got += n
+	}
+	return fd, nil
+}
+
+// sameUser checks that the process at the other end of c runs as this
+// node's user.
+func sameUser(c *net.UnixConn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return cerr
+	}
+	if int(cred.Uid) != os.Geteuid() {
+		return fmt.Errorf("peer process %d runs as user %d, not %d", cred.Pid, cred.Uid, os.Geteuid())
+	}
+	return nil
+}
+
+func (b *Bulk) serveLocal() {
+	defer b.wg.Done()
+	for {
+		c, err := b.loc.srv.lis.AcceptUnix()
+		if err != nil {
+			return
+		}
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			c.Close()
+			return
+		}
+		b.loc.conns[c] = nil
+		b.wg.Add(1)
+		b.mu.Unlock()
+		go func() {
+			defer b.wg.Done()
+			b.handleLocal(c)
+			b.mu.Lock()
+			delete(b.loc.conns, c)
+			b.mu.Unlock()
+		}()
+	}
+}
+
+// handleLocal serves one same-host connection: user check, member
+// handshake, the hello with the ring segment, then fetch and push
+// requests as on TCP until the client closes it or errs.
+func (b *Bulk) handleLocal(c *net.UnixConn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := sameUser(c); err != nil {
+		b.sys.warn.Warn(b.sys.log, "bulk: refusing a same-host connection", "err", err)
+		return
+	}
+	if p := b.sys.proof; p != nil {
+		if err := p.server(c); err != nil {
+			b.sys.warn.Warn(b.sys.log, "bulk: refusing a same-host connection", "err", err)
+			return
+		}
+	}
+	var hello [6]byte
+	fd, err := recvFD(c, hello[:])
+	if err != nil {
+		return
+	}
+	from, err := readString16Body(c, binary.BigEndian.Uint16(hello[4:]))
+	if err != nil || string(hello[:4]) != localHelloMagic || fd < 0 {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		b.sys.warn.Warn(b.sys.log, "bulk: malformed same-host hello")
+		return
+	}
+	if !b.sys.allowed(from) {
+		unix.Close(fd)
+		b.sys.warn.Warn(b.sys.log, "bulk: refusing a non-member", "from", from)
+		_, _ = c.Write([]byte{bulkStatusDenied})
+		return
+	}
+	mem, err := mapReceived(fd, localSegSize, unix.PROT_READ|unix.PROT_WRITE)
+	unix.Close(fd)
+	if err != nil {
+		b.sys.warn.Warn(b.sys.log, "bulk: same-host hello", "from", from, "err", err)
+		_, _ = c.Write([]byte{bulkStatusFailed})
+		return
+	}
+	ring := &ringMap{mem: mem}
+	ring.refs.Store(1)
+	defer ring.unref()
+	if _, err := c.Write([]byte{bulkStatusOK}); err != nil {
+		return
+	}
+	lc := &localConn{c: c, ring: ring}
+	for first := true; ; first = false {
+		wait := bulkServerIdle
+		if first {
+			wait = 30 * time.Second
+		}
+		_ = c.SetDeadline(time.Now().Add(wait))
+		var magic [4]byte
+		if _, err := io.ReadFull(c, magic[:]); err != nil {
+			return
+		}
+		_ = c.SetDeadline(time.Now().Add(bulkProgress))
+		var ok bool
+		switch string(magic[:]) {
+		case bulkMagic:
+			ok = b.serveLocalFetch(lc)
+		case bulkPushMagic:
+			ok = b.serveLocalPush(lc, from)
+		default:
+			b.sys.warn.Warn(b.sys.log, "bulk: malformed same-host request", "from", from)
+			return
+		}
+		if !ok {
+			return
+		}
+	}
+}
+
+func readString16Body(r io.Reader, n uint16) (string, error) {
+	s := make([]byte, n)
+	if _, err := io.ReadFull(r, s); err != nil {
+		return "", err
+	}
+	return string(s), nil
+}
+
+// localConn is one same-host connection with its ring, at either end.
+type localConn struct {
+	c    *net.UnixConn
+	ring *ringMap
+	used time.Time
+}
+
+func (l *localConn) close() {
+	l.c.Close()
+	l.ring.unref()
+}
+
+// progress moves the connection's deadline bulkProgress ahead (servers;
+// a client's deadline follows its context).
+type deadliner func()
+
+// send writes p through the ring (doorbells on the socket) and returns
+// once the reader has answered every doorbell. An error before the first
+// answer is a staleErr (the other end may have closed an idle connection).
+func (l *localConn) send(p []byte, progress deadliner) (err error) {
+	outstanding, answered := 0, false
+	defer func() {
+		if err != nil && !answered {
+			err = stale(err)
+		}
+	}()
+	var reply [1]byte
+	readReply := func() error {
+		if progress != nil {
+			progress()
+		}
+		if _, err := io.ReadFull(l.c, reply[:]); err != nil {
+			return err
+		}
+		if reply[0] != localFreed && reply[0] != localLent {
+			return fmt.Errorf("same-host ring: answer %#x to a doorbell", reply[0])
+		}
+		outstanding--
+		answered = true
+		return nil
+	}
+	var hdr [6]byte
+	for len(p) > 0 {
+		k := min(len(p), localSlot)
+		i := l.ring.acquire()
+		for i < 0 && outstanding > 0 {
+			if err := readReply(); err != nil {
+				return err
+			}
+			i = l.ring.acquire()
+		}
+		if progress != nil {
+			progress()
+		}
+		binary.BigEndian.PutUint32(hdr[2:], uint32(k))
+		if i < 0 {
+			// Every slot is lent: the chunk goes on the socket.
+			hdr[0], hdr[1] = localInline, 0
+			bufs := net.Buffers{hdr[:], p[:k]}
+			if _, err := bufs.WriteTo(l.c); err != nil {
+				return err
+			}
+		} else {
+			copy(l.ring.slot(i), p[:k])
+			hdr[0], hdr[1] = localDoorbell, byte(i)
+			if _, err := l.c.Write(hdr[:]); err != nil {
+				l.ring.state(i).Store(0)
+				return err
+			}
+			outstanding++
+		}
+		p = p[k:]
+	}
+	for outstanding > 0 {
+		if err := readReply(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// localReader reads a payload of n bytes that the other end sends
+// through the ring. It is the io.Reader a PushHandler gets, and lends a
+// payload that fits one slot (Lend).
+type localReader struct {
+	l        *localConn
+	left     int64 // bytes not yet announced
+	cur      []byte
+	slot     int // the slot cur lies in, or -1 (inline, in buf)
+	buf      []byte
+	progress deadliner
+	started  bool
+	err      error
+}
+
+// next reads the next chunk's doorbell (or inline bytes).
+func (r *localReader) next() error {
+	if r.progress != nil {
+		r.progress()
+	}
+	var hdr [6]byte
+	if _, err := io.ReadFull(r.l.c, hdr[:]); err != nil {
+		return err
+	}
+	k := int64(binary.BigEndian.Uint32(hdr[2:]))
+	if k == 0 || k > localSlot || k > r.left {
+		return fmt.Errorf("same-host ring: chunk of %d bytes with %d to come", k, r.left)
+	}
+	r.started = true
+	r.left -= k
+	switch hdr[0] {
+	case localDoorbell:
+		i := int(hdr[1])
+		if i >= localSlots {
+			return fmt.Errorf("same-host ring: slot %d of %d", i, localSlots)
+		}
+		r.slot, r.cur = i, r.l.ring.slot(i)[:k]
+	case localInline:
+		if cap(r.buf) < int(k) {
+			r.buf = make([]byte, k)
+		}
+		r.slot, r.cur = -1, r.buf[:k]
+		if _, err := io.ReadFull(r.l.c, r.cur); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("same-host ring: doorbell %#x", hdr[0])
+	}
+	return nil
+}
+
+// done frees the current slot and answers its doorbell.
+func (r *localReader) done() error {
+	if r.slot < 0 {
+		return nil
+	}
+	r.l.ring.state(r.slot).Store(0)
+	r.slot = -1
+	_, err := r.l.c.Write([]byte{localFreed})
+	return err
+}
+
+func (r *localReader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	if len(r.cur) == 0 {
+		if r.left == 0 {
+			return 0, io.EOF
+		}
+		if err := r.next(); err != nil {
+			r.err = err
+			return 0, err
+		}
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	if len(r.cur) == 0 {
+		if err := r.done(); err != nil {
+			r.err = err
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Lend returns the whole payload where it lies in the sender's segment,
+// without a copy, when nothing of it was read and it came in one slot;
+// release frees the slot (once; the caller must not touch p after).
+// ok is false otherwise: read the payload instead.
+func (r *localReader) Lend() (p []byte, release func(), ok bool) {
+	if r.started || r.err != nil || r.left == 0 || r.left > localSlot {
+		return nil, nil, false
+	}
+	if err := r.next(); err != nil {
+		r.err = err
+		return nil, nil, false
+	}
+	if r.slot < 0 {
+		// Inline: the bytes are this reader's own.
+		p, r.cur, r.buf = r.cur, nil, nil
+		return p, func() {}, true
+	}
+	i, ring := r.slot, r.l.ring
+	p, r.cur, r.slot = r.cur, nil, -1
+	ring.refs.Add(1)
+	if _, err := r.l.c.Write([]byte{localLent}); err != nil {
+		r.err = err
+	}
+	var once sync.Once
+	return p, func() {
+		once.Do(func() {
+			ring.state(i).Store(0)
+			ring.unref()
+		})
+	}, true
+}
+
+// drain reads and frees what is left of the payload.
+func (r *localReader) drain() error {
+	for r.err == nil && (len(r.cur) > 0 || r.left > 0) {
+		if len(r.cur) == 0 {
+			if r.err = r.next(); r.err != nil {
+				break
+			}
+		}
+		r.cur = nil
+		r.err = r.done()
+	}
+	return r.err
+}
+
+// PayloadLender is implemented by the reader a PushHandler gets when the
+// payload lies in shared memory: Lend hands over the payload in place
+// (see localReader.Lend), so the receiver can use it without a copy.
+type PayloadLender interface {
+	Lend() (p []byte, release func(), ok bool)
+}
+
+// serveLocalPush is servePush on a same-host connection.
+func (b *Bulk) serveLocalPush(l *localConn, hello string) bool {
+	c := l.c
+	name, err := readString16(c)
+	if err != nil {
+		return false
+	}
+	var h4 [4]byte
+	if _, err := io.ReadFull(c, h4[:]); err != nil {
+		return false
+	}
+	hn := binary.BigEndian.Uint32(h4[:])
+	if hn > bulkMaxPushHdr {
+		b.sys.warn.Warn(b.sys.log, "bulk: malformed same-host push", "from", hello, "header", hn)
+		return false
+	}
+	hdr := make([]byte, hn)
+	if _, err := io.ReadFull(c, hdr); err != nil {
+		return false
+	}
+	var n8 [8]byte
+	if _, err := io.ReadFull(c, n8[:]); err != nil {
+		return false
+	}
+	n := int64(binary.BigEndian.Uint64(n8[:]))
+	if n < 0 {
+		return false
+	}
+	progress := func() { _ = c.SetDeadline(time.Now().Add(bulkProgress)) }
+	r := &localReader{l: l, left: n, slot: -1, progress: progress}
+	status := byte(bulkStatusOK)
+	b.mu.Lock()
+	h := b.handlers[name]
+	b.mu.Unlock()
+	switch {
+	case !b.sys.allowed(hello):
+		b.sys.warn.Warn(b.sys.log, "bulk: refusing a non-member", "from", hello)
+		status = bulkStatusDenied
+	case h == nil:
+		status = bulkStatusAbsent
+	default:
+		if err := h(hdr, n, r); err != nil {
+			if r.err != nil {
+				return false
+			}
+			b.sys.warn.Warn(b.sys.log, "bulk: push receiver failed", "receiver", name, "err", err)
+			status = bulkStatusFailed
+		}
+	}
+	if err := r.drain(); err != nil {
+		return false
+	}
+	progress()
+	if _, err := c.Write([]byte{status}); err != nil {
+		return false
+	}
+	return status != bulkStatusDenied
+}
+
+// serveLocalFetch is serveFetch on a same-host connection: the payload
+// goes through the ring, or, for an offer with several readers, as the
+// descriptor of a segment holding the whole offer (made at the first such
+// fetch, shared by every later one).
+func (b *Bulk) serveLocalFetch(l *localConn) bool {
+	c := l.c
+	var hdr [32 + 16 + 2]byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		return false
+	}
+	id := string(hdr[0:32])
+	off := binary.BigEndian.Uint64(hdr[32:40])
+	n := binary.BigEndian.Uint64(hdr[40:48])
+	from, err := readString16Body(c, binary.BigEndian.Uint16(hdr[48:50]))
+	if err != nil {
+		return false
+	}
+	if !b.sys.allowed(from) {
+		b.sys.warn.Warn(b.sys.log, "bulk: refusing a non-member", "from", from)
+		_, _ = c.Write([]byte{bulkStatusDenied})
+		return false
+	}
+	b.mu.Lock()
+	o := b.offers[id]
+	b.mu.Unlock()
+	if o == nil {
+		_, err := c.Write([]byte{bulkStatusAbsent})
+		return err == nil
+	}
+	if off > uint64(len(o.data)) || n > uint64(len(o.data))-off {
+		_, err := c.Write([]byte{bulkStatusRange})
+		return err == nil
+	}
+	// Counted before the bytes go (the reader may answer its caller
+	// before this goroutine would count them after).
+	b.sys.stats.bulkServed.Add(n)
+	b.sys.stats.bulkLocal.Add(n)
+	if fd := b.offerSegment(o); fd >= 0 {
+		_, _, err := c.WriteMsgUnix([]byte{bulkStatusOK, localMapped}, unix.UnixRights(fd), nil)
+		if err != nil {
+			return false
+		}
+		var ack [1]byte
+		if _, err := io.ReadFull(c, ack[:]); err != nil || ack[0] != bulkStatusOK {
+			return false
+		}
+	} else {
+		if _, err := c.Write([]byte{bulkStatusOK, localStream}); err != nil {
+			return false
+		}
+		if err := l.send(o.data[off:off+n], func() { _ = c.SetDeadline(time.Now().Add(bulkProgress)) }); err != nil {
+			return false
+		}
+	}
+	if off+n == uint64(len(o.data)) {
+		b.mu.Lock()
+		o.readers--
+		if o.readers <= 0 && b.offers[id] == o {
+			delete(b.offers, id)
+			o.timer.Stop()
+			o.free()
+		}
+		b.mu.Unlock()
+	}
+	return true
+}
+
+// offerSeg is an offer's copy in a sealed, read-only memfd.
+type offerSeg struct {
+	once sync.Once
+	mu   sync.Mutex
+	fd   int
+}
+
+// offerSegment returns the descriptor of o's shared copy, making it at
+// the first call, or -1 when o has one reader (the ring streams it with
+// no copy first) or the copy cannot be made.
+func (b *Bulk) offerSegment(o *offer) int {
+	if o.shared == nil {
+		return -1
+	}
+	s := o.shared
+	s.once.Do(func() {
+		s.fd = -1
+		fd, mem, err := newSegment("rlnode-offer", len(o.data))
+		if err != nil {
+			b.sys.warn.Warn(b.sys.log, "bulk: no shared copy of an offer", "err", err)
+			return
+		}
+		copy(mem, o.data)
+		_ = unix.Munmap(mem)
+		if err := seal(fd, localSeals|unix.F_SEAL_WRITE); err != nil {
+			unix.Close(fd)
+			b.sys.warn.Warn(b.sys.log, "bulk: no shared copy of an offer", "err", err)
+			return
+		}
+		s.mu.Lock()
+		s.fd = fd
+		s.mu.Unlock()
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fd
+}
+
+// free closes o's shared copy (readers that mapped it keep their
+// mappings; the memory goes with the last one).
+func (o *offer) free() {
+	if s := o.shared; s != nil {
+		s.once.Do(func() { s.fd = -1 })
+		s.mu.Lock()
+		if s.fd >= 0 {
+			unix.Close(s.fd)
+			s.fd = -1
+		}
+		s.mu.Unlock()
+	}
+}
+
+// newOfferShared says whether an offer of readers gets a shared copy for
+// local readers.
+func (b *Bulk) newOfferShared(readers int) *offerSeg {
+	if readers > 1 && b.loc.srv != nil {
+		return &offerSeg{fd: -1}
+	}
+	return nil
+}
+
+// serveLocalQuery answers a TCP query for the same-host endpoint: status,
+// then the host id and socket path.
+func (b *Bulk) serveLocalQuery(c net.Conn, r io.Reader) bool {
+	from, err := readString16(r)
+	if err != nil {
+		return false
+	}
+	if !b.sys.allowed(from) {
+		b.sys.warn.Warn(b.sys.log, "bulk: refusing a non-member", "from", from, "peer", c.RemoteAddr().String())
+		_, _ = c.Write([]byte{bulkStatusDenied})
+		return false
+	}
+	if b.loc.srv == nil {
+		_, err := c.Write([]byte{bulkStatusAbsent})
+		return err == nil
+	}
+	out := []byte{bulkStatusOK}
+	out = appendString16(out, b.loc.srv.host)
+	out = appendString16(out, b.loc.srv.path)
+	_, err = c.Write(out)
+	return err == nil
+}
+
+func appendString16(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+// localPath is the same-host socket of the peer at bulk address addr,
+// asked of it once; empty means TCP.
+func (b *Bulk) localPath(ctx context.Context, addr string) string {
+	if b.loc.srv == nil {
+		return ""
+	}
+	b.mu.Lock()
+	p, known := b.loc.peers[addr]
+	b.mu.Unlock()
+	if known {
+		return p.path
+	}
+	from := b.sys.addr
+	req := appendString16([]byte(localQueryMagic), from)
+	var host, path string
+	err := b.do(ctx, addr, func(c *bulkConn) error {
+		if _, err := c.Write(req); err != nil {
+			return stale(err)
+		}
+		var st [1]byte
+		if _, err := io.ReadFull(c, st[:]); err != nil {
+			return stale(err)
+		}
+		if st[0] != bulkStatusOK {
+			return nil
+		}
+		var err error
+		if host, err = readString16(c); err != nil {
+			return err
+		}
+		path, err = readString16(c)
+		return err
+	})
+	if err != nil {
+		return "" // not cached: ask again next time
+	}
+	if host != b.loc.srv.host || !filepath.IsAbs(path) {
+		path = ""
+	}
+	b.mu.Lock()
+	b.loc.peers[addr] = localPeer{path: path}
+	b.mu.Unlock()
+	return path
+}
+
+// forgetLocal drops what this node knew of addr's same-host endpoint
+// after it failed; the next transfer asks again.
+func (b *Bulk) forgetLocal(addr string) {
+	b.mu.Lock()
+	delete(b.loc.peers, addr)
+	b.mu.Unlock()
+}
+
+// localConnTo returns an idle same-host connection to the peer at addr or
+// dials path, reused saying which.
+func (b *Bulk) localConnTo(ctx context.Context, addr, path string) (l *localConn, reused bool, err error) {
+	b.mu.Lock()
+	for cs := b.loc.idle[addr]; len(cs) > 0; cs = b.loc.idle[addr] {
+		l = cs[len(cs)-1]
+		b.loc.idle[addr] = cs[:len(cs)-1]
+		if time.Since(l.used) < bulkIdle {
+			b.mu.Unlock()
+			return l, true, nil
+		}
+		l.close()
+	}
+	b.mu.Unlock()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, false, err
+	}
+	c := nc.(*net.UnixConn)
+	deadline, ok := ctx.Deadline()
+	if !ok || time.Until(deadline) > handshakeTimeout {
+		deadline = time.Now().Add(handshakeTimeout)
+	}
+	_ = c.SetDeadline(deadline)
+	fail := func(err error) (*localConn, bool, error) {
+		c.Close()
+		return nil, false, err
+	}
+	if err := sameUser(c); err != nil {
+		return fail(err)
+	}
+	if p := b.sys.proof; p != nil {
+		if err := p.client(c); err != nil {
+			return fail(err)
+		}
+	}
+	fd, mem, err := newSegment("rlnode-ring", localSegSize)
+	if err != nil {
+		return fail(err)
+	}
+	if err := seal(fd, localSeals); err != nil {
+		unix.Close(fd)
+		_ = unix.Munmap(mem)
+		return fail(err)
+	}
+	from := b.sys.addr
+	hello := appendString16([]byte(localHelloMagic), from)
+	_, _, err = c.WriteMsgUnix(hello, unix.UnixRights(fd), nil)
+	unix.Close(fd)
+	if err != nil {
+		_ = unix.Munmap(mem)
+		return fail(err)
+	}
+	var st [1]byte
+	if _, err := io.ReadFull(c, st[:]); err != nil || st[0] != bulkStatusOK {
+		_ = unix.Munmap(mem)
+		if err == nil && st[0] == bulkStatusDenied {
+			err = errors.New("refused: this node is not a member")
+		} else if err == nil {
+			err = fmt.Errorf("hello refused (status %d)", st[0])
+		}
+		return fail(err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	ring := &ringMap{mem: mem}
+	ring.refs.Store(1)
+	return &localConn{c: c, ring: ring}, false, nil
+}
+
+// releaseLocal keeps l for reuse, or closes it.
+func (b *Bulk) releaseLocal(addr string, l *localConn) {
+	l.used = time.Now()
+	b.mu.Lock()
+	if !b.closed && len(b.loc.idle[addr]) < bulkPoolPerPeer {
+		b.loc.idle[addr] = append(b.loc.idle[addr], l)
+		l = nil
+	}
+	b.mu.Unlock()
+	if l != nil {
+		l.close()
+	}
+}
+
+// doLocal runs req on a same-host connection to the peer at addr, as do
+// does on TCP. handled is false when the peer has no same-host endpoint
+// for this node (or it cannot be reached): the caller uses TCP then.
+func (b *Bulk) doLocal(ctx context.Context, addr string, req func(l *localConn) error) (handled bool, err error) {
+	path := b.localPath(ctx, addr)
+	if path == "" {
+		return false, nil
+	}
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return true, err
+		}
+		l, reused, err := b.localConnTo(ctx, addr, path)
+		if err != nil {
+			if ctx.Err() != nil {
+				return true, ctx.Err()
+			}
+			if errors.Is(err, ErrNotMember) || strings.Contains(err.Error(), "not a member") {
+				return true, err
+			}
+			// The socket is gone or refuses us: TCP, and ask again later.
+			b.sys.warn.Warn(b.sys.log, "bulk: same-host path unavailable, using TCP", "peer", addr, "err", err)
+			b.forgetLocal(addr)
+			return false, nil
+		}
+		stop := context.AfterFunc(ctx, func() { _ = l.c.SetDeadline(time.Now()) })
+		err = req(l)
+		if !stop() {
+			l.close()
+			if err == nil {
+				return true, nil
+			}
+			return true, ctxErr(ctx, err)
+		}
+		if err == nil {
+			b.releaseLocal(addr, l)
+			return true, nil
+		}
+		l.close()
+		var st staleErr
+		if errors.As(err, &st) {
+			if reused && attempt == 0 {
+				continue
+			}
+			err = st.err
+		}
+		return true, ctxErr(ctx, err)
+	}
+}
+
+// fetchLocal is FetchRange over the same-host path; handled is false when
+// the peer is not on this host.
+func (b *Bulk) fetchLocal(ctx context.Context, ref BulkRef, off int64, dst []byte, req []byte) (handled bool, err error) {
+	var status error
+	handled, err = b.doLocal(ctx, ref.Addr, func(l *localConn) error {
+		if _, err := l.c.Write(req); err != nil {
+			return stale(err)
+		}
+		var st [2]byte
+		fd, err := recvFD(l.c, st[:1])
+		if err != nil {
+			return stale(err)
+		}
+		if st[0] != bulkStatusOK {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			status = fetchStatusErr(ref, off, len(dst), st[0])
+			if st[0] == bulkStatusDenied {
+				return status
+			}
+			return nil
+		}
+		if fd < 0 {
+			if fd, err = recvFD(l.c, st[1:]); err != nil {
+				return err
+			}
+		} else if _, err := io.ReadFull(l.c, st[1:]); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		switch st[1] {
+		case localMapped:
+			if fd < 0 {
+				return errors.New("shared offer without its segment")
+			}
+			mem, err := mapReceived(fd, int(ref.Size), unix.PROT_READ)
+			unix.Close(fd)
+			if err != nil {
+				_, _ = l.c.Write([]byte{bulkStatusFailed})
+				return err
+			}
+			copy(dst, mem[off:off+int64(len(dst))])
+			if mem != nil {
+				_ = unix.Munmap(mem)
+			}
+			_, err = l.c.Write([]byte{bulkStatusOK})
+			return err
+		case localStream:
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			r := &localReader{l: l, left: int64(len(dst)), slot: -1}
+			if _, err := io.ReadFull(r, dst); err != nil {
+				return fmt.Errorf("after %d of %d bytes: %w", int64(len(dst))-r.left-int64(len(r.cur)), len(dst), err)
+			}
+			return nil
+		default:
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			return fmt.Errorf("fetch answer mode %#x", st[1])
+		}
+	})
+	if !handled {
+		return false, nil
+	}
+	if status != nil {
+		return true, status
+	}
+	if err != nil {
+		return true, fmt.Errorf("bulk fetch from %s (same host): %w", ref.Addr, err)
+	}
+	b.sys.stats.bulkFetched.Add(uint64(len(dst)))
+	b.sys.stats.bulkLocal.Add(uint64(len(dst)))
+	return true, nil
+}
+
+// pushLocal is Push over the same-host path; handled is false when the
+// peer is not on this host.
+func (b *Bulk) pushLocal(ctx context.Context, addr, name string, req, payload []byte) (handled bool, err error) {
+	var status error
+	handled, err = b.doLocal(ctx, addr, func(l *localConn) error {
+		if _, err := l.c.Write(req); err != nil {
+			return stale(err)
+		}
+		if err := l.send(payload, nil); err != nil {
+			return err
+		}
+		var st [1]byte
+		if _, err := io.ReadFull(l.c, st[:]); err != nil {
+			return err
+		}
+		status = pushStatusErr(addr, name, st[0])
+		if st[0] == bulkStatusDenied {
+			return status
+		}
+		return nil
+	})
+	if !handled {
+		return false, nil
+	}
+	if status != nil {
+		return true, status
+	}
+	if err != nil {
+		return true, fmt.Errorf("bulk push to %s (same host): %w", addr, err)
+	}
+	b.sys.stats.bulkLocal.Add(uint64(len(payload)))
+	return true, nil
+}

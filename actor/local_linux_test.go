@@ -1,0 +1,368 @@
+//go:build linux
+
+package actor
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// FetchSum asks the peer to pull an offer; the reply is its SHA-256.
+type FetchSum struct{ Ref BulkRef }
+
+// PushTo asks the peer to push Size pseudo-random bytes (seeded by Seed)
+// to the receiver Name at bulk address Addr.
+type PushTo struct {
+	Addr, Name string
+	Size, Seed int
+}
+
+// Sum is a SHA-256.
+type Sum struct{ Hash []byte }
+
+// WhereLocal asks the peer for its same-host socket; the reply is Local.
+type WhereLocal struct{}
+
+// Local is a node's same-host socket.
+type Local struct{ Path string }
+
+func init() {
+	dropLocalServerConns = func(b *Bulk) {
+		b.mu.Lock()
+		for c := range b.loc.conns {
+			c.Close()
+		}
+		b.mu.Unlock()
+	}
+	RegisterMessage(FetchSum{}, PushTo{}, Sum{}, WhereLocal{}, Local{})
+	RegisterKind("test.bulker", func(*Context, any) (Actor, error) { return bulker{}, nil })
+}
+
+type bulker struct{}
+
+func (bulker) Receive(ctx *Context, msg any) (any, error) {
+	switch m := msg.(type) {
+	case FetchSum:
+		b, err := ctx.System().Bulk().Fetch(context.Background(), m.Ref)
+		if err != nil {
+			return nil, err
+		}
+		h := sha256.Sum256(b)
+		return Sum{Hash: h[:]}, nil
+	case WhereLocal:
+		return Local{Path: ctx.System().Bulk().LocalPath()}, nil
+	case PushTo:
+		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return nil, ctx.System().Bulk().Push(c, m.Addr, m.Name, []byte("hdr"), pattern(m.Size, m.Seed))
+	}
+	return nil, fmt.Errorf("unexpected %T", msg)
+}
+
+func pattern(n, seed int) []byte {
+	rng := rand.New(rand.NewPCG(uint64(seed), 7))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+func bulkerRef(p *peerProc) Ref {
+	return Ref{Name: "bulker", Kind: "test.bulker", Address: p.addr, ID: "a/bulker"}
+}
+
+// memfdsOf lists the memfd descriptors and mappings of process pid.
+func memfdsOf(t *testing.T, pid string) []string {
+	t.Helper()
+	var out []string
+	fds, _ := filepath.Glob("/proc/" + pid + "/fd/*")
+	for _, f := range fds {
+		if l, err := os.Readlink(f); err == nil && strings.Contains(l, "memfd:rlnode") {
+			out = append(out, "fd "+l)
+		}
+	}
+	maps, err := os.ReadFile("/proc/" + pid + "/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		if strings.Contains(line, "memfd:rlnode") {
+			out = append(out, "map "+line)
+		}
+	}
+	return out
+}
+
+func shmNames(t *testing.T) map[string]bool {
+	t.Helper()
+	names, _ := filepath.Glob("/dev/shm/*")
+	out := map[string]bool{}
+	for _, n := range names {
+		out[n] = true
+	}
+	return out
+}
+
+func TestLocalPathBetweenProcesses(t *testing.T) {
+	before := shmNames(t)
+	s, err := Start(Config{Secret: []byte("local key"), Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Bulk().LocalPath() == "" {
+		t.Skip("no same-host path on this machine (see the node's warning)")
+	}
+	p := startPeer(t, "RLNODE_ACTOR_SECRET=local key")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// Fetches of one reader stream through the ring (sizes around a slot
+	// and across several); the peer returns what it got as a hash.
+	for _, size := range []int{0, 1, localSlot - 1, localSlot, localSlot + 1, 3*localSlot + 5, 20 * localSlot} {
+		data := pattern(size, size)
+		local := s.Stats().BulkBytesLocal
+		got, err := CallAs[Sum](ctx, s, bulkerRef(p), FetchSum{Ref: s.Bulk().Offer(data, 1, time.Minute)})
+		if err != nil {
+			t.Fatalf("%d bytes: %v", size, err)
+		}
+		if want := sha256.Sum256(data); !bytes.Equal(got.Hash, want[:]) {
+			t.Fatalf("%d bytes: the peer got other bytes", size)
+		}
+		if d := s.Stats().BulkBytesLocal - local; d != uint64(size) {
+			t.Fatalf("%d bytes: %d went through shared memory", size, d)
+		}
+	}
+	// An offer of three readers is copied once into a segment they map.
+	data := pattern(5*localSlot+3, 9)
+	ref := s.Bulk().Offer(data, 3, time.Minute)
+	for i := range 3 {
+		got, err := CallAs[Sum](ctx, s, bulkerRef(p), FetchSum{Ref: ref})
+		if want := sha256.Sum256(data); err != nil || !bytes.Equal(got.Hash, want[:]) {
+			t.Fatalf("shared offer, reader %d: %v", i, err)
+		}
+	}
+	if _, err := CallAs[Sum](ctx, s, bulkerRef(p), FetchSum{Ref: ref}); !errors.Is(err, ErrBulkAbsent) && (err == nil || !strings.Contains(err.Error(), ErrBulkAbsent.Error())) {
+		t.Fatalf("a fourth reader of a 3-reader offer: %v", err)
+	}
+
+	// Pushes from the peer, small and over many slots, reach a receiver
+	// here intact.
+	got, unregister := pushReceiver(t, s.Bulk(), "sink")
+	defer unregister()
+	for _, size := range []int{10, 2*localSlot + 7} {
+		if _, err := s.Call(ctx, bulkerRef(p), PushTo{Addr: s.Bulk().Addr(), Name: "sink", Size: size, Seed: size}); err != nil {
+			t.Fatalf("push of %d bytes: %v", size, err)
+		}
+		if r := received(t, got); !bytes.Equal(r.data, pattern(size, size)) || string(r.hdr) != "hdr" {
+			t.Fatalf("push of %d bytes arrived changed", size)
+		}
+	}
+
+	// The peer is killed: the next node to start removes its socket.
+	where, err := CallAs[Local](ctx, s, bulkerRef(p), WhereLocal{})
+	peerSock := where.Path
+	if err != nil || peerSock == "" {
+		t.Fatalf("the peer's same-host socket: %q, %v", peerSock, err)
+	}
+	if err := p.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-p.Exited
+	if _, err := os.Stat(peerSock); err != nil {
+		t.Fatalf("a killed node's socket should stay until the next start: %v", err)
+	}
+	s2, err := Start(Config{Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(peerSock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the killed node's socket outlived the next start: %v", err)
+	}
+	mine := []string{s.Bulk().LocalPath(), s2.Bulk().LocalPath()}
+	s.Stop()
+	s2.Stop()
+	for _, m := range mine {
+		if _, err := os.Stat(m); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("socket %s outlived its node: %v", m, err)
+		}
+	}
+	if left := memfdsOf(t, "self"); len(left) > 0 {
+		t.Errorf("segments outlived the nodes: %v", left)
+	}
+	for n := range shmNames(t) {
+		if !before[n] && strings.Contains(n, "rlnode") {
+			t.Errorf("%s appeared in /dev/shm", n)
+		}
+	}
+}
+
+func TestLocalPathOffUsesTCP(t *testing.T) {
+	s, err := Start(Config{Secret: []byte("local key"), Logger: DiscardLogger(), BulkTCPOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if s.Bulk().LocalPath() != "" {
+		t.Fatal("BulkTCPOnly still opened a same-host socket")
+	}
+	// The peer has its path switched off by the environment: neither end
+	// offers one, and the bytes go over TCP.
+	p := startPeer(t, "RLNODE_ACTOR_SECRET=local key", "RLNODE_BULK_TCP=1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	data := pattern(3*localSlot+1, 3)
+	got, err := CallAs[Sum](ctx, s, bulkerRef(p), FetchSum{Ref: s.Bulk().Offer(data, 1, time.Minute)})
+	if want := sha256.Sum256(data); err != nil || !bytes.Equal(got.Hash, want[:]) {
+		t.Fatalf("fetch over TCP: %v", err)
+	}
+	if s.Stats().BulkBytesLocal != 0 || s.Stats().BulkBytesServed != uint64(len(data)) {
+		t.Fatalf("stats %+v", s.Stats())
+	}
+}
+
+func TestLocalRefusesWithoutTheKey(t *testing.T) {
+	s, err := Start(Config{Secret: []byte("local key"), Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	path := s.Bulk().LocalPath()
+	if path == "" {
+		t.Skip("no same-host path on this machine")
+	}
+	for _, tc := range []struct {
+		name  string
+		hello func(c net.Conn) error
+	}{
+		{"hello without the handshake", func(c net.Conn) error {
+			_, err := c.Write(appendString16([]byte(localHelloMagic), s.Address()))
+			return err
+		}},
+		{"another key", func(c net.Conn) error {
+			p, _ := newMemberProof([]byte("another key"))
+			return p.client(c)
+		}},
+	} {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		herr := tc.hello(c)
+		var buf [64]byte
+		n, rerr := io.ReadFull(c, buf[:])
+		c.Close()
+		if herr == nil && (n > 0 || rerr == nil) {
+			t.Errorf("%s: the server answered %q", tc.name, buf[:n])
+		}
+		if herr != nil && !errors.Is(herr, ErrNotMember) {
+			t.Errorf("%s: %v", tc.name, herr)
+		}
+	}
+}
+
+// A receiver that keeps every slot lent does not stall the sender: later
+// chunks go inline on the socket; released slots are used again.
+func TestLocalLentSlotsDoNotBlock(t *testing.T) {
+	s, err := Start(Config{Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if s.Bulk().LocalPath() == "" {
+		t.Skip("no same-host path on this machine")
+	}
+	type lent struct {
+		p       []byte
+		release func()
+		inPlace bool
+	}
+	got := make(chan lent, 2*localSlots+2)
+	unregister, err := s.Bulk().HandlePush("lend", func(hdr []byte, n int64, r io.Reader) error {
+		l, ok := r.(PayloadLender)
+		if !ok {
+			return errors.New("the reader does not lend")
+		}
+		p, release, ok := l.Lend()
+		if !ok {
+			return errors.New("nothing lent")
+		}
+		ring := r.(*localReader).l.ring
+		at, lo := uintptr(unsafe.Pointer(&p[0])), uintptr(unsafe.Pointer(&ring.mem[0]))
+		in := at >= lo && at < lo+uintptr(len(ring.mem))
+		got <- lent{p, release, in}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unregister()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var held []lent
+	for i := range localSlots + 2 {
+		if err := s.Bulk().Push(ctx, s.Bulk().Addr(), "lend", nil, pattern(1000, i)); err != nil {
+			t.Fatalf("push %d: %v", i, err)
+		}
+		l := <-got
+		if !bytes.Equal(l.p, pattern(1000, i)) {
+			t.Fatalf("push %d: lent bytes differ", i)
+		}
+		if want := i < localSlots; l.inPlace != want {
+			t.Fatalf("push %d: in the segment %v, want %v", i, l.inPlace, want)
+		}
+		held = append(held, l)
+	}
+	for _, l := range held {
+		l.release()
+	}
+	if err := s.Bulk().Push(ctx, s.Bulk().Addr(), "lend", nil, pattern(1000, 99)); err != nil {
+		t.Fatal(err)
+	}
+	if l := <-got; !l.inPlace || !bytes.Equal(l.p, pattern(1000, 99)) {
+		t.Fatalf("after the releases the payload is not in a slot (%v)", l.inPlace)
+	} else {
+		l.release()
+	}
+}
+
+// TestBulkOverTCP runs this package's bulk tests again with the same-host
+// path switched off, so the TCP path stays tested on a machine where the
+// tests would otherwise take shared memory.
+func TestBulkOverTCP(t *testing.T) {
+	if os.Getenv("RLNODE_BULK_TCP") == "1" {
+		t.Skip("already over TCP")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^(TestBulk|TestStalledPush|TestRemoteCallsAcrossProcesses)", "-test.count=1")
+	cmd.Env = append(os.Environ(), "RLNODE_BULK_TCP=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Exited() {
+			t.Fatalf("the bulk tests over TCP failed:\n%s", out)
+		}
+		t.Fatal(err)
+	}
+	if !bytes.Contains(out, []byte("PASS")) {
+		t.Fatalf("no PASS in:\n%s", out)
+	}
+}
