@@ -80,6 +80,14 @@ func (m *Mailbox) receive(hdr []byte, n int64, r io.Reader) error {
 	if n > 1<<40 {
 		return fmt.Errorf("shard mailbox: chunk of %d bytes", n)
 	}
+	if l, ok := r.(actor.PayloadLender); ok {
+		// Same host: the chunk stays in the sender's segment until the
+		// ring has summed it.
+		if p, release, ok := l.Lend(); ok {
+			m.in.put(tag, delivery{data: p, release: release})
+			return nil
+		}
+	}
 	data := getBuf(int(n))
 	if _, err := io.ReadFull(r, data); err != nil {
 		putBuf(data)
@@ -234,9 +242,10 @@ func (a *actorTransport) recvLend(ctx context.Context, from int, tag Tag, n int)
 		return nil, nil, err
 	}
 	if len(d.data) != n {
+		d.free()
 		return nil, nil, fmt.Errorf("%s sent %d bytes for %s, want %d", a.Peer(from), len(d.data), tag, n)
 	}
-	return d.data, func() { putBuf(d.data) }, nil
+	return d.data, d.free, nil
 }
 
 func (a *actorTransport) in() *inbox { return a.mb.in }

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -203,6 +204,10 @@ func TestRankKilledMidStep(t *testing.T) {
 	if _, err := g.Save(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
+	sock := socketOf(t, kids[1].Cmd.Process.Pid)
+	if sock == "" && actor.HostID() != "" && os.Getenv("RLNODE_BULK_TCP") != "1" {
+		t.Error("rank 1 has no same-host socket: the ranks talk over TCP")
+	}
 	start := time.Now()
 	_, err = g.Train(ctx, groupBatch(1))
 	t.Logf("failed step returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
@@ -232,8 +237,14 @@ func TestRankKilledMidStep(t *testing.T) {
 	}
 
 	// Respawn rank 1 and restart everyone from the checkpoint.
-	fresh, _ := startRanks(t, 1, 1, nil)
+	fresh, freshKids := startRanks(t, 1, 1, nil)
 	refs[1] = fresh[0]
+	if sock != "" {
+		// The killed rank's socket is gone once another node has started.
+		if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the killed rank's socket %s outlived the next start: %v", sock, err)
+		}
+	}
 	if err := g.Restart(ctx, refs, dir); err != nil {
 		t.Fatal(err)
 	}
@@ -251,6 +262,11 @@ func TestRankKilledMidStep(t *testing.T) {
 		if d, at := maxDiff(gw, w); d > equivTol {
 			t.Errorf("rank %d after restart: weights differ by %g at %s", r, d, at)
 		}
+	}
+	// No shared segment is left as a descriptor or a name, in any process.
+	noSegmentDescriptors(t, os.Getpid())
+	for _, k := range []*proctest.Child{kids[0], kids[2], freshKids[0]} {
+		noSegmentDescriptors(t, k.Cmd.Process.Pid)
 	}
 }
 

@@ -51,6 +51,18 @@ type Transport interface {
 // delivery is a message waiting in an inbox.
 type delivery struct {
 	data []byte
+	// release, when set, hands data back to where it was lent from (a
+	// sender's shared segment); else data came from getBuf.
+	release func()
+}
+
+// free gives d's bytes back once nothing refers to them.
+func (d delivery) free() {
+	if d.release != nil {
+		d.release()
+		return
+	}
+	putBuf(d.data)
 }
 
 // inbox matches arriving messages with the Recv waiting for their tag, in
@@ -91,6 +103,7 @@ func (in *inbox) put(tag Tag, d delivery) {
 	in.mu.Lock()
 	if tag.Epoch < in.current {
 		in.mu.Unlock()
+		d.free()
 		return
 	}
 	ch := in.slot(tag)
@@ -98,6 +111,7 @@ func (in *inbox) put(tag Tag, d delivery) {
 	select {
 	case ch <- d:
 	default:
+		d.free()
 	}
 }
 
@@ -151,9 +165,14 @@ func (in *inbox) forget(epoch uint64) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.current = max(in.current, epoch)
-	for t := range in.slots {
+	for t, ch := range in.slots {
 		if t.Epoch < epoch {
 			delete(in.slots, t)
+			select {
+			case d := <-ch:
+				d.free()
+			default:
+			}
 		}
 	}
 	for e := range in.aborted {

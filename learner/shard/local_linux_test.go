@@ -1,0 +1,84 @@
+//go:build linux
+
+package shard
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// socketOf is the same-host bulk socket process pid listens on ("" if
+// none): found by asking each socket in this user's directory who holds it.
+func socketOf(t *testing.T, pid int) string {
+	t.Helper()
+	base := os.Getenv("XDG_RUNTIME_DIR")
+	if base == "" {
+		base = os.TempDir()
+	}
+	names, _ := filepath.Glob(filepath.Join(base, fmt.Sprintf("rlnode-%d", os.Geteuid()), "bulk-*.sock"))
+	for _, p := range names {
+		c, err := net.Dial("unix", p)
+		if err != nil {
+			continue
+		}
+		rc, _ := c.(*net.UnixConn).SyscallConn()
+		var cred *unix.Ucred
+		_ = rc.Control(func(fd uintptr) { cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+		c.Close()
+		if cred != nil && int(cred.Pid) == pid {
+			return p
+		}
+	}
+	return ""
+}
+
+// noSegmentDescriptors fails when process pid holds a descriptor of a
+// shared segment (they are closed once mapped) or /dev/shm holds one.
+func noSegmentDescriptors(t *testing.T, pid int) {
+	t.Helper()
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	for _, f := range fds {
+		if l, err := os.Readlink(f); err == nil && strings.Contains(l, "memfd:rlnode") {
+			t.Errorf("process %d holds %s", pid, l)
+		}
+	}
+	shm, _ := filepath.Glob("/dev/shm/*rlnode*")
+	if len(shm) > 0 {
+		t.Errorf("/dev/shm holds %v", shm)
+	}
+}
+
+// TestRingOverTCP runs the multi-process tests again with the same-host
+// path switched off, so the ring over TCP stays tested on one machine.
+func TestRingOverTCP(t *testing.T) {
+	if os.Getenv("RLNODE_BULK_TCP") == "1" {
+		t.Skip("already over TCP")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^(TestEquivalenceProcesses|TestRankKilledMidStep|TestRankStoppedMidStep)$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "RLNODE_BULK_TCP=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Exited() {
+			t.Fatalf("the ring tests over TCP failed:\n%s", out)
+		}
+		t.Fatal(err)
+	}
+	if !bytes.Contains(out, []byte("PASS")) {
+		t.Fatalf("no PASS in:\n%s", out)
+	}
+}

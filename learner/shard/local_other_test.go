@@ -1,0 +1,9 @@
+//go:build !linux
+
+package shard
+
+import "testing"
+
+func socketOf(*testing.T, int) string { return "" }
+
+func noSegmentDescriptors(*testing.T, int) {}
