@@ -308,6 +308,12 @@ func TestThreeNodesSpawnKillRespawn(t *testing.T) {
 	if len(st.Nodes) != 2 {
 		t.Fatalf("status lists %d nodes after the kill, want 2", len(st.Nodes))
 	}
+	for _, ns := range st.Nodes {
+		// Every node here runs on this host: all report its identity.
+		if ns.Host != actor.HostID() {
+			t.Errorf("node %s reports host %q, this host is %q", ns.ID, ns.Host, actor.HostID())
+		}
+	}
 	var sawDead bool
 	for _, ar := range st.Actors {
 		if ar.Name == "gpu-worker" {

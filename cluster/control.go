@@ -37,6 +37,7 @@ type NodeStatus struct {
 	CPUs    float64           `json:"cpus"`
 	GPUs    []GPUInfo         `json:"gpus"`
 	Labels  map[string]string `json:"labels"`
+	Host    string            `json:"host,omitempty"`
 	Total   Resources         `json:"total"`
 	Used    Resources         `json:"used"`
 	Free    Resources         `json:"free"`
@@ -90,7 +91,7 @@ func (n *Node) Status() Status {
 			labels = map[string]string{}
 		}
 		st.Nodes = append(st.Nodes, NodeStatus{
-			ID: id, Gossip: rec.Gossip, Actor: rec.Actor, CPUs: rec.Total[CPU], GPUs: gpus, Labels: labels,
+			ID: id, Gossip: rec.Gossip, Actor: rec.Actor, CPUs: rec.Total[CPU], GPUs: gpus, Labels: labels, Host: rec.Host,
 			Total: rec.Total, Used: rec.Used, Free: rec.Total.Sub(rec.Used), State: state,
 			UptimeS: now.Sub(time.UnixMilli(rec.StartedMs)).Round(time.Second).Seconds(),
 		})

@@ -49,16 +49,20 @@ type ActorRecord struct {
 // NodeRecord is the directory's entry for one node: what does not fit in
 // memberlist's 512-byte node metadata.
 type NodeRecord struct {
-	ID        string            `msgpack:"id"`
-	Gossip    string            `msgpack:"g"`
-	Actor     string            `msgpack:"a"`
-	Labels    map[string]string `msgpack:"l,omitempty"`
-	GPUs      []GPUInfo         `msgpack:"gp,omitempty"`
-	Total     Resources         `msgpack:"t"`
-	Used      Resources         `msgpack:"u"`
-	StartedMs int64             `msgpack:"s"`
-	Leaving   bool              `msgpack:"lv,omitempty"`
-	Version   uint64            `msgpack:"v"`
+	ID     string            `msgpack:"id"`
+	Gossip string            `msgpack:"g"`
+	Actor  string            `msgpack:"a"`
+	Labels map[string]string `msgpack:"l,omitempty"`
+	// Host is the node's host identity (actor.HostID): nodes with the same
+	// one may share memory, which their bulk paths check by opening each
+	// other's same-host socket before they use it.
+	Host      string    `msgpack:"h,omitempty"`
+	GPUs      []GPUInfo `msgpack:"gp,omitempty"`
+	Total     Resources `msgpack:"t"`
+	Used      Resources `msgpack:"u"`
+	StartedMs int64     `msgpack:"s"`
+	Leaving   bool      `msgpack:"lv,omitempty"`
+	Version   uint64    `msgpack:"v"`
 }
 
 // GroupRecord is a placement group: its bundles and the node of each.

@@ -538,7 +538,7 @@ func (n *Node) nodeRecord() NodeRecord {
 	total, used := n.ledger.snapshot()
 	old, _ := n.dir.Node(n.id)
 	rec := NodeRecord{
-		ID: n.id, Actor: n.sys.Address(), Labels: n.cfg.Labels, Total: total, Used: used,
+		ID: n.id, Actor: n.sys.Address(), Labels: n.cfg.Labels, Host: actor.HostID(), Total: total, Used: used,
 		StartedMs: n.started.UnixMilli(),
 		// Wall-clock versions let a node restarted under the same id
 		// supersede the records of its previous life.

@@ -2,10 +2,14 @@ package weightsync
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/nodetest"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
@@ -111,5 +115,61 @@ func BenchmarkEncode(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.SetBytes(int64(len(blob)))
+	}
+}
+
+// BenchmarkPublishProcesses is BenchmarkPublish with every engine in a
+// node process of its own on this host, as engines on one GPU host run:
+// the engines pull the version over the same-host path (shared memory;
+// RLNODE_BULK_TCP=1 for loopback TCP), an offer of several readers from
+// one shared copy.
+func BenchmarkPublishProcesses(b *testing.B) {
+	dir, u := benchUpdate(b)
+	for _, engines := range []int{1, 3} {
+		b.Run(fmt.Sprintf("engines=%d", engines), func(b *testing.B) {
+			key := make([]byte, 32)
+			if _, err := rand.Read(key); err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			n, err := cluster.Start(ctx, cluster.Config{NodeID: "driver", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer n.Stop()
+			var refs []actor.Ref
+			for i := range engines {
+				id := fmt.Sprintf("engine%d", i)
+				nodetest.Start(b, n, nodetest.Options{ID: id, CPUs: 2, Key: key})
+				refs = append(refs, spawnEngines(b, n, id+"-", dir, id, 1)...)
+			}
+			s, err := Start(ctx, n, 0, Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			for _, r := range refs {
+				if err := s.Register(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := s.Publish(ctx, 1, u); err != nil { // warm: connections
+				b.Fatal(err)
+			}
+			var bytes int
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				rep, err := s.Publish(ctx, int64(i+2), u)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(rep.Applied) != engines {
+					b.Fatalf("applied on %d of %d engines", len(rep.Applied), engines)
+				}
+				bytes = rep.Bytes
+			}
+			b.SetBytes(int64(bytes))
+		})
 	}
 }
