@@ -3,6 +3,7 @@
 package actor
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -410,7 +411,9 @@ func (b *Bulk) handleLocal(c *net.UnixConn) {
 	if _, err := c.Write([]byte{bulkStatusOK}); err != nil {
 		return
 	}
-	lc := &localConn{c: c, ring: ring}
+	// The server reads through a buffer (no descriptors come after the
+	// hello): a request's header and first doorbell arrive in one write.
+	lc := &localConn{c: c, r: bufio.NewReaderSize(c, 4096), ring: ring}
 	for first := true; ; first = false {
 		wait := bulkServerIdle
 		if first {
@@ -418,7 +421,7 @@ func (b *Bulk) handleLocal(c *net.UnixConn) {
 		}
 		_ = c.SetDeadline(time.Now().Add(wait))
 		var magic [4]byte
-		if _, err := io.ReadFull(c, magic[:]); err != nil {
+		if _, err := io.ReadFull(lc.r, magic[:]); err != nil {
 			return
 		}
 		_ = c.SetDeadline(time.Now().Add(bulkProgress))
@@ -449,6 +452,7 @@ func readString16Body(r io.Reader, n uint16) (string, error) {
 // localConn is one same-host connection with its ring, at either end.
 type localConn struct {
 	c    *net.UnixConn
+	r    io.Reader // c, or a buffer over it
 	ring *ringMap
 	used time.Time
 }
@@ -462,10 +466,11 @@ func (l *localConn) close() {
 // a client's deadline follows its context).
 type deadliner func()
 
-// send writes p through the ring (doorbells on the socket) and returns
-// once the reader has answered every doorbell. An error before the first
-// answer is a staleErr (the other end may have closed an idle connection).
-func (l *localConn) send(p []byte, progress deadliner) (err error) {
+// send writes p through the ring (doorbells on the socket, the first one
+// after prefix, in one write) and returns once the reader has answered
+// every doorbell. An error before the first answer is a staleErr (the
+// other end may have closed an idle connection).
+func (l *localConn) send(prefix, p []byte, progress deadliner) (err error) {
 	outstanding, answered := 0, false
 	defer func() {
 		if err != nil && !answered {
@@ -477,7 +482,7 @@ func (l *localConn) send(p []byte, progress deadliner) (err error) {
 		if progress != nil {
 			progress()
 		}
-		if _, err := io.ReadFull(l.c, reply[:]); err != nil {
+		if _, err := io.ReadFull(l.r, reply[:]); err != nil {
 			return err
 		}
 		if reply[0] != localFreed && reply[0] != localLent {
@@ -488,6 +493,10 @@ func (l *localConn) send(p []byte, progress deadliner) (err error) {
 		return nil
 	}
 	var hdr [6]byte
+	if len(p) == 0 && len(prefix) > 0 {
+		_, err := l.c.Write(prefix)
+		return err
+	}
 	for len(p) > 0 {
 		k := min(len(p), localSlot)
 		i := l.ring.acquire()
@@ -504,19 +513,21 @@ func (l *localConn) send(p []byte, progress deadliner) (err error) {
 		if i < 0 {
 			// Every slot is lent: the chunk goes on the socket.
 			hdr[0], hdr[1] = localInline, 0
-			bufs := net.Buffers{hdr[:], p[:k]}
+			bufs := net.Buffers{prefix, hdr[:], p[:k]}
 			if _, err := bufs.WriteTo(l.c); err != nil {
 				return err
 			}
 		} else {
 			copy(l.ring.slot(i), p[:k])
 			hdr[0], hdr[1] = localDoorbell, byte(i)
-			if _, err := l.c.Write(hdr[:]); err != nil {
+			bufs := net.Buffers{prefix, hdr[:]}
+			if _, err := bufs.WriteTo(l.c); err != nil {
 				l.ring.state(i).Store(0)
 				return err
 			}
 			outstanding++
 		}
+		prefix = nil
 		p = p[k:]
 	}
 	for outstanding > 0 {
@@ -538,6 +549,7 @@ type localReader struct {
 	buf      []byte
 	progress deadliner
 	started  bool
+	lent     bool // a lent slot's answer is still to send (with the status)
 	err      error
 }
 
@@ -547,7 +559,7 @@ func (r *localReader) next() error {
 		r.progress()
 	}
 	var hdr [6]byte
-	if _, err := io.ReadFull(r.l.c, hdr[:]); err != nil {
+	if _, err := io.ReadFull(r.l.r, hdr[:]); err != nil {
 		return err
 	}
 	k := int64(binary.BigEndian.Uint32(hdr[2:]))
@@ -568,7 +580,7 @@ func (r *localReader) next() error {
 			r.buf = make([]byte, k)
 		}
 		r.slot, r.cur = -1, r.buf[:k]
-		if _, err := io.ReadFull(r.l.c, r.cur); err != nil {
+		if _, err := io.ReadFull(r.l.r, r.cur); err != nil {
 			return err
 		}
 	default:
@@ -632,9 +644,7 @@ func (r *localReader) Lend() (p []byte, release func(), ok bool) {
 	i, ring := r.slot, r.l.ring
 	p, r.cur, r.slot = r.cur, nil, -1
 	ring.refs.Add(1)
-	if _, err := r.l.c.Write([]byte{localLent}); err != nil {
-		r.err = err
-	}
+	r.lent = true
 	var once sync.Once
 	return p, func() {
 		once.Do(func() {
@@ -667,13 +677,13 @@ type PayloadLender interface {
 
 // serveLocalPush is servePush on a same-host connection.
 func (b *Bulk) serveLocalPush(l *localConn, hello string) bool {
-	c := l.c
-	name, err := readString16(c)
+	c, in := l.c, l.r
+	name, err := readString16(in)
 	if err != nil {
 		return false
 	}
 	var h4 [4]byte
-	if _, err := io.ReadFull(c, h4[:]); err != nil {
+	if _, err := io.ReadFull(in, h4[:]); err != nil {
 		return false
 	}
 	hn := binary.BigEndian.Uint32(h4[:])
@@ -682,11 +692,11 @@ func (b *Bulk) serveLocalPush(l *localConn, hello string) bool {
 		return false
 	}
 	hdr := make([]byte, hn)
-	if _, err := io.ReadFull(c, hdr); err != nil {
+	if _, err := io.ReadFull(in, hdr); err != nil {
 		return false
 	}
 	var n8 [8]byte
-	if _, err := io.ReadFull(c, n8[:]); err != nil {
+	if _, err := io.ReadFull(in, n8[:]); err != nil {
 		return false
 	}
 	n := int64(binary.BigEndian.Uint64(n8[:]))
@@ -718,7 +728,11 @@ func (b *Bulk) serveLocalPush(l *localConn, hello string) bool {
 		return false
 	}
 	progress()
-	if _, err := c.Write([]byte{status}); err != nil {
+	out := []byte{status}
+	if r.lent {
+		out = []byte{localLent, status}
+	}
+	if _, err := c.Write(out); err != nil {
 		return false
 	}
 	return status != bulkStatusDenied
@@ -731,13 +745,13 @@ func (b *Bulk) serveLocalPush(l *localConn, hello string) bool {
 func (b *Bulk) serveLocalFetch(l *localConn) bool {
 	c := l.c
 	var hdr [32 + 16 + 2]byte
-	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+	if _, err := io.ReadFull(l.r, hdr[:]); err != nil {
 		return false
 	}
 	id := string(hdr[0:32])
 	off := binary.BigEndian.Uint64(hdr[32:40])
 	n := binary.BigEndian.Uint64(hdr[40:48])
-	from, err := readString16Body(c, binary.BigEndian.Uint16(hdr[48:50]))
+	from, err := readString16Body(l.r, binary.BigEndian.Uint16(hdr[48:50]))
 	if err != nil {
 		return false
 	}
@@ -767,14 +781,14 @@ func (b *Bulk) serveLocalFetch(l *localConn) bool {
 			return false
 		}
 		var ack [1]byte
-		if _, err := io.ReadFull(c, ack[:]); err != nil || ack[0] != bulkStatusOK {
+		if _, err := io.ReadFull(l.r, ack[:]); err != nil || ack[0] != bulkStatusOK {
 			return false
 		}
 	} else {
 		if _, err := c.Write([]byte{bulkStatusOK, localStream}); err != nil {
 			return false
 		}
-		if err := l.send(o.data[off:off+n], func() { _ = c.SetDeadline(time.Now().Add(bulkProgress)) }); err != nil {
+		if err := l.send(nil, o.data[off:off+n], func() { _ = c.SetDeadline(time.Now().Add(bulkProgress)) }); err != nil {
 			return false
 		}
 	}
@@ -1000,7 +1014,7 @@ func (b *Bulk) localConnTo(ctx context.Context, addr, path string) (l *localConn
 	_ = c.SetDeadline(time.Time{})
 	ring := &ringMap{mem: mem}
 	ring.refs.Store(1)
-	return &localConn{c: c, ring: ring}, false, nil
+	return &localConn{c: c, r: c, ring: ring}, false, nil
 }
 
 // releaseLocal keeps l for reuse, or closes it.
@@ -1150,10 +1164,7 @@ func (b *Bulk) fetchLocal(ctx context.Context, ref BulkRef, off int64, dst []byt
 func (b *Bulk) pushLocal(ctx context.Context, addr, name string, req, payload []byte) (handled bool, err error) {
 	var status error
 	handled, err = b.doLocal(ctx, addr, func(l *localConn) error {
-		if _, err := l.c.Write(req); err != nil {
-			return stale(err)
-		}
-		if err := l.send(payload, nil); err != nil {
+		if err := l.send(req, payload, nil); err != nil {
 			return err
 		}
 		var st [1]byte
