@@ -278,3 +278,51 @@ func dropIdle(b *Bulk) {
 		delete(b.idle, addr)
 	}
 }
+
+// BenchmarkBulkReaders is the transport under a weight publish: one offer
+// of 40 MiB pulled at once by 1 and by 3 peer processes (each fetches the
+// whole payload). On one host an offer of several readers is copied once
+// into a segment they all map; RLNODE_BULK_TCP=1 gives loopback TCP.
+func BenchmarkBulkReaders(b *testing.B) {
+	s, err := Start(Config{Secret: []byte("bench key"), Logger: DiscardLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Stop)
+	const size = 40 << 20
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	var peers []*peerProc
+	for range 3 {
+		peers = append(peers, startPeer(b, "RLNODE_ACTOR_SECRET=bench key"))
+	}
+	ctx := context.Background()
+	for _, readers := range []int{1, 3} {
+		b.Run(fmt.Sprintf("readers=%d", readers), func(b *testing.B) {
+			b.SetBytes(size)
+			for i := -1; i < b.N; i++ { // i = -1 warms the connections
+				if i == 0 {
+					b.ResetTimer()
+				}
+				ref := s.Bulk().Offer(data, readers, time.Minute)
+				errs := make(chan error, readers)
+				for _, p := range peers[:readers] {
+					go func() {
+						got, err := CallAs[Pong](ctx, s, Ref{Name: "fetcher", Address: p.addr, ID: "a/fetcher"}, FetchOffer{Ref: ref})
+						if err == nil && got.Len != size {
+							err = fmt.Errorf("peer got %d bytes", got.Len)
+						}
+						errs <- err
+					}()
+				}
+				for range readers {
+					if err := <-errs; err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}

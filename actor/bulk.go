@@ -168,7 +168,9 @@ func (b *Bulk) Release(ref BulkRef) {
 	b.mu.Unlock()
 	if o != nil {
 		o.timer.Stop()
-		o.free()
+		b.mu.Lock()
+		b.freeOffer(o, false)
+		b.mu.Unlock()
 	}
 }
 
@@ -200,7 +202,7 @@ func (b *Bulk) close() {
 	b.closed = true
 	for id, o := range b.offers {
 		o.timer.Stop()
-		o.free()
+		b.freeOffer(o, false)
 		delete(b.offers, id)
 	}
 	b.closeLocal()
@@ -487,7 +489,7 @@ func (b *Bulk) serveFetch(c, raw net.Conn, r *bufio.Reader) bool {
 		if o.readers <= 0 && b.offers[id] == o {
 			delete(b.offers, id)
 			o.timer.Stop()
-			o.free()
+			b.freeOffer(o, true)
 		}
 		b.mu.Unlock()
 	}

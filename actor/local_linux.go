@@ -143,6 +143,8 @@ type localState struct {
 	peers map[string]localPeer       // by bulk address
 	idle  map[string][]*localConn    // client connections by bulk address
 	conns map[*net.UnixConn]*ringMap // the server's connections
+	// spares are offer segments kept for reuse (freeOffer).
+	spares []spareSeg
 }
 
 // startLocal opens the node's same-host endpoint; without one (switched
@@ -196,6 +198,10 @@ func (b *Bulk) closeLocal() {
 		}
 		delete(b.loc.idle, addr)
 	}
+	for _, sp := range b.loc.spares {
+		unix.Close(sp.fd)
+	}
+	b.loc.spares = nil
 }
 
 // ringMap is a mapped ring segment, unmapped once its connection and
@@ -230,14 +236,33 @@ func (r *ringMap) acquire() int {
 	return -1
 }
 
-// newSegment creates a sealed memfd of size bytes mapped read-write.
-func newSegment(name string, size int) (fd int, mem []byte, err error) {
+// newFile creates a memfd of size bytes, unmapped.
+func newFile(name string, size int) (int, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("segment of %d bytes: %w", size, err)
+	}
+	return fd, nil
+}
+
+// newSegment creates a memfd of size bytes mapped read-write (populated
+// at once when populate: cheaper than a fault per page for memory that is
+// written whole right away).
+func newSegment(name string, size int, populate bool) (fd int, mem []byte, err error) {
 	fd, err = unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return -1, nil, fmt.Errorf("memfd_create: %w", err)
 	}
-	if err = unix.Ftruncate(fd, int64(size)); err == nil {
-		mem, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	flags := unix.MAP_SHARED
+	if populate {
+		flags |= unix.MAP_POPULATE
+	}
+	if err = unix.Ftruncate(fd, int64(size)); err == nil && size > 0 {
+		mem, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, flags)
 	}
 	if err != nil {
 		unix.Close(fd)
@@ -255,27 +280,65 @@ func seal(fd int, seals int) error {
 
 // mapReceived maps a segment another process sent: it must be a memfd of
 // exactly size bytes sealed against resizing (a peer that could shrink it
-// would fault the mapping's readers).
-func mapReceived(fd int, size int, prot int) ([]byte, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("segment: %w", err)
-	}
-	if st.Size != int64(size) {
-		return nil, fmt.Errorf("segment of %d bytes, want %d", st.Size, size)
-	}
-	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
-	if err != nil || seals&(unix.F_SEAL_SHRINK|unix.F_SEAL_GROW) != unix.F_SEAL_SHRINK|unix.F_SEAL_GROW {
-		return nil, fmt.Errorf("segment not sealed against resizing (seals %#x, %v)", seals, err)
+// would fault the mapping's readers). flags are added to MAP_SHARED.
+func mapReceived(fd int, size int, prot, flags int) ([]byte, error) {
+	if err := checkSegment(fd, size); err != nil {
+		return nil, err
 	}
 	if size == 0 {
 		return nil, nil
 	}
-	mem, err := unix.Mmap(fd, 0, size, prot, unix.MAP_SHARED)
+	mem, err := unix.Mmap(fd, 0, size, prot, unix.MAP_SHARED|flags)
 	if err != nil {
 		return nil, fmt.Errorf("map segment: %w", err)
 	}
 	return mem, nil
+}
+
+// checkSegment checks that fd is a segment of size bytes sealed against
+// resizing.
+func checkSegment(fd int, size int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("segment: %w", err)
+	}
+	if st.Size != int64(size) {
+		return fmt.Errorf("segment of %d bytes, want %d", st.Size, size)
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || seals&(unix.F_SEAL_SHRINK|unix.F_SEAL_GROW) != unix.F_SEAL_SHRINK|unix.F_SEAL_GROW {
+		return fmt.Errorf("segment not sealed against resizing (seals %#x, %v)", seals, err)
+	}
+	return nil
+}
+
+// preadFull reads len(dst) bytes of fd at off: one copy by the kernel,
+// without mapping the segment (mapping and unmapping tens of MB costs more
+// than the copy).
+func preadFull(fd int, dst []byte, off int64) error {
+	for len(dst) > 0 {
+		n, err := unix.Pread(fd, dst[:min(len(dst), 1<<30)], off)
+		if err != nil {
+			return fmt.Errorf("read segment: %w", err)
+		}
+		if n == 0 {
+			return io.ErrUnexpectedEOF
+		}
+		dst, off = dst[n:], off+int64(n)
+	}
+	return nil
+}
+
+// pwriteFull writes p to fd at offset 0.
+func pwriteFull(fd int, p []byte) error {
+	for off := 0; off < len(p); {
+		n, err := unix.Pwrite(fd, p[off:min(len(p), off+1<<30)], int64(off))
+		if err != nil {
+			return fmt.Errorf("write segment: %w", err)
+		}
+		off += n
+	}
+	return nil
 }
 
 // recvFD reads len(buf) bytes from c with at most one descriptor attached.
@@ -398,7 +461,7 @@ func (b *Bulk) handleLocal(c *net.UnixConn) {
 		_, _ = c.Write([]byte{bulkStatusDenied})
 		return
 	}
-	mem, err := mapReceived(fd, localSegSize, unix.PROT_READ|unix.PROT_WRITE)
+	mem, err := mapReceived(fd, localSegSize, unix.PROT_READ|unix.PROT_WRITE, 0)
 	unix.Close(fd)
 	if err != nil {
 		b.sys.warn.Warn(b.sys.log, "bulk: same-host hello", "from", from, "err", err)
@@ -778,10 +841,13 @@ func (b *Bulk) serveLocalFetch(l *localConn) bool {
 	if fd := b.offerSegment(o); fd >= 0 {
 		_, _, err := c.WriteMsgUnix([]byte{bulkStatusOK, localMapped}, unix.UnixRights(fd), nil)
 		if err != nil {
+			o.doneWith()
 			return false
 		}
 		var ack [1]byte
-		if _, err := io.ReadFull(l.r, ack[:]); err != nil || ack[0] != bulkStatusOK {
+		_, err = io.ReadFull(l.r, ack[:])
+		o.doneWith()
+		if err != nil || ack[0] != bulkStatusOK {
 			return false
 		}
 	} else {
@@ -798,23 +864,32 @@ func (b *Bulk) serveLocalFetch(l *localConn) bool {
 		if o.readers <= 0 && b.offers[id] == o {
 			delete(b.offers, id)
 			o.timer.Stop()
-			o.free()
+			b.freeOffer(o, true)
 		}
 		b.mu.Unlock()
 	}
 	return true
 }
 
-// offerSeg is an offer's copy in a sealed, read-only memfd.
+// offerSeg is an offer's copy in a memfd sealed against resizing, whose
+// descriptor local readers receive and map read-only.
 type offerSeg struct {
-	once sync.Once
-	mu   sync.Mutex
-	fd   int
+	once  sync.Once
+	mu    sync.Mutex
+	fd    int
+	inUse int // readers sent the descriptor that have not answered yet
 }
 
+// localSpares is how many offer segments a node keeps for reuse: a new
+// segment costs a page fault and a cleared page per 4 KiB, which for a
+// weight version's tens of MB is as much as the copy itself, and every
+// version of one model has the same size.
+const localSpares = 2
+
 // offerSegment returns the descriptor of o's shared copy, making it at
-// the first call, or -1 when o has one reader (the ring streams it with
-// no copy first) or the copy cannot be made.
+// the first call (in a spare segment of its size when there is one), or
+// -1 when o has one reader (the ring streams it with no copy first) or
+// the copy cannot be made. The caller passes it on and calls doneWith.
 func (b *Bulk) offerSegment(o *offer) int {
 	if o.shared == nil {
 		return -1
@@ -822,15 +897,20 @@ func (b *Bulk) offerSegment(o *offer) int {
 	s := o.shared
 	s.once.Do(func() {
 		s.fd = -1
-		fd, mem, err := newSegment("rlnode-offer", len(o.data))
-		if err != nil {
-			b.sys.warn.Warn(b.sys.log, "bulk: no shared copy of an offer", "err", err)
-			return
+		fd := b.spareSegment(len(o.data))
+		var err error
+		if fd < 0 {
+			if fd, err = newFile("rlnode-offer", len(o.data)); err == nil {
+				err = seal(fd, localSeals)
+			}
 		}
-		copy(mem, o.data)
-		_ = unix.Munmap(mem)
-		if err := seal(fd, localSeals|unix.F_SEAL_WRITE); err != nil {
-			unix.Close(fd)
+		if err == nil {
+			err = pwriteFull(fd, o.data)
+		}
+		if err != nil {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
 			b.sys.warn.Warn(b.sys.log, "bulk: no shared copy of an offer", "err", err)
 			return
 		}
@@ -840,22 +920,61 @@ func (b *Bulk) offerSegment(o *offer) int {
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.fd >= 0 {
+		s.inUse++
+	}
 	return s.fd
 }
 
-// free closes o's shared copy (readers that mapped it keep their
-// mappings; the memory goes with the last one).
-func (o *offer) free() {
-	if s := o.shared; s != nil {
-		s.once.Do(func() { s.fd = -1 })
-		s.mu.Lock()
-		if s.fd >= 0 {
-			unix.Close(s.fd)
-			s.fd = -1
-		}
-		s.mu.Unlock()
-	}
+// doneWith records that a reader given o's segment has answered.
+func (o *offer) doneWith() {
+	o.shared.mu.Lock()
+	o.shared.inUse--
+	o.shared.mu.Unlock()
 }
+
+// spareSegment takes a kept segment of exactly size bytes, or returns -1.
+func (b *Bulk) spareSegment(size int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, sp := range b.loc.spares {
+		if sp.size == size {
+			b.loc.spares = append(b.loc.spares[:i], b.loc.spares[i+1:]...)
+			return sp.fd
+		}
+	}
+	return -1
+}
+
+// freeOffer closes o's shared copy, or keeps it for the next offer of its
+// size when reuse says every reader is done and none is still reading it
+// (readers that mapped it keep their mappings either way; the memory goes
+// with the last one). b.mu is held.
+func (b *Bulk) freeOffer(o *offer, reuse bool) {
+	s := o.shared
+	if s == nil {
+		return
+	}
+	s.once.Do(func() { s.fd = -1 })
+	s.mu.Lock()
+	fd, busy := s.fd, s.inUse > 0
+	s.fd = -1
+	s.mu.Unlock()
+	if fd < 0 {
+		return
+	}
+	if reuse && !busy && !b.closed {
+		b.loc.spares = append(b.loc.spares, spareSeg{fd: fd, size: len(o.data)})
+		if len(b.loc.spares) <= localSpares {
+			return
+		}
+		fd = b.loc.spares[0].fd
+		b.loc.spares = b.loc.spares[1:]
+	}
+	unix.Close(fd)
+}
+
+type spareSeg struct{ fd, size int }
 
 // newOfferShared says whether an offer of readers gets a shared copy for
 // local readers.
@@ -984,7 +1103,7 @@ func (b *Bulk) localConnTo(ctx context.Context, addr, path string) (l *localConn
 			return fail(err)
 		}
 	}
-	fd, mem, err := newSegment("rlnode-ring", localSegSize)
+	fd, mem, err := newSegment("rlnode-ring", localSegSize, false)
 	if err != nil {
 		return fail(err)
 	}
@@ -1117,15 +1236,14 @@ func (b *Bulk) fetchLocal(ctx context.Context, ref BulkRef, off int64, dst []byt
 			if fd < 0 {
 				return errors.New("shared offer without its segment")
 			}
-			mem, err := mapReceived(fd, int(ref.Size), unix.PROT_READ)
+			err := checkSegment(fd, int(ref.Size))
+			if err == nil {
+				err = preadFull(fd, dst, off)
+			}
 			unix.Close(fd)
 			if err != nil {
 				_, _ = l.c.Write([]byte{bulkStatusFailed})
 				return err
-			}
-			copy(dst, mem[off:off+int64(len(dst))])
-			if mem != nil {
-				_ = unix.Munmap(mem)
 			}
 			_, err = l.c.Write([]byte{bulkStatusOK})
 			return err

@@ -29,7 +29,7 @@ func (b *Bulk) startLocal()                          {}
 func (b *Bulk) closeLocal()                          {}
 func (b *Bulk) LocalPath() string                    { return "" }
 func (b *Bulk) newOfferShared(readers int) *offerSeg { return nil }
-func (o *offer) free()                               {}
+func (b *Bulk) freeOffer(*offer, bool)               {}
 
 func (b *Bulk) serveLocalQuery(c net.Conn, r io.Reader) bool {
 	if _, err := readString16(r); err != nil {
