@@ -123,6 +123,9 @@ func sweepLocal(dir string) {
 	}
 }
 
+// errLocalDenied is a same-host hello refused: this node is not a member.
+var errLocalDenied = errors.New("refused: this node is not a member")
+
 // localServer is a node's same-host endpoint.
 type localServer struct {
 	lis  *net.UnixListener
@@ -140,7 +143,7 @@ type localState struct {
 	srv   *localServer
 	peers map[string]localPeer       // by bulk address
 	idle  map[string][]*localConn    // client connections by bulk address
-	conns map[*net.UnixConn]*ringMap // the server's connections
+	conns map[*net.UnixConn]struct{} // the server's connections
 	// spares are offer segments kept for reuse (freeOffer).
 	spares []spareSeg
 }
@@ -148,7 +151,7 @@ type localState struct {
 // startLocal opens the node's same-host endpoint; without one (switched
 // off, no private directory, no unix sockets) every transfer uses TCP.
 func (b *Bulk) startLocal() {
-	b.loc = localState{peers: map[string]localPeer{}, idle: map[string][]*localConn{}, conns: map[*net.UnixConn]*ringMap{}}
+	b.loc = localState{peers: map[string]localPeer{}, idle: map[string][]*localConn{}, conns: map[*net.UnixConn]struct{}{}}
 	if localOff(&b.sys.cfg) || HostID() == "" {
 		return
 	}
@@ -274,7 +277,7 @@ func (b *Bulk) serveLocal() {
 			c.Close()
 			return
 		}
-		b.loc.conns[c] = nil
+		b.loc.conns[c] = struct{}{}
 		b.wg.Add(1)
 		b.mu.Unlock()
 		go func() {
@@ -772,7 +775,7 @@ func (b *Bulk) localConnTo(ctx context.Context, addr, path string) (l *localConn
 	if _, err := io.ReadFull(c, st[:]); err != nil || st[0] != bulkStatusOK {
 		_ = unix.Munmap(mem)
 		if err == nil && st[0] == bulkStatusDenied {
-			err = errors.New("refused: this node is not a member")
+			err = errLocalDenied
 		} else if err == nil {
 			err = fmt.Errorf("hello refused (status %d)", st[0])
 		}
@@ -815,7 +818,7 @@ func (b *Bulk) doLocal(ctx context.Context, addr string, req func(l *localConn) 
 			if ctx.Err() != nil {
 				return true, ctx.Err()
 			}
-			if errors.Is(err, ErrNotMember) || strings.Contains(err.Error(), "not a member") {
+			if errors.Is(err, ErrNotMember) || errors.Is(err, errLocalDenied) {
 				return true, err
 			}
 			// The socket is gone or refuses us: TCP, and ask again later.
