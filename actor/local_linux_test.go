@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // FetchSum asks the peer to pull an offer; the reply is its SHA-256.
@@ -366,5 +369,125 @@ func TestBulkOverTCP(t *testing.T) {
 	}
 	if !bytes.Contains(out, []byte("PASS")) {
 		t.Fatalf("no PASS in:\n%s", out)
+	}
+}
+
+// A member that speaks the same-host protocol wrongly gets its connection
+// closed (or its hello refused), never a panic or a hang, and the node
+// goes on serving.
+func TestLocalHostileClient(t *testing.T) {
+	key := []byte("local key")
+	s, err := Start(Config{Secret: key, Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	path := s.Bulk().LocalPath()
+	if path == "" {
+		t.Skip("no same-host path on this machine")
+	}
+	got, unregister := pushReceiver(t, s.Bulk(), "sink")
+	defer unregister()
+	proof, _ := newMemberProof(key)
+	dial := func(t *testing.T) *net.UnixConn {
+		t.Helper()
+		nc, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := nc.(*net.UnixConn)
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		if err := proof.client(c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	hello := func(t *testing.T, c *net.UnixConn, size int, sealIt bool) byte {
+		t.Helper()
+		fd, mem, err := newSegment("rlnode-test", size, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mem != nil {
+			defer unix.Munmap(mem)
+		}
+		if sealIt {
+			if err := seal(fd, localSeals); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, _, err = c.WriteMsgUnix(appendString16([]byte(localHelloMagic), s.Address()), unix.UnixRights(fd), nil)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st [1]byte
+		if _, err := io.ReadFull(c, st[:]); err != nil {
+			return 0xff
+		}
+		return st[0]
+	}
+	t.Run("unsealed segment", func(t *testing.T) {
+		c := dial(t)
+		defer c.Close()
+		if st := hello(t, c, localSegSize, false); st == bulkStatusOK {
+			t.Fatal("an unsealed segment was accepted")
+		}
+	})
+	t.Run("segment of another size", func(t *testing.T) {
+		c := dial(t)
+		defer c.Close()
+		if st := hello(t, c, 4096, true); st == bulkStatusOK {
+			t.Fatal("a segment of 4096 bytes was accepted")
+		}
+	})
+	push := func(n uint64) []byte {
+		req := append([]byte(bulkPushMagic), 0, 4)
+		req = append(req, "sink"...)
+		req = append(req, 0, 0, 0, 0)
+		var n8 [8]byte
+		binary.BigEndian.PutUint64(n8[:], n)
+		return append(req, n8[:]...)
+	}
+	for _, tc := range []struct {
+		name     string
+		n        uint64
+		doorbell []byte
+	}{
+		{"slot out of range", 100, []byte{localDoorbell, 200, 0, 0, 0, 100}},
+		{"chunk longer than the payload", 100, []byte{localDoorbell, 0, 0, 0, 1, 0}},
+		{"chunk longer than a slot", 4 * localSlot, []byte{localDoorbell, 0, 0, 0x40, 0, 1}},
+		{"empty chunk", 100, []byte{localDoorbell, 0, 0, 0, 0, 0}},
+		{"unknown doorbell", 100, []byte{'x', 0, 0, 0, 0, 100}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dial(t)
+			defer c.Close()
+			if st := hello(t, c, localSegSize, true); st != bulkStatusOK {
+				t.Fatalf("hello: status %d", st)
+			}
+			if _, err := c.Write(append(push(tc.n), tc.doorbell...)); err != nil {
+				t.Fatal(err)
+			}
+			var buf [16]byte
+			n, err := c.Read(buf[:])
+			if err == nil {
+				t.Fatalf("the server answered %q", buf[:n])
+			}
+			select {
+			case p := <-got:
+				t.Fatalf("the receiver got %d bytes", len(p.data))
+			default:
+			}
+		})
+	}
+	// The node still takes a proper push.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Bulk().Push(ctx, s.Bulk().Addr(), "sink", []byte("h"), []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	if p := received(t, got); string(p.data) != "after" {
+		t.Fatalf("got %q", p.data)
 	}
 }
