@@ -1,7 +1,9 @@
 // Package env holds environments that a policy acts in: Env (reset to a
 // task, then step with one of the offered actions, for an observation and
 // a reward), the action text format policies write (ParseAction), Checked
-// (the contract enforced around any Env) and the built-in environments
-// (Equations). It knows nothing of engines, prompts or training; the
-// agent episode in rollout/episode plays policies against it.
+// (the contract enforced around any Env), the built-in environments
+// (Equations), environments served over HTTP in OpenEnv's protocol (HTTP)
+// and Open, which makes any of them from a Spec. It knows nothing of
+// engines, prompts or training; the agent episode in rollout/episode plays
+// policies against it.
 package env
