@@ -228,8 +228,9 @@ func (b body) messages() ([]tokenizer.Message, *apiError) {
 		return nil, badField("messages", "missing")
 	}
 	var raw []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
+		Role      string          `json:"role"`
+		Content   json.RawMessage `json:"content"`
+		ToolCalls json.RawMessage `json:"tool_calls"`
 	}
 	if err := b.decode("messages", "a list of {role, content} objects", &raw); err != nil {
 		return nil, err
@@ -251,6 +252,15 @@ func (b body) messages() ([]tokenizer.Message, *apiError) {
 		content, err := messageContent(m.Content)
 		if err != nil {
 			return nil, badField(fmt.Sprintf("messages[%d].content", i), "%s", err.Error())
+		}
+		if tc := bytes.TrimSpace(m.ToolCalls); len(tc) > 0 && !bytes.Equal(tc, []byte("null")) {
+			if role != "assistant" {
+				return nil, badField(fmt.Sprintf("messages[%d].tool_calls", i), "only assistant messages carry tool calls")
+			}
+			var aerr *apiError
+			if content, aerr = assistantToolCalls(content, tc, fmt.Sprintf("messages[%d].tool_calls", i)); aerr != nil {
+				return nil, aerr
+			}
 		}
 		out[i] = tokenizer.Message{Role: role, Content: content}
 	}

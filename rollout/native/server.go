@@ -134,7 +134,8 @@ type call struct {
 	returnTokenID bool
 	id            string
 	created       int64
-	tokens        int // prompts plus n × max_tokens per prompt
+	tokens        int        // prompts plus n × max_tokens per prompt
+	tools         *chatTools // chat: the tools the model may call; nil: none
 }
 
 func (s *Server) parse(data []byte, chat bool) (*call, *apiError) {
@@ -205,8 +206,8 @@ func (s *Server) parse(data []byte, chat bool) (*call, *apiError) {
 	if bo, e := b.integer("best_of", p.N, 1, 1<<20); e != nil || bo != p.N {
 		check(badField("best_of", "not supported by the native engine (only equal to n)"))
 	}
-	if b.has("tools") {
-		check(badField("tools", "not supported by the native engine"))
+	if !chat && (b.has("tools") || b.has("tool_choice")) {
+		check(badField("tools", "only for /v1/chat/completions"))
 	}
 	defaultMax := 16
 	var prompts [][]int
@@ -214,6 +215,13 @@ func (s *Server) parse(data []byte, chat bool) (*call, *apiError) {
 		c.id = "chatcmpl-" + randomID()
 		msgs, e := b.messages()
 		check(e)
+		if e == nil {
+			c.tools, e = b.tools()
+			check(e)
+		}
+		if e == nil && c.tools != nil {
+			msgs = withTools(msgs, c.tools)
+		}
 		if e == nil {
 			ids, ok := encodeChat(s.e.Tokenizer(), msgs, cfg.MaxPositions-1)
 			if !ok {
@@ -310,7 +318,8 @@ type choice struct {
 	text     strings.Builder
 	finish   string
 	prompt   []int
-	startRow bool // chat: the role delta is sent
+	startRow bool         // chat: the role delta is sent
+	split    toolSplitter // chat with tools, streamed
 }
 
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
@@ -412,6 +421,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 			if !sse.send(s.chunk(c, ch, it.ev)) {
 				return
 			}
+			if tail := s.toolTail(c, ch, it.ev); tail != nil && !sse.send(tail) {
+				return
+			}
 		}
 	}
 	usage := s.usage(streams, choices)
@@ -507,7 +519,21 @@ func (s *Server) completionLogprobs(ch *choice, from, to, offset int) map[string
 func (s *Server) finalChoice(c *call, ch *choice) map[string]any {
 	out := map[string]any{"index": ch.index, "finish_reason": ch.finish, "logprobs": nil}
 	if c.chat {
-		out["message"] = map[string]any{"role": "assistant", "content": ch.text.String()}
+		msg := map[string]any{"role": "assistant", "content": ch.text.String()}
+		if c.tools != nil {
+			content, calls := parseToolCalls(ch.text.String(), c.tools.names)
+			if len(calls) > 0 {
+				msg["content"] = nil
+				if strings.TrimSpace(content) != "" {
+					msg["content"] = content
+				}
+				msg["tool_calls"] = openAIToolCalls(calls, false)
+				if ch.finish == "stop" {
+					out["finish_reason"] = "tool_calls"
+				}
+			}
+		}
+		out["message"] = msg
 		if c.logprobs {
 			out["logprobs"] = s.chatLogprobs(ch, 0, len(ch.ids))
 		}
@@ -536,6 +562,10 @@ func (s *Server) chunk(c *call, ch *choice, ev Event) map[string]any {
 	cc := map[string]any{"index": ch.index, "finish_reason": finish, "logprobs": nil}
 	if c.chat {
 		delta := map[string]any{"content": ev.Text}
+		if c.tools != nil {
+			delta["content"] = ch.split.add(ev.Text)
+			finish = nil // toolTail ends the choice
+		}
 		if !ch.startRow {
 			delta["role"] = "assistant"
 			ch.startRow = true
@@ -562,6 +592,28 @@ func (s *Server) chunk(c *call, ch *choice, ev Event) map[string]any {
 		out["prompt_token_ids"] = ch.prompt
 	}
 	return out
+}
+
+// toolTail is, for a streamed chat with tools whose choice ch has just
+// finished, the chunk that ends it: the tool calls (finish_reason
+// tool_calls) or the content held back.
+func (s *Server) toolTail(c *call, ch *choice, ev Event) map[string]any {
+	if !c.chat || c.tools == nil || ev.FinishReason == "" {
+		return nil
+	}
+	rest, calls := ch.split.finish(c.tools.names)
+	delta := map[string]any{}
+	finish := ev.FinishReason
+	if len(calls) > 0 {
+		delta["tool_calls"] = openAIToolCalls(calls, true)
+		if finish == "stop" {
+			finish = "tool_calls"
+		}
+	} else {
+		delta["content"] = rest
+	}
+	return map[string]any{"id": c.id, "object": s.object(c, true), "created": c.created, "model": s.name,
+		"choices": []any{map[string]any{"index": ch.index, "delta": delta, "finish_reason": finish, "logprobs": nil}}}
 }
 
 // sseWriter writes server-sent events, each within a write timeout.
