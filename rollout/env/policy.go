@@ -1,0 +1,97 @@
+package env
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Policy picks actions without a model, one episode at a time: a
+// scripted teacher or random play. Act gets each observation of the
+// episode in order, from Reset's on.
+type Policy interface {
+	Act(obs Observation) Action
+}
+
+// Policy kinds NewPolicy knows.
+const (
+	PolicyScripted = "scripted"
+	PolicyRandom   = "random"
+)
+
+// teachers are the scripted teachers of the built-in environments.
+var teachers = map[string]func() Policy{
+	"equations": func() Policy { return &equationsTeacher{} },
+}
+
+// NewPolicy returns a constructor of kind's policy (one per episode) for
+// the environment named envName: scripted (the environment's teacher,
+// for the built-in environments that have one) or random (an offered
+// action drawn uniformly, a parameter drawn from -10..10; episode k of the
+// constructor's calls draws from seed and k).
+func NewPolicy(kind, envName string, seed uint64) (func() Policy, error) {
+	switch kind {
+	case PolicyScripted:
+		mk, ok := teachers[envName]
+		if !ok {
+			var names []string
+			for n := range teachers {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			return nil, fmt.Errorf("no scripted teacher for environment %q (there is one for %s)", envName, strings.Join(names, ", "))
+		}
+		return mk, nil
+	case PolicyRandom:
+		k := uint64(0)
+		return func() Policy {
+			k++
+			return &random{rng: rand.New(rand.NewPCG(seed, k))}
+		}, nil
+	}
+	return nil, fmt.Errorf("policy %q: want %s or %s", kind, PolicyScripted, PolicyRandom)
+}
+
+type random struct{ rng *rand.Rand }
+
+func (r *random) Act(obs Observation) Action {
+	if len(obs.Actions) == 0 {
+		return Action{}
+	}
+	s := obs.Actions[r.rng.IntN(len(obs.Actions))]
+	a := Action{Name: s.Name}
+	if s.Param != "" {
+		a.Param = strconv.Itoa(r.rng.IntN(21) - 10)
+	}
+	return a
+}
+
+// equationsTeacher solves Equations' equation in order: it reads the
+// equation from the first observation.
+type equationsTeacher struct {
+	step int
+	eq   equation
+	bad  bool
+}
+
+func (t *equationsTeacher) Act(obs Observation) Action {
+	if t.step == 0 {
+		q, err := parseEquation(strings.TrimPrefix(obs.Text, "Solve for x: "))
+		t.eq, t.bad = q, err != nil
+	}
+	t.step++
+	if t.bad {
+		return Action{}
+	}
+	switch t.step {
+	case 1:
+		return Action{Name: IdentifyOperation}
+	case 2:
+		return Action{Name: SubtractTerms}
+	case 3:
+		return Action{Name: DivideTerms}
+	}
+	return Action{Name: StateAnswer, Param: strconv.Itoa(t.eq.x)}
+}
