@@ -89,6 +89,11 @@ type Config struct {
 	VFCoef, ValueClip float64
 	// RWBeta is the temperature of reward-weighted SFT's weights.
 	RWBeta float64
+	// RWFilter makes reward-weighted SFT's weights 1 for sequences whose
+	// reward is at least RWThreshold and 0 for the rest (rejection
+	// sampling) instead of exp(r/RWBeta).
+	RWFilter    bool
+	RWThreshold float64
 
 	// ValueBaseline, with a policy-gradient algorithm other than PPO,
 	// gives the model a value head whose value at each sequence's last
@@ -191,7 +196,9 @@ func (c Config) Validate() error {
 		return bad("vf_coef", c.VFCoef, "PPO needs it > 0")
 	case !(c.ValueClip >= 0):
 		return bad("value_clip", c.ValueClip, "want ≥ 0 (0 turns it off)")
-	case c.Algorithm == RWSFT && !(c.RWBeta > 0):
+	case c.RWFilter && (math.IsNaN(c.RWThreshold) || math.IsInf(c.RWThreshold, 0)):
+		return bad("rw_threshold", c.RWThreshold, "want a finite number")
+	case c.Algorithm == RWSFT && !c.RWFilter && !(c.RWBeta > 0):
 		return bad("rw_beta", c.RWBeta, "want > 0")
 	case c.Shards < 0:
 		return bad("shards", c.Shards, "want ≥ 0 (0 and 1 mean one learner)")

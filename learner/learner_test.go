@@ -112,6 +112,7 @@ func TestTrainAlgorithms(t *testing.T) {
 		{ReinforcePP, nil},
 		{PPO, nil},
 		{RWSFT, func(c *Config) { c.RWBeta = 0.2 }},
+		{RWSFT, func(c *Config) { c.RWFilter, c.RWThreshold = true, 0.5 }},
 		{SFT, nil},
 	} {
 		c := tinyConfig(tc.alg)
@@ -225,6 +226,7 @@ func TestConfigValidate(t *testing.T) {
 		{"clip_low and clip_high", func(c *Config) { c.Loss.ClipLow, c.Loss.ClipHigh = 0, 0 }},
 		{"loss: ", func(c *Config) { c.Loss.Aggregation = "mean" }},
 		{"rw_beta", func(c *Config) { c.Algorithm, c.RWBeta = RWSFT, 0 }},
+		{"rw_threshold", func(c *Config) { c.Algorithm, c.RWFilter, c.RWThreshold = RWSFT, true, math.Inf(1) }},
 		{"shards -1", func(c *Config) { c.Shards = -1 }},
 		{"zero_stage 3: want 0", func(c *Config) { c.ZeROStage = 3 }},
 	} {

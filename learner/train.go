@@ -436,7 +436,12 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 			p.weights[i] = 1
 		}
 	case RWSFT:
-		if p.weights, err = rl.RewardWeights(b.Rewards, cfg.RWBeta); err != nil {
+		if cfg.RWFilter {
+			p.weights, err = rl.FilterWeights(b.Rewards, cfg.RWThreshold)
+		} else {
+			p.weights, err = rl.RewardWeights(b.Rewards, cfg.RWBeta)
+		}
+		if err != nil {
 			return nil, err
 		}
 	case PPO:

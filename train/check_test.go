@@ -39,7 +39,6 @@ var refusalCases = []struct {
 		"--set algorithm.mlmt.stop_gradient=true: algorithm.mlmt.stop_gradient: true, but algorithm.mlmt.train has no solver"},
 	{"quickstart", []string{"algorithm.kl_coef=0.05", "models.reference.init={}"}, "--set models.reference.init={}: models.reference.init: a randomly initialized reference model is not supported"},
 	{"quickstart", []string{"algorithm.name=ppo", "models.policy.value_head=true", "algorithm.value_coef=0"}, "--set algorithm.value_coef=0: algorithm.value_coef: 0: ppo's critic would never train (want > 0)"},
-	{"quickstart", []string{"algorithm.name=rw_sft", "algorithm.rw_sft.weighting=filter"}, "--set algorithm.rw_sft.weighting=filter: algorithm.rw_sft.weighting: filter is not supported yet (exp only)"},
 	{"mlmt_math", []string{`sft.feedback_response=""`}, `--set sft.feedback_response="": sft.feedback_response: empty: the warm-up (sft.steps 150) needs the feedback policy's target`},
 	{"mlmt_math", []string{`sft.feedback_response=" "`}, `--set sft.feedback_response=" ": sft.feedback_response: empty: the warm-up (sft.steps 150) needs the feedback policy's target`},
 

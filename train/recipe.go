@@ -53,7 +53,7 @@ var learnerAlgorithms = map[string]string{
 // process or on rollout actors (see needsRolloutActors; synchronous or
 // asynchronous, every turn of a multi-turn episode) or vLLM servers, a
 // learner per policy of placement.learner_shards data-parallel ranks
-// (grpo, drgrpo, rloo, reinforce_pp, rw_sft with exp weights; ppo with a
+// (grpo, drgrpo, rloo, reinforce_pp, rw_sft with exp or filter weights; ppo with a
 // value head as critic per trained policy; epochs and mini-batches), the
 // SFT warm-up, schedule, evaluation, checkpoints and seed. Every recipe
 // feature beyond that is refused here, never dropped.
@@ -119,9 +119,6 @@ func (l recipe) refusals() []recipes.Problem {
 	a := r.Algorithm
 	if (a.Name == "ppo" || fbAlgo == "ppo") && a.ValueCoef == 0 {
 		no("algorithm.value_coef", "0: ppo's critic would never train (want > 0)")
-	}
-	if a.Name == "rw_sft" && a.RWSFT.Weighting != "exp" {
-		no("algorithm.rw_sft.weighting", "%s is not supported yet (exp only)", a.RWSFT.Weighting)
 	}
 
 	// Templates (rendered by the driver: .Problem becomes .Question).
@@ -224,6 +221,7 @@ func (l recipe) config(out string) (Config, error) {
 	lc.MiniBatches, lc.Epochs = a.MiniBatches, a.Epochs
 	lc.Gamma, lc.Lambda, lc.VFCoef, lc.ValueClip = a.Gamma, a.Lambda, a.ValueCoef, a.ValueClip
 	lc.RWBeta = a.RWSFT.Beta
+	lc.RWFilter, lc.RWThreshold = a.RWSFT.Weighting == "filter", a.RWSFT.Threshold
 	// Each trained policy's learner (MLMT: the feedback policy's too) runs
 	// as this many ranks of placement.learner each.
 	lc.Shards = r.Placement.LearnerShards
