@@ -256,6 +256,10 @@ type Batch struct {
 	// id and sit next to each other; every group has the same size.
 	// Needed by GRPO, Dr.GRPO and RLOO.
 	GroupIDs []int64
+	// Weights, when set, weigh plain SFT's sequences (one each, finite,
+	// ≥ 0; nil: 1 each), e.g. reward weights computed by the caller. Only
+	// SFT takes them.
+	Weights []float64
 	// Advantages, when set, are used as they are (one per response token)
 	// instead of the algorithm's estimator (policy-gradient algorithms
 	// other than PPO).

@@ -324,3 +324,42 @@ func TestSharding(t *testing.T) {
 		t.Errorf("train: %v; want the mini-batch refused for too few sequences", err)
 	}
 }
+
+// SFT's sequence weights: all ones train as no weights do, all zeros
+// leave the policy as it was, bad ones are refused.
+func TestSFTWeights(t *testing.T) {
+	train := func(w []float64) (map[string][]float32, error) {
+		l := newLearner(t, tinyConfig(SFT))
+		b := groupBatch()
+		b.Weights = w
+		_, err := l.Train(b)
+		return l.PolicyWeights(), err
+	}
+	n := len(groupBatch().Prompts)
+	plain, err := train(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ones := make([]float64, n)
+	for i := range ones {
+		ones[i] = 1
+	}
+	if got, err := train(ones); err != nil || maxDiff(got, plain) != 0 {
+		t.Fatalf("weights of 1: %v, differ from none by %v", err, maxDiff(got, plain))
+	}
+	before := newLearner(t, tinyConfig(SFT)).PolicyWeights()
+	if got, err := train(make([]float64, n)); err != nil || maxDiff(got, before) != 0 {
+		t.Fatalf("weights of 0: %v, moved the policy by %v", err, maxDiff(got, before))
+	}
+	for _, w := range [][]float64{ones[1:], append(ones[1:], math.NaN()), append(ones[1:], -1), append(ones[1:], math.Inf(1))} {
+		if _, err := train(w); err == nil || !strings.Contains(err.Error(), "batch: weights") {
+			t.Errorf("weights %v: %v", w, err)
+		}
+	}
+	l := newLearner(t, tinyConfig(GRPO))
+	b := groupBatch()
+	b.Weights = ones
+	if _, err := l.Train(b); err == nil || !strings.Contains(err.Error(), "only SFT takes them") {
+		t.Errorf("weights with grpo: %v", err)
+	}
+}

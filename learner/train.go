@@ -429,11 +429,25 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 			}
 		}
 	}
+	if b.Weights != nil && cfg.Algorithm != SFT {
+		return nil, fmt.Errorf("batch: weights: only SFT takes them (algorithm %s)", cfg.Algorithm)
+	}
 	switch cfg.Algorithm {
 	case SFT:
 		p.weights = make([]float64, n)
 		for i := range p.weights {
 			p.weights[i] = 1
+		}
+		if b.Weights != nil {
+			if len(b.Weights) != n {
+				return nil, fmt.Errorf("batch: weights: %d for %d sequences", len(b.Weights), n)
+			}
+			for i, w := range b.Weights {
+				if !(w >= 0) || math.IsInf(w, 0) {
+					return nil, fmt.Errorf("batch: weights[%d] is %v, want a finite number ≥ 0", i, w)
+				}
+			}
+			copy(p.weights, b.Weights)
 		}
 	case RWSFT:
 		if cfg.RWFilter {

@@ -57,6 +57,18 @@ data:
   task: {}
 `
 
+// trajFile is a .jsonl file that exists (what sft.trajectories checks
+// before a run reads it).
+const trajFile = "builtin/data/mbpp_tiny.jsonl"
+
+func cwd(t *testing.T) string {
+	d, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 func TestValidationRules(t *testing.T) {
 	cases := []struct {
 		sets []string
@@ -90,6 +102,14 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"models.feedback.init={}"}, "a feedback policy needs episode.type mlmt"},
 		{[]string{"sft.response={{.Solution}}"}, "sft.response"},
 		{[]string{"sft.response=x"}, `sft.response: "x" does not use .Answer`},
+		{[]string{"sft.weighting=exp"}, "sft.weighting: set, but sft.trajectories is not"},
+		{[]string{"sft.steps=2", "sft.trajectories=eps.csv"}, "sft.trajectories: " + cwd(t) + "/eps.csv: want a .jsonl file of episodes or an .arrow trajectory file"},
+		{[]string{"sft.steps=2", "sft.trajectories=/nonexistent/eps.jsonl"}, "sft.trajectories: stat /nonexistent/eps.jsonl: no such file"},
+		{[]string{"sft.trajectories=" + trajFile}, "sft.trajectories: set, but sft.steps is 0"},
+		{[]string{"sft.steps=2", "sft.trajectories=" + trajFile, "sft.weighting=best"}, `sft.weighting: "best": want one of none, exp, filter`},
+		{[]string{"sft.steps=2", "sft.trajectories=" + trajFile, "sft.weighting=filter", "sft.beta=2"}, "sft.beta: set, but sft.weighting is filter"},
+		{[]string{"sft.steps=2", "sft.trajectories=" + trajFile, "sft.weighting=exp", "sft.beta=-1"}, "sft.beta: -1: want a positive temperature"},
+		{[]string{"sft.steps=2", "sft.trajectories=" + trajFile, "sft.threshold=3"}, "sft.threshold: set, but sft.weighting is none"},
 		{[]string{"episode.tools=[calculator]"}, "tools need episode.type tools"},
 		{[]string{"episode.type=tools", "episode.tools=[shell]"}, `episode.tools.0: "shell": want one of calculator, python`},
 		{[]string{"eval.metrics=[turn1_accuracy]"}, `needs episode.type mlmt or score`},

@@ -435,6 +435,19 @@ type SFT struct {
 	// .Hint, .Answer, .Attempt). Needed by an mlmt run with a feedback
 	// policy and sft.steps > 0. Default none.
 	FeedbackResponse string `yaml:"feedback_response"`
+	// Trajectories, when set, is the warm-up's data: a JSONL file of agent
+	// episodes (rlnode env rollout) or a run's Arrow trajectory file
+	// (.arrow). Each warm-up step trains the policy on BatchSize of its
+	// samples (one per assistant turn) instead of problems with Response.
+	// Default none.
+	Trajectories string `yaml:"trajectories,omitempty"`
+	// Weighting weighs trajectory samples by their episode's return: none
+	// (plain SFT), exp (exp(return/Beta), normalized to mean 1 over the
+	// batch) or filter (only samples whose return is at least Threshold).
+	// Default none.
+	Weighting string  `yaml:"weighting,omitempty"`
+	Beta      float64 `yaml:"beta,omitempty"`      // exp's temperature; > 0. Default 1.
+	Threshold float64 `yaml:"threshold,omitempty"` // filter's cut. Default 0.
 }
 
 // Placement says where actors run.

@@ -23,6 +23,7 @@ var (
 	Algorithms     = []string{"grpo", "ppo", "rloo", "reinforce_pp", "drgrpo", "rw_sft"}
 	Schedules      = []string{"constant", "cosine"}
 	Weightings     = []string{"exp", "filter"}
+	SFTWeightings  = []string{"none", "exp", "filter"}
 	MLMTPolicies   = []string{"solver", "feedback"}
 	FeedbackReward = []string{"final", "improvement"}
 	PlacementModes = []string{"colocated", "split"}
@@ -111,6 +112,13 @@ func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
 		if r.Data.Verifier == "code" && !isSet("data.dataset.columns.answer") {
 			ds.Columns.Answer = "" // code problems are scored by tests
 		}
+	}
+	r.SFT.Trajectories = abs("sft.trajectories", r.SFT.Trajectories)
+	if r.SFT.Trajectories != "" && r.SFT.Weighting == "" {
+		r.SFT.Weighting = "none"
+	}
+	if r.SFT.Trajectories != "" && r.SFT.Weighting == "exp" && !isSet("sft.beta") {
+		r.SFT.Beta = 1
 	}
 	if t := r.Data.Task; t != nil {
 		if t.Seed == 0 {
@@ -467,7 +475,8 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	if err := checkSFTTemplate(r.SFT.Response); err != nil {
 		c.add("sft.response", "%v", err)
 	}
-	if r.SFT.Steps > 0 && r.Data.Verifier == "code" && (r.Data.Dataset == nil || r.Data.Dataset.Columns.Answer == "") {
+	c.sftTrajectories(r.SFT)
+	if r.SFT.Steps > 0 && r.SFT.Trajectories == "" && r.Data.Verifier == "code" && (r.Data.Dataset == nil || r.Data.Dataset.Columns.Answer == "") {
 		// With code, the answer column is the reference program.
 		c.add("sft.steps", "SFT warm-up needs reference answers; with verifier code set data.dataset.columns.answer to the reference program's column")
 	}
@@ -671,6 +680,47 @@ func (c *checker) datasetFile(path, file string, required bool) {
 		c.add(path, "%v", err)
 	} else if st.IsDir() {
 		c.add(path, "%s is a directory; want a .jsonl, .parquet or .csv file", file)
+	}
+}
+
+// sftTrajectories checks the warm-up's trajectory data source.
+func (c *checker) sftTrajectories(s SFT) {
+	if s.Trajectories == "" {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"weighting", s.Weighting != ""}, {"beta", s.Beta != 0}, {"threshold", s.Threshold != 0}} {
+			if f.set {
+				c.add("sft."+f.name, "set, but sft.trajectories is not (it weighs trajectory samples)")
+			}
+		}
+		return
+	}
+	switch strings.ToLower(filepath.Ext(s.Trajectories)) {
+	case ".jsonl", ".arrow":
+		if st, err := os.Stat(s.Trajectories); err != nil {
+			c.add("sft.trajectories", "%v", err)
+		} else if st.IsDir() {
+			c.add("sft.trajectories", "%s is a directory; want a .jsonl or .arrow file", s.Trajectories)
+		}
+	default:
+		c.add("sft.trajectories", "%s: want a .jsonl file of episodes or an .arrow trajectory file", s.Trajectories)
+	}
+	if s.Steps == 0 {
+		c.add("sft.trajectories", "set, but sft.steps is 0 (no warm-up trains on it)")
+	}
+	c.oneOf("sft.weighting", s.Weighting, SFTWeightings)
+	switch {
+	case s.Weighting == "exp" && (!(s.Beta > 0) || math.IsInf(s.Beta, 0)):
+		c.add("sft.beta", "%v: want a positive temperature", s.Beta)
+	case s.Weighting != "exp" && s.Beta != 0:
+		c.add("sft.beta", "set, but sft.weighting is %s (beta is exp's)", s.Weighting)
+	}
+	switch {
+	case math.IsNaN(s.Threshold) || math.IsInf(s.Threshold, 0):
+		c.add("sft.threshold", "%v: want a finite number", s.Threshold)
+	case s.Weighting != "filter" && s.Threshold != 0:
+		c.add("sft.threshold", "set, but sft.weighting is %s (threshold is filter's)", s.Weighting)
 	}
 }
 

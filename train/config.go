@@ -124,6 +124,9 @@ type Config struct {
 	// WarmupTraces, when set, makes the warm-up train on recorded model
 	// calls instead (traces.go).
 	WarmupTraces *WarmupTraces
+	// WarmupTrajectories, when set, is the warm-up's data instead of
+	// generated problems (the solver alone trains on it).
+	WarmupTrajectories *WarmupTrajectories
 
 	// RL: Steps steps of PromptsPerStep prompts × GroupSize samples.
 	Steps, PromptsPerStep, GroupSize int
@@ -365,6 +368,10 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("warmup_batch", c.WarmupBatch, "want > 0")
 	case c.WarmupSteps > 0 && !(c.WarmupLR > 0):
 		return nil, bad("warmup_lr", c.WarmupLR, "want > 0")
+	case c.WarmupTrajectories != nil && c.WarmupTrajectories.check() != nil:
+		return nil, c.WarmupTrajectories.check()
+	case c.WarmupTrajectories != nil && c.WarmupSteps == 0:
+		return nil, bad("warmup_trajectories", c.WarmupTrajectories.Path, "set, but warmup_steps is 0")
 	case c.Steps < 0:
 		return nil, bad("steps", c.Steps, "want ≥ 0")
 	case c.PromptsPerStep <= 0:

@@ -87,6 +87,7 @@ func (r *run) steps(ctx context.Context, s State) error {
 	sc := r.schedule()
 	pipe := newPipeline(ctx, r, r.startEpisodes)
 	defer pipe.close()
+	var traj *trajectorySamples // the warm-up's, once loaded
 	for {
 		p := Plan(sc, s)
 		if p.Done {
@@ -114,6 +115,13 @@ func (r *run) steps(ctx context.Context, s State) error {
 		switch {
 		case p.Phase == PhaseRL:
 			m, err = r.rlStep(ctx, pipe, p)
+		case r.cfg.WarmupTrajectories != nil:
+			if traj == nil {
+				if traj, err = r.loadTrajectories(r.cfg.WarmupTrajectories); err != nil {
+					return err
+				}
+			}
+			m, err = r.warmupStepTrajectories(ctx, traj)
 		case r.cfg.multiTurn():
 			m, err = r.warmupStepMultiTurn(ctx)
 		default:

@@ -245,6 +245,9 @@ func (l recipe) config(out string) (Config, error) {
 		CheckpointEvery: r.Schedule.CheckpointEvery,
 		EngineBatch:     r.Engines.Policy.MaxBatch,
 	}
+	if t := r.SFT.Trajectories; t != "" {
+		cfg.WarmupTrajectories = &WarmupTrajectories{Path: t, Weighting: r.SFT.Weighting, Beta: r.SFT.Beta, Threshold: r.SFT.Threshold}
+	}
 	if r.Eval.Temperature > 0 { // greedy is the driver's zero value (samples > 1 refused by validation)
 		cfg.EvalSampling = EvalSampling{Samples: r.Eval.Samples, Temperature: r.Eval.Temperature, PassK: r.Eval.PassK}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -70,5 +71,67 @@ func TestEnvRolloutHTTP(t *testing.T) {
 	_, stderr, code = runRlnode(t, home, "env", "rollout", "http", "--url", url, "--policy", "random", "--out", file)
 	if code != 1 || !strings.Contains(stderr, "http episode 0") || !strings.Contains(stderr, url+"/reset") || !strings.Contains(stderr, "connection refused") {
 		t.Fatalf("a dead server: exit %d: %s", code, stderr)
+	}
+}
+
+// TestRunWarmupTrajectories collects teacher and random episodes with
+// rlnode env rollout and warms a run up on them (success filtering),
+// then shows the refusals of a cut that keeps nothing and of a bad file.
+func TestRunWarmupTrajectories(t *testing.T) {
+	home := t.TempDir()
+	for _, args := range [][]string{
+		{"env", "rollout", "equations", "--policy", "scripted", "--episodes", "6", "--out", filepath.Join(home, "teach.jsonl")},
+		{"env", "rollout", "equations", "--policy", "random", "--episodes", "6", "--max-steps", "3", "--out", filepath.Join(home, "random.jsonl")},
+	} {
+		if stdout, stderr, code := runRlnode(t, home, args...); code != 0 {
+			t.Fatalf("rlnode %v: exit %d\n%s%s", args, code, stdout, stderr)
+		}
+	}
+	var mix []byte
+	for _, f := range []string{"teach.jsonl", "random.jsonl"} {
+		b, err := os.ReadFile(filepath.Join(home, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mix = append(mix, b...)
+	}
+	os.WriteFile(filepath.Join(home, "mix.jsonl"), mix, 0o644)
+	run := func(dir string, sets ...string) (string, string, int) {
+		args := []string{"run", "quickstart", "--out", filepath.Join(home, dir), "--set", "models.policy.init.max_positions=1024",
+			"--set", "sft.steps=3", "--set", "sft.batch_size=4", "--set", "schedule.steps=1", "--set", "schedule.eval_every=0",
+			"--set", "schedule.checkpoint_every=0", "--set", "eval.held_out=4", "--set", "algorithm.batch_prompts=2", "--set", "algorithm.group_size=2"}
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		return runRlnode(t, home, args...)
+	}
+	stdout, stderr, code := run("run", "sft.trajectories="+filepath.Join(home, "mix.jsonl"), "sft.weighting=filter", "sft.threshold=8")
+	if code != 0 {
+		t.Fatalf("run: exit %d\n%s%s", code, stdout, stderr)
+	}
+	b, err := os.ReadFile(filepath.Join(home, "run", "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), `"phase":"warmup"`); n != 3 || !strings.Contains(string(b), `"seqs":4`) {
+		t.Fatalf("%d warm-up steps in metrics.jsonl:\n%s", n, b)
+	}
+
+	eps, err := offline.ReadJSONL(filepath.Join(home, "mix.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := 0
+	for _, ep := range eps {
+		samples += len(ep.Steps)
+	}
+	_, stderr, code = run("none", "sft.trajectories="+filepath.Join(home, "mix.jsonl"), "sft.weighting=filter", "sft.threshold=9")
+	if code != 1 || !strings.Contains(stderr, fmt.Sprintf("none of its %d samples has a return of at least 9 (sft.threshold)", samples)) {
+		t.Fatalf("a cut above every return: exit %d: %s", code, stderr)
+	}
+	os.WriteFile(filepath.Join(home, "bad.jsonl"), append(mix[:strings.IndexByte(string(mix), '\n')+1], "{\"env\": 1}\n"...), 0o644)
+	_, stderr, code = run("bad", "sft.trajectories="+filepath.Join(home, "bad.jsonl"))
+	if code != 1 || !strings.Contains(stderr, "bad.jsonl:2: not an episode") {
+		t.Fatalf("a bad trajectory file: exit %d: %s", code, stderr)
 	}
 }

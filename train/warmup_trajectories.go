@@ -1,0 +1,112 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/rl"
+	"github.com/rlnode/rlnode/rollout/offline"
+)
+
+// WarmupTrajectories makes the SFT warm-up train on supplied trajectories
+// (recipe sft.trajectories) instead of reference answers: Path is a JSONL
+// file of agent episodes or a run's Arrow trajectory file (package
+// rollout/offline). Weighting is none (plain SFT), exp (each sample
+// weighted by exp(return/Beta), normalized to mean 1 over the batch) or
+// filter (only the samples whose return is at least Threshold).
+type WarmupTrajectories struct {
+	Path      string
+	Weighting string
+	Beta      float64
+	Threshold float64
+}
+
+func (w *WarmupTrajectories) check() error {
+	switch {
+	case w.Path == "":
+		return fmt.Errorf("driver config: warmup_trajectories: no file")
+	case !slices.Contains([]string{"none", "exp", "filter"}, w.Weighting):
+		return fmt.Errorf("driver config: warmup_trajectories: weighting %q: want none, exp or filter", w.Weighting)
+	case w.Weighting == "exp" && !(w.Beta > 0):
+		return fmt.Errorf("driver config: warmup_trajectories: beta %v: want > 0", w.Beta)
+	}
+	return nil
+}
+
+// trajectorySamples are a run's loaded warm-up trajectories.
+type trajectorySamples struct {
+	samples []offline.Sample
+	perm    []int // the order of the current pass
+	pass    int
+}
+
+// loadTrajectories reads w's samples with the solver's tokenizer, each
+// within its context, and keeps those that filter weighting keeps.
+func (r *run) loadTrajectories(w *WarmupTrajectories) (*trajectorySamples, error) {
+	sl := r.cfg.Learner
+	sl.Model, sl.ModelDir = r.cfg.Model, r.cfg.ModelDir
+	pc, err := contextOf(sl, "models.policy")
+	if err != nil {
+		return nil, fmt.Errorf("driver: sft.trajectories: %w", err)
+	}
+	s, err := offline.ReadSamples(w.Path, pc.tok, pc.positions)
+	if err != nil {
+		return nil, fmt.Errorf("driver: sft.trajectories: %w", err)
+	}
+	if w.Weighting == "filter" {
+		n := len(s)
+		if s = offline.Filter(s, w.Threshold); len(s) == 0 {
+			return nil, fmt.Errorf("driver: sft.trajectories: %s: none of its %d samples has a return of at least %v (sft.threshold)", w.Path, n, w.Threshold)
+		}
+	}
+	if len(s) == 0 {
+		return nil, fmt.Errorf("driver: sft.trajectories: %s holds no samples", w.Path)
+	}
+	return &trajectorySamples{samples: s, pass: -1}, nil
+}
+
+// at is the sample drawn j-th: passes over the samples in an order
+// shuffled from seed and the pass, so that a step's batch follows from
+// its number alone (a resumed run draws the same).
+func (t *trajectorySamples) at(seed uint64, j int) offline.Sample {
+	n := len(t.samples)
+	if pass := j / n; pass != t.pass {
+		t.perm = rand.New(rand.NewPCG(seed, 0x74726a00+uint64(pass))).Perm(n)
+		t.pass = pass
+	}
+	return t.samples[t.perm[j%n]]
+}
+
+// warmupStepTrajectories is one warm-up step on supplied trajectories.
+func (r *run) warmupStepTrajectories(ctx context.Context, traj *trajectorySamples) (Metrics, error) {
+	cfg := r.cfg
+	t0 := time.Now()
+	var b learner.Batch
+	var rewards []float64
+	for i := range cfg.WarmupBatch {
+		s := traj.at(cfg.Seed, r.step*cfg.WarmupBatch+i)
+		b.Prompts = append(b.Prompts, s.Prompt)
+		b.Responses = append(b.Responses, s.Response)
+		b.Masks = append(b.Masks, s.Mask)
+		rewards = append(rewards, s.Reward)
+	}
+	if cfg.WarmupTrajectories.Weighting == "exp" {
+		w, err := rl.RewardWeights(rewards, cfg.WarmupTrajectories.Beta)
+		if err != nil {
+			return Metrics{}, fmt.Errorf("driver: warm-up step %d: %w", r.step+1, err)
+		}
+		b.Weights = w
+	}
+	st, err := r.train(ctx, r.solver, b)
+	if err != nil {
+		return Metrics{}, err
+	}
+	m := Metrics{Phase: "warmup"}
+	r.fill(&m, st)
+	m.TrainSeconds = time.Since(t0).Seconds()
+	return m, nil
+}
