@@ -124,6 +124,10 @@ type Config struct {
 	// PPO value head) on top of the warmed-up base, with optimizer state
 	// for those alone.
 	LoRA *model.LoRAConfig
+	// LoRAWarmup, with LoRA, makes SFT train the adapters too: they start
+	// at the first Train whatever its algorithm (an SFT warm-up trains
+	// them, and RL goes on with them) instead of every weight.
+	LoRAWarmup bool
 }
 
 // DefaultConfig is GRPO with DAPO's clip-higher (0.2/0.28), token-mean

@@ -16,9 +16,9 @@ import (
 // drawn from a source seeded with Seed whose state checkpoints keep.
 
 // maybeLoRA adds the adapters when Config.LoRA is set, the algorithm is
-// not SFT and the model has none yet.
+// not SFT (or Config.LoRAWarmup) and the model has none yet.
 func (l *Learner) maybeLoRA() error {
-	if l.cfg.LoRA == nil || l.cfg.Algorithm == SFT || l.model.LoRA() != nil {
+	if l.cfg.LoRA == nil || (l.cfg.Algorithm == SFT && !l.cfg.LoRAWarmup) || l.model.LoRA() != nil {
 		return nil
 	}
 	return l.startLoRA()

@@ -202,3 +202,36 @@ func TestLoRALoadRefusesMismatch(t *testing.T) {
 		t.Errorf("bad target accepted: %v", err)
 	}
 }
+
+// With LoRAWarmup, SFT starts the adapters and trains only them; RL goes
+// on with the same adapters.
+func TestLoRAWarmup(t *testing.T) {
+	c := loraConfig(SFT)
+	c.LoRAWarmup = true
+	l := newLearner(t, c)
+	w0 := l.PolicyWeights()
+	b := groupBatch()
+	b.Weights = []float64{2, 0, 1, 1, 0, 1, 1, 1}
+	train(t, l, b)
+	if l.Adapter() == nil {
+		t.Fatal("no adapters after a LoRA warm-up step")
+	}
+	if d := maxDiff(l.BaseWeights(), w0); d != 0 {
+		t.Fatalf("the base moved by %g in a LoRA warm-up", d)
+	}
+	sft := l.PolicyWeights()
+	if maxDiff(sft, w0) == 0 {
+		t.Fatal("the LoRA warm-up moved no adapter")
+	}
+	adapters := l.AdapterWeights()
+	if err := l.SetAlgorithm(GRPO, 0); err != nil {
+		t.Fatal(err)
+	}
+	train(t, l, groupBatch())
+	if d := maxDiff(l.BaseWeights(), w0); d != 0 {
+		t.Fatalf("the base moved by %g in RL", d)
+	}
+	if maxDiff(l.AdapterWeights(), adapters) == 0 {
+		t.Fatal("RL after the LoRA warm-up moved no adapter")
+	}
+}

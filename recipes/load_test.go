@@ -3,6 +3,7 @@ package recipes
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -110,6 +111,8 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"sft.steps=2", "sft.trajectories=" + trajFile, "sft.weighting=filter", "sft.beta=2"}, "sft.beta: set, but sft.weighting is filter"},
 		{[]string{"sft.steps=2", "sft.trajectories=" + trajFile, "sft.weighting=exp", "sft.beta=-1"}, "sft.beta: -1: want a positive temperature"},
 		{[]string{"sft.steps=2", "sft.trajectories=" + trajFile, "sft.threshold=3"}, "sft.threshold: set, but sft.weighting is none"},
+		{[]string{"sft.lora=true"}, "sft.lora: true, but models.policy.lora is absent"},
+		{[]string{"models.policy.lora.preset=qk"}, `models.policy.lora.preset: "qk": want one of qv`},
 		{[]string{"episode.tools=[calculator]"}, "tools need episode.type tools"},
 		{[]string{"episode.type=tools", "episode.tools=[shell]"}, `episode.tools.0: "shell": want one of calculator, python`},
 		{[]string{"eval.metrics=[turn1_accuracy]"}, `needs episode.type mlmt or score`},
@@ -393,5 +396,28 @@ func TestRecipeFileLimits(t *testing.T) {
 	}
 	if _, err := Load(dir, nil); err == nil || !strings.Contains(err.Error(), "is a directory") {
 		t.Errorf("a directory as recipe: %v", err)
+	}
+}
+
+// The qv preset fills what the recipe leaves out.
+func TestLoRAPreset(t *testing.T) {
+	for _, c := range []struct {
+		sets    []string
+		dropout float64
+		targets string
+	}{
+		{[]string{"models.policy.lora.preset=qv"}, 0.1, "[q_proj v_proj]"},
+		{[]string{"models.policy.lora={preset: qv, dropout: 0}"}, 0, "[q_proj v_proj]"},
+		{[]string{"models.policy.lora={preset: qv, targets: [o_proj]}", "models.policy.lora.rank=4"}, 0.1, "[o_proj]"},
+		{[]string{"models.policy.lora.rank=4"}, 0, "[q_proj k_proj v_proj o_proj gate_proj up_proj down_proj]"},
+	} {
+		l, err := Parse("base.yaml", []byte(base), "", c.sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo := l.Recipe.Models.Policy.LoRA
+		if lo.Dropout != c.dropout || fmt.Sprint(lo.Targets) != c.targets || lo.Alpha != 16 {
+			t.Errorf("%v: %+v", c.sets, lo)
+		}
 	}
 }

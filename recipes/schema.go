@@ -101,6 +101,9 @@ type LoRA struct {
 	// Targets are module names as PEFT spells them: q_proj, k_proj,
 	// v_proj, o_proj, gate_proj, up_proj, down_proj. Default all seven.
 	Targets []string `yaml:"targets,omitempty"`
+	// Preset fills the fields not given: qv is rank 8, alpha 16, dropout
+	// 0.1 on q_proj and v_proj. Default none.
+	Preset string `yaml:"preset,omitempty"`
 }
 
 // Engines are the inference engines that generate rollouts.
@@ -448,6 +451,10 @@ type SFT struct {
 	Weighting string  `yaml:"weighting,omitempty"`
 	Beta      float64 `yaml:"beta,omitempty"`      // exp's temperature; > 0. Default 1.
 	Threshold float64 `yaml:"threshold,omitempty"` // filter's cut. Default 0.
+	// LoRA, with models.policy.lora, makes the warm-up train the adapters
+	// (they start at its first step) instead of every weight; RL goes on
+	// with the same adapters. Default false.
+	LoRA bool `yaml:"lora,omitempty"`
 }
 
 // Placement says where actors run.

@@ -24,6 +24,7 @@ var (
 	Schedules      = []string{"constant", "cosine"}
 	Weightings     = []string{"exp", "filter"}
 	SFTWeightings  = []string{"none", "exp", "filter"}
+	LoRAPresets    = []string{"qv"}
 	MLMTPolicies   = []string{"solver", "feedback"}
 	FeedbackReward = []string{"final", "improvement"}
 	PlacementModes = []string{"colocated", "split"}
@@ -111,6 +112,21 @@ func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
 		ds.Train, ds.Eval = abs("data.dataset.train", ds.Train), abs("data.dataset.eval", ds.Eval)
 		if r.Data.Verifier == "code" && !isSet("data.dataset.columns.answer") {
 			ds.Columns.Answer = "" // code problems are scored by tests
+		}
+	}
+	for _, m := range []struct {
+		path string
+		m    *Model
+	}{{"models.policy", &r.Models.Policy}, {"models.feedback", r.Models.Feedback}} {
+		if m.m == nil || m.m.LoRA == nil || m.m.LoRA.Preset != "qv" {
+			continue
+		}
+		l, p := m.m.LoRA, m.path+".lora."
+		if !isSet(p + "dropout") {
+			l.Dropout = 0.1
+		}
+		if !isSet(p + "targets") {
+			l.Targets = []string{"q_proj", "v_proj"}
 		}
 	}
 	r.SFT.Trajectories = abs("sft.trajectories", r.SFT.Trajectories)
@@ -476,6 +492,9 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 		c.add("sft.response", "%v", err)
 	}
 	c.sftTrajectories(r.SFT)
+	if r.SFT.LoRA && r.Models.Policy.LoRA == nil {
+		c.add("sft.lora", "true, but models.policy.lora is absent (the adapters the warm-up would train)")
+	}
 	if r.SFT.Steps > 0 && r.SFT.Trajectories == "" && r.Data.Verifier == "code" && (r.Data.Dataset == nil || r.Data.Dataset.Columns.Answer == "") {
 		// With code, the answer column is the reference program.
 		c.add("sft.steps", "SFT warm-up needs reference answers; with verifier code set data.dataset.columns.answer to the reference program's column")
@@ -614,6 +633,9 @@ func (c *checker) model(path string, m *Model) {
 		}
 		for i, t := range l.Targets {
 			c.oneOf(fmt.Sprintf("%s.targets.%d", p, i), t, LoRATargets)
+		}
+		if l.Preset != "" {
+			c.oneOf(p+".preset", l.Preset, LoRAPresets)
 		}
 	}
 }

@@ -229,6 +229,7 @@ func (l recipe) config(out string) (Config, error) {
 		// The SFT warm-up trains every weight, the RL steps the adapters.
 		c := loraConfig(pol.LoRA, r.Seed)
 		lc.LoRA = &c
+		lc.LoRAWarmup = r.SFT.LoRA
 	}
 
 	cfg := Config{
