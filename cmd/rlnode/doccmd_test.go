@@ -204,6 +204,13 @@ func TestDocCommandsWork(t *testing.T) {
 			}
 			args = append(args, "--set", "eval.held_out=4", "--out", filepath.Join(t.TempDir(), "eval.json"))
 			fallthrough
+		case "env":
+			for i, a := range args {
+				if a == "--out" && i+1 < len(args) {
+					args[i+1] = filepath.Join(t.TempDir(), filepath.Base(args[i+1]))
+				}
+			}
+			fallthrough
 		default:
 			if stdout, stderr, code := runRlnode(t, home, args...); code != 0 {
 				t.Errorf("%s: rlnode %s: exit %d\n%s%s", c.where, shellJoin(c.args), code, stdout, stderr)
