@@ -1,6 +1,7 @@
 package native
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -166,5 +167,45 @@ func TestToolPrompt(t *testing.T) {
 		if _, err := b.messages(); err == nil || err.status != 400 || !strings.Contains(err.message, want) {
 			t.Errorf("%s: %v; want a 400 saying %q", body, err, want)
 		}
+	}
+}
+
+// The tools count against the model's context like the messages do, and
+// tool fields are refused on /v1/completions.
+func TestToolsThroughServer(t *testing.T) {
+	url, _ := startServer(t)
+	long := strings.Repeat("a very long description ", 200)
+	body := `{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+		"tools": [{"type": "function", "function": {"name": "f", "description": "` + long + `"}}]}`
+	code, b := post(t, url+"/v1/chat/completions", body)
+	checkError(t, "tools beyond the context", code, b, 400, "invalid_request_error", "context_length_exceeded")
+	code, b = post(t, url+"/v1/completions", `{"model": "tiny", "prompt": "hi", "max_tokens": 2, "tools": []}`)
+	checkError(t, "tools on completions", code, b, 400, "invalid_request_error", "")
+	if !strings.Contains(string(b), "only for /v1/chat/completions") {
+		t.Errorf("tools on completions: %s", b)
+	}
+	// A short tool fits; with tool_choice none the prompt has no tools.
+	short := `{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 0,
+		"tools": [{"type": "function", "function": {"name": "f"}}]`
+	var with, without struct {
+		Usage usageJSON `json:"usage"`
+	}
+	for _, c := range []struct {
+		body string
+		out  any
+	}{{short + "}", &with}, {short + `, "tool_choice": "none"}`, &without}} {
+		code, b := post(t, url+"/v1/chat/completions", c.body)
+		if code != 200 {
+			t.Fatalf("%s: %d %s", c.body, code, b)
+		}
+		if err := json.Unmarshal(b, c.out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok := tokenizer.Builtin()
+	plain := []tokenizer.Message{{Role: "user", Content: "hi"}}
+	tools := &chatTools{defs: []string{`{"type": "function", "function": {"name": "f"}}`}}
+	if with.Usage.Prompt != len(tok.EncodeChat(withTools(plain, tools), true)) || without.Usage.Prompt != len(tok.EncodeChat(plain, true)) {
+		t.Errorf("prompt tokens %d with tools, %d with tool_choice none", with.Usage.Prompt, without.Usage.Prompt)
 	}
 }
