@@ -85,7 +85,7 @@ func TestValidateRefusesWhatRunRefuses(t *testing.T) {
 		sets   []string
 		want   string
 	}{
-		{"quickstart", []string{"algorithm.name=rw_sft", "algorithm.rw_sft.weighting=filter"}, "--set algorithm.rw_sft.weighting=filter: algorithm.rw_sft.weighting: filter is not supported yet"},
+		{"quickstart", []string{"algorithm.kl_coef=0.05", "models.reference.init={}"}, "--set models.reference.init={}: models.reference.init: a randomly initialized reference model is not supported"},
 		{vllm2, nil, vllm2 + ":7: engines.policy.replicas: 2 is not supported with kind vllm"},
 		{"mlmt_math", []string{"engines.feedback.max_batch=8"}, "--set engines.feedback.max_batch=8: engines.feedback.max_batch: 8 differs"},
 	} {
