@@ -111,5 +111,10 @@ func (l recipe) configChecks() []recipes.Problem {
 	if field, err := checkContext(cfg, tpl, fbModel); err != nil {
 		return []recipes.Problem{{Path: field, Msg: err.Error()}}
 	}
+	if w := cfg.WarmupTrajectories; w != nil {
+		if _, err := readTrajectories(cfg, w); err != nil {
+			return []recipes.Problem{{Path: "sft.trajectories", Msg: err.Error()}}
+		}
+	}
 	return nil
 }

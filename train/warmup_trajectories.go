@@ -44,27 +44,36 @@ type trajectorySamples struct {
 	pass    int
 }
 
-// loadTrajectories reads w's samples with the solver's tokenizer, each
-// within its context, and keeps those that filter weighting keeps.
+// loadTrajectories reads the warm-up's samples (readTrajectories).
 func (r *run) loadTrajectories(w *WarmupTrajectories) (*trajectorySamples, error) {
-	sl := r.cfg.Learner
-	sl.Model, sl.ModelDir = r.cfg.Model, r.cfg.ModelDir
-	pc, err := contextOf(sl, "models.policy")
+	t, err := readTrajectories(r.cfg, w)
 	if err != nil {
 		return nil, fmt.Errorf("driver: sft.trajectories: %w", err)
 	}
+	return t, nil
+}
+
+// readTrajectories reads w's samples with the solver's tokenizer, each
+// within its context, and keeps those that filter weighting keeps.
+func readTrajectories(cfg Config, w *WarmupTrajectories) (*trajectorySamples, error) {
+	sl := cfg.Learner
+	sl.Model, sl.ModelDir = cfg.Model, cfg.ModelDir
+	pc, err := contextOf(sl, "models.policy")
+	if err != nil {
+		return nil, err
+	}
 	s, err := offline.ReadSamples(w.Path, pc.tok, pc.positions)
 	if err != nil {
-		return nil, fmt.Errorf("driver: sft.trajectories: %w", err)
+		return nil, err
 	}
 	if w.Weighting == "filter" {
 		n := len(s)
 		if s = offline.Filter(s, w.Threshold); len(s) == 0 {
-			return nil, fmt.Errorf("driver: sft.trajectories: %s: none of its %d samples has a return of at least %v (sft.threshold)", w.Path, n, w.Threshold)
+			return nil, fmt.Errorf("%s: none of its %d samples has a return of at least %v (sft.threshold)", w.Path, n, w.Threshold)
 		}
 	}
 	if len(s) == 0 {
-		return nil, fmt.Errorf("driver: sft.trajectories: %s holds no samples", w.Path)
+		return nil, fmt.Errorf("%s holds no samples", w.Path)
 	}
 	return &trajectorySamples{samples: s, pass: -1}, nil
 }

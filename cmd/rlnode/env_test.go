@@ -131,7 +131,10 @@ func TestRunWarmupTrajectories(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(home, "bad.jsonl"), append(mix[:strings.IndexByte(string(mix), '\n')+1], "{\"env\": 1}\n"...), 0o644)
 	_, stderr, code = run("bad", "sft.trajectories="+filepath.Join(home, "bad.jsonl"))
-	if code != 1 || !strings.Contains(stderr, "bad.jsonl:2: not an episode") {
+	if code != 1 || !strings.Contains(stderr, "sft.trajectories: "+filepath.Join(home, "bad.jsonl")+":2: not an episode") {
 		t.Fatalf("a bad trajectory file: exit %d: %s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(home, "bad")); !os.IsNotExist(err) {
+		t.Fatalf("the run directory of a refused recipe exists (%v)", err)
 	}
 }
