@@ -15,7 +15,7 @@ import (
 
 // guessServer runs testdata/guess_server.py with Debian's python3 and
 // returns its URL and process.
-func guessServer(t *testing.T) (string, *exec.Cmd) {
+func guessServer(t testing.TB) (string, *exec.Cmd) {
 	t.Helper()
 	const py = "/usr/bin/python3"
 	if _, err := os.Stat(py); err != nil {
@@ -49,7 +49,7 @@ func guessServer(t *testing.T) (string, *exec.Cmd) {
 	return "", nil
 }
 
-func openHTTP(t *testing.T, u string, opt HTTPOptions) *HTTP {
+func openHTTP(t testing.TB, u string, opt HTTPOptions) *HTTP {
 	t.Helper()
 	h, err := NewHTTP(u, opt)
 	if err != nil {
@@ -271,6 +271,28 @@ func TestOpen(t *testing.T) {
 	} {
 		if _, err := Open(s); err == nil {
 			t.Errorf("Open(%+v): no error", s)
+		}
+	}
+}
+
+// BenchmarkHTTPStep is one step of the guessing game served by the Python
+// reference server over loopback (a reset every few steps).
+func BenchmarkHTTPStep(b *testing.B) {
+	u, _ := guessServer(b)
+	ctx := context.Background()
+	h, err := NewHTTP(u, HTTPOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%5 == 0 {
+			if _, err := h.Reset(ctx, int64(i), "16"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := h.Step(ctx, Action{Name: "guess", Param: "1"}); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

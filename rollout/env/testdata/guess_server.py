@@ -127,6 +127,7 @@ def step(body):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes
 
     def log_message(self, *args):
         pass
