@@ -72,10 +72,10 @@ func (o HTTPOptions) withDefaults() HTTPOptions {
 // answered 429, 502, 503 or 504 is retried up to Retries times (/reset
 // with any transport error: the same episode_id and seed make it
 // idempotent); a /step that may have reached the server is never sent
-// twice. A body over MaxResponse, malformed JSON, a missing observation or
-// a non-finite reward (Python's json writes NaN, which JSON does not
-// allow: ErrBadReward) is an error. Every error names the URL, the episode
-// and the step.
+// twice. A body over MaxResponse, malformed JSON, a missing observation,
+// a redirect (never followed) or a non-finite reward (Python's json
+// writes NaN, which JSON does not allow: ErrBadReward) is an error. Every
+// error names the URL, the episode and the step.
 type HTTP struct {
 	base   string
 	opt    HTTPOptions
@@ -96,7 +96,9 @@ func NewHTTP(rawURL string, opt HTTPOptions) (*HTTP, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("environment url %q: want http(s)://host[:port][/path], no query", rawURL)
 	}
-	return &HTTP{base: strings.TrimRight(u.String(), "/"), opt: opt.withDefaults(), client: &http.Client{}}, nil
+	// A redirect is answered as it is (an error: not 200), never followed.
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &HTTP{base: strings.TrimRight(u.String(), "/"), opt: opt.withDefaults(), client: client}, nil
 }
 
 // URL is the environment's base URL.

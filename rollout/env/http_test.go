@@ -164,6 +164,7 @@ func TestHTTPFaults(t *testing.T) {
 		{task: "fault:huge", want: "response over 1048576 bytes"},
 		{task: "fault:status500", want: "status 500 Internal Server Error: {\"detail\": \"the environment crashed\"}", steps: 1},
 		{task: "fault:noobs", want: "no observation object", steps: 1},
+		{task: "fault:redirect", want: "status 307 Temporary Redirect"},
 		{task: "fault:badname", want: `observation action 0: "Guess Now" is not an action name`, steps: 1},
 		{task: "fault:hang", opt: HTTPOptions{Timeout: 300 * time.Millisecond}, want: "no answer within 300ms"},
 	}

@@ -14,8 +14,8 @@ invalid action; the 6th wrong guess ends the episode (outcome step_limit).
 Tasks: "train" and "heldout" draw the number from the seed (train: numbers
 not divisible by 4, heldout: those divisible by 4); an integer 1..16 is
 the number itself. Tasks "fault:MODE" misbehave on /step, for tests:
-malformed, nan, huge, hang, status500, noobs, badname, flaky (503 once,
-then fine).
+malformed, nan, huge, hang, status500, noobs, badname, redirect, flaky
+(503 once, then fine).
 
 Run: python3 guess_server.py [--port N]. It prints
 "listening on http://127.0.0.1:PORT" once it accepts connections.
@@ -178,6 +178,12 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(200, None, raw=b'{"observation": {"text": "' + b"x" * (2 << 20) + b'"}}')
         if fault == "hang":
             time.sleep(3600)
+        if fault == "redirect":
+            self.send_response(307)
+            self.send_header("Location", "http://127.0.0.1:9/step")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         self.send(*step(body))
 
 
