@@ -8,24 +8,32 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
+	"github.com/rlnode/rlnode/recipes"
+	"github.com/rlnode/rlnode/rollout/data"
+	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/env"
+	"github.com/rlnode/rlnode/rollout/episode"
+	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/offline"
 )
 
 func init() { commands["env"] = envCommand }
 
 const envUsage = `usage:
-  rlnode env rollout ENV --policy scripted|random --out FILE.jsonl
+  rlnode env rollout ENV --policy scripted|random|MODEL --out FILE
                 [--episodes 100] [--task train] [--seed 1] [--max-steps 8]
-                [--url URL] [--timeout 30s]
-      play a policy without a model in environment ENV (equations, or http
-      with --url: a server speaking OpenEnv's reset/step protocol) and
-      write the episodes as JSONL trajectories (docs/environments-io.md):
-      chat messages with each step's action and reward. scripted is the
-      environment's teacher; random draws an offered action. Episode k
-      plays seed SEED+k.
+                [--url URL] [--timeout 30s] [--temperature 1] [--max-tokens 64]
+      play a policy in environment ENV (equations, or http with --url: a
+      server speaking OpenEnv's reset/step protocol) and write the episodes
+      (docs/environments-io.md). scripted is the environment's teacher,
+      random draws an offered action: FILE is JSONL, chat messages with
+      each step's action and reward. MODEL (a checkpoint directory or a
+      hub id) plays through the native engine as a run's agent episode
+      does, sampling at --temperature: FILE is an Arrow trajectory file
+      (.arrow). Episode k plays seed SEED+k.
 `
 
 func envCommand(args []string, stdout, stderr io.Writer) int {
@@ -56,6 +64,8 @@ func envCommand(args []string, stdout, stderr io.Writer) int {
 	maxSteps := fs.Int("max-steps", 8, "steps per episode at most")
 	url := fs.String("url", "", "http: the environment server's URL")
 	timeout := fs.Duration("timeout", 30*time.Second, "http: per request")
+	temperature := fs.Float64("temperature", 1, "MODEL: sampling temperature (0: greedy)")
+	maxTokens := fs.Int("max-tokens", 64, "MODEL: tokens per turn at most")
 	err := parseFlags(fs, args, "policy", "out")
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -86,12 +96,22 @@ func envCommand(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if *policy != env.PolicyScripted && *policy != env.PolicyRandom {
+		if !strings.HasSuffix(*out, ".arrow") {
+			return fail(fmt.Errorf("--out %s: a model's episodes go to an Arrow trajectory file (.arrow)", *out))
+		}
+		if !(*temperature >= 0) || *maxTokens < 1 {
+			return fail(fmt.Errorf("--temperature %v, --max-tokens %d: want ≥ 0 and ≥ 1", *temperature, *maxTokens))
+		}
+		return modelRollout(ctx, stdout, modelRolloutConfig{env: name, newEnv: mkEnv, model: *policy, task: *task, episodes: *episodes,
+			seed: *seed, maxSteps: *maxSteps, temperature: *temperature, maxTokens: *maxTokens, out: *out}, fail)
+	}
 	mkPol, err := env.NewPolicy(*policy, name, uint64(*seed))
 	if err != nil {
 		return fail(err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	eps, err := offline.Collect(ctx, offline.CollectConfig{Env: name, NewEnv: mkEnv, Policy: *policy, NewPolicy: mkPol,
 		Task: *task, Episodes: *episodes, Seed: *seed, MaxSteps: *maxSteps})
 	if err != nil {
@@ -118,5 +138,66 @@ func envCommand(args []string, stdout, stderr io.Writer) int {
 	n := float64(len(eps))
 	fmt.Fprintf(stdout, "%d episodes of %s (task %s, policy %s) written to %s: mean return %.3f, %.2f steps per episode, outcomes %v\n",
 		len(eps), name, *task, *policy, *out, total/n, float64(steps)/n, done)
+	return 0
+}
+
+type modelRolloutConfig struct {
+	env, model, task, out string
+	newEnv                func() env.Env
+	episodes, maxSteps    int
+	seed                  int64
+	temperature           float64
+	maxTokens             int
+}
+
+// modelRollout plays a checkpoint through the agent episode on the native
+// engine and writes its turns as an Arrow trajectory file.
+func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, fail func(error) int) int {
+	if err := verifyModel(c.model); err != nil {
+		return fail(err)
+	}
+	dir, err := recipes.ModelDir(c.model)
+	if err != nil {
+		return fail(fmt.Errorf("--policy: %w", err))
+	}
+	e, err := native.Load(dir, native.Config{})
+	if err != nil {
+		return fail(err)
+	}
+	defer e.Close()
+	ag := &episode.Agent{
+		Policy:   episode.Policy{ID: "policy", Engine: e, Tokenizer: e.Tokenizer(), Params: engine.SamplingParams{Temperature: c.temperature, TopP: 1, MaxTokens: c.maxTokens}},
+		NewEnv:   c.newEnv,
+		MaxSteps: c.maxSteps,
+		Seed:     c.seed,
+	}
+	examples := make([]data.Example, c.episodes)
+	for k := range examples {
+		examples[k] = data.Example{ID: fmt.Sprintf("%s-%d", c.env, k), Prompt: c.task}
+	}
+	seeds := func(stage, index int) *int64 {
+		s := c.seed*1_000_003 + int64(stage)*65_537 + int64(index)
+		return &s
+	}
+	turns, err := ag.Run(ctx, episode.Batch{Examples: examples, N: 1, Seeds: seeds})
+	if err != nil {
+		return fail(err)
+	}
+	if err := data.WriteTrajectoryFile(c.out, turns); err != nil {
+		return fail(err)
+	}
+	var total float64
+	outcomes := map[string]int{}
+	for _, t := range turns {
+		if t.Turn == 0 {
+			total += t.FinalReward
+		}
+		if _, oc, ok := strings.Cut(t.Note, "outcome: "); ok {
+			oc, _, _ = strings.Cut(oc, ";")
+			outcomes[strings.TrimSpace(oc)]++
+		}
+	}
+	fmt.Fprintf(stdout, "%d episodes of %s (task %s, policy %s) written to %s: mean return %.3f, %.2f steps per episode, outcomes %v\n",
+		c.episodes, c.env, c.task, c.model, c.out, total/float64(c.episodes), float64(len(turns))/float64(c.episodes), outcomes)
 	return 0
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/offline"
 )
 
@@ -136,5 +137,51 @@ func TestRunWarmupTrajectories(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(home, "bad")); !os.IsNotExist(err) {
 		t.Fatalf("the run directory of a refused recipe exists (%v)", err)
+	}
+}
+
+// TestEnvRolloutModel plays a checkpoint (random weights) through the
+// agent episode and reads its Arrow trajectory file back as SFT samples.
+func TestEnvRolloutModel(t *testing.T) {
+	home := t.TempDir()
+	cfg := filepath.Join(home, "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":32,"intermediate_size":64,
+		"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":800,"max_position_embeddings":1024,
+		"tie_word_embeddings":true,"torch_dtype":"float32","bos_token_id":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(home, "model")
+	if _, stderr, code := runRlnode(t, home, "model", "init", "--config", cfg, "--out", model); code != 0 {
+		t.Fatalf("model init: exit %d: %s", code, stderr)
+	}
+	out := filepath.Join(home, "model.arrow")
+	stdout, stderr, code := runRlnode(t, home, "env", "rollout", "equations", "--policy", model, "--episodes", "3", "--max-steps", "3",
+		"--max-tokens", "8", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "3 episodes of equations (task train, policy "+model+")") {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	turns, err := data.ReadTrajectoryFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]float64{}
+	for _, tr := range turns {
+		sums[tr.EpisodeID] += tr.Reward
+	}
+	if len(sums) != 3 || len(turns) < 3 || len(turns) > 9 {
+		t.Fatalf("%d turns of %d episodes", len(turns), len(sums))
+	}
+	for _, tr := range turns {
+		if tr.FinalReward != sums[tr.EpisodeID] || len(tr.ResponseIDs) == 0 || len(tr.PromptIDs) == 0 {
+			t.Fatalf("turn %+v: final reward %v, the episode's rewards sum to %v", tr, tr.FinalReward, sums[tr.EpisodeID])
+		}
+	}
+	samples, err := offline.ReadSamples(out, nil, 0)
+	if err != nil || len(samples) != len(turns) {
+		t.Fatalf("%d samples of %d turns: %v", len(samples), len(turns), err)
+	}
+	if _, stderr, code := runRlnode(t, home, "env", "rollout", "equations", "--policy", model, "--out", filepath.Join(home, "m.jsonl")); code != 1 ||
+		!strings.Contains(stderr, "a model's episodes go to an Arrow trajectory file (.arrow)") {
+		t.Fatalf("a model to JSONL: exit %d: %s", code, stderr)
 	}
 }
