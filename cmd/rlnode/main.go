@@ -27,7 +27,7 @@ commands:
   sbatch   print a Slurm batch script that runs a recipe on N nodes
   gpu      report the CUDA libraries and GPUs found, and why the CUDA backend cannot run
   ctxopt   learn agent configurations for a fixed model (train, eval, benchmark)
-  env      play a scripted or random policy in an environment and write JSONL trajectories
+  env      play a scripted, random or model policy in an environment and write its trajectories
 
 Run 'rlnode COMMAND -h' for a command's flags, 'rlnode --version' for the version.
 `
