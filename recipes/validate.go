@@ -492,6 +492,9 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 		c.add("sft.response", "%v", err)
 	}
 	c.sftTrajectories(r.SFT)
+	if r.SFT.Trajectories != "" && r.Data.Traces != nil {
+		c.add("sft.trajectories", "set with data.traces: one source feeds the warm-up, choose one")
+	}
 	if r.SFT.LoRA && r.Models.Policy.LoRA == nil {
 		c.add("sft.lora", "true, but models.policy.lora is absent (the adapters the warm-up would train)")
 	}
