@@ -18,7 +18,10 @@ type Spec struct {
 
 // builtins are the environments Open knows by name.
 var builtins = map[string]func() Env{
-	"equations": func() Env { return NewEquations() },
+	"equations":    func() Env { return NewEquations() },
+	NameCalculator: func() Env { return NewMultiply(true) },
+	NameMultiply:   func() Env { return NewMultiply(false) },
+	NameGuess:      func() Env { return NewGuess() },
 }
 
 // Names lists the environment names Open accepts.
