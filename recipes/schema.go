@@ -251,6 +251,40 @@ type Episode struct {
 	Tools []string `yaml:"tools,omitempty"`
 	// MaxToolCalls bounds the tool calls of one episode. Default 4.
 	MaxToolCalls int `yaml:"max_tool_calls"`
+	// Agent is the agent episode's environment and returns; required
+	// with type agent, absent otherwise.
+	Agent *AgentEpisode `yaml:"agent,omitempty"`
+}
+
+// AgentEpisode is how the policy acts in a built-in environment
+// (episode.type agent): each step's prompt is the template over the
+// environment's observation, and the policy's turn is parsed for its
+// last <action>name</action> or <action>name(value)</action>.
+type AgentEpisode struct {
+	// Env is the built-in environment: equations, calculator, multiply
+	// (calculator's tasks without the calculate action) or guess.
+	// Required.
+	Env string `yaml:"env"`
+	// MaxSteps bounds an episode's steps (1..64). Default 8.
+	MaxSteps int `yaml:"max_steps"`
+	// Returns is what each step is credited with: episode (the episode's
+	// total reward, every step alike) or discounted (the step's reward
+	// plus gamma times the next step's return). Default episode.
+	Returns string `yaml:"returns"`
+	// Gamma discounts later rewards with returns discounted; in [0, 1].
+	// Default 1.
+	Gamma float64 `yaml:"gamma"`
+	// Template is a step's prompt (Go text/template) over .Observation
+	// (required), .Actions (the valid actions as written), .Taken (the
+	// actions taken so far) and .Step. Default DefaultAgentTemplate.
+	Template string `yaml:"template"`
+}
+
+// DefaultAgentTemplate is the default prompt of an agent step.
+const DefaultAgentTemplate = "{{.Observation}}\nActions: {{.Actions}}\n"
+
+func (a *AgentEpisode) setDefaults() {
+	*a = AgentEpisode{MaxSteps: 8, Returns: "episode", Gamma: 1, Template: DefaultAgentTemplate}
 }
 
 // Algorithm is the RL algorithm and its hyper-parameters.

@@ -18,7 +18,12 @@ var (
 	EngineKinds    = []string{"native", "vllm"}
 	WeightSyncs    = []string{"full", "lora", "reload"}
 	Verifiers      = []string{"math", "gsm8k", "code"}
-	EpisodeTypes   = []string{"single", "mlmt", "score", "tools"}
+	EpisodeTypes   = []string{"single", "mlmt", "score", "tools", "agent"}
+	// Envs are rollout/env's Names: the built-in environments of agent
+	// episodes.
+	Envs = []string{"equations", "calculator", "multiply", "guess"}
+	// AgentReturns are what an agent episode's steps are credited with.
+	AgentReturns = []string{"episode", "discounted"}
 	Tools          = []string{"calculator", "python"}
 	Algorithms     = []string{"grpo", "ppo", "rloo", "reinforce_pp", "drgrpo", "rw_sft"}
 	Schedules      = []string{"constant", "cosine"}
@@ -316,6 +321,9 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	// data
 	d := &r.Data
 	switch {
+	case epType == "agent" && (d.Task != nil || d.Dataset != nil):
+		c.add("data", "episode.type agent takes its tasks from episode.agent.env: remove data.task and data.dataset")
+	case epType == "agent":
 	case d.Task == nil && d.Dataset == nil:
 		c.add("data", "want a task or a dataset section")
 	case d.Task != nil && d.Dataset != nil:
@@ -366,6 +374,26 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 		c.add("episode.tools", "tools need episode.type tools (episode.type is %q)", epType)
 	}
 	c.positive("episode.max_tool_calls", r.Episode.MaxToolCalls)
+	switch ag := r.Episode.Agent; {
+	case ag == nil && epType == "agent":
+		c.add("episode.agent", "absent: episode.type agent needs episode.agent with env (one of %s)", strings.Join(Envs, ", "))
+	case ag != nil && epType != "agent":
+		c.add("episode.agent", "set, but episode.type is %q (it is for agent)", epType)
+	case ag != nil:
+		c.oneOf("episode.agent.env", ag.Env, Envs)
+		if ag.MaxSteps < 1 || ag.MaxSteps > 64 {
+			c.add("episode.agent.max_steps", "%d: want 1..64", ag.MaxSteps)
+		}
+		c.oneOf("episode.agent.returns", ag.Returns, AgentReturns)
+		if !(ag.Gamma >= 0 && ag.Gamma <= 1) {
+			c.add("episode.agent.gamma", "%v: want a value in [0, 1]", ag.Gamma)
+		}
+		if !strings.Contains(ag.Template, ".Observation") {
+			c.add("episode.agent.template", "%q: must use .Observation", ag.Template)
+		} else if _, err := tmpl.Parse("episode.agent.template", ag.Template, "Observation", "Actions", "Taken", "Step"); err != nil {
+			c.add("episode.agent.template", "%v", err)
+		}
+	}
 
 	// algorithm
 	c.positive("algorithm.group_size", a.GroupSize)

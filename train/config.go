@@ -116,6 +116,8 @@ type Config struct {
 	ToolResponseTemplate   string
 	MaxToolCalls           int
 	Calculator, PythonTool bool
+	// Agent: the policy acts in a built-in environment (agent.go).
+	Agent *AgentConfig
 
 	// SFT warm-up: WarmupSteps optimizer steps of plain SFT on
 	// WarmupBatch generated problems each, at WarmupLR. 0 steps skips it.
@@ -233,6 +235,7 @@ const (
 	EpisodeMLMT   = "mlmt"
 	EpisodeSCoRe  = "score"
 	EpisodeTools  = "tools"
+	EpisodeAgent  = "agent"
 )
 
 // Feedback rewards of MLMT.
@@ -351,6 +354,7 @@ type compiled struct {
 	prompt, answer                                   *template.Template
 	feedback, feedbackAnswer, staticFeedback, refine *template.Template
 	review, toolResponse                             *template.Template
+	agent                                            *template.Template
 }
 
 func (c *Config) validate() (*compiled, error) {
@@ -472,8 +476,15 @@ func (c *Config) validate() (*compiled, error) {
 		if !c.Calculator && !c.PythonTool {
 			return nil, fmt.Errorf("driver config: calculator, python_tool: episode tools offers no tool: set one or both")
 		}
+	case EpisodeAgent:
+		if t.agent, err = c.Agent.validate(); err != nil {
+			return nil, err
+		}
 	default:
-		return nil, bad("episode", c.Episode, "want single, mlmt, score or tools")
+		return nil, bad("episode", c.Episode, "want single, mlmt, score, tools or agent")
+	}
+	if c.Episode != EpisodeAgent && c.Agent != nil {
+		return nil, fmt.Errorf("driver config: agent: for episode agent (episode is %q)", c.Episode)
 	}
 	if c.Episode != EpisodeTools && (c.ToolResponseTemplate != "" || c.MaxToolCalls != 0 || c.Calculator || c.PythonTool) {
 		return nil, fmt.Errorf("driver config: tool_response_template, max_tool_calls, calculator and python_tool are for episode tools (episode is %q)", c.Episode)

@@ -31,6 +31,9 @@ func checkContext(cfg Config, tpl *compiled, feedbackModel string) (field string
 	if err != nil {
 		return "", nil
 	}
+	if cfg.Episode == EpisodeAgent {
+		return agentContext(cfg, tpl, solver)
+	}
 	var fb *policyContext
 	if f := cfg.Feedback; f != nil {
 		fl := f.learnerConfig(cfg)

@@ -173,6 +173,9 @@ func (c *Config) trainProblems() int {
 // newSource builds the run's problem source; a dataset is loaded and
 // checked here, before any actor starts.
 func newSource(cfg Config) (problemSource, error) {
+	if cfg.Episode == EpisodeAgent {
+		return envSource{}, nil
+	}
 	if cfg.Dataset == nil {
 		gen, err := task.New(cfg.Task)
 		if err != nil {

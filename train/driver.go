@@ -104,6 +104,21 @@ type Metrics struct {
 	SyncSeconds        float64 `json:"sync_s"`
 	EvalSeconds        float64 `json:"eval_s,omitempty"`
 	ElapsedSeconds     float64 `json:"elapsed_s"`
+	// Agent episodes (agent.go: AgentStats), over the RL step's episodes
+	// and, eval_*, over the held-out ones at evaluation steps (where
+	// eval_accuracy is the completion rate).
+	CompletionRate        *float64           `json:"completion_rate,omitempty"`
+	ActionsPerEpisode     *float64           `json:"actions_per_episode,omitempty"`
+	InvalidActionRate     *float64           `json:"invalid_action_rate,omitempty"`
+	ActionReward          map[string]float64 `json:"action_reward,omitempty"`
+	ToolCalls             *int               `json:"tool_calls,omitempty"`
+	ToolErrors            *int               `json:"tool_errors,omitempty"`
+	EvalCompletionRate    *float64           `json:"eval_completion_rate,omitempty"`
+	EvalActionsPerEpisode *float64           `json:"eval_actions_per_episode,omitempty"`
+	EvalInvalidActionRate *float64           `json:"eval_invalid_action_rate,omitempty"`
+	EvalActionReward      map[string]float64 `json:"eval_action_reward,omitempty"`
+	EvalToolCalls         *int               `json:"eval_tool_calls,omitempty"`
+	EvalToolErrors        *int               `json:"eval_tool_errors,omitempty"`
 }
 
 // Result sums up a run.
@@ -513,6 +528,9 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p StepPlan) error {
 				return err
 			}
 			m.EvalAccuracy, m.EvalSampled = &se.Accuracy, se.Sampled
+			if se.Agent != nil {
+				se.Agent.fillEval(m)
+			}
 		}
 		m.EvalSeconds = time.Since(t0).Seconds()
 		r.res.FinalEval = *m.EvalAccuracy
@@ -579,7 +597,13 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 		return Metrics{}, err
 	}
 	solverTurns := func(t data.Turn) bool { return !cfg.StopGradient || t.Turn == 0 }
-	sb, err := BatchFromTrajectories(r.solver.id, batch.turns, solverTurns)
+	trainTurns := batch.turns
+	if cfg.Episode == EpisodeAgent {
+		if trainTurns, err = agentTraining(batch.turns, cfg.Learner.Algorithm, cfg.Agent); err != nil {
+			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+		}
+	}
+	sb, err := BatchFromTrajectories(r.solver.id, trainTurns, solverTurns)
 	if err != nil {
 		return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
 	}
@@ -627,9 +651,13 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 		cfg.Episodes(r.step, batch.turns)
 	}
 	final, turn1 := rlStepMetrics(&m, outcomes(batch.turns, r.solver.id), cfg.GroupSize)
-	if cfg.multiTurn() {
+	switch {
+	case cfg.multiTurn():
 		m.RewardMean, m.Turn1RewardMean = &final, &turn1
-	} else {
+	case cfg.Episode == EpisodeAgent:
+		m.RewardMean = &final // the mean episode total
+		agentStats(batch.turns).fillRL(&m)
+	default:
 		reward := st.RewardMean
 		m.RewardMean = &reward
 	}

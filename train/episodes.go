@@ -96,6 +96,8 @@ func (e player) runner(solver episode.Policy, fb *episode.Policy) episode.Runner
 			ShapeRefine: cfg.ShapeRefine, Alpha: cfg.ScoreAlpha}
 	case EpisodeSCoRe:
 		return &episode.SCoRe{Solver: solver, Prompter: pr, Verifier: e.verifier, Workers: workers, Limits: quoteLimits, Alpha: cfg.ScoreAlpha}
+	case EpisodeAgent:
+		return agentRunner(cfg, e.tpl, solver)
 	case EpisodeTools:
 		return &episode.ToolUse{Solver: solver, Prompter: pr, Verifier: e.verifier, Workers: workers, Python: e.python,
 			Calculator: cfg.Calculator, MaxCalls: cfg.MaxToolCalls, Limits: episode.DefaultLimits}

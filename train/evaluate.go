@@ -6,6 +6,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 
@@ -24,6 +25,9 @@ type SingleEval struct {
 	Correct, Problems int
 	// Sampled is a sampled evaluation's pass@k and maj@n (nil: greedy).
 	Sampled *SampledEval
+	// Agent is an agent evaluation's figures (nil: other episodes);
+	// Accuracy is then the completion rate, Correct the episodes solved.
+	Agent *AgentStats
 }
 
 // EvaluateSingleCheckpoint evaluates the checkpoint in dir as the driver
@@ -89,6 +93,10 @@ func (r *run) evaluate(ctx context.Context) (SingleEval, error) {
 	}
 	if err != nil {
 		return SingleEval{}, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
+	}
+	if r.cfg.Episode == EpisodeAgent {
+		st := agentStats(turns)
+		return SingleEval{Accuracy: st.CompletionRate, Correct: int(math.Round(st.CompletionRate * float64(st.Episodes))), Problems: len(r.eval), Agent: &st}, nil
 	}
 	rewards, texts := make([]float64, len(turns)), make([]string, len(turns))
 	for j, t := range turns {

@@ -122,6 +122,8 @@ func (r *run) steps(ctx context.Context, s State) error {
 				}
 			}
 			m, err = r.warmupStepTrajectories(ctx, traj)
+		case r.cfg.Episode == EpisodeAgent:
+			m, err = r.warmupStepAgent(ctx)
 		case r.cfg.multiTurn():
 			m, err = r.warmupStepMultiTurn(ctx)
 		default:

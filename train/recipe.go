@@ -121,6 +121,10 @@ func (l recipe) refusals() []recipes.Problem {
 		no("algorithm.value_coef", "0: ppo's critic would never train (want > 0)")
 	}
 
+	if epType == "agent" {
+		l.refuseAgent(no)
+	}
+
 	// Templates (rendered by the driver: .Problem becomes .Question).
 	_, tplProbs := l.templates()
 	refused = append(refused, tplProbs...)
@@ -128,6 +132,22 @@ func (l recipe) refusals() []recipes.Problem {
 		no("sft.feedback_response", "empty: the warm-up (sft.steps %d) needs the feedback policy's target", r.SFT.Steps)
 	}
 	return refused
+}
+
+// refuseAgent reports what an agent recipe asks for that the loop cannot
+// run yet: agent episodes play in the driver's process on its native
+// engine, evaluated greedily.
+func (l recipe) refuseAgent(no func(field, format string, args ...any)) {
+	r := l.Recipe
+	switch {
+	case r.Engines.Policy.Kind == "vllm":
+		no("engines.policy.kind", "vllm is not supported with episode.type agent yet (native)")
+	case l.needsRolloutActors():
+		no("engines.policy", "rollout actors (replicas > 1, placement.mode split or placement.rollout resources, sync.mode async) are not supported with episode.type agent yet: agent episodes play in the driver's process")
+	}
+	if r.Eval.Temperature > 0 {
+		no("eval.temperature", "%v: sampled evaluation is not supported with episode.type agent yet (greedy: 0)", r.Eval.Temperature)
+	}
 }
 
 // driverTemplates are a recipe's templates in the driver's form (.Problem
@@ -266,6 +286,9 @@ func (l recipe) config(out string) (Config, error) {
 	}
 	if epType != "single" {
 		cfg.Episode = epType
+	}
+	if ag := r.Episode.Agent; epType == "agent" && ag != nil {
+		cfg.Agent = &AgentConfig{Env: ag.Env, MaxSteps: ag.MaxSteps, Returns: ag.Returns, Gamma: ag.Gamma, Template: ag.Template}
 	}
 	if epType == "tools" {
 		cfg.ToolResponseTemplate, cfg.MaxToolCalls = tpl.toolResponse, r.Episode.MaxToolCalls

@@ -42,6 +42,67 @@ type Agent struct {
 	Seed     int64
 	System   string // the system message; empty: none
 	Limits   Limits
+	// Prompter, when set, writes each step's prompt as text in the
+	// model's own format instead of the chat messages above (System is
+	// then unused).
+	Prompter AgentPrompter
+}
+
+// AgentPrompter writes the prompt of an agent step as text in the model's
+// own format (no chat template). Implementations must be safe for
+// concurrent use.
+type AgentPrompter interface {
+	AgentPrompt(v AgentView) (string, error)
+}
+
+// AgentView is what an agent step's prompt may show: the step (0-based),
+// the latest observation, and the actions taken so far as written in the
+// action format ("?" for a turn that held none).
+type AgentView struct {
+	Step        int
+	Observation env.Observation
+	Taken       []string
+}
+
+// Notes of agent turns (data.Turn.Note, joined by "; "), read back by
+// AgentStepOf.
+const (
+	NoteInvalid   = "invalid action: "
+	NoteOutcome   = "outcome: "
+	NoteToolCall  = "tool call: "
+	NoteToolError = "tool error: "
+)
+
+// AgentStep is what one agent turn did, read from its text and note:
+// the action's name (empty when the turn held none), whether the
+// environment refused it, the outcome when it ended the episode, and
+// whether it called a tool and the call failed.
+type AgentStep struct {
+	Action              string
+	Invalid             bool
+	Outcome             string
+	ToolCall, ToolError bool
+}
+
+// AgentStepOf reads one turn of an agent episode.
+func AgentStepOf(t data.Turn) AgentStep {
+	var s AgentStep
+	if a, err := env.ParseAction(t.ResponseText); err == nil {
+		s.Action = a.Name
+	}
+	for _, n := range strings.Split(t.Note, "; ") {
+		switch {
+		case strings.HasPrefix(n, NoteInvalid):
+			s.Invalid = true
+		case strings.HasPrefix(n, NoteOutcome):
+			s.Outcome = strings.TrimPrefix(n, NoteOutcome)
+		case strings.HasPrefix(n, NoteToolCall):
+			s.ToolCall = true
+		case strings.HasPrefix(n, NoteToolError):
+			s.ToolError = true
+		}
+	}
+	return s
 }
 
 // agentState is one episode in play.
@@ -50,6 +111,8 @@ type agentState struct {
 	group     int64
 	env       env.Env
 	msgs      []tokenizer.Message
+	obs       env.Observation // the latest
+	taken     []string
 	turns     []data.Turn
 	done      bool
 	err       error // a Step error other than ctx's
@@ -84,6 +147,7 @@ func (r *Agent) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 				e.msgs = append(e.msgs, tokenizer.Message{Role: "system", Content: r.System})
 			}
 			e.msgs = append(e.msgs, tokenizer.Message{Role: "user", Content: renderObservation(lim, obs)})
+			e.obs = obs
 			eps = append(eps, e)
 		}
 	}
@@ -91,7 +155,11 @@ func (r *Agent) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 	reqs := make([]engine.Request, len(b.Examples))
 	for i := range b.Examples {
 		e := eps[i*b.N]
-		req, err := r.Policy.request(fmt.Sprintf("g%d-a0", e.group), Prompt{Messages: e.msgs}, b.params(r.Policy.Params, StageFirst, i, 0, 0, b.N))
+		pr, err := r.prompt(e, 0)
+		if err != nil {
+			return nil, err
+		}
+		req, err := r.Policy.request(fmt.Sprintf("g%d-a0", e.group), pr, b.params(r.Policy.Params, StageFirst, i, 0, 0, b.N))
 		if err != nil {
 			return nil, err
 		}
@@ -117,7 +185,11 @@ func (r *Agent) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 				continue
 			}
 			p := b.params(r.Policy.Params, StageFinal+step+1, e.i, e.sample, step+1, 1)
-			req, err := r.Policy.request(fmt.Sprintf("%s-a%d", episodeID(e.group, e.sample), step+1), Prompt{Messages: append([]tokenizer.Message(nil), e.msgs...)}, p)
+			pr, err := r.prompt(e, step+1)
+			if err != nil {
+				return nil, err
+			}
+			req, err := r.Policy.request(fmt.Sprintf("%s-a%d", episodeID(e.group, e.sample), step+1), pr, p)
 			if err != nil {
 				return nil, err
 			}
@@ -145,6 +217,19 @@ func (r *Agent) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 		turns = append(turns, e.turns...)
 	}
 	return turns, nil
+}
+
+// prompt is the prompt of episode e's step: the Prompter's text, or the
+// chat so far.
+func (r *Agent) prompt(e *agentState, step int) (Prompt, error) {
+	if r.Prompter == nil {
+		return Prompt{Messages: append([]tokenizer.Message(nil), e.msgs...)}, nil
+	}
+	text, err := r.Prompter.AgentPrompt(AgentView{Step: step, Observation: e.obs, Taken: append([]string(nil), e.taken...)})
+	if err != nil {
+		return Prompt{}, fmt.Errorf("agent episode: step %d prompt: %w", step, err)
+	}
+	return Prompt{Text: text}, nil
 }
 
 // outcomeOf is sample s of o, as an outcome of one sample.
@@ -184,9 +269,10 @@ func (r *Agent) playOne(ctx context.Context, lim Limits, e *agentState, res engi
 	t := turnOf(r.Policy, res, smp)
 	var notes []string
 	a, err := env.ParseAction(smp.Text)
+	taken := a.String()
 	if err != nil {
 		notes = append(notes, err.Error())
-		a = env.Action{}
+		a, taken = env.Action{}, "?"
 	}
 	sr, err := e.env.Step(ctx, a)
 	switch {
@@ -196,11 +282,17 @@ func (r *Agent) playOne(ctx context.Context, lim Limits, e *agentState, res engi
 	default:
 		t.Reward = sr.Reward
 		if sr.Invalid != "" {
-			notes = append(notes, "invalid action: "+sr.Invalid)
+			notes = append(notes, NoteInvalid+sr.Invalid)
+		}
+		if tool := sr.Info[env.InfoTool]; tool != "" {
+			notes = append(notes, NoteToolCall+tool)
+		}
+		if te := sr.Info[env.InfoToolError]; te != "" {
+			notes = append(notes, NoteToolError+te)
 		}
 		if sr.Done {
-			if oc := sr.Info["outcome"]; oc != "" {
-				notes = append(notes, "outcome: "+oc)
+			if oc := sr.Info[env.InfoOutcome]; oc != "" {
+				notes = append(notes, NoteOutcome+oc)
 			}
 			e.done = true
 		} else if step+1 >= maxSteps {
@@ -211,6 +303,7 @@ func (r *Agent) playOne(ctx context.Context, lim Limits, e *agentState, res engi
 		e.msgs = append(e.msgs,
 			tokenizer.Message{Role: "assistant", Content: said},
 			tokenizer.Message{Role: "user", Content: renderObservation(lim, sr.Observation)})
+		e.obs, e.taken = sr.Observation, append(e.taken, taken)
 	}
 	t.Note = joinNotes(notes...)
 	e.turns = append(e.turns, t)
