@@ -358,7 +358,7 @@ func agentTraining(turns []data.Turn, algorithm string, ac *AgentConfig) ([]data
 // AgentStats are the figures of a set of agent episodes: the share that
 // ended solved, actions (turns) per episode, the share of actions the
 // environment refused (or that held none), the mean reward per action
-// kind (by name; "none" for turns that held no action), and the
+// kind (agentStats), and the
 // environment's tool calls and failed calls.
 type AgentStats struct {
 	Episodes          int
@@ -373,17 +373,40 @@ type AgentStats struct {
 	SolvedAll, SolvedNone float64
 }
 
+// envActions are the names of the actions environment name offers (nil
+// for an unknown name).
+func envActions(name string) []string {
+	e, err := env.New(name, 0)
+	if err != nil {
+		return nil
+	}
+	obs, err := e.Reset(context.Background(), 0, env.TaskTrain)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, a := range obs.Actions {
+		names = append(names, a.Name)
+	}
+	return names
+}
+
 // agentStats reads the turns of agent episodes (each episode's turns
-// together, in turn order).
-func agentStats(turns []data.Turn) AgentStats {
+// together, in turn order) in an environment offering actions: a turn's
+// action kind is its action's name when offered, "other" for any other
+// name, "none" when the turn held no action.
+func agentStats(turns []data.Turn, actions []string) AgentStats {
 	var s AgentStats
 	sums, counts := map[string]float64{}, map[string]int{}
 	var invalid, groups, allSolved, noneSolved, inGroup, solvedInGroup int
 	for i, t := range turns {
 		st := episode.AgentStepOf(t)
 		kind := st.Action
-		if kind == "" {
+		switch {
+		case kind == "":
 			kind = "none"
+		case !slices.Contains(actions, kind):
+			kind = "other"
 		}
 		sums[kind] += t.Reward
 		counts[kind]++

@@ -77,6 +77,11 @@ var refusalCases = []struct {
 	{"quickstart", []string{"algorithm.clip_low=0", "algorithm.clip_high=0"}, "builtin:quickstart.yaml:50: algorithm: learner config: loss: clip_low and clip_high are both 0"},
 	{"quickstart", []string{`episode.templates.refine="{{.Nope}}"`}, `--set episode.templates.refine="{{.Nope}}": episode.templates.refine: template "refine": uses .Nope: not supported in a prompt template`},
 
+	// Agent episodes.
+	{"agent_equations", sets(vllmPolicy), "--set engines.policy.kind=vllm: engines.policy.kind: vllm is not supported with episode.type agent yet (native)"},
+	{"agent_equations", []string{"engines.policy.replicas=2"}, "builtin:agent_equations.yaml:27: engines.policy: rollout actors (replicas > 1, placement.mode split or placement.rollout resources, sync.mode async) are not supported with episode.type agent yet"},
+	{"agent_equations", []string{"eval.temperature=0.5"}, "--set eval.temperature=0.5: eval.temperature: 0.5: sampled evaluation is not supported with episode.type agent yet (greedy: 0)"},
+
 	// Prompts that cannot fit the policy's context (checkContext).
 	{"quickstart", []string{"episode.type=score"}, "builtin:quickstart.yaml:23: models.policy.init.max_positions: 64 positions: problem arithmetic/1/train/0: the review prompt (episode.templates.review) takes 86 tokens, leaving no room for an answer"},
 	{"quickstart", []string{"episode.type=score", "models.policy.init.max_positions=88"}, "--set models.policy.init.max_positions=88: models.policy.init.max_positions: 88 positions: problem arithmetic/1/train/0: the warm-up sequence of the review prompt (episode.templates.review) and its target takes"},

@@ -34,6 +34,9 @@ type CurvePanel struct {
 	Title, YLabel string
 	Fields        []string
 	Quarter       int
+	// Optional panels are drawn only when they have data (those of one
+	// episode type), so that other runs' images keep their layout.
+	Optional bool
 }
 
 // TokensPerSecond is the field curves.png derives from each line's
@@ -42,11 +45,12 @@ const TokensPerSecond = "tokens_per_s"
 
 // CurvePanels are the panels of curves.png.
 var CurvePanels = []CurvePanel{
-	{"reward", "mean reward", []string{"reward_mean", "turn1_reward_mean"}, 0},
-	{"accuracy per turn", "held-out accuracy", []string{"eval_accuracy", "turn1_accuracy", "turn2_accuracy", "turn3_accuracy", "turn3_accuracy_static"}, 1},
-	{"KL", "nats", []string{"approx_kl", "ref_kl", "kl_penalty"}, 2},
-	{"entropy", "nats per token", []string{"entropy"}, 2},
-	{"tokens/s", "tokens per second", []string{TokensPerSecond}, 3},
+	{"reward", "mean reward", []string{"reward_mean", "turn1_reward_mean"}, 0, false},
+	{"accuracy per turn", "held-out accuracy", []string{"eval_accuracy", "turn1_accuracy", "turn2_accuracy", "turn3_accuracy", "turn3_accuracy_static"}, 1, false},
+	{"KL", "nats", []string{"approx_kl", "ref_kl", "kl_penalty"}, 2, false},
+	{"entropy", "nats per token", []string{"entropy"}, 2, false},
+	{"tokens/s", "tokens per second", []string{TokensPerSecond}, 3, false},
+	{"agent episodes", "share", []string{"completion_rate", "eval_completion_rate", "invalid_action_rate", "eval_invalid_action_rate"}, 3, true},
 }
 
 // CurveColors are the colours of a panel's fields, in order.
@@ -200,6 +204,9 @@ func drawCurves(panels [][]curve) (img image.Image, at func(panel int, x, y floa
 	quarters := draw.Tiles{Rows: 2, Cols: 2, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(12), PadX: vg.Points(18), PadY: vg.Points(12)}
 	stacked := map[int][]int{} // quarter → its panels
 	for i, cp := range CurvePanels {
+		if cp.Optional && len(panels[i]) == 0 {
+			continue
+		}
 		stacked[cp.Quarter] = append(stacked[cp.Quarter], i)
 	}
 	data := make([]draw.Canvas, len(plots))

@@ -94,6 +94,9 @@ func TestWriteCurves(t *testing.T) {
 		if s%3 == 0 {
 			fmt.Fprintf(&sb, `,"eval_accuracy":%g,"turn1_accuracy":%g,"turn3_accuracy":%g`, 0.9*x, 0.5*x, 0.8*x)
 		}
+		if s%2 == 0 { // agent episodes' figures, at evaluation steps
+			fmt.Fprintf(&sb, `,"completion_rate":%g,"eval_completion_rate":%g,"invalid_action_rate":%g`, 0.9*x, 0.5*x, 0.1*x)
+		}
 		sb.WriteString("}\n")
 	}
 	if err := os.WriteFile(metrics, []byte(sb.String()), 0o644); err != nil {

@@ -656,7 +656,7 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 		m.RewardMean, m.Turn1RewardMean = &final, &turn1
 	case cfg.Episode == EpisodeAgent:
 		m.RewardMean = &final // the mean episode total
-		agentStats(batch.turns).fillRL(&m)
+		agentStats(batch.turns, envActions(cfg.Agent.Env)).fillRL(&m)
 	default:
 		reward := st.RewardMean
 		m.RewardMean = &reward

@@ -95,7 +95,7 @@ func (r *run) evaluate(ctx context.Context) (SingleEval, error) {
 		return SingleEval{}, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
 	}
 	if r.cfg.Episode == EpisodeAgent {
-		st := agentStats(turns)
+		st := agentStats(turns, envActions(r.cfg.Agent.Env))
 		return SingleEval{Accuracy: st.CompletionRate, Correct: int(math.Round(st.CompletionRate * float64(st.Episodes))), Problems: len(r.eval), Agent: &st}, nil
 	}
 	rewards, texts := make([]float64, len(turns)), make([]string, len(turns))

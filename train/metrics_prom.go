@@ -36,6 +36,20 @@ type RunMetrics struct {
 	eval   *float64
 	reward *float64
 	state  int // runRunning, runFinished or runFailed
+	// The agent figures of the last RL step and of the last evaluation
+	// (agent episodes only).
+	agent, evalAgent *AgentStats
+}
+
+// agentGauges are the gauges of agent runs, each exported for the last
+// RL step and, eval_, for the last evaluation; rlnode_action_reward and
+// rlnode_eval_action_reward are labelled with the action.
+var agentGauges = []struct{ name, help string }{
+	{"completion_rate", "Share of agent episodes that ended solved"},
+	{"actions_per_episode", "Actions per agent episode"},
+	{"invalid_action_rate", "Share of actions the environment refused (or turns with none)"},
+	{"tool_calls", "Tool calls of the agent episodes"},
+	{"tool_errors", "Tool calls that failed"},
 }
 
 // runGauges are the gauges of RunMetrics besides rlnode_step_seconds, by
@@ -65,6 +79,12 @@ func NewRunMetrics(name string, planned int) *RunMetrics {
 	for _, g := range runGauges {
 		r.descs[g.name] = prometheus.NewDesc(g.name, g.help, nil, run)
 	}
+	for _, g := range agentGauges {
+		r.descs["rlnode_"+g.name] = prometheus.NewDesc("rlnode_"+g.name, g.help+", last RL step.", nil, run)
+		r.descs["rlnode_eval_"+g.name] = prometheus.NewDesc("rlnode_eval_"+g.name, g.help+", last evaluation.", nil, run)
+	}
+	r.descs["rlnode_action_reward"] = prometheus.NewDesc("rlnode_action_reward", "Mean reward per action kind, last RL step.", []string{"action"}, run)
+	r.descs["rlnode_eval_action_reward"] = prometheus.NewDesc("rlnode_eval_action_reward", "Mean reward per action kind, last evaluation.", []string{"action"}, run)
 	r.descs["rlnode_tokens_total"] = prometheus.NewDesc("rlnode_tokens_total", "Tokens processed by the steps of this process.", nil, run)
 	r.descs["rlnode_step_seconds"] = prometheus.NewDesc("rlnode_step_seconds", "Seconds the last step spent per phase.", []string{"phase"}, run)
 	return r
@@ -84,6 +104,22 @@ func (r *RunMetrics) Observe(m Metrics) {
 		v := *m.RewardMean
 		r.reward = &v
 	}
+	if m.CompletionRate != nil {
+		r.agent = &AgentStats{CompletionRate: *m.CompletionRate, ActionsPerEpisode: deref(m.ActionsPerEpisode), InvalidActionRate: deref(m.InvalidActionRate),
+			ActionReward: m.ActionReward, ToolCalls: deref(m.ToolCalls), ToolErrors: deref(m.ToolErrors)}
+	}
+	if m.EvalCompletionRate != nil {
+		r.evalAgent = &AgentStats{CompletionRate: *m.EvalCompletionRate, ActionsPerEpisode: deref(m.EvalActionsPerEpisode), InvalidActionRate: deref(m.EvalInvalidActionRate),
+			ActionReward: m.EvalActionReward, ToolCalls: deref(m.EvalToolCalls), ToolErrors: deref(m.EvalToolErrors)}
+	}
+}
+
+func deref[T any](p *T) T {
+	var v T
+	if p != nil {
+		v = *p
+	}
+	return v
 }
 
 // Finish records how the run ended: err is Run's error (nil: finished).
@@ -123,6 +159,22 @@ func (r *RunMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	if r.eval != nil {
 		gauge("rlnode_eval_accuracy", *r.eval)
+	}
+	for _, a := range []struct {
+		prefix string
+		s      *AgentStats
+	}{{"rlnode_", r.agent}, {"rlnode_eval_", r.evalAgent}} {
+		if a.s == nil {
+			continue
+		}
+		gauge(a.prefix+"completion_rate", a.s.CompletionRate)
+		gauge(a.prefix+"actions_per_episode", a.s.ActionsPerEpisode)
+		gauge(a.prefix+"invalid_action_rate", a.s.InvalidActionRate)
+		gauge(a.prefix+"tool_calls", float64(a.s.ToolCalls))
+		gauge(a.prefix+"tool_errors", float64(a.s.ToolErrors))
+		for _, k := range actionKinds(a.s.ActionReward) {
+			ch <- prometheus.MustNewConstMetric(r.descs[a.prefix+"action_reward"], prometheus.GaugeValue, a.s.ActionReward[k], k)
+		}
 	}
 	m := r.last
 	if m == nil {
