@@ -15,7 +15,7 @@ import (
 func TestBuiltinsLoadAndRoundTrip(t *testing.T) {
 	t.Setenv("RLNODE_HOME", t.TempDir())
 	names := BuiltinNames()
-	want := []string{"bi_level_score", "bi_level_score_stopgrad", "grpo_gsm8k", "mbpp", "mlmt_gsm8k", "mlmt_math", "mlmt_math_static", "mlmt_math_stopgrad", "ppo_math", "quickstart", "quickstart_lora", "rl_guided_score", "score_math"}
+	want := []string{"agent_equations", "agent_game", "agent_tools", "bi_level_score", "bi_level_score_stopgrad", "grpo_gsm8k", "mbpp", "mlmt_gsm8k", "mlmt_math", "mlmt_math_static", "mlmt_math_stopgrad", "ppo_math", "quickstart", "quickstart_lora", "rl_guided_score", "score_math"}
 	if !reflect.DeepEqual(names, want) {
 		t.Fatalf("BuiltinNames() = %v, want %v", names, want)
 	}
@@ -110,7 +110,7 @@ func diffValues(path string, a, b reflect.Value) []string {
 // relative paths resolved against their directory.
 func TestBuiltinsLoadByPath(t *testing.T) {
 	files, err := filepath.Glob("builtin/*.yaml")
-	if err != nil || len(files) != 8 {
+	if err != nil || len(files) != 11 {
 		t.Fatalf("built-in files: %v %v", files, err)
 	}
 	for _, f := range files {

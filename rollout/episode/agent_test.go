@@ -268,3 +268,74 @@ func TestReturns(t *testing.T) {
 		t.Errorf("missing turn: %v", err)
 	}
 }
+
+// stepPrompter writes each step as "step K | OBSERVATION | TAKEN".
+type stepPrompter struct{}
+
+func (stepPrompter) AgentPrompt(v episode.AgentView) (string, error) {
+	if v.Step > 5 {
+		return "", fmt.Errorf("step %d: too far", v.Step)
+	}
+	return fmt.Sprintf("step %d | %s | %s", v.Step, v.Observation.Text, strings.Join(v.Taken, ",")), nil
+}
+
+// TestAgentPrompterAndNotes: with a Prompter the steps' prompts are its
+// text (no chat), and AgentStepOf reads back what each turn did: tool
+// calls and failed calls of the calculator, an invalid action, the
+// outcome.
+func TestAgentPrompterAndNotes(t *testing.T) {
+	eng := episodetest.NewScriptedEngine(nil)
+	eng.Reply = func(r engine.Request, _ int) string {
+		p := eng.Tok.Decode(r.Prompt)
+		switch {
+		case strings.HasPrefix(p, "step 0 "):
+			return "<action>calculate(347 / 28)</action>"
+		case strings.HasPrefix(p, "step 1 "):
+			return "no action"
+		case strings.HasPrefix(p, "step 2 "):
+			return "<action>calculate(347*28)</action>"
+		}
+		return "<action>answer(9716)</action>"
+	}
+	pol := policy("actor", eng)
+	pol.Tokenizer = eng.Tok
+	a := &episode.Agent{Policy: pol, NewEnv: func() env.Env { return env.NewMultiply(true) }, MaxSteps: 6, Prompter: stepPrompter{}}
+	turns, err := a.Run(ctx(t), episode.Batch{Examples: []data.Example{{ID: "p", Prompt: "347 * 28"}}, N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTurns(t, turns)
+	want := []episode.AgentStep{
+		{Action: env.Calculate, ToolCall: true, ToolError: true},
+		{Invalid: true},
+		{Action: env.Calculate, ToolCall: true},
+		{Action: env.Answer, Outcome: env.OutcomeSolved},
+	}
+	if len(turns) != len(want) {
+		t.Fatalf("%d turns, want %d", len(turns), len(want))
+	}
+	reqs := eng.Requests()
+	for k, tr := range turns {
+		if got := episode.AgentStepOf(tr); got != want[k] {
+			t.Errorf("turn %d (%q, note %q): %+v, want %+v", k, tr.ResponseText, tr.Note, got, want[k])
+		}
+		if reqs[k].Messages != nil {
+			t.Errorf("request %d is chat; want the prompter's text", k)
+		}
+	}
+	if p := eng.Tok.Decode(reqs[3].Prompt); p != "step 3 | What is 347 * 28? 347*28 = 9716 | calculate(347 / 28),?,calculate(347*28)" {
+		t.Errorf("step 3's prompt: %q", p)
+	}
+	if r := []float64{-0.2, -0.5, 0, 1}; turns[0].Reward != r[0] || turns[1].Reward != r[1] || turns[2].Reward != r[2] || turns[3].Reward != r[3] || math.Abs(turns[0].FinalReward-0.3) > 1e-12 {
+		t.Errorf("rewards %v %v %v %v final %v", turns[0].Reward, turns[1].Reward, turns[2].Reward, turns[3].Reward, turns[0].FinalReward)
+	}
+	// A prompter that fails fails the run, naming the step.
+	eng2 := episodetest.NewScriptedEngine(func(engine.Request, int) string { return "<action>calculate(1)</action>" })
+	long := func() env.Env { m := env.NewMultiply(true); m.MaxSteps = 10; return m }
+	pol2 := policy("actor", eng2)
+	pol2.Tokenizer = eng2.Tok
+	a = &episode.Agent{Policy: pol2, NewEnv: long, MaxSteps: 10, Prompter: stepPrompter{}}
+	if _, err := a.Run(ctx(t), episode.Batch{Examples: []data.Example{{ID: "p", Prompt: "347 * 28"}}, N: 1}); err == nil || !strings.Contains(err.Error(), "step 6 prompt") {
+		t.Errorf("failing prompter: %v", err)
+	}
+}
