@@ -19,11 +19,6 @@ var (
 	WeightSyncs    = []string{"full", "lora", "reload"}
 	Verifiers      = []string{"math", "gsm8k", "code"}
 	EpisodeTypes   = []string{"single", "mlmt", "score", "tools", "agent"}
-	// Envs are rollout/env's Names: the built-in environments of agent
-	// episodes.
-	Envs = []string{"equations", "calculator", "multiply", "guess"}
-	// AgentReturns are what an agent episode's steps are credited with.
-	AgentReturns = []string{"episode", "discounted"}
 	Tools          = []string{"calculator", "python"}
 	Algorithms     = []string{"grpo", "ppo", "rloo", "reinforce_pp", "drgrpo", "rw_sft"}
 	Schedules      = []string{"constant", "cosine"}
@@ -44,6 +39,15 @@ var (
 	Metrics         = []string{"accuracy", "reward_mean", "response_length"}
 	TurnMetrics     = []string{"turn1_accuracy", "turn2_accuracy", "turn3_accuracy", "delta", "incorrect_to_correct", "correct_to_incorrect"}
 	FeedbackMetrics = []string{"turn3_accuracy_static"}
+)
+
+// Agent episodes' names.
+var (
+	// Envs are rollout/env's Names: the built-in environments of agent
+	// episodes.
+	Envs = []string{"equations", "calculator", "multiply", "guess"}
+	// AgentReturns are what an agent episode's steps are credited with.
+	AgentReturns = []string{"episode", "discounted"}
 )
 
 // Names that the learner and rollout packages define, repeated here so

@@ -120,7 +120,7 @@ func TestAgentStats(t *testing.T) {
 	s := agentStats(turns, []string{env.Calculate, env.Answer})
 	want := AgentStats{Episodes: 3, CompletionRate: 2.0 / 3, ActionsPerEpisode: 2, InvalidActionRate: 2.0 / 6,
 		ActionReward: map[string]float64{"calculate": -0.1, "answer": 1, "none": -0.5, "other": -0.5},
-		ToolCalls: 2, ToolErrors: 1, SolvedAll: 0.5, SolvedNone: 0}
+		ToolCalls:    2, ToolErrors: 1, SolvedAll: 0.5, SolvedNone: 0}
 	if s.Episodes != want.Episodes || s.CompletionRate != want.CompletionRate || s.ActionsPerEpisode != want.ActionsPerEpisode ||
 		s.InvalidActionRate != want.InvalidActionRate || s.ToolCalls != want.ToolCalls || s.ToolErrors != want.ToolErrors ||
 		s.SolvedAll != want.SolvedAll || s.SolvedNone != want.SolvedNone || len(s.ActionReward) != len(want.ActionReward) {
