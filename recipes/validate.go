@@ -43,7 +43,7 @@ var (
 
 // Agent episodes' names.
 var (
-	// Envs are rollout/env's Names: the built-in environments of agent
+	// Envs are rollout/env's BuiltinNames: the built-in environments of agent
 	// episodes.
 	Envs = []string{"equations", "calculator", "multiply", "guess"}
 	// AgentReturns are what an agent episode's steps are credited with.

@@ -177,8 +177,8 @@ func TestAgentRecipeErrors(t *testing.T) {
 
 // TestRecipeNamesMatch: recipes' names of environments are rollout/env's.
 func TestAgentEnvNamesMatch(t *testing.T) {
-	if strings.Join(recipes.Envs, ",") != strings.Join(env.Names, ",") {
-		t.Errorf("recipes.Envs %v, rollout/env.Names %v", recipes.Envs, env.Names)
+	if strings.Join(recipes.Envs, ",") != strings.Join(env.BuiltinNames, ",") {
+		t.Errorf("recipes.Envs %v, rollout/env.BuiltinNames %v", recipes.Envs, env.BuiltinNames)
 	}
 }
 
@@ -186,7 +186,7 @@ func TestAgentEnvNamesMatch(t *testing.T) {
 // under the default template, as the warm-up trains on them.
 func TestTeacherEpisode(t *testing.T) {
 	ac := AgentConfig{MaxSteps: 8, Returns: ReturnsEpisode, Gamma: 1, Template: recipes.DefaultAgentTemplate}
-	for _, name := range env.Names {
+	for _, name := range env.BuiltinNames {
 		ac.Env = name
 		tpl, err := ac.validate()
 		if err != nil {
