@@ -351,31 +351,44 @@ func readString16(r io.Reader) (string, error) {
 	return string(s), nil
 }
 
-// servePush takes one push; false ends the connection.
-func (b *Bulk) servePush(c, raw net.Conn, r *bufio.Reader, hello string) bool {
-	name, err := readString16(r)
-	if err != nil {
-		return false
+// errPushHeader marks a push whose header length is over bulkMaxPushHdr.
+var errPushHeader = errors.New("push header too large")
+
+// readPushPreamble reads what precedes a push's body: the object name, the
+// header (at most bulkMaxPushHdr bytes) and the body length.
+func readPushPreamble(r io.Reader) (name string, hdr []byte, n int64, err error) {
+	if name, err = readString16(r); err != nil {
+		return "", nil, 0, err
 	}
 	var h4 [4]byte
-	if _, err := io.ReadFull(r, h4[:]); err != nil {
-		return false
+	if _, err = io.ReadFull(r, h4[:]); err != nil {
+		return "", nil, 0, err
 	}
 	hn := binary.BigEndian.Uint32(h4[:])
 	if hn > bulkMaxPushHdr {
-		b.sys.warn.Warn(b.sys.log, "bulk: malformed push", "peer", c.RemoteAddr().String(), "header", hn)
-		return false
+		return "", nil, 0, fmt.Errorf("%w: %d bytes", errPushHeader, hn)
 	}
-	hdr := make([]byte, hn)
-	if _, err := io.ReadFull(r, hdr); err != nil {
-		return false
+	hdr = make([]byte, hn)
+	if _, err = io.ReadFull(r, hdr); err != nil {
+		return "", nil, 0, err
 	}
 	var n8 [8]byte
-	if _, err := io.ReadFull(r, n8[:]); err != nil {
-		return false
+	if _, err = io.ReadFull(r, n8[:]); err != nil {
+		return "", nil, 0, err
 	}
-	n := int64(binary.BigEndian.Uint64(n8[:]))
-	if n < 0 {
+	if n = int64(binary.BigEndian.Uint64(n8[:])); n < 0 {
+		return "", nil, 0, errors.New("negative push length")
+	}
+	return name, hdr, n, nil
+}
+
+// servePush takes one push; false ends the connection.
+func (b *Bulk) servePush(c, raw net.Conn, r *bufio.Reader, hello string) bool {
+	name, hdr, n, err := readPushPreamble(r)
+	if err != nil {
+		if errors.Is(err, errPushHeader) {
+			b.sys.warn.Warn(b.sys.log, "bulk: malformed push", "peer", c.RemoteAddr().String(), "err", err)
+		}
 		return false
 	}
 	if hello == "" {

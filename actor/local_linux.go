@@ -392,29 +392,11 @@ func (l *localConn) close() {
 // serveLocalPush is servePush on a same-host connection.
 func (b *Bulk) serveLocalPush(l *localConn, hello string) bool {
 	c, in := l.c, l.r
-	name, err := readString16(in)
+	name, hdr, n, err := readPushPreamble(in)
 	if err != nil {
-		return false
-	}
-	var h4 [4]byte
-	if _, err := io.ReadFull(in, h4[:]); err != nil {
-		return false
-	}
-	hn := binary.BigEndian.Uint32(h4[:])
-	if hn > bulkMaxPushHdr {
-		b.sys.warn.Warn(b.sys.log, "bulk: malformed same-host push", "from", hello, "header", hn)
-		return false
-	}
-	hdr := make([]byte, hn)
-	if _, err := io.ReadFull(in, hdr); err != nil {
-		return false
-	}
-	var n8 [8]byte
-	if _, err := io.ReadFull(in, n8[:]); err != nil {
-		return false
-	}
-	n := int64(binary.BigEndian.Uint64(n8[:]))
-	if n < 0 {
+		if errors.Is(err, errPushHeader) {
+			b.sys.warn.Warn(b.sys.log, "bulk: malformed same-host push", "from", hello, "err", err)
+		}
 		return false
 	}
 	progress := func() { _ = c.SetDeadline(time.Now().Add(bulkProgress)) }
