@@ -3,8 +3,8 @@
 # Go modules from the module proxy, Debian packages (bubblewrap and python3
 # for the code sandbox, slurm-wlm and munge for the Slurm tests, chromium for
 # the dashboard's browser tests, libnvrtc11.2 and g++ for the CUDA kernel
-# tests), and the
-# npm packages the OpenAI-client test uses.
+# tests), and the npm packages of the tests that drive our servers with
+# official clients (openai, OpenTelemetry, DuckDB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go mod download
