@@ -69,8 +69,7 @@ type Equations struct {
 
 	eq    equation
 	stage int // 0: posed, 1: identified, 2: subtracted, 3: divided
-	steps int
-	live  bool
+	counted
 }
 
 // NewEquations is Equations with DefaultEquationRewards and a limit of 8
@@ -105,23 +104,7 @@ func (e *Equations) Reset(ctx context.Context, seed int64, task string) (Observa
 
 // Step implements Env.
 func (e *Equations) Step(ctx context.Context, a Action) (StepResult, error) {
-	if !e.live {
-		return StepResult{}, ErrDone
-	}
-	if err := ctx.Err(); err != nil {
-		return StepResult{}, err
-	}
-	e.steps++
-	r := e.step(a)
-	if !r.Done && e.steps >= e.MaxSteps {
-		r.Done = true
-		r.Info = map[string]string{"outcome": OutcomeStepLimit}
-		r.Observation.Text += fmt.Sprintf("\nStep limit of %d reached.", e.MaxSteps)
-	}
-	if r.Done {
-		e.live = false
-	}
-	return r, nil
+	return e.take(ctx, e.MaxSteps, func() StepResult { return e.step(a) }, stepLimitNote(e.MaxSteps))
 }
 
 func (e *Equations) step(a Action) StepResult {

@@ -37,8 +37,7 @@ type Guess struct {
 	MaxSteps int
 
 	target, lo, hi int
-	steps          int
-	live           bool
+	counted
 }
 
 // NewGuess is Guess over 1..50 with DefaultGuessRewards and 6 guesses
@@ -81,23 +80,8 @@ func (g *Guess) Reset(ctx context.Context, seed int64, task string) (Observation
 
 // Step implements Env.
 func (g *Guess) Step(ctx context.Context, a Action) (StepResult, error) {
-	if !g.live {
-		return StepResult{}, ErrDone
-	}
-	if err := ctx.Err(); err != nil {
-		return StepResult{}, err
-	}
-	g.steps++
-	r := g.step(a)
-	if !r.Done && g.steps >= g.MaxSteps {
-		r.Done = true
-		r.Info = withInfo(r.Info, InfoOutcome, OutcomeStepLimit)
-		r.Observation.Text += fmt.Sprintf(" No guesses left: it was %d.", g.target)
-	}
-	if r.Done {
-		g.live = false
-	}
-	return r, nil
+	noneLeft := func() string { return fmt.Sprintf(" No guesses left: it was %d.", g.target) }
+	return g.take(ctx, g.MaxSteps, func() StepResult { return g.step(a) }, noneLeft)
 }
 
 func (g *Guess) step(a Action) StepResult {

@@ -52,8 +52,7 @@ type Multiply struct {
 	a, b   int
 	shown  string // the last calculator line; empty before a call
 	called bool   // the teacher has called the calculator
-	steps  int
-	live   bool
+	counted
 }
 
 // NewMultiply is Multiply with DefaultMultiplyRewards and a limit of 4
@@ -95,23 +94,7 @@ func (m *Multiply) Reset(ctx context.Context, seed int64, task string) (Observat
 
 // Step implements Env.
 func (m *Multiply) Step(ctx context.Context, a Action) (StepResult, error) {
-	if !m.live {
-		return StepResult{}, ErrDone
-	}
-	if err := ctx.Err(); err != nil {
-		return StepResult{}, err
-	}
-	m.steps++
-	r := m.step(a)
-	if !r.Done && m.steps >= m.MaxSteps {
-		r.Done = true
-		r.Info = withInfo(r.Info, InfoOutcome, OutcomeStepLimit)
-		r.Observation.Text += fmt.Sprintf("\nStep limit of %d reached.", m.MaxSteps)
-	}
-	if r.Done {
-		m.live = false
-	}
-	return r, nil
+	return m.take(ctx, m.MaxSteps, func() StepResult { return m.step(a) }, stepLimitNote(m.MaxSteps))
 }
 
 func (m *Multiply) step(a Action) StepResult {
