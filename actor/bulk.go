@@ -382,6 +382,24 @@ func readPushPreamble(r io.Reader) (name string, hdr []byte, n int64, err error)
 	return name, hdr, n, nil
 }
 
+// offerFor is the offer id when it holds [off, off+n); otherwise it
+// answers the reader that the offer is absent or the range outside it, and
+// says whether the connection may take another request.
+func (b *Bulk) offerFor(w io.Writer, id string, off, n uint64) (o *offer, goOn bool) {
+	b.mu.Lock()
+	o = b.offers[id]
+	b.mu.Unlock()
+	status := byte(bulkStatusAbsent)
+	if o != nil {
+		if off <= uint64(len(o.data)) && n <= uint64(len(o.data))-off {
+			return o, true
+		}
+		status = bulkStatusRange
+	}
+	_, err := w.Write([]byte{status})
+	return nil, err == nil
+}
+
 // servePush takes one push; false ends the connection.
 func (b *Bulk) servePush(c, raw net.Conn, r *bufio.Reader, hello string) bool {
 	name, hdr, n, err := readPushPreamble(r)
@@ -471,16 +489,9 @@ func (b *Bulk) serveFetch(c, raw net.Conn, r *bufio.Reader) bool {
 		_, _ = c.Write([]byte{bulkStatusDenied})
 		return false
 	}
-	b.mu.Lock()
-	o := b.offers[id]
-	b.mu.Unlock()
+	o, goOn := b.offerFor(c, id, off, n)
 	if o == nil {
-		_, err := c.Write([]byte{bulkStatusAbsent})
-		return err == nil
-	}
-	if off > uint64(len(o.data)) || n > uint64(len(o.data))-off {
-		_, err := c.Write([]byte{bulkStatusRange})
-		return err == nil
+		return goOn
 	}
 	if _, err := c.Write([]byte{bulkStatusOK}); err != nil {
 		return false

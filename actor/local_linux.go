@@ -456,16 +456,9 @@ func (b *Bulk) serveLocalFetch(l *localConn) bool {
 		_, _ = c.Write([]byte{bulkStatusDenied})
 		return false
 	}
-	b.mu.Lock()
-	o := b.offers[id]
-	b.mu.Unlock()
+	o, goOn := b.offerFor(c, id, off, n)
 	if o == nil {
-		_, err := c.Write([]byte{bulkStatusAbsent})
-		return err == nil
-	}
-	if off > uint64(len(o.data)) || n > uint64(len(o.data))-off {
-		_, err := c.Write([]byte{bulkStatusRange})
-		return err == nil
+		return goOn
 	}
 	// Counted before the bytes go (the reader may answer its caller
 	// before this goroutine would count them after).
