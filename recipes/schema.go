@@ -262,8 +262,8 @@ type Episode struct {
 // last <action>name</action> or <action>name(value)</action>.
 type AgentEpisode struct {
 	// Env is the built-in environment: equations, calculator, multiply
-	// (calculator's tasks without the calculate action) or guess.
-	// Required.
+	// (calculator's tasks without the calculate action) or guess; or http,
+	// an environment served at URL. Required.
 	Env string `yaml:"env"`
 	// MaxSteps bounds an episode's steps (1..64). Default 8.
 	MaxSteps int `yaml:"max_steps"`
@@ -278,6 +278,15 @@ type AgentEpisode struct {
 	// (required), .Actions (the valid actions as written), .Taken (the
 	// actions taken so far) and .Step. Default DefaultAgentTemplate.
 	Template string `yaml:"template"`
+	// URL is the environment server's base URL (http or https), with env
+	// http: required then, absent otherwise. The server speaks the
+	// protocol of rollout/env.HTTP.
+	URL string `yaml:"url,omitempty"`
+	// TimeoutSeconds bounds one request to the server (env http); 0: 30.
+	TimeoutSeconds float64 `yaml:"timeout_seconds,omitempty"`
+	// Retries is how many more times a request the server could not serve
+	// is sent (env http); 0: 3, -1: none.
+	Retries int `yaml:"retries,omitempty"`
 }
 
 // DefaultAgentTemplate is the default prompt of an agent step.

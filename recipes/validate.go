@@ -384,7 +384,8 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	case ag != nil && epType != "agent":
 		c.add("episode.agent", "set, but episode.type is %q (it is for agent)", epType)
 	case ag != nil:
-		c.oneOf("episode.agent.env", ag.Env, Envs)
+		c.oneOf("episode.agent.env", ag.Env, append(slices.Clone(Envs), "http"))
+		c.agentURL(ag)
 		if ag.MaxSteps < 1 || ag.MaxSteps > 64 {
 			c.add("episode.agent.max_steps", "%d: want 1..64", ag.MaxSteps)
 		}
@@ -920,4 +921,30 @@ func (c *checker) biLevel(r *Recipe, bl *BiLevel) {
 	}
 	c.nonNegativeF("algorithm.bi_level.guidance_lr", bl.GuidanceLR)
 	c.nonNegativeF("algorithm.bi_level.guidance_kl_coef", bl.GuidanceKLCoef)
+}
+
+// agentURL checks an agent episode's server settings: url with env http
+// only, and then an http(s) URL with a host.
+func (c *checker) agentURL(ag *AgentEpisode) {
+	if ag.Env != "http" {
+		if ag.URL != "" || ag.TimeoutSeconds != 0 || ag.Retries != 0 {
+			c.add("episode.agent.url", "url, timeout_seconds and retries are for env http (env is %q)", ag.Env)
+		}
+		return
+	}
+	u, err := url.Parse(ag.URL)
+	switch {
+	case ag.URL == "":
+		c.add("episode.agent.url", "absent: env http needs the server's URL, e.g. http://127.0.0.1:8000")
+	case err != nil:
+		c.add("episode.agent.url", "%q: %v", ag.URL, err)
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "":
+		c.add("episode.agent.url", "%q: want http(s)://host[:port][/path], no query", ag.URL)
+	}
+	if !(ag.TimeoutSeconds >= 0 && ag.TimeoutSeconds <= 3600) {
+		c.add("episode.agent.timeout_seconds", "%v: want 0..3600 (0: 30)", ag.TimeoutSeconds)
+	}
+	if ag.Retries < -1 || ag.Retries > 10 {
+		c.add("episode.agent.retries", "%d: want -1..10 (0: 3, -1: none)", ag.Retries)
+	}
 }

@@ -47,6 +47,26 @@ type AgentConfig struct {
 	// Template is a step's prompt, plain text in the model's format, over
 	// AgentTemplateData.
 	Template string
+	// URL, Timeout and Retries are the server of Env "http" (env.Spec);
+	// its tasks are the seeds of env.TaskTrain and env.TaskHeldOut, as
+	// the built-in environments', and it has no teacher.
+	URL     string
+	Timeout time.Duration
+	Retries int
+}
+
+// EnvHTTP is AgentConfig.Env of an environment served over HTTP.
+const EnvHTTP = "http"
+
+// newEnv makes one environment of a validated config: a built-in one
+// bounded to MaxSteps, or an HTTP one (the episode bounds its steps).
+func (a *AgentConfig) newEnv() env.Env {
+	if a.Env == EnvHTTP {
+		mk, _ := env.Open(env.Spec{Name: EnvHTTP, URL: a.URL, Timeout: a.Timeout, Retries: a.Retries})
+		return mk()
+	}
+	e, _ := env.New(a.Env, a.MaxSteps)
+	return e
 }
 
 // Returns of an agent episode.
@@ -74,8 +94,17 @@ func (a *AgentConfig) validate() (*template.Template, error) {
 	if a == nil {
 		return nil, fmt.Errorf("driver config: agent: episode agent needs its settings")
 	}
-	if _, err := env.New(a.Env, 0); err != nil {
+	if a.Env == EnvHTTP {
+		if _, err := env.Open(env.Spec{Name: EnvHTTP, URL: a.URL, Timeout: a.Timeout, Retries: a.Retries}); err != nil {
+			return nil, fmt.Errorf("driver config: agent.url: %w", err)
+		}
+		if a.Timeout < 0 {
+			return nil, fmt.Errorf("driver config: agent.timeout %v: want ≥ 0", a.Timeout)
+		}
+	} else if _, err := env.New(a.Env, 0); err != nil {
 		return nil, fmt.Errorf("driver config: agent.env: %w", err)
+	} else if a.URL != "" {
+		return nil, fmt.Errorf("driver config: agent.url: for env %s only (env is %q)", EnvHTTP, a.Env)
 	}
 	switch {
 	case a.MaxSteps < 1 || a.MaxSteps > MaxAgentSteps:
@@ -121,10 +150,8 @@ func agentRunner(cfg *Config, tpl *compiled, solver episode.Policy) episode.Runn
 	ac := cfg.Agent
 	return &episode.Agent{
 		Policy: solver,
-		NewEnv: func() env.Env {
-			e, _ := env.New(ac.Env, ac.MaxSteps) // the name is validated
-			return e
-		},
+		NewEnv: ac.newEnv, // validated
+
 		MaxSteps: ac.MaxSteps,
 		Seed:     int64(cfg.Seed),
 		Limits:   quoteLimits,

@@ -80,6 +80,7 @@ var refusalCases = []struct {
 	// Agent episodes.
 	{"agent_equations", sets(vllmPolicy), "--set engines.policy.kind=vllm: engines.policy.kind: vllm is not supported with episode.type agent yet (native)"},
 	{"agent_equations", []string{"engines.policy.replicas=2"}, "builtin:agent_equations.yaml:27: engines.policy: rollout actors (replicas > 1, placement.mode split or placement.rollout resources, sync.mode async) are not supported with episode.type agent yet"},
+	{"agent_game", []string{"episode.agent.env=http", "episode.agent.url=http://127.0.0.1:8000"}, "builtin:agent_game.yaml:40: sft.steps: 100: env http has no scripted teacher to warm up on: set sft.trajectories or sft.steps 0"},
 	{"agent_equations", []string{"eval.temperature=0.5"}, "--set eval.temperature=0.5: eval.temperature: 0.5: sampled evaluation is not supported with episode.type agent yet (greedy: 0)"},
 
 	// Prompts that cannot fit the policy's context (checkContext).
@@ -209,6 +210,41 @@ engines:
 	want := file + ":7: engines.policy.replicas: 2 is not supported with kind vllm"
 	if err := Check(l); err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("Check: %v\nwant %q", err, want)
+	}
+}
+
+// An agent recipe's server settings are checked at their lines.
+func TestCheckAgentHTTPURL(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	for _, c := range []struct {
+		sets []string
+		want string
+	}{
+		{[]string{"episode.agent.env=http"}, "builtin:agent_game.yaml:33: episode.agent.url: absent: env http needs the server's URL"},
+		{[]string{"episode.agent.env=http", "episode.agent.url=ftp://h/x"}, `--set episode.agent.url=ftp://h/x: episode.agent.url: "ftp://h/x": want http(s)://host[:port][/path], no query`},
+		{[]string{"episode.agent.env=http", "episode.agent.url=http://h?q=1"}, `--set episode.agent.url=http://h?q=1: episode.agent.url: "http://h?q=1": want http(s)://host[:port][/path], no query`},
+		{[]string{"episode.agent.url=http://h"}, `--set episode.agent.url=http://h: episode.agent.url: url, timeout_seconds and retries are for env http (env is "guess")`},
+		{[]string{"episode.agent.env=http", "episode.agent.url=http://h", "episode.agent.timeout_seconds=-1"}, "--set episode.agent.timeout_seconds=-1: episode.agent.timeout_seconds: -1: want 0..3600 (0: 30)"},
+		{[]string{"episode.agent.env=http", "episode.agent.url=http://h", "episode.agent.retries=-2"}, "--set episode.agent.retries=-2: episode.agent.retries: -2: want -1..10 (0: 3, -1: none)"},
+	} {
+		l, err := recipes.Load("agent_game", append([]string{"sft.steps=0"}, c.sets...))
+		if err == nil {
+			err = Check(l)
+		}
+		if err == nil || !strings.Contains("\n"+err.Error()+"\n", "\n"+c.want) {
+			t.Errorf("%v: got\n%v\nwant a line starting %q", c.sets, err, c.want)
+		}
+	}
+	l, err := recipes.Load("agent_game", []string{"sft.steps=0", "episode.agent.env=http", "episode.agent.url=http://127.0.0.1:8000", "episode.agent.timeout_seconds=2.5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := FromRecipe(l, t.TempDir())
+	if err != nil {
+		t.Fatalf("a valid http agent recipe: %v", err)
+	}
+	if a := cfg.Agent; a.URL != "http://127.0.0.1:8000" || a.Timeout != 2500*time.Millisecond || a.Retries != 0 {
+		t.Errorf("agent config %+v: want the recipe's url and a 2.5 s timeout", *a)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	tparse "text/template/parse"
+	"time"
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/tmpl"
@@ -147,6 +148,9 @@ func (l recipe) refuseAgent(no func(field, format string, args ...any)) {
 	}
 	if r.Eval.Temperature > 0 {
 		no("eval.temperature", "%v: sampled evaluation is not supported with episode.type agent yet (greedy: 0)", r.Eval.Temperature)
+	}
+	if ag := r.Episode.Agent; ag != nil && ag.Env == "http" && r.SFT.Steps > 0 && r.SFT.Trajectories == "" {
+		no("sft.steps", "%d: env http has no scripted teacher to warm up on: set sft.trajectories or sft.steps 0", r.SFT.Steps)
 	}
 }
 
@@ -288,7 +292,8 @@ func (l recipe) config(out string) (Config, error) {
 		cfg.Episode = epType
 	}
 	if ag := r.Episode.Agent; epType == "agent" && ag != nil {
-		cfg.Agent = &AgentConfig{Env: ag.Env, MaxSteps: ag.MaxSteps, Returns: ag.Returns, Gamma: ag.Gamma, Template: ag.Template}
+		cfg.Agent = &AgentConfig{Env: ag.Env, MaxSteps: ag.MaxSteps, Returns: ag.Returns, Gamma: ag.Gamma, Template: ag.Template,
+			URL: ag.URL, Timeout: time.Duration(ag.TimeoutSeconds * float64(time.Second)), Retries: ag.Retries}
 	}
 	if epType == "tools" {
 		cfg.ToolResponseTemplate, cfg.MaxToolCalls = tpl.toolResponse, r.Episode.MaxToolCalls
