@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,6 +37,26 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// killSlurmLeftovers SIGKILLs every process whose environment holds
+// marker (this test's SLURM_CONF=…): slurmstepd and the job steps under it.
+func killSlurmLeftovers(t *testing.T, marker string) {
+	t.Helper()
+	procs, _ := os.ReadDir("/proc")
+	for _, d := range procs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
+		if err != nil || !slices.Contains(strings.Split(string(b), "\x00"), marker) {
+			continue
+		}
+		if p, err := os.FindProcess(pid); err == nil && p.Signal(syscall.SIGKILL) == nil {
+			t.Logf("killed pid %d, left over from a Slurm job", pid)
+		}
+	}
 }
 
 // daemon starts a foreground daemon and stops it (TERM, then KILL after
@@ -138,6 +160,11 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 		t.Fatal(err)
 	}
 	env := append(os.Environ(), "SLURM_CONF="+conf)
+	// Job steps run under slurmstepd, which leaves slurmd: a step still
+	// running when the test ends (a failed check, a job that outlived its
+	// wait) would outlive the daemons. Cleanups run last-registered first,
+	// so this one runs after the daemons have stopped.
+	t.Cleanup(func() { killSlurmLeftovers(t, "SLURM_CONF="+conf) })
 	daemon(t, env, filepath.Join(dir, "munged.out"), tools["munged"], "-F", "-f", "-S", sock,
 		"--key-file="+filepath.Join(dir, "munge.key"), "--log-file="+filepath.Join(dir, "munged.log"),
 		"--pid-file="+filepath.Join(dir, "munged.pid"), "--seed-file="+filepath.Join(dir, "munged.seed"))
