@@ -506,18 +506,25 @@ func (b *Bulk) serveFetch(c, raw net.Conn, r *bufio.Reader) bool {
 		b.sys.stats.bulkServed.Add(uint64(k))
 		data = data[k:]
 	}
-	// A read that ends at the payload's end uses one of the offer's readers.
-	if off+n == uint64(len(o.data)) {
-		b.mu.Lock()
-		o.readers--
-		if o.readers <= 0 && b.offers[id] == o {
-			delete(b.offers, id)
-			o.timer.Stop()
-			b.freeOffer(o, true)
-		}
-		b.mu.Unlock()
-	}
+	b.readDone(id, o, off+n)
 	return true
+}
+
+// readDone counts a read of offer id that ended at byte end: one that
+// reaches the payload's end uses one of the offer's readers, and the last
+// reader frees the offer.
+func (b *Bulk) readDone(id string, o *offer, end uint64) {
+	if end != uint64(len(o.data)) {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o.readers--
+	if o.readers <= 0 && b.offers[id] == o {
+		delete(b.offers, id)
+		o.timer.Stop()
+		b.freeOffer(o, true)
+	}
 }
 
 // conn returns an idle connection to addr, or dials one. reused says

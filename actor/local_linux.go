@@ -484,16 +484,7 @@ func (b *Bulk) serveLocalFetch(l *localConn) bool {
 			return false
 		}
 	}
-	if off+n == uint64(len(o.data)) {
-		b.mu.Lock()
-		o.readers--
-		if o.readers <= 0 && b.offers[id] == o {
-			delete(b.offers, id)
-			o.timer.Stop()
-			b.freeOffer(o, true)
-		}
-		b.mu.Unlock()
-	}
+	b.readDone(id, o, off+n)
 	return true
 }
 
