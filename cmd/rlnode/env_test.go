@@ -1,48 +1,23 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/rollout/data"
+	"github.com/rlnode/rlnode/rollout/env/envtest"
 	"github.com/rlnode/rlnode/rollout/offline"
 )
 
 // TestEnvRolloutHTTP collects random play from the Python reference
 // environment server over HTTP, then finds the server's port closed.
 func TestEnvRolloutHTTP(t *testing.T) {
-	const py = "/usr/bin/python3"
-	if _, err := os.Stat(py); err != nil {
-		t.Fatalf("%s is needed (scripts/setup.sh installs it): %v", py, err)
-	}
-	srv := exec.Command(py, "../../rollout/env/testdata/guess_server.py")
-	out, err := srv.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(out).ReadString('\n')
-		line <- s
-	}()
-	var url string
-	select {
-	case s := <-line:
-		url = strings.TrimPrefix(strings.TrimSpace(s), "listening on ")
-	case <-time.After(60 * time.Second):
-		t.Fatal("the guess server did not start")
-	}
+	url, srv := envtest.GuessServer(t)
 	home := t.TempDir()
 	file := filepath.Join(home, "guess.jsonl")
 	stdout, stderr, code := runRlnode(t, home, "env", "rollout", "http", "--url", url, "--policy", "random", "--task", "heldout", "--episodes", "12", "--out", file)

@@ -1,56 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/rlnode/rlnode/rollout/env/envtest"
 )
 
 // `rlnode run` on an agent recipe whose environment is served over HTTP:
 // the reference server rollout/env/testdata/guess_server.py, a real
 // python3 process on 127.0.0.1.
-
-// startGuessServer runs the reference server on a free port and returns
-// its URL and process; the test skips when python3 is missing.
-func startGuessServer(t *testing.T) (string, *exec.Cmd) {
-	t.Helper()
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 is needed for the HTTP environment server")
-	}
-	cmd := exec.Command(py, filepath.Join("..", "..", "rollout", "env", "testdata", "guess_server.py"))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(out).ReadString('\n')
-		line <- s
-	}()
-	select {
-	case s := <-line:
-		u, ok := strings.CutPrefix(strings.TrimSpace(s), "listening on ")
-		if !ok {
-			t.Fatalf("guess server said %q", s)
-		}
-		return u, cmd
-	case <-time.After(60 * time.Second):
-		t.Fatal("guess server did not start within 60 s")
-	}
-	return "", nil
-}
 
 // agentHTTPRecipe writes a tiny agent recipe playing the server at url
 // for rlSteps RL steps, with no warm-up (the server has no teacher).
@@ -112,7 +75,7 @@ func rlSteps(t *testing.T, dir string) int {
 // TestRunAgentHTTPEnv: rlnode run trains through the HTTP environment:
 // every RL step lands in metrics.jsonl.
 func TestRunAgentHTTPEnv(t *testing.T) {
-	url, _ := startGuessServer(t)
+	url, _ := envtest.GuessServer(t)
 	home, dir := t.TempDir(), filepath.Join(t.TempDir(), "run")
 	stdout, stderr, code := runRlnode(t, home, "run", agentHTTPRecipe(t, url, 3), "--out", dir)
 	if code != 0 {
@@ -127,7 +90,7 @@ func TestRunAgentHTTPEnv(t *testing.T) {
 // rlnode run ends with a non-zero status and an error naming the server's
 // URL, instead of waiting on it.
 func TestRunAgentHTTPEnvKilled(t *testing.T) {
-	url, server := startGuessServer(t)
+	url, server := envtest.GuessServer(t)
 	home, dir := t.TempDir(), filepath.Join(t.TempDir(), "run")
 	run := startRun(t, home, "run", agentHTTPRecipe(t, url, 100000), "--out", dir)
 	run.waitFor(t, "an RL step in metrics.jsonl", func() bool { return rlSteps(t, dir) > 0 })

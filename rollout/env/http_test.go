@@ -1,53 +1,16 @@
 package env
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-)
 
-// guessServer runs testdata/guess_server.py with Debian's python3 and
-// returns its URL and process.
-func guessServer(t testing.TB) (string, *exec.Cmd) {
-	t.Helper()
-	const py = "/usr/bin/python3"
-	if _, err := os.Stat(py); err != nil {
-		t.Fatalf("%s is needed (scripts/setup.sh installs it): %v", py, err)
-	}
-	cmd := exec.Command(py, "testdata/guess_server.py")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(out).ReadString('\n')
-		line <- s
-	}()
-	select {
-	case s := <-line:
-		u, ok := strings.CutPrefix(strings.TrimSpace(s), "listening on ")
-		if !ok {
-			t.Fatalf("guess server said %q", s)
-		}
-		return u, cmd
-	case <-time.After(60 * time.Second):
-		t.Fatal("guess server did not start within 60 s")
-	}
-	return "", nil
-}
+	"github.com/rlnode/rlnode/rollout/env/envtest"
+)
 
 func openHTTP(t testing.TB, u string, opt HTTPOptions) *HTTP {
 	t.Helper()
@@ -84,7 +47,7 @@ func bisect(ctx context.Context, e Env, task string) ([]float64, StepResult, err
 }
 
 func TestHTTPPlays(t *testing.T) {
-	u, _ := guessServer(t)
+	u, _ := envtest.GuessServer(t)
 	ctx := context.Background()
 	h := openHTTP(t, u, HTTPOptions{})
 	e := Checked(h)
@@ -150,7 +113,7 @@ func TestHTTPPlays(t *testing.T) {
 }
 
 func TestHTTPFaults(t *testing.T) {
-	u, _ := guessServer(t)
+	u, _ := envtest.GuessServer(t)
 	ctx := context.Background()
 	tests := []struct {
 		task  string
@@ -217,7 +180,7 @@ func TestHTTPFaults(t *testing.T) {
 }
 
 func TestHTTPServerKilled(t *testing.T) {
-	u, cmd := guessServer(t)
+	u, cmd := envtest.GuessServer(t)
 	ctx := context.Background()
 	h := openHTTP(t, u, HTTPOptions{Retries: 2, Backoff: time.Millisecond})
 	e := Checked(h)
@@ -279,7 +242,7 @@ func TestOpen(t *testing.T) {
 // BenchmarkHTTPStep is one step of the guessing game served by the Python
 // reference server over loopback (a reset every few steps).
 func BenchmarkHTTPStep(b *testing.B) {
-	u, _ := guessServer(b)
+	u, _ := envtest.GuessServer(b)
 	ctx := context.Background()
 	h, err := NewHTTP(u, HTTPOptions{})
 	if err != nil {

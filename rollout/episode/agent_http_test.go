@@ -1,9 +1,6 @@
 package episode_test
 
 import (
-	"bufio"
-	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,39 +11,10 @@ import (
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/env"
+	"github.com/rlnode/rlnode/rollout/env/envtest"
 	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/episode/episodetest"
 )
-
-// guessServer runs the Python reference environment server.
-func guessServer(t *testing.T) (string, *exec.Cmd) {
-	t.Helper()
-	const py = "/usr/bin/python3"
-	if _, err := os.Stat(py); err != nil {
-		t.Fatalf("%s is needed (scripts/setup.sh installs it): %v", py, err)
-	}
-	cmd := exec.Command(py, "../env/testdata/guess_server.py")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(out).ReadString('\n')
-		line <- s
-	}()
-	select {
-	case s := <-line:
-		return strings.TrimPrefix(strings.TrimSpace(s), "listening on "), cmd
-	case <-time.After(60 * time.Second):
-		t.Fatal("the guess server did not start")
-	}
-	return "", nil
-}
 
 var clue = regexp.MustCompile(`(\d+) is too (low|high)`)
 
@@ -79,7 +47,7 @@ func httpAgent(eng engine.Engine, url string) *episode.Agent {
 // The agent episode plays an environment served over HTTP by a real
 // Python process: the chats, rewards and outcomes are the server's.
 func TestAgentHTTP(t *testing.T) {
-	url, _ := guessServer(t)
+	url, _ := envtest.GuessServer(t)
 	eng := episodetest.NewScriptedEngine(bisector)
 	examples := []data.Example{{ID: "eleven", Prompt: "11"}, {ID: "drawn", Prompt: "heldout"}}
 	turns, err := httpAgent(eng, url).Run(ctx(t), episode.Batch{Examples: examples, N: 2})
@@ -109,7 +77,7 @@ func TestAgentHTTP(t *testing.T) {
 // A server killed mid-episode ends each episode with a note naming the
 // URL and the step; the batch does not fail and nothing hangs.
 func TestAgentHTTPServerKilled(t *testing.T) {
-	url, cmd := guessServer(t)
+	url, cmd := envtest.GuessServer(t)
 	var once sync.Once
 	eng := episodetest.NewScriptedEngine(nil)
 	eng.Reply = func(r engine.Request, k int) string {
