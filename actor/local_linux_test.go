@@ -13,14 +13,13 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/rlnode/rlnode/internal/proctest"
 	"golang.org/x/sys/unix"
 )
 
@@ -353,23 +352,7 @@ func TestBulkOverTCP(t *testing.T) {
 	if os.Getenv("RLNODE_BULK_TCP") == "1" {
 		t.Skip("already over TCP")
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^(TestBulk|TestStalledPush|TestRemoteCallsAcrossProcesses)", "-test.count=1")
-	cmd.Env = append(os.Environ(), "RLNODE_BULK_TCP=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Exited() {
-			t.Fatalf("the bulk tests over TCP failed:\n%s", out)
-		}
-		t.Fatal(err)
-	}
-	if !bytes.Contains(out, []byte("PASS")) {
-		t.Fatalf("no PASS in:\n%s", out)
-	}
+	proctest.Rerun(t, "^(TestBulk|TestStalledPush|TestRemoteCallsAcrossProcesses)", "RLNODE_BULK_TCP=1")
 }
 
 // A member that speaks the same-host protocol wrongly gets its connection

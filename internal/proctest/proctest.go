@@ -7,6 +7,7 @@ package proctest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"os"
@@ -123,4 +124,26 @@ func Isolated(t *testing.T) bool {
 		t.Fatalf("%s in its own process did not run", t.Name())
 	}
 	return true
+}
+
+// Rerun runs the tests matching pattern again in a fresh process of the
+// test binary with env added to its environment (within 10 minutes), and
+// fails the calling test, with their output, unless they pass.
+func Rerun(t *testing.T, pattern string, env ...string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-test.run="+pattern, "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s with %v: %v\n%s", pattern, env, err, out)
+	}
+	if !bytes.Contains(out, []byte("PASS")) {
+		t.Fatalf("%s with %v: no PASS in:\n%s", pattern, env, out)
+	}
 }

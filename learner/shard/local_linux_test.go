@@ -3,17 +3,14 @@
 package shard
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
+	"github.com/rlnode/rlnode/internal/proctest"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,21 +61,5 @@ func TestRingOverTCP(t *testing.T) {
 	if os.Getenv("RLNODE_BULK_TCP") == "1" {
 		t.Skip("already over TCP")
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^(TestEquivalenceProcesses|TestRankKilledMidStep|TestRankStoppedMidStep)$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "RLNODE_BULK_TCP=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Exited() {
-			t.Fatalf("the ring tests over TCP failed:\n%s", out)
-		}
-		t.Fatal(err)
-	}
-	if !bytes.Contains(out, []byte("PASS")) {
-		t.Fatalf("no PASS in:\n%s", out)
-	}
+	proctest.Rerun(t, "^(TestEquivalenceProcesses|TestRankKilledMidStep|TestRankStoppedMidStep)$", "RLNODE_BULK_TCP=1")
 }
