@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/rlnode/rlnode/internal/connlimit"
 	"io"
 	"io/fs"
 	"net"
@@ -18,6 +17,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/connlimit"
+	"github.com/rlnode/rlnode/internal/httphost"
 )
 
 // Status is the cluster as one node sees it; `rlnode status --json` prints
@@ -208,7 +210,7 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 // method but GET and HEAD) without "Authorization: Bearer <token>" (401).
 func controlGuard(token string, namesOK bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !namesOK && !controlHost(r.Host) {
+		if !namesOK && !httphost.ByAddress(r.Host) {
 			http.Error(w, "control endpoint: refused: Host must be an IP address or localhost", http.StatusForbidden)
 			return
 		}
@@ -225,20 +227,6 @@ func controlGuard(token string, namesOK bool, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// controlHost reports whether a request's Host names the endpoint by
-// address (or as localhost), not by a name some page controls.
-func controlHost(host string) bool {
-	h, _, err := net.SplitHostPort(host)
-	if err != nil {
-		h = host
-	}
-	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
-	if _, err := netip.ParseAddr(h); err == nil {
-		return true
-	}
-	return strings.EqualFold(h, "localhost")
 }
 
 func newControlToken() (string, error) {

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/httphost"
 )
 
 //go:embed web
@@ -154,7 +156,7 @@ func guard(token string, namesOK bool, next http.Handler) http.Handler {
 			http.Error(w, "dashboard: read-only: "+r.Method+" is not answered", http.StatusMethodNotAllowed)
 			return
 		}
-		if !namesOK && !ipOrLocalhost(r.Host) {
+		if !namesOK && !httphost.ByAddress(r.Host) {
 			http.Error(w, "dashboard: refused: Host must be an IP address or localhost", http.StatusForbidden)
 			return
 		}
@@ -200,20 +202,6 @@ func setSecurityHeaders(w http.ResponseWriter) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
-}
-
-// ipOrLocalhost reports whether a request's Host names the server by
-// address (or as localhost), not by a name some page controls.
-func ipOrLocalhost(host string) bool {
-	h, _, err := net.SplitHostPort(host)
-	if err != nil {
-		h = host
-	}
-	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
-	if _, err := netip.ParseAddr(h); err == nil {
-		return true
-	}
-	return strings.EqualFold(h, "localhost")
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
