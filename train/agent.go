@@ -246,14 +246,7 @@ func (r *run) warmupStepAgent(ctx context.Context) (Metrics, error) {
 			b.Responses = append(b.Responses, append(toInt32(r.solver.tok.Encode(s.target)), int32(eos)))
 		}
 	}
-	st, err := r.train(ctx, r.solver, b)
-	if err != nil {
-		return Metrics{}, err
-	}
-	m := Metrics{Phase: "warmup"}
-	r.fill(&m, st)
-	m.TrainSeconds = time.Since(t0).Seconds()
-	return m, nil
+	return r.warmupTrain(ctx, b, t0)
 }
 
 // agentContext is checkContext for agent runs: the teacher's steps of the

@@ -452,6 +452,12 @@ func (r *run) warmupStep(ctx context.Context) (Metrics, error) {
 		b.Prompts = append(b.Prompts, toInt32(r.prompt(p)))
 		b.Responses = append(b.Responses, append(toInt32(ans), int32(eos)))
 	}
+	return r.warmupTrain(ctx, b, t0)
+}
+
+// warmupTrain trains the solver on warm-up batch b, begun at t0, and
+// reports the step's metrics.
+func (r *run) warmupTrain(ctx context.Context, b learner.Batch, t0 time.Time) (Metrics, error) {
 	st, err := r.train(ctx, r.solver, b)
 	if err != nil {
 		return Metrics{}, err

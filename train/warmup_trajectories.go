@@ -110,12 +110,5 @@ func (r *run) warmupStepTrajectories(ctx context.Context, traj *trajectorySample
 		}
 		b.Weights = w
 	}
-	st, err := r.train(ctx, r.solver, b)
-	if err != nil {
-		return Metrics{}, err
-	}
-	m := Metrics{Phase: "warmup"}
-	r.fill(&m, st)
-	m.TrainSeconds = time.Since(t0).Seconds()
-	return m, nil
+	return r.warmupTrain(ctx, b, t0)
 }
