@@ -213,6 +213,11 @@ type Dataset struct {
 	// "messages.0.content") to fields. Default prompt: prompt, answer:
 	// answer.
 	Columns Columns `yaml:"columns"`
+	// EvalColumns are the eval file's own columns when they differ from
+	// the training file's (e.g. MATH-500's problem/answer beside a
+	// training file's prompt/answer); a field left out is the one in
+	// Columns. Needs Eval. Default: Columns.
+	EvalColumns *Columns `yaml:"eval_columns,omitempty"`
 	// Epochs bounds the passes over the training file; 0 is unbounded.
 	// Default 0.
 	Epochs int `yaml:"epochs"`
@@ -557,7 +562,16 @@ type Eval struct {
 	// Default [accuracy, reward_mean], plus the turn metrics for mlmt and
 	// score, plus turn3_accuracy_static for mlmt with a feedback policy.
 	Metrics []string `yaml:"metrics,omitempty"`
+	// GroupBy are columns of the evaluation rows (a dataset's, e.g.
+	// MATH-500's subject and level) by whose values accuracy (and with
+	// sampling pass@k) is also reported: `rlnode eval` prints a table
+	// and writes them as JSON. Needs data.dataset; at most 8 columns.
+	// Default none.
+	GroupBy []string `yaml:"group_by,omitempty"`
 }
+
+// MaxGroupBy bounds eval.group_by.
+const MaxGroupBy = 8
 
 // Checkpoint says what a checkpoint keeps.
 type Checkpoint struct {

@@ -365,6 +365,9 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 			c.add("data.dataset.columns.answer", "verifier %s needs the answer column", d.Verifier)
 		}
 		c.nonNegative("data.dataset.epochs", ds.Epochs)
+		if ec := ds.EvalColumns; ec != nil && ds.Eval == "" {
+			c.add("data.dataset.eval_columns", "needs data.dataset.eval: without an eval file the held-out rows come from the training file and its columns")
+		}
 		if mlmt && ds.Columns.Hint == "" {
 			c.add("data.dataset.columns.hint", "empty: name the column the feedback templates read as .Hint (default hint)")
 		}
@@ -552,6 +555,25 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	c.nonNegativeF("eval.temperature", r.Eval.Temperature)
 	if r.Eval.Samples > 1 && r.Eval.Temperature == 0 {
 		c.add("eval.samples", "%d samples at temperature 0 are all the same (eval.temperature 0 is greedy); set eval.temperature > 0 or eval.samples: 1", r.Eval.Samples)
+	}
+	if g := r.Eval.GroupBy; g != nil {
+		switch {
+		case len(g) == 0:
+			c.add("eval.group_by", "empty: leave it out for no per-group figures")
+		case len(g) > MaxGroupBy:
+			c.add("eval.group_by", "%d columns: want at most %d", len(g), MaxGroupBy)
+		case r.Data.Dataset == nil:
+			c.add("eval.group_by", "needs data.dataset: the columns are the evaluation rows' (e.g. subject, level)")
+		}
+		for i, col := range g {
+			path := fmt.Sprintf("eval.group_by.%d", i)
+			switch {
+			case strings.TrimSpace(col) == "":
+				c.add(path, "empty column name")
+			case slices.Contains(g[:i], col):
+				c.add(path, "%q: listed twice", col)
+			}
+		}
 	}
 	if r.Eval.PassK != nil {
 		switch {

@@ -80,5 +80,18 @@ func columnsMapping(c recipes.Columns) data.Mapping {
 	return data.Mapping{Prompt: c.Prompt, Answer: c.Answer, Tests: c.Tests, Setup: c.Setup, ID: c.ID}
 }
 
+// evalColumns are an eval file's columns: each field of eval that is set,
+// else the training file's.
+func evalColumns(train, eval recipes.Columns) recipes.Columns {
+	pick := func(e, t string) string {
+		if e != "" {
+			return e
+		}
+		return t
+	}
+	return recipes.Columns{Prompt: pick(eval.Prompt, train.Prompt), Answer: pick(eval.Answer, train.Answer),
+		Tests: pick(eval.Tests, train.Tests), Setup: pick(eval.Setup, train.Setup), ID: pick(eval.ID, train.ID), Hint: pick(eval.Hint, train.Hint)}
+}
+
 // episodeTemplates are the recipe's templates for rollout/episode.
 func episodeTemplates(t recipes.Templates) episode.Templates { return episode.Templates(t) }

@@ -29,6 +29,13 @@ type Dataset struct {
 	// the reference program an SFT warm-up trains on with code; tests and
 	// setup for code; id).
 	Mapping data.Mapping
+	// EvalMapping names the eval file's columns when they differ (nil:
+	// Mapping).
+	EvalMapping *data.Mapping
+	// GroupBy are columns of the held-out rows whose values break the
+	// evaluation down (eval.group_by): read from the eval file, or from
+	// the training file when rows are held out of it.
+	GroupBy []string
 	// Epochs bounds the passes over the train rows; 0 is unbounded.
 	Epochs int
 	// HintColumn is the column MLMT's feedback templates read as .Hint,
@@ -74,6 +81,9 @@ type datasetSource struct {
 	trainEx   []data.Example
 	evalProbs []task.Problem
 	refs      map[string]verify.Reference
+	// groups are the held-out problems' GroupBy values by ID (nil: no
+	// group_by).
+	groups map[string][]string
 	// trainHints are the train file's hint column by row (nil: not
 	// loaded; multiturn_data.go).
 	trainHints []string
@@ -88,7 +98,16 @@ func loadDataset(ds *Dataset, seed uint64, evalProblems int) (*datasetSource, er
 	if ds.Epochs < 0 {
 		return nil, fmt.Errorf("driver config: dataset.epochs %d: want ≥ 0", ds.Epochs)
 	}
-	train, err := data.Load(ds.Train, ds.Mapping)
+	trainMap, evalMap := ds.Mapping, ds.Mapping
+	if ds.EvalMapping != nil {
+		evalMap = *ds.EvalMapping
+	}
+	if ds.Eval != "" {
+		evalMap.Groups = ds.GroupBy
+	} else {
+		trainMap.Groups = ds.GroupBy
+	}
+	train, err := data.Load(ds.Train, trainMap)
 	if err != nil {
 		return nil, fmt.Errorf("driver: dataset train: %w", err)
 	}
@@ -98,12 +117,18 @@ func loadDataset(ds *Dataset, seed uint64, evalProblems int) (*datasetSource, er
 	s := &datasetSource{trainFile: ds.Train, seed: seed, epochs: ds.Epochs, trainEx: train, refs: map[string]verify.Reference{}, orderEpoch: -1}
 	add := func(id string, ex data.Example) task.Problem {
 		s.refs[id] = ex.Ref
+		if ex.Groups != nil {
+			if s.groups == nil {
+				s.groups = map[string][]string{}
+			}
+			s.groups[id] = ex.Groups
+		}
 		return task.Problem{ID: id, Kind: "dataset", Question: ex.Prompt, Answer: ex.Ref.Answer}
 	}
 	held := map[int]bool{}
 	switch {
 	case ds.Eval != "":
-		ev, err := data.Load(ds.Eval, ds.Mapping)
+		ev, err := data.Load(ds.Eval, evalMap)
 		if err != nil {
 			return nil, fmt.Errorf("driver: dataset eval: %w", err)
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -262,14 +264,28 @@ func TestEvaluateSingleCheckpoint(t *testing.T) {
 	defer cancel()
 	rows := make([]map[string]any, 30)
 	for i := range rows {
-		rows[i] = map[string]any{"q": fmt.Sprintf("What is %d + %d?", i, 7-i), "meta": map[string]any{"a": "7"}}
+		rows[i] = map[string]any{"q": fmt.Sprintf("What is %d + %d?", i, 7-i), "meta": map[string]any{"a": "7"}, "parity": i % 2}
 	}
 	out := t.TempDir()
 	c := datasetRun(out, writeJSONL(t, rows))
 	c.WarmupSteps, c.WarmupLR, c.Steps, c.EvalEvery = 30, 1e-2, 0, 30
+	c.Dataset.GroupBy = []string{"parity"} // held out of the train file: its rows carry the column
 	res, err := Run(ctx, c)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The run's evaluation lines carry the per-group figures.
+	raw, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	var last Metrics
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(last.EvalGroups); n == 0 || n > 2 || last.EvalGroups[0].Column != "parity" {
+		t.Errorf("last metrics line's eval_groups %+v: want parity 0 and 1", last.EvalGroups)
 	}
 	if !(res.FinalEval > 0) {
 		t.Fatalf("final eval %v: the warm-up did not teach the constant answer; the test needs it above 0", res.FinalEval)
@@ -282,8 +298,51 @@ func TestEvaluateSingleCheckpoint(t *testing.T) {
 		t.Errorf("checkpoint evaluation %+v, the run's final eval %v on 8 problems", ev, res.FinalEval)
 	}
 	c.Verifier = VerifierGSM8K // "\boxed{7}" is also a GSM8K answer
-	if ev2, err := EvaluateSingleCheckpoint(ctx, c, filepath.Join(out, "checkpoints", "step-30")); err != nil || ev2 != ev {
+	if ev2, err := EvaluateSingleCheckpoint(ctx, c, filepath.Join(out, "checkpoints", "step-30")); err != nil || !reflect.DeepEqual(ev2, ev) {
 		t.Errorf("gsm8k verifier: %+v, %v; want %+v", ev2, err, ev)
+	}
+
+	// An eval file with its own columns (problem/ans, not q/meta.a) and a
+	// group_by column: the model answers 7 to everything, so the group
+	// whose answers are 7 scores what the run scored and the other 0.
+	var evalRows []map[string]any
+	for i := range 8 {
+		ans, subject := "7", "seven"
+		if i%2 == 1 {
+			ans, subject = "8", "eight"
+		}
+		evalRows = append(evalRows, map[string]any{"problem": fmt.Sprintf("What is %d + %s?", i, ans), "ans": ans, "subject": subject, "level": i % 3})
+	}
+	c.Verifier = ""
+	c.Dataset.Eval = writeJSONL(t, evalRows)
+	c.Dataset.EvalMapping = &data.Mapping{Prompt: "problem", Answer: "ans"}
+	c.Dataset.GroupBy = []string{"subject", "level"}
+	ev3, err := EvaluateSingleCheckpoint(ctx, c, filepath.Join(out, "checkpoints", "step-30"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ev3.Groups) != 5 { // eight, seven; levels 0, 1, 2
+		t.Fatalf("groups %+v: want subjects eight and seven, levels 0, 1 and 2", ev3.Groups)
+	}
+	bySubject := map[string]GroupEval{}
+	for _, g := range ev3.Groups[:2] {
+		bySubject[g.Value] = g
+	}
+	if g := bySubject["eight"]; g.Column != "subject" || g.Problems != 4 || g.Accuracy != 0 {
+		t.Errorf("subject eight %+v: want 4 problems, none right (the model answers 7)", g)
+	}
+	if g := bySubject["seven"]; g.Problems != 4 || !(g.Accuracy > 0) || g.Accuracy*4 != ev3.Accuracy*8 {
+		t.Errorf("subject seven %+v: want 4 problems holding every correct answer (overall %v of 8)", g, ev3.Accuracy)
+	}
+	var levels float64
+	for i, g := range ev3.Groups[2:] {
+		if g.Column != "level" || g.Value != fmt.Sprint(i) {
+			t.Errorf("group %d %+v: want level %d (numeric order)", i+2, g, i)
+		}
+		levels += g.Accuracy * float64(g.Problems)
+	}
+	if math.Abs(levels-ev3.Accuracy*8) > 1e-9 {
+		t.Errorf("levels hold %v correct answers, overall %v", levels, ev3.Accuracy*8)
 	}
 }
 

@@ -41,6 +41,9 @@ type Metrics struct {
 	// flat: eval_samples, eval_temperature, eval_pass_at_K, eval_maj_at_N
 	// (evalsample.go).
 	EvalSampled *SampledEval `json:"-"`
+	// EvalGroups are the evaluation's figures per value of each
+	// eval.group_by column (absent without group_by).
+	EvalGroups []GroupEval `json:"eval_groups,omitempty"`
 	// Turn metrics of multi-turn episodes at evaluation steps (on the
 	// same held-out problems): see TurnEval.
 	Turn1Accuracy       *float64 `json:"turn1_accuracy,omitempty"`
@@ -527,13 +530,14 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p StepPlan) error {
 				return fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
 			}
 			te.fill(m)
+			m.EvalGroups = te.Groups
 			r.res.FinalTurns = te
 		} else {
 			se, err := r.evaluate(ctx)
 			if err != nil {
 				return err
 			}
-			m.EvalAccuracy, m.EvalSampled = &se.Accuracy, se.Sampled
+			m.EvalAccuracy, m.EvalSampled, m.EvalGroups = &se.Accuracy, se.Sampled, se.Groups
 			if se.Agent != nil {
 				se.Agent.fillEval(m)
 			}

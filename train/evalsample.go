@@ -293,6 +293,14 @@ func (c *Config) evalParams() engine.SamplingParams {
 	return p
 }
 
+// evalPassK are the k of pass@k an evaluation reports: none when greedy.
+func (c *Config) evalPassK() []int {
+	if !c.EvalSampling.sampled() {
+		return nil
+	}
+	return c.EvalSampling.passK()
+}
+
 // sampledEval computes pass@k and maj@n from the rewards and texts of
 // every episode (n per problem, in evalEpisodes' order).
 func sampledEval(cfg Config, rewards []float64, texts []string) *SampledEval {

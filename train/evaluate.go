@@ -28,6 +28,9 @@ type SingleEval struct {
 	// Agent is an agent evaluation's figures (nil: other episodes);
 	// Accuracy is then the completion rate, Correct the episodes solved.
 	Agent *AgentStats
+	// Groups are the figures per value of each eval.group_by column (nil:
+	// none).
+	Groups []GroupEval
 }
 
 // EvaluateSingleCheckpoint evaluates the checkpoint in dir as the driver
@@ -114,6 +117,9 @@ func (r *run) evaluate(ctx context.Context) (SingleEval, error) {
 	if r.cfg.EvalSampling.sampled() {
 		out.Sampled = sampledEval(r.cfg, rewards, texts)
 	}
+	if g := problemGroups(r.src, r.eval); g != nil {
+		out.Groups = groupEvals(r.cfg.Dataset.GroupBy, g, rewards, nil, r.cfg.EvalSampling.samples(), r.cfg.evalPassK())
+	}
 	return out, nil
 }
 
@@ -138,6 +144,9 @@ type TurnEval struct {
 	// turn (nil: greedy). The figures above are then means over all
 	// Problems × Samples episodes (evalsample.go).
 	Sampled *SampledEval `json:"sampled,omitempty"`
+	// Groups are the turn-1 and final figures per value of each
+	// eval.group_by column (nil: none).
+	Groups []GroupEval `json:"groups,omitempty"`
 }
 
 func (te TurnEval) fill(m *Metrics) {
@@ -185,6 +194,13 @@ func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *polic
 		}
 	}
 	te.Delta = te.Final - te.Turn1
+	if g := problemGroups(src, probs); g != nil {
+		final, first := make([]float64, len(played)), make([]float64, len(played))
+		for i, e := range played {
+			final[i], first[i] = e.final, e.first
+		}
+		te.Groups = groupEvals(cfg.Dataset.GroupBy, g, final, first, cfg.EvalSampling.samples(), cfg.evalPassK())
+	}
 	if cfg.EvalSampling.sampled() {
 		rewards, texts := make([]float64, 0, len(played)), make([]string, 0, len(played))
 		for i, t := range turns {

@@ -283,7 +283,11 @@ func (l recipe) config(out string) (Config, error) {
 		cfg.Task = taskConfig(t)
 	}
 	if ds := r.Data.Dataset; ds != nil {
-		cfg.Dataset = &Dataset{Train: ds.Train, Eval: ds.Eval, Epochs: ds.Epochs, Mapping: columnsMapping(ds.Columns), HintColumn: ds.Columns.Hint}
+		cfg.Dataset = &Dataset{Train: ds.Train, Eval: ds.Eval, Epochs: ds.Epochs, Mapping: columnsMapping(ds.Columns), HintColumn: ds.Columns.Hint, GroupBy: r.Eval.GroupBy}
+		if ec := ds.EvalColumns; ec != nil {
+			m := columnsMapping(evalColumns(ds.Columns, *ec))
+			cfg.Dataset.EvalMapping = &m
+		}
 	}
 	if tr := r.Data.Traces; tr != nil {
 		cfg.WarmupTraces = warmupTraces(tr)

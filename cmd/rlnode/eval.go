@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/train"
@@ -36,7 +37,7 @@ import (
 
 func init() { commands["eval"] = evalCommand }
 
-const evalUsage = `usage: rlnode eval --model DIR [--recipe RECIPE] [--data FILE] [--set KEY.PATH=VALUE]... [--out FILE]
+const evalUsage = `usage: rlnode eval --model DIR [--recipe RECIPE] [--data FILE] [--group-by COL,...] [--set KEY.PATH=VALUE]... [--out FILE]
 
 Accuracy of the model in DIR (a checkpoint: config.json, safetensors,
 tokenizer.json, e.g. RUN/checkpoints/step-N; a LoRA run's checkpoint adds
@@ -55,6 +56,10 @@ answers; math and gsm8k verifiers) are added, e.g.
 .parquet or .csv) instead of the recipe's problems, no training file
 needed: its columns are the recipe's data.dataset.columns (default prompt
 and answer; --set data.dataset.columns.prompt=problem to map others).
+
+--group-by subject,level (eval.group_by) also reports accuracy per value
+of those columns of the evaluation rows (MATH-500's subject and level), and
+with sampling pass@k per value: a table on stderr, "groups" in the JSON.
 
 For mlmt and score recipes the episode is played greedily: accuracy of the
 first and of the final answer (mlmt turn 3, score turn 2), their difference
@@ -76,6 +81,8 @@ type evalResult struct {
 	Sampled *train.SampledEval `json:"sampled,omitempty"`
 	// Turns are the per-turn figures of mlmt and score episodes.
 	Turns *train.TurnEval `json:"turns,omitempty"`
+	// Groups are the figures per value of each eval.group_by column.
+	Groups []train.GroupEval `json:"groups,omitempty"`
 }
 
 func evalCommand(args []string, stdout, stderr io.Writer) int {
@@ -85,6 +92,7 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	recipe := fs.String("recipe", "", "recipe (a built-in name or a file) whose held-out problems, templates and limits are used (default with a run folder: its recipe.yaml)")
 	out := fs.String("out", "", "write the result as JSON to this file")
 	dataFile := fs.String("data", "", "evaluate on the first eval.held_out rows of this .jsonl, .parquet or .csv file instead of the recipe's problems")
+	groupBy := fs.String("group-by", "", "comma-separated columns of the evaluation rows to break accuracy down by (eval.group_by), e.g. subject,level")
 	var sets repeated
 	fs.Var(&sets, "set", "override KEY.PATH=VALUE (repeatable; VALUE is YAML)")
 	fs.Usage = func() {
@@ -106,6 +114,9 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	if *dataFile != "" {
 		// Before the user's --set, so that those map the file's columns.
 		sets = append(dataSets(*dataFile), sets...)
+	}
+	if *groupBy != "" {
+		sets = append(sets, "eval.group_by="+groupBySet(*groupBy))
 	}
 	l, err := loadChecked(*recipe, sets)
 	if err != nil {
@@ -157,6 +168,9 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 		if te.FinalStatic >= 0 {
 			fmt.Fprintf(stderr, "%s accuracy with the static feedback text instead of the feedback policy's: %.3f\n", final, te.FinalStatic)
 		}
+	}
+	if len(res.Groups) > 0 {
+		printGroups(stderr, res.Groups)
 	}
 	if s := res.Sampled; s != nil {
 		fmt.Fprintf(stderr, "accuracy %.3f (mean@%d: %d/%d answers correct on %d held-out problems, %s)\n", res.Accuracy, s.Samples, res.Correct, s.Samples*res.Problems, res.Problems, howSampled(s))
@@ -212,7 +226,7 @@ func evaluate(ctx context.Context, dir string, cfg train.Config) (evalResult, er
 	if err != nil {
 		return evalResult{}, err
 	}
-	return evalResult{Model: dir, Problems: se.Problems, Correct: se.Correct, Accuracy: se.Accuracy, Sampled: se.Sampled}, nil
+	return evalResult{Model: dir, Problems: se.Problems, Correct: se.Correct, Accuracy: se.Accuracy, Sampled: se.Sampled, Groups: se.Groups}, nil
 }
 
 // evaluateTurns plays the recipe's mlmt or score episode greedily on its
@@ -227,7 +241,67 @@ func evaluateTurns(ctx context.Context, dir string, cfg train.Config) (evalResul
 	if te.Sampled != nil {
 		answers *= te.Sampled.Samples
 	}
-	return evalResult{Model: dir, Problems: te.Problems, Correct: int(math.Round(te.Final * float64(answers))), Accuracy: te.Final, Sampled: te.Sampled, Turns: &te}, nil
+	return evalResult{Model: dir, Problems: te.Problems, Correct: int(math.Round(te.Final * float64(answers))), Accuracy: te.Final, Sampled: te.Sampled, Turns: &te, Groups: te.Groups}, nil
+}
+
+// groupBySet is --group-by's list as a YAML flow sequence, each name
+// quoted so that a column named like a number or "null" stays a name.
+func groupBySet(list string) string {
+	var cols []string
+	for c := range strings.SplitSeq(list, ",") {
+		q, _ := json.Marshal(strings.TrimSpace(c)) // a string: cannot fail
+		cols = append(cols, string(q))
+	}
+	return "[" + strings.Join(cols, ", ") + "]"
+}
+
+// printGroups writes the per-group figures as a table: one row per value
+// of each column, the first answer's accuracy for multi-turn episodes
+// and pass@k when sampled.
+func printGroups(w io.Writer, groups []train.GroupEval) {
+	var ks []int
+	turn1 := false
+	for _, g := range groups {
+		for k := range g.PassAt {
+			if !slices.Contains(ks, k) {
+				ks = append(ks, k)
+			}
+		}
+		turn1 = turn1 || g.Turn1 != nil
+	}
+	slices.Sort(ks)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "COLUMN\tVALUE\tPROBLEMS\tACCURACY"
+	if turn1 {
+		head += "\tTURN 1"
+	}
+	for _, k := range ks {
+		head += fmt.Sprintf("\tPASS@%d", k)
+	}
+	fmt.Fprintln(tw, head)
+	for _, g := range groups {
+		row := fmt.Sprintf("%s\t%s\t%d\t%.3f", g.Column, g.Value, g.Problems, g.Accuracy)
+		if turn1 {
+			row += "\t" + optional(g.Turn1)
+		}
+		for _, k := range ks {
+			cell := "-"
+			if v, ok := g.PassAt[k]; ok {
+				cell = fmt.Sprintf("%.3f", v)
+			}
+			row += "\t" + cell
+		}
+		fmt.Fprintln(tw, row)
+	}
+	_ = tw.Flush()
+}
+
+// optional is a figure with three decimals, "-" when absent.
+func optional(x *float64) string {
+	if x == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", *x)
 }
 
 // howSampled says how an evaluation sampled.

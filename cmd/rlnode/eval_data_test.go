@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -45,6 +48,45 @@ func TestEvalData(t *testing.T) {
 	}
 	if res.Problems != 3 || !strings.Contains(stderr, "/3 held-out problems, greedy") {
 		t.Errorf("%d problems; report:\n%s", res.Problems, stderr)
+	}
+
+	// --group-by: MATH-500's subject and level, a table and "groups"; an
+	// untrained model scores what it scores, but every problem is counted
+	// once per column and the groups' accuracies add up to the whole.
+	stdout, stderr, code = runRlnode(t, home, "eval", "--model", model, "--recipe", "quickstart", "--data", file,
+		"--set", "data.dataset.columns.prompt=problem", "--set", "eval.held_out=3", "--group-by", "subject, level")
+	if code != 0 {
+		t.Fatalf("rlnode eval --group-by: exit %d\n%s%s", code, stdout, stderr)
+	}
+	var grouped evalResult
+	if err := json.Unmarshal([]byte(stdout), &grouped); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"subject Algebra 1", "subject Prealgebra 2", "level Level 1 2", "level Level 2 1"}
+	var got []string
+	var sum [2]float64
+	for _, g := range grouped.Groups {
+		got = append(got, fmt.Sprintf("%s %s %d", g.Column, g.Value, g.Problems))
+		if g.Column == "subject" {
+			sum[0] += g.Accuracy * float64(g.Problems)
+		} else {
+			sum[1] += g.Accuracy * float64(g.Problems)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("groups %v, want %v", got, want)
+	}
+	if whole := grouped.Accuracy * 3; math.Abs(sum[0]-whole) > 1e-9 || math.Abs(sum[1]-whole) > 1e-9 {
+		t.Errorf("groups hold %v correct answers, the whole %v", sum, whole)
+	}
+	if !strings.Contains(stderr, "COLUMN") || !strings.Contains(stderr, "Prealgebra") || !strings.Contains(stderr, "Level 2") {
+		t.Errorf("no table on stderr:\n%s", stderr)
+	}
+
+	_, stderr, code = runRlnode(t, home, "eval", "--model", model, "--recipe", "quickstart", "--data", file,
+		"--set", "data.dataset.columns.prompt=problem", "--set", "eval.held_out=3", "--group-by", "topic")
+	if code == 0 || !strings.Contains(stderr, `column "topic": not in the header`) {
+		t.Errorf("--group-by a column the file lacks: exit %d\n%s", code, stderr)
 	}
 
 	_, stderr, code = runRlnode(t, home, "eval", "--model", model, "--recipe", "quickstart", "--data", file, "--set", "eval.held_out=3")

@@ -36,8 +36,8 @@ func loadCSV(path string, m Mapping) ([]Example, error) {
 		return nil, fmt.Errorf("load %s: header: %v: %w", path, err, ErrBadDataset)
 	}
 	header[0] = strings.TrimPrefix(header[0], "\ufeff") // a byte-order mark
-	for _, p := range []string{m.Prompt, m.Answer, m.Tests, m.Setup, m.ID} {
-		if top, _, _ := strings.Cut(p, "."); p != "" && !containsString(header, top) {
+	for _, p := range m.columns() {
+		if top, _, _ := strings.Cut(p, "."); !containsString(header, top) {
 			return nil, fmt.Errorf("load %s: column %q: not in the header (columns: %s): %w", path, top, strings.Join(header, ", "), ErrBadDataset)
 		}
 	}

@@ -32,6 +32,10 @@ type Example struct {
 	// Hint is what only MLMT's feedback policy may see (the feedback
 	// prompt's .Hint); empty when the data has none.
 	Hint string `msgpack:"h,omitempty" json:"hint,omitempty"`
+	// Groups are the values of the mapping's Groups columns, in their
+	// order (e.g. MATH-500's subject and level): evaluation reports
+	// accuracy per value. Nil when the mapping names none.
+	Groups []string `msgpack:"g,omitempty" json:"groups,omitempty"`
 }
 
 // Mapping says which source column fills which Example field. A column is
@@ -44,6 +48,21 @@ type Mapping struct {
 	Tests  string `json:"tests,omitempty" yaml:"tests,omitempty"` // a list of strings, or one string
 	Setup  string `json:"setup,omitempty" yaml:"setup,omitempty"`
 	ID     string `json:"id,omitempty" yaml:"id,omitempty"`
+	// Groups are columns whose values (strings or numbers) break an
+	// evaluation down, e.g. subject and level; each is required in
+	// every row.
+	Groups []string `json:"groups,omitempty" yaml:"groups,omitempty"`
+}
+
+// columns are the paths the mapping reads, empty ones left out.
+func (m Mapping) columns() []string {
+	var out []string
+	for _, p := range append([]string{m.Prompt, m.Answer, m.Tests, m.Setup, m.ID}, m.Groups...) {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // DefaultMapping reads columns named "prompt" and "answer".
@@ -122,10 +141,7 @@ func loadParquet(path string, m Mapping) ([]Example, error) {
 	sc := tbl.Schema()
 	// Only the columns the mapping names are converted.
 	var cols []int
-	for _, p := range []string{m.Prompt, m.Answer, m.Tests, m.Setup, m.ID} {
-		if p == "" {
-			continue
-		}
+	for _, p := range m.columns() {
 		top, _, _ := strings.Cut(p, ".")
 		idx := sc.FieldIndices(top)
 		if len(idx) == 0 {
@@ -272,6 +288,13 @@ func (m Mapping) example(path string, row int, v map[string]any) (Example, error
 	}
 	if err := str(m.ID, &ex.ID); err != nil {
 		return Example{}, err
+	}
+	for _, col := range m.Groups {
+		var g string
+		if err := str(col, &g); err != nil {
+			return Example{}, err
+		}
+		ex.Groups = append(ex.Groups, g)
 	}
 	if m.Tests != "" {
 		x, err := lookup(v, m.Tests)
