@@ -40,6 +40,7 @@ type Driver struct {
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, bytes uint64) int32
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, bytes uint64) int32
 	cuMemsetD8                func(dst uint64, v uint8, n uint64) int32
+	cuMemcpyDtoD              func(dst, src uint64, bytes uint64) int32
 }
 
 // CUDA driver constants used here (cuda.h).
@@ -88,6 +89,7 @@ func OpenDriver(candidates ...string) (*Driver, error) {
 		"cuMemcpyHtoD_v2":              &d.cuMemcpyHtoD,
 		"cuMemcpyDtoH_v2":              &d.cuMemcpyDtoH,
 		"cuMemsetD8_v2":                &d.cuMemsetD8,
+		"cuMemcpyDtoD_v2":              &d.cuMemcpyDtoD,
 	}); err != nil {
 		return nil, fmt.Errorf("CUDA driver: %w", err)
 	}

@@ -19,7 +19,7 @@ import (
 	"unsafe"
 )
 
-//go:embed emu/cuda_emu.h emu/harness.cpp
+//go:embed emu/cuda_emu.h emu/registry.h emu/harness.cpp emu/device.cpp
 var emuFS embed.FS
 
 // ErrNoCompiler: the emulation needs a host C++ compiler (g++, or $CXX).
@@ -44,6 +44,19 @@ type Emulator struct {
 // under cacheDir (keyed by the hash of its sources and compiler), and
 // returns its path.
 func EmulatorBinary(cacheDir string) (string, error) {
+	return emuBuild(cacheDir, "harness", "harness.cpp")
+}
+
+// EmulatorLibrary builds the emulated device's shared library (EmuDevice),
+// or finds it already built under cacheDir, and returns its path.
+func EmulatorLibrary(cacheDir string) (string, error) {
+	return emuBuild(cacheDir, "libdevice.so", "device.cpp", "-shared", "-fPIC")
+}
+
+// emuBuild compiles main (one of emu/) with the kernels into out under
+// cacheDir, keyed by the hash of every source, the options and the
+// compiler.
+func emuBuild(cacheDir, out, main string, extra ...string) (string, error) {
 	cxx := os.Getenv("CXX")
 	if cxx == "" {
 		cxx = "g++"
@@ -68,14 +81,15 @@ func EmulatorBinary(cacheDir string) (string, error) {
 	files["common.cuh"] = common
 	files["kernels.inc"] = inc.String()
 	files["registry.inc"] = reg.String()
-	for _, name := range []string{"cuda_emu.h", "harness.cpp"} {
+	for _, name := range []string{"cuda_emu.h", "registry.h", main} {
 		b, err := emuFS.ReadFile("emu/" + name)
 		if err != nil {
 			return "", err
 		}
 		files[name] = string(b)
 	}
-	args := []string{"-std=c++20", "-O1", "-pthread", `-DKERNELS_INC="kernels.inc"`, "-o", "harness", "harness.cpp"}
+	args := append([]string{"-std=c++20", "-O1", "-pthread", `-DKERNELS_INC="kernels.inc"`}, extra...)
+	args = append(args, "-o", out, main)
 	h := sha256.New()
 	fmt.Fprintf(h, "%s %q\n", cxxPath, args)
 	if v, err := exec.Command(cxxPath, "--version").Output(); err == nil {
@@ -90,7 +104,7 @@ func EmulatorBinary(cacheDir string) (string, error) {
 		fmt.Fprintf(h, "%s %d\n%s", n, len(files[n]), files[n])
 	}
 	dir := filepath.Join(cacheDir, hex.EncodeToString(h.Sum(nil))[:16])
-	bin := filepath.Join(dir, "harness")
+	bin := filepath.Join(dir, out)
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
@@ -113,7 +127,7 @@ func EmulatorBinary(cacheDir string) (string, error) {
 		return "", fmt.Errorf("cuda emulation: %w", err)
 	}
 	// Rename is atomic: a concurrent build of the same sources wins or loses whole.
-	if err := os.Rename(filepath.Join(tmp, "harness"), bin); err != nil {
+	if err := os.Rename(filepath.Join(tmp, out), bin); err != nil {
 		if _, statErr := os.Stat(bin); statErr != nil {
 			return "", fmt.Errorf("cuda emulation: %w", err)
 		}

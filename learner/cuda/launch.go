@@ -118,7 +118,7 @@ func checkArgs(kernel string, grid, block Dim3, args []any) error {
 			got = 'F'
 		case float64:
 			got = 'D'
-		case Null:
+		case Null, Ptr: // a device address: its element type is the caller's to get right
 			if want == 'f' || want == 'h' || want == 'i' || want == 'l' {
 				continue
 			}

@@ -7,31 +7,11 @@
 //        'l' i64 | 'f' f32 | 'd' f64
 //   out: u32 status (0 ok), then per 'B' arg u64 bytes + data; on error
 //        u32 message length + message.
-#include "cuda_emu.h"
-
-#include <stdio.h>
-
-#include <map>
-#include <string>
-#include <tuple>
-#include <type_traits>
-#include <utility>
-
-#include KERNELS_INC
+#include "registry.h"
 
 namespace {
 
-template <typename... A, size_t... I> void call(void (*f)(A...), void **a, std::index_sequence<I...>) {
-	f(*static_cast<std::remove_reference_t<A> *>(a[I])...);
-}
-
-template <typename... A> std::pair<int, std::function<void(void **)>> invoker(void (*f)(A...)) {
-	return {(int)sizeof...(A), [f](void **a) { call(f, a, std::index_sequence_for<A...>{}); }};
-}
-
-const std::map<std::string, std::pair<int, std::function<void(void **)>>> registry = {
-#include "registry.inc"
-};
+using emureg::registry;
 
 const uint64_t maxBuffer = 1ull << 30;
 

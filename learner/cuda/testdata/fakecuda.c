@@ -39,7 +39,7 @@ int cuDeviceTotalMem_v2(unsigned long long *b, int d) { *b = 80ULL << 30; return
 STUB(cuDevicePrimaryCtxRetain) STUB(cuDevicePrimaryCtxRelease_v2) STUB(cuCtxSetCurrent)
 STUB(cuCtxSynchronize) STUB(cuModuleLoadData) STUB(cuModuleUnload) STUB(cuFuncSetAttribute)
 STUB(cuModuleGetFunction) STUB(cuMemAlloc_v2) STUB(cuMemFree_v2) STUB(cuMemcpyHtoD_v2)
-STUB(cuMemcpyDtoH_v2) STUB(cuMemsetD8_v2)
+STUB(cuMemcpyDtoH_v2) STUB(cuMemsetD8_v2) STUB(cuMemcpyDtoD_v2)
 #ifndef OMIT_LAUNCH
 STUB(cuLaunchKernel)
 #endif

@@ -1,0 +1,482 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/rlnode/rlnode/learner/backend"
+)
+
+// DeviceBackend is backend.Backend with every tensor in device memory:
+// kernels of kernels/ for the transformer's ops, Accel.Gemm for the
+// matrix products, a caching Allocator for tensors and per-op
+// temporaries. The same code runs on a GPU and on the emulated device.
+//
+// Storage, master weights, gradients and the optimizer's state are fp32.
+// With GEMM set to BF16 the matrix products take bf16 operands (rounded
+// from the fp32 tensors by cast_f32_bf16) with fp32 accumulation and
+// fp32 results, as torch.autocast(bfloat16) does for linear layers; the
+// other ops stay fp32.
+//
+// Backend methods return no errors: the first failure (out of memory, a
+// failed launch) is kept, every op after it does nothing, and Download
+// fills its destination with NaN, so a training step fails at its finite
+// check instead of going on with garbage. Err reports the failure.
+type DeviceBackend struct {
+	D     Accel
+	A     *Allocator
+	GEMM  DType // element type of matrix-product operands: F32 or BF16
+	Block int   // threads per block; 128 when 0
+
+	err   error
+	temps []Ptr // an op's temporaries, freed when it returns
+}
+
+// NewDeviceBackend returns a backend on d with matrix products in gemm.
+func NewDeviceBackend(d Accel, gemm DType) *DeviceBackend {
+	return &DeviceBackend{D: d, A: NewAllocator(d), GEMM: gemm}
+}
+
+var _ backend.Backend = (*DeviceBackend)(nil)
+
+func (b *DeviceBackend) Name() string { return "cuda" }
+
+// Err is the first failure, or nil.
+func (b *DeviceBackend) Err() error { return b.err }
+
+// Sync waits for the device and returns Err or the device's failure.
+func (b *DeviceBackend) Sync() error {
+	if b.err == nil {
+		b.fail(b.D.Sync())
+	}
+	return b.err
+}
+
+// Close frees every tensor and closes the device.
+func (b *DeviceBackend) Close() error {
+	return errors.Join(b.A.Release(), b.D.Close())
+}
+
+// Tensor is a DeviceBackend tensor: n fp32 elements at p. A view shares
+// its parent's block and is not freed.
+type Tensor struct {
+	p    Ptr
+	n    int
+	view bool
+}
+
+func (t *Tensor) Len() int { return t.n }
+
+// Ptr is the tensor's device address.
+func (t *Tensor) Ptr() Ptr { return t.p }
+
+func (b *DeviceBackend) fail(err error) {
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+}
+
+func (b *DeviceBackend) ok() bool { return b.err == nil }
+
+// dt unwraps a tensor; nil stays Null.
+func dt(t backend.Tensor) *Tensor {
+	if t == nil {
+		return nil
+	}
+	d, ok := t.(*Tensor)
+	if !ok {
+		panic(fmt.Sprintf("cuda backend: foreign tensor %T", t))
+	}
+	return d
+}
+
+func p(t backend.Tensor) Ptr { return dt(t).p }
+
+func (b *DeviceBackend) Alloc(n int) backend.Tensor {
+	t := &Tensor{n: n}
+	if !b.ok() {
+		return t
+	}
+	ptr, err := b.A.Alloc(4 * int64(n))
+	if err != nil {
+		b.fail(fmt.Errorf("cuda backend: tensor of %d elements: %w", n, err))
+		return t
+	}
+	t.p = ptr
+	b.fail(b.D.Zero(ptr, 4*int64(max(n, 1))))
+	return t
+}
+
+func (b *DeviceBackend) Free(t backend.Tensor) {
+	d := dt(t)
+	if d == nil || d.view || d.p == 0 {
+		return
+	}
+	b.fail(b.A.Free(d.p))
+	d.p = 0
+}
+
+func mustLen(op string, a, c int) {
+	if a != c {
+		panic(fmt.Sprintf("cuda backend: %s: length %d != %d", op, a, c))
+	}
+}
+
+func f32Bytes(x []float32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x))
+}
+
+func (b *DeviceBackend) Upload(dst backend.Tensor, src []float32) {
+	mustLen("Upload", dst.Len(), len(src))
+	if b.ok() && len(src) > 0 {
+		b.fail(b.D.ToDevice(p(dst), f32Bytes(src)))
+	}
+}
+
+func (b *DeviceBackend) Download(dst []float32, src backend.Tensor) {
+	mustLen("Download", len(dst), src.Len())
+	if b.ok() && len(dst) > 0 {
+		b.fail(b.D.ToHost(f32Bytes(dst), p(src)))
+	}
+	if !b.ok() {
+		nan := float32(math.NaN())
+		for i := range dst {
+			dst[i] = nan
+		}
+	}
+}
+
+func (b *DeviceBackend) Zero(t backend.Tensor) {
+	if b.ok() && t.Len() > 0 {
+		b.fail(b.D.Zero(p(t), 4*int64(t.Len())))
+	}
+}
+
+func (b *DeviceBackend) Copy(dst, src backend.Tensor) {
+	mustLen("Copy", dst.Len(), src.Len())
+	if b.ok() && dst.Len() > 0 {
+		b.fail(b.D.Copy(p(dst), p(src), 4*int64(dst.Len())))
+	}
+}
+
+func (b *DeviceBackend) View(t backend.Tensor, off, n int) backend.Tensor {
+	d := dt(t)
+	if off < 0 || n < 0 || off+n > d.n {
+		panic(fmt.Sprintf("cuda backend: View [%d, %d) of %d elements", off, off+n, d.n))
+	}
+	return &Tensor{p: d.p + Ptr(4*off), n: n, view: true}
+}
+
+func (b *DeviceBackend) block() int {
+	if b.Block == 0 {
+		return 128
+	}
+	return b.Block
+}
+
+// grid is the grid for n items, per items a block: at most 65535 blocks
+// (the kernels it is used for stride over the rest).
+func (b *DeviceBackend) grid(n, per int) Dim3 { return D1(min(65535, max(1, (n+per-1)/per))) }
+
+func (b *DeviceBackend) launch(kernel string, grid Dim3, args ...any) {
+	if b.ok() {
+		b.fail(b.D.Launch(kernel, grid, D1(b.block()), args...))
+	}
+}
+
+// elems launches an element-wise kernel over n elements.
+func (b *DeviceBackend) elems(kernel string, n int, args ...any) {
+	if n > 0 {
+		b.launch(kernel, b.grid(n, b.block()), args...)
+	}
+}
+
+// temp returns a temporary of n bytes, freed by done.
+func (b *DeviceBackend) temp(n int64) Ptr {
+	if !b.ok() {
+		return 0
+	}
+	ptr, err := b.A.Alloc(n)
+	if err != nil {
+		b.fail(fmt.Errorf("cuda backend: temporary of %d bytes: %w", n, err))
+		return 0
+	}
+	b.temps = append(b.temps, ptr)
+	return ptr
+}
+
+// done frees the op's temporaries: queued work that reads them runs
+// before anything that reuses them.
+func (b *DeviceBackend) done() {
+	for _, t := range b.temps {
+		b.fail(b.A.Free(t))
+	}
+	b.temps = b.temps[:0]
+}
+
+// ints uploads host integers into a temporary.
+func (b *DeviceBackend) ints(x []int32) Ptr {
+	ptr := b.temp(4 * int64(max(len(x), 1)))
+	if b.ok() && len(x) > 0 {
+		b.fail(b.D.ToDevice(ptr, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x))))
+	}
+	return ptr
+}
+
+func (b *DeviceBackend) longs(x []int64) Ptr {
+	ptr := b.temp(8 * int64(max(len(x), 1)))
+	if b.ok() && len(x) > 0 {
+		b.fail(b.D.ToDevice(ptr, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 8*len(x))))
+	}
+	return ptr
+}
+
+// operand returns a GEMM operand of ext elements at t in b.GEMM: the
+// tensor itself in fp32, a bf16 copy in a temporary otherwise.
+func (b *DeviceBackend) operand(t backend.Tensor, ext int64) Ptr {
+	if b.GEMM == F32 || ext == 0 {
+		return p(t)
+	}
+	h := b.temp(2 * ext)
+	b.elems("cast_f32_bf16", int(ext), h, p(t), ext)
+	return h
+}
+
+func (b *DeviceBackend) gemm(g Gemm, a, bb, c backend.Tensor) {
+	defer b.done()
+	_, _, _, _, aExt, bExt, cExt := g.operands()
+	if aExt > int64(a.Len()) || bExt > int64(bb.Len()) || cExt > int64(c.Len()) {
+		panic(fmt.Sprintf("cuda backend: matrix product %dx%dx%d (batch %d) spans %d, %d, %d elements of tensors of %d, %d, %d", g.M, g.N, g.K, g.Batch, aExt, bExt, cExt, a.Len(), bb.Len(), c.Len()))
+	}
+	g.In = b.GEMM
+	g.A, g.B, g.C = b.operand(a, aExt), b.operand(bb, bExt), p(c)
+	if b.ok() {
+		b.fail(b.D.Gemm(g))
+	}
+}
+
+func (b *DeviceBackend) MatMul(transA, transB bool, m, n, k int, alpha float32, a, bb backend.Tensor, beta float32, c backend.Tensor) {
+	lda, ldb := k, n
+	if transA {
+		lda = m
+	}
+	if transB {
+		ldb = k
+	}
+	b.gemm(Gemm{TransA: transA, TransB: transB, M: m, N: n, K: k, Alpha: alpha, Beta: beta, LDA: max(lda, 1), LDB: max(ldb, 1), LDC: max(n, 1), Batch: 1}, a, bb, c)
+}
+
+func (b *DeviceBackend) BatchedMatMul(transA, transB bool, m, n, k int, alpha float32, a backend.Tensor, lda, strideA int, bb backend.Tensor, ldb, strideB int, beta float32, c backend.Tensor, ldc, strideC int, batch int) {
+	if batch == 0 {
+		return
+	}
+	b.gemm(Gemm{TransA: transA, TransB: transB, M: m, N: n, K: k, Alpha: alpha, Beta: beta, LDA: lda, StrideA: int64(strideA), LDB: ldb,
+		StrideB: int64(strideB), LDC: ldc, StrideC: int64(strideC), Batch: batch}, a, bb, c)
+}
+
+func (b *DeviceBackend) Add(dst, x, y backend.Tensor) {
+	mustLen("Add", dst.Len(), x.Len())
+	mustLen("Add", dst.Len(), y.Len())
+	b.elems("add_f32", dst.Len(), p(dst), p(x), p(y), int64(dst.Len()))
+}
+
+func (b *DeviceBackend) AddScaled(dst backend.Tensor, alpha float32, x backend.Tensor) {
+	mustLen("AddScaled", dst.Len(), x.Len())
+	b.elems("add_scaled_f32", dst.Len(), p(dst), p(x), alpha, int64(dst.Len()))
+}
+
+func (b *DeviceBackend) Scale(t backend.Tensor, alpha float32) {
+	b.elems("scale_f32", t.Len(), p(t), alpha, int64(t.Len()))
+}
+
+func (b *DeviceBackend) Mul(dst, x, y backend.Tensor) {
+	mustLen("Mul", dst.Len(), x.Len())
+	mustLen("Mul", dst.Len(), y.Len())
+	b.elems("mul_f32", dst.Len(), p(dst), p(x), p(y), int64(dst.Len()))
+}
+
+func (b *DeviceBackend) AddRowVector(x, v backend.Tensor, rows, cols int) {
+	b.elems("add_row_vector_f32", rows*cols, p(x), p(v), int32(rows), int32(cols))
+}
+
+func (b *DeviceBackend) SumRows(dst, x backend.Tensor, rows, cols int) {
+	if cols > 0 {
+		b.launch("sum_rows_f32", b.grid(cols, b.block()), p(dst), p(x), int32(rows), int32(cols))
+	}
+}
+
+func (b *DeviceBackend) RMSNorm(out, rstd, x, w backend.Tensor, rows, cols int, eps float32) {
+	if rows > 0 {
+		b.launch("rmsnorm_fwd_f32", D1(rows), p(out), p(rstd), p(x), p(w), int32(rows), int32(cols), eps)
+	}
+}
+
+func (b *DeviceBackend) RMSNormBackward(dx, dw, dy, x, w, rstd backend.Tensor, rows, cols int) {
+	if rows == 0 {
+		return
+	}
+	b.launch("rmsnorm_bwd_dx_f32", D1(rows), p(dx), p(dy), p(x), p(w), p(rstd), int32(rows), int32(cols))
+	if dw != nil {
+		b.launch("rmsnorm_bwd_dw_f32", b.grid(cols, b.block()), p(dw), p(dy), p(x), p(rstd), int32(rows), int32(cols))
+	}
+}
+
+func (b *DeviceBackend) rope(x backend.Tensor, pos []int32, rows, heads, headDim int, theta float64, sign float32) {
+	defer b.done()
+	n := rows * heads * headDim / 2
+	if n == 0 {
+		return
+	}
+	b.elems("rope_f32", n, p(x), b.ints(pos[:rows]), int32(rows), int32(heads), int32(headDim), theta, sign)
+}
+
+func (b *DeviceBackend) RoPE(x backend.Tensor, pos []int32, rows, heads, headDim int, theta float64) {
+	b.rope(x, pos, rows, heads, headDim, theta, 1)
+}
+
+func (b *DeviceBackend) RoPEBackward(dx backend.Tensor, pos []int32, rows, heads, headDim int, theta float64) {
+	b.rope(dx, pos, rows, heads, headDim, theta, -1)
+}
+
+func (b *DeviceBackend) SwiGLU(out, gate, up backend.Tensor, n int) {
+	b.elems("swiglu_fwd_f32", n, p(out), p(gate), p(up), int64(n))
+}
+
+func (b *DeviceBackend) SwiGLUBackward(dGate, dUp, dOut, gate, up backend.Tensor, n int) {
+	b.elems("swiglu_bwd_f32", n, p(dGate), p(dUp), p(dOut), p(gate), p(up), int64(n))
+}
+
+func (b *DeviceBackend) Softmax(out, x backend.Tensor, rows, cols int) {
+	if rows > 0 {
+		b.launch("softmax_f32", D1(rows), p(out), p(x), int32(rows), int32(cols))
+	}
+}
+
+// warpGrid gives one warp to each of n items.
+func (b *DeviceBackend) warpGrid(n int) Dim3 {
+	per := b.block() / 32
+	return D1(max(1, (n+per-1)/per))
+}
+
+func (b *DeviceBackend) Attention(out, lse, q, k, v backend.Tensor, starts []int32, batch, seqLen, heads, kvHeads, headDim int) {
+	defer b.done()
+	nl := batch * heads * seqLen
+	if nl == 0 {
+		return
+	}
+	b.launch("attn_fwd_f32", b.warpGrid(nl), p(out), p(lse), p(q), p(k), p(v), b.ints(starts[:batch*seqLen]),
+		int32(batch), int32(seqLen), int32(heads), int32(kvHeads), int32(headDim))
+}
+
+func (b *DeviceBackend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse backend.Tensor, starts []int32, batch, seqLen, heads, kvHeads, headDim int) {
+	defer b.done()
+	nl := batch * heads * seqLen
+	if nl == 0 {
+		return
+	}
+	delta := b.temp(4 * int64(nl))
+	st := b.ints(starts[:batch*seqLen])
+	shape := []any{int32(batch), int32(seqLen), int32(heads), int32(kvHeads), int32(headDim)}
+	b.launch("attn_bwd_delta_f32", b.warpGrid(nl), delta, p(dOut), p(out), int32(batch), int32(seqLen), int32(heads), int32(headDim))
+	b.launch("attn_bwd_dq_f32", b.warpGrid(nl), append([]any{p(dq), p(dOut), p(q), p(k), p(v), p(lse), delta, st}, shape...)...)
+	b.launch("attn_bwd_dkdv_f32", b.warpGrid(batch*kvHeads*seqLen), append([]any{p(dk), p(dv), p(dOut), p(q), p(k), p(v), p(lse), delta, st}, shape...)...)
+}
+
+func checkSeqRows(op string, rows []int32, nseq, n, cols int) {
+	if len(rows) != nseq+1 || rows[0] != 0 || int(rows[nseq])*cols != n {
+		panic(fmt.Sprintf("cuda backend: %s: rows %v for %d sequences over %d elements of %d columns", op, rows, nseq, n, cols))
+	}
+	for i := 0; i < nseq; i++ {
+		if rows[i+1] < rows[i] {
+			panic(fmt.Sprintf("cuda backend: %s: rows %v decrease", op, rows))
+		}
+	}
+}
+
+func (b *DeviceBackend) WriteKV(dst []backend.Tensor, at []int32, src backend.Tensor, rows []int32, cols int) {
+	checkSeqRows("WriteKV", rows, len(dst), src.Len(), cols)
+	mustLen("WriteKV", len(at), len(dst))
+	for i, d := range dst {
+		r0, r1 := int(rows[i]), int(rows[i+1])
+		o := int(at[i]) * cols
+		if o < 0 || o+(r1-r0)*cols > d.Len() {
+			panic(fmt.Sprintf("cuda backend: WriteKV: sequence %d: rows [%d, %d) do not fit a cache of %d rows", i, at[i], int(at[i])+r1-r0, d.Len()/max(cols, 1)))
+		}
+		if r1 > r0 && b.ok() {
+			b.fail(b.D.Copy(p(d)+Ptr(4*o), p(src)+Ptr(4*r0*cols), 4*int64((r1-r0)*cols)))
+		}
+	}
+}
+
+// CachedAttention gathers the sequences' caches into one pool per k and
+// v, as the decode kernel takes them: a copy of every cache per call.
+func (b *DeviceBackend) CachedAttention(out, q backend.Tensor, ks, vs []backend.Tensor, rows, lens []int32, heads, kvHeads, headDim int) {
+	defer b.done()
+	nseq := len(ks)
+	checkSeqRows("CachedAttention", rows, nseq, q.Len(), heads*headDim)
+	mustLen("CachedAttention", out.Len(), q.Len())
+	mustLen("CachedAttention", len(vs), nseq)
+	mustLen("CachedAttention", len(lens), nseq)
+	if kvHeads <= 0 || heads%kvHeads != 0 {
+		panic(fmt.Sprintf("cuda backend: CachedAttention: %d heads over %d kv heads", heads, kvHeads))
+	}
+	kd := kvHeads * headDim
+	offs := make([]int64, nseq)
+	var total int64
+	for i := range ks {
+		n := int64(lens[i]) * int64(kd)
+		if n > int64(ks[i].Len()) || n > int64(vs[i].Len()) {
+			panic(fmt.Sprintf("cuda backend: CachedAttention: sequence %d: %d keys in a cache of %d rows", i, lens[i], ks[i].Len()/max(kd, 1)))
+		}
+		offs[i] = total
+		total += n
+	}
+	nrows := int(rows[nseq])
+	if nrows == 0 {
+		return
+	}
+	kpool, vpool := b.temp(4*max(total, 1)), b.temp(4*max(total, 1))
+	for i := range ks {
+		if n := int64(lens[i]) * int64(kd); n > 0 && b.ok() {
+			b.fail(b.D.Copy(kpool+Ptr(4*offs[i]), p(ks[i]), 4*n))
+			b.fail(b.D.Copy(vpool+Ptr(4*offs[i]), p(vs[i]), 4*n))
+		}
+	}
+	b.launch("attn_decode_f32", b.warpGrid(nrows*heads), p(out), p(q), kpool, vpool, b.longs(offs), b.ints(rows), b.ints(lens),
+		int32(nseq), int32(heads), int32(kvHeads), int32(headDim))
+}
+
+func (b *DeviceBackend) GatherRows(dst, src backend.Tensor, idx []int32, cols int) {
+	defer b.done()
+	mustLen("GatherRows", dst.Len(), len(idx)*cols)
+	b.elems("gather_rows_f32", len(idx)*cols, p(dst), p(src), b.ints(idx), int32(len(idx)), int32(cols))
+}
+
+func (b *DeviceBackend) ScatterAddRows(dst, src backend.Tensor, idx []int32, cols int) {
+	defer b.done()
+	mustLen("ScatterAddRows", src.Len(), len(idx)*cols)
+	if len(idx) > 0 && cols > 0 {
+		b.launch("scatter_add_rows_f32", b.grid(cols, b.block()), p(dst), p(src), b.ints(idx), int32(len(idx)), int32(cols))
+	}
+}
+
+func (b *DeviceBackend) LogProbs(logp, entropy, lse, logits backend.Tensor, targets []int32, rows, vocab int) {
+	defer b.done()
+	if rows > 0 {
+		b.launch("logprobs_fwd_f32", D1(rows), p(logp), p(entropy), p(lse), p(logits), b.ints(targets[:rows]), int32(rows), int32(vocab))
+	}
+}
+
+func (b *DeviceBackend) LogProbsBackward(dLogits, logits, lse, dLogp, dEntropy backend.Tensor, targets []int32, rows, vocab int) {
+	defer b.done()
+	if rows == 0 {
+		return
+	}
+	var dEnt any = Null{}
+	if dEntropy != nil {
+		dEnt = p(dEntropy)
+	}
+	b.launch("logprobs_bwd_f32", D1(rows), p(dLogits), p(logits), p(lse), p(dLogp), dEnt, b.ints(targets[:rows]), int32(rows), int32(vocab))
+}

@@ -1,0 +1,102 @@
+package cuda
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestKernelCache compiles a kernel file through the cache with the real
+// NVRTC: a miss compiles and writes, a hit compiles nothing and returns
+// the same cubin, another architecture or a changed source is a miss, and
+// a truncated, corrupted or foreign file is recompiled and rewritten.
+func TestKernelCache(t *testing.T) {
+	nv := openNVRTC(t)
+	var src Source
+	for _, s := range Sources() {
+		if s.Name == "tensor.cu" {
+			src = s
+		}
+	}
+	if src.Name == "" {
+		t.Fatal("no tensor.cu")
+	}
+	c := &KernelCache{Dir: t.TempDir(), NV: nv}
+	first, err := c.Cubin(src, "sm_80")
+	must(t, err)
+	if c.Compiles != 1 || !bytes.HasPrefix(first, []byte("\x7fELF")) {
+		t.Fatalf("miss: %d compiles, cubin starts %q", c.Compiles, first[:min(4, len(first))])
+	}
+	files, _ := filepath.Glob(filepath.Join(c.Dir, "*.cubin"))
+	if len(files) != 1 {
+		t.Fatalf("after one miss the cache holds %v", files)
+	}
+	file := files[0]
+
+	// A fresh cache over the same directory (another process) hits.
+	c2 := &KernelCache{Dir: c.Dir, NV: nv}
+	again, err := c2.Cubin(src, "sm_80")
+	must(t, err)
+	if c2.Compiles != 0 || !bytes.Equal(again, first) {
+		t.Fatalf("hit: %d compiles, same cubin %v", c2.Compiles, bytes.Equal(again, first))
+	}
+
+	// Another architecture, and a changed source, are other keys.
+	_, err = c2.Cubin(src, "sm_90")
+	must(t, err)
+	changed := src
+	changed.Text += "\n// changed\n"
+	_, err = c2.Cubin(changed, "sm_80")
+	must(t, err)
+	if c2.Compiles != 2 {
+		t.Fatalf("sm_90 and a changed source: %d compiles, want 2", c2.Compiles)
+	}
+
+	good, err := os.ReadFile(file)
+	must(t, err)
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{
+		{"truncated", good[:len(good)/2]},
+		{"bit flipped", func() []byte { b := bytes.Clone(good); b[len(b)-100] ^= 1; return b }()},
+		{"empty", nil},
+		{"no header", good[len(cubinMagic)+32:]},
+		{"not ELF", func() []byte { // a well-formed file whose payload is no cubin
+			b := []byte("garbage that is not an ELF image")
+			return append(append([]byte(cubinMagic), sha(b)...), b...)
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			must(t, os.WriteFile(file, tc.body, 0o644))
+			c3 := &KernelCache{Dir: c.Dir, NV: nv}
+			got, err := c3.Cubin(src, "sm_80")
+			must(t, err)
+			if c3.Compiles != 1 || !bytes.Equal(got, first) {
+				t.Errorf("%d compiles, cubin as before %v; want a recompile", c3.Compiles, bytes.Equal(got, first))
+			}
+			rewritten, err := os.ReadFile(file)
+			must(t, err)
+			if !bytes.Equal(rewritten, good) {
+				t.Errorf("the file was not rewritten whole")
+			}
+		})
+	}
+
+	// An unwritable cache still returns the compiled kernel.
+	ro := filepath.Join(t.TempDir(), "file-not-dir")
+	must(t, os.WriteFile(ro, nil, 0o644))
+	c4 := &KernelCache{Dir: ro, NV: nv}
+	got, err := c4.Cubin(src, "sm_80")
+	must(t, err)
+	if !bytes.Equal(got, first) || c4.Compiles != 1 {
+		t.Errorf("unwritable cache: %d compiles, same cubin %v", c4.Compiles, bytes.Equal(got, first))
+	}
+}
+
+func sha(b []byte) []byte {
+	s := sha256.Sum256(b)
+	return s[:]
+}
