@@ -7,6 +7,7 @@ import (
 
 	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/cuda"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/optim"
 	"github.com/rlnode/rlnode/learner/rl"
@@ -116,6 +117,11 @@ type Config struct {
 	// starts AdamW afresh (zero moments, step count 0) at the checkpoint's
 	// weights, step and schedule (checkpoint.go).
 	OmitOptimizer bool
+
+	// Device is where the model lives: "" or "cpu" (the CPU backend),
+	// "cuda" (GPU 0 of those CUDA_VISIBLE_DEVICES leaves, fp32) or
+	// "cuda-bf16" (the same with bf16 matrix products); see learner/cuda.
+	Device string
 
 	// LoRA, when set, makes every algorithm but SFT train low-rank
 	// adapters on the frozen policy (lora.go): they are added at the first
@@ -404,13 +410,16 @@ func New(cfg Config) (*Learner, error) {
 		return nil, err
 	}
 	var m *model.Model
-	var err error
+	b, err := newBackend(cfg.Device)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.ModelDir != "" {
-		if m, err = model.Load(cfg.ModelDir, cpu.New()); err != nil {
+		if m, err = model.Load(cfg.ModelDir, b); err != nil {
 			return nil, fmt.Errorf("learner: %w", err)
 		}
 	} else {
-		if m, err = model.New(*cfg.Model, cpu.New()); err != nil {
+		if m, err = model.New(*cfg.Model, b); err != nil {
 			return nil, fmt.Errorf("learner: %w", err)
 		}
 		m.InitRandom(cfg.Seed)
@@ -527,4 +536,43 @@ func (l *Learner) PolicyWeights() map[string][]float32 {
 	delete(w, model.ValueHeadWeight)
 	delete(w, model.ValueHeadBias)
 	return w
+}
+
+// CheckDevice reports why a learner on device ("", "cpu", "cuda",
+// "cuda-bf16") cannot run on this host, naming the reason the CUDA
+// backend gives (no driver, no GPU, libraries missing or too old); nil
+// when it can.
+func CheckDevice(device string) error {
+	switch device {
+	case "", "cpu":
+		return nil
+	case "cuda", "cuda-bf16":
+		if err := cuda.Available().Err(); err != nil {
+			return fmt.Errorf("%s: %w", device, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("device %q: want cpu, cuda or cuda-bf16", device)
+}
+
+// newBackend is the backend Config.Device names.
+func newBackend(device string) (backend.Backend, error) {
+	switch device {
+	case "", "cpu":
+		return cpu.New(), nil
+	case "cuda", "cuda-bf16":
+		if err := CheckDevice(device); err != nil {
+			return nil, fmt.Errorf("learner: %w", err)
+		}
+		gemm := cuda.F32
+		if device == "cuda-bf16" {
+			gemm = cuda.BF16
+		}
+		g, err := cuda.OpenGPU(0)
+		if err != nil {
+			return nil, fmt.Errorf("learner: device %s: %w", device, err)
+		}
+		return cuda.NewDeviceBackend(g, gemm), nil
+	}
+	return nil, fmt.Errorf("learner: device %q: want cpu, cuda or cuda-bf16", device)
 }

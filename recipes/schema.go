@@ -518,6 +518,11 @@ type Placement struct {
 	// LearnerShards is the number of data-parallel learner shards.
 	// Default 1.
 	LearnerShards int `yaml:"learner_shards"`
+	// LearnerDevice is where each learner shard keeps its model: cpu (the
+	// default, also when empty), cuda (the GPU backend, fp32) or cuda-bf16
+	// (the GPU backend with bf16 matrix products). A cuda value on a host
+	// where the backend cannot run is refused with the reason.
+	LearnerDevice string `yaml:"learner_device,omitempty"`
 }
 
 // Resources an actor reserves on its node.

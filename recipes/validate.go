@@ -50,6 +50,9 @@ var (
 	AgentReturns = []string{"episode", "discounted"}
 )
 
+// LearnerDevices are placement.learner_device's values.
+var LearnerDevices = []string{"cpu", "cuda", "cuda-bf16"}
+
 // Names that the learner and rollout packages define, repeated here so
 // that recipes imports neither; train's tests check that they agree.
 var (
@@ -545,6 +548,9 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	c.resources("placement.rollout", p.Rollout)
 	c.resources("placement.learner", p.Learner)
 	c.positive("placement.learner_shards", p.LearnerShards)
+	if p.LearnerDevice != "" {
+		c.oneOf("placement.learner_device", p.LearnerDevice, LearnerDevices)
+	}
 
 	// schedule, eval, checkpoint
 	c.positive("schedule.steps", r.Schedule.Steps)

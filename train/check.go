@@ -68,6 +68,7 @@ func (l recipe) packageChecks() []recipes.Problem {
 		add("episode.templates."+f.key, episodeTemplates(one).Validate())
 	}
 	add("algorithm", policyLossConfig(&r.Algorithm).Validate())
+	add("placement.learner_device", learner.CheckDevice(r.Placement.LearnerDevice))
 	add("algorithm", lrSchedule(&r.Algorithm, r.Schedule.Steps).Validate())
 	return probs
 }

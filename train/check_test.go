@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/learner/cuda"
 	"github.com/rlnode/rlnode/recipes"
 )
 
@@ -322,5 +323,44 @@ func TestCheckRefusesHostileTemplates(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("%s --set %s: validation still running after 20 s", c.recipe, c.set)
 		}
+	}
+}
+
+// A learner placed on the GPU is refused, at the recipe's line, with the
+// reason the CUDA backend cannot run on this host.
+func TestCheckLearnerDeviceCUDA(t *testing.T) {
+	if cuda.Available().Err() == nil {
+		t.Skip("the CUDA backend can run here: nothing to refuse")
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "gpu.yaml")
+	src := `name: gpu
+models: {policy: {init: {}}}
+data: {task: {}}
+placement:
+  learner_device: cuda
+`
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := recipes.Load(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := file + ":5: placement.learner_device: cuda: CUDA backend unavailable: "
+	err = Check(l)
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("Check: %v\nwant %q", err, want)
+	}
+	// The reason is the probe's own.
+	if !strings.Contains(err.Error(), strings.TrimPrefix(cuda.Available().Err().Error(), "CUDA backend unavailable: ")) {
+		t.Errorf("Check: %v\ndoes not carry the probe's reason %v", err, cuda.Available().Err())
+	}
+	if _, err := FromRecipe(l, t.TempDir()); err == nil {
+		t.Error("FromRecipe accepted a cuda learner on a host without the backend")
+	}
+	// An unknown device is refused by validation.
+	if _, err := recipes.Load("quickstart", []string{"placement.learner_device=tpu"}); err == nil || !strings.Contains(err.Error(), `placement.learner_device: "tpu": want one of cpu, cuda, cuda-bf16`) {
+		t.Errorf("learner_device tpu: %v", err)
 	}
 }

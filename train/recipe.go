@@ -249,6 +249,7 @@ func (l recipe) config(out string) (Config, error) {
 	// Each trained policy's learner (MLMT: the feedback policy's too) runs
 	// as this many ranks of placement.learner each.
 	lc.Shards = r.Placement.LearnerShards
+	lc.Device = r.Placement.LearnerDevice
 	if pol.LoRA != nil {
 		// The SFT warm-up trains every weight, the RL steps the adapters.
 		c := loraConfig(pol.LoRA, r.Seed)

@@ -222,8 +222,25 @@ func TestDeviceBackendTrainingStep(t *testing.T) {
 	}
 }
 
-// testGPU is GPU 0 as an Accel, or nil (failing under RLNODE_REQUIRE_GPU=1).
-func testGPU(t *testing.T) Accel { return nil }
+var (
+	gpuOnce sync.Once
+	gpu     *GPU
+	gpuErr  error
+)
+
+// testGPU is GPU 0 as an Accel, opened once per process, or nil where the
+// backend cannot run (failing under RLNODE_REQUIRE_GPU=1).
+func testGPU(t *testing.T) Accel {
+	t.Helper()
+	gpuOnce.Do(func() { gpu, gpuErr = OpenGPU(0) })
+	if gpuErr != nil {
+		if requireGPU {
+			t.Fatalf("RLNODE_REQUIRE_GPU=1: %v", gpuErr)
+		}
+		return nil
+	}
+	return gpu
+}
 
 func maxRelDiff(a, b []float32) float64 {
 	m := 0.0

@@ -27,7 +27,8 @@ type Device struct {
 }
 
 // OpenDevice opens GPU index (as the driver numbers them, after
-// CUDA_VISIBLE_DEVICES) and compiles and loads every kernel for it.
+// CUDA_VISIBLE_DEVICES) and loads every kernel for it, compiled through
+// the kernel cache in DefaultKernelCacheDir.
 func OpenDevice(index int) (*Device, error) {
 	if err := Available().Err(); err != nil {
 		return nil, err
@@ -58,15 +59,16 @@ func OpenDevice(index int) (*Device, error) {
 		return nil, fmt.Errorf("GPU %d: cuDevicePrimaryCtxRetain: %w", index, drv.err(r))
 	}
 	arch := fmt.Sprintf("sm_%d", d.Info.Arch)
+	cache := &KernelCache{Dir: DefaultKernelCacheDir(), NV: nv}
 	for _, s := range Sources() {
-		c, err := nv.CompileSource(s, arch)
+		cubin, err := cache.Cubin(s, arch)
 		if err != nil {
 			d.Close()
 			return nil, err
 		}
 		err = drv.onContext(d.ctx, func() error {
 			var mod uintptr
-			if r := drv.cuModuleLoadData(&mod, unsafe.Pointer(&c.Cubin[0])); r != cudaSuccess {
+			if r := drv.cuModuleLoadData(&mod, unsafe.Pointer(&cubin[0])); r != cudaSuccess {
 				return fmt.Errorf("GPU %d: load %s for %s: %w", index, s.Name, arch, drv.err(r))
 			}
 			d.mods = append(d.mods, mod)
