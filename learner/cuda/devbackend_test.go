@@ -22,7 +22,7 @@ var (
 // emuDevice opens an emulated device with its kernels (the library built
 // once per process, cached on disk by content), or returns nil without a
 // C++ compiler.
-func emuDevice(t *testing.T) *EmuDevice {
+func emuDevice(t testing.TB) *EmuDevice {
 	t.Helper()
 	emuLibOnce.Do(func() {
 		dir, err := os.UserCacheDir()
@@ -142,10 +142,21 @@ func trainStep(t *testing.T, b backend.Backend) stepResult {
 		t.Fatal(err)
 	}
 	r.loss, r.weights = st.Loss, m.Weights()
+	db, onDevice := b.(*DeviceBackend)
+	var before AllocStats
+	if onDevice {
+		before = db.A.Stats()
+	}
 	if _, err := tr.Step([]*model.Batch{bt}, stepLR, obj); err != nil {
 		t.Fatal(err)
 	}
 	r.weights2 = m.Weights()
+	// The second step's tensors and temporaries all come from the cache.
+	if onDevice {
+		if after := db.A.Stats(); after.DeviceAllocs != before.DeviceAllocs || after.Reuses == before.Reuses {
+			t.Errorf("allocator over the second step: %+v, then %+v: want reuses and no device allocation", before, after)
+		}
+	}
 	return r
 }
 
@@ -230,7 +241,7 @@ var (
 
 // testGPU is GPU 0 as an Accel, opened once per process, or nil where the
 // backend cannot run (failing under RLNODE_REQUIRE_GPU=1).
-func testGPU(t *testing.T) Accel {
+func testGPU(t testing.TB) Accel {
 	t.Helper()
 	gpuOnce.Do(func() { gpu, gpuErr = OpenGPU(0) })
 	if gpuErr != nil {

@@ -1,0 +1,140 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/learner/backend"
+	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/optim"
+)
+
+// stepShapes are the models BenchmarkTrainingStep times
+// (RLNODE_STEP_SHAPE): a tiny one for a run on the emulated device, and
+// Qwen2.5-0.5B's shape with random weights.
+var stepShapes = map[string]model.Config{
+	"tiny": {Architecture: model.Qwen2, HiddenSize: 64, IntermediateSize: 160, NumLayers: 2, NumHeads: 4, NumKVHeads: 2, HeadDim: 16,
+		VocabSize: 256, MaxPositions: 4096, RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"},
+	"qwen2.5-0.5b": {Architecture: model.Qwen2, HiddenSize: 896, IntermediateSize: 4864, NumLayers: 24, NumHeads: 14, NumKVHeads: 2, HeadDim: 64,
+		VocabSize: 151936, MaxPositions: 32768, RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"},
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkTrainingStep times optimizer steps (forward, a mean-logprob
+// loss, backward, clipping, AdamW) of a Qwen2 model on the CPU backend and
+// on the device backend, fp32 and with bf16 matrix products: on the GPU
+// where there is one, else on the emulated device (tiny shape only).
+// RLNODE_STEP_SHAPE picks the model (tiny, qwen2.5-0.5b), RLNODE_STEP_SEQ
+// and RLNODE_STEP_BATCH the rows (each half prompt, half scored response);
+// RLNODE_STEP_CPU=0 leaves the CPU backend out. It reports tokens/s and,
+// counting 6·params·tokens (plus attention's 6·layers·heads·headDim·Σ
+// seq²), TFLOP/s.
+func BenchmarkTrainingStep(b *testing.B) {
+	shape := os.Getenv("RLNODE_STEP_SHAPE")
+	if shape == "" {
+		shape = "tiny"
+	}
+	cfg, ok := stepShapes[shape]
+	if !ok {
+		b.Fatalf("RLNODE_STEP_SHAPE=%q: want tiny or qwen2.5-0.5b", shape)
+	}
+	seq, batch := envInt("RLNODE_STEP_SEQ", 64), envInt("RLNODE_STEP_BATCH", 2)
+	if shape != "tiny" {
+		seq, batch = envInt("RLNODE_STEP_SEQ", 1024), envInt("RLNODE_STEP_BATCH", 8)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	seqs := make([]model.Sequence, batch)
+	for i := range seqs {
+		s := model.Sequence{Prompt: make([]int32, seq/2), Response: make([]int32, seq-seq/2)}
+		for j := range s.Prompt {
+			s.Prompt[j] = int32(rng.IntN(cfg.VocabSize))
+		}
+		for j := range s.Response {
+			s.Response[j] = int32(rng.IntN(cfg.VocabSize))
+		}
+		seqs[i] = s
+	}
+	bt, err := model.NewBatch(seqs, seq, false, cfg.VocabSize)
+	if err != nil {
+		b.Fatal(err)
+	}
+	obj := func(_ int, _ *model.Batch, logp, _ []float32) (float64, []float32, []float32, error) {
+		n := float32(len(logp))
+		var loss float64
+		dl := make([]float32, len(logp))
+		for i := range logp {
+			loss -= float64(logp[i] / n)
+			dl[i] = -1 / n
+		}
+		return loss, dl, nil, nil
+	}
+	run := func(b *testing.B, be backend.Backend) {
+		m, err := model.New(cfg, be)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.InitRandom(1)
+		tr := &model.Trainer{Model: m, Opt: optim.NewAdamW(0.9, 0.999, 1e-8, 0.01), MaxGradNorm: 1}
+		step := func() {
+			if _, err := tr.Step([]*model.Batch{bt}, 1e-5, obj); err != nil {
+				b.Fatal(err)
+			}
+			if db, ok := be.(*DeviceBackend); ok {
+				if err := db.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		step() // warm-up: allocations, kernel loads, cuBLASLt heuristics
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			step()
+		}
+		sec := time.Since(start).Seconds() / float64(b.N)
+		tokens := float64(seq * batch)
+		attn := 6 * float64(cfg.NumLayers*cfg.NumHeads*cfg.HeadDim) * float64(batch) * float64(seq) * float64(seq) / 2
+		flops := 6*float64(m.NumParams())*tokens + attn
+		b.ReportMetric(tokens/sec, "tokens/s")
+		b.ReportMetric(flops/sec/1e12, "TFLOP/s")
+		b.ReportMetric(sec*1e3, "ms/step")
+	}
+	if os.Getenv("RLNODE_STEP_CPU") != "0" {
+		b.Run("cpu", func(b *testing.B) { run(b, cpu.New()) })
+	}
+	var dev Accel
+	name := "gpu"
+	if g := testGPU(b); g != nil {
+		dev = g
+	} else if shape == "tiny" {
+		if d := emuDevice(b); d != nil {
+			dev, name = d, "emulated"
+		}
+	}
+	if dev == nil {
+		b.Logf("no device for shape %s: the device backend is not timed", shape)
+		return
+	}
+	for _, gemm := range []DType{F32, BF16} {
+		b.Run(fmt.Sprintf("%s-%s", name, gemm), func(b *testing.B) {
+			db := NewDeviceBackend(dev, gemm)
+			if name == "emulated" {
+				db.Block = 32 // one warp: fewest threads to schedule
+			}
+			defer db.A.Release()
+			run(b, db)
+			b.Logf("allocator: %+v", db.A.Stats())
+		})
+	}
+}
