@@ -547,10 +547,15 @@ func CheckDevice(device string) error {
 	case "", "cpu":
 		return nil
 	case "cuda", "cuda-bf16":
-		if err := cuda.Available().Err(); err != nil {
-			return fmt.Errorf("%s: %w", device, err)
+		r := cuda.Available()
+		if r.Err() == nil {
+			return nil
 		}
-		return nil
+		msgs := make([]string, len(r.Problems))
+		for i, p := range r.Problems {
+			msgs[i] = p.Error()
+		}
+		return fmt.Errorf("%s: the CUDA backend cannot run here: %s", device, strings.Join(msgs, "; "))
 	}
 	return fmt.Errorf("device %q: want cpu, cuda or cuda-bf16", device)
 }

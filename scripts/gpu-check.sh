@@ -12,11 +12,16 @@
 # NVIDIA's Python wheels (site-packages/nvidia/*/lib), or RLNODE_CUDA_DRIVER,
 # RLNODE_NVRTC and RLNODE_CUBLASLT.
 #
-# Today it runs learner/cuda's tests (loader, NVRTC compile of every kernel,
-# every kernel on the GPU against the CPU backend, a Qwen2 training step on
-# the GPU kernels) and reports the host. Not yet: the PyTorch comparison on a
-# Qwen2.5-0.5B-shaped checkpoint, training-step time and MFU, decode
-# tokens/s (they need the device-resident backend).
+# It runs learner/cuda's tests (loader, NVRTC compile of every kernel, every
+# kernel on the GPU against the CPU backend, the kernel cache, cuBLASLt
+# products against learner/blas, and Qwen2 training steps on the
+# device-resident backend over the real driver against the CPU backend,
+# fp32 and bf16), then times a training step of a Qwen2.5-0.5B-shaped model
+# (random weights; GPU_CHECK_SEQ, GPU_CHECK_BATCH rows, default 1024 x 8) on
+# the device backend and the CPU backend, and with PyTorch eager where
+# python3 has torch with CUDA (learner/cuda/testdata/torch_step.py), and
+# reports the host. GPU_CHECK_STEP=0 skips the timing, GPU_CHECK_STEP_CPU=0
+# the CPU backend's (the slowest part). Not yet: decode tokens/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,8 +62,12 @@ run() {
 	for pkg in learner/cuda learner/cpu; do
 		local bin
 		bin="$dir/$pkg/$(basename "$pkg").test"
-		(cd "$dir/$pkg" && timeout 420 "$bin" -test.v -test.count=1 -test.timeout=400s) >"$log/$(basename "$pkg").txt" 2>&1 || failed=1
+		(cd "$dir/$pkg" && timeout 300 "$bin" -test.v -test.count=1 -test.timeout=280s) >"$log/$(basename "$pkg").txt" 2>&1 || failed=1
 	done
+	: >"$log/step.txt"
+	if [ "${GPU_CHECK_STEP:-1}" != 0 ]; then
+		step "$dir" >"$log/step.txt" 2>&1 || failed=1
+	fi
 	echo "================ rlnode gpu-check report ================"
 	cat "$log/host.txt"
 	for f in "$log"/cuda.txt "$log"/cpu.txt; do
@@ -71,8 +80,35 @@ run() {
 		grep -E -- '^\s*--- (FAIL|SKIP)|^\s+[a-z_]+_test\.go:[0-9]+:' "$f" | head -150 || true
 		grep -E -- '^(FAIL|ok|PASS)' "$f" | tail -3 || true
 	done
+	echo "== training step (Qwen2.5-0.5B shape, random weights)"
+	cat "$log/step.txt"
 	echo "== result: $([ "$failed" = 0 ] && echo PASS || echo FAIL) (RLNODE_REQUIRE_GPU=$RLNODE_REQUIRE_GPU; full logs in $log)"
 	return "$failed"
+}
+
+# step times training steps: the device backend (fp32, bf16 products) and
+# the CPU backend through BenchmarkTrainingStep, PyTorch eager through
+# torch_step.py, all on the same shape, rows and loss.
+step() {
+	local dir=$1
+	local seq=${GPU_CHECK_SEQ:-1024} batch=${GPU_CHECK_BATCH:-8}
+	local bin="$dir/learner/cuda/cuda.test" rc=0
+	export RLNODE_STEP_SHAPE=qwen2.5-0.5b RLNODE_STEP_SEQ=$seq RLNODE_STEP_BATCH=$batch
+	echo "rows: $batch x $seq tokens, the second half of each row scored"
+	(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 timeout 150 "$bin" -test.run '^$' -test.bench 'TrainingStep' -test.benchtime 3x -test.timeout=140s) 2>&1 |
+		grep -E 'Benchmark|allocator|FAIL|panic|Error' || rc=1
+	if [ "${GPU_CHECK_STEP_CPU:-1}" != 0 ]; then
+		(cd "$dir/learner/cuda" && timeout 150 "$bin" -test.run '^$' -test.bench 'TrainingStep/cpu' -test.benchtime 1x -test.timeout=140s) 2>&1 |
+			grep -E 'Benchmark|FAIL|panic' || echo "CPU backend: no figure (timed out after 150 s?)"
+	fi
+	if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+		for dt in bf16 fp32; do
+			timeout 120 python3 "$dir/learner/cuda/testdata/torch_step.py" --shape qwen2.5-0.5b --seq "$seq" --batch "$batch" --dtype "$dt" --steps 3 2>&1 | tail -1 || true
+		done
+	else
+		echo "PyTorch with CUDA: not available, no comparison"
+	fi
+	return "$rc"
 }
 
 case "${1:-}" in
