@@ -1,6 +1,9 @@
 package cuda
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Ptr is a device address.
 type Ptr uint64
@@ -100,7 +103,7 @@ type Accel interface {
 }
 
 // ErrOutOfMemory: the device could not serve an allocation.
-var ErrOutOfMemory = fmt.Errorf("out of device memory")
+var ErrOutOfMemory = errors.New("out of device memory")
 
 // extent is the number of elements a (strided-batched) row-major matrix
 // operand spans: rows×cols stored with leading dimension ld.

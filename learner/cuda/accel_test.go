@@ -115,3 +115,33 @@ func TestEmuDeviceBounds(t *testing.T) {
 		}
 	}
 }
+
+func TestGemmExtentAndAlignment(t *testing.T) {
+	for _, c := range []struct {
+		g                  Gemm
+		aExt, bExt, cExt   int64
+		aRows, aCols, bRow int
+	}{
+		{Gemm{M: 2, N: 3, K: 4, LDA: 4, LDB: 3, LDC: 3, Batch: 1}, 8, 12, 6, 2, 4, 4},
+		{Gemm{TransA: true, M: 2, N: 3, K: 4, LDA: 5, LDB: 3, LDC: 3, Batch: 1}, 17, 12, 6, 4, 2, 4},
+		{Gemm{TransB: true, M: 2, N: 3, K: 4, LDA: 4, LDB: 4, LDC: 3, StrideA: 10, StrideB: 20, StrideC: 7, Batch: 3}, 28, 52, 20, 2, 4, 3},
+	} {
+		aRows, aCols, bRows, _, aExt, bExt, cExt := c.g.operands()
+		if aExt != c.aExt || bExt != c.bExt || cExt != c.cExt || aRows != c.aRows || aCols != c.aCols || bRows != c.bRow {
+			t.Errorf("%+v: A %dx%d, B rows %d, extents %d %d %d; want %dx%d, %d, %d %d %d", c.g, aRows, aCols, bRows, aExt, bExt, cExt, c.aRows, c.aCols, c.bRow, c.aExt, c.bExt, c.cExt)
+		}
+		if err := c.g.check(); err != nil {
+			t.Errorf("%+v: %v", c.g, err)
+		}
+	}
+	for _, bad := range []Gemm{{M: 2, N: 3, K: 4, LDA: 3, LDB: 3, LDC: 3, Batch: 1}, {M: 2, N: 3, K: 4, LDA: 4, LDB: 3, LDC: 3}, {M: -1, LDA: 1, LDB: 1, LDC: 1, Batch: 1}} {
+		if bad.check() == nil {
+			t.Errorf("%+v: accepted", bad)
+		}
+	}
+	for p, want := range map[Ptr]uint32{0x1000: 256, 0x1004: 4, 0x1010: 16, 0x1102: 2} {
+		if got := alignment(p); got != want {
+			t.Errorf("alignment(%#x) = %d, want %d", uint64(p), got, want)
+		}
+	}
+}

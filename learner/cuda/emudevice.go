@@ -201,7 +201,6 @@ func (d *EmuDevice) Launch(kernel string, grid, block Dim3, args ...any) error {
 	emuLaunchMu.Lock()
 	r := d.launch(kernel, &g[0], &b[0], unsafe.Pointer(&params[0]), int32(len(params)), &msg[0], int32(len(msg)))
 	emuLaunchMu.Unlock()
-	runtime.KeepAlive(d.allocs)
 	if r != 0 {
 		return fmt.Errorf("launch %s (grid %v, block %v): %s", kernel, grid, block, cString(msg))
 	}

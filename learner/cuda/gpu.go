@@ -203,9 +203,16 @@ func (g *GPU) Gemm(m Gemm) error {
 			return cublasOpN
 		}
 		// The first operand is B's storage: column-major bCols×bRows.
+		// set records the first failed attribute.
+		var setErr error
+		set := func(what string, r int32) {
+			if r != 0 && setErr == nil {
+				setErr = fmt.Errorf("gemm: set %s: cuBLAS status %d", what, r)
+			}
+		}
 		ta, tb := op(m.TransB), op(m.TransA)
-		lt.cublasLtMatmulDescSetAttribute(desc, ltDescTransA, unsafe.Pointer(&ta), 4)
-		lt.cublasLtMatmulDescSetAttribute(desc, ltDescTransB, unsafe.Pointer(&tb), 4)
+		set("transa", lt.cublasLtMatmulDescSetAttribute(desc, ltDescTransA, unsafe.Pointer(&ta), 4))
+		set("transb", lt.cublasLtMatmulDescSetAttribute(desc, ltDescTransB, unsafe.Pointer(&tb), 4))
 		var layouts [3]uintptr
 		defer func() {
 			for _, l := range layouts {
@@ -230,8 +237,8 @@ func (g *GPU) Gemm(m Gemm) error {
 			}
 			if m.Batch > 1 {
 				batch, stride := int32(m.Batch), s.stride
-				lt.cublasLtMatrixLayoutSetAttribute(layouts[i], ltLayoutBatchCount, unsafe.Pointer(&batch), 4)
-				lt.cublasLtMatrixLayoutSetAttribute(layouts[i], ltLayoutStridedOffset, unsafe.Pointer(&stride), 8)
+				set("batch count", lt.cublasLtMatrixLayoutSetAttribute(layouts[i], ltLayoutBatchCount, unsafe.Pointer(&batch), 4))
+				set("batch stride", lt.cublasLtMatrixLayoutSetAttribute(layouts[i], ltLayoutStridedOffset, unsafe.Pointer(&stride), 8))
 			}
 		}
 		var pref uintptr
@@ -240,10 +247,13 @@ func (g *GPU) Gemm(m Gemm) error {
 		}
 		defer lt.cublasLtMatmulPreferenceDestroy(pref)
 		ws := uint64(gpuWorkspace)
-		lt.cublasLtMatmulPreferenceSetAttribute(pref, ltPrefMaxWorkspace, unsafe.Pointer(&ws), 8)
+		set("workspace", lt.cublasLtMatmulPreferenceSetAttribute(pref, ltPrefMaxWorkspace, unsafe.Pointer(&ws), 8))
 		for i, p := range []Ptr{m.B, m.A, m.C, m.C} {
 			al := alignment(p)
-			lt.cublasLtMatmulPreferenceSetAttribute(pref, int32(ltPrefMinAlignA+i), unsafe.Pointer(&al), 4)
+			set("alignment", lt.cublasLtMatmulPreferenceSetAttribute(pref, int32(ltPrefMinAlignA+i), unsafe.Pointer(&al), 4))
+		}
+		if setErr != nil {
+			return setErr
 		}
 		var heur [ltHeuristicBytes]byte
 		var found int32
