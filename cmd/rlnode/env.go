@@ -26,14 +26,15 @@ const envUsage = `usage:
   rlnode env rollout ENV --policy scripted|random|MODEL --out FILE
                 [--episodes 100] [--task train] [--seed 1] [--max-steps 8]
                 [--url URL] [--timeout 30s] [--temperature 1] [--max-tokens 64]
-      play a policy in environment ENV (equations, or http with --url: a
-      server speaking OpenEnv's reset/step protocol) and write the episodes
-      (docs/environments-io.md). scripted is the environment's teacher,
-      random draws an offered action: FILE is JSONL, chat messages with
-      each step's action and reward. MODEL (a checkpoint directory or a
-      hub id) plays through the native engine as a run's agent episode
-      does, sampling at --temperature: FILE is an Arrow trajectory file
-      (.arrow). Episode k plays seed SEED+k.
+      play a policy in environment ENV (equations, calculator, multiply,
+      guess, or http with --url: a server speaking OpenEnv's reset/step
+      protocol) and write the episodes (docs/environments-io.md). scripted
+      is the built-in environment's teacher, random draws an offered
+      action, MODEL (a checkpoint directory or a hub id) plays through the
+      native engine as a run's agent episode does, sampling at
+      --temperature. FILE is JSONL (.jsonl: chat messages with each step's
+      action and reward) or, for MODEL, also an Arrow trajectory file
+      (.arrow: token ids and log probs). Episode k plays seed SEED+k.
 `
 
 func envCommand(args []string, stdout, stderr io.Writer) int {
@@ -56,8 +57,8 @@ func envCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode env rollout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, envUsage) }
-	policy := fs.String("policy", "", "scripted or random")
-	out := fs.String("out", "", "JSONL file to write")
+	policy := fs.String("policy", "", "scripted, random or a model (checkpoint directory or hub id)")
+	out := fs.String("out", "", "file to write (.jsonl; .arrow for a model)")
 	episodes := fs.Int("episodes", 100, "episodes to play")
 	task := fs.String("task", env.TaskTrain, "the environment's task (equations: train, heldout or an equation like \"3x + 5 = 14\")")
 	seed := fs.Int64("seed", 1, "seed of the first episode (and of random play)")
@@ -99,8 +100,8 @@ func envCommand(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if *policy != env.PolicyScripted && *policy != env.PolicyRandom {
-		if !strings.HasSuffix(*out, ".arrow") {
-			return fail(fmt.Errorf("--out %s: a model's episodes go to an Arrow trajectory file (.arrow)", *out))
+		if !strings.HasSuffix(*out, ".arrow") && !strings.HasSuffix(*out, ".jsonl") {
+			return fail(fmt.Errorf("--out %s: a model's episodes go to a JSONL file (.jsonl) or an Arrow trajectory file (.arrow)", *out))
 		}
 		if !(*temperature >= 0) || *maxTokens < 1 {
 			return fail(fmt.Errorf("--temperature %v, --max-tokens %d: want ≥ 0 and ≥ 1", *temperature, *maxTokens))
@@ -117,16 +118,8 @@ func envCommand(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	f, err := os.Create(*out)
-	if err != nil {
+	if err := writeEpisodes(*out, eps); err != nil {
 		return fail(err)
-	}
-	err = offline.WriteJSONL(f, eps)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fail(fmt.Errorf("write %s: %w", *out, err))
 	}
 	var total float64
 	steps, done := 0, map[string]int{}
@@ -151,7 +144,8 @@ type modelRolloutConfig struct {
 }
 
 // modelRollout plays a checkpoint through the agent episode on the native
-// engine and writes its turns as an Arrow trajectory file.
+// engine (chat prompts) and writes its turns as an Arrow trajectory file,
+// or its chats as JSONL episodes.
 func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, fail func(error) int) int {
 	if err := verifyModel(c.model); err != nil {
 		return fail(err)
@@ -171,6 +165,11 @@ func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, f
 		MaxSteps: c.maxSteps,
 		Seed:     c.seed,
 	}
+	var chats offline.Chats
+	jsonl := strings.HasSuffix(c.out, ".jsonl")
+	if jsonl {
+		ag.Chats = chats.Record
+	}
 	examples := make([]data.Example, c.episodes)
 	for k := range examples {
 		examples[k] = data.Example{ID: fmt.Sprintf("%s-%d", c.env, k), Prompt: c.task}
@@ -183,7 +182,15 @@ func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, f
 	if err != nil {
 		return fail(err)
 	}
-	if err := data.WriteTrajectoryFile(c.out, turns); err != nil {
+	if jsonl {
+		eps, err := chats.Episodes(c.env, c.task, c.model, func(g int64) int64 { return c.seed + g }, turns)
+		if err == nil {
+			err = writeEpisodes(c.out, eps)
+		}
+		if err != nil {
+			return fail(err)
+		}
+	} else if err := data.WriteTrajectoryFile(c.out, turns); err != nil {
 		return fail(err)
 	}
 	var total float64
@@ -200,4 +207,20 @@ func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, f
 	fmt.Fprintf(stdout, "%d episodes of %s (task %s, policy %s) written to %s: mean return %.3f, %.2f steps per episode, outcomes %v\n",
 		c.episodes, c.env, c.task, c.model, c.out, total/float64(c.episodes), float64(len(turns))/float64(c.episodes), outcomes)
 	return 0
+}
+
+// writeEpisodes writes eps as a JSONL trajectory file at path.
+func writeEpisodes(path string, eps []offline.Episode) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = offline.WriteJSONL(f, eps)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }

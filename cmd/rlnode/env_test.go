@@ -5,10 +5,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/env/envtest"
 	"github.com/rlnode/rlnode/rollout/offline"
@@ -155,8 +157,40 @@ func TestEnvRolloutModel(t *testing.T) {
 	if err != nil || len(samples) != len(turns) {
 		t.Fatalf("%d samples of %d turns: %v", len(samples), len(turns), err)
 	}
-	if _, stderr, code := runRlnode(t, home, "env", "rollout", "equations", "--policy", model, "--out", filepath.Join(home, "m.jsonl")); code != 1 ||
-		!strings.Contains(stderr, "a model's episodes go to an Arrow trajectory file (.arrow)") {
-		t.Fatalf("a model to JSONL: exit %d: %s", code, stderr)
+
+	// The same episodes (same seeds) as JSONL: each assistant turn's
+	// sample, read back as sft.trajectories reads it, has the prompt the
+	// model was given and the episode's total as its reward.
+	jsonl := filepath.Join(home, "model.jsonl")
+	stdout, stderr, code = runRlnode(t, home, "env", "rollout", "equations", "--policy", model, "--episodes", "3", "--max-steps", "3",
+		"--max-tokens", "8", "--out", jsonl)
+	if code != 0 || !strings.Contains(stdout, "written to "+jsonl) {
+		t.Fatalf("to JSONL: exit %d\n%s%s", code, stdout, stderr)
+	}
+	eps, err := offline.ReadJSONL(jsonl)
+	if err != nil || len(eps) != 3 {
+		t.Fatalf("%d episodes: %v", len(eps), err)
+	}
+	tok, err := tokenizer.Load(filepath.Join(model, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := offline.ReadSamples(jsonl, tok, 0)
+	if err != nil || len(back) != len(turns) {
+		t.Fatalf("%d samples from JSONL, %d turns in the Arrow file: %v", len(back), len(turns), err)
+	}
+	for i, tr := range turns {
+		if !slices.Equal(back[i].Prompt, tr.PromptIDs) || back[i].Reward != tr.FinalReward {
+			t.Fatalf("turn %d (%s): JSONL prompt %v reward %v, Arrow prompt %v reward %v", i, tr.EpisodeID, back[i].Prompt, back[i].Reward, tr.PromptIDs, tr.FinalReward)
+		}
+	}
+	for k, ep := range eps {
+		if ep.Seed != 1+int64(k) || ep.Policy != model || ep.Env != "equations" || len(ep.Messages) != 2*len(ep.Steps)+1 {
+			t.Fatalf("episode %d: %+v", k, ep)
+		}
+	}
+	if _, stderr, code := runRlnode(t, home, "env", "rollout", "equations", "--policy", model, "--out", filepath.Join(home, "m.txt")); code != 1 ||
+		!strings.Contains(stderr, "a model's episodes go to a JSONL file (.jsonl) or an Arrow trajectory file (.arrow)") {
+		t.Fatalf("a model to a .txt file: exit %d: %s", code, stderr)
 	}
 }

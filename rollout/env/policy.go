@@ -3,6 +3,7 @@ package env
 import (
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,7 +24,10 @@ const (
 
 // teachers are the scripted teachers of the built-in environments.
 var teachers = map[string]func() Policy{
-	"equations": func() Policy { return &equationsTeacher{} },
+	NameEquations:  func() Policy { return &equationsTeacher{} },
+	NameCalculator: func() Policy { return productTeacher{tools: true} },
+	NameMultiply:   func() Policy { return productTeacher{} },
+	NameGuess:      func() Policy { return guessTeacher{} },
 }
 
 // NewPolicy returns a constructor of kind's policy (one per episode) for
@@ -94,4 +98,47 @@ func (t *equationsTeacher) Act(obs Observation) Action {
 		return Action{Name: DivideTerms}
 	}
 	return Action{Name: StateAnswer, Param: strconv.Itoa(t.eq.x)}
+}
+
+// productTeacher plays Multiply from its observations as Multiply's Teach
+// does: with tools, calculate the product the question names, then answer
+// with the result the calculator showed; without, answer the product. An
+// observation it cannot read gets no action.
+type productTeacher struct{ tools bool }
+
+var (
+	questionRE = regexp.MustCompile(`^What is (\d{1,6}) \* (\d{1,6})\?`)
+	shownRE    = regexp.MustCompile(` = (-?\d{1,18})$`)
+)
+
+func (t productTeacher) Act(obs Observation) Action {
+	q := questionRE.FindStringSubmatch(obs.Text)
+	if q == nil {
+		return Action{}
+	}
+	if !t.tools {
+		a, _ := strconv.Atoi(q[1])
+		b, _ := strconv.Atoi(q[2])
+		return Action{Name: Answer, Param: strconv.Itoa(a * b)}
+	}
+	if m := shownRE.FindStringSubmatch(obs.Text); m != nil {
+		return Action{Name: Answer, Param: m[1]}
+	}
+	return Action{Name: Calculate, Param: q[1] + "*" + q[2]}
+}
+
+// guessTeacher plays Guess from its observations as Guess's Teach does:
+// the middle of the range the observation says is still open.
+type guessTeacher struct{}
+
+var openRangeRE = regexp.MustCompile(`The number is from (\d{1,6}) to (\d{1,6});`)
+
+func (guessTeacher) Act(obs Observation) Action {
+	m := openRangeRE.FindStringSubmatch(obs.Text)
+	if m == nil {
+		return Action{}
+	}
+	lo, _ := strconv.Atoi(m[1])
+	hi, _ := strconv.Atoi(m[2])
+	return Action{Name: GuessAction, Param: strconv.Itoa((lo + hi) / 2)}
 }

@@ -43,3 +43,54 @@ func TestNewPolicy(t *testing.T) {
 		t.Fatalf("teacher on an unknown observation: %+v", a)
 	}
 }
+
+// TestScriptedTeachersMatch: the scripted teacher of every built-in
+// environment, reading only the observations, takes the action the
+// environment's own Teach names at every step and solves every episode
+// of both splits; an observation it cannot read gets no action.
+func TestScriptedTeachersMatch(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range BuiltinNames {
+		mk, err := NewPolicy(PolicyScripted, name, 1)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, task := range []string{TaskTrain, TaskHeldOut} {
+			for seed := range int64(60) {
+				e, err := New(name, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				obs, err := e.Reset(ctx, seed, task)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := mk()
+				for step := 0; ; step++ {
+					want, err := e.Teach()
+					if err != nil {
+						t.Fatalf("%s %s seed %d step %d: Teach: %v", name, task, seed, step, err)
+					}
+					got := p.Act(obs)
+					if got != want {
+						t.Fatalf("%s %s seed %d step %d: scripted %+v, Teach %+v (observation %q)", name, task, seed, step, got, want, obs.Text)
+					}
+					r, err := e.Step(ctx, got)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Done {
+						if r.Info[InfoOutcome] != OutcomeSolved {
+							t.Fatalf("%s %s seed %d: ended %q after %d steps", name, task, seed, r.Info[InfoOutcome], step+1)
+						}
+						break
+					}
+					obs = r.Observation
+				}
+			}
+		}
+		if a := mk().Act(Observation{Text: "Something else entirely."}); a != (Action{}) {
+			t.Errorf("%s teacher on an unknown observation: %+v", name, a)
+		}
+	}
+}

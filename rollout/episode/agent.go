@@ -28,7 +28,8 @@ import (
 // episode's total. The last turn's Note names the outcome when the
 // environment gives one (Info["outcome"]).
 //
-// Example i's task is its Prompt, its seed Seed + its group id: the N
+// Example i's task is its Prompt, its seed Seed + its group id (or
+// EnvSeed's): the N
 // episodes of a group play the same episode of the environment (Reset must
 // be deterministic). A Reset error fails the run (the task is the
 // caller's); a Step error ends that episode with a note; engine failures
@@ -46,6 +47,15 @@ type Agent struct {
 	// model's own format instead of the chat messages above (System is
 	// then unused).
 	Prompter AgentPrompter
+	// Chats, when set, receives every episode's chat once the batch has
+	// played, in the order of Run's turns: the system message, then each
+	// observation as a user message (as chat prompts show it) and each
+	// turn the environment took as an assistant message (as Limits quote
+	// it); a turn the engine or the environment failed adds none.
+	Chats func(group int64, sample int, chat []tokenizer.Message)
+	// EnvSeed, when set, is the seed of group's environment in place of
+	// Seed + group (the N episodes of a group share it).
+	EnvSeed func(group int64) int64
 }
 
 // AgentPrompter writes the prompt of an agent step as text in the model's
@@ -139,7 +149,11 @@ func (r *Agent) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 		g := b.FirstGroupID + int64(i)
 		for s := range b.N {
 			e := &agentState{i: i, sample: s, group: g, env: env.Checked(r.NewEnv())}
-			obs, err := e.env.Reset(ctx, r.Seed+g, ex.Prompt)
+			seed := r.Seed + g
+			if r.EnvSeed != nil {
+				seed = r.EnvSeed(g)
+			}
+			obs, err := e.env.Reset(ctx, seed, ex.Prompt)
 			if err != nil {
 				return nil, fmt.Errorf("agent episode: example %q: %w", ex.ID, err)
 			}
@@ -215,6 +229,9 @@ func (r *Agent) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 			setEpisode(&e.turns[k], e.group, e.sample, k)
 		}
 		turns = append(turns, e.turns...)
+		if r.Chats != nil {
+			r.Chats(e.group, e.sample, e.msgs)
+		}
 	}
 	return turns, nil
 }
