@@ -474,6 +474,22 @@ func agentStats(turns []data.Turn, actions []string) AgentStats {
 	return s
 }
 
+// agentSolved is 1 for each episode of turns (each episode's turns
+// together) that ended solved, 0 for the others, in episode order.
+func agentSolved(turns []data.Turn) []float64 {
+	var out []float64
+	for i, t := range turns {
+		if i+1 == len(turns) || turns[i+1].EpisodeID != t.EpisodeID {
+			solved := 0.0
+			if episode.AgentStepOf(t).Outcome == env.OutcomeSolved {
+				solved = 1
+			}
+			out = append(out, solved)
+		}
+	}
+	return out
+}
+
 // fillRL writes s as an RL step's figures; fillEval as an evaluation's.
 func (s AgentStats) fillRL(m *Metrics) {
 	m.CompletionRate, m.ActionsPerEpisode, m.InvalidActionRate = ptr(s.CompletionRate), ptr(s.ActionsPerEpisode), ptr(s.InvalidActionRate)

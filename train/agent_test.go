@@ -153,8 +153,6 @@ func TestAgentRecipeErrors(t *testing.T) {
 		{[]string{"data.task={}"}, "--set data.task={}: data: episode.type agent takes its tasks from episode.agent.env"},
 		{[]string{"episode.agent=null"}, "--set episode.agent=null: episode.agent: absent: episode.type agent needs episode.agent with env"},
 		{[]string{"episode.type=single", "data.task={}"}, `builtin:agent_equations.yaml:`},
-		{[]string{"engines.policy.replicas=2"}, "builtin:agent_equations.yaml:27: engines.policy: rollout actors"},
-		{[]string{"eval.temperature=0.7", "eval.samples=2"}, "--set eval.temperature=0.7: eval.temperature: 0.7: sampled evaluation is not supported with episode.type agent yet"},
 		{[]string{"models.policy.init.max_positions=48"}, "--set models.policy.init.max_positions=48: models.policy.init.max_positions: 48 positions: env equations train seed 1 step 1: the prompt (episode.agent.template) and the teacher's action take 93 tokens"},
 	} {
 		l, err := recipes.Load("agent_equations", tc.sets)
@@ -172,6 +170,27 @@ func TestAgentRecipeErrors(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), `episode.agent: set, but episode.type is "single"`) {
 		t.Errorf("agent section on single: %v", err)
+	}
+}
+
+// TestAgentRecipesAccepted: agent episodes run on rollout actors (several,
+// split placement, asynchronous), on vLLM servers and with sampled
+// evaluation.
+func TestAgentRecipesAccepted(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	for _, set := range [][]string{
+		{"engines.policy.replicas=2"},
+		{"deterministic=false", "engines.policy.replicas=2", "sync.mode=async", "sync.max_staleness=1"},
+		vllmPolicy,
+		{"eval.temperature=0.7", "eval.samples=4"},
+	} {
+		l, err := recipes.Load("agent_equations", set)
+		if err == nil {
+			err = Check(l)
+		}
+		if err != nil {
+			t.Errorf("%v: %v", set, err)
+		}
 	}
 }
 

@@ -304,11 +304,15 @@ func (c *Config) evalPassK() []int {
 // sampledEval computes pass@k and maj@n from the rewards and texts of
 // every episode (n per problem, in evalEpisodes' order).
 func sampledEval(cfg Config, rewards []float64, texts []string) *SampledEval {
-	es := cfg.EvalSampling
+	return sampledFigures(cfg.EvalSampling, rewards, texts, answerExtractor(cfg.Verifier))
+}
+
+// sampledFigures is sampledEval with the final answers' extractor (nil:
+// no maj@n).
+func sampledFigures(es EvalSampling, rewards []float64, texts []string, extract func(string) (string, error)) *SampledEval {
 	n := es.samples()
 	probs := len(rewards) / n
 	s := &SampledEval{Samples: n, Temperature: es.Temperature, PassAt: map[int]float64{}}
-	extract := answerExtractor(cfg.Verifier)
 	var maj float64
 	for i := range probs {
 		c := 0

@@ -87,9 +87,16 @@ func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (Sing
 // evaluate is the single-turn (and tool) evaluation on the held-out
 // problems: accuracy (mean@n), and the sampled figures when it samples.
 func (r *run) evaluate(ctx context.Context) (SingleEval, error) {
-	eps := evalEpisodes(r.eval, r.cfg.EvalSampling.samples())
+	n := r.cfg.EvalSampling.samples()
+	eps := evalEpisodes(r.eval, n)
 	b := episode.Batch{Examples: examplesOf(r.src, eps), N: 1, Seeds: r.cfg.evalSeeds(eps)}
 	run := r.player().runner(*episodePolicy(r.solver.id, r.solver.eng, r.cfg.evalParams()), nil)
+	if ag, ok := run.(*episode.Agent); ok && n > 1 {
+		// Episode j plays held-out problem j/n: its n episodes share the
+		// environment's seed.
+		seed := int64(r.cfg.Seed)
+		ag.EnvSeed = func(g int64) int64 { return seed + g/int64(n) }
+	}
 	turns, err := run.Run(ctx, b)
 	if err == nil {
 		err = failedTurns(turns)
@@ -99,7 +106,13 @@ func (r *run) evaluate(ctx context.Context) (SingleEval, error) {
 	}
 	if r.cfg.Episode == EpisodeAgent {
 		st := agentStats(turns, envActions(r.cfg.Agent.Env))
-		return SingleEval{Accuracy: st.CompletionRate, Correct: int(math.Round(st.CompletionRate * float64(st.Episodes))), Problems: len(r.eval), Agent: &st}, nil
+		out := SingleEval{Accuracy: st.CompletionRate, Correct: int(math.Round(st.CompletionRate * float64(st.Episodes))), Problems: len(r.eval), Agent: &st}
+		if r.cfg.EvalSampling.sampled() {
+			// pass@k over each problem's n episodes, solved counting as
+			// correct; no maj@n (episodes have no final answer to vote on).
+			out.Sampled = sampledFigures(r.cfg.EvalSampling, agentSolved(turns), nil, nil)
+		}
+		return out, nil
 	}
 	rewards, texts := make([]float64, len(turns)), make([]string, len(turns))
 	for j, t := range turns {

@@ -136,19 +136,9 @@ func (l recipe) refusals() []recipes.Problem {
 }
 
 // refuseAgent reports what an agent recipe asks for that the loop cannot
-// run yet: agent episodes play in the driver's process on its native
-// engine, evaluated greedily.
+// run.
 func (l recipe) refuseAgent(no func(field, format string, args ...any)) {
 	r := l.Recipe
-	switch {
-	case r.Engines.Policy.Kind == "vllm":
-		no("engines.policy.kind", "vllm is not supported with episode.type agent yet (native)")
-	case l.needsRolloutActors():
-		no("engines.policy", "rollout actors (replicas > 1, placement.mode split or placement.rollout resources, sync.mode async) are not supported with episode.type agent yet: agent episodes play in the driver's process")
-	}
-	if r.Eval.Temperature > 0 {
-		no("eval.temperature", "%v: sampled evaluation is not supported with episode.type agent yet (greedy: 0)", r.Eval.Temperature)
-	}
 	if ag := r.Episode.Agent; ag != nil && ag.Env == "http" && r.SFT.Steps > 0 && r.SFT.Trajectories == "" {
 		no("sft.steps", "%d: env http has no scripted teacher to warm up on: set sft.trajectories or sft.steps 0", r.SFT.Steps)
 	}

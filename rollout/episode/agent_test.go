@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/env"
@@ -338,4 +339,61 @@ func TestAgentPrompterAndNotes(t *testing.T) {
 	if _, err := a.Run(ctx(t), episode.Batch{Examples: []data.Example{{ID: "p", Prompt: "347 * 28"}}, N: 1}); err == nil || !strings.Contains(err.Error(), "step 6 prompt") {
 		t.Errorf("failing prompter: %v", err)
 	}
+}
+
+// TestAgentEnvSeedAndChats: with EnvSeed, groups that map to one seed play
+// the same episode of the environment (here groups 2k and 2k+1), others
+// not; Chats hands over each episode's chat, the requests' messages plus
+// the last step's text and the final observation.
+func TestAgentEnvSeedAndChats(t *testing.T) {
+	eng := episodetest.NewScriptedEngine(nil)
+	eng.Reply = teacher(eng)
+	a := agent(eng, 0)
+	a.Seed = 5
+	var seeds []int64
+	a.EnvSeed = func(g int64) int64 {
+		seeds = append(seeds, 5+g/2)
+		return 5 + g/2
+	}
+	chats := map[int64][]string{}
+	a.Chats = func(g int64, s int, chat []tokenizer.Message) {
+		if s != 0 {
+			t.Errorf("group %d: sample %d, want 0", g, s)
+		}
+		for _, m := range chat {
+			chats[g] = append(chats[g], m.Role+": "+m.Content)
+		}
+	}
+	ex := data.Example{ID: "eval", Prompt: env.TaskHeldOut}
+	turns, err := a.Run(ctx(t), episode.Batch{Examples: []data.Example{ex, ex, ex, ex}, N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(seeds, []int64{5, 5, 6, 6}) {
+		t.Fatalf("env seeds %v, want 5 5 6 6", seeds)
+	}
+	first := map[int64]string{}
+	for _, tr := range turns {
+		if tr.Turn == 0 {
+			first[tr.GroupID] = eng.Tok.Decode(toInts(tr.PromptIDs))
+		}
+	}
+	if first[0] != first[1] || first[2] != first[3] || first[0] == first[2] {
+		t.Fatalf("first prompts of groups 0-3 (seeds 5 5 6 6):\n%q\n%q\n%q\n%q", first[0], first[1], first[2], first[3])
+	}
+	for g := range int64(4) {
+		c := chats[g]
+		// system, then 4 observations and 4 actions, then the last observation.
+		if len(c) != 10 || c[0] != "system: "+a.System || !strings.HasPrefix(c[8], "assistant: <action>state_answer(") || !strings.HasPrefix(c[9], "user: Correct") {
+			t.Fatalf("group %d chat: %q", g, c)
+		}
+	}
+}
+
+func toInts(ids []int32) []int {
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = int(id)
+	}
+	return out
 }
