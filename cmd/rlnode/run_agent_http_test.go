@@ -108,3 +108,42 @@ func TestRunAgentHTTPEnvKilled(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(run.stderr.String()), "\n")
 	t.Logf("exit %d: %s", code, lines[len(lines)-1])
 }
+
+// TestRunAgentAcrossNodes: agent episodes on a cluster of real processes.
+// `rlnode run --address` drives the Python reference environment server
+// from the driver's node (the head, where the learner runs) while the
+// policy generates on two rollout actors, one on each of two `rlnode join`
+// nodes that cannot read the run directory: every RL step lands in
+// metrics.jsonl with both actors live and the agent figures.
+func TestRunAgentAcrossNodes(t *testing.T) {
+	url, _ := envtest.GuessServer(t)
+	home := t.TempDir()
+	head := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head", "--resource", "learner=1")
+	key := filepath.Join(home, "cluster.key")
+	outParent := t.TempDir()
+	out := filepath.Join(outParent, "run")
+	var nodes []*runningNode
+	for _, id := range []string{"roll-a", "roll-b"} {
+		nodes = append(nodes, startHidden(t, outParent, "join", head.gossip, "--bind", "127.0.0.1:0", "--key-file", key, "--node-id", id, "--resource", "rollout=1"))
+	}
+	dumpOnFailure(t, append(nodes, head)...)
+	const steps = 4
+	run := startRun(t, home, "run", agentHTTPRecipe(t, url, steps), "--address", head.gossip, "--key-file", key, "--bind", "127.0.0.1:0", "--out", out,
+		"--set", "deterministic=false", "--set", "engines.policy.replicas=2",
+		"--set", "placement.rollout={cpus: 0, custom: {rollout: 1}}", "--set", "placement.learner.custom={learner: 1}")
+	if code := run.wait(t); code != 0 {
+		t.Fatalf("run exit %d\nstderr:\n%s", code, run.stderr)
+	}
+	lines := readLines(t, filepath.Join(out, "metrics.jsonl"))
+	if len(lines) != steps {
+		t.Fatalf("%d metrics lines, want %d", len(lines), steps)
+	}
+	for i, m := range lines {
+		live, _ := m["rollout_live"].(float64)
+		ape, _ := m["actions_per_episode"].(float64)
+		_, cr := m["completion_rate"].(float64)
+		if m["phase"] != "rl" || live != 2 || ape < 1 || !cr {
+			t.Errorf("line %d: phase %v, rollout_live %v, actions_per_episode %v, completion_rate %v", i+1, m["phase"], m["rollout_live"], m["actions_per_episode"], m["completion_rate"])
+		}
+	}
+}
