@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"text/template"
 	"time"
 
@@ -503,6 +504,38 @@ func (s AgentStats) fillEval(m *Metrics) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// envClock counts the steps of the environments it made and their wall
+// time. Safe for concurrent use.
+type envClock struct{ steps, nanos atomic.Int64 }
+
+// timed is mk with every environment's Step counted on c.
+func (c *envClock) timed(mk func() env.Env) func() env.Env {
+	return func() env.Env { return timedEnv{mk(), c} }
+}
+
+// figures are the steps counted and their mean wall time in seconds (nil
+// without steps).
+func (c *envClock) figures() (*int64, *float64) {
+	n := c.steps.Load()
+	if n == 0 {
+		return nil, nil
+	}
+	return ptr(n), ptr(time.Duration(c.nanos.Load()).Seconds() / float64(n))
+}
+
+type timedEnv struct {
+	env.Env
+	c *envClock
+}
+
+func (e timedEnv) Step(ctx context.Context, a env.Action) (env.StepResult, error) {
+	t0 := time.Now()
+	r, err := e.Env.Step(ctx, a)
+	e.c.nanos.Add(int64(time.Since(t0)))
+	e.c.steps.Add(1)
+	return r, err
+}
 
 // actionKinds are the keys of an ActionReward map, sorted.
 func actionKinds(m map[string]float64) []string {

@@ -122,6 +122,11 @@ type Metrics struct {
 	EvalActionReward      map[string]float64 `json:"eval_action_reward,omitempty"`
 	EvalToolCalls         *int               `json:"eval_tool_calls,omitempty"`
 	EvalToolErrors        *int               `json:"eval_tool_errors,omitempty"`
+	// EnvSteps are the environment steps of the RL step's episodes and
+	// EnvStepSeconds their mean wall time (the environment's Step call:
+	// for env http, the request to the server).
+	EnvSteps       *int64   `json:"env_steps,omitempty"`
+	EnvStepSeconds *float64 `json:"env_step_s,omitempty"`
 }
 
 // Result sums up a run.
@@ -667,6 +672,7 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 	case cfg.Episode == EpisodeAgent:
 		m.RewardMean = &final // the mean episode total
 		agentStats(batch.turns, envActions(cfg.Agent.Env)).fillRL(&m)
+		m.EnvSteps, m.EnvStepSeconds = batch.envClock.figures()
 	default:
 		reward := st.RewardMean
 		m.RewardMean = &reward

@@ -156,6 +156,7 @@ type episodeBatch struct {
 	turns        []data.Turn
 	err          error
 	genSeconds   float64
+	envClock     envClock // agent episodes' environment steps
 }
 
 func (b *episodeBatch) ready() <-chan struct{} { return b.done }
@@ -191,6 +192,9 @@ func (r *run) startEpisodes(ctx context.Context, onPolicy int64, after <-chan st
 		fb = episodePolicy(r.feedback.id, stepEngineOf(r.feedback, onPolicy), params)
 	}
 	run := r.player().runner(*episodePolicy(r.solver.id, stepEngineOf(r.solver, onPolicy), params), fb)
+	if ag, ok := run.(*episode.Agent); ok {
+		ag.NewEnv = b.envClock.timed(ag.NewEnv)
+	}
 	r.prefetched += len(probs)
 	go func() {
 		defer close(b.done)

@@ -114,7 +114,8 @@ func TestRunAgentHTTPEnvKilled(t *testing.T) {
 // from the driver's node (the head, where the learner runs) while the
 // policy generates on two rollout actors, one on each of two `rlnode join`
 // nodes that cannot read the run directory: every RL step lands in
-// metrics.jsonl with both actors live and the agent figures.
+// metrics.jsonl with both actors live, the agent figures and the
+// environment steps it took.
 func TestRunAgentAcrossNodes(t *testing.T) {
 	url, _ := envtest.GuessServer(t)
 	home := t.TempDir()
@@ -144,6 +145,13 @@ func TestRunAgentAcrossNodes(t *testing.T) {
 		_, cr := m["completion_rate"].(float64)
 		if m["phase"] != "rl" || live != 2 || ape < 1 || !cr {
 			t.Errorf("line %d: phase %v, rollout_live %v, actions_per_episode %v, completion_rate %v", i+1, m["phase"], m["rollout_live"], m["actions_per_episode"], m["completion_rate"])
+		}
+		// Every action of the step's 4 episodes (2 games × 2) stepped the
+		// server once, timed.
+		steps, _ := m["env_steps"].(float64)
+		sec, _ := m["env_step_s"].(float64)
+		if steps != ape*4 || !(sec > 0) {
+			t.Errorf("line %d: env_steps %v, env_step_s %v, want %v steps and a time", i+1, m["env_steps"], m["env_step_s"], ape*4)
 		}
 	}
 }
