@@ -389,6 +389,9 @@ type AgentStats struct {
 	ActionReward      map[string]float64
 	ToolCalls         int
 	ToolErrors        int
+	// EnvErrors are the steps the environment failed to take (each ended
+	// its episode: an HTTP environment's timeout, a malformed answer).
+	EnvErrors int
 	// SolvedAll and SolvedNone are the shares of groups whose episodes
 	// all (none) ended solved.
 	SolvedAll, SolvedNone float64
@@ -439,6 +442,9 @@ func agentStats(turns []data.Turn, actions []string) AgentStats {
 		}
 		if st.ToolError {
 			s.ToolErrors++
+		}
+		if st.EnvError {
+			s.EnvErrors++
 		}
 		last := i+1 == len(turns) || turns[i+1].EpisodeID != t.EpisodeID
 		if !last {
@@ -496,11 +502,17 @@ func (s AgentStats) fillRL(m *Metrics) {
 	m.CompletionRate, m.ActionsPerEpisode, m.InvalidActionRate = ptr(s.CompletionRate), ptr(s.ActionsPerEpisode), ptr(s.InvalidActionRate)
 	m.ActionReward, m.ToolCalls, m.ToolErrors = s.ActionReward, ptr(s.ToolCalls), ptr(s.ToolErrors)
 	m.SolvedAllFrac, m.SolvedNoneFrac = s.SolvedAll, s.SolvedNone
+	if s.EnvErrors > 0 {
+		m.EnvErrors = ptr(s.EnvErrors)
+	}
 }
 
 func (s AgentStats) fillEval(m *Metrics) {
 	m.EvalCompletionRate, m.EvalActionsPerEpisode, m.EvalInvalidActionRate = ptr(s.CompletionRate), ptr(s.ActionsPerEpisode), ptr(s.InvalidActionRate)
 	m.EvalActionReward, m.EvalToolCalls, m.EvalToolErrors = s.ActionReward, ptr(s.ToolCalls), ptr(s.ToolErrors)
+	if s.EnvErrors > 0 {
+		m.EvalEnvErrors = ptr(s.EnvErrors)
+	}
 }
 
 func ptr[T any](v T) *T { return &v }

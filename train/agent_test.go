@@ -131,6 +131,18 @@ func TestAgentStats(t *testing.T) {
 			t.Errorf("action %s: mean reward %v, want %v", k, s.ActionReward[k], v)
 		}
 	}
+	// A step the environment failed ended its episode: counted, and
+	// written to metrics.jsonl as env_errors.
+	failed := []data.Turn{turn("e", 2, "<action>guess(4)</action>", 0, episode.NoteEnvError+"step 0 (guess(4)): no answer within 10s")}
+	if s := agentStats(append(turns, failed...), []string{env.Calculate, env.Answer}); s.EnvErrors != 1 || s.Episodes != 4 {
+		t.Errorf("with an environment failure: %d env errors in %d episodes, want 1 in 4", s.EnvErrors, s.Episodes)
+	} else {
+		var m Metrics
+		s.fillRL(&m)
+		if m.EnvErrors == nil || *m.EnvErrors != 1 {
+			t.Errorf("env_errors %v, want 1", m.EnvErrors)
+		}
+	}
 	if z := agentStats(nil, nil); z.Episodes != 0 || z.ActionReward != nil {
 		t.Errorf("no turns: %+v", z)
 	}

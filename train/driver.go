@@ -122,6 +122,10 @@ type Metrics struct {
 	EvalActionReward      map[string]float64 `json:"eval_action_reward,omitempty"`
 	EvalToolCalls         *int               `json:"eval_tool_calls,omitempty"`
 	EvalToolErrors        *int               `json:"eval_tool_errors,omitempty"`
+	// EnvErrors (EvalEnvErrors) are the steps the environment failed to
+	// take, each ending its episode; absent when none failed.
+	EnvErrors     *int `json:"env_errors,omitempty"`
+	EvalEnvErrors *int `json:"eval_env_errors,omitempty"`
 	// EnvSteps are the environment steps of the RL step's episodes and
 	// EnvStepSeconds their mean wall time (the environment's Step call:
 	// for env http, the request to the server).

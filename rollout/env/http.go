@@ -97,9 +97,25 @@ func NewHTTP(rawURL string, opt HTTPOptions) (*HTTP, error) {
 		return nil, fmt.Errorf("environment url %q: want http(s)://host[:port][/path], no query", rawURL)
 	}
 	// A redirect is answered as it is (an error: not 200), never followed.
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	client := &http.Client{Transport: envTransport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return &HTTP{base: strings.TrimRight(u.String(), "/"), opt: opt.withDefaults(), client: client}, nil
 }
+
+// envTransport is the transport every HTTP environment shares: it keeps
+// up to MaxIdlePerServer connections to each server alive between
+// requests (Go's default keeps 2, so a batch of concurrent episodes
+// dialed anew for nearly every step: a connection each, and with a small
+// listen backlog, such as Python's http.server's 5, dropped connection
+// attempts that waited seconds for the retransmission).
+var envTransport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 4*MaxIdlePerServer, MaxIdlePerServer
+	return t
+}()
+
+// MaxIdlePerServer bounds the idle connections kept to one environment
+// server.
+const MaxIdlePerServer = 256
 
 // URL is the environment's base URL.
 func (h *HTTP) URL() string { return h.base }

@@ -81,17 +81,20 @@ const (
 	NoteOutcome   = "outcome: "
 	NoteToolCall  = "tool call: "
 	NoteToolError = "tool error: "
+	NoteEnvError  = "environment: " // the step failed; the episode ended there
 )
 
 // AgentStep is what one agent turn did, read from its text and note:
 // the action's name (empty when the turn held none), whether the
 // environment refused it, the outcome when it ended the episode, and
-// whether it called a tool and the call failed.
+// whether it called a tool and the call failed, and whether the
+// environment failed to take the step.
 type AgentStep struct {
 	Action              string
 	Invalid             bool
 	Outcome             string
 	ToolCall, ToolError bool
+	EnvError            bool
 }
 
 // AgentStepOf reads one turn of an agent episode.
@@ -110,6 +113,8 @@ func AgentStepOf(t data.Turn) AgentStep {
 			s.ToolCall = true
 		case strings.HasPrefix(n, NoteToolError):
 			s.ToolError = true
+		case strings.HasPrefix(n, NoteEnvError):
+			s.EnvError = true
 		}
 	}
 	return s
@@ -294,7 +299,7 @@ func (r *Agent) playOne(ctx context.Context, lim Limits, e *agentState, res engi
 	sr, err := e.env.Step(ctx, a)
 	switch {
 	case err != nil:
-		notes = append(notes, "environment: "+err.Error())
+		notes = append(notes, NoteEnvError+err.Error())
 		e.done = true
 	default:
 		t.Reward = sr.Reward

@@ -191,6 +191,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args()
+    # A listen backlog of 5 (socketserver's default) drops connection
+    # attempts when many episodes connect at once.
+    ThreadingHTTPServer.request_queue_size = 256
     srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     srv.daemon_threads = True
     print("listening on http://127.0.0.1:%d" % srv.server_address[1], flush=True)
