@@ -190,8 +190,15 @@ func (l *localConn) send(prefix, p []byte, progress deadliner) (err error) {
 		_, err := l.c.Write(prefix)
 		return err
 	}
+	// A payload that fits one slot goes whole (the reader may lend it); a
+	// longer one in pieces small enough to be read from the cache the
+	// writer left them in.
+	piece := localSlot
+	if len(p) > localSlot {
+		piece = localPiece
+	}
 	for len(p) > 0 {
-		k := min(len(p), localSlot)
+		k := min(len(p), piece)
 		i := l.ring.acquire()
 		for i < 0 && outstanding > 0 {
 			if err := readReply(); err != nil {

@@ -2,39 +2,43 @@
 # Same-host fast path, side by side in one run: shared memory (the
 # default between processes on one host) against loopback TCP
 # (RLNODE_BULK_TCP=1) and PyTorch gloo, with this machine's memcpy as the
-# ceiling. Each round runs every variant once, interleaved, so that the
-# machine's load falls on all of them alike; the load is printed before
-# each section. Figures go to docs/benchmarks.md.
+# ceiling, and RingCopyBound (the memory work of the ring's slots with no
+# transport) as the design's own. Each round runs every variant once,
+# interleaved, so that the machine's load falls on all of them alike; the
+# load is printed before each section, and a summary (min / median / max
+# over the rounds) at the end. Figures go to docs/benchmarks.md.
 #
-#   bash scripts/bench-samehost.sh [rounds]   (default 2)
+#   bash scripts/bench-samehost.sh [rounds]   (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=${1:-2}
+rounds=${1:-3}
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
+log=$bin/log
 go test -c -o "$bin/shard.test" ./learner/shard
 go test -c -o "$bin/actor.test" ./actor
 go test -c -o "$bin/weightsync.test" ./weightsync
 
-load() { echo "## $1 — $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"; }
+load() { section=$1; echo "## $1 — $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"; }
 bench() { # dir binary pattern benchtime [env...]
 	local dir=$1 exe=$2 pat=$3 n=$4
 	shift 4
-	(cd "$dir" && env "$@" "$exe" -test.run '^$' -test.bench "$pat" -test.benchtime "$n" 2>&1 | grep -E '^Benchmark' || true)
+	(cd "$dir" && env "$@" "$exe" -test.run '^$' -test.bench "$pat" -test.benchtime "$n" 2>&1 | grep -E '^Benchmark' || true) | record
 }
+record() { while IFS= read -r l; do echo "$l"; printf '%s|%s\n' "$section" "$l" >>"$log"; done; }
 
 echo "# same-host benchmarks: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores"
 for r in $(seq "$rounds"); do
 	echo "# round $r"
 	load memcpy
-	bench learner/shard "$bin/shard.test" 'Memcpy' 20x
+	bench learner/shard "$bin/shard.test" 'Memcpy|RingCopyBound' 20x
 	for mode in shm tcp; do
 		load "all-reduce over $mode"
 		bench learner/shard "$bin/shard.test" 'AllReduceLoopback' 20x RLNODE_BULK_TCP=$([ $mode = tcp ] && echo 1 || echo 0)
 	done
 	for n in 2 4; do
 		load "gloo, $n ranks"
-		/usr/bin/python3 learner/shard/testdata/bench_gloo.py --ranks "$n" --iters 20 --port $((29533 + r * 10 + n)) || echo "gloo failed"
+		/usr/bin/python3 learner/shard/testdata/bench_gloo.py --ranks "$n" --iters 20 --port $((29533 + r * 10 + n)) | record || echo "gloo failed"
 	done
 	for mode in shm tcp; do
 		load "bulk over $mode"
@@ -46,3 +50,28 @@ for r in $(seq "$rounds"); do
 	done
 done
 load done
+echo "# summary over $rounds rounds: min / median / max"
+python3 - "$log" <<'PY'
+import re, statistics, sys
+vals = {}
+for line in open(sys.argv[1]):
+    sec, _, rest = line.rstrip().partition("|")
+    m = re.match(r"(Benchmark\S+?)(-\d+)?\s+\d+\s+(\d+) ns/op(.*)", rest)
+    if m:
+        name, ns, tail = m.group(1), int(m.group(3)), m.group(4)
+        g = re.search(r"([\d.]+) (busGB/s|GB/s)", tail)
+        mb = re.search(r"([\d.]+) MB/s", tail)
+        if g:
+            key, v = f"{sec}: {name} {g.group(2)}", float(g.group(1))
+        elif mb and sec.startswith("bulk"):
+            key, v = f"{sec}: {name} GB/s", float(mb.group(1)) / 1e3
+        else:
+            key, v = f"{sec}: {name} ms/op", ns / 1e6
+    elif (m := re.match(r"gloo ranks=(\d+) MiB=(\d+): .* bus ([\d.]+) GB/s", rest)):
+        key, v = f"gloo: ranks={m.group(1)}/MiB={m.group(2)} busGB/s", float(m.group(3))
+    else:
+        continue
+    vals.setdefault(key, []).append(v)
+for key, v in vals.items():
+    print(f"{key}: {min(v):.3g} / {statistics.median(v):.3g} / {max(v):.3g} ({len(v)})")
+PY

@@ -149,9 +149,7 @@ func (g *ring) reduceScatterBucket(ctx context.Context, epoch, op uint64, b uint
 			if err != nil {
 				return fmt.Errorf("reduce-scatter: %w", err)
 			}
-			for i, v := range floatsOf(p) {
-				dst[i] += v
-			}
+			addTo(dst, floatsOf(p))
 			release()
 			continue
 		}
@@ -162,9 +160,7 @@ func (g *ring) reduceScatterBucket(ctx context.Context, epoch, op uint64, b uint
 		if err := g.t.Recv(ctx, left, tag, bytesOf(tmp)); err != nil {
 			return fmt.Errorf("reduce-scatter: %w", err)
 		}
-		for i, v := range tmp {
-			dst[i] += v
-		}
+		addTo(dst, tmp)
 	}
 	return nil
 }

@@ -1,0 +1,81 @@
+package shard
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
+
+// BenchmarkRingCopyBound is the ceiling of a ring all-reduce whose chunks
+// go through shared slots, on this machine: n goroutines (one per rank,
+// with GOMAXPROCS the machine's cores) do at once the memory work each
+// rank does in AllReduceLoopback, and nothing else. Per rank and step, the
+// reduce-scatter copies a chunk of S/n into a slot and sums one out of a
+// slot into its buffer; the all-gather copies one into a slot and one out.
+// No transport, no wake-ups, no waiting on a peer: the bus bandwidth it
+// reports (as AllReduceLoopback's) is what the slot design could reach at
+// best, beside Memcpy's single copy.
+func BenchmarkRingCopyBound(b *testing.B) {
+	bucket := Options{}.withDefaults().BucketElems
+	for _, n := range []int{2, 4} {
+		for _, size := range benchSizes {
+			b.Run(fmt.Sprintf("ranks=%d/MiB=%d", n, size>>20), func(b *testing.B) {
+				type rankMem struct {
+					x, peer []float32
+					slots   [][]float32
+				}
+				ranks := make([]rankMem, n)
+				for r := range ranks {
+					ranks[r].x = make([]float32, size/4)
+					ranks[r].peer = make([]float32, size/4) // what the left rank sends
+					for i := range ranks[r].x {
+						ranks[r].x[i], ranks[r].peer[i] = float32(i), float32(r)
+					}
+					for range 8 {
+						ranks[r].slots = append(ranks[r].slots, make([]float32, 1<<20))
+					}
+				}
+				work := func(m *rankMem) {
+					k := 0
+					slot := func() []float32 { k++; return m.slots[k%len(m.slots)] }
+					elems := len(m.x)
+					for s := 0; s < n-1; s++ {
+						for lo := 0; lo < elems; lo += bucket {
+							seg, peer := m.x[lo:min(lo+bucket, elems)], m.peer[lo:min(lo+bucket, elems)]
+							slo, shi := chunk(len(seg), n, s)
+							rlo, rhi := chunk(len(seg), n, s+1)
+							copy(slot(), seg[slo:shi])         // the chunk this rank sends
+							addTo(seg[rlo:rhi], peer[rlo:rhi]) // stands for the sum out of the left rank's slot
+						}
+					}
+					for s := 0; s < n-1; s++ {
+						for lo := 0; lo < elems; lo += bucket {
+							seg := m.x[lo:min(lo+bucket, elems)]
+							slo, shi := chunk(len(seg), n, s)
+							rlo, rhi := chunk(len(seg), n, s+1)
+							out := slot()
+							copy(out, seg[slo:shi])
+							copy(seg[rlo:rhi], out[:rhi-rlo]) // stands for the copy out of the left rank's slot
+						}
+					}
+				}
+				all := func() {
+					var wg sync.WaitGroup
+					for r := range ranks {
+						wg.Add(1)
+						go func() { defer wg.Done(); work(&ranks[r]) }()
+					}
+					wg.Wait()
+				}
+				all() // fault every page in
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				for range b.N {
+					all()
+				}
+				sec := b.Elapsed().Seconds() / float64(b.N)
+				b.ReportMetric(float64(size)/sec/1e9*2*float64(n-1)/float64(n), "busGB/s")
+			})
+		}
+	}
+}
