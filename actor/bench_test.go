@@ -276,6 +276,44 @@ func BenchmarkBulk256MiB(b *testing.B) {
 	})
 }
 
+// BenchmarkDestination256MiB is what a pull's destination costs apart
+// from the transport: 256 MiB copied into a new buffer (as Fetch returns;
+// its pages are faulted in and cleared, or cleared by the allocator when
+// it reuses freed memory) against into a kept one (as FetchRange into the
+// previous pull's buffer). Both transports pay it alike.
+func BenchmarkDestination256MiB(b *testing.B) {
+	const size = 256 << 20
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	for _, fresh := range []bool{true, false} {
+		name := "new"
+		if !fresh {
+			name = "kept"
+		}
+		b.Run(name, func(b *testing.B) {
+			kept := make([]byte, size)
+			copy(kept, data)
+			b.SetBytes(size)
+			b.ResetTimer()
+			for range b.N {
+				dst := kept
+				if fresh {
+					dst = make([]byte, size)
+				}
+				copy(dst, data)
+				benchSink = dst
+			}
+			b.StopTimer()
+			benchSink = nil
+		})
+	}
+}
+
+// benchSink keeps a benchmark's result alive.
+var benchSink []byte
+
 // BenchmarkBulkNewConnection fetches 1 KiB on a fresh connection each
 // time: what a dial costs, and what the member handshake adds to it.
 func BenchmarkBulkNewConnection(b *testing.B) {

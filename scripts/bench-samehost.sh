@@ -32,6 +32,7 @@ for r in $(seq "$rounds"); do
 	echo "# round $r"
 	load memcpy
 	bench learner/shard "$bin/shard.test" 'Memcpy|RingCopyBound' 20x
+	bench actor "$bin/actor.test" 'Destination256MiB' 10x
 	for mode in shm tcp; do
 		load "all-reduce over $mode"
 		bench learner/shard "$bin/shard.test" 'AllReduceLoopback' 20x RLNODE_BULK_TCP=$([ $mode = tcp ] && echo 1 || echo 0)
@@ -63,7 +64,7 @@ for line in open(sys.argv[1]):
         mb = re.search(r"([\d.]+) MB/s", tail)
         if g:
             key, v = f"{sec}: {name} {g.group(2)}", float(g.group(1))
-        elif mb and sec.startswith("bulk"):
+        elif mb and not sec.startswith("publish"):
             key, v = f"{sec}: {name} GB/s", float(mb.group(1)) / 1e3
         else:
             key, v = f"{sec}: {name} ms/op", ns / 1e6
