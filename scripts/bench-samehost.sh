@@ -25,7 +25,7 @@ bench() { # dir binary pattern benchtime [env...]
 	shift 4
 	(cd "$dir" && env "$@" "$exe" -test.run '^$' -test.bench "$pat" -test.benchtime "$n" 2>&1 | grep -E '^Benchmark' || true) | record
 }
-record() { while IFS= read -r l; do echo "$l"; printf '%s|%s\n' "$section" "$l" >>"$log"; done; }
+record() { while IFS= read -r l; do echo "$l"; printf '%s|%s|%s\n' "$r" "$section" "$l" >>"$log"; done; }
 
 echo "# same-host benchmarks: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores"
 for r in $(seq "$rounds"); do
@@ -54,9 +54,9 @@ load done
 echo "# summary over $rounds rounds: min / median / max"
 python3 - "$log" <<'PY'
 import re, statistics, sys
-vals = {}
+vals, by_round = {}, {}
 for line in open(sys.argv[1]):
-    sec, _, rest = line.rstrip().partition("|")
+    rnd, sec, rest = line.rstrip().split("|", 2)
     m = re.match(r"(Benchmark\S+?)(-\d+)?\s+\d+\s+(\d+) ns/op(.*)", rest)
     if m:
         name, ns, tail = m.group(1), int(m.group(3)), m.group(4)
@@ -73,6 +73,28 @@ for line in open(sys.argv[1]):
     else:
         continue
     vals.setdefault(key, []).append(v)
+    by_round.setdefault(rnd, {})[key] = v
+def stat(v):
+    return f"{min(v):.3g} / {statistics.median(v):.3g} / {max(v):.3g} ({len(v)})"
 for key, v in vals.items():
-    print(f"{key}: {min(v):.3g} / {statistics.median(v):.3g} / {max(v):.3g} ({len(v)})")
+    print(f"{key}: {stat(v)}")
+# Ratios within each round (the variants of a round ran minutes apart).
+ratios = {}
+def ratio(name, a, b):
+    for rv in by_round.values():
+        if a in rv and b in rv and rv[b] > 0:
+            ratios.setdefault(name, []).append(rv[a] / rv[b])
+for n in (2, 4):
+    for mib in (1, 16, 64):
+        shm = f"all-reduce over shm: BenchmarkAllReduceLoopback/ranks={n}/MiB={mib} busGB/s"
+        ratio(f"shm / gloo, {n} ranks, {mib} MiB", shm, f"gloo: ranks={n}/MiB={mib} busGB/s")
+        ratio(f"shm / tcp, {n} ranks, {mib} MiB", shm, f"all-reduce over tcp: BenchmarkAllReduceLoopback/ranks={n}/MiB={mib} busGB/s")
+    ratio(f"shm / memcpy, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceLoopback/ranks={n}/MiB=64 busGB/s", "memcpy: BenchmarkMemcpy/MiB=64 GB/s")
+    ratio(f"shm / RingCopyBound, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceLoopback/ranks={n}/MiB=64 busGB/s", f"memcpy: BenchmarkRingCopyBound/ranks={n}/MiB=64 busGB/s")
+for b in ("rlnode", "rlnode-reused"):
+    ratio(f"256 MiB pull ({b}), shm / tcp", f"bulk over shm: BenchmarkBulk256MiB/{b} GB/s", f"bulk over tcp: BenchmarkBulk256MiB/{b} GB/s")
+for mode in ("shm", "tcp"):
+    ratio(f"publish over {mode}, 3 engines / 1", f"publish over {mode}: BenchmarkPublishProcesses/engines=3 ms/op", f"publish over {mode}: BenchmarkPublishProcesses/engines=1 ms/op")
+for name, v in ratios.items():
+    print(f"{name}: {stat(v)}")
 PY
