@@ -23,7 +23,7 @@ load() { section=$1; echo "## $1 — $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3
 bench() { # dir binary pattern benchtime [env...]
 	local dir=$1 exe=$2 pat=$3 n=$4
 	shift 4
-	(cd "$dir" && env "$@" "$exe" -test.run '^$' -test.bench "$pat" -test.benchtime "$n" 2>&1 | grep -E '^Benchmark' || true) | record
+	(cd "$dir" && env "$@" "$exe" -test.run '^$' -test.bench "$pat" -test.benchtime "$n" 2>&1 | grep -E '^Benchmark|FAIL|^\s+\S+_test\.go:' || true) | record
 }
 record() { while IFS= read -r l; do echo "$l"; printf '%s|%s|%s\n' "$r" "$section" "$l" >>"$log"; done; }
 
