@@ -305,8 +305,8 @@ func (a *AgentEpisode) setDefaults() {
 type Algorithm struct {
 	// Name is grpo, ppo (with the value head as critic), rloo,
 	// reinforce_pp (REINFORCE++; also spelled reinforce++), drgrpo
-	// (Dr.GRPO; also dr_grpo) or rw_sft (reward-weighted SFT). Default
-	// grpo.
+	// (Dr.GRPO; also dr_grpo), rw_sft (reward-weighted SFT) or archer
+	// (ArCHer's actor-critic: algorithm.archer). Default grpo.
 	Name string `yaml:"name"`
 	// GroupSize is the number of samples per prompt; at least 2 for grpo,
 	// drgrpo and rloo. Default 8.
@@ -389,6 +389,41 @@ type Algorithm struct {
 	// solver's baseline and may shape the feedback policy's reward.
 	// Absent: off.
 	BiLevel *BiLevel `yaml:"bi_level,omitempty"`
+	// Archer configures algorithm archer (ArCHer); absent with archer:
+	// its defaults.
+	Archer *Archer `yaml:"archer,omitempty"`
+}
+
+// Archer configures ArCHer, the hierarchical actor-critic: an
+// utterance-level critic, Q(s, a) and V(s) on two small models of the
+// policy's shape, trained off-policy on turns replayed from a buffer
+// against target copies that follow it by Polyak averaging (Q on
+// r + gamma·V'(s'), V on Q'(s, a)); the policy's token-level gradient
+// takes each turn's advantage Q(s, a) − V(s). Single-turn episodes are one
+// utterance each; score and mlmt episodes' solver turns are a chain, the
+// final answer's reward at its end.
+type Archer struct {
+	// CriticLR is the critic's AdamW learning rate; > 0. Default 1e-4.
+	CriticLR float64 `yaml:"critic_lr"`
+	// Tau is the Polyak rate of the target critic, in (0, 1]. Default 0.1.
+	Tau float64 `yaml:"tau"`
+	// Gamma discounts V'(s') of the next turn, in [0, 1]. Default 0.95.
+	Gamma float64 `yaml:"gamma"`
+	// BufferSize is the replay buffer's capacity in turns (the oldest go
+	// first), 1 to 1,000,000. Default 100000.
+	BufferSize int `yaml:"buffer_size"`
+	// CriticUpdatesPerStep is the critic's optimizer steps per RL step,
+	// each on CriticBatchSize turns drawn from the buffer (with
+	// replacement), 1 to 1,000. Defaults 10 and 64 (1 to 4,096).
+	CriticUpdatesPerStep int `yaml:"critic_updates_per_step"`
+	CriticBatchSize      int `yaml:"critic_batch_size"`
+	// WarmupSteps are RL steps that fill the buffer and train the critic
+	// without a policy update, ≤ schedule.steps. Default 10.
+	WarmupSteps int `yaml:"warmup_steps"`
+	// CriticInit is policy (the critic's two models start as copies of
+	// the policy after the SFT warm-up, with fresh heads) or scratch
+	// (random weights). Default policy.
+	CriticInit string `yaml:"critic_init"`
 }
 
 // BiLevel configures bi-level MLMT-RL. One reward R on the refined answer
@@ -644,6 +679,14 @@ func (e *Engine) setDefaults() { *e = defaultEngine() }
 
 func (b *BiLevel) setDefaults() {
 	*b = BiLevel{ValueCoef: 0.1, ValueLossCoef: 1, TrainGuidanceModel: true, GuidanceKLCoef: 0.05}
+}
+
+func (a *Archer) setDefaults() { *a = DefaultArcher() }
+
+// DefaultArcher is the archer section's defaults.
+func DefaultArcher() Archer {
+	return Archer{CriticLR: 1e-4, Tau: 0.1, Gamma: 0.95, BufferSize: 100000, CriticUpdatesPerStep: 10,
+		CriticBatchSize: 64, WarmupSteps: 10, CriticInit: "policy"}
 }
 
 func (v *VLLM) setDefaults() { *v = VLLM{MaxInFlight: 64} }

@@ -20,7 +20,7 @@ var (
 	Verifiers      = []string{"math", "gsm8k", "code"}
 	EpisodeTypes   = []string{"single", "mlmt", "score", "tools", "agent"}
 	Tools          = []string{"calculator", "python"}
-	Algorithms     = []string{"grpo", "ppo", "rloo", "reinforce_pp", "drgrpo", "rw_sft"}
+	Algorithms     = []string{"grpo", "ppo", "rloo", "reinforce_pp", "drgrpo", "rw_sft", "archer"}
 	Schedules      = []string{"constant", "cosine"}
 	Weightings     = []string{"exp", "filter"}
 	SFTWeightings  = []string{"none", "exp", "filter"}
@@ -500,6 +500,7 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 		c.add("algorithm.rw_sft", "set, but algorithm.name is %q", a.Name)
 	}
 	c.mlmt(r)
+	c.archer(r, algoOK)
 
 	if tr := r.Data.Traces; tr != nil {
 		switch st, err := os.Stat(tr.Store); {
@@ -949,6 +950,74 @@ func (c *checker) biLevel(r *Recipe, bl *BiLevel) {
 	}
 	c.nonNegativeF("algorithm.bi_level.guidance_lr", bl.GuidanceLR)
 	c.nonNegativeF("algorithm.bi_level.guidance_kl_coef", bl.GuidanceKLCoef)
+}
+
+// archer checks algorithm.archer and what archer runs on.
+func (c *checker) archer(r *Recipe, algoOK bool) {
+	a := &r.Algorithm
+	if !algoOK {
+		return
+	}
+	if a.Name != "archer" {
+		if a.Archer != nil {
+			c.add("algorithm.archer", "set, but algorithm.name is %q (these settings are for archer)", a.Name)
+		}
+		if a.MLMT.FeedbackAlgorithm == "archer" {
+			c.add("algorithm.mlmt.feedback_algorithm", "archer: the critic is the solver's; the feedback policy trains with grpo, drgrpo, rloo, reinforce_pp, ppo or rw_sft")
+		}
+		return
+	}
+	switch r.Episode.Type {
+	case "single", "score", "mlmt":
+	default:
+		c.add("episode.type", "%q: archer runs single, score and mlmt episodes", r.Episode.Type)
+	}
+	if a.BiLevel != nil {
+		c.add("algorithm.bi_level", "set, but algorithm.name is archer: the solver's baseline is ArCHer's critic")
+	}
+	if a.MLMT.FeedbackAlgorithm == "archer" {
+		c.add("algorithm.mlmt.feedback_algorithm", "archer: the critic is the solver's; the feedback policy trains with grpo, drgrpo, rloo, reinforce_pp, ppo or rw_sft")
+	}
+	if a.MLMT.StopGradient {
+		c.add("algorithm.mlmt.stop_gradient", "true: archer trains every solver turn on its critic's advantage")
+	}
+	if a.MLMT.RefineReward == "shaped" {
+		c.add("algorithm.mlmt.refine_reward", "shaped: archer trains every solver turn on its critic's advantage (its critic's reward is the final answer's)")
+	}
+	if a.Epochs != 1 || a.MiniBatches != 1 {
+		c.add("algorithm.epochs", "%d epochs of %d mini-batches: archer takes one on-policy step per batch (its advantages come from the critic, not a ratio)", a.Epochs, a.MiniBatches)
+	}
+	ar := a.Archer
+	if ar == nil {
+		d := DefaultArcher()
+		ar = &d
+	}
+	if !(ar.CriticLR > 0) || math.IsInf(ar.CriticLR, 0) {
+		c.add("algorithm.archer.critic_lr", "%g: want a finite value > 0", ar.CriticLR)
+	}
+	if !(ar.Tau > 0 && ar.Tau <= 1) {
+		c.add("algorithm.archer.tau", "%g: want a value in (0, 1]", ar.Tau)
+	}
+	if !(ar.Gamma >= 0 && ar.Gamma <= 1) {
+		c.add("algorithm.archer.gamma", "%v: want a value in [0, 1]", ar.Gamma)
+	}
+	if ar.BufferSize < 1 || ar.BufferSize > 1_000_000 {
+		c.add("algorithm.archer.buffer_size", "%d: want 1 to 1000000 turns", ar.BufferSize)
+	}
+	if ar.CriticUpdatesPerStep < 1 || ar.CriticUpdatesPerStep > 1000 {
+		c.add("algorithm.archer.critic_updates_per_step", "%d: want 1 to 1000", ar.CriticUpdatesPerStep)
+	}
+	if ar.CriticBatchSize < 1 || ar.CriticBatchSize > 4096 {
+		c.add("algorithm.archer.critic_batch_size", "%d: want 1 to 4096", ar.CriticBatchSize)
+	}
+	c.nonNegative("algorithm.archer.warmup_steps", ar.WarmupSteps)
+	if ar.WarmupSteps > r.Schedule.Steps && r.Schedule.Steps > 0 {
+		c.add("algorithm.archer.warmup_steps", "%d: more than schedule.steps %d (the policy would never train)", ar.WarmupSteps, r.Schedule.Steps)
+	}
+	c.oneOf("algorithm.archer.critic_init", ar.CriticInit, []string{"policy", "scratch"})
+	if ar.CriticInit == "policy" && r.Models.Policy.LoRA != nil {
+		c.add("algorithm.archer.critic_init", "policy: the policy trains LoRA adapters; start the critic from scratch or train the policy in full")
+	}
 }
 
 // agentURL checks an agent episode's server settings: url with env http

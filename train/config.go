@@ -92,6 +92,10 @@ type Config struct {
 	// feedback learner's value V_L is the solver's baseline (bilevel.go).
 	// Nil: off.
 	BiLevel *BiLevel
+	// Archer trains the solver with ArCHer (archer.go): an utterance-level
+	// critic in the driver gives every solver turn the advantage
+	// Q(s, a) − V(s). Nil: off.
+	Archer *Archer
 	// ShapeRefine (MLMT) gives the refine turn SCoRe's shaped reward r2 +
 	// ScoreAlpha·(r2 − r1) (RL-guided SCoRe) instead of r2.
 	ShapeRefine bool
@@ -508,6 +512,11 @@ func (c *Config) validate() (*compiled, error) {
 			return nil, fmt.Errorf("driver config: bi_level: both levels train on the final reward (shape_refine is set)")
 		case c.FeedbackReward == FeedbackRewardImprovement:
 			return nil, fmt.Errorf("driver config: bi_level: both levels train on the final reward (feedback_reward is %q)", c.FeedbackReward)
+		}
+	}
+	if a := c.Archer; a != nil {
+		if err := a.validate(c); err != nil {
+			return nil, err
 		}
 	}
 	l := c.Learner

@@ -64,6 +64,13 @@ type Metrics struct {
 	FeedbackLR       *float64 `json:"feedback_lr,omitempty"`
 	// The feedback policy's critic (PPO): as ValueLoss, ExplainedVar.
 	FeedbackValueLoss    *float64 `json:"feedback_value_loss,omitempty"`
+	// ArCHer (Config.Archer): the critic's mean Q and V losses over the
+	// step's updates, the replay buffer's turns, and the mean advantage
+	// Q − V of the solver's turns (absent during the critic's warm-up).
+	CriticQLoss         *float64 `json:"critic_q_loss,omitempty"`
+	CriticVLoss         *float64 `json:"critic_v_loss,omitempty"`
+	ReplaySize          *int     `json:"replay_size,omitempty"`
+	CriticAdvantageMean *float64 `json:"critic_advantage_mean,omitempty"`
 	FeedbackExplainedVar *float64 `json:"feedback_explained_var,omitempty"`
 
 	Loss         float64 `json:"loss"`
@@ -217,6 +224,8 @@ type run struct {
 	// traceRows are the recorded calls the warm-up trains on
 	// (Config.WarmupTraces), shuffled.
 	traceRows []data.Turn
+	// critic is ArCHer's (Config.Archer), built at the first RL step.
+	critic *critic
 }
 
 // Run trains per cfg: it places the learner actor on the cluster, starts
@@ -644,17 +653,25 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
 	}
+	trainSolver := !cfg.FreezeSolver
+	var cm Metrics
+	if cfg.Archer != nil {
+		if trainSolver, err = r.archerStep(ctx, &sb, batch.turns, &cm); err != nil {
+			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+		}
+	}
 	var st learner.Stats
-	if cfg.FreezeSolver {
+	if !trainSolver {
 		r.step++ // the run's step, with no solver step in it
 	} else if st, err = r.train(ctx, r.solver, sb); err != nil {
 		return Metrics{}, err
 	}
 	m := Metrics{Phase: "rl"}
 	r.fill(&m, st)
-	if cfg.FreezeSolver {
+	if !trainSolver {
 		m.ValueLoss, m.ValueClipFrac, m.ExplainedVar = nil, nil, nil
 	}
+	m.CriticQLoss, m.CriticVLoss, m.ReplaySize, m.CriticAdvantageMean = cm.CriticQLoss, cm.CriticVLoss, cm.ReplaySize, cm.CriticAdvantageMean
 	if trainFeedback && cfg.BiLevel == nil {
 		if fst, err = r.train(ctx, r.feedback, fbb); err != nil {
 			return Metrics{}, err

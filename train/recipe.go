@@ -43,6 +43,9 @@ func RolloutPlacement(l *recipes.Loaded, feedback bool) (policy, fb *Rollout) {
 var learnerAlgorithms = map[string]string{
 	"grpo": learner.GRPO, "drgrpo": learner.DrGRPO, "rloo": learner.RLOO,
 	"reinforce_pp": learner.ReinforcePP, "rw_sft": learner.RWSFT, "ppo": learner.PPO,
+	// archer's actor: the policy gradient on its critic's advantages
+	// (Config.Archer), which the learner takes as given.
+	"archer": learner.GRPO,
 }
 
 // refusals are what a recipe asks for that the training loop cannot run
@@ -260,6 +263,15 @@ func (l recipe) config(out string) (Config, error) {
 		EvalEvery: r.Schedule.EvalEvery, EvalProblems: r.Eval.HeldOut,
 		CheckpointEvery: r.Schedule.CheckpointEvery,
 		EngineBatch:     r.Engines.Policy.MaxBatch,
+	}
+	if a.Name == "archer" {
+		ar := recipes.DefaultArcher()
+		if a.Archer != nil {
+			ar = *a.Archer
+		}
+		cfg.Archer = &Archer{CriticLR: ar.CriticLR, Tau: ar.Tau, Gamma: ar.Gamma, BufferSize: ar.BufferSize,
+			CriticUpdates: ar.CriticUpdatesPerStep, CriticBatch: ar.CriticBatchSize, WarmupSteps: ar.WarmupSteps,
+			InitFromPolicy: ar.CriticInit == "policy"}
 	}
 	if t := r.SFT.Trajectories; t != "" {
 		cfg.WarmupTrajectories = &WarmupTrajectories{Path: t, Weighting: r.SFT.Weighting, Beta: r.SFT.Beta, Threshold: r.SFT.Threshold}
