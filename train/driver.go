@@ -63,15 +63,15 @@ type Metrics struct {
 	FeedbackEntropy  *float64 `json:"feedback_entropy,omitempty"`
 	FeedbackLR       *float64 `json:"feedback_lr,omitempty"`
 	// The feedback policy's critic (PPO): as ValueLoss, ExplainedVar.
-	FeedbackValueLoss *float64 `json:"feedback_value_loss,omitempty"`
+	FeedbackValueLoss    *float64 `json:"feedback_value_loss,omitempty"`
+	FeedbackExplainedVar *float64 `json:"feedback_explained_var,omitempty"`
 	// ArCHer (Config.Archer): the critic's mean Q and V losses over the
 	// step's updates, the replay buffer's turns, and the mean advantage
 	// Q − V of the solver's turns (absent during the critic's warm-up).
-	CriticQLoss          *float64 `json:"critic_q_loss,omitempty"`
-	CriticVLoss          *float64 `json:"critic_v_loss,omitempty"`
-	ReplaySize           *int     `json:"replay_size,omitempty"`
-	CriticAdvantageMean  *float64 `json:"critic_advantage_mean,omitempty"`
-	FeedbackExplainedVar *float64 `json:"feedback_explained_var,omitempty"`
+	CriticQLoss         *float64 `json:"critic_q_loss,omitempty"`
+	CriticVLoss         *float64 `json:"critic_v_loss,omitempty"`
+	ReplaySize          *int     `json:"replay_size,omitempty"`
+	CriticAdvantageMean *float64 `json:"critic_advantage_mean,omitempty"`
 
 	Loss         float64 `json:"loss"`
 	GradNorm     float64 `json:"grad_norm"`
