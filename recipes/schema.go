@@ -418,7 +418,8 @@ type Archer struct {
 	CriticUpdatesPerStep int `yaml:"critic_updates_per_step"`
 	CriticBatchSize      int `yaml:"critic_batch_size"`
 	// WarmupSteps are RL steps that fill the buffer and train the critic
-	// without a policy update, ≤ schedule.steps. Default 10.
+	// without a policy update (with as many as schedule.steps or more,
+	// only the critic trains). Default 10.
 	WarmupSteps int `yaml:"warmup_steps"`
 	// CriticInit is policy (the critic's two models start as copies of
 	// the policy after the SFT warm-up, with fresh heads) or scratch

@@ -1011,9 +1011,6 @@ func (c *checker) archer(r *Recipe, algoOK bool) {
 		c.add("algorithm.archer.critic_batch_size", "%d: want 1 to 4096", ar.CriticBatchSize)
 	}
 	c.nonNegative("algorithm.archer.warmup_steps", ar.WarmupSteps)
-	if ar.WarmupSteps > r.Schedule.Steps && r.Schedule.Steps > 0 {
-		c.add("algorithm.archer.warmup_steps", "%d: more than schedule.steps %d (the policy would never train)", ar.WarmupSteps, r.Schedule.Steps)
-	}
 	c.oneOf("algorithm.archer.critic_init", ar.CriticInit, []string{"policy", "scratch"})
 	if ar.CriticInit == "policy" && r.Models.Policy.LoRA != nil {
 		c.add("algorithm.archer.critic_init", "policy: the policy trains LoRA adapters; start the critic from scratch or train the policy in full")

@@ -179,7 +179,7 @@ func TestArcherRecipe(t *testing.T) {
 		{"archer", []string{"algorithm.archer.tau=0"}, "--set algorithm.archer.tau=0: algorithm.archer.tau: 0: want a value in (0, 1]"},
 		{"archer", []string{"algorithm.archer.buffer_size=0"}, "--set algorithm.archer.buffer_size=0: algorithm.archer.buffer_size: 0: want 1 to 1000000 turns"},
 		{"archer", []string{"algorithm.archer.critic_init=random"}, `--set algorithm.archer.critic_init=random: algorithm.archer.critic_init: "random": want one of policy, scratch`},
-		{"archer", []string{"algorithm.archer.warmup_steps=300"}, "--set algorithm.archer.warmup_steps=300: algorithm.archer.warmup_steps: 300: more than schedule.steps 200"},
+		{"archer", []string{"algorithm.archer.warmup_steps=-1"}, "--set algorithm.archer.warmup_steps=-1: algorithm.archer.warmup_steps: -1: must not be negative"},
 		{"archer", []string{"episode.type=tools"}, `--set episode.type=tools: episode.type: "tools": archer runs single, score and mlmt episodes`},
 		{"archer", []string{"algorithm.epochs=2"}, "--set algorithm.epochs=2: algorithm.epochs: 2 epochs of 1 mini-batches: archer takes one on-policy step"},
 		{"archer_multiturn", []string{"algorithm.mlmt.stop_gradient=true"}, "--set algorithm.mlmt.stop_gradient=true: algorithm.mlmt.stop_gradient: true: archer trains every solver turn"},
