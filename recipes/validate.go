@@ -978,6 +978,9 @@ func (c *checker) archer(r *Recipe, algoOK bool) {
 	if a.MLMT.FeedbackAlgorithm == "archer" {
 		c.add("algorithm.mlmt.feedback_algorithm", "archer: the critic is the solver's; the feedback policy trains with grpo, drgrpo, rloo, reinforce_pp, ppo or rw_sft")
 	}
+	if r.Episode.Type == "mlmt" && len(a.MLMT.Train) > 0 && !slices.Contains(a.MLMT.Train, "solver") {
+		c.add("algorithm.mlmt.train", "has no solver: archer's critic and actor are the solver's")
+	}
 	if a.MLMT.StopGradient {
 		c.add("algorithm.mlmt.stop_gradient", "true: archer trains every solver turn on its critic's advantage")
 	}

@@ -39,8 +39,8 @@ func (a *Archer) validate(c *Config) error {
 	switch {
 	case c.Episode != "" && c.Episode != EpisodeSingle && c.Episode != EpisodeSCoRe && c.Episode != EpisodeMLMT:
 		return bad("episode", c.Episode, "archer runs single, score and mlmt episodes")
-	case c.BiLevel != nil || c.StopGradient || c.ShapeRefine:
-		return fmt.Errorf("driver config: archer: the solver trains every turn on its critic's advantage (bi_level, stop_gradient and shape_refine are set)")
+	case c.BiLevel != nil || c.StopGradient || c.ShapeRefine || c.FreezeSolver:
+		return fmt.Errorf("driver config: archer: the solver trains every turn on its critic's advantage (one of bi_level, stop_gradient, shape_refine, freeze_solver is set)")
 	case c.Learner.Algorithm == learner.PPO || c.Learner.Algorithm == learner.RWSFT:
 		return bad("learner algorithm", c.Learner.Algorithm, "archer's actor is a policy gradient on given advantages (grpo)")
 	case !(a.CriticLR > 0) || math.IsInf(a.CriticLR, 0):

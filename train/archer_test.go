@@ -1,11 +1,13 @@
 package train
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/recipes"
@@ -184,6 +186,7 @@ func TestArcherRecipe(t *testing.T) {
 		{"archer", []string{"algorithm.epochs=2"}, "--set algorithm.epochs=2: algorithm.epochs: 2 epochs of 1 mini-batches: archer takes one on-policy step"},
 		{"archer_multiturn", []string{"algorithm.mlmt.stop_gradient=true"}, "--set algorithm.mlmt.stop_gradient=true: algorithm.mlmt.stop_gradient: true: archer trains every solver turn"},
 		{"archer_multiturn", []string{"algorithm.mlmt.feedback_algorithm=archer"}, "--set algorithm.mlmt.feedback_algorithm=archer: algorithm.mlmt.feedback_algorithm: archer: the critic is the solver's"},
+		{"archer_multiturn", []string{"algorithm.mlmt.train=[feedback]"}, "--set algorithm.mlmt.train=[feedback]: algorithm.mlmt.train: has no solver: archer's critic and actor are the solver's"},
 		{"quickstart", []string{"algorithm.archer={tau: 0.5}"}, `--set algorithm.archer={tau: 0.5}: algorithm.archer: set, but algorithm.name is "grpo"`},
 	} {
 		_, err := recipes.Load(c.recipe, c.sets)
@@ -219,5 +222,68 @@ func TestArcherRecipe(t *testing.T) {
 	l, err := recipes.Load("archer", []string{"models.policy.lora={rank: 4}"})
 	if err == nil {
 		t.Errorf("archer with a LoRA policy and critic_init policy loads: %v", l)
+	}
+}
+
+// archer and archer_multiturn run end to end on tiny models: the critic
+// trains every RL step, the solver only after the critic's warm-up, then
+// on the critic's advantages, one sequence per solver turn; --resume is
+// refused.
+func TestArcherRuns(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	tiny := []string{"models.policy.init.hidden_size=32", "models.policy.init.intermediate_size=64", "models.policy.init.layers=1",
+		"sft.steps=2", "sft.batch_size=8", "schedule.steps=3", "schedule.eval_every=3", "schedule.checkpoint_every=0",
+		"eval.held_out=8", "algorithm.batch_prompts=4", "algorithm.group_size=2",
+		"algorithm.archer.warmup_steps=1", "algorithm.archer.critic_updates_per_step=2", "algorithm.archer.critic_batch_size=8"}
+	for _, c := range []struct {
+		recipe string
+		sets   []string
+		turns  int // solver turns per episode
+	}{
+		{"archer", nil, 1},
+		{"archer_multiturn", []string{"models.feedback.init.hidden_size=32", "models.feedback.init.intermediate_size=64", "models.feedback.init.layers=1"}, 2},
+		{"archer", []string{"algorithm.archer.critic_init=scratch"}, 1},
+	} {
+		t.Run(c.recipe+strings.Join(c.sets, ","), func(t *testing.T) {
+			l, err := recipes.Load(c.recipe, append(append([]string{}, tiny...), c.sets...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := t.TempDir()
+			cfg, err := FromRecipe(l, out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			if _, err := Run(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			lines := readMetrics(t, filepath.Join(out, "metrics.jsonl"))
+			if len(lines) != 5 {
+				t.Fatalf("%d metrics lines, want 5", len(lines))
+			}
+			episodes := 4 * 2
+			for i, m := range lines[2:] {
+				rl := i + 1
+				if m["replay_size"] != float64(rl*episodes*c.turns) {
+					t.Errorf("RL step %d: replay_size %v, want %d", rl, m["replay_size"], rl*episodes*c.turns)
+				}
+				q, ok := m["critic_q_loss"].(float64)
+				if !ok || !(q >= 0) {
+					t.Errorf("RL step %d: critic_q_loss %v", rl, m["critic_q_loss"])
+				}
+				_, hasAdv := m["critic_advantage_mean"]
+				if trained := m["seqs"] != float64(0); trained != (rl > 1) || hasAdv != (rl > 1) {
+					t.Errorf("RL step %d: solver trained on %v sequences, advantage mean %v; want training only after the critic's one warm-up step", rl, m["seqs"], m["critic_advantage_mean"])
+				}
+				if rl > 1 && m["seqs"] != float64(episodes*c.turns) {
+					t.Errorf("RL step %d: %v sequences, want the %d solver turns", rl, m["seqs"], episodes*c.turns)
+				}
+			}
+			if _, err := Run(ctx, func() Config { c := cfg; c.Out, c.Resume = t.TempDir(), out; return c }()); err == nil || !strings.Contains(err.Error(), "resuming is not supported") {
+				t.Errorf("resume: %v", err)
+			}
+		})
 	}
 }

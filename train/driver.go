@@ -656,9 +656,11 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 	trainSolver := !cfg.FreezeSolver
 	var cm Metrics
 	if cfg.Archer != nil {
-		if trainSolver, err = r.archerStep(ctx, &sb, batch.turns, &cm); err != nil {
+		actor, err := r.archerStep(ctx, &sb, batch.turns, &cm)
+		if err != nil {
 			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
+		trainSolver = trainSolver && actor
 	}
 	var st learner.Stats
 	if !trainSolver {
