@@ -189,8 +189,11 @@ func TestDocCommandsWork(t *testing.T) {
 			recipe := flagValue(args, "--recipe")
 			run := filepath.Join(t.TempDir(), "run")
 			cut := append([]string{"run", recipe, "--out", run}, append(tinyMLMT, "--set", "schedule.checkpoint_every=0")...)
-			if recipe != "mlmt_math" && recipe != "mlmt_gsm8k" {
+			if recipe != "mlmt_math" && recipe != "mlmt_gsm8k" && recipe != "archer_multiturn" {
 				cut = append([]string{"run", recipe, "--out", run}, tinyRun...)
+			}
+			if strings.HasPrefix(recipe, "archer") { // a critic of one small update per step
+				cut = append(cut, "--set", "algorithm.archer.critic_updates_per_step=1", "--set", "algorithm.archer.critic_batch_size=8")
 			}
 			if stdout, stderr, code := runRlnode(t, home, cut...); code != 0 {
 				t.Fatalf("%s: rlnode %s: exit %d\n%s%s", c.where, shellJoin(cut), code, stdout, stderr)
