@@ -46,6 +46,9 @@ func TestEveryValidRecipeRuns(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					if base.Algorithm.Name == "archer" { // a critic of one small update per step
+						sets = append(sets, "algorithm.archer.critic_updates_per_step=1", "algorithm.archer.critic_batch_size=4")
+					}
 					switch eng {
 					case "actors":
 						sets = append(sets, "engines.policy.replicas=2")
