@@ -78,9 +78,18 @@ type Executor struct {
 	// cluster nodes: ExecutorPool).
 	Remote Runner
 
+	// Memo keeps outcomes by question and configuration and answers a
+	// repeated pair from them: for an engine whose output depends only on
+	// the prompt (greedy decoding), where seeds change nothing.
+	Memo bool
+
 	pyMu    sync.Mutex
 	pyCache map[string]string
+	memo    map[string]Outcome
 }
+
+// maxMemo bounds the outcomes Memo keeps.
+const maxMemo = 1 << 18
 
 // maxToolOutput bounds a tool's output as the model sees it.
 const maxToolOutput = 2000
@@ -118,6 +127,31 @@ func (x *Executor) Run(ctx context.Context, q Question, c Config, seed int64) (O
 	if err := x.Space.CheckConfig(c); err != nil {
 		return Outcome{}, fmt.Errorf("execute %q: %w", q.ID, err)
 	}
+	if !x.Memo {
+		return x.run(ctx, q, c, seed)
+	}
+	key := q.Text + "\x00" + q.Answer + "\x00" + x.Space.Describe(c)
+	x.pyMu.Lock()
+	o, ok := x.memo[key]
+	x.pyMu.Unlock()
+	if ok {
+		return o, nil
+	}
+	o, err := x.run(ctx, q, c, seed)
+	if err == nil {
+		x.pyMu.Lock()
+		if x.memo == nil {
+			x.memo = map[string]Outcome{}
+		}
+		if len(x.memo) < maxMemo {
+			x.memo[key] = o
+		}
+		x.pyMu.Unlock()
+	}
+	return o, err
+}
+
+func (x *Executor) run(ctx context.Context, q Question, c Config, seed int64) (Outcome, error) {
 	var u Usage
 	var reasoning, verification, answer string
 	for r := Role(0); r < NumRoles; r++ {

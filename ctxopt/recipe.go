@@ -20,6 +20,7 @@ import (
 	"github.com/rlnode/rlnode/ctxopt/simlm"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/episode"
+	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
 	"github.com/rlnode/rlnode/rollout/vllm"
@@ -36,7 +37,7 @@ type Recipe struct {
 	Seed        uint64 `yaml:"seed"`
 	Formulation string `yaml:"formulation"` // bandit | multistep | hierarchical
 	Executor    struct {
-		Engine      string  `yaml:"engine"` // sim | openai
+		Engine      string  `yaml:"engine"` // sim | native | openai
 		URL         string  `yaml:"url"`    // openai: the server's base URL
 		Model       string  `yaml:"model"`  // openai: the served model's name
 		Context     int     `yaml:"context"`
@@ -44,6 +45,8 @@ type Recipe struct {
 		SearchURL   string  `yaml:"search_url"`
 		Temperature float64 `yaml:"temperature"`
 		Workers     int     `yaml:"workers"`
+		// LM is the native engine's model, trained here (lm.go).
+		LM *LMConfig `yaml:"lm"`
 	} `yaml:"executor"`
 	Space struct {
 		Tools    []string `yaml:"tools"`
@@ -66,7 +69,10 @@ type Recipe struct {
 		Iterations int `yaml:"iterations"`
 		Batch      int `yaml:"batch"`
 	} `yaml:"train"`
-	EmbedDim  int      `yaml:"embed_dim"`
+	EmbedDim int `yaml:"embed_dim"`
+	// Embed is the question features: ngram (hashed, embed_dim) or lm
+	// (the executor model's mean-pooled hidden states; native engine).
+	Embed     string   `yaml:"embed"`
 	PPO       PPOYAML  `yaml:"ppo"`
 	Structure *PPOYAML `yaml:"structure_ppo"`
 	Prompt    *PPOYAML `yaml:"prompt_ppo"`
@@ -203,8 +209,13 @@ func (r *Recipe) errf(path, format string, args ...any) error {
 
 // ContextTokens is the executor model's context length.
 func (r *Recipe) ContextTokens() int {
-	if r.Executor.Engine == "sim" {
+	switch r.Executor.Engine {
+	case "sim":
 		return simlm.ContextTokens
+	case "native":
+		if r.Executor.LM != nil {
+			return r.Executor.LM.Context
+		}
 	}
 	return r.Executor.Context
 }
@@ -220,6 +231,12 @@ func (r *Recipe) validate() error {
 	}
 	switch r.Executor.Engine {
 	case "sim":
+	case "native":
+		if r.Executor.LM == nil {
+			add("executor.lm", "the native engine needs the executor model's section lm")
+		} else if err := r.Executor.LM.Check(); err != nil {
+			add("executor.lm", "%v", err)
+		}
 	case "openai":
 		if r.Executor.URL == "" {
 			add("executor.url", "the openai engine needs the server's URL")
@@ -228,7 +245,10 @@ func (r *Recipe) validate() error {
 			add("executor.context", "the openai engine needs the model's context length in tokens")
 		}
 	default:
-		add("executor.engine", "%q: want sim or openai", r.Executor.Engine)
+		add("executor.engine", "%q: want sim, native or openai", r.Executor.Engine)
+	}
+	if r.Executor.LM != nil && r.Executor.Engine != "native" {
+		add("executor.lm", "only the native engine trains an executor model")
 	}
 	if r.Executor.Workers < 0 || r.Executor.Workers > 256 {
 		add("executor.workers", "%d not in 0..256", r.Executor.Workers)
@@ -314,6 +334,15 @@ func (r *Recipe) validate() error {
 	if r.Train.Batch < 1 || r.Train.Batch > 4096 {
 		add("train.batch", "%d not in 1..4096", r.Train.Batch)
 	}
+	switch r.Embed {
+	case "", "ngram":
+	case "lm":
+		if r.Executor.Engine != "native" {
+			add("embed", "lm features need the executor model of engine native")
+		}
+	default:
+		add("embed", "%q: want ngram or lm", r.Embed)
+	}
 	if r.EmbedDim < 4 || r.EmbedDim > 4096 {
 		add("embed_dim", "%d not in 4..4096", r.EmbedDim)
 	}
@@ -344,6 +373,12 @@ func (r *Recipe) SpaceOf() Space {
 func (r *Recipe) Method() (Method, error) {
 	rng := rand.New(rand.NewPCG(r.Seed, 0xc0f1))
 	emb := NewEmbedder(r.EmbedDim)
+	if r.Embed == "lm" {
+		var err error
+		if emb, err = r.lmEmbedder(); err != nil {
+			return nil, err
+		}
+	}
 	sp := r.SpaceOf()
 	switch r.Formulation {
 	case "bandit":
@@ -370,6 +405,13 @@ func (r *Recipe) Questions() (trainQs, heldOut []Question, err error) {
 // when the recipe asks for them.
 func (r *Recipe) NewExecutor(ctx context.Context) (*Executor, error) {
 	var eng engine.Engine = simlm.Engine{}
+	if r.Executor.Engine == "native" {
+		e, err := r.ExecutorLM(ctx)
+		if err != nil {
+			return nil, err
+		}
+		eng = e
+	}
 	if r.Executor.Engine == "openai" {
 		c, err := vllm.New(ctx, vllm.Config{Servers: []string{r.Executor.URL}, Model: r.Executor.Model})
 		if err != nil {
@@ -378,7 +420,8 @@ func (r *Recipe) NewExecutor(ctx context.Context) (*Executor, error) {
 		eng = c
 	}
 	x := &Executor{Engine: eng, Verifier: verify.GSM8K{}, Space: r.SpaceOf(), Cost: r.Reward.CostWeights,
-		CorrectReward: r.Reward.Correct, Temperature: r.Executor.Temperature, Workers: r.Executor.Workers}
+		CorrectReward: r.Reward.Correct, Temperature: r.Executor.Temperature, Workers: r.Executor.Workers,
+		Memo: r.Executor.Engine == "native" && r.Executor.Temperature == 0}
 	if r.Executor.Python {
 		sb, err := verify.NewSandbox(verify.SandboxConfig{})
 		if err != nil {
@@ -391,4 +434,39 @@ func (r *Recipe) NewExecutor(ctx context.Context) (*Executor, error) {
 		x.Search = HTTPSearch{URL: r.Executor.SearchURL}
 	}
 	return x, nil
+}
+
+// ExecutorLM returns the native engine over the recipe's executor model,
+// trained into the cache first when it is not there (progress on stderr).
+func (r *Recipe) ExecutorLM(ctx context.Context) (*native.Engine, error) {
+	if r.Executor.LM == nil {
+		return nil, fmt.Errorf("%s: executor.lm: the recipe has no executor model", r.file)
+	}
+	dir, err := EnsureLM(ctx, *r.Executor.LM, r.SpaceOf(), r.Executor.Python, os.Stderr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.file, err)
+	}
+	return LoadLM(dir)
+}
+
+// lmEmbedder embeds with the executor model's hidden states, the recipe's
+// questions computed up front.
+func (r *Recipe) lmEmbedder() (*Embedder, error) {
+	dir, err := EnsureLM(context.Background(), *r.Executor.LM, r.SpaceOf(), r.Executor.Python, os.Stderr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.file, err)
+	}
+	src, err := LoadLMFeatures(dir)
+	if err != nil {
+		return nil, err
+	}
+	emb := NewSourceEmbedder(src)
+	trainQs, heldOut, err := r.Questions()
+	if err != nil {
+		return nil, err
+	}
+	if err := emb.Prepare(append(trainQs, heldOut...)); err != nil {
+		return nil, fmt.Errorf("%s: embed: %w", r.file, err)
+	}
+	return emb, nil
 }

@@ -229,13 +229,76 @@ func (in *Inference) check(chunks []Chunk) (N int, err error) {
 // valid until the next call. Each cache may appear in one chunk only. On
 // error no cache is changed.
 func (in *Inference) Forward(chunks []Chunk) ([]float32, error) {
-	N, err := in.check(chunks)
+	N, err := in.trunk(chunks)
 	if err != nil {
 		return nil, err
 	}
 	m, b, c := in.m, in.b, &in.m.Config
+	R, h, V := len(chunks), c.HiddenSize, c.VocabSize
+	view := func(t backend.Tensor, n int) backend.Tensor { return b.View(t, 0, n) }
+	eps := float32(c.RMSNormEps)
+	// Only each chunk's last token is scored.
+	last, lastLN, logits := view(in.last, R*h), view(in.lastLN, R*h), view(in.logits, R*V)
+	b.GatherRows(last, view(in.resid, N*h), in.lastRow, h)
+	b.RMSNorm(lastLN, view(in.lastRstd, R), last, m.Norm.W, R, h, eps)
+	b.MatMul(false, true, R, V, h, 1, lastLN, m.LMHead.W, 0, logits)
+	in.hostLogits = grow(in.hostLogits, R*V)
+	b.Download(in.hostLogits, logits)
+	return in.hostLogits, nil
+}
+
+// MeanHidden runs each token sequence through the model from an empty
+// cache and returns, per sequence, the mean over its tokens of the final
+// hidden state (after the final RMSNorm): len(seqs)×HiddenSize values,
+// row i for seqs[i].
+func (in *Inference) MeanHidden(seqs [][]int32) ([]float32, error) {
+	chunks := make([]Chunk, len(seqs))
+	for i, s := range seqs {
+		chunks[i] = Chunk{Tokens: s, Cache: in.m.NewKVCache()}
+	}
+	defer func() {
+		for _, ch := range chunks {
+			ch.Cache.Free()
+		}
+	}()
+	N, err := in.trunk(chunks)
+	if err != nil {
+		return nil, err
+	}
+	b, c := in.b, &in.m.Config
+	h := c.HiddenSize
+	ln := b.View(in.ln, 0, N*h)
+	b.RMSNorm(ln, b.View(in.rstd, 0, N), b.View(in.resid, 0, N*h), in.m.Norm.W, N, h, float32(c.RMSNormEps))
+	host := make([]float32, N*h)
+	b.Download(host, ln)
+	out := make([]float32, len(seqs)*h)
+	row := 0
+	for i, s := range seqs {
+		o := out[i*h : (i+1)*h]
+		for range s {
+			for j, x := range host[row*h : (row+1)*h] {
+				o[j] += x
+			}
+			row++
+		}
+		for j := range o {
+			o[j] /= float32(len(s))
+		}
+	}
+	return out, nil
+}
+
+// trunk runs the chunks through every layer, appends their keys and values
+// to their caches, and leaves the residual stream of all N token rows in
+// in.resid (in.lastRow naming each chunk's last row).
+func (in *Inference) trunk(chunks []Chunk) (int, error) {
+	N, err := in.check(chunks)
+	if err != nil {
+		return 0, err
+	}
+	m, b, c := in.m, in.b, &in.m.Config
 	R := len(chunks)
-	h, hd, V := c.HiddenSize, c.HeadDim, c.VocabSize
+	h, hd := c.HiddenSize, c.HeadDim
 	qd, kd, I := c.NumHeads*hd, c.NumKVHeads*hd, c.IntermediateSize
 	lora := 0
 	for _, l := range m.Layers {
@@ -306,14 +369,7 @@ func (in *Inference) Forward(chunks []Chunk) ([]float32, error) {
 	}
 	clear(in.kc)
 	clear(in.vc)
-	// Only each chunk's last token is scored.
-	last, lastLN, logits := view(in.last, R*h), view(in.lastLN, R*h), view(in.logits, R*V)
-	b.GatherRows(last, resid, in.lastRow, h)
-	b.RMSNorm(lastLN, view(in.lastRstd, R), last, m.Norm.W, R, h, eps)
-	b.MatMul(false, true, R, V, h, 1, lastLN, m.LMHead.W, 0, logits)
-	in.hostLogits = grow(in.hostLogits, R*V)
-	b.Download(in.hostLogits, logits)
-	return in.hostLogits, nil
+	return N, nil
 }
 
 // grow returns s with length n, reusing its storage when large enough.

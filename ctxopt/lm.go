@@ -1,0 +1,445 @@
+package ctxopt
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rlnode/rlnode/ctxopt/simlm"
+	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/safetensors"
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/episode"
+	"github.com/rlnode/rlnode/rollout/native"
+	"github.com/rlnode/rlnode/rollout/task"
+	"github.com/rlnode/rlnode/rollout/verify"
+)
+
+// LMConfig describes the executor model trained here: a tiny Qwen2 from
+// scratch, its own byte-level BPE tokenizer, and the supervised warm-up
+// that teaches it the workflow's formats (recipe section executor.lm).
+type LMConfig struct {
+	Hidden       int     `yaml:"hidden" json:"hidden"`
+	Intermediate int     `yaml:"intermediate" json:"intermediate"`
+	Layers       int     `yaml:"layers" json:"layers"`
+	Heads        int     `yaml:"heads" json:"heads"`
+	KVHeads      int     `yaml:"kv_heads" json:"kv_heads"`
+	Context      int     `yaml:"context" json:"context"` // max positions: prompt + response
+	Vocab        int     `yaml:"vocab" json:"vocab"`     // tokenizer and embedding size
+	Episodes     int     `yaml:"episodes" json:"episodes"`
+	Steps        int     `yaml:"steps" json:"steps"`
+	Batch        int     `yaml:"batch" json:"batch"`
+	LR           float64 `yaml:"lr" json:"lr"`
+	Seed         uint64  `yaml:"seed" json:"seed"`
+}
+
+// lmFormat versions the warm-up (teacher, data, tokenizer, training);
+// bump it when any of them changes what a config trains.
+const lmFormat = "ctxopt-lm-1"
+
+// Check reports a configuration that trains no usable model.
+func (c LMConfig) Check() error {
+	var errs []string
+	pos := func(name string, v int) {
+		if v <= 0 {
+			errs = append(errs, fmt.Sprintf("%s %d must be positive", name, v))
+		}
+	}
+	pos("hidden", c.Hidden)
+	pos("intermediate", c.Intermediate)
+	pos("layers", c.Layers)
+	pos("heads", c.Heads)
+	pos("kv_heads", c.KVHeads)
+	pos("episodes", c.Episodes)
+	pos("steps", c.Steps)
+	pos("batch", c.Batch)
+	if c.Heads > 0 && c.Hidden%c.Heads != 0 {
+		errs = append(errs, fmt.Sprintf("hidden %d is not divisible by heads %d", c.Hidden, c.Heads))
+	}
+	if c.KVHeads > 0 && c.Heads%c.KVHeads != 0 {
+		errs = append(errs, fmt.Sprintf("kv_heads %d does not divide heads %d", c.KVHeads, c.Heads))
+	}
+	if c.Context < 128 || c.Context > 8192 {
+		errs = append(errs, fmt.Sprintf("context %d not in 128..8192", c.Context))
+	}
+	if c.Vocab < 300 || c.Vocab > 8192 {
+		errs = append(errs, fmt.Sprintf("vocab %d not in 300..8192", c.Vocab))
+	}
+	if c.Hidden > 1024 || c.Layers > 16 || c.Intermediate > 4096 {
+		errs = append(errs, "at most hidden 1024, intermediate 4096, 16 layers (trained on a CPU)")
+	}
+	if c.Episodes > 200000 || c.Steps > 100000 || c.Batch > 1024 {
+		errs = append(errs, "at most 200000 episodes, 100000 steps, batch 1024")
+	}
+	if !(c.LR > 0 && c.LR < 1) {
+		errs = append(errs, fmt.Sprintf("lr %v not in (0, 1)", c.LR))
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Key is the content hash naming a trained model: the config, the space
+// its teacher episodes were drawn from, and the warm-up's version.
+func (c LMConfig) Key(sp Space, python bool) string {
+	b, _ := json.Marshal(struct {
+		Format string
+		Config LMConfig
+		Space  Space
+		Python bool
+	}{lmFormat, c, sp, python})
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:12])
+}
+
+func (c LMConfig) modelConfig() model.Config {
+	return model.Config{Architecture: model.Qwen2, HiddenSize: c.Hidden, IntermediateSize: c.Intermediate,
+		NumLayers: c.Layers, NumHeads: c.Heads, NumKVHeads: c.KVHeads, HeadDim: c.Hidden / c.Heads,
+		VocabSize: c.Vocab, MaxPositions: c.Context, RMSNormEps: 1e-6, RopeTheta: 10000,
+		TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
+}
+
+// LMCacheDir is where trained executor models are kept: $RLNODE_CACHE/ctxopt-lm,
+// else the user cache directory's rlnode/ctxopt-lm.
+func LMCacheDir() (string, error) {
+	if d := os.Getenv("RLNODE_CACHE"); d != "" {
+		return filepath.Join(d, "ctxopt-lm"), nil
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("executor model cache: %w (set RLNODE_CACHE)", err)
+	}
+	return filepath.Join(d, "rlnode", "ctxopt-lm"), nil
+}
+
+// TeacherCall is one model call of a teacher execution: the chat so far and
+// what the scripted model wrote (FinishReason "stop" or "length").
+type TeacherCall struct {
+	Messages     []tokenizer.Message
+	Text         string
+	FinishReason string
+}
+
+// recorder is an engine that forwards to inner and keeps every call.
+type recorder struct {
+	inner engine.Engine
+	mu    sync.Mutex
+	calls []TeacherCall
+}
+
+func (r *recorder) WeightVersion() int64 { return r.inner.WeightVersion() }
+func (r *recorder) Close() error         { return r.inner.Close() }
+func (r *recorder) Generate(ctx context.Context, reqs []engine.Request) ([]engine.Result, error) {
+	res, err := r.inner.Generate(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, q := range reqs {
+		for _, s := range res[i].Samples {
+			r.calls = append(r.calls, TeacherCall{Messages: append([]tokenizer.Message(nil), q.Messages...), Text: s.Text, FinishReason: s.FinishReason})
+		}
+	}
+	return res, nil
+}
+
+// RandomConfig draws a configuration uniformly: structure, every agent's
+// tools and budget, and 0..MaxAtoms distinct atoms per agent.
+func RandomConfig(sp Space, rng *rand.Rand) Config {
+	var c Config
+	c.Structure = Structure(rng.IntN(int(NumStructures)))
+	for r := range c.Agents {
+		a := sp.UnpackAgent(rng.IntN(sp.AgentChoices()))
+		n := rng.IntN(sp.MaxAtoms + 1)
+		a.Atoms = rng.Perm(len(sp.Atoms))[:n]
+		c.Agents[r] = a
+	}
+	return c
+}
+
+// TeacherCalls runs c.Episodes executions of random configurations of sp
+// on train-split questions (kinds word and arithmetic, levels 1–5; never a
+// held-out question) against the scripted model, with x's tools, and
+// returns every model call, in a fixed order.
+func TeacherCalls(ctx context.Context, c LMConfig, sp Space, python bool, progress func(done int)) ([]TeacherCall, error) {
+	qs, err := Questions(c.Seed, task.Train, []string{task.Word, task.Arithmetic}, []int{1, 2, 3, 4, 5}, max(1, c.Episodes/10))
+	if err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(c.Seed, 0x7eac4e5))
+	cfgs := make([]Config, c.Episodes)
+	for i := range cfgs {
+		cfgs[i] = RandomConfig(sp, rng)
+	}
+	var py episode.PythonExecutor
+	if python {
+		sb, err := verify.NewSandbox(verify.SandboxConfig{})
+		if err != nil {
+			return nil, fmt.Errorf("teacher episodes: python tool: %w", err)
+		}
+		py = episode.SandboxPython{Sandbox: sb}
+	}
+	// Episodes run 4 at a time (the sandbox's processes wait more than
+	// they compute); their calls are concatenated in episode order.
+	per := make([][]TeacherCall, c.Episodes)
+	errs := make([]error, c.Episodes)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				rec := &recorder{inner: simlm.Engine{}}
+				x := &Executor{Engine: rec, Verifier: verify.GSM8K{}, Space: sp, CorrectReward: 1, Python: py}
+				if _, err := x.Run(ctx, qs[i%len(qs)], cfgs[i], int64(c.Seed)<<20+int64(i)); err != nil {
+					errs[i] = fmt.Errorf("teacher episode %d: %w", i, err)
+				}
+				per[i] = rec.calls
+				if progress != nil && (i+1)%500 == 0 {
+					progress(i + 1)
+				}
+			}
+		}()
+	}
+	for i := range c.Episodes {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	var out []TeacherCall
+	for _, calls := range per {
+		out = append(out, calls...)
+	}
+	return out, nil
+}
+
+// lmSpecials are the tokenizer's added tokens: the chat markers.
+var lmSpecials = []string{tokenizer.EndOfText, tokenizer.IMStart, tokenizer.IMEnd}
+
+// sftSample turns a teacher call into prompt and response ids: the chat
+// template with the generation prompt, then the text, closed by <|im_end|>
+// when the model stopped on its own without a tool call (a segment that
+// ends in a tool call stops at "</tool_call>"; a cut one has no end).
+func sftSample(tok *tokenizer.Tokenizer, call TeacherCall) (prompt, resp []int32) {
+	imEnd := tok.StopIDs()[0]
+	p := tok.EncodeChat(call.Messages, true)
+	text := call.Text
+	r := tok.Encode(text)
+	if call.FinishReason == "stop" && !strings.HasSuffix(strings.TrimSpace(text), "</tool_call>") {
+		r = append(r, imEnd)
+	}
+	return toI32(p), toI32(r)
+}
+
+func toI32(v []int) []int32 {
+	out := make([]int32, len(v))
+	for i, x := range v {
+		out[i] = int32(x)
+	}
+	return out
+}
+
+// TrainLM trains the executor model described by c into dir (config.json,
+// model.safetensors, tokenizer.json, warmup.json): teacher episodes from
+// the scripted model on sp, a tokenizer fitted to them, then c.Steps SFT
+// steps on the calls that fit the context. Progress goes to log.
+func TrainLM(ctx context.Context, c LMConfig, sp Space, python bool, dir string, log io.Writer) error {
+	if err := c.Check(); err != nil {
+		return fmt.Errorf("executor model: %w", err)
+	}
+	t0 := time.Now()
+	calls, err := TeacherCalls(ctx, c, sp, python, func(done int) {
+		fmt.Fprintf(log, "executor model: %d/%d teacher episodes (%.0fs)\n", done, c.Episodes, time.Since(t0).Seconds())
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "executor model: %d teacher calls from %d episodes (%.0fs)\n", len(calls), c.Episodes, time.Since(t0).Seconds())
+	var corpus []string
+	for i, cl := range calls {
+		if i%4 == 0 {
+			corpus = append(corpus, tokenizer.ChatTemplate(cl.Messages, true)+cl.Text)
+		}
+	}
+	tok, err := tokenizer.Train(corpus, c.Vocab, lmSpecials)
+	if err != nil {
+		return fmt.Errorf("executor model: tokenizer: %w", err)
+	}
+	var prompts, resps [][]int32
+	var dropped, tokens int
+	for _, cl := range calls {
+		p, r := sftSample(tok, cl)
+		if len(p)+len(r) > c.Context || len(r) == 0 {
+			dropped++
+			continue
+		}
+		prompts, resps = append(prompts, p), append(resps, r)
+		tokens += len(p) + len(r)
+	}
+	if len(prompts) == 0 {
+		return fmt.Errorf("executor model: no teacher call fits the %d-token context", c.Context)
+	}
+	fmt.Fprintf(log, "executor model: %d samples, %.0f tokens each on average, %d over the context left out (%.0fs)\n",
+		len(prompts), float64(tokens)/float64(len(prompts)), dropped, time.Since(t0).Seconds())
+	mc := c.modelConfig()
+	lc := learner.DefaultConfig()
+	lc.Model, lc.Seed, lc.Algorithm, lc.LR = &mc, c.Seed, learner.SFT, c.LR
+	lc.MicroBatchSeqs = min(c.Batch, 16)
+	l, err := learner.New(lc)
+	if err != nil {
+		return fmt.Errorf("executor model: %w", err)
+	}
+	rng := rand.New(rand.NewPCG(c.Seed, 0x5f7))
+	order := rng.Perm(len(prompts))
+	next := 0
+	for step := range c.Steps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var b learner.Batch
+		for range c.Batch {
+			if next == len(order) {
+				order, next = rng.Perm(len(prompts)), 0
+			}
+			i := order[next]
+			next++
+			b.Prompts, b.Responses = append(b.Prompts, prompts[i]), append(b.Responses, resps[i])
+		}
+		st, err := l.Train(b)
+		if err != nil {
+			return fmt.Errorf("executor model: SFT step %d: %w", step, err)
+		}
+		if step%25 == 0 || step == c.Steps-1 {
+			fmt.Fprintf(log, "executor model: SFT step %d/%d loss %.4f (%.0fs)\n", step+1, c.Steps, st.Loss, time.Since(t0).Seconds())
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := l.Model().Save(dir, safetensors.F32); err != nil {
+		return fmt.Errorf("executor model: save %s: %w", dir, err)
+	}
+	if err := tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {
+		return fmt.Errorf("executor model: save %s: %w", dir, err)
+	}
+	meta, _ := json.MarshalIndent(map[string]any{"format": lmFormat, "config": c, "space": sp,
+		"samples": len(prompts), "seconds": time.Since(t0).Seconds()}, "", "  ")
+	return os.WriteFile(filepath.Join(dir, "warmup.json"), meta, 0o644)
+}
+
+var lmMu sync.Mutex
+
+// EnsureLM returns the directory of the executor model c trained on sp,
+// training it into the cache (LMCacheDir()/<Key>) first when it is not
+// there. Concurrent callers in one process train it once.
+func EnsureLM(ctx context.Context, c LMConfig, sp Space, python bool, log io.Writer) (string, error) {
+	root, err := LMCacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, c.Key(sp, python))
+	lmMu.Lock()
+	defer lmMu.Unlock()
+	if _, err := os.Stat(filepath.Join(dir, "warmup.json")); err == nil {
+		return dir, nil
+	}
+	tmp, err := os.MkdirTemp(root+"", "tmp-")
+	if err != nil {
+		if err = os.MkdirAll(root, 0o755); err == nil {
+			tmp, err = os.MkdirTemp(root, "tmp-")
+		}
+		if err != nil {
+			return "", fmt.Errorf("executor model cache %s: %w", root, err)
+		}
+	}
+	defer os.RemoveAll(tmp)
+	fmt.Fprintf(log, "executor model %s not in %s: training it\n", c.Key(sp, python), root)
+	if err := TrainLM(ctx, c, sp, python, tmp, log); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, "warmup.json")); serr == nil {
+			return dir, nil // another process put it there first
+		}
+		return "", fmt.Errorf("executor model cache: %w", err)
+	}
+	return dir, nil
+}
+
+// LoadLM starts a native engine over the executor model in dir.
+func LoadLM(dir string) (*native.Engine, error) {
+	return native.Load(dir, native.Config{MaxBatch: 64})
+}
+
+// LMFeatures are the executor model's question features: the mean over a
+// text's tokens (no chat template, cut to the context) of the model's
+// final hidden states. Safe for concurrent use.
+type LMFeatures struct {
+	mu  sync.Mutex
+	m   *model.Model
+	in  *model.Inference
+	tok *tokenizer.Tokenizer
+}
+
+// LoadLMFeatures loads the executor model in dir for features.
+func LoadLMFeatures(dir string) (*LMFeatures, error) {
+	m, err := model.Load(dir, cpu.New())
+	if err != nil {
+		return nil, fmt.Errorf("executor model features: %w", err)
+	}
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, fmt.Errorf("executor model features: %s: %w", dir, err)
+	}
+	in, err := m.NewInference()
+	if err != nil {
+		return nil, fmt.Errorf("executor model features: %w", err)
+	}
+	return &LMFeatures{m: m, in: in, tok: tok}, nil
+}
+
+// Dim implements FeatureSource: the model's hidden size.
+func (f *LMFeatures) Dim() int { return f.m.Config.HiddenSize }
+
+// Features implements FeatureSource.
+func (f *LMFeatures) Features(texts []string) ([][]float32, error) {
+	seqs := make([][]int32, len(texts))
+	for i, t := range texts {
+		ids := f.tok.Encode(t)
+		if len(ids) == 0 {
+			ids = f.tok.StopIDs()[:1]
+		}
+		seqs[i] = toI32(ids[:min(len(ids), f.m.Config.MaxPositions)])
+	}
+	f.mu.Lock()
+	flat, err := f.in.MeanHidden(seqs)
+	f.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("executor model features: %w", err)
+	}
+	h := f.Dim()
+	out := make([][]float32, len(texts))
+	for i := range out {
+		out[i] = flat[i*h : (i+1)*h : (i+1)*h]
+	}
+	return out, nil
+}

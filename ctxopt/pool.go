@@ -1,0 +1,413 @@
+package ctxopt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+)
+
+// PoolOptions tune an ExecutorPool's recovery; zero fields take the
+// defaults.
+type PoolOptions struct {
+	// RespawnEvery is how often a lost executor's replacement is tried
+	// while none can start (default 2 s).
+	RespawnEvery time.Duration
+	// ReplaceWait is how long a batch waits for a live executor when every
+	// one is lost (default 2 min) before it fails.
+	ReplaceWait time.Duration
+	// LossTimeout is how long calls to an executor may keep failing in
+	// transport, while the cluster still lists it, before it is dropped
+	// as lost (default 15 s).
+	LossTimeout time.Duration
+}
+
+// ExecutorPool runs batches on executor actors: a batch is cut into one
+// chunk per live executor, each chunk runs on the least busy one, and the
+// outcomes come back in order. Jobs carry their seeds, so the outcomes are
+// those a local executor would give, whichever executor runs them.
+//
+// An executor that is lost (its process killed, its node gone, its calls
+// failing for LossTimeout) is replaced: a new executor actor is spawned on
+// any node that can host it, tried again every RespawnEvery, and the
+// chunks the lost one held run again on the others. An error the executor
+// itself answers (a bad job, an engine failure) fails the batch. Safe for
+// concurrent use.
+type ExecutorPool struct {
+	node *cluster.Node
+	args ExecutorArgs
+	name string
+	opts PoolOptions
+	log  *slog.Logger
+
+	watch context.Context
+	stop  context.CancelFunc
+
+	mu        sync.Mutex
+	reps      []*execReplica
+	replacing int
+	changed   chan struct{} // closed and replaced when reps or replacing change
+	lastErr   string
+	closed    bool
+
+	names    atomic.Int64
+	replaced atomic.Int64
+	retried  atomic.Int64
+}
+
+type execReplica struct {
+	name, node string
+	h          *cluster.Handle
+	lost       chan struct{}
+	cause      string // set when lost (under the pool's mu)
+	busy       int
+}
+
+// StartExecutors spawns one executor actor of recipe r on each of nodes
+// (node ids), named prefix-i, and watches them.
+func StartExecutors(ctx context.Context, n *cluster.Node, r *Recipe, prefix string, nodes []string) (*ExecutorPool, error) {
+	return StartExecutorPool(ctx, n, r, prefix, nodes, PoolOptions{})
+}
+
+// StartExecutorPool is StartExecutors with recovery options.
+func StartExecutorPool(ctx context.Context, n *cluster.Node, r *Recipe, prefix string, nodes []string, o PoolOptions) (*ExecutorPool, error) {
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("start executors: no nodes")
+	}
+	if o.RespawnEvery <= 0 {
+		o.RespawnEvery = 2 * time.Second
+	}
+	if o.ReplaceWait <= 0 {
+		o.ReplaceWait = 2 * time.Minute
+	}
+	if o.LossTimeout <= 0 {
+		o.LossTimeout = 15 * time.Second
+	}
+	p := &ExecutorPool{node: n, args: ExecutorArgs{File: r.file, Recipe: r.source}, name: prefix, opts: o,
+		log: n.System().Logger(), changed: make(chan struct{})}
+	p.watch, p.stop = context.WithCancel(context.Background())
+	for _, node := range nodes {
+		rep, err := p.spawn(ctx, node)
+		if err != nil {
+			p.Close(ctx)
+			return nil, err
+		}
+		p.reps = append(p.reps, rep)
+		go p.watchReplica(rep)
+	}
+	return p, nil
+}
+
+func (p *ExecutorPool) spawn(ctx context.Context, node string) (*execReplica, error) {
+	name := fmt.Sprintf("%s-%d", p.name, p.names.Add(1)-1)
+	h, err := p.node.Spawn(ctx, ExecutorKind, cluster.SpawnOptions{Name: name, Node: node, Args: p.args})
+	if err != nil {
+		where := node
+		if where == "" {
+			where = "any node"
+		}
+		return nil, fmt.Errorf("start executor %s on %s: %w", name, where, err)
+	}
+	rep := &execReplica{name: name, node: node, h: h, lost: make(chan struct{})}
+	if rec, ok := h.Record(); ok {
+		rep.node = rec.Node
+	}
+	return rep, nil
+}
+
+// watchReplica drops rep when the cluster reports it dead or restarting.
+func (p *ExecutorPool) watchReplica(rep *execReplica) {
+	for n := range p.node.Watch(p.watch, rep.name) {
+		if n.State != cluster.Alive {
+			p.lose(rep, fmt.Sprintf("%s on node %s: %s", n.State, rep.node, n.Cause))
+			return
+		}
+	}
+}
+
+func (p *ExecutorPool) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// lose drops rep (its chunks run again elsewhere) and starts its
+// replacement.
+func (p *ExecutorPool) lose(rep *execReplica, cause string) {
+	p.mu.Lock()
+	if rep.cause != "" || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	rep.cause = cause
+	p.replacing++
+	p.notifyLocked()
+	p.mu.Unlock()
+	close(rep.lost)
+	p.log.Warn("ctxopt executor lost", "executor", rep.name, "node", rep.node, "cause", cause)
+	go p.replace(rep)
+}
+
+// replace starts an executor in place of old on any node, trying again
+// every RespawnEvery until one starts or the pool closes.
+func (p *ExecutorPool) replace(old *execReplica) {
+	go func() { // it may still run (calls failing): stop it
+		ctx, cancel := context.WithTimeout(p.watch, 10*time.Second)
+		_ = p.node.StopActor(ctx, old.name)
+		cancel()
+	}()
+	defer func() {
+		p.mu.Lock()
+		p.replacing--
+		p.notifyLocked()
+		p.mu.Unlock()
+	}()
+	for tries := 1; p.watch.Err() == nil; tries++ {
+		ctx, cancel := context.WithTimeout(p.watch, 5*time.Minute)
+		rep, err := p.spawn(ctx, "")
+		cancel()
+		if err == nil {
+			p.mu.Lock()
+			closed := p.closed
+			if !closed {
+				p.reps = append(p.reps, rep)
+				p.notifyLocked()
+			}
+			p.mu.Unlock()
+			if closed {
+				sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = rep.h.Stop(sctx)
+				cancel()
+				return
+			}
+			p.replaced.Add(1)
+			p.log.Info("ctxopt executor replaced", "lost", old.name, "executor", rep.name, "node", rep.node, "tries", tries)
+			go p.watchReplica(rep)
+			return
+		}
+		p.mu.Lock()
+		p.lastErr = err.Error()
+		p.mu.Unlock()
+		if tries == 1 {
+			p.log.Warn("ctxopt executor not replaced yet: going on with fewer", "lost", old.name, "err", err)
+		}
+		select {
+		case <-p.watch.Done():
+		case <-time.After(p.opts.RespawnEvery):
+		}
+	}
+}
+
+// ExecutorStatus is one executor of the pool as it stands.
+type ExecutorStatus struct {
+	Name, Node string
+	Lost       string // why it was dropped; empty while live
+}
+
+// Executors lists the pool's executors, live and lost, in start order.
+func (p *ExecutorPool) Executors() []ExecutorStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]ExecutorStatus, len(p.reps))
+	for i, r := range p.reps {
+		out[i] = ExecutorStatus{Name: r.name, Node: r.node, Lost: r.cause}
+	}
+	return out
+}
+
+// Replaced is how many lost executors have been replaced.
+func (p *ExecutorPool) Replaced() int64 { return p.replaced.Load() }
+
+// Retried is how many chunks ran again after their executor was lost.
+func (p *ExecutorPool) Retried() int64 { return p.retried.Load() }
+
+// Close stops the executor actors and their replacement.
+func (p *ExecutorPool) Close(ctx context.Context) {
+	p.mu.Lock()
+	p.closed = true
+	reps := slices.Clone(p.reps)
+	p.mu.Unlock()
+	p.stop()
+	for _, r := range reps {
+		_ = r.h.Stop(ctx)
+	}
+}
+
+// live returns the live executors.
+func (p *ExecutorPool) liveLocked() []*execReplica {
+	var out []*execReplica
+	for _, r := range p.reps {
+		if r.cause == "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// acquire picks the least busy live executor, waiting up to ReplaceWait
+// for one while every executor is lost and a replacement is under way.
+func (p *ExecutorPool) acquire(ctx context.Context) (*execReplica, error) {
+	var deadline <-chan time.Time
+	for {
+		p.mu.Lock()
+		live := p.liveLocked()
+		if len(live) > 0 {
+			best := live[0]
+			for _, r := range live[1:] {
+				if r.busy < best.busy {
+					best = r
+				}
+			}
+			best.busy++
+			p.mu.Unlock()
+			return best, nil
+		}
+		replacing, ch, why := p.replacing, p.changed, p.lastErr
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
+			return nil, fmt.Errorf("executor pool %s is closed", p.name)
+		}
+		if replacing == 0 {
+			return nil, fmt.Errorf("executor pool %s: every executor lost, none being replaced", p.name)
+		}
+		if deadline == nil {
+			deadline = time.After(p.opts.ReplaceWait)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("executor pool %s: every executor lost, waiting for a replacement: %w", p.name, ctx.Err())
+		case <-deadline:
+			return nil, fmt.Errorf("executor pool %s: every executor lost and none replaced within %v (last try: %s)", p.name, p.opts.ReplaceWait, why)
+		}
+	}
+}
+
+func (p *ExecutorPool) release(r *execReplica) {
+	p.mu.Lock()
+	r.busy--
+	p.mu.Unlock()
+}
+
+// runChunk runs jobs on some executor until one answers: a chunk whose
+// executor is lost runs again on another.
+func (p *ExecutorPool) runChunk(ctx context.Context, jobs []Job) ([]Outcome, error) {
+	for attempt := 0; ; attempt++ {
+		r, err := p.acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if attempt > 0 {
+			p.retried.Add(1)
+		}
+		outs, lost, err := p.callReplica(ctx, r, jobs)
+		p.release(r)
+		if !lost {
+			return outs, err
+		}
+	}
+}
+
+// callReplica calls r until it answers, it is lost (lost true), or ctx
+// ends. Transport failures are retried; past LossTimeout r is dropped.
+func (p *ExecutorPool) callReplica(ctx context.Context, r *execReplica, jobs []Job) ([]Outcome, bool, error) {
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.lost:
+			cancel()
+		case <-cctx.Done():
+		}
+	}()
+	isLost := func() bool {
+		select {
+		case <-r.lost:
+			return true
+		default:
+			return false
+		}
+	}
+	var failingSince time.Time
+	wait := 50 * time.Millisecond
+	for {
+		res, err := r.h.Call(cctx, RunJobs{Jobs: jobs})
+		var answered *actor.ActorError
+		switch {
+		case err == nil:
+			o, ok := res.(JobOutcomes)
+			if !ok || len(o.Outcomes) != len(jobs) {
+				return nil, false, fmt.Errorf("executor %s on node %s answered %T with %d outcomes for %d jobs", r.name, r.node, res, len(o.Outcomes), len(jobs))
+			}
+			return o.Outcomes, false, nil
+		case errors.As(err, &answered):
+			return nil, false, fmt.Errorf("executor %s on node %s: %w", r.name, r.node, err)
+		case isLost():
+			return nil, true, nil
+		case ctx.Err() != nil:
+			return nil, false, ctx.Err()
+		}
+		if failingSince.IsZero() {
+			failingSince = time.Now()
+		} else if time.Since(failingSince) > p.opts.LossTimeout {
+			p.lose(r, fmt.Sprintf("calls failing for %v: %v", p.opts.LossTimeout, err))
+			return nil, true, nil
+		}
+		select {
+		case <-cctx.Done():
+			if isLost() {
+				return nil, true, nil
+			}
+			return nil, false, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// RunBatch implements Runner.
+func (p *ExecutorPool) RunBatch(ctx context.Context, jobs []Job) ([]Outcome, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	p.mu.Lock()
+	k := min(max(len(p.liveLocked()), 1), len(jobs))
+	p.mu.Unlock()
+	out := make([]Outcome, len(jobs))
+	errs := make([]error, k)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for c := range k {
+		lo, hi := c*len(jobs)/k, (c+1)*len(jobs)/k
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := p.runChunk(ctx, jobs[lo:hi])
+			if err != nil {
+				errs[c] = fmt.Errorf("jobs %d..%d: %w", lo, hi-1, err)
+				cancel()
+				return
+			}
+			copy(out[lo:hi], res)
+		}()
+	}
+	wg.Wait()
+	// The first failure cancelled the other chunks: report it, not them.
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return nil, err
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
