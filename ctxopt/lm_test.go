@@ -3,8 +3,10 @@ package ctxopt
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,5 +64,83 @@ func TestLMTrainCacheRun(t *testing.T) {
 	}
 	if o.Usage.ModelCalls < 2 || o.Usage.PromptTokens == 0 || o.Usage.CompletionTokens == 0 || o.Usage.CompletionTokens > 2*sp.Budgets[0] {
 		t.Errorf("usage %+v: want a reasoner and an answerer call within the %d-token budgets", o.Usage, sp.Budgets[0])
+	}
+}
+
+// Question features from the executor model: its mean-pooled hidden
+// states, normalised, then the statistics; cached per question; batched
+// and one-by-one the same. A recipe with embed: lm builds its policy on
+// them.
+func TestLMFeatures(t *testing.T) {
+	t.Setenv("RLNODE_CACHE", t.TempDir())
+	r, err := LoadRecipe("ctxopt_bandit_lm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(string(r.source), "embed_dim: 64", "embed_dim: 64\nembed: lm", 1)
+	for _, kv := range [][2]string{{"hidden: 128", "hidden: 32"}, {"intermediate: 384", "intermediate: 64"}, {"layers: 2", "layers: 1"},
+		{"heads: 4", "heads: 2"}, {"kv_heads: 2", "kv_heads: 1"}, {"vocab: 1024", "vocab: 512"}, {"episodes: 6000", "episodes: 120"},
+		{"steps: 600", "steps: 4"}, {"batch: 32", "batch: 8"}, {"python: true", "python: false"}, {"tools: [calculator, python]", "tools: [calculator]"},
+		{"train_per_type: 40", "train_per_type: 4"}, {"eval_per_type: 20", "eval_per_type: 2"}} {
+		if !strings.Contains(src, kv[0]) {
+			t.Fatalf("%q not in the recipe", kv[0])
+		}
+		src = strings.Replace(src, kv[0], kv[1], 1)
+	}
+	r, err = ParseRecipe("small.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.Method()
+	if err != nil {
+		t.Fatal(err)
+	}
+	emb := m.(*Bandit).Emb
+	if emb.Source == nil || emb.Size() != 32+NumStats {
+		t.Fatalf("embedder of %d values with source %v, want the model's 32 hidden + %d statistics", emb.Size(), emb.Source, NumStats)
+	}
+	qs, err := Questions(1, task.HeldOut, []string{task.Word, task.Arithmetic}, []int{1, 5}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := EnsureLM(context.Background(), *r.Executor.LM, r.SpaceOf(), false, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := LoadLMFeatures(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := NewSourceEmbedder(f)
+	batched := NewSourceEmbedder(f)
+	if err := batched.Prepare(qs); err != nil {
+		t.Fatal(err)
+	}
+	for i, q := range qs {
+		a, b := one.Embed(q.Text), batched.Embed(q.Text)
+		var norm float64
+		for j := range a {
+			if d := a[j] - b[j]; d > 1e-5 || d < -1e-5 {
+				t.Fatalf("question %d, value %d: alone %v, batched %v", i, j, a[j], b[j])
+			}
+			if j < 32 {
+				norm += float64(a[j]) * float64(a[j])
+			}
+		}
+		if norm < 0.999 || norm > 1.001 {
+			t.Errorf("question %d: features of squared norm %v, want 1", i, norm)
+		}
+		if &one.Embed(q.Text)[0] != &a[0] {
+			t.Errorf("question %d: embedding not cached", i)
+		}
+		if got := a[32:]; got[0] != Stats(q.Text)[0] || got[2] != Stats(q.Text)[2] {
+			t.Errorf("question %d: statistics %v, want %v", i, got, Stats(q.Text))
+		}
+	}
+	if a, b := one.Embed(qs[0].Text), one.Embed(qs[1].Text); slices.Equal(a[:32], b[:32]) {
+		t.Error("two questions have the same features")
+	}
+	if one.Err() != nil || batched.Err() != nil {
+		t.Errorf("source errors: %v, %v", one.Err(), batched.Err())
 	}
 }

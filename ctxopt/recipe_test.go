@@ -10,8 +10,8 @@ import (
 
 func TestBuiltinRecipesLoad(t *testing.T) {
 	names := Builtins()
-	if len(names) != 3 {
-		t.Fatalf("built-in recipes %v, want the three formulations", names)
+	if len(names) != 6 {
+		t.Fatalf("built-in recipes %v, want the three formulations, scripted and with the trained executor model", names)
 	}
 	for _, n := range names {
 		r, err := LoadRecipe(n)
@@ -80,6 +80,30 @@ func TestRecipeValidation(t *testing.T) {
 	src = strings.Replace(src, "tools: [calculator, python]", "tools: [calculator]", 1)
 	if _, err := ParseRecipe("r.yaml", []byte(src)); err == nil || !strings.Contains(err.Error(), "space.budgets.2: budget 512 tokens leaves under half of the model's 600-token context") {
 		t.Errorf("budget over an openai model's context: %v", err)
+	}
+	// The native engine: its model section, checked, and its context.
+	lmBase, err := builtin.ReadFile("recipes/ctxopt_bandit_lm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, old, new, want string }{
+		{"no model section", "  lm:", "  lx:", "field lx not found"},
+		{"heads not dividing", "    heads: 4", "    heads: 5", "executor.lm: hidden 128 is not divisible by heads 5"},
+		{"budget over the model's context", "    context: 1024", "    context: 600", "space.budgets.2: budget 512 tokens leaves under half of the model's 600-token context"},
+		{"a model section with the scripted engine", "  engine: native", "  engine: sim", "executor.lm: only the native engine trains an executor model"},
+		{"unknown features", "embed_dim: 64", "embed_dim: 64\nembed: bert", `embed: "bert": want ngram or lm`},
+	} {
+		src := strings.Replace(string(lmBase), c.old, c.new, 1)
+		if src == string(lmBase) {
+			t.Fatalf("%s: the edit did not apply", c.name)
+		}
+		if _, err := ParseRecipe("r.yaml", []byte(src)); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "r.yaml:") {
+			t.Errorf("%s: %v, want r.yaml:LINE: …%s", c.name, err, c.want)
+		}
+	}
+	src = strings.Replace(string(base), "embed_dim: 64", "embed_dim: 64\nembed: lm", 1)
+	if _, err := ParseRecipe("r.yaml", []byte(src)); err == nil || !strings.Contains(err.Error(), "embed: lm features need the executor model of engine native") {
+		t.Errorf("lm features with the scripted model: %v", err)
 	}
 	if _, err := ParseRecipe("r.yaml", []byte("name: [")); err == nil || !strings.HasPrefix(err.Error(), "r.yaml:1: ") {
 		t.Errorf("broken YAML: %v", err)
