@@ -362,14 +362,12 @@ func EnsureLM(ctx context.Context, c LMConfig, sp Space, python bool, log io.Wri
 	if _, err := os.Stat(filepath.Join(dir, "warmup.json")); err == nil {
 		return dir, nil
 	}
-	tmp, err := os.MkdirTemp(root+"", "tmp-")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", fmt.Errorf("executor model cache %s: %w", root, err)
+	}
+	tmp, err := os.MkdirTemp(root, "tmp-")
 	if err != nil {
-		if err = os.MkdirAll(root, 0o755); err == nil {
-			tmp, err = os.MkdirTemp(root, "tmp-")
-		}
-		if err != nil {
-			return "", fmt.Errorf("executor model cache %s: %w", root, err)
-		}
+		return "", fmt.Errorf("executor model cache %s: %w", root, err)
 	}
 	defer os.RemoveAll(tmp)
 	fmt.Fprintf(log, "executor model %s not in %s: training it\n", c.Key(sp, python), root)
@@ -426,7 +424,7 @@ func (f *LMFeatures) Features(texts []string) ([][]float32, error) {
 	for i, t := range texts {
 		ids := f.tok.Encode(t)
 		if len(ids) == 0 {
-			ids = f.tok.StopIDs()[:1]
+			ids = []int{0} // an empty text: the first byte token
 		}
 		seqs[i] = toI32(ids[:min(len(ids), f.m.Config.MaxPositions)])
 	}
