@@ -98,6 +98,11 @@ type PolicyBatch struct {
 	Advantages [][]float32
 	// Mask is 1 for loss tokens, 0 for the rest.
 	Mask [][]float32
+	// PGWeights and KLWeights, when set, weigh each sequence's surrogate
+	// and KL term (one finite value ≥ 0 per sequence; nil: 1 each).
+	// SCoRe's stage I holds the first attempt to the reference by the KL
+	// alone (PG weight 0, a KL weight of its own).
+	PGWeights, KLWeights []float64
 }
 
 // PolicyLossResult is the loss, its gradients and the statistics of one
@@ -123,8 +128,9 @@ const logRatioClamp = 20
 //	pg = max(−A·r, −A·clip(r, 1−ClipLow, 1+ClipHigh))
 //	pg = min(pg, −A·DualClip)          if A < 0 and DualClip > 0
 //	pg = pg · min(exp(old − sample), TISCap)   if TISCap > 0 (weight detached)
-//	ℓ  = pg + KLCoef·KL(logp, ref) − EntropyCoef·H
+//	ℓ  = w_pg·pg + KLCoef·w_kl·KL(logp, ref) − EntropyCoef·H
 //
+// with w_pg and w_kl the sequence's PGWeights and KLWeights (1 when nil),
 // and the loss aggregates ℓ with norm, which counts the whole optimizer
 // batch so that micro-batch losses and gradients sum to the batch's.
 // Derivatives at ties between the branches of max/min are split evenly, as
@@ -148,6 +154,14 @@ func PolicyLoss(cfg PolicyLossConfig, b PolicyBatch, norm Norm) (PolicyLossResul
 	// Entropy is checked whenever given: it is logged even without a bonus.
 	fields = append(fields, tokenField{name: "entropy", data: b.Entropy, optional: !useEnt})
 	if err := checkTokens(b.Mask, fields...); err != nil {
+		return PolicyLossResult{}, fmt.Errorf("policy loss: %w", err)
+	}
+	pgW, err := seqWeights("pg weights", b.PGWeights, len(b.Mask))
+	if err != nil {
+		return PolicyLossResult{}, fmt.Errorf("policy loss: %w", err)
+	}
+	klW, err := seqWeights("kl weights", b.KLWeights, len(b.Mask))
+	if err != nil {
 		return PolicyLossResult{}, fmt.Errorf("policy loss: %w", err)
 	}
 	w, err := newWeigher(cfg.Aggregation, norm, CountNorm(b.Mask))
@@ -217,14 +231,20 @@ func PolicyLoss(cfg PolicyLossConfig, b PolicyBatch, norm Norm) (PolicyLossResul
 				st.TISWeightSum += tis
 				pg, dpg = pg*tis, dpg*tis
 			}
+			if pgW != nil {
+				pg, dpg = pgW[i]*pg, pgW[i]*dpg
+			}
 			grad := dpg
 			pgSum += pg
 
 			if useKL {
 				kl, dkl := cfg.KL.kl(logp, float64(b.RefLogProbs[i][t]))
+				st.RefKLSum += kl // unweighted: the policy's KL to the reference
+				if klW != nil {
+					kl, dkl = klW[i]*kl, klW[i]*dkl
+				}
 				klSum += kl
 				grad += cfg.KLCoef * dkl
-				st.RefKLSum += kl
 			}
 			if useEnt {
 				h := float64(b.Entropy[i][t])
@@ -247,4 +267,20 @@ func PolicyLoss(cfg PolicyLossConfig, b PolicyBatch, norm Norm) (PolicyLossResul
 	}
 	res.Loss = st.PGLoss + cfg.KLCoef*st.KLLoss - cfg.EntropyCoef*st.EntropyLoss
 	return res, nil
+}
+
+// seqWeights checks per-sequence weights: nil, or n finite values ≥ 0.
+func seqWeights(name string, w []float64, n int) ([]float64, error) {
+	if w == nil {
+		return nil, nil
+	}
+	if len(w) != n {
+		return nil, fmt.Errorf("%s: %d for %d sequences", name, len(w), n)
+	}
+	for i, v := range w {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("%s[%d] = %v, want finite and ≥ 0", name, i, v)
+		}
+	}
+	return w, nil
 }
