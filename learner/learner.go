@@ -273,7 +273,11 @@ type Batch struct {
 	// Advantages, when set, are used as they are (one per response token)
 	// instead of the algorithm's estimator (policy-gradient algorithms
 	// other than PPO).
-	Advantages [][]float32
+	Advantages [][]float32 // PGWeights and KLWeights, when set, weigh each sequence's
+	// policy-gradient term and its KL term (Loss.KLCoef·w·KL) in the
+	// policy loss: one finite value ≥ 0 per sequence, nil: 1 each
+	// (policy-gradient algorithms; SCoRe's stage I).
+	PGWeights, KLWeights []float64
 }
 
 // Stats report one Train call (summed or averaged over its mini-batches).

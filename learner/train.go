@@ -23,6 +23,7 @@ type prepared struct {
 	seqValues            []float64   // ValueBaseline's pre-pass values at each sequence's last loss token
 	pre                  [][]micro   // the micro-batches the pre-pass ran over
 	weights              []float64   // SFT / RWSFT
+	pgW, klW             []float64   // the batch's per-sequence policy-gradient and KL weights (nil: 1)
 	mini                 [][]micro   // this rank's micro-batches of each mini-batch
 	miniRange            [][2]int    // each mini-batch's sequences [lo, hi) in the whole batch
 }
@@ -87,6 +88,12 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 			}
 			if lossCfg.TISCap > 0 {
 				pb.SampleLogProbs = p.sample[mb.lo:mb.hi]
+			}
+			if p.pgW != nil {
+				pb.PGWeights = p.pgW[mb.lo:mb.hi]
+			}
+			if p.klW != nil {
+				pb.KLWeights = p.klW[mb.lo:mb.hi]
 			}
 			if l.ref != nil && lossCfg.KLCoef > 0 {
 				ref, _, err := l.ref.Forward(mb.bt)
@@ -325,6 +332,26 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 		return nil, err
 	}
 	p.sample, p.adv = b.SampleLogProbs, b.Advantages
+	for _, f := range []struct {
+		name string
+		w    []float64
+	}{{"pg_weights", b.PGWeights}, {"kl_weights", b.KLWeights}} {
+		if f.w == nil {
+			continue
+		}
+		if !cfg.policyGradient() {
+			return nil, fmt.Errorf("batch: %s: only policy-gradient algorithms take them (algorithm %s)", f.name, cfg.Algorithm)
+		}
+		if len(f.w) != n {
+			return nil, fmt.Errorf("batch: %s: %d values for %d sequences", f.name, len(f.w), n)
+		}
+		for i, w := range f.w {
+			if !(w >= 0) || math.IsInf(w, 0) {
+				return nil, fmt.Errorf("batch: %s[%d] is %v, want finite and ≥ 0", f.name, i, w)
+			}
+		}
+	}
+	p.pgW, p.klW = b.PGWeights, b.KLWeights
 	needRewards := cfg.Algorithm != SFT && (p.adv == nil || cfg.Algorithm == RWSFT || cfg.Algorithm == PPO || cfg.ValueBaseline != nil)
 	if needRewards || b.Rewards != nil {
 		if len(b.Rewards) != n {
