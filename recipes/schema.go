@@ -459,6 +459,17 @@ type Score struct {
 	// Alpha weighs the second turn's improvement: its reward is
 	// r2 + alpha·(r2 − r1) (SCoRe's stage-II bonus); ≥ 0. Default 1.
 	Alpha float64 `yaml:"alpha"`
+	// Stage1Steps is SCoRe's stage I (episode.type score): the first
+	// stage1_steps RL steps train the second attempt on r2 alone (no
+	// alpha) and hold the first attempt to the KL reference by the KL
+	// alone, weighted stage1_kl_coef; stage II (both attempts, the second
+	// on the shaped reward, algorithm.kl_coef on both) follows. Needs
+	// algorithm.kl_coef > 0; at most schedule.steps. Default 0: stage II
+	// only.
+	Stage1Steps int `yaml:"stage1_steps"`
+	// Stage1KLCoef is stage I's KL coefficient of the first attempt (the
+	// reference's β2); > 0 when stage1_steps is set. Default 0.1.
+	Stage1KLCoef float64 `yaml:"stage1_kl_coef"`
 }
 
 // RWSFT configures reward-weighted SFT.
@@ -652,7 +663,7 @@ func Default() *Recipe {
 			GradClip: 1, MicroBatch: 32, Epochs: 1, MiniBatches: 1, Gamma: 1, Lambda: 0.95, ValueCoef: 0.5, ValueClip: 0.2,
 			RWSFT: RWSFT{Weighting: "exp", Beta: 1, Threshold: 1},
 			MLMT:  MLMT{FeedbackReward: "final"},
-			Score: Score{Alpha: 1},
+			Score: Score{Alpha: 1, Stage1KLCoef: 0.1},
 		},
 		SFT:        SFT{BatchSize: 32, LR: 1e-4, Response: `\boxed{ {{- .Answer -}} }`},
 		Placement:  Placement{Mode: "colocated", Rollout: Resources{CPUs: 1}, Learner: Resources{CPUs: 1}, LearnerShards: 1},

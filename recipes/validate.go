@@ -842,6 +842,7 @@ func (c *checker) mlmt(r *Recipe) {
 	if r.Episode.Type == "score" || shapedRefine {
 		c.nonNegativeF("algorithm.score.alpha", r.Algorithm.Score.Alpha)
 	}
+	c.scoreStages(r)
 	// Static feedback ignores it, so that the static variant of a recipe
 	// is the recipe with static_feedback set.
 	if r.SFT.FeedbackResponse != "" && r.Episode.Type != "mlmt" {
@@ -1043,5 +1044,27 @@ func (c *checker) agentURL(ag *AgentEpisode) {
 	}
 	if ag.Retries < -1 || ag.Retries > 10 {
 		c.add("episode.agent.retries", "%d: want -1..10 (0: 3, -1: none)", ag.Retries)
+	}
+}
+
+// scoreStages checks SCoRe's stage-I settings.
+func (c *checker) scoreStages(r *Recipe) {
+	sc := r.Algorithm.Score
+	c.nonNegative("algorithm.score.stage1_steps", sc.Stage1Steps)
+	if sc.Stage1Steps <= 0 {
+		return
+	}
+	switch {
+	case r.Episode.Type != "score":
+		c.add("algorithm.score.stage1_steps", "%d, but episode.type is %q (SCoRe's stage I is for score)", sc.Stage1Steps, r.Episode.Type)
+	case sc.Stage1Steps > r.Schedule.Steps:
+		c.add("algorithm.score.stage1_steps", "%d: more than schedule.steps (%d)", sc.Stage1Steps, r.Schedule.Steps)
+	case !(r.Algorithm.KLCoef > 0):
+		c.add("algorithm.score.stage1_steps", "%d, but algorithm.kl_coef is %v: both stages need a KL reference (kl_coef > 0, stage II's β1)", sc.Stage1Steps, r.Algorithm.KLCoef)
+	case r.Algorithm.KLInReward:
+		c.add("algorithm.score.stage1_steps", "%d, but algorithm.kl_in_reward is true: stage I weighs the KL in the loss", sc.Stage1Steps)
+	}
+	if !(sc.Stage1KLCoef > 0) || math.IsInf(sc.Stage1KLCoef, 0) {
+		c.add("algorithm.score.stage1_kl_coef", "%v: want a finite value > 0", sc.Stage1KLCoef)
 	}
 }

@@ -110,6 +110,12 @@ type Config struct {
 	// stage II); ≥ 0.
 	ReviewTemplate string
 	ScoreAlpha     float64
+	// ScoreStage1Steps > 0 runs SCoRe's stage I (score.go) for the first
+	// that many RL steps: the second turn trains on r2 (no ScoreAlpha),
+	// the first on the KL alone at ScoreStage1KLCoef (Learner.Loss.KLCoef,
+	// > 0, is stage II's and the second turn's). 0: stage II only.
+	ScoreStage1Steps  int
+	ScoreStage1KLCoef float64
 	// Tools: the solver's answer is one sequence in which each
 	// <tool_call>{"name": ..., "arguments": ...}</tool_call> it ends a
 	// segment with is answered by the tool's output in
@@ -467,6 +473,9 @@ func (c *Config) validate() (*compiled, error) {
 		case !(c.ScoreAlpha >= 0):
 			return nil, bad("score_alpha", c.ScoreAlpha, "want ≥ 0")
 		}
+		if err := c.validateScoreStages(); err != nil {
+			return nil, err
+		}
 		if t.review, err = parseTemplate("review_template", c.ReviewTemplate, ""); err != nil {
 			return nil, err
 		}
@@ -498,6 +507,9 @@ func (c *Config) validate() (*compiled, error) {
 	}
 	if c.ShapeRefine && (c.Episode != EpisodeMLMT || !(c.ScoreAlpha >= 0)) {
 		return nil, fmt.Errorf("driver config: shape_refine: for episode mlmt with score_alpha ≥ 0 (episode %q, score_alpha %v)", c.Episode, c.ScoreAlpha)
+	}
+	if c.Episode != EpisodeSCoRe && (c.ScoreStage1Steps != 0 || c.ScoreStage1KLCoef != 0) {
+		return nil, fmt.Errorf("driver config: score_stage1_steps, score_stage1_kl_coef: for episode score (episode is %q)", c.Episode)
 	}
 	if c.FreezeSolver && c.Episode != EpisodeMLMT {
 		return nil, fmt.Errorf("driver config: freeze_solver: for episode mlmt (episode is %q)", c.Episode)

@@ -101,6 +101,9 @@ type Metrics struct {
 	// step before this one): 0 in synchronous runs, ≤ max staleness in
 	// asynchronous ones. RL steps only.
 	WeightLag *int64 `json:"weight_lag,omitempty"`
+	// ScoreStage is SCoRe's stage of an RL step (1 or 2) in a run with a
+	// stage I (score_stage1_steps); absent otherwise.
+	ScoreStage int `json:"score_stage,omitempty"`
 	// RolloutRegenerated counts the generation chunks of the run so far
 	// that ran again because their rollout actor was lost; RolloutLive
 	// is the solver's live actors after the step, and RolloutReplaced the
@@ -635,6 +638,11 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 	if err != nil {
 		return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
 	}
+	if p.Stage1 {
+		if err := scoreStage1(&sb, trainTurns, r.solver.id, solverTurns, cfg.Learner.Loss.KLCoef, cfg.ScoreStage1KLCoef); err != nil {
+			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+		}
+	}
 	var fbb learner.Batch
 	if trainFeedback {
 		if fbb, err = BatchFromTrajectories(r.feedback.id, batch.turns, nil); err != nil {
@@ -702,6 +710,12 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 	}
 	m.GenSeconds, m.TrainSeconds = gen, time.Since(t1).Seconds()
 	m.WeightLag = &lag
+	if cfg.ScoreStage1Steps > 0 {
+		m.ScoreStage = 2
+		if p.Stage1 {
+			m.ScoreStage = 1
+		}
+	}
 	return m, nil
 }
 

@@ -76,6 +76,7 @@ func (r *run) schedule() Schedule {
 		MaxStaleness:  cfg.MaxStaleness,
 		RolloutActors: r.solver.server.Status().PushOnDemand,
 		MultiTurn:     cfg.multiTurn(),
+		Stage1Steps:   cfg.ScoreStage1Steps,
 	}
 }
 

@@ -30,7 +30,9 @@ type Schedule struct {
 	// sit idle through it.
 	RolloutActors bool
 	MultiTurn     bool // mlmt or score: the warm-up samples first attempts, so it pushes weights every step
-	Evaluates     bool // the run evaluates on held-out problems (EvalEvery > 0)
+	// Stage1Steps are the first RL steps that are SCoRe's stage I.
+	Stage1Steps int
+	Evaluates   bool // the run evaluates on held-out problems (EvalEvery > 0)
 }
 
 // State is what the loop has done, as the planner needs it.
@@ -53,6 +55,8 @@ type StepPlan struct {
 	Phase  Phase // of the step to train
 	Step   int   // 1-based over the whole run
 	RLStep int   // 1-based within RL; 0 in the warm-up
+	// Stage1: an RL step of SCoRe's stage I (Schedule.Stage1Steps).
+	Stage1 bool
 	// SetAlgorithm: switch the learners to the phase's algorithm (and
 	// learning rate) before the step.
 	SetAlgorithm bool
@@ -100,7 +104,7 @@ func Plan(sc Schedule, s State) StepPlan {
 	k := step - sc.WarmupSteps
 	last := k == sc.Steps
 	p := StepPlan{
-		Phase: PhaseRL, Step: step, RLStep: k,
+		Phase: PhaseRL, Step: step, RLStep: k, Stage1: k <= sc.Stage1Steps,
 		SetAlgorithm: s.Learners != PhaseRL,
 		DrawOwn:      s.Ahead == 0,
 		OnPolicy:     int64(s.Step),
