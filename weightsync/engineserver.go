@@ -62,6 +62,11 @@ func (s *EngineServer) GenerateFor(ctx context.Context, _ int64, reqs []engine.R
 	return s.e.Generate(ctx, reqs)
 }
 
+// Score implements engine.Scorer with the engine's current weights.
+func (s *EngineServer) Score(ctx context.Context, reqs []engine.ScoreRequest) ([][]float32, error) {
+	return s.e.Score(ctx, reqs)
+}
+
 // WeightVersion implements engine.Engine.
 func (s *EngineServer) WeightVersion() int64 { return s.e.WeightVersion() }
 

@@ -66,6 +66,21 @@ type Engine interface {
 	Close() error
 }
 
+// ScoreRequest is a given continuation to score: Response's tokens after
+// Prompt's.
+type ScoreRequest struct {
+	Prompt, Response []int
+}
+
+// Scorer is an engine that also scores given continuations: the log
+// probability of every Response token given the prompt and the response
+// before it, at temperature 1, under the weights served when the call
+// runs. One []float32 per request, in order, or an error naming the
+// request. The native engine implements it.
+type Scorer interface {
+	Score(ctx context.Context, reqs []ScoreRequest) ([][]float32, error)
+}
+
 // ErrBadRequest marks requests an engine refuses as invalid (empty prompt,
 // MaxTokens ≤ 0, prompt longer than the context, ...).
 var ErrBadRequest = errors.New("bad generation request")

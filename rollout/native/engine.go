@@ -60,6 +60,7 @@ type Engine struct {
 
 	queue    chan *job
 	swaps    chan *swap
+	scores   chan *scoreOp
 	closing  chan struct{}
 	done     chan struct{}
 	closeErr sync.Once
@@ -84,7 +85,7 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) 
 	}
 	e := &Engine{m: m, tok: tok, cfg: cfg, inf: inf, eos: tok.StopIDs(),
 		params: map[string]*model.Param{},
-		queue:  make(chan *job, cfg.MaxQueue), swaps: make(chan *swap),
+		queue:  make(chan *job, cfg.MaxQueue), swaps: make(chan *swap), scores: make(chan *scoreOp),
 		closing: make(chan struct{}), done: make(chan struct{})}
 	for _, p := range m.Params() {
 		e.params[p.Name] = p

@@ -73,6 +73,9 @@ func (e *Engine) run() {
 			case sw := <-e.swaps:
 				swaps = append(swaps, sw)
 				continue
+			case op := <-e.scores:
+				e.runScore(op)
+				continue
 			case <-e.closing:
 				e.shutdown(prefill, running, waiting, swaps)
 				return
@@ -81,6 +84,8 @@ func (e *Engine) run() {
 			select {
 			case sw := <-e.swaps:
 				swaps = append(swaps, sw)
+			case op := <-e.scores:
+				e.runScore(op)
 			case <-e.closing:
 				e.shutdown(prefill, running, waiting, swaps)
 				return
