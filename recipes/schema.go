@@ -392,6 +392,13 @@ type Algorithm struct {
 	// Archer configures algorithm archer (ArCHer); absent with archer:
 	// its defaults.
 	Archer *Archer `yaml:"archer,omitempty"`
+	// TextualAC makes an mlmt run the textual actor-critic (hierarchical
+	// in-context RL): the feedback policy is a context generator writing
+	// before the answer it serves (its template and the refine template
+	// do not use .Attempt), rewarded with the solver's success, its
+	// confidence in the verified answer given the context and the
+	// dependence of its answer on the context. Absent: off.
+	TextualAC *TextualAC `yaml:"textual_ac,omitempty"`
 }
 
 // Archer configures ArCHer, the hierarchical actor-critic: an
@@ -425,6 +432,20 @@ type Archer struct {
 	// the policy after the SFT warm-up, with fresh heads) or scratch
 	// (random weights). Default policy.
 	CriticInit string `yaml:"critic_init"`
+}
+
+// TextualAC configures the context generator's reward R = success +
+// confidence_coef·(mean log π_L(y* | x, c)) + dependence_coef·(log π_L(y |
+// x, c) − log π_L(y | x)), y* the verified answer, y the solver's answer
+// with the context (a one-sample estimate of the KL between the solver's
+// answer distributions with and without it).
+type TextualAC struct {
+	// ConfidenceCoef weighs the solver's mean per-token log-probability
+	// of the verified answer given the context; ≥ 0. Default 0.1.
+	ConfidenceCoef float64 `yaml:"confidence_coef"`
+	// DependenceCoef weighs the with/without-context KL estimate (the
+	// KL-maximisation term); ≥ 0. Default 0.05.
+	DependenceCoef float64 `yaml:"dependence_coef"`
 }
 
 // BiLevel configures bi-level MLMT-RL. One reward R on the refined answer
@@ -515,6 +536,12 @@ type MLMT struct {
 	// Default final, left empty so that a resolved recipe without it
 	// reads as before.
 	RefineReward string `yaml:"refine_reward,omitempty"`
+	// UpdateRatio alternates the levels' updates, "H:L": of every H + L
+	// RL steps the first H train the feedback policy only, the next L the
+	// solver only (the reference's HLT_LLT_RR_1_15 is "1:15"); episodes
+	// are played every step. Needs both policies in train. Default empty:
+	// both train every step.
+	UpdateRatio string `yaml:"update_ratio,omitempty"`
 }
 
 // SFT is the supervised warm-up before RL, on reference answers, so that
@@ -700,6 +727,8 @@ func DefaultArcher() Archer {
 	return Archer{CriticLR: 1e-4, Tau: 0.1, Gamma: 0.95, BufferSize: 100000, CriticUpdatesPerStep: 10,
 		CriticBatchSize: 64, WarmupSteps: 10, CriticInit: "policy"}
 }
+
+func (t *TextualAC) setDefaults() { *t = TextualAC{ConfidenceCoef: 0.1, DependenceCoef: 0.05} }
 
 func (v *VLLM) setDefaults() { *v = VLLM{MaxInFlight: 64} }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/rlnode/rlnode/internal/tmpl"
@@ -852,6 +853,7 @@ func (c *checker) mlmt(r *Recipe) {
 	if bl := r.Algorithm.BiLevel; bl != nil {
 		c.biLevel(r, bl)
 	}
+	c.hierarchy(r)
 	if r.Episode.Type != "mlmt" {
 		if len(m.Train) > 0 || m.StopGradient || m.StaticFeedback || m.FeedbackReward != "final" || m.FeedbackAlgorithm != "" || m.FeedbackLR != 0 || (m.RefineReward != "" && m.RefineReward != "final") {
 			c.add("algorithm.mlmt", "set, but episode.type is %q (these settings are for mlmt)", r.Episode.Type)
@@ -1066,5 +1068,76 @@ func (c *checker) scoreStages(r *Recipe) {
 	}
 	if !(sc.Stage1KLCoef > 0) || math.IsInf(sc.Stage1KLCoef, 0) {
 		c.add("algorithm.score.stage1_kl_coef", "%v: want a finite value > 0", sc.Stage1KLCoef)
+	}
+}
+
+// ParseUpdateRatio reads algorithm.mlmt.update_ratio, "H:L" with H, L
+// whole numbers ≥ 1 (at most 1000 each); "" is 0, 0 (no alternation).
+func ParseUpdateRatio(s string) (high, low int, err error) {
+	if s == "" {
+		return 0, 0, nil
+	}
+	h, l, ok := strings.Cut(s, ":")
+	if ok {
+		high, err = strconv.Atoi(strings.TrimSpace(h))
+		if err == nil {
+			low, err = strconv.Atoi(strings.TrimSpace(l))
+		}
+	}
+	if !ok || err != nil || high < 1 || low < 1 || high > 1000 || low > 1000 {
+		return 0, 0, fmt.Errorf("%q: want HIGH:LOW, whole numbers 1..1000 (e.g. 1:15: one feedback-policy update per 15 solver updates)", s)
+	}
+	return high, low, nil
+}
+
+// hierarchy checks the textual actor-critic and the alternating updates.
+func (c *checker) hierarchy(r *Recipe) {
+	m := &r.Algorithm.MLMT
+	if m.UpdateRatio != "" {
+		if _, _, err := ParseUpdateRatio(m.UpdateRatio); err != nil {
+			c.add("algorithm.mlmt.update_ratio", "%v", err)
+		} else if r.Episode.Type != "mlmt" || !slices.Contains(m.Train, "solver") || !slices.Contains(m.Train, "feedback") {
+			c.add("algorithm.mlmt.update_ratio", "%q: alternates the feedback policy's and the solver's updates: needs episode.type mlmt with both in algorithm.mlmt.train", m.UpdateRatio)
+		} else if r.Algorithm.BiLevel != nil {
+			c.add("algorithm.mlmt.update_ratio", "%q: not with algorithm.bi_level (its solver's baseline comes from the feedback learner's step)", m.UpdateRatio)
+		}
+	}
+	ac := r.Algorithm.TextualAC
+	if ac == nil {
+		return
+	}
+	switch {
+	case r.Episode.Type != "mlmt":
+		c.add("algorithm.textual_ac", "set, but episode.type is %q (the context generator is mlmt's feedback policy)", r.Episode.Type)
+		return
+	case m.StaticFeedback:
+		c.add("algorithm.textual_ac", "set, but algorithm.mlmt.static_feedback is true: the context generator is the feedback policy")
+		return
+	case r.Algorithm.BiLevel != nil:
+		c.add("algorithm.textual_ac", "set together with algorithm.bi_level: one reward for the feedback policy at a time")
+		return
+	}
+	for _, t := range []struct{ path, text string }{
+		{"episode.templates.feedback", r.Episode.Templates.Feedback},
+		{"episode.templates.refine", r.Episode.Templates.Refine},
+		{"episode.templates.static_feedback", r.Episode.Templates.StaticFeedback},
+	} {
+		if strings.Contains(t.text, ".Attempt") {
+			c.add(t.path, "uses .Attempt, but algorithm.textual_ac writes the context before the answer it serves")
+		}
+	}
+	if m.FeedbackReward != "final" {
+		c.add("algorithm.mlmt.feedback_reward", "%q: the context generator's reward is the answer's (final) with its confidence and dependence terms", m.FeedbackReward)
+	}
+	for _, f := range []struct {
+		path string
+		v    float64
+	}{{"algorithm.textual_ac.confidence_coef", ac.ConfidenceCoef}, {"algorithm.textual_ac.dependence_coef", ac.DependenceCoef}} {
+		if !(f.v >= 0) || math.IsInf(f.v, 0) {
+			c.add(f.path, "%v: want a finite number ≥ 0", f.v)
+		}
+	}
+	if r.Sync.Mode == "async" {
+		c.add("algorithm.textual_ac", "set, but sync.mode is async: the context's terms score the solver's answers with the weights that sampled them (sync)")
 	}
 }

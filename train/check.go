@@ -65,7 +65,11 @@ func (l recipe) packageChecks() []recipes.Problem {
 	} {
 		one := recipes.DefaultTemplates()
 		f.set(&one, f.text)
-		add("episode.templates."+f.key, episodeTemplates(one).Validate())
+		validate := episodeTemplates(one).Validate
+		if r.Algorithm.TextualAC != nil {
+			validate = episodeTemplates(one).ValidateContextFirst
+		}
+		add("episode.templates."+f.key, validate())
 	}
 	add("algorithm", policyLossConfig(&r.Algorithm).Validate())
 	add("placement.learner_device", learner.CheckDevice(r.Placement.LearnerDevice))

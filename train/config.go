@@ -116,6 +116,18 @@ type Config struct {
 	// > 0, is stage II's and the second turn's). 0: stage II only.
 	ScoreStage1Steps  int
 	ScoreStage1KLCoef float64
+	// TextualAC (MLMT with a feedback policy) makes the feedback policy
+	// a context generator (textual_ac.go): its template and the refine
+	// template do not use .Attempt, so the solver's second answer sees
+	// the problem and the context only, and the first answer is the one
+	// without context; the generator's turn is rewarded by
+	// rl.ContextRewards. The solver's engine must be in process (it
+	// scores answers). Nil: off.
+	TextualAC *rl.ContextRewardConfig
+	// UpdateRatio [high, low] alternates MLMT's updates: of every
+	// high + low RL steps the first high train the feedback policy only,
+	// the rest the solver only. Zero: both every step.
+	UpdateRatio [2]int
 	// Tools: the solver's answer is one sequence in which each
 	// <tool_call>{"name": ..., "arguments": ...}</tool_call> it ends a
 	// segment with is answered by the tool's output in
@@ -531,6 +543,9 @@ func (c *Config) validate() (*compiled, error) {
 			return nil, err
 		}
 	}
+	if err := c.validateHierarchy(); err != nil {
+		return nil, err
+	}
 	l := c.Learner
 	l.Model, l.ModelDir, l.Seed = c.Model, c.ModelDir, c.Seed
 	if err := l.Validate(); err != nil {
@@ -580,7 +595,16 @@ func (c *Config) validateMLMT(t *compiled) error {
 		}
 		return nil
 	}
-	if t.feedback, err = parseTemplate("feedback_template", c.FeedbackTemplate, "Attempt"); err != nil {
+	needs := "Attempt"
+	if c.TextualAC != nil {
+		needs = ""
+		for _, f := range []struct{ name, text string }{{"feedback_template", c.FeedbackTemplate}, {"refine_template", c.RefineTemplate}, {"static_feedback_template", c.StaticFeedbackTemplate}} {
+			if strings.Contains(f.text, ".Attempt") {
+				return fmt.Errorf("driver config: %s %q: uses .Attempt, but textual_ac writes the context before the answer it serves", f.name, f.text)
+			}
+		}
+	}
+	if t.feedback, err = parseTemplate("feedback_template", c.FeedbackTemplate, needs); err != nil {
 		return err
 	}
 	if c.WarmupSteps > 0 || strings.TrimSpace(c.FeedbackAnswerTemplate) != "" {

@@ -104,6 +104,16 @@ type Metrics struct {
 	// ScoreStage is SCoRe's stage of an RL step (1 or 2) in a run with a
 	// stage I (score_stage1_steps); absent otherwise.
 	ScoreStage int `json:"score_stage,omitempty"`
+	// ContextKL and ContextConfidence are the textual actor-critic's
+	// measured terms, means over the RL step's episodes: the solver's
+	// log π(y | x, c) − log π(y | x) (a one-sample KL estimate between its
+	// answer distributions with and without the context) and its mean
+	// per-token log-probability of the verified answer given the context.
+	ContextKL         *float64 `json:"context_kl,omitempty"`
+	ContextConfidence *float64 `json:"context_confidence,omitempty"`
+	// Trained names the policies an alternating RL step trained
+	// (update_ratio): "feedback" or "solver"; absent otherwise.
+	Trained string `json:"trained,omitempty"`
 	// RolloutRegenerated counts the generation chunks of the run so far
 	// that ran again because their rollout actor was lost; RolloutLive
 	// is the solver's live actors after the step, and RolloutReplaced the
@@ -613,7 +623,8 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p StepPlan) error {
 // only the advantage estimator changes).
 func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, error) {
 	cfg := r.cfg
-	trainFeedback := r.feedback != nil && cfg.Feedback.Train
+	trainFeedback := r.feedback != nil && cfg.Feedback.Train && p.TrainHigh
+	trainSolver := !cfg.FreezeSolver && p.TrainLow
 	t0 := time.Now()
 	batch, err := pipe.next(ctx, p)
 	if err != nil {
@@ -661,7 +672,6 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
 	}
-	trainSolver := !cfg.FreezeSolver
 	var cm Metrics
 	if cfg.Archer != nil {
 		actor, err := r.archerStep(ctx, &sb, batch.turns, &cm)
@@ -710,6 +720,16 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 	}
 	m.GenSeconds, m.TrainSeconds = gen, time.Since(t1).Seconds()
 	m.WeightLag = &lag
+	if cfg.TextualAC != nil && batch.context.n > 0 {
+		c := batch.context
+		m.ContextKL, m.ContextConfidence = &c.dependence, &c.confidence
+	}
+	if cfg.UpdateRatio[0] > 0 {
+		m.Trained = "solver"
+		if p.TrainHigh {
+			m.Trained = "feedback"
+		}
+	}
 	if cfg.ScoreStage1Steps > 0 {
 		m.ScoreStage = 2
 		if p.Stage1 {

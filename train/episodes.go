@@ -156,7 +156,8 @@ type episodeBatch struct {
 	turns        []data.Turn
 	err          error
 	genSeconds   float64
-	envClock     envClock // agent episodes' environment steps
+	envClock     envClock     // agent episodes' environment steps
+	context      contextStats // the textual actor-critic's measured terms
 }
 
 func (b *episodeBatch) ready() <-chan struct{} { return b.done }
@@ -195,6 +196,14 @@ func (r *run) startEpisodes(ctx context.Context, onPolicy int64, after <-chan st
 	if ag, ok := run.(*episode.Agent); ok {
 		ag.NewEnv = b.envClock.timed(ag.NewEnv)
 	}
+	var scorer engine.Scorer
+	if cfg.TextualAC != nil {
+		sc, ok := r.solver.server.(engine.Scorer)
+		if !ok {
+			return nil, fmt.Errorf("driver: textual_ac: the solver's engine (%T) cannot score answers: it must be the in-process native engine", r.solver.server)
+		}
+		scorer = sc
+	}
 	r.prefetched += len(probs)
 	go func() {
 		defer close(b.done)
@@ -205,6 +214,9 @@ func (r *run) startEpisodes(ctx context.Context, onPolicy int64, after <-chan st
 		defer func() { b.genSeconds = time.Since(t0).Seconds() }()
 		if b.turns, b.err = run.Run(ctx, batch); b.err == nil {
 			b.err = failedTurns(b.turns)
+		}
+		if b.err == nil && scorer != nil {
+			b.context, b.err = r.contextRewards(ctx, scorer, b.turns, probs, b.firstGroup)
 		}
 	}()
 	return b, nil

@@ -77,6 +77,7 @@ func (r *run) schedule() Schedule {
 		RolloutActors: r.solver.server.Status().PushOnDemand,
 		MultiTurn:     cfg.multiTurn(),
 		Stage1Steps:   cfg.ScoreStage1Steps,
+		UpdateRatio:   cfg.UpdateRatio,
 	}
 }
 

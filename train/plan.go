@@ -32,6 +32,10 @@ type Schedule struct {
 	MultiTurn     bool // mlmt or score: the warm-up samples first attempts, so it pushes weights every step
 	// Stage1Steps are the first RL steps that are SCoRe's stage I.
 	Stage1Steps int
+	// UpdateRatio [high, low]: of every high + low RL steps the first
+	// high train the high level (MLMT's feedback policy) only, the rest
+	// the low level (the solver) only. Zero: both every step.
+	UpdateRatio [2]int
 	Evaluates   bool // the run evaluates on held-out problems (EvalEvery > 0)
 }
 
@@ -57,6 +61,10 @@ type StepPlan struct {
 	RLStep int   // 1-based within RL; 0 in the warm-up
 	// Stage1: an RL step of SCoRe's stage I (Schedule.Stage1Steps).
 	Stage1 bool
+	// TrainHigh and TrainLow: an RL step trains the high level (MLMT's
+	// feedback policy) and the low level (the solver); both unless the
+	// schedule alternates them (Schedule.UpdateRatio).
+	TrainHigh, TrainLow bool
 	// SetAlgorithm: switch the learners to the phase's algorithm (and
 	// learning rate) before the step.
 	SetAlgorithm bool
@@ -105,12 +113,17 @@ func Plan(sc Schedule, s State) StepPlan {
 	last := k == sc.Steps
 	p := StepPlan{
 		Phase: PhaseRL, Step: step, RLStep: k, Stage1: k <= sc.Stage1Steps,
+		TrainHigh: true, TrainLow: true,
 		SetAlgorithm: s.Learners != PhaseRL,
 		DrawOwn:      s.Ahead == 0,
 		OnPolicy:     int64(s.Step),
 		Push:         true,
 		Eval:         sc.Evaluates && (last || k%sc.EvalEvery == 0),
 		Checkpoint:   last || (sc.CheckpointEvery > 0 && k%sc.CheckpointEvery == 0),
+	}
+	if h, l := sc.UpdateRatio[0], sc.UpdateRatio[1]; h > 0 && l > 0 {
+		p.TrainHigh = (k-1)%(h+l) < h
+		p.TrainLow = !p.TrainHigh
 	}
 	// On-policy for the batch j steps ahead is the version j − 1 steps
 	// after this one trains; the engines may serve it up to k versions

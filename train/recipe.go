@@ -3,6 +3,7 @@ package train
 import (
 	"errors"
 	"fmt"
+	"github.com/rlnode/rlnode/learner/rl"
 	"github.com/rlnode/rlnode/recipes"
 	"maps"
 	"os"
@@ -314,6 +315,12 @@ func (l recipe) config(out string) (Config, error) {
 		cfg.FreezeSolver = !slices.Contains(m.Train, "solver") // the feedback policy alone (validated)
 		if m.RefineReward == "shaped" {
 			cfg.ShapeRefine, cfg.ScoreAlpha = true, r.Algorithm.Score.Alpha
+		}
+		if h, l, err := recipes.ParseUpdateRatio(m.UpdateRatio); err == nil && h > 0 {
+			cfg.UpdateRatio = [2]int{h, l}
+		}
+		if ac := r.Algorithm.TextualAC; ac != nil {
+			cfg.TextualAC = &rl.ContextRewardConfig{ConfidenceCoef: ac.ConfidenceCoef, DependenceCoef: ac.DependenceCoef}
 		}
 	}
 	if hasFeedback {

@@ -36,8 +36,9 @@ type ContextScores struct {
 	Rewards, Confidence, Dependence []float64
 }
 
-// ContextRewards computes R per episode. Terms whose coefficient is 0 are
-// neither read nor reported (nil).
+// ContextRewards computes R per episode. A term is computed and reported
+// when its inputs are given (nil: not) and needs them when its
+// coefficient is not 0.
 func ContextRewards(cfg ContextRewardConfig, in ContextInputs) (ContextScores, error) {
 	if !finite(cfg.ConfidenceCoef) || !finite(cfg.DependenceCoef) {
 		return ContextScores{}, fmt.Errorf("context rewards: coefficients %v, %v", cfg.ConfidenceCoef, cfg.DependenceCoef)
@@ -63,7 +64,7 @@ func ContextRewards(cfg ContextRewardConfig, in ContextInputs) (ContextScores, e
 		}
 		return nil
 	}
-	if cfg.ConfidenceCoef != 0 {
+	if cfg.ConfidenceCoef != 0 || in.AnswerLogProbs != nil {
 		if err := seqs("answer logprobs", in.AnswerLogProbs); err != nil {
 			return ContextScores{}, err
 		}
@@ -77,7 +78,7 @@ func ContextRewards(cfg ContextRewardConfig, in ContextInputs) (ContextScores, e
 			out.Rewards[i] += cfg.ConfidenceCoef * out.Confidence[i]
 		}
 	}
-	if cfg.DependenceCoef != 0 {
+	if cfg.DependenceCoef != 0 || in.WithContext != nil || in.WithoutContext != nil {
 		if err := seqs("with-context logprobs", in.WithContext); err != nil {
 			return ContextScores{}, err
 		}

@@ -56,15 +56,23 @@ func TestContextRewardsGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertFloats(t, "advantages", adv, g.Advantages, 1e-6)
-	// Terms switched off are neither read nor reported.
+	// Terms without inputs are not reported; with inputs and coefficients
+	// 0 they are reported and leave the reward alone.
 	off, err := ContextRewards(ContextRewardConfig{}, ContextInputs{Success: g.Success})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if off.Confidence != nil || off.Dependence != nil {
-		t.Errorf("coefficients 0: confidence %v, dependence %v", off.Confidence, off.Dependence)
+		t.Errorf("no inputs: confidence %v, dependence %v", off.Confidence, off.Dependence)
 	}
 	assertFloats(t, "rewards without terms", off.Rewards, g.Success, 0)
+	measured, err := ContextRewards(ContextRewardConfig{},
+		ContextInputs{Success: g.Success, AnswerLogProbs: g.AnswerLogProbs, WithContext: g.WithContext, WithoutContext: g.WithoutContext})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertFloats(t, "measured dependence", measured.Dependence, g.Dependence, 1e-12)
+	assertFloats(t, "rewards with coefficients 0", measured.Rewards, g.Success, 0)
 }
 
 // The dependence term averaged over answers sampled with the context is

@@ -111,7 +111,15 @@ func (t Templates) WithDefaults() Templates {
 // marker values: an error names the template that does not parse, uses a
 // field TemplateData lacks, or leaves out a field it needs.
 func (t Templates) Validate() error {
-	_, err := t.compile()
+	_, err := t.compile(false)
+	return err
+}
+
+// ValidateContextFirst is Validate for a feedback policy that writes a
+// context before the answer it serves (the textual actor-critic): the
+// feedback and refine templates need not use .Attempt.
+func (t Templates) ValidateContextFirst() error {
+	_, err := t.compile(true)
 	return err
 }
 
@@ -120,10 +128,10 @@ func (t Templates) Validate() error {
 // prompt is the conversation so far (question, the solver's answer as the
 // assistant's, the review instruction).
 func (t Templates) Prompter() (Prompter, error) {
-	return t.compile()
+	return t.compile(false)
 }
 
-func (t Templates) compile() (*compiled, error) {
+func (t Templates) compile(contextFirst bool) (*compiled, error) {
 	t = t.WithDefaults()
 	c := &compiled{t: map[string]*template.Template{}}
 	probe := TemplateData{Problem: "\x00problem\x00", Attempt: "\x00attempt\x00", Feedback: "\x00feedback\x00", Output: "\x00output\x00"}
@@ -141,6 +149,9 @@ func (t Templates) compile() (*compiled, error) {
 			continue
 		}
 		for _, f := range s.needs {
+			if contextFirst && f == "Attempt" && (s.name == "feedback" || s.name == "refine") {
+				continue
+			}
 			if !strings.Contains(out, marks[f]) {
 				errs = append(errs, fmt.Errorf("template %q: does not use .%s: %w", s.name, f, ErrBadTemplate))
 			}
