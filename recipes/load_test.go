@@ -98,6 +98,7 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"algorithm.mlmt.stop_gradient=true"}, `algorithm.mlmt: set, but episode.type is "single"`},
 		{[]string{"algorithm.mlmt.update_ratio=1:15"}, `algorithm.mlmt.update_ratio: "1:15": alternates the feedback policy's and the solver's updates: needs episode.type mlmt`},
 		{[]string{"algorithm.mlmt.update_ratio=15"}, `algorithm.mlmt.update_ratio: "15": want HIGH:LOW`},
+		{[]string{"algorithm.mlmt.shared_weights=true"}, "algorithm.mlmt.shared_weights: true: one model in the solver's and the feedback policy's roles: needs episode.type mlmt"},
 		{[]string{"algorithm.textual_ac={}"}, `algorithm.textual_ac: set, but episode.type is "single"`},
 		{[]string{"algorithm.score.stage1_steps=5"}, `algorithm.score.stage1_steps: 5, but episode.type is "single"`},
 		{[]string{"episode.type=score", "algorithm.score.stage1_steps=5"}, "algorithm.score.stage1_steps: 5, but algorithm.kl_coef is 0"},

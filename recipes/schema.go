@@ -542,6 +542,12 @@ type MLMT struct {
 	// are played every step. Needs both policies in train. Default empty:
 	// both train every step.
 	UpdateRatio string `yaml:"update_ratio,omitempty"`
+	// SharedWeights plays the feedback role with the policy's model: one
+	// model in two roles (one learner, one engine), told apart by their
+	// prompts; models.feedback and engines.feedback absent, the feedback
+	// policy's algorithm and lr the policy's. Needs both in train.
+	// Default false: a model of its own.
+	SharedWeights bool `yaml:"shared_weights,omitempty"`
 }
 
 // SFT is the supervised warm-up before RL, on reference answers, so that

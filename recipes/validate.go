@@ -185,7 +185,7 @@ func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
 			a.MLMT.Train = []string{"solver"}
 		}
 	}
-	if mlmt && !a.MLMT.StaticFeedback && r.Engines.Feedback == nil {
+	if mlmt && !a.MLMT.StaticFeedback && !a.MLMT.SharedWeights && r.Engines.Feedback == nil {
 		e := r.Engines.Policy
 		e.VLLM = nil
 		if p := r.Engines.Policy.VLLM; p != nil {
@@ -1100,6 +1100,20 @@ func (c *checker) hierarchy(r *Recipe) {
 			c.add("algorithm.mlmt.update_ratio", "%q: alternates the feedback policy's and the solver's updates: needs episode.type mlmt with both in algorithm.mlmt.train", m.UpdateRatio)
 		} else if r.Algorithm.BiLevel != nil {
 			c.add("algorithm.mlmt.update_ratio", "%q: not with algorithm.bi_level (its solver's baseline comes from the feedback learner's step)", m.UpdateRatio)
+		}
+	}
+	if m.SharedWeights {
+		switch {
+		case r.Episode.Type != "mlmt" || m.StaticFeedback || !slices.Contains(m.Train, "solver") || !slices.Contains(m.Train, "feedback"):
+			c.add("algorithm.mlmt.shared_weights", "true: one model in the solver's and the feedback policy's roles: needs episode.type mlmt with both in algorithm.mlmt.train")
+		case r.Models.Feedback != nil:
+			c.add("models.feedback", "set, but algorithm.mlmt.shared_weights is true: the feedback role is the policy's model")
+		case r.Engines.Feedback != nil:
+			c.add("engines.feedback", "set, but algorithm.mlmt.shared_weights is true: the feedback role generates on the policy's engine")
+		case r.Algorithm.BiLevel != nil:
+			c.add("algorithm.mlmt.shared_weights", "true, with algorithm.bi_level: its value head lives on a feedback model of its own")
+		case m.FeedbackAlgorithm != r.Algorithm.Name || m.FeedbackLR != r.Algorithm.LR:
+			c.add("algorithm.mlmt.shared_weights", "true: one learner trains both roles, so feedback_algorithm %q and feedback_lr %v must be algorithm.name %q and lr %v", m.FeedbackAlgorithm, m.FeedbackLR, r.Algorithm.Name, r.Algorithm.LR)
 		}
 	}
 	ac := r.Algorithm.TextualAC

@@ -128,6 +128,11 @@ type Config struct {
 	// high + low RL steps the first high train the feedback policy only,
 	// the rest the solver only. Zero: both every step.
 	UpdateRatio [2]int
+	// SharedWeights (MLMT with Feedback) plays the feedback role with
+	// the solver's model: one learner, one engine, one set of weights,
+	// the two roles told apart by their prompts. Feedback's model is
+	// then unused, its algorithm and learning rate the solver's.
+	SharedWeights bool
 	// Tools: the solver's answer is one sequence in which each
 	// <tool_call>{"name": ..., "arguments": ...}</tool_call> it ends a
 	// segment with is answered by the tool's output in

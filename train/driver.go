@@ -309,7 +309,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return Result{}, err
 	}
 	defer r.solver.stop()
-	if fb := cfg.Feedback; fb != nil {
+	if fb := cfg.Feedback; fb != nil && !cfg.SharedWeights {
 		resume := ""
 		if cfg.Resume != "" {
 			resume = filepath.Join(cfg.Resume, FeedbackDir)
@@ -624,7 +624,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p StepPlan) error {
 func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, error) {
 	cfg := r.cfg
 	trainFeedback := r.feedback != nil && cfg.Feedback.Train && p.TrainHigh
-	trainSolver := !cfg.FreezeSolver && p.TrainLow
+	trainSolver := !cfg.FreezeSolver && (p.TrainLow || cfg.SharedWeights)
 	t0 := time.Now()
 	batch, err := pipe.next(ctx, p)
 	if err != nil {
@@ -639,6 +639,14 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 		return Metrics{}, err
 	}
 	solverTurns := func(t data.Turn) bool { return !cfg.StopGradient || t.Turn == 0 }
+	if cfg.SharedWeights { // one learner: the feedback role's turns are the solver's rows
+		solverTurns = func(t data.Turn) bool {
+			if t.Turn == 1 {
+				return p.TrainHigh
+			}
+			return p.TrainLow && (!cfg.StopGradient || t.Turn == 0)
+		}
+	}
 	trainTurns := batch.turns
 	if cfg.Episode == EpisodeAgent {
 		if trainTurns, err = agentTraining(batch.turns, cfg.Learner.Algorithm, cfg.Agent); err != nil {

@@ -93,7 +93,7 @@ func (e player) runner(solver episode.Policy, fb *episode.Policy) episode.Runner
 	case EpisodeMLMT:
 		return &episode.MLMT{Solver: solver, Feedback: fb, Prompter: pr, Verifier: e.verifier, Workers: workers,
 			Limits: quoteLimits, FeedbackImprovement: cfg.FeedbackReward == FeedbackRewardImprovement,
-			ShapeRefine: cfg.ShapeRefine, Alpha: cfg.ScoreAlpha}
+			ShapeRefine: cfg.ShapeRefine, Alpha: cfg.ScoreAlpha, Shared: cfg.SharedWeights}
 	case EpisodeSCoRe:
 		return &episode.SCoRe{Solver: solver, Prompter: pr, Verifier: e.verifier, Workers: workers, Limits: quoteLimits, Alpha: cfg.ScoreAlpha}
 	case EpisodeAgent:
@@ -191,6 +191,8 @@ func (r *run) startEpisodes(ctx context.Context, onPolicy int64, after <-chan st
 	var fb *episode.Policy
 	if r.feedback != nil {
 		fb = episodePolicy(r.feedback.id, stepEngineOf(r.feedback, onPolicy), params)
+	} else if cfg.SharedWeights {
+		fb = episodePolicy(r.solver.id, stepEngineOf(r.solver, onPolicy), params)
 	}
 	run := r.player().runner(*episodePolicy(r.solver.id, stepEngineOf(r.solver, onPolicy), params), fb)
 	if ag, ok := run.(*episode.Agent); ok {

@@ -185,7 +185,11 @@ func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *polic
 	eps := evalEpisodes(probs, cfg.EvalSampling.samples())
 	b := episode.Batch{Examples: examplesOf(src, eps), N: 1, Seeds: cfg.evalSeeds(eps)}
 	params := cfg.evalParams()
-	run := player{cfg: &cfg, tpl: tpl, verifier: v}.runner(*episodePolicy("solver", solver, params), episodePolicy("feedback", fb, params))
+	fbID := "feedback"
+	if cfg.SharedWeights {
+		fbID = "solver" // one model in both roles
+	}
+	run := player{cfg: &cfg, tpl: tpl, verifier: v}.runner(*episodePolicy("solver", solver, params), episodePolicy(fbID, fb, params))
 	turns, err := run.Run(ctx, b)
 	if err == nil {
 		err = failedTurns(turns)
@@ -281,7 +285,7 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 	}
 	defer solver.Close()
 	var fb *native.Engine
-	if cfg.Feedback != nil {
+	if cfg.Feedback != nil && !cfg.SharedWeights {
 		fdir := filepath.Join(dir, FeedbackDir)
 		if _, err := os.Stat(fdir); err != nil {
 			return TurnEval{}, fmt.Errorf("driver: the recipe has a feedback policy, but %s has none: %w", dir, err)
@@ -291,11 +295,15 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 		}
 		defer fb.Close()
 	}
+	se := &policyEngine{Engine: solver, tok: solver.Tokenizer()}
 	var fbe *policyEngine
-	if fb != nil {
+	switch {
+	case fb != nil:
 		fbe = &policyEngine{Engine: fb, tok: fb.Tokenizer()}
+	case cfg.SharedWeights:
+		fbe = se
 	}
-	te, err := evalTurns(ctx, cfg, tpl, &policyEngine{Engine: solver, tok: solver.Tokenizer()}, fbe, src, probs, v)
+	te, err := evalTurns(ctx, cfg, tpl, se, fbe, src, probs, v)
 	if err != nil {
 		return TurnEval{}, fmt.Errorf("driver: evaluate %s: %w", dir, err)
 	}

@@ -16,6 +16,9 @@ import (
 
 // feedbackEngine is the feedback policy's engine; nil without one.
 func (r *run) feedbackEngine() *policyEngine {
+	if r.cfg.SharedWeights {
+		return r.solver.eng
+	}
 	if r.feedback == nil {
 		return nil
 	}
@@ -67,9 +70,13 @@ func (r *run) warmupStepMultiTurn(ctx context.Context) (Metrics, error) {
 		} else {
 			d := TemplateData{Question: p.Question, Hint: p.Hint, Answer: p.Answer, Attempt: attempt}
 			var fbText string
-			if r.feedback == nil {
+			switch {
+			case r.cfg.SharedWeights: // one model in both roles: one batch
+				fbText = render(r.tpl.feedbackAnswer, d)
+				sft(r.solver.tok, &sb, toInt32(r.solver.tok.Encode(render(r.tpl.feedback, d))), fbText)
+			case r.feedback == nil:
 				fbText = render(r.tpl.staticFeedback, d)
-			} else {
+			default:
 				fbText = render(r.tpl.feedbackAnswer, d)
 				sft(r.feedback.tok, &fbb, toInt32(r.feedback.tok.Encode(render(r.tpl.feedback, d))), fbText)
 			}

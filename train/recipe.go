@@ -319,6 +319,7 @@ func (l recipe) config(out string) (Config, error) {
 		if h, l, err := recipes.ParseUpdateRatio(m.UpdateRatio); err == nil && h > 0 {
 			cfg.UpdateRatio = [2]int{h, l}
 		}
+		cfg.SharedWeights = m.SharedWeights
 		if ac := r.Algorithm.TextualAC; ac != nil {
 			cfg.TextualAC = &rl.ContextRewardConfig{ConfidenceCoef: ac.ConfidenceCoef, DependenceCoef: ac.DependenceCoef}
 		}

@@ -33,6 +33,19 @@ func (c *Config) validateHierarchy() error {
 			return fmt.Errorf("driver config: update_ratio %d:%d: not with bi_level", h, l)
 		}
 	}
+	if c.SharedWeights {
+		f := c.Feedback
+		switch {
+		case c.Episode != EpisodeMLMT || f == nil || !f.Train || c.FreezeSolver:
+			return fmt.Errorf("driver config: shared_weights: one model in the solver's and the feedback policy's roles: needs episode mlmt with both trained")
+		case c.BiLevel != nil:
+			return fmt.Errorf("driver config: shared_weights: not with bi_level (its value head lives on a feedback model of its own)")
+		case c.FeedbackRollout != nil || c.FeedbackVLLM != nil:
+			return fmt.Errorf("driver config: shared_weights: the feedback role generates on the solver's engines (feedback_rollout, feedback_vllm set)")
+		case f.Algorithm != "" && f.Algorithm != c.Learner.Algorithm, f.LR != 0 && f.LR != c.Learner.LR, f.LoRA != nil:
+			return fmt.Errorf("driver config: shared_weights: one learner trains both roles: the feedback policy's algorithm %q, lr %v and LoRA (%v) must be the solver's", f.Algorithm, f.LR, f.LoRA != nil)
+		}
+	}
 	ac := c.TextualAC
 	if ac == nil {
 		return nil

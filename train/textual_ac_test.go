@@ -160,3 +160,68 @@ func TestTextualACRuns(t *testing.T) {
 		t.Errorf("trained %v, want %v", trained, want)
 	}
 }
+
+// textual_ac_shared runs one model in both roles: one learner (no
+// feedback checkpoint), the warm-up's batch holding both roles' targets,
+// the alternating steps training the rows of their role only; its
+// checkpoint evaluates with the one model in both roles.
+func TestTextualACSharedRuns(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	t.Chdir(t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	l, err := recipes.Load("textual_ac_shared", []string{"models.policy.init.hidden_size=32", "models.policy.init.intermediate_size=64",
+		"models.policy.init.layers=1", "sft.steps=2", "sft.batch_size=8", "schedule.steps=3", "schedule.eval_every=3",
+		"eval.held_out=8", "algorithm.batch_prompts=4", "algorithm.group_size=4", "algorithm.mlmt.update_ratio=1:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	cfg, err := FromRecipe(l, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.SharedWeights {
+		t.Fatal("shared_weights did not map")
+	}
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int
+	var trained []string
+	for _, line := range strings.Split(strings.TrimSpace(string(js)), "\n") {
+		var m struct {
+			Phase   string `json:"phase"`
+			Seqs    int    `json:"seqs"`
+			Trained string `json:"trained"`
+		}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		seqs, trained = append(seqs, m.Seqs), append(trained, m.Trained)
+	}
+	// Warm-up: 8 problems × (first answer, context, answer with it); RL:
+	// 4 × 4 episodes, the context rows (16) on the feedback step, the
+	// solver's two turns (32) on the others.
+	if want := []int{24, 24, 16, 32, 32}; !slices.Equal(seqs, want) {
+		t.Errorf("sequences per step %v, want %v", seqs, want)
+	}
+	if want := []string{"", "", "feedback", "solver", "solver"}; !slices.Equal(trained, want) {
+		t.Errorf("trained %v, want %v", trained, want)
+	}
+	if _, err := os.Stat(filepath.Join(res.LastCheckpointDir, FeedbackDir)); !os.IsNotExist(err) {
+		t.Errorf("a shared-weights checkpoint has a feedback policy: %v", err)
+	}
+	te, err := EvaluateCheckpoint(ctx, cfg, res.LastCheckpointDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if te.Problems != 8 || te.Final != res.FinalTurns.Final || te.Turn1 != res.FinalTurns.Turn1 {
+		t.Errorf("checkpoint evaluation %+v, the run's %+v", te, res.FinalTurns)
+	}
+}

@@ -702,3 +702,37 @@ func TestMLMTShapedRefine(t *testing.T) {
 		}
 	}
 }
+
+// Shared: one policy (id and engine) in both roles; its three calls go to
+// the one engine and every row carries its id.
+func TestMLMTSharedPolicy(t *testing.T) {
+	eng := episodetest.NewScriptedEngine(mlmtScript)
+	p := policy("solver", eng)
+	r, err := episode.NewMLMT(p, &p, episodetest.ExactVerifier{}, episode.Templates{}, episode.Limits{})
+	if err == nil || !strings.Contains(err.Error(), "share the id") {
+		t.Fatalf("the same id without Shared: %v", err)
+	}
+	r = &episode.MLMT{Solver: p, Feedback: &p, Prompter: mustPrompter(t), Verifier: episodetest.ExactVerifier{}, Shared: true}
+	turns, err := r.Run(ctx(t), episode.Batch{Examples: problems, N: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTurns(t, turns)
+	if len(turns) != 12 || eng.Calls() != 3 {
+		t.Fatalf("%d rows, %d engine calls; want 12 and 3", len(turns), eng.Calls())
+	}
+	for i, tr := range turns {
+		if tr.PolicyID != "solver" || tr.Turn != int32(i%3) {
+			t.Errorf("row %d: policy %s turn %d", i, tr.PolicyID, tr.Turn)
+		}
+	}
+}
+
+func mustPrompter(t *testing.T) episode.Prompter {
+	t.Helper()
+	pr, err := episode.Templates{}.Prompter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pr
+}

@@ -37,6 +37,9 @@ type MLMT struct {
 	// of r2; FinalReward stays r2.
 	ShapeRefine bool
 	Alpha       float64
+	// Shared: the feedback policy is the solver's model in a second role
+	// (the same id, engine and weights). Without it the ids must differ.
+	Shared bool
 }
 
 // NewMLMT checks the policies and templates.
@@ -63,7 +66,7 @@ func (r *MLMT) check() error {
 		if err := r.Feedback.check("feedback"); err != nil {
 			return err
 		}
-		if r.Feedback.ID == r.Solver.ID {
+		if r.Feedback.ID == r.Solver.ID && !r.Shared {
 			return fmt.Errorf("mlmt episode: solver and feedback policies share the id %q", r.Solver.ID)
 		}
 	}
