@@ -102,7 +102,6 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"algorithm.textual_ac={}"}, `algorithm.textual_ac: set, but episode.type is "single"`},
 		{[]string{"algorithm.score.stage1_steps=5"}, `algorithm.score.stage1_steps: 5, but episode.type is "single"`},
 		{[]string{"episode.type=score", "algorithm.score.stage1_steps=5"}, "algorithm.score.stage1_steps: 5, but algorithm.kl_coef is 0"},
-		{[]string{"episode.type=score", "algorithm.kl_coef=0.01", "algorithm.score.stage1_steps=101"}, "algorithm.score.stage1_steps: 101: more than schedule.steps (100)"},
 		{[]string{"episode.type=score", "algorithm.kl_coef=0.01", "algorithm.score.stage1_steps=5", "algorithm.score.stage1_kl_coef=0"}, "algorithm.score.stage1_kl_coef: 0: want a finite value > 0"},
 		{[]string{"episode.type=mlmt", "algorithm.mlmt.static_feedback=true", "algorithm.mlmt.train=[solver, feedback]"}, "trains feedback, but algorithm.mlmt.static_feedback is true"},
 		{[]string{"episode.type=mlmt", "algorithm.mlmt.train=[solver]", "algorithm.mlmt.stop_gradient=true"}, "add feedback to algorithm.mlmt.train"},

@@ -484,9 +484,9 @@ type Score struct {
 	// stage1_steps RL steps train the second attempt on r2 alone (no
 	// alpha) and hold the first attempt to the KL reference by the KL
 	// alone, weighted stage1_kl_coef; stage II (both attempts, the second
-	// on the shaped reward, algorithm.kl_coef on both) follows. Needs
-	// algorithm.kl_coef > 0; at most schedule.steps. Default 0: stage II
-	// only.
+	// on the shaped reward, algorithm.kl_coef on both) follows; stage I
+	// lasts min(stage1_steps, schedule.steps). Needs algorithm.kl_coef >
+	// 0. Default 0: stage II only.
 	Stage1Steps int `yaml:"stage1_steps"`
 	// Stage1KLCoef is stage I's KL coefficient of the first attempt (the
 	// reference's β2); > 0 when stage1_steps is set. Default 0.1.

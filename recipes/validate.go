@@ -1059,8 +1059,6 @@ func (c *checker) scoreStages(r *Recipe) {
 	switch {
 	case r.Episode.Type != "score":
 		c.add("algorithm.score.stage1_steps", "%d, but episode.type is %q (SCoRe's stage I is for score)", sc.Stage1Steps, r.Episode.Type)
-	case sc.Stage1Steps > r.Schedule.Steps:
-		c.add("algorithm.score.stage1_steps", "%d: more than schedule.steps (%d)", sc.Stage1Steps, r.Schedule.Steps)
 	case !(r.Algorithm.KLCoef > 0):
 		c.add("algorithm.score.stage1_steps", "%d, but algorithm.kl_coef is %v: both stages need a KL reference (kl_coef > 0, stage II's β1)", sc.Stage1Steps, r.Algorithm.KLCoef)
 	case r.Algorithm.KLInReward:

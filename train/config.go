@@ -111,7 +111,7 @@ type Config struct {
 	ReviewTemplate string
 	ScoreAlpha     float64
 	// ScoreStage1Steps > 0 runs SCoRe's stage I (score.go) for the first
-	// that many RL steps: the second turn trains on r2 (no ScoreAlpha),
+	// that many RL steps (all of them when Steps is fewer): the second turn trains on r2 (no ScoreAlpha),
 	// the first on the KL alone at ScoreStage1KLCoef (Learner.Loss.KLCoef,
 	// > 0, is stage II's and the second turn's). 0: stage II only.
 	ScoreStage1Steps  int

@@ -21,8 +21,8 @@ func (c *Config) validateScoreStages() error {
 	switch s := c.ScoreStage1Steps; {
 	case s == 0 && c.ScoreStage1KLCoef == 0:
 		return nil
-	case s < 0 || s > c.Steps:
-		return fmt.Errorf("driver config: score_stage1_steps %d: want 0..steps (%d)", s, c.Steps)
+	case s < 0:
+		return fmt.Errorf("driver config: score_stage1_steps %d: want ≥ 0", s)
 	case !(c.ScoreStage1KLCoef > 0) || math.IsInf(c.ScoreStage1KLCoef, 0):
 		return fmt.Errorf("driver config: score_stage1_kl_coef %v: want finite and > 0 with score_stage1_steps %d", c.ScoreStage1KLCoef, s)
 	case !(c.Learner.Loss.KLCoef > 0):

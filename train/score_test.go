@@ -106,7 +106,7 @@ func TestScoreStagesConfig(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		{func(c *Config) { c.ScoreStage1Steps = c.Steps + 1 }, "score_stage1_steps 201: want 0..steps (200)"},
+		{func(c *Config) { c.ScoreStage1Steps = -1 }, "score_stage1_steps -1: want ≥ 0"},
 		{func(c *Config) { c.ScoreStage1KLCoef = 0 }, "score_stage1_kl_coef 0: want finite and > 0"},
 		{func(c *Config) { c.Learner.Loss.KLCoef = 0 }, "the learner's KL coefficient is 0"},
 		{func(c *Config) { c.Episode = EpisodeSingle }, "score_stage1_steps, score_stage1_kl_coef: for episode score"},
