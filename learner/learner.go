@@ -134,6 +134,10 @@ type Config struct {
 	// at the first Train whatever its algorithm (an SFT warm-up trains
 	// them, and RL goes on with them) instead of every weight.
 	LoRAWarmup bool
+	// LoRAWarmupAfter, with LoRAWarmup, holds the adapters back until
+	// this many optimizer steps are done: the SFT steps before them train
+	// every weight (the base the adapters then adapt). 0: from the first.
+	LoRAWarmupAfter int
 }
 
 // DefaultConfig is GRPO with DAPO's clip-higher (0.2/0.28), token-mean
@@ -232,6 +236,9 @@ func (c Config) Validate() error {
 		if err := c.LoRA.Validate(); err != nil {
 			return fmt.Errorf("learner config: %w", err)
 		}
+	}
+	if c.LoRAWarmupAfter < 0 || (c.LoRAWarmupAfter > 0 && (c.LoRA == nil || !c.LoRAWarmup)) {
+		return bad("lora_warmup_after", c.LoRAWarmupAfter, "want 0, or > 0 with lora and lora_warmup")
 	}
 	if err := c.Loss.Validate(); err != nil {
 		return fmt.Errorf("learner config: loss: %w", err)

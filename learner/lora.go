@@ -16,9 +16,13 @@ import (
 // drawn from a source seeded with Seed whose state checkpoints keep.
 
 // maybeLoRA adds the adapters when Config.LoRA is set, the algorithm is
-// not SFT (or Config.LoRAWarmup) and the model has none yet.
+// not SFT (or Config.LoRAWarmup, from step Config.LoRAWarmupAfter on) and
+// the model has none yet.
 func (l *Learner) maybeLoRA() error {
-	if l.cfg.LoRA == nil || (l.cfg.Algorithm == SFT && !l.cfg.LoRAWarmup) || l.model.LoRA() != nil {
+	if l.cfg.LoRA == nil || l.model.LoRA() != nil {
+		return nil
+	}
+	if l.cfg.Algorithm == SFT && (!l.cfg.LoRAWarmup || l.step < l.cfg.LoRAWarmupAfter) {
 		return nil
 	}
 	return l.startLoRA()

@@ -235,3 +235,43 @@ func TestLoRAWarmup(t *testing.T) {
 		t.Fatal("RL after the LoRA warm-up moved no adapter")
 	}
 }
+
+// With LoRAWarmupAfter k, the first k SFT steps train every weight and
+// the adapters start at step k on the base those steps left; a negative
+// value, or one without LoRAWarmup, is refused.
+func TestLoRAWarmupAfter(t *testing.T) {
+	c := loraConfig(SFT)
+	c.LoRAWarmup, c.LoRAWarmupAfter = true, 2
+	l := newLearner(t, c)
+	w := l.PolicyWeights()
+	for k := range 2 {
+		train(t, l, groupBatch())
+		if l.Adapter() != nil {
+			t.Fatalf("adapters after base step %d of 2", k+1)
+		}
+		if maxDiff(l.PolicyWeights(), w) == 0 {
+			t.Fatalf("base step %d moved no weight", k+1)
+		}
+		w = l.PolicyWeights()
+	}
+	train(t, l, groupBatch())
+	if l.Adapter() == nil {
+		t.Fatal("no adapters at step 3")
+	}
+	if d := maxDiff(l.BaseWeights(), w); d != 0 {
+		t.Fatalf("the base moved by %g once the adapters started", d)
+	}
+	if maxDiff(l.PolicyWeights(), w) == 0 {
+		t.Fatal("the LoRA step moved no adapter")
+	}
+	for _, bad := range []struct {
+		warmup bool
+		after  int
+	}{{true, -1}, {false, 2}} {
+		c := loraConfig(SFT)
+		c.LoRAWarmup, c.LoRAWarmupAfter = bad.warmup, bad.after
+		if _, err := New(c); err == nil || !strings.Contains(err.Error(), "lora_warmup_after") {
+			t.Errorf("lora_warmup %v, lora_warmup_after %d: %v", bad.warmup, bad.after, err)
+		}
+	}
+}

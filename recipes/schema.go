@@ -583,6 +583,22 @@ type SFT struct {
 	// (they start at its first step) instead of every weight; RL goes on
 	// with the same adapters. Default false.
 	LoRA bool `yaml:"lora,omitempty"`
+	// Collect, in an agent run on a built-in environment, is the warm-up's
+	// data instead of a file: episodes of the environment's scripted
+	// teacher and of random play on its train split, played when the run
+	// starts, each step's prompt in the run's episode.agent.template.
+	// Weighted like Trajectories. Default none.
+	Collect *SFTCollect `yaml:"collect,omitempty"`
+	// BaseSteps, with LoRA, are the warm-up's first steps: plain SFT of
+	// every weight on all the warm-up's samples (the base); the adapters
+	// start after them and train with Weighting. Default 0.
+	BaseSteps int `yaml:"base_steps,omitempty"`
+}
+
+// SFTCollect is how many episodes sft.collect plays of each policy.
+type SFTCollect struct {
+	Teacher int `yaml:"teacher"` // the scripted teacher's episodes
+	Random  int `yaml:"random"`  // random play's (an offered action, a parameter from -10..10)
 }
 
 // Placement says where actors run.

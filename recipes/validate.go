@@ -143,10 +143,11 @@ func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
 		}
 	}
 	r.SFT.Trajectories = abs("sft.trajectories", r.SFT.Trajectories)
-	if r.SFT.Trajectories != "" && r.SFT.Weighting == "" {
+	supplied := r.SFT.Trajectories != "" || r.SFT.Collect != nil
+	if supplied && r.SFT.Weighting == "" {
 		r.SFT.Weighting = "none"
 	}
-	if r.SFT.Trajectories != "" && r.SFT.Weighting == "exp" && !isSet("sft.beta") {
+	if supplied && r.SFT.Weighting == "exp" && !isSet("sft.beta") {
 		r.SFT.Beta = 1
 	}
 	if t := r.Data.Task; t != nil {
@@ -539,6 +540,7 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	if r.SFT.LoRA && r.Models.Policy.LoRA == nil {
 		c.add("sft.lora", "true, but models.policy.lora is absent (the adapters the warm-up would train)")
 	}
+	c.sftCollect(r)
 	if r.SFT.Steps > 0 && r.SFT.Trajectories == "" && r.Data.Verifier == "code" && (r.Data.Dataset == nil || r.Data.Dataset.Columns.Answer == "") {
 		// With code, the answer column is the reference program.
 		c.add("sft.steps", "SFT warm-up needs reference answers; with verifier code set data.dataset.columns.answer to the reference program's column")
@@ -773,6 +775,17 @@ func (c *checker) datasetFile(path, file string, required bool) {
 
 // sftTrajectories checks the warm-up's trajectory data source.
 func (c *checker) sftTrajectories(s SFT) {
+	if s.Trajectories != "" && s.Collect != nil {
+		c.add("sft.collect", "set with sft.trajectories: one source feeds the warm-up, choose one")
+		return
+	}
+	if s.Collect != nil {
+		if s.Steps == 0 {
+			c.add("sft.collect", "set, but sft.steps is 0 (no warm-up trains on it)")
+		}
+		c.sftWeighting(s)
+		return
+	}
 	if s.Trajectories == "" {
 		for _, f := range []struct {
 			name string
@@ -797,6 +810,11 @@ func (c *checker) sftTrajectories(s SFT) {
 	if s.Steps == 0 {
 		c.add("sft.trajectories", "set, but sft.steps is 0 (no warm-up trains on it)")
 	}
+	c.sftWeighting(s)
+}
+
+// sftWeighting checks how supplied or collected trajectories are weighed.
+func (c *checker) sftWeighting(s SFT) {
 	c.oneOf("sft.weighting", s.Weighting, SFTWeightings)
 	switch {
 	case s.Weighting == "exp" && (!(s.Beta > 0) || math.IsInf(s.Beta, 0)):
@@ -1151,5 +1169,44 @@ func (c *checker) hierarchy(r *Recipe) {
 	}
 	if r.Sync.Mode == "async" {
 		c.add("algorithm.textual_ac", "set, but sync.mode is async: the context's terms score the solver's answers with the weights that sampled them (sync)")
+	}
+}
+
+// maxCollect bounds each count of sft.collect.
+const maxCollect = 100_000
+
+// sftCollect checks sft.collect (agent runs on a built-in environment)
+// and sft.base_steps (with sft.lora, fewer than sft.steps).
+func (c *checker) sftCollect(r *Recipe) {
+	s := r.SFT
+	if k := s.Collect; k != nil {
+		ag := r.Episode.Agent
+		switch {
+		case r.Episode.Type != "agent" || ag == nil:
+			c.add("sft.collect", "set, but episode.type is %q (it plays agent episodes)", r.Episode.Type)
+		case ag.Env == "http":
+			c.add("sft.collect", "env http has no scripted teacher or offered actions to play before the run; collect with rlnode env rollout and use sft.trajectories")
+		}
+		for _, f := range []struct {
+			name string
+			n    int
+		}{{"teacher", k.Teacher}, {"random", k.Random}} {
+			if f.n < 0 || f.n > maxCollect {
+				c.add("sft.collect."+f.name, "%d: want 0..%d episodes", f.n, maxCollect)
+			}
+		}
+		if k.Teacher+k.Random == 0 {
+			c.add("sft.collect", "no episodes: set teacher or random above 0")
+		}
+	}
+	switch {
+	case s.BaseSteps < 0:
+		c.add("sft.base_steps", "%d: want ≥ 0", s.BaseSteps)
+	case s.BaseSteps > 0 && !s.LoRA:
+		c.add("sft.base_steps", "set, but sft.lora is false (base steps come before the adapters' warm-up steps)")
+	case s.BaseSteps > 0 && s.Trajectories == "" && s.Collect == nil:
+		c.add("sft.base_steps", "set, but neither sft.trajectories nor sft.collect is (the base steps train on their samples)")
+	case s.BaseSteps > 0 && s.BaseSteps >= s.Steps:
+		c.add("sft.base_steps", "%d: want fewer than sft.steps (%d), leaving steps for the adapters", s.BaseSteps, s.Steps)
 	}
 }

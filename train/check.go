@@ -1,6 +1,8 @@
 package train
 
 import (
+	"context"
+
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/rollout/task"
@@ -117,8 +119,12 @@ func (l recipe) configChecks() []recipes.Problem {
 		return []recipes.Problem{{Path: field, Msg: err.Error()}}
 	}
 	if w := cfg.WarmupTrajectories; w != nil {
-		if _, err := readTrajectories(cfg, w); err != nil {
-			return []recipes.Problem{{Path: "sft.trajectories", Msg: err.Error()}}
+		if _, err := readTrajectories(context.Background(), cfg, tpl, w); err != nil {
+			field := "sft.trajectories"
+			if w.Collect != nil {
+				field = "sft.collect"
+			}
+			return []recipes.Problem{{Path: field, Msg: err.Error()}}
 		}
 	}
 	return nil

@@ -119,7 +119,7 @@ func (r *run) steps(ctx context.Context, s State) error {
 			m, err = r.rlStep(ctx, pipe, p)
 		case r.cfg.WarmupTrajectories != nil:
 			if traj == nil {
-				if traj, err = r.loadTrajectories(r.cfg.WarmupTrajectories); err != nil {
+				if traj, err = r.loadTrajectories(ctx, r.cfg.WarmupTrajectories); err != nil {
 					return err
 				}
 			}

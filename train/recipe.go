@@ -249,6 +249,7 @@ func (l recipe) config(out string) (Config, error) {
 		c := loraConfig(pol.LoRA, r.Seed)
 		lc.LoRA = &c
 		lc.LoRAWarmup = r.SFT.LoRA
+		lc.LoRAWarmupAfter = r.SFT.BaseSteps
 	}
 
 	cfg := Config{
@@ -275,7 +276,11 @@ func (l recipe) config(out string) (Config, error) {
 			InitFromPolicy: ar.CriticInit == "policy"}
 	}
 	if t := r.SFT.Trajectories; t != "" {
-		cfg.WarmupTrajectories = &WarmupTrajectories{Path: t, Weighting: r.SFT.Weighting, Beta: r.SFT.Beta, Threshold: r.SFT.Threshold}
+		cfg.WarmupTrajectories = &WarmupTrajectories{Path: t, Weighting: r.SFT.Weighting, Beta: r.SFT.Beta, Threshold: r.SFT.Threshold, BaseSteps: r.SFT.BaseSteps}
+	}
+	if c := r.SFT.Collect; c != nil {
+		cfg.WarmupTrajectories = &WarmupTrajectories{Collect: &WarmupCollect{Teacher: c.Teacher, Random: c.Random},
+			Weighting: r.SFT.Weighting, Beta: r.SFT.Beta, Threshold: r.SFT.Threshold, BaseSteps: r.SFT.BaseSteps}
 	}
 	if r.Eval.Temperature > 0 { // greedy is the driver's zero value (samples > 1 refused by validation)
 		cfg.EvalSampling = EvalSampling{Samples: r.Eval.Samples, Temperature: r.Eval.Temperature, PassK: r.Eval.PassK}

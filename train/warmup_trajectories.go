@@ -15,20 +15,32 @@ import (
 // WarmupTrajectories makes the SFT warm-up train on supplied trajectories
 // (recipe sft.trajectories) instead of reference answers: Path is a JSONL
 // file of agent episodes or a run's Arrow trajectory file (package
-// rollout/offline). Weighting is none (plain SFT), exp (each sample
-// weighted by exp(return/Beta), normalized to mean 1 over the batch) or
-// filter (only the samples whose return is at least Threshold).
+// rollout/offline), or Collect the episodes an agent run plays before it
+// starts (agent_collect.go). Weighting is none (plain SFT), exp (each
+// sample weighted by exp(return/Beta), normalized to mean 1 over the
+// batch) or filter (only the samples whose return is at least
+// Threshold). The first BaseSteps warm-up steps are plain SFT on every
+// sample whatever the weighting (with learner LoRAWarmupAfter, of every
+// weight: the base the adapters adapt).
 type WarmupTrajectories struct {
 	Path      string
+	Collect   *WarmupCollect
 	Weighting string
 	Beta      float64
 	Threshold float64
+	BaseSteps int
 }
 
 func (w *WarmupTrajectories) check() error {
 	switch {
-	case w.Path == "":
-		return fmt.Errorf("driver config: warmup_trajectories: no file")
+	case w.Path == "" && w.Collect == nil:
+		return fmt.Errorf("driver config: warmup_trajectories: no file and nothing to collect")
+	case w.Path != "" && w.Collect != nil:
+		return fmt.Errorf("driver config: warmup_trajectories: both a file (%s) and episodes to collect", w.Path)
+	case w.Collect != nil && (w.Collect.Teacher < 0 || w.Collect.Random < 0 || w.Collect.Teacher+w.Collect.Random == 0):
+		return fmt.Errorf("driver config: warmup_trajectories: collect %d teacher and %d random episodes: want ≥ 0 each, > 0 in all", w.Collect.Teacher, w.Collect.Random)
+	case w.BaseSteps < 0:
+		return fmt.Errorf("driver config: warmup_trajectories: base_steps %d: want ≥ 0", w.BaseSteps)
 	case !slices.Contains([]string{"none", "exp", "filter"}, w.Weighting):
 		return fmt.Errorf("driver config: warmup_trajectories: weighting %q: want none, exp or filter", w.Weighting)
 	case w.Weighting == "exp" && !(w.Beta > 0):
@@ -42,29 +54,45 @@ type trajectorySamples struct {
 	samples []offline.Sample
 	perm    []int // the order of the current pass
 	pass    int
+	// base are the base steps' samples (every one, filter or not); nil
+	// without base steps.
+	base *trajectorySamples
 }
 
 // loadTrajectories reads the warm-up's samples (readTrajectories).
-func (r *run) loadTrajectories(w *WarmupTrajectories) (*trajectorySamples, error) {
-	t, err := readTrajectories(r.cfg, w)
+func (r *run) loadTrajectories(ctx context.Context, w *WarmupTrajectories) (*trajectorySamples, error) {
+	t, err := readTrajectories(ctx, r.cfg, r.tpl, w)
 	if err != nil {
+		if w.Collect != nil {
+			return nil, fmt.Errorf("driver: sft.collect: %w", err)
+		}
 		return nil, fmt.Errorf("driver: sft.trajectories: %w", err)
 	}
 	return t, nil
 }
 
-// readTrajectories reads w's samples with the solver's tokenizer, each
-// within its context, and keeps those that filter weighting keeps.
-func readTrajectories(cfg Config, w *WarmupTrajectories) (*trajectorySamples, error) {
+// readTrajectories reads w's samples with the solver's tokenizer (or
+// collects them: agent runs' Collect, prompts from tpl), each within its
+// context, and keeps those that filter weighting keeps.
+func readTrajectories(ctx context.Context, cfg Config, tpl *compiled, w *WarmupTrajectories) (*trajectorySamples, error) {
 	sl := cfg.Learner
 	sl.Model, sl.ModelDir = cfg.Model, cfg.ModelDir
 	pc, err := contextOf(sl, "models.policy")
 	if err != nil {
 		return nil, err
 	}
-	s, err := offline.ReadSamples(w.Path, pc.tok, pc.positions)
+	var s []offline.Sample
+	if w.Collect != nil {
+		s, err = collectSamples(ctx, cfg, tpl, pc, *w.Collect)
+	} else {
+		s, err = offline.ReadSamples(w.Path, pc.tok, pc.positions)
+	}
 	if err != nil {
 		return nil, err
+	}
+	var base *trajectorySamples
+	if w.BaseSteps > 0 && len(s) > 0 {
+		base = &trajectorySamples{samples: s, pass: -1}
 	}
 	if w.Weighting == "filter" {
 		n := len(s)
@@ -75,7 +103,7 @@ func readTrajectories(cfg Config, w *WarmupTrajectories) (*trajectorySamples, er
 	if len(s) == 0 {
 		return nil, fmt.Errorf("%s holds no samples", w.Path)
 	}
-	return &trajectorySamples{samples: s, pass: -1}, nil
+	return &trajectorySamples{samples: s, pass: -1, base: base}, nil
 }
 
 // at is the sample drawn j-th: passes over the samples in an order
@@ -96,14 +124,19 @@ func (r *run) warmupStepTrajectories(ctx context.Context, traj *trajectorySample
 	t0 := time.Now()
 	var b learner.Batch
 	var rewards []float64
+	base := r.step < cfg.WarmupTrajectories.BaseSteps
+	from := traj
+	if base {
+		from = traj.base
+	}
 	for i := range cfg.WarmupBatch {
-		s := traj.at(cfg.Seed, r.step*cfg.WarmupBatch+i)
+		s := from.at(cfg.Seed, r.step*cfg.WarmupBatch+i)
 		b.Prompts = append(b.Prompts, s.Prompt)
 		b.Responses = append(b.Responses, s.Response)
 		b.Masks = append(b.Masks, s.Mask)
 		rewards = append(rewards, s.Reward)
 	}
-	if cfg.WarmupTrajectories.Weighting == "exp" {
+	if cfg.WarmupTrajectories.Weighting == "exp" && !base {
 		w, err := rl.RewardWeights(rewards, cfg.WarmupTrajectories.Beta)
 		if err != nil {
 			return Metrics{}, fmt.Errorf("driver: warm-up step %d: %w", r.step+1, err)
