@@ -79,7 +79,7 @@ var refusalCases = []struct {
 	{"quickstart", []string{`episode.templates.refine="{{.Nope}}"`}, `--set episode.templates.refine="{{.Nope}}": episode.templates.refine: template "refine": uses .Nope: not supported in a prompt template`},
 
 	// Agent episodes.
-	{"agent_game", []string{"episode.agent.env=http", "episode.agent.url=http://127.0.0.1:8000"}, "builtin:agent_game.yaml:40: sft.steps: 100: env http has no scripted teacher to warm up on: set sft.trajectories or sft.steps 0"},
+	{"agent_game", []string{"episode.agent.env=http", "episode.agent.url=http://127.0.0.1:8000"}, "builtin:agent_game.yaml:39: sft.steps: 100: env http has no scripted teacher to warm up on: set sft.trajectories or sft.steps 0"},
 
 	// Prompts that cannot fit the policy's context (checkContext).
 	{"quickstart", []string{"episode.type=score"}, "builtin:quickstart.yaml:23: models.policy.init.max_positions: 64 positions: problem arithmetic/1/train/0: the review prompt (episode.templates.review) takes 86 tokens, leaving no room for an answer"},
