@@ -119,6 +119,8 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"sft.steps=2", "sft.trajectories=" + trajFile, "sft.weighting=exp", "sft.beta=-1"}, "sft.beta: -1: want a positive temperature"},
 		{[]string{"sft.steps=2", "sft.trajectories=" + trajFile, "sft.threshold=3"}, "sft.threshold: set, but sft.weighting is none"},
 		{[]string{"sft.lora=true"}, "sft.lora: true, but models.policy.lora is absent"},
+		{[]string{"sft.steps=2", "sft.collect={teacher: 4}"}, `sft.collect: set, but episode.type is "single" (it plays agent episodes)`},
+		{[]string{"sft.steps=2", "sft.base_steps=1"}, "sft.base_steps: set, but sft.lora is false"},
 		{[]string{"sft.steps=2", "sft.trajectories=" + trajFile, "data.traces.store=builtin"}, "sft.trajectories: set with data.traces: one source feeds the warm-up"},
 		{[]string{"models.policy.lora.preset=qk"}, `models.policy.lora.preset: "qk": want one of qv`},
 		{[]string{"episode.tools=[calculator]"}, "tools need episode.type tools"},
