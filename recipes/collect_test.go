@@ -24,7 +24,6 @@ func TestSFTCollectRules(t *testing.T) {
 		{[]string{"sft.base_steps=-1"}, "sft.base_steps: -1: want ≥ 0"},
 		{[]string{"sft.base_steps=120"}, "sft.base_steps: 120: want fewer than sft.steps (120)"},
 		{[]string{"sft.lora=false"}, "sft.base_steps: set, but sft.lora is false"},
-		{[]string{"sft.collect=null", "sft.weighting=null"}, "sft.base_steps: set, but neither sft.trajectories nor sft.collect is"},
 		{[]string{"sft.weighting=best"}, `sft.weighting: "best": want one of none, exp, filter`},
 	}
 	for _, c := range cases {

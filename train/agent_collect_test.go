@@ -129,4 +129,3 @@ func toInts(s []int32) []int {
 	}
 	return out
 }
-
