@@ -121,11 +121,3 @@ func TestCollectSamplesTooLong(t *testing.T) {
 		t.Fatalf("a 128-position context: %v", err)
 	}
 }
-
-func toInts(s []int32) []int {
-	out := make([]int, len(s))
-	for i, v := range s {
-		out[i] = int(v)
-	}
-	return out
-}

@@ -49,6 +49,9 @@ func TestEveryValidRecipeRuns(t *testing.T) {
 					if base.Algorithm.Name == "archer" { // a critic of one small update per step
 						sets = append(sets, "algorithm.archer.critic_updates_per_step=1", "algorithm.archer.critic_batch_size=4")
 					}
+					if base.SFT.BaseSteps > 0 { // base steps need warm-up steps after them
+						sets = append(sets, "sft.steps=2", "sft.base_steps=1")
+					}
 					switch eng {
 					case "actors":
 						sets = append(sets, "engines.policy.replicas=2")
