@@ -29,6 +29,19 @@ type Recipe struct {
 	Eval       Eval       `yaml:"eval"`
 	Checkpoint Checkpoint `yaml:"checkpoint"`
 	Sync       Sync       `yaml:"sync"`
+	// Trace says whether rlnode run records its episodes as traces
+	// (docs/traces.md); its --traces and --trace-sample flags override it.
+	// Default: recorded, every episode.
+	Trace *Trace `yaml:"trace,omitempty"`
+}
+
+// Trace is the run's recording of its episodes in DIR/traces.
+type Trace struct {
+	// Enabled records the episodes. Default true.
+	Enabled *bool `yaml:"enabled,omitempty"`
+	// Sample is the share of episodes recorded, in [0, 1], picked by a
+	// hash of the run and episode ids. Default 1.
+	Sample *float64 `yaml:"sample,omitempty"`
 }
 
 // Models are the networks of a run.
@@ -156,8 +169,9 @@ type VLLM struct {
 type Data struct {
 	Task    *Task    `yaml:"task,omitempty"`
 	Dataset *Dataset `yaml:"dataset,omitempty"`
-	// Traces feeds the SFT warm-up from a trace store instead of reference
-	// answers. Default none.
+	// Traces feeds the SFT warm-up (and with traces.train rl, the RL steps)
+	// from a trace store instead of reference answers (generated episodes).
+	// Default none.
 	Traces *TracesData `yaml:"traces,omitempty"`
 	// Verifier scores answers: math (\boxed{} answers, equivalence up to
 	// form), gsm8k (the number after ####) or code (tests run in the
@@ -183,13 +197,21 @@ type Task struct {
 	Seed uint64 `yaml:"seed"`
 }
 
-// TracesData selects the recorded model calls an SFT warm-up trains on
+// TracesData selects the recorded model calls a run trains on
 // (docs/traces.md): every chat or completion call of the traces that pass
 // the filters and whose reward is at least MinReward.
 type TracesData struct {
 	// Store is the trace store folder. Required.
 	Store string `yaml:"store"`
-	// Reward names the reward compared with MinReward ("" sums all).
+	// Train is what trains on the calls: warmup (the SFT warm-up; plain,
+	// or reward-weighted with sft.weighting) or rl (also the RL steps:
+	// offline GRPO, algorithm.batch_prompts groups of algorithm.group_size
+	// traces with the same first prompt a step, advantages from Reward;
+	// no generation). Default warmup.
+	Train string `yaml:"train,omitempty"`
+	// Reward names the reward compared with MinReward, weighting the
+	// warm-up (sft.weighting) and giving offline RL its advantages (""
+	// sums all).
 	Reward string `yaml:"reward"`
 	// MinReward keeps calls whose reward is at least this. Default: every
 	// call, rewarded or not.

@@ -14,6 +14,12 @@ import (
 	"github.com/rlnode/rlnode/internal/tmpl"
 )
 
+// The names data.traces may use.
+var (
+	TracesTrain       = []string{"warmup", "rl"}           // data.traces.train
+	OfflineAlgorithms = []string{"grpo", "drgrpo", "rloo"} // what train rl trains with
+)
+
 // The names a recipe may use.
 var (
 	EngineKinds    = []string{"native", "vllm"}
@@ -147,7 +153,7 @@ func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
 	if supplied && r.SFT.Weighting == "" {
 		r.SFT.Weighting = "none"
 	}
-	if supplied && r.SFT.Weighting == "exp" && !isSet("sft.beta") {
+	if (supplied || r.Data.Traces != nil) && r.SFT.Weighting == "exp" && !isSet("sft.beta") {
 		r.SFT.Beta = 1
 	}
 	if t := r.Data.Task; t != nil {
@@ -513,8 +519,19 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 		case !st.IsDir():
 			c.add("data.traces.store", "%s is a file; want a trace store folder", tr.Store)
 		}
-		if r.SFT.Steps == 0 {
-			c.add("data.traces", "feeds the SFT warm-up: set sft.steps > 0")
+		if tr.Train != "" {
+			c.oneOf("data.traces.train", tr.Train, TracesTrain)
+		}
+		switch {
+		case tr.Train != "rl" && r.SFT.Steps == 0:
+			c.add("data.traces", "feeds the SFT warm-up: set sft.steps > 0 (or data.traces.train rl)")
+		case tr.Train == "rl" && algoOK && !slices.Contains(OfflineAlgorithms, a.Name):
+			c.add("data.traces.train", "rl: offline RL on trace groups takes a group estimator (%s), not algorithm.name %s",
+				strings.Join(OfflineAlgorithms, ", "), a.Name)
+		case tr.Train == "rl" && tr.MinReward != nil:
+			c.add("data.traces.min_reward", "set with data.traces.train rl: offline RL learns from every reward; min_reward filters the warm-up's calls only")
+		case tr.Train == "rl" && a.TISCap > 0:
+			c.add("algorithm.tis_cap", "%v with data.traces.train rl: the recorded calls' logprobs are another policy's, or absent; want 0", a.TISCap)
 		}
 		if epType != "single" {
 			c.add("data.traces", "warms up single-turn runs only (episode.type is %q)", epType)
@@ -522,6 +539,10 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 		if tr.MinReward != nil && (math.IsNaN(*tr.MinReward) || math.IsInf(*tr.MinReward, 0)) {
 			c.add("data.traces.min_reward", "%v: want a finite number", *tr.MinReward)
 		}
+	}
+
+	if t := r.Trace; t != nil && t.Sample != nil && !(*t.Sample >= 0 && *t.Sample <= 1) {
+		c.add("trace.sample", "%v: want a share of episodes in [0, 1]", *t.Sample)
 	}
 
 	// SFT warm-up
@@ -533,7 +554,7 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	if err := checkSFTTemplate(r.SFT.Response); err != nil {
 		c.add("sft.response", "%v", err)
 	}
-	c.sftTrajectories(r.SFT)
+	c.sftTrajectories(r.SFT, r.Data.Traces != nil)
 	if r.SFT.Trajectories != "" && r.Data.Traces != nil {
 		c.add("sft.trajectories", "set with data.traces: one source feeds the warm-up, choose one")
 	}
@@ -773,8 +794,10 @@ func (c *checker) datasetFile(path, file string, required bool) {
 	}
 }
 
-// sftTrajectories checks the warm-up's trajectory data source.
-func (c *checker) sftTrajectories(s SFT) {
+// sftTrajectories checks the warm-up's trajectory data source (a file, or
+// episodes the run collects), and the weighting of it or of data.traces's
+// calls (traces).
+func (c *checker) sftTrajectories(s SFT, traces bool) {
 	if s.Trajectories != "" && s.Collect != nil {
 		c.add("sft.collect", "set with sft.trajectories: one source feeds the warm-up, choose one")
 		return
@@ -786,15 +809,19 @@ func (c *checker) sftTrajectories(s SFT) {
 		c.sftWeighting(s)
 		return
 	}
-	if s.Trajectories == "" {
+	if s.Trajectories == "" && !traces {
 		for _, f := range []struct {
 			name string
 			set  bool
 		}{{"weighting", s.Weighting != ""}, {"beta", s.Beta != 0}, {"threshold", s.Threshold != 0}} {
 			if f.set {
-				c.add("sft."+f.name, "set, but sft.trajectories is not (it weighs trajectory samples)")
+				c.add("sft."+f.name, "set, but neither sft.trajectories nor data.traces is (it weighs their samples)")
 			}
 		}
+		return
+	}
+	if s.Trajectories == "" {
+		c.sftWeighting(s)
 		return
 	}
 	switch strings.ToLower(filepath.Ext(s.Trajectories)) {
@@ -813,8 +840,11 @@ func (c *checker) sftTrajectories(s SFT) {
 	c.sftWeighting(s)
 }
 
-// sftWeighting checks how supplied or collected trajectories are weighed.
+// sftWeighting checks sft.weighting and its parameters ("" is none).
 func (c *checker) sftWeighting(s SFT) {
+	if s.Weighting == "" {
+		s.Weighting = "none"
+	}
 	c.oneOf("sft.weighting", s.Weighting, SFTWeightings)
 	switch {
 	case s.Weighting == "exp" && (!(s.Beta > 0) || math.IsInf(s.Beta, 0)):

@@ -118,6 +118,11 @@ func (l recipe) configChecks() []recipes.Problem {
 	if field, err := checkContext(cfg, tpl, fbModel); err != nil {
 		return []recipes.Problem{{Path: field, Msg: err.Error()}}
 	}
+	if cfg.Traces != nil {
+		if _, err := readTraces(cfg); err != nil {
+			return []recipes.Problem{{Path: traceField(err), Msg: err.Error()}}
+		}
+	}
 	if w := cfg.WarmupTrajectories; w != nil {
 		if _, err := readTrajectories(context.Background(), cfg, tpl, w); err != nil {
 			field := "sft.trajectories"

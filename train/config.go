@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -150,9 +151,9 @@ type Config struct {
 	// WarmupBatch generated problems each, at WarmupLR. 0 steps skips it.
 	WarmupSteps, WarmupBatch int
 	WarmupLR                 float64
-	// WarmupTraces, when set, makes the warm-up train on recorded model
-	// calls instead (traces.go).
-	WarmupTraces *WarmupTraces
+	// Traces, when set, makes the warm-up train on recorded model calls
+	// instead, and with Traces.RL the RL steps too (traces.go).
+	Traces *TraceData
 	// WarmupTrajectories, when set, is the warm-up's data instead of
 	// generated problems (the solver alone trains on it).
 	WarmupTrajectories *WarmupTrajectories
@@ -401,6 +402,12 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("warmup_lr", c.WarmupLR, "want > 0")
 	case c.WarmupTrajectories != nil && c.WarmupTrajectories.check() != nil:
 		return nil, c.WarmupTrajectories.check()
+	case c.Traces != nil && c.Traces.check() != nil:
+		return nil, c.Traces.check()
+	case c.Traces != nil && c.Traces.RL && !slices.Contains([]string{learner.GRPO, learner.DrGRPO, learner.RLOO}, c.Learner.Algorithm):
+		return nil, bad("learner.algorithm", c.Learner.Algorithm, "offline RL on traces takes grpo, drgrpo or rloo")
+	case c.Traces != nil && !c.Traces.RL && c.WarmupSteps == 0:
+		return nil, bad("traces", c.Traces.Store, "set, but warmup_steps is 0 and RL is off")
 	case c.WarmupTrajectories != nil && c.WarmupSteps == 0:
 		return nil, bad("warmup_trajectories", c.WarmupTrajectories.Path, "set, but warmup_steps is 0")
 	case c.Steps < 0:

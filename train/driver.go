@@ -170,6 +170,9 @@ type Result struct {
 	// Stopped: the run ended early because Config.Stop was closed; its
 	// last step is checkpointed (LastCheckpointDir).
 	Stopped bool
+	// TraceCalls are the recorded calls Config.Traces selected, of them
+	// TraceRetokenized recorded without token ids (re-tokenized).
+	TraceCalls, TraceRetokenized int
 }
 
 // DriverStateFile is the driver's part of a checkpoint: where the data
@@ -234,9 +237,10 @@ type run struct {
 	// rolloutShort: the solver's live rollout actors were fewer than the
 	// recipe's at the last step (said once in the log).
 	rolloutShort bool
-	// traceRows are the recorded calls the warm-up trains on
-	// (Config.WarmupTraces), shuffled.
-	traceRows []data.Turn
+	// traces are the recorded calls the run trains on (Config.Traces);
+	// traceDrawn counts the offline RL batches drawn from them.
+	traces     *loadedTraces
+	traceDrawn int
 	// critic is ArCHer's (Config.Archer), built at the first RL step.
 	critic *critic
 }
@@ -319,14 +323,16 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		}
 		defer r.feedback.stop()
 	}
-	if cfg.WarmupTraces != nil {
+	if d := cfg.Traces; d != nil {
 		pc, err := contextOf(r.solver.l, "models.policy")
 		if err != nil {
 			return Result{}, fmt.Errorf("driver: data.traces: %w", err)
 		}
-		if r.traceRows, err = loadWarmupTraces(cfg.WarmupTraces, r.solver.tok, pc, cfg.Seed); err != nil {
-			return Result{}, err
+		if r.traces, err = loadTraces(d, r.solver.tok, pc, cfg.Seed, cfg.WarmupSteps > 0, cfg.GroupSize, cfg.PromptsPerStep); err != nil {
+			return Result{}, fmt.Errorf("driver: %s: %w", traceField(err), err)
 		}
+		r.traceDrawn = max(r.step-cfg.WarmupSteps, 0)
+		r.res.TraceCalls, r.res.TraceRetokenized = r.traces.rows, r.traces.retokenized
 	}
 	// The engines start from the learners' weights, whatever the init.
 	if err := r.syncAll(ctx); err != nil {
@@ -474,8 +480,12 @@ func (r *run) warmupStep(ctx context.Context) (Metrics, error) {
 	t0 := time.Now()
 	var b learner.Batch
 	drawn := cfg.WarmupBatch // problems drawn, with worked answers
-	if r.traceRows != nil {
-		b, drawn = warmupBatchFromTraces(r.traceRows, r.step, cfg.WarmupBatch), 0
+	if r.traces != nil {
+		var err error
+		if b, err = warmupBatchFromTraces(r.traces.warmup, r.step, cfg.WarmupBatch, cfg.Traces); err != nil {
+			return Metrics{}, err
+		}
+		drawn = 0
 	}
 	for range drawn {
 		p, err := r.nextTrain()
@@ -711,7 +721,7 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 			m.FeedbackValueLoss = &fst.ValueLoss
 		}
 	}
-	if cfg.Episodes != nil {
+	if cfg.Episodes != nil && !batch.offline {
 		cfg.Episodes(r.step, batch.turns)
 	}
 	final, turn1 := rlStepMetrics(&m, outcomes(batch.turns, r.solver.id), cfg.GroupSize)

@@ -158,6 +158,7 @@ type episodeBatch struct {
 	genSeconds   float64
 	envClock     envClock     // agent episodes' environment steps
 	context      contextStats // the textual actor-critic's measured terms
+	offline      bool         // recorded traces' calls, not episodes played
 }
 
 func (b *episodeBatch) ready() <-chan struct{} { return b.done }

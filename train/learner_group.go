@@ -87,7 +87,11 @@ func (r *run) schedule() Schedule {
 // it.
 func (r *run) steps(ctx context.Context, s State) error {
 	sc := r.schedule()
-	pipe := newPipeline(ctx, r, r.startEpisodes)
+	start := r.startEpisodes
+	if r.traces != nil && r.traces.groups != nil {
+		start = r.startTraceGroups
+	}
+	pipe := newPipeline(ctx, r, start)
 	defer pipe.close()
 	var traj *trajectorySamples // the warm-up's, once loaded
 	for {

@@ -299,7 +299,7 @@ func (l recipe) config(out string) (Config, error) {
 		}
 	}
 	if tr := r.Data.Traces; tr != nil {
-		cfg.WarmupTraces = warmupTraces(tr)
+		cfg.Traces = traceData(tr, r.SFT)
 	}
 	if epType != "single" {
 		cfg.Episode = epType

@@ -2,56 +2,325 @@ package train
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/rl"
+	"github.com/rlnode/rlnode/recipes"
+	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/traces"
 )
 
-func TestLoadWarmupTraces(t *testing.T) {
+// call is one recorded chat call of a test store: its trace, prompt and
+// answer token ids, and the rewards on it.
+type call struct {
+	trace    byte
+	prompt   []int32
+	answer   []int32
+	rewards  []traces.Reward
+	agent    string
+	startSec int64
+}
+
+// writeStore writes calls into a new store, one span each, calls of one
+// trace in the order given.
+func writeStore(t *testing.T, calls ...call) string {
+	t.Helper()
 	store := t.TempDir()
 	w, err := traces.OpenWriter(store, traces.WriterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 3 {
+	for i, c := range calls {
 		s := traces.NewSpan()
-		s.TraceID, s.SpanID = [16]byte{byte(i + 1)}, [8]byte{byte(i + 1)}
-		s.Operation, s.Source, s.Start, s.End = traces.OpChat, "a", time.Unix(1e9, 0), time.Unix(1e9, 1000)
+		s.TraceID, s.SpanID = [16]byte{c.trace}, [8]byte{byte(i + 1)}
+		s.Operation, s.Source, s.AgentName = traces.OpChat, "a", c.agent
+		s.Start = time.Unix(1e9+c.startSec, int64(i)*1000)
+		s.End = s.Start.Add(time.Microsecond)
 		s.OutputMessages = `[{"role":"assistant","parts":[{"type":"text","content":"x"}]}]`
-		s.PromptTokenIDs, s.OutputTokenIDs = []int32{1, 2, int32(i)}, slices.Repeat([]int32{7}, i+1)
-		if i > 0 {
-			s.Rewards = []traces.Reward{{Name: "judge", Value: float64(i)}}
-		}
+		s.PromptTokenIDs, s.OutputTokenIDs, s.Rewards = c.prompt, c.answer, c.rewards
 		w.Add(s)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	pc := &policyContext{positions: 64, field: "models.policy.init.max_positions"}
-	all := &WarmupTraces{Store: store, Filter: traces.Any(), MinReward: math.NaN()}
-	rows, err := loadWarmupTraces(all, nil, pc, 1)
-	if err != nil || len(rows) != 3 {
-		t.Fatalf("every call: %d rows, %v", len(rows), err)
+	return store
+}
+
+func judge(v float64) []traces.Reward { return []traces.Reward{{Name: "judge", Value: v}} }
+
+var testContext = &policyContext{positions: 64, field: "models.policy.init.max_positions"}
+
+func TestLoadTracesWarmup(t *testing.T) {
+	store := writeStore(t,
+		call{trace: 1, prompt: []int32{1, 2, 0}, answer: []int32{7}},
+		call{trace: 2, prompt: []int32{1, 2, 1}, answer: []int32{7, 7}, rewards: judge(1)},
+		call{trace: 3, prompt: []int32{1, 2, 2}, answer: []int32{7, 7, 7}, rewards: judge(2)})
+	load := func(d TraceData) (*loadedTraces, error) {
+		if d.Store == "" {
+			d.Store = store
+		}
+		d.Filter.MinReward, d.Filter.MaxReward = math.NaN(), math.NaN()
+		if d.MinReward == 0 {
+			d.MinReward = math.NaN()
+		}
+		return loadTraces(&d, nil, testContext, 1, true, 2, 1)
 	}
-	best, err := loadWarmupTraces(&WarmupTraces{Store: store, Filter: traces.Any(), Reward: "judge", MinReward: 2}, nil, pc, 1)
-	if err != nil || len(best) != 1 || len(best[0].ResponseIDs) != 3 {
+	all, err := load(TraceData{})
+	if err != nil || len(all.warmup) != 3 || all.rows != 3 || all.retokenized != 0 {
+		t.Fatalf("every call: %+v, %v", all, err)
+	}
+	best, err := load(TraceData{Reward: "judge", MinReward: 2})
+	if err != nil || len(best.warmup) != 1 || len(best.warmup[0].ResponseIDs) != 3 {
 		t.Fatalf("judge ≥ 2: %+v, %v", best, err)
 	}
-	if _, err := loadWarmupTraces(&WarmupTraces{Store: store, Filter: traces.Any(), Reward: "judge", MinReward: 5}, nil, pc, 1); err == nil ||
-		!strings.Contains(err.Error(), "no model call that passes the filters") {
-		t.Errorf("judge ≥ 5: %v", err)
+	filtered, err := load(TraceData{Reward: "judge", Weighting: "filter", Threshold: 1})
+	if err != nil || len(filtered.warmup) != 2 {
+		t.Fatalf("filter judge ≥ 1: %+v, %v", filtered, err)
 	}
-	short := &policyContext{positions: 5, field: "models.policy.init.max_positions"}
-	if _, err := loadWarmupTraces(all, nil, short, 1); err == nil || !strings.Contains(err.Error(), "exceed the policy's context 5 (models.policy.init.max_positions)") {
-		t.Errorf("context 5: %v", err)
+	weighted, err := load(TraceData{Reward: "judge", Weighting: "exp", Beta: 1})
+	if err != nil || len(weighted.warmup) != 2 {
+		t.Fatalf("exp weighting keeps the rewarded calls: %+v, %v", weighted, err)
 	}
-	// Batches take the shuffled rows in turn, the same for the same step.
-	b0, b1 := warmupBatchFromTraces(rows, 0, 2), warmupBatchFromTraces(rows, 1, 2)
+
+	// Batches take the shuffled rows in turn, the same for the same step;
+	// exp weighting weighs them exp(reward/beta), mean 1.
+	d := &TraceData{Weighting: "exp", Beta: 1}
+	b0, _ := warmupBatchFromTraces(weighted.warmup, 0, 2, d)
+	b1, _ := warmupBatchFromTraces(weighted.warmup, 1, 2, d)
+	rows := weighted.warmup
 	if !slices.EqualFunc(b0.Prompts, [][]int32{rows[0].PromptIDs, rows[1].PromptIDs}, slices.Equal) ||
-		!slices.EqualFunc(b1.Prompts, [][]int32{rows[2].PromptIDs, rows[0].PromptIDs}, slices.Equal) {
+		!slices.EqualFunc(b1.Prompts, [][]int32{rows[0].PromptIDs, rows[1].PromptIDs}, slices.Equal) {
 		t.Errorf("batches %v %v of rows %v", b0.Prompts, b1.Prompts, rows)
+	}
+	hi := 0
+	if rows[1].Reward > rows[0].Reward {
+		hi = 1
+	}
+	e := math.E // rewards 2 and 1: weights ∝ e² and e
+	if w := b0.Weights; len(w) != 2 || math.Abs(w[0]+w[1]-2) > 1e-12 || math.Abs(w[hi]/w[1-hi]-e) > 1e-9 {
+		t.Errorf("exp weights %v for rewards %v, %v", w, rows[0].Reward, rows[1].Reward)
+	}
+	if plain, _ := warmupBatchFromTraces(rows, 0, 2, &TraceData{}); plain.Weights != nil {
+		t.Errorf("plain warm-up weights %v", plain.Weights)
+	}
+}
+
+// Each way data.traces can select nothing to train on is an error naming
+// the recipe field to change.
+func TestLoadTracesRefusals(t *testing.T) {
+	store := writeStore(t,
+		call{trace: 1, prompt: []int32{1, 2}, answer: []int32{7}, rewards: judge(1), agent: "solver-bot"},
+		call{trace: 2, prompt: []int32{1, 2}, answer: []int32{7, 7}, rewards: judge(0), agent: "solver-bot"},
+		call{trace: 3, prompt: []int32{3}, answer: []int32{7, 7, 7}, agent: "solver-bot"})
+	unrewarded := writeStore(t, call{trace: 1, prompt: []int32{1}, answer: []int32{2}}, call{trace: 2, prompt: []int32{1}, answer: []int32{3}})
+	for _, c := range []struct {
+		name       string
+		d          TraceData
+		warmup     bool
+		group      int
+		ctx        int
+		field, msg string
+	}{
+		{"empty store", TraceData{Store: t.TempDir()}, true, 2, 64, "data.traces.store", "holds no traces"},
+		{"no trace passes", TraceData{Filter: traces.Filter{Agent: "nobody"}}, true, 2, 64, "data.traces",
+			"none of the 3 traces in " + store + " passes the filters (agent nobody)"},
+		{"unknown reward", TraceData{Reward: "judgee"}, true, 2, 64, "data.traces.reward",
+			`"judgee": no trace of the 3 that pass the filters carries it (rewards there: judge)`},
+		{"min_reward above all", TraceData{Reward: "judge", MinReward: 5}, true, 2, 64, "data.traces.min_reward",
+			"5: none of the 2 model calls is rewarded that much (reward judge)"},
+		{"filter above all", TraceData{Reward: "judge", Weighting: "filter", Threshold: 3}, true, 2, 64, "sft.threshold",
+			"3: none of the 2 model calls is rewarded that much"},
+		{"context", TraceData{}, true, 2, 3, "data.traces", "tokens exceed the policy's context 3 (models.policy.init.max_positions)"},
+		{"groups of size 1", TraceData{Reward: "judge", RL: true, Filter: traces.Filter{TraceID: "01"}}, false, 2, 64, "algorithm.group_size",
+			"2: no prompt of data.traces has that many traces (offline RL groups traces by their first prompt): the 1 prompts have at most 1"},
+		{"groups smaller than group_size", TraceData{Reward: "judge", RL: true}, false, 3, 64, "algorithm.group_size",
+			"3: no prompt of data.traces has that many traces"},
+		{"RL without rewards", TraceData{Store: unrewarded, RL: true}, false, 2, 64, "data.traces",
+			"2 traces pass the filters, but no model call of them can be trained on (2 dropped; trace"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := c.d
+			if d.Store == "" {
+				d.Store = store
+			}
+			f := &d.Filter
+			f.MinReward, f.MaxReward = math.NaN(), math.NaN()
+			if d.MinReward == 0 {
+				d.MinReward = math.NaN()
+			}
+			pc := &policyContext{positions: c.ctx, field: "models.policy.init.max_positions"}
+			_, err := loadTraces(&d, nil, pc, 1, c.warmup, c.group, 1)
+			if err == nil || traceField(err) != c.field || !strings.Contains(err.Error(), c.msg) {
+				t.Fatalf("got %v (field %s), want %s: …%s…", err, traceField(err), c.field, c.msg)
+			}
+		})
+	}
+}
+
+// Offline RL's batches: groups of traces with the same first prompt, each
+// slot a group of its own, every call of a trace credited with the
+// trace's group-relative advantage; the learner's batch holds the
+// recorded tokens exactly.
+func TestTraceGroupBatches(t *testing.T) {
+	p, q := []int32{1, 2, 3}, []int32{4, 5}
+	calls := []call{
+		{trace: 1, prompt: p, answer: []int32{10}, rewards: judge(1)},
+		{trace: 2, prompt: p, answer: []int32{11, 12}},
+		{trace: 2, prompt: []int32{1, 2, 3, 11, 12, 6}, answer: []int32{13}, rewards: judge(0.5)}, // a second call
+		{trace: 3, prompt: q, answer: []int32{20}, rewards: judge(2)},
+		{trace: 4, prompt: q, answer: []int32{21}, rewards: judge(0)},
+		{trace: 5, prompt: q, answer: []int32{22}, rewards: judge(1)},
+		{trace: 6, prompt: []int32{9}, answer: []int32{30}, rewards: judge(1)}, // alone: left out
+	}
+	for i := range calls {
+		calls[i].startSec = int64(calls[i].trace)
+	}
+	store := writeStore(t, calls...)
+	d := &TraceData{Store: store, Filter: traces.Any(), Reward: "judge", MinReward: math.NaN(), RL: true}
+	lt, err := loadTraces(d, nil, testContext, 3, false, 2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lt.warmup != nil || len(lt.groups.groups) != 2 || lt.rows != 7 {
+		t.Fatalf("loaded %+v, groups %v", lt, lt.groups.groups)
+	}
+	byTrace := map[string][]call{}
+	for _, c := range calls {
+		id := traces.Span{TraceID: [16]byte{c.trace}}.TraceID.String()
+		byTrace[id] = append(byTrace[id], c)
+	}
+	var first [][]data.Turn
+	for j := range 3 {
+		turns, err := lt.groups.batch(j, learner.GRPO)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = append(first, turns)
+		slots := map[int64][]data.Turn{}
+		for _, r := range turns {
+			slots[r.GroupID] = append(slots[r.GroupID], r)
+		}
+		if len(slots) != 2 || slots[int64(2*j)] == nil || slots[int64(2*j+1)] == nil {
+			t.Fatalf("batch %d slots %v", j, slots)
+		}
+		for slot, rows := range slots {
+			// Two traces of one prompt, their rewards' GRPO advantages.
+			var eps []string
+			var rewards []float64
+			for _, r := range rows {
+				if len(eps) == 0 || eps[len(eps)-1] != r.EpisodeID {
+					eps = append(eps, r.EpisodeID)
+					rewards = append(rewards, byTrace[r.EpisodeID][len(byTrace[r.EpisodeID])-1].rewards[0].Value)
+				}
+			}
+			if len(eps) != 2 || !slices.Equal(byTrace[eps[0]][0].prompt, byTrace[eps[1]][0].prompt) {
+				t.Fatalf("batch %d slot %d traces %v", j, slot, eps)
+			}
+			adv, _ := rl.GRPOAdvantages(rewards, 2)
+			if !(adv[0] > 0) == (rewards[0] > rewards[1]) {
+				t.Fatalf("advantages %v for rewards %v", adv, rewards)
+			}
+			k, calls := 0, 0
+			for i, r := range rows {
+				if i > 0 && r.EpisodeID != rows[i-1].EpisodeID {
+					k, calls = k+1, 0
+				}
+				c := byTrace[r.EpisodeID][calls]
+				calls++
+				if !slices.Equal(r.PromptIDs, c.prompt) || !slices.Equal(r.ResponseIDs, c.answer) || r.Reward != rewards[k] {
+					t.Errorf("batch %d row %+v, recorded %+v", j, r, c)
+				}
+				for _, a := range r.Advantages {
+					if float64(a) != float64(float32(adv[k])) {
+						t.Errorf("batch %d trace %s call advantage %v, want %v", j, r.EpisodeID, a, adv[k])
+					}
+				}
+			}
+		}
+		// The learner's batch is those rows' tokens, token for token.
+		b, err := BatchFromTrajectories("solver", turns, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Prompts) != len(turns) || b.Advantages == nil {
+			t.Fatalf("batch %d: %d sequences for %d rows", j, len(b.Prompts), len(turns))
+		}
+		for i := range b.Prompts {
+			found := slices.ContainsFunc(turns, func(r data.Turn) bool {
+				return slices.Equal(r.PromptIDs, b.Prompts[i]) && slices.Equal(r.ResponseIDs, b.Responses[i]) && slices.Equal(r.Advantages, b.Advantages[i])
+			})
+			if !found {
+				t.Errorf("batch %d sequence %d (%v → %v) is no recorded call", j, i, b.Prompts[i], b.Responses[i])
+			}
+		}
+	}
+	// A batch follows from its number alone (a resumed run draws the same);
+	// the three-trace prompt gives two of its three traces, picked by slot.
+	again, _ := loadTraces(d, nil, testContext, 3, false, 2, 2)
+	for _, j := range []int{2, 0} {
+		turns, _ := again.groups.batch(j, learner.GRPO)
+		if !slices.EqualFunc(turns, first[j], func(a, b data.Turn) bool {
+			return a.EpisodeID == b.EpisodeID && a.GroupID == b.GroupID && slices.Equal(a.Advantages, b.Advantages)
+		}) {
+			t.Errorf("batch %d drawn again differs", j)
+		}
+	}
+}
+
+// train.Check (rlnode recipe validate) reads data.traces's store with the
+// policy's tokenizer and reports what a run would refuse at the field's
+// line of the recipe file.
+func TestCheckReadsTheTraceStore(t *testing.T) {
+	base, err := os.ReadFile(filepath.Join("..", "recipes", "builtin", "quickstart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := writeStore(t,
+		call{trace: 1, prompt: []int32{1, 2}, answer: []int32{7}, rewards: judge(1)},
+		call{trace: 2, prompt: []int32{1, 2}, answer: []int32{7, 7}, rewards: judge(0)},
+		call{trace: 3, prompt: []int32{3}, answer: []int32{7, 7, 7}, rewards: judge(1)})
+	// data.traces is inserted at lines 32-35 (data: is line 31; a problem
+	// with the section is on its first key); the
+	// algorithm's group_size moves from line 51 to 55.
+	for _, c := range []struct {
+		name    string
+		store   string
+		section string
+		want    string // the error's line, after the file's name
+	}{
+		{"empty store", t.TempDir(), "train: warmup\n    reward: judge", ":33: data.traces.store: "},
+		{"unknown reward", store, "train: warmup\n    reward: judgee", `:35: data.traces.reward: "judgee": no trace of the 3 that pass the filters carries it (rewards there: judge)`},
+		{"no trace passes", store, "agent: nobody\n    reward: judge", ":33: data.traces: none of the 3 traces in "},
+		{"groups of 8", store, "train: rl\n    reward: judge", ":55: algorithm.group_size: 8: no prompt of data.traces has that many traces (offline RL groups traces by their first prompt): the 2 prompts have at most 2"},
+		{"ok", store, "train: rl\n    reward: judge", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			y := strings.Replace(string(base), "data:\n", "data:\n  traces:\n    store: "+c.store+"\n    "+c.section+"\n", 1)
+			file := filepath.Join(t.TempDir(), "r.yaml")
+			if err := os.WriteFile(file, []byte(y), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var sets []string
+			if c.want == "" {
+				sets = []string{"algorithm.group_size=2", "algorithm.batch_prompts=2"}
+			}
+			l, err := recipes.Load(file, sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = Check(l)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("Check: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), file+c.want)):
+				t.Fatalf("Check: %v\nwant %s%s", err, file, c.want)
+			}
+		})
 	}
 }

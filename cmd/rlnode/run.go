@@ -185,6 +185,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 			defer os.Remove(endpointFile)
 		}
 	}
+	tf.fromRecipe(l.Trace, fs)
 	record, closeTraces, err := tf.open(dir, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
@@ -302,6 +303,10 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.Rollout != nil {
 		fmt.Fprintf(stdout, "rollout: %d generation chunks regenerated after lost rollout actors\n", res.RolloutRegenerated)
+	}
+	if res.TraceCalls > 0 {
+		fmt.Fprintf(stdout, "data.traces: %d model calls (%d with recorded token ids, %d re-tokenized)\n",
+			res.TraceCalls, res.TraceCalls-res.TraceRetokenized, res.TraceRetokenized)
 	}
 	fmt.Fprintf(stdout, "done: %d steps\n", res.Steps)
 	return 0

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/traces"
 )
@@ -23,6 +24,23 @@ func addRunTraceFlags(fs *flag.FlagSet) *runTraceFlags {
 	return &runTraceFlags{
 		store:  fs.String("traces", "", "trace store the run's episodes are recorded in (default DIR/traces; off: none)"),
 		sample: fs.Float64("trace-sample", 1, "share of episodes recorded, in [0, 1] (picked by a hash of the run and episode ids)"),
+	}
+}
+
+// fromRecipe takes what the recipe's trace section says where the flags
+// of fs were not given: enabled false is --traces off, sample is
+// --trace-sample.
+func (f *runTraceFlags) fromRecipe(t *recipes.Trace, fs *flag.FlagSet) {
+	if t == nil {
+		return
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if !set["traces"] && t.Enabled != nil && !*t.Enabled {
+		*f.store = "off"
+	}
+	if !set["trace-sample"] && t.Sample != nil {
+		*f.sample = *t.Sample
 	}
 }
 

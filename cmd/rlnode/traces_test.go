@@ -257,6 +257,88 @@ func TestProxyRecordsOpenAIClientAndOTLP(t *testing.T) {
 			t.Errorf("warm-up step on the traces %s: want 5 sequences of %d response tokens in all", line, wantTokens)
 		}
 	}
+
+	// A person's rewards after the fact, then reward-weighted SFT and
+	// offline GRPO on them, on full weights and on LoRA adapters.
+	judged := map[string]string{calls[0].TraceID.String(): "1", calls[1].TraceID.String(): "0", calls[2].TraceID.String(): "1",
+		ot.Proto.TraceID: "1", ot.JSON.TraceID: "0"}
+	for id, v := range judged {
+		if code, out, stderr := run(t, "traces", "annotate", "--store", store, "--trace", id, "--reward", "judge="+v); code != 0 {
+			t.Fatalf("traces annotate: exit %d: %s%s", code, out, stderr)
+		}
+	}
+	trainRun := func(name string, sets ...string) []stepMetrics {
+		t.Helper()
+		dir := filepath.Join(t.TempDir(), name)
+		args := []string{"run", "quickstart", "--out", dir, "--set", "models.policy={path: " + ckpt + "}", "--set", "data.traces.store=" + store,
+			"--set", "data.traces.reward=judge", "--set", "schedule.eval_every=0", "--traces", "off"}
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		code, out, stderr := run(t, args...)
+		if code != 0 {
+			t.Fatalf("run %s: exit %d:\n%s%s", name, code, out, stderr)
+		}
+		// What was recorded with token ids and what re-tokenized is stated.
+		if !strings.Contains(out, "data.traces: 5 model calls (3 with recorded token ids, 2 re-tokenized)") {
+			t.Errorf("run %s does not state the recorded and re-tokenized calls:\n%s", name, out)
+		}
+		return readStepMetrics(t, filepath.Join(dir, "metrics.jsonl"))
+	}
+	// Reward-weighted SFT: the 5 judged calls, each step all of them.
+	for _, m := range trainRun("rw-sft", "sft.steps=2", "sft.batch_size=5", "sft.weighting=exp", "schedule.steps=1")[:2] {
+		if m.Phase != "warmup" || m.Seqs != 5 || m.Tokens != wantTokens || !(m.Loss > 0) {
+			t.Errorf("reward-weighted warm-up step on the traces %+v: want 5 sequences of %d response tokens", m, wantTokens)
+		}
+	}
+	// Offline GRPO: the two proxied chats share a prompt, so do the two
+	// OTLP chats (re-tokenized); the completion's prompt has one trace and
+	// is left out. Each step: both groups, 4 sequences.
+	groupTokens := len(oa.Chat.TokenIDs) + len(oa.ChatStream.TokenIDs) + 2*2
+	for _, lora := range []bool{false, true} {
+		sets := []string{"data.traces.train=rl", "sft.steps=0", "algorithm.group_size=2", "algorithm.batch_prompts=2", "schedule.steps=2"}
+		name := "offline-grpo"
+		if lora {
+			sets, name = append(sets, "models.policy.lora={rank: 4}"), "offline-grpo-lora"
+		}
+		ms := trainRun(name, sets...)
+		if len(ms) != 2 {
+			t.Fatalf("%s: %d steps in metrics.jsonl, want 2", name, len(ms))
+		}
+		for _, m := range ms {
+			// Rewards 1 and 0 in each group: GRPO advantages ±1, a mean reward 0.5.
+			if m.Phase != "rl" || m.Seqs != 4 || m.Tokens != groupTokens || m.RewardMean == nil || *m.RewardMean != 0.5 || !(m.GradNorm > 0) {
+				t.Errorf("%s step %+v: want 4 sequences of %d response tokens, mean reward 0.5, a gradient", name, m, groupTokens)
+			}
+		}
+	}
+}
+
+// stepMetrics are the fields of a metrics.jsonl line the trace tests read.
+type stepMetrics struct {
+	Phase      string   `json:"phase"`
+	Tokens     int      `json:"tokens"`
+	Seqs       int      `json:"seqs"`
+	Loss       float64  `json:"loss"`
+	GradNorm   float64  `json:"grad_norm"`
+	RewardMean *float64 `json:"reward_mean"`
+}
+
+func readStepMetrics(t *testing.T, path string) []stepMetrics {
+	t.Helper()
+	js, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []stepMetrics
+	for _, line := range strings.Split(strings.TrimSpace(string(js)), "\n") {
+		var m stepMetrics
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 func nan() float64 { return math.NaN() }
