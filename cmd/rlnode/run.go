@@ -62,7 +62,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("out", "", "run directory (default ./runs/NAME-YYYYMMDD-HHMMSS)")
-	resume := fs.Bool("resume", false, "continue from the newest checkpoint in --out (the recipe may change only its schedule, eval, placement, checkpoint and description)")
+	resume := fs.Bool("resume", false, "continue from the newest checkpoint in --out (the recipe may change only its schedule, eval, placement, checkpoint, trace and description)")
 	overwrite := fs.Bool("overwrite", false, "replace the run --out holds (its recipe, metrics, checkpoints and curves are removed)")
 	address := fs.String("address", "", "join the cluster a member at HOST:PORT (gossip address) belongs to and generate on rollout actors there; default: an embedded single-node cluster")
 	keyFile := fs.String("key-file", filepath.Join(cluster.Home(), "cluster.key"), "gossip encryption key file (with --address)")

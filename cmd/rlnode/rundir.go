@@ -22,7 +22,7 @@ var runFiles = []string{recipes.ResolvedFile, "metrics.jsonl", "checkpoints", "c
 // long it runs and how often it evaluates and saves, how it evaluates,
 // where its actors go, and its description. Anything else would continue
 // a checkpoint under a different run's settings.
-var resumableChanges = []string{"description", "schedule", "eval", "placement", "checkpoint"}
+var resumableChanges = []string{"description", "schedule", "eval", "placement", "checkpoint", "trace"}
 
 // checkRunDir refuses to mix two runs in dir. A directory holding a run
 // takes a new one only with overwrite (its run files are removed) or

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -17,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/traces"
 )
@@ -447,4 +450,51 @@ func docTraceStore(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return root.TraceID.String()
+}
+
+// The recipe's trace section sets what --traces and --trace-sample were
+// not given; the flags override it.
+func TestRunTraceFlagsFromRecipe(t *testing.T) {
+	no, half := false, 0.5
+	elsewhere := filepath.Join(t.TempDir(), "elsewhere")
+	for _, c := range []struct {
+		name       string
+		trace      *recipes.Trace
+		args       []string
+		store      string
+		sample     float64
+		recordsAny bool
+	}{
+		{"no section", nil, nil, "", 1, true},
+		{"enabled false", &recipes.Trace{Enabled: &no}, nil, "off", 1, false},
+		{"sample", &recipes.Trace{Sample: &half}, nil, "", 0.5, true},
+		{"--traces over enabled false", &recipes.Trace{Enabled: &no}, []string{"--traces", elsewhere}, elsewhere, 1, true},
+		{"--trace-sample over sample", &recipes.Trace{Sample: &half}, []string{"--trace-sample", "0.25"}, "", 0.25, true},
+		{"--traces off over the default", &recipes.Trace{Sample: &half}, []string{"--traces", "off"}, "off", 0.5, false},
+	} {
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		tf := addRunTraceFlags(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		tf.fromRecipe(c.trace, fs)
+		record, closeStore, err := tf.open(t.TempDir(), io.Discard, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeStore()
+		if *tf.store != c.store || *tf.sample != c.sample || (record != nil) != c.recordsAny {
+			t.Errorf("%s: store %q sample %v records %v, want %q %v %v", c.name, *tf.store, *tf.sample, record != nil, c.store, c.sample, c.recordsAny)
+		}
+	}
+	// And through rlnode run: trace.enabled false writes no store.
+	dir := filepath.Join(t.TempDir(), "run")
+	code, out, stderr := run(t, "run", "quickstart", "--out", dir, "--set", "sft.steps=2", "--set", "schedule.steps=1",
+		"--set", "schedule.eval_every=0", "--set", "trace.enabled=false")
+	if code != 0 || strings.Contains(out, "traces:") {
+		t.Fatalf("run with trace.enabled false: exit %d:\n%s%s", code, out, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "traces")); err == nil {
+		t.Error("trace.enabled false wrote a trace store")
+	}
 }
