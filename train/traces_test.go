@@ -11,6 +11,7 @@ import (
 
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/rl"
+	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/traces"
@@ -25,6 +26,7 @@ type call struct {
 	rewards  []traces.Reward
 	agent    string
 	startSec int64
+	input    string // gen_ai.input.messages, for calls without ids
 }
 
 // writeStore writes calls into a new store, one span each, calls of one
@@ -43,7 +45,7 @@ func writeStore(t *testing.T, calls ...call) string {
 		s.Start = time.Unix(1e9+c.startSec, int64(i)*1000)
 		s.End = s.Start.Add(time.Microsecond)
 		s.OutputMessages = `[{"role":"assistant","parts":[{"type":"text","content":"x"}]}]`
-		s.PromptTokenIDs, s.OutputTokenIDs, s.Rewards = c.prompt, c.answer, c.rewards
+		s.PromptTokenIDs, s.OutputTokenIDs, s.Rewards, s.InputMessages = c.prompt, c.answer, c.rewards, c.input
 		w.Add(s)
 	}
 	if err := w.Close(); err != nil {
@@ -270,6 +272,33 @@ func TestTraceGroupBatches(t *testing.T) {
 		}) {
 			t.Errorf("batch %d drawn again differs", j)
 		}
+	}
+}
+
+// Calls recorded without token ids (an OTLP import) are re-tokenized with
+// the policy's tokenizer, say so, and group by their re-tokenized prompt.
+func TestTraceGroupsRetokenized(t *testing.T) {
+	in := `[{"role":"user","parts":[{"type":"text","content":"2+2?"}]}]`
+	store := writeStore(t, call{trace: 1, input: in, rewards: judge(1)}, call{trace: 2, input: in, rewards: judge(0)})
+	tok := tokenizer.Builtin()
+	d := &TraceData{Store: store, Filter: traces.Any(), Reward: "judge", MinReward: math.NaN(), RL: true}
+	lt, err := loadTraces(d, tok, &policyContext{positions: 512}, 1, false, 2, 1)
+	if err != nil || lt.retokenized != 2 {
+		t.Fatalf("loaded %+v, %v", lt, err)
+	}
+	turns, err := lt.groups.batch(0, learner.GRPO)
+	if err != nil || len(turns) != 2 {
+		t.Fatalf("batch %+v, %v", turns, err)
+	}
+	answer := toInt32(tok.Encode("x")) // writeStore's answer text
+	for _, r := range turns {
+		if !strings.Contains(r.Note, "re-tokenized") || !slices.Equal(r.ResponseIDs, answer) || len(r.PromptIDs) == 0 ||
+			!slices.Equal(r.PromptIDs, turns[0].PromptIDs) || r.GroupID != 0 {
+			t.Errorf("row %+v, want the answer re-tokenized as %v, one prompt", r, answer)
+		}
+	}
+	if !(turns[0].Advantages[0] > 0 && turns[1].Advantages[0] < 0) {
+		t.Errorf("advantages %v %v for rewards 1, 0", turns[0].Advantages, turns[1].Advantages)
 	}
 }
 
