@@ -331,7 +331,6 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		if r.traces, err = loadTraces(d, r.solver.tok, pc, cfg.Seed, cfg.WarmupSteps > 0, cfg.GroupSize, cfg.PromptsPerStep); err != nil {
 			return Result{}, fmt.Errorf("driver: %s: %w", traceField(err), err)
 		}
-		r.traceDrawn = max(r.step-cfg.WarmupSteps, 0)
 		r.res.TraceCalls, r.res.TraceRetokenized = r.traces.rows, r.traces.retokenized
 	}
 	// The engines start from the learners' weights, whatever the init.

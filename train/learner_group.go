@@ -89,7 +89,9 @@ func (r *run) steps(ctx context.Context, s State) error {
 	sc := r.schedule()
 	start := r.startEpisodes
 	if r.traces != nil && r.traces.groups != nil {
-		start = r.startTraceGroups
+		// Offline batch j is RL step j's, whatever was drawn before a
+		// restart of the learners (or a resume).
+		start, r.traceDrawn = r.startTraceGroups, max(r.step-r.cfg.WarmupSteps, 0)
 	}
 	pipe := newPipeline(ctx, r, start)
 	defer pipe.close()
