@@ -270,9 +270,10 @@ func TestProxyRecordsOpenAIClientAndOTLP(t *testing.T) {
 			t.Fatalf("traces annotate: exit %d: %s%s", code, out, stderr)
 		}
 	}
+	runs := t.TempDir()
 	trainRun := func(name string, sets ...string) []stepMetrics {
 		t.Helper()
-		dir := filepath.Join(t.TempDir(), name)
+		dir := filepath.Join(runs, name)
 		args := []string{"run", "quickstart", "--out", dir, "--set", "models.policy={path: " + ckpt + "}", "--set", "data.traces.store=" + store,
 			"--set", "data.traces.reward=judge", "--set", "schedule.eval_every=0", "--traces", "off"}
 		for _, s := range sets {
@@ -314,6 +315,22 @@ func TestProxyRecordsOpenAIClientAndOTLP(t *testing.T) {
 				t.Errorf("%s step %+v: want 4 sequences of %d response tokens, mean reward 0.5, a gradient", name, m, groupTokens)
 			}
 		}
+	}
+	// A run stopped after its first offline step and resumed trains the
+	// second on the same batch (one group a step: the other prompt's) as
+	// the run that went on, to the same weights.
+	oneGroup := []string{"data.traces.train=rl", "sft.steps=0", "algorithm.group_size=2", "algorithm.batch_prompts=1"}
+	trainRun("offline-grpo-one-group", append(oneGroup, "schedule.steps=2")...)
+	half := filepath.Join(runs, "offline-grpo-resumed")
+	trainRun("offline-grpo-resumed", append(oneGroup, "schedule.steps=1")...)
+	code, out, stderr = run(t, "run", filepath.Join(half, "recipe.yaml"), "--out", half, "--resume", "--set", "schedule.steps=2", "--traces", "off")
+	if code != 0 {
+		t.Fatalf("resume the offline run: exit %d:\n%s%s", code, out, stderr)
+	}
+	whole, errW := os.ReadFile(filepath.Join(runs, "offline-grpo-one-group", "checkpoints", "step-2", "model.safetensors"))
+	resumed, errR := os.ReadFile(filepath.Join(half, "checkpoints", "step-2", "model.safetensors"))
+	if errW != nil || errR != nil || !bytes.Equal(whole, resumed) {
+		t.Errorf("offline GRPO resumed after step 1: weights differ from the uninterrupted run's (%v, %v)", errW, errR)
 	}
 }
 
