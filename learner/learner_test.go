@@ -114,6 +114,11 @@ func TestTrainAlgorithms(t *testing.T) {
 		{RWSFT, func(c *Config) { c.RWBeta = 0.2 }},
 		{RWSFT, func(c *Config) { c.RWFilter, c.RWThreshold = true, 0.5 }},
 		{SFT, nil},
+		// Dr.GRPO's summed aggregation asked for by name: its constant is
+		// max_tokens whatever the algorithm.
+		{GRPO, func(c *Config) { c.Loss.Aggregation = rl.SeqMeanTokenSumNorm }},
+		{SFT, func(c *Config) { c.Loss.Aggregation = rl.SeqMeanTokenSumNorm }},
+		{RWSFT, func(c *Config) { c.RWBeta = 0.2; c.Loss.Aggregation = rl.SeqMeanTokenSumNorm }},
 	} {
 		c := tinyConfig(tc.alg)
 		name := tc.alg

@@ -62,6 +62,9 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 		norm := rl.CountNorm(p.masks[p.miniRange[k][0]:p.miniRange[k][1]])
 		if l.cfg.Algorithm == DrGRPO {
 			lossCfg.Aggregation = rl.SeqMeanTokenSumNorm
+		}
+		if lossCfg.Aggregation == rl.SeqMeanTokenSumNorm {
+			// Dr.GRPO's constant, whichever algorithm asks for its sum.
 			norm.Const = float64(l.cfg.MaxResponseLen)
 		}
 		bts := make([]*model.Batch, len(mini))
