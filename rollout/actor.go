@@ -127,6 +127,11 @@ type JobResult struct {
 	Job   string
 	Done  bool
 	Error string
+	// Refusal says the engine refused a generation request as invalid
+	// (refusedBadRequest) or as over the context (refusedContextFull), so
+	// the caller's error wraps engine.ErrBadRequest or ErrContextFull as
+	// the engine's did; empty otherwise.
+	Refusal string `msgpack:",omitempty"`
 	// Generation jobs.
 	Results []engine.Result
 	// Episode jobs: the turns as Arrow IPC file bytes, inline or offered.
@@ -477,6 +482,35 @@ func (a *rolloutActor) run(j *job) {
 	a.mu.Unlock()
 }
 
+// The Refusal kinds of a JobResult.
+const (
+	refusedBadRequest  = "bad_request"
+	refusedContextFull = "context_full"
+)
+
+// refusalOf classifies an engine error for JobResult.Refusal.
+func refusalOf(err error) string {
+	switch {
+	case errors.Is(err, engine.ErrContextFull):
+		return refusedContextFull
+	case errors.Is(err, engine.ErrBadRequest):
+		return refusedBadRequest
+	}
+	return ""
+}
+
+// refusalError is a job's error text wrapping the sentinel its Refusal
+// names, so that callers tell a refused request from a failed engine.
+func refusalError(err error, refusal string) error {
+	switch refusal {
+	case refusedContextFull:
+		return fmt.Errorf("%w (%w)", err, engine.ErrContextFull)
+	case refusedBadRequest:
+		return fmt.Errorf("%w (%w)", err, engine.ErrBadRequest)
+	}
+	return err
+}
+
 // work runs one job; a panic in an engine or verifier fails the job, not
 // the node.
 func (a *rolloutActor) work(s Submit) (res JobResult, tokens int) {
@@ -491,7 +525,7 @@ func (a *rolloutActor) work(s Submit) (res JobResult, tokens int) {
 	if s.Generate != nil {
 		out, err := a.solver.Generate(a.ctx, s.Generate.Requests)
 		if err != nil {
-			return JobResult{Error: err.Error()}, 0
+			return JobResult{Error: err.Error(), Refusal: refusalOf(err)}, 0
 		}
 		for _, r := range out {
 			for _, smp := range r.Samples {
@@ -646,7 +680,7 @@ func Await(ctx context.Context, c Caller, s Submit) (JobResult, error) {
 		}
 		if r.Done {
 			if r.Error != "" {
-				return r, fmt.Errorf("rollout job %s: %s", t.Job, r.Error)
+				return r, refusalError(fmt.Errorf("rollout job %s: %s", t.Job, r.Error), r.Refusal)
 			}
 			return r, nil
 		}

@@ -711,7 +711,7 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 				p.lose(r, "actor stopped")
 				return nil, true, nil
 			case jr.Error != "":
-				return nil, false, fail("job %s: %s", t.Job, jr.Error)
+				return nil, false, refusalError(fail("job %s: %s", t.Job, jr.Error), jr.Refusal)
 			case len(jr.Results) != len(reqs):
 				return nil, false, fail("job %s: %d results for %d requests", t.Job, len(jr.Results), len(reqs))
 			}

@@ -183,6 +183,37 @@ func TestPoolStaleness(t *testing.T) {
 	}
 }
 
+// A request the engine refuses keeps its kind across the actor boundary:
+// over the context is engine.ErrContextFull, another invalid request
+// engine.ErrBadRequest alone.
+func TestPoolRefusalsKeepTheirKind(t *testing.T) {
+	if proctest.Isolated(t) {
+		return
+	}
+	n := startNode(t)
+	ctx := testCtx(t)
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}, Replicas: 1, Name: "refusals"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	long := poolRequests("long", 1)
+	long[0].Params.MaxTokens = 1 << 20
+	_, err = pool.Generate(ctx, long)
+	if !errors.Is(err, engine.ErrContextFull) || !errors.Is(err, engine.ErrBadRequest) || !strings.Contains(err.Error(), "exceeds the model's context") {
+		t.Errorf("over the context: %v; want ErrContextFull (an ErrBadRequest) with the engine's words", err)
+	}
+	bad := poolRequests("bad", 1)
+	bad[0].Prompt = []int{1 << 30}
+	_, err = pool.Generate(ctx, bad)
+	if !errors.Is(err, engine.ErrBadRequest) || errors.Is(err, engine.ErrContextFull) || !strings.Contains(err.Error(), "out of range") {
+		t.Errorf("token id out of range: %v; want ErrBadRequest alone with the engine's words", err)
+	}
+	if _, err := pool.Generate(ctx, poolRequests("fine", 2)); err != nil {
+		t.Errorf("after two refusals: %v", err)
+	}
+}
+
 // TestPoolPlacementGroup puts one replica in each bundle of a group.
 func TestPoolPlacementGroup(t *testing.T) {
 	if proctest.Isolated(t) {

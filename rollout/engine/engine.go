@@ -7,6 +7,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/rlnode/rlnode/learner/tokenizer"
 )
@@ -84,3 +85,8 @@ type Scorer interface {
 // ErrBadRequest marks requests an engine refuses as invalid (empty prompt,
 // MaxTokens ≤ 0, prompt longer than the context, ...).
 var ErrBadRequest = errors.New("bad generation request")
+
+// ErrContextFull marks the bad request whose prompt plus MaxTokens does
+// not fit the model's context: a multi-turn episode that meets it has run
+// out of room (it wraps ErrBadRequest).
+var ErrContextFull = fmt.Errorf("%w: context full", ErrBadRequest)

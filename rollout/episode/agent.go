@@ -82,6 +82,9 @@ const (
 	NoteToolCall  = "tool call: "
 	NoteToolError = "tool error: "
 	NoteEnvError  = "environment: " // the step failed; the episode ended there
+	// NoteContextFull ends an episode whose next prompt plus max_tokens
+	// no longer fits the model's context (then the step's number).
+	NoteContextFull = "stopped: context full at step "
 )
 
 // AgentStep is what one agent turn did, read from its text and note:
@@ -271,6 +274,13 @@ func (r *Agent) play(ctx context.Context, lim Limits, live []*agentState, outs [
 	var wg sync.WaitGroup
 	for k, e := range live {
 		o := outs[k]
+		if n := len(e.turns); o.err != nil && n > 0 && errors.Is(o.err, engine.ErrContextFull) {
+			// The chat has outgrown the model's context: the episode
+			// ends after its last step, as at max_steps.
+			e.turns[n-1].Note = joinNotes(e.turns[n-1].Note, fmt.Sprintf("%s%d", NoteContextFull, step))
+			e.done = true
+			continue
+		}
 		if o.err != nil {
 			e.turns = append(e.turns, failedTurn(r.Policy, fmt.Sprintf("step %d: %v", step, o.err)))
 			e.done = true

@@ -229,6 +229,54 @@ func TestAgentFailures(t *testing.T) {
 	}
 }
 
+// An episode whose chat outgrows the model's context ends after its last
+// step that fitted, unsolved, as at max_steps: no failed turn, nothing
+// that stops a run.
+func TestAgentContextFull(t *testing.T) {
+	one := episode.Batch{Examples: []data.Example{{ID: "eq", Prompt: "3x + 5 = 14"}}, N: 1}
+	eng := episodetest.NewScriptedEngine(nil)
+	eng.Reply = teacher(eng)
+	if _, err := agent(eng, 0).Run(ctx(t), one); err != nil {
+		t.Fatal(err)
+	}
+	reqs := eng.Requests()
+	if len(reqs) != 4 {
+		t.Fatalf("the teacher took %d steps, want 4", len(reqs))
+	}
+	// Room for steps 0 and 1, not for step 2.
+	step2 := len(eng.Tok.EncodeChat(reqs[2].Messages, true)) + reqs[2].Params.MaxTokens
+	small := episodetest.NewScriptedEngine(nil)
+	small.Reply, small.MaxPositions = teacher(small), step2-1
+	turns, err := agent(small, 0).Run(ctx(t), one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTurns(t, turns)
+	if len(turns) != 2 {
+		t.Fatalf("%d turns, want the 2 steps that fitted", len(turns))
+	}
+	for _, tn := range turns {
+		if tn.FinishReason == "error" || tn.FinalReward != 3.5 {
+			t.Errorf("turn %d: finish %q, return %v; want no failed turn and the return 1.5 + 2", tn.Turn, tn.FinishReason, tn.FinalReward)
+		}
+	}
+	if !strings.Contains(turns[1].Note, episode.NoteContextFull+"2") {
+		t.Errorf("last turn's note %q: want it to say the context was full at step 2", turns[1].Note)
+	}
+
+	// A first prompt that does not fit is the recipe's mistake: a failed
+	// turn, as before.
+	tiny := episodetest.NewScriptedEngine(nil)
+	tiny.Reply, tiny.MaxPositions = teacher(tiny), 8
+	turns, err = agent(tiny, 0).Run(ctx(t), one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(turns) != 1 || turns[0].FinishReason != "error" || !strings.Contains(turns[0].Note, "context full") {
+		t.Fatalf("first prompt over the context: %+v", turns)
+	}
+}
+
 func TestReturns(t *testing.T) {
 	tests := []struct {
 		rewards []float64

@@ -299,7 +299,7 @@ func (e *Engine) newJob(req engine.Request, index, top int, stream bool) (*job, 
 	case p.MaxTokens <= 0:
 		return nil, bad("max_tokens = %d must be positive", p.MaxTokens)
 	case len(j.req.Prompt)+p.MaxTokens > c.MaxPositions:
-		return nil, bad("prompt of %d tokens plus max_tokens %d exceeds the model's context of %d tokens", len(j.req.Prompt), p.MaxTokens, c.MaxPositions)
+		return nil, j.fail(fmt.Errorf("%w: prompt of %d tokens plus max_tokens %d exceeds the model's context of %d tokens", engine.ErrContextFull, len(j.req.Prompt), p.MaxTokens, c.MaxPositions))
 	case !(p.Temperature >= 0) || math.IsInf(p.Temperature, 0):
 		return nil, bad("temperature = %v must be a finite number ≥ 0", p.Temperature)
 	case !(p.TopP >= 0 && p.TopP <= 1):

@@ -369,6 +369,9 @@ func TestBadRequests(t *testing.T) {
 		if !errors.Is(err, engine.ErrBadRequest) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `request 1 (id "`+tc.name+`")`) {
 			t.Errorf("%s: error %v, want ErrBadRequest naming request 1 and %q", tc.name, err, tc.want)
 		}
+		if full := errors.Is(err, engine.ErrContextFull); full != (tc.name == "context") {
+			t.Errorf("%s: errors.Is(err, ErrContextFull) = %v: want it for the context's refusal alone", tc.name, full)
+		}
 	}
 }
 

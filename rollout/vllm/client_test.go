@@ -245,6 +245,9 @@ func TestServerRefusesRequest(t *testing.T) {
 	if !errors.Is(err, engine.ErrBadRequest) || !strings.Contains(err.Error(), "maximum context length") {
 		t.Fatalf("err = %v, want ErrBadRequest with the server's message", err)
 	}
+	if !errors.Is(err, engine.ErrContextFull) {
+		t.Errorf("err = %v: vLLM's maximum-context answer should be ErrContextFull", err)
+	}
 	if _, tries, _ := f.Stats(); tries != 1 {
 		t.Errorf("server got %d tries, want 1 (a 400 is not retried)", tries)
 	}

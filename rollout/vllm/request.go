@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/rlnode/rlnode/rollout/engine"
 )
@@ -62,7 +63,11 @@ func (c *Client) try(ctx context.Context, sl slot, r *engine.Request, id string,
 	}
 	if resp.StatusCode != http.StatusOK {
 		err := fmt.Errorf("POST %s: HTTP %d: %s", path, resp.StatusCode, errorMessage(data))
-		if resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusUnprocessableEntity {
+		switch {
+		case resp.StatusCode == http.StatusBadRequest && strings.Contains(string(data), "maximum context length"):
+			// vLLM's words for a prompt plus max_tokens over max_model_len.
+			err = fmt.Errorf("%w: %w", engine.ErrContextFull, err)
+		case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusUnprocessableEntity:
 			err = fmt.Errorf("%w: %w", engine.ErrBadRequest, err)
 		}
 		return fail(resp.StatusCode, retryableStatus(resp.StatusCode), err)

@@ -37,6 +37,10 @@ type ScriptedEngine struct {
 	requests []engine.Request
 	calls    int
 	Fail     error // when set, Generate fails as a whole with it
+	// MaxPositions, when set, is the model's context: a request whose
+	// prompt plus MaxTokens exceeds it is refused with
+	// engine.ErrContextFull, as the native engine refuses it.
+	MaxPositions int
 }
 
 // NewScriptedEngine returns a scripted engine over the builtin tokenizer.
@@ -80,6 +84,10 @@ func (e *ScriptedEngine) Generate(ctx context.Context, reqs []engine.Request) ([
 		}
 		if len(prompt) == 0 || r.Params.MaxTokens <= 0 {
 			return nil, fmt.Errorf("scripted engine: request %s: %w", r.ID, engine.ErrBadRequest)
+		}
+		if e.MaxPositions > 0 && len(prompt)+r.Params.MaxTokens > e.MaxPositions {
+			return nil, fmt.Errorf("scripted engine: request %s: %w: prompt of %d tokens plus max_tokens %d exceeds %d",
+				r.ID, engine.ErrContextFull, len(prompt), r.Params.MaxTokens, e.MaxPositions)
 		}
 		res := engine.Result{RequestID: r.ID, PromptTokenIDs: append([]int(nil), prompt...), WeightVersion: e.Version.Load()}
 		for k := range max(r.Params.N, 1) {
