@@ -245,15 +245,7 @@ func TestArcherRuns(t *testing.T) {
 		{"archer", []string{"algorithm.archer.critic_init=scratch"}, 1},
 	} {
 		t.Run(c.recipe+strings.Join(c.sets, ","), func(t *testing.T) {
-			l, err := recipes.Load(c.recipe, append(append([]string{}, tiny...), c.sets...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := t.TempDir()
-			cfg, err := FromRecipe(l, out)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg, out := loadRun(t, c.recipe, append(append([]string{}, tiny...), c.sets...))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			if _, err := Run(ctx, cfg); err != nil {

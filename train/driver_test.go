@@ -16,6 +16,7 @@ import (
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/native"
 )
@@ -278,4 +279,20 @@ func TestResumeReachesSameWeights(t *testing.T) {
 	if _, err := Run(ctx, corrupt); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "model.safetensors") {
 		t.Errorf("resume from a corrupt checkpoint: error %v, want ErrCorrupt naming model.safetensors", err)
 	}
+}
+
+// loadRun maps built-in recipe name with sets onto a Config writing to a
+// fresh folder, out.
+func loadRun(t *testing.T, name string, sets []string) (cfg Config, out string) {
+	t.Helper()
+	l, err := recipes.Load(name, sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = t.TempDir()
+	cfg, err = FromRecipe(l, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, out
 }

@@ -96,15 +96,7 @@ func TestFeedbackAlgorithmRecipeRuns(t *testing.T) {
 		"sft.steps=2", "sft.batch_size=8", "schedule.steps=2", "schedule.eval_every=2", "eval.held_out=8",
 		"algorithm.batch_prompts=4", "algorithm.group_size=4",
 		"algorithm.name=ppo", "models.policy.value_head=true", "algorithm.mlmt.feedback_algorithm=grpo", "algorithm.mlmt.feedback_lr=5e-4"}
-	l, err := recipes.Load("mlmt_math", sets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := t.TempDir()
-	cfg, err := FromRecipe(l, out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, out := loadRun(t, "mlmt_math", sets)
 	if _, err := Run(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -272,15 +272,7 @@ func TestMultiTurnRecipesRun(t *testing.T) {
 			t.Chdir(t.TempDir())
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			l, err := recipes.Load(c.recipe, c.sets)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := t.TempDir()
-			cfg, err := FromRecipe(l, out)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg, out := loadRun(t, c.recipe, c.sets)
 			res, err := Run(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -311,15 +311,7 @@ func TestShippedRecipesOnVLLM(t *testing.T) {
 				servers = append(servers, f)
 				sets = append(sets, "engines.feedback.kind=vllm", fmt.Sprintf("engines.feedback.vllm={servers: [%q], model: served}", f.URL()))
 			}
-			l, err := recipes.Load(name, sets)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := t.TempDir()
-			cfg, err := FromRecipe(l, out)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg, out := loadRun(t, name, sets)
 			if _, err := Run(ctx, cfg); err != nil {
 				t.Fatal(err)
 			}

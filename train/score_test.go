@@ -126,17 +126,9 @@ func TestScoreTwoStageRuns(t *testing.T) {
 	t.Chdir(t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	l, err := recipes.Load("score_two_stage", []string{"models.policy.init.hidden_size=32", "models.policy.init.intermediate_size=64",
+	cfg, out := loadRun(t, "score_two_stage", []string{"models.policy.init.hidden_size=32", "models.policy.init.intermediate_size=64",
 		"models.policy.init.layers=1", "sft.steps=2", "sft.batch_size=8", "schedule.steps=4", "schedule.eval_every=4",
 		"eval.held_out=8", "algorithm.batch_prompts=4", "algorithm.group_size=4", "algorithm.score.stage1_steps=2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := t.TempDir()
-	cfg, err := FromRecipe(l, out)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := Run(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -102,15 +102,7 @@ func TestTextualACRuns(t *testing.T) {
 	for _, role := range []string{"policy", "feedback"} {
 		tiny = append(tiny, "models."+role+".init.hidden_size=32", "models."+role+".init.intermediate_size=64", "models."+role+".init.layers=1")
 	}
-	l, err := recipes.Load("textual_ac", tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := t.TempDir()
-	cfg, err := FromRecipe(l, out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, out := loadRun(t, "textual_ac", tiny)
 	var shaped, contexts int
 	cfg.Episodes = func(step int, turns []data.Turn) {
 		for _, tn := range turns {
@@ -170,17 +162,9 @@ func TestTextualACSharedRuns(t *testing.T) {
 	t.Chdir(t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	l, err := recipes.Load("textual_ac_shared", []string{"models.policy.init.hidden_size=32", "models.policy.init.intermediate_size=64",
+	cfg, out := loadRun(t, "textual_ac_shared", []string{"models.policy.init.hidden_size=32", "models.policy.init.intermediate_size=64",
 		"models.policy.init.layers=1", "sft.steps=2", "sft.batch_size=8", "schedule.steps=3", "schedule.eval_every=3",
 		"eval.held_out=8", "algorithm.batch_prompts=4", "algorithm.group_size=4", "algorithm.mlmt.update_ratio=1:2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := t.TempDir()
-	cfg, err := FromRecipe(l, out)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if !cfg.SharedWeights {
 		t.Fatal("shared_weights did not map")
 	}

@@ -187,14 +187,9 @@ func (d *EmuDevice) Launch(kernel string, grid, block Dim3, args ...any) error {
 	if err != nil {
 		return err
 	}
-	params := make([]unsafe.Pointer, len(slots))
 	var pin runtime.Pinner
 	defer pin.Unpin()
-	pin.Pin(&slots[0])
-	for i := range slots {
-		params[i] = unsafe.Pointer(&slots[i])
-	}
-	pin.Pin(&params[0])
+	params := kernelParams(slots, &pin)
 	g := [3]uint32{uint32(grid.X), uint32(grid.Y), uint32(grid.Z)}
 	b := [3]uint32{uint32(block.X), uint32(block.Y), uint32(block.Z)}
 	msg := make([]byte, 512)
@@ -206,6 +201,18 @@ func (d *EmuDevice) Launch(kernel string, grid, block Dim3, args ...any) error {
 	}
 	d.Launches++
 	return nil
+}
+
+// kernelParams is the kernel-parameter array of a launch: the address of
+// each slot, slots and array pinned by pin for the call.
+func kernelParams(slots []uint64, pin *runtime.Pinner) []unsafe.Pointer {
+	params := make([]unsafe.Pointer, len(slots))
+	pin.Pin(&slots[0])
+	for i := range slots {
+		params[i] = unsafe.Pointer(&slots[i])
+	}
+	pin.Pin(&params[0])
+	return params
 }
 
 // argSlots lays out a launch's arguments as the kernel reads them: a

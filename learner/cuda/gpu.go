@@ -151,14 +151,9 @@ func (g *GPU) Launch(kernel string, grid, block Dim3, args ...any) error {
 	if err != nil {
 		return err
 	}
-	params := make([]unsafe.Pointer, len(slots))
 	var pin runtime.Pinner
 	defer pin.Unpin()
-	pin.Pin(&slots[0])
-	for i := range slots {
-		params[i] = unsafe.Pointer(&slots[i])
-	}
-	pin.Pin(&params[0])
+	params := kernelParams(slots, &pin)
 	return g.on(func() error {
 		r := g.dev.drv.cuLaunchKernel(fn, uint32(grid.X), uint32(grid.Y), uint32(grid.Z), uint32(block.X), uint32(block.Y), uint32(block.Z), 0, 0, unsafe.Pointer(&params[0]), nil)
 		return g.drvErr(fmt.Sprintf("launch %s (grid %v, block %v)", kernel, grid, block), r)
