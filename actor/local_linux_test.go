@@ -121,6 +121,15 @@ func shmNames(t *testing.T) map[string]bool {
 }
 
 func TestLocalPathBetweenProcesses(t *testing.T) {
+	// A socket folder of its own (the peer inherits it): a node that
+	// another test package starts meanwhile sweeps the shared one, and
+	// would remove the killed peer's socket this test watches.
+	sockets, err := os.MkdirTemp("", "rlsock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockets) })
+	t.Setenv("XDG_RUNTIME_DIR", sockets)
 	before := shmNames(t)
 	s, err := Start(Config{Secret: []byte("local key"), Logger: DiscardLogger()})
 	if err != nil {
