@@ -102,6 +102,8 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"algorithm.textual_ac={}"}, `algorithm.textual_ac: set, but episode.type is "single"`},
 		{[]string{"algorithm.score.stage1_steps=5"}, `algorithm.score.stage1_steps: 5, but episode.type is "single"`},
 		{[]string{"episode.type=score", "algorithm.score.stage1_steps=5"}, "algorithm.score.stage1_steps: 5, but algorithm.kl_coef is 0"},
+		{[]string{"episode.type=mlmt", "algorithm.kl_coef=0.01", "algorithm.score.stage1_steps=5"}, `algorithm.score.stage1_steps: 5, but episode.type is "mlmt" (SCoRe's stage I is for score, and for RL-guided SCoRe`},
+		{[]string{"episode.type=mlmt", "algorithm.kl_coef=0.01", "algorithm.mlmt.refine_reward=shaped", "algorithm.mlmt.stop_gradient=true", "algorithm.score.stage1_steps=5"}, "stage I trains both solver attempts of a model of its own"},
 		{[]string{"episode.type=score", "algorithm.kl_coef=0.01", "algorithm.score.stage1_steps=5", "algorithm.score.stage1_kl_coef=0"}, "algorithm.score.stage1_kl_coef: 0: want a finite value > 0"},
 		{[]string{"episode.type=mlmt", "algorithm.mlmt.static_feedback=true", "algorithm.mlmt.train=[solver, feedback]"}, "trains feedback, but algorithm.mlmt.static_feedback is true"},
 		{[]string{"episode.type=mlmt", "algorithm.mlmt.train=[solver]", "algorithm.mlmt.stop_gradient=true"}, "add feedback to algorithm.mlmt.train"},

@@ -1105,8 +1105,10 @@ func (c *checker) scoreStages(r *Recipe) {
 		return
 	}
 	switch {
-	case r.Episode.Type != "score":
-		c.add("algorithm.score.stage1_steps", "%d, but episode.type is %q (SCoRe's stage I is for score)", sc.Stage1Steps, r.Episode.Type)
+	case r.Episode.Type != "score" && !(r.Episode.Type == "mlmt" && r.Algorithm.MLMT.RefineReward == "shaped"):
+		c.add("algorithm.score.stage1_steps", "%d, but episode.type is %q (SCoRe's stage I is for score, and for RL-guided SCoRe: mlmt with algorithm.mlmt.refine_reward shaped)", sc.Stage1Steps, r.Episode.Type)
+	case r.Episode.Type == "mlmt" && (r.Algorithm.MLMT.SharedWeights || r.Algorithm.MLMT.StopGradient || !slices.Contains(r.Algorithm.MLMT.Train, "solver")):
+		c.add("algorithm.score.stage1_steps", "%d: stage I trains both solver attempts of a model of its own: needs solver in algorithm.mlmt.train, not with shared_weights or stop_gradient", sc.Stage1Steps)
 	case !(r.Algorithm.KLCoef > 0):
 		c.add("algorithm.score.stage1_steps", "%d, but algorithm.kl_coef is %v: both stages need a KL reference (kl_coef > 0, stage II's β1)", sc.Stage1Steps, r.Algorithm.KLCoef)
 	case r.Algorithm.KLInReward:

@@ -532,8 +532,10 @@ func (c *Config) validate() (*compiled, error) {
 	if c.ShapeRefine && (c.Episode != EpisodeMLMT || !(c.ScoreAlpha >= 0)) {
 		return nil, fmt.Errorf("driver config: shape_refine: for episode mlmt with score_alpha ≥ 0 (episode %q, score_alpha %v)", c.Episode, c.ScoreAlpha)
 	}
-	if c.Episode != EpisodeSCoRe && (c.ScoreStage1Steps != 0 || c.ScoreStage1KLCoef != 0) {
-		return nil, fmt.Errorf("driver config: score_stage1_steps, score_stage1_kl_coef: for episode score (episode is %q)", c.Episode)
+	if stage1 := c.ScoreStage1Steps != 0 || c.ScoreStage1KLCoef != 0; stage1 && c.Episode != EpisodeSCoRe && !(c.Episode == EpisodeMLMT && c.ShapeRefine) {
+		return nil, fmt.Errorf("driver config: score_stage1_steps, score_stage1_kl_coef: for episode score, or mlmt with shape_refine (RL-guided SCoRe) (episode is %q)", c.Episode)
+	} else if stage1 && (c.SharedWeights || c.StopGradient || c.FreezeSolver) {
+		return nil, fmt.Errorf("driver config: score_stage1_steps: stage I trains both solver attempts of one model of its own (shared_weights, stop_gradient and freeze_solver are off)")
 	}
 	if c.FreezeSolver && c.Episode != EpisodeMLMT {
 		return nil, fmt.Errorf("driver config: freeze_solver: for episode mlmt (episode is %q)", c.Episode)

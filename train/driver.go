@@ -667,7 +667,11 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 		return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
 	}
 	if p.Stage1 {
-		if err := scoreStage1(&sb, trainTurns, r.solver.id, solverTurns, cfg.Learner.Loss.KLCoef, cfg.ScoreStage1KLCoef); err != nil {
+		second := int32(1)
+		if cfg.Episode == EpisodeMLMT {
+			second = 2 // RL-guided SCoRe: the refine turn
+		}
+		if err := scoreStage1(&sb, trainTurns, r.solver.id, solverTurns, second, cfg.Learner.Loss.KLCoef, cfg.ScoreStage1KLCoef); err != nil {
 			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
 		}
 	}

@@ -361,9 +361,9 @@ func (l recipe) config(out string) (Config, error) {
 	}
 	if score {
 		cfg.ReviewTemplate, cfg.ScoreAlpha = tpl.review, r.Algorithm.Score.Alpha
-		if sc := r.Algorithm.Score; sc.Stage1Steps > 0 {
-			cfg.ScoreStage1Steps, cfg.ScoreStage1KLCoef = sc.Stage1Steps, sc.Stage1KLCoef
-		}
+	}
+	if sc := r.Algorithm.Score; sc.Stage1Steps > 0 && (score || cfg.ShapeRefine) {
+		cfg.ScoreStage1Steps, cfg.ScoreStage1KLCoef = sc.Stage1Steps, sc.Stage1KLCoef
 	}
 	if cfg.TopP == 1 {
 		cfg.TopP = 0 // the driver's "off"

@@ -33,11 +33,12 @@ func (c *Config) validateScoreStages() error {
 	return nil
 }
 
-// scoreStage1 turns sb, the solver's batch of a score step's turns (its
-// rows in trajectoryRows's order for solverTurns), into stage I's: first
-// attempts get PG weight 0 and KL weight beta2/beta1, second attempts
-// their unshaped reward r2 and weights 1.
-func scoreStage1(sb *learner.Batch, turns []data.Turn, solver string, solverTurns func(data.Turn) bool, beta1, beta2 float64) error {
+// scoreStage1 turns sb, the solver's batch of a step's turns (its rows in
+// trajectoryRows's order for solverTurns), into stage I's: first attempts
+// get PG weight 0 and KL weight beta2/beta1, second attempts (turn second:
+// 1 in a score episode, 2 — the refine turn — in RL-guided SCoRe's mlmt
+// episode) their unshaped reward r2 and weights 1.
+func scoreStage1(sb *learner.Batch, turns []data.Turn, solver string, solverTurns func(data.Turn) bool, second int32, beta1, beta2 float64) error {
 	rows, _, err := trajectoryRows(solver, turns, solverTurns)
 	if err != nil {
 		return err
@@ -53,11 +54,11 @@ func scoreStage1(sb *learner.Batch, turns []data.Turn, solver string, solverTurn
 		switch t := turns[i]; t.Turn {
 		case 0:
 			sb.KLWeights[k] = beta2 / beta1
-		case 1:
+		case second:
 			sb.PGWeights[k], sb.KLWeights[k] = 1, 1
 			sb.Rewards[k] = t.FinalReward
 		default:
-			return fmt.Errorf("score stage I: episode %s has a turn %d (a score episode has turns 0 and 1)", t.EpisodeID, t.Turn)
+			return fmt.Errorf("score stage I: episode %s has a solver turn %d (want the attempts 0 and %d)", t.EpisodeID, t.Turn, second)
 		}
 	}
 	return nil

@@ -62,7 +62,7 @@ func TestScoreStage1Batch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := scoreStage1(&sb, turns, "policy", nil, 0.01, 0.1); err != nil {
+	if err := scoreStage1(&sb, turns, "policy", nil, 1, 0.01, 0.1); err != nil {
 		t.Fatal(err)
 	}
 	wantR, wantPG, wantKL := []float64{0, 1, 1, 0}, []float64{0, 0, 1, 1}, []float64{10, 10, 1, 1}
@@ -72,7 +72,7 @@ func TestScoreStage1Batch(t *testing.T) {
 		}
 	}
 	bad := learner.Batch{Responses: sb.Responses[:1], Rewards: sb.Rewards[:1]}
-	if err := scoreStage1(&bad, turns, "policy", nil, 0.01, 0.1); err == nil || !strings.Contains(err.Error(), "4 solver turns for a batch of 1") {
+	if err := scoreStage1(&bad, turns, "policy", nil, 1, 0.01, 0.1); err == nil || !strings.Contains(err.Error(), "4 solver turns for a batch of 1") {
 		t.Errorf("a batch of other turns: %v", err)
 	}
 	three := append(scoreTurns(), scoreTurns()[1])
@@ -81,8 +81,41 @@ func TestScoreStage1Batch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := scoreStage1(&sb3, three, "policy", nil, 0.01, 0.1); err == nil || !strings.Contains(err.Error(), "turn 2") {
+	if err := scoreStage1(&sb3, three, "policy", nil, 1, 0.01, 0.1); err == nil || !strings.Contains(err.Error(), "solver turn 2") {
 		t.Errorf("a third turn: %v", err)
+	}
+}
+
+// RL-guided SCoRe's stage I: the solver's attempt (turn 0) on the KL
+// alone, its refine turn (turn 2) on the unshaped r2; the feedback
+// policy's turn 1 is another policy's and not in the solver's batch.
+func TestScoreStage1BatchMLMT(t *testing.T) {
+	var turns []data.Turn
+	for _, tn := range scoreTurns() {
+		if tn.Turn == 1 {
+			fb := tn
+			fb.PolicyID, fb.Reward = "feedback", tn.FinalReward
+			turns = append(turns, fb)
+			tn.Turn = 2
+		}
+		turns = append(turns, tn)
+	}
+	sb, err := BatchFromTrajectories("policy", turns, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := scoreStage1(&sb, turns, "policy", nil, 2, 0.01, 0.1); err != nil {
+		t.Fatal(err)
+	}
+	wantR, wantPG, wantKL := []float64{0, 1, 1, 0}, []float64{0, 0, 1, 1}, []float64{10, 10, 1, 1}
+	for i := range wantR {
+		if sb.Rewards[i] != wantR[i] || sb.PGWeights[i] != wantPG[i] || !near(sb.KLWeights[i], wantKL[i], 1e-12) {
+			t.Errorf("row %d: reward %v, pg %v, kl %v; want %v, %v, %v", i, sb.Rewards[i], sb.PGWeights[i], sb.KLWeights[i], wantR[i], wantPG[i], wantKL[i])
+		}
+	}
+	sb1, _ := BatchFromTrajectories("policy", turns, nil)
+	if err := scoreStage1(&sb1, turns, "policy", nil, 1, 0.01, 0.1); err == nil || !strings.Contains(err.Error(), "solver turn 2 (want the attempts 0 and 1)") {
+		t.Errorf("an mlmt batch read as score's: %v", err)
 	}
 }
 
@@ -119,37 +152,74 @@ func TestScoreStagesConfig(t *testing.T) {
 	}
 }
 
+// RL-guided SCoRe takes stage I too (mlmt with the shaped refine reward),
+// not plain mlmt or a frozen solver.
+func TestScoreStagesRLGuided(t *testing.T) {
+	cfg, _ := loadRun(t, "rl_guided_score", []string{"algorithm.score.stage1_steps=5"})
+	if cfg.ScoreStage1Steps != 5 || cfg.ScoreStage1KLCoef != 0.1 || !cfg.ShapeRefine || cfg.Episode != EpisodeMLMT {
+		t.Fatalf("stage 1 steps %d, β2 %v, shaped %v, episode %s", cfg.ScoreStage1Steps, cfg.ScoreStage1KLCoef, cfg.ShapeRefine, cfg.Episode)
+	}
+	if _, err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		edit func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.ShapeRefine = false }, "for episode score, or mlmt with shape_refine"},
+		{func(c *Config) { c.FreezeSolver = true }, "stage I trains both solver attempts"},
+	} {
+		c2 := cfg
+		c.edit(&c2)
+		if _, err := c2.validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("error %v, want %q", err, c.want)
+		}
+	}
+}
+
 // A shrunk score_two_stage runs both stages: its RL steps log stage 1,
 // then 2.
 func TestScoreTwoStageRuns(t *testing.T) {
 	t.Setenv("RLNODE_HOME", t.TempDir())
 	t.Chdir(t.TempDir())
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cfg, out := loadRun(t, "score_two_stage", []string{"models.policy.init.hidden_size=32", "models.policy.init.intermediate_size=64",
+	shrink := []string{"models.policy.init.hidden_size=32", "models.policy.init.intermediate_size=64",
 		"models.policy.init.layers=1", "sft.steps=2", "sft.batch_size=8", "schedule.steps=4", "schedule.eval_every=4",
-		"eval.held_out=8", "algorithm.batch_prompts=4", "algorithm.group_size=4", "algorithm.score.stage1_steps=2"})
-	if _, err := Run(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	js, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stages []int
-	for _, line := range strings.Split(strings.TrimSpace(string(js)), "\n") {
-		var m struct {
-			Phase      string `json:"phase"`
-			ScoreStage int    `json:"score_stage"`
-		}
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatal(err)
-		}
-		if m.Phase == "rl" {
-			stages = append(stages, m.ScoreStage)
-		}
-	}
-	if want := []int{1, 1, 2, 2}; !slices.Equal(stages, want) {
-		t.Errorf("RL steps' score_stage %v, want %v", stages, want)
+		"eval.held_out=8", "algorithm.batch_prompts=4", "algorithm.group_size=4", "algorithm.score.stage1_steps=2"}
+	for _, c := range []struct {
+		recipe string
+		sets   []string
+	}{
+		{"score_two_stage", nil},
+		// RL-guided SCoRe: the solver's attempt and refine turn.
+		{"rl_guided_score", []string{"models.feedback.init.hidden_size=32", "models.feedback.init.intermediate_size=64", "models.feedback.init.layers=1"}},
+	} {
+		t.Run(c.recipe, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cfg, out := loadRun(t, c.recipe, append(slices.Clone(shrink), c.sets...))
+			if _, err := Run(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			js, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stages []int
+			for _, line := range strings.Split(strings.TrimSpace(string(js)), "\n") {
+				var m struct {
+					Phase      string `json:"phase"`
+					ScoreStage int    `json:"score_stage"`
+				}
+				if err := json.Unmarshal([]byte(line), &m); err != nil {
+					t.Fatal(err)
+				}
+				if m.Phase == "rl" {
+					stages = append(stages, m.ScoreStage)
+				}
+			}
+			if want := []int{1, 1, 2, 2}; !slices.Equal(stages, want) {
+				t.Errorf("RL steps' score_stage %v, want %v", stages, want)
+			}
+		})
 	}
 }
