@@ -16,7 +16,7 @@ import (
 func TestBuiltinsLoadAndRoundTrip(t *testing.T) {
 	t.Setenv("RLNODE_HOME", t.TempDir())
 	names := BuiltinNames()
-	want := []string{"agent_equations", "agent_game", "agent_rwsft", "agent_tools", "archer", "archer_code", "archer_multiturn", "bi_level_score", "bi_level_score_code", "bi_level_score_stopgrad", "grpo_gsm8k", "mbpp", "mlmt_gsm8k", "mlmt_math", "mlmt_math_static", "mlmt_math_stopgrad", "ppo_math", "quickstart", "quickstart_lora", "rl_guided_score", "rl_guided_score_code", "score_code", "score_math", "score_two_stage", "textual_ac", "textual_ac_shared"}
+	want := []string{"agent_equations", "agent_game", "agent_rwsft", "agent_tools", "archer", "archer_code", "archer_multiturn", "archer_multiturn_code", "bi_level_score", "bi_level_score_code", "bi_level_score_stopgrad", "grpo_gsm8k", "mbpp", "mlmt_gsm8k", "mlmt_math", "mlmt_math_static", "mlmt_math_stopgrad", "ppo_math", "quickstart", "quickstart_lora", "rl_guided_score", "rl_guided_score_code", "score_code", "score_math", "score_two_stage", "textual_ac", "textual_ac_shared"}
 	if !reflect.DeepEqual(names, want) {
 		t.Fatalf("BuiltinNames() = %v, want %v", names, want)
 	}

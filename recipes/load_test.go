@@ -294,7 +294,7 @@ func TestRelativePaths(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(cwd, "elsewhere.jsonl")) {
 		t.Errorf("want an error naming %s, got %v", filepath.Join(cwd, "elsewhere.jsonl"), err)
 	}
-	if _, err := Load("no_such_recipe", nil); err == nil || !strings.Contains(err.Error(), "built-in: agent_equations, agent_game, agent_rwsft, agent_tools, archer, archer_code, archer_multiturn, bi_level_score, bi_level_score_code, bi_level_score_stopgrad, grpo_gsm8k, mbpp") {
+	if _, err := Load("no_such_recipe", nil); err == nil || !strings.Contains(err.Error(), "built-in: agent_equations, agent_game, agent_rwsft, agent_tools, archer, archer_code, archer_multiturn, archer_multiturn_code, bi_level_score, bi_level_score_code, bi_level_score_stopgrad, grpo_gsm8k, mbpp") {
 		t.Errorf("unknown name: %v", err)
 	}
 }
