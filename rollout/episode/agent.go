@@ -29,11 +29,12 @@ import (
 // environment gives one (Info["outcome"]).
 //
 // Example i's task is its Prompt, its seed Seed + its group id (or
-// EnvSeed's): the N
-// episodes of a group play the same episode of the environment (Reset must
-// be deterministic). A Reset error fails the run (the task is the
-// caller's); a Step error ends that episode with a note; engine failures
-// follow Runner.
+// EnvSeed's): the N episodes of a group play the same episode of the
+// environment (Reset must be deterministic). A Reset error fails the run
+// (the task is the caller's); a Step error ends that episode with a note;
+// a step whose prompt no longer fits the context (engine.ErrContextFull)
+// ends it after the last step that fitted; other engine failures follow
+// Runner.
 type Agent struct {
 	Policy Policy
 	// NewEnv makes the environment of one episode; each is used by one
