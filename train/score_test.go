@@ -2,8 +2,6 @@ package train
 
 import (
 	"context"
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -200,21 +198,11 @@ func TestScoreTwoStageRuns(t *testing.T) {
 			if _, err := Run(ctx, cfg); err != nil {
 				t.Fatal(err)
 			}
-			js, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
-			if err != nil {
-				t.Fatal(err)
-			}
 			var stages []int
-			for _, line := range strings.Split(strings.TrimSpace(string(js)), "\n") {
-				var m struct {
-					Phase      string `json:"phase"`
-					ScoreStage int    `json:"score_stage"`
-				}
-				if err := json.Unmarshal([]byte(line), &m); err != nil {
-					t.Fatal(err)
-				}
-				if m.Phase == "rl" {
-					stages = append(stages, m.ScoreStage)
+			for _, m := range readMetrics(t, filepath.Join(out, "metrics.jsonl")) {
+				if m["phase"] == "rl" {
+					stage, _ := m["score_stage"].(float64)
+					stages = append(stages, int(stage))
 				}
 			}
 			if want := []int{1, 1, 2, 2}; !slices.Equal(stages, want) {

@@ -2,7 +2,6 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -125,27 +124,17 @@ func TestTextualACRuns(t *testing.T) {
 	if contexts != 3*4*4 || shaped != contexts {
 		t.Errorf("%d of %d context turns rewarded apart from the final reward; want all of %d", shaped, contexts, 3*4*4)
 	}
-	js, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var trained []string
-	for _, line := range strings.Split(strings.TrimSpace(string(js)), "\n") {
-		var m struct {
-			Phase      string   `json:"phase"`
-			Trained    string   `json:"trained"`
-			ContextKL  *float64 `json:"context_kl"`
-			Confidence *float64 `json:"context_confidence"`
-		}
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatal(err)
-		}
-		if m.Phase != "rl" {
+	for _, m := range readMetrics(t, filepath.Join(out, "metrics.jsonl")) {
+		if m["phase"] != "rl" {
 			continue
 		}
-		trained = append(trained, m.Trained)
-		if m.ContextKL == nil || m.Confidence == nil || *m.Confidence >= 0 {
-			t.Errorf("RL step: context_kl %v, context_confidence %v; want both, confidence < 0", m.ContextKL, m.Confidence)
+		tr, _ := m["trained"].(string)
+		trained = append(trained, tr)
+		_, kl := m["context_kl"].(float64)
+		conf, ok := m["context_confidence"].(float64)
+		if !kl || !ok || conf >= 0 {
+			t.Errorf("RL step: context_kl %v, context_confidence %v; want both, confidence < 0", m["context_kl"], m["context_confidence"])
 		}
 	}
 	if want := []string{"feedback", "solver", "solver"}; !slices.Equal(trained, want) {
@@ -172,22 +161,12 @@ func TestTextualACSharedRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var seqs []int
 	var trained []string
-	for _, line := range strings.Split(strings.TrimSpace(string(js)), "\n") {
-		var m struct {
-			Phase   string `json:"phase"`
-			Seqs    int    `json:"seqs"`
-			Trained string `json:"trained"`
-		}
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatal(err)
-		}
-		seqs, trained = append(seqs, m.Seqs), append(trained, m.Trained)
+	for _, m := range readMetrics(t, filepath.Join(out, "metrics.jsonl")) {
+		n, _ := m["seqs"].(float64)
+		tr, _ := m["trained"].(string)
+		seqs, trained = append(seqs, int(n)), append(trained, tr)
 	}
 	// Warm-up: 8 problems × (first answer, context, answer with it); RL:
 	// 4 × 4 episodes, the context rows (16) on the feedback step, the

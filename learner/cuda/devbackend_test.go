@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -91,32 +90,8 @@ type stepResult struct {
 // log-probabilities and gradients and the weights after each step.
 func trainStep(t *testing.T, b backend.Backend) stepResult {
 	t.Helper()
-	rng := rand.New(rand.NewPCG(21, 22))
-	var seqs []model.Sequence
-	for i := 0; i < 3; i++ {
-		s := model.Sequence{Prompt: make([]int32, 2+rng.IntN(4)), Response: make([]int32, 2+rng.IntN(5))}
-		for j := range s.Prompt {
-			s.Prompt[j] = int32(rng.IntN(64))
-		}
-		for j := range s.Response {
-			s.Response[j] = int32(rng.IntN(64))
-		}
-		seqs = append(seqs, s)
-	}
-	bt, err := model.NewBatch(seqs, 16, true, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj := func(_ int, _ *model.Batch, logp, ent []float32) (float64, []float32, []float32, error) {
-		n := float32(len(logp))
-		var loss float64
-		dl, de := make([]float32, len(logp)), make([]float32, len(logp))
-		for i := range logp {
-			loss -= float64(logp[i]/n + 0.01*ent[i]/n)
-			dl[i], de[i] = -1/n, -0.01/n
-		}
-		return loss, dl, de, nil
-	}
+	bt := stepBatch(t)
+	obj := logpEntropyLoss
 	m := tinyQwen2(t, b, 7)
 	logp, _, err := m.Forward(bt)
 	if err != nil {

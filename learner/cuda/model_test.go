@@ -35,12 +35,10 @@ func tinyQwen2(t *testing.T, b backend.Backend, seed uint64) *model.Model {
 	return m
 }
 
-// TestTrainingStepOnKernels runs an optimizer step of a small Qwen2 on
-// the kernels (emulated; on a GPU too where there is one) and on the CPU
-// backend, from the same weights and packed batch, with a loss that uses
-// log-probabilities and entropies, and compares the log-probabilities, the
-// gradients of every parameter and the weights after the steps.
-func TestTrainingStepOnKernels(t *testing.T) {
+// stepBatch is the packed batch of three seeded random sequences the
+// training-step tests run on.
+func stepBatch(t *testing.T) *model.Batch {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(21, 22))
 	var seqs []model.Sequence
 	for i := 0; i < 3; i++ {
@@ -57,18 +55,31 @@ func TestTrainingStepOnKernels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Mean log-probability with an entropy bonus: both backward inputs of
-	// the log-prob kernel are exercised.
-	obj := func(_ int, _ *model.Batch, logp, ent []float32) (float64, []float32, []float32, error) {
-		n := float32(len(logp))
-		var loss float64
-		dl, de := make([]float32, len(logp)), make([]float32, len(logp))
-		for i := range logp {
-			loss -= float64(logp[i]/n + 0.01*ent[i]/n)
-			dl[i], de[i] = -1/n, -0.01/n
-		}
-		return loss, dl, de, nil
+	return bt
+}
+
+// logpEntropyLoss is the training-step tests' objective: the mean
+// log-probability with an entropy bonus, so that both backward inputs of
+// the log-prob kernel are exercised.
+func logpEntropyLoss(_ int, _ *model.Batch, logp, ent []float32) (float64, []float32, []float32, error) {
+	n := float32(len(logp))
+	var loss float64
+	dl, de := make([]float32, len(logp)), make([]float32, len(logp))
+	for i := range logp {
+		loss -= float64(logp[i]/n + 0.01*ent[i]/n)
+		dl[i], de[i] = -1/n, -0.01/n
 	}
+	return loss, dl, de, nil
+}
+
+// TestTrainingStepOnKernels runs an optimizer step of a small Qwen2 on
+// the kernels (emulated; on a GPU too where there is one) and on the CPU
+// backend, from the same weights and packed batch, with a loss that uses
+// log-probabilities and entropies, and compares the log-probabilities, the
+// gradients of every parameter and the weights after the steps.
+func TestTrainingStepOnKernels(t *testing.T) {
+	bt := stepBatch(t)
+	obj := logpEntropyLoss
 	const lr = 1e-3
 	run := func(b backend.Backend) (logp []float32, grads, weights map[string][]float32) {
 		m := tinyQwen2(t, b, 7)
