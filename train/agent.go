@@ -22,7 +22,6 @@ import (
 	"github.com/rlnode/rlnode/internal/tmpl"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/rl"
-	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/env"
 	"github.com/rlnode/rlnode/rollout/episode"
@@ -227,9 +226,9 @@ func teacherEpisode(ctx context.Context, ac *AgentConfig, tpl *template.Template
 // action as the target.
 func (r *run) warmupStepAgent(ctx context.Context) (Metrics, error) {
 	cfg := r.cfg
-	eos, ok := r.solver.tok.TokenID(tokenizer.EndOfText)
-	if !ok {
-		return Metrics{}, fmt.Errorf("driver: the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
+	eos, err := endOfText(r.solver.tok)
+	if err != nil {
+		return Metrics{}, err
 	}
 	t0 := time.Now()
 	var b learner.Batch

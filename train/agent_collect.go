@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/env"
 	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/offline"
@@ -30,9 +29,9 @@ func collectSamples(ctx context.Context, cfg Config, tpl *compiled, pc *policyCo
 	if ac == nil || ac.Env == EnvHTTP || tpl == nil || tpl.agent == nil {
 		return nil, fmt.Errorf("collecting episodes needs an agent run on a built-in environment")
 	}
-	eos, ok := pc.tok.TokenID(tokenizer.EndOfText)
-	if !ok {
-		return nil, fmt.Errorf("the tokenizer has no %s token to end actions with", tokenizer.EndOfText)
+	eos, err := endOfText(pc.tok)
+	if err != nil {
+		return nil, err
 	}
 	random, err := env.NewPolicy(env.PolicyRandom, ac.Env, uint64(cfg.Seed))
 	if err != nil {

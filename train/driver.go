@@ -468,13 +468,23 @@ func (r *run) setAlgorithm(ctx context.Context, name string, lr float64) error {
 	return nil
 }
 
+// endOfText is tok's end-of-text id, which ends every SFT target and
+// every answer the run scores.
+func endOfText(tok *tokenizer.Tokenizer) (int, error) {
+	eos, ok := tok.TokenID(tokenizer.EndOfText)
+	if !ok {
+		return 0, fmt.Errorf("driver: the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
+	}
+	return eos, nil
+}
+
 // warmupStep is one step of plain SFT on drawn problems with their
 // worked answers, so the policy's reward starts above zero.
 func (r *run) warmupStep(ctx context.Context) (Metrics, error) {
 	cfg := r.cfg
-	eos, ok := r.solver.tok.TokenID(tokenizer.EndOfText)
-	if !ok {
-		return Metrics{}, fmt.Errorf("driver: the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
+	eos, err := endOfText(r.solver.tok)
+	if err != nil {
+		return Metrics{}, err
 	}
 	t0 := time.Now()
 	var b learner.Batch

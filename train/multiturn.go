@@ -34,9 +34,9 @@ func (r *run) feedbackEngine() *policyEngine {
 // formats. With static feedback the later prompt carries the static text.
 func (r *run) warmupStepMultiTurn(ctx context.Context) (Metrics, error) {
 	cfg := r.cfg
-	eos, ok := r.solver.tok.TokenID(tokenizer.EndOfText)
-	if !ok {
-		return Metrics{}, fmt.Errorf("driver: the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
+	eos, err := endOfText(r.solver.tok)
+	if err != nil {
+		return Metrics{}, err
 	}
 	sft := func(tok *tokenizer.Tokenizer, b *learner.Batch, prompt []int32, target string) {
 		b.Prompts = append(b.Prompts, prompt)

@@ -6,7 +6,6 @@ import (
 	"math"
 
 	"github.com/rlnode/rlnode/learner/rl"
-	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/task"
@@ -76,9 +75,9 @@ type contextStats struct {
 // turns (one RL batch of probs, group i = firstGroup + i) and returns the
 // batch's means. sc scores on the solver's engine.
 func (r *run) contextRewards(ctx context.Context, sc engine.Scorer, turns []data.Turn, probs []task.Problem, firstGroup int) (contextStats, error) {
-	eos, ok := r.solver.tok.TokenID(tokenizer.EndOfText)
-	if !ok {
-		return contextStats{}, fmt.Errorf("textual actor-critic: the tokenizer has no %s token", tokenizer.EndOfText)
+	eos, err := endOfText(r.solver.tok)
+	if err != nil {
+		return contextStats{}, fmt.Errorf("textual actor-critic: %w", err)
 	}
 	type episodeRows struct{ first, context, answer int }
 	var eps []episodeRows
