@@ -385,9 +385,12 @@ type AgentStats struct {
 	CompletionRate    float64
 	ActionsPerEpisode float64
 	InvalidActionRate float64
-	ActionReward      map[string]float64
-	ToolCalls         int
-	ToolErrors        int
+	// MeanReturn is the mean over episodes of the sum of their steps'
+	// rewards (undiscounted, whatever the recipe's returns).
+	MeanReturn   float64
+	ActionReward map[string]float64
+	ToolCalls    int
+	ToolErrors   int
 	// EnvErrors are the steps the environment failed to take (each ended
 	// its episode: an HTTP environment's timeout, a malformed answer).
 	EnvErrors int
@@ -433,6 +436,7 @@ func agentStats(turns []data.Turn, actions []string) AgentStats {
 		}
 		sums[kind] += t.Reward
 		counts[kind]++
+		s.MeanReturn += t.Reward
 		if st.Invalid {
 			invalid++
 		}
@@ -470,6 +474,7 @@ func agentStats(turns []data.Turn, actions []string) AgentStats {
 		return s
 	}
 	s.CompletionRate /= float64(s.Episodes)
+	s.MeanReturn /= float64(s.Episodes)
 	s.ActionsPerEpisode = float64(len(turns)) / float64(s.Episodes)
 	s.InvalidActionRate = float64(invalid) / float64(len(turns))
 	s.ActionReward = map[string]float64{}
@@ -500,6 +505,7 @@ func agentSolved(turns []data.Turn) []float64 {
 func (s AgentStats) fillRL(m *Metrics) {
 	m.CompletionRate, m.ActionsPerEpisode, m.InvalidActionRate = ptr(s.CompletionRate), ptr(s.ActionsPerEpisode), ptr(s.InvalidActionRate)
 	m.ActionReward, m.ToolCalls, m.ToolErrors = s.ActionReward, ptr(s.ToolCalls), ptr(s.ToolErrors)
+	m.EpisodeReturn = ptr(s.MeanReturn)
 	m.SolvedAllFrac, m.SolvedNoneFrac = s.SolvedAll, s.SolvedNone
 	if s.EnvErrors > 0 {
 		m.EnvErrors = ptr(s.EnvErrors)
@@ -509,6 +515,7 @@ func (s AgentStats) fillRL(m *Metrics) {
 func (s AgentStats) fillEval(m *Metrics) {
 	m.EvalCompletionRate, m.EvalActionsPerEpisode, m.EvalInvalidActionRate = ptr(s.CompletionRate), ptr(s.ActionsPerEpisode), ptr(s.InvalidActionRate)
 	m.EvalActionReward, m.EvalToolCalls, m.EvalToolErrors = s.ActionReward, ptr(s.ToolCalls), ptr(s.ToolErrors)
+	m.EvalEpisodeReturn = ptr(s.MeanReturn)
 	if s.EnvErrors > 0 {
 		m.EvalEnvErrors = ptr(s.EnvErrors)
 	}

@@ -101,9 +101,15 @@ func TestAgentOnRolloutActors(t *testing.T) {
 		if !ok || lag < 0 || lag > 1 || !cr || !inv {
 			t.Errorf("step %d: weight_lag %v, completion_rate %v, invalid_action_rate %v", i+1, m["weight_lag"], m["completion_rate"], m["invalid_action_rate"])
 		}
+		if ret, ok := m["episode_return"].(float64); !ok || math.Abs(ret-m["reward_mean"].(float64)) > 1e-9 {
+			t.Errorf("step %d: episode_return %v, want reward_mean %v (both the mean episode total)", i+1, m["episode_return"], m["reward_mean"])
+		}
 	}
 	if _, ok := ms[4]["eval_completion_rate"].(float64); !ok {
 		t.Errorf("last step: no eval_completion_rate: %v", ms[4])
+	}
+	if _, ok := ms[4]["eval_episode_return"].(float64); !ok {
+		t.Errorf("last step: no eval_episode_return: %v", ms[4])
 	}
 }
 

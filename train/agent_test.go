@@ -126,6 +126,9 @@ func TestAgentStats(t *testing.T) {
 		s.SolvedAll != want.SolvedAll || s.SolvedNone != want.SolvedNone || len(s.ActionReward) != len(want.ActionReward) {
 		t.Errorf("stats %+v, want %+v", s, want)
 	}
+	if want := (1 - 1.2 + 1) / 3; math.Abs(s.MeanReturn-want) > 1e-12 {
+		t.Errorf("mean return %v, want %v (episodes returning 1, -1.2, 1)", s.MeanReturn, want)
+	}
 	for k, v := range want.ActionReward {
 		if math.Abs(s.ActionReward[k]-v) > 1e-12 {
 			t.Errorf("action %s: mean reward %v, want %v", k, s.ActionReward[k], v)

@@ -45,7 +45,7 @@ const TokensPerSecond = "tokens_per_s"
 
 // CurvePanels are the panels of curves.png.
 var CurvePanels = []CurvePanel{
-	{"reward", "mean reward", []string{"reward_mean", "turn1_reward_mean"}, 0, false},
+	{"reward", "mean reward", []string{"reward_mean", "turn1_reward_mean", "eval_episode_return"}, 0, false},
 	{"accuracy per turn", "held-out accuracy", []string{"eval_accuracy", "turn1_accuracy", "turn2_accuracy", "turn3_accuracy", "turn3_accuracy_static"}, 1, false},
 	{"KL", "nats", []string{"approx_kl", "ref_kl", "kl_penalty"}, 2, false},
 	{"entropy", "nats per token", []string{"entropy"}, 2, false},

@@ -129,16 +129,19 @@ type Metrics struct {
 	ElapsedSeconds     float64 `json:"elapsed_s"`
 	// Agent episodes (agent.go: AgentStats), over the RL step's episodes
 	// and, eval_*, over the held-out ones at evaluation steps (where
-	// eval_accuracy is the completion rate).
+	// eval_accuracy is the completion rate); episode_return is the mean
+	// undiscounted sum of an episode's step rewards.
 	CompletionRate        *float64           `json:"completion_rate,omitempty"`
 	ActionsPerEpisode     *float64           `json:"actions_per_episode,omitempty"`
 	InvalidActionRate     *float64           `json:"invalid_action_rate,omitempty"`
+	EpisodeReturn         *float64           `json:"episode_return,omitempty"`
 	ActionReward          map[string]float64 `json:"action_reward,omitempty"`
 	ToolCalls             *int               `json:"tool_calls,omitempty"`
 	ToolErrors            *int               `json:"tool_errors,omitempty"`
 	EvalCompletionRate    *float64           `json:"eval_completion_rate,omitempty"`
 	EvalActionsPerEpisode *float64           `json:"eval_actions_per_episode,omitempty"`
 	EvalInvalidActionRate *float64           `json:"eval_invalid_action_rate,omitempty"`
+	EvalEpisodeReturn     *float64           `json:"eval_episode_return,omitempty"`
 	EvalActionReward      map[string]float64 `json:"eval_action_reward,omitempty"`
 	EvalToolCalls         *int               `json:"eval_tool_calls,omitempty"`
 	EvalToolErrors        *int               `json:"eval_tool_errors,omitempty"`

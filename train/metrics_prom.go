@@ -35,7 +35,11 @@ type RunMetrics struct {
 	tokens int64
 	eval   *float64
 	reward *float64
-	state  int // runRunning, runFinished or runFailed
+	// Environment steps, their wall time and failures, summed over the
+	// RL steps of this process (agent runs only).
+	envSteps, envErrors int64
+	envSeconds          float64
+	state               int // runRunning, runFinished or runFailed
 	// The agent figures of the last RL step and of the last evaluation
 	// (agent episodes only).
 	agent, evalAgent *AgentStats
@@ -48,6 +52,7 @@ var agentGauges = []struct{ name, help string }{
 	{"completion_rate", "Share of agent episodes that ended solved"},
 	{"actions_per_episode", "Actions per agent episode"},
 	{"invalid_action_rate", "Share of actions the environment refused (or turns with none)"},
+	{"episode_return", "Mean undiscounted return of the agent episodes"},
 	{"tool_calls", "Tool calls of the agent episodes"},
 	{"tool_errors", "Tool calls that failed"},
 }
@@ -85,6 +90,9 @@ func NewRunMetrics(name string, planned int) *RunMetrics {
 	}
 	r.descs["rlnode_action_reward"] = prometheus.NewDesc("rlnode_action_reward", "Mean reward per action kind, last RL step.", []string{"action"}, run)
 	r.descs["rlnode_eval_action_reward"] = prometheus.NewDesc("rlnode_eval_action_reward", "Mean reward per action kind, last evaluation.", []string{"action"}, run)
+	r.descs["rlnode_env_steps_total"] = prometheus.NewDesc("rlnode_env_steps_total", "Environment steps taken by the RL steps' agent episodes of this process.", nil, run)
+	r.descs["rlnode_env_step_seconds_total"] = prometheus.NewDesc("rlnode_env_step_seconds_total", "Wall seconds spent in those environment steps.", nil, run)
+	r.descs["rlnode_env_errors_total"] = prometheus.NewDesc("rlnode_env_errors_total", "Environment steps that failed (each ended its episode), RL steps and evaluations.", nil, run)
 	r.descs["rlnode_tokens_total"] = prometheus.NewDesc("rlnode_tokens_total", "Tokens processed by the steps of this process.", nil, run)
 	r.descs["rlnode_step_seconds"] = prometheus.NewDesc("rlnode_step_seconds", "Seconds the last step spent per phase.", []string{"phase"}, run)
 	return r
@@ -106,12 +114,17 @@ func (r *RunMetrics) Observe(m Metrics) {
 	}
 	if m.CompletionRate != nil {
 		r.agent = &AgentStats{CompletionRate: *m.CompletionRate, ActionsPerEpisode: deref(m.ActionsPerEpisode), InvalidActionRate: deref(m.InvalidActionRate),
-			ActionReward: m.ActionReward, ToolCalls: deref(m.ToolCalls), ToolErrors: deref(m.ToolErrors)}
+			MeanReturn: deref(m.EpisodeReturn), ActionReward: m.ActionReward, ToolCalls: deref(m.ToolCalls), ToolErrors: deref(m.ToolErrors)}
 	}
 	if m.EvalCompletionRate != nil {
 		r.evalAgent = &AgentStats{CompletionRate: *m.EvalCompletionRate, ActionsPerEpisode: deref(m.EvalActionsPerEpisode), InvalidActionRate: deref(m.EvalInvalidActionRate),
-			ActionReward: m.EvalActionReward, ToolCalls: deref(m.EvalToolCalls), ToolErrors: deref(m.EvalToolErrors)}
+			MeanReturn: deref(m.EvalEpisodeReturn), ActionReward: m.EvalActionReward, ToolCalls: deref(m.EvalToolCalls), ToolErrors: deref(m.EvalToolErrors)}
 	}
+	if m.EnvSteps != nil {
+		r.envSteps += *m.EnvSteps
+		r.envSeconds += float64(*m.EnvSteps) * deref(m.EnvStepSeconds)
+	}
+	r.envErrors += int64(deref(m.EnvErrors) + deref(m.EvalEnvErrors))
 }
 
 func deref[T any](p *T) T {
@@ -154,6 +167,14 @@ func (r *RunMetrics) Collect(ch chan<- prometheus.Metric) {
 	gauge("rlnode_steps_planned", float64(r.planned))
 	gauge("rlnode_run_state", float64(r.state))
 	ch <- prometheus.MustNewConstMetric(r.descs["rlnode_tokens_total"], prometheus.CounterValue, float64(r.tokens))
+	if r.agent != nil || r.evalAgent != nil {
+		for _, c := range []struct {
+			name string
+			v    float64
+		}{{"rlnode_env_steps_total", float64(r.envSteps)}, {"rlnode_env_step_seconds_total", r.envSeconds}, {"rlnode_env_errors_total", float64(r.envErrors)}} {
+			ch <- prometheus.MustNewConstMetric(r.descs[c.name], prometheus.CounterValue, c.v)
+		}
+	}
 	if r.reward != nil {
 		gauge("rlnode_reward_mean", *r.reward)
 	}
@@ -170,6 +191,7 @@ func (r *RunMetrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(a.prefix+"completion_rate", a.s.CompletionRate)
 		gauge(a.prefix+"actions_per_episode", a.s.ActionsPerEpisode)
 		gauge(a.prefix+"invalid_action_rate", a.s.InvalidActionRate)
+		gauge(a.prefix+"episode_return", a.s.MeanReturn)
 		gauge(a.prefix+"tool_calls", float64(a.s.ToolCalls))
 		gauge(a.prefix+"tool_errors", float64(a.s.ToolErrors))
 		for _, k := range actionKinds(a.s.ActionReward) {

@@ -123,6 +123,70 @@ rlnode_tokens_total{run="quick"} 0
 	}
 }
 
+// Agent runs export the agent figures of the last RL step and the last
+// evaluation, and count environment steps, their seconds and failures over
+// every step observed.
+func TestRunMetricsAgent(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	n := func(v int) *int { return &v }
+	steps := func(v int64) *int64 { return &v }
+	first := Metrics{Step: 1, Phase: "rl", Tokens: 10, TrainSeconds: 1, CompletionRate: f(0.25), ActionsPerEpisode: f(3),
+		InvalidActionRate: f(0.5), EpisodeReturn: f(1.5), ActionReward: map[string]float64{"guess": -0.5, "none": -1},
+		ToolCalls: n(0), ToolErrors: n(0), EnvSteps: steps(40), EnvStepSeconds: f(0.01), EnvErrors: n(2)}
+	second := Metrics{Step: 2, Phase: "rl", Tokens: 10, TrainSeconds: 1, CompletionRate: f(0.5), ActionsPerEpisode: f(2.5),
+		InvalidActionRate: f(0.25), EpisodeReturn: f(2.25), ActionReward: map[string]float64{"guess": 0.5},
+		ToolCalls: n(1), ToolErrors: n(0), EnvSteps: steps(60), EnvStepSeconds: f(0.02),
+		EvalCompletionRate: f(0.75), EvalActionsPerEpisode: f(2), EvalInvalidActionRate: f(0), EvalEpisodeReturn: f(4.5),
+		EvalActionReward: map[string]float64{"guess": 2}, EvalToolCalls: n(0), EvalToolErrors: n(0), EvalEnvErrors: n(1)}
+	r := NewRunMetrics("game", 2)
+	r.Observe(first)
+	r.Observe(second)
+	want := `
+rlnode_completion_rate{run="game"} 0.5
+rlnode_actions_per_episode{run="game"} 2.5
+rlnode_invalid_action_rate{run="game"} 0.25
+rlnode_episode_return{run="game"} 2.25
+rlnode_eval_completion_rate{run="game"} 0.75
+rlnode_eval_episode_return{run="game"} 4.5
+rlnode_env_steps_total{run="game"} 100
+rlnode_env_step_seconds_total{run="game"} 1.6
+rlnode_env_errors_total{run="game"} 3
+rlnode_action_reward{action="guess",run="game"} 0.5
+rlnode_eval_action_reward{action="guess",run="game"} 2
+`
+	help := map[string]string{
+		"rlnode_env_steps_total":        "Environment steps taken by the RL steps' agent episodes of this process.",
+		"rlnode_env_step_seconds_total": "Wall seconds spent in those environment steps.",
+		"rlnode_env_errors_total":       "Environment steps that failed (each ended its episode), RL steps and evaluations.",
+		"rlnode_action_reward":          "Mean reward per action kind, last RL step.",
+		"rlnode_eval_action_reward":     "Mean reward per action kind, last evaluation.",
+	}
+	for _, g := range agentGauges {
+		help["rlnode_"+g.name] = g.help + ", last RL step."
+		help["rlnode_eval_"+g.name] = g.help + ", last evaluation."
+	}
+	var names []string
+	var sb strings.Builder
+	for _, line := range strings.Split(strings.TrimSpace(want), "\n") {
+		name, _, _ := strings.Cut(line, "{")
+		names = append(names, name)
+		typ := "gauge"
+		if strings.HasSuffix(name, "_total") {
+			typ = "counter"
+		}
+		fmt.Fprintf(&sb, "# HELP %s %s\n# TYPE %s %s\n%s\n", name, help[name], name, typ, line)
+	}
+	if err := testutil.CollectAndCompare(r, strings.NewReader(sb.String()), names...); err != nil {
+		t.Error(err)
+	}
+	// A run without agent episodes exports none of them.
+	plain := NewRunMetrics("quick", 1)
+	plain.Observe(Metrics{Step: 1, Tokens: 10, TrainSeconds: 1})
+	if c := testutil.CollectAndCount(plain, names...); c != 0 {
+		t.Errorf("a run without agent episodes exports %d agent series", c)
+	}
+}
+
 // Serve answers scrapes on the address it bound and closes it on stop; a
 // taken address is an error before anything is served.
 func TestRunMetricsServe(t *testing.T) {
