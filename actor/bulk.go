@@ -649,19 +649,45 @@ func (b *Bulk) Fetch(ctx context.Context, ref BulkRef) ([]byte, error) {
 	return buf, nil
 }
 
+// FetchView returns ref's whole payload to read, and release, which the
+// caller must call once done with p (p must not be used after). On one
+// host p maps the owner's copy read-only: nothing is copied to this
+// process, writing to p faults, and the owner keeps its copy unchanged
+// until release (or, past bulkViewHold, stops reusing it). Elsewhere p
+// is a new buffer, as from Fetch, and release does nothing.
+func (b *Bulk) FetchView(ctx context.Context, ref BulkRef) (p []byte, release func(), err error) {
+	if ref.Size < 0 || len(ref.ID) != 32 {
+		return nil, nil, fmt.Errorf("bulk fetch from %s: malformed offer (id %q, size %d)", ref.Addr, ref.ID, ref.Size)
+	}
+	if p, release, handled, err := b.viewLocal(ctx, ref, b.fetchRequest(localViewMagic, ref, 0, ref.Size)); handled {
+		return p, release, err
+	}
+	p, err = b.Fetch(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, func() {}, nil
+}
+
+// fetchRequest is a fetch request (magic bulkMagic, or localViewMagic on
+// the same-host path) for n bytes of ref at off.
+func (b *Bulk) fetchRequest(magic string, ref BulkRef, off, n int64) []byte {
+	from := b.sys.addr
+	req := make([]byte, 0, 54+len(from))
+	req = append(req, magic...)
+	req = append(req, ref.ID...)
+	req = binary.BigEndian.AppendUint64(req, uint64(off))
+	req = binary.BigEndian.AppendUint64(req, uint64(n))
+	req = binary.BigEndian.AppendUint16(req, uint16(len(from)))
+	return append(req, from...)
+}
+
 // FetchRange pulls len(dst) bytes of ref's payload starting at off into dst.
 func (b *Bulk) FetchRange(ctx context.Context, ref BulkRef, off int64, dst []byte) error {
 	if len(ref.ID) != 32 {
 		return fmt.Errorf("bulk fetch from %s: malformed offer id %q", ref.Addr, ref.ID)
 	}
-	from := b.sys.addr
-	req := make([]byte, 0, 54+len(from))
-	req = append(req, bulkMagic...)
-	req = append(req, ref.ID...)
-	req = binary.BigEndian.AppendUint64(req, uint64(off))
-	req = binary.BigEndian.AppendUint64(req, uint64(len(dst)))
-	req = binary.BigEndian.AppendUint16(req, uint16(len(from)))
-	req = append(req, from...)
+	req := b.fetchRequest(bulkMagic, ref, off, int64(len(dst)))
 	if handled, err := b.fetchLocal(ctx, ref, off, dst, req); handled {
 		return err
 	}

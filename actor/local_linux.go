@@ -59,6 +59,9 @@ const (
 
 	localQueryMagic = "RLBL"
 	localHelloMagic = "RLSH"
+	// localViewMagic is a fetch whose reader maps the owner's copy
+	// (FetchView) and answers once it has unmapped it.
+	localViewMagic = "RLBM"
 
 	localDoorbell = 'd'
 	localInline   = 'i'
@@ -204,7 +207,7 @@ func (b *Bulk) closeLocal() {
 		delete(b.loc.idle, addr)
 	}
 	for _, sp := range b.loc.spares {
-		unix.Close(sp.fd)
+		sp.close()
 	}
 	b.loc.spares = nil
 }
@@ -359,7 +362,9 @@ func (b *Bulk) handleLocal(c *net.UnixConn) {
 		var ok bool
 		switch string(magic[:]) {
 		case bulkMagic:
-			ok = b.serveLocalFetch(lc)
+			ok = b.serveLocalFetch(lc, false)
+		case localViewMagic:
+			ok = b.serveLocalFetch(lc, true)
 		case bulkPushMagic:
 			ok = b.serveLocalPush(lc, from)
 		default:
@@ -386,6 +391,9 @@ type localConn struct {
 	r    io.Reader // c, or a buffer over it
 	ring *ringMap
 	used time.Time
+	// held: a view's answer is still to send (FetchView's release sends
+	// it); spent: the connection cannot carry it (its context ended).
+	held, spent bool
 }
 
 func (l *localConn) close() {
@@ -439,10 +447,12 @@ func (b *Bulk) serveLocalPush(l *localConn, hello string) bool {
 }
 
 // serveLocalFetch is serveFetch on a same-host connection: the payload
-// goes through the ring, or, for an offer with several readers, as the
-// descriptor of a segment holding the whole offer (made at the first such
-// fetch, shared by every later one).
-func (b *Bulk) serveLocalFetch(l *localConn) bool {
+// goes through the ring, or, for an offer with several readers or a
+// reader that maps it (view), as a read-only descriptor of a segment
+// holding the whole offer (made at the first such fetch, shared by every
+// later one). Such a reader answers once it is done with the segment: a
+// view's reader once it has unmapped it, within bulkViewHold.
+func (b *Bulk) serveLocalFetch(l *localConn, view bool) bool {
 	c := l.c
 	var hdr [32 + 16 + 2]byte
 	if _, err := io.ReadFull(l.r, hdr[:]); err != nil {
@@ -468,16 +478,21 @@ func (b *Bulk) serveLocalFetch(l *localConn) bool {
 	// before this goroutine would count them after).
 	b.sys.stats.bulkServed.Add(n)
 	b.sys.stats.bulkLocal.Add(n)
-	if fd := b.offerSegment(o); fd >= 0 {
+	if fd := b.offerSegment(o, view); fd >= 0 {
 		_, _, err := c.WriteMsgUnix([]byte{bulkStatusOK, localMapped}, unix.UnixRights(fd), nil)
 		if err != nil {
 			o.doneWith()
 			return false
 		}
+		if view {
+			_ = c.SetDeadline(time.Now().Add(bulkViewHold))
+		}
 		var ack [1]byte
 		_, err = io.ReadFull(l.r, ack[:])
 		o.doneWith()
 		if err != nil || ack[0] != bulkStatusOK {
+			// Not counted as read: the offer's segment is closed, not
+			// reused, when it ends (a reader may still map it).
 			return false
 		}
 	} else {
@@ -492,13 +507,21 @@ func (b *Bulk) serveLocalFetch(l *localConn) bool {
 	return true
 }
 
+// bulkViewHold is how long the owner of a viewed offer waits for the
+// reader to be done with it; a reader that holds it longer keeps its
+// mapping, and the segment is then not reused.
+const bulkViewHold = 2 * time.Minute
+
 // offerSeg is an offer's copy in a memfd sealed against resizing, whose
-// descriptor local readers receive and map read-only.
+// read-only descriptor local readers receive (they can neither write it
+// nor map it writable).
 type offerSeg struct {
 	once  sync.Once
 	mu    sync.Mutex
-	fd    int
-	inUse int // readers sent the descriptor that have not answered yet
+	many  bool // the offer has several readers: every local one reads the copy
+	fd    int  // read-write, the owner's
+	ro    int  // read-only, sent to readers
+	inUse int  // readers sent the descriptor that have not answered yet
 }
 
 // localSpares is how many offer segments a node keeps for reuse: a new
@@ -507,44 +530,45 @@ type offerSeg struct {
 // version of one model has the same size.
 const localSpares = 2
 
-// offerSegment returns the descriptor of o's shared copy, making it at
-// the first call (in a spare segment of its size when there is one), or
-// -1 when o has one reader (the ring streams it with no copy first) or
-// the copy cannot be made. The caller passes it on and calls doneWith.
-func (b *Bulk) offerSegment(o *offer) int {
-	if o.shared == nil {
+// offerSegment returns the read-only descriptor of o's shared copy,
+// making it at the first call (in a spare segment of its size when there
+// is one), or -1 when o has one reader that does not map it (the ring
+// streams it with no copy first) or the copy cannot be made. The caller
+// passes it on and calls doneWith.
+func (b *Bulk) offerSegment(o *offer, view bool) int {
+	s := o.shared
+	if s == nil || (!s.many && !view) {
 		return -1
 	}
-	s := o.shared
 	s.once.Do(func() {
-		s.fd = -1
-		fd := b.spareSegment(len(o.data))
+		s.fd, s.ro = -1, -1
+		sp := b.spareSegment(len(o.data))
 		var err error
-		if fd < 0 {
-			if fd, err = newFile("rlnode-offer", len(o.data)); err == nil {
-				err = seal(fd, localSeals)
+		if sp.fd < 0 {
+			if sp.fd, err = newFile("rlnode-offer", len(o.data)); err == nil {
+				if err = seal(sp.fd, localSeals); err == nil {
+					sp.ro, err = reopenReadOnly(sp.fd)
+				}
 			}
 		}
 		if err == nil {
-			err = pwriteFull(fd, o.data)
+			err = pwriteFull(sp.fd, o.data)
 		}
 		if err != nil {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
+			sp.close()
 			b.sys.warn.Warn(b.sys.log, "bulk: no shared copy of an offer", "err", err)
 			return
 		}
 		s.mu.Lock()
-		s.fd = fd
+		s.fd, s.ro = sp.fd, sp.ro
 		s.mu.Unlock()
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.fd >= 0 {
+	if s.ro >= 0 {
 		s.inUse++
 	}
-	return s.fd
+	return s.ro
 }
 
 // doneWith records that a reader given o's segment has answered.
@@ -554,54 +578,66 @@ func (o *offer) doneWith() {
 	o.shared.mu.Unlock()
 }
 
-// spareSegment takes a kept segment of exactly size bytes, or returns -1.
-func (b *Bulk) spareSegment(size int) int {
+// spareSegment takes a kept segment of exactly size bytes, or returns
+// one with fd -1.
+func (b *Bulk) spareSegment(size int) spareSeg {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, sp := range b.loc.spares {
 		if sp.size == size {
 			b.loc.spares = append(b.loc.spares[:i], b.loc.spares[i+1:]...)
-			return sp.fd
+			return sp
 		}
 	}
-	return -1
+	return spareSeg{fd: -1, ro: -1, size: size}
 }
 
 // freeOffer closes o's shared copy, or keeps it for the next offer of its
 // size when reuse says every reader is done and none is still reading it
-// (readers that mapped it keep their mappings either way; the memory goes
-// with the last one). b.mu is held.
+// (readers answer once done with it, a view's reader once it has
+// unmapped it). b.mu is held.
 func (b *Bulk) freeOffer(o *offer, reuse bool) {
 	s := o.shared
 	if s == nil {
 		return
 	}
-	s.once.Do(func() { s.fd = -1 })
+	s.once.Do(func() { s.fd, s.ro = -1, -1 })
 	s.mu.Lock()
-	fd, busy := s.fd, s.inUse > 0
-	s.fd = -1
+	sp, busy := spareSeg{fd: s.fd, ro: s.ro, size: len(o.data)}, s.inUse > 0
+	s.fd, s.ro = -1, -1
 	s.mu.Unlock()
-	if fd < 0 {
+	if sp.fd < 0 {
 		return
 	}
 	if reuse && !busy && !b.closed {
-		b.loc.spares = append(b.loc.spares, spareSeg{fd: fd, size: len(o.data)})
+		b.loc.spares = append(b.loc.spares, sp)
 		if len(b.loc.spares) <= localSpares {
 			return
 		}
-		fd = b.loc.spares[0].fd
+		sp = b.loc.spares[0]
 		b.loc.spares = b.loc.spares[1:]
 	}
-	unix.Close(fd)
+	sp.close()
 }
 
-type spareSeg struct{ fd, size int }
+// spareSeg is a kept offer segment: its owner's and its readers'
+// descriptors.
+type spareSeg struct{ fd, ro, size int }
 
-// newOfferShared says whether an offer of readers gets a shared copy for
-// local readers.
+func (sp spareSeg) close() {
+	for _, fd := range []int{sp.fd, sp.ro} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+// newOfferShared is the shared copy's state of an offer of readers: every
+// offer on a node with a same-host endpoint has one (a single reader may
+// ask to map it).
 func (b *Bulk) newOfferShared(readers int) *offerSeg {
-	if readers > 1 && b.loc.srv != nil {
-		return &offerSeg{fd: -1}
+	if b.loc.srv != nil {
+		return &offerSeg{fd: -1, ro: -1, many: readers > 1}
 	}
 	return nil
 }
@@ -799,6 +835,10 @@ func (b *Bulk) doLocal(ctx context.Context, addr string, req func(l *localConn) 
 		stop := context.AfterFunc(ctx, func() { _ = l.c.SetDeadline(time.Now()) })
 		err = req(l)
 		if !stop() {
+			if err == nil && l.held {
+				l.spent = true // its holder closes it
+				return true, nil
+			}
 			l.close()
 			if err == nil {
 				return true, nil
@@ -806,7 +846,9 @@ func (b *Bulk) doLocal(ctx context.Context, addr string, req func(l *localConn) 
 			return true, ctxErr(ctx, err)
 		}
 		if err == nil {
-			b.releaseLocal(addr, l)
+			if !l.held {
+				b.releaseLocal(addr, l)
+			}
 			return true, nil
 		}
 		l.close()
@@ -821,6 +863,57 @@ func (b *Bulk) doLocal(ctx context.Context, addr string, req func(l *localConn) 
 	}
 }
 
+// fetchAnswer reads the answer to a same-host fetch: the status, then
+// the mode (localMapped with the segment's descriptor, or localStream).
+// status is the error a refusal means; fd is -1 unless mode is
+// localMapped.
+func fetchAnswer(l *localConn, ref BulkRef, off int64, n int) (fd int, mode byte, status, err error) {
+	var st [2]byte
+	fd, err = recvFD(l.c, st[:1])
+	if err != nil {
+		return -1, 0, nil, stale(err)
+	}
+	if st[0] != bulkStatusOK {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		status = fetchStatusErr(ref, off, n, st[0])
+		if st[0] == bulkStatusDenied {
+			return -1, 0, status, status
+		}
+		return -1, 0, status, nil
+	}
+	if fd < 0 {
+		if fd, err = recvFD(l.c, st[1:]); err != nil {
+			return -1, 0, nil, err
+		}
+	} else if _, err := io.ReadFull(l.c, st[1:]); err != nil {
+		unix.Close(fd)
+		return -1, 0, nil, err
+	}
+	switch {
+	case st[1] == localMapped && fd < 0:
+		return -1, 0, nil, errors.New("shared offer without its segment")
+	case st[1] == localMapped:
+		return fd, localMapped, nil, nil
+	case fd >= 0:
+		unix.Close(fd)
+	}
+	if st[1] != localStream {
+		return -1, 0, nil, fmt.Errorf("fetch answer mode %#x", st[1])
+	}
+	return -1, localStream, nil, nil
+}
+
+// readStream reads a streamed answer of len(dst) bytes through the ring.
+func readStream(l *localConn, dst []byte) error {
+	r := &localReader{l: l, left: int64(len(dst)), slot: -1}
+	if _, err := io.ReadFull(r, dst); err != nil {
+		return fmt.Errorf("after %d of %d bytes: %w", int64(len(dst))-r.left-int64(len(r.cur)), len(dst), err)
+	}
+	return nil
+}
+
 // fetchLocal is FetchRange over the same-host path; handled is false when
 // the peer is not on this host.
 func (b *Bulk) fetchLocal(ctx context.Context, ref BulkRef, off int64, dst []byte, req []byte) (handled bool, err error) {
@@ -829,60 +922,24 @@ func (b *Bulk) fetchLocal(ctx context.Context, ref BulkRef, off int64, dst []byt
 		if _, err := l.c.Write(req); err != nil {
 			return stale(err)
 		}
-		var st [2]byte
-		fd, err := recvFD(l.c, st[:1])
+		fd, mode, st, err := fetchAnswer(l, ref, off, len(dst))
+		if status = st; st != nil || err != nil {
+			return err
+		}
+		if mode == localStream {
+			return readStream(l, dst)
+		}
+		err = checkSegment(fd, int(ref.Size))
+		if err == nil {
+			err = preadFull(fd, dst, off)
+		}
+		unix.Close(fd)
 		if err != nil {
-			return stale(err)
-		}
-		if st[0] != bulkStatusOK {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			status = fetchStatusErr(ref, off, len(dst), st[0])
-			if st[0] == bulkStatusDenied {
-				return status
-			}
-			return nil
-		}
-		if fd < 0 {
-			if fd, err = recvFD(l.c, st[1:]); err != nil {
-				return err
-			}
-		} else if _, err := io.ReadFull(l.c, st[1:]); err != nil {
-			unix.Close(fd)
+			_, _ = l.c.Write([]byte{bulkStatusFailed})
 			return err
 		}
-		switch st[1] {
-		case localMapped:
-			if fd < 0 {
-				return errors.New("shared offer without its segment")
-			}
-			err := checkSegment(fd, int(ref.Size))
-			if err == nil {
-				err = preadFull(fd, dst, off)
-			}
-			unix.Close(fd)
-			if err != nil {
-				_, _ = l.c.Write([]byte{bulkStatusFailed})
-				return err
-			}
-			_, err = l.c.Write([]byte{bulkStatusOK})
-			return err
-		case localStream:
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			r := &localReader{l: l, left: int64(len(dst)), slot: -1}
-			if _, err := io.ReadFull(r, dst); err != nil {
-				return fmt.Errorf("after %d of %d bytes: %w", int64(len(dst))-r.left-int64(len(r.cur)), len(dst), err)
-			}
-			return nil
-		default:
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			return fmt.Errorf("fetch answer mode %#x", st[1])
-		}
+		_, err = l.c.Write([]byte{bulkStatusOK})
+		return err
 	})
 	if !handled {
 		return false, nil
@@ -896,6 +953,72 @@ func (b *Bulk) fetchLocal(ctx context.Context, ref BulkRef, off int64, dst []byt
 	b.sys.stats.bulkFetched.Add(uint64(len(dst)))
 	b.sys.stats.bulkLocal.Add(uint64(len(dst)))
 	return true, nil
+}
+
+// viewLocal is FetchView over the same-host path: the owner's copy
+// mapped read-only (and populated: reading it faults no more), or, when
+// the owner has no copy to give, the bytes streamed into a new buffer.
+// handled is false when the peer is not on this host.
+func (b *Bulk) viewLocal(ctx context.Context, ref BulkRef, req []byte) (p []byte, release func(), handled bool, err error) {
+	var status error
+	var mapped []byte
+	var held *localConn
+	handled, err = b.doLocal(ctx, ref.Addr, func(l *localConn) error {
+		if _, err := l.c.Write(req); err != nil {
+			return stale(err)
+		}
+		fd, mode, st, err := fetchAnswer(l, ref, 0, int(ref.Size))
+		if status = st; st != nil || err != nil {
+			return err
+		}
+		if mode == localStream {
+			p = make([]byte, ref.Size)
+			return readStream(l, p)
+		}
+		mem, err := mapReceived(fd, int(ref.Size), unix.PROT_READ, unix.MAP_POPULATE)
+		unix.Close(fd)
+		if err != nil {
+			_, _ = l.c.Write([]byte{bulkStatusFailed})
+			return err
+		}
+		p, mapped, held, l.held = mem, mem, l, true
+		return nil
+	})
+	if !handled {
+		return nil, nil, false, nil
+	}
+	if status != nil {
+		return nil, nil, true, status
+	}
+	if err != nil {
+		return nil, nil, true, fmt.Errorf("bulk fetch from %s (same host): %w", ref.Addr, err)
+	}
+	b.sys.stats.bulkFetched.Add(uint64(ref.Size))
+	b.sys.stats.bulkLocal.Add(uint64(ref.Size))
+	if held == nil {
+		return p, func() {}, true, nil
+	}
+	var once sync.Once
+	return p, func() {
+		once.Do(func() {
+			if mapped != nil {
+				_ = unix.Munmap(mapped)
+			}
+			// The answer tells the owner this reader is done with its
+			// copy; it goes after the unmapping.
+			if !held.spent {
+				_ = held.c.SetWriteDeadline(time.Now().Add(bulkProgress))
+				_, err := held.c.Write([]byte{bulkStatusOK})
+				_ = held.c.SetWriteDeadline(time.Time{})
+				if err == nil {
+					held.held = false
+					b.releaseLocal(ref.Addr, held)
+					return
+				}
+			}
+			held.close()
+		})
+	}, true, nil
 }
 
 // pushLocal is Push over the same-host path; handled is false when the

@@ -24,7 +24,12 @@ import (
 )
 
 // FetchSum asks the peer to pull an offer; the reply is its SHA-256.
-type FetchSum struct{ Ref BulkRef }
+// With View the peer maps it (FetchView), checks that the mapping cannot
+// be made writable, and releases it.
+type FetchSum struct {
+	Ref  BulkRef
+	View bool
+}
 
 // PushTo asks the peer to push Size pseudo-random bytes (seeded by Seed)
 // to the receiver Name at bulk address Addr.
@@ -32,6 +37,13 @@ type PushTo struct {
 	Addr, Name string
 	Size, Seed int
 }
+
+// OfferPattern asks the peer to offer Count copies of Size pseudo-random
+// bytes (seeded by Seed), one reader each; the reply is Offered.
+type OfferPattern struct{ Size, Seed, Count int }
+
+// Offered lists the peer's offers.
+type Offered struct{ Refs []BulkRef }
 
 // Sum is a SHA-256.
 type Sum struct{ Hash []byte }
@@ -50,7 +62,7 @@ func init() {
 		}
 		b.mu.Unlock()
 	}
-	RegisterMessage(FetchSum{}, PushTo{}, Sum{}, WhereLocal{}, Local{})
+	RegisterMessage(FetchSum{}, PushTo{}, Sum{}, WhereLocal{}, Local{}, OfferPattern{}, Offered{})
 	RegisterKind("test.bulker", func(*Context, any) (Actor, error) { return bulker{}, nil })
 }
 
@@ -59,6 +71,18 @@ type bulker struct{}
 func (bulker) Receive(ctx *Context, msg any) (any, error) {
 	switch m := msg.(type) {
 	case FetchSum:
+		if m.View {
+			p, release, err := ctx.System().Bulk().FetchView(context.Background(), m.Ref)
+			if err != nil {
+				return nil, err
+			}
+			defer release()
+			if err := notWritable(p); err != nil {
+				return nil, err
+			}
+			h := sha256.Sum256(p)
+			return Sum{Hash: h[:]}, nil
+		}
 		b, err := ctx.System().Bulk().Fetch(context.Background(), m.Ref)
 		if err != nil {
 			return nil, err
@@ -67,12 +91,34 @@ func (bulker) Receive(ctx *Context, msg any) (any, error) {
 		return Sum{Hash: h[:]}, nil
 	case WhereLocal:
 		return Local{Path: ctx.System().Bulk().LocalPath()}, nil
+	case OfferPattern:
+		var out Offered
+		for range m.Count {
+			out.Refs = append(out.Refs, ctx.System().Bulk().Offer(pattern(m.Size, m.Seed), 1, time.Minute))
+		}
+		return out, nil
 	case PushTo:
 		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		return nil, ctx.System().Bulk().Push(c, m.Addr, m.Name, []byte("hdr"), pattern(m.Size, m.Seed))
 	}
 	return nil, fmt.Errorf("unexpected %T", msg)
+}
+
+// notWritable checks that a view of at least a page maps memory this
+// process cannot make writable.
+func notWritable(p []byte) error {
+	if len(p) < os.Getpagesize() {
+		return nil
+	}
+	page := p[:os.Getpagesize()]
+	if uintptr(unsafe.Pointer(&page[0]))%uintptr(os.Getpagesize()) != 0 {
+		return errors.New("a view of a page or more is not a mapping")
+	}
+	if err := unix.Mprotect(page, unix.PROT_READ|unix.PROT_WRITE); !errors.Is(err, unix.EACCES) {
+		return fmt.Errorf("mprotect of a view to read-write: %v, want EACCES", err)
+	}
+	return nil
 }
 
 func pattern(n, seed int) []byte {
@@ -169,6 +215,24 @@ func TestLocalPathBetweenProcesses(t *testing.T) {
 	}
 	if _, err := CallAs[Sum](ctx, s, bulkerRef(p), FetchSum{Ref: ref}); !errors.Is(err, ErrBulkAbsent) && (err == nil || !strings.Contains(err.Error(), ErrBulkAbsent.Error())) {
 		t.Fatalf("a fourth reader of a 3-reader offer: %v", err)
+	}
+
+	// Views: the peer maps the offer (one reader, or one of two) read-only.
+	for _, readers := range []int{1, 2} {
+		for _, size := range []int{0, 1, 5*localSlot + 3} {
+			data := pattern(size, 100+size)
+			ref := s.Bulk().Offer(data, readers, time.Minute)
+			for i := range readers {
+				local := s.Stats().BulkBytesLocal
+				got, err := CallAs[Sum](ctx, s, bulkerRef(p), FetchSum{Ref: ref, View: true})
+				if want := sha256.Sum256(data); err != nil || !bytes.Equal(got.Hash, want[:]) {
+					t.Fatalf("view of %d bytes, %d readers, reader %d: %v", size, readers, i, err)
+				}
+				if d := s.Stats().BulkBytesLocal - local; d != uint64(size) {
+					t.Fatalf("view of %d bytes: %d went through shared memory", size, d)
+				}
+			}
+		}
 	}
 
 	// Pushes from the peer, small and over many slots, reach a receiver
@@ -481,5 +545,122 @@ func TestLocalHostileClient(t *testing.T) {
 	}
 	if p := received(t, got); string(p.data) != "after" {
 		t.Fatalf("got %q", p.data)
+	}
+}
+
+// A view maps the owner's copy read-only; the owner keeps that copy
+// unchanged while the view is held, reuses it for a later offer of the
+// same size once released, and no segment outlives the node.
+func TestLocalView(t *testing.T) {
+	s, err := Start(Config{Secret: []byte("local key"), Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Bulk().LocalPath() == "" {
+		s.Stop()
+		t.Skip("no same-host path on this machine")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const size = 3*localSlot + 11
+	view := func(seed int) ([]byte, func()) {
+		t.Helper()
+		data := pattern(size, seed)
+		p, release, err := s.Bulk().FetchView(ctx, s.Bulk().Offer(data, 1, time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(p, data) {
+			t.Fatalf("view %d: other bytes", seed)
+		}
+		if err := notWritable(p); err != nil {
+			t.Fatal(err)
+		}
+		if len(memfdsOf(t, "self")) == 0 {
+			t.Fatal("a view of an offer of this node maps no segment")
+		}
+		return p, release
+	}
+	a, releaseA := view(1)
+	// While a is held its segment is not reused: b gets another, which is
+	// kept once b is released and then reused by c.
+	_, releaseB := view(2)
+	releaseB()
+	c, releaseC := view(3)
+	if !bytes.Equal(a, pattern(size, 1)) {
+		t.Fatal("a held view changed under its reader")
+	}
+	if fds := segmentFDs(t); fds != 2*2 { // a's and c's segments, each a read-write and a read-only descriptor
+		t.Errorf("%d segment descriptors while two views are held, want 4", fds)
+	}
+	releaseA()
+	releaseC()
+	releaseC() // a second release does nothing
+	_ = c
+	// A malformed reference is refused before anything is sent.
+	if _, _, err := s.Bulk().FetchView(ctx, BulkRef{Addr: s.Bulk().Addr(), ID: "x", Size: 1}); err == nil {
+		t.Fatal("a malformed offer id was fetched")
+	}
+	s.Stop()
+	if left := memfdsOf(t, "self"); len(left) > 0 {
+		t.Errorf("segments outlived the node: %v", left)
+	}
+}
+
+// segmentFDs counts this process's descriptors of offer segments.
+func segmentFDs(t *testing.T) int {
+	n := 0
+	for _, m := range memfdsOf(t, "self") {
+		if strings.HasPrefix(m, "fd ") && strings.Contains(m, "rlnode-offer") {
+			n++
+		}
+	}
+	return n
+}
+
+// A view of an offer whose owner was killed fails naming the owner's
+// address, within the fetch's context; a view taken before the kill stays
+// readable and its release returns.
+func TestLocalViewOwnerKilled(t *testing.T) {
+	sockets, err := os.MkdirTemp("", "rlsock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockets) })
+	t.Setenv("XDG_RUNTIME_DIR", sockets)
+	s, err := Start(Config{Secret: []byte("local key"), Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if s.Bulk().LocalPath() == "" {
+		t.Skip("no same-host path on this machine")
+	}
+	p := startPeer(t, "RLNODE_ACTOR_SECRET=local key")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const size = 2*localSlot + 5
+	refs, err := CallAs[Offered](ctx, s, bulkerRef(p), OfferPattern{Size: size, Seed: 4, Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, release, err := s.Bulk().FetchView(ctx, refs.Refs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-p.Exited
+	if !bytes.Equal(held, pattern(size, 4)) {
+		t.Fatal("a view taken before its owner died reads other bytes")
+	}
+	release()
+	_, _, err = s.Bulk().FetchView(ctx, refs.Refs[1])
+	if err == nil || !strings.Contains(err.Error(), refs.Refs[1].Addr) {
+		t.Fatalf("view from a killed owner: %v (want an error naming %s)", err, refs.Refs[1].Addr)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the view waited for its context to end")
 	}
 }

@@ -20,7 +20,10 @@ type PayloadLender interface {
 	Lend() (p []byte, release func(), ok bool)
 }
 
-const localQueryMagic = "RLBL"
+const (
+	localQueryMagic = "RLBL"
+	localViewMagic  = "RLBM"
+)
 
 // HostID is empty where the same-host path does not exist.
 func HostID() string { return "" }
@@ -41,6 +44,10 @@ func (b *Bulk) serveLocalQuery(c net.Conn, r io.Reader) bool {
 
 func (b *Bulk) fetchLocal(context.Context, BulkRef, int64, []byte, []byte) (bool, error) {
 	return false, nil
+}
+
+func (b *Bulk) viewLocal(context.Context, BulkRef, []byte) ([]byte, func(), bool, error) {
+	return nil, nil, false, nil
 }
 
 func (b *Bulk) pushLocal(context.Context, string, string, []byte, []byte) (bool, error) {

@@ -85,6 +85,17 @@ func newSegment(name string, size int, populate bool) (fd int, mem []byte, err e
 	return fd, mem, nil
 }
 
+// reopenReadOnly opens segment fd again, read-only: a process given the
+// new descriptor can read and map the segment but neither write it nor
+// map it writable (mprotect refuses too).
+func reopenReadOnly(fd int) (int, error) {
+	ro, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("reopen segment read-only: %w", err)
+	}
+	return ro, nil
+}
+
 func seal(fd int, seals int) error {
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
 		return fmt.Errorf("seal segment: %w", err)
