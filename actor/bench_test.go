@@ -27,9 +27,11 @@ const benchPayload = 100 // bytes per message
 // With Reuse the peer pulls into a buffer it keeps from one fetch to the
 // next (FetchRange), as a reader of same-sized payloads can: no fresh
 // pages to fault in and clear.
+// With View the peer maps it (FetchView) and reads one byte per page.
 type FetchOffer struct {
 	Ref   BulkRef
 	Reuse bool
+	View  bool
 }
 
 // fetchBuf is the fetcher's kept buffer for Reuse.
@@ -50,6 +52,19 @@ func (fetcher) Receive(ctx *Context, msg any) (any, error) {
 	if !ok {
 		return nil, fmt.Errorf("unexpected %T", msg)
 	}
+	if m.View {
+		p, release, err := ctx.System().Bulk().FetchView(context.Background(), m.Ref)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		var x byte
+		for i := 0; i < len(p); i += 4096 {
+			x += p[i]
+		}
+		benchByte = x
+		return Pong{Len: len(p)}, nil
+	}
 	if m.Reuse {
 		fetchBuf.Lock()
 		defer fetchBuf.Unlock()
@@ -67,6 +82,9 @@ func (fetcher) Receive(ctx *Context, msg any) (any, error) {
 	}
 	return Pong{Len: len(b)}, nil
 }
+
+// benchByte keeps a view's reads from being optimized away.
+var benchByte byte
 
 // bareEcho is a plain protoactor actor: it answers BytesValue with itself,
 // and counts chunk bytes for the bulk comparison.
@@ -207,8 +225,10 @@ func BenchmarkInProcess(b *testing.B) {
 }
 
 // BenchmarkBulk256MiB moves 256 MiB to the peer: over our bulk path (the
-// peer pulls one offer into a fresh buffer, and, "rlnode-reused", into
-// the buffer of its previous pull), and through bare protoactor as 1 MiB
+// peer pulls one offer into a fresh buffer; "rlnode-reused", into the
+// buffer of its previous pull; "rlnode-view", FetchView: on one host the
+// owner's copy mapped read-only, of which the peer reads a byte per page,
+// elsewhere a fresh buffer), and through bare protoactor as 1 MiB
 // BytesValue chunks with at most 8 in flight (larger windows overflow a
 // gRPC batch).
 func BenchmarkBulk256MiB(b *testing.B) {
@@ -220,19 +240,15 @@ func BenchmarkBulk256MiB(b *testing.B) {
 		data[i] = byte(i)
 	}
 	fetcherRef := Ref{Name: "fetcher", Address: p.addr, ID: "a/fetcher"}
-	for _, reuse := range []bool{false, true} {
-		name := "rlnode"
-		if reuse {
-			name = "rlnode-reused"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, mode := range []string{"rlnode", "rlnode-reused", "rlnode-view"} {
+		b.Run(mode, func(b *testing.B) {
 			b.SetBytes(size)
 			for i := -1; i < b.N; i++ { // i = -1 warms the connection and the buffer
 				if i == 0 {
 					b.ResetTimer()
 				}
 				ref := s.Bulk().Offer(data, 1, time.Minute)
-				got, err := CallAs[Pong](ctx, s, fetcherRef, FetchOffer{Ref: ref, Reuse: reuse})
+				got, err := CallAs[Pong](ctx, s, fetcherRef, FetchOffer{Ref: ref, Reuse: mode == "rlnode-reused", View: mode == "rlnode-view"})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -353,8 +369,10 @@ func dropIdle(b *Bulk) {
 
 // BenchmarkBulkReaders is the transport under a weight publish: one offer
 // of 40 MiB pulled at once by 1 and by 3 peer processes (each fetches the
-// whole payload). On one host an offer of several readers is copied once
-// into a segment they all map; RLNODE_BULK_TCP=1 gives loopback TCP.
+// whole payload into a new buffer; "view": FetchView, a read-only view).
+// On one host an offer of several readers, or one viewed, is copied once
+// into a segment the readers read or map; RLNODE_BULK_TCP=1 gives
+// loopback TCP.
 func BenchmarkBulkReaders(b *testing.B) {
 	s, err := Start(Config{Secret: []byte("bench key"), Logger: DiscardLogger()})
 	if err != nil {
@@ -371,8 +389,16 @@ func BenchmarkBulkReaders(b *testing.B) {
 		peers = append(peers, startPeer(b, "RLNODE_ACTOR_SECRET=bench key"))
 	}
 	ctx := context.Background()
-	for _, readers := range []int{1, 3} {
-		b.Run(fmt.Sprintf("readers=%d", readers), func(b *testing.B) {
+	for _, tc := range []struct {
+		readers int
+		view    bool
+	}{{1, false}, {3, false}, {1, true}, {3, true}} {
+		readers := tc.readers
+		name := fmt.Sprintf("readers=%d", readers)
+		if tc.view {
+			name += "/view"
+		}
+		b.Run(name, func(b *testing.B) {
 			b.SetBytes(size)
 			for i := -1; i < b.N; i++ { // i = -1 warms the connections
 				if i == 0 {
@@ -382,7 +408,7 @@ func BenchmarkBulkReaders(b *testing.B) {
 				errs := make(chan error, readers)
 				for _, p := range peers[:readers] {
 					go func() {
-						got, err := CallAs[Pong](ctx, s, Ref{Name: "fetcher", Address: p.addr, ID: "a/fetcher"}, FetchOffer{Ref: ref})
+						got, err := CallAs[Pong](ctx, s, Ref{Name: "fetcher", Address: p.addr, ID: "a/fetcher"}, FetchOffer{Ref: ref, View: tc.view})
 						if err == nil && got.Len != size {
 							err = fmt.Errorf("peer got %d bytes", got.Len)
 						}

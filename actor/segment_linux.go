@@ -50,19 +50,6 @@ func (r *ringMap) acquire() int {
 	return -1
 }
 
-// newFile creates a memfd of size bytes, unmapped.
-func newFile(name string, size int) (int, error) {
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return -1, fmt.Errorf("memfd_create: %w", err)
-	}
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("segment of %d bytes: %w", size, err)
-	}
-	return fd, nil
-}
-
 // newSegment creates a memfd of size bytes mapped read-write (populated
 // at once when populate: cheaper than a fault per page for memory that is
 // written whole right away).
@@ -150,18 +137,6 @@ func preadFull(fd int, dst []byte, off int64) error {
 			return io.ErrUnexpectedEOF
 		}
 		dst, off = dst[n:], off+int64(n)
-	}
-	return nil
-}
-
-// pwriteFull writes p to fd at offset 0.
-func pwriteFull(fd int, p []byte) error {
-	for off := 0; off < len(p); {
-		n, err := unix.Pwrite(fd, p[off:min(len(p), off+1<<30)], int64(off))
-		if err != nil {
-			return fmt.Errorf("write segment: %w", err)
-		}
-		off += n
 	}
 	return nil
 }
