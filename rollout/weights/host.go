@@ -84,7 +84,8 @@ type WeightSetter interface {
 }
 
 // Receiver is the engine side of a push: it pulls the offered payload over
-// the bulk path, decodes it and applies it. Any actor hosting an engine can
+// the bulk path (on one host: maps the publisher's copy, FetchView),
+// decodes it in place and applies it. Any actor hosting an engine can
 // answer Push with it. LoRA updates are merged onto base weights it reads
 // once through Base and keeps current across full updates.
 type Receiver struct {
@@ -138,11 +139,14 @@ func (r *Receiver) Apply(ctx context.Context, sys *actor.System, p Push) error {
 		}
 		return fmt.Errorf("push version %d: older than the served version %d", p.Version, cur)
 	}
-	blob, err := sys.Bulk().Fetch(ctx, p.Blob)
+	// On one host the payload is the publisher's copy mapped read-only,
+	// and the tensors lie in it: no copy here before the engine's own.
+	blob, release, err := sys.Bulk().FetchView(ctx, p.Blob)
 	if err != nil {
 		return fmt.Errorf("push version %d: %w", p.Version, err)
 	}
-	version, u, err := Decode(fmt.Sprintf("bulk %s from %s", p.Blob.ID, p.Blob.Addr), blob)
+	defer release()
+	version, u, err := DecodeView(fmt.Sprintf("bulk %s from %s", p.Blob.ID, p.Blob.Addr), blob)
 	if err != nil {
 		return fmt.Errorf("push version %d: %w", p.Version, err)
 	}
@@ -160,13 +164,14 @@ func (r *Receiver) Apply(ctx context.Context, sys *actor.System, p Push) error {
 	}
 	if u.LoRA == nil && r.Base != nil {
 		// A full update moves the base that later adapters merge onto: keep
-		// its projection weights (the decoded slices, no further copy).
+		// a copy of its projection weights (the decoded ones lie in the
+		// payload, released on return), in the buffers of the last.
 		if r.base == nil {
 			r.base = map[string][]float32{}
 		}
 		for n, v := range weights {
 			if strings.HasSuffix(n, "_proj.weight") {
-				r.base[n] = v
+				r.base[n] = append(r.base[n][:0], v...)
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/safetensors"
@@ -244,6 +245,24 @@ func Encode(version int64, u Update) ([]byte, error) {
 // Decode parses a blob written by Encode; what names the payload in
 // errors.
 func Decode(what string, b []byte) (int64, Update, error) {
+	return decode(what, b, false)
+}
+
+// DecodeView is Decode with the tensors lying in b itself where its
+// layout allows (little-endian, 4-byte aligned; the others are copied):
+// for a payload read in place, such as a view of a shared segment. The
+// tensors are valid, and must not be written, while b is.
+func DecodeView(what string, b []byte) (int64, Update, error) {
+	return decode(what, b, true)
+}
+
+// littleEndian: float32 values are stored as safetensors stores them.
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
+func decode(what string, b []byte, alias bool) (int64, Update, error) {
 	f, err := safetensors.Parse(what, b)
 	if err != nil {
 		return 0, Update{}, err
@@ -258,9 +277,14 @@ func Decode(what string, b []byte) (int64, Update, error) {
 		if t.DType != safetensors.F32 {
 			return 0, Update{}, fmt.Errorf("weights %s: tensor %q: dtype %s, want F32", what, t.Name, t.DType)
 		}
-		v := make([]float32, len(t.Data)/4)
-		for k := range v {
-			v[k] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*k:]))
+		var v []float32
+		if alias && littleEndian && len(t.Data) >= 4 && uintptr(unsafe.Pointer(&t.Data[0]))%4 == 0 {
+			v = unsafe.Slice((*float32)(unsafe.Pointer(&t.Data[0])), len(t.Data)/4)
+		} else {
+			v = make([]float32, len(t.Data)/4)
+			for k := range v {
+				v[k] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*k:]))
+			}
 		}
 		u.Tensors[t.Name] = v
 		u.Shapes[t.Name] = t.Shape

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/rlnode/rlnode/learner/safetensors"
 )
@@ -74,5 +75,51 @@ func TestDecodeBlobRefusesBadPayloads(t *testing.T) {
 		if _, _, err := Decode("payload", tc.blob); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// DecodeView returns Decode's tensors, lying in the payload where it is
+// 4-byte aligned and copied where it is not; it refuses what Decode
+// refuses.
+func TestDecodeView(t *testing.T) {
+	u := Update{Tensors: map[string][]float32{"model.norm.weight": {1, -2, 3.5}, "model.embed_tokens.weight": {0.25, 7}}}
+	blob, err := Encode(4, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	within := func(v []float32, b []byte) bool {
+		p := uintptr(unsafe.Pointer(&v[0]))
+		lo := uintptr(unsafe.Pointer(&b[0]))
+		return p >= lo && p < lo+uintptr(len(b))
+	}
+	for _, tc := range []struct {
+		name    string
+		shift   int // the payload starts this many bytes into a buffer
+		inPlace bool
+	}{{"aligned", 0, littleEndian}, {"misaligned", 1, false}} {
+		buf := make([]byte, len(blob)+tc.shift)
+		b := buf[tc.shift:]
+		copy(b, blob)
+		v, got, err := DecodeView("blob", b)
+		if err != nil || v != 4 {
+			t.Fatalf("%s: version %d, %v", tc.name, v, err)
+		}
+		for name, want := range u.Tensors {
+			if !slices.Equal(got.Tensors[name], want) {
+				t.Fatalf("%s: %s: %v, want %v", tc.name, name, got.Tensors[name], want)
+			}
+			if in := within(got.Tensors[name], b); in != tc.inPlace {
+				t.Fatalf("%s: %s lies in the payload: %v, want %v", tc.name, name, in, tc.inPlace)
+			}
+		}
+		_, dec, _ := Decode("blob", b)
+		for name := range u.Tensors {
+			if within(dec.Tensors[name], b) {
+				t.Fatalf("Decode's %s lies in the payload", name)
+			}
+		}
+	}
+	if _, _, err := DecodeView("payload", blob[:len(blob)-3]); err == nil || !strings.Contains(err.Error(), "truncated") {
+		t.Fatalf("truncated view: %v", err)
 	}
 }
