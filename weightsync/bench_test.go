@@ -13,6 +13,7 @@ import (
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/native/nativetest"
 	"github.com/rlnode/rlnode/rollout/weights"
 )
@@ -170,6 +171,57 @@ func BenchmarkPublishProcesses(b *testing.B) {
 				bytes = rep.Bytes
 			}
 			b.SetBytes(int64(bytes))
+		})
+	}
+}
+
+// BenchmarkReceive is one engine host's share of a publish, in one
+// process: the ~39 MB version offered on this node and applied to a
+// native engine by a weights.Receiver, as an engine host does. "same-host"
+// maps the offer's shared copy (FetchView) and decodes it in place; "tcp"
+// (RLNODE_BULK_TCP=1) pulls it into a new buffer first. cpu-ms/op is the
+// process's CPU time per version (publisher's copy included), which a
+// loaded machine changes less than the wall time.
+func BenchmarkReceive(b *testing.B) {
+	dir, u := benchUpdate(b)
+	for _, mode := range []string{"same-host", "tcp"} {
+		b.Run(mode, func(b *testing.B) {
+			if mode == "tcp" {
+				b.Setenv("RLNODE_BULK_TCP", "1")
+			}
+			n := embedded(b)
+			sys := n.System()
+			e, err := native.Load(dir, native.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			r := &weights.Receiver{Engine: e, Base: weights.CheckpointBase(dir)}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			var blob []byte
+			var spent time.Duration
+			for i := -1; i < b.N; i++ { // i = -1 warms the connection and the kept buffers
+				b.StopTimer()
+				if blob, err = weights.Encode(int64(i+2), u); err != nil { // the publisher's, once per version
+					b.Fatal(err)
+				}
+				if i == 0 {
+					b.ResetTimer()
+				}
+				b.StartTimer()
+				c := cpuTime()
+				ref := sys.Bulk().Offer(blob, 1, time.Minute)
+				if err := r.Apply(ctx, sys, weights.Push{Version: int64(i + 2), Blob: ref}); err != nil {
+					b.Fatal(err)
+				}
+				sys.Bulk().Release(ref)
+				if i >= 0 {
+					spent += cpuTime() - c
+				}
+			}
+			b.SetBytes(int64(len(blob)))
+			b.ReportMetric(float64(spent.Microseconds())/1e3/float64(b.N), "cpu-ms/op")
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -325,5 +326,33 @@ func TestServerDropsClientThatDoesNotRead(t *testing.T) {
 			t.Fatalf("the place is not given back: status %d: %s", code, b)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// nonFinite finds the first NaN or infinity at every position of the
+// unrolled loop and its tail, and nothing in finite extremes.
+func TestNonFinite(t *testing.T) {
+	bad := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), math.Float32frombits(0x7fc00001), math.Float32frombits(0xff800001)}
+	good := []float32{0, float32(math.Copysign(0, -1)), math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32, 1, -2.5}
+	for n := range 11 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = good[i%len(good)]
+		}
+		if got := nonFinite(v); got != -1 {
+			t.Fatalf("%d finite values: %d", n, got)
+		}
+		for at := range n {
+			for _, x := range bad {
+				w := append([]float32(nil), v...)
+				w[at] = x
+				if at+1 < n {
+					w[n-1] = bad[0] // a later one does not hide the first
+				}
+				if got := nonFinite(w); got != at {
+					t.Fatalf("%v at %d of %d: found at %d", x, at, n, got)
+				}
+			}
+		}
 	}
 }
