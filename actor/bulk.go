@@ -168,9 +168,7 @@ func (b *Bulk) Release(ref BulkRef) {
 	b.mu.Unlock()
 	if o != nil {
 		o.timer.Stop()
-		b.mu.Lock()
-		b.freeOffer(o, false)
-		b.mu.Unlock()
+		b.freeOffer(o)
 	}
 }
 
@@ -200,9 +198,10 @@ func (b *Bulk) close() {
 	b.lis.Close()
 	b.mu.Lock()
 	b.closed = true
+	var ended []*offer
 	for id, o := range b.offers {
 		o.timer.Stop()
-		b.freeOffer(o, false)
+		ended = append(ended, o)
 		delete(b.offers, id)
 	}
 	b.closeLocal()
@@ -216,6 +215,9 @@ func (b *Bulk) close() {
 		delete(b.idle, addr)
 	}
 	b.mu.Unlock()
+	for _, o := range ended {
+		b.freeOffer(o)
+	}
 	b.wg.Wait()
 }
 
@@ -518,12 +520,15 @@ func (b *Bulk) readDone(id string, o *offer, end uint64) {
 		return
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	o.readers--
-	if o.readers <= 0 && b.offers[id] == o {
+	last := o.readers <= 0 && b.offers[id] == o
+	if last {
 		delete(b.offers, id)
+	}
+	b.mu.Unlock()
+	if last {
 		o.timer.Stop()
-		b.freeOffer(o, true)
+		b.freeOffer(o)
 	}
 }
 

@@ -481,7 +481,7 @@ func (b *Bulk) serveLocalFetch(l *localConn, view bool) bool {
 	if fd := b.offerSegment(o, view); fd >= 0 {
 		_, _, err := c.WriteMsgUnix([]byte{bulkStatusOK, localMapped}, unix.UnixRights(fd), nil)
 		if err != nil {
-			o.doneWith()
+			b.doneWith(o, false)
 			return false
 		}
 		if view {
@@ -489,10 +489,11 @@ func (b *Bulk) serveLocalFetch(l *localConn, view bool) bool {
 		}
 		var ack [1]byte
 		_, err = io.ReadFull(l.r, ack[:])
-		o.doneWith()
-		if err != nil || ack[0] != bulkStatusOK {
-			// Not counted as read: the offer's segment is closed, not
-			// reused, when it ends (a reader may still map it).
+		// Without the answer the reader may still map the segment: it is
+		// then closed, never reused, when the offer ends.
+		answered := err == nil && ack[0] == bulkStatusOK
+		b.doneWith(o, answered)
+		if !answered {
 			return false
 		}
 	} else {
@@ -514,13 +515,17 @@ const bulkViewHold = 2 * time.Minute
 
 // offerSeg is an offer's copy in a memfd sealed against resizing, whose
 // read-only descriptor local readers receive (they can neither write it
-// nor map it writable).
+// nor map it writable). Locks: s.mu before b.mu.
 type offerSeg struct {
-	once  sync.Once
 	mu    sync.Mutex
 	many  bool     // the offer has several readers: every local one reads the copy
+	made  bool     // the copy was made (or failed)
 	seg   spareSeg // the copy; seg.fd is -1 until made
 	inUse int      // readers sent the descriptor that have not answered yet
+	// tainted: a reader given the descriptor did not answer, and may
+	// still map it: the segment is never reused. ended: the offer ended
+	// with readers in inUse; the last one's answer disposes of it.
+	tainted, ended bool
 }
 
 // localSpares is how many offer segments a node keeps for reuse: a new
@@ -532,14 +537,20 @@ const localSpares = 2
 // offerSegment returns the read-only descriptor of o's shared copy,
 // making it at the first call (in a spare segment of its size when there
 // is one), or -1 when o has one reader that does not map it (the ring
-// streams it with no copy first) or the copy cannot be made. The caller
-// passes it on and calls doneWith.
+// streams it with no copy first), has ended, or the copy cannot be made.
+// The caller passes it on and calls doneWith.
 func (b *Bulk) offerSegment(o *offer, view bool) int {
 	s := o.shared
 	if s == nil || (!s.many && !view) {
 		return -1
 	}
-	s.once.Do(func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return -1
+	}
+	if !s.made {
+		s.made = true
 		sp := b.spareSegment(len(o.data))
 		var err error
 		if sp.fd < 0 {
@@ -554,26 +565,28 @@ func (b *Bulk) offerSegment(o *offer, view bool) int {
 		if err != nil {
 			sp.close()
 			b.sys.warn.Warn(b.sys.log, "bulk: no shared copy of an offer", "err", err)
-			return
+			return -1
 		}
 		copy(sp.mem, o.data)
-		s.mu.Lock()
 		s.seg = sp
-		s.mu.Unlock()
-	})
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	}
 	if s.seg.ro >= 0 {
 		s.inUse++
 	}
 	return s.seg.ro
 }
 
-// doneWith records that a reader given o's segment has answered.
-func (o *offer) doneWith() {
-	o.shared.mu.Lock()
-	o.shared.inUse--
-	o.shared.mu.Unlock()
+// doneWith records that a reader given o's segment has answered (ok), or
+// failed to.
+func (b *Bulk) doneWith(o *offer, ok bool) {
+	s := o.shared
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inUse--
+	s.tainted = s.tainted || !ok
+	if s.ended && s.inUse == 0 {
+		b.dispose(s)
+	}
 }
 
 // spareSegment takes a kept segment of exactly size bytes, or returns
@@ -590,24 +603,34 @@ func (b *Bulk) spareSegment(size int) spareSeg {
 	return spareSeg{fd: -1, ro: -1}
 }
 
-// freeOffer closes o's shared copy, or keeps it for the next offer of its
-// size when reuse says every reader is done and none is still reading it
-// (readers answer once done with it, a view's reader once it has
-// unmapped it). b.mu is held.
-func (b *Bulk) freeOffer(o *offer, reuse bool) {
+// freeOffer disposes of o's shared copy once the offer has ended: at
+// once when no reader holds it, else at the last one's answer.
+func (b *Bulk) freeOffer(o *offer) {
 	s := o.shared
 	if s == nil {
 		return
 	}
-	s.once.Do(func() {})
 	s.mu.Lock()
-	sp, busy := s.seg, s.inUse > 0
+	defer s.mu.Unlock()
+	s.ended = true
+	if s.inUse == 0 {
+		b.dispose(s)
+	}
+}
+
+// dispose keeps s's segment for the next offer of its size, when every
+// reader given it answered (a view's reader once it has unmapped it),
+// or closes it (readers that mapped it keep their mappings; the memory
+// goes with the last). s.mu is held.
+func (b *Bulk) dispose(s *offerSeg) {
+	sp := s.seg
 	s.seg = spareSeg{fd: -1, ro: -1}
-	s.mu.Unlock()
 	if sp.fd < 0 {
 		return
 	}
-	if reuse && !busy && !b.closed {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !s.tainted && !b.closed {
 		b.loc.spares = append(b.loc.spares, sp)
 		if len(b.loc.spares) <= localSpares {
 			return

@@ -32,7 +32,7 @@ func (b *Bulk) startLocal()                          {}
 func (b *Bulk) closeLocal()                          {}
 func (b *Bulk) LocalPath() string                    { return "" }
 func (b *Bulk) newOfferShared(readers int) *offerSeg { return nil }
-func (b *Bulk) freeOffer(*offer, bool)               {}
+func (b *Bulk) freeOffer(*offer)                     {}
 
 func (b *Bulk) serveLocalQuery(c net.Conn, r io.Reader) bool {
 	if _, err := readString16(r); err != nil {
