@@ -47,7 +47,8 @@ for r in $(seq "$rounds"); do
 	done
 	for mode in shm tcp; do
 		load "publish over $mode"
-		bench weightsync "$bin/weightsync.test" 'PublishProcesses' 8x RLNODE_BULK_TCP=$([ $mode = tcp ] && echo 1 || echo 0)
+		# Receive (one engine's share, in CPU time) sets its own transport.
+		bench weightsync "$bin/weightsync.test" "PublishProcesses$([ $mode = shm ] && echo '|Receive')" 8x RLNODE_BULK_TCP=$([ $mode = tcp ] && echo 1 || echo 0)
 	done
 done
 load done
@@ -62,7 +63,10 @@ for line in open(sys.argv[1]):
         name, ns, tail = m.group(1), int(m.group(3)), m.group(4)
         g = re.search(r"([\d.]+) (busGB/s|GB/s)", tail)
         mb = re.search(r"([\d.]+) MB/s", tail)
-        if g:
+        cpu = re.search(r"([\d.]+) cpu-ms/op", tail)
+        if cpu:
+            key, v = f"{sec}: {name} cpu-ms/op", float(cpu.group(1))
+        elif g:
             key, v = f"{sec}: {name} {g.group(2)}", float(g.group(1))
         elif mb and not sec.startswith("publish"):
             key, v = f"{sec}: {name} GB/s", float(mb.group(1)) / 1e3
@@ -91,8 +95,9 @@ for n in (2, 4):
         ratio(f"shm / tcp, {n} ranks, {mib} MiB", shm, f"all-reduce over tcp: BenchmarkAllReduceLoopback/ranks={n}/MiB={mib} busGB/s")
     ratio(f"shm / memcpy, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceLoopback/ranks={n}/MiB=64 busGB/s", "memcpy: BenchmarkMemcpy/MiB=64 GB/s")
     ratio(f"shm / RingCopyBound, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceLoopback/ranks={n}/MiB=64 busGB/s", f"memcpy: BenchmarkRingCopyBound/ranks={n}/MiB=64 busGB/s")
-for b in ("rlnode", "rlnode-reused"):
+for b in ("rlnode", "rlnode-reused", "rlnode-view"):
     ratio(f"256 MiB pull ({b}), shm / tcp", f"bulk over shm: BenchmarkBulk256MiB/{b} GB/s", f"bulk over tcp: BenchmarkBulk256MiB/{b} GB/s")
+ratio("256 MiB pull, view (shm) / new buffer (tcp)", "bulk over shm: BenchmarkBulk256MiB/rlnode-view GB/s", "bulk over tcp: BenchmarkBulk256MiB/rlnode GB/s")
 for mode in ("shm", "tcp"):
     ratio(f"publish over {mode}, 3 engines / 1", f"publish over {mode}: BenchmarkPublishProcesses/engines=3 ms/op", f"publish over {mode}: BenchmarkPublishProcesses/engines=1 ms/op")
 for name, v in ratios.items():
