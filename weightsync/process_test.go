@@ -3,6 +3,8 @@ package weightsync
 import (
 	"crypto/rand"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +67,13 @@ func TestPublishAcrossProcesses(t *testing.T) {
 	}
 	checkAgainst(t, "remote", learner, generate(t, n.System(), remote[0]), 1)
 	checkAgainst(t, "local", learner, generate(t, n.System(), local[0]), 1)
+	// On one host both engines mapped the version's shared copy
+	// (weights.Receiver takes it with FetchView).
+	if n.System().Bulk().LocalPath() != "" {
+		if got := n.System().Stats().BulkBytesLocal; got < want {
+			t.Errorf("%d bytes through shared memory, want at least 2×%d", got, rep.Bytes)
+		}
+	}
 
 	// The child node dies: the next publish completes for the local engine
 	// and names the lost one (removed by its failed push or its watch).
@@ -83,4 +92,30 @@ func TestPublishAcrossProcesses(t *testing.T) {
 	}
 	t.Logf("publish after the kill: %v; removed: %s", err, st.Removed[0].Removed)
 	checkAgainst(t, "local after kill", learner2, generate(t, n.System(), local[0]), 2)
+
+	// No segment outlives the node: none held or mapped by this process.
+	n.Stop()
+	if left := memfds(t); len(left) > 0 {
+		t.Errorf("segments outlived the node: %v", left)
+	}
+}
+
+// memfds lists this process's descriptors and mappings of the bulk
+// path's shared segments (none where /proc does not exist).
+func memfds(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	fds, _ := filepath.Glob("/proc/self/fd/*")
+	for _, f := range fds {
+		if l, err := os.Readlink(f); err == nil && strings.Contains(l, "memfd:rlnode") {
+			out = append(out, "fd "+l)
+		}
+	}
+	maps, _ := os.ReadFile("/proc/self/maps")
+	for _, line := range strings.Split(string(maps), "\n") {
+		if strings.Contains(line, "memfd:rlnode") {
+			out = append(out, "map "+line)
+		}
+	}
+	return out
 }
