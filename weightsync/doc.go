@@ -23,9 +23,10 @@
 // no sockets of its own and holds no training state.
 //
 // Not done yet:
-//   - Fan-out is N concurrent pulls of one offer: the publishing node
-//     serves N copies. A chunk-pipelined relay needs a streaming offer in
-//     actor.Bulk.
+//   - Fan-out is N concurrent pulls of one offer. On one host that is one
+//     shared copy every engine maps (actor.Bulk.FetchView); across hosts
+//     the publishing node serves N copies, and a chunk-pipelined relay
+//     needs a streaming offer in actor.Bulk.
 //   - A restarted engine host is removed, not caught up: its owner
 //     registers it again (rollout.Pool starts a replacement instead).
 //     vLLM targets registered late are not caught up.
