@@ -234,7 +234,13 @@ func Encode(version int64, u Update) ([]byte, error) {
 	copy(out[8:], h)
 	p := out[8+len(h):]
 	for _, n := range names {
-		for _, x := range u.Tensors[n] {
+		v := u.Tensors[n]
+		if littleEndian {
+			// The values' own bytes are the payload's: one copy.
+			p = p[copy(p, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))):]
+			continue
+		}
+		for _, x := range v {
 			binary.LittleEndian.PutUint32(p, math.Float32bits(x))
 			p = p[4:]
 		}

@@ -1,6 +1,9 @@
 package weights
 
 import (
+	"bytes"
+	"encoding/binary"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -121,5 +124,21 @@ func TestDecodeView(t *testing.T) {
 	}
 	if _, _, err := DecodeView("payload", blob[:len(blob)-3]); err == nil || !strings.Contains(err.Error(), "truncated") {
 		t.Fatalf("truncated view: %v", err)
+	}
+}
+
+// Encode writes each value's bits little-endian, NaN payloads included.
+func TestEncodeBits(t *testing.T) {
+	vals := []float32{1, -0.5, float32(math.Inf(-1)), math.Float32frombits(0x7fc00123), math.Float32frombits(0x00000001), 3e38}
+	blob, err := Encode(1, Update{Tensors: map[string][]float32{"a": vals, "b": {2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	for _, x := range append(vals, 2) { // names sorted: a, then b
+		want = binary.LittleEndian.AppendUint32(want, math.Float32bits(x))
+	}
+	if got := blob[len(blob)-len(want):]; !bytes.Equal(got, want) {
+		t.Fatalf("payload data %x, want %x", got, want)
 	}
 }
