@@ -63,6 +63,9 @@ func (l *Learner) Save(dir string) error {
 		}
 		return removeShardFiles(dir, 0)
 	}
+	if err := l.trainer.SyncOptimizer(); err != nil {
+		return fmt.Errorf("learner: save %s: optimizer: %w", dir, err)
+	}
 	st := l.trainer.Opt.State()
 	ts := make([]safetensors.Tensor, 0, len(st.Tensors))
 	for _, t := range st.Tensors {

@@ -79,6 +79,23 @@ func (a *Allocator) Alloc(n int64) (Ptr, error) {
 		a.hand(p, size)
 		return p, nil
 	}
+	return a.fresh(r)
+}
+
+// AllocLasting is Alloc for a block kept in use for long (optimizer
+// state, bf16 copies of weights): it comes from the device, not the
+// cache, so the cached blocks stay for the temporaries that reuse them
+// every step. Free returns it to the cache as any block.
+func (a *Allocator) AllocLasting(n int64) (Ptr, error) {
+	if n < 0 || n > 1<<40 {
+		return 0, fmt.Errorf("allocate %d bytes: out of range", n)
+	}
+	return a.fresh(RoundSize(n))
+}
+
+// fresh takes a block of r bytes from the device, trimming the cache and
+// retrying once when the device is out of memory.
+func (a *Allocator) fresh(r int64) (Ptr, error) {
 	p, err := a.raw.Malloc(r)
 	if errors.Is(err, ErrOutOfMemory) && a.st.Cached > 0 {
 		a.st.OOMTrims++

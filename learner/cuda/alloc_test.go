@@ -141,3 +141,35 @@ func TestAllocatorRefusesForeignAndDoubleFree(t *testing.T) {
 		t.Error("a negative size was accepted")
 	}
 }
+
+// TestAllocLastingLeavesTheCache: a lasting block comes from the device
+// even where a cached block fits, and the cached block still serves the
+// next ordinary request; freed, the lasting block joins the cache.
+func TestAllocLastingLeavesTheCache(t *testing.T) {
+	dev, err := OpenEmuDevice("")
+	must(t, err)
+	a := NewAllocator(dev)
+	tmp, err := a.Alloc(4096)
+	must(t, err)
+	must(t, a.Free(tmp))
+	keep, err := a.AllocLasting(4096)
+	must(t, err)
+	if keep == tmp {
+		t.Fatal("the lasting block took the cached one")
+	}
+	if st := a.Stats(); st.DeviceAllocs != 2 || st.Reuses != 0 || st.Cached != 4096 {
+		t.Fatalf("after AllocLasting: %+v, want 2 device allocations, the 4096-byte block still cached", st)
+	}
+	again, err := a.Alloc(4000)
+	must(t, err)
+	if again != tmp {
+		t.Errorf("the cached block was not reused: got %#x, cached %#x", again, tmp)
+	}
+	must(t, a.Free(keep))
+	if st := a.Stats(); st.Cached != 4096 || st.InUse != 4096 {
+		t.Errorf("after freeing the lasting block: %+v", st)
+	}
+	if _, err := a.AllocLasting(-1); err == nil {
+		t.Error("a negative size was accepted")
+	}
+}

@@ -18,7 +18,8 @@ import (
 // With GEMM set to BF16 the matrix products take bf16 operands (rounded
 // from the fp32 tensors by cast_f32_bf16) with fp32 accumulation and
 // fp32 results, as torch.autocast(bfloat16) does for linear layers; the
-// other ops stay fp32.
+// other ops stay fp32. The weights the fused AdamW updates keep a bf16
+// copy, written by the update itself, that their products read.
 //
 // Backend methods return no errors: the first failure (out of memory, a
 // failed launch) is kept, every op after it does nothing, and Download
@@ -30,8 +31,13 @@ type DeviceBackend struct {
 	GEMM  DType // element type of matrix-product operands: F32 or BF16
 	Block int   // threads per block; 128 when 0
 
-	err   error
-	temps []Ptr // an op's temporaries, freed when it returns
+	// Casts counts the bf16 casts of matrix-product operands launched.
+	Casts int
+
+	err     error
+	temps   []Ptr // an op's temporaries, freed when it returns
+	opt     optimState
+	shadows []*shadow // bf16 copies of weights, by address
 }
 
 // NewDeviceBackend returns a backend on d with matrix products in gemm.
@@ -114,6 +120,9 @@ func (b *DeviceBackend) Free(t backend.Tensor) {
 	if d == nil || d.view || d.p == 0 {
 		return
 	}
+	if len(b.shadows) > 0 {
+		b.dropShadows(d.p, 4*int64(max(d.n, 1)))
+	}
 	b.fail(b.A.Free(d.p))
 	d.p = 0
 }
@@ -130,6 +139,7 @@ func f32Bytes(x []float32) []byte {
 
 func (b *DeviceBackend) Upload(dst backend.Tensor, src []float32) {
 	mustLen("Upload", dst.Len(), len(src))
+	b.wrote(dst)
 	if b.ok() && len(src) > 0 {
 		b.fail(b.D.ToDevice(p(dst), f32Bytes(src)))
 	}
@@ -149,6 +159,7 @@ func (b *DeviceBackend) Download(dst []float32, src backend.Tensor) {
 }
 
 func (b *DeviceBackend) Zero(t backend.Tensor) {
+	b.wrote(t)
 	if b.ok() && t.Len() > 0 {
 		b.fail(b.D.Zero(p(t), 4*int64(t.Len())))
 	}
@@ -156,6 +167,7 @@ func (b *DeviceBackend) Zero(t backend.Tensor) {
 
 func (b *DeviceBackend) Copy(dst, src backend.Tensor) {
 	mustLen("Copy", dst.Len(), src.Len())
+	b.wrote(dst)
 	if b.ok() && dst.Len() > 0 {
 		b.fail(b.D.Copy(p(dst), p(src), 4*int64(dst.Len())))
 	}
@@ -234,13 +246,18 @@ func (b *DeviceBackend) longs(x []int64) Ptr {
 }
 
 // operand returns a GEMM operand of ext elements at t in b.GEMM: the
-// tensor itself in fp32, a bf16 copy in a temporary otherwise.
+// tensor itself in fp32; in bf16 a weight's copy, else a cast into a
+// temporary.
 func (b *DeviceBackend) operand(t backend.Tensor, ext int64) Ptr {
 	if b.GEMM == F32 || ext == 0 {
 		return p(t)
 	}
+	if c := b.cachedOperand(t, ext); c != 0 {
+		return c
+	}
 	h := b.temp(2 * ext)
 	b.elems("cast_f32_bf16", int(ext), h, p(t), ext)
+	b.Casts++
 	return h
 }
 
@@ -252,6 +269,7 @@ func (b *DeviceBackend) gemm(g Gemm, a, bb, c backend.Tensor) {
 	}
 	g.In = b.GEMM
 	g.A, g.B, g.C = b.operand(a, aExt), b.operand(bb, bExt), p(c)
+	b.wrote(c)
 	if b.ok() {
 		b.fail(b.D.Gemm(g))
 	}
@@ -279,41 +297,49 @@ func (b *DeviceBackend) BatchedMatMul(transA, transB bool, m, n, k int, alpha fl
 func (b *DeviceBackend) Add(dst, x, y backend.Tensor) {
 	mustLen("Add", dst.Len(), x.Len())
 	mustLen("Add", dst.Len(), y.Len())
+	b.wrote(dst)
 	b.elems("add_f32", dst.Len(), p(dst), p(x), p(y), int64(dst.Len()))
 }
 
 func (b *DeviceBackend) AddScaled(dst backend.Tensor, alpha float32, x backend.Tensor) {
 	mustLen("AddScaled", dst.Len(), x.Len())
+	b.wrote(dst)
 	b.elems("add_scaled_f32", dst.Len(), p(dst), p(x), alpha, int64(dst.Len()))
 }
 
 func (b *DeviceBackend) Scale(t backend.Tensor, alpha float32) {
+	b.wrote(t)
 	b.elems("scale_f32", t.Len(), p(t), alpha, int64(t.Len()))
 }
 
 func (b *DeviceBackend) Mul(dst, x, y backend.Tensor) {
 	mustLen("Mul", dst.Len(), x.Len())
 	mustLen("Mul", dst.Len(), y.Len())
+	b.wrote(dst)
 	b.elems("mul_f32", dst.Len(), p(dst), p(x), p(y), int64(dst.Len()))
 }
 
 func (b *DeviceBackend) AddRowVector(x, v backend.Tensor, rows, cols int) {
+	b.wrote(x)
 	b.elems("add_row_vector_f32", rows*cols, p(x), p(v), int32(rows), int32(cols))
 }
 
 func (b *DeviceBackend) SumRows(dst, x backend.Tensor, rows, cols int) {
+	b.wrote(dst)
 	if cols > 0 {
 		b.launch("sum_rows_f32", b.grid(cols, b.block()), p(dst), p(x), int32(rows), int32(cols))
 	}
 }
 
 func (b *DeviceBackend) RMSNorm(out, rstd, x, w backend.Tensor, rows, cols int, eps float32) {
+	b.wrote(out, rstd)
 	if rows > 0 {
 		b.launch("rmsnorm_fwd_f32", D1(rows), p(out), p(rstd), p(x), p(w), int32(rows), int32(cols), eps)
 	}
 }
 
 func (b *DeviceBackend) RMSNormBackward(dx, dw, dy, x, w, rstd backend.Tensor, rows, cols int) {
+	b.wrote(dx, dw)
 	if rows == 0 {
 		return
 	}
@@ -325,6 +351,7 @@ func (b *DeviceBackend) RMSNormBackward(dx, dw, dy, x, w, rstd backend.Tensor, r
 
 func (b *DeviceBackend) rope(x backend.Tensor, pos []int32, rows, heads, headDim int, theta float64, sign float32) {
 	defer b.done()
+	b.wrote(x)
 	n := rows * heads * headDim / 2
 	if n == 0 {
 		return
@@ -341,14 +368,17 @@ func (b *DeviceBackend) RoPEBackward(dx backend.Tensor, pos []int32, rows, heads
 }
 
 func (b *DeviceBackend) SwiGLU(out, gate, up backend.Tensor, n int) {
+	b.wrote(out)
 	b.elems("swiglu_fwd_f32", n, p(out), p(gate), p(up), int64(n))
 }
 
 func (b *DeviceBackend) SwiGLUBackward(dGate, dUp, dOut, gate, up backend.Tensor, n int) {
+	b.wrote(dGate, dUp)
 	b.elems("swiglu_bwd_f32", n, p(dGate), p(dUp), p(dOut), p(gate), p(up), int64(n))
 }
 
 func (b *DeviceBackend) Softmax(out, x backend.Tensor, rows, cols int) {
+	b.wrote(out)
 	if rows > 0 {
 		b.launch("softmax_f32", D1(rows), p(out), p(x), int32(rows), int32(cols))
 	}
@@ -362,6 +392,7 @@ func (b *DeviceBackend) warpGrid(n int) Dim3 {
 
 func (b *DeviceBackend) Attention(out, lse, q, k, v backend.Tensor, starts []int32, batch, seqLen, heads, kvHeads, headDim int) {
 	defer b.done()
+	b.wrote(out, lse)
 	nl := batch * heads * seqLen
 	if nl == 0 {
 		return
@@ -372,6 +403,7 @@ func (b *DeviceBackend) Attention(out, lse, q, k, v backend.Tensor, starts []int
 
 func (b *DeviceBackend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse backend.Tensor, starts []int32, batch, seqLen, heads, kvHeads, headDim int) {
 	defer b.done()
+	b.wrote(dq, dk, dv)
 	nl := batch * heads * seqLen
 	if nl == 0 {
 		return
@@ -398,6 +430,7 @@ func checkSeqRows(op string, rows []int32, nseq, n, cols int) {
 func (b *DeviceBackend) WriteKV(dst []backend.Tensor, at []int32, src backend.Tensor, rows []int32, cols int) {
 	checkSeqRows("WriteKV", rows, len(dst), src.Len(), cols)
 	mustLen("WriteKV", len(at), len(dst))
+	b.wrote(dst...)
 	for i, d := range dst {
 		r0, r1 := int(rows[i]), int(rows[i+1])
 		o := int(at[i]) * cols
@@ -417,6 +450,7 @@ func (b *DeviceBackend) CachedAttention(out, q backend.Tensor, ks, vs []backend.
 	nseq := len(ks)
 	checkSeqRows("CachedAttention", rows, nseq, q.Len(), heads*headDim)
 	mustLen("CachedAttention", out.Len(), q.Len())
+	b.wrote(out)
 	mustLen("CachedAttention", len(vs), nseq)
 	mustLen("CachedAttention", len(lens), nseq)
 	if kvHeads <= 0 || heads%kvHeads != 0 {
@@ -451,12 +485,14 @@ func (b *DeviceBackend) CachedAttention(out, q backend.Tensor, ks, vs []backend.
 func (b *DeviceBackend) GatherRows(dst, src backend.Tensor, idx []int32, cols int) {
 	defer b.done()
 	mustLen("GatherRows", dst.Len(), len(idx)*cols)
+	b.wrote(dst)
 	b.elems("gather_rows_f32", len(idx)*cols, p(dst), p(src), b.ints(idx), int32(len(idx)), int32(cols))
 }
 
 func (b *DeviceBackend) ScatterAddRows(dst, src backend.Tensor, idx []int32, cols int) {
 	defer b.done()
 	mustLen("ScatterAddRows", src.Len(), len(idx)*cols)
+	b.wrote(dst)
 	if len(idx) > 0 && cols > 0 {
 		b.launch("scatter_add_rows_f32", b.grid(cols, b.block()), p(dst), p(src), b.ints(idx), int32(len(idx)), int32(cols))
 	}
@@ -464,6 +500,7 @@ func (b *DeviceBackend) ScatterAddRows(dst, src backend.Tensor, idx []int32, col
 
 func (b *DeviceBackend) LogProbs(logp, entropy, lse, logits backend.Tensor, targets []int32, rows, vocab int) {
 	defer b.done()
+	b.wrote(logp, entropy, lse)
 	if rows > 0 {
 		b.launch("logprobs_fwd_f32", D1(rows), p(logp), p(entropy), p(lse), p(logits), b.ints(targets[:rows]), int32(rows), int32(vocab))
 	}
@@ -471,6 +508,7 @@ func (b *DeviceBackend) LogProbs(logp, entropy, lse, logits backend.Tensor, targ
 
 func (b *DeviceBackend) LogProbsBackward(dLogits, logits, lse, dLogp, dEntropy backend.Tensor, targets []int32, rows, vocab int) {
 	defer b.done()
+	b.wrote(dLogits)
 	if rows == 0 {
 		return
 	}

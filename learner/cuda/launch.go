@@ -17,7 +17,7 @@ func D1(n int) Dim3 { return Dim3{n, 1, 1} }
 type Null struct{}
 
 // Launcher runs one kernel of kernels/ by name over grid×block threads.
-// Arguments are []float32, []uint16 (bf16 bits), []int32, []int64 for the
+// Arguments are []float32, []uint16 (bf16 bits), []int32, []int64, []float64 for the
 // kernel's pointers (copied in before the launch and back after it), Null,
 // and int32, int64, float32, float64 for its scalars, in the kernel's
 // order; they are checked against its declaration first. Launch returns
@@ -28,7 +28,7 @@ type Launcher interface {
 }
 
 // paramKind is what a kernel parameter takes: 'f' float*, 'h' bf16*, 'i'
-// int*, 'l' long*, or a scalar 'I' int, 'L' long, 'F' float, 'D' double.
+// int*, 'l' long*, 'd' double*, or a scalar 'I' int, 'L' long, 'F' float, 'D' double.
 type paramKind byte
 
 var (
@@ -69,6 +69,8 @@ func classifyParam(p string) paramKind {
 		return 'i'
 	case ptr && t == "long":
 		return 'l'
+	case ptr && t == "double":
+		return 'd'
 	case t == "int":
 		return 'I'
 	case t == "long":
@@ -110,6 +112,8 @@ func checkArgs(kernel string, grid, block Dim3, args []any) error {
 			got = 'i'
 		case []int64:
 			got = 'l'
+		case []float64:
+			got = 'd'
 		case int32:
 			got = 'I'
 		case int64:
@@ -119,7 +123,7 @@ func checkArgs(kernel string, grid, block Dim3, args []any) error {
 		case float64:
 			got = 'D'
 		case Null, Ptr: // a device address: its element type is the caller's to get right
-			if want == 'f' || want == 'h' || want == 'i' || want == 'l' {
+			if want == 'f' || want == 'h' || want == 'i' || want == 'l' || want == 'd' {
 				continue
 			}
 		}
@@ -131,5 +135,5 @@ func checkArgs(kernel string, grid, block Dim3, args []any) error {
 }
 
 func kindName(k paramKind) string {
-	return map[paramKind]string{'f': "float*", 'h': "bf16*", 'i': "int*", 'l': "long*", 'I': "int", 'L': "long", 'F': "float", 'D': "double"}[k]
+	return map[paramKind]string{'f': "float*", 'h': "bf16*", 'i': "int*", 'l': "long*", 'd': "double*", 'I': "int", 'L': "long", 'F': "float", 'D': "double"}[k]
 }

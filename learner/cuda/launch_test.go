@@ -45,6 +45,8 @@ func TestKernelSignatures(t *testing.T) {
 		"rope_f32":         "fiIIIDF",
 		"attn_decode_f32":  "fffflii" + "IIII",
 		"swiglu_fwd_f32":   "fffL",
+		"sumsq_finish":     "ddII",
+		"adamw_multi":      "llllll" + "FFFFFFFFF",
 	}
 	for name, w := range want {
 		if got := string(sig[name]); got != w {

@@ -120,7 +120,7 @@ func TestAdamW(t *testing.T) {
 					must(t, ref.Step([]*optim.Param{p}, lr))
 					// The step's coefficients as torch (and optim.AdamW) round them.
 					tt := float64(step)
-					coef := []any{float32(1 - lr*ref.WeightDecay), float32(ref.Beta1), float32(ref.Beta2), float32(1 - ref.Beta1), float32(1 - ref.Beta2),
+					coef := []any{float32(1), float32(1 - lr*ref.WeightDecay), float32(ref.Beta1), float32(ref.Beta2), float32(1 - ref.Beta1), float32(1 - ref.Beta2),
 						float32(math.Sqrt(1 - math.Pow(ref.Beta2, tt))), float32(ref.Eps), float32(lr / (1 - math.Pow(ref.Beta1, tt)))}
 					if bf {
 						must(t, l.Launch("adamw_bf16", D1(2), D1(block), append([]any{w, wb, g, m, v, int64(n)}, coef...)...))

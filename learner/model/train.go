@@ -62,6 +62,7 @@ type Trainer struct {
 	GradsReady func(step int, params []*optim.Param, ready []int)
 
 	step      int
+	dev       deviceOptim             // the optimizer's state on a FusedAdamW backend
 	host      map[*Param]*optim.Param // host copies when the backend has no host memory
 	views     []*optim.Param
 	lastMicro bool // the micro-batch running is the step's last
@@ -138,6 +139,13 @@ func (t *Trainer) takeStep(micro []*Batch, lr float64, microStep func(i int, bt 
 	}
 	m.ZeroGrad()
 	t.armed = false
+	if t.fused() != nil {
+		// The moments first, so that they do not take cached blocks
+		// the step's temporaries then need afresh.
+		if err := t.deviceMoments(m.TrainableParams()); err != nil {
+			return st, fmt.Errorf("train step %d: %w", st.Step, err)
+		}
+	}
 	for i, bt := range micro {
 		t.lastMicro = i == len(micro)-1
 		loss, err := microStep(i, bt) // the loss counts once computed, as Step always reported it
@@ -148,6 +156,15 @@ func (t *Trainer) takeStep(micro []*Batch, lr float64, microStep func(i int, bt 
 		if err != nil {
 			return st, fmt.Errorf("train step %d: micro-batch %d: %w", st.Step, i, err)
 		}
+	}
+	if f := t.fused(); f != nil {
+		norm, err := t.fusedUpdate(f, st.Step, lr)
+		st.GradNorm = norm
+		if err != nil {
+			return st, fmt.Errorf("train step %d: %w", st.Step, err)
+		}
+		t.step++
+		return st, nil
 	}
 	params := t.optimParams()
 	if t.Update != nil {

@@ -159,3 +159,26 @@ func (c adamwCoef) applyRange(w, g, m, v []float32) {
 		v[i] = vi
 	}
 }
+
+// Coefficients are one step's scalars as Step uses them, rounded to
+// float32 once: Decay = 1 − lr·λ, StepSize = lr/(1 − β1ᵗ), BC2Sqrt =
+// √(1 − β2ᵗ).
+type Coefficients struct {
+	Decay, Beta1, Beta2, OneMinusB1, OneMinusB2, BC2Sqrt, Eps, StepSize float32
+}
+
+// Advance is Step for an optimizer whose moments live elsewhere (a
+// device's memory): it checks the hyperparameters and lr as Step does,
+// counts one step and returns that step's coefficients, for the caller to
+// apply to weights, gradients and moments it holds. The moments State
+// returns are then the caller's to bring up to date (LoadState). On error
+// nothing changes.
+func (o *AdamW) Advance(lr float64) (Coefficients, error) {
+	if err := o.checkHyper(lr); err != nil {
+		return Coefficients{}, fmt.Errorf("adamw step %d: %w", o.step+1, err)
+	}
+	o.step++
+	c := o.coefficients(lr)
+	return Coefficients{Decay: c.decay, Beta1: c.beta1, Beta2: c.beta2, OneMinusB1: c.oneMinusB1, OneMinusB2: c.oneMinusB2,
+		BC2Sqrt: c.bc2Sqrt, Eps: c.eps, StepSize: c.stepSize}, nil
+}

@@ -71,34 +71,3 @@ extern "C" __global__ void rope_f32(float *x, const int *pos, int rows, int head
 extern "C" __global__ void rope_bf16(bf16 *x, const int *pos, int rows, int heads, int headDim, double theta, float sign) {
 	rope(x, pos, rows, heads, headDim, theta, sign);
 }
-
-// AdamW as torch computes it, on fp32 master weights and moments (one
-// thread per element); the coefficients are the step's, from the host:
-// decay = 1 - lr*wd, stepSize = lr/(1-β1ᵗ), bc2Sqrt = sqrt(1-β2ᵗ).
-__device__ __forceinline__ float adamw_elem(float *w, const float *g, float *m, float *v, long i, float decay, float beta1, float beta2,
-					    float oneMinusB1, float oneMinusB2, float bc2Sqrt, float eps, float stepSize) {
-	float gi = g[i];
-	float wi = w[i] * decay;
-	float mi = m[i] * beta1 + gi * oneMinusB1;
-	float vi = v[i] * beta2 + gi * gi * oneMinusB2;
-	float denom = sqrtf(vi) / bc2Sqrt + eps;
-	wi = wi - stepSize * (mi / denom);
-	w[i] = wi;
-	m[i] = mi;
-	v[i] = vi;
-	return wi;
-}
-
-extern "C" __global__ void adamw_f32(float *w, const float *g, float *m, float *v, long n, float decay, float beta1, float beta2,
-				     float oneMinusB1, float oneMinusB2, float bc2Sqrt, float eps, float stepSize) {
-	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-		adamw_elem(w, g, m, v, i, decay, beta1, beta2, oneMinusB1, oneMinusB2, bc2Sqrt, eps, stepSize);
-}
-
-// adamw_bf16 also writes the updated weights' bf16 copy, the one the
-// forward pass reads.
-extern "C" __global__ void adamw_bf16(float *w, bf16 *wb, const float *g, float *m, float *v, long n, float decay, float beta1, float beta2,
-				      float oneMinusB1, float oneMinusB2, float bc2Sqrt, float eps, float stepSize) {
-	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-		wb[i] = f32_to_bf16(adamw_elem(w, g, m, v, i, decay, beta1, beta2, oneMinusB1, oneMinusB2, bc2Sqrt, eps, stepSize));
-}
