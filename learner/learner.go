@@ -3,6 +3,7 @@ package learner
 import (
 	"fmt"
 	"math"
+	"os"
 	"strings"
 
 	"github.com/rlnode/rlnode/learner/backend"
@@ -119,8 +120,9 @@ type Config struct {
 	OmitOptimizer bool
 
 	// Device is where the model lives: "" or "cpu" (the CPU backend),
-	// "cuda" (GPU 0 of those CUDA_VISIBLE_DEVICES leaves, fp32) or
-	// "cuda-bf16" (the same with bf16 matrix products); see learner/cuda.
+	// "cuda" (fp32) or "cuda-bf16" (bf16 matrix products) on the GPU
+	// cuda.PickGPU picks (a given index, "cuda:1"; Slurm's SLURM_LOCALID;
+	// else device 0 of those CUDA_VISIBLE_DEVICES leaves); see learner/cuda.
 	Device string
 
 	// LoRA, when set, makes every algorithm but SFT train low-rank
@@ -550,45 +552,62 @@ func (l *Learner) PolicyWeights() map[string][]float32 {
 }
 
 // CheckDevice reports why a learner on device ("", "cpu", "cuda",
-// "cuda-bf16") cannot run on this host, naming the reason the CUDA
-// backend gives (no driver, no GPU, libraries missing or too old); nil
-// when it can.
+// "cuda-bf16", either cuda value with a device index: "cuda:1") cannot
+// run on this host, naming the reason the CUDA backend gives (no driver,
+// no GPU, libraries missing or too old, an index past the devices this
+// process sees); nil when it can.
 func CheckDevice(device string) error {
-	switch device {
+	_, err := pickGPU(device)
+	return err
+}
+
+// pickGPU is the GPU a learner on device opens (cuda.PickGPU: the index
+// the device names, Slurm's allocation, or 0), -1 for the CPU.
+func pickGPU(device string) (int, error) {
+	kind, idx, err := cuda.ParseDevice(device)
+	if err != nil {
+		return -1, err
+	}
+	switch kind {
 	case "", "cpu":
-		return nil
+		return -1, nil
 	case "cuda", "cuda-bf16":
 		r := cuda.Available()
-		if r.Err() == nil {
-			return nil
+		if r.Err() != nil {
+			msgs := make([]string, len(r.Problems))
+			for i, p := range r.Problems {
+				msgs[i] = p.Error()
+			}
+			return -1, fmt.Errorf("%s: the CUDA backend cannot run here: %s", device, strings.Join(msgs, "; "))
 		}
-		msgs := make([]string, len(r.Problems))
-		for i, p := range r.Problems {
-			msgs[i] = p.Error()
+		ord, _, err := cuda.PickGPU(cuda.GPUChoice{Field: device, Index: idx, Env: os.Getenv, Count: len(r.Devices)})
+		if err != nil && idx < 0 {
+			err = fmt.Errorf("%s: %w", device, err)
 		}
-		return fmt.Errorf("%s: the CUDA backend cannot run here: %s", device, strings.Join(msgs, "; "))
+		if err != nil {
+			return -1, err
+		}
+		return ord, nil
 	}
-	return fmt.Errorf("device %q: want cpu, cuda or cuda-bf16", device)
+	return -1, fmt.Errorf("device %q: want cpu, cuda or cuda-bf16", device)
 }
 
 // newBackend is the backend Config.Device names.
 func newBackend(device string) (backend.Backend, error) {
-	switch device {
-	case "", "cpu":
-		return cpu.New(), nil
-	case "cuda", "cuda-bf16":
-		if err := CheckDevice(device); err != nil {
-			return nil, fmt.Errorf("learner: %w", err)
-		}
-		gemm := cuda.F32
-		if device == "cuda-bf16" {
-			gemm = cuda.BF16
-		}
-		g, err := cuda.OpenGPU(0)
-		if err != nil {
-			return nil, fmt.Errorf("learner: device %s: %w", device, err)
-		}
-		return cuda.NewDeviceBackend(g, gemm), nil
+	ord, err := pickGPU(device)
+	if err != nil {
+		return nil, fmt.Errorf("learner: %w", err)
 	}
-	return nil, fmt.Errorf("learner: device %q: want cpu, cuda or cuda-bf16", device)
+	if ord < 0 {
+		return cpu.New(), nil
+	}
+	gemm := cuda.F32
+	if strings.HasPrefix(device, "cuda-bf16") {
+		gemm = cuda.BF16
+	}
+	g, err := cuda.OpenGPU(ord)
+	if err != nil {
+		return nil, fmt.Errorf("learner: device %s: GPU %d: %w", device, ord, err)
+	}
+	return cuda.NewDeviceBackend(g, gemm), nil
 }

@@ -574,7 +574,15 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	c.resources("placement.learner", p.Learner)
 	c.positive("placement.learner_shards", p.LearnerShards)
 	if p.LearnerDevice != "" {
-		c.oneOf("placement.learner_device", p.LearnerDevice, LearnerDevices)
+		// cuda and cuda-bf16 may name a device: cuda:1.
+		kind, idx, hasIdx := strings.Cut(p.LearnerDevice, ":")
+		if !hasIdx {
+			c.oneOf("placement.learner_device", p.LearnerDevice, LearnerDevices)
+		} else if c.oneOf("placement.learner_device", kind, LearnerDevices[1:]) {
+			if n, err := strconv.Atoi(idx); err != nil || n < 0 || n > 1023 {
+				c.add("placement.learner_device", "%q: the device index after %s: is not 0..1023", p.LearnerDevice, kind)
+			}
+		}
 	}
 
 	// schedule, eval, checkpoint
