@@ -97,6 +97,11 @@ step() {
 	echo "rows: $batch x $seq tokens, the second half of each row scored"
 	(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 timeout 150 "$bin" -test.run '^$' -test.bench 'TrainingStep' -test.benchtime 3x -test.timeout=140s) 2>&1 |
 		grep -E 'Benchmark|allocator|FAIL|panic|Error' || rc=1
+	# The fused AdamW's gain: the same bf16 step with AdamW on the host.
+	if [ "${GPU_CHECK_HOSTOPT:-1}" != 0 ]; then
+		(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_HOSTOPT=1 timeout 90 "$bin" -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-hostopt' -test.benchtime 1x -test.timeout=85s) 2>&1 |
+			grep -E 'Benchmark|FAIL|panic' || echo "device backend with AdamW on the host: no figure (timed out after 90 s?)"
+	fi
 	if [ "${GPU_CHECK_STEP_CPU:-1}" != 0 ]; then
 		(cd "$dir/learner/cuda" && timeout 150 "$bin" -test.run '^$' -test.bench 'TrainingStep/cpu' -test.benchtime 1x -test.timeout=140s) 2>&1 |
 			grep -E 'Benchmark|FAIL|panic' || echo "CPU backend: no figure (timed out after 150 s?)"

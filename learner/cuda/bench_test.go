@@ -37,7 +37,9 @@ func envInt(name string, def int) int {
 // where there is one, else on the emulated device (tiny shape only).
 // RLNODE_STEP_SHAPE picks the model (tiny, qwen2.5-0.5b), RLNODE_STEP_SEQ
 // and RLNODE_STEP_BATCH the rows (each half prompt, half scored response);
-// RLNODE_STEP_CPU=0 leaves the CPU backend out. It reports tokens/s and,
+// RLNODE_STEP_CPU=0 leaves the CPU backend out; RLNODE_STEP_HOSTOPT=1 adds
+// the device backend with AdamW on the host (-hostopt), as before the
+// fused AdamW. It reports tokens/s and,
 // counting 6·params·tokens (plus attention's 6·layers·heads·headDim·Σ
 // seq²), TFLOP/s.
 func BenchmarkTrainingStep(b *testing.B) {
@@ -90,8 +92,8 @@ func BenchmarkTrainingStep(b *testing.B) {
 			if _, err := tr.Step([]*model.Batch{bt}, 1e-5, obj); err != nil {
 				b.Fatal(err)
 			}
-			if db, ok := be.(*DeviceBackend); ok {
-				if err := db.Sync(); err != nil {
+			if s, ok := be.(interface{ Sync() error }); ok {
+				if err := s.Sync(); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -127,14 +129,29 @@ func BenchmarkTrainingStep(b *testing.B) {
 		return
 	}
 	for _, gemm := range []DType{F32, BF16} {
-		b.Run(fmt.Sprintf("%s-%s", name, gemm), func(b *testing.B) {
-			db := NewDeviceBackend(dev, gemm)
-			if name == "emulated" {
-				db.Block = 32 // one warp: fewest threads to schedule
+		for _, hostOpt := range []bool{false, true} {
+			if hostOpt && os.Getenv("RLNODE_STEP_HOSTOPT") != "1" {
+				continue
 			}
-			defer db.A.Release()
-			run(b, db)
-			b.Logf("allocator: %+v", db.A.Stats())
-		})
+			sub := fmt.Sprintf("%s-%s", name, gemm)
+			if hostOpt {
+				sub += "-hostopt"
+			}
+			b.Run(sub, func(b *testing.B) {
+				db := NewDeviceBackend(dev, gemm)
+				if name == "emulated" {
+					db.Block = 32 // one warp: fewest threads to schedule
+				}
+				defer db.A.Release()
+				if hostOpt {
+					// AdamW on the host: weights and gradients copied
+					// out and back every step.
+					run(b, hostOnly{db})
+				} else {
+					run(b, db)
+				}
+				b.Logf("allocator: %+v", db.A.Stats())
+			})
+		}
 	}
 }
