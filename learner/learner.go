@@ -124,6 +124,10 @@ type Config struct {
 	// cuda.PickGPU picks (a given index, "cuda:1"; Slurm's SLURM_LOCALID;
 	// else device 0 of those CUDA_VISIBLE_DEVICES leaves); see learner/cuda.
 	Device string
+	// Backend, when set, builds the model's backend instead of Device: a
+	// caller's own device in the same process (an emulated GPU in tests).
+	// It does not travel to other processes.
+	Backend func() (backend.Backend, error) `json:"-"`
 
 	// LoRA, when set, makes every algorithm but SFT train low-rank
 	// adapters on the frozen policy (lora.go): they are added at the first
@@ -423,8 +427,13 @@ func New(cfg Config) (*Learner, error) {
 		return nil, err
 	}
 	var m *model.Model
-	b, err := newBackend(cfg.Device)
-	if err != nil {
+	var b backend.Backend
+	var err error
+	if cfg.Backend != nil {
+		if b, err = cfg.Backend(); err != nil {
+			return nil, fmt.Errorf("learner: backend: %w", err)
+		}
+	} else if b, err = newBackend(cfg.Device); err != nil {
 		return nil, err
 	}
 	if cfg.ModelDir != "" {

@@ -1,0 +1,111 @@
+package shard
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/backend"
+	"github.com/rlnode/rlnode/learner/cuda"
+)
+
+// emuBackend returns a Config.Backend that opens a fresh emulated GPU
+// (the CUDA kernels built by g++, host memory) per learner, or skips
+// where there is no C++ compiler.
+func emuBackend(t *testing.T) func() (backend.Backend, error) {
+	t.Helper()
+	if _, err := exec.LookPath("g++"); err != nil {
+		if os.Getenv("RLNODE_REQUIRE_GPU") == "1" {
+			t.Fatalf("RLNODE_REQUIRE_GPU=1: no g++ for the emulated device: %v", err)
+		}
+		t.Skip("no g++ for the emulated device")
+	}
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	dir = filepath.Join(dir, "rlnode", "cuda-emu")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := cuda.EmulatorLibrary(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() (backend.Backend, error) {
+		d, err := cuda.OpenEmuDevice(lib)
+		if err != nil {
+			return nil, err
+		}
+		b := cuda.NewDeviceBackend(d, cuda.F32)
+		b.Block = 32 // one warp: the fewest threads the emulation schedules
+		t.Cleanup(func() { b.Close() })
+		return b, nil
+	}
+}
+
+// TestDeviceRanksEqualOneLearner: two data-parallel ranks, each on its
+// own (emulated) GPU, reduce their gradients over the ring through host
+// copies and reach the weights of one learner on one such GPU (which
+// steps with the fused AdamW). (ZeRO-1 takes the same path from the
+// gradients on; the in-process tests on the CPU cover it.)
+func TestDeviceRanksEqualOneLearner(t *testing.T) {
+	newBackend := emuBackend(t)
+	for _, stage := range []int{0} {
+		t.Run(fmt.Sprintf("stage%d", stage), func(t *testing.T) {
+			c := tinyConfig(learner.GRPO, 2, stage)
+			c.Backend = newBackend
+			single := c
+			single.Shards = 0
+			ref := newLearner(t, single)
+			if _, ok := ref.Model().B.(*cuda.DeviceBackend); !ok {
+				t.Fatalf("the learner runs on %T, not the device backend", ref.Model().B)
+			}
+			init := ref.Model().Weights()
+			ranks := memGroup(t, c, Options{BucketElems: 333, Timeout: 60 * time.Second})
+			for step := range 3 {
+				b := groupBatch(step)
+				want, err := ref.Train(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, errs := trainAll(ranks, b)
+				for r, err := range errs {
+					if err != nil {
+						t.Fatalf("step %d rank %d: %v", step, r, err)
+					}
+				}
+				for r := range ranks {
+					if got[r].Step != want.Step || got[r].Tokens != want.Tokens || abs(got[r].GradNorm-want.GradNorm) > 1e-4*want.GradNorm {
+						t.Fatalf("step %d rank %d stats %+v\nwant %+v", step, r, got[r], want)
+					}
+				}
+			}
+			w := ref.Model().Weights()
+			if moved, _ := maxDiff(w, init); moved < 100*equivTol {
+				t.Fatalf("the weights moved by only %g: the test would not see a wrong update", moved)
+			}
+			for r, rk := range ranks {
+				if _, ok := rk.Learner().Model().B.(*cuda.DeviceBackend); !ok {
+					t.Fatalf("rank %d runs on %T", r, rk.Learner().Model().B)
+				}
+				d, at := maxDiff(rk.Learner().Model().Weights(), w)
+				if d > equivTol {
+					t.Errorf("rank %d: weights differ by %g at %s (tolerance %g)", r, d, at, equivTol)
+				}
+				t.Logf("rank %d: max weight difference %g", r, d)
+			}
+		})
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
