@@ -127,7 +127,7 @@ type Config struct {
 	// Backend, when set, builds the model's backend instead of Device: a
 	// caller's own device in the same process (an emulated GPU in tests).
 	// It does not travel to other processes.
-	Backend func() (backend.Backend, error) `json:"-"`
+	Backend func() (backend.Backend, error) `json:"-" msgpack:"-"`
 
 	// LoRA, when set, makes every algorithm but SFT train low-rank
 	// adapters on the frozen policy (lora.go): they are added at the first

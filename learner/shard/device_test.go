@@ -109,3 +109,26 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+func TestDeviceOnNode(t *testing.T) {
+	nodes := []string{"a", "b", "a", "a", "c"}
+	for _, c := range []struct {
+		device string
+		b      int
+		want   string
+	}{
+		{"cuda", 0, "cuda:0"},
+		{"cuda", 2, "cuda:1"},
+		{"cuda-bf16", 3, "cuda-bf16:2"},
+		{"cuda", 1, "cuda"}, // alone on its node: Slurm's or device 0
+		{"cuda", 4, "cuda"},
+		{"cuda:1", 3, "cuda:1"}, // the recipe's index stands
+		{"cpu", 0, "cpu"},
+		{"", 0, ""},
+		{"cuda", 9, "cuda"}, // no such bundle
+	} {
+		if got := deviceOnNode(c.device, nodes, c.b); got != c.want {
+			t.Errorf("deviceOnNode(%q, bundle %d) = %q, want %q", c.device, c.b, got, c.want)
+		}
+	}
+}

@@ -148,7 +148,9 @@ func (p *PlacedGroup) spawnRank(ctx context.Context, i int, pg *cluster.Placemen
 	name := fmt.Sprintf("%s-r%d.%d", p.base, i, p.spawns)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		h, err := p.node.Spawn(ctx, ActorKind, cluster.SpawnOptions{Name: name, Args: p.cfg.Actor, Resources: p.cfg.Resources, Group: pg, Bundle: b})
+		args := p.cfg.Actor
+		args.Config.Device = deviceOnNode(args.Config.Device, pg.Nodes, b)
+		h, err := p.node.Spawn(ctx, ActorKind, cluster.SpawnOptions{Name: name, Args: args, Resources: p.cfg.Resources, Group: pg, Bundle: b})
 		if err == nil {
 			rec, ok := h.Record()
 			if !ok || rec.Ref.IsZero() {
@@ -343,4 +345,28 @@ func (p *PlacedGroup) Stop() {
 	for _, pg := range p.pgs {
 		_ = p.node.RemovePlacementGroup(sctx, pg.ID)
 	}
+}
+
+// deviceOnNode is the learner device of the shard in bundle b when the
+// bundles are placed on nodes: a cuda device without an index becomes
+// cuda:k on a node that holds several shards, k counting that node's
+// shards in bundle order, so each takes its own GPU; anything else stays.
+func deviceOnNode(device string, nodes []string, b int) string {
+	if b < 0 || b >= len(nodes) || (device != "cuda" && device != "cuda-bf16") {
+		return device
+	}
+	k, n := 0, 0
+	for j, node := range nodes {
+		if node != nodes[b] {
+			continue
+		}
+		if j < b {
+			k++
+		}
+		n++
+	}
+	if n < 2 {
+		return device
+	}
+	return fmt.Sprintf("%s:%d", device, k)
 }
