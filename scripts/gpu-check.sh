@@ -16,9 +16,11 @@
 # kernel on the GPU against the CPU backend, the kernel cache, cuBLASLt
 # products against learner/blas, and Qwen2 training steps on the
 # device-resident backend over the real driver against the CPU backend,
-# fp32 and bf16), then times a training step of a Qwen2.5-0.5B-shaped model
+# fp32 and bf16, AdamW on the device against the host optimizer, bf16 weight
+# copies), then times a training step of a Qwen2.5-0.5B-shaped model
 # (random weights; GPU_CHECK_SEQ, GPU_CHECK_BATCH rows, default 1024 x 8) on
-# the device backend and the CPU backend, and with PyTorch eager where
+# the device backend (fused AdamW; with bf16 also AdamW on the host,
+# GPU_CHECK_HOSTOPT=0 skips that) and the CPU backend, and with PyTorch eager where
 # python3 has torch with CUDA (learner/cuda/testdata/torch_step.py), and
 # reports the host. GPU_CHECK_STEP=0 skips the timing, GPU_CHECK_STEP_CPU=0
 # the CPU backend's (the slowest part). Not yet: decode tokens/s.
