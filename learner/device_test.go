@@ -132,3 +132,28 @@ func maxAbs(x []float32) float32 {
 	}
 	return m
 }
+
+// TestCheckpointActivationsTrainsTheSame: a GRPO learner with activation
+// checkpointing takes its steps to the same weights, bit for bit, as one
+// without.
+func TestCheckpointActivationsTrainsTheSame(t *testing.T) {
+	var w [2]map[string][]float32
+	for k, on := range []bool{false, true} {
+		c := tinyConfig(GRPO)
+		c.Model.NumLayers = 2
+		c.CheckpointActivations = on
+		l := newLearner(t, c)
+		if l.Model().CheckpointActivations != on {
+			t.Fatalf("model's CheckpointActivations %v, want %v", l.Model().CheckpointActivations, on)
+		}
+		for range 2 {
+			if _, err := l.Train(groupBatch()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w[k] = l.PolicyWeights()
+	}
+	if d := maxDiff(w[0], w[1]); d != 0 {
+		t.Errorf("weights differ by %v with activation checkpointing", d)
+	}
+}

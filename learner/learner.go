@@ -124,6 +124,11 @@ type Config struct {
 	// cuda.PickGPU picks (a given index, "cuda:1"; Slurm's SLURM_LOCALID;
 	// else device 0 of those CUDA_VISIBLE_DEVICES leaves); see learner/cuda.
 	Device string
+	// CheckpointActivations recomputes each decoder layer's activations in
+	// the backward pass instead of keeping them (model.Model's
+	// CheckpointActivations).
+	CheckpointActivations bool
+
 	// Backend, when set, builds the model's backend instead of Device: a
 	// caller's own device in the same process (an emulated GPU in tests).
 	// It does not travel to other processes.
@@ -454,6 +459,7 @@ func New(cfg Config) (*Learner, error) {
 	if cfg.ValueBaseline != nil {
 		m.Value.DetachTrunk = cfg.ValueBaseline.StopTrunkGradient
 	}
+	m.CheckpointActivations = cfg.CheckpointActivations
 	l := &Learner{cfg: cfg, model: m, minLR: cfg.MinLR, rlStart: -1}
 	switch {
 	case cfg.RefModelDir != "":

@@ -31,3 +31,16 @@ func TestLearnerDeviceIndex(t *testing.T) {
 		}
 	}
 }
+
+func TestActivationCheckpointingField(t *testing.T) {
+	l, err := Load("quickstart", []string{"algorithm.activation_checkpointing=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Recipe.Algorithm.ActivationCheckpointing {
+		t.Error("algorithm.activation_checkpointing=true did not set the field")
+	}
+	if _, err := Load("quickstart", []string{"algorithm.activation_checkpointing=maybe"}); err == nil || !strings.Contains(err.Error(), "activation_checkpointing") {
+		t.Errorf("activation_checkpointing=maybe: %v", err)
+	}
+}

@@ -386,6 +386,10 @@ type Algorithm struct {
 	// MicroBatch is the number of sequences per forward/backward pass.
 	// Default 32.
 	MicroBatch int `yaml:"micro_batch"`
+	// ActivationCheckpointing keeps only each decoder layer's input through
+	// the forward pass and recomputes the layer during backward: less
+	// memory, one more forward pass, the same gradients. Default false.
+	ActivationCheckpointing bool `yaml:"activation_checkpointing,omitempty"`
 	// Epochs is the number of passes over each batch (PPO epochs).
 	// Default 1.
 	Epochs int `yaml:"epochs"`

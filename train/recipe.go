@@ -236,6 +236,7 @@ func (l recipe) config(out string) (Config, error) {
 	lc.OmitOptimizer = !r.Checkpoint.Optimizer
 	lc.MaxResponseLen = a.MaxTokens
 	lc.MicroBatchSeqs = a.MicroBatch
+	lc.CheckpointActivations = a.ActivationCheckpointing
 	lc.MiniBatches, lc.Epochs = a.MiniBatches, a.Epochs
 	lc.Gamma, lc.Lambda, lc.VFCoef, lc.ValueClip = a.Gamma, a.Lambda, a.ValueCoef, a.ValueClip
 	lc.RWBeta = a.RWSFT.Beta

@@ -71,6 +71,13 @@ type Model struct {
 	frozen bool     // no parameter gradients (reference model, LoRA base)
 	pass   *pass    // activations of the last Forward
 
+	// CheckpointActivations keeps, of each decoder layer's activations,
+	// only its input (the residual stream) through the forward pass, and
+	// recomputes the rest layer by layer during the backward pass: one
+	// layer's activations in memory instead of every layer's, for one
+	// more forward pass of the layers. Gradients are the same bits.
+	CheckpointActivations bool
+
 	// Training turns LoRA dropout on; DropoutSeed seeds its masks.
 	Training    bool
 	DropoutSeed uint64

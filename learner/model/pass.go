@@ -10,11 +10,13 @@ import (
 // pass, and the backward scratch buffers. It is reused while batch shapes
 // repeat.
 type pass struct {
-	N, M   int // tokens, scored outputs
+	N, M   int  // tokens, scored outputs
+	ckpt   bool // one set of layer activations, recomputed by backward
 	batch  *Batch
 	resid  []backend.Tensor // NumLayers+1 residual streams, N×hidden
 	layers []layerActs
 	tmp    backend.Tensor // N×hidden
+	recomp backend.Tensor // N×hidden: a recomputed layer's output, unused
 	lnf    backend.Tensor // final norm output, N×hidden
 	rstdf  backend.Tensor
 	hsel   backend.Tensor // lnf rows at Outputs, M×hidden
@@ -50,13 +52,19 @@ func (m *Model) newPass(N, M int) *pass {
 		p.resid = append(p.resid, alloc(N*h))
 	}
 	p.layers = make([]layerActs, c.NumLayers)
+	p.ckpt = m.CheckpointActivations
 	for i, l := range m.Layers {
 		a := &p.layers[i]
-		a.ln1, a.rstd1 = alloc(N*h), alloc(N)
-		a.q, a.k, a.v = alloc(N*qd), alloc(N*kd), alloc(N*kd)
-		a.att, a.lse = alloc(N*qd), alloc(N*c.NumHeads)
-		a.resid2, a.ln2, a.rstd2 = alloc(N*h), alloc(N*h), alloc(N)
-		a.gate, a.up, a.act = alloc(N*I), alloc(N*I), alloc(N*I)
+		if p.ckpt && i > 0 {
+			// Every layer shares layer 0's tensors (its LoRA ones apart).
+			*a = p.layers[0]
+		} else {
+			a.ln1, a.rstd1 = alloc(N*h), alloc(N)
+			a.q, a.k, a.v = alloc(N*qd), alloc(N*kd), alloc(N*kd)
+			a.att, a.lse = alloc(N*qd), alloc(N*c.NumHeads)
+			a.resid2, a.ln2, a.rstd2 = alloc(N*h), alloc(N*h), alloc(N)
+			a.gate, a.up, a.act = alloc(N*I), alloc(N*I), alloc(N*I)
+		}
 		a.lora = map[*Linear]*loraActs{}
 		for _, lin := range l.linears() {
 			if lin.LoRA == nil {
@@ -70,6 +78,9 @@ func (m *Model) newPass(N, M int) *pass {
 		}
 	}
 	p.tmp, p.lnf, p.rstdf = alloc(N*h), alloc(N*h), alloc(N)
+	if p.ckpt {
+		p.recomp = alloc(N * h)
+	}
 	p.hsel, p.logits = alloc(M*h), alloc(M*c.VocabSize)
 	p.logp, p.ent, p.lse = alloc(M), alloc(M), alloc(M)
 	if m.Value != nil {
@@ -120,7 +131,7 @@ func (m *Model) Forward(bt *Batch) (logp, entropy []float32, err error) {
 		return nil, nil, err
 	}
 	N, M := bt.Rows*bt.SeqLen, len(bt.Outputs)
-	if p := m.pass; p == nil || p.N != N || p.M != M {
+	if p := m.pass; p == nil || p.N != N || p.M != M || p.ckpt != m.CheckpointActivations {
 		if p != nil {
 			p.free(m.B)
 		}
@@ -256,6 +267,11 @@ func (m *Model) backward(dLogp, dEntropy, dValues []float32) {
 	b.Zero(p.g.dres)
 	b.RMSNormBackward(p.g.dres, m.Norm.G, p.dlnf, p.resid[c.NumLayers], m.Norm.W, p.rstdf, N, h)
 	for i := c.NumLayers - 1; i >= 0; i-- {
+		if p.ckpt {
+			// The layer's activations again, from its input: the same
+			// ops on the same values, so the same bits.
+			m.Layers[i].Forward(m, p.recomp, p.resid[i], &p.layers[i], bt, p.tmp)
+		}
 		m.Layers[i].Backward(m, p.resid[i], &p.layers[i], bt, &p.g)
 		if p.gradsFinal != nil {
 			p.gradsFinal(c.NumLayers - 1 - i)
