@@ -404,6 +404,13 @@ func (l *Learner) SetSharding(s *Sharding) error {
 // last layer first, then the embedding, norm and heads.
 func (l *Learner) GradGroups() [][]int { return l.trainer.GradGroups() }
 
+// StepOnDevice takes a sharded step's update on the device from the
+// reduced gradients in params (model.Trainer.StepOnDevice); ok is false,
+// with nothing done, where the backend has no fused AdamW.
+func (l *Learner) StepOnDevice(params []*optim.Param, lr float64) (norm float64, ok bool, err error) {
+	return l.trainer.StepOnDevice(params, lr)
+}
+
 // Optimizer is the learner's AdamW. A ZeRO-1 rank takes its slice of the
 // state from it after Load and then leaves it empty.
 func (l *Learner) Optimizer() *optim.AdamW { return l.trainer.Opt }

@@ -39,7 +39,7 @@ func (t *Trainer) fused() backend.FusedAdamW {
 // fusedUpdate is the step's check, clip and AdamW update on the device:
 // the gradients' sums of squares are the only numbers that come to the
 // host. It returns the gradient norm before clipping.
-func (t *Trainer) fusedUpdate(f backend.FusedAdamW, step int, lr float64) (float64, error) {
+func (t *Trainer) fusedUpdate(f backend.FusedAdamW, lr float64) (float64, error) {
 	m := t.Model
 	tp := m.TrainableParams()
 	d := &t.dev
@@ -174,4 +174,36 @@ func (t *Trainer) SyncOptimizer() error {
 		}
 	}
 	return t.Opt.LoadState(names, st)
+}
+
+// StepOnDevice is for an Update hook on a backend with a fused AdamW (a
+// data-parallel rank on a GPU): it uploads params' Grad (the gradients
+// reduced across ranks) into the model's gradient tensors and takes the
+// step's check, clip and AdamW update on the device, as a Trainer without
+// Update does; the trainer then leaves the device's weights as they are
+// (params' Data is neither read nor uploaded). It returns the gradient
+// norm before clipping; ok is false, with nothing done, where the backend
+// has host memory or no fused AdamW.
+func (t *Trainer) StepOnDevice(params []*optim.Param, lr float64) (norm float64, ok bool, err error) {
+	b := t.Model.B
+	if _, isHost := b.(backend.HostMemory); isHost {
+		return 0, false, nil
+	}
+	f, fused := b.(backend.FusedAdamW)
+	if !fused {
+		return 0, false, nil
+	}
+	tp := t.Model.TrainableParams()
+	if len(params) != len(tp) {
+		return 0, true, fmt.Errorf("step on device: %d gradients for %d trainable tensors", len(params), len(tp))
+	}
+	for i, p := range tp {
+		if params[i].Name != p.Name || len(params[i].Grad) != p.Len() {
+			return 0, true, fmt.Errorf("step on device: gradient %d is %q of %d elements, the trainable tensor %q has %d", i, params[i].Name, len(params[i].Grad), p.Name, p.Len())
+		}
+		b.Upload(p.G, params[i].Grad)
+	}
+	t.onDevice = true
+	norm, err = t.fusedUpdate(f, lr)
+	return norm, true, err
 }

@@ -63,6 +63,7 @@ type Trainer struct {
 
 	step      int
 	dev       deviceOptim             // the optimizer's state on a FusedAdamW backend
+	onDevice  bool                    // Update stepped through StepOnDevice
 	host      map[*Param]*optim.Param // host copies when the backend has no host memory
 	views     []*optim.Param
 	lastMicro bool // the micro-batch running is the step's last
@@ -158,7 +159,7 @@ func (t *Trainer) takeStep(micro []*Batch, lr float64, microStep func(i int, bt 
 		}
 	}
 	if f := t.fused(); f != nil {
-		norm, err := t.fusedUpdate(f, st.Step, lr)
+		norm, err := t.fusedUpdate(f, lr)
 		st.GradNorm = norm
 		if err != nil {
 			return st, fmt.Errorf("train step %d: %w", st.Step, err)
@@ -168,12 +169,15 @@ func (t *Trainer) takeStep(micro []*Batch, lr float64, microStep func(i int, bt 
 	}
 	params := t.optimParams()
 	if t.Update != nil {
+		t.onDevice = false
 		norm, err := t.Update(st.Step, params, lr)
 		st.GradNorm = norm
 		if err != nil {
 			return st, fmt.Errorf("train step %d: %w", st.Step, err)
 		}
-		t.syncBack()
+		if !t.onDevice {
+			t.syncBack()
+		}
 		t.step++
 		return st, nil
 	}

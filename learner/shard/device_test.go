@@ -50,8 +50,8 @@ func emuBackend(t *testing.T) func() (backend.Backend, error) {
 
 // TestDeviceRanksEqualOneLearner: two data-parallel ranks, each on its
 // own (emulated) GPU, reduce their gradients over the ring through host
-// copies and reach the weights of one learner on one such GPU (which
-// steps with the fused AdamW). (ZeRO-1 takes the same path from the
+// copies, step with the fused AdamW on their devices and reach the
+// weights of one learner on one such GPU. (ZeRO-1 takes the same path from the
 // gradients on; the in-process tests on the CPU cover it.)
 func TestDeviceRanksEqualOneLearner(t *testing.T) {
 	newBackend := emuBackend(t)
@@ -92,6 +92,9 @@ func TestDeviceRanksEqualOneLearner(t *testing.T) {
 			for r, rk := range ranks {
 				if _, ok := rk.Learner().Model().B.(*cuda.DeviceBackend); !ok {
 					t.Fatalf("rank %d runs on %T", r, rk.Learner().Model().B)
+				}
+				if n := len(rk.Learner().Optimizer().State().Tensors); n != 0 {
+					t.Errorf("rank %d: the host optimizer holds %d moment tensors: the rank stepped on the host", r, n)
 				}
 				d, at := maxDiff(rk.Learner().Model().Weights(), w)
 				if d > equivTol {

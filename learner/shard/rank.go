@@ -351,6 +351,10 @@ func (r *Rank) updateReplicated(params []*optim.Param, lr float64) (float64, err
 	}
 	// Every rank now holds the same gradients, so the checks below come
 	// out the same everywhere.
+	if norm, ok, err := r.l.StepOnDevice(params, lr); ok {
+		// On a GPU: the same check, clip and AdamW on the device.
+		return norm, err
+	}
 	if err := optim.CheckFinite(params); err != nil {
 		return 0, err
 	}
