@@ -72,7 +72,12 @@ type rankActor struct {
 }
 
 // Stopped implements actor.Stopper.
-func (a *rankActor) Stopped(*actor.Context) { a.mb.Close() }
+func (a *rankActor) Stopped(*actor.Context) {
+	a.mb.Close()
+	if a.rank != nil {
+		a.rank.Close()
+	}
+}
 
 // Receive implements actor.Actor.
 func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
@@ -83,6 +88,9 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		t, err := a.mb.Transport(m.Epoch, m.Rank, m.Peers, m.Options)
 		if err != nil {
 			return nil, err
+		}
+		if a.rank != nil {
+			a.rank.Close()
 		}
 		a.rank = nil
 		var r *Rank

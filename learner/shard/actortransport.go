@@ -250,6 +250,13 @@ func (a *actorTransport) recvLend(ctx context.Context, from int, tag Tag, n int)
 
 func (a *actorTransport) in() *inbox { return a.mb.in }
 
+// sharedMemory is true when the node's same-host path is on (off with
+// RLNODE_BULK_TCP=1 or actor.Config.BulkTCPOnly, and where the node has no
+// private socket directory).
+func (a *actorTransport) sharedMemory() bool { return a.mb.sys.Bulk().LocalPath() != "" }
+
+func (a *actorTransport) abortCause(epoch uint64) error { return a.mb.in.cause(epoch) }
+
 func (a *actorTransport) Abort(epoch uint64, cause error) {
 	for i, p := range a.peers {
 		if i != a.rank {

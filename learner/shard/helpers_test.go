@@ -54,7 +54,14 @@ func newLearner(t testing.TB, c learner.Config) *learner.Learner {
 // memGroup joins n fresh learners over in-process transports.
 func memGroup(t testing.TB, c learner.Config, o Options) []*Rank {
 	t.Helper()
-	ts := MemTransports(c.Shards)
+	return memGroupOf(t, c, o, false)
+}
+
+// memGroupOf is memGroup whose ranks, with shared, reduce through shared
+// buffers (closed when the test ends).
+func memGroupOf(t testing.TB, c learner.Config, o Options, shared bool) []*Rank {
+	t.Helper()
+	ts := memTransports(c.Shards, shared)
 	ranks := make([]*Rank, c.Shards)
 	errs := make([]error, c.Shards)
 	var wg sync.WaitGroup
@@ -72,6 +79,11 @@ func memGroup(t testing.TB, c learner.Config, o Options) []*Rank {
 			t.Fatalf("join rank %d: %v", i, err)
 		}
 	}
+	t.Cleanup(func() {
+		for _, r := range ranks {
+			r.Close()
+		}
+	})
 	return ranks
 }
 

@@ -147,9 +147,11 @@ func (r *Rank) dispatch(o *overlap, op uint64) {
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(o.ctx, r.opt.Timeout)
 			defer cancel()
-			err := r.ring.reduceScatterBucket(ctx, r.epoch, op, uint32(b), seg)
-			if err == nil && r.stage == 0 {
-				err = r.ring.allGatherBucket(ctx, r.epoch, op+1, uint32(b), seg)
+			var err error
+			if r.stage == 0 {
+				err = r.ring.allReduceBucket(ctx, r.epoch, op, uint32(b), seg)
+			} else {
+				err = r.ring.reduceScatterBucket(ctx, r.epoch, op, uint32(b), seg)
 			}
 			if err != nil {
 				o.setErr(err)

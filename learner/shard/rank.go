@@ -111,15 +111,20 @@ func Join(l *learner.Learner, t Transport, epoch uint64, o Options) (*Rank, erro
 	if err := r.checkSame(); err != nil {
 		return nil, err
 	}
+	if err := r.share(); err != nil {
+		return nil, err
+	}
 	if r.stage == 1 {
 		r.layPieces()
 		if err := r.takeOptimizer(); err != nil {
+			r.Close()
 			return nil, err
 		}
 	}
 	err := l.SetSharding(&learner.Sharding{Rank: t.Rank(), Ranks: t.Size(), Update: r.update, SumStats: r.sumStats, Abort: r.abort,
 		GradsReady: r.gradsReady, ParamsChanged: r.paramsChanged})
 	if err != nil {
+		r.Close()
 		return nil, err
 	}
 	return r, nil
@@ -197,8 +202,52 @@ func (r *Rank) layTensors() error {
 	if r.total < r.t.Size() {
 		return fmt.Errorf("shard: join: %d trainable elements for %d ranks", r.total, r.t.Size())
 	}
+	if s := r.ring.shm; s != nil {
+		if r.total <= s.floats {
+			r.flat = s.bufs[s.rank][:r.total]
+			return nil
+		}
+		// More than the segments hold (on every rank alike): the
+		// Transport carries the chunks from now on.
+		s.close()
+		r.ring.shm = nil
+	}
 	r.flat = make([]float32, r.total)
 	return nil
+}
+
+// share sets up buffers shared with the other ranks when all of them are
+// on this host (shared.go) and moves flat there.
+func (r *Rank) share() error {
+	ctx, cancel := r.ctx()
+	defer cancel()
+	buf, err := r.ring.setupShared(ctx, r.epoch, r.total)
+	if err != nil {
+		return r.fail(fmt.Errorf("join: %w", err))
+	}
+	if buf != nil {
+		r.flat = buf[:r.total]
+	}
+	return nil
+}
+
+// Shared says whether the rank reduces through buffers shared with the
+// other ranks (all on one host) rather than over the Transport.
+func (r *Rank) Shared() bool { return r.ring.shm != nil }
+
+// Close releases the rank's shared buffers once its collectives have
+// stopped; the rank trains no more. A rank that is replaced (Restart) or
+// whose actor stops is closed.
+func (r *Rank) Close() {
+	r.drop()
+	if r.failed == nil {
+		r.failed = errors.New("rank closed")
+	}
+	if r.ring.shm != nil {
+		r.ring.shm.close()
+		r.ring.shm = nil
+		r.flat = nil
+	}
 }
 
 // paramsChanged is learner.Sharding.ParamsChanged: the learner's

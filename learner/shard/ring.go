@@ -23,6 +23,16 @@ type ring struct {
 	// afterSend, when set, runs after every send (tests kill a rank
 	// mid-collective here).
 	afterSend func(tag Tag)
+	// shm, when set, holds the ranks' shared buffers (shared.go): the
+	// buckets of this rank's buffer there are reduced through them.
+	shm *shmGroup
+}
+
+// sent runs afterSend.
+func (g *ring) sent(tag Tag) {
+	if g.afterSend != nil {
+		g.afterSend(tag)
+	}
 }
 
 func chunk(m, parts, i int) (lo, hi int) { return i * m / parts, (i + 1) * m / parts }
@@ -111,9 +121,7 @@ func (g *ring) send(ctx context.Context, to int, tag Tag, p []byte) error {
 		}
 		return fmt.Errorf("send %s to %s: %w", tag, g.t.Peer(to), err)
 	}
-	if g.afterSend != nil {
-		g.afterSend(tag)
-	}
+	g.sent(tag)
 	return nil
 }
 
@@ -130,6 +138,11 @@ func (g *ring) reduceScatter(ctx context.Context, epoch, op uint64, x []float32)
 
 // reduceScatterBucket is reduceScatter of bucket b, whose elements are seg.
 func (g *ring) reduceScatterBucket(ctx context.Context, epoch, op uint64, b uint32, seg []float32) error {
+	if g.shm != nil {
+		if off, ok := g.shm.span(b, seg); ok {
+			return g.shm.reduceScatter(ctx, g, Tag{Epoch: epoch, Op: op, Bucket: b}, off, len(seg))
+		}
+	}
 	size, r := g.t.Size(), g.t.Rank()
 	right, left := mod(r+1, size), mod(r-1, size)
 	m := len(seg)
@@ -177,6 +190,11 @@ func (g *ring) allGather(ctx context.Context, epoch, op uint64, x []float32) err
 
 // allGatherBucket is allGather of bucket b, whose elements are seg.
 func (g *ring) allGatherBucket(ctx context.Context, epoch, op uint64, b uint32, seg []float32) error {
+	if g.shm != nil {
+		if off, ok := g.shm.span(b, seg); ok {
+			return g.shm.allGather(ctx, g, Tag{Epoch: epoch, Op: op, Bucket: b}, off, len(seg))
+		}
+	}
 	size, r := g.t.Size(), g.t.Rank()
 	right, left := mod(r+1, size), mod(r-1, size)
 	m := len(seg)
@@ -198,10 +216,32 @@ func (g *ring) allGatherBucket(ctx context.Context, epoch, op uint64, b uint32, 
 // (two collective numbers, op and op+1). Every rank ends with the same
 // bits, since each chunk is summed once, by its owner's ring order.
 func (g *ring) allReduce(ctx context.Context, epoch, op uint64, x []float32) error {
+	if g.t.Size() == 1 {
+		return nil
+	}
+	if g.shm != nil {
+		return g.forBuckets(len(x), func(b uint32, lo, hi int) error {
+			return g.allReduceBucket(ctx, epoch, op, b, x[lo:hi])
+		})
+	}
 	if err := g.reduceScatter(ctx, epoch, op, x); err != nil {
 		return err
 	}
 	return g.allGather(ctx, epoch, op+1, x)
+}
+
+// allReduceBucket is allReduce of bucket b, whose elements are seg (two
+// collective numbers, op and op+1; on shared buffers one pass, under op).
+func (g *ring) allReduceBucket(ctx context.Context, epoch, op uint64, b uint32, seg []float32) error {
+	if g.shm != nil {
+		if off, ok := g.shm.span(b, seg); ok {
+			return g.shm.allReduce(ctx, g, Tag{Epoch: epoch, Op: op, Bucket: b}, off, len(seg))
+		}
+	}
+	if err := g.reduceScatterBucket(ctx, epoch, op, b, seg); err != nil {
+		return err
+	}
+	return g.allGatherBucket(ctx, epoch, op+1, b, seg)
 }
 
 // gather64 returns every rank's v (all of one length), by rank, passing

@@ -126,6 +126,13 @@ func (in *inbox) abort(epoch uint64, cause error) {
 	close(in.abortCh(epoch))
 }
 
+// cause is why epoch was aborted, or nil while it was not.
+func (in *inbox) cause(epoch uint64) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.causes[epoch]
+}
+
 // take waits for tag's message. peer names the sender for the timeout
 // error.
 func (in *inbox) take(ctx context.Context, tag Tag, peer string) (delivery, error) {
@@ -185,22 +192,30 @@ func (in *inbox) forget(epoch uint64) {
 
 // MemTransports returns n connected in-process transports, one per rank:
 // the same collectives as over the network, without sockets.
-func MemTransports(n int) []Transport {
+func MemTransports(n int) []Transport { return memTransports(n, false) }
+
+// memTransports is MemTransports whose ranks, with shared, set up shared
+// buffers as ranks in separate processes on one host do.
+func memTransports(n int, shared bool) []Transport {
 	boxes := make([]*inbox, n)
 	for i := range boxes {
 		boxes[i] = newInbox()
 	}
 	out := make([]Transport, n)
 	for i := range out {
-		out[i] = &memTransport{rank: i, boxes: boxes}
+		out[i] = &memTransport{rank: i, boxes: boxes, shared: shared}
 	}
 	return out
 }
 
 type memTransport struct {
-	rank  int
-	boxes []*inbox
+	rank   int
+	boxes  []*inbox
+	shared bool
 }
+
+func (m *memTransport) sharedMemory() bool            { return m.shared }
+func (m *memTransport) abortCause(epoch uint64) error { return m.boxes[m.rank].cause(epoch) }
 
 func (m *memTransport) Rank() int         { return m.rank }
 func (m *memTransport) Size() int         { return len(m.boxes) }

@@ -1,0 +1,341 @@
+//go:build linux
+
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/model"
+	"golang.org/x/sys/unix"
+)
+
+// collective is what a rank does in sharedRounds: all-reduce, or
+// reduce-scatter, doubling the owned chunks (an optimizer step's stand-in)
+// and all-gather, as a ZeRO-1 step does.
+type collective string
+
+const (
+	allReduceRound collective = "all-reduce"
+	zeroRound      collective = "reduce-scatter+all-gather"
+)
+
+// sharedRounds runs rounds collectives of kind on n in-process ranks over
+// buffers of size elements (bucket 7, 3 buckets in flight), shared or
+// through the transport, each round on fresh inputs, and returns every
+// rank's result of every round.
+func sharedRounds(t *testing.T, n, size, rounds int, kind collective, shared bool) [][][]float32 {
+	t.Helper()
+	ts := memTransports(n, shared)
+	out := make([][][]float32, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range ts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = func() error {
+				g := &ring{t: ts[i], bucket: 7, inFlight: 3}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				x := make([]float32, size)
+				if shared {
+					buf, err := g.setupShared(ctx, 1, size)
+					if err != nil {
+						return err
+					}
+					if buf == nil {
+						return errors.New("no shared buffers")
+					}
+					defer g.shm.close()
+					x = buf
+				}
+				rng := rand.New(rand.NewPCG(uint64(i), uint64(size)))
+				for round := range rounds {
+					for k := range x {
+						x[k] = float32(rng.NormFloat64()) * float32(round+1)
+					}
+					op := uint64(4 * round)
+					switch kind {
+					case allReduceRound:
+						if err := g.allReduce(ctx, 1, op, x); err != nil {
+							return err
+						}
+					case zeroRound:
+						if err := g.reduceScatter(ctx, 1, op, x); err != nil {
+							return err
+						}
+						for _, rg := range g.owned(size, i) {
+							for k := rg[0]; k < rg[1]; k++ {
+								x[k] *= 2
+							}
+						}
+						if err := g.allGather(ctx, 1, op+2, x); err != nil {
+							return err
+						}
+					}
+					out[i] = append(out[i], append([]float32(nil), x...))
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return out
+}
+
+// Collectives over shared buffers give every rank the bits the ring gives
+// it through the transport, round after round (a rank writes its buffer
+// again only once no peer reads it).
+func TestSharedCollectivesSameBitsAsRing(t *testing.T) {
+	for _, kind := range []collective{allReduceRound, zeroRound} {
+		for _, n := range []int{2, 3, 4} {
+			for _, size := range []int{5, 7, 29, 100} {
+				if size < n {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s_ranks%d_len%d", kind, n, size), func(t *testing.T) {
+					want := sharedRounds(t, n, size, 4, kind, false)
+					got := sharedRounds(t, n, size, 4, kind, true)
+					for r := range n {
+						for round := range want[r] {
+							for i, v := range want[r][round] {
+								if got[r][round][i] != v {
+									t.Fatalf("rank %d round %d element %d: %v shared, %v through the transport", r, round, i, got[r][round][i], v)
+								}
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// segmentsMapped counts the distinct shared gradient segments process pid
+// maps.
+func segmentsMapped(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 6 && strings.Contains(line, "memfd:"+sharedMemName) {
+			inodes[f[4]] = true
+		}
+	}
+	return len(inodes)
+}
+
+// Ranks on shared buffers train to the very bits of ranks whose chunks go
+// through the transport, under both ZeRO stages, and through a LoRA switch
+// (the layout shrinks into the same segments); closed, they map nothing.
+func TestSharedEquivalenceInProcess(t *testing.T) {
+	before := segmentsMapped(t, os.Getpid())
+	for _, stage := range []int{0, 1} {
+		for _, n := range []int{2, 4} {
+			t.Run(fmt.Sprintf("stage%d_ranks%d", stage, n), func(t *testing.T) {
+				c := tinyConfig(learner.SFT, n, stage)
+				c.LoRA = &model.LoRAConfig{Rank: 2, Alpha: 4, TargetModules: []string{"q_proj", "o_proj"}, Seed: 9}
+				o := Options{BucketElems: 333, Timeout: 20 * time.Second}
+				plain := memGroupOf(t, c, o, false)
+				shared := memGroupOf(t, c, o, true)
+				for r := range n {
+					if plain[r].Shared() || !shared[r].Shared() {
+						t.Fatalf("rank %d: shared %v and %v, want false and true", r, plain[r].Shared(), shared[r].Shared())
+					}
+				}
+				if got := segmentsMapped(t, os.Getpid()); got != before+n {
+					t.Errorf("%d segments mapped, want %d (one per rank)", got, before+n)
+				}
+				for step := range 4 {
+					if step == 2 {
+						for _, g := range [][]*Rank{plain, shared} {
+							var wg sync.WaitGroup
+							errs := make([]error, n)
+							for i, r := range g {
+								wg.Add(1)
+								go func() {
+									defer wg.Done()
+									errs[i] = r.Learner().SetAlgorithm(learner.GRPO, 0)
+								}()
+							}
+							wg.Wait()
+							for r, err := range errs {
+								if err != nil {
+									t.Fatalf("rank %d: switch to grpo: %v", r, err)
+								}
+							}
+						}
+					}
+					for _, g := range [][]*Rank{plain, shared} {
+						_, errs := trainAll(g, groupBatch(step))
+						for r, err := range errs {
+							if err != nil {
+								t.Fatalf("step %d rank %d: %v", step, r, err)
+							}
+						}
+					}
+				}
+				want := plain[0].Learner().Model().Weights()
+				for r := range n {
+					got := shared[r].Learner().Model().Weights()
+					for name, w := range want {
+						for i := range w {
+							if got[name][i] != w[i] {
+								t.Fatalf("rank %d: %s[%d] is %v shared, %v through the transport", r, name, i, got[name][i], w[i])
+							}
+						}
+					}
+				}
+				for _, r := range shared {
+					r.Close()
+				}
+				if got := segmentsMapped(t, os.Getpid()); got != before {
+					t.Errorf("%d segments mapped after closing the ranks, want %d", got, before)
+				}
+			})
+		}
+	}
+}
+
+// A rank whose peer never comes names it when the collective's deadline
+// passes, and an abort ends a wait on shared buffers with its cause.
+func TestSharedCollectiveFailures(t *testing.T) {
+	setup := func(t *testing.T, n int) []*ring {
+		ts := memTransports(n, true)
+		gs := make([]*ring, n)
+		var wg sync.WaitGroup
+		for i := range ts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				gs[i] = &ring{t: ts[i], bucket: 4, inFlight: 2}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				if buf, err := gs[i].setupShared(ctx, 5, 12); err != nil || buf == nil {
+					t.Errorf("rank %d: set-up: %v", i, err)
+				}
+			}()
+		}
+		wg.Wait()
+		t.Cleanup(func() {
+			for _, g := range gs {
+				g.shm.close()
+			}
+		})
+		if t.Failed() {
+			t.FailNow()
+		}
+		return gs
+	}
+	t.Run("silent rank", func(t *testing.T) {
+		gs := setup(t, 3)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = gs[i].allReduce(ctx, 5, 0, gs[i].shm.bufs[i])
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err == nil || !strings.Contains(err.Error(), "rank 2 (in process) sent nothing") || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("rank %d: %v; want a timeout naming rank 2", i, err)
+			}
+		}
+	})
+	t.Run("abort", func(t *testing.T) {
+		gs := setup(t, 2)
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			done <- gs[0].allReduce(ctx, 5, 0, gs[0].shm.bufs[0])
+		}()
+		gs[1].t.Abort(5, errors.New("loss is NaN"))
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "loss is NaN") {
+				t.Errorf("got %v, want ErrAborted with the cause", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("abort did not end the collective")
+		}
+	})
+}
+
+// A segment is this user's alone (0600), sealed against resizing, and its
+// descriptor is closed once set up; a peer refuses one whose token or size
+// is not what was offered.
+func TestSharedSegmentChecks(t *testing.T) {
+	seg, err := newSharedSegment(100, 7)
+	if err != nil {
+		t.Skipf("no shared segments here: %v", err)
+	}
+	defer seg.release()
+	var st unix.Stat_t
+	if err := unix.Fstat(seg.fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&0o777 != 0o600 {
+		t.Errorf("segment mode %o, want 600", st.Mode&0o777)
+	}
+	if seals, err := unix.FcntlInt(uintptr(seg.fd), unix.F_GET_SEALS, 0); err != nil || seals&sharedSeals != sharedSeals {
+		t.Errorf("seals %#x (%v), want %#x", seals, err, sharedSeals)
+	}
+	if err := unix.Ftruncate(seg.fd, 1<<12); err == nil {
+		t.Error("a sealed segment shrank")
+	}
+	m, err := mapPeerSegment(seg.offer)
+	if err != nil {
+		t.Fatalf("the offered segment: %v", err)
+	}
+	m.close()
+	for _, tc := range []struct {
+		name string
+		edit func(o *offer)
+	}{
+		{"token", func(o *offer) { o.token[3]++ }},
+		{"size", func(o *offer) { o.segBytes += 4096 }},
+		{"elements", func(o *offer) { o.floats++ }},
+		{"descriptor", func(o *offer) { o.fd = 0 }},
+	} {
+		o := seg.offer
+		tc.edit(&o)
+		if m, err := mapPeerSegment(o); err == nil {
+			m.close()
+			t.Errorf("a segment offered with another %s was mapped", tc.name)
+		}
+	}
+	if got := decodeOffer(seg.offer.encode()); got != seg.offer {
+		t.Errorf("offer %+v came back as %+v", seg.offer, got)
+	}
+	seg.closeFD()
+	fds, _ := filepath.Glob("/proc/self/fd/*")
+	for _, f := range fds {
+		if l, err := os.Readlink(f); err == nil && strings.Contains(l, "memfd:"+sharedMemName) {
+			t.Errorf("descriptor %s of a segment still open after closeFD", l)
+		}
+	}
+}
