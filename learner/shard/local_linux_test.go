@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/internal/proctest"
 	"golang.org/x/sys/unix"
 )
@@ -52,6 +53,20 @@ func noSegmentDescriptors(t *testing.T, pid int) {
 	shm, _ := filepath.Glob("/dev/shm/*rlnode*")
 	if len(shm) > 0 {
 		t.Errorf("/dev/shm holds %v", shm)
+	}
+}
+
+// sharedSegmentsOf checks that process pid (what names) maps the gradient
+// segments of a group of n ranks on shared buffers: n (its own and its
+// peers'), none with the same-host path off.
+func sharedSegmentsOf(t *testing.T, pid, n int, what string) {
+	t.Helper()
+	want := n
+	if n < 2 || actor.HostID() == "" || os.Getenv("RLNODE_BULK_TCP") == "1" {
+		want = 0
+	}
+	if got := segmentsMapped(t, pid); got != want {
+		t.Errorf("%s (process %d) maps %d gradient segments, want %d", what, pid, got, want)
 	}
 }
 

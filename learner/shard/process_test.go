@@ -144,7 +144,7 @@ func TestEquivalenceProcesses(t *testing.T) {
 		t.Run(fmt.Sprintf("ranks%d_stage%d", tc.n, tc.stage), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			refs, _ := startRanks(t, tc.n, tc.stage, nil)
+			refs, kids := startRanks(t, tc.n, tc.stage, nil)
 			g, err := NewGroup(ctx, sys, refs, Options{Timeout: 20 * time.Second, BucketElems: 1000})
 			if err != nil {
 				t.Fatal(err)
@@ -162,6 +162,9 @@ func TestEquivalenceProcesses(t *testing.T) {
 				if got.Step != want.Step || got.Tokens != want.Tokens || got.Loss-want.Loss > 1e-5 || want.Loss-got.Loss > 1e-5 {
 					t.Fatalf("step %d: stats %+v, want %+v", step, got, want)
 				}
+			}
+			for i, k := range kids {
+				sharedSegmentsOf(t, k.Cmd.Process.Pid, tc.n, fmt.Sprintf("rank %d", i))
 			}
 			w := ref.Model().Weights()
 			for r, gw := range groupWeights(t, ctx, sys, refs) {
@@ -223,10 +226,12 @@ func TestRankKilledMidStep(t *testing.T) {
 	// The driver's call to the dead rank fails at once; Group aborts the
 	// others' collectives then, rather than letting them wait out the
 	// timeout. A rank pushing a chunk to the dead one may see it first (the
-	// connection is reset) and abort the others itself; either way the
+	// connection is reset), or one waiting on its shared buffer (its
+	// process has exited), and abort the others itself; either way the
 	// others' errors name rank 1.
 	if !strings.HasPrefix(msg, "shard: train (epoch 1): rank 1 ("+refs[1].Address+")") ||
-		!(strings.Contains(msg, "rank 1 ("+refs[1].Address+") is lost") || strings.Contains(msg, " to rank 1 (node "+refs[1].Address+"): ")) {
+		!(strings.Contains(msg, "rank 1 ("+refs[1].Address+") is lost") || strings.Contains(msg, " to rank 1 (node "+refs[1].Address+"): ") ||
+			strings.Contains(msg, "rank 1 (node "+refs[1].Address+") died")) {
 		t.Errorf("error does not lead with the dead rank 1 at %s, nor say the others were aborted for it: %v", refs[1].Address, err)
 	}
 	if lost := g.Lost(); len(lost) != 1 || lost[0] != 1 {
@@ -263,10 +268,13 @@ func TestRankKilledMidStep(t *testing.T) {
 			t.Errorf("rank %d after restart: weights differ by %g at %s", r, d, at)
 		}
 	}
-	// No shared segment is left as a descriptor or a name, in any process.
+	// No shared segment is left as a descriptor or a name, in any process,
+	// and the ranks map only the restarted group's gradient segments (the
+	// killed rank's and the first epoch's are gone with their mappings).
 	noSegmentDescriptors(t, os.Getpid())
-	for _, k := range []*proctest.Child{kids[0], kids[2], freshKids[0]} {
+	for i, k := range []*proctest.Child{kids[0], kids[2], freshKids[0]} {
 		noSegmentDescriptors(t, k.Cmd.Process.Pid)
+		sharedSegmentsOf(t, k.Cmd.Process.Pid, 3, fmt.Sprintf("rank %d", []int{0, 2, 1}[i]))
 	}
 }
 
