@@ -32,10 +32,15 @@ import (
 
 const benchKind = "shard-bench"
 
-// BenchJoin makes a bench actor rank Rank of Peers (mailboxes).
+// BenchJoin makes a bench actor rank Rank of Peers (mailboxes), reducing
+// buffers of Floats elements: shared with the other ranks when they are on
+// this host, unless Slots (then every chunk goes through the Transport,
+// over the bulk path's slots or TCP).
 type BenchJoin struct {
-	Rank  int
-	Peers []actor.Ref
+	Rank   int
+	Peers  []actor.Ref
+	Floats int
+	Slots  bool
 }
 
 // BenchRun asks a bench actor for Iters all-reduces of Floats elements.
@@ -58,6 +63,28 @@ func init() {
 type benchActor struct {
 	mb *Mailbox
 	g  *ring
+	x  []float32
+}
+
+// benchRing joins rank of peers for buffers of floats elements and returns
+// the buffer to reduce (shared unless slots).
+func benchRing(ctx context.Context, mb *Mailbox, rank int, peers []actor.Ref, floats int, slots bool) (*ring, []float32, error) {
+	t, err := mb.Transport(1, rank, peers, Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	o := Options{}.withDefaults()
+	g := &ring{t: t, bucket: o.BucketElems, inFlight: o.InFlight}
+	var x []float32
+	if !slots {
+		if x, err = g.setupShared(ctx, 1, floats); err != nil {
+			return nil, nil, err
+		}
+	}
+	if x == nil {
+		x = make([]float32, floats)
+	}
+	return g, x, nil
 }
 
 func (a *benchActor) Receive(_ *actor.Context, msg any) (any, error) {
@@ -65,15 +92,18 @@ func (a *benchActor) Receive(_ *actor.Context, msg any) (any, error) {
 	case MailboxRequest:
 		return MailboxRef{Ref: a.mb.Ref()}, nil
 	case BenchJoin:
-		t, err := a.mb.Transport(1, m.Rank, m.Peers, Options{})
-		if err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var err error
+		if a.g, a.x, err = benchRing(ctx, a.mb, m.Rank, m.Peers, m.Floats, m.Slots); err != nil {
 			return nil, err
 		}
-		o := Options{}.withDefaults()
-		a.g = &ring{t: t, bucket: o.BucketElems, inFlight: o.InFlight}
 		return Joined{Rank: m.Rank}, nil
 	case BenchRun:
-		x := make([]float32, m.Floats)
+		x := a.x
+		if len(x) != m.Floats {
+			return nil, fmt.Errorf("bench: run of %d floats, joined for %d", m.Floats, len(x))
+		}
 		for i := range m.Iters {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			err := a.g.allReduce(ctx, 1, m.FirstOp+2*uint64(i), x)
@@ -91,7 +121,18 @@ var benchRuns int // names this process's mailbox uniquely per run
 
 var benchSizes = []int{1 << 20, 16 << 20, 64 << 20} // bytes
 
-func BenchmarkAllReduceLoopback(b *testing.B) {
+// BenchmarkAllReduceLoopback is the ranks' all-reduce as they run it:
+// on buffers shared between the processes of one host (shared.go), over
+// TCP with RLNODE_BULK_TCP=1. It reports shared=1 when the buffers were
+// shared.
+func BenchmarkAllReduceLoopback(b *testing.B) { benchAllReduce(b, false) }
+
+// BenchmarkAllReduceSlots is the same all-reduce with every chunk pushed
+// through the Transport: on one host through the bulk path's slots of
+// shared memory (two copies per chunk), the design before shared buffers.
+func BenchmarkAllReduceSlots(b *testing.B) { benchAllReduce(b, true) }
+
+func benchAllReduce(b *testing.B, slots bool) {
 	for _, n := range []int{2, 4} {
 		for _, size := range benchSizes {
 			b.Run(fmt.Sprintf("ranks=%d/MiB=%d", n, size>>20), func(b *testing.B) {
@@ -116,18 +157,23 @@ func BenchmarkAllReduceLoopback(b *testing.B) {
 					kids = append(kids, refs[0])
 					peers = append(peers, r.Ref)
 				}
+				joined := make(chan error, len(kids))
 				for i, k := range kids {
-					if _, err := sys.Call(ctx, k, BenchJoin{Rank: i + 1, Peers: peers}); err != nil {
-						b.Fatal(err)
-					}
+					go func() {
+						_, err := sys.Call(ctx, k, BenchJoin{Rank: i + 1, Peers: peers, Floats: size / 4, Slots: slots})
+						joined <- err
+					}()
 				}
-				t, err := mb.Transport(1, 0, peers, Options{})
+				g, x, err := benchRing(ctx, mb, 0, peers, size/4, slots)
 				if err != nil {
 					b.Fatal(err)
 				}
-				o := Options{}.withDefaults()
-				g := &ring{t: t, bucket: o.BucketElems, inFlight: o.InFlight}
-				x := make([]float32, size/4)
+				defer g.shm.close()
+				for range kids {
+					if err := <-joined; err != nil {
+						b.Fatal(err)
+					}
+				}
 				run := func(iters int, first uint64) {
 					done := make(chan error, len(kids))
 					for _, k := range kids {
@@ -154,6 +200,11 @@ func BenchmarkAllReduceLoopback(b *testing.B) {
 				b.StopTimer()
 				sec := b.Elapsed().Seconds() / float64(b.N)
 				b.ReportMetric(float64(size)/sec/1e9*2*float64(n-1)/float64(n), "busGB/s")
+				shared := 0.0
+				if g.shm != nil {
+					shared = 1
+				}
+				b.ReportMetric(shared, "shared")
 			})
 		}
 	}

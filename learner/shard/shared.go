@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -44,11 +45,11 @@ const (
 	sharedLine      = 64
 	sharedHdr       = 4096
 	sharedMagic     = "RLSG"
-	// sharedSpin is how many times a waiter looks at a word before
-	// sleeping: a bucket's chunk takes tens of microseconds, and on a
-	// machine with fewer cores than ranks a spinning waiter takes the core
-	// its peer needs.
-	sharedSpin = 200
+	// sharedSpin is how long a waiter watches a word before sleeping: a
+	// peer on another core is usually that close behind, and a futex
+	// sleep and wake-up costs about as much; on a machine with fewer cores
+	// than ranks, longer spins take the core the peer needs.
+	sharedSpin = 20 * time.Microsecond
 	// sharedPoll is how long a waiter sleeps at most before checking the
 	// deadline, an abort and its peer's process.
 	sharedPoll = 10 * time.Millisecond
@@ -297,9 +298,19 @@ func (s *shmGroup) publish(b uint32, w int, v uint32) {
 // await waits until word w of rank k's line for bucket b reaches want.
 func (s *shmGroup) await(ctx context.Context, tag Tag, k int, w int, want uint32) error {
 	p := s.word(k, tag.Bucket, w)
-	for range sharedSpin {
+	if reached(atomic.LoadUint32(p), want) {
+		return nil
+	}
+	start := time.Now()
+	for i := 1; ; i++ {
 		if reached(atomic.LoadUint32(p), want) {
 			return nil
+		}
+		if i%64 == 0 {
+			if time.Since(start) > sharedSpin {
+				break
+			}
+			runtime.Gosched() // another bucket of this rank may have work
 		}
 	}
 	for {
