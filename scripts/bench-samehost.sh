@@ -2,8 +2,10 @@
 # Same-host fast path, side by side in one run: shared memory (the
 # default between processes on one host) against loopback TCP
 # (RLNODE_BULK_TCP=1) and PyTorch gloo, with this machine's memcpy as the
-# ceiling, and RingCopyBound (the memory work of the ring's slots with no
-# transport) as the design's own. Each round runs every variant once,
+# ceiling, and SharedCopyBound (the memory work of the all-reduce on
+# shared buffers, with no signalling) as the design's own; the all-reduce
+# through the bulk path's slots (AllReduceSlots) and its ceiling
+# (RingCopyBound) as the design before. Each round runs every variant once,
 # interleaved, so that the machine's load falls on all of them alike; the
 # load is printed before each section, and a summary (min / median / max
 # over the rounds) at the end. Figures go to docs/benchmarks.md.
@@ -31,11 +33,11 @@ echo "# same-host benchmarks: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 for r in $(seq "$rounds"); do
 	echo "# round $r"
 	load memcpy
-	bench learner/shard "$bin/shard.test" 'Memcpy|RingCopyBound' 20x
+	bench learner/shard "$bin/shard.test" 'Memcpy|RingCopyBound|SharedCopyBound' 20x
 	bench actor "$bin/actor.test" 'Destination256MiB' 10x
 	for mode in shm tcp; do
 		load "all-reduce over $mode"
-		bench learner/shard "$bin/shard.test" 'AllReduceLoopback' 20x RLNODE_BULK_TCP=$([ $mode = tcp ] && echo 1 || echo 0)
+		bench learner/shard "$bin/shard.test" "AllReduceLoopback$([ $mode = shm ] && echo '|AllReduceSlots')" 20x RLNODE_BULK_TCP=$([ $mode = tcp ] && echo 1 || echo 0)
 	done
 	for n in 2 4; do
 		load "gloo, $n ranks"
@@ -94,7 +96,9 @@ for n in (2, 4):
         ratio(f"shm / gloo, {n} ranks, {mib} MiB", shm, f"gloo: ranks={n}/MiB={mib} busGB/s")
         ratio(f"shm / tcp, {n} ranks, {mib} MiB", shm, f"all-reduce over tcp: BenchmarkAllReduceLoopback/ranks={n}/MiB={mib} busGB/s")
     ratio(f"shm / memcpy, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceLoopback/ranks={n}/MiB=64 busGB/s", "memcpy: BenchmarkMemcpy/MiB=64 GB/s")
-    ratio(f"shm / RingCopyBound, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceLoopback/ranks={n}/MiB=64 busGB/s", f"memcpy: BenchmarkRingCopyBound/ranks={n}/MiB=64 busGB/s")
+    ratio(f"shm / SharedCopyBound, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceLoopback/ranks={n}/MiB=64 busGB/s", f"memcpy: BenchmarkSharedCopyBound/ranks={n}/MiB=64 busGB/s")
+    ratio(f"slots / memcpy, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceSlots/ranks={n}/MiB=64 busGB/s", "memcpy: BenchmarkMemcpy/MiB=64 GB/s")
+    ratio(f"slots / RingCopyBound, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceSlots/ranks={n}/MiB=64 busGB/s", f"memcpy: BenchmarkRingCopyBound/ranks={n}/MiB=64 busGB/s")
 for b in ("rlnode", "rlnode-reused", "rlnode-view"):
     ratio(f"256 MiB pull ({b}), shm / tcp", f"bulk over shm: BenchmarkBulk256MiB/{b} GB/s", f"bulk over tcp: BenchmarkBulk256MiB/{b} GB/s")
 ratio("256 MiB pull, view (shm) / new buffer (tcp)", "bulk over shm: BenchmarkBulk256MiB/rlnode-view GB/s", "bulk over tcp: BenchmarkBulk256MiB/rlnode GB/s")
