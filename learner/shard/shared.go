@@ -13,12 +13,13 @@ import (
 )
 
 // Shared buffers: ranks on one host keep the buffer being reduced in a
-// segment of shared memory that every other rank maps (read-only), so a
-// collective reads its peers' chunks where they lie. In a reduce-scatter
-// the owner of chunk c sums every rank's chunk c straight out of their
-// segments into its own (one read of each, no copy in between), in the
-// ring's order, so the bits are the ring's; in an all-gather each rank
-// copies every other owner's chunk out of the owner's segment once. Ranks
+// segment of shared memory that every other rank maps, so a collective
+// reads its peers' chunks where they lie. In a reduce-scatter the owner of
+// chunk c sums every rank's chunk c straight out of their segments into
+// its own (one read of each, no copy in between), in the ring's order, so
+// the bits are the ring's; in an all-gather each rank copies every other
+// owner's chunk out of the owner's segment once; in an all-reduce the
+// owner writes the sum into every rank's chunk c as it goes. Ranks
 // signal each other with words in their own segment's header, one cache
 // line per bucket (ready: this rank's bucket is in place; reduced: its
 // chunk of the bucket is final; gathered: it has copied every chunk),
@@ -383,6 +384,47 @@ func sumInto(dst []float32, srcs [][]float32) {
 	}
 }
 
+// reduceSpread is reduceOwn that also writes the sum into every other
+// rank's buffer (the all-reduce's push: the owner has each element in hand
+// once summed, so the copy costs one store where the peer's copy out
+// would cost a read and a store).
+func (s *shmGroup) reduceSpread(ctx context.Context, tag Tag, off, m int, want uint32) error {
+	lo, hi := chunk(m, s.size, s.rank)
+	srcs := make([][]float32, 0, s.size-1)
+	for i := 1; i < s.size; i++ {
+		k := mod(s.rank+i, s.size)
+		if err := s.await(ctx, tag, k, wordReady, want); err != nil {
+			return fmt.Errorf("all-reduce: %w", err)
+		}
+		srcs = append(srcs, s.bufs[k][off+lo:off+hi])
+	}
+	sumSpread(s.bufs[s.rank][off+lo:off+hi], srcs)
+	return nil
+}
+
+// sumSpread is sumInto, then copies dst into every src, block by block
+// (each block is still in the cache when it is copied).
+func sumSpread(dst []float32, srcs [][]float32) {
+	var tmp [sumBlock]float32
+	for lo := 0; lo < len(dst); lo += sumBlock {
+		hi := min(lo+sumBlock, len(dst))
+		d := dst[lo:hi]
+		if len(srcs) == 1 {
+			addTo(d, srcs[0][lo:hi])
+		} else if len(srcs) > 1 {
+			t := tmp[:hi-lo]
+			copy(t, srcs[0][lo:hi])
+			for _, src := range srcs[1:] {
+				addTo(t, src[lo:hi])
+			}
+			addTo(d, t)
+		}
+		for _, src := range srcs {
+			copy(src[lo:hi], d)
+		}
+	}
+}
+
 // gatherOthers copies every other owner's final chunk of bucket b into
 // this rank's buffer.
 func (s *shmGroup) gatherOthers(ctx context.Context, tag Tag, off, m int, want uint32) error {
@@ -441,21 +483,20 @@ func (s *shmGroup) allGather(ctx context.Context, g *ring, tag Tag, off, m int) 
 	return nil
 }
 
-// allReduce is reduceScatter and allGather in one (collective op alone).
+// allReduce is reduceScatter and allGather in one (collective op alone):
+// each owner sums its chunk and writes the sum into every rank's buffer
+// (while a collective runs, chunk c of every buffer is its owner's
+// alone), then waits until every owner has done so.
 func (s *shmGroup) allReduce(ctx context.Context, g *ring, tag Tag, off, m int) error {
 	want := seq(tag.Op)
 	s.publish(tag.Bucket, wordReady, want)
 	g.sent(tag)
-	if err := s.reduceOwn(ctx, tag, off, m, want); err != nil {
+	if err := s.reduceSpread(ctx, tag, off, m, want); err != nil {
 		return err
 	}
 	s.publish(tag.Bucket, wordReduced, want)
-	if err := s.gatherOthers(ctx, tag, off, m, want); err != nil {
-		return err
-	}
-	s.publish(tag.Bucket, wordGathered, want)
-	if err := s.awaitAll(ctx, tag, wordGathered, want); err != nil {
-		return fmt.Errorf("all-gather: %w", err)
+	if err := s.awaitAll(ctx, tag, wordReduced, want); err != nil {
+		return fmt.Errorf("all-reduce: %w", err)
 	}
 	return nil
 }

@@ -118,12 +118,12 @@ func newSharedSegment(floats, bucket int) (*segment, error) {
 	return &segment{fd: fd, mapping: newMapping(mem, floats, bucket), offer: o}, nil
 }
 
-// mapPeerSegment maps (read-only) the segment another rank offered, after
+// mapPeerSegment maps the segment another rank offered, after
 // checking that it is this user's, private, sealed against resizing, of
 // the size agreed and holding the token offered.
 func mapPeerSegment(o offer) (*mapping, error) {
 	path := fmt.Sprintf("/proc/%d/fd/%d", o.pid, o.fd)
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -139,7 +139,7 @@ func mapPeerSegment(o offer) (*mapping, error) {
 	if err != nil || seals&(unix.F_SEAL_SHRINK|unix.F_SEAL_GROW) != unix.F_SEAL_SHRINK|unix.F_SEAL_GROW {
 		return nil, fmt.Errorf("%s: not sealed against resizing (seals %#x, %v)", path, seals, err)
 	}
-	mem, err := unix.Mmap(fd, 0, int(o.segBytes), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+	mem, err := unix.Mmap(fd, 0, int(o.segBytes), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, fmt.Errorf("map %s: %w", path, err)
 	}
