@@ -17,9 +17,11 @@
 // on the runtime's bulk path, over a kept TCP (or TLS) connection, from the
 // sender's buffer to the receiving rank's mailbox, where the reduce-scatter
 // sums straight from the received bytes; only aborts are actor messages.
-// Between ranks on one host the bulk path uses shared memory
-// (docs/samehost.md): a chunk stays in a slot of the sender's segment,
-// lent to the mailbox, and the reduce-scatter sums straight out of it.
+// When every rank is on one host, the flat buffer lives in a shared
+// segment that every rank maps (shared.go, docs/samehost.md): the owner of
+// a chunk sums it straight out of the other ranks' buffers, in the ring's
+// order, and writes the sum into all of them; no chunk travels. Elsewhere
+// (several hosts, RLNODE_BULK_TCP=1) the chunks go through the Transport.
 // No NCCL, no gRPC for bulk data. ZeRO stage 0 all-reduces the gradients and steps AdamW on
 // every rank; stage 1 (ZeRO-1) reduce-scatters them, steps AdamW only on
 // the slice a rank owns (the moments of the rest are not kept), and

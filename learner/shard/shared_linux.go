@@ -123,7 +123,7 @@ func newSharedSegment(floats, bucket int) (*segment, error) {
 // the size agreed and holding the token offered.
 func mapPeerSegment(o offer) (*mapping, error) {
 	path := fmt.Sprintf("/proc/%d/fd/%d", o.pid, o.fd)
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
