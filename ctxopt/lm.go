@@ -44,6 +44,10 @@ type LMConfig struct {
 	Batch        int     `yaml:"batch" json:"batch"`
 	LR           float64 `yaml:"lr" json:"lr"`
 	Seed         uint64  `yaml:"seed" json:"seed"`
+	// DecaySteps, when positive, lowers the rate linearly from LR towards
+	// zero over the last DecaySteps of Steps (LR·(Steps−s)/DecaySteps at
+	// step s); 0 keeps LR constant.
+	DecaySteps int `yaml:"decay_steps" json:"decay_steps,omitempty"`
 }
 
 // lmFormat versions the warm-up (teacher, data, tokenizer, training);
@@ -83,6 +87,9 @@ func (c LMConfig) Check() error {
 	}
 	if c.Episodes > 200000 || c.Steps > 100000 || c.Batch > 1024 {
 		errs = append(errs, "at most 200000 episodes, 100000 steps, batch 1024")
+	}
+	if c.DecaySteps < 0 || c.DecaySteps > c.Steps {
+		errs = append(errs, fmt.Sprintf("decay_steps %d not in 0..steps (%d)", c.DecaySteps, c.Steps))
 	}
 	if !(c.LR > 0 && c.LR < 1) {
 		errs = append(errs, fmt.Sprintf("lr %v not in (0, 1)", c.LR))
@@ -315,6 +322,11 @@ func TrainLM(ctx context.Context, c LMConfig, sp Space, python bool, dir string,
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if lr, ok := c.stepLR(step); ok {
+			if err := l.SetAlgorithm(learner.SFT, lr); err != nil {
+				return fmt.Errorf("executor model: SFT step %d: %w", step, err)
+			}
+		}
 		var b learner.Batch
 		for range c.Batch {
 			if next == len(order) {
@@ -344,6 +356,14 @@ func TrainLM(ctx context.Context, c LMConfig, sp Space, python bool, dir string,
 	meta, _ := json.MarshalIndent(map[string]any{"format": lmFormat, "config": c, "space": sp,
 		"samples": len(prompts), "seconds": time.Since(t0).Seconds()}, "", "  ")
 	return os.WriteFile(filepath.Join(dir, "warmup.json"), meta, 0o644)
+}
+
+// stepLR is the rate of SFT step s (0-based) when the decay sets it.
+func (c LMConfig) stepLR(s int) (float64, bool) {
+	if c.DecaySteps <= 0 || s < c.Steps-c.DecaySteps {
+		return 0, false
+	}
+	return c.LR * float64(c.Steps-s) / float64(c.DecaySteps), true
 }
 
 var lmMu sync.Mutex

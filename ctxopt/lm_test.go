@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,7 +18,7 @@ import (
 // smallLM is the CI variant of the executor model: it trains in seconds
 // and follows the format only roughly.
 var smallLM = LMConfig{Hidden: 32, Intermediate: 64, Layers: 1, Heads: 2, KVHeads: 1, Context: 1024,
-	Vocab: 512, Episodes: 120, Steps: 4, Batch: 8, LR: 1e-3, Seed: 1}
+	Vocab: 512, Episodes: 120, Steps: 4, Batch: 8, LR: 1e-3, Seed: 1, DecaySteps: 2}
 
 func TestLMTrainCacheRun(t *testing.T) {
 	t.Setenv("RLNODE_CACHE", t.TempDir())
@@ -142,5 +143,45 @@ func TestLMFeatures(t *testing.T) {
 	}
 	if one.Err() != nil || batched.Err() != nil {
 		t.Errorf("source errors: %v, %v", one.Err(), batched.Err())
+	}
+}
+
+// The SFT rate: constant without a decay; with one, linear from lr over
+// the last decay_steps, ending one step above zero; bad decays refused.
+func TestLMStepLR(t *testing.T) {
+	c := LMConfig{Steps: 10, LR: 2e-3, DecaySteps: 4}
+	for _, tc := range []struct {
+		cfg  LMConfig
+		step int
+		lr   float64
+		set  bool
+	}{
+		{LMConfig{Steps: 10, LR: 2e-3}, 9, 0, false},
+		{c, 0, 0, false},
+		{c, 5, 0, false},
+		{c, 6, 2e-3, true},
+		{c, 7, 1.5e-3, true},
+		{c, 9, 0.5e-3, true},
+	} {
+		lr, set := tc.cfg.stepLR(tc.step)
+		if set != tc.set || math.Abs(lr-tc.lr) > 1e-12 {
+			t.Errorf("%+v step %d: rate %v set %v, want %v %v", tc.cfg, tc.step, lr, set, tc.lr, tc.set)
+		}
+	}
+	bad := smallLM
+	bad.DecaySteps = smallLM.Steps + 1
+	if err := bad.Check(); err == nil || !strings.Contains(err.Error(), "decay_steps 5 not in 0..steps (4)") {
+		t.Errorf("decay over more than the steps: %v", err)
+	}
+	// An unset decay leaves the cache key of an earlier config unchanged:
+	// the 600-step model of the first ctxopt_*_lm recipes keeps its entry.
+	r, err := LoadRecipe("ctxopt_bandit_lm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := LMConfig{Hidden: 128, Intermediate: 384, Layers: 2, Heads: 4, KVHeads: 2, Context: 1024, Vocab: 1024,
+		Episodes: 6000, Steps: 600, Batch: 32, LR: 2e-3, Seed: 1}
+	if k := old.Key(r.SpaceOf(), true); k != "e6739861e80fc16be84d281d" {
+		t.Errorf("key of the 600-step model %s, want e6739861e80fc16be84d281d", k)
 	}
 }
