@@ -48,6 +48,11 @@ type LMConfig struct {
 	// zero over the last DecaySteps of Steps (LR·(Steps−s)/DecaySteps at
 	// step s); 0 keeps LR constant.
 	DecaySteps int `yaml:"decay_steps" json:"decay_steps,omitempty"`
+	// AnswerFirst, when positive, makes the first AnswerFirst steps draw
+	// only the calls whose response is the final answer line ("#### N",
+	// copied from a tool's output, the reasoning or the verification): a
+	// curriculum that teaches copying numbers before the full mixture.
+	AnswerFirst int `yaml:"answer_first" json:"answer_first,omitempty"`
 }
 
 // lmFormat versions the warm-up (teacher, data, tokenizer, training);
@@ -90,6 +95,9 @@ func (c LMConfig) Check() error {
 	}
 	if c.DecaySteps < 0 || c.DecaySteps > c.Steps {
 		errs = append(errs, fmt.Sprintf("decay_steps %d not in 0..steps (%d)", c.DecaySteps, c.Steps))
+	}
+	if c.AnswerFirst < 0 || c.AnswerFirst > c.Steps {
+		errs = append(errs, fmt.Sprintf("answer_first %d not in 0..steps (%d)", c.AnswerFirst, c.Steps))
 	}
 	if !(c.LR > 0 && c.LR < 1) {
 		errs = append(errs, fmt.Sprintf("lr %v not in (0, 1)", c.LR))
@@ -292,12 +300,16 @@ func TrainLM(ctx context.Context, c LMConfig, sp Space, python bool, dir string,
 		return fmt.Errorf("executor model: tokenizer: %w", err)
 	}
 	var prompts, resps [][]int32
+	var answers []int
 	var dropped, tokens int
 	for _, cl := range calls {
 		p, r := sftSample(tok, cl)
 		if len(p)+len(r) > c.Context || len(r) == 0 {
 			dropped++
 			continue
+		}
+		if isAnswerLine(cl.Text) {
+			answers = append(answers, len(prompts))
 		}
 		prompts, resps = append(prompts, p), append(resps, r)
 		tokens += len(p) + len(r)
@@ -315,9 +327,10 @@ func TrainLM(ctx context.Context, c LMConfig, sp Space, python bool, dir string,
 	if err != nil {
 		return fmt.Errorf("executor model: %w", err)
 	}
-	rng := rand.New(rand.NewPCG(c.Seed, 0x5f7))
-	order := rng.Perm(len(prompts))
-	next := 0
+	if c.AnswerFirst > 0 && len(answers) == 0 {
+		return fmt.Errorf("executor model: answer_first %d: no teacher call answers with a #### line", c.AnswerFirst)
+	}
+	smp := newSampler(c, len(prompts), answers)
 	for step := range c.Steps {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -328,12 +341,7 @@ func TrainLM(ctx context.Context, c LMConfig, sp Space, python bool, dir string,
 			}
 		}
 		var b learner.Batch
-		for range c.Batch {
-			if next == len(order) {
-				order, next = rng.Perm(len(prompts)), 0
-			}
-			i := order[next]
-			next++
+		for _, i := range smp.batch(step) {
 			b.Prompts, b.Responses = append(b.Prompts, prompts[i]), append(b.Responses, resps[i])
 		}
 		st, err := l.Train(b)
@@ -356,6 +364,50 @@ func TrainLM(ctx context.Context, c LMConfig, sp Space, python bool, dir string,
 	meta, _ := json.MarshalIndent(map[string]any{"format": lmFormat, "config": c, "space": sp,
 		"samples": len(prompts), "seconds": time.Since(t0).Seconds()}, "", "  ")
 	return os.WriteFile(filepath.Join(dir, "warmup.json"), meta, 0o644)
+}
+
+// isAnswerLine reports a teacher response that is the final answer line.
+func isAnswerLine(text string) bool { return strings.HasPrefix(strings.TrimSpace(text), "####") }
+
+// sampler draws the SFT batches: epochs of seeded permutations of every
+// sample, and during the first AnswerFirst steps epochs of the answer
+// samples only (their own random stream, so the main order is the same
+// with and without the curriculum).
+type sampler struct {
+	batchSize, answerFirst int
+	n                      int   // samples
+	ans                    []int // indexes of the answer-line samples
+	rng, ansRng            *rand.Rand
+	order, ansOrder        []int
+	next, ansNext          int
+}
+
+func newSampler(c LMConfig, n int, answers []int) *sampler {
+	s := &sampler{batchSize: c.Batch, answerFirst: c.AnswerFirst, ans: answers,
+		rng: rand.New(rand.NewPCG(c.Seed, 0x5f7)), ansRng: rand.New(rand.NewPCG(c.Seed, 0xa45))}
+	s.order, s.n = s.rng.Perm(n), n
+	return s
+}
+
+// batch returns the sample indexes of step's batch; steps must come in order.
+func (s *sampler) batch(step int) []int {
+	out := make([]int, 0, s.batchSize)
+	for range s.batchSize {
+		if step < s.answerFirst {
+			if s.ansNext == len(s.ansOrder) {
+				s.ansOrder, s.ansNext = s.ansRng.Perm(len(s.ans)), 0
+			}
+			out = append(out, s.ans[s.ansOrder[s.ansNext]])
+			s.ansNext++
+			continue
+		}
+		if s.next == len(s.order) {
+			s.order, s.next = s.rng.Perm(s.n), 0
+		}
+		out = append(out, s.order[s.next])
+		s.next++
+	}
+	return out
 }
 
 // stepLR is the rate of SFT step s (0-based) when the decay sets it.

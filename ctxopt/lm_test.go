@@ -18,7 +18,7 @@ import (
 // smallLM is the CI variant of the executor model: it trains in seconds
 // and follows the format only roughly.
 var smallLM = LMConfig{Hidden: 32, Intermediate: 64, Layers: 1, Heads: 2, KVHeads: 1, Context: 1024,
-	Vocab: 512, Episodes: 120, Steps: 4, Batch: 8, LR: 1e-3, Seed: 1, DecaySteps: 2}
+	Vocab: 512, Episodes: 120, Steps: 4, Batch: 8, LR: 1e-3, Seed: 1, DecaySteps: 2, AnswerFirst: 1}
 
 func TestLMTrainCacheRun(t *testing.T) {
 	t.Setenv("RLNODE_CACHE", t.TempDir())
@@ -81,7 +81,7 @@ func TestLMFeatures(t *testing.T) {
 	src := strings.Replace(string(r.source), "embed_dim: 64", "embed_dim: 64\nembed: lm", 1)
 	for _, kv := range [][2]string{{"hidden: 128", "hidden: 32"}, {"intermediate: 384", "intermediate: 64"}, {"layers: 2", "layers: 1"},
 		{"heads: 4", "heads: 2"}, {"kv_heads: 2", "kv_heads: 1"}, {"vocab: 1024", "vocab: 512"}, {"episodes: 6000", "episodes: 120"},
-		{"steps: 600", "steps: 4"}, {"batch: 32", "batch: 8"}, {"python: true", "python: false"}, {"tools: [calculator, python]", "tools: [calculator]"},
+		{"steps: 700", "steps: 4"}, {"decay_steps: 350", "decay_steps: 2"}, {"batch: 32", "batch: 8"}, {"python: true", "python: false"}, {"tools: [calculator, python]", "tools: [calculator]"},
 		{"train_per_type: 40", "train_per_type: 4"}, {"eval_per_type: 20", "eval_per_type: 2"}} {
 		if !strings.Contains(src, kv[0]) {
 			t.Fatalf("%q not in the recipe", kv[0])
@@ -183,5 +183,44 @@ func TestLMStepLR(t *testing.T) {
 		Episodes: 6000, Steps: 600, Batch: 32, LR: 2e-3, Seed: 1}
 	if k := old.Key(r.SpaceOf(), true); k != "e6739861e80fc16be84d281d" {
 		t.Errorf("key of the 600-step model %s, want e6739861e80fc16be84d281d", k)
+	}
+}
+
+// The curriculum: the first answer_first batches hold answer-line samples
+// only, each epoch of them a permutation; after it the batches are those
+// of the plain sampler, whose order the curriculum does not change.
+func TestLMSamplerAnswerFirst(t *testing.T) {
+	answers := []int{1, 4, 6}
+	c := LMConfig{Batch: 4, Seed: 3, AnswerFirst: 3, Steps: 6}
+	plain := c
+	plain.AnswerFirst = 0
+	s, p := newSampler(c, 10, answers), newSampler(plain, 10, answers)
+	var early []int
+	for step := range 3 {
+		early = append(early, s.batch(step)...)
+	}
+	for e := 0; e+3 <= len(early); e += 3 {
+		got := slices.Sorted(slices.Values(early[e : e+3]))
+		if !slices.Equal(got, answers) {
+			t.Fatalf("curriculum epoch %v: want a permutation of the answer samples %v", early[e:e+3], answers)
+		}
+	}
+	for step := 3; step < 6; step++ {
+		if got, want := s.batch(step), p.batch(step-3); !slices.Equal(got, want) {
+			t.Errorf("step %d: %v, want the plain sampler's %v", step, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		text string
+		want bool
+	}{{"#### 12", true}, {"\n#### 7<|im_end|>", true}, {"Based on the work above.\n#### 3", false}, {"<tool_call>{}</tool_call>", false}} {
+		if got := isAnswerLine(tc.text); got != tc.want {
+			t.Errorf("isAnswerLine(%q) = %v", tc.text, got)
+		}
+	}
+	bad := smallLM
+	bad.AnswerFirst = -1
+	if err := bad.Check(); err == nil || !strings.Contains(err.Error(), "answer_first -1 not in 0..steps (4)") {
+		t.Errorf("negative answer_first: %v", err)
 	}
 }
