@@ -2,51 +2,12 @@ package learner
 
 import (
 	"math"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
-	"github.com/rlnode/rlnode/learner/backend"
-	"github.com/rlnode/rlnode/learner/cuda"
+	"github.com/rlnode/rlnode/learner/cuda/cudatest"
 	"github.com/rlnode/rlnode/learner/optim"
 	"github.com/rlnode/rlnode/learner/rl"
 )
-
-// emuBackend is a Config.Backend opening a fresh emulated GPU (the CUDA
-// kernels built by g++, host memory) per learner; it skips where there
-// is no C++ compiler.
-func emuBackend(t *testing.T) func() (backend.Backend, error) {
-	t.Helper()
-	if _, err := exec.LookPath("g++"); err != nil {
-		if os.Getenv("RLNODE_REQUIRE_GPU") == "1" {
-			t.Fatalf("RLNODE_REQUIRE_GPU=1: no g++ for the emulated device: %v", err)
-		}
-		t.Skip("no g++ for the emulated device")
-	}
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		dir = os.TempDir()
-	}
-	dir = filepath.Join(dir, "rlnode", "cuda-emu")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lib, err := cuda.EmulatorLibrary(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func() (backend.Backend, error) {
-		d, err := cuda.OpenEmuDevice(lib)
-		if err != nil {
-			return nil, err
-		}
-		b := cuda.NewDeviceBackend(d, cuda.F32)
-		b.Block = 32
-		t.Cleanup(func() { b.Close() })
-		return b, nil
-	}
-}
 
 // TestDeviceCheckpointResumes: a learner on an (emulated) GPU,
 // whose AdamW moments live on the device, writes them into its checkpoint;
@@ -56,7 +17,7 @@ func emuBackend(t *testing.T) func() (backend.Backend, error) {
 func TestDeviceCheckpointResumes(t *testing.T) {
 	c := tinyConfig(GRPO)
 	c.Loss.KLCoef, c.Loss.KL = 0.05, rl.K3
-	c.Backend = emuBackend(t)
+	c.Backend = cudatest.EmuBackend(t)
 	a := newLearner(t, c)
 	b := groupBatch()
 	for range 2 {

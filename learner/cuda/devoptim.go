@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/rlnode/rlnode/learner/backend"
@@ -79,23 +80,11 @@ func (b *DeviceBackend) column(c int) Ptr { return b.opt.tables + Ptr(8*c*b.opt.
 // unless they are what it holds already.
 func (b *DeviceBackend) uploadTables() {
 	o := &b.opt
-	if !b.ok() || slicesEqual(o.host, o.next) {
+	if !b.ok() || slices.Equal(o.host, o.next) {
 		return
 	}
 	b.fail(b.D.ToDevice(o.tables, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(o.next))), 8*len(o.next))))
 	o.host = append(o.host[:0], o.next...)
-}
-
-func slicesEqual(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // setTable fills column c of the host tables for tensors ts (addresses),

@@ -2,51 +2,13 @@ package shard
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/learner"
-	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/cuda"
+	"github.com/rlnode/rlnode/learner/cuda/cudatest"
 )
-
-// emuBackend returns a Config.Backend that opens a fresh emulated GPU
-// (the CUDA kernels built by g++, host memory) per learner, or skips
-// where there is no C++ compiler.
-func emuBackend(t *testing.T) func() (backend.Backend, error) {
-	t.Helper()
-	if _, err := exec.LookPath("g++"); err != nil {
-		if os.Getenv("RLNODE_REQUIRE_GPU") == "1" {
-			t.Fatalf("RLNODE_REQUIRE_GPU=1: no g++ for the emulated device: %v", err)
-		}
-		t.Skip("no g++ for the emulated device")
-	}
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		dir = os.TempDir()
-	}
-	dir = filepath.Join(dir, "rlnode", "cuda-emu")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lib, err := cuda.EmulatorLibrary(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func() (backend.Backend, error) {
-		d, err := cuda.OpenEmuDevice(lib)
-		if err != nil {
-			return nil, err
-		}
-		b := cuda.NewDeviceBackend(d, cuda.F32)
-		b.Block = 32 // one warp: the fewest threads the emulation schedules
-		t.Cleanup(func() { b.Close() })
-		return b, nil
-	}
-}
 
 // TestDeviceRanksEqualOneLearner: two data-parallel ranks, each on its
 // own (emulated) GPU, reduce their gradients over the ring through host
@@ -54,7 +16,7 @@ func emuBackend(t *testing.T) func() (backend.Backend, error) {
 // weights of one learner on one such GPU. (ZeRO-1 takes the same path from the
 // gradients on; the in-process tests on the CPU cover it.)
 func TestDeviceRanksEqualOneLearner(t *testing.T) {
-	newBackend := emuBackend(t)
+	newBackend := cudatest.EmuBackend(t)
 	for _, stage := range []int{0} {
 		t.Run(fmt.Sprintf("stage%d", stage), func(t *testing.T) {
 			c := tinyConfig(learner.GRPO, 2, stage)
