@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/lostctx"
+
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 )
@@ -318,23 +320,8 @@ func (p *ExecutorPool) runChunk(ctx context.Context, jobs []Job) ([]Outcome, err
 // callReplica calls r until it answers, it is lost (lost true), or ctx
 // ends. Transport failures are retried; past LossTimeout r is dropped.
 func (p *ExecutorPool) callReplica(ctx context.Context, r *execReplica, jobs []Job) ([]Outcome, bool, error) {
-	cctx, cancel := context.WithCancel(ctx)
+	cctx, cancel, isLost := lostctx.WithLost(ctx, r.lost)
 	defer cancel()
-	go func() {
-		select {
-		case <-r.lost:
-			cancel()
-		case <-cctx.Done():
-		}
-	}()
-	isLost := func() bool {
-		select {
-		case <-r.lost:
-			return true
-		default:
-			return false
-		}
-	}
 	var failingSince time.Time
 	wait := 50 * time.Millisecond
 	for {

@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/lostctx"
+
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/rollout/engine"
@@ -597,23 +599,8 @@ func (p *Pool) allLost() error {
 // abandoned because r is lost: the caller runs it elsewhere. err is a
 // failure of the job itself (a bad request fails the same anywhere).
 func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) (results []engine.Result, lost bool, err error) {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel, isLost := lostctx.WithLost(ctx, r.lost)
 	defer cancel()
-	go func() {
-		select {
-		case <-r.lost:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	isLost := func() bool {
-		select {
-		case <-r.lost:
-			return true
-		default:
-			return false
-		}
-	}
 	// pause waits wait (doubling it up to poolPollMax for the next time);
 	// it reports r lost, or ctx's error, if either ends the wait.
 	wait := pollFirst
