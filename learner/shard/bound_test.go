@@ -59,22 +59,7 @@ func BenchmarkRingCopyBound(b *testing.B) {
 						}
 					}
 				}
-				all := func() {
-					var wg sync.WaitGroup
-					for r := range ranks {
-						wg.Add(1)
-						go func() { defer wg.Done(); work(&ranks[r]) }()
-					}
-					wg.Wait()
-				}
-				all() // fault every page in
-				b.SetBytes(int64(size))
-				b.ResetTimer()
-				for range b.N {
-					all()
-				}
-				sec := b.Elapsed().Seconds() / float64(b.N)
-				b.ReportMetric(float64(size)/sec/1e9*2*float64(n-1)/float64(n), "busGB/s")
+				timeRanks(b, n, size, func(r int) { work(&ranks[r]) })
 			})
 		}
 	}
@@ -110,23 +95,30 @@ func BenchmarkSharedCopyBound(b *testing.B) {
 						sumSpread(bufs[r][lo+clo:lo+chi], srcs)
 					}
 				}
-				all := func() {
-					var wg sync.WaitGroup
-					for r := range n {
-						wg.Add(1)
-						go func() { defer wg.Done(); work(r) }()
-					}
-					wg.Wait()
-				}
-				all() // fault every page in
-				b.SetBytes(int64(size))
-				b.ResetTimer()
-				for range b.N {
-					all()
-				}
-				sec := b.Elapsed().Seconds() / float64(b.N)
-				b.ReportMetric(float64(size)/sec/1e9*2*float64(n-1)/float64(n), "busGB/s")
+				timeRanks(b, n, size, work)
 			})
 		}
 	}
+}
+
+// timeRanks times work run by n goroutines at once, one per rank (rank r
+// calls work(r)), once untimed to fault every page in, and reports the bus
+// bandwidth of an all-reduce of size bytes done in that time.
+func timeRanks(b *testing.B, n, size int, work func(r int)) {
+	all := func() {
+		var wg sync.WaitGroup
+		for r := range n {
+			wg.Add(1)
+			go func() { defer wg.Done(); work(r) }()
+		}
+		wg.Wait()
+	}
+	all()
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for range b.N {
+		all()
+	}
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(float64(size)/sec/1e9*2*float64(n-1)/float64(n), "busGB/s")
 }
