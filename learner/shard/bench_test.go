@@ -43,10 +43,12 @@ type BenchJoin struct {
 	Slots  bool
 }
 
-// BenchRun asks a bench actor for Iters all-reduces of Floats elements.
+// BenchRun asks a bench actor for Iters all-reduces of Floats elements,
+// read through views when View and the buffers are shared (benchReduce).
 type BenchRun struct {
 	Floats, Iters int
 	FirstOp       uint64
+	View          bool
 }
 
 func init() {
@@ -106,7 +108,7 @@ func (a *benchActor) Receive(_ *actor.Context, msg any) (any, error) {
 		}
 		for i := range m.Iters {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			err := a.g.allReduce(ctx, 1, m.FirstOp+2*uint64(i), x)
+			err := benchReduce(ctx, a.g, m.FirstOp+2*uint64(i), x, m.View)
 			cancel()
 			if err != nil {
 				return nil, err
@@ -122,17 +124,41 @@ var benchRuns int // names this process's mailbox uniquely per run
 var benchSizes = []int{1 << 20, 16 << 20, 64 << 20} // bytes
 
 // BenchmarkAllReduceLoopback is the ranks' all-reduce as they run it:
-// on buffers shared between the processes of one host (shared.go), over
-// TCP with RLNODE_BULK_TCP=1. It reports shared=1 when the buffers were
-// shared.
-func BenchmarkAllReduceLoopback(b *testing.B) { benchAllReduce(b, false) }
+// on buffers shared between the processes of one host (shared.go), each
+// rank reading the sums through its view (view.go), over TCP with
+// RLNODE_BULK_TCP=1. It reports shared=1 when the buffers were shared.
+func BenchmarkAllReduceLoopback(b *testing.B) { benchAllReduce(b, false, true) }
+
+// BenchmarkAllReduceInPlace is the all-reduce on shared buffers that
+// writes every sum into every rank's buffer (no views).
+func BenchmarkAllReduceInPlace(b *testing.B) { benchAllReduce(b, false, false) }
 
 // BenchmarkAllReduceSlots is the same all-reduce with every chunk pushed
 // through the Transport: on one host through the bulk path's slots of
 // shared memory (two copies per chunk), the design before shared buffers.
-func BenchmarkAllReduceSlots(b *testing.B) { benchAllReduce(b, true) }
+func BenchmarkAllReduceSlots(b *testing.B) { benchAllReduce(b, true, false) }
 
-func benchAllReduce(b *testing.B, slots bool) {
+// benchReduce is all-reduce number op (numbers go by 2) of x: through the
+// view when view and g has one (waiting for the other ranks to have read
+// the previous result before x changes, and releasing this one at once:
+// reading it is the caller's cost either way), else in place.
+func benchReduce(ctx context.Context, g *ring, op uint64, x []float32, view bool) error {
+	if !view || !g.viewing() {
+		return g.allReduce(ctx, 1, op, x)
+	}
+	if op >= 2 {
+		if err := g.shm.awaitReleased(ctx, Tag{Epoch: 1, Op: op - 2}); err != nil {
+			return err
+		}
+	}
+	err := g.forBuckets(len(x), func(b uint32, lo, hi int) error {
+		return g.allReduceBucketToView(ctx, 1, op, b, x[lo:hi])
+	})
+	g.shm.release(op)
+	return err
+}
+
+func benchAllReduce(b *testing.B, slots, view bool) {
 	for _, n := range []int{2, 4} {
 		for _, size := range benchSizes {
 			b.Run(fmt.Sprintf("ranks=%d/MiB=%d", n, size>>20), func(b *testing.B) {
@@ -178,12 +204,12 @@ func benchAllReduce(b *testing.B, slots bool) {
 					done := make(chan error, len(kids))
 					for _, k := range kids {
 						go func() {
-							_, err := sys.Call(ctx, k, BenchRun{Floats: len(x), Iters: iters, FirstOp: first})
+							_, err := sys.Call(ctx, k, BenchRun{Floats: len(x), Iters: iters, FirstOp: first, View: view})
 							done <- err
 						}()
 					}
 					for i := range iters {
-						if err := g.allReduce(ctx, 1, first+2*uint64(i), x); err != nil {
+						if err := benchReduce(ctx, g, first+2*uint64(i), x, view); err != nil {
 							b.Fatal(err)
 						}
 					}

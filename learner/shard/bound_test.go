@@ -68,11 +68,40 @@ func BenchmarkRingCopyBound(b *testing.B) {
 // BenchmarkSharedCopyBound is RingCopyBound for shared buffers: n
 // goroutines (one per rank) do at once the memory work each rank does in
 // an all-reduce on shared buffers, and nothing else. Per bucket, a rank
-// sums its chunk of every rank's buffer and writes the sum into each
-// (sumSpread: one read and one store per buffer and element); no two
-// ranks touch the same chunk, as in the real all-reduce, whose signalling
-// this leaves out.
+// sums its chunk of every rank's buffer into its own (one read per buffer
+// and element, one store), which the others then read through their views;
+// no two ranks touch the same chunk, as in the real all-reduce, whose
+// signalling this leaves out. BenchmarkInPlaceCopyBound is the same with
+// the sum stored into every rank's buffer (no views), and
+// BenchmarkReadBound reads every chunk once and stores nothing: no
+// all-reduce that gives each rank the sum of every rank's buffer can do
+// less memory work than that.
 func BenchmarkSharedCopyBound(b *testing.B) {
+	benchCopyBound(b, func(dst []float32, srcs [][]float32) { sumInto(dst, srcs) })
+}
+
+func BenchmarkInPlaceCopyBound(b *testing.B) { benchCopyBound(b, sumSpread) }
+
+func BenchmarkReadBound(b *testing.B) {
+	benchCopyBound(b, func(dst []float32, srcs [][]float32) {
+		var tmp [sumBlock]float32
+		for lo := 0; lo < len(dst); lo += sumBlock {
+			hi := min(lo+sumBlock, len(dst))
+			t := tmp[:hi-lo]
+			addTo(t, dst[lo:hi])
+			for _, src := range srcs {
+				addTo(t, src[lo:hi])
+			}
+		}
+		if tmp[0] == 1.5 { // keep the sums live
+			dst[0] = tmp[1]
+		}
+	})
+}
+
+// benchCopyBound times, per rank and bucket, sum(own chunk, the other
+// ranks' chunks) on n goroutines.
+func benchCopyBound(b *testing.B, sum func(dst []float32, srcs [][]float32)) {
 	bucket := Options{}.withDefaults().BucketElems
 	for _, n := range []int{2, 4} {
 		for _, size := range benchSizes {
@@ -92,7 +121,7 @@ func BenchmarkSharedCopyBound(b *testing.B) {
 						for i := 1; i < n; i++ {
 							srcs[i-1] = bufs[mod(r+i, n)][lo+clo : lo+chi]
 						}
-						sumSpread(bufs[r][lo+clo:lo+chi], srcs)
+						sum(bufs[r][lo+clo:lo+chi], srcs)
 					}
 				}
 				timeRanks(b, n, size, work)

@@ -73,6 +73,9 @@ func (r *Rank) gradsReady(_ int, params []*optim.Param, ready []int) {
 	if o == nil {
 		o = r.begin()
 	}
+	if o.failed() {
+		return // flat may still be read by the other ranks; update reports it
+	}
 	for _, i := range ready {
 		if i >= 0 && i < len(o.copied) && !o.copied[i] {
 			copy(r.flat[r.offs[i]:r.offs[i]+r.sizes[i]], params[i].Grad)
@@ -105,9 +108,14 @@ func (r *Rank) begin() *overlap {
 		ops = 2
 	}
 	op := r.nextOp(ops)
+	r.reduceOp = op
 	ctx, cancel := context.WithCancel(context.Background())
 	o := &overlap{ctx: ctx, cancel: cancel, ready: make(chan int, 1), done: make(chan struct{}), copied: make([]bool, len(r.names))}
 	r.pending = o
+	if err := r.awaitReaders(); err != nil {
+		// Nothing may be written into flat: the step fails.
+		o.setErr(err)
+	}
 	go r.dispatch(o, op)
 	return o
 }
@@ -148,7 +156,9 @@ func (r *Rank) dispatch(o *overlap, op uint64) {
 			ctx, cancel := context.WithTimeout(o.ctx, r.opt.Timeout)
 			defer cancel()
 			var err error
-			if r.stage == 0 {
+			if r.stage == 0 && r.ring.viewing() {
+				err = r.ring.allReduceBucketToView(ctx, r.epoch, op, uint32(b), seg)
+			} else if r.stage == 0 {
 				err = r.ring.allReduceBucket(ctx, r.epoch, op, uint32(b), seg)
 			} else {
 				err = r.ring.reduceScatterBucket(ctx, r.epoch, op, uint32(b), seg)
@@ -169,7 +179,7 @@ func (r *Rank) finish(params []*optim.Param) error {
 		o = r.begin()
 	}
 	for i, p := range params {
-		if !o.copied[i] {
+		if !o.copied[i] && !o.failed() {
 			copy(r.flat[r.offs[i]:r.offs[i]+r.sizes[i]], p.Grad)
 			o.copied[i] = true
 		}

@@ -86,7 +86,14 @@ type Rank struct {
 	pending *overlap
 	pieces  []piece      // stage 1: what this rank owns
 	zopt    *optim.AdamW // stage 1: AdamW over pieces
-	failed  error
+	// viewOp is the last collective whose result this rank read through
+	// its view (viewHeld: the other ranks may still be reading theirs, so
+	// this rank's buffer must not change before they release it).
+	viewOp   uint64
+	viewHeld bool
+	// reduceOp is the step's gradient reduction's collective number.
+	reduceOp uint64
+	failed   error
 	// updating is the learner step whose update has begun: an error of
 	// that step came out of the collectives alike on every rank.
 	updating int
@@ -205,6 +212,17 @@ func (r *Rank) layTensors() error {
 	if s := r.ring.shm; s != nil {
 		if r.total <= s.floats {
 			r.flat = s.bufs[s.rank][:r.total]
+			if s.view != nil && len(s.view.data) != r.total {
+				// Every rank changes alike; one that cannot map the
+				// new view fails the group rather than read its
+				// results where the others do not write them.
+				s.view.close()
+				v, err := s.newView(r.total)
+				s.view = v
+				if err != nil {
+					return fmt.Errorf("shard: join: %w", err)
+				}
+			}
 			return nil
 		}
 		// More than the segments hold (on every rank alike): the
@@ -227,6 +245,39 @@ func (r *Rank) share() error {
 	}
 	if buf != nil {
 		r.flat = buf[:r.total]
+	}
+	return nil
+}
+
+// result is where this rank reads the last collective's result: its view
+// when the ranks read results in place, else flat.
+func (r *Rank) result() []float32 {
+	if r.ring.viewing() {
+		return r.ring.shm.view.data
+	}
+	return r.flat
+}
+
+// doneReading says this rank has read the result of collective op through
+// its view.
+func (r *Rank) doneReading(op uint64) {
+	if r.ring.viewing() {
+		r.ring.shm.release(op)
+		r.viewOp, r.viewHeld = op, true
+	}
+}
+
+// awaitReaders waits, before this rank writes its buffer again, until
+// every other rank has read its view of the last collective read that way.
+func (r *Rank) awaitReaders() error {
+	if !r.viewHeld || r.ring.shm == nil {
+		return nil
+	}
+	r.viewHeld = false
+	ctx, cancel := r.ctx()
+	defer cancel()
+	if err := r.ring.shm.awaitReleased(ctx, Tag{Epoch: r.epoch, Op: r.viewOp}); err != nil {
+		return r.fail(err)
 	}
 	return nil
 }
@@ -395,9 +446,11 @@ func (r *Rank) update(_ int, params []*optim.Param, lr float64) (float64, error)
 // updateReplicated steps AdamW on every rank with the all-reduced
 // gradients in flat.
 func (r *Rank) updateReplicated(params []*optim.Param, lr float64) (float64, error) {
+	src := r.result()
 	for i, p := range params {
-		copy(p.Grad, r.flat[r.offs[i]:r.offs[i]+len(p.Grad)])
+		copy(p.Grad, src[r.offs[i]:r.offs[i]+len(p.Grad)])
 	}
+	r.doneReading(r.reduceOp)
 	// Every rank now holds the same gradients, so the checks below come
 	// out the same everywhere.
 	if norm, ok, err := r.l.StepOnDevice(params, lr); ok {
@@ -481,14 +534,21 @@ func (r *Rank) updateZeRO1(params []*optim.Param, lr float64) (float64, error) {
 		copy(r.flat[p.off:], params[p.ti].Data[p.lo:p.hi])
 	}
 	ctx, cancel = r.ctx()
-	err = r.ring.allGather(ctx, r.epoch, r.nextOp(1), r.flat)
+	op := r.nextOp(1)
+	if r.ring.viewing() {
+		err = r.ring.allGatherToView(ctx, r.epoch, op, r.flat)
+	} else {
+		err = r.ring.allGather(ctx, r.epoch, op, r.flat)
+	}
 	cancel()
 	if err != nil {
 		return norm, r.fail(fmt.Errorf("weights: %w", err))
 	}
+	src := r.result()
 	for i, p := range params {
-		copy(p.Data, r.flat[r.offs[i]:r.offs[i]+len(p.Data)])
+		copy(p.Data, src[r.offs[i]:r.offs[i]+len(p.Data)])
 	}
+	r.doneReading(op)
 	return norm, nil
 }
 

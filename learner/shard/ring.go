@@ -212,6 +212,34 @@ func (g *ring) allGatherBucket(ctx context.Context, epoch, op uint64, b uint32, 
 	return nil
 }
 
+// viewing says whether the ranks read results through views of their
+// shared buffers (view.go): then allReduceBucketToView and
+// allGatherToView leave their results there, not in the caller's buffer.
+func (g *ring) viewing() bool { return g.shm != nil && g.shm.view != nil }
+
+// allReduceBucketToView is allReduceBucket whose result every rank reads
+// in g.shm.view (g.viewing() must hold, and seg be bucket b of the shared
+// buffer).
+func (g *ring) allReduceBucketToView(ctx context.Context, epoch, op uint64, b uint32, seg []float32) error {
+	off, ok := g.shm.span(b, seg)
+	if !ok {
+		return fmt.Errorf("bucket %d (%d elements) does not lie in the shared buffer", b, len(seg))
+	}
+	return g.shm.reduceToView(ctx, g, Tag{Epoch: epoch, Op: op, Bucket: b}, off, len(seg))
+}
+
+// allGatherToView is allGather whose result every rank reads in
+// g.shm.view (g.viewing() must hold, and x be the shared buffer).
+func (g *ring) allGatherToView(ctx context.Context, epoch, op uint64, x []float32) error {
+	return g.forBuckets(len(x), func(b uint32, lo, hi int) error {
+		off, ok := g.shm.span(b, x[lo:hi])
+		if !ok {
+			return fmt.Errorf("bucket %d (%d elements) does not lie in the shared buffer", b, hi-lo)
+		}
+		return g.shm.gatherToView(ctx, g, Tag{Epoch: epoch, Op: op, Bucket: b}, off, hi-lo)
+	})
+}
+
 // allReduce sums x across the ranks: reduce-scatter, then all-gather
 // (two collective numbers, op and op+1). Every rank ends with the same
 // bits, since each chunk is summed once, by its owner's ring order.

@@ -137,6 +137,8 @@ type shmGroup struct {
 	sh             sharer
 	peer           func(int) string
 	unmap          func()
+	// view, when set, is where this rank reads results in place (view.go).
+	view *view
 }
 
 // gatherBytes returns every rank's p (all of one length), by rank, passing
@@ -219,12 +221,30 @@ func (g *ring) setupShared(ctx context.Context, epoch uint64, floats int) ([]flo
 		maps = append(maps, m)
 		s.procs[k] = watchProcess(o, mine)
 	}
+	if ok {
+		// The view is part of what every rank must have: a rank that reads
+		// results through one and a rank that expects them written into its
+		// buffer cannot share a collective.
+		s.bufs[s.rank] = seg.mapping.data
+		for k, mi := 0, 0; k < size; k++ {
+			if k != s.rank {
+				s.bufs[k] = maps[mi].data
+				mi++
+			}
+		}
+		v, err := s.newView(floats)
+		if err != nil {
+			ok = false
+		}
+		s.view = v
+	}
 	var yes [1]byte
 	if ok {
 		yes[0] = 1
 	}
 	votes, err := g.gatherBytes(ctx, epoch, sharedConfirmOp, yes[:])
 	if err != nil {
+		s.view.close()
 		s.unmap()
 		seg.release()
 		return nil, fmt.Errorf("shared buffers: %w", err)
@@ -235,6 +255,7 @@ func (g *ring) setupShared(ctx context.Context, epoch uint64, floats int) ([]flo
 		}
 	}
 	if !ok {
+		s.view.close()
 		s.unmap()
 		seg.release()
 		return nil, nil
@@ -258,6 +279,10 @@ func (g *ring) setupShared(ctx context.Context, epoch uint64, floats int) ([]flo
 
 // close unmaps every segment; nothing may use the buffers after.
 func (s *shmGroup) close() {
+	if s != nil && s.view != nil {
+		s.view.close()
+		s.view = nil
+	}
 	if s != nil && s.unmap != nil {
 		s.unmap()
 		s.unmap = nil

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/model"
@@ -34,6 +35,14 @@ const (
 // through the transport, each round on fresh inputs, and returns every
 // rank's result of every round.
 func sharedRounds(t *testing.T, n, size, rounds int, kind collective, shared bool) [][][]float32 {
+	return sharedRoundsIn(t, n, size, 7, rounds, kind, shared, false)
+}
+
+// sharedRoundsIn is sharedRounds in buckets of bucket elements; with view
+// the shared ranks read every result through their views (view.go),
+// releasing it once read and waiting for the others' release before
+// writing their buffers again.
+func sharedRoundsIn(t *testing.T, n, size, bucket, rounds int, kind collective, shared, view bool) [][][]float32 {
 	t.Helper()
 	ts := memTransports(n, shared)
 	out := make([][][]float32, n)
@@ -44,7 +53,7 @@ func sharedRounds(t *testing.T, n, size, rounds int, kind collective, shared boo
 		go func() {
 			defer wg.Done()
 			errs[i] = func() error {
-				g := &ring{t: ts[i], bucket: 7, inFlight: 3}
+				g := &ring{t: ts[i], bucket: bucket, inFlight: 3}
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
 				x := make([]float32, size)
@@ -59,18 +68,51 @@ func sharedRounds(t *testing.T, n, size, rounds int, kind collective, shared boo
 					defer g.shm.close()
 					x = buf
 				}
+				if view && !g.viewing() {
+					return errors.New("shared buffers without a view")
+				}
 				rng := rand.New(rand.NewPCG(uint64(i), uint64(size)))
 				for round := range rounds {
+					if view && round > 0 {
+						if err := g.shm.awaitReleased(ctx, Tag{Epoch: 1, Op: uint64(4*round - 2)}); err != nil {
+							return err
+						}
+					}
 					for k := range x {
 						x[k] = float32(rng.NormFloat64()) * float32(round+1)
 					}
 					op := uint64(4 * round)
-					switch kind {
-					case allReduceRound:
+					switch {
+					case view && kind == allReduceRound:
+						err := g.forBuckets(size, func(b uint32, lo, hi int) error {
+							return g.allReduceBucketToView(ctx, 1, op, b, x[lo:hi])
+						})
+						if err != nil {
+							return err
+						}
+						out[i] = append(out[i], append([]float32(nil), g.shm.view.data...))
+						g.shm.release(op + 2)
+						continue
+					case view:
+						if err := g.reduceScatter(ctx, 1, op, x); err != nil {
+							return err
+						}
+						for _, rg := range g.owned(size, i) {
+							for k := rg[0]; k < rg[1]; k++ {
+								x[k] *= 2
+							}
+						}
+						if err := g.allGatherToView(ctx, 1, op+2, x); err != nil {
+							return err
+						}
+						out[i] = append(out[i], append([]float32(nil), g.shm.view.data...))
+						g.shm.release(op + 2)
+						continue
+					case kind == allReduceRound:
 						if err := g.allReduce(ctx, 1, op, x); err != nil {
 							return err
 						}
-					case zeroRound:
+					default:
 						if err := g.reduceScatter(ctx, 1, op, x); err != nil {
 							return err
 						}
@@ -126,6 +168,78 @@ func TestSharedCollectivesSameBitsAsRing(t *testing.T) {
 	}
 }
 
+// Results read through views have the ring's bits too, round after round,
+// in buckets that cut pages between owners (copied) and buckets whose
+// chunks are whole pages (mapped), and the views are read-only mappings of
+// the owners' segments.
+func TestSharedViewsSameBitsAsRing(t *testing.T) {
+	for _, kind := range []collective{allReduceRound, zeroRound} {
+		for _, n := range []int{2, 3, 4} {
+			for _, c := range []struct{ size, bucket int }{{29, 7}, {5000, 3000}, {3 * 8192, 8192}, {20000, 4096}} {
+				t.Run(fmt.Sprintf("%s_ranks%d_len%d_bucket%d", kind, n, c.size, c.bucket), func(t *testing.T) {
+					want := sharedRoundsIn(t, n, c.size, c.bucket, 3, kind, false, false)
+					got := sharedRoundsIn(t, n, c.size, c.bucket, 3, kind, true, true)
+					for r := range n {
+						for round := range want[r] {
+							for i, v := range want[r][round] {
+								if got[r][round][i] != v {
+									t.Fatalf("rank %d round %d element %d: %v through the view, %v through the transport", r, round, i, got[r][round][i], v)
+								}
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestViewsAreReadOnlyMappingsOfSegments(t *testing.T) {
+	ts := memTransports(2, true)
+	gs := make([]*ring, 2)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range ts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gs[i] = &ring{t: ts[i], bucket: 8192, inFlight: 1}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, errs[i] = gs[i].setupShared(ctx, 1, 3*8192)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil || !gs[i].viewing() {
+			t.Fatalf("rank %d: %v, viewing %v", i, err, gs[i].viewing())
+		}
+		defer gs[i].shm.close()
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := gs[0].shm.view
+	runs, _ := viewLayout(len(v.data), 8192, 2, os.Getpagesize()/4)
+	if len(runs) != 6 {
+		t.Fatalf("%d mapped runs, want 6 (3 buckets, 2 owners)", len(runs))
+	}
+	for _, r := range runs {
+		addr := uint64(uintptr(unsafe.Pointer(&v.data[r.lo])))
+		var line string
+		for _, l := range strings.Split(string(maps), "\n") {
+			var lo, hi uint64
+			if _, err := fmt.Sscanf(l, "%x-%x", &lo, &hi); err == nil && lo <= addr && addr < hi {
+				line = l
+			}
+		}
+		if f := strings.Fields(line); len(f) < 6 || f[1] != "r--s" || !strings.Contains(line, "memfd:"+sharedMemName) {
+			t.Errorf("view of elements [%d, %d) (rank %d's): mapping %q, want a read-only shared mapping of its segment", r.lo, r.hi, r.owner, line)
+		}
+	}
+}
+
 // segmentsMapped counts the distinct shared gradient segments process pid
 // maps.
 func segmentsMapped(t *testing.T, pid int) int {
@@ -157,8 +271,8 @@ func TestSharedEquivalenceInProcess(t *testing.T) {
 				plain := memGroupOf(t, c, o, false)
 				shared := memGroupOf(t, c, o, true)
 				for r := range n {
-					if plain[r].Shared() || !shared[r].Shared() {
-						t.Fatalf("rank %d: shared %v and %v, want false and true", r, plain[r].Shared(), shared[r].Shared())
+					if plain[r].Shared() || !shared[r].Shared() || !shared[r].ring.viewing() {
+						t.Fatalf("rank %d: shared %v and %v (viewing %v), want false and true (true)", r, plain[r].Shared(), shared[r].Shared(), shared[r].ring.viewing())
 					}
 				}
 				if got := segmentsMapped(t, os.Getpid()); got != before+n {
