@@ -3,7 +3,9 @@
 # default between processes on one host) against loopback TCP
 # (RLNODE_BULK_TCP=1) and PyTorch gloo, with this machine's memcpy as the
 # ceiling, and SharedCopyBound (the memory work of the all-reduce on
-# shared buffers, with no signalling) as the design's own; the all-reduce
+# shared buffers, with no signalling) as the design's own, beside the
+# in-place all-reduce (AllReduceInPlace, InPlaceCopyBound) and the reads
+# no all-reduce can avoid (ReadBound); the all-reduce
 # through the bulk path's slots (AllReduceSlots) and its ceiling
 # (RingCopyBound) as the design before. Each round runs every variant once,
 # interleaved, so that the machine's load falls on all of them alike; the
@@ -33,11 +35,11 @@ echo "# same-host benchmarks: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 for r in $(seq "$rounds"); do
 	echo "# round $r"
 	load memcpy
-	bench learner/shard "$bin/shard.test" 'Memcpy|RingCopyBound|SharedCopyBound' 20x
+	bench learner/shard "$bin/shard.test" 'Memcpy|RingCopyBound|SharedCopyBound|InPlaceCopyBound|ReadBound' 20x
 	bench actor "$bin/actor.test" 'Destination256MiB' 10x
 	for mode in shm tcp; do
 		load "all-reduce over $mode"
-		bench learner/shard "$bin/shard.test" "AllReduceLoopback$([ $mode = shm ] && echo '|AllReduceSlots')" 20x RLNODE_BULK_TCP=$([ $mode = tcp ] && echo 1 || echo 0)
+		bench learner/shard "$bin/shard.test" "AllReduceLoopback$([ $mode = shm ] && echo '|AllReduceInPlace|AllReduceSlots')" 20x RLNODE_BULK_TCP=$([ $mode = tcp ] && echo 1 || echo 0)
 	done
 	for n in 2 4; do
 		load "gloo, $n ranks"
@@ -97,6 +99,8 @@ for n in (2, 4):
         ratio(f"shm / tcp, {n} ranks, {mib} MiB", shm, f"all-reduce over tcp: BenchmarkAllReduceLoopback/ranks={n}/MiB={mib} busGB/s")
     ratio(f"shm / memcpy, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceLoopback/ranks={n}/MiB=64 busGB/s", "memcpy: BenchmarkMemcpy/MiB=64 GB/s")
     ratio(f"shm / SharedCopyBound, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceLoopback/ranks={n}/MiB=64 busGB/s", f"memcpy: BenchmarkSharedCopyBound/ranks={n}/MiB=64 busGB/s")
+    ratio(f"in place / memcpy, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceInPlace/ranks={n}/MiB=64 busGB/s", "memcpy: BenchmarkMemcpy/MiB=64 GB/s")
+    ratio(f"ReadBound / memcpy, {n} ranks, 64 MiB", f"memcpy: BenchmarkReadBound/ranks={n}/MiB=64 busGB/s", "memcpy: BenchmarkMemcpy/MiB=64 GB/s")
     ratio(f"slots / memcpy, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceSlots/ranks={n}/MiB=64 busGB/s", "memcpy: BenchmarkMemcpy/MiB=64 GB/s")
     ratio(f"slots / RingCopyBound, {n} ranks, 64 MiB", f"all-reduce over shm: BenchmarkAllReduceSlots/ranks={n}/MiB=64 busGB/s", f"memcpy: BenchmarkRingCopyBound/ranks={n}/MiB=64 busGB/s")
 for b in ("rlnode", "rlnode-reused", "rlnode-view"):
