@@ -151,18 +151,22 @@ func TestSharedCollectivesSameBitsAsRing(t *testing.T) {
 					continue
 				}
 				t.Run(fmt.Sprintf("%s_ranks%d_len%d", kind, n, size), func(t *testing.T) {
-					want := sharedRounds(t, n, size, 4, kind, false)
-					got := sharedRounds(t, n, size, 4, kind, true)
-					for r := range n {
-						for round := range want[r] {
-							for i, v := range want[r][round] {
-								if got[r][round][i] != v {
-									t.Fatalf("rank %d round %d element %d: %v shared, %v through the transport", r, round, i, got[r][round][i], v)
-								}
-							}
-						}
-					}
+					sameRounds(t, sharedRounds(t, n, size, 4, kind, true), sharedRounds(t, n, size, 4, kind, false), "shared")
 				})
+			}
+		}
+	}
+}
+
+// sameRounds fails unless got (by rank, round) has want's bits.
+func sameRounds(t *testing.T, got, want [][][]float32, how string) {
+	t.Helper()
+	for r := range want {
+		for round := range want[r] {
+			for i, v := range want[r][round] {
+				if got[r][round][i] != v {
+					t.Fatalf("rank %d round %d element %d: %v %s, %v through the transport", r, round, i, got[r][round][i], how, v)
+				}
 			}
 		}
 	}
@@ -170,30 +174,21 @@ func TestSharedCollectivesSameBitsAsRing(t *testing.T) {
 
 // Results read through views have the ring's bits too, round after round,
 // in buckets that cut pages between owners (copied) and buckets whose
-// chunks are whole pages (mapped), and the views are read-only mappings of
-// the owners' segments.
+// chunks are whole pages (mapped).
 func TestSharedViewsSameBitsAsRing(t *testing.T) {
 	for _, kind := range []collective{allReduceRound, zeroRound} {
 		for _, n := range []int{2, 3, 4} {
 			for _, c := range []struct{ size, bucket int }{{29, 7}, {5000, 3000}, {3 * 8192, 8192}, {20000, 4096}} {
 				t.Run(fmt.Sprintf("%s_ranks%d_len%d_bucket%d", kind, n, c.size, c.bucket), func(t *testing.T) {
 					want := sharedRoundsIn(t, n, c.size, c.bucket, 3, kind, false, false)
-					got := sharedRoundsIn(t, n, c.size, c.bucket, 3, kind, true, true)
-					for r := range n {
-						for round := range want[r] {
-							for i, v := range want[r][round] {
-								if got[r][round][i] != v {
-									t.Fatalf("rank %d round %d element %d: %v through the view, %v through the transport", r, round, i, got[r][round][i], v)
-								}
-							}
-						}
-					}
+					sameRounds(t, sharedRoundsIn(t, n, c.size, c.bucket, 3, kind, true, true), want, "through the view")
 				})
 			}
 		}
 	}
 }
 
+// A view's whole pages are read-only mappings of their owners' segments.
 func TestViewsAreReadOnlyMappingsOfSegments(t *testing.T) {
 	ts := memTransports(2, true)
 	gs := make([]*ring, 2)
