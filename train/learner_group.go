@@ -17,12 +17,16 @@ import (
 // Learner.Shards > 1 that many learner-shard ranks (shard.StartGroup).
 func (r *run) placeLearners(ctx context.Context, id string, l learner.Config, resume string) (*shard.PlacedGroup, error) {
 	r.warnNoOptimizer(id, resume)
-	return shard.StartGroup(ctx, r.node, shard.GroupConfig{
+	g, err := shard.StartGroup(ctx, r.node, shard.GroupConfig{
 		Policy:    id,
 		Actor:     learner.ActorConfig{Config: l, ResumeDir: resume},
 		Resources: r.cfg.LearnerResources,
 		Options:   shard.Options{Timeout: r.cfg.LearnerTimeout},
 	})
+	if err == nil && l.Shards > 1 {
+		r.log.Info("learner shards joined", "policy", id, "shards", l.Shards, "gradients", g.Gradients())
+	}
+	return g, err
 }
 
 // warnNoOptimizer warns when the checkpoint a policy's learner is about to

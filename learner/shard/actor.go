@@ -36,9 +36,10 @@ type JoinRequest struct {
 	ResumeDir string
 }
 
-// Joined acknowledges JoinRequest.
+// Joined acknowledges JoinRequest; Gradients is Rank.Gradients.
 type Joined struct {
 	Rank, Step, Stage int
+	Gradients         string
 }
 
 func init() {
@@ -103,7 +104,7 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 			return nil, err
 		}
 		a.rank = r
-		return Joined{Rank: m.Rank, Step: a.l.Step(), Stage: r.Stage()}, nil
+		return Joined{Rank: m.Rank, Step: a.l.Step(), Stage: r.Stage(), Gradients: r.Gradients()}, nil
 	case learner.TrainRequest:
 		if a.rank == nil {
 			return nil, fmt.Errorf("learner-shard %s: train before joining a group", ctx.Self().Name)

@@ -26,7 +26,8 @@ type Group struct {
 	opt       Options
 	epoch     uint64
 	failed    error
-	lost      []int // ranks the last failed call found gone or silent
+	lost      []int  // ranks the last failed call found gone or silent
+	gradients string // rank 0's Joined.Gradients
 }
 
 // NewGroup joins ranks into one group (rank i is ranks[i]).
@@ -88,15 +89,22 @@ func (g *Group) join(ctx context.Context, ranks []actor.Ref, dir string) error {
 	if err != nil {
 		return err
 	}
-	_, err = g.fanOut(ctx, ranks, "join", func(i int) any {
+	replies, err := g.fanOut(ctx, ranks, "join", func(i int) any {
 		return JoinRequest{Epoch: g.epoch, Rank: i, Peers: mailboxes, Options: g.opt, ResumeDir: dir}
 	}, nil)
 	if err != nil {
 		return err
 	}
+	if j, ok := replies[0].(Joined); ok {
+		g.gradients = j.Gradients
+	}
 	g.ranks, g.mailboxes, g.failed, g.lost = append([]actor.Ref(nil), ranks...), mailboxes, nil, nil
 	return nil
 }
+
+// Gradients says how the ranks' gradients travel since the last join
+// (Rank.Gradients of rank 0).
+func (g *Group) Gradients() string { return g.gradients }
 
 // Train runs one Train on every rank with the whole batch (each trains on
 // its slice) and returns the batch's statistics. A rank that dies or

@@ -70,6 +70,25 @@ func sharedSegmentsOf(t *testing.T, pid, n int, what string) {
 	}
 }
 
+// wantGradients checks what group g of n ranks in processes of this host
+// says of its gradients: shared memory unless the same-host path is off.
+func wantGradients(t *testing.T, g *Group, n int) {
+	t.Helper()
+	got := g.Gradients()
+	switch {
+	case n < 2:
+		if got != "none" {
+			t.Errorf("gradients of one rank: %q, want none", got)
+		}
+	case actor.HostID() == "" || os.Getenv("RLNODE_BULK_TCP") == "1":
+		if !strings.HasPrefix(got, "transport: ") || !strings.Contains(got, "same-host path is off") {
+			t.Errorf("gradients with the same-host path off: %q, want the transport and why", got)
+		}
+	case got != "shared memory":
+		t.Errorf("gradients of %d ranks on one host: %q, want shared memory", n, got)
+	}
+}
+
 // TestRingOverTCP runs the multi-process tests again with the same-host
 // path switched off, so the ring over TCP stays tested on one machine.
 func TestRingOverTCP(t *testing.T) {

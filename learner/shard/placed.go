@@ -127,6 +127,15 @@ func (p *PlacedGroup) refs() []actor.Ref {
 	return out
 }
 
+// Gradients says how the ranks' gradients travel (Group.Gradients); empty
+// for a single learner actor.
+func (p *PlacedGroup) Gradients() string {
+	if p.g == nil {
+		return ""
+	}
+	return p.g.Gradients()
+}
+
 // Members are the member actors, by rank.
 func (p *PlacedGroup) Members() []Member {
 	out := make([]Member, len(p.ranks))

@@ -149,6 +149,7 @@ func TestEquivalenceProcesses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			wantGradients(t, g, tc.n)
 			ref := newLearner(t, tinyConfig(learner.GRPO, 0, 0))
 			for step := range 3 {
 				want, err := ref.Train(groupBatch(step))

@@ -229,6 +229,7 @@ func (r *Rank) layTensors() error {
 		// Transport carries the chunks from now on.
 		s.close()
 		r.ring.shm = nil
+		r.ring.notShared = fmt.Sprintf("%d trainable elements outgrew the shared buffers of %d", r.total, s.floats)
 	}
 	r.flat = make([]float32, r.total)
 	return nil
@@ -285,6 +286,21 @@ func (r *Rank) awaitReaders() error {
 // Shared says whether the rank reduces through buffers shared with the
 // other ranks (all on one host) rather than over the Transport.
 func (r *Rank) Shared() bool { return r.ring.shm != nil }
+
+// Gradients says how the group's gradients travel: "shared memory" (every
+// rank on this host, Shared), "none" (one rank), or "transport: " and why
+// the ranks could not share buffers (the same on every rank).
+func (r *Rank) Gradients() string {
+	switch {
+	case r.ring.shm != nil:
+		return "shared memory"
+	case r.t.Size() < 2:
+		return "none"
+	case r.ring.notShared == "":
+		return "transport"
+	}
+	return "transport: " + r.ring.notShared
+}
 
 // Close releases the rank's shared buffers once its collectives have
 // stopped; the rank trains no more. A rank that is replaced (Restart) or

@@ -26,6 +26,9 @@ type ring struct {
 	// shm, when set, holds the ranks' shared buffers (shared.go): the
 	// buckets of this rank's buffer there are reduced through them.
 	shm *shmGroup
+	// notShared says why the ranks reduce through the Transport after
+	// setupShared (the same on every rank; empty when they share buffers).
+	notShared string
 }
 
 // sent runs afterSend.

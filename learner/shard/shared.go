@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -43,6 +44,7 @@ const (
 	sharedOfferOp   = 1 << 62 // collective numbers of the set-up, apart from the ring's
 	sharedConfirmOp = sharedOfferOp + 1
 	sharedHostLen   = 48
+	sharedVoteLen   = 160 // yes, or no and why (cut)
 	sharedLine      = 64
 	sharedHdr       = 4096
 	sharedMagic     = "RLSG"
@@ -176,10 +178,18 @@ func (g *ring) setupShared(ctx context.Context, epoch uint64, floats int) ([]flo
 	}
 	var seg *segment
 	var mine offer
-	if sh != nil && sh.sharedMemory() && floats > 0 && g.bucket > 0 {
+	why := "" // this rank's reason not to share
+	switch {
+	case sh == nil || !sh.sharedMemory():
+		why = g.t.Peer(g.t.Rank()) + ": its node's same-host path is off"
+	case floats <= 0 || g.bucket <= 0:
+		why = "nothing to share"
+	default:
 		var err error
 		if seg, err = newSharedSegment(floats, g.bucket); err == nil {
 			mine = seg.offer
+		} else {
+			why = fmt.Sprintf("%s: %v", g.t.Peer(g.t.Rank()), err)
 		}
 	}
 	defer func() {
@@ -205,9 +215,20 @@ func (g *ring) setupShared(ctx context.Context, epoch uint64, floats int) ([]flo
 	}
 	ok := mine.ok
 	for k, p := range recs {
+		if !ok {
+			break
+		}
 		o := decodeOffer(p)
-		if !ok || !o.ok || o.host != mine.host || o.floats != mine.floats || o.bucket != mine.bucket || o.segBytes != mine.segBytes {
+		switch {
+		case !o.ok:
+			// That rank's own vote says why.
 			ok = false
+		case o.host != mine.host:
+			why, ok = g.t.Peer(k)+" is on another host", false
+		case o.floats != mine.floats || o.bucket != mine.bucket || o.segBytes != mine.segBytes:
+			why, ok = g.t.Peer(k)+" offered a segment of another layout", false
+		}
+		if !ok {
 			break
 		}
 		if k == s.rank {
@@ -215,6 +236,7 @@ func (g *ring) setupShared(ctx context.Context, epoch uint64, floats int) ([]flo
 		}
 		m, err := mapPeerSegment(o)
 		if err != nil {
+			why = fmt.Sprintf("%s: mapping %s's segment: %v", g.t.Peer(s.rank), g.t.Peer(k), err)
 			ok = false
 			break
 		}
@@ -234,25 +256,37 @@ func (g *ring) setupShared(ctx context.Context, epoch uint64, floats int) ([]flo
 		}
 		v, err := s.newView(floats)
 		if err != nil {
+			why = fmt.Sprintf("%s: %v", g.t.Peer(s.rank), err)
 			ok = false
 		}
 		s.view = v
 	}
-	var yes [1]byte
+	// The vote carries each rank's reason, so that every rank says the
+	// same of the group.
+	var vote [sharedVoteLen]byte
 	if ok {
-		yes[0] = 1
+		vote[0] = 1
+	} else {
+		copy(vote[1:], why)
 	}
-	votes, err := g.gatherBytes(ctx, epoch, sharedConfirmOp, yes[:])
+	votes, err := g.gatherBytes(ctx, epoch, sharedConfirmOp, vote[:])
 	if err != nil {
 		s.view.close()
 		s.unmap()
 		seg.release()
 		return nil, fmt.Errorf("shared buffers: %w", err)
 	}
+	g.notShared = ""
 	for _, v := range votes {
-		if v[0] != 1 {
+		if len(v) != sharedVoteLen || v[0] != 1 {
 			ok = false
+			if g.notShared == "" && len(v) == sharedVoteLen { // the first reason given
+				g.notShared = strings.ToValidUTF8(string(bytes.TrimRight(v[1:], "\x00")), "")
+			}
 		}
+	}
+	if !ok && g.notShared == "" {
+		g.notShared = "a rank could not share"
 	}
 	if !ok {
 		s.view.close()

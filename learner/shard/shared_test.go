@@ -188,6 +188,36 @@ func TestSharedViewsSameBitsAsRing(t *testing.T) {
 	}
 }
 
+// When one rank cannot share, no rank does, and every rank says why in the
+// same words.
+func TestSharedFallbackSaysWhy(t *testing.T) {
+	ts := memTransports(3, true)
+	ts[2].(*memTransport).shared = false
+	gs := make([]*ring, 3)
+	bufs := make([][]float32, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range ts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gs[i] = &ring{t: ts[i], bucket: 7, inFlight: 1}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			bufs[i], errs[i] = gs[i].setupShared(ctx, 1, 30)
+		}()
+	}
+	wg.Wait()
+	for i := range gs {
+		if errs[i] != nil || bufs[i] != nil || gs[i].shm != nil {
+			t.Fatalf("rank %d: buffer %v, shared %v, error %v; want the transport", i, bufs[i] != nil, gs[i].shm != nil, errs[i])
+		}
+		if want := "rank 2 (in process): its node's same-host path is off"; gs[i].notShared != want {
+			t.Errorf("rank %d says %q, want %q", i, gs[i].notShared, want)
+		}
+	}
+}
+
 // A view's whole pages are read-only mappings of their owners' segments.
 func TestViewsAreReadOnlyMappingsOfSegments(t *testing.T) {
 	ts := memTransports(2, true)
@@ -268,6 +298,12 @@ func TestSharedEquivalenceInProcess(t *testing.T) {
 				for r := range n {
 					if plain[r].Shared() || !shared[r].Shared() || !shared[r].ring.viewing() {
 						t.Fatalf("rank %d: shared %v and %v (viewing %v), want false and true (true)", r, plain[r].Shared(), shared[r].Shared(), shared[r].ring.viewing())
+					}
+					if got, want := plain[r].Gradients(), "transport: rank 0 (in process): its node's same-host path is off"; got != want {
+						t.Errorf("rank %d without shared memory: gradients %q, want %q", r, got, want)
+					}
+					if got := shared[r].Gradients(); got != "shared memory" {
+						t.Errorf("rank %d: gradients %q, want shared memory", r, got)
 					}
 				}
 				if got := segmentsMapped(t, os.Getpid()); got != before+n {
