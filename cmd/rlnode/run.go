@@ -255,7 +255,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 			bar.note(fmt.Sprintf("rlnode run: %v", err))
 		}
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = runLogger(bar)
 	res, err := train.Run(ctx, cfg)
 	bar.done()
 	closeTraces()
@@ -330,6 +330,7 @@ func printRecipeError(w io.Writer, verb, recipe string, err error) {
 // is the time left to the end of the warm-up ("warm-up ETA"), and during
 // RL the remaining RL steps at the rate of the RL steps seen so far.
 type progressBar struct {
+	mu     sync.Mutex // step and note come from the driver's goroutines
 	w      io.Writer
 	tty    bool
 	warmup int // warm-up steps planned (they come first)
@@ -357,6 +358,8 @@ func newProgressBar(w io.Writer, warmup, total int) *progressBar {
 }
 
 func (b *progressBar) step(m train.Metrics) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	now := b.now()
 	if m.Phase != b.phase || b.phase == "" {
 		b.phase, b.phaseStart, b.phaseFirst = m.Phase, b.lastAt, m.Step-1
@@ -411,6 +414,8 @@ func (b *progressBar) step(m train.Metrics) {
 
 // note prints a message without breaking the bar.
 func (b *progressBar) note(msg string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.drawn {
 		fmt.Fprintln(b.w)
 		b.drawn = false
@@ -419,8 +424,46 @@ func (b *progressBar) note(msg string) {
 }
 
 func (b *progressBar) done() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.drawn {
 		fmt.Fprintln(b.w)
 		b.drawn = false
 	}
 }
+
+// runLogger shows the driver's log records (warnings, learners restarted,
+// rollout actors lost or replaced, how a sharded learner's gradients
+// travel) as lines above the progress bar; the per-step record is the
+// bar's own.
+func runLogger(bar *progressBar) *slog.Logger {
+	h := slog.NewTextHandler(noteWriter{bar}, &slog.HandlerOptions{Level: slog.LevelInfo,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}})
+	return slog.New(skipSteps{h})
+}
+
+// noteWriter prints each record (one Write) as a note of the bar.
+type noteWriter struct{ bar *progressBar }
+
+func (w noteWriter) Write(p []byte) (int, error) {
+	w.bar.note("rlnode run: " + strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// skipSteps drops the driver's per-step record.
+type skipSteps struct{ slog.Handler }
+
+func (h skipSteps) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelWarn && r.Message == "step" {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h skipSteps) WithAttrs(as []slog.Attr) slog.Handler { return skipSteps{h.Handler.WithAttrs(as)} }
+func (h skipSteps) WithGroup(name string) slog.Handler    { return skipSteps{h.Handler.WithGroup(name)} }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/train"
 )
 
@@ -275,5 +276,34 @@ func TestRunMLMTCurves(t *testing.T) {
 		if got := count[train.CurveColors[i]] > 0; got != want {
 			t.Errorf("curves.png: %s colour present %v, want %v", name, got, want)
 		}
+	}
+}
+
+// A run with a sharded learner says above the progress bar how the ranks'
+// gradients travel: through shared memory on one host, through the
+// transport, with the reason, when the same-host path is off.
+func TestRunShardedSaysHowGradientsTravel(t *testing.T) {
+	if actor.HostID() == "" {
+		t.Skip("no host identity here: ranks never share memory")
+	}
+	for _, c := range []struct{ env, want string }{
+		{"0", `msg="learner shards joined" policy=solver shards=2 gradients="shared memory"`},
+		{"1", `msg="learner shards joined" policy=solver shards=2 gradients="transport: `},
+	} {
+		t.Run("RLNODE_BULK_TCP="+c.env, func(t *testing.T) {
+			t.Setenv("RLNODE_BULK_TCP", c.env)
+			home, dir := t.TempDir(), filepath.Join(t.TempDir(), "run")
+			args := append(append([]string{"run", "quickstart", "--out", dir}, tinyRun...), "--set", "placement.learner_shards=2")
+			stdout, stderr, code := runRlnode(t, home, args...)
+			if code != 0 {
+				t.Fatalf("rlnode run: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+			}
+			if !strings.Contains(stderr, "rlnode run: level=INFO "+c.want) {
+				t.Errorf("stderr does not say %q:\n%s", c.want, stderr)
+			}
+			if c.env == "1" && !strings.Contains(stderr, "same-host path is off") {
+				t.Errorf("stderr does not say why the transport:\n%s", stderr)
+			}
+		})
 	}
 }
