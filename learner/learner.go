@@ -285,8 +285,9 @@ type Batch struct {
 	// Needed by GRPO, Dr.GRPO and RLOO.
 	GroupIDs []int64
 	// Weights, when set, weigh plain SFT's sequences (one each, finite,
-	// ≥ 0; nil: 1 each), e.g. reward weights computed by the caller. Only
-	// SFT takes them.
+	// ≥ 0; nil: 1 each), e.g. reward weights computed by the caller; for
+	// RWSFT they replace the weights computed from Rewards. Only SFT and
+	// RWSFT take them.
 	Weights []float64
 	// Advantages, when set, are used as they are (one per response token)
 	// instead of the algorithm's estimator (policy-gradient algorithms

@@ -364,7 +364,45 @@ func TestSFTWeights(t *testing.T) {
 	l := newLearner(t, tinyConfig(GRPO))
 	b := groupBatch()
 	b.Weights = ones
-	if _, err := l.Train(b); err == nil || !strings.Contains(err.Error(), "only SFT takes them") {
+	if _, err := l.Train(b); err == nil || !strings.Contains(err.Error(), "only SFT and RWSFT take them") {
 		t.Errorf("weights with grpo: %v", err)
+	}
+}
+
+// RWSFT with the caller's weights trains as with the weights it computes
+// itself: the filter's 0/1 weights of the batch's rewards given as
+// Weights end at the same policy as the filter; other weights end
+// elsewhere, and bad ones are refused.
+func TestRWSFTCallerWeights(t *testing.T) {
+	cfg := tinyConfig(RWSFT)
+	cfg.RWFilter, cfg.RWThreshold = true, 1
+	train := func(w []float64) (map[string][]float32, error) {
+		l := newLearner(t, cfg)
+		b := groupBatch()
+		b.Weights = w
+		_, err := l.Train(b)
+		return l.PolicyWeights(), err
+	}
+	filtered, err := train(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w []float64
+	for _, r := range groupBatch().Rewards {
+		if r >= 1 {
+			w = append(w, 1)
+		} else {
+			w = append(w, 0)
+		}
+	}
+	if got, err := train(w); err != nil || maxDiff(got, filtered) != 0 {
+		t.Fatalf("the filter's weights given: %v, differ from the filter's own by %v", err, maxDiff(got, filtered))
+	}
+	w[0] *= 4
+	if got, err := train(w); err != nil || maxDiff(got, filtered) == 0 {
+		t.Fatalf("weights %v: %v, trained as the filter's (difference %v)", w, err, maxDiff(got, filtered))
+	}
+	if _, err := train(append(w[1:], math.NaN())); err == nil || !strings.Contains(err.Error(), "batch: weights[7] is NaN") {
+		t.Errorf("a NaN weight: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package learner
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/rl"
@@ -459,8 +460,8 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 			}
 		}
 	}
-	if b.Weights != nil && cfg.Algorithm != SFT {
-		return nil, fmt.Errorf("batch: weights: only SFT takes them (algorithm %s)", cfg.Algorithm)
+	if b.Weights != nil && cfg.Algorithm != SFT && cfg.Algorithm != RWSFT {
+		return nil, fmt.Errorf("batch: weights: only SFT and RWSFT take them (algorithm %s)", cfg.Algorithm)
 	}
 	switch cfg.Algorithm {
 	case SFT:
@@ -469,17 +470,19 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 			p.weights[i] = 1
 		}
 		if b.Weights != nil {
-			if len(b.Weights) != n {
-				return nil, fmt.Errorf("batch: weights: %d for %d sequences", len(b.Weights), n)
-			}
-			for i, w := range b.Weights {
-				if !(w >= 0) || math.IsInf(w, 0) {
-					return nil, fmt.Errorf("batch: weights[%d] is %v, want a finite number ≥ 0", i, w)
-				}
+			if err := checkWeights(b.Weights, n); err != nil {
+				return nil, err
 			}
 			copy(p.weights, b.Weights)
 		}
 	case RWSFT:
+		if b.Weights != nil { // the caller's, instead of the rewards'
+			if err := checkWeights(b.Weights, n); err != nil {
+				return nil, err
+			}
+			p.weights = slices.Clone(b.Weights)
+			break
+		}
 		if cfg.RWFilter {
 			p.weights, err = rl.FilterWeights(b.Rewards, cfg.RWThreshold)
 		} else {
@@ -607,4 +610,18 @@ func clone2(v [][]float32) [][]float32 {
 		out[i] = append([]float32(nil), v[i]...)
 	}
 	return out
+}
+
+// checkWeights checks a batch's sequence weights: n of them, each finite
+// and ≥ 0.
+func checkWeights(w []float64, n int) error {
+	if len(w) != n {
+		return fmt.Errorf("batch: weights: %d for %d sequences", len(w), n)
+	}
+	for i, x := range w {
+		if !(x >= 0) || math.IsInf(x, 0) {
+			return fmt.Errorf("batch: weights[%d] is %v, want a finite number ≥ 0", i, x)
+		}
+	}
+	return nil
 }

@@ -619,7 +619,26 @@ type SFT struct {
 	// every weight on all the warm-up's samples (the base); the adapters
 	// start after them and train with Weighting. Default 0.
 	BaseSteps int `yaml:"base_steps,omitempty"`
+	// Until, in an agent run, ends the warm-up before Steps once the
+	// policy solves enough of the environment's training tasks (greedy,
+	// measured every Until.Every steps). Default none: Steps warm-up steps.
+	Until *SFTUntil `yaml:"until,omitempty"`
 }
+
+// SFTUntil is sft.until: the warm-up ends after the first probe whose
+// completion rate on Episodes training tasks is at least Completion.
+type SFTUntil struct {
+	Completion float64 `yaml:"completion"`         // in (0, 1]
+	Every      int     `yaml:"every,omitempty"`    // warm-up steps between probes; default 10
+	Episodes   int     `yaml:"episodes,omitempty"` // training tasks a probe plays; default 64
+}
+
+// DefaultSFTUntil are sft.until's defaults besides Completion.
+const (
+	DefaultUntilEvery    = 10
+	DefaultUntilEpisodes = 64
+	MaxUntilEpisodes     = 4096
+)
 
 // SFTCollect is how many episodes sft.collect plays of each policy.
 type SFTCollect struct {

@@ -29,7 +29,7 @@ var (
 	Tools          = []string{"calculator", "python"}
 	Algorithms     = []string{"grpo", "ppo", "rloo", "reinforce_pp", "drgrpo", "rw_sft", "archer"}
 	Schedules      = []string{"constant", "cosine"}
-	Weightings     = []string{"exp", "filter"}
+	Weightings     = []string{"exp", "filter", "group_filter"}
 	SFTWeightings  = []string{"none", "exp", "filter"}
 	LoRAPresets    = []string{"qv"}
 	MLMTPolicies   = []string{"solver", "feedback"}
@@ -501,6 +501,14 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 		}
 	}
 	c.oneOf("algorithm.rw_sft.weighting", a.RWSFT.Weighting, Weightings)
+	if a.RWSFT.Weighting == "group_filter" {
+		switch ag := r.Episode.Agent; {
+		case r.Episode.Type != "agent" || ag == nil:
+			c.add("algorithm.rw_sft.weighting", "group_filter: want episode.type agent (it weighs each group's solved episodes), not %q", r.Episode.Type)
+		case ag.Returns == "discounted":
+			c.add("algorithm.rw_sft.weighting", "group_filter: want episode.agent.returns episode (an episode is solved or not as a whole), not discounted")
+		}
+	}
 	if a.RWSFT.Beta <= 0 {
 		c.add("algorithm.rw_sft.beta", "%v: want a positive temperature", a.RWSFT.Beta)
 	}
@@ -562,6 +570,7 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 		c.add("sft.lora", "true, but models.policy.lora is absent (the adapters the warm-up would train)")
 	}
 	c.sftCollect(r)
+	c.sftUntil(r)
 	if r.SFT.Steps > 0 && r.SFT.Trajectories == "" && r.Data.Verifier == "code" && (r.Data.Dataset == nil || r.Data.Dataset.Columns.Answer == "") {
 		// With code, the answer column is the reference program.
 		c.add("sft.steps", "SFT warm-up needs reference answers; with verifier code set data.dataset.columns.answer to the reference program's column")
@@ -1248,5 +1257,33 @@ func (c *checker) sftCollect(r *Recipe) {
 		c.add("sft.base_steps", "set, but neither sft.trajectories nor sft.collect is (the base steps train on their samples)")
 	case s.BaseSteps > 0 && s.BaseSteps >= s.Steps:
 		c.add("sft.base_steps", "%d: want fewer than sft.steps (%d), leaving steps for the adapters", s.BaseSteps, s.Steps)
+	}
+}
+
+// sftUntil checks sft.until: an agent run with a warm-up, a completion
+// rate in (0, 1], probes at most sft.steps apart, a bounded probe.
+func (c *checker) sftUntil(r *Recipe) {
+	u := r.SFT.Until
+	if u == nil {
+		return
+	}
+	switch {
+	case r.Episode.Type != "agent":
+		c.add("sft.until", "set, but episode.type is %q (it plays the environment's training tasks)", r.Episode.Type)
+	case r.SFT.Steps <= 0:
+		c.add("sft.until", "set, but sft.steps is %d (no warm-up to end early)", r.SFT.Steps)
+	}
+	if !(u.Completion > 0 && u.Completion <= 1) {
+		c.add("sft.until.completion", "%v: want a completion rate in (0, 1]", u.Completion)
+	}
+	every := u.Every
+	if every == 0 {
+		every = DefaultUntilEvery
+	}
+	if u.Every < 0 || (r.SFT.Steps > 0 && every >= r.SFT.Steps) {
+		c.add("sft.until.every", "%d: want 1 or more steps (0: %d), fewer than sft.steps (%d)", u.Every, DefaultUntilEvery, r.SFT.Steps)
+	}
+	if u.Episodes < 0 || u.Episodes > MaxUntilEpisodes {
+		c.add("sft.until.episodes", "%d: want 1..%d (0: %d)", u.Episodes, MaxUntilEpisodes, DefaultUntilEpisodes)
 	}
 }

@@ -564,3 +564,42 @@ func actionKinds(m map[string]float64) []string {
 	sort.Strings(ks)
 	return ks
 }
+
+// groupFilterWeights are rw_sft's group_filter weights of a batch's rows
+// (indices into turns, after agentTraining: a turn's Reward is its
+// episode's return). A turn of an episode whose return is at least
+// threshold weighs n/k, n the episodes of its group and k those of them
+// at the threshold; every other turn 0. A group's solved episodes weigh n
+// in all however few they are, so a task solved once in n tries trains as
+// much as one solved every time: on-policy samples estimate the gradient
+// of the log-probability of solving each task (SFT's on correct answers)
+// instead of that of the probability (the plain filter's, which favours
+// the tasks the policy solves already).
+func groupFilterWeights(turns []data.Turn, rows []int, threshold float64) []float64 {
+	type count struct{ n, k int }
+	groups := map[int64]*count{}
+	seen := map[string]bool{}
+	for _, t := range turns {
+		if seen[t.EpisodeID] {
+			continue
+		}
+		seen[t.EpisodeID] = true
+		c := groups[t.GroupID]
+		if c == nil {
+			c = &count{}
+			groups[t.GroupID] = c
+		}
+		c.n++
+		if t.Reward >= threshold {
+			c.k++
+		}
+	}
+	w := make([]float64, len(rows))
+	for i, row := range rows {
+		t := turns[row]
+		if c := groups[t.GroupID]; t.Reward >= threshold && c.k > 0 {
+			w[i] = float64(c.n) / float64(c.k)
+		}
+	}
+	return w
+}

@@ -151,6 +151,13 @@ type Config struct {
 	// WarmupBatch generated problems each, at WarmupLR. 0 steps skips it.
 	WarmupSteps, WarmupBatch int
 	WarmupLR                 float64
+	// RWGroupFilter: agent runs with rw_sft filter weights; a turn of an
+	// episode at the threshold weighs n/k instead of 1, n the episodes of
+	// its group and k those at the threshold (groupFilterWeights).
+	RWGroupFilter bool
+	// WarmupUntil, when set, ends the warm-up of an agent run before
+	// WarmupSteps (agent_until.go).
+	WarmupUntil *WarmupUntil
 	// Traces, when set, makes the warm-up train on recorded model calls
 	// instead, and with Traces.RL the RL steps too (traces.go).
 	Traces *TraceData
@@ -400,6 +407,10 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("warmup_batch", c.WarmupBatch, "want > 0")
 	case c.WarmupSteps > 0 && !(c.WarmupLR > 0):
 		return nil, bad("warmup_lr", c.WarmupLR, "want > 0")
+	case c.RWGroupFilter && (c.Episode != EpisodeAgent || c.Learner.Algorithm != learner.RWSFT || !c.Learner.RWFilter):
+		return nil, fmt.Errorf("driver config: rw_group_filter: needs agent episodes and rw_sft with filter weights (episode %q, algorithm %s)", c.Episode, c.Learner.Algorithm)
+	case c.WarmupUntil != nil && c.WarmupUntil.check(c) != nil:
+		return nil, c.WarmupUntil.check(c)
 	case c.WarmupTrajectories != nil && c.WarmupTrajectories.check() != nil:
 		return nil, c.WarmupTrajectories.check()
 	case c.Traces != nil && c.Traces.check() != nil:

@@ -154,6 +154,10 @@ type Metrics struct {
 	// for env http, the request to the server).
 	EnvSteps       *int64   `json:"env_steps,omitempty"`
 	EnvStepSeconds *float64 `json:"env_step_s,omitempty"`
+	// WarmupProbe is the greedy completion rate on training tasks that
+	// ends the warm-up early (Config.WarmupUntil), on the warm-up steps
+	// that measure it.
+	WarmupProbe *float64 `json:"warmup_probe,omitempty"`
 }
 
 // Result sums up a run.
@@ -187,6 +191,9 @@ type driverState struct {
 	TrainCursor   int    `json:"train_cursor"`
 	WeightVersion int64  `json:"weight_version"`
 	Seed          uint64 `json:"seed"`
+	// WarmupSteps is the warm-up's length once a probe ended it early
+	// (Config.WarmupUntil); absent otherwise.
+	WarmupSteps *int `json:"warmup_steps,omitempty"`
 }
 
 // policy is one trained policy: its learner (one actor or a shard
@@ -246,6 +253,11 @@ type run struct {
 	traceDrawn int
 	// critic is ArCHer's (Config.Archer), built at the first RL step.
 	critic *critic
+	// warmupPlanned is the configured warm-up length; warmupEnded the
+	// step a probe (Config.WarmupUntil) ended the warm-up at, nil until
+	// one did (cfg.WarmupSteps is then that step).
+	warmupPlanned int
+	warmupEnded   *int
 }
 
 // Run trains per cfg: it places the learner actor on the cluster, starts
@@ -265,7 +277,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if cfg.LearnerResources == nil {
 		cfg.LearnerResources = cluster.Resources{cluster.CPU: 1}
 	}
-	r := &run{cfg: cfg, tpl: tpl, log: cfg.Logger, start: time.Now(), res: Result{PostWarmupEval: -1, FinalEval: -1}}
+	r := &run{cfg: cfg, tpl: tpl, log: cfg.Logger, start: time.Now(), res: Result{PostWarmupEval: -1, FinalEval: -1}, warmupPlanned: cfg.WarmupSteps}
 	if r.src, err = newSource(cfg); err != nil {
 		return Result{}, err
 	}
@@ -561,7 +573,7 @@ func (r *run) fill(m *Metrics, st learner.Stats) {
 // finishStep carries out what plan p says follows a step's training:
 // the weight push, the evaluation and the checkpoint; then it writes the
 // metrics line.
-func (r *run) finishStep(ctx context.Context, m *Metrics, p StepPlan) error {
+func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan) error {
 	t0 := time.Now()
 	st := r.solver.server.Status()
 	if p.Push {
@@ -574,6 +586,11 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p StepPlan) error {
 	if st.Replicas != nil {
 		regen, live, replaced := r.regenerated(), r.liveReplicas(), r.replacedReplicas()
 		m.RolloutRegenerated, m.RolloutLive, m.RolloutReplaced = &regen, &live, &replaced
+	}
+	if p.Probe {
+		if err := r.probeWarmup(ctx, m, p); err != nil {
+			return err
+		}
 	}
 	if p.Eval {
 		t0 = time.Now()
@@ -678,6 +695,13 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 	sb, err := BatchFromTrajectories(r.solver.id, trainTurns, solverTurns)
 	if err != nil {
 		return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+	}
+	if cfg.RWGroupFilter {
+		rows, _, err := trajectoryRows(r.solver.id, trainTurns, solverTurns)
+		if err != nil {
+			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+		}
+		sb.Weights = groupFilterWeights(trainTurns, rows, cfg.Learner.RWThreshold)
 	}
 	if p.Stage1 {
 		second := int32(1)
@@ -801,7 +825,7 @@ func (r *run) checkpoint(ctx context.Context, dir string) error {
 			return err
 		}
 	}
-	js, err := json.MarshalIndent(driverState{Step: r.step, TrainCursor: r.cursor - r.prefetched, WeightVersion: r.version, Seed: r.cfg.Seed}, "", "  ")
+	js, err := json.MarshalIndent(driverState{Step: r.step, TrainCursor: r.cursor - r.prefetched, WeightVersion: r.version, Seed: r.cfg.Seed, WarmupSteps: r.warmupEnded}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -851,7 +875,7 @@ func (r *run) readResumeState() error {
 		return fmt.Errorf("driver: resume: %s: step %d, cursor %d: want ≥ 0", path, ds.Step, ds.TrainCursor)
 	}
 	r.step, r.cursor = ds.Step, ds.TrainCursor
-	return nil
+	return r.resumeWarmupEnd(ds, path)
 }
 
 func toInt32(x []int) []int32 {

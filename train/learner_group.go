@@ -75,7 +75,7 @@ func (r *run) trainLoop(ctx context.Context) error {
 func (r *run) schedule() Schedule {
 	cfg := r.cfg
 	return Schedule{
-		WarmupSteps: cfg.WarmupSteps, Steps: cfg.Steps,
+		WarmupSteps: cfg.WarmupSteps, Steps: cfg.Steps, ProbeEvery: cfg.probeEvery(),
 		EvalEvery: cfg.EvalEvery, CheckpointEvery: cfg.CheckpointEvery, Evaluates: cfg.EvalEvery > 0,
 		MaxStaleness:  cfg.MaxStaleness,
 		RolloutActors: r.solver.server.Status().PushOnDemand,
@@ -150,9 +150,10 @@ func (r *run) steps(ctx context.Context, s State) error {
 		if r.stopAsked() && !Plan(sc, After(s, p)).Done {
 			p = StopAfter(p) // the last step ends the run anyway
 		}
-		if err := r.finishStep(ctx, &m, p); err != nil {
+		if err := r.finishStep(ctx, &m, &p); err != nil {
 			return err
 		}
+		sc.WarmupSteps = r.cfg.WarmupSteps // a probe may have ended the warm-up
 		if p.Stop {
 			r.res.Stopped = true
 			return nil
@@ -195,6 +196,9 @@ func (r *run) restartLearners(ctx context.Context, cause error) error {
 	// its version (startRollout).
 	r.prefetched = 0
 	r.step, r.cursor, r.version = ds.Step, ds.TrainCursor, ds.WeightVersion
+	if err := r.resumeWarmupEnd(ds, dir); err != nil {
+		return err
+	}
 	for _, p := range []*policy{r.solver, r.feedback} {
 		if p == nil {
 			continue

@@ -37,6 +37,9 @@ type Schedule struct {
 	// the low level (the solver) only. Zero: both every step.
 	UpdateRatio [2]int
 	Evaluates   bool // the run evaluates on held-out problems (EvalEvery > 0)
+	// ProbeEvery: every ProbeEvery-th warm-up step but the last probes
+	// whether the warm-up may end there (Config.WarmupUntil); 0 is never.
+	ProbeEvery int
 }
 
 // State is what the loop has done, as the planner needs it.
@@ -82,6 +85,9 @@ type StepPlan struct {
 	Eval bool
 	// PostWarmup: this evaluation is the figure after the warm-up.
 	PostWarmup bool
+	// Probe: a warm-up step that, after its push, measures whether the
+	// warm-up ends with it (the step then evaluates as the last does).
+	Probe bool
 	// Checkpoint: save a checkpoint after the step.
 	Checkpoint bool
 	// Stop: the run ends after this step, before its schedule does (a
@@ -98,12 +104,15 @@ func Plan(sc Schedule, s State) StepPlan {
 	if step <= sc.WarmupSteps {
 		last := step == sc.WarmupSteps
 		eval := sc.Evaluates && (last || step%sc.EvalEvery == 0)
+		probe := !last && sc.ProbeEvery > 0 && step%sc.ProbeEvery == 0
 		return StepPlan{
 			Phase: PhaseWarmup, Step: step,
 			SetAlgorithm: s.Learners != PhaseWarmup,
-			// Rollout actors get the weights when an evaluation needs them
-			// (and after the last warm-up step), not at every SFT step.
-			Push:       last || eval || !sc.RolloutActors || sc.MultiTurn,
+			// Rollout actors get the weights when an evaluation or a probe
+			// needs them (and after the last warm-up step), not at every
+			// SFT step.
+			Push:       last || eval || probe || !sc.RolloutActors || sc.MultiTurn,
+			Probe:      probe,
 			Eval:       eval,
 			PostWarmup: last && eval,
 			Checkpoint: last && sc.Steps == 0,

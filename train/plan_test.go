@@ -30,7 +30,7 @@ func describe(p StepPlan) string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{p.Push, "push"}, {p.Eval, "eval"}, {p.PostWarmup, "post"}, {p.Checkpoint, "ckpt"}} {
+	}{{p.Push, "push"}, {p.Probe, "probe"}, {p.Eval, "eval"}, {p.PostWarmup, "post"}, {p.Checkpoint, "ckpt"}} {
 		if f.on {
 			b.WriteString(" " + f.name)
 		}
@@ -122,6 +122,14 @@ func TestPlan(t *testing.T) {
 		sc:    sync,
 		start: State{Step: 6},
 		want:  []string{"done@6"},
+	}, {
+		name: "warm-up probes every 2 steps but the last; rollout actors get the weights to probe with",
+		sc:   Schedule{WarmupSteps: 5, Steps: 1, EvalEvery: 4, Evaluates: true, RolloutActors: true, ProbeEvery: 2},
+		want: []string{"w1 set", "w2 push probe", "w3", "w4 push probe eval", "w5 push eval post", "r1 set own@5 push eval ckpt", "done@6"},
+	}, {
+		name: "a probe on the warm-up's last step is none: the warm-up ends there anyway",
+		sc:   Schedule{WarmupSteps: 4, Steps: 1, ProbeEvery: 2},
+		want: []string{"w1 set push", "w2 push probe", "w3 push", "w4 push", "r1 set own@4 push ckpt", "done@5"},
 	}, {
 		name: "no RL and no warm-up",
 		sc:   Schedule{},
@@ -240,5 +248,30 @@ func TestStopAfter(t *testing.T) {
 		if got != c.want {
 			t.Errorf("stop after the plan from %+v: %q, want %q", c.s, got, c.want)
 		}
+	}
+}
+
+// TestPlanWarmupEndedByProbe: once a probe ends the warm-up at step e
+// (the loop sets the schedule's WarmupSteps to e), the next plan is RL
+// step 1 at step e+1 and RL runs all its steps.
+func TestPlanWarmupEndedByProbe(t *testing.T) {
+	sc := Schedule{WarmupSteps: 10, Steps: 2, EvalEvery: 5, Evaluates: true, ProbeEvery: 3}
+	var got []string
+	s := State{}
+	for {
+		p := Plan(sc, s)
+		got = append(got, describe(p))
+		if p.Done {
+			break
+		}
+		if p.Probe && p.Step == 6 {
+			sc.WarmupSteps = p.Step
+		}
+		s = After(s, p)
+	}
+	want := []string{"w1 set push", "w2 push", "w3 push probe", "w4 push", "w5 push eval", "w6 push probe",
+		"r1 set own@6 push", "r2 own@7 push eval ckpt", "done@8"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("plans:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }

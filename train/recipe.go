@@ -240,7 +240,7 @@ func (l recipe) config(out string) (Config, error) {
 	lc.MiniBatches, lc.Epochs = a.MiniBatches, a.Epochs
 	lc.Gamma, lc.Lambda, lc.VFCoef, lc.ValueClip = a.Gamma, a.Lambda, a.ValueCoef, a.ValueClip
 	lc.RWBeta = a.RWSFT.Beta
-	lc.RWFilter, lc.RWThreshold = a.RWSFT.Weighting == "filter", a.RWSFT.Threshold
+	lc.RWFilter, lc.RWThreshold = a.RWSFT.Weighting == "filter" || a.RWSFT.Weighting == "group_filter", a.RWSFT.Threshold
 	// Each trained policy's learner (MLMT: the feedback policy's too) runs
 	// as this many ranks of placement.learner each.
 	lc.Shards = r.Placement.LearnerShards
@@ -278,6 +278,16 @@ func (l recipe) config(out string) (Config, error) {
 	}
 	if t := r.SFT.Trajectories; t != "" {
 		cfg.WarmupTrajectories = &WarmupTrajectories{Path: t, Weighting: r.SFT.Weighting, Beta: r.SFT.Beta, Threshold: r.SFT.Threshold, BaseSteps: r.SFT.BaseSteps}
+	}
+	cfg.RWGroupFilter = a.Name == "rw_sft" && a.RWSFT.Weighting == "group_filter"
+	if u := r.SFT.Until; u != nil {
+		cfg.WarmupUntil = &WarmupUntil{Completion: u.Completion, Every: u.Every, Episodes: u.Episodes}
+		if cfg.WarmupUntil.Every == 0 {
+			cfg.WarmupUntil.Every = recipes.DefaultUntilEvery
+		}
+		if cfg.WarmupUntil.Episodes == 0 {
+			cfg.WarmupUntil.Episodes = recipes.DefaultUntilEpisodes
+		}
 	}
 	if c := r.SFT.Collect; c != nil {
 		cfg.WarmupTrajectories = &WarmupTrajectories{Collect: &WarmupCollect{Teacher: c.Teacher, Random: c.Random},
