@@ -364,6 +364,12 @@ func (b *progressBar) step(m train.Metrics) {
 	if m.Phase != b.phase || b.phase == "" {
 		b.phase, b.phaseStart, b.phaseFirst = m.Phase, b.lastAt, m.Step-1
 	}
+	if m.Phase == "rl" && m.Step-1 < b.warmup {
+		// The warm-up ended before its planned length (sft.until): RL's
+		// steps follow it.
+		b.total -= b.warmup - (m.Step - 1)
+		b.warmup = m.Step - 1
+	}
 	b.lastAt = now
 	b.last = m.Step
 	if m.EvalAccuracy != nil {

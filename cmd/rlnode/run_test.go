@@ -234,6 +234,35 @@ func TestProgressBar(t *testing.T) {
 	}
 }
 
+// A warm-up that ends early (sft.until): RL's steps are counted from the
+// step after it, and the total shrinks by the warm-up steps not taken.
+func TestProgressBarEarlyWarmupEnd(t *testing.T) {
+	var buf bytes.Buffer
+	bar := newProgressBar(&buf, 10, 13)
+	f := func(v float64) *float64 { return &v }
+	want := []string{
+		"step 1/13 (warm-up 1/10) loss 1.0000",
+		"step 2/13 (warm-up 2/10) loss 1.0000",
+		"step 3/5 (RL 1/3) reward 0.500",
+		"step 4/5 (RL 2/3) reward 0.500",
+	}
+	for i, m := range []train.Metrics{{Step: 1, Phase: "warmup", Loss: 1}, {Step: 2, Phase: "warmup", Loss: 1},
+		{Step: 3, Phase: "rl", RewardMean: f(0.5)}, {Step: 4, Phase: "rl", RewardMean: f(0.5)}} {
+		buf.Reset()
+		bar.step(m)
+		got := strings.TrimRight(buf.String(), "\n")
+		if j := strings.Index(got, " warm-up ETA"); j >= 0 {
+			got = got[:j]
+		}
+		if j := strings.Index(got, " ETA"); j >= 0 {
+			got = got[:j]
+		}
+		if got != want[i] {
+			t.Errorf("step %d:\n got %q\nwant %q", m.Step, got, want[i])
+		}
+	}
+}
+
 // TestRunMLMTCurves: a tiny MLMT three-turn run; the accuracy panel of
 // its curves.png has the turn-1 and turn-3 accuracy curves and no turn-2
 // one (SCoRe only): their colours appear in its quarter of the image
