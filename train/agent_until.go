@@ -2,7 +2,10 @@ package train
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/episode"
@@ -109,4 +112,19 @@ func (r *run) resumeWarmupEnd(ds driverState, path string) error {
 	}
 	r.cfg.WarmupSteps, r.warmupEnded = w, &w
 	return nil
+}
+
+// EndedWarmup is the warm-up length a probe decided (sft.until), read
+// from checkpoint dir's driver state; false when none did or the state
+// cannot be read (Run reports that).
+func EndedWarmup(dir string) (int, bool) {
+	js, err := os.ReadFile(filepath.Join(dir, DriverStateFile))
+	if err != nil {
+		return 0, false
+	}
+	var ds driverState
+	if json.Unmarshal(js, &ds) != nil || ds.WarmupSteps == nil {
+		return 0, false
+	}
+	return *ds.WarmupSteps, true
 }

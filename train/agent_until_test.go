@@ -152,6 +152,12 @@ func TestWarmupUntil(t *testing.T) {
 	if err := json.Unmarshal(js, &ds); err != nil || ds.WarmupSteps == nil || *ds.WarmupSteps != end {
 		t.Fatalf("driver state %s (%v): want warmup_steps %d", js, err, end)
 	}
+	if w, ok := EndedWarmup(first); !ok || w != end {
+		t.Errorf("EndedWarmup(%s) = %d, %v; want %d, true", first, w, ok, end)
+	}
+	if w, ok := EndedWarmup(nres.LastCheckpointDir); ok {
+		t.Errorf("EndedWarmup of a run whose warm-up ran its planned steps = %d, true; want false", w)
+	}
 	resumed := tinyEquations(t, t.TempDir(), "sft.until={completion: "+jsonFloat(probes[end])+", every: 10, episodes: 32}")
 	resumed.Resume = first
 	rres := run(resumed)

@@ -245,7 +245,13 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	bar := newProgressBar(stderr, cfg.WarmupSteps, cfg.WarmupSteps+cfg.Steps)
+	warmup := cfg.WarmupSteps
+	if cfg.Resume != "" {
+		if w, ok := train.EndedWarmup(cfg.Resume); ok {
+			warmup = w // a probe ended the resumed run's warm-up there
+		}
+	}
+	bar := newProgressBar(stderr, warmup, warmup+cfg.Steps)
 	cfg.Progress = func(m train.Metrics) {
 		bar.step(m)
 		if exporter != nil {
