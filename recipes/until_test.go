@@ -25,8 +25,6 @@ func TestSFTUntilRules(t *testing.T) {
 		{"agent_equations", []string{"sft.until={completion: 1.5}"}, "sft.until.completion: 1.5: want a completion rate in (0, 1]"},
 		{"agent_equations", []string{"sft.until={completion: .nan}"}, "sft.until.completion: want a finite number"},
 		{"agent_equations", []string{"sft.until={completion: 0.2, every: -1}"}, "sft.until.every: -1: want 1 or more steps"},
-		{"agent_equations", []string{"sft.until={completion: 0.2, every: 140}"}, "sft.until.every: 140: want 1 or more steps (0: 10), fewer than sft.steps (140)"},
-		{"agent_equations", []string{"sft.until={completion: 0.2}", "sft.steps=10"}, "sft.until.every: 0: want 1 or more steps (0: 10), fewer than sft.steps (10)"},
 		{"agent_equations", []string{"sft.until={completion: 0.2, episodes: 5000}"}, "sft.until.episodes: 5000: want 1..4096"},
 		{"agent_equations", []string{"sft.until={completion: 0.2}", "sft.steps=0"}, "sft.until: set, but sft.steps is 0"},
 		{"quickstart", []string{"sft.until={completion: 0.2}"}, `sft.until: set, but episode.type is "single"`},

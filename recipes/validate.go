@@ -1261,7 +1261,7 @@ func (c *checker) sftCollect(r *Recipe) {
 }
 
 // sftUntil checks sft.until: an agent run with a warm-up, a completion
-// rate in (0, 1], probes at most sft.steps apart, a bounded probe.
+// rate in (0, 1], a bounded probe (every sft.steps or more apart: none).
 func (c *checker) sftUntil(r *Recipe) {
 	u := r.SFT.Until
 	if u == nil {
@@ -1276,12 +1276,8 @@ func (c *checker) sftUntil(r *Recipe) {
 	if !(u.Completion > 0 && u.Completion <= 1) {
 		c.add("sft.until.completion", "%v: want a completion rate in (0, 1]", u.Completion)
 	}
-	every := u.Every
-	if every == 0 {
-		every = DefaultUntilEvery
-	}
-	if u.Every < 0 || (r.SFT.Steps > 0 && every >= r.SFT.Steps) {
-		c.add("sft.until.every", "%d: want 1 or more steps (0: %d), fewer than sft.steps (%d)", u.Every, DefaultUntilEvery, r.SFT.Steps)
+	if u.Every < 0 {
+		c.add("sft.until.every", "%d: want 1 or more steps (0: %d)", u.Every, DefaultUntilEvery)
 	}
 	if u.Episodes < 0 || u.Episodes > MaxUntilEpisodes {
 		c.add("sft.until.episodes", "%d: want 1..%d (0: %d)", u.Episodes, MaxUntilEpisodes, DefaultUntilEpisodes)
