@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/optim"
@@ -144,9 +145,27 @@ func (l *Learner) SaveModel(dir string) error {
 // the same rank, alpha, dropout and targets. Everything is read and
 // checked before anything changes.
 func (l *Learner) Load(dir string) error {
-	m, err := model.Load(dir, cpu.New())
+	// A learner on a device loads onto it; on the host, onto a fresh CPU
+	// backend.
+	b := backend.Backend(cpu.New())
+	if _, host := l.model.B.(backend.HostMemory); !host {
+		b = l.model.B
+	}
+	m, err := model.Load(dir, b)
 	if err != nil {
 		return fmt.Errorf("learner: load: %w", err)
+	}
+	var ref *model.Model
+	loaded := false
+	if b == l.model.B {
+		defer func() {
+			if !loaded { // the learner keeps its model: the new one's memory goes back
+				m.Release()
+				if ref != nil && ref != l.ref {
+					ref.Release()
+				}
+			}
+		}()
 	}
 	if model.HasAdapter(dir) {
 		if err := l.loadAdapter(m, dir); err != nil {
@@ -193,7 +212,7 @@ func (l *Learner) Load(dir string) error {
 	if state.Reference != l.cfg.RefModelDir {
 		return fmt.Errorf("learner: load %s: reference_model %q, the learner's %q: resume with the reference the run started with (models.reference)", filepath.Join(dir, StateFile), state.Reference, l.cfg.RefModelDir)
 	}
-	ref := l.ref // a given reference stays
+	ref = l.ref // a given reference stays
 	if l.ref != nil && l.cfg.RefModelDir == "" {
 		refPath := filepath.Join(dir, ReferenceFile)
 		rf, err := safetensors.ReadFile(refPath)
@@ -230,7 +249,17 @@ func (l *Learner) Load(dir string) error {
 	if vb := l.cfg.ValueBaseline; vb != nil && m.Value != nil {
 		m.Value.DetachTrunk = vb.StopTrunkGradient
 	}
+	if b == l.model.B {
+		// The replaced model's device memory goes back (the reference too
+		// where a new one was built).
+		l.trainer.Release()
+		l.model.Release()
+		if l.ref != nil && ref != l.ref {
+			l.ref.Release()
+		}
+	}
 	l.model, l.ref, l.trainer, l.step, l.rlStart = m, ref, tr, state.Step, rlStart
+	loaded = true
 	l.armDropout()
 	return nil
 }

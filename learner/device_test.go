@@ -45,6 +45,9 @@ func TestDeviceCheckpointResumes(t *testing.T) {
 	if err := r.Load(dir); err != nil {
 		t.Fatal(err)
 	}
+	if r.Model().B != r.ref.B || r.Model().B.Name() != "cuda" {
+		t.Fatalf("the restored learner runs on %s, its reference on %s: the learner left its device", r.Model().B.Name(), r.ref.B.Name())
+	}
 	if d := maxDiff(a.PolicyWeights(), r.PolicyWeights()); d != 0 {
 		t.Errorf("restored weights differ by %v", d)
 	}
@@ -68,10 +71,9 @@ func TestDeviceCheckpointResumes(t *testing.T) {
 	if _, err := fresh.Train(b); err != nil {
 		t.Fatal(err)
 	}
-	// Equal up to float32 rounding: the device backend's gradients agree
-	// between two devices to about 1e-8 relative, not to the bit (the
-	// same on the host optimizer); moments lost would move weights by
-	// about 1e-3.
+	// On the emulated device the two agree to the bit; the tolerance is for
+	// a GPU, where cuBLASLt may pick another algorithm for other pointer
+	// alignments. Moments lost move weights by about 1e-2.
 	const tolerance = 1e-5
 	if d := maxDiff(a.PolicyWeights(), r.PolicyWeights()); d > tolerance {
 		t.Errorf("after one more step the weights differ by %v (tolerance %v)", d, tolerance)

@@ -374,6 +374,11 @@ type Sharding struct {
 	// final (GradGroups' groups, in order), so reduction can overlap the
 	// rest of backward. It must not block.
 	GradsReady func(step int, params []*optim.Param, ready []int)
+	// DeviceUpdate says Update steps on the device where the learner's
+	// backend can (StepOnDevice, StepSlicesOnDevice) and reads no weights
+	// from its params there (model.Trainer.DeviceUpdate): the weights are
+	// then not copied to the host before the update.
+	DeviceUpdate bool
 	// ParamsChanged, optional, is told when the trainable parameters
 	// change between steps (LoRA adapters added: lora.go), so the rank
 	// lays out its buffers and optimizer state again. Every rank changes
@@ -386,7 +391,7 @@ type Sharding struct {
 func (l *Learner) SetSharding(s *Sharding) error {
 	if s == nil {
 		l.shard = nil
-		l.trainer.Update, l.trainer.GradsReady = nil, nil
+		l.trainer.Update, l.trainer.GradsReady, l.trainer.DeviceUpdate = nil, nil, false
 		return nil
 	}
 	if s.Ranks < 1 || s.Rank < 0 || s.Rank >= s.Ranks {
@@ -396,7 +401,7 @@ func (l *Learner) SetSharding(s *Sharding) error {
 		return fmt.Errorf("learner: sharding: rank %d of %d lacks Update, SumStats or Abort", s.Rank, s.Ranks)
 	}
 	l.shard = s
-	l.trainer.Update, l.trainer.GradsReady = s.Update, s.GradsReady
+	l.trainer.Update, l.trainer.GradsReady, l.trainer.DeviceUpdate = s.Update, s.GradsReady, s.DeviceUpdate
 	return nil
 }
 
@@ -411,6 +416,17 @@ func (l *Learner) GradGroups() [][]int { return l.trainer.GradGroups() }
 func (l *Learner) StepOnDevice(params []*optim.Param, lr float64) (norm float64, ok bool, err error) {
 	return l.trainer.StepOnDevice(params, lr)
 }
+
+// StepSlicesOnDevice takes a ZeRO-1 rank's update of its slices on the
+// device with opt, the rank's optimizer (model.Trainer.StepSlicesOnDevice);
+// ok is false, with nothing done, where the backend has no fused AdamW.
+func (l *Learner) StepSlicesOnDevice(opt *optim.AdamW, slices []model.Slice, grads, weights [][]float32, gradScale float32, lr float64) (ok bool, err error) {
+	return l.trainer.StepSlicesOnDevice(opt, slices, grads, weights, gradScale, lr)
+}
+
+// SyncSlices brings opt's moments up to date with those
+// StepSlicesOnDevice keeps on the device (model.Trainer.SyncSlices).
+func (l *Learner) SyncSlices(opt *optim.AdamW) error { return l.trainer.SyncSlices(opt) }
 
 // Optimizer is the learner's AdamW. A ZeRO-1 rank takes its slice of the
 // state from it after Load and then leaves it empty.

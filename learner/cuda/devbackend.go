@@ -33,6 +33,8 @@ type DeviceBackend struct {
 
 	// Casts counts the bf16 casts of matrix-product operands launched.
 	Casts int
+	// Downloaded counts the bytes Download copied to the host.
+	Downloaded int64
 
 	err     error
 	temps   []Ptr // an op's temporaries, freed when it returns
@@ -149,6 +151,7 @@ func (b *DeviceBackend) Download(dst []float32, src backend.Tensor) {
 	mustLen("Download", len(dst), src.Len())
 	if b.ok() && len(dst) > 0 {
 		b.fail(b.D.ToHost(f32Bytes(dst), p(src)))
+		b.Downloaded += 4 * int64(len(dst))
 	}
 	if !b.ok() {
 		nan := float32(math.NaN())

@@ -152,7 +152,8 @@ func (b *DeviceBackend) SumSquares(out []float64, ts []backend.Tensor) error {
 
 // AdamW updates every set in one launch (adamw_multi, a grid row per
 // tensor). With GEMM BF16 it also writes each weight's bf16 copy, the
-// operand its matrix products read next.
+// operand its matrix products read next; a set whose W is a view (part of
+// a weight) writes none and leaves the weight's copy stale.
 func (b *DeviceBackend) AdamW(sets []backend.AdamWTensors, c backend.AdamWCoef) error {
 	if len(sets) == 0 || !b.ok() {
 		return b.err
@@ -188,7 +189,11 @@ func (b *DeviceBackend) AdamW(sets []backend.AdamWTensors, c backend.AdamWCoef) 
 			c.GradScale, c.Decay, c.Beta1, c.Beta2, c.OneMinusB1, c.OneMinusB2, c.BC2Sqrt, c.Eps, c.StepSize)
 	}
 	for _, s := range sets {
-		b.shadowWritten(s.W)
+		if dt(s.W).view {
+			b.wrote(s.W)
+		} else {
+			b.shadowWritten(s.W)
+		}
 	}
 	return b.err
 }

@@ -20,12 +20,13 @@ type shadow struct {
 }
 
 // shadowFor returns the bf16 copy AdamW should write for weight w, made
-// on first use; 0 when products are fp32.
+// on first use; 0 when products are fp32 or w is a view (a ZeRO-1 rank's
+// slice of a weight: the update marks the weight's copy stale instead).
 func (b *DeviceBackend) shadowFor(w backend.Tensor) Ptr {
-	if b.GEMM != BF16 || !b.ok() || w.Len() == 0 {
+	d := dt(w)
+	if b.GEMM != BF16 || !b.ok() || w.Len() == 0 || d.view {
 		return 0
 	}
-	d := dt(w)
 	i := sort.Search(len(b.shadows), func(i int) bool { return b.shadows[i].base >= d.p })
 	if i < len(b.shadows) && b.shadows[i].base == d.p && b.shadows[i].bytes == 4*int64(d.n) {
 		return b.shadows[i].copy

@@ -63,6 +63,23 @@ func TestBF16WeightCopies(t *testing.T) {
 			b.Upload(src, ws)
 			b.Copy(w, src)
 			check("after a device copy")
+			// AdamW on part of the weight (a ZeRO-1 rank's slice) writes
+			// no copy of its own and leaves the weight's stale.
+			gv, mv, vv := b.Alloc(30), b.Alloc(30), b.Alloc(30)
+			b.Upload(gv, randn(rng, 30, 1))
+			must(t, b.AdamW([]backend.AdamWTensors{{W: b.View(w, 40, 30), G: gv, M: mv, V: vv}}, backend.AdamWCoef{GradScale: 1, Decay: 1, Beta1: 0.9, Beta2: 0.99,
+				OneMinusB1: 0.1, OneMinusB2: 0.01, BC2Sqrt: 0.1, Eps: 1e-8, StepSize: 0.05}))
+			before := clone(ws)
+			b.Download(ws, w)
+			for i := range ws {
+				if moved := ws[i] != before[i]; moved != (i >= 40 && i < 70) {
+					t.Fatalf("AdamW on elements [40, 70): element %d moved %v", i, moved)
+				}
+			}
+			if len(b.shadows) != 1 || b.shadows[0].base != p(w) || b.shadows[0].bytes != 4*k*n {
+				t.Fatalf("AdamW on a view: %d bf16 copies, want the weight's only", len(b.shadows))
+			}
+			check("after AdamW on a view")
 			casts = b.Casts
 			check("again, from the refreshed copy")
 			if b.Casts != casts+1 {

@@ -29,11 +29,7 @@ func (t *Trainer) fused() backend.FusedAdamW {
 	if t.Update != nil {
 		return nil
 	}
-	if _, isHost := t.Model.B.(backend.HostMemory); isHost {
-		return nil
-	}
-	f, _ := t.Model.B.(backend.FusedAdamW)
-	return f
+	return deviceAdamW(t.Model.B)
 }
 
 // fusedUpdate is the step's check, clip and AdamW update on the device:
@@ -99,15 +95,21 @@ func (t *Trainer) nonFinite(p *Param) error {
 }
 
 // deviceMoments gives every trainable parameter its moments on the
-// device: Opt's (uploaded) when Opt is new to the device or was loaded or
-// replaced since the last fused step, zeros for a name Opt has not seen.
+// device (deviceOptim.ensure with Opt).
 func (t *Trainer) deviceMoments(tp []*Param) error {
-	d, b := &t.dev, t.Model.B
-	if d.opt != t.Opt || d.stepped != t.Opt.StepCount() {
-		t.freeMoments()
-		d.opt, d.stepped = t.Opt, t.Opt.StepCount()
+	return t.dev.ensure(t.Model.B, t.Opt, len(tp), func(i int) (string, int) { return tp[i].Name, tp[i].Len() })
+}
+
+// ensure gives each of n tensors (name and length from at) its moments
+// on b: opt's (uploaded) when opt is new to the device or was loaded or
+// stepped elsewhere since the last fused step, zeros for a name opt has
+// not seen.
+func (d *deviceOptim) ensure(b backend.Backend, opt *optim.AdamW, n int, at func(i int) (string, int)) error {
+	if d.opt != opt || d.stepped != opt.StepCount() {
+		d.free(b)
+		d.opt, d.stepped = opt, opt.StepCount()
 		d.moments = map[string][2]backend.Tensor{}
-		st := t.Opt.State()
+		st := opt.State()
 		byName := map[string][]float32{}
 		for _, x := range st.Tensors {
 			byName[x.Name] = x.Data
@@ -127,42 +129,47 @@ func (t *Trainer) deviceMoments(tp []*Param) error {
 			d.moments[name] = mv
 		}
 	}
-	for _, p := range tp {
-		mv, ok := d.moments[p.Name]
+	for i := range n {
+		name, size := at(i)
+		mv, ok := d.moments[name]
 		if !ok {
-			mv = [2]backend.Tensor{b.Alloc(p.Len()), b.Alloc(p.Len())}
-			d.moments[p.Name] = mv
+			mv = [2]backend.Tensor{b.Alloc(size), b.Alloc(size)}
+			d.moments[name] = mv
 		}
-		if mv[0].Len() != p.Len() {
-			return fmt.Errorf("adamw step %d: param %q has %d elements but its moments have %d", t.Opt.StepCount()+1, p.Name, p.Len(), mv[0].Len())
+		if mv[0].Len() != size {
+			return fmt.Errorf("adamw step %d: param %q has %d elements but its moments have %d", opt.StepCount()+1, name, size, mv[0].Len())
 		}
 	}
 	return nil
 }
 
-func (t *Trainer) freeMoments() {
-	for _, mv := range t.dev.moments {
-		t.Model.B.Free(mv[0])
-		t.Model.B.Free(mv[1])
+func (t *Trainer) freeMoments() { t.dev.free(t.Model.B) }
+
+func (d *deviceOptim) free(b backend.Backend) {
+	for _, mv := range d.moments {
+		b.Free(mv[0])
+		b.Free(mv[1])
 	}
-	t.dev.moments = nil
+	d.moments = nil
 }
 
 // SyncOptimizer brings Opt's moments up to date with those the fused
 // AdamW keeps on the device (a copy to the host), so that Opt.State is the
 // optimizer's state; without fused steps since Opt was set it does
 // nothing. Call it before reading Opt's state (a checkpoint).
-func (t *Trainer) SyncOptimizer() error {
-	d := &t.dev
-	if d.moments == nil || d.opt != t.Opt || d.stepped != t.Opt.StepCount() {
+func (t *Trainer) SyncOptimizer() error { return t.dev.sync(t.Model.B, t.Opt) }
+
+// sync copies d's moments into opt when they are opt's current state.
+func (d *deviceOptim) sync(b backend.Backend, opt *optim.AdamW) error {
+	if d.moments == nil || d.opt != opt || d.stepped != opt.StepCount() {
 		return nil
 	}
 	names := make([]*optim.Param, 0, len(d.moments))
 	st := optim.AdamWState{Step: d.stepped}
 	for name, mv := range d.moments {
 		m, v := make([]float32, mv[0].Len()), make([]float32, mv[1].Len())
-		t.Model.B.Download(m, mv[0])
-		t.Model.B.Download(v, mv[1])
+		b.Download(m, mv[0])
+		b.Download(v, mv[1])
 		st.Tensors = append(st.Tensors, optim.Tensor{Name: optim.ExpAvgPrefix + name, Data: m}, optim.Tensor{Name: optim.ExpAvgSqPrefix + name, Data: v})
 		names = append(names, &optim.Param{Name: name, Data: m, Grad: m})
 	}
@@ -173,7 +180,7 @@ func (t *Trainer) SyncOptimizer() error {
 			}
 		}
 	}
-	return t.Opt.LoadState(names, st)
+	return opt.LoadState(names, st)
 }
 
 // StepOnDevice is for an Update hook on a backend with a fused AdamW (a
@@ -186,11 +193,8 @@ func (t *Trainer) SyncOptimizer() error {
 // has host memory or no fused AdamW.
 func (t *Trainer) StepOnDevice(params []*optim.Param, lr float64) (norm float64, ok bool, err error) {
 	b := t.Model.B
-	if _, isHost := b.(backend.HostMemory); isHost {
-		return 0, false, nil
-	}
-	f, fused := b.(backend.FusedAdamW)
-	if !fused {
+	f := deviceAdamW(b)
+	if f == nil {
 		return 0, false, nil
 	}
 	tp := t.Model.TrainableParams()
@@ -206,4 +210,95 @@ func (t *Trainer) StepOnDevice(params []*optim.Param, lr float64) (norm float64,
 	t.onDevice = true
 	norm, err = t.fusedUpdate(f, lr)
 	return norm, true, err
+}
+
+// Slice is elements [Lo, Hi) of trainable tensor Param (an index into
+// TrainableParams); Name is its name in an optimizer's state.
+type Slice struct {
+	Param, Lo, Hi int
+	Name          string
+}
+
+// StepSlicesOnDevice is for a ZeRO-1 rank's Update hook on a backend with
+// a fused AdamW: it uploads grads[i], the reduced gradient of slice i, into
+// the model's gradient tensor there, takes one step of opt over the
+// slices' weights on the device with the gradients multiplied by
+// gradScale (the clipping coefficient; 1 for none), and downloads the
+// slices' updated weights into weights[i] (which may be grads[i]'s
+// memory: every upload comes before the step). The moments live on the
+// device by slice name, uploaded from opt's state where opt is new to the
+// device or was loaded or stepped elsewhere since; SyncSlices copies them
+// back. The caller has checked the gradients (finite) and computed the
+// scale. ok is false, with nothing done, where the backend has host memory
+// or no fused AdamW.
+func (t *Trainer) StepSlicesOnDevice(opt *optim.AdamW, slices []Slice, grads, weights [][]float32, gradScale float32, lr float64) (ok bool, err error) {
+	b := t.Model.B
+	f := deviceAdamW(b)
+	if f == nil {
+		return false, nil
+	}
+	tp := t.Model.TrainableParams()
+	if len(grads) != len(slices) || len(weights) != len(slices) {
+		return true, fmt.Errorf("step slices on device: %d slices, %d gradients, %d weight buffers", len(slices), len(grads), len(weights))
+	}
+	for i, s := range slices {
+		if s.Param < 0 || s.Param >= len(tp) || s.Lo < 0 || s.Hi <= s.Lo || s.Hi > tp[s.Param].Len() {
+			return true, fmt.Errorf("step slices on device: slice %q is [%d, %d) of trainable tensor %d of %d", s.Name, s.Lo, s.Hi, s.Param, len(tp))
+		}
+		if n := s.Hi - s.Lo; len(grads[i]) != n || len(weights[i]) != n {
+			return true, fmt.Errorf("step slices on device: slice %q of %d elements with a gradient of %d and a weight buffer of %d", s.Name, n, len(grads[i]), len(weights[i]))
+		}
+	}
+	d := &t.zdev
+	if err := d.ensure(b, opt, len(slices), func(i int) (string, int) { return slices[i].Name, slices[i].Hi - slices[i].Lo }); err != nil {
+		return true, err
+	}
+	c, err := opt.Advance(lr)
+	if err != nil {
+		return true, err
+	}
+	d.stepped = opt.StepCount()
+	d.sets = d.sets[:0]
+	for i, s := range slices {
+		p, n := tp[s.Param], s.Hi-s.Lo
+		g := b.View(p.G, s.Lo, n)
+		b.Upload(g, grads[i])
+		mv := d.moments[s.Name]
+		d.sets = append(d.sets, backend.AdamWTensors{W: b.View(p.W, s.Lo, n), G: g, M: mv[0], V: mv[1]})
+	}
+	if err := f.AdamW(d.sets, backend.AdamWCoef{GradScale: gradScale, Decay: c.Decay, Beta1: c.Beta1, Beta2: c.Beta2,
+		OneMinusB1: c.OneMinusB1, OneMinusB2: c.OneMinusB2, BC2Sqrt: c.BC2Sqrt, Eps: c.Eps, StepSize: c.StepSize}); err != nil {
+		return true, err
+	}
+	for i, s := range d.sets {
+		b.Download(weights[i], s.W)
+	}
+	if e, ok := b.(interface{ Err() error }); ok && e.Err() != nil {
+		return true, fmt.Errorf("step slices on device: %w", e.Err())
+	}
+	return true, nil
+}
+
+// SyncSlices brings opt's moments up to date with those
+// StepSlicesOnDevice keeps on the device for it, as SyncOptimizer does for
+// Opt; it does nothing where opt has not stepped there since it was set.
+func (t *Trainer) SyncSlices(opt *optim.AdamW) error { return t.zdev.sync(t.Model.B, opt) }
+
+// deviceAdamW is b's fused AdamW where the optimizer's step runs on the
+// device: b has no host memory.
+func deviceAdamW(b backend.Backend) backend.FusedAdamW {
+	if _, isHost := b.(backend.HostMemory); isHost {
+		return nil
+	}
+	f, _ := b.(backend.FusedAdamW)
+	return f
+}
+
+// Release frees the optimizer state the trainer keeps on the device (the
+// moments of its fused steps and of StepSlicesOnDevice). Sync what is to
+// be kept first.
+func (t *Trainer) Release() {
+	t.dev.free(t.Model.B)
+	t.zdev.free(t.Model.B)
+	t.dev, t.zdev = deviceOptim{}, deviceOptim{}
 }

@@ -390,3 +390,23 @@ func finite(v []float32) bool {
 	}
 	return true
 }
+
+// Release frees the model's tensors on its backend: weights, gradients,
+// adapters and the last pass's activations. The model must not be used
+// afterwards; a model replaced on a device (a learner's Load) gives its
+// memory back so.
+func (m *Model) Release() {
+	for _, p := range append(m.loraParams(), m.params...) {
+		if p.W != nil {
+			m.B.Free(p.W)
+		}
+		if p.G != nil {
+			m.B.Free(p.G)
+		}
+		p.W, p.G = nil, nil
+	}
+	if m.pass != nil {
+		m.pass.free(m.B)
+		m.pass = nil
+	}
+}

@@ -61,13 +61,22 @@ type Trainer struct {
 	// every step where GradsReady was called.
 	GradsReady func(step int, params []*optim.Param, ready []int)
 
+	// DeviceUpdate, set beside Update, says that Update steps on the
+	// device where the backend has a fused AdamW and no host memory
+	// (StepOnDevice, StepSlicesOnDevice), reading no weights from params:
+	// there the trainer downloads only the gradients before it, and
+	// params' Data holds what it last held (what Update wrote, or zeros).
+	DeviceUpdate bool
+
 	step      int
 	dev       deviceOptim             // the optimizer's state on a FusedAdamW backend
+	zdev      deviceOptim             // a ZeRO-1 rank's slices' state there (StepSlicesOnDevice)
 	onDevice  bool                    // Update stepped through StepOnDevice
 	host      map[*Param]*optim.Param // host copies when the backend has no host memory
 	views     []*optim.Param
 	lastMicro bool // the micro-batch running is the step's last
 	armed     bool // GradsReady fired this step
+	fetched   int  // gradients GradsReady's groups downloaded this step
 }
 
 // StepStats reports one step.
@@ -139,7 +148,7 @@ func (t *Trainer) takeStep(micro []*Batch, lr float64, microStep func(i int, bt 
 		return st, fmt.Errorf("train step %d: no micro-batches", st.Step)
 	}
 	m.ZeroGrad()
-	t.armed = false
+	t.armed, t.fetched = false, 0
 	if t.fused() != nil {
 		// The moments first, so that they do not take cached blocks
 		// the step's temporaries then need afresh.
@@ -240,6 +249,7 @@ func (t *Trainer) arm() {
 			for _, i := range groups[k] {
 				m.B.Download(t.views[i].Grad, tp[i].G)
 			}
+			t.fetched += len(groups[k])
 		}
 		t.GradsReady(step, t.views, groups[k])
 	}
@@ -270,14 +280,23 @@ func (t *Trainer) viewParams() []*optim.Param {
 
 // optimParams views the trainable parameters as optim.Params: in place on
 // a host-memory backend, else through host copies refreshed from the
-// device.
+// device (the gradients unless GradsReady's groups brought them all, the
+// weights unless Update steps on the device: DeviceUpdate).
 func (t *Trainer) optimParams() []*optim.Param {
 	m := t.Model
+	armed := t.armed
 	views := t.viewParams()
 	if _, isHost := m.B.(backend.HostMemory); !isHost {
-		for i, p := range m.TrainableParams() {
-			m.B.Download(views[i].Data, p.W)
-			m.B.Download(views[i].Grad, p.G)
+		tp := m.TrainableParams()
+		weights := t.Update == nil || !t.DeviceUpdate || deviceAdamW(m.B) == nil
+		grads := !armed || t.fetched != len(tp)
+		for i, p := range tp {
+			if weights {
+				m.B.Download(views[i].Data, p.W)
+			}
+			if grads {
+				m.B.Download(views[i].Grad, p.G)
+			}
 		}
 	}
 	return views

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/optim"
 )
 
@@ -93,7 +94,11 @@ type Rank struct {
 	viewHeld bool
 	// reduceOp is the step's gradient reduction's collective number.
 	reduceOp uint64
-	failed   error
+	// stage 1 on a device: the pieces as slices of the trainable tensors
+	// and their ranges of flat (gradients in, weights out).
+	slices []model.Slice
+	spans  [][]float32
+	failed error
 	// updating is the learner step whose update has begun: an error of
 	// that step came out of the collectives alike on every rank.
 	updating int
@@ -129,7 +134,7 @@ func Join(l *learner.Learner, t Transport, epoch uint64, o Options) (*Rank, erro
 		}
 	}
 	err := l.SetSharding(&learner.Sharding{Rank: t.Rank(), Ranks: t.Size(), Update: r.update, SumStats: r.sumStats, Abort: r.abort,
-		GradsReady: r.gradsReady, ParamsChanged: r.paramsChanged})
+		GradsReady: r.gradsReady, ParamsChanged: r.paramsChanged, DeviceUpdate: true})
 	if err != nil {
 		r.Close()
 		return nil, err
@@ -377,6 +382,11 @@ func (r *Rank) layPieces() {
 			lo = hi
 		}
 	}
+	r.slices, r.spans = r.slices[:0], r.spans[:0]
+	for _, p := range r.pieces {
+		r.slices = append(r.slices, model.Slice{Param: p.ti, Lo: p.lo, Hi: p.hi, Name: p.name})
+		r.spans = append(r.spans, r.flat[p.off:p.off+p.hi-p.lo])
+	}
 }
 
 // takeOptimizer moves this rank's slice of the learner's AdamW state into
@@ -471,6 +481,9 @@ func (r *Rank) updateReplicated(params []*optim.Param, lr float64) (float64, err
 	// out the same everywhere.
 	if norm, ok, err := r.l.StepOnDevice(params, lr); ok {
 		// On a GPU: the same check, clip and AdamW on the device.
+		if err != nil {
+			err = r.deviceFailed(err)
+		}
 		return norm, err
 	}
 	if err := optim.CheckFinite(params); err != nil {
@@ -526,29 +539,40 @@ func (r *Rank) updateZeRO1(params []*optim.Param, lr float64) (float64, error) {
 	}
 	norm := math.Sqrt(v[0])
 	c := r.l.Config()
+	scale := float32(1)
 	if c.MaxGradNorm > 0 {
 		// As optim.ClipGradNorm, from the global norm.
 		if coef := c.MaxGradNorm / (norm + 1e-6); coef < 1 {
-			f := float32(coef)
+			scale = float32(coef)
+		}
+	}
+	// On a GPU: the slices' update on the device, their weights back in
+	// flat.
+	onDevice, err := r.l.StepSlicesOnDevice(r.zopt, r.slices, r.spans, r.spans, scale, lr)
+	if err != nil {
+		return norm, r.deviceFailed(err)
+	}
+	if !onDevice {
+		if scale != 1 {
 			for _, p := range r.pieces {
 				g := r.flat[p.off : p.off+p.hi-p.lo]
 				for i := range g {
-					g[i] *= f
+					g[i] *= scale
 				}
 			}
 		}
-	}
-	ps := make([]*optim.Param, len(r.pieces))
-	for i, p := range r.pieces {
-		ps[i] = &optim.Param{Name: p.name, Data: params[p.ti].Data[p.lo:p.hi], Grad: r.flat[p.off : p.off+p.hi-p.lo]}
-	}
-	if err := r.zopt.Step(ps, lr); err != nil {
-		return norm, err
+		ps := make([]*optim.Param, len(r.pieces))
+		for i, p := range r.pieces {
+			ps[i] = &optim.Param{Name: p.name, Data: params[p.ti].Data[p.lo:p.hi], Grad: r.flat[p.off : p.off+p.hi-p.lo]}
+		}
+		if err := r.zopt.Step(ps, lr); err != nil {
+			return norm, err
+		}
+		for _, p := range r.pieces {
+			copy(r.flat[p.off:], params[p.ti].Data[p.lo:p.hi])
+		}
 	}
 	// Spread the updated slices: the flat buffer now carries weights.
-	for _, p := range r.pieces {
-		copy(r.flat[p.off:], params[p.ti].Data[p.lo:p.hi])
-	}
 	ctx, cancel = r.ctx()
 	op := r.nextOp(1)
 	if r.ring.viewing() {
@@ -566,6 +590,17 @@ func (r *Rank) updateZeRO1(params []*optim.Param, lr float64) (float64, error) {
 	}
 	r.doneReading(op)
 	return norm, nil
+}
+
+// deviceFailed is err from an update on the device: where the device
+// itself failed (its backend keeps an error) this rank's weights are lost,
+// so the group fails; otherwise (the optimizer's own checks, alike on
+// every rank) err stands.
+func (r *Rank) deviceFailed(err error) error {
+	if e, ok := r.l.Model().B.(interface{ Err() error }); ok && e.Err() != nil {
+		return r.fail(fmt.Errorf("update on %s: %w", r.t.Peer(r.t.Rank()), err))
+	}
+	return err
 }
 
 // Save writes the group's checkpoint share of this rank into dir (a
@@ -590,6 +625,9 @@ func (r *Rank) Save(dir string) error {
 			return r.l.Save(dir)
 		}
 		return nil
+	}
+	if err := r.l.SyncSlices(r.zopt); err != nil {
+		return fmt.Errorf("shard: save: rank %d: %w", rank, err)
 	}
 	var parts []learner.OptimizerPart
 	st := r.zopt.State()
