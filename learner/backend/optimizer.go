@@ -29,3 +29,15 @@ type AdamWCoef struct {
 	GradScale                                                           float32
 	Decay, Beta1, Beta2, OneMinusB1, OneMinusB2, BC2Sqrt, Eps, StepSize float32
 }
+
+// PinnedHost is implemented by backends without host memory that can
+// give host buffers the device copies to and from directly (page-locked
+// memory on a GPU), for what crosses every step: a data-parallel rank's
+// gradients and weights. HostBuffer returns n zeroed float32s of it, or
+// nil where it cannot (ordinary memory serves then); FreeHostBuffer frees
+// one and ignores any other slice. The buffers are invalid once the
+// backend is closed.
+type PinnedHost interface {
+	HostBuffer(n int) []float32
+	FreeHostBuffer(x []float32)
+}

@@ -39,7 +39,8 @@ type DeviceBackend struct {
 	err     error
 	temps   []Ptr // an op's temporaries, freed when it returns
 	opt     optimState
-	shadows []*shadow // bf16 copies of weights, by address
+	shadows []*shadow        // bf16 copies of weights, by address
+	pinned  map[*byte][]byte // HostBuffer's page-locked buffers by address
 }
 
 // NewDeviceBackend returns a backend on d with matrix products in gemm.
@@ -62,9 +63,9 @@ func (b *DeviceBackend) Sync() error {
 	return b.err
 }
 
-// Close frees every tensor and closes the device.
+// Close frees every tensor and host buffer and closes the device.
 func (b *DeviceBackend) Close() error {
-	return errors.Join(b.A.Release(), b.D.Close())
+	return errors.Join(b.A.Release(), b.freePinned(), b.D.Close())
 }
 
 // Tensor is a DeviceBackend tensor: n fp32 elements at p. A view shares

@@ -41,6 +41,8 @@ type Driver struct {
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, bytes uint64) int32
 	cuMemsetD8                func(dst uint64, v uint8, n uint64) int32
 	cuMemcpyDtoD              func(dst, src uint64, bytes uint64) int32
+	cuMemAllocHost            func(p *unsafe.Pointer, bytes uint64) int32
+	cuMemFreeHost             func(p unsafe.Pointer) int32
 }
 
 // CUDA driver constants used here (cuda.h).
@@ -90,6 +92,8 @@ func OpenDriver(candidates ...string) (*Driver, error) {
 		"cuMemcpyDtoH_v2":              &d.cuMemcpyDtoH,
 		"cuMemsetD8_v2":                &d.cuMemsetD8,
 		"cuMemcpyDtoD_v2":              &d.cuMemcpyDtoD,
+		"cuMemAllocHost_v2":            &d.cuMemAllocHost,
+		"cuMemFreeHost":                &d.cuMemFreeHost,
 	}); err != nil {
 		return nil, fmt.Errorf("CUDA driver: %w", err)
 	}

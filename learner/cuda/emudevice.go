@@ -33,6 +33,10 @@ type EmuDevice struct {
 	used   int64
 	// Launches and Gemms count the operations run.
 	Launches, Gemms int
+	// PinnedBytes counts the bytes copied to or from HostAlloc's buffers.
+	PinnedBytes int64
+
+	pinned map[*byte][]byte // HostAlloc's buffers by address
 }
 
 type emuBlock struct {
@@ -131,6 +135,7 @@ func (d *EmuDevice) ToDevice(dst Ptr, src []byte) error {
 	if err != nil {
 		return fmt.Errorf("copy to device: %w", err)
 	}
+	d.countPinned(src)
 	copy(b, src)
 	return nil
 }
@@ -140,6 +145,7 @@ func (d *EmuDevice) ToHost(dst []byte, src Ptr) error {
 	if err != nil {
 		return fmt.Errorf("copy to host: %w", err)
 	}
+	d.countPinned(dst)
 	copy(dst, b)
 	return nil
 }
@@ -167,7 +173,7 @@ func (d *EmuDevice) Zero(p Ptr, n int64) error {
 }
 
 func (d *EmuDevice) Sync() error  { return nil }
-func (d *EmuDevice) Close() error { d.allocs, d.used = nil, 0; return nil }
+func (d *EmuDevice) Close() error { d.allocs, d.used, d.pinned = nil, 0, nil; return nil }
 
 // Launch runs the kernel now; pointer arguments must point into this
 // device's memory.

@@ -294,11 +294,18 @@ func deviceAdamW(b backend.Backend) backend.FusedAdamW {
 	return f
 }
 
-// Release frees the optimizer state the trainer keeps on the device (the
-// moments of its fused steps and of StepSlicesOnDevice). Sync what is to
-// be kept first.
+// Release frees what the trainer keeps beside the model on a device: the
+// optimizer state of its fused steps and of StepSlicesOnDevice (sync what
+// is to be kept first) and its host copies of the parameters.
 func (t *Trainer) Release() {
 	t.dev.free(t.Model.B)
 	t.zdev.free(t.Model.B)
 	t.dev, t.zdev = deviceOptim{}, deviceOptim{}
+	if ph, ok := t.Model.B.(backend.PinnedHost); ok {
+		for _, h := range t.host {
+			ph.FreeHostBuffer(h.Data)
+			ph.FreeHostBuffer(h.Grad)
+		}
+	}
+	t.host, t.views = nil, nil
 }

@@ -72,7 +72,7 @@ type Trainer struct {
 	dev       deviceOptim             // the optimizer's state on a FusedAdamW backend
 	zdev      deviceOptim             // a ZeRO-1 rank's slices' state there (StepSlicesOnDevice)
 	onDevice  bool                    // Update stepped through StepOnDevice
-	host      map[*Param]*optim.Param // host copies when the backend has no host memory
+	host      map[*Param]*optim.Param // host copies when the backend has no host memory (page-locked where it gives some)
 	views     []*optim.Param
 	lastMicro bool // the micro-batch running is the step's last
 	armed     bool // GradsReady fired this step
@@ -270,7 +270,7 @@ func (t *Trainer) viewParams() []*optim.Param {
 		}
 		h := t.host[p]
 		if h == nil {
-			h = &optim.Param{Name: p.Name, Data: make([]float32, p.Len()), Grad: make([]float32, p.Len())}
+			h = &optim.Param{Name: p.Name, Data: hostBuffer(m.B, p.Len()), Grad: hostBuffer(m.B, p.Len())}
 			t.host[p] = h
 		}
 		t.views = append(t.views, h)
@@ -300,6 +300,17 @@ func (t *Trainer) optimParams() []*optim.Param {
 		}
 	}
 	return views
+}
+
+// hostBuffer is n float32s of b's page-locked host memory where it has
+// some (backend.PinnedHost), else ordinary memory.
+func hostBuffer(b backend.Backend, n int) []float32 {
+	if ph, ok := b.(backend.PinnedHost); ok {
+		if x := ph.HostBuffer(n); x != nil {
+			return x
+		}
+	}
+	return make([]float32, n)
 }
 
 func (t *Trainer) syncBack() {

@@ -48,9 +48,10 @@ func TestDeviceRanksEqualOneLearner(t *testing.T) {
 			}
 			for step := range 3 {
 				b := groupBatch(step)
-				var before [2]int64
+				var before, pinnedBefore [2]int64
 				for r, rk := range ranks {
-					before[r] = rk.Learner().Model().B.(*cuda.DeviceBackend).Downloaded
+					db := rk.Learner().Model().B.(*cuda.DeviceBackend)
+					before[r], pinnedBefore[r] = db.Downloaded, db.D.(*cuda.EmuDevice).PinnedBytes
 				}
 				got, errs := trainAll(ranks, b)
 				for r, err := range errs {
@@ -73,6 +74,13 @@ func TestDeviceRanksEqualOneLearner(t *testing.T) {
 					t.Logf("step %d rank %d: %d bytes to the host for %d bytes of gradients", step, r, d, n)
 					if d < n+own || d > n+own+n/10 {
 						t.Errorf("step %d rank %d: %d bytes copied to the host, want %d (gradients) + %d (owned weights) + scores under %d", step, r, d, n, own, n/10)
+					}
+					// The gradients and weights cross through page-locked
+					// buffers (the trainer's host copies, the ring's flat
+					// buffer): down and back up, whole or the owned slice.
+					pinned := rk.Learner().Model().B.(*cuda.DeviceBackend).D.(*cuda.EmuDevice).PinnedBytes - pinnedBefore[r]
+					if pinned != 2*n+2*own {
+						t.Errorf("step %d rank %d: %d bytes copied through page-locked buffers, want %d", step, r, pinned, 2*n+2*own)
 					}
 				}
 				for r := range ranks {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/optim"
 )
@@ -98,6 +99,9 @@ type Rank struct {
 	// and their ranges of flat (gradients in, weights out).
 	slices []model.Slice
 	spans  [][]float32
+	// pinned is flat where it came from the learner's backend
+	// (page-locked host memory the device copies to and from directly).
+	pinned []float32
 	failed error
 	// updating is the learner step whose update has begun: an error of
 	// that step came out of the collectives alike on every rank.
@@ -214,6 +218,7 @@ func (r *Rank) layTensors() error {
 	if r.total < r.t.Size() {
 		return fmt.Errorf("shard: join: %d trainable elements for %d ranks", r.total, r.t.Size())
 	}
+	r.freeFlat()
 	if s := r.ring.shm; s != nil {
 		if r.total <= s.floats {
 			r.flat = s.bufs[s.rank][:r.total]
@@ -236,8 +241,26 @@ func (r *Rank) layTensors() error {
 		r.ring.shm = nil
 		r.ring.notShared = fmt.Sprintf("%d trainable elements outgrew the shared buffers of %d", r.total, s.floats)
 	}
-	r.flat = make([]float32, r.total)
+	r.flat = nil
+	if ph, ok := r.l.Model().B.(backend.PinnedHost); ok {
+		r.pinned = ph.HostBuffer(r.total)
+		r.flat = r.pinned
+	}
+	if r.flat == nil {
+		r.flat = make([]float32, r.total)
+	}
 	return nil
+}
+
+// freeFlat frees flat where it is the backend's host buffer.
+func (r *Rank) freeFlat() {
+	if r.pinned == nil {
+		return
+	}
+	if ph, ok := r.l.Model().B.(backend.PinnedHost); ok {
+		ph.FreeHostBuffer(r.pinned)
+	}
+	r.pinned = nil
 }
 
 // share sets up buffers shared with the other ranks when all of them are
@@ -250,6 +273,7 @@ func (r *Rank) share() error {
 		return r.fail(fmt.Errorf("join: %w", err))
 	}
 	if buf != nil {
+		r.freeFlat()
 		r.flat = buf[:r.total]
 	}
 	return nil
@@ -318,6 +342,10 @@ func (r *Rank) Close() {
 	if r.ring.shm != nil {
 		r.ring.shm.close()
 		r.ring.shm = nil
+		r.flat = nil
+	}
+	if r.pinned != nil {
+		r.freeFlat()
 		r.flat = nil
 	}
 }
