@@ -23,7 +23,13 @@
 # GPU_CHECK_HOSTOPT=0 skips that) and the CPU backend, and with PyTorch eager where
 # python3 has torch with CUDA (learner/cuda/testdata/torch_step.py), and
 # reports the host. GPU_CHECK_STEP=0 skips the timing, GPU_CHECK_STEP_CPU=0
-# the CPU backend's (the slowest part). Not yet: decode tokens/s.
+# the CPU backend's (the slowest part). Then the data-parallel ranks on the
+# GPU: learner/shard's device tests (two ranks on the GPU against one
+# learner, ZeRO stage 0 and 1 with the update on the device, the ZeRO-1
+# checkpoint and resume, the bytes a step copies to the host and through
+# page-locked buffers) and a timed step of one learner and of two ranks
+# under each stage on the same shape (BenchmarkDeviceStep;
+# GPU_CHECK_SHARDED=0 skips both). Not yet: decode tokens/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +38,10 @@ build() {
 	mkdir -p "$dir/learner/cuda" "$dir/docs" "$dir/bin"
 	CGO_ENABLED=0 go test -c -o "$dir/learner/cuda/cuda.test" ./learner/cuda
 	CGO_ENABLED=0 go test -c -o "$dir/learner/cpu/cpu.test" ./learner/cpu
+	mkdir -p "$dir/learner/shard"
+	CGO_ENABLED=0 go test -c -o "$dir/learner/shard/shard.test" ./learner/shard
 	cp -r learner/cuda/testdata "$dir/learner/cuda/"
+	cp -r learner/shard/testdata "$dir/learner/shard/"
 	cp docs/cuda.md "$dir/docs/"
 	CGO_ENABLED=0 go build -o "$dir/bin/rlnode" ./cmd/rlnode
 	cp scripts/gpu-check.sh "$dir/gpu-check.sh"
@@ -66,13 +75,19 @@ run() {
 		bin="$dir/$pkg/$(basename "$pkg").test"
 		(cd "$dir/$pkg" && timeout 300 "$bin" -test.v -test.count=1 -test.timeout=280s) >"$log/$(basename "$pkg").txt" 2>&1 || failed=1
 	done
+	: >"$log/shard.txt"
+	if [ "${GPU_CHECK_SHARDED:-1}" != 0 ]; then
+		# The GPU's subtests only: the emulated ones ran in CI.
+		(cd "$dir/learner/shard" && timeout 150 ./shard.test -test.v -test.count=1 -test.run 'TestDevice.*/gpu' -test.timeout=140s) >"$log/shard.txt" 2>&1 || failed=1
+	fi
 	: >"$log/step.txt"
 	if [ "${GPU_CHECK_STEP:-1}" != 0 ]; then
 		step "$dir" >"$log/step.txt" 2>&1 || failed=1
 	fi
 	echo "================ rlnode gpu-check report ================"
 	cat "$log/host.txt"
-	for f in "$log"/cuda.txt "$log"/cpu.txt; do
+	for f in "$log"/cuda.txt "$log"/cpu.txt "$log"/shard.txt; do
+		[ -s "$f" ] || continue
 		local name
 		name=$(basename "$f" .txt)
 		echo "== tests: learner/$name"
@@ -107,6 +122,12 @@ step() {
 	if [ "${GPU_CHECK_STEP_CPU:-1}" != 0 ]; then
 		(cd "$dir/learner/cuda" && timeout 150 "$bin" -test.run '^$' -test.bench 'TrainingStep/cpu' -test.benchtime 1x -test.timeout=140s) 2>&1 |
 			grep -E 'Benchmark|FAIL|panic' || echo "CPU backend: no figure (timed out after 150 s?)"
+	fi
+	# Data-parallel ranks on the GPU: one learner, two ranks under ZeRO
+	# stage 0 and 1 (same device, half the rows each).
+	if [ "${GPU_CHECK_SHARDED:-1}" != 0 ]; then
+		(cd "$dir/learner/shard" && timeout 180 ./shard.test -test.run '^$' -test.bench 'DeviceStep/gpu' -test.benchtime 1x -test.timeout=170s) 2>&1 |
+			grep -E 'Benchmark|FAIL|panic|Error' || echo "sharded steps: no figure (timed out after 180 s?)"
 	fi
 	if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
 		for dt in bf16 fp32; do

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/cuda"
 	"github.com/rlnode/rlnode/learner/cuda/cudatest"
 )
@@ -17,7 +18,12 @@ import (
 // tensor; under ZeRO-1 each rank's slices only, then the all-gather (the
 // host ZeRO-1 path on the CPU backend lands in the same place).
 func TestDeviceRanksEqualOneLearner(t *testing.T) {
-	newBackend := cudatest.EmuBackend(t)
+	for name, newBackend := range cudatest.Backends(t) {
+		t.Run(name, func(t *testing.T) { deviceRanksEqualOneLearner(t, newBackend) })
+	}
+}
+
+func deviceRanksEqualOneLearner(t *testing.T, newBackend func() (backend.Backend, error)) {
 	single := tinyConfig(learner.GRPO, 0, 0)
 	single.Backend = newBackend
 	ref := newLearner(t, single)
@@ -51,7 +57,10 @@ func TestDeviceRanksEqualOneLearner(t *testing.T) {
 				var before, pinnedBefore [2]int64
 				for r, rk := range ranks {
 					db := rk.Learner().Model().B.(*cuda.DeviceBackend)
-					before[r], pinnedBefore[r] = db.Downloaded, db.D.(*cuda.EmuDevice).PinnedBytes
+					before[r] = db.Downloaded
+					if emu, ok := db.D.(*cuda.EmuDevice); ok {
+						pinnedBefore[r] = emu.PinnedBytes
+					}
 				}
 				got, errs := trainAll(ranks, b)
 				for r, err := range errs {
@@ -78,9 +87,14 @@ func TestDeviceRanksEqualOneLearner(t *testing.T) {
 					// The gradients and weights cross through page-locked
 					// buffers (the trainer's host copies, the ring's flat
 					// buffer): down and back up, whole or the owned slice.
-					pinned := rk.Learner().Model().B.(*cuda.DeviceBackend).D.(*cuda.EmuDevice).PinnedBytes - pinnedBefore[r]
-					if pinned != 2*n+2*own {
-						t.Errorf("step %d rank %d: %d bytes copied through page-locked buffers, want %d", step, r, pinned, 2*n+2*own)
+					db := rk.Learner().Model().B.(*cuda.DeviceBackend)
+					if db.PinnedBuffers() == 0 {
+						t.Errorf("step %d rank %d: no page-locked host buffers held", step, r)
+					}
+					if emu, ok := db.D.(*cuda.EmuDevice); ok {
+						if pinned := emu.PinnedBytes - pinnedBefore[r]; pinned != 2*n+2*own {
+							t.Errorf("step %d rank %d: %d bytes copied through page-locked buffers, want %d", step, r, pinned, 2*n+2*own)
+						}
 					}
 				}
 				for r := range ranks {
