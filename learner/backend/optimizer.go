@@ -36,8 +36,12 @@ type AdamWCoef struct {
 // gradients and weights. HostBuffer returns n zeroed float32s of it, or
 // nil where it cannot (ordinary memory serves then); FreeHostBuffer frees
 // one and ignores any other slice. The buffers are invalid once the
-// backend is closed.
+// backend is closed. PinHostBuffer page-locks memory the caller owns (a
+// buffer shared with other processes), reporting whether it could;
+// UnpinHostBuffer undoes it and must come before that memory goes away.
 type PinnedHost interface {
 	HostBuffer(n int) []float32
 	FreeHostBuffer(x []float32)
+	PinHostBuffer(x []float32) bool
+	UnpinHostBuffer(x []float32)
 }

@@ -41,6 +41,8 @@ type DeviceBackend struct {
 	opt     optimState
 	shadows []*shadow        // bf16 copies of weights, by address
 	pinned  map[*byte][]byte // HostBuffer's page-locked buffers by address
+	// PinHostBuffer's ranges by address
+	registered map[*byte][]byte
 }
 
 // NewDeviceBackend returns a backend on d with matrix products in gemm.

@@ -43,6 +43,8 @@ type Driver struct {
 	cuMemcpyDtoD              func(dst, src uint64, bytes uint64) int32
 	cuMemAllocHost            func(p *unsafe.Pointer, bytes uint64) int32
 	cuMemFreeHost             func(p unsafe.Pointer) int32
+	cuMemHostRegister         func(p unsafe.Pointer, bytes uint64, flags uint32) int32
+	cuMemHostUnregister       func(p unsafe.Pointer) int32
 }
 
 // CUDA driver constants used here (cuda.h).
@@ -94,6 +96,8 @@ func OpenDriver(candidates ...string) (*Driver, error) {
 		"cuMemcpyDtoD_v2":              &d.cuMemcpyDtoD,
 		"cuMemAllocHost_v2":            &d.cuMemAllocHost,
 		"cuMemFreeHost":                &d.cuMemFreeHost,
+		"cuMemHostRegister_v2":         &d.cuMemHostRegister,
+		"cuMemHostUnregister":          &d.cuMemHostUnregister,
 	}); err != nil {
 		return nil, fmt.Errorf("CUDA driver: %w", err)
 	}

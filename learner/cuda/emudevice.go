@@ -36,7 +36,8 @@ type EmuDevice struct {
 	// PinnedBytes counts the bytes copied to or from HostAlloc's buffers.
 	PinnedBytes int64
 
-	pinned map[*byte][]byte // HostAlloc's buffers by address
+	pinned     map[*byte][]byte // HostAlloc's buffers by address
+	registered map[*byte][]byte // HostRegister's ranges by address
 }
 
 type emuBlock struct {
@@ -172,8 +173,11 @@ func (d *EmuDevice) Zero(p Ptr, n int64) error {
 	return nil
 }
 
-func (d *EmuDevice) Sync() error  { return nil }
-func (d *EmuDevice) Close() error { d.allocs, d.used, d.pinned = nil, 0, nil; return nil }
+func (d *EmuDevice) Sync() error { return nil }
+func (d *EmuDevice) Close() error {
+	d.allocs, d.used, d.pinned, d.registered = nil, 0, nil, nil
+	return nil
+}
 
 // Launch runs the kernel now; pointer arguments must point into this
 // device's memory.

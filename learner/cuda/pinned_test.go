@@ -2,9 +2,11 @@ package cuda
 
 import (
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // TestHostBuffers: the backend's page-locked host buffers (cuMemAllocHost
@@ -56,6 +58,37 @@ func TestHostBuffers(t *testing.T) {
 			if b.HostBuffer(0) != nil || b.HostBuffer(-1) != nil {
 				t.Error("HostBuffer of no elements gave a buffer")
 			}
+			// Memory of the caller's, pinned for a while (a buffer shared
+			// with other processes).
+			own := make([]float32, 3000)
+			if !b.PinHostBuffer(own) {
+				t.Fatal("PinHostBuffer refused ordinary memory")
+			}
+			if b.PinHostBuffer(own) {
+				t.Error("PinHostBuffer pinned the same buffer twice")
+			}
+			if emu != nil {
+				before = emu.PinnedBytes
+			}
+			b.Download(own[100:100+n], dev)
+			must(t, b.Sync())
+			if !slices.Equal(own[100:100+n], want) {
+				t.Fatal("a download into a pinned buffer differs from the upload")
+			}
+			if emu != nil && emu.PinnedBytes-before != 4*n {
+				t.Errorf("%d bytes counted through the pinned buffer, want %d", emu.PinnedBytes-before, 4*n)
+			}
+			if b.PinnedBuffers() != 2 {
+				t.Fatalf("%d host buffers held, want 2", b.PinnedBuffers())
+			}
+			b.UnpinHostBuffer(own)
+			b.UnpinHostBuffer(own) // no longer pinned: nothing happens
+			if b.PinnedBuffers() != 1 || b.Err() != nil {
+				t.Fatalf("after unpinning: %d host buffers held, error %v", b.PinnedBuffers(), b.Err())
+			}
+			if !b.PinHostBuffer(own) {
+				t.Fatal("PinHostBuffer refused a buffer pinned and unpinned before")
+			}
 			must(t, b.Close())
 			if b.PinnedBuffers() != 0 {
 				t.Errorf("Close left %d host buffers", b.PinnedBuffers())
@@ -64,7 +97,11 @@ func TestHostBuffers(t *testing.T) {
 	}
 }
 
-func TestEmuHostFreeRefusesForeignMemory(t *testing.T) {
+// TestEmuHostMemoryRefusesMisuse: the emulated device refuses what the
+// driver refuses: freeing memory it did not allocate (or part of it, or
+// twice), registering a range that overlaps a registered one,
+// unregistering what was not registered.
+func TestEmuHostMemoryRefusesMisuse(t *testing.T) {
 	d, err := OpenEmuDevice("")
 	if err != nil {
 		t.Fatal(err)
@@ -83,5 +120,40 @@ func TestEmuHostFreeRefusesForeignMemory(t *testing.T) {
 	must(t, d.HostFree(mem))
 	if err := d.HostFree(mem); err == nil {
 		t.Error("freeing a buffer twice succeeded")
+	}
+	own := make([]byte, 4096)
+	must(t, d.HostRegister(own[1000:2000]))
+	if err := d.HostRegister(own[1500:2500]); err == nil || !strings.Contains(err.Error(), "already registered") {
+		t.Errorf("registering an overlapping range: %v", err)
+	}
+	if err := d.HostUnregister(own[1000:1500]); err == nil {
+		t.Error("unregistering part of a range succeeded")
+	}
+	must(t, d.HostUnregister(own[1000:2000]))
+	must(t, d.HostRegister(own[1500:2500]))
+}
+
+// TestPageSpan: cuMemHostRegister gets the whole pages holding a buffer.
+func TestPageSpan(t *testing.T) {
+	page := os.Getpagesize()
+	mem := make([]byte, 4*page)
+	base := uintptr(unsafe.Pointer(&mem[0]))
+	first := int((uintptr(page) - base%uintptr(page)) % uintptr(page)) // mem[first] starts a page
+	for _, c := range []struct {
+		lo, hi      int // the buffer, from the first page start
+		off, length int // the span, from the first page start
+	}{
+		{0, page, 0, page},
+		{0, 1, 0, page},
+		{1, page, 0, page},
+		{page - 1, page + 1, 0, 2 * page},
+		{100, 2*page + 5, 0, 3 * page},
+		{page, 2 * page, page, page},
+	} {
+		b := mem[first+c.lo : first+c.hi]
+		p, n := pageSpan(b)
+		if got := int(uintptr(p) - base - uintptr(first)); got != c.off || int(n) != c.length {
+			t.Errorf("pageSpan of [%d, %d) past a page start: offset %d, %d bytes; want %d, %d", c.lo, c.hi, got, n, c.off, c.length)
+		}
 	}
 }

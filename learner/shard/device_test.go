@@ -2,6 +2,7 @@ package shard
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -47,7 +48,14 @@ func deviceRanksEqualOneLearner(t *testing.T, newBackend func() (backend.Backend
 		t.Run(fmt.Sprintf("stage%d", stage), func(t *testing.T) {
 			c := tinyConfig(learner.GRPO, 2, stage)
 			c.Backend = newBackend
-			ranks := memGroup(t, c, Options{BucketElems: 333, Timeout: 60 * time.Second})
+			// Stage 1's ranks share their buffers (as ranks on one host
+			// do), which the backend then page-locks.
+			ranks := memGroupOf(t, c, Options{BucketElems: 333, Timeout: 60 * time.Second}, stage == 1)
+			for r, rk := range ranks {
+				if want := stage == 1 && runtime.GOOS == "linux"; rk.Shared() != want {
+					t.Fatalf("rank %d: shared buffers %v, want %v", r, rk.Shared(), want)
+				}
+			}
 			var host []*Rank // stage 1: the host ZeRO-1 path on the CPU backend
 			if stage == 1 {
 				host = memGroup(t, tinyConfig(learner.GRPO, 2, stage), Options{BucketElems: 333, Timeout: 60 * time.Second})
@@ -85,8 +93,9 @@ func deviceRanksEqualOneLearner(t *testing.T, newBackend func() (backend.Backend
 						t.Errorf("step %d rank %d: %d bytes copied to the host, want %d (gradients) + %d (owned weights) + scores under %d", step, r, d, n, own, n/10)
 					}
 					// The gradients and weights cross through page-locked
-					// buffers (the trainer's host copies, the ring's flat
-					// buffer): down and back up, whole or the owned slice.
+					// buffers (the trainer's host copies, the ring's buffer
+					// or the shared one): down and back up, whole or the
+					// owned slice.
 					db := rk.Learner().Model().B.(*cuda.DeviceBackend)
 					if db.PinnedBuffers() == 0 {
 						t.Errorf("step %d rank %d: no page-locked host buffers held", step, r)

@@ -100,9 +100,10 @@ type Rank struct {
 	slices []model.Slice
 	spans  [][]float32
 	// pinned is flat where it came from the learner's backend
-	// (page-locked host memory the device copies to and from directly).
-	pinned []float32
-	failed error
+	// (page-locked host memory the device copies to and from directly);
+	// registered is the shared buffer the backend page-locked.
+	pinned, registered []float32
+	failed             error
 	// updating is the learner step whose update has begun: an error of
 	// that step came out of the collectives alike on every rank.
 	updating int
@@ -237,6 +238,7 @@ func (r *Rank) layTensors() error {
 		}
 		// More than the segments hold (on every rank alike): the
 		// Transport carries the chunks from now on.
+		r.unpinShared()
 		s.close()
 		r.ring.shm = nil
 		r.ring.notShared = fmt.Sprintf("%d trainable elements outgrew the shared buffers of %d", r.total, s.floats)
@@ -250,6 +252,18 @@ func (r *Rank) layTensors() error {
 		r.flat = make([]float32, r.total)
 	}
 	return nil
+}
+
+// unpinShared undoes the page-locking of the shared buffer, before it is
+// unmapped.
+func (r *Rank) unpinShared() {
+	if r.registered == nil {
+		return
+	}
+	if ph, ok := r.l.Model().B.(backend.PinnedHost); ok {
+		ph.UnpinHostBuffer(r.registered)
+	}
+	r.registered = nil
 }
 
 // freeFlat frees flat where it is the backend's host buffer.
@@ -275,6 +289,9 @@ func (r *Rank) share() error {
 	if buf != nil {
 		r.freeFlat()
 		r.flat = buf[:r.total]
+		if ph, ok := r.l.Model().B.(backend.PinnedHost); ok && ph.PinHostBuffer(buf) {
+			r.registered = buf
+		}
 	}
 	return nil
 }
@@ -340,6 +357,7 @@ func (r *Rank) Close() {
 		r.failed = errors.New("rank closed")
 	}
 	if r.ring.shm != nil {
+		r.unpinShared()
 		r.ring.shm.close()
 		r.ring.shm = nil
 		r.flat = nil

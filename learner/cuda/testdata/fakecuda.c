@@ -40,7 +40,7 @@ STUB(cuDevicePrimaryCtxRetain) STUB(cuDevicePrimaryCtxRelease_v2) STUB(cuCtxSetC
 STUB(cuCtxSynchronize) STUB(cuModuleLoadData) STUB(cuModuleUnload) STUB(cuFuncSetAttribute)
 STUB(cuModuleGetFunction) STUB(cuMemAlloc_v2) STUB(cuMemFree_v2) STUB(cuMemcpyHtoD_v2)
 STUB(cuMemcpyDtoH_v2) STUB(cuMemsetD8_v2) STUB(cuMemcpyDtoD_v2)
-STUB(cuMemAllocHost_v2) STUB(cuMemFreeHost)
+STUB(cuMemAllocHost_v2) STUB(cuMemFreeHost) STUB(cuMemHostRegister_v2) STUB(cuMemHostUnregister)
 #ifndef OMIT_LAUNCH
 STUB(cuLaunchKernel)
 #endif
