@@ -120,3 +120,38 @@ func TestCheckpointActivationsTrainsTheSame(t *testing.T) {
 		t.Errorf("weights differ by %v with activation checkpointing", d)
 	}
 }
+
+// TestDeviceReferenceModel: a KL reference from its own directory
+// (models.reference) is loaded onto the policy's device, and the step's
+// KL to it is the CPU learner's.
+func TestDeviceReferenceModel(t *testing.T) {
+	policy, ref, _ := refModels(t)
+	c := tinyConfig(GRPO)
+	c.Model, c.ModelDir, c.RefModelDir = nil, policy, ref
+	c.Loss.KLCoef, c.Loss.KL = 0.1, rl.K3
+	host := newLearner(t, c)
+	c.Backend = cudatest.EmuBackend(t)
+	dev := newLearner(t, c)
+	if dev.ref.B != dev.Model().B || dev.ref.B.Name() != "cuda" {
+		t.Fatalf("the reference runs on %s, the policy on %s", dev.ref.B.Name(), dev.Model().B.Name())
+	}
+	b := groupBatch()
+	for step := range 2 {
+		want, err := host.Train(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := dev.Train(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if step == 1 && want.RefKL == 0 {
+			t.Fatal("the policy is still its reference after a step: the comparison cannot tell")
+		}
+		// The device's log probabilities agree with the CPU's to 1e-5
+		// relative; the KL estimate is a mean of their differences.
+		if math.Abs(got.RefKL-want.RefKL) > 1e-4*math.Abs(want.RefKL)+1e-6 || math.Abs(got.Loss-want.Loss) > 1e-4*math.Abs(want.Loss)+1e-6 {
+			t.Errorf("step %d: KL %v, loss %v on the device; %v, %v on the CPU", step+1, got.RefKL, got.Loss, want.RefKL, want.Loss)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
@@ -22,23 +23,30 @@ import (
 // then record its directory (learner_state.json) rather than copy it, and
 // a resumed learner loads it from there again.
 
-// loadReference loads Config.RefModelDir after CheckReference.
+// loadReference loads Config.RefModelDir after CheckReference, onto the
+// policy's device where it has one, else onto a CPU backend of its own.
 func loadReference(cfg Config, policy *model.Model) (*model.Model, error) {
 	dir := cfg.RefModelDir
 	if err := CheckReference(cfg.ModelDir, &policy.Config, dir); err != nil {
 		return nil, fmt.Errorf("learner: %w", err)
 	}
-	ref, err := model.Load(dir, cpu.New())
+	b := backend.Backend(cpu.New())
+	if _, host := policy.B.(backend.HostMemory); !host {
+		b = policy.B
+	}
+	ref, err := model.Load(dir, b)
 	if err != nil {
 		return nil, fmt.Errorf("learner: reference model: %w", err)
 	}
 	if model.HasAdapter(dir) {
-		if err := ref.LoadLoRA(dir); err != nil {
-			return nil, fmt.Errorf("learner: reference model: %w", err)
-		}
+		err = ref.LoadLoRA(dir)
 	}
-	if a, b := ref.Config.VocabSize, policy.Config.VocabSize; a != b {
-		return nil, fmt.Errorf("learner: reference model %s: vocab_size %d, the policy's %d", dir, a, b)
+	if a, b := ref.Config.VocabSize, policy.Config.VocabSize; err == nil && a != b {
+		err = fmt.Errorf("%s: vocab_size %d, the policy's %d", dir, a, b)
+	}
+	if err != nil {
+		ref.Release() // device memory goes back
+		return nil, fmt.Errorf("learner: reference model: %w", err)
 	}
 	return ref, nil
 }

@@ -277,6 +277,7 @@ func Load(dir string, b backend.Backend) (*Model, error) {
 		m.addValueHead()
 	}
 	if err := m.loadWeights(ck); err != nil {
+		m.Release() // device memory goes back
 		return nil, err
 	}
 	return m, nil
