@@ -249,6 +249,7 @@ func (l *Learner) Load(dir string) error {
 	if vb := l.cfg.ValueBaseline; vb != nil && m.Value != nil {
 		m.Value.DetachTrunk = vb.StopTrunkGradient
 	}
+	m.CheckpointActivations, m.ActivationsBF16 = l.cfg.CheckpointActivations, l.cfg.ActivationsBF16
 	if b == l.model.B {
 		// The replaced model's device memory goes back (the reference too
 		// where a new one was built).

@@ -128,6 +128,11 @@ type Config struct {
 	// the backward pass instead of keeping them (model.Model's
 	// CheckpointActivations).
 	CheckpointActivations bool
+	// ActivationsBF16 keeps the decoder layers' activations as bf16
+	// between the forward and the backward pass (model.Model's
+	// ActivationsBF16): about half their memory, gradients within the
+	// rounding of float32's.
+	ActivationsBF16 bool
 
 	// Backend, when set, builds the model's backend instead of Device: a
 	// caller's own device in the same process (an emulated GPU in tests).
@@ -483,7 +488,7 @@ func New(cfg Config) (*Learner, error) {
 	if cfg.ValueBaseline != nil {
 		m.Value.DetachTrunk = cfg.ValueBaseline.StopTrunkGradient
 	}
-	m.CheckpointActivations = cfg.CheckpointActivations
+	m.CheckpointActivations, m.ActivationsBF16 = cfg.CheckpointActivations, cfg.ActivationsBF16
 	l := &Learner{cfg: cfg, model: m, minLR: cfg.MinLR, rlStart: -1}
 	switch {
 	case cfg.RefModelDir != "":

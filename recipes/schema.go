@@ -390,6 +390,10 @@ type Algorithm struct {
 	// the forward pass and recomputes the layer during backward: less
 	// memory, one more forward pass, the same gradients. Default false.
 	ActivationCheckpointing bool `yaml:"activation_checkpointing,omitempty"`
+	// ActivationsBF16 keeps the decoder layers' activations as bf16
+	// between the forward and the backward pass: about half their memory,
+	// gradients within bf16 rounding of float32's. Default false.
+	ActivationsBF16 bool `yaml:"activations_bf16,omitempty"`
 	// Epochs is the number of passes over each batch (PPO epochs).
 	// Default 1.
 	Epochs int `yaml:"epochs"`

@@ -237,6 +237,7 @@ func (l recipe) config(out string) (Config, error) {
 	lc.MaxResponseLen = a.MaxTokens
 	lc.MicroBatchSeqs = a.MicroBatch
 	lc.CheckpointActivations = a.ActivationCheckpointing
+	lc.ActivationsBF16 = a.ActivationsBF16
 	lc.MiniBatches, lc.Epochs = a.MiniBatches, a.Epochs
 	lc.Gamma, lc.Lambda, lc.VFCoef, lc.ValueClip = a.Gamma, a.Lambda, a.ValueCoef, a.ValueClip
 	lc.RWBeta = a.RWSFT.Beta

@@ -76,6 +76,7 @@ type Tensor struct {
 	p    Ptr
 	n    int
 	view bool
+	bf16 bool // n bf16 values (AllocBF16), else n float32
 }
 
 func (t *Tensor) Len() int { return t.n }
@@ -125,7 +126,7 @@ func (b *DeviceBackend) Free(t backend.Tensor) {
 	if d == nil || d.view || d.p == 0 {
 		return
 	}
-	if len(b.shadows) > 0 {
+	if len(b.shadows) > 0 && !d.bf16 {
 		b.dropShadows(d.p, 4*int64(max(d.n, 1)))
 	}
 	b.fail(b.A.Free(d.p))
@@ -523,4 +524,44 @@ func (b *DeviceBackend) LogProbsBackward(dLogits, logits, lse, dLogp, dEntropy b
 		dEnt = p(dEntropy)
 	}
 	b.launch("logprobs_bwd_f32", D1(rows), p(dLogits), p(logits), p(lse), p(dLogp), dEnt, b.ints(targets[:rows]), int32(rows), int32(vocab))
+}
+
+var _ backend.BF16Storage = (*DeviceBackend)(nil)
+
+// AllocBF16 returns n bf16 zeros in device memory (half a float32
+// tensor's bytes).
+func (b *DeviceBackend) AllocBF16(n int) backend.Tensor {
+	t := &Tensor{n: n, bf16: true}
+	if !b.ok() {
+		return t
+	}
+	ptr, err := b.A.Alloc(2 * int64(max(n, 1)))
+	if err != nil {
+		b.fail(fmt.Errorf("cuda backend: bf16 tensor of %d elements: %w", n, err))
+		return t
+	}
+	t.p = ptr
+	b.fail(b.D.Zero(ptr, 2*int64(max(n, 1))))
+	return t
+}
+
+// ToBF16 rounds src into the bf16 tensor dst (cast_f32_bf16).
+func (b *DeviceBackend) ToBF16(dst, src backend.Tensor) {
+	d, s := dt(dst), dt(src)
+	if !d.bf16 || s.bf16 {
+		panic("cuda backend: ToBF16 wants a bf16 destination and a float32 source")
+	}
+	mustLen("ToBF16", d.n, s.n)
+	b.elems("cast_f32_bf16", d.n, d.p, s.p, int64(d.n))
+}
+
+// FromBF16 widens the bf16 tensor src into dst (cast_bf16_f32).
+func (b *DeviceBackend) FromBF16(dst, src backend.Tensor) {
+	d, s := dt(dst), dt(src)
+	if d.bf16 || !s.bf16 {
+		panic("cuda backend: FromBF16 wants a float32 destination and a bf16 source")
+	}
+	mustLen("FromBF16", d.n, s.n)
+	b.wrote(dst)
+	b.elems("cast_bf16_f32", d.n, d.p, s.p, int64(d.n))
 }

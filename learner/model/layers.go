@@ -81,6 +81,11 @@ type layerActs struct {
 	lora          map[*Linear]*loraActs
 }
 
+// large are the activations ActivationsBF16 keeps as bf16.
+func (a *layerActs) large() [10]backend.Tensor {
+	return [10]backend.Tensor{a.ln1, a.q, a.k, a.v, a.att, a.resid2, a.ln2, a.gate, a.up, a.act}
+}
+
 // grads are the backward pass's scratch buffers, shared by all layers.
 type grads struct {
 	dres, dln        backend.Tensor // N×hidden: residual stream, norm output

@@ -78,6 +78,17 @@ type Model struct {
 	// more forward pass of the layers. Gradients are the same bits.
 	CheckpointActivations bool
 
+	// ActivationsBF16 keeps each decoder layer's large activations (norm
+	// outputs, projections, attention output, MLP) as bf16 between the
+	// forward and the backward pass, on a backend with
+	// backend.BF16Storage: the layers compute in float32 in one shared
+	// set of tensors, each layer's are rounded into bf16 copies after its
+	// forward pass and widened back before its backward pass (1/rms and
+	// the attention's log-sum-exp stay float32). About half the
+	// activation memory; the gradients then differ from float32's by the
+	// rounding. Checkpointing, which keeps none, takes precedence.
+	ActivationsBF16 bool
+
 	// Training turns LoRA dropout on; DropoutSeed seeds its masks.
 	Training    bool
 	DropoutSeed uint64

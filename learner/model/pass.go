@@ -10,8 +10,13 @@ import (
 // pass, and the backward scratch buffers. It is reused while batch shapes
 // repeat.
 type pass struct {
-	N, M   int  // tokens, scored outputs
-	ckpt   bool // one set of layer activations, recomputed by backward
+	N, M int  // tokens, scored outputs
+	ckpt bool // one set of layer activations, recomputed by backward
+	// bf16: one set of layer activations (1/rms and log-sum-exp apart),
+	// each layer's large ones kept in stash as bf16 (the last layer's
+	// stay where they are).
+	bf16   bool
+	stash  [][10]backend.Tensor
 	batch  *Batch
 	resid  []backend.Tensor // NumLayers+1 residual streams, N×hidden
 	layers []layerActs
@@ -53,11 +58,15 @@ func (m *Model) newPass(N, M int) *pass {
 	}
 	p.layers = make([]layerActs, c.NumLayers)
 	p.ckpt = m.CheckpointActivations
+	p.bf16 = m.storesBF16()
 	for i, l := range m.Layers {
 		a := &p.layers[i]
-		if p.ckpt && i > 0 {
+		if (p.ckpt || p.bf16) && i > 0 {
 			// Every layer shares layer 0's tensors (its LoRA ones apart).
 			*a = p.layers[0]
+			if p.bf16 {
+				a.rstd1, a.lse, a.rstd2 = alloc(N), alloc(N*c.NumHeads), alloc(N)
+			}
 		} else {
 			a.ln1, a.rstd1 = alloc(N*h), alloc(N)
 			a.q, a.k, a.v = alloc(N*qd), alloc(N*kd), alloc(N*kd)
@@ -80,6 +89,17 @@ func (m *Model) newPass(N, M int) *pass {
 	p.tmp, p.lnf, p.rstdf = alloc(N*h), alloc(N*h), alloc(N)
 	if p.ckpt {
 		p.recomp = alloc(N * h)
+	}
+	if p.bf16 {
+		st := b.(backend.BF16Storage)
+		p.stash = make([][10]backend.Tensor, c.NumLayers-1)
+		for i := range p.stash {
+			for k, t := range p.layers[0].large() {
+				x := st.AllocBF16(t.Len())
+				p.all = append(p.all, x)
+				p.stash[i][k] = x
+			}
+		}
 	}
 	p.hsel, p.logits = alloc(M*h), alloc(M*c.VocabSize)
 	p.logp, p.ent, p.lse = alloc(M), alloc(M), alloc(M)
@@ -115,6 +135,12 @@ func (p *pass) allocGrads(m *Model) {
 	}
 }
 
+// storesBF16 says whether a pass keeps layer activations as bf16.
+func (m *Model) storesBF16() bool {
+	_, ok := m.B.(backend.BF16Storage)
+	return m.ActivationsBF16 && !m.CheckpointActivations && ok && len(m.Layers) > 1
+}
+
 func (p *pass) free(b backend.Backend) {
 	for _, t := range p.all {
 		b.Free(t)
@@ -131,7 +157,10 @@ func (m *Model) Forward(bt *Batch) (logp, entropy []float32, err error) {
 		return nil, nil, err
 	}
 	N, M := bt.Rows*bt.SeqLen, len(bt.Outputs)
-	if p := m.pass; p == nil || p.N != N || p.M != M || p.ckpt != m.CheckpointActivations {
+	if _, ok := m.B.(backend.BF16Storage); m.ActivationsBF16 && !ok {
+		return nil, nil, fmt.Errorf("forward: bf16 activations: the %s backend cannot store bf16 tensors", m.B.Name())
+	}
+	if p := m.pass; p == nil || p.N != N || p.M != M || p.ckpt != m.CheckpointActivations || p.bf16 != m.storesBF16() {
 		if p != nil {
 			p.free(m.B)
 		}
@@ -145,6 +174,12 @@ func (m *Model) Forward(bt *Batch) (logp, entropy []float32, err error) {
 	b.GatherRows(p.resid[0], m.Embed.W, bt.Tokens, h)
 	for i, l := range m.Layers {
 		l.Forward(m, p.resid[i+1], p.resid[i], &p.layers[i], bt, p.tmp)
+		if p.bf16 && i < len(p.stash) {
+			st := b.(backend.BF16Storage)
+			for k, t := range p.layers[i].large() {
+				st.ToBF16(p.stash[i][k], t)
+			}
+		}
 	}
 	b.RMSNorm(p.lnf, p.rstdf, p.resid[c.NumLayers], m.Norm.W, N, h, float32(c.RMSNormEps))
 	if M == 0 {
@@ -271,6 +306,12 @@ func (m *Model) backward(dLogp, dEntropy, dValues []float32) {
 			// The layer's activations again, from its input: the same
 			// ops on the same values, so the same bits.
 			m.Layers[i].Forward(m, p.recomp, p.resid[i], &p.layers[i], bt, p.tmp)
+		}
+		if p.bf16 && i < len(p.stash) {
+			st := b.(backend.BF16Storage)
+			for k, t := range p.layers[i].large() {
+				st.FromBF16(t, p.stash[i][k])
+			}
 		}
 		m.Layers[i].Backward(m, p.resid[i], &p.layers[i], bt, &p.g)
 		if p.gradsFinal != nil {
