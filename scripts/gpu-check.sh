@@ -23,7 +23,9 @@
 # GPU_CHECK_HOSTOPT=0 skips that) and the CPU backend, and with PyTorch eager where
 # python3 has torch with CUDA (learner/cuda/testdata/torch_step.py), and
 # reports the host. GPU_CHECK_STEP=0 skips the timing, GPU_CHECK_STEP_CPU=0
-# the CPU backend's (the slowest part). Then the data-parallel ranks on the
+# the CPU backend's (the slowest part); the bf16 step is timed again keeping
+# the layers' activations as bf16 (GPU_CHECK_ACTBF16=0 skips it; the
+# allocator's line gives the memory). Then the data-parallel ranks on the
 # GPU: learner/shard's device tests (two ranks on the GPU against one
 # learner, ZeRO stage 0 and 1 with the update on the device, the ZeRO-1
 # checkpoint and resume, the bytes a step copies to the host and through
@@ -114,6 +116,12 @@ step() {
 	echo "rows: $batch x $seq tokens, the second half of each row scored"
 	(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 timeout 150 "$bin" -test.run '^$' -test.bench 'TrainingStep' -test.benchtime 3x -test.timeout=140s) 2>&1 |
 		grep -E 'Benchmark|allocator|FAIL|panic|Error' || rc=1
+	# bf16 activation storage: the bf16 step keeping the layers'
+	# activations as bf16 (time, and the allocator's bytes in the log line).
+	if [ "${GPU_CHECK_ACTBF16:-1}" != 0 ]; then
+		(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_ACTBF16=1 timeout 90 "$bin" -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-bf16acts' -test.benchtime 1x -test.timeout=85s) 2>&1 |
+			grep -E 'Benchmark|allocator|FAIL|panic' || echo "device backend with bf16 activations: no figure (timed out after 90 s?)"
+	fi
 	# The fused AdamW's gain: the same bf16 step with AdamW on the host.
 	if [ "${GPU_CHECK_HOSTOPT:-1}" != 0 ]; then
 		(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_HOSTOPT=1 timeout 90 "$bin" -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-hostopt' -test.benchtime 1x -test.timeout=85s) 2>&1 |

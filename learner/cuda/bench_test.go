@@ -39,7 +39,9 @@ func envInt(name string, def int) int {
 // and RLNODE_STEP_BATCH the rows (each half prompt, half scored response);
 // RLNODE_STEP_CPU=0 leaves the CPU backend out; RLNODE_STEP_HOSTOPT=1 adds
 // the device backend with AdamW on the host (-hostopt), as before the
-// fused AdamW. It reports tokens/s and,
+// fused AdamW; RLNODE_STEP_ACTBF16=1 the device backend keeping the layer
+// activations as bf16 between the passes (-bf16acts; the allocator's
+// figures show the memory). It reports tokens/s and,
 // counting 6·params·tokens (plus attention's 6·layers·heads·headDim·Σ
 // seq²), TFLOP/s.
 func BenchmarkTrainingStep(b *testing.B) {
@@ -81,12 +83,13 @@ func BenchmarkTrainingStep(b *testing.B) {
 		}
 		return loss, dl, nil, nil
 	}
-	run := func(b *testing.B, be backend.Backend) {
+	run := func(b *testing.B, be backend.Backend, actBF16 bool) {
 		m, err := model.New(cfg, be)
 		if err != nil {
 			b.Fatal(err)
 		}
 		m.InitRandom(1)
+		m.ActivationsBF16 = actBF16
 		tr := &model.Trainer{Model: m, Opt: optim.NewAdamW(0.9, 0.999, 1e-8, 0.01), MaxGradNorm: 1}
 		step := func() {
 			if _, err := tr.Step([]*model.Batch{bt}, 1e-5, obj); err != nil {
@@ -113,7 +116,7 @@ func BenchmarkTrainingStep(b *testing.B) {
 		b.ReportMetric(sec*1e3, "ms/step")
 	}
 	if os.Getenv("RLNODE_STEP_CPU") != "0" {
-		b.Run("cpu", func(b *testing.B) { run(b, cpu.New()) })
+		b.Run("cpu", func(b *testing.B) { run(b, cpu.New(), false) })
 	}
 	var dev Accel
 	name := "gpu"
@@ -129,14 +132,12 @@ func BenchmarkTrainingStep(b *testing.B) {
 		return
 	}
 	for _, gemm := range []DType{F32, BF16} {
-		for _, hostOpt := range []bool{false, true} {
-			if hostOpt && os.Getenv("RLNODE_STEP_HOSTOPT") != "1" {
+		for _, variant := range []string{"", "-hostopt", "-bf16acts"} {
+			hostOpt, actBF16 := variant == "-hostopt", variant == "-bf16acts"
+			if hostOpt && os.Getenv("RLNODE_STEP_HOSTOPT") != "1" || actBF16 && os.Getenv("RLNODE_STEP_ACTBF16") != "1" {
 				continue
 			}
-			sub := fmt.Sprintf("%s-%s", name, gemm)
-			if hostOpt {
-				sub += "-hostopt"
-			}
+			sub := fmt.Sprintf("%s-%s%s", name, gemm, variant)
 			b.Run(sub, func(b *testing.B) {
 				db := NewDeviceBackend(dev, gemm)
 				if name == "emulated" {
@@ -146,9 +147,9 @@ func BenchmarkTrainingStep(b *testing.B) {
 				if hostOpt {
 					// AdamW on the host: weights and gradients copied
 					// out and back every step.
-					run(b, hostOnly{db})
+					run(b, hostOnly{db}, false)
 				} else {
-					run(b, db)
+					run(b, db, actBF16)
 				}
 				b.Logf("allocator: %+v", db.A.Stats())
 			})
