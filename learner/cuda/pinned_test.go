@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/optim"
 )
 
 // TestHostBuffers: the backend's page-locked host buffers (cuMemAllocHost
@@ -156,4 +159,45 @@ func TestPageSpan(t *testing.T) {
 			t.Errorf("pageSpan of [%d, %d) past a page start: offset %d, %d bytes; want %d, %d", c.lo, c.hi, got, n, c.off, c.length)
 		}
 	}
+}
+
+// TestTrainerHostCopiesPinned: a trainer whose Update hook takes host
+// copies (a data-parallel rank) keeps them in page-locked buffers, two a
+// trainable tensor, and gives back those of tensors that stop training
+// (LoRA's base weights).
+func TestTrainerHostCopiesPinned(t *testing.T) {
+	d := emuDevice(t)
+	if d == nil {
+		skipOrFail(t, "no C++ compiler for the emulated device")
+	}
+	db := NewDeviceBackend(d, F32)
+	db.Block = 32
+	m := tinyQwen2(t, db, 7)
+	bt := stepBatch(t)
+	var seen int
+	tr := &model.Trainer{Model: m, Opt: optim.NewAdamW(0.9, 0.999, 1e-8, 0), MaxGradNorm: 1,
+		Update: func(_ int, params []*optim.Param, _ float64) (float64, error) {
+			seen = len(params)
+			return 0, nil // the weights stay as they are
+		}}
+	if _, err := tr.Step([]*model.Batch{bt}, 1e-3, logpEntropyLoss); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(m.TrainableParams()); seen != n || db.PinnedBuffers() != 2*n {
+		t.Fatalf("%d host buffers for %d trainable tensors (Update saw %d), want two each", db.PinnedBuffers(), n, seen)
+	}
+	if err := m.AddLoRA(model.LoRAConfig{Rank: 2, Alpha: 4, TargetModules: []string{"q_proj", "v_proj"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Step([]*model.Batch{bt}, 1e-3, logpEntropyLoss); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(m.TrainableParams()); seen != n || db.PinnedBuffers() != 2*n {
+		t.Fatalf("under LoRA: %d host buffers for %d trainable tensors, want two each", db.PinnedBuffers(), n)
+	}
+	tr.Release()
+	if db.PinnedBuffers() != 0 {
+		t.Errorf("Release left %d host buffers", db.PinnedBuffers())
+	}
+	must(t, db.Close())
 }

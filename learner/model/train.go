@@ -275,6 +275,24 @@ func (t *Trainer) viewParams() []*optim.Param {
 		}
 		t.views = append(t.views, h)
 	}
+	if len(t.host) > len(t.views) {
+		// Parameters that no longer train (LoRA's base weights): their
+		// copies go.
+		tp := map[*Param]bool{}
+		for _, p := range m.TrainableParams() {
+			tp[p] = true
+		}
+		ph, _ := m.B.(backend.PinnedHost)
+		for p, h := range t.host {
+			if !tp[p] {
+				if ph != nil {
+					ph.FreeHostBuffer(h.Data)
+					ph.FreeHostBuffer(h.Grad)
+				}
+				delete(t.host, p)
+			}
+		}
+	}
 	return t.views
 }
 
