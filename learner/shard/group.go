@@ -95,6 +95,7 @@ func (g *Group) join(ctx context.Context, ranks []actor.Ref, dir string) error {
 	if err != nil {
 		return err
 	}
+	g.gradients = ""
 	if j, ok := replies[0].(Joined); ok {
 		g.gradients = j.Gradients
 	}
@@ -102,8 +103,8 @@ func (g *Group) join(ctx context.Context, ranks []actor.Ref, dir string) error {
 	return nil
 }
 
-// Gradients says how the ranks' gradients travel since the last join
-// (Rank.Gradients of rank 0).
+// Gradients says how the ranks' gradients travel, as rank 0 said at the
+// last join (Rank.Gradients).
 func (g *Group) Gradients() string { return g.gradients }
 
 // Train runs one Train on every rank with the whole batch (each trains on

@@ -231,7 +231,7 @@ func (r *Rank) layTensors() error {
 				v, err := s.newView(r.total)
 				s.view = v
 				if err != nil {
-					return fmt.Errorf("shard: join: %w", err)
+					return fmt.Errorf("shard: view of the new layout: %w", err)
 				}
 			}
 			return nil
@@ -305,6 +305,10 @@ func (r *Rank) result() []float32 {
 	return r.flat
 }
 
+// testBeforeRead runs before a rank reads a collective's result (tests
+// delay a reader here).
+var testBeforeRead = func(rank int) {}
+
 // doneReading says this rank has read the result of collective op through
 // its view.
 func (r *Rank) doneReading(op uint64) {
@@ -317,6 +321,9 @@ func (r *Rank) doneReading(op uint64) {
 // awaitReaders waits, before this rank writes its buffer again, until
 // every other rank has read its view of the last collective read that way.
 func (r *Rank) awaitReaders() error {
+	if r.failed != nil {
+		return r.failed
+	}
 	if !r.viewHeld || r.ring.shm == nil {
 		return nil
 	}
@@ -324,7 +331,8 @@ func (r *Rank) awaitReaders() error {
 	ctx, cancel := r.ctx()
 	defer cancel()
 	if err := r.ring.shm.awaitReleased(ctx, Tag{Epoch: r.epoch, Op: r.viewOp}); err != nil {
-		return r.fail(err)
+		_ = r.fail(err) // tells the others; update wraps err once
+		return err
 	}
 	return nil
 }
@@ -334,10 +342,13 @@ func (r *Rank) awaitReaders() error {
 func (r *Rank) Shared() bool { return r.ring.shm != nil }
 
 // Gradients says how the group's gradients travel: "shared memory" (every
-// rank on this host, Shared), "none" (one rank), or "transport: " and why
-// the ranks could not share buffers (the same on every rank).
+// rank on this host, Shared; and why without views, if so), "none" (one
+// rank), or "transport: " and why the ranks could not share buffers (the
+// same on every rank).
 func (r *Rank) Gradients() string {
 	switch {
+	case r.ring.shm != nil && r.ring.shm.view == nil && r.ring.noViews != "":
+		return "shared memory, results written into every rank's buffer (no views: " + r.ring.noViews + ")"
 	case r.ring.shm != nil:
 		return "shared memory"
 	case r.t.Size() < 2:
@@ -518,6 +529,7 @@ func (r *Rank) update(_ int, params []*optim.Param, lr float64) (float64, error)
 // updateReplicated steps AdamW on every rank with the all-reduced
 // gradients in flat.
 func (r *Rank) updateReplicated(params []*optim.Param, lr float64) (float64, error) {
+	testBeforeRead(r.t.Rank())
 	src := r.result()
 	for i, p := range params {
 		copy(p.Grad, src[r.offs[i]:r.offs[i]+len(p.Grad)])
@@ -630,6 +642,7 @@ func (r *Rank) updateZeRO1(params []*optim.Param, lr float64) (float64, error) {
 	if err != nil {
 		return norm, r.fail(fmt.Errorf("weights: %w", err))
 	}
+	testBeforeRead(r.t.Rank())
 	src := r.result()
 	for i, p := range params {
 		copy(p.Data, src[r.offs[i]:r.offs[i]+len(p.Data)])

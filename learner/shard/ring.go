@@ -27,8 +27,9 @@ type ring struct {
 	// buckets of this rank's buffer there are reduced through them.
 	shm *shmGroup
 	// notShared says why the ranks reduce through the Transport after
-	// setupShared (the same on every rank; empty when they share buffers).
-	notShared string
+	// setupShared (the same on every rank; empty when they share buffers),
+	// noViews why ranks that share buffers read no views.
+	notShared, noViews string
 }
 
 // sent runs afterSend.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -44,7 +45,7 @@ const (
 	sharedOfferOp   = 1 << 62 // collective numbers of the set-up, apart from the ring's
 	sharedConfirmOp = sharedOfferOp + 1
 	sharedHostLen   = 48
-	sharedVoteLen   = 160 // yes, or no and why (cut)
+	sharedVoteLen   = 512 // yes, yes without views (and why), or no and why (cut)
 	sharedLine      = 64
 	sharedHdr       = 4096
 	sharedMagic     = "RLSG"
@@ -122,9 +123,12 @@ func decodeOffer(p []byte) offer {
 
 // sharedLayout is where things lie in a segment of floats elements cut in
 // buckets of bucket elements.
+// The data starts on a page of the system's size (ranks on one host agree
+// on it), so that views can map the owners' pages.
 func sharedLayout(floats, bucket int) (slots, dataOff, size int) {
 	slots = (floats + bucket - 1) / bucket
-	dataOff = (sharedHdr + slots*sharedLine + 4095) &^ 4095
+	pg := max(os.Getpagesize(), 4096)
+	dataOff = (sharedHdr + slots*sharedLine + pg - 1) &^ (pg - 1)
 	return slots, dataOff, dataOff + 4*floats
 }
 
@@ -183,7 +187,7 @@ func (g *ring) setupShared(ctx context.Context, epoch uint64, floats int) ([]flo
 	case sh == nil || !sh.sharedMemory():
 		why = g.t.Peer(g.t.Rank()) + ": its node's same-host path is off"
 	case floats <= 0 || g.bucket <= 0:
-		why = "nothing to share"
+		why = g.t.Peer(g.t.Rank()) + ": nothing to share"
 	default:
 		var err error
 		if seg, err = newSharedSegment(floats, g.bucket); err == nil {
@@ -254,19 +258,24 @@ func (g *ring) setupShared(ctx context.Context, epoch uint64, floats int) ([]flo
 				mi++
 			}
 		}
-		v, err := s.newView(floats)
+		v, err := testNewView(s, floats)
 		if err != nil {
 			why = fmt.Sprintf("%s: %v", g.t.Peer(s.rank), err)
-			ok = false
 		}
 		s.view = v
 	}
 	// The vote carries each rank's reason, so that every rank says the
-	// same of the group.
+	// same of the group: 1 shares buffers and reads results through a view,
+	// 2 shares buffers without a view (why: the view's failure), 0 does not
+	// share (why).
 	var vote [sharedVoteLen]byte
-	if ok {
+	switch {
+	case ok && s.view != nil:
 		vote[0] = 1
-	} else {
+	case ok:
+		vote[0] = 2
+		copy(vote[1:], why)
+	default:
 		copy(vote[1:], why)
 	}
 	votes, err := g.gatherBytes(ctx, epoch, sharedConfirmOp, vote[:])
@@ -276,17 +285,26 @@ func (g *ring) setupShared(ctx context.Context, epoch uint64, floats int) ([]flo
 		seg.release()
 		return nil, fmt.Errorf("shared buffers: %w", err)
 	}
-	g.notShared = ""
+	g.notShared, g.noViews = "", ""
+	reason := func(v []byte) string { return strings.ToValidUTF8(string(bytes.TrimRight(v[1:], "\x00")), "") }
 	for _, v := range votes {
-		if len(v) != sharedVoteLen || v[0] != 1 {
+		switch {
+		case len(v) != sharedVoteLen || v[0] == 0 || v[0] > 2:
 			ok = false
 			if g.notShared == "" && len(v) == sharedVoteLen { // the first reason given
-				g.notShared = strings.ToValidUTF8(string(bytes.TrimRight(v[1:], "\x00")), "")
+				g.notShared = reason(v)
 			}
+		case v[0] == 2 && g.noViews == "":
+			g.noViews = reason(v)
 		}
 	}
 	if !ok && g.notShared == "" {
 		g.notShared = "a rank could not share"
+	}
+	if ok && g.noViews != "" {
+		// Shared buffers, but results written into every rank's buffer.
+		s.view.close()
+		s.view = nil
 	}
 	if !ok {
 		s.view.close()
@@ -310,6 +328,9 @@ func (g *ring) setupShared(ctx context.Context, epoch uint64, floats int) ([]flo
 	g.shm = s
 	return s.bufs[s.rank], nil
 }
+
+// testNewView makes a rank's view at set-up (tests fail one here).
+var testNewView = func(s *shmGroup, total int) (*view, error) { return s.newView(total) }
 
 // close unmaps every segment; nothing may use the buffers after.
 func (s *shmGroup) close() {
@@ -379,6 +400,9 @@ func (s *shmGroup) await(ctx context.Context, tag Tag, k int, w int, want uint32
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && w == wordReleased && tag.Bucket == 0 {
+				return fmt.Errorf("%s has not released its view of collective %d within the collective timeout (dead or stuck?): %w", s.peer(k), tag.Op, err)
+			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				return fmt.Errorf("%s sent nothing for %s within the collective timeout (dead or stuck?): %w", s.peer(k), tag, err)
 			}

@@ -218,6 +218,120 @@ func TestSharedFallbackSaysWhy(t *testing.T) {
 	}
 }
 
+// Ranks whose buffers are shared read results through views whose pages
+// are their peers' (chunks of whole pages), and both ZeRO stages train to
+// the transport's bits. Where a rank cannot make a view, every rank shares
+// buffers without one and says why.
+func TestSharedViewsInRanks(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		stage     int
+		failView  bool
+		wantViews bool
+	}{{"stage0", 0, false, true}, {"stage1", 1, false, true}, {"stage0_no_view", 0, true, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			conf := tinyConfig(learner.GRPO, 2, c.stage)
+			o := Options{BucketElems: 4096, Timeout: 20 * time.Second}
+			if c.failView {
+				saved := testNewView
+				testNewView = func(s *shmGroup, total int) (*view, error) {
+					if s.rank == 1 {
+						return nil, errors.New("no room for a view")
+					}
+					return saved(s, total)
+				}
+				t.Cleanup(func() { testNewView = saved })
+			}
+			plain := memGroupOf(t, conf, o, false)
+			shared := memGroupOf(t, conf, o, true)
+			for r, rk := range shared {
+				if !rk.Shared() || rk.ring.viewing() != c.wantViews {
+					t.Fatalf("rank %d: shared %v, viewing %v; want true, %v", r, rk.Shared(), rk.ring.viewing(), c.wantViews)
+				}
+			}
+			if c.failView {
+				want := "shared memory, results written into every rank's buffer (no views: rank 1 (in process): no room for a view)"
+				for r, rk := range shared {
+					if got := rk.Gradients(); got != want {
+						t.Errorf("rank %d: gradients %q, want %q", r, got, want)
+					}
+				}
+			} else if runs, _ := viewLayout(shared[0].total, o.BucketElems, 2, os.Getpagesize()/4); len(runs) < 2 {
+				t.Fatalf("%d elements in buckets of %d: %d mapped runs, want some of each rank's", shared[0].total, o.BucketElems, len(runs))
+			}
+			for step := range 4 {
+				for _, g := range [][]*Rank{plain, shared} {
+					if _, errs := trainAll(g, groupBatch(step)); errs[0] != nil || errs[1] != nil {
+						t.Fatalf("step %d: %v", step, errs)
+					}
+				}
+			}
+			want := plain[0].Learner().Model().Weights()
+			for r, rk := range shared {
+				if d, at := maxDiff(rk.Learner().Model().Weights(), want); d != 0 {
+					t.Errorf("rank %d: weights differ from the transport's by %g at %s", r, d, at)
+				}
+			}
+		})
+	}
+}
+
+// A rank slow to read its view holds the others back from writing their
+// buffers: ranks stepping on their own (no collective between one update
+// and the next gradients, as a caller of the sharding hooks may) each get
+// the sum of that step's gradients.
+func TestSharedViewReleaseHoldsWriters(t *testing.T) {
+	conf := tinyConfig(learner.SFT, 2, 0)
+	conf.MaxGradNorm = 0
+	ranks := memGroupOf(t, conf, Options{BucketElems: 4096, Timeout: 20 * time.Second}, true)
+	if !ranks[0].ring.viewing() {
+		t.Fatal("no views")
+	}
+	grad := func(rank, step, i int) float32 { return float32((rank+1)*1000+step*10) + float32(i%7) }
+	saved := testBeforeRead
+	testBeforeRead = func(rank int) {
+		if rank == 1 {
+			time.Sleep(30 * time.Millisecond)
+		}
+	}
+	t.Cleanup(func() { testBeforeRead = saved })
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for rank, rk := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[rank] = func() error {
+				for step := range 4 {
+					params := rk.Learner().TrainableParams()
+					for _, p := range params {
+						for i := range p.Grad {
+							p.Grad[i] = grad(rank, step, i)
+						}
+					}
+					if _, err := rk.update(step, params, 1e-6); err != nil {
+						return fmt.Errorf("step %d: %w", step, err)
+					}
+					for _, p := range params {
+						for i, g := range p.Grad {
+							if want := grad(0, step, i) + grad(1, step, i); g != want {
+								return fmt.Errorf("step %d: %s gradient %d is %v, want the sum %v", step, p.Name, i, g, want)
+							}
+						}
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
 // A view's whole pages are read-only mappings of their owners' segments.
 func TestViewsAreReadOnlyMappingsOfSegments(t *testing.T) {
 	ts := memTransports(2, true)
@@ -408,6 +522,19 @@ func TestSharedCollectiveFailures(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "rank 2 (in process) sent nothing") || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("rank %d: %v; want a timeout naming rank 2", i, err)
 			}
+		}
+	})
+	t.Run("view not released", func(t *testing.T) {
+		gs := setup(t, 2)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		err := gs[0].shm.awaitReleased(ctx, Tag{Epoch: 5, Op: 9})
+		if err == nil || !strings.Contains(err.Error(), "rank 1 (in process) has not released its view of collective 9") || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("got %v, want a timeout naming rank 1 and the view", err)
+		}
+		gs[1].shm.release(9)
+		if err := gs[0].shm.awaitReleased(context.Background(), Tag{Epoch: 5, Op: 9}); err != nil {
+			t.Errorf("after the release: %v", err)
 		}
 	})
 	t.Run("abort", func(t *testing.T) {

@@ -111,7 +111,7 @@ func (s *shmGroup) release(op uint64) { s.publish(0, wordReleased, seq(op)) }
 func (s *shmGroup) awaitReleased(ctx context.Context, tag Tag) error {
 	tag.Bucket = 0
 	if err := s.awaitAll(ctx, tag, wordReleased, seq(tag.Op)); err != nil {
-		return fmt.Errorf("reading the result of %s: %w", tag, err)
+		return fmt.Errorf("before writing its buffer again: %w", err)
 	}
 	return nil
 }

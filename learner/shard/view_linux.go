@@ -5,6 +5,8 @@ package shard
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -34,6 +36,11 @@ func (s *shmGroup) newView(total int) (*view, error) {
 		return nil, fmt.Errorf("view of %d elements of buffers of %d", total, s.floats)
 	}
 	runs, fixes := viewLayout(total, s.bucket, s.size, pageBytes/4)
+	// Each run is a mapping of its own, and so may be the private pages
+	// between two: keep well inside the process's limit on mappings.
+	if limit := maxMapCount(); 2*len(runs) > limit/4 {
+		return nil, fmt.Errorf("a view of %d elements would take %d mappings, over a quarter of vm.max_map_count (%d)", total, 2*len(runs), limit)
+	}
 	size := (4*total + pageBytes - 1) &^ (pageBytes - 1)
 	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
@@ -48,7 +55,7 @@ func (s *shmGroup) newView(total int) (*view, error) {
 		got, _, e := unix.Syscall6(unix.SYS_MREMAP, src, 0, uintptr(n), unix.MREMAP_MAYMOVE|unix.MREMAP_FIXED, dst, 0)
 		if e != 0 || got != dst {
 			v.close()
-			return nil, fmt.Errorf("map %d bytes of rank %d's buffer into a view: %v", n, r.owner, e)
+			return nil, fmt.Errorf("map %d bytes of %s's buffer into a view: %v", n, s.peer(r.owner), e)
 		}
 		if err := unix.Mprotect(mem[lo:lo+n], unix.PROT_READ); err != nil {
 			v.close()
@@ -56,4 +63,18 @@ func (s *shmGroup) newView(total int) (*view, error) {
 		}
 	}
 	return v, nil
+}
+
+// maxMapCount is the kernel's limit on a process's mappings
+// (vm.max_map_count; its default where it cannot be read).
+func maxMapCount() int {
+	b, err := os.ReadFile("/proc/sys/vm/max_map_count")
+	if err != nil {
+		return 65530
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 0 {
+		return 65530
+	}
+	return n
 }
