@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +54,20 @@ type LMConfig struct {
 	// copied from a tool's output, the reasoning or the verification): a
 	// curriculum that teaches copying numbers before the full mixture.
 	AnswerFirst int `yaml:"answer_first" json:"answer_first,omitempty"`
+	// Verbatim makes the teacher send an arithmetic question's expression
+	// to a tool as the question writes it (simlm.Engine.Verbatim).
+	Verbatim bool `yaml:"verbatim" json:"verbatim,omitempty"`
+	// MaskComputed leaves out of the SFT loss the digits of every number
+	// in a teacher response that its prompt does not hold (results the
+	// teacher worked out in its head), so the loss's digits are the ones
+	// copied from the question, a tool's output, the reasoning or the
+	// verification.
+	MaskComputed bool `yaml:"mask_computed" json:"mask_computed,omitempty"`
+	// CopyWeight, when positive, is the SFT weight of every response
+	// that calls a tool with numbers all found in its prompt (an
+	// expression copied from the question or from earlier results); the
+	// rest weigh 1. 0 weighs every response 1.
+	CopyWeight float64 `yaml:"copy_weight" json:"copy_weight,omitempty"`
 }
 
 // lmFormat versions the warm-up (teacher, data, tokenizer, training);
@@ -98,6 +113,9 @@ func (c LMConfig) Check() error {
 	}
 	if c.AnswerFirst < 0 || c.AnswerFirst > c.Steps {
 		errs = append(errs, fmt.Sprintf("answer_first %d not in 0..steps (%d)", c.AnswerFirst, c.Steps))
+	}
+	if !(c.CopyWeight >= 0 && c.CopyWeight <= 100) {
+		errs = append(errs, fmt.Sprintf("copy_weight %v not in 0..100", c.CopyWeight))
 	}
 	if !(c.LR > 0 && c.LR < 1) {
 		errs = append(errs, fmt.Sprintf("lr %v not in (0, 1)", c.LR))
@@ -220,7 +238,7 @@ func TeacherCalls(ctx context.Context, c LMConfig, sp Space, python bool, progre
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				rec := &recorder{inner: simlm.Engine{}}
+				rec := &recorder{inner: simlm.Engine{Verbatim: c.Verbatim}}
 				x := &Executor{Engine: rec, Verifier: verify.GSM8K{}, Space: sp, CorrectReward: 1, Python: py}
 				if _, err := x.Run(ctx, qs[i%len(qs)], cfgs[i], int64(c.Seed)<<20+int64(i)); err != nil {
 					errs[i] = fmt.Errorf("teacher episode %d: %w", i, err)
@@ -301,7 +319,9 @@ func TrainLM(ctx context.Context, c LMConfig, sp Space, python bool, dir string,
 	}
 	var prompts, resps [][]int32
 	var answers []int
-	var dropped, tokens int
+	var masks [][]float32
+	var weights []float64
+	var dropped, tokens, masked, copies int
 	for _, cl := range calls {
 		p, r := sftSample(tok, cl)
 		if len(p)+len(r) > c.Context || len(r) == 0 {
@@ -311,14 +331,29 @@ func TrainLM(ctx context.Context, c LMConfig, sp Space, python bool, dir string,
 		if isAnswerLine(cl.Text) {
 			answers = append(answers, len(prompts))
 		}
+		if c.MaskComputed {
+			m := computedMask(tok, cl, r)
+			for _, v := range m {
+				masked += int(1 - v)
+			}
+			masks = append(masks, m)
+		}
+		if c.CopyWeight > 0 {
+			w := 1.0
+			if isToolCopy(cl) {
+				w = c.CopyWeight
+				copies++
+			}
+			weights = append(weights, w)
+		}
 		prompts, resps = append(prompts, p), append(resps, r)
 		tokens += len(p) + len(r)
 	}
 	if len(prompts) == 0 {
 		return fmt.Errorf("executor model: no teacher call fits the %d-token context", c.Context)
 	}
-	fmt.Fprintf(log, "executor model: %d samples, %.0f tokens each on average, %d over the context left out (%.0fs)\n",
-		len(prompts), float64(tokens)/float64(len(prompts)), dropped, time.Since(t0).Seconds())
+	fmt.Fprintf(log, "executor model: %d samples, %.0f tokens each on average, %d over the context left out, %d computed digits out of the loss, %d copying tool calls weighted (%.0fs)\n",
+		len(prompts), float64(tokens)/float64(len(prompts)), dropped, masked, copies, time.Since(t0).Seconds())
 	mc := c.modelConfig()
 	lc := learner.DefaultConfig()
 	lc.Model, lc.Seed, lc.Algorithm, lc.LR = &mc, c.Seed, learner.SFT, c.LR
@@ -343,6 +378,12 @@ func TrainLM(ctx context.Context, c LMConfig, sp Space, python bool, dir string,
 		var b learner.Batch
 		for _, i := range smp.batch(step) {
 			b.Prompts, b.Responses = append(b.Prompts, prompts[i]), append(b.Responses, resps[i])
+			if masks != nil {
+				b.Masks = append(b.Masks, masks[i])
+			}
+			if weights != nil {
+				b.Weights = append(b.Weights, weights[i])
+			}
 		}
 		st, err := l.Train(b)
 		if err != nil {
@@ -364,6 +405,71 @@ func TrainLM(ctx context.Context, c LMConfig, sp Space, python bool, dir string,
 	meta, _ := json.MarshalIndent(map[string]any{"format": lmFormat, "config": c, "space": sp,
 		"samples": len(prompts), "seconds": time.Since(t0).Seconds()}, "", "  ")
 	return os.WriteFile(filepath.Join(dir, "warmup.json"), meta, 0o644)
+}
+
+// computedMask is the loss mask of a teacher response encoded as resp:
+// 0 on the digits of each number its prompt does not hold, 1 elsewhere.
+// The response is encoded piece by piece, split at its numbers; if that
+// does not give resp (no split at a number), every token counts.
+func computedMask(tok *tokenizer.Tokenizer, call TeacherCall, resp []int32) []float32 {
+	have := map[string]bool{}
+	for _, m := range call.Messages {
+		for _, n := range numberRE.FindAllString(m.Content, -1) {
+			have[n] = true
+		}
+	}
+	mask := make([]float32, len(resp))
+	for i := range mask {
+		mask[i] = 1
+	}
+	var ids []int32
+	var zero []bool
+	add := func(piece string, computed bool) {
+		for _, id := range tok.Encode(piece) {
+			ids, zero = append(ids, int32(id)), append(zero, computed)
+		}
+	}
+	at := 0
+	for _, loc := range numberRE.FindAllStringIndex(call.Text, -1) {
+		add(call.Text[at:loc[0]], false)
+		add(call.Text[loc[0]:loc[1]], !have[call.Text[loc[0]:loc[1]]])
+		at = loc[1]
+	}
+	add(call.Text[at:], false)
+	if len(ids) > len(resp) || !slices.Equal(ids, resp[:len(ids)]) {
+		return mask
+	}
+	for i, z := range zero {
+		if z {
+			mask[i] = 0
+		}
+	}
+	return mask
+}
+
+// isToolCopy reports a teacher response that calls a tool with numbers,
+// every one of which occurs in its prompt.
+func isToolCopy(call TeacherCall) bool {
+	i := strings.LastIndex(call.Text, "<tool_call>")
+	if i < 0 {
+		return false
+	}
+	nums := numberRE.FindAllString(call.Text[i:], -1)
+	if len(nums) == 0 {
+		return false
+	}
+	have := map[string]bool{}
+	for _, m := range call.Messages {
+		for _, n := range numberRE.FindAllString(m.Content, -1) {
+			have[n] = true
+		}
+	}
+	for _, n := range nums {
+		if !have[n] {
+			return false
+		}
+	}
+	return true
 }
 
 // isAnswerLine reports a teacher response that is the final answer line.

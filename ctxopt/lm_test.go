@@ -7,10 +7,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
@@ -18,7 +20,8 @@ import (
 // smallLM is the CI variant of the executor model: it trains in seconds
 // and follows the format only roughly.
 var smallLM = LMConfig{Hidden: 32, Intermediate: 64, Layers: 1, Heads: 2, KVHeads: 1, Context: 1024,
-	Vocab: 512, Episodes: 120, Steps: 4, Batch: 8, LR: 1e-3, Seed: 1, DecaySteps: 2, AnswerFirst: 1}
+	Vocab: 512, Episodes: 120, Steps: 4, Batch: 8, LR: 1e-3, Seed: 1, DecaySteps: 2, AnswerFirst: 1,
+	Verbatim: true, MaskComputed: true, CopyWeight: 4}
 
 func TestLMTrainCacheRun(t *testing.T) {
 	t.Setenv("RLNODE_CACHE", t.TempDir())
@@ -35,6 +38,9 @@ func TestLMTrainCacheRun(t *testing.T) {
 	}
 	if filepath.Base(dir) != smallLM.Key(sp, false) || !strings.Contains(log.String(), "SFT step 4/4") {
 		t.Errorf("dir %s, log:\n%s", dir, log.String())
+	}
+	if m := regexp.MustCompile(`, (\d+) computed digits out of the loss, (\d+) copying tool calls weighted`).FindStringSubmatch(log.String()); m == nil || m[1] == "0" || m[2] == "0" {
+		t.Errorf("mask_computed and copy_weight left nothing out and weighted nothing: %v in\n%s", m, log.String())
 	}
 	log.Reset()
 	again, err := EnsureLM(context.Background(), smallLM, sp, false, &log)
@@ -222,5 +228,85 @@ func TestLMSamplerAnswerFirst(t *testing.T) {
 	bad.AnswerFirst = -1
 	if err := bad.Check(); err == nil || !strings.Contains(err.Error(), "answer_first -1 not in 0..steps (4)") {
 		t.Errorf("negative answer_first: %v", err)
+	}
+}
+
+// mask_computed: the digits of numbers the prompt does not hold are out
+// of the loss (the tokens under the zeros decode to exactly them); copied
+// numbers and the rest stay in.
+func TestLMMaskComputed(t *testing.T) {
+	q := []tokenizer.Message{{Role: "system", Content: "Token budget: 256."}, {Role: "user", Content: "Question:\nWhat is 30 + 21 * 4?\n\n"}}
+	withTool := append(slices.Clone(q), tokenizer.Message{Role: "assistant", Content: "<tool_call>...</tool_call>"},
+		tokenizer.Message{Role: "user", Content: "<tool_response>\n114\n</tool_response>"})
+	tok, err := tokenizer.Train([]string{"Step 1: 21 * 4 = 84.\nStep 2: 30 + 84 = 114.\n#### 114", tokenizer.ChatTemplate(q, true)}, 300, lmSpecials)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		msgs          []tokenizer.Message
+		text, dropped string
+	}{
+		{q, "Step 1: 21 * 4 = 84.\nStep 2: 30 + 84 = 114.\n", "184284114"}, // step labels too: not in the prompt
+		{q, `<tool_call>{"arguments":{"expression":"30 + 21 * 4"},"name":"calculator"}</tool_call>`, ""},
+		{q, "#### 114", "114"},
+		{withTool, "#### 114", ""},
+		{q, "I cannot solve this.", ""},
+	} {
+		call := TeacherCall{Messages: tc.msgs, Text: tc.text, FinishReason: "stop"}
+		_, resp := sftSample(tok, call)
+		m := computedMask(tok, call, resp)
+		if len(m) != len(resp) {
+			t.Fatalf("%q: mask of %d for %d tokens", tc.text, len(m), len(resp))
+		}
+		var dropped []int
+		for i, v := range m {
+			if v == 0 {
+				dropped = append(dropped, int(resp[i]))
+			} else if v != 1 {
+				t.Fatalf("%q: mask value %v", tc.text, v)
+			}
+		}
+		if got := tok.Decode(dropped); got != tc.dropped {
+			t.Errorf("%q after %q: out of the loss %q, want %q", tc.text, tc.msgs[len(tc.msgs)-1].Content, got, tc.dropped)
+		}
+	}
+	// Unset, the new settings leave the shipped model's cache key as it was.
+	r, err := LoadRecipe("ctxopt_bandit_lm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped := LMConfig{Hidden: 128, Intermediate: 384, Layers: 2, Heads: 4, KVHeads: 2, Context: 1024, Vocab: 1024,
+		Episodes: 6000, Steps: 1500, Batch: 32, LR: 2e-3, Seed: 1, DecaySteps: 500, AnswerFirst: 200}
+	if k := shipped.Key(r.SpaceOf(), true); k != "5f92089deca1a21f0be4d2c2" {
+		t.Errorf("key of the 1,500-step model %s, want 5f92089deca1a21f0be4d2c2", k)
+	}
+	shipped.MaskComputed, shipped.Verbatim = true, true
+	if shipped.Key(r.SpaceOf(), true) == "5f92089deca1a21f0be4d2c2" {
+		t.Error("mask_computed and verbatim do not change the cache key")
+	}
+}
+
+// copy_weight picks the tool calls whose numbers all come from the
+// prompt; a weight out of range is refused.
+func TestLMCopyWeight(t *testing.T) {
+	q := []tokenizer.Message{{Role: "system", Content: "Token budget: 256."}, {Role: "user", Content: "Question:\nWhat is 30 + 21 * 4?\n\n"}}
+	for _, tc := range []struct {
+		text string
+		want bool
+	}{
+		{`<tool_call>{"arguments":{"expression":"30 + 21 * 4"},"name":"calculator"}</tool_call>`, true},
+		{"Step 1: 21 * 4 = 84.\n" + `<tool_call>{"arguments":{"expression":"30 + 21"},"name":"calculator"}</tool_call>`, true},
+		{`<tool_call>{"arguments":{"expression":"30 + 84"},"name":"calculator"}</tool_call>`, false},
+		{"#### 30", false},
+		{`<tool_call>{"arguments":{"expression":"x"},"name":"calculator"}</tool_call>`, false},
+	} {
+		if got := isToolCopy(TeacherCall{Messages: q, Text: tc.text}); got != tc.want {
+			t.Errorf("isToolCopy(%q) = %v, want %v", tc.text, got, tc.want)
+		}
+	}
+	bad := smallLM
+	bad.CopyWeight = -1
+	if err := bad.Check(); err == nil || !strings.Contains(err.Error(), "copy_weight -1 not in 0..100") {
+		t.Errorf("copy_weight -1: %v", err)
 	}
 }

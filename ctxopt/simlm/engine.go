@@ -20,7 +20,13 @@ const maxPromptBytes = 64 << 10
 
 // Engine is the scripted model. The zero value is ready; it is safe for
 // concurrent use.
-type Engine struct{}
+type Engine struct {
+	// Verbatim makes the model write an arithmetic question's expression
+	// as the question writes it (precedence left to the tool) when it
+	// sends the whole question to a tool, instead of fully parenthesised:
+	// a transcript a small network can learn by copying.
+	Verbatim bool
+}
 
 var _ engine.Engine = Engine{}
 
@@ -63,7 +69,7 @@ func (e Engine) Generate(ctx context.Context, reqs []engine.Request) ([]engine.R
 			if r.Params.Seed != nil {
 				seed = *r.Params.Seed
 			}
-			text := respond(r.Messages, uint64(seed)+uint64(s))
+			text := respond(r.Messages, uint64(seed)+uint64(s), e.Verbatim)
 			text, finish := truncate(text, r.Params.MaxTokens)
 			ids := TokenIDs(text)
 			res.Samples = append(res.Samples, engine.Sample{TokenIDs: ids, LogProbs: make([]float32, len(ids)), Text: text, FinishReason: finish})
@@ -169,7 +175,7 @@ func parsePrompt(msgs []struct{ role, content string }) prompt {
 
 // respond writes the model's next segment: everything after the tool
 // responses it has already seen, up to its next tool call or its end.
-func respond(msgs []engineMessage, seed uint64) string {
+func respond(msgs []engineMessage, seed uint64, verbatim bool) string {
 	ms := make([]struct{ role, content string }, len(msgs))
 	for i, m := range msgs {
 		ms[i].role, ms[i].content = m.Role, m.Content
@@ -177,7 +183,7 @@ func respond(msgs []engineMessage, seed uint64) string {
 	p := parsePrompt(ms)
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%s\x00%d", p.role, p.question, p.budget)
-	w := &writer{p: p, rng: rand.New(rand.NewPCG(seed, h.Sum64()))}
+	w := &writer{p: p, rng: rand.New(rand.NewPCG(seed, h.Sum64())), verbatim: verbatim}
 	w.run()
 	return w.cur.String()
 }

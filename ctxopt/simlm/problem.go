@@ -26,9 +26,10 @@ type step struct {
 // problem is a question the model understood: its steps, and the whole
 // computation as one expression.
 type problem struct {
-	steps []step
-	expr  string // Python/calculator syntax, // for division
-	word  bool
+	steps   []step
+	expr    string // Python/calculator syntax, // for division
+	written string // an arithmetic question's expression as written
+	word    bool
 }
 
 var (
@@ -53,7 +54,7 @@ func parseProblem(q string) (*problem, error) {
 		if p.skip(); p.i != len(p.s) {
 			return nil, fmt.Errorf("unexpected %q", p.s[p.i:])
 		}
-		pr := &problem{expr: render(t)}
+		pr := &problem{expr: render(t), written: strings.TrimSpace(m[1])}
 		flatten(t, &pr.steps)
 		return pr, nil
 	}

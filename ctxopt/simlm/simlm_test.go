@@ -137,3 +137,34 @@ func TestMentalErrorsGrowWithNumberSize(t *testing.T) {
 	}
 	t.Logf("wrong answers in 400: 5 + 7: %d, 47 * 89: %d", small, big)
 }
+
+// Verbatim: the answerer that sends a whole arithmetic question to a tool
+// writes its expression as the question does (python with // for
+// division); by default, and for word problems, the parenthesised form.
+func TestVerbatimExpressions(t *testing.T) {
+	call := func(e Engine, tools, q string) string {
+		t.Helper()
+		sys := "You are the answerer of a team.\nTools: " + tools + ".\nToken budget: 256.\n"
+		seed := int64(1)
+		res, err := e.Generate(context.Background(), []engine.Request{{ID: "r", Messages: msgs(sys, "Question:\n"+q+"\n\n"), Params: engine.SamplingParams{MaxTokens: 256, Seed: &seed}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].Samples[0].Text
+	}
+	for _, tc := range []struct {
+		e           Engine
+		tools, q    string
+		wantSnippet string
+	}{
+		{Engine{}, "calculator", "What is 18 - 34 + 53 * 23 * 5?", `"((18 - 34) + ((53 * 23) * 5))"`},
+		{Engine{Verbatim: true}, "calculator", "What is 18 - 34 + 53 * 23 * 5?", `"18 - 34 + 53 * 23 * 5"`},
+		{Engine{Verbatim: true}, "calculator", "What is (84 - 12) / 8?", `"(84 - 12) / 8"`},
+		{Engine{Verbatim: true}, "python", "What is (84 - 12) / 8?", `"print((84 - 12) // 8)"`},
+		{Engine{Verbatim: true}, "calculator", "Sam has 8 cards. He buys 5 bags with 6 cards each. How many cards does Sam have now?", `"(8 + (5 * 6))"`},
+	} {
+		if got := call(tc.e, tc.tools, tc.q); !strings.Contains(got, tc.wantSnippet) {
+			t.Errorf("verbatim %v, %s, %q: %q, want it to contain %s", tc.e.Verbatim, tc.tools, tc.q, got, tc.wantSnippet)
+		}
+	}
+}

@@ -21,6 +21,8 @@ type writer struct {
 	rng  *rand.Rand
 	cur  strings.Builder
 	used int
+	// verbatim: arithmetic expressions go to tools as the question writes them.
+	verbatim bool
 }
 
 type stopWriting struct{}
@@ -48,6 +50,9 @@ func (w *writer) run() {
 		}
 	}()
 	pr, err := parseProblem(w.p.question)
+	if err == nil && w.verbatim && pr.written != "" {
+		pr.expr = strings.ReplaceAll(pr.written, " / ", " // ")
+	}
 	if err != nil {
 		w.say("I cannot solve this.\n")
 		if w.p.role == "answerer" {
