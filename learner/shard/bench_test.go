@@ -18,7 +18,8 @@ import (
 )
 
 // Benchmarks between processes on loopback (each rank a re-executed test
-// binary, as in the multi-process tests):
+// binary, as in the multi-process tests; RLNODE_BENCH_BUCKET sets the
+// buckets' size in elements):
 //
 //	go test ./learner/shard -run '^$' -bench 'AllReduce|Memcpy|TrainStepQuickstart' -benchtime 5x
 //	RLNODE_BENCH_BUCKET=65536 go test ./learner/shard -run '^$' -bench 'TrainStep(Quickstart|9M)/shards=2' -benchtime 3x
@@ -75,7 +76,11 @@ func benchRing(ctx context.Context, mb *Mailbox, rank int, peers []actor.Ref, fl
 	if err != nil {
 		return nil, nil, err
 	}
-	o := Options{}.withDefaults()
+	o, err := benchEnvOptions() // the child ranks inherit the variable
+	if err != nil {
+		return nil, nil, err
+	}
+	o = o.withDefaults()
 	g := &ring{t: t, bucket: o.BucketElems, inFlight: o.InFlight}
 	var x []float32
 	if !slots {
@@ -305,18 +310,26 @@ func bench9MConfig(shards int) learner.Config {
 // tokens: 4,096 tokens a step.
 func bench9MBatch() learner.Batch { return randomBatch(16, 16, 240) }
 
-// benchOptions are the training-step benchmarks' collective options:
-// RLNODE_BENCH_BUCKET sets BucketElems (else the default, 1 Mi floats).
+// benchOptions are the benchmarks' collective options: RLNODE_BENCH_BUCKET
+// sets BucketElems (else the default, 1 Mi floats).
 func benchOptions(b *testing.B) Options {
+	o, err := benchEnvOptions()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return o
+}
+
+func benchEnvOptions() (Options, error) {
 	var o Options
 	if s := os.Getenv("RLNODE_BENCH_BUCKET"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n <= 0 {
-			b.Fatalf("RLNODE_BENCH_BUCKET=%q: want a positive element count", s)
+			return o, fmt.Errorf("RLNODE_BENCH_BUCKET=%q: want a positive element count", s)
 		}
 		o.BucketElems = n
 	}
-	return o
+	return o, nil
 }
 
 // BenchmarkTrainStep9M is BenchmarkTrainStepQuickstart's step on the 9.7M
