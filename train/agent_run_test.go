@@ -27,12 +27,18 @@ import (
 func tinyAgent(t *testing.T, out string, sets ...string) Config {
 	t.Helper()
 	t.Setenv("RLNODE_HOME", t.TempDir())
-	base := []string{
-		"models.policy.init={architecture: qwen2, vocab_size: 768, hidden_size: 32, intermediate_size: 64, layers: 1, heads: 4, kv_heads: 2, max_positions: 128}",
+	return tinyAgentRecipe(t, "agent_game", out, []string{
 		"sft.steps=2", "sft.batch_size=4", "schedule.steps=3", "schedule.eval_every=2", "schedule.checkpoint_every=5",
 		"eval.held_out=8", "algorithm.group_size=4", "algorithm.batch_prompts=4", "algorithm.max_tokens=12", "algorithm.micro_batch=32",
-	}
-	l, err := recipes.Load("agent_game", append(base, sets...))
+	}, sets)
+}
+
+// tinyAgentRecipe is the run of recipe into out with a one-layer model
+// and the overrides base, then sets.
+func tinyAgentRecipe(t *testing.T, recipe, out string, base, sets []string) Config {
+	t.Helper()
+	model := "models.policy.init={architecture: qwen2, vocab_size: 768, hidden_size: 32, intermediate_size: 64, layers: 1, heads: 4, kv_heads: 2, max_positions: 128}"
+	l, err := recipes.Load(recipe, append(append([]string{model}, base...), sets...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/rollout/data"
 )
 
@@ -52,20 +51,10 @@ func TestGroupFilterWeights(t *testing.T) {
 func tinyEquations(t *testing.T, out string, sets ...string) Config {
 	t.Helper()
 	t.Setenv("RLNODE_HOME", t.TempDir())
-	base := []string{
-		"models.policy.init={architecture: qwen2, vocab_size: 768, hidden_size: 32, intermediate_size: 64, layers: 1, heads: 4, kv_heads: 2, max_positions: 128}",
+	return tinyAgentRecipe(t, "agent_equations", out, []string{
 		"sft.steps=60", "sft.batch_size=16", "sft.lr=1e-2", "schedule.steps=2", "schedule.eval_every=20", "schedule.checkpoint_every=1",
 		"eval.held_out=8", "algorithm.group_size=4", "algorithm.batch_prompts=4", "algorithm.micro_batch=32",
-	}
-	l, err := recipes.Load("agent_equations", append(base, sets...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := FromRecipe(l, out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	}, sets)
 }
 
 // sft.until: probes that never reach the threshold leave the run as it

@@ -107,17 +107,23 @@ func dt(t backend.Tensor) *Tensor {
 func p(t backend.Tensor) Ptr { return dt(t).p }
 
 func (b *DeviceBackend) Alloc(n int) backend.Tensor {
-	t := &Tensor{n: n}
+	return b.zeros(&Tensor{n: n}, 4, "tensor")
+}
+
+// zeros gives t device memory of size bytes per element (at least one
+// element's), zeroed; a failure is the backend's error.
+func (b *DeviceBackend) zeros(t *Tensor, size int64, what string) *Tensor {
 	if !b.ok() {
 		return t
 	}
-	ptr, err := b.A.Alloc(4 * int64(n))
+	bytes := size * int64(max(t.n, 1))
+	ptr, err := b.A.Alloc(bytes)
 	if err != nil {
-		b.fail(fmt.Errorf("cuda backend: tensor of %d elements: %w", n, err))
+		b.fail(fmt.Errorf("cuda backend: %s of %d elements: %w", what, t.n, err))
 		return t
 	}
 	t.p = ptr
-	b.fail(b.D.Zero(ptr, 4*int64(max(n, 1))))
+	b.fail(b.D.Zero(ptr, bytes))
 	return t
 }
 
@@ -531,18 +537,7 @@ var _ backend.BF16Storage = (*DeviceBackend)(nil)
 // AllocBF16 returns n bf16 zeros in device memory (half a float32
 // tensor's bytes).
 func (b *DeviceBackend) AllocBF16(n int) backend.Tensor {
-	t := &Tensor{n: n, bf16: true}
-	if !b.ok() {
-		return t
-	}
-	ptr, err := b.A.Alloc(2 * int64(max(n, 1)))
-	if err != nil {
-		b.fail(fmt.Errorf("cuda backend: bf16 tensor of %d elements: %w", n, err))
-		return t
-	}
-	t.p = ptr
-	b.fail(b.D.Zero(ptr, 2*int64(max(n, 1))))
-	return t
+	return b.zeros(&Tensor{n: n, bf16: true}, 2, "bf16 tensor")
 }
 
 // ToBF16 rounds src into the bf16 tensor dst (cast_f32_bf16).
