@@ -31,7 +31,9 @@
 # checkpoint and resume, the bytes a step copies to the host and through
 # page-locked buffers) and a timed step of one learner and of two ranks
 # under each stage on the same shape (BenchmarkDeviceStep;
-# GPU_CHECK_SHARDED=0 skips both). Not yet: decode tokens/s.
+# GPU_CHECK_SHARDED=0 skips both). Last, the same-host all-reduce of
+# learner ranks at 64 MiB against this host's memcpy and gloo (samehost
+# below; GPU_CHECK_SAMEHOST=0 skips it). Not yet: decode tokens/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -86,6 +88,10 @@ run() {
 	if [ "${GPU_CHECK_STEP:-1}" != 0 ]; then
 		step "$dir" >"$log/step.txt" 2>&1 || failed=1
 	fi
+	: >"$log/samehost.txt"
+	if [ "${GPU_CHECK_SAMEHOST:-1}" != 0 ]; then
+		samehost "$dir" >"$log/samehost.txt" 2>&1 || true
+	fi
 	echo "================ rlnode gpu-check report ================"
 	cat "$log/host.txt"
 	for f in "$log"/cuda.txt "$log"/cpu.txt "$log"/shard.txt; do
@@ -101,6 +107,10 @@ run() {
 	done
 	echo "== training step (Qwen2.5-0.5B shape, random weights)"
 	cat "$log/step.txt"
+	if [ -s "$log/samehost.txt" ]; then
+		echo "== same-host all-reduce, 64 MiB (this host's cores; docs/samehost.md)"
+		cat "$log/samehost.txt"
+	fi
 	echo "== result: $([ "$failed" = 0 ] && echo PASS || echo FAIL) (RLNODE_REQUIRE_GPU=$RLNODE_REQUIRE_GPU; full logs in $log)"
 	return "$failed"
 }
@@ -145,6 +155,25 @@ step() {
 		echo "PyTorch with CUDA: not available, no comparison"
 	fi
 	return "$rc"
+}
+
+# samehost measures the learner ranks' all-reduce on shared buffers at
+# 64 MiB with 2 and 4 ranks against this host's memcpy, the memory work's
+# bounds and PyTorch gloo: on a host with more cores than ranks (a 2-core
+# machine cannot say whether 4 ranks reach half of memcpy). About a
+# minute; GPU_CHECK_SAMEHOST=0 skips it.
+samehost() {
+	local dir=$1
+	echo "load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
+	(cd "$dir/learner/shard" && timeout 150 ./shard.test -test.run '^$' -test.bench 'Memcpy/MiB=64|(SharedCopy|Read)Bound/ranks=./MiB=64|AllReduce(Loopback|InPlace)/ranks=./MiB=64' -test.benchtime 20x -test.timeout=140s) 2>&1 |
+		grep -E 'Benchmark|FAIL|panic' || echo "same-host all-reduce: no figure (timed out after 150 s?)"
+	if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch.distributed' 2>/dev/null; then
+		for n in 2 4; do
+			timeout 60 python3 "$dir/learner/shard/testdata/bench_gloo.py" --ranks "$n" --iters 10 --port $((29600 + n)) 2>&1 | grep 'MiB=64' || true
+		done
+	else
+		echo "PyTorch: not available, no gloo figure"
+	fi
 }
 
 case "${1:-}" in
