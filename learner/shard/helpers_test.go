@@ -1,9 +1,12 @@
 package shard
 
 import (
+	"errors"
 	"math"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/model"
@@ -85,6 +88,40 @@ func memGroupOf(t testing.TB, c learner.Config, o Options, shared bool) []*Rank 
 		}
 	})
 	return ranks
+}
+
+// switchAll switches every rank's learner to alg at once (each waits for
+// the others in the switch's collective).
+func switchAll(t testing.TB, ranks []*Rank, alg string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(ranks))
+	for i, r := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.Learner().SetAlgorithm(alg, 0)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: switch to %s: %v", r, alg, err)
+		}
+	}
+}
+
+// wantAborted waits for done's collective error: ErrAborted carrying cause.
+func wantAborted(t *testing.T, done <-chan error, cause string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), cause) {
+			t.Errorf("got %v, want ErrAborted with the cause", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("abort did not end the collective")
+	}
 }
 
 // trainAll runs one Train on every rank at once.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,21 +42,7 @@ func TestLoRAEquivalenceInProcess(t *testing.T) {
 			if err := ref.SetAlgorithm(learner.GRPO, 0); err != nil {
 				t.Fatal(err)
 			}
-			var wg sync.WaitGroup
-			errs := make([]error, len(ranks))
-			for i, r := range ranks {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					errs[i] = r.Learner().SetAlgorithm(learner.GRPO, 0)
-				}()
-			}
-			wg.Wait()
-			for r, err := range errs {
-				if err != nil {
-					t.Fatalf("rank %d: switch to grpo: %v", r, err)
-				}
-			}
+			switchAll(t, ranks, learner.GRPO)
 			for k := 1; k <= 3; k++ {
 				step(groupBatch(k))
 			}

@@ -168,14 +168,7 @@ func TestCollectiveFailures(t *testing.T) {
 			done <- g.allReduce(ctx, 5, 0, make([]float32, 8))
 		}()
 		ts[1].Abort(5, errors.New("loss is NaN"))
-		select {
-		case err := <-done:
-			if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "loss is NaN") {
-				t.Errorf("got %v, want ErrAborted with the cause", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("abort did not end the collective")
-		}
+		wantAborted(t, done, "loss is NaN")
 	})
 }
 

@@ -425,23 +425,8 @@ func TestSharedEquivalenceInProcess(t *testing.T) {
 				}
 				for step := range 4 {
 					if step == 2 {
-						for _, g := range [][]*Rank{plain, shared} {
-							var wg sync.WaitGroup
-							errs := make([]error, n)
-							for i, r := range g {
-								wg.Add(1)
-								go func() {
-									defer wg.Done()
-									errs[i] = r.Learner().SetAlgorithm(learner.GRPO, 0)
-								}()
-							}
-							wg.Wait()
-							for r, err := range errs {
-								if err != nil {
-									t.Fatalf("rank %d: switch to grpo: %v", r, err)
-								}
-							}
-						}
+						switchAll(t, plain, learner.GRPO)
+						switchAll(t, shared, learner.GRPO)
 					}
 					for _, g := range [][]*Rank{plain, shared} {
 						_, errs := trainAll(g, groupBatch(step))
@@ -546,14 +531,7 @@ func TestSharedCollectiveFailures(t *testing.T) {
 			done <- gs[0].allReduce(ctx, 5, 0, gs[0].shm.bufs[0])
 		}()
 		gs[1].t.Abort(5, errors.New("loss is NaN"))
-		select {
-		case err := <-done:
-			if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "loss is NaN") {
-				t.Errorf("got %v, want ErrAborted with the cause", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("abort did not end the collective")
-		}
+		wantAborted(t, done, "loss is NaN")
 	})
 }
 
