@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
@@ -111,9 +112,7 @@ func (s *RolloutServer) start(ctx context.Context, version int64, src Source) er
 		return fmt.Errorf("rollout actors: %w", err)
 	}
 	s.pool.SetStep(start)
-	for _, rs := range s.pool.Replicas() {
-		s.log.Info("rollout actor", "policy", cfg.Policy, "actor", rs.Name, "node", rs.Node)
-	}
+	s.log.Info("rollout actors", "policy", cfg.Policy, "replicas", len(s.pool.Replicas()), "nodes", replicaNodes(s.pool.Replicas()))
 	if u.LoRA != nil {
 		return s.publish(ctx, version, u)
 	}
@@ -211,3 +210,21 @@ func (s *RolloutServer) Close() error {
 }
 
 var _ PolicyServer = (*RolloutServer)(nil)
+
+// replicaNodes says where replicas run, one "node×count" per node in
+// first-seen order, e.g. "a×2,b×1".
+func replicaNodes(rs []rollout.ReplicaStatus) string {
+	var order []string
+	count := map[string]int{}
+	for _, r := range rs {
+		if count[r.Node] == 0 {
+			order = append(order, r.Node)
+		}
+		count[r.Node]++
+	}
+	parts := make([]string, len(order))
+	for i, n := range order {
+		parts[i] = fmt.Sprintf("%s×%d", n, count[n])
+	}
+	return strings.Join(parts, ",")
+}

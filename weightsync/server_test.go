@@ -232,3 +232,18 @@ func TestVLLMServerLoRA(t *testing.T) {
 		t.Errorf("serves %d, want 2", v)
 	}
 }
+
+func TestReplicaNodes(t *testing.T) {
+	for _, c := range []struct {
+		in   []rollout.ReplicaStatus
+		want string
+	}{
+		{nil, ""},
+		{[]rollout.ReplicaStatus{{Name: "r0", Node: "a"}}, "a×1"},
+		{[]rollout.ReplicaStatus{{Node: "b"}, {Node: "a"}, {Node: "b"}, {Node: "b"}}, "b×3,a×1"},
+	} {
+		if got := replicaNodes(c.in); got != c.want {
+			t.Errorf("replicaNodes(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
