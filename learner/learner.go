@@ -3,11 +3,9 @@ package learner
 import (
 	"fmt"
 	"math"
-	"os"
 	"strings"
 
 	"github.com/rlnode/rlnode/learner/backend"
-	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/cuda"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/optim"
@@ -597,61 +595,14 @@ func (l *Learner) PolicyWeights() map[string][]float32 {
 
 // CheckDevice reports why a learner on device ("", "cpu", "cuda",
 // "cuda-bf16", either cuda value with a device index: "cuda:1") cannot
-// run on this host, naming the reason the CUDA backend gives (no driver,
-// no GPU, libraries missing or too old, an index past the devices this
-// process sees); nil when it can.
-func CheckDevice(device string) error {
-	_, err := pickGPU(device)
-	return err
-}
-
-// pickGPU is the GPU a learner on device opens (cuda.PickGPU: the index
-// the device names, Slurm's allocation, or 0), -1 for the CPU.
-func pickGPU(device string) (int, error) {
-	kind, idx, err := cuda.ParseDevice(device)
-	if err != nil {
-		return -1, err
-	}
-	switch kind {
-	case "", "cpu":
-		return -1, nil
-	case "cuda", "cuda-bf16":
-		r := cuda.Available()
-		if r.Err() != nil {
-			msgs := make([]string, len(r.Problems))
-			for i, p := range r.Problems {
-				msgs[i] = p.Error()
-			}
-			return -1, fmt.Errorf("%s: the CUDA backend cannot run here: %s", device, strings.Join(msgs, "; "))
-		}
-		ord, _, err := cuda.PickGPU(cuda.GPUChoice{Field: device, Index: idx, Env: os.Getenv, Count: len(r.Devices)})
-		if err != nil && idx < 0 {
-			err = fmt.Errorf("%s: %w", device, err)
-		}
-		if err != nil {
-			return -1, err
-		}
-		return ord, nil
-	}
-	return -1, fmt.Errorf("device %q: want cpu, cuda or cuda-bf16", device)
-}
+// run on this host (cuda.CheckBackend); nil when it can.
+func CheckDevice(device string) error { return cuda.CheckBackend(device) }
 
 // newBackend is the backend Config.Device names.
 func newBackend(device string) (backend.Backend, error) {
-	ord, err := pickGPU(device)
+	b, err := cuda.OpenBackend(device)
 	if err != nil {
 		return nil, fmt.Errorf("learner: %w", err)
 	}
-	if ord < 0 {
-		return cpu.New(), nil
-	}
-	gemm := cuda.F32
-	if strings.HasPrefix(device, "cuda-bf16") {
-		gemm = cuda.BF16
-	}
-	g, err := cuda.OpenGPU(ord)
-	if err != nil {
-		return nil, fmt.Errorf("learner: device %s: GPU %d: %w", device, ord, err)
-	}
-	return cuda.NewDeviceBackend(g, gemm), nil
+	return b, nil
 }

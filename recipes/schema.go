@@ -130,7 +130,7 @@ type Engines struct {
 
 // Engine is one inference engine setup.
 type Engine struct {
-	// Kind is native (the in-process Go engine; CPU) or vllm (external
+	// Kind is native (the in-process Go engine; CPU or GPU: Device) or vllm (external
 	// vLLM servers). Default native.
 	Kind string `yaml:"kind"`
 	// Replicas is the number of rollout actors for this engine; with vllm,
@@ -139,6 +139,12 @@ type Engine struct {
 	// MaxBatch is how many sequences one native engine decodes together.
 	// Default 64.
 	MaxBatch int `yaml:"max_batch"`
+	// Device is where a native engine keeps its model, KV caches and
+	// activations: cpu, or cuda / cuda-bf16 (bf16 products) with an
+	// optional device index (cuda:1), as placement.learner_device. Default
+	// cpu (a native feedback engine: the policy engine's); refused with
+	// kind vllm.
+	Device string `yaml:"device,omitempty"`
 	// WeightSync is how new weights reach the engine: full (every weight),
 	// lora (adapter deltas; needs the model's lora section) or, for vllm
 	// only, reload (the server reloads a checkpoint directory it can read).

@@ -202,6 +202,9 @@ func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
 		}
 		r.Engines.Feedback = &e
 	}
+	if e := r.Engines.Feedback; e != nil && e.Device == "" && e.Kind != "vllm" {
+		e.Device = r.Engines.Policy.Device // one device for both engines
+	}
 	fb := r.Models.Feedback
 	if fb == nil {
 		fb = &r.Models.Policy
@@ -582,17 +585,7 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	c.resources("placement.rollout", p.Rollout)
 	c.resources("placement.learner", p.Learner)
 	c.positive("placement.learner_shards", p.LearnerShards)
-	if p.LearnerDevice != "" {
-		// cuda and cuda-bf16 may name a device: cuda:1.
-		kind, idx, hasIdx := strings.Cut(p.LearnerDevice, ":")
-		if !hasIdx {
-			c.oneOf("placement.learner_device", p.LearnerDevice, LearnerDevices)
-		} else if c.oneOf("placement.learner_device", kind, LearnerDevices[1:]) {
-			if n, err := strconv.Atoi(idx); err != nil || n < 0 || n > 1023 {
-				c.add("placement.learner_device", "%q: the device index after %s: is not 0..1023", p.LearnerDevice, kind)
-			}
-		}
-	}
+	c.device("placement.learner_device", p.LearnerDevice)
 
 	// schedule, eval, checkpoint
 	c.positive("schedule.steps", r.Schedule.Steps)
@@ -746,10 +739,30 @@ func (c *checker) model(path string, m *Model) {
 	}
 }
 
+// device checks a device value (LearnerDevices; cuda and cuda-bf16 may
+// name a device index: cuda:1); "" is the default.
+func (c *checker) device(path, v string) {
+	if v == "" {
+		return
+	}
+	kind, idx, hasIdx := strings.Cut(v, ":")
+	if !hasIdx {
+		c.oneOf(path, v, LearnerDevices)
+	} else if c.oneOf(path, kind, LearnerDevices[1:]) {
+		if n, err := strconv.Atoi(idx); err != nil || n < 0 || n > 1023 {
+			c.add(path, "%q: the device index after %s: is not 0..1023", v, kind)
+		}
+	}
+}
+
 func (c *checker) engine(path string, e *Engine, m *Model) {
 	kindOK := c.oneOf(path+".kind", e.Kind, EngineKinds)
 	c.positive(path+".replicas", e.Replicas)
 	c.positive(path+".max_batch", e.MaxBatch)
+	c.device(path+".device", e.Device)
+	if e.Device != "" && e.Kind == "vllm" {
+		c.add(path+".device", "%q is for the native engine: vLLM servers run on their own devices", e.Device)
+	}
 	if c.oneOf(path+".weight_sync", e.WeightSync, WeightSyncs) {
 		switch {
 		case e.WeightSync == "lora" && m.LoRA == nil:

@@ -13,7 +13,6 @@ import (
 	"sort"
 	"sync/atomic"
 
-	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/engine"
@@ -57,20 +56,12 @@ func NewNativeFromFiles(files map[string][]byte, cfg native.Config) (*PushedEngi
 	if err != nil {
 		return nil, fmt.Errorf("native engine: %w", err)
 	}
-	m, err := model.New(*mc, cpu.New())
-	if err != nil {
-		return nil, fmt.Errorf("native engine: %w", err)
-	}
 	cfg.WeightVersion = NoWeights
-	e, err := native.New(m, tok, cfg)
+	e, err := native.NewOn(*mc, tok, cfg)
 	if err != nil {
 		return nil, err
 	}
-	pe := &PushedEngine{Engine: e}
-	for _, p := range m.Params() {
-		pe.params = append(pe.params, p.Name)
-	}
-	return pe, nil
+	return &PushedEngine{Engine: e, params: e.ParamNames()}, nil
 }
 
 // SetWeights implements weights.HostedEngine: the first call must set
@@ -123,17 +114,19 @@ func (e *PushedEngine) Stream(ctx context.Context, req engine.Request, opts nati
 const PushedNative = "driver-native"
 
 // EngineConfigFile holds the native engine settings of a rollout model:
-// {"max_batch": N}.
+// {"max_batch": N, "device": "cuda"} (device absent: the cpu).
 const EngineConfigFile = "engine.json"
 
 type engineFile struct {
-	MaxBatch int `json:"max_batch"`
+	MaxBatch int    `json:"max_batch"`
+	Device   string `json:"device,omitempty"`
 }
 
 // PushedNativeFiles are the ModelFiles of a PushedNative engine: the
-// model's config.json and tokenizer.json bytes, and its decode batch.
-func PushedNativeFiles(config, tokenizer []byte, maxBatch int) (map[string][]byte, error) {
-	ej, err := json.Marshal(engineFile{MaxBatch: maxBatch})
+// model's config.json and tokenizer.json bytes, its decode batch and
+// device (native.Config.Device; "" is the cpu).
+func PushedNativeFiles(config, tokenizer []byte, maxBatch int, device string) (map[string][]byte, error) {
+	ej, err := json.Marshal(engineFile{MaxBatch: maxBatch, Device: device})
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +158,7 @@ func newPushedNative(cfg ActorConfig, dir string) (engine.Engine, error) {
 	if ef.MaxBatch <= 0 {
 		return nil, fmt.Errorf("%s engine: %s: max_batch %d: want > 0", PushedNative, path, ef.MaxBatch)
 	}
-	ncfg := native.Config{MaxBatch: ef.MaxBatch, MaxStepTokens: 4096, WeightVersion: cfg.WeightVersion}
+	ncfg := native.Config{MaxBatch: ef.MaxBatch, MaxStepTokens: 4096, WeightVersion: cfg.WeightVersion, Device: ef.Device}
 	if dir == "" {
 		return NewNativeFromFiles(cfg.ModelFiles, ncfg)
 	}

@@ -75,6 +75,7 @@ func (l recipe) packageChecks() []recipes.Problem {
 	}
 	add("algorithm", policyLossConfig(&r.Algorithm).Validate())
 	add("placement.learner_device", learner.CheckDevice(r.Placement.LearnerDevice))
+	add("engines.policy.device", learner.CheckDevice(r.Engines.Policy.Device))
 	add("algorithm", lrSchedule(&r.Algorithm, r.Schedule.Steps).Validate())
 	return probs
 }

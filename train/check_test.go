@@ -323,43 +323,67 @@ func TestCheckRefusesHostileTemplates(t *testing.T) {
 	}
 }
 
-// A learner placed on the GPU is refused, at the recipe's line, with the
-// reason the CUDA backend cannot run on this host.
-func TestCheckLearnerDeviceCUDA(t *testing.T) {
+// A learner or engine placed on the GPU is refused, at the recipe's line,
+// with the reason the CUDA backend cannot run on this host.
+func TestCheckDeviceCUDA(t *testing.T) {
 	if cuda.Available().Err() == nil {
 		t.Skip("the CUDA backend can run here: nothing to refuse")
 	}
-	dir := t.TempDir()
-	file := filepath.Join(dir, "gpu.yaml")
-	src := `name: gpu
-models: {policy: {init: {}}}
-data: {task: {}}
-placement:
-  learner_device: cuda
-`
-	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	l, err := recipes.Load(file, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := file + ":5: placement.learner_device: cuda: the CUDA backend cannot run here: "
-	err = Check(l)
-	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
-		t.Fatalf("Check: %v\nwant one line starting %q", err, want)
-	}
-	// The reasons are the probe's own.
-	for _, p := range cuda.Available().Problems {
-		if !strings.Contains(err.Error(), p.Error()) {
-			t.Errorf("Check: %v\ndoes not carry the probe's reason %v", err, p)
+	for _, c := range []struct{ section, want string }{
+		{"placement:\n  learner_device: cuda\n", ":5: placement.learner_device: cuda: the CUDA backend cannot run here: "},
+		{"engines:\n  policy:\n    device: cuda\n", ":6: engines.policy.device: cuda: the CUDA backend cannot run here: "},
+	} {
+		dir := t.TempDir()
+		file := filepath.Join(dir, "gpu.yaml")
+		src := "name: gpu\nmodels: {policy: {init: {}}}\ndata: {task: {}}\n" + c.section
+		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if _, err := FromRecipe(l, t.TempDir()); err == nil {
-		t.Error("FromRecipe accepted a cuda learner on a host without the backend")
+		l, err := recipes.Load(file, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := file + c.want
+		err = Check(l)
+		if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("Check: %v\nwant one line starting %q", err, want)
+		}
+		// The reasons are the probe's own.
+		for _, p := range cuda.Available().Problems {
+			if !strings.Contains(err.Error(), p.Error()) {
+				t.Errorf("Check: %v\ndoes not carry the probe's reason %v", err, p)
+			}
+		}
+		if _, err := FromRecipe(l, t.TempDir()); err == nil {
+			t.Errorf("FromRecipe accepted %q on a host without the backend", c.section)
+		}
 	}
 	// An unknown device is refused by validation.
 	if _, err := recipes.Load("quickstart", []string{"placement.learner_device=tpu"}); err == nil || !strings.Contains(err.Error(), `placement.learner_device: "tpu": want one of cpu, cuda, cuda-bf16`) {
 		t.Errorf("learner_device tpu: %v", err)
+	}
+}
+
+// The feedback policy's engine runs where the policy's does: it takes the
+// policy engine's device, and a different one is refused.
+func TestCheckFeedbackEngineDevice(t *testing.T) {
+	l, err := recipes.Load("mlmt_math", []string{"engines.policy.device=cuda-bf16:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := l.Recipe.Engines.Feedback; e == nil || e.Device != "cuda-bf16:1" {
+		t.Errorf("engines.feedback after engines.policy.device=cuda-bf16:1: %+v", e)
+	}
+	l, err = recipes.Load("mlmt_math", []string{"engines.policy.device=cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Recipe.Engines.Feedback == nil {
+		t.Fatal("mlmt_math has no feedback engine")
+	}
+	l.Recipe.Engines.Feedback.Device = "cuda"
+	err = Check(l)
+	if err == nil || !strings.Contains(err.Error(), `engines.feedback.device: "cuda" differs from engines.policy.device "cpu"`) {
+		t.Errorf("Check: %v", err)
 	}
 }

@@ -202,6 +202,10 @@ type Config struct {
 	LearnerTimeout time.Duration
 	// EngineBatch is the native engine's decode batch (default 256).
 	EngineBatch int
+	// EngineDevice is where native engines keep their models (this
+	// process's, the rollout actors', evaluation's): "" (cpu), or a
+	// learner device value (cuda, cuda-bf16, with an index: cuda:1).
+	EngineDevice string
 
 	// Rollout, when set, generates the solver's samples (training and
 	// evaluation) on rollout actors on the cluster (a rollout.Pool of

@@ -19,6 +19,7 @@ import (
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/episode"
+	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
 	"github.com/rlnode/rlnode/weightsync"
@@ -391,7 +392,7 @@ func (r *run) startEngine(ctx context.Context, p *policy) error {
 		err = r.startVLLM(ctx, p)
 	default:
 		var es *weightsync.EngineServer
-		if es, err = weightsync.StartEngine(p.l.Model, p.l.ModelDir, r.cfg.EngineBatch); err == nil {
+		if es, err = weightsync.StartEngine(p.l.Model, p.l.ModelDir, native.Config{MaxBatch: r.cfg.EngineBatch, Device: r.cfg.EngineDevice}); err == nil {
 			p.server, p.tok = es, es.Tokenizer()
 		}
 	}

@@ -91,6 +91,8 @@ func (l recipe) refusals() []recipes.Problem {
 			no("engines.feedback.weight_sync", "full with a LoRA feedback policy is not supported: the driver pushes the adapters (lora)")
 		case e.MaxBatch != r.Engines.Policy.MaxBatch:
 			no("engines.feedback.max_batch", "%d differs from engines.policy.max_batch %d: one batch size for both engines is supported", e.MaxBatch, r.Engines.Policy.MaxBatch)
+		case e.Device != r.Engines.Policy.Device:
+			no("engines.feedback.device", "%q differs from engines.policy.device %q: one device for both engines is supported", e.Device, r.Engines.Policy.Device)
 		}
 	}
 
@@ -267,6 +269,7 @@ func (l recipe) config(out string) (Config, error) {
 		EvalEvery: r.Schedule.EvalEvery, EvalProblems: r.Eval.HeldOut,
 		CheckpointEvery: r.Schedule.CheckpointEvery,
 		EngineBatch:     r.Engines.Policy.MaxBatch,
+		EngineDevice:    r.Engines.Policy.Device,
 	}
 	if a.Name == "archer" {
 		ar := recipes.DefaultArcher()

@@ -69,7 +69,7 @@ func (r *run) modelFiles(l learner.Config, tok *tokenizer.Tokenizer) (map[string
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	return rollout.PushedNativeFiles(cfg, tj, r.cfg.EngineBatch)
+	return rollout.PushedNativeFiles(cfg, tj, r.cfg.EngineBatch, r.cfg.EngineDevice)
 }
 
 // startRollout starts p's rollout actors behind a weightsync.RolloutServer:

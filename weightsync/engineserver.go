@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/engine"
@@ -24,9 +23,10 @@ type EngineServer struct {
 
 // StartEngine starts a native engine on a fresh model of mc (its weights
 // come with the first Publish) or, with dir set, on the checkpoint there;
-// maxBatch is its decode batch.
-func StartEngine(mc *model.Config, dir string, maxBatch int) (*EngineServer, error) {
-	ncfg := native.Config{MaxBatch: maxBatch, MaxStepTokens: 4096}
+// cfg gives its decode batch (MaxBatch) and device (Device). Its prefill
+// step is 4096 tokens.
+func StartEngine(mc *model.Config, dir string, cfg native.Config) (*EngineServer, error) {
+	ncfg := native.Config{MaxBatch: cfg.MaxBatch, MaxStepTokens: 4096, Device: cfg.Device}
 	if dir != "" {
 		e, err := native.Load(dir, ncfg)
 		if err != nil {
@@ -38,11 +38,7 @@ func StartEngine(mc *model.Config, dir string, maxBatch int) (*EngineServer, err
 	if err != nil {
 		return nil, fmt.Errorf("model.vocab_size: %w", err)
 	}
-	m, err := model.New(*mc, cpu.New())
-	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
-	e, err := native.New(m, tok, ncfg)
+	e, err := native.NewOn(*mc, tok, ncfg)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}

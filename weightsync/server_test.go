@@ -15,6 +15,7 @@ import (
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout"
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/native/nativetest"
 	"github.com/rlnode/rlnode/rollout/vllm"
 	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
@@ -92,7 +93,7 @@ func greedy(t *testing.T, e engine.Engine) []engine.Result {
 // base it reads once.
 func TestEngineServerPublish(t *testing.T) {
 	cfg := nativetest.Config()
-	s, err := StartEngine(&cfg, "", 8)
+	s, err := StartEngine(&cfg, "", native.Config{MaxBatch: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func TestRolloutServerPublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := rollout.PushedNativeFiles(mc, tj, 8)
+	files, err := rollout.PushedNativeFiles(mc, tj, 8, "")
 	if err != nil {
 		t.Fatal(err)
 	}

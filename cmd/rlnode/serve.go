@@ -28,6 +28,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8000", "HTTP address HOST:PORT (port 0 picks a free one)")
 	name := fs.String("served-model-name", "", "model name clients ask for (default: the --model argument, as vLLM does)")
 	maxBatch := fs.Int("max-batch", 64, "sequences decoded together")
+	device := fs.String("device", "cpu", "where the model, KV caches and activations live: cpu, cuda or cuda-bf16, with an optional device index (cuda:1)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxBody := fs.Int64("max-body-bytes", native.DefaultMaxBodyBytes, "largest request body; larger ones are answered 413")
 	maxRequests := fs.Int("max-requests", 0, "generation requests in progress at once; more are answered 429 (default 4 × --max-batch)")
@@ -107,7 +108,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode serve: --model: %v\n", err)
 		return 1
 	}
-	e, err := native.Load(dir, native.Config{MaxBatch: *maxBatch})
+	e, err := native.Load(dir, native.Config{MaxBatch: *maxBatch, Device: *device})
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode serve: %v\n", err)
 		return 1

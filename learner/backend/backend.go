@@ -118,7 +118,8 @@ type Backend interface {
 
 	// WriteKV copies, for each sequence i, its rows of src (cols wide)
 	// into dst[i] from row at[i] on: appending a chunk's new keys or values
-	// to its sequence's cache, or moving a cache into a larger tensor.
+	// to its sequence's cache, or moving a cache into a larger tensor. src
+	// holds exactly those rows: rows[len(dst)]×cols elements.
 	WriteKV(dst []Tensor, at []int32, src Tensor, rows []int32, cols int)
 	// CachedAttention is causal scaled-dot-product attention with
 	// grouped-query heads of each sequence's newest tokens against its KV

@@ -42,6 +42,10 @@ func checkSeqRows(op string, rows []int32, seqs, tensorLen, cols int) {
 func (*Backend) WriteKV(dst []backend.Tensor, at []int32, src backend.Tensor, rows []int32, cols int) {
 	S := f(src)
 	checkSeqRows("WriteKV", rows, len(dst), len(S), cols)
+	if int(rows[len(dst)])*cols != len(S) {
+		// As a device backend requires: src is exactly the rows.
+		panic(fmt.Sprintf("cpu backend: WriteKV: %d rows of %d in a source of %d elements", rows[len(dst)], cols, len(S)))
+	}
 	mustLen("WriteKV", len(at), len(dst))
 	for i, d := range dst {
 		D := f(d)

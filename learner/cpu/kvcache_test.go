@@ -119,7 +119,8 @@ func TestKVOpsRefuseBadShapes(t *testing.T) {
 		want string
 	}{
 		{"view past the end", func() { b.View(b.Alloc(4), 2, 3) }, "View [2, 5) of a tensor of 4"},
-		{"cache too small", func() { b.WriteKV(small, []int32{1}, b.Alloc(16), []int32{0, 4}, 2) }, "rows [1, 5) do not fit a cache of 4 rows"},
+		{"cache too small", func() { b.WriteKV(small, []int32{1}, b.Alloc(8), []int32{0, 4}, 2) }, "rows [1, 5) do not fit a cache of 4 rows"},
+		{"src longer than its rows", func() { b.WriteKV(small, []int32{0}, b.Alloc(16), []int32{0, 4}, 2) }, "4 rows of 2 in a source of 16 elements"},
 		{"row cuts", func() { b.WriteKV(small, []int32{0}, b.Alloc(16), []int32{0}, 2) }, "1 row cuts"},
 		{"rows past src", func() { b.WriteKV(small, []int32{0}, b.Alloc(4), []int32{0, 3}, 2) }, "3 rows of 2 exceed a tensor of 4"},
 		{"cache shorter than lens", func() {

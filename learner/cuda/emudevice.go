@@ -73,6 +73,10 @@ func OpenEmuDevice(lib string) (*EmuDevice, error) {
 
 func (*EmuDevice) Name() string { return "emulated device (CPU)" }
 
+// Used is the bytes allocated now (rounded up to 256 each), the figure
+// Capacity bounds.
+func (d *EmuDevice) Used() int64 { return d.used }
+
 // Malloc allocates zeroed host memory standing for device memory.
 func (d *EmuDevice) Malloc(bytes int64) (Ptr, error) {
 	if bytes <= 0 || bytes > 1<<40 {

@@ -60,13 +60,33 @@ func TestEngineOnDeviceBackend(t *testing.T) {
 		m.B.Upload(p.W, w[p.Name])
 	}
 	params := dev.live()
+	sameGenerations(t, ref, m, forkingRequests(40, 25, 60), 1e-5)
+	if n := dev.live(); n != params {
+		t.Errorf("after Close, %d tensors live, want the model's %d (%d allocated, %d freed)", n, params, dev.allocs, dev.frees)
+	}
+}
+
+// forkingRequests are a greedy request and two of seeded samples (several
+// per prompt, so prefills fork), of at most a, b and c tokens. The second
+// one's caches, sized for its 17-token prompt, grow at the first new
+// token.
+func forkingRequests(a, b, c int) []engine.Request {
 	tok := tokenizer.Builtin()
 	seed := int64(5)
-	reqs := []engine.Request{
-		{Prompt: tok.Encode("The answer is"), Params: engine.SamplingParams{MaxTokens: 40}},
-		{Prompt: tok.Encode("Let's think step by step about 12 * 7."), Params: engine.SamplingParams{N: 3, MaxTokens: 25, Temperature: 0.9, Seed: &seed}},
-		{Prompt: tok.Encode("Hi"), Params: engine.SamplingParams{N: 2, MaxTokens: 60, Temperature: 1.2, TopK: 30, Seed: &seed}},
+	return []engine.Request{
+		{Prompt: tok.Encode("The answer is"), Params: engine.SamplingParams{MaxTokens: a}},
+		{Prompt: tok.Encode("Let's think step by step about 12 * 7."), Params: engine.SamplingParams{N: 3, MaxTokens: b, Temperature: 0.9, Seed: &seed}},
+		{Prompt: tok.Encode("Hi"), Params: engine.SamplingParams{N: 2, MaxTokens: c, Temperature: 1.2, TopK: 30, Seed: &seed}},
 	}
+}
+
+// sameGenerations runs reqs on engines over ref and over m, whose weights
+// equal ref's, and fails t unless the tokens are the same and the log
+// probs within tol. Each engine runs a second round, reusing its
+// scratch and starting new caches, and is closed before it returns.
+func sameGenerations(t *testing.T, ref, m *model.Model, reqs []engine.Request, tol float32) {
+	t.Helper()
+	tok := tokenizer.Builtin()
 	generate := func(m *model.Model) []engine.Result {
 		t.Helper()
 		e, err := New(m, tok, Config{MaxBatch: 8})
@@ -78,7 +98,6 @@ func TestEngineOnDeviceBackend(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A second round reuses the scratch and starts new caches.
 		if _, err := e.Generate(context.Background(), reqs[:1]); err != nil {
 			t.Fatal(err)
 		}
@@ -93,13 +112,10 @@ func TestEngineOnDeviceBackend(t *testing.T) {
 				t.Fatalf("request %d sample %d: tokens %v on the device backend, %v on cpu", i, k, g.TokenIDs, w.TokenIDs)
 			}
 			for j := range w.LogProbs {
-				if d := g.LogProbs[j] - w.LogProbs[j]; d > 1e-5 || d < -1e-5 {
+				if d := g.LogProbs[j] - w.LogProbs[j]; d > tol || d < -tol {
 					t.Fatalf("request %d sample %d token %d: log prob %v on the device backend, %v on cpu", i, k, j, g.LogProbs[j], w.LogProbs[j])
 				}
 			}
 		}
-	}
-	if n := dev.live(); n != params {
-		t.Errorf("after Close, %d tensors live, want the model's %d (%d allocated, %d freed)", n, params, dev.allocs, dev.frees)
 	}
 }

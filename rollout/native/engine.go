@@ -11,7 +11,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/cuda"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/engine"
@@ -30,6 +32,11 @@ type Config struct {
 	MaxStepTokens int
 	// WeightVersion is the policy version of the initial weights.
 	WeightVersion int64
+	// Device is where Load puts the model, its KV caches and activations:
+	// "" or "cpu" (the cpu backend), "cuda" or "cuda-bf16" with an
+	// optional device index ("cuda:1"), as cuda.OpenBackend opens them.
+	// New ignores it (its model already has a backend).
+	Device string
 }
 
 func (c *Config) defaults() {
@@ -64,6 +71,9 @@ type Engine struct {
 	closing  chan struct{}
 	done     chan struct{}
 	closeErr sync.Once
+	// backend is closed after the scheduler stops: the device backend
+	// Load opened; nil for New's engines and the cpu backend.
+	backend io.Closer
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -100,25 +110,96 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) 
 // directory that also holds a PEFT adapter (an rlnode LoRA checkpoint:
 // the frozen base in model.safetensors, the adapter beside it) is served
 // as base plus adapter, merged.
-func Load(dir string, cfg Config) (*Engine, error) {
+func Load(dir string, cfg Config) (e *Engine, err error) {
+	b, err := OpenBackend(cfg.Device)
+	if err != nil {
+		return nil, err
+	}
+	closer, _ := b.(io.Closer)
+	defer func() {
+		if err != nil && closer != nil {
+			closer.Close()
+		}
+	}()
 	var m *model.Model
-	var err error
 	if model.HasAdapter(dir) {
-		if m, err = model.LoadServed(dir, cpu.New()); err != nil {
+		if m, err = model.LoadServed(dir, b); err != nil {
 			return nil, fmt.Errorf("native engine: %w", err)
 		}
-	} else if m, err = model.Load(dir, cpu.New()); err != nil {
+	} else if m, err = model.Load(dir, b); err != nil {
 		return nil, err
 	}
 	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, fmt.Errorf("native engine: model %s: %w", dir, err)
 	}
-	return New(m, tok, cfg)
+	if e, err = New(m, tok, cfg); err != nil {
+		return nil, err
+	}
+	e.backend = closer
+	return e, nil
+}
+
+// NewOn starts an engine over a fresh model of mc (weights unset until
+// SetWeights) on cfg.Device's backend, which the engine closes with
+// itself.
+func NewOn(mc model.Config, tok *tokenizer.Tokenizer, cfg Config) (e *Engine, err error) {
+	b, err := OpenBackend(cfg.Device)
+	if err != nil {
+		return nil, err
+	}
+	closer, _ := b.(io.Closer)
+	defer func() {
+		if err != nil && closer != nil {
+			closer.Close()
+		}
+	}()
+	m, err := model.New(mc, b)
+	if err != nil {
+		return nil, fmt.Errorf("native engine: %w", err)
+	}
+	if e, err = New(m, tok, cfg); err != nil {
+		return nil, err
+	}
+	e.backend = closer
+	return e, nil
+}
+
+// OpenBackend is the learner backend an engine on device runs on
+// (Config.Device): the cpu backend for "" and "cpu", else a GPU's, or an
+// error naming the device and why the CUDA backend cannot run here.
+func OpenBackend(device string) (backend.Backend, error) {
+	if device == "" || device == "cpu" {
+		return cpu.New(), nil
+	}
+	b, err := cuda.OpenBackend(device)
+	if err != nil {
+		return nil, fmt.Errorf("native engine: %w", err)
+	}
+	return b, nil
+}
+
+// deviceErr is the first failure m's device backend kept (its later ops
+// do nothing and downloads read NaN); nil on the cpu backend.
+func deviceErr(m *model.Model) error {
+	if d, ok := m.B.(interface{ Err() error }); ok && d.Err() != nil {
+		return fmt.Errorf("device backend: %w", d.Err())
+	}
+	return nil
 }
 
 // Model is the served model's configuration.
 func (e *Engine) Model() model.Config { return e.m.Config }
+
+// ParamNames are the served model's parameter names, in its order.
+func (e *Engine) ParamNames() []string {
+	ps := e.m.Params()
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.Name
+	}
+	return names
+}
 
 // Tokenizer is the served model's tokenizer.
 func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
@@ -129,9 +210,16 @@ func (e *Engine) WeightVersion() int64 { return e.version.Load() }
 // Close stops the engine: running and queued requests fail with ErrClosed.
 // It waits for the step in progress to end.
 func (e *Engine) Close() error {
-	e.closeErr.Do(func() { close(e.closing) })
+	var err error
+	e.closeErr.Do(func() {
+		close(e.closing)
+		<-e.done
+		if e.backend != nil {
+			err = e.backend.Close()
+		}
+	})
 	<-e.done
-	return nil
+	return err
 }
 
 // Generate runs the requests through the running batch and returns one

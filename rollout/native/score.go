@@ -87,6 +87,9 @@ const scoreMaxTokens = 1 << 18
 func (e *Engine) runScore(op *scoreOp) {
 	defer close(op.done)
 	logp, _, err := e.m.Forward(op.bt)
+	if err == nil {
+		err = deviceErr(e.m)
+	}
 	if err != nil {
 		op.err = err
 		return
