@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/learner/cuda"
 	"github.com/rlnode/rlnode/rollout"
 	"github.com/rlnode/rlnode/rollout/native"
 )
@@ -55,6 +56,29 @@ func TestNativeFromFiles(t *testing.T) {
 	sameSamples(t, "after the push", got, reference(t, m, reqs), 1)
 	if err := e.SetWeights(ctx, 2, partial); err != nil {
 		t.Errorf("a partial later push: %v", err)
+	}
+}
+
+// A rollout actor's engine runs on the device the driver names: it travels
+// in the engine settings of the model files, and an engine on a GPU is
+// refused, with the reason, where the CUDA backend cannot run.
+func TestNativeFromFilesDevice(t *testing.T) {
+	files := modelFiles(t)
+	pf, err := rollout.PushedNativeFiles(files["config.json"], files["tokenizer.json"], 8, "cuda:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(pf[rollout.EngineConfigFile]); got != `{"max_batch":8,"device":"cuda:1"}` {
+		t.Errorf("engine settings %s", got)
+	}
+	if pf, _ = rollout.PushedNativeFiles(files["config.json"], files["tokenizer.json"], 8, ""); string(pf[rollout.EngineConfigFile]) != `{"max_batch":8}` {
+		t.Errorf("engine settings on the cpu %s: want no device", pf[rollout.EngineConfigFile])
+	}
+	if cuda.Available().Err() != nil {
+		_, err := rollout.NewNativeFromFiles(files, native.Config{Device: "cuda"})
+		if err == nil || !strings.Contains(err.Error(), "cuda: the CUDA backend cannot run here") {
+			t.Errorf("an engine on cuda without the CUDA backend: %v", err)
+		}
 	}
 }
 
