@@ -33,28 +33,53 @@
 # under each stage on the same shape (BenchmarkDeviceStep;
 # GPU_CHECK_SHARDED=0 skips both). Last, the same-host all-reduce of
 # learner ranks at 64 MiB against this host's memcpy and gloo (samehost
-# below; GPU_CHECK_SAMEHOST=0 skips it). Not yet: decode tokens/s.
+# below; GPU_CHECK_SAMEHOST=0 skips it). Before the step timing, the native
+# engine on the GPU (GPU_CHECK_DECODE=0 skips it): rollout/native's device
+# tests (greedy and seeded samples against the CPU engine, a model loaded
+# onto the device), a short real run with the engine and the learner on the
+# GPU (`rlnode run quickstart`, 4 steps), and decode tokens/s at batch 1 and
+# 64 on the Qwen2.5-0.5B shape (BenchmarkDecodeGPU, fp32 and bf16 products)
+# beside transformers' generate on the same shape
+# (rollout/native/testdata/hf_generate.py) where python3 has it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build() {
 	local dir=$1
-	mkdir -p "$dir/learner/cuda" "$dir/docs" "$dir/bin"
-	CGO_ENABLED=0 go test -c -o "$dir/learner/cuda/cuda.test" ./learner/cuda
-	CGO_ENABLED=0 go test -c -o "$dir/learner/cpu/cpu.test" ./learner/cpu
-	mkdir -p "$dir/learner/shard"
-	CGO_ENABLED=0 go test -c -o "$dir/learner/shard/shard.test" ./learner/shard
+	mkdir -p "$dir/learner/cuda" "$dir/learner/cpu" "$dir/learner/shard" "$dir/rollout/native" "$dir/docs" "$dir/bin"
+	# Stripped and gzipped (run unpacks them): the whole directory stays
+	# under 64 MiB, so it can travel to a GPU host as one small upload.
+	local flags=(-trimpath -ldflags=-s\ -w)
+	local pkg
+	for pkg in learner/cuda learner/cpu learner/shard rollout/native; do
+		CGO_ENABLED=0 go test -c "${flags[@]}" -o "$dir/$pkg/$(basename "$pkg").test" "./$pkg"
+	done
+	CGO_ENABLED=0 go build "${flags[@]}" -o "$dir/bin/rlnode" ./cmd/rlnode
 	cp -r learner/cuda/testdata "$dir/learner/cuda/"
 	cp -r learner/shard/testdata "$dir/learner/shard/"
+	cp -r rollout/native/testdata "$dir/rollout/native/"
 	cp docs/cuda.md "$dir/docs/"
-	CGO_ENABLED=0 go build -o "$dir/bin/rlnode" ./cmd/rlnode
 	cp scripts/gpu-check.sh "$dir/gpu-check.sh"
-	echo "gpu-check: built into $dir; copy it to the GPU host and run: bash $dir/gpu-check.sh run $dir"
+	for f in "$dir"/*/*/*.test "$dir/bin/rlnode"; do
+		gzip -9 -n -f "$f"
+	done
+	echo "gpu-check: built into $dir ($(du -sh "$dir" | cut -f1)); copy it to the GPU host and run: bash $dir/gpu-check.sh run $dir"
+}
+
+# unpack restores the binaries build gzipped.
+unpack() {
+	local f
+	for f in "$1"/*/*/*.test.gz "$1/bin/rlnode.gz"; do
+		[ -e "$f" ] || continue
+		gunzip -f "$f"
+		chmod +x "${f%.gz}"
+	done
 }
 
 run() {
 	local dir
 	dir=$(cd "$1" && pwd)
+	unpack "$dir"
 	local log
 	log=$(mktemp -d)
 	export RLNODE_REQUIRE_GPU=${GPU_CHECK_REQUIRE:-1}
@@ -84,6 +109,12 @@ run() {
 		# The GPU's subtests only: the emulated ones ran in CI.
 		(cd "$dir/learner/shard" && timeout 150 ./shard.test -test.v -test.count=1 -test.run 'TestDevice.*/gpu' -test.timeout=140s) >"$log/shard.txt" 2>&1 || failed=1
 	fi
+	: >"$log/native.txt"
+	: >"$log/decode.txt"
+	if [ "${GPU_CHECK_DECODE:-1}" != 0 ]; then
+		(cd "$dir/rollout/native" && timeout 120 ./native.test -test.v -test.count=1 -test.run 'TestEngineOnGPU|TestLoadOnDevice' -test.timeout=110s) >"$log/native.txt" 2>&1 || failed=1
+		decode "$dir" >"$log/decode.txt" 2>&1 || failed=1
+	fi
 	: >"$log/step.txt"
 	if [ "${GPU_CHECK_STEP:-1}" != 0 ]; then
 		step "$dir" >"$log/step.txt" 2>&1 || failed=1
@@ -94,17 +125,24 @@ run() {
 	fi
 	echo "================ rlnode gpu-check report ================"
 	cat "$log/host.txt"
-	for f in "$log"/cuda.txt "$log"/cpu.txt "$log"/shard.txt; do
+	for f in "$log"/cuda.txt "$log"/cpu.txt "$log"/shard.txt "$log"/native.txt; do
 		[ -s "$f" ] || continue
 		local name
 		name=$(basename "$f" .txt)
-		echo "== tests: learner/$name"
+		case $name in
+		native) echo "== tests: rollout/native (the engine on the GPU)" ;;
+		*) echo "== tests: learner/$name" ;;
+		esac
 		printf '%s passed, %s failed, %s skipped\n' \
 			"$(grep -c -- '^--- PASS' "$f" || true)" "$(grep -c -- '^--- FAIL' "$f" || true)" "$(grep -c -- '^--- SKIP' "$f" || true)"
 		# Each failure and skip, and the messages tests logged.
 		grep -E -- '^\s*--- (FAIL|SKIP)|^\s+[a-z_]+_test\.go:[0-9]+:' "$f" | head -150 || true
 		grep -E -- '^(FAIL|ok|PASS)' "$f" | tail -3 || true
 	done
+	if [ -s "$log/decode.txt" ]; then
+		echo "== native engine on the GPU: a run, and decode (Qwen2.5-0.5B shape, random weights)"
+		cat "$log/decode.txt"
+	fi
 	echo "== training step (Qwen2.5-0.5B shape, random weights)"
 	cat "$log/step.txt"
 	if [ -s "$log/samehost.txt" ]; then
@@ -153,6 +191,32 @@ step() {
 		done
 	else
 		echo "PyTorch with CUDA: not available, no comparison"
+	fi
+	return "$rc"
+}
+
+# decode runs quickstart for 4 steps with the engine and the learner on
+# the GPU, then times the native engine's greedy decode (128 tokens after
+# 16, batch 1 and 64; fp32 and bf16 products) and transformers' generate on
+# the same shape.
+decode() {
+	local dir=$1 rc=0 out
+	out=$(mktemp -d)
+	if timeout 120 "$dir/bin/rlnode" run quickstart --out "$out/run" --set schedule.steps=4 \
+		--set engines.policy.device=cuda --set placement.learner_device=cuda >"$out/run.log" 2>&1; then
+		echo "rlnode run quickstart, engine and learner on cuda, 4 steps: ok"
+		tail -n 2 "$out/run/metrics.jsonl" | cut -c1-200
+	else
+		echo "rlnode run quickstart on cuda: FAILED"
+		tail -n 20 "$out/run.log"
+		rc=1
+	fi
+	(cd "$dir/rollout/native" && timeout 240 ./native.test -test.run '^$' -test.bench 'DecodeGPU' -test.benchtime 1x -test.timeout=230s) 2>&1 |
+		grep -E 'Benchmark|FAIL|panic|Error' || { echo "native decode: no figure (timed out after 240 s?)"; rc=1; }
+	if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch, transformers, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+		timeout 180 python3 "$dir/rollout/native/testdata/hf_generate.py" 2>&1 | grep -E 'hf_generate|Error|error' | tail -6 || true
+	else
+		echo "transformers with CUDA: not available, no comparison"
 	fi
 	return "$rc"
 }

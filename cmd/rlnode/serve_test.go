@@ -132,6 +132,7 @@ func TestServeBadArguments(t *testing.T) {
 		{[]string{"serve", "--model", ckpt, "--max-requests", "-1"}, 2, "--max-requests and --max-queued-tokens must be ≥ 0"},
 		{[]string{"serve", "--model", ckpt, "--idle-timeout", "0s"}, 2, "--write-timeout must be positive, got 30s, 0s and 30s"},
 		{[]string{"serve", "--model", ckpt, "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"serve", "--model", ckpt, "--device", "tpu"}, 1, `device "tpu": want cpu, cuda or cuda-bf16`},
 	}
 	for _, tc := range tests {
 		code, _, stderr := run(t, tc.args...)
