@@ -211,8 +211,8 @@ decode() {
 		tail -n 20 "$out/run.log"
 		rc=1
 	fi
-	(cd "$dir/rollout/native" && timeout 240 ./native.test -test.run '^$' -test.bench 'DecodeGPU' -test.benchtime 1x -test.timeout=230s) 2>&1 |
-		grep -E 'Benchmark|FAIL|panic|Error' || { echo "native decode: no figure (timed out after 240 s?)"; rc=1; }
+	(cd "$dir/rollout/native" && timeout 240 ./native.test -test.v -test.run '^$' -test.bench 'DecodeGPU' -test.benchtime 1x -test.timeout=230s) 2>&1 |
+		grep -E '^Benchmark.*tokens/s|FAIL|panic|Error|no GPU' || { echo "native decode: no figure (timed out after 240 s?)"; rc=1; }
 	if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch, transformers, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
 		timeout 180 python3 "$dir/rollout/native/testdata/hf_generate.py" 2>&1 | grep -E 'hf_generate|Error|error' | tail -6 || true
 	else
