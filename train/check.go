@@ -15,12 +15,35 @@ import (
 // as a last net, what the driver's Config.validate refuses. The result is
 // recipes.Errors, each "FILE:LINE: field.path: message". rlnode recipe
 // validate, sbatch, run and eval call it; FromRecipe refuses exactly what
-// it refuses.
+// it refuses. Whether this host has the GPUs the recipe names is
+// CheckHost's.
 func Check(l *recipes.Loaded) error {
 	rc := recipe{l}
 	probs := append(rc.packageChecks(), rc.refusals()...)
 	if len(probs) == 0 {
 		probs = rc.configChecks()
+	}
+	return l.Refuse(probs)
+}
+
+// CheckHost reports what of a recipe that passes Check cannot run on
+// this host: a learner or native engine on a GPU (placement.learner_device,
+// engines.policy.device) where the CUDA backend cannot run, with its
+// reasons, as recipes.Errors at the fields' lines. A run in this process
+// (rlnode run without --address, rlnode eval) calls it; validation and
+// sbatch do not, since the GPUs are on other hosts (a Slurm login node,
+// the cluster's nodes), where the learner or engine fails to start with
+// the same reason.
+func CheckHost(l *recipes.Loaded) error {
+	r := l.Recipe
+	var probs []recipes.Problem
+	for _, d := range []struct{ path, device string }{
+		{"placement.learner_device", r.Placement.LearnerDevice},
+		{"engines.policy.device", r.Engines.Policy.Device},
+	} {
+		if err := learner.CheckDevice(d.device); err != nil {
+			probs = append(probs, recipes.Problem{Path: d.path, Msg: err.Error()})
+		}
 	}
 	return l.Refuse(probs)
 }
@@ -74,8 +97,6 @@ func (l recipe) packageChecks() []recipes.Problem {
 		add("episode.templates."+f.key, validate())
 	}
 	add("algorithm", policyLossConfig(&r.Algorithm).Validate())
-	add("placement.learner_device", learner.CheckDevice(r.Placement.LearnerDevice))
-	add("engines.policy.device", learner.CheckDevice(r.Engines.Policy.Device))
 	add("algorithm", lrSchedule(&r.Algorithm, r.Schedule.Steps).Validate())
 	return probs
 }

@@ -323,9 +323,11 @@ func TestCheckRefusesHostileTemplates(t *testing.T) {
 	}
 }
 
-// A learner or engine placed on the GPU is refused, at the recipe's line,
-// with the reason the CUDA backend cannot run on this host.
-func TestCheckDeviceCUDA(t *testing.T) {
+// A learner or engine placed on the GPU passes Check anywhere (a Slurm
+// login node writes the batch script for GPU nodes), and CheckHost refuses
+// it, at the recipe's line, with the reason the CUDA backend cannot run on
+// this host.
+func TestCheckHostDeviceCUDA(t *testing.T) {
 	if cuda.Available().Err() == nil {
 		t.Skip("the CUDA backend can run here: nothing to refuse")
 	}
@@ -343,19 +345,22 @@ func TestCheckDeviceCUDA(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := Check(l); err != nil {
+			t.Errorf("Check refused %q: %v", c.section, err)
+		}
+		if _, err := FromRecipe(l, t.TempDir()); err != nil {
+			t.Errorf("FromRecipe refused %q: %v", c.section, err)
+		}
 		want := file + c.want
-		err = Check(l)
+		err = CheckHost(l)
 		if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
-			t.Fatalf("Check: %v\nwant one line starting %q", err, want)
+			t.Fatalf("CheckHost: %v\nwant one line starting %q", err, want)
 		}
 		// The reasons are the probe's own.
 		for _, p := range cuda.Available().Problems {
 			if !strings.Contains(err.Error(), p.Error()) {
-				t.Errorf("Check: %v\ndoes not carry the probe's reason %v", err, p)
+				t.Errorf("CheckHost: %v\ndoes not carry the probe's reason %v", err, p)
 			}
-		}
-		if _, err := FromRecipe(l, t.TempDir()); err == nil {
-			t.Errorf("FromRecipe accepted %q on a host without the backend", c.section)
 		}
 	}
 	// An unknown device is refused by validation.

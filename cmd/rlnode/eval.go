@@ -118,7 +118,7 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	if *groupBy != "" {
 		sets = append(sets, "eval.group_by="+groupBySet(*groupBy))
 	}
-	l, err := loadChecked(*recipe, sets)
+	l, err := loadCheckedHere(*recipe, sets)
 	if err != nil {
 		printRecipeError(stderr, "eval", *recipe, err)
 		return 1

@@ -106,6 +106,19 @@ func loadChecked(nameOrPath string, sets []string) (*recipes.Loaded, error) {
 	return l, nil
 }
 
+// loadCheckedHere is loadChecked for a run in this process: the GPUs the
+// recipe names must also be usable on this host (train.CheckHost).
+func loadCheckedHere(nameOrPath string, sets []string) (*recipes.Loaded, error) {
+	l, err := loadChecked(nameOrPath, sets)
+	if err != nil {
+		return nil, err
+	}
+	if err := train.CheckHost(l); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
 func recipeShowValidate(verb string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode recipe "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)

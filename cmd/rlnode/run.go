@@ -92,8 +92,13 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	// Everything is checked before the run directory exists.
-	l, err := loadChecked(pos[0], sets)
+	// Everything is checked before the run directory exists; on a cluster
+	// the learner and engines run on its nodes, which check their GPUs.
+	load := loadCheckedHere
+	if *address != "" {
+		load = loadChecked
+	}
+	l, err := load(pos[0], sets)
 	if err != nil {
 		printRecipeError(stderr, "run", pos[0], err)
 		return 1

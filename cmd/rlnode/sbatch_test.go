@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/learner/cuda"
 )
 
 // The generated scripts' text is pinned by golden files (regenerate with
@@ -305,4 +307,32 @@ func nodeLogs(dir string) string {
 		b.WriteString("== " + f + "\n" + string(data))
 	}
 	return b.String()
+}
+
+// A recipe that puts the learner and the engine on GPUs is written into a
+// batch script and validated on a host without them (a Slurm login node),
+// while a run in this process refuses it at the recipe's field with the
+// CUDA backend's reason.
+func TestGPURecipeOffTheGPUHost(t *testing.T) {
+	if cuda.Available().Err() == nil {
+		t.Skip("the CUDA backend can run here")
+	}
+	home := t.TempDir()
+	sets := []string{"--set", "placement.learner_device=cuda", "--set", "engines.policy.device=cuda-bf16"}
+	out, errOut, code := runRlnode(t, home, append([]string{"sbatch", "quickstart", "--nodes", "2", "--gpus-per-node", "1"}, sets...)...)
+	if code != 0 || !strings.Contains(out, "learner_device=cuda") {
+		t.Errorf("sbatch: exit %d, stderr %s\nscript:\n%s", code, errOut, out)
+	}
+	if _, errOut, code := runRlnode(t, home, append([]string{"recipe", "validate", "quickstart"}, sets...)...); code != 0 {
+		t.Errorf("recipe validate: exit %d: %s", code, errOut)
+	}
+	_, errOut, code = runRlnode(t, home, append([]string{"run", "quickstart", "--out", filepath.Join(home, "run")}, sets...)...)
+	for _, want := range []string{"placement.learner_device: cuda: the CUDA backend cannot run here", "engines.policy.device: cuda-bf16: the CUDA backend cannot run here"} {
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Errorf("run: exit %d, stderr %s; want exit 1 and %q", code, errOut, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(home, "run")); err == nil {
+		t.Error("the refused run made its directory")
+	}
 }
