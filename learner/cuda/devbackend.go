@@ -444,15 +444,19 @@ func (b *DeviceBackend) WriteKV(dst []backend.Tensor, at []int32, src backend.Te
 	checkSeqRows("WriteKV", rows, len(dst), src.Len(), cols)
 	mustLen("WriteKV", len(at), len(dst))
 	b.wrote(dst...)
+	defer b.done()
+	addr := make([]int64, len(dst))
 	for i, d := range dst {
 		r0, r1 := int(rows[i]), int(rows[i+1])
 		o := int(at[i]) * cols
 		if o < 0 || o+(r1-r0)*cols > d.Len() {
 			panic(fmt.Sprintf("cuda backend: WriteKV: sequence %d: rows [%d, %d) do not fit a cache of %d rows", i, at[i], int(at[i])+r1-r0, d.Len()/max(cols, 1)))
 		}
-		if r1 > r0 && b.ok() {
-			b.fail(b.D.Copy(p(d)+Ptr(4*o), p(src)+Ptr(4*r0*cols), 4*int64((r1-r0)*cols)))
-		}
+		addr[i] = int64(p(d))
+	}
+	// One launch for every sequence, not a copy each.
+	if n := int(rows[len(dst)]) * cols; n > 0 {
+		b.launch("kv_write_f32", b.grid(n, b.block()), b.longs(addr), b.ints(at), p(src), b.ints(rows), int32(len(dst)), int32(cols))
 	}
 }
 
@@ -470,28 +474,21 @@ func (b *DeviceBackend) CachedAttention(out, q backend.Tensor, ks, vs []backend.
 		panic(fmt.Sprintf("cuda backend: CachedAttention: %d heads over %d kv heads", heads, kvHeads))
 	}
 	kd := kvHeads * headDim
-	offs := make([]int64, nseq)
-	var total int64
+	kc, vc := make([]int64, nseq), make([]int64, nseq)
 	for i := range ks {
 		n := int64(lens[i]) * int64(kd)
 		if n > int64(ks[i].Len()) || n > int64(vs[i].Len()) {
 			panic(fmt.Sprintf("cuda backend: CachedAttention: sequence %d: %d keys in a cache of %d rows", i, lens[i], ks[i].Len()/max(kd, 1)))
 		}
-		offs[i] = total
-		total += n
+		kc[i], vc[i] = int64(p(ks[i])), int64(p(vs[i]))
 	}
 	nrows := int(rows[nseq])
 	if nrows == 0 {
 		return
 	}
-	kpool, vpool := b.temp(4*max(total, 1)), b.temp(4*max(total, 1))
-	for i := range ks {
-		if n := int64(lens[i]) * int64(kd); n > 0 && b.ok() {
-			b.fail(b.D.Copy(kpool+Ptr(4*offs[i]), p(ks[i]), 4*n))
-			b.fail(b.D.Copy(vpool+Ptr(4*offs[i]), p(vs[i]), 4*n))
-		}
-	}
-	b.launch("attn_decode_f32", b.warpGrid(nrows*heads), p(out), p(q), kpool, vpool, b.longs(offs), b.ints(rows), b.ints(lens),
+	// The kernel reads each sequence's caches where they are (tables of
+	// their addresses): nothing is gathered into a pool first.
+	b.launch("attn_decode_tab_f32", b.warpGrid(nrows*heads), p(out), p(q), b.longs(kc), b.longs(vc), b.ints(rows), b.ints(lens),
 		int32(nseq), int32(heads), int32(kvHeads), int32(headDim))
 }
 

@@ -31,8 +31,9 @@ type EmuDevice struct {
 	launch func(name string, grid, block *uint32, args unsafe.Pointer, nargs int32, msg *byte, msgLen int32) int32
 	allocs []emuBlock // by base address
 	used   int64
-	// Launches and Gemms count the operations run.
-	Launches, Gemms int
+	// Launches, Gemms and Copies (device to device) count the operations
+	// run.
+	Launches, Gemms, Copies int
 	// PinnedBytes counts the bytes copied to or from HostAlloc's buffers.
 	PinnedBytes int64
 
@@ -165,6 +166,7 @@ func (d *EmuDevice) Copy(dst, src Ptr, n int64) error {
 		return fmt.Errorf("device copy to: %w", err)
 	}
 	copy(t, s)
+	d.Copies++
 	return nil
 }
 

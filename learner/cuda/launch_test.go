@@ -41,12 +41,14 @@ func TestLaunchChecksArguments(t *testing.T) {
 func TestKernelSignatures(t *testing.T) {
 	sig := kernelSignatures()
 	want := map[string]string{
-		"rmsnorm_fwd_bf16": "hfhhIIF",
-		"rope_f32":         "fiIIIDF",
-		"attn_decode_f32":  "fffflii" + "IIII",
-		"swiglu_fwd_f32":   "fffL",
-		"sumsq_finish":     "ddII",
-		"adamw_multi":      "llllll" + "FFFFFFFFF",
+		"rmsnorm_fwd_bf16":    "hfhhIIF",
+		"rope_f32":            "fiIIIDF",
+		"attn_decode_f32":     "fffflii" + "IIII",
+		"attn_decode_tab_f32": "ffllii" + "IIII",
+		"kv_write_f32":        "lifi" + "II",
+		"swiglu_fwd_f32":      "fffL",
+		"sumsq_finish":        "ddII",
+		"adamw_multi":         "llllll" + "FFFFFFFFF",
 	}
 	for name, w := range want {
 		if got := string(sig[name]); got != w {

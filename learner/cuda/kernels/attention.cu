@@ -225,14 +225,14 @@ extern "C" __global__ void attn_bwd_dkdv_bf16(bf16 *dk, bf16 *dv, const bf16 *do
 }
 
 // attn_decode: the newest tokens of each sequence against its KV cache
-// (the CPU backend's CachedAttention). Caches live in one pool per k and
-// v: sequence i's rows start at element cacheOff[i], kvHeads·headDim
-// wide. Query row r of sequence i (rows[i] ≤ r < rows[i+1]) sees keys
+// (the CPU backend's CachedAttention). C gives sequence i's caches,
+// kvHeads·headDim wide: C.k(i) and C.v(i) point at its first row. Query
+// row r of sequence i (rows[i] ≤ r < rows[i+1]) sees keys
 // 0 ≤ s ≤ lens[i] − (rows[i+1] − r). One warp per (row, head), grid
 // ceil(rows[nseq]·heads / warps per block).
-template <typename T>
-__device__ void attn_decode(T *out, const T *q, const T *kpool, const T *vpool, const long *cacheOff, const int *rows, const int *lens, int nseq,
-			    int heads, int kvHeads, int headDim) {
+template <typename T, typename C>
+__device__ void attn_decode(T *out, const T *q, C caches, const int *rows, const int *lens, int nseq, int heads, int kvHeads,
+			    int headDim) {
 	int lane = threadIdx.x & 31;
 	long w = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 	if (w >= (long)rows[nseq] * heads) return;
@@ -249,8 +249,8 @@ __device__ void attn_decode(T *out, const T *q, const T *kpool, const T *vpool, 
 	int last = lens[i] - (rows[i + 1] - r); // newest key this query sees
 	float scale = 1.f / sqrtf((float)headDim);
 	const T *qp = q + (long)r * qd + h * headDim;
-	const T *kp = kpool + cacheOff[i] + kh * headDim;
-	const T *vp = vpool + cacheOff[i] + kh * headDim;
+	const T *kp = caches.k(i) + kh * headDim;
+	const T *vp = caches.v(i) + kh * headDim;
 	float qv[ATTN_DPL], acc[ATTN_DPL];
 	for (int u = 0; u < ATTN_DPL; u++) {
 		int d = lane + 32 * u;
@@ -281,11 +281,53 @@ __device__ void attn_decode(T *out, const T *q, const T *kpool, const T *vpool, 
 	}
 }
 
+// Caches in one pool per k and v: sequence i's rows start at element
+// off[i].
+template <typename T> struct PoolCaches {
+	const T *kpool, *vpool;
+	const long *off;
+	__device__ const T *k(int i) const { return kpool + off[i]; }
+	__device__ const T *v(int i) const { return vpool + off[i]; }
+};
+
+// Caches where they live: kc[i] and vc[i] are the device addresses of
+// sequence i's key and value caches.
+template <typename T> struct TableCaches {
+	const long *kc, *vc;
+	__device__ const T *k(int i) const { return (const T *)kc[i]; }
+	__device__ const T *v(int i) const { return (const T *)vc[i]; }
+};
+
 extern "C" __global__ void attn_decode_f32(float *out, const float *q, const float *kpool, const float *vpool, const long *cacheOff,
 					   const int *rows, const int *lens, int nseq, int heads, int kvHeads, int headDim) {
-	attn_decode(out, q, kpool, vpool, cacheOff, rows, lens, nseq, heads, kvHeads, headDim);
+	attn_decode(out, q, PoolCaches<float>{kpool, vpool, cacheOff}, rows, lens, nseq, heads, kvHeads, headDim);
 }
 extern "C" __global__ void attn_decode_bf16(bf16 *out, const bf16 *q, const bf16 *kpool, const bf16 *vpool, const long *cacheOff,
 					    const int *rows, const int *lens, int nseq, int heads, int kvHeads, int headDim) {
-	attn_decode(out, q, kpool, vpool, cacheOff, rows, lens, nseq, heads, kvHeads, headDim);
+	attn_decode(out, q, PoolCaches<bf16>{kpool, vpool, cacheOff}, rows, lens, nseq, heads, kvHeads, headDim);
+}
+
+// attn_decode_tab_f32 is attn_decode_f32 over each sequence's own caches
+// (kc, vc: tables of their device addresses), so no pool is gathered.
+extern "C" __global__ void attn_decode_tab_f32(float *out, const float *q, const long *kc, const long *vc, const int *rows, const int *lens,
+					       int nseq, int heads, int kvHeads, int headDim) {
+	attn_decode(out, q, TableCaches<float>{kc, vc}, rows, lens, nseq, heads, kvHeads, headDim);
+}
+
+// kv_write_f32 is the CPU backend's WriteKV in one launch: rows
+// rows[i] ≤ r < rows[i+1] of src (cols wide) go to the cache at device
+// address dst[i], from its row at[i] on. Elements of src over a grid
+// stride.
+extern "C" __global__ void kv_write_f32(const long *dst, const int *at, const float *src, const int *rows, int nseq, int cols) {
+	GRID_STRIDE(e, (long)rows[nseq] * cols) {
+		int r = (int)(e / cols), c = (int)(e % cols);
+		int lo = 0, hi = nseq - 1; // sequence i with rows[i] ≤ r < rows[i+1]
+		while (lo < hi) {
+			int mid = (lo + hi + 1) / 2;
+			if (rows[mid] <= r) lo = mid;
+			else hi = mid - 1;
+		}
+		float *d = (float *)dst[lo];
+		d[(long)(at[lo] + r - rows[lo]) * cols + c] = src[e];
+	}
 }

@@ -61,4 +61,7 @@ __device__ __forceinline__ float block_max(float v, float *red) {
 	return v;
 }
 
+// GRID_STRIDE runs its body for every i < n over any launch shape.
+#define GRID_STRIDE(i, n) for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
+
 #endif

@@ -4,8 +4,6 @@
 // and products, row vectors, column sums, row gathers and scatters. Grid-
 // stride loops (any launch shape) except where noted.
 
-#define GRID_STRIDE(i, n) for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
-
 // dst = a + b (dst may alias a or b).
 extern "C" __global__ void add_f32(float *dst, const float *a, const float *b, long n) {
 	GRID_STRIDE(i, n) dst[i] = a[i] + b[i];
