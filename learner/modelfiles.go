@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/safetensors"
@@ -54,8 +55,9 @@ func InitCheckpoint(configPath, dir string, seed uint64) (model.Config, int, err
 // (log p of each response token given everything before it) and, with
 // grad, grad.<tensor> for every parameter: the gradient of the sum of all
 // response log probs. The input is checked against the config before the
-// weights load. It returns the number of sequences and response tokens.
-func ScoreSequences(dir, inPath, outPath string, grad bool) (seqs, tokens int, err error) {
+// weights load. device is where the model runs (CheckDevice's values; ""
+// is the cpu). It returns the number of sequences and response tokens.
+func ScoreSequences(dir, inPath, outPath string, grad bool, device string) (seqs, tokens int, err error) {
 	cfgPath := filepath.Join(dir, "config.json")
 	cfg, err := model.ReadConfig(cfgPath)
 	if err != nil {
@@ -65,7 +67,14 @@ func ScoreSequences(dir, inPath, outPath string, grad bool) (seqs, tokens int, e
 	if err != nil {
 		return 0, 0, err
 	}
-	m, err := model.Load(dir, cpu.New())
+	b, err := newBackend(device)
+	if err != nil {
+		return 0, 0, err
+	}
+	if c, ok := b.(io.Closer); ok {
+		defer c.Close()
+	}
+	m, err := model.Load(dir, b)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -75,6 +84,9 @@ func ScoreSequences(dir, inPath, outPath string, grad bool) (seqs, tokens int, e
 	}
 	logp, _, err := m.Forward(bt)
 	if err != nil {
+		return 0, 0, err
+	}
+	if err := backend.Err(b); err != nil {
 		return 0, 0, err
 	}
 	var ts []safetensors.Tensor
@@ -95,6 +107,9 @@ func ScoreSequences(dir, inPath, outPath string, grad bool) (seqs, tokens int, e
 			return 0, 0, err
 		}
 		grads := m.Grads()
+		if err := backend.Err(b); err != nil {
+			return 0, 0, err
+		}
 		for _, p := range m.Params() {
 			t, err := safetensors.FromFloat32("grad."+p.Name, safetensors.F32, p.Shape, grads[p.Name])
 			if err != nil {

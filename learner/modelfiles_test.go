@@ -2,6 +2,7 @@ package learner
 
 import (
 	"math"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,7 +18,7 @@ func TestScoreSequencesMatchesPyTorch(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			src := filepath.Join("model", "testdata")
 			res := filepath.Join(t.TempDir(), "out.safetensors")
-			seqs, tokens, err := ScoreSequences(filepath.Join(src, name), filepath.Join(src, "golden_input.json"), res, true)
+			seqs, tokens, err := ScoreSequences(filepath.Join(src, name), filepath.Join(src, "golden_input.json"), res, true, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,6 +72,35 @@ func TestScoreSequencesMatchesPyTorch(t *testing.T) {
 			}
 			if n == 0 || n != len(got.Tensors)-5 {
 				t.Errorf("compared %d gradients, output has %d tensors", n, len(got.Tensors))
+			}
+		})
+	}
+}
+
+// compare_forward.py, which checks `rlnode model forward` against PyTorch
+// on a GPU host, passes on the golden checkpoints with Debian's PyTorch,
+// and fails when its tolerance is below the difference it measures.
+func TestCompareForwardScript(t *testing.T) {
+	py := "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch").Run(); err != nil {
+		t.Skipf("no PyTorch for %s (Debian: python3-torch): %v", py, err)
+	}
+	src := filepath.Join("model", "testdata")
+	in := filepath.Join(src, "golden_input.json")
+	for _, name := range []string{"qwen2", "llama"} {
+		t.Run(name, func(t *testing.T) {
+			res := filepath.Join(t.TempDir(), "out.safetensors")
+			if _, _, err := ScoreSequences(filepath.Join(src, name), in, res, true, ""); err != nil {
+				t.Fatal(err)
+			}
+			script := []string{filepath.Join(src, "compare_forward.py"), "--model", filepath.Join(src, name), "--input", in, "--scores", res, "--grad"}
+			out, err := exec.Command(py, script...).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "compare_forward: ok") {
+				t.Fatalf("compare_forward.py: %v\n%s", err, out)
+			}
+			out, err = exec.Command(py, append(script, "--tol-logp", "1e-12", "--tol-grad", "1e-12")...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "compare_forward: DIFFERENT") {
+				t.Errorf("compare_forward.py with tolerances of 1e-12: %v\n%s", err, out)
 			}
 		})
 	}

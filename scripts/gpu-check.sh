@@ -40,7 +40,10 @@
 # GPU (`rlnode run quickstart`, 4 steps), and decode tokens/s at batch 1 and
 # 64 on the Qwen2.5-0.5B shape (BenchmarkDecodeGPU, fp32 and bf16 products)
 # beside transformers' generate on the same shape
-# (rollout/native/testdata/hf_generate.py) where python3 has it.
+# (rollout/native/testdata/hf_generate.py) where python3 has it. And the
+# log probs and gradients of a Qwen2.5-0.5B-shaped checkpoint on the GPU
+# against PyTorch's on the GPU (torchcheck below; GPU_CHECK_TORCH=0 skips
+# it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,6 +59,8 @@ build() {
 	done
 	CGO_ENABLED=0 go build "${flags[@]}" -o "$dir/bin/rlnode" ./cmd/rlnode
 	cp -r learner/cuda/testdata "$dir/learner/cuda/"
+	mkdir -p "$dir/learner/model/testdata"
+	cp learner/model/testdata/compare_forward.py learner/model/testdata/make_golden.py learner/model/testdata/qwen2.5-0.5b-instruct.config.json "$dir/learner/model/testdata/"
 	cp -r learner/shard/testdata "$dir/learner/shard/"
 	cp -r rollout/native/testdata "$dir/rollout/native/"
 	cp docs/cuda.md "$dir/docs/"
@@ -115,6 +120,10 @@ run() {
 		(cd "$dir/rollout/native" && timeout 120 ./native.test -test.v -test.count=1 -test.run 'TestEngineOnGPU|TestLoadOnDevice' -test.timeout=110s) >"$log/native.txt" 2>&1 || failed=1
 		decode "$dir" >"$log/decode.txt" 2>&1 || failed=1
 	fi
+	: >"$log/torch.txt"
+	if [ "${GPU_CHECK_TORCH:-1}" != 0 ]; then
+		torchcheck "$dir" >"$log/torch.txt" 2>&1 || failed=1
+	fi
 	: >"$log/step.txt"
 	if [ "${GPU_CHECK_STEP:-1}" != 0 ]; then
 		step "$dir" >"$log/step.txt" 2>&1 || failed=1
@@ -139,6 +148,10 @@ run() {
 		grep -E -- '^\s*--- (FAIL|SKIP)|^\s+[a-z_]+_test\.go:[0-9]+:' "$f" | head -150 || true
 		grep -E -- '^(FAIL|ok|PASS)' "$f" | tail -3 || true
 	done
+	if [ -s "$log/torch.txt" ]; then
+		echo "== log probs and gradients against PyTorch (Qwen2.5-0.5B shape, random weights)"
+		cat "$log/torch.txt"
+	fi
 	if [ -s "$log/decode.txt" ]; then
 		echo "== native engine on the GPU: a run, and decode (Qwen2.5-0.5B shape, random weights)"
 		cat "$log/decode.txt"
@@ -192,6 +205,38 @@ step() {
 	else
 		echo "PyTorch with CUDA: not available, no comparison"
 	fi
+	return "$rc"
+}
+
+# torchcheck writes a random Qwen2.5-0.5B-shaped checkpoint, scores four
+# sequences with `rlnode model forward --grad` on the GPU (fp32, then bf16
+# products) and checks the log probs and every weight's gradient against
+# PyTorch on the GPU (learner/model/testdata/compare_forward.py, fp32).
+torchcheck() {
+	local dir=$1 tmp rc=0
+	tmp=$(mktemp -d)
+	if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+		echo "PyTorch with CUDA: not available, no comparison"
+		return 1
+	fi
+	timeout 120 "$dir/bin/rlnode" model init --config "$dir/learner/model/testdata/qwen2.5-0.5b-instruct.config.json" --out "$tmp/q05" --seed 1 || return 1
+	python3 - "$tmp/in.json" <<'PY'
+import json, random, sys
+r = random.Random(1)
+seqs = [{"prompt": [r.randrange(151000) for _ in range(p)], "response": [r.randrange(151000) for _ in range(n)]} for p, n in [(200, 56), (64, 192), (17, 3), (300, 212)]]
+json.dump({"sequences": seqs}, open(sys.argv[1], "w"))
+PY
+	local dev tols
+	for dev in cuda cuda-bf16; do
+		tols="--tol-logp 1e-3 --tol-grad 1e-2"
+		[ "$dev" = cuda-bf16 ] && tols="--tol-logp 0.25 --tol-grad 0.25"
+		echo "-- rlnode model forward --device $dev"
+		timeout 150 "$dir/bin/rlnode" model forward --model "$tmp/q05" --input "$tmp/in.json" --out "$tmp/go-$dev.safetensors" --grad --device "$dev" || { rc=1; continue; }
+		# shellcheck disable=SC2086
+		timeout 150 python3 "$dir/learner/model/testdata/compare_forward.py" --model "$tmp/q05" --input "$tmp/in.json" \
+			--scores "$tmp/go-$dev.safetensors" --grad --device cuda $tols || rc=1
+	done
+	rm -rf "$tmp"
 	return "$rc"
 }
 

@@ -99,6 +99,7 @@ func modelForward(args []string, stdout, stderr io.Writer) error {
 	inPath := fs.String("input", "", "IN.json with the sequences to score")
 	outPath := fs.String("out", "", "OUT.safetensors to write")
 	grad := fs.Bool("grad", false, "also write the gradient of the sum of all response log probs")
+	device := fs.String("device", "cpu", "where the model runs: cpu, cuda or cuda-bf16, with an optional device index (cuda:1)")
 	if err := parseFlags(fs, args, "model", "input", "out"); err != nil {
 		return err
 	}
@@ -106,7 +107,7 @@ func modelForward(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--model: %w", err)
 	}
-	seqs, tokens, err := learner.ScoreSequences(model, *inPath, *outPath, *grad)
+	seqs, tokens, err := learner.ScoreSequences(model, *inPath, *outPath, *grad, *device)
 	if err != nil {
 		return err
 	}

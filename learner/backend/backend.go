@@ -28,6 +28,8 @@
 // This package must not import any implementation.
 package backend
 
+import "fmt"
+
 // Tensor is an opaque handle to a backend's float32 storage.
 type Tensor interface {
 	// Len is the number of float32 elements.
@@ -149,4 +151,20 @@ type Backend interface {
 // can work in place without a copy.
 type HostMemory interface {
 	Host(t Tensor) []float32
+}
+
+// Failer is implemented by backends that can fail (a device: out of
+// memory, a failed launch). Their methods return nothing, so the first
+// failure is kept: later ops do nothing and downloads read NaN.
+type Failer interface {
+	Err() error
+}
+
+// Err is the failure b kept (Failer), wrapped as a device backend's; nil
+// for backends that cannot fail.
+func Err(b Backend) error {
+	if f, ok := b.(Failer); ok && f.Err() != nil {
+		return fmt.Errorf("device backend: %w", f.Err())
+	}
+	return nil
 }

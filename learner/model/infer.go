@@ -229,8 +229,8 @@ func (in *Inference) check(chunks []Chunk) (N int, err error) {
 // keys and values to their caches, and returns the next-token logits after
 // each chunk's last token: len(chunks)×vocab values, row i for chunk i,
 // valid until the next call. Each cache may appear in one chunk only. On
-// a refused batch no cache is changed; after a device failure (deviceErr)
-// the caches are undefined.
+// a refused batch no cache is changed; after a device failure
+// (backend.Err) the caches are undefined.
 func (in *Inference) Forward(chunks []Chunk) ([]float32, error) {
 	N, err := in.trunk(chunks)
 	if err != nil {
@@ -247,21 +247,10 @@ func (in *Inference) Forward(chunks []Chunk) ([]float32, error) {
 	b.MatMul(false, true, R, V, h, 1, lastLN, m.LMHead.W, 0, logits)
 	in.hostLogits = grow(in.hostLogits, R*V)
 	b.Download(in.hostLogits, logits)
-	if err := deviceErr(b); err != nil {
+	if err := backend.Err(b); err != nil {
 		return nil, err
 	}
 	return in.hostLogits, nil
-}
-
-// deviceErr is the first failure a device backend kept (out of memory, a
-// failed launch: its ops do nothing after it and downloads read NaN), nil
-// on backends that cannot fail. The caches a failed pass wrote are then
-// undefined.
-func deviceErr(b backend.Backend) error {
-	if e, ok := b.(interface{ Err() error }); ok && e.Err() != nil {
-		return fmt.Errorf("device backend: %w", e.Err())
-	}
-	return nil
 }
 
 // MeanHidden runs each token sequence through the model from an empty
@@ -288,7 +277,7 @@ func (in *Inference) MeanHidden(seqs [][]int32) ([]float32, error) {
 	b.RMSNorm(ln, b.View(in.rstd, 0, N), b.View(in.resid, 0, N*h), in.m.Norm.W, N, h, float32(c.RMSNormEps))
 	host := make([]float32, N*h)
 	b.Download(host, ln)
-	if err := deviceErr(b); err != nil {
+	if err := backend.Err(b); err != nil {
 		return nil, err
 	}
 	out := make([]float32, len(seqs)*h)

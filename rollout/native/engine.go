@@ -179,15 +179,6 @@ func OpenBackend(device string) (backend.Backend, error) {
 	return b, nil
 }
 
-// deviceErr is the first failure m's device backend kept (its later ops
-// do nothing and downloads read NaN); nil on the cpu backend.
-func deviceErr(m *model.Model) error {
-	if d, ok := m.B.(interface{ Err() error }); ok && d.Err() != nil {
-		return fmt.Errorf("device backend: %w", d.Err())
-	}
-	return nil
-}
-
 // Model is the served model's configuration.
 func (e *Engine) Model() model.Config { return e.m.Config }
 

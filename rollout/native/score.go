@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/rollout/engine"
 )
@@ -88,7 +89,7 @@ func (e *Engine) runScore(op *scoreOp) {
 	defer close(op.done)
 	logp, _, err := e.m.Forward(op.bt)
 	if err == nil {
-		err = deviceErr(e.m)
+		err = backend.Err(e.m.B)
 	}
 	if err != nil {
 		op.err = err
