@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/cpu"
@@ -94,11 +95,15 @@ func sameGenerations(t *testing.T, ref, m *model.Model, reqs []engine.Request, t
 			t.Fatal(err)
 		}
 		defer e.Close()
-		res, err := e.Generate(testCtx(t), reqs)
+		// Minutes, not testCtx's 30 s: on the emulated device each kernel
+		// runs on the CPU, several times slower on a loaded machine.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		res, err := e.Generate(ctx, reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.Generate(context.Background(), reqs[:1]); err != nil {
+		if _, err := e.Generate(ctx, reqs[:1]); err != nil {
 			t.Fatal(err)
 		}
 		return res
