@@ -1,6 +1,7 @@
 package train
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"github.com/rlnode/rlnode/learner/rl"
@@ -92,7 +93,7 @@ func (l recipe) refusals() []recipes.Problem {
 		case e.MaxBatch != r.Engines.Policy.MaxBatch:
 			no("engines.feedback.max_batch", "%d differs from engines.policy.max_batch %d: one batch size for both engines is supported", e.MaxBatch, r.Engines.Policy.MaxBatch)
 		case e.Device != r.Engines.Policy.Device:
-			no("engines.feedback.device", "%q differs from engines.policy.device %q: one device for both engines is supported", e.Device, r.Engines.Policy.Device)
+			no("engines.feedback.device", "%q differs from engines.policy.device %q: one device for both engines is supported", e.Device, cmp.Or(r.Engines.Policy.Device, "cpu"))
 		}
 	}
 
