@@ -6,7 +6,8 @@
 #   bash scripts/gpu-check.sh run DIR     # on the GPU host (DIR copied there): run, print one report
 #   bash scripts/gpu-check.sh             # both, here (on a host without a GPU: a dry run)
 #
-# run sets RLNODE_REQUIRE_GPU=1, so a test that would skip for a missing GPU,
+# GPU_CHECK_TESTS=0 skips learner/cuda's and learner/cpu's tests (for a
+# second run that only times). run sets RLNODE_REQUIRE_GPU=1, so a test that would skip for a missing GPU,
 # driver or NVRTC fails instead; GPU_CHECK_REQUIRE=0 lifts that for a dry run.
 # The libraries are found as rlnode finds them: the dynamic linker's path,
 # NVIDIA's Python wheels (site-packages/nvidia/*/lib), or RLNODE_CUDA_DRIVER,
@@ -105,6 +106,7 @@ run() {
 	} >"$log/host.txt" 2>&1
 	local failed=0
 	for pkg in learner/cuda learner/cpu; do
+		[ "${GPU_CHECK_TESTS:-1}" != 0 ] || break
 		local bin
 		bin="$dir/$pkg/$(basename "$pkg").test"
 		(cd "$dir/$pkg" && timeout 300 "$bin" -test.v -test.count=1 -test.timeout=280s) >"$log/$(basename "$pkg").txt" 2>&1 || failed=1
