@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Checks the CUDA backend on a GPU host that has no Go toolchain, in one
-# run that fits in 10 minutes.
+# Checks the CUDA backend on a GPU host that has no Go toolchain: one run,
+# or two of at most 10 minutes each (docs/cuda.md shows the split).
 #
 #   bash scripts/gpu-check.sh build DIR   # where Go is: cross-build test binaries into DIR
 #   bash scripts/gpu-check.sh run DIR     # on the GPU host (DIR copied there): run, print one report
 #   bash scripts/gpu-check.sh             # both, here (on a host without a GPU: a dry run)
 #
 # GPU_CHECK_TESTS=0 skips learner/cuda's and learner/cpu's tests (for a
-# second run that only times). run sets RLNODE_REQUIRE_GPU=1, so a test that would skip for a missing GPU,
-# driver or NVRTC fails instead; GPU_CHECK_REQUIRE=0 lifts that for a dry run.
+# second run that only times). run sets RLNODE_REQUIRE_GPU=1, so a test
+# that would skip for a missing GPU, driver or NVRTC fails instead;
+# GPU_CHECK_REQUIRE=0 lifts that for a dry run.
 # The libraries are found as rlnode finds them: the dynamic linker's path,
 # NVIDIA's Python wheels (site-packages/nvidia/*/lib), or RLNODE_CUDA_DRIVER,
 # RLNODE_NVRTC and RLNODE_CUBLASLT.
