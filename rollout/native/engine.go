@@ -106,44 +106,47 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) 
 }
 
 // Load reads a checkpoint directory (config.json, safetensors weights,
-// tokenizer.json) onto the cpu backend and starts an engine over it. A
-// directory that also holds a PEFT adapter (an rlnode LoRA checkpoint:
-// the frozen base in model.safetensors, the adapter beside it) is served
-// as base plus adapter, merged.
-func Load(dir string, cfg Config) (e *Engine, err error) {
-	b, err := OpenBackend(cfg.Device)
-	if err != nil {
-		return nil, err
-	}
-	closer, _ := b.(io.Closer)
-	defer func() {
-		if err != nil && closer != nil {
-			closer.Close()
+// tokenizer.json) onto cfg.Device's backend and starts an engine over it,
+// which closes that backend with itself. A directory that also holds a
+// PEFT adapter (an rlnode LoRA checkpoint: the frozen base in
+// model.safetensors, the adapter beside it) is served as base plus
+// adapter, merged.
+func Load(dir string, cfg Config) (*Engine, error) {
+	return startOn(cfg, func(b backend.Backend) (*model.Model, *tokenizer.Tokenizer, error) {
+		var m *model.Model
+		var err error
+		if model.HasAdapter(dir) {
+			if m, err = model.LoadServed(dir, b); err != nil {
+				return nil, nil, fmt.Errorf("native engine: %w", err)
+			}
+		} else if m, err = model.Load(dir, b); err != nil {
+			return nil, nil, err
 		}
-	}()
-	var m *model.Model
-	if model.HasAdapter(dir) {
-		if m, err = model.LoadServed(dir, b); err != nil {
-			return nil, fmt.Errorf("native engine: %w", err)
+		tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("native engine: model %s: %w", dir, err)
 		}
-	} else if m, err = model.Load(dir, b); err != nil {
-		return nil, err
-	}
-	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		return nil, fmt.Errorf("native engine: model %s: %w", dir, err)
-	}
-	if e, err = New(m, tok, cfg); err != nil {
-		return nil, err
-	}
-	e.backend = closer
-	return e, nil
+		return m, tok, nil
+	})
 }
 
 // NewOn starts an engine over a fresh model of mc (weights unset until
 // SetWeights) on cfg.Device's backend, which the engine closes with
 // itself.
-func NewOn(mc model.Config, tok *tokenizer.Tokenizer, cfg Config) (e *Engine, err error) {
+func NewOn(mc model.Config, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
+	return startOn(cfg, func(b backend.Backend) (*model.Model, *tokenizer.Tokenizer, error) {
+		m, err := model.New(mc, b)
+		if err != nil {
+			return nil, nil, fmt.Errorf("native engine: %w", err)
+		}
+		return m, tok, nil
+	})
+}
+
+// startOn opens cfg.Device's backend, builds the model and tokenizer on
+// it and starts an engine that owns the backend; on any failure the
+// backend is closed again.
+func startOn(cfg Config, build func(backend.Backend) (*model.Model, *tokenizer.Tokenizer, error)) (e *Engine, err error) {
 	b, err := OpenBackend(cfg.Device)
 	if err != nil {
 		return nil, err
@@ -154,9 +157,9 @@ func NewOn(mc model.Config, tok *tokenizer.Tokenizer, cfg Config) (e *Engine, er
 			closer.Close()
 		}
 	}()
-	m, err := model.New(mc, b)
+	m, tok, err := build(b)
 	if err != nil {
-		return nil, fmt.Errorf("native engine: %w", err)
+		return nil, err
 	}
 	if e, err = New(m, tok, cfg); err != nil {
 		return nil, err
