@@ -43,6 +43,7 @@ type DeviceBackend struct {
 	pinned  map[*byte][]byte // HostBuffer's page-locked buffers by address
 	// PinHostBuffer's ranges by address
 	registered map[*byte][]byte
+	side       sideRing
 }
 
 // NewDeviceBackend returns a backend on d with matrix products in gemm.
@@ -67,7 +68,7 @@ func (b *DeviceBackend) Sync() error {
 
 // Close frees every tensor and host buffer and closes the device.
 func (b *DeviceBackend) Close() error {
-	return errors.Join(b.A.Release(), b.freePinned(), b.D.Close())
+	return errors.Join(b.A.Release(), b.freePinned(), b.freeSide(), b.D.Close())
 }
 
 // Tensor is a DeviceBackend tensor: n fp32 elements at p. A view shares
@@ -241,21 +242,13 @@ func (b *DeviceBackend) done() {
 	b.temps = b.temps[:0]
 }
 
-// ints uploads host integers into a temporary.
+// ints uploads host integers into a temporary (sideInput).
 func (b *DeviceBackend) ints(x []int32) Ptr {
-	ptr := b.temp(4 * int64(max(len(x), 1)))
-	if b.ok() && len(x) > 0 {
-		b.fail(b.D.ToDevice(ptr, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x))))
-	}
-	return ptr
+	return b.sideInput(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x)))
 }
 
 func (b *DeviceBackend) longs(x []int64) Ptr {
-	ptr := b.temp(8 * int64(max(len(x), 1)))
-	if b.ok() && len(x) > 0 {
-		b.fail(b.D.ToDevice(ptr, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 8*len(x))))
-	}
-	return ptr
+	return b.sideInput(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 8*len(x)))
 }
 
 // operand returns a GEMM operand of ext elements at t in b.GEMM: the

@@ -38,6 +38,7 @@ type Driver struct {
 	cuMemAlloc                func(p *uint64, bytes uint64) int32
 	cuMemFree                 func(p uint64) int32
 	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, bytes uint64) int32
+	cuMemcpyHtoDAsync         func(dst uint64, src unsafe.Pointer, bytes uint64, stream uintptr) int32
 	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, bytes uint64) int32
 	cuMemsetD8                func(dst uint64, v uint8, n uint64) int32
 	cuMemcpyDtoD              func(dst, src uint64, bytes uint64) int32
@@ -91,6 +92,7 @@ func OpenDriver(candidates ...string) (*Driver, error) {
 		"cuMemAlloc_v2":                &d.cuMemAlloc,
 		"cuMemFree_v2":                 &d.cuMemFree,
 		"cuMemcpyHtoD_v2":              &d.cuMemcpyHtoD,
+		"cuMemcpyHtoDAsync_v2":         &d.cuMemcpyHtoDAsync,
 		"cuMemcpyDtoH_v2":              &d.cuMemcpyDtoH,
 		"cuMemsetD8_v2":                &d.cuMemsetD8,
 		"cuMemcpyDtoD_v2":              &d.cuMemcpyDtoD,

@@ -31,9 +31,9 @@ type EmuDevice struct {
 	launch func(name string, grid, block *uint32, args unsafe.Pointer, nargs int32, msg *byte, msgLen int32) int32
 	allocs []emuBlock // by base address
 	used   int64
-	// Launches, Gemms and Copies (device to device) count the operations
-	// run.
-	Launches, Gemms, Copies int
+	// Launches, Gemms, Copies (device to device) and AsyncUploads
+	// (ToDeviceAsync) count the operations run.
+	Launches, Gemms, Copies, AsyncUploads int
 	// PinnedBytes counts the bytes copied to or from HostAlloc's buffers.
 	PinnedBytes int64
 
@@ -143,6 +143,22 @@ func (d *EmuDevice) ToDevice(dst Ptr, src []byte) error {
 	}
 	d.countPinned(src)
 	copy(b, src)
+	return nil
+}
+
+// ToDeviceAsync copies now, as every emulated operation runs when issued;
+// like a GPU's queued copy it takes page-locked memory only (HostAlloc's
+// or HostRegister's), and counts in AsyncUploads (not in PinnedBytes).
+func (d *EmuDevice) ToDeviceAsync(dst Ptr, src []byte) error {
+	if len(src) > 0 && !d.within(d.pinned, src) && !d.within(d.registered, src) {
+		return fmt.Errorf("queued copy to device: %d bytes of memory that is not page-locked", len(src))
+	}
+	b, err := d.span(dst, int64(len(src)))
+	if err != nil {
+		return fmt.Errorf("queued copy to device: %w", err)
+	}
+	copy(b, src)
+	d.AsyncUploads++
 	return nil
 }
 

@@ -116,6 +116,17 @@ func (g *GPU) ToDevice(dst Ptr, src []byte) error {
 	})
 }
 
+// ToDeviceAsync queues src's copy on the default stream, behind the
+// kernels queued before it (AsyncUploader: src must be page-locked).
+func (g *GPU) ToDeviceAsync(dst Ptr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return g.on(func() error {
+		return g.drvErr("queued copy to device", g.dev.drv.cuMemcpyHtoDAsync(uint64(dst), unsafe.Pointer(&src[0]), uint64(len(src)), 0))
+	})
+}
+
 func (g *GPU) ToHost(dst []byte, src Ptr) error {
 	if len(dst) == 0 {
 		return g.Sync()

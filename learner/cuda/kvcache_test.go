@@ -53,12 +53,14 @@ func TestDeviceBackendKVCache(t *testing.T) {
 		b.Upload(v, newV)
 		b.Upload(qt, q)
 		var emu *EmuDevice
+		fullRing := false
 		if db, ok := b.(*DeviceBackend); ok {
 			emu, _ = db.D.(*EmuDevice)
+			fullRing = db.side.size == 0
 		}
-		var launches, copies int
+		var launches, copies, async int
 		if emu != nil {
-			launches, copies = emu.Launches, emu.Copies
+			launches, copies, async = emu.Launches, emu.Copies, emu.AsyncUploads
 		}
 		b.WriteKV(kc, at, k, rows, kd)
 		b.WriteKV(vc, at, v, rows, kd)
@@ -66,6 +68,11 @@ func TestDeviceBackendKVCache(t *testing.T) {
 		if emu != nil {
 			if l, c := emu.Launches-launches, emu.Copies-copies; l != 3 || c != 0 {
 				t.Errorf("two WriteKV and a CachedAttention over %d sequences: %d launches and %d device copies, want 3 and 0", len(cached), l, c)
+			}
+			// Their side inputs (3 tables each, 4 for the attention) queue
+			// from the page-locked ring.
+			if n := emu.AsyncUploads - async; fullRing && n != 10 {
+				t.Errorf("%d side inputs queued from page-locked memory, want 10", n)
 			}
 		}
 		out = make([]float32, len(q))
@@ -78,20 +85,36 @@ func TestDeviceBackendKVCache(t *testing.T) {
 		return out, ks, vs
 	}
 	wantOut, wantK, wantV := run(cpu.New())
+	check := func(t *testing.T, b *DeviceBackend) {
+		t.Helper()
+		out, ks, vs := run(b)
+		if err := b.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range cached {
+			near(t, "keys", ks[i], wantK[i], tol{})
+			near(t, "values", vs[i], wantV[i], tol{})
+		}
+		near(t, "attention", out, wantOut, tol{abs: 1e-5})
+	}
 	for name, d := range accels(t) {
 		t.Run(name, func(t *testing.T) {
 			b := NewDeviceBackend(d, F32)
 			b.Block = 32
 			defer b.A.Release()
-			out, ks, vs := run(b)
-			if err := b.Err(); err != nil {
-				t.Fatal(err)
-			}
-			for i := range cached {
-				near(t, "keys", ks[i], wantK[i], tol{})
-				near(t, "values", vs[i], wantV[i], tol{})
-			}
-			near(t, "attention", out, wantOut, tol{abs: 1e-5})
+			check(t, b)
 		})
+	}
+	// A ring of 128 bytes wraps within these calls: each wrap waits for
+	// the queue, and the results do not change.
+	if d := emuDevice(t); d != nil {
+		b := NewDeviceBackend(d, F32)
+		b.Block = 32
+		b.side.size = 128
+		defer b.A.Release()
+		check(t, b)
+		if b.side.Waits == 0 {
+			t.Error("a 128-byte side-input ring never wrapped")
+		}
 	}
 }

@@ -38,7 +38,7 @@ int cuDeviceTotalMem_v2(unsigned long long *b, int d) { *b = 80ULL << 30; return
 #define STUB(name) int name() { return 999; }
 STUB(cuDevicePrimaryCtxRetain) STUB(cuDevicePrimaryCtxRelease_v2) STUB(cuCtxSetCurrent)
 STUB(cuCtxSynchronize) STUB(cuModuleLoadData) STUB(cuModuleUnload) STUB(cuFuncSetAttribute)
-STUB(cuModuleGetFunction) STUB(cuMemAlloc_v2) STUB(cuMemFree_v2) STUB(cuMemcpyHtoD_v2)
+STUB(cuModuleGetFunction) STUB(cuMemAlloc_v2) STUB(cuMemFree_v2) STUB(cuMemcpyHtoD_v2) STUB(cuMemcpyHtoDAsync_v2)
 STUB(cuMemcpyDtoH_v2) STUB(cuMemsetD8_v2) STUB(cuMemcpyDtoD_v2)
 STUB(cuMemAllocHost_v2) STUB(cuMemFreeHost) STUB(cuMemHostRegister_v2) STUB(cuMemHostUnregister)
 #ifndef OMIT_LAUNCH
