@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/rlnode/rlnode/learner/backend"
-	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/cuda"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
@@ -172,9 +171,6 @@ func startOn(cfg Config, build func(backend.Backend) (*model.Model, *tokenizer.T
 // (Config.Device): the cpu backend for "" and "cpu", else a GPU's, or an
 // error naming the device and why the CUDA backend cannot run here.
 func OpenBackend(device string) (backend.Backend, error) {
-	if device == "" || device == "cpu" {
-		return cpu.New(), nil
-	}
 	b, err := cuda.OpenBackend(device)
 	if err != nil {
 		return nil, fmt.Errorf("native engine: %w", err)
