@@ -7,8 +7,8 @@ configuration: nothing is downloaded).
     python3 rollout/native/testdata/hf_generate.py [--batch 1 64] [--dtype float32 bfloat16] [--reps 2]
 
 Prints generated tokens/s over the whole generation (prefill included), as
-the Go benchmark reports it. Every sequence runs its full length
-(min_new_tokens), as the Go benchmark's do.
+the Go benchmark reports it. With no end-of-sequence token every sequence
+runs its full length, as the Go benchmark's do.
 """
 import argparse
 import time
@@ -38,10 +38,10 @@ def main():
         for B in args.batch:
             prompt = torch.randint(0, 700, (B, PROMPT), generator=g).cuda()
             mask = torch.ones_like(prompt)
-            kw = dict(attention_mask=mask, do_sample=False, max_new_tokens=NEW, min_new_tokens=NEW,
-                      pad_token_id=0, eos_token_id=None)
+            # No end-of-sequence token: every sequence runs its full length.
+            kw = dict(attention_mask=mask, do_sample=False, max_new_tokens=NEW, pad_token_id=0, eos_token_id=None)
             with torch.no_grad():
-                model.generate(prompt[:, :4], **{**kw, "attention_mask": mask[:, :4], "max_new_tokens": 8, "min_new_tokens": 8})
+                model.generate(prompt[:, :4], **{**kw, "attention_mask": mask[:, :4], "max_new_tokens": 8})
                 best = None
                 for _ in range(args.reps):
                     torch.cuda.synchronize()
