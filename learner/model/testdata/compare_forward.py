@@ -55,17 +55,19 @@ def main():
     ap.add_argument("--tol-logp", type=float, default=1e-3)
     ap.add_argument("--tol-grad", type=float, default=1e-3)
     args = ap.parse_args()
-    if args.device != "cpu":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.set_default_device(args.device)
     with open(os.path.join(args.model, "config.json")) as f:
         cfg = json.load(f)
     cfg.setdefault("architectures", ["Qwen2ForCausalLM"])
     cfg.setdefault("tie_word_embeddings", False)
+    # Read on the host, then moved: make_golden's forward creates its
+    # tensors on the default device.
     w = {k: v.to(args.device).requires_grad_(True) for k, v in load_safetensors(os.path.join(args.model, "model.safetensors")).items()}
     with open(args.input) as f:
         seqs = json.load(f)["sequences"]
     go = load_safetensors(args.scores)
+    if args.device != "cpu":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.set_default_device(args.device)
     worst_lp, total = 0.0, None
     for i, s in enumerate(seqs):
         toks = s["prompt"] + s["response"]
