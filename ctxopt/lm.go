@@ -68,6 +68,47 @@ type LMConfig struct {
 	// expression copied from the question or from earlier results); the
 	// rest weigh 1. 0 weighs every response 1.
 	CopyWeight float64 `yaml:"copy_weight" json:"copy_weight,omitempty"`
+	// Phases are further SFT phases after the first (Steps, LR,
+	// DecaySteps, AnswerFirst above), in order; each starts from the
+	// previous phase's weights with a fresh AdamW and the sampler's
+	// order from its start. None: one phase.
+	Phases []LMPhase `yaml:"phases" json:"phases,omitempty"`
+}
+
+// LMPhase is one further SFT phase of the warm-up (LMConfig.Phases): its
+// steps, its rate, the linear decay to zero over its last DecaySteps (0:
+// constant) and its answer-line curriculum steps (0: none).
+type LMPhase struct {
+	Steps       int     `yaml:"steps" json:"steps"`
+	LR          float64 `yaml:"lr" json:"lr"`
+	DecaySteps  int     `yaml:"decay_steps" json:"decay_steps,omitempty"`
+	AnswerFirst int     `yaml:"answer_first" json:"answer_first,omitempty"`
+}
+
+// maxLMPhases bounds LMConfig.Phases.
+const maxLMPhases = 8
+
+// phases is every SFT phase of c, the first one's included, each as a
+// config whose Steps, LR, DecaySteps and AnswerFirst are the phase's.
+func (c LMConfig) phases() []LMConfig {
+	first := c
+	first.Phases = nil
+	out := []LMConfig{first}
+	for _, p := range c.Phases {
+		ph := first
+		ph.Steps, ph.LR, ph.DecaySteps, ph.AnswerFirst = p.Steps, p.LR, p.DecaySteps, p.AnswerFirst
+		out = append(out, ph)
+	}
+	return out
+}
+
+// TotalSteps is the SFT steps of every phase together.
+func (c LMConfig) TotalSteps() int {
+	n := 0
+	for _, p := range c.phases() {
+		n += p.Steps
+	}
+	return n
 }
 
 // lmFormat versions the warm-up (teacher, data, tokenizer, training);
@@ -119,6 +160,27 @@ func (c LMConfig) Check() error {
 	}
 	if !(c.LR > 0 && c.LR < 1) {
 		errs = append(errs, fmt.Sprintf("lr %v not in (0, 1)", c.LR))
+	}
+	if len(c.Phases) > maxLMPhases {
+		errs = append(errs, fmt.Sprintf("%d phases: at most %d", len(c.Phases), maxLMPhases))
+	}
+	for i, p := range c.Phases {
+		at := fmt.Sprintf("phases[%d]: ", i)
+		if p.Steps <= 0 || p.Steps > 100000 {
+			errs = append(errs, fmt.Sprintf("%ssteps %d not in 1..100000", at, p.Steps))
+		}
+		if !(p.LR > 0 && p.LR < 1) {
+			errs = append(errs, fmt.Sprintf("%slr %v not in (0, 1)", at, p.LR))
+		}
+		if p.DecaySteps < 0 || p.DecaySteps > p.Steps {
+			errs = append(errs, fmt.Sprintf("%sdecay_steps %d not in 0..steps (%d)", at, p.DecaySteps, p.Steps))
+		}
+		if p.AnswerFirst < 0 || p.AnswerFirst > p.Steps {
+			errs = append(errs, fmt.Sprintf("%sanswer_first %d not in 0..steps (%d)", at, p.AnswerFirst, p.Steps))
+		}
+	}
+	if c.TotalSteps() > 100000 {
+		errs = append(errs, fmt.Sprintf("%d SFT steps in all: at most 100000", c.TotalSteps()))
 	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))
@@ -354,50 +416,78 @@ func TrainLM(ctx context.Context, c LMConfig, sp Space, python bool, dir string,
 	}
 	fmt.Fprintf(log, "executor model: %d samples, %.0f tokens each on average, %d over the context left out, %d computed digits out of the loss, %d copying tool calls weighted (%.0fs)\n",
 		len(prompts), float64(tokens)/float64(len(prompts)), dropped, masked, copies, time.Since(t0).Seconds())
-	mc := c.modelConfig()
-	lc := learner.DefaultConfig()
-	lc.Model, lc.Seed, lc.Algorithm, lc.LR = &mc, c.Seed, learner.SFT, c.LR
-	lc.MicroBatchSeqs = min(c.Batch, 16)
-	l, err := learner.New(lc)
-	if err != nil {
-		return fmt.Errorf("executor model: %w", err)
+	anyAnswerFirst := false
+	for _, ph := range c.phases() {
+		anyAnswerFirst = anyAnswerFirst || ph.AnswerFirst > 0
 	}
-	if c.AnswerFirst > 0 && len(answers) == 0 {
-		return fmt.Errorf("executor model: answer_first %d: no teacher call answers with a #### line", c.AnswerFirst)
-	}
-	smp := newSampler(c, len(prompts), answers)
-	for step := range c.Steps {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if lr, ok := c.stepLR(step); ok {
-			if err := l.SetAlgorithm(learner.SFT, lr); err != nil {
-				return fmt.Errorf("executor model: SFT step %d: %w", step, err)
-			}
-		}
-		var b learner.Batch
-		for _, i := range smp.batch(step) {
-			b.Prompts, b.Responses = append(b.Prompts, prompts[i]), append(b.Responses, resps[i])
-			if masks != nil {
-				b.Masks = append(b.Masks, masks[i])
-			}
-			if weights != nil {
-				b.Weights = append(b.Weights, weights[i])
-			}
-		}
-		st, err := l.Train(b)
-		if err != nil {
-			return fmt.Errorf("executor model: SFT step %d: %w", step, err)
-		}
-		if step%25 == 0 || step == c.Steps-1 {
-			fmt.Fprintf(log, "executor model: SFT step %d/%d loss %.4f (%.0fs)\n", step+1, c.Steps, st.Loss, time.Since(t0).Seconds())
-		}
+	if anyAnswerFirst && len(answers) == 0 {
+		return fmt.Errorf("executor model: answer_first: no teacher call answers with a #### line")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := l.Model().Save(dir, safetensors.F32); err != nil {
-		return fmt.Errorf("executor model: save %s: %w", dir, err)
+	phases := c.phases()
+	prev := "" // the previous phase's weights
+	for pi, ph := range phases {
+		mc := c.modelConfig()
+		lc := learner.DefaultConfig()
+		lc.Model, lc.Seed, lc.Algorithm, lc.LR = &mc, c.Seed, learner.SFT, ph.LR
+		if prev != "" {
+			lc.Model, lc.ModelDir = nil, prev
+		}
+		lc.MicroBatchSeqs = min(c.Batch, 16)
+		l, err := learner.New(lc)
+		if err != nil {
+			return fmt.Errorf("executor model: phase %d: %w", pi+1, err)
+		}
+		name := "SFT"
+		if len(phases) > 1 {
+			name = fmt.Sprintf("SFT phase %d/%d", pi+1, len(phases))
+		}
+		smp := newSampler(ph, len(prompts), answers)
+		for step := range ph.Steps {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if lr, ok := ph.stepLR(step); ok {
+				if err := l.SetAlgorithm(learner.SFT, lr); err != nil {
+					return fmt.Errorf("executor model: %s step %d: %w", name, step, err)
+				}
+			}
+			var b learner.Batch
+			for _, i := range smp.batch(step) {
+				b.Prompts, b.Responses = append(b.Prompts, prompts[i]), append(b.Responses, resps[i])
+				if masks != nil {
+					b.Masks = append(b.Masks, masks[i])
+				}
+				if weights != nil {
+					b.Weights = append(b.Weights, weights[i])
+				}
+			}
+			st, err := l.Train(b)
+			if err != nil {
+				return fmt.Errorf("executor model: %s step %d: %w", name, step, err)
+			}
+			if step%25 == 0 || step == ph.Steps-1 {
+				fmt.Fprintf(log, "executor model: %s step %d/%d loss %.4f (%.0fs)\n", name, step+1, ph.Steps, st.Loss, time.Since(t0).Seconds())
+			}
+		}
+		if pi < len(phases)-1 {
+			// The next phase starts a learner from these weights: a fresh AdamW.
+			prev = filepath.Join(dir, fmt.Sprintf("phase-%d", pi+1))
+			if err := l.Model().Save(prev, safetensors.F32); err != nil {
+				return fmt.Errorf("executor model: save %s: %w", prev, err)
+			}
+			continue
+		}
+		if err := l.Model().Save(dir, safetensors.F32); err != nil {
+			return fmt.Errorf("executor model: save %s: %w", dir, err)
+		}
+	}
+	for pi := range len(phases) - 1 {
+		if err := os.RemoveAll(filepath.Join(dir, fmt.Sprintf("phase-%d", pi+1))); err != nil {
+			return err
+		}
 	}
 	if err := tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {
 		return fmt.Errorf("executor model: save %s: %w", dir, err)

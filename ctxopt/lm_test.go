@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rlnode/rlnode/learner/cpu"
+	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
@@ -308,5 +310,89 @@ func TestLMCopyWeight(t *testing.T) {
 	bad.CopyWeight = -1
 	if err := bad.Check(); err == nil || !strings.Contains(err.Error(), "copy_weight -1 not in 0..100") {
 		t.Errorf("copy_weight -1: %v", err)
+	}
+}
+
+// Phases: a second phase starts from the first one's weights (a phase at
+// a vanishing rate leaves them as they were, a phase at a real rate moves
+// them), every phase logs its steps, no phase's directory is left behind,
+// and bad phases are refused.
+func TestLMPhases(t *testing.T) {
+	sp := testSpace()
+	one := smallLM
+	one.CopyWeight = 0
+	train := func(c LMConfig) (map[string][]float32, string, string) {
+		t.Helper()
+		dir := t.TempDir()
+		var log bytes.Buffer
+		if err := TrainLM(context.Background(), c, sp, false, dir, &log); err != nil {
+			t.Fatal(err)
+		}
+		m, err := model.Load(dir, cpu.New())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Weights(), dir, log.String()
+	}
+	maxDiff := func(a, b map[string][]float32) float64 {
+		var d float64
+		for k, v := range a {
+			for i := range v {
+				d = max(d, math.Abs(float64(v[i]-b[k][i])))
+			}
+		}
+		return d
+	}
+	w1, _, _ := train(one)
+	still := one
+	still.Phases = []LMPhase{{Steps: 2, LR: 1e-12}}
+	w2, dir, log := train(still)
+	if d := maxDiff(w1, w2); d > 1e-6 {
+		t.Errorf("a second phase at rate 1e-12 moved a weight by %v: it did not start from the first phase's weights", d)
+	}
+	for _, want := range []string{"SFT phase 1/2 step 4/4", "SFT phase 2/2 step 2/2"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "phase-*")); len(left) != 0 {
+		t.Errorf("phase directories left in the model's directory: %v", left)
+	}
+	moved := one
+	moved.Phases = []LMPhase{{Steps: 2, LR: 1e-3, DecaySteps: 1, AnswerFirst: 1}}
+	w3, _, _ := train(moved)
+	if d := maxDiff(w1, w3); d < 1e-5 {
+		t.Errorf("a second phase at rate 1e-3 moved no weight (at most %v)", d)
+	}
+	if moved.Key(sp, false) == one.Key(sp, false) || moved.Key(sp, false) == still.Key(sp, false) {
+		t.Error("the cache key ignores the phases")
+	}
+	if moved.TotalSteps() != 6 {
+		t.Errorf("total steps %d, want 6", moved.TotalSteps())
+	}
+	for _, tc := range []struct {
+		phases []LMPhase
+		want   string
+	}{
+		{[]LMPhase{{Steps: 0, LR: 1e-3}}, "phases[0]: steps 0 not in 1..100000"},
+		{[]LMPhase{{Steps: 2, LR: 1e-3}, {Steps: 2, LR: 0}}, "phases[1]: lr 0 not in (0, 1)"},
+		{[]LMPhase{{Steps: 2, LR: 1e-3, DecaySteps: 3}}, "phases[0]: decay_steps 3 not in 0..steps (2)"},
+		{[]LMPhase{{Steps: 2, LR: 1e-3, AnswerFirst: -1}}, "phases[0]: answer_first -1 not in 0..steps (2)"},
+		{make([]LMPhase, 9), "9 phases: at most 8"},
+		{[]LMPhase{{Steps: 99999, LR: 1e-3}}, "100003 SFT steps in all: at most 100000"},
+	} {
+		bad := one
+		bad.Phases = tc.phases
+		if err := bad.Check(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("phases %+v: %v, want %q", tc.phases, err, tc.want)
+		}
+	}
+	// The shipped recipes: 3,000 steps, then 1,500 from those weights.
+	r, err := LoadRecipe("ctxopt_hierarchical_lm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lm := r.Executor.LM; len(lm.Phases) != 1 || lm.TotalSteps() != 4500 {
+		t.Errorf("ctxopt_hierarchical_lm's executor model: phases %+v, %d steps in all; want one more phase, 4,500 steps", lm.Phases, lm.TotalSteps())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -447,6 +448,16 @@ func (r *Recipe) ExecutorLM(ctx context.Context) (*native.Engine, error) {
 		return nil, fmt.Errorf("%s: %w", r.file, err)
 	}
 	return LoadLM(dir)
+}
+
+// WarmUp returns the directory of the recipe's executor model, training
+// it into the cache first when it is not there (EnsureLM); progress goes
+// to log. A recipe without executor.lm has none to warm up.
+func (r *Recipe) WarmUp(ctx context.Context, log io.Writer) (string, error) {
+	if r.Executor.LM == nil {
+		return "", fmt.Errorf("%s: executor.lm: the recipe's engine %q has no executor model to train", r.file, r.Executor.Engine)
+	}
+	return EnsureLM(ctx, *r.Executor.LM, r.SpaceOf(), r.Executor.Python, log)
 }
 
 // lmEmbedder embeds with the executor model's hidden states, the recipe's

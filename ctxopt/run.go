@@ -187,6 +187,9 @@ type Result struct {
 	Dominated []string         `json:"learned_dominated_by"`
 	Chosen    map[string]int   `json:"learned_configs"` // the learned policy's configurations, by how often
 	PerType   map[string][]int `json:"learned_structures_per_type"`
+	// ConfigsPerType counts the learned policy's whole configurations
+	// (structure, every agent's tools, budget and atoms) per question type.
+	ConfigsPerType map[string]map[string]int `json:"learned_configs_per_type"`
 }
 
 // Benchmark evaluates the method's greedy policy, a random policy, every
@@ -205,6 +208,7 @@ func Benchmark(ctx context.Context, x *Executor, m Method, tune, test []Question
 	}
 	res.Learned = Summarize("learned", outs, cs)
 	res.Chosen, res.PerType = map[string]int{}, StructuresPerType(test, cs)
+	res.ConfigsPerType = ConfigsPerType(x.Space, test, cs)
 	for _, c := range cs {
 		res.Chosen[x.Space.Describe(c)]++
 	}
@@ -277,6 +281,20 @@ func StructuresPerType(qs []Question, cs []Config) map[string][]int {
 			out[t] = make([]int, NumStructures)
 		}
 		out[t][c.Structure]++
+	}
+	return out
+}
+
+// ConfigsPerType counts, per question type, how often cs chose each whole
+// configuration (sp.Describe).
+func ConfigsPerType(sp Space, qs []Question, cs []Config) map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for i, c := range cs {
+		t := qs[i].Type
+		if out[t] == nil {
+			out[t] = map[string]int{}
+		}
+		out[t][sp.Describe(c)]++
 	}
 	return out
 }

@@ -27,6 +27,9 @@ const ctxoptUsage = `usage:
       the built-in context-optimization recipes
   rlnode ctxopt validate NAME|FILE
       check a recipe: every problem as FILE:LINE: field: message
+  rlnode ctxopt warmup NAME|FILE
+      train the recipe's executor model (executor.lm) into the cache, or
+      say where it is; train, eval and benchmark do it first when needed
   rlnode ctxopt train NAME|FILE --out DIR [--iterations N]
       learn a configuration policy; writes DIR/policy.json and
       DIR/metrics.jsonl, then scores it against a random policy on the
@@ -79,7 +82,7 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "%-22s %s\n", n, r.Description)
 		}
 		return 0
-	case "validate", "train", "eval", "benchmark":
+	case "validate", "warmup", "train", "eval", "benchmark":
 	default:
 		fmt.Fprintf(stderr, "rlnode ctxopt: unknown subcommand %q\n\n%s", sub, ctxoptUsage)
 		return 2
@@ -95,6 +98,16 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if sub == "validate" {
 		fmt.Fprintf(stdout, "%s: ok\n", pos[0])
+		return 0
+	}
+	if sub == "warmup" {
+		start := time.Now()
+		dir, err := r.WarmUp(context.Background(), stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode ctxopt warmup: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "executor model: %s (%s)\n", dir, time.Since(start).Round(time.Second))
 		return 0
 	}
 	if *iters > 0 {
@@ -218,7 +231,7 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, node *cluster.
 	}
 	res.Learned.Name = r.Name
 	learned := map[string]ctxopt.Summary{r.Name: res.Learned}
-	others, perType, err := ctxoptAlso(ctx, r, x, heldOut, also)
+	others, perType, configs, err := ctxoptAlso(ctx, r, x, heldOut, also)
 	if err != nil {
 		return err
 	}
@@ -251,10 +264,15 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, node *cluster.
 	for _, o := range others {
 		printPerType(stdout, o.Name, perType[o.Name])
 	}
+	printConfigsPerType(stdout, r.Name, res.ConfigsPerType)
+	for _, o := range others {
+		printConfigsPerType(stdout, o.Name, configs[o.Name])
+	}
 	b, err := json.MarshalIndent(struct {
 		ctxopt.Result
-		Also []ctxopt.Summary `json:"also,omitempty"`
-	}{res, others}, "", "  ")
+		Also        []ctxopt.Summary                     `json:"also,omitempty"`
+		AlsoConfigs map[string]map[string]map[string]int `json:"also_configs_per_type,omitempty"`
+	}{res, others, configs}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -302,41 +320,43 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // ctxoptAlso scores further learned policies (RECIPE=POLICY) on the same
 // held-out questions and executor; their recipes must share the space.
-func ctxoptAlso(ctx context.Context, r *ctxopt.Recipe, x *ctxopt.Executor, heldOut []ctxopt.Question, also []string) ([]ctxopt.Summary, map[string]map[string][]int, error) {
+func ctxoptAlso(ctx context.Context, r *ctxopt.Recipe, x *ctxopt.Executor, heldOut []ctxopt.Question, also []string) ([]ctxopt.Summary, map[string]map[string][]int, map[string]map[string]map[string]int, error) {
 	var out []ctxopt.Summary
 	perType := map[string]map[string][]int{}
+	configs := map[string]map[string]map[string]int{}
 	for _, a := range also {
 		name, path, ok := strings.Cut(a, "=")
 		if !ok {
-			return nil, nil, fmt.Errorf("--also %q: want RECIPE=POLICY", a)
+			return nil, nil, nil, fmt.Errorf("--also %q: want RECIPE=POLICY", a)
 		}
 		o, err := ctxopt.LoadRecipe(name)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if fmt.Sprint(o.SpaceOf()) != fmt.Sprint(r.SpaceOf()) {
-			return nil, nil, fmt.Errorf("--also %s: its configuration space differs from %s's", name, r.Name)
+			return nil, nil, nil, fmt.Errorf("--also %s: its configuration space differs from %s's", name, r.Name)
 		}
 		o.Seed = r.Seed
 		m, err := o.Method()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if err := ctxopt.LoadPolicy(path, m); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		cs, _, err := m.Choose(heldOut, rand.New(rand.NewPCG(r.Seed, 0xbe7c)), true)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		outs, err := ctxopt.Execute(ctx, x, heldOut, cs, r.Seed)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		out = append(out, ctxopt.Summarize(o.Name, outs, cs))
 		perType[o.Name] = ctxopt.StructuresPerType(heldOut, cs)
+		configs[o.Name] = ctxopt.ConfigsPerType(x.Space, heldOut, cs)
 	}
-	return out, perType, nil
+	return out, perType, configs, nil
 }
 
 // printPerType writes a policy's structures per question type.
@@ -352,4 +372,32 @@ func printPerType(w io.Writer, name string, perType map[string][]int) {
 		fmt.Fprintf(w, " %s %d/%d/%d", t, v[0], v[1], v[2])
 	}
 	fmt.Fprintln(w)
+}
+
+// printConfigsPerType writes a policy's whole configurations per question
+// type, the most frequent first.
+func printConfigsPerType(w io.Writer, name string, perType map[string]map[string]int) {
+	types := make([]string, 0, len(perType))
+	for t := range perType {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	fmt.Fprintf(w, "%s configurations per question type:\n", name)
+	for _, t := range types {
+		cs := make([]string, 0, len(perType[t]))
+		for c := range perType[t] {
+			cs = append(cs, c)
+		}
+		sort.Slice(cs, func(i, j int) bool {
+			if a, b := perType[t][cs[i]], perType[t][cs[j]]; a != b {
+				return a > b
+			}
+			return cs[i] < cs[j]
+		})
+		parts := make([]string, len(cs))
+		for i, c := range cs {
+			parts[i] = fmt.Sprintf("%d %s", perType[t][c], c)
+		}
+		fmt.Fprintf(w, "  %s: %s\n", t, strings.Join(parts, "; "))
+	}
 }
