@@ -89,7 +89,7 @@ func TestLMFeatures(t *testing.T) {
 	src := strings.Replace(string(r.source), "embed_dim: 64", "embed_dim: 64\nembed: lm", 1)
 	for _, kv := range [][2]string{{"hidden: 128", "hidden: 32"}, {"intermediate: 384", "intermediate: 64"}, {"layers: 2", "layers: 1"},
 		{"heads: 4", "heads: 2"}, {"kv_heads: 2", "kv_heads: 1"}, {"vocab: 1024", "vocab: 512"}, {"episodes: 6000", "episodes: 120"},
-		{"steps: 1500", "steps: 4"}, {"decay_steps: 500", "decay_steps: 2"}, {"answer_first: 200", "answer_first: 1"}, {"batch: 32", "batch: 8"}, {"python: true", "python: false"}, {"tools: [calculator, python]", "tools: [calculator]"},
+		{"steps: 3000", "steps: 4"}, {"decay_steps: 1000", "decay_steps: 2"}, {"steps: 1500", "steps: 2"}, {"decay_steps: 1000", "decay_steps: 1"}, {"answer_first: 200", "answer_first: 1"}, {"batch: 32", "batch: 8"}, {"python: true", "python: false"}, {"tools: [calculator, python]", "tools: [calculator]"},
 		{"train_per_type: 40", "train_per_type: 4"}, {"eval_per_type: 20", "eval_per_type: 2"}} {
 		if !strings.Contains(src, kv[0]) {
 			t.Fatalf("%q not in the recipe", kv[0])
