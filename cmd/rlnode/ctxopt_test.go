@@ -64,14 +64,16 @@ func TestCtxoptTrainEvalBenchmark(t *testing.T) {
 	bench := filepath.Join(dir, "bench")
 	out = run("benchmark", "ctxopt_bandit", "--policy", filepath.Join(dir, "ctxopt_bandit", "policy.json"), "--eval-per-type", "1",
 		"--also", "ctxopt_hierarchical="+filepath.Join(dir, "ctxopt_hierarchical", "policy.json"), "--out", bench)
-	for _, want := range []string{"best fixed per type", "ctxopt_hierarchical is", "Pareto front", "pareto.png"} {
+	for _, want := range []string{"best fixed per type", "ctxopt_hierarchical is", "Pareto front", "pareto.png", "ctxopt_hierarchical configurations per question type:\n  arithmetic/1: 1 "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("benchmark output lacks %q:\n%s", want, out)
 		}
 	}
 	var res struct {
-		Fixed []json.RawMessage `json:"fixed"`
-		Also  []json.RawMessage `json:"also"`
+		Fixed       []json.RawMessage                    `json:"fixed"`
+		Also        []json.RawMessage                    `json:"also"`
+		Configs     map[string]map[string]int            `json:"learned_configs_per_type"`
+		AlsoConfigs map[string]map[string]map[string]int `json:"also_configs_per_type"`
 	}
 	b, err := os.ReadFile(filepath.Join(bench, "benchmark.json"))
 	if err != nil {
@@ -80,8 +82,58 @@ func TestCtxoptTrainEvalBenchmark(t *testing.T) {
 	if err := json.Unmarshal(b, &res); err != nil || len(res.Fixed) != 36 || len(res.Also) != 1 {
 		t.Fatalf("benchmark.json: %d fixed, %d also, %v; want 36 and 1", len(res.Fixed), len(res.Also), err)
 	}
+	// Every held-out question (1 per type, 10 types) has its whole
+	// configuration counted under its type, for each policy.
+	for name, per := range map[string]map[string]map[string]int{"learned": res.Configs, "ctxopt_hierarchical": res.AlsoConfigs["ctxopt_hierarchical"]} {
+		n := 0
+		for typ, cs := range per {
+			for c, k := range cs {
+				if !strings.HasPrefix(c, "direct") && !strings.HasPrefix(c, "reason-") {
+					t.Errorf("%s, %s: configuration %q", name, typ, c)
+				}
+				n += k
+			}
+		}
+		if len(per) != 10 || n != 10 {
+			t.Errorf("%s configurations per type: %d types, %d questions; want 10 and 10: %v", name, len(per), n, per)
+		}
+	}
 	if st, err := os.Stat(filepath.Join(bench, "pareto.png")); err != nil || st.Size() == 0 {
 		t.Fatalf("pareto.png: %v", err)
+	}
+	// warmup trains the executor model of an _lm recipe only.
+	var wo, we bytes.Buffer
+	if code := runMain([]string{"ctxopt", "warmup", "ctxopt_bandit"}, &wo, &we); code != 1 || !strings.Contains(we.String(), "ctxopt_bandit.yaml: executor.lm: the recipe's engine \"sim\" has no executor model") {
+		t.Errorf("warmup of a scripted-executor recipe: exit %d: %s", code, we.String())
+	}
+	// ...and puts it in the cache, where a second warmup finds it.
+	t.Setenv("RLNODE_CACHE", t.TempDir())
+	src, err := os.ReadFile("../../ctxopt/recipes/ctxopt_bandit_lm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := string(src)
+	for _, kv := range [][2]string{{"hidden: 128", "hidden: 32"}, {"intermediate: 384", "intermediate: 64"}, {"layers: 2", "layers: 1"},
+		{"heads: 4", "heads: 2"}, {"kv_heads: 2", "kv_heads: 1"}, {"vocab: 1024", "vocab: 512"}, {"episodes: 6000", "episodes: 120"},
+		{"steps: 3000", "steps: 3"}, {"decay_steps: 1000", "decay_steps: 1"}, {"answer_first: 200", "answer_first: 1"},
+		{"steps: 1500", "steps: 2"}, {"decay_steps: 1000", "decay_steps: 1"}, {"batch: 32", "batch: 4"}} {
+		if !strings.Contains(small, kv[0]) {
+			t.Fatalf("%q not in ctxopt_bandit_lm.yaml", kv[0])
+		}
+		small = strings.Replace(small, kv[0], kv[1], 1)
+	}
+	rf := filepath.Join(dir, "small_lm.yaml")
+	if err := os.WriteFile(rf, []byte(small), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var first, firstErr bytes.Buffer
+	if code := runMain([]string{"ctxopt", "warmup", rf}, &first, &firstErr); code != 0 || !strings.Contains(firstErr.String(), "SFT phase 2/2 step 2/2") {
+		t.Fatalf("warmup: exit %d: %s%s", code, first.String(), firstErr.String())
+	}
+	var again, againErr bytes.Buffer
+	if code := runMain([]string{"ctxopt", "warmup", rf}, &again, &againErr); code != 0 || againErr.Len() != 0 ||
+		strings.Fields(again.String())[2] != strings.Fields(first.String())[2] {
+		t.Errorf("second warmup: exit %d: %s%s; want the cached model of %s without training", code, again.String(), againErr.String(), first.String())
 	}
 	// A policy of another formulation is refused.
 	var o, e bytes.Buffer
