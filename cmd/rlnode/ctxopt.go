@@ -102,7 +102,9 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if sub == "warmup" {
 		start := time.Now()
-		dir, err := r.WarmUp(context.Background(), stderr)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		dir, err := r.WarmUp(ctx, stderr) // Ctrl-C: stops, leaving no partial cache entry
 		if err != nil {
 			fmt.Fprintf(stderr, "rlnode ctxopt warmup: %v\n", err)
 			return 1
