@@ -56,6 +56,11 @@ type ActorConfig struct {
 	// WeightVersion is the policy version the solver's Model holds (the
 	// native engine starts serving it).
 	WeightVersion int64
+	// Device is where the "native" engine keeps its model, KV caches and
+	// activations (native.Config.Device: cpu, cuda, cuda-bf16, cuda:N);
+	// "" is the cpu. The driver's PushedNative engines take theirs from
+	// their engine.json instead.
+	Device string
 	// ModelFiles stand in for Model's directory when Model is empty: the
 	// small files of the model (config.json, tokenizer.json; an engine may
 	// read more, as the driver's reads its engine.json) sent with the spawn.
@@ -182,12 +187,12 @@ func init() {
 	})
 	RegisterEngine("native", func(cfg ActorConfig, model string) (engine.Engine, error) {
 		if model == "" && cfg.ModelFiles != nil {
-			return NewNativeFromFiles(cfg.ModelFiles, native.Config{})
+			return NewNativeFromFiles(cfg.ModelFiles, native.Config{Device: cfg.Device})
 		}
 		if model == "" {
 			return nil, errors.New("native engine: no model directory")
 		}
-		return native.Load(model, native.Config{WeightVersion: cfg.WeightVersion})
+		return native.Load(model, native.Config{WeightVersion: cfg.WeightVersion, Device: cfg.Device})
 	})
 	RegisterEngine(PushedNative, newPushedNative)
 	RegisterVerifier("math", func() (verify.Verifier, error) { return verify.Math{}, nil })

@@ -14,6 +14,7 @@ import (
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/nodetest"
+	"github.com/rlnode/rlnode/learner/cuda"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout"
@@ -202,6 +203,12 @@ func TestActorBadRequests(t *testing.T) {
 	}
 	if _, err := n.Spawn(ctx, rollout.ActorKind, cluster.SpawnOptions{Args: rollout.ActorConfig{Engine: "scripted", Verifier: "nope"}}); err == nil || !strings.Contains(err.Error(), `unknown verifier "nope"`) {
 		t.Errorf("unknown verifier: %v", err)
+	}
+	if cuda.Available().Err() != nil {
+		_, err := n.Spawn(ctx, rollout.ActorKind, cluster.SpawnOptions{Args: rollout.ActorConfig{Engine: "native", ModelFiles: modelFiles(t), WeightSync: true, Device: "cuda"}})
+		if err == nil || !strings.Contains(err.Error(), "cuda: the CUDA backend cannot run here") {
+			t.Errorf("a native engine on cuda without the CUDA backend: %v", err)
+		}
 	}
 	h := spawn(t, n, rollout.ActorConfig{Engine: "scripted", Verifier: "exact"}, "")
 	for _, c := range []struct {

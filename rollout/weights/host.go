@@ -25,6 +25,7 @@ type EngineConfig struct {
 	Model    string // checkpoint directory the native engine loads (config.json, safetensors, tokenizer.json)
 	MaxBatch int    // native.Config.MaxBatch; 0 takes its default
 	Version  int64  // the weight version the checkpoint holds
+	Device   string // native.Config.Device: where the model runs ("" is the cpu)
 }
 
 // Push asks an engine host to pull a version's weights from the bulk offer
@@ -68,7 +69,7 @@ func init() {
 		if cfg.Model == "" {
 			return nil, fmt.Errorf("%s: EngineConfig.Model: no checkpoint directory", EngineKind)
 		}
-		e, err := native.Load(cfg.Model, native.Config{MaxBatch: cfg.MaxBatch, WeightVersion: cfg.Version})
+		e, err := native.Load(cfg.Model, native.Config{MaxBatch: cfg.MaxBatch, WeightVersion: cfg.Version, Device: cfg.Device})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EngineKind, err)
 		}
