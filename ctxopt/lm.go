@@ -312,13 +312,31 @@ func TeacherCalls(ctx context.Context, c LMConfig, sp Space, python bool, progre
 			}
 		}()
 	}
+feed:
 	for i := range c.Episodes {
-		next <- i
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
 	}
 	close(next)
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("teacher episodes: %w", err)
+	}
+	// The first failure, and how many there were.
+	failed := 0
+	var first error
+	for _, err := range errs {
+		if err != nil {
+			if failed++; first == nil {
+				first = err
+			}
+		}
+	}
+	if failed > 0 {
+		return nil, fmt.Errorf("%w (%d of %d teacher episodes failed)", first, failed, c.Episodes)
 	}
 	var out []TeacherCall
 	for _, calls := range per {
@@ -633,6 +651,7 @@ func EnsureLM(ctx context.Context, c LMConfig, sp Space, python bool, log io.Wri
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("executor model cache %s: %w", root, err)
 	}
+	removeStaleTrainings(root, time.Now(), log)
 	tmp, err := os.MkdirTemp(root, "tmp-")
 	if err != nil {
 		return "", fmt.Errorf("executor model cache %s: %w", root, err)
@@ -649,6 +668,33 @@ func EnsureLM(ctx context.Context, c LMConfig, sp Space, python bool, log io.Wri
 		return "", fmt.Errorf("executor model cache: %w", err)
 	}
 	return dir, nil
+}
+
+// staleTraining is how long a training's directory in the cache may go
+// unchanged before another warm-up removes it: a live one writes a
+// checkpoint every few minutes, one whose process was killed never again.
+const staleTraining = 24 * time.Hour
+
+// removeStaleTrainings removes the tmp-* directories under root that have
+// not changed for staleTraining before now, saying so on log.
+func removeStaleTrainings(root string, now time.Time, log io.Writer) {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "tmp-") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || now.Sub(info.ModTime()) < staleTraining {
+			continue
+		}
+		p := filepath.Join(root, e.Name())
+		if err := os.RemoveAll(p); err == nil {
+			fmt.Fprintf(log, "executor model cache: removed %s, a training unchanged since %s\n", p, info.ModTime().UTC().Format(time.RFC3339))
+		}
+	}
 }
 
 // LoadLM starts a native engine over the executor model in dir.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
@@ -394,5 +395,32 @@ func TestLMPhases(t *testing.T) {
 	}
 	if lm := r.Executor.LM; len(lm.Phases) != 1 || lm.TotalSteps() != 4500 {
 		t.Errorf("ctxopt_hierarchical_lm's executor model: phases %+v, %d steps in all; want one more phase, 4,500 steps", lm.Phases, lm.TotalSteps())
+	}
+}
+
+// A training directory left by a killed warm-up is removed by the next
+// one once it has not changed for a day; a live one (changed within the
+// day), finished models and other files stay.
+func TestRemoveStaleTrainings(t *testing.T) {
+	root := t.TempDir()
+	now := time.Now()
+	for name, age := range map[string]time.Duration{"tmp-old": 25 * time.Hour, "tmp-live": time.Hour, "0047af04fe7e648298d11833": 48 * time.Hour} {
+		p := filepath.Join(root, name)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, now.Add(-age), now.Add(-age)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var log strings.Builder
+	removeStaleTrainings(root, now, &log)
+	for name, want := range map[string]bool{"tmp-old": false, "tmp-live": true, "0047af04fe7e648298d11833": true} {
+		if _, err := os.Stat(filepath.Join(root, name)); (err == nil) != want {
+			t.Errorf("%s: present %v, want %v", name, err == nil, want)
+		}
+	}
+	if !strings.Contains(log.String(), "tmp-old") {
+		t.Errorf("log %q does not name the removed directory", log.String())
 	}
 }

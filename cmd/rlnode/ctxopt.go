@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -102,9 +103,9 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if sub == "warmup" {
 		start := time.Now()
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		dir, err := r.WarmUp(ctx, stderr) // Ctrl-C: stops, leaving no partial cache entry
+		dir, err := r.WarmUp(ctx, stderr) // Ctrl-C or SIGTERM: stops, leaving no partial cache entry
 		if err != nil {
 			fmt.Fprintf(stderr, "rlnode ctxopt warmup: %v\n", err)
 			return 1
@@ -121,7 +122,7 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 	if *seed > 0 {
 		r.Seed = *seed
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var node *cluster.Node
 	if *address != "" {
