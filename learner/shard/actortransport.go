@@ -49,8 +49,12 @@ type Mailbox struct {
 	in         *inbox
 	unregister func()
 
-	mu    sync.Mutex
-	addrs map[actor.Ref]BulkAddr // peers' push receivers, learned once
+	mu sync.Mutex
+	// addrs are the peers' push receivers, learned once per epoch: a
+	// rank respawned on a node that came back at the same address has
+	// the same Ref but a new bulk address.
+	addrs     map[actor.Ref]BulkAddr
+	addrEpoch uint64
 }
 
 // OpenMailbox starts a rank's mailbox actor on sys under name.
@@ -162,6 +166,12 @@ func (m *Mailbox) Transport(epoch uint64, rank int, peers []actor.Ref, o Options
 		}
 	}
 	m.in.forget(epoch)
+	m.mu.Lock()
+	if epoch != m.addrEpoch {
+		clear(m.addrs)
+		m.addrEpoch = epoch
+	}
+	m.mu.Unlock()
 	return &actorTransport{mb: m, rank: rank, peers: append([]actor.Ref(nil), peers...)}, nil
 }
 

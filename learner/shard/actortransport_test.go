@@ -57,3 +57,47 @@ func TestGroupRefusesBadRanks(t *testing.T) {
 		})
 	}
 }
+
+// A peer's push receiver is learned once per epoch: after a restart (a
+// new epoch) a rank asks again, so a peer respawned on a node that came
+// back at the same address (the same Ref) is not pushed to at the bulk
+// address of its previous process.
+func TestMailboxRelearnsPeersEachEpoch(t *testing.T) {
+	sys := driverSystem(t)
+	m, err := OpenMailbox(sys, "relearn.a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	p, err := OpenMailbox(sys, "relearn.b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	peers := []actor.Ref{m.Ref(), p.Ref()}
+	if _, err := m.Transport(1, 0, peers, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	real, err := m.peerAddr(ctx, p.Ref())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the peer's previous process answered.
+	stale := BulkAddr{Addr: "127.0.0.1:1", Name: real.Name}
+	m.mu.Lock()
+	m.addrs[p.Ref()] = stale
+	m.mu.Unlock()
+	if _, err := m.Transport(1, 0, peers, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.peerAddr(ctx, p.Ref()); got != stale {
+		t.Errorf("within epoch 1 the peer's receiver is %+v, want the one learned (%+v)", got, stale)
+	}
+	if _, err := m.Transport(2, 0, peers, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m.peerAddr(ctx, p.Ref()); err != nil || got != real {
+		t.Errorf("in epoch 2 the peer's receiver is %+v (%v), want it asked again: %+v", got, err, real)
+	}
+}
