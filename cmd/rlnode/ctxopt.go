@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -364,13 +366,8 @@ func ctxoptAlso(ctx context.Context, r *ctxopt.Recipe, x *ctxopt.Executor, heldO
 
 // printPerType writes a policy's structures per question type.
 func printPerType(w io.Writer, name string, perType map[string][]int) {
-	types := make([]string, 0, len(perType))
-	for t := range perType {
-		types = append(types, t)
-	}
-	sort.Strings(types)
 	fmt.Fprintf(w, "%s structures per question type (direct/RA/RVA):", name)
-	for _, t := range types {
+	for _, t := range slices.Sorted(maps.Keys(perType)) {
 		v := perType[t]
 		fmt.Fprintf(w, " %s %d/%d/%d", t, v[0], v[1], v[2])
 	}
@@ -380,13 +377,8 @@ func printPerType(w io.Writer, name string, perType map[string][]int) {
 // printConfigsPerType writes a policy's whole configurations per question
 // type, the most frequent first.
 func printConfigsPerType(w io.Writer, name string, perType map[string]map[string]int) {
-	types := make([]string, 0, len(perType))
-	for t := range perType {
-		types = append(types, t)
-	}
-	sort.Strings(types)
 	fmt.Fprintf(w, "%s configurations per question type:\n", name)
-	for _, t := range types {
+	for _, t := range slices.Sorted(maps.Keys(perType)) {
 		cs := make([]string, 0, len(perType[t]))
 		for c := range perType[t] {
 			cs = append(cs, c)
