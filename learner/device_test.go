@@ -28,10 +28,7 @@ func TestDeviceCheckpointResumes(t *testing.T) {
 	if n := len(a.Optimizer().State().Tensors); n != 0 {
 		t.Fatalf("the host optimizer holds %d moment tensors: the steps did not run on the device", n)
 	}
-	dir := t.TempDir()
-	if err := a.Save(dir); err != nil {
-		t.Fatal(err)
-	}
+	dir := savedTo(t, a)
 	st := a.Optimizer().State()
 	if st.Step != 2 || len(st.Tensors) != 2*len(a.Model().TrainableParams()) {
 		t.Fatalf("saved optimizer state: step %d, %d tensors for %d parameters", st.Step, len(st.Tensors), len(a.Model().TrainableParams()))
@@ -41,10 +38,7 @@ func TestDeviceCheckpointResumes(t *testing.T) {
 			t.Fatalf("%s is all zeros after two steps", x.Name)
 		}
 	}
-	r := newLearner(t, c)
-	if err := r.Load(dir); err != nil {
-		t.Fatal(err)
-	}
+	r := loaded(t, c, dir)
 	if r.Model().B != r.ref.B || r.Model().B.Name() != "cuda" {
 		t.Fatalf("the restored learner runs on %s, its reference on %s: the learner left its device", r.Model().B.Name(), r.ref.B.Name())
 	}
@@ -53,10 +47,7 @@ func TestDeviceCheckpointResumes(t *testing.T) {
 	}
 	// A learner resumed with its optimizer started afresh, to show what
 	// losing the moments costs.
-	fresh := newLearner(t, c)
-	if err := fresh.Load(dir); err != nil {
-		t.Fatal(err)
-	}
+	fresh := loaded(t, c, dir)
 	if err := fresh.restartOptimizer(); err != nil {
 		t.Fatal(err)
 	}
@@ -169,14 +160,8 @@ func TestActivationOptionsSurviveLoad(t *testing.T) {
 		if _, err := a.Train(groupBatch()); err != nil {
 			t.Fatal(err)
 		}
-		dir := t.TempDir()
-		if err := a.Save(dir); err != nil {
-			t.Fatal(err)
-		}
-		r := newLearner(t, c)
-		if err := r.Load(dir); err != nil {
-			t.Fatal(err)
-		}
+		dir := savedTo(t, a)
+		r := loaded(t, c, dir)
 		if m := r.Model(); m.CheckpointActivations != c.CheckpointActivations || m.ActivationsBF16 != c.ActivationsBF16 {
 			t.Fatalf("%s: the loaded model has checkpointing %v, bf16 activations %v", opt, m.CheckpointActivations, m.ActivationsBF16)
 		}

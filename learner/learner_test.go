@@ -57,6 +57,26 @@ func newLearner(t *testing.T, c Config) *Learner {
 	return l
 }
 
+// savedTo saves l into a fresh temporary directory and returns it.
+func savedTo(t *testing.T, l *Learner) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := l.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// loaded is a new learner of c restored from the checkpoint in dir.
+func loaded(t *testing.T, c Config, dir string) *Learner {
+	t.Helper()
+	l := newLearner(t, c)
+	if err := l.Load(dir); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 func maxDiff(a, b map[string][]float32) float64 {
 	var d float64
 	for name, x := range a {
@@ -259,14 +279,8 @@ func TestCheckpointResumesExactly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dir := t.TempDir()
-	if err := a.Save(dir); err != nil {
-		t.Fatal(err)
-	}
-	r := newLearner(t, c)
-	if err := r.Load(dir); err != nil {
-		t.Fatal(err)
-	}
+	dir := savedTo(t, a)
+	r := loaded(t, c, dir)
 	if r.Step() != 2 {
 		t.Errorf("restored step %d, want 2", r.Step())
 	}

@@ -136,10 +136,7 @@ func TestLoRACheckpointResumes(t *testing.T) {
 		a := newLearner(t, c)
 		train(t, a, groupBatch())
 		train(t, a, groupBatch())
-		dir := t.TempDir()
-		if err := a.Save(dir); err != nil {
-			t.Fatal(err)
-		}
+		dir := savedTo(t, a)
 		for _, f := range []string{"config.json", "model.safetensors", model.AdapterWeights, model.AdapterConfig, OptimizerFile, StateFile} {
 			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 				t.Errorf("dropout %v: %v", dropout, err)
@@ -163,10 +160,7 @@ func TestLoRACheckpointResumes(t *testing.T) {
 			t.Errorf("LoadServed differs from the learner's merged weights by %g", d)
 		}
 
-		b := newLearner(t, c)
-		if err := b.Load(dir); err != nil {
-			t.Fatal(err)
-		}
+		b := loaded(t, c, dir)
 		train(t, a, groupBatch())
 		train(t, b, groupBatch())
 		if d := maxDiff(a.PolicyWeights(), b.PolicyWeights()); d != 0 {
@@ -182,10 +176,7 @@ func TestLoRACheckpointResumes(t *testing.T) {
 func TestLoRALoadRefusesMismatch(t *testing.T) {
 	a := newLearner(t, loraConfig(GRPO))
 	train(t, a, groupBatch())
-	dir := t.TempDir()
-	if err := a.Save(dir); err != nil {
-		t.Fatal(err)
-	}
+	dir := savedTo(t, a)
 	noLoRA := newLearner(t, tinyConfig(GRPO))
 	if err := noLoRA.Load(dir); err == nil || !strings.Contains(err.Error(), "no lora") {
 		t.Errorf("load into a learner without lora: %v", err)

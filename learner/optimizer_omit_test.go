@@ -35,10 +35,7 @@ func TestCheckpointWithoutOptimizer(t *testing.T) {
 	if omitted, err := OptimizerOmitted(dir); err != nil || !omitted {
 		t.Errorf("OptimizerOmitted = %v, %v; want true", omitted, err)
 	}
-	r := newLearner(t, c)
-	if err := r.Load(dir); err != nil {
-		t.Fatal(err)
-	}
+	r := loaded(t, c, dir)
 	if st := r.Optimizer().State(); r.Step() != 2 || st.Step != 0 || len(st.Tensors) != 0 {
 		t.Errorf("loaded: step %d, optimizer step %d with %d tensors; want 2, a fresh optimizer", r.Step(), st.Step, len(st.Tensors))
 	}

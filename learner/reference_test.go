@@ -157,10 +157,7 @@ func TestReferenceModelCheckpoint(t *testing.T) {
 	if err := json.Unmarshal(js, &st); err != nil || st.Reference != ref {
 		t.Errorf("state reference_model %q (%v), want %q", st.Reference, err, ref)
 	}
-	r := newLearner(t, c)
-	if err := r.Load(dir); err != nil {
-		t.Fatal(err)
-	}
+	r := loaded(t, c, dir)
 	sa, err := a.Train(b)
 	if err != nil {
 		t.Fatal(err)

@@ -158,10 +158,7 @@ func TestScheduleSurvivesCheckpoint(t *testing.T) {
 		if err := a.Save(dir); err != nil {
 			t.Fatal(err)
 		}
-		r := newLearner(t, scheduleConfig())
-		if err := r.Load(dir); err != nil {
-			t.Fatal(err)
-		}
+		r := loaded(t, scheduleConfig(), dir)
 		run(r, stop, sftSteps+rlSteps)
 		if d := maxDiff(straight.PolicyWeights(), r.PolicyWeights()); d != 0 {
 			t.Errorf("stop at %d: resumed weights differ by %v", stop, d)
@@ -176,10 +173,7 @@ func TestScheduleStateFile(t *testing.T) {
 	for range 2 {
 		trainLR(t, l, groupBatch())
 	}
-	dir := t.TempDir()
-	if err := l.Save(dir); err != nil {
-		t.Fatal(err)
-	}
+	dir := savedTo(t, l)
 	path := filepath.Join(dir, StateFile)
 	edit := func(f func(m map[string]any)) {
 		js, err := os.ReadFile(path)
@@ -203,10 +197,7 @@ func TestScheduleStateFile(t *testing.T) {
 		t.Errorf("rl_start_step past the step: %v", err)
 	}
 	edit(func(m map[string]any) { delete(m, "rl_start_step") })
-	r := newLearner(t, scheduleConfig())
-	if err := r.Load(dir); err != nil {
-		t.Fatal(err)
-	}
+	r := loaded(t, scheduleConfig(), dir)
 	if r.RLStart() != 0 {
 		t.Errorf("an old RL checkpoint: RL start %d, want 0", r.RLStart())
 	}

@@ -138,14 +138,8 @@ func TestValueBaselineStopTrunkGradientSurvivesLoad(t *testing.T) {
 	if _, err := l.Train(groupBatch()); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	if err := l.Save(dir); err != nil {
-		t.Fatal(err)
-	}
-	l2 := newLearner(t, c)
-	if err := l2.Load(dir); err != nil {
-		t.Fatal(err)
-	}
+	dir := savedTo(t, l)
+	l2 := loaded(t, c, dir)
 	if !l2.Model().Value.DetachTrunk {
 		t.Error("the loaded model's value head trains the trunk")
 	}

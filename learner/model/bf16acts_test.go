@@ -34,18 +34,7 @@ func TestActivationsBF16(t *testing.T) {
 		}
 		r := &runs[k]
 		m.ZeroGrad()
-		for range 2 { // the second pass reuses the first's buffers
-			if r.logp, r.ent, err = m.Forward(bt); err != nil {
-				t.Fatal(err)
-			}
-			dl, de := make([]float32, len(r.logp)), make([]float32, len(r.logp))
-			for i := range dl {
-				dl[i], de[i] = float32(i%3)-1, 0.1
-			}
-			if err := m.Backward(dl, de); err != nil {
-				t.Fatal(err)
-			}
-		}
+		r.logp, r.ent = twoPasses(t, m, bt)
 		r.grads = m.Grads()
 		if m.pass.bf16 != bf16 {
 			t.Fatalf("ActivationsBF16 %v: the pass stores bf16 %v", bf16, m.pass.bf16)

@@ -33,18 +33,7 @@ func TestCheckpointActivations(t *testing.T) {
 			}
 			r := &runs[k]
 			m.ZeroGrad()
-			for step := 0; step < 2; step++ { // the second pass reuses the first's buffers
-				if r.logp, r.ent, err = m.Forward(bt); err != nil {
-					t.Fatal(err)
-				}
-				dl, de := make([]float32, len(r.logp)), make([]float32, len(r.logp))
-				for i := range dl {
-					dl[i], de[i] = float32(i%3)-1, 0.1
-				}
-				if err := m.Backward(dl, de); err != nil {
-					t.Fatal(err)
-				}
-			}
+			r.logp, r.ent = twoPasses(t, m, bt)
 			r.grads = m.Grads()
 			if lora {
 				for _, p := range m.TrainableParams() {
@@ -81,4 +70,26 @@ func TestCheckpointActivations(t *testing.T) {
 		}
 		t.Logf("lora %v: pass of %d elements with checkpointing, %d without", lora, runs[1].elems, runs[0].elems)
 	}
+}
+
+// twoPasses runs forward and backward twice on bt (the second pass reuses
+// the first's buffers), with fixed loss gradients (-1, 0, 1, ... per log
+// prob, 0.1 per entropy), and returns the last pass's log probs and
+// entropies; the gradients accumulate in m.
+func twoPasses(t *testing.T, m *Model, bt *Batch) (logp, ent []float32) {
+	t.Helper()
+	for range 2 {
+		var err error
+		if logp, ent, err = m.Forward(bt); err != nil {
+			t.Fatal(err)
+		}
+		dl, de := make([]float32, len(logp)), make([]float32, len(logp))
+		for i := range dl {
+			dl[i], de[i] = float32(i%3)-1, 0.1
+		}
+		if err := m.Backward(dl, de); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return logp, ent
 }
