@@ -176,3 +176,35 @@ func TestEmbeddedSingleNode(t *testing.T) {
 		t.Fatalf("group member after removal: %+v", rec.State)
 	}
 }
+
+// A stopping node's own record keeps saying Leaving after its actors die
+// and give their resources back; before, the release republished the node
+// without the flag, and the leader took the stop for a crash.
+func TestStopKeepsLeavingRecord(t *testing.T) {
+	n, err := Start(context.Background(), Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h, err := n.Spawn(ctx, "test.counter", SpawnOptions{Name: "held", Resources: Resources{CPU: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := n.Directory().Node(n.ID())
+	n.Stop()
+	rec, ok := n.Directory().Node(n.ID())
+	if !ok || !rec.Leaving {
+		t.Fatalf("node record after Stop: %+v (want Leaving)", rec)
+	}
+	if rec.Version <= before.Version || rec.Used[CPU] != 0 {
+		t.Fatalf("node record after Stop does not show the release: used %v, version %d (was %d)", rec.Used, rec.Version, before.Version)
+	}
+	if ar, _ := h.Record(); ar.State != Dead || ar.Cause != "node stopped" {
+		t.Fatalf("actor record after Stop: %+v", ar)
+	}
+	own := n.ownRecords()
+	if len(own.Nodes) != 1 || len(own.Actors) != 1 || own.Actors[0].Name != "held" {
+		t.Fatalf("records sent on leaving: %d nodes, %+v", len(own.Nodes), own.Actors)
+	}
+}

@@ -369,13 +369,17 @@ func (n *Node) Stop() {
 	n.leaving = true
 	n.stopMu.Unlock()
 
-	n.publishNodeLeaving()
+	n.publishNode() // now says Leaving
 	for _, ref := range n.sys.Local() {
 		if ref.Name != nodeActorName {
 			_ = n.sys.StopLocal(ref.Name, "node stopped")
 		}
 	}
-	// Let the death records go out before the node vanishes.
+	// The leaving record and the death records must reach the others
+	// before memberlist's leave does, or the leader takes the stop for a
+	// crash ("node lost"). Gossip alone may lag behind the leave on a
+	// loaded host, so they also go to every member over TCP.
+	n.sendReliable(n.ownRecords())
 	n.flushBroadcasts(time.Second)
 	_ = n.ml.Leave(2 * time.Second)
 	n.shutdown()
@@ -508,6 +512,23 @@ func (n *Node) broadcast(u *update) {
 		return
 	}
 	// Too big for a gossip packet: send it over memberlist's TCP path.
+	n.sendReliableMsg(msg)
+}
+
+// sendReliable sends u to every other member over memberlist's TCP path.
+func (n *Node) sendReliable(u *update) {
+	if u.empty() {
+		return
+	}
+	b, err := encodeUpdate(u)
+	if err != nil {
+		n.log.Error("encode directory update", "err", err)
+		return
+	}
+	n.sendReliableMsg(append([]byte{gossipUpdate}, b...))
+}
+
+func (n *Node) sendReliableMsg(msg []byte) {
 	for _, m := range n.ml.Members() {
 		if m.Name != n.ml.LocalNode().Name {
 			if err := n.ml.SendReliable(m, msg); err != nil {
@@ -528,18 +549,29 @@ func (n *Node) publishNode() {
 	n.write(&update{Nodes: []NodeRecord{rec}})
 }
 
-func (n *Node) publishNodeLeaving() {
-	rec := n.nodeRecord()
-	rec.Leaving = true
-	n.write(&update{Nodes: []NodeRecord{rec}})
+// ownRecords is this node's record and those of the actors it hosts.
+func (n *Node) ownRecords() *update {
+	u := &update{}
+	if rec, ok := n.dir.Node(n.id); ok {
+		u.Nodes = append(u.Nodes, rec)
+	}
+	for _, rec := range n.dir.Actors() {
+		if rec.Node == n.id {
+			u.Actors = append(u.Actors, rec)
+		}
+	}
+	return u
 }
 
 func (n *Node) nodeRecord() NodeRecord {
 	total, used := n.ledger.snapshot()
 	old, _ := n.dir.Node(n.id)
+	n.stopMu.Lock()
+	leaving := n.leaving
+	n.stopMu.Unlock()
 	rec := NodeRecord{
 		ID: n.id, Actor: n.sys.Address(), Labels: n.cfg.Labels, Host: actor.HostID(), Total: total, Used: used,
-		StartedMs: n.started.UnixMilli(),
+		StartedMs: n.started.UnixMilli(), Leaving: leaving,
 		// Wall-clock versions let a node restarted under the same id
 		// supersede the records of its previous life.
 		Version: max(old.Version+1, uint64(time.Now().UnixNano())),
