@@ -598,9 +598,15 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		select {
 		case <-hold:
 		case <-abort:
-			aborted = true
 		case <-r.Context().Done():
 			return
+		}
+		// A pause with mode abort ends the request even when Release came
+		// too before it got here (select would pick either at random).
+		select {
+		case <-abort:
+			aborted = true
+		default:
 		}
 	}
 	// A paused vLLM keeps new requests waiting until it resumes; aborted
