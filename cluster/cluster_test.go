@@ -334,7 +334,7 @@ func TestThreeNodesSpawnKillRespawn(t *testing.T) {
 	if n := nextNotice(t, wR); n.State != Restarting || n.Cause != "node stopped" || n.Restarts != 1 {
 		t.Fatalf("relocatable notice after graceful stop: %+v", n)
 	}
-	waitFor(t, "graceful leave", 5*time.Second, func() bool { return !a.isAlive("c-cpu") })
+	waitFor(t, "graceful leave", 30*time.Second, func() bool { return !a.isAlive("c-cpu") })
 	if s, err := Call[Sum](ctx, relocatable, WhereAreYou{}); err != nil || s.Node == "c-cpu" {
 		t.Fatalf("relocatable after its node stopped: %+v, %v", s, err)
 	}

@@ -83,7 +83,7 @@ func TestEmbeddedSingleNode(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		waitFor(t, "call in flight", 5*time.Second, func() bool {
+		waitFor(t, "call in flight", 30*time.Second, func() bool {
 			sum := int64(0)
 			for _, o := range pool.Outstanding() {
 				sum += o
@@ -145,7 +145,7 @@ func TestEmbeddedSingleNode(t *testing.T) {
 	if _, err := hs[0].Call(ctx, Add{N: 1}); !errors.Is(err, actor.ErrActorDied) || !strings.Contains(err.Error(), "stopped") {
 		t.Fatalf("call to stopped actor: %v", err)
 	}
-	waitFor(t, "resources freed", 5*time.Second, func() bool { return n.Status().Nodes[0].Used[CPU] == 1 })
+	waitFor(t, "resources freed", 30*time.Second, func() bool { return n.Status().Nodes[0].Used[CPU] == 1 })
 
 	// A watch on an already-dead actor answers at once.
 	select {
@@ -153,7 +153,7 @@ func TestEmbeddedSingleNode(t *testing.T) {
 		if no.State != Dead {
 			t.Fatalf("late watch: %+v", no)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("late watch got nothing")
 	}
 
@@ -171,7 +171,7 @@ func TestEmbeddedSingleNode(t *testing.T) {
 	if err := n.RemovePlacementGroup(ctx, pg.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "group released", 5*time.Second, func() bool { return n.Status().Nodes[0].Used[CPU] == 1 })
+	waitFor(t, "group released", 30*time.Second, func() bool { return n.Status().Nodes[0].Used[CPU] == 1 })
 	if rec, _ := n.Directory().Actor("pg-member"); rec.State != Dead {
 		t.Fatalf("group member after removal: %+v", rec.State)
 	}
