@@ -129,6 +129,9 @@ func TestSbatchUnderSlurm(t *testing.T) {
 	}
 	sock := filepath.Join(dir, "munge.sock")
 	conf := filepath.Join(dir, "slurm.conf")
+	// Slurm SIGKILLs a cancelled job's processes KillWait seconds after its
+	// TERM: with the jobs' --stop-timeout (45 s for each of three stops)
+	// that leaves a loaded host time to stop every node gracefully.
 	cfg := fmt.Sprintf(`ClusterName=rlnodetest
 SlurmctldHost=%[1]s(127.0.0.1)
 SlurmUser=root
@@ -152,6 +155,8 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
+KillWait=150
+MessageTimeout=60
 NodeName=n1 NodeHostname=%[1]s NodeAddr=127.0.0.1 Port=%[3]d CPUs=%[6]d RealMemory=1000 State=UNKNOWN
 NodeName=n2 NodeHostname=%[1]s NodeAddr=127.0.0.1 Port=%[7]d CPUs=%[6]d RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
@@ -173,14 +178,14 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 	daemon(t, env, filepath.Join(dir, "slurmd-n1.out"), tools["slurmd"], "-D", "-f", conf, "-N", "n1")
 	daemon(t, env, filepath.Join(dir, "slurmd-n2.out"), tools["slurmd"], "-D", "-f", conf, "-N", "n2")
 	slurm := func(name string, args ...string) (string, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, tools[name], args...)
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	waitFor(t, 60*time.Second, "Slurm nodes n1 and n2 to be idle", func() bool {
+	waitFor(t, 120*time.Second, "Slurm nodes n1 and n2 to be idle", func() bool {
 		out, err := slurm("sinfo", "-h", "-N", "-o", "%N %T")
 		return err == nil && strings.Count(out, " idle") == 2
 	})
@@ -191,7 +196,7 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 		t.Helper()
 		runDir = filepath.Join(dir, fmt.Sprintf("run%d", time.Now().UnixNano()))
 		args := append([]string{"sbatch", "quickstart", "--nodes", fmt.Sprint(nodes), "--gpus-per-node", "0",
-			"--rlnode", rl, "--out", runDir, "--wait-timeout", "60s", "--stop-timeout", "10s"}, extra...)
+			"--rlnode", rl, "--out", runDir, "--wait-timeout", "120s", "--stop-timeout", "45s"}, extra...)
 		script, errOut, code := runRlnode(t, home, args...)
 		if code != 0 {
 			t.Fatalf("rlnode sbatch: exit %d: %s", code, errOut)
@@ -208,12 +213,13 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 	}
 	finished := func(id string) (state, output string) {
 		t.Helper()
-		waitFor(t, 180*time.Second, "job "+id+" to finish", func() bool {
+		waitFor(t, 400*time.Second, "job "+id+" to finish", func() bool {
 			out, err := slurm("squeue", "-h", "-j", id, "-o", "%T")
 			return err == nil && strings.TrimSpace(out) == "" || strings.Contains(out, "Invalid job id")
 		})
 		info, _ := slurm("scontrol", "show", "job", id)
 		b, _ := os.ReadFile(filepath.Join(dir, "job-"+id+".out"))
+		t.Logf("job %s:\n%s", id, b)
 		return info, string(b)
 	}
 
@@ -247,7 +253,7 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 
 	// scancel mid-run: the trap stops the node cleanly.
 	id, runDir = submit(2, "--run-cmd", `sleep 300`)
-	waitFor(t, 60*time.Second, "job "+id+" to run its command", func() bool {
+	waitFor(t, 180*time.Second, "job "+id+" to run its command", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "job-"+id+".out"))
 		return strings.Contains(string(b), "running: sleep 300")
 	})
