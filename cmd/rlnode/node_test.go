@@ -36,6 +36,11 @@ func rlnodeCmd(t *testing.T, home string, args ...string) *exec.Cmd {
 }
 
 // runRlnode runs a short rlnode command and returns its output and exit code.
+// runGuard is how long runRlnode lets a command run before it takes it
+// for hung: a hang detector, generous for a loaded 2-core host where a
+// short run that takes 10 s alone can take minutes.
+const runGuard = 5 * time.Minute
+
 func runRlnode(t *testing.T, home string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := rlnodeCmd(t, home, args...)
@@ -48,7 +53,7 @@ func runRlnode(t *testing.T, home string, args ...string) (string, string, int) 
 	go func() { done <- cmd.Wait() }()
 	select {
 	case <-done:
-	case <-time.After(60 * time.Second):
+	case <-time.After(runGuard):
 		// SIGQUIT: the Go runtime writes every goroutine to stderr, so the
 		// failure says where it stalled.
 		_ = cmd.Process.Signal(syscall.SIGQUIT)
@@ -58,7 +63,7 @@ func runRlnode(t *testing.T, home string, args ...string) (string, string, int) 
 			_ = cmd.Process.Kill()
 			<-done
 		}
-		t.Fatalf("rlnode %v did not finish within 60s\nstdout:\n%s\nstderr (with the goroutine dump):\n%s", args, out.String(), errb.String())
+		t.Fatalf("rlnode %v did not finish within %s\nstdout:\n%s\nstderr (with the goroutine dump):\n%s", args, runGuard, out.String(), errb.String())
 	}
 	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
 }
