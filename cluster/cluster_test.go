@@ -81,9 +81,17 @@ func runTestNode() int {
 			labels[k] = v
 		}
 	}
+	det := FastDetection
+	if name := os.Getenv("RLNODE_TEST_DETECTION"); name != "" {
+		var err error
+		if det, err = ParseDetection(name); err != nil {
+			fmt.Println("ERR", err)
+			return 1
+		}
+	}
 	n, err := Start(context.Background(), Config{
 		NodeID: os.Getenv("RLNODE_TEST_NODE_ID"), Bind: "127.0.0.1:0", Key: key, CPUs: 2, GPUs: gpus,
-		Labels: labels, Join: strings.Fields(os.Getenv("RLNODE_TEST_JOIN")), Logger: actor.DiscardLogger(),
+		Labels: labels, Join: strings.Fields(os.Getenv("RLNODE_TEST_JOIN")), Detection: det, Logger: actor.DiscardLogger(),
 	})
 	if err != nil {
 		fmt.Println("ERR", err)
@@ -156,11 +164,11 @@ func testKey(t testing.TB) []byte {
 	return key
 }
 
-func startNodeProcess(t testing.TB, id string, key []byte, join string, gpus int, labels string) *testNode {
+func startNodeProcess(t testing.TB, id string, key []byte, join string, gpus int, labels string, env ...string) *testNode {
 	t.Helper()
-	c := proctest.Start(t, 20*time.Second, "RLNODE_TEST_NODE=1", "RLNODE_TEST_NODE_ID="+id,
-		"RLNODE_TEST_KEY="+base64.StdEncoding.EncodeToString(key), "RLNODE_TEST_JOIN="+join,
-		"RLNODE_TEST_GPUS="+strconv.Itoa(gpus), "RLNODE_TEST_LABELS="+labels)
+	c := proctest.Start(t, 20*time.Second, append([]string{"RLNODE_TEST_NODE=1", "RLNODE_TEST_NODE_ID=" + id,
+		"RLNODE_TEST_KEY=" + base64.StdEncoding.EncodeToString(key), "RLNODE_TEST_JOIN=" + join,
+		"RLNODE_TEST_GPUS=" + strconv.Itoa(gpus), "RLNODE_TEST_LABELS=" + labels}, env...)...)
 	if !strings.HasPrefix(c.Line, "UP ") {
 		t.Fatalf("node %s: %q", id, c.Line)
 	}
@@ -169,7 +177,12 @@ func startNodeProcess(t testing.TB, id string, key []byte, join string, gpus int
 
 func startLocalNode(t testing.TB, id string, key []byte) *Node {
 	t.Helper()
-	n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2, GPUs: 0, Logger: actor.DiscardLogger()})
+	return startLocalNodeWith(t, id, key, FastDetection)
+}
+
+func startLocalNodeWith(t testing.TB, id string, key []byte, det Detection) *Node {
+	t.Helper()
+	n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2, GPUs: 0, Detection: det, Logger: actor.DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -208,3 +208,22 @@ func TestStopKeepsLeavingRecord(t *testing.T) {
 		t.Fatalf("records sent on leaving: %d nodes, %+v", len(own.Nodes), own.Actors)
 	}
 }
+
+func TestParseDetection(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		want Detection
+	}{{"fast", FastDetection}, {"lan", LANDetection}} {
+		if got, err := ParseDetection(c.name); err != nil || got != c.want {
+			t.Errorf("ParseDetection(%q) = %+v, %v", c.name, got, err)
+		}
+	}
+	if LANDetection.ProbeInterval <= FastDetection.ProbeInterval || LANDetection.SuspicionMult <= FastDetection.SuspicionMult {
+		t.Errorf("lan %+v is not slower than fast %+v", LANDetection, FastDetection)
+	}
+	for _, bad := range []string{"", "LAN", "slow"} {
+		if _, err := ParseDetection(bad); err == nil || !strings.Contains(err.Error(), "fast or lan") {
+			t.Errorf("ParseDetection(%q): %v", bad, err)
+		}
+	}
+}

@@ -81,6 +81,36 @@ var FastDetection = Detection{
 	PushPull:       5 * time.Second,
 }
 
+// LANDetection is memberlist's LAN probing (DefaultLANConfig's probe 1 s,
+// timeout 500 ms, suspicion multiplier 4, gossip 200 ms) with
+// FastDetection's push/pull: a killed node is noticed in about 11 s in a
+// three-node cluster (memberlist's suspicion waits longer when few members
+// can confirm it), and a node frozen for 3 s is not taken for lost. For
+// hosts so loaded that FastDetection reports false losses
+// (docs/internals.md has both measured).
+var LANDetection = Detection{
+	ProbeInterval:  time.Second,
+	ProbeTimeout:   500 * time.Millisecond,
+	SuspicionMult:  4,
+	GossipInterval: 200 * time.Millisecond,
+	PushPull:       5 * time.Second,
+}
+
+// DetectionNames are the values ParseDetection takes.
+var DetectionNames = []string{"fast", "lan"}
+
+// ParseDetection returns the failure-detection settings named by a
+// --detection flag: "fast" (FastDetection) or "lan" (LANDetection).
+func ParseDetection(name string) (Detection, error) {
+	switch name {
+	case "fast":
+		return FastDetection, nil
+	case "lan":
+		return LANDetection, nil
+	}
+	return Detection{}, fmt.Errorf("failure detection %q: want %s", name, strings.Join(DetectionNames, " or "))
+}
+
 // Node is one member of a cluster: its actor system, its memberlist and its
 // copy of the directory. Programs use it Ray-style: Spawn, Lookup, Call,
 // Watch, placement groups.

@@ -69,6 +69,7 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 	address := fs.String("address", "", "join the cluster a member at HOST:PORT belongs to and run the executions on executor actors on its other nodes")
 	keyFile := fs.String("key-file", filepath.Join(cluster.Home(), "cluster.key"), "gossip encryption key file (with --address)")
 	bind := fs.String("bind", "0.0.0.0:0", "gossip address of this process's node (with --address)")
+	detection := detectionFlag(fs)
 	fs.Var(&also, "also", "benchmark: RECIPE=POLICY, another learned policy scored beside (repeatable)")
 	pos, code, ok := parseCommand(fs, args)
 	if !ok {
@@ -133,7 +134,12 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "rlnode ctxopt %s: --address: %v\n", sub, err)
 			return 1
 		}
-		if node, err = cluster.Start(ctx, cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Logger: actor.DiscardLogger()}); err != nil {
+		det, err := cluster.ParseDetection(*detection)
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode ctxopt %s: --detection: %v\n", sub, err)
+			return 2
+		}
+		if node, err = cluster.Start(ctx, cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Detection: det, Logger: actor.DiscardLogger()}); err != nil {
 			fmt.Fprintf(stderr, "rlnode ctxopt %s: join %s: %v\n", sub, *address, err)
 			return 1
 		}

@@ -208,6 +208,10 @@ func TestStartJoinStatusStop(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, `--gpus "many"`) {
 		t.Fatalf("bad --gpus: code %d: %s", code, errOut)
 	}
+	_, errOut, code = runRlnode(t, home, "join", "--detection", "slow", a.gossip)
+	if code != 2 || !strings.Contains(errOut, `--detection: failure detection "slow": want fast or lan`) {
+		t.Fatalf("bad --detection: code %d: %s", code, errOut)
+	}
 
 	// The control endpoint stops a node only for its own user's CLI: a
 	// request without the token or from a foreign page is refused.

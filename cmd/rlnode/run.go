@@ -67,6 +67,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	address := fs.String("address", "", "join the cluster a member at HOST:PORT (gossip address) belongs to and generate on rollout actors there; default: an embedded single-node cluster")
 	keyFile := fs.String("key-file", filepath.Join(cluster.Home(), "cluster.key"), "gossip encryption key file (with --address)")
 	bind := fs.String("bind", "0.0.0.0:0", "gossip address of this process's node (with --address)")
+	detection := detectionFlag(fs)
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics while the run lasts (port 0 picks one)")
 	var sets repeated
 	fs.Var(&sets, "set", "override KEY.PATH=VALUE (repeatable; VALUE is YAML)")
@@ -236,7 +237,12 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}()
 
 	if *address != "" {
-		node, err := cluster.Start(ctx, cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Logger: actor.DiscardLogger()})
+		det, err := cluster.ParseDetection(*detection)
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode run: --detection: %v\n", err)
+			return 2
+		}
+		node, err := cluster.Start(ctx, cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Detection: det, Logger: actor.DiscardLogger()})
 		if err != nil {
 			fmt.Fprintf(stderr, "rlnode run: join %s: %v\n", *address, err)
 			return 1
