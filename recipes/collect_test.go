@@ -22,7 +22,7 @@ func TestSFTCollectRules(t *testing.T) {
 		{[]string{"sft.collect={teacher: 0, random: 0}"}, "sft.collect: no episodes: set teacher or random above 0"},
 		{[]string{"episode.agent.env=http", "episode.agent.url=http://127.0.0.1:8000"}, "sft.collect: env http has no scripted teacher"},
 		{[]string{"sft.base_steps=-1"}, "sft.base_steps: -1: want ≥ 0"},
-		{[]string{"sft.base_steps=120"}, "sft.base_steps: 120: want fewer than sft.steps (120)"},
+		{[]string{"sft.base_steps=300"}, "sft.base_steps: 300: want fewer than sft.steps (300)"},
 		{[]string{"sft.lora=false"}, "sft.base_steps: set, but sft.lora is false"},
 		{[]string{"sft.weighting=best"}, `sft.weighting: "best": want one of none, exp, filter`},
 	}

@@ -34,7 +34,7 @@ func TestCollectSamples(t *testing.T) {
 	}
 	cfg, tpl := load()
 	w := cfg.WarmupTrajectories
-	if w == nil || w.Collect == nil || w.BaseSteps != 60 || cfg.Learner.LoRAWarmupAfter != 60 {
+	if w == nil || w.Collect == nil || w.BaseSteps != 200 || cfg.Learner.LoRAWarmupAfter != 200 {
 		t.Fatalf("agent_rwsft: warm-up trajectories %+v, lora after %d", w, cfg.Learner.LoRAWarmupAfter)
 	}
 	got, err := readTrajectories(context.Background(), cfg, tpl, w)
@@ -55,7 +55,7 @@ func TestCollectSamples(t *testing.T) {
 			t.Errorf("%s step %d: response %q is not one action and the end of text", s.Episode, s.Step, resp)
 		}
 		prompt := tok.Decode(toInts(s.Prompt))
-		if s.Step == 0 && (!strings.HasPrefix(prompt, "Solve for x: ") || !strings.HasSuffix(prompt, "\nDone: none\n")) {
+		if s.Step == 0 && (!strings.HasPrefix(prompt, "Done: none\nSolve for x: ") || !strings.HasSuffix(prompt, "\n")) {
 			t.Errorf("%s: first prompt %q is not the template over the first observation", s.Episode, prompt)
 		}
 		switch {
