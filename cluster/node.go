@@ -526,8 +526,14 @@ func (n *Node) isLeader() bool {
 	return len(ids) > 0 && ids[0] == n.id
 }
 
-// broadcast sends changed records to the other members.
-func (n *Node) broadcast(u *update) {
+// broadcast sends changed records to the other members: as gossip, or
+// over memberlist's TCP path when too big for a gossip packet.
+func (n *Node) broadcast(u *update) { n.send(u, false) }
+
+// sendReliable sends u to every other member over memberlist's TCP path.
+func (n *Node) sendReliable(u *update) { n.send(u, true) }
+
+func (n *Node) send(u *update, reliable bool) {
 	if u.empty() {
 		return
 	}
@@ -537,25 +543,11 @@ func (n *Node) broadcast(u *update) {
 		return
 	}
 	msg := append([]byte{gossipUpdate}, b...)
-	if len(msg) <= 1200 {
+	if !reliable && len(msg) <= 1200 {
 		n.queue.QueueBroadcast(&broadcast{msg: msg})
 		return
 	}
-	// Too big for a gossip packet: send it over memberlist's TCP path.
 	n.sendReliableMsg(msg)
-}
-
-// sendReliable sends u to every other member over memberlist's TCP path.
-func (n *Node) sendReliable(u *update) {
-	if u.empty() {
-		return
-	}
-	b, err := encodeUpdate(u)
-	if err != nil {
-		n.log.Error("encode directory update", "err", err)
-		return
-	}
-	n.sendReliableMsg(append([]byte{gossipUpdate}, b...))
 }
 
 func (n *Node) sendReliableMsg(msg []byte) {
