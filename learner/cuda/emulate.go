@@ -29,7 +29,9 @@ var ErrNoCompiler = errors.New("no C++ compiler")
 // the host C++ compiler into one program that takes launches on stdin. It
 // implements Launcher; a launch that runs longer than Timeout (a kernel
 // whose threads never meet at a barrier) kills the program and fails,
-// as do every launch after it.
+// as do every launch after it. The default, 5 minutes, is a hang guard:
+// every emulated thread is an OS thread, and on a loaded host a launch
+// that takes a second alone can take minutes.
 type Emulator struct {
 	Timeout time.Duration
 
@@ -150,7 +152,7 @@ func StartEmulator(bin string) (*Emulator, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("cuda emulation: start %s: %w", bin, err)
 	}
-	return &Emulator{Timeout: time.Minute, cmd: cmd, in: bufio.NewWriter(in), out: bufio.NewReader(out)}, nil
+	return &Emulator{Timeout: 5 * time.Minute, cmd: cmd, in: bufio.NewWriter(in), out: bufio.NewReader(out)}, nil
 }
 
 // Close stops the emulation program.
