@@ -12,6 +12,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/recipes"
 )
 
@@ -53,6 +54,7 @@ type sbatchOptions struct {
 	Rlnode       string // the rlnode binary every node runs
 	RunCmd       string // replaces 'rlnode run ...' (shell text)
 	Port         int    // gossip port of the first node; 0 picks a free one
+	Detection    string // every node's --detection; "fast" (the default) is left off the command lines
 	WaitTimeout  time.Duration
 	StopTimeout  time.Duration
 	GeneratedCmd string   // the command line that made the script, for its header
@@ -87,6 +89,7 @@ func sbatchCommand(args []string, stdout, stderr io.Writer) int {
 		"it sees $RLNODE (the binary), $RLNODE_GOSSIP (the first node's gossip address), $RLNODE_KEY, $NODE_IP (the first node's address), $RLNODE_OUT and $RLNODE_NODES.\n"+
 		"e.g. --run-cmd '\"$RLNODE\" status --json' for a smoke test of the allocation")
 	fs.IntVar(&o.Port, "port", 0, "gossip port of the first node (0 picks a free one)")
+	fs.StringVar(&o.Detection, "detection", "fast", "failure detection of every node and the driver: fast or lan (see rlnode start -h)")
 	fs.DurationVar(&o.WaitTimeout, "wait-timeout", 5*time.Minute, "how long the job waits for all nodes to be up")
 	fs.DurationVar(&o.StopTimeout, "stop-timeout", 30*time.Second, "how long shutdown waits for each step before killing it")
 	fs.Var(&sets, "set", "recipe override KEY.PATH=VALUE (repeatable), checked now and passed to rlnode run")
@@ -179,6 +182,9 @@ func (o *sbatchOptions) check(r *recipes.Recipe) error {
 	if o.Mem != "" && !slurmMem.MatchString(o.Mem) {
 		errs = append(errs, fmt.Sprintf("--mem %q: want Slurm's format (a number with an optional K, M, G or T suffix)", o.Mem))
 	}
+	if _, err := cluster.ParseDetection(o.Detection); err != nil {
+		errs = append(errs, fmt.Sprintf("--detection: %v", err))
+	}
 	if o.Port < 0 || o.Port > 65535 {
 		errs = append(errs, fmt.Sprintf("--port %d: want 0..65535", o.Port))
 	}
@@ -242,6 +248,9 @@ func sbatchScript(o sbatchOptions) (string, error) {
 		// address and holding the cluster's key.
 		parts := []string{`"$RLNODE"`, "run", recipe, "--out", `"$RLNODE_OUT/run"`, "--address", `"$RLNODE_GOSSIP"`,
 			"--key-file", `"$RLNODE_KEY"`, "--bind", `"$NODE_IP:0"`}
+		if o.Detection != "fast" {
+			parts = append(parts, "--detection", o.Detection)
+		}
 		for _, s := range sets {
 			parts = append(parts, "--set", shellQuote(s))
 		}
@@ -400,7 +409,7 @@ trap cleanup EXIT
 trap 'log "signal received"; exit 143' TERM INT
 
 log "job $SLURM_JOB_ID: $RLNODE_NODES nodes ($SLURM_JOB_NODELIST), first $HEAD_NODE at $RLNODE_HEAD_ADDR, run directory $RLNODE_OUT"
-"$RLNODE" start --bind "$NODE_IP:{{.O.Port}}" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}" \
+"$RLNODE" start --bind "$NODE_IP:{{.O.Port}}" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}"{{if ne .O.Detection "fast"}} --detection {{.O.Detection}}{{end}} \
   --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1 &
 HEAD_PID=$!
 
@@ -426,7 +435,7 @@ if [ ! -x "$RLNODE" ]; then
   exit 127
 fi
 for ((i = 0; i < 600; i++)); do [ -s "$RLNODE_KEY" ] && break; sleep 0.1; done
-exec "$RLNODE" join "$RLNODE_GOSSIP" --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}" \
+exec "$RLNODE" join "$RLNODE_GOSSIP" --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}"{{if ne .O.Detection "fast"}} --detection {{.O.Detection}}{{end}} \
   --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1'
   export NODE_ENV
   srun --job-name=rlnode-join --nodes=$((RLNODE_NODES - 1)) --ntasks=$((RLNODE_NODES - 1)) --ntasks-per-node=1 \

@@ -34,6 +34,7 @@ func TestSbatchGolden(t *testing.T) {
 			"--cpus-per-task", "16", "--mem", "64G", "--exclusive"}},
 		{"smoke_single", []string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--rlnode", "/opt/rlnode/bin/rlnode",
 			"--run-cmd", `"$RLNODE" status --json`, "--wait-timeout", "60s", "--stop-timeout", "10s"}},
+		{"quickstart_lan", []string{"quickstart", "--nodes", "2", "--gpus-per-node", "0", "--rlnode", "/opt/rlnode/bin/rlnode", "--detection", "lan"}},
 	}
 	var base string
 	for i, c := range cases {
@@ -139,6 +140,7 @@ func TestSbatchRefuses(t *testing.T) {
 		{[]string{"--nodes", "2", "--gpus-per-node", "1"}, 2, "want one recipe"},
 		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--cpus-per-task", "-1"}, 2, "--cpus-per-task -1"},
 		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--mem", "lots"}, 2, `--mem "lots"`},
+		{[]string{"quickstart", "--nodes", "2", "--gpus-per-node", "0", "--detection", "slow"}, 2, `--detection: failure detection "slow": want fast or lan`},
 		{[]string{"nonesuch", "--nodes", "2", "--gpus-per-node", "1"}, 1, "no built-in recipe by that name"},
 	}
 	for _, c := range cases {
@@ -229,7 +231,8 @@ func rlnodeWrapper(t *testing.T) string {
 // The generated script, run as a 3-node job on this machine (fake scontrol
 // and srun, real rlnode processes on 127.0.0.1): three nodes come up with
 // the GPUs Slurm's variables give them, the run command sees all three,
-// and everything stops cleanly.
+// and everything stops cleanly. The nodes run with --detection lan, which
+// the script passes to start and join.
 func TestSbatchScriptRunsThreeNodes(t *testing.T) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs ip (iproute2) to find the node address")
@@ -243,7 +246,7 @@ func TestSbatchScriptRunsThreeNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	script, errOut, code := runRlnode(t, home, "sbatch", recipe, "--set", "schedule.steps=7", "--nodes", "3", "--gpus-per-node", "4",
-		"--rlnode", rl, "--out", runDir, "--wait-timeout", "60s", "--stop-timeout", "20s",
+		"--rlnode", rl, "--out", runDir, "--wait-timeout", "60s", "--stop-timeout", "20s", "--detection", "lan",
 		"--run-cmd", `"$RLNODE" recipe validate "$RLNODE_OUT/recipe.yaml" && "$RLNODE" status --json > "$RLNODE_OUT/status.json"`)
 	if code != 0 {
 		t.Fatalf("sbatch: exit %d: %s", code, errOut)
