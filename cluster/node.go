@@ -550,14 +550,25 @@ func (n *Node) send(u *update, reliable bool) {
 	n.sendReliableMsg(msg)
 }
 
+// sendReliableMsg sends msg to every other member at once and returns when
+// each send is done, so one unreachable member (up to its TCP timeout)
+// does not hold up the others.
 func (n *Node) sendReliableMsg(msg []byte) {
+	local := n.ml.LocalNode().Name
+	var wg sync.WaitGroup
 	for _, m := range n.ml.Members() {
-		if m.Name != n.ml.LocalNode().Name {
+		if m.Name == local {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			if err := n.ml.SendReliable(m, msg); err != nil {
 				n.log.Warn("send directory update", "member", m.Name, "err", err)
 			}
-		}
+		}()
 	}
+	wg.Wait()
 }
 
 // write stores records this node authored and gossips them.
