@@ -10,11 +10,7 @@ import (
 
 func TestMailboxTransportRefusesBadGroups(t *testing.T) {
 	sys := driverSystem(t)
-	mb, err := OpenMailbox(sys, "refuses.mailbox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mb.Close()
+	mb := openMailbox(t, sys, "refuses.mailbox")
 	other := actor.Ref{Name: "x", Address: "127.0.0.1:1", ID: "a/x"}
 	for _, tc := range []struct {
 		name  string
@@ -64,16 +60,7 @@ func TestGroupRefusesBadRanks(t *testing.T) {
 // address of its previous process.
 func TestMailboxRelearnsPeersEachEpoch(t *testing.T) {
 	sys := driverSystem(t)
-	m, err := OpenMailbox(sys, "relearn.a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	p, err := OpenMailbox(sys, "relearn.b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	m, p := openMailbox(t, sys, "relearn.a"), openMailbox(t, sys, "relearn.b")
 	ctx := context.Background()
 	peers := []actor.Ref{m.Ref(), p.Ref()}
 	if _, err := m.Transport(1, 0, peers, Options{}); err != nil {
@@ -100,4 +87,15 @@ func TestMailboxRelearnsPeersEachEpoch(t *testing.T) {
 	if got, err := m.peerAddr(ctx, p.Ref()); err != nil || got != real {
 		t.Errorf("in epoch 2 the peer's receiver is %+v (%v), want it asked again: %+v", got, err, real)
 	}
+}
+
+// openMailbox opens a mailbox under name, closed when the test ends.
+func openMailbox(t *testing.T, sys *actor.System, name string) *Mailbox {
+	t.Helper()
+	mb, err := OpenMailbox(sys, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mb.Close() })
+	return mb
 }
