@@ -30,6 +30,9 @@ type DeviceBackend struct {
 	A     *Allocator
 	GEMM  DType // element type of matrix-product operands: F32 or BF16
 	Block int   // threads per block; 128 when 0
+	// AttnKernels chooses the attention kernels: tiled (the zero value)
+	// or the warp-per-query reference.
+	AttnKernels AttentionKernels
 
 	// Casts counts the bf16 casts of matrix-product operands launched.
 	Casts int
@@ -207,8 +210,13 @@ func (b *DeviceBackend) block() int {
 func (b *DeviceBackend) grid(n, per int) Dim3 { return D1(min(65535, max(1, (n+per-1)/per))) }
 
 func (b *DeviceBackend) launch(kernel string, grid Dim3, args ...any) {
+	b.launchIn(kernel, grid, D1(b.block()), args...)
+}
+
+// launchIn launches with a block of the kernel's own size.
+func (b *DeviceBackend) launchIn(kernel string, grid, block Dim3, args ...any) {
 	if b.ok() {
-		b.fail(b.D.Launch(kernel, grid, D1(b.block()), args...))
+		b.fail(b.D.Launch(kernel, grid, block, args...))
 	}
 }
 
@@ -399,11 +407,12 @@ func (b *DeviceBackend) warpGrid(n int) Dim3 {
 func (b *DeviceBackend) Attention(out, lse, q, k, v backend.Tensor, starts []int32, batch, seqLen, heads, kvHeads, headDim int) {
 	defer b.done()
 	b.wrote(out, lse)
-	nl := batch * heads * seqLen
-	if nl == 0 {
+	if batch*heads*seqLen == 0 {
 		return
 	}
-	b.launch("attn_fwd_f32", b.warpGrid(nl), p(out), p(lse), p(q), p(k), p(v), b.ints(starts[:batch*seqLen]),
+	st := starts[:batch*seqLen]
+	pl := planAttention(b.AttnKernels, "f32", st, batch, seqLen, heads, kvHeads, headDim, b.block())
+	b.launchIn(pl.fwd, pl.fwdGrid, pl.block, p(out), p(lse), p(q), p(k), p(v), b.ints(st),
 		int32(batch), int32(seqLen), int32(heads), int32(kvHeads), int32(headDim))
 }
 
@@ -415,11 +424,13 @@ func (b *DeviceBackend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse ba
 		return
 	}
 	delta := b.temp(4 * int64(nl))
-	st := b.ints(starts[:batch*seqLen])
+	starts = starts[:batch*seqLen]
+	st := b.ints(starts)
+	pl := planAttention(b.AttnKernels, "f32", starts, batch, seqLen, heads, kvHeads, headDim, b.block())
 	shape := []any{int32(batch), int32(seqLen), int32(heads), int32(kvHeads), int32(headDim)}
-	b.launch("attn_bwd_delta_f32", b.warpGrid(nl), delta, p(dOut), p(out), int32(batch), int32(seqLen), int32(heads), int32(headDim))
-	b.launch("attn_bwd_dq_f32", b.warpGrid(nl), append([]any{p(dq), p(dOut), p(q), p(k), p(v), p(lse), delta, st}, shape...)...)
-	b.launch("attn_bwd_dkdv_f32", b.warpGrid(batch*kvHeads*seqLen), append([]any{p(dk), p(dv), p(dOut), p(q), p(k), p(v), p(lse), delta, st}, shape...)...)
+	b.launchIn(pl.delta, pl.deltaGrid, pl.deltaBlock, delta, p(dOut), p(out), int32(batch), int32(seqLen), int32(heads), int32(headDim))
+	b.launchIn(pl.dq, pl.dqGrid, pl.block, append([]any{p(dq), p(dOut), p(q), p(k), p(v), p(lse), delta, st}, shape...)...)
+	b.launchIn(pl.dkdv, pl.dkdvGrid, pl.block, append([]any{p(dk), p(dv), p(dOut), p(q), p(k), p(v), p(lse), delta, st}, shape...)...)
 }
 
 func checkSeqRows(op string, rows []int32, nseq, n, cols int) {

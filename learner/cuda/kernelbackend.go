@@ -23,6 +23,8 @@ type KernelBackend struct {
 	*cpu.Backend
 	L     Launcher
 	Block int // threads per block; 64 when 0
+	// AttnKernels chooses the attention kernels, as DeviceBackend's.
+	AttnKernels AttentionKernels
 	Err   error
 }
 
@@ -59,10 +61,15 @@ func (k *KernelBackend) warpGrid(n int) Dim3 { return blocks(n, k.block().X/32) 
 func blocks(n, per int) Dim3 { return D1(max(1, (n+per-1)/per)) }
 
 func (k *KernelBackend) launch(kernel string, grid Dim3, args ...any) {
+	k.launchIn(kernel, grid, k.block(), args...)
+}
+
+// launchIn launches with a block of the kernel's own size.
+func (k *KernelBackend) launchIn(kernel string, grid, block Dim3, args ...any) {
 	if k.Err != nil || grid.X <= 0 { // an empty op: nothing to launch
 		return
 	}
-	if err := k.L.Launch(kernel, grid, k.block(), args...); err != nil {
+	if err := k.L.Launch(kernel, grid, block, args...); err != nil {
 		k.Err = err
 	}
 }
@@ -106,18 +113,27 @@ func (k *KernelBackend) Softmax(out, x backend.Tensor, rows, cols int) {
 
 func (k *KernelBackend) Attention(out, lse, q, kk, v backend.Tensor, starts []int32, batch, seqLen, heads, kvHeads, headDim int) {
 	nq, nk, nl := batch*seqLen*heads*headDim, batch*seqLen*kvHeads*headDim, batch*heads*seqLen
-	k.launch("attn_fwd_f32", k.warpGrid(nl), host(out)[:nq], host(lse)[:nl], host(q)[:nq], host(kk)[:nk], host(v)[:nk], starts[:batch*seqLen],
+	if nl == 0 {
+		return
+	}
+	st := starts[:batch*seqLen]
+	pl := planAttention(k.AttnKernels, "f32", st, batch, seqLen, heads, kvHeads, headDim, int(k.block().X))
+	k.launchIn(pl.fwd, pl.fwdGrid, pl.block, host(out)[:nq], host(lse)[:nl], host(q)[:nq], host(kk)[:nk], host(v)[:nk], st,
 		int32(batch), int32(seqLen), int32(heads), int32(kvHeads), int32(headDim))
 }
 
 func (k *KernelBackend) AttentionBackward(dq, dk, dv, dOut, q, kk, v, out, lse backend.Tensor, starts []int32, batch, seqLen, heads, kvHeads, headDim int) {
 	nq, nk, nl := batch*seqLen*heads*headDim, batch*seqLen*kvHeads*headDim, batch*heads*seqLen
+	if nl == 0 {
+		return
+	}
 	delta := make([]float32, nl)
 	shape := []any{int32(batch), int32(seqLen), int32(heads), int32(kvHeads), int32(headDim)}
 	st := starts[:batch*seqLen]
-	k.launch("attn_bwd_delta_f32", k.warpGrid(nl), delta, host(dOut)[:nq], host(out)[:nq], int32(batch), int32(seqLen), int32(heads), int32(headDim))
-	k.launch("attn_bwd_dq_f32", k.warpGrid(nl), append([]any{host(dq)[:nq], host(dOut)[:nq], host(q)[:nq], host(kk)[:nk], host(v)[:nk], host(lse)[:nl], delta, st}, shape...)...)
-	k.launch("attn_bwd_dkdv_f32", k.warpGrid(batch*kvHeads*seqLen), append([]any{host(dk)[:nk], host(dv)[:nk], host(dOut)[:nq], host(q)[:nq], host(kk)[:nk], host(v)[:nk], host(lse)[:nl], delta, st}, shape...)...)
+	pl := planAttention(k.AttnKernels, "f32", st, batch, seqLen, heads, kvHeads, headDim, int(k.block().X))
+	k.launchIn(pl.delta, pl.deltaGrid, pl.deltaBlock, delta, host(dOut)[:nq], host(out)[:nq], int32(batch), int32(seqLen), int32(heads), int32(headDim))
+	k.launchIn(pl.dq, pl.dqGrid, pl.block, append([]any{host(dq)[:nq], host(dOut)[:nq], host(q)[:nq], host(kk)[:nk], host(v)[:nk], host(lse)[:nl], delta, st}, shape...)...)
+	k.launchIn(pl.dkdv, pl.dkdvGrid, pl.block, append([]any{host(dk)[:nk], host(dv)[:nk], host(dOut)[:nq], host(q)[:nq], host(kk)[:nk], host(v)[:nk], host(lse)[:nl], delta, st}, shape...)...)
 }
 
 // CachedAttention gathers the caches into one pool per k and v, as the
