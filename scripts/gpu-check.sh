@@ -45,7 +45,9 @@
 # (rollout/native/testdata/hf_generate.py) where python3 has it. And the
 # log probs and gradients of a Qwen2.5-0.5B-shaped checkpoint on the GPU
 # against PyTorch's on the GPU (torchcheck below; GPU_CHECK_TORCH=0 skips
-# it).
+# it). And one attention's forward and backward passes timed with each
+# kernel family beside PyTorch's scaled_dot_product_attention (attention
+# below; GPU_CHECK_ATTN=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -127,6 +129,10 @@ run() {
 	if [ "${GPU_CHECK_TORCH:-1}" != 0 ]; then
 		torchcheck "$dir" >"$log/torch.txt" 2>&1 || failed=1
 	fi
+	: >"$log/attention.txt"
+	if [ "${GPU_CHECK_ATTN:-1}" != 0 ]; then
+		attention "$dir" >"$log/attention.txt" 2>&1 || failed=1
+	fi
 	: >"$log/step.txt"
 	if [ "${GPU_CHECK_STEP:-1}" != 0 ]; then
 		step "$dir" >"$log/step.txt" 2>&1 || failed=1
@@ -158,6 +164,10 @@ run() {
 	if [ -s "$log/decode.txt" ]; then
 		echo "== native engine on the GPU: a run, and decode (Qwen2.5-0.5B shape, random weights)"
 		cat "$log/decode.txt"
+	fi
+	if [ -s "$log/attention.txt" ]; then
+		echo "== attention forward+backward, fp32 (Qwen2.5-0.5B heads): warp-per-query and tiled kernels, PyTorch SDPA"
+		cat "$log/attention.txt"
 	fi
 	echo "== training step (Qwen2.5-0.5B shape, random weights)"
 	cat "$log/step.txt"
@@ -205,6 +215,24 @@ step() {
 		for dt in bf16 fp32; do
 			timeout 120 python3 "$dir/learner/cuda/testdata/torch_step.py" --shape qwen2.5-0.5b --seq "$seq" --batch "$batch" --dtype "$dt" --steps 3 2>&1 | tail -1 || true
 		done
+	else
+		echo "PyTorch with CUDA: not available, no comparison"
+	fi
+	return "$rc"
+}
+
+# attention times one causal attention's forward and backward passes on
+# the GPU with the warp-per-query kernels and the tiled ones
+# (BenchmarkAttention), and PyTorch's scaled_dot_product_attention on the
+# same shape (torch_attention.py, float32 and bfloat16).
+attention() {
+	local dir=$1 rc=0
+	local seq=${GPU_CHECK_SEQ:-1024} batch=${GPU_CHECK_BATCH:-8}
+	echo "rows: $batch x $seq tokens, one causal sequence each"
+	(cd "$dir/learner/cuda" && RLNODE_ATTN_SEQ=$seq RLNODE_ATTN_BATCH=$batch timeout 120 ./cuda.test -test.run '^$' -test.bench 'Attention/gpu' -test.benchtime 5x -test.timeout=110s) 2>&1 |
+		grep -E 'Benchmark|FAIL|panic|Error' || { echo "attention: no figure (timed out after 120 s?)"; rc=1; }
+	if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+		timeout 90 python3 "$dir/learner/cuda/testdata/torch_attention.py" --seq "$seq" --batch "$batch" 2>&1 | tail -2 || true
 	else
 		echo "PyTorch with CUDA: not available, no comparison"
 	fi

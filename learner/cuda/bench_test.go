@@ -156,3 +156,66 @@ func BenchmarkTrainingStep(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAttention times one causal attention's forward and backward
+// passes (Attention, then AttentionBackward, fp32) on the device backend
+// with the warp-per-query kernels and with the tiled ones, on the GPU
+// where there is one, else on the emulated device at a small shape.
+// RLNODE_ATTN_SEQ and RLNODE_ATTN_BATCH set the rows (one sequence each;
+// default 1024 × 8 on a GPU), the heads are Qwen2.5-0.5B's (14 query, 2
+// key/value, 64 dimensions). It reports ms per forward+backward and
+// TFLOP/s counting the causal half of the products: 2·2·heads·headDim·seq²/2
+// per row forward, 2.5 times that backward.
+// learner/cuda/testdata/torch_attention.py is PyTorch's
+// scaled_dot_product_attention on the same shape.
+func BenchmarkAttention(b *testing.B) {
+	const heads, kvHeads, headDim = 14, 2, 64
+	var dev Accel
+	name := "gpu"
+	seq, batch := envInt("RLNODE_ATTN_SEQ", 1024), envInt("RLNODE_ATTN_BATCH", 8)
+	if g := testGPU(b); g != nil {
+		dev = g
+	} else if d := emuDevice(b); d != nil {
+		dev, name = d, "emulated"
+		seq, batch = envInt("RLNODE_ATTN_SEQ", 64), envInt("RLNODE_ATTN_BATCH", 1)
+	}
+	if dev == nil {
+		b.Skip("neither a GPU nor the emulated device")
+	}
+	nq, nk, nl := batch*seq*heads*headDim, batch*seq*kvHeads*headDim, batch*heads*seq
+	rng := rand.New(rand.NewPCG(21, 22))
+	starts := make([]int32, batch*seq) // one sequence a row: all start at 0
+	host := map[string][]float32{"q": randn(rng, nq, 1), "k": randn(rng, nk, 1), "v": randn(rng, nk, 1), "dout": randn(rng, nq, 1)}
+	for _, kind := range []AttentionKernels{WarpAttention, TiledAttention} {
+		b.Run(fmt.Sprintf("%s-%s", name, kind), func(b *testing.B) {
+			db := NewDeviceBackend(dev, F32)
+			db.AttnKernels = kind
+			defer db.A.Release()
+			up := func(x []float32) backend.Tensor {
+				t := db.Alloc(len(x))
+				db.Upload(t, x)
+				return t
+			}
+			q, k, v, dOut := up(host["q"]), up(host["k"]), up(host["v"]), up(host["dout"])
+			out, lse := db.Alloc(nq), db.Alloc(nl)
+			dq, dk, dv := db.Alloc(nq), db.Alloc(nk), db.Alloc(nk)
+			pass := func() {
+				db.Attention(out, lse, q, k, v, starts, batch, seq, heads, kvHeads, headDim)
+				db.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse, starts, batch, seq, heads, kvHeads, headDim)
+				if err := db.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pass() // warm-up: kernel loads
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				pass()
+			}
+			sec := time.Since(start).Seconds() / float64(b.N)
+			fwd := 4 * float64(heads*headDim) * float64(seq) * float64(seq) / 2 * float64(batch)
+			b.ReportMetric(sec*1e3, "ms/pass")
+			b.ReportMetric(3.5*fwd/sec/1e12, "TFLOP/s")
+		})
+	}
+}
