@@ -151,7 +151,12 @@ func BenchmarkTrainingStep(b *testing.B) {
 				} else {
 					run(b, db, actBF16)
 				}
-				b.Logf("allocator: %+v", db.A.Stats())
+				plans := ""
+				if g, ok := dev.(*GPU); ok {
+					h, m := g.GemmPlans()
+					plans = fmt.Sprintf("; cuBLASLt plans: %d reused, %d built", h, m)
+				}
+				b.Logf("allocator: %+v%s", db.A.Stats(), plans)
 			})
 		}
 	}

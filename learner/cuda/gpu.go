@@ -19,6 +19,7 @@ type GPU struct {
 	lt     *CublasLt
 	handle uintptr
 	ws     Ptr // cuBLASLt's workspace
+	plans  *planCache[ltKey, *ltPlan]
 }
 
 // gpuWorkspace is the workspace cuBLASLt's algorithms may use (32 MiB, as
@@ -180,9 +181,60 @@ func alignment(p Ptr) uint32 {
 	return a
 }
 
+// ltKey is what a product's cuBLASLt descriptors and algorithm depend
+// on: its shape, types and layouts, and its operands' alignments (not
+// their addresses, nor alpha and beta, which cublasLtMatmul takes).
+type ltKey struct {
+	transA, transB            bool
+	m, n, k, batch            int
+	in                        DType
+	lda, ldb, ldc             int
+	strideA, strideB, strideC int64 // zero unless batch > 1
+	align                     [4]uint32
+}
+
+// ltPlan is a product's descriptors and the algorithm cuBLASLt's
+// heuristic chose for them.
+type ltPlan struct {
+	desc    uintptr
+	layouts [3]uintptr
+	pref    uintptr
+	algo    [ltHeuristicBytes]byte
+}
+
+// gemmPlans bounds the cached plans (a training step uses a few dozen).
+const gemmPlans = 1024
+
+// destroy releases the plan's descriptors; zero handles are skipped.
+func (p *ltPlan) destroy(lt *CublasLt) {
+	for _, l := range p.layouts {
+		if l != 0 {
+			lt.cublasLtMatrixLayoutDestroy(l)
+		}
+	}
+	if p.pref != 0 {
+		lt.cublasLtMatmulPreferenceDestroy(p.pref)
+	}
+	if p.desc != 0 {
+		lt.cublasLtMatmulDescDestroy(p.desc)
+	}
+}
+
+// GemmPlans reports the cuBLASLt plan cache's hits and misses: a miss
+// builds descriptors and runs the heuristic, a hit reuses them.
+func (g *GPU) GemmPlans() (hits, misses int64) {
+	g.dev.mu.Lock()
+	defer g.dev.mu.Unlock()
+	if g.plans == nil {
+		return 0, 0
+	}
+	return g.plans.Hits, g.plans.Misses
+}
+
 // Gemm maps the row-major product onto cuBLASLt's column-major one: a
 // row-major X is the column-major Xᵀ, so C = op(A)·op(B) is computed as
-// Cᵀ = op(B)ᵀ·op(A)ᵀ with B's and A's storage as the operands.
+// Cᵀ = op(B)ᵀ·op(A)ᵀ with B's and A's storage as the operands. The
+// descriptors and algorithm of each shape are built once (plan).
 func (g *GPU) Gemm(m Gemm) error {
 	if err := m.check(); err != nil {
 		return err
@@ -190,90 +242,106 @@ func (g *GPU) Gemm(m Gemm) error {
 	if m.M == 0 || m.N == 0 {
 		return nil
 	}
-	lt := g.lt
-	inType := int32(cudaR32F)
-	if m.In == BF16 {
-		inType = cudaR16BF
+	key := ltKey{transA: m.TransA, transB: m.TransB, m: m.M, n: m.N, k: m.K, batch: m.Batch, in: m.In, lda: m.LDA, ldb: m.LDB, ldc: m.LDC}
+	if m.Batch > 1 {
+		key.strideA, key.strideB, key.strideC = m.StrideA, m.StrideB, m.StrideC
 	}
-	aRows, aCols, bRows, bCols, _, _, _ := m.operands()
+	for i, p := range []Ptr{m.B, m.A, m.C, m.C} {
+		key.align[i] = alignment(p)
+	}
 	return g.on(func() error {
-		var desc uintptr
-		if r := lt.cublasLtMatmulDescCreate(&desc, cublasCompute32F, cudaR32F); r != 0 {
-			return fmt.Errorf("cublasLtMatmulDescCreate: cuBLAS status %d", r)
+		if g.plans == nil {
+			g.plans = newPlanCache[ltKey, *ltPlan](gemmPlans, func(p *ltPlan) { p.destroy(g.lt) })
 		}
-		defer lt.cublasLtMatmulDescDestroy(desc)
-		op := func(t bool) int32 {
-			if t {
-				return cublasOpT
-			}
-			return cublasOpN
-		}
-		// The first operand is B's storage: column-major bCols×bRows.
-		// set records the first failed attribute.
-		var setErr error
-		set := func(what string, r int32) {
-			if r != 0 && setErr == nil {
-				setErr = fmt.Errorf("gemm: set %s: cuBLAS status %d", what, r)
-			}
-		}
-		ta, tb := op(m.TransB), op(m.TransA)
-		set("transa", lt.cublasLtMatmulDescSetAttribute(desc, ltDescTransA, unsafe.Pointer(&ta), 4))
-		set("transb", lt.cublasLtMatmulDescSetAttribute(desc, ltDescTransB, unsafe.Pointer(&tb), 4))
-		var layouts [3]uintptr
-		defer func() {
-			for _, l := range layouts {
-				if l != 0 {
-					lt.cublasLtMatrixLayoutDestroy(l)
-				}
-			}
-		}()
-		specs := []struct {
-			dtype      int32
-			rows, cols int
-			ld         int
-			stride     int64
-		}{
-			{inType, bCols, bRows, m.LDB, m.StrideB},
-			{inType, aCols, aRows, m.LDA, m.StrideA},
-			{cudaR32F, m.N, m.M, m.LDC, m.StrideC},
-		}
-		for i, s := range specs {
-			if r := lt.cublasLtMatrixLayoutCreate(&layouts[i], s.dtype, uint64(s.rows), uint64(s.cols), int64(s.ld)); r != 0 {
-				return fmt.Errorf("cublasLtMatrixLayoutCreate: cuBLAS status %d", r)
-			}
-			if m.Batch > 1 {
-				batch, stride := int32(m.Batch), s.stride
-				set("batch count", lt.cublasLtMatrixLayoutSetAttribute(layouts[i], ltLayoutBatchCount, unsafe.Pointer(&batch), 4))
-				set("batch stride", lt.cublasLtMatrixLayoutSetAttribute(layouts[i], ltLayoutStridedOffset, unsafe.Pointer(&stride), 8))
-			}
-		}
-		var pref uintptr
-		if r := lt.cublasLtMatmulPreferenceCreate(&pref); r != 0 {
-			return fmt.Errorf("cublasLtMatmulPreferenceCreate: cuBLAS status %d", r)
-		}
-		defer lt.cublasLtMatmulPreferenceDestroy(pref)
-		ws := uint64(gpuWorkspace)
-		set("workspace", lt.cublasLtMatmulPreferenceSetAttribute(pref, ltPrefMaxWorkspace, unsafe.Pointer(&ws), 8))
-		for i, p := range []Ptr{m.B, m.A, m.C, m.C} {
-			al := alignment(p)
-			set("alignment", lt.cublasLtMatmulPreferenceSetAttribute(pref, int32(ltPrefMinAlignA+i), unsafe.Pointer(&al), 4))
-		}
-		if setErr != nil {
-			return setErr
-		}
-		var heur [ltHeuristicBytes]byte
-		var found int32
-		if r := lt.cublasLtMatmulAlgoGetHeuristic(g.handle, desc, layouts[0], layouts[1], layouts[2], layouts[2], pref, 1, unsafe.Pointer(&heur[0]), &found); r != 0 || found == 0 {
-			return fmt.Errorf("gemm %dx%dx%d (batch %d, %s): no cuBLASLt algorithm (status %d)", m.M, m.N, m.K, m.Batch, m.In, r)
+		pl, err := g.plans.get(key, func() (*ltPlan, error) { return g.plan(key) })
+		if err != nil {
+			return fmt.Errorf("gemm %dx%dx%d (batch %d, %s): %w", m.M, m.N, m.K, m.Batch, m.In, err)
 		}
 		alpha, beta := m.Alpha, m.Beta
-		r := lt.cublasLtMatmul(g.handle, desc, unsafe.Pointer(&alpha), uint64(m.B), layouts[0], uint64(m.A), layouts[1], unsafe.Pointer(&beta),
-			uint64(m.C), layouts[2], uint64(m.C), layouts[2], unsafe.Pointer(&heur[0]), uint64(g.ws), gpuWorkspace, 0)
+		r := g.lt.cublasLtMatmul(g.handle, pl.desc, unsafe.Pointer(&alpha), uint64(m.B), pl.layouts[0], uint64(m.A), pl.layouts[1], unsafe.Pointer(&beta),
+			uint64(m.C), pl.layouts[2], uint64(m.C), pl.layouts[2], unsafe.Pointer(&pl.algo[0]), uint64(g.ws), gpuWorkspace, 0)
 		if r != 0 {
 			return fmt.Errorf("gemm %dx%dx%d (batch %d, %s): cublasLtMatmul: cuBLAS status %d", m.M, m.N, m.K, m.Batch, m.In, r)
 		}
 		return nil
 	})
+}
+
+// plan builds k's descriptors and asks the heuristic for an algorithm;
+// on failure it releases what it built.
+func (g *GPU) plan(k ltKey) (pl *ltPlan, err error) {
+	lt := g.lt
+	pl = &ltPlan{}
+	defer func() {
+		if err != nil {
+			pl.destroy(lt)
+			pl = nil
+		}
+	}()
+	inType := int32(cudaR32F)
+	if k.in == BF16 {
+		inType = cudaR16BF
+	}
+	if r := lt.cublasLtMatmulDescCreate(&pl.desc, cublasCompute32F, cudaR32F); r != 0 {
+		pl.desc = 0
+		return nil, fmt.Errorf("cublasLtMatmulDescCreate: cuBLAS status %d", r)
+	}
+	op := func(t bool) int32 {
+		if t {
+			return cublasOpT
+		}
+		return cublasOpN
+	}
+	// set records the first failed attribute.
+	var setErr error
+	set := func(what string, r int32) {
+		if r != 0 && setErr == nil {
+			setErr = fmt.Errorf("set %s: cuBLAS status %d", what, r)
+		}
+	}
+	// The first operand is B's storage: column-major bCols×bRows.
+	ta, tb := op(k.transB), op(k.transA)
+	set("transa", lt.cublasLtMatmulDescSetAttribute(pl.desc, ltDescTransA, unsafe.Pointer(&ta), 4))
+	set("transb", lt.cublasLtMatmulDescSetAttribute(pl.desc, ltDescTransB, unsafe.Pointer(&tb), 4))
+	aRows, aCols, bRows, bCols, _, _, _ := Gemm{TransA: k.transA, TransB: k.transB, M: k.m, N: k.n, K: k.k}.operands()
+	specs := []struct {
+		dtype      int32
+		rows, cols int
+		ld         int
+		stride     int64
+	}{
+		{inType, bCols, bRows, k.ldb, k.strideB},
+		{inType, aCols, aRows, k.lda, k.strideA},
+		{cudaR32F, k.n, k.m, k.ldc, k.strideC},
+	}
+	for i, s := range specs {
+		if r := lt.cublasLtMatrixLayoutCreate(&pl.layouts[i], s.dtype, uint64(s.rows), uint64(s.cols), int64(s.ld)); r != 0 {
+			pl.layouts[i] = 0
+			return nil, fmt.Errorf("cublasLtMatrixLayoutCreate: cuBLAS status %d", r)
+		}
+		if k.batch > 1 {
+			batch, stride := int32(k.batch), s.stride
+			set("batch count", lt.cublasLtMatrixLayoutSetAttribute(pl.layouts[i], ltLayoutBatchCount, unsafe.Pointer(&batch), 4))
+			set("batch stride", lt.cublasLtMatrixLayoutSetAttribute(pl.layouts[i], ltLayoutStridedOffset, unsafe.Pointer(&stride), 8))
+		}
+	}
+	if r := lt.cublasLtMatmulPreferenceCreate(&pl.pref); r != 0 {
+		pl.pref = 0
+		return nil, fmt.Errorf("cublasLtMatmulPreferenceCreate: cuBLAS status %d", r)
+	}
+	ws := uint64(gpuWorkspace)
+	set("workspace", lt.cublasLtMatmulPreferenceSetAttribute(pl.pref, ltPrefMaxWorkspace, unsafe.Pointer(&ws), 8))
+	for i := range k.align {
+		set("alignment", lt.cublasLtMatmulPreferenceSetAttribute(pl.pref, int32(ltPrefMinAlignA+i), unsafe.Pointer(&k.align[i]), 4))
+	}
+	if setErr != nil {
+		return nil, setErr
+	}
+	var found int32
+	if r := lt.cublasLtMatmulAlgoGetHeuristic(g.handle, pl.desc, pl.layouts[0], pl.layouts[1], pl.layouts[2], pl.layouts[2], pl.pref, 1, unsafe.Pointer(&pl.algo[0]), &found); r != 0 || found == 0 {
+		return nil, fmt.Errorf("no cuBLASLt algorithm (status %d)", r)
+	}
+	return pl, nil
 }
 
 // Close frees the workspace and the cuBLASLt handle and closes the device.
@@ -282,6 +350,9 @@ func (g *GPU) Close() error {
 		g.on(func() error {
 			if g.ws != 0 {
 				g.dev.drv.cuMemFree(uint64(g.ws))
+			}
+			if g.plans != nil {
+				g.plans.clear()
 			}
 			if g.handle != 0 {
 				g.lt.cublasLtDestroy(g.handle)

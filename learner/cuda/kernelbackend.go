@@ -25,7 +25,7 @@ type KernelBackend struct {
 	Block int // threads per block; 64 when 0
 	// AttnKernels chooses the attention kernels, as DeviceBackend's.
 	AttnKernels AttentionKernels
-	Err   error
+	Err         error
 }
 
 // NewKernelBackend returns a KernelBackend launching on l.
