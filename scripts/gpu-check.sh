@@ -27,7 +27,8 @@
 # reports the host. GPU_CHECK_STEP=0 skips the timing, GPU_CHECK_STEP_CPU=0
 # the CPU backend's (the slowest part); the bf16 step is timed again keeping
 # the layers' activations as bf16 (GPU_CHECK_ACTBF16=0 skips it; the
-# allocator's line gives the memory). Then the data-parallel ranks on the
+# allocator's line gives the memory), and with the attention's forward
+# pass on the tensor cores (GPU_CHECK_TC=0 skips it). Then the data-parallel ranks on the
 # GPU: learner/shard's device tests (two ranks on the GPU against one
 # learner, ZeRO stage 0 and 1 with the update on the device, the ZeRO-1
 # checkpoint and resume, the bytes a step copies to the host and through
@@ -195,6 +196,12 @@ step() {
 	if [ "${GPU_CHECK_ACTBF16:-1}" != 0 ]; then
 		(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_ACTBF16=1 timeout 90 "$bin" -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-bf16acts' -test.benchtime 1x -test.timeout=85s) 2>&1 |
 			grep -E 'Benchmark|allocator|FAIL|panic' || echo "device backend with bf16 activations: no figure (timed out after 90 s?)"
+	fi
+	# The attention's forward pass on the tensor cores (opt-in until seen
+	# here): the bf16 step again with it.
+	if [ "${GPU_CHECK_TC:-1}" != 0 ]; then
+		(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_TC=1 timeout 90 "$bin" -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-tc' -test.benchtime 3x -test.timeout=85s) 2>&1 |
+			grep -E 'Benchmark|FAIL|panic' || echo "device backend with tensor-core attention: no figure (timed out after 90 s?)"
 	fi
 	# The fused AdamW's gain: the same bf16 step with AdamW on the host.
 	if [ "${GPU_CHECK_HOSTOPT:-1}" != 0 ]; then

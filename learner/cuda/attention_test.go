@@ -46,12 +46,17 @@ var attnCases = []attnCase{
 }
 
 func TestAttention(t *testing.T) {
+	variants := []struct {
+		name string
+		kind AttentionKernels
+		tc   bool
+	}{{"warp", WarpAttention, false}, {"tiled", TiledAttention, false}, {"tensor-cores", TiledAttention, true}}
 	for name, l := range launchers(t) {
-		for _, kind := range []AttentionKernels{WarpAttention, TiledAttention} {
+		for _, vr := range variants {
 			for _, c := range attnCases {
 				for _, dt := range dtypes {
-					t.Run(fmt.Sprintf("%s/%s/%s/%s", name, kind, c.name, dt), func(t *testing.T) {
-						checkAttention(t, l, kind, c, dt)
+					t.Run(fmt.Sprintf("%s/%s/%s/%s", name, vr.name, c.name, dt), func(t *testing.T) {
+						checkAttention(t, l, vr.kind, vr.tc, c, dt)
 					})
 				}
 			}
@@ -59,7 +64,7 @@ func TestAttention(t *testing.T) {
 	}
 }
 
-func checkAttention(t *testing.T, l Launcher, kind AttentionKernels, c attnCase, dt string) {
+func checkAttention(t *testing.T, l Launcher, kind AttentionKernels, tc bool, c attnCase, dt string) {
 	batch, seqLen, heads, kvHeads, headDim := c.batch, c.seqLen, c.heads, c.kvHeads, c.headDim
 	starts := c.starts
 	if len(starts) != batch*seqLen {
@@ -68,9 +73,9 @@ func checkAttention(t *testing.T, l Launcher, kind AttentionKernels, c attnCase,
 	qd, kd := heads*headDim, kvHeads*headDim
 	nq, nk := batch*seqLen*qd, batch*seqLen*kd
 	nl := batch * heads * seqLen
-	pl := planAttention(kind, dt, starts, batch, seqLen, heads, kvHeads, headDim, block)
-	if tiled := strings.HasPrefix(pl.fwd, "flash_"); tiled != (kind == TiledAttention) {
-		t.Fatalf("%s kernels planned as %s", kind, pl.fwd)
+	pl := planAttention(kind, dt, tc, starts, batch, seqLen, heads, kvHeads, headDim, block)
+	if tiled := strings.HasPrefix(pl.fwd, "flash_"); tiled != (kind == TiledAttention) || strings.Contains(pl.fwd, "_tc_") != tc {
+		t.Fatalf("%s kernels (tensor cores %v) planned as %s", kind, tc, pl.fwd)
 	}
 	rng := rand.New(rand.NewPCG(13, uint64(headDim)))
 	q, k, v, dOut := randn(rng, nq, 1), randn(rng, nk, 1), randn(rng, nk, 1), randn(rng, nq, 1)
@@ -82,9 +87,14 @@ func checkAttention(t *testing.T, l Launcher, kind AttentionKernels, c attnCase,
 	b := cpu.New()
 	cOut, cLse := make(cpu.Tensor, nq), make(cpu.Tensor, nl)
 	b.Attention(cOut, cLse, cpu.Tensor(q), cpu.Tensor(k), cpu.Tensor(v), starts, batch, seqLen, heads, kvHeads, headDim)
-	tl := tolFor(dt)
+	tl, ltl := tolFor(dt), tolF32
+	if tc {
+		// Products from bf16 operands (q·scale and the probabilities
+		// rounded too): a few bf16 steps.
+		tl, ltl = tol{rel: 2e-2, abs: 1e-2}, tol{rel: 1e-2, abs: 1e-2}
+	}
 	near(t, "out", output(out), cOut, tl)
-	near(t, "lse", lse, cLse, tolF32)
+	near(t, "lse", lse, cLse, ltl)
 
 	// Backward from the kernel's own forward outputs, as training does.
 	delta := make([]float32, nl)
@@ -99,7 +109,7 @@ func checkAttention(t *testing.T, l Launcher, kind AttentionKernels, c attnCase,
 	// In bf16 the backward starts from the rounded forward output, so its
 	// error is a few bf16 steps.
 	gtl := tol{rel: 2e-5, abs: 1e-5}
-	if dt == "bf16" {
+	if dt == "bf16" || tc {
 		gtl = tol{rel: 2e-2, abs: 1e-2}
 	}
 	near(t, "dq", output(dq), cDq, gtl)
@@ -131,11 +141,21 @@ func TestPlanAttention(t *testing.T) {
 	}
 	for _, c := range cases {
 		starts := append(append([]int32{}, c.starts...), c.starts...)
-		pl := planAttention(c.kind, "f32", starts, 2, 100, 14, 2, c.headDim, 128)
+		pl := planAttention(c.kind, "f32", false, starts, 2, 100, 14, 2, c.headDim, 128)
 		got := [3]int{pl.fwdGrid.X, pl.dqGrid.X, pl.dkdvGrid.X}
 		if pl.fwd != c.fwd || got != c.grids {
 			t.Errorf("%s, headDim %d: %s over %v blocks, want %s over %v", c.kind, c.headDim, pl.fwd, got, c.fwd, c.grids)
 		}
+	}
+	// With bf16 products the tiled forward pass is the tensor-core one, 64
+	// queries a block; the backward kernels do not change.
+	starts := append(append([]int32{}, st...), st...)
+	pl := planAttention(TiledAttention, "bf16", true, starts, 2, 100, 14, 2, 128, 128)
+	if pl.fwd != "flash_fwd_tc_bf16_d128" || pl.fwdGrid.X != 2*14*2 || pl.dq != "flash_bwd_dq_bf16_d128" || pl.dqGrid.X != 2*14*7 {
+		t.Errorf("tensor cores: %s over %d blocks, %s over %d", pl.fwd, pl.fwdGrid.X, pl.dq, pl.dqGrid.X)
+	}
+	if pl := planAttention(WarpAttention, "f32", true, starts, 2, 100, 14, 2, 64, 128); pl.fwd != "attn_fwd_f32" {
+		t.Errorf("warp kernels asked for, with bf16 products: %s", pl.fwd)
 	}
 }
 

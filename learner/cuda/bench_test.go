@@ -41,7 +41,9 @@ func envInt(name string, def int) int {
 // the device backend with AdamW on the host (-hostopt), as before the
 // fused AdamW; RLNODE_STEP_ACTBF16=1 the device backend keeping the layer
 // activations as bf16 between the passes (-bf16acts; the allocator's
-// figures show the memory). It reports tokens/s and,
+// figures show the memory); RLNODE_STEP_TC=1 the bf16 device backend with
+// the attention's forward pass on the tensor cores (-tc). It reports
+// tokens/s and,
 // counting 6·params·tokens (plus attention's 6·layers·heads·headDim·Σ
 // seq²), TFLOP/s.
 func BenchmarkTrainingStep(b *testing.B) {
@@ -132,14 +134,16 @@ func BenchmarkTrainingStep(b *testing.B) {
 		return
 	}
 	for _, gemm := range []DType{F32, BF16} {
-		for _, variant := range []string{"", "-hostopt", "-bf16acts"} {
-			hostOpt, actBF16 := variant == "-hostopt", variant == "-bf16acts"
-			if hostOpt && os.Getenv("RLNODE_STEP_HOSTOPT") != "1" || actBF16 && os.Getenv("RLNODE_STEP_ACTBF16") != "1" {
+		for _, variant := range []string{"", "-hostopt", "-bf16acts", "-tc"} {
+			hostOpt, actBF16, tc := variant == "-hostopt", variant == "-bf16acts", variant == "-tc"
+			if hostOpt && os.Getenv("RLNODE_STEP_HOSTOPT") != "1" || actBF16 && os.Getenv("RLNODE_STEP_ACTBF16") != "1" ||
+				tc && (gemm != BF16 || os.Getenv("RLNODE_STEP_TC") != "1") {
 				continue
 			}
 			sub := fmt.Sprintf("%s-%s%s", name, gemm, variant)
 			b.Run(sub, func(b *testing.B) {
 				db := NewDeviceBackend(dev, gemm)
+				db.AttnTensorCores = tc
 				if name == "emulated" {
 					db.Block = 32 // one warp: fewest threads to schedule
 				}
@@ -164,11 +168,13 @@ func BenchmarkTrainingStep(b *testing.B) {
 
 // BenchmarkAttention times one causal attention's forward and backward
 // passes (Attention, then AttentionBackward, fp32) on the device backend
-// with the warp-per-query kernels and with the tiled ones, on the GPU
+// with the warp-per-query kernels, the tiled ones, and the tiled ones with
+// the forward pass on the tensor cores (tiled-tc: bf16 products), on the GPU
 // where there is one, else on the emulated device at a small shape.
 // RLNODE_ATTN_SEQ and RLNODE_ATTN_BATCH set the rows (one sequence each;
 // default 1024 × 8 on a GPU), the heads are Qwen2.5-0.5B's (14 query, 2
-// key/value, 64 dimensions). It reports ms per forward+backward and
+// key/value, 64 dimensions). It reports ms per forward+backward, the
+// forward's share (fwd-ms), and
 // TFLOP/s counting the causal half of the products: 2·2·heads·headDim·seq²/2
 // per row forward, 2.5 times that backward.
 // learner/cuda/testdata/torch_attention.py is PyTorch's
@@ -191,10 +197,18 @@ func BenchmarkAttention(b *testing.B) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	starts := make([]int32, batch*seq) // one sequence a row: all start at 0
 	host := map[string][]float32{"q": randn(rng, nq, 1), "k": randn(rng, nk, 1), "v": randn(rng, nk, 1), "dout": randn(rng, nq, 1)}
-	for _, kind := range []AttentionKernels{WarpAttention, TiledAttention} {
-		b.Run(fmt.Sprintf("%s-%s", name, kind), func(b *testing.B) {
+	variants := []struct {
+		name string
+		kind AttentionKernels
+		tc   bool
+	}{{"warp", WarpAttention, false}, {"tiled", TiledAttention, false}, {"tiled-tc", TiledAttention, true}}
+	for _, vr := range variants {
+		b.Run(name+"-"+vr.name, func(b *testing.B) {
 			db := NewDeviceBackend(dev, F32)
-			db.AttnKernels = kind
+			db.AttnKernels = vr.kind
+			if vr.tc {
+				db.GEMM, db.AttnTensorCores = BF16, true
+			}
 			defer db.A.Release()
 			up := func(x []float32) backend.Tensor {
 				t := db.Alloc(len(x))
@@ -204,14 +218,21 @@ func BenchmarkAttention(b *testing.B) {
 			q, k, v, dOut := up(host["q"]), up(host["k"]), up(host["v"]), up(host["dout"])
 			out, lse := db.Alloc(nq), db.Alloc(nl)
 			dq, dk, dv := db.Alloc(nq), db.Alloc(nk), db.Alloc(nk)
+			var fwdSec float64
 			pass := func() {
+				t0 := time.Now()
 				db.Attention(out, lse, q, k, v, starts, batch, seq, heads, kvHeads, headDim)
+				if err := db.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				fwdSec += time.Since(t0).Seconds()
 				db.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse, starts, batch, seq, heads, kvHeads, headDim)
 				if err := db.Sync(); err != nil {
 					b.Fatal(err)
 				}
 			}
 			pass() // warm-up: kernel loads
+			fwdSec = 0
 			b.ResetTimer()
 			start := time.Now()
 			for i := 0; i < b.N; i++ {
@@ -220,6 +241,7 @@ func BenchmarkAttention(b *testing.B) {
 			sec := time.Since(start).Seconds() / float64(b.N)
 			fwd := 4 * float64(heads*headDim) * float64(seq) * float64(seq) / 2 * float64(batch)
 			b.ReportMetric(sec*1e3, "ms/pass")
+			b.ReportMetric(fwdSec/float64(b.N)*1e3, "fwd-ms")
 			b.ReportMetric(3.5*fwd/sec/1e12, "TFLOP/s")
 		})
 	}

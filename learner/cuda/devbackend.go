@@ -33,6 +33,11 @@ type DeviceBackend struct {
 	// AttnKernels chooses the attention kernels: tiled (the zero value)
 	// or the warp-per-query reference.
 	AttnKernels AttentionKernels
+	// AttnTensorCores runs the tiled attention's forward pass on the
+	// tensor cores (kernels/flash_tc.cu) when GEMM is BF16. Off by
+	// default: it has not run on a GPU yet, and the backward pass still
+	// recomputes the probabilities with fp32 products.
+	AttnTensorCores bool
 
 	// Casts counts the bf16 casts of matrix-product operands launched.
 	Casts int
@@ -411,7 +416,7 @@ func (b *DeviceBackend) Attention(out, lse, q, k, v backend.Tensor, starts []int
 		return
 	}
 	st := starts[:batch*seqLen]
-	pl := planAttention(b.AttnKernels, "f32", st, batch, seqLen, heads, kvHeads, headDim, b.block())
+	pl := planAttention(b.AttnKernels, "f32", b.AttnTensorCores && b.GEMM == BF16, st, batch, seqLen, heads, kvHeads, headDim, b.block())
 	b.launchIn(pl.fwd, pl.fwdGrid, pl.block, p(out), p(lse), p(q), p(k), p(v), b.ints(st),
 		int32(batch), int32(seqLen), int32(heads), int32(kvHeads), int32(headDim))
 }
@@ -426,7 +431,7 @@ func (b *DeviceBackend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse ba
 	delta := b.temp(4 * int64(nl))
 	starts = starts[:batch*seqLen]
 	st := b.ints(starts)
-	pl := planAttention(b.AttnKernels, "f32", starts, batch, seqLen, heads, kvHeads, headDim, b.block())
+	pl := planAttention(b.AttnKernels, "f32", b.AttnTensorCores && b.GEMM == BF16, starts, batch, seqLen, heads, kvHeads, headDim, b.block())
 	shape := []any{int32(batch), int32(seqLen), int32(heads), int32(kvHeads), int32(headDim)}
 	b.launchIn(pl.delta, pl.deltaGrid, pl.deltaBlock, delta, p(dOut), p(out), int32(batch), int32(seqLen), int32(heads), int32(headDim))
 	b.launchIn(pl.dq, pl.dqGrid, pl.block, append([]any{p(dq), p(dOut), p(q), p(k), p(v), p(lse), delta, st}, shape...)...)

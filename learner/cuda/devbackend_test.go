@@ -205,6 +205,23 @@ func TestDeviceBackendTrainingStep(t *testing.T) {
 				near(t, "bf16 grad against fp32 "+name, got.grads[name], w, tol{rel: 0.1, abs: 0.05})
 			}
 		})
+		t.Run(name+"/bf16-tensor-cores", func(t *testing.T) {
+			// The attention's forward products in bf16 too: against fp32
+			// with the bounds of the bf16 run's own comparison with fp32.
+			db := NewDeviceBackend(d, BF16)
+			db.Block = 32
+			db.AttnTensorCores = true
+			got := trainStep(t, db)
+			must(t, db.Sync())
+			compareSteps(t, got, want, tol{rel: 2e-2, abs: 1e-2}, tol{rel: 0.1, abs: 0.05})
+			// And it is not the fp32 attention: logp moves from the
+			// bf16 run's by more than that run's comparison allows.
+			diff := maxRelDiff(got.logp, wantBF16.logp)
+			t.Logf("logp against bf16 products with fp32 attention: %.2g relative", diff)
+			if diff < 1e-3 {
+				t.Errorf("tensor-core attention left logp within %.2g of fp32 attention's: was it used?", diff)
+			}
+		})
 	}
 }
 

@@ -45,12 +45,18 @@ type attnPlan struct {
 	block, deltaBlock                    Dim3
 }
 
+// flashTCRows is the queries a block of the tensor-core forward kernel
+// (kernels/flash_tc.cu) owns.
+const flashTCRows = 64
+
 // planAttention picks the kernels for an attention over batch rows of
 // seqLen tokens, elements of type dt ("f32" or "bf16"). The tiled kernels
 // need a head dimension of at most 128 and starts that do not decrease
 // along a row (packed sequences); otherwise, or when kind is
 // WarpAttention, the warp kernels run with warpBlock threads a block.
-func planAttention(kind AttentionKernels, dt string, starts []int32, batch, seqLen, heads, kvHeads, headDim, warpBlock int) attnPlan {
+// With tc (matrix products in bf16) the tiled forward pass is the
+// tensor-core one; the backward kernels are the same either way.
+func planAttention(kind AttentionKernels, dt string, tc bool, starts []int32, batch, seqLen, heads, kvHeads, headDim, warpBlock int) attnPlan {
 	nl := batch * heads * seqLen
 	warps := warpBlock / 32
 	p := attnPlan{
@@ -72,6 +78,10 @@ func planAttention(kind AttentionKernels, dt string, starts []int32, batch, seqL
 		p.dqGrid = D1(max(1, batch*heads*tiles(f.dq)))
 		p.dkdvGrid = D1(max(1, batch*kvHeads*tiles(f.dkdv)))
 		p.block = D1(flashThreads)
+		if tc {
+			p.fwd = "flash_fwd_tc" + sfx
+			p.fwdGrid = D1(max(1, batch*heads*tiles(flashTCRows)))
+		}
 		return p
 	}
 	return p

@@ -117,7 +117,7 @@ func (k *KernelBackend) Attention(out, lse, q, kk, v backend.Tensor, starts []in
 		return
 	}
 	st := starts[:batch*seqLen]
-	pl := planAttention(k.AttnKernels, "f32", st, batch, seqLen, heads, kvHeads, headDim, int(k.block().X))
+	pl := planAttention(k.AttnKernels, "f32", false, st, batch, seqLen, heads, kvHeads, headDim, int(k.block().X))
 	k.launchIn(pl.fwd, pl.fwdGrid, pl.block, host(out)[:nq], host(lse)[:nl], host(q)[:nq], host(kk)[:nk], host(v)[:nk], st,
 		int32(batch), int32(seqLen), int32(heads), int32(kvHeads), int32(headDim))
 }
@@ -130,7 +130,7 @@ func (k *KernelBackend) AttentionBackward(dq, dk, dv, dOut, q, kk, v, out, lse b
 	delta := make([]float32, nl)
 	shape := []any{int32(batch), int32(seqLen), int32(heads), int32(kvHeads), int32(headDim)}
 	st := starts[:batch*seqLen]
-	pl := planAttention(k.AttnKernels, "f32", st, batch, seqLen, heads, kvHeads, headDim, int(k.block().X))
+	pl := planAttention(k.AttnKernels, "f32", false, st, batch, seqLen, heads, kvHeads, headDim, int(k.block().X))
 	k.launchIn(pl.delta, pl.deltaGrid, pl.deltaBlock, delta, host(dOut)[:nq], host(out)[:nq], int32(batch), int32(seqLen), int32(heads), int32(headDim))
 	k.launchIn(pl.dq, pl.dqGrid, pl.block, append([]any{host(dq)[:nq], host(dOut)[:nq], host(q)[:nq], host(kk)[:nk], host(v)[:nk], host(lse)[:nl], delta, st}, shape...)...)
 	k.launchIn(pl.dkdv, pl.dkdvGrid, pl.block, append([]any{host(dk)[:nk], host(dv)[:nk], host(dOut)[:nq], host(q)[:nq], host(kk)[:nk], host(v)[:nk], host(lse)[:nl], delta, st}, shape...)...)

@@ -125,6 +125,15 @@ template <typename T> inline T exchange(T v, int src) {
 	return unbits<T>(slot[src & 31]);
 }
 
+// allgather publishes v for the warp and fills out with every lane's.
+inline void allgather(uint64_t v, uint64_t *out) {
+	Warp &w = warp();
+	uint64_t *slot = w.slot[t_bank ^= 1];
+	slot[lane()] = v;
+	w.bar.sync();
+	for (int i = 0; i < w.lanes; i++) out[i] = slot[i];
+}
+
 inline unsigned ballot(bool p) {
 	Warp &w = warp();
 	uint64_t *slot = w.slot[t_bank ^= 1];
@@ -194,6 +203,42 @@ template <typename T> inline T __shfl_down_sync(unsigned, T v, unsigned d, int =
 inline unsigned __ballot_sync(unsigned, int p) { return emu::ballot(p != 0); }
 inline int __any_sync(unsigned, int p) { return emu::ballot(p != 0) != 0; }
 inline int __all_sync(unsigned m, int p) { return emu::ballot(p != 0) == (emu::warp().lanes == 32 ? 0xffffffffu : (1u << emu::warp().lanes) - 1); }
+
+// mma_bf16_16816 is mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+// with C and D in c: the warp's A (16×16), B (16×8) and C (16×8) spread
+// over its lanes as the PTX ISA lays out their fragments. Lane l is in
+// group g = l/4 at t = l%4; a 32-bit register holds two bf16, the lower
+// index in the low half. A: a[0] row g, columns 2t, 2t+1; a[1] row g+8;
+// a[2] row g, columns 2t+8, 2t+9; a[3] row g+8, those columns. B: b[0]
+// rows 2t, 2t+1 of column g; b[1] rows 2t+8, 2t+9. C: c[0], c[1] row g,
+// columns 2t, 2t+1; c[2], c[3] row g+8. Products and sums in fp32, over k
+// in order (the hardware's order and rounding of the sum may differ).
+inline void mma_bf16_16816(float *c, const unsigned *a, const unsigned *b) {
+	uint64_t A01[32], A23[32], B[32];
+	emu::allgather(a[0] | (uint64_t)a[1] << 32, A01);
+	emu::allgather(a[2] | (uint64_t)a[3] << 32, A23);
+	emu::allgather(b[0] | (uint64_t)b[1] << 32, B);
+	auto half = [](uint64_t w, int i) { return emu::unbits<float>((uint32_t)((w >> (16 * i)) & 0xffffu) << 16); };
+	float Am[16][16], Bm[16][8];
+	for (int l = 0; l < 32; l++) {
+		int g = l / 4, t = l % 4;
+		for (int h = 0; h < 2; h++) {
+			Am[g][2 * t + h] = half(A01[l], h);
+			Am[g + 8][2 * t + h] = half(A01[l], 2 + h);
+			Am[g][2 * t + 8 + h] = half(A23[l], h);
+			Am[g + 8][2 * t + 8 + h] = half(A23[l], 2 + h);
+			Bm[2 * t + h][g] = half(B[l], h);
+			Bm[2 * t + 8 + h][g] = half(B[l], 2 + h);
+		}
+	}
+	int g = emu::lane() / 4, t = emu::lane() % 4;
+	for (int i = 0; i < 4; i++) {
+		int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+		float acc = c[i];
+		for (int k = 0; k < 16; k++) acc += Am[row][k] * Bm[k][col];
+		c[i] = acc;
+	}
+}
 
 inline float __uint_as_float(unsigned u) { return emu::unbits<float>(u); }
 inline unsigned __float_as_uint(float f) { return (unsigned)emu::bits(f); }

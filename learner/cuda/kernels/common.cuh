@@ -61,6 +61,21 @@ __device__ __forceinline__ float block_max(float v, float *red) {
 	return v;
 }
 
+// pack_bf16 packs two floats as bf16 into one 32-bit register, lo in the
+// low half (an mma fragment's element order).
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) { return (unsigned)f32_to_bf16(lo) | (unsigned)f32_to_bf16(hi) << 16; }
+
+#ifndef RLNODE_CUDA_EMU_H
+// mma_bf16_16816: D = A·B + C on the tensor cores, one warp, A 16×16
+// (row-major fragments), B 16×8 (column), C and D 16×8 in fp32; the
+// emulation's version in emu/cuda_emu.h spells out the fragment layout.
+__device__ __forceinline__ void mma_bf16_16816(float *c, const unsigned *a, const unsigned *b) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
 // GRID_STRIDE runs its body for every i < n over any launch shape.
 #define GRID_STRIDE(i, n) for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long)gridDim.x * blockDim.x)
 
