@@ -147,12 +147,18 @@ func TestPlanAttention(t *testing.T) {
 			t.Errorf("%s, headDim %d: %s over %v blocks, want %s over %v", c.kind, c.headDim, pl.fwd, got, c.fwd, c.grids)
 		}
 	}
-	// With bf16 products the tiled forward pass is the tensor-core one, 64
-	// queries a block; the backward kernels do not change.
+	// With bf16 products the tiled passes are the tensor-core ones, 64
+	// queries (or keys) a block; over 64 dimensions the backward stays
+	// flash.cu's.
 	starts := append(append([]int32{}, st...), st...)
-	pl := planAttention(TiledAttention, "bf16", true, starts, 2, 100, 14, 2, 128, 128)
+	pl := planAttention(TiledAttention, "bf16", true, starts, 2, 100, 14, 2, 64, 128)
+	if pl.fwd != "flash_fwd_tc_bf16_d64" || pl.fwdGrid.X != 2*14*2 || pl.dq != "flash_bwd_dq_tc_bf16_d64" || pl.dqGrid.X != 2*14*2 ||
+		pl.dkdv != "flash_bwd_dkdv_tc_bf16_d64" || pl.dkdvGrid.X != 2*2*2 {
+		t.Errorf("tensor cores, headDim 64: %s over %d blocks, %s over %d, %s over %d", pl.fwd, pl.fwdGrid.X, pl.dq, pl.dqGrid.X, pl.dkdv, pl.dkdvGrid.X)
+	}
+	pl = planAttention(TiledAttention, "bf16", true, starts, 2, 100, 14, 2, 128, 128)
 	if pl.fwd != "flash_fwd_tc_bf16_d128" || pl.fwdGrid.X != 2*14*2 || pl.dq != "flash_bwd_dq_bf16_d128" || pl.dqGrid.X != 2*14*7 {
-		t.Errorf("tensor cores: %s over %d blocks, %s over %d", pl.fwd, pl.fwdGrid.X, pl.dq, pl.dqGrid.X)
+		t.Errorf("tensor cores, headDim 128: %s over %d blocks, %s over %d", pl.fwd, pl.fwdGrid.X, pl.dq, pl.dqGrid.X)
 	}
 	if pl := planAttention(WarpAttention, "f32", true, starts, 2, 100, 14, 2, 64, 128); pl.fwd != "attn_fwd_f32" {
 		t.Errorf("warp kernels asked for, with bf16 products: %s", pl.fwd)

@@ -33,10 +33,10 @@ type DeviceBackend struct {
 	// AttnKernels chooses the attention kernels: tiled (the zero value)
 	// or the warp-per-query reference.
 	AttnKernels AttentionKernels
-	// AttnTensorCores runs the tiled attention's forward pass on the
-	// tensor cores (kernels/flash_tc.cu) when GEMM is BF16. Off by
-	// default: it has not run on a GPU yet, and the backward pass still
-	// recomputes the probabilities with fp32 products.
+	// AttnTensorCores runs the tiled attention on the tensor cores
+	// (kernels/flash_tc.cu: the forward pass, and the backward up to 64
+	// dimensions a head) when GEMM is BF16. Off by default: it has not
+	// run on a GPU yet.
 	AttnTensorCores bool
 
 	// Casts counts the bf16 casts of matrix-product operands launched.
