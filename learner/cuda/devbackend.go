@@ -1,9 +1,11 @@
 package cuda
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/rlnode/rlnode/learner/backend"
@@ -344,10 +346,21 @@ func (b *DeviceBackend) AddRowVector(x, v backend.Tensor, rows, cols int) {
 }
 
 func (b *DeviceBackend) SumRows(dst, x backend.Tensor, rows, cols int) {
+	defer b.done()
 	b.wrote(dst)
-	if cols > 0 {
-		b.launch("sum_rows_f32", b.grid(cols, b.block()), p(dst), p(x), int32(rows), int32(cols))
+	if cols > 0 && rows > 0 {
+		per, chunks := colChunks(rows)
+		part := b.temp(4 * int64(chunks*cols))
+		b.launch("sum_rows_part_f32", D1(chunks*((cols+b.block()-1)/b.block())), part, p(x), int32(rows), int32(cols), int32(per))
+		b.elems("sum_rows_finish_f32", cols, p(dst), part, int32(chunks), int32(cols))
 	}
+}
+
+// colChunks splits rows for the two-pass column sums: per rows a thread,
+// at most 4096 chunks.
+func colChunks(rows int) (per, chunks int) {
+	per = max(64, (rows+4095)/4096)
+	return per, (rows + per - 1) / per
 }
 
 func (b *DeviceBackend) RMSNorm(out, rstd, x, w backend.Tensor, rows, cols int, eps float32) {
@@ -364,7 +377,11 @@ func (b *DeviceBackend) RMSNormBackward(dx, dw, dy, x, w, rstd backend.Tensor, r
 	}
 	b.launch("rmsnorm_bwd_dx_f32", D1(rows), p(dx), p(dy), p(x), p(w), p(rstd), int32(rows), int32(cols))
 	if dw != nil {
-		b.launch("rmsnorm_bwd_dw_f32", b.grid(cols, b.block()), p(dw), p(dy), p(x), p(rstd), int32(rows), int32(cols))
+		defer b.done()
+		per, chunks := colChunks(rows)
+		part := b.temp(4 * int64(chunks*cols))
+		b.launch("rmsnorm_bwd_dw_part_f32", D1(chunks*((cols+b.block()-1)/b.block())), part, p(dy), p(x), p(rstd), int32(rows), int32(cols), int32(per))
+		b.elems("sum_rows_finish_f32", cols, p(dw), part, int32(chunks), int32(cols))
 	}
 }
 
@@ -513,8 +530,31 @@ func (b *DeviceBackend) ScatterAddRows(dst, src backend.Tensor, idx []int32, col
 	mustLen("ScatterAddRows", src.Len(), len(idx)*cols)
 	b.wrote(dst)
 	if len(idx) > 0 && cols > 0 {
-		b.launch("scatter_add_rows_f32", b.grid(cols, b.block()), p(dst), p(src), b.ints(idx), int32(len(idx)), int32(cols))
+		dests, offs, order := groupRows(idx, dst.Len()/cols)
+		b.elems("scatter_add_rows_f32", len(dests)*cols, p(dst), p(src), b.ints(dests), b.ints(offs), b.ints(order), int32(len(dests)), int32(cols))
 	}
+}
+
+// groupRows groups the rows i of a scatter-add by destination idx[i]: the
+// destinations in increasing order, where each one's rows start in order
+// (offs, one more than dests), and the rows themselves, increasing within a
+// destination. An index outside [0, n) panics, as the CPU backend's does.
+func groupRows(idx []int32, n int) (dests, offs, order []int32) {
+	order = make([]int32, len(idx))
+	for i, r := range idx {
+		if r < 0 || int(r) >= n {
+			panic(fmt.Sprintf("cuda backend: ScatterAddRows: row %d of a %d-row destination", r, n))
+		}
+		order[i] = int32(i)
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(idx[a], idx[b]) })
+	for j, i := range order {
+		if j == 0 || idx[i] != idx[order[j-1]] {
+			dests = append(dests, idx[i])
+			offs = append(offs, int32(j))
+		}
+	}
+	return dests, append(offs, int32(len(order))), order
 }
 
 func (b *DeviceBackend) LogProbs(logp, entropy, lse, logits backend.Tensor, targets []int32, rows, vocab int) {

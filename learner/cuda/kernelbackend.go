@@ -81,8 +81,11 @@ func (k *KernelBackend) RMSNorm(out, rstd, x, w backend.Tensor, rows, cols int, 
 func (k *KernelBackend) RMSNormBackward(dx, dw, dy, x, w, rstd backend.Tensor, rows, cols int) {
 	n := rows * cols
 	k.launch("rmsnorm_bwd_dx_f32", D1(rows), host(dx)[:n], host(dy)[:n], host(x)[:n], host(w)[:cols], host(rstd)[:rows], int32(rows), int32(cols))
-	if dw != nil {
-		k.launch("rmsnorm_bwd_dw_f32", blocks(cols, k.block().X), host(dw)[:cols], host(dy)[:n], host(x)[:n], host(rstd)[:rows], int32(rows), int32(cols))
+	if dw != nil && rows > 0 {
+		per, chunks := colChunks(rows)
+		part := make([]float32, chunks*cols)
+		k.launch("rmsnorm_bwd_dw_part_f32", D1(chunks*((cols+k.block().X-1)/k.block().X)), part, host(dy)[:n], host(x)[:n], host(rstd)[:rows], int32(rows), int32(cols), int32(per))
+		k.launch("sum_rows_finish_f32", blocks(cols, k.block().X), host(dw)[:cols], part, int32(chunks), int32(cols))
 	}
 }
 

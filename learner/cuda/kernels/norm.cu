@@ -47,20 +47,25 @@ extern "C" __global__ void rmsnorm_bwd_dx_bf16(bf16 *dx, const bf16 *dy, const b
 	rmsnorm_bwd_dx(dx, dy, x, w, rstd, cols);
 }
 
-// dw += sum over rows of dy*x*s, fp32: one thread per column (grid
-// ceil(cols/blockDim)), rows in order, so the sum is deterministic.
+// dw += Σ_r dy·x·rstd[r], fp32, in two passes as tensor.cu's column sums:
+// rmsnorm_bwd_dw_part writes each chunk of per rows' sums to
+// part[chunk][j] (grid ceil(cols/blockDim)·chunks), and
+// sum_rows_finish_f32 adds them to dw in chunk order.
 template <typename T>
-__device__ void rmsnorm_bwd_dw(float *dw, const T *dy, const T *x, const float *rstd, int rows, int cols) {
-	int j = blockIdx.x * blockDim.x + threadIdx.x;
+__device__ void rmsnorm_bwd_dw_part(float *part, const T *dy, const T *x, const float *rstd, int rows, int cols, int per) {
+	int colBlocks = (cols + blockDim.x - 1) / blockDim.x;
+	int chunk = blockIdx.x / colBlocks;
+	int j = (blockIdx.x % colBlocks) * blockDim.x + threadIdx.x;
 	if (j >= cols) return;
+	int lo = chunk * per, hi = lo + per < rows ? lo + per : rows;
 	float acc = 0.f;
-	for (int r = 0; r < rows; r++) acc += ld(dy, (long)r * cols + j) * ld(x, (long)r * cols + j) * rstd[r];
-	dw[j] += acc;
+	for (int r = lo; r < hi; r++) acc += ld(dy, (long)r * cols + j) * ld(x, (long)r * cols + j) * rstd[r];
+	part[(long)chunk * cols + j] = acc;
 }
 
-extern "C" __global__ void rmsnorm_bwd_dw_f32(float *dw, const float *dy, const float *x, const float *rstd, int rows, int cols) {
-	rmsnorm_bwd_dw(dw, dy, x, rstd, rows, cols);
+extern "C" __global__ void rmsnorm_bwd_dw_part_f32(float *part, const float *dy, const float *x, const float *rstd, int rows, int cols, int per) {
+	rmsnorm_bwd_dw_part(part, dy, x, rstd, rows, cols, per);
 }
-extern "C" __global__ void rmsnorm_bwd_dw_bf16(float *dw, const bf16 *dy, const bf16 *x, const float *rstd, int rows, int cols) {
-	rmsnorm_bwd_dw(dw, dy, x, rstd, rows, cols);
+extern "C" __global__ void rmsnorm_bwd_dw_part_bf16(float *part, const bf16 *dy, const bf16 *x, const float *rstd, int rows, int cols, int per) {
+	rmsnorm_bwd_dw_part(part, dy, x, rstd, rows, cols, per);
 }

@@ -29,14 +29,28 @@ extern "C" __global__ void add_row_vector_f32(float *x, const float *v, int rows
 	GRID_STRIDE(i, (long)rows * cols) x[i] += v[i % cols];
 }
 
-// dst[c] += Σ_r x[r][c]: one thread per column (grid ceil(cols/blockDim)),
-// rows in order, so the sum is deterministic.
-extern "C" __global__ void sum_rows_f32(float *dst, const float *x, int rows, int cols) {
-	int c = blockIdx.x * blockDim.x + threadIdx.x;
+// Column sums, dst[c] += Σ_r x[r][c], in two passes so that thousands of
+// rows spread over the GPU and still add up in one fixed order:
+// sum_rows_part_f32 writes each chunk of per rows' sums to part[chunk][c]
+// (grid ceil(cols/blockDim)·chunks: chunk blockIdx.x / column blocks),
+// sum_rows_finish_f32 adds the chunks' partials to dst in chunk order.
+extern "C" __global__ void sum_rows_part_f32(float *part, const float *x, int rows, int cols, int per) {
+	int colBlocks = (cols + blockDim.x - 1) / blockDim.x;
+	int chunk = blockIdx.x / colBlocks;
+	int c = (blockIdx.x % colBlocks) * blockDim.x + threadIdx.x;
 	if (c >= cols) return;
+	int lo = chunk * per, hi = lo + per < rows ? lo + per : rows;
 	float acc = 0.f;
-	for (int r = 0; r < rows; r++) acc += x[(long)r * cols + c];
-	dst[c] += acc;
+	for (int r = lo; r < hi; r++) acc += x[(long)r * cols + c];
+	part[(long)chunk * cols + c] = acc;
+}
+
+extern "C" __global__ void sum_rows_finish_f32(float *dst, const float *part, int chunks, int cols) {
+	GRID_STRIDE(c, cols) {
+		float acc = 0.f;
+		for (int k = 0; k < chunks; k++) acc += part[(long)k * cols + c];
+		dst[c] += acc;
+	}
 }
 
 // dst row i = src row idx[i], n rows of cols.
@@ -47,11 +61,18 @@ extern "C" __global__ void gather_rows_f32(float *dst, const float *src, const i
 	}
 }
 
-// dst row idx[i] += src row i: one thread per column (grid
-// ceil(cols/blockDim)) walking i in order, so rows that share a
-// destination add up without atomics, deterministically.
-extern "C" __global__ void scatter_add_rows_f32(float *dst, const float *src, const int *idx, int n, int cols) {
-	int c = blockIdx.x * blockDim.x + threadIdx.x;
-	if (c >= cols) return;
-	for (int i = 0; i < n; i++) dst[(long)idx[i] * cols + c] += src[(long)i * cols + c];
+// dst row idx[i] += src row i, with the rows grouped by destination on the
+// host: destination row dests[u] takes src rows order[offs[u]],
+// ..., order[offs[u+1]−1], in increasing i. One thread per (destination,
+// column) adds them in that order: no atomics, the same sums as adding
+// the rows one after another.
+extern "C" __global__ void scatter_add_rows_f32(float *dst, const float *src, const int *dests, const int *offs, const int *order, int ndest,
+						int cols) {
+	GRID_STRIDE(e, (long)ndest * cols) {
+		int u = (int)(e / cols), c = (int)(e % cols);
+		float *d = dst + (long)dests[u] * cols + c;
+		float acc = *d;
+		for (int j = offs[u]; j < offs[u + 1]; j++) acc += src[(long)order[j] * cols + c];
+		*d = acc;
+	}
 }
