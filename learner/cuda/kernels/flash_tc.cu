@@ -32,8 +32,17 @@ __device__ __forceinline__ void ftc_load(bf16 (*S)[D + 8], const T *src, int row
 	}
 }
 
-// ftc_pair reads two neighbouring bf16 of shared memory as one register.
-__device__ __forceinline__ unsigned ftc_pair(const bf16 *p) { return (unsigned)p[0] | (unsigned)p[1] << 16; }
+// ftc_pair reads two neighbouring bf16 of shared memory as one register,
+// the first in the low half: one 32-bit load on the GPU (p is 4-byte
+// aligned: the tiles are 16-byte aligned, rows and offsets even), two
+// 16-bit reads in the emulation (no type punning for the host compiler).
+__device__ __forceinline__ unsigned ftc_pair(const bf16 *p) {
+#ifdef RLNODE_CUDA_EMU_H
+	return (unsigned)p[0] | (unsigned)p[1] << 16;
+#else
+	return *(const unsigned *)p;
+#endif
+}
 
 __device__ __forceinline__ int ftc_imin(int a, int b) { return a < b ? a : b; }
 
@@ -88,8 +97,8 @@ __device__ __forceinline__ void ftc_rows(unsigned (*fr)[4], const T *base, int r
 template <typename T, int D, int C>
 __device__ void flash_fwd_tc(T *out, float *lse, const T *q, const T *k, const T *v, const int *starts, int batch, int seqLen, int heads,
 			     int kvHeads, int headDim) {
-	__shared__ bf16 Ks[C][D + 8];
-	__shared__ bf16 Vs[C][D + 8];
+	__shared__ alignas(16) bf16 Ks[C][D + 8];
+	__shared__ alignas(16) bf16 Vs[C][D + 8];
 	constexpr int R = 64, KS = D / 16, NS = C / 8, DS = D / 8;
 	int tiles = (seqLen + R - 1) / R;
 	if (tiles == 0) return;
@@ -220,8 +229,8 @@ __device__ void flash_fwd_tc(T *out, float *lse, const T *q, const T *k, const T
 template <typename T, int D, int C>
 __device__ void flash_bwd_dq_tc(T *dq, const T *dout, const T *q, const T *k, const T *v, const float *lse, const float *delta,
 				const int *starts, int batch, int seqLen, int heads, int kvHeads, int headDim) {
-	__shared__ bf16 Ks[C][D + 8];
-	__shared__ bf16 Vs[C][D + 8];
+	__shared__ alignas(16) bf16 Ks[C][D + 8];
+	__shared__ alignas(16) bf16 Vs[C][D + 8];
 	constexpr int R = 64, KS = D / 16, NS = C / 8, DS = D / 8;
 	int tiles = (seqLen + R - 1) / R;
 	if (tiles == 0) return;
@@ -323,8 +332,8 @@ __device__ void flash_bwd_dq_tc(T *dq, const T *dout, const T *q, const T *k, co
 template <typename T, int D, int C>
 __device__ void flash_bwd_dkdv_tc(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const float *lse, const float *delta,
 				  const int *starts, int batch, int seqLen, int heads, int kvHeads, int headDim) {
-	__shared__ bf16 Qs[C][D + 8];
-	__shared__ bf16 Os[C][D + 8];
+	__shared__ alignas(16) bf16 Qs[C][D + 8];
+	__shared__ alignas(16) bf16 Os[C][D + 8];
 	__shared__ float Ls[C], Dl[C];
 	__shared__ int Sq[C];
 	constexpr int R = 64, KS = D / 16, NS = C / 8, DS = D / 8;
