@@ -28,7 +28,8 @@
 # the CPU backend's (the slowest part); the bf16 step is timed again keeping
 # the layers' activations as bf16 (GPU_CHECK_ACTBF16=0 skips it; the
 # allocator's line gives the memory), and with the attention's forward
-# pass on the tensor cores (GPU_CHECK_TC=0 skips it). Then the data-parallel ranks on the
+# pass on the tensor cores (GPU_CHECK_TC=0 skips it), and once more with
+# every device op timed alone (GPU_CHECK_PROFILE=0 skips it). Then the data-parallel ranks on the
 # GPU: learner/shard's device tests (two ranks on the GPU against one
 # learner, ZeRO stage 0 and 1 with the update on the device, the ZeRO-1
 # checkpoint and resume, the bytes a step copies to the host and through
@@ -202,6 +203,12 @@ step() {
 	if [ "${GPU_CHECK_TC:-1}" != 0 ]; then
 		(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_TC=1 timeout 90 "$bin" -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-tc' -test.benchtime 3x -test.timeout=85s) 2>&1 |
 			grep -E 'Benchmark|FAIL|panic' || echo "device backend with tensor-core attention: no figure (timed out after 90 s?)"
+	fi
+	# Where the bf16 step's time goes: one step with each device op timed
+	# alone (kernels by name, products by shape, copies).
+	if [ "${GPU_CHECK_PROFILE:-1}" != 0 ]; then
+		(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_PROFILE=1 timeout 90 "$bin" -test.run '^$' -test.bench 'TrainingStep/gpu-bf16$' -test.benchtime 1x -test.timeout=85s) 2>&1 |
+			sed -n '/profiled step/,/all device ops/p' | grep . || echo "profiled bf16 step: no figure (timed out after 90 s?)"
 	fi
 	# The fused AdamW's gain: the same bf16 step with AdamW on the host.
 	if [ "${GPU_CHECK_HOSTOPT:-1}" != 0 ]; then

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +43,8 @@ func envInt(name string, def int) int {
 // fused AdamW; RLNODE_STEP_ACTBF16=1 the device backend keeping the layer
 // activations as bf16 between the passes (-bf16acts; the allocator's
 // figures show the memory); RLNODE_STEP_TC=1 the bf16 device backend with
-// the attention's forward pass on the tensor cores (-tc). It reports
+// the attention on the tensor cores (-tc); RLNODE_STEP_PROFILE=1 logs
+// one more step with every device op timed alone (OpProfile). It reports
 // tokens/s and,
 // counting 6·params·tokens (plus attention's 6·layers·heads·headDim·Σ
 // seq²), TFLOP/s.
@@ -116,6 +118,20 @@ func BenchmarkTrainingStep(b *testing.B) {
 		b.ReportMetric(tokens/sec, "tokens/s")
 		b.ReportMetric(flops/sec/1e12, "TFLOP/s")
 		b.ReportMetric(sec*1e3, "ms/step")
+		if db, ok := be.(*DeviceBackend); ok && os.Getenv("RLNODE_STEP_PROFILE") == "1" {
+			// One more step, untimed by the benchmark, with each device op
+			// timed alone (OpProfile).
+			b.StopTimer()
+			prof := NewOpProfile()
+			db.Prof = prof
+			t0 := time.Now()
+			step()
+			wall := time.Since(t0)
+			db.Prof = nil
+			var rep strings.Builder
+			prof.Report(&rep, 25)
+			b.Logf("profiled step: %.1f ms wall, of which device ops:\n%s", float64(wall.Microseconds())/1e3, rep.String())
+		}
 	}
 	if os.Getenv("RLNODE_STEP_CPU") != "0" {
 		b.Run("cpu", func(b *testing.B) { run(b, cpu.New(), false) })

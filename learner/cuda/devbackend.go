@@ -35,6 +35,9 @@ type DeviceBackend struct {
 	// AttnKernels chooses the attention kernels: tiled (the zero value)
 	// or the warp-per-query reference.
 	AttnKernels AttentionKernels
+	// Prof, when set, times every device op by name (OpProfile), waiting
+	// for the device around each.
+	Prof *OpProfile
 	// AttnTensorCores runs the tiled attention on the tensor cores
 	// (kernels/flash_tc.cu: the forward pass, and the backward up to 64
 	// dimensions a head) when GEMM is BF16. Off by default: it has not
@@ -163,15 +166,15 @@ func f32Bytes(x []float32) []byte {
 func (b *DeviceBackend) Upload(dst backend.Tensor, src []float32) {
 	mustLen("Upload", dst.Len(), len(src))
 	b.wrote(dst)
-	if b.ok() && len(src) > 0 {
-		b.fail(b.D.ToDevice(p(dst), f32Bytes(src)))
+	if len(src) > 0 {
+		b.run(named("upload"), func() error { return b.D.ToDevice(p(dst), f32Bytes(src)) })
 	}
 }
 
 func (b *DeviceBackend) Download(dst []float32, src backend.Tensor) {
 	mustLen("Download", len(dst), src.Len())
 	if b.ok() && len(dst) > 0 {
-		b.fail(b.D.ToHost(f32Bytes(dst), p(src)))
+		b.run(named("download"), func() error { return b.D.ToHost(f32Bytes(dst), p(src)) })
 		b.Downloaded += 4 * int64(len(dst))
 	}
 	if !b.ok() {
@@ -184,16 +187,16 @@ func (b *DeviceBackend) Download(dst []float32, src backend.Tensor) {
 
 func (b *DeviceBackend) Zero(t backend.Tensor) {
 	b.wrote(t)
-	if b.ok() && t.Len() > 0 {
-		b.fail(b.D.Zero(p(t), 4*int64(t.Len())))
+	if t.Len() > 0 {
+		b.run(named("zero"), func() error { return b.D.Zero(p(t), 4*int64(t.Len())) })
 	}
 }
 
 func (b *DeviceBackend) Copy(dst, src backend.Tensor) {
 	mustLen("Copy", dst.Len(), src.Len())
 	b.wrote(dst)
-	if b.ok() && dst.Len() > 0 {
-		b.fail(b.D.Copy(p(dst), p(src), 4*int64(dst.Len())))
+	if dst.Len() > 0 {
+		b.run(named("copy"), func() error { return b.D.Copy(p(dst), p(src), 4*int64(dst.Len())) })
 	}
 }
 
@@ -222,9 +225,7 @@ func (b *DeviceBackend) launch(kernel string, grid Dim3, args ...any) {
 
 // launchIn launches with a block of the kernel's own size.
 func (b *DeviceBackend) launchIn(kernel string, grid, block Dim3, args ...any) {
-	if b.ok() {
-		b.fail(b.D.Launch(kernel, grid, block, args...))
-	}
+	b.run(named(kernel), func() error { return b.D.Launch(kernel, grid, block, args...) })
 }
 
 // elems launches an element-wise kernel over n elements.
@@ -291,9 +292,12 @@ func (b *DeviceBackend) gemm(g Gemm, a, bb, c backend.Tensor) {
 	g.In = b.GEMM
 	g.A, g.B, g.C = b.operand(a, aExt), b.operand(bb, bExt), p(c)
 	b.wrote(c)
-	if b.ok() {
-		b.fail(b.D.Gemm(g))
-	}
+	b.run(func() string {
+		if g.Batch > 1 {
+			return fmt.Sprintf("gemm %dx%dx%d ×%d %s", g.M, g.N, g.K, g.Batch, g.In)
+		}
+		return fmt.Sprintf("gemm %dx%dx%d %s", g.M, g.N, g.K, g.In)
+	}, func() error { return b.D.Gemm(g) })
 }
 
 func (b *DeviceBackend) MatMul(transA, transB bool, m, n, k int, alpha float32, a, bb backend.Tensor, beta float32, c backend.Tensor) {

@@ -199,7 +199,5 @@ func (b *DeviceBackend) AdamW(sets []backend.AdamWTensors, c backend.AdamWCoef) 
 }
 
 func (b *DeviceBackend) launchGrid(kernel string, grid Dim3, args ...any) {
-	if b.ok() {
-		b.fail(b.D.Launch(kernel, grid, D1(b.block()), args...))
-	}
+	b.launchIn(kernel, grid, D1(b.block()), args...)
 }

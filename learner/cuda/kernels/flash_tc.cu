@@ -97,8 +97,8 @@ __device__ __forceinline__ void ftc_rows(unsigned (*fr)[4], const T *base, int r
 template <typename T, int D, int C>
 __device__ void flash_fwd_tc(T *out, float *lse, const T *q, const T *k, const T *v, const int *starts, int batch, int seqLen, int heads,
 			     int kvHeads, int headDim) {
-	__shared__ alignas(16) bf16 Ks[C][D + 8];
-	__shared__ alignas(16) bf16 Vs[C][D + 8];
+	alignas(16) __shared__ bf16 Ks[C][D + 8];
+	alignas(16) __shared__ bf16 Vs[C][D + 8];
 	constexpr int R = 64, KS = D / 16, NS = C / 8, DS = D / 8;
 	int tiles = (seqLen + R - 1) / R;
 	if (tiles == 0) return;
@@ -229,8 +229,8 @@ __device__ void flash_fwd_tc(T *out, float *lse, const T *q, const T *k, const T
 template <typename T, int D, int C>
 __device__ void flash_bwd_dq_tc(T *dq, const T *dout, const T *q, const T *k, const T *v, const float *lse, const float *delta,
 				const int *starts, int batch, int seqLen, int heads, int kvHeads, int headDim) {
-	__shared__ alignas(16) bf16 Ks[C][D + 8];
-	__shared__ alignas(16) bf16 Vs[C][D + 8];
+	alignas(16) __shared__ bf16 Ks[C][D + 8];
+	alignas(16) __shared__ bf16 Vs[C][D + 8];
 	constexpr int R = 64, KS = D / 16, NS = C / 8, DS = D / 8;
 	int tiles = (seqLen + R - 1) / R;
 	if (tiles == 0) return;
@@ -332,8 +332,8 @@ __device__ void flash_bwd_dq_tc(T *dq, const T *dout, const T *q, const T *k, co
 template <typename T, int D, int C>
 __device__ void flash_bwd_dkdv_tc(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const float *lse, const float *delta,
 				  const int *starts, int batch, int seqLen, int heads, int kvHeads, int headDim) {
-	__shared__ alignas(16) bf16 Qs[C][D + 8];
-	__shared__ alignas(16) bf16 Os[C][D + 8];
+	alignas(16) __shared__ bf16 Qs[C][D + 8];
+	alignas(16) __shared__ bf16 Os[C][D + 8];
 	__shared__ float Ls[C], Dl[C];
 	__shared__ int Sq[C];
 	constexpr int R = 64, KS = D / 16, NS = C / 8, DS = D / 8;
