@@ -25,6 +25,27 @@ var stepShapes = map[string]model.Config{
 		VocabSize: 151936, MaxPositions: 32768, RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"},
 }
 
+// bf16Peaks are dense bf16 tensor-core peaks, TFLOP/s, from NVIDIA's
+// datasheets, by a fragment of the device name; the first match counts,
+// so the more specific names come first.
+var bf16Peaks = []struct {
+	name string
+	peak float64
+}{
+	{"H100 PCIe", 756}, {"H100 NVL", 835}, {"H100", 989}, {"H200", 989}, {"GH200", 989}, {"A100", 312}, {"L40S", 362},
+}
+
+// bf16Peak is the device's dense bf16 peak, or 0 where the name is not
+// in bf16Peaks.
+func bf16Peak(name string) float64 {
+	for _, p := range bf16Peaks {
+		if strings.Contains(name, p.name) {
+			return p.peak
+		}
+	}
+	return 0
+}
+
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
@@ -45,7 +66,7 @@ func envInt(name string, def int) int {
 // figures show the memory); RLNODE_STEP_TC=1 the bf16 device backend with
 // the attention on the tensor cores (-tc); RLNODE_STEP_PROFILE=1 logs
 // one more step with every device op timed alone (OpProfile). It reports
-// tokens/s and,
+// tokens/s, MFU% on a GPU whose dense bf16 peak is known (bf16Peaks), and,
 // counting 6·params·tokens (plus attention's 6·layers·heads·headDim·Σ
 // seq²), TFLOP/s.
 func BenchmarkTrainingStep(b *testing.B) {
@@ -87,6 +108,7 @@ func BenchmarkTrainingStep(b *testing.B) {
 		}
 		return loss, dl, nil, nil
 	}
+	var peak float64 // the GPU's dense bf16 TFLOP/s, where known: MFU
 	run := func(b *testing.B, be backend.Backend, actBF16 bool) {
 		m, err := model.New(cfg, be)
 		if err != nil {
@@ -118,6 +140,9 @@ func BenchmarkTrainingStep(b *testing.B) {
 		b.ReportMetric(tokens/sec, "tokens/s")
 		b.ReportMetric(flops/sec/1e12, "TFLOP/s")
 		b.ReportMetric(sec*1e3, "ms/step")
+		if _, onCPU := be.(*cpu.Backend); !onCPU && peak > 0 {
+			b.ReportMetric(100*flops/sec/1e12/peak, "MFU%")
+		}
 		if db, ok := be.(*DeviceBackend); ok && os.Getenv("RLNODE_STEP_PROFILE") == "1" {
 			// One more step, untimed by the benchmark, with each device op
 			// timed alone (OpProfile).
@@ -140,6 +165,7 @@ func BenchmarkTrainingStep(b *testing.B) {
 	name := "gpu"
 	if g := testGPU(b); g != nil {
 		dev = g
+		peak = bf16Peak(g.Name())
 	} else if shape == "tiny" {
 		if d := emuDevice(b); d != nil {
 			dev, name = d, "emulated"
@@ -260,5 +286,19 @@ func BenchmarkAttention(b *testing.B) {
 			b.ReportMetric(fwdSec/float64(b.N)*1e3, "fwd-ms")
 			b.ReportMetric(3.5*fwd/sec/1e12, "TFLOP/s")
 		})
+	}
+}
+
+func TestBF16Peak(t *testing.T) {
+	for name, want := range map[string]float64{
+		"GPU 0: NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)": 989,
+		"NVIDIA H100 PCIe":        756,
+		"NVIDIA H200":             989,
+		"NVIDIA A100-SXM4-80GB":   312,
+		"NVIDIA GeForce RTX 4090": 0,
+	} {
+		if got := bf16Peak(name); got != want {
+			t.Errorf("%s: peak %v, want %v", name, got, want)
+		}
 	}
 }

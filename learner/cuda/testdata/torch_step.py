@@ -125,7 +125,14 @@ def main():
     params = sum(p.numel() for p in m.parameters())
     tokens = a.seq * a.batch
     flops = 6 * params * tokens + 6 * s["layers"] * s["heads"] * s["head_dim"] * a.batch * a.seq * a.seq / 2
+    name = torch.cuda.get_device_name() if dev == "cuda" else "cpu"
+    # Dense bf16 tensor-core peaks, TFLOP/s (NVIDIA's datasheets), as
+    # BenchmarkTrainingStep's bf16Peaks: the first fragment of the name
+    # that matches.
+    peaks = [("H100 PCIe", 756), ("H100 NVL", 835), ("H100", 989), ("H200", 989), ("GH200", 989), ("A100", 312), ("L40S", 362)]
+    peak = next((p for frag, p in peaks if frag in name), 0)
     print(json.dumps({
+        "mfu_pct": round(100 * flops / sec / 1e12 / peak, 2) if peak else None,
         "torch": torch.__version__, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "shape": a.shape,
         "seq": a.seq, "batch": a.batch, "dtype": a.dtype, "ms_per_step": round(sec * 1e3, 2),
         "tokens_per_s": round(tokens / sec, 1), "tflops": round(flops / sec / 1e12, 3), "loss": round(float(loss), 5),
