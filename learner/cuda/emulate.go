@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -76,11 +78,17 @@ func emuBuild(cacheDir, out, main string, extra ...string) (string, error) {
 			fmt.Fprintf(&reg, "{%q, invoker(%s)},\n", k, k)
 		}
 	}
-	common, err := Header("common.cuh")
+	headers, err := fs.Glob(kernelFS, "kernels/*.cuh")
 	if err != nil {
 		return "", err
 	}
-	files["common.cuh"] = common
+	for _, h := range headers {
+		text, err := Header(path.Base(h))
+		if err != nil {
+			return "", err
+		}
+		files[path.Base(h)] = text
+	}
 	files["kernels.inc"] = inc.String()
 	files["registry.inc"] = reg.String()
 	for _, name := range []string{"cuda_emu.h", "registry.h", main} {

@@ -1,4 +1,5 @@
 #include "common.cuh"
+#include "flash.cuh"
 
 // Tiled causal grouped-query attention over packed sequences: the same
 // contract as attention.cu's attn_fwd, attn_bwd_dq and attn_bwd_dkdv (same
@@ -39,7 +40,6 @@ __device__ __forceinline__ void flash_load(float (*S)[D + 1], const T *src, int 
 	}
 }
 
-__device__ __forceinline__ int flash_imin(int a, int b) { return a < b ? a : b; }
 
 // flash_rowmax and flash_rowsum reduce over a row's eight threads.
 __device__ __forceinline__ float flash_rowmax(float v) {
@@ -51,12 +51,6 @@ __device__ __forceinline__ float flash_rowsum(float v) {
 	return v;
 }
 
-// flash_kmin is the smallest start among queries [q0, q0+n) of a row.
-__device__ __forceinline__ int flash_kmin(const int *st, int q0, int n) {
-	int k = q0;
-	for (int t = q0; t < q0 + n; t++) k = flash_imin(k, st[t]);
-	return k;
-}
 
 // flash_fwd: grid batch·heads·ceil(seqLen/R) blocks of FLASH_THREADS.
 template <typename T, int D, int R, int C>

@@ -1,4 +1,5 @@
 #include "common.cuh"
+#include "flash.cuh"
 
 // Tiled causal GQA attention forward on the tensor cores: flash.cu's
 // flash_fwd contract (arguments, layouts, lse), with the two products of
@@ -43,8 +44,6 @@ __device__ __forceinline__ unsigned ftc_pair(const bf16 *p) {
 	return *(const unsigned *)p;
 #endif
 }
-
-__device__ __forceinline__ int ftc_imin(int a, int b) { return a < b ? a : b; }
 
 // ftc_bnk is the B fragment of n-tile j, k-slice kk, from S stored with a
 // row per n (as keys [key][dim] for Q·Kᵀ): b[0] holds k 2t, 2t+1 of n g,
@@ -108,7 +107,7 @@ __device__ void flash_fwd_tc(T *out, float *lse, const T *q, const T *k, const T
 	int h = (int)(rh % heads), r = (int)(rh / heads);
 	int kh = h / (heads / kvHeads);
 	int qd = heads * headDim, kd = kvHeads * headDim;
-	int nq = ftc_imin(R, seqLen - q0);
+	int nq = flash_imin(R, seqLen - q0);
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const int *sq = starts + (long)r * seqLen;
 	const T *qb = q + (long)r * seqLen * qd + h * headDim;
@@ -132,11 +131,10 @@ __device__ void flash_fwd_tc(T *out, float *lse, const T *q, const T *k, const T
 #pragma unroll
 		for (int x = 0; x < 4; x++) o[j][x] = 0.f;
 
-	int kmin = q0;
-	for (int i = q0; i < q0 + nq; i++) kmin = ftc_imin(kmin, sq[i]);
+	int kmin = flash_kmin(sq, q0, nq);
 	int kend = q0 + nq; // keys [kmin, kend)
 	for (int c0 = kmin; c0 < kend; c0 += C) {
-		int nc = ftc_imin(C, kend - c0);
+		int nc = flash_imin(C, kend - c0);
 		__syncthreads(); // the last tile's readers are done
 		ftc_load<D, C>(Ks, kb, c0, nc, kd, headDim);
 		ftc_load<D, C>(Vs, vb, c0, nc, kd, headDim);
@@ -240,7 +238,7 @@ __device__ void flash_bwd_dq_tc(T *dq, const T *dout, const T *q, const T *k, co
 	int h = (int)(rh % heads), r = (int)(rh / heads);
 	int kh = h / (heads / kvHeads);
 	int qd = heads * headDim, kd = kvHeads * headDim;
-	int nq = ftc_imin(R, seqLen - q0);
+	int nq = flash_imin(R, seqLen - q0);
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const int *sq = starts + (long)r * seqLen;
 	const T *kb = k + (long)r * seqLen * kd + kh * headDim;
@@ -267,11 +265,10 @@ __device__ void flash_bwd_dq_tc(T *dq, const T *dout, const T *q, const T *k, co
 #pragma unroll
 		for (int x = 0; x < 4; x++) acc[j][x] = 0.f;
 
-	int kmin = q0;
-	for (int i = q0; i < q0 + nq; i++) kmin = ftc_imin(kmin, sq[i]);
+	int kmin = flash_kmin(sq, q0, nq);
 	int kend = q0 + nq;
 	for (int c0 = kmin; c0 < kend; c0 += C) {
-		int nc = ftc_imin(C, kend - c0);
+		int nc = flash_imin(C, kend - c0);
 		__syncthreads();
 		ftc_load<D, C>(Ks, kb, c0, nc, kd, headDim);
 		ftc_load<D, C>(Vs, vb, c0, nc, kd, headDim);
@@ -348,7 +345,7 @@ __device__ void flash_bwd_dkdv_tc(T *dk, T *dv, const T *dout, const T *q, const
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	float scale = 1.f / sqrtf((float)headDim);
 	const int *sq = starts + (long)r * seqLen;
-	int klast = ftc_imin(k0 + R, seqLen) - 1;
+	int klast = flash_imin(k0 + R, seqLen) - 1;
 
 	int key[2];
 #pragma unroll
@@ -371,7 +368,7 @@ __device__ void flash_bwd_dkdv_tc(T *dk, T *dv, const T *dout, const T *q, const
 		// Queries before k0 see none of these keys; from the first query
 		// whose sequence starts after klast on, none do.
 		for (int c0 = k0; c0 < seqLen && sq[c0] <= klast; c0 += C) {
-			int nc = ftc_imin(C, seqLen - c0);
+			int nc = flash_imin(C, seqLen - c0);
 			__syncthreads();
 			ftc_load<D, C>(Qs, qb, c0, nc, qd, headDim);
 			ftc_load<D, C>(Os, ob, c0, nc, qd, headDim);
