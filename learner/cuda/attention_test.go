@@ -148,8 +148,7 @@ func TestPlanAttention(t *testing.T) {
 		}
 	}
 	// With bf16 products the tiled passes are the tensor-core ones, 64
-	// queries (or keys) a block; over 64 dimensions the backward stays
-	// flash.cu's.
+	// queries (or keys) a block.
 	starts := append(append([]int32{}, st...), st...)
 	pl := planAttention(TiledAttention, "bf16", true, starts, 2, 100, 14, 2, 64, 128)
 	if pl.fwd != "flash_fwd_tc_bf16_d64" || pl.fwdGrid.X != 2*14*2 || pl.dq != "flash_bwd_dq_tc_bf16_d64" || pl.dqGrid.X != 2*14*2 ||
@@ -157,7 +156,7 @@ func TestPlanAttention(t *testing.T) {
 		t.Errorf("tensor cores, headDim 64: %s over %d blocks, %s over %d, %s over %d", pl.fwd, pl.fwdGrid.X, pl.dq, pl.dqGrid.X, pl.dkdv, pl.dkdvGrid.X)
 	}
 	pl = planAttention(TiledAttention, "bf16", true, starts, 2, 100, 14, 2, 128, 128)
-	if pl.fwd != "flash_fwd_tc_bf16_d128" || pl.fwdGrid.X != 2*14*2 || pl.dq != "flash_bwd_dq_bf16_d128" || pl.dqGrid.X != 2*14*7 {
+	if pl.fwd != "flash_fwd_tc_bf16_d128" || pl.fwdGrid.X != 2*14*2 || pl.dq != "flash_bwd_dq_tc_bf16_d128" || pl.dqGrid.X != 2*14*2 {
 		t.Errorf("tensor cores, headDim 128: %s over %d blocks, %s over %d", pl.fwd, pl.fwdGrid.X, pl.dq, pl.dqGrid.X)
 	}
 	if pl := planAttention(WarpAttention, "f32", true, starts, 2, 100, 14, 2, 64, 128); pl.fwd != "attn_fwd_f32" {

@@ -39,8 +39,7 @@ type DeviceBackend struct {
 	// for the device around each.
 	Prof *OpProfile
 	// AttnTensorCores runs the tiled attention on the tensor cores
-	// (kernels/flash_tc.cu: the forward pass, and the backward up to 64
-	// dimensions a head) when GEMM is BF16. Off by default: it has not
+	// (kernels/flash_tc.cu) when GEMM is BF16. Off by default: it has not
 	// run on a GPU yet.
 	AttnTensorCores bool
 

@@ -55,7 +55,7 @@ const flashTCRows = 64
 // along a row (packed sequences); otherwise, or when kind is
 // WarpAttention, the warp kernels run with warpBlock threads a block.
 // With tc (matrix products in bf16) the tiled passes are the tensor-core
-// ones: the forward for every bound, the backward up to 64.
+// ones.
 func planAttention(kind AttentionKernels, dt string, tc bool, starts []int32, batch, seqLen, heads, kvHeads, headDim, warpBlock int) attnPlan {
 	nl := batch * heads * seqLen
 	warps := warpBlock / 32
@@ -81,11 +81,9 @@ func planAttention(kind AttentionKernels, dt string, tc bool, starts []int32, ba
 		if tc {
 			p.fwd = "flash_fwd_tc" + sfx
 			p.fwdGrid = D1(max(1, batch*heads*tiles(flashTCRows)))
-			if f.d <= 64 { // flash_tc.cu has no D = 128 backward
-				p.dq, p.dkdv = "flash_bwd_dq_tc"+sfx, "flash_bwd_dkdv_tc"+sfx
-				p.dqGrid = D1(max(1, batch*heads*tiles(flashTCRows)))
-				p.dkdvGrid = D1(max(1, batch*kvHeads*tiles(flashTCRows)))
-			}
+			p.dq, p.dkdv = "flash_bwd_dq_tc"+sfx, "flash_bwd_dkdv_tc"+sfx
+			p.dqGrid = D1(max(1, batch*heads*tiles(flashTCRows)))
+			p.dkdvGrid = D1(max(1, batch*kvHeads*tiles(flashTCRows)))
 		}
 		return p
 	}

@@ -437,10 +437,10 @@ __device__ void flash_bwd_dkdv_tc(T *dk, T *dv, const T *dout, const T *q, const
 }
 
 // The kernels per input type and head-dimension bound D: the forward pass
-// with key tiles of 64 for D ≤ 64 and 32 for D = 128; the backward passes
-// for D ≤ 64, tiles of 32 (a D = 128 backward would not keep its
-// fragments in registers: the Go side runs flash.cu's there). The Go
-// side's planAttention picks them.
+// with key tiles of 64 for D ≤ 64 and 32 for D = 128; dq with tiles of 32;
+// dK/dV with tiles of 32, and of 16 for D = 128, whose 16×128 dK and dV
+// accumulators take most of a thread's registers. The Go side's
+// planAttention picks them.
 extern "C" __global__ void flash_fwd_tc_f32_d32(float *out, float *lse, const float *q, const float *k, const float *v, const int *starts,
 					       int batch, int seqLen, int heads, int kvHeads, int headDim) {
 	flash_fwd_tc<float, 32, 64>(out, lse, q, k, v, starts, batch, seqLen, heads, kvHeads, headDim);
@@ -500,4 +500,22 @@ extern "C" __global__ void flash_bwd_dkdv_tc_bf16_d64(bf16 *dk, bf16 *dv, const 
 					const float *lse, const float *delta, const int *starts, int batch, int seqLen, int heads, int kvHeads,
 					int headDim) {
 	flash_bwd_dkdv_tc<bf16, 64, 32>(dk, dv, dout, q, k, v, lse, delta, starts, batch, seqLen, heads, kvHeads, headDim);
+}
+extern "C" __global__ void flash_bwd_dq_tc_f32_d128(float *dq, const float *dout, const float *q, const float *k, const float *v, const float *lse,
+					 const float *delta, const int *starts, int batch, int seqLen, int heads, int kvHeads, int headDim) {
+	flash_bwd_dq_tc<float, 128, 32>(dq, dout, q, k, v, lse, delta, starts, batch, seqLen, heads, kvHeads, headDim);
+}
+extern "C" __global__ void flash_bwd_dkdv_tc_f32_d128(float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v,
+					   const float *lse, const float *delta, const int *starts, int batch, int seqLen, int heads, int kvHeads,
+					   int headDim) {
+	flash_bwd_dkdv_tc<float, 128, 16>(dk, dv, dout, q, k, v, lse, delta, starts, batch, seqLen, heads, kvHeads, headDim);
+}
+extern "C" __global__ void flash_bwd_dq_tc_bf16_d128(bf16 *dq, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
+					 const float *delta, const int *starts, int batch, int seqLen, int heads, int kvHeads, int headDim) {
+	flash_bwd_dq_tc<bf16, 128, 32>(dq, dout, q, k, v, lse, delta, starts, batch, seqLen, heads, kvHeads, headDim);
+}
+extern "C" __global__ void flash_bwd_dkdv_tc_bf16_d128(bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
+					   const float *lse, const float *delta, const int *starts, int batch, int seqLen, int heads, int kvHeads,
+					   int headDim) {
+	flash_bwd_dkdv_tc<bf16, 128, 16>(dk, dv, dout, q, k, v, lse, delta, starts, batch, seqLen, heads, kvHeads, headDim);
 }
