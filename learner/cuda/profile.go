@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -37,8 +38,8 @@ func (p *OpProfile) Ops() []OpTime {
 		out = append(out, *o)
 	}
 	slices.SortFunc(out, func(a, b OpTime) int {
-		if a.Total != b.Total {
-			return int(b.Total - a.Total)
+		if c := cmp.Compare(b.Total, a.Total); c != 0 {
+			return c
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
