@@ -410,6 +410,11 @@ func detachNode(verb string, args []string, stdout, stderr io.Writer) int {
 		}
 		select {
 		case <-exited:
+			// Read the log again: b was read before the node wrote its
+			// last words and exited.
+			if last, err := os.ReadFile(logPath); err == nil {
+				b = last
+			}
 			fmt.Fprintf(stderr, "rlnode %s --detach: the node exited (log %s):\n%s", verb, logPath, b)
 			return 1
 		case <-time.After(100 * time.Millisecond):

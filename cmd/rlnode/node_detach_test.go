@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,5 +68,21 @@ func TestNodeCommandsHelp(t *testing.T) {
 	_, stderr, code := runRlnode(t, home, "stop", "--address", "no-such-node")
 	if code != 1 || !strings.Contains(stderr, "no node with gossip address, control address or id no-such-node") {
 		t.Errorf("stop --address NODE_ID: exit %d:\n%s", code, stderr)
+	}
+}
+
+// A detached node that fails to come up is reported with the reason from
+// its log (here: its port is taken), not only with the log's name.
+func TestDetachFailureSaysWhy(t *testing.T) {
+	home := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// memberlist binds TCP and UDP on the port: hold the TCP side.
+	_, stderr, code := runRlnode(t, home, "start", "--bind", l.Addr().String(), "--detach")
+	if code != 1 || !strings.Contains(stderr, "the node exited") || !strings.Contains(stderr, "address already in use") {
+		t.Errorf("start --detach on a port in use: exit %d, want 1 and the reason:\n%s", code, stderr)
 	}
 }
