@@ -97,5 +97,10 @@ func ModelDir(path string) (string, error) {
 	if _, err := os.Stat(path); err == nil || !IsHubID(path) {
 		return path, nil
 	}
-	return HubSnapshot(path)
+	dir, err := HubSnapshot(path)
+	if err != nil {
+		// ORG/NAME is also a relative path: say that it is not one here.
+		return "", fmt.Errorf("%s: no such folder here, and %w", path, err)
+	}
+	return dir, nil
 }

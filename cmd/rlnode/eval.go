@@ -197,18 +197,24 @@ func evalTarget(model, recipe *string) error {
 	if err != nil {
 		return fmt.Errorf("--model: %w", err)
 	}
+	if st, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("--model: %w", err)
+	} else if !st.IsDir() {
+		return fmt.Errorf("--model %s: not a folder (want a run folder, a checkpoint folder or a hub model id)", dir)
+	}
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
-		if _, err := os.Stat(filepath.Join(dir, "checkpoints")); err == nil {
-			ck, _, _, err := train.NewestIntact(dir)
-			if err != nil {
-				return fmt.Errorf("--model %s (a run folder): %w", dir, err)
-			}
-			if *recipe == "" {
-				*recipe = filepath.Join(dir, recipes.ResolvedFile)
-			}
-			*model = ck
-			return nil
+		if _, err := os.Stat(filepath.Join(dir, "checkpoints")); err != nil {
+			return fmt.Errorf("--model %s: neither a run folder (no checkpoints/) nor a checkpoint (no config.json)", dir)
 		}
+		ck, _, _, err := train.NewestIntact(dir)
+		if err != nil {
+			return fmt.Errorf("--model %s (a run folder): %w", dir, err)
+		}
+		if *recipe == "" {
+			*recipe = filepath.Join(dir, recipes.ResolvedFile)
+		}
+		*model = ck
+		return nil
 	}
 	*model = dir
 	if *recipe == "" {
