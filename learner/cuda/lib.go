@@ -39,15 +39,22 @@ func openLibrary(what string, candidates []string) (*library, error) {
 		return nil, fmt.Errorf("%s: %w: only Linux is supported, this is %s", what, ErrNoLibrary, runtime.GOOS)
 	}
 	var absent, msgs []string
+	// dlerror's message belongs to the thread that called dlopen: keep
+	// this goroutine on one thread from the call to the message.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	for _, c := range candidates {
 		h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err == nil {
 			return &library{path: c, handle: h}, nil
 		}
-		if strings.HasSuffix(err.Error(), notFound) {
+		switch msg := err.Error(); {
+		case strings.HasSuffix(msg, notFound):
 			absent = append(absent, c)
-		} else {
-			msgs = append(msgs, err.Error())
+		case strings.TrimSpace(msg) == "":
+			msgs = append(msgs, c+": not loaded (the dynamic linker gave no reason)")
+		default:
+			msgs = append(msgs, msg)
 		}
 	}
 	if len(absent) > 0 {
