@@ -162,6 +162,8 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"placement.rollout.custom.tpu=-1"}, "placement.rollout.custom.tpu: -1: must not be negative"},
 		{[]string{"placement.learner_shards=0"}, "placement.learner_shards: 0: want a positive integer"},
 		{[]string{"schedule.steps=0"}, "schedule.steps: 0: want a positive integer"},
+		// The warm-up is not also blamed for a bad step count.
+		{[]string{"algorithm.warmup=5", "schedule.steps=-1"}, "schedule.steps: -1: want a positive integer"},
 		{[]string{"checkpoint.keep=-1"}, "checkpoint.keep: -1: must not be negative"},
 	}
 	for _, c := range cases {

@@ -469,7 +469,7 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 		c.add("algorithm.min_lr", "%v: only the cosine schedule decays to min_lr", a.MinLR)
 	}
 	c.nonNegative("algorithm.warmup", a.Warmup)
-	if a.Warmup > r.Schedule.Steps {
+	if r.Schedule.Steps > 0 && a.Warmup > r.Schedule.Steps { // a bad schedule.steps has its own error
 		c.add("algorithm.warmup", "%d: more warm-up steps than schedule.steps %d", a.Warmup, r.Schedule.Steps)
 	}
 	c.nonNegativeF("algorithm.weight_decay", a.WeightDecay)

@@ -147,7 +147,15 @@ func recipeShowValidate(verb string, args []string, stdout, stderr io.Writer) in
 	}
 	switch {
 	case verb == "validate":
-		fmt.Fprintf(stdout, "%s: ok (%s, %s, %s episodes, %d steps)\n", pos[0], l.Name, l.Algorithm.Name, l.Episode.Type, l.Schedule.Steps)
+		steps := fmt.Sprintf("%d steps", l.Schedule.Steps)
+		if l.SFT.Steps > 0 {
+			upTo := ""
+			if l.SFT.Until != nil {
+				upTo = "up to "
+			}
+			steps = fmt.Sprintf("%s%d SFT warm-up steps, then %d RL steps", upTo, l.SFT.Steps, l.Schedule.Steps)
+		}
+		fmt.Fprintf(stdout, "%s: ok (%s, %s, %s episodes, %s)\n", pos[0], l.Name, l.Algorithm.Name, l.Episode.Type, steps)
 	case resolved || len(sets) > 0:
 		if err := l.WriteResolved(stdout); err != nil {
 			fmt.Fprintf(stderr, "rlnode recipe show: %v\n", err)

@@ -23,7 +23,7 @@ func TestRecipeCommand(t *testing.T) {
 	}
 
 	out, errOut, code = runRlnode(t, home, "recipe", "validate", "quickstart", "--set", "algorithm.lr=1e-4", "--set", "schedule.steps=100")
-	if code != 0 || !strings.Contains(out, "quickstart: ok (quickstart, grpo, single episodes, 100 steps)") {
+	if code != 0 || !strings.Contains(out, "quickstart: ok (quickstart, grpo, single episodes, 300 SFT warm-up steps, then 100 RL steps)") {
 		t.Errorf("validate quickstart: exit %d\n%s%s", code, out, errOut)
 	}
 
