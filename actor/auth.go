@@ -89,11 +89,17 @@ func (p *memberProof) client(c net.Conn) error {
 	return nil
 }
 
+// errNoHello: the connection closed before its first byte.
+var errNoHello = errors.New("closed before the challenge")
+
 // server checks the client's proof and proves membership back. The caller
 // bounds it with a deadline on c.
 func (p *memberProof) server(c net.Conn) error {
 	var hello [len(proofMagic) + proofNonceLen]byte
 	if _, err := io.ReadFull(c, hello[:len(proofMagic)]); err != nil {
+		if errors.Is(err, io.EOF) { // not one byte: a liveness probe, or a client that left
+			return fmt.Errorf("member handshake: %w", errNoHello)
+		}
 		return fmt.Errorf("member handshake: read challenge: %w", err)
 	}
 	if string(hello[:len(proofMagic)]) != proofMagic {

@@ -309,7 +309,12 @@ func (b *Bulk) handleLocal(c *net.UnixConn) {
 	}
 	if p := b.sys.proof; p != nil {
 		if err := p.server(c); err != nil {
-			b.sys.warn.Warn(b.sys.log, "bulk: refusing a same-host connection", "err", err)
+			// A connection closed before its first byte is a liveness
+			// probe (sweepLocal, run by every node that starts) or a
+			// client that left: nothing to warn about.
+			if !errors.Is(err, errNoHello) {
+				b.sys.warn.Warn(b.sys.log, "bulk: refusing a same-host connection", "err", err)
+			}
 			return
 		}
 	}

@@ -10,11 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -663,4 +665,59 @@ func TestLocalViewOwnerKilled(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("the view waited for its context to end")
 	}
+}
+
+// A same-host connection closed before its first byte (every starting
+// node probes the sockets it finds this way) logs nothing; a failed
+// handshake logs a warning.
+func TestLocalProbeIsNotWarned(t *testing.T) {
+	var logs syncBuffer
+	s, err := Start(Config{Secret: []byte("local key"), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	path := s.Bulk().LocalPath()
+	if path == "" {
+		t.Skip("no same-host path on this machine")
+	}
+	dial := func(then func(net.Conn)) {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		then(c)
+		c.Close()
+	}
+	dial(func(net.Conn) {}) // the probe
+	dial(func(c net.Conn) { // another key: refused, and warned about
+		p, _ := newMemberProof([]byte("another key"))
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		_ = p.client(c)
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "refusing a same-host connection") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := strings.Count(logs.String(), "refusing a same-host connection"); n != 1 || !strings.Contains(logs.String(), "proof") {
+		t.Errorf("want one warning, for the wrong key, none for the probe; logs:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

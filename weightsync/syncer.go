@@ -288,12 +288,15 @@ func (s *Syncer) watch(ctx context.Context, t *target) {
 		if n.State == cluster.Alive {
 			continue
 		}
-		s.remove(t, fmt.Sprintf("actor %s on node %s: %s (%s)", t.name, n.Node, n.State, n.Cause))
+		s.remove(t, fmt.Sprintf("actor %s on node %s: %s (%s)", t.name, n.Node, n.State, n.Cause), true)
 		return
 	}
 }
 
-// Remove unregisters an engine; its status lists cause.
+// Remove unregisters an engine; its status lists cause. The caller owns
+// the engine and says why it goes, so the log line is information, not a
+// warning (an engine the syncer itself drops, dead or failing its push, is
+// a warning).
 func (s *Syncer) Remove(name, cause string) bool {
 	s.mu.Lock()
 	t := s.targets[name]
@@ -301,10 +304,10 @@ func (s *Syncer) Remove(name, cause string) bool {
 	if t == nil {
 		return false
 	}
-	return s.remove(t, cause)
+	return s.remove(t, cause, false)
 }
 
-func (s *Syncer) remove(t *target, cause string) bool {
+func (s *Syncer) remove(t *target, cause string, warn bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.targets[t.name] != t {
@@ -316,7 +319,11 @@ func (s *Syncer) remove(t *target, cause string) bool {
 	st.Removed = cause
 	s.removed = append(s.removed, st)
 	s.notifyLocked()
-	s.log.Warn("engine removed", "engine", t.name, "node", t.node, "cause", cause)
+	if warn {
+		s.log.Warn("engine removed", "engine", t.name, "node", t.node, "cause", cause)
+	} else {
+		s.log.Info("engine removed", "engine", t.name, "node", t.node, "cause", cause)
+	}
 	return true
 }
 
@@ -488,7 +495,7 @@ func (s *Syncer) Publish(ctx context.Context, version int64, u weights.Update) (
 		}
 		e := &EngineError{Engine: o.t.name, Node: o.t.node, Err: o.err}
 		rep.Failed = append(rep.Failed, e)
-		s.remove(o.t, fmt.Sprintf("push version %d: %v", version, o.err))
+		s.remove(o.t, fmt.Sprintf("push version %d: %v", version, o.err), true)
 	}
 	sort.Slice(rep.Applied, func(i, j int) bool { return rep.Applied[i].Name < rep.Applied[j].Name })
 	sort.Slice(rep.Failed, func(i, j int) bool { return rep.Failed[i].Engine < rep.Failed[j].Engine })
