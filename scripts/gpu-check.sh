@@ -27,10 +27,10 @@
 # reports the host. GPU_CHECK_STEP=0 skips the timing, GPU_CHECK_STEP_CPU=0
 # the CPU backend's (the slowest part); the bf16 step is timed again keeping
 # the layers' activations as bf16 (GPU_CHECK_ACTBF16=0 skips it; the
-# allocator's line gives the memory), and with the attention's forward
-# pass on the tensor cores (GPU_CHECK_TC=0 skips it), and once more with
-# every device op timed alone (GPU_CHECK_PROFILE=0 skips it). Then the data-parallel ranks on the
-# GPU: learner/shard's device tests (two ranks on the GPU against one
+# allocator's line gives the memory), with the attention on the tensor
+# cores (GPU_CHECK_TC=0 skips it), and once more with every device op
+# timed alone (GPU_CHECK_PROFILE=0 skips it). Then the data-parallel ranks
+# on the GPU: learner/shard's device tests (two ranks on the GPU against one
 # learner, ZeRO stage 0 and 1 with the update on the device, the ZeRO-1
 # checkpoint and resume, the bytes a step copies to the host and through
 # page-locked buffers) and a timed step of one learner and of two ranks
@@ -48,7 +48,7 @@
 # log probs and gradients of a Qwen2.5-0.5B-shaped checkpoint on the GPU
 # against PyTorch's on the GPU (torchcheck below; GPU_CHECK_TORCH=0 skips
 # it). And one attention's forward and backward passes timed with each
-# kernel family beside PyTorch's scaled_dot_product_attention (attention
+# kind of kernel beside PyTorch's scaled_dot_product_attention (attention
 # below; GPU_CHECK_ATTN=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -168,7 +168,7 @@ run() {
 		cat "$log/decode.txt"
 	fi
 	if [ -s "$log/attention.txt" ]; then
-		echo "== attention forward+backward, fp32 (Qwen2.5-0.5B heads): warp-per-query and tiled kernels, PyTorch SDPA"
+		echo "== attention forward+backward (Qwen2.5-0.5B heads): warp-per-query, tiled and tensor-core kernels, PyTorch SDPA"
 		cat "$log/attention.txt"
 	fi
 	echo "== training step (Qwen2.5-0.5B shape, random weights)"
@@ -198,8 +198,8 @@ step() {
 		(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_ACTBF16=1 timeout 90 "$bin" -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-bf16acts' -test.benchtime 1x -test.timeout=85s) 2>&1 |
 			grep -E 'Benchmark|allocator|FAIL|panic' || echo "device backend with bf16 activations: no figure (timed out after 90 s?)"
 	fi
-	# The attention's forward pass on the tensor cores (opt-in until seen
-	# here): the bf16 step again with it.
+	# The attention on the tensor cores (opt-in until seen here): the bf16
+	# step again with it.
 	if [ "${GPU_CHECK_TC:-1}" != 0 ]; then
 		(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_TC=1 timeout 90 "$bin" -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-tc' -test.benchtime 3x -test.timeout=85s) 2>&1 |
 			grep -E 'Benchmark|FAIL|panic' || echo "device backend with tensor-core attention: no figure (timed out after 90 s?)"
@@ -236,8 +236,8 @@ step() {
 }
 
 # attention times one causal attention's forward and backward passes on
-# the GPU with the warp-per-query kernels and the tiled ones
-# (BenchmarkAttention), and PyTorch's scaled_dot_product_attention on the
+# the GPU with the warp-per-query kernels, the tiled ones and the
+# tensor-core ones (BenchmarkAttention), and PyTorch's scaled_dot_product_attention on the
 # same shape (torch_attention.py, float32 and bfloat16).
 attention() {
 	local dir=$1 rc=0

@@ -210,8 +210,8 @@ func BenchmarkTrainingStep(b *testing.B) {
 
 // BenchmarkAttention times one causal attention's forward and backward
 // passes (Attention, then AttentionBackward, fp32) on the device backend
-// with the warp-per-query kernels, the tiled ones, and the tiled ones with
-// the forward pass on the tensor cores (tiled-tc: bf16 products), on the GPU
+// with the warp-per-query kernels, the tiled ones, and the tensor-core
+// ones (tiled-tc: bf16 products), on the GPU
 // where there is one, else on the emulated device at a small shape.
 // RLNODE_ATTN_SEQ and RLNODE_ATTN_BATCH set the rows (one sequence each;
 // default 1024 × 8 on a GPU), the heads are Qwen2.5-0.5B's (14 query, 2
