@@ -197,15 +197,10 @@ func evalTarget(model, recipe *string) error {
 	if err != nil {
 		return fmt.Errorf("--model: %w", err)
 	}
-	if st, err := os.Stat(dir); err != nil {
-		return fmt.Errorf("--model: %w", err)
-	} else if !st.IsDir() {
-		return fmt.Errorf("--model %s: not a folder (want a run folder, a checkpoint folder or a hub model id)", dir)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
-		if _, err := os.Stat(filepath.Join(dir, "checkpoints")); err != nil {
-			return fmt.Errorf("--model %s: neither a run folder (no checkpoints/) nor a checkpoint (no config.json)", dir)
-		}
+	st, statErr := os.Stat(dir)
+	_, cfgErr := os.Stat(filepath.Join(dir, "config.json"))
+	_, runErr := os.Stat(filepath.Join(dir, "checkpoints"))
+	if statErr == nil && st.IsDir() && cfgErr != nil && runErr == nil {
 		ck, _, _, err := train.NewestIntact(dir)
 		if err != nil {
 			return fmt.Errorf("--model %s (a run folder): %w", dir, err)
@@ -217,10 +212,18 @@ func evalTarget(model, recipe *string) error {
 		return nil
 	}
 	*model = dir
-	if *recipe == "" {
-		return fmt.Errorf("--model %s is a checkpoint, not a run folder: give --recipe RECIPE", dir)
+	if *recipe != "" {
+		return nil // the model is checked after the recipe (verifyModel)
 	}
-	return nil
+	switch {
+	case statErr != nil:
+		return fmt.Errorf("--model: %w", statErr)
+	case !st.IsDir():
+		return fmt.Errorf("--model %s: not a folder (want a run folder, a checkpoint folder or a hub model id)", dir)
+	case cfgErr != nil:
+		return fmt.Errorf("--model %s: neither a run folder (no checkpoints/) nor a checkpoint (no config.json)", dir)
+	}
+	return fmt.Errorf("--model %s is a checkpoint, not a run folder: give --recipe RECIPE", dir)
 }
 
 // evaluate runs the model in dir greedily on cfg's held-out problems (the
