@@ -16,11 +16,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/rlnode/rlnode/internal/logbuf"
 	"github.com/rlnode/rlnode/internal/proctest"
 	"golang.org/x/sys/unix"
 )
@@ -671,7 +671,7 @@ func TestLocalViewOwnerKilled(t *testing.T) {
 // node probes the sockets it finds this way) logs nothing; a failed
 // handshake logs a warning.
 func TestLocalProbeIsNotWarned(t *testing.T) {
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	s, err := Start(Config{Secret: []byte("local key"), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -702,22 +702,4 @@ func TestLocalProbeIsNotWarned(t *testing.T) {
 	if n := strings.Count(logs.String(), "refusing a same-host connection"); n != 1 || !strings.Contains(logs.String(), "proof") {
 		t.Errorf("want one warning, for the wrong key, none for the probe; logs:\n%s", logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

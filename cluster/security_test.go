@@ -18,6 +18,7 @@ import (
 	pa "github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/internal/logbuf"
 	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -203,26 +204,8 @@ func countOpen(cs []net.Conn, wait time.Duration) int {
 	return open
 }
 
-// syncBuffer is a log sink for a test that reads it while nodes write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestGossipJunkWarningsAreRateLimited(t *testing.T) {
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	n, err := Start(context.Background(), Config{NodeID: "junked", Bind: "127.0.0.1:0", Key: testKey(t), CPUs: 1,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {

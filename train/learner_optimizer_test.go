@@ -1,36 +1,17 @@
 package train
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/logbuf"
 	"github.com/rlnode/rlnode/learner"
 )
-
-// lockedBuffer is a log sink safe for the driver's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A run saving checkpoints without optimizer state (checkpoint.optimizer
 // false): no optimizer file in its checkpoints, and a run resumed from one
@@ -52,7 +33,7 @@ func TestResumeWithoutOptimizerState(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ck, learner.OptimizerFile)); !os.IsNotExist(err) {
 		t.Errorf("%s in a checkpoint without optimizer state: %v", learner.OptimizerFile, err)
 	}
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	cfg := run(t.TempDir())
 	cfg.Resume = ck
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
