@@ -396,7 +396,7 @@ __device__ void flash_bwd_dkdv(T *dk, T *dv, const T *dout, const T *q, const T 
 // The kernels, per dtype and head dimension bound D. Tiles (R, C): forward
 // (64, 32) for D ≤ 64 and (32, 32) for D = 128; dq and dK/dV (64, 32),
 // (32, 32) and (16, 16) for D = 32, 64, 128: each under 48 KiB of shared
-// memory. The Go side's flashRows keeps R.
+// memory. The Go side's flashBounds keeps R.
 
 extern "C" __global__ void flash_fwd_f32_d32(float *out, float *lse, const float *q, const float *k, const float *v, const int *starts, int batch,
 					int seqLen, int heads, int kvHeads, int headDim) {

@@ -1,16 +1,16 @@
 #include "common.cuh"
 #include "flash.cuh"
 
-// Tiled causal GQA attention forward on the tensor cores: flash.cu's
-// flash_fwd contract (arguments, layouts, lse), with the two products of
-// each tile (scores Q·Kᵀ, output P·V) as bf16 mma.sync with fp32
-// accumulation, the online softmax in fp32 — what the device backend runs
-// when its matrix products are bf16. Inputs of either type are rounded to
-// bf16 for the products (q after the 1/√headDim scale), as are the
-// probabilities before P·V; the softmax's sums use them unrounded.
+// Tiled causal GQA attention on the tensor cores: flash.cu's contracts
+// (flash_fwd, flash_bwd_dq, flash_bwd_dkdv: arguments, layouts, lse), with
+// each tile's products as bf16 mma.sync with fp32 accumulation and the
+// softmax in fp32, for a device backend whose matrix products are bf16.
+// Inputs of either type are rounded to bf16 for the products (q or k after
+// the 1/√headDim scale), as are the probabilities and dS before they enter
+// a product; the softmax's sums use them unrounded.
 //
-// A block of FTC_THREADS (4 warps) owns 64 queries of one (batch row,
-// head), 16 per warp, and streams tiles of C keys and values through
+// Forward: a block of FTC_THREADS (4 warps) owns 64 queries of one (batch
+// row, head), 16 per warp, and streams tiles of C keys and values through
 // shared memory as bf16. A warp keeps its queries' A fragments (Q) in
 // registers; in each tile it computes its 16×C scores as C/8 fragments of
 // 16×8 (lane group g = lane/4 holds rows g and g+8, t = lane%4 columns
