@@ -352,18 +352,20 @@ func (b *DeviceBackend) SumRows(dst, x backend.Tensor, rows, cols int) {
 	defer b.done()
 	b.wrote(dst)
 	if cols > 0 && rows > 0 {
-		per, chunks := colChunks(rows)
+		per, chunks, grid := colChunks(rows, cols, b.block())
 		part := b.temp(4 * int64(chunks*cols))
-		b.launch("sum_rows_part_f32", D1(chunks*((cols+b.block()-1)/b.block())), part, p(x), int32(rows), int32(cols), int32(per))
+		b.launch("sum_rows_part_f32", grid, part, p(x), int32(rows), int32(cols), int32(per))
 		b.elems("sum_rows_finish_f32", cols, p(dst), part, int32(chunks), int32(cols))
 	}
 }
 
 // colChunks splits rows for the two-pass column sums: per rows a thread,
-// at most 4096 chunks.
-func colChunks(rows int) (per, chunks int) {
+// at most 4096 chunks, and the first pass's grid of blocks of block
+// threads (the column blocks of each chunk).
+func colChunks(rows, cols, block int) (per, chunks int, grid Dim3) {
 	per = max(64, (rows+4095)/4096)
-	return per, (rows + per - 1) / per
+	chunks = (rows + per - 1) / per
+	return per, chunks, D1(chunks * ((cols + block - 1) / block))
 }
 
 func (b *DeviceBackend) RMSNorm(out, rstd, x, w backend.Tensor, rows, cols int, eps float32) {
@@ -381,9 +383,9 @@ func (b *DeviceBackend) RMSNormBackward(dx, dw, dy, x, w, rstd backend.Tensor, r
 	b.launch("rmsnorm_bwd_dx_f32", D1(rows), p(dx), p(dy), p(x), p(w), p(rstd), int32(rows), int32(cols))
 	if dw != nil {
 		defer b.done()
-		per, chunks := colChunks(rows)
+		per, chunks, grid := colChunks(rows, cols, b.block())
 		part := b.temp(4 * int64(chunks*cols))
-		b.launch("rmsnorm_bwd_dw_part_f32", D1(chunks*((cols+b.block()-1)/b.block())), part, p(dy), p(x), p(rstd), int32(rows), int32(cols), int32(per))
+		b.launch("rmsnorm_bwd_dw_part_f32", grid, part, p(dy), p(x), p(rstd), int32(rows), int32(cols), int32(per))
 		b.elems("sum_rows_finish_f32", cols, p(dw), part, int32(chunks), int32(cols))
 	}
 }

@@ -82,9 +82,9 @@ func (k *KernelBackend) RMSNormBackward(dx, dw, dy, x, w, rstd backend.Tensor, r
 	n := rows * cols
 	k.launch("rmsnorm_bwd_dx_f32", D1(rows), host(dx)[:n], host(dy)[:n], host(x)[:n], host(w)[:cols], host(rstd)[:rows], int32(rows), int32(cols))
 	if dw != nil && rows > 0 {
-		per, chunks := colChunks(rows)
+		per, chunks, grid := colChunks(rows, cols, k.block().X)
 		part := make([]float32, chunks*cols)
-		k.launch("rmsnorm_bwd_dw_part_f32", D1(chunks*((cols+k.block().X-1)/k.block().X)), part, host(dy)[:n], host(x)[:n], host(rstd)[:rows], int32(rows), int32(cols), int32(per))
+		k.launch("rmsnorm_bwd_dw_part_f32", grid, part, host(dy)[:n], host(x)[:n], host(rstd)[:rows], int32(rows), int32(cols), int32(per))
 		k.launch("sum_rows_finish_f32", blocks(cols, k.block().X), host(dw)[:cols], part, int32(chunks), int32(cols))
 	}
 }
