@@ -31,61 +31,66 @@ func uploadBF16(t *testing.T, d Accel, x []uint16) Ptr {
 // (C not read: it holds NaN) and beta 1, fp32 and bf16 operands.
 func TestAccelGemm(t *testing.T) {
 	for name, d := range accels(t) {
-		for _, in := range []DType{F32, BF16} {
-			for _, tc := range []struct {
-				tA, tB  bool
-				batch   int
-				beta    float32
-				m, n, k int
-			}{
-				{false, false, 1, 0, 5, 7, 9}, {true, false, 1, 1, 6, 3, 4}, {false, true, 3, 0, 4, 5, 6}, {true, true, 2, 1, 3, 8, 5},
-			} {
-				rng := rand.New(rand.NewPCG(uint64(tc.m), uint64(tc.n)))
-				aRows, aCols, bRows, bCols := tc.m, tc.k, tc.k, tc.n
-				if tc.tA {
-					aRows, aCols = aCols, aRows
+		t.Run(name, func(t *testing.T) { accelGemm(t, name, d) })
+	}
+}
+
+// accelGemm is TestAccelGemm on d.
+func accelGemm(t *testing.T, name string, d Accel) {
+	for _, in := range []DType{F32, BF16} {
+		for _, tc := range []struct {
+			tA, tB  bool
+			batch   int
+			beta    float32
+			m, n, k int
+		}{
+			{false, false, 1, 0, 5, 7, 9}, {true, false, 1, 1, 6, 3, 4}, {false, true, 3, 0, 4, 5, 6}, {true, true, 2, 1, 3, 8, 5},
+		} {
+			rng := rand.New(rand.NewPCG(uint64(tc.m), uint64(tc.n)))
+			aRows, aCols, bRows, bCols := tc.m, tc.k, tc.k, tc.n
+			if tc.tA {
+				aRows, aCols = aCols, aRows
+			}
+			if tc.tB {
+				bRows, bCols = bCols, bRows
+			}
+			lda, ldb, ldc := aCols+2, bCols+1, tc.n+3
+			sa, sb, sc := aRows*lda+5, bRows*ldb, tc.m*ldc+1
+			a, b, c := randn(rng, tc.batch*sa, 1), randn(rng, tc.batch*sb, 1), randn(rng, tc.batch*sc, 1)
+			if in == BF16 {
+				roundBF16(a)
+				roundBF16(b)
+			}
+			want := clone(c)
+			blas.SgemmBatched(tc.tA, tc.tB, tc.batch, tc.m, tc.n, tc.k, 0.5, a, sa, lda, b, sb, ldb, tc.beta, want, sc, ldc)
+			if tc.beta == 0 {
+				for i := range c {
+					c[i] = float32(math.NaN())
 				}
-				if tc.tB {
-					bRows, bCols = bCols, bRows
+			}
+			var pa, pb Ptr
+			if in == F32 {
+				pa, pb = upload(t, d, a), upload(t, d, b)
+			} else {
+				pa, pb = uploadBF16(t, d, toBF16(a)), uploadBF16(t, d, toBF16(b))
+			}
+			pc := upload(t, d, c)
+			must(t, d.Gemm(Gemm{TransA: tc.tA, TransB: tc.tB, M: tc.m, N: tc.n, K: tc.k, Alpha: 0.5, Beta: tc.beta, In: in,
+				A: pa, LDA: lda, StrideA: int64(sa), B: pb, LDB: ldb, StrideB: int64(sb), C: pc, LDC: ldc, StrideC: int64(sc), Batch: tc.batch}))
+			got := make([]float32, len(c))
+			must(t, d.ToHost(f32Bytes(got), pc))
+			// Only the product's elements are compared: padding keeps
+			// what C held (NaN with beta 0).
+			var g, w []float32
+			for bi := 0; bi < tc.batch; bi++ {
+				for i := 0; i < tc.m; i++ {
+					o := bi*sc + i*ldc
+					g, w = append(g, got[o:o+tc.n]...), append(w, want[o:o+tc.n]...)
 				}
-				lda, ldb, ldc := aCols+2, bCols+1, tc.n+3
-				sa, sb, sc := aRows*lda+5, bRows*ldb, tc.m*ldc+1
-				a, b, c := randn(rng, tc.batch*sa, 1), randn(rng, tc.batch*sb, 1), randn(rng, tc.batch*sc, 1)
-				if in == BF16 {
-					roundBF16(a)
-					roundBF16(b)
-				}
-				want := clone(c)
-				blas.SgemmBatched(tc.tA, tc.tB, tc.batch, tc.m, tc.n, tc.k, 0.5, a, sa, lda, b, sb, ldb, tc.beta, want, sc, ldc)
-				if tc.beta == 0 {
-					for i := range c {
-						c[i] = float32(math.NaN())
-					}
-				}
-				var pa, pb Ptr
-				if in == F32 {
-					pa, pb = upload(t, d, a), upload(t, d, b)
-				} else {
-					pa, pb = uploadBF16(t, d, toBF16(a)), uploadBF16(t, d, toBF16(b))
-				}
-				pc := upload(t, d, c)
-				must(t, d.Gemm(Gemm{TransA: tc.tA, TransB: tc.tB, M: tc.m, N: tc.n, K: tc.k, Alpha: 0.5, Beta: tc.beta, In: in,
-					A: pa, LDA: lda, StrideA: int64(sa), B: pb, LDB: ldb, StrideB: int64(sb), C: pc, LDC: ldc, StrideC: int64(sc), Batch: tc.batch}))
-				got := make([]float32, len(c))
-				must(t, d.ToHost(f32Bytes(got), pc))
-				// Only the product's elements are compared: padding keeps
-				// what C held (NaN with beta 0).
-				var g, w []float32
-				for bi := 0; bi < tc.batch; bi++ {
-					for i := 0; i < tc.m; i++ {
-						o := bi*sc + i*ldc
-						g, w = append(g, got[o:o+tc.n]...), append(w, want[o:o+tc.n]...)
-					}
-				}
-				near(t, name+" gemm "+in.String(), g, w, tol{rel: 1e-5, abs: 1e-6})
-				for _, p := range []Ptr{pa, pb, pc} {
-					must(t, d.MemFree(p))
-				}
+			}
+			near(t, name+" gemm "+in.String(), g, w, tol{rel: 1e-5, abs: 1e-6})
+			for _, p := range []Ptr{pa, pb, pc} {
+				must(t, d.MemFree(p))
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -249,10 +250,48 @@ func testGPU(t testing.TB) Accel {
 	return gpu
 }
 
+// ownAccel is d, or in place of the process's shared GPU another handle
+// on GPU 0 for the test alone: for tests that close their backend, which
+// closes its device (the emulated devices are each test's own already).
+func ownAccel(t *testing.T, d Accel) Accel {
+	t.Helper()
+	if d != Accel(gpu) {
+		return d
+	}
+	g, err := OpenGPU(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
 func maxRelDiff(a, b []float32) float64 {
 	m := 0.0
 	for i := range a {
 		m = max(m, abs(float64(a[i]-b[i]))/max(abs(float64(b[i])), 1e-6))
 	}
 	return m
+}
+
+// TestForwardReportsDeviceFailure: a device that runs out of memory in the
+// middle of a forward pass makes Forward, and a training step, fail with
+// its error, not return the NaNs a failed device downloads.
+func TestForwardReportsDeviceFailure(t *testing.T) {
+	d := emuDevice(t)
+	if d == nil {
+		skipOrFail(t, "no C++ compiler for the emulated device")
+	}
+	b := NewDeviceBackend(d, F32)
+	b.Block = 32
+	m := tinyQwen2(t, b, 7)
+	d.Capacity = d.Used() + 4096 // the weights are there; the activations do not fit
+	bt := stepBatch(t)
+	if _, _, err := m.Forward(bt); !errors.Is(err, ErrOutOfMemory) || !strings.HasPrefix(err.Error(), "forward: device backend: ") {
+		t.Fatalf("Forward on a full device: %v, want a forward error wrapping ErrOutOfMemory", err)
+	}
+	tr := &model.Trainer{Model: m, Opt: optim.NewAdamW(0.9, 0.999, 1e-8, 0.01)}
+	if _, err := tr.Step([]*model.Batch{bt}, stepLR, logpEntropyLoss); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("a training step on a full device: %v, want an error wrapping ErrOutOfMemory", err)
+	}
 }

@@ -21,7 +21,7 @@ import (
 	"unsafe"
 )
 
-//go:embed emu/cuda_emu.h emu/registry.h emu/harness.cpp emu/device.cpp
+//go:embed emu/cuda_emu.h emu/registry.h emu/harness.cpp emu/device.cpp emu/driver.cpp
 var emuFS embed.FS
 
 // ErrNoCompiler: the emulation needs a host C++ compiler (g++, or $CXX).
@@ -55,6 +55,17 @@ func EmulatorBinary(cacheDir string) (string, error) {
 // or finds it already built under cacheDir, and returns its path.
 func EmulatorLibrary(cacheDir string) (string, error) {
 	return emuBuild(cacheDir, "libdevice.so", "device.cpp", "-shared", "-fPIC")
+}
+
+// EmulatedDriverLibrary builds a shared library that is both a CUDA
+// driver and a cuBLASLt for an emulated GPU (emu/driver.cpp: the kernels
+// run as under the emulation, device memory is host memory), or finds it
+// already built under cacheDir, and returns its path. With
+// RLNODE_CUDA_DRIVER and RLNODE_CUBLASLT naming it, GPU and Device run
+// on the CPU through the same calls they make on a GPU (NVRTC stays the
+// real one: modules are its cubins).
+func EmulatedDriverLibrary(cacheDir string) (string, error) {
+	return emuBuild(cacheDir, "libcuda-emu.so", "driver.cpp", "-shared", "-fPIC", "-O2")
 }
 
 // emuBuild compiles main (one of emu/) with the kernels into out under

@@ -19,6 +19,7 @@ import (
 func TestHostBuffers(t *testing.T) {
 	for name, d := range accels(t) {
 		t.Run(name, func(t *testing.T) {
+			d := ownAccel(t, d)
 			b := NewDeviceBackend(d, F32)
 			emu, _ := d.(*EmuDevice)
 			const n = 1000

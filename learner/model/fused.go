@@ -87,6 +87,9 @@ func (t *Trainer) fusedUpdate(f backend.FusedAdamW, lr float64) (float64, error)
 func (t *Trainer) nonFinite(p *Param) error {
 	g := make([]float32, p.Len())
 	t.Model.B.Download(g, p.G)
+	if err := backend.Err(t.Model.B); err != nil {
+		return fmt.Errorf("gradient of %q: %w", p.Name, err)
+	}
 	err := optim.CheckFinite([]*optim.Param{{Name: p.Name, Data: g, Grad: g}})
 	if err == nil {
 		err = fmt.Errorf("gradient of %q: its sum of squares is not finite", p.Name)

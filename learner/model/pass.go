@@ -195,6 +195,11 @@ func (m *Model) Forward(bt *Batch) (logp, entropy []float32, err error) {
 	logp, entropy = make([]float32, M), make([]float32, M)
 	b.Download(logp, p.logp)
 	b.Download(entropy, p.ent)
+	// A device that failed (out of memory, a failed launch) did nothing
+	// since and downloaded NaN: its error says why.
+	if err := backend.Err(b); err != nil {
+		return nil, nil, fmt.Errorf("forward: %w", err)
+	}
 	return logp, entropy, nil
 }
 

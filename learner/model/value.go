@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/safetensors"
 )
 
@@ -100,6 +101,9 @@ func (m *Model) ForwardWithValues(bt *Batch) (logp, entropy, values []float32, e
 	}
 	values = make([]float32, len(logp))
 	m.B.Download(values, m.pass.values)
+	if err := backend.Err(m.B); err != nil {
+		return nil, nil, nil, fmt.Errorf("forward: values: %w", err)
+	}
 	return logp, entropy, values, nil
 }
 

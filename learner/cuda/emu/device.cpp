@@ -16,12 +16,12 @@ int emu_launch(const char *name, const unsigned *grid, const unsigned *block, vo
 	};
 	auto it = emureg::registry.find(name);
 	if (it == emureg::registry.end()) return fail(std::string("no kernel ") + name);
-	if (it->second.first != nargs)
-		return fail(std::string(name) + ": " + std::to_string(nargs) + " arguments, the kernel takes " + std::to_string(it->second.first));
+	if (it->second.nargs != nargs)
+		return fail(std::string(name) + ": " + std::to_string(nargs) + " arguments, the kernel takes " + std::to_string(it->second.nargs));
 	unsigned threads = block[0] * block[1] * block[2];
 	if (threads == 0 || threads > 1024 || threads % 32 != 0 || grid[0] * (uint64_t)grid[1] * grid[2] == 0)
 		return fail(std::string(name) + ": block of " + std::to_string(threads) + " threads (1..1024, a multiple of 32) or empty grid");
-	auto &fn = it->second.second;
+	auto &fn = it->second.call;
 	emu::run(dim3(grid[0], grid[1], grid[2]), dim3(block[0], block[1], block[2]), [&] { fn(args); });
 	return 0;
 }

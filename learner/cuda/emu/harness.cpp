@@ -77,8 +77,8 @@ int main() {
 			fail("no kernel " + name);
 			continue;
 		}
-		if (it->second.first != (int)nargs) {
-			fail(name + ": " + std::to_string(nargs) + " arguments, the kernel takes " + std::to_string(it->second.first));
+		if (it->second.nargs != (int)nargs) {
+			fail(name + ": " + std::to_string(nargs) + " arguments, the kernel takes " + std::to_string(it->second.nargs));
 			continue;
 		}
 		unsigned threads = b[0] * b[1] * b[2];
@@ -86,7 +86,7 @@ int main() {
 			fail(name + ": block of " + std::to_string(threads) + " threads (1..1024, a multiple of 32) or empty grid");
 			continue;
 		}
-		auto &fn = it->second.second;
+		auto &fn = it->second.call;
 		emu::run(dim3(g[0], g[1], g[2]), dim3(b[0], b[1], b[2]), [&] { fn(ptrs.data()); });
 		uint32_t ok = 0;
 		writeFull(&ok, 4);

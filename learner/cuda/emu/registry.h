@@ -22,14 +22,26 @@ template <typename... A, size_t... I> void call(void (*f)(A...), void **a, std::
 	f(*static_cast<std::remove_reference_t<A> *>(a[I])...);
 }
 
-template <typename... A> std::pair<int, std::function<void(void **)>> invoker(void (*f)(A...)) {
-	return {(int)sizeof...(A), [f](void **a) { call(f, a, std::index_sequence_for<A...>{}); }};
+// Kernel is one kernel's parameter count, which of its parameters are
+// pointers (bit i for parameter i), and a call taking an array of
+// pointers to its arguments (as cuLaunchKernel's kernelParams).
+struct Kernel {
+	int nargs;
+	uint64_t pointers;
+	std::function<void(void **)> call;
+};
+
+template <typename... A, size_t... I> uint64_t pointerMask(std::index_sequence<I...>) {
+	return ((std::is_pointer_v<std::remove_reference_t<A>> ? uint64_t(1) << I : 0) | ... | 0);
 }
 
-// registry maps a kernel's name to its parameter count and a call taking
-// an array of pointers to its arguments (as cuLaunchKernel's
-// kernelParams).
-inline const std::map<std::string, std::pair<int, std::function<void(void **)>>> registry = {
+template <typename... A> Kernel invoker(void (*f)(A...)) {
+	static_assert(sizeof...(A) <= 64, "a kernel takes at most 64 parameters here");
+	return {(int)sizeof...(A), pointerMask<A...>(std::index_sequence_for<A...>{}), [f](void **a) { call(f, a, std::index_sequence_for<A...>{}); }};
+}
+
+// registry maps a kernel's name to its Kernel.
+inline const std::map<std::string, Kernel> registry = {
 #include "registry.inc"
 };
 
