@@ -2,8 +2,6 @@ package cuda
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -26,12 +24,8 @@ var (
 func emuDevice(t testing.TB) *EmuDevice {
 	t.Helper()
 	emuLibOnce.Do(func() {
-		dir, err := os.UserCacheDir()
-		if err != nil {
-			dir = os.TempDir()
-		}
-		dir = filepath.Join(dir, "rlnode", "cuda-emu")
-		if emuLibErr = os.MkdirAll(dir, 0o755); emuLibErr == nil {
+		var dir string
+		if dir, emuLibErr = EmulationCacheDir(); emuLibErr == nil {
 			emuLib, emuLibErr = EmulatorLibrary(dir)
 		}
 	})

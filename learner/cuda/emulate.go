@@ -44,6 +44,21 @@ type Emulator struct {
 	dead error
 }
 
+// EmulationCacheDir is where the emulation's builds are kept:
+// rlnode/cuda-emu in the user's cache directory (the system's temporary
+// directory where there is none), created if missing.
+func EmulationCacheDir() (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	dir = filepath.Join(dir, "rlnode", "cuda-emu")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("cuda emulation: %w", err)
+	}
+	return dir, nil
+}
+
 // EmulatorBinary builds the emulation program, or finds it already built
 // under cacheDir (keyed by the hash of its sources and compiler), and
 // returns its path.
@@ -66,6 +81,21 @@ func EmulatorLibrary(cacheDir string) (string, error) {
 // real one: modules are its cubins).
 func EmulatedDriverLibrary(cacheDir string) (string, error) {
 	return emuBuild(cacheDir, "libcuda-emu.so", "driver.cpp", "-shared", "-fPIC", "-O2")
+}
+
+// EmulatedGPUEnv builds the emulated GPU's library (EmulatedDriverLibrary,
+// in EmulationCacheDir) and returns the environment entries that make the
+// backend load it: RLNODE_CUDA_DRIVER and RLNODE_CUBLASLT.
+func EmulatedGPUEnv() ([]string, error) {
+	dir, err := EmulationCacheDir()
+	if err != nil {
+		return nil, err
+	}
+	lib, err := EmulatedDriverLibrary(dir)
+	if err != nil {
+		return nil, err
+	}
+	return []string{EnvDriver + "=" + lib, EnvCublasLt + "=" + lib}, nil
 }
 
 // emuBuild compiles main (one of emu/) with the kernels into out under

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -42,16 +40,10 @@ func launchers(t *testing.T) map[string]Launcher {
 func emulator(t *testing.T) *Emulator {
 	t.Helper()
 	emuOnce.Do(func() {
-		dir, err := os.UserCacheDir()
-		if err != nil {
-			dir = os.TempDir()
+		var dir string
+		if dir, emuErr = EmulationCacheDir(); emuErr == nil {
+			emuBin, emuErr = EmulatorBinary(dir)
 		}
-		dir = filepath.Join(dir, "rlnode", "cuda-emu")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			emuErr = err
-			return
-		}
-		emuBin, emuErr = EmulatorBinary(dir)
 	})
 	if errors.Is(emuErr, ErrNoCompiler) {
 		// launchers fails under RLNODE_REQUIRE_GPU=1 when the GPU is

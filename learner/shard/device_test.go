@@ -245,3 +245,10 @@ func TestDeviceOnNode(t *testing.T) {
 		}
 	}
 }
+
+// TestOnEmulatedGPU runs the ranks' gpu subtests on the emulated GPU: two
+// ranks and one learner on GPU 0 through the CUDA driver's and cuBLASLt's
+// calls, on the CPU.
+func TestOnEmulatedGPU(t *testing.T) {
+	cudatest.OnEmulatedGPU(t, "TestDeviceRanksEqualOneLearner")
+}

@@ -101,32 +101,41 @@ func TestLoadOnDevice(t *testing.T) {
 		}
 		return
 	}
-	tok := tokenizer.Builtin()
-	want, err := Load(dir, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer want.Close()
-	got, err := Load(dir, Config{Device: "cuda"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := got.m.B.(*cuda.DeviceBackend); !ok {
-		t.Fatalf("Load on cuda: backend %T", got.m.B)
-	}
-	req := []engine.Request{{Prompt: tok.Encode("The answer is"), Params: engine.SamplingParams{MaxTokens: 40}}}
-	w, err := want.Generate(testCtx(t), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := got.Generate(testCtx(t), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a, b := g[0].Samples[0].TokenIDs, w[0].Samples[0].TokenIDs; !slices.Equal(a, b) {
-		t.Errorf("greedy on the GPU %v, on the cpu %v", a, b)
-	}
-	if err := got.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
+	t.Run("gpu", func(t *testing.T) {
+		tok := tokenizer.Builtin()
+		want, err := Load(dir, Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer want.Close()
+		got, err := Load(dir, Config{Device: "cuda"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := got.m.B.(*cuda.DeviceBackend); !ok {
+			t.Fatalf("Load on cuda: backend %T", got.m.B)
+		}
+		req := []engine.Request{{Prompt: tok.Encode("The answer is"), Params: engine.SamplingParams{MaxTokens: 40}}}
+		w, err := want.Generate(testCtx(t), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := got.Generate(testCtx(t), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, b := g[0].Samples[0].TokenIDs, w[0].Samples[0].TokenIDs; !slices.Equal(a, b) {
+			t.Errorf("greedy on the GPU %v, on the cpu %v", a, b)
+		}
+		if err := got.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+}
+
+// TestOnEmulatedGPU runs the engine's gpu subtests on the emulated GPU:
+// the model loaded and decoding through the CUDA driver's and cuBLASLt's
+// calls, on the CPU.
+func TestOnEmulatedGPU(t *testing.T) {
+	cudatest.OnEmulatedGPU(t, "TestEngineOnGPU", "TestLoadOnDevice")
 }

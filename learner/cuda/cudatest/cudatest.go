@@ -3,9 +3,11 @@
 package cudatest
 
 import (
+	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/rlnode/rlnode/learner/backend"
@@ -23,12 +25,8 @@ func EmuBackend(t testing.TB) func() (backend.Backend, error) {
 		}
 		t.Skip("no g++ for the emulated device")
 	}
-	dir, err := os.UserCacheDir()
+	dir, err := cuda.EmulationCacheDir()
 	if err != nil {
-		dir = os.TempDir()
-	}
-	dir = filepath.Join(dir, "rlnode", "cuda-emu")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	lib, err := cuda.EmulatorLibrary(dir)
@@ -85,4 +83,52 @@ func Backends(t testing.TB) map[string]func() (backend.Backend, error) {
 		out["emulated"] = EmuBackend(t)
 	}
 	return out
+}
+
+// OnEmulatedGPU runs the "gpu" subtests of tests again, in a child process
+// of this test binary whose CUDA driver and cuBLASLt are the emulated
+// GPU's (cuda.EmulatedGPUEnv), under RLNODE_REQUIRE_GPU=1: the GPU code
+// paths (driver memory, modules, launches, cuBLASLt) on the CPU. It fails
+// t unless every one of tests passed a gpu subtest there. It skips where a
+// GPU is here (its subtests ran on it), under -short, and without g++ or
+// NVRTC.
+func OnEmulatedGPU(t *testing.T, tests ...string) {
+	t.Helper()
+	if os.Getenv(cuda.EnvDriver) != "" {
+		t.Skipf("%s is set: this process already runs on the driver it names", cuda.EnvDriver)
+	}
+	if cuda.Available().Err() == nil {
+		t.Skip("a GPU is here: the gpu subtests ran on it")
+	}
+	if testing.Short() {
+		t.Skip("-short: the gpu subtests on the emulated GPU take a while")
+	}
+	if _, err := cuda.OpenNVRTC(); err != nil {
+		t.Skipf("no NVRTC for the emulated GPU's modules: %v", err)
+	}
+	env, err := cuda.EmulatedGPUEnv()
+	if errors.Is(err, cuda.ErrNoCompiler) {
+		t.Skipf("no emulated GPU: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^("+strings.Join(tests, "|")+")$/^gpu$", "-test.v", "-test.count=1", "-test.timeout=25m")
+	cmd.Env = append(append(os.Environ(), env...), "RLNODE_REQUIRE_GPU=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the gpu subtests on the emulated GPU: %v\n%s", err, tail(out, 8000))
+	}
+	for _, name := range tests {
+		if !regexp.MustCompile(`--- PASS: ` + regexp.QuoteMeta(name) + `/gpu[/ ]`).Match(out) {
+			t.Errorf("%s: no gpu subtest passed on the emulated GPU\n%s", name, tail(out, 4000))
+		}
+	}
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
 }
