@@ -182,7 +182,9 @@ int readCubin(const unsigned char *img, std::set<std::string> &entries) {
 	memcpy(&h, img, sizeof h);
 	if (memcmp(h.ident, "\x7f" "ELF", 4) != 0 || h.ident[4] != 2) return INVALID_IMAGE;
 	if (h.machine != EM_CUDA) return INVALID_IMAGE;
-	if ((int)(h.flags & 0xff) != arch) return NO_BINARY_FOR_GPU;
+	// The SM version sits in the low byte of e_flags (NVRTC 11 and 12);
+	// newer ELF ABIs move it to the next byte.
+	if ((int)(h.flags & 0xff) != arch && (int)(h.flags >> 8 & 0xff) != arch) return NO_BINARY_FOR_GPU;
 	if (h.shentsize != sizeof(Shdr) || h.shoff > limit || h.shnum > 65000) return INVALID_IMAGE;
 	auto sec = [&](int i) {
 		Shdr s;
