@@ -36,8 +36,8 @@ func TestOnEmulatedGPU(t *testing.T) {
 // the GPU code's driver calls meet the checks a GPU makes or would fail
 // later for, with CUDA's error codes: memory comes uninitialised (0xff
 // bytes), copies past an allocation fail, a launch with a pointer outside
-// device memory fails, a device too small says out of memory, and a
-// closed GPU refuses work.
+// the device's memory (freed, or another GPU's) fails, a device too small
+// says out of memory, and a closed GPU refuses work.
 func TestEmulatedGPUChecks(t *testing.T) {
 	t.Run("gpu", func(t *testing.T) {
 		if os.Getenv(cuda.EnvDriver) == "" || cuda.Available().Err() != nil {
@@ -89,6 +89,18 @@ func TestEmulatedGPUChecks(t *testing.T) {
 		}
 		if _, err := g.Malloc(1 << 50); !errors.Is(err, cuda.ErrOutOfMemory) {
 			t.Errorf("allocating 1 PiB: %v, want cuda.ErrOutOfMemory", err)
+		}
+		// Another GPU's memory is not this one's, as without peer access.
+		if other, err := cuda.OpenGPU(1); err == nil {
+			r, err := other.Malloc(64)
+			check(err)
+			if err := g.Launch("scale_f32", cuda.D1(1), cuda.D1(32), r, float32(2), int64(16)); !errors.As(err, &de) || de.Code != 700 {
+				t.Errorf("a launch on GPU 0 with GPU 1's memory: %v, want CUDA error 700", err)
+			}
+			check(other.Launch("scale_f32", cuda.D1(1), cuda.D1(32), r, float32(2), int64(16)))
+			check(other.Close())
+		} else {
+			t.Errorf("GPU 1 of two emulated GPUs: %v", err)
 		}
 		check(g.MemFree(p))
 		check(g.Close())

@@ -246,9 +246,38 @@ func TestDeviceOnNode(t *testing.T) {
 	}
 }
 
-// TestOnEmulatedGPU runs the ranks' gpu subtests on the emulated GPU: two
-// ranks and one learner on GPU 0 through the CUDA driver's and cuBLASLt's
-// calls, on the CPU.
+// TestDeviceRanksOnTwoGPUs is TestDeviceRanksEqualOneLearner with the
+// learners spread over GPUs 0 and 1 (the reference on 0, each group's
+// ranks on 1 and 0), as shards on a host with several GPUs run. It needs
+// two GPUs; TestOnEmulatedGPU runs it on two emulated ones.
+func TestDeviceRanksOnTwoGPUs(t *testing.T) {
+	t.Run("gpu", func(t *testing.T) {
+		if cudatest.GPUBackend(t) == nil {
+			t.Skip("no GPU")
+		}
+		if n := len(cuda.Available().Devices); n < 2 {
+			t.Skipf("%d GPU here: the test needs two", n)
+		}
+		var opened int
+		deviceRanksEqualOneLearner(t, func() (backend.Backend, error) {
+			g, err := cuda.OpenGPU(opened % 2)
+			opened++
+			if err != nil {
+				return nil, err
+			}
+			b := cuda.NewDeviceBackend(g, cuda.F32)
+			t.Cleanup(func() { b.Close() })
+			return b, nil
+		})
+		if opened < 5 {
+			t.Fatalf("%d learners opened a GPU, want 5", opened)
+		}
+	})
+}
+
+// TestOnEmulatedGPU runs the ranks' gpu subtests on two emulated GPUs:
+// two ranks and one learner on GPU 0, then spread over GPUs 0 and 1,
+// through the CUDA driver's and cuBLASLt's calls, on the CPU.
 func TestOnEmulatedGPU(t *testing.T) {
-	cudatest.OnEmulatedGPU(t, "TestDeviceRanksEqualOneLearner")
+	cudatest.OnEmulatedGPU(t, "TestDeviceRanksEqualOneLearner", "TestDeviceRanksOnTwoGPUs")
 }

@@ -23,9 +23,11 @@
 // using it for another problem, or with operands aligned less than
 // promised, fails.
 //
-// Environment: RLNODE_EMU_GPU_ARCH (compute capability as 80 or 90;
-// default 90), RLNODE_EMU_GPU_MEMORY (bytes the device has; default
-// 16 GiB, and allocations beyond it fail as out of memory).
+// Environment: RLNODE_EMU_GPU_COUNT (GPUs, 1 to 8; default 1), each with
+// its own primary context, memory and modules: a kernel or product given
+// another device's memory fails; RLNODE_EMU_GPU_ARCH (compute capability
+// as 80 or 90; default 90); RLNODE_EMU_GPU_MEMORY (bytes each device has;
+// default 16 GiB, and allocations beyond it fail as out of memory).
 //
 // Everything runs when called: streams are the legacy default stream only.
 #include "registry.h"
@@ -34,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -80,6 +83,7 @@ const char *errorString(int r) {
 }
 
 struct Module {
+	int dev;
 	std::set<std::string> entries;
 };
 
@@ -89,28 +93,51 @@ struct Function {
 	std::string name;
 };
 
+const int maxDevices = 8;
+
+// Dev is one emulated GPU's primary context.
+struct Dev {
+	int retains;
+	unsigned generation; // a context handle from before a release is stale
+	uint64_t used;
+};
+
+struct Block {
+	size_t bytes;
+	int dev;
+};
+
 std::mutex mu; // guards everything below; launches run under it
 bool inited;
-int arch = 90;
-uint64_t capacity = 16ull << 30, used;
-int retains;
-unsigned generation; // of the primary context: a handle from before a release is stale
+int arch = 90, count = 1;
+uint64_t capacity = 16ull << 30; // per device
+Dev devs[maxDevices];
 thread_local uintptr_t current;
-std::map<uintptr_t, size_t> device;     // allocations by base
-std::map<uintptr_t, size_t> hostAllocs; // cuMemAllocHost's
+std::map<uintptr_t, Block> device;     // allocations by base
+std::map<uintptr_t, Block> hostAllocs; // cuMemAllocHost's
 std::map<uintptr_t, size_t> registered; // cuMemHostRegister's
 std::map<uintptr_t, std::unique_ptr<Module>> modules;
 std::map<uintptr_t, std::unique_ptr<Function>> functions;
 
-uintptr_t contextHandle() { return 0xc0de0000u + generation; }
+uintptr_t contextHandle(int dev) { return 0xc0de00000ull + ((uintptr_t)devs[dev].generation << 4) + dev; }
+
+// currentDev is the device whose primary context is current on this
+// thread, or -1.
+int currentDev() {
+	int dev = (int)(current & 0xf);
+	if (current == 0 || dev >= count || devs[dev].retains == 0 || current != contextHandle(dev)) return -1;
+	return dev;
+}
 
 // inDevice reports whether [p, p+n) lies inside one live allocation (the
-// end of an allocation counts as inside for n = 0).
-bool inDevice(uintptr_t p, uint64_t n) {
+// end of an allocation counts as inside for n = 0), on device dev unless
+// dev is -1.
+bool inDevice(uintptr_t p, uint64_t n, int dev = -1) {
 	auto it = device.upper_bound(p);
 	if (it == device.begin()) return false;
 	--it;
-	return p >= it->first && p - it->first <= it->second && n <= it->second - (p - it->first);
+	const Block &b = it->second;
+	return (dev < 0 || b.dev == dev) && p >= it->first && p - it->first <= b.bytes && n <= b.bytes - (p - it->first);
 }
 
 // touchesDevice reports whether [p, p+n) overlaps a live allocation.
@@ -118,34 +145,45 @@ bool touchesDevice(uintptr_t p, uint64_t n) {
 	auto it = device.upper_bound(p + (n ? n - 1 : 0));
 	if (it == device.begin()) return false;
 	--it;
-	return p < it->first + it->second && it->first < p + std::max<uint64_t>(n, 1);
+	return p < it->first + it->second.bytes && it->first < p + std::max<uint64_t>(n, 1);
 }
 
-bool inRanges(const std::map<uintptr_t, size_t> &m, uintptr_t p, uint64_t n) {
+size_t bytesOf(size_t n) { return n; }
+size_t bytesOf(const Block &b) { return b.bytes; }
+
+template <typename V> bool inRanges(const std::map<uintptr_t, V> &m, uintptr_t p, uint64_t n) {
 	auto it = m.upper_bound(p);
 	if (it == m.begin()) return false;
 	--it;
-	return p - it->first <= it->second && n <= it->second - (p - it->first);
+	size_t size = bytesOf(it->second);
+	return p - it->first <= size && n <= size - (p - it->first);
 }
 
 int needContext() {
 	if (!inited) return NOT_INITIALIZED;
-	if (retains == 0 || current != contextHandle()) return INVALID_CONTEXT;
+	if (currentDev() < 0) return INVALID_CONTEXT;
 	return OK;
 }
 
-// destroyContext frees what the primary context owned when its last
+template <typename M, typename F> void eraseIf(M &m, F f) {
+	for (auto it = m.begin(); it != m.end();) it = f(*it) ? m.erase(it) : std::next(it);
+}
+
+// destroyContext frees what dev's primary context owned when its last
 // retain is released.
-void destroyContext() {
-	for (auto &[p, n] : device) free((void *)p);
-	for (auto &[p, n] : hostAllocs) free((void *)p);
-	device.clear();
-	hostAllocs.clear();
-	registered.clear();
-	functions.clear();
-	modules.clear();
-	used = 0;
-	generation++;
+void destroyContext(int dev) {
+	auto freed = [dev](auto &kv) {
+		if (kv.second.dev != dev) return false;
+		free((void *)kv.first);
+		return true;
+	};
+	eraseIf(device, freed);
+	eraseIf(hostAllocs, freed);
+	eraseIf(functions, [dev](auto &kv) { return kv.second->mod->dev == dev; });
+	eraseIf(modules, [dev](auto &kv) { return kv.second->dev == dev; });
+	if (std::none_of(devs, devs + count, [](const Dev &d) { return d.retains > 0; })) registered.clear();
+	devs[dev].used = 0;
+	devs[dev].generation++;
 }
 
 // ELF64 as a cubin has it.
@@ -339,6 +377,7 @@ int cuInit(unsigned flags) {
 	if (flags != 0) return INVALID_VALUE;
 	if (const char *a = getenv("RLNODE_EMU_GPU_ARCH")) arch = atoi(a);
 	if (const char *m = getenv("RLNODE_EMU_GPU_MEMORY")) capacity = strtoull(m, nullptr, 10);
+	if (const char *c = getenv("RLNODE_EMU_GPU_COUNT")) count = std::clamp(atoi(c), 1, maxDevices);
 	inited = true;
 	return OK;
 }
@@ -351,20 +390,20 @@ int cuGetErrorString(int r, const char **s) {
 
 int cuDeviceGetCount(int *n) {
 	if (!inited) return NOT_INITIALIZED;
-	*n = 1;
+	*n = count;
 	return OK;
 }
 
 int cuDeviceGet(int *d, int ordinal) {
 	if (!inited) return NOT_INITIALIZED;
-	if (ordinal != 0) return INVALID_DEVICE;
-	*d = 0;
+	if (ordinal < 0 || ordinal >= count) return INVALID_DEVICE;
+	*d = ordinal;
 	return OK;
 }
 
 int cuDeviceGetName(char *name, int len, int d) {
 	if (!inited) return NOT_INITIALIZED;
-	if (d != 0) return INVALID_DEVICE;
+	if (d < 0 || d >= count) return INVALID_DEVICE;
 	if (!name || len <= 0) return INVALID_VALUE;
 	snprintf(name, len, "rlnode emulated GPU (CPU)");
 	return OK;
@@ -372,7 +411,7 @@ int cuDeviceGetName(char *name, int len, int d) {
 
 int cuDeviceGetAttribute(int *v, int attr, int d) {
 	if (!inited) return NOT_INITIALIZED;
-	if (d != 0) return INVALID_DEVICE;
+	if (d < 0 || d >= count) return INVALID_DEVICE;
 	switch (attr) {
 	case 16: *v = 4; return OK; // multiprocessors
 	case 75: *v = arch / 10; return OK;
@@ -383,7 +422,7 @@ int cuDeviceGetAttribute(int *v, int attr, int d) {
 
 int cuDeviceTotalMem_v2(size_t *bytes, int d) {
 	if (!inited) return NOT_INITIALIZED;
-	if (d != 0) return INVALID_DEVICE;
+	if (d < 0 || d >= count) return INVALID_DEVICE;
 	*bytes = capacity;
 	return OK;
 }
@@ -391,25 +430,26 @@ int cuDeviceTotalMem_v2(size_t *bytes, int d) {
 int cuDevicePrimaryCtxRetain(uintptr_t *ctx, int d) {
 	std::lock_guard<std::mutex> l(mu);
 	if (!inited) return NOT_INITIALIZED;
-	if (d != 0) return INVALID_DEVICE;
-	retains++;
-	*ctx = contextHandle();
+	if (d < 0 || d >= count) return INVALID_DEVICE;
+	devs[d].retains++;
+	*ctx = contextHandle(d);
 	return OK;
 }
 
 int cuDevicePrimaryCtxRelease_v2(int d) {
 	std::lock_guard<std::mutex> l(mu);
 	if (!inited) return NOT_INITIALIZED;
-	if (d != 0) return INVALID_DEVICE;
-	if (retains == 0) return INVALID_CONTEXT;
-	if (--retains == 0) destroyContext();
+	if (d < 0 || d >= count) return INVALID_DEVICE;
+	if (devs[d].retains == 0) return INVALID_CONTEXT;
+	if (--devs[d].retains == 0) destroyContext(d);
 	return OK;
 }
 
 int cuCtxSetCurrent(uintptr_t ctx) {
 	std::lock_guard<std::mutex> l(mu);
 	if (!inited) return NOT_INITIALIZED;
-	if (ctx != 0 && (retains == 0 || ctx != contextHandle())) return INVALID_CONTEXT;
+	int dev = (int)(ctx & 0xf);
+	if (ctx != 0 && (dev >= count || devs[dev].retains == 0 || ctx != contextHandle(dev))) return INVALID_CONTEXT;
 	current = ctx;
 	return OK;
 }
@@ -424,6 +464,7 @@ int cuModuleLoadData(uintptr_t *m, const void *image) {
 	if (int r = needContext()) return r;
 	if (!m || !image) return INVALID_VALUE;
 	auto mod = std::make_unique<Module>();
+	mod->dev = currentDev();
 	if (int r = readCubin((const unsigned char *)image, mod->entries)) return r;
 	*m = (uintptr_t)mod.get();
 	modules[*m] = std::move(mod);
@@ -435,6 +476,7 @@ int cuModuleUnload(uintptr_t m) {
 	if (int r = needContext()) return r;
 	auto it = modules.find(m);
 	if (it == modules.end()) return INVALID_HANDLE;
+	if (it->second->dev != currentDev()) return INVALID_CONTEXT;
 	for (auto f = functions.begin(); f != functions.end();)
 		f = f->second->mod == it->second.get() ? functions.erase(f) : std::next(f);
 	modules.erase(it);
@@ -446,6 +488,7 @@ int cuModuleGetFunction(uintptr_t *f, uintptr_t m, const char *name) {
 	if (int r = needContext()) return r;
 	auto it = modules.find(m);
 	if (it == modules.end()) return INVALID_HANDLE;
+	if (it->second->dev != currentDev()) return INVALID_CONTEXT;
 	if (!f || !name || !it->second->entries.count(name)) return NOT_FOUND;
 	auto k = emureg::registry.find(name);
 	if (k == emureg::registry.end()) return NOT_FOUND;
@@ -466,6 +509,8 @@ int cuLaunchKernel(uintptr_t f, unsigned gx, unsigned gy, unsigned gz, unsigned 
 	if (int r = needContext()) return r;
 	auto it = functions.find(f);
 	if (it == functions.end()) return INVALID_HANDLE;
+	int dev = currentDev();
+	if (it->second->mod->dev != dev) return INVALID_CONTEXT;
 	const emureg::Kernel &k = *it->second->kernel;
 	if (stream != 0) return INVALID_HANDLE;
 	if (extra != nullptr || (k.nargs > 0 && params == nullptr)) return INVALID_VALUE;
@@ -479,8 +524,8 @@ int cuLaunchKernel(uintptr_t f, unsigned gx, unsigned gy, unsigned gz, unsigned 
 	for (int i = 0; i < k.nargs; i++) {
 		if (!(k.pointers >> i & 1)) continue;
 		uintptr_t p = *(const uintptr_t *)params[i];
-		if (p != 0 && !inDevice(p, 0)) {
-			fprintf(stderr, "emulated GPU: %s: argument %d (%#lx) is not in device memory\n", it->second->name.c_str(), i, (unsigned long)p);
+		if (p != 0 && !inDevice(p, 0, dev)) {
+			fprintf(stderr, "emulated GPU %d: %s: argument %d (%#lx) is not in this device's memory\n", dev, it->second->name.c_str(), i, (unsigned long)p);
 			return ILLEGAL_ADDRESS;
 		}
 	}
@@ -492,13 +537,14 @@ int cuMemAlloc_v2(uint64_t *p, size_t bytes) {
 	std::lock_guard<std::mutex> l(mu);
 	if (int r = needContext()) return r;
 	if (!p || bytes == 0) return INVALID_VALUE;
-	if (bytes > capacity - used) return OUT_OF_MEMORY;
+	Dev &d = devs[currentDev()];
+	if (bytes > capacity - d.used) return OUT_OF_MEMORY;
 	size_t rounded = (bytes + 255) / 256 * 256;
 	void *m = aligned_alloc(256, rounded);
 	if (!m) return OUT_OF_MEMORY;
 	memset(m, 0xff, rounded);
-	device[(uintptr_t)m] = bytes;
-	used += bytes;
+	device[(uintptr_t)m] = Block{bytes, currentDev()};
+	d.used += bytes;
 	*p = (uintptr_t)m;
 	return OK;
 }
@@ -508,7 +554,7 @@ int cuMemFree_v2(uint64_t p) {
 	if (int r = needContext()) return r;
 	auto it = device.find(p);
 	if (it == device.end()) return INVALID_VALUE;
-	used -= it->second;
+	devs[it->second.dev].used -= it->second.bytes;
 	free((void *)p);
 	device.erase(it);
 	return OK;
@@ -555,7 +601,7 @@ int cuMemsetD8_v2(uint64_t dst, unsigned char v, size_t n) {
 	std::lock_guard<std::mutex> l(mu);
 	if (int r = needContext()) return r;
 	if (n == 0) return OK;
-	if (!inDevice(dst, n)) return INVALID_VALUE;
+	if (!inDevice(dst, n, currentDev())) return INVALID_VALUE;
 	memset((void *)dst, v, n);
 	return OK;
 }
@@ -566,7 +612,7 @@ int cuMemAllocHost_v2(void **p, size_t bytes) {
 	if (!p || bytes == 0) return INVALID_VALUE;
 	void *m = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
 	if (!m) return OUT_OF_MEMORY;
-	hostAllocs[(uintptr_t)m] = bytes;
+	hostAllocs[(uintptr_t)m] = Block{bytes, currentDev()};
 	*p = m;
 	return OK;
 }
@@ -724,12 +770,12 @@ int cublasLtMatmul(LtHandle *h, LtDesc *d, const float *alpha, const void *A, Lt
 			fprintf(stderr, "emulated cuBLASLt: operand %c at %p is aligned less than the %u bytes promised\n", "ABCD"[i], ptrs[i], algo->align[i]);
 			return LT_NOT_SUPPORTED;
 		}
-		if (!inDevice((uintptr_t)ptrs[i], extent(ls[i]))) {
-			fprintf(stderr, "emulated cuBLASLt: operand %c at %p (%lu bytes) is not in device memory\n", "ABCD"[i], ptrs[i], (unsigned long)extent(ls[i]));
+		if (!inDevice((uintptr_t)ptrs[i], extent(ls[i]), currentDev())) {
+			fprintf(stderr, "emulated cuBLASLt: operand %c at %p (%lu bytes) is not in the current device's memory\n", "ABCD"[i], ptrs[i], (unsigned long)extent(ls[i]));
 			return LT_EXECUTION_FAILED;
 		}
 	}
-	if (wsSize < algo->workspace || (algo->workspace > 0 && !inDevice((uintptr_t)ws, wsSize))) return LT_INVALID_VALUE;
+	if (wsSize < algo->workspace || (algo->workspace > 0 && !inDevice((uintptr_t)ws, wsSize, currentDev()))) return LT_INVALID_VALUE;
 	if (C == D && (c->type != dd->type || c->ld != dd->ld || c->stride != dd->stride)) return LT_INVALID_VALUE;
 	uint64_t m = dd->rows, n = dd->cols, k = d->transa ? a->rows : a->cols;
 	float al = *alpha, be = *beta;
