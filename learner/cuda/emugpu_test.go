@@ -36,8 +36,9 @@ func TestOnEmulatedGPU(t *testing.T) {
 // the GPU code's driver calls meet the checks a GPU makes or would fail
 // later for, with CUDA's error codes: memory comes uninitialised (0xff
 // bytes), copies past an allocation fail, a launch with a pointer outside
-// the device's memory (freed, or another GPU's) fails, a device too small
-// says out of memory, and a closed GPU refuses work.
+// the device's memory (freed, or another GPU's) fails, a queued copy reads
+// its source when it runs, a device too small says out of memory, and a
+// closed GPU refuses work.
 func TestEmulatedGPUChecks(t *testing.T) {
 	t.Run("gpu", func(t *testing.T) {
 		if os.Getenv(cuda.EnvDriver) == "" || cuda.Available().Err() != nil {
@@ -90,6 +91,22 @@ func TestEmulatedGPUChecks(t *testing.T) {
 		if _, err := g.Malloc(1 << 50); !errors.Is(err, cuda.ErrOutOfMemory) {
 			t.Errorf("allocating 1 PiB: %v, want cuda.ErrOutOfMemory", err)
 		}
+		// A queued copy reads its page-locked source when it runs, and
+		// runs when the host waits: a source changed before then changes
+		// what arrives, as on a GPU.
+		src, err := g.HostAlloc(64)
+		check(err)
+		for i := range src {
+			src[i] = 1
+		}
+		check(g.ToDeviceAsync(p, src))
+		src[0] = 2
+		check(g.Sync())
+		check(g.ToHost(got, p))
+		if got[0] != 2 || got[1] != 1 {
+			t.Errorf("a queued copy whose source changed before it ran delivered %d, %d; want 2, 1", got[0], got[1])
+		}
+		check(g.HostFree(src))
 		// Another GPU's memory is not this one's, as without peer access.
 		if other, err := cuda.OpenGPU(1); err == nil {
 			r, err := other.Malloc(64)

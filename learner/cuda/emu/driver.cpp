@@ -29,7 +29,14 @@
 // as 80 or 90; default 90); RLNODE_EMU_GPU_MEMORY (bytes each device has;
 // default 16 GiB, and allocations beyond it fail as out of memory).
 //
-// Everything runs when called: streams are the legacy default stream only.
+// Streams are the legacy default stream only. As on a GPU, launches,
+// products, memsets, device-to-device copies and copies from the host are
+// queued per device and run in order when the host waits: a copy to the
+// host, cuCtxSynchronize, cuMemFree, cuMemFreeHost, cuMemHostUnregister,
+// a synchronous copy from page-locked memory, or a module unload. A copy
+// from pageable memory is staged when called; a queued copy
+// (cuMemcpyHtoDAsync) reads its page-locked source when it runs, so a
+// source changed before then is caught.
 #include "registry.h"
 
 #include <math.h>
@@ -119,6 +126,22 @@ std::map<uintptr_t, size_t> registered; // cuMemHostRegister's
 std::map<uintptr_t, std::unique_ptr<Module>> modules;
 std::map<uintptr_t, std::unique_ptr<Function>> functions;
 
+// queue holds each device's stream-ordered work not yet run, as a GPU's
+// legacy default stream does: launches, products, memsets, device copies
+// and copies from the host. Work runs when the host waits for it.
+std::vector<std::function<void()>> queue[maxDevices];
+
+// drain runs dev's queued work in order.
+void drain(int dev) {
+	auto q = std::move(queue[dev]);
+	queue[dev].clear();
+	for (auto &op : q) op();
+}
+
+void drainAll() {
+	for (int d = 0; d < count; d++) drain(d);
+}
+
 uintptr_t contextHandle(int dev) { return 0xc0de00000ull + ((uintptr_t)devs[dev].generation << 4) + dev; }
 
 // currentDev is the device whose primary context is current on this
@@ -172,6 +195,7 @@ template <typename M, typename F> void eraseIf(M &m, F f) {
 // destroyContext frees what dev's primary context owned when its last
 // retain is released.
 void destroyContext(int dev) {
+	drain(dev);
 	auto freed = [dev](auto &kv) {
 		if (kv.second.dev != dev) return false;
 		free((void *)kv.first);
@@ -352,6 +376,8 @@ void store(void *p, int type, uint64_t i, float v) {
 	((float *)p)[i] = v;
 }
 
+void matmul(const LtDesc *d, const LtLayout *a, const LtLayout *b, const LtLayout *c, const LtLayout *dd, float al, float be, const void *A, const void *B, const void *C, void *D);
+
 // ltDestroy deletes a live cuBLASLt object.
 template <typename T> int ltDestroy(T *o) {
 	std::lock_guard<std::mutex> l(mu);
@@ -456,7 +482,9 @@ int cuCtxSetCurrent(uintptr_t ctx) {
 
 int cuCtxSynchronize() {
 	std::lock_guard<std::mutex> l(mu);
-	return needContext();
+	if (int r = needContext()) return r;
+	drain(currentDev());
+	return OK;
 }
 
 int cuModuleLoadData(uintptr_t *m, const void *image) {
@@ -477,6 +505,7 @@ int cuModuleUnload(uintptr_t m) {
 	auto it = modules.find(m);
 	if (it == modules.end()) return INVALID_HANDLE;
 	if (it->second->dev != currentDev()) return INVALID_CONTEXT;
+	drain(currentDev());
 	for (auto f = functions.begin(); f != functions.end();)
 		f = f->second->mod == it->second.get() ? functions.erase(f) : std::next(f);
 	modules.erase(it);
@@ -529,7 +558,20 @@ int cuLaunchKernel(uintptr_t f, unsigned gx, unsigned gy, unsigned gz, unsigned 
 			return ILLEGAL_ADDRESS;
 		}
 	}
-	emu::run(dim3(gx, gy, gz), dim3(bx, by, bz), [&] { k.call(params); });
+	// The arguments are copied now, as cuLaunchKernel does: the caller
+	// may reuse its parameter array once the call returns.
+	struct Args {
+		std::vector<uint64_t> values;
+		std::vector<void *> ptrs;
+	};
+	auto a = std::make_shared<Args>();
+	a->values.resize(k.nargs);
+	a->ptrs.resize(k.nargs);
+	for (int i = 0; i < k.nargs; i++) {
+		memcpy(&a->values[i], params[i], std::min<size_t>(k.sizes[i], 8));
+		a->ptrs[i] = &a->values[i];
+	}
+	queue[dev].push_back([a, &k, gx, gy, gz, bx, by, bz] { emu::run(dim3(gx, gy, gz), dim3(bx, by, bz), [&] { k.call(a->ptrs.data()); }); });
 	return OK;
 }
 
@@ -554,6 +596,7 @@ int cuMemFree_v2(uint64_t p) {
 	if (int r = needContext()) return r;
 	auto it = device.find(p);
 	if (it == device.end()) return INVALID_VALUE;
+	drain(it->second.dev); // cuMemFree waits for the device
 	devs[it->second.dev].used -= it->second.bytes;
 	free((void *)p);
 	device.erase(it);
@@ -565,18 +608,32 @@ int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n) {
 	if (int r = needContext()) return r;
 	if (n == 0) return OK;
 	if (!inDevice(dst, n) || !src || touchesDevice((uintptr_t)src, n)) return INVALID_VALUE;
-	memcpy((void *)dst, src, n);
+	if (inRanges(hostAllocs, (uintptr_t)src, n) || inRanges(registered, (uintptr_t)src, n)) {
+		// From page-locked memory the copy is synchronous: it runs after
+		// the queued work.
+		drain(currentDev());
+		memcpy((void *)dst, src, n);
+		return OK;
+	}
+	// From pageable memory the driver stages the bytes and returns; the
+	// copy runs in stream order.
+	auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char *)src, (const unsigned char *)src + n);
+	queue[currentDev()].push_back([staged, dst] { memcpy((void *)dst, staged->data(), staged->size()); });
 	return OK;
 }
 
 int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, uintptr_t stream) {
-	{
-		std::lock_guard<std::mutex> l(mu);
-		if (stream != 0) return INVALID_HANDLE;
-		// The backend promises page-locked sources for queued copies.
-		if (n && !inRanges(hostAllocs, (uintptr_t)src, n) && !inRanges(registered, (uintptr_t)src, n)) return INVALID_VALUE;
-	}
-	return cuMemcpyHtoD_v2(dst, src, n);
+	std::lock_guard<std::mutex> l(mu);
+	if (int r = needContext()) return r;
+	if (stream != 0) return INVALID_HANDLE;
+	if (n == 0) return OK;
+	if (!inDevice(dst, n) || !src || touchesDevice((uintptr_t)src, n)) return INVALID_VALUE;
+	// The backend promises page-locked sources for queued copies. The
+	// source is read when the copy runs: changing it before then changes
+	// what arrives, as on a GPU.
+	if (!inRanges(hostAllocs, (uintptr_t)src, n) && !inRanges(registered, (uintptr_t)src, n)) return INVALID_VALUE;
+	queue[currentDev()].push_back([dst, src, n] { memcpy((void *)dst, src, n); });
+	return OK;
 }
 
 int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n) {
@@ -584,6 +641,7 @@ int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n) {
 	if (int r = needContext()) return r;
 	if (n == 0) return OK;
 	if (!inDevice(src, n) || !dst || touchesDevice((uintptr_t)dst, n)) return INVALID_VALUE;
+	drain(currentDev());
 	memcpy(dst, (const void *)src, n);
 	return OK;
 }
@@ -593,7 +651,7 @@ int cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, size_t n) {
 	if (int r = needContext()) return r;
 	if (n == 0) return OK;
 	if (!inDevice(dst, n) || !inDevice(src, n)) return INVALID_VALUE;
-	memmove((void *)dst, (const void *)src, n);
+	queue[currentDev()].push_back([dst, src, n] { memmove((void *)dst, (const void *)src, n); });
 	return OK;
 }
 
@@ -602,7 +660,7 @@ int cuMemsetD8_v2(uint64_t dst, unsigned char v, size_t n) {
 	if (int r = needContext()) return r;
 	if (n == 0) return OK;
 	if (!inDevice(dst, n, currentDev())) return INVALID_VALUE;
-	memset((void *)dst, v, n);
+	queue[currentDev()].push_back([dst, v, n] { memset((void *)dst, v, n); });
 	return OK;
 }
 
@@ -622,6 +680,7 @@ int cuMemFreeHost(void *p) {
 	if (int r = needContext()) return r;
 	auto it = hostAllocs.find((uintptr_t)p);
 	if (it == hostAllocs.end()) return INVALID_VALUE;
+	drainAll(); // queued copies may read it
 	free(p);
 	hostAllocs.erase(it);
 	return OK;
@@ -641,7 +700,9 @@ int cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags) {
 int cuMemHostUnregister(void *p) {
 	std::lock_guard<std::mutex> l(mu);
 	if (int r = needContext()) return r;
-	if (!registered.erase((uintptr_t)p)) return HOST_MEMORY_NOT_REGISTERED;
+	if (!registered.count((uintptr_t)p)) return HOST_MEMORY_NOT_REGISTERED;
+	drainAll(); // queued copies may read it
+	registered.erase((uintptr_t)p);
 	return OK;
 }
 
@@ -777,8 +838,21 @@ int cublasLtMatmul(LtHandle *h, LtDesc *d, const float *alpha, const void *A, Lt
 	}
 	if (wsSize < algo->workspace || (algo->workspace > 0 && !inDevice((uintptr_t)ws, wsSize, currentDev()))) return LT_INVALID_VALUE;
 	if (C == D && (c->type != dd->type || c->ld != dd->ld || c->stride != dd->stride)) return LT_INVALID_VALUE;
+	// alpha and beta are read now (host pointer mode); the descriptors'
+	// contents travel with the queued product.
+	queue[currentDev()].push_back([d = *d, a = *a, b = *b, c = *c, dd = *dd, al = *alpha, be = *beta, A, B, C, D] {
+		matmul(&d, &a, &b, &c, &dd, al, be, A, B, C, D);
+	});
+	return LT_OK;
+}
+
+} // extern "C"
+
+namespace {
+
+// matmul computes D = al·op(A)·op(B) + be·C in column-major order.
+void matmul(const LtDesc *d, const LtLayout *a, const LtLayout *b, const LtLayout *c, const LtLayout *dd, float al, float be, const void *A, const void *B, const void *C, void *D) {
 	uint64_t m = dd->rows, n = dd->cols, k = d->transa ? a->rows : a->cols;
-	float al = *alpha, be = *beta;
 	for (int32_t t = 0; t < dd->batch; t++) {
 		uint64_t oa = (uint64_t)t * a->stride, ob = (uint64_t)t * b->stride, oc = (uint64_t)t * c->stride, od = (uint64_t)t * dd->stride;
 		for (uint64_t j = 0; j < n; j++)
@@ -794,7 +868,6 @@ int cublasLtMatmul(LtHandle *h, LtDesc *d, const float *alpha, const void *A, Lt
 				store(D, dd->type, od + i + j * dd->ld, v);
 			}
 	}
-	return LT_OK;
 }
 
-} // extern "C"
+} // namespace

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include KERNELS_INC
 
@@ -23,12 +24,14 @@ template <typename... A, size_t... I> void call(void (*f)(A...), void **a, std::
 }
 
 // Kernel is one kernel's parameter count, which of its parameters are
-// pointers (bit i for parameter i), and a call taking an array of
-// pointers to its arguments (as cuLaunchKernel's kernelParams).
+// pointers (bit i for parameter i), a call taking an array of pointers to
+// its arguments (as cuLaunchKernel's kernelParams), and the parameters'
+// sizes.
 struct Kernel {
 	int nargs;
 	uint64_t pointers;
 	std::function<void(void **)> call;
+	std::vector<unsigned char> sizes; // bytes of each parameter
 };
 
 template <typename... A, size_t... I> uint64_t pointerMask(std::index_sequence<I...>) {
@@ -37,7 +40,8 @@ template <typename... A, size_t... I> uint64_t pointerMask(std::index_sequence<I
 
 template <typename... A> Kernel invoker(void (*f)(A...)) {
 	static_assert(sizeof...(A) <= 64, "a kernel takes at most 64 parameters here");
-	return {(int)sizeof...(A), pointerMask<A...>(std::index_sequence_for<A...>{}), [f](void **a) { call(f, a, std::index_sequence_for<A...>{}); }};
+	return {(int)sizeof...(A), pointerMask<A...>(std::index_sequence_for<A...>{}), [f](void **a) { call(f, a, std::index_sequence_for<A...>{}); },
+		{(unsigned char)sizeof(std::remove_reference_t<A>)...}};
 }
 
 // registry maps a kernel's name to its Kernel.
