@@ -44,6 +44,20 @@ func emuDevice(t testing.TB) *EmuDevice {
 	return d
 }
 
+// emuBackend is a fp32 device backend on a fresh emulated device (one
+// warp a block), or skips t (fails it under RLNODE_REQUIRE_GPU=1) without
+// a C++ compiler.
+func emuBackend(t *testing.T) (*EmuDevice, *DeviceBackend) {
+	t.Helper()
+	d := emuDevice(t)
+	if d == nil {
+		skipOrFail(t, "no C++ compiler for the emulated device")
+	}
+	b := NewDeviceBackend(d, F32)
+	b.Block = 32
+	return d, b
+}
+
 // accels are the devices the device-backend tests run on: the emulated
 // device where a C++ compiler is installed, and GPU 0 where Available says
 // the backend can run.
@@ -272,12 +286,7 @@ func maxRelDiff(a, b []float32) float64 {
 // middle of a forward pass makes Forward, and a training step, fail with
 // its error, not return the NaNs a failed device downloads.
 func TestForwardReportsDeviceFailure(t *testing.T) {
-	d := emuDevice(t)
-	if d == nil {
-		skipOrFail(t, "no C++ compiler for the emulated device")
-	}
-	b := NewDeviceBackend(d, F32)
-	b.Block = 32
+	d, b := emuBackend(t)
 	m := tinyQwen2(t, b, 7)
 	d.Capacity = d.Used() + 4096 // the weights are there; the activations do not fit
 	bt := stepBatch(t)

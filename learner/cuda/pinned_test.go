@@ -167,12 +167,7 @@ func TestPageSpan(t *testing.T) {
 // trainable tensor, and gives back those of tensors that stop training
 // (LoRA's base weights).
 func TestTrainerHostCopiesPinned(t *testing.T) {
-	d := emuDevice(t)
-	if d == nil {
-		skipOrFail(t, "no C++ compiler for the emulated device")
-	}
-	db := NewDeviceBackend(d, F32)
-	db.Block = 32
+	_, db := emuBackend(t)
 	m := tinyQwen2(t, db, 7)
 	bt := stepBatch(t)
 	var seen int

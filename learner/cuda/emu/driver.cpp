@@ -378,6 +378,14 @@ void store(void *p, int type, uint64_t i, float v) {
 
 void matmul(const LtDesc *d, const LtLayout *a, const LtLayout *b, const LtLayout *c, const LtLayout *dd, float al, float be, const void *A, const void *B, const void *C, void *D);
 
+// ltNew makes a live cuBLASLt object of v at *out.
+template <typename T> int ltNew(T **out, const T &v) {
+	if (!out) return LT_INVALID_VALUE;
+	*out = new T(v);
+	ltObjects.insert(*out);
+	return LT_OK;
+}
+
 // ltDestroy deletes a live cuBLASLt object.
 template <typename T> int ltDestroy(T *o) {
 	std::lock_guard<std::mutex> l(mu);
@@ -712,21 +720,15 @@ size_t cublasLtGetVersion() { return 120405; }
 
 int cublasLtCreate(LtHandle **h) {
 	std::lock_guard<std::mutex> l(mu);
-	if (!h) return LT_INVALID_VALUE;
-	*h = new LtHandle;
-	ltObjects.insert(*h);
-	return LT_OK;
+	return ltNew(h, LtHandle{});
 }
 
 int cublasLtDestroy(LtHandle *h) { return ltDestroy(h); }
 
 int cublasLtMatmulDescCreate(LtDesc **d, int compute, int scale) {
 	std::lock_guard<std::mutex> l(mu);
-	if (!d) return LT_INVALID_VALUE;
 	if (compute != COMPUTE32F || scale != R32F) return LT_NOT_SUPPORTED;
-	*d = new LtDesc;
-	ltObjects.insert(*d);
-	return LT_OK;
+	return ltNew(d, LtDesc{});
 }
 
 int cublasLtMatmulDescDestroy(LtDesc *d) { return ltDestroy(d); }
@@ -746,12 +748,9 @@ int cublasLtMatmulDescSetAttribute(LtDesc *d, int attr, const void *buf, size_t 
 
 int cublasLtMatrixLayoutCreate(LtLayout **l, int type, uint64_t rows, uint64_t cols, int64_t ld) {
 	std::lock_guard<std::mutex> g(mu);
-	if (!l) return LT_INVALID_VALUE;
 	if (type != R32F && type != R16BF) return LT_NOT_SUPPORTED;
 	if (ld < (int64_t)std::max<uint64_t>(rows, 1)) return LT_INVALID_VALUE;
-	*l = new LtLayout{type, rows, cols, ld};
-	ltObjects.insert(*l);
-	return LT_OK;
+	return ltNew(l, LtLayout{type, rows, cols, ld});
 }
 
 int cublasLtMatrixLayoutDestroy(LtLayout *l) { return ltDestroy(l); }
@@ -772,10 +771,7 @@ int cublasLtMatrixLayoutSetAttribute(LtLayout *l, int attr, const void *buf, siz
 
 int cublasLtMatmulPreferenceCreate(LtPref **p) {
 	std::lock_guard<std::mutex> l(mu);
-	if (!p) return LT_INVALID_VALUE;
-	*p = new LtPref;
-	ltObjects.insert(*p);
-	return LT_OK;
+	return ltNew(p, LtPref{});
 }
 
 int cublasLtMatmulPreferenceDestroy(LtPref *p) { return ltDestroy(p); }
