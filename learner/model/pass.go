@@ -183,6 +183,9 @@ func (m *Model) Forward(bt *Batch) (logp, entropy []float32, err error) {
 	}
 	b.RMSNorm(p.lnf, p.rstdf, p.resid[c.NumLayers], m.Norm.W, N, h, float32(c.RMSNormEps))
 	if M == 0 {
+		if err := backend.Err(b); err != nil {
+			return nil, nil, fmt.Errorf("forward: %w", err)
+		}
 		return nil, nil, nil
 	}
 	b.GatherRows(p.hsel, p.lnf, bt.Outputs, h)
