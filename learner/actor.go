@@ -144,6 +144,9 @@ type learnerActor struct {
 	l *Learner
 }
 
+// Stopped implements actor.Stopper: the learner's device is released.
+func (a *learnerActor) Stopped(*actor.Context) { a.l.Close() }
+
 // Receive implements actor.Actor.
 func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 	switch m := msg.(type) {

@@ -1,9 +1,13 @@
 package learner
 
 import (
+	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 
+	"github.com/rlnode/rlnode/learner/cuda"
 	"github.com/rlnode/rlnode/learner/cuda/cudatest"
 	"github.com/rlnode/rlnode/learner/optim"
 	"github.com/rlnode/rlnode/learner/rl"
@@ -190,5 +194,56 @@ func TestActivationOptionsSurviveLoad(t *testing.T) {
 			}
 			t.Logf("bf16 activations: weights within %v of float32's after two steps", d)
 		}
+	}
+}
+
+// TestCloseReleasesTheDevice: Close gives back the device memory a
+// learner on an (emulated) GPU holds, as its actor does when it stops.
+func TestCloseReleasesTheDevice(t *testing.T) {
+	c := tinyConfig(GRPO)
+	c.Backend = cudatest.EmuBackend(t)
+	a := newLearner(t, c)
+	if _, err := a.Train(groupBatch()); err != nil {
+		t.Fatal(err)
+	}
+	db, ok := a.Model().B.(*cuda.DeviceBackend)
+	if !ok {
+		t.Fatalf("the learner runs on %T, not the device backend", a.Model().B)
+	}
+	d := db.D.(*cuda.EmuDevice)
+	if d.Used() == 0 {
+		t.Fatal("a learner on the device holds no device memory")
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.Used(); n != 0 {
+		t.Errorf("after Close the device holds %d bytes", n)
+	}
+	cpuLearner := newLearner(t, tinyConfig(GRPO))
+	if err := cpuLearner.Close(); err != nil {
+		t.Errorf("Close on the CPU backend: %v", err)
+	}
+}
+
+// TestOutOfMemoryNamesTheSettings: a step that runs the device out of
+// memory fails with that error and the recipe settings that need less.
+func TestOutOfMemoryNamesTheSettings(t *testing.T) {
+	c := tinyConfig(GRPO)
+	c.Backend = cudatest.EmuBackend(t)
+	a := newLearner(t, c)
+	d := a.Model().B.(*cuda.DeviceBackend).D.(*cuda.EmuDevice)
+	d.Capacity = d.Used() + 4096
+	_, err := a.Train(groupBatch())
+	if !errors.Is(err, cuda.ErrOutOfMemory) {
+		t.Fatalf("a step on a full device: %v, want ErrOutOfMemory", err)
+	}
+	for _, s := range []string{"does not fit in the GPU's memory", fmt.Sprintf("algorithm.micro_batch, now %d", c.MicroBatchSeqs), "algorithm.activation_checkpointing: true", "placement.learner_shards"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("the error does not say %q: %v", s, err)
+		}
+	}
+	if h := a.memoryHint(errors.New("loss is NaN")); h != "" {
+		t.Errorf("another error gets the memory hint %q", h)
 	}
 }

@@ -2,6 +2,7 @@ package learner
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"strings"
 
@@ -508,6 +509,18 @@ func (l *Learner) Config() Config { return l.cfg }
 // Model is the trained policy. Callers must not train it behind the
 // learner's back.
 func (l *Learner) Model() *model.Model { return l.model }
+
+// Close releases the device the learner's backend holds (a GPU's memory,
+// kernels and cuBLASLt; nothing on the CPU backend). The learner must not
+// be used after. The learner actors close theirs when they stop, so a
+// node that hosts run after run, or restarts a failed learner, gets the
+// GPU's memory back.
+func (l *Learner) Close() error {
+	if c, ok := l.model.B.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
 
 // Step is the number of optimizer steps taken.
 func (l *Learner) Step() int { return l.step }

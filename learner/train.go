@@ -1,10 +1,13 @@
 package learner
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
+	"github.com/rlnode/rlnode/learner/cuda"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/rl"
 )
@@ -187,7 +190,7 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 			if l.shard != nil {
 				l.shard.Abort(l.step+1, err)
 			}
-			return Stats{Step: l.step}, fmt.Errorf("learner: %w", err)
+			return Stats{Step: l.step}, fmt.Errorf("learner: %w%s", err, l.memoryHint(err))
 		}
 		l.step++
 		st.Loss += ss.Loss / float64(passes)
@@ -624,4 +627,22 @@ func checkWeights(w []float64, n int) error {
 		}
 	}
 	return nil
+}
+
+// memoryHint is what to change when err is the device running out of
+// memory: the recipe settings that make a step need less of it, those not
+// already set first.
+func (l *Learner) memoryHint(err error) string {
+	if !errors.Is(err, cuda.ErrOutOfMemory) {
+		return ""
+	}
+	tips := []string{fmt.Sprintf("fewer sequences per pass (algorithm.micro_batch, now %d)", l.cfg.MicroBatchSeqs)}
+	if !l.cfg.CheckpointActivations {
+		tips = append(tips, "algorithm.activation_checkpointing: true")
+		if !l.cfg.ActivationsBF16 {
+			tips = append(tips, "algorithm.activations_bf16: true")
+		}
+	}
+	tips = append(tips, "more learner shards (placement.learner_shards: ZeRO-1 splits the optimizer state)")
+	return "; the step does not fit in the GPU's memory, and each of these makes it need less: " + strings.Join(tips, ", ")
 }

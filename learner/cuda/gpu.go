@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"unsafe"
 )
 
@@ -43,16 +44,17 @@ const (
 	ltHeuristicBytes      = 96
 )
 
-// OpenGPU opens GPU index with its kernels and cuBLASLt.
+// OpenGPU opens GPU index with its kernels and cuBLASLt. Its errors
+// name the GPU first ("GPU 0: ...").
 func OpenGPU(index int) (*GPU, error) {
 	dev, err := OpenDevice(index)
 	if err != nil {
-		return nil, err
+		return nil, onGPU(index, err)
 	}
 	lt, err := OpenCublasLt()
 	if err != nil {
 		dev.Close()
-		return nil, err
+		return nil, onGPU(index, err)
 	}
 	g := &GPU{dev: dev, lt: lt}
 	err = g.on(func() error {
@@ -68,9 +70,19 @@ func OpenGPU(index int) (*GPU, error) {
 	})
 	if err != nil {
 		g.Close()
-		return nil, fmt.Errorf("GPU %d: %w", index, err)
+		return nil, onGPU(index, err)
 	}
 	return g, nil
+}
+
+// onGPU prefixes err with "GPU index: " unless its message names that
+// GPU first already.
+func onGPU(index int, err error) error {
+	p := fmt.Sprintf("GPU %d", index)
+	if m := err.Error(); strings.HasPrefix(m, p+":") || strings.HasPrefix(m, p+" ") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", p, err)
 }
 
 func (g *GPU) Name() string { return "GPU " + g.dev.Info.String() }

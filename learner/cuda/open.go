@@ -37,7 +37,7 @@ func OpenBackend(device string) (backend.Backend, error) {
 	}
 	g, err := OpenGPU(ord)
 	if err != nil {
-		return nil, fmt.Errorf("device %s: GPU %d: %w", device, ord, err)
+		return nil, fmt.Errorf("device %s: %w", device, err)
 	}
 	return NewDeviceBackend(g, gemm), nil
 }

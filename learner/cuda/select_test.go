@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -75,6 +77,25 @@ func TestParseDevice(t *testing.T) {
 		}
 		if err != nil || kind != c.kind || idx != c.index {
 			t.Errorf("ParseDevice(%q): %q, %d, %v; want %q, %d", c.in, kind, idx, err, c.kind, c.index)
+		}
+	}
+}
+
+// TestOnGPU: OpenGPU's errors name the GPU once, first, and keep what
+// they wrap.
+func TestOnGPU(t *testing.T) {
+	for _, c := range []struct {
+		index     int
+		err, want string
+	}{
+		{0, "cuBLASLt workspace: out of memory", "GPU 0: cuBLASLt workspace: out of memory"},
+		{0, "GPU 0: load norm.cu for sm_90: bad image", "GPU 0: load norm.cu for sm_90: bad image"},
+		{0, "GPU 0 (H100): version too old", "GPU 0 (H100): version too old"},
+		{1, "GPU 10: not loaded", "GPU 1: GPU 10: not loaded"},
+	} {
+		err := onGPU(c.index, fmt.Errorf("%s: %w", c.err, ErrOutOfMemory))
+		if got := strings.TrimSuffix(err.Error(), ": "+ErrOutOfMemory.Error()); got != c.want || !errors.Is(err, ErrOutOfMemory) {
+			t.Errorf("onGPU(%d, %q) = %q, want %q wrapping ErrOutOfMemory", c.index, c.err, err, c.want)
 		}
 	}
 }

@@ -72,12 +72,14 @@ type rankActor struct {
 	rank *Rank
 }
 
-// Stopped implements actor.Stopper.
+// Stopped implements actor.Stopper: the mailbox, the rank's buffers and
+// the learner's device are released.
 func (a *rankActor) Stopped(*actor.Context) {
 	a.mb.Close()
 	if a.rank != nil {
 		a.rank.Close()
 	}
+	a.l.Close()
 }
 
 // Receive implements actor.Actor.
