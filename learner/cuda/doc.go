@@ -8,5 +8,7 @@
 // The kernels are CUDA C in kernels/, one source for the GPU (compiled by
 // NVRTC) and for the CPU emulation in emu/ (compiled by the host C++
 // compiler), against which tests check them on machines without a GPU.
+// emu/driver.cpp is an emulated GPU behind the driver API and cuBLASLt
+// (EmulatedGPUEnv), so that GPU and Device themselves run there too.
 // docs/cuda.md describes the backend's design and what is still missing.
 package cuda
