@@ -35,6 +35,9 @@ func TestGPUEmulated(t *testing.T) {
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("no g++ for the emulated GPU")
 	}
+	if _, err := cuda.OpenNVRTC(); err != nil {
+		t.Skipf("no NVRTC for the emulated GPU's modules: %v", err)
+	}
 	var out, errb bytes.Buffer
 	if code := runMain([]string{"gpu", "--emulated"}, &out, &errb); code != 0 {
 		t.Fatalf("rlnode gpu --emulated: exit %d: %s", code, errb.String())

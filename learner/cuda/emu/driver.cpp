@@ -122,7 +122,7 @@ Dev devs[maxDevices];
 thread_local uintptr_t current;
 std::map<uintptr_t, Block> device;     // allocations by base
 std::map<uintptr_t, Block> hostAllocs; // cuMemAllocHost's
-std::map<uintptr_t, size_t> registered; // cuMemHostRegister's
+std::map<uintptr_t, Block> registered; // cuMemHostRegister's (dev -1)
 std::map<uintptr_t, std::unique_ptr<Module>> modules;
 std::map<uintptr_t, std::unique_ptr<Function>> functions;
 
@@ -152,15 +152,27 @@ int currentDev() {
 	return dev;
 }
 
-// inDevice reports whether [p, p+n) lies inside one live allocation (the
-// end of an allocation counts as inside for n = 0), on device dev unless
-// dev is -1.
-bool inDevice(uintptr_t p, uint64_t n, int dev = -1) {
-	auto it = device.upper_bound(p);
-	if (it == device.begin()) return false;
+// within is the block of m that holds [p, p+n) (the end of a block counts
+// as inside for n = 0), or nullptr.
+const Block *within(const std::map<uintptr_t, Block> &m, uintptr_t p, uint64_t n) {
+	auto it = m.upper_bound(p);
+	if (it == m.begin()) return nullptr;
 	--it;
 	const Block &b = it->second;
-	return (dev < 0 || b.dev == dev) && p >= it->first && p - it->first <= b.bytes && n <= b.bytes - (p - it->first);
+	return p - it->first <= b.bytes && n <= b.bytes - (p - it->first) ? &b : nullptr;
+}
+
+// inDevice reports whether [p, p+n) lies inside one live allocation, on
+// device dev unless dev is -1.
+bool inDevice(uintptr_t p, uint64_t n, int dev = -1) {
+	const Block *b = within(device, p, n);
+	return b && (dev < 0 || b->dev == dev);
+}
+
+// pageLocked reports whether [p, p+n) is page-locked host memory
+// (cuMemAllocHost's or cuMemHostRegister's).
+bool pageLocked(const void *p, uint64_t n) {
+	return within(hostAllocs, (uintptr_t)p, n) || within(registered, (uintptr_t)p, n);
 }
 
 // touchesDevice reports whether [p, p+n) overlaps a live allocation.
@@ -169,17 +181,6 @@ bool touchesDevice(uintptr_t p, uint64_t n) {
 	if (it == device.begin()) return false;
 	--it;
 	return p < it->first + it->second.bytes && it->first < p + std::max<uint64_t>(n, 1);
-}
-
-size_t bytesOf(size_t n) { return n; }
-size_t bytesOf(const Block &b) { return b.bytes; }
-
-template <typename V> bool inRanges(const std::map<uintptr_t, V> &m, uintptr_t p, uint64_t n) {
-	auto it = m.upper_bound(p);
-	if (it == m.begin()) return false;
-	--it;
-	size_t size = bytesOf(it->second);
-	return p - it->first <= size && n <= size - (p - it->first);
 }
 
 int needContext() {
@@ -616,7 +617,7 @@ int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n) {
 	if (int r = needContext()) return r;
 	if (n == 0) return OK;
 	if (!inDevice(dst, n) || !src || touchesDevice((uintptr_t)src, n)) return INVALID_VALUE;
-	if (inRanges(hostAllocs, (uintptr_t)src, n) || inRanges(registered, (uintptr_t)src, n)) {
+	if (pageLocked(src, n)) {
 		// From page-locked memory the copy is synchronous: it runs after
 		// the queued work.
 		drain(currentDev());
@@ -639,7 +640,7 @@ int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, uintptr_t stre
 	// The backend promises page-locked sources for queued copies. The
 	// source is read when the copy runs: changing it before then changes
 	// what arrives, as on a GPU.
-	if (!inRanges(hostAllocs, (uintptr_t)src, n) && !inRanges(registered, (uintptr_t)src, n)) return INVALID_VALUE;
+	if (!pageLocked(src, n)) return INVALID_VALUE;
 	queue[currentDev()].push_back([dst, src, n] { memcpy((void *)dst, src, n); });
 	return OK;
 }
@@ -700,8 +701,8 @@ int cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags) {
 	if (!p || bytes == 0) return INVALID_VALUE;
 	uintptr_t a = (uintptr_t)p;
 	auto it = registered.upper_bound(a + bytes - 1);
-	if (it != registered.begin() && std::prev(it)->first + std::prev(it)->second > a) return HOST_MEMORY_ALREADY_REGISTERED;
-	registered[a] = bytes;
+	if (it != registered.begin() && std::prev(it)->first + std::prev(it)->second.bytes > a) return HOST_MEMORY_ALREADY_REGISTERED;
+	registered[a] = Block{bytes, -1};
 	return OK;
 }
 
