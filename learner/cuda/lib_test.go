@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -181,5 +182,54 @@ func TestSearchFindsWheelsAndHonoursEnv(t *testing.T) {
 	t.Setenv(EnvNVRTC, "/nonexistent/libnvrtc.so.13")
 	if _, err := OpenNVRTC(); !errors.Is(err, ErrNoLibrary) || !strings.Contains(err.Error(), "/nonexistent/libnvrtc.so.13") || strings.Contains(err.Error(), wheel) {
 		t.Errorf("with %s set to a missing file: %v", EnvNVRTC, err)
+	}
+}
+
+// TestSearchFindsUnactivatedVenvAndToolkit: a GPU host's PyTorch often
+// lives in a virtual environment whose bin is on PATH but that nobody
+// activated (no VIRTUAL_ENV), and a CUDA toolkit keeps its libraries in
+// $CUDA_HOME/lib64: both are searched, the wheel first.
+func TestSearchFindsUnactivatedVenvAndToolkit(t *testing.T) {
+	built := fakeLib(t, "libnvrtc.so", "FAKE_NVRTC", "NVRTC_MAJOR=13", "NVRTC_MINOR=0")
+	b, err := os.ReadFile(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(path string, mode os.FileMode, data []byte) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, data, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	venv, toolkit := t.TempDir(), t.TempDir()
+	put(filepath.Join(venv, "bin", "python3"), 0o755, []byte("#!/bin/sh\n"))
+	wheel := filepath.Join(venv, "lib", "python3.12", "site-packages", "nvidia", "cu13", "lib", "libnvrtc.so.13")
+	put(wheel, 0o755, b)
+	inToolkit := filepath.Join(toolkit, "lib64", "libnvrtc.so.13")
+	put(inToolkit, 0o755, b)
+	t.Setenv("PATH", filepath.Join(venv, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("VIRTUAL_ENV", "")
+	t.Setenv("CONDA_PREFIX", "")
+	t.Setenv("CUDA_HOME", toolkit)
+	t.Setenv(EnvNVRTC, "")
+	list := searchList(EnvNVRTC, []string{"libnvrtc.so.99"}, "libnvrtc.so.1[0-9]*")
+	iw, it := slices.Index(list, wheel), slices.Index(list, inToolkit)
+	if iw < 1 || it < 1 || iw > it {
+		t.Fatalf("search list %q: want the soname, the venv's wheel %s, later the toolkit's %s", list, wheel, inToolkit)
+	}
+	n, err := OpenNVRTC(list...)
+	if err != nil || n.Path() != wheel {
+		t.Fatalf("OpenNVRTC: %v, %v; want the wheel's", n, err)
+	}
+	// Without the wheel, the toolkit's library is the one that loads.
+	if err := os.Remove(wheel); err != nil {
+		t.Fatal(err)
+	}
+	n, err = OpenNVRTC(searchList(EnvNVRTC, []string{"libnvrtc.so.99"}, "libnvrtc.so.1[0-9]*")...)
+	if err != nil || n.Path() != inToolkit {
+		t.Fatalf("OpenNVRTC without the wheel: %v, %v; want %s", n, err, inToolkit)
 	}
 }

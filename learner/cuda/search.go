@@ -2,7 +2,9 @@ package cuda
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 )
 
@@ -18,12 +20,23 @@ const (
 // pythonRoots are the prefixes under which Python environments keep
 // site-packages: NVIDIA's wheels (nvidia-cuda-nvrtc, nvidia-cublas) put
 // their libraries under site-packages/nvidia/*/lib, outside the dynamic
-// linker's path, and that is where GPU hosts with PyTorch have them.
+// linker's path, and that is where GPU hosts with PyTorch have them. The
+// environment of the python3 on PATH counts too, activated or not (a
+// virtual environment's bin on PATH, /opt/torch/.venv say): the path is
+// taken as found, not through its links, which lead out of the
+// environment to the interpreter it was made from.
 func pythonRoots() []string {
 	var roots []string
 	for _, env := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
 		if v := os.Getenv(env); v != "" {
 			roots = append(roots, v)
+		}
+	}
+	for _, py := range []string{"python3", "python"} {
+		if p, err := exec.LookPath(py); err == nil && filepath.IsAbs(p) {
+			if r := filepath.Dir(filepath.Dir(p)); !slices.Contains(roots, r) {
+				roots = append(roots, r)
+			}
 		}
 	}
 	if home, err := os.UserHomeDir(); err == nil {
@@ -60,12 +73,60 @@ func wheelLibraries(names ...string) []string {
 	return out
 }
 
+// toolkitDirs are where a CUDA toolkit keeps its libraries when they are
+// not on the dynamic linker's path: under $CUDA_HOME, $CUDA_PATH and
+// /usr/local/cuda.
+func toolkitDirs() []string {
+	target := "x86_64-linux"
+	if runtime.GOARCH == "arm64" {
+		target = "sbsa-linux"
+	}
+	var dirs []string
+	for _, root := range []string{os.Getenv("CUDA_HOME"), os.Getenv("CUDA_PATH"), "/usr/local/cuda"} {
+		if root == "" {
+			continue
+		}
+		for _, sub := range []string{"lib64", "lib", filepath.Join("targets", target, "lib")} {
+			if d := filepath.Join(root, sub); !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	return dirs
+}
+
+// toolkitLibraries lists files matching each of names in toolkitDirs,
+// newest-named first within each folder.
+func toolkitLibraries(names ...string) []string {
+	var out []string
+	for _, dir := range toolkitDirs() {
+		for _, n := range names {
+			m, _ := filepath.Glob(filepath.Join(dir, n))
+			slices.Sort(m)
+			slices.Reverse(m)
+			for _, p := range m {
+				if !slices.Contains(out, p) && len(out) < maxWheelCandidates {
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	return out
+}
+
 // searchList is where a library is looked for: the path in env when set,
-// else the sonames (the dynamic linker's search) and then the Python
-// wheels' folders.
-func searchList(env string, sonames []string, wheelGlobs ...string) []string {
+// else the sonames (the dynamic linker's search), then the Python wheels'
+// folders (PyTorch's own, which match the driver it runs on), then a CUDA
+// toolkit's.
+func searchList(env string, sonames []string, globs ...string) []string {
 	if p := os.Getenv(env); p != "" {
 		return []string{p}
 	}
-	return append(slices.Clone(sonames), wheelLibraries(wheelGlobs...)...)
+	list := append(slices.Clone(sonames), wheelLibraries(globs...)...)
+	for _, p := range toolkitLibraries(globs...) {
+		if !slices.Contains(list, p) {
+			list = append(list, p)
+		}
+	}
+	return list
 }
