@@ -129,11 +129,16 @@ ptxas info    : Compiling entry function 'b' for 'sm_80'
 ptxas info    : Function properties for b
 ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 10 registers, 384 bytes cmem[0]
+ptxas info    : Compiling entry function 'c' for 'sm_90'
+ptxas info    : Function properties for c
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 8192 bytes smem, 400 bytes cmem[0]
 `
 	got := ParsePtxasLog(log)
 	want := []KernelStats{
 		{Name: "a", Arch: "sm_90", Registers: 255, SharedBytes: 1024, StackBytes: 8, SpillStores: 4, SpillLoads: 12},
 		{Name: "b", Arch: "sm_80", Registers: 10},
+		{Name: "c", Arch: "sm_90", Registers: 40, SharedBytes: 8192}, // CUDA 12's form
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("got %+v\nwant %+v", got, want)

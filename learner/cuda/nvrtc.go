@@ -162,7 +162,9 @@ func (n *NVRTC) log(prog uintptr) string {
 var (
 	ptxasEntry = regexp.MustCompile(`Compiling entry function '(\w+)' for '(\w+)'`)
 	ptxasFrame = regexp.MustCompile(`(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads`)
-	ptxasUsed  = regexp.MustCompile(`Used (\d+) registers(?:, (\d+) bytes smem)?`)
+	// "Used 40 registers, 1024 bytes smem, ..." (CUDA 11); CUDA 12 and
+	// later insert ", used 1 barriers" after the registers.
+	ptxasUsed = regexp.MustCompile(`Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?`)
 )
 
 // ParsePtxasLog reads the per-kernel figures out of a log written with
