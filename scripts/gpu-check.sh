@@ -1,56 +1,63 @@
 #!/usr/bin/env bash
-# Checks the CUDA backend on a GPU host that has no Go toolchain: one run,
-# or two of at most 10 minutes each (docs/cuda.md shows the split).
+# Checks the CUDA backend on a GPU host that has no Go toolchain, in one run
+# that prints its report as it goes.
 #
 #   bash scripts/gpu-check.sh build DIR   # where Go is: cross-build test binaries into DIR
 #   bash scripts/gpu-check.sh run DIR     # on the GPU host (DIR copied there): run, print one report
 #   bash scripts/gpu-check.sh             # both, here (on a host without a GPU: a dry run)
 #
-# GPU_CHECK_TESTS=0 skips learner/cuda's and learner/cpu's tests (for a
-# second run that only times). run sets RLNODE_REQUIRE_GPU=1, so a test
-# that would skip for a missing GPU, driver or NVRTC fails instead;
-# GPU_CHECK_REQUIRE=0 lifts that for a dry run.
-# The libraries are found as rlnode finds them: the dynamic linker's path,
-# NVIDIA's Python wheels (site-packages/nvidia/*/lib), or RLNODE_CUDA_DRIVER,
-# RLNODE_NVRTC and RLNODE_CUBLASLT.
+# run sets RLNODE_REQUIRE_GPU=1, so a test that would skip for a missing
+# GPU, driver or NVRTC fails instead; GPU_CHECK_REQUIRE=0 lifts that for a
+# dry run. The libraries are found as rlnode finds them (docs/cuda.md):
+# the dynamic linker's path, NVIDIA's Python wheels, a CUDA toolkit, or
+# RLNODE_CUDA_DRIVER, RLNODE_NVRTC and RLNODE_CUBLASLT.
 #
-# It runs learner/cuda's tests (loader, NVRTC compile of every kernel, every
-# kernel on the GPU against the CPU backend, the kernel cache, cuBLASLt
-# products against learner/blas, and Qwen2 training steps on the
-# device-resident backend over the real driver against the CPU backend,
-# fp32 and bf16, AdamW on the device against the host optimizer, bf16 weight
-# copies), then times a training step of a Qwen2.5-0.5B-shaped model
-# (random weights; GPU_CHECK_SEQ, GPU_CHECK_BATCH rows, default 1024 x 8) on
-# the device backend (fused AdamW; with bf16 also AdamW on the host,
-# GPU_CHECK_HOSTOPT=0 skips that) and the CPU backend, and with PyTorch eager where
-# python3 has torch with CUDA (learner/cuda/testdata/torch_step.py), and
-# reports the host. GPU_CHECK_STEP=0 skips the timing, GPU_CHECK_STEP_CPU=0
-# the CPU backend's (the slowest part); the bf16 step is timed again keeping
-# the layers' activations as bf16 (GPU_CHECK_ACTBF16=0 skips it; the
-# allocator's line gives the memory), with the attention on the tensor
-# cores (GPU_CHECK_TC=0 skips it), and once more with every device op
-# timed alone (GPU_CHECK_PROFILE=0 skips it). Then the data-parallel ranks
-# on the GPU: learner/shard's device tests (two ranks on the GPU against one
-# learner, ZeRO stage 0 and 1 with the update on the device, the ZeRO-1
-# checkpoint and resume, the bytes a step copies to the host and through
-# page-locked buffers) and a timed step of one learner and of two ranks
-# under each stage on the same shape (BenchmarkDeviceStep;
-# GPU_CHECK_SHARDED=0 skips both). Last, the same-host all-reduce of
-# learner ranks at 64 MiB against this host's memcpy and gloo (samehost
-# below; GPU_CHECK_SAMEHOST=0 skips it). Before the step timing, the native
-# engine on the GPU (GPU_CHECK_DECODE=0 skips it): rollout/native's device
-# tests (greedy and seeded samples against the CPU engine, a model loaded
-# onto the device), a short real run with the engine and the learner on the
-# GPU (`rlnode run quickstart`, 4 steps), and decode tokens/s at batch 1 and
-# 64 on the Qwen2.5-0.5B shape (BenchmarkDecodeGPU, fp32 and bf16 products)
-# beside transformers' generate on the same shape
-# (rollout/native/testdata/hf_generate.py) where python3 has it. And the
-# log probs and gradients of a Qwen2.5-0.5B-shaped checkpoint on the GPU
-# against PyTorch's on the GPU (torchcheck below; GPU_CHECK_TORCH=0 skips
-# it). And one attention's forward and backward passes timed with each
-# kind of kernel beside PyTorch's scaled_dot_product_attention (attention
-# below; GPU_CHECK_ATTN=0 skips it).
+# The sections (SECTIONS below), in the order they run, most wanted first:
+#   tests-cuda    learner/cuda's tests on the GPU: NVRTC compiles of every
+#                 kernel, every kernel against the CPU backend, cuBLASLt
+#                 products, Qwen2 training steps on the device backend,
+#                 fp32 and bf16 (the emulated subtests, run in CI, are
+#                 skipped unless GPU_CHECK_EMULATION=1)
+#   step          a Qwen2.5-0.5B-shaped training step (random weights;
+#                 GPU_CHECK_SEQ x GPU_CHECK_BATCH rows, default 1024 x 8) on
+#                 the device backend, fp32, bf16 and bf16 with tensor-core
+#                 attention (GPU_CHECK_TC=0 leaves that out), beside PyTorch eager
+#                 (learner/cuda/testdata/torch_step.py)
+#   torch         log probs and gradients of a Qwen2.5-0.5B-shaped
+#                 checkpoint on the GPU against PyTorch's on the GPU
+#   decode        native decode tokens/s at batch 1 and 64, fp32 and bf16,
+#                 beside transformers' generate (hf_generate.py)
+# GPU_CHECK_SHAPE=tiny times a small Qwen2 in step, step-more,
+# step-sharded, step-cpu and decode instead: a rehearsal, on the emulated
+# GPU say (docs/cuda.md).
+#   engine        rollout/native's device tests, and `rlnode run quickstart`
+#                 for 2 SFT and 2 RL steps with the engine and the learner
+#                 on the GPU
+#   tests-shard   learner/shard's device tests on the GPU (two ranks against
+#                 one learner, ZeRO stage 0 and 1, checkpoint and resume)
+#   attention     one attention's forward and backward passes with each kind
+#                 of kernel, beside PyTorch's scaled_dot_product_attention
+#   step-more     the bf16 step with bf16 activations (GPU_CHECK_ACTBF16),
+#                 every op timed alone (GPU_CHECK_PROFILE), AdamW on the
+#                 host (GPU_CHECK_HOSTOPT)
+#   step-sharded  one learner and two ranks under ZeRO stage 0 and 1
+#   tests-cpu     learner/cpu's tests
+#   step-cpu      the step on the CPU backend
+#   samehost      the same-host all-reduce at 64 MiB against memcpy and gloo
+# GPU_CHECK_TESTS=0 skips tests-cuda and tests-cpu, GPU_CHECK_STEP=0 step
+# and step-more, GPU_CHECK_TORCH=0 torch, GPU_CHECK_DECODE=0 decode and
+# engine, GPU_CHECK_SHARDED=0 tests-shard and step-sharded,
+# GPU_CHECK_ATTN=0 attention, GPU_CHECK_STEP_CPU=0 step-cpu,
+# GPU_CHECK_SAMEHOST=0 samehost.
+#
+# Each section runs under its own time limit. GPU_CHECK_BUDGET=SECONDS
+# bounds the whole run: a section starts only while its minimum is left,
+# and its limit is cut to what is left, so the run ends when the budget does,
+# with the report of every section it ran. GPU_CHECK_OUT=DIR also writes
+# the report to DIR/report.txt and every section's whole output to
+# DIR/full.log, line by line as they come.
 set -euo pipefail
+SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/.."
 
 build() {
@@ -87,17 +94,123 @@ unpack() {
 	done
 }
 
+# Sections, in the order run runs them: the correctness tests and the
+# figures the backend is judged by first, so that a run cut short by its
+# budget still has them. Each line: name, the most seconds it may take, the
+# fewest it is worth starting with, and the switch that skips it.
+SECTIONS="
+tests-cuda 300 60 GPU_CHECK_TESTS
+step 240 90 GPU_CHECK_STEP
+torch 330 120 GPU_CHECK_TORCH
+decode 300 90 GPU_CHECK_DECODE
+engine 240 60 GPU_CHECK_DECODE
+tests-shard 150 40 GPU_CHECK_SHARDED
+attention 210 60 GPU_CHECK_ATTN
+step-more 330 60 GPU_CHECK_STEP
+step-sharded 180 60 GPU_CHECK_SHARDED
+tests-cpu 300 30 GPU_CHECK_TESTS
+step-cpu 150 60 GPU_CHECK_STEP_CPU
+samehost 270 60 GPU_CHECK_SAMEHOST
+"
+
+# section runs one section's commands (run calls it through this script,
+# under the section's time limit).
+section() {
+	local name=$1 dir=$2
+	case $name in
+	tests-cuda | tests-cpu)
+		local pkg=learner/${name#tests-}
+		local skip=()
+		# The emulated subtests ran in CI; on a GPU only the GPU's run,
+		# unless GPU_CHECK_EMULATION=1.
+		if [ "${GPU_CHECK_EMULATION:-$([ "$RLNODE_REQUIRE_GPU" = 1 ] && echo 0 || echo 1)}" = 0 ]; then
+			skip=(-test.skip '/emul')
+		fi
+		cd "$dir/$pkg" && "./$(basename "$pkg").test" -test.v -test.count=1 "${skip[@]}" -test.timeout=290s
+		;;
+	tests-shard)
+		# The GPU's subtests only: the emulated ones ran in CI.
+		cd "$dir/learner/shard" && ./shard.test -test.v -test.count=1 -test.run 'TestDevice.*/gpu' -test.timeout=140s
+		;;
+	step) step "$dir" ;;
+	step-more) step_more "$dir" ;;
+	step-sharded) step_sharded "$dir" ;;
+	step-cpu) step_cpu "$dir" ;;
+	torch) torchcheck "$dir" ;;
+	decode) decode "$dir" ;;
+	engine) engine "$dir" ;;
+	attention) attention "$dir" ;;
+	samehost) samehost "$dir" ;;
+	*)
+		echo "gpu-check: no section $name" >&2
+		return 2
+		;;
+	esac
+}
+
+# summarize prints the report's part for one section from its log.
+summarize() {
+	local name=$1 f=$2
+	case $name in
+	tests-*)
+		printf '%s passed, %s failed, %s skipped\n' \
+			"$(grep -c -- '^--- PASS' "$f" || true)" "$(grep -c -- '^--- FAIL' "$f" || true)" "$(grep -c -- '^--- SKIP' "$f" || true)"
+		# Each failure and skip, and the messages tests logged.
+		grep -E -- '^\s*--- (FAIL|SKIP)|^\s+[a-z_]+_test\.go:[0-9]+:|^panic' "$f" | head -150 || true
+		grep -E -- '^(FAIL|ok|PASS)' "$f" | tail -3 || true
+		;;
+	*) cat "$f" ;;
+	esac
+}
+
+# Titles of the sections in the report.
+title() {
+	case $1 in
+	tests-cuda) echo "tests: learner/cuda (kernels, cuBLASLt, the device backend's steps on the GPU)" ;;
+	tests-cpu) echo "tests: learner/cpu" ;;
+	tests-shard) echo "tests: learner/shard (data-parallel ranks on the GPU)" ;;
+	step) echo "training step (${GPU_CHECK_SHAPE:-qwen2.5-0.5b} shape, random weights): device backend and PyTorch eager" ;;
+	step-more) echo "training step, variants: bf16 activations, profile, AdamW on the host" ;;
+	step-sharded) echo "training step: one learner and two ranks on the GPU (ZeRO stage 0 and 1)" ;;
+	step-cpu) echo "training step on the CPU backend" ;;
+	torch) echo "log probs and gradients against PyTorch (Qwen2.5-0.5B shape, random weights)" ;;
+	decode) echo "native engine decode tokens/s (${GPU_CHECK_SHAPE:-qwen2.5-0.5b} shape, random weights), and transformers' generate" ;;
+	engine) echo "native engine on the GPU: tests, and a run with the engine and the learner on cuda" ;;
+	attention) echo "attention forward+backward (Qwen2.5-0.5B heads): warp-per-query, tiled and tensor-core kernels, PyTorch SDPA" ;;
+	samehost) echo "same-host all-reduce, 64 MiB (this host's cores; docs/samehost.md)" ;;
+	esac
+}
+
 run() {
 	local dir
 	dir=$(cd "$1" && pwd)
 	unpack "$dir"
-	local log
-	log=$(mktemp -d)
 	export RLNODE_REQUIRE_GPU=${GPU_CHECK_REQUIRE:-1}
+	local log out=${GPU_CHECK_OUT:-}
+	log=$(mktemp -d)
+	if [ -n "$out" ]; then
+		mkdir -p "$out"
+		: >"$out/report.txt"
+		: >"$out/full.log"
+	fi
+	# say prints a line of the report as soon as it is known (and keeps it
+	# in GPU_CHECK_OUT/report.txt), so a run stopped from outside has
+	# everything up to its last section.
+	say() {
+		if [ -n "$out" ]; then
+			tee -a "$out/report.txt"
+		else
+			cat
+		fi
+	}
+	local budget=${GPU_CHECK_BUDGET:-0} t0
+	t0=$(date +%s)
 	{
+		echo "================ rlnode gpu-check report ================"
 		echo "== host"
 		uname -srm
 		date -u +%Y-%m-%dT%H:%M:%SZ
+		echo "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 		if command -v nvidia-smi >/dev/null 2>&1; then
 			nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 		else
@@ -108,131 +221,116 @@ run() {
 		fi
 		echo "== rlnode gpu"
 		"$dir/bin/rlnode" gpu || true
-	} >"$log/host.txt" 2>&1
-	local failed=0
-	for pkg in learner/cuda learner/cpu; do
-		[ "${GPU_CHECK_TESTS:-1}" != 0 ] || break
-		local bin
-		bin="$dir/$pkg/$(basename "$pkg").test"
-		(cd "$dir/$pkg" && timeout 300 "$bin" -test.v -test.count=1 -test.timeout=280s) >"$log/$(basename "$pkg").txt" 2>&1 || failed=1
-	done
-	: >"$log/shard.txt"
-	if [ "${GPU_CHECK_SHARDED:-1}" != 0 ]; then
-		# The GPU's subtests only: the emulated ones ran in CI.
-		(cd "$dir/learner/shard" && timeout 150 ./shard.test -test.v -test.count=1 -test.run 'TestDevice.*/gpu' -test.timeout=140s) >"$log/shard.txt" 2>&1 || failed=1
-	fi
-	: >"$log/native.txt"
-	: >"$log/decode.txt"
-	if [ "${GPU_CHECK_DECODE:-1}" != 0 ]; then
-		(cd "$dir/rollout/native" && timeout 120 ./native.test -test.v -test.count=1 -test.run 'TestEngineOnGPU|TestLoadOnDevice' -test.timeout=110s) >"$log/native.txt" 2>&1 || failed=1
-		decode "$dir" >"$log/decode.txt" 2>&1 || failed=1
-	fi
-	: >"$log/torch.txt"
-	if [ "${GPU_CHECK_TORCH:-1}" != 0 ]; then
-		torchcheck "$dir" >"$log/torch.txt" 2>&1 || failed=1
-	fi
-	: >"$log/attention.txt"
-	if [ "${GPU_CHECK_ATTN:-1}" != 0 ]; then
-		attention "$dir" >"$log/attention.txt" 2>&1 || failed=1
-	fi
-	: >"$log/step.txt"
-	if [ "${GPU_CHECK_STEP:-1}" != 0 ]; then
-		step "$dir" >"$log/step.txt" 2>&1 || failed=1
-	fi
-	: >"$log/samehost.txt"
-	if [ "${GPU_CHECK_SAMEHOST:-1}" != 0 ]; then
-		samehost "$dir" >"$log/samehost.txt" 2>&1 || true
-	fi
-	echo "================ rlnode gpu-check report ================"
-	cat "$log/host.txt"
-	for f in "$log"/cuda.txt "$log"/cpu.txt "$log"/shard.txt "$log"/native.txt; do
-		[ -s "$f" ] || continue
-		local name
-		name=$(basename "$f" .txt)
-		case $name in
-		native) echo "== tests: rollout/native (the engine on the GPU)" ;;
-		*) echo "== tests: learner/$name" ;;
-		esac
-		printf '%s passed, %s failed, %s skipped\n' \
-			"$(grep -c -- '^--- PASS' "$f" || true)" "$(grep -c -- '^--- FAIL' "$f" || true)" "$(grep -c -- '^--- SKIP' "$f" || true)"
-		# Each failure and skip, and the messages tests logged.
-		grep -E -- '^\s*--- (FAIL|SKIP)|^\s+[a-z_]+_test\.go:[0-9]+:' "$f" | head -150 || true
-		grep -E -- '^(FAIL|ok|PASS)' "$f" | tail -3 || true
-	done
-	if [ -s "$log/torch.txt" ]; then
-		echo "== log probs and gradients against PyTorch (Qwen2.5-0.5B shape, random weights)"
-		cat "$log/torch.txt"
-	fi
-	if [ -s "$log/decode.txt" ]; then
-		echo "== native engine on the GPU: a run, and decode (Qwen2.5-0.5B shape, random weights)"
-		cat "$log/decode.txt"
-	fi
-	if [ -s "$log/attention.txt" ]; then
-		echo "== attention forward+backward (Qwen2.5-0.5B heads): warp-per-query, tiled and tensor-core kernels, PyTorch SDPA"
-		cat "$log/attention.txt"
-	fi
-	echo "== training step (Qwen2.5-0.5B shape, random weights)"
-	cat "$log/step.txt"
-	if [ -s "$log/samehost.txt" ]; then
-		echo "== same-host all-reduce, 64 MiB (this host's cores; docs/samehost.md)"
-		cat "$log/samehost.txt"
-	fi
-	echo "== result: $([ "$failed" = 0 ] && echo PASS || echo FAIL) (RLNODE_REQUIRE_GPU=$RLNODE_REQUIRE_GPU; full logs in $log)"
+		[ "$budget" = 0 ] || echo "budget: $budget s for the whole run; a section starts only with its minimum left, and stops when the budget does"
+	} 2>&1 | say
+	local failed=0 ran=() skipped=() name max min switch
+	while read -r name max min switch; do
+		[ -n "$name" ] || continue
+		[ "${!switch:-1}" != 0 ] || continue
+		local lim=$max
+		if [ "$budget" != 0 ]; then
+			local left=$((budget - ($(date +%s) - t0)))
+			if [ "$left" -lt "$min" ]; then
+				skipped+=("$name")
+				continue
+			fi
+			[ "$lim" -le "$left" ] || lim=$left
+		fi
+		local s0 rc=0
+		s0=$(date +%s)
+		if [ -n "$out" ]; then
+			echo "######## $name (limit $lim s)" >>"$out/full.log"
+			timeout -k 10 "$lim" bash "$SELF" section "$name" "$dir" </dev/null 2>&1 | tee -a "$out/full.log" >"$log/$name.txt" || rc=$?
+		else
+			timeout -k 10 "$lim" bash "$SELF" section "$name" "$dir" </dev/null >"$log/$name.txt" 2>&1 || rc=$?
+		fi
+		{
+			echo "== $(title "$name") [$(($(date +%s) - s0)) s]"
+			summarize "$name" "$log/$name.txt"
+			case $rc in
+			0) ;;
+			124 | 137) echo "$name: stopped at its limit of $lim s" ;;
+			*) echo "$name: exit status $rc" ;;
+			esac
+		} 2>&1 | say
+		[ "$rc" = 0 ] || failed=1
+		ran+=("$name")
+	done <<<"$SECTIONS"
+	{
+		echo "== sections run: ${ran[*]:-none}; in $(($(date +%s) - t0)) s"
+		[ ${#skipped[@]} = 0 ] || echo "== not started, too little of the budget left: ${skipped[*]}"
+		echo "== result: $([ "$failed" = 0 ] && echo PASS || echo FAIL) (RLNODE_REQUIRE_GPU=$RLNODE_REQUIRE_GPU; full logs in $log)"
+	} | say
 	return "$failed"
 }
 
-# step times training steps: the device backend (fp32, bf16 products) and
-# the CPU backend through BenchmarkTrainingStep, PyTorch eager through
-# torch_step.py, all on the same shape, rows and loss.
+# step_env sets the training-step benchmarks' shape and rows.
+step_env() {
+	export RLNODE_STEP_SHAPE=${GPU_CHECK_SHAPE:-qwen2.5-0.5b} RLNODE_STEP_SEQ=${GPU_CHECK_SEQ:-1024} RLNODE_STEP_BATCH=${GPU_CHECK_BATCH:-8}
+}
+
+# has_torch_cuda says whether python3 has torch with a GPU.
+has_torch_cuda() {
+	command -v python3 >/dev/null 2>&1 && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null
+}
+
+# step times training steps on the same shape, rows and loss: the device
+# backend (fp32, bf16 products, bf16 with the attention on the tensor
+# cores; fused AdamW) through BenchmarkTrainingStep, and PyTorch eager
+# through torch_step.py.
 step() {
-	local dir=$1
-	local seq=${GPU_CHECK_SEQ:-1024} batch=${GPU_CHECK_BATCH:-8}
-	local bin="$dir/learner/cuda/cuda.test" rc=0
-	export RLNODE_STEP_SHAPE=qwen2.5-0.5b RLNODE_STEP_SEQ=$seq RLNODE_STEP_BATCH=$batch
-	echo "rows: $batch x $seq tokens, the second half of each row scored"
-	(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 timeout 150 "$bin" -test.run '^$' -test.bench 'TrainingStep' -test.benchtime 3x -test.timeout=140s) 2>&1 |
-		grep -E 'Benchmark|allocator|FAIL|panic|Error' || rc=1
-	# bf16 activation storage: the bf16 step keeping the layers'
-	# activations as bf16 (time, and the allocator's bytes in the log line).
-	if [ "${GPU_CHECK_ACTBF16:-1}" != 0 ]; then
-		(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_ACTBF16=1 timeout 90 "$bin" -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-bf16acts' -test.benchtime 1x -test.timeout=85s) 2>&1 |
-			grep -E 'Benchmark|allocator|FAIL|panic' || echo "device backend with bf16 activations: no figure (timed out after 90 s?)"
-	fi
-	# The attention on the tensor cores (opt-in until seen here): the bf16
-	# step again with it.
-	if [ "${GPU_CHECK_TC:-1}" != 0 ]; then
-		(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_TC=1 timeout 90 "$bin" -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-tc' -test.benchtime 3x -test.timeout=85s) 2>&1 |
-			grep -E 'Benchmark|FAIL|panic' || echo "device backend with tensor-core attention: no figure (timed out after 90 s?)"
-	fi
-	# Where the bf16 step's time goes: one step with each device op timed
-	# alone (kernels by name, products by shape, copies).
-	if [ "${GPU_CHECK_PROFILE:-1}" != 0 ]; then
-		(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_PROFILE=1 timeout 90 "$bin" -test.run '^$' -test.bench 'TrainingStep/gpu-bf16$' -test.benchtime 1x -test.timeout=85s) 2>&1 |
-			sed -n '/profiled step/,/all device ops/p' | grep . || echo "profiled bf16 step: no figure (timed out after 90 s?)"
-	fi
-	# The fused AdamW's gain: the same bf16 step with AdamW on the host.
-	if [ "${GPU_CHECK_HOSTOPT:-1}" != 0 ]; then
-		(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_HOSTOPT=1 timeout 90 "$bin" -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-hostopt' -test.benchtime 1x -test.timeout=85s) 2>&1 |
-			grep -E 'Benchmark|FAIL|panic' || echo "device backend with AdamW on the host: no figure (timed out after 90 s?)"
-	fi
-	if [ "${GPU_CHECK_STEP_CPU:-1}" != 0 ]; then
-		(cd "$dir/learner/cuda" && timeout 150 "$bin" -test.run '^$' -test.bench 'TrainingStep/cpu' -test.benchtime 1x -test.timeout=140s) 2>&1 |
-			grep -E 'Benchmark|FAIL|panic' || echo "CPU backend: no figure (timed out after 150 s?)"
-	fi
-	# Data-parallel ranks on the GPU: one learner, two ranks under ZeRO
-	# stage 0 and 1 (same device, half the rows each).
-	if [ "${GPU_CHECK_SHARDED:-1}" != 0 ]; then
-		(cd "$dir/learner/shard" && timeout 180 ./shard.test -test.run '^$' -test.bench 'DeviceStep/gpu' -test.benchtime 1x -test.timeout=170s) 2>&1 |
-			grep -E 'Benchmark|FAIL|panic|Error' || echo "sharded steps: no figure (timed out after 180 s?)"
-	fi
-	if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+	local dir=$1 rc=0
+	step_env
+	echo "rows: $RLNODE_STEP_BATCH x $RLNODE_STEP_SEQ tokens, the second half of each row scored"
+	# With the attention on the tensor cores too (-tc; opt-in until seen
+	# here), unless GPU_CHECK_TC=0.
+	(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_TC=$([ "${GPU_CHECK_TC:-1}" = 0 ] && echo 0 || echo 1) timeout 150 ./cuda.test -test.run '^$' -test.bench 'TrainingStep' -test.benchtime 3x -test.timeout=140s) 2>&1 |
+		grep -E 'Benchmark|allocator|FAIL|panic|Error|_test\.go:[0-9]+:' || rc=1
+	if has_torch_cuda; then
 		for dt in bf16 fp32; do
-			timeout 120 python3 "$dir/learner/cuda/testdata/torch_step.py" --shape qwen2.5-0.5b --seq "$seq" --batch "$batch" --dtype "$dt" --steps 3 2>&1 | tail -1 || true
+			timeout 120 python3 "$dir/learner/cuda/testdata/torch_step.py" --shape "$RLNODE_STEP_SHAPE" --seq "$RLNODE_STEP_SEQ" --batch "$RLNODE_STEP_BATCH" --dtype "$dt" --steps 3 2>&1 | tail -1 || true
 		done
 	else
 		echo "PyTorch with CUDA: not available, no comparison"
 	fi
 	return "$rc"
+}
+
+# step_more times the bf16 step's variants: keeping the layers'
+# activations as bf16 (time, and the allocator's bytes), one step with
+# every device op timed alone (kernels by name, products by shape,
+# copies), and AdamW on the host (what the fused optimizer saves).
+step_more() {
+	local dir=$1
+	step_env
+	cd "$dir/learner/cuda"
+	if [ "${GPU_CHECK_ACTBF16:-1}" != 0 ]; then
+		RLNODE_STEP_CPU=0 RLNODE_STEP_ACTBF16=1 timeout 90 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-bf16acts' -test.benchtime 1x -test.timeout=85s 2>&1 |
+			grep -E 'Benchmark|allocator|FAIL|panic|_test\.go:[0-9]+:' || echo "device backend with bf16 activations: no figure (it failed, or ran past its 90 s)"
+	fi
+	if [ "${GPU_CHECK_PROFILE:-1}" != 0 ]; then
+		RLNODE_STEP_CPU=0 RLNODE_STEP_PROFILE=1 timeout 90 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/gpu-bf16$' -test.benchtime 1x -test.timeout=85s 2>&1 |
+			sed -n '/profiled step/,/all device ops/p' | grep . || echo "profiled bf16 step: no figure (it failed, or ran past its 90 s)"
+	fi
+	if [ "${GPU_CHECK_HOSTOPT:-1}" != 0 ]; then
+		RLNODE_STEP_CPU=0 RLNODE_STEP_HOSTOPT=1 timeout 90 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-hostopt' -test.benchtime 1x -test.timeout=85s 2>&1 |
+			grep -E 'Benchmark|FAIL|panic|_test\.go:[0-9]+:' || echo "device backend with AdamW on the host: no figure (it failed, or ran past its 90 s)"
+	fi
+}
+
+# step_sharded times a step of one learner and of two data-parallel ranks
+# on the GPU under ZeRO stage 0 and 1 (same device, half the rows each).
+step_sharded() {
+	step_env
+	cd "$1/learner/shard" && timeout 180 ./shard.test -test.run '^$' -test.bench 'DeviceStep/gpu' -test.benchtime 1x -test.timeout=170s 2>&1 |
+		grep -E 'Benchmark|FAIL|panic|Error|_test\.go:[0-9]+:' || { echo "sharded steps: no figure (it failed, or ran past its 180 s)"; return 1; }
+}
+
+# step_cpu times the same step on the CPU backend (the slowest part).
+step_cpu() {
+	step_env
+	cd "$1/learner/cuda" && timeout 150 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/cpu' -test.benchtime 1x -test.timeout=140s 2>&1 |
+		grep -E 'Benchmark|FAIL|panic|_test\.go:[0-9]+:' || { echo "CPU backend: no figure (it failed, or ran past its 150 s)"; return 1; }
 }
 
 # attention times one causal attention's forward and backward passes on
@@ -244,8 +342,8 @@ attention() {
 	local seq=${GPU_CHECK_SEQ:-1024} batch=${GPU_CHECK_BATCH:-8}
 	echo "rows: $batch x $seq tokens, one causal sequence each"
 	(cd "$dir/learner/cuda" && RLNODE_ATTN_SEQ=$seq RLNODE_ATTN_BATCH=$batch timeout 120 ./cuda.test -test.run '^$' -test.bench 'Attention/gpu' -test.benchtime 5x -test.timeout=110s) 2>&1 |
-		grep -E 'Benchmark|FAIL|panic|Error' || { echo "attention: no figure (timed out after 120 s?)"; rc=1; }
-	if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+		grep -E 'Benchmark|FAIL|panic|Error|_test\.go:[0-9]+:' || { echo "attention: no figure (it failed, or ran past its 120 s)"; rc=1; }
+	if has_torch_cuda; then
 		timeout 90 python3 "$dir/learner/cuda/testdata/torch_attention.py" --seq "$seq" --batch "$batch" 2>&1 | tail -2 || true
 	else
 		echo "PyTorch with CUDA: not available, no comparison"
@@ -260,7 +358,7 @@ attention() {
 torchcheck() {
 	local dir=$1 tmp rc=0
 	tmp=$(mktemp -d)
-	if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+	if ! has_torch_cuda; then
 		echo "PyTorch with CUDA: not available, no comparison"
 		return 1
 	fi
@@ -285,24 +383,36 @@ PY
 	return "$rc"
 }
 
-# decode runs quickstart for 4 steps with the engine and the learner on
-# the GPU, then times the native engine's greedy decode (128 tokens after
-# 16, batch 1 and 64; fp32 and bf16 products) and transformers' generate on
-# the same shape.
-decode() {
+# engine runs rollout/native's device tests (greedy and seeded samples
+# against the CPU engine, a model loaded onto the device) and quickstart
+# for 2 SFT and 2 RL steps with the engine and the learner on the GPU.
+engine() {
 	local dir=$1 rc=0 out
 	out=$(mktemp -d)
-	if timeout 120 "$dir/bin/rlnode" run quickstart --out "$out/run" --set schedule.steps=4 \
+	(cd "$dir/rollout/native" && timeout 120 ./native.test -test.v -test.count=1 -test.run 'TestEngineOnGPU|TestLoadOnDevice' -test.timeout=110s) >"$out/tests.txt" 2>&1 || rc=1
+	printf 'rollout/native: %s passed, %s failed, %s skipped\n' \
+		"$(grep -c -- '--- PASS' "$out/tests.txt" || true)" "$(grep -c -- '--- FAIL' "$out/tests.txt" || true)" "$(grep -c -- '--- SKIP' "$out/tests.txt" || true)"
+	grep -E -- '--- (FAIL|SKIP)|^\s+[a-z_]+_test\.go:[0-9]+:|^panic' "$out/tests.txt" | head -40 || true
+	if timeout 120 "$dir/bin/rlnode" run quickstart --out "$out/run" --set sft.steps=2 --set schedule.steps=2 \
 		--set engines.policy.device=cuda --set placement.learner_device=cuda >"$out/run.log" 2>&1; then
-		echo "rlnode run quickstart, engine and learner on cuda, 4 steps: ok"
+		echo "rlnode run quickstart, engine and learner on cuda, 2 SFT and 2 RL steps: ok"
 		tail -n 2 "$out/run/metrics.jsonl" | cut -c1-200
 	else
 		echo "rlnode run quickstart on cuda: FAILED"
 		tail -n 20 "$out/run.log"
 		rc=1
 	fi
-	(cd "$dir/rollout/native" && timeout 240 ./native.test -test.v -test.run '^$' -test.bench 'DecodeGPU' -test.benchtime 1x -test.timeout=230s) 2>&1 |
-		grep -E '^Benchmark.*tokens/s|FAIL|panic|Error|no GPU' || { echo "native decode: no figure (timed out after 240 s?)"; rc=1; }
+	rm -rf "$out"
+	return "$rc"
+}
+
+# decode times the native engine's greedy decode (128 tokens after 16,
+# batch 1 and 64; fp32 and bf16 products) and transformers' generate on
+# the same shape.
+decode() {
+	local dir=$1 rc=0
+	(cd "$dir/rollout/native" && RLNODE_DECODE_SHAPE=${GPU_CHECK_SHAPE:-qwen2.5-0.5b} timeout 240 ./native.test -test.v -test.run '^$' -test.bench 'DecodeGPU' -test.benchtime 1x -test.timeout=230s) 2>&1 |
+		grep -E '^Benchmark.*tokens/s|FAIL|panic|Error|no GPU|_test\.go:[0-9]+:' || { echo "native decode: no figure (it failed, or ran past its 240 s)"; rc=1; }
 	if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch, transformers, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
 		timeout 180 python3 "$dir/rollout/native/testdata/hf_generate.py" 2>&1 | grep -E 'hf_generate|Error|error' | tail -6 || true
 	else
@@ -320,7 +430,7 @@ samehost() {
 	local dir=$1
 	echo "load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 	(cd "$dir/learner/shard" && timeout 150 ./shard.test -test.run '^$' -test.bench 'Memcpy/MiB=64|(SharedCopy|Read)Bound/ranks=./MiB=64|AllReduce(Loopback|InPlace)/ranks=./MiB=64' -test.benchtime 20x -test.timeout=140s) 2>&1 |
-		grep -E 'Benchmark|FAIL|panic' || echo "same-host all-reduce: no figure (timed out after 150 s?)"
+		grep -E 'Benchmark|FAIL|panic|_test\.go:[0-9]+:' || echo "same-host all-reduce: no figure (it failed, or ran past its 150 s)"
 	if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch.distributed' 2>/dev/null; then
 		for n in 2 4; do
 			timeout 60 python3 "$dir/learner/shard/testdata/bench_gloo.py" --ranks "$n" --iters 10 --port $((29600 + n)) 2>&1 | grep 'MiB=64' || true
@@ -333,6 +443,7 @@ samehost() {
 case "${1:-}" in
 build) build "${2:?usage: gpu-check.sh build DIR}" ;;
 run) run "${2:?usage: gpu-check.sh run DIR}" ;;
+section) section "${2:?}" "${3:?}" ;;
 "")
 	dir=$(mktemp -d)
 	build "$dir" >/dev/null

@@ -51,12 +51,32 @@ func qwen05B() model.Config {
 		VocabSize: 151936, MaxPositions: 32768, RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
 }
 
+// decodeShapes are BenchmarkDecodeGPU's models (RLNODE_DECODE_SHAPE):
+// Qwen2.5-0.5B's shape, the default, and a tiny one for a rehearsal on
+// the emulated GPU.
+var decodeShapes = map[string]func() model.Config{
+	"qwen2.5-0.5b": qwen05B,
+	"tiny": func() model.Config {
+		return model.Config{Architecture: model.Qwen2, HiddenSize: 64, IntermediateSize: 160, NumLayers: 2, NumHeads: 4, NumKVHeads: 2, HeadDim: 16,
+			VocabSize: 768, MaxPositions: 512, RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
+	},
+}
+
 // BenchmarkDecodeGPU is BenchmarkDecode on GPU 0 with Qwen2.5-0.5B's
-// shape: the engine's model, KV caches and activations on the device,
-// fp32 and with bf16 matrix products (cuda-bf16). Skipped where the CUDA
-// backend cannot run (failed under RLNODE_REQUIRE_GPU=1). Its peer is
-// transformers' generate on the same shape (testdata/hf_generate.py).
+// shape (RLNODE_DECODE_SHAPE=tiny takes a small model): the engine's
+// model, KV caches and activations on the device, fp32 and with bf16
+// matrix products (cuda-bf16). Skipped where the CUDA backend cannot run
+// (failed under RLNODE_REQUIRE_GPU=1). Its peer is transformers' generate
+// on the same shape (testdata/hf_generate.py).
 func BenchmarkDecodeGPU(b *testing.B) {
+	shape := os.Getenv("RLNODE_DECODE_SHAPE")
+	if shape == "" {
+		shape = "qwen2.5-0.5b"
+	}
+	config, ok := decodeShapes[shape]
+	if !ok {
+		b.Fatalf("RLNODE_DECODE_SHAPE=%q: want qwen2.5-0.5b or tiny", shape)
+	}
 	if err := cuda.Available().Err(); err != nil {
 		if os.Getenv("RLNODE_REQUIRE_GPU") == "1" {
 			b.Fatalf("RLNODE_REQUIRE_GPU=1: %v", err)
@@ -71,7 +91,7 @@ func BenchmarkDecodeGPU(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer be.(io.Closer).Close()
-				m, err := model.New(qwen05B(), be)
+				m, err := model.New(config(), be)
 				if err != nil {
 					b.Fatal(err)
 				}

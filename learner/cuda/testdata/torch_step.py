@@ -3,7 +3,9 @@ rows and loss (mean log-probability of the second half of each row, the
 LM head applied to those positions only), AdamW with clipping at 1, random
 weights. fp32 master weights; with --dtype bf16 the forward and backward
 run under torch.autocast(bfloat16), as rlnode's cuda-bf16 runs its matrix
-products. Prints one JSON line."""
+products. Attention is scaled_dot_product_attention, or the eager
+product-softmax-product on a torch before 2.0 (the "attention" field says
+which). Prints one JSON line."""
 
 import argparse
 import json
@@ -17,6 +19,18 @@ SHAPES = {
     "tiny": dict(hidden=64, inter=160, layers=2, heads=4, kv=2, head_dim=16, vocab=256),
     "qwen2.5-0.5b": dict(hidden=896, inter=4864, layers=24, heads=14, kv=2, head_dim=64, vocab=151936),
 }
+
+
+SDPA = getattr(F, "scaled_dot_product_attention", None)
+
+
+def causal_attention(q, k, v):
+    if SDPA is not None:
+        return SDPA(q, k, v, is_causal=True)
+    t = q.shape[-2]
+    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    return s.masked_fill(mask, float("-inf")).softmax(-1) @ v
 
 
 class RMSNorm(torch.nn.Module):
@@ -62,7 +76,7 @@ class Layer(torch.nn.Module):
         v = self.v(y).view(b, t, s["kv"], hd).transpose(1, 2)
         g = s["heads"] // s["kv"]
         k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        a = causal_attention(q, k, v)
         x = x + self.o(a.transpose(1, 2).reshape(b, t, -1))
         y = self.n2(x)
         return x + self.down(F.silu(self.gate(y)) * self.up(y))
@@ -133,7 +147,7 @@ def main():
     peak = next((p for frag, p in peaks if frag in name), 0)
     print(json.dumps({
         "mfu_pct": round(100 * flops / sec / 1e12 / peak, 2) if peak else None,
-        "torch": torch.__version__, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "shape": a.shape,
+        "torch": torch.__version__, "attention": "sdpa" if SDPA is not None else "eager", "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "shape": a.shape,
         "seq": a.seq, "batch": a.batch, "dtype": a.dtype, "ms_per_step": round(sec * 1e3, 2),
         "tokens_per_s": round(tokens / sec, 1), "tflops": round(flops / sec / 1e12, 3), "loss": round(float(loss), 5),
         "params": params, "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if dev == "cuda" else None,
