@@ -21,15 +21,14 @@
 #   step          a Qwen2.5-0.5B-shaped training step (random weights;
 #                 GPU_CHECK_SEQ x GPU_CHECK_BATCH rows, default 1024 x 8) on
 #                 the device backend, fp32, bf16 and bf16 with tensor-core
-#                 attention (GPU_CHECK_TC=0 leaves that out), beside PyTorch eager
-#                 (learner/cuda/testdata/torch_step.py)
+#                 attention (GPU_CHECK_TC=0 leaves that out), beside
+#                 PyTorch eager (learner/cuda/testdata/torch_step.py)
+#   profile       one bf16 step (and one with tensor-core attention) with
+#                 every device op timed alone, the top 25 printed
 #   torch         log probs and gradients of a Qwen2.5-0.5B-shaped
 #                 checkpoint on the GPU against PyTorch's on the GPU
 #   decode        native decode tokens/s at batch 1 and 64, fp32 and bf16,
 #                 beside transformers' generate (hf_generate.py)
-# GPU_CHECK_SHAPE=tiny times a small Qwen2 in step, step-more,
-# step-sharded, step-cpu and decode instead: a rehearsal, on the emulated
-# GPU say (docs/cuda.md).
 #   engine        rollout/native's device tests, and `rlnode run quickstart`
 #                 for 2 SFT and 2 RL steps with the engine and the learner
 #                 on the GPU
@@ -38,17 +37,18 @@
 #   attention     one attention's forward and backward passes with each kind
 #                 of kernel, beside PyTorch's scaled_dot_product_attention
 #   step-more     the bf16 step with bf16 activations (GPU_CHECK_ACTBF16),
-#                 every op timed alone (GPU_CHECK_PROFILE), AdamW on the
-#                 host (GPU_CHECK_HOSTOPT)
+#                 and with AdamW on the host (GPU_CHECK_HOSTOPT)
 #   step-sharded  one learner and two ranks under ZeRO stage 0 and 1
 #   tests-cpu     learner/cpu's tests
 #   step-cpu      the step on the CPU backend
 #   samehost      the same-host all-reduce at 64 MiB against memcpy and gloo
 # GPU_CHECK_TESTS=0 skips tests-cuda and tests-cpu, GPU_CHECK_STEP=0 step
-# and step-more, GPU_CHECK_TORCH=0 torch, GPU_CHECK_DECODE=0 decode and
-# engine, GPU_CHECK_SHARDED=0 tests-shard and step-sharded,
-# GPU_CHECK_ATTN=0 attention, GPU_CHECK_STEP_CPU=0 step-cpu,
-# GPU_CHECK_SAMEHOST=0 samehost.
+# and step-more, GPU_CHECK_PROFILE=0 profile, GPU_CHECK_TORCH=0 torch,
+# GPU_CHECK_DECODE=0 decode and engine, GPU_CHECK_SHARDED=0 tests-shard
+# and step-sharded, GPU_CHECK_ATTN=0 attention, GPU_CHECK_STEP_CPU=0
+# step-cpu, GPU_CHECK_SAMEHOST=0 samehost. GPU_CHECK_SHAPE=tiny times a
+# small Qwen2 instead of Qwen2.5-0.5B's shape in the step sections and
+# decode: a rehearsal, on the emulated GPU say (docs/cuda.md).
 #
 # Each section runs under its own time limit. GPU_CHECK_BUDGET=SECONDS
 # bounds the whole run: a section starts only while its minimum is left,
@@ -101,6 +101,7 @@ unpack() {
 SECTIONS="
 tests-cuda 300 60 GPU_CHECK_TESTS
 step 240 90 GPU_CHECK_STEP
+profile 120 40 GPU_CHECK_PROFILE
 torch 330 120 GPU_CHECK_TORCH
 decode 300 90 GPU_CHECK_DECODE
 engine 240 60 GPU_CHECK_DECODE
@@ -134,6 +135,7 @@ section() {
 		;;
 	step) step "$dir" ;;
 	step-more) step_more "$dir" ;;
+	profile) profile "$dir" ;;
 	step-sharded) step_sharded "$dir" ;;
 	step-cpu) step_cpu "$dir" ;;
 	torch) torchcheck "$dir" ;;
@@ -170,7 +172,8 @@ title() {
 	tests-cpu) echo "tests: learner/cpu" ;;
 	tests-shard) echo "tests: learner/shard (data-parallel ranks on the GPU)" ;;
 	step) echo "training step (${GPU_CHECK_SHAPE:-qwen2.5-0.5b} shape, random weights): device backend and PyTorch eager" ;;
-	step-more) echo "training step, variants: bf16 activations, profile, AdamW on the host" ;;
+	step-more) echo "training step, variants: bf16 activations, AdamW on the host" ;;
+	profile) echo "where the bf16 step's time goes: every device op timed alone, the top 25" ;;
 	step-sharded) echo "training step: one learner and two ranks on the GPU (ZeRO stage 0 and 1)" ;;
 	step-cpu) echo "training step on the CPU backend" ;;
 	torch) echo "log probs and gradients against PyTorch (Qwen2.5-0.5B shape, random weights)" ;;
@@ -297,9 +300,8 @@ step() {
 }
 
 # step_more times the bf16 step's variants: keeping the layers'
-# activations as bf16 (time, and the allocator's bytes), one step with
-# every device op timed alone (kernels by name, products by shape,
-# copies), and AdamW on the host (what the fused optimizer saves).
+# activations as bf16 (time, and the allocator's bytes), and AdamW on the
+# host (what the fused optimizer saves).
 step_more() {
 	local dir=$1
 	step_env
@@ -308,14 +310,22 @@ step_more() {
 		RLNODE_STEP_CPU=0 RLNODE_STEP_ACTBF16=1 timeout 90 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-bf16acts' -test.benchtime 1x -test.timeout=85s 2>&1 |
 			grep -E 'Benchmark|allocator|FAIL|panic|_test\.go:[0-9]+:' || echo "device backend with bf16 activations: no figure (it failed, or ran past its 90 s)"
 	fi
-	if [ "${GPU_CHECK_PROFILE:-1}" != 0 ]; then
-		RLNODE_STEP_CPU=0 RLNODE_STEP_PROFILE=1 timeout 90 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/gpu-bf16$' -test.benchtime 1x -test.timeout=85s 2>&1 |
-			sed -n '/profiled step/,/all device ops/p' | grep . || echo "profiled bf16 step: no figure (it failed, or ran past its 90 s)"
-	fi
 	if [ "${GPU_CHECK_HOSTOPT:-1}" != 0 ]; then
 		RLNODE_STEP_CPU=0 RLNODE_STEP_HOSTOPT=1 timeout 90 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-hostopt' -test.benchtime 1x -test.timeout=85s 2>&1 |
 			grep -E 'Benchmark|FAIL|panic|_test\.go:[0-9]+:' || echo "device backend with AdamW on the host: no figure (it failed, or ran past its 90 s)"
 	fi
+}
+
+# profile runs one bf16 step, and one with the attention on the tensor
+# cores, with every device op timed alone (kernels by name, products by
+# shape, copies): where the step's time goes.
+profile() {
+	step_env
+	cd "$1/learner/cuda"
+	local tc
+	tc=$([ "${GPU_CHECK_TC:-1}" = 0 ] && echo 0 || echo 1)
+	RLNODE_STEP_CPU=0 RLNODE_STEP_TC=$tc RLNODE_STEP_PROFILE=1 timeout 110 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/gpu-bf16(-tc)?$' -test.benchtime 1x -test.timeout=105s 2>&1 |
+		sed -n -e '/^Benchmark/p' -e '/FAIL\|panic/p' -e '/profiled step/,/all device ops/p' | grep . || { echo "profiled bf16 step: no figure (it failed, or ran past its 110 s)"; return 1; }
 }
 
 # step_sharded times a step of one learner and of two data-parallel ranks

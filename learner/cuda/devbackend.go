@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"unsafe"
 
@@ -43,16 +44,23 @@ type DeviceBackend struct {
 	// run on a GPU yet.
 	AttnTensorCores bool
 
-	// Casts counts the bf16 casts of matrix-product operands launched.
-	Casts int
+	// Casts counts the bf16 casts of matrix-product operands launched,
+	// KeptReuses the products that read a kept cast instead (devkept.go).
+	Casts      int
+	KeptReuses int
 	// Downloaded counts the bytes Download copied to the host.
 	Downloaded int64
 
 	err     error
 	temps   []Ptr // an op's temporaries, freed when it returns
 	opt     optimState
-	shadows []*shadow        // bf16 copies of weights, by address
-	pinned  map[*byte][]byte // HostBuffer's page-locked buffers by address
+	shadows []*shadow // bf16 copies of weights, by address
+	// bf16 casts of other operands, and their bytes; checkKept compares
+	// each with a fresh cast when it is reused (RLNODE_CUDA_CHECK_KEPT=1)
+	kept      []keptCast
+	keptBytes int64
+	checkKept bool
+	pinned    map[*byte][]byte // HostBuffer's page-locked buffers by address
 	// PinHostBuffer's ranges by address
 	registered map[*byte][]byte
 	side       sideRing
@@ -60,7 +68,7 @@ type DeviceBackend struct {
 
 // NewDeviceBackend returns a backend on d with matrix products in gemm.
 func NewDeviceBackend(d Accel, gemm DType) *DeviceBackend {
-	return &DeviceBackend{D: d, A: NewAllocator(d), GEMM: gemm}
+	return &DeviceBackend{D: d, A: NewAllocator(d), GEMM: gemm, checkKept: os.Getenv("RLNODE_CUDA_CHECK_KEPT") == "1"}
 }
 
 var _ backend.Backend = (*DeviceBackend)(nil)
@@ -80,6 +88,7 @@ func (b *DeviceBackend) Sync() error {
 
 // Close frees every tensor and host buffer and closes the device.
 func (b *DeviceBackend) Close() error {
+	b.kept, b.keptBytes = nil, 0 // their blocks go with the allocator's
 	return errors.Join(b.A.Release(), b.freePinned(), b.freeSide(), b.D.Close())
 }
 
@@ -130,7 +139,7 @@ func (b *DeviceBackend) zeros(t *Tensor, size int64, what string) *Tensor {
 		return t
 	}
 	bytes := size * int64(max(t.n, 1))
-	ptr, err := b.A.Alloc(bytes)
+	ptr, err := b.alloc(bytes, false)
 	if err != nil {
 		b.fail(fmt.Errorf("cuda backend: %s of %d elements: %w", what, t.n, err))
 		return t
@@ -145,8 +154,13 @@ func (b *DeviceBackend) Free(t backend.Tensor) {
 	if d == nil || d.view || d.p == 0 {
 		return
 	}
-	if len(b.shadows) > 0 && !d.bf16 {
-		b.dropShadows(d.p, 4*int64(max(d.n, 1)))
+	if !d.bf16 {
+		if len(b.shadows) > 0 {
+			b.dropShadows(d.p, 4*int64(max(d.n, 1)))
+		}
+		if len(b.kept) > 0 {
+			b.dropKept(d.p, 4*int64(max(d.n, 1)))
+		}
 	}
 	b.fail(b.A.Free(d.p))
 	d.p = 0
@@ -239,7 +253,7 @@ func (b *DeviceBackend) temp(n int64) Ptr {
 	if !b.ok() {
 		return 0
 	}
-	ptr, err := b.A.Alloc(n)
+	ptr, err := b.alloc(n, false)
 	if err != nil {
 		b.fail(fmt.Errorf("cuda backend: temporary of %d bytes: %w", n, err))
 		return 0
@@ -267,13 +281,19 @@ func (b *DeviceBackend) longs(x []int64) Ptr {
 }
 
 // operand returns a GEMM operand of ext elements at t in b.GEMM: the
-// tensor itself in fp32; in bf16 a weight's copy, else a cast into a
-// temporary.
+// tensor itself in fp32; in bf16 a weight's copy, else a kept cast (made
+// now if there is none), else a cast into a temporary.
 func (b *DeviceBackend) operand(t backend.Tensor, ext int64) Ptr {
 	if b.GEMM == F32 || ext == 0 {
 		return p(t)
 	}
 	if c := b.cachedOperand(t, ext); c != 0 {
+		return c
+	}
+	if c := b.keptOperand(p(t), ext); c != 0 {
+		return c
+	}
+	if c := b.keepOperand(t, ext); c != 0 {
 		return c
 	}
 	h := b.temp(2 * ext)

@@ -33,7 +33,7 @@ func (b *DeviceBackend) shadowFor(w backend.Tensor) Ptr {
 	}
 	// A weight that overlaps an older copy's range replaces it.
 	b.dropShadows(d.p, 4*int64(d.n))
-	c, err := b.A.AllocLasting(2 * int64(d.n))
+	c, err := b.alloc(2*int64(d.n), true)
 	if err != nil {
 		b.fail(fmt.Errorf("cuda backend: bf16 copy of a weight of %d elements: %w", d.n, err))
 		return 0
@@ -65,19 +65,23 @@ func (b *DeviceBackend) shadowAt(at Ptr, bytes int64) *shadow {
 	return s
 }
 
-// wrote marks stale every copy whose weight overlaps the tensors.
+// wrote marks stale every copy whose weight overlaps the tensors, and
+// drops the kept casts that overlap them.
 func (b *DeviceBackend) wrote(ts ...backend.Tensor) {
-	if len(b.shadows) == 0 {
+	if len(b.shadows) == 0 && len(b.kept) == 0 {
 		return
 	}
 	for _, t := range ts {
-		if t != nil && t.Len() > 0 {
+		if t != nil && t.Len() > 0 && !dt(t).bf16 {
 			b.wroteRange(p(t), 4*int64(t.Len()))
 		}
 	}
 }
 
 func (b *DeviceBackend) wroteRange(at Ptr, bytes int64) {
+	if len(b.kept) > 0 {
+		b.dropKept(at, bytes)
+	}
 	i := sort.Search(len(b.shadows), func(i int) bool { return b.shadows[i].base+Ptr(b.shadows[i].bytes) > at })
 	for ; i < len(b.shadows) && b.shadows[i].base < at+Ptr(bytes); i++ {
 		b.shadows[i].valid = false

@@ -27,6 +27,10 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	fakeDir = dir
+	// Every device backend of these tests (and of the emulated-GPU
+	// children, which inherit it) checks each reused bf16 cast against a
+	// fresh one.
+	os.Setenv("RLNODE_CUDA_CHECK_KEPT", "1")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

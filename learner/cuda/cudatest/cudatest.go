@@ -87,11 +87,11 @@ func Backends(t testing.TB) map[string]func() (backend.Backend, error) {
 
 // OnEmulatedGPU runs the "gpu" subtests of tests again, in a child process
 // of this test binary whose CUDA driver and cuBLASLt are the emulated
-// GPU's (cuda.EmulatedGPUEnv; two of them), under RLNODE_REQUIRE_GPU=1: the GPU code
-// paths (driver memory, modules, launches, cuBLASLt) on the CPU. It fails
-// t unless every one of tests passed a gpu subtest there. It skips where a
-// GPU is here (its subtests ran on it), under -short, and without g++ or
-// NVRTC.
+// GPU's (cuda.EmulatedGPUEnv; two of them), under RLNODE_REQUIRE_GPU=1 and
+// RLNODE_CUDA_CHECK_KEPT=1: the GPU code paths (driver memory, modules,
+// launches, cuBLASLt) on the CPU. It fails t unless every one of tests
+// passed a gpu subtest there. It skips where a GPU is here (its subtests
+// ran on it), under -short, and without g++ or NVRTC.
 func OnEmulatedGPU(t *testing.T, tests ...string) {
 	t.Helper()
 	if os.Getenv(cuda.EnvDriver) != "" {
@@ -114,8 +114,9 @@ func OnEmulatedGPU(t *testing.T, tests ...string) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run", "^("+strings.Join(tests, "|")+")$/^gpu$", "-test.v", "-test.count=1", "-test.timeout=25m")
-	// Two GPUs: tests that want a second one find it.
-	cmd.Env = append(append(os.Environ(), env...), "RLNODE_REQUIRE_GPU=1", "RLNODE_EMU_GPU_COUNT=2")
+	// Two GPUs: tests that want a second one find it. Each reused bf16
+	// cast of a product's operand is checked against a fresh one.
+	cmd.Env = append(append(os.Environ(), env...), "RLNODE_REQUIRE_GPU=1", "RLNODE_EMU_GPU_COUNT=2", "RLNODE_CUDA_CHECK_KEPT=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the gpu subtests on the emulated GPU: %v\n%s", err, tail(out, 8000))

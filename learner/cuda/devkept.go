@@ -1,0 +1,121 @@
+package cuda
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/rlnode/rlnode/learner/backend"
+)
+
+// keptCast is a bf16 cast of a matrix-product operand that is not a
+// weight (an activation, a gradient), kept for the products that read the
+// same elements again: a layer's input is read by its forward product and
+// again by its weight's gradient, an output's gradient by the input's
+// gradient and the weight's. Reusing the cast gives the same bits as
+// casting again. Any write that overlaps the operand, or freeing it, drops
+// the cast; so does running short of device memory.
+type keptCast struct {
+	base Ptr   // the operand's first element
+	ext  int64 // its elements
+	copy Ptr   // ext bf16 values
+}
+
+// keptOperand returns the kept cast of ext elements at at, or 0.
+func (b *DeviceBackend) keptOperand(at Ptr, ext int64) Ptr {
+	for _, k := range b.kept {
+		if k.base == at && k.ext == ext {
+			b.KeptReuses++
+			if b.checkKept {
+				b.checkKeptCast(k)
+			}
+			return k.copy
+		}
+	}
+	return 0
+}
+
+// keepOperand casts ext elements at t into a new kept copy and returns it;
+// 0 when the device has no room for it (the caller casts into a
+// temporary).
+func (b *DeviceBackend) keepOperand(t backend.Tensor, ext int64) Ptr {
+	at := p(t)
+	c, err := b.A.Alloc(2 * ext)
+	if err != nil {
+		return 0
+	}
+	b.dropKept(at, 4*ext) // an older cast of an overlapping range
+	b.elems("cast_f32_bf16", int(ext), c, at, ext)
+	b.Casts++
+	b.kept = append(b.kept, keptCast{base: at, ext: ext, copy: c})
+	b.keptBytes += 2 * ext
+	return c
+}
+
+// dropKept frees the kept casts overlapping [at, at+bytes) of fp32
+// elements.
+func (b *DeviceBackend) dropKept(at Ptr, bytes int64) {
+	keep := b.kept[:0]
+	for _, k := range b.kept {
+		if k.base < at+Ptr(bytes) && at < k.base+Ptr(4*k.ext) {
+			b.fail(b.A.Free(k.copy))
+			b.keptBytes -= 2 * k.ext
+			continue
+		}
+		keep = append(keep, k)
+	}
+	clear(b.kept[len(keep):])
+	b.kept = keep
+}
+
+// dropAllKept frees every kept cast; it reports whether there was any.
+func (b *DeviceBackend) dropAllKept() bool {
+	if len(b.kept) == 0 {
+		return false
+	}
+	for _, k := range b.kept {
+		b.fail(b.A.Free(k.copy))
+	}
+	clear(b.kept)
+	b.kept = b.kept[:0]
+	b.keptBytes = 0
+	return true
+}
+
+// alloc is the allocator's Alloc (or AllocLasting), retried once after
+// freeing the kept casts when the device is out of memory: they are a
+// cache, and never cost a tensor its room.
+func (b *DeviceBackend) alloc(n int64, lasting bool) (Ptr, error) {
+	get := b.A.Alloc
+	if lasting {
+		get = b.A.AllocLasting
+	}
+	ptr, err := get(n)
+	if errors.Is(err, ErrOutOfMemory) && b.dropAllKept() {
+		ptr, err = get(n)
+	}
+	return ptr, err
+}
+
+// checkKeptCast casts k's operand again and compares it with the kept
+// copy: a write that did not drop the copy (a missing wrote) shows up as
+// a difference. For tests (RLNODE_CUDA_CHECK_KEPT=1): it waits for the
+// device twice per reuse.
+func (b *DeviceBackend) checkKeptCast(k keptCast) {
+	if !b.ok() {
+		return
+	}
+	fresh, err := b.A.Alloc(2 * k.ext)
+	if err != nil {
+		b.fail(fmt.Errorf("cuda backend: checking a kept bf16 cast: %w", err))
+		return
+	}
+	defer func() { b.fail(b.A.Free(fresh)) }()
+	b.elems("cast_f32_bf16", int(k.ext), fresh, k.base, k.ext)
+	got, want := make([]byte, 2*k.ext), make([]byte, 2*k.ext)
+	b.fail(b.D.ToHost(got, k.copy))
+	b.fail(b.D.ToHost(want, fresh))
+	if b.ok() && !bytes.Equal(got, want) {
+		b.fail(fmt.Errorf("cuda backend: the kept bf16 cast of %d elements at %#x is stale: the operand was written without dropping it", k.ext, k.base))
+	}
+}
