@@ -324,8 +324,9 @@ profile() {
 	cd "$1/learner/cuda"
 	local tc
 	tc=$([ "${GPU_CHECK_TC:-1}" = 0 ] && echo 0 || echo 1)
-	RLNODE_STEP_CPU=0 RLNODE_STEP_TC=$tc RLNODE_STEP_PROFILE=1 timeout 110 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/gpu-bf16(-tc)?$' -test.benchtime 1x -test.timeout=105s 2>&1 |
-		sed -n -e '/^Benchmark/p' -e '/FAIL\|panic/p' -e '/profiled step/,/all device ops/p' | grep . || { echo "profiled bf16 step: no figure (it failed, or ran past its 110 s)"; return 1; }
+	# -test.v: without it, a benchmark's log is cut to its first lines.
+	RLNODE_STEP_CPU=0 RLNODE_STEP_TC=$tc RLNODE_STEP_PROFILE=1 timeout 110 ./cuda.test -test.v -test.run '^$' -test.bench 'TrainingStep/gpu-bf16(-tc)?$' -test.benchtime 1x -test.timeout=105s 2>&1 |
+		sed -n -e '/^Benchmark.*ns\/op/p' -e '/FAIL\|panic\|_test\.go:[0-9]*: [^p]/p' -e '/profiled step/,/all device ops/p' | grep . || { echo "profiled bf16 step: no figure (it failed, or ran past its 110 s)"; return 1; }
 }
 
 # step_sharded times a step of one learner and of two data-parallel ranks

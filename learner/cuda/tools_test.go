@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"flag"
 	"os"
 	"testing"
 )
@@ -29,8 +30,11 @@ func TestMain(m *testing.M) {
 	fakeDir = dir
 	// Every device backend of these tests (and of the emulated-GPU
 	// children, which inherit it) checks each reused bf16 cast against a
-	// fresh one.
-	os.Setenv("RLNODE_CUDA_CHECK_KEPT", "1")
+	// fresh one; not when benchmarks run, which it would slow.
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		os.Setenv("RLNODE_CUDA_CHECK_KEPT", "1")
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
