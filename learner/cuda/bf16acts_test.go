@@ -64,6 +64,7 @@ func TestActivationsBF16OnDevice(t *testing.T) {
 		t.Fatalf("bf16 activations moved the gradients by %.2g of their peak only: the test cannot tell the modes apart", moved)
 	}
 	t.Logf("bf16 activations move the CPU's gradients by up to %.2g of their peak", moved)
+	_, want16 := run(t, bf16GEMM{cpu.New()}, true)
 	for name, d := range accels(t) {
 		t.Run(name, func(t *testing.T) {
 			db := NewDeviceBackend(d, F32)
@@ -93,6 +94,24 @@ func TestActivationsBF16OnDevice(t *testing.T) {
 			}
 			db.Free(x)
 			must(t, db.Sync())
+
+			// With bf16 products too, where a restored activation's
+			// products read its bf16 storage (a borrowed cast; the tests
+			// check every reused cast against a fresh one).
+			db16 := NewDeviceBackend(d, BF16)
+			db16.Block = 32
+			_, got16 := run(t, db16, true)
+			must(t, db16.Sync())
+			for p, w := range want16 {
+				near(t, "bf16 products: grad "+p, got16[p], w, tol{rel: 1e-3, abs: 1e-3})
+			}
+			borrowed := false
+			for _, k := range db16.kept {
+				borrowed = borrowed || k.borrowed
+			}
+			if db16.KeptReuses == 0 || !borrowed {
+				t.Errorf("bf16 products: %d kept casts read, borrowed ones held: %v; want both", db16.KeptReuses, borrowed)
+			}
 		})
 	}
 }

@@ -154,7 +154,10 @@ func (b *DeviceBackend) Free(t backend.Tensor) {
 	if d == nil || d.view || d.p == 0 {
 		return
 	}
-	if !d.bf16 {
+	switch {
+	case d.bf16 && len(b.kept) > 0:
+		b.dropBorrowers(d.p, 2*int64(max(d.n, 1)))
+	case !d.bf16:
 		if len(b.shadows) > 0 {
 			b.dropShadows(d.p, 4*int64(max(d.n, 1)))
 		}
@@ -618,6 +621,7 @@ func (b *DeviceBackend) ToBF16(dst, src backend.Tensor) {
 		panic("cuda backend: ToBF16 wants a bf16 destination and a float32 source")
 	}
 	mustLen("ToBF16", d.n, s.n)
+	b.wrote(dst)
 	b.elems("cast_f32_bf16", d.n, d.p, s.p, int64(d.n))
 }
 
@@ -630,4 +634,5 @@ func (b *DeviceBackend) FromBF16(dst, src backend.Tensor) {
 	mustLen("FromBF16", d.n, s.n)
 	b.wrote(dst)
 	b.elems("cast_bf16_f32", d.n, d.p, s.p, int64(d.n))
+	b.lendCast(d, s)
 }

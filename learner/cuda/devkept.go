@@ -14,11 +14,14 @@ import (
 // again by its weight's gradient, an output's gradient by the input's
 // gradient and the weight's. Reusing the cast gives the same bits as
 // casting again. Any write that overlaps the operand, or freeing it, drops
-// the cast; so does running short of device memory.
+// the cast; so does running short of device memory. A tensor widened
+// from bf16 storage (FromBF16) lends that storage as its cast: widening
+// and casting back gives the stored bits.
 type keptCast struct {
-	base Ptr   // the operand's first element
-	ext  int64 // its elements
-	copy Ptr   // ext bf16 values
+	base     Ptr   // the operand's first element
+	ext      int64 // its elements
+	copy     Ptr   // ext bf16 values
+	borrowed bool  // copy is a bf16 tensor's storage, not the cast's own
 }
 
 // keptOperand returns the kept cast of ext elements at at, or 0.
@@ -58,11 +61,41 @@ func (b *DeviceBackend) dropKept(at Ptr, bytes int64) {
 	keep := b.kept[:0]
 	for _, k := range b.kept {
 		if k.base < at+Ptr(bytes) && at < k.base+Ptr(4*k.ext) {
-			b.fail(b.A.Free(k.copy))
-			b.keptBytes -= 2 * k.ext
+			b.freeKept(k)
 			continue
 		}
 		keep = append(keep, k)
+	}
+	clear(b.kept[len(keep):])
+	b.kept = keep
+}
+
+// freeKept frees k's copy unless it is borrowed.
+func (b *DeviceBackend) freeKept(k keptCast) {
+	if !k.borrowed {
+		b.fail(b.A.Free(k.copy))
+		b.keptBytes -= 2 * k.ext
+	}
+}
+
+// lendCast makes bf16 tensor src's storage the kept cast of dst, which
+// FromBF16 has just widened from it.
+func (b *DeviceBackend) lendCast(dst, src *Tensor) {
+	if b.GEMM != BF16 || dst.n == 0 || !b.ok() {
+		return
+	}
+	b.dropKept(dst.p, 4*int64(dst.n))
+	b.kept = append(b.kept, keptCast{base: dst.p, ext: int64(dst.n), copy: src.p, borrowed: true})
+}
+
+// dropBorrowers drops the kept casts borrowing bf16 storage in [at,
+// at+bytes): it is being written or freed.
+func (b *DeviceBackend) dropBorrowers(at Ptr, bytes int64) {
+	keep := b.kept[:0]
+	for _, k := range b.kept {
+		if !(k.borrowed && k.copy < at+Ptr(bytes) && at < k.copy+Ptr(2*k.ext)) {
+			keep = append(keep, k)
+		}
 	}
 	clear(b.kept[len(keep):])
 	b.kept = keep
@@ -74,7 +107,7 @@ func (b *DeviceBackend) dropAllKept() bool {
 		return false
 	}
 	for _, k := range b.kept {
-		b.fail(b.A.Free(k.copy))
+		b.freeKept(k)
 	}
 	clear(b.kept)
 	b.kept = b.kept[:0]

@@ -71,6 +71,24 @@ func TestKeptCasts(t *testing.T) {
 	if len(b.kept) != 3 || b.keptBytes != 2*(m*k+2*k*n) {
 		t.Fatalf("%d kept casts of %d bytes, want 3 of %d", len(b.kept), b.keptBytes, 2*(m*k+2*k*n))
 	}
+	// An operand widened from bf16 storage borrows it as its cast: no
+	// cast until the storage is written or freed, then one.
+	st, z := b.AllocBF16(m*k), b.Alloc(m*k)
+	b.ToBF16(st, x)
+	xv = roundBF16(xv)
+	b.Upload(x, make([]float32, m*k)) // zeros, then the rounded values again
+	b.FromBF16(x, st)
+	product(wa.(*Tensor), w1, 5, 7) // x's borrowed cast and wa's kept one
+	b.ToBF16(st, z)                 // the storage changes: x casts again
+	product(wa.(*Tensor), w1, 6, 8)
+	b.ToBF16(st, x)
+	b.FromBF16(x, st)
+	b.Free(st) // so does freeing it
+	product(wa.(*Tensor), w1, 7, 9)
+	b.Free(z)
+	if len(b.kept) != 3 {
+		t.Fatalf("%d kept casts, want x's, wa's and wb's", len(b.kept))
+	}
 	// Freeing an operand frees its cast.
 	b.Free(wb)
 	if len(b.kept) != 2 {

@@ -66,13 +66,19 @@ func (b *DeviceBackend) shadowAt(at Ptr, bytes int64) *shadow {
 }
 
 // wrote marks stale every copy whose weight overlaps the tensors, and
-// drops the kept casts that overlap them.
+// drops the kept casts that overlap them or borrow their storage.
 func (b *DeviceBackend) wrote(ts ...backend.Tensor) {
 	if len(b.shadows) == 0 && len(b.kept) == 0 {
 		return
 	}
 	for _, t := range ts {
-		if t != nil && t.Len() > 0 && !dt(t).bf16 {
+		switch {
+		case t == nil || t.Len() == 0:
+		case dt(t).bf16: // bf16 storage: the casts that borrow it go
+			if len(b.kept) > 0 {
+				b.dropBorrowers(p(t), 2*int64(t.Len()))
+			}
+		default:
 			b.wroteRange(p(t), 4*int64(t.Len()))
 		}
 	}
