@@ -124,7 +124,7 @@ section() {
 		local skip=()
 		# The emulated subtests ran in CI; on a GPU only the GPU's run,
 		# unless GPU_CHECK_EMULATION=1.
-		if [ "${GPU_CHECK_EMULATION:-$([ "$RLNODE_REQUIRE_GPU" = 1 ] && echo 0 || echo 1)}" = 0 ]; then
+		if [ "${GPU_CHECK_EMULATION:-$([ "${RLNODE_REQUIRE_GPU:-}" = 1 ] && echo 0 || echo 1)}" = 0 ]; then
 			skip=(-test.skip '/emul')
 		fi
 		cd "$dir/$pkg" && "./$(basename "$pkg").test" -test.v -test.count=1 "${skip[@]}" -test.timeout=290s

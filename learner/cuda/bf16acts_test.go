@@ -67,13 +67,19 @@ func TestActivationsBF16OnDevice(t *testing.T) {
 	_, want16 := run(t, bf16GEMM{cpu.New()}, true)
 	for name, d := range accels(t) {
 		t.Run(name, func(t *testing.T) {
-			db := NewDeviceBackend(d, F32)
-			db.Block = 32
-			_, got := run(t, db, true)
-			must(t, db.Sync())
-			for p, w := range want {
-				near(t, "grad "+p, got[p], w, tol{rel: 1e-3, abs: 1e-3})
+			// onDevice runs the step on d with products in gemm and
+			// compares the gradients with want's.
+			onDevice := func(gemm DType, want map[string][]float32) *DeviceBackend {
+				db := NewDeviceBackend(d, gemm)
+				db.Block = 32
+				_, got := run(t, db, true)
+				must(t, db.Sync())
+				for p, w := range want {
+					near(t, gemm.String()+" products: grad "+p, got[p], w, tol{rel: 1e-3, abs: 1e-3})
+				}
+				return db
 			}
+			db := onDevice(F32, want)
 			x := db.AllocBF16(1000)
 			if x.Len() != 1000 || !x.(*Tensor).bf16 {
 				t.Fatalf("AllocBF16(1000): %d elements, bf16 %v", x.Len(), x.(*Tensor).bf16)
@@ -98,13 +104,7 @@ func TestActivationsBF16OnDevice(t *testing.T) {
 			// With bf16 products too, where a restored activation's
 			// products read its bf16 storage (a borrowed cast; the tests
 			// check every reused cast against a fresh one).
-			db16 := NewDeviceBackend(d, BF16)
-			db16.Block = 32
-			_, got16 := run(t, db16, true)
-			must(t, db16.Sync())
-			for p, w := range want16 {
-				near(t, "bf16 products: grad "+p, got16[p], w, tol{rel: 1e-3, abs: 1e-3})
-			}
+			db16 := onDevice(BF16, want16)
 			borrowed := false
 			for _, k := range db16.kept {
 				borrowed = borrowed || k.borrowed
