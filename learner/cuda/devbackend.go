@@ -59,6 +59,7 @@ type DeviceBackend struct {
 	// each with a fresh cast when it is reused (RLNODE_CUDA_CHECK_KEPT=1)
 	kept      []keptCast
 	keptBytes int64
+	keepOff   bool // the device ran short: no more casts are kept
 	checkKept bool
 	pinned    map[*byte][]byte // HostBuffer's page-locked buffers by address
 	// PinHostBuffer's ranges by address

@@ -14,7 +14,8 @@ import (
 // again by its weight's gradient, an output's gradient by the input's
 // gradient and the weight's. Reusing the cast gives the same bits as
 // casting again. Any write that overlaps the operand, or freeing it, drops
-// the cast; so does running short of device memory. A tensor widened
+// the cast; running short of device memory drops them all, and no more
+// are kept. A tensor widened
 // from bf16 storage (FromBF16) lends that storage as its cast: widening
 // and casting back gives the stored bits.
 type keptCast struct {
@@ -39,12 +40,22 @@ func (b *DeviceBackend) keptOperand(at Ptr, ext int64) Ptr {
 }
 
 // keepOperand casts ext elements at t into a new kept copy and returns it;
-// 0 when the device has no room for it (the caller casts into a
-// temporary).
+// 0 when casts are no longer kept (the caller casts into a temporary).
+// Once the device has run short of memory (an allocation failed, or had
+// to empty the allocator's cache first), no more casts are kept: near
+// the device's capacity they would cost more than they save.
 func (b *DeviceBackend) keepOperand(t backend.Tensor, ext int64) Ptr {
+	if b.keepOff {
+		return 0
+	}
 	at := p(t)
+	trims := b.A.Stats().OOMTrims
 	c, err := b.A.Alloc(2 * ext)
-	if err != nil {
+	if err != nil || b.A.Stats().OOMTrims != trims {
+		if err == nil {
+			b.fail(b.A.Free(c))
+		}
+		b.stopKeeping()
 		return 0
 	}
 	b.dropKept(at, 4*ext) // an older cast of an overlapping range
@@ -101,8 +112,10 @@ func (b *DeviceBackend) dropBorrowers(at Ptr, bytes int64) {
 	b.kept = keep
 }
 
-// dropAllKept frees every kept cast; it reports whether there was any.
-func (b *DeviceBackend) dropAllKept() bool {
+// stopKeeping frees every kept cast and keeps no more; it reports whether
+// there was any.
+func (b *DeviceBackend) stopKeeping() bool {
+	b.keepOff = true
 	if len(b.kept) == 0 {
 		return false
 	}
@@ -124,7 +137,7 @@ func (b *DeviceBackend) alloc(n int64, lasting bool) (Ptr, error) {
 		get = b.A.AllocLasting
 	}
 	ptr, err := get(n)
-	if errors.Is(err, ErrOutOfMemory) && b.dropAllKept() {
+	if errors.Is(err, ErrOutOfMemory) && b.stopKeeping() {
 		ptr, err = get(n)
 	}
 	return ptr, err

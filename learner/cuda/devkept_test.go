@@ -106,4 +106,31 @@ func TestKeptCasts(t *testing.T) {
 		t.Fatalf("%d kept casts of %d bytes after running short, want none", len(b.kept), b.keptBytes)
 	}
 	b.Free(y)
+	// Having run short, the backend keeps no more casts: each product
+	// casts its operands into temporaries, as before kept casts.
+	d.Capacity = 0
+	product(wa.(*Tensor), w1, 9, 9)
+	product(wa.(*Tensor), w1, 11, 9)
+	if len(b.kept) != 0 {
+		t.Fatalf("%d kept casts after running short, want none", len(b.kept))
+	}
+
+	// A cast whose room came only from emptying the allocator's cache is
+	// not kept either, nor any after it.
+	c := NewDeviceBackend(d, BF16)
+	c.Block = 32
+	cx, cw, co := c.Alloc(m*k), c.Alloc(k*n), c.Alloc(m*n)
+	c.Upload(cx, xv)
+	c.Upload(cw, w1)
+	// A cached block far larger than a cast (the allocator reuses a
+	// block of at most 1.25 times the request), and the device full:
+	// the cast's room comes from returning that block to the device.
+	c.Free(c.Alloc(4096))
+	d.Capacity = d.Used()
+	c.MatMul(false, false, m, n, k, 1, cx, cw, 0, co)
+	must(t, c.Sync())
+	if st := c.A.Stats(); st.OOMTrims == 0 || !c.keepOff || len(c.kept) != 0 {
+		t.Fatalf("a cast made room for by emptying the cache: %d trims, keeping off %v, %d kept casts; want a trim, off, none", st.OOMTrims, c.keepOff, len(c.kept))
+	}
+	d.Capacity = 0
 }
