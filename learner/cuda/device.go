@@ -60,12 +60,14 @@ func OpenDevice(index int) (*Device, error) {
 	}
 	arch := fmt.Sprintf("sm_%d", d.Info.Arch)
 	cache := &KernelCache{Dir: DefaultKernelCacheDir(), NV: nv}
-	for _, s := range Sources() {
-		cubin, err := cache.Cubin(s, arch)
-		if err != nil {
-			d.Close()
-			return nil, err
-		}
+	srcs := Sources()
+	cubins, err := cache.Cubins(srcs, arch)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	for i, s := range srcs {
+		cubin := cubins[i]
 		err = drv.onContext(d.ctx, func() error {
 			var mod uintptr
 			if r := drv.cuModuleLoadData(&mod, unsafe.Pointer(&cubin[0])); r != cudaSuccess {

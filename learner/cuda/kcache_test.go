@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -99,4 +100,34 @@ func TestKernelCache(t *testing.T) {
 func sha(b []byte) []byte {
 	s := sha256.Sum256(b)
 	return s[:]
+}
+
+// TestKernelCacheCubins: Cubins compiles every missing source at once and
+// returns each file's cubin in source order, the cubin Cubin gives for it
+// alone; a second call compiles nothing; a source that does not compile
+// fails the call with its own error even when others compile.
+func TestKernelCacheCubins(t *testing.T) {
+	nv := openNVRTC(t)
+	srcs := Sources()[:4]
+	c := &KernelCache{Dir: t.TempDir(), NV: nv}
+	got, err := c.Cubins(srcs, "sm_90")
+	must(t, err)
+	if c.Compiles != len(srcs) || len(got) != len(srcs) {
+		t.Fatalf("cold cache: %d compiles, %d cubins; want %d of each", c.Compiles, len(got), len(srcs))
+	}
+	for i, s := range srcs {
+		one, err := (&KernelCache{Dir: c.Dir, NV: nv}).Cubin(s, "sm_90")
+		must(t, err)
+		if !bytes.Equal(got[i], one) {
+			t.Errorf("%s: Cubins gave another cubin than Cubin", s.Name)
+		}
+	}
+	if _, err := c.Cubins(srcs, "sm_90"); err != nil || c.Compiles != len(srcs) {
+		t.Fatalf("warm cache: %v, %d compiles in all; want none more", err, c.Compiles)
+	}
+	broken := srcs[1]
+	broken.Name, broken.Text = "broken.cu", broken.Text+"\nthis is not CUDA\n"
+	if _, err := c.Cubins([]Source{srcs[0], broken, srcs[2]}, "sm_80"); err == nil || !strings.Contains(err.Error(), "broken.cu") {
+		t.Fatalf("a source that does not compile: %v", err)
+	}
 }
