@@ -131,3 +131,30 @@ func TestKernelCacheCubins(t *testing.T) {
 		t.Fatalf("a source that does not compile: %v", err)
 	}
 }
+
+// BenchmarkKernelCompile compiles every kernel file for sm_90 into a cold
+// cache, one file after another and with Cubins (in parallel).
+func BenchmarkKernelCompile(b *testing.B) {
+	nv, err := OpenNVRTC()
+	if err != nil {
+		b.Skipf("no NVRTC: %v", err)
+	}
+	for _, mode := range []string{"one-by-one", "parallel"} {
+		b.Run(mode, func(b *testing.B) {
+			for range b.N {
+				c := &KernelCache{Dir: b.TempDir(), NV: nv}
+				if mode == "parallel" {
+					if _, err := c.Cubins(Sources(), "sm_90"); err != nil {
+						b.Fatal(err)
+					}
+					continue
+				}
+				for _, s := range Sources() {
+					if _, err := c.Cubin(s, "sm_90"); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
