@@ -103,7 +103,7 @@ func TestActivationsBF16OnDevice(t *testing.T) {
 
 			// With bf16 products too, where a restored activation's
 			// products read its bf16 storage (a borrowed cast; the tests
-			// check every reused cast against a fresh one).
+			// check every reused cast against its operand).
 			db16 := onDevice(BF16, want16)
 			borrowed := false
 			for _, k := range db16.kept {

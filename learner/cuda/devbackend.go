@@ -56,10 +56,11 @@ type DeviceBackend struct {
 	opt     optimState
 	shadows []*shadow // bf16 copies of weights, by address
 	// bf16 casts of other operands, and their bytes; checkKept compares
-	// each with a fresh cast when it is reused (RLNODE_CUDA_CHECK_KEPT=1)
+	// each with its operand when it is reused (RLNODE_CUDA_CHECK_KEPT=1)
 	kept      []keptCast
 	keptBytes int64
 	keepOff   bool // the device ran short: no more casts are kept
+	held      Ptr  // a product's first operand while its second is made
 	checkKept bool
 	pinned    map[*byte][]byte // HostBuffer's page-locked buffers by address
 	// PinHostBuffer's ranges by address
@@ -313,7 +314,14 @@ func (b *DeviceBackend) gemm(g Gemm, a, bb, c backend.Tensor) {
 		panic(fmt.Sprintf("cuda backend: matrix product %dx%dx%d (batch %d) spans %d, %d, %d elements of tensors of %d, %d, %d", g.M, g.N, g.K, g.Batch, aExt, bExt, cExt, a.Len(), bb.Len(), c.Len()))
 	}
 	g.In = b.GEMM
-	g.A, g.B, g.C = b.operand(a, aExt), b.operand(bb, bExt), p(c)
+	// While B's operand is made, A's is held: if that frees the kept
+	// casts, A's goes back to the allocator only after the product is
+	// queued (done), not to be reused by B's cast first.
+	g.A = b.operand(a, aExt)
+	b.held = g.A
+	g.B = b.operand(bb, bExt)
+	b.held = 0
+	g.C = p(c)
 	b.wrote(c)
 	b.run(func() string {
 		if g.Batch > 1 {

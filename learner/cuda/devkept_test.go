@@ -1,10 +1,12 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/cpu"
 )
 
@@ -12,7 +14,7 @@ import (
 // read by every product that reads the same elements until the operand is
 // written or freed (the products equal the CPU backend's with bf16
 // operands, and RLNODE_CUDA_CHECK_KEPT=1, set for this package's tests,
-// compares every reused cast with a fresh one); a write drops the cast, so
+// compares every reused cast with its operand); a write drops the cast, so
 // the next product casts again; and when the device runs short, the kept
 // casts give their room back before an allocation fails.
 func TestKeptCasts(t *testing.T) {
@@ -133,4 +135,93 @@ func TestKeptCasts(t *testing.T) {
 		t.Fatalf("a cast made room for by emptying the cache: %d trims, keeping off %v, %d kept casts; want a trim, off, none", st.OOMTrims, c.keepOff, len(c.kept))
 	}
 	d.Capacity = 0
+}
+
+// TestKeptCastsUnderPressure: running short of memory in the middle of a
+// product, between its two operands, never lets the second operand's cast
+// take the first's block (the product either comes out right or fails
+// with out-of-memory); the optimizer's buffers take the kept casts' room;
+// and the fused AdamW drops the cast a weight kept before its bf16 copy
+// existed.
+func TestKeptCastsUnderPressure(t *testing.T) {
+	d := emuDevice(t)
+	if d == nil {
+		skipOrFail(t, "no C++ compiler for the emulated device")
+	}
+	defer func() { d.Capacity = 0 }()
+	const m, k, n = 64, 64, 8
+	rng := rand.New(rand.NewPCG(1, 2))
+	fresh := func() *DeviceBackend {
+		d.Capacity = 0
+		b := NewDeviceBackend(d, BF16)
+		b.Block = 32
+		t.Cleanup(func() { b.A.Release() })
+		return b
+	}
+	for _, trim := range []bool{false, true} {
+		b := fresh()
+		av, bv := randn(rng, m*k, 1), randn(rng, m*k, 1)
+		a, bb, w := b.Alloc(m*k), b.Alloc(m*k), b.Alloc(k*n)
+		c1, c2 := b.Alloc(m*n), b.Alloc(k*k)
+		b.Upload(a, av)
+		b.Upload(bb, bv)
+		b.Upload(w, randn(rng, k*n, 1))
+		b.MatMul(false, false, m, n, k, 1, a, w, 0, c1) // keeps a's cast
+		must(t, b.Sync())
+		must(t, b.A.Trim())
+		if trim {
+			b.Free(b.Alloc(1 << 16)) // bb's cast will find room by a trim
+		}
+		d.Capacity = d.Used()
+		b.MatMul(true, false, k, k, m, 1, a, bb, 0, c2) // aᵀ·bb
+		got := make([]float32, k*k)
+		b.Download(got, c2)
+		err := b.Sync()
+		if err != nil {
+			if trim || !errors.Is(err, ErrOutOfMemory) {
+				t.Fatalf("trim %v: %v", trim, err)
+			}
+			continue // no room at all for bb's cast: an honest failure
+		}
+		want := make([]float32, k*k)
+		bf16GEMM{cpu.New()}.MatMul(true, false, k, k, m, 1, cpu.Tensor(clone(av)), cpu.Tensor(clone(bv)), 0, cpu.Tensor(want))
+		near(t, fmt.Sprintf("trim %v: aᵀ·bb with the device short between the operands", trim), got, want, tol{rel: 1e-5, abs: 1e-6})
+		if !b.keepOff {
+			t.Errorf("trim %v: still keeping casts after running short (%+v, casts %d, reuses %d, kept %d)", trim, b.A.Stats(), b.Casts, b.KeptReuses, len(b.kept))
+		}
+	}
+
+	// The optimizer's first buffers, with the device full of kept casts.
+	b := fresh()
+	x, w, g, o := b.Alloc(m*k), b.Alloc(k*k), b.Alloc(k*k), b.Alloc(m*k)
+	b.Upload(x, randn(rng, m*k, 1))
+	b.Upload(w, randn(rng, k*k, 1))
+	b.Upload(g, randn(rng, k*k, 1))
+	b.MatMul(false, false, m, k, k, 1, x, w, 0, o) // keeps x's and w's casts
+	must(t, b.Sync())
+	must(t, b.A.Trim())
+	d.Capacity = d.Used()
+	sums := make([]float64, 1)
+	if err := b.SumSquares(sums, []backend.Tensor{g}); err != nil {
+		t.Fatalf("the optimizer's buffers with the device full of kept casts: %v", err)
+	}
+	if len(b.kept) != 0 {
+		t.Fatalf("%d kept casts after the optimizer took their room", len(b.kept))
+	}
+
+	// A weight's cast kept before AdamW made its copy goes with the step.
+	b = fresh()
+	w2, g2, m2, v2 := b.Alloc(k*k), b.Alloc(k*k), b.Alloc(k*k), b.Alloc(k*k)
+	x2, o2 := b.Alloc(m*k), b.Alloc(m*k)
+	b.Upload(w2, randn(rng, k*k, 1))
+	b.Upload(g2, randn(rng, k*k, 1))
+	b.Upload(x2, randn(rng, m*k, 1))
+	b.MatMul(false, false, m, k, k, 1, x2, w2, 0, o2)
+	must(t, b.AdamW([]backend.AdamWTensors{{W: w2, G: g2, M: m2, V: v2}}, backend.AdamWCoef{GradScale: 1, Decay: 1, Beta1: 0.9, Beta2: 0.99,
+		OneMinusB1: 0.1, OneMinusB2: 0.01, BC2Sqrt: 0.1, Eps: 1e-8, StepSize: 0.01}))
+	for _, kc := range b.kept {
+		if kc.base == p(w2) {
+			t.Fatal("the weight's kept cast outlived AdamW's bf16 copy")
+		}
+	}
 }

@@ -46,7 +46,7 @@ func (b *DeviceBackend) reserve(n, parts int) {
 			b.fail(b.A.Free(*ptr))
 			*ptr = 0
 		}
-		p, err := b.A.AllocLasting(elem * int64(want))
+		p, err := b.alloc(elem*int64(want), true)
 		if err != nil {
 			b.fail(fmt.Errorf("cuda backend: optimizer %s for %d: %w", what, want, err))
 			*capacity = 0
@@ -63,7 +63,7 @@ func (b *DeviceBackend) reserve(n, parts int) {
 			o.sums = 0
 		}
 		if b.ok() {
-			p, err := b.A.AllocLasting(8 * int64(o.tabCap))
+			p, err := b.alloc(8*int64(o.tabCap), true)
 			if err != nil {
 				b.fail(fmt.Errorf("cuda backend: optimizer sums for %d tensors: %w", o.tabCap, err))
 			}
@@ -192,7 +192,12 @@ func (b *DeviceBackend) AdamW(sets []backend.AdamWTensors, c backend.AdamWCoef) 
 		if dt(s.W).view {
 			b.wrote(s.W)
 		} else {
+			// The copy AdamW wrote serves the products; a cast kept
+			// from before the copy existed is stale now.
 			b.shadowWritten(s.W)
+			if len(b.kept) > 0 {
+				b.dropKept(p(s.W), 4*int64(s.W.Len()))
+			}
 		}
 	}
 	return b.err

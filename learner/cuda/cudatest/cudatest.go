@@ -115,7 +115,7 @@ func OnEmulatedGPU(t *testing.T, tests ...string) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run", "^("+strings.Join(tests, "|")+")$/^gpu$", "-test.v", "-test.count=1", "-test.timeout=25m")
 	// Two GPUs: tests that want a second one find it. Each reused bf16
-	// cast of a product's operand is checked against a fresh one.
+	// cast of a product's operand is checked against the operand.
 	cmd.Env = append(append(os.Environ(), env...), "RLNODE_REQUIRE_GPU=1", "RLNODE_EMU_GPU_COUNT=2", "RLNODE_CUDA_CHECK_KEPT=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
