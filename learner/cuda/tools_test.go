@@ -29,8 +29,9 @@ func TestMain(m *testing.M) {
 	}
 	fakeDir = dir
 	// Every device backend of these tests (and of the emulated-GPU
-	// children, which inherit it) checks each reused bf16 cast against a
-	// operand cast on the host; not when benchmarks run, which it would slow.
+	// children, which inherit it) checks each reused bf16 cast against
+	// its operand cast on the host; not when benchmarks run, which it
+	// would slow.
 	flag.Parse()
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		os.Setenv("RLNODE_CUDA_CHECK_KEPT", "1")
