@@ -15,9 +15,8 @@ import (
 // gradient and the weight's. Reusing the cast gives the same bits as
 // casting again. Any write that overlaps the operand, or freeing it, drops
 // the cast; running short of device memory drops them all, and no more
-// are kept. A tensor widened
-// from bf16 storage (FromBF16) lends that storage as its cast: widening
-// and casting back gives the stored bits.
+// are kept. A tensor widened from bf16 storage (FromBF16) lends that
+// storage as its cast: widening and casting back gives the stored bits.
 type keptCast struct {
 	base     Ptr   // the operand's first element
 	ext      int64 // its elements
