@@ -139,3 +139,62 @@ func TestLoadOnDevice(t *testing.T) {
 func TestOnEmulatedGPU(t *testing.T) {
 	cudatest.OnEmulatedGPU(t, "TestEngineOnGPU", "TestLoadOnDevice")
 }
+
+// TestEngineKeepsWeightCasts: with bf16 products the engine casts each
+// weight for its products once, at the first generation, not at every
+// decode step: a second and a third generation of the same greedy
+// requests launch the same number of operand casts, one per weight matrix
+// fewer than the first, and give the same tokens (each reused cast is
+// checked against its weight, RLNODE_CUDA_CHECK_KEPT=1).
+func TestEngineKeepsWeightCasts(t *testing.T) {
+	t.Setenv("RLNODE_CUDA_CHECK_KEPT", "1")
+	emu := cudatest.EmuBackend(t)
+	ref := nativetest.Model(t, nativetest.Config(), 3)
+	var b *cuda.DeviceBackend
+	m := onDevice(t, ref, func() (backend.Backend, error) {
+		be, err := emu()
+		if err == nil {
+			b = be.(*cuda.DeviceBackend)
+			b.GEMM = cuda.BF16
+		}
+		return be, err
+	})
+	e, err := New(m, tokenizer.Builtin(), Config{MaxBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	reqs := []engine.Request{
+		{Prompt: tokenizer.Builtin().Encode("hello there"), Params: engine.SamplingParams{MaxTokens: 8}},
+		{Prompt: tokenizer.Builtin().Encode("another one"), Params: engine.SamplingParams{MaxTokens: 8}},
+	}
+	weights := 0
+	for _, p := range m.Params() {
+		if len(p.Shape) == 2 {
+			weights++
+		}
+	}
+	var casts [3]int
+	var first [][]int
+	for i := range casts {
+		c := b.Casts
+		res, err := e.Generate(testCtx(t), reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		casts[i] = b.Casts - c
+		var toks [][]int
+		for _, r := range res {
+			toks = append(toks, r.Samples[0].TokenIDs)
+		}
+		if i == 0 {
+			first = toks
+		} else if !slices.EqualFunc(toks, first, slices.Equal[[]int]) {
+			t.Fatalf("generation %d gave %v, the first %v", i+1, toks, first)
+		}
+	}
+	t.Logf("operand casts per generation: %v (%d weight matrices)", casts, weights)
+	if casts[1] != casts[2] || casts[0]-casts[1] != weights {
+		t.Fatalf("operand casts per generation %v: want the first to have one per weight matrix (%d) more than the next two, which are equal", casts, weights)
+	}
+}
