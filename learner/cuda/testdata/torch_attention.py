@@ -5,9 +5,10 @@ query, 2 key/value, 64 dimensions), in float32 and bfloat16. GQA through
 enable_gqa for bfloat16 where this torch has it, else by repeating the
 key/value heads (counted in the time): float32 with enable_gqa falls back
 to the slow math backend, while repeated heads reach the memory-efficient
-one. A torch without scaled_dot_product_attention (before
-2.0) runs the eager product-softmax-product instead ("impl": "eager"). Prints one JSON line per dtype: ms per
-forward+backward and TFLOP/s counted as BenchmarkAttention counts them."""
+one. A torch without scaled_dot_product_attention (before 2.0) runs the
+eager product-softmax-product instead ("impl": "eager"). Prints one JSON
+line per dtype: ms per forward+backward and TFLOP/s counted as
+BenchmarkAttention counts them."""
 
 import argparse
 import json
