@@ -55,10 +55,9 @@ type DeviceBackend struct {
 	temps   []Ptr // an op's temporaries, freed when it returns
 	opt     optimState
 	shadows []*shadow // bf16 copies of weights, by address
-	// bf16 casts of other operands, and their bytes; checkKept compares
-	// each with its operand when it is reused (RLNODE_CUDA_CHECK_KEPT=1)
+	// bf16 casts of other operands; checkKept compares each with its
+	// operand when it is reused (RLNODE_CUDA_CHECK_KEPT=1)
 	kept      []keptCast
-	keptBytes int64
 	keepOff   bool // the device ran short: no more casts are kept
 	held      Ptr  // a product's first operand while its second is made
 	checkKept bool
@@ -90,7 +89,7 @@ func (b *DeviceBackend) Sync() error {
 
 // Close frees every tensor and host buffer and closes the device.
 func (b *DeviceBackend) Close() error {
-	b.kept, b.keptBytes = nil, 0 // their blocks go with the allocator's
+	b.kept = nil // their blocks go with the allocator's
 	return errors.Join(b.A.Release(), b.freePinned(), b.freeSide(), b.D.Close())
 }
 

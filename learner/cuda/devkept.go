@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/rlnode/rlnode/learner/backend"
+	"github.com/rlnode/rlnode/learner/safetensors"
 )
 
 // keptCast is a bf16 cast of a matrix-product operand that is not a
@@ -61,16 +63,20 @@ func (b *DeviceBackend) keepOperand(t backend.Tensor, ext int64) Ptr {
 	b.elems("cast_f32_bf16", int(ext), c, at, ext)
 	b.Casts++
 	b.kept = append(b.kept, keptCast{base: at, ext: ext, copy: c})
-	b.keptBytes += 2 * ext
 	return c
 }
 
 // dropKept frees the kept casts overlapping [at, at+bytes) of fp32
 // elements.
 func (b *DeviceBackend) dropKept(at Ptr, bytes int64) {
+	b.dropKeptIf(func(k keptCast) bool { return k.base < at+Ptr(bytes) && at < k.base+Ptr(4*k.ext) })
+}
+
+// dropKeptIf frees the kept casts for which drop holds.
+func (b *DeviceBackend) dropKeptIf(drop func(keptCast) bool) {
 	keep := b.kept[:0]
 	for _, k := range b.kept {
-		if k.base < at+Ptr(bytes) && at < k.base+Ptr(4*k.ext) {
+		if drop(k) {
 			b.freeKept(k)
 			continue
 		}
@@ -80,19 +86,29 @@ func (b *DeviceBackend) dropKept(at Ptr, bytes int64) {
 	b.kept = keep
 }
 
+// keptBytes is the device memory the kept casts hold (borrowed ones hold
+// none of their own).
+func (b *DeviceBackend) keptBytes() int64 {
+	var n int64
+	for _, k := range b.kept {
+		if !k.borrowed {
+			n += 2 * k.ext
+		}
+	}
+	return n
+}
+
 // freeKept frees k's copy unless it is borrowed. The copy a product
 // holds as its first operand (gemm) is freed with the op's temporaries,
 // after the product is queued.
 func (b *DeviceBackend) freeKept(k keptCast) {
 	switch {
 	case k.borrowed:
-		return
 	case k.copy == b.held:
 		b.temps = append(b.temps, k.copy)
 	default:
 		b.fail(b.A.Free(k.copy))
 	}
-	b.keptBytes -= 2 * k.ext
 }
 
 // lendCast makes bf16 tensor src's storage the kept cast of dst, which
@@ -108,30 +124,16 @@ func (b *DeviceBackend) lendCast(dst, src *Tensor) {
 // dropBorrowers drops the kept casts borrowing bf16 storage in [at,
 // at+bytes): it is being written or freed.
 func (b *DeviceBackend) dropBorrowers(at Ptr, bytes int64) {
-	keep := b.kept[:0]
-	for _, k := range b.kept {
-		if !(k.borrowed && k.copy < at+Ptr(bytes) && at < k.copy+Ptr(2*k.ext)) {
-			keep = append(keep, k)
-		}
-	}
-	clear(b.kept[len(keep):])
-	b.kept = keep
+	b.dropKeptIf(func(k keptCast) bool { return k.borrowed && k.copy < at+Ptr(bytes) && at < k.copy+Ptr(2*k.ext) })
 }
 
 // stopKeeping frees every kept cast and keeps no more; it reports whether
 // there was any.
 func (b *DeviceBackend) stopKeeping() bool {
 	b.keepOff = true
-	if len(b.kept) == 0 {
-		return false
-	}
-	for _, k := range b.kept {
-		b.freeKept(k)
-	}
-	clear(b.kept)
-	b.kept = b.kept[:0]
-	b.keptBytes = 0
-	return true
+	had := len(b.kept) > 0
+	b.dropKeptIf(func(keptCast) bool { return true })
+	return had
 }
 
 // alloc is the allocator's Alloc (or AllocLasting), retried once after
@@ -155,7 +157,7 @@ func (b *DeviceBackend) alloc(n int64, lasting bool) (Ptr, error) {
 }
 
 // checkKeptCast compares k's copy with the operand's elements cast on
-// the host, as cast_f32_bf16 casts them: a write that did not drop the
+// the host (safetensors.F32ToBF16, cast_f32_bf16's rounding): a write that did not drop the
 // copy (a missing wrote) shows up as a difference. For tests
 // (RLNODE_CUDA_CHECK_KEPT=1): it waits for the device at every reuse, and
 // allocates nothing on it, so it leaves the allocator as it finds it.
@@ -170,11 +172,7 @@ func (b *DeviceBackend) checkKeptCast(k keptCast) {
 		return
 	}
 	for i := range k.ext {
-		u := binary.LittleEndian.Uint32(f32[4*i:])
-		want := uint16(u>>16) | 0x40
-		if u&0x7fffffff <= 0x7f800000 { // not NaN: round to nearest even
-			want = uint16((u + 0x7fff + (u>>16)&1) >> 16)
-		}
+		want := safetensors.F32ToBF16(math.Float32frombits(binary.LittleEndian.Uint32(f32[4*i:])))
 		if binary.LittleEndian.Uint16(got[2*i:]) != want {
 			b.fail(fmt.Errorf("cuda backend: the kept bf16 cast of %d elements at %#x is stale at element %d: the operand was written without dropping it", k.ext, k.base, i))
 			return

@@ -70,8 +70,8 @@ func TestKeptCasts(t *testing.T) {
 	xv[3] = 0.5
 	b.Upload(b.View(x, 3, 1), xv[3:4])
 	product(wa.(*Tensor), w1, 5, 5)
-	if len(b.kept) != 3 || b.keptBytes != 2*(m*k+2*k*n) {
-		t.Fatalf("%d kept casts of %d bytes, want 3 of %d", len(b.kept), b.keptBytes, 2*(m*k+2*k*n))
+	if len(b.kept) != 3 || b.keptBytes() != 2*(m*k+2*k*n) {
+		t.Fatalf("%d kept casts of %d bytes, want 3 of %d", len(b.kept), b.keptBytes(), 2*(m*k+2*k*n))
 	}
 	// An operand widened from bf16 storage borrows it as its cast: no
 	// cast until the storage is written or freed, then one.
@@ -104,8 +104,8 @@ func TestKeptCasts(t *testing.T) {
 	if err := b.Err(); err != nil {
 		t.Fatalf("an allocation with the kept casts' room to take: %v", err)
 	}
-	if len(b.kept) != 0 || b.keptBytes != 0 {
-		t.Fatalf("%d kept casts of %d bytes after running short, want none", len(b.kept), b.keptBytes)
+	if len(b.kept) != 0 || b.keptBytes() != 0 {
+		t.Fatalf("%d kept casts of %d bytes after running short, want none", len(b.kept), b.keptBytes())
 	}
 	b.Free(y)
 	// Having run short, the backend keeps no more casts: each product
