@@ -97,21 +97,22 @@ unpack() {
 # Sections, in the order run runs them: the correctness tests and the
 # figures the backend is judged by first, so that a run cut short by its
 # budget still has them. Each line: name, the most seconds it may take, the
-# fewest it is worth starting with, and the switch that skips it.
+# fewest it is worth starting with, the switch that skips it, and its
+# title in the report.
 SECTIONS="
-tests-cuda 300 60 GPU_CHECK_TESTS
-step 240 90 GPU_CHECK_STEP
-profile 120 40 GPU_CHECK_PROFILE
-torch 330 120 GPU_CHECK_TORCH
-decode 300 90 GPU_CHECK_DECODE
-engine 240 60 GPU_CHECK_DECODE
-tests-shard 150 40 GPU_CHECK_SHARDED
-attention 210 60 GPU_CHECK_ATTN
-step-more 330 60 GPU_CHECK_STEP
-step-sharded 180 60 GPU_CHECK_SHARDED
-tests-cpu 300 30 GPU_CHECK_TESTS
-step-cpu 150 60 GPU_CHECK_STEP_CPU
-samehost 270 60 GPU_CHECK_SAMEHOST
+tests-cuda 300 60 GPU_CHECK_TESTS tests: learner/cuda (kernels, cuBLASLt, the device backend's steps on the GPU)
+step 240 90 GPU_CHECK_STEP training step (${GPU_CHECK_SHAPE:-qwen2.5-0.5b} shape, random weights): device backend and PyTorch eager
+profile 120 40 GPU_CHECK_PROFILE where the bf16 step's time goes: every device op timed alone, the top 25
+torch 330 120 GPU_CHECK_TORCH log probs and gradients against PyTorch (Qwen2.5-0.5B shape, random weights)
+decode 300 90 GPU_CHECK_DECODE native engine decode tokens/s (${GPU_CHECK_SHAPE:-qwen2.5-0.5b} shape, random weights), and transformers' generate
+engine 240 60 GPU_CHECK_DECODE native engine on the GPU: tests, and a run with the engine and the learner on cuda
+tests-shard 150 40 GPU_CHECK_SHARDED tests: learner/shard (data-parallel ranks on the GPU)
+attention 210 60 GPU_CHECK_ATTN attention forward+backward (Qwen2.5-0.5B heads): warp-per-query, tiled and tensor-core kernels, PyTorch SDPA
+step-more 330 60 GPU_CHECK_STEP training step, variants: bf16 activations, AdamW on the host
+step-sharded 180 60 GPU_CHECK_SHARDED training step: one learner and two ranks on the GPU (ZeRO stage 0 and 1)
+tests-cpu 300 30 GPU_CHECK_TESTS tests: learner/cpu
+step-cpu 150 60 GPU_CHECK_STEP_CPU training step on the CPU backend
+samehost 270 60 GPU_CHECK_SAMEHOST same-host all-reduce, 64 MiB (this host's cores; docs/samehost.md)
 "
 
 # section runs one section's commands (run calls it through this script,
@@ -165,25 +166,6 @@ summarize() {
 	esac
 }
 
-# Titles of the sections in the report.
-title() {
-	case $1 in
-	tests-cuda) echo "tests: learner/cuda (kernels, cuBLASLt, the device backend's steps on the GPU)" ;;
-	tests-cpu) echo "tests: learner/cpu" ;;
-	tests-shard) echo "tests: learner/shard (data-parallel ranks on the GPU)" ;;
-	step) echo "training step (${GPU_CHECK_SHAPE:-qwen2.5-0.5b} shape, random weights): device backend and PyTorch eager" ;;
-	step-more) echo "training step, variants: bf16 activations, AdamW on the host" ;;
-	profile) echo "where the bf16 step's time goes: every device op timed alone, the top 25" ;;
-	step-sharded) echo "training step: one learner and two ranks on the GPU (ZeRO stage 0 and 1)" ;;
-	step-cpu) echo "training step on the CPU backend" ;;
-	torch) echo "log probs and gradients against PyTorch (Qwen2.5-0.5B shape, random weights)" ;;
-	decode) echo "native engine decode tokens/s (${GPU_CHECK_SHAPE:-qwen2.5-0.5b} shape, random weights), and transformers' generate" ;;
-	engine) echo "native engine on the GPU: tests, and a run with the engine and the learner on cuda" ;;
-	attention) echo "attention forward+backward (Qwen2.5-0.5B heads): warp-per-query, tiled and tensor-core kernels, PyTorch SDPA" ;;
-	samehost) echo "same-host all-reduce, 64 MiB (this host's cores; docs/samehost.md)" ;;
-	esac
-}
-
 run() {
 	local dir
 	dir=$(cd "$1" && pwd)
@@ -226,8 +208,8 @@ run() {
 		"$dir/bin/rlnode" gpu || true
 		[ "$budget" = 0 ] || echo "budget: $budget s for the whole run; a section starts only with its minimum left, and stops when the budget does"
 	} 2>&1 | say
-	local failed=0 ran=() skipped=() name max min switch
-	while read -r name max min switch; do
+	local failed=0 ran=() skipped=() name max min switch title
+	while read -r name max min switch title; do
 		[ -n "$name" ] || continue
 		[ "${!switch:-1}" != 0 ] || continue
 		local lim=$max
@@ -248,7 +230,7 @@ run() {
 			timeout -k 10 "$lim" bash "$SELF" section "$name" "$dir" </dev/null >"$log/$name.txt" 2>&1 || rc=$?
 		fi
 		{
-			echo "== $(title "$name") [$(($(date +%s) - s0)) s]"
+			echo "== $title [$(($(date +%s) - s0)) s]"
 			summarize "$name" "$log/$name.txt"
 			case $rc in
 			0) ;;
