@@ -109,6 +109,11 @@ func envCommand(args []string, stdout, stderr io.Writer) int {
 		return modelRollout(ctx, stdout, modelRolloutConfig{env: name, newEnv: mkEnv, model: *policy, task: *task, episodes: *episodes,
 			seed: *seed, maxSteps: *maxSteps, temperature: *temperature, maxTokens: *maxTokens, out: *out}, fail)
 	}
+	if strings.HasSuffix(*out, ".arrow") {
+		// An Arrow trajectory file holds token ids, which only a model's
+		// episodes have; JSONL under that name would be read as Arrow.
+		return fail(fmt.Errorf("--out %s: %s episodes have no token ids for an Arrow trajectory file: write them as JSONL (.jsonl)", *out, *policy))
+	}
 	mkPol, err := env.NewPolicy(*policy, name, uint64(*seed))
 	if err != nil {
 		return fail(err)

@@ -194,3 +194,20 @@ func TestEnvRolloutModel(t *testing.T) {
 		t.Fatalf("a model to a .txt file: exit %d: %s", code, stderr)
 	}
 }
+
+// TestEnvRolloutScriptedRefusesArrow: scripted and random episodes have
+// no token ids, so an .arrow name is refused rather than written as JSONL
+// under it (which sft.trajectories would then fail to read as Arrow).
+func TestEnvRolloutScriptedRefusesArrow(t *testing.T) {
+	home := t.TempDir()
+	for _, policy := range []string{"scripted", "random"} {
+		out := filepath.Join(home, policy+".arrow")
+		_, stderr, code := runRlnode(t, home, "env", "rollout", "equations", "--policy", policy, "--episodes", "2", "--out", out)
+		if code != 1 || !strings.Contains(stderr, "--out "+out+": "+policy+" episodes have no token ids") {
+			t.Fatalf("%s to .arrow: exit %d: %s", policy, code, stderr)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Fatalf("%s: %s was written (%v)", policy, out, err)
+		}
+	}
+}
