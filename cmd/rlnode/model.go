@@ -18,7 +18,7 @@ const modelUsage = `usage:
       DIR/model.safetensors (dtype as torch_dtype: bfloat16 or float32) and
       DIR/tokenizer.json (the built-in byte-level BPE tokenizer, trained to
       vocab_size tokens when that is below its 768; vocab_size >= 278)
-  rlnode model forward --model DIR --input IN.json --out OUT.safetensors [--grad]
+  rlnode model forward --model DIR --input IN.json --out OUT.safetensors [--grad] [--device cpu|cuda|cuda-bf16]
       IN.json is {"sequences": [{"prompt": [ids], "response": [ids]}, ...]};
       OUT gets float32 logprobs.<i> per sequence (log p of each response
       token given everything before it) and, with --grad, grad.<tensor> for

@@ -74,6 +74,10 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func recipeList(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+		fmt.Fprint(stdout, recipeUsage)
+		return 0
+	}
 	if len(args) > 0 {
 		fmt.Fprintf(stderr, "rlnode recipe list: unexpected argument %q\n", args[0])
 		return 2

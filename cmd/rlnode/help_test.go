@@ -1,0 +1,33 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every command and subcommand answers -h and --help with its usage and
+// exit status 0, and an undefined flag with a message naming it and a
+// non-zero status.
+func TestEveryCommandHelp(t *testing.T) {
+	cmds := [][]string{{"model", "init"}, {"model", "forward"}, {"recipe", "list"}, {"recipe", "show"}, {"recipe", "validate"},
+		{"traces", "list"}, {"traces", "show"}, {"traces", "stats"}, {"traces", "export"}, {"traces", "annotate"}, {"traces", "reward"},
+		{"ctxopt", "list"}, {"ctxopt", "validate"}, {"ctxopt", "train"}, {"env", "rollout"}}
+	for name := range commands {
+		cmds = append(cmds, []string{name})
+	}
+	for _, c := range cmds {
+		for _, h := range []string{"-h", "--help"} {
+			code, stdout, stderr := run(t, append(c, h)...)
+			if code != 0 || !strings.Contains(strings.ToLower(stdout+stderr), "usage") {
+				t.Errorf("rlnode %s %s: exit %d, want 0 and its usage:\n%s%s", strings.Join(c, " "), h, code, stdout, stderr)
+			}
+		}
+		if c[0] == "plot" {
+			continue // its one argument is a folder, which may start with -
+		}
+		code, stdout, stderr := run(t, append(c, "--no-such-flag")...)
+		if code == 0 || !strings.Contains(stdout+stderr, "no-such-flag") {
+			t.Errorf("rlnode %s --no-such-flag: exit %d, want non-zero and the flag named:\n%s%s", strings.Join(c, " "), code, stdout, stderr)
+		}
+	}
+}
