@@ -8,8 +8,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -305,5 +307,89 @@ func writeQAParquet(t *testing.T, path string, rows [][2]string) {
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// gitShow matches a docs line that writes an old version of a file,
+// `git show REV:PATH > FILE`, for the commands after it to use.
+var gitShow = regexp.MustCompile("(?m)^git show ([0-9a-f]{7,40}):(\\S+) > (\\S+)$")
+
+// Every `rlnode run` and `rlnode recipe validate` command in docs/ (but
+// cuda.md's, which need a GPU host) validates as written: placeholders
+// (=N, =K, a run's own checkpoint) replaced, recipe paths from the repository
+// root, and files a `git show REV:PATH > FILE` line writes written so.
+func TestDocsRunCommandsValidate(t *testing.T) {
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil || len(docs) < 5 {
+		t.Fatalf("docs: %v", err)
+	}
+	model := filepath.Join(t.TempDir(), "model")
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":32,"intermediate_size":64,
+		"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":800,"max_position_embeddings":1024,
+		"tie_word_embeddings":true,"torch_dtype":"float32","bos_token_id":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := run(t, "model", "init", "--config", cfg, "--out", model); code != 0 {
+		t.Fatalf("model init: exit %d: %s", code, stderr)
+	}
+	placeholder := regexp.MustCompile(`=[A-Z]$`) // =N, =K: a number the text names
+	checkpoint := regexp.MustCompile(`^models\.(\w+)\.path=\w+/checkpoints/step-\d+$`)
+	n := 0
+	for _, doc := range docs {
+		if filepath.Base(doc) == "cuda.md" {
+			continue
+		}
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shown := map[string]string{}
+		for _, m := range gitShow.FindAllStringSubmatch(string(text), -1) {
+			out, err := exec.Command("git", "-C", "../..", "show", m[1]+":"+m[2]).Output()
+			if err != nil {
+				t.Logf("%s: git show %s:%s: %v (a shallow clone?): its commands are not checked", doc, m[1], m[2], err)
+				continue
+			}
+			f := filepath.Join(t.TempDir(), m[3])
+			if err := os.WriteFile(f, out, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			shown[m[3]] = f
+		}
+		for _, c := range readmeCommands(t, doc) {
+			var args []string
+			switch {
+			case c.args[0] == "run":
+				args = append([]string{"recipe", "validate"}, recipeArgs(c.args[1:])...)
+			case c.args[0] == "recipe" && c.args[1] == "validate" && len(c.args) > 2:
+				args = slices.Clone(c.args)
+			default:
+				continue
+			}
+			if f, ok := shown[args[2]]; ok {
+				args[2] = f
+			} else if _, err := os.Stat(filepath.Join("../..", args[2])); err == nil {
+				args[2] = filepath.Join("../..", args[2])
+			} else if !strings.HasSuffix(args[2], ".yaml") {
+				// a built-in name
+			} else {
+				t.Logf("%s: rlnode %s: %s is written by an earlier step: not checked", c.where, shellJoin(c.args), args[2])
+				continue
+			}
+			for i, a := range args {
+				args[i] = placeholder.ReplaceAllString(a, "=2")
+				if m := checkpoint.FindStringSubmatch(a); m != nil {
+					args[i] = "models." + m[1] + ".path=" + model
+				}
+			}
+			n++
+			if code, stdout, stderr := run(t, args...); code != 0 {
+				t.Errorf("%s: rlnode %s: does not validate (exit %d):\n%s%s", c.where, shellJoin(c.args), code, stdout, stderr)
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("found only %d run commands in docs/: the extraction is broken", n)
 	}
 }
