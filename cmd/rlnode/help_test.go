@@ -31,3 +31,22 @@ func TestEveryCommandHelp(t *testing.T) {
 		}
 	}
 }
+
+// rlnode traces show takes its flags before or after TRACE_ID, as the
+// other commands take theirs around their arguments.
+func TestTracesShowFlagsAfterTraceID(t *testing.T) {
+	store := t.TempDir()
+	id := docTraceStore(t, store)
+	for _, args := range [][]string{{"traces", "show", "--store", store, id}, {"traces", "show", id, "--store", store}} {
+		code, stdout, stderr := run(t, args...)
+		if code != 0 || !strings.Contains(stdout, "trace "+id) {
+			t.Errorf("rlnode %s: exit %d\n%s%s", strings.Join(args, " "), code, stdout, stderr)
+		}
+	}
+	if code, _, stderr := run(t, "traces", "list", "--store", store, "extra"); code != 2 || !strings.Contains(stderr, `unexpected argument "extra"`) {
+		t.Errorf("traces list with an argument: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := run(t, "traces", "show", id, id, "--store", store); code != 2 || !strings.Contains(stderr, "show takes one TRACE_ID") {
+		t.Errorf("traces show with two ids: exit %d: %s", code, stderr)
+	}
+}

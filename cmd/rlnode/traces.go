@@ -58,6 +58,7 @@ func tracesCommand(args []string, stdout, stderr io.Writer) int {
 		ff = addFilterFlags(fs, &f)
 	}
 	var run func() error
+	var pos []string
 	switch sub {
 	case "list":
 		asJSON := fs.Bool("json", false, "print JSONL spans instead of a table")
@@ -65,10 +66,10 @@ func tracesCommand(args []string, stdout, stderr io.Writer) int {
 		run = func() error { return tracesList(*store, f, *asJSON, *limit, stdout, stderr) }
 	case "show":
 		run = func() error {
-			if fs.NArg() != 1 {
+			if len(pos) != 1 {
 				return usageError{fmt.Errorf("show takes one TRACE_ID (or a unique prefix of one)")}
 			}
-			f.TraceID = fs.Arg(0)
+			f.TraceID = pos[0]
 			return tracesShow(*store, f, stdout, stderr)
 		}
 	case "stats":
@@ -109,9 +110,10 @@ func tracesCommand(args []string, stdout, stderr io.Writer) int {
 		tracesUsage(stderr)
 		return 2
 	}
-	err := fs.Parse(args)
-	if err == nil && fs.NArg() > 0 && sub != "show" {
-		err = usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	// Flags may come before or after show's TRACE_ID, as in every command.
+	pos, err := parseInterleaved(fs, args)
+	if err == nil && len(pos) > 0 && sub != "show" {
+		err = usageError{fmt.Errorf("unexpected argument %q", pos[0])}
 	}
 	if err == nil && *store == "" {
 		err = usageError{fmt.Errorf("--store is required")}
