@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"regexp"
 	"strings"
@@ -225,5 +226,30 @@ func TestParseDetection(t *testing.T) {
 		if _, err := ParseDetection(bad); err == nil || !strings.Contains(err.Error(), "fast or lan") {
 			t.Errorf("ParseDetection(%q): %v", bad, err)
 		}
+	}
+}
+
+// An amount below zero, NaN or infinite is refused at Spawn and in a
+// placement group's bundles: a spawn asking for CPU −1 used to be
+// placed and made the node's free CPUs exceed its total, letting later
+// actors overcommit it.
+func TestSpawnRefusesNegativeResources(t *testing.T) {
+	n, err := Start(context.Background(), Config{CPUs: 2, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, r := range []Resources{{CPU: -1}, {"foo": math.NaN()}, {GPU: math.Inf(1)}} {
+		if _, err := n.Spawn(ctx, "test.counter", SpawnOptions{Resources: r}); err == nil || !strings.Contains(err.Error(), "want a finite number ≥ 0") {
+			t.Errorf("spawn with %v: %v", r, err)
+		}
+		if _, err := n.CreatePlacementGroup(ctx, []Bundle{{Resources: Resources{CPU: 1}}, {Resources: r}}, Pack); err == nil || !strings.Contains(err.Error(), "bundle 1: resource") {
+			t.Errorf("group with %v: %v", r, err)
+		}
+	}
+	if st := n.Status(); st.Nodes[0].Free[CPU] != 2 || len(st.Actors) != 0 {
+		t.Fatalf("free %v, %d actors, after refused spawns", st.Nodes[0].Free, len(st.Actors))
 	}
 }

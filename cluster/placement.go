@@ -144,6 +144,11 @@ func PlaceGroup(nodes []NodeView, bundles []Bundle, st Strategy) ([]string, erro
 	if _, err := ParseStrategy(string(st)); err != nil {
 		return nil, err
 	}
+	for i, b := range bundles {
+		if err := b.Resources.Check(); err != nil {
+			return nil, fmt.Errorf("placement group bundle %d: %w", i, err)
+		}
+	}
 	ns := sortedNodes(nodes)
 	free := make([]Resources, len(ns))
 	for i, n := range ns {

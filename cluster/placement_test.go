@@ -146,7 +146,7 @@ func TestParseResources(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(r, Resources{CPU: 2, GPU: 1, "tpu": 0.5}) {
 		t.Fatalf("got %v, %v", r, err)
 	}
-	for _, bad := range []string{"CPU", "CPU=x", "=1", "GPU=-1"} {
+	for _, bad := range []string{"CPU", "CPU=x", "=1", "GPU=-1", "GPU=NaN", "CPU=Inf", "tpu=+Inf"} {
 		if _, err := ParseResources(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

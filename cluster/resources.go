@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +43,18 @@ func (r Resources) Sub(o Resources) Resources {
 		out[k] -= v
 	}
 	return out
+}
+
+// Check reports an amount that is negative, NaN or infinite: asked for,
+// such an amount would make a node's free resources grow (or compare
+// false with everything) instead of holding a share of them.
+func (r Resources) Check() error {
+	for _, k := range sortedKeys(r) {
+		if v := r[k]; !(v >= 0) || math.IsInf(v, 1) {
+			return fmt.Errorf("resource %s: amount %v: want a finite number ≥ 0", k, v)
+		}
+	}
+	return nil
 }
 
 // Covers reports whether r has at least need of every resource. A tiny
@@ -100,8 +113,8 @@ func ParseResources(s string) (Resources, error) {
 			return nil, fmt.Errorf("resource %q: want NAME=AMOUNT", kv)
 		}
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 {
-			return nil, fmt.Errorf("resource %q: amount must be a non-negative number", kv)
+		if err != nil || !(f >= 0) || math.IsInf(f, 1) {
+			return nil, fmt.Errorf("resource %q: amount must be a finite non-negative number", kv)
 		}
 		out[k] = f
 	}

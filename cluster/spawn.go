@@ -101,6 +101,9 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	if exists && prev.State != Dead {
 		return nil, fmt.Errorf("spawn %s: %w (on node %s, %s)", name, actor.ErrNameTaken, prev.Node, prev.State)
 	}
+	if err := opts.Resources.Check(); err != nil {
+		return nil, fmt.Errorf("spawn %s: %w", name, err)
+	}
 	argsType, args, err := actor.EncodeMessage(opts.Args)
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: args: %w", name, err)
