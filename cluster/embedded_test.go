@@ -253,3 +253,19 @@ func TestSpawnRefusesNegativeResources(t *testing.T) {
 		t.Fatalf("free %v, %d actors, after refused spawns", st.Nodes[0].Free, len(st.Actors))
 	}
 }
+
+// A node's own CPUs and resources are checked the same way: --cpus -1
+// used to start a node offering every core, and NaN one that any request
+// fitted.
+func TestStartRefusesBadResources(t *testing.T) {
+	for _, cfg := range []Config{{CPUs: -1}, {CPUs: math.NaN()}, {CPUs: math.Inf(1)}, {Resources: Resources{"foo": -2}}} {
+		cfg.Logger = actor.DiscardLogger()
+		n, err := Start(context.Background(), cfg)
+		if err == nil {
+			n.Stop()
+			t.Errorf("CPUs %v, resources %v: started", cfg.CPUs, cfg.Resources)
+		} else if !strings.Contains(err.Error(), "want a finite number ≥ 0") {
+			t.Errorf("CPUs %v, resources %v: %v", cfg.CPUs, cfg.Resources, err)
+		}
+	}
+}

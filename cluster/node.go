@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"runtime"
@@ -180,6 +181,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		_, _ = rand.Read(cfg.Key)
 	case len(cfg.Key) != 16 && len(cfg.Key) != 24 && len(cfg.Key) != 32:
 		return nil, fmt.Errorf("gossip key is %d bytes; want 16, 24 or 32", len(cfg.Key))
+	}
+	if !(cfg.CPUs >= 0) || math.IsInf(cfg.CPUs, 1) {
+		return nil, fmt.Errorf("CPUs %v: want a finite number ≥ 0 (0: every core)", cfg.CPUs)
+	}
+	if err := cfg.Resources.Check(); err != nil {
+		return nil, fmt.Errorf("node resources: %w", err)
 	}
 	host, portStr, err := net.SplitHostPort(cfg.Bind)
 	if err != nil {
