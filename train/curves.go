@@ -88,6 +88,15 @@ func readCurves(name string, r io.Reader) ([][]curve, error) {
 	rows := map[int]map[string]float64{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	// A last line with no newline is one a run is writing, or was writing
+	// when it was killed: when it does not parse it is left out, as the
+	// dashboard does, rather than keeping the complete rows from a plot.
+	unterminated := false
+	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		adv, tok, err := bufio.ScanLines(data, atEOF)
+		unterminated = atEOF && tok != nil && adv == len(data) && !bytes.HasSuffix(data, []byte("\n"))
+		return adv, tok, err
+	})
 	line := 0
 	for sc.Scan() {
 		line++
@@ -97,6 +106,9 @@ func readCurves(name string, r io.Reader) ([][]curve, error) {
 		}
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(b, &m); err != nil {
+			if unterminated {
+				break
+			}
 			return nil, fmt.Errorf("%s:%d: %v", name, line, err)
 		}
 		raw, ok := m["step"]

@@ -75,6 +75,12 @@ func TestReadCurvesBadMetrics(t *testing.T) {
 			}
 		})
 	}
+	// A last line cut before its newline (a run writing it, or killed
+	// mid-write) is left out; the complete rows are plotted.
+	panels, err := readCurves("m.jsonl", strings.NewReader(`{"step":1,"reward_mean":0.1}`+"\n"+`{"step":2,"reward_mean":0.3}`+"\n"+`{"step":3,"rew`))
+	if err != nil || len(panels[0]) == 0 || len(panels[0][0].xy) != 2 {
+		t.Errorf("a metrics file cut inside its last line: %v", err)
+	}
 	if _, err := readCurves("m.jsonl", strings.NewReader("")); !errors.Is(err, ErrNoCurves) {
 		t.Errorf("empty file: %v does not wrap ErrNoCurves", err)
 	}
