@@ -1,6 +1,7 @@
 package traces
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"io"
@@ -222,5 +223,28 @@ func TestDecodeOTLPProtoNamesTheMessage(t *testing.T) {
 		if _, err := DecodeOTLPProto(c.body); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want it to name %s", c.name, err, c.want)
 		}
+	}
+}
+
+// TestOTLPReceiverRefusesDeclaredOversizeUnread: a body whose declared
+// length is over the bound is answered 413 at once, not read up to the
+// bound first (16 MiB held per connection).
+func TestOTLPReceiverRefusesDeclaredOversizeUnread(t *testing.T) {
+	url := serve(t, &OTLPReceiver{Sink: &collect{}, MaxBytes: 4096})
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST "+OTLPPath+" HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100000000\r\n\r\n\x0a\x00")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a declared 100 MB body while the rest is not sent: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "body over 4096 bytes (Content-Length 100000000)") {
+		t.Errorf("answer %d %q", resp.StatusCode, b)
 	}
 }

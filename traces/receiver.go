@@ -1,13 +1,16 @@
 package traces
 
 import (
+	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"runtime"
 	"strings"
+	"sync"
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -28,12 +31,30 @@ const DefaultMaxOTLPBytes = 16 << 20
 // OTLPReceiver accepts OTLP/HTTP trace exports (POST, protobuf or JSON,
 // optionally gzip) and adds their spans to Sink. A malformed request is
 // answered 400 with a message naming the field; nothing of it is kept.
+// A body declared over MaxBytes is answered 413 unread, and bodies are
+// read and decoded a few at a time, so that clients sending large ones
+// at once hold a few bodies' memory, not one per connection.
 type OTLPReceiver struct {
 	Sink Sink
 	// Source is the partition of spans that name no run, agent, service
 	// or rlnode.source.
 	Source   string
 	MaxBytes int64 // default DefaultMaxOTLPBytes
+
+	once  sync.Once
+	slots chan struct{} // bodies being read and decoded
+}
+
+// take waits for a slot to read and decode a body in; it reports false
+// when the client left first.
+func (o *OTLPReceiver) take(r *http.Request) bool {
+	o.once.Do(func() { o.slots = make(chan struct{}, max(1, min(runtime.GOMAXPROCS(0), 4))) })
+	select {
+	case o.slots <- struct{}{}:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
 }
 
 func (o *OTLPReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -48,11 +69,20 @@ func (o *OTLPReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("OTLP/HTTP traces: Content-Type %q: want application/x-protobuf or application/json", ct), http.StatusUnsupportedMediaType)
 		return
 	}
-	max := o.MaxBytes
-	if max <= 0 {
-		max = DefaultMaxOTLPBytes
+	limit := o.MaxBytes
+	if limit <= 0 {
+		limit = DefaultMaxOTLPBytes
 	}
-	var body io.Reader = http.MaxBytesReader(w, r.Body, max)
+	if r.ContentLength > limit {
+		w.Header().Set("Connection", "close") // rather than read the body to keep the connection
+		o.fail(w, isJSON, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes (Content-Length %d)", limit, r.ContentLength))
+		return
+	}
+	if !o.take(r) {
+		return
+	}
+	defer func() { <-o.slots }()
+	var body io.Reader = http.MaxBytesReader(w, r.Body, limit)
 	switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
 	case "", "identity":
 	case "gzip":
@@ -61,15 +91,17 @@ func (o *OTLPReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			o.fail(w, isJSON, http.StatusBadRequest, fmt.Sprintf("gzip body: %v", err))
 			return
 		}
-		body = io.LimitReader(gz, max+1)
+		body = io.LimitReader(gz, limit+1)
 	default:
 		o.fail(w, isJSON, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Encoding %q: want gzip or none", enc))
 		return
 	}
-	data, err := io.ReadAll(body)
+	buf := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
+	_, err := buf.ReadFrom(body)
+	data := buf.Bytes()
 	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) || int64(len(data)) > max {
-		o.fail(w, isJSON, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", max))
+	if errors.As(err, &tooBig) || int64(len(data)) > limit {
+		o.fail(w, isJSON, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", limit))
 		return
 	}
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"io"
 	stdlog "log"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	oteltrace "go.opentelemetry.io/otel/trace"
@@ -57,27 +57,15 @@ func (rc *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		max = DefaultMaxRecordBytes
 	}
 	start := time.Now()
-	head, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
-	if err != nil {
-		code := http.StatusBadRequest
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			code = http.StatusRequestEntityTooLarge
-		}
-		http.Error(w, "reading request body: "+err.Error(), code)
-		return
-	}
-	reqTruncated := len(head) > max
-	r.Body = struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	// The request is kept as Next reads it, not read ahead: Next bounds
+	// bodies and how many it reads at once (rlnode serve answers an
+	// oversize body 413 unread), so the recorder holds no more than that.
+	body := &teeBody{ReadCloser: r.Body, max: max}
+	r.Body = body
 	tw := &teeWriter{ResponseWriter: w, max: max}
 	rc.Next.ServeHTTP(tw, r)
-	if reqTruncated {
-		head = head[:max]
-	}
-	s := SpanOfExchange(Exchange{Path: r.URL.Path, Request: head, Status: tw.status(), ContentType: tw.Header().Get("Content-Type"),
+	req, reqTruncated := body.kept()
+	s := SpanOfExchange(Exchange{Path: r.URL.Path, Request: req, Status: tw.status(), ContentType: tw.Header().Get("Content-Type"),
 		Response: tw.buf.Bytes(), Truncated: tw.truncated || reqTruncated, Start: start, End: time.Now()})
 	s.Provider = rc.Provider
 	s.AgentName = header(r, HeaderAgent)
@@ -119,6 +107,37 @@ func traceParent(h string) (oteltrace.TraceID, oteltrace.SpanID) {
 		return oteltrace.TraceID{}, oteltrace.SpanID{}
 	}
 	return tid, sid
+}
+
+// teeBody passes a request body through to the handler that reads it and
+// keeps its first max bytes. A proxy's transport may still read it after
+// the answer is in, hence the lock.
+type teeBody struct {
+	io.ReadCloser
+	max       int
+	mu        sync.Mutex
+	buf       bytes.Buffer
+	truncated bool
+}
+
+func (t *teeBody) Read(p []byte) (int, error) {
+	n, err := t.ReadCloser.Read(p)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if room := t.max - t.buf.Len(); room > 0 {
+		t.buf.Write(p[:min(room, n)])
+		t.truncated = t.truncated || room < n
+	} else if n > 0 {
+		t.truncated = true
+	}
+	return n, err
+}
+
+// kept is a copy of what was kept so far, and whether more was read.
+func (t *teeBody) kept() ([]byte, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return bytes.Clone(t.buf.Bytes()), t.truncated
 }
 
 // teeWriter passes an answer through and keeps its first max bytes.
