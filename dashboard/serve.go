@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -18,7 +19,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/connlimit"
 	"github.com/rlnode/rlnode/internal/httphost"
+	"github.com/rlnode/rlnode/internal/ratelog"
 )
 
 //go:embed web
@@ -41,7 +44,14 @@ type Config struct {
 	Token string
 	// PollEvery is how often the cluster's status is asked (default 1s).
 	PollEvery time.Duration
+	// Log takes warnings about what clients sent (connections over the
+	// cap per address); nil: none are logged.
+	Log *slog.Logger
 }
+
+// connsPerAddr caps the connections one address may hold open on the
+// dashboard, which may share its process (and descriptors) with a node.
+const connsPerAddr = 32
 
 // Server is a running dashboard.
 type Server struct {
@@ -75,7 +85,14 @@ func Serve(addr string, cfg Config) (*Server, error) {
 	h := newHandler(ctx, cfg, !loopback)
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
-	go func() { _ = srv.Serve(lis) }()
+	capped := connlimit.Limit(lis, connsPerAddr)
+	var warn ratelog.Limiter
+	capped.Refused = func(addr net.Addr, err error) {
+		if cfg.Log != nil {
+			warn.Warn(cfg.Log, "dashboard: refusing a connection", "peer", addr.String(), "err", err)
+		}
+	}
+	go func() { _ = srv.Serve(capped) }()
 	stop := func() {
 		cancel()
 		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)

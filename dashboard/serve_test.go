@@ -1,15 +1,19 @@
 package dashboard
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -203,3 +207,51 @@ func TestGuard(t *testing.T) {
 		t.Errorf("a host name beyond loopback: %d", code)
 	}
 }
+
+// TestServeCapsConnectionsPerAddress: one address may hold 32 connections
+// open on the dashboard; the next is closed unanswered and the refusal is
+// logged with the peer. (It held every connection a client opened, taking
+// the descriptors of the node it may share a process with.)
+func TestServeCapsConnectionsPerAddress(t *testing.T) {
+	var logged strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), nil))
+	srv, err := Serve("127.0.0.1:0", Config{RunDirs: []string{t.TempDir()}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	addr := strings.TrimSuffix(strings.TrimPrefix(srv.URL, "http://"), "/")
+	get := "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+	for i := 0; i <= connsPerAddr; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, get)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		switch {
+		case i < connsPerAddr && err != nil:
+			t.Fatalf("connection %d: %v", i+1, err)
+		case i < connsPerAddr:
+			io.Copy(io.Discard, resp.Body) // kept alive, held open
+		case err == nil:
+			t.Fatalf("connection %d from one address was answered %s; want it closed", i+1, resp.Status)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "dashboard: refusing a connection") || !strings.Contains(logged.String(), "peer=127.0.0.1:") {
+		t.Errorf("log %q does not say which connection was refused", logged.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

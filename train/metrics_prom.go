@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rlnode/rlnode/internal/connlimit"
 )
 
 // The values of rlnode_run_state.
@@ -221,6 +222,10 @@ func (r *RunMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// metricsConnsPerAddr caps the connections one address may hold open on
+// the metrics endpoint, which shares the run's process and descriptors.
+const metricsConnsPerAddr = 32
+
 // Serve serves the run's metrics, with the Go runtime's and the
 // process's (go_*, process_*), at http://ADDR/metrics until stop is
 // called. It returns the address it listens on (port 0 picks one).
@@ -236,8 +241,11 @@ func (r *RunMetrics) Serve(addr string) (bound string, stop func(), err error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
+	// Scrapers beyond loopback may reach it: one address holds a few
+	// connections, and idle or slow ones are cut off.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second}
+	go func() { _ = srv.Serve(connlimit.Limit(ln, metricsConnsPerAddr)) }()
 	stop = func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

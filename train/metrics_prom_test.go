@@ -1,6 +1,7 @@
 package train
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -215,5 +216,36 @@ func TestRunMetricsServe(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 		c.Close()
 		t.Errorf("%s still listens after stop", addr)
+	}
+}
+
+// TestRunMetricsServeCapsConnectionsPerAddress: one address may hold 32
+// connections open on the metrics endpoint; the next is closed unanswered.
+// (It held every connection a client kept alive, with no idle timeout,
+// so a client beyond loopback could take every descriptor of the run.)
+func TestRunMetricsServeCapsConnectionsPerAddress(t *testing.T) {
+	addr, stop, err := NewRunMetrics("quick", 3).Serve("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	get := "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+	for i := 0; i <= metricsConnsPerAddr; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, get)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		switch {
+		case i < metricsConnsPerAddr && err != nil:
+			t.Fatalf("connection %d: %v", i+1, err)
+		case i < metricsConnsPerAddr:
+			io.Copy(io.Discard, resp.Body) // kept alive, held open
+		case err == nil:
+			t.Fatalf("connection %d from one address was answered %s; want it closed", i+1, resp.Status)
+		}
 	}
 }

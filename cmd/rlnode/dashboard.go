@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -61,7 +62,8 @@ func dashboardCommand(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	cfg := dashboard.Config{Cluster: dashboard.HostNodes{Address: *address}, RunDirs: runs, TraceDirs: stores}
+	cfg := dashboard.Config{Cluster: dashboard.HostNodes{Address: *address}, RunDirs: runs, TraceDirs: stores,
+		Log: slog.New(slog.NewTextHandler(stderr, nil))}
 	if !loopbackBind(*bind) {
 		// The token of a node on this host guards a dashboard others can reach.
 		if ri, err := cluster.FindRunning(*address); err == nil {
@@ -127,7 +129,8 @@ func serveNodeDashboard(node *cluster.Node, addr string, runs, stores []string) 
 	if len(runs) == 0 {
 		runs = []string{"."}
 	}
-	cfg := dashboard.Config{Cluster: dashboard.LocalNode{Node: node}, RunDirs: runs, TraceDirs: stores}
+	cfg := dashboard.Config{Cluster: dashboard.LocalNode{Node: node}, RunDirs: runs, TraceDirs: stores,
+		Log: node.System().Logger()}
 	if ri, err := cluster.FindRunning(node.ID()); err == nil {
 		cfg.Token = ri.Token
 	}

@@ -140,6 +140,9 @@ func hostOf(addr net.Addr) string {
 type Listener struct {
 	net.Listener
 	Gate *Gate
+	// Refused, when set, is told of each connection closed for the cap
+	// (it must not block: Accept waits for it).
+	Refused func(addr net.Addr, err error)
 }
 
 // Limit wraps l with a cap of total open connections per remote address.
@@ -156,6 +159,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		slot, err := l.Gate.Admit(c.RemoteAddr())
 		if err != nil {
+			if l.Refused != nil {
+				l.Refused(c.RemoteAddr(), err)
+			}
 			c.Close()
 			continue
 		}

@@ -8,7 +8,7 @@ import (
 )
 
 // A listener capped at 3 connections per address keeps 3 open, closes the
-// 4th at once, and admits a new one after one of the 3 closes.
+// 4th at once (telling Refused who it was), and admits a new one after one of the 3 closes.
 func TestListenerCapsPerAddress(t *testing.T) {
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -16,6 +16,8 @@ func TestListenerCapsPerAddress(t *testing.T) {
 	}
 	l := Limit(raw, 3)
 	defer l.Close()
+	refused := make(chan string, 10)
+	l.Refused = func(addr net.Addr, err error) { refused <- addr.String() + ": " + err.Error() }
 	accepted := make(chan net.Conn, 10)
 	go func() {
 		for {
@@ -48,6 +50,14 @@ func TestListenerCapsPerAddress(t *testing.T) {
 	over.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := over.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("the connection over the cap: read %v, want EOF (closed by the listener)", err)
+	}
+	select {
+	case r := <-refused:
+		if r != over.LocalAddr().String()+": 127.0.0.1 already holds 3 connections (the cap per address)" {
+			t.Errorf("Refused told %q", r)
+		}
+	default:
+		t.Error("Refused was not told of the connection over the cap")
 	}
 	if total, _ := l.Gate.Count("127.0.0.1"); total != 3 {
 		t.Fatalf("counted %d open connections, want 3", total)
