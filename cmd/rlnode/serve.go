@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/rlnode/rlnode/internal/connlimit"
+	"github.com/rlnode/rlnode/internal/ratelog"
 	"github.com/rlnode/rlnode/recipes"
 	"io"
 	"log/slog"
@@ -135,7 +136,12 @@ func serveListener(listen string, connsPerAddr *int, srv *http.Server, what stri
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(connlimit.Limit(ln, *connsPerAddr)) }()
+	capped := connlimit.Limit(ln, *connsPerAddr)
+	var warn ratelog.Limiter
+	capped.Refused = func(addr net.Addr, err error) {
+		warn.Warn(log, "refusing a connection", "peer", addr.String(), "err", err)
+	}
+	go func() { served <- srv.Serve(capped) }()
 	select {
 	case err := <-served:
 		fmt.Fprintf(stderr, "rlnode serve: %v\n", err)
