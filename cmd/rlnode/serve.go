@@ -95,7 +95,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	defer closeStore(store, stdout, stderr)
 	if *tf.upstream != "" {
-		return serveListener(*listen, connsPerAddr, &http.Server{Handler: tf.proxyHandler(store, *maxBody, log),
+		return serveListener(*listen, connsPerAddr, &http.Server{Handler: writeDeadline(tf.proxyHandler(store, *maxBody, log), *writeTimeout),
 			ReadHeaderTimeout: *readTimeout, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout},
 			fmt.Sprintf("proxying to %s", *tf.upstream), stdout, stderr, log)
 	}

@@ -80,6 +80,36 @@ func (tf *traceFlags) proxyHandler(w *traces.Writer, maxBody int64, log *slog.Lo
 	return http.MaxBytesHandler(tf.traced(traces.NewProxy(u, log), w, "proxy", "openai", log), maxBody)
 }
 
+// writeDeadline gives each write of an answer d to reach the client, as
+// the native server does (--write-timeout): a client that stops reading a
+// long or endless answer is dropped, and the upstream's connection with
+// it, rather than held for good.
+func writeDeadline(next http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: d}, r)
+	})
+}
+
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	w.rc.SetWriteDeadline(time.Now().Add(w.d))
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *deadlineWriter) FlushError() error {
+	w.rc.SetWriteDeadline(time.Now().Add(w.d))
+	return w.rc.Flush()
+}
+
+func (w *deadlineWriter) Flush() { w.FlushError() }
+
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 func closeStore(w *traces.Writer, stdout, stderr io.Writer) {
 	if w == nil {
 		return

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -513,5 +515,51 @@ func TestRunTraceFlagsFromRecipe(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "traces")); err == nil {
 		t.Error("trace.enabled false wrote a trace store")
+	}
+}
+
+// TestProxyDropsClientThatDoesNotRead: the recording proxy applies
+// --write-timeout to each write as the native server does, so a client
+// that stops reading an endless answer is dropped along with the
+// upstream's connection. (The flag was ignored with --upstream: such a
+// client held both connections for good.)
+func TestProxyDropsClientThatDoesNotRead(t *testing.T) {
+	dropped := make(chan struct{})
+	upstream := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := []byte("data: " + strings.Repeat("x", 64<<10) + "\n\n")
+		rc := http.NewResponseController(w)
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				close(dropped)
+				return
+			}
+			if rc.Flush() != nil {
+				close(dropped)
+				return
+			}
+		}
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go upstream.Serve(ln)
+	defer upstream.Close()
+	url, _, _, _ := startServe(t, "--upstream", "http://"+ln.Addr().String(), "--write-timeout", "1s")
+
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetReadBuffer(4 << 10)
+	body := `{"model":"m","prompt":"hi","stream":true}`
+	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// The client reads nothing more; the proxy must give up on it.
+	select {
+	case <-dropped:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the proxy still forwards to a client that has not read for 2 minutes (--write-timeout 1s)")
 	}
 }
