@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -362,6 +364,48 @@ func TestNonFinite(t *testing.T) {
 					t.Fatalf("%v at %d of %d: found at %d", x, at, n, got)
 				}
 			}
+		}
+	}
+}
+
+// lockedBuffer is a log destination a test reads while the server writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestServerLogsRefusals: a request refused for the server's bounds is
+// logged with the client's address and the reason (it was refused
+// without a word in the server's log).
+func TestServerLogsRefusals(t *testing.T) {
+	e, _ := testEngine(t, Config{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged lockedBuffer
+	srv := NewServer(e, "tiny", Limits{MaxBodyBytes: 1 << 10}, slog.New(slog.NewTextHandler(&logged, nil))).HTTPServer()
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	c := rawRequest(t, "http://"+ln.Addr().String(), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000", `{"model":`)
+	resp, b := readResponse(t, c)
+	checkError(t, "Content-Length 100 MB", resp.StatusCode, b, 413, "invalid_request_error", "request_too_large")
+	line := logged.String()
+	for _, want := range []string{`msg="refusing a request"`, "peer=" + c.LocalAddr().String(), "path=/v1/completions", "status=413", "larger than the server's limit of 1024 bytes"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log %q lacks %q", line, want)
 		}
 	}
 }

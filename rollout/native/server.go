@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/ratelog"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/engine"
 )
@@ -35,6 +36,7 @@ type Server struct {
 	adm  *admission
 	mux  *http.ServeMux
 	log  *slog.Logger
+	warn ratelog.Limiter // refusals for the server's bounds
 }
 
 // NewServer serves e under the model name name within lim.
@@ -322,15 +324,24 @@ type choice struct {
 	split    toolSplitter // chat with tools, streamed
 }
 
+// refuse answers a request refused for one of the server's bounds, and
+// logs whom (rate-limited: the refused may be a flood).
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, aerr *apiError) {
+	s.warn.Warn(s.log, "refusing a request", "peer", r.RemoteAddr, "path", r.URL.Path, "status", aerr.status, "why", aerr.message)
+	writeError(w, aerr)
+}
+
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	if aerr := s.adm.enter(); aerr != nil {
-		writeError(w, aerr)
+		s.refuse(w, r, aerr)
 		return
 	}
 	defer s.adm.leave()
 	data, aerr := s.adm.readBody(w, r)
 	if aerr != nil || data == nil {
-		if aerr != nil {
+		if aerr != nil && aerr.status == http.StatusRequestEntityTooLarge {
+			s.refuse(w, r, aerr)
+		} else if aerr != nil {
 			writeError(w, aerr)
 		}
 		return
@@ -342,7 +353,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	if aerr := s.adm.reserve(c.tokens); aerr != nil {
-		writeError(w, aerr)
+		s.refuse(w, r, aerr)
 		return
 	}
 	defer s.adm.release(c.tokens)
