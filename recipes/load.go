@@ -230,9 +230,9 @@ func (l *Loaded) nearest(path string) Pos {
 // that loads back to the same recipe: what the run directory keeps.
 func (l *Loaded) WriteResolved(w io.Writer) error {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "# resolved recipe: %s", l.Source)
+	fmt.Fprintf(&b, "# resolved recipe: %s", commentText(l.Source))
 	for _, s := range l.Sets {
-		fmt.Fprintf(&b, " --set %s", s)
+		fmt.Fprintf(&b, " --set %s", commentText(s))
 	}
 	b.WriteString("\n# every default filled in; `rlnode run` on this file repeats the run.\n")
 	enc := yaml.NewEncoder(&b)
@@ -245,6 +245,16 @@ func (l *Loaded) WriteResolved(w io.Writer) error {
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// commentText is s for a YAML comment line: quoted, escapes and all, when
+// it holds a line break (a file name or --set value may), which would end
+// the comment and turn the rest into YAML.
+func commentText(s string) string {
+	if strings.ContainsAny(s, "\n\r\u0085\u2028\u2029") {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 // ResolvedFile is the name of the resolved recipe in a run directory.

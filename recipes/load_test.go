@@ -271,6 +271,31 @@ func TestResolvedKeepsZeros(t *testing.T) {
 	}
 }
 
+// A file name or a --set value with a line break (YAML's NEL and line
+// separators included) stays inside the resolved recipe's header comment:
+// the file loads back to the same recipe.
+func TestResolvedHeaderLineBreaks(t *testing.T) {
+	for _, brk := range []string{"\n", "\r", "\u0085", "\u2028", "\u2029"} {
+		desc := "one" + brk + "  two"
+		l, err := Parse("odd"+brk+"seed: 5"+brk+".yaml", []byte(base), "", []string{"description=" + desc})
+		if err != nil {
+			t.Fatalf("break %q: %v", brk, err)
+		}
+		var b strings.Builder
+		if err := l.WriteResolved(&b); err != nil {
+			t.Fatal(err)
+		}
+		back, err := Parse("resolved.yaml", []byte(b.String()), "", nil)
+		if err != nil {
+			t.Errorf("break %q: the resolved recipe does not load back: %v\n%s", brk, err, b.String())
+			continue
+		}
+		if back.Description != l.Description || back.Seed != l.Seed {
+			t.Errorf("break %q: loaded back description %q seed %d, want %q %d", brk, back.Description, back.Seed, l.Description, l.Seed)
+		}
+	}
+}
+
 func TestRelativePaths(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "train.jsonl"), []byte(`{"prompt":"1+1","answer":"2"}`+"\n"), 0o644); err != nil {
