@@ -236,6 +236,14 @@ func shellJoin(args []string) string {
 	return strings.Join(q, " ")
 }
 
+// commentLine is s for one line of a comment in the script: a line break
+// in it (a recipe file's name, a --set value) would end the comment and
+// make the rest of the line a command, and end the #SBATCH header there.
+// Breaks are shown as \n or \r.
+func commentLine(s string) string {
+	return strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(s)
+}
+
 // sbatchScript renders the batch script.
 func sbatchScript(o sbatchOptions) (string, error) {
 	runCmd := o.RunCmd
@@ -274,10 +282,10 @@ func sbatchScript(o sbatchOptions) (string, error) {
 		"RunCmd":   shellQuote(runCmd),
 		"WaitS":    int(o.WaitTimeout.Seconds()),
 		"StopS":    int(o.StopTimeout.Seconds()),
-		"Recipe":   o.Recipe,
-		"Sets":     strings.ReplaceAll(shellJoin(o.Sets), "\n", " "),
+		"Recipe":   commentLine(o.Recipe),
+		"Sets":     commentLine(shellJoin(o.Sets)),
 		"SignalS":  3*int(o.StopTimeout.Seconds()) + 15,
-		"Command":  strings.ReplaceAll(o.GeneratedCmd, "\n", " "),
+		"Command":  commentLine(o.GeneratedCmd),
 	})
 	return b.String(), err
 }

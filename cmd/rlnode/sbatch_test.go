@@ -151,6 +151,56 @@ func TestSbatchRefuses(t *testing.T) {
 	}
 }
 
+// A recipe file's name and --set values with line breaks, quotes and shell
+// characters run nothing when the script runs: they stay inside the header's
+// comments (which all come before the first command, so Slurm reads every
+// #SBATCH line) and inside quotes.
+func TestSbatchOddNamesRunNothing(t *testing.T) {
+	home := t.TempDir()
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "pwned") // the script runs in dir: "touch pwned" makes it
+	odd := filepath.Join(dir, "a\ntouch pwned\n$(touch pwned) 'q\".yaml")
+	if err := os.WriteFile(odd, []byte("models: {policy: {init: {}}}\ndata: {task: {kinds: [word]}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runs := [][]string{
+		{odd, "--set", "description=x\n  touch pwned"},
+		{"quickstart", "--set", "description=x\n  touch pwned `touch pwned` $(touch pwned)"},
+	}
+	for _, args := range runs {
+		script, errOut, code := runRlnode(t, home, append(append([]string{"sbatch"}, args...),
+			"--nodes", "2", "--gpus-per-node", "0", "--out", filepath.Join(dir, "out $(touch pwned)"), "--rlnode", "/opt/rl node")...)
+		if code != 0 {
+			t.Fatalf("sbatch %q: exit %d: %s", args, code, errOut)
+		}
+		header, _, ok := strings.Cut(script, "\nset -uo pipefail\n")
+		if !ok {
+			t.Fatalf("no 'set -uo pipefail' line:\n%s", script)
+		}
+		for i, line := range strings.Split(header, "\n") {
+			if !strings.HasPrefix(line, "#") {
+				t.Errorf("sbatch %q: header line %d is a command, not a comment: %q", args, i+1, line)
+			}
+		}
+		// Outside a job the script stops at its first check; nothing before
+		// it may have run.
+		path := filepath.Join(dir, "job.sh")
+		if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("bash", path)
+		cmd.Dir = dir
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home}
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "not inside a Slurm job") {
+			t.Errorf("sbatch %q: the script outside a job: %v\n%s", args, err, out)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatalf("sbatch %q: the script ran a command from the recipe's name or a --set value:\n%s", args, script)
+		}
+	}
+}
+
 // GPUs asked for a recipe whose actors reserve none: the script is written,
 // with a warning.
 func TestSbatchWarnsUnusedGPUs(t *testing.T) {
