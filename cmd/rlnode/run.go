@@ -174,6 +174,30 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "metrics endpoint: http://%s/metrics\n", addr)
 	}
 
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The cluster is joined before the run directory exists too: a wrong
+	// key or address leaves nothing that a retry would take for a run.
+	if *address != "" {
+		det, err := cluster.ParseDetection(*detection)
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode run: --detection: %v\n", err)
+			return 2
+		}
+		node, err := cluster.Start(ctx, cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Detection: det, Logger: actor.DiscardLogger()})
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode run: join %s: %v\n", *address, err)
+			return 1
+		}
+		defer node.Stop()
+		cfg.Node = node
+		// On a cluster, generation goes to rollout actors, unless vLLM
+		// servers generate (the driver's client talks to them directly).
+		if cfg.Rollout == nil && cfg.VLLM == nil {
+			cfg.Rollout, cfg.FeedbackRollout = train.RolloutPlacement(l, cfg.Feedback != nil)
+		}
+	}
+
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		return 1
@@ -206,8 +230,6 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	// The first Ctrl-C or SIGTERM (Slurm sends one before the time limit)
 	// lets the current step finish and checkpoints it (cfg.Stop); a second
 	// one cancels at once.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -235,26 +257,6 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}()
-
-	if *address != "" {
-		det, err := cluster.ParseDetection(*detection)
-		if err != nil {
-			fmt.Fprintf(stderr, "rlnode run: --detection: %v\n", err)
-			return 2
-		}
-		node, err := cluster.Start(ctx, cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Detection: det, Logger: actor.DiscardLogger()})
-		if err != nil {
-			fmt.Fprintf(stderr, "rlnode run: join %s: %v\n", *address, err)
-			return 1
-		}
-		defer node.Stop()
-		cfg.Node = node
-		// On a cluster, generation goes to rollout actors, unless vLLM
-		// servers generate (the driver's client talks to them directly).
-		if cfg.Rollout == nil && cfg.VLLM == nil {
-			cfg.Rollout, cfg.FeedbackRollout = train.RolloutPlacement(l, cfg.Feedback != nil)
-		}
-	}
 
 	warmup := cfg.WarmupSteps
 	if cfg.Resume != "" {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"image/color"
 	"image/png"
 	"os"
@@ -158,6 +159,32 @@ func TestRunRecipeErrorBeforeRunDir(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the run directory exists after a refused recipe (%v)", err)
+	}
+}
+
+// A run that cannot join the cluster (a key the cluster does not hold, an
+// address where no node listens) writes no run directory, so the same
+// command runs once the key or address is put right.
+func TestRunJoinErrorBeforeRunDir(t *testing.T) {
+	home := t.TempDir()
+	head := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--gpus", "0")
+	wrongKey := filepath.Join(t.TempDir(), "wrong.key")
+	if err := os.WriteFile(wrongKey, []byte("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ address, key string }{
+		{head.gossip, wrongKey},
+		{fmt.Sprintf("127.0.0.1:%d", freePort(t)), filepath.Join(home, "cluster.key")},
+	} {
+		dir := filepath.Join(t.TempDir(), "run")
+		_, stderr, code := runRlnode(t, home, "run", "quickstart", "--address", c.address, "--key-file", c.key,
+			"--bind", "127.0.0.1:0", "--out", dir)
+		if code == 0 || !strings.Contains(stderr, "join "+c.address) {
+			t.Errorf("run --address %s --key-file %s: exit %d, stderr:\n%s", c.address, c.key, code, stderr)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("run --address %s --key-file %s: the run directory exists after the join failed (%v)", c.address, c.key, err)
+		}
 	}
 }
 
