@@ -400,3 +400,44 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 		t.Fatalf("join without a key: %v", err)
 	}
 }
+
+// A node that joins under the id of a live member is refused, naming the
+// id and where its holder runs; the holder's record is left as it was
+// (memberlist keeps the holder and would ignore the newcomer, which would
+// run on unseen, its record replacing the holder's).
+func TestJoinRefusesATakenNodeID(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "holder-a", key)
+	x, err := Start(context.Background(), Config{NodeID: "taken-x", Bind: "127.0.0.1:0", Key: key, CPUs: 2,
+		Join: []string{a.GossipAddress()}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(x.Stop)
+	dup, err := Start(context.Background(), Config{NodeID: "taken-x", Bind: "127.0.0.1:0", Key: key, CPUs: 8,
+		Join: []string{a.GossipAddress()}, Logger: actor.DiscardLogger()})
+	if err == nil {
+		dup.Stop()
+		t.Fatal("a second node joined under the id of a live member")
+	}
+	if !strings.Contains(err.Error(), `node id "taken-x" is taken`) || !strings.Contains(err.Error(), x.GossipAddress()) {
+		t.Errorf("error does not name the id and its holder's address %s: %v", x.GossipAddress(), err)
+	}
+	if rec, ok := a.dir.Node("taken-x"); !ok || rec.Actor != x.ActorAddress() || rec.Total[CPU] != 2 {
+		t.Errorf("the holder's record as another member sees it: %+v (ok %v), want actor %s and 2 CPUs", rec, ok, x.ActorAddress())
+	}
+	// The id is still usable by the holder: another node joins beside it.
+	y := startLocalNodeJoin(t, "other-y", key, a.GossipAddress())
+	waitFor(t, "three members", 10*time.Second, func() bool { return len(y.aliveIDs()) == 3 })
+}
+
+func startLocalNodeJoin(t testing.TB, id string, key []byte, join string) *Node {
+	t.Helper()
+	n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2, GPUs: 0,
+		Join: []string{join}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	return n
+}

@@ -155,6 +155,15 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return "", nil, fmt.Errorf("control endpoint: %w", err)
 	}
+	// Another live node under this id would lose its run file, and with
+	// it the way status and stop find it.
+	if b, err := os.ReadFile(runFile); err == nil {
+		var other RunInfo
+		if json.Unmarshal(b, &other) == nil && other.PID != os.Getpid() && processAlive(other.PID) {
+			return "", nil, fmt.Errorf("control endpoint: node id %s already runs on this host (pid %d, gossip %s, run file %s): choose another node id, or stop it first (if pid %d is not an rlnode node, remove the run file)",
+				n.id, other.PID, other.Gossip, runFile, other.PID)
+		}
+	}
 	if err := writePrivate(tokenFile, []byte(token+"\n")); err != nil {
 		return "", nil, fmt.Errorf("control endpoint: token file: %w", err)
 	}

@@ -12,10 +12,12 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -144,6 +146,11 @@ type Node struct {
 	stopMu  sync.Mutex
 	isDone  bool
 	leaving bool
+
+	// While the node joins, its own record stays out of the state it
+	// sends, and takenBy is set when a live member already has its id.
+	joining atomic.Bool
+	takenBy atomic.Pointer[string]
 }
 
 type memberInfo struct {
@@ -289,6 +296,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// its old self was declared dead.
 	mc.DeadNodeReclaimTime = 2 * time.Second
 	mc.Delegate = &gossipDelegate{n: n}
+	mc.Conflict = &gossipDelegate{n: n}
 	mc.Events = &memberlist.ChannelEventDelegate{Ch: n.events}
 	mc.Logger = log.New(&slogWriter{l: n.log, warn: &n.warn}, "", 0)
 	gt, err := newGossipTransport(host, port, mc.Logger, func(peer string, err error) {
@@ -313,7 +321,15 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// Count ourselves a member at once, so an embedded node can place actors
 	// as soon as Start returns (the join event arrives asynchronously).
 	n.members[n.id] = memberInfo{id: n.id, gossip: n.GossipAddress(), actor: n.sys.Address()}
-	n.publishNode()
+	if len(cfg.Join) > 0 {
+		// Others learn of this node's record once the join has shown its
+		// id is free (join), not before: a record under a taken id would
+		// replace the live holder's in their directories.
+		n.joining.Store(true)
+		n.dir.merge(&update{Nodes: []NodeRecord{n.nodeRecord()}})
+	} else {
+		n.publishNode()
+	}
 	go n.eventLoop()
 	go n.reconcileLoop()
 
@@ -343,6 +359,14 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 		if r.err != nil && r.k == 0 {
 			return fmt.Errorf("join %v: no member answered (wrong address, or a gossip key that does not match the cluster's): %w", addrs, r.err)
 		}
+		// Memberlist keeps the live holder of a taken id and ignores this
+		// node, which would run on unseen by the others.
+		if other := n.takenBy.Load(); other != nil {
+			return fmt.Errorf("join %v: node id %q is taken: a live member of the cluster has it at %s; choose another node id, or stop that node first (one just killed frees its id once the cluster notices: about 1 s with fast detection, 11 s with lan)", addrs, n.id, *other)
+		}
+		n.joining.Store(false)
+		n.publishNode()
+		n.sendReliable(n.ownRecords())
 		// Let the event loop take in the members the join brought, so that
 		// placement sees them when Start returns.
 		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
@@ -685,7 +709,11 @@ func (g *gossipDelegate) GetBroadcasts(overhead, limit int) [][]byte {
 }
 
 func (g *gossipDelegate) LocalState(join bool) []byte {
-	b, err := encodeUpdate(g.n.dir.snapshot())
+	u := g.n.dir.snapshot()
+	if g.n.joining.Load() {
+		u.Nodes = slices.DeleteFunc(u.Nodes, func(r NodeRecord) bool { return r.ID == g.n.id })
+	}
+	b, err := encodeUpdate(u)
 	if err != nil {
 		g.n.log.Error("encode directory state", "err", err)
 		return nil
@@ -700,6 +728,16 @@ func (g *gossipDelegate) MergeRemoteState(buf []byte, join bool) {
 		return
 	}
 	g.n.dir.merge(u)
+}
+
+// NotifyConflict is memberlist's report of a member announced under a
+// name it already knows at another address; while this node joins, one
+// under its own id means the id is taken.
+func (g *gossipDelegate) NotifyConflict(existing, other *memberlist.Node) {
+	if existing.Name == g.n.id && g.n.joining.Load() {
+		addr := other.Address()
+		g.n.takenBy.Store(&addr)
+	}
 }
 
 type broadcast struct{ msg []byte }

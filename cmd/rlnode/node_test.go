@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -281,5 +282,44 @@ func TestStartJoinStatusStop(t *testing.T) {
 	}
 	if out, _, code := runRlnode(t, home, "stop"); code != 0 || !strings.Contains(out, "alpha") {
 		t.Fatalf("stop of the only node: %d %s", code, out)
+	}
+}
+
+// A second node on this host under the id of a running one is refused:
+// joining the same cluster (the id is taken there), or starting a cluster
+// of its own (its run file would replace the first node's, which status
+// and stop would then no longer find).
+func TestNodeIDInUseRefused(t *testing.T) {
+	home := t.TempDir()
+	a := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "alpha", "--gpus", "0")
+	keyFile := filepath.Join(home, "cluster.key")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"join", a.gossip, "--key-file", keyFile}, `node id "alpha" is taken: a live member of the cluster has it at ` + a.gossip},
+		{[]string{"start"}, "node id alpha already runs on this host"},
+	} {
+		args := append(c.args, "--bind", "127.0.0.1:0", "--node-id", "alpha", "--gpus", "0", "--detach")
+		out, errOut, code := runRlnode(t, home, args...)
+		if code == 0 {
+			for _, line := range strings.Split(out, "\n") {
+				if f := strings.Fields(line); len(f) == 2 && f[0] == "pid:" {
+					if pid, err := strconv.Atoi(f[1]); err == nil {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+			}
+			t.Errorf("rlnode %s: a second node alpha came up:\n%s", strings.Join(args, " "), out)
+			continue
+		}
+		if !strings.Contains(errOut, c.want) {
+			t.Errorf("rlnode %s: exit %d, stderr lacks %q:\n%s", strings.Join(args, " "), code, c.want, errOut)
+		}
+	}
+	// status still reaches the first node by its id.
+	out, errOut, code := runRlnode(t, home, "status", "--address", "alpha", "--json")
+	if code != 0 || !strings.Contains(out, `"gossip_address": "`+a.gossip+`"`) {
+		t.Errorf("status --address alpha: exit %d, want the first node at %s:\n%s%s", code, a.gossip, out, errOut)
 	}
 }
