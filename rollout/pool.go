@@ -470,7 +470,17 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 			if err == nil {
 				break
 			}
-			if len(p.live()) > 0 {
+			// The syncer drops an engine whose weight push failed (its node
+			// lost, as a rule) before the cluster's death notice reaches
+			// the pool: its replica is lost too, and is replaced.
+			dropped := false
+			for _, r := range p.live() {
+				if _, ok := w.Serves(r.host.Name); !r.host.IsZero() && !ok {
+					p.lose(r, "its engine left the weight syncer (a weight push to it failed)")
+					dropped = true
+				}
+			}
+			if !dropped && len(p.live()) > 0 {
 				return nil, fmt.Errorf("rollout pool: generate for step %d: %w", step, err)
 			}
 			// Every replica was lost meanwhile (no engine is registered).

@@ -198,6 +198,47 @@ func TestRolloutServerPublish(t *testing.T) {
 	}
 }
 
+// The syncer drops an engine whose push failed (its node lost) before the
+// cluster's death notice reaches the pool: generation then replaces that
+// replica instead of failing with ErrNoEngines (seen on a cluster when a
+// rollout node was killed just before an evaluation).
+func TestRolloutServerReplacesAnEngineTheSyncerDropped(t *testing.T) {
+	n := embedded(t)
+	ctx := testCtx(t, 2*time.Minute)
+	cfg := nativetest.Config()
+	mc, err := cfg.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tj, err := tokenizer.Builtin().MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := rollout.PushedNativeFiles(mc, tj, 8, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &modelSource{m: nativetest.Model(t, cfg, 2)}
+	s, err := StartRollout(ctx, n, RolloutConfig{Policy: "solver", Actor: rollout.ActorConfig{Engine: rollout.PushedNative, ModelFiles: files},
+		Replicas: 1, Resources: cluster.Resources{cluster.CPU: 0.5}, Name: "test"}, 0, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	engines := s.syncer.Versions().Engines
+	if len(engines) != 1 {
+		t.Fatalf("engines %+v, want 1", engines)
+	}
+	// What Publish does to an engine it could not push to.
+	if !s.syncer.Remove(engines[0].Name, "push version 1: node lost") {
+		t.Fatal("Remove found no engine")
+	}
+	checkAgainst(t, "after the engine was dropped", src.m, greedy(t, s), 0)
+	if rs := s.Status().Replicas; rs == nil || rs.Live != 1 || rs.Replaced != 1 {
+		t.Errorf("replicas %+v, want 1 live, 1 replaced", rs)
+	}
+}
+
 // Once the learner has adapters, the servers reload its base (base-N) and
 // load each version's PEFT adapter (step-N) in place; the base is
 // reloaded only once.
