@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -190,6 +191,19 @@ func (o *sbatchOptions) check(r *recipes.Recipe) error {
 	}
 	if o.WaitTimeout < time.Second || o.StopTimeout < time.Second {
 		errs = append(errs, "--wait-timeout and --stop-timeout: want at least 1s")
+	} else if limit, ok := slurmSeconds(o.Time); ok {
+		// The script's --signal asks for a TERM this long before the end,
+		// so that the three stops fit; Slurm takes at most 65535 and may
+		// send it up to 60 s early.
+		warn := signalSeconds(o.StopTimeout)
+		switch {
+		case warn > 65535:
+			errs = append(errs, fmt.Sprintf("--stop-timeout %v: with --time the job is told to stop 3 × it + 15 s = %d s before its end, over the 65535 s Slurm's --signal takes: want at most %v",
+				o.StopTimeout, warn, time.Duration(65535-15)/3*time.Second))
+		case limit <= warn+60:
+			errs = append(errs, fmt.Sprintf("--time %s: the job is told to stop 3 × --stop-timeout (%v) + 15 s = %d s before its end (Slurm may tell it up to 60 s early), which leaves no time to run in %v: raise --time or lower --stop-timeout",
+				o.Time, o.StopTimeout, warn, time.Duration(limit)*time.Second))
+		}
 	}
 	if o.GPUsPerNode >= 0 && o.Nodes >= 1 {
 		p := r.Placement
@@ -216,6 +230,49 @@ func (o *sbatchOptions) check(r *recipes.Recipe) error {
 		o.JobName = "rlnode-" + regexp.MustCompile(`[^A-Za-z0-9_.-]`).ReplaceAllString(o.RecipeName, "_")
 	}
 	return nil
+}
+
+// signalSeconds is how long before the time limit the job asks Slurm
+// for its TERM: time for the run, the joined nodes and the first node to
+// stop in turn, and some to spare.
+func signalSeconds(stop time.Duration) int { return 3*int(stop.Seconds()) + 15 }
+
+// slurmSeconds is a --time value (Slurm's formats, slurmTime) in seconds;
+// false for none, or no limit.
+func slurmSeconds(v string) (int, bool) {
+	if v == "" || !slurmTime.MatchString(v) || !strings.ContainsAny(v, "0123456789") {
+		return 0, false
+	}
+	days, rest, hasDays := strings.Cut(v, "-")
+	if !hasDays {
+		days, rest = "0", v
+	}
+	var f []int
+	for _, p := range strings.Split(rest, ":") {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return 0, false
+		}
+		f = append(f, n)
+	}
+	d, err := strconv.Atoi(days)
+	if err != nil {
+		return 0, false
+	}
+	var h, m, sec int
+	switch {
+	case hasDays && len(f) == 1: // D-HH
+		h = f[0]
+	case hasDays && len(f) == 2: // D-HH:MM
+		h, m = f[0], f[1]
+	case len(f) == 3: // [D-]HH:MM:SS
+		h, m, sec = f[0], f[1], f[2]
+	case len(f) == 2: // MM:SS
+		m, sec = f[0], f[1]
+	default: // MM
+		m = f[0]
+	}
+	return ((d*24+h)*60+m)*60 + sec, true
 }
 
 var safeShell = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`)
@@ -284,7 +341,7 @@ func sbatchScript(o sbatchOptions) (string, error) {
 		"StopS":    int(o.StopTimeout.Seconds()),
 		"Recipe":   commentLine(o.Recipe),
 		"Sets":     commentLine(shellJoin(o.Sets)),
-		"SignalS":  3*int(o.StopTimeout.Seconds()) + 15,
+		"SignalS":  signalSeconds(o.StopTimeout),
 		"Command":  commentLine(o.GeneratedCmd),
 	})
 	return b.String(), err

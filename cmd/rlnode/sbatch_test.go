@@ -142,6 +142,12 @@ func TestSbatchRefuses(t *testing.T) {
 		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--mem", "lots"}, 2, `--mem "lots"`},
 		{[]string{"quickstart", "--nodes", "2", "--gpus-per-node", "0", "--detection", "slow"}, 2, `--detection: failure detection "slow": want fast or lan`},
 		{[]string{"nonesuch", "--nodes", "2", "--gpus-per-node", "1"}, 1, "no built-in recipe by that name"},
+		// The TERM before the time limit (3 × --stop-timeout + 15 s, Slurm
+		// may send it 60 s early) must leave time to run, and fit --signal.
+		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--time", "1"}, 2, "--time 1: the job is told to stop 3 × --stop-timeout (30s) + 15 s = 105 s before its end"},
+		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--time", "2:30"}, 2, "in 2m30s: raise --time"},
+		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--time", "0-0:02"}, 2, "in 2m0s: raise --time"},
+		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--time", "1-0", "--stop-timeout", "8h"}, 2, "86415 s before its end, over the 65535 s"},
 	}
 	for _, c := range cases {
 		out, errOut, code := runRlnode(t, home, append([]string{"sbatch"}, c.args...)...)
@@ -387,5 +393,18 @@ func TestGPURecipeOffTheGPUHost(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(home, "run")); err == nil {
 		t.Error("the refused run made its directory")
+	}
+}
+
+func TestSlurmSeconds(t *testing.T) {
+	for v, want := range map[string]int{"5": 300, "5:30": 330, "1:02:03": 3723, "2-3": 2*86400 + 3*3600,
+		"2-3:04": 2*86400 + 3*3600 + 240, "2-3:04:05": 2*86400 + 3*3600 + 245, "": -1, "infinite": -1, "UNLIMITED": -1} {
+		got, ok := slurmSeconds(v)
+		if !ok {
+			got = -1
+		}
+		if got != want {
+			t.Errorf("slurmSeconds(%q) = %d, want %d", v, got, want)
+		}
 	}
 }
