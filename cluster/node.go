@@ -366,7 +366,9 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 		}
 		n.joining.Store(false)
 		n.publishNode()
-		n.sendReliable(n.ownRecords())
+		// The members joined through get the record at once, as the state
+		// exchange gave it them; the others by gossip, as ever.
+		n.sendRecordTo(addrs)
 		// Let the event loop take in the members the join brought, so that
 		// placement sees them when Start returns.
 		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
@@ -600,6 +602,25 @@ func (n *Node) sendReliableMsg(msg []byte) {
 		}()
 	}
 	wg.Wait()
+}
+
+// sendRecordTo sends this node's records over TCP to the members at the
+// gossip addresses addrs.
+func (n *Node) sendRecordTo(addrs []string) {
+	b, err := encodeUpdate(n.ownRecords())
+	if err != nil {
+		n.log.Error("encode directory update", "err", err)
+		return
+	}
+	msg := append([]byte{gossipUpdate}, b...)
+	local := n.ml.LocalNode().Name
+	for _, m := range n.ml.Members() {
+		if m.Name != local && slices.Contains(addrs, m.Address()) {
+			if err := n.ml.SendReliable(m, msg); err != nil {
+				n.log.Warn("send directory update", "member", m.Name, "err", err)
+			}
+		}
+	}
 }
 
 // write stores records this node authored and gossips them.
