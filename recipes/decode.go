@@ -81,6 +81,11 @@ type decoder struct {
 	sets map[*yaml.Node]string // nodes that came from --set, and the override
 	pos  map[string]Pos        // path → position of its value
 	errs Errors
+	// mergedOf holds each mapping's pairs with its merge keys expanded,
+	// computed once: a merge source named many times (directly or through
+	// other anchors) costs one expansion, not one per mention. A nil entry
+	// marks a mapping being expanded, so one that merges itself is refused.
+	mergedOf map[*yaml.Node][][2]*yaml.Node
 }
 
 func (d *decoder) at(n *yaml.Node) Pos {
@@ -232,13 +237,30 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 // merged returns a mapping's key/value pairs with YAML merge keys
 // ("<<: *base", "<<: [*a, *b]") expanded: merged pairs first, keys given
 // explicitly replacing merged ones of the same name (earlier merge sources
-// win over later ones, as YAML specifies).
+// win over later ones, as YAML specifies). Each mapping is expanded once
+// (see mergedOf), so neither a chain of anchors that each merge the one
+// before several times nor a mapping that merges itself can make the
+// expansion unbounded.
 func (d *decoder) merged(n *yaml.Node, path string) [][2]*yaml.Node {
+	if out, ok := d.mergedOf[n]; ok && out != nil {
+		return out
+	} else if ok {
+		d.errorf(n, path, "<< merges a section into itself")
+		return nil
+	}
+	if d.mergedOf == nil {
+		d.mergedOf = map[*yaml.Node][][2]*yaml.Node{}
+	}
+	d.mergedOf[n] = nil
 	var explicit, merged [][2]*yaml.Node
+	given, took := map[string]bool{}, map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode || k.Tag != "!!merge" {
 			explicit = append(explicit, [2]*yaml.Node{k, val})
+			if k.Kind == yaml.ScalarNode {
+				given[k.Value] = true
+			}
 			continue
 		}
 		sources := []*yaml.Node{val}
@@ -252,7 +274,8 @@ func (d *decoder) merged(n *yaml.Node, path string) [][2]*yaml.Node {
 				continue
 			}
 			for _, kv := range d.merged(src, path) {
-				if !hasKey(merged, kv[0].Value) {
+				if kv[0].Kind == yaml.ScalarNode && !took[kv[0].Value] {
+					took[kv[0].Value] = true
 					merged = append(merged, kv)
 				}
 			}
@@ -260,10 +283,14 @@ func (d *decoder) merged(n *yaml.Node, path string) [][2]*yaml.Node {
 	}
 	out := explicit
 	for _, kv := range merged {
-		if !hasKey(explicit, kv[0].Value) {
+		if !given[kv[0].Value] {
 			out = append(out, kv)
 		}
 	}
+	if out == nil {
+		out = [][2]*yaml.Node{}
+	}
+	d.mergedOf[n] = out
 	return out
 }
 
@@ -272,15 +299,6 @@ func resolveAlias(n *yaml.Node) *yaml.Node {
 		n = n.Alias
 	}
 	return n
-}
-
-func hasKey(pairs [][2]*yaml.Node, key string) bool {
-	for _, kv := range pairs {
-		if kv[0].Kind == yaml.ScalarNode && kv[0].Value == key {
-			return true
-		}
-	}
-	return false
 }
 
 func (d *decoder) decodeScalar(n *yaml.Node, v reflect.Value, path string) {

@@ -356,6 +356,32 @@ data: {task: {}}
 	}
 }
 
+// Merge keys expand each anchored section once: a chain of anchors that
+// each merge the one before ten times (a 2 KB "billion laughs") loads at
+// once, and a section that merges itself is an error, not a stack
+// overflow. Before, the first hung and the second crashed the process.
+func TestMergeKeysBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("x: &a0 {layers: 1, heads: 2, hidden_size: 32}\n")
+	for i := 1; i < 40; i++ {
+		fmt.Fprintf(&b, "x%d: &a%d {<<: [%s]}\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*a%d, ", i-1), 10), ", "))
+	}
+	b.WriteString("models:\n  policy:\n    init:\n      <<: [*a39, *a39]\n      heads: 4\n")
+	_, err := Parse("bomb.yaml", []byte(b.String()), "", nil)
+	if err == nil || !strings.Contains(err.Error(), `bomb.yaml:1: x: unknown key "x"`) || strings.Contains(err.Error(), "models.") {
+		t.Errorf("merge chain: %v", err)
+	}
+	for _, src := range []string{
+		"models:\n  policy: &p\n    <<: *p\n",
+		"models:\n  policy: &a\n    init: &b {<<: *a}\n    <<: *b\n",
+	} {
+		_, err := Parse("cycle.yaml", []byte(src), "", nil)
+		if err == nil || !strings.Contains(err.Error(), "<< merges a section into itself") {
+			t.Errorf("%q: %v", src, err)
+		}
+	}
+}
+
 // An override of a shared section changes the path it names only.
 func TestSetOnSharedSection(t *testing.T) {
 	src := `models:
