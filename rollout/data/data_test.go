@@ -1,8 +1,10 @@
 package data
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -369,5 +371,47 @@ func TestReadTrajectoryBadColumns(t *testing.T) {
 	}
 	if _, err := ReadTrajectoryFile(writeFile(t, "x.arrow", "garbage")); err == nil || !strings.Contains(err.Error(), "not an Arrow IPC file") {
 		t.Errorf("garbage file: %v", err)
+	}
+}
+
+// A damaged Parquet file is an error naming it, never a crash nor a
+// dataset that silently lost rows. Each case changes one byte of the
+// footer (where the schema, row groups and row counts are); before,
+// arrow-go's reader panicked on some ("makeslice: cap out of range") and
+// read fewer rows than the file has on others (a row group's count turned
+// negative).
+func TestLoadDamagedParquet(t *testing.T) {
+	p := writeParquet(t, 20)
+	src, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	footer := int(binary.LittleEndian.Uint32(src[len(src)-8:]))
+	start := len(src) - 8 - footer
+	r := rand.New(rand.NewPCG(1, 2))
+	dir := t.TempDir()
+	m := Mapping{Prompt: "question", Answer: "answer"}
+	for i := range 600 {
+		b := append([]byte(nil), src...)
+		at, v := start+r.IntN(footer), byte(r.IntN(256))
+		b[at] = v
+		bad := filepath.Join(dir, "bad.parquet")
+		if err := os.WriteFile(bad, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		func() {
+			defer func() {
+				if e := recover(); e != nil {
+					t.Errorf("case %d (byte %d = %#x): panic: %v", i, at, v, e)
+				}
+			}()
+			got, err := Load(bad, m)
+			switch {
+			case err != nil && !strings.Contains(err.Error(), bad):
+				t.Errorf("case %d (byte %d = %#x): error does not name the file: %v", i, at, v, err)
+			case err == nil && len(got) != 20:
+				t.Errorf("case %d (byte %d = %#x): %d rows without an error, want 20", i, at, v, len(got))
+			}
+		}()
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/rlnode/rlnode/rollout/verify"
@@ -132,8 +133,7 @@ func loadParquet(path string, m Mapping) ([]Example, error) {
 		return nil, fmt.Errorf("load dataset: %w", err)
 	}
 	defer f.Close()
-	mem := memory.DefaultAllocator
-	tbl, err := pqarrow.ReadTable(context.Background(), f, parquet.NewReaderProperties(mem), pqarrow.ArrowReadProperties{}, mem)
+	tbl, err := readParquetTable(f)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: read parquet: %w", path, err)
 	}
@@ -174,6 +174,41 @@ func loadParquet(path string, m Mapping) ([]Example, error) {
 		return nil, fmt.Errorf("load %s: %w", path, err)
 	}
 	return out, nil
+}
+
+// readParquetTable reads a whole Parquet file. A damaged file must be an
+// error, never a crash nor fewer rows: arrow-go's reader panics on some
+// damaged metadata (a length past what a slice can hold), so a panic is
+// turned into an error, and the rows read must be the rows the file's
+// footer declares (a damaged row-group or page count otherwise drops rows
+// without a word).
+func readParquetTable(f parquet.ReaderAtSeeker) (tbl arrow.Table, err error) {
+	defer func() {
+		if e := recover(); e != nil {
+			if tbl != nil {
+				tbl.Release()
+			}
+			tbl, err = nil, fmt.Errorf("damaged file (the reader failed: %v): %w", e, ErrBadDataset)
+		}
+	}()
+	mem := memory.DefaultAllocator
+	pf, err := file.NewParquetReader(f, file.WithReadProps(parquet.NewReaderProperties(mem)))
+	if err != nil {
+		return nil, err
+	}
+	rd, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, mem)
+	if err != nil {
+		return nil, err
+	}
+	tbl, err = rd.ReadTable(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	if got, want := tbl.NumRows(), pf.NumRows(); got != want {
+		tbl.Release()
+		return nil, fmt.Errorf("damaged file: read %d rows, its footer declares %d: %w", got, want, ErrBadDataset)
+	}
+	return tbl, nil
 }
 
 func columnNames(sc *arrow.Schema) string {
