@@ -63,6 +63,11 @@ func TestLoadJSONLErrors(t *testing.T) {
 		{"tests mistyped", `{"prompt": "p", "tests": [1]}`, Mapping{Prompt: "prompt", Tests: "tests"}, []string{`column "tests"`, "element 0 is a number"}},
 		{"empty prompt", `{"prompt": "  "}`, Mapping{Prompt: "prompt"}, []string{"empty prompt"}},
 		{"no prompt mapping", `{"prompt": "a"}`, Mapping{}, []string{"no prompt column"}},
+		// Two objects on one line (a lost newline): the second was dropped
+		// without a word, and so was any text after the first.
+		{"two objects on a line", `{"prompt": "a", "answer": "1"}` + "\n" + `  {"prompt": "b", "answer": "2"}{"prompt": "c", "answer": "3"}`, DefaultMapping, []string{"row 1", "line 2", "text after the JSON object at column 33"}},
+		{"text after the object", `{"prompt": "a", "answer": "1"} x`, DefaultMapping, []string{"row 0", "line 1", "column 32"}},
+		{"line too long", `{"prompt": "a", "answer": "1"}` + "\n" + `{"prompt": "` + strings.Repeat("a", MaxLineBytes) + `"}`, DefaultMapping, []string{"line 2", "over the 67108864-byte limit for one line"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -115,13 +115,21 @@ func loadJSONL(path string, m Mapping) ([]Example, error) {
 		if err := dec.Decode(&row); err != nil {
 			return nil, fmt.Errorf("load %s: row %d (line %d): not a JSON object: %v: %w", path, len(out), line, err, ErrBadDataset)
 		}
+		if rest := bytes.TrimLeft(b[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
+			// A second object on the line (a lost newline) would be a row
+			// dropped without a word.
+			col := len(sc.Bytes()) - len(bytes.TrimLeft(sc.Bytes(), " \t\r\n")) + len(b) - len(rest) + 1
+			return nil, fmt.Errorf("load %s: row %d (line %d): text after the JSON object at column %d (one object a line): %w", path, len(out), line, col, ErrBadDataset)
+		}
 		ex, err := m.example(path, len(out), row)
 		if err != nil {
 			return nil, fmt.Errorf("load %s: line %d: %w", path, line, err)
 		}
 		out = append(out, ex)
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return nil, fmt.Errorf("load %s: line %d: over the %d-byte limit for one line: %w", path, line+1, MaxLineBytes, ErrBadDataset)
+	} else if err != nil {
 		return nil, fmt.Errorf("load %s: after line %d: %w", path, line, err)
 	}
 	return out, nil
