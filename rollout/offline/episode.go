@@ -136,6 +136,11 @@ func DecodeJSONL(name string, r io.Reader) ([]Episode, error) {
 		if err := dec.Decode(&e); err != nil {
 			return nil, fmt.Errorf("%s:%d: not an episode: %w", name, line, err)
 		}
+		if len(bytes.TrimSpace(b[dec.InputOffset():])) > 0 {
+			// A second episode on the line (a lost newline) would be
+			// dropped without a word.
+			return nil, fmt.Errorf("%s:%d: text after the episode's JSON object (one episode a line)", name, line)
+		}
 		if err := e.Check(); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
 		}

@@ -110,6 +110,8 @@ func TestReadJSONLBad(t *testing.T) {
 		{strings.Replace(good, `"seed":1`, `"seed":1,"reward":3`, 1), `unknown field "reward"`},
 		{`{"env":"` + strings.Repeat("x", MaxLineBytes) + `"}`, "x.jsonl:1: a line over 1048576 bytes"},
 		{`{"env":"e","messages":[{"role":"user","content":"q"}],"steps":[],"total":0}`, "no assistant message"},
+		// A lost newline: the second episode was dropped without a word.
+		{good + "\n" + good + good, "x.jsonl:2: text after the episode's JSON object"},
 	}
 	for _, tc := range tests {
 		_, err := DecodeJSONL("x.jsonl", strings.NewReader(tc.text))
