@@ -165,6 +165,12 @@ func TestValidationRules(t *testing.T) {
 		// The warm-up is not also blamed for a bad step count.
 		{[]string{"algorithm.warmup=5", "schedule.steps=-1"}, "schedule.steps: -1: want a positive integer"},
 		{[]string{"checkpoint.keep=-1"}, "checkpoint.keep: -1: must not be negative"},
+		// A model too large to build is refused here; it used to pass, and
+		// the run then exhausted the host's memory building it (layers)
+		// or died with "fatal error: out of memory" (hidden_size).
+		{[]string{"models.policy.init.layers=2000000"}, "--set models.policy.init.layers=2000000: models.policy.init.layers: 2000000: the model would have 1.07e+11 parameters (vocab_size 512, hidden_size 64, intermediate_size 192, layers 2000000); a randomly initialized model has at most 1e+10"},
+		{[]string{"models.policy.init.hidden_size=2000000000"}, "--set models.policy.init.hidden_size=2000000000: models.policy.init.hidden_size: 2000000000: the model would have 3.2e+19 parameters"},
+		{[]string{"models.policy.init.vocab_size=20000000000", "models.policy.init.tie_word_embeddings=false"}, "models.policy.init.vocab_size: 20000000000: the model would have 2.56e+12 parameters"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.sets, " "), func(t *testing.T) {

@@ -79,6 +79,11 @@ const (
 	// MinBuiltinVocab is learner/tokenizer's BuiltinMinVocabSize: the
 	// smallest vocabulary the built-in tokenizer fills.
 	MinBuiltinVocab = 278
+	// MaxInitParams bounds a randomly initialized model (models.*.init):
+	// a model trained from scratch with the built-in tokenizer is small,
+	// and a mistyped or hostile size (layers: 2000000) must be refused
+	// here, not exhaust the host's memory when the learner builds it.
+	MaxInitParams = 10_000_000_000
 )
 
 // algorithmAliases are the learner's spellings of algorithm names.
@@ -717,6 +722,24 @@ func (c *checker) model(path string, m *Model) {
 		if in.Heads > 0 && in.KVHeads > 0 && in.Heads%in.KVHeads != 0 {
 			c.add(p+".kv_heads", "%d does not divide heads %d", in.KVHeads, in.Heads)
 		}
+		if n := in.params(); n > MaxInitParams {
+			// Blamed on the size furthest above its default, so the error
+			// points at the line (or --set) most likely mistyped.
+			var d ModelInit
+			d.setDefaults()
+			blame, worst, value := "", 0.0, 0
+			for _, f := range []struct {
+				key     string
+				v, dflt int
+			}{{"vocab_size", in.VocabSize, d.VocabSize}, {"hidden_size", in.HiddenSize, d.HiddenSize},
+				{"intermediate_size", in.IntermediateSize, d.IntermediateSize}, {"layers", in.Layers, d.Layers}} {
+				if r := float64(f.v) / float64(f.dflt); r > worst {
+					blame, worst, value = f.key, r, f.v
+				}
+			}
+			c.add(p+"."+blame, "%d: the model would have %.3g parameters (vocab_size %d, hidden_size %d, intermediate_size %d, layers %d); a randomly initialized model has at most %.0e",
+				value, n, in.VocabSize, in.HiddenSize, in.IntermediateSize, in.Layers, float64(MaxInitParams))
+		}
 	}
 	if l := m.LoRA; l != nil {
 		p := path + ".lora"
@@ -737,6 +760,24 @@ func (c *checker) model(path string, m *Model) {
 			c.oneOf(p+".preset", l.Preset, LoRAPresets)
 		}
 	}
+}
+
+// params is the model's parameter count (Qwen2's layout: embeddings, an
+// output matrix unless tied, per layer the attention's q, k, v, o and
+// biases, the MLP's three matrices and two norms, a final norm), in
+// float64 so that no size overflows; 0 when a size is not positive.
+func (in *ModelInit) params() float64 {
+	if in.VocabSize <= 0 || in.HiddenSize <= 0 || in.IntermediateSize <= 0 || in.Layers <= 0 || in.Heads <= 0 || in.KVHeads <= 0 {
+		return 0
+	}
+	v, h, m := float64(in.VocabSize), float64(in.HiddenSize), float64(in.IntermediateSize)
+	kv := h / float64(in.Heads) * float64(in.KVHeads)
+	layer := 2*h*h + 2*h*kv + h + 2*kv + 3*h*m + 2*h
+	n := v*h + float64(in.Layers)*layer + h
+	if !in.TieWordEmbeddings {
+		n += v * h
+	}
+	return n
 }
 
 // device checks a device value (LearnerDevices; cuda and cuda-bf16 may
