@@ -40,6 +40,9 @@ type Error struct {
 	Pos  Pos
 	Path string // dotted key path, list elements by index: engines.policy.vllm.servers.0
 	Msg  string
+	// More is set on the last Error when problems past MaxErrors were
+	// left out: how many (Msg says so).
+	More int
 }
 
 func (e *Error) Error() string {
@@ -59,6 +62,20 @@ func (es Errors) Error() string {
 		lines[i] = e.Error()
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Count is the number of problems found: those listed and those left
+// out past MaxErrors.
+func (es Errors) Count() int {
+	n := 0
+	for _, e := range es {
+		if e.More > 0 {
+			n += e.More
+		} else {
+			n++
+		}
+	}
+	return n
 }
 
 // Is makes errors.Is(err, ErrInvalid) hold.
@@ -81,6 +98,8 @@ type decoder struct {
 	sets map[*yaml.Node]string // nodes that came from --set, and the override
 	pos  map[string]Pos        // path → position of its value
 	errs Errors
+	// dropped counts the problems past MaxErrors, not reported.
+	dropped int
 	// mergedOf holds each mapping's pairs with its merge keys expanded,
 	// computed once: a merge source named many times (directly or through
 	// other anchors) costs one expansion, not one per mention. A nil entry
@@ -95,8 +114,26 @@ func (d *decoder) at(n *yaml.Node) Pos {
 	return Pos{File: d.file, Line: n.Line}
 }
 
+// MaxErrors bounds the problems decoding reports: past it they are only
+// counted, so a recipe built to produce millions of them (a section of
+// unknown keys merged into every section) costs neither the time to
+// format them nor the memory to hold them.
+const MaxErrors = 200
+
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
+	if d.full() {
+		return
+	}
 	d.errs = append(d.errs, &Error{Pos: d.at(n), Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// full tells whether MaxErrors are reported, counting the one not.
+func (d *decoder) full() bool {
+	if len(d.errs) < MaxErrors {
+		return false
+	}
+	d.dropped++
+	return true
 }
 
 func join(path, key string) string {
@@ -217,7 +254,9 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		}
 		p := join(path, k.Value)
 		fi, ok := index[k.Value]
-		if !ok {
+		if !ok && d.full() {
+			continue
+		} else if !ok {
 			msg := fmt.Sprintf("unknown key %q", k.Value)
 			if s := closest(k.Value, keys); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)

@@ -164,6 +164,9 @@ func parse(file string, src []byte, dir string, sets []string) (*Loaded, error) 
 	}
 	if len(d.errs) > 0 {
 		d.errs.sort()
+		if d.dropped > 0 {
+			d.errs = append(d.errs, &Error{Pos: Pos{File: file}, Msg: fmt.Sprintf("and %d more problems not shown", d.dropped), More: d.dropped})
+		}
 		return nil, d.errs
 	}
 	return l, nil

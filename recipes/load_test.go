@@ -388,6 +388,33 @@ func TestMergeKeysBounded(t *testing.T) {
 	}
 }
 
+// A recipe that makes thousands of problems (one section of unknown keys
+// merged into many) reports MaxErrors of them and counts the rest: before,
+// a 700 KB file of this kind made 2.3 million errors (318 MB of text).
+func TestErrorsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("x: &u {")
+	for i := range 1000 {
+		fmt.Fprintf(&b, "k%d: 1, ", i)
+	}
+	b.WriteString("}\nschedule: {<<: *u}\neval: {<<: *u}\ncheckpoint: {<<: *u}\nsync: {<<: *u}\ntrace: {<<: *u}\n")
+	_, err := Parse("many.yaml", []byte(b.String()), "", nil)
+	var es Errors
+	if !errors.As(err, &es) {
+		t.Fatalf("want Errors, got %v", err)
+	}
+	// The checks after decoding (data, models.policy missing) add theirs.
+	if len(es) < MaxErrors || len(es) > MaxErrors+5 {
+		t.Fatalf("%d errors, want %d, the checks' and a count of the rest", len(es), MaxErrors)
+	}
+	if got, want := es[len(es)-1].Error(), "many.yaml: and 4801 more problems not shown"; got != want {
+		t.Errorf("last error %q, want %q", got, want)
+	}
+	if n := es.Count(); n != len(es)-1+4801 {
+		t.Errorf("Count() %d, want %d", n, len(es)-1+4801)
+	}
+}
+
 // An override of a shared section changes the path it names only.
 func TestSetOnSharedSection(t *testing.T) {
 	src := `models:

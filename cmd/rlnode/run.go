@@ -336,6 +336,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 func printRecipeError(w io.Writer, verb, recipe string, err error) {
 	if errors.Is(err, recipes.ErrInvalid) {
 		n := strings.Count(err.Error(), "\n") + 1
+		if es := recipes.Errors(nil); errors.As(err, &es) {
+			n = es.Count()
+		}
 		fmt.Fprintf(w, "%v\nrlnode %s: %s: %d error(s)\n", err, verb, recipe, n)
 		return
 	}
