@@ -510,6 +510,26 @@ func TestRecipeFileLimits(t *testing.T) {
 	}
 }
 
+// A data file that is not a regular file is refused: a pipe named
+// train.jsonl hung recipe validate and run waiting for a writer, and a
+// link to a device (/dev/zero) was read without end.
+func TestDataFileNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"train.jsonl", "eps.jsonl"} {
+		if err := os.Symlink(os.DevNull, filepath.Join(dir, name)); err != nil {
+			t.Skip(err)
+		}
+	}
+	_, err := Parse("base.yaml", []byte(base), dir, []string{"data.task=null", "data.dataset.train=" + filepath.Join(dir, "train.jsonl")})
+	if err == nil || !strings.Contains(err.Error(), "data.dataset.train: "+filepath.Join(dir, "train.jsonl")+" is a device, not a regular file; want a .jsonl") {
+		t.Errorf("a device as dataset: %v", err)
+	}
+	_, err = Parse("base.yaml", []byte(base), dir, []string{"sft.steps=2", "sft.trajectories=" + filepath.Join(dir, "eps.jsonl")})
+	if err == nil || !strings.Contains(err.Error(), "sft.trajectories: "+filepath.Join(dir, "eps.jsonl")+" is a device, not a regular file") {
+		t.Errorf("a device as trajectories: %v", err)
+	}
+}
+
 // The qv preset fills what the recipe leaves out.
 func TestLoRAPreset(t *testing.T) {
 	for _, c := range []struct {

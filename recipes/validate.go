@@ -2,6 +2,7 @@ package recipes
 
 import (
 	"fmt"
+	"io/fs"
 	"math"
 	"net/url"
 	"os"
@@ -862,7 +863,25 @@ func (c *checker) datasetFile(path, file string, required bool) {
 		c.add(path, "%v", err)
 	} else if st.IsDir() {
 		c.add(path, "%s is a directory; want a .jsonl, .parquet or .csv file", file)
+	} else if !st.Mode().IsRegular() {
+		// A pipe would hang validation and the run waiting for a writer;
+		// a device (/dev/zero) would be read without end.
+		c.add(path, "%s is %s, not a regular file; want a .jsonl, .parquet or .csv file", file, notRegular(st.Mode()))
 	}
+}
+
+// notRegular names what a file that is neither a directory nor a regular
+// file is.
+func notRegular(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "a special file"
 }
 
 // sftTrajectories checks the warm-up's trajectory data source (a file, or
@@ -901,6 +920,8 @@ func (c *checker) sftTrajectories(s SFT, traces bool) {
 			c.add("sft.trajectories", "%v", err)
 		} else if st.IsDir() {
 			c.add("sft.trajectories", "%s is a directory; want a .jsonl or .arrow file", s.Trajectories)
+		} else if !st.Mode().IsRegular() {
+			c.add("sft.trajectories", "%s is %s, not a regular file; want a .jsonl or .arrow file", s.Trajectories, notRegular(st.Mode()))
 		}
 	default:
 		c.add("sft.trajectories", "%s: want a .jsonl file of episodes or an .arrow trajectory file", s.Trajectories)
