@@ -5,19 +5,28 @@
 # run's metrics.jsonl with its wall-clock fields removed.
 #
 #   bash scripts/checkpoint-hashes.sh            # print
-#   bash scripts/checkpoint-hashes.sh --check    # compare with scripts/checkpoint-hashes.golden
-#   bash scripts/checkpoint-hashes.sh --write    # rewrite the golden file
+#   bash scripts/checkpoint-hashes.sh --check    # compare with scripts/checkpoint-hashes-KERNEL.golden
+#   bash scripts/checkpoint-hashes.sh --write    # rewrite that golden file
 #
+# The bytes depend on the CPU backend's kernels (the summation order of the
+# matrix kernel, the vector loops' exp), so there is one golden file per
+# kernel `rlnode version` names: avx512-12x32, avx2-6x16, generic-4x4.
+# RLNODE_CPU_ISA=avx2 or generic checks a lesser one on a bigger CPU.
 # A refactor of the training loop must leave these bytes unchanged; a change
 # that alters them on purpose rewrites the golden file and says why in its commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-print}
-golden=scripts/checkpoint-hashes.golden
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 go build -o "$work/rlnode" ./cmd/rlnode
+kernel=$("$work/rlnode" version | sed -n 's/^cpu kernel: \([^ ]*\).*/\1/p')
+golden=scripts/checkpoint-hashes-${kernel:?rlnode version named no cpu kernel}.golden
+if [ "$mode" = --check ] && [ ! -f "$golden" ]; then
+	echo "no golden file for the cpu kernel $kernel: $golden (record one with --write from a commit known to be right)" >&2
+	exit 1
+fi
 
 # Each line: recipe name, then its --set overrides (steps cut to a few).
 short="--set schedule.eval_every=3 --set schedule.checkpoint_every=3 --set eval.held_out=8"

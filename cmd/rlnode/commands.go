@@ -5,6 +5,8 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/rlnode/rlnode/learner/blas"
 )
 
 // command is one subcommand: it gets its own arguments and writers and
@@ -30,9 +32,10 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	return cmd(args[1:], stdout, stderr)
 }
 
-// version is "rlnode VERSION (COMMIT[, modified]) GO": the module version
-// and the VCS revision the binary was built from, as the Go toolchain
-// recorded them.
+// version is "rlnode VERSION (COMMIT[, modified]) GO", the module version
+// and the VCS revision the binary was built from as the Go toolchain
+// recorded them, then a line naming the CPU backend's matrix kernel (the
+// instructions it chose; a checkpoint's bytes depend on them).
 func version() string {
 	v, rev, dirty := "(devel)", "", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
@@ -57,5 +60,5 @@ func version() string {
 	case rev != "":
 		v += " (" + rev + ")"
 	}
-	return "rlnode " + v + " " + runtime.Version()
+	return "rlnode " + v + " " + runtime.Version() + "\ncpu kernel: " + blas.KernelName() + " (" + blas.ISAEnv + " caps it: avx512, avx2, generic)"
 }

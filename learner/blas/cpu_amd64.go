@@ -1,5 +1,11 @@
 package blas
 
+import (
+	"fmt"
+	"os"
+	"sync"
+)
+
 // cpuid executes CPUID with the given leaf and sub-leaf.
 //
 //go:noescape
@@ -10,10 +16,43 @@ func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
 //go:noescape
 func xgetbv() (eax, edx uint32)
 
+// ISAEnv names the environment variable that caps the vector instructions
+// the CPU kernels use below what the CPU has: "avx512" (the default: the best
+// the CPU and OS support), "avx2" (AVX2 with FMA), "generic" (portable Go).
+// It exists to reproduce, on one machine, what CPUs with less run.
+const ISAEnv = "RLNODE_CPU_ISA"
+
+// isaCap is ISAEnv read once: the most the kernels may use.
+var isaCap = sync.OnceValue(func() string {
+	switch v := os.Getenv(ISAEnv); v {
+	case "", "avx512":
+		return "avx512"
+	case "avx2", "generic":
+		return v
+	default:
+		// Called from package initialisation, so no error can be returned;
+		// say so once and keep the best the CPU has.
+		fmt.Fprintf(os.Stderr, "rlnode: %s=%q is not one of avx512, avx2, generic; using what the CPU supports\n", ISAEnv, v)
+		return "avx512"
+	}
+})
+
 // cpuFeatures reports which vector extensions both the CPU and the operating
-// system support: AVX2 with FMA needs the YMM state saved by the OS, AVX-512
-// additionally the opmask and ZMM states.
+// system support, capped by ISAEnv: AVX2 with FMA needs the YMM state saved
+// by the OS, AVX-512 additionally the opmask and ZMM states.
 func cpuFeatures() (avx2FMA, avx512 bool) {
+	avx2FMA, avx512 = hostFeatures()
+	switch isaCap() {
+	case "avx2":
+		avx512 = false
+	case "generic":
+		avx2FMA, avx512 = false, false
+	}
+	return avx2FMA, avx512
+}
+
+// hostFeatures is cpuFeatures without the cap.
+func hostFeatures() (avx2FMA, avx512 bool) {
 	maxLeaf, _, _, _ := cpuid(0, 0)
 	if maxLeaf < 7 {
 		return false, false
