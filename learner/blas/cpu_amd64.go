@@ -90,6 +90,13 @@ func hostFeatures() (avx2FMA, avx512 bool) {
 //go:noescape
 func fmaPeakLoop(n int)
 
+// AVX2 reports whether the CPU and the operating system support AVX2 with
+// FMA (within RLNODE_CPU_ISA), for the CPU backend's vector loops.
+func AVX2() bool {
+	ok, _ := cpuFeatures()
+	return ok
+}
+
 // AVX512 reports whether the CPU and the operating system support the
 // AVX-512 foundation instructions, for the CPU backend's vector loops.
 func AVX512() bool {

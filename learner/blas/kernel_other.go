@@ -6,3 +6,6 @@ func bestKernel() *microKernel { return &genericKernel }
 
 // AVX512 is false off amd64.
 func AVX512() bool { return false }
+
+// AVX2 is false off amd64.
+func AVX2() bool { return false }

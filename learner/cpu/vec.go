@@ -3,15 +3,25 @@ package cpu
 import "math"
 
 // Element-wise loops the kernels spend their time in, each with a pure-Go
-// version (the reference, and the path on CPUs without AVX-512) and an
-// AVX-512 one in vec_amd64.s. The wrappers check lengths so the assembly
-// never reads or writes past a slice.
+// version (the reference, and the path on CPUs without AVX2), an AVX-512 one
+// in vec_amd64.s and an AVX2 one in vec_avx2_amd64.s. The wrappers check
+// lengths so the assembly never reads or writes past a slice.
+
+// The loops vecISA selects.
+const (
+	isaGo = iota
+	isaAVX2
+	isaAVX512
+)
 
 // expSub sets dst[i] = exp(src[i] - m) and returns the sum of dst.
 func expSub(dst, src []float32, m float32) float32 {
 	mustLen("expSub", len(dst), len(src))
-	if useAVX512 && len(src) > 0 {
+	switch {
+	case vecISA == isaAVX512 && len(src) > 0:
 		return expSubAVX512(&dst[0], &src[0], len(src), m)
+	case vecISA == isaAVX2 && len(src) > 0:
+		return expSubAVX2(&dst[0], &src[0], len(src), m)
 	}
 	return expSubGo(dst, src, m)
 }
@@ -31,8 +41,12 @@ func expSubGo(dst, src []float32, m float32) float32 {
 // backward with d = sum(dOut*out).
 func softmaxGrad(p, dp []float32, l, d float32) {
 	mustLen("softmaxGrad", len(p), len(dp))
-	if useAVX512 && len(p) > 0 {
+	switch {
+	case vecISA == isaAVX512 && len(p) > 0:
 		softmaxGradAVX512(&p[0], &dp[0], len(p), l, d)
+		return
+	case vecISA == isaAVX2 && len(p) > 0:
+		softmaxGradAVX2(&p[0], &dp[0], len(p), l, d)
 		return
 	}
 	softmaxGradGo(p, dp, l, d)
@@ -50,8 +64,12 @@ func softmaxGradGo(p, dp []float32, l, d float32) {
 func swiglu(out, g, u []float32) {
 	mustLen("swiglu", len(out), len(g))
 	mustLen("swiglu", len(out), len(u))
-	if useAVX512 && len(out) > 0 {
+	switch {
+	case vecISA == isaAVX512 && len(out) > 0:
 		swigluAVX512(&out[0], &g[0], &u[0], len(out))
+		return
+	case vecISA == isaAVX2 && len(out) > 0:
+		swigluAVX2(&out[0], &g[0], &u[0], len(out))
 		return
 	}
 	swigluGo(out, g, u)
@@ -71,8 +89,12 @@ func swigluBack(dg, du, dout, g, u []float32) {
 	mustLen("swigluBack", len(du), n)
 	mustLen("swigluBack", len(g), n)
 	mustLen("swigluBack", len(u), n)
-	if useAVX512 && n > 0 {
+	switch {
+	case vecISA == isaAVX512 && n > 0:
 		swigluBackAVX512(&dg[0], &du[0], &dout[0], &g[0], &u[0], n)
+		return
+	case vecISA == isaAVX2 && n > 0:
+		swigluBackAVX2(&dg[0], &du[0], &dout[0], &g[0], &u[0], n)
 		return
 	}
 	swigluBackGo(dg, du, dout, g, u)
@@ -88,8 +110,11 @@ func swigluBackGo(dg, du, dout, g, u []float32) {
 
 // maxOf returns the largest element of x, -Inf for none.
 func maxOf(x []float32) float32 {
-	if useAVX512 && len(x) > 0 {
+	switch {
+	case vecISA == isaAVX512 && len(x) > 0:
 		return maxAVX512(&x[0], len(x))
+	case vecISA == isaAVX2 && len(x) > 0:
+		return maxAVX2(&x[0], len(x))
 	}
 	return maxGo(x)
 }
@@ -104,8 +129,12 @@ func maxGo(x []float32) float32 {
 
 // scal sets x *= a.
 func scal(x []float32, a float32) {
-	if useAVX512 && len(x) > 0 {
+	switch {
+	case vecISA == isaAVX512 && len(x) > 0:
 		scaleAVX512(&x[0], len(x), a)
+		return
+	case vecISA == isaAVX2 && len(x) > 0:
+		scaleAVX2(&x[0], len(x), a)
 		return
 	}
 	for i := range x {
@@ -116,8 +145,11 @@ func scal(x []float32, a float32) {
 // dotf returns sum(a[i]*b[i]) accumulated in float32.
 func dotf(a, b []float32) float32 {
 	mustLen("dotf", len(a), len(b))
-	if useAVX512 && len(a) > 0 {
+	switch {
+	case vecISA == isaAVX512 && len(a) > 0:
 		return dotAVX512(&a[0], &b[0], len(a))
+	case vecISA == isaAVX2 && len(a) > 0:
+		return dotAVX2(&a[0], &b[0], len(a))
 	}
 	var s float32
 	for i, v := range a {
@@ -130,8 +162,12 @@ func dotf(a, b []float32) float32 {
 func rmsScale(out, x, w []float32, s float32) {
 	mustLen("rmsScale", len(out), len(x))
 	mustLen("rmsScale", len(out), len(w))
-	if useAVX512 && len(out) > 0 {
+	switch {
+	case vecISA == isaAVX512 && len(out) > 0:
 		rmsScaleAVX512(&out[0], &x[0], &w[0], len(out), s)
+		return
+	case vecISA == isaAVX2 && len(out) > 0:
+		rmsScaleAVX2(&out[0], &x[0], &w[0], len(out), s)
 		return
 	}
 	for j, v := range x {
@@ -143,8 +179,11 @@ func rmsScale(out, x, w []float32, s float32) {
 func dot3(a, b, c []float32) float32 {
 	mustLen("dot3", len(a), len(b))
 	mustLen("dot3", len(a), len(c))
-	if useAVX512 && len(a) > 0 {
+	switch {
+	case vecISA == isaAVX512 && len(a) > 0:
 		return dot3AVX512(&a[0], &b[0], &c[0], len(a))
+	case vecISA == isaAVX2 && len(a) > 0:
+		return dot3AVX2(&a[0], &b[0], &c[0], len(a))
 	}
 	var d float32
 	for j, v := range a {
@@ -161,8 +200,12 @@ func rmsBack(dx, part, dy, x, w []float32, s, c float32) {
 	mustLen("rmsBack", len(part), n)
 	mustLen("rmsBack", len(dy), n)
 	mustLen("rmsBack", len(w), n)
-	if useAVX512 && n > 0 {
+	switch {
+	case vecISA == isaAVX512 && n > 0:
 		rmsBackAVX512(&dx[0], &part[0], &dy[0], &x[0], &w[0], n, s, c)
+		return
+	case vecISA == isaAVX2 && n > 0:
+		rmsBackAVX2(&dx[0], &part[0], &dy[0], &x[0], &w[0], n, s, c)
 		return
 	}
 	for j, v := range x {
@@ -175,8 +218,11 @@ func rmsBack(dx, part, dy, x, w []float32, s, c float32) {
 // of dst[i]*(src[i] - m): the pieces of a softmax's entropy.
 func expSubDot(dst, src []float32, m float32) (sum, dot float32) {
 	mustLen("expSubDot", len(dst), len(src))
-	if useAVX512 && len(src) > 0 {
+	switch {
+	case vecISA == isaAVX512 && len(src) > 0:
 		return expSubDotAVX512(&dst[0], &src[0], len(src), m)
+	case vecISA == isaAVX2 && len(src) > 0:
+		return expSubDotAVX2(&dst[0], &src[0], len(src), m)
 	}
 	for i, v := range src {
 		d := v - m
@@ -195,8 +241,12 @@ func ropeRow(x, cs, sn []float32, heads int, sign float32) {
 	half := len(cs)
 	mustLen("ropeRow", len(sn), half)
 	mustLen("ropeRow", len(x), heads*2*half)
-	if useAVX512 && half > 0 && heads > 0 {
+	switch {
+	case vecISA == isaAVX512 && half > 0 && heads > 0:
 		ropeAVX512(&x[0], &cs[0], &sn[0], heads, half, sign)
+		return
+	case vecISA == isaAVX2 && half > 0 && heads > 0:
+		ropeAVX2(&x[0], &cs[0], &sn[0], heads, half, sign)
 		return
 	}
 	for h := 0; h < heads; h++ {
@@ -213,8 +263,12 @@ func ropeRow(x, cs, sn []float32, heads int, sign float32) {
 // addTo sets dst += src.
 func addTo(dst, src []float32) {
 	mustLen("addTo", len(dst), len(src))
-	if useAVX512 && len(dst) > 0 {
+	switch {
+	case vecISA == isaAVX512 && len(dst) > 0:
 		addToAVX512(&dst[0], &src[0], len(dst))
+		return
+	case vecISA == isaAVX2 && len(dst) > 0:
+		addToAVX2(&dst[0], &src[0], len(dst))
 		return
 	}
 	for i, v := range src {

@@ -2,8 +2,10 @@
 
 package cpu
 
-// useAVX512 is false off amd64; the functions below are never called.
-var useAVX512 = false
+// vecISA is the pure-Go loops off amd64; the functions below are never called.
+var vecISA = isaGo
+
+func bestVecISA() int { return isaGo }
 
 func expSubAVX512(dst, src *float32, n int, m float32) float32       { panic("cpu: no AVX-512") }
 func softmaxGradAVX512(p, dp *float32, n int, l, d float32)          { panic("cpu: no AVX-512") }
@@ -22,3 +24,20 @@ func expSubDotAVX512(dst, src *float32, n int, m float32) (sum, dot float32) {
 func ropeAVX512(x, cos, sin *float32, heads, half int, sign float32) { panic("cpu: no AVX-512") }
 
 func addToAVX512(dst, src *float32, n int) { panic("cpu: no AVX-512") }
+
+func expSubAVX2(dst, src *float32, n int, m float32) float32       { panic("cpu: no AVX2") }
+func softmaxGradAVX2(p, dp *float32, n int, l, d float32)          { panic("cpu: no AVX2") }
+func swigluAVX2(out, gate, up *float32, n int)                     { panic("cpu: no AVX2") }
+func swigluBackAVX2(dg, du, dout, gate, up *float32, n int)        { panic("cpu: no AVX2") }
+func maxAVX2(x *float32, n int) float32                            { panic("cpu: no AVX2") }
+func scaleAVX2(x *float32, n int, a float32)                       { panic("cpu: no AVX2") }
+func dotAVX2(a, b *float32, n int) float32                         { panic("cpu: no AVX2") }
+func rmsScaleAVX2(out, x, w *float32, n int, s float32)            { panic("cpu: no AVX2") }
+func dot3AVX2(a, b, c *float32, n int) float32                     { panic("cpu: no AVX2") }
+func rmsBackAVX2(dx, part, dy, x, w *float32, n int, s, c float32) { panic("cpu: no AVX2") }
+func expSubDotAVX2(dst, src *float32, n int, m float32) (sum, dot float32) {
+	panic("cpu: no AVX2")
+}
+
+func ropeAVX2(x, cos, sin *float32, heads, half int, sign float32) { panic("cpu: no AVX2") }
+func addToAVX2(dst, src *float32, n int)                           { panic("cpu: no AVX2") }
