@@ -12,6 +12,29 @@ func kernel12x32DirectAVX512(kc int, a *float32, lda int, b, c *float32, ldc int
 //go:noescape
 func kernel6x16AVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 
+// AVX2 kernels in avx2_amd64.s.
+
+//go:noescape
+func kernel6x16DirectAVX2(kc int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func dot4x4AVX2(k int, a *float32, lda int, b *float32, ldb int, out *float32)
+
+//go:noescape
+func axpy4x64AVX2(k int, a *float32, lda int, b *float32, ldb int, out *float32)
+
+func dot4x4AVX2Go(k int, a []float32, lda int, b []float32, ldb int, out *[16]float32) {
+	_ = a[3*lda+k-1]
+	_ = b[3*ldb+k-1]
+	dot4x4AVX2(k, &a[0], lda, &b[0], ldb, &out[0])
+}
+
+func axpy4x64AVX2Go(k int, a []float32, lda int, b []float32, ldb int, out *[256]float32) {
+	_ = a[3*lda+k-1]
+	_ = b[(k-1)*ldb+63]
+	axpy4x64AVX2(k, &a[0], lda, &b[0], ldb, &out[0])
+}
+
 // avx512Kernel: 24 zmm accumulators (12 rows × 2 vectors of 16), B row in
 // 2 registers, 6 broadcast registers. Per k step 14 loads feed 24 FMAs, so
 // the two FMA ports, not the load ports, set the pace. The 12×kc A sliver
@@ -44,6 +67,12 @@ var avx2Kernel = microKernel{
 	},
 	transpose: transposeAVX,
 	copy:      copyStridedAVX,
+	dot4x4:    dot4x4AVX2Go,
+	axpy4x64:  axpy4x64AVX2Go,
+	direct: func(kc int, a []float32, lda int, b, c []float32, ldc int, alpha, beta float32) {
+		_ = a[5*lda+kc-1]
+		kernel6x16DirectAVX2(kc, &a[0], lda, &b[0], &c[0], ldc, alpha, beta)
+	},
 }
 
 func bestKernel() *microKernel {

@@ -35,7 +35,7 @@ func transposeAVX(dst []float32, ldd int, src []float32, ld int, rows, n int) {
 }
 
 // Strided row copies in sgemm_amd64.s (AVX): for p < count,
-// dst[p*ldd:][:W] = src[p*lds:][:W] with W = 32, 16, 12.
+// dst[p*ldd:][:W] = src[p*lds:][:W] with W = 32, 16, 12 (6: avx2_amd64.s).
 
 //go:noescape
 func copy32Strip(src *float32, lds int, dst *float32, ldd int, count int)
@@ -45,6 +45,9 @@ func copy16Strip(src *float32, lds int, dst *float32, ldd int, count int)
 
 //go:noescape
 func copy12Strip(src *float32, lds int, dst *float32, ldd int, count int)
+
+//go:noescape
+func copy6Strip(src *float32, lds int, dst *float32, ldd int, count int)
 
 // copyStridedAVX is copyStridedGo with vector copies for the kernels'
 // sliver widths.
@@ -61,6 +64,8 @@ func copyStridedAVX(dst []float32, ldd int, src []float32, lds, width, count int
 		copy16Strip(&src[0], lds, &dst[0], ldd, count)
 	case 12:
 		copy12Strip(&src[0], lds, &dst[0], ldd, count)
+	case 6:
+		copy6Strip(&src[0], lds, &dst[0], ldd, count)
 	default:
 		copyStridedGo(dst, ldd, src, lds, width, count)
 	}
