@@ -10,7 +10,6 @@ rounds=${1:-3}
 dir=$(mktemp -d)
 go test -c -o "$dir/model.test" ./learner/model/
 py=learner/model/testdata/bench_train_step.py
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 i=1
 while [ "$i" -le "$rounds" ]; do
 	echo "round $i"
