@@ -22,7 +22,13 @@ const contextProbes = 8
 // problem later, which the learner refuses naming the sequence.
 func checkContext(cfg Config, tpl *compiled, feedbackModel string) (field string, err error) {
 	src, err := newSource(cfg)
-	if err != nil {
+	switch {
+	case err != nil && cfg.Dataset != nil:
+		// A dataset that does not load (damaged, empty, a column missing)
+		// is refused here, so that validate and sbatch say so before a
+		// job is queued; the error names the file.
+		return "data.dataset", err
+	case err != nil:
 		return "", nil // the run reports the data source itself
 	}
 	sl := cfg.Learner

@@ -80,15 +80,10 @@ func TestDatasetHintColumn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := FromRecipe(l, t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, err = Run(ctx, cfg)
-		if err == nil || !strings.Contains(err.Error(), `"clue"`) || !strings.Contains(err.Error(), "train.jsonl") {
-			t.Errorf("error %v: want one naming the column \"clue\" and the file", err)
+		// Refused by the recipe's checks, before anything runs.
+		_, err = FromRecipe(l, t.TempDir())
+		if err == nil || !strings.Contains(err.Error(), `"clue"`) || !strings.Contains(err.Error(), "train.jsonl") || !strings.Contains(err.Error(), "data.dataset") {
+			t.Errorf("error %v: want one naming data.dataset, the column \"clue\" and the file", err)
 		}
 	})
 	t.Run("refused", func(t *testing.T) {

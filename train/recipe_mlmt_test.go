@@ -164,7 +164,10 @@ func TestFromRecipeMultiTurnDataAndPPO(t *testing.T) {
 		name := c.recipe + " " + strings.Join(c.sets, " ")
 		t.Run(name, func(t *testing.T) {
 			t.Chdir(t.TempDir())
-			if err := os.WriteFile("train.jsonl", []byte(`{"question": "What is 1 + 1?", "answer": "#### 2"}`+"\n"), 0o644); err != nil {
+			// More rows than the 256 held out for evaluation, which
+			// validation checks.
+			row := `{"question": "What is 1 + 1?", "answer": "#### 2"}` + "\n"
+			if err := os.WriteFile("train.jsonl", []byte(strings.Repeat(row, 300)), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			l, err := recipes.Load(c.recipe, c.sets)
