@@ -142,7 +142,9 @@ const (
 
 // Load reads the traces of the store at root that pass f, in start order.
 // Files that cannot be read (a truncated Parquet file, a bad annotation
-// line) are named in skipped and the rest is still read.
+// line) are named in skipped and the rest is still read. A span stored more
+// than once under its trace and span id (an OTLP client that retried, an
+// export posted back) is read once, its first copy in write order.
 func Load(root string, f Filter) (out []Trace, skipped []Skipped, err error) {
 	if st, err := os.Stat(root); err != nil {
 		return nil, nil, fmt.Errorf("trace store %s: %w", root, err)
@@ -157,6 +159,11 @@ func Load(root string, f Filter) (out []Trace, skipped []Skipped, err error) {
 	}
 	byID := map[oteltrace.TraceID]*Trace{}
 	var order []oteltrace.TraceID
+	type spanKey struct {
+		trace oteltrace.TraceID
+		span  oteltrace.SpanID
+	}
+	seen := map[spanKey]bool{}
 	for _, rel := range files {
 		if e, ok := index[rel]; ok && !f.Since.IsZero() && e.MaxStart.Before(f.Since.Truncate(time.Microsecond)) {
 			continue
@@ -170,6 +177,11 @@ func Load(root string, f Filter) (out []Trace, skipped []Skipped, err error) {
 			continue
 		}
 		for _, s := range spans {
+			k := spanKey{s.TraceID, s.SpanID}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
 			t := byID[s.TraceID]
 			if t == nil {
 				t = &Trace{ID: s.TraceID}

@@ -90,6 +90,39 @@ func TestStoreRoundTrip(t *testing.T) {
 	}
 }
 
+// A span written twice (a retried OTLP post, an export posted back into
+// its store) is read once: the traces, and the trajectories made from
+// them, would otherwise hold each call twice.
+func TestLoadReadsARepeatedSpanOnce(t *testing.T) {
+	root := t.TempDir()
+	day := time.Date(2026, 3, 4, 5, 6, 7, 8000, time.UTC)
+	first, second := sampleSpan(1, 1, day, "run-1"), sampleSpan(1, 2, day.Add(time.Second), "run-1")
+	again := first
+	again.Name = "the retry's copy"
+	for _, batch := range [][]Span{{first, second}, {again, second}} {
+		w, err := OpenWriter(root, WriterOptions{FlushInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Add(batch...); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, skipped, err := Load(root, Any())
+	if err != nil || len(skipped) > 0 {
+		t.Fatal(err, skipped)
+	}
+	if len(got) != 1 || len(got[0].Spans) != 2 {
+		t.Fatalf("%d traces, first with %d spans; want 1 trace of 2 spans", len(got), len(got[0].Spans))
+	}
+	if got[0].Spans[0].Name != first.Name {
+		t.Errorf("kept the copy named %q, want the first written (%q)", got[0].Spans[0].Name, first.Name)
+	}
+}
+
 func TestFilter(t *testing.T) {
 	day := time.Date(2026, 3, 4, 5, 0, 0, 0, time.UTC)
 	a := Trace{ID: oteltrace.TraceID{0xab}, Spans: []Span{sampleSpan(0xab, 1, day, "run-1")}}
