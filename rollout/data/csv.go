@@ -9,8 +9,8 @@ import (
 	"strings"
 )
 
-// MaxCSVBytes caps a CSV dataset file.
-const MaxCSVBytes = 1 << 30
+// MaxCSVBytes caps a CSV dataset file (as every dataset file is capped).
+const MaxCSVBytes = MaxDatasetBytes
 
 // loadCSV reads a CSV file with a header row (RFC 4180 quoting, as
 // pandas' to_csv writes it: MATH.csv, mbpp_filtered.csv). Every cell is a

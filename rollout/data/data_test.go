@@ -420,3 +420,29 @@ func TestLoadDamagedParquet(t *testing.T) {
 		}()
 	}
 }
+
+// Every dataset format is capped: the file's size, and for Parquet the
+// uncompressed column data its footer declares (a small file can declare
+// far more than it holds, and the reader allocates what it declares).
+func TestLoadCapsDatasetSize(t *testing.T) {
+	m := Mapping{Prompt: "question", Answer: "answer"}
+	big := filepath.Join(t.TempDir(), "big.jsonl")
+	if err := os.WriteFile(big, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(big, MaxDatasetBytes+1); err != nil { // sparse: no disk used
+		t.Fatal(err)
+	}
+	if _, err := Load(big, m); err == nil || !strings.Contains(err.Error(), "over the 1073741824-byte limit") || !errors.Is(err, ErrBadDataset) {
+		t.Errorf("a file over the limit: %v", err)
+	}
+	p := writeParquet(t, 200)
+	if _, err := Load(p, m); err != nil {
+		t.Fatal(err)
+	}
+	defer func(prev int64) { datasetLimit = prev }(datasetLimit)
+	datasetLimit = 100 // past Load's check of the file's size: the footer's declaration alone
+	if _, err := loadParquet(p, m); err == nil || !strings.Contains(err.Error(), "uncompressed column data") || !strings.Contains(err.Error(), p) {
+		t.Errorf("a Parquet file declaring more than the limit: %v", err)
+	}
+}

@@ -75,12 +75,23 @@ var ErrBadDataset = errors.New("bad dataset")
 // MaxLineBytes caps one JSONL line.
 const MaxLineBytes = 64 << 20
 
+// MaxDatasetBytes caps a dataset file of any format, and the uncompressed
+// column data a Parquet file's footer declares: a dataset is read whole into
+// memory, and a recipe may name any file.
+const MaxDatasetBytes = 1 << 30
+
+// datasetLimit is MaxDatasetBytes, lowered by tests.
+var datasetLimit int64 = MaxDatasetBytes
+
 // Load reads a dataset file: ".jsonl" (one JSON object a line; blank lines
 // skipped), ".parquet" or ".csv" (a header row; loadCSV). Errors name the file, the row (0-based, counting
 // data rows) and the column.
 func Load(path string, m Mapping) ([]Example, error) {
 	if m.Prompt == "" {
 		return nil, fmt.Errorf("load %s: mapping has no prompt column: %w", path, ErrBadDataset)
+	}
+	if st, err := os.Stat(path); err == nil && st.Size() > datasetLimit {
+		return nil, fmt.Errorf("load %s: %d bytes, over the %d-byte limit for a dataset file: %w", path, st.Size(), datasetLimit, ErrBadDataset)
 	}
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".jsonl", ".ndjson":
@@ -203,6 +214,14 @@ func readParquetTable(f parquet.ReaderAtSeeker) (tbl arrow.Table, err error) {
 	pf, err := file.NewParquetReader(f, file.WithReadProps(parquet.NewReaderProperties(mem)))
 	if err != nil {
 		return nil, err
+	}
+	var declared int64
+	for i := range pf.NumRowGroups() {
+		n := pf.MetaData().RowGroup(i).TotalByteSize()
+		if n < 0 || n > datasetLimit-declared {
+			return nil, fmt.Errorf("its footer declares over %d bytes of uncompressed column data, the limit: %w", datasetLimit, ErrBadDataset)
+		}
+		declared += n
 	}
 	rd, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, mem)
 	if err != nil {
