@@ -162,28 +162,8 @@ func TestVLLMServerPublish(t *testing.T) {
 // Rollout actors start from model files alone, get the source's weights
 // when they register, and every version published after.
 func TestRolloutServerPublish(t *testing.T) {
-	n := embedded(t)
 	ctx := testCtx(t, 2*time.Minute)
-	cfg := nativetest.Config()
-	mc, err := cfg.JSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tj, err := tokenizer.Builtin().MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := rollout.PushedNativeFiles(mc, tj, 8, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := &modelSource{m: nativetest.Model(t, cfg, 2)}
-	s, err := StartRollout(ctx, n, RolloutConfig{Policy: "solver", Actor: rollout.ActorConfig{Engine: rollout.PushedNative, ModelFiles: files},
-		Replicas: 2, Resources: cluster.Resources{cluster.CPU: 0.5}, Name: "test"}, 0, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, src, cfg := startPushedRollout(t, ctx, 2)
 	checkAgainst(t, "started", src.m, greedy(t, s), 0)
 	if rs := s.Status().Replicas; !s.Status().PushOnDemand || rs == nil || rs.Live != 2 || rs.Want != 2 {
 		t.Fatalf("status %+v, replicas %+v", s.Status(), rs)
@@ -203,28 +183,8 @@ func TestRolloutServerPublish(t *testing.T) {
 // replica instead of failing with ErrNoEngines (seen on a cluster when a
 // rollout node was killed just before an evaluation).
 func TestRolloutServerReplacesAnEngineTheSyncerDropped(t *testing.T) {
-	n := embedded(t)
 	ctx := testCtx(t, 2*time.Minute)
-	cfg := nativetest.Config()
-	mc, err := cfg.JSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tj, err := tokenizer.Builtin().MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := rollout.PushedNativeFiles(mc, tj, 8, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := &modelSource{m: nativetest.Model(t, cfg, 2)}
-	s, err := StartRollout(ctx, n, RolloutConfig{Policy: "solver", Actor: rollout.ActorConfig{Engine: rollout.PushedNative, ModelFiles: files},
-		Replicas: 1, Resources: cluster.Resources{cluster.CPU: 0.5}, Name: "test"}, 0, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, src, _ := startPushedRollout(t, ctx, 1)
 	engines := s.syncer.Versions().Engines
 	if len(engines) != 1 {
 		t.Fatalf("engines %+v, want 1", engines)
@@ -288,4 +248,33 @@ func TestReplicaNodes(t *testing.T) {
 			t.Errorf("replicaNodes(%v) = %q, want %q", c.in, got, c.want)
 		}
 	}
+}
+
+// startPushedRollout starts replicas rollout actors on an embedded node from
+// model files alone; they get src's weights (a model of seed 2) when they
+// register. The server is closed when the test ends.
+func startPushedRollout(t *testing.T, ctx context.Context, replicas int) (*RolloutServer, *modelSource, model.Config) {
+	t.Helper()
+	n := embedded(t)
+	cfg := nativetest.Config()
+	mc, err := cfg.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tj, err := tokenizer.Builtin().MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := rollout.PushedNativeFiles(mc, tj, 8, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &modelSource{m: nativetest.Model(t, cfg, 2)}
+	s, err := StartRollout(ctx, n, RolloutConfig{Policy: "solver", Actor: rollout.ActorConfig{Engine: rollout.PushedNative, ModelFiles: files},
+		Replicas: replicas, Resources: cluster.Resources{cluster.CPU: 0.5}, Name: "test"}, 0, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, src, cfg
 }
