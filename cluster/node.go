@@ -8,7 +8,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"runtime"
@@ -189,7 +188,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	case len(cfg.Key) != 16 && len(cfg.Key) != 24 && len(cfg.Key) != 32:
 		return nil, fmt.Errorf("gossip key is %d bytes; want 16, 24 or 32", len(cfg.Key))
 	}
-	if !(cfg.CPUs >= 0) || math.IsInf(cfg.CPUs, 1) {
+	if !validAmount(cfg.CPUs) {
 		return nil, fmt.Errorf("CPUs %v: want a finite number ≥ 0 (0: every core)", cfg.CPUs)
 	}
 	if err := cfg.Resources.Check(); err != nil {

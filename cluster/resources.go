@@ -50,12 +50,15 @@ func (r Resources) Sub(o Resources) Resources {
 // false with everything) instead of holding a share of them.
 func (r Resources) Check() error {
 	for _, k := range sortedKeys(r) {
-		if v := r[k]; !(v >= 0) || math.IsInf(v, 1) {
+		if v := r[k]; !validAmount(v) {
 			return fmt.Errorf("resource %s: amount %v: want a finite number ≥ 0", k, v)
 		}
 	}
 	return nil
 }
+
+// validAmount reports whether v is a finite number ≥ 0 (NaN is not).
+func validAmount(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
 
 // Covers reports whether r has at least need of every resource. A tiny
 // tolerance absorbs float sums of fractional CPUs.
@@ -113,7 +116,7 @@ func ParseResources(s string) (Resources, error) {
 			return nil, fmt.Errorf("resource %q: want NAME=AMOUNT", kv)
 		}
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || !(f >= 0) || math.IsInf(f, 1) {
+		if err != nil || !validAmount(f) {
 			return nil, fmt.Errorf("resource %q: amount must be a finite non-negative number", kv)
 		}
 		out[k] = f
