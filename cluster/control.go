@@ -196,9 +196,7 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 	srv := &http.Server{Handler: controlGuard(token, !loopback, mux), ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second}
 	capped := connlimit.Limit(lis, controlConnsPerAddr)
-	capped.Refused = func(addr net.Addr, err error) {
-		n.warn.Warn(n.log, "control endpoint: refusing a connection", "peer", addr.String(), "err", err)
-	}
+	capped.LogRefused(n.log, "control endpoint: refusing a connection")
 	go func() { _ = srv.Serve(capped) }()
 	info := RunInfo{NodeID: n.id, Gossip: n.GossipAddress(), Actor: n.ActorAddress(), Control: bound, PID: os.Getpid()}
 	b, _ := json.MarshalIndent(info, "", "  ")

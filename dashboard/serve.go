@@ -21,7 +21,6 @@ import (
 
 	"github.com/rlnode/rlnode/internal/connlimit"
 	"github.com/rlnode/rlnode/internal/httphost"
-	"github.com/rlnode/rlnode/internal/ratelog"
 )
 
 //go:embed web
@@ -86,11 +85,8 @@ func Serve(addr string, cfg Config) (*Server, error) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
 	capped := connlimit.Limit(lis, connsPerAddr)
-	var warn ratelog.Limiter
-	capped.Refused = func(addr net.Addr, err error) {
-		if cfg.Log != nil {
-			warn.Warn(cfg.Log, "dashboard: refusing a connection", "peer", addr.String(), "err", err)
-		}
+	if cfg.Log != nil {
+		capped.LogRefused(cfg.Log, "dashboard: refusing a connection")
 	}
 	go func() { _ = srv.Serve(capped) }()
 	stop := func() {

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"github.com/rlnode/rlnode/internal/connlimit"
-	"github.com/rlnode/rlnode/internal/ratelog"
 	"github.com/rlnode/rlnode/recipes"
 	"io"
 	"log/slog"
@@ -137,10 +136,7 @@ func serveListener(listen string, connsPerAddr *int, srv *http.Server, what stri
 	defer stop()
 	served := make(chan error, 1)
 	capped := connlimit.Limit(ln, *connsPerAddr)
-	var warn ratelog.Limiter
-	capped.Refused = func(addr net.Addr, err error) {
-		warn.Warn(log, "refusing a connection", "peer", addr.String(), "err", err)
-	}
+	capped.LogRefused(log, "refusing a connection")
 	go func() { served <- srv.Serve(capped) }()
 	select {
 	case err := <-served:

@@ -5,8 +5,11 @@ package connlimit
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
+
+	"github.com/rlnode/rlnode/internal/ratelog"
 )
 
 // Limits are the caps per remote address (its IP; ports are free for an
@@ -143,6 +146,16 @@ type Listener struct {
 	// Refused, when set, is told of each connection closed for the cap
 	// (it must not block: Accept waits for it).
 	Refused func(addr net.Addr, err error)
+}
+
+// LogRefused sets Refused to warn on log, under msg, of each connection
+// closed for the cap, naming its peer; a flood of them (one peer opening
+// connection after connection) is rate-limited by ratelog.
+func (l *Listener) LogRefused(log *slog.Logger, msg string) {
+	var warn ratelog.Limiter
+	l.Refused = func(addr net.Addr, err error) {
+		warn.Warn(log, msg, "peer", addr.String(), "err", err)
+	}
 }
 
 // Limit wraps l with a cap of total open connections per remote address.
