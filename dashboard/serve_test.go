@@ -1,12 +1,10 @@
 package dashboard
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/connlimit/connlimittest"
 )
 
 // onceStatus is a cluster whose node answers once, then stops answering.
@@ -226,25 +225,7 @@ func TestServeCapsConnectionsPerAddress(t *testing.T) {
 	}
 	defer srv.Close()
 	addr := strings.TrimSuffix(strings.TrimPrefix(srv.URL, "http://"), "/")
-	get := "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-	for i := 0; i <= connsPerAddr; i++ {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		io.WriteString(c, get)
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		switch {
-		case i < connsPerAddr && err != nil:
-			t.Fatalf("connection %d: %v", i+1, err)
-		case i < connsPerAddr:
-			io.Copy(io.Discard, resp.Body) // kept alive, held open
-		case err == nil:
-			t.Fatalf("connection %d from one address was answered %s; want it closed", i+1, resp.Status)
-		}
-	}
+	connlimittest.HoldsAtMost(t, addr, "/api/runs", connsPerAddr)
 	mu.Lock()
 	defer mu.Unlock()
 	if !strings.Contains(logged.String(), "dashboard: refusing a connection") || !strings.Contains(logged.String(), "peer=127.0.0.1:") {

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/rlnode/rlnode/internal/connlimit/connlimittest"
 )
 
 // exposition is the text format of samples ("NAME{LABELS} VALUE" lines),
@@ -229,23 +230,5 @@ func TestRunMetricsServeCapsConnectionsPerAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	get := "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-	for i := 0; i <= metricsConnsPerAddr; i++ {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		io.WriteString(c, get)
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		switch {
-		case i < metricsConnsPerAddr && err != nil:
-			t.Fatalf("connection %d: %v", i+1, err)
-		case i < metricsConnsPerAddr:
-			io.Copy(io.Discard, resp.Body) // kept alive, held open
-		case err == nil:
-			t.Fatalf("connection %d from one address was answered %s; want it closed", i+1, resp.Status)
-		}
-	}
+	connlimittest.HoldsAtMost(t, addr, "/metrics", metricsConnsPerAddr)
 }
