@@ -338,12 +338,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	defer s.adm.leave()
 	data, aerr := s.adm.readBody(w, r)
-	if aerr != nil || data == nil {
-		if aerr != nil && aerr.status == http.StatusRequestEntityTooLarge {
-			s.refuse(w, r, aerr)
-		} else if aerr != nil {
-			writeError(w, aerr)
-		}
+	switch {
+	case aerr != nil && aerr.status == http.StatusRequestEntityTooLarge:
+		s.refuse(w, r, aerr)
+		return
+	case aerr != nil:
+		writeError(w, aerr)
+		return
+	case data == nil:
 		return
 	}
 	c, aerr := s.parse(data, chat)
