@@ -31,7 +31,8 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	device := fs.String("device", "cpu", "where the model, KV caches and activations live: cpu, cuda or cuda-bf16, with an optional device index (cuda:1)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxBody := fs.Int64("max-body-bytes", native.DefaultMaxBodyBytes, "largest request body; larger ones are answered 413")
-	maxRequests := fs.Int("max-requests", 0, "generation requests in progress at once; more are answered 429 (default 4 × --max-batch)")
+	maxRequests := fs.Int("max-requests", 0, fmt.Sprintf("generation requests in progress at once; more are answered 429 (default 4 × --max-batch; with --upstream, requests proxied at once, default %d)", defaultProxyRequests))
+	maxInflight := fs.Int64("max-inflight-bytes", defaultProxyInflightBytes, "with --upstream: request bodies being proxied at once, all clients together, by Content-Length (a body without one counts as --max-body-bytes); more are answered 429")
 	maxTokens := fs.Int("max-queued-tokens", 0, "tokens of the requests in progress, prompts plus n × max_tokens; more are answered 429 (default 2 × --max-batch × the model's context)")
 	readTimeout := fs.Duration("read-timeout", 30*time.Second, "time to read a request's headers, and its body")
 	idleTimeout := fs.Duration("idle-timeout", 30*time.Second, "time a keep-alive connection may wait for its next request")
@@ -72,6 +73,8 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		bad = fmt.Sprintf("--max-batch must be positive, got %d", *maxBatch)
 	case *maxBody <= 0:
 		bad = fmt.Sprintf("--max-body-bytes must be positive, got %d", *maxBody)
+	case *tf.upstream != "" && *maxInflight < *maxBody:
+		bad = fmt.Sprintf("--max-inflight-bytes (%d) must be at least --max-body-bytes (%d)", *maxInflight, *maxBody)
 	case *maxRequests < 0 || *maxTokens < 0:
 		bad = fmt.Sprintf("--max-requests and --max-queued-tokens must be ≥ 0 (0: the default), got %d and %d", *maxRequests, *maxTokens)
 	case *readTimeout <= 0 || *idleTimeout <= 0 || *writeTimeout <= 0:
@@ -94,7 +97,11 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	defer closeStore(store, stdout, stderr)
 	if *tf.upstream != "" {
-		return serveListener(*listen, connsPerAddr, &http.Server{Handler: writeDeadline(tf.proxyHandler(store, *maxBody, log), *writeTimeout),
+		lim := &proxyLimits{requests: *maxRequests, bytes: *maxInflight, maxBody: *maxBody}
+		if lim.requests == 0 {
+			lim.requests = defaultProxyRequests
+		}
+		return serveListener(*listen, connsPerAddr, &http.Server{Handler: writeDeadline(tf.proxyHandler(store, lim, log), *writeTimeout),
 			ReadHeaderTimeout: *readTimeout, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout},
 			fmt.Sprintf("proxying to %s", *tf.upstream), stdout, stderr, log)
 	}

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/ratelog"
 	"github.com/rlnode/rlnode/traces"
 )
 
@@ -74,10 +77,86 @@ func (tf *traceFlags) traced(next http.Handler, w *traces.Writer, defaultSource,
 	return mux
 }
 
-// proxyHandler is the recording proxy's handler to upstream.
-func (tf *traceFlags) proxyHandler(w *traces.Writer, maxBody int64, log *slog.Logger) http.Handler {
+// Defaults of the proxy's global bounds (--max-requests and
+// --max-inflight-bytes with --upstream).
+const (
+	defaultProxyRequests      = 256
+	defaultProxyInflightBytes = 64 << 20
+)
+
+// proxyHandler is the recording proxy's handler to upstream, within lim.
+func (tf *traceFlags) proxyHandler(w *traces.Writer, lim *proxyLimits, log *slog.Logger) http.Handler {
 	u, _ := url.Parse(*tf.upstream)
-	return http.MaxBytesHandler(tf.traced(traces.NewProxy(u, log), w, "proxy", "openai", log), maxBody)
+	lim.next = http.MaxBytesHandler(tf.traced(traces.NewProxy(u, log), w, "proxy", "openai", log), lim.maxBody)
+	lim.log = log
+	return lim
+}
+
+// proxyLimits bounds what clients, all addresses together, can make the
+// proxy hold: the requests in progress and the request bodies being passed
+// on (the recorder keeps a copy of each), counted by Content-Length, a
+// body without one as maxBody. Past either bound a request is answered
+// 429 in OpenAI's error shape, naming the flag; a body declared over
+// maxBody, 413 unread.
+type proxyLimits struct {
+	requests int
+	bytes    int64
+	maxBody  int64
+	next     http.Handler
+	log      *slog.Logger
+	warn     ratelog.Limiter
+
+	mu       sync.Mutex
+	inFlight int
+	held     int64
+}
+
+func (p *proxyLimits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength > p.maxBody {
+		w.Header().Set("Connection", "close") // rather than read the body to keep the connection
+		p.refuse(w, r, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+			fmt.Sprintf("the request body of %d bytes is larger than the proxy's limit of %d bytes (--max-body-bytes)", r.ContentLength, p.maxBody))
+		return
+	}
+	n := r.ContentLength
+	if n < 0 {
+		n = p.maxBody
+	}
+	p.mu.Lock()
+	var why string
+	switch {
+	case p.inFlight >= p.requests:
+		why = fmt.Sprintf("the proxy has %d requests in progress, its limit (--max-requests); retry later", p.inFlight)
+	case n > 0 && p.held+n > p.bytes:
+		why = fmt.Sprintf("the request body needs %d bytes and %d of the proxy's %d for bodies in flight are in use (--max-inflight-bytes); retry later", n, p.held, p.bytes)
+	default:
+		p.inFlight++
+		p.held += n
+	}
+	p.mu.Unlock()
+	if why != "" {
+		p.refuse(w, r, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", why)
+		return
+	}
+	defer func() {
+		p.mu.Lock()
+		p.inFlight--
+		p.held -= n
+		p.mu.Unlock()
+	}()
+	p.next.ServeHTTP(w, r)
+}
+
+// refuse answers a request refused for one of the proxy's bounds, and
+// logs whom (rate-limited: the refused may be a flood).
+func (p *proxyLimits) refuse(w http.ResponseWriter, r *http.Request, status int, typ, code, msg string) {
+	p.warn.Warn(p.log, "refusing a request", "peer", r.RemoteAddr, "path", r.URL.Path, "status", status, "why", msg)
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
 }
 
 // writeDeadline gives each write of an answer d to reach the client, as
