@@ -25,6 +25,40 @@ type SamplingParams struct {
 	Seed         *int64   // fixes the sampling randomness of this request when set
 }
 
+// Bounds on SamplingParams.Stop. The text of every generated token is
+// searched for each stop string, so their number and length are CPU spent
+// per token (a thousand strings of 4 KB cost seconds per request). OpenAI
+// takes 4 stop strings and vLLM any list; these leave room for generous
+// lists and engines refuse more with ErrBadRequest (CheckStop).
+const (
+	MaxStopStrings    = 64   // stop strings of one request
+	MaxStopBytes      = 1024 // bytes of one stop string
+	MaxStopTotalBytes = 8192 // bytes of a request's stop strings together
+)
+
+// CheckStop says how stop breaks the bounds on stop strings (their count,
+// each one's bytes, their bytes together) or that one is empty; nil when
+// it is fine.
+func CheckStop(stop []string) error {
+	if len(stop) > MaxStopStrings {
+		return fmt.Errorf("%d stop strings, more than the %d allowed", len(stop), MaxStopStrings)
+	}
+	total := 0
+	for i, s := range stop {
+		switch {
+		case s == "":
+			return fmt.Errorf("stop string %d is empty", i)
+		case len(s) > MaxStopBytes:
+			return fmt.Errorf("stop string %d is %d bytes, more than the %d allowed", i, len(s), MaxStopBytes)
+		}
+		total += len(s)
+	}
+	if total > MaxStopTotalBytes {
+		return fmt.Errorf("stop strings of %d bytes in all, more than the %d allowed", total, MaxStopTotalBytes)
+	}
+	return nil
+}
+
 // Request is one prompt: token ids, or chat messages that the engine renders
 // with its model's chat template (adding the generation prompt).
 type Request struct {

@@ -387,10 +387,8 @@ func (e *Engine) newJob(req engine.Request, index, top int, stream bool) (*job, 
 	case top < 0:
 		return nil, bad("top logprobs = %d must be ≥ 0", top)
 	}
-	for i, s := range p.Stop {
-		if s == "" {
-			return nil, bad("stop string %d is empty", i)
-		}
+	if err := engine.CheckStop(p.Stop); err != nil {
+		return nil, bad("%v", err)
 	}
 	for i, t := range p.StopTokenIDs {
 		if t < 0 || t >= c.VocabSize {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -361,6 +362,9 @@ func TestBadRequests(t *testing.T) {
 		{"top_p", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, TopP: 1.5}}, "top_p = 1.5"},
 		{"top_k", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, TopK: -2}}, "top_k = -2"},
 		{"stop", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, Stop: []string{""}}}, "stop string 0 is empty"},
+		{"stops", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, Stop: make([]string, engine.MaxStopStrings+1)}}, "65 stop strings, more than the 64 allowed"},
+		{"long stop", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, Stop: []string{"a", strings.Repeat("s", engine.MaxStopBytes+1)}}}, "stop string 1 is 1025 bytes, more than the 1024 allowed"},
+		{"stop bytes", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, Stop: slices.Repeat([]string{strings.Repeat("s", 1000)}, 9)}}, "9000 bytes in all, more than the 8192 allowed"},
 		{"stop id", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, StopTokenIDs: []int{-3}}}, "stop token id 0: -3"},
 	}
 	for _, tc := range tests {

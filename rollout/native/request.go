@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/engine"
 )
 
 // apiError is an OpenAI-style error: the HTTP status, and the body's
@@ -117,6 +118,9 @@ func (b body) stops() ([]string, *apiError) {
 		if one == "" {
 			return nil, badField("stop", "empty stop string")
 		}
+		if err := engine.CheckStop([]string{one}); err != nil {
+			return nil, badField("stop", "%v", err)
+		}
 		return []string{one}, nil
 	}
 	var many []string
@@ -127,6 +131,9 @@ func (b body) stops() ([]string, *apiError) {
 		if s == "" {
 			return nil, badField("stop", "entry %d is an empty string", i)
 		}
+	}
+	if err := engine.CheckStop(many); err != nil {
+		return nil, badField("stop", "%v", err)
 	}
 	return many, nil
 }
