@@ -34,6 +34,9 @@ const (
 	MaxStopStrings    = 64   // stop strings of one request
 	MaxStopBytes      = 1024 // bytes of one stop string
 	MaxStopTotalBytes = 8192 // bytes of a request's stop strings together
+	// MaxStopTokenIDs bounds SamplingParams.StopTokenIDs, each looked
+	// for at every token.
+	MaxStopTokenIDs = 1024
 )
 
 // CheckStop says how stop breaks the bounds on stop strings (their count,

@@ -390,6 +390,9 @@ func (e *Engine) newJob(req engine.Request, index, top int, stream bool) (*job, 
 	if err := engine.CheckStop(p.Stop); err != nil {
 		return nil, bad("%v", err)
 	}
+	if len(p.StopTokenIDs) > engine.MaxStopTokenIDs {
+		return nil, bad("%d stop token ids, more than the %d allowed", len(p.StopTokenIDs), engine.MaxStopTokenIDs)
+	}
 	for i, t := range p.StopTokenIDs {
 		if t < 0 || t >= c.VocabSize {
 			return nil, bad("stop token id %d: %d out of range [0, %d)", i, t, c.VocabSize)

@@ -365,6 +365,7 @@ func TestBadRequests(t *testing.T) {
 		{"stops", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, Stop: make([]string, engine.MaxStopStrings+1)}}, "65 stop strings, more than the 64 allowed"},
 		{"long stop", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, Stop: []string{"a", strings.Repeat("s", engine.MaxStopBytes+1)}}}, "stop string 1 is 1025 bytes, more than the 1024 allowed"},
 		{"stop bytes", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, Stop: slices.Repeat([]string{strings.Repeat("s", 1000)}, 9)}}, "9000 bytes in all, more than the 8192 allowed"},
+		{"stop ids", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, StopTokenIDs: make([]int, engine.MaxStopTokenIDs+1)}}, "1025 stop token ids, more than the 1024 allowed"},
 		{"stop id", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, StopTokenIDs: []int{-3}}}, "stop token id 0: -3"},
 	}
 	for _, tc := range tests {

@@ -180,6 +180,9 @@ func (s *Server) parse(data []byte, chat bool) (*call, *apiError) {
 	check(e)
 	if b.has("stop_token_ids") {
 		check(b.decode("stop_token_ids", "a list of token ids", &p.StopTokenIDs))
+		if len(p.StopTokenIDs) > engine.MaxStopTokenIDs {
+			check(badField("stop_token_ids", "%d stop token ids, more than the %d allowed", len(p.StopTokenIDs), engine.MaxStopTokenIDs))
+		}
 	}
 	if b.has("seed") {
 		var seed int64

@@ -282,6 +282,7 @@ func TestServerErrors(t *testing.T) {
 		{"/v1/completions", `{"prompt":"x","stop":["a","` + strings.Repeat("s", engine.MaxStopBytes+1) + `"]}`, 400, "stop", "stop string 1 is 1025 bytes, more than the 1024 allowed"},
 		{"/v1/completions", `{"prompt":"x","stop":"` + strings.Repeat("s", engine.MaxStopBytes+1) + `"}`, 400, "stop", "stop string 0 is 1025 bytes"},
 		{"/v1/completions", `{"prompt":"x","stop":[` + strings.Repeat(`"`+strings.Repeat("s", 1000)+`",`, 9) + `"s"]}`, 400, "stop", "9001 bytes in all, more than the 8192 allowed"},
+		{"/v1/completions", `{"prompt":"x","stop_token_ids":[` + strings.Repeat(`1,`, engine.MaxStopTokenIDs) + `1]}`, 400, "stop_token_ids", "1025 stop token ids, more than the 1024 allowed"},
 		{"/v1/completions", `{"prompt":"x","logprobs":21}`, 400, "logprobs", "[0, 20]"},
 		{"/v1/completions", `{"prompt":"x","echo":true}`, 400, "echo", "not supported"},
 		{"/v1/completions", `{"prompt":[1,99999]}`, 400, "prompt", "id 99999 out of range"},
