@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
-	"runtime"
 	"strings"
-	"sync"
 
+	"github.com/rlnode/rlnode/internal/bodyslot"
+	"github.com/rlnode/rlnode/internal/ratelog"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -32,29 +33,23 @@ const DefaultMaxOTLPBytes = 16 << 20
 // optionally gzip) and adds their spans to Sink. A malformed request is
 // answered 400 with a message naming the field; nothing of it is kept.
 // A body declared over MaxBytes is answered 413 unread, and bodies are
-// read and decoded a few at a time, so that clients sending large ones
-// at once hold a few bodies' memory, not one per connection.
+// read and decoded a few at a time (Bodies), so that clients sending large
+// ones at once hold a few bodies' memory, not one per connection; a body
+// that trickles in is cut off (408), so slow senders cannot hold those
+// places.
 type OTLPReceiver struct {
 	Sink Sink
 	// Source is the partition of spans that name no run, agent, service
 	// or rlnode.source.
 	Source   string
 	MaxBytes int64 // default DefaultMaxOTLPBytes
+	// Bodies bounds the bodies read and decoded at once, those of one
+	// address, and how slowly a body may arrive (its zero value: the
+	// bodyslot defaults).
+	Bodies bodyslot.Gate
+	Log    *slog.Logger // refusals, rate-limited; nil: none
 
-	once  sync.Once
-	slots chan struct{} // bodies being read and decoded
-}
-
-// take waits for a slot to read and decode a body in; it reports false
-// when the client left first.
-func (o *OTLPReceiver) take(r *http.Request) bool {
-	o.once.Do(func() { o.slots = make(chan struct{}, max(1, min(runtime.GOMAXPROCS(0), 4))) })
-	select {
-	case o.slots <- struct{}{}:
-		return true
-	case <-r.Context().Done():
-		return false
-	}
+	warn ratelog.Limiter
 }
 
 func (o *OTLPReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -75,14 +70,15 @@ func (o *OTLPReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.ContentLength > limit {
 		w.Header().Set("Connection", "close") // rather than read the body to keep the connection
-		o.fail(w, isJSON, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes (Content-Length %d)", limit, r.ContentLength))
+		o.refuse(w, r, isJSON, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes (Content-Length %d)", limit, r.ContentLength))
 		return
 	}
-	if !o.take(r) {
+	release, ok := o.Bodies.Take(r)
+	if !ok {
 		return
 	}
-	defer func() { <-o.slots }()
-	var body io.Reader = http.MaxBytesReader(w, r.Body, limit)
+	defer release()
+	var body io.Reader = http.MaxBytesReader(w, o.Bodies.Body(w, r), limit)
 	switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
 	case "", "identity":
 	case "gzip":
@@ -100,8 +96,13 @@ func (o *OTLPReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, err := buf.ReadFrom(body)
 	data := buf.Bytes()
 	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) || int64(len(data)) > limit {
-		o.fail(w, isJSON, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", limit))
+	switch {
+	case errors.As(err, &tooBig) || int64(len(data)) > limit:
+		o.refuse(w, r, isJSON, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", limit))
+		return
+	case errors.Is(err, bodyslot.ErrTooSlow):
+		w.Header().Set("Connection", "close")
+		o.refuse(w, r, isJSON, http.StatusRequestTimeout, err.Error())
 		return
 	}
 	if err != nil {
@@ -134,6 +135,15 @@ func (o *OTLPReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	w.WriteHeader(http.StatusOK)
+}
+
+// refuse answers a request refused for one of the receiver's bounds, and
+// logs whom (rate-limited: the refused may be a flood).
+func (o *OTLPReceiver) refuse(w http.ResponseWriter, r *http.Request, isJSON bool, code int, msg string) {
+	if o.Log != nil {
+		o.warn.Warn(o.Log, "refusing a request", "peer", r.RemoteAddr, "path", r.URL.Path, "status", code, "why", msg)
+	}
+	o.fail(w, isJSON, code, msg)
 }
 
 // fail answers with a google.rpc.Status, as OTLP/HTTP asks, in the

@@ -72,7 +72,7 @@ func (tf *traceFlags) traced(next http.Handler, w *traces.Writer, defaultSource,
 		source = defaultSource
 	}
 	mux := http.NewServeMux()
-	mux.Handle(traces.OTLPPath, &traces.OTLPReceiver{Sink: w, Source: source})
+	mux.Handle(traces.OTLPPath, &traces.OTLPReceiver{Sink: w, Source: source, Log: log})
 	mux.Handle("/", &traces.Recorder{Next: next, Sink: w, Source: source, Provider: provider, Log: log})
 	return mux
 }

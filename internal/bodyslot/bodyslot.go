@@ -1,0 +1,144 @@
+// Package bodyslot admits HTTP request bodies to be read a few at a time,
+// so that clients sending large ones at once hold a few bodies' memory, and
+// keeps slow senders from holding those places: one address may hold only
+// some of them, and a body that arrives slower than a minimum rate is cut
+// off. It owns the counting and the read deadlines; handlers answer what it
+// refuses.
+package bodyslot
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Defaults for a Gate's zero fields.
+const (
+	DefaultGrace   = 5 * time.Second
+	DefaultMinRate = 16 << 10 // bytes per second
+	DefaultMaxTime = 30 * time.Second
+)
+
+// ErrTooSlow is returned by a body read when the sender fell behind the
+// gate's minimum rate or past its time.
+var ErrTooSlow = errors.New("request body arrives too slowly")
+
+// Gate counts the bodies being read. A body holds its place from Take to
+// the release that Take returns. Its zero value is ready to use; fields
+// must not change once it is in use.
+type Gate struct {
+	// Total bounds the bodies read at once (default min(GOMAXPROCS, 4));
+	// PerAddr, those of one remote IP (default Total/2, at least 1).
+	Total, PerAddr int
+	// A body must arrive at MinRate bytes a second on average once Grace
+	// has passed since its place was taken, and whole within MaxTime.
+	Grace   time.Duration
+	MinRate int64
+	MaxTime time.Duration
+
+	once    sync.Once
+	mu      sync.Mutex
+	n       int
+	byAddr  map[string]int
+	changed chan struct{} // closed and replaced when a place frees
+}
+
+func (g *Gate) init() {
+	g.once.Do(func() {
+		if g.Total <= 0 {
+			g.Total = max(1, min(runtime.GOMAXPROCS(0), 4))
+		}
+		if g.PerAddr <= 0 {
+			g.PerAddr = max(1, g.Total/2)
+		}
+		if g.Grace <= 0 {
+			g.Grace = DefaultGrace
+		}
+		if g.MinRate <= 0 {
+			g.MinRate = DefaultMinRate
+		}
+		if g.MaxTime <= 0 {
+			g.MaxTime = DefaultMaxTime
+		}
+		g.byAddr = map[string]int{}
+		g.changed = make(chan struct{})
+	})
+}
+
+// Take waits for a place to read r's body in, within the caps, and
+// returns its release; ok is false when the client left first.
+func (g *Gate) Take(r *http.Request) (release func(), ok bool) {
+	g.init()
+	addr := hostOf(r.RemoteAddr)
+	for {
+		g.mu.Lock()
+		if g.n < g.Total && g.byAddr[addr] < g.PerAddr {
+			g.n++
+			g.byAddr[addr]++
+			g.mu.Unlock()
+			var once sync.Once
+			return func() { once.Do(func() { g.release(addr) }) }, true
+		}
+		wait := g.changed
+		g.mu.Unlock()
+		select {
+		case <-wait:
+		case <-r.Context().Done():
+			return nil, false
+		}
+	}
+}
+
+func (g *Gate) release(addr string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n--
+	if g.byAddr[addr]--; g.byAddr[addr] == 0 {
+		delete(g.byAddr, addr)
+	}
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// Body is r's body, read under the gate's rate and time: the connection's
+// read deadline follows the bytes received, and a read past it fails with
+// ErrTooSlow. Call it once the place is taken.
+func (g *Gate) Body(w http.ResponseWriter, r *http.Request) io.ReadCloser {
+	g.init()
+	return &body{g: g, r: r.Body, rc: http.NewResponseController(w), start: time.Now()}
+}
+
+type body struct {
+	g     *Gate
+	r     io.ReadCloser
+	rc    *http.ResponseController
+	start time.Time
+	got   int64
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	d := min(b.g.Grace+time.Duration(float64(b.got)/float64(b.g.MinRate)*float64(time.Second)), b.g.MaxTime)
+	b.rc.SetReadDeadline(b.start.Add(d))
+	n, err := b.r.Read(p)
+	b.got += int64(n)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		return n, fmt.Errorf("%w: %d bytes in %v (at least %d bytes a second after %v, all within %v)",
+			ErrTooSlow, b.got, time.Since(b.start).Round(time.Millisecond), b.g.MinRate, b.g.Grace, b.g.MaxTime)
+	}
+	return n, err
+}
+
+func (b *body) Close() error { return b.r.Close() }
+
+func hostOf(remote string) string {
+	if h, _, err := net.SplitHostPort(remote); err == nil {
+		return h
+	}
+	return remote
+}

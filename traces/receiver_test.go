@@ -1,0 +1,110 @@
+package traces
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/internal/bodyslot"
+)
+
+// trickle opens a connection from the loopback address from (any of
+// 127/8 on Linux) and sends an OTLP request declaring a body of 1,000
+// bytes, of which it sends 10 and then nothing.
+func trickle(t *testing.T, url, from string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c, err := d.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"resourc", OTLPPath)
+	return c
+}
+
+// lockedLog is a log buffer safe for the server's goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// postWithin posts a small valid OTLP body and returns the status; the
+// guard only turns a hang into a failure.
+func postWithin(t *testing.T, url string) int {
+	t.Helper()
+	client := &http.Client{Timeout: time.Minute}
+	resp, err := client.Post(url+OTLPPath, "application/json", strings.NewReader(`{"resourceSpans":[]}`))
+	if err != nil {
+		t.Fatalf("a normal sender got no answer while slow senders are connected: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestOTLPReceiverSlowSendersFromOneAddress: senders from one address that
+// trickle their bodies hold only that address's share of the body slots,
+// so a normal sender from another still gets its 200. (Before, five slow
+// senders took every slot, and everyone else waited for them.)
+func TestOTLPReceiverSlowSendersFromOneAddress(t *testing.T) {
+	url := serve(t, &OTLPReceiver{Sink: &collect{}, Bodies: bodyslot.Gate{Total: 2, Grace: time.Hour, MaxTime: time.Hour}})
+	for range 5 {
+		trickle(t, url, "127.0.0.2")
+	}
+	if code := postWithin(t, url); code != 200 {
+		t.Errorf("normal sender: %d, want 200", code)
+	}
+}
+
+// TestOTLPReceiverCutsOffTricklingBodies: slow senders from many addresses
+// are cut off once they fall behind the minimum rate (answered 408 and
+// logged), so a normal sender still gets its 200. (Before, they held every
+// slot until the client or the server's read timeout gave up.)
+func TestOTLPReceiverCutsOffTricklingBodies(t *testing.T) {
+	var log lockedLog
+	url := serve(t, &OTLPReceiver{Sink: &collect{}, Bodies: bodyslot.Gate{Total: 2, Grace: time.Second, MinRate: 1 << 10},
+		Log: slog.New(slog.NewTextHandler(&log, nil))})
+	var slow []net.Conn
+	for i := range 5 {
+		slow = append(slow, trickle(t, url, fmt.Sprintf("127.0.0.%d", 2+i)))
+	}
+	if code := postWithin(t, url); code != 200 {
+		t.Errorf("normal sender: %d, want 200", code)
+	}
+	for i, c := range slow {
+		c.SetReadDeadline(time.Now().Add(time.Minute)) // a hang guard
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Errorf("slow sender %d: no answer: %v", i, err)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "too slowly") {
+			t.Errorf("slow sender %d: %d %q, want 408 saying the body arrives too slowly", i, resp.StatusCode, b)
+		}
+	}
+	if !strings.Contains(log.String(), "refusing a request") || !strings.Contains(log.String(), "peer=127.0.0.") {
+		t.Errorf("refusals not logged: %q", log.String())
+	}
+}
