@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime"
 	"sync"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/bodyslot"
 )
 
 // Limits bound what clients can make the server hold. A zero field takes
@@ -29,6 +30,13 @@ type Limits struct {
 	// connection waits for its next request; WriteTimeout, each write of an
 	// answer or streamed event to a client that does not read (30 s each).
 	ReadTimeout, IdleTimeout, WriteTimeout time.Duration
+	// Bodies are read a few at a time, at most half of those places taken
+	// by one address; once its place is taken a body must arrive at
+	// MinBodyRate bytes a second on average after BodyGrace (defaults:
+	// bodyslot.DefaultMinRate, DefaultGrace) and whole within ReadTimeout,
+	// or it is answered 408.
+	BodyGrace   time.Duration
+	MinBodyRate int64
 }
 
 // DefaultMaxBodyBytes is Limits.MaxBodyBytes's default.
@@ -61,11 +69,12 @@ func (l Limits) withDefaults(e *Engine) Limits {
 
 // admission holds the counts that Limits bound. Bodies are read and
 // prompts tokenized a few at a time (parsing), so that the requests
-// admitted hold little memory until they are known to fit.
+// admitted hold little memory until they are known to fit; slow senders
+// cannot keep those places (bodyslot).
 type admission struct {
 	lim      Limits
 	requests chan struct{}
-	parsing  chan struct{}
+	parsing  *bodyslot.Gate
 
 	mu     sync.Mutex
 	tokens int // queued: reserved by requests in progress
@@ -73,7 +82,7 @@ type admission struct {
 
 func newAdmission(lim Limits) *admission {
 	return &admission{lim: lim, requests: make(chan struct{}, lim.MaxRequests),
-		parsing: make(chan struct{}, max(1, min(runtime.GOMAXPROCS(0), 4)))}
+		parsing: &bodyslot.Gate{Grace: lim.BodyGrace, MinRate: lim.MinBodyRate, MaxTime: lim.ReadTimeout}}
 }
 
 // enter admits a request or answers why not; leave must follow an
@@ -90,33 +99,34 @@ func (a *admission) enter() *apiError {
 
 func (a *admission) leave() { <-a.requests }
 
-// readBody reads r's body within MaxBodyBytes, taking a parsing slot that
-// the caller releases with doneParsing once the body is parsed. It
-// returns (nil, nil) when the client left while waiting.
-func (a *admission) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+// readBody reads r's body within MaxBodyBytes, taking a parsing place
+// that the caller releases with done once the body is parsed. It returns
+// a nil body when the client left while waiting.
+func (a *admission) readBody(w http.ResponseWriter, r *http.Request) (data []byte, done func(), aerr *apiError) {
 	if r.ContentLength > a.lim.MaxBodyBytes {
 		w.Header().Set("Connection", "close") // rather than read the body to keep the connection
-		return nil, a.tooLarge()
+		return nil, nil, a.tooLarge()
 	}
-	select {
-	case a.parsing <- struct{}{}:
-	case <-r.Context().Done():
-		return nil, nil
+	done, ok := a.parsing.Take(r)
+	if !ok {
+		return nil, nil, nil
 	}
-	// The read timeout runs from now, not from the request's arrival.
-	http.NewResponseController(w).SetReadDeadline(time.Now().Add(a.lim.ReadTimeout))
+	// The read deadlines run from now, not from the request's arrival.
 	buf := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, a.lim.MaxBodyBytes)); err != nil {
-		a.doneParsing()
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, a.parsing.Body(w, r), a.lim.MaxBodyBytes)); err != nil {
+		done()
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, a.tooLarge()
+			return nil, nil, a.tooLarge()
 		}
-		return nil, &apiError{status: 400, typ: "invalid_request_error", message: "reading the request body: " + err.Error()}
+		if errors.Is(err, bodyslot.ErrTooSlow) {
+			w.Header().Set("Connection", "close")
+			return nil, nil, &apiError{status: http.StatusRequestTimeout, typ: "invalid_request_error", code: "request_timeout",
+				message: "reading the request body: " + err.Error()}
+		}
+		return nil, nil, &apiError{status: 400, typ: "invalid_request_error", message: "reading the request body: " + err.Error()}
 	}
-	return buf.Bytes(), nil
+	return buf.Bytes(), done, nil
 }
-
-func (a *admission) doneParsing() { <-a.parsing }
 
 func (a *admission) tooLarge() *apiError {
 	return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",

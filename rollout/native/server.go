@@ -340,9 +340,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	defer s.adm.leave()
-	data, aerr := s.adm.readBody(w, r)
+	data, done, aerr := s.adm.readBody(w, r)
 	switch {
-	case aerr != nil && aerr.status == http.StatusRequestEntityTooLarge:
+	case aerr != nil && (aerr.status == http.StatusRequestEntityTooLarge || aerr.status == http.StatusRequestTimeout):
 		s.refuse(w, r, aerr)
 		return
 	case aerr != nil:
@@ -352,7 +352,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	c, aerr := s.parse(data, chat)
-	s.adm.doneParsing()
+	done()
 	if aerr != nil {
 		writeError(w, aerr)
 		return
