@@ -41,6 +41,18 @@ type Recorder struct {
 	Provider string // gen_ai.provider.name of the answering server
 	MaxBytes int    // default DefaultMaxRecordBytes
 	Log      *slog.Logger
+	// Budget, when set, is memory shared with other holders: each byte
+	// kept of an answer is taken from it, and given back once the call is
+	// recorded. An answer kept when the budget is spent is kept truncated.
+	Budget Budget
+}
+
+// Budget is memory shared by those that hold request data. Take reports
+// whether n more bytes may be held (and counts them); Put gives n back.
+// Both must be safe for concurrent use.
+type Budget interface {
+	Take(n int64) bool
+	Put(n int64)
 }
 
 func recorded(r *http.Request) bool {
@@ -62,7 +74,10 @@ func (rc *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// oversize body 413 unread), so the recorder holds no more than that.
 	body := &teeBody{ReadCloser: r.Body, max: max}
 	r.Body = body
-	tw := &teeWriter{ResponseWriter: w, max: max}
+	tw := &teeWriter{ResponseWriter: w, max: max, budget: rc.Budget}
+	if rc.Budget != nil {
+		defer func() { rc.Budget.Put(int64(tw.buf.Len())) }()
+	}
 	rc.Next.ServeHTTP(tw, r)
 	req, reqTruncated := body.kept()
 	s := SpanOfExchange(Exchange{Path: r.URL.Path, Request: req, Status: tw.status(), ContentType: tw.Header().Get("Content-Type"),
@@ -146,6 +161,7 @@ func (t *teeBody) kept() ([]byte, bool) {
 type teeWriter struct {
 	http.ResponseWriter
 	max       int
+	budget    Budget // nil: none
 	buf       bytes.Buffer
 	code      int
 	truncated bool
@@ -162,9 +178,14 @@ func (t *teeWriter) Write(p []byte) (int, error) {
 	if t.code == 0 {
 		t.code = http.StatusOK
 	}
-	if room := t.max - t.buf.Len(); room > 0 {
-		t.buf.Write(p[:min(room, len(p))])
-		t.truncated = t.truncated || room < len(p)
+	if room := t.max - t.buf.Len(); room > 0 && !t.truncated {
+		keep := min(room, len(p))
+		if t.budget == nil || t.budget.Take(int64(keep)) {
+			t.buf.Write(p[:keep])
+			t.truncated = room < len(p)
+		} else {
+			t.truncated = true
+		}
 	} else if len(p) > 0 {
 		t.truncated = true
 	}

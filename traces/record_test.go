@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -105,5 +106,57 @@ func TestRecorderLeavesTheBodyToNext(t *testing.T) {
 	}
 	if s := sink.spans[1]; s.RequestModel != "m" || !strings.Contains(s.InputMessages, "hello") {
 		t.Errorf("the read request was not recorded: %+v", s)
+	}
+}
+
+// testBudget is a Budget of max bytes.
+type testBudget struct {
+	mu        sync.Mutex
+	max, held int64
+}
+
+func (b *testBudget) Take(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held+n > b.max {
+		return false
+	}
+	b.held += n
+	return true
+}
+
+func (b *testBudget) Put(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held -= n
+}
+
+// TestRecorderKeepsAnswersWithinBudget: an answer kept while the shared
+// budget is spent is kept truncated (and marked so), the call passes
+// through whole, and what was kept is given back once recorded.
+func TestRecorderKeepsAnswersWithinBudget(t *testing.T) {
+	sink := &collect{}
+	answer := `{"choices":[{"text":"` + strings.Repeat("x", 200) + `"}]}`
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, answer[:100])
+		io.WriteString(w, answer[100:])
+	})
+	budget := &testBudget{max: 150}
+	url := serve(t, &Recorder{Next: next, Sink: sink, Budget: budget})
+	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != answer {
+		t.Errorf("the client got %d bytes, want the whole answer of %d", len(b), len(answer))
+	}
+	if len(sink.spans) != 1 || !strings.Contains(sink.spans[0].Attributes, "rlnode.record.truncated") {
+		t.Fatalf("spans %+v, want one marked truncated", sink.spans)
+	}
+	if budget.held != 0 {
+		t.Errorf("%d bytes still taken from the budget after the call was recorded", budget.held)
 	}
 }

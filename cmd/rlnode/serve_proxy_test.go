@@ -84,3 +84,50 @@ func TestProxyBoundsRequestsInFlight(t *testing.T) {
 		t.Errorf("after the held requests ended: %d %q, want 200", code, msg)
 	}
 }
+
+// TestProxyCountsKeptAnswersInFlight: what the recorder keeps of answers
+// in progress counts against --max-inflight-bytes too, so many large
+// answers cannot pin 8 MiB each. (Before, only request bodies counted.)
+func TestProxyCountsKeptAnswersInFlight(t *testing.T) {
+	hold := make(chan struct{})
+	upstream := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if r.Header.Get("X-Hold") != "" {
+			io.WriteString(w, `{"choices":[{"text":"`+strings.Repeat("x", 1500))
+			http.NewResponseController(w).Flush()
+			<-hold
+		}
+		io.WriteString(w, `"}]}`)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go upstream.Serve(ln)
+	defer upstream.Close()
+	defer close(hold)
+	url, _, _, _ := startServe(t, "--upstream", "http://"+ln.Addr().String(), "--traces", t.TempDir(),
+		"--max-body-bytes", "1000", "--max-inflight-bytes", "2000")
+
+	req, _ := http.NewRequest("POST", url+"/v1/completions", strings.NewReader(`{"prompt":"x"}`))
+	req.Header.Set("X-Hold", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// Once the client has the answer's first 1,500 bytes, the recorder holds them.
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1500)); err != nil {
+		t.Fatal(err)
+	}
+	resp2, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"`+strings.Repeat("y", 600)+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp2.Body)
+	resp2.Body.Close()
+	if resp2.StatusCode != 429 || !strings.Contains(string(b), "--max-inflight-bytes") {
+		t.Errorf("a 600-byte body while 1,500 answer bytes are kept: %d %s, want 429 naming --max-inflight-bytes", resp2.StatusCode, b)
+	}
+}

@@ -61,9 +61,10 @@ func (tf *traceFlags) openStore(log *slog.Logger) (*traces.Writer, error) {
 	return w, nil
 }
 
-// traced wraps a server's handler: its calls are recorded in w, and
+// traced wraps a server's handler: its calls are recorded in w (what is
+// kept of answers in progress taken from budget, when not nil), and
 // /v1/traces receives OTLP/HTTP. Without a store it is next.
-func (tf *traceFlags) traced(next http.Handler, w *traces.Writer, defaultSource, provider string, log *slog.Logger) http.Handler {
+func (tf *traceFlags) traced(next http.Handler, w *traces.Writer, defaultSource, provider string, budget traces.Budget, log *slog.Logger) http.Handler {
 	if w == nil {
 		return next
 	}
@@ -73,7 +74,7 @@ func (tf *traceFlags) traced(next http.Handler, w *traces.Writer, defaultSource,
 	}
 	mux := http.NewServeMux()
 	mux.Handle(traces.OTLPPath, &traces.OTLPReceiver{Sink: w, Source: source, Log: log})
-	mux.Handle("/", &traces.Recorder{Next: next, Sink: w, Source: source, Provider: provider, Log: log})
+	mux.Handle("/", &traces.Recorder{Next: next, Sink: w, Source: source, Provider: provider, Budget: budget, Log: log})
 	return mux
 }
 
@@ -87,17 +88,18 @@ const (
 // proxyHandler is the recording proxy's handler to upstream, within lim.
 func (tf *traceFlags) proxyHandler(w *traces.Writer, lim *proxyLimits, log *slog.Logger) http.Handler {
 	u, _ := url.Parse(*tf.upstream)
-	lim.next = http.MaxBytesHandler(tf.traced(traces.NewProxy(u, log), w, "proxy", "openai", log), lim.maxBody)
+	lim.next = http.MaxBytesHandler(tf.traced(traces.NewProxy(u, log), w, "proxy", "openai", lim, log), lim.maxBody)
 	lim.log = log
 	return lim
 }
 
 // proxyLimits bounds what clients, all addresses together, can make the
-// proxy hold: the requests in progress and the request bodies being passed
-// on (the recorder keeps a copy of each), counted by Content-Length, a
-// body without one as maxBody. Past either bound a request is answered
-// 429 in OpenAI's error shape, naming the flag; a body declared over
-// maxBody, 413 unread.
+// proxy hold: the requests in progress, and the bytes of request bodies
+// being passed on (the recorder keeps a copy of each; counted by
+// Content-Length, a body without one as maxBody) and of the answers the
+// recorder keeps (as a traces.Budget). Past either bound a request is
+// answered 429 in OpenAI's error shape, naming the flag; a body declared
+// over maxBody, 413 unread; an answer past the bytes is kept truncated.
 type proxyLimits struct {
 	requests int
 	bytes    int64
@@ -128,7 +130,7 @@ func (p *proxyLimits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case p.inFlight >= p.requests:
 		why = fmt.Sprintf("the proxy has %d requests in progress, its limit (--max-requests); retry later", p.inFlight)
 	case n > 0 && p.held+n > p.bytes:
-		why = fmt.Sprintf("the request body needs %d bytes and %d of the proxy's %d for bodies in flight are in use (--max-inflight-bytes); retry later", n, p.held, p.bytes)
+		why = fmt.Sprintf("the request body needs %d bytes and %d of the proxy's %d for bodies and kept answers in flight are in use (--max-inflight-bytes); retry later", n, p.held, p.bytes)
 	default:
 		p.inFlight++
 		p.held += n
@@ -145,6 +147,29 @@ func (p *proxyLimits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.mu.Unlock()
 	}()
 	p.next.ServeHTTP(w, r)
+}
+
+// Take counts n bytes of a kept answer, or reports that the bound is
+// reached (the recorder then keeps the answer truncated).
+func (p *proxyLimits) Take(n int64) bool {
+	p.mu.Lock()
+	ok := p.held+n <= p.bytes
+	if ok {
+		p.held += n
+	}
+	held := p.held
+	p.mu.Unlock()
+	if !ok {
+		p.warn.Warn(p.log, "recording an answer truncated", "why", fmt.Sprintf("%d of the %d bytes for bodies and kept answers in flight are in use (--max-inflight-bytes)", held, p.bytes))
+	}
+	return ok
+}
+
+// Put gives back n bytes of kept answers.
+func (p *proxyLimits) Put(n int64) {
+	p.mu.Lock()
+	p.held -= n
+	p.mu.Unlock()
 }
 
 // refuse answers a request refused for one of the proxy's bounds, and
