@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"io"
 	stdlog "log"
 	"log/slog"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/bodyslot"
+	"github.com/rlnode/rlnode/internal/ratelog"
 	oteltrace "go.opentelemetry.io/otel/trace"
 )
 
@@ -212,6 +215,7 @@ func (t *teeWriter) status() int {
 // came, answers (streams included) pass back as they arrive.
 func NewProxy(upstream *url.URL, log *slog.Logger) *httputil.ReverseProxy {
 	base := strings.TrimSuffix(strings.TrimSuffix(upstream.Path, "/"), "/v1")
+	var warn ratelog.Limiter // refusals of clients, who may be a flood
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = upstream.Scheme
@@ -228,6 +232,17 @@ func NewProxy(upstream *url.URL, log *slog.Logger) *httputil.ReverseProxy {
 		FlushInterval: -1,
 		ErrorLog:      stdlog.New(io.Discard, "", 0),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, bodyslot.ErrTooSlow) {
+				// The client's fault, not the upstream's.
+				if log != nil {
+					warn.Warn(log, "refusing a request", "peer", r.RemoteAddr, "path", r.URL.Path, "status", http.StatusRequestTimeout, "why", err.Error())
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Connection", "close")
+				w.WriteHeader(http.StatusRequestTimeout)
+				io.WriteString(w, `{"error":{"message":"`+jsonEscape(err.Error())+`","type":"invalid_request_error","param":null,"code":"request_timeout"}}`)
+				return
+			}
 			if log != nil {
 				log.Warn("upstream failed", "url", upstream.Redacted(), "path", r.URL.Path, "err", err)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/rlnode/rlnode/internal/bodyslot"
 	"github.com/rlnode/rlnode/internal/connlimit"
 	"github.com/rlnode/rlnode/recipes"
 	"io"
@@ -97,7 +98,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	defer closeStore(store, stdout, stderr)
 	if *tf.upstream != "" {
-		lim := &proxyLimits{requests: *maxRequests, bytes: *maxInflight, maxBody: *maxBody}
+		lim := &proxyLimits{requests: *maxRequests, bytes: *maxInflight, maxBody: *maxBody, bodies: bodyslot.Gate{MaxTime: *readTimeout}}
 		if lim.requests == 0 {
 			lim.requests = defaultProxyRequests
 		}

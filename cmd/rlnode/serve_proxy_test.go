@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"flag"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/internal/bodyslot"
 )
 
 // TestProxyBoundsRequestsInFlight: the recording proxy bounds, across all
@@ -129,5 +135,64 @@ func TestProxyCountsKeptAnswersInFlight(t *testing.T) {
 	resp2.Body.Close()
 	if resp2.StatusCode != 429 || !strings.Contains(string(b), "--max-inflight-bytes") {
 		t.Errorf("a 600-byte body while 1,500 answer bytes are kept: %d %s, want 429 naming --max-inflight-bytes", resp2.StatusCode, b)
+	}
+}
+
+// TestProxyCutsOffTricklingBodies: a request body that falls behind the
+// minimum rate is cut off with 408 and its place among --max-requests
+// freed, so slow senders cannot fill the proxy's places for everyone.
+// (Before, each held its place for up to --read-timeout.)
+func TestProxyCutsOffTricklingBodies(t *testing.T) {
+	upstream := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, `{"choices":[]}`)
+	})}
+	uln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go upstream.Serve(uln)
+	defer upstream.Close()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	tf := addTraceFlags(fs)
+	fs.Parse([]string{"--upstream", "http://" + uln.Addr().String()})
+	lim := &proxyLimits{requests: 3, bytes: 1 << 20, maxBody: 1 << 10, bodies: bodyslot.Gate{Grace: time.Second, MinRate: 1 << 10, MaxTime: time.Hour}}
+	srv := &http.Server{Handler: tf.proxyHandler(nil, lim, slog.New(slog.DiscardHandler))}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	var slow []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"prompt\":")
+		slow = append(slow, c)
+	}
+	for i, c := range slow {
+		c.SetReadDeadline(time.Now().Add(time.Minute)) // a hang guard
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("slow sender %d: no answer: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "too slowly") {
+			t.Errorf("slow sender %d: %d %s, want 408 saying the body arrives too slowly", i, resp.StatusCode, b)
+		}
+	}
+	resp, err := (&http.Client{Timeout: time.Minute}).Post("http://"+ln.Addr().String()+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("a normal request after the slow ones: %d, want 200", resp.StatusCode)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/bodyslot"
 	"github.com/rlnode/rlnode/internal/ratelog"
 	"github.com/rlnode/rlnode/traces"
 )
@@ -104,6 +105,7 @@ type proxyLimits struct {
 	requests int
 	bytes    int64
 	maxBody  int64
+	bodies   bodyslot.Gate // its rate and time for request bodies; no places taken
 	next     http.Handler
 	log      *slog.Logger
 	warn     ratelog.Limiter
@@ -146,6 +148,9 @@ func (p *proxyLimits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.held -= n
 		p.mu.Unlock()
 	}()
+	if r.ContentLength != 0 {
+		r.Body = p.bodies.Body(w, r) // a body that trickles in is cut off: 408 from the proxy's error handler
+	}
 	p.next.ServeHTTP(w, r)
 }
 

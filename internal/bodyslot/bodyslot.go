@@ -120,17 +120,26 @@ type body struct {
 	rc    *http.ResponseController
 	start time.Time
 	got   int64
+	err   error // the first error read: the deadline is left alone after it
 }
 
 func (b *body) Read(p []byte) (int, error) {
+	if b.err != nil {
+		// After the end net/http reads the connection in the background
+		// with no deadline (to see the client leave); setting one again
+		// would cancel the request when it passed.
+		return 0, b.err
+	}
 	d := min(b.g.Grace+time.Duration(float64(b.got)/float64(b.g.MinRate)*float64(time.Second)), b.g.MaxTime)
 	b.rc.SetReadDeadline(b.start.Add(d))
 	n, err := b.r.Read(p)
 	b.got += int64(n)
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-		return n, fmt.Errorf("%w: %d bytes in %v (at least %d bytes a second after %v, all within %v)",
+		b.err = fmt.Errorf("%w: %d bytes in %v (at least %d bytes a second after %v, all within %v)",
 			ErrTooSlow, b.got, time.Since(b.start).Round(time.Millisecond), b.g.MinRate, b.g.Grace, b.g.MaxTime)
+		return n, b.err
 	}
+	b.err = err
 	return n, err
 }
 
