@@ -2,9 +2,12 @@ package bodyslot
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 )
 
 func request(addr string) (*http.Request, context.CancelFunc) {
@@ -41,5 +44,29 @@ func TestTakeCaps(t *testing.T) {
 	cancel()
 	if _, ok := g.Take(r); ok {
 		t.Error("a taker whose client left was admitted over the total")
+	}
+}
+
+// A body read to its end, and read again, leaves the connection without a
+// deadline: net/http then watches it in the background for the client
+// leaving, and a deadline passing would cancel the request.
+func TestBodyLeavesDeadlineAfterEnd(t *testing.T) {
+	g := &Gate{Grace: 50 * time.Millisecond, MinRate: 1 << 30, MaxTime: 50 * time.Millisecond}
+	result := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := g.Body(w, r)
+		io.ReadAll(b)
+		b.Read(make([]byte, 1)) // some readers look once more past the end
+		time.Sleep(300 * time.Millisecond)
+		result <- r.Context().Err()
+	}))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL, "text/plain", strings.NewReader("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := <-result; err != nil {
+		t.Errorf("the request was cancelled after its body was read: %v", err)
 	}
 }
