@@ -328,6 +328,12 @@ func validate(r *engine.Request) error {
 		return fmt.Errorf("%w: TopP = %v, want in [0, 1]", engine.ErrBadRequest, p.TopP)
 	case p.TopK < 0:
 		return fmt.Errorf("%w: TopK = %d is negative", engine.ErrBadRequest, p.TopK)
+	case len(p.StopTokenIDs) > engine.MaxStopTokenIDs:
+		return fmt.Errorf("%w: %d stop token ids, more than the %d allowed", engine.ErrBadRequest, len(p.StopTokenIDs), engine.MaxStopTokenIDs)
+	}
+	// The same bounds as the native engine's, so a program behaves alike on both.
+	if err := engine.CheckStop(p.Stop); err != nil {
+		return fmt.Errorf("%w: %v", engine.ErrBadRequest, err)
 	}
 	for i, t := range r.Prompt {
 		if t < 0 {

@@ -222,6 +222,8 @@ func TestBadRequestsRefusedBeforeSending(t *testing.T) {
 		{"top p", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, TopP: 1.5}}, "TopP = 1.5"},
 		{"negative token", engine.Request{Prompt: []int{1, -7}, Params: params(1)}, "Prompt[1] = -7"},
 		{"no role", engine.Request{Messages: []tokenizer.Message{{Content: "x"}}, Params: params(1)}, "Messages[0] has no role"},
+		{"stops", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, Stop: slices.Repeat([]string{"s"}, engine.MaxStopStrings+1)}}, "65 stop strings, more than the 64 allowed"},
+		{"stop ids", engine.Request{Prompt: []int{1}, Params: engine.SamplingParams{MaxTokens: 1, StopTokenIDs: make([]int, engine.MaxStopTokenIDs+1)}}, "1025 stop token ids"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
