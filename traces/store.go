@@ -48,6 +48,9 @@ type WriterOptions struct {
 	// while 4 × MaxBuffered wait (flushes failing: a full disk), Add
 	// refuses more with ErrBehind.
 	MaxBuffered int
+	// MaxBufferedBytes bounds the same in bytes of span text and ids
+	// (default 256 MiB), since one span may carry megabytes.
+	MaxBufferedBytes int64
 	// OnError is told about a flush that failed (default: ignored; the
 	// spans stay buffered and the next flush tries again).
 	OnError func(error)
@@ -62,7 +65,9 @@ type Writer struct {
 
 	mu       sync.Mutex
 	buf      []Span
-	inflight int // spans a flush has taken and not written yet
+	inflight int   // spans a flush has taken and not written yet
+	bufBytes int64 // spanBytes of buf
+	inBytes  int64 // spanBytes of the spans in flight
 	seq      int
 	written  int64
 	flushMu  sync.Mutex // one flush at a time
@@ -81,6 +86,9 @@ func OpenWriter(root string, opt WriterOptions) (*Writer, error) {
 	}
 	if opt.MaxBuffered <= 0 {
 		opt.MaxBuffered = 1 << 16
+	}
+	if opt.MaxBufferedBytes <= 0 {
+		opt.MaxBufferedBytes = 256 << 20
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, fmt.Errorf("trace store %s: %w", root, err)
@@ -118,8 +126,14 @@ func (w *Writer) Add(spans ...Span) error {
 	if waiting := len(w.buf) + w.inflight; waiting+len(spans) > 4*w.opt.MaxBuffered {
 		return fmt.Errorf("trace store %s: %w (%d spans wait to be written)", w.root, ErrBehind, waiting)
 	}
+	size := spanBytes(spans)
+	// A batch larger than the bound alone passes when nothing waits.
+	if waiting := w.bufBytes + w.inBytes; waiting > 0 && waiting+size > w.opt.MaxBufferedBytes {
+		return fmt.Errorf("trace store %s: %w (%d bytes of spans wait to be written)", w.root, ErrBehind, waiting)
+	}
 	w.buf = append(w.buf, spans...)
-	if len(w.buf) >= w.opt.MaxBuffered {
+	w.bufBytes += size
+	if len(w.buf) >= w.opt.MaxBuffered || w.bufBytes >= w.opt.MaxBufferedBytes/4 {
 		select {
 		case w.kick <- struct{}{}:
 		default:
@@ -162,13 +176,14 @@ func (w *Writer) Flush() error {
 	spans := w.buf
 	w.buf = nil
 	w.inflight = len(spans)
+	w.inBytes, w.bufBytes = w.bufBytes, 0
 	w.mu.Unlock()
 	if len(spans) == 0 {
 		return nil
 	}
 	defer func() {
 		w.mu.Lock()
-		w.inflight = 0
+		w.inflight, w.inBytes = 0, 0
 		w.mu.Unlock()
 	}()
 	parts := map[string][]Span{}
@@ -197,10 +212,31 @@ func (w *Writer) Flush() error {
 	if len(failed) > 0 {
 		w.mu.Lock()
 		w.buf = append(failed, w.buf...)
-		w.inflight = 0
+		w.bufBytes += spanBytes(failed)
+		w.inflight, w.inBytes = 0, 0
 		w.mu.Unlock()
 	}
 	return firstErr
+}
+
+// spanBytes is about the memory spans hold: their text and ids.
+func spanBytes(spans []Span) int64 {
+	var n int
+	for i := range spans {
+		s := &spans[i]
+		n += len(s.Name) + len(s.StatusMessage) + len(s.Source) + len(s.Operation) + len(s.Provider) +
+			len(s.RequestModel) + len(s.ResponseModel) + len(s.ConversationID) + len(s.AgentName) +
+			len(s.InputMessages) + len(s.OutputMessages) + len(s.ToolName) + len(s.ToolCallID) +
+			len(s.ToolArguments) + len(s.ToolResult) + len(s.ErrorType) + len(s.RunID) + len(s.Policy) +
+			len(s.Attributes) + 4*(len(s.PromptTokenIDs)+len(s.OutputTokenIDs)+len(s.OutputLogprobs)) + 256
+		for _, f := range s.FinishReasons {
+			n += len(f)
+		}
+		for _, r := range s.Rewards {
+			n += len(r.Name) + len(r.Reason) + 48
+		}
+	}
+	return int64(n)
 }
 
 func (w *Writer) writePart(dir string, spans []Span) error {

@@ -383,3 +383,42 @@ func TestWriterRefusesWhenBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWriterBoundsBufferedBytes: spans waiting to be written are bounded
+// in bytes as well as in number, since one span may carry megabytes of
+// messages (an OTLP sender chooses them): past MaxBufferedBytes, Add
+// refuses with ErrBehind. (Before, 4 × 65,536 spans of any size could
+// wait while flushes failed.)
+func TestWriterBoundsBufferedBytes(t *testing.T) {
+	root := t.TempDir()
+	w, err := OpenWriter(root, WriterOptions{FlushInterval: time.Hour, MaxBufferedBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := os.WriteFile(filepath.Join(root, "date=2026-01-02"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	big := func(i byte) Span {
+		s := sampleSpan(i, 1, day, "a")
+		s.InputMessages = strings.Repeat("x", 300<<10)
+		return s
+	}
+	for i := range 3 {
+		if err := w.Add(big(byte(i))); err != nil {
+			t.Fatalf("span %d of 300 KiB refused: %v", i, err)
+		}
+	}
+	w.Flush() // fails: the spans stay
+	if err := w.Add(big(3)); !errors.Is(err, ErrBehind) {
+		t.Fatalf("a fourth span of 300 KiB with 900 KiB waiting under 1 MiB: %v, want ErrBehind", err)
+	}
+	os.Remove(filepath.Join(root, "date=2026-01-02"))
+	if err := w.Flush(); err != nil || w.Written() != 3 {
+		t.Fatalf("flush after the disk recovered: %v, %d written", err, w.Written())
+	}
+	if err := w.Add(big(3)); err != nil {
+		t.Fatal(err)
+	}
+}
