@@ -73,12 +73,12 @@ func (o *OTLPReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.refuse(w, r, isJSON, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes (Content-Length %d)", limit, r.ContentLength))
 		return
 	}
-	release, ok := o.Bodies.Take(r)
+	place, ok := o.Bodies.Take(r)
 	if !ok {
 		return
 	}
-	defer release()
-	var body io.Reader = http.MaxBytesReader(w, o.Bodies.Body(w, r), limit)
+	defer place.Release()
+	var body io.Reader = http.MaxBytesReader(w, place.Body(w, r), limit)
 	switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
 	case "", "identity":
 	case "gzip":

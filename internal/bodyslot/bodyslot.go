@@ -29,9 +29,10 @@ const (
 // gate's minimum rate or past its time.
 var ErrTooSlow = errors.New("request body arrives too slowly")
 
-// Gate counts the bodies being read. A body holds its place from Take to
-// the release that Take returns. Its zero value is ready to use; fields
-// must not change once it is in use.
+// Gate counts the bodies being read (and then parsed). A body holds its
+// place from Take to Release, and its share of its address's places until
+// it has been read to its end. Its zero value is ready to use; fields must
+// not change once it is in use.
 type Gate struct {
 	// Total bounds the bodies read at once (default min(GOMAXPROCS, 4));
 	// PerAddr, those of one remote IP (default Total/2, at least 1).
@@ -71,9 +72,18 @@ func (g *Gate) init() {
 	})
 }
 
-// Take waits for a place to read r's body in, within the caps, and
-// returns its release; ok is false when the client left first.
-func (g *Gate) Take(r *http.Request) (release func(), ok bool) {
+// Place is one body's place, from Take to Release.
+type Place struct {
+	g    *Gate
+	addr string
+	mu   sync.Mutex
+	read bool // the body is in: the address's share is given back
+	done bool
+}
+
+// Take waits for a place to read r's body in, within the caps; ok is
+// false when the client left first.
+func (g *Gate) Take(r *http.Request) (p *Place, ok bool) {
 	g.init()
 	addr := hostOf(r.RemoteAddr)
 	for {
@@ -82,8 +92,7 @@ func (g *Gate) Take(r *http.Request) (release func(), ok bool) {
 			g.n++
 			g.byAddr[addr]++
 			g.mu.Unlock()
-			var once sync.Once
-			return func() { once.Do(func() { g.release(addr) }) }, true
+			return &Place{g: g, addr: addr}, true
 		}
 		wait := g.changed
 		g.mu.Unlock()
@@ -95,11 +104,38 @@ func (g *Gate) Take(r *http.Request) (release func(), ok bool) {
 	}
 }
 
-func (g *Gate) release(addr string) {
+// bodyRead gives back the address's share once the body is in: parsing
+// it takes no time a sender controls.
+func (p *Place) bodyRead() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.read || p.done {
+		return
+	}
+	p.read = true
+	p.g.free(p.addr, false)
+}
+
+// Release gives the place back; it may be called more than once.
+func (p *Place) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return
+	}
+	p.done = true
+	if !p.read {
+		p.g.free(p.addr, false)
+	}
+	p.g.free("", true)
+}
+
+func (g *Gate) free(addr string, total bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.n--
-	if g.byAddr[addr]--; g.byAddr[addr] == 0 {
+	if total {
+		g.n--
+	} else if g.byAddr[addr]--; g.byAddr[addr] == 0 {
 		delete(g.byAddr, addr)
 	}
 	close(g.changed)
@@ -108,10 +144,16 @@ func (g *Gate) release(addr string) {
 
 // Body is r's body, read under the gate's rate and time: the connection's
 // read deadline follows the bytes received, and a read past it fails with
-// ErrTooSlow. Call it once the place is taken.
+// ErrTooSlow. It takes no place (Place.Body does).
 func (g *Gate) Body(w http.ResponseWriter, r *http.Request) io.ReadCloser {
 	g.init()
 	return &body{g: g, r: r.Body, rc: http.NewResponseController(w), start: time.Now()}
+}
+
+// Body is Gate.Body for the place's request; read to its end, it gives
+// back the address's share of places.
+func (p *Place) Body(w http.ResponseWriter, r *http.Request) io.ReadCloser {
+	return &body{g: p.g, r: r.Body, rc: http.NewResponseController(w), start: time.Now(), end: p.bodyRead}
 }
 
 type body struct {
@@ -120,7 +162,8 @@ type body struct {
 	rc    *http.ResponseController
 	start time.Time
 	got   int64
-	err   error // the first error read: the deadline is left alone after it
+	err   error  // the first error read: the deadline is left alone after it
+	end   func() // called at the body's end, when set
 }
 
 func (b *body) Read(p []byte) (int, error) {
@@ -140,6 +183,9 @@ func (b *body) Read(p []byte) (int, error) {
 		return n, b.err
 	}
 	b.err = err
+	if err == io.EOF && b.end != nil {
+		b.end()
+	}
 	return n, err
 }
 

@@ -30,8 +30,8 @@ type Limits struct {
 	// connection waits for its next request; WriteTimeout, each write of an
 	// answer or streamed event to a client that does not read (30 s each).
 	ReadTimeout, IdleTimeout, WriteTimeout time.Duration
-	// Bodies are read a few at a time, at most half of those places taken
-	// by one address; once its place is taken a body must arrive at
+	// Bodies are read a few at a time, at most half of them still arriving
+	// from one address; once its place is taken a body must arrive at
 	// MinBodyRate bytes a second on average after BodyGrace (defaults:
 	// bodyslot.DefaultMinRate, DefaultGrace) and whole within ReadTimeout,
 	// or it is answered 408.
@@ -107,13 +107,14 @@ func (a *admission) readBody(w http.ResponseWriter, r *http.Request) (data []byt
 		w.Header().Set("Connection", "close") // rather than read the body to keep the connection
 		return nil, nil, a.tooLarge()
 	}
-	done, ok := a.parsing.Take(r)
+	place, ok := a.parsing.Take(r)
 	if !ok {
 		return nil, nil, nil
 	}
+	done = place.Release
 	// The read deadlines run from now, not from the request's arrival.
 	buf := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, a.parsing.Body(w, r), a.lim.MaxBodyBytes)); err != nil {
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, place.Body(w, r), a.lim.MaxBodyBytes)); err != nil {
 		done()
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, nil, a.tooLarge()
