@@ -146,20 +146,31 @@ func parseManifest(b []byte) ([]manifestEntry, error) {
 	return out, nil
 }
 
+// Skipped is a checkpoint NewestIntact passed over: Dir, and why (Err
+// wraps ErrCorrupt for one that fails its checksums; else it is
+// incomplete, cut short before its driver state was written).
+type Skipped struct {
+	Dir string
+	Err error
+}
+
+func (s Skipped) Error() string { return s.Err.Error() }
+func (s Skipped) Unwrap() error { return s.Err }
+
 // NewestIntact returns the newest checkpoint of the run directory out
 // (Checkpoints) that is complete (has the driver's state, written after
 // the learner's files) and passes its manifest (VerifyCheckpoint).
 // skipped says why each newer checkpoint was passed over. A checkpoint
 // without a manifest (written before checkpoints had one) is taken,
 // unverified: then noManifest is set.
-func NewestIntact(out string) (dir string, skipped []error, noManifest bool, err error) {
+func NewestIntact(out string) (dir string, skipped []Skipped, noManifest bool, err error) {
 	cks, err := Checkpoints(out)
 	if err != nil {
 		return "", nil, false, err
 	}
 	for i := len(cks) - 1; i >= 0; i-- {
 		if _, err := os.Stat(filepath.Join(cks[i], DriverStateFile)); err != nil {
-			skipped = append(skipped, fmt.Errorf("%s: incomplete (%w)", cks[i], err))
+			skipped = append(skipped, Skipped{cks[i], fmt.Errorf("%s: incomplete (%w)", cks[i], err)})
 			continue
 		}
 		switch err := VerifyCheckpoint(cks[i]); {
@@ -168,10 +179,38 @@ func NewestIntact(out string) (dir string, skipped []error, noManifest bool, err
 		case errors.Is(err, ErrNoManifest):
 			return cks[i], skipped, true, nil
 		default:
-			skipped = append(skipped, err)
+			skipped = append(skipped, Skipped{cks[i], err})
 		}
 	}
 	return "", skipped, false, fmt.Errorf("no complete, intact checkpoint in %s", filepath.Join(out, "checkpoints"))
+}
+
+// SetAside renames a checkpoint that a resumed run passed over (s.Dir,
+// step-N) to step-N.corrupt or step-N.incomplete (then .corrupt-2, ...
+// when taken) and returns the new path. A resumed run writes step-N
+// again; without this it would write into the damaged folder, mixing
+// its files with the new ones and losing the evidence, and until then
+// PruneCheckpoints would count the damaged folder among the newest it
+// keeps. The new name is no checkpoint (Checkpoints, PruneCheckpoints
+// and --resume pass it by), so it stays until someone removes it.
+func SetAside(s Skipped) (string, error) {
+	suffix := ".incomplete"
+	if errors.Is(s.Err, ErrCorrupt) {
+		suffix = ".corrupt"
+	}
+	to := s.Dir + suffix
+	for n := 2; ; n++ {
+		if _, err := os.Lstat(to); errors.Is(err, fs.ErrNotExist) {
+			break
+		} else if err != nil {
+			return "", fmt.Errorf("set aside %s: %w", s.Dir, err)
+		}
+		to = fmt.Sprintf("%s%s-%d", s.Dir, suffix, n)
+	}
+	if err := os.Rename(s.Dir, to); err != nil {
+		return "", fmt.Errorf("set aside %s: %w", s.Dir, err)
+	}
+	return to, nil
 }
 
 func fileSHA256(p string) (string, error) {

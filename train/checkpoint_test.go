@@ -2,6 +2,8 @@ package train
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,5 +162,35 @@ func TestNewestIntact(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// SetAside moves a skipped checkpoint to step-N.corrupt or
+// step-N.incomplete, numbering the name when it is taken, and keeps its
+// files.
+func TestSetAside(t *testing.T) {
+	out := t.TempDir()
+	dir := filepath.Join(out, "checkpoints", "step-4")
+	for _, want := range []string{"step-4.corrupt", "step-4.corrupt-2", "step-4.incomplete"} {
+		writeCheckpointFiles(t, dir, ckFiles, true)
+		var s Skipped
+		if strings.HasSuffix(want, ".incomplete") {
+			s = Skipped{dir, fmt.Errorf("%s: incomplete", dir)}
+		} else {
+			s = Skipped{dir, fmt.Errorf("checkpoint %s: %w", dir, ErrCorrupt)}
+		}
+		to, err := SetAside(s)
+		if err != nil || to != filepath.Join(out, "checkpoints", want) {
+			t.Fatalf("SetAside: %s, %v; want %s", to, err, want)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s still there after SetAside: %v", dir, err)
+		}
+		if err := VerifyCheckpoint(to); err != nil {
+			t.Errorf("%s: %v", to, err)
+		}
+	}
+	if cks, err := Checkpoints(out); err != nil || len(cks) != 0 {
+		t.Errorf("checkpoints after SetAside: %v, %v; want none", cks, err)
 	}
 }

@@ -39,7 +39,9 @@ import (
 // run's latest metrics for Prometheus (train.RunMetrics). --resume
 // takes the newest checkpoint that has the driver's state file (a kill
 // during a checkpoint write leaves one without it) and passes its
-// checksum manifest (train.NewestIntact), saying which it skipped and why.
+// checksum manifest (train.NewestIntact), saying which it skipped and why,
+// and moves each skipped one aside (step-N.corrupt, step-N.incomplete)
+// before the run writes step-N again.
 //
 // Not done yet: the endpoint exports the last step's values only (no
 // histograms, no per-node rollout or learner metrics); the ETA of a run
@@ -148,6 +150,19 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "rlnode run: --resume: %s is step %d, past the recipe's last step %d (%d warm-up + %d RL); raise schedule.steps to train further\n",
 				ck, step, cfg.WarmupSteps+cfg.Steps, cfg.WarmupSteps, cfg.Steps)
 			return 2
+		}
+		// The run writes the skipped steps again: each skipped folder is
+		// moved out of its way, whole, rather than written into (which
+		// would mix old files with new and lose the evidence) or counted
+		// by checkpoint.keep among the newest (which would prune the
+		// resumed run's own checkpoints before it).
+		for _, s := range skipped {
+			to, err := train.SetAside(s)
+			if err != nil {
+				fmt.Fprintf(stderr, "rlnode run: --resume: %v (move or remove it, then resume again)\n", err)
+				return 1
+			}
+			fmt.Fprintf(stderr, "rlnode run: --resume: moved %s to %s (kept for inspection; no longer a checkpoint)\n", s.Dir, to)
 		}
 	}
 	var key []byte

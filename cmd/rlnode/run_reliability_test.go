@@ -206,12 +206,28 @@ func TestRunResumeSkipsAnIncompleteCheckpoint(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(partial, "model.safetensors"), []byte("trunc"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr, code := runRlnode(t, home, "run", filepath.Join(dir, "recipe.yaml"), "--out", dir, "--resume")
+	// One more RL step: the resumed run ends at step 8 and checkpoints it
+	// (checkpoint.keep=1). The incomplete step-9 once stayed among the
+	// checkpoints, so pruning to the newest one removed step-8, the run's
+	// only intact checkpoint.
+	stdout, stderr, code := runRlnode(t, home, "run", filepath.Join(dir, "recipe.yaml"), "--out", dir, "--resume", "--set", "schedule.steps=4")
 	if code != 0 {
 		t.Fatalf("resume: exit %d\n%s%s", code, stdout, stderr)
 	}
 	if !strings.Contains(stderr, "skipping "+partial+": incomplete") || !strings.Contains(stdout, "resuming from "+filepath.Join(dir, "checkpoints", "step-7")) {
 		t.Errorf("resume did not skip the incomplete checkpoint:\n%s%s", stdout, stderr)
+	}
+	// The incomplete checkpoint is set aside, whole, and the message names both folders.
+	if !strings.Contains(stderr, "moved "+partial+" to "+partial+".incomplete") {
+		t.Errorf("resume did not say where the incomplete checkpoint went:\n%s", stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(partial+".incomplete", "model.safetensors")); err != nil || string(b) != "trunc" {
+		t.Errorf("the incomplete checkpoint's file after the resume: %q, %v", b, err)
+	}
+	if cks, err := train.Checkpoints(dir); err != nil || len(cks) != 1 || filepath.Base(cks[0]) != "step-8" {
+		t.Errorf("checkpoints after the resume: %v, %v; want step-8 alone", cks, err)
+	} else if err := train.VerifyCheckpoint(cks[0]); err != nil {
+		t.Errorf("the resumed run's checkpoint: %v", err)
 	}
 	// Nothing to resume from at all.
 	empty := t.TempDir()
@@ -293,7 +309,16 @@ func TestRunResumeSkipsACorruptCheckpoint(t *testing.T) {
 		!strings.Contains(stdout, "resuming from "+previous) {
 		t.Errorf("resume did not skip the corrupt checkpoint for %s:\n%s%s", previous, stdout, stderr)
 	}
-	// The resumed run wrote the newest checkpoint again, whole.
+	// The corrupt checkpoint was moved aside, whole, before the resumed run
+	// wrote the newest checkpoint again (it once wrote over it, mixing its
+	// files with the corrupt ones and losing them), and the message says
+	// where it went.
+	if !strings.Contains(stderr, "moved "+newest+" to "+newest+".corrupt") {
+		t.Errorf("resume did not say where the corrupt checkpoint went:\n%s", stderr)
+	}
+	if kept, err := os.ReadFile(filepath.Join(newest+".corrupt", "model.safetensors")); err != nil || !bytes.Equal(kept, b) {
+		t.Errorf("the corrupt checkpoint's weights after the resume: %d bytes, %v; want the corrupt %d bytes kept", len(kept), err, len(b))
+	}
 	if err := train.VerifyCheckpoint(newest); err != nil {
 		t.Errorf("the resumed run's %s: %v", newest, err)
 	}
