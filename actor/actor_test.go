@@ -197,3 +197,29 @@ type hooked struct{ flag *atomic.Bool }
 
 func (h *hooked) Receive(*Context, any) (any, error) { return nil, nil }
 func (h *hooked) Stopped(*Context)                   { h.flag.Store(true) }
+
+// Stop while a factory is still building an actor: the factory's Context
+// is cancelled so it can give up, and Stop neither panics on the actor
+// that has no process yet (it once called protoactor's StopFuture with a
+// nil PID) nor waits for it.
+func TestStopWhileAFactoryRuns(t *testing.T) {
+	s, err := Start(Config{Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	building := make(chan struct{})
+	spawned := make(chan error, 1)
+	go func() {
+		_, err := s.SpawnLocal(LocalSpawn{Name: "slow", Kind: "slow", Factory: func(ctx *Context, _ any) (Actor, error) {
+			close(building)
+			<-ctx.Context().Done()
+			return nil, ctx.Context().Err()
+		}})
+		spawned <- err
+	}()
+	<-building
+	s.Stop()
+	if err := <-spawned; !errors.Is(err, context.Canceled) {
+		t.Errorf("spawn during Stop: %v, want the factory's context.Canceled", err)
+	}
+}

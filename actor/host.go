@@ -95,7 +95,9 @@ func (s *System) SpawnLocal(spec LocalSpawn) (Ref, error) {
 		s.amu.Unlock()
 		return Ref{}, fmt.Errorf("spawn %s %q on node %s: %w", spec.Kind, spec.Name, s.addr, err)
 	}
+	s.amu.Lock()
 	h.pid = pid
+	s.amu.Unlock()
 	s.emit(Event{Type: EventStarted, Ref: h.ref, Restarts: spec.Restarts})
 	return h.ref, nil
 }
@@ -121,12 +123,16 @@ func buildInstance(f Factory, ctx *Context, args any) (a Actor, err error) {
 func (s *System) StopLocal(name, cause string) error {
 	s.amu.Lock()
 	h := s.actors[name]
+	var pid *pa.PID
+	if h != nil {
+		pid = h.pid
+	}
 	s.amu.Unlock()
-	if h == nil || h.pid == nil {
+	if pid == nil {
 		return fmt.Errorf("actor %q on node %s: %w", name, s.addr, ErrActorNotFound)
 	}
 	h.setStopCause(cause)
-	return s.as.Root.StopFuture(h.pid).Wait()
+	return s.as.Root.StopFuture(pid).Wait()
 }
 
 // Local lists the refs of the actors hosted on this node.

@@ -1,6 +1,7 @@
 package actor
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -76,6 +77,11 @@ func (c *Context) System() *System { return c.sys }
 
 // Restarts is how many times this actor has been restarted so far.
 func (c *Context) Restarts() int { return c.restarts }
+
+// Context is cancelled when the node begins to stop. A factory that
+// builds something large (a learner's model) checks it between parts and
+// returns its error, so a stopping node does not wait for the build.
+func (c *Context) Context() context.Context { return c.sys.life }
 
 // Logger is the system's logger with the actor's name attached.
 func (c *Context) Logger() *slog.Logger { return c.sys.log.With("actor", c.self.Name) }

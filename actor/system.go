@@ -172,6 +172,11 @@ type System struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+	// life ends when Stop begins (Context.Context), before the actors are
+	// stopped, so a factory still building gives up instead of holding
+	// the stop up.
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 type pendingCall struct {
@@ -196,6 +201,7 @@ func Start(cfg Config) (*System, error) {
 		actors:  map[string]*hosted{},
 		closed:  make(chan struct{}),
 	}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	// Bind first so a busy port is an error, not protoactor's panic.
 	lis, err := net.Listen("tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
 	if err != nil {
@@ -320,9 +326,13 @@ func (s *System) emit(ev Event) {
 // pending calls and shuts the transport down.
 func (s *System) Stop() {
 	s.closeOnce.Do(func() {
+		s.endLife()
 		s.amu.Lock()
 		var pids []*pa.PID
 		for _, h := range s.actors {
+			if h.pid == nil {
+				continue // its factory is still running: no actor to stop yet
+			}
 			h.setStopCause("node stopped")
 			pids = append(pids, h.pid)
 		}
