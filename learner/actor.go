@@ -127,7 +127,7 @@ func init() {
 		if cfg.Config.Shards > 1 {
 			return nil, fmt.Errorf("learner actor: config shards %d: a sharded learner is %d actors of kind learner-shard joined by learner/shard.NewGroup, not one learner actor", cfg.Config.Shards, cfg.Config.Shards)
 		}
-		l, err := New(cfg.Config)
+		l, err := NewContext(ctx.Context(), cfg.Config)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package learner
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -455,7 +456,14 @@ func (l *Learner) TrainableParams() []*optim.Param {
 }
 
 // New builds a learner on the cpu backend.
-func New(cfg Config) (*Learner, error) {
+func New(cfg Config) (*Learner, error) { return NewContext(context.Background(), cfg) }
+
+// NewContext is New that gives up once ctx is done (checked between the
+// model's tensors while it initializes them, and between the build's
+// parts), returning an error that wraps ctx's: the learner actors build
+// with their node's context, so a node that stops does not wait for a
+// large model's init.
+func NewContext(ctx context.Context, cfg Config) (*Learner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -477,7 +485,14 @@ func New(cfg Config) (*Learner, error) {
 		if m, err = model.New(*cfg.Model, b); err != nil {
 			return nil, fmt.Errorf("learner: %w", err)
 		}
-		m.InitRandom(cfg.Seed)
+		if err := m.InitRandomContext(ctx, cfg.Seed); err != nil {
+			m.Release()
+			return nil, fmt.Errorf("learner: %w", err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		m.Release()
+		return nil, fmt.Errorf("learner: %w", err)
 	}
 	if (cfg.Algorithm == PPO || cfg.ValueBaseline != nil) && m.Value == nil {
 		if err := m.AddValueHead(cfg.Seed + 1); err != nil {

@@ -1,7 +1,10 @@
 package learner
 
 import (
+	"context"
+	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -418,5 +421,29 @@ func TestRWSFTCallerWeights(t *testing.T) {
 	}
 	if _, err := train(append(w[1:], math.NaN())); err == nil || !strings.Contains(err.Error(), "batch: weights[7] is NaN") {
 		t.Errorf("a NaN weight: %v", err)
+	}
+}
+
+// NewContext gives up on a done context, its error wrapping the
+// context's; with a live one it builds New's learner.
+func TestNewContextGivesUp(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := NewContext(ctx, tinyConfig(GRPO)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("NewContext with a cancelled context: %v, want context.Canceled", err)
+	}
+	a, err := NewContext(context.Background(), tinyConfig(GRPO))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(tinyConfig(GRPO))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wa, wb := a.PolicyWeights(), b.PolicyWeights()
+	for name, w := range wb {
+		if !slices.Equal(wa[name], w) {
+			t.Fatalf("%s differs between NewContext and New", name)
+		}
 	}
 }

@@ -239,14 +239,20 @@ type Config struct {
 	// It must not modify turns, nor keep them past its return.
 	Episodes func(step int, turns []data.Turn)
 	// Stop, when closed, ends the run after the step in progress, which
-	// is checkpointed first (Result.Stopped); nil never stops. Cancelling
-	// Run's context instead stops at once and keeps only the checkpoints
+	// is checkpointed first (Result.Stopped); nil never stops. Closed
+	// before the first step begins (while the learners are placed, their
+	// models built and the engines started), it ends the start at once:
+	// Run returns an error wrapping context.Canceled. Cancelling Run's
+	// context instead stops at once and keeps only the checkpoints
 	// already written.
 	Stop <-chan struct{}
 	// OnWeights, when set, is called after each weight push with the
 	// engine now serving version (from the driver's goroutine; the
 	// engine must not be closed or given weights by the callee).
 	OnWeights func(version int64, eng engine.Engine)
+
+	// stepBegins, when set (by tests), is called as each step begins.
+	stepBegins func(step int)
 }
 
 // Rollout places a policy's generation on rollout actors (see

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
@@ -278,6 +279,40 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if cfg.LearnerResources == nil {
 		cfg.LearnerResources = cluster.Resources{cluster.CPU: 1}
 	}
+	// Until the first step begins there is no step for a Stop to finish:
+	// it cancels the start (placing the learners, building their models,
+	// starting the engines) at once.
+	ctx, cancelStart := context.WithCancel(ctx)
+	defer cancelStart()
+	var startMu sync.Mutex
+	starting := true
+	beginSteps := func() {
+		startMu.Lock()
+		starting = false
+		startMu.Unlock()
+	}
+	if cfg.Stop != nil {
+		go func() {
+			select {
+			case <-cfg.Stop:
+				startMu.Lock()
+				if starting {
+					cancelStart()
+				}
+				startMu.Unlock()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	defer func() {
+		startMu.Lock()
+		defer startMu.Unlock()
+		if err != nil && starting && ctx.Err() != nil {
+			// Whatever failed first (a spawn, a model's init) failed
+			// because the start was cancelled.
+			err = fmt.Errorf("driver: stopped while starting (%v): %w", err, context.Canceled)
+		}
+	}()
 	r := &run{cfg: cfg, tpl: tpl, log: cfg.Logger, start: time.Now(), res: Result{PostWarmupEval: -1, FinalEval: -1}, warmupPlanned: cfg.WarmupSteps}
 	if r.src, err = newSource(cfg); err != nil {
 		return Result{}, err
@@ -358,6 +393,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			return Result{}, err
 		}
 	}
+	beginSteps()
 	if err := r.trainLoop(ctx); err != nil {
 		return r.res, err
 	}
@@ -369,6 +405,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 // startPolicy places the learner of one policy (placeLearners) and
 // starts its engine (startEngine).
 func (r *run) startPolicy(ctx context.Context, id string, l learner.Config, resume string, ro *Rollout) (*policy, error) {
+	r.log.Info("starting the learner", "policy", id)
 	ls, err := r.placeLearners(ctx, id, l, resume)
 	if err != nil {
 		return nil, fmt.Errorf("driver: %w", err)

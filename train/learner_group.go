@@ -111,6 +111,9 @@ func (r *run) steps(ctx context.Context, s State) error {
 			}
 			return fmt.Errorf("driver: step %d: %w", p.Step, err)
 		}
+		if r.cfg.stepBegins != nil {
+			r.cfg.stepBegins(p.Step)
+		}
 		if p.SetAlgorithm {
 			var err error
 			if p.Phase == PhaseWarmup {

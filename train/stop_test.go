@@ -2,8 +2,10 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,8 +37,12 @@ func TestStopCheckpointsTheStepThenResumes(t *testing.T) {
 				}
 			}
 			if c.stopAt == 1 {
-				close(stop)
 				cfg.Progress = nil
+				cfg.stepBegins = func(step int) {
+					if step == 1 {
+						close(stop)
+					}
+				}
 			}
 			res, err := Run(ctx, cfg)
 			if err != nil {
@@ -68,5 +74,30 @@ func TestStopCheckpointsTheStepThenResumes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A stop asked before the first step begins (while the learners are
+// placed and their models built) ends the start at once: no step, no
+// checkpoint, an error that wraps context.Canceled. It once went on to
+// run and checkpoint a first step.
+func TestStopWhileStarting(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out := t.TempDir()
+	cfg := tinyRun(out)
+	stop := make(chan struct{})
+	close(stop)
+	cfg.Stop = stop
+	cfg.stepBegins = func(step int) { t.Errorf("step %d began after the stop", step) }
+	res, err := Run(ctx, cfg)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped while starting") {
+		t.Fatalf("Run: %v, want an error wrapping context.Canceled that says the start stopped", err)
+	}
+	if res.Steps != 0 || res.LastCheckpointDir != "" {
+		t.Errorf("result %+v: want no step, no checkpoint", res)
+	}
+	if cks, err := Checkpoints(out); err != nil || len(cks) != 0 {
+		t.Errorf("checkpoints %v, %v: want none", cks, err)
 	}
 }

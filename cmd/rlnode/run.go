@@ -54,9 +54,10 @@ const runUsage = `usage: rlnode run RECIPE [--out DIR] [--set KEY.PATH=VALUE]...
 Trains RECIPE (a built-in name or a file). DIR gets metrics.jsonl (one JSON
 object per step), checkpoints/step-N/, recipe.yaml (the resolved recipe) and,
 at the end, curves.png. Ctrl-C stops after the current step (exit status
-130); --resume continues from the newest checkpoint in DIR. A DIR that
-holds another run is refused unless --resume or --overwrite. --metrics-addr
-serves Prometheus metrics at http://HOST:PORT/metrics while the run lasts.
+130), or at once while the run starts; --resume continues from the newest
+checkpoint in DIR. A DIR that holds another run is refused unless --resume
+or --overwrite. --metrics-addr serves Prometheus metrics at
+http://HOST:PORT/metrics while the run lasts.
 
 `
 
@@ -262,7 +263,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 				interrupted = true
 				mu.Unlock()
 				if n == 1 {
-					fmt.Fprintln(stderr, "\nrlnode run: interrupted; stopping after the current step, which is checkpointed (Ctrl-C again stops now)")
+					fmt.Fprintln(stderr, "\nrlnode run: interrupted; stopping after the current step, which is checkpointed, or now if the run is still starting (Ctrl-C again stops now)")
 					close(stop)
 				} else {
 					cancel()
@@ -318,12 +319,18 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case wasInterrupted && (err == nil && res.Stopped || errors.Is(err, context.Canceled)):
+		// A signal while the run starts (learners placed, models built)
+		// stops it before any step of this process has finished.
+		where := fmt.Sprintf("after step %d", bar.last)
+		if bar.last == 0 {
+			where = "before its first step"
+		}
 		if len(cks) == 0 {
-			fmt.Fprintf(stderr, "rlnode run: stopped after step %d, before any checkpoint: nothing to resume\n", bar.last)
+			fmt.Fprintf(stderr, "rlnode run: stopped %s, before any checkpoint: nothing to resume\n", where)
 			return 130
 		}
-		fmt.Fprintf(stderr, "rlnode run: stopped after step %d; continue from checkpoint %s with: rlnode run %s --out %s --resume\n",
-			bar.last, filepath.Base(cks[len(cks)-1]), filepath.Join(dir, recipes.ResolvedFile), dir)
+		fmt.Fprintf(stderr, "rlnode run: stopped %s; continue from checkpoint %s with: rlnode run %s --out %s --resume\n",
+			where, filepath.Base(cks[len(cks)-1]), filepath.Join(dir, recipes.ResolvedFile), dir)
 		return 130
 	case err != nil:
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)

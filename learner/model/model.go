@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -247,8 +248,19 @@ func (l *Layer) linears() []*Linear {
 // InitRandom fills weights as Hugging Face initializes them: normal with
 // std 0.02 for matrices and embeddings, 1 for norm weights, 0 for biases.
 func (m *Model) InitRandom(seed uint64) {
+	_ = m.InitRandomContext(context.Background(), seed)
+}
+
+// InitRandomContext is InitRandom that checks ctx between tensors and
+// returns its error, the weights partly filled, once it is done: a large
+// model's init takes seconds that an interrupted run should not wait.
+// The weights it fills are InitRandom's.
+func (m *Model) InitRandomContext(ctx context.Context, seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, 0x726c6e6f6465))
 	for _, p := range m.params {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("init model: %w", err)
+		}
 		v := make([]float32, p.Len())
 		switch {
 		case len(p.Shape) == 2:
@@ -262,6 +274,7 @@ func (m *Model) InitRandom(seed uint64) {
 		}
 		m.B.Upload(p.W, v)
 	}
+	return nil
 }
 
 func isNorm(name string) bool {

@@ -49,7 +49,7 @@ func init() {
 		if !ok {
 			return nil, fmt.Errorf("learner-shard actor: spawn args are %T, want learner.ActorConfig", args)
 		}
-		l, err := learner.New(cfg.Config)
+		l, err := learner.NewContext(ctx.Context(), cfg.Config)
 		if err != nil {
 			return nil, err
 		}
