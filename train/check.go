@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 
+	"github.com/rlnode/rlnode/internal/tmpl"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/rollout/task"
@@ -74,6 +75,15 @@ func (l recipe) packageChecks() []recipes.Problem {
 	}
 	// One template at a time, the others at their (valid) defaults, so that
 	// each problem is reported at its own template's line.
+	// The driver parses the templates the episode type renders, with each
+	// turn's own fields (refusals); a template that fails to parse even
+	// with every field rollout/episode knows is refused there already,
+	// naming its turn's fields, and is not reported a second time here.
+	_, driverProbs := l.templates()
+	driverRefused := map[string]bool{}
+	for _, p := range driverProbs {
+		driverRefused[p.Path] = true
+	}
 	et := r.Episode.Templates
 	for _, f := range []struct {
 		key  string
@@ -94,12 +104,23 @@ func (l recipe) packageChecks() []recipes.Problem {
 		if r.Algorithm.TextualAC != nil {
 			validate = episodeTemplates(one).ValidateContextFirst
 		}
-		add("episode.templates."+f.key, validate())
+		path := "episode.templates." + f.key
+		err := validate()
+		if err != nil && driverRefused[path] {
+			if _, perr := tmpl.Parse(path, f.text, episodeFields...); perr != nil {
+				err = nil
+			}
+		}
+		add(path, err)
 	}
 	add("algorithm", policyLossConfig(&r.Algorithm).Validate())
 	add("algorithm", lrSchedule(&r.Algorithm, r.Schedule.Steps).Validate())
 	return probs
 }
+
+// episodeFields are the fields rollout/episode's templates may use
+// (episode.TemplateData).
+var episodeFields = []string{"Problem", "Attempt", "Feedback", "Output", "Hint"}
 
 // configChecks convert a recipe that passed the other checks and check
 // what needs the converted configuration: the KL reference against the

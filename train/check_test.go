@@ -381,3 +381,48 @@ func TestFeedbackEngineDevice(t *testing.T) {
 		t.Errorf("engines.feedback after engines.policy.device=cuda-bf16:1: %+v", e)
 	}
 }
+
+// Each template problem is reported once. The driver parses the templates
+// its episode type renders, with each turn's fields, and rollout/episode
+// parses all of them with every field: a template that did not parse, or
+// used an unknown field, was reported by both, twice on its line.
+func TestCheckReportsATemplateOnce(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	cases := []struct {
+		recipe, set, path string
+		want              []string // one problem each, in this order
+	}{
+		{"quickstart", `episode.templates.solver="{{.Problem"`, "episode.templates.solver", []string{"unclosed action"}},
+		{"quickstart", "episode.templates.solver='{{range 1000000000}}x{{end}}{{.Problem}}'", "episode.templates.solver", []string{"{{range}}"}},
+		{"mlmt_math", `episode.templates.refine="{{.Problem}} {{.Attempt}} {{.Feedback}} {{.Nope}}"`, "episode.templates.refine",
+			[]string{"uses .Nope: not supported in a prompt template (fields .Problem, .Attempt, .Feedback;"}},
+		// Not rendered by a single-turn run: rollout/episode's check alone.
+		{"quickstart", `episode.templates.refine="{{.Nope}}"`, "episode.templates.refine", []string{`template "refine": uses .Nope`}},
+		// Two problems: a field the solver's turn lacks, and one it needs.
+		{"quickstart", `episode.templates.solver="{{.Attempt}}"`, "episode.templates.solver", []string{"does not use .Problem", "uses .Attempt: not supported"}},
+	}
+	for _, c := range cases {
+		l, err := recipes.Load(c.recipe, []string{c.set})
+		if err != nil {
+			t.Fatalf("%s --set %s: load: %v", c.recipe, c.set, err)
+		}
+		err = Check(l)
+		if err == nil {
+			t.Errorf("%s --set %s: Check passed", c.recipe, c.set)
+			continue
+		}
+		var lines []string
+		for _, line := range strings.Split(err.Error(), "\n") {
+			if strings.Contains(line, ": "+c.path+": ") {
+				lines = append(lines, line)
+			}
+		}
+		ok := len(lines) == len(c.want)
+		for i := 0; ok && i < len(lines); i++ {
+			ok = strings.Contains(lines[i], c.want[i])
+		}
+		if !ok {
+			t.Errorf("%s --set %s: %s reported as\n%s\nwant one line each with %q", c.recipe, c.set, c.path, strings.Join(lines, "\n"), c.want)
+		}
+	}
+}
