@@ -152,8 +152,23 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 	tokenFile := filepath.Join(runDir, sanitize(n.id)+".token")
 	// The token file is written before the endpoint exists: without it
 	// nothing can be stopped through the endpoint, not even by the CLI.
+	// The folders made for it here are removed again on close when empty
+	// (a job's node-local RLNODE_HOME, rlnode sbatch, stayed on every
+	// joining node otherwise); the files of other nodes keep them.
+	made := missingDirs(runDir)
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return "", nil, fmt.Errorf("control endpoint: %w", err)
+	}
+	write := func(path string, b []byte) error {
+		err := writePrivate(path, b)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Another node on this home, stopping just now, removed the
+			// run folder while it was empty.
+			if err = os.MkdirAll(runDir, 0o700); err == nil {
+				err = writePrivate(path, b)
+			}
+		}
+		return err
 	}
 	// Another live node under this id would lose its run file, and with
 	// it the way status and stop find it.
@@ -164,7 +179,7 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 				n.id, other.PID, other.Gossip, runFile, other.PID)
 		}
 	}
-	if err := writePrivate(tokenFile, []byte(token+"\n")); err != nil {
+	if err := write(tokenFile, []byte(token+"\n")); err != nil {
 		return "", nil, fmt.Errorf("control endpoint: token file: %w", err)
 	}
 	lis, err := net.Listen("tcp", addr)
@@ -200,7 +215,7 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 	go func() { _ = srv.Serve(capped) }()
 	info := RunInfo{NodeID: n.id, Gossip: n.GossipAddress(), Actor: n.ActorAddress(), Control: bound, PID: os.Getpid()}
 	b, _ := json.MarshalIndent(info, "", "  ")
-	if err := writePrivate(runFile, b); err != nil {
+	if err := write(runFile, b); err != nil {
 		n.log.Warn("write run file", "file", runFile, "err", err)
 	}
 	closeFn := func() {
@@ -209,8 +224,28 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 		_ = srv.Shutdown(ctx)
 		_ = os.Remove(runFile)
 		_ = os.Remove(tokenFile)
+		for _, d := range made {
+			if os.Remove(d) != nil {
+				break // not empty (or gone): nor are the folders above it ours to remove
+			}
+		}
 	}
 	return bound, closeFn, nil
+}
+
+// missingDirs lists dir and those of its parents that do not exist yet,
+// deepest first: what os.MkdirAll(dir) would create.
+func missingDirs(dir string) []string {
+	var out []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			return out
+		}
+		out = append(out, d)
+		if filepath.Dir(d) == d {
+			return out
+		}
+	}
 }
 
 // controlGuard wraps the control endpoint's handler: it refuses (403) a

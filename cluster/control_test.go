@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -105,4 +106,59 @@ func TestServeControlTokenFileAndWarning(t *testing.T) {
 		t.Fatal("a stop with a wrong token stopped the node")
 	default:
 	}
+}
+
+// The folders ServeControl makes for its run files (a job's node-local
+// RLNODE_HOME) are removed on close when empty; a folder that was there
+// before, or that holds another node's files, stays.
+func TestServeControlRemovesTheFoldersItMade(t *testing.T) {
+	n, err := Start(context.Background(), Config{NodeID: "ctl", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	serve := func(t *testing.T) func() {
+		t.Helper()
+		_, closeCtrl, err := n.ServeControl("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return closeCtrl
+	}
+	t.Run("made here", func(t *testing.T) {
+		parent := t.TempDir()
+		home := filepath.Join(parent, "job-1", "home")
+		t.Setenv("RLNODE_HOME", home)
+		serve(t)()
+		if _, err := os.Stat(filepath.Join(parent, "job-1")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after close: %v, want it removed", filepath.Join(parent, "job-1"), err)
+		}
+		if _, err := os.Stat(parent); err != nil {
+			t.Errorf("%s, there before: %v", parent, err)
+		}
+	})
+	t.Run("there before", func(t *testing.T) {
+		home := t.TempDir()
+		t.Setenv("RLNODE_HOME", home)
+		serve(t)()
+		if _, err := os.Stat(filepath.Join(home, "run")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("run folder after close: %v, want it removed", err)
+		}
+		if _, err := os.Stat(home); err != nil {
+			t.Errorf("home, there before: %v", err)
+		}
+	})
+	t.Run("holding files", func(t *testing.T) {
+		home := filepath.Join(t.TempDir(), "home")
+		t.Setenv("RLNODE_HOME", home)
+		closeCtrl := serve(t)
+		other := filepath.Join(home, "run", "other.json")
+		if err := os.WriteFile(other, []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		closeCtrl()
+		if _, err := os.Stat(other); err != nil {
+			t.Errorf("another node's run file after close: %v", err)
+		}
+	})
 }

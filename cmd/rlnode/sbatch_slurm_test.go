@@ -164,7 +164,13 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 	if err := os.WriteFile(conf, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(), "SLURM_CONF="+conf)
+	// The jobs' TMPDIR (their nodes' RLNODE_HOME is under it) is this
+	// test's, so that what a job leaves there is its own.
+	tmpDir := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmpDir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "SLURM_CONF="+conf, "TMPDIR="+tmpDir)
 	// Job steps run under slurmstepd, which leaves slurmd: a step still
 	// running when the test ends (a failed check, a job that outlived its
 	// wait) would outlive the daemons. Cleanups run last-registered first,
@@ -235,9 +241,19 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 		}
 	}
 
+	// No node leaves its node-local RLNODE_HOME behind ($TMPDIR/rlnode-JOB-NODE:
+	// the joining nodes' once stayed, empty).
+	noNodeHomes := func(id string) {
+		t.Helper()
+		if left, _ := filepath.Glob(filepath.Join(tmpDir, "rlnode-"+id+"-*")); len(left) > 0 {
+			t.Errorf("job %s left %v", id, left)
+		}
+	}
+
 	// A smoke run: the job sees both nodes, and shuts down cleanly.
 	id, runDir := submit(2, "--run-cmd", `"$RLNODE" status --json`)
 	info, out := finished(id)
+	noNodeHomes(id)
 	if !strings.Contains(info, "JobState=COMPLETED") || !strings.Contains(info, "ExitCode=0:0") {
 		t.Errorf("job %s: %s\n%s", id, info, out)
 	}
@@ -267,6 +283,7 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 	if !strings.Contains(out, "all nodes stopped cleanly") {
 		t.Errorf("cancelled job did not stop cleanly:\n%s\n%s", out, nodeLogs(runDir))
 	}
+	noNodeHomes(id)
 	leftGracefully(runDir, "n1", "n2")
 
 	// The default path: the generated script runs a short real recipe to

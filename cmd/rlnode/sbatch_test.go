@@ -356,6 +356,21 @@ func TestSbatchScriptRunsThreeNodes(t *testing.T) {
 			t.Errorf("node %s did not stop gracefully:\n%s", n, b)
 		}
 	}
+	// Each node's RLNODE_HOME ($TMPDIR/rlnode-JOB-NODE) is gone, on the
+	// joining nodes as on the first: the joining nodes' once stayed, empty
+	// folders on every node's /tmp after every job. ($TMPDIR/rlnode-UID,
+	// the user's folder for same-host sockets, is shared by every node and
+	// job of the user on a host, like /tmp/tmux-UID, and stays.)
+	var left []string
+	_ = filepath.WalkDir(tmp, func(p string, d os.DirEntry, err error) error {
+		if err == nil && p != tmp && p != filepath.Join(tmp, fmt.Sprintf("rlnode-%d", os.Geteuid())) {
+			left = append(left, strings.TrimPrefix(p, tmp+"/"))
+		}
+		return err
+	})
+	if len(left) > 0 {
+		t.Errorf("left in $TMPDIR after the job: %v", left)
+	}
 }
 
 func nodeLogs(dir string) string {
