@@ -107,7 +107,7 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode eval: want --model DIR (and --recipe RECIPE unless DIR is a run folder)\n\n%s", evalUsage)
 		return 2
 	}
-	if err := evalTarget(modelDir, recipe); err != nil {
+	if err := evalTarget(modelDir, recipe, stderr); err != nil {
 		fmt.Fprintf(stderr, "rlnode eval: %v\n", err)
 		return 2
 	}
@@ -190,9 +190,10 @@ func dataSets(file string) []string {
 }
 
 // evalTarget resolves --model: a hub id to its cached snapshot, a run
-// folder to its newest complete checkpoint (and --recipe, when not given,
-// to the run's recipe.yaml).
-func evalTarget(model, recipe *string) error {
+// folder to its newest complete checkpoint that passes its checksums
+// (and --recipe, when not given, to the run's recipe.yaml), telling
+// stderr which newer ones it passed over and why.
+func evalTarget(model, recipe *string, stderr io.Writer) error {
 	dir, err := recipes.ModelDir(*model)
 	if err != nil {
 		return fmt.Errorf("--model: %w", err)
@@ -201,9 +202,15 @@ func evalTarget(model, recipe *string) error {
 	_, cfgErr := os.Stat(filepath.Join(dir, "config.json"))
 	_, runErr := os.Stat(filepath.Join(dir, "checkpoints"))
 	if statErr == nil && st.IsDir() && cfgErr != nil && runErr == nil {
-		ck, _, _, err := train.NewestIntact(dir)
+		ck, skipped, _, err := train.NewestIntact(dir)
+		for _, s := range skipped {
+			fmt.Fprintf(stderr, "rlnode eval: --model %s: skipping %v\n", *model, s)
+		}
 		if err != nil {
 			return fmt.Errorf("--model %s (a run folder): %w", dir, err)
+		}
+		if len(skipped) > 0 {
+			fmt.Fprintf(stderr, "rlnode eval: --model %s: evaluating %s\n", *model, ck)
 		}
 		if *recipe == "" {
 			*recipe = filepath.Join(dir, recipes.ResolvedFile)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,7 +35,7 @@ func TestEvalTargetErrors(t *testing.T) {
 		ckpt:                            "is a checkpoint, not a run folder: give --recipe RECIPE",
 	} {
 		m, r := model, ""
-		if err := evalTarget(&m, &r); err == nil || !strings.Contains(err.Error(), want) {
+		if err := evalTarget(&m, &r, io.Discard); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--model %s: %v, want %q", model, err, want)
 		}
 	}

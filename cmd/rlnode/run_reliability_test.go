@@ -301,6 +301,14 @@ func TestRunResumeSkipsACorruptCheckpoint(t *testing.T) {
 		t.Errorf("eval of the corrupt checkpoint: exit %d\n%s", code, stderr)
 	}
 
+	// eval of the run folder takes the checkpoint before, and says why (it
+	// once evaluated it without a word, as if it were the newest).
+	if stdout, stderr, code := runRlnode(t, home, "eval", "--model", dir); code != 0 ||
+		!strings.Contains(stderr, "rlnode eval: --model "+dir+": skipping checkpoint "+newest+": fails its checksums") ||
+		!strings.Contains(stderr, "rlnode eval: --model "+dir+": evaluating "+previous) {
+		t.Errorf("eval of the run folder: exit %d\n%s%s", code, stdout, stderr)
+	}
+
 	stdout, stderr, code := runRlnode(t, home, "run", filepath.Join(dir, "recipe.yaml"), "--out", dir, "--resume")
 	if code != 0 {
 		t.Fatalf("resume: exit %d\n%s%s", code, stdout, stderr)
