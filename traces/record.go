@@ -232,6 +232,12 @@ func NewProxy(upstream *url.URL, log *slog.Logger) *httputil.ReverseProxy {
 		FlushInterval: -1,
 		ErrorLog:      stdlog.New(io.Discard, "", 0),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if slow := bodyslot.Failure(r.Context()); slow != nil {
+				// The transport may have seen the request's context
+				// cancelled (net/http does that as the read fails) before
+				// the read's own error.
+				err = slow
+			}
 			if errors.Is(err, bodyslot.ErrTooSlow) {
 				// The client's fault, not the upstream's.
 				if log != nil {

@@ -149,7 +149,10 @@ func (p *proxyLimits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.mu.Unlock()
 	}()
 	if r.ContentLength != 0 {
-		r.Body = p.bodies.Body(w, r) // a body that trickles in is cut off: 408 from the proxy's error handler
+		// A body that trickles in is cut off: 408 from the proxy's error
+		// handler, which finds the failure through Watch's note.
+		r = bodyslot.Watch(r)
+		r.Body = p.bodies.Body(w, r)
 	}
 	p.next.ServeHTTP(w, r)
 }

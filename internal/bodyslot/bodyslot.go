@@ -7,6 +7,7 @@
 package bodyslot
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -147,13 +148,70 @@ func (g *Gate) free(addr string, total bool) {
 // ErrTooSlow. It takes no place (Place.Body does).
 func (g *Gate) Body(w http.ResponseWriter, r *http.Request) io.ReadCloser {
 	g.init()
-	return &body{g: g, r: r.Body, rc: http.NewResponseController(w), start: time.Now()}
+	return &body{g: g, r: r.Body, rc: http.NewResponseController(w), start: time.Now(), note: noteOf(r)}
+}
+
+// Watch returns r with a note in its context that r's body (made by Body
+// after this) keeps its read deadline and failure in, for Failure. A
+// reverse proxy needs it: when the deadline passes, net/http cancels the
+// request's context as the read fails, and the proxy's transport may
+// report that cancellation before it sees the read's ErrTooSlow.
+func Watch(r *http.Request) *http.Request {
+	if noteOf(r) != nil {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), noteKey{}, &note{}))
+}
+
+// Failure is the ErrTooSlow error of the body of the request whose context
+// ctx is (Watch), once its read failed or its read deadline has passed;
+// nil otherwise.
+func Failure(ctx context.Context) error {
+	n, _ := ctx.Value(noteKey{}).(*note)
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case n.err != nil:
+		return n.err
+	case !n.deadline.IsZero() && !time.Now().Before(n.deadline):
+		return fmt.Errorf("%w: %d bytes by its read deadline", ErrTooSlow, n.got)
+	}
+	return nil
+}
+
+type noteKey struct{}
+
+type note struct {
+	mu       sync.Mutex
+	deadline time.Time // zero once the body is in
+	got      int64
+	err      error
+}
+
+func noteOf(r *http.Request) *note {
+	n, _ := r.Context().Value(noteKey{}).(*note)
+	return n
+}
+
+func (n *note) set(deadline time.Time, got int64, err error) {
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.deadline, n.got = deadline, got
+	if err != nil && n.err == nil {
+		n.err = err
+	}
 }
 
 // Body is Gate.Body for the place's request; read to its end, it gives
 // back the address's share of places.
 func (p *Place) Body(w http.ResponseWriter, r *http.Request) io.ReadCloser {
-	return &body{g: p.g, r: r.Body, rc: http.NewResponseController(w), start: time.Now(), end: p.bodyRead}
+	return &body{g: p.g, r: r.Body, rc: http.NewResponseController(w), start: time.Now(), end: p.bodyRead, note: noteOf(r)}
 }
 
 type body struct {
@@ -164,6 +222,7 @@ type body struct {
 	got   int64
 	err   error  // the first error read: the deadline is left alone after it
 	end   func() // called at the body's end, when set
+	note  *note  // Watch's, when set
 }
 
 func (b *body) Read(p []byte) (int, error) {
@@ -174,15 +233,21 @@ func (b *body) Read(p []byte) (int, error) {
 		return 0, b.err
 	}
 	d := min(b.g.Grace+time.Duration(float64(b.got)/float64(b.g.MinRate)*float64(time.Second)), b.g.MaxTime)
-	b.rc.SetReadDeadline(b.start.Add(d))
+	deadline := b.start.Add(d)
+	b.note.set(deadline, b.got, nil)
+	b.rc.SetReadDeadline(deadline)
 	n, err := b.r.Read(p)
 	b.got += int64(n)
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		b.err = fmt.Errorf("%w: %d bytes in %v (at least %d bytes a second after %v, all within %v)",
 			ErrTooSlow, b.got, time.Since(b.start).Round(time.Millisecond), b.g.MinRate, b.g.Grace, b.g.MaxTime)
+		b.note.set(deadline, b.got, b.err)
 		return n, b.err
 	}
 	b.err = err
+	if err != nil {
+		b.note.set(time.Time{}, b.got, nil) // in, or failed otherwise: no deadline to pass
+	}
 	if err == io.EOF && b.end != nil {
 		b.end()
 	}

@@ -2,7 +2,10 @@ package bodyslot
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -102,5 +105,55 @@ func TestBodyLeavesDeadlineAfterEnd(t *testing.T) {
 	resp.Body.Close()
 	if err := <-result; err != nil {
 		t.Errorf("the request was cancelled after its body was read: %v", err)
+	}
+}
+
+// Failure tells a reader of a watched request (a reverse proxy's error
+// handler) that its body was cut off, even when what the reader saw was
+// the request's context cancelled: net/http cancels it as the read fails.
+func TestFailureOfAWatchedBody(t *testing.T) {
+	g := &Gate{Grace: 50 * time.Millisecond, MinRate: 1 << 30, MaxTime: time.Second}
+	type seen struct{ read, failure, ctx error }
+	result := make(chan seen, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = Watch(r)
+		before := Failure(r.Context())
+		_, err := io.ReadAll(g.Body(w, r))
+		if before != nil {
+			err = fmt.Errorf("Failure before the read: %w", before)
+		}
+		result <- seen{err, Failure(r.Context()), r.Context().Err()}
+	}))
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
+	got := <-result
+	if !errors.Is(got.read, ErrTooSlow) || !errors.Is(got.failure, ErrTooSlow) {
+		t.Fatalf("read %v, Failure %v: want both ErrTooSlow", got.read, got.failure)
+	}
+	t.Logf("the request's context after the read: %v", got.ctx)
+
+	// A read still blocked past its deadline counts as failed already; a
+	// deadline not yet passed, or a body read to its end, does not.
+	n := &note{}
+	ctx := context.WithValue(context.Background(), noteKey{}, n)
+	n.set(time.Now().Add(time.Hour), 3, nil)
+	if err := Failure(ctx); err != nil {
+		t.Errorf("deadline an hour away: %v", err)
+	}
+	n.set(time.Now().Add(-time.Millisecond), 3, nil)
+	if err := Failure(ctx); !errors.Is(err, ErrTooSlow) {
+		t.Errorf("deadline passed: %v, want ErrTooSlow", err)
+	}
+	n.set(time.Time{}, 100, nil)
+	if err := Failure(ctx); err != nil {
+		t.Errorf("body in: %v", err)
+	}
+	if err := Failure(context.Background()); err != nil {
+		t.Errorf("an unwatched context: %v", err)
 	}
 }
