@@ -1,10 +1,8 @@
 package traces
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,22 +12,8 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/internal/bodyslot"
+	"github.com/rlnode/rlnode/internal/bodyslot/bodyslottest"
 )
-
-// trickle opens a connection from the loopback address from (any of
-// 127/8 on Linux) and sends an OTLP request declaring a body of 1,000
-// bytes, of which it sends 10 and then nothing.
-func trickle(t *testing.T, url, from string) net.Conn {
-	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-	c, err := d.Dial("tcp", strings.TrimPrefix(url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"resourc", OTLPPath)
-	return c
-}
 
 // lockedLog is a log buffer safe for the server's goroutines.
 type lockedLog struct {
@@ -69,7 +53,7 @@ func postWithin(t *testing.T, url string) int {
 func TestOTLPReceiverSlowSendersFromOneAddress(t *testing.T) {
 	url := serve(t, &OTLPReceiver{Sink: &collect{}, Bodies: bodyslot.Gate{Total: 2, Grace: time.Hour, MaxTime: time.Hour}})
 	for range 5 {
-		trickle(t, url, "127.0.0.2")
+		bodyslottest.Trickle(t, url, OTLPPath, "127.0.0.2", `{"resourc`)
 	}
 	if code := postWithin(t, url); code != 200 {
 		t.Errorf("normal sender: %d, want 200", code)
@@ -86,22 +70,19 @@ func TestOTLPReceiverCutsOffTricklingBodies(t *testing.T) {
 		Log: slog.New(slog.NewTextHandler(&log, nil))})
 	var slow []net.Conn
 	for i := range 5 {
-		slow = append(slow, trickle(t, url, fmt.Sprintf("127.0.0.%d", 2+i)))
+		slow = append(slow, bodyslottest.Trickle(t, url, OTLPPath, fmt.Sprintf("127.0.0.%d", 2+i), `{"resourc`))
 	}
 	if code := postWithin(t, url); code != 200 {
 		t.Errorf("normal sender: %d, want 200", code)
 	}
 	for i, c := range slow {
-		c.SetReadDeadline(time.Now().Add(time.Minute)) // a hang guard
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		code, b, err := bodyslottest.Answer(c)
 		if err != nil {
 			t.Errorf("slow sender %d: no answer: %v", i, err)
 			continue
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "too slowly") {
-			t.Errorf("slow sender %d: %d %q, want 408 saying the body arrives too slowly", i, resp.StatusCode, b)
+		if code != http.StatusRequestTimeout || !strings.Contains(string(b), "too slowly") {
+			t.Errorf("slow sender %d: %d %q, want 408 saying the body arrives too slowly", i, code, b)
 		}
 	}
 	if !strings.Contains(log.String(), "refusing a request") || !strings.Contains(log.String(), "peer=127.0.0.") {

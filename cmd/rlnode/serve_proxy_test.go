@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"flag"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/internal/bodyslot"
+	"github.com/rlnode/rlnode/internal/bodyslot/bodyslottest"
 )
 
 // TestProxyBoundsRequestsInFlight: the recording proxy bounds, across all
@@ -167,24 +167,15 @@ func TestProxyCutsOffTricklingBodies(t *testing.T) {
 
 	var slow []net.Conn
 	for range 3 {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"prompt\":")
-		slow = append(slow, c)
+		slow = append(slow, bodyslottest.Trickle(t, "http://"+ln.Addr().String(), "/v1/completions", "", `{"prompt":`))
 	}
 	for i, c := range slow {
-		c.SetReadDeadline(time.Now().Add(time.Minute)) // a hang guard
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		code, b, err := bodyslottest.Answer(c)
 		if err != nil {
 			t.Fatalf("slow sender %d: no answer: %v", i, err)
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "too slowly") {
-			t.Errorf("slow sender %d: %d %s, want 408 saying the body arrives too slowly", i, resp.StatusCode, b)
+		if code != http.StatusRequestTimeout || !strings.Contains(string(b), "too slowly") {
+			t.Errorf("slow sender %d: %d %s, want 408 saying the body arrives too slowly", i, code, b)
 		}
 	}
 	resp, err := (&http.Client{Timeout: time.Minute}).Post("http://"+ln.Addr().String()+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x"}`))

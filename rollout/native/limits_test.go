@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/bodyslot/bodyslottest"
 )
 
 // openAIError is OpenAI's error body.
@@ -410,21 +412,6 @@ func TestServerLogsRefusals(t *testing.T) {
 	}
 }
 
-// trickle sends, from the loopback address from (any of 127/8 on Linux),
-// a completion request declaring a body of 1,000 bytes, of which it sends
-// 10 and then nothing.
-func trickle(t *testing.T, url, from string) net.Conn {
-	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-	c, err := d.Dial("tcp", strings.TrimPrefix(url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"prompt\":")
-	return c
-}
-
 // TestServerSlowBodiesFromOneAddress: clients of one address trickling
 // their bodies hold only that address's share of the body-reading places,
 // so a request from another address is still answered. (Before, five such
@@ -432,7 +419,7 @@ func trickle(t *testing.T, url, from string) net.Conn {
 func TestServerSlowBodiesFromOneAddress(t *testing.T) {
 	url, _ := startServerLimits(t, Limits{ReadTimeout: time.Hour})
 	for range 5 {
-		trickle(t, url, "127.0.0.2")
+		bodyslottest.Trickle(t, url, "/v1/completions", "127.0.0.2", `{"prompt":`)
 	}
 	if code, b := post(t, url+"/v1/completions", `{"prompt":"hi","max_tokens":2}`); code != 200 {
 		t.Errorf("a normal request while slow senders are connected: %d %s", code, b)
@@ -456,21 +443,18 @@ func TestServerCutsOffTricklingBodies(t *testing.T) {
 	url := "http://" + ln.Addr().String()
 	var slow []net.Conn
 	for i := range 5 {
-		slow = append(slow, trickle(t, url, fmt.Sprintf("127.0.0.%d", 2+i)))
+		slow = append(slow, bodyslottest.Trickle(t, url, "/v1/completions", fmt.Sprintf("127.0.0.%d", 2+i), `{"prompt":`))
 	}
 	if code, b := post(t, url+"/v1/completions", `{"prompt":"hi","max_tokens":2}`); code != 200 {
 		t.Errorf("a normal request while slow senders are connected: %d %s", code, b)
 	}
 	for i, c := range slow {
-		c.SetReadDeadline(time.Now().Add(time.Minute)) // a hang guard
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		code, b, err := bodyslottest.Answer(c)
 		if err != nil {
 			t.Errorf("slow sender %d: no answer: %v", i, err)
 			continue
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		checkError(t, fmt.Sprintf("slow sender %d", i), resp.StatusCode, b, http.StatusRequestTimeout, "invalid_request_error", "request_timeout")
+		checkError(t, fmt.Sprintf("slow sender %d", i), code, b, http.StatusRequestTimeout, "invalid_request_error", "request_timeout")
 	}
 	if line := logged.String(); !strings.Contains(line, `msg="refusing a request"`) || !strings.Contains(line, "status=408") {
 		t.Errorf("refusals not logged: %q", line)
