@@ -1,37 +1,18 @@
 package traces
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/internal/bodyslot"
 	"github.com/rlnode/rlnode/internal/bodyslot/bodyslottest"
+	"github.com/rlnode/rlnode/internal/logbuf"
 )
-
-// lockedLog is a log buffer safe for the server's goroutines.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // postWithin posts a small valid OTLP body and returns the status; the
 // guard only turns a hang into a failure.
@@ -65,7 +46,7 @@ func TestOTLPReceiverSlowSendersFromOneAddress(t *testing.T) {
 // logged), so a normal sender still gets its 200. (Before, they held every
 // slot until the client or the server's read timeout gave up.)
 func TestOTLPReceiverCutsOffTricklingBodies(t *testing.T) {
-	var log lockedLog
+	var log logbuf.Buffer
 	url := serve(t, &OTLPReceiver{Sink: &collect{}, Bodies: bodyslot.Gate{Total: 2, Grace: time.Second, MinRate: 1 << 10},
 		Log: slog.New(slog.NewTextHandler(&log, nil))})
 	var slow []net.Conn

@@ -13,12 +13,12 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/internal/bodyslot/bodyslottest"
+	"github.com/rlnode/rlnode/internal/logbuf"
 )
 
 // openAIError is OpenAI's error body.
@@ -370,24 +370,6 @@ func TestNonFinite(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log destination a test reads while the server writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestServerLogsRefusals: a request refused for the server's bounds is
 // logged with the client's address and the reason (it was refused
 // without a word in the server's log).
@@ -397,7 +379,7 @@ func TestServerLogsRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logged lockedBuffer
+	var logged logbuf.Buffer
 	srv := NewServer(e, "tiny", Limits{MaxBodyBytes: 1 << 10}, slog.New(slog.NewTextHandler(&logged, nil))).HTTPServer()
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
@@ -435,7 +417,7 @@ func TestServerCutsOffTricklingBodies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logged lockedBuffer
+	var logged logbuf.Buffer
 	srv := NewServer(e, "tiny", Limits{ReadTimeout: time.Hour, BodyGrace: time.Second, MinBodyRate: 1 << 10},
 		slog.New(slog.NewTextHandler(&logged, nil))).HTTPServer()
 	go srv.Serve(ln)
