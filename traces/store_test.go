@@ -352,18 +352,27 @@ func TestAnnotations(t *testing.T) {
 	}
 }
 
-func TestWriterRefusesWhenBehind(t *testing.T) {
+// failingWriter opens a writer with opts (flushing only when told) whose
+// flushes fail until heal is called: the partition folder of day,
+// 2026-01-02, is a file.
+func failingWriter(t *testing.T, opts WriterOptions) (w *Writer, day time.Time, heal func()) {
+	t.Helper()
 	root := t.TempDir()
-	w, err := OpenWriter(root, WriterOptions{FlushInterval: time.Hour, MaxBuffered: 2})
+	opts.FlushInterval = time.Hour
+	w, err := OpenWriter(root, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
-	// A partition folder that cannot be created makes every flush fail.
-	if err := os.WriteFile(filepath.Join(root, "date=2026-01-02"), nil, 0o644); err != nil {
+	t.Cleanup(func() { w.Close() })
+	blocker := filepath.Join(root, "date=2026-01-02")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	day := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	return w, time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC), func() { os.Remove(blocker) }
+}
+
+func TestWriterRefusesWhenBehind(t *testing.T) {
+	w, day, heal := failingWriter(t, WriterOptions{MaxBuffered: 2})
 	for i := range 8 {
 		if err := w.Add(sampleSpan(byte(i), 1, day, "a")); err != nil {
 			t.Fatalf("span %d of 8 refused: %v", i, err)
@@ -375,7 +384,7 @@ func TestWriterRefusesWhenBehind(t *testing.T) {
 	if err := w.Add(sampleSpan(9, 1, day, "a")); !errors.Is(err, ErrBehind) {
 		t.Fatalf("the 9th span with 8 waiting and 4 × 2 allowed: %v, want ErrBehind", err)
 	}
-	os.Remove(filepath.Join(root, "date=2026-01-02"))
+	heal()
 	if err := w.Flush(); err != nil || w.Written() != 8 {
 		t.Fatalf("flush after the disk recovered: %v, %d written", err, w.Written())
 	}
@@ -390,16 +399,7 @@ func TestWriterRefusesWhenBehind(t *testing.T) {
 // refuses with ErrBehind. (Before, 4 × 65,536 spans of any size could
 // wait while flushes failed.)
 func TestWriterBoundsBufferedBytes(t *testing.T) {
-	root := t.TempDir()
-	w, err := OpenWriter(root, WriterOptions{FlushInterval: time.Hour, MaxBufferedBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if err := os.WriteFile(filepath.Join(root, "date=2026-01-02"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	day := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	w, day, heal := failingWriter(t, WriterOptions{MaxBufferedBytes: 1 << 20})
 	big := func(i byte) Span {
 		s := sampleSpan(i, 1, day, "a")
 		s.InputMessages = strings.Repeat("x", 300<<10)
@@ -414,7 +414,7 @@ func TestWriterBoundsBufferedBytes(t *testing.T) {
 	if err := w.Add(big(3)); !errors.Is(err, ErrBehind) {
 		t.Fatalf("a fourth span of 300 KiB with 900 KiB waiting under 1 MiB: %v, want ErrBehind", err)
 	}
-	os.Remove(filepath.Join(root, "date=2026-01-02"))
+	heal()
 	if err := w.Flush(); err != nil || w.Written() != 3 {
 		t.Fatalf("flush after the disk recovered: %v, %d written", err, w.Written())
 	}
