@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rlnode/rlnode/train"
 )
@@ -29,66 +26,14 @@ var bigModel = []string{"--set", "models.policy.init.hidden_size=512", "--set", 
 func TestRunSIGTERMWhileStarting(t *testing.T) {
 	home := t.TempDir()
 	dir := filepath.Join(t.TempDir(), "run")
-	cmd := rlnodeCmd(t, home, append([]string{"run", "quickstart", "--out", dir}, bigModel...)...)
-	pr, pw, err := os.Pipe()
-	if err != nil {
+	run := startRun(t, home, append([]string{"run", "quickstart", "--out", dir}, bigModel...)...)
+	run.waitFor(t, `a "starting the learner" line`, func() bool { return strings.Contains(run.stderr.String(), `msg="starting the learner"`) })
+	if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout, cmd.Stderr = io.Discard, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	defer pr.Close()
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	defer func() {
-		select {
-		case <-done:
-		default:
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}()
-
-	// Lines of stderr as they come; SIGTERM once the learner's build starts.
-	lines := make(chan string, 1024)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	var stderr strings.Builder
-	deadline := time.After(2 * time.Minute) // a hang detector, not a timing
-	sent := false
-	for open := true; open; {
-		select {
-		case l, ok := <-lines:
-			if open = ok; !ok {
-				break
-			}
-			stderr.WriteString(l + "\n")
-			if !sent && strings.Contains(l, `msg="starting the learner"`) {
-				if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-					t.Fatal(err)
-				}
-				sent = true
-			}
-		case <-deadline:
-			t.Fatalf("rlnode run did not end within 2 minutes\nstderr:\n%s", stderr.String())
-		}
-	}
-	select {
-	case <-done:
-	case <-deadline:
-		t.Fatalf("rlnode run did not end within 2 minutes\nstderr:\n%s", stderr.String())
-	}
-	if !sent {
-		t.Fatalf("no \"starting the learner\" line\nstderr:\n%s", stderr.String())
-	}
-	if code := cmd.ProcessState.ExitCode(); code != 130 ||
+	code := run.wait(t)
+	stderr := run.stderr
+	if code != 130 ||
 		!strings.Contains(stderr.String(), "rlnode run: stopped before its first step, before any checkpoint: nothing to resume") {
 		t.Errorf("exit %d, want 130 and the stop named\nstderr:\n%s", code, stderr.String())
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/logbuf"
 	"github.com/rlnode/rlnode/train"
 )
 
@@ -39,7 +40,7 @@ func deterministicRun(rlSteps int) []string {
 type started struct {
 	cmd    *exec.Cmd
 	stdout *bufio.Reader
-	stderr *bytes.Buffer
+	stderr *logbuf.Buffer // read while the process writes it (waitFor's conditions)
 	done   chan struct{}
 }
 
@@ -53,7 +54,7 @@ func startRun(t *testing.T, home string, args ...string) *started {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var errb bytes.Buffer
+	var errb logbuf.Buffer
 	cmd.Stdout, cmd.Stderr = pw, &errb
 	err = cmd.Start()
 	pw.Close() // the child holds its own copy; EOF on pr once it ends
