@@ -2,10 +2,12 @@ package train
 
 import (
 	"context"
+	"reflect"
 
 	"github.com/rlnode/rlnode/internal/tmpl"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/recipes"
+	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/task"
 )
 
@@ -118,9 +120,15 @@ func (l recipe) packageChecks() []recipes.Problem {
 	return probs
 }
 
-// episodeFields are the fields rollout/episode's templates may use
-// (episode.TemplateData).
-var episodeFields = []string{"Problem", "Attempt", "Feedback", "Output", "Hint"}
+// episodeFields are the fields rollout/episode's templates may use: those
+// of episode.TemplateData, read from the type so the two cannot drift.
+var episodeFields = func() []string {
+	var names []string
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[episode.TemplateData]()) {
+		names = append(names, f.Name)
+	}
+	return names
+}()
 
 // configChecks convert a recipe that passed the other checks and check
 // what needs the converted configuration: the KL reference against the
