@@ -149,7 +149,7 @@ def main():
         "mfu_pct": round(100 * flops / sec / 1e12 / peak, 2) if peak else None,
         "torch": torch.__version__, "attention": "sdpa" if SDPA is not None else "eager", "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "shape": a.shape,
         "seq": a.seq, "batch": a.batch, "dtype": a.dtype, "ms_per_step": round(sec * 1e3, 2),
-        "tokens_per_s": round(tokens / sec, 1), "tflops": round(flops / sec / 1e12, 3), "loss": round(float(loss), 5),
+        "tokens_per_s": round(tokens / sec, 1), "tflops": float(f"{flops / sec / 1e12:.4g}"), "loss": round(float(loss), 5),
         "params": params, "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if dev == "cuda" else None,
     }))
 
