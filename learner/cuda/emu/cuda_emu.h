@@ -1,10 +1,17 @@
 // A small CUDA emulation for the host C++ compiler, enough to run the
 // kernels in ../kernels on a CPU and check them against the CPU backend:
-// the blocks of a grid run one after another; the threads of a block are
+// the blocks of a grid run one after another, not in index order (the odd
+// blocks from the last down, then the even ones from the first up), so a
+// kernel whose blocks read what other blocks of the same launch write,
+// which a GPU runs in no set order, fails here too; the threads of a block are
 // OS threads that meet at a barrier for __syncthreads; __shared__ is static
 // storage, which the one block running at a time owns; warp shuffles and
 // votes go through a per-warp exchange with its own barrier. A thread that
-// returns early leaves its block's and warp's barriers, as on the GPU.
+// returns early leaves its block's and warp's barriers, as on the GPU;
+// a lane that reads an exited lane's value through a shuffle (undefined on
+// the GPU) stops the process with a message, as does a 32-bit shared
+// memory load of a misaligned address (a fault on the GPU; see
+// emu::aligned).
 // Speed is no aim: it runs small shapes in tests. Dynamic shared memory,
 // atomics and cooperative groups are not provided.
 #ifndef RLNODE_CUDA_EMU_H
@@ -12,6 +19,8 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <atomic>
@@ -87,6 +96,10 @@ struct Warp {
 	Barrier bar;
 	uint64_t slot[2][32];
 	int lanes;
+	// tag[k][l] names the exchange lane l last wrote slot[k][l] for: its
+	// block and the lane's count of exchanges in that block. A lane that
+	// has exited wrote no slot for the exchanges after it left.
+	uint64_t tag[2][32];
 };
 
 struct Launch {
@@ -100,9 +113,44 @@ inline Launch *g_launch;
 inline thread_local dim3 t_threadIdx, t_blockIdx;
 inline thread_local int t_tid;
 inline thread_local unsigned t_bank; // exchanges this lane has made, mod 2
+inline thread_local uint64_t t_tag;  // this lane's block << 32 | exchanges made
 
 inline Warp &warp() { return g_launch->warps[t_tid / 32]; }
 inline int lane() { return t_tid % 32; }
+
+// fault reports what a GPU would fault on or leave undefined, and stops
+// the process: a test cannot pass over it.
+[[noreturn]] inline void fault(const char *what) {
+	fprintf(stderr, "cuda emulation: block (%u,%u,%u) thread (%u,%u,%u): %s\n", t_blockIdx.x, t_blockIdx.y, t_blockIdx.z, t_threadIdx.x,
+		t_threadIdx.y, t_threadIdx.z, what);
+	fflush(stderr);
+	abort();
+}
+
+// aligned checks that p may be read as a value of n bytes on the GPU,
+// which faults on a misaligned vector or 32-bit load (host memory does
+// not).
+inline void aligned(const void *p, unsigned n) {
+	if ((uintptr_t)p % n != 0) fault("misaligned load: the address is not a multiple of the access size");
+}
+
+// publish writes v to this lane's slot of the warp's next exchange and
+// waits for the warp; the slots are then read with readLane.
+inline uint64_t *publish(Warp &w, uint64_t v) {
+	t_bank ^= 1;
+	t_tag++;
+	w.slot[t_bank][lane()] = v;
+	w.tag[t_bank][lane()] = t_tag;
+	w.bar.sync();
+	return w.slot[t_bank];
+}
+
+// readLane checks that lane src took part in this lane's current
+// exchange: one that has exited did not, and a shuffle that reads it gets
+// an undefined value on the GPU.
+inline void readLane(Warp &w, int src) {
+	if (w.tag[t_bank][src & 31] != t_tag) fault("a shuffle reads a lane that has exited (or is not at this shuffle)");
+}
 
 template <typename T> inline uint64_t bits(T v) {
 	static_assert(sizeof(T) <= 8, "shuffle of a type over 8 bytes");
@@ -119,30 +167,38 @@ template <typename T> inline T unbits(uint64_t u) {
 // exchange publishes v for the warp and returns lane src's value.
 template <typename T> inline T exchange(T v, int src) {
 	Warp &w = warp();
-	uint64_t *slot = w.slot[t_bank ^= 1];
-	slot[lane()] = bits(v);
-	w.bar.sync();
+	uint64_t *slot = publish(w, bits(v));
+	readLane(w, src);
 	return unbits<T>(slot[src & 31]);
 }
 
 // allgather publishes v for the warp and fills out with every lane's.
 inline void allgather(uint64_t v, uint64_t *out) {
 	Warp &w = warp();
-	uint64_t *slot = w.slot[t_bank ^= 1];
-	slot[lane()] = v;
-	w.bar.sync();
-	for (int i = 0; i < w.lanes; i++) out[i] = slot[i];
+	uint64_t *slot = publish(w, v);
+	for (int i = 0; i < w.lanes; i++) {
+		readLane(w, i);
+		out[i] = slot[i];
+	}
 }
 
 inline unsigned ballot(bool p) {
 	Warp &w = warp();
-	uint64_t *slot = w.slot[t_bank ^= 1];
-	slot[lane()] = p;
-	w.bar.sync();
+	uint64_t *slot = publish(w, p);
 	unsigned m = 0;
-	for (int i = 0; i < w.lanes; i++)
-		if (slot[i]) m |= 1u << i;
+	for (int i = 0; i < w.lanes; i++) // an exited lane's bit is 0
+		if (w.tag[t_bank][i] == t_tag && slot[i]) m |= 1u << i;
 	return m;
+}
+
+// blockAt is the block run i-th of n: the odd blocks from the last down,
+// then the even ones from the first up. An odd block runs before both its
+// neighbours, so a block that reads what the block before it wrote, or
+// what the block after it wrote, sees it unwritten at one neighbour pair
+// in two (given three blocks or more); index order hid the first kind.
+inline long blockAt(long i, long n) {
+	long odd = n / 2; // blocks 1, 3, ...
+	return i < odd ? 2 * (odd - i) - 1 : 2 * (i - odd);
 }
 
 // run executes body for every thread of every block of the launch.
@@ -167,9 +223,11 @@ inline void run(dim3 grid, dim3 block, const std::function<void()> &body) {
 	auto thread = [&](int tid) {
 		t_tid = tid;
 		t_threadIdx = dim3(tid % block.x, tid / block.x % block.y, tid / (block.x * block.y));
-		for (long b = 0; b < blocks; b++) {
+		for (long i = 0; i < blocks; i++) {
+			long b = blockAt(i, blocks);
 			t_blockIdx = dim3(b % grid.x, b / grid.x % grid.y, b / ((long)grid.x * grid.y));
 			t_bank = 0;
+			t_tag = (uint64_t)i << 32;
 			body();
 			L.blockBar.drop();
 			warp().bar.drop();

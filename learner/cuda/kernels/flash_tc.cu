@@ -36,9 +36,11 @@ __device__ __forceinline__ void ftc_load(bf16 (*S)[D + 8], const T *src, int row
 // ftc_pair reads two neighbouring bf16 of shared memory as one register,
 // the first in the low half: one 32-bit load on the GPU (p is 4-byte
 // aligned: the tiles are 16-byte aligned, rows and offsets even), two
-// 16-bit reads in the emulation (no type punning for the host compiler).
+// 16-bit reads in the emulation (no type punning for the host compiler),
+// which checks the alignment the GPU needs.
 __device__ __forceinline__ unsigned ftc_pair(const bf16 *p) {
 #ifdef RLNODE_CUDA_EMU_H
+	emu::aligned(p, 4);
 	return (unsigned)p[0] | (unsigned)p[1] << 16;
 #else
 	return *(const unsigned *)p;
