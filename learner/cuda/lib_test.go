@@ -233,3 +233,43 @@ func TestSearchFindsUnactivatedVenvAndToolkit(t *testing.T) {
 		t.Fatalf("OpenNVRTC without the wheel: %v, %v; want %s", n, err, inToolkit)
 	}
 }
+
+// TestNVRTCFindsBuiltinsBesideIt: NVIDIA's CUDA 13 wheel keeps
+// libnvrtc-builtins.so.13.0 beside libnvrtc.so.13 in nvidia/cu13/lib, and
+// NVRTC opens it by soname on its first compile without a RUNPATH to its
+// own folder: a libnvrtc opened by path from there failed every compile
+// (NVRTC_ERROR_BUILTIN_OPERATION_FAILURE) unless that folder was on
+// LD_LIBRARY_PATH. The stand-in's compile opens its builtins the same way.
+func TestNVRTCFindsBuiltinsBesideIt(t *testing.T) {
+	const soname = "libnvrtc-builtins.so.13.0"
+	built := fakeLib(t, "libnvrtc.so", "FAKE_NVRTC", "NVRTC_MAJOR=13", "NVRTC_MINOR=0", `NVRTC_BUILTINS="`+soname+`"`)
+	lib := filepath.Join(t.TempDir(), "site-packages", "nvidia", "cu13", "lib")
+	if err := os.MkdirAll(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nvrtc := filepath.Join(lib, "libnvrtc.so.13")
+	if err := os.WriteFile(nvrtc, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "builtins.c")
+	if err := os.WriteFile(src, []byte("int nvrtc_builtins_stand_in;\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-Wl,-soname,"+soname, "-o", filepath.Join(lib, soname), src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	n, err := OpenNVRTC(nvrtc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := n.nvrtcCompileProgram(0, 0, nil); r != 0 {
+		t.Fatalf("compile with %s beside %s: nvrtc error %d, want 0 (builtins preloaded: %q)", soname, nvrtc, r, n.builtins)
+	}
+	if n.builtins != filepath.Join(lib, soname) {
+		t.Errorf("builtins loaded from %q, want %s", n.builtins, filepath.Join(lib, soname))
+	}
+}

@@ -2,16 +2,23 @@ package cuda
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/ebitengine/purego"
 )
 
 // MinNVRTC is the oldest NVRTC the kernels compile with: the first that
 // targets sm_90.
 var MinNVRTC = Version{11, 8}
+
+// nvrtcBuiltinFailure is NVRTC_ERROR_BUILTIN_OPERATION_FAILURE (nvrtc.h).
+const nvrtcBuiltinFailure = 7
 
 // NVRTCCandidates are the names NVRTC is looked up by, newest first.
 var NVRTCCandidates = []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"}
@@ -20,6 +27,8 @@ var NVRTCCandidates = []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.
 type NVRTC struct {
 	lib     *library
 	version Version
+	// builtins is the libnvrtc-builtins loaded from lib's folder, or "".
+	builtins string
 
 	nvrtcVersion           func(major, minor *int32) int32
 	nvrtcGetErrorString    func(r int32) *byte
@@ -66,7 +75,39 @@ func OpenNVRTC(candidates ...string) (*NVRTC, error) {
 	if n.version.Less(MinNVRTC) {
 		return nil, fmt.Errorf("NVRTC %s: %w: it is CUDA %s, the kernels need %s or newer", lib.path, ErrTooOld, n.version, MinNVRTC)
 	}
+	n.builtins = preloadBuiltins(lib.path, n.version)
 	return n, nil
+}
+
+// preloadBuiltins loads the libnvrtc-builtins beside an NVRTC opened by
+// path, the one of its version first, and returns its path ("" if none
+// loaded). NVRTC opens its builtins by soname on its first compile, and
+// the CUDA 13 wheels (nvidia/cu13/lib) give libnvrtc.so.13 no RUNPATH to
+// its own folder, so from there every compile failed with
+// NVRTC_ERROR_BUILTIN_OPERATION_FAILURE unless that folder was on
+// LD_LIBRARY_PATH. The dynamic linker matches a soname against the
+// libraries already loaded, so NVRTC then finds these. The library stays
+// loaded for the process's life.
+func preloadBuiltins(nvrtcPath string, v Version) string {
+	if !strings.Contains(nvrtcPath, "/") {
+		return "" // found by the dynamic linker's search, which finds its builtins too
+	}
+	dir := filepath.Dir(nvrtcPath)
+	cands := []string{filepath.Join(dir, fmt.Sprintf("libnvrtc-builtins.so.%d.%d", v.Major, v.Minor))}
+	others, _ := filepath.Glob(filepath.Join(dir, "libnvrtc-builtins.so.*"))
+	slices.Sort(others)
+	slices.Reverse(others)
+	for _, p := range others {
+		if !slices.Contains(cands, p) {
+			cands = append(cands, p)
+		}
+	}
+	for _, p := range cands {
+		if _, err := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
+			return p
+		}
+	}
+	return ""
 }
 
 // Path is the library NVRTC was loaded from.
@@ -130,6 +171,10 @@ func (n *NVRTC) Compile(src, name, arch string, options ...string) (*Compiled, e
 	r := n.nvrtcCompileProgram(prog, int32(len(ptrs)), unsafe.Pointer(&ptrs[0]))
 	runtime.KeepAlive(cstrs)
 	log := n.log(prog)
+	if r == nvrtcBuiltinFailure {
+		return nil, fmt.Errorf("nvrtc %s for %s: compile: %w: NVRTC (%s) could not load its libnvrtc-builtins.so.%d.%d; put the folder that holds it on LD_LIBRARY_PATH\n%s",
+			name, arch, n.err(r), n.lib.path, n.version.Major, n.version.Minor, log)
+	}
 	if r != 0 {
 		return nil, fmt.Errorf("nvrtc %s for %s: compile: %w\n%s", name, arch, n.err(r), log)
 	}

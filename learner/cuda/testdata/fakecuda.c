@@ -54,7 +54,16 @@ STUB(cuLaunchKernel)
 int nvrtcVersion(int *major, int *minor) { *major = NVRTC_MAJOR; *minor = NVRTC_MINOR; return 0; }
 const char *nvrtcGetErrorString(int r) { return "fake nvrtc error"; }
 #define STUB(name) int name() { return 999; }
-STUB(nvrtcCreateProgram) STUB(nvrtcCompileProgram) STUB(nvrtcDestroyProgram)
+#ifdef NVRTC_BUILTINS
+/* As NVRTC does on its first compile: open the builtins by soname, and
+ * fail with NVRTC_ERROR_BUILTIN_OPERATION_FAILURE where they are not
+ * found. */
+#include <dlfcn.h>
+int nvrtcCompileProgram(void *prog, int n, const char **opts) { return dlopen(NVRTC_BUILTINS, RTLD_NOW) ? 0 : 7; }
+#else
+STUB(nvrtcCompileProgram)
+#endif
+STUB(nvrtcCreateProgram) STUB(nvrtcDestroyProgram)
 STUB(nvrtcGetProgramLogSize) STUB(nvrtcGetProgramLog) STUB(nvrtcGetCUBINSize)
 #ifndef OMIT_CUBIN
 STUB(nvrtcGetCUBIN)
