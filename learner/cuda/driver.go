@@ -59,12 +59,12 @@ const (
 
 // OpenDriver loads the driver library from the first of candidates that
 // opens (when none are given: $RLNODE_CUDA_DRIVER alone if set,
-// else DriverCandidates), binds every function the
+// else DriverCandidates, then the same names in driverDirs), binds every function the
 // backend uses and initialises it. The errors wrap ErrNoLibrary,
 // ErrNoSymbol, ErrTooOld or ErrNoDevice.
 func OpenDriver(candidates ...string) (*Driver, error) {
 	if len(candidates) == 0 {
-		candidates = searchList(EnvDriver, DriverCandidates)
+		candidates = driverSearchList(DriverCandidates)
 	}
 	lib, err := openLibrary("CUDA driver", candidates)
 	if err != nil {

@@ -273,3 +273,27 @@ func TestNVRTCFindsBuiltinsBesideIt(t *testing.T) {
 		t.Errorf("builtins loaded from %q, want %s", n.builtins, filepath.Join(lib, soname))
 	}
 }
+
+// TestDriverSearchListHasNVIDIADirs: a host whose driver is mounted at
+// /usr/local/nvidia/lib64 (container and VM images), with that folder in
+// neither LD_LIBRARY_PATH nor the linker's cache, still finds libcuda.so.1
+// there, after the sonames; RLNODE_CUDA_DRIVER alone is tried when set.
+func TestDriverSearchListHasNVIDIADirs(t *testing.T) {
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libcuda.so.1")
+	if err := os.WriteFile(lib, []byte("not loaded here"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := driverDirs
+	driverDirs = []string{filepath.Join(dir, "absent"), dir}
+	t.Cleanup(func() { driverDirs = old })
+	t.Setenv(EnvDriver, "")
+	list := driverSearchList(DriverCandidates)
+	if !slices.Equal(list, append(slices.Clone(DriverCandidates), lib)) {
+		t.Errorf("search list %q: want %q, then %s", list, DriverCandidates, lib)
+	}
+	t.Setenv(EnvDriver, "/elsewhere/libcuda.so.1")
+	if list := driverSearchList(DriverCandidates); !slices.Equal(list, []string{"/elsewhere/libcuda.so.1"}) {
+		t.Errorf("with %s set: search list %q", EnvDriver, list)
+	}
+}

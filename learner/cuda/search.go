@@ -114,6 +114,31 @@ func toolkitLibraries(names ...string) []string {
 	return out
 }
 
+// driverDirs hold the driver where it is installed outside the dynamic
+// linker's default path and, on some hosts, outside its cache too:
+// container and VM images mount NVIDIA's libraries at /usr/local/nvidia,
+// WSL at /usr/lib/wsl/lib. Toolkit folders are not among them: their
+// libcuda.so is a stub that loads and then fails every call.
+var driverDirs = []string{"/usr/local/nvidia/lib64", "/usr/local/nvidia/lib", "/usr/lib64/nvidia", "/usr/lib/x86_64-linux-gnu/nvidia", "/usr/lib/wsl/lib"}
+
+// driverSearchList is where the driver is looked for: the path in
+// EnvDriver when set, else the sonames, then driverDirs.
+func driverSearchList(sonames []string) []string {
+	list := searchList(EnvDriver, sonames)
+	if os.Getenv(EnvDriver) != "" {
+		return list
+	}
+	for _, dir := range driverDirs {
+		for _, n := range sonames {
+			p := filepath.Join(dir, n)
+			if _, err := os.Stat(p); err == nil && !slices.Contains(list, p) {
+				list = append(list, p)
+			}
+		}
+	}
+	return list
+}
+
 // searchList is where a library is looked for: the path in env when set,
 // else the sonames (the dynamic linker's search), then the Python wheels'
 // folders (PyTorch's own, which match the driver it runs on), then a CUDA
