@@ -46,14 +46,11 @@ type Emulator struct {
 
 // EmulationCacheDir is where the emulation's builds are kept:
 // rlnode/cuda-emu in the user's cache directory (the system's temporary
-// directory where there is none), created if missing.
+// directory where there is none or it cannot be written), created if
+// missing.
 func EmulationCacheDir() (string, error) {
-	dir, err := os.UserCacheDir()
+	dir, err := cacheDir("cuda-emu")
 	if err != nil {
-		dir = os.TempDir()
-	}
-	dir = filepath.Join(dir, "rlnode", "cuda-emu")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("cuda emulation: %w", err)
 	}
 	return dir, nil

@@ -31,16 +31,45 @@ type KernelCache struct {
 }
 
 // DefaultKernelCacheDir is $RLNODE_CUDA_CACHE, else rlnode/cuda-kernels in
-// the user's cache directory.
+// the user's cache directory, else (no HOME, or a cache directory that
+// cannot be created) in the system's temporary directory.
 func DefaultKernelCacheDir() string {
 	if d := os.Getenv(EnvKernelCache); d != "" {
 		return d
 	}
-	d, err := os.UserCacheDir()
-	if err != nil {
-		d = os.TempDir()
+	d, _ := cacheDir("cuda-kernels")
+	return d
+}
+
+// cacheDir returns rlnode/NAME in the user's cache directory, created if
+// missing, else in the system's temporary directory: a host that runs
+// with no HOME, or with a read-only one, still caches what it builds,
+// where every process of the run finds it. The error is that of the last
+// place tried.
+func cacheDir(name string) (string, error) {
+	var err error
+	if base, uerr := os.UserCacheDir(); uerr == nil {
+		d := filepath.Join(base, "rlnode", name)
+		if err = os.MkdirAll(d, 0o755); err == nil && writable(d) {
+			return d, nil
+		}
 	}
-	return filepath.Join(d, "rlnode", "cuda-kernels")
+	d := filepath.Join(os.TempDir(), "rlnode", name)
+	if err = os.MkdirAll(d, 0o755); err != nil {
+		return d, err
+	}
+	return d, nil
+}
+
+// writable says whether a file can be created in dir.
+func writable(dir string) bool {
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return false
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return true
 }
 
 // cubinMagic starts every cache file, followed by the SHA-256 of the cubin

@@ -158,3 +158,31 @@ func BenchmarkKernelCompile(b *testing.B) {
 		})
 	}
 }
+
+// TestCacheDirsWithoutAUsableUserCache: with no HOME, or a user cache
+// directory that cannot be created (XDG_CACHE_HOME naming a file), the
+// kernel cache and the emulation's builds go to the temporary directory
+// instead of failing (the emulation) or going uncached (the kernels).
+func TestCacheDirsWithoutAUsableUserCache(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", tmp)
+	t.Setenv(EnvKernelCache, "")
+	for _, env := range [][2]string{{file, "/nonexistent"}, {"", ""}} {
+		t.Setenv("XDG_CACHE_HOME", env[0])
+		t.Setenv("HOME", env[1])
+		if d, want := DefaultKernelCacheDir(), filepath.Join(tmp, "rlnode", "cuda-kernels"); d != want {
+			t.Errorf("XDG_CACHE_HOME=%q HOME=%q: kernel cache %s, want %s", env[0], env[1], d, want)
+		}
+		d, err := EmulationCacheDir()
+		if want := filepath.Join(tmp, "rlnode", "cuda-emu"); err != nil || d != want {
+			t.Errorf("XDG_CACHE_HOME=%q HOME=%q: emulation cache %s, %v; want %s", env[0], env[1], d, err, want)
+		}
+		if !writable(d) {
+			t.Errorf("%s: not writable", d)
+		}
+	}
+}
