@@ -109,7 +109,7 @@ unpack() {
 # fewest it is worth starting with, the switch that skips it, and its
 # title in the report.
 SECTIONS="
-tests-cuda 300 60 GPU_CHECK_TESTS tests: learner/cuda (kernels, cuBLASLt, the device backend's steps on the GPU)
+tests-cuda 240 60 GPU_CHECK_TESTS tests: learner/cuda (kernels, cuBLASLt, the device backend's steps on the GPU)
 step 240 90 GPU_CHECK_STEP training step (${GPU_CHECK_SHAPE:-qwen2.5-0.5b} shape, random weights): device backend and PyTorch eager
 profile 120 40 GPU_CHECK_PROFILE where the bf16 step's time goes: every device op timed alone, the top 25
 torch 330 120 GPU_CHECK_TORCH log probs and gradients against PyTorch (Qwen2.5-0.5B shape, random weights)
@@ -137,11 +137,13 @@ section() {
 		if [ "${GPU_CHECK_EMULATION:-$([ "${RLNODE_REQUIRE_GPU:-}" = 1 ] && echo 0 || echo 1)}" = 0 ]; then
 			skip=(-test.skip '/emul')
 		fi
-		cd "$dir/$pkg" && "./$(basename "$pkg").test" -test.v -test.count=1 "${skip[@]}" -test.timeout=290s
+		# The tests' own timeout, inside the section's limit: a test that
+		# hangs is named (Go prints the tests running), not just stopped.
+		cd "$dir/$pkg" && "./$(basename "$pkg").test" -test.v -test.count=1 "${skip[@]}" -test.timeout=$((${GPU_CHECK_LIMIT:-300} - 10))s
 		;;
 	tests-shard)
 		# The GPU's subtests only: the emulated ones ran in CI.
-		cd "$dir/learner/shard" && ./shard.test -test.v -test.count=1 -test.run 'TestDevice.*/gpu' -test.timeout=140s
+		cd "$dir/learner/shard" && ./shard.test -test.v -test.count=1 -test.run 'TestDevice.*/gpu' -test.timeout=$((${GPU_CHECK_LIMIT:-150} - 10))s
 		;;
 	step) step "$dir" ;;
 	step-more) step_more "$dir" ;;
@@ -169,6 +171,8 @@ summarize() {
 			"$(grep -c -- '^--- PASS' "$f" || true)" "$(grep -c -- '^--- FAIL' "$f" || true)" "$(grep -c -- '^--- SKIP' "$f" || true)"
 		# Each failure and skip, and the messages tests logged.
 		grep -E -- '^\s*--- (FAIL|SKIP)|^\s+[a-z_]+_test\.go:[0-9]+:|^panic' "$f" | head -150 || true
+		# A timeout's panic names the tests that were running.
+		grep -A4 -- '^panic: test timed out' "$f" | grep -E '^\s+Test' | head -8 || true
 		grep -E -- '^(FAIL|ok|PASS)' "$f" | tail -3 || true
 		;;
 	*) cat "$f" ;;
@@ -180,6 +184,11 @@ run() {
 	dir=$(cd "$1" && pwd)
 	unpack "$dir"
 	export RLNODE_REQUIRE_GPU=${GPU_CHECK_REQUIRE:-1}
+	# Temporary files (a 0.5B checkpoint and its gradients: gigabytes) on
+	# DIR's disk rather than a /tmp that may be small, and one kernel cache
+	# for every section, whatever HOME is (or unset).
+	mkdir -p "$dir/tmp" "$dir/kernel-cache"
+	export TMPDIR=${GPU_CHECK_TMPDIR:-$dir/tmp} RLNODE_CUDA_CACHE=${RLNODE_CUDA_CACHE:-$dir/kernel-cache}
 	local log out=${GPU_CHECK_OUT:-}
 	log=$(mktemp -d)
 	if [ -n "$out" ]; then
@@ -206,17 +215,45 @@ run() {
 		date -u +%Y-%m-%dT%H:%M:%SZ
 		echo "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 		if command -v nvidia-smi >/dev/null 2>&1; then
-			nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+			timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 		else
 			echo "nvidia-smi: not found"
 		fi
 		if command -v python3 >/dev/null 2>&1; then
-			python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "available:", torch.cuda.is_available())' 2>&1 | tail -1 || true
+			echo "python3: $(command -v python3)"
+			timeout 60 python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "available:", torch.cuda.is_available())' 2>&1 | tail -1 || true
+		else
+			echo "python3: not found"
 		fi
 		echo "== rlnode gpu"
-		"$dir/bin/rlnode" gpu || true
+		# rlnode gpu exits 0 either way: its last lines say whether the
+		# backend is available.
+		if ! backend_available; then
+			find_libraries
+			backend_available || true
+		fi
 		[ "$budget" = 0 ] || echo "budget: $budget s for the whole run; a section starts only with its minimum left, and stops when the budget does"
 	} 2>&1 | say
+	# The libraries find_libraries found, for the sections (it ran in the
+	# pipeline's subshell above).
+	if [ -s "$dir/tmp/libraries.env" ]; then
+		set -a
+		# shellcheck disable=SC1091
+		. "$dir/tmp/libraries.env"
+		set +a
+	fi
+	# Without the backend every GPU section fails, each at length (the
+	# emulated GPU's run alone takes minutes): say so, and stop.
+	if [ "$RLNODE_REQUIRE_GPU" = 1 ] && ! backend_available >/dev/null 2>&1; then
+		{
+			echo "== NO CUDA BACKEND: rlnode gpu failed (above), so no section ran"
+			echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+			ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libnvrtc\.so|libcublasLt\.so' | head -12 || echo "ldconfig -p: none of libcuda, libnvrtc, libcublasLt"
+			echo "to rerun with the libraries named: RLNODE_CUDA_DRIVER=... RLNODE_NVRTC=... RLNODE_CUBLASLT=... (docs/cuda.md)"
+			echo "== result: FAIL (RLNODE_REQUIRE_GPU=1)"
+		} 2>&1 | say
+		return 1
+	fi
 	local failed=0 ran=() skipped=() name max min switch title
 	while read -r name max min switch title; do
 		[ -n "$name" ] || continue
@@ -234,9 +271,9 @@ run() {
 		s0=$(date +%s)
 		if [ -n "$out" ]; then
 			echo "######## $name (limit $lim s)" >>"$out/full.log"
-			timeout -k 10 "$lim" bash "$SELF" section "$name" "$dir" </dev/null 2>&1 | tee -a "$out/full.log" >"$log/$name.txt" || rc=$?
+			GPU_CHECK_LIMIT=$lim timeout -k 10 "$lim" bash "$SELF" section "$name" "$dir" </dev/null 2>&1 | tee -a "$out/full.log" >"$log/$name.txt" || rc=$?
 		else
-			timeout -k 10 "$lim" bash "$SELF" section "$name" "$dir" </dev/null >"$log/$name.txt" 2>&1 || rc=$?
+			GPU_CHECK_LIMIT=$lim timeout -k 10 "$lim" bash "$SELF" section "$name" "$dir" </dev/null >"$log/$name.txt" 2>&1 || rc=$?
 		fi
 		{
 			echo "== $title [$(($(date +%s) - s0)) s]"
@@ -256,6 +293,51 @@ run() {
 		echo "== result: $([ "$failed" = 0 ] && echo PASS || echo FAIL) (RLNODE_REQUIRE_GPU=$RLNODE_REQUIRE_GPU; full logs in $log)"
 	} | say
 	return "$failed"
+}
+
+# backend_available prints rlnode gpu's report and says whether it found
+# the CUDA backend available.
+backend_available() {
+	gpu_report=$(timeout 60 "$dir/bin/rlnode" gpu 2>&1) || true
+	printf '%s\n' "$gpu_report"
+	grep -q '^CUDA backend: available' <<<"$gpu_report"
+}
+
+# find_libraries looks for the three libraries where rlnode's own search
+# did not (rlnode gpu failed): the linker's cache, the folders drivers
+# are mounted at, python3's site-packages (NVIDIA's wheels, PyTorch's
+# own), a CUDA toolkit. It names each one found in an RLNODE_* variable
+# not already set, prints them, and keeps them in DIR/tmp/libraries.env
+# for the sections.
+find_libraries() {
+	local var what glob dirs=() found
+	dirs+=(/usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /opt)
+	if command -v python3 >/dev/null 2>&1; then
+		local sp
+		sp=$(timeout 30 python3 -c 'import site, sysconfig; print("\n".join(site.getsitepackages() + [sysconfig.get_paths()["purelib"]]))' 2>/dev/null || true)
+		while read -r d; do [ -z "$d" ] || dirs+=("$d"); done <<<"$sp"
+	fi
+	: >"$dir/tmp/libraries.env"
+	for var in RLNODE_CUDA_DRIVER:driver:libcuda.so.1 RLNODE_NVRTC:NVRTC:'libnvrtc.so.1[0-9]*' RLNODE_CUBLASLT:cuBLASLt:'libcublasLt.so.1[0-9]*'; do
+		glob=${var##*:}
+		what=${var#*:}
+		what=${what%%:*}
+		var=${var%%:*}
+		# Only the libraries rlnode gpu did not load, and not named already.
+		grep -q "^$what: *not loaded" <<<"${gpu_report:-}" || continue
+		[ -z "${!var:-}" ] || continue
+		found=$(ldconfig -p 2>/dev/null | grep -o "/[^ ]*/${glob%%\**}[^ ]*" | grep -v stubs | head -1 || true)
+		if [ -z "$found" ]; then
+			found=$(timeout 30 find "${dirs[@]}" -maxdepth 4 -name "$glob" -not -path '*stubs*' \( -type f -o -type l \) 2>/dev/null | grep -v 'builtins\|alt' | sort -r | head -1 || true)
+		fi
+		if [ -n "$found" ]; then
+			echo "gpu-check: rlnode found no library itself; setting $var=$found"
+			echo "$var=$found" >>"$dir/tmp/libraries.env"
+			export "$var=$found"
+		else
+			echo "gpu-check: $var: no $glob found"
+		fi
+	done
 }
 
 # step_env sets the training-step benchmarks' shape and rows.
@@ -278,11 +360,15 @@ step() {
 	echo "rows: $RLNODE_STEP_BATCH x $RLNODE_STEP_SEQ tokens, the second half of each row scored"
 	# With the attention on the tensor cores too (-tc; opt-in until seen
 	# here), unless GPU_CHECK_TC=0.
-	(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_TC=$([ "${GPU_CHECK_TC:-1}" = 0 ] && echo 0 || echo 1) timeout 150 ./cuda.test -test.run '^$' -test.bench 'TrainingStep' -test.benchtime 3x -test.timeout=140s) 2>&1 |
+	(cd "$dir/learner/cuda" && RLNODE_STEP_CPU=0 RLNODE_STEP_TC=$([ "${GPU_CHECK_TC:-1}" = 0 ] && echo 0 || echo 1) timeout --foreground 150 ./cuda.test -test.run '^$' -test.bench 'TrainingStep' -test.benchtime 3x -test.timeout=140s) 2>&1 |
 		grep -E 'Benchmark|allocator|FAIL|panic|Error|_test\.go:[0-9]+:' || rc=1
 	if has_torch_cuda; then
+		local o
+		o=$(mktemp)
 		for dt in bf16 fp32; do
-			timeout 120 python3 "$dir/learner/cuda/testdata/torch_step.py" --shape "$RLNODE_STEP_SHAPE" --seq "$RLNODE_STEP_SEQ" --batch "$RLNODE_STEP_BATCH" --dtype "$dt" --steps 3 2>&1 | tail -1 || true
+			# The JSON line, or what went wrong (warnings may follow the JSON on stderr).
+			timeout --foreground 120 python3 "$dir/learner/cuda/testdata/torch_step.py" --shape "$RLNODE_STEP_SHAPE" --seq "$RLNODE_STEP_SEQ" --batch "$RLNODE_STEP_BATCH" --dtype "$dt" --steps 3 >"$o" 2>&1 || true
+			grep -m1 '^{' "$o" || tail -n 5 "$o"
 		done
 	else
 		echo "PyTorch with CUDA: not available, no comparison"
@@ -298,11 +384,11 @@ step_more() {
 	step_env
 	cd "$dir/learner/cuda"
 	if [ "${GPU_CHECK_ACTBF16:-1}" != 0 ]; then
-		RLNODE_STEP_CPU=0 RLNODE_STEP_ACTBF16=1 timeout 90 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-bf16acts' -test.benchtime 1x -test.timeout=85s 2>&1 |
+		RLNODE_STEP_CPU=0 RLNODE_STEP_ACTBF16=1 timeout --foreground 90 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-bf16acts' -test.benchtime 1x -test.timeout=85s 2>&1 |
 			grep -E 'Benchmark|allocator|FAIL|panic|_test\.go:[0-9]+:' || echo "device backend with bf16 activations: no figure (it failed, or ran past its 90 s)"
 	fi
 	if [ "${GPU_CHECK_HOSTOPT:-1}" != 0 ]; then
-		RLNODE_STEP_CPU=0 RLNODE_STEP_HOSTOPT=1 timeout 90 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-hostopt' -test.benchtime 1x -test.timeout=85s 2>&1 |
+		RLNODE_STEP_CPU=0 RLNODE_STEP_HOSTOPT=1 timeout --foreground 90 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/gpu-bf16-hostopt' -test.benchtime 1x -test.timeout=85s 2>&1 |
 			grep -E 'Benchmark|FAIL|panic|_test\.go:[0-9]+:' || echo "device backend with AdamW on the host: no figure (it failed, or ran past its 90 s)"
 	fi
 }
@@ -316,7 +402,7 @@ profile() {
 	local tc
 	tc=$([ "${GPU_CHECK_TC:-1}" = 0 ] && echo 0 || echo 1)
 	# -test.v: without it, a benchmark's log is cut to its first lines.
-	RLNODE_STEP_CPU=0 RLNODE_STEP_TC=$tc RLNODE_STEP_PROFILE=1 timeout 110 ./cuda.test -test.v -test.run '^$' -test.bench 'TrainingStep/gpu-bf16(-tc)?$' -test.benchtime 1x -test.timeout=105s 2>&1 |
+	RLNODE_STEP_CPU=0 RLNODE_STEP_TC=$tc RLNODE_STEP_PROFILE=1 timeout --foreground 110 ./cuda.test -test.v -test.run '^$' -test.bench 'TrainingStep/gpu-bf16(-tc)?$' -test.benchtime 1x -test.timeout=105s 2>&1 |
 		sed -n -e '/^Benchmark.*ns\/op/p' -e '/FAIL\|panic\|_test\.go:[0-9]*: [^p]/p' -e '/profiled step/,/all device ops/p' | grep . || { echo "profiled bf16 step: no figure (it failed, or ran past its 110 s)"; return 1; }
 }
 
@@ -324,14 +410,14 @@ profile() {
 # on the GPU under ZeRO stage 0 and 1 (same device, half the rows each).
 step_sharded() {
 	step_env
-	cd "$1/learner/shard" && timeout 180 ./shard.test -test.run '^$' -test.bench 'DeviceStep/gpu' -test.benchtime 1x -test.timeout=170s 2>&1 |
+	cd "$1/learner/shard" && timeout --foreground 180 ./shard.test -test.run '^$' -test.bench 'DeviceStep/gpu' -test.benchtime 1x -test.timeout=170s 2>&1 |
 		grep -E 'Benchmark|FAIL|panic|Error|_test\.go:[0-9]+:' || { echo "sharded steps: no figure (it failed, or ran past its 180 s)"; return 1; }
 }
 
 # step_cpu times the same step on the CPU backend (the slowest part).
 step_cpu() {
 	step_env
-	cd "$1/learner/cuda" && timeout 150 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/cpu' -test.benchtime 1x -test.timeout=140s 2>&1 |
+	cd "$1/learner/cuda" && timeout --foreground 150 ./cuda.test -test.run '^$' -test.bench 'TrainingStep/cpu' -test.benchtime 1x -test.timeout=140s 2>&1 |
 		grep -E 'Benchmark|FAIL|panic|_test\.go:[0-9]+:' || { echo "CPU backend: no figure (it failed, or ran past its 150 s)"; return 1; }
 }
 
@@ -343,10 +429,10 @@ attention() {
 	local dir=$1 rc=0
 	local seq=${GPU_CHECK_SEQ:-1024} batch=${GPU_CHECK_BATCH:-8}
 	echo "rows: $batch x $seq tokens, one causal sequence each"
-	(cd "$dir/learner/cuda" && RLNODE_ATTN_SEQ=$seq RLNODE_ATTN_BATCH=$batch timeout 120 ./cuda.test -test.run '^$' -test.bench 'Attention/gpu' -test.benchtime 5x -test.timeout=110s) 2>&1 |
+	(cd "$dir/learner/cuda" && RLNODE_ATTN_SEQ=$seq RLNODE_ATTN_BATCH=$batch timeout --foreground 120 ./cuda.test -test.run '^$' -test.bench 'Attention/gpu' -test.benchtime 5x -test.timeout=110s) 2>&1 |
 		grep -E 'Benchmark|FAIL|panic|Error|_test\.go:[0-9]+:' || { echo "attention: no figure (it failed, or ran past its 120 s)"; rc=1; }
 	if has_torch_cuda; then
-		timeout 90 python3 "$dir/learner/cuda/testdata/torch_attention.py" --seq "$seq" --batch "$batch" 2>&1 | tail -2 || true
+		timeout --foreground 90 python3 "$dir/learner/cuda/testdata/torch_attention.py" --seq "$seq" --batch "$batch" 2>&1 | tail -2 || true
 	else
 		echo "PyTorch with CUDA: not available, no comparison"
 	fi
@@ -364,7 +450,7 @@ torchcheck() {
 		echo "PyTorch with CUDA: not available, no comparison"
 		return 1
 	fi
-	timeout 120 "$dir/bin/rlnode" model init --config "$dir/learner/model/testdata/qwen2.5-0.5b-instruct.config.json" --out "$tmp/q05" --seed 1 || return 1
+	timeout --foreground 120 "$dir/bin/rlnode" model init --config "$dir/learner/model/testdata/qwen2.5-0.5b-instruct.config.json" --out "$tmp/q05" --seed 1 || return 1
 	python3 - "$tmp/in.json" <<'PY'
 import json, random, sys
 r = random.Random(1)
@@ -376,9 +462,9 @@ PY
 		tols="--tol-logp 1e-3 --tol-grad 1e-2"
 		[ "$dev" = cuda-bf16 ] && tols="--tol-logp 0.25 --tol-grad 0.25"
 		echo "-- rlnode model forward --device $dev"
-		timeout 150 "$dir/bin/rlnode" model forward --model "$tmp/q05" --input "$tmp/in.json" --out "$tmp/go-$dev.safetensors" --grad --device "$dev" || { rc=1; continue; }
+		timeout --foreground 150 "$dir/bin/rlnode" model forward --model "$tmp/q05" --input "$tmp/in.json" --out "$tmp/go-$dev.safetensors" --grad --device "$dev" || { rc=1; continue; }
 		# shellcheck disable=SC2086
-		timeout 150 python3 "$dir/learner/model/testdata/compare_forward.py" --model "$tmp/q05" --input "$tmp/in.json" \
+		timeout --foreground 150 python3 "$dir/learner/model/testdata/compare_forward.py" --model "$tmp/q05" --input "$tmp/in.json" \
 			--scores "$tmp/go-$dev.safetensors" --grad --device cuda $tols || rc=1
 	done
 	rm -rf "$tmp"
@@ -391,11 +477,11 @@ PY
 engine() {
 	local dir=$1 rc=0 out
 	out=$(mktemp -d)
-	(cd "$dir/rollout/native" && timeout 120 ./native.test -test.v -test.count=1 -test.run 'TestEngineOnGPU|TestLoadOnDevice' -test.timeout=110s) >"$out/tests.txt" 2>&1 || rc=1
+	(cd "$dir/rollout/native" && timeout --foreground 120 ./native.test -test.v -test.count=1 -test.run 'TestEngineOnGPU|TestLoadOnDevice' -test.timeout=110s) >"$out/tests.txt" 2>&1 || rc=1
 	printf 'rollout/native: %s passed, %s failed, %s skipped\n' \
 		"$(grep -c -- '--- PASS' "$out/tests.txt" || true)" "$(grep -c -- '--- FAIL' "$out/tests.txt" || true)" "$(grep -c -- '--- SKIP' "$out/tests.txt" || true)"
 	grep -E -- '--- (FAIL|SKIP)|^\s+[a-z_]+_test\.go:[0-9]+:|^panic' "$out/tests.txt" | head -40 || true
-	if timeout 120 "$dir/bin/rlnode" run quickstart --out "$out/run" --set sft.steps=2 --set schedule.steps=2 \
+	if timeout --foreground 120 "$dir/bin/rlnode" run quickstart --out "$out/run" --set sft.steps=2 --set schedule.steps=2 \
 		--set engines.policy.device=cuda --set placement.learner_device=cuda >"$out/run.log" 2>&1; then
 		echo "rlnode run quickstart, engine and learner on cuda, 2 SFT and 2 RL steps: ok"
 		tail -n 2 "$out/run/metrics.jsonl" | cut -c1-200
@@ -413,10 +499,10 @@ engine() {
 # the same shape.
 decode() {
 	local dir=$1 rc=0
-	(cd "$dir/rollout/native" && RLNODE_DECODE_SHAPE=${GPU_CHECK_SHAPE:-qwen2.5-0.5b} timeout 240 ./native.test -test.v -test.run '^$' -test.bench 'DecodeGPU' -test.benchtime 1x -test.timeout=230s) 2>&1 |
+	(cd "$dir/rollout/native" && RLNODE_DECODE_SHAPE=${GPU_CHECK_SHAPE:-qwen2.5-0.5b} timeout --foreground 240 ./native.test -test.v -test.run '^$' -test.bench 'DecodeGPU' -test.benchtime 1x -test.timeout=230s) 2>&1 |
 		grep -E '^Benchmark.*tokens/s|FAIL|panic|Error|no GPU|_test\.go:[0-9]+:' || { echo "native decode: no figure (it failed, or ran past its 240 s)"; rc=1; }
 	if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch, transformers, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-		timeout 180 python3 "$dir/rollout/native/testdata/hf_generate.py" 2>&1 | grep -E 'hf_generate|Error|error' | tail -6 || true
+		timeout --foreground 180 python3 "$dir/rollout/native/testdata/hf_generate.py" 2>&1 | grep -E '^hf_generate|^torch |Error|error' | tail -8 || true
 	else
 		echo "transformers with CUDA: not available, no comparison"
 	fi
@@ -431,11 +517,11 @@ decode() {
 samehost() {
 	local dir=$1
 	echo "load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
-	(cd "$dir/learner/shard" && timeout 150 ./shard.test -test.run '^$' -test.bench 'Memcpy/MiB=64|(SharedCopy|Read)Bound/ranks=./MiB=64|AllReduce(Loopback|InPlace)/ranks=./MiB=64' -test.benchtime 20x -test.timeout=140s) 2>&1 |
+	(cd "$dir/learner/shard" && timeout --foreground 150 ./shard.test -test.run '^$' -test.bench 'Memcpy/MiB=64|(SharedCopy|Read)Bound/ranks=./MiB=64|AllReduce(Loopback|InPlace)/ranks=./MiB=64' -test.benchtime 20x -test.timeout=140s) 2>&1 |
 		grep -E 'Benchmark|FAIL|panic|_test\.go:[0-9]+:' || echo "same-host all-reduce: no figure (it failed, or ran past its 150 s)"
 	if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch.distributed' 2>/dev/null; then
 		for n in 2 4; do
-			timeout 60 python3 "$dir/learner/shard/testdata/bench_gloo.py" --ranks "$n" --iters 10 --port $((29600 + n)) 2>&1 | grep 'MiB=64' || true
+			timeout --foreground 60 python3 "$dir/learner/shard/testdata/bench_gloo.py" --ranks "$n" --iters 10 --port $((29600 + n)) 2>&1 | grep 'MiB=64' || true
 		done
 	else
 		echo "PyTorch: not available, no gloo figure"
