@@ -10,7 +10,9 @@
 # GPU, driver or NVRTC fails instead; GPU_CHECK_REQUIRE=0 lifts that for a
 # dry run. The libraries are found as rlnode finds them (docs/cuda.md):
 # the dynamic linker's path, NVIDIA's Python wheels, a CUDA toolkit, or
-# RLNODE_CUDA_DRIVER, RLNODE_NVRTC and RLNODE_CUBLASLT.
+# RLNODE_CUDA_DRIVER, RLNODE_NVRTC and RLNODE_CUBLASLT. Where rlnode gpu
+# finds no backend, run looks for the missing libraries itself and names
+# them in those variables; still none, it stops with the reason.
 #
 # The sections (SECTIONS below), in the order they run, most wanted first:
 #   tests-cuda    learner/cuda's tests on the GPU: NVRTC compiles of every
