@@ -328,7 +328,7 @@ find_libraries() {
 		# Only the libraries rlnode gpu did not load, and not named already.
 		grep -q "^$what: *not loaded" <<<"${gpu_report:-}" || continue
 		[ -z "${!var:-}" ] || continue
-		found=$(ldconfig -p 2>/dev/null | grep -o "/[^ ]*/${glob%%\**}[^ ]*" | grep -v stubs | head -1 || true)
+		found=$(ldconfig -p 2>/dev/null | grep -E 'x86-64|AArch64' | grep -o "/[^ ]*/${glob%%\**}[^ ]*" | grep -v stubs | head -1 || true)
 		if [ -z "$found" ]; then
 			found=$(timeout 30 find "${dirs[@]}" -maxdepth 4 -name "$glob" -not -path '*stubs*' \( -type f -o -type l \) 2>/dev/null | grep -v 'builtins\|alt' | sort -r | head -1 || true)
 		fi
