@@ -13,6 +13,9 @@ import (
 // missing file), stops after its header with the reason and fails,
 // instead of running every section to its failure; it needs no HOME.
 func TestGPUCheckStopsWithoutBackend(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds rlnode")
+	}
 	script, err := filepath.Abs("../../scripts/gpu-check.sh")
 	if err != nil {
 		t.Fatal(err)
