@@ -1,6 +1,7 @@
 package learner
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"time"
@@ -132,7 +133,8 @@ func init() {
 			return nil, err
 		}
 		if cfg.ResumeDir != "" {
-			if err := l.Load(cfg.ResumeDir); err != nil {
+			if err := l.LoadContext(ctx.Context(), cfg.ResumeDir); err != nil {
+				l.Close() // the device's memory goes back
 				return nil, err
 			}
 		}
@@ -162,7 +164,7 @@ func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("learner actor: %w", err)
 		}
-		data, err := EncodeWeights(w)
+		data, err := EncodeWeightsContext(ctx.Context(), w)
 		if err != nil {
 			return nil, fmt.Errorf("learner actor: weights: %w", err)
 		}
@@ -192,6 +194,14 @@ func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 // bytes, tensors sorted by name, each 1-D: the receiver knows the shapes
 // from its own model.
 func EncodeWeights(w map[string][]float32) ([]byte, error) {
+	return EncodeWeightsContext(context.Background(), w)
+}
+
+// EncodeWeightsContext is EncodeWeights that checks ctx between tensors
+// and gives up, with an error wrapping ctx's, once it is done: a large
+// model's weights take seconds to encode, which a stopping node should
+// not wait. The bytes are EncodeWeights'.
+func EncodeWeightsContext(ctx context.Context, w map[string][]float32) ([]byte, error) {
 	names := make([]string, 0, len(w))
 	for n := range w {
 		names = append(names, n)
@@ -199,24 +209,36 @@ func EncodeWeights(w map[string][]float32) ([]byte, error) {
 	sort.Strings(names)
 	ts := make([]safetensors.Tensor, 0, len(names))
 	for _, n := range names {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("encode weights: %w", err)
+		}
 		t, err := safetensors.FromFloat32(n, safetensors.F32, []int{len(w[n])}, w[n])
 		if err != nil {
 			return nil, err
 		}
 		ts = append(ts, t)
 	}
-	return safetensors.Encode(ts, nil)
+	return safetensors.EncodeContext(ctx, ts, nil)
 }
 
 // DecodeWeights reads EncodeWeights' bytes; what names the payload in
 // errors.
 func DecodeWeights(what string, data []byte) (map[string][]float32, error) {
+	return DecodeWeightsContext(context.Background(), what, data)
+}
+
+// DecodeWeightsContext is DecodeWeights that checks ctx between tensors
+// and gives up, with an error wrapping ctx's, once it is done.
+func DecodeWeightsContext(ctx context.Context, what string, data []byte) (map[string][]float32, error) {
 	f, err := safetensors.Parse(what, data)
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[string][]float32, len(f.Names()))
 	for _, n := range f.Names() {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
 		v, _, err := f.Float32(n)
 		if err != nil {
 			return nil, err

@@ -1,7 +1,9 @@
 package learner_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -116,5 +118,33 @@ func TestLearnerActor(t *testing.T) {
 	}
 	if _, err := cluster.Call[learner.Loaded](ctx, h, learner.LoadRequest{Dir: filepath.Join(dir, "missing")}); err == nil {
 		t.Error("loading a missing checkpoint succeeded")
+	}
+}
+
+// TestWeightsEncodingGivesUp: encoding and decoding a weight push check
+// their context between tensors (a large model's take seconds, which a
+// stopping run once waited for), and with a live context write and read
+// EncodeWeights' bytes.
+func TestWeightsEncodingGivesUp(t *testing.T) {
+	w := map[string][]float32{"a": {1, 2, 3}, "b": {4, 5}, "c": {6}}
+	want, err := learner.EncodeWeights(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := learner.EncodeWeightsContext(context.Background(), w)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("EncodeWeightsContext: %d bytes, %v; want EncodeWeights' %d", len(got), err, len(want))
+	}
+	back, err := learner.DecodeWeightsContext(context.Background(), "push", got)
+	if err != nil || len(back) != len(w) || back["b"][1] != 5 {
+		t.Fatalf("DecodeWeightsContext: %v, %v", back, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := learner.EncodeWeightsContext(ctx, w); !errors.Is(err, context.Canceled) {
+		t.Errorf("EncodeWeightsContext after its context ended: %v, want context.Canceled", err)
+	}
+	if _, err := learner.DecodeWeightsContext(ctx, "push", want); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "push") {
+		t.Errorf("DecodeWeightsContext after its context ended: %v, want context.Canceled naming the payload", err)
 	}
 }

@@ -1,6 +1,7 @@
 package learner
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -144,14 +145,20 @@ func (l *Learner) SaveModel(dir string) error {
 // the learner's; a checkpoint with LoRA adapters needs Config.LoRA with
 // the same rank, alpha, dropout and targets. Everything is read and
 // checked before anything changes.
-func (l *Learner) Load(dir string) error {
+func (l *Learner) Load(dir string) error { return l.LoadContext(context.Background(), dir) }
+
+// LoadContext is Load that gives up once ctx is done (checked while the
+// checkpoint's files are read and between tensors), with an error that
+// wraps ctx's and the learner unchanged: a large checkpoint takes minutes
+// to read, which a stopped run or node should not wait.
+func (l *Learner) LoadContext(ctx context.Context, dir string) error {
 	// A learner on a device loads onto it; on the host, onto a fresh CPU
 	// backend.
 	b := backend.Backend(cpu.New())
 	if _, host := l.model.B.(backend.HostMemory); !host {
 		b = l.model.B
 	}
-	m, err := model.Load(dir, b)
+	m, err := model.LoadContext(ctx, dir, b)
 	if err != nil {
 		return fmt.Errorf("learner: load: %w", err)
 	}
@@ -205,7 +212,7 @@ func (l *Learner) Load(dir string) error {
 	var ost optim.AdamWState
 	optPath := filepath.Join(dir, StateFile)
 	if !state.OptimizerOmitted {
-		if ost, optPath, err = ReadOptimizerState(dir, sizes); err != nil {
+		if ost, optPath, err = ReadOptimizerStateContext(ctx, dir, sizes); err != nil {
 			return fmt.Errorf("learner: load: %w", err)
 		}
 	}
@@ -215,7 +222,7 @@ func (l *Learner) Load(dir string) error {
 	ref = l.ref // a given reference stays
 	if l.ref != nil && l.cfg.RefModelDir == "" {
 		refPath := filepath.Join(dir, ReferenceFile)
-		rf, err := safetensors.ReadFile(refPath)
+		rf, err := safetensors.ReadFileContext(ctx, refPath)
 		if err != nil {
 			return fmt.Errorf("learner: load: %w", err)
 		}
@@ -223,6 +230,9 @@ func (l *Learner) Load(dir string) error {
 			return fmt.Errorf("learner: load %s: %w", dir, err)
 		}
 		for _, p := range ref.Params() {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("learner: load %s: %w", refPath, err)
+			}
 			v, shape, err := rf.Float32(p.Name)
 			if err != nil {
 				return fmt.Errorf("learner: load %s: %w", refPath, err)
@@ -436,9 +446,16 @@ func removeShardFiles(dir string, keep int) error {
 // element of the tensors they name exactly once and agree on the step.
 // The second result names what was read, for errors.
 func ReadOptimizerState(dir string, sizes map[string]int) (optim.AdamWState, string, error) {
+	return ReadOptimizerStateContext(context.Background(), dir, sizes)
+}
+
+// ReadOptimizerStateContext is ReadOptimizerState that gives up once ctx
+// is done (checked while each file is read and between tensors), with an
+// error wrapping ctx's.
+func ReadOptimizerStateContext(ctx context.Context, dir string, sizes map[string]int) (optim.AdamWState, string, error) {
 	whole := filepath.Join(dir, OptimizerFile)
 	if _, err := os.Stat(whole); err == nil {
-		st, err := readWholeOptimizer(whole)
+		st, err := readWholeOptimizer(ctx, whole)
 		return st, whole, err
 	}
 	ents, err := os.ReadDir(dir)
@@ -476,7 +493,7 @@ func ReadOptimizerState(dir string, sizes map[string]int) (optim.AdamWState, str
 	step := -1
 	for _, fn := range files {
 		path := filepath.Join(dir, fn)
-		f, err := safetensors.ReadFile(path)
+		f, err := safetensors.ReadFileContext(ctx, path)
 		if err != nil {
 			return optim.AdamWState{}, path, err
 		}
@@ -489,6 +506,9 @@ func ReadOptimizerState(dir string, sizes map[string]int) (optim.AdamWState, str
 		}
 		step = s
 		for _, tn := range f.Names() {
+			if err := ctx.Err(); err != nil {
+				return optim.AdamWState{}, path, fmt.Errorf("%s: %w", path, err)
+			}
 			if !strings.HasPrefix(tn, optim.ExpAvgPrefix) {
 				if !strings.HasPrefix(tn, optim.ExpAvgSqPrefix) {
 					return optim.AdamWState{}, path, fmt.Errorf("%s: unknown tensor %q", path, tn)
@@ -555,8 +575,8 @@ func ReadOptimizerState(dir string, sizes map[string]int) (optim.AdamWState, str
 	return st, dir, nil
 }
 
-func readWholeOptimizer(path string) (optim.AdamWState, error) {
-	f, err := safetensors.ReadFile(path)
+func readWholeOptimizer(ctx context.Context, path string) (optim.AdamWState, error) {
+	f, err := safetensors.ReadFileContext(ctx, path)
 	if err != nil {
 		return optim.AdamWState{}, err
 	}
@@ -566,6 +586,9 @@ func readWholeOptimizer(path string) (optim.AdamWState, error) {
 	}
 	ost := optim.AdamWState{Step: optStep}
 	for _, name := range f.Names() {
+		if err := ctx.Err(); err != nil {
+			return optim.AdamWState{}, fmt.Errorf("%s: %w", path, err)
+		}
 		v, _, err := f.Float32(name)
 		if err != nil {
 			return optim.AdamWState{}, fmt.Errorf("%s: %w", path, err)

@@ -459,8 +459,8 @@ func (l *Learner) TrainableParams() []*optim.Param {
 func New(cfg Config) (*Learner, error) { return NewContext(context.Background(), cfg) }
 
 // NewContext is New that gives up once ctx is done (checked between the
-// model's tensors while it initializes them, and between the build's
-// parts), returning an error that wraps ctx's: the learner actors build
+// model's tensors while it initializes or loads them, and between the
+// build's parts), returning an error that wraps ctx's: the learner actors build
 // with their node's context, so a node that stops does not wait for a
 // large model's init.
 func NewContext(ctx context.Context, cfg Config) (*Learner, error) {
@@ -478,7 +478,7 @@ func NewContext(ctx context.Context, cfg Config) (*Learner, error) {
 		return nil, err
 	}
 	if cfg.ModelDir != "" {
-		if m, err = model.Load(cfg.ModelDir, b); err != nil {
+		if m, err = model.LoadContext(ctx, cfg.ModelDir, b); err != nil {
 			return nil, fmt.Errorf("learner: %w", err)
 		}
 	} else {
@@ -506,7 +506,7 @@ func NewContext(ctx context.Context, cfg Config) (*Learner, error) {
 	l := &Learner{cfg: cfg, model: m, minLR: cfg.MinLR, rlStart: -1}
 	switch {
 	case cfg.RefModelDir != "":
-		if l.ref, err = loadReference(cfg, m); err != nil {
+		if l.ref, err = loadReference(ctx, cfg, m); err != nil {
 			return nil, err
 		}
 	case cfg.Loss.KLCoef > 0:

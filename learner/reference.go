@@ -1,6 +1,7 @@
 package learner
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -25,7 +26,7 @@ import (
 
 // loadReference loads Config.RefModelDir after CheckReference, onto the
 // policy's device where it has one, else onto a CPU backend of its own.
-func loadReference(cfg Config, policy *model.Model) (*model.Model, error) {
+func loadReference(ctx context.Context, cfg Config, policy *model.Model) (*model.Model, error) {
 	dir := cfg.RefModelDir
 	if err := CheckReference(cfg.ModelDir, &policy.Config, dir); err != nil {
 		return nil, fmt.Errorf("learner: %w", err)
@@ -34,7 +35,7 @@ func loadReference(cfg Config, policy *model.Model) (*model.Model, error) {
 	if _, host := policy.B.(backend.HostMemory); !host {
 		b = policy.B
 	}
-	ref, err := model.Load(dir, b)
+	ref, err := model.LoadContext(ctx, dir, b)
 	if err != nil {
 		return nil, fmt.Errorf("learner: reference model: %w", err)
 	}

@@ -3,6 +3,7 @@ package train
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -69,14 +70,22 @@ func WriteManifest(dir string) error {
 // one (step-N/feedback) is checked against the entries under it. It
 // returns nil, ErrNoManifest, or an error wrapping ErrCorrupt that names
 // the first file that is missing or differs.
-func VerifyCheckpoint(dir string) error {
+func VerifyCheckpoint(dir string) error { return VerifyCheckpointContext(context.Background(), dir) }
+
+// VerifyCheckpointContext is VerifyCheckpoint that gives up once ctx is
+// done (checked between reads of each file), with an error wrapping
+// ctx's: a large checkpoint's files take minutes to hash.
+func VerifyCheckpointContext(ctx context.Context, dir string) error {
 	entries, root, err := readManifest(dir)
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
 		p := filepath.Join(root, filepath.FromSlash(e.path))
-		sum, err := fileSHA256(p)
+		sum, err := fileSHA256Context(ctx, p)
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("checkpoint %s: %w", dir, err) // stopped, not corrupt
+		}
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w: %w", dir, ErrCorrupt, err)
 		}
@@ -213,15 +222,29 @@ func SetAside(s Skipped) (string, error) {
 	return to, nil
 }
 
-func fileSHA256(p string) (string, error) {
+func fileSHA256(p string) (string, error) { return fileSHA256Context(context.Background(), p) }
+
+// fileSHA256Context is fileSHA256 that checks ctx between reads.
+func fileSHA256Context(ctx context.Context, p string) (string, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("read %s: %w", p, err)
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			return "", fmt.Errorf("read %s: %w", p, err)
+		}
+		n, err := f.Read(buf)
+		h.Write(buf[:n])
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return "", fmt.Errorf("read %s: %w", p, err)
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

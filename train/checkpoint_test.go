@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/internal/slowfile"
 )
 
 // writeCheckpointFiles makes a checkpoint directory with the given files (path
@@ -192,5 +196,31 @@ func TestSetAside(t *testing.T) {
 	}
 	if cks, err := Checkpoints(out); err != nil || len(cks) != 0 {
 		t.Errorf("checkpoints after SetAside: %v, %v; want none", cks, err)
+	}
+}
+
+// TestVerifyCheckpointContextGivesUp: verification whose context ends
+// while it hashes a file returns at once with the context's error, not
+// ErrCorrupt (the checkpoint is not at fault). The weights come from a
+// pipe that never ends, as from a very slow disk: --resume's verification
+// once hashed on to the end (minutes for a 7B model's weights and
+// optimizer state), deaf to SIGTERM.
+func TestVerifyCheckpointContextGivesUp(t *testing.T) {
+	dir := t.TempDir()
+	writeCheckpointFiles(t, dir, map[string]string{"model.safetensors": strings.Repeat("weights ", 1<<14)}, true)
+	half := slowfile.Replace(t, filepath.Join(dir, "model.safetensors"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	verified := make(chan error, 1)
+	go func() { verified <- VerifyCheckpointContext(ctx, dir) }()
+	<-half
+	cancel()
+	select {
+	case err := <-verified:
+		if !errors.Is(err, context.Canceled) || errors.Is(err, ErrCorrupt) {
+			t.Errorf("VerifyCheckpointContext: %v, want context.Canceled and not ErrCorrupt", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("VerifyCheckpointContext did not return within 60 s of its context's end")
 	}
 }

@@ -328,7 +328,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
 	if cfg.Resume != "" {
-		if err := r.verifyCheckpoint(cfg.Resume); err != nil {
+		if err := r.verifyCheckpoint(ctx, cfg.Resume); err != nil {
 			return Result{}, fmt.Errorf("driver: resume: %w", err)
 		}
 		if err := r.readResumeState(); err != nil {
@@ -429,7 +429,7 @@ func (r *run) startEngine(ctx context.Context, p *policy) error {
 		err = r.startVLLM(ctx, p)
 	default:
 		var es *weightsync.EngineServer
-		if es, err = weightsync.StartEngine(p.l.Model, p.l.ModelDir, native.Config{MaxBatch: r.cfg.EngineBatch, Device: r.cfg.EngineDevice}); err == nil {
+		if es, err = weightsync.StartEngine(ctx, p.l.Model, p.l.ModelDir, native.Config{MaxBatch: r.cfg.EngineBatch, Device: r.cfg.EngineDevice}); err == nil {
 			p.server, p.tok = es, es.Tokenizer()
 		}
 	}
@@ -885,8 +885,8 @@ func (r *run) checkpoint(ctx context.Context, dir string) error {
 // verifyCheckpoint checks the checkpoint to load against its manifest
 // (VerifyCheckpoint): one that fails is never trained on; one without a
 // manifest (older) is loaded with a warning.
-func (r *run) verifyCheckpoint(dir string) error {
-	err := VerifyCheckpoint(dir)
+func (r *run) verifyCheckpoint(ctx context.Context, dir string) error {
+	err := VerifyCheckpointContext(ctx, dir)
 	if errors.Is(err, ErrNoManifest) {
 		r.log.Warn("checkpoint has no checksum manifest: its files are not verified", "checkpoint", dir)
 		return nil

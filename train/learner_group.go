@@ -184,7 +184,7 @@ func (r *run) restartLearners(ctx context.Context, cause error) error {
 	r.log.Warn("learner failed; restarting from the last checkpoint", "step", r.logged+1, "checkpoint", dir, "err", cause)
 	ds := driverState{}
 	if dir != "" {
-		if err := r.verifyCheckpoint(dir); err != nil {
+		if err := r.verifyCheckpoint(ctx, dir); err != nil {
 			return err
 		}
 		var err error

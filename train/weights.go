@@ -147,5 +147,5 @@ func (s learnerSource) decode(ctx context.Context, off learner.WeightsOffer, wha
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s of step %d: %w", what, off.Step, err)
 	}
-	return learner.DecodeWeights(fmt.Sprintf("%s of learner step %d", what, off.Step), data)
+	return learner.DecodeWeightsContext(ctx, fmt.Sprintf("%s of learner step %d", what, off.Step), data)
 }

@@ -24,11 +24,11 @@ type EngineServer struct {
 // StartEngine starts a native engine on a fresh model of mc (its weights
 // come with the first Publish) or, with dir set, on the checkpoint there;
 // cfg gives its decode batch (MaxBatch) and device (Device). Its prefill
-// step is 4096 tokens.
-func StartEngine(mc *model.Config, dir string, cfg native.Config) (*EngineServer, error) {
+// step is 4096 tokens. Loading the checkpoint gives up once ctx is done.
+func StartEngine(ctx context.Context, mc *model.Config, dir string, cfg native.Config) (*EngineServer, error) {
 	ncfg := native.Config{MaxBatch: cfg.MaxBatch, MaxStepTokens: 4096, Device: cfg.Device}
 	if dir != "" {
-		e, err := native.Load(dir, ncfg)
+		e, err := native.LoadContext(ctx, dir, ncfg)
 		if err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}

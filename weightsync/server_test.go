@@ -93,7 +93,7 @@ func greedy(t *testing.T, e engine.Engine) []engine.Result {
 // base it reads once.
 func TestEngineServerPublish(t *testing.T) {
 	cfg := nativetest.Config()
-	s, err := StartEngine(&cfg, "", native.Config{MaxBatch: 8})
+	s, err := StartEngine(context.Background(), &cfg, "", native.Config{MaxBatch: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

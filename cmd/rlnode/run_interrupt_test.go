@@ -6,7 +6,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/rlnode/rlnode/internal/slowfile"
 	"github.com/rlnode/rlnode/train"
 )
 
@@ -45,5 +47,71 @@ func TestRunSIGTERMWhileStarting(t *testing.T) {
 	}
 	if cks, err := train.Checkpoints(dir); err != nil || len(cks) != 0 {
 		t.Errorf("checkpoints %v, %v: want none", cks, err)
+	}
+}
+
+// TestRunSIGTERMWhileLoadingACheckpoint: SIGTERM while the learner reads
+// its checkpoint (the policy's path, or --resume's step-N) stops the run
+// there: exit status 130 and the line that says it stopped before its
+// first step. The checkpoint's weights come from a pipe that never ends,
+// as a very slow disk would: the load once read on until the file ended
+// (minutes for a 7B model), deaf to the signal.
+func TestRunSIGTERMWhileLoadingACheckpoint(t *testing.T) {
+	home := t.TempDir()
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":128,"intermediate_size":384,
+		"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":768,"max_position_embeddings":64,
+		"tie_word_embeddings":true,"torch_dtype":"float32"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	short := []string{"--set", "sft.steps=1", "--set", "sft.batch_size=1", "--set", "schedule.steps=1", "--set", "schedule.eval_every=0",
+		"--set", "algorithm.batch_prompts=1", "--set", "algorithm.group_size=2", "--set", "algorithm.micro_batch=2"}
+	for _, c := range []struct {
+		name   string
+		resume bool
+	}{{"policy path", false}, {"resume", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			model := filepath.Join(t.TempDir(), "model")
+			if _, stderr, code := runRlnode(t, home, "model", "init", "--config", cfg, "--out", model); code != 0 {
+				t.Fatalf("model init: exit %d: %s", code, stderr)
+			}
+			dir := filepath.Join(t.TempDir(), "run")
+			args := append([]string{"run", "quickstart", "--out", dir, "--set", "models.policy.init=null", "--set", "models.policy.path=" + model}, short...)
+			weights := filepath.Join(model, "model.safetensors")
+			if c.resume {
+				if _, stderr, code := runRlnode(t, home, args...); code != 0 {
+					t.Fatalf("first run: exit %d: %s", code, stderr)
+				}
+				cks, err := train.Checkpoints(dir)
+				if err != nil || len(cks) == 0 {
+					t.Fatalf("checkpoints %v, %v", cks, err)
+				}
+				ck := cks[len(cks)-1]
+				// Without its manifest the checkpoint is taken unverified:
+				// the learner is the first to read its weights.
+				if err := os.Remove(filepath.Join(ck, train.ManifestFile)); err != nil {
+					t.Fatal(err)
+				}
+				weights = filepath.Join(ck, "model.safetensors")
+				args = append(args, "--resume")
+			}
+			half := slowfile.Replace(t, weights)
+			run := startRun(t, home, args...)
+			select {
+			case <-half:
+			case <-run.done:
+				t.Fatalf("rlnode ended before it read the checkpoint\nstderr:\n%s", run.stderr)
+			case <-time.After(60 * time.Second):
+				t.Fatalf("nothing read the checkpoint within 60 s\n%s", run.dump())
+			}
+			if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			code := run.wait(t)
+			if out := run.stderr.String(); code != 130 ||
+				!strings.Contains(out, "rlnode run: stopped before its first step") {
+				t.Errorf("exit %d, want 130 and the stop named\nstderr:\n%s", code, out)
+			}
+		})
 	}
 }

@@ -1,11 +1,15 @@
 package model
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/rlnode/rlnode/internal/slowfile"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/safetensors"
 )
@@ -289,5 +293,36 @@ func TestLoadShardedErrors(t *testing.T) {
 				t.Errorf("error %v, want %s and %q", err, c.file, c.want)
 			}
 		})
+	}
+}
+
+// TestLoadContextGivesUpWhileReading: a load whose context ends while it
+// reads the checkpoint returns at once with the context's error. The
+// weights come from a pipe that never ends, as from a very slow disk:
+// Load once read on until the file ended (minutes for a 7B model on a
+// real disk), so a stopped run waited for it.
+func TestLoadContextGivesUpWhileReading(t *testing.T) {
+	m := tinyModel(t, tinyConfig(Qwen2), 3)
+	dir := t.TempDir()
+	if err := m.Save(dir, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	half := slowfile.Replace(t, filepath.Join(dir, safetensors.SingleFile))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loaded := make(chan error, 1)
+	go func() {
+		_, err := LoadContext(ctx, dir, cpu.New())
+		loaded <- err
+	}()
+	<-half
+	cancel()
+	select {
+	case err := <-loaded:
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), dir) {
+			t.Errorf("LoadContext: %v, want context.Canceled and the checkpoint named", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("LoadContext did not return within 60 s of its context's end")
 	}
 }

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -472,7 +473,13 @@ func HasAdapter(dir string) bool {
 // beside it), the adapter merged into them. The result is for inference:
 // its weights are frozen.
 func LoadServed(dir string, b backend.Backend) (*Model, error) {
-	m, err := Load(dir, b)
+	return LoadServedContext(context.Background(), dir, b)
+}
+
+// LoadServedContext is LoadServed that gives up once ctx is done, as
+// LoadContext does.
+func LoadServedContext(ctx context.Context, dir string, b backend.Backend) (*Model, error) {
+	m, err := LoadContext(ctx, dir, b)
 	if err != nil {
 		return nil, err
 	}

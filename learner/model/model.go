@@ -285,11 +285,20 @@ func isNorm(name string) bool {
 // sharded; float32, bfloat16 or float16, converted to float32 master
 // weights). A checkpoint holding v_head.summary.weight gets a value head.
 func Load(dir string, b backend.Backend) (*Model, error) {
+	return LoadContext(context.Background(), dir, b)
+}
+
+// LoadContext is Load that checks ctx while it reads the checkpoint's
+// files and between tensors as it converts and uploads them, and gives up
+// once ctx is done with an error wrapping ctx's (the model's memory goes
+// back): a large checkpoint takes seconds to minutes that an interrupted
+// run should not wait. The weights it loads are Load's.
+func LoadContext(ctx context.Context, dir string, b backend.Backend) (*Model, error) {
 	cfg, err := ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
 	}
-	ck, err := safetensors.OpenCheckpoint(dir)
+	ck, err := safetensors.OpenCheckpointContext(ctx, dir)
 	if err != nil {
 		return nil, fmt.Errorf("load model %s: %w", dir, err)
 	}
@@ -300,16 +309,19 @@ func Load(dir string, b backend.Backend) (*Model, error) {
 	if _, _, ok := ck.Tensor(ValueHeadWeight); ok {
 		m.addValueHead()
 	}
-	if err := m.loadWeights(ck); err != nil {
+	if err := m.loadWeights(ctx, ck); err != nil {
 		m.Release() // device memory goes back
 		return nil, err
 	}
 	return m, nil
 }
 
-func (m *Model) loadWeights(ck *safetensors.Checkpoint) error {
+func (m *Model) loadWeights(ctx context.Context, ck *safetensors.Checkpoint) error {
 	want := map[string]bool{}
 	for _, p := range m.params {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("load %s: %w", ck.Dir, err)
+		}
 		want[p.Name] = true
 		t, file, ok := ck.Tensor(p.Name)
 		if !ok {

@@ -1,6 +1,7 @@
 package safetensors
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,11 +34,18 @@ type index struct {
 // OpenCheckpoint reads dir/model.safetensors.index.json and its shards when
 // the index exists, else dir/model.safetensors.
 func OpenCheckpoint(dir string) (*Checkpoint, error) {
+	return OpenCheckpointContext(context.Background(), dir)
+}
+
+// OpenCheckpointContext is OpenCheckpoint that gives up once ctx is done
+// (checked as ReadFileContext reads each file), with an error wrapping
+// ctx's.
+func OpenCheckpointContext(ctx context.Context, dir string) (*Checkpoint, error) {
 	c := &Checkpoint{Dir: dir, files: map[string]*File{}, where: map[string]string{}}
 	ipath := filepath.Join(dir, IndexFile)
 	b, err := os.ReadFile(ipath)
 	if errors.Is(err, os.ErrNotExist) {
-		f, err := ReadFile(filepath.Join(dir, SingleFile))
+		f, err := ReadFileContext(ctx, filepath.Join(dir, SingleFile))
 		if err != nil {
 			return nil, err
 		}
@@ -64,7 +72,7 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 		}
 		f, ok := c.files[shard]
 		if !ok {
-			f, err = ReadFile(filepath.Join(dir, shard))
+			f, err = ReadFileContext(ctx, filepath.Join(dir, shard))
 			if err != nil {
 				return nil, fmt.Errorf("open checkpoint %s: %w", ipath, err)
 			}

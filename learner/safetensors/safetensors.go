@@ -11,10 +11,12 @@ package safetensors
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"sort"
@@ -246,10 +248,43 @@ func byteSize(shape []int, dtype DType, limit int64) int64 {
 }
 
 // ReadFile reads and parses a whole safetensors file.
-func ReadFile(path string) (*File, error) {
-	b, err := os.ReadFile(path)
+func ReadFile(path string) (*File, error) { return ReadFileContext(context.Background(), path) }
+
+// readChunk is the most ReadFileContext reads between looks at its
+// context: a few tens of milliseconds of disk.
+const readChunk = 64 << 20
+
+// ReadFileContext is ReadFile that checks ctx between reads of the file
+// (each at most readChunk bytes) and gives up, with an error wrapping
+// ctx's, once it is done: a large checkpoint takes seconds to minutes to
+// read, from a slow disk or a network file system more. The bytes read
+// are ReadFile's.
+func ReadFileContext(ctx context.Context, path string) (*File, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read safetensors: %w", err)
+	}
+	defer f.Close()
+	size := 0
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && int64(int(st.Size())) == st.Size() {
+		size = int(st.Size())
+	}
+	b := make([]byte, 0, size+1) // +1: EOF is seen without growing
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read safetensors %s: %w", path, err)
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // a file that grew since Stat
+		}
+		n, err := f.Read(b[len(b):min(cap(b), len(b)+readChunk)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read safetensors: %w", err)
+		}
 	}
 	return Parse(path, b)
 }
@@ -367,6 +402,13 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) error 
 
 // Encode serializes tensors to safetensors bytes.
 func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
+	return EncodeContext(context.Background(), tensors, metadata)
+}
+
+// EncodeContext is Encode that checks ctx between tensors as it copies
+// them and gives up, with an error wrapping ctx's, once it is done. The
+// bytes are Encode's.
+func EncodeContext(ctx context.Context, tensors []Tensor, metadata map[string]string) ([]byte, error) {
 	header := map[string]any{}
 	if len(metadata) > 0 {
 		header["__metadata__"] = metadata
@@ -405,6 +447,9 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 	binary.LittleEndian.PutUint64(out, uint64(len(h)))
 	out = append(out, h...)
 	for i := range tensors {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("encode safetensors: %w", err)
+		}
 		out = append(out, tensors[i].Data...)
 	}
 	return out, nil

@@ -54,7 +54,8 @@ func init() {
 			return nil, err
 		}
 		if cfg.ResumeDir != "" {
-			if err := l.Load(cfg.ResumeDir); err != nil {
+			if err := l.LoadContext(ctx.Context(), cfg.ResumeDir); err != nil {
+				l.Close() // the device's memory goes back
 				return nil, err
 			}
 		}
@@ -135,7 +136,7 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("learner-shard %s: %w", ctx.Self().Name, err)
 		}
-		data, err := learner.EncodeWeights(w)
+		data, err := learner.EncodeWeightsContext(ctx.Context(), w)
 		if err != nil {
 			return nil, fmt.Errorf("learner-shard %s: weights: %w", ctx.Self().Name, err)
 		}

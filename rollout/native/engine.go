@@ -111,14 +111,21 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) 
 // model.safetensors, the adapter beside it) is served as base plus
 // adapter, merged.
 func Load(dir string, cfg Config) (*Engine, error) {
+	return LoadContext(context.Background(), dir, cfg)
+}
+
+// LoadContext is Load that gives up once ctx is done (checked while the
+// checkpoint is read and between its tensors), with an error wrapping
+// ctx's and the backend closed.
+func LoadContext(ctx context.Context, dir string, cfg Config) (*Engine, error) {
 	return startOn(cfg, func(b backend.Backend) (*model.Model, *tokenizer.Tokenizer, error) {
 		var m *model.Model
 		var err error
 		if model.HasAdapter(dir) {
-			if m, err = model.LoadServed(dir, b); err != nil {
+			if m, err = model.LoadServedContext(ctx, dir, b); err != nil {
 				return nil, nil, fmt.Errorf("native engine: %w", err)
 			}
-		} else if m, err = model.Load(dir, b); err != nil {
+		} else if m, err = model.LoadContext(ctx, dir, b); err != nil {
 			return nil, nil, err
 		}
 		tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))

@@ -381,6 +381,9 @@ func (e *Engine) SetWeights(ctx context.Context, version int64, weights map[stri
 	sort.Strings(names)
 	sw := &swap{version: version, done: make(chan error, 1)}
 	for _, name := range names {
+		if err := ctx.Err(); err != nil { // checking a large model's values takes a while
+			return fmt.Errorf("native engine: set weights version %d: %w", version, err)
+		}
 		p, ok := e.params[name]
 		v := weights[name]
 		switch {

@@ -69,7 +69,7 @@ func init() {
 		if cfg.Model == "" {
 			return nil, fmt.Errorf("%s: EngineConfig.Model: no checkpoint directory", EngineKind)
 		}
-		e, err := native.Load(cfg.Model, native.Config{MaxBatch: cfg.MaxBatch, WeightVersion: cfg.Version, Device: cfg.Device})
+		e, err := native.LoadContext(ctx.Context(), cfg.Model, native.Config{MaxBatch: cfg.MaxBatch, WeightVersion: cfg.Version, Device: cfg.Device})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EngineKind, err)
 		}
