@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/traces"
 )
 
 // tinyCheckpoint writes a small random Qwen2 checkpoint with the built-in
@@ -129,6 +131,7 @@ func TestServeBadArguments(t *testing.T) {
 		{[]string{"serve", "--model", ckpt, "--listen", "127.0.0.1:99999"}, 1, "--listen"},
 		{[]string{"serve", "--model", ckpt, "--max-batch", "0"}, 2, "--max-batch must be positive"},
 		{[]string{"serve", "--model", ckpt, "--max-body-bytes", "0"}, 2, "--max-body-bytes must be positive"},
+		{[]string{"serve", "--model", ckpt, "--max-inflight-bytes", "0"}, 2, "--max-inflight-bytes must be positive"},
 		{[]string{"serve", "--model", ckpt, "--max-requests", "-1"}, 2, "--max-requests and --max-queued-tokens must be ≥ 0"},
 		{[]string{"serve", "--model", ckpt, "--idle-timeout", "0s"}, 2, "--write-timeout must be positive, got 30s, 0s and 30s"},
 		{[]string{"serve", "--model", ckpt, "extra"}, 2, `unexpected argument "extra"`},
@@ -139,5 +142,37 @@ func TestServeBadArguments(t *testing.T) {
 		if code != tc.code || !strings.Contains(stderr, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", tc.args, code, stderr, tc.code, tc.want)
 		}
+	}
+}
+
+// TestServeModelBoundsKeptAnswers: with --traces, what serve --model's
+// recorder keeps of answers in progress counts against
+// --max-inflight-bytes, all clients together, as with --upstream: an
+// answer past it reaches the client whole but is recorded truncated
+// (marked, and logged naming the flag). Before, nothing bounded the sum:
+// 256 requests in progress could pin 8 MiB of answer each.
+func TestServeModelBoundsKeptAnswers(t *testing.T) {
+	ckpt := tinyCheckpoint(t)
+	store := t.TempDir()
+	url, cmd, exited, errb := startServe(t, "--model", ckpt, "--traces", store, "--trace-flush", "200ms", "--max-inflight-bytes", "64")
+	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"model":"tiny","prompt":"hello","max_tokens":4}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(b) <= 64 || !strings.Contains(string(b), `"choices"`) {
+		t.Fatalf("answer %d %s, want 200 and a whole answer of more than 64 bytes", resp.StatusCode, b)
+	}
+	stopServe(t, cmd, exited)
+	all, skipped, err := traces.Load(store, traces.Any())
+	if err != nil || len(skipped) > 0 {
+		t.Fatalf("load: %v %v\nstderr: %s", err, skipped, errb)
+	}
+	if len(all) != 1 || len(all[0].Spans) != 1 || !strings.Contains(all[0].Spans[0].Attributes, "rlnode.record.truncated") {
+		t.Errorf("recorded %+v, want one call marked rlnode.record.truncated", all)
+	}
+	if !strings.Contains(errb.String(), "recording an answer truncated") || !strings.Contains(errb.String(), "--max-inflight-bytes") {
+		t.Errorf("stderr does not log the truncation naming --max-inflight-bytes:\n%s", errb)
 	}
 }

@@ -80,7 +80,8 @@ func (tf *traceFlags) traced(next http.Handler, w *traces.Writer, defaultSource,
 }
 
 // Defaults of the proxy's global bounds (--max-requests and
-// --max-inflight-bytes with --upstream).
+// --max-inflight-bytes with --upstream; --max-inflight-bytes also bounds
+// what serve --model's recorder keeps).
 const (
 	defaultProxyRequests      = 256
 	defaultProxyInflightBytes = 64 << 20
@@ -178,6 +179,41 @@ func (p *proxyLimits) Put(n int64) {
 	p.mu.Lock()
 	p.held -= n
 	p.mu.Unlock()
+}
+
+// recordBudget bounds the bytes that rlnode serve --model's recorder
+// keeps of answers in progress, all clients together
+// (--max-inflight-bytes), as proxyLimits does with --upstream: an answer
+// past it is recorded truncated (logged, rate-limited), never refused.
+type recordBudget struct {
+	bytes int64
+	log   *slog.Logger
+	warn  ratelog.Limiter
+
+	mu   sync.Mutex
+	held int64
+}
+
+// Take implements traces.Budget.
+func (b *recordBudget) Take(n int64) bool {
+	b.mu.Lock()
+	ok := b.held+n <= b.bytes
+	if ok {
+		b.held += n
+	}
+	held := b.held
+	b.mu.Unlock()
+	if !ok {
+		b.warn.Warn(b.log, "recording an answer truncated", "why", fmt.Sprintf("%d of the %d bytes for kept answers in flight are in use (--max-inflight-bytes)", held, b.bytes))
+	}
+	return ok
+}
+
+// Put implements traces.Budget.
+func (b *recordBudget) Put(n int64) {
+	b.mu.Lock()
+	b.held -= n
+	b.mu.Unlock()
 }
 
 // refuse answers a request refused for one of the proxy's bounds, and
