@@ -70,7 +70,7 @@ func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (Sing
 	if batch == 0 {
 		batch = 256
 	}
-	eng, err := native.Load(dir, native.Config{MaxBatch: batch, Device: cfg.EngineDevice})
+	eng, err := native.LoadContext(ctx, dir, native.Config{MaxBatch: batch, Device: cfg.EngineDevice})
 	if err != nil {
 		return SingleEval{}, fmt.Errorf("driver: load model %s: %w", dir, err)
 	}
@@ -279,7 +279,7 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 	if batch == 0 {
 		batch = 256
 	}
-	solver, err := native.Load(dir, native.Config{MaxBatch: batch, MaxStepTokens: 4096, Device: cfg.EngineDevice})
+	solver, err := native.LoadContext(ctx, dir, native.Config{MaxBatch: batch, MaxStepTokens: 4096, Device: cfg.EngineDevice})
 	if err != nil {
 		return TurnEval{}, fmt.Errorf("driver: load solver %s: %w", dir, err)
 	}
@@ -290,7 +290,7 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 		if _, err := os.Stat(fdir); err != nil {
 			return TurnEval{}, fmt.Errorf("driver: the recipe has a feedback policy, but %s has none: %w", dir, err)
 		}
-		if fb, err = native.Load(fdir, native.Config{MaxBatch: batch, MaxStepTokens: 4096, Device: cfg.EngineDevice}); err != nil {
+		if fb, err = native.LoadContext(ctx, fdir, native.Config{MaxBatch: batch, MaxStepTokens: 4096, Device: cfg.EngineDevice}); err != nil {
 			return TurnEval{}, fmt.Errorf("driver: load feedback policy %s: %w", fdir, err)
 		}
 		defer fb.Close()

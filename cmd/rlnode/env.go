@@ -159,7 +159,7 @@ func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, f
 	if err != nil {
 		return fail(fmt.Errorf("--policy: %w", err))
 	}
-	e, err := native.Load(dir, native.Config{})
+	e, err := native.LoadContext(ctx, dir, native.Config{})
 	if err != nil {
 		return fail(err)
 	}

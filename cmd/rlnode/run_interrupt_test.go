@@ -115,3 +115,37 @@ func TestRunSIGTERMWhileLoadingACheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestEvalInterruptWhileLoadingTheModel: Ctrl-C while rlnode eval loads
+// --model stops it there, naming the interruption. The weights come from
+// a pipe that never ends, as from a very slow disk: the load once read on
+// until the file ended (minutes for a 7B model), deaf to Ctrl-C.
+func TestEvalInterruptWhileLoadingTheModel(t *testing.T) {
+	home := t.TempDir()
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":128,"intermediate_size":384,
+		"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":768,"max_position_embeddings":64,
+		"tie_word_embeddings":true,"torch_dtype":"float32"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(t.TempDir(), "model")
+	if _, stderr, code := runRlnode(t, home, "model", "init", "--config", cfg, "--out", model); code != 0 {
+		t.Fatalf("model init: exit %d: %s", code, stderr)
+	}
+	half := slowfile.Replace(t, filepath.Join(model, "model.safetensors"))
+	ev := startRun(t, home, "eval", "--model", model, "--recipe", "quickstart", "--set", "eval.held_out=3")
+	select {
+	case <-half:
+	case <-ev.done:
+		t.Fatalf("rlnode eval ended before it read the model\nstderr:\n%s", ev.stderr)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("nothing read the model within 60 s\n%s", ev.dump())
+	}
+	if err := ev.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	code := ev.wait(t)
+	if out := ev.stderr.String(); code != 1 || !strings.Contains(out, "context canceled") {
+		t.Errorf("exit %d, want 1 and the interruption named\nstderr:\n%s", code, out)
+	}
+}
