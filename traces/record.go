@@ -48,6 +48,11 @@ type Recorder struct {
 	// kept of an answer is taken from it, and given back once the call is
 	// recorded. An answer kept when the budget is spent is kept truncated.
 	Budget Budget
+	// RequestBudget, when set, is the same for the bytes kept of request
+	// bodies: a request kept when it is spent is kept truncated. (The
+	// proxy counts whole bodies before they reach the recorder and leaves
+	// it nil.)
+	RequestBudget Budget
 }
 
 // Budget is memory shared by those that hold request data. Take reports
@@ -75,8 +80,11 @@ func (rc *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The request is kept as Next reads it, not read ahead: Next bounds
 	// bodies and how many it reads at once (rlnode serve answers an
 	// oversize body 413 unread), so the recorder holds no more than that.
-	body := &teeBody{ReadCloser: r.Body, max: max}
+	body := &teeBody{ReadCloser: r.Body, max: max, budget: rc.RequestBudget}
 	r.Body = body
+	if rc.RequestBudget != nil {
+		defer func() { rc.RequestBudget.Put(body.release()) }()
+	}
 	tw := &teeWriter{ResponseWriter: w, max: max, budget: rc.Budget}
 	if rc.Budget != nil {
 		defer func() { rc.Budget.Put(int64(tw.buf.Len())) }()
@@ -133,22 +141,38 @@ func traceParent(h string) (oteltrace.TraceID, oteltrace.SpanID) {
 type teeBody struct {
 	io.ReadCloser
 	max       int
+	budget    Budget // nil: none
 	mu        sync.Mutex
 	buf       bytes.Buffer
 	truncated bool
+	released  bool // the call is recorded: nothing more is kept
 }
 
 func (t *teeBody) Read(p []byte) (int, error) {
 	n, err := t.ReadCloser.Read(p)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if room := t.max - t.buf.Len(); room > 0 {
-		t.buf.Write(p[:min(room, n)])
-		t.truncated = t.truncated || room < n
+	if room := t.max - t.buf.Len(); room > 0 && n > 0 && !t.truncated && !t.released {
+		keep := min(room, n)
+		if t.budget == nil || t.budget.Take(int64(keep)) {
+			t.buf.Write(p[:keep])
+			t.truncated = room < n
+		} else {
+			t.truncated = true
+		}
 	} else if n > 0 {
 		t.truncated = true
 	}
 	return n, err
+}
+
+// release ends the keeping and returns how many bytes were kept (to give
+// back to the budget).
+func (t *teeBody) release() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.released = true
+	return int64(t.buf.Len())
 }
 
 // kept is a copy of what was kept so far, and whether more was read.

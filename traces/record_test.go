@@ -160,3 +160,37 @@ func TestRecorderKeepsAnswersWithinBudget(t *testing.T) {
 		t.Errorf("%d bytes still taken from the budget after the call was recorded", budget.held)
 	}
 }
+
+// TestRecorderKeepsRequestsWithinBudget: with a RequestBudget, a request
+// body kept while the budget is spent is kept truncated (and the span
+// marked so), the handler still reads it whole, and what was kept is
+// given back once the call is recorded. (rlnode serve --model's recorder
+// once kept every request in progress whole, up to 8 MiB each.)
+func TestRecorderKeepsRequestsWithinBudget(t *testing.T) {
+	sink := &collect{}
+	body := `{"model":"m","prompt":"` + strings.Repeat("y", 200) + `"}`
+	var read int
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		read = len(b)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[{"text":"ok"}]}`)
+	})
+	budget := &testBudget{max: 100}
+	url := serve(t, &Recorder{Next: next, Sink: sink, RequestBudget: budget})
+	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if read != len(body) {
+		t.Errorf("the handler read %d bytes, want the whole body of %d", read, len(body))
+	}
+	if len(sink.spans) != 1 || !strings.Contains(sink.spans[0].Attributes, "rlnode.record.truncated") {
+		t.Fatalf("spans %+v, want one marked truncated", sink.spans)
+	}
+	if budget.held != 0 {
+		t.Errorf("%d bytes still taken from the budget after the call was recorded", budget.held)
+	}
+}

@@ -33,7 +33,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxBody := fs.Int64("max-body-bytes", native.DefaultMaxBodyBytes, "largest request body; larger ones are answered 413")
 	maxRequests := fs.Int("max-requests", 0, fmt.Sprintf("generation requests in progress at once; more are answered 429 (default 4 × --max-batch; with --upstream, requests proxied at once, default %d)", defaultProxyRequests))
-	maxInflight := fs.Int64("max-inflight-bytes", defaultProxyInflightBytes, "with --upstream: bytes of the request bodies being proxied, by Content-Length (a body without one counts as --max-body-bytes), and of the answers recorded, all clients together; requests past it are answered 429, answers past it are recorded truncated. With --model and --traces: bytes of the answers in progress that the recorder keeps, all clients together; answers past it are recorded truncated")
+	maxInflight := fs.Int64("max-inflight-bytes", defaultProxyInflightBytes, "with --upstream: bytes of the request bodies being proxied, by Content-Length (a body without one counts as --max-body-bytes), and of the answers recorded, all clients together; requests past it are answered 429, answers past it are recorded truncated. With --model and --traces: bytes of the requests and answers in progress that the recorder keeps, all clients together; calls past it are recorded truncated")
 	maxTokens := fs.Int("max-queued-tokens", 0, "tokens of the requests in progress, prompts plus n × max_tokens; more are answered 429 (default 2 × --max-batch × the model's context)")
 	readTimeout := fs.Duration("read-timeout", 30*time.Second, "time to read a request's headers, and its body")
 	idleTimeout := fs.Duration("idle-timeout", 30*time.Second, "time a keep-alive connection may wait for its next request")
@@ -126,7 +126,8 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	defer e.Close()
 	srv := native.NewServer(e, *name, native.Limits{MaxBodyBytes: *maxBody, MaxRequests: *maxRequests,
 		MaxQueuedTokens: *maxTokens, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, WriteTimeout: *writeTimeout}, log).HTTPServer()
-	srv.Handler = tf.traced(srv.Handler, store, "serve", "rlnode", &recordBudget{bytes: *maxInflight, log: log}, log)
+	kept := &recordBudget{bytes: *maxInflight, log: log}
+	srv.Handler = tf.traced(srv.Handler, store, "serve", "rlnode", kept, kept, log)
 	cfg := e.Model()
 	return serveListener(*listen, connsPerAddr, srv, fmt.Sprintf("serving %q (%s, %d parameters, context %d)",
 		*name, cfg.Architecture, cfg.NumParams(), cfg.MaxPositions), stdout, stderr, log)

@@ -172,7 +172,7 @@ func TestServeModelBoundsKeptAnswers(t *testing.T) {
 	if len(all) != 1 || len(all[0].Spans) != 1 || !strings.Contains(all[0].Spans[0].Attributes, "rlnode.record.truncated") {
 		t.Errorf("recorded %+v, want one call marked rlnode.record.truncated", all)
 	}
-	if !strings.Contains(errb.String(), "recording an answer truncated") || !strings.Contains(errb.String(), "--max-inflight-bytes") {
+	if !strings.Contains(errb.String(), "recording a call truncated") || !strings.Contains(errb.String(), "--max-inflight-bytes") {
 		t.Errorf("stderr does not log the truncation naming --max-inflight-bytes:\n%s", errb)
 	}
 }

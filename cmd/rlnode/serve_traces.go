@@ -63,9 +63,10 @@ func (tf *traceFlags) openStore(log *slog.Logger) (*traces.Writer, error) {
 }
 
 // traced wraps a server's handler: its calls are recorded in w (what is
-// kept of answers in progress taken from budget, when not nil), and
-// /v1/traces receives OTLP/HTTP. Without a store it is next.
-func (tf *traceFlags) traced(next http.Handler, w *traces.Writer, defaultSource, provider string, budget traces.Budget, log *slog.Logger) http.Handler {
+// kept of answers in progress taken from answers, and of requests from
+// requests, each when not nil), and /v1/traces receives OTLP/HTTP.
+// Without a store it is next.
+func (tf *traceFlags) traced(next http.Handler, w *traces.Writer, defaultSource, provider string, answers, requests traces.Budget, log *slog.Logger) http.Handler {
 	if w == nil {
 		return next
 	}
@@ -75,7 +76,7 @@ func (tf *traceFlags) traced(next http.Handler, w *traces.Writer, defaultSource,
 	}
 	mux := http.NewServeMux()
 	mux.Handle(traces.OTLPPath, &traces.OTLPReceiver{Sink: w, Source: source, Log: log})
-	mux.Handle("/", &traces.Recorder{Next: next, Sink: w, Source: source, Provider: provider, Budget: budget, Log: log})
+	mux.Handle("/", &traces.Recorder{Next: next, Sink: w, Source: source, Provider: provider, Budget: answers, RequestBudget: requests, Log: log})
 	return mux
 }
 
@@ -90,7 +91,7 @@ const (
 // proxyHandler is the recording proxy's handler to upstream, within lim.
 func (tf *traceFlags) proxyHandler(w *traces.Writer, lim *proxyLimits, log *slog.Logger) http.Handler {
 	u, _ := url.Parse(*tf.upstream)
-	lim.next = http.MaxBytesHandler(tf.traced(traces.NewProxy(u, log), w, "proxy", "openai", lim, log), lim.maxBody)
+	lim.next = http.MaxBytesHandler(tf.traced(traces.NewProxy(u, log), w, "proxy", "openai", lim, nil, log), lim.maxBody)
 	lim.log = log
 	return lim
 }
@@ -182,9 +183,10 @@ func (p *proxyLimits) Put(n int64) {
 }
 
 // recordBudget bounds the bytes that rlnode serve --model's recorder
-// keeps of answers in progress, all clients together
-// (--max-inflight-bytes), as proxyLimits does with --upstream: an answer
-// past it is recorded truncated (logged, rate-limited), never refused.
+// keeps of requests and answers in progress, all clients together
+// (--max-inflight-bytes), as proxyLimits does with --upstream: a call
+// past it is recorded truncated (logged, rate-limited), never refused
+// (the server's own limits refuse requests).
 type recordBudget struct {
 	bytes int64
 	log   *slog.Logger
@@ -204,7 +206,7 @@ func (b *recordBudget) Take(n int64) bool {
 	held := b.held
 	b.mu.Unlock()
 	if !ok {
-		b.warn.Warn(b.log, "recording an answer truncated", "why", fmt.Sprintf("%d of the %d bytes for kept answers in flight are in use (--max-inflight-bytes)", held, b.bytes))
+		b.warn.Warn(b.log, "recording a call truncated", "why", fmt.Sprintf("%d of the %d bytes for kept requests and answers in flight are in use (--max-inflight-bytes)", held, b.bytes))
 	}
 	return ok
 }
