@@ -253,6 +253,9 @@ type Config struct {
 
 	// stepBegins, when set (by tests), is called as each step begins.
 	stepBegins func(step int)
+	// finishBegins, when set (by tests), is called as each step's end
+	// begins: the weight push, a probe, the evaluation, the checkpoint.
+	finishBegins func(step int)
 }
 
 // Rollout places a policy's generation on rollout actors (see

@@ -610,8 +610,12 @@ func (r *run) fill(m *Metrics, st learner.Stats) {
 
 // finishStep carries out what plan p says follows a step's training:
 // the weight push, the evaluation and the checkpoint; then it writes the
-// metrics line.
-func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan) error {
+// metrics line. Where stoppable (not the run's last step), a stop asked
+// before the checkpoint makes this step the run's last, checkpointed.
+func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan, stoppable bool) error {
+	if r.cfg.finishBegins != nil {
+		r.cfg.finishBegins(r.step)
+	}
 	t0 := time.Now()
 	st := r.solver.server.Status()
 	if p.Push {
@@ -656,6 +660,11 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan) error {
 			r.res.PostWarmupEval = *m.EvalAccuracy
 			r.res.PostWarmupTurns = r.res.FinalTurns
 		}
+	}
+	if stoppable && !p.Stop && r.stopAsked() {
+		// Asked during the push, the probe or the evaluation: this step
+		// is checkpointed and ends the run, as one asked during the step.
+		*p = StopAfter(*p)
 	}
 	if p.Checkpoint {
 		dir := filepath.Join(r.cfg.Out, "checkpoints", fmt.Sprintf("step-%d", r.step))

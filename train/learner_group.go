@@ -150,11 +150,15 @@ func (r *run) steps(ctx context.Context, s State) error {
 		if r.step != p.Step {
 			return fmt.Errorf("driver: step %d was carried out as step %d", p.Step, r.step)
 		}
-		if r.stopAsked() && !Plan(sc, After(s, p)).Done {
-			p = StopAfter(p) // the last step ends the run anyway
+		last := Plan(sc, After(s, p)).Done // the last step ends the run anyway
+		if !last && r.stopAsked() {
+			p = StopAfter(p)
 		}
-		if err := r.finishStep(ctx, &m, &p); err != nil {
+		if err := r.finishStep(ctx, &m, &p, !last); err != nil {
 			return err
+		}
+		if !p.Stop && !last && p.Checkpoint && r.stopAsked() {
+			p.Stop = true // asked while this step's checkpoint was written
 		}
 		sc.WarmupSteps = r.cfg.WarmupSteps // a probe may have ended the warm-up
 		if p.Stop {

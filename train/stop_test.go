@@ -13,7 +13,9 @@ import (
 // A stop asked during a step (Ctrl-C, SIGTERM) ends the run after that
 // step with a checkpoint of it, in the warm-up as in RL (with batches
 // drawn ahead), and a run resumed from that checkpoint ends on the same
-// bytes as the uninterrupted run.
+// bytes as the uninterrupted run. So does a stop asked during a step's
+// end (the weight push, the evaluation): one asked during the evaluation
+// after the warm-up once went on to train the next step and finish.
 func TestStopCheckpointsTheStepThenResumes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -24,8 +26,10 @@ func TestStopCheckpointsTheStepThenResumes(t *testing.T) {
 	final := filepath.Join(full, "checkpoints", "step-5")
 	for _, c := range []struct {
 		name   string
-		stopAt int // the stop is asked while this step runs
-	}{{"warm-up", 1}, {"first RL step", 3}, {"RL step between checkpoints", 4}} {
+		stopAt int  // the stop is asked while this step runs
+		finish bool // while its end (push, evaluation) runs
+	}{{"warm-up", 1, false}, {"first RL step", 3, false}, {"RL step between checkpoints", 4, false},
+		{"evaluation after the warm-up", 2, true}, {"end of an RL step between checkpoints", 3, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			out := t.TempDir()
 			cfg := tinyRun(out)
@@ -36,7 +40,14 @@ func TestStopCheckpointsTheStepThenResumes(t *testing.T) {
 					close(stop) // asked after step stopAt−1, so during step stopAt
 				}
 			}
-			if c.stopAt == 1 {
+			if c.finish {
+				cfg.Progress = nil
+				cfg.finishBegins = func(step int) {
+					if step == c.stopAt {
+						close(stop)
+					}
+				}
+			} else if c.stopAt == 1 {
 				cfg.Progress = nil
 				cfg.stepBegins = func(step int) {
 					if step == 1 {
