@@ -20,7 +20,7 @@ import (
 func TestKeptCasts(t *testing.T) {
 	d := emuDevice(t)
 	if d == nil {
-		skipOrFail(t, "no C++ compiler for the emulated device")
+		noEmuDevice(t)
 	}
 	b := NewDeviceBackend(d, BF16)
 	b.Block = 32
@@ -146,7 +146,7 @@ func TestKeptCasts(t *testing.T) {
 func TestKeptCastsUnderPressure(t *testing.T) {
 	d := emuDevice(t)
 	if d == nil {
-		skipOrFail(t, "no C++ compiler for the emulated device")
+		noEmuDevice(t)
 	}
 	defer func() { d.Capacity = 0 }()
 	const m, k, n = 64, 64, 8
