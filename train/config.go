@@ -189,6 +189,12 @@ type Config struct {
 	// (Out/checkpoints/step-N): the learner loads it, the data cursor and
 	// step continue from it, and metrics.jsonl is appended to.
 	Resume string
+	// ResumeVerified says the caller has just checked Resume against its
+	// manifest (NewestIntact, as rlnode run --resume does), so the run
+	// does not read every file of it once more before loading (minutes on
+	// a large model). A checkpoint reloaded after a learner fails is
+	// checked all the same.
+	ResumeVerified bool
 
 	// Node is the cluster to place the learner on; nil starts an embedded
 	// single-node cluster for the run.

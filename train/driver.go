@@ -328,8 +328,10 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
 	if cfg.Resume != "" {
-		if err := r.verifyCheckpoint(ctx, cfg.Resume); err != nil {
-			return Result{}, fmt.Errorf("driver: resume: %w", err)
+		if !cfg.ResumeVerified {
+			if err := r.verifyCheckpoint(ctx, cfg.Resume); err != nil {
+				return Result{}, fmt.Errorf("driver: resume: %w", err)
+			}
 		}
 		if err := r.readResumeState(); err != nil {
 			return Result{}, err

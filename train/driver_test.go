@@ -296,3 +296,42 @@ func loadRun(t *testing.T, name string, sets []string) (cfg Config, out string) 
 	}
 	return cfg, out
 }
+
+// A checkpoint the caller has just verified (Config.ResumeVerified, as
+// rlnode run --resume sets after NewestIntact) is not read for its
+// checksums once more at the run's start: a manifest line naming a
+// missing file fails the check where the run makes it, and passes where
+// the caller said it had checked.
+func TestResumeVerifiedIsNotCheckedAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	full := t.TempDir()
+	if _, err := Run(ctx, tinyRun(full)); err != nil {
+		t.Fatal(err)
+	}
+	ck := filepath.Join(full, "checkpoints", "step-4")
+	f, err := os.OpenFile(filepath.Join(ck, ManifestFile), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(f, "%064x  not-written.bin\n", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tinyRun(t.TempDir())
+	cfg.Resume = ck
+	if _, err := Run(ctx, cfg); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "not-written.bin") {
+		t.Fatalf("resume, not verified by the caller: error %v, want ErrCorrupt naming not-written.bin", err)
+	}
+	cfg = tinyRun(t.TempDir())
+	cfg.Resume, cfg.ResumeVerified = ck, true
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("resume verified by the caller: %v", err)
+	}
+	if res.Steps != 5 {
+		t.Errorf("resumed run ended at step %d, want 5", res.Steps)
+	}
+}

@@ -145,7 +145,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		if len(skipped) > 0 {
 			fmt.Fprintf(stderr, "rlnode run: --resume: continuing from %s\n", ck)
 		}
-		cfg.Resume = ck
+		cfg.Resume, cfg.ResumeVerified = ck, true // NewestIntact read every file just now
 		var step int
 		if _, err := fmt.Sscanf(filepath.Base(ck), "step-%d", &step); err == nil && step > cfg.WarmupSteps+cfg.Steps {
 			fmt.Fprintf(stderr, "rlnode run: --resume: %s is step %d, past the recipe's last step %d (%d warm-up + %d RL); raise schedule.steps to train further\n",
