@@ -58,12 +58,7 @@ func TestRunSIGTERMWhileStarting(t *testing.T) {
 // (minutes for a 7B model), deaf to the signal.
 func TestRunSIGTERMWhileLoadingACheckpoint(t *testing.T) {
 	home := t.TempDir()
-	cfg := filepath.Join(t.TempDir(), "config.json")
-	if err := os.WriteFile(cfg, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":128,"intermediate_size":384,
-		"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":768,"max_position_embeddings":64,
-		"tie_word_embeddings":true,"torch_dtype":"float32"}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := smallQwen2Config(t)
 	short := []string{"--set", "sft.steps=1", "--set", "sft.batch_size=1", "--set", "schedule.steps=1", "--set", "schedule.eval_every=0",
 		"--set", "algorithm.batch_prompts=1", "--set", "algorithm.group_size=2", "--set", "algorithm.micro_batch=2"}
 	for _, c := range []struct {
@@ -122,12 +117,7 @@ func TestRunSIGTERMWhileLoadingACheckpoint(t *testing.T) {
 // until the file ended (minutes for a 7B model), deaf to Ctrl-C.
 func TestEvalInterruptWhileLoadingTheModel(t *testing.T) {
 	home := t.TempDir()
-	cfg := filepath.Join(t.TempDir(), "config.json")
-	if err := os.WriteFile(cfg, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":128,"intermediate_size":384,
-		"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":768,"max_position_embeddings":64,
-		"tie_word_embeddings":true,"torch_dtype":"float32"}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := smallQwen2Config(t)
 	model := filepath.Join(t.TempDir(), "model")
 	if _, stderr, code := runRlnode(t, home, "model", "init", "--config", cfg, "--out", model); code != 0 {
 		t.Fatalf("model init: exit %d: %s", code, stderr)
@@ -148,4 +138,17 @@ func TestEvalInterruptWhileLoadingTheModel(t *testing.T) {
 	if out := ev.stderr.String(); code != 1 || !strings.Contains(out, "context canceled") {
 		t.Errorf("exit %d, want 1 and the interruption named\nstderr:\n%s", code, out)
 	}
+}
+
+// smallQwen2Config writes the config.json of a Qwen2 small enough to init
+// in a moment and returns its path.
+func smallQwen2Config(t *testing.T) string {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":128,"intermediate_size":384,
+		"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":768,"max_position_embeddings":64,
+		"tie_word_embeddings":true,"torch_dtype":"float32"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
