@@ -100,7 +100,8 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	defer closeStore(store, stdout, stderr)
 	if *tf.upstream != "" {
-		lim := &proxyLimits{requests: *maxRequests, bytes: *maxInflight, maxBody: *maxBody, bodies: bodyslot.Gate{MaxTime: *readTimeout}}
+		lim := &proxyLimits{requests: *maxRequests, maxBody: *maxBody, bodies: bodyslot.Gate{MaxTime: *readTimeout},
+			kept: recordBudget{bytes: *maxInflight, held: "bodies and kept answers"}}
 		if lim.requests == 0 {
 			lim.requests = defaultProxyRequests
 		}
@@ -126,7 +127,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	defer e.Close()
 	srv := native.NewServer(e, *name, native.Limits{MaxBodyBytes: *maxBody, MaxRequests: *maxRequests,
 		MaxQueuedTokens: *maxTokens, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, WriteTimeout: *writeTimeout}, log).HTTPServer()
-	kept := &recordBudget{bytes: *maxInflight, log: log}
+	kept := &recordBudget{bytes: *maxInflight, held: "kept requests and answers", log: log}
 	srv.Handler = tf.traced(srv.Handler, store, "serve", "rlnode", kept, kept, log)
 	cfg := e.Model()
 	return serveListener(*listen, connsPerAddr, srv, fmt.Sprintf("serving %q (%s, %d parameters, context %d)",

@@ -156,7 +156,7 @@ func TestProxyCutsOffTricklingBodies(t *testing.T) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	tf := addTraceFlags(fs)
 	fs.Parse([]string{"--upstream", "http://" + uln.Addr().String()})
-	lim := &proxyLimits{requests: 3, bytes: 1 << 20, maxBody: 1 << 10, bodies: bodyslot.Gate{Grace: time.Second, MinRate: 1 << 10, MaxTime: time.Hour}}
+	lim := &proxyLimits{requests: 3, kept: recordBudget{bytes: 1 << 20}, maxBody: 1 << 10, bodies: bodyslot.Gate{Grace: time.Second, MinRate: 1 << 10, MaxTime: time.Hour}}
 	srv := &http.Server{Handler: tf.proxyHandler(nil, lim, slog.New(slog.DiscardHandler))}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -91,8 +91,8 @@ const (
 // proxyHandler is the recording proxy's handler to upstream, within lim.
 func (tf *traceFlags) proxyHandler(w *traces.Writer, lim *proxyLimits, log *slog.Logger) http.Handler {
 	u, _ := url.Parse(*tf.upstream)
-	lim.next = http.MaxBytesHandler(tf.traced(traces.NewProxy(u, log), w, "proxy", "openai", lim, nil, log), lim.maxBody)
-	lim.log = log
+	lim.next = http.MaxBytesHandler(tf.traced(traces.NewProxy(u, log), w, "proxy", "openai", &lim.kept, nil, log), lim.maxBody)
+	lim.log, lim.kept.log = log, log
 	return lim
 }
 
@@ -105,16 +105,15 @@ func (tf *traceFlags) proxyHandler(w *traces.Writer, lim *proxyLimits, log *slog
 // over maxBody, 413 unread; an answer past the bytes is kept truncated.
 type proxyLimits struct {
 	requests int
-	bytes    int64
 	maxBody  int64
 	bodies   bodyslot.Gate // its rate and time for request bodies; no places taken
+	kept     recordBudget  // the bytes of bodies and kept answers (--max-inflight-bytes)
 	next     http.Handler
 	log      *slog.Logger
 	warn     ratelog.Limiter
 
 	mu       sync.Mutex
 	inFlight int
-	held     int64
 }
 
 func (p *proxyLimits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -130,14 +129,12 @@ func (p *proxyLimits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Lock()
 	var why string
-	switch {
-	case p.inFlight >= p.requests:
+	if p.inFlight >= p.requests {
 		why = fmt.Sprintf("the proxy has %d requests in progress, its limit (--max-requests); retry later", p.inFlight)
-	case n > 0 && p.held+n > p.bytes:
-		why = fmt.Sprintf("the request body needs %d bytes and %d of the proxy's %d for bodies and kept answers in flight are in use (--max-inflight-bytes); retry later", n, p.held, p.bytes)
-	default:
+	} else if held, ok := p.kept.take(n); !ok {
+		why = fmt.Sprintf("the request body needs %d bytes and %d of the proxy's %d for bodies and kept answers in flight are in use (--max-inflight-bytes); retry later", n, held, p.kept.bytes)
+	} else {
 		p.inFlight++
-		p.held += n
 	}
 	p.mu.Unlock()
 	if why != "" {
@@ -147,8 +144,8 @@ func (p *proxyLimits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		p.mu.Lock()
 		p.inFlight--
-		p.held -= n
 		p.mu.Unlock()
+		p.kept.Put(n)
 	}()
 	if r.ContentLength != 0 {
 		// A body that trickles in is cut off: 408 from the proxy's error
@@ -159,54 +156,38 @@ func (p *proxyLimits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.next.ServeHTTP(w, r)
 }
 
-// Take counts n bytes of a kept answer, or reports that the bound is
-// reached (the recorder then keeps the answer truncated).
-func (p *proxyLimits) Take(n int64) bool {
-	p.mu.Lock()
-	ok := p.held+n <= p.bytes
-	if ok {
-		p.held += n
-	}
-	held := p.held
-	p.mu.Unlock()
-	if !ok {
-		p.warn.Warn(p.log, "recording an answer truncated", "why", fmt.Sprintf("%d of the %d bytes for bodies and kept answers in flight are in use (--max-inflight-bytes)", held, p.bytes))
-	}
-	return ok
-}
-
-// Put gives back n bytes of kept answers.
-func (p *proxyLimits) Put(n int64) {
-	p.mu.Lock()
-	p.held -= n
-	p.mu.Unlock()
-}
-
-// recordBudget bounds the bytes that rlnode serve --model's recorder
-// keeps of requests and answers in progress, all clients together
-// (--max-inflight-bytes), as proxyLimits does with --upstream: a call
-// past it is recorded truncated (logged, rate-limited), never refused
-// (the server's own limits refuse requests).
+// recordBudget bounds bytes held for calls in progress, all clients
+// together (--max-inflight-bytes): what rlnode serve --model's recorder
+// keeps of requests and answers, and with --upstream the bodies being
+// passed on and the answers kept (proxyLimits). A call past it is
+// recorded truncated (logged, rate-limited), never refused by it.
 type recordBudget struct {
 	bytes int64
+	held  string // what the bytes are, for the log: "kept requests and answers"
 	log   *slog.Logger
 	warn  ratelog.Limiter
 
-	mu   sync.Mutex
-	held int64
+	mu    sync.Mutex
+	taken int64
+}
+
+// take counts n more bytes if they fit, and returns the bytes taken
+// before (when they do not fit) or after.
+func (b *recordBudget) take(n int64) (int64, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n > 0 && b.taken+n > b.bytes {
+		return b.taken, false
+	}
+	b.taken += n
+	return b.taken, true
 }
 
 // Take implements traces.Budget.
 func (b *recordBudget) Take(n int64) bool {
-	b.mu.Lock()
-	ok := b.held+n <= b.bytes
-	if ok {
-		b.held += n
-	}
-	held := b.held
-	b.mu.Unlock()
+	taken, ok := b.take(n)
 	if !ok {
-		b.warn.Warn(b.log, "recording a call truncated", "why", fmt.Sprintf("%d of the %d bytes for kept requests and answers in flight are in use (--max-inflight-bytes)", held, b.bytes))
+		b.warn.Warn(b.log, "recording a call truncated", "why", fmt.Sprintf("%d of the %d bytes for %s in flight are in use (--max-inflight-bytes)", taken, b.bytes, b.held))
 	}
 	return ok
 }
@@ -214,7 +195,7 @@ func (b *recordBudget) Take(n int64) bool {
 // Put implements traces.Budget.
 func (b *recordBudget) Put(n int64) {
 	b.mu.Lock()
-	b.held -= n
+	b.taken -= n
 	b.mu.Unlock()
 }
 
