@@ -15,7 +15,8 @@ import (
 // drawn ahead), and a run resumed from that checkpoint ends on the same
 // bytes as the uninterrupted run. So does a stop asked during a step's
 // end (the weight push, the evaluation): one asked during the evaluation
-// after the warm-up once went on to train the next step and finish.
+// after the warm-up once went on to train the next step and finish. One
+// asked once a step's checkpoint is written ends the run there.
 func TestStopCheckpointsTheStepThenResumes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -28,8 +29,10 @@ func TestStopCheckpointsTheStepThenResumes(t *testing.T) {
 		name   string
 		stopAt int  // the stop is asked while this step runs
 		finish bool // while its end (push, evaluation) runs
-	}{{"warm-up", 1, false}, {"first RL step", 3, false}, {"RL step between checkpoints", 4, false},
-		{"evaluation after the warm-up", 2, true}, {"end of an RL step between checkpoints", 3, true}} {
+		after  bool // once its checkpoint is written (as its progress is shown)
+	}{{"warm-up", 1, false, false}, {"first RL step", 3, false, false}, {"RL step between checkpoints", 4, false, false},
+		{"evaluation after the warm-up", 2, true, false}, {"end of an RL step between checkpoints", 3, true, false},
+		{"after an RL step's checkpoint", 4, false, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			out := t.TempDir()
 			cfg := tinyRun(out)
@@ -40,7 +43,13 @@ func TestStopCheckpointsTheStepThenResumes(t *testing.T) {
 					close(stop) // asked after step stopAt−1, so during step stopAt
 				}
 			}
-			if c.finish {
+			if c.after {
+				cfg.Progress = func(m Metrics) {
+					if m.Step == c.stopAt {
+						close(stop) // step stopAt is checkpointed already
+					}
+				}
+			} else if c.finish {
 				cfg.Progress = nil
 				cfg.finishBegins = func(step int) {
 					if step == c.stopAt {
