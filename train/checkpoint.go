@@ -14,6 +14,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/rlnode/rlnode/internal/ctxio"
 )
 
 // ManifestFile is a checkpoint's checksum manifest: the SHA-256 of every
@@ -232,19 +234,8 @@ func fileSHA256Context(ctx context.Context, p string) (string, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	buf := make([]byte, 1<<20)
-	for {
-		if err := ctx.Err(); err != nil {
-			return "", fmt.Errorf("read %s: %w", p, err)
-		}
-		n, err := f.Read(buf)
-		h.Write(buf[:n])
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return "", fmt.Errorf("read %s: %w", p, err)
-		}
+	if _, err := io.Copy(h, ctxio.Reader(ctx, f, 1<<20)); err != nil {
+		return "", fmt.Errorf("read %s: %w", p, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -16,10 +16,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"sort"
+
+	"github.com/rlnode/rlnode/internal/ctxio"
 )
 
 // DType is a safetensors element type as spelled in the header.
@@ -269,24 +270,12 @@ func ReadFileContext(ctx context.Context, path string) (*File, error) {
 	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && int64(int(st.Size())) == st.Size() {
 		size = int(st.Size())
 	}
-	b := make([]byte, 0, size+1) // +1: EOF is seen without growing
-	for {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("read safetensors %s: %w", path, err)
-		}
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)] // a file that grew since Stat
-		}
-		n, err := f.Read(b[len(b):min(cap(b), len(b)+readChunk)])
-		b = b[:len(b)+n]
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read safetensors: %w", err)
-		}
+	// MinRead beyond the size: EOF is seen without growing the buffer.
+	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead))
+	if _, err := buf.ReadFrom(ctxio.Reader(ctx, f, readChunk)); err != nil {
+		return nil, fmt.Errorf("read safetensors %s: %w", path, err)
 	}
-	return Parse(path, b)
+	return Parse(path, buf.Bytes())
 }
 
 // Parse parses safetensors bytes; path is used in error messages only. The
