@@ -149,4 +149,20 @@ func TestGemmExtentAndAlignment(t *testing.T) {
 			t.Errorf("alignment(%#x) = %d, want %d", uint64(p), got, want)
 		}
 	}
+	// The alignments promised to cuBLASLt (B, A, C, D) hold for every
+	// matrix of a batch, not only the first.
+	for _, c := range []struct {
+		g    Gemm
+		want [4]uint32
+	}{
+		{Gemm{M: 2, N: 3, K: 4, A: 0x1000, B: 0x2000, C: 0x3000, Batch: 1}, [4]uint32{256, 256, 256, 256}},
+		{Gemm{M: 2, N: 3, K: 4, A: 0x1000, B: 0x2000, C: 0x3010, Batch: 1, StrideA: 3}, [4]uint32{256, 256, 16, 16}},
+		{Gemm{M: 2, N: 3, K: 4, A: 0x1000, B: 0x2000, C: 0x3000, Batch: 2, StrideA: 12, StrideB: 6, StrideC: 6}, [4]uint32{8, 16, 8, 8}},
+		{Gemm{M: 2, N: 3, K: 4, In: BF16, A: 0x1000, B: 0x2000, C: 0x3000, Batch: 2, StrideA: 12, StrideB: 5, StrideC: 64}, [4]uint32{2, 8, 256, 256}},
+		{Gemm{M: 2, N: 3, K: 4, In: BF16, A: 0x1004, B: 0x2000, C: 0x3000, Batch: 4, StrideA: 64, StrideB: 0, StrideC: 6}, [4]uint32{256, 4, 8, 8}},
+	} {
+		if got := gemmKey(c.g).align; got != c.want {
+			t.Errorf("%+v: alignments %v, want %v", c.g, got, c.want)
+		}
+	}
 }

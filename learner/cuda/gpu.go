@@ -193,6 +193,27 @@ func alignment(p Ptr) uint32 {
 	return a
 }
 
+// gemmKey is the product's plan key. cuBLASLt's operands are B, A, C
+// and D (= C), in that order. The alignment promised for an operand is
+// that of every matrix in it: matrix i of a batch starts at the base plus
+// i·stride elements, so with a batch the stride's bytes bound it too (the
+// heuristic sees the base's alignment only through this promise).
+func gemmKey(m Gemm) ltKey {
+	key := ltKey{transA: m.TransA, transB: m.TransB, m: m.M, n: m.N, k: m.K, batch: m.Batch, in: m.In, lda: m.LDA, ldb: m.LDB, ldc: m.LDC}
+	if m.Batch > 1 {
+		key.strideA, key.strideB, key.strideC = m.StrideA, m.StrideB, m.StrideC
+	}
+	in := m.In.Size()
+	for i, o := range []struct {
+		p      Ptr
+		stride int64
+		size   int64
+	}{{m.B, key.strideB, in}, {m.A, key.strideA, in}, {m.C, key.strideC, F32.Size()}, {m.C, key.strideC, F32.Size()}} {
+		key.align[i] = min(alignment(o.p), alignment(Ptr(o.stride*o.size)))
+	}
+	return key
+}
+
 // ltKey is what a product's cuBLASLt descriptors and algorithm depend
 // on: its shape, types and layouts, and its operands' alignments (not
 // their addresses, nor alpha and beta, which cublasLtMatmul takes).
@@ -254,13 +275,7 @@ func (g *GPU) Gemm(m Gemm) error {
 	if m.M == 0 || m.N == 0 {
 		return nil
 	}
-	key := ltKey{transA: m.TransA, transB: m.TransB, m: m.M, n: m.N, k: m.K, batch: m.Batch, in: m.In, lda: m.LDA, ldb: m.LDB, ldc: m.LDC}
-	if m.Batch > 1 {
-		key.strideA, key.strideB, key.strideC = m.StrideA, m.StrideB, m.StrideC
-	}
-	for i, p := range []Ptr{m.B, m.A, m.C, m.C} {
-		key.align[i] = alignment(p)
-	}
+	key := gemmKey(m)
 	return g.on(func() error {
 		if g.plans == nil {
 			g.plans = newPlanCache[ltKey, *ltPlan](gemmPlans, func(p *ltPlan) { p.destroy(g.lt) })
