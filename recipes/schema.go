@@ -691,8 +691,9 @@ type Schedule struct {
 	// EvalEvery evaluates every N steps (and after the last); 0 only after
 	// the last. Default 10.
 	EvalEvery int `yaml:"eval_every"`
-	// CheckpointEvery saves every N steps (and after the last); 0 only
-	// after the last. Default 0.
+	// CheckpointEvery saves every N-th step of each phase (warm-up steps
+	// counted from the first, RL steps from the first RL step), and always
+	// the warm-up's last step and the run's last; 0 only those. Default 0.
 	CheckpointEvery int `yaml:"checkpoint_every"`
 }
 

@@ -74,8 +74,8 @@ func (r *run) probeTrain(ctx context.Context, n int) (float64, error) {
 // probeWarmup carries out plan p's probe (after its push): it records the
 // training tasks' completion rate in m and, when it reaches the
 // threshold, makes p's step the warm-up's last — the planner's schedule
-// follows r.cfg.WarmupSteps, and p evaluates (and checkpoints, without RL
-// steps) as the warm-up's last step does.
+// follows r.cfg.WarmupSteps, and p evaluates and checkpoints as the
+// warm-up's last step does.
 func (r *run) probeWarmup(ctx context.Context, m *Metrics, p *StepPlan) error {
 	u := r.cfg.WarmupUntil
 	c, err := r.probeTrain(ctx, u.Episodes)
@@ -92,7 +92,7 @@ func (r *run) probeWarmup(ctx context.Context, m *Metrics, p *StepPlan) error {
 	r.warmupEnded = &end
 	p.Eval = r.cfg.EvalEvery > 0
 	p.PostWarmup = p.Eval
-	p.Checkpoint = p.Checkpoint || r.cfg.Steps == 0
+	p.Checkpoint = true
 	return nil
 }
 

@@ -181,8 +181,10 @@ type Config struct {
 	// a temperature: mean accuracy, pass@k, maj@n; evalsample.go); the
 	// zero value is greedy.
 	EvalSampling EvalSampling
-	// CheckpointEvery c RL steps (and at the last step) a checkpoint is
-	// written to Out/checkpoints/step-N/. 0 writes only the last.
+	// CheckpointEvery c steps of each phase (every c-th warm-up step and
+	// every c-th RL step) a checkpoint is written to
+	// Out/checkpoints/step-N/; the warm-up's last step and the run's last
+	// are written either way. 0 writes only those.
 	CheckpointEvery int
 
 	// Resume is a checkpoint directory of an earlier run of this config

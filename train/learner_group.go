@@ -185,7 +185,11 @@ func (r *run) restartLearners(ctx context.Context, cause error) error {
 	if dir == "" {
 		dir = r.cfg.Resume
 	}
-	r.log.Warn("learner failed; restarting from the last checkpoint", "step", r.logged+1, "checkpoint", dir, "err", cause)
+	if dir == "" {
+		r.log.Warn("learner failed; restarting the run from its first step (no checkpoint yet)", "step", r.logged+1, "err", cause)
+	} else {
+		r.log.Warn("learner failed; restarting from the last checkpoint", "step", r.logged+1, "checkpoint", dir, "err", cause)
+	}
 	ds := driverState{}
 	if dir != "" {
 		if err := r.verifyCheckpoint(ctx, dir); err != nil {

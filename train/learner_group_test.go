@@ -170,8 +170,10 @@ func TestResumeWithOtherShardCount(t *testing.T) {
 }
 
 // A rank stopped mid-run fails the next step; the driver respawns it,
-// restarts the group from the last checkpoint (or, before the first, from
-// the initial weights), redoes the steps after it and logs every step once.
+// restarts the group from the last checkpoint (the warm-up's end, once it
+// is reached: a run once trained its warm-up again; or, before the first,
+// from the initial weights), redoes the steps after it and logs every
+// step once.
 // The same step failing twice ends the run with an error naming it.
 func TestRankLostRestartsFromCheckpoint(t *testing.T) {
 	for _, tc := range []struct {
@@ -181,6 +183,7 @@ func TestRankLostRestartsFromCheckpoint(t *testing.T) {
 		want      string
 	}{
 		{name: "before_any_checkpoint", killAfter: 1},
+		{name: "after_the_warmups_checkpoint", killAfter: 3},
 		{name: "after_checkpoint", killAfter: 5},
 		{name: "fails_again", killAfter: 5, always: true, want: "step 6 failed again"},
 	} {
@@ -194,7 +197,7 @@ func TestRankLostRestartsFromCheckpoint(t *testing.T) {
 			defer node.Stop()
 			cfg := shardRun(filepath.Join(t.TempDir(), "run"), 2)
 			cfg.Node = node
-			cfg.Steps = 5 // checkpoints at steps 4, 6, 7
+			cfg.Steps = 5 // checkpoints at steps 2 (the warm-up's last), 4, 6, 7
 			kills := 0
 			var seen []int
 			var killErr error
@@ -225,10 +228,7 @@ func TestRankLostRestartsFromCheckpoint(t *testing.T) {
 			}
 			checkStepsOnce(t, filepath.Join(cfg.Out, "metrics.jsonl"), 7)
 			// Steps after the checkpoint (or all, before one) ran twice.
-			redo := 1
-			if tc.killAfter == 5 {
-				redo = 5
-			}
+			redo := map[int]int{1: 1, 3: 3, 5: 5}[tc.killAfter]
 			var want []int
 			for s := 1; s <= tc.killAfter; s++ {
 				want = append(want, s)
@@ -276,7 +276,7 @@ func TestMLMTShardedFeedbackRankLost(t *testing.T) {
 		cfg.LearnerResources = cluster.Resources{cluster.CPU: 0.5}
 		cfg.LearnerTimeout = 4 * time.Second
 		cfg.Node = node
-		cfg.Steps, cfg.CheckpointEvery = 4, 2 // checkpoints at steps 4 and 6
+		cfg.Steps, cfg.CheckpointEvery = 4, 2 // checkpoints at steps 2 (the warm-up's last), 4 and 6
 		var killErr error
 		steps := 0
 		wantSteps := 6

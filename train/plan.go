@@ -17,10 +17,13 @@ const (
 
 // Schedule is what the planner reads of a run's configuration.
 type Schedule struct {
-	WarmupSteps     int // SFT steps before RL
-	Steps           int // RL steps
-	EvalEvery       int // 0: evaluate only after the last RL step (and never when the run has no evaluation)
-	CheckpointEvery int // in RL steps; 0: only after the last
+	WarmupSteps int // SFT steps before RL
+	Steps       int // RL steps
+	EvalEvery   int // 0: evaluate only after the last RL step (and never when the run has no evaluation)
+	// CheckpointEvery counts the steps of each phase: every N-th warm-up
+	// step and every N-th RL step is checkpointed; 0: none of them. The
+	// warm-up's last step and the run's last are checkpointed either way.
+	CheckpointEvery int
 	// MaxStaleness is the asynchronous pipeline's depth k: while RL step t
 	// trains, the batches of steps t+1..t+k are drawn and generated. 0 is
 	// synchronous.
@@ -115,7 +118,10 @@ func Plan(sc Schedule, s State) StepPlan {
 			Probe:      probe,
 			Eval:       eval,
 			PostWarmup: last && eval,
-			Checkpoint: last && sc.Steps == 0,
+			// The warm-up's end is checkpointed, so that a learner lost in
+			// RL, or a second run tuning RL, starts from the warmed-up
+			// weights instead of training the warm-up again.
+			Checkpoint: last || (sc.CheckpointEvery > 0 && step%sc.CheckpointEvery == 0),
 		}
 	}
 	k := step - sc.WarmupSteps

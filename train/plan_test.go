@@ -67,7 +67,7 @@ func TestPlan(t *testing.T) {
 		name: "sync, warm-up then RL",
 		sc:   sync,
 		want: []string{
-			"w1 set push", "w2 push eval post",
+			"w1 set push", "w2 push eval post ckpt",
 			"r1 set own@2 push", "r2 own@3 push eval", "r3 own@4 push ckpt", "r4 own@5 push eval ckpt",
 			"done@6",
 		},
@@ -75,7 +75,7 @@ func TestPlan(t *testing.T) {
 		name: "async k=1: the next step's batch drawn while one trains",
 		sc:   async(1),
 		want: []string{
-			"w1 set", "w2 push eval post",
+			"w1 set", "w2 push eval post ckpt",
 			"r1 set own@2 ahead[3] push", "r2 ahead[4] push eval", "r3 ahead[5] push ckpt", "r4 push eval ckpt",
 			"done@6",
 		},
@@ -83,7 +83,7 @@ func TestPlan(t *testing.T) {
 		name: "async k=2",
 		sc:   async(2),
 		want: []string{
-			"w1 set", "w2 push eval post",
+			"w1 set", "w2 push eval post ckpt",
 			"r1 set own@2 ahead[3 4] push", "r2 ahead[5] push eval", "r3 push ckpt", "r4 push eval ckpt",
 			"done@6",
 		},
@@ -91,7 +91,7 @@ func TestPlan(t *testing.T) {
 		name: "async k=3: never drawn past the last step",
 		sc:   async(3),
 		want: []string{
-			"w1 set", "w2 push eval post",
+			"w1 set", "w2 push eval post ckpt",
 			"r1 set own@2 ahead[3 4 5] push", "r2 push eval", "r3 push ckpt", "r4 push eval ckpt",
 			"done@6",
 		},
@@ -102,16 +102,16 @@ func TestPlan(t *testing.T) {
 	}, {
 		name: "no evaluation: the idle actors still get the weights after the warm-up",
 		sc:   Schedule{WarmupSteps: 2, Steps: 1, RolloutActors: true},
-		want: []string{"w1 set", "w2 push", "r1 set own@2 push ckpt", "done@3"},
+		want: []string{"w1 set", "w2 push ckpt", "r1 set own@2 push ckpt", "done@3"},
 	}, {
 		name: "multi-turn warm-up samples first attempts: pushes every step",
 		sc:   Schedule{WarmupSteps: 2, Steps: 1, RolloutActors: true, MultiTurn: true},
-		want: []string{"w1 set push", "w2 push", "r1 set own@2 push ckpt", "done@3"},
+		want: []string{"w1 set push", "w2 push ckpt", "r1 set own@2 push ckpt", "done@3"},
 	}, {
 		name:  "resume mid-warm-up",
 		sc:    sync,
 		start: State{Step: 1},
-		want:  []string{"w2 set push eval post", "r1 set own@2 push", "r2 own@3 push eval", "r3 own@4 push ckpt", "r4 own@5 push eval ckpt", "done@6"},
+		want:  []string{"w2 set push eval post ckpt", "r1 set own@2 push", "r2 own@3 push eval", "r3 own@4 push ckpt", "r4 own@5 push eval ckpt", "done@6"},
 	}, {
 		name:  "resume mid-RL, async k=2: the pipeline refills from the checkpoint's step",
 		sc:    async(2),
@@ -125,11 +125,15 @@ func TestPlan(t *testing.T) {
 	}, {
 		name: "warm-up probes every 2 steps but the last; rollout actors get the weights to probe with",
 		sc:   Schedule{WarmupSteps: 5, Steps: 1, EvalEvery: 4, Evaluates: true, RolloutActors: true, ProbeEvery: 2},
-		want: []string{"w1 set", "w2 push probe", "w3", "w4 push probe eval", "w5 push eval post", "r1 set own@5 push eval ckpt", "done@6"},
+		want: []string{"w1 set", "w2 push probe", "w3", "w4 push probe eval", "w5 push eval post ckpt", "r1 set own@5 push eval ckpt", "done@6"},
 	}, {
 		name: "a probe on the warm-up's last step is none: the warm-up ends there anyway",
 		sc:   Schedule{WarmupSteps: 4, Steps: 1, ProbeEvery: 2},
-		want: []string{"w1 set push", "w2 push probe", "w3 push", "w4 push", "r1 set own@4 push ckpt", "done@5"},
+		want: []string{"w1 set push", "w2 push probe", "w3 push", "w4 push ckpt", "r1 set own@4 push ckpt", "done@5"},
+	}, {
+		name: "checkpoint_every counts each phase's steps; the warm-up's end is checkpointed",
+		sc:   Schedule{WarmupSteps: 5, Steps: 3, CheckpointEvery: 2},
+		want: []string{"w1 set push", "w2 push ckpt", "w3 push", "w4 push ckpt", "w5 push ckpt", "r1 set own@5 push", "r2 own@6 push ckpt", "r3 own@7 push ckpt", "done@8"},
 	}, {
 		name: "no RL and no warm-up",
 		sc:   Schedule{},
@@ -156,7 +160,7 @@ func TestPlanLearnerRestart(t *testing.T) {
 	if s.Ahead != 2 || s.Learners != PhaseRL {
 		t.Fatalf("state after step 4: %+v, want 2 batches ahead in RL", s)
 	}
-	wantBefore := []string{"w1 set push", "r1 set own@1 ahead[2 3] push", "r2 ahead[4] push ckpt", "r3 ahead[5] push"}
+	wantBefore := []string{"w1 set push ckpt", "r1 set own@1 ahead[2 3] push", "r2 ahead[4] push ckpt", "r3 ahead[5] push"}
 	if strings.Join(before, "|") != strings.Join(wantBefore, "|") {
 		t.Errorf("before the failure: %q, want %q", before, wantBefore)
 	}

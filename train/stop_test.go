@@ -38,28 +38,22 @@ func TestStopCheckpointsTheStepThenResumes(t *testing.T) {
 			cfg := tinyRun(out)
 			stop := make(chan struct{})
 			cfg.Stop = stop
-			cfg.Progress = func(m Metrics) {
-				if m.Step == c.stopAt-1 {
-					close(stop) // asked after step stopAt−1, so during step stopAt
+			cfg.stepBegins = func(step int) {
+				if step == c.stopAt {
+					close(stop) // asked as step stopAt begins, so during it
 				}
 			}
 			if c.after {
+				cfg.stepBegins = nil
 				cfg.Progress = func(m Metrics) {
 					if m.Step == c.stopAt {
 						close(stop) // step stopAt is checkpointed already
 					}
 				}
 			} else if c.finish {
-				cfg.Progress = nil
+				cfg.stepBegins = nil
 				cfg.finishBegins = func(step int) {
 					if step == c.stopAt {
-						close(stop)
-					}
-				}
-			} else if c.stopAt == 1 {
-				cfg.Progress = nil
-				cfg.stepBegins = func(step int) {
-					if step == 1 {
 						close(stop)
 					}
 				}

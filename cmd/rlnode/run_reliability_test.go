@@ -420,13 +420,14 @@ func TestRunMetricsEndpoint(t *testing.T) {
 	if code := run.wait(t); code != 130 {
 		t.Errorf("interrupted run: exit %d, want 130\nstderr:\n%s", code, run.stderr)
 	}
-	// checkpoint_every 0 writes none on schedule: the interrupted step is
-	// checkpointed, and the resume hint names it.
+	// checkpoint_every 0 writes none on schedule but the warm-up's last
+	// (step 2): the interrupted step is checkpointed too, and the resume
+	// hint names it.
 	cks, err := train.Checkpoints(dir)
-	if err != nil || len(cks) != 1 {
-		t.Fatalf("interrupted run left checkpoints %v (%v), want the interrupted step's\nstderr:\n%s", cks, err, run.stderr)
+	if err != nil || len(cks) != 2 || filepath.Base(cks[0]) != "step-2" {
+		t.Fatalf("interrupted run left checkpoints %v (%v), want the warm-up's last step's and the interrupted step's\nstderr:\n%s", cks, err, run.stderr)
 	}
-	if want := "continue from checkpoint " + filepath.Base(cks[0]) + " with: rlnode run"; !strings.Contains(run.stderr.String(), want) {
+	if want := "continue from checkpoint " + filepath.Base(cks[1]) + " with: rlnode run"; !strings.Contains(run.stderr.String(), want) {
 		t.Errorf("stderr lacks %q:\n%s", want, run.stderr)
 	}
 	t.Logf("scraped: %v", got)
