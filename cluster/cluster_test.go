@@ -384,6 +384,11 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no member answered") {
 		t.Fatalf("join with the wrong key: %v", err)
 	}
+	// One line, naming the address and memberlist's reason (which comes
+	// as a bulleted list).
+	if msg := err.Error(); strings.ContainsAny(msg, "\n\t") || !strings.Contains(msg, "join "+a.GossipAddress()+": ") || !strings.Contains(msg, "failed to join "+a.GossipAddress()) {
+		t.Fatalf("join with the wrong key: %q, want one line naming %s and the reason", msg, a.GossipAddress())
+	}
 	if d := time.Since(start); d > 15*time.Second {
 		t.Fatalf("refusal took %s", d)
 	}

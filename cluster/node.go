@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -356,7 +357,7 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 	select {
 	case r := <-ch:
 		if r.err != nil && r.k == 0 {
-			return fmt.Errorf("join %v: no member answered (wrong address, or a gossip key that does not match the cluster's): %w", addrs, r.err)
+			return fmt.Errorf("join %s: no member answered (wrong address, or a gossip key that does not match the cluster's): %w", strings.Join(addrs, ", "), joinErr{r.err})
 		}
 		// Memberlist keeps the live holder of a taken id and ignores this
 		// node, which would run on unseen by the others.
@@ -380,8 +381,27 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 		}
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("join %v: no member answered within %s", addrs, n.cfg.JoinTimeout)
+		return fmt.Errorf("join %s: no member answered within %s", strings.Join(addrs, ", "), n.cfg.JoinTimeout)
 	}
+}
+
+// joinErr is memberlist's join error on one line: it comes as a bulleted
+// list, one error per address ("1 error occurred:\n\t* failed to join
+// …\n\n"), which ended a CLI's one-line error with blank lines.
+type joinErr struct{ err error }
+
+func (e joinErr) Unwrap() error { return e.err }
+
+func (e joinErr) Error() string {
+	var list interface{ WrappedErrors() []error }
+	if errors.As(e.err, &list) {
+		var parts []string
+		for _, w := range list.WrappedErrors() {
+			parts = append(parts, w.Error())
+		}
+		return strings.Join(parts, "; ")
+	}
+	return strings.Join(strings.Fields(e.err.Error()), " ")
 }
 
 func defaultNodeID() string {
