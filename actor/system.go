@@ -48,8 +48,9 @@ type Config struct {
 	// TLS, when set, secures the actor transport and the bulk path with
 	// mutual TLS (under the member handshake when Secret is set too).
 	TLS *TLSFiles
-	// MaxUnprovenPerAddr caps the connections one remote address may hold
-	// on the actor port and on the bulk port before they prove membership
+	// MaxUnprovenPerAddr caps the connections one remote address (an IPv6
+	// one with its /64: internal/addrgroup) may hold on the actor port and
+	// on the bulk port before they prove membership
 	// (default DefaultMaxUnprovenPerAddr); MaxConnsPerAddr caps all of its
 	// connections to each (default DefaultMaxConnsPerAddr). Connections
 	// beyond either are closed at once.

@@ -37,7 +37,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	maxTokens := fs.Int("max-queued-tokens", 0, "tokens of the requests in progress, prompts plus n × max_tokens; more are answered 429 (default 2 × --max-batch × the model's context)")
 	readTimeout := fs.Duration("read-timeout", 30*time.Second, "time to read a request's headers, and its body")
 	idleTimeout := fs.Duration("idle-timeout", 30*time.Second, "time a keep-alive connection may wait for its next request")
-	connsPerAddr := fs.Int("max-conns-per-addr", 64, "connections one client address may hold open; more are closed at once (0: no cap)")
+	connsPerAddr := fs.Int("max-conns-per-addr", 64, "connections one client address (an IPv6 one with its /64) may hold open; more are closed at once (0: no cap)")
 	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "time each write of an answer may wait for a client that does not read")
 	tf := addTraceFlags(fs)
 	fs.Usage = func() {

@@ -11,12 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/addrgroup"
 )
 
 // Defaults for a Gate's zero fields.
@@ -36,7 +37,8 @@ var ErrTooSlow = errors.New("request body arrives too slowly")
 // not change once it is in use.
 type Gate struct {
 	// Total bounds the bodies read at once (default min(GOMAXPROCS, 4));
-	// PerAddr, those of one remote IP (default Total/2, at least 1).
+	// PerAddr, those of one remote IP, an IPv6 one with its /64
+	// (addrgroup; default Total/2, at least 1).
 	Total, PerAddr int
 	// A body must arrive at MinRate bytes a second on average once Grace
 	// has passed since its place was taken, and whole within MaxTime.
@@ -47,8 +49,8 @@ type Gate struct {
 	once    sync.Once
 	mu      sync.Mutex
 	n       int
-	byAddr  map[string]int
-	changed chan struct{} // closed and replaced when a place frees
+	byAddr  map[string]int // by addrgroup.OfHostPort; an entry lives while it counts a body
+	changed chan struct{}  // closed and replaced when a place frees
 }
 
 func (g *Gate) init() {
@@ -86,7 +88,7 @@ type Place struct {
 // false when the client left first.
 func (g *Gate) Take(r *http.Request) (p *Place, ok bool) {
 	g.init()
-	addr := hostOf(r.RemoteAddr)
+	addr := addrgroup.OfHostPort(r.RemoteAddr)
 	for {
 		g.mu.Lock()
 		if g.n < g.Total && g.byAddr[addr] < g.PerAddr {
@@ -255,10 +257,3 @@ func (b *body) Read(p []byte) (int, error) {
 }
 
 func (b *body) Close() error { return b.r.Close() }
-
-func hostOf(remote string) string {
-	if h, _, err := net.SplitHostPort(remote); err == nil {
-		return h
-	}
-	return remote
-}

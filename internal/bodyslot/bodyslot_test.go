@@ -51,6 +51,30 @@ func TestTakeCaps(t *testing.T) {
 	}
 }
 
+// The places of one address are those of its group: an IPv6 client may
+// take a fresh address of its /64 for each request, and an IPv4-mapped
+// address is its IPv4 one.
+func TestTakeGroupsAddresses(t *testing.T) {
+	g := &Gate{Total: 4, PerAddr: 1}
+	left := func(addr string) bool { // a taker whose client has left: admitted only if a place is free at once
+		r, cancel := request(addr)
+		cancel()
+		_, ok := g.Take(r)
+		return ok
+	}
+	if !left("[2001:db8:1:2::1]:1000") || !left("10.0.0.1:1000") {
+		t.Fatal("the first body of an address was not admitted")
+	}
+	for _, addr := range []string{"[2001:db8:1:2::2]:1000", "[2001:db8:1:2:ffff::1]:1001", "[::ffff:10.0.0.1]:1001"} {
+		if left(addr) {
+			t.Errorf("%s was admitted over its group's cap", addr)
+		}
+	}
+	if !left("[2001:db8:1:3::1]:1000") {
+		t.Error("the next /64 was not admitted")
+	}
+}
+
 // A body read to its end gives back its address's share while its place
 // is still held (for parsing): only reading is slow at a sender's will.
 func TestBodyReadFreesAddressShare(t *testing.T) {

@@ -1,6 +1,7 @@
 // Package connlimit caps the connections one remote address may hold open
 // on a listening port, so that one peer cannot take every descriptor of a
-// node. It owns counting only; listeners close what it refuses.
+// node. An address is counted with its group (addrgroup: an IPv6 address
+// with its /64). It owns counting only; listeners close what it refuses.
 package connlimit
 
 import (
@@ -9,11 +10,13 @@ import (
 	"net"
 	"sync"
 
+	"github.com/rlnode/rlnode/internal/addrgroup"
 	"github.com/rlnode/rlnode/internal/ratelog"
 )
 
-// Limits are the caps per remote address (its IP; ports are free for an
-// attacker to vary). A connection is unproven from accept until it has
+// Limits are the caps per remote address (its IP, and an IPv6 one's /64:
+// ports and the addresses of one's own /64 are free for an attacker to
+// vary; see addrgroup). A connection is unproven from accept until it has
 // shown that it may stay (a member handshake); Unproven caps those, Total
 // caps every open connection. Zero means no cap.
 type Limits struct {
@@ -21,12 +24,12 @@ type Limits struct {
 	Total    int
 }
 
-// Gate counts open connections by remote address. It is safe for
-// concurrent use.
+// Gate counts open connections by remote address group (addrgroup.Of).
+// It is safe for concurrent use.
 type Gate struct {
 	lim    Limits
 	mu     sync.Mutex
-	byAddr map[string]*count
+	byAddr map[string]*count // by addrgroup.Of; an entry lives while it counts a connection
 }
 
 type count struct{ unproven, total int }
@@ -45,9 +48,9 @@ type Slot struct {
 }
 
 // Admit counts a new connection from addr as unproven, or refuses it with
-// an error naming the cap it would exceed.
+// an error naming addr's group and the cap it would exceed.
 func (g *Gate) Admit(addr net.Addr) (*Slot, error) {
-	key := hostOf(addr)
+	key := addrgroup.Of(addr)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	c := g.byAddr[key]
@@ -56,10 +59,10 @@ func (g *Gate) Admit(addr net.Addr) (*Slot, error) {
 		g.byAddr[key] = c
 	}
 	if g.lim.Total > 0 && c.total >= g.lim.Total {
-		return nil, fmt.Errorf("%s already holds %d connections (the cap per address)", key, c.total)
+		return nil, fmt.Errorf("%s already holds %d connections (%s)", key, c.total, capName(key))
 	}
 	if g.lim.Unproven > 0 && c.unproven >= g.lim.Unproven {
-		return nil, fmt.Errorf("%s already holds %d connections that have not proven membership (the cap per address)", key, c.unproven)
+		return nil, fmt.Errorf("%s already holds %d connections that have not proven membership (%s)", key, c.unproven, capName(key))
 	}
 	c.unproven++
 	c.total++
@@ -98,11 +101,19 @@ func (s *Slot) Release() {
 	}
 }
 
-// Count returns the open and the unproven connections from host.
-func (g *Gate) Count(host string) (total, unproven int) {
+func capName(key string) string {
+	if addrgroup.IsGroup(key) {
+		return fmt.Sprintf("the cap per address; an IPv6 one counts with its /%d", addrgroup.IPv6Prefix)
+	}
+	return "the cap per address"
+}
+
+// Count returns the open and the unproven connections from the address
+// group key (addrgroup.Of: "192.0.2.7", "2001:db8:1:2::/64").
+func (g *Gate) Count(key string) (total, unproven int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if c := g.byAddr[host]; c != nil {
+	if c := g.byAddr[key]; c != nil {
 		return c.total, c.unproven
 	}
 	return 0, 0
@@ -119,22 +130,6 @@ func (c *Conn) Close() error {
 	err := c.Conn.Close()
 	c.Slot.Release()
 	return err
-}
-
-func hostOf(addr net.Addr) string {
-	if addr == nil {
-		return ""
-	}
-	switch a := addr.(type) {
-	case *net.TCPAddr:
-		return a.IP.String()
-	case *net.UDPAddr:
-		return a.IP.String()
-	}
-	if h, _, err := net.SplitHostPort(addr.String()); err == nil {
-		return h
-	}
-	return addr.String()
 }
 
 // Listener caps the connections each remote address holds open on l: a
@@ -158,7 +153,8 @@ func (l *Listener) LogRefused(log *slog.Logger, msg string) {
 	}
 }
 
-// Limit wraps l with a cap of total open connections per remote address.
+// Limit wraps l with a cap of total open connections per remote address
+// (group).
 func Limit(l net.Listener, total int) *Listener {
 	return &Listener{Listener: l, Gate: New(Limits{Total: total})}
 }

@@ -8,10 +8,20 @@ import (
 )
 
 // A listener capped at 3 connections per address keeps 3 open, closes the
-// 4th at once (telling Refused who it was), and admits a new one after one of the 3 closes.
+// 4th at once (telling Refused who it was, by its group's name), and
+// admits a new one after one of the 3 closes; on IPv4 and IPv6 loopback.
 func TestListenerCapsPerAddress(t *testing.T) {
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	for _, host := range []string{"127.0.0.1", "::1"} {
+		t.Run(host, func(t *testing.T) { testListenerCaps(t, host) })
+	}
+}
+
+func testListenerCaps(t *testing.T, host string) {
+	raw, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
+		if host == "::1" {
+			t.Skipf("no IPv6 loopback here: %v", err)
+		}
 		t.Fatal(err)
 	}
 	l := Limit(raw, 3)
@@ -53,18 +63,18 @@ func TestListenerCapsPerAddress(t *testing.T) {
 	}
 	select {
 	case r := <-refused:
-		if r != over.LocalAddr().String()+": 127.0.0.1 already holds 3 connections (the cap per address)" {
+		if r != over.LocalAddr().String()+": "+host+" already holds 3 connections (the cap per address)" {
 			t.Errorf("Refused told %q", r)
 		}
 	default:
 		t.Error("Refused was not told of the connection over the cap")
 	}
-	if total, _ := l.Gate.Count("127.0.0.1"); total != 3 {
+	if total, _ := l.Gate.Count(host); total != 3 {
 		t.Fatalf("counted %d open connections, want 3", total)
 	}
 	// Closing an accepted connection frees its place.
 	server[0].Close()
-	if total, _ := l.Gate.Count("127.0.0.1"); total != 2 {
+	if total, _ := l.Gate.Count(host); total != 2 {
 		t.Fatalf("counted %d open connections after one closed, want 2", total)
 	}
 	next := dial()
