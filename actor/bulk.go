@@ -230,7 +230,7 @@ func (b *Bulk) serve() {
 		}
 		slot, err := b.gate.Admit(c.RemoteAddr())
 		if err != nil {
-			b.sys.warn.Warn(b.sys.log, "bulk: refusing a connection", "err", err)
+			b.sys.warn.Warn(b.sys.log, "bulk: refusing a connection", "peer", c.RemoteAddr().String(), "err", err)
 			c.Close()
 			continue
 		}

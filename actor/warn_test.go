@@ -70,3 +70,38 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// A connection closed for the bulk port's cap per address is logged with
+// its peer's address, not only the group the cap counts (which, for IPv6,
+// is a /64 and names no one host).
+func TestBulkCapRefusalNamesPeer(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	s, err := Start(Config{Secret: []byte("cap key"), MaxConnsPerAddr: 1, MaxUnprovenPerAddr: 1,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	held, err := net.Dial("tcp", s.Bulk().Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	over, err := net.Dial("tcp", s.Bulk().Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	_ = over.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(over); err != nil {
+		t.Fatalf("the connection over the cap: %v, want it closed", err)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if !strings.Contains(out, "bulk: refusing a connection") || !strings.Contains(out, "peer="+over.LocalAddr().String()) ||
+		!strings.Contains(out, "127.0.0.1 already holds 1 connections") {
+		t.Errorf("the refusal does not name the peer %s and its count:\n%s", over.LocalAddr(), out)
+	}
+}
