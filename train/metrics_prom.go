@@ -3,15 +3,18 @@ package train
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rlnode/rlnode/internal/connlimit"
+	"github.com/rlnode/rlnode/internal/ratelog"
 )
 
 // The values of rlnode_run_state.
@@ -41,6 +44,8 @@ type RunMetrics struct {
 	envSteps, envErrors int64
 	envSeconds          float64
 	state               int // runRunning, runFinished or runFailed
+
+	log atomic.Pointer[slog.Logger] // SetLogger's
 	// The agent figures of the last RL step and of the last evaluation
 	// (agent episodes only).
 	agent, evalAgent *AgentStats
@@ -222,6 +227,11 @@ func (r *RunMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// SetLogger sets where the endpoint Serve opened warns of connections it
+// closed for its cap per address; it may be called once Serve runs (a run
+// makes its logger later). Until then, nothing is logged.
+func (r *RunMetrics) SetLogger(l *slog.Logger) { r.log.Store(l) }
+
 // metricsConnsPerAddr caps the connections one address may hold open on
 // the metrics endpoint, which shares the run's process and descriptors.
 const metricsConnsPerAddr = 32
@@ -245,7 +255,14 @@ func (r *RunMetrics) Serve(addr string) (bound string, stop func(), err error) {
 	// connections, and idle or slow ones are cut off.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second}
-	go func() { _ = srv.Serve(connlimit.Limit(ln, metricsConnsPerAddr)) }()
+	capped := connlimit.Limit(ln, metricsConnsPerAddr)
+	var warn ratelog.Limiter
+	capped.Refused = func(addr net.Addr, err error) {
+		if log := r.log.Load(); log != nil {
+			warn.Warn(log, "metrics endpoint: refusing a connection", "peer", addr.String(), "err", err)
+		}
+	}
+	go func() { _ = srv.Serve(capped) }()
 	stop = func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rlnode/rlnode/internal/connlimit/connlimittest"
+	"github.com/rlnode/rlnode/internal/logbuf"
 )
 
 // exposition is the text format of samples ("NAME{LABELS} VALUE" lines),
@@ -224,11 +226,22 @@ func TestRunMetricsServe(t *testing.T) {
 // connections open on the metrics endpoint; the next is closed unanswered.
 // (It held every connection a client kept alive, with no idle timeout,
 // so a client beyond loopback could take every descriptor of the run.)
+// The connection closed for the cap is logged, naming its peer and the
+// cap's count (before, it was closed in silence: a scraper's failures had
+// no reason anywhere in the run's log).
 func TestRunMetricsServeCapsConnectionsPerAddress(t *testing.T) {
-	addr, stop, err := NewRunMetrics("quick", 3).Serve("127.0.0.1:0")
+	var logs logbuf.Buffer
+	r := NewRunMetrics("quick", 3)
+	r.SetLogger(slog.New(slog.NewTextHandler(&logs, nil)))
+	addr, stop, err := r.Serve("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
 	connlimittest.HoldsAtMost(t, addr, "/metrics", metricsConnsPerAddr)
+	out := logs.String()
+	if !strings.Contains(out, "metrics endpoint: refusing a connection") || !strings.Contains(out, "peer=127.0.0.1:") ||
+		!strings.Contains(out, fmt.Sprintf("127.0.0.1 already holds %d connections", metricsConnsPerAddr)) {
+		t.Errorf("the connection over the cap was not logged with its peer and count:\n%s", out)
+	}
 }

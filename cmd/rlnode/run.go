@@ -291,6 +291,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	cfg.Logger = runLogger(bar)
+	if exporter != nil {
+		exporter.SetLogger(cfg.Logger)
+	}
 	res, err := train.Run(ctx, cfg)
 	bar.done()
 	closeTraces()
