@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -252,7 +253,13 @@ func Start(cfg Config) (*System, error) {
 	if c.AdvertiseHost != "" {
 		opts = append(opts, remote.WithAdvertisedHost(net.JoinHostPort(c.AdvertiseHost, strconv.Itoa(port))))
 	}
-	s.rem = remote.NewRemote(s.as, remote.Configure(c.Host, port, opts...))
+	// protoactor listens on Host + ":" + port: an IPv6 literal needs its
+	// brackets there.
+	paHost := c.Host
+	if strings.Contains(paHost, ":") {
+		paHost = "[" + paHost + "]"
+	}
+	s.rem = remote.NewRemote(s.as, remote.Configure(paHost, port, opts...))
 	if err := startRemote(s.rem); err != nil {
 		return nil, err
 	}

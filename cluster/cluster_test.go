@@ -89,8 +89,12 @@ func runTestNode() int {
 			return 1
 		}
 	}
+	bind := os.Getenv("RLNODE_TEST_BIND")
+	if bind == "" {
+		bind = "127.0.0.1:0"
+	}
 	n, err := Start(context.Background(), Config{
-		NodeID: os.Getenv("RLNODE_TEST_NODE_ID"), Bind: "127.0.0.1:0", Key: key, CPUs: 2, GPUs: gpus,
+		NodeID: os.Getenv("RLNODE_TEST_NODE_ID"), Bind: bind, Key: key, CPUs: 2, GPUs: gpus,
 		Labels: labels, Join: strings.Fields(os.Getenv("RLNODE_TEST_JOIN")), Detection: det, Logger: actor.DiscardLogger(),
 	})
 	if err != nil {
