@@ -223,3 +223,54 @@ func TestStopWhileAFactoryRuns(t *testing.T) {
 		t.Errorf("spawn during Stop: %v, want the factory's context.Canceled", err)
 	}
 }
+
+// ctxWaiter's Receive works until its actor's Context ends (as a learner
+// encoding a large model's weights checks it), then returns its error.
+type ctxWaiter struct{ working chan struct{} }
+
+func (w ctxWaiter) Receive(ctx *Context, msg any) (any, error) {
+	if _, ok := msg.(Echo); ok {
+		return Fail{Text: fmt.Sprint(ctx.Context().Err())}, nil
+	}
+	close(w.working)
+	<-ctx.Context().Done()
+	return nil, ctx.Context().Err()
+}
+
+// StopLocal ends the actor's Context before it waits: a Receive that
+// checks it gives up and the actor stops at once, with no error. Before,
+// the Context was the node's life alone: the stop waited protoactor's 10 s
+// bound, failed with its timeout, and left the Receive working until the
+// node stopped. Other actors' Contexts live on.
+func TestStopLocalEndsTheActorsContext(t *testing.T) {
+	s := startTestSystem(t)
+	working := make(chan struct{})
+	ref, err := s.SpawnLocal(LocalSpawn{Name: "busy", Kind: "test.ctxwaiter", Factory: func(*Context, any) (Actor, error) {
+		return ctxWaiter{working: working}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := s.SpawnLocal(LocalSpawn{Name: "idle", Kind: "test.ctxwaiter", Factory: func(*Context, any) (Actor, error) {
+		return ctxWaiter{}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := make(chan error, 1)
+	go func() {
+		_, err := s.Call(context.Background(), ref, Ping{})
+		called <- err
+	}()
+	<-working
+	if err := s.StopLocal("busy", "stopped by test"); err != nil {
+		t.Fatalf("StopLocal of an actor whose Receive checks its Context: %v", err)
+	}
+	if err := <-called; !errors.Is(err, context.Canceled) {
+		t.Errorf("the call of the stopped Receive: %v, want its context.Canceled", err)
+	}
+	v, err := s.Call(context.Background(), other, Echo{})
+	if f, ok := v.(Fail); err != nil || !ok || f.Text != "<nil>" {
+		t.Errorf("the other actor's Context: %v, %v; want it alive", v, err)
+	}
+}

@@ -35,6 +35,8 @@ type hosted struct {
 	pid  *pa.PID
 	ctx  *Context
 	inst Actor
+	// endLife cancels ctx's Context: at a stop's request, and once stopped.
+	endLife context.CancelFunc
 
 	mu        sync.Mutex
 	stopCause string
@@ -70,11 +72,14 @@ func (s *System) SpawnLocal(spec LocalSpawn) (Ref, error) {
 	id := "a/" + spec.Name
 	h := &hosted{sys: s, spec: spec}
 	h.ref = Ref{Name: spec.Name, Kind: spec.Kind, Address: s.addr, ID: id}
-	h.ctx = &Context{sys: s, self: h.ref, restarts: spec.Restarts}
+	life, endLife := context.WithCancel(s.life)
+	h.ctx = &Context{sys: s, self: h.ref, restarts: spec.Restarts, life: life}
+	h.endLife = endLife
 
 	s.amu.Lock()
 	if _, dup := s.actors[spec.Name]; dup {
 		s.amu.Unlock()
+		endLife()
 		return Ref{}, fmt.Errorf("actor %q on node %s: %w", spec.Name, s.addr, ErrNameTaken)
 	}
 	s.actors[spec.Name] = h // reserve the name while the factory runs
@@ -82,6 +87,7 @@ func (s *System) SpawnLocal(spec LocalSpawn) (Ref, error) {
 
 	inst, err := buildInstance(f, h.ctx, spec.Args)
 	if err != nil {
+		endLife()
 		s.amu.Lock()
 		delete(s.actors, spec.Name)
 		s.amu.Unlock()
@@ -90,6 +96,7 @@ func (s *System) SpawnLocal(spec LocalSpawn) (Ref, error) {
 	h.inst = inst
 	pid, err := s.as.Root.SpawnNamed(pa.PropsFromFunc(h.receive), id)
 	if err != nil {
+		endLife()
 		s.amu.Lock()
 		delete(s.actors, spec.Name)
 		s.amu.Unlock()
@@ -117,9 +124,10 @@ func buildInstance(f Factory, ctx *Context, args any) (a Actor, err error) {
 }
 
 // StopLocal stops a hosted actor by name, with cause as its death cause, and
-// waits until it has stopped (protoactor bounds the wait at 10 s: an actor
-// stuck in Receive stops when Receive returns, and StopLocal reports the
-// timeout).
+// waits until it has stopped. The actor's Context ends first, so a Receive
+// that checks it gives up; one that does not is waited for (protoactor
+// bounds the wait at 10 s: an actor stuck in Receive stops when Receive
+// returns, and StopLocal reports the timeout).
 func (s *System) StopLocal(name, cause string) error {
 	s.amu.Lock()
 	h := s.actors[name]
@@ -132,6 +140,7 @@ func (s *System) StopLocal(name, cause string) error {
 		return fmt.Errorf("actor %q on node %s: %w", name, s.addr, ErrActorNotFound)
 	}
 	h.setStopCause(cause)
+	h.endLife()
 	return s.as.Root.StopFuture(pid).Wait()
 }
 
@@ -288,6 +297,7 @@ func (h *hosted) afterPanic(c pa.Context, cause string) {
 }
 
 func (h *hosted) stopped() {
+	defer h.endLife()
 	if st, ok := h.inst.(Stopper); ok {
 		func() {
 			defer func() {

@@ -67,6 +67,7 @@ type Context struct {
 	sys      *System
 	self     Ref
 	restarts int
+	life     context.Context // ends when this actor is asked to stop, or its node
 }
 
 // Self is this actor's reference.
@@ -78,10 +79,13 @@ func (c *Context) System() *System { return c.sys }
 // Restarts is how many times this actor has been restarted so far.
 func (c *Context) Restarts() int { return c.restarts }
 
-// Context is cancelled when the node begins to stop. A factory that
-// builds something large (a learner's model) checks it between parts and
-// returns its error, so a stopping node does not wait for the build.
-func (c *Context) Context() context.Context { return c.sys.life }
+// Context is cancelled when the actor is asked to stop (StopLocal, and so
+// a cluster's StopActor) or its node begins to stop. A factory that builds
+// something large (a learner's model) and a Receive that works long (a
+// learner encoding its weights) check it between parts and return its
+// error, so a stop does not wait for them: an actor stops only once its
+// Receive returns.
+func (c *Context) Context() context.Context { return c.life }
 
 // Logger is the system's logger with the actor's name attached.
 func (c *Context) Logger() *slog.Logger { return c.sys.log.With("actor", c.self.Name) }
