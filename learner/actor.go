@@ -67,20 +67,31 @@ const (
 )
 
 // PolicyWeightsPart is what a WeightsRequest for part offers (see the
-// Weights* constants) and the adapter it carries, if any.
-func (l *Learner) PolicyWeightsPart(part string) (map[string][]float32, *AdapterInfo, error) {
+// Weights* constants) and the adapter it carries, if any. It checks ctx
+// while it copies the weights (a large model's take seconds) and gives
+// up, with an error wrapping ctx's, once it is done.
+func (l *Learner) PolicyWeightsPart(ctx context.Context, part string) (map[string][]float32, *AdapterInfo, error) {
+	var w map[string][]float32
+	var a *AdapterInfo
+	var err error
 	switch part {
 	case WeightsPolicy:
-		return l.PolicyWeights(), nil, nil
+		w, err = l.policyWeights(ctx)
 	case WeightsBase:
-		return l.BaseWeights(), nil, nil
+		w, err = l.baseWeights(ctx)
 	case WeightsAdapter:
-		if a := l.Adapter(); a != nil {
-			return l.AdapterWeights(), a, nil
+		if a = l.Adapter(); a != nil {
+			w = l.AdapterWeights()
+		} else {
+			w, err = l.policyWeights(ctx)
 		}
-		return l.PolicyWeights(), nil, nil
+	default:
+		return nil, nil, fmt.Errorf("weights: part %q: want \"\", %q or %q", part, WeightsBase, WeightsAdapter)
 	}
-	return nil, nil, fmt.Errorf("weights: part %q: want \"\", %q or %q", part, WeightsBase, WeightsAdapter)
+	if err != nil {
+		return nil, nil, fmt.Errorf("weights: %w", err)
+	}
+	return w, a, nil
 }
 
 // WeightsOffer names the weights offered on the learner's node's bulk
@@ -160,7 +171,7 @@ func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		}
 		return AlgorithmSet{Algorithm: m.Algorithm}, nil
 	case WeightsRequest:
-		w, ad, err := a.l.PolicyWeightsPart(m.Part)
+		w, ad, err := a.l.PolicyWeightsPart(ctx.Context(), m.Part)
 		if err != nil {
 			return nil, fmt.Errorf("learner actor: %w", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +147,41 @@ func TestWeightsEncodingGivesUp(t *testing.T) {
 	}
 	if _, err := learner.DecodeWeightsContext(ctx, "push", want); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "push") {
 		t.Errorf("DecodeWeightsContext after its context ended: %v, want context.Canceled naming the payload", err)
+	}
+}
+
+// TestWeightsCopyGivesUp: the copy of the weights a push offers
+// (PolicyWeightsPart, before they are encoded) checks its context too:
+// it once copied a large model's every tensor, seconds that a stopped
+// run waited. With a live context it copies what PolicyWeights and
+// BaseWeights do.
+func TestWeightsCopyGivesUp(t *testing.T) {
+	cfg := learner.DefaultConfig()
+	cfg.Model = &model.Config{Architecture: model.Qwen2, HiddenSize: 16, IntermediateSize: 32, NumLayers: 1, NumHeads: 2,
+		NumKVHeads: 1, HeadDim: 8, VocabSize: 12, MaxPositions: 32, RMSNormEps: 1e-6, RopeTheta: 10000,
+		TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
+	l, err := learner.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		part string
+		want map[string][]float32
+	}{{learner.WeightsPolicy, l.PolicyWeights()}, {learner.WeightsBase, l.BaseWeights()}, {learner.WeightsAdapter, l.PolicyWeights()}} {
+		w, _, err := l.PolicyWeightsPart(context.Background(), c.part)
+		if err != nil || len(w) != len(c.want) {
+			t.Fatalf("part %q: %d tensors, %v; want %d", c.part, len(w), err, len(c.want))
+		}
+		for n, v := range c.want {
+			if !slices.Equal(w[n], v) {
+				t.Errorf("part %q: %s differs", c.part, n)
+			}
+		}
+		if _, _, err := l.PolicyWeightsPart(ctx, c.part); !errors.Is(err, context.Canceled) {
+			t.Errorf("part %q after its context ended: %v, want context.Canceled", c.part, err)
+		}
 	}
 }

@@ -615,10 +615,19 @@ func (l *Learner) startRL() error {
 // Face name, without the value head: what an inference engine serves
 // (under LoRA, the base with the adapters merged in).
 func (l *Learner) PolicyWeights() map[string][]float32 {
-	w := l.model.MergedWeights()
+	w, _ := l.policyWeights(context.Background())
+	return w
+}
+
+// policyWeights is PolicyWeights that gives up once ctx is done.
+func (l *Learner) policyWeights(ctx context.Context) (map[string][]float32, error) {
+	w, err := l.model.MergedWeightsContext(ctx)
+	if err != nil {
+		return nil, err
+	}
 	delete(w, model.ValueHeadWeight)
 	delete(w, model.ValueHeadBias)
-	return w
+	return w, nil
 }
 
 // CheckDevice reports why a learner on device ("", "cpu", "cuda",

@@ -1,6 +1,7 @@
 package learner
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/rlnode/rlnode/learner/optim"
@@ -92,11 +93,20 @@ func (l *Learner) AdapterWeights() map[string][]float32 { return l.model.LoRAWei
 // BaseWeights returns a host copy of the frozen base weights the adapters
 // sit on (PolicyWeights without the adapters), without the value head.
 func (l *Learner) BaseWeights() map[string][]float32 {
-	w := l.model.Weights()
+	w, _ := l.baseWeights(context.Background())
+	return w
+}
+
+// baseWeights is BaseWeights that gives up once ctx is done.
+func (l *Learner) baseWeights(ctx context.Context) (map[string][]float32, error) {
+	w, err := l.model.WeightsContext(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, p := range l.model.Params() {
 		if l.model.Value != nil && (p == l.model.Value.Weight || p == l.model.Value.Bias) {
 			delete(w, p.Name)
 		}
 	}
-	return w
+	return w, nil
 }

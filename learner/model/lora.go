@@ -411,8 +411,22 @@ func (m *Model) LoRAWeights() map[string][]float32 {
 // computes with: Weights, with each adapted projection's weight replaced
 // by W + (Alpha/Rank)·B·A. Without adapters it is Weights.
 func (m *Model) MergedWeights() map[string][]float32 {
-	w := m.Weights()
+	w, _ := m.MergedWeightsContext(context.Background())
+	return w
+}
+
+// MergedWeightsContext is MergedWeights that checks ctx between
+// parameters and layers (WeightsContext) and gives up, with an error
+// wrapping ctx's, once it is done. The weights are MergedWeights'.
+func (m *Model) MergedWeightsContext(ctx context.Context) (map[string][]float32, error) {
+	w, err := m.WeightsContext(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, l := range m.Layers {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("merge the adapters into the model's weights: %w", err)
+		}
 		for _, lin := range l.linears() {
 			a := lin.LoRA
 			if a == nil {
@@ -435,7 +449,7 @@ func (m *Model) MergedWeights() map[string][]float32 {
 			}
 		}
 	}
-	return w
+	return w, nil
 }
 
 // DropoutState is the state of the LoRA dropout's random source (nil

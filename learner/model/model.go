@@ -403,11 +403,22 @@ func (m *Model) download(t backend.Tensor) []float32 {
 
 // Weights returns a host copy of each parameter's weights by name.
 func (m *Model) Weights() map[string][]float32 {
+	out, _ := m.WeightsContext(context.Background())
+	return out
+}
+
+// WeightsContext is Weights that checks ctx between parameters and gives
+// up, with an error wrapping ctx's, once it is done: a large model's copy
+// takes seconds that a stop should not wait.
+func (m *Model) WeightsContext(ctx context.Context) (map[string][]float32, error) {
 	out := map[string][]float32{}
 	for _, p := range m.params {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("copy the model's weights: %w", err)
+		}
 		out[p.Name] = m.download(p.W)
 	}
-	return out
+	return out, nil
 }
 
 // Grads returns a host copy of each trainable parameter's gradient by name.

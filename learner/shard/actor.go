@@ -132,7 +132,7 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		}
 		return learner.AlgorithmSet{Algorithm: m.Algorithm}, nil
 	case learner.WeightsRequest:
-		w, ad, err := a.l.PolicyWeightsPart(m.Part)
+		w, ad, err := a.l.PolicyWeightsPart(ctx.Context(), m.Part)
 		if err != nil {
 			return nil, fmt.Errorf("learner-shard %s: %w", ctx.Self().Name, err)
 		}
