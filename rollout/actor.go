@@ -185,14 +185,14 @@ func init() {
 		}
 		return newRolloutActor(ctx, cfg)
 	})
-	RegisterEngine("native", func(cfg ActorConfig, model string) (engine.Engine, error) {
+	RegisterEngine("native", func(ctx context.Context, cfg ActorConfig, model string) (engine.Engine, error) {
 		if model == "" && cfg.ModelFiles != nil {
 			return NewNativeFromFiles(cfg.ModelFiles, native.Config{Device: cfg.Device})
 		}
 		if model == "" {
 			return nil, errors.New("native engine: no model directory")
 		}
-		return native.Load(model, native.Config{WeightVersion: cfg.WeightVersion, Device: cfg.Device})
+		return native.LoadContext(ctx, model, native.Config{WeightVersion: cfg.WeightVersion, Device: cfg.Device})
 	})
 	RegisterEngine(PushedNative, newPushedNative)
 	RegisterVerifier("math", func() (verify.Verifier, error) { return verify.Math{}, nil })
@@ -207,8 +207,10 @@ func init() {
 }
 
 // EngineFactory builds the engine a rollout actor hosts; model is
-// ActorConfig.Model or FeedbackModel.
-type EngineFactory func(cfg ActorConfig, model string) (engine.Engine, error)
+// ActorConfig.Model or FeedbackModel. ctx ends when the actor's spawn is
+// given up (its node stops): a factory that loads weights checks it and
+// returns an error wrapping ctx's, with what it allocated given back.
+type EngineFactory func(ctx context.Context, cfg ActorConfig, model string) (engine.Engine, error)
 
 var registry = struct {
 	sync.RWMutex
@@ -240,7 +242,7 @@ func names[V any](m map[string]V) []string {
 	return out
 }
 
-func buildEngine(cfg ActorConfig, name, model string) (engine.Engine, error) {
+func buildEngine(ctx context.Context, cfg ActorConfig, name, model string) (engine.Engine, error) {
 	registry.RLock()
 	f, ok := registry.engines[name]
 	known := names(registry.engines)
@@ -248,7 +250,7 @@ func buildEngine(cfg ActorConfig, name, model string) (engine.Engine, error) {
 	if !ok {
 		return nil, fmt.Errorf("rollout actor: unknown engine %q (registered: %v)", name, known)
 	}
-	e, err := f(cfg, model)
+	e, err := f(ctx, cfg, model)
 	if err != nil {
 		return nil, fmt.Errorf("rollout actor: engine %q: %w", name, err)
 	}
@@ -330,13 +332,13 @@ func newRolloutActor(ctx *actor.Context, cfg ActorConfig) (*rolloutActor, error)
 		return nil, fmt.Errorf("rollout actor: ModelFiles (an engine that starts with no weights) need an empty Model (have %q) and WeightSync (have %v)", cfg.Model, cfg.WeightSync)
 	}
 	a := &rolloutActor{cfg: cfg, sys: ctx.System(), verifier: v, jobs: map[string]*job{}, slots: make(chan struct{}, cfg.Concurrency)}
-	if a.solver, err = buildEngine(cfg, cfg.Engine, cfg.Model); err != nil {
+	if a.solver, err = buildEngine(ctx.Context(), cfg, cfg.Engine, cfg.Model); err != nil {
 		return nil, err
 	}
 	if cfg.FeedbackEngine != "" {
 		fcfg := cfg
 		fcfg.ModelFiles = nil // the solver's
-		if a.feedback, err = buildEngine(fcfg, cfg.FeedbackEngine, cfg.FeedbackModel); err != nil {
+		if a.feedback, err = buildEngine(ctx.Context(), fcfg, cfg.FeedbackEngine, cfg.FeedbackModel); err != nil {
 			a.solver.Close()
 			return nil, err
 		}

@@ -3,8 +3,11 @@ package rollout_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +17,7 @@ import (
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/nodetest"
+	"github.com/rlnode/rlnode/internal/slowfile"
 	"github.com/rlnode/rlnode/learner/cuda"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/tokenizer"
@@ -82,7 +86,7 @@ func tinyConfig() model.Config {
 func tinyModel() (*model.Model, error) { return nativetest.NewModel(tinyConfig(), 7) }
 
 func init() {
-	rollout.RegisterEngine("scripted", func(cfg rollout.ActorConfig, model string) (engine.Engine, error) {
+	rollout.RegisterEngine("scripted", func(_ context.Context, cfg rollout.ActorConfig, model string) (engine.Engine, error) {
 		e := episodetest.NewScriptedEngine(script)
 		if model == "teacher" {
 			e.Version.Store(7)
@@ -91,10 +95,10 @@ func init() {
 		}
 		return e, nil
 	})
-	rollout.RegisterEngine("gated", func(rollout.ActorConfig, string) (engine.Engine, error) {
+	rollout.RegisterEngine("gated", func(context.Context, rollout.ActorConfig, string) (engine.Engine, error) {
 		return gatedEngine{episodetest.NewScriptedEngine(script)}, nil
 	})
-	rollout.RegisterEngine("native-tiny", func(rollout.ActorConfig, string) (engine.Engine, error) {
+	rollout.RegisterEngine("native-tiny", func(context.Context, rollout.ActorConfig, string) (engine.Engine, error) {
 		m, err := tinyModel()
 		if err != nil {
 			return nil, err
@@ -387,5 +391,56 @@ func TestActorAcrossProcesses(t *testing.T) {
 		if st := stats(t, h); st.Completed != 1 || st.Episodes != 4 {
 			t.Errorf("stats %+v", st)
 		}
+	}
+}
+
+// TestActorStopWhileTheEngineLoads: a node that stops while a rollout
+// actor's engine loads its checkpoint (here from a pipe that never ends,
+// as from a very slow disk) ends the load: the spawn fails naming the
+// engine and the stop, and the engine's memory goes back. The engine
+// factories took no context: the load read on to the end of the file
+// (minutes for a 7B), deaf to the node's stop.
+func TestActorStopWhileTheEngineLoads(t *testing.T) {
+	m, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"native", rollout.PushedNative} {
+		t.Run(name, func(t *testing.T) {
+			dir := nativetest.Save(t, m)
+			if err := os.WriteFile(filepath.Join(dir, rollout.EngineConfigFile), []byte(`{"max_batch": 4}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			half := slowfile.Replace(t, filepath.Join(dir, "model.safetensors"))
+			s, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Stop()
+			spawned := make(chan error, 1)
+			go func() {
+				_, err := s.SpawnLocal(actor.LocalSpawn{Name: "loading", Kind: rollout.ActorKind, Args: rollout.ActorConfig{Engine: name, Model: dir}})
+				spawned <- err
+			}()
+			select {
+			case <-half:
+			case err := <-spawned:
+				t.Fatalf("the spawn ended before the engine read its checkpoint: %v", err)
+			case <-time.After(60 * time.Second):
+				t.Fatal("nothing read the checkpoint within 60 s")
+			}
+			s.Stop()
+			select {
+			case err := <-spawned:
+				if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), fmt.Sprintf("engine %q", name)) {
+					t.Errorf("spawn while the node stopped: %v; want context.Canceled naming the engine", err)
+				}
+				if testing.Verbose() {
+					t.Log(err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("the engine's load went on for 60 s after its node stopped")
+			}
+		})
 	}
 }

@@ -133,7 +133,7 @@ func PushedNativeFiles(config, tokenizer []byte, maxBatch int, device string) (m
 	return map[string][]byte{"config.json": config, "tokenizer.json": tokenizer, EngineConfigFile: ej}, nil
 }
 
-func newPushedNative(cfg ActorConfig, dir string) (engine.Engine, error) {
+func newPushedNative(ctx context.Context, cfg ActorConfig, dir string) (engine.Engine, error) {
 	var js []byte
 	path := EngineConfigFile + " of the model files"
 	switch {
@@ -164,5 +164,5 @@ func newPushedNative(cfg ActorConfig, dir string) (engine.Engine, error) {
 	}
 	// A LoRA learner's model directory is its base plus adapter: served
 	// merged, while pushed adapters merge onto the base (CheckpointBase).
-	return native.Load(dir, ncfg)
+	return native.LoadContext(ctx, dir, ncfg)
 }

@@ -31,7 +31,7 @@ import (
 // The pool's multi-process tests run this test binary again as rollout
 // nodes (internal/nodetest); they find these engines registered too.
 func init() {
-	rollout.RegisterEngine("pool-tiny", func(cfg rollout.ActorConfig, _ string) (engine.Engine, error) {
+	rollout.RegisterEngine("pool-tiny", func(_ context.Context, cfg rollout.ActorConfig, _ string) (engine.Engine, error) {
 		m, err := tinyModel()
 		if err != nil {
 			return nil, err
@@ -47,7 +47,7 @@ func init() {
 	})
 	// pool-gated-start is pool-tiny whose construction waits while
 	// startGate is held (TestPoolWaitsForReplacement).
-	rollout.RegisterEngine("pool-gated-start", func(cfg rollout.ActorConfig, _ string) (engine.Engine, error) {
+	rollout.RegisterEngine("pool-gated-start", func(_ context.Context, cfg rollout.ActorConfig, _ string) (engine.Engine, error) {
 		startGate.RLock()
 		defer startGate.RUnlock()
 		m, err := tinyModel()
