@@ -219,14 +219,16 @@ type engineHost struct {
 func (h *engineHost) Receive(ctx *actor.Context, msg any) (any, error) {
 	switch m := msg.(type) {
 	case Push:
-		if err := h.recv.Apply(context.Background(), ctx.System(), m); err != nil {
+		// The actor's context: a stop of the host (its rollout actor's,
+		// its node's) ends a push in progress instead of waiting for it.
+		if err := h.recv.Apply(ctx.Context(), ctx.System(), m); err != nil {
 			return nil, fmt.Errorf("engine %s on %s: %w", h.name, ctx.System().Address(), err)
 		}
 		return h.version(ctx), nil
 	case VersionRequest:
 		return h.version(ctx), nil
 	case Generate:
-		gctx, cancel := context.WithTimeout(context.Background(), generateTimeout)
+		gctx, cancel := context.WithTimeout(ctx.Context(), generateTimeout)
 		defer cancel()
 		res, err := h.eng.Generate(gctx, m.Requests)
 		if err != nil {
