@@ -697,9 +697,15 @@ func removeStaleTrainings(root string, now time.Time, log io.Writer) {
 	}
 }
 
-// LoadLM starts a native engine over the executor model in dir.
-func LoadLM(dir string) (*native.Engine, error) {
-	return native.Load(dir, native.Config{MaxBatch: 64})
+// LoadLM starts a native engine over the executor model in dir. It gives
+// up once ctx is done (checked while the weights are read), with an error
+// wrapping ctx's and the engine's memory given back.
+func LoadLM(ctx context.Context, dir string) (*native.Engine, error) {
+	e, err := native.LoadContext(ctx, dir, native.Config{MaxBatch: 64})
+	if err != nil {
+		return nil, fmt.Errorf("executor model: %w", err)
+	}
+	return e, nil
 }
 
 // LMFeatures are the executor model's question features: the mean over a
@@ -712,9 +718,10 @@ type LMFeatures struct {
 	tok *tokenizer.Tokenizer
 }
 
-// LoadLMFeatures loads the executor model in dir for features.
-func LoadLMFeatures(dir string) (*LMFeatures, error) {
-	m, err := model.Load(dir, cpu.New())
+// LoadLMFeatures loads the executor model in dir for features; it gives
+// up once ctx is done, as LoadLM does.
+func LoadLMFeatures(ctx context.Context, dir string) (*LMFeatures, error) {
+	m, err := model.LoadContext(ctx, dir, cpu.New())
 	if err != nil {
 		return nil, fmt.Errorf("executor model features: %w", err)
 	}

@@ -56,7 +56,7 @@ func TestLMTrainCacheRun(t *testing.T) {
 		t.Error("the cache key ignores the seed or the python tool")
 	}
 
-	eng, err := LoadLM(dir)
+	eng, err := LoadLM(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestLMFeatures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := r.Method()
+	m, err := r.Method(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestLMFeatures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := LoadLMFeatures(dir)
+	f, err := LoadLMFeatures(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -370,13 +370,14 @@ func (r *Recipe) SpaceOf() Space {
 	return Space{Tools: r.Space.Tools, Budgets: r.Space.Budgets, Atoms: r.Space.Atoms, MaxAtoms: r.Space.MaxAtoms}
 }
 
-// Method builds the recipe's formulation with fresh weights.
-func (r *Recipe) Method() (Method, error) {
+// Method builds the recipe's formulation with fresh weights. With lm
+// features it loads the executor model, giving up once ctx is done.
+func (r *Recipe) Method(ctx context.Context) (Method, error) {
 	rng := rand.New(rand.NewPCG(r.Seed, 0xc0f1))
 	emb := NewEmbedder(r.EmbedDim)
 	if r.Embed == "lm" {
 		var err error
-		if emb, err = r.lmEmbedder(); err != nil {
+		if emb, err = r.lmEmbedder(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -447,7 +448,11 @@ func (r *Recipe) ExecutorLM(ctx context.Context) (*native.Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", r.file, err)
 	}
-	return LoadLM(dir)
+	e, err := LoadLM(ctx, dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.file, err)
+	}
+	return e, nil
 }
 
 // WarmUp returns the directory of the recipe's executor model, training
@@ -462,14 +467,14 @@ func (r *Recipe) WarmUp(ctx context.Context, log io.Writer) (string, error) {
 
 // lmEmbedder embeds with the executor model's hidden states, the recipe's
 // questions computed up front.
-func (r *Recipe) lmEmbedder() (*Embedder, error) {
-	dir, err := EnsureLM(context.Background(), *r.Executor.LM, r.SpaceOf(), r.Executor.Python, os.Stderr)
+func (r *Recipe) lmEmbedder(ctx context.Context) (*Embedder, error) {
+	dir, err := EnsureLM(ctx, *r.Executor.LM, r.SpaceOf(), r.Executor.Python, os.Stderr)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", r.file, err)
 	}
-	src, err := LoadLMFeatures(dir)
+	src, err := LoadLMFeatures(ctx, dir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", r.file, err)
 	}
 	emb := NewSourceEmbedder(src)
 	trainQs, heldOut, err := r.Questions()

@@ -1,6 +1,7 @@
 package ctxopt
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,7 +22,7 @@ func TestBuiltinRecipesLoad(t *testing.T) {
 		if r.Name != n {
 			t.Errorf("%s: name %q", n, r.Name)
 		}
-		m, err := r.Method()
+		m, err := r.Method(context.Background())
 		if err != nil {
 			t.Fatalf("%s: %v", n, err)
 		}

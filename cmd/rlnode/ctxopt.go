@@ -180,7 +180,7 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, node *cluster.
 		x.Remote = pool
 		fmt.Fprintf(stdout, "executions on %d executor actors: nodes %s\n", len(ids), strings.Join(ids, ", "))
 	}
-	m, err := r.Method()
+	m, err := r.Method(ctx)
 	if err != nil {
 		return err
 	}
@@ -348,7 +348,7 @@ func ctxoptAlso(ctx context.Context, r *ctxopt.Recipe, x *ctxopt.Executor, heldO
 			return nil, nil, nil, fmt.Errorf("--also %s: its configuration space differs from %s's", name, r.Name)
 		}
 		o.Seed = r.Seed
-		m, err := o.Method()
+		m, err := o.Method(ctx)
 		if err != nil {
 			return nil, nil, nil, err
 		}

@@ -108,24 +108,7 @@ func TestCtxoptTrainEvalBenchmark(t *testing.T) {
 	}
 	// ...and puts it in the cache, where a second warmup finds it.
 	t.Setenv("RLNODE_CACHE", t.TempDir())
-	src, err := os.ReadFile("../../ctxopt/recipes/ctxopt_bandit_lm.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	small := string(src)
-	for _, kv := range [][2]string{{"hidden: 128", "hidden: 32"}, {"intermediate: 384", "intermediate: 64"}, {"layers: 2", "layers: 1"},
-		{"heads: 4", "heads: 2"}, {"kv_heads: 2", "kv_heads: 1"}, {"vocab: 1024", "vocab: 512"}, {"episodes: 6000", "episodes: 120"},
-		{"steps: 3000", "steps: 3"}, {"decay_steps: 1000", "decay_steps: 1"}, {"answer_first: 200", "answer_first: 1"},
-		{"steps: 1500", "steps: 2"}, {"decay_steps: 1000", "decay_steps: 1"}, {"batch: 32", "batch: 4"}} {
-		if !strings.Contains(small, kv[0]) {
-			t.Fatalf("%q not in ctxopt_bandit_lm.yaml", kv[0])
-		}
-		small = strings.Replace(small, kv[0], kv[1], 1)
-	}
-	rf := filepath.Join(dir, "small_lm.yaml")
-	if err := os.WriteFile(rf, []byte(small), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	rf := smallLMRecipe(t, dir)
 	var first, firstErr bytes.Buffer
 	if code := runMain([]string{"ctxopt", "warmup", rf}, &first, &firstErr); code != 0 || !strings.Contains(firstErr.String(), "SFT phase 2/2 step 2/2") {
 		t.Fatalf("warmup: exit %d: %s%s", code, first.String(), firstErr.String())
@@ -176,4 +159,30 @@ func TestCtxoptTrainOnCluster(t *testing.T) {
 	if errA != nil || errB != nil || !bytes.Equal(a, b) {
 		t.Errorf("the policies trained on the cluster and in process differ (%v, %v)", errA, errB)
 	}
+}
+
+// smallLMRecipe writes ctxopt_bandit_lm with an executor model small
+// enough to train in seconds into dir, with the further replacements
+// given (old, new), and returns its path.
+func smallLMRecipe(t *testing.T, dir string, more ...[2]string) string {
+	t.Helper()
+	src, err := os.ReadFile("../../ctxopt/recipes/ctxopt_bandit_lm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := string(src)
+	for _, kv := range append([][2]string{{"hidden: 128", "hidden: 32"}, {"intermediate: 384", "intermediate: 64"}, {"layers: 2", "layers: 1"},
+		{"heads: 4", "heads: 2"}, {"kv_heads: 2", "kv_heads: 1"}, {"vocab: 1024", "vocab: 512"}, {"episodes: 6000", "episodes: 120"},
+		{"steps: 3000", "steps: 3"}, {"decay_steps: 1000", "decay_steps: 1"}, {"answer_first: 200", "answer_first: 1"},
+		{"steps: 1500", "steps: 2"}, {"decay_steps: 1000", "decay_steps: 1"}, {"batch: 32", "batch: 4"}}, more...) {
+		if !strings.Contains(small, kv[0]) {
+			t.Fatalf("%q not in ctxopt_bandit_lm.yaml", kv[0])
+		}
+		small = strings.Replace(small, kv[0], kv[1], 1)
+	}
+	rf := filepath.Join(dir, "small_lm.yaml")
+	if err := os.WriteFile(rf, []byte(small), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return rf
 }

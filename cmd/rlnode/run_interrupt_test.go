@@ -152,3 +152,38 @@ func smallQwen2Config(t *testing.T) string {
 	}
 	return cfg
 }
+
+// TestCtxoptInterruptWhileLoadingTheExecutorModel: Ctrl-C while rlnode
+// ctxopt loads its executor model from the cache stops it there, naming
+// the model and the interruption. The weights come from a pipe that never
+// ends, as from a very slow disk: the load (ctxopt.LoadLM) took no
+// context and read on, deaf to Ctrl-C.
+func TestCtxoptInterruptWhileLoadingTheExecutorModel(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("RLNODE_CACHE", t.TempDir())
+	// No python tool: the executor needs no sandbox here.
+	rf := smallLMRecipe(t, t.TempDir(), [2]string{"python: true", "python: false"}, [2]string{"tools: [calculator, python]", "tools: [calculator]"})
+	stdout, stderr, code := runRlnode(t, home, "ctxopt", "warmup", rf)
+	dir, _, ok := strings.Cut(strings.TrimPrefix(stdout, "executor model: "), " (")
+	if code != 0 || !ok {
+		t.Fatalf("warmup: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	half := slowfile.Replace(t, filepath.Join(dir, "model.safetensors"))
+	run := startRun(t, home, "ctxopt", "train", rf, "--iterations", "1", "--out", filepath.Join(t.TempDir(), "out"))
+	select {
+	case <-half:
+	case <-run.done:
+		t.Fatalf("rlnode ctxopt ended before it read the executor model\nstderr:\n%s", run.stderr)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("nothing read the executor model within 60 s\n%s", run.dump())
+	}
+	if err := run.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	code = run.wait(t)
+	if out := run.stderr.String(); code != 1 || !strings.Contains(out, "executor model") || !strings.Contains(out, "context canceled") {
+		t.Errorf("exit %d, want 1 naming the executor model and the interruption\nstderr:\n%s", code, out)
+	} else if testing.Verbose() {
+		t.Log(out)
+	}
+}
