@@ -30,7 +30,7 @@ const maxChunkTime = 10 * time.Minute
 
 func init() {
 	actor.RegisterMessage(ExecutorArgs{}, RunJobs{}, JobOutcomes{})
-	actor.RegisterKind(ExecutorKind, func(_ *actor.Context, args any) (actor.Actor, error) {
+	actor.RegisterKind(ExecutorKind, func(actx *actor.Context, args any) (actor.Actor, error) {
 		a, ok := args.(ExecutorArgs)
 		if !ok {
 			return nil, fmt.Errorf("%s: spawn arguments are %T, want ExecutorArgs", ExecutorKind, args)
@@ -39,7 +39,8 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		// The node's stop ends the build (the executor model's load).
+		ctx, cancel := context.WithTimeout(actx.Context(), time.Minute)
 		defer cancel()
 		x, err := r.NewExecutor(ctx)
 		if err != nil {
@@ -51,12 +52,13 @@ func init() {
 
 type executorActor struct{ x *Executor }
 
-func (a *executorActor) Receive(_ *actor.Context, msg any) (any, error) {
+func (a *executorActor) Receive(actx *actor.Context, msg any) (any, error) {
 	m, ok := msg.(RunJobs)
 	if !ok {
 		return nil, fmt.Errorf("%s: unexpected %T", ExecutorKind, msg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), maxChunkTime)
+	// A stop of the actor (its pool's Close, its node's stop) ends the jobs.
+	ctx, cancel := context.WithTimeout(actx.Context(), maxChunkTime)
 	defer cancel()
 	outs, err := a.x.RunBatch(ctx, m.Jobs)
 	if err != nil {

@@ -3,7 +3,10 @@ package ctxopt
 import (
 	"context"
 	crand "crypto/rand"
+	"errors"
+	"io"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +14,10 @@ import (
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/nodetest"
+	"github.com/rlnode/rlnode/internal/slowfile"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
+	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
 )
 
 func TestMain(m *testing.M) { nodetest.Main(m) }
@@ -62,7 +67,7 @@ func TestExecutorsAcrossProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := r.Method()
+	m, err := r.Method(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,5 +198,115 @@ func TestExecutorPoolReplacesKilled(t *testing.T) {
 		if again[i] != want[i] {
 			t.Fatalf("after the replacement, job %d: %+v, local %+v", i, again[i], want[i])
 		}
+	}
+}
+
+// TestExecutorStopWhileTheModelLoads: a node that stops while an executor
+// actor loads its executor model (here from a pipe that never ends, as
+// from a very slow disk) ends the load: the spawn fails naming the model
+// and context.Canceled. The factory built the executor under a context of
+// its own (a minute): the load read on after the node's stop until that
+// minute ended.
+func TestExecutorStopWhileTheModelLoads(t *testing.T) {
+	t.Setenv("RLNODE_CACHE", t.TempDir())
+	r, err := LoadRecipe("ctxopt_bandit_lm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(r.source)
+	for _, kv := range [][2]string{{"hidden: 128", "hidden: 32"}, {"intermediate: 384", "intermediate: 64"}, {"layers: 2", "layers: 1"},
+		{"heads: 4", "heads: 2"}, {"kv_heads: 2", "kv_heads: 1"}, {"vocab: 1024", "vocab: 512"}, {"episodes: 6000", "episodes: 40"},
+		{"steps: 3000", "steps: 1"}, {"decay_steps: 1000", "decay_steps: 1"}, {"steps: 1500", "steps: 1"}, {"decay_steps: 1000", "decay_steps: 1"},
+		{"answer_first: 200", "answer_first: 1"}, {"batch: 32", "batch: 2"}, {"python: true", "python: false"}, {"tools: [calculator, python]", "tools: [calculator]"}} {
+		if !strings.Contains(src, kv[0]) {
+			t.Fatalf("%q not in the recipe", kv[0])
+		}
+		src = strings.Replace(src, kv[0], kv[1], 1)
+	}
+	if r, err = ParseRecipe("small.yaml", []byte(src)); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := r.WarmUp(context.Background(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := slowfile.Replace(t, filepath.Join(dir, "model.safetensors"))
+	s, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	spawned := make(chan error, 1)
+	go func() {
+		_, err := s.SpawnLocal(actor.LocalSpawn{Name: "executor", Kind: ExecutorKind, Args: ExecutorArgs{File: "small.yaml", Recipe: []byte(src)}})
+		spawned <- err
+	}()
+	select {
+	case <-half:
+	case err := <-spawned:
+		t.Fatalf("the spawn ended before the executor model was read: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("nothing read the executor model within 60 s")
+	}
+	s.Stop()
+	select {
+	case err := <-spawned:
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "executor model") {
+			t.Errorf("spawn while the node stopped: %v; want context.Canceled naming the executor model", err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("the executor model's load went on for 90 s after its node stopped")
+	}
+}
+
+// TestExecutorStopEndsItsJobs: stopping an executor actor (its pool's
+// Close, its node's stop) ends the jobs it runs and it stops at once;
+// here its model server holds every call. The jobs ran under a context of
+// their own (up to 10 minutes): the stop waited protoactor's 10 s bound
+// and failed with its timeout, the jobs going on.
+func TestExecutorStopEndsItsJobs(t *testing.T) {
+	srv := vllmtest.New(vllmtest.Options{})
+	defer srv.Close()
+	srv.HoldRequests()
+	arrived := vllmtest.WatchArrivals(srv)
+	src, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe := strings.NewReplacer("  engine: sim", "  engine: openai\n  url: "+srv.URL()+"\n  model: "+srv.Model()+"\n  context: 4096",
+		"python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))
+	r, err := ParseRecipe("openai.yaml", []byte(recipe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	ref, err := s.SpawnLocal(actor.LocalSpawn{Name: "executor", Kind: ExecutorKind, Args: ExecutorArgs{File: "openai.yaml", Recipe: []byte(recipe)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := Questions(1, task.HeldOut, []string{task.Word}, []int{1}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := RandomConfigs(r.SpaceOf(), 1, rand.New(rand.NewPCG(1, 1)))
+	ran := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := s.Call(ctx, ref, RunJobs{Jobs: []Job{{Q: qs[0], C: cs[0], Seed: 1}}})
+		ran <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	vllmtest.WaitArrivals(ctx, t, arrived, 1)
+	if err := s.StopLocal("executor", "stopped by test"); err != nil {
+		t.Fatalf("stop of an executor running jobs: %v", err)
+	}
+	if err := <-ran; !errors.Is(err, context.Canceled) {
+		t.Errorf("the jobs the stop ended: %v, want context.Canceled", err)
 	}
 }
