@@ -360,7 +360,7 @@ func newRolloutActor(ctx *actor.Context, cfg ActorConfig) (*rolloutActor, error)
 		// LoRA adapters merge onto the base: the checkpoint's, or for an
 		// engine started from ModelFiles the weights of the last full push
 		// (the Receiver keeps them), which always comes first.
-		base := func(names []string) (map[string][]float32, error) {
+		base := func(_ context.Context, names []string) (map[string][]float32, error) {
 			return nil, fmt.Errorf("lora: no full weights pushed yet to merge %d adapted projections onto (the engine started from model files alone)", len(names))
 		}
 		if cfg.Model != "" {

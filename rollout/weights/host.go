@@ -92,23 +92,28 @@ type WeightSetter interface {
 type Receiver struct {
 	Engine WeightSetter
 	// Base returns the named weights the engine started with (for merging
-	// LoRA adapters); nil refuses LoRA updates.
-	Base func(names []string) (map[string][]float32, error)
+	// LoRA adapters), giving up once ctx (the push's) is done; nil refuses
+	// LoRA updates.
+	Base func(ctx context.Context, names []string) (map[string][]float32, error)
 
 	mu   sync.Mutex // one push at a time
 	base map[string][]float32
 }
 
 // CheckpointBase reads base weights (for merging LoRA adapters) from the
-// checkpoint dir: the Base of a Receiver, or Serve's base.
-func CheckpointBase(dir string) func([]string) (map[string][]float32, error) {
-	return func(names []string) (map[string][]float32, error) {
-		ck, err := safetensors.OpenCheckpoint(dir)
+// checkpoint dir: the Base of a Receiver, or Serve's base. It checks ctx
+// while it reads and between tensors.
+func CheckpointBase(dir string) func(context.Context, []string) (map[string][]float32, error) {
+	return func(ctx context.Context, names []string) (map[string][]float32, error) {
+		ck, err := safetensors.OpenCheckpointContext(ctx, dir)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("base weights: %w", err)
 		}
 		out := make(map[string][]float32, len(names))
 		for _, n := range names {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("base weights of %s: %w", dir, err)
+			}
 			t, path, ok := ck.Tensor(n)
 			if !ok {
 				return nil, fmt.Errorf("base weights: %s has no tensor %q", path, n)
@@ -156,7 +161,7 @@ func (r *Receiver) Apply(ctx context.Context, sys *actor.System, p Push) error {
 	}
 	weights := u.Tensors
 	if u.LoRA != nil {
-		if weights, err = r.merged(u); err != nil {
+		if weights, err = r.merged(ctx, u); err != nil {
 			return fmt.Errorf("push version %d: %w", p.Version, err)
 		}
 	}
@@ -179,7 +184,7 @@ func (r *Receiver) Apply(ctx context.Context, sys *actor.System, p Push) error {
 	return nil
 }
 
-func (r *Receiver) merged(u Update) (map[string][]float32, error) {
+func (r *Receiver) merged(ctx context.Context, u Update) (map[string][]float32, error) {
 	if r.Base == nil {
 		return nil, errors.New("lora: this engine host has no base weights to merge adapters onto")
 	}
@@ -194,7 +199,7 @@ func (r *Receiver) merged(u Update) (map[string][]float32, error) {
 		}
 	}
 	if len(missing) > 0 {
-		got, err := r.Base(missing)
+		got, err := r.Base(ctx, missing)
 		if err != nil {
 			return nil, err
 		}
@@ -267,7 +272,7 @@ type HostedEngine interface {
 // supplies the weights LoRA adapters merge onto (nil refuses LoRA
 // updates). The caller keeps owning e: stopping the actor does not close
 // it.
-func Serve(sys *actor.System, name string, e HostedEngine, base func(names []string) (map[string][]float32, error)) (actor.Ref, error) {
+func Serve(sys *actor.System, name string, e HostedEngine, base func(ctx context.Context, names []string) (map[string][]float32, error)) (actor.Ref, error) {
 	h := &engineHost{name: name, eng: e, recv: &Receiver{Engine: e, Base: base}}
 	return sys.SpawnLocal(actor.LocalSpawn{Name: name, Kind: EngineKind, Factory: func(*actor.Context, any) (actor.Actor, error) {
 		return h, nil
