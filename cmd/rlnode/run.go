@@ -111,6 +111,14 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if dir == "" {
 		dir = filepath.Join("runs", fmt.Sprintf("%s-%s", l.Name, time.Now().Format("20060102-150405")))
 	}
+	if *address != "" {
+		// Learners on other nodes write their part of each checkpoint
+		// there: a relative path would name their working directory.
+		if dir, err = filepath.Abs(dir); err != nil {
+			fmt.Fprintf(stderr, "rlnode run: --out: %v\n", err)
+			return 1
+		}
+	}
 	cfg, err := train.FromRecipe(l, dir)
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
