@@ -140,7 +140,7 @@ func loadDataset(ds *Dataset, seed uint64, evalProblems int) (*datasetSource, er
 		}
 	case evalProblems > 0:
 		if evalProblems >= len(train) {
-			return nil, fmt.Errorf("driver: dataset train %s: %d rows: holding out %d for evaluation (no eval file) leaves none to train on; set an eval file or fewer eval problems: %w",
+			return nil, fmt.Errorf("driver: dataset train %s: %d rows: holding out %d for evaluation (no eval file) leaves none to train on; set data.dataset.eval or a smaller eval.held_out: %w",
 				ds.Train, len(train), evalProblems, data.ErrBadDataset)
 		}
 		perm := rand.New(rand.NewPCG(seed, heldOutStream)).Perm(len(train))

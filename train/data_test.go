@@ -363,3 +363,18 @@ func refusedBeforeStart(t *testing.T, c Config, out string, want []string) {
 		t.Errorf("the run directory was created")
 	}
 }
+
+// Holding out every train row, with no eval file, is refused naming the
+// two fields that fix it (before: "an eval file or fewer eval problems").
+func TestDatasetHeldOutTakesEveryRow(t *testing.T) {
+	path := writeJSONL(t, arithmeticRows(4))
+	_, err := loadDataset(&Dataset{Train: path, Mapping: arithmeticMapping}, 7, 4)
+	if err == nil {
+		t.Fatal("4 rows, 4 held out: no error")
+	}
+	for _, want := range []string{path, "data.dataset.eval", "eval.held_out"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
