@@ -143,7 +143,9 @@ func TestSamples(t *testing.T) {
 			t.Fatalf("sample %d: %+v", i, x)
 		}
 	}
-	if _, err := EpisodeSamples("eps.jsonl", eps, tok, 40); err == nil || !strings.Contains(err.Error(), "eps.jsonl: episode 1 step 0") {
+	// The limit is named as the model's context (before: "N tokens, more than 40").
+	if _, err := EpisodeSamples("eps.jsonl", eps, tok, 40); err == nil || !strings.Contains(err.Error(), "eps.jsonl: episode 1 step 0") ||
+		!strings.Contains(err.Error(), "the model's context of 40 tokens") {
 		t.Fatalf("over maxLen: %v", err)
 	}
 	if f := Filter(append(s, Sample{Reward: 1}), 8); len(f) != 8 {
@@ -163,6 +165,9 @@ func TestSamples(t *testing.T) {
 	got, err := ReadSamples(arrow, tok, 0)
 	if err != nil || len(got) != 1 || got[0].Episode != "e1" || got[0].Reward != 2 || got[0].Mask[1] != 0 {
 		t.Fatalf("arrow samples %+v, %v", got, err)
+	}
+	if _, err := ReadSamples(arrow, tok, 3); err == nil || !strings.Contains(err.Error(), "episode e1 turn 0: 4 tokens, more than the model's context of 3 tokens") {
+		t.Fatalf("arrow sample over maxLen: %v", err)
 	}
 	if _, err := ReadSamples(filepath.Join(dir, "t.csv"), tok, 0); err == nil {
 		t.Fatal("a .csv file: no error")

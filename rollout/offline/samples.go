@@ -36,7 +36,7 @@ func EpisodeSamples(name string, episodes []Episode, tok *tokenizer.Tokenizer, m
 			prompt := tok.EncodeChat(ep.Messages[:k], true)
 			resp := append(tok.Encode(m.Content), end...)
 			if maxLen > 0 && len(prompt)+len(resp) > maxLen {
-				return nil, fmt.Errorf("%s: episode %d step %d: %d tokens, more than %d", name, i+1, step, len(prompt)+len(resp), maxLen)
+				return nil, fmt.Errorf("%s: episode %d step %d: %d tokens, more than the model's context of %d tokens", name, i+1, step, len(prompt)+len(resp), maxLen)
 			}
 			out = append(out, Sample{Prompt: toInt32(prompt), Response: toInt32(resp), Mask: ones(len(resp)),
 				Reward: ep.Total, Episode: fmt.Sprintf("%s#%d", name, i+1), Step: step})
@@ -84,7 +84,7 @@ func ReadSamples(path string, tok *tokenizer.Tokenizer, maxLen int) ([]Sample, e
 		s := TurnSamples(turns)
 		for _, x := range s {
 			if maxLen > 0 && len(x.Prompt)+len(x.Response) > maxLen {
-				return nil, fmt.Errorf("%s: episode %s turn %d: %d tokens, more than %d", path, x.Episode, x.Step, len(x.Prompt)+len(x.Response), maxLen)
+				return nil, fmt.Errorf("%s: episode %s turn %d: %d tokens, more than the model's context of %d tokens", path, x.Episode, x.Step, len(x.Prompt)+len(x.Response), maxLen)
 			}
 		}
 		return s, nil
