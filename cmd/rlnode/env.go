@@ -152,7 +152,7 @@ type modelRolloutConfig struct {
 // engine (chat prompts) and writes its turns as an Arrow trajectory file,
 // or its chats as JSONL episodes.
 func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, fail func(error) int) int {
-	if err := verifyModel(c.model); err != nil {
+	if err := verifyModel("--policy", c.model); err != nil {
 		return fail(err)
 	}
 	dir, err := recipes.ModelDir(c.model)

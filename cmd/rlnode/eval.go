@@ -123,7 +123,7 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 		printRecipeError(stderr, "eval", *recipe, err)
 		return 1
 	}
-	if err := verifyModel(*modelDir); err != nil {
+	if err := verifyModel("--model", *modelDir); err != nil {
 		fmt.Fprintf(stderr, "rlnode eval: %v\n", err)
 		return 1
 	}
@@ -344,7 +344,14 @@ func sampledFigures(s *train.SampledEval) string {
 // verifyModel checks a checkpoint given as --model against its checksum
 // manifest (train.VerifyCheckpoint); a model directory without one (not
 // written by rlnode run, or by an older one) passes.
-func verifyModel(dir string) error {
+// A run folder is refused naming its newest checkpoint (rlnode eval
+// resolves one itself, in evalTarget); flag names the argument.
+func verifyModel(flag, dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); errors.Is(err, os.ErrNotExist) {
+		if cks, _ := train.Checkpoints(dir); len(cks) > 0 {
+			return fmt.Errorf("%s %s is a run folder, not a checkpoint: give one of its checkpoints, e.g. %s", flag, dir, cks[len(cks)-1])
+		}
+	}
 	if err := train.VerifyCheckpoint(dir); err != nil && !errors.Is(err, train.ErrNoManifest) {
 		return err
 	}

@@ -109,7 +109,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 			ReadHeaderTimeout: *readTimeout, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout},
 			fmt.Sprintf("proxying to %s", *tf.upstream), stdout, stderr, log)
 	}
-	if err := verifyModel(*modelDir); err != nil {
+	if err := verifyModel("--model", *modelDir); err != nil {
 		fmt.Fprintf(stderr, "rlnode serve: %v\n", err)
 		return 1
 	}

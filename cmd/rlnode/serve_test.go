@@ -121,6 +121,13 @@ func TestServeAnswersAndStopsOnSignal(t *testing.T) {
 
 func TestServeBadArguments(t *testing.T) {
 	ckpt := tinyCheckpoint(t)
+	// A run folder: before, "read config: open RUN/config.json: no such file".
+	runDir := t.TempDir()
+	for _, s := range []string{"step-9", "step-12"} {
+		if err := os.MkdirAll(filepath.Join(runDir, "checkpoints", s), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tests := []struct {
 		args []string
 		code int
@@ -128,6 +135,8 @@ func TestServeBadArguments(t *testing.T) {
 	}{
 		{[]string{"serve"}, 2, "--model is required"},
 		{[]string{"serve", "--model", filepath.Join(t.TempDir(), "none")}, 1, "config.json"},
+		{[]string{"serve", "--model", runDir}, 1, "--model " + runDir + " is a run folder, not a checkpoint: give one of its checkpoints, e.g. " + filepath.Join(runDir, "checkpoints", "step-12")},
+		{[]string{"env", "rollout", "equations", "--policy", runDir, "--out", filepath.Join(runDir, "e.jsonl")}, 1, "--policy " + runDir + " is a run folder"},
 		{[]string{"serve", "--model", ckpt, "--listen", "127.0.0.1:99999"}, 1, "--listen"},
 		{[]string{"serve", "--model", ckpt, "--max-batch", "0"}, 2, "--max-batch must be positive"},
 		{[]string{"serve", "--model", ckpt, "--max-body-bytes", "0"}, 2, "--max-body-bytes must be positive"},
