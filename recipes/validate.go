@@ -263,6 +263,26 @@ func (c *checker) positive(path string, v int) {
 	}
 }
 
+// Upper bounds on what one step holds. Far above the runs we know of (a
+// few thousand samples a step), they keep a typo or a hostile recipe
+// (group_size: 100000000) from allocating without bound, which ended a
+// run with the Go runtime's out-of-memory crash before its first RL step.
+const (
+	MaxGroupSize      = 1024
+	MaxBatchPrompts   = 65536
+	MaxSamplesPerStep = 1 << 18 // batch_prompts × group_size
+	MaxSFTBatch       = 65536
+	MaxReplicas       = 1024
+	MaxHeldOut        = 1_000_000
+)
+
+// atMost reports v above hi, naming what the bound is on.
+func (c *checker) atMost(path string, v, hi int, what string) {
+	if v > hi {
+		c.add(path, "%d: at most %d %s", v, hi, what)
+	}
+}
+
 func (c *checker) nonNegative(path string, v int) {
 	if v < 0 {
 		c.add(path, "%d: must not be negative", v)
@@ -429,6 +449,11 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 		c.add("algorithm.group_size", "1: %s compares the samples of a group; want at least 2", a.Name)
 	}
 	c.positive("algorithm.batch_prompts", a.BatchPrompts)
+	c.atMost("algorithm.group_size", a.GroupSize, MaxGroupSize, "samples per prompt")
+	c.atMost("algorithm.batch_prompts", a.BatchPrompts, MaxBatchPrompts, "prompts per step")
+	if a.GroupSize <= MaxGroupSize && a.BatchPrompts <= MaxBatchPrompts && a.GroupSize*a.BatchPrompts > MaxSamplesPerStep {
+		c.add("algorithm.batch_prompts", "%d prompts × group_size %d = %d samples a step: at most %d", a.BatchPrompts, a.GroupSize, a.GroupSize*a.BatchPrompts, MaxSamplesPerStep)
+	}
 	c.positive("algorithm.max_tokens", a.MaxTokens)
 	c.nonNegativeF("algorithm.temperature", a.Temperature)
 	if a.Temperature == 0 && a.GroupSize > 1 {
@@ -565,6 +590,7 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	// SFT warm-up
 	c.nonNegative("sft.steps", r.SFT.Steps)
 	c.positive("sft.batch_size", r.SFT.BatchSize)
+	c.atMost("sft.batch_size", r.SFT.BatchSize, MaxSFTBatch, "sequences a step")
 	if r.SFT.LR <= 0 {
 		c.add("sft.lr", "%v: want a positive learning rate", r.SFT.LR)
 	}
@@ -598,6 +624,7 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	c.nonNegative("schedule.eval_every", r.Schedule.EvalEvery)
 	c.nonNegative("schedule.checkpoint_every", r.Schedule.CheckpointEvery)
 	c.positive("eval.held_out", r.Eval.HeldOut)
+	c.atMost("eval.held_out", r.Eval.HeldOut, MaxHeldOut, "held-out problems")
 	c.positive("eval.samples", r.Eval.Samples)
 	c.nonNegativeF("eval.temperature", r.Eval.Temperature)
 	if r.Eval.Samples > 1 && r.Eval.Temperature == 0 {
@@ -800,6 +827,7 @@ func (c *checker) device(path, v string) {
 func (c *checker) engine(path string, e *Engine, m *Model) {
 	kindOK := c.oneOf(path+".kind", e.Kind, EngineKinds)
 	c.positive(path+".replicas", e.Replicas)
+	c.atMost(path+".replicas", e.Replicas, MaxReplicas, "replicas")
 	c.positive(path+".max_batch", e.MaxBatch)
 	c.device(path+".device", e.Device)
 	if e.Device != "" && e.Kind == "vllm" {

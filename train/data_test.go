@@ -378,3 +378,33 @@ func TestDatasetHeldOutTakesEveryRow(t *testing.T) {
 		}
 	}
 }
+
+// A task asked for more held-out problems than its held-out split has
+// is refused, naming eval.held_out and the count, once the split is
+// exhausted; it used to return the ones it found after 50·n draws (an
+// hour for eval.held_out: 1000000, past any stop).
+func TestHeldOutProblemsMoreThanTheTaskHas(t *testing.T) {
+	gen, err := task.New(tinyRun(t.TempDir()).Task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := heldOutProblems(gen, 1_000_000)
+	if err == nil || !strings.Contains(err.Error(), "eval.held_out is 1000000, but the task's held-out split has ") {
+		t.Fatalf("eval.held_out 1000000: %d problems, error %v; want an error naming eval.held_out", len(all), err)
+	}
+	var have int
+	if _, err := fmt.Sscanf(err.Error()[strings.Index(err.Error(), "has ")+4:], "%d", &have); err != nil || have < 1 {
+		t.Fatalf("no count in %q", err)
+	}
+	got, err := heldOutProblems(gen, have)
+	if err != nil || len(got) != have {
+		t.Fatalf("eval.held_out %d (what the error offered): %d problems, %v", have, len(got), err)
+	}
+	seen := map[string]bool{}
+	for _, p := range got {
+		if seen[p.Question] {
+			t.Fatalf("held-out problem %q twice", p.Question)
+		}
+		seen[p.Question] = true
+	}
+}

@@ -127,23 +127,36 @@ func fillFeedback(m *Metrics, st learner.Stats, algorithm string) {
 	}
 }
 
-// heldOutProblems takes up to n distinct held-out problems: the ones every
-// evaluation of a config uses, in order.
+// heldOutExhausted is how many draws in a row that bring no new problem
+// end heldOutProblems' search: the task's held-out split has no more.
+const heldOutExhausted = 100_000
+
+// heldOutProblems takes n distinct held-out problems: the ones every
+// evaluation of a config uses, in order. A task with fewer is an error
+// that names eval.held_out and what the task has; it used to return the
+// ones it found, and to look through 50·n draws first (an hour, past any
+// stop, for eval.held_out: 1000000 on a small task).
 func heldOutProblems(gen *task.Generator, n int) ([]task.Problem, error) {
 	var out []task.Problem
 	seen := map[string]bool{}
-	for i := 0; i < 50*n && len(out) < n; i++ {
+	for i, misses := 0, 0; i < 50*n && len(out) < n && misses < heldOutExhausted; i++ {
 		p, err := gen.Problem(task.HeldOut, i)
 		if err != nil {
 			return nil, fmt.Errorf("held-out problem %d: %w", i, err)
 		}
-		if !seen[p.Question] {
-			seen[p.Question] = true
-			out = append(out, p)
+		if seen[p.Question] {
+			misses++
+			continue
 		}
+		seen[p.Question] = true
+		out = append(out, p)
+		misses = 0
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("the task has no held-out problems")
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("eval.held_out is %d, but the task's held-out split has %d distinct problems: set eval.held_out to %d or fewer", n, len(out), len(out))
 	}
 	return out, nil
 }
