@@ -236,26 +236,12 @@ func TestExecutorStopWhileTheModelLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Stop()
-	spawned := make(chan error, 1)
-	go func() {
+	err = slowfile.StopMidway(t, half, func() error {
 		_, err := s.SpawnLocal(actor.LocalSpawn{Name: "executor", Kind: ExecutorKind, Args: ExecutorArgs{File: "small.yaml", Recipe: []byte(src)}})
-		spawned <- err
-	}()
-	select {
-	case <-half:
-	case err := <-spawned:
-		t.Fatalf("the spawn ended before the executor model was read: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("nothing read the executor model within 60 s")
-	}
-	s.Stop()
-	select {
-	case err := <-spawned:
-		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "executor model") {
-			t.Errorf("spawn while the node stopped: %v; want context.Canceled naming the executor model", err)
-		}
-	case <-time.After(90 * time.Second):
-		t.Fatal("the executor model's load went on for 90 s after its node stopped")
+		return err
+	}, s.Stop)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "executor model") {
+		t.Errorf("spawn while the node stopped: %v; want context.Canceled naming the executor model", err)
 	}
 }
 

@@ -70,3 +70,28 @@ func openWriter(path string, done <-chan struct{}) *os.File {
 		}
 	}
 }
+
+// StopMidway is a test of a stop during a slow read: it runs op, waits
+// until midway is closed (the read has begun; op ending first, or a
+// minute without it, fails the test), calls stop and returns op's error
+// once op has ended (90 s more fails the test).
+func StopMidway(t testing.TB, midway <-chan struct{}, op func() error, stop func()) error {
+	t.Helper()
+	ended := make(chan error, 1)
+	go func() { ended <- op() }()
+	select {
+	case <-midway:
+	case err := <-ended:
+		t.Fatalf("it ended before the stop: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("nothing began the read within a minute")
+	}
+	stop()
+	select {
+	case err := <-ended:
+		return err
+	case <-time.After(90 * time.Second):
+		t.Fatal("it went on for 90 s after the stop")
+	}
+	return nil
+}

@@ -56,22 +56,12 @@ func TestStopEndsAPushInProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pushed := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, err := s.Call(ctx, ref, weights.Push{Version: 1, Blob: s.Bulk().Offer(blob, 1, time.Minute)})
-		pushed <- err
-	}()
-	select {
-	case <-e.begun:
-	case err := <-pushed:
-		t.Fatalf("the push ended before its swap began: %v", err)
-	}
-	if err := s.StopLocal("host", "stopped by test"); err != nil {
-		t.Fatalf("stop of an engine host during a push: %v", err)
-	}
-	if err := <-pushed; !errors.Is(err, context.Canceled) {
+	err = slowfile.StopMidway(t, e.begun, push(s, ref, blob), func() {
+		if err := s.StopLocal("host", "stopped by test"); err != nil {
+			t.Fatalf("stop of an engine host during a push: %v", err)
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
 		t.Errorf("the push the stop ended: %v, want context.Canceled", err)
 	}
 }
@@ -112,24 +102,23 @@ func TestStopEndsALoRAPushReadingItsBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pushed := make(chan error, 1)
-	go func() {
+	err = slowfile.StopMidway(t, half, push(s, ref, blob), func() {
+		if err := s.StopLocal("host", "stopped by test"); err != nil {
+			t.Fatalf("stop of an engine host reading a push's base: %v", err)
+		}
+	})
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "base weights") {
+		t.Errorf("the push the stop ended: %v, want context.Canceled naming the base weights", err)
+	}
+}
+
+// push is a push of blob as version 1 to the engine host ref, within a
+// minute.
+func push(s *actor.System, ref actor.Ref, blob []byte) func() error {
+	return func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_, err := s.Call(ctx, ref, weights.Push{Version: 1, Blob: s.Bulk().Offer(blob, 1, time.Minute)})
-		pushed <- err
-	}()
-	select {
-	case <-half:
-	case err := <-pushed:
-		t.Fatalf("the push ended before it read its base: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("nothing read the base within 60 s")
-	}
-	if err := s.StopLocal("host", "stopped by test"); err != nil {
-		t.Fatalf("stop of an engine host reading a push's base: %v", err)
-	}
-	if err := <-pushed; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "base weights") {
-		t.Errorf("the push the stop ended: %v, want context.Canceled naming the base weights", err)
+		return err
 	}
 }
