@@ -16,6 +16,12 @@ type command func(args []string, stdout, stderr io.Writer) int
 var commands = map[string]command{}
 
 func runMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && args[0] == "help" {
+		// rlnode help COMMAND is COMMAND's own help.
+		if cmd, ok := commands[args[1]]; ok {
+			return cmd([]string{"-h"}, stdout, stderr)
+		}
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage())
 		return 0

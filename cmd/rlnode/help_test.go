@@ -22,6 +22,14 @@ func TestEveryCommandHelp(t *testing.T) {
 				t.Errorf("rlnode %s %s: exit %d, want 0 and its usage:\n%s%s", strings.Join(c, " "), h, code, stdout, stderr)
 			}
 		}
+		if len(c) == 1 {
+			// rlnode help COMMAND is the command's help, not the list of
+			// commands (it was the list).
+			code, stdout, stderr := run(t, "help", c[0])
+			if code != 0 || !strings.Contains(stdout+stderr, "rlnode "+c[0]) || strings.Contains(stdout+stderr, "commands:") {
+				t.Errorf("rlnode help %s: exit %d, want 0 and its own usage:\n%s%s", c[0], code, stdout, stderr)
+			}
+		}
 		if c[0] == "plot" {
 			continue // its one argument is a folder, which may start with -
 		}

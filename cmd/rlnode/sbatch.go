@@ -163,7 +163,10 @@ func sbatchCommand(args []string, stdout, stderr io.Writer) int {
 // recipe's actors.
 func (o *sbatchOptions) check(r *recipes.Recipe) error {
 	var errs []string
-	if o.Nodes < 1 {
+	switch {
+	case o.Nodes == 0:
+		errs = append(errs, "--nodes is required (at least 1)")
+	case o.Nodes < 1:
 		errs = append(errs, fmt.Sprintf("--nodes %d: want at least 1", o.Nodes))
 	}
 	if o.GPUsPerNode < 0 {

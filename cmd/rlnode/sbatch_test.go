@@ -131,7 +131,8 @@ func TestSbatchRefuses(t *testing.T) {
 		want string
 	}{
 		{[]string{bad, "--nodes", "2", "--gpus-per-node", "1"}, 1, bad + ":3: algorithm.lr: -1: want a positive learning rate"},
-		{[]string{"quickstart", "--nodes", "0", "--gpus-per-node", "1"}, 2, "--nodes 0: want at least 1"},
+		{[]string{"quickstart", "--nodes", "-1", "--gpus-per-node", "1"}, 2, "--nodes -1: want at least 1"},
+		{[]string{"quickstart", "--gpus-per-node", "1"}, 2, "--nodes is required (at least 1)"},
 		{[]string{"quickstart", "--nodes", "2"}, 2, "--gpus-per-node is required"},
 		{[]string{"quickstart", "--nodes", "2", "--gpus-per-node", "1", "--time", "soon"}, 2, `--time "soon"`},
 		{[]string{"quickstart", "--nodes", "2", "--gpus-per-node", "1", "--partition", "a b"}, 2, "--partition"},
