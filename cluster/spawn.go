@@ -147,6 +147,9 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 		}
 		rep, err := actor.CallAs[spawnReply](ctx, n.sys, nref, req)
 		if err != nil {
+			if ctx.Err() != nil {
+				n.abandonSpawn(nref, req.Name)
+			}
 			return actor.Ref{}, fmt.Errorf("spawn %s on node %s: %w", req.Name, target, err)
 		}
 		if rep.Err == "" {
@@ -162,6 +165,19 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 		lastErr = errors.New(rep.Err)
 	}
 	return actor.Ref{}, fmt.Errorf("spawn %s: %w", req.Name, lastErr)
+}
+
+// abandonSpawn asks the node at nref to stop the actor whose spawn the
+// caller gave up on (ctx done: Ctrl-C while its model loads, a timeout).
+// The node builds it to the end anyway, and with no handle given out
+// nobody would stop it: it held its resources until its node stopped.
+// The request waits in the node's queue behind the spawn, so the actor
+// stops as soon as it is built; a spawn that failed leaves nothing to
+// stop. Best effort: the request is sent, not confirmed.
+func (n *Node) abandonSpawn(nref actor.Ref, name string) {
+	if err := n.sys.Tell(nref, stopRequest{Name: name, Cause: "its spawn was abandoned by the caller"}); err != nil {
+		n.log.Warn("could not stop an abandoned spawn", "actor", name, "node", nref.Address, "err", err)
+	}
 }
 
 func (n *Node) placeSpawn(req spawnRequest, exclude map[string]bool) (string, error) {
