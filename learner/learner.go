@@ -621,7 +621,12 @@ func (l *Learner) PolicyWeights() map[string][]float32 {
 
 // policyWeights is PolicyWeights that gives up once ctx is done.
 func (l *Learner) policyWeights(ctx context.Context) (map[string][]float32, error) {
-	w, err := l.model.MergedWeightsContext(ctx)
+	return served(l.model.MergedWeightsContext(ctx))
+}
+
+// served is what an engine serves of a host copy of weights: w without
+// the value head's tensors (err passes through).
+func served(w map[string][]float32, err error) (map[string][]float32, error) {
 	if err != nil {
 		return nil, err
 	}

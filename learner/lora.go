@@ -99,14 +99,5 @@ func (l *Learner) BaseWeights() map[string][]float32 {
 
 // baseWeights is BaseWeights that gives up once ctx is done.
 func (l *Learner) baseWeights(ctx context.Context) (map[string][]float32, error) {
-	w, err := l.model.WeightsContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range l.model.Params() {
-		if l.model.Value != nil && (p == l.model.Value.Weight || p == l.model.Value.Bias) {
-			delete(w, p.Name)
-		}
-	}
-	return w, nil
+	return served(l.model.WeightsContext(ctx))
 }

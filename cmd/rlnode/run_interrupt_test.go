@@ -6,7 +6,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rlnode/rlnode/internal/slowfile"
 	"github.com/rlnode/rlnode/train"
@@ -92,17 +91,7 @@ func TestRunSIGTERMWhileLoadingACheckpoint(t *testing.T) {
 			}
 			half := slowfile.Replace(t, weights)
 			run := startRun(t, home, args...)
-			select {
-			case <-half:
-			case <-run.done:
-				t.Fatalf("rlnode ended before it read the checkpoint\nstderr:\n%s", run.stderr)
-			case <-time.After(60 * time.Second):
-				t.Fatalf("nothing read the checkpoint within 60 s\n%s", run.dump())
-			}
-			if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			code := run.wait(t)
+			code := run.signalMidway(t, half, syscall.SIGTERM, "the checkpoint")
 			if out := run.stderr.String(); code != 130 ||
 				!strings.Contains(out, "rlnode run: stopped before its first step") {
 				t.Errorf("exit %d, want 130 and the stop named\nstderr:\n%s", code, out)
@@ -124,17 +113,7 @@ func TestEvalInterruptWhileLoadingTheModel(t *testing.T) {
 	}
 	half := slowfile.Replace(t, filepath.Join(model, "model.safetensors"))
 	ev := startRun(t, home, "eval", "--model", model, "--recipe", "quickstart", "--set", "eval.held_out=3")
-	select {
-	case <-half:
-	case <-ev.done:
-		t.Fatalf("rlnode eval ended before it read the model\nstderr:\n%s", ev.stderr)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("nothing read the model within 60 s\n%s", ev.dump())
-	}
-	if err := ev.cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	code := ev.wait(t)
+	code := ev.signalMidway(t, half, os.Interrupt, "the model")
 	if out := ev.stderr.String(); code != 1 || !strings.Contains(out, "context canceled") {
 		t.Errorf("exit %d, want 1 and the interruption named\nstderr:\n%s", code, out)
 	}
@@ -170,17 +149,7 @@ func TestCtxoptInterruptWhileLoadingTheExecutorModel(t *testing.T) {
 	}
 	half := slowfile.Replace(t, filepath.Join(dir, "model.safetensors"))
 	run := startRun(t, home, "ctxopt", "train", rf, "--iterations", "1", "--out", filepath.Join(t.TempDir(), "out"))
-	select {
-	case <-half:
-	case <-run.done:
-		t.Fatalf("rlnode ctxopt ended before it read the executor model\nstderr:\n%s", run.stderr)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("nothing read the executor model within 60 s\n%s", run.dump())
-	}
-	if err := run.cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	code = run.wait(t)
+	code = run.signalMidway(t, half, os.Interrupt, "the executor model")
 	if out := run.stderr.String(); code != 1 || !strings.Contains(out, "executor model") || !strings.Contains(out, "context canceled") {
 		t.Errorf("exit %d, want 1 naming the executor model and the interruption\nstderr:\n%s", code, out)
 	} else if testing.Verbose() {

@@ -102,6 +102,24 @@ func (s *started) wait(t *testing.T) int {
 	return s.cmd.ProcessState.ExitCode()
 }
 
+// signalMidway sends sig once midway is closed (a slow read has begun;
+// the process ending first, or a minute without it, fails the test) and
+// returns the exit code once the process has ended.
+func (s *started) signalMidway(t *testing.T, midway <-chan struct{}, sig os.Signal, what string) int {
+	t.Helper()
+	select {
+	case <-midway:
+	case <-s.done:
+		t.Fatalf("rlnode ended before it read %s\nstderr:\n%s", what, s.stderr)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("nothing read %s within 60 s\n%s", what, s.dump())
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	return s.wait(t)
+}
+
 // waitFor polls cond every 5 ms until it holds, the process ends, or 60 s pass.
 func (s *started) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
