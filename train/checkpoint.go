@@ -180,7 +180,7 @@ func NewestIntact(out string) (dir string, skipped []Skipped, noManifest bool, e
 		return "", nil, false, err
 	}
 	for i := len(cks) - 1; i >= 0; i-- {
-		if _, err := os.Stat(filepath.Join(cks[i], DriverStateFile)); err != nil {
+		if err := complete(cks[i]); err != nil {
 			skipped = append(skipped, Skipped{cks[i], fmt.Errorf("%s: incomplete (%w)", cks[i], err)})
 			continue
 		}
@@ -194,6 +194,29 @@ func NewestIntact(out string) (dir string, skipped []Skipped, noManifest bool, e
 		}
 	}
 	return "", skipped, false, fmt.Errorf("no complete, intact checkpoint in %s", filepath.Join(out, "checkpoints"))
+}
+
+// complete checks that the checkpoint dir was written to its end: its
+// driver state is written after the learners' files.
+func complete(dir string) error {
+	_, err := os.Stat(filepath.Join(dir, DriverStateFile))
+	return err
+}
+
+// NewestComplete is the newest checkpoint of the run directory out that
+// was written to its end ("" when none was), without reading its files
+// (NewestIntact checks them).
+func NewestComplete(out string) (string, error) {
+	cks, err := Checkpoints(out)
+	if err != nil {
+		return "", err
+	}
+	for i := len(cks) - 1; i >= 0; i-- {
+		if complete(cks[i]) == nil {
+			return cks[i], nil
+		}
+	}
+	return "", nil
 }
 
 // SetAside renames a checkpoint that a resumed run passed over (s.Dir,

@@ -856,9 +856,33 @@ const FeedbackDir = "feedback"
 // the native engine) and the driver's cursor into dir; the feedback
 // policy's, if any, into dir/feedback; last, the checksum manifest of
 // all of it (WriteManifest).
-func (r *run) checkpoint(ctx context.Context, dir string) error {
+//
+// A learner whose save fails on its own (Failure.Answered: a full disk, a
+// read-only folder) is not restarted: it is whole, and redoing the steps
+// since the last checkpoint would end at the same save. The run stops
+// with the error, and the partial dir is removed (it would hold the
+// space a full disk needs and count as this step's checkpoint).
+func (r *run) checkpoint(ctx context.Context, dir string) (err error) {
+	defer func() {
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			err = fmt.Errorf("%w (removing the partial checkpoint: %v)", err, rerr)
+			return
+		}
+		newest := "this run has no complete checkpoint yet"
+		if r.res.LastCheckpointDir != "" {
+			newest = "the newest complete one is " + r.res.LastCheckpointDir
+		}
+		err = fmt.Errorf("%w (the partial %s is removed; %s)", err, filepath.Base(dir), newest)
+	}()
 	save := func(p *policy, dir string) error {
 		if _, err := p.learner.Save(ctx, dir); err != nil {
+			if f, ok := errors.AsType[*shard.Failure](err); ok && f.Answered {
+				// Left out of the chain, so trainLoop does not restart.
+				return fmt.Errorf("driver: checkpoint %s: %s learner (not restarted: its own save failed): %w", dir, f.Policy, f.Err)
+			}
 			return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
 		}
 		if err := p.tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -241,6 +242,51 @@ func TestRankLostRestartsFromCheckpoint(t *testing.T) {
 			}
 			if _, step := checkpointWeights(t, cfg, filepath.Join(cfg.Out, "checkpoints", "step-7")); step != 7 {
 				t.Errorf("last checkpoint at learner step %d, want 7", step)
+			}
+		})
+	}
+}
+
+// A checkpoint the learner cannot write (its storage refuses: a full disk,
+// a read-only folder; here a folder where the model file goes) stops the
+// run at that step: the learner is whole, so restarting it from the last
+// checkpoint would redo the steps since and fail at the same save. The
+// partial checkpoint is removed; the one before stays the newest.
+func TestCheckpointTheStorageRefusesStopsTheRun(t *testing.T) {
+	for _, shards := range []int{1, 2} {
+		t.Run(fmt.Sprintf("shards_%d", shards), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			node, err := cluster.Start(ctx, cluster.Config{Logger: actor.DiscardLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer node.Stop()
+			cfg := shardRun(filepath.Join(t.TempDir(), "run"), shards)
+			cfg.Node = node
+			cfg.Steps = 5 // checkpoints at steps 2 (the warm-up's last), 4, 6, 7
+			blocked := filepath.Join(cfg.Out, "checkpoints", "step-4", "model.safetensors", "in-the-way")
+			if err := os.MkdirAll(blocked, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			var seen []int
+			cfg.Progress = func(m Metrics) { seen = append(seen, m.Step) }
+			_, err = Run(ctx, cfg)
+			if err == nil || !strings.Contains(err.Error(), "step-4") || !strings.Contains(err.Error(), "not restarted") {
+				t.Fatalf("err %v, want the save of step-4 failing without a restart", err)
+			}
+			if _, ok := errors.AsType[*shard.Failure](err); ok {
+				t.Errorf("err %v carries a shard.Failure (what restarts learners)", err)
+			}
+			t.Log(err)
+			if fmt.Sprint(seen) != "[1 2 3]" {
+				t.Errorf("steps done %v, want [1 2 3] (none redone)", seen)
+			}
+			if _, err := os.Stat(filepath.Join(cfg.Out, "checkpoints", "step-4")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("partial step-4: %v, want it removed", err)
+			}
+			if newest, err := NewestComplete(cfg.Out); err != nil || filepath.Base(newest) != "step-2" {
+				t.Errorf("newest complete checkpoint %q (%v), want step-2", newest, err)
 			}
 		})
 	}

@@ -322,9 +322,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	} else {
 		fmt.Fprintf(stdout, "curves: %s\n", filepath.Join(dir, "curves.png"))
 	}
-	cks, _ := train.Checkpoints(dir)
-	if len(cks) > 0 {
-		fmt.Fprintf(stdout, "checkpoints: %s (newest %s)\n", filepath.Join(dir, "checkpoints"), filepath.Base(cks[len(cks)-1]))
+	newest, _ := train.NewestComplete(dir)
+	if newest != "" {
+		fmt.Fprintf(stdout, "checkpoints: %s (newest %s)\n", filepath.Join(dir, "checkpoints"), filepath.Base(newest))
 	} else {
 		fmt.Fprintf(stdout, "checkpoints: none written\n")
 	}
@@ -336,15 +336,19 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		if bar.last == 0 {
 			where = "before its first step"
 		}
-		if len(cks) == 0 {
+		if newest == "" {
 			fmt.Fprintf(stderr, "rlnode run: stopped %s, before any checkpoint: nothing to resume\n", where)
 			return 130
 		}
 		fmt.Fprintf(stderr, "rlnode run: stopped %s; continue from checkpoint %s with: rlnode run %s --out %s --resume\n",
-			where, filepath.Base(cks[len(cks)-1]), filepath.Join(dir, recipes.ResolvedFile), dir)
+			where, filepath.Base(newest), filepath.Join(dir, recipes.ResolvedFile), dir)
 		return 130
 	case err != nil:
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
+		if newest != "" {
+			fmt.Fprintf(stderr, "rlnode run: once the cause is fixed, continue from checkpoint %s with: rlnode run %s --out %s --resume\n",
+				filepath.Base(newest), filepath.Join(dir, recipes.ResolvedFile), dir)
+		}
 		return 1
 	}
 	if res.PostWarmupEval >= 0 {

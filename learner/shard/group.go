@@ -27,6 +27,7 @@ type Group struct {
 	epoch     uint64
 	failed    error
 	lost      []int  // ranks the last failed call found gone or silent
+	answered  error  // the last failed fan-out's error when each of its ranks' errors was their own answer (ownAnswer)
 	gradients string // rank 0's Joined.Gradients
 }
 
@@ -162,6 +163,16 @@ func lost(err error) bool {
 	return errors.Is(err, actor.ErrNodeLost) || errors.Is(err, actor.ErrActorDied) || errors.Is(err, actor.ErrActorNotFound)
 }
 
+// ownAnswer says whether err is a rank's own answer to a call: the rank
+// was reached and replied with an error of its own, not that it or its
+// node is gone, not an echo of another rank's failure (an abort, a group
+// already failed).
+func ownAnswer(err error) bool {
+	var ae *actor.ActorError
+	return errors.As(err, &ae) && !lost(err) &&
+		!strings.Contains(ae.Message, ErrGroupFailed.Error()) && !strings.Contains(ae.Message, ErrAborted.Error())
+}
+
 // abortFor tells every other rank of the joined group that rank i is
 // lost, so their collectives fail now instead of after the timeout.
 func (g *Group) abortFor(i int, err error) {
@@ -232,9 +243,13 @@ func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg 
 		return replies, nil
 	}
 	g.lost = g.lost[:0]
+	answered := true
 	for i := range ranks {
 		if err := errs[i]; err != nil && (lost(err) || errors.Is(err, errNoReply)) {
 			g.lost = append(g.lost, i)
+		}
+		if err := errs[i]; err != nil && !ownAnswer(err) {
+			answered = false
 		}
 	}
 	idx := make([]int, 0, len(errs))
@@ -262,5 +277,10 @@ func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg 
 	for k, i := range idx {
 		parts[k] = fmt.Sprintf("rank %d (%s): %v", i, ranks[i].Address, errs[i])
 	}
-	return replies, fmt.Errorf("shard: %s (epoch %d): %s", what, g.epoch, strings.Join(parts, "; "))
+	err := fmt.Errorf("shard: %s (epoch %d): %s", what, g.epoch, strings.Join(parts, "; "))
+	g.answered = nil
+	if answered {
+		g.answered = err
+	}
+	return replies, err
 }

@@ -34,6 +34,13 @@ type GroupConfig struct {
 type Failure struct {
 	Policy, Op string
 	Err        error
+	// Answered: every member the call reached answered it with an error
+	// of its own, and none was lost or silent. For a save, whose ranks
+	// each write their own files without talking to each other, that is
+	// an error of the storage (a full disk, a read-only folder) that a
+	// restart from a checkpoint would meet again. A train step's answer
+	// can still come from a rank that waited on a lost peer.
+	Answered bool
 }
 
 func (e *Failure) Error() string {
@@ -116,7 +123,13 @@ func StartGroup(ctx context.Context, node *cluster.Node, cfg GroupConfig) (*Plac
 }
 
 func (p *PlacedGroup) fail(op string, err error) error {
-	return &Failure{Policy: p.cfg.Policy, Op: op, Err: err}
+	answered := ownAnswer(err)
+	if p.g != nil {
+		// The group's fan-out sums its ranks' errors up in text; it
+		// kept whether each was the rank's own answer.
+		answered = p.g.answered != nil && err == p.g.answered
+	}
+	return &Failure{Policy: p.cfg.Policy, Op: op, Err: err, Answered: answered}
 }
 
 func (p *PlacedGroup) refs() []actor.Ref {
