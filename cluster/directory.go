@@ -98,6 +98,8 @@ type Directory struct {
 	// onActor is told of every actor record that changed, old then new
 	// (old.Version == 0 when new); called without the lock held.
 	onActor func(old, cur ActorRecord)
+	// onGroup is told of every group record that changed, likewise.
+	onGroup func(old, cur GroupRecord)
 }
 
 func newDirectory() *Directory {
@@ -126,18 +128,27 @@ func (d *Directory) merge(u *update) *update {
 		d.nodes[r.ID] = r
 		changed.Nodes = append(changed.Nodes, r)
 	}
+	type groupPair struct{ old, cur GroupRecord }
+	var groupChanges []groupPair
 	for _, r := range u.Groups {
-		if old, ok := d.groups[r.ID]; ok && !newer(r.Version, r.Writer, old.Version, old.Writer) {
+		old, ok := d.groups[r.ID]
+		if ok && !newer(r.Version, r.Writer, old.Version, old.Writer) {
 			continue
 		}
 		d.groups[r.ID] = r
 		changed.Groups = append(changed.Groups, r)
+		groupChanges = append(groupChanges, groupPair{old, r})
 	}
-	cb := d.onActor
+	cb, gcb := d.onActor, d.onGroup
 	d.mu.Unlock()
 	if cb != nil {
 		for _, p := range actorChanges {
 			cb(p.old, p.cur)
+		}
+	}
+	if gcb != nil {
+		for _, p := range groupChanges {
+			gcb(p.old, p.cur)
 		}
 	}
 	return changed

@@ -141,10 +141,69 @@ func (n *Node) RemovePlacementGroup(ctx context.Context, id string) error {
 	return nil
 }
 
+// onGroupChange fences this node's reservations: a group removed, or a
+// bundle of this node's moved elsewhere (replaceBundle, by a node that
+// took this one for lost while it was paused or cut off), holds nothing
+// here any more. The request that would have released it could not
+// reach this node then, and without this the node would keep the
+// resources set aside until it stops. Only a move away from this node
+// releases a bundle: a reservation made for a move to this node comes
+// before the record that says so.
+func (n *Node) onGroupChange(old, cur GroupRecord) {
+	if cur.Removed {
+		if n.ledger.unreserve(cur.ID) {
+			n.log.Info("placement group removed while this node was out of reach: its bundles here are released", "group", cur.ID)
+			n.publishNode()
+		}
+		return
+	}
+	released := false
+	for i, node := range old.Nodes {
+		if node != n.id || (i < len(cur.Nodes) && cur.Nodes[i] == n.id) {
+			continue
+		}
+		if n.ledger.unreserveBundle(cur.ID, i) {
+			to := "nowhere"
+			if i < len(cur.Nodes) {
+				to = cur.Nodes[i]
+			}
+			n.log.Info("placement group bundle moved off this node while it was out of reach: released here", "group", cur.ID, "bundle", i, "now_on", to)
+			released = true
+		}
+	}
+	if released {
+		n.publishNode()
+	}
+}
+
+// MoveBundle makes sure bundle i of a placement group is on a live node,
+// for an actor to be started in it: when the bundle's node is lost, the
+// bundle is reserved on another node that keeps the group's strategy and
+// its record says so (the lost node, should it come back, releases its
+// reservation: onGroupChange). It returns the bundle's node.
+func (n *Node) MoveBundle(groupID string, i int) (string, error) {
+	g, ok := n.dir.Group(groupID)
+	switch {
+	case !ok || g.Removed:
+		return "", fmt.Errorf("placement group %s does not exist", groupID)
+	case i < 0 || i >= len(g.Nodes):
+		return "", fmt.Errorf("placement group %s has %d bundles, not %d", groupID, len(g.Nodes), i+1)
+	case n.isAlive(g.Nodes[i]):
+		return g.Nodes[i], nil
+	}
+	node, err := n.replaceBundle(groupID, i, g.Nodes[i])
+	if err != nil {
+		return "", fmt.Errorf("placement group %s bundle %d: move off lost node %s: %w", groupID, i, g.Nodes[i], err)
+	}
+	return node, nil
+}
+
 // replaceBundle moves a group's bundle off a lost node: it picks a node
 // that keeps the group's strategy (STRICT_SPREAD: one no other bundle
 // uses), reserves the bundle there and records the move.
 func (n *Node) replaceBundle(groupID string, bundle int, lost string) (string, error) {
+	n.moveMu.Lock()
+	defer n.moveMu.Unlock()
 	g, ok := n.dir.Group(groupID)
 	if !ok || g.Removed || bundle >= len(g.Nodes) {
 		return "", fmt.Errorf("placement group %s is gone", groupID)

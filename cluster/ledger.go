@@ -112,14 +112,33 @@ func (l *ledger) reserve(group string, idx []int, res []Resources) error {
 	return nil
 }
 
-// unreserve drops every bundle of group held here.
-func (l *ledger) unreserve(group string) {
+// unreserve drops every bundle of group held here; it reports whether
+// it held any.
+func (l *ledger) unreserve(group string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	held := false
 	for k, b := range l.bundles {
 		if k.group == group {
 			l.used = l.used.Sub(b.reserved)
 			delete(l.bundles, k)
+			held = true
 		}
 	}
+	return held
+}
+
+// unreserveBundle drops bundle i of group if held here; it reports
+// whether it was. Actors still charged to it give nothing back when
+// they stop (release).
+func (l *ledger) unreserveBundle(group string, i int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := bundleKey{group, i}
+	b, ok := l.bundles[k]
+	if ok {
+		l.used = l.used.Sub(b.reserved)
+		delete(l.bundles, k)
+	}
+	return ok
 }

@@ -137,6 +137,7 @@ type Node struct {
 	changed  chan struct{} // closed and replaced on every actor change
 
 	recMu   sync.Mutex           // one reconcile pass at a time
+	moveMu  sync.Mutex           // one bundle move at a time (replaceBundle reads, changes and writes a group record)
 	missing map[string]time.Time // node id -> first seen missing (reconcile)
 	left    sync.Map             // node id -> time its Leave event arrived
 
@@ -254,6 +255,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.ledger.init(total)
 	n.dir.onActor = n.onActorChange
+	n.dir.onGroup = n.onGroupChange
 
 	actorHost, actorPort := host, 0
 	if cfg.ActorBind != "" {
