@@ -4,10 +4,8 @@ package rollout
 // nodes, so episode runners in the driver's process generate on many
 // nodes (see Pool).
 //
-// Not done yet: a replacement for a replica of a placement group is placed
-// by its bundle's resources, not in the group (the group's spread is not
-// kept); a replica the cluster restarts is dropped (and replaced), not
-// re-registered; episode jobs (RunEpisodes) are not spread by the pool,
+// Not done yet: a replica the cluster restarts is dropped (and replaced),
+// not re-registered; episode jobs (RunEpisodes) are not spread by the pool,
 // only plain generation; chunks are not split further when the pool
 // shrinks mid-call.
 
@@ -251,14 +249,10 @@ func (p *Pool) startReplica(ctx context.Context, opts cluster.SpawnOptions) (*re
 	if err != nil {
 		return nil, fmt.Errorf("rollout pool: start %s on %s: %w", opts.Name, where, err)
 	}
-	// A replacement goes where the cluster can place it: a group's bundle
-	// is tied to its (lost) node, so it takes the bundle's resources.
+	// A replacement goes back into this replica's placement-group bundle
+	// (startReplacement).
 	again := opts
 	again.Name, again.Args = "", nil
-	if again.Group != nil {
-		b := again.Group.Bundles[again.Bundle]
-		again.Group, again.Bundle, again.Resources, again.Labels = nil, 0, b.Resources, b.Labels
-	}
 	r := &replica{name: opts.Name, h: h, respawn: again, lost: make(chan struct{})}
 	if rec, ok := h.Record(); ok {
 		r.node = rec.Node
@@ -279,6 +273,36 @@ func (p *Pool) startReplica(ctx context.Context, opts cluster.SpawnOptions) (*re
 		_ = p.node.StopActor(sctx, r.name)
 		return nil, fmt.Errorf("rollout pool: register the engine of %s on node %s with the weight syncer: %w", r.name, r.node, err)
 	}
+	return r, nil
+}
+
+// startReplacement starts a replica placed per opts. A replica of a
+// placement group goes back into its bundle, moved off its node when
+// that node is lost (cluster.Node.MoveBundle), so the group keeps its
+// spread and the lost node's share is not held twice. When the bundle
+// cannot take it (no node can hold the moved bundle, or the lost replica
+// still holds the bundle's share: an actor that failed its calls and has
+// not stopped yet), it goes where the cluster can place the bundle's
+// resources, outside the group.
+func (p *Pool) startReplacement(ctx context.Context, opts cluster.SpawnOptions) (*replica, error) {
+	if opts.Group == nil {
+		return p.startReplica(ctx, opts)
+	}
+	_, err := p.node.MoveBundle(opts.Group.ID, opts.Bundle)
+	if err == nil {
+		var r *replica
+		if r, err = p.startReplica(ctx, opts); err == nil {
+			return r, nil
+		}
+	}
+	b := opts.Group.Bundles[opts.Bundle]
+	outside := opts
+	outside.Group, outside.Bundle, outside.Resources, outside.Labels = nil, 0, b.Resources, b.Labels
+	r, err2 := p.startReplica(ctx, outside)
+	if err2 != nil {
+		return nil, fmt.Errorf("in its placement group: %w; outside it: %w", err, err2)
+	}
+	p.node.System().Logger().Info("rollout replica placed outside its placement group", "replica", r.name, "node", r.node, "group", opts.Group.ID, "why", err.Error())
 	return r, nil
 }
 
@@ -391,7 +415,7 @@ func (p *Pool) replace(old *replica) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(p.watch, respawnTimeout)
-		r, err := p.startReplica(ctx, old.respawn)
+		r, err := p.startReplacement(ctx, old.respawn)
 		cancel()
 		if err == nil {
 			r.replaces = old.name

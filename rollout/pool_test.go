@@ -738,6 +738,95 @@ func TestPoolReplacesLostReplica(t *testing.T) {
 	}
 }
 
+// A replica of a placement group lost with its node is replaced in its
+// bundle, moved to a node the group does not use yet (SPREAD kept): not
+// outside the group, where it would take a share of its own beside the
+// bundle's and land wherever the cluster has room. Where the bundle
+// cannot move (STRICT_SPREAD with no other node), the replacement goes
+// outside the group, where there is room.
+func TestPoolReplacesLostReplicaInItsBundle(t *testing.T) {
+	if proctest.Isolated(t) {
+		return
+	}
+	for _, tc := range []struct {
+		name     string
+		nodes    []string
+		strategy cluster.Strategy
+		inBundle bool
+	}{
+		{"moved", []string{"g1", "g2", "g3"}, cluster.Spread, true},
+		{"outside", []string{"s1", "s2"}, cluster.StrictSpread, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := make([]byte, 32)
+			if _, err := rand.Read(key); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			n, err := cluster.Start(ctx, cluster.Config{NodeID: "driver", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.Stop()
+			children := map[string]*nodetest.Node{}
+			for _, id := range tc.nodes { // room for two replicas each
+				children[id] = nodetest.Start(t, n, nodetest.Options{ID: id, CPUs: 2, Resources: cluster.Resources{"rollout": 2}, Key: key})
+			}
+			one := cluster.Bundle{Resources: cluster.Resources{"rollout": 1}}
+			pg, err := n.CreatePlacementGroup(ctx, []cluster.Bundle{one, one}, tc.strategy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pg.Nodes[0] == pg.Nodes[1] {
+				t.Fatalf("%s group on %v, want two nodes", tc.strategy, pg.Nodes)
+			}
+			pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"},
+				Group: pg, Name: "inbundle", RespawnEvery: 20 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			lostNode := pool.Replicas()[1].Node
+			children[lostNode].Kill()
+			waitPool(ctx, t, pool, "a replacement", func(rs []rollout.ReplicaStatus) bool { return len(rs) == 3 && rs[2].Lost == "" })
+			fresh := pool.Replicas()[2]
+			rec, _ := n.Directory().Actor(fresh.Name)
+			g, _ := n.Directory().Group(pg.ID)
+			// The node's record, with what it uses, follows by gossip.
+			used := func(want float64) float64 {
+				for {
+					node, _ := n.Directory().Node(fresh.Node)
+					if u := node.Used["rollout"]; u == want || ctx.Err() != nil {
+						return u
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			if !tc.inBundle {
+				if u := used(2); rec.Group != "" || fresh.Node != g.Nodes[0] || u != 2 {
+					t.Errorf("replacement %s in group %q on %s (using rollout %v): want it outside the group on %s, beside bundle 0",
+						fresh.Name, rec.Group, fresh.Node, u, g.Nodes[0])
+				}
+				return
+			}
+			if rec.Group != pg.ID || rec.Bundle != 1 {
+				t.Fatalf("replacement %s in group %q bundle %d, want bundle 1 of %s", fresh.Name, rec.Group, rec.Bundle, pg.ID)
+			}
+			if g.Nodes[1] == lostNode || g.Nodes[1] == g.Nodes[0] || fresh.Node != g.Nodes[1] {
+				t.Errorf("bundle 1 moved to %s (bundle 0 on %s, lost %s), replacement on %s: want the third node, and the replacement there",
+					g.Nodes[1], g.Nodes[0], lostNode, fresh.Node)
+			}
+			if u := used(1); u != 1 {
+				t.Errorf("%s uses rollout %v, want 1: the moved bundle, the replacement inside it", fresh.Node, u)
+			}
+			if _, err := pool.GenerateStep(ctx, 0, poolRequests("a", 4)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // With its only replica lost, generation waits for the replacement being
 // started instead of failing: while the replacement's engine cannot be
 // built, a bounded call ends waiting for it (not with ErrAllLost); once
