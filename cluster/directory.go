@@ -74,6 +74,10 @@ type GroupRecord struct {
 	Removed  bool     `msgpack:"rm,omitempty"`
 	Version  uint64   `msgpack:"v"`
 	Writer   string   `msgpack:"w"`
+	// UpdatedMs is when it was removed: the removed record is kept as long
+	// as a DEAD actor's (deadRecordTTL), so that a node that missed the
+	// removal cannot bring the group back by push/pull.
+	UpdatedMs int64 `msgpack:"u,omitempty"`
 }
 
 // update is the unit of gossip: any mix of records.
@@ -219,10 +223,13 @@ func decodeUpdate(b []byte) (*update, error) {
 // without the directory growing for ever.
 const deadRecordTTL = 10 * time.Minute
 
-// collect drops DEAD actor records last updated before cutoff, removed
-// groups, and records of nodes not alive that started before cutoff. Every
-// node collects on its own clock; a record that push/pull brings back is
-// dropped again on the next pass.
+// collect drops DEAD actor records last updated before cutoff, groups
+// removed before cutoff, and records of nodes not alive that started
+// before cutoff. Every node collects on its own clock; a record that
+// push/pull brings back is dropped again on the next pass. Removed groups
+// wait like dead actors: dropped at once, the older record of a node
+// that missed the removal would come back by push/pull as a live group,
+// and stay.
 func (d *Directory) collect(cutoff time.Time, alive func(id string) bool) {
 	ms := cutoff.UnixMilli()
 	d.mu.Lock()
@@ -233,7 +240,7 @@ func (d *Directory) collect(cutoff time.Time, alive func(id string) bool) {
 		}
 	}
 	for id, g := range d.groups {
-		if g.Removed {
+		if g.Removed && g.UpdatedMs < ms {
 			delete(d.groups, id)
 		}
 	}

@@ -65,8 +65,9 @@ func TestDirectoryCollect(t *testing.T) {
 			{Name: "new-dead", State: Dead, UpdatedMs: now, Version: 1},
 			{Name: "old-alive", State: Alive, UpdatedMs: old, Version: 1},
 		},
-		Nodes:  []NodeRecord{{ID: "gone", StartedMs: old, Version: 1}, {ID: "here", StartedMs: old, Version: 1}},
-		Groups: []GroupRecord{{ID: "pg-1", Removed: true, Version: 2}, {ID: "pg-2", Version: 1}},
+		Nodes: []NodeRecord{{ID: "gone", StartedMs: old, Version: 1}, {ID: "here", StartedMs: old, Version: 1}},
+		Groups: []GroupRecord{{ID: "pg-1", Removed: true, Version: 2, UpdatedMs: old}, {ID: "pg-2", Version: 1},
+			{ID: "pg-3", Removed: true, Version: 2, UpdatedMs: now}},
 	})
 	d.collect(time.Now().Add(-deadRecordTTL), func(id string) bool { return id == "here" })
 	for name, want := range map[string]bool{"old-dead": false, "new-dead": true, "old-alive": true} {
@@ -85,5 +86,11 @@ func TestDirectoryCollect(t *testing.T) {
 	}
 	if _, ok := d.Group("pg-2"); !ok {
 		t.Error("live group dropped")
+	}
+	// A group removed lately stays removed: the record from before the
+	// removal, from a node that missed it, does not bring it back.
+	d.merge(&update{Groups: []GroupRecord{{ID: "pg-3", Version: 1}}})
+	if g, ok := d.Group("pg-3"); !ok || !g.Removed {
+		t.Errorf("group removed lately: %+v (kept %v), want it kept as removed", g, ok)
 	}
 }

@@ -125,6 +125,16 @@ func (n *Node) RemovePlacementGroup(ctx context.Context, id string) error {
 			}
 		}
 	}
+	// A bundle may have moved while the actors stopped (a replacement
+	// for one lost with its node): read the record again, and let no
+	// move write it between this read and the write below, or one of the
+	// two records would drop the other (equal versions, one writer) and
+	// leave a reservation or a group behind.
+	n.moveMu.Lock()
+	defer n.moveMu.Unlock()
+	if g, ok = n.dir.Group(id); !ok || g.Removed {
+		return nil
+	}
 	seen := map[string]bool{}
 	var nodes []string
 	for _, node := range g.Nodes {
@@ -134,7 +144,7 @@ func (n *Node) RemovePlacementGroup(ctx context.Context, id string) error {
 		}
 	}
 	n.unreserveOn(ctx, id, nodes)
-	g.Removed = true
+	g.Removed, g.UpdatedMs = true, time.Now().UnixMilli()
 	g.Version++
 	g.Writer = n.id
 	n.write(&update{Groups: []GroupRecord{g}})

@@ -137,7 +137,7 @@ type Node struct {
 	changed  chan struct{} // closed and replaced on every actor change
 
 	recMu   sync.Mutex           // one reconcile pass at a time
-	moveMu  sync.Mutex           // one bundle move at a time (replaceBundle reads, changes and writes a group record)
+	moveMu  sync.Mutex           // one change of a group record at a time (replaceBundle, RemovePlacementGroup: read, change, write)
 	missing map[string]time.Time // node id -> first seen missing (reconcile)
 	left    sync.Map             // node id -> time its Leave event arrived
 
@@ -655,7 +655,9 @@ func (n *Node) publishNode() {
 	n.write(&update{Nodes: []NodeRecord{rec}})
 }
 
-// ownRecords is this node's record and those of the actors it hosts.
+// ownRecords is this node's record, those of the actors it hosts and
+// those of the placement groups it wrote last (a group it removed just
+// before it stops, as a run's driver does, must reach the others).
 func (n *Node) ownRecords() *update {
 	u := &update{}
 	if rec, ok := n.dir.Node(n.id); ok {
@@ -664,6 +666,11 @@ func (n *Node) ownRecords() *update {
 	for _, rec := range n.dir.Actors() {
 		if rec.Node == n.id {
 			u.Actors = append(u.Actors, rec)
+		}
+	}
+	for _, g := range n.dir.Groups() {
+		if g.Writer == n.id {
+			u.Groups = append(u.Groups, g)
 		}
 	}
 	return u
