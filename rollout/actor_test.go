@@ -362,17 +362,26 @@ func toInt(x []int32) []int {
 
 func TestMain(m *testing.M) { nodetest.Main(m) }
 
-func TestActorAcrossProcesses(t *testing.T) {
+// keyedNode starts an in-process node with 2 CPUs and a fresh cluster
+// key, for node processes to join (nodetest.Start); it stops with the
+// test.
+func keyedNode(ctx context.Context, t *testing.T, id string) (*cluster.Node, []byte) {
+	t.Helper()
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		t.Fatal(err)
 	}
-	ctx := testCtx(t)
-	n, err := cluster.Start(ctx, cluster.Config{NodeID: "parent", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Stop()
+	t.Cleanup(n.Stop)
+	return n, key
+}
+
+func TestActorAcrossProcesses(t *testing.T) {
+	ctx := testCtx(t)
+	n, key := keyedNode(ctx, t, "parent")
 	nodetest.Start(t, n, nodetest.Options{ID: "child", CPUs: 2, Key: key})
 	for _, threshold := range []int{0, 1} {
 		h := spawn(t, n, rollout.ActorConfig{Engine: "scripted", FeedbackEngine: "scripted", FeedbackModel: "teacher",

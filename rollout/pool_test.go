@@ -2,7 +2,6 @@ package rollout_test
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -361,17 +360,9 @@ func TestPoolAcrossProcesses(t *testing.T) {
 	if proctest.Isolated(t) {
 		return
 	}
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	n, err := cluster.Start(ctx, cluster.Config{NodeID: "driver", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Stop()
+	n, key := keyedNode(ctx, t, "driver")
 	r1 := nodetest.Start(t, n, nodetest.Options{ID: "r1", CPUs: 2, Key: key})
 	r2 := nodetest.Start(t, n, nodetest.Options{ID: "r2", CPUs: 2, Key: key}, "RLNODE_POOL_HOLD=1")
 
@@ -625,17 +616,9 @@ func TestPoolReplacesLostReplica(t *testing.T) {
 	if proctest.Isolated(t) {
 		return
 	}
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	n, err := cluster.Start(ctx, cluster.Config{NodeID: "driver", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Stop()
+	n, key := keyedNode(ctx, t, "driver")
 	children := map[string]*nodetest.Node{}
 	join := func(id string) { // room for one replica each
 		children[id] = nodetest.Start(t, n, nodetest.Options{ID: id, CPUs: 2, Resources: cluster.Resources{"rollout": 1}, Key: key})
@@ -758,17 +741,9 @@ func TestPoolReplacesLostReplicaInItsBundle(t *testing.T) {
 		{"outside", []string{"s1", "s2"}, cluster.StrictSpread, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			key := make([]byte, 32)
-			if _, err := rand.Read(key); err != nil {
-				t.Fatal(err)
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			n, err := cluster.Start(ctx, cluster.Config{NodeID: "driver", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer n.Stop()
+			n, key := keyedNode(ctx, t, "driver")
 			children := map[string]*nodetest.Node{}
 			for _, id := range tc.nodes { // room for two replicas each
 				children[id] = nodetest.Start(t, n, nodetest.Options{ID: id, CPUs: 2, Resources: cluster.Resources{"rollout": 2}, Key: key})
