@@ -191,11 +191,7 @@ func TestRankLostRestartsFromCheckpoint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			node, err := cluster.Start(ctx, cluster.Config{Logger: actor.DiscardLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer node.Stop()
+			node := testNode(ctx, t)
 			cfg := shardRun(filepath.Join(t.TempDir(), "run"), 2)
 			cfg.Node = node
 			cfg.Steps = 5 // checkpoints at steps 2 (the warm-up's last), 4, 6, 7
@@ -257,11 +253,7 @@ func TestCheckpointTheStorageRefusesStopsTheRun(t *testing.T) {
 		t.Run(fmt.Sprintf("shards_%d", shards), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			node, err := cluster.Start(ctx, cluster.Config{Logger: actor.DiscardLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer node.Stop()
+			node := testNode(ctx, t)
 			cfg := shardRun(filepath.Join(t.TempDir(), "run"), shards)
 			cfg.Node = node
 			cfg.Steps = 5 // checkpoints at steps 2 (the warm-up's last), 4, 6, 7
@@ -271,7 +263,7 @@ func TestCheckpointTheStorageRefusesStopsTheRun(t *testing.T) {
 			}
 			var seen []int
 			cfg.Progress = func(m Metrics) { seen = append(seen, m.Step) }
-			_, err = Run(ctx, cfg)
+			_, err := Run(ctx, cfg)
 			if err == nil || !strings.Contains(err.Error(), "step-4") || !strings.Contains(err.Error(), "not restarted") {
 				t.Fatalf("err %v, want the save of step-4 failing without a restart", err)
 			}
@@ -290,6 +282,17 @@ func TestCheckpointTheStorageRefusesStopsTheRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testNode starts an embedded cluster node that stops with the test.
+func testNode(ctx context.Context, t *testing.T) *cluster.Node {
+	t.Helper()
+	node, err := cluster.Start(ctx, cluster.Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Stop)
+	return node
 }
 
 // stopRank stops the live learner-shard actor of a policy's rank.
