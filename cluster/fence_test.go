@@ -77,3 +77,34 @@ func TestPausedNodeReleasesBundlesItNoLongerHolds(t *testing.T) {
 		})
 	}
 }
+
+// A member that does not answer its reservation (frozen and not yet
+// taken for lost; a firewall that drops its actor port while gossip
+// passes) is left out of a placement group, which goes to the nodes that
+// answer, instead of failing the group. Here the frozen node is the one
+// the placement prefers (most GPUs free).
+func TestPlacementGroupLeavesOutANodeThatDoesNotAnswer(t *testing.T) {
+	key := testKey(t)
+	lan, err := ParseDetection("lan") // the frozen node stays a member for about 11 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startLocalNodeWith(t, "a-silent", key, lan)
+	env := "RLNODE_TEST_DETECTION=lan"
+	frozen := startNodeProcess(t, "v-silent", key, a.GossipAddress(), 8, "", env)
+	startNodeProcess(t, "w-answers", key, a.GossipAddress(), 1, "", env)
+	waitFor(t, "3 nodes", 10*time.Second, func() bool { return nodeCount(a) == 3 })
+	if err := frozen.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Cmd.Process.Signal(syscall.SIGCONT)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g, err := a.CreatePlacementGroup(ctx, []Bundle{{Resources: Resources{GPU: 1}}}, Pack)
+	if err != nil {
+		t.Fatalf("placement group with v-silent frozen: %v", err)
+	}
+	if g.Nodes[0] != "w-answers" {
+		t.Errorf("bundle on %s, want w-answers (v-silent does not answer)", g.Nodes[0])
+	}
+}

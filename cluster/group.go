@@ -23,24 +23,40 @@ type PlacementGroup struct {
 
 // CreatePlacementGroup reserves every bundle or none. A group the cluster
 // cannot hold fails at once with what is missing; it never waits for
-// resources to free up.
+// resources to free up. A node that does not answer its reservation
+// within reserveTimeout, or cannot be reached (a member whose actor port
+// a firewall drops; one frozen and not yet taken for lost), is left out
+// and the group placed again without it.
 func (n *Node) CreatePlacementGroup(ctx context.Context, bundles []Bundle, st Strategy) (*PlacementGroup, error) {
 	var raw [6]byte
 	_, _ = rand.Read(raw[:])
 	id := "pg-" + hex.EncodeToString(raw[:])
 	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		nodes, err := PlaceGroup(n.Views(), bundles, st)
+	left := map[string]bool{} // nodes left out: they did not answer
+	for attempt := 0; attempt < 3+len(left); attempt++ {
+		var views []NodeView
+		for _, v := range n.Views() {
+			if !left[v.ID] {
+				views = append(views, v)
+			}
+		}
+		nodes, err := PlaceGroup(views, bundles, st)
 		if err != nil {
 			if lastErr != nil {
 				err = fmt.Errorf("%w (earlier attempt: %v)", err, lastErr)
 			}
 			return nil, err
 		}
-		retry, err := n.reserveAll(ctx, id, bundles, nodes)
+		silent, retry, err := n.reserveAll(ctx, id, bundles, nodes)
 		if err == nil {
 			n.write(&update{Groups: []GroupRecord{{ID: id, Strategy: st, Bundles: bundles, Nodes: nodes, Version: 1, Writer: n.id}}})
 			return &PlacementGroup{ID: id, Strategy: st, Bundles: bundles, Nodes: nodes}, nil
+		}
+		if silent != "" && ctx.Err() == nil {
+			n.log.Warn("placement group: a node did not answer its reservation; placing the group without it", "group", id, "node", silent, "err", err)
+			left[silent] = true
+			lastErr = err
+			continue
 		}
 		if !retry {
 			return nil, err
@@ -50,9 +66,15 @@ func (n *Node) CreatePlacementGroup(ctx context.Context, bundles []Bundle, st St
 	return nil, fmt.Errorf("placement group: nodes kept refusing reservations: %w", lastErr)
 }
 
+// reserveTimeout bounds a node's answer to a reservation, which it only
+// books in memory.
+const reserveTimeout = 10 * time.Second
+
 // reserveAll asks each chosen node to reserve its bundles; on any refusal
-// it releases what was reserved.
-func (n *Node) reserveAll(ctx context.Context, id string, bundles []Bundle, nodes []string) (retry bool, err error) {
+// it releases what was reserved. silent names a node that did not answer
+// (unreachable, or not within reserveTimeout), which is also asked, in
+// the background, to release what it may have reserved after all.
+func (n *Node) reserveAll(ctx context.Context, id string, bundles []Bundle, nodes []string) (silent string, retry bool, err error) {
 	per := map[string]*reserveRequest{}
 	for i, node := range nodes {
 		r := per[node]
@@ -70,16 +92,25 @@ func (n *Node) reserveAll(ctx context.Context, id string, bundles []Bundle, node
 	sort.Strings(ids)
 	var done []string
 	for _, node := range ids {
-		err := n.askNode(ctx, node, *per[node])
+		actx, cancel := context.WithTimeout(ctx, reserveTimeout)
+		err := n.askNode(actx, node, *per[node])
+		cancel()
 		if err != nil {
-			var re *refusal
-			retry = errors.As(err, &re) && re.retry
 			n.unreserveOn(ctx, id, done)
-			return retry, fmt.Errorf("placement group: reserve on node %s: %w", node, err)
+			var re *refusal
+			if errors.As(err, &re) {
+				return "", re.retry, fmt.Errorf("placement group: reserve on node %s: %w", node, err)
+			}
+			go func() {
+				uctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				n.unreserveOn(uctx, id, []string{node})
+			}()
+			return node, false, fmt.Errorf("placement group: reserve on node %s: no answer: %w", node, err)
 		}
 		done = append(done, node)
 	}
-	return false, nil
+	return "", false, nil
 }
 
 type refusal struct {
