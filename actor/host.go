@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	pa "github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -53,9 +54,31 @@ func (h *hosted) setStopCause(c string) {
 // SpawnLocal starts an actor on this node. The kind's factory runs before
 // SpawnLocal returns, so its error reaches the spawner.
 func (s *System) SpawnLocal(spec LocalSpawn) (Ref, error) {
+	b, err := s.ReserveLocal(spec)
+	if err != nil {
+		return Ref{}, err
+	}
+	return b.Run()
+}
+
+// Build is an actor whose name is reserved on this node and whose factory
+// has not run yet: ReserveLocal's result. A caller that must not wait for
+// the factory (a node's own actor, whose factories may load models for
+// tens of seconds) reserves in its own goroutine and runs the build in
+// another.
+type Build struct {
+	h   *hosted
+	f   Factory
+	ran atomic.Bool
+}
+
+// ReserveLocal checks spec and reserves its name on this node; Run then
+// builds and starts the actor. Run must be called once, or the name stays
+// taken.
+func (s *System) ReserveLocal(spec LocalSpawn) (*Build, error) {
 	select {
 	case <-s.closed:
-		return Ref{}, ErrSystemStopped
+		return nil, ErrSystemStopped
 	default:
 	}
 	f, ok := spec.Factory, spec.Factory != nil
@@ -63,11 +86,11 @@ func (s *System) SpawnLocal(spec LocalSpawn) (Ref, error) {
 		f, ok = lookupKind(spec.Kind)
 	}
 	if !ok {
-		return Ref{}, fmt.Errorf("kind %q on node %s (registered: %s): %w",
+		return nil, fmt.Errorf("kind %q on node %s (registered: %s): %w",
 			spec.Kind, s.addr, strings.Join(Kinds(), ", "), ErrUnknownKind)
 	}
 	if spec.Name == "" {
-		return Ref{}, fmt.Errorf("spawn %s: empty actor name", spec.Kind)
+		return nil, fmt.Errorf("spawn %s: empty actor name", spec.Kind)
 	}
 	id := "a/" + spec.Name
 	h := &hosted{sys: s, spec: spec}
@@ -80,33 +103,93 @@ func (s *System) SpawnLocal(spec LocalSpawn) (Ref, error) {
 	if _, dup := s.actors[spec.Name]; dup {
 		s.amu.Unlock()
 		endLife()
-		return Ref{}, fmt.Errorf("actor %q on node %s: %w", spec.Name, s.addr, ErrNameTaken)
+		return nil, fmt.Errorf("actor %q on node %s: %w", spec.Name, s.addr, ErrNameTaken)
 	}
 	s.actors[spec.Name] = h // reserve the name while the factory runs
 	s.amu.Unlock()
+	return &Build{h: h, f: f}, nil
+}
 
-	inst, err := buildInstance(f, h.ctx, spec.Args)
-	if err != nil {
-		endLife()
+// Cancel asks a build that has not started its actor yet not to: the
+// factory's Context ends (a factory that checks it gives up) and Run
+// returns an error wrapping ErrActorDied with cause, whatever the factory
+// returns. It reports whether the build was still before its start; a
+// build that started its actor is not touched (stop it with StopLocal).
+func (b *Build) Cancel(cause string) bool {
+	h := b.h
+	s := h.sys
+	s.amu.Lock()
+	defer s.amu.Unlock()
+	if h.pid != nil || s.actors[h.ref.Name] != h {
+		return false // started, or failed and gone
+	}
+	h.setStopCause(cause)
+	h.endLife()
+	return true
+}
+
+// Run runs the factory and starts the actor. A build cancelled (Cancel) or
+// whose node began to stop while the factory ran does not start: the
+// built instance's Stopped hook runs, so what it holds is released, and
+// Run returns an error wrapping ErrActorDied or ErrSystemStopped.
+func (b *Build) Run() (Ref, error) {
+	if !b.ran.CompareAndSwap(false, true) {
+		return Ref{}, fmt.Errorf("spawn %q: build run twice", b.h.ref.Name)
+	}
+	h, s, spec := b.h, b.h.sys, b.h.spec
+	forget := func() {
+		h.endLife()
 		s.amu.Lock()
-		delete(s.actors, spec.Name)
+		if s.actors[spec.Name] == h {
+			delete(s.actors, spec.Name)
+		}
 		s.amu.Unlock()
+	}
+	inst, err := buildInstance(b.f, h.ctx, spec.Args)
+	if err != nil {
+		if why := b.cancelled(); why != nil {
+			err = fmt.Errorf("%w (factory: %v)", why, err)
+		}
+		forget()
 		return Ref{}, fmt.Errorf("spawn %s %q on node %s: %w", spec.Kind, spec.Name, s.addr, err)
 	}
 	h.inst = inst
-	pid, err := s.as.Root.SpawnNamed(pa.PropsFromFunc(h.receive), id)
+	// The check and the start happen under amu, so a Cancel or a System.Stop
+	// either comes first (no start) or finds the pid and stops the actor.
+	s.amu.Lock()
+	why := b.cancelled()
+	var pid *pa.PID
+	if why == nil {
+		pid, err = s.as.Root.SpawnNamed(pa.PropsFromFunc(h.receive), h.ref.ID)
+		h.pid = pid
+	}
+	s.amu.Unlock()
+	if why != nil {
+		h.runStopped()
+		forget()
+		return Ref{}, fmt.Errorf("spawn %s %q on node %s: %w", spec.Kind, spec.Name, s.addr, why)
+	}
 	if err != nil {
-		endLife()
-		s.amu.Lock()
-		delete(s.actors, spec.Name)
-		s.amu.Unlock()
+		forget()
 		return Ref{}, fmt.Errorf("spawn %s %q on node %s: %w", spec.Kind, spec.Name, s.addr, err)
 	}
-	s.amu.Lock()
-	h.pid = pid
-	s.amu.Unlock()
 	s.emit(Event{Type: EventStarted, Ref: h.ref, Restarts: spec.Restarts})
 	return h.ref, nil
+}
+
+// cancelled says why the build must not start its actor, or nil.
+func (b *Build) cancelled() error {
+	h := b.h
+	if h.ctx.life.Err() == nil {
+		return nil
+	}
+	if h.sys.life.Err() != nil {
+		return fmt.Errorf("its node stopped while it was being built: %w", ErrSystemStopped)
+	}
+	h.mu.Lock()
+	cause := h.stopCause
+	h.mu.Unlock()
+	return fmt.Errorf("stopped while it was being built (%s): %w", cause, ErrActorDied)
 }
 
 // buildInstance runs a factory, turning its panic into an error.
@@ -220,11 +303,20 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any, released bool) {
 // handle runs Receive and routes its result to the local caller (call) or
 // the remote caller (wire); both nil means a Tell.
 func (h *hosted) handle(c pa.Context, msg any, call *localCall, wire *wireEnvelope) {
+	h.ctx.cur = delivery{call: call, wire: wire, sender: c.Sender()}
 	reply, err, panicked := h.invoke(msg)
+	later := h.ctx.later
+	h.ctx.cur, h.ctx.later = delivery{}, nil
 	if panicked != "" {
 		err = fmt.Errorf("%s", panicked)
 	}
 	switch {
+	case later != nil:
+		// Receive took the reply over (Context.ReplyLater); an error it
+		// returned or a panic still answers now.
+		if err != nil {
+			later.Send(nil, err)
+		}
 	case call != nil:
 		if err != nil {
 			err = &ActorError{Actor: h.ref.Name, Message: err.Error(), err: err}
@@ -257,7 +349,11 @@ func (h *hosted) replyWire(c pa.Context, req *wireEnvelope, reply any, err error
 	if sender == nil {
 		return
 	}
-	s := h.sys
+	c.Send(sender, h.sys.wireReply(req, reply, err))
+}
+
+// wireReply is the reply envelope to the remote call req.
+func (s *System) wireReply(req *wireEnvelope, reply any, err error) *anypb.Any {
 	var a *anypb.Any
 	if err == nil && reply != nil {
 		a, err = s.encodeWire(kindReply, req.Call, reply)
@@ -269,7 +365,7 @@ func (h *hosted) replyWire(c pa.Context, req *wireEnvelope, reply any, err error
 		}
 		a, _ = marshalEnvelope(out)
 	}
-	c.Send(sender, a)
+	return a
 }
 
 // afterPanic restarts the actor in place while it has restarts left, and
@@ -296,18 +392,21 @@ func (h *hosted) afterPanic(c pa.Context, cause string) {
 	h.sys.emit(Event{Type: EventRestarted, Ref: h.ref, Cause: cause, Restarts: h.ctx.restarts})
 }
 
+// runStopped runs the instance's Stopped hook, if it has one.
+func (h *hosted) runStopped() {
+	if st, ok := h.inst.(Stopper); ok {
+		defer func() {
+			if p := recover(); p != nil {
+				h.sys.log.Error("actor panicked in Stopped", "actor", h.ref.Name, "panic", p)
+			}
+		}()
+		st.Stopped(h.ctx)
+	}
+}
+
 func (h *hosted) stopped() {
 	defer h.endLife()
-	if st, ok := h.inst.(Stopper); ok {
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					h.sys.log.Error("actor panicked in Stopped", "actor", h.ref.Name, "panic", p)
-				}
-			}()
-			st.Stopped(h.ctx)
-		}()
-	}
+	h.runStopped()
 	h.sys.forgetHeld(h.pid.Id)
 	h.mu.Lock()
 	cause := h.stopCause

@@ -68,6 +68,11 @@ type Context struct {
 	self     Ref
 	restarts int
 	life     context.Context // ends when this actor is asked to stop, or its node
+
+	// The message Receive is handling, and its deferred reply once
+	// ReplyLater was called: only Receive's goroutine touches them.
+	cur   delivery
+	later *Reply
 }
 
 // Self is this actor's reference.
