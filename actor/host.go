@@ -148,7 +148,7 @@ func (b *Build) Run() (Ref, error) {
 	inst, err := buildInstance(b.f, h.ctx, spec.Args)
 	if err != nil {
 		if why := b.cancelled(); why != nil {
-			err = fmt.Errorf("%w (factory: %v)", why, err)
+			err = fmt.Errorf("%w (factory: %w)", why, err)
 		}
 		forget()
 		return Ref{}, fmt.Errorf("spawn %s %q on node %s: %w", spec.Kind, spec.Name, s.addr, err)

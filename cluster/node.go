@@ -129,6 +129,9 @@ type Node struct {
 
 	ledger ledger
 
+	bmu      sync.Mutex
+	building map[string]*nodeBuild // actors whose factories run (nodeactor.go)
+
 	mmu     sync.RWMutex
 	members map[string]memberInfo // alive members by node id
 
@@ -249,6 +252,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		watchers: map[string][]chan ActorRecord{},
 		changed:  make(chan struct{}),
 		missing:  map[string]time.Time{},
+		building: map[string]*nodeBuild{},
 		events:   make(chan memberlist.NodeEvent, 256),
 		stopped:  make(chan struct{}),
 		started:  time.Now(),
@@ -454,6 +458,7 @@ func (n *Node) Stop() {
 	n.stopMu.Unlock()
 
 	n.publishNode() // now says Leaving
+	n.cancelBuilds("node stopped", 10*time.Second)
 	for _, ref := range n.sys.Local() {
 		if ref.Name != nodeActorName {
 			_ = n.sys.StopLocal(ref.Name, "node stopped")

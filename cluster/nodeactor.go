@@ -73,20 +73,31 @@ func init() {
 
 type nodeActor struct{ n *Node }
 
-func (a *nodeActor) Receive(_ *actor.Context, msg any) (any, error) {
+// Receive answers at once what is quick (checks, the ledger, lookups) and
+// hands what may be slow to a goroutine that replies later: an actor's
+// factory may load a model for tens of seconds, and a stop waits for the
+// actor's Receive to return. Requests behind them are not held up.
+func (a *nodeActor) Receive(ctx *actor.Context, msg any) (any, error) {
 	n := a.n
 	switch m := msg.(type) {
 	case spawnRequest:
-		rec, retry, err := n.hostSpawn(m)
+		nb, retry, err := n.beginSpawn(m)
 		if err != nil {
 			return spawnReply{Err: err.Error(), Retry: retry}, nil
 		}
-		return spawnReply{Record: rec}, nil
+		reply := ctx.ReplyLater()
+		go func() { reply.Send(n.finishSpawn(m, nb), nil) }()
+		return nil, nil
 	case stopRequest:
-		if err := n.sys.StopLocal(m.Name, m.Cause); err != nil {
-			return okReply{Err: err.Error()}, nil
+		n.bmu.Lock()
+		nb := n.building[m.Name]
+		if nb != nil && nb.stopCause == "" {
+			nb.stopCause = m.Cause
 		}
-		return okReply{}, nil
+		n.bmu.Unlock()
+		reply := ctx.ReplyLater()
+		go func() { reply.Send(n.hostStop(m, nb), nil) }()
+		return nil, nil
 	case reserveRequest:
 		if len(m.Indices) != len(m.Resources) {
 			return okReply{Err: "reserve: indices and resources differ in length"}, nil
@@ -126,41 +137,143 @@ func (n *Node) nodeRef(id string) (actor.Ref, error) {
 	return actor.Ref{Name: nodeActorName, Kind: nodeActorKind, Address: m.actor, ID: "a/" + nodeActorName}, nil
 }
 
-// hostSpawn starts an actor here after charging its resources.
-func (n *Node) hostSpawn(req spawnRequest) (rec ActorRecord, retry bool, err error) {
+// nodeBuild is an actor this node is building: its name is reserved and
+// its resources charged until finishSpawn ends.
+type nodeBuild struct {
+	b    *actor.Build
+	done chan struct{} // closed once its record is written or its build failed
+	// stopCause is set (under Node.bmu) when a stop request came for it
+	// while it was being built.
+	stopCause string
+}
+
+// beginSpawn does the quick part of hosting an actor here, in the node
+// actor's loop: it checks the request, charges the resources and reserves
+// the name, so two spawns of one name cannot both pass.
+func (n *Node) beginSpawn(req spawnRequest) (nb *nodeBuild, retry bool, err error) {
 	n.stopMu.Lock()
 	leaving := n.leaving || n.isDone
 	n.stopMu.Unlock()
 	if leaving {
-		return rec, true, fmt.Errorf("node %s is stopping", n.id)
+		return nil, true, fmt.Errorf("node %s is stopping", n.id)
 	}
 	if !matchLabels(n.cfg.Labels, req.Labels) {
-		return rec, true, fmt.Errorf("node %s has labels %s, not %s", n.id, fmtLabels(n.cfg.Labels), fmtLabels(req.Labels))
+		return nil, true, fmt.Errorf("node %s has labels %s, not %s", n.id, fmtLabels(n.cfg.Labels), fmtLabels(req.Labels))
 	}
+	// The ledger refuses a name it already charges, so the release below
+	// only ever drops this request's own charge.
 	if err := n.ledger.acquire(req.Name, req.Resources, req.Group, req.Bundle); err != nil {
-		return rec, errors.Is(err, ErrInfeasible), fmt.Errorf("node %s: %w", n.id, err)
+		return nil, errors.Is(err, ErrInfeasible), fmt.Errorf("node %s: %w", n.id, err)
 	}
-	var ref actor.Ref
+	var b *actor.Build
 	args, err := actor.DecodeMessage(req.ArgsType, req.Args)
 	if err == nil {
-		ref, err = n.sys.SpawnLocal(actor.LocalSpawn{
+		b, err = n.sys.ReserveLocal(actor.LocalSpawn{
 			Name: req.Name, Kind: req.Kind, Args: args, MaxRestarts: req.MaxRestarts, Restarts: req.Restarts,
 		})
 	}
 	if err != nil {
 		n.ledger.release(req.Name)
-		return rec, false, fmt.Errorf("node %s: %w", n.id, err)
+		return nil, false, fmt.Errorf("node %s: %w", n.id, err)
 	}
+	nb = &nodeBuild{b: b, done: make(chan struct{})}
+	n.bmu.Lock()
+	n.building[req.Name] = nb
+	n.bmu.Unlock()
+	return nb, false, nil
+}
+
+// finishSpawn runs the actor's factory (outside the node actor's loop),
+// then writes its record; a failed build gives its resources back.
+func (n *Node) finishSpawn(req spawnRequest, nb *nodeBuild) spawnReply {
+	defer func() {
+		n.bmu.Lock()
+		if n.building[req.Name] == nb {
+			delete(n.building, req.Name)
+		}
+		n.bmu.Unlock()
+		close(nb.done)
+	}()
+	ref, err := nb.b.Run()
 	old, _ := n.dir.Actor(req.Name)
-	rec = ActorRecord{
+	rec := ActorRecord{
 		Name: req.Name, Kind: req.Kind, Node: n.id, Ref: ref, State: Alive,
 		Restarts: req.Restarts, MaxRestarts: req.MaxRestarts, Resources: req.Resources, Labels: req.Labels,
 		PinNode: req.PinNode, Group: req.Group, Bundle: req.Bundle, ArgsType: req.ArgsType, Args: req.Args,
 		Version: max(old.Version, req.BaseVersion) + 1, Writer: n.id, UpdatedMs: time.Now().UnixMilli(),
 	}
+	if err != nil {
+		n.ledger.release(req.Name)
+		n.bmu.Lock()
+		stopCause := nb.stopCause
+		n.bmu.Unlock()
+		if stopCause != "" {
+			// Stopped while being built (its caller gave up): the record
+			// says so, as it would had the actor started and stopped.
+			rec.Ref, rec.State, rec.Cause = actor.Ref{}, Dead, stopCause+" (before it started)"
+			n.write(&update{Actors: []ActorRecord{rec}})
+		}
+		// A node that began to stop meanwhile leaves room to try another.
+		retry := stopCause == "" && (errors.Is(err, actor.ErrSystemStopped) || n.isLeaving())
+		return spawnReply{Err: fmt.Sprintf("node %s: %v", n.id, err), Retry: retry}
+	}
 	n.write(&update{Actors: []ActorRecord{rec}})
 	n.publishNode()
-	return rec, false, nil
+	return spawnReply{Record: rec}
+}
+
+// hostStop stops an actor hosted here. One still being built (nb) is
+// cancelled; if it had started already, it is stopped once its record is
+// written, so the record ends DEAD rather than ALIVE over a stopped actor.
+func (n *Node) hostStop(req stopRequest, nb *nodeBuild) okReply {
+	if nb != nil {
+		nb.b.Cancel(req.Cause)
+		<-nb.done
+		if !n.hosts(req.Name) {
+			return okReply{} // it never started: nothing left to stop
+		}
+	}
+	if err := n.sys.StopLocal(req.Name, req.Cause); err != nil {
+		return okReply{Err: err.Error()}
+	}
+	return okReply{}
+}
+
+func (n *Node) hosts(name string) bool {
+	for _, ref := range n.sys.Local() {
+		if ref.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *Node) isLeaving() bool {
+	n.stopMu.Lock()
+	defer n.stopMu.Unlock()
+	return n.leaving || n.isDone
+}
+
+// cancelBuilds cancels the builds under way and waits for them to end, at
+// most max: a factory that ignores its Context may run on, but its actor
+// never starts (actor.Build.Run).
+func (n *Node) cancelBuilds(cause string, max time.Duration) {
+	n.bmu.Lock()
+	var waits []*nodeBuild
+	for _, nb := range n.building {
+		nb.b.Cancel(cause)
+		waits = append(waits, nb)
+	}
+	n.bmu.Unlock()
+	deadline := time.After(max)
+	for _, nb := range waits {
+		select {
+		case <-nb.done:
+		case <-deadline:
+			n.log.Warn("an actor's factory did not return after its node began to stop; it will not start", "waited", max)
+			return
+		}
+	}
 }
 
 // onLocalEvent records restarts and deaths of actors hosted here.

@@ -169,10 +169,10 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 
 // abandonSpawn asks the node at nref to stop the actor whose spawn the
 // caller gave up on (ctx done: Ctrl-C while its model loads, a timeout).
-// The node builds it to the end anyway, and with no handle given out
-// nobody would stop it: it held its resources until its node stopped.
-// The request waits in the node's queue behind the spawn, so the actor
-// stops as soon as it is built; a spawn that failed leaves nothing to
+// With no handle given out nobody else would stop it: it would hold its
+// resources until its node stopped. The node cancels the build if it is
+// still running (its actor never starts) or stops the actor once its
+// record is written (hostStop); a spawn that failed leaves nothing to
 // stop. Best effort: the request is sent, not confirmed.
 func (n *Node) abandonSpawn(nref actor.Ref, name string) {
 	if err := n.sys.Tell(nref, stopRequest{Name: name, Cause: "its spawn was abandoned by the caller"}); err != nil {
