@@ -121,7 +121,14 @@ type RunInfo struct {
 	Actor   string `json:"actor_address"`
 	Control string `json:"control_address"`
 	PID     int    `json:"pid"`
-	Token   string `json:"-"`
+	// ProcessStart is the node process's start time (/proc/PID/stat), so
+	// a pid reused by another process after the node died is told apart.
+	ProcessStart string `json:"process_start,omitempty"`
+	Token        string `json:"-"`
+	// File is the run file's path; Gone, set by RunFiles, says why its
+	// node no longer runs ("" while it runs).
+	File string `json:"-"`
+	Gone string `json:"-"`
 }
 
 // Home is rlnode's state directory: $RLNODE_HOME, or ~/.rlnode.
@@ -174,7 +181,7 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 	// it the way status and stop find it.
 	if b, err := os.ReadFile(runFile); err == nil {
 		var other RunInfo
-		if json.Unmarshal(b, &other) == nil && other.PID != os.Getpid() && processAlive(other.PID) {
+		if json.Unmarshal(b, &other) == nil && other.PID != os.Getpid() && processGone(other.PID, other.ProcessStart) == "" {
 			return "", nil, fmt.Errorf("control endpoint: node id %s already runs on this host (pid %d, gossip %s, run file %s): choose another node id, or stop it first (if pid %d is not an rlnode node, remove the run file)",
 				n.id, other.PID, other.Gossip, runFile, other.PID)
 		}
@@ -213,7 +220,7 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 	capped := connlimit.Limit(lis, controlConnsPerAddr)
 	capped.LogRefused(n.log, "control endpoint: refusing a connection")
 	go func() { _ = srv.Serve(capped) }()
-	info := RunInfo{NodeID: n.id, Gossip: n.GossipAddress(), Actor: n.ActorAddress(), Control: bound, PID: os.Getpid()}
+	info := RunInfo{NodeID: n.id, Gossip: n.GossipAddress(), Actor: n.ActorAddress(), Control: bound, PID: os.Getpid(), ProcessStart: ownProcessStart()}
 	b, _ := json.MarshalIndent(info, "", "  ")
 	if err := write(runFile, b); err != nil {
 		n.log.Warn("write run file", "file", runFile, "err", err)
@@ -313,17 +320,42 @@ func sanitize(s string) string {
 	}, s)
 }
 
+// ErrNodeGone: a run file names a node whose process is gone (killed
+// with SIGKILL, or crashed, before it could remove the file).
+var ErrNodeGone = errors.New("node is gone")
+
+// GoneError is FindRunning's error for a node whose run file is stale.
+type GoneError struct{ Info RunInfo }
+
+func (e *GoneError) Error() string {
+	return fmt.Sprintf("node %s (gossip %s) is gone: %s; it ended without stopping (killed with SIGKILL, or crashed) and left its run file %s",
+		e.Info.NodeID, e.Info.Gossip, e.Info.Gone, e.Info.File)
+}
+
+func (e *GoneError) Unwrap() error { return ErrNodeGone }
+
 // FindRunning returns the run info of the local node with gossip address,
 // control address or node id addr, or of the only local node when addr is
-// empty.
+// empty. A node named by addr that is gone is a *GoneError.
 func FindRunning(addr string) (RunInfo, error) {
-	dir, infos, err := Running()
+	dir, all, err := RunFiles()
 	if err != nil {
 		return RunInfo{}, err
+	}
+	var infos, gone []RunInfo
+	for _, ri := range all {
+		if ri.Gone == "" {
+			infos = append(infos, ri)
+		} else {
+			gone = append(gone, ri)
+		}
 	}
 	if addr == "" {
 		switch len(infos) {
 		case 0:
+			if len(gone) == 1 {
+				return RunInfo{}, &GoneError{Info: gone[0]}
+			}
 			return RunInfo{}, fmt.Errorf("no rlnode node runs on this host (looked in %s); start one with `rlnode start`", dir)
 		case 1:
 			return infos[0], nil
@@ -339,15 +371,12 @@ func FindRunning(addr string) (RunInfo, error) {
 			return ri, nil
 		}
 	}
-	return RunInfo{}, fmt.Errorf("no node with gossip address, control address or id %s runs on this host (looked in %s); status and stop talk to a node on the same host, whose control endpoint listens on loopback", addr, dir)
-}
-
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
+	for _, ri := range gone {
+		if ri.Gossip == addr || ri.Control == addr || ri.NodeID == addr {
+			return RunInfo{}, &GoneError{Info: ri}
+		}
 	}
-	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
-	return err == nil
+	return RunInfo{}, fmt.Errorf("no node with gossip address, control address or id %s runs on this host (looked in %s); status and stop talk to a node on the same host, whose control endpoint listens on loopback", addr, dir)
 }
 
 // FetchStatus asks a node's control endpoint for its Status.

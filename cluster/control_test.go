@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -13,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rlnode/rlnode/actor"
 )
 
 func TestControlGuard(t *testing.T) {
@@ -161,4 +164,42 @@ func TestServeControlRemovesTheFoldersItMade(t *testing.T) {
 			t.Errorf("another node's run file after close: %v", err)
 		}
 	})
+}
+
+// A run file left by a killed node whose pid another process took since
+// does not keep a node of that id from starting: the file records the
+// process's start time too. It used to refuse ("node id ... already runs
+// on this host") for as long as the other process lived.
+func TestServeControlOverAStaleRunFile(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	runDir := filepath.Join(Home(), "run")
+	if err := os.MkdirAll(runDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The parent process is alive and is not this node's process.
+	stale := RunInfo{NodeID: "phoenix", Gossip: "127.0.0.1:1", Control: "127.0.0.1:1", PID: os.Getppid(), ProcessStart: "1"}
+	b, _ := json.Marshal(stale)
+	if err := os.WriteFile(filepath.Join(runDir, "phoenix.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, all, err := RunFiles()
+	if err != nil || len(all) != 1 || !strings.Contains(all[0].Gone, "now belongs to another process") {
+		t.Fatalf("RunFiles: %+v, %v; want phoenix gone, its pid reused", all, err)
+	}
+	if _, err := FindRunning("phoenix"); !errors.Is(err, ErrNodeGone) {
+		t.Fatalf("FindRunning of the gone node: %v, want ErrNodeGone", err)
+	}
+	n, err := Start(context.Background(), Config{NodeID: "phoenix", Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	ctrl, closeCtrl, err := n.ServeControl("127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("ServeControl over a stale run file: %v", err)
+	}
+	defer closeCtrl()
+	if ri, err := FindRunning("phoenix"); err != nil || ri.Control != ctrl || ri.ProcessStart == "" {
+		t.Fatalf("FindRunning after the restart: %+v, %v", ri, err)
+	}
 }

@@ -217,9 +217,13 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	ri, err := cluster.FindRunning(*addr)
 	if err != nil {
-		fmt.Fprintf(stderr, "rlnode status: %v\n", err)
+		if !errors.Is(err, cluster.ErrNodeGone) {
+			fmt.Fprintf(stderr, "rlnode status: %v\n", err)
+		}
+		clearStale("rlnode status", stderr)
 		return 1
 	}
+	clearStale("rlnode status", stderr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := cluster.FetchStatus(ctx, ri.Control)
@@ -290,20 +294,26 @@ func stopCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rlnode stop: --all and --address: pick one")
 		return 2
 	case *all:
+		gone := clearStale("rlnode stop", stdout) // nothing to stop there: not a failure
 		dir, infos, err := cluster.Running()
 		if err != nil {
 			fmt.Fprintf(stderr, "rlnode stop: %v\n", err)
 			return 1
 		}
 		if len(infos) == 0 {
-			fmt.Fprintf(stdout, "no rlnode node runs on this host (looked in %s)\n", dir)
+			if len(gone) == 0 {
+				fmt.Fprintf(stdout, "no rlnode node runs on this host (looked in %s)\n", dir)
+			}
 			return 0
 		}
 		nodes = infos
 	default:
 		ri, err := cluster.FindRunning(*addr)
 		if err != nil {
-			fmt.Fprintf(stderr, "rlnode stop: %v\n", err)
+			if !errors.Is(err, cluster.ErrNodeGone) {
+				fmt.Fprintf(stderr, "rlnode stop: %v\n", err)
+			}
+			clearStale("rlnode stop", stderr)
 			return 1
 		}
 		nodes = []cluster.RunInfo{ri}
@@ -334,6 +344,30 @@ func stopCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return code
+}
+
+// clearStale removes the run files of the nodes on this host that are gone
+// (killed with SIGKILL, or crashed: they could not remove their own), says
+// so on w, one line each, and returns them.
+func clearStale(cmd string, w io.Writer) []cluster.RunInfo {
+	_, all, err := cluster.RunFiles()
+	if err != nil {
+		return nil
+	}
+	var gone []cluster.RunInfo
+	for _, ri := range all {
+		if ri.Gone == "" {
+			continue
+		}
+		gone = append(gone, ri)
+		msg := (&cluster.GoneError{Info: ri}).Error()
+		if err := cluster.RemoveStale(ri); err != nil {
+			fmt.Fprintf(w, "%s: %s; not removed: %v\n", cmd, msg, err)
+			continue
+		}
+		fmt.Fprintf(w, "%s: %s; removed it\n", cmd, msg)
+	}
+	return gone
 }
 
 func processGone(pid int) bool {

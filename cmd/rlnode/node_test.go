@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -322,4 +325,73 @@ func TestNodeIDInUseRefused(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"gossip_address": "`+a.gossip+`"`) {
 		t.Errorf("status --address alpha: exit %d, want the first node at %s:\n%s%s", code, a.gossip, out, errOut)
 	}
+}
+
+// A node killed with SIGKILL leaves its run file. status and stop say the
+// node is gone (its process is not running, or its pid now belongs to
+// another process) and remove the file, where they used to skip it
+// without a word (or, with the pid reused, fail on "connection refused"),
+// leaving it forever.
+func TestKilledNodeRunFileReported(t *testing.T) {
+	home := t.TempDir()
+	runDir := filepath.Join(home, "run")
+	kill := func(id string) (pid int) {
+		t.Helper()
+		n := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", id, "--gpus", "0", "--cpus", "1")
+		pid = n.cmd.Process.Pid
+		if err := n.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-n.done
+		if _, err := os.Stat(filepath.Join(runDir, id+".json")); err != nil {
+			t.Fatalf("the killed node %s left no run file to test with: %v", id, err)
+		}
+		return pid
+	}
+	gone := func(cmd, id string, code int, out, errOut string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("%s after %s was killed: exit %d, stderr lacks %q:\n%s%s", cmd, id, code, w, out, errOut)
+			}
+		}
+		for _, f := range []string{id + ".json", id + ".token"} {
+			if _, err := os.Stat(filepath.Join(runDir, f)); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s after %s was killed: %s still there (%v)", cmd, id, f, err)
+			}
+		}
+	}
+
+	pid := kill("killed")
+	out, errOut, code := runRlnode(t, home, "stop", "--address", "killed")
+	if code != 1 {
+		t.Errorf("stop --address of a killed node: exit %d, want 1", code)
+	}
+	gone("stop --address", "killed", code, out, errOut, "node killed", "is gone",
+		fmt.Sprintf("process %d is not running", pid), "SIGKILL", "removed it")
+
+	// The killed node's pid taken by another process (this test's).
+	kill("reused")
+	runFile := filepath.Join(runDir, "reused.json")
+	b, err := os.ReadFile(runFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ri map[string]any
+	if err := json.Unmarshal(b, &ri); err != nil {
+		t.Fatal(err)
+	}
+	ri["pid"] = os.Getpid()
+	if b, err = json.Marshal(ri); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(runFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = runRlnode(t, home, "status")
+	if code != 1 {
+		t.Errorf("status with only a killed node's run file: exit %d, want 1", code)
+	}
+	gone("status", "reused", code, out, errOut, "node reused", "is gone",
+		fmt.Sprintf("pid %d now belongs to another process", os.Getpid()), "removed it")
 }
