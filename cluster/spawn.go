@@ -444,8 +444,10 @@ func (n *Node) restartOrBury(rec ActorRecord) {
 		Labels: rec.Labels, PinNode: rec.PinNode, MaxRestarts: rec.MaxRestarts, Restarts: rec.Restarts,
 		BaseVersion: rec.Version,
 	}
-	if req.PinNode != "" && !n.isAlive(req.PinNode) {
-		req.PinNode = "" // the pinned node is gone; any fitting node will do
+	if req.PinNode != "" && (req.PinNode == lostNode || !n.isAlive(req.PinNode)) {
+		// The pinned node is gone, or stopping (still a member, but the
+		// respawn excludes it): any fitting node will do.
+		req.PinNode = ""
 	}
 	if rec.Group != "" {
 		node, err := n.replaceBundle(rec.Group, rec.Bundle, lostNode)
