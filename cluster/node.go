@@ -127,7 +127,8 @@ type Node struct {
 	queue   *memberlist.TransmitLimitedQueue
 	started time.Time
 
-	ledger ledger
+	ledger  ledger
+	gpuList []GPUInfo // found or declared at Start
 
 	bmu      sync.Mutex
 	building map[string]*nodeBuild // actors whose factories run (nodeactor.go)
@@ -258,6 +259,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		started:  time.Now(),
 	}
 	n.ledger.init(total)
+	n.gpuList = gpus
 	n.dir.onActor = n.onActorChange
 	n.dir.onGroup = n.onGroupChange
 
@@ -703,21 +705,10 @@ func (n *Node) nodeRecord() NodeRecord {
 	return rec
 }
 
-func (n *Node) gpus() []GPUInfo {
-	old, ok := n.dir.Node(n.id)
-	if ok && len(old.GPUs) > 0 {
-		return old.GPUs
-	}
-	if n.cfg.GPUs < 0 {
-		g, _ := DetectGPUs(context.Background())
-		return g
-	}
-	out := make([]GPUInfo, n.cfg.GPUs)
-	for i := range out {
-		out[i] = GPUInfo{Index: i, Name: "declared"}
-	}
-	return out
-}
+// gpus are the GPUs found (or declared) when the node started: detecting
+// again runs nvidia-smi (up to 15 s) on every record this node publishes,
+// from its node actor's loop and its actors' death events.
+func (n *Node) gpus() []GPUInfo { return n.gpuList }
 
 // Views returns placement's view of the alive nodes.
 func (n *Node) Views() []NodeView {
