@@ -145,12 +145,13 @@ type Node struct {
 	missing map[string]time.Time // node id -> first seen missing (reconcile)
 	left    sync.Map             // node id -> time its Leave event arrived
 
-	events  chan memberlist.NodeEvent
-	warn    ratelog.Limiter // warnings about what the network sent
-	stopped chan struct{}
-	stopMu  sync.Mutex
-	isDone  bool
-	leaving bool
+	events       chan memberlist.NodeEvent
+	reconcileNow chan struct{}   // a node left: reconcile without waiting for the tick
+	warn         ratelog.Limiter // warnings about what the network sent
+	stopped      chan struct{}
+	stopMu       sync.Mutex
+	isDone       bool
+	leaving      bool
 
 	// While the node joins, its own record stays out of the state it
 	// sends, and takenBy is set when a live member already has its id.
@@ -245,18 +246,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 
 	n := &Node{
-		cfg:      cfg,
-		id:       cfg.NodeID,
-		log:      cfg.Logger.With("node", cfg.NodeID),
-		dir:      newDirectory(),
-		members:  map[string]memberInfo{},
-		watchers: map[string][]chan ActorRecord{},
-		changed:  make(chan struct{}),
-		missing:  map[string]time.Time{},
-		building: map[string]*nodeBuild{},
-		events:   make(chan memberlist.NodeEvent, 256),
-		stopped:  make(chan struct{}),
-		started:  time.Now(),
+		cfg:          cfg,
+		id:           cfg.NodeID,
+		log:          cfg.Logger.With("node", cfg.NodeID),
+		dir:          newDirectory(),
+		members:      map[string]memberInfo{},
+		watchers:     map[string][]chan ActorRecord{},
+		changed:      make(chan struct{}),
+		missing:      map[string]time.Time{},
+		building:     map[string]*nodeBuild{},
+		events:       make(chan memberlist.NodeEvent, 256),
+		reconcileNow: make(chan struct{}, 1),
+		stopped:      make(chan struct{}),
+		started:      time.Now(),
 	}
 	n.ledger.init(total)
 	n.gpuList = gpus
@@ -560,7 +562,12 @@ func (n *Node) eventLoop() {
 				}
 				n.log.Warn("node left or lost", "member", meta.ID, "gossip", info.gossip)
 				n.sys.ForgetAddress(meta.Actor, fmt.Errorf("node %s (%s): %w", meta.ID, meta.Actor, actor.ErrNodeLost))
-				n.reconcile()
+				// Not here: a restart waits for its actor's build (a model
+				// load), and this loop must go on taking in membership.
+				select {
+				case n.reconcileNow <- struct{}{}:
+				default: // a pass is due already
+				}
 			}
 		}
 	}
@@ -576,6 +583,8 @@ func (n *Node) reconcileLoop() {
 		case <-t.C:
 			n.reconcile()
 			n.dir.collect(time.Now().Add(-deadRecordTTL), n.isAlive)
+		case <-n.reconcileNow:
+			n.reconcile()
 		}
 	}
 }
