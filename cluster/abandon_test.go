@@ -138,7 +138,7 @@ func TestSlowBuildDoesNotHoldUpItsNode(t *testing.T) {
 	}
 	ctx, cancel = bounded()
 	defer cancel()
-	if _, err := a.Spawn(ctx, "test.slowbuild", SpawnOptions{Name: "loading", Node: "busy-b"}); err == nil || !strings.Contains(err.Error(), "loading") {
+	if _, err := a.Spawn(ctx, "test.slowbuild", SpawnOptions{Name: "loading", Node: "busy-b"}); err == nil || !strings.Contains(err.Error(), `"loading" is being built`) {
 		t.Fatalf("a second spawn of the name being built: %v, want a refusal naming it", err)
 	}
 	select {

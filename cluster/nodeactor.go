@@ -160,6 +160,12 @@ func (n *Node) beginSpawn(req spawnRequest) (nb *nodeBuild, retry bool, err erro
 	if !matchLabels(n.cfg.Labels, req.Labels) {
 		return nil, true, fmt.Errorf("node %s has labels %s, not %s", n.id, fmtLabels(n.cfg.Labels), fmtLabels(req.Labels))
 	}
+	n.bmu.Lock()
+	_, building := n.building[req.Name]
+	n.bmu.Unlock()
+	if building {
+		return nil, false, fmt.Errorf("node %s: actor %q is being built here: %w", n.id, req.Name, actor.ErrNameTaken)
+	}
 	// The ledger refuses a name it already charges, so the release below
 	// only ever drops this request's own charge.
 	if err := n.ledger.acquire(req.Name, req.Resources, req.Group, req.Bundle); err != nil {
