@@ -53,7 +53,7 @@ func (n *Node) CreatePlacementGroup(ctx context.Context, bundles []Bundle, st St
 			return &PlacementGroup{ID: id, Strategy: st, Bundles: bundles, Nodes: nodes}, nil
 		}
 		if silent != "" && ctx.Err() == nil {
-			n.log.Warn("placement group: a node did not answer its reservation; placing the group without it", "group", id, "node", silent, "err", err)
+			n.log.Warn("placement group: a node did not answer its reservation; placing the group without it", "group", id, "left_out", silent, "err", err)
 			left[silent] = true
 			lastErr = err
 			continue
@@ -151,7 +151,7 @@ func (n *Node) RemovePlacementGroup(ctx context.Context, id string) error {
 	}
 	for _, rec := range n.dir.Actors() {
 		if rec.Group == id && rec.State != Dead {
-			if err := n.StopActor(ctx, rec.Name); err != nil {
+			if err := n.StopActor(ctx, rec.Name); err != nil && !errors.Is(err, actor.ErrActorNotFound) {
 				n.log.Warn("stop placement group actor", "group", id, "actor", rec.Name, "err", err)
 			}
 		}

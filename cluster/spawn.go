@@ -273,6 +273,10 @@ func (n *Node) StopActor(ctx context.Context, name string) error {
 		return fmt.Errorf("stop %s on node %s: %w", name, rec.Node, err)
 	}
 	if rep.Err != "" {
+		if strings.Contains(rep.Err, actor.ErrActorNotFound.Error()) {
+			// It stopped on its own before its record said so.
+			return fmt.Errorf("stop %s on node %s: %w", name, rec.Node, actor.ErrActorNotFound)
+		}
 		return fmt.Errorf("stop %s: %s", name, rep.Err)
 	}
 	return nil

@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/dashboard"
 	"github.com/rlnode/rlnode/recipes"
@@ -200,6 +199,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	setNodeLog := func(*slog.Logger) {}
 	// The cluster is joined before the run directory exists too: a wrong
 	// key or address leaves nothing that a retry would take for a run.
 	if *address != "" {
@@ -208,7 +208,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "rlnode run: --detection: %v\n", err)
 			return 2
 		}
-		node, err := cluster.Start(ctx, cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Detection: det, Logger: actor.DiscardLogger()})
+		var nodeLog *slog.Logger
+		nodeLog, setNodeLog = newLateNotes()
+		node, err := cluster.Start(ctx, cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Detection: det, Logger: nodeLog})
 		if err != nil {
 			fmt.Fprintf(stderr, "rlnode run: join %s: %v\n", *address, err)
 			return 1
@@ -299,6 +301,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	cfg.Logger = runLogger(bar)
+	setNodeLog(cfg.Logger)
 	if exporter != nil {
 		exporter.SetLogger(cfg.Logger)
 	}
