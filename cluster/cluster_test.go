@@ -102,10 +102,29 @@ func runTestNode() int {
 		return 1
 	}
 	fmt.Println("UP", n.GossipAddress())
+	if host := os.Getenv("RLNODE_TEST_OWN_ON"); host != "" {
+		ownOn(n, host)
+	}
 	// Stdin closing means stop gracefully; SIGKILL from the test is the crash.
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	n.Stop()
 	return 0
+}
+
+// ownOn makes the test node the owner of an actor ("owned", half a CPU)
+// and a placement group's bundle on the node host, once it sees it.
+func ownOn(n *Node, host string) {
+	for deadline := time.Now().Add(10 * time.Second); !n.isAlive(host) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := n.Spawn(ctx, "test.counter", SpawnOptions{Name: "owned", Node: host, Resources: Resources{CPU: 0.5}}); err != nil {
+		fmt.Println("OWN spawn:", err)
+	}
+	if _, err := n.CreatePlacementGroup(ctx, []Bundle{{Resources: Resources{CPU: 1}}, {Resources: Resources{CPU: 1}}}, StrictSpread); err != nil {
+		fmt.Println("OWN group:", err)
+	}
 }
 
 // runRogue is a bare actor system outside the cluster that tells and calls

@@ -37,13 +37,16 @@ type ActorRecord struct {
 	Resources   Resources         `msgpack:"re,omitempty" json:"resources,omitempty"`
 	Labels      map[string]string `msgpack:"l,omitempty" json:"labels,omitempty"`
 	PinNode     string            `msgpack:"p,omitempty" json:"-"`
-	Group       string            `msgpack:"g,omitempty" json:"placement_group,omitempty"`
-	Bundle      int               `msgpack:"b,omitempty" json:"bundle,omitempty"`
-	ArgsType    string            `msgpack:"at,omitempty" json:"-"`
-	Args        []byte            `msgpack:"a,omitempty" json:"-"`
-	Version     uint64            `msgpack:"v" json:"-"`
-	Writer      string            `msgpack:"w" json:"-"`
-	UpdatedMs   int64             `msgpack:"u" json:"updated_unix_ms"`
+	// Owner is the node whose process spawned the actor (SpawnOptions.
+	// Detached: none): the actor shares its fate (reapOrphans).
+	Owner     string `msgpack:"ow,omitempty" json:"owner,omitempty"`
+	Group     string `msgpack:"g,omitempty" json:"placement_group,omitempty"`
+	Bundle    int    `msgpack:"b,omitempty" json:"bundle,omitempty"`
+	ArgsType  string `msgpack:"at,omitempty" json:"-"`
+	Args      []byte `msgpack:"a,omitempty" json:"-"`
+	Version   uint64 `msgpack:"v" json:"-"`
+	Writer    string `msgpack:"w" json:"-"`
+	UpdatedMs int64  `msgpack:"u" json:"updated_unix_ms"`
 }
 
 // NodeRecord is the directory's entry for one node: what does not fit in
@@ -72,8 +75,11 @@ type GroupRecord struct {
 	Bundles  []Bundle `msgpack:"b"`
 	Nodes    []string `msgpack:"n"`
 	Removed  bool     `msgpack:"rm,omitempty"`
-	Version  uint64   `msgpack:"v"`
-	Writer   string   `msgpack:"w"`
+	// Owner is the node that created the group: the group is removed
+	// when that node is gone (reapOrphans).
+	Owner   string `msgpack:"ow,omitempty"`
+	Version uint64 `msgpack:"v"`
+	Writer  string `msgpack:"w"`
 	// UpdatedMs is when it was removed: the removed record is kept as long
 	// as a DEAD actor's (deadRecordTTL), so that a node that missed the
 	// removal cannot bring the group back by push/pull.

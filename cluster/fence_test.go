@@ -2,9 +2,12 @@ package cluster
 
 import (
 	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/actor"
 )
 
 // A node paused (SIGSTOP: a stalled host, a partition) while the cluster
@@ -106,5 +109,64 @@ func TestPlacementGroupLeavesOutANodeThatDoesNotAnswer(t *testing.T) {
 	}
 	if g.Nodes[0] != "w-answers" {
 		t.Errorf("bundle on %s, want w-answers (v-silent does not answer)", g.Nodes[0])
+	}
+}
+
+// A node that owns actors and placement groups (a run's driver) and dies
+// without stopping them (SIGKILL) takes them with it, as Ray's owners do:
+// the leader stops the actor and removes the group once the owner has
+// been missing for Detection.OwnerGrace, so their resources come back.
+// Before, they stayed alive, reserved, for the cluster's life.
+func TestOwnerGoneStopsWhatItOwned(t *testing.T) {
+	key := testKey(t)
+	det := FastDetection
+	det.OwnerGrace = 2 * time.Second
+	a := startLocalNodeWith(t, "a-host", key, det) // the leader: lowest id
+	owner := startNodeProcess(t, "o-owner", key, a.GossipAddress(), 0, "", "RLNODE_TEST_OWN_ON=a-host")
+	used := func() float64 { _, u := a.ledger.snapshot(); return u[CPU] }
+	waitFor(t, "the owner's actor and bundle on a-host", 20*time.Second, func() bool {
+		rec, ok := a.dir.Actor("owned")
+		return ok && rec.State == Alive && rec.Owner == "o-owner" && len(a.dir.Groups()) == 1 && used() == 1.5
+	})
+	killed := time.Now()
+	_ = owner.Cmd.Process.Signal(syscall.SIGKILL)
+	waitFor(t, "the owned actor stopped and the group removed", 30*time.Second, func() bool {
+		rec, _ := a.dir.Actor("owned")
+		g := a.dir.Groups()
+		return rec.State == Dead && len(g) == 1 && g[0].Removed && used() == 0
+	})
+	rec, _ := a.dir.Actor("owned")
+	if !strings.Contains(rec.Cause, "owner node o-owner gone") {
+		t.Errorf("cause %q, want it to name the gone owner", rec.Cause)
+	}
+	t.Logf("stopped %s after the SIGKILL: %s", time.Since(killed).Round(time.Millisecond), rec.Cause)
+}
+
+// A detached actor outlives the node that spawned it; an owned one is
+// stopped as soon as its owner leaves without stopping it.
+func TestDetachedOutlivesItsOwner(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "a-keeps", key)
+	o, err := Start(context.Background(), Config{NodeID: "o-leaves", Bind: "127.0.0.1:0", Key: key, CPUs: 2, GPUs: 0,
+		Join: []string{a.GossipAddress()}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Stop)
+	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 && nodeCount(o) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, s := range []SpawnOptions{{Name: "detached", Node: "a-keeps", Detached: true}, {Name: "attached", Node: "a-keeps"}} {
+		if _, err := o.Spawn(ctx, "test.counter", s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.Stop()
+	waitFor(t, "the attached actor stopped", 20*time.Second, func() bool {
+		rec, _ := a.dir.Actor("attached")
+		return rec.State == Dead
+	})
+	if rec, _ := a.dir.Actor("detached"); rec.State != Alive || rec.Owner != "" {
+		t.Errorf("detached actor %s (owner %q), want ALIVE and no owner", rec.State, rec.Owner)
 	}
 }

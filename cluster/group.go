@@ -49,7 +49,7 @@ func (n *Node) CreatePlacementGroup(ctx context.Context, bundles []Bundle, st St
 		}
 		silent, retry, err := n.reserveAll(ctx, id, bundles, nodes)
 		if err == nil {
-			n.write(&update{Groups: []GroupRecord{{ID: id, Strategy: st, Bundles: bundles, Nodes: nodes, Version: 1, Writer: n.id}}})
+			n.write(&update{Groups: []GroupRecord{{ID: id, Strategy: st, Bundles: bundles, Nodes: nodes, Version: 1, Writer: n.id, Owner: n.id}}})
 			return &PlacementGroup{ID: id, Strategy: st, Bundles: bundles, Nodes: nodes}, nil
 		}
 		if silent != "" && ctx.Err() == nil {

@@ -71,6 +71,12 @@ type Detection struct {
 	SuspicionMult  int
 	GossipInterval time.Duration
 	PushPull       time.Duration
+	// OwnerGrace is how long a node that owns actors or placement groups
+	// (SpawnOptions.Detached) may be missing, without having been seen to
+	// leave, before the leader stops them: longer than a false loss lasts,
+	// short enough that a crashed driver's actors do not hold their
+	// nodes' resources for long (default 15 s).
+	OwnerGrace time.Duration
 }
 
 // FastDetection notices a killed node in about a second on a LAN or
@@ -82,6 +88,7 @@ var FastDetection = Detection{
 	SuspicionMult:  2,
 	GossipInterval: 100 * time.Millisecond,
 	PushPull:       5 * time.Second,
+	OwnerGrace:     15 * time.Second,
 }
 
 // LANDetection is memberlist's LAN probing (DefaultLANConfig's probe 1 s,
@@ -97,6 +104,7 @@ var LANDetection = Detection{
 	SuspicionMult:  4,
 	GossipInterval: 200 * time.Millisecond,
 	PushPull:       5 * time.Second,
+	OwnerGrace:     30 * time.Second,
 }
 
 // DetectionNames are the values ParseDetection takes.
@@ -143,7 +151,12 @@ type Node struct {
 	recMu   sync.Mutex           // one reconcile pass at a time
 	moveMu  sync.Mutex           // one change of a group record at a time (replaceBundle, RemovePlacementGroup: read, change, write)
 	missing map[string]time.Time // node id -> first seen missing (reconcile)
-	left    sync.Map             // node id -> time its Leave event arrived
+	// ownerMissing: owner node id -> first seen missing (ownerGone, under
+	// recMu); reaping: what reapOrphans is stopping now.
+	ownerMissing map[string]time.Time
+	reapMu       sync.Mutex
+	reaping      map[string]bool
+	left         sync.Map // node id -> time its Leave event arrived
 
 	events       chan memberlist.NodeEvent
 	reconcileNow chan struct{}   // a node left: reconcile without waiting for the tick
@@ -179,6 +192,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.Detection == (Detection{}) {
 		cfg.Detection = FastDetection
+	}
+	if cfg.Detection.OwnerGrace <= 0 {
+		cfg.Detection.OwnerGrace = FastDetection.OwnerGrace
 	}
 	if cfg.JoinTimeout <= 0 {
 		cfg.JoinTimeout = 10 * time.Second
@@ -254,6 +270,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		watchers:     map[string][]chan ActorRecord{},
 		changed:      make(chan struct{}),
 		missing:      map[string]time.Time{},
+		ownerMissing: map[string]time.Time{},
+		reaping:      map[string]bool{},
 		building:     map[string]*nodeBuild{},
 		events:       make(chan memberlist.NodeEvent, 256),
 		reconcileNow: make(chan struct{}, 1),

@@ -30,6 +30,7 @@ type spawnRequest struct {
 	Restarts    int
 	Group       string
 	Bundle      int
+	Owner       string
 	// BaseVersion is the newest version of the actor's record the requester
 	// knows; the host writes above it even if gossip has not reached it.
 	BaseVersion uint64
@@ -205,7 +206,7 @@ func (n *Node) finishSpawn(req spawnRequest, nb *nodeBuild) spawnReply {
 	rec := ActorRecord{
 		Name: req.Name, Kind: req.Kind, Node: n.id, Ref: ref, State: Alive,
 		Restarts: req.Restarts, MaxRestarts: req.MaxRestarts, Resources: req.Resources, Labels: req.Labels,
-		PinNode: req.PinNode, Group: req.Group, Bundle: req.Bundle, ArgsType: req.ArgsType, Args: req.Args,
+		PinNode: req.PinNode, Group: req.Group, Bundle: req.Bundle, ArgsType: req.ArgsType, Args: req.Args, Owner: req.Owner,
 		Version: max(old.Version, req.BaseVersion) + 1, Writer: n.id, UpdatedMs: time.Now().UnixMilli(),
 	}
 	if err != nil {

@@ -32,6 +32,11 @@ type SpawnOptions struct {
 	// Group and Bundle place the actor into a reserved placement-group slot.
 	Group  *PlacementGroup
 	Bundle int
+	// Detached actors outlive the node that spawned them. Others share
+	// its fate, as Ray's actors share their owner's: when that node is
+	// gone (it left, or has been lost for Detection.OwnerGrace), the cluster stops
+	// them, so a driver killed mid-run leaves no actors holding resources.
+	Detached bool
 }
 
 // Handle is a Ray-style handle to a named actor. It follows the actor
@@ -111,6 +116,9 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	req := spawnRequest{
 		Name: name, Kind: kind, ArgsType: argsType, Args: args, Resources: opts.Resources,
 		Labels: opts.Labels, PinNode: opts.Node, MaxRestarts: opts.MaxRestarts, BaseVersion: prev.Version,
+	}
+	if !opts.Detached {
+		req.Owner = n.id
 	}
 	if opts.Group != nil {
 		if opts.Bundle < 0 || opts.Bundle >= len(opts.Group.Nodes) {
@@ -257,6 +265,11 @@ func (n *Node) Lookup(ctx context.Context, name string) (*Handle, error) {
 
 // StopActor stops a named actor wherever it runs; it is not restarted.
 func (n *Node) StopActor(ctx context.Context, name string) error {
+	return n.stopActor(ctx, name, "stopped")
+}
+
+// stopActor is StopActor with the cause its record keeps.
+func (n *Node) stopActor(ctx context.Context, name, cause string) error {
 	rec, ok := n.dir.Actor(name)
 	if !ok || rec.State == Dead {
 		return fmt.Errorf("stop %s: %w", name, actor.ErrActorNotFound)
@@ -268,7 +281,7 @@ func (n *Node) StopActor(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("stop %s: %w", name, err)
 	}
-	rep, err := actor.CallAs[okReply](ctx, n.sys, nref, stopRequest{Name: name, Cause: "stopped"})
+	rep, err := actor.CallAs[okReply](ctx, n.sys, nref, stopRequest{Name: name, Cause: cause})
 	if err != nil {
 		return fmt.Errorf("stop %s on node %s: %w", name, rec.Node, err)
 	}
@@ -408,7 +421,80 @@ func (n *Node) reconcile() {
 				continue
 			}
 		}
+		if n.ownerGone(rec.Owner, now) {
+			// Not restarted: its owner is gone too.
+			rec.Version++
+			rec.Writer, rec.UpdatedMs = n.id, now.UnixMilli()
+			rec.State, rec.Cause = Dead, "node lost; its owner node "+rec.Owner+" is gone"
+			n.write(&update{Actors: []ActorRecord{rec}})
+			continue
+		}
 		n.restartOrBury(rec)
+	}
+	n.reapOrphans(now)
+}
+
+// ownerGone reports whether the owner node of an actor or placement group
+// is gone: it stopped (its record said it was leaving), or it has been
+// missing for Detection.OwnerGrace (a crash looks like a false loss at
+// first). Called under recMu.
+func (n *Node) ownerGone(owner string, now time.Time) bool {
+	if owner == "" || owner == n.id || n.isAlive(owner) {
+		delete(n.ownerMissing, owner)
+		return false
+	}
+	if nr, ok := n.dir.Node(owner); ok && nr.Leaving {
+		return true // it stopped without stopping what it owned
+	}
+	first, seen := n.ownerMissing[owner]
+	if !seen {
+		n.ownerMissing[owner] = now
+		return false
+	}
+	return now.Sub(first) >= n.cfg.Detection.OwnerGrace
+}
+
+// reapOrphans is the leader's pass over the actors and placement groups
+// whose owner node is gone (SpawnOptions.Detached): it stops them, so a
+// driver killed mid-run leaves nothing holding the cluster's resources.
+// Called under recMu; the stops run apart, one at a time per name.
+func (n *Node) reapOrphans(now time.Time) {
+	reap := func(key string, stop func(context.Context) error) {
+		n.reapMu.Lock()
+		if n.reaping[key] {
+			n.reapMu.Unlock()
+			return
+		}
+		n.reaping[key] = true
+		n.reapMu.Unlock()
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := stop(ctx); err != nil && !errors.Is(err, actor.ErrActorNotFound) {
+				n.log.Warn("stop what a gone node owned", "what", key, "err", err)
+			}
+			n.reapMu.Lock()
+			delete(n.reaping, key)
+			n.reapMu.Unlock()
+		}()
+	}
+	for _, rec := range n.dir.Actors() {
+		if rec.State != Alive || rec.Node == "" || !n.ownerGone(rec.Owner, now) {
+			continue
+		}
+		n.log.Info("stopping an actor whose owner node is gone", "actor", rec.Name, "owner", rec.Owner)
+		reap("actor "+rec.Name, func(ctx context.Context) error {
+			return n.stopActor(ctx, rec.Name, "owner node "+rec.Owner+" gone")
+		})
+	}
+	for _, g := range n.dir.Groups() {
+		if g.Removed || !n.ownerGone(g.Owner, now) {
+			continue
+		}
+		n.log.Info("removing a placement group whose owner node is gone", "group", g.ID, "owner", g.Owner)
+		reap("group "+g.ID, func(ctx context.Context) error {
+			return n.RemovePlacementGroup(ctx, g.ID)
+		})
 	}
 }
 
@@ -446,7 +532,7 @@ func (n *Node) restartOrBury(rec ActorRecord) {
 	req := spawnRequest{
 		Name: rec.Name, Kind: rec.Kind, ArgsType: rec.ArgsType, Args: rec.Args, Resources: rec.Resources,
 		Labels: rec.Labels, PinNode: rec.PinNode, MaxRestarts: rec.MaxRestarts, Restarts: rec.Restarts,
-		BaseVersion: rec.Version,
+		BaseVersion: rec.Version, Owner: rec.Owner,
 	}
 	if req.PinNode != "" && (req.PinNode == lostNode || !n.isAlive(req.PinNode)) {
 		// The pinned node is gone, or stopping (still a member, but the
