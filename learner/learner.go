@@ -467,6 +467,9 @@ func NewContext(ctx context.Context, cfg Config) (*Learner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.CheckLoRARank(); err != nil {
+		return nil, err
+	}
 	var m *model.Model
 	var b backend.Backend
 	var err error

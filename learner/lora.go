@@ -3,7 +3,9 @@ package learner
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
+	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/optim"
 )
 
@@ -15,6 +17,34 @@ import (
 // TRL's reference with the adapter disabled), unless Config.RefModelDir
 // gives the reference. LoRA dropout, when set, is
 // drawn from a source seeded with Seed whose state checkpoints keep.
+
+// CheckLoRARank reports a Config.LoRA rank above the smaller dimension of
+// a target module's matrix (model.LoRAConfig.CheckRank), reading the
+// model's config.json when the model comes from ModelDir; nil without
+// LoRA. NewContext calls it before it loads or builds the model, so that
+// a mistyped rank fails there, not with the Go runtime's out-of-memory
+// crash when the adapters start.
+func (c Config) CheckLoRARank() error {
+	if c.LoRA == nil {
+		return nil
+	}
+	mc := c.Model
+	if mc == nil {
+		path := filepath.Join(c.ModelDir, "config.json")
+		var err error
+		if mc, err = model.ReadConfig(path); err != nil {
+			return fmt.Errorf("learner: %w", err)
+		}
+		if err := c.LoRA.CheckRank(mc); err != nil {
+			return fmt.Errorf("learner: model %s: %w", path, err)
+		}
+		return nil
+	}
+	if err := c.LoRA.CheckRank(mc); err != nil {
+		return fmt.Errorf("learner: %w", err)
+	}
+	return nil
+}
 
 // maybeLoRA adds the adapters when Config.LoRA is set, the algorithm is
 // not SFT (or Config.LoRAWarmup, from step Config.LoRAWarmupAfter on) and

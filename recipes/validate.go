@@ -274,6 +274,16 @@ const (
 	MaxSFTBatch       = 65536
 	MaxReplicas       = 1024
 	MaxHeldOut        = 1_000_000
+	// MaxEpochs bounds algorithm.epochs (PPO takes 1 to 10 passes over a
+	// batch) and MaxOptimizerSteps epochs × mini_batches, the optimizer
+	// steps of one RL step: epochs: 1000000000 made a step that never
+	// ended.
+	MaxEpochs         = 100
+	MaxOptimizerSteps = 4096
+	// MaxLoRARank bounds models.*.lora.rank whatever the model; a rank
+	// above a targeted matrix's smaller dimension is refused too, here
+	// for models.*.init and where a checkpoint's config.json is read.
+	MaxLoRARank = 65536
 )
 
 // atMost reports v above hi, naming what the bound is on.
@@ -507,7 +517,11 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	c.nonNegativeF("algorithm.grad_clip", a.GradClip)
 	c.positive("algorithm.micro_batch", a.MicroBatch)
 	c.positive("algorithm.epochs", a.Epochs)
+	c.atMost("algorithm.epochs", a.Epochs, MaxEpochs, "passes over a batch")
 	c.positive("algorithm.mini_batches", a.MiniBatches)
+	if a.Epochs > 0 && a.Epochs <= MaxEpochs && a.MiniBatches > MaxOptimizerSteps/a.Epochs {
+		c.add("algorithm.mini_batches", "%d mini-batches × epochs %d = %.0f optimizer steps a step: at most %d", a.MiniBatches, a.Epochs, float64(a.MiniBatches)*float64(a.Epochs), MaxOptimizerSteps)
+	}
 	if a.MiniBatches > a.BatchPrompts*a.GroupSize && a.BatchPrompts > 0 && a.GroupSize > 0 {
 		c.add("algorithm.mini_batches", "%d: more mini-batches than the %d sequences of a batch", a.MiniBatches, a.BatchPrompts*a.GroupSize)
 	}
@@ -787,7 +801,33 @@ func (c *checker) model(path string, m *Model) {
 		if l.Preset != "" {
 			c.oneOf(p+".preset", l.Preset, LoRAPresets)
 		}
+		c.atMost(p+".rank", l.Rank, MaxLoRARank, "(an adapter's rank is far below its matrix's dimensions)")
+		if in := m.Init; in != nil && l.Rank <= MaxLoRARank {
+			if t, d := in.smallestTarget(l.Targets); t != "" && l.Rank > d {
+				c.add(p+".rank", "%d exceeds %s's smaller dimension %d (%s.init's hidden_size %d, intermediate_size %d, heads %d, kv_heads %d): want at most %d",
+					l.Rank, t, d, path, in.HiddenSize, in.IntermediateSize, in.Heads, in.KVHeads, d)
+			}
+		}
 	}
+}
+
+// smallestTarget is the LoRA target among targets whose matrix has the
+// smallest dimension in a model of this shape, and that dimension; ""
+// when a size is not positive (reported on its own).
+func (in *ModelInit) smallestTarget(targets []string) (string, int) {
+	if in.HiddenSize <= 0 || in.IntermediateSize <= 0 || in.Heads <= 0 || in.KVHeads <= 0 {
+		return "", 0
+	}
+	h, kv := in.HiddenSize, in.HiddenSize/in.Heads*in.KVHeads
+	dims := map[string]int{"q_proj": h, "o_proj": h, "k_proj": min(h, kv), "v_proj": min(h, kv),
+		"gate_proj": min(h, in.IntermediateSize), "up_proj": min(h, in.IntermediateSize), "down_proj": min(h, in.IntermediateSize)}
+	best, bd := "", 0
+	for _, t := range targets {
+		if d, ok := dims[t]; ok && (best == "" || d < bd) {
+			best, bd = t, d
+		}
+	}
+	return best, bd
 }
 
 // params is the model's parameter count (Qwen2's layout: embeddings, an

@@ -158,6 +158,16 @@ func (l recipe) configChecks() []recipes.Problem {
 			return []recipes.Problem{{Path: "algorithm.mlmt", Msg: "feedback policy: " + err.Error()}}
 		}
 	}
+	// A LoRA rank against the dimensions of a model read from its folder
+	// (recipes checks a models.*.init's).
+	if err := lc.CheckLoRARank(); err != nil {
+		return []recipes.Problem{{Path: "models.policy.lora.rank", Msg: err.Error()}}
+	}
+	if f := cfg.Feedback; f != nil && l.Recipe.Models.Feedback != nil {
+		if err := f.learnerConfig(cfg).CheckLoRARank(); err != nil {
+			return []recipes.Problem{{Path: "models.feedback.lora.rank", Msg: err.Error()}}
+		}
+	}
 	tpl, err := cfg.validate()
 	if err != nil {
 		return []recipes.Problem{{Msg: err.Error()}}

@@ -285,3 +285,23 @@ func (c *Config) NumParams() int {
 	}
 	return n
 }
+
+// LinearDims are the input and output sizes of one of a layer's seven
+// matrices, named as PEFT names them (q_proj ... down_proj); ok is false
+// for another name.
+func (c *Config) LinearDims(module string) (in, out int, ok bool) {
+	h, q, kv, m := c.HiddenSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim, c.IntermediateSize
+	switch module {
+	case "q_proj":
+		return h, q, true
+	case "k_proj", "v_proj":
+		return h, kv, true
+	case "o_proj":
+		return q, h, true
+	case "gate_proj", "up_proj":
+		return h, m, true
+	case "down_proj":
+		return m, h, true
+	}
+	return 0, 0, false
+}

@@ -67,12 +67,28 @@ func (c *LoRAConfig) validate() error {
 	return nil
 }
 
+// CheckRank reports a rank above the smaller dimension of a target
+// module's matrix in a model of config mc: such adapters are no longer low
+// rank, and a mistyped rank (100000000) would allocate without bound.
+func (c LoRAConfig) CheckRank(mc *Config) error {
+	for _, t := range c.TargetModules {
+		in, out, ok := mc.LinearDims(t)
+		if ok && c.Rank > min(in, out) {
+			return fmt.Errorf("lora: r %d exceeds %s's smaller dimension %d (%d inputs, %d outputs): want at most %d", c.Rank, t, min(in, out), in, out, min(in, out))
+		}
+	}
+	return nil
+}
+
 // AddLoRA freezes the base weights and puts fresh adapters on the target
 // modules of every layer: A from PEFT's default Kaiming-uniform
 // (bound 1/sqrt(in)), B zero, so the model's outputs are unchanged. A value
 // head stays trainable.
 func (m *Model) AddLoRA(cfg LoRAConfig) error {
 	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if err := cfg.CheckRank(&m.Config); err != nil {
 		return err
 	}
 	m.freezeBase()
