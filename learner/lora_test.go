@@ -266,3 +266,35 @@ func TestLoRAWarmupAfter(t *testing.T) {
 		}
 	}
 }
+
+// A rank above a target matrix's smaller dimension is refused before the
+// model is loaded or built, naming the rank, the module and the
+// dimension: rank 100000000 ended in the Go runtime's out-of-memory crash
+// once the adapters started.
+func TestLoRARankAboveModelRefused(t *testing.T) {
+	dir := t.TempDir()
+	m, err := model.New(*tinyModel(), cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Save(dir, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	for _, fromDir := range []bool{false, true} {
+		c := loraConfig(GRPO)
+		c.LoRA.Rank = 100000000 // down_proj is 32×16, v_proj 16×8
+		if fromDir {
+			c.Model, c.ModelDir = nil, dir
+		}
+		_, err := New(c)
+		if err == nil || !strings.Contains(err.Error(), "r 100000000 exceeds v_proj's smaller dimension 8") {
+			t.Errorf("model dir %v: New: %v", fromDir, err)
+		}
+		if fromDir && (err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "config.json"))) {
+			t.Errorf("the error does not name %s: %v", filepath.Join(dir, "config.json"), err)
+		}
+	}
+	c := loraConfig(GRPO)
+	c.LoRA.Rank = 8 // v_proj's outputs: allowed
+	newLearner(t, c)
+}

@@ -170,3 +170,38 @@ func TestFromRecipeCheckpointWithoutOptimizer(t *testing.T) {
 		}
 	}
 }
+
+// models.policy.lora.rank above the smaller dimension of a targeted matrix
+// of a model read from its folder is refused by Check at the rank's field
+// (recipes checks models.policy.init's): rank 100000000 ended in the Go
+// runtime's out-of-memory crash once the adapters started.
+func TestCheckLoRARankAgainstModelFolder(t *testing.T) {
+	l, err := recipes.Load("quickstart", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, err := modelConfig(l.Models.Policy.Init)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := writeCheckpoint(t, *mc, mc.VocabSize)
+	for _, c := range []struct {
+		rank string
+		want string
+	}{
+		{"64", ""},
+		{"65", "models.policy.lora.rank: learner: model " + filepath.Join(dir, "config.json") + ": lora: r 65 exceeds k_proj's smaller dimension 64 (128 inputs, 64 outputs)"},
+	} {
+		l, err := recipes.Load("quickstart", []string{"models.policy.init=null", "models.policy.path=" + dir, "models.policy.lora.rank=" + c.rank})
+		if err != nil {
+			t.Fatalf("rank %s: %v", c.rank, err)
+		}
+		err = Check(l)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("rank %s: %v", c.rank, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("rank %s: Check: %v\nwant %q", c.rank, err, c.want)
+		}
+	}
+}

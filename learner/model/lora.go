@@ -71,11 +71,14 @@ func (c *LoRAConfig) validate() error {
 // module's matrix in a model of config mc: such adapters are no longer low
 // rank, and a mistyped rank (100000000) would allocate without bound.
 func (c LoRAConfig) CheckRank(mc *Config) error {
+	worst, wi, wo := "", 0, 0 // the target with the smallest dimension
 	for _, t := range c.TargetModules {
-		in, out, ok := mc.LinearDims(t)
-		if ok && c.Rank > min(in, out) {
-			return fmt.Errorf("lora: r %d exceeds %s's smaller dimension %d (%d inputs, %d outputs): want at most %d", c.Rank, t, min(in, out), in, out, min(in, out))
+		if in, out, ok := mc.LinearDims(t); ok && (worst == "" || min(in, out) < min(wi, wo)) {
+			worst, wi, wo = t, in, out
 		}
+	}
+	if worst != "" && c.Rank > min(wi, wo) {
+		return fmt.Errorf("lora: r %d exceeds %s's smaller dimension %d (%d inputs, %d outputs): want at most %d", c.Rank, worst, min(wi, wo), wi, wo, min(wi, wo))
 	}
 	return nil
 }
