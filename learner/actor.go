@@ -164,7 +164,9 @@ func (a *learnerActor) Stopped(*actor.Context) { a.l.Close() }
 func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 	switch m := msg.(type) {
 	case TrainRequest:
-		return a.l.Train(m.Batch)
+		// The actor's context ends when it is stopped (a run that ends, a
+		// node that stops): a long step must not hold the stop up.
+		return a.l.TrainContext(ctx.Context(), m.Batch)
 	case SetAlgorithmRequest:
 		if err := a.l.SetAlgorithm(m.Algorithm, m.LR); err != nil {
 			return nil, err
@@ -188,7 +190,7 @@ func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		if m.Dir == "" {
 			return nil, fmt.Errorf("learner actor: save: empty directory")
 		}
-		if err := a.l.Save(m.Dir); err != nil {
+		if err := a.l.SaveContext(ctx.Context(), m.Dir); err != nil {
 			return nil, err
 		}
 		return Saved{Dir: m.Dir, Step: a.l.Step()}, nil

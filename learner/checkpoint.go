@@ -54,8 +54,16 @@ type checkpointState struct {
 // Save writes a checkpoint to dir: policy weights (float32), optimizer
 // state (unless Config.OmitOptimizer), the reference policy when there is
 // one, and the step.
-func (l *Learner) Save(dir string) error {
-	if err := l.SaveModel(dir); err != nil {
+func (l *Learner) Save(dir string) error { return l.SaveContext(context.Background(), dir) }
+
+// SaveContext is Save that checks ctx between tensors as it copies and
+// writes them, and gives up, with an error wrapping ctx's, once it is
+// done: a large model's save (a checkpoint, or the weights a vLLM server
+// reloads) takes seconds that a stop should not wait. A checkpoint given
+// up is incomplete (no learner_state.json, or an optimizer state of
+// another step); the files of one written are Save's.
+func (l *Learner) SaveContext(ctx context.Context, dir string) error {
+	if err := l.SaveModelContext(ctx, dir); err != nil {
 		return err
 	}
 	if l.cfg.OmitOptimizer {
@@ -71,13 +79,16 @@ func (l *Learner) Save(dir string) error {
 	st := l.trainer.Opt.State()
 	ts := make([]safetensors.Tensor, 0, len(st.Tensors))
 	for _, t := range st.Tensors {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("learner: save %s: optimizer: %w", dir, err)
+		}
 		x, err := safetensors.FromFloat32(t.Name, safetensors.F32, []int{len(t.Data)}, t.Data)
 		if err != nil {
 			return fmt.Errorf("learner: save %s: optimizer: %w", dir, err)
 		}
 		ts = append(ts, x)
 	}
-	if err := safetensors.WriteFile(filepath.Join(dir, OptimizerFile), ts, map[string]string{"step": strconv.Itoa(st.Step)}); err != nil {
+	if err := safetensors.WriteFileContext(ctx, filepath.Join(dir, OptimizerFile), ts, map[string]string{"step": strconv.Itoa(st.Step)}); err != nil {
 		return fmt.Errorf("learner: save %s: optimizer: %w", dir, err)
 	}
 	return removeShardFiles(dir, 0)
@@ -90,8 +101,20 @@ func (l *Learner) Save(dir string) error {
 // weights are the frozen base (config.json, model.safetensors) and the
 // adapters beside them in PEFT's layout (model.AdapterWeights,
 // model.AdapterConfig): the directory is a base model with its adapter.
-func (l *Learner) SaveModel(dir string) error {
-	if err := l.model.Save(dir, safetensors.F32); err != nil {
+func (l *Learner) SaveModel(dir string) error { return l.SaveModelContext(context.Background(), dir) }
+
+// SaveModelContext is SaveModel that gives up once ctx is done (as
+// SaveContext). Neither writes weights that are no step's: after a
+// TrainContext cancelled between optimizer steps, both refuse until a
+// Load.
+func (l *Learner) SaveModelContext(ctx context.Context, dir string) error {
+	if l.partial != "" {
+		return fmt.Errorf("learner: save %s: refused: %s, so the weights are no step's (load a checkpoint first)", dir, l.partial)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("learner: save %s: %w", dir, err)
+	}
+	if err := l.model.SaveContext(ctx, dir, safetensors.F32); err != nil {
 		return fmt.Errorf("learner: save %s: %w", dir, err)
 	}
 	if l.model.LoRA() != nil {
@@ -116,6 +139,9 @@ func (l *Learner) SaveModel(dir string) error {
 	} else if l.ref != nil {
 		var rt []safetensors.Tensor
 		for _, p := range l.ref.Params() {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("learner: save %s: reference: %w", dir, err)
+			}
 			v := make([]float32, p.Len())
 			l.ref.B.Download(v, p.W)
 			x, err := safetensors.FromFloat32(p.Name, safetensors.F32, p.Shape, v)
@@ -124,9 +150,12 @@ func (l *Learner) SaveModel(dir string) error {
 			}
 			rt = append(rt, x)
 		}
-		if err := safetensors.WriteFile(filepath.Join(dir, ReferenceFile), rt, nil); err != nil {
+		if err := safetensors.WriteFileContext(ctx, filepath.Join(dir, ReferenceFile), rt, nil); err != nil {
 			return fmt.Errorf("learner: save %s: reference: %w", dir, err)
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("learner: save %s: %w", dir, err)
 	}
 	cs := checkpointState{Step: l.step, Algorithm: l.cfg.Algorithm, Seed: l.cfg.Seed, LoRADropout: drop, RLStart: &l.rlStart, Reference: l.cfg.RefModelDir, OptimizerOmitted: l.cfg.OmitOptimizer}
 	js, err := json.MarshalIndent(cs, "", "  ")
@@ -269,7 +298,7 @@ func (l *Learner) LoadContext(ctx context.Context, dir string) error {
 			l.ref.Release()
 		}
 	}
-	l.model, l.ref, l.trainer, l.step, l.rlStart = m, ref, tr, state.Step, rlStart
+	l.model, l.ref, l.trainer, l.step, l.rlStart, l.partial = m, ref, tr, state.Step, rlStart, ""
 	loaded = true
 	l.armDropout()
 	return nil

@@ -1,6 +1,7 @@
 package learner
 
 import (
+	"context"
 	"math"
 	"strings"
 	"testing"
@@ -22,7 +23,7 @@ func TestKLInRewardReturns(t *testing.T) {
 	c.Gamma, c.Lambda = gamma, lambda
 	l := newLearner(t, c)
 	b := groupBatch()
-	p, err := l.prepare(b)
+	p, err := l.prepare(context.Background(), b)
 	if err != nil {
 		t.Fatal(err)
 	}

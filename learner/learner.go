@@ -350,6 +350,9 @@ type Learner struct {
 	// rlStart is the optimizer step the RL phase began at (the schedule's
 	// step 0), -1 before it began; checkpoints keep it.
 	rlStart int
+	// partial says why the weights are no step's (TrainContext cancelled
+	// between a batch's optimizer steps): Save refuses them until a Load.
+	partial string
 }
 
 // Sharding makes a learner one rank of a data-parallel group; package

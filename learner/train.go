@@ -1,6 +1,7 @@
 package learner
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -37,14 +38,31 @@ type prepared struct {
 // micro-batches of MicroBatchSeqs sequences. A bad batch is refused before
 // any weight changes, with an error naming the field and the sequence; a
 // non-finite loss or gradient stops the step with the weights untouched.
-func (l *Learner) Train(b Batch) (Stats, error) {
+func (l *Learner) Train(b Batch) (Stats, error) { return l.TrainContext(context.Background(), b) }
+
+// TrainContext is Train that checks ctx before each micro-batch's
+// backward pass and each optimizer step, and gives up once it is done,
+// with an error wrapping ctx's: a step of many epochs, mini-batches or
+// micro-batches takes long, which a stopping run or node should not wait.
+// The optimizer step in progress is not taken; those taken before it
+// are, so a learner whose step was cancelled after its first optimizer
+// step refuses to save (Save) until it loads a checkpoint.
+func (l *Learner) TrainContext(ctx context.Context, b Batch) (Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return Stats{Step: l.step}, fmt.Errorf("learner: train step %d: %w", l.step+1, err)
+	}
 	// The RL phase starts before prepare: its reference is the one
 	// prepare's KL reward penalty uses.
 	if err := l.startRL(); err != nil {
 		return Stats{Step: l.step}, err
 	}
-	p, err := l.prepare(b)
+	p, err := l.prepare(ctx, b)
 	if err != nil {
+		if l.shard != nil && ctx.Err() != nil {
+			// This rank alone may be stopping: the others must not wait
+			// for it in the step's collectives.
+			l.shard.Abort(l.step+1, err)
+		}
 		return Stats{Step: l.step}, fmt.Errorf("learner: train step %d: %w", l.step+1, err)
 	}
 	if err := l.maybeLoRA(); err != nil {
@@ -55,6 +73,15 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 	var entSum, valLoss, valClipped, valTokens float64
 	passes := len(p.mini) * l.cfg.epochs()
 	for pass := range passes {
+		if err := ctx.Err(); err != nil {
+			if pass > 0 {
+				l.partial = fmt.Sprintf("a train call was cancelled after %d of its %d optimizer steps (at step %d)", pass, passes, l.step)
+			}
+			if l.shard != nil {
+				l.shard.Abort(l.step+1, err)
+			}
+			return Stats{Step: l.step}, fmt.Errorf("learner: train step %d (optimizer step %d of the batch's %d): %w", l.step+1, pass+1, passes, err)
+		}
 		k := pass % len(p.mini)
 		mini := p.mini[k]
 		lossCfg := l.cfg.Loss
@@ -77,6 +104,9 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 		}
 		// The objective sees micro-batch i of this mini-batch.
 		policy := func(i int, logp, ent []float32) (float64, rl.PolicyLossResult, error) {
+			if err := ctx.Err(); err != nil {
+				return 0, rl.PolicyLossResult{}, err // before this micro-batch's backward pass
+			}
 			mb := mini[i]
 			lp, en := mb.bt.Split(logp), mb.bt.Split(ent)
 			masks := p.masks[mb.lo:mb.hi]
@@ -187,6 +217,9 @@ func (l *Learner) Train(b Batch) (Stats, error) {
 			})
 		}
 		if err != nil {
+			if pass > 0 && ctx.Err() != nil {
+				l.partial = fmt.Sprintf("a train call was cancelled after %d of its %d optimizer steps (at step %d)", pass, passes, l.step)
+			}
 			if l.shard != nil {
 				l.shard.Abort(l.step+1, err)
 			}
@@ -291,7 +324,7 @@ func (c Config) valueClip() float64 {
 }
 
 // prepare checks b and computes everything fixed before the first step.
-func (l *Learner) prepare(b Batch) (*prepared, error) {
+func (l *Learner) prepare(ctx context.Context, b Batch) (*prepared, error) {
 	n := len(b.Prompts)
 	if n == 0 {
 		return nil, fmt.Errorf("batch: no sequences")
@@ -433,6 +466,9 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 		p.pre = pre
 		for _, mini := range pre {
 			for _, mb := range mini {
+				if err := ctx.Err(); err != nil {
+					return nil, fmt.Errorf("old log probs: %w", err)
+				}
 				var logp, val []float32
 				var err error
 				if critic {
@@ -498,7 +534,7 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 		var kl [][]float32
 		beta := 0.0
 		if cfg.KLInReward {
-			if kl, err = l.rewardKL(p, b); err != nil {
+			if kl, err = l.rewardKL(ctx, p, b); err != nil {
 				return nil, err
 			}
 			p.refKL, beta = kl, cfg.Loss.KLCoef
@@ -554,10 +590,13 @@ func (l *Learner) prepare(b Batch) (*prepared, error) {
 // rewardKL is KLInReward's per-token KL of the pre-pass's log probabilities
 // (the policy that sampled, on-policy) to the reference's, over the same
 // micro-batches: under PPO every sequence of the batch.
-func (l *Learner) rewardKL(p *prepared, b Batch) ([][]float32, error) {
+func (l *Learner) rewardKL(ctx context.Context, p *prepared, b Batch) ([][]float32, error) {
 	ref := make([][]float32, len(b.Prompts))
 	for _, mini := range p.pre {
 		for _, mb := range mini {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("reference policy: %w", err)
+			}
 			logp, _, err := l.ref.Forward(mb.bt)
 			if err != nil {
 				return nil, fmt.Errorf("reference policy: %w", err)

@@ -66,7 +66,7 @@ func TestLoadSharded(t *testing.T) {
 	if err := m.Save(dir, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
-	ts, err := m.tensors(safetensors.F32)
+	ts, err := m.tensors(context.Background(), safetensors.F32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestLoadQwenLayoutBF16(t *testing.T) {
 
 func TestLoadErrors(t *testing.T) {
 	m := tinyModel(t, tinyConfig(Qwen2), 3)
-	good, err := m.tensors(safetensors.F32)
+	good, err := m.tensors(context.Background(), safetensors.F32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestGradientsAllocatedOnFirstUse(t *testing.T) {
 // that should list it; a misshaped one against the shard holding it.
 func TestLoadShardedErrors(t *testing.T) {
 	m := tinyModel(t, tinyConfig(Qwen2), 3)
-	ts, err := m.tensors(safetensors.F32)
+	ts, err := m.tensors(context.Background(), safetensors.F32)
 	if err != nil {
 		t.Fatal(err)
 	}

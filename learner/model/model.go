@@ -361,6 +361,14 @@ func sameShape(a, b []int) bool {
 // Save writes dir/config.json and dir/model.safetensors with weights in
 // dtype (F32 or BF16); config's torch_dtype follows dtype.
 func (m *Model) Save(dir string, dtype safetensors.DType) error {
+	return m.SaveContext(context.Background(), dir, dtype)
+}
+
+// SaveContext is Save that checks ctx between tensors as it copies and
+// writes them, and gives up, with an error wrapping ctx's, once it is
+// done: a large model's save takes seconds that a stop should not wait.
+// The files are Save's.
+func (m *Model) SaveContext(ctx context.Context, dir string, dtype safetensors.DType) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save model: %w", err)
 	}
@@ -376,16 +384,19 @@ func (m *Model) Save(dir string, dtype safetensors.DType) error {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), js, 0o644); err != nil {
 		return fmt.Errorf("save model: %w", err)
 	}
-	ts, err := m.tensors(dtype)
+	ts, err := m.tensors(ctx, dtype)
 	if err != nil {
 		return fmt.Errorf("save model %s: %w", dir, err)
 	}
-	return safetensors.WriteCheckpoint(dir, ts, 0)
+	return safetensors.WriteCheckpointContext(ctx, dir, ts, 0)
 }
 
-func (m *Model) tensors(dtype safetensors.DType) ([]safetensors.Tensor, error) {
+func (m *Model) tensors(ctx context.Context, dtype safetensors.DType) ([]safetensors.Tensor, error) {
 	var out []safetensors.Tensor
 	for _, p := range m.params {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		t, err := safetensors.FromFloat32(p.Name, dtype, p.Shape, m.download(p.W))
 		if err != nil {
 			return nil, err

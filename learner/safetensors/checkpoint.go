@@ -119,6 +119,13 @@ func (c *Checkpoint) Tensor(name string) (*Tensor, string, bool) {
 // first: OpenCheckpoint prefers an index, so a stale one would shadow the
 // new weights.
 func WriteCheckpoint(dir string, tensors []Tensor, maxShardBytes int64) error {
+	return WriteCheckpointContext(context.Background(), dir, tensors, maxShardBytes)
+}
+
+// WriteCheckpointContext is WriteCheckpoint that checks ctx between
+// tensors and gives up, with an error wrapping ctx's, once it is done; a
+// checkpoint given up leaves no index naming files it did not write.
+func WriteCheckpointContext(ctx context.Context, dir string, tensors []Tensor, maxShardBytes int64) error {
 	if err := removeCheckpoint(dir); err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
@@ -128,7 +135,7 @@ func WriteCheckpoint(dir string, tensors []Tensor, maxShardBytes int64) error {
 	}
 	meta := map[string]string{"format": "pt"}
 	if maxShardBytes <= 0 || total <= maxShardBytes {
-		return WriteFile(filepath.Join(dir, SingleFile), tensors, meta)
+		return WriteFileContext(ctx, filepath.Join(dir, SingleFile), tensors, meta)
 	}
 	var shards [][]Tensor
 	var cur []Tensor
@@ -145,7 +152,7 @@ func WriteCheckpoint(dir string, tensors []Tensor, maxShardBytes int64) error {
 	idx := index{Metadata: map[string]any{"total_size": total}, WeightMap: map[string]string{}}
 	for i, s := range shards {
 		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
-		if err := WriteFile(filepath.Join(dir, name), s, meta); err != nil {
+		if err := WriteFileContext(ctx, filepath.Join(dir, name), s, meta); err != nil {
 			return err
 		}
 		for _, t := range s {

@@ -379,7 +379,14 @@ func (f *File) Float32(name string) ([]float32, []int, error) {
 
 // WriteFile writes tensors (in the given order) and optional metadata to path.
 func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
-	b, err := Encode(tensors, metadata)
+	return WriteFileContext(context.Background(), path, tensors, metadata)
+}
+
+// WriteFileContext is WriteFile that checks ctx between tensors as it
+// encodes them (EncodeContext) and gives up, writing nothing, once it is
+// done. The bytes are WriteFile's.
+func WriteFileContext(ctx context.Context, path string, tensors []Tensor, metadata map[string]string) error {
+	b, err := EncodeContext(ctx, tensors, metadata)
 	if err != nil {
 		return fmt.Errorf("write safetensors %s: %w", path, err)
 	}

@@ -112,7 +112,7 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		if a.rank == nil {
 			return nil, fmt.Errorf("learner-shard %s: train before joining a group", ctx.Self().Name)
 		}
-		return a.l.Train(m.Batch)
+		return a.l.TrainContext(ctx.Context(), m.Batch)
 	case learner.SaveRequest:
 		if a.rank == nil {
 			return nil, fmt.Errorf("learner-shard %s: save before joining a group", ctx.Self().Name)
@@ -120,7 +120,7 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		if m.Dir == "" {
 			return nil, fmt.Errorf("learner-shard %s: save: empty directory", ctx.Self().Name)
 		}
-		if err := a.rank.Save(m.Dir); err != nil {
+		if err := a.rank.SaveContext(ctx.Context(), m.Dir); err != nil {
 			return nil, err
 		}
 		return learner.Saved{Dir: m.Dir, Step: a.l.Step()}, nil

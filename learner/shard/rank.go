@@ -669,7 +669,11 @@ func (r *Rank) deviceFailed(err error) error {
 // its optimizer shard (learner.ShardOptimizerFile); with
 // learner.Config.OmitOptimizer rank 0 writes all there is. The checkpoint is whole
 // once every rank's Save has returned; it loads with any shard count.
-func (r *Rank) Save(dir string) error {
+func (r *Rank) Save(dir string) error { return r.SaveContext(context.Background(), dir) }
+
+// SaveContext is Save that gives up once ctx is done, with an error
+// wrapping ctx's (learner.Learner.SaveContext).
+func (r *Rank) SaveContext(ctx context.Context, dir string) error {
 	if r.failed != nil {
 		return fmt.Errorf("shard: save %s: %w: %v", dir, ErrGroupFailed, r.failed)
 	}
@@ -681,7 +685,7 @@ func (r *Rank) Save(dir string) error {
 		// Without optimizer state a ZeRO-1 rank has nothing of its own to
 		// write either.
 		if rank == 0 {
-			return r.l.Save(dir)
+			return r.l.SaveContext(ctx, dir)
 		}
 		return nil
 	}
@@ -712,7 +716,7 @@ func (r *Rank) Save(dir string) error {
 		return fmt.Errorf("shard: save: rank %d: %w", rank, err)
 	}
 	if rank == 0 {
-		return r.l.SaveModel(dir)
+		return r.l.SaveModelContext(ctx, dir)
 	}
 	return nil
 }
