@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rlnode/rlnode/internal/slowfile"
 	"github.com/rlnode/rlnode/train"
@@ -154,5 +155,46 @@ func TestCtxoptInterruptWhileLoadingTheExecutorModel(t *testing.T) {
 		t.Errorf("exit %d, want 1 naming the executor model and the interruption\nstderr:\n%s", code, out)
 	} else if testing.Verbose() {
 		t.Log(out)
+	}
+}
+
+// TestRunSecondInterruptStopsATrainingStep: a second Ctrl-C while a long
+// training step runs (100 epochs of 2 mini-batches over 256 sequences,
+// on two learner shards) stops the run at once: exit status 130, the stop
+// named, no checkpoint of the step. The learner's Train took no context:
+// the driver gave up on it, then waited on the shards' stop while they
+// trained on, and the error the shards' group reported hid the
+// cancellation (exit 1, the raw error). The warm-up step before it is
+// short (4 sequences), so the signals land in the RL step, most of which
+// is training.
+func TestRunSecondInterruptStopsATrainingStep(t *testing.T) {
+	home := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "run")
+	run := startRun(t, home, "run", "quickstart", "--out", dir, "--set", "algorithm.epochs=100", "--set", "algorithm.mini_batches=2",
+		"--set", "sft.batch_size=4", "--set", "algorithm.batch_prompts=32", "--set", "algorithm.max_tokens=8",
+		"--set", "algorithm.micro_batch=1", "--set", "sft.steps=1", "--set", "schedule.steps=1",
+		"--set", "schedule.eval_every=0", "--set", "placement.learner_shards=2")
+	run.waitFor(t, "the warm-up step's progress line", func() bool { return strings.Contains(run.stderr.String(), "step 1/2") })
+	// The RL step generates (0.1 s here), then trains (90 s): let the
+	// generation end. Should the signals still find it generating, the
+	// run must end at once all the same.
+	time.Sleep(time.Second)
+	if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	run.waitFor(t, "the first interruption's line", func() bool {
+		return strings.Contains(run.stderr.String(), "rlnode run: interrupted; stopping after the current step")
+	})
+	if err := run.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	code := run.wait(t)
+	if out := run.stderr.String(); code != 130 || !strings.Contains(out, "rlnode run: stopped after step 1") {
+		t.Errorf("exit %d, want 130 and the stop named\nstderr:\n%s", code, out)
+	} else if testing.Verbose() {
+		t.Log(out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "checkpoints", "step-2")); err == nil {
+		t.Error("the step stopped was checkpointed")
 	}
 }

@@ -277,6 +277,12 @@ func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg 
 	for k, i := range idx {
 		parts[k] = fmt.Sprintf("rank %d (%s): %v", i, ranks[i].Address, errs[i])
 	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up (a run stopped at once): say so in a way
+		// errors.Is sees, whatever the ranks answered.
+		g.answered = nil
+		return replies, fmt.Errorf("shard: %s (epoch %d): %w: %s", what, g.epoch, err, strings.Join(parts, "; "))
+	}
 	err := fmt.Errorf("shard: %s (epoch %d): %s", what, g.epoch, strings.Join(parts, "; "))
 	g.answered = nil
 	if answered {
