@@ -163,7 +163,7 @@ func (r *run) startVLLM(ctx context.Context, p *policy) error {
 // model-*-of-*.safetensors shards and their index), without a value head.
 // vLLM reads every *.safetensors file of a directory without an index, so
 // the learner's optimizer, reference, value-head and state files must go.
-func modelOnly(dir string) error {
+func modelOnly(ctx context.Context, dir string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err
@@ -184,20 +184,26 @@ func modelOnly(dir string) error {
 	if !hasModel {
 		return fmt.Errorf("%s holds no model*.safetensors", dir)
 	}
-	return stripValueHead(dir)
+	return stripValueHead(ctx, dir)
 }
 
 // stripValueHead rewrites the model in dir without a PPO value head
 // (v_head.*: vLLM's model classes have no such parameter and refuse
-// unknown weights); a model without one is left alone.
-func stripValueHead(dir string) error {
-	ck, err := safetensors.OpenCheckpoint(dir)
+// unknown weights); a model without one is left alone. It reads and
+// rewrites the whole model, so it checks ctx between tensors (a stop
+// during a vLLM weight push must not wait for it) and gives up, with an
+// error wrapping ctx's, once it is done.
+func stripValueHead(ctx context.Context, dir string) error {
+	ck, err := safetensors.OpenCheckpointContext(ctx, dir)
 	if err != nil {
 		return err
 	}
 	var keep []safetensors.Tensor
 	stripped := false
 	for _, name := range ck.Names() {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: rewrite without the value head: %w", dir, err)
+		}
 		if strings.HasPrefix(name, "v_head.") {
 			stripped = true
 			continue
@@ -211,7 +217,7 @@ func stripValueHead(dir string) error {
 	if !stripped {
 		return nil
 	}
-	if err := safetensors.WriteCheckpoint(dir, keep, 0); err != nil {
+	if err := safetensors.WriteCheckpointContext(ctx, dir, keep, 0); err != nil {
 		return fmt.Errorf("%s: rewrite without the value head: %w", dir, err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -391,7 +392,7 @@ func TestModelOnly(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		err := modelOnly(dir)
+		err := modelOnly(context.Background(), dir)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%v: err = %v, want %q", tc.extra, err, tc.err)
@@ -441,7 +442,16 @@ func TestModelOnlyStripsValueHead(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := modelOnly(dir); err != nil {
+	// A stop before the rewrite gives up, leaving the model as it was.
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	if err := modelOnly(stopped, dir); !errors.Is(err, context.Canceled) {
+		t.Fatalf("modelOnly stopped: %v, want context.Canceled", err)
+	}
+	if ck, err := safetensors.OpenCheckpoint(dir); err != nil || len(ck.Names()) != 3 {
+		t.Fatalf("after a stopped rewrite: %v", err)
+	}
+	if err := modelOnly(context.Background(), dir); err != nil {
 		t.Fatal(err)
 	}
 	ck, err := safetensors.OpenCheckpoint(dir)

@@ -111,7 +111,7 @@ func (s learnerSource) WriteModel(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("write the %s checkpoint for vLLM to %s: %w", p.id, dir, err)
 	}
-	if err := modelOnly(dir); err != nil {
+	if err := modelOnly(ctx, dir); err != nil {
 		return fmt.Errorf("%s checkpoint of learner step %d for vLLM: %w", p.id, saved.Step, err)
 	}
 	if err := p.tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {

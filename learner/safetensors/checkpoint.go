@@ -123,9 +123,13 @@ func WriteCheckpoint(dir string, tensors []Tensor, maxShardBytes int64) error {
 }
 
 // WriteCheckpointContext is WriteCheckpoint that checks ctx between
-// tensors and gives up, with an error wrapping ctx's, once it is done; a
-// checkpoint given up leaves no index naming files it did not write.
+// tensors and gives up, with an error wrapping ctx's, once it is done:
+// done before it begins, dir is left as it was; once it has begun, the old
+// checkpoint is gone and no index names files it did not write.
 func WriteCheckpointContext(ctx context.Context, dir string, tensors []Tensor, maxShardBytes int64) error {
+	if err := ctx.Err(); err != nil { // before the old checkpoint goes
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
 	if err := removeCheckpoint(dir); err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
