@@ -33,7 +33,12 @@ var ErrCorrupt = errors.New("fails its checksums")
 
 // WriteManifest writes dir's checksum manifest over every regular file
 // under dir, whole or not at all (a temporary file renamed into place).
-func WriteManifest(dir string) error {
+func WriteManifest(dir string) error { return WriteManifestContext(context.Background(), dir) }
+
+// WriteManifestContext is WriteManifest that checks ctx while it reads
+// the files (a large model's take seconds to hash) and gives up, writing
+// no manifest, with an error wrapping ctx's, once it is done.
+func WriteManifestContext(ctx context.Context, dir string) error {
 	var b bytes.Buffer
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
@@ -47,7 +52,7 @@ func WriteManifest(dir string) error {
 		if rel == ManifestFile || rel == ManifestFile+".tmp" {
 			return nil
 		}
-		sum, err := fileSHA256(p)
+		sum, err := fileSHA256Context(ctx, p)
 		if err != nil {
 			return err
 		}

@@ -118,6 +118,22 @@ func TestWriteManifestFormat(t *testing.T) {
 	}
 }
 
+// A stop while the manifest's files are hashed (seconds for a large
+// model's) gives up, with an error wrapping ctx's, and writes no manifest:
+// it read every file to the end, deaf to the stop.
+func TestWriteManifestStops(t *testing.T) {
+	dir := t.TempDir()
+	writeCheckpointFiles(t, dir, map[string]string{"model.safetensors": strings.Repeat("x", 3<<20)}, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := WriteManifestContext(ctx, dir); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WriteManifestContext stopped: %v, want context.Canceled", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err == nil {
+		t.Error("a stopped WriteManifestContext wrote the manifest")
+	}
+}
+
 // NewestIntact passes over an incomplete and a corrupt checkpoint, saying
 // why, and takes one without a manifest unverified.
 func TestNewestIntact(t *testing.T) {

@@ -911,7 +911,7 @@ func (r *run) checkpoint(ctx context.Context, dir string) (err error) {
 	if err := os.Rename(tmp, filepath.Join(dir, DriverStateFile)); err != nil {
 		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
 	}
-	if err := WriteManifest(dir); err != nil {
+	if err := WriteManifestContext(ctx, dir); err != nil {
 		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
 	}
 	return nil
