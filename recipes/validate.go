@@ -631,6 +631,20 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	c.resources("placement.rollout", p.Rollout)
 	c.resources("placement.learner", p.Learner)
 	c.positive("placement.learner_shards", p.LearnerShards)
+	// The learner splits a batch into mini_batches, each with a sequence
+	// per shard at least, and refuses a batch that cannot be split so at
+	// its first step (after the run started). A single-turn warm-up step
+	// is sft.batch_size sequences; an RL step's, batch_prompts ×
+	// group_size (the check above, without shards).
+	if need := a.MiniBatches * p.LearnerShards; a.MiniBatches > 0 && p.LearnerShards > 1 && a.MiniBatches <= MaxOptimizerSteps && p.LearnerShards <= MaxReplicas {
+		if n := a.BatchPrompts * a.GroupSize; n >= a.MiniBatches && n < need && a.BatchPrompts > 0 && a.GroupSize > 0 {
+			c.add("algorithm.mini_batches", "%d mini-batches × placement.learner_shards %d: an RL step's %d sequences (batch_prompts × group_size) cannot give each mini-batch a sequence per shard", a.MiniBatches, p.LearnerShards, n)
+		}
+	}
+	if need := a.MiniBatches * max(p.LearnerShards, 1); r.SFT.Steps > 0 && epType == "single" && r.SFT.Trajectories == "" && r.Data.Traces == nil &&
+		a.MiniBatches > 0 && a.MiniBatches <= MaxOptimizerSteps && p.LearnerShards <= MaxReplicas && r.SFT.BatchSize > 0 && r.SFT.BatchSize < need {
+		c.add("sft.batch_size", "%d sequences a warm-up step: algorithm.mini_batches %d × placement.learner_shards %d need at least %d (a sequence per shard in each mini-batch)", r.SFT.BatchSize, a.MiniBatches, max(p.LearnerShards, 1), need)
+	}
 	c.device("placement.learner_device", p.LearnerDevice)
 
 	// schedule, eval, checkpoint
