@@ -242,11 +242,16 @@ type criticStats struct {
 
 // update adds the step's transitions to the buffer and takes the critic's
 // CriticUpdates steps on batches drawn from it, each followed by the
-// Polyak update of the targets.
-func (c *critic) update(ts []transition) (criticStats, error) {
+// Polyak update of the targets. It checks ctx before each (up to 1,000
+// a step, minutes on a large model, which a stop should not wait) and
+// gives up, with an error wrapping ctx's, once it is done.
+func (c *critic) update(ctx context.Context, ts []transition) (criticStats, error) {
 	c.buf.add(ts...)
 	var st criticStats
-	for range c.cfg.CriticUpdates {
+	for k := range c.cfg.CriticUpdates {
+		if err := ctx.Err(); err != nil {
+			return st, fmt.Errorf("critic update %d of %d: %w", k+1, c.cfg.CriticUpdates, err)
+		}
 		batch := c.buf.sample(c.rng, c.cfg.CriticBatch)
 		bt, vAt, qAt, err := c.layout(batch, false)
 		if err != nil {
@@ -409,7 +414,7 @@ func (r *run) archerStep(ctx context.Context, sb *learner.Batch, turns []data.Tu
 	if err != nil {
 		return false, err
 	}
-	st, err := r.critic.update(ts)
+	st, err := r.critic.update(ctx, ts)
 	if err != nil {
 		return false, err
 	}

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -108,7 +109,14 @@ func TestArcherCriticLearns(t *testing.T) {
 		ts = append(ts, transition{state: []int32{1, s}, action: []int32{5, 3}, reward: 1, done: true},
 			transition{state: []int32{1, s}, action: []int32{6, 3}, reward: 0, done: true})
 	}
-	st, err := c.update(ts)
+	// A stop before the updates: none is taken.
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	if _, err := c.update(stopped, ts); !errors.Is(err, context.Canceled) {
+		t.Fatalf("update with a stopped context: %v, want context.Canceled", err)
+	}
+	c = tinyCritic(t, a)
+	st, err := c.update(context.Background(), ts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +139,7 @@ func TestArcherCriticLearns(t *testing.T) {
 	// Two turns: [1 2] → [7] leads to state [8 9], whose action [5] pays 1.
 	c = tinyCritic(t, a)
 	chain := []transition{{state: []int32{1, 2}, action: []int32{7}, next: []int32{8, 9}}, {state: []int32{8, 9}, action: []int32{5}, reward: 1, done: true}}
-	if _, err := c.update(chain); err != nil {
+	if _, err := c.update(context.Background(), chain); err != nil {
 		t.Fatal(err)
 	}
 	bt, _, qAt, err := c.layout(chain[:1], false)
@@ -153,7 +161,7 @@ func TestArcherTargetsFollow(t *testing.T) {
 	ts := []transition{{state: []int32{1, 2}, action: []int32{5}, reward: 1, done: true}}
 	for _, tau := range []float64{1, 0.1} {
 		c := tinyCritic(t, Archer{CriticLR: 1e-2, Tau: tau, Gamma: 0.9, BufferSize: 4, CriticUpdates: 3, CriticBatch: 2})
-		if _, err := c.update(ts); err != nil {
+		if _, err := c.update(context.Background(), ts); err != nil {
 			t.Fatal(err)
 		}
 		for _, pair := range [][2]*model.Model{{c.q, c.qT}, {c.v, c.vT}} {
