@@ -274,6 +274,11 @@ const (
 	MaxSFTBatch       = 65536
 	MaxReplicas       = 1024
 	MaxHeldOut        = 1_000_000
+	// MaxEvalSamples bounds eval.samples and MaxEvalAnswers held_out ×
+	// samples, the episodes of one evaluation: samples 1000000000 ended
+	// the run with the Go runtime's out-of-memory crash.
+	MaxEvalSamples = 1024
+	MaxEvalAnswers = 1 << 22
 	// MaxEpochs bounds algorithm.epochs (PPO takes 1 to 10 passes over a
 	// batch) and MaxOptimizerSteps epochs × mini_batches, the optimizer
 	// steps of one RL step: epochs: 1000000000 made a step that never
@@ -654,6 +659,10 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	c.positive("eval.held_out", r.Eval.HeldOut)
 	c.atMost("eval.held_out", r.Eval.HeldOut, MaxHeldOut, "held-out problems")
 	c.positive("eval.samples", r.Eval.Samples)
+	c.atMost("eval.samples", r.Eval.Samples, MaxEvalSamples, "answers per held-out problem")
+	if h, n := r.Eval.HeldOut, r.Eval.Samples; h > 0 && h <= MaxHeldOut && n > 0 && n <= MaxEvalSamples && h*n > MaxEvalAnswers {
+		c.add("eval.samples", "%d answers × eval.held_out %d = %d episodes an evaluation: at most %d", n, h, h*n, MaxEvalAnswers)
+	}
 	c.nonNegativeF("eval.temperature", r.Eval.Temperature)
 	if r.Eval.Samples > 1 && r.Eval.Temperature == 0 {
 		c.add("eval.samples", "%d samples at temperature 0 are all the same (eval.temperature 0 is greedy); set eval.temperature > 0 or eval.samples: 1", r.Eval.Samples)
