@@ -92,6 +92,7 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"algorithm.mini_batches=100", "placement.learner_shards=2", "sft.steps=0"}, "algorithm.mini_batches: 100 mini-batches × placement.learner_shards 2: an RL step's 128 sequences (batch_prompts × group_size) cannot give each mini-batch a sequence per shard"},
 		{[]string{"eval.samples=1000000000", "eval.temperature=1"}, "eval.samples: 1000000000: at most 1024 answers per held-out problem"},
 		{[]string{"eval.samples=1000", "eval.temperature=1", "eval.held_out=10000"}, "eval.samples: 1000 answers × eval.held_out 10000 = 10000000 episodes an evaluation: at most 4194304"},
+		{[]string{"placement.learner_shards=100000"}, "placement.learner_shards: 100000: at most 1024 learner ranks"},
 		{[]string{"models.policy.lora.rank=100000000"}, "models.policy.lora.rank: 100000000: at most 65536 (an adapter's rank is far below its matrix's dimensions)"},
 		{[]string{"models.policy.lora.rank=65"}, "models.policy.lora.rank: 65 exceeds q_proj's smaller dimension 64 (models.policy.init's hidden_size 64, intermediate_size 192, heads 4, kv_heads 4): want at most 64"},
 		{[]string{"models.policy.init.kv_heads=1", "models.policy.lora.rank=17"}, "models.policy.lora.rank: 17 exceeds k_proj's smaller dimension 16"},

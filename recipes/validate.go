@@ -636,6 +636,7 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	c.resources("placement.rollout", p.Rollout)
 	c.resources("placement.learner", p.Learner)
 	c.positive("placement.learner_shards", p.LearnerShards)
+	c.atMost("placement.learner_shards", p.LearnerShards, MaxReplicas, "learner ranks")
 	// The learner splits a batch into mini_batches, each with a sequence
 	// per shard at least, and refuses a batch that cannot be split so at
 	// its first step (after the run started). A single-turn warm-up step
