@@ -195,7 +195,7 @@ func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		}
 		return Saved{Dir: m.Dir, Step: a.l.Step()}, nil
 	case LoadRequest:
-		if err := a.l.Load(m.Dir); err != nil {
+		if err := a.l.LoadContext(ctx.Context(), m.Dir); err != nil {
 			return nil, err
 		}
 		return Loaded{Step: a.l.Step()}, nil

@@ -99,7 +99,7 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		a.rank = nil
 		var r *Rank
 		if m.ResumeDir != "" {
-			r, err = Restart(a.l, t, m.Epoch, m.Options, m.ResumeDir)
+			r, err = RestartContext(ctx.Context(), a.l, t, m.Epoch, m.Options, m.ResumeDir)
 		} else {
 			r, err = Join(a.l, t, m.Epoch, m.Options)
 		}

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,6 +46,22 @@ func restartGroup(t *testing.T, c learner.Config, n int, dir string) []*Rank {
 		}
 	}
 	return ranks
+}
+
+// A rank restarting from a checkpoint gives up the load once its context
+// is done (a rank actor asked to stop): Restart loaded on, deaf to it.
+func TestRestartContextStops(t *testing.T) {
+	c := tinyConfig(learner.GRPO, 1, 0)
+	dir := filepath.Join(t.TempDir(), "ck")
+	if err := newLearner(t, c).Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := RestartContext(ctx, newLearner(t, c), MemTransports(1)[0], 2, Options{Timeout: 20 * time.Second}, dir)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("RestartContext stopped: %v, want context.Canceled", err)
+	}
 }
 
 // A checkpoint written by 2 ZeRO-1 ranks (with a KL reference) loads into

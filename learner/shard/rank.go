@@ -726,11 +726,17 @@ func (r *Rank) SaveContext(ctx context.Context, dir string) error {
 // of t under a new epoch; the Rank r is done with. Every rank of the new
 // group must restart from the same checkpoint.
 func Restart(l *learner.Learner, t Transport, epoch uint64, o Options, dir string) (*Rank, error) {
+	return RestartContext(context.Background(), l, t, epoch, o, dir)
+}
+
+// RestartContext is Restart that gives up loading the checkpoint once ctx
+// is done (learner.Learner.LoadContext), with an error wrapping ctx's.
+func RestartContext(ctx context.Context, l *learner.Learner, t Transport, epoch uint64, o Options, dir string) (*Rank, error) {
 	if err := l.SetSharding(nil); err != nil {
 		return nil, err
 	}
 	if dir != "" {
-		if err := l.Load(dir); err != nil {
+		if err := l.LoadContext(ctx, dir); err != nil {
 			return nil, fmt.Errorf("shard: restart rank %d: %w", t.Rank(), err)
 		}
 	}
