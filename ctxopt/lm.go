@@ -482,7 +482,7 @@ func TrainLM(ctx context.Context, c LMConfig, sp Space, python bool, dir string,
 					b.Weights = append(b.Weights, weights[i])
 				}
 			}
-			st, err := l.Train(b)
+			st, err := l.TrainContext(ctx, b)
 			if err != nil {
 				return fmt.Errorf("executor model: %s step %d: %w", name, step, err)
 			}
