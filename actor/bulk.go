@@ -124,7 +124,7 @@ func startBulk(s *System, host, advertise string) (*Bulk, error) {
 	}
 	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return nil, fmt.Errorf("bulk path: listen on %s: %w", host, err)
+		return nil, fmt.Errorf("bulk path: %w", err) // net.Listen's error names the address
 	}
 	b.lis = lis
 	port := lis.Addr().(*net.TCPAddr).Port

@@ -207,7 +207,7 @@ func Start(cfg Config) (*System, error) {
 	// Bind first so a busy port is an error, not protoactor's panic.
 	lis, err := net.Listen("tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
 	if err != nil {
-		return nil, fmt.Errorf("actor transport: listen on %s:%d: %w", c.Host, c.Port, err)
+		return nil, fmt.Errorf("actor transport: %w", err) // net.Listen's error names the address
 	}
 	port := lis.Addr().(*net.TCPAddr).Port
 	lis.Close()

@@ -192,6 +192,10 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		_ = os.Remove(tokenFile)
+		// net.Listen's error names the address, unless it could not parse it.
+		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Addr != nil {
+			return "", nil, fmt.Errorf("control endpoint: %w", err)
+		}
 		return "", nil, fmt.Errorf("control endpoint: listen on %s: %w", addr, err)
 	}
 	bound := lis.Addr().String()

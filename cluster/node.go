@@ -219,7 +219,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	host, portStr, err := net.SplitHostPort(cfg.Bind)
 	if err != nil {
-		return nil, fmt.Errorf("bind address %q: %w", cfg.Bind, err)
+		return nil, fmt.Errorf("bind address %q: %w", cfg.Bind, addrReason(err))
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 0 || port > 65535 {
@@ -287,7 +287,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.ActorBind != "" {
 		h, p, err := net.SplitHostPort(cfg.ActorBind)
 		if err != nil {
-			return nil, fmt.Errorf("actor bind address %q: %w", cfg.ActorBind, err)
+			return nil, fmt.Errorf("actor bind address %q: %w", cfg.ActorBind, addrReason(err))
 		}
 		actorHost = h
 		if actorPort, err = strconv.Atoi(p); err != nil {
@@ -343,7 +343,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		_ = gt.Shutdown()
 		n.sys.Stop()
-		return nil, fmt.Errorf("gossip: listen on %s: %w", cfg.Bind, err)
+		return nil, fmt.Errorf("gossip on %s: %w", cfg.Bind, err)
 	}
 	n.queue = &memberlist.TransmitLimitedQueue{NumNodes: n.ml.NumMembers, RetransmitMult: 3}
 	// Count ourselves a member at once, so an embedded node can place actors
@@ -413,23 +413,47 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 	}
 }
 
+// addrReason is what is wrong with an address net.SplitHostPort refused,
+// without the address, which the caller names already.
+func addrReason(err error) error {
+	var ae *net.AddrError
+	if errors.As(err, &ae) {
+		return errors.New(ae.Err)
+	}
+	return err
+}
+
 // joinErr is memberlist's join error on one line: it comes as a bulleted
 // list, one error per address ("1 error occurred:\n\t* failed to join
-// …\n\n"), which ended a CLI's one-line error with blank lines.
+// …\n\n"), which ended a CLI's one-line error with blank lines. Each
+// item says "failed to join ADDR: dial tcp ADDR: REASON"; the join error
+// around it names the addresses already, so an item keeps its address
+// once, and with a single address not at all.
 type joinErr struct{ err error }
 
 func (e joinErr) Unwrap() error { return e.err }
 
 func (e joinErr) Error() string {
 	var list interface{ WrappedErrors() []error }
-	if errors.As(e.err, &list) {
-		var parts []string
-		for _, w := range list.WrappedErrors() {
-			parts = append(parts, w.Error())
-		}
-		return strings.Join(parts, "; ")
+	if !errors.As(e.err, &list) {
+		return strings.Join(strings.Fields(e.err.Error()), " ")
 	}
-	return strings.Join(strings.Fields(e.err.Error()), " ")
+	ws := list.WrappedErrors()
+	var parts []string
+	for _, w := range ws {
+		msg := strings.Join(strings.Fields(w.Error()), " ")
+		if rest, ok := strings.CutPrefix(msg, "failed to join "); ok {
+			if addr, reason, ok := strings.Cut(rest, ": "); ok {
+				reason = strings.TrimPrefix(reason, "dial tcp "+addr+": ")
+				msg = addr + ": " + reason
+				if len(ws) == 1 {
+					msg = reason
+				}
+			}
+		}
+		parts = append(parts, msg)
+	}
+	return strings.Join(parts, "; ")
 }
 
 func defaultNodeID() string {

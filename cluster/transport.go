@@ -45,7 +45,7 @@ func newGossipTransport(host string, port int, logger *log.Logger, refused func(
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("gossip: listen on %s:%d: %w", host, port, err)
+		return nil, fmt.Errorf("gossip: %s", listenReason(err))
 	}
 	t := &cappedTransport{NetTransport: nt, gate: connlimit.New(connlimit.Limits{Total: gossipStreamsPerAddr}),
 		streams: make(chan net.Conn), done: make(chan struct{}), refused: refused}
@@ -84,4 +84,17 @@ func (t *cappedTransport) StreamCh() <-chan net.Conn { return t.streams }
 func (t *cappedTransport) Shutdown() error {
 	t.once.Do(func() { close(t.done) })
 	return t.NetTransport.Shutdown()
+}
+
+// listenReason is memberlist's listen error without its own preamble
+// ("failed to start TCP listener on "HOST" port N: listen tcp HOST:N: …"):
+// the net package's part names the address and says what failed.
+func listenReason(err error) string {
+	msg := err.Error()
+	for _, op := range []string{"listen tcp", "listen udp"} {
+		if i := strings.Index(msg, op); i > 0 {
+			return msg[i:]
+		}
+	}
+	return msg
 }

@@ -127,6 +127,9 @@ func LoadRecipe(nameOrPath string) (*Recipe, error) {
 		}
 	} else {
 		st, err := os.Stat(nameOrPath)
+		if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+			err = pe.Err // the message names the file already
+		}
 		if err != nil {
 			return nil, fmt.Errorf("recipe %s: %w", nameOrPath, err)
 		}

@@ -66,7 +66,11 @@ func (s *Server) Close() { s.stop() }
 func Serve(addr string, cfg Config) (*Server, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("dashboard: listen on %s: %w", addr, err)
+		// net.Listen's error names the address, unless it could not parse it.
+		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Addr != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	bound := lis.Addr().String()
 	loopback := false
@@ -75,7 +79,7 @@ func Serve(addr string, cfg Config) (*Server, error) {
 	}
 	if !loopback && cfg.Token == "" {
 		lis.Close()
-		return nil, fmt.Errorf("dashboard: %s is beyond loopback and no control token is at hand (the dashboard asks the token of a node running on this host, in its .token file): bind 127.0.0.1, or start a node first", bound)
+		return nil, fmt.Errorf("%s is beyond loopback and no control token is at hand (the dashboard asks the token of a node running on this host, in its .token file): bind 127.0.0.1, or start a node first", bound)
 	}
 	if loopback {
 		cfg.Token = ""

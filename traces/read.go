@@ -147,6 +147,9 @@ const (
 // export posted back) is read once, its first copy in write order.
 func Load(root string, f Filter) (out []Trace, skipped []Skipped, err error) {
 	if st, err := os.Stat(root); err != nil {
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			err = pe.Err // the message names root already
+		}
 		return nil, nil, fmt.Errorf("trace store %s: %w", root, err)
 	} else if !st.IsDir() {
 		return nil, nil, fmt.Errorf("trace store %s: not a folder", root)

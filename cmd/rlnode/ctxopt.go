@@ -97,7 +97,7 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	r, err := ctxopt.LoadRecipe(pos[0])
 	if err != nil {
-		fmt.Fprintf(stderr, "%v\n", err)
+		fmt.Fprintf(stderr, "rlnode ctxopt %s: %v\n", sub, err)
 		return 1
 	}
 	if sub == "validate" {
@@ -140,7 +140,7 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		if node, err = cluster.Start(ctx, cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Detection: det, Logger: actor.DiscardLogger()}); err != nil {
-			fmt.Fprintf(stderr, "rlnode ctxopt %s: join %s: %v\n", sub, *address, err)
+			fmt.Fprintf(stderr, "rlnode ctxopt %s: %v\n", sub, err) // names the join address, or the --bind at fault
 			return 1
 		}
 		defer node.Stop()

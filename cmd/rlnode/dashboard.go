@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -88,6 +89,16 @@ func dashboardCommand(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// addrReason is what is wrong with an address net.SplitHostPort refused,
+// without the address, which the caller names already.
+func addrReason(err error) error {
+	var ae *net.AddrError
+	if errors.As(err, &ae) {
+		return errors.New(ae.Err)
+	}
+	return err
+}
+
 // loopbackBind says whether a HOST:PORT to listen on is a loopback
 // address (or localhost).
 func loopbackBind(addr string) bool {
@@ -103,8 +114,13 @@ func loopbackBind(addr string) bool {
 }
 
 // dashboardFlag is --dashboard on node commands: alone it means the
-// default address, --dashboard=HOST:PORT another.
-type dashboardFlag struct{ addr string }
+// default address, --dashboard=HOST:PORT another. A bad address is kept in
+// err for the command to report after parsing: the flag package words
+// any error of a boolean flag's Set as "invalid boolean value".
+type dashboardFlag struct {
+	addr string
+	err  error
+}
 
 func (d *dashboardFlag) String() string   { return d.addr }
 func (d *dashboardFlag) IsBoolFlag() bool { return true }
@@ -115,10 +131,10 @@ func (d *dashboardFlag) Set(v string) error {
 	case "false":
 		d.addr = ""
 	default:
-		if _, _, err := net.SplitHostPort(v); err != nil {
-			return fmt.Errorf("want HOST:PORT: %v", err)
-		}
 		d.addr = v
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			d.err = fmt.Errorf("--dashboard=%s: want HOST:PORT (%v)", v, addrReason(err))
+		}
 	}
 	return nil
 }
@@ -134,5 +150,9 @@ func serveNodeDashboard(node *cluster.Node, addr string, runs, stores []string) 
 	if ri, err := cluster.FindRunning(node.ID()); err == nil {
 		cfg.Token = ri.Token
 	}
-	return dashboard.Serve(addr, cfg)
+	srv, err := dashboard.Serve(addr, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	return srv, nil
 }

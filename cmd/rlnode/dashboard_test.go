@@ -24,7 +24,7 @@ func TestDashboardRefusals(t *testing.T) {
 		{[]string{"dashboard", "--runs", home, "--traces", filepath.Join(home, "nostore")}, 2, "--traces " + filepath.Join(home, "nostore") + ": not a folder"},
 		{[]string{"dashboard", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"dashboard", "--bind", "0.0.0.0:0", "--runs", home}, 1, "beyond loopback and no control token"},
-		{[]string{"dashboard", "--bind", "127.0.0.1:99999", "--runs", home}, 1, "listen on 127.0.0.1:99999"},
+		{[]string{"dashboard", "--bind", "127.0.0.1:99999", "--runs", home}, 1, "rlnode dashboard: listen on 127.0.0.1:99999: listen tcp: address 99999: invalid port"},
 		{[]string{"start", "--bind", "127.0.0.1:0", "--dashboard=nowhere"}, 2, "want HOST:PORT"},
 	} {
 		_, errOut, code := runRlnode(t, home, c.args...)

@@ -90,6 +90,10 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 		positional = append(positional, fs.Arg(0))
 		rest = fs.Args()[1:]
 	}
+	if dash.err != nil {
+		fmt.Fprintf(stderr, "rlnode %s: %v\n", verb, dash.err)
+		return 2
+	}
 	cfg := cluster.Config{Bind: *bind, Advertise: *advertise, ActorBind: *actorBind, CPUs: *cpus, NodeID: *nodeID}
 	det, err := cluster.ParseDetection(*detection)
 	if err != nil {

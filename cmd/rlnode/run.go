@@ -212,7 +212,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		nodeLog, setNodeLog = newLateNotes()
 		node, err := cluster.Start(ctx, cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Detection: det, Logger: nodeLog})
 		if err != nil {
-			fmt.Fprintf(stderr, "rlnode run: join %s: %v\n", *address, err)
+			fmt.Fprintf(stderr, "rlnode run: %v\n", err) // names the join address, or the --bind at fault
 			return 1
 		}
 		defer node.Stop()
