@@ -421,25 +421,49 @@ func RequestStop(ctx context.Context, control, token string) error {
 	return nil
 }
 
+// ErrKeyFileMode is the error LoadOrCreateKey returns for a key file that
+// users other than its owner may read or write.
+var ErrKeyFileMode = errors.New("other users may read or write it")
+
+// maxKeyFileBytes bounds what LoadOrCreateKey reads: a key is 44 base64
+// characters at most, and a path such as /dev/zero must not be read on.
+const maxKeyFileBytes = 4096
+
 // LoadOrCreateKey reads the base64 gossip key in path, creating a fresh
-// 32-byte key (mode 0600) when create is set and the file is absent.
+// 32-byte key (mode 0600) when create is set and the file is absent. As
+// ssh does with private keys, it refuses a key file that its group or
+// other users may read or write (ErrKeyFileMode): whoever reads the key
+// is a member of the cluster.
 func LoadOrCreateKey(path string, create bool) ([]byte, bool, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) && create {
-		key := make([]byte, 32)
-		if _, err := rand.Read(key); err != nil {
-			return nil, false, err
+		key, err := createKey(path)
+		if !errors.Is(err, fs.ErrExist) {
+			return key, err == nil, err
 		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, false, fmt.Errorf("key file %s: %w", path, err)
-		}
-		if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
-			return nil, false, fmt.Errorf("key file %s: %w", path, err)
-		}
-		return key, true, nil
+		// Another process created it first: use that key.
+		f, err = os.Open(path)
 	}
 	if err != nil {
+		return nil, false, fmt.Errorf("key file %s: %w", path, pathReason(err))
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
 		return nil, false, fmt.Errorf("key file %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, false, fmt.Errorf("key file %s: not a regular file", path)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, false, fmt.Errorf("key file %s: mode %04o: %w; restrict it with chmod 600 %s", path, perm, ErrKeyFileMode, path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes+1))
+	if err != nil {
+		return nil, false, fmt.Errorf("key file %s: %w", path, err)
+	}
+	if len(b) > maxKeyFileBytes {
+		return nil, false, fmt.Errorf("key file %s: more than %d bytes; a key is 16, 24 or 32 bytes in base64", path, maxKeyFileBytes)
 	}
 	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
 	if err != nil {
@@ -449,4 +473,42 @@ func LoadOrCreateKey(path string, create bool) ([]byte, bool, error) {
 		return nil, false, fmt.Errorf("key file %s: key is %d bytes, want 16, 24 or 32", path, l)
 	}
 	return key, false, nil
+}
+
+// pathReason is an *fs.PathError's reason without the path, which the
+// caller names already.
+func pathReason(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// createKey writes a fresh 32-byte key to path, which must not exist
+// (fs.ErrExist when it does), readable by its owner only.
+func createKey(path string) ([]byte, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("key file %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("key file %s: %w", path, pathReason(err))
+	}
+	_, err = f.WriteString(base64.StdEncoding.EncodeToString(key) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("key file %s: %w", path, err)
+	}
+	return key, nil
 }

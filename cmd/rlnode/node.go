@@ -154,8 +154,8 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	key, created, err := cluster.LoadOrCreateKey(*keyFile, verb == "start")
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode %s: %v\n", verb, err)
-		if verb == "join" {
-			fmt.Fprintln(stderr, "copy the key file from the first node (rlnode start prints its path)")
+		if verb == "join" && errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintln(stderr, "copy the key file from the first node (rlnode start prints its path), readable by its owner only (chmod 600)")
 		}
 		return 1
 	}
