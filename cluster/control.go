@@ -67,10 +67,6 @@ type GroupStatus struct {
 }
 
 // Status reports the live nodes and every actor the directory knows.
-// controlConnsPerAddr caps the connections one address may hold open on
-// the control endpoint.
-const controlConnsPerAddr = 32
-
 func (n *Node) Status() Status {
 	st := Status{Node: n.id, Nodes: []NodeStatus{}, Actors: []ActorStatus{}, Groups: []GroupStatus{}}
 	now := time.Now()
@@ -221,7 +217,7 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 	// descriptors; idle and slow clients are cut off.
 	srv := &http.Server{Handler: controlGuard(token, !loopback, mux), ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second}
-	capped := connlimit.Limit(lis, controlConnsPerAddr)
+	capped := connlimit.Limit(lis, orDefault(n.cfg.ConnsPerAddr.Control, DefaultControlConnsPerAddr))
 	capped.LogRefused(n.log, "control endpoint: refusing a connection")
 	go func() { _ = srv.Serve(capped) }()
 	info := RunInfo{NodeID: n.id, Gossip: n.GossipAddress(), Actor: n.ActorAddress(), Control: bound, PID: os.Getpid(), ProcessStart: ownProcessStart()}

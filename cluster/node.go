@@ -62,6 +62,47 @@ type Config struct {
 	// JoinTimeout bounds Join (default 10s).
 	JoinTimeout time.Duration
 	Logger      *slog.Logger
+	// ConnsPerAddr caps the connections one remote address may hold open
+	// on each of the node's ports; zero takes the default.
+	ConnsPerAddr ConnCaps
+}
+
+// ConnCaps are a node's caps on the connections one remote address (an
+// IPv6 one with its /64, see internal/addrgroup) may hold open on each of
+// its ports; zero takes the default. Hosts that share a /64 share each
+// cap: members or clients in one cloud /64 may need them raised.
+type ConnCaps struct {
+	Gossip  int // gossip TCP streams (DefaultGossipConnsPerAddr)
+	Actor   int // connections to the actor port, and to the bulk port (actor.DefaultMaxConnsPerAddr)
+	Control int // connections to the control endpoint (DefaultControlConnsPerAddr)
+}
+
+const (
+	DefaultGossipConnsPerAddr  = 64
+	DefaultControlConnsPerAddr = 32
+	// MaxConnsPerAddr bounds every cap per address a node is given.
+	MaxConnsPerAddr = 65536
+)
+
+// check refuses a cap below zero or above MaxConnsPerAddr.
+func (c ConnCaps) check() error {
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"gossip", c.Gossip}, {"actor", c.Actor}, {"control", c.Control}} {
+		if f.n < 0 || f.n > MaxConnsPerAddr {
+			return fmt.Errorf("connections per address on the %s port: %d: want 1 to %d (0: the default)", f.name, f.n, MaxConnsPerAddr)
+		}
+	}
+	return nil
+}
+
+// orDefault is n, or def when n is zero.
+func orDefault(n, def int) int {
+	if n == 0 {
+		return def
+	}
+	return n
 }
 
 // Detection holds memberlist's failure-detection knobs.
@@ -217,6 +258,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Resources.Check(); err != nil {
 		return nil, fmt.Errorf("node resources: %w", err)
 	}
+	if err := cfg.ConnsPerAddr.check(); err != nil {
+		return nil, err
+	}
 	host, portStr, err := net.SplitHostPort(cfg.Bind)
 	if err != nil {
 		return nil, fmt.Errorf("bind address %q: %w", cfg.Bind, addrReason(err))
@@ -296,6 +340,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.sys, err = actor.Start(actor.Config{
 		Host: actorHost, Port: actorPort, AdvertiseHost: cfg.Advertise, TLS: cfg.TLS, Secret: cfg.Key, Logger: n.log,
+		MaxConnsPerAddr: cfg.ConnsPerAddr.Actor,
 	})
 	if err != nil {
 		return nil, err
@@ -327,7 +372,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mc.Conflict = &gossipDelegate{n: n}
 	mc.Events = &memberlist.ChannelEventDelegate{Ch: n.events}
 	mc.Logger = log.New(&slogWriter{l: n.log, warn: &n.warn}, "", 0)
-	gt, err := newGossipTransport(host, port, mc.Logger, func(peer string, err error) {
+	gt, err := newGossipTransport(host, port, orDefault(cfg.ConnsPerAddr.Gossip, DefaultGossipConnsPerAddr), mc.Logger, func(peer string, err error) {
 		n.warn.Warn(n.log, "gossip: refusing a connection", "peer", peer, "err", err)
 	})
 	if err != nil {

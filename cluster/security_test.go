@@ -129,7 +129,7 @@ func TestConnectionCapPerAddress(t *testing.T) {
 	}{
 		{"actor", a.ActorAddress(), actor.DefaultMaxUnprovenPerAddr},
 		{"bulk", a.System().Bulk().Addr(), actor.DefaultMaxUnprovenPerAddr},
-		{"gossip", a.GossipAddress(), gossipStreamsPerAddr},
+		{"gossip", a.GossipAddress(), DefaultGossipConnsPerAddr},
 	}
 	const extra = 8
 	held := map[string][]net.Conn{}

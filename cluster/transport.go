@@ -11,15 +11,12 @@ import (
 	"github.com/rlnode/rlnode/internal/connlimit"
 )
 
-// gossipStreamsPerAddr caps the gossip port's TCP streams one remote
-// address may hold open at once. memberlist handles a stream (a join, a
-// push/pull, a large broadcast) and closes it, within TCPTimeout; members
-// need a few at a time, so the cap only stops a peer holding descriptors.
-const gossipStreamsPerAddr = 64
-
 // cappedTransport is memberlist's network transport with a cap on the TCP
 // streams per remote address: streams beyond it are closed before
-// memberlist reads them.
+// memberlist reads them. memberlist handles a stream (a join, a push/pull,
+// a large broadcast) and closes it, within TCPTimeout; members need a few
+// at a time, so the cap (DefaultGossipConnsPerAddr) only stops a peer
+// holding descriptors.
 type cappedTransport struct {
 	*memberlist.NetTransport
 	gate    *connlimit.Gate
@@ -30,8 +27,9 @@ type cappedTransport struct {
 }
 
 // newGossipTransport binds memberlist's transport on host:port (port 0
-// picks one free for both UDP and TCP, retried as memberlist does).
-func newGossipTransport(host string, port int, logger *log.Logger, refused func(string, error)) (*cappedTransport, error) {
+// picks one free for both UDP and TCP, retried as memberlist does), with
+// at most streamsPerAddr streams open per remote address.
+func newGossipTransport(host string, port, streamsPerAddr int, logger *log.Logger, refused func(string, error)) (*cappedTransport, error) {
 	nc := &memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: logger}
 	tries := 1
 	if port == 0 {
@@ -47,7 +45,7 @@ func newGossipTransport(host string, port int, logger *log.Logger, refused func(
 	if err != nil {
 		return nil, fmt.Errorf("gossip: %s", listenReason(err))
 	}
-	t := &cappedTransport{NetTransport: nt, gate: connlimit.New(connlimit.Limits{Total: gossipStreamsPerAddr}),
+	t := &cappedTransport{NetTransport: nt, gate: connlimit.New(connlimit.Limits{Total: streamsPerAddr}),
 		streams: make(chan net.Conn), done: make(chan struct{}), refused: refused}
 	go t.admit()
 	return t, nil

@@ -46,11 +46,15 @@ type Config struct {
 	// Log takes warnings about what clients sent (connections over the
 	// cap per address); nil: none are logged.
 	Log *slog.Logger
+	// ConnsPerAddr caps the connections one address (an IPv6 one with its
+	// /64) may hold open; 0: DefaultConnsPerAddr.
+	ConnsPerAddr int
 }
 
-// connsPerAddr caps the connections one address may hold open on the
-// dashboard, which may share its process (and descriptors) with a node.
-const connsPerAddr = 32
+// DefaultConnsPerAddr caps the connections one address may hold open on
+// the dashboard, which may share its process (and descriptors) with a
+// node, unless Config says otherwise.
+const DefaultConnsPerAddr = 32
 
 // Server is a running dashboard.
 type Server struct {
@@ -88,7 +92,11 @@ func Serve(addr string, cfg Config) (*Server, error) {
 	h := newHandler(ctx, cfg, !loopback)
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
-	capped := connlimit.Limit(lis, connsPerAddr)
+	perAddr := cfg.ConnsPerAddr
+	if perAddr <= 0 {
+		perAddr = DefaultConnsPerAddr
+	}
+	capped := connlimit.Limit(lis, perAddr)
 	if cfg.Log != nil {
 		capped.LogRefused(cfg.Log, "dashboard: refusing a connection")
 	}

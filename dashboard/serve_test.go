@@ -225,7 +225,7 @@ func TestServeCapsConnectionsPerAddress(t *testing.T) {
 	}
 	defer srv.Close()
 	addr := strings.TrimSuffix(strings.TrimPrefix(srv.URL, "http://"), "/")
-	connlimittest.HoldsAtMost(t, addr, "/api/runs", connsPerAddr)
+	connlimittest.HoldsAtMost(t, addr, "/api/runs", DefaultConnsPerAddr)
 	mu.Lock()
 	defer mu.Unlock()
 	if !strings.Contains(logged.String(), "dashboard: refusing a connection") || !strings.Contains(logged.String(), "peer=127.0.0.1:") {

@@ -31,6 +31,11 @@ const (
 // first evaluation, the per-step figures before the first step) are left
 // out rather than shown as 0.
 type RunMetrics struct {
+	// ConnsPerAddr caps the connections one address (an IPv6 one with its
+	// /64) may hold open on the endpoint Serve opens; 0:
+	// DefaultMetricsConnsPerAddr. Set it before Serve.
+	ConnsPerAddr int
+
 	planned int
 	descs   map[string]*prometheus.Desc
 
@@ -232,9 +237,10 @@ func (r *RunMetrics) Collect(ch chan<- prometheus.Metric) {
 // makes its logger later). Until then, nothing is logged.
 func (r *RunMetrics) SetLogger(l *slog.Logger) { r.log.Store(l) }
 
-// metricsConnsPerAddr caps the connections one address may hold open on
-// the metrics endpoint, which shares the run's process and descriptors.
-const metricsConnsPerAddr = 32
+// DefaultMetricsConnsPerAddr caps the connections one address may hold
+// open on the metrics endpoint, which shares the run's process and
+// descriptors, unless RunMetrics.ConnsPerAddr says otherwise.
+const DefaultMetricsConnsPerAddr = 32
 
 // Serve serves the run's metrics, with the Go runtime's and the
 // process's (go_*, process_*), at http://ADDR/metrics until stop is
@@ -255,7 +261,11 @@ func (r *RunMetrics) Serve(addr string) (bound string, stop func(), err error) {
 	// connections, and idle or slow ones are cut off.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second}
-	capped := connlimit.Limit(ln, metricsConnsPerAddr)
+	perAddr := r.ConnsPerAddr
+	if perAddr <= 0 {
+		perAddr = DefaultMetricsConnsPerAddr
+	}
+	capped := connlimit.Limit(ln, perAddr)
 	var warn ratelog.Limiter
 	capped.Refused = func(addr net.Addr, err error) {
 		if log := r.log.Load(); log != nil {

@@ -238,10 +238,10 @@ func TestRunMetricsServeCapsConnectionsPerAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	connlimittest.HoldsAtMost(t, addr, "/metrics", metricsConnsPerAddr)
+	connlimittest.HoldsAtMost(t, addr, "/metrics", DefaultMetricsConnsPerAddr)
 	out := logs.String()
 	if !strings.Contains(out, "metrics endpoint: refusing a connection") || !strings.Contains(out, "peer=127.0.0.1:") ||
-		!strings.Contains(out, fmt.Sprintf("127.0.0.1 already holds %d connections", metricsConnsPerAddr)) {
+		!strings.Contains(out, fmt.Sprintf("127.0.0.1 already holds %d connections", DefaultMetricsConnsPerAddr)) {
 		t.Errorf("the connection over the cap was not logged with its peer and count:\n%s", out)
 	}
 }

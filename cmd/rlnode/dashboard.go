@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/rlnode/rlnode/cluster"
@@ -19,7 +20,7 @@ import (
 
 func init() { commands["dashboard"] = dashboardCommand }
 
-const dashboardUsage = `usage: rlnode dashboard [--bind HOST:PORT] [--runs DIR]... [--traces DIR]... [--address HOST:PORT]
+const dashboardUsage = `usage: rlnode dashboard [--bind HOST:PORT] [--runs DIR]... [--traces DIR]... [--address HOST:PORT] [--max-conns-per-addr N]
 
 Serves pages for a browser until interrupted: the cluster (nodes, actors,
 placement groups) as a node running on this host sees it, and the runs in
@@ -37,6 +38,7 @@ func dashboardCommand(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	bind := fs.String("bind", "127.0.0.1:8265", "address HOST:PORT to serve on (loopback unless told otherwise; port 0 picks a free one)")
 	address := fs.String("address", "", "gossip address (or node id) of the node on this host to ask for the cluster's status (default: any that answers)")
+	connsPerAddr := fs.Int("max-conns-per-addr", dashboard.DefaultConnsPerAddr, fmt.Sprintf("connections one client address (an IPv6 one with its /64, so hosts sharing a /64 share it) may hold open; more are closed at once (1 to %d)", cluster.MaxConnsPerAddr))
 	var runs repeated
 	fs.Var(&runs, "runs", "folder of runs, or one run folder (repeatable; default: the current folder)")
 	var stores repeated
@@ -47,6 +49,10 @@ func dashboardCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if code, ok := parseNoArgs(fs, args); !ok {
 		return code
+	}
+	if _, err := parseConnsPerAddr(strconv.Itoa(*connsPerAddr)); err != nil {
+		fmt.Fprintf(stderr, "rlnode dashboard: --max-conns-per-addr %v\n", err)
+		return 2
 	}
 	if len(runs) == 0 {
 		runs = repeated{"."}
@@ -64,7 +70,7 @@ func dashboardCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	cfg := dashboard.Config{Cluster: dashboard.HostNodes{Address: *address}, RunDirs: runs, TraceDirs: stores,
-		Log: slog.New(slog.NewTextHandler(stderr, nil))}
+		Log: slog.New(slog.NewTextHandler(stderr, nil)), ConnsPerAddr: *connsPerAddr}
 	if !loopbackBind(*bind) {
 		// The token of a node on this host guards a dashboard others can reach.
 		if ri, err := cluster.FindRunning(*address); err == nil {
@@ -141,12 +147,12 @@ func (d *dashboardFlag) Set(v string) error {
 
 // serveNodeDashboard serves the dashboard of a node in this process,
 // guarded beyond loopback by the node's control token.
-func serveNodeDashboard(node *cluster.Node, addr string, runs, stores []string) (*dashboard.Server, error) {
+func serveNodeDashboard(node *cluster.Node, addr string, runs, stores []string, connsPerAddr int) (*dashboard.Server, error) {
 	if len(runs) == 0 {
 		runs = []string{"."}
 	}
 	cfg := dashboard.Config{Cluster: dashboard.LocalNode{Node: node}, RunDirs: runs, TraceDirs: stores,
-		Log: node.System().Logger()}
+		Log: node.System().Logger(), ConnsPerAddr: connsPerAddr}
 	if ri, err := cluster.FindRunning(node.ID()); err == nil {
 		cfg.Token = ri.Token
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/dashboard"
 )
 
 func init() {
@@ -59,13 +60,15 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	detection := detectionFlag(fs)
 	detach := fs.Bool("detach", false, "run in the background, logging to a file under $RLNODE_HOME/logs; returns once the node is up")
-	var labels, resources, dashRuns, dashTraces repeated
+	var labels, resources, dashRuns, dashTraces, caps repeated
 	var dash dashboardFlag
 	fs.Var(&dash, "dashboard", "serve the dashboard's pages too: --dashboard (on 127.0.0.1:8265) or --dashboard=HOST:PORT")
 	fs.Var(&dashRuns, "dashboard-runs", "folder of runs the dashboard lists (repeatable; default: the current folder)")
 	fs.Var(&dashTraces, "dashboard-traces", "trace store the dashboard shows besides each run's traces/ (repeatable)")
 	fs.Var(&labels, "label", "node label k=v (repeatable)")
 	fs.Var(&resources, "resource", "custom resource NAME=AMOUNT (repeatable)")
+	fs.Var(&caps, "max-conns-per-addr", fmt.Sprintf("PORT=N: connections one remote address (an IPv6 one with its /64, so hosts sharing a /64 share it) may hold open on PORT: gossip (streams; default %d), actor (the actor port, and the bulk port; %d), control (%d) or dashboard (%d); N from 1 to %d (repeatable)",
+		cluster.DefaultGossipConnsPerAddr, actor.DefaultMaxConnsPerAddr, cluster.DefaultControlConnsPerAddr, dashboard.DefaultConnsPerAddr, cluster.MaxConnsPerAddr))
 	fs.Usage = func() {
 		if verb == "start" {
 			fmt.Fprintf(stderr, "usage: rlnode start [flags]\n\nStarts the first node of a cluster and runs it in the foreground (--detach: in the background).\n\n")
@@ -137,6 +140,28 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Resources = res
+	dashCap := 0
+	for _, c := range caps {
+		port, n, err := parseConnCap(c)
+		if err == nil {
+			switch port {
+			case "gossip":
+				cfg.ConnsPerAddr.Gossip = n
+			case "actor":
+				cfg.ConnsPerAddr.Actor = n
+			case "control":
+				cfg.ConnsPerAddr.Control = n
+			case "dashboard":
+				dashCap = n
+			default:
+				err = fmt.Errorf("port %q: want gossip, actor, control or dashboard", port)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode %s: --max-conns-per-addr %s: %v\n", verb, c, err)
+			return 2
+		}
+	}
 	if *tlsCert != "" || *tlsKey != "" || *tlsCA != "" {
 		if *tlsCert == "" || *tlsKey == "" || *tlsCA == "" {
 			fmt.Fprintf(stderr, "rlnode %s: TLS needs all of --tls-cert, --tls-key and --tls-ca\n", verb)
@@ -180,7 +205,7 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	defer closeCtrl()
 	dashLine := ""
 	if dash.addr != "" {
-		srv, err := serveNodeDashboard(node, dash.addr, dashRuns, dashTraces)
+		srv, err := serveNodeDashboard(node, dash.addr, dashRuns, dashTraces, dashCap)
 		if err != nil {
 			node.Stop()
 			fmt.Fprintf(stderr, "rlnode %s: %v\n", verb, err)
@@ -372,6 +397,26 @@ func clearStale(cmd string, w io.Writer) []cluster.RunInfo {
 		fmt.Fprintf(w, "%s: %s; removed it\n", cmd, msg)
 	}
 	return gone
+}
+
+// parseConnCap parses a --max-conns-per-addr PORT=N of start and join.
+func parseConnCap(s string) (string, int, error) {
+	port, v, ok := strings.Cut(s, "=")
+	if !ok {
+		return "", 0, fmt.Errorf("want PORT=N")
+	}
+	n, err := parseConnsPerAddr(v)
+	return port, n, err
+}
+
+// parseConnsPerAddr parses a cap on the connections per address: a whole
+// number from 1 to cluster.MaxConnsPerAddr.
+func parseConnsPerAddr(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > cluster.MaxConnsPerAddr {
+		return 0, fmt.Errorf("%q: want a whole number from 1 to %d", v, cluster.MaxConnsPerAddr)
+	}
+	return n, nil
 }
 
 func processGone(pid int) bool {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,7 +49,7 @@ import (
 
 func init() { commands["run"] = runCommand }
 
-const runUsage = `usage: rlnode run RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--resume | --overwrite] [--address HOST:PORT] [--metrics-addr HOST:PORT]
+const runUsage = `usage: rlnode run RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--resume | --overwrite] [--address HOST:PORT] [--metrics-addr HOST:PORT [--metrics-max-conns-per-addr N]]
 
 Trains RECIPE (a built-in name or a file). DIR gets metrics.jsonl (one JSON
 object per step), checkpoints/step-N/, recipe.yaml (the resolved recipe) and,
@@ -71,6 +72,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	bind := fs.String("bind", "0.0.0.0:0", "gossip address of this process's node (with --address)")
 	detection := detectionFlag(fs)
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics while the run lasts (port 0 picks one)")
+	metricsConns := fs.Int("metrics-max-conns-per-addr", train.DefaultMetricsConnsPerAddr, fmt.Sprintf("with --metrics-addr: connections one scraper address (an IPv6 one with its /64, so hosts sharing a /64 share it) may hold open; more are closed at once (1 to %d)", cluster.MaxConnsPerAddr))
 	var sets repeated
 	fs.Var(&sets, "set", "override KEY.PATH=VALUE (repeatable; VALUE is YAML)")
 	tf := addRunTraceFlags(fs)
@@ -92,6 +94,10 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := tf.check(); err != nil {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
+		return 2
+	}
+	if _, err := parseConnsPerAddr(strconv.Itoa(*metricsConns)); err != nil {
+		fmt.Fprintf(stderr, "rlnode run: --metrics-max-conns-per-addr %v\n", err)
 		return 2
 	}
 
@@ -187,6 +193,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	var exporterAddr string
 	if *metricsAddr != "" {
 		exporter = train.NewRunMetrics(l.Name, cfg.WarmupSteps+cfg.Steps)
+		exporter.ConnsPerAddr = *metricsConns
 		addr, stopServe, err := exporter.Serve(*metricsAddr)
 		if err != nil {
 			fmt.Fprintf(stderr, "rlnode run: --metrics-addr: %v\n", err)
