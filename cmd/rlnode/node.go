@@ -456,12 +456,7 @@ func detachNode(verb string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode %s --detach: find this binary: %v\n", verb, err)
 		return 1
 	}
-	var child []string
-	for _, a := range args {
-		if a != "--detach" && a != "-detach" && a != "--detach=true" && a != "-detach=true" {
-			child = append(child, a)
-		}
-	}
+	child := withoutDetach(args)
 	logs := filepath.Join(cluster.Home(), "logs")
 	if err := os.MkdirAll(logs, 0o700); err != nil {
 		fmt.Fprintf(stderr, "rlnode %s --detach: %v\n", verb, err)
@@ -505,6 +500,25 @@ func detachNode(verb string, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "rlnode %s --detach: the node was not up after 60s; it runs as pid %d, log %s\n", verb, cmd.Process.Pid, logPath)
 	return 1
+}
+
+// withoutDetach is args without --detach in any of the forms the flag
+// package takes (-detach, --detach=1, --detach=TRUE, …): a child given one
+// back would detach again, and its child again, without end. Arguments
+// after "--" are not flags and are kept.
+func withoutDetach(args []string) []string {
+	var out []string
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == "detach" {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // gossipOf finds the gossip address in a node's banner.

@@ -86,3 +86,20 @@ func TestDetachFailureSaysWhy(t *testing.T) {
 		t.Errorf("start --detach on a port in use: exit %d, want 1 and the reason:\n%s", code, stderr)
 	}
 }
+
+// The child a detaching start or join runs gets no --detach back in any
+// form the flag package takes: `--detach=1` or `-detach=TRUE` given back
+// made each child detach again, a chain of processes without end (seen:
+// 142 in 6 s).
+func TestDetachChildArgs(t *testing.T) {
+	for _, c := range []struct{ in, want []string }{
+		{[]string{"--detach", "--bind", "127.0.0.1:0"}, []string{"--bind", "127.0.0.1:0"}},
+		{[]string{"-detach", "--detach=true", "--detach=1", "-detach=TRUE", "--detach=t", "--detach=false"}, nil},
+		{[]string{"HOST:7946", "--detach=T", "--label", "detach=yes"}, []string{"HOST:7946", "--label", "detach=yes"}},
+		{[]string{"--detachable", "--", "--detach"}, []string{"--detachable", "--", "--detach"}},
+	} {
+		if got := withoutDetach(c.in); strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("withoutDetach(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
