@@ -3,7 +3,9 @@ package actor
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 )
 
@@ -20,10 +22,21 @@ type TLSFiles struct {
 // load builds the server and client TLS configs.
 func (f *TLSFiles) load() (server, client *tls.Config, err error) {
 	cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		// Name the file that could not be read once, and which it is.
+		what := "cert"
+		if pe.Path == f.KeyFile {
+			what = "key"
+		}
+		return nil, nil, fmt.Errorf("TLS: %s %s: %w", what, pe.Path, pe.Err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("TLS: load cert %s / key %s: %w", f.CertFile, f.KeyFile, err)
 	}
 	pem, err := os.ReadFile(f.CAFile)
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		return nil, nil, fmt.Errorf("TLS: CA %s: %w", f.CAFile, pe.Err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("TLS: read CA %s: %w", f.CAFile, err)
 	}

@@ -171,7 +171,7 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(stderr, "rlnode %s: --log-level %q: %v\n", verb, *logLevel, err)
+		fmt.Fprintf(stderr, "rlnode %s: --log-level %q: want debug, info, warn or error\n", verb, *logLevel)
 		return 2
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
