@@ -302,7 +302,7 @@ func (p *Pool) startReplacement(ctx context.Context, opts cluster.SpawnOptions) 
 	if err2 != nil {
 		return nil, fmt.Errorf("in its placement group: %w; outside it: %w", err, err2)
 	}
-	p.node.System().Logger().Info("rollout replica placed outside its placement group", "replica", r.name, "node", r.node, "group", opts.Group.ID, "why", err.Error())
+	p.node.System().Logger().Info("rollout replica placed outside its placement group", "replica", r.name, "replica_node", r.node, "group", opts.Group.ID, "why", err.Error())
 	return r, nil
 }
 
@@ -345,7 +345,7 @@ func (p *Pool) lose(r *replica, cause string) {
 		p.cfg.Weights.Remove(r.host.Name, "rollout actor "+r.name+" lost: "+cause)
 	}
 	close(r.lost)
-	p.node.System().Logger().Warn("rollout replica lost", "replica", r.name, "node", r.node, "cause", cause)
+	p.node.System().Logger().Warn("rollout replica lost", "replica", r.name, "replica_node", r.node, "cause", cause)
 	if replace {
 		go p.replace(r)
 	}
@@ -431,7 +431,7 @@ func (p *Pool) replace(old *replica) {
 				return
 			}
 			p.replaced.Add(1)
-			log.Info("rollout replica replaced", "lost", old.name, "replica", r.name, "node", r.node, "tries", tries, "live", len(p.live()))
+			log.Info("rollout replica replaced", "lost", old.name, "replica", r.name, "replica_node", r.node, "tries", tries, "live", len(p.live()))
 			go p.watchReplica(r)
 			return
 		}
