@@ -93,8 +93,9 @@ func runTestNode() int {
 	if bind == "" {
 		bind = "127.0.0.1:0"
 	}
+	memory, _ := strconv.ParseInt(os.Getenv("RLNODE_TEST_MEMORY"), 10, 64)
 	n, err := Start(context.Background(), Config{
-		NodeID: os.Getenv("RLNODE_TEST_NODE_ID"), Bind: bind, Key: key, CPUs: 2, GPUs: gpus,
+		NodeID: os.Getenv("RLNODE_TEST_NODE_ID"), Bind: bind, Key: key, CPUs: 2, GPUs: gpus, Memory: memory,
 		Labels: labels, Join: strings.Fields(os.Getenv("RLNODE_TEST_JOIN")), Detection: det, Logger: actor.DiscardLogger(),
 	})
 	if err != nil {

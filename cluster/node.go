@@ -51,8 +51,12 @@ type Config struct {
 	Key []byte
 	// CPUs the node offers (default runtime.NumCPU()), GPUs it offers (-1
 	// detects NVIDIA GPUs), Resources any custom ones, Labels its labels.
-	CPUs      float64
-	GPUs      int
+	CPUs float64
+	GPUs int
+	// Memory is the memory the node offers, in bytes (the Memory
+	// resource): 0 detects it (DetectMemory; Start fails where it cannot),
+	// NoMemory offers none.
+	Memory    int64
 	Resources Resources
 	Labels    map[string]string
 	// TLS secures the actor transport and bulk path.
@@ -261,6 +265,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.ConnsPerAddr.check(); err != nil {
 		return nil, err
 	}
+	if _, ok := cfg.Resources[Memory]; ok {
+		return nil, fmt.Errorf("node resources: %w", errMemoryResource)
+	}
+	memory, err := nodeMemory(cfg.Memory)
+	if err != nil {
+		return nil, fmt.Errorf("node memory: %w", err)
+	}
 	host, portStr, err := net.SplitHostPort(cfg.Bind)
 	if err != nil {
 		return nil, fmt.Errorf("bind address %q: %w", cfg.Bind, addrReason(err))
@@ -284,7 +295,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			break
 		}
 	}
-	total := Resources{CPU: cfg.CPUs}
+	total := Resources{CPU: cfg.CPUs, Memory: memory}
 	if cfg.CPUs <= 0 {
 		total[CPU] = float64(runtime.NumCPU())
 	}
@@ -528,6 +539,12 @@ func (n *Node) GossipAddress() string {
 func (n *Node) ActorAddress() string { return n.sys.Address() }
 
 // System is the node's actor system (for Call/Tell on raw refs and Bulk).
+// Resources are what this node offers and what of it is free now.
+func (n *Node) Resources() (total, free Resources) {
+	total, used := n.ledger.snapshot()
+	return total, total.Sub(used)
+}
+
 func (n *Node) System() *actor.System { return n.sys }
 
 // Directory is the node's copy of the cluster directory.

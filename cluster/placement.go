@@ -241,8 +241,11 @@ func candidates(ns []NodeView, free []Resources, used []int, b Bundle, st Strate
 func size(r Resources) float64 {
 	s := 0.0
 	for k, v := range r {
-		if k == GPU {
+		switch k {
+		case GPU:
 			v *= 1000 // a GPU is the scarce thing
+		case Memory:
+			v /= 1 << 30 // bytes: a GiB weighs as a CPU
 		}
 		s += v
 	}

@@ -8,8 +8,8 @@ import (
 	"strings"
 )
 
-// Well-known resource names; any other name is a custom resource a node
-// declares (`--resource name=N`).
+// Well-known resource names (and Memory, in bytes); any other name is a
+// custom resource a node declares (`--resource name=N`).
 const (
 	CPU = "CPU"
 	GPU = "GPU"
@@ -76,7 +76,7 @@ func (r Resources) Missing(need Resources) []string {
 	var out []string
 	for _, k := range sortedKeys(need) {
 		if v := need[k]; v > 0 && r[k]+1e-9 < v {
-			out = append(out, fmt.Sprintf("%s %s (has %s)", k, fmtAmount(v), fmtAmount(r[k])))
+			out = append(out, fmt.Sprintf("%s %s (has %s)", k, fmtAmount(k, v), fmtAmount(k, r[k])))
 		}
 	}
 	return out
@@ -87,13 +87,20 @@ func (r Resources) String() string {
 	var parts []string
 	for _, k := range sortedKeys(r) {
 		if r[k] != 0 {
-			parts = append(parts, k+":"+fmtAmount(r[k]))
+			parts = append(parts, k+":"+fmtAmount(k, r[k]))
 		}
 	}
 	return "{" + strings.Join(parts, " ") + "}"
 }
 
-func fmtAmount(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
+// fmtAmount writes an amount of resource k: memory in binary units
+// ("40.0 GiB"), others as numbers.
+func fmtAmount(k string, v float64) string {
+	if k == Memory {
+		return FormatBytes(v)
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
+}
 
 func sortedKeys[V any](m map[string]V) []string {
 	ks := make([]string, 0, len(m))

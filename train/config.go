@@ -201,6 +201,11 @@ type Config struct {
 	// Node is the cluster to place the learner on; nil starts an embedded
 	// single-node cluster for the run.
 	Node *cluster.Node
+	// EmbeddedMemory is the memory, in bytes, the embedded node offers
+	// (Node nil): 0 the host's (cluster.DetectMemory). A run whose learner
+	// ranks and rollout actors reserve more is refused before any model is
+	// built.
+	EmbeddedMemory int64
 	// LearnerResources are what the learner actor holds (default 1 CPU);
 	// with Learner.Shards > 1, what each rank holds.
 	LearnerResources cluster.Resources

@@ -355,13 +355,18 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 
 	r.node = cfg.Node
 	if r.node == nil {
-		if r.node, err = cluster.Start(ctx, cluster.Config{CPUs: embeddedCPUs(cfg), Logger: actor.DiscardLogger()}); err != nil {
+		if r.node, err = cluster.Start(ctx, cluster.Config{CPUs: embeddedCPUs(cfg), Memory: cfg.EmbeddedMemory, Logger: actor.DiscardLogger()}); err != nil {
 			return Result{}, fmt.Errorf("driver: embedded cluster: %w", err)
 		}
 		defer r.node.Stop()
 	}
 	solverLearner := cfg.Learner
 	solverLearner.Model, solverLearner.ModelDir, solverLearner.Seed = cfg.Model, cfg.ModelDir, cfg.Seed
+	if cfg.Node == nil {
+		if err := r.checkEmbeddedMemory(solverLearner); err != nil {
+			return Result{}, err
+		}
+	}
 	if r.solver, err = r.startPolicy(ctx, "solver", solverLearner, cfg.Resume, cfg.Rollout); err != nil {
 		return Result{}, err
 	}

@@ -17,10 +17,14 @@ import (
 // Learner.Shards > 1 that many learner-shard ranks (shard.StartGroup).
 func (r *run) placeLearners(ctx context.Context, id string, l learner.Config, resume string) (*shard.PlacedGroup, error) {
 	r.warnNoOptimizer(id, resume)
+	mem, err := learnerRankMemory(l)
+	if err != nil {
+		return nil, fmt.Errorf("%s learner: memory: %w", id, err)
+	}
 	g, err := shard.StartGroup(ctx, r.node, shard.GroupConfig{
 		Policy:    id,
 		Actor:     learner.ActorConfig{Config: l, ResumeDir: resume},
-		Resources: r.cfg.LearnerResources,
+		Resources: withMemory(r.cfg.LearnerResources, mem),
 		Options:   shard.Options{Timeout: r.cfg.LearnerTimeout},
 	})
 	if err == nil && l.Shards > 1 {

@@ -87,13 +87,17 @@ func (r *run) startRollout(ctx context.Context, p *policy) error {
 		return fmt.Errorf("rollout model: %w", err)
 	}
 	ro := p.ro
+	mem, err := engineMemory(p.l, r.cfg.EngineDevice)
+	if err != nil {
+		return fmt.Errorf("rollout model: memory: %w", err)
+	}
 	var src weightsync.Source = r.source(p)
 	if rolloutStartHook != nil {
 		src = &startRecorder{Source: src, out: r.cfg.Out, policy: p.id, version: int64(r.step)}
 	}
 	srv, err := weightsync.StartRollout(ctx, r.node, weightsync.RolloutConfig{
 		Policy: p.id, Actor: rollout.ActorConfig{Engine: rollout.PushedNative, ModelFiles: files, PolicyID: p.id},
-		Replicas: ro.Replicas, Resources: ro.Resources, Spread: ro.Spread, ChunkSize: ro.ChunkSize, LossTimeout: ro.LossTimeout,
+		Replicas: ro.Replicas, Resources: withMemory(ro.Resources, mem), Spread: ro.Spread, ChunkSize: ro.ChunkSize, LossTimeout: ro.LossTimeout,
 		MaxStaleness: r.cfg.MaxStaleness, PushTimeout: rolloutPushTimeout, Name: fmt.Sprintf("%s-%d", p.id, time.Now().UnixNano()), Logger: r.log,
 	}, int64(r.step), src)
 	if err != nil {

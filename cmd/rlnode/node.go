@@ -52,6 +52,7 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	keyFile := fs.String("key-file", filepath.Join(cluster.Home(), "cluster.key"), "gossip encryption key file")
 	gpus := fs.String("gpus", "auto", "GPUs this node offers: auto (detect NVIDIA GPUs) or a number")
 	cpus := fs.Float64("cpus", 0, "CPUs this node offers (default: all cores)")
+	memory := fs.String("memory", "auto", "memory this node offers: auto (the host's, or its cgroup's limit when lower: a Slurm job's, a container's) or a size: 64GiB, 500MB, 1.5G (K M G T alone are powers of 1024), plain bytes; 0 offers none")
 	nodeID := fs.String("node-id", "", "node id (default: hostname plus a random suffix)")
 	control := fs.String("status-bind", "127.0.0.1:0", "control endpoint HOST:PORT that rlnode status and rlnode stop talk to (loopback unless told otherwise)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate for the actor transport (mutual TLS)")
@@ -123,6 +124,10 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 		cfg.GPUs = n
 	} else {
 		fmt.Fprintf(stderr, "rlnode %s: --gpus %q: want auto or a non-negative number\n", verb, *gpus)
+		return 2
+	}
+	if cfg.Memory, err = parseMemoryFlag(*memory); err != nil {
+		fmt.Fprintf(stderr, "rlnode %s: --memory: %v\n", verb, err)
 		return 2
 	}
 	cfg.Labels = map[string]string{}
@@ -232,6 +237,21 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// parseMemoryFlag reads --memory: auto (0, detect), a size, or 0 (none).
+func parseMemoryFlag(s string) (int64, error) {
+	if s == "auto" {
+		return 0, nil
+	}
+	v, err := cluster.ParseSize(s)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%w; or auto", err)
+	case v == 0:
+		return cluster.NoMemory, nil
+	}
+	return v, nil
+}
+
 func statusCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -272,7 +292,7 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 
 func printStatus(w io.Writer, st cluster.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "NODE\tSTATE\tGOSSIP\tACTORS\tCPU (free/total)\tGPU (free/total)\tCUSTOM (free/total)\tLABELS\tUPTIME\n")
+	fmt.Fprintf(tw, "NODE\tSTATE\tGOSSIP\tACTORS\tCPU (free/total)\tGPU (free/total)\tMEMORY (free/total)\tCUSTOM (free/total)\tLABELS\tUPTIME\n")
 	for _, n := range st.Nodes {
 		var labels, custom []string
 		for k, v := range n.Labels {
@@ -280,13 +300,14 @@ func printStatus(w io.Writer, st cluster.Status) {
 		}
 		sort.Strings(labels)
 		for k, v := range n.Total {
-			if k != cluster.CPU && k != cluster.GPU {
+			if k != cluster.CPU && k != cluster.GPU && k != cluster.Memory {
 				custom = append(custom, fmt.Sprintf("%s=%g/%g", k, n.Free[k], v))
 			}
 		}
 		sort.Strings(custom)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g/%g\t%g/%g\t%s\t%s\t%s\n", n.ID, n.State, n.Gossip, n.Actor,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g/%g\t%g/%g\t%s\t%s\t%s\t%s\n", n.ID, n.State, n.Gossip, n.Actor,
 			n.Free[cluster.CPU], n.Total[cluster.CPU], n.Free[cluster.GPU], n.Total[cluster.GPU],
+			fmtMemory(n.Free[cluster.Memory], n.Total[cluster.Memory]),
 			dashIfEmpty(strings.Join(custom, ",")), dashIfEmpty(strings.Join(labels, ",")), time.Duration(n.UptimeS*float64(time.Second)))
 	}
 	tw.Flush()
@@ -303,6 +324,12 @@ func printStatus(w io.Writer, st cluster.Status) {
 			fmt.Fprintf(w, "placement group %s %s on %s\n", g.ID, g.Strategy, strings.Join(g.Nodes, ","))
 		}
 	}
+}
+
+// fmtMemory writes a node's free/total memory in GiB ("23.4/62.7 GiB").
+func fmtMemory(free, total float64) string {
+	const gib = 1 << 30
+	return fmt.Sprintf("%.1f/%.1f GiB", free/gib, total/gib)
 }
 
 func stopCommand(args []string, stdout, stderr io.Writer) int {
