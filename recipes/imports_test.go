@@ -12,7 +12,7 @@ import (
 
 // leaves are the packages of this module recipes may import: each
 // imports nothing of the module itself.
-var leaves = []string{"../internal/tmpl"}
+var leaves = []string{"../internal/tmpl", "../internal/bytesize"}
 
 // recipes is a leaf: none of its files, tests included, imports a package
 // of this module (train, learner, cluster and rollout import it) other

@@ -177,6 +177,9 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"placement.mode=spread"}, `placement.mode: "spread": want one of colocated, split`},
 		{[]string{"placement.learner.gpus=1.5"}, "above 1, want whole GPUs"},
 		{[]string{"placement.rollout.custom.tpu=-1"}, "placement.rollout.custom.tpu: -1: must not be negative"},
+		{[]string{"placement.rollout.memory=lots"}, `placement.rollout.memory: size "lots": want a number of bytes`},
+		{[]string{"placement.learner.memory=8GB/2"}, `placement.learner.memory: size "8GB/2": unknown unit "GB/2"`},
+		{[]string{"placement.learner.custom.memory=1e9"}, "placement.learner.custom.memory: the node's memory is placement.learner.memory (a size: 16GiB), not a custom resource"},
 		{[]string{"placement.learner_shards=0"}, "placement.learner_shards: 0: want a positive integer"},
 		{[]string{"schedule.steps=0"}, "schedule.steps: 0: want a positive integer"},
 		// The warm-up is not also blamed for a bad step count.

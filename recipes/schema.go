@@ -680,6 +680,11 @@ type Placement struct {
 type Resources struct {
 	CPUs float64 `yaml:"cpus"`
 	GPUs float64 `yaml:"gpus"`
+	// Memory is the host memory each actor reserves (the node resource
+	// "memory"), a size: 16GiB, 500MB, plain bytes. Empty: what the actor
+	// certainly holds (a rollout actor its model's weights, a learner
+	// rank its weights, gradients and AdamW moments on the CPU).
+	Memory string `yaml:"memory,omitempty"`
 	// Custom are node resources by name (rlnode join --resource NAME=N).
 	Custom map[string]float64 `yaml:"custom,omitempty"`
 }

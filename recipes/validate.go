@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rlnode/rlnode/internal/bytesize"
 	"github.com/rlnode/rlnode/internal/tmpl"
 )
 
@@ -1050,8 +1051,16 @@ func (c *checker) resources(path string, r Resources) {
 	if r.GPUs > 1 && r.GPUs != math.Trunc(r.GPUs) {
 		c.add(path+".gpus", "%v: above 1, want whole GPUs", r.GPUs)
 	}
+	if r.Memory != "" {
+		if _, err := bytesize.Parse(r.Memory); err != nil {
+			c.add(path+".memory", "%v", err)
+		}
+	}
 	for k, v := range r.Custom {
-		if v < 0 {
+		switch {
+		case k == "memory":
+			c.add(path+".custom.memory", "the node's memory is %s.memory (a size: 16GiB), not a custom resource", path)
+		case v < 0:
 			c.add(path+".custom."+k, "%v: must not be negative", v)
 		}
 	}

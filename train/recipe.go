@@ -412,6 +412,13 @@ func (l recipe) config(out string) (Config, error) {
 		res[cluster.GPU] = g
 	}
 	maps.Copy(res, r.Placement.Learner.Custom)
+	if m := r.Placement.Learner.Memory; m != "" {
+		b, err := cluster.ParseSize(m)
+		if err != nil {
+			return Config{}, fmt.Errorf("recipe %s: placement.learner.memory: %w", l.Source, err)
+		}
+		res[cluster.Memory] = float64(b)
+	}
 	if len(res) > 0 {
 		cfg.LearnerResources = res
 	}
@@ -452,7 +459,7 @@ func (l recipe) needsRolloutActors() bool {
 		fbReplicas = r.Engines.Feedback.Replicas
 	}
 	return r.Engines.Policy.Replicas > 1 || fbReplicas > 1 || r.Placement.Mode == "split" || r.Sync.Mode == "async" ||
-		rr.CPUs != 1 || rr.GPUs != 0 || len(rr.Custom) > 0
+		rr.CPUs != 1 || rr.GPUs != 0 || len(rr.Custom) > 0 || rr.Memory != ""
 }
 
 // RolloutPlacement is where the recipe puts the rollout actors of the
@@ -470,6 +477,11 @@ func (l recipe) rolloutPlacement(feedback bool) (policy, fb *Rollout) {
 		res[cluster.GPU] = rr.GPUs
 	}
 	maps.Copy(res, rr.Custom)
+	if rr.Memory != "" {
+		if b, err := cluster.ParseSize(rr.Memory); err == nil { // validated
+			res[cluster.Memory] = float64(b)
+		}
+	}
 	split := r.Placement.Mode == "split"
 	policy = &Rollout{Replicas: r.Engines.Policy.Replicas, Resources: res, Spread: split}
 	if feedback {
@@ -605,7 +617,7 @@ func (l recipe) refuseVLLM(no func(field, format string, args ...any)) {
 	switch {
 	case e.Replicas > 1:
 		no("engines.policy.replicas", "%d is not supported with kind vllm: the servers are the replicas (the driver's client spreads requests over engines.policy.vllm.servers); list more servers and set 1", e.Replicas)
-	case r.Placement.Mode == "split" || rr.CPUs != 1 || rr.GPUs != 0 || len(rr.Custom) > 0:
+	case r.Placement.Mode == "split" || rr.CPUs != 1 || rr.GPUs != 0 || len(rr.Custom) > 0 || rr.Memory != "":
 		no("placement", "rollout actors (placement.mode split or placement.rollout resources) are not supported with vllm engines: the servers run outside rlnode")
 	}
 	if r.Episode.Type == "mlmt" && !r.Algorithm.MLMT.StaticFeedback && (r.Engines.Feedback == nil || r.Engines.Feedback.Kind != "vllm") {

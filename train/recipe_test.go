@@ -119,6 +119,8 @@ func TestFromRecipeRolloutActors(t *testing.T) {
 		{"quickstart", []string{"deterministic=false", "sync.mode=async", "sync.max_staleness=3", "engines.policy.replicas=4"}, &Rollout{Replicas: 4, Resources: one}, nil, 3},
 		{"quickstart", []string{"placement.rollout={cpus: 0, custom: {rollout: 1}}"}, &Rollout{Replicas: 1, Resources: cluster.Resources{"rollout": 1}}, nil, 0},
 		{"quickstart", []string{"placement.rollout.cpus=2", "placement.rollout.gpus=1"}, &Rollout{Replicas: 1, Resources: cluster.Resources{cluster.CPU: 2, cluster.GPU: 1}}, nil, 0},
+		{"quickstart", []string{"placement.rollout.memory=1.5GiB"}, &Rollout{Replicas: 1, Resources: cluster.Resources{cluster.CPU: 1, cluster.Memory: 3 << 29}}, nil, 0},
+		{"quickstart", []string{"placement.rollout.memory=0"}, &Rollout{Replicas: 1, Resources: cluster.Resources{cluster.CPU: 1, cluster.Memory: 0}}, nil, 0},
 		{"mlmt_math", []string{"engines.feedback.replicas=3"}, &Rollout{Replicas: 1, Resources: one}, &Rollout{Replicas: 3, Resources: one}, 0},
 		{"mlmt_math", []string{"engines.policy.replicas=2", "engines.feedback.replicas=2"}, &Rollout{Replicas: 2, Resources: one}, &Rollout{Replicas: 2, Resources: one}, 0},
 		{"mlmt_math_static", []string{"engines.policy.replicas=2"}, &Rollout{Replicas: 2, Resources: one}, nil, 0},
@@ -211,7 +213,7 @@ func TestFromRecipeLearnerShards(t *testing.T) {
 		recipe string
 		shards int
 	}{{"quickstart", 1}, {"quickstart", 2}, {"mlmt_math", 3}} {
-		l, err := recipes.Load(c.recipe, []string{fmt.Sprintf("placement.learner_shards=%d", c.shards), "placement.learner.cpus=0.5"})
+		l, err := recipes.Load(c.recipe, []string{fmt.Sprintf("placement.learner_shards=%d", c.shards), "placement.learner.cpus=0.5", "placement.learner.memory=500MB"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,8 +221,8 @@ func TestFromRecipeLearnerShards(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s with %d shards: %v", c.recipe, c.shards, err)
 		}
-		if got.Learner.Shards != c.shards || got.LearnerResources[cluster.CPU] != 0.5 {
-			t.Errorf("%s: learner shards %d of %v, want %d of 0.5 CPU", c.recipe, got.Learner.Shards, got.LearnerResources, c.shards)
+		if got.Learner.Shards != c.shards || got.LearnerResources[cluster.CPU] != 0.5 || got.LearnerResources[cluster.Memory] != 500e6 {
+			t.Errorf("%s: learner shards %d of %v, want %d of 0.5 CPU and 500 MB", c.recipe, got.Learner.Shards, got.LearnerResources, c.shards)
 		}
 	}
 }
