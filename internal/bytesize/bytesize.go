@@ -60,4 +60,3 @@ func Format(v float64) string {
 	}
 	return strconv.FormatFloat(v, 'f', 1, 64) + " " + units[i]
 }
-
