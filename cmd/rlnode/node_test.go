@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/cluster"
 )
 
 // The CLI tests run rlnode itself: this test binary re-executed with
@@ -161,7 +163,7 @@ func TestStartJoinStatusStop(t *testing.T) {
 		t.Fatalf("start does not print how to join:\n%s", a.out.String())
 	}
 	b := startRlnode(t, home, "join", a.gossip, "--bind", "127.0.0.1:0", "--key-file", keyFile,
-		"--node-id", "beta", "--gpus", "2", "--label", "zone=b", "--label", "rack=7")
+		"--node-id", "beta", "--gpus", "2", "--label", "zone=b", "--label", "rack=7", "--memory", "12GiB")
 
 	var st struct {
 		Nodes []struct {
@@ -169,6 +171,7 @@ func TestStartJoinStatusStop(t *testing.T) {
 			GPUs   []json.RawMessage `json:"gpus"`
 			Labels map[string]string `json:"labels"`
 			State  string            `json:"state"`
+			Total  map[string]float64 `json:"total"`
 		} `json:"nodes"`
 		Actors []json.RawMessage `json:"actors"`
 	}
@@ -187,11 +190,13 @@ func TestStartJoinStatusStop(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if len(st.Nodes) != 2 || st.Nodes[0].ID != "alpha" || st.Nodes[1].ID != "beta" ||
-		len(st.Nodes[1].GPUs) != 2 || st.Nodes[1].Labels["zone"] != "b" || st.Actors == nil {
+		len(st.Nodes[1].GPUs) != 2 || st.Nodes[1].Labels["zone"] != "b" || st.Actors == nil ||
+		st.Nodes[1].Total["memory"] != 12<<30 || st.Nodes[0].Total["memory"] <= 0 {
 		t.Fatalf("status: %+v", st)
 	}
 	out, _, code := runRlnode(t, home, "status", "--address", b.gossip)
-	if code != 0 || !strings.Contains(out, "alpha") || !strings.Contains(out, "rack=7,zone=b") {
+	if code != 0 || !strings.Contains(out, "alpha") || !strings.Contains(out, "rack=7,zone=b") ||
+		!strings.Contains(out, "MEMORY (free/total)") || !strings.Contains(out, "12.0/12.0 GiB") {
 		t.Fatalf("table status (%d):\n%s", code, out)
 	}
 
@@ -211,6 +216,10 @@ func TestStartJoinStatusStop(t *testing.T) {
 	_, errOut, code = runRlnode(t, home, "join", "--gpus", "many", a.gossip)
 	if code != 2 || !strings.Contains(errOut, `--gpus "many"`) {
 		t.Fatalf("bad --gpus: code %d: %s", code, errOut)
+	}
+	_, errOut, code = runRlnode(t, home, "join", "--memory", "12 gigs", a.gossip)
+	if code != 2 || !strings.Contains(errOut, `--memory: size "12 gigs": unknown unit "gigs"`) {
+		t.Fatalf("bad --memory: code %d: %s", code, errOut)
 	}
 	_, errOut, code = runRlnode(t, home, "join", "--detection", "slow", a.gossip)
 	if code != 2 || !strings.Contains(errOut, `--detection: failure detection "slow": want fast or lan`) {
@@ -292,6 +301,31 @@ func TestStartJoinStatusStop(t *testing.T) {
 // joining the same cluster (the id is taken there), or starting a cluster
 // of its own (its run file would replace the first node's, which status
 // and stop would then no longer find).
+func TestParseMemoryFlag(t *testing.T) {
+	for in, want := range map[string]int64{"auto": 0, "0": cluster.NoMemory, "64GiB": 64 << 30, "500MB": 500e6, "1.5G": 3 << 29, "1048576": 1 << 20} {
+		if got, err := parseMemoryFlag(in); err != nil || got != want {
+			t.Errorf("--memory %s: got %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "AUTO", "64GiBs", "1,5G"} {
+		if got, err := parseMemoryFlag(in); err == nil {
+			t.Errorf("--memory %q: got %d; want an error", in, got)
+		}
+	}
+}
+
+// The table shows memory in GiB, free/total, apart from custom resources.
+func TestPrintStatusMemory(t *testing.T) {
+	var b strings.Builder
+	printStatus(&b, cluster.Status{Nodes: []cluster.NodeStatus{{ID: "n1", State: "ALIVE",
+		Total: cluster.Resources{cluster.CPU: 4, cluster.Memory: 40 << 30, "tpu": 2},
+		Free:  cluster.Resources{cluster.CPU: 3, cluster.Memory: 23.4 * (1 << 30), "tpu": 1}}}})
+	out := b.String()
+	if !strings.Contains(out, "MEMORY (free/total)") || !strings.Contains(out, "23.4/40.0 GiB") || !strings.Contains(out, "tpu=1/2") || strings.Contains(out, "memory=") {
+		t.Errorf("status table:\n%s", out)
+	}
+}
+
 func TestNodeIDInUseRefused(t *testing.T) {
 	home := t.TempDir()
 	a := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "alpha", "--gpus", "0")
