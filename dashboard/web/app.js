@@ -43,6 +43,11 @@ function fmtNum(v) {
   if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(2);
   return String(Math.round(v * 1000) / 1000);
 }
+// fmtAmount writes an amount of resource k: memory (bytes) in GiB.
+function fmtAmount(k, v) {
+  if (k === "memory" && typeof v === "number") return (v / 2 ** 30).toFixed(1) + " GiB";
+  return fmtNum(v);
+}
 function fmtDur(s) {
   if (s === null || s === undefined) return "–";
   s = Math.round(s);
@@ -87,14 +92,14 @@ function drawCluster(v) {
   }
   const live = v.nodes.filter(n => !n.gone_since).length;
   const totals = v.totals || {};
-  const sum = Object.keys(totals).sort().map(k => `${k} ${fmtNum(totals[k].used)}/${fmtNum(totals[k].total)} used`).join(" · ");
+  const sum = Object.keys(totals).sort().map(k => `${k} ${fmtAmount(k, totals[k].used)}/${fmtAmount(k, totals[k].total)} used`).join(" · ");
   out.push(el("p", {class: "muted"}, `${live} live node${live === 1 ? "" : "s"}` + (v.asked ? ` · as node ${v.asked} sees it` : "") + (sum ? " · " + sum : "")));
 
   out.push(el("h2", {}, "Nodes"));
   const nt = el("table", {id: "nodes"}, el("tr", {}, ...["node", "state", "gossip", "actors at", "CPUs", "GPUs", "CPU", "GPU", "other resources", "labels", "uptime"].map(h => el("th", {}, h))));
   for (const n of v.nodes) {
     const other = Object.keys(n.total || {}).filter(k => k !== "CPU" && k !== "GPU").sort()
-      .map(k => `${k} ${fmtNum((n.used || {})[k] || 0)}/${fmtNum(n.total[k])}`).join(", ");
+      .map(k => `${k} ${fmtAmount(k, (n.used || {})[k] || 0)}/${fmtAmount(k, n.total[k])}`).join(", ");
     const labels = Object.keys(n.labels || {}).sort().map(k => `${k}=${n.labels[k]}`).join(", ");
     const gpus = (n.gpus || []).map(g => g.name).join(", ");
     const up = n.gone_since ? "gone " + new Date(n.gone_since).toLocaleTimeString() : fmtDur(n.uptime_s);
