@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 
@@ -26,18 +26,14 @@ const Memory = "memory"
 // that reserve none are placed on it.
 const NoMemory int64 = -1
 
-// DetectMemory is the memory this process may use, in bytes: the host's
-// (MemTotal of /proc/meminfo), or the memory limit of the process's
-// control group where one is set and lower (cgroup v2 memory.max along
-// the group's path, cgroup v1 memory.limit_in_bytes): Slurm jobs and
-// containers set one. The string says where the figure comes from. It
-// fails where neither can be read (other systems than Linux).
-func DetectMemory() (int64, string, error) {
-	if runtime.GOOS != "linux" {
-		return 0, "", fmt.Errorf("detecting memory is supported on Linux only (this is %s)", runtime.GOOS)
-	}
-	return detectMemoryAt("/proc", "/sys/fs/cgroup")
-}
+// DetectMemory is the memory this process may use, in bytes: on Linux the
+// host's (MemTotal of /proc/meminfo), or the memory limit of the
+// process's control group where one is set and lower (cgroup v2
+// memory.max along the group's path, cgroup v1 memory.limit_in_bytes):
+// Slurm jobs and containers set one; on macOS hw.memsize. The string says
+// where the figure comes from. It fails where none can be read (other
+// systems).
+func DetectMemory() (int64, string, error) { return detectHostMemory() }
 
 // detectMemoryAt is DetectMemory over a proc and a cgroup file system
 // mounted at the given roots (tests give fake ones).
@@ -150,7 +146,7 @@ func ParseSize(s string) (int64, error) { return bytesize.Parse(s) }
 func FormatBytes(v float64) string { return bytesize.Format(v) }
 
 // nodeMemory is what a node configured with cfgMemory offers.
-func nodeMemory(cfgMemory int64) (float64, error) {
+func nodeMemory(cfgMemory int64, log *slog.Logger) (float64, error) {
 	switch {
 	case cfgMemory == NoMemory:
 		return 0, nil
@@ -159,10 +155,11 @@ func nodeMemory(cfgMemory int64) (float64, error) {
 	case cfgMemory < 0:
 		return 0, fmt.Errorf("memory %d: want bytes > 0, 0 to detect, or NoMemory", cfgMemory)
 	}
-	v, _, err := DetectMemory()
+	v, where, err := DetectMemory()
 	if err != nil {
 		return 0, fmt.Errorf("%w; give the node's memory with --memory SIZE (Config.Memory)", err)
 	}
+	log.Info("node memory", "offers", FormatBytes(float64(v)), "from", where)
 	return float64(v), nil
 }
 

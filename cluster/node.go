@@ -268,7 +268,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if _, ok := cfg.Resources[Memory]; ok {
 		return nil, fmt.Errorf("node resources: %w", errMemoryResource)
 	}
-	memory, err := nodeMemory(cfg.Memory)
+	memory, err := nodeMemory(cfg.Memory, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("node memory: %w", err)
 	}
