@@ -44,7 +44,9 @@ func onHost(device string) bool { return device == "" || device == "cpu" }
 // the gradients of the trained weights and AdamW's two moments of them
 // (with ZeRO-1, the rank's slice of the moments), and the KL reference
 // model's weights where there is one. With LoRA only the base weights are
-// counted (the adapters' are small). On a GPU it holds none counted here.
+// counted (the adapters' are small). With a KL term the reference is a
+// frozen copy of the policy unless it is a model of its own. On a GPU it
+// holds none counted here.
 func learnerRankMemory(l learner.Config) (int64, error) {
 	if !onHost(l.Device) {
 		return 0, nil
@@ -61,12 +63,15 @@ func learnerRankMemory(l learner.Config) (int64, error) {
 		}
 		total += n*bytesPerWeight + moments
 	}
-	if l.RefModelDir != "" {
+	switch {
+	case l.RefModelDir != "":
 		ref, err := modelParams(learner.Config{ModelDir: l.RefModelDir})
 		if err != nil {
 			return 0, err
 		}
 		total += ref * bytesPerWeight
+	case l.Loss.KLCoef > 0: // the reference is a frozen copy of the policy
+		total += n * bytesPerWeight
 	}
 	return total, nil
 }

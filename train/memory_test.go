@@ -26,6 +26,8 @@ func TestLearnerRankMemory(t *testing.T) {
 		{"zero0 of 4", func(l *learner.Config) { l.Shards = 4 }, 16 * n},
 		{"lora", func(l *learner.Config) { l.LoRA = &model.LoRAConfig{Rank: 4} }, 4 * n},
 		{"cuda", func(l *learner.Config) { l.Device = "cuda" }, 0},
+		{"kl to a copy", func(l *learner.Config) { l.Loss.KLCoef = 0.1 }, 20 * n},
+		{"lora, kl to a copy", func(l *learner.Config) { l.Loss.KLCoef, l.LoRA = 0.1, &model.LoRAConfig{Rank: 4} }, 8 * n},
 	} {
 		l := learner.Config{Model: mc}
 		c.edit(&l)
