@@ -156,3 +156,14 @@ func TestMemoryDecidesNode(t *testing.T) {
 		t.Errorf("a second 6 GiB actor: %v; want it refused, in GiB", err)
 	}
 }
+
+// CPU, GPU and memory are the node's own resources: given as custom ones
+// (--resource CPU=8) they were copied over --cpus/--gpus without a word.
+func TestBuiltInResourcesAreNotCustom(t *testing.T) {
+	for name, flag := range map[string]string{CPU: "--cpus", GPU: "--gpus", Memory: "--memory"} {
+		_, err := Start(context.Background(), Config{Bind: "127.0.0.1:0", CPUs: 2, Resources: Resources{name: 8}, Logger: actor.DiscardLogger()})
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("resource %s=8: err %v, want a refusal naming %s", name, err, flag)
+		}
+	}
+}

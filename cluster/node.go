@@ -268,6 +268,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if _, ok := cfg.Resources[Memory]; ok {
 		return nil, fmt.Errorf("node resources: %w", errMemoryResource)
 	}
+	for k, flag := range map[string]string{CPU: "--cpus N (Config.CPUs)", GPU: "--gpus auto|N (Config.GPUs)"} {
+		if _, ok := cfg.Resources[k]; ok {
+			// Copied over the total, it would silently replace --cpus or
+			// --gpus, and a GPU count would disagree with the GPU list.
+			return nil, fmt.Errorf("node resources: %q is not a custom resource: give it with %s", k, flag)
+		}
+	}
 	memory, err := nodeMemory(cfg.Memory, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("node memory: %w", err)
