@@ -490,26 +490,21 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 	bound := int64(-1 << 63)
 	if w := p.cfg.Weights; w != nil {
 		for {
+			// The syncer drops an engine whose weight push failed (its node
+			// lost, or its port unreachable past the push timeout) before,
+			// or without, any death notice from the cluster: the replica
+			// keeps old weights and would fail the step with them. It is
+			// lost too, and is replaced.
+			dropped := p.dropUnsynced()
+			if err := p.awaitLive(ctx); err != nil {
+				return nil, err
+			}
 			_, err := w.VersionFor(ctx, step)
 			if err == nil {
 				break
 			}
-			// The syncer drops an engine whose weight push failed (its node
-			// lost, as a rule) before the cluster's death notice reaches
-			// the pool: its replica is lost too, and is replaced.
-			dropped := false
-			for _, r := range p.live() {
-				if _, ok := w.Serves(r.host.Name); !r.host.IsZero() && !ok {
-					p.lose(r, "its engine left the weight syncer (a weight push to it failed)")
-					dropped = true
-				}
-			}
-			if !dropped && len(p.live()) > 0 {
+			if !dropped && !p.dropUnsynced() && len(p.live()) > 0 {
 				return nil, fmt.Errorf("rollout pool: generate for step %d: %w", step, err)
-			}
-			// Every replica was lost meanwhile (no engine is registered).
-			if err := p.awaitLive(ctx); err != nil {
-				return nil, err
 			}
 		}
 		bound = step - int64(w.MaxStaleness())
@@ -569,6 +564,11 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 			p.moved.Add(1)
 		case o.err != nil:
 			return nil, o.err
+		case stale(o.results, bound) && p.loseUnsynced(o.r):
+			// Its engine left the syncer while it generated (after the
+			// check above): the chunk runs again elsewhere.
+			pending = append(pending, o.c)
+			p.moved.Add(1)
 		default:
 			for i, res := range o.results {
 				if res.WeightVersion < bound {
@@ -587,6 +587,35 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 	p.version = low
 	p.mu.Unlock()
 	return results, nil
+}
+
+// dropUnsynced loses every live replica whose engine is no longer
+// registered with Weights (a weight push to it failed); true when it lost any.
+func (p *Pool) dropUnsynced() bool {
+	dropped := false
+	for _, r := range p.live() {
+		dropped = p.loseUnsynced(r) || dropped
+	}
+	return dropped
+}
+
+// loseUnsynced loses r when the pool has Weights and r's engine is no
+// longer registered there; true when it did.
+func (p *Pool) loseUnsynced(r *replica) bool {
+	w := p.cfg.Weights
+	if w == nil || r.host.IsZero() {
+		return false
+	}
+	if _, ok := w.Serves(r.host.Name); ok {
+		return false
+	}
+	p.lose(r, "its engine left the weight syncer (a weight push to it failed)")
+	return true
+}
+
+// stale says whether any of results is of a version older than bound.
+func stale(results []engine.Result, bound int64) bool {
+	return slices.ContainsFunc(results, func(r engine.Result) bool { return r.WeightVersion < bound })
 }
 
 // live lists the replicas not lost.

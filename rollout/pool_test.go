@@ -851,3 +851,58 @@ func TestPoolWaitsForReplacement(t *testing.T) {
 		t.Errorf("replicas %+v, want waiting-1 replacing waiting-0", rs)
 	}
 }
+
+// TestPoolDropsReplicaWhoseEngineLeftTheSyncer: a weight push that fails
+// (the replica's actor port unreachable for longer than the push timeout,
+// then back) removes its engine from the syncer; the replica keeps the old
+// weights. Generation must not give it a chunk, whose stale version would
+// fail the whole step: it is dropped and replaced, and every result is of
+// the published version. Seen failing before: "request s-... on
+// engine-left-1 (node ...): weight version 1, older than step 2 allows".
+func TestPoolDropsReplicaWhoseEngineLeftTheSyncer(t *testing.T) {
+	if proctest.Isolated(t) {
+		return
+	}
+	n := startNode(t)
+	ctx := testCtx(t)
+	syncer, err := weightsync.Start(ctx, n, 0, weightsync.Config{Name: "ws-left"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syncer.Close()
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"},
+		Replicas: 2, Weights: syncer, Name: "engine-left", RespawnEvery: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	reqs := poolRequests("s", 4)
+	if _, err := syncer.Publish(ctx, 1, weights.FullUpdate(otherModel(t, 1))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.GenerateStep(ctx, 1, reqs); err != nil {
+		t.Fatal(err)
+	}
+	// What the syncer does when a push to the engine fails.
+	if !syncer.Remove("engine-left-1.weights", "push version 2: call engine-left-1.weights: context deadline exceeded") {
+		t.Fatalf("engine-left-1.weights was not registered: %+v", syncer.Versions().Engines)
+	}
+	if rep, err := syncer.Publish(ctx, 2, weights.FullUpdate(otherModel(t, 2))); err != nil || len(rep.Applied) != 1 {
+		t.Fatalf("publish 2: %+v %v", rep, err)
+	}
+	for try := range 3 { // the replacement, once started, takes chunks too
+		res, err := pool.GenerateStep(ctx, 2, reqs)
+		if err != nil {
+			t.Fatalf("generate %d after the engine left: %v", try, err)
+		}
+		for _, r := range res {
+			if r.WeightVersion != 2 {
+				t.Errorf("generate %d: request %s on version %d, want 2", try, r.RequestID, r.WeightVersion)
+			}
+		}
+	}
+	reps := pool.Replicas()
+	if len(reps) < 2 || !strings.Contains(reps[1].Lost, "weight syncer") {
+		t.Errorf("replicas after the engine left: %+v", reps)
+	}
+}
