@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -173,5 +175,67 @@ func TestDetachedOutlivesItsOwner(t *testing.T) {
 	})
 	if rec, _ := a.dir.Actor("detached"); rec.State != Alive || rec.Owner != "" {
 		t.Errorf("detached actor %s (owner %q), want ALIVE and no owner", rec.State, rec.Owner)
+	}
+}
+
+// A stop that cannot reach the actor's node (frozen, or its actor port
+// dropped by a firewall while gossip passes: a run's driver restarting a
+// learner whose node it cannot reach) must still take effect once the
+// node hears of it. Before, the request was lost and the actor lived on,
+// ALIVE and holding its node's resources, after the node came back,
+// until the node stopped (seen: a learner and a rollout actor left
+// running on a node whose actor port was dropped for 100 s; this test
+// timed out waiting for v-unreached to release the CPU).
+func TestStopThatCannotReachTheNodeTakesEffectLater(t *testing.T) {
+	key := testKey(t)
+	lan, err := ParseDetection("lan") // the frozen node stays a member for about 11 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startLocalNodeWith(t, "a-stops", key, lan)
+	v := startNodeProcess(t, "v-unreached", key, a.GossipAddress(), 0, "", "RLNODE_TEST_DETECTION=lan")
+	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "far", Node: "v-unreached", Resources: Resources{CPU: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	used := func() float64 {
+		rec, _ := a.dir.Node("v-unreached")
+		return rec.Used[CPU]
+	}
+	waitFor(t, "the actor's CPU used on v-unreached", 10*time.Second, func() bool { return used() == 1 })
+	p := v.Cmd.Process
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "v-unreached frozen", 5*time.Second, func() bool {
+		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid))
+		_, rest, _ := strings.Cut(string(stat), ") ")
+		return strings.HasPrefix(rest, "T")
+	})
+	// The transport gives up on the node's connection (as it does when a
+	// firewall drops its packets), before and after the stop: the request
+	// is never delivered.
+	ref, err := a.nodeRef("v-unreached")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaveUp := fmt.Errorf("connection to %s closed: %w", ref.Address, actor.ErrNodeLost)
+	a.sys.ForgetAddress(ref.Address, gaveUp)
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = a.StopActor(short, "far")
+	cancelShort()
+	a.sys.ForgetAddress(ref.Address, gaveUp)
+	_ = p.Signal(syscall.SIGCONT)
+	if err == nil || !strings.Contains(err.Error(), "v-unreached") {
+		t.Fatalf("stop with v-unreached frozen: %v, want a failure naming the node", err)
+	}
+	waitFor(t, "v-unreached stopping the actor once it hears of the stop", 20*time.Second, func() bool {
+		rec, _ := a.dir.Actor("far")
+		return rec.State == Dead && used() == 0
+	})
+	if !a.isAlive("v-unreached") {
+		t.Errorf("v-unreached taken for lost: the test froze it too long")
 	}
 }

@@ -283,6 +283,16 @@ func (n *Node) stopActor(ctx context.Context, name, cause string) error {
 	}
 	rep, err := actor.CallAs[okReply](ctx, n.sys, nref, stopRequest{Name: name, Cause: cause})
 	if err != nil {
+		// The node did not answer (frozen, or its actor port cut off while
+		// gossip passes), and the request may never reach it. Record the
+		// actor stopped: the node stops its copy when the record reaches it
+		// (fencing, onActorChange), as it releases a removed group's
+		// bundles; otherwise the actor would live on, holding the node's
+		// resources, after the node is back.
+		rec.Version++
+		rec.Writer, rec.UpdatedMs = n.id, time.Now().UnixMilli()
+		rec.State, rec.Cause = Dead, cause+" (node "+rec.Node+" did not answer the stop; it stops the actor when it hears of it)"
+		n.write(&update{Actors: []ActorRecord{rec}})
 		return fmt.Errorf("stop %s on node %s: %w", name, rec.Node, err)
 	}
 	if rep.Err != "" {
@@ -364,11 +374,14 @@ func (n *Node) onActorChange(old, cur ActorRecord) {
 		n.sys.FailActor(old.Ref, fmt.Errorf("%s: %s: %w", cur.Name, cur.Cause, actor.ErrActorDied))
 	}
 	// Fencing: another node declared this node's actor lost and is
-	// replacing it; the local copy must not live on beside the new one.
+	// replacing it, or stopped it without reaching this node (stopActor);
+	// the local copy must not live on.
 	if cur.Writer != n.id && old.Node == n.id && (cur.Node != n.id || cur.State != Alive) {
 		for _, ref := range n.sys.Local() {
 			if ref.Name == cur.Name {
-				go func() { _ = n.sys.StopLocal(ref.Name, "fenced: node "+cur.Writer+" declared this node lost") }()
+				go func() {
+					_ = n.sys.StopLocal(ref.Name, fmt.Sprintf("fenced: node %s recorded it %s (%s)", cur.Writer, cur.State, cur.Cause))
+				}()
 			}
 		}
 	}
