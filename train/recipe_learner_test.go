@@ -69,11 +69,9 @@ func writeCheckpoint(t *testing.T, cfg model.Config, tokVocab int) string {
 	return dir
 }
 
-// models.reference.path becomes the solver learner's reference, checked
-// before any actor starts: another vocabulary or tokenizer is an error
-// naming the field and both models; a random reference is refused naming
-// the field.
-func TestFromRecipeReferenceModel(t *testing.T) {
+// quickstartModel is the quickstart recipe's random model's config.
+func quickstartModel(t *testing.T) *model.Config {
+	t.Helper()
 	l, err := recipes.Load("quickstart", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +80,15 @@ func TestFromRecipeReferenceModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return mc
+}
+
+// models.reference.path becomes the solver learner's reference, checked
+// before any actor starts: another vocabulary or tokenizer is an error
+// naming the field and both models; a random reference is refused naming
+// the field.
+func TestFromRecipeReferenceModel(t *testing.T) {
+	mc := quickstartModel(t)
 	good := writeCheckpoint(t, *mc, mc.VocabSize)
 	wide := *mc
 	wide.VocabSize += 32
@@ -110,7 +117,7 @@ func TestFromRecipeReferenceModel(t *testing.T) {
 			}
 		}
 	}
-	l, err = recipes.Load("quickstart", []string{"algorithm.kl_coef=0.05", "models.reference.init={}"})
+	l, err := recipes.Load("quickstart", []string{"algorithm.kl_coef=0.05", "models.reference.init={}"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,14 +183,7 @@ func TestFromRecipeCheckpointWithoutOptimizer(t *testing.T) {
 // (recipes checks models.policy.init's): rank 100000000 ended in the Go
 // runtime's out-of-memory crash once the adapters started.
 func TestCheckLoRARankAgainstModelFolder(t *testing.T) {
-	l, err := recipes.Load("quickstart", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc, err := modelConfig(l.Models.Policy.Init)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mc := quickstartModel(t)
 	dir := writeCheckpoint(t, *mc, mc.VocabSize)
 	for _, c := range []struct {
 		rank string
