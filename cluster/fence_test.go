@@ -239,3 +239,29 @@ func TestStopThatCannotReachTheNodeTakesEffectLater(t *testing.T) {
 		t.Errorf("v-unreached taken for lost: the test froze it too long")
 	}
 }
+
+// The release does not depend on having seen the record that placed the
+// bundle here: a node paused right after reserving, before the group's
+// record reached it, first hears of the group as moved away. A bundle
+// reserved here for a move is kept while only older records arrive.
+func TestBundleReleaseByRecordVersion(t *testing.T) {
+	n := startLocalNode(t, "n-ledger", testKey(t))
+	one := []Resources{{CPU: 1}}
+	if err := n.ledger.reserve("pg-never-seen", []int{0}, one, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.ledger.reserve("pg-moving-here", []int{0}, one, 3); err != nil {
+		t.Fatal(err)
+	}
+	n.dir.merge(&update{Groups: []GroupRecord{
+		{ID: "pg-never-seen", Nodes: []string{"elsewhere"}, Version: 2, Writer: "w"},
+		{ID: "pg-moving-here", Nodes: []string{"lost"}, Version: 2, Writer: "w"},
+	}})
+	if _, used := n.ledger.snapshot(); used[CPU] != 1 {
+		t.Fatalf("CPU used %v after the records, want 1: pg-never-seen released, pg-moving-here kept", used[CPU])
+	}
+	n.dir.merge(&update{Groups: []GroupRecord{{ID: "pg-moving-here", Nodes: []string{"n-ledger"}, Version: 3, Writer: "w"}}})
+	if _, used := n.ledger.snapshot(); used[CPU] != 1 {
+		t.Fatalf("CPU used %v once the move's record arrived, want 1", used[CPU])
+	}
+}

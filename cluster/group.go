@@ -79,7 +79,7 @@ func (n *Node) reserveAll(ctx context.Context, id string, bundles []Bundle, node
 	for i, node := range nodes {
 		r := per[node]
 		if r == nil {
-			r = &reserveRequest{Group: id}
+			r = &reserveRequest{Group: id, Version: 1}
 			per[node] = r
 		}
 		r.Indices = append(r.Indices, i)
@@ -183,14 +183,15 @@ func (n *Node) RemovePlacementGroup(ctx context.Context, id string) error {
 }
 
 // onGroupChange fences this node's reservations: a group removed, or a
-// bundle of this node's moved elsewhere (replaceBundle, by a node that
-// took this one for lost while it was paused or cut off), holds nothing
-// here any more. The request that would have released it could not
-// reach this node then, and without this the node would keep the
-// resources set aside until it stops. Only a move away from this node
-// releases a bundle: a reservation made for a move to this node comes
-// before the record that says so.
-func (n *Node) onGroupChange(old, cur GroupRecord) {
+// bundle held here that the group's record places elsewhere (moved by
+// replaceBundle, by a node that took this one for lost while it was
+// paused or cut off), holds nothing here any more. The request that would
+// have released it could not reach this node then, and without this the
+// node would keep the resources set aside until it stops. This node may
+// never have seen the record that placed the bundle here (paused right
+// after reserving it); a bundle reserved here for a move is kept until a
+// record as new as the move's says otherwise (reserveRequest.Version).
+func (n *Node) onGroupChange(_, cur GroupRecord) {
 	if cur.Removed {
 		if n.ledger.unreserve(cur.ID) {
 			n.log.Info("placement group removed while this node was out of reach: its bundles here are released", "group", cur.ID)
@@ -198,21 +199,15 @@ func (n *Node) onGroupChange(old, cur GroupRecord) {
 		}
 		return
 	}
-	released := false
-	for i, node := range old.Nodes {
-		if node != n.id || (i < len(cur.Nodes) && cur.Nodes[i] == n.id) {
-			continue
+	released := n.ledger.unplaced(cur, n.id)
+	for _, i := range released {
+		to := "nowhere"
+		if i < len(cur.Nodes) {
+			to = cur.Nodes[i]
 		}
-		if n.ledger.unreserveBundle(cur.ID, i) {
-			to := "nowhere"
-			if i < len(cur.Nodes) {
-				to = cur.Nodes[i]
-			}
-			n.log.Info("placement group bundle moved off this node while it was out of reach: released here", "group", cur.ID, "bundle", i, "now_on", to)
-			released = true
-		}
+		n.log.Info("placement group bundle moved off this node while it was out of reach: released here", "group", cur.ID, "bundle", i, "now_on", to)
 	}
-	if released {
+	if len(released) > 0 {
 		n.publishNode()
 	}
 }
@@ -275,7 +270,7 @@ func (n *Node) replaceBundle(groupID string, bundle int, lost string) (string, e
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := n.askNode(ctx, node, reserveRequest{Group: groupID, Indices: []int{bundle}, Resources: []Resources{b.Resources}}); err != nil {
+	if err := n.askNode(ctx, node, reserveRequest{Group: groupID, Indices: []int{bundle}, Resources: []Resources{b.Resources}, Version: g.Version + 1}); err != nil {
 		return "", err
 	}
 	g.Nodes = append([]string(nil), g.Nodes...)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 )
@@ -24,6 +25,7 @@ type bundleKey struct {
 
 type bundleUse struct {
 	reserved, used Resources
+	version        uint64 // of the group record that places it here (reserveRequest.Version)
 }
 
 type actorUse struct {
@@ -92,7 +94,7 @@ func (l *ledger) release(name string) bool {
 }
 
 // reserve sets aside bundles of a placement group, all or none.
-func (l *ledger) reserve(group string, idx []int, res []Resources) error {
+func (l *ledger) reserve(group string, idx []int, res []Resources, version uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	need := Resources{}
@@ -106,7 +108,7 @@ func (l *ledger) reserve(group string, idx []int, res []Resources) error {
 		return fmt.Errorf("free %s, lacks %s: %w", free, strings.Join(free.Missing(need), ", "), ErrInfeasible)
 	}
 	for i, r := range res {
-		l.bundles[bundleKey{group, idx[i]}] = &bundleUse{reserved: r.Clone(), used: Resources{}}
+		l.bundles[bundleKey{group, idx[i]}] = &bundleUse{reserved: r.Clone(), used: Resources{}, version: version}
 	}
 	l.used = l.used.Add(need)
 	return nil
@@ -128,17 +130,22 @@ func (l *ledger) unreserve(group string) bool {
 	return held
 }
 
-// unreserveBundle drops bundle i of group if held here; it reports
-// whether it was. Actors still charged to it give nothing back when
-// they stop (release).
-func (l *ledger) unreserveBundle(group string, i int) bool {
+// unplaced drops the bundles of g held here that g, a record at least
+// as new as the one that placed each here, places elsewhere, and returns
+// their indices. Actors still charged to one give nothing back when they
+// stop (release).
+func (l *ledger) unplaced(g GroupRecord, here string) []int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k := bundleKey{group, i}
-	b, ok := l.bundles[k]
-	if ok {
+	var out []int
+	for k, b := range l.bundles {
+		if k.group != g.ID || g.Version < b.version || (k.index < len(g.Nodes) && g.Nodes[k.index] == here) {
+			continue
+		}
 		l.used = l.used.Sub(b.reserved)
 		delete(l.bundles, k)
+		out = append(out, k.index)
 	}
-	return ok
+	sort.Ints(out)
+	return out
 }

@@ -51,6 +51,10 @@ type reserveRequest struct {
 	Group     string
 	Indices   []int
 	Resources []Resources
+	// Version is that of the group record that will place these bundles
+	// here (onGroupChange releases them only on a record at least as new
+	// that places them elsewhere); 0: unknown.
+	Version uint64
 }
 
 type unreserveRequest struct{ Group string }
@@ -103,7 +107,7 @@ func (a *nodeActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		if len(m.Indices) != len(m.Resources) {
 			return okReply{Err: "reserve: indices and resources differ in length"}, nil
 		}
-		if err := n.ledger.reserve(m.Group, m.Indices, m.Resources); err != nil {
+		if err := n.ledger.reserve(m.Group, m.Indices, m.Resources, m.Version); err != nil {
 			return okReply{Err: fmt.Sprintf("node %s: %v", n.id, err), Retry: errors.Is(err, ErrInfeasible)}, nil
 		}
 		n.publishNode()
