@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -146,21 +145,20 @@ func ParseSize(s string) (int64, error) { return bytesize.Parse(s) }
 func FormatBytes(v float64) string { return bytesize.Format(v) }
 
 // nodeMemory is what a node configured with cfgMemory offers.
-func nodeMemory(cfgMemory int64, log *slog.Logger) (float64, error) {
+func nodeMemory(cfgMemory int64) (bytes float64, from string, err error) {
 	switch {
 	case cfgMemory == NoMemory:
-		return 0, nil
+		return 0, "the configuration (none)", nil
 	case cfgMemory > 0:
-		return float64(cfgMemory), nil
+		return float64(cfgMemory), "the configuration", nil
 	case cfgMemory < 0:
-		return 0, fmt.Errorf("memory %d: want bytes > 0, 0 to detect, or NoMemory", cfgMemory)
+		return 0, "", fmt.Errorf("memory %d: want bytes > 0, 0 to detect, or NoMemory", cfgMemory)
 	}
 	v, where, err := DetectMemory()
 	if err != nil {
-		return 0, fmt.Errorf("%w; give the node's memory with --memory SIZE (Config.Memory)", err)
+		return 0, "", fmt.Errorf("%w; give the node's memory with --memory SIZE (Config.Memory)", err)
 	}
-	log.Info("node memory", "offers", FormatBytes(float64(v)), "from", where)
-	return float64(v), nil
+	return float64(v), where, nil
 }
 
 var errMemoryResource = errors.New(`"memory" is the node's memory, not a custom resource: give it with --memory SIZE (Config.Memory)`)

@@ -199,6 +199,7 @@ type Node struct {
 	// ownerMissing: owner node id -> first seen missing (ownerGone, under
 	// recMu); reaping: what reapOrphans is stopping now.
 	ownerMissing map[string]time.Time
+	memoryFrom   string // where the memory the node offers was read (nodeMemory)
 	reapMu       sync.Mutex
 	reaping      map[string]bool
 	left         sync.Map // node id -> time its Leave event arrived
@@ -275,7 +276,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("node resources: %q is not a custom resource: give it with %s", k, flag)
 		}
 	}
-	memory, err := nodeMemory(cfg.Memory, cfg.Logger)
+	memory, memoryFrom, err := nodeMemory(cfg.Memory)
 	if err != nil {
 		return nil, fmt.Errorf("node memory: %w", err)
 	}
@@ -430,6 +431,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
+	n.memoryFrom = memoryFrom
 	return n, nil
 }
 
@@ -550,6 +552,14 @@ func (n *Node) ActorAddress() string { return n.sys.Address() }
 func (n *Node) Resources() (total, free Resources) {
 	total, used := n.ledger.snapshot()
 	return total, total.Sub(used)
+}
+
+// Memory is the memory the node offers (the resource Memory, bytes) and
+// where that figure comes from ("MemTotal of /proc/meminfo", a cgroup's
+// limit, the configuration).
+func (n *Node) Memory() (bytes float64, from string) {
+	total, _ := n.ledger.snapshot()
+	return total[Memory], n.memoryFrom
 }
 
 func (n *Node) System() *actor.System { return n.sys }

@@ -223,8 +223,9 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	if created {
 		keyNote = " (created)"
 	}
-	fmt.Fprintf(stdout, "node %s is up\n  gossip:  %s\n  actors:  %s\n  control: %s\n  key:     %s%s\n",
-		node.ID(), node.GossipAddress(), node.ActorAddress(), ctrl, *keyFile, keyNote)
+	mem, memFrom := node.Memory()
+	fmt.Fprintf(stdout, "node %s is up\n  gossip:  %s\n  actors:  %s\n  control: %s\n  key:     %s%s\n  memory:  %s (%s)\n",
+		node.ID(), node.GossipAddress(), node.ActorAddress(), ctrl, *keyFile, keyNote, cluster.FormatBytes(mem), memFrom)
 	fmt.Fprint(stdout, dashLine)
 	fmt.Fprintf(stdout, "others join with: rlnode join %s --key-file %s\n", node.GossipAddress(), *keyFile)
 	select {

@@ -167,10 +167,10 @@ func TestStartJoinStatusStop(t *testing.T) {
 
 	var st struct {
 		Nodes []struct {
-			ID     string            `json:"id"`
-			GPUs   []json.RawMessage `json:"gpus"`
-			Labels map[string]string `json:"labels"`
-			State  string            `json:"state"`
+			ID     string             `json:"id"`
+			GPUs   []json.RawMessage  `json:"gpus"`
+			Labels map[string]string  `json:"labels"`
+			State  string             `json:"state"`
 			Total  map[string]float64 `json:"total"`
 		} `json:"nodes"`
 		Actors []json.RawMessage `json:"actors"`
