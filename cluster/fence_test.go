@@ -95,11 +95,7 @@ func TestPausedNodeReleasesBundlesItNoLongerHolds(t *testing.T) {
 // the placement prefers (most GPUs free).
 func TestPlacementGroupLeavesOutANodeThatDoesNotAnswer(t *testing.T) {
 	key := testKey(t)
-	lan, err := ParseDetection("lan") // the frozen node stays a member for about 11 s
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := startLocalNodeWith(t, "a-silent", key, lan)
+	a := startLocalNodeWith(t, "a-silent", key, LANDetection) // a frozen node stays a member for about 11 s
 	env := "RLNODE_TEST_DETECTION=lan"
 	frozen := startNodeProcess(t, "v-silent", key, a.GossipAddress(), 8, "", env)
 	startNodeProcess(t, "w-answers", key, a.GossipAddress(), 1, "", env)
@@ -188,11 +184,7 @@ func TestDetachedOutlivesItsOwner(t *testing.T) {
 // timed out waiting for v-unreached to release the CPU).
 func TestStopThatCannotReachTheNodeTakesEffectLater(t *testing.T) {
 	key := testKey(t)
-	lan, err := ParseDetection("lan") // the frozen node stays a member for about 11 s
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := startLocalNodeWith(t, "a-stops", key, lan)
+	a := startLocalNodeWith(t, "a-stops", key, LANDetection) // a frozen node stays a member for about 11 s
 	v := startNodeProcess(t, "v-unreached", key, a.GossipAddress(), 0, "", "RLNODE_TEST_DETECTION=lan")
 	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -299,9 +299,7 @@ func (n *Node) onLocalEvent(ev actor.Event) {
 	if !ok || rec.Ref != ev.Ref || rec.State == Dead {
 		return
 	}
-	rec.Version++
-	rec.Writer = n.id
-	rec.UpdatedMs = time.Now().UnixMilli()
+	rec = n.rewrite(rec)
 	rec.Restarts = ev.Restarts
 	rec.Cause = ev.Cause
 	switch ev.Type {

@@ -289,10 +289,7 @@ func (n *Node) stopActor(ctx context.Context, name, cause string) error {
 		// (fencing, onActorChange), as it releases a removed group's
 		// bundles; otherwise the actor would live on, holding the node's
 		// resources, after the node is back.
-		rec.Version++
-		rec.Writer, rec.UpdatedMs = n.id, time.Now().UnixMilli()
-		rec.State, rec.Cause = Dead, cause+" (node "+rec.Node+" did not answer the stop; it stops the actor when it hears of it)"
-		n.write(&update{Actors: []ActorRecord{rec}})
+		n.bury(rec, cause+" (node "+rec.Node+" did not answer the stop; it stops the actor when it hears of it)")
 		return fmt.Errorf("stop %s on node %s: %w", name, rec.Node, err)
 	}
 	if rep.Err != "" {
@@ -436,10 +433,7 @@ func (n *Node) reconcile() {
 		}
 		if n.ownerGone(rec.Owner, now) {
 			// Not restarted: its owner is gone too.
-			rec.Version++
-			rec.Writer, rec.UpdatedMs = n.id, now.UnixMilli()
-			rec.State, rec.Cause = Dead, "node lost; its owner node "+rec.Owner+" is gone"
-			n.write(&update{Actors: []ActorRecord{rec}})
+			n.bury(rec, "node lost; its owner node "+rec.Owner+" is gone")
 			continue
 		}
 		n.restartOrBury(rec)
@@ -513,6 +507,21 @@ func (n *Node) reapOrphans(now time.Time) {
 
 const missingGrace = 3 * time.Second
 
+// rewrite is rec as this node writes it anew: the next version, written
+// by this node, now.
+func (n *Node) rewrite(rec ActorRecord) ActorRecord {
+	rec.Version++
+	rec.Writer, rec.UpdatedMs = n.id, time.Now().UnixMilli()
+	return rec
+}
+
+// bury writes rec DEAD with cause, as this node's next version of it.
+func (n *Node) bury(rec ActorRecord, cause string) {
+	rec = n.rewrite(rec)
+	rec.State, rec.Cause = Dead, cause
+	n.write(&update{Actors: []ActorRecord{rec}})
+}
+
 func (n *Node) restartOrBury(rec ActorRecord) {
 	cause := rec.Cause
 	if rec.State != Restarting || cause == "" {
@@ -521,25 +530,17 @@ func (n *Node) restartOrBury(rec ActorRecord) {
 			cause = "node stopped"
 		}
 	}
-	bump := func(r ActorRecord) ActorRecord {
-		r.Version++
-		r.Writer = n.id
-		r.UpdatedMs = time.Now().UnixMilli()
-		return r
-	}
 	if rec.State != Restarting {
 		if !restartsLeft(rec) {
-			rec = bump(rec)
-			rec.State, rec.Cause = Dead, cause
-			n.write(&update{Actors: []ActorRecord{rec}})
+			n.bury(rec, cause)
 			return
 		}
-		rec = bump(rec)
+		rec = n.rewrite(rec)
 		rec.State, rec.Cause, rec.Restarts = Restarting, cause, rec.Restarts+1
 		n.write(&update{Actors: []ActorRecord{rec}})
 	}
 	lostNode := rec.Node
-	rec = bump(rec)
+	rec = n.rewrite(rec)
 	rec.Node = ""
 	n.write(&update{Actors: []ActorRecord{rec}})
 	req := spawnRequest{
@@ -555,9 +556,7 @@ func (n *Node) restartOrBury(rec ActorRecord) {
 	if rec.Group != "" {
 		node, err := n.replaceBundle(rec.Group, rec.Bundle, lostNode)
 		if err != nil {
-			rec = bump(rec)
-			rec.State, rec.Cause = Dead, cause+"; placement group bundle could not be re-placed: "+err.Error()
-			n.write(&update{Actors: []ActorRecord{rec}})
+			n.bury(rec, cause+"; placement group bundle could not be re-placed: "+err.Error())
 			return
 		}
 		req.Group, req.Bundle, req.PinNode = rec.Group, rec.Bundle, node
@@ -566,9 +565,7 @@ func (n *Node) restartOrBury(rec ActorRecord) {
 	defer cancel()
 	if _, err := n.spawnSomewhere(ctx, req, map[string]bool{lostNode: true}); err != nil {
 		cur, _ := n.dir.Actor(rec.Name)
-		cur = bump(cur)
-		cur.State, cur.Cause = Dead, cause+"; restart failed: "+err.Error()
-		n.write(&update{Actors: []ActorRecord{cur}})
+		n.bury(cur, cause+"; restart failed: "+err.Error())
 		return
 	}
 	n.log.Info("actor restarted after node loss", "actor", rec.Name, "lost_node", lostNode, "restarts", rec.Restarts)
