@@ -28,20 +28,17 @@ func (c Config) CheckLoRARank() error {
 	if c.LoRA == nil {
 		return nil
 	}
-	mc := c.Model
+	mc, where := c.Model, ""
 	if mc == nil {
 		path := filepath.Join(c.ModelDir, "config.json")
 		var err error
 		if mc, err = model.ReadConfig(path); err != nil {
 			return fmt.Errorf("learner: %w", err)
 		}
-		if err := c.LoRA.CheckRank(mc); err != nil {
-			return fmt.Errorf("learner: model %s: %w", path, err)
-		}
-		return nil
+		where = "model " + path + ": "
 	}
 	if err := c.LoRA.CheckRank(mc); err != nil {
-		return fmt.Errorf("learner: %w", err)
+		return fmt.Errorf("learner: %s%w", where, err)
 	}
 	return nil
 }
