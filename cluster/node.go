@@ -390,7 +390,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mc.Delegate = &gossipDelegate{n: n}
 	mc.Conflict = &gossipDelegate{n: n}
 	mc.Events = &memberlist.ChannelEventDelegate{Ch: n.events}
-	mc.Logger = log.New(&slogWriter{l: n.log, warn: &n.warn}, "", 0)
+	mc.Logger = log.New(&slogWriter{l: n.log, warn: &n.warn, stopping: n.stopping}, "", 0)
 	gt, err := newGossipTransport(host, port, orDefault(cfg.ConnsPerAddr.Gossip, DefaultGossipConnsPerAddr), mc.Logger, func(peer string, err error) {
 		n.warn.Warn(n.log, "gossip: refusing a connection", "peer", peer, "err", err)
 	})
@@ -597,6 +597,13 @@ func (n *Node) Stop() {
 	n.flushBroadcasts(time.Second)
 	_ = n.ml.Leave(2 * time.Second)
 	n.shutdown()
+}
+
+// stopping says whether Stop has begun.
+func (n *Node) stopping() bool {
+	n.stopMu.Lock()
+	defer n.stopMu.Unlock()
+	return n.leaving || n.isDone
 }
 
 func (n *Node) flushBroadcasts(max time.Duration) {
@@ -924,15 +931,21 @@ func (b *broadcast) Finished()                             {}
 // slogWriter routes memberlist's log lines to slog at debug level, except
 // errors, which are warnings limited per kind: junk sent to the gossip
 // port (undecryptable packets, streams from non-members) logs one error
-// per packet.
+// per packet. Once the node stops, a send on the sockets it closed is
+// part of stopping, not a fault (memberlist's probes race its shutdown).
 type slogWriter struct {
-	l    *slog.Logger
-	warn *ratelog.Limiter
+	l        *slog.Logger
+	warn     *ratelog.Limiter
+	stopping func() bool
 }
 
 func (w *slogWriter) Write(p []byte) (int, error) {
 	s := strings.TrimSpace(string(p))
 	if rest, ok := strings.CutPrefix(s, "[ERR] memberlist: "); ok {
+		if w.stopping != nil && strings.Contains(rest, net.ErrClosed.Error()) && w.stopping() {
+			w.l.Debug(s)
+			return len(p), nil
+		}
 		w.warn.Warn(w.l, "memberlist: "+memberlistKind(rest), "line", rest)
 		return len(p), nil
 	}

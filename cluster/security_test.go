@@ -19,6 +19,7 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/internal/logbuf"
+	"github.com/rlnode/rlnode/internal/ratelog"
 	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -271,6 +272,25 @@ func TestMemberlistKind(t *testing.T) {
 	} {
 		if got := memberlistKind(tc.line); got != tc.want {
 			t.Errorf("memberlistKind(%q) = %q, want %q", tc.line, got, tc.want)
+		}
+	}
+}
+
+// A memberlist probe that races the node's stop writes on the socket the
+// stop closed: that is stopping, not a fault to warn about. The same line
+// from a running node is a warning.
+func TestMemberlistClosedSocketWhileStopping(t *testing.T) {
+	line := "[ERR] memberlist: Failed to send UDP ping: write udp 127.0.0.1:42505->127.0.0.1:39531: use of closed network connection\n"
+	for _, stopping := range []bool{false, true} {
+		var buf bytes.Buffer
+		w := &slogWriter{l: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			warn: &ratelog.Limiter{}, stopping: func() bool { return stopping }}
+		if _, err := w.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		warned := strings.Contains(buf.String(), "level=WARN")
+		if warned == stopping {
+			t.Errorf("stopping=%v: logged %q, want a warning only while running", stopping, buf.String())
 		}
 	}
 }

@@ -321,8 +321,8 @@ func (s *Syncer) remove(t *target, cause string, warn bool) bool {
 	s.notifyLocked()
 	if warn {
 		s.log.Warn("engine removed", "engine", t.name, "node", t.node, "cause", cause)
-	} else {
-		s.log.Info("engine removed", "engine", t.name, "node", t.node, "cause", cause)
+	} else { // the caller's own doing (a pool closing or replacing a replica): it says so itself
+		s.log.Debug("engine removed", "engine", t.name, "node", t.node, "cause", cause)
 	}
 	return true
 }

@@ -313,8 +313,13 @@ func printStatus(w io.Writer, st cluster.Status) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	if len(st.Actors) == 0 {
+		fmt.Fprintln(w, "no actors")
+	}
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "ACTOR\tKIND\tNODE\tSTATE\tRESTARTS\tDEATH CAUSE\n")
+	if len(st.Actors) > 0 {
+		fmt.Fprintf(tw, "ACTOR\tKIND\tNODE\tSTATE\tRESTARTS\tDEATH CAUSE\n")
+	}
 	for _, a := range st.Actors {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", a.Name, a.Kind, a.Node, a.State, a.Restarts, a.Cause)
 	}
@@ -508,8 +513,9 @@ func detachNode(verb string, args []string, stdout, stderr io.Writer) int {
 	go func() { _ = cmd.Wait(); close(exited) }()
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
 		b, _ := os.ReadFile(logPath)
-		if banner, _, ok := strings.Cut(string(b), "\n"+"others join with:"); ok {
-			hint, _, _ := strings.Cut(string(b[len(banner)+1:]), "\n")
+		if head, _, ok := strings.Cut(string(b), "\n"+"others join with:"); ok {
+			hint, _, _ := strings.Cut(string(b[len(head)+1:]), "\n")
+			banner := upBlock(head)
 			fmt.Fprintf(stdout, "%s\n%s\n  pid:     %d\n  log:     %s\nstop it with: rlnode stop --address %s (or rlnode stop --all)\n",
 				banner, hint, cmd.Process.Pid, logPath, gossipOf(banner))
 			return 0
@@ -528,6 +534,16 @@ func detachNode(verb string, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "rlnode %s --detach: the node was not up after 60s; it runs as pid %d, log %s\n", verb, cmd.Process.Pid, logPath)
 	return 1
+}
+
+// upBlock is the "node ID is up" block at the end of head, the log of a
+// node up to its join hint: the lines the node logged before it (members
+// it met while joining) stay in the log.
+func upBlock(head string) string {
+	if i := strings.LastIndex(head, "\nnode "); i >= 0 {
+		return head[i+1:]
+	}
+	return head
 }
 
 // withoutDetach is args without --detach in any of the forms the flag

@@ -27,6 +27,9 @@ func TestDetachStatusStopAll(t *testing.T) {
 				logPath = f[1]
 			}
 		}
+		if !strings.HasPrefix(stdout, "node ") || !strings.Contains(strings.SplitN(stdout, "\n", 2)[0], " is up") {
+			t.Errorf("rlnode %v: stdout does not begin with the node's \"is up\" line (the lines it logged while joining belong in its log):\n%s", args, stdout)
+		}
 		if filepath.Dir(logPath) != filepath.Join(home, "logs") {
 			t.Fatalf("rlnode %v: log %q, want a file in %s:\n%s", args, logPath, filepath.Join(home, "logs"), stdout)
 		}
