@@ -45,6 +45,10 @@ type NodeStatus struct {
 	Free    Resources         `json:"free"`
 	State   string            `json:"state"`
 	UptimeS float64           `json:"uptime_s"`
+	// ClockOffsetS is how far the node's wall clock is ahead of the
+	// queried node's (negative: behind), as last measured on gossip
+	// probes; absent for the queried node and before a measure.
+	ClockOffsetS float64 `json:"clock_offset_s,omitempty"`
 }
 
 // ActorStatus describes one actor.
@@ -69,7 +73,7 @@ type GroupStatus struct {
 // Status reports the live nodes and every actor the directory knows.
 func (n *Node) Status() Status {
 	st := Status{Node: n.id, Nodes: []NodeStatus{}, Actors: []ActorStatus{}, Groups: []GroupStatus{}}
-	now := time.Now()
+	now := n.now()
 	for _, id := range n.aliveIDs() {
 		rec, ok := n.dir.Node(id)
 		if !ok {
@@ -88,10 +92,13 @@ func (n *Node) Status() Status {
 		if labels == nil {
 			labels = map[string]string{}
 		}
+		// The node's start time is on its own clock.
+		offset, _ := n.ClockOffset(id)
 		st.Nodes = append(st.Nodes, NodeStatus{
 			ID: id, Gossip: rec.Gossip, Actor: rec.Actor, CPUs: rec.Total[CPU], GPUs: gpus, Labels: labels, Host: rec.Host,
 			Total: rec.Total, Used: rec.Used, Free: rec.Total.Sub(rec.Used), State: state,
-			UptimeS: now.Sub(time.UnixMilli(rec.StartedMs)).Round(time.Second).Seconds(),
+			UptimeS:      now.Add(offset).Sub(time.UnixMilli(rec.StartedMs)).Round(time.Second).Seconds(),
+			ClockOffsetS: offset.Round(time.Millisecond).Seconds(),
 		})
 	}
 	for _, r := range n.dir.Actors() {

@@ -69,6 +69,9 @@ type Config struct {
 	// ConnsPerAddr caps the connections one remote address may hold open
 	// on each of the node's ports; zero takes the default.
 	ConnsPerAddr ConnCaps
+
+	// clock, when set, is the node's wall clock (tests of clock skew).
+	clock func() time.Time
 }
 
 // ConnCaps are a node's caps on the connections one remote address (an
@@ -203,6 +206,8 @@ type Node struct {
 	reapMu       sync.Mutex
 	reaping      map[string]bool
 	left         sync.Map // node id -> time its Leave event arrived
+	clockMu      sync.Mutex
+	clocks       map[string]clockNote // node id -> its clock against ours (noteClock)
 
 	events       chan memberlist.NodeEvent
 	reconcileNow chan struct{}   // a node left: reconcile without waiting for the tick
@@ -334,13 +339,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		changed:      make(chan struct{}),
 		missing:      map[string]time.Time{},
 		ownerMissing: map[string]time.Time{},
+		clocks:       map[string]clockNote{},
 		reaping:      map[string]bool{},
 		building:     map[string]*nodeBuild{},
 		events:       make(chan memberlist.NodeEvent, 256),
 		reconcileNow: make(chan struct{}, 1),
 		stopped:      make(chan struct{}),
-		started:      time.Now(),
 	}
+	n.started = n.now()
 	n.ledger.init(total)
 	n.gpuList = gpus
 	n.dir.onActor = n.onActorChange
@@ -389,6 +395,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mc.DeadNodeReclaimTime = 2 * time.Second
 	mc.Delegate = &gossipDelegate{n: n}
 	mc.Conflict = &gossipDelegate{n: n}
+	mc.Ping = clockDelegate{n: n}
 	mc.Events = &memberlist.ChannelEventDelegate{Ch: n.events}
 	mc.Logger = log.New(&slogWriter{l: n.log, warn: &n.warn, stopping: n.stopping}, "", 0)
 	gt, err := newGossipTransport(host, port, orDefault(cfg.ConnsPerAddr.Gossip, DefaultGossipConnsPerAddr), mc.Logger, func(peer string, err error) {

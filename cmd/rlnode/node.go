@@ -312,6 +312,16 @@ func printStatus(w io.Writer, st cluster.Status) {
 			dashIfEmpty(strings.Join(custom, ",")), dashIfEmpty(strings.Join(labels, ",")), time.Duration(n.UptimeS*float64(time.Second)))
 	}
 	tw.Flush()
+	for _, n := range st.Nodes {
+		if off := time.Duration(n.ClockOffsetS * float64(time.Second)); off.Abs() > cluster.ClockSkewWarn {
+			side := "ahead of"
+			if off < 0 {
+				side = "behind"
+			}
+			fmt.Fprintf(w, "the clock of node %s is %s %s %s's: keep the hosts' clocks in sync (NTP)\n",
+				n.ID, off.Abs().Round(time.Second), side, st.Node)
+		}
+	}
 	fmt.Fprintln(w)
 	if len(st.Actors) == 0 {
 		fmt.Fprintln(w, "no actors")

@@ -326,6 +326,18 @@ func TestPrintStatusMemory(t *testing.T) {
 	}
 }
 
+// A node whose clock is far from the queried node's gets a line saying
+// so; one a second off does not. With no actors the table says so.
+func TestPrintStatusClockSkew(t *testing.T) {
+	var b strings.Builder
+	printStatus(&b, cluster.Status{Node: "head", Nodes: []cluster.NodeStatus{
+		{ID: "head", State: "ALIVE"}, {ID: "w1", State: "ALIVE", ClockOffsetS: -312.4}, {ID: "w2", State: "ALIVE", ClockOffsetS: 1.2}}})
+	out := b.String()
+	if !strings.Contains(out, "the clock of node w1 is 5m12s behind head's") || strings.Contains(out, "node w2") || !strings.Contains(out, "no actors") {
+		t.Errorf("status:\n%s", out)
+	}
+}
+
 func TestNodeIDInUseRefused(t *testing.T) {
 	home := t.TempDir()
 	a := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "alpha", "--gpus", "0")
