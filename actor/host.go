@@ -26,6 +26,12 @@ type LocalSpawn struct {
 	// Factory, when set, builds the actor instead of the registered kind's
 	// factory (for actors private to a package, like a node's own actor).
 	Factory Factory
+	// LoadArgs, when set, gives Args when the build runs (Build.Run, not
+	// ReserveLocal): arguments that must be fetched first, such as a
+	// spawn's large arguments on the spawner's bulk path. Its context ends
+	// when the build is cancelled or the node stops. Restarts in place
+	// reuse what it gave.
+	LoadArgs func(ctx context.Context) (any, error)
 }
 
 // hosted is one actor living on this node.
@@ -144,6 +150,18 @@ func (b *Build) Run() (Ref, error) {
 			delete(s.actors, spec.Name)
 		}
 		s.amu.Unlock()
+	}
+	if spec.LoadArgs != nil {
+		args, err := spec.LoadArgs(h.ctx.life)
+		if err != nil {
+			if why := b.cancelled(); why != nil {
+				err = fmt.Errorf("%w (args: %w)", why, err)
+			}
+			forget()
+			return Ref{}, fmt.Errorf("spawn %s %q on node %s: args: %w", spec.Kind, spec.Name, s.addr, err)
+		}
+		h.spec.Args, h.spec.LoadArgs = args, nil
+		spec = h.spec
 	}
 	inst, err := buildInstance(b.f, h.ctx, spec.Args)
 	if err != nil {

@@ -39,14 +39,17 @@ type ActorRecord struct {
 	PinNode     string            `msgpack:"p,omitempty" json:"-"`
 	// Owner is the node whose process spawned the actor (SpawnOptions.
 	// Detached: none): the actor shares its fate (reapOrphans).
-	Owner     string `msgpack:"ow,omitempty" json:"owner,omitempty"`
-	Group     string `msgpack:"g,omitempty" json:"placement_group,omitempty"`
-	Bundle    int    `msgpack:"b,omitempty" json:"bundle,omitempty"`
-	ArgsType  string `msgpack:"at,omitempty" json:"-"`
-	Args      []byte `msgpack:"a,omitempty" json:"-"`
-	Version   uint64 `msgpack:"v" json:"-"`
-	Writer    string `msgpack:"w" json:"-"`
-	UpdatedMs int64  `msgpack:"u" json:"updated_unix_ms"`
+	Owner    string `msgpack:"ow,omitempty" json:"owner,omitempty"`
+	Group    string `msgpack:"g,omitempty" json:"placement_group,omitempty"`
+	Bundle   int    `msgpack:"b,omitempty" json:"bundle,omitempty"`
+	ArgsType string `msgpack:"at,omitempty" json:"-"`
+	Args     []byte `msgpack:"a,omitempty" json:"-"`
+	// ArgsAt replaces Args when they are over InlineArgsMax: they stay on
+	// the spawning node (args.go).
+	ArgsAt    *argsRef `msgpack:"aa,omitempty" json:"-"`
+	Version   uint64   `msgpack:"v" json:"-"`
+	Writer    string   `msgpack:"w" json:"-"`
+	UpdatedMs int64    `msgpack:"u" json:"updated_unix_ms"`
 }
 
 // NodeRecord is the directory's entry for one node: what does not fit in

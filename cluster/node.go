@@ -206,6 +206,7 @@ type Node struct {
 	reapMu       sync.Mutex
 	reaping      map[string]bool
 	left         sync.Map // node id -> time its Leave event arrived
+	args         argStore // large spawn arguments this node offers (args.go)
 	clockMu      sync.Mutex
 	clocks       map[string]clockNote // node id -> its clock against ours (noteClock)
 
@@ -718,6 +719,7 @@ func (n *Node) reconcileLoop() {
 		case <-t.C:
 			n.reconcile()
 			n.dir.collect(time.Now().Add(-deadRecordTTL), n.isAlive)
+			n.releaseArgs()
 		case <-n.reconcileNow:
 			n.reconcile()
 		}

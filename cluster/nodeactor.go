@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -23,6 +24,7 @@ type spawnRequest struct {
 	Kind        string
 	ArgsType    string
 	Args        []byte
+	ArgsAt      *argsRef // instead of Args, when they are large (args.go)
 	Resources   Resources
 	Labels      map[string]string
 	PinNode     string
@@ -177,11 +179,21 @@ func (n *Node) beginSpawn(req spawnRequest) (nb *nodeBuild, retry bool, err erro
 		return nil, errors.Is(err, ErrInfeasible), fmt.Errorf("node %s: %w", n.id, err)
 	}
 	var b *actor.Build
-	args, err := actor.DecodeMessage(req.ArgsType, req.Args)
+	spec := actor.LocalSpawn{Name: req.Name, Kind: req.Kind, MaxRestarts: req.MaxRestarts, Restarts: req.Restarts}
+	if at := req.ArgsAt; at != nil {
+		// Fetched when the build runs, off this node's loop.
+		spec.LoadArgs = func(ctx context.Context) (any, error) {
+			raw, err := n.fetchArgs(ctx, *at)
+			if err != nil {
+				return nil, err
+			}
+			return actor.DecodeMessage(req.ArgsType, raw)
+		}
+	} else {
+		spec.Args, err = actor.DecodeMessage(req.ArgsType, req.Args)
+	}
 	if err == nil {
-		b, err = n.sys.ReserveLocal(actor.LocalSpawn{
-			Name: req.Name, Kind: req.Kind, Args: args, MaxRestarts: req.MaxRestarts, Restarts: req.Restarts,
-		})
+		b, err = n.sys.ReserveLocal(spec)
 	}
 	if err != nil {
 		n.ledger.release(req.Name)
@@ -210,7 +222,7 @@ func (n *Node) finishSpawn(req spawnRequest, nb *nodeBuild) spawnReply {
 	rec := ActorRecord{
 		Name: req.Name, Kind: req.Kind, Node: n.id, Ref: ref, State: Alive,
 		Restarts: req.Restarts, MaxRestarts: req.MaxRestarts, Resources: req.Resources, Labels: req.Labels,
-		PinNode: req.PinNode, Group: req.Group, Bundle: req.Bundle, ArgsType: req.ArgsType, Args: req.Args, Owner: req.Owner,
+		PinNode: req.PinNode, Group: req.Group, Bundle: req.Bundle, ArgsType: req.ArgsType, Args: req.Args, ArgsAt: req.ArgsAt, Owner: req.Owner,
 		Version: max(old.Version, req.BaseVersion) + 1, Writer: n.id, UpdatedMs: time.Now().UnixMilli(),
 	}
 	if err != nil {

@@ -113,9 +113,18 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: args: %w", name, err)
 	}
+	if len(args) > MaxArgs {
+		return nil, fmt.Errorf("spawn %s: args: %s of %d bytes encoded, over the %d-byte bound: pass what the actor can read itself (a path, a bulk reference)",
+			name, argsType, len(args), MaxArgs)
+	}
 	req := spawnRequest{
 		Name: name, Kind: kind, ArgsType: argsType, Args: args, Resources: opts.Resources,
 		Labels: opts.Labels, PinNode: opts.Node, MaxRestarts: opts.MaxRestarts, BaseVersion: prev.Version,
+	}
+	if len(args) > InlineArgsMax {
+		at, done := n.offerArgs(args)
+		defer done()
+		req.Args, req.ArgsAt = nil, &at
 	}
 	if !opts.Detached {
 		req.Owner = n.id
@@ -544,7 +553,7 @@ func (n *Node) restartOrBury(rec ActorRecord) {
 	rec.Node = ""
 	n.write(&update{Actors: []ActorRecord{rec}})
 	req := spawnRequest{
-		Name: rec.Name, Kind: rec.Kind, ArgsType: rec.ArgsType, Args: rec.Args, Resources: rec.Resources,
+		Name: rec.Name, Kind: rec.Kind, ArgsType: rec.ArgsType, Args: rec.Args, ArgsAt: rec.ArgsAt, Resources: rec.Resources,
 		Labels: rec.Labels, PinNode: rec.PinNode, MaxRestarts: rec.MaxRestarts, Restarts: rec.Restarts,
 		BaseVersion: rec.Version, Owner: rec.Owner,
 	}

@@ -53,7 +53,9 @@ var rolloutStartHook func(out, policy string, version int64, w map[string][]floa
 // modelFiles are the files a policy's rollout actors build their engine
 // from (rollout.ActorConfig.ModelFiles): the model's config.json, the
 // tokenizer and the engine settings — kilobytes to a few MiB, sent with
-// the spawn, so no node reads the driver's file system.
+// the spawn, so no node reads the driver's file system (over
+// cluster.InlineArgsMax they stay on the driver's node, fetched by the
+// node that builds each actor, not gossiped).
 func (r *run) modelFiles(l learner.Config, tok *tokenizer.Tokenizer) (map[string][]byte, error) {
 	var cfg []byte
 	var err error
