@@ -909,8 +909,16 @@ func (g *gossipDelegate) LocalState(join bool) []byte {
 		g.n.log.Error("encode directory state", "err", err)
 		return nil
 	}
+	if len(b) > directoryStateWarn {
+		g.n.warn.Warn(g.n.log, "directory state near memberlist's 20 MB limit, past which nodes cannot join or repair their state",
+			"bytes", len(b), "actors", len(u.Actors), "groups", len(u.Groups), "nodes", len(u.Nodes))
+	}
 	return b
 }
+
+// directoryStateWarn is the size of the directory's push/pull state past
+// which a node warns: memberlist refuses states over 20 MB.
+const directoryStateWarn = 12 << 20
 
 func (g *gossipDelegate) MergeRemoteState(buf []byte, join bool) {
 	u, err := decodeUpdate(buf)
