@@ -2,11 +2,13 @@ package cluster
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/internal/logbuf"
 )
 
 // argSize answers WhereAreYou with the size of the Blob it was spawned with.
@@ -103,5 +105,22 @@ func TestLargeArgsStayOnTheSpawningNode(t *testing.T) {
 	_, err := a.Spawn(ctx, "test.argsize", SpawnOptions{Name: "args-huge", Args: Blob{Data: make([]byte, MaxArgs)}})
 	if err == nil || !strings.Contains(err.Error(), "bound") {
 		t.Errorf("spawn with %d bytes of arguments: %v, want the bound named", MaxArgs, err)
+	}
+}
+
+// A directory state near memberlist's limit is warned about, naming its
+// size; a small one is not.
+func TestLargeDirectoryStateWarns(t *testing.T) {
+	var log logbuf.Buffer
+	n := &Node{dir: newDirectory(), log: slog.New(slog.NewTextHandler(&log, nil))}
+	g := &gossipDelegate{n: n}
+	n.dir.merge(&update{Actors: []ActorRecord{{Name: "small", Version: 1}}})
+	g.LocalState(false)
+	if strings.Contains(log.String(), "directory state") {
+		t.Fatalf("warned about a one-record state: %s", log.String())
+	}
+	n.dir.merge(&update{Actors: []ActorRecord{{Name: "huge", Version: 1, Args: make([]byte, directoryStateWarn)}}})
+	if b := g.LocalState(false); len(b) <= directoryStateWarn || !strings.Contains(log.String(), "directory state near memberlist's 20 MB limit") {
+		t.Errorf("a %d-byte state: log %q", len(b), log.String())
 	}
 }
