@@ -88,6 +88,7 @@ type Bulk struct {
 	gate     *connlimit.Gate
 	loc      localState // the same-host path (local_linux.go)
 	closed   bool
+	done     chan struct{} // closed by close: ends sweepLoop
 	wg       sync.WaitGroup
 }
 
@@ -127,15 +128,73 @@ func startBulk(s *System, host, advertise string) (*Bulk, error) {
 		return nil, fmt.Errorf("bulk path: %w", err) // net.Listen's error names the address
 	}
 	b.lis = lis
+	b.done = make(chan struct{})
 	port := lis.Addr().(*net.TCPAddr).Port
 	if advertise == "" {
 		advertise = host
 	}
 	b.addr = net.JoinHostPort(advertise, strconv.Itoa(port))
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go b.serve()
+	go b.sweepLoop()
 	b.startLocal()
 	return b, nil
+}
+
+// sweepLoop closes, every bulkIdle, the idle client connections unused
+// for bulkIdle. conn reuses only those to the same peer, so the ones to a
+// peer this node no longer talks to (the driver of a finished run) stayed
+// open for the node's life otherwise, with their descriptors and, on the
+// same-host path, their ring mappings.
+func (b *Bulk) sweepLoop() {
+	defer b.wg.Done()
+	t := time.NewTicker(bulkIdle)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.done:
+			return
+		case <-t.C:
+			b.sweepIdle(time.Now())
+		}
+	}
+}
+
+// sweepIdle closes the idle connections last used bulkIdle before now.
+func (b *Bulk) sweepIdle(now time.Time) {
+	var spent []func()
+	b.mu.Lock()
+	for addr, cs := range b.idle {
+		kept := cs[:0]
+		for _, c := range cs {
+			if now.Sub(c.used) >= bulkIdle {
+				spent = append(spent, func() { c.Close() })
+			} else {
+				kept = append(kept, c)
+			}
+		}
+		if len(kept) == 0 {
+			delete(b.idle, addr)
+		} else {
+			b.idle[addr] = kept
+		}
+	}
+	spent = append(spent, b.sweepLocalIdle(now)...)
+	b.mu.Unlock()
+	for _, f := range spent {
+		f()
+	}
+}
+
+// idleConns counts the idle client connections, TCP and same-host.
+func (b *Bulk) idleConns() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, cs := range b.idle {
+		n += len(cs)
+	}
+	return n + b.localIdleConns()
 }
 
 // Addr is the address readers dial.
@@ -197,6 +256,9 @@ func (b *Bulk) HandlePush(name string, h PushHandler) (unregister func(), err er
 func (b *Bulk) close() {
 	b.lis.Close()
 	b.mu.Lock()
+	if !b.closed {
+		close(b.done)
+	}
 	b.closed = true
 	var ended []*offer
 	for id, o := range b.offers {

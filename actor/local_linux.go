@@ -825,6 +825,36 @@ func (b *Bulk) localConnTo(ctx context.Context, addr, path string) (l *localConn
 	return &localConn{c: c, r: c, ring: ring}, false, nil
 }
 
+// sweepLocalIdle takes out the idle same-host connections last used
+// bulkIdle before now and returns their closes; b.mu is held.
+func (b *Bulk) sweepLocalIdle(now time.Time) (spent []func()) {
+	for addr, ls := range b.loc.idle {
+		kept := ls[:0]
+		for _, l := range ls {
+			if now.Sub(l.used) >= bulkIdle {
+				spent = append(spent, l.close)
+			} else {
+				kept = append(kept, l)
+			}
+		}
+		if len(kept) == 0 {
+			delete(b.loc.idle, addr)
+		} else {
+			b.loc.idle[addr] = kept
+		}
+	}
+	return spent
+}
+
+// localIdleConns counts the idle same-host connections; b.mu is held.
+func (b *Bulk) localIdleConns() int {
+	n := 0
+	for _, ls := range b.loc.idle {
+		n += len(ls)
+	}
+	return n
+}
+
 // releaseLocal keeps l for reuse, or closes it.
 func (b *Bulk) releaseLocal(addr string, l *localConn) {
 	l.used = time.Now()

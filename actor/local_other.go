@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"time"
 )
 
 // Without Linux (memfd, SO_PEERCRED) every bulk transfer uses TCP.
@@ -33,6 +34,8 @@ func (b *Bulk) closeLocal()                          {}
 func (b *Bulk) LocalPath() string                    { return "" }
 func (b *Bulk) newOfferShared(readers int) *offerSeg { return nil }
 func (b *Bulk) freeOffer(*offer)                     {}
+func (b *Bulk) sweepLocalIdle(time.Time) []func()    { return nil }
+func (b *Bulk) localIdleConns() int                  { return 0 }
 
 func (b *Bulk) serveLocalQuery(c net.Conn, r io.Reader) bool {
 	if _, err := readString16(r); err != nil {
