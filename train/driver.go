@@ -876,11 +876,7 @@ func (r *run) checkpoint(ctx context.Context, dir string) (err error) {
 			err = fmt.Errorf("%w (removing the partial checkpoint: %v)", err, rerr)
 			return
 		}
-		newest := "this run has no complete checkpoint yet"
-		if r.res.LastCheckpointDir != "" {
-			newest = "the newest complete one is " + r.res.LastCheckpointDir
-		}
-		err = fmt.Errorf("%w (the partial %s is removed; %s)", err, filepath.Base(dir), newest)
+		err = fmt.Errorf("%w (the partial %s is removed; %s)", err, filepath.Base(dir), r.newestCheckpoint())
 	}()
 	save := func(p *policy, dir string) error {
 		if _, err := p.learner.Save(ctx, dir); err != nil {

@@ -54,6 +54,13 @@ func (r *run) warnNoOptimizer(policy, dir string) {
 // after the checkpoint are redone and logged once: their earlier lines
 // are cut from metrics.jsonl. A step failing a second time ends the run,
 // so a run restarts at most once per step.
+//
+// A failure that every rank answered on its own, none lost
+// (shard.Failure.Answered: a batch the learner refuses, a non-finite
+// loss), is the learner's verdict on this step, which a restart would
+// meet again after redoing the steps since the checkpoint: the run stops
+// at once, naming the newest complete checkpoint to resume from once the
+// cause is fixed.
 func (r *run) trainLoop(ctx context.Context) error {
 	failed := map[int]bool{}
 	r.logged = r.step
@@ -65,6 +72,10 @@ func (r *run) trainLoop(ctx context.Context) error {
 			return err
 		}
 		step := r.logged + 1
+		if lf.Answered {
+			return fmt.Errorf("driver: step %d: the %s learner failed on its own, none of its ranks lost; not restarted (it would fail the same way; %s): %w",
+				step, lf.Policy, r.newestCheckpoint(), err)
+		}
 		if !RetryAfterFailure(failed, step) {
 			return fmt.Errorf("driver: step %d failed again after a restart of the learners, giving up: %w", step, err)
 		}
@@ -181,6 +192,18 @@ func (r *run) stopAsked() bool {
 	default:
 		return false
 	}
+}
+
+// newestCheckpoint says which complete checkpoint the run would go on
+// from: this run's last, else the one it resumed from.
+func (r *run) newestCheckpoint() string {
+	switch {
+	case r.res.LastCheckpointDir != "":
+		return "the newest complete checkpoint is " + r.res.LastCheckpointDir
+	case r.cfg.Resume != "":
+		return "this run has written no checkpoint yet; it resumed from " + r.cfg.Resume
+	}
+	return "this run has no complete checkpoint yet"
 }
 
 // restartLearners is trainLoop's recovery.

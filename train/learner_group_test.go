@@ -295,6 +295,54 @@ func testNode(ctx context.Context, t *testing.T) *cluster.Node {
 	return node
 }
 
+// A train step that every rank refuses on its own (here: a learning rate
+// of 1e30 turns the weights non-finite at the first RL step, step 3, so
+// step 4's episodes carry NaN log probs, a batch the learner refuses)
+// stops the run at that step: the ranks are whole and none is lost, so a
+// restart from the last checkpoint would redo step 3 and fail the same way
+// at step 4. The error names the step, the ranks, the cause and the
+// newest complete checkpoint.
+func TestTrainErrorEveryRankAnswersStopsTheRun(t *testing.T) {
+	for _, shards := range []int{1, 2} {
+		t.Run(fmt.Sprintf("shards_%d", shards), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cfg := shardRun(filepath.Join(t.TempDir(), "run"), shards)
+			cfg.Node = testNode(ctx, t)
+			cfg.Steps = 5 // checkpoints at steps 2 (the warm-up's last), 4, 6, 7
+			cfg.Learner.LR = 1e30
+			var seen []int
+			cfg.Progress = func(m Metrics) { seen = append(seen, m.Step) }
+			_, err := Run(ctx, cfg)
+			if err == nil {
+				t.Fatal("the run succeeded, want step 4's batch refused")
+			}
+			t.Log(err)
+			msg := err.Error()
+			want := []string{"step 4", "not restarted", "is NaN", filepath.Join(cfg.Out, "checkpoints", "step-2")}
+			for r := range shards {
+				if shards > 1 {
+					want = append(want, fmt.Sprintf("rank %d", r))
+				}
+			}
+			for _, w := range want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("err does not name %q", w)
+				}
+			}
+			if strings.Contains(msg, "failed again") {
+				t.Errorf("err %v: the learners were restarted", err)
+			}
+			if fmt.Sprint(seen) != "[1 2 3]" {
+				t.Errorf("steps done %v, want [1 2 3] (none redone)", seen)
+			}
+			if newest, err := NewestComplete(cfg.Out); err != nil || filepath.Base(newest) != "step-2" {
+				t.Errorf("newest complete checkpoint %q (%v), want step-2", newest, err)
+			}
+		})
+	}
+}
+
 // stopRank stops the live learner-shard actor of a policy's rank.
 func stopRank(ctx context.Context, node *cluster.Node, policy string, rank int) error {
 	tag := fmt.Sprintf("-r%d.", rank)

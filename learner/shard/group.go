@@ -27,7 +27,7 @@ type Group struct {
 	epoch     uint64
 	failed    error
 	lost      []int  // ranks the last failed call found gone or silent
-	answered  error  // the last failed fan-out's error when each of its ranks' errors was their own answer (ownAnswer)
+	answered  error  // the last failed fan-out's error when its ranks answered it (ownAnswer) or echoed such an answer, none lost
 	gradients string // rank 0's Joined.Gradients
 }
 
@@ -153,7 +153,12 @@ func (g *Group) Weights(ctx context.Context, req learner.WeightsRequest) (learne
 	if g.failed != nil {
 		return learner.WeightsOffer{}, fmt.Errorf("shard: weights: %w: %v", ErrGroupFailed, g.failed)
 	}
-	return actor.CallAs[learner.WeightsOffer](ctx, g.sys, g.ranks[0], req)
+	off, err := actor.CallAs[learner.WeightsOffer](ctx, g.sys, g.ranks[0], req)
+	g.answered = nil
+	if err != nil && ownAnswer(err) {
+		g.answered = err
+	}
+	return off, err
 }
 
 var errNoReply = errors.New("no reply")
@@ -166,11 +171,36 @@ func lost(err error) bool {
 // ownAnswer says whether err is a rank's own answer to a call: the rank
 // was reached and replied with an error of its own, not that it or its
 // node is gone, not an echo of another rank's failure (an abort, a group
-// already failed).
+// already failed), not that it is stopping (its context ended: the actor
+// or its node is going away), not that the call's body could not be
+// fetched from the caller (the way between them).
 func ownAnswer(err error) bool {
 	var ae *actor.ActorError
-	return errors.As(err, &ae) && !lost(err) &&
-		!strings.Contains(ae.Message, ErrGroupFailed.Error()) && !strings.Contains(ae.Message, ErrAborted.Error())
+	if !errors.As(err, &ae) || lost(err) {
+		return false
+	}
+	for _, not := range notOwn {
+		if strings.Contains(ae.Message, not) {
+			return false
+		}
+	}
+	return true
+}
+
+// notOwn are the texts of a rank's answer that say the failure is not
+// the rank's own (ownAnswer). An ActorError from another process carries
+// its cause as text only.
+var notOwn = []string{
+	ErrGroupFailed.Error(), ErrAborted.Error(),
+	context.Canceled.Error(), context.DeadlineExceeded.Error(),
+	"fetch message body",
+}
+
+// echo says whether err is a rank's answer that only echoes another
+// rank's failure: its collective was aborted (RingAbort).
+func echo(err error) bool {
+	var ae *actor.ActorError
+	return errors.As(err, &ae) && !lost(err) && strings.Contains(ae.Message, ErrAborted.Error())
 }
 
 // abortFor tells every other rank of the joined group that rank i is
@@ -243,13 +273,9 @@ func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg 
 		return replies, nil
 	}
 	g.lost = g.lost[:0]
-	answered := true
 	for i := range ranks {
 		if err := errs[i]; err != nil && (lost(err) || errors.Is(err, errNoReply)) {
 			g.lost = append(g.lost, i)
-		}
-		if err := errs[i]; err != nil && !ownAnswer(err) {
-			answered = false
 		}
 	}
 	idx := make([]int, 0, len(errs))
@@ -285,8 +311,25 @@ func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg 
 	}
 	err := fmt.Errorf("shard: %s (epoch %d): %s", what, g.epoch, strings.Join(parts, "; "))
 	g.answered = nil
-	if answered {
+	if answeredAll(errs) {
 		g.answered = err
 	}
 	return replies, err
+}
+
+// answeredAll says whether the failures errs (by rank) are the group's
+// own answer: at least one rank failed on its own (ownAnswer) and every
+// other failure is such an answer too or an abort that echoes one (a rank
+// whose step failed alone tells the others: Rank.abort).
+func answeredAll(errs map[int]error) bool {
+	own := false
+	for _, err := range errs {
+		switch {
+		case ownAnswer(err):
+			own = true
+		case !echo(err):
+			return false
+		}
+	}
+	return own
 }

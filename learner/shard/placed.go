@@ -34,12 +34,12 @@ type GroupConfig struct {
 type Failure struct {
 	Policy, Op string
 	Err        error
-	// Answered: every member the call reached answered it with an error
-	// of its own, and none was lost or silent. For a save, whose ranks
-	// each write their own files without talking to each other, that is
-	// an error of the storage (a full disk, a read-only folder) that a
-	// restart from a checkpoint would meet again. A train step's answer
-	// can still come from a rank that waited on a lost peer.
+	// Answered: the call reached every member and each answered it with
+	// an error of its own (not that it is stopping, not a collective that
+	// failed or timed out between ranks) or with an abort that echoes such
+	// an answer; none was lost or silent. That is the learner's own
+	// verdict on the call (a batch it refuses, a non-finite loss, a full
+	// disk at a save) that a restart from a checkpoint would meet again.
 	Answered bool
 }
 
