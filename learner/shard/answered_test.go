@@ -52,7 +52,15 @@ func TestAnsweredAll(t *testing.T) {
 	if timedOut == nil {
 		t.Fatal("rank 0 trained alone")
 	}
-	stopping := fmt.Errorf("learner: train step 3: %w", context.Canceled)
+	// A learner whose actor is stopping: its context has ended.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	one := newLearner(t, tinyConfig(learner.GRPO, 0, 0))
+	_, stopping := one.TrainContext(ended, groupBatch(0))
+	savingStopped := one.SaveContext(ended, t.TempDir())
+	if stopping == nil || savingStopped == nil {
+		t.Fatalf("train %v, save %v with an ended context", stopping, savingStopped)
+	}
 	for _, tc := range []struct {
 		name string
 		errs map[int]error
@@ -67,6 +75,7 @@ func TestAnsweredAll(t *testing.T) {
 		{"a collective timed out", map[int]error{0: answer(timedOut), 1: answer(refused[1])}, false},
 		{"a rank stopping", map[int]error{0: answer(nanLoss[0]), 1: answer(stopping)}, false},
 		{"one learner stopping", map[int]error{0: answer(stopping)}, false},
+		{"a save cut short by a stop", map[int]error{0: answer(savingStopped)}, false},
 		{"a body the rank could not fetch", map[int]error{0: answer(fmt.Errorf("fetch message body: bulk: connection refused"))}, false},
 		{"a call the caller gave up", map[int]error{0: fmt.Errorf("call r0: %w", context.Canceled)}, false},
 	} {
