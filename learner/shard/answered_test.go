@@ -78,6 +78,9 @@ func TestAnsweredAll(t *testing.T) {
 		{"a save cut short by a stop", map[int]error{0: answer(savingStopped)}, false},
 		{"a body the rank could not fetch", map[int]error{0: answer(fmt.Errorf("fetch message body: bulk: connection refused"))}, false},
 		{"a call the caller gave up", map[int]error{0: fmt.Errorf("call r0: %w", context.Canceled)}, false},
+		{"a batch over the message limit", map[int]error{
+			0: fmt.Errorf("call r0: TrainRequest body is 70000000 bytes, over the 67108864-byte message limit (send it with the Bulk API): %w", actor.ErrTooLarge),
+			1: fmt.Errorf("call r1: TrainRequest body is 70000000 bytes, over the 67108864-byte message limit (send it with the Bulk API): %w", actor.ErrTooLarge)}, true},
 	} {
 		if got := answeredAll(tc.errs); got != tc.want {
 			t.Errorf("%s: answeredAll %v, want %v (errors %v)", tc.name, got, tc.want, tc.errs)

@@ -173,8 +173,13 @@ func lost(err error) bool {
 // node is gone, not an echo of another rank's failure (an abort, a group
 // already failed), not that it is stopping (its context ended: the actor
 // or its node is going away), not that the call's body could not be
-// fetched from the caller (the way between them).
+// fetched from the caller (the way between them). A call refused for its
+// size (actor.ErrTooLarge, by the caller or the rank) counts as the rank's
+// answer: the same call would be refused again.
 func ownAnswer(err error) bool {
+	if errors.Is(err, actor.ErrTooLarge) {
+		return true
+	}
 	var ae *actor.ActorError
 	if !errors.As(err, &ae) || lost(err) {
 		return false
