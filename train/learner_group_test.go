@@ -295,51 +295,72 @@ func testNode(ctx context.Context, t *testing.T) *cluster.Node {
 	return node
 }
 
-// A train step that every rank refuses on its own (here: a learning rate
-// of 1e30 turns the weights non-finite at the first RL step, step 3, so
-// step 4's episodes carry NaN log probs, a batch the learner refuses)
-// stops the run at that step: the ranks are whole and none is lost, so a
-// restart from the last checkpoint would redo step 3 and fail the same way
-// at step 4. The error names the step, the ranks, the cause and the
-// newest complete checkpoint.
+// A train step that every rank fails on its own stops the run at that
+// step: the ranks are whole and none is lost, so a restart from the last
+// checkpoint would redo the steps since and fail the same way. The error
+// names the step, the ranks, the cause and the newest complete checkpoint.
+// A learning rate of 1e30 provokes it: in RL (step 3) the weights turn
+// non-finite, so step 4's episodes carry NaN log probs, a batch the
+// learner refuses; in the warm-up (step 1) step 2's loss is NaN.
 func TestTrainErrorEveryRankAnswersStopsTheRun(t *testing.T) {
-	for _, shards := range []int{1, 2} {
-		t.Run(fmt.Sprintf("shards_%d", shards), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			cfg := shardRun(filepath.Join(t.TempDir(), "run"), shards)
-			cfg.Node = testNode(ctx, t)
-			cfg.Steps = 5 // checkpoints at steps 2 (the warm-up's last), 4, 6, 7
-			cfg.Learner.LR = 1e30
-			var seen []int
-			cfg.Progress = func(m Metrics) { seen = append(seen, m.Step) }
-			_, err := Run(ctx, cfg)
-			if err == nil {
-				t.Fatal("the run succeeded, want step 4's batch refused")
-			}
-			t.Log(err)
-			msg := err.Error()
-			want := []string{"step 4", "not restarted", "is NaN", filepath.Join(cfg.Out, "checkpoints", "step-2")}
-			for r := range shards {
-				if shards > 1 {
-					want = append(want, fmt.Sprintf("rank %d", r))
+	for _, tc := range []struct {
+		name       string
+		lr, warmLR float64
+		step       string
+		cause      string
+		seen       string
+		newest     string // of the checkpoints dir; "" for none
+	}{
+		{name: "bad_batch", lr: 1e30, step: "step 4", cause: "sample_logprobs[0][0] is NaN", seen: "[1 2 3]", newest: "step-2"},
+		{name: "nan_loss", warmLR: 1e30, step: "step 2", cause: "logprobs[0][0] = NaN", seen: "[1]"},
+	} {
+		for _, shards := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/shards_%d", tc.name, shards), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				cfg := shardRun(filepath.Join(t.TempDir(), "run"), shards)
+				cfg.Node = testNode(ctx, t)
+				cfg.Steps = 5 // checkpoints at steps 2 (the warm-up's last), 4, 6, 7
+				if tc.lr > 0 {
+					cfg.Learner.LR = tc.lr
 				}
-			}
-			for _, w := range want {
-				if !strings.Contains(msg, w) {
-					t.Errorf("err does not name %q", w)
+				if tc.warmLR > 0 {
+					cfg.WarmupLR = tc.warmLR
 				}
-			}
-			if strings.Contains(msg, "failed again") {
-				t.Errorf("err %v: the learners were restarted", err)
-			}
-			if fmt.Sprint(seen) != "[1 2 3]" {
-				t.Errorf("steps done %v, want [1 2 3] (none redone)", seen)
-			}
-			if newest, err := NewestComplete(cfg.Out); err != nil || filepath.Base(newest) != "step-2" {
-				t.Errorf("newest complete checkpoint %q (%v), want step-2", newest, err)
-			}
-		})
+				var seen []int
+				cfg.Progress = func(m Metrics) { seen = append(seen, m.Step) }
+				_, err := Run(ctx, cfg)
+				if err == nil {
+					t.Fatal("the run succeeded, want a step failed on every rank")
+				}
+				t.Log(err)
+				want := []string{tc.step + ":", "not restarted", tc.cause}
+				if tc.newest != "" {
+					want = append(want, filepath.Join(cfg.Out, "checkpoints", tc.newest))
+				} else {
+					want = append(want, "no complete checkpoint")
+				}
+				for r := range shards {
+					if shards > 1 {
+						want = append(want, fmt.Sprintf("rank %d", r))
+					}
+				}
+				for _, w := range want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("err does not name %q", w)
+					}
+				}
+				if strings.Contains(err.Error(), "failed again") {
+					t.Errorf("err %v: the learners were restarted", err)
+				}
+				if fmt.Sprint(seen) != tc.seen {
+					t.Errorf("steps done %v, want %s (none redone)", seen, tc.seen)
+				}
+				if newest, err := NewestComplete(cfg.Out); err != nil || filepath.Base(newest) != tc.newest && !(tc.newest == "" && newest == "") {
+					t.Errorf("newest complete checkpoint %q (%v), want %q", newest, err, tc.newest)
+				}
+			})
+		}
 	}
 }
 
