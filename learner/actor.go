@@ -2,7 +2,10 @@ package learner
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"sort"
 	"time"
 
@@ -117,6 +120,51 @@ type Saved struct {
 	Step int
 }
 
+// ListRequest asks a learner which entries its node sees in Dir; the
+// reply is Listed. The driver asks it of every rank for the run folder it
+// has just written a file into: a folder that is not shared between the
+// driver's host and a learner's (a local disk on each) would otherwise go
+// unnoticed until a checkpoint came out split between hosts.
+type ListRequest struct {
+	Dir string
+}
+
+// Listed answers ListRequest: the names in Dir (at most MaxListed, sorted),
+// and the learner's host name and actor address, for the driver's errors.
+type Listed struct {
+	Names     []string
+	Truncated bool
+	Host      string
+	Addr      string
+}
+
+// MaxListed bounds Listed.Names.
+const MaxListed = 4096
+
+// ListDir answers a ListRequest on this node.
+func ListDir(dir, addr string) (Listed, error) {
+	if dir == "" {
+		return Listed{}, fmt.Errorf("list: empty directory")
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return Listed{}, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(MaxListed + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return Listed{}, fmt.Errorf("list %s: %w", dir, err)
+	}
+	host, _ := os.Hostname()
+	out := Listed{Host: host, Addr: addr}
+	if len(names) > MaxListed {
+		names, out.Truncated = names[:MaxListed], true
+	}
+	sort.Strings(names)
+	out.Names = names
+	return out, nil
+}
+
 // LoadRequest replaces the learner's state with the checkpoint in Dir; the
 // reply is Loaded.
 type LoadRequest struct {
@@ -130,7 +178,7 @@ type Loaded struct {
 
 func init() {
 	actor.RegisterMessage(ActorConfig{}, TrainRequest{}, Stats{}, SetAlgorithmRequest{}, AlgorithmSet{}, AdapterInfo{},
-		WeightsRequest{}, WeightsOffer{}, SaveRequest{}, Saved{}, LoadRequest{}, Loaded{})
+		WeightsRequest{}, WeightsOffer{}, SaveRequest{}, Saved{}, ListRequest{}, Listed{}, LoadRequest{}, Loaded{})
 	actor.RegisterKind(ActorKind, func(ctx *actor.Context, args any) (actor.Actor, error) {
 		cfg, ok := args.(ActorConfig)
 		if !ok {
@@ -194,6 +242,8 @@ func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 			return nil, err
 		}
 		return Saved{Dir: m.Dir, Step: a.l.Step()}, nil
+	case ListRequest:
+		return ListDir(m.Dir, ctx.System().Address())
 	case LoadRequest:
 		if err := a.l.LoadContext(ctx.Context(), m.Dir); err != nil {
 			return nil, err

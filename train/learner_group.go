@@ -3,11 +3,15 @@ package train
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"time"
 
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/shard"
@@ -30,7 +34,49 @@ func (r *run) placeLearners(ctx context.Context, id string, l learner.Config, re
 	if err == nil && l.Shards > 1 {
 		r.log.Info("learner shards joined", "policy", id, "shards", l.Shards, "gradients", g.Gradients())
 	}
+	if err == nil {
+		if err = r.checkRunFolderShared(ctx, id, l.Shards, g); err != nil {
+			g.Stop()
+		}
+	}
 	return g, err
+}
+
+// checkRunFolderShared checks that every member of a policy's learner sees
+// the run folder this process sees: the learners write their part of each
+// checkpoint into it from their own nodes, so a folder on each host's own
+// disk would leave every checkpoint split between hosts, each part
+// unusable, and the run would not know. A file written here just now must
+// be in each member's listing of the folder.
+func (r *run) checkRunFolderShared(ctx context.Context, id string, shards int, g *shard.PlacedGroup) error {
+	if r.cfg.Out == "" {
+		return nil
+	}
+	var raw [8]byte
+	_, _ = rand.Read(raw[:])
+	name := ".shared-check-" + hex.EncodeToString(raw[:])
+	probe := filepath.Join(r.cfg.Out, name)
+	if err := os.WriteFile(probe, nil, 0o644); err != nil {
+		return fmt.Errorf("run folder: %w", err)
+	}
+	defer os.Remove(probe)
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	const why = "the learners write their part of each checkpoint into the run folder from their own nodes, so with learners on other hosts the run folder (--out) must be on a filesystem every node sees (NFS, a cluster filesystem)"
+	for _, rl := range g.List(lctx, r.cfg.Out) {
+		who := fmt.Sprintf("the %s learner", id)
+		if shards > 1 {
+			who = fmt.Sprintf("rank %d of the %s learner", rl.Rank, id)
+		}
+		if rl.Err != nil {
+			return fmt.Errorf("run folder %s: %s cannot list it: %w; %s", r.cfg.Out, who, rl.Err, why)
+		}
+		if _, ok := slices.BinarySearch(rl.Listed.Names, name); !ok && !rl.Listed.Truncated {
+			return fmt.Errorf("run folder %s is not shared with %s on host %s (actor address %s): it does not see the file %s this host wrote there; %s",
+				r.cfg.Out, who, rl.Listed.Host, rl.Listed.Addr, name, why)
+		}
+	}
+	return nil
 }
 
 // warnNoOptimizer warns when the checkpoint a policy's learner is about to
@@ -248,6 +294,10 @@ func (r *run) restartLearners(ctx context.Context, cause error) error {
 		r.warnNoOptimizer(p.id, pdir)
 		if err := p.learner.Restart(ctx, pdir); err != nil {
 			return err
+		}
+		// Replaced ranks may be on other hosts now.
+		if err := r.checkRunFolderShared(ctx, p.id, p.l.Shards, p.learner); err != nil {
+			return fmt.Errorf("driver: %w", err)
 		}
 		// Engines and rollout actors' weight syncers refuse a version
 		// older than they serve: replace them. A new local engine takes

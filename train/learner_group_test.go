@@ -13,6 +13,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/nodetest"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/shard"
 )
@@ -503,5 +504,48 @@ func TestShardsThatDoNotFitFailAtPlacement(t *testing.T) {
 	_, err = Run(ctx, cfg)
 	if err == nil || !strings.Contains(err.Error(), "2 feedback learner shards") || !strings.Contains(err.Error(), "missing CPU") {
 		t.Fatalf("err %v, want the feedback policy's 2 shards refused for want of CPU", err)
+	}
+}
+
+// A run folder that a learner's host does not share (each host's own
+// disk at the same path) is refused when the learner is placed, naming
+// the learner and its host: before, the run went on and every checkpoint
+// came out split between hosts, the driver's view holding only its own
+// files and a manifest over them. The learner's node here sees an empty
+// folder of its own at the run folder's path (a mount namespace); 1 and
+// 2 shards, one rank on each side.
+func TestRunFolderNotSharedIsRefused(t *testing.T) {
+	for _, shards := range []int{1, 2} {
+		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Resources: cluster.Resources{"lh": 1}, Logger: actor.DiscardLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(node.Stop)
+			out := t.TempDir()
+			child := nodetest.Start(t, node, nodetest.Options{CPUs: 2, Resources: cluster.Resources{"lh": 1}, PrivateDir: out})
+			cfg := shardRun(out, shards)
+			if shards == 1 {
+				cfg.Learner.Shards = 0
+			}
+			cfg.Node = node
+			// One rank's worth of "lh" on each node: with 2 shards one rank is
+			// on each side; with 1 the learner may land on either, so the
+			// driver's node offers none then.
+			cfg.LearnerResources = cluster.Resources{cluster.CPU: 0.5, "lh": 1}
+			if shards == 1 {
+				cfg.LearnerResources = cluster.Resources{cluster.CPU: 1.5}
+			}
+			_, err = Run(ctx, cfg)
+			if err == nil || !strings.Contains(err.Error(), "on a filesystem every node sees") || !strings.Contains(err.Error(), "learner") {
+				t.Fatalf("run with a learner on node %s that does not share %s: %v; want the run folder refused", child.ID, out, err)
+			}
+			t.Log(err)
+			if _, serr := os.Stat(filepath.Join(out, "checkpoints")); serr == nil {
+				t.Errorf("a checkpoint folder was made: %s", filepath.Join(out, "checkpoints"))
+			}
+		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +34,12 @@ type Options struct {
 	Resources cluster.Resources
 	// Key is the cluster key; default: the joined node's (Node.Key).
 	Key []byte
+	// PrivateDir, when set, is a folder the node sees as an empty one of
+	// its own (a tmpfs mounted over it in a mount namespace of its own,
+	// Linux and root only), as a host with its own disk sees a path that
+	// is not shared. Where that cannot be had, the child fails to start
+	// with a line beginning "ERR private dir" (Start skips the test).
+	PrivateDir string
 }
 
 type settings struct {
@@ -56,6 +63,12 @@ func runNode(js string) int {
 	if err := json.Unmarshal([]byte(js), &s); err != nil {
 		fmt.Println("ERR", env, err)
 		return 1
+	}
+	if s.PrivateDir != "" {
+		if err := mountPrivate(s.PrivateDir); err != nil {
+			fmt.Println("ERR private dir", s.PrivateDir+":", err)
+			return 1
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	n, err := cluster.Start(ctx, cluster.Config{NodeID: s.ID, Bind: "127.0.0.1:0", Key: s.Key, CPUs: s.CPUs,
@@ -96,8 +109,15 @@ func Start(t testing.TB, join *cluster.Node, o Options, extra ...string) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := proctest.Start(t, 30*time.Second, append([]string{env + "=" + string(js)}, extra...)...)
+	var attr *syscall.SysProcAttr
+	if o.PrivateDir != "" {
+		attr = privateAttr()
+	}
+	c := proctest.StartWith(t, 30*time.Second, attr, append([]string{env + "=" + string(js)}, extra...)...)
 	id, ok := strings.CutPrefix(c.Line, "UP ")
+	if strings.HasPrefix(c.Line, "ERR private dir") {
+		t.Skipf("child node %q: %s", o.ID, c.Line)
+	}
 	if !ok {
 		t.Fatalf("child node %q: %s", o.ID, c.Line)
 	}

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -33,12 +34,20 @@ type Child struct {
 // the first line is drained so the child never blocks on a full pipe.
 func Start(t testing.TB, timeout time.Duration, env ...string) *Child {
 	t.Helper()
+	return StartWith(t, timeout, nil, env...)
+}
+
+// StartWith is Start with attr as the child's process attributes (new
+// namespaces, for one).
+func StartWith(t testing.TB, timeout time.Duration, attr *syscall.SysProcAttr, env ...string) *Child {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = attr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
@@ -258,6 +259,29 @@ func (p *PlacedGroup) Save(ctx context.Context, dir string) (learner.Saved, erro
 		return sv, p.fail("save "+dir, err)
 	}
 	return sv, nil
+}
+
+// RankListing is one member's answer to a learner.ListRequest, or why it
+// gave none.
+type RankListing struct {
+	Rank   int
+	Listed learner.Listed
+	Err    error
+}
+
+// List asks every member which entries its node sees in dir, all at once
+// (learner.ListRequest). An error is the member's; the group stays as it is.
+func (p *PlacedGroup) List(ctx context.Context, dir string) []RankListing {
+	out := make([]RankListing, len(p.ranks))
+	var wg sync.WaitGroup
+	for i, r := range p.ranks {
+		wg.Go(func() {
+			l, err := cluster.Call[learner.Listed](ctx, r.h, learner.ListRequest{Dir: dir})
+			out[i] = RankListing{Rank: i, Listed: l, Err: err}
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // probeTimeout bounds the question "are you there?" to a rank after a

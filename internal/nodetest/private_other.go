@@ -1,0 +1,12 @@
+//go:build !linux
+
+package nodetest
+
+import (
+	"errors"
+	"syscall"
+)
+
+func privateAttr() *syscall.SysProcAttr { return nil }
+
+func mountPrivate(string) error { return errors.New("mount namespaces are Linux only") }
