@@ -148,14 +148,17 @@ func parseFilter(q url.Values) (traces.Filter, error) {
 	return f, nil
 }
 
-// pageBounds reads offset and limit (default def, at most most).
+// pageBounds reads offset and limit (default def, at most most). The
+// offset is capped so that offset+limit cannot wrap negative: a page cut
+// as s[min(offset, len(s)):min(offset+limit, len(s))] is then empty past
+// the end, never out of range.
 func pageBounds(q url.Values, def, most int) (offset, limit int) {
 	limit = def
 	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 {
 		limit = min(n, most)
 	}
 	if n, err := strconv.Atoi(q.Get("offset")); err == nil && n > 0 {
-		offset = n
+		offset = min(n, math.MaxInt-limit)
 	}
 	return offset, limit
 }

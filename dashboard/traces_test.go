@@ -154,6 +154,15 @@ func TestTracesAPI(t *testing.T) {
 	if page.Total != 3 || len(page.Traces) != 1 || !strings.HasPrefix(page.Traces[0].ID, "01") {
 		t.Errorf("page 2 of 2: total %d, %+v", page.Total, page.Traces)
 	}
+	// An offset past any page, even one that offset+limit would wrap
+	// negative, is an empty page, not a panic (the connection cut).
+	for _, off := range []string{"1000", "9223372036854775807"} {
+		var far TraceSearch
+		getJSONInto(t, api+"traces?store="+url.QueryEscape(store)+"&offset="+off, 200, &far)
+		if far.Total != 3 || len(far.Traces) != 0 {
+			t.Errorf("offset %s: total %d, %d traces, want 3 and none", off, far.Total, len(far.Traces))
+		}
+	}
 
 	// One trace as spans with parents, offsets and text.
 	var tv TraceView
@@ -282,6 +291,11 @@ func TestEpisodesAPI(t *testing.T) {
 	getJSONInto(t, api+url.QueryEscape(run)+"&step=2&limit=1&offset=1", 200, &s2)
 	if s2.Total != 2 || len(s2.Items) != 1 || s2.Items[0].Step != 2 || s2.Items[0].Group != 1 {
 		t.Errorf("step 2, second page: %+v", s2)
+	}
+	var far EpisodePage
+	getJSONInto(t, api+url.QueryEscape(run)+"&offset=9223372036854775807", 200, &far)
+	if far.Total != 6 || len(far.Items) != 0 {
+		t.Errorf("offset past every page (offset+limit wraps): total %d, %d sent, want 6 and none", far.Total, len(far.Items))
 	}
 	// The episode opens as a trace of the run's store.
 	var tv TraceView
