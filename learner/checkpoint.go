@@ -204,7 +204,7 @@ func (l *Learner) LoadContext(ctx context.Context, dir string) error {
 		}()
 	}
 	if model.HasAdapter(dir) {
-		if err := l.loadAdapter(m, dir); err != nil {
+		if err := l.loadAdapter(ctx, m, dir); err != nil {
 			return err
 		}
 	}
@@ -322,12 +322,12 @@ func OptimizerOmitted(dir string) (bool, error) {
 
 // loadAdapter puts the PEFT adapter in dir onto m, checking it against
 // Config.LoRA.
-func (l *Learner) loadAdapter(m *model.Model, dir string) error {
+func (l *Learner) loadAdapter(ctx context.Context, m *model.Model, dir string) error {
 	want := l.cfg.LoRA
 	if want == nil {
 		return fmt.Errorf("learner: load %s: the checkpoint has LoRA adapters (%s) but the learner's config has no lora", dir, model.AdapterConfig)
 	}
-	if err := m.LoadLoRA(dir); err != nil {
+	if err := m.LoadLoRAContext(ctx, dir); err != nil {
 		return fmt.Errorf("learner: load: %w", err)
 	}
 	got := m.LoRA()

@@ -40,7 +40,7 @@ func loadReference(ctx context.Context, cfg Config, policy *model.Model) (*model
 		return nil, fmt.Errorf("learner: reference model: %w", err)
 	}
 	if model.HasAdapter(dir) {
-		err = ref.LoadLoRA(dir)
+		err = ref.LoadLoRAContext(ctx, dir)
 	}
 	if a, b := ref.Config.VocabSize, policy.Config.VocabSize; err == nil && a != b {
 		err = fmt.Errorf("%s: vocab_size %d, the policy's %d", dir, a, b)

@@ -326,3 +326,39 @@ func TestLoadContextGivesUpWhileReading(t *testing.T) {
 		t.Fatal("LoadContext did not return within 60 s of its context's end")
 	}
 }
+
+// TestLoadServedContextGivesUpWhileReadingTheAdapter: the same for a LoRA
+// checkpoint's adapter, read after the base. LoadLoRA read it without
+// the context, so a load stopped there waited for the whole adapter.
+func TestLoadServedContextGivesUpWhileReadingTheAdapter(t *testing.T) {
+	m := tinyModel(t, tinyConfig(Qwen2), 3)
+	dir := t.TempDir()
+	if err := m.Save(dir, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AddLoRA(LoRAConfig{Rank: 2, Alpha: 4, TargetModules: allModules, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SaveLoRA(dir, "tiny-base"); err != nil {
+		t.Fatal(err)
+	}
+	adapter := filepath.Join(dir, AdapterWeights)
+	half := slowfile.Replace(t, adapter)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loaded := make(chan error, 1)
+	go func() {
+		_, err := LoadServedContext(ctx, dir, cpu.New())
+		loaded <- err
+	}()
+	<-half
+	cancel()
+	select {
+	case err := <-loaded:
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), adapter) {
+			t.Errorf("LoadServedContext: %v, want context.Canceled and the adapter named", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("LoadServedContext did not return within 60 s of its context's end")
+	}
+}

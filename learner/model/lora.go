@@ -331,6 +331,14 @@ func (m *Model) loraParams() []*Param {
 // ValueHeadFile when the directory has one. Config and weights are checked
 // whole first: on error the model is left as it was.
 func (m *Model) LoadLoRA(dir string) error {
+	return m.LoadLoRAContext(context.Background(), dir)
+}
+
+// LoadLoRAContext is LoadLoRA that gives up once ctx is done (checked
+// while the adapter's weights are read and between its tensors), with an
+// error wrapping ctx's and the model left as it was: a large model's
+// adapter is hundreds of MiB, which a stop should not wait for.
+func (m *Model) LoadLoRAContext(ctx context.Context, dir string) error {
 	cpath := filepath.Join(dir, AdapterConfig)
 	b, err := os.ReadFile(cpath)
 	if err != nil {
@@ -345,13 +353,16 @@ func (m *Model) LoadLoRA(dir string) error {
 		return fmt.Errorf("load lora %s: %w", cpath, err)
 	}
 	wpath := filepath.Join(dir, AdapterWeights)
-	f, err := safetensors.ReadFile(wpath)
+	f, err := safetensors.ReadFileContext(ctx, wpath)
 	if err != nil {
 		return fmt.Errorf("load lora: %w", err)
 	}
 	want := m.loraShapes(cfg)
 	values := map[string][]float32{}
 	for name, shape := range want {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("load lora %s: %w", wpath, err)
+		}
 		t, ok := f.Tensor(name)
 		if !ok {
 			return fmt.Errorf("load lora %s: tensor %q: missing", wpath, name)
@@ -519,7 +530,8 @@ func LoadServedContext(ctx context.Context, dir string, b backend.Backend) (*Mod
 	if !HasAdapter(dir) {
 		return m, nil
 	}
-	if err := m.LoadLoRA(dir); err != nil {
+	if err := m.LoadLoRAContext(ctx, dir); err != nil {
+		m.Release() // device memory goes back
 		return nil, err
 	}
 	m.MergeLoRA()
