@@ -34,9 +34,11 @@ const DefaultMaxOTLPBytes = 16 << 20
 // answered 400 with a message naming the field; nothing of it is kept.
 // A body declared over MaxBytes is answered 413 unread, and bodies are
 // read and decoded a few at a time (Bodies), so that clients sending large
-// ones at once hold a few bodies' memory, not one per connection; a body
-// that trickles in is cut off (408), so slow senders cannot hold those
-// places.
+// ones at once hold a few bodies' memory, not one per connection. A body
+// whose messages would take more than 16 × MaxBytes decoded (estimated
+// from their count and kind before decoding: an empty span is 2 bytes) is
+// answered 413 too. A body that trickles in is cut off (408), so slow
+// senders cannot hold those places.
 type OTLPReceiver struct {
 	Sink Sink
 	// Source is the partition of spans that name no run, agent, service
@@ -107,6 +109,16 @@ func (o *OTLPReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		o.fail(w, isJSON, http.StatusBadRequest, fmt.Sprintf("reading body: %v", err))
+		return
+	}
+	most := decodedPerBodyByte * limit
+	cost := protoDecodedCost
+	if isJSON {
+		cost = jsonDecodedCost
+	}
+	if c := cost(data, most); c > most {
+		o.refuse(w, r, isJSON, http.StatusRequestEntityTooLarge, fmt.Sprintf(
+			"its spans, attributes and values would take over %d MiB decoded (%d× the %d-byte body bound); send fewer per request", most>>20, decodedPerBodyByte, limit))
 		return
 	}
 	var td *tracepb.TracesData
