@@ -45,6 +45,14 @@ const DefaultMaxBodyBytes = 4 << 20
 // maxPrompts bounds the prompts of one completions request.
 const maxPrompts = 1024
 
+// maxMessages bounds the messages of a chat request, and the text parts
+// of one message: more than any model's context holds (each message
+// takes a few tokens of the chat template), checked before they are
+// decoded. Longer lists of tools or tool calls are refused before they
+// are decoded too; shorter ones are checked against their own limits
+// once decoded.
+const maxMessages = 1 << 16
+
 func (l Limits) withDefaults(e *Engine) Limits {
 	if l.MaxBodyBytes <= 0 {
 		l.MaxBodyBytes = DefaultMaxBodyBytes

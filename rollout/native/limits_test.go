@@ -161,6 +161,61 @@ func TestServerRefusesLongPromptBeforeTokenizing(t *testing.T) {
 	}
 }
 
+// TestServerRefusesLongListsBeforeDecoding: a list longer than a request
+// may hold (messages, a message's parts or tool calls, tools, prompts) is
+// refused from the count of its elements, so handling it allocates about
+// the body's copies. An empty element is 2 bytes of JSON and tens of bytes
+// decoded: before, 1.4 million empty messages in a 4 MiB body took 550 MB.
+func TestServerRefusesLongListsBeforeDecoding(t *testing.T) {
+	e, _ := testEngine(t, Config{})
+	s := NewServer(e, "tiny", Limits{MaxBodyBytes: 4 << 20}, nil)
+	many := func(elem string) string { return elem + strings.Repeat(","+elem, 1_300_000) }
+	user := `{"role":"user","content":"hi"}`
+	cases := []struct{ name, path, body, param, want string }{
+		{"messages", "/v1/chat/completions", `{"model":"tiny","messages":[` + many(`{}`) + `]}`, "messages", "more than 65536 messages"},
+		{"parts", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":[` + many(`{}`) + `]}]}`, "messages[0].content", "more than 65536 parts"},
+		{"tool calls", "/v1/chat/completions", `{"model":"tiny","messages":[` + user + `,{"role":"assistant","tool_calls":[` + many(`{}`) + `]}]}`, "messages[1].tool_calls", "more than 65536 tool calls"},
+		{"tools", "/v1/chat/completions", `{"model":"tiny","messages":[` + user + `],"tools":[` + many(`{}`) + `]}`, "tools", "want 1 to 64 tools, got more than 65536"},
+		{"prompt lists", "/v1/completions", `{"model":"tiny","prompt":[` + many(`[]`) + `]}`, "prompt", "a list of more than"},
+		{"prompt texts", "/v1/completions", `{"model":"tiny","prompt":[` + many(`""`) + `]}`, "prompt", "a list of more than"},
+	}
+	for _, c := range cases {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, httptest.NewRequest("POST", c.path, strings.NewReader(c.body)))
+		runtime.ReadMemStats(&after)
+		if w.Code != 400 || !strings.Contains(w.Body.String(), `"param":"`+c.param+`"`) || !strings.Contains(w.Body.String(), c.want) {
+			t.Errorf("%s: %d %s, want 400 naming %s and saying %q", c.name, w.Code, abbreviate(w.Body.Bytes()), c.param, c.want)
+		}
+		// The body, its JSON value and the list's, and some slack.
+		if alloc, bound := after.TotalAlloc-before.TotalAlloc, uint64(5*len(c.body))+(1<<20); alloc > bound {
+			t.Errorf("%s: the handler allocated %d bytes for a body of %d (bound %d)", c.name, alloc, len(c.body), bound)
+		}
+	}
+}
+
+// TestLongerThan counts a JSON array's elements as decoding would.
+func TestLongerThan(t *testing.T) {
+	for _, c := range []struct {
+		raw  string
+		most int
+		want bool
+	}{
+		{`[]`, 0, false}, {` [ ] `, 0, false}, {`[1]`, 0, true}, {`[1]`, 1, false},
+		{`[{},[],"",1,null]`, 4, true}, {`[{},[],"",1,null]`, 5, false},
+		{`[{"a":[1,2,3],"b":{"c":[4,5]}}]`, 1, false}, {`[[1,2,3],[4]]`, 2, false}, {`[[1,2,3],[4]]`, 1, true},
+		{`["a,b","[{\"",  "\\"]`, 3, false}, {`["a,b","[{\"",  "\\"]`, 2, true},
+		{`"a,b,c"`, 0, false}, {`{"a":1,"b":2}`, 0, false}, {`null`, 0, false},
+		{`[1,2`, 1, true}, {`[1,2`, 2, false}, // cut short: counted as far as it goes
+	} {
+		if got := longerThan([]byte(c.raw), c.most); got != c.want {
+			t.Errorf("longerThan(%s, %d) = %v, want %v", c.raw, c.most, got, c.want)
+		}
+	}
+}
+
 func TestServerCapsRequestsInProgress(t *testing.T) {
 	e, _ := testEngine(t, Config{})
 	s := NewServer(e, "tiny", Limits{MaxRequests: 1}, nil)

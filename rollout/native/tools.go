@@ -54,6 +54,9 @@ func (b body) tools() (*chatTools, *apiError) {
 		}
 		return nil, nil
 	}
+	if longerThan(b["tools"], maxMessages) { // else counted once decoded
+		return nil, badField("tools", "want 1 to %d tools, got more than %d", maxTools, maxMessages)
+	}
 	var raw []json.RawMessage
 	if err := b.decode("tools", "a list of tool objects", &raw); err != nil {
 		return nil, err
@@ -128,6 +131,9 @@ type wireToolCall struct {
 // assistantToolCalls writes an assistant message's content and tool calls
 // as Qwen2.5's template does. field names the message for errors.
 func assistantToolCalls(content string, raw json.RawMessage, field string) (string, *apiError) {
+	if longerThan(raw, maxMessages) { // else counted once decoded
+		return "", badField(field, "more than %d tool calls (at most %d)", maxMessages, maxToolCalls)
+	}
 	var calls []wireToolCall
 	if err := json.Unmarshal(raw, &calls); err != nil {
 		return "", badField(field, "want a list of {id, type, function: {name, arguments}}, got %s", abbreviate(raw))
