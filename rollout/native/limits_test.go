@@ -196,26 +196,6 @@ func TestServerRefusesLongListsBeforeDecoding(t *testing.T) {
 	}
 }
 
-// TestLongerThan counts a JSON array's elements as decoding would.
-func TestLongerThan(t *testing.T) {
-	for _, c := range []struct {
-		raw  string
-		most int
-		want bool
-	}{
-		{`[]`, 0, false}, {` [ ] `, 0, false}, {`[1]`, 0, true}, {`[1]`, 1, false},
-		{`[{},[],"",1,null]`, 4, true}, {`[{},[],"",1,null]`, 5, false},
-		{`[{"a":[1,2,3],"b":{"c":[4,5]}}]`, 1, false}, {`[[1,2,3],[4]]`, 2, false}, {`[[1,2,3],[4]]`, 1, true},
-		{`["a,b","[{\"",  "\\"]`, 3, false}, {`["a,b","[{\"",  "\\"]`, 2, true},
-		{`"a,b,c"`, 0, false}, {`{"a":1,"b":2}`, 0, false}, {`null`, 0, false},
-		{`[1,2`, 1, true}, {`[1,2`, 2, false}, // cut short: counted as far as it goes
-	} {
-		if got := longerThan([]byte(c.raw), c.most); got != c.want {
-			t.Errorf("longerThan(%s, %d) = %v, want %v", c.raw, c.most, got, c.want)
-		}
-	}
-}
-
 func TestServerCapsRequestsInProgress(t *testing.T) {
 	e, _ := testEngine(t, Config{})
 	s := NewServer(e, "tiny", Limits{MaxRequests: 1}, nil)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/rlnode/rlnode/internal/jsonlist"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/engine"
 )
@@ -54,51 +55,6 @@ func (b body) decode(field, want string, v any) *apiError {
 		return badField(field, "want %s, got %s", want, abbreviate(b[field]))
 	}
 	return nil
-}
-
-// longerThan reports whether raw is a JSON array of more than most
-// elements, reading no further than the element past most. Lists are
-// checked with it before they are decoded: decoding an element takes
-// tens of bytes or more where its JSON may take 2 ({} or []), so a
-// 4 MiB body of 1.4 million empty messages took 550 MiB to decode.
-func longerThan(raw []byte, most int) bool {
-	raw = bytes.TrimLeft(raw, " \t\r\n")
-	if len(raw) == 0 || raw[0] != '[' {
-		return false
-	}
-	n, depth := 0, 0
-	expect := false // the next value at depth 1 begins an element
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		if c == ' ' || c == '\t' || c == '\r' || c == '\n' {
-			continue
-		}
-		if depth == 1 && expect && c != ']' {
-			expect = false
-			if n++; n > most {
-				return true
-			}
-		}
-		switch c {
-		case '"':
-			for i++; i < len(raw) && raw[i] != '"'; i++ {
-				if raw[i] == '\\' {
-					i++
-				}
-			}
-		case '[', '{':
-			if depth++; depth == 1 {
-				expect = true
-			}
-		case ']', '}':
-			if depth--; depth == 0 {
-				return false
-			}
-		case ',':
-			expect = expect || depth == 1
-		}
-	}
-	return false
 }
 
 func abbreviate(raw json.RawMessage) string {
@@ -193,7 +149,7 @@ func (b body) prompts(tok *tokenizer.Tokenizer, vocab, positions, budget int) ([
 		return nil, badField("prompt", "missing")
 	}
 	raw := b["prompt"]
-	if most := max(maxPrompts, positions-1); longerThan(raw, most) {
+	if most := max(maxPrompts, positions-1); jsonlist.Longer(raw, most) {
 		return nil, badField("prompt", "a list of more than %d elements: more than the %d prompts a request may hold, or than the %d token ids the context holds", most, maxPrompts, positions-1)
 	}
 	var one string
@@ -282,7 +238,7 @@ func (b body) messages() ([]tokenizer.Message, *apiError) {
 	if !b.has("messages") {
 		return nil, badField("messages", "missing")
 	}
-	if longerThan(b["messages"], maxMessages) {
+	if jsonlist.Longer(b["messages"], maxMessages) {
 		return nil, badField("messages", "more than %d messages, more than any model's context holds", maxMessages)
 	}
 	var raw []struct {
@@ -333,7 +289,7 @@ func messageContent(raw json.RawMessage) (string, error) {
 	if json.Unmarshal(raw, &s) == nil {
 		return s, nil
 	}
-	if longerThan(raw, maxMessages) {
+	if jsonlist.Longer(raw, maxMessages) {
 		return "", fmt.Errorf("more than %d parts", maxMessages)
 	}
 	var parts []struct {

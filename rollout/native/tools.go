@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/rlnode/rlnode/internal/jsonlist"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 )
 
@@ -54,7 +55,7 @@ func (b body) tools() (*chatTools, *apiError) {
 		}
 		return nil, nil
 	}
-	if longerThan(b["tools"], maxMessages) { // else counted once decoded
+	if jsonlist.Longer(b["tools"], maxMessages) { // else counted once decoded
 		return nil, badField("tools", "want 1 to %d tools, got more than %d", maxTools, maxMessages)
 	}
 	var raw []json.RawMessage
@@ -131,7 +132,7 @@ type wireToolCall struct {
 // assistantToolCalls writes an assistant message's content and tool calls
 // as Qwen2.5's template does. field names the message for errors.
 func assistantToolCalls(content string, raw json.RawMessage, field string) (string, *apiError) {
-	if longerThan(raw, maxMessages) { // else counted once decoded
+	if jsonlist.Longer(raw, maxMessages) { // else counted once decoded
 		return "", badField(field, "more than %d tool calls (at most %d)", maxMessages, maxToolCalls)
 	}
 	var calls []wireToolCall
