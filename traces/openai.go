@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/jsonlist"
 )
 
 // Exchange is one OpenAI-compatible request and its answer, as a recorder
@@ -23,12 +25,21 @@ type Exchange struct {
 }
 
 // openAIRequest is the part of a chat or completion request a span keeps.
+// Messages are decoded once their lists are known to be short enough
+// (maxRecordedElements).
 type openAIRequest struct {
 	Model    string          `json:"model"`
-	Messages []openAIMessage `json:"messages"`
+	Messages json.RawMessage `json:"messages"`
 	Prompt   json.RawMessage `json:"prompt"`
 	Stream   bool            `json:"stream"`
 }
+
+// maxRecordedElements bounds the list elements (messages, their parts and
+// tool calls, all together) of a request whose messages a span keeps in
+// the conventions' schema; past it they are kept as sent. An empty one is
+// 2 bytes and some 800 decoded and rewritten: an 8 MiB request of empty
+// messages took 2.3 GB and became 100 MB of span text.
+const maxRecordedElements = 1 << 16
 
 type openAIMessage struct {
 	Role       string           `json:"role"`
@@ -128,8 +139,21 @@ func SpanOfExchange(ex Exchange) Span {
 	}
 	s.RequestModel = req.Model
 	s.Name = strings.TrimSpace(s.Operation + " " + req.Model)
+	unparsed := false
 	if chat {
-		s.InputMessages = marshal(inputMessages(req.Messages))
+		var ms []openAIMessage
+		switch {
+		case jsonlist.LongerNested(req.Messages, maxRecordedElements):
+			unparsed = true
+			s.InputMessages = marshal([]message{{Role: "user", Parts: []part{{Type: "text", Content: string(req.Messages)}}}})
+		case len(req.Messages) > 0:
+			if err := json.Unmarshal(req.Messages, &ms); err != nil && s.Status != StatusError {
+				s.Status, s.ErrorType, s.StatusMessage = StatusError, "invalid_request", fmt.Sprintf("request body is not JSON: messages: %v", err)
+			}
+			fallthrough
+		default:
+			s.InputMessages = marshal(inputMessages(ms))
+		}
 	} else if len(req.Prompt) > 0 {
 		var p string
 		if json.Unmarshal(req.Prompt, &p) != nil {
@@ -216,8 +240,13 @@ func SpanOfExchange(ex Exchange) Span {
 			respErr = fmt.Sprintf("answer is not JSON: %v", err)
 		}
 	}
-	if ex.Truncated {
+	switch {
+	case ex.Truncated && unparsed:
+		s.Attributes = `{"rlnode.record.truncated":true,"rlnode.record.unparsed":true}`
+	case ex.Truncated:
 		s.Attributes = `{"rlnode.record.truncated":true}`
+	case unparsed:
+		s.Attributes = `{"rlnode.record.unparsed":true}`
 	}
 
 	var out []message

@@ -3,7 +3,9 @@ package traces
 import (
 	"context"
 	"reflect"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,5 +151,42 @@ func TestStats(t *testing.T) {
 	}
 	if _, err := Stats(ts, "color", ""); err == nil {
 		t.Error("stats by color was accepted")
+	}
+}
+
+// TestSpanOfExchangeKeepsLongListsAsSent: a request whose messages hold
+// more list elements than a span decodes (maxRecordedElements) keeps them
+// as sent, marked, so recording it allocates about its copies. An empty
+// message is 2 bytes and some 800 decoded and rewritten: before, an
+// 8 MiB request of them took 2.3 GB and became 100 MB of span text.
+func TestSpanOfExchangeKeepsLongListsAsSent(t *testing.T) {
+	many := func(elem string) string { return elem + strings.Repeat(","+elem, 1_300_000) }
+	for _, c := range []struct{ name, messages string }{
+		{"messages", `[` + many(`{}`) + `]`},
+		{"parts", `[{"role":"user","content":[` + many(`{}`) + `]}]`},
+		{"tool calls", `[{"role":"assistant","tool_calls":[` + many(`{}`) + `]}]`},
+	} {
+		req := []byte(`{"model":"m","messages":` + c.messages + `}`)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := SpanOfExchange(Exchange{Path: "/v1/chat/completions", Status: 400, Request: req})
+		runtime.ReadMemStats(&after)
+		if s.RequestModel != "m" || !strings.Contains(s.Attributes, `"rlnode.record.unparsed":true`) || !strings.Contains(s.InputMessages, `{},{},{}`) {
+			t.Errorf("%s: model %q, attributes %s, input %.80s; want the messages kept as sent and marked", c.name, s.RequestModel, s.Attributes, s.InputMessages)
+		}
+		if n := len(s.InputMessages); n > 2*len(req) {
+			t.Errorf("%s: %d bytes of input text for a request of %d", c.name, n, len(req))
+		}
+		// The request's copies (its messages, the text part, its JSON),
+		// and some slack.
+		if alloc, bound := after.TotalAlloc-before.TotalAlloc, uint64(8*len(req))+(1<<20); alloc > bound {
+			t.Errorf("%s: recording allocated %d bytes for a request of %d (bound %d)", c.name, alloc, len(req), bound)
+		}
+	}
+	// A request within the bound is kept in the conventions' schema.
+	s := SpanOfExchange(Exchange{Path: "/v1/chat/completions", Status: 200, Request: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)})
+	if s.Attributes != "" || s.InputMessages != `[{"role":"user","parts":[{"type":"text","content":"hi"}]}]` {
+		t.Errorf("a short request: attributes %q, input %s", s.Attributes, s.InputMessages)
 	}
 }
