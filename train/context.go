@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 
@@ -21,7 +22,7 @@ const contextProbes = 8
 // refuses would certainly fail; a run that passes may still meet a longer
 // problem later, which the learner refuses naming the sequence.
 func checkContext(cfg Config, tpl *compiled, feedbackModel string) (field string, err error) {
-	src, err := newSource(cfg)
+	src, err := newSource(context.Background(), cfg)
 	switch {
 	case err != nil && cfg.Dataset != nil:
 		// A dataset that does not load (damaged, empty, a column missing)

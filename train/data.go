@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -94,7 +95,7 @@ type datasetSource struct {
 
 // loadDataset reads and checks the dataset files; evalProblems > 0 is how
 // many held-out problems evaluation needs (0: none).
-func loadDataset(ds *Dataset, seed uint64, evalProblems int) (*datasetSource, error) {
+func loadDataset(ctx context.Context, ds *Dataset, seed uint64, evalProblems int) (*datasetSource, error) {
 	if ds.Epochs < 0 {
 		return nil, fmt.Errorf("driver config: dataset.epochs %d: want ≥ 0", ds.Epochs)
 	}
@@ -107,7 +108,7 @@ func loadDataset(ds *Dataset, seed uint64, evalProblems int) (*datasetSource, er
 	} else {
 		trainMap.Groups = ds.GroupBy
 	}
-	train, err := data.Load(ds.Train, trainMap)
+	train, err := data.LoadContext(ctx, ds.Train, trainMap)
 	if err != nil {
 		return nil, fmt.Errorf("driver: dataset train: %w", err)
 	}
@@ -128,7 +129,7 @@ func loadDataset(ds *Dataset, seed uint64, evalProblems int) (*datasetSource, er
 	held := map[int]bool{}
 	switch {
 	case ds.Eval != "":
-		ev, err := data.Load(ds.Eval, evalMap)
+		ev, err := data.LoadContext(ctx, ds.Eval, evalMap)
 		if err != nil {
 			return nil, fmt.Errorf("driver: dataset eval: %w", err)
 		}
@@ -196,8 +197,8 @@ func (c *Config) trainProblems() int {
 }
 
 // newSource builds the run's problem source; a dataset is loaded and
-// checked here, before any actor starts.
-func newSource(cfg Config) (problemSource, error) {
+// checked here, before any actor starts, until ctx ends.
+func newSource(ctx context.Context, cfg Config) (problemSource, error) {
 	if cfg.Episode == EpisodeAgent {
 		return envSource{}, nil
 	}
@@ -212,12 +213,12 @@ func newSource(cfg Config) (problemSource, error) {
 	if cfg.EvalEvery > 0 {
 		eval = cfg.EvalProblems
 	}
-	s, err := loadDataset(cfg.Dataset, cfg.Seed, eval)
+	s, err := loadDataset(ctx, cfg.Dataset, cfg.Seed, eval)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.feedbackUsesHint() {
-		if err := s.loadHints(cfg.Dataset); err != nil {
+		if err := s.loadHints(ctx, cfg.Dataset); err != nil {
 			return nil, err
 		}
 	}

@@ -314,7 +314,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		}
 	}()
 	r := &run{cfg: cfg, tpl: tpl, log: cfg.Logger, start: time.Now(), res: Result{PostWarmupEval: -1, FinalEval: -1}, warmupPlanned: cfg.WarmupSteps}
-	if r.src, err = newSource(cfg); err != nil {
+	if r.src, err = newSource(ctx, cfg); err != nil {
 		return Result{}, err
 	}
 	if r.verifier, err = newVerifier(cfg); err != nil {

@@ -50,7 +50,7 @@ func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (Sing
 		return SingleEval{}, fmt.Errorf("driver: evaluate %s: eval_problems %d: want > 0", dir, cfg.EvalProblems)
 	}
 	cfg.EvalEvery = max(cfg.EvalEvery, 1) // the source holds out EvalProblems
-	src, err := newSource(cfg)
+	src, err := newSource(ctx, cfg)
 	if err != nil {
 		return SingleEval{}, err
 	}
@@ -263,7 +263,7 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 		return TurnEval{}, fmt.Errorf("driver: evaluate %s: eval_problems %d: want > 0", dir, cfg.EvalProblems)
 	}
 	cfg.EvalEvery = max(cfg.EvalEvery, 1) // a dataset source holds out EvalProblems
-	src, err := newSource(cfg)
+	src, err := newSource(ctx, cfg)
 	if err != nil {
 		return TurnEval{}, err
 	}

@@ -5,6 +5,7 @@ package train
 // (.Hint), as the task's pick problems carry a hint.
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -33,10 +34,10 @@ func (ds *Dataset) hintColumn() string {
 // loadHints reads the hint column of the train file (and of the eval
 // file) into the source: every row must have it, or the error names the
 // file, line, row and column, before any actor starts.
-func (s *datasetSource) loadHints(ds *Dataset) error {
+func (s *datasetSource) loadHints(ctx context.Context, ds *Dataset) error {
 	col := ds.hintColumn()
 	load := func(which, path string, rows int) ([]string, error) {
-		ex, err := data.Load(path, data.Mapping{Prompt: ds.Mapping.Prompt, Answer: col})
+		ex, err := data.LoadContext(ctx, path, data.Mapping{Prompt: ds.Mapping.Prompt, Answer: col})
 		if err != nil {
 			return nil, fmt.Errorf("driver: dataset %s: the feedback templates use .Hint, read from column %q: %w", which, col, err)
 		}

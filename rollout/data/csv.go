@@ -1,6 +1,7 @@
 package data
 
 import (
+	"context"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -17,7 +18,7 @@ const MaxCSVBytes = MaxDatasetBytes
 // string; a tests or setup cell holding a list literal (JSON's, or
 // Python's repr of a list of strings, as pandas writes list columns) is
 // that list.
-func loadCSV(path string, m Mapping) ([]Example, error) {
+func loadCSV(ctx context.Context, path string, m Mapping) ([]Example, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("load dataset: %w", err)
@@ -49,6 +50,9 @@ func loadCSV(path string, m Mapping) ([]Example, error) {
 	}
 	var out []Example
 	for {
+		if err := stopped(ctx, path, len(out)+1); err != nil {
+			return nil, err
+		}
 		rec, err := r.Read()
 		if errors.Is(err, io.EOF) {
 			break

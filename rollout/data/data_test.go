@@ -1,8 +1,10 @@
 package data
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -442,7 +444,44 @@ func TestLoadCapsDatasetSize(t *testing.T) {
 	}
 	defer func(prev int64) { datasetLimit = prev }(datasetLimit)
 	datasetLimit = 100 // past Load's check of the file's size: the footer's declaration alone
-	if _, err := loadParquet(p, m); err == nil || !strings.Contains(err.Error(), "uncompressed column data") || !strings.Contains(err.Error(), p) {
+	if _, err := loadParquet(context.Background(), p, m); err == nil || !strings.Contains(err.Error(), "uncompressed column data") || !strings.Contains(err.Error(), p) {
 		t.Errorf("a Parquet file declaring more than the limit: %v", err)
+	}
+}
+
+// A load stops once its context is done, with an error wrapping the
+// context's that names the file: a file near MaxDatasetBytes takes tens
+// of seconds, and a run's Ctrl-C waited for it. A live context loads
+// every row.
+func TestLoadContextStops(t *testing.T) {
+	dir := t.TempDir()
+	const rows = 3000
+	var jl, cv strings.Builder
+	cv.WriteString("question,answer\n")
+	for i := range rows {
+		fmt.Fprintf(&jl, "{\"question\": \"q%d\", \"answer\": \"%d\"}\n", i, i)
+		fmt.Fprintf(&cv, "q%d,%d\n", i, i)
+	}
+	files := map[string]string{"train.jsonl": jl.String(), "train.csv": cv.String()}
+	var paths []string
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	paths = append(paths, writeParquet(t, rows))
+	for _, p := range paths {
+		m := Mapping{Prompt: "question", Answer: "answer"}
+		if ex, err := LoadContext(context.Background(), p, m); err != nil || len(ex) != rows {
+			t.Fatalf("%s: %d rows, %v; want %d", p, len(ex), err, rows)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		ex, err := LoadContext(ctx, p, m)
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), filepath.Base(p)) || ex != nil {
+			t.Errorf("%s with an ended context: %d rows, %v; want context.Canceled naming the file", p, len(ex), err)
+		}
 	}
 }

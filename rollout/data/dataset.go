@@ -87,6 +87,13 @@ var datasetLimit int64 = MaxDatasetBytes
 // skipped), ".parquet" or ".csv" (a header row; loadCSV). Errors name the file, the row (0-based, counting
 // data rows) and the column.
 func Load(path string, m Mapping) ([]Example, error) {
+	return LoadContext(context.Background(), path, m)
+}
+
+// LoadContext is Load that gives up once ctx is done, checked every
+// checkEvery rows (and by the Parquet reader), with an error wrapping
+// ctx's: a file near MaxDatasetBytes takes tens of seconds to read.
+func LoadContext(ctx context.Context, path string, m Mapping) ([]Example, error) {
 	if m.Prompt == "" {
 		return nil, fmt.Errorf("load %s: mapping has no prompt column: %w", path, ErrBadDataset)
 	}
@@ -95,16 +102,28 @@ func Load(path string, m Mapping) ([]Example, error) {
 	}
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".jsonl", ".ndjson":
-		return loadJSONL(path, m)
+		return loadJSONL(ctx, path, m)
 	case ".parquet":
-		return loadParquet(path, m)
+		return loadParquet(ctx, path, m)
 	case ".csv":
-		return loadCSV(path, m)
+		return loadCSV(ctx, path, m)
 	}
 	return nil, fmt.Errorf("load %s: unknown dataset format %q (want .jsonl, .parquet or .csv): %w", path, filepath.Ext(path), ErrBadDataset)
 }
 
-func loadJSONL(path string, m Mapping) ([]Example, error) {
+// checkEvery is how many rows a load reads between looks at its context.
+const checkEvery = 1024
+
+// stopped is ctx's error, wrapped to name the file and the row reached,
+// when row is a multiple of checkEvery and ctx is done.
+func stopped(ctx context.Context, path string, row int) error {
+	if row%checkEvery != 0 || ctx.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("load %s: stopped at row %d: %w", path, row, context.Cause(ctx))
+}
+
+func loadJSONL(ctx context.Context, path string, m Mapping) ([]Example, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("load dataset: %w", err)
@@ -116,6 +135,9 @@ func loadJSONL(path string, m Mapping) ([]Example, error) {
 	line := 0
 	for sc.Scan() {
 		line++
+		if err := stopped(ctx, path, line); err != nil {
+			return nil, err
+		}
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
 			continue
@@ -146,13 +168,13 @@ func loadJSONL(path string, m Mapping) ([]Example, error) {
 	return out, nil
 }
 
-func loadParquet(path string, m Mapping) ([]Example, error) {
+func loadParquet(ctx context.Context, path string, m Mapping) ([]Example, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("load dataset: %w", err)
 	}
 	defer f.Close()
-	tbl, err := readParquetTable(f)
+	tbl, err := readParquetTable(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: read parquet: %w", path, err)
 	}
@@ -174,6 +196,9 @@ func loadParquet(path string, m Mapping) ([]Example, error) {
 	for tr.Next() {
 		rec := tr.RecordBatch()
 		for r := range int(rec.NumRows()) {
+			if err := stopped(ctx, path, len(out)+1); err != nil {
+				return nil, err
+			}
 			row := make(map[string]any, len(cols))
 			for _, c := range cols {
 				v, err := arrowValue(rec.Column(c), r)
@@ -201,7 +226,7 @@ func loadParquet(path string, m Mapping) ([]Example, error) {
 // turned into an error, and the rows read must be the rows the file's
 // footer declares (a damaged row-group or page count otherwise drops rows
 // without a word).
-func readParquetTable(f parquet.ReaderAtSeeker) (tbl arrow.Table, err error) {
+func readParquetTable(ctx context.Context, f parquet.ReaderAtSeeker) (tbl arrow.Table, err error) {
 	defer func() {
 		if e := recover(); e != nil {
 			if tbl != nil {
@@ -227,8 +252,11 @@ func readParquetTable(f parquet.ReaderAtSeeker) (tbl arrow.Table, err error) {
 	if err != nil {
 		return nil, err
 	}
-	tbl, err = rd.ReadTable(context.Background())
+	tbl, err = rd.ReadTable(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
 		return nil, err
 	}
 	if got, want := tbl.NumRows(), pf.NumRows(); got != want {
