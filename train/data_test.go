@@ -104,7 +104,7 @@ func datasetRun(out, train string) Config {
 func TestDatasetSourceOrder(t *testing.T) {
 	path := writeJSONL(t, arithmeticRows(10))
 	ds := &Dataset{Train: path, Mapping: arithmeticMapping, Epochs: 2}
-	s, err := loadDataset(ds, 7, 3)
+	s, err := loadDataset(context.Background(), ds, 7, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestDatasetSourceOrder(t *testing.T) {
 	if _, err := s.train(14); err == nil {
 		t.Errorf("problem 14 of 7 rows × 2 epochs: no error")
 	}
-	again, err := loadDataset(ds, 7, 3)
+	again, err := loadDataset(context.Background(), ds, 7, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +368,7 @@ func refusedBeforeStart(t *testing.T, c Config, out string, want []string) {
 // two fields that fix it (before: "an eval file or fewer eval problems").
 func TestDatasetHeldOutTakesEveryRow(t *testing.T) {
 	path := writeJSONL(t, arithmeticRows(4))
-	_, err := loadDataset(&Dataset{Train: path, Mapping: arithmeticMapping}, 7, 4)
+	_, err := loadDataset(context.Background(), &Dataset{Train: path, Mapping: arithmeticMapping}, 7, 4)
 	if err == nil {
 		t.Fatal("4 rows, 4 held out: no error")
 	}

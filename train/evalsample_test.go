@@ -59,7 +59,7 @@ func TestPassAtK(t *testing.T) {
 // depend on the run's seed, and on nothing else.
 func TestEvalSeeds(t *testing.T) {
 	cfg := tinyRun(t.TempDir())
-	src, err := newSource(cfg)
+	src, err := newSource(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func evalWith(t *testing.T, ctx context.Context, cfg Config, eng engine.Engine, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := newSource(cfg)
+	src, err := newSource(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func TestMLMTDatasetHintReachesFeedback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := newSource(cfg)
+	src, err := newSource(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func evalOnFake(t *testing.T, ctx context.Context, cfg Config, answer string, n 
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := newSource(cfg)
+	src, err := newSource(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

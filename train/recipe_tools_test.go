@@ -116,7 +116,7 @@ func TestToolEpisodeBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := newSource(cfg)
+	src, err := newSource(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
