@@ -549,3 +549,24 @@ func TestRunFolderNotSharedIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// Weights offered by a learner whose node then goes away cannot be
+// fetched: that is the learner's loss, which the training loop restarts
+// from (a shard.Failure, not answered), unless the run itself is stopping.
+func TestWeightsFetchFromAGoneLearnerIsALoss(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := &run{node: testNode(ctx, t)}
+	src := r.source(&policy{id: "solver"})
+	off := learner.WeightsOffer{Step: 3, Ref: actor.BulkRef{Addr: "127.0.0.1:1", ID: strings.Repeat("ab", 16), Size: 8}}
+	_, err := src.decode(ctx, off, "solver weights")
+	f, ok := errors.AsType[*shard.Failure](err)
+	if !ok || f.Answered || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("fetch from a gone learner: %v; want an unanswered shard.Failure naming the address", err)
+	}
+	stopped, stop := context.WithCancel(ctx)
+	stop()
+	if _, err := src.decode(stopped, off, "solver weights"); err == nil || errors.As(err, new(*shard.Failure)) {
+		t.Errorf("fetch while the run stops: %v; want an error that is no learner failure", err)
+	}
+}

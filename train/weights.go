@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 
 	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/shard"
 	"github.com/rlnode/rlnode/rollout/weights"
 	"github.com/rlnode/rlnode/weightsync"
 )
@@ -145,7 +146,13 @@ func (s learnerSource) fetch(ctx context.Context, part string) (learner.WeightsO
 func (s learnerSource) decode(ctx context.Context, off learner.WeightsOffer, what string) (map[string][]float32, error) {
 	data, err := s.r.node.System().Bulk().Fetch(ctx, off.Ref)
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s of step %d: %w", what, off.Step, err)
+		err = fmt.Errorf("fetch %s of step %d from %s: %w", what, off.Step, off.Ref.Addr, err)
+		if ctx.Err() == nil {
+			// The learner's node went away between its offer and the
+			// fetch: a loss, which the training loop restarts from.
+			err = &shard.Failure{Policy: s.p.id, Op: "weights", Err: err}
+		}
+		return nil, err
 	}
 	return learner.DecodeWeightsContext(ctx, fmt.Sprintf("%s of learner step %d", what, off.Step), data)
 }
