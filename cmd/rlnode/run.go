@@ -56,8 +56,9 @@ object per step), checkpoints/step-N/, recipe.yaml (the resolved recipe) and,
 at the end, curves.png. Ctrl-C stops after the current step (exit status
 130), or at once while the run starts; --resume continues from the newest
 checkpoint in DIR. A DIR that holds another run is refused unless --resume
-or --overwrite. --metrics-addr serves Prometheus metrics at
-http://HOST:PORT/metrics while the run lasts.
+or --overwrite; one that another run is using (DIR/run.lock) is refused.
+--metrics-addr serves Prometheus metrics at http://HOST:PORT/metrics while
+the run lasts.
 
 `
 
@@ -134,6 +135,12 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		return 1
 	}
+	unlock, err := lockRunDir(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
+		return 1
+	}
+	defer unlock()
 	if err := checkRunDir(dir, resolved.Bytes(), *resume, *overwrite); err != nil {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		return 2

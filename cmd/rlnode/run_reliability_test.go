@@ -532,3 +532,37 @@ func readFile(t *testing.T, run, checkpoint, name string) []byte {
 	}
 	return b
 }
+
+// A run folder another run is using is refused, naming the process, with
+// --resume and --overwrite too: before, a second `rlnode run --resume` on
+// a folder whose run still ran trained beside it, both writing
+// checkpoints and the second cutting the first's metrics.jsonl back to
+// its resume step. The lock goes with the run.
+func TestRunFolderInUseIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	unlock, err := lockRunDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lockRunDir(dir); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Fatalf("second lock in the same folder: %v; want it refused naming pid %d", err, os.Getpid())
+	}
+	for _, extra := range [][]string{nil, {"--resume"}, {"--overwrite"}} {
+		args := append([]string{"run", "quickstart", "--out", dir, "--set", "sft.steps=2", "--set", "schedule.steps=2"}, extra...)
+		_, stderr, code := runRlnode(t, t.TempDir(), args...)
+		if code != 1 || !strings.Contains(stderr, "is in use by another run (pid") {
+			t.Errorf("rlnode %v while the folder is locked: exit %d\n%s", extra, code, stderr)
+		}
+	}
+	unlock()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the folder the lock made is still there after unlock (%v)", err)
+	}
+	_, stderr, code := runRlnode(t, t.TempDir(), "run", "quickstart", "--out", dir, "--set", "sft.steps=2", "--set", "schedule.steps=2")
+	if code != 0 {
+		t.Fatalf("run after the lock was released: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, runLockFile)); !os.IsNotExist(err) {
+		t.Errorf("the finished run left %s (%v)", runLockFile, err)
+	}
+}
