@@ -56,12 +56,16 @@ type PoolConfig struct {
 	// evenly over the live replicas. Smaller chunks lose less work when a
 	// replica dies; larger ones batch better.
 	ChunkSize int
-	// CallTimeout bounds one Submit or Collect call (default 30 s).
+	// CallTimeout bounds one Submit or Collect call (default 30 s); a
+	// call is cut off sooner when LossTimeout ends first.
 	CallTimeout time.Duration
-	// LossTimeout is how long a replica whose calls keep failing, but
-	// which the cluster has not reported dead, is retried before its job
-	// moves to another replica and it is dropped (default 15 s, more than
-	// failure detection plus the cluster's grace for a missing node).
+	// LossTimeout is how long a replica whose calls keep failing or go
+	// unanswered, but which the cluster has not reported dead, is retried
+	// before its job moves to another replica and it is dropped (default
+	// 15 s, more than failure detection plus the cluster's grace for a
+	// missing node). It counts from when the first failing call was sent:
+	// a replica that stops answering is dropped LossTimeout after, whatever
+	// CallTimeout is.
 	LossTimeout time.Duration
 	// RespawnEvery is how often the replacement of a lost replica is tried
 	// again while no node can host it (default 2 s); negative: lost
@@ -682,11 +686,21 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 	// call retries calls that fail in transport until the cluster reports
 	// r lost, ctx ends, or the failures last LossTimeout (then r is dropped
 	// here). An error the actor itself answered (*actor.ActorError) comes
-	// back at once: r is alive.
+	// back at once: r is alive. failingSince is when the first call of the
+	// current run of failures was sent: a call that gets no answer fails
+	// from its sending, so it is cut off once LossTimeout has passed since
+	// then (a node that stops answering would otherwise cost a whole
+	// CallTimeout before the clock even started).
 	var failingSince time.Time
 	call := func(msg any) (any, bool, error) {
 		for {
-			cctx, ccancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+			sent := time.Now()
+			since := failingSince
+			if since.IsZero() {
+				since = sent
+			}
+			limit := min(p.cfg.CallTimeout, since.Add(p.cfg.LossTimeout).Sub(sent))
+			cctx, ccancel := context.WithTimeout(ctx, limit)
 			v, err := r.h.Call(cctx, msg)
 			ccancel()
 			var answered *actor.ActorError
@@ -701,9 +715,10 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 				return nil, false, ctx.Err()
 			}
 			if failingSince.IsZero() {
-				failingSince = time.Now()
-			} else if time.Since(failingSince) > p.cfg.LossTimeout {
-				p.lose(r, fmt.Sprintf("calls failing for %s: %v", p.cfg.LossTimeout, err))
+				failingSince = sent
+			}
+			if time.Since(failingSince) >= p.cfg.LossTimeout {
+				p.lose(r, fmt.Sprintf("calls failing or unanswered for %s: %v", p.cfg.LossTimeout, err))
 				return nil, true, nil
 			}
 			if lost, err := pause(); lost || err != nil {

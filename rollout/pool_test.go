@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/rlnode/rlnode/rollout"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/episode"
+	"github.com/rlnode/rlnode/rollout/episode/episodetest"
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/native/nativetest"
 	"github.com/rlnode/rlnode/rollout/verify"
@@ -904,5 +906,66 @@ func TestPoolDropsReplicaWhoseEngineLeftTheSyncer(t *testing.T) {
 	reps := pool.Replicas()
 	if len(reps) < 2 || !strings.Contains(reps[1].Lost, "weight syncer") {
 		t.Errorf("replicas after the engine left: %+v", reps)
+	}
+}
+
+// freezeNext makes the next WeightVersion call of a pool-freezable engine
+// block until release is closed, after closing entered: the rollout actor
+// that makes it (answering a StatsRequest) stops answering every call
+// while its node, and gossip, stay up.
+var freezeNext = struct {
+	armed            atomic.Bool
+	entered, release chan struct{}
+}{entered: make(chan struct{}), release: make(chan struct{})}
+
+type freezableEngine struct{ *episodetest.ScriptedEngine }
+
+func (f freezableEngine) WeightVersion() int64 {
+	if freezeNext.armed.CompareAndSwap(true, false) {
+		close(freezeNext.entered)
+		<-freezeNext.release
+	}
+	return f.ScriptedEngine.WeightVersion()
+}
+
+func init() {
+	rollout.RegisterEngine("pool-freezable", func(context.Context, rollout.ActorConfig, string) (engine.Engine, error) {
+		return freezableEngine{episodetest.NewScriptedEngine(script)}, nil
+	})
+}
+
+// TestPoolDropsAReplicaThatStopsAnswering: a replica whose actor stops
+// answering while the cluster still lists it is dropped LossTimeout after
+// the first unanswered call was sent, and its chunk runs on the other,
+// however long CallTimeout is. Before, the loss clock started only once a
+// call had failed, so the unanswered call held the chunk for a whole
+// CallTimeout first (seen failing: the generation ran out of the test's
+// minute with CallTimeout 10 min and LossTimeout 1 s; with the defaults, a
+// node that stopped answering cost about 60 s, not the documented 15 s).
+func TestPoolDropsAReplicaThatStopsAnswering(t *testing.T) {
+	if proctest.Isolated(t) {
+		return
+	}
+	n := startNode(t)
+	ctx := testCtx(t)
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-freezable", Verifier: "exact"},
+		Replicas: 2, Name: "silent", CallTimeout: 10 * time.Minute, LossTimeout: time.Second, RespawnEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	freezeNext.armed.Store(true)
+	defer close(freezeNext.release) // before Close, which stops the actors
+	if err := pool.Handles()[0].Tell(rollout.StatsRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	<-freezeNext.entered
+	res, err := pool.Generate(ctx, poolRequests("q", 4))
+	if err != nil || len(res) != 4 {
+		t.Fatalf("generate with silent-0 not answering: %d results, %v", len(res), err)
+	}
+	reps := pool.Replicas()
+	if !strings.Contains(reps[0].Lost, "unanswered for 1s") || reps[1].Lost != "" || pool.Redispatched() != 1 {
+		t.Errorf("replicas %+v, %d chunks run again; want silent-0 lost as unanswered, silent-1 live, 1 chunk moved", reps, pool.Redispatched())
 	}
 }
