@@ -21,7 +21,11 @@ type Config struct {
 	// version s-k or newer. 0 is synchronous, on-policy training.
 	MaxStaleness int
 	// PushTimeout bounds one engine's fetch and swap of one version
-	// (default 2 min); an engine that takes longer is removed.
+	// (default 2 min); an engine that takes longer is removed. A native
+	// engine is given a little less for its own fetch and swap
+	// (engineLimit), so that one that cannot finish answers in time with
+	// what it was waiting on (the bulk address it could not fetch from,
+	// say) instead of this side's bare call timeout.
 	PushTimeout time.Duration
 	// QueryTimeout bounds a version query (default 10 s).
 	QueryTimeout time.Duration
@@ -44,6 +48,15 @@ func (c *Config) defaults() {
 }
 
 const defaultPushTimeout = weights.DefaultPushTimeout
+
+// engineLimit is the limit a native engine gets for its fetch and swap
+// under a push timeout of push: a tenth less, at most 5 s less, so that
+// its error reaches the syncer before the syncer's call gives up. With
+// equal limits the syncer's, started first, always ended first, and a push
+// the engine could not fetch was reported as the engine's call timing out.
+func engineLimit(push time.Duration) time.Duration {
+	return push - min(push/10, 5*time.Second)
+}
 
 // Errors callers branch on.
 var (
@@ -247,7 +260,7 @@ func (s *Syncer) catchUp(ctx context.Context, t *target) error {
 	for _, p := range todo {
 		pctx, cancel := context.WithTimeout(ctx, s.cfg.PushTimeout)
 		offer := bulk.Offer(p.blob, 1, s.cfg.PushTimeout+30*time.Second)
-		v, err := s.pushNative(pctx, t, weights.Push{Version: p.version, Blob: offer, Timeout: s.cfg.PushTimeout})
+		v, err := s.pushNative(pctx, t, weights.Push{Version: p.version, Blob: offer, Timeout: engineLimit(s.cfg.PushTimeout)})
 		bulk.Release(offer)
 		cancel()
 		if err != nil {
@@ -469,7 +482,7 @@ func (s *Syncer) Publish(ctx context.Context, version int64, u weights.Update) (
 			if t.vllm != nil {
 				v, err = t.vllm.push(pctx, version, u)
 			} else {
-				v, err = s.pushNative(pctx, t, weights.Push{Version: version, Blob: offer, Timeout: s.cfg.PushTimeout})
+				v, err = s.pushNative(pctx, t, weights.Push{Version: version, Blob: offer, Timeout: engineLimit(s.cfg.PushTimeout)})
 			}
 			results <- outcome{t, v, err}
 		}()
@@ -571,6 +584,11 @@ func (s *Syncer) Keep(ctx context.Context, version int64, u weights.Update) erro
 func (s *Syncer) pushNative(ctx context.Context, t *target, p weights.Push) (int64, error) {
 	v, err := s.node.System().Call(ctx, t.ref, p)
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+			// The engine's own limit ends first (engineLimit): no answer
+			// by now means the engine, or its node, is out of reach.
+			return 0, fmt.Errorf("no answer from the engine within the push timeout %s (its node unreachable, or the engine stuck): %w", s.cfg.PushTimeout, err)
+		}
 		return 0, err
 	}
 	ev, ok := v.(weights.EngineVersion)

@@ -3,6 +3,8 @@ package weightsync
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -440,4 +442,74 @@ func TestKeepCatchesUpNewEngines(t *testing.T) {
 	second := spawnBlank("blank-b")
 	register(t, s, second)
 	checkAgainst(t, "registered after a second Keep", next, generate(t, n.System(), second), 4)
+}
+
+// farHost is an engine host that cannot reach the publisher's bulk
+// address: it fetches every push from addr (a port that accepts and never
+// answers, as one behind a firewall that drops the reply) instead.
+type farHost struct {
+	eng  *native.Engine
+	recv *weights.Receiver
+	addr string
+}
+
+func (h *farHost) Receive(ctx *actor.Context, msg any) (any, error) {
+	switch m := msg.(type) {
+	case weights.Push:
+		m.Blob.Addr = h.addr
+		if err := h.recv.Apply(ctx.Context(), ctx.System(), m); err != nil {
+			return nil, err
+		}
+	case weights.VersionRequest:
+	default:
+		return nil, fmt.Errorf("farHost: unexpected %T", msg)
+	}
+	return weights.EngineVersion{Engine: ctx.Self().Name, Address: ctx.System().Address(), Version: h.eng.WeightVersion()}, nil
+}
+
+// A push the engine cannot fetch fails naming the bulk address it could
+// not fetch from. Before, the engine's limit was the syncer's push timeout
+// and the syncer's call, started first, gave up first: the failure read
+// "context deadline exceeded" with no word of the fetch (seen failing).
+func TestPushThatCannotBeFetchedNamesTheBulkAddress(t *testing.T) {
+	n := embedded(t)
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		var held []net.Conn // open, unanswered, until the listener closes
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	eng, err := native.Load(nativetest.Save(t, nativetest.Model(t, nativetest.Config(), 1)), native.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	far := &farHost{eng: eng, recv: &weights.Receiver{Engine: eng}, addr: silent.Addr().String()}
+	ref, err := n.System().SpawnLocal(actor.LocalSpawn{Name: "far", Kind: weights.EngineKind, Factory: func(*actor.Context, any) (actor.Actor, error) {
+		return far, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startSyncer(t, n, Config{PushTimeout: 6 * time.Second})
+	register(t, s, ref)
+	_, err = s.Publish(testCtx(t, 60*time.Second), 1, weights.FullUpdate(nativetest.Model(t, nativetest.Config(), 2)))
+	if !errors.Is(err, ErrEngineFailed) || !strings.Contains(err.Error(), "bulk fetch from "+silent.Addr().String()) {
+		t.Fatalf("publish with the bulk address out of reach: %v; want the failure to name %s", err, silent.Addr())
+	}
+	t.Log(err)
 }
