@@ -259,8 +259,10 @@ func TestKilledPeerFailsPendingCalls(t *testing.T) {
 	_ = p.Cmd.Process.Kill()
 	select {
 	case err := <-errc:
-		if !errors.Is(err, ErrNodeLost) {
-			t.Fatalf("pending call after SIGKILL: %v, want ErrNodeLost", err)
+		// Only the connection is known lost here: no membership says the
+		// node is gone (before, the error said "node lost" all the same).
+		if !errors.Is(err, ErrConnLost) || errors.Is(err, ErrNodeLost) || !strings.Contains(err.Error(), p.addr) {
+			t.Fatalf("pending call after SIGKILL: %v, want ErrConnLost naming %s", err, p.addr)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("pending call to a killed node did not fail within 10s")

@@ -113,6 +113,11 @@ var (
 	ErrUnknownKind   = errors.New("unknown actor kind")
 	ErrNameTaken     = errors.New("actor name already in use")
 	ErrNodeLost      = errors.New("node lost")
+	// ErrConnLost: the transport's connection to a node broke (protoactor
+	// gave up on its endpoint: the peer closed it, was killed, or cannot
+	// be dialled). The node may still be up and a member; membership (the
+	// cluster layer) decides whether it is lost, with ErrNodeLost.
+	ErrConnLost      = errors.New("connection lost (the node may still be up)")
 	ErrActorDied     = errors.New("actor died")
 	ErrSystemStopped = errors.New("actor system stopped")
 )
@@ -268,7 +273,7 @@ func Start(cfg Config) (*System, error) {
 	s.replyPID, _ = s.as.ProcessRegistry.Add(&replyProcess{s: s}, "rlnode$replies")
 	s.as.EventStream.Subscribe(func(ev any) {
 		if t, ok := ev.(*remote.EndpointTerminatedEvent); ok {
-			s.FailAddress(t.Address, fmt.Errorf("connection to %s closed: %w", t.Address, ErrNodeLost))
+			s.FailAddress(t.Address, fmt.Errorf("actor transport to %s: %w", t.Address, ErrConnLost))
 		}
 	})
 

@@ -213,7 +213,7 @@ func TestStopThatCannotReachTheNodeTakesEffectLater(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gaveUp := fmt.Errorf("connection to %s closed: %w", ref.Address, actor.ErrNodeLost)
+	gaveUp := fmt.Errorf("actor transport to %s: %w", ref.Address, actor.ErrConnLost)
 	a.sys.ForgetAddress(ref.Address, gaveUp)
 	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
 	err = a.StopActor(short, "far")

@@ -163,9 +163,11 @@ func (g *Group) Weights(ctx context.Context, req learner.WeightsRequest) (learne
 
 var errNoReply = errors.New("no reply")
 
-// lost says whether err means the rank's actor or node is gone.
+// lost says whether err means the rank's actor or node is gone, or the
+// connection to its node broke (the call's answer is lost either way).
 func lost(err error) bool {
-	return errors.Is(err, actor.ErrNodeLost) || errors.Is(err, actor.ErrActorDied) || errors.Is(err, actor.ErrActorNotFound)
+	return errors.Is(err, actor.ErrNodeLost) || errors.Is(err, actor.ErrConnLost) ||
+		errors.Is(err, actor.ErrActorDied) || errors.Is(err, actor.ErrActorNotFound)
 }
 
 // ownAnswer says whether err is a rank's own answer to a call: the rank
