@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
@@ -96,7 +97,9 @@ func (n *Node) reserveAll(ctx context.Context, id string, bundles []Bundle, node
 		err := n.askNode(actx, node, *per[node])
 		cancel()
 		if err != nil {
-			n.unreserveOn(ctx, id, done)
+			for _, d := range done {
+				n.unreserveOn(ctx, id, d)
+			}
 			var re *refusal
 			if errors.As(err, &re) {
 				return "", re.retry, fmt.Errorf("placement group: reserve on node %s: %w", node, err)
@@ -104,7 +107,7 @@ func (n *Node) reserveAll(ctx context.Context, id string, bundles []Bundle, node
 			go func() {
 				uctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				n.unreserveOn(uctx, id, []string{node})
+				n.unreserveOn(uctx, id, node)
 			}()
 			return node, false, fmt.Errorf("placement group: reserve on node %s: no answer: %w", node, err)
 		}
@@ -135,27 +138,66 @@ func (n *Node) askNode(ctx context.Context, node string, msg any) error {
 	return nil
 }
 
-func (n *Node) unreserveOn(ctx context.Context, id string, nodes []string) {
-	for _, node := range nodes {
-		if err := n.askNode(ctx, node, unreserveRequest{Group: id}); err != nil {
-			n.log.Warn("release placement group reservation", "group", id, "node", node, "err", err)
-		}
+// unreserveOn asks node to release what it reserved for group id, within
+// ctx; a failure is logged, naming the node.
+func (n *Node) unreserveOn(ctx context.Context, id, node string) {
+	if err := n.askNode(ctx, node, unreserveRequest{Group: id}); err != nil {
+		n.log.Warn("release placement group reservation", "group", id, "node", node, "err", err)
 	}
 }
 
 // RemovePlacementGroup stops the group's actors and releases its bundles.
+// Each node is asked apart and at once, with its own bound: its actors
+// are stopped (each within groupStepTimeout), then its bundles released
+// (within reserveTimeout), so a node that does not answer costs only its
+// own share and is the only one named in the warnings. A node that did
+// not answer stops and releases them when the record reaches it
+// (fencing). ctx bounds the whole.
 func (n *Node) RemovePlacementGroup(ctx context.Context, id string) error {
 	g, ok := n.dir.Group(id)
 	if !ok || g.Removed {
 		return fmt.Errorf("placement group %s does not exist", id)
 	}
+	actors := map[string][]string{} // node id ("" while restarting) -> the group's actors there
 	for _, rec := range n.dir.Actors() {
 		if rec.Group == id && rec.State != Dead {
-			if err := n.StopActor(ctx, rec.Name); err != nil && !errors.Is(err, actor.ErrActorNotFound) {
-				n.log.Warn("stop placement group actor", "group", id, "actor", rec.Name, "err", err)
-			}
+			actors[rec.Node] = append(actors[rec.Node], rec.Name)
 		}
 	}
+	type placed struct {
+		node   string
+		bundle int
+	}
+	held := map[string]bool{} // node id -> it holds bundles
+	was := map[placed]bool{}  // which, as the removal began
+	for i, node := range g.Nodes {
+		held[node], was[placed{node, i}] = true, true
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	released := map[string]bool{}
+	for node := range unionKeys(actors, g.Nodes) {
+		wg.Go(func() {
+			var stops sync.WaitGroup
+			for _, name := range actors[node] {
+				stops.Go(func() {
+					sctx, cancel := context.WithTimeout(ctx, groupStepTimeout)
+					defer cancel()
+					if err := n.StopActor(sctx, name); err != nil && !errors.Is(err, actor.ErrActorNotFound) {
+						n.log.Warn("stop placement group actor", "group", id, "actor", name, "node", node, "err", err)
+					}
+				})
+			}
+			stops.Wait()
+			if node != "" && held[node] && n.isAlive(node) {
+				n.releaseOn(ctx, id, node)
+				mu.Lock()
+				released[node] = true
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
 	// A bundle may have moved while the actors stopped (a replacement
 	// for one lost with its node): read the record again, and let no
 	// move write it between this read and the write below, or one of the
@@ -166,20 +208,44 @@ func (n *Node) RemovePlacementGroup(ctx context.Context, id string) error {
 	if g, ok = n.dir.Group(id); !ok || g.Removed {
 		return nil
 	}
-	seen := map[string]bool{}
-	var nodes []string
-	for _, node := range g.Nodes {
-		if !seen[node] && n.isAlive(node) {
-			seen[node] = true
-			nodes = append(nodes, node)
+	again := map[string]bool{}
+	for i, node := range g.Nodes {
+		if (!released[node] || !was[placed{node, i}]) && n.isAlive(node) {
+			again[node] = true
 		}
 	}
-	n.unreserveOn(ctx, id, nodes)
+	for node := range again {
+		wg.Go(func() { n.releaseOn(ctx, id, node) })
+	}
+	wg.Wait()
 	g.Removed, g.UpdatedMs = true, time.Now().UnixMilli()
 	g.Version++
 	g.Writer = n.id
 	n.write(&update{Groups: []GroupRecord{g}})
 	return nil
+}
+
+// groupStepTimeout bounds each stop a placement group's removal asks of a
+// node.
+const groupStepTimeout = 10 * time.Second
+
+// releaseOn is unreserveOn within reserveTimeout, for a group's removal.
+func (n *Node) releaseOn(ctx context.Context, id, node string) {
+	ctx, cancel := context.WithTimeout(ctx, reserveTimeout)
+	defer cancel()
+	n.unreserveOn(ctx, id, node)
+}
+
+// unionKeys is the set of m's keys and of nodes.
+func unionKeys(m map[string][]string, nodes []string) map[string]bool {
+	out := map[string]bool{}
+	for k := range m {
+		out[k] = true
+	}
+	for _, node := range nodes {
+		out[node] = true
+	}
+	return out
 }
 
 // onGroupChange fences this node's reservations: a group removed, or a
