@@ -50,6 +50,10 @@ type ActorRecord struct {
 	Version   uint64   `msgpack:"v" json:"-"`
 	Writer    string   `msgpack:"w" json:"-"`
 	UpdatedMs int64    `msgpack:"u" json:"updated_unix_ms"`
+
+	// RestartTimeoutMs bounds a restart after node loss
+	// (SpawnOptions.RestartTimeout; 0: DefaultRestartTimeout).
+	RestartTimeoutMs int64 `msgpack:"rt,omitempty" json:"-"`
 }
 
 // NodeRecord is the directory's entry for one node: what does not fit in

@@ -205,8 +205,9 @@ type Node struct {
 	memoryFrom   string // where the memory the node offers was read (nodeMemory)
 	reapMu       sync.Mutex
 	reaping      map[string]bool
-	left         sync.Map // node id -> time its Leave event arrived
-	args         argStore // large spawn arguments this node offers (args.go)
+	restarting   map[string]bool // actors whose restart after node loss this node runs now (restartOrBury)
+	left         sync.Map        // node id -> time its Leave event arrived
+	args         argStore        // large spawn arguments this node offers (args.go)
 	clockMu      sync.Mutex
 	clocks       map[string]clockNote // node id -> its clock against ours (noteClock)
 
@@ -342,6 +343,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		ownerMissing: map[string]time.Time{},
 		clocks:       map[string]clockNote{},
 		reaping:      map[string]bool{},
+		restarting:   map[string]bool{},
 		building:     map[string]*nodeBuild{},
 		events:       make(chan memberlist.NodeEvent, 256),
 		reconcileNow: make(chan struct{}, 1),

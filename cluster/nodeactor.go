@@ -36,6 +36,8 @@ type spawnRequest struct {
 	// BaseVersion is the newest version of the actor's record the requester
 	// knows; the host writes above it even if gossip has not reached it.
 	BaseVersion uint64
+	// RestartTimeoutMs is SpawnOptions.RestartTimeout, kept in the record.
+	RestartTimeoutMs int64
 }
 
 type spawnReply struct {
@@ -223,7 +225,7 @@ func (n *Node) finishSpawn(req spawnRequest, nb *nodeBuild) spawnReply {
 		Name: req.Name, Kind: req.Kind, Node: n.id, Ref: ref, State: Alive,
 		Restarts: req.Restarts, MaxRestarts: req.MaxRestarts, Resources: req.Resources, Labels: req.Labels,
 		PinNode: req.PinNode, Group: req.Group, Bundle: req.Bundle, ArgsType: req.ArgsType, Args: req.Args, ArgsAt: req.ArgsAt, Owner: req.Owner,
-		Version: max(old.Version, req.BaseVersion) + 1, Writer: n.id, UpdatedMs: time.Now().UnixMilli(),
+		RestartTimeoutMs: req.RestartTimeoutMs, Version: max(old.Version, req.BaseVersion) + 1, Writer: n.id, UpdatedMs: time.Now().UnixMilli(),
 	}
 	if err != nil {
 		n.ledger.release(req.Name)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +63,85 @@ func TestMembershipWhileARestartBuilds(t *testing.T) {
 	waitFor(t, "mover alive on mr-c", 20*time.Second, func() bool {
 		rec, _ := a.Directory().Actor("mover")
 		return rec.State == Alive && rec.Node == "mr-c"
+	})
+}
+
+// gatedRestart builds at once the first time and, restarted after its
+// node was lost, waits for gatedRelease (or its build's end), like a model
+// that loads for a long time; gatedBegun counts the restarts begun.
+var (
+	gatedBegun   = make(chan string, 4)
+	gatedRelease = make(chan struct{})
+)
+
+func init() {
+	actor.RegisterKind("test.gatedrestart", func(ctx *actor.Context, _ any) (actor.Actor, error) {
+		if ctx.Restarts() > 0 {
+			gatedBegun <- ctx.Self().Name
+			select {
+			case <-gatedRelease:
+			case <-ctx.Context().Done():
+				return nil, ctx.Context().Err()
+			}
+		}
+		return slowBuilt{}, nil
+	})
+}
+
+// A restart after node loss is bounded by the actor's own
+// SpawnOptions.RestartTimeout, not by one fixed 30 s: an actor that
+// allows 1 s is marked DEAD saying so while one that allows 5 min, lost
+// with it, goes on building and starts. Before, every restart had 30 s
+// (an actor whose model loads for longer was marked DEAD), and restarts
+// ran one after another, so a slow one held up the others'.
+func TestRestartTimeoutIsTheActors(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "rt-a", key) // the leader: lowest id
+	join := func(id string) *Node {
+		n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2,
+			Labels: map[string]string{"slot": "x"}, Join: []string{a.GossipAddress()}, Logger: actor.DiscardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Stop)
+		return n
+	}
+	b, _ := join("rt-b"), join("rt-c")
+	waitFor(t, "3 nodes with directory records", 10*time.Second, func() bool { return nodeCount(a) == 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := a.Spawn(ctx, "test.gatedrestart", SpawnOptions{Name: "bad", RestartTimeout: 2 * time.Hour}); err == nil || !strings.Contains(err.Error(), "RestartTimeout 2h0m0s: want 0") {
+		t.Errorf("spawn with a 2 h restart timeout: %v", err)
+	}
+	for name, limit := range map[string]time.Duration{"hasty": time.Second, "patient": 5 * time.Minute} {
+		if _, err := a.Spawn(ctx, "test.gatedrestart", SpawnOptions{Name: name, Node: "rt-b", Labels: map[string]string{"slot": "x"},
+			MaxRestarts: 1, RestartTimeout: limit}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.shutdown() // a crash: no leave, no death records
+	begun := map[string]bool{}
+	for len(begun) < 2 {
+		select {
+		case name := <-gatedBegun: // both restarts build at once, on rt-c
+			begun[name] = true
+		case <-ctx.Done():
+			t.Fatalf("restarts begun: %v; want hasty and patient building at once", begun)
+		}
+	}
+	waitFor(t, "hasty DEAD", 20*time.Second, func() bool {
+		rec, _ := a.Directory().Actor("hasty")
+		return rec.State == Dead
+	})
+	if rec, _ := a.Directory().Actor("hasty"); !strings.Contains(rec.Cause, "restart did not finish within 1s (SpawnOptions.RestartTimeout)") {
+		t.Errorf("hasty's cause %q", rec.Cause)
+	}
+	if rec, _ := a.Directory().Actor("patient"); rec.State != Restarting {
+		t.Fatalf("patient is %s (%s) while it builds, want RESTARTING", rec.State, rec.Cause)
+	}
+	close(gatedRelease)
+	waitFor(t, "patient alive on rt-c", 20*time.Second, func() bool {
+		rec, _ := a.Directory().Actor("patient")
+		return rec.State == Alive && rec.Node == "rt-c"
 	})
 }

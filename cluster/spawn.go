@@ -37,7 +37,20 @@ type SpawnOptions struct {
 	// gone (it left, or has been lost for Detection.OwnerGrace), the cluster stops
 	// them, so a driver killed mid-run leaves no actors holding resources.
 	Detached bool
+	// RestartTimeout bounds one restart after the actor's node is lost:
+	// placing it on another node and running its kind's factory there
+	// (loading a model, say). An actor whose factory takes longer is
+	// marked DEAD ("restart did not finish within ..."). Zero means
+	// DefaultRestartTimeout; at most MaxRestartTimeout. The first spawn
+	// is bounded by Spawn's ctx instead.
+	RestartTimeout time.Duration
 }
+
+// DefaultRestartTimeout and MaxRestartTimeout: SpawnOptions.RestartTimeout.
+const (
+	DefaultRestartTimeout = 30 * time.Second
+	MaxRestartTimeout     = time.Hour
+)
 
 // Handle is a Ray-style handle to a named actor. It follows the actor
 // across restarts: each call goes to the node the directory says hosts it.
@@ -109,6 +122,9 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	if err := opts.Resources.Check(); err != nil {
 		return nil, fmt.Errorf("spawn %s: %w", name, err)
 	}
+	if opts.RestartTimeout < 0 || opts.RestartTimeout > MaxRestartTimeout {
+		return nil, fmt.Errorf("spawn %s: RestartTimeout %v: want 0 (the default, %v) to %v", name, opts.RestartTimeout, DefaultRestartTimeout, MaxRestartTimeout)
+	}
 	argsType, args, err := actor.EncodeMessage(opts.Args)
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: args: %w", name, err)
@@ -120,6 +136,7 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	req := spawnRequest{
 		Name: name, Kind: kind, ArgsType: argsType, Args: args, Resources: opts.Resources,
 		Labels: opts.Labels, PinNode: opts.Node, MaxRestarts: opts.MaxRestarts, BaseVersion: prev.Version,
+		RestartTimeoutMs: opts.RestartTimeout.Milliseconds(),
 	}
 	if len(args) > InlineArgsMax {
 		at, done := n.offerArgs(args)
@@ -416,7 +433,7 @@ func (n *Node) reconcile() {
 	defer n.recMu.Unlock()
 	now := time.Now()
 	for _, rec := range n.dir.Actors() {
-		if rec.State == Dead {
+		if rec.State == Dead || n.isRestarting(rec.Name) {
 			continue
 		}
 		if rec.Node != "" && n.isAlive(rec.Node) {
@@ -555,7 +572,7 @@ func (n *Node) restartOrBury(rec ActorRecord) {
 	req := spawnRequest{
 		Name: rec.Name, Kind: rec.Kind, ArgsType: rec.ArgsType, Args: rec.Args, ArgsAt: rec.ArgsAt, Resources: rec.Resources,
 		Labels: rec.Labels, PinNode: rec.PinNode, MaxRestarts: rec.MaxRestarts, Restarts: rec.Restarts,
-		BaseVersion: rec.Version, Owner: rec.Owner,
+		BaseVersion: rec.Version, Owner: rec.Owner, RestartTimeoutMs: rec.RestartTimeoutMs,
 	}
 	if req.PinNode != "" && (req.PinNode == lostNode || !n.isAlive(req.PinNode)) {
 		// The pinned node is gone, or stopping (still a member, but the
@@ -570,14 +587,60 @@ func (n *Node) restartOrBury(rec ActorRecord) {
 		}
 		req.Group, req.Bundle, req.PinNode = rec.Group, rec.Bundle, node
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := n.spawnSomewhere(ctx, req, map[string]bool{lostNode: true}); err != nil {
-		cur, _ := n.dir.Actor(rec.Name)
-		n.bury(cur, cause+"; restart failed: "+err.Error())
-		return
+	// The build may take as long as the actor's RestartTimeout: it runs
+	// apart, so that one slow actor does not hold up the others' restarts
+	// (reconcile skips it meanwhile).
+	n.reapMu.Lock()
+	n.restarting[rec.Name] = true
+	n.reapMu.Unlock()
+	go func() {
+		defer func() {
+			n.reapMu.Lock()
+			delete(n.restarting, rec.Name)
+			n.reapMu.Unlock()
+		}()
+		limit := restartTimeout(rec.RestartTimeoutMs)
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		go func() {
+			select {
+			case <-n.stopped:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if _, err := n.spawnSomewhere(ctx, req, map[string]bool{lostNode: true}); err != nil {
+			select {
+			case <-n.stopped:
+				return // the next leader restarts it
+			default:
+			}
+			why := "restart failed: "
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				why = fmt.Sprintf("restart did not finish within %v (SpawnOptions.RestartTimeout): ", limit)
+			}
+			cur, _ := n.dir.Actor(rec.Name)
+			n.bury(cur, cause+"; "+why+err.Error())
+			return
+		}
+		n.log.Info("actor restarted after node loss", "actor", rec.Name, "lost_node", lostNode, "restarts", rec.Restarts)
+	}()
+}
+
+// isRestarting says whether this node is restarting the named actor now.
+func (n *Node) isRestarting(name string) bool {
+	n.reapMu.Lock()
+	defer n.reapMu.Unlock()
+	return n.restarting[name]
+}
+
+// restartTimeout is the bound of a restart after node loss for an actor
+// whose record says ms (SpawnOptions.RestartTimeout; 0: the default).
+func restartTimeout(ms int64) time.Duration {
+	if ms <= 0 {
+		return DefaultRestartTimeout
 	}
-	n.log.Info("actor restarted after node loss", "actor", rec.Name, "lost_node", lostNode, "restarts", rec.Restarts)
+	return min(time.Duration(ms)*time.Millisecond, MaxRestartTimeout)
 }
 
 func (n *Node) sawLeave(id string) bool {
