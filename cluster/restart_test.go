@@ -91,7 +91,8 @@ func init() {
 // A restart after node loss is bounded by the actor's own
 // SpawnOptions.RestartTimeout, not by one fixed 30 s: an actor that
 // allows 1 s is marked DEAD saying so while one that allows 5 min, lost
-// with it, goes on building and starts. Before, every restart had 30 s
+// with it, goes on building and starts (restarted first: the leader goes
+// through the actors by name). Before, every restart had 30 s
 // (an actor whose model loads for longer was marked DEAD), and restarts
 // ran one after another, so a slow one held up the others'.
 func TestRestartTimeoutIsTheActors(t *testing.T) {
@@ -113,7 +114,7 @@ func TestRestartTimeoutIsTheActors(t *testing.T) {
 	if _, err := a.Spawn(ctx, "test.gatedrestart", SpawnOptions{Name: "bad", RestartTimeout: 2 * time.Hour}); err == nil || !strings.Contains(err.Error(), "RestartTimeout 2h0m0s: want 0") {
 		t.Errorf("spawn with a 2 h restart timeout: %v", err)
 	}
-	for name, limit := range map[string]time.Duration{"hasty": time.Second, "patient": 5 * time.Minute} {
+	for name, limit := range map[string]time.Duration{"hasty": time.Second, "calm": 5 * time.Minute} {
 		if _, err := a.Spawn(ctx, "test.gatedrestart", SpawnOptions{Name: name, Node: "rt-b", Labels: map[string]string{"slot": "x"},
 			MaxRestarts: 1, RestartTimeout: limit}); err != nil {
 			t.Fatal(err)
@@ -126,7 +127,7 @@ func TestRestartTimeoutIsTheActors(t *testing.T) {
 		case name := <-gatedBegun: // both restarts build at once, on rt-c
 			begun[name] = true
 		case <-ctx.Done():
-			t.Fatalf("restarts begun: %v; want hasty and patient building at once", begun)
+			t.Fatalf("restarts begun: %v; want hasty and calm building at once", begun)
 		}
 	}
 	waitFor(t, "hasty DEAD", 20*time.Second, func() bool {
@@ -136,12 +137,12 @@ func TestRestartTimeoutIsTheActors(t *testing.T) {
 	if rec, _ := a.Directory().Actor("hasty"); !strings.Contains(rec.Cause, "restart did not finish within 1s (SpawnOptions.RestartTimeout)") {
 		t.Errorf("hasty's cause %q", rec.Cause)
 	}
-	if rec, _ := a.Directory().Actor("patient"); rec.State != Restarting {
-		t.Fatalf("patient is %s (%s) while it builds, want RESTARTING", rec.State, rec.Cause)
+	if rec, _ := a.Directory().Actor("calm"); rec.State != Restarting {
+		t.Fatalf("calm is %s (%s) while it builds, want RESTARTING", rec.State, rec.Cause)
 	}
 	close(gatedRelease)
-	waitFor(t, "patient alive on rt-c", 20*time.Second, func() bool {
-		rec, _ := a.Directory().Actor("patient")
+	waitFor(t, "calm alive on rt-c", 20*time.Second, func() bool {
+		rec, _ := a.Directory().Actor("calm")
 		return rec.State == Alive && rec.Node == "rt-c"
 	})
 }

@@ -152,7 +152,7 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 		}
 		req.Group, req.Bundle = opts.Group.ID, opts.Bundle
 	}
-	if _, err := n.spawnSomewhere(ctx, req, nil); err != nil {
+	if _, err := n.spawnSomewhere(ctx, req, nil, nil); err != nil {
 		return nil, err
 	}
 	return &Handle{n: n, name: name}, nil
@@ -160,7 +160,10 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 
 // spawnSomewhere places req and asks the chosen node to host it, trying
 // other nodes when one turns out to lack free resources (a stale view).
-func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map[string]bool) (actor.Ref, error) {
+// abandoned, when set, is the cause recorded for an actor whose build is
+// abandoned because ctx ended (default: "its spawn was abandoned by the
+// caller").
+func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map[string]bool, abandoned func() string) (actor.Ref, error) {
 	if exclude == nil {
 		exclude = map[string]bool{}
 	}
@@ -182,7 +185,11 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 		rep, err := actor.CallAs[spawnReply](ctx, n.sys, nref, req)
 		if err != nil {
 			if ctx.Err() != nil {
-				n.abandonSpawn(nref, req.Name)
+				cause := "its spawn was abandoned by the caller"
+				if abandoned != nil {
+					cause = abandoned()
+				}
+				n.abandonSpawn(nref, req.Name, cause)
 			}
 			return actor.Ref{}, fmt.Errorf("spawn %s on node %s: %w", req.Name, target, err)
 		}
@@ -208,8 +215,8 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 // still running (its actor never starts) or stops the actor once its
 // record is written (hostStop); a spawn that failed leaves nothing to
 // stop. Best effort: the request is sent, not confirmed.
-func (n *Node) abandonSpawn(nref actor.Ref, name string) {
-	if err := n.sys.Tell(nref, stopRequest{Name: name, Cause: "its spawn was abandoned by the caller"}); err != nil {
+func (n *Node) abandonSpawn(nref actor.Ref, name, cause string) {
+	if err := n.sys.Tell(nref, stopRequest{Name: name, Cause: cause}); err != nil {
 		n.log.Warn("could not stop an abandoned spawn", "actor", name, "node", nref.Address, "err", err)
 	}
 }
@@ -609,18 +616,26 @@ func (n *Node) restartOrBury(rec ActorRecord) {
 			case <-ctx.Done():
 			}
 		}()
-		if _, err := n.spawnSomewhere(ctx, req, map[string]bool{lostNode: true}); err != nil {
+		// The host records a build abandoned at the deadline DEAD with
+		// this cause, and this node's record below may come second.
+		late := func() string {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Sprintf("%s; restart did not finish within %v (SpawnOptions.RestartTimeout)", cause, limit)
+			}
+			return cause + "; restart cancelled: node " + n.id + ", which ran it, stopped"
+		}
+		if _, err := n.spawnSomewhere(ctx, req, map[string]bool{lostNode: true}, late); err != nil {
 			select {
 			case <-n.stopped:
 				return // the next leader restarts it
 			default:
 			}
-			why := "restart failed: "
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				why = fmt.Sprintf("restart did not finish within %v (SpawnOptions.RestartTimeout): ", limit)
+			why := cause + "; restart failed: " + err.Error()
+			if ctx.Err() != nil {
+				why = late() + ": " + err.Error()
 			}
 			cur, _ := n.dir.Actor(rec.Name)
-			n.bury(cur, cause+"; "+why+err.Error())
+			n.bury(cur, why)
 			return
 		}
 		n.log.Info("actor restarted after node loss", "actor", rec.Name, "lost_node", lostNode, "restarts", rec.Restarts)
