@@ -285,44 +285,25 @@ func (l *lockedBuffer) String() string {
 // another within the caller's one budget: the frozen node's stop and
 // release used it up, the other node's actor was buried as not answering
 // and its release logged a timeout (seen failing: "w-released ... did not
-// answer the stop").
+// answer the stop"; w-answers was w-released then).
 func TestRemovePlacementGroupWithANodeFrozen(t *testing.T) {
-	key := testKey(t)
-	var logs lockedBuffer
-	a, err := Start(context.Background(), Config{NodeID: "a-removes", Bind: "127.0.0.1:0", Key: key, CPUs: 2, GPUs: 0,
-		Detection: LANDetection, // a frozen node stays a member for about 11 s
-		Logger:    slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	env := "RLNODE_TEST_DETECTION=lan"
-	frozen := startNodeProcess(t, "v-frozen", key, a.GossipAddress(), 2, "", env)
-	startNodeProcess(t, "w-released", key, a.GossipAddress(), 1, "", env)
-	waitFor(t, "3 nodes", 10*time.Second, func() bool { return nodeCount(a) == 3 })
+	a, frozen, logs := startAnswerAndFrozen(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	g, err := a.CreatePlacementGroup(ctx, []Bundle{{Resources: Resources{GPU: 2}}, {Resources: Resources{GPU: 1}}}, StrictSpread)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Nodes[0] != "v-frozen" || g.Nodes[1] != "w-released" {
-		t.Fatalf("bundles on %v, want v-frozen then w-released", g.Nodes)
+	if g.Nodes[0] != "v-frozen" || g.Nodes[1] != "w-answers" {
+		t.Fatalf("bundles on %v, want v-frozen then w-answers", g.Nodes)
 	}
 	for i, name := range []string{"a-on-v", "b-on-w"} {
 		if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: name, Group: g, Bundle: i}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := frozen.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	freeze(t, frozen)
 	defer frozen.Cmd.Process.Signal(syscall.SIGCONT)
-	waitFor(t, "v-frozen frozen", 5*time.Second, func() bool {
-		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", frozen.Cmd.Process.Pid))
-		_, rest, _ := strings.Cut(string(stat), ") ")
-		return strings.HasPrefix(rest, "T")
-	})
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
 	err = a.RemovePlacementGroup(short, g.ID)
 	cancelShort()
@@ -343,10 +324,73 @@ func TestRemovePlacementGroupWithANodeFrozen(t *testing.T) {
 			warnings = append(warnings, line)
 		}
 	}
-	if w := strings.Join(warnings, ""); strings.Contains(w, "w-released") || !strings.Contains(w, "v-frozen") {
-		t.Errorf("warnings name w-released, or not v-frozen:\n%s", w)
+	if w := strings.Join(warnings, ""); strings.Contains(w, "w-answers") || !strings.Contains(w, "v-frozen") {
+		t.Errorf("warnings name w-answers, or not v-frozen:\n%s", w)
 	}
 	if !a.isAlive("v-frozen") {
 		t.Errorf("v-frozen taken for lost: the test froze it too long")
+	}
+}
+
+// startAnswerAndFrozen starts a (this process, the leader, logging
+// warnings into logs) and two nodes that stay members for about 11 s
+// without answering (LANDetection): v-frozen (2 GPUs), for the test to
+// freeze, and w-answers (1 GPU).
+func startAnswerAndFrozen(t *testing.T) (a *Node, frozen *testNode, logs *lockedBuffer) {
+	t.Helper()
+	key := testKey(t)
+	logs = &lockedBuffer{}
+	a, err := Start(context.Background(), Config{NodeID: "a-removes", Bind: "127.0.0.1:0", Key: key, CPUs: 2, GPUs: 0,
+		Detection: LANDetection,
+		Logger:    slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	env := "RLNODE_TEST_DETECTION=lan"
+	frozen = startNodeProcess(t, "v-frozen", key, a.GossipAddress(), 2, "", env)
+	startNodeProcess(t, "w-answers", key, a.GossipAddress(), 1, "", env)
+	waitFor(t, "3 nodes", 10*time.Second, func() bool { return nodeCount(a) == 3 })
+	return a, frozen, logs
+}
+
+// freeze stops node's process (SIGSTOP) and waits until it is stopped.
+func freeze(t *testing.T, node *testNode) {
+	t.Helper()
+	if err := node.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, node.id+" frozen", 5*time.Second, func() bool {
+		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", node.Cmd.Process.Pid))
+		_, rest, _ := strings.Cut(string(stat), ") ")
+		return strings.HasPrefix(rest, "T")
+	})
+}
+
+// StopActors stops each actor within its own bound, at once: the one on
+// the frozen node fails, naming it, and the other stops (its node
+// answering, it is not recorded as not answering).
+func TestStopActorsWithANodeFrozen(t *testing.T) {
+	a, frozen, _ := startAnswerAndFrozen(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for name, node := range map[string]string{"a-on-v": "v-frozen", "b-on-w": "w-answers"} {
+		if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: name, Node: node}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	freeze(t, frozen)
+	defer frozen.Cmd.Process.Signal(syscall.SIGCONT)
+	err := a.StopActors(ctx, 2*time.Second, "a-on-v", "b-on-w", "never-was")
+	_ = frozen.Cmd.Process.Signal(syscall.SIGCONT)
+	if err == nil || !strings.Contains(err.Error(), "stop a-on-v on node v-frozen") || strings.Contains(err.Error(), "b-on-w") {
+		t.Errorf("stop with v-frozen frozen: %v; want only a-on-v's failure", err)
+	}
+	waitFor(t, "b-on-w's record DEAD", 10*time.Second, func() bool {
+		rec, _ := a.dir.Actor("b-on-w")
+		return rec.State == Dead
+	})
+	if rec, _ := a.dir.Actor("b-on-w"); rec.Cause != "stopped" {
+		t.Errorf("b-on-w: cause %q, want stopped", rec.Cause)
 	}
 }

@@ -301,6 +301,31 @@ func (n *Node) StopActor(ctx context.Context, name string) error {
 	return n.stopActor(ctx, name, "stopped")
 }
 
+// StopActors stops the named actors at once, each within ctx and, when
+// per > 0, within per of its own: a node that does not answer costs only
+// the stops of its own actors. (One stop after another within one ctx let
+// such a node use up the time of the stops after it, which then recorded
+// their answering nodes as not answering.) The error joins the failures,
+// each naming its actor and node; an actor already gone is not one.
+func (n *Node) StopActors(ctx context.Context, per time.Duration, names ...string) error {
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			sctx, cancel := ctx, context.CancelFunc(func() {})
+			if per > 0 {
+				sctx, cancel = context.WithTimeout(ctx, per)
+			}
+			defer cancel()
+			if err := n.StopActor(sctx, name); err != nil && !errors.Is(err, actor.ErrActorNotFound) {
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // stopActor is StopActor with the cause its record keeps.
 func (n *Node) stopActor(ctx context.Context, name, cause string) error {
 	rec, ok := n.dir.Actor(name)

@@ -236,9 +236,13 @@ func (p *ExecutorPool) Close(ctx context.Context) {
 	reps := slices.Clone(p.reps)
 	p.mu.Unlock()
 	p.stop()
-	for _, r := range reps {
-		_ = r.h.Stop(ctx)
+	names := make([]string, len(reps))
+	for i, r := range reps {
+		names[i] = r.h.Name()
 	}
+	// At once: an executor whose node does not answer must not use up
+	// the others' time (they would be recorded as not answering).
+	_ = p.node.StopActors(ctx, 0, names...)
 }
 
 // live returns the live executors.
