@@ -123,7 +123,9 @@ type Detection struct {
 	// (SpawnOptions.Detached) may be missing, without having been seen to
 	// leave, before the leader stops them: longer than a false loss lasts,
 	// short enough that a crashed driver's actors do not hold their
-	// nodes' resources for long (default 15 s).
+	// nodes' resources for long (default 15 s). The leader (the live node
+	// with the lowest id) applies its own value to every owner, so give
+	// every node of a cluster the same (the --detection presets do).
 	OwnerGrace time.Duration
 }
 
