@@ -513,3 +513,34 @@ func TestPushThatCannotBeFetchedNamesTheBulkAddress(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// deafHost takes pushes and never answers them (until release closes).
+type deafHost struct{ release chan struct{} }
+
+func (h deafHost) Receive(ctx *actor.Context, msg any) (any, error) {
+	if _, ok := msg.(weights.Push); ok {
+		<-h.release
+		return nil, errors.New("released")
+	}
+	return weights.EngineVersion{Engine: ctx.Self().Name, Address: ctx.System().Address()}, nil
+}
+
+// An engine that does not answer its push at all fails it saying so,
+// with the push timeout, rather than a bare deadline.
+func TestPushWithNoAnswerSaysSo(t *testing.T) {
+	n := embedded(t)
+	deaf := deafHost{release: make(chan struct{})}
+	defer close(deaf.release)
+	ref, err := n.System().SpawnLocal(actor.LocalSpawn{Name: "deaf", Kind: weights.EngineKind, Factory: func(*actor.Context, any) (actor.Actor, error) {
+		return deaf, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startSyncer(t, n, Config{PushTimeout: time.Second})
+	register(t, s, ref)
+	_, err = s.Publish(testCtx(t, 60*time.Second), 1, weights.FullUpdate(nativetest.Model(t, nativetest.Config(), 2)))
+	if !errors.Is(err, ErrEngineFailed) || !strings.Contains(err.Error(), "engine deaf on node") || !strings.Contains(err.Error(), "no answer from the engine within the push timeout 1s") {
+		t.Fatalf("publish to an engine that never answers: %v", err)
+	}
+}
