@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -392,5 +393,22 @@ func TestStopActorsWithANodeFrozen(t *testing.T) {
 	})
 	if rec, _ := a.dir.Actor("b-on-w"); rec.Cause != "stopped" {
 		t.Errorf("b-on-w: cause %q, want stopped", rec.Cause)
+	}
+}
+
+// A lookup that a frozen node cannot answer says so: "not found" on the
+// nodes that answered, naming the one that did not. Before, it waited for
+// the frozen node to the end of ctx (with none, until membership dropped
+// it) and then said only "actor not found" (seen failing so).
+func TestLookupWithANodeFrozen(t *testing.T) {
+	a, frozen, _ := startAnswerAndFrozen(t)
+	freeze(t, frozen)
+	defer frozen.Cmd.Process.Signal(syscall.SIGCONT)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_, err := a.Lookup(ctx, "nowhere")
+	cancel()
+	_ = frozen.Cmd.Process.Signal(syscall.SIGCONT)
+	if !errors.Is(err, actor.ErrActorNotFound) || !strings.Contains(err.Error(), "no answer from node v-frozen") || strings.Contains(err.Error(), "w-answers") {
+		t.Fatalf("lookup with v-frozen frozen: %v; want not found, naming v-frozen alone as not answering", err)
 	}
 }

@@ -6,9 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
@@ -265,36 +265,63 @@ func (n *Node) resolve(ctx context.Context, name string) (actor.Ref, error) {
 }
 
 // Lookup finds a named actor anywhere in the cluster: from the directory,
-// or, when gossip has not brought its record yet, by asking every node.
+// or, when gossip has not brought its record yet, by asking every node at
+// once, each within lookupTimeout and ctx; the first node that hosts it
+// ends the lookup. Not found, the error names the nodes that did not
+// answer (the actor may be on one of them).
 func (n *Node) Lookup(ctx context.Context, name string) (*Handle, error) {
 	if _, ok := n.dir.Actor(name); ok {
 		return &Handle{n: n, name: name}, nil
 	}
-	var (
-		wg    sync.WaitGroup
-		found atomic.Pointer[ActorRecord]
-	)
-	for _, id := range n.aliveIDs() {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		node string
+		rec  *ActorRecord
+		err  error
+	}
+	ids := n.aliveIDs()
+	answers := make(chan answer, len(ids))
+	asked := 0
+	for _, id := range ids {
 		ref, err := n.nodeRef(id)
 		if err != nil {
 			continue
 		}
-		wg.Add(1)
+		asked++
 		go func() {
-			defer wg.Done()
-			rep, err := actor.CallAs[lookupReply](ctx, n.sys, ref, lookupRequest{Name: name})
+			actx, cancel := context.WithTimeout(ctx, lookupTimeout)
+			defer cancel()
+			rep, err := actor.CallAs[lookupReply](actx, n.sys, ref, lookupRequest{Name: name})
 			if err == nil && rep.Found {
-				found.Store(&rep.Record)
+				answers <- answer{node: id, rec: &rep.Record}
+				return
 			}
+			answers <- answer{node: id, err: err}
 		}()
 	}
-	wg.Wait()
-	if rec := found.Load(); rec != nil {
-		n.dir.merge(&update{Actors: []ActorRecord{*rec}})
-		return &Handle{n: n, name: name}, nil
+	var silent []string
+	for range asked {
+		a := <-answers
+		if a.rec != nil {
+			// Found: the nodes still to answer are not waited for.
+			n.dir.merge(&update{Actors: []ActorRecord{*a.rec}})
+			return &Handle{n: n, name: name}, nil
+		}
+		if a.err != nil {
+			silent = append(silent, fmt.Sprintf("node %s: %v", a.node, a.err))
+		}
+	}
+	if len(silent) > 0 {
+		sort.Strings(silent)
+		return nil, fmt.Errorf("lookup %s: %w on the nodes that answered; no answer from %s", name, actor.ErrActorNotFound, strings.Join(silent, "; "))
 	}
 	return nil, fmt.Errorf("lookup %s: %w", name, actor.ErrActorNotFound)
 }
+
+// lookupTimeout bounds a node's answer to a lookup, which it answers from
+// memory.
+const lookupTimeout = 10 * time.Second
 
 // StopActor stops a named actor wherever it runs; it is not restarted.
 func (n *Node) StopActor(ctx context.Context, name string) error {
