@@ -89,6 +89,13 @@ func runTestNode() int {
 			return 1
 		}
 	}
+	if g := os.Getenv("RLNODE_TEST_OWNER_GRACE"); g != "" {
+		var err error
+		if det.OwnerGrace, err = time.ParseDuration(g); err != nil {
+			fmt.Println("ERR", err)
+			return 1
+		}
+	}
 	bind := os.Getenv("RLNODE_TEST_BIND")
 	if bind == "" {
 		bind = "127.0.0.1:0"

@@ -73,6 +73,10 @@ type NodeRecord struct {
 	StartedMs int64     `msgpack:"s"`
 	Leaving   bool      `msgpack:"lv,omitempty"`
 	Version   uint64    `msgpack:"v"`
+
+	// OwnerGraceMs is how long what this node owns outlives its absence
+	// (its Detection.OwnerGrace): the leader applies it (ownerGone).
+	OwnerGraceMs int64 `msgpack:"og,omitempty"`
 }
 
 // GroupRecord is a placement group: its bundles and the node of each.

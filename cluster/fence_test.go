@@ -122,14 +122,17 @@ func TestPlacementGroupLeavesOutANodeThatDoesNotAnswer(t *testing.T) {
 // A node that owns actors and placement groups (a run's driver) and dies
 // without stopping them (SIGKILL) takes them with it, as Ray's owners do:
 // the leader stops the actor and removes the group once the owner has
-// been missing for Detection.OwnerGrace, so their resources come back.
-// Before, they stayed alive, reserved, for the cluster's life.
+// been missing for the owner's Detection.OwnerGrace, so their resources
+// come back. Before, they stayed alive, reserved, for the cluster's life.
+// The grace is the owner's, not the leader's: here 2 s, the leader's 1 h.
+// Before, the leader applied its own (seen failing: not stopped within
+// 30 s).
 func TestOwnerGoneStopsWhatItOwned(t *testing.T) {
 	key := testKey(t)
 	det := FastDetection
-	det.OwnerGrace = 2 * time.Second
+	det.OwnerGrace = time.Hour
 	a := startLocalNodeWith(t, "a-host", key, det) // the leader: lowest id
-	owner := startNodeProcess(t, "o-owner", key, a.GossipAddress(), 0, "", "RLNODE_TEST_OWN_ON=a-host")
+	owner := startNodeProcess(t, "o-owner", key, a.GossipAddress(), 0, "", "RLNODE_TEST_OWN_ON=a-host", "RLNODE_TEST_OWNER_GRACE=2s")
 	used := func() float64 { _, u := a.ledger.snapshot(); return u[CPU] }
 	waitFor(t, "the owner's actor and bundle on a-host", 20*time.Second, func() bool {
 		rec, ok := a.dir.Actor("owned")

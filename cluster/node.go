@@ -123,9 +123,10 @@ type Detection struct {
 	// (SpawnOptions.Detached) may be missing, without having been seen to
 	// leave, before the leader stops them: longer than a false loss lasts,
 	// short enough that a crashed driver's actors do not hold their
-	// nodes' resources for long (default 15 s). The leader (the live node
-	// with the lowest id) applies its own value to every owner, so give
-	// every node of a cluster the same (the --detection presets do).
+	// nodes' resources for long (default 15 s, at most MaxOwnerGrace).
+	// It is the owner's to say: a node publishes its value in its record,
+	// and the leader applies each owner's own (its own only to an owner
+	// whose record has none).
 	OwnerGrace time.Duration
 }
 
@@ -156,6 +157,9 @@ var LANDetection = Detection{
 	PushPull:       5 * time.Second,
 	OwnerGrace:     30 * time.Second,
 }
+
+// MaxOwnerGrace bounds Detection.OwnerGrace.
+const MaxOwnerGrace = time.Hour
 
 // DetectionNames are the values ParseDetection takes.
 var DetectionNames = []string{"fast", "lan"}
@@ -250,6 +254,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.Detection.OwnerGrace <= 0 {
 		cfg.Detection.OwnerGrace = FastDetection.OwnerGrace
+	}
+	if cfg.Detection.OwnerGrace > MaxOwnerGrace {
+		return nil, fmt.Errorf("Detection.OwnerGrace %v: want at most %v", cfg.Detection.OwnerGrace, MaxOwnerGrace)
 	}
 	if cfg.JoinTimeout <= 0 {
 		cfg.JoinTimeout = 10 * time.Second
@@ -841,7 +848,7 @@ func (n *Node) nodeRecord() NodeRecord {
 	n.stopMu.Unlock()
 	rec := NodeRecord{
 		ID: n.id, Actor: n.sys.Address(), Labels: n.cfg.Labels, Host: actor.HostID(), Total: total, Used: used,
-		StartedMs: n.started.UnixMilli(), Leaving: leaving,
+		StartedMs: n.started.UnixMilli(), Leaving: leaving, OwnerGraceMs: n.cfg.Detection.OwnerGrace.Milliseconds(),
 		// Wall-clock versions let a node restarted under the same id
 		// supersede the records of its previous life.
 		Version: max(old.Version+1, uint64(time.Now().UnixNano())),

@@ -528,22 +528,28 @@ func (n *Node) reconcile() {
 
 // ownerGone reports whether the owner node of an actor or placement group
 // is gone: it stopped (its record said it was leaving), or it has been
-// missing for Detection.OwnerGrace (a crash looks like a false loss at
-// first). Called under recMu.
+// missing for its Detection.OwnerGrace, as its record says (a crash looks
+// like a false loss at first). Called under recMu.
 func (n *Node) ownerGone(owner string, now time.Time) bool {
 	if owner == "" || owner == n.id || n.isAlive(owner) {
 		delete(n.ownerMissing, owner)
 		return false
 	}
-	if nr, ok := n.dir.Node(owner); ok && nr.Leaving {
-		return true // it stopped without stopping what it owned
+	grace := n.cfg.Detection.OwnerGrace
+	if nr, ok := n.dir.Node(owner); ok {
+		if nr.Leaving {
+			return true // it stopped without stopping what it owned
+		}
+		if nr.OwnerGraceMs > 0 {
+			grace = min(time.Duration(nr.OwnerGraceMs)*time.Millisecond, MaxOwnerGrace)
+		}
 	}
 	first, seen := n.ownerMissing[owner]
 	if !seen {
 		n.ownerMissing[owner] = now
 		return false
 	}
-	return now.Sub(first) >= n.cfg.Detection.OwnerGrace
+	return now.Sub(first) >= grace
 }
 
 // reapOrphans is the leader's pass over the actors and placement groups

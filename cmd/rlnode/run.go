@@ -62,6 +62,10 @@ the run lasts.
 
 `
 
+// minOwnerGrace is the shortest --owner-grace: shorter would take a
+// false loss (a second or two with --detection fast) for the driver gone.
+const minOwnerGrace = 5 * time.Second
+
 func runCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -72,6 +76,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	keyFile := fs.String("key-file", filepath.Join(cluster.Home(), "cluster.key"), "gossip encryption key file (with --address)")
 	bind := fs.String("bind", "0.0.0.0:0", "gossip address of this process's node (with --address)")
 	detection := detectionFlag(fs)
+	ownerGrace := fs.Duration("owner-grace", 0, fmt.Sprintf("with --address: how long the cluster keeps this run's learner and rollout actors and placement groups once this process is gone without stopping them (killed, its host lost), %v to %v (default: --detection's, 15s with fast, 30s with lan)", minOwnerGrace, cluster.MaxOwnerGrace))
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics while the run lasts (port 0 picks one)")
 	metricsConns := fs.Int("metrics-max-conns-per-addr", train.DefaultMetricsConnsPerAddr, fmt.Sprintf("with --metrics-addr: connections one scraper address (an IPv6 one with its /64, so hosts sharing a /64 share it) may hold open; more are closed at once (1 to %d)", cluster.MaxConnsPerAddr))
 	var sets repeated
@@ -99,6 +104,15 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if _, err := parseConnsPerAddr(strconv.Itoa(*metricsConns)); err != nil {
 		fmt.Fprintf(stderr, "rlnode run: --metrics-max-conns-per-addr %v\n", err)
+		return 2
+	}
+	switch {
+	case *ownerGrace == 0:
+	case *address == "":
+		fmt.Fprintln(stderr, "rlnode run: --owner-grace needs --address (without it the run's actors live in its own process)")
+		return 2
+	case *ownerGrace < minOwnerGrace || *ownerGrace > cluster.MaxOwnerGrace:
+		fmt.Fprintf(stderr, "rlnode run: --owner-grace %v: want %v to %v\n", *ownerGrace, minOwnerGrace, cluster.MaxOwnerGrace)
 		return 2
 	}
 
@@ -221,6 +235,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			fmt.Fprintf(stderr, "rlnode run: --detection: %v\n", err)
 			return 2
+		}
+		if *ownerGrace > 0 {
+			det.OwnerGrace = *ownerGrace
 		}
 		var nodeLog *slog.Logger
 		nodeLog, setNodeLog = newLateNotes()
