@@ -49,7 +49,7 @@ import (
 
 func init() { commands["run"] = runCommand }
 
-const runUsage = `usage: rlnode run RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--resume | --overwrite] [--address HOST:PORT] [--metrics-addr HOST:PORT [--metrics-max-conns-per-addr N]]
+const runUsage = `usage: rlnode run RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--resume | --overwrite] [--address HOST:PORT [--owner-grace D]] [--metrics-addr HOST:PORT [--metrics-max-conns-per-addr N]]
 
 Trains RECIPE (a built-in name or a file). DIR gets metrics.jsonl (one JSON
 object per step), checkpoints/step-N/, recipe.yaml (the resolved recipe) and,
