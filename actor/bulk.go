@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -704,10 +705,24 @@ func (b *Bulk) do(ctx context.Context, addr string, req func(c *bulkConn) error)
 // stale wraps an error seen before the server's status byte.
 func stale(err error) error { return staleErr{err} }
 
-// Fetch pulls the whole payload named by ref.
-func (b *Bulk) Fetch(ctx context.Context, ref BulkRef) ([]byte, error) {
+// checkFetchSize refuses, before anything is allocated, a payload size
+// that cannot be held here: negative, or over the memory this process may
+// use (HostMemory). The size comes from another node.
+func checkFetchSize(ref BulkRef) error {
 	if ref.Size < 0 {
-		return nil, fmt.Errorf("bulk fetch from %s: negative size %d", ref.Addr, ref.Size)
+		return fmt.Errorf("bulk fetch from %s: negative size %d", ref.Addr, ref.Size)
+	}
+	if m := HostMemory(); (m > 0 && ref.Size > m) || uint64(ref.Size) > uint64(math.MaxInt) {
+		return fmt.Errorf("bulk fetch from %s: a payload of %d bytes, over the %d bytes of memory here: %w", ref.Addr, ref.Size, m, ErrTooLarge)
+	}
+	return nil
+}
+
+// Fetch pulls the whole payload named by ref. A size over this node's
+// memory (HostMemory) is refused with an error wrapping ErrTooLarge.
+func (b *Bulk) Fetch(ctx context.Context, ref BulkRef) ([]byte, error) {
+	if err := checkFetchSize(ref); err != nil {
+		return nil, err
 	}
 	buf := make([]byte, ref.Size)
 	if err := b.FetchRange(ctx, ref, 0, buf); err != nil {
@@ -725,6 +740,9 @@ func (b *Bulk) Fetch(ctx context.Context, ref BulkRef) ([]byte, error) {
 func (b *Bulk) FetchView(ctx context.Context, ref BulkRef) (p []byte, release func(), err error) {
 	if ref.Size < 0 || len(ref.ID) != 32 {
 		return nil, nil, fmt.Errorf("bulk fetch from %s: malformed offer (id %q, size %d)", ref.Addr, ref.ID, ref.Size)
+	}
+	if err := checkFetchSize(ref); err != nil {
+		return nil, nil, err
 	}
 	if p, release, handled, err := b.viewLocal(ctx, ref, b.fetchRequest(localViewMagic, ref, 0, ref.Size)); handled {
 		return p, release, err

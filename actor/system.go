@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	pa "github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rlnode/rlnode/internal/bytesize"
 	"github.com/rlnode/rlnode/internal/connlimit"
 	"github.com/rlnode/rlnode/internal/ratelog"
 	"google.golang.org/grpc"
@@ -30,6 +32,11 @@ const (
 
 	DefaultMaxUnprovenPerAddr = 64
 	DefaultMaxConnsPerAddr    = 256
+
+	// MaxMessageSizeEnv names the environment variable that sets
+	// Config.MaxMessageSize where the Config leaves it 0 (an amount such
+	// as "512KiB": internal/bytesize).
+	MaxMessageSizeEnv = "RLNODE_MAX_MESSAGE_SIZE"
 )
 
 // Config configures one node's actor system.
@@ -57,8 +64,10 @@ type Config struct {
 	// beyond either are closed at once.
 	MaxUnprovenPerAddr int
 	MaxConnsPerAddr    int
-	// MaxMessageSize caps one message body (default 64 MiB); larger bodies
-	// are refused at the sender. Use the Bulk API for larger payloads.
+	// MaxMessageSize caps one message body (default 64 MiB, or the
+	// environment variable RLNODE_MAX_MESSAGE_SIZE, e.g. "512KiB"); larger
+	// bodies are refused at the sender, and a receiver refuses to fetch a
+	// larger body it is offered. Use the Bulk API for larger payloads.
 	MaxMessageSize int
 	// InlineLimit is the body size above which a message travels over the
 	// bulk path instead of inside the gRPC batch (default 256 KiB).
@@ -200,6 +209,18 @@ type callResult struct {
 
 // Start starts a node's actor system listening on cfg.Host:cfg.Port.
 func Start(cfg Config) (*System, error) {
+	if cfg.MaxMessageSize <= 0 {
+		if v := os.Getenv(MaxMessageSizeEnv); v != "" {
+			n, err := bytesize.Parse(v)
+			if err == nil && n <= 0 {
+				err = fmt.Errorf("want a positive size")
+			}
+			if err != nil {
+				return nil, fmt.Errorf("actor system: %s=%q: %w", MaxMessageSizeEnv, v, err)
+			}
+			cfg.MaxMessageSize = int(n)
+		}
+	}
 	c := cfg.withDefaults()
 	s := &System{
 		cfg:     c,
@@ -478,3 +499,12 @@ func (s *System) Stats() Stats {
 		BulkBytesLocal: s.stats.bulkLocal.Load(),
 	}
 }
+
+// InlineLimit is the largest message body this node sends inside the
+// message itself (Config.InlineLimit, or MaxMessageSize where lower);
+// larger ones go over the bulk path, up to MaxMessageSize.
+func (s *System) InlineLimit() int { return min(s.cfg.InlineLimit, s.cfg.MaxMessageSize) }
+
+// MaxMessageSize is the largest message body this node sends or accepts
+// (Config.MaxMessageSize).
+func (s *System) MaxMessageSize() int { return s.cfg.MaxMessageSize }
