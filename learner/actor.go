@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
@@ -26,10 +27,111 @@ type ActorConfig struct {
 	ResumeDir string
 }
 
-// TrainRequest asks for one Train call; the reply is Stats.
+// TrainRequest asks for one Train call; the reply is Stats. The batch is
+// Batch, or, sent to a learner on another node (PrepareTrain), Packed or
+// At: a batch is not bounded by the actor message limit, only by the
+// learner node's MaxTrainBatchBytes.
 type TrainRequest struct {
 	Batch Batch
+	// Packed is the batch's msgpack bytes (actor.EncodeMessage), encoded
+	// once for every rank it goes to.
+	Packed []byte `msgpack:",omitempty"`
+	// At names those bytes on the sender's bulk path, for a batch larger
+	// than the sender's inline limit; the learner fetches them.
+	At *actor.BulkRef `msgpack:",omitempty"`
 }
+
+// MaxTrainBatchBytes is the largest packed batch (TrainRequest.At) a
+// learner on this node fetches: a quarter of the memory it may use
+// (actor.HostMemory), at least 64 MiB, or 4 GiB where the memory cannot
+// be read. A batch takes about its packed size again once decoded.
+func MaxTrainBatchBytes() int64 {
+	const least, unknown = 64 << 20, 4 << 30
+	m := actor.HostMemory()
+	if m <= 0 {
+		return unknown
+	}
+	return max(m/4, least)
+}
+
+// trainBatchTTL bounds how long an offered batch waits for its learners;
+// PrepareTrain's release withdraws it sooner.
+const trainBatchTTL = 10 * time.Minute
+
+// PrepareTrain builds the TrainRequest of batch b for each of targets,
+// learner actors to call from sys: a learner on sys's node gets b itself
+// (no encoding); the others get b encoded once, inside the message when
+// it fits sys's inline limit, else offered once on sys's bulk path for
+// all of them to fetch. Call release once the calls have their answers:
+// it withdraws the offer.
+func PrepareTrain(sys *actor.System, b Batch, targets []actor.Ref) (reqs []TrainRequest, release func(), err error) {
+	reqs = make([]TrainRequest, len(targets))
+	remote := 0
+	for i, t := range targets {
+		if t.Address == sys.Address() {
+			reqs[i] = TrainRequest{Batch: b}
+		} else {
+			remote++
+		}
+	}
+	release = func() {}
+	if remote == 0 {
+		return reqs, release, nil
+	}
+	_, packed, err := actor.EncodeMessage(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode the train batch: %w", err)
+	}
+	req := TrainRequest{Packed: packed}
+	// The envelope and an empty Batch add well under 4 KiB.
+	if len(packed) > sys.InlineLimit()-4096 {
+		ref := sys.Bulk().Offer(packed, remote, trainBatchTTL)
+		req = TrainRequest{At: &ref}
+		release = func() { sys.Bulk().Release(ref) }
+	}
+	for i, t := range targets {
+		if t.Address != sys.Address() {
+			reqs[i] = req
+		}
+	}
+	return reqs, release, nil
+}
+
+// LoadBatch is the batch r carries, fetched from the sender's bulk path
+// with sys when r names it there (At). A batch over this node's
+// MaxTrainBatchBytes is refused before anything is fetched, with an error
+// wrapping actor.ErrTooLarge.
+func (r TrainRequest) LoadBatch(ctx context.Context, sys *actor.System) (Batch, error) {
+	body := r.Packed
+	if r.At != nil {
+		if lim := MaxTrainBatchBytes(); r.At.Size < 0 || r.At.Size > lim {
+			return Batch{}, fmt.Errorf("train batch of %d bytes at %s: over this node's %d-byte bound (a quarter of its memory): %w",
+				r.At.Size, r.At.Addr, lim, actor.ErrTooLarge)
+		}
+		// It must keep arriving: 2 minutes, and 1 s per 64 MiB.
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Minute+time.Duration(r.At.Size>>26)*time.Second)
+		defer cancel()
+		var err error
+		if body, err = sys.Bulk().Fetch(fctx, *r.At); err != nil {
+			return Batch{}, fmt.Errorf("fetch the train batch: %w", err)
+		}
+	}
+	if body == nil {
+		return r.Batch, nil
+	}
+	v, err := actor.DecodeMessage(batchTypeName(), body)
+	if err != nil {
+		return Batch{}, fmt.Errorf("train batch: %w", err)
+	}
+	return v.(Batch), nil
+}
+
+// batchTypeName is Batch's registered message name (PrepareTrain's
+// encoding).
+var batchTypeName = sync.OnceValue(func() string {
+	name, _, _ := actor.EncodeMessage(Batch{})
+	return name
+})
 
 // SetAlgorithmRequest switches the algorithm (SFT warm-up, then RL); the
 // reply is AlgorithmSet.
@@ -177,7 +279,7 @@ type Loaded struct {
 }
 
 func init() {
-	actor.RegisterMessage(ActorConfig{}, TrainRequest{}, Stats{}, SetAlgorithmRequest{}, AlgorithmSet{}, AdapterInfo{},
+	actor.RegisterMessage(ActorConfig{}, TrainRequest{}, Batch{}, Stats{}, SetAlgorithmRequest{}, AlgorithmSet{}, AdapterInfo{},
 		WeightsRequest{}, WeightsOffer{}, SaveRequest{}, Saved{}, ListRequest{}, Listed{}, LoadRequest{}, Loaded{})
 	actor.RegisterKind(ActorKind, func(ctx *actor.Context, args any) (actor.Actor, error) {
 		cfg, ok := args.(ActorConfig)
@@ -214,7 +316,11 @@ func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 	case TrainRequest:
 		// The actor's context ends when it is stopped (a run that ends, a
 		// node that stops): a long step must not hold the stop up.
-		return a.l.TrainContext(ctx.Context(), m.Batch)
+		b, err := m.LoadBatch(ctx.Context(), ctx.System())
+		if err != nil {
+			return nil, fmt.Errorf("learner actor: %w", err)
+		}
+		return a.l.TrainContext(ctx.Context(), b)
 	case SetAlgorithmRequest:
 		if err := a.l.SetAlgorithm(m.Algorithm, m.LR); err != nil {
 			return nil, err

@@ -112,7 +112,15 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		if a.rank == nil {
 			return nil, fmt.Errorf("learner-shard %s: train before joining a group", ctx.Self().Name)
 		}
-		return a.l.TrainContext(ctx.Context(), m.Batch)
+		b, err := m.LoadBatch(ctx.Context(), ctx.System())
+		if err != nil {
+			// The other ranks have their batch and wait in the step's
+			// first collective: end it now, not at the timeout.
+			err = fmt.Errorf("learner-shard %s: %w", ctx.Self().Name, err)
+			a.rank.refuse(err)
+			return nil, err
+		}
+		return a.l.TrainContext(ctx.Context(), b)
 	case learner.SaveRequest:
 		if a.rank == nil {
 			return nil, fmt.Errorf("learner-shard %s: save before joining a group", ctx.Self().Name)

@@ -116,7 +116,17 @@ func (g *Group) Train(ctx context.Context, b learner.Batch) (learner.Stats, erro
 	if g.failed != nil {
 		return learner.Stats{}, fmt.Errorf("shard: train: %w: %v", ErrGroupFailed, g.failed)
 	}
-	replies, err := g.fanOut(ctx, g.ranks, "train", func(int) any { return learner.TrainRequest{Batch: b} }, nil)
+	// Encoded at most once, and offered once for all the ranks on other
+	// nodes, before any rank is called: a batch that cannot be sent
+	// reaches none.
+	reqs, release, err := learner.PrepareTrain(g.sys, b, g.ranks)
+	if err != nil {
+		// Nothing was sent; the same batch would fail the same way.
+		g.answered = fmt.Errorf("shard: train (epoch %d): %w", g.epoch, err)
+		return learner.Stats{}, g.answered
+	}
+	defer release()
+	replies, err := g.fanOut(ctx, g.ranks, "train", func(i int) any { return reqs[i] }, nil)
 	if err != nil {
 		g.failed = err
 		return learner.Stats{}, err
@@ -200,7 +210,7 @@ func ownAnswer(err error) bool {
 var notOwn = []string{
 	ErrGroupFailed.Error(), ErrAborted.Error(),
 	context.Canceled.Error(), context.DeadlineExceeded.Error(),
-	"fetch message body",
+	"fetch message body", "fetch the train batch",
 }
 
 // echo says whether err is a rank's answer that only echoes another

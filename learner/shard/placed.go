@@ -208,12 +208,27 @@ func (p *PlacedGroup) Train(ctx context.Context, b learner.Batch) (learner.Stats
 	if p.g != nil {
 		st, err = p.g.Train(ctx, b)
 	} else {
-		st, err = cluster.Call[learner.Stats](ctx, p.ranks[0].h, learner.TrainRequest{Batch: b})
+		st, err = p.trainActor(ctx, b)
 	}
 	if err != nil {
 		return st, p.fail("train", err)
 	}
 	return st, nil
+}
+
+// trainActor trains the single learner actor on b, sent to it as
+// learner.PrepareTrain says.
+func (p *PlacedGroup) trainActor(ctx context.Context, b learner.Batch) (learner.Stats, error) {
+	rec, ok := p.ranks[0].h.Record()
+	if !ok || rec.State != cluster.Alive {
+		return cluster.Call[learner.Stats](ctx, p.ranks[0].h, learner.TrainRequest{Batch: b}) // fails as the handle does
+	}
+	reqs, release, err := learner.PrepareTrain(p.node.System(), b, []actor.Ref{rec.Ref})
+	if err != nil {
+		return learner.Stats{}, err
+	}
+	defer release()
+	return cluster.Call[learner.Stats](ctx, p.ranks[0].h, reqs[0])
 }
 
 // SetAlgorithm switches the RL algorithm (and the peak rate when lr > 0).

@@ -169,6 +169,16 @@ func (r *Rank) fail(err error) error {
 	return fmt.Errorf("%w (rank %d of %d, epoch %d): %w", ErrGroupFailed, r.t.Rank(), r.t.Size(), r.epoch, err)
 }
 
+// refuse fails the group's epoch with err, the reason this rank cannot
+// take part in a step at all (its batch could not be loaded), and tells
+// the other ranks, whose collectives end at once.
+func (r *Rank) refuse(err error) {
+	if r.failed == nil {
+		r.failed = err
+		r.t.Abort(r.epoch, err)
+	}
+}
+
 func (r *Rank) nextOp(k uint64) uint64 {
 	op := r.op
 	r.op += k
