@@ -465,6 +465,34 @@ func (p *Pool) Generate(ctx context.Context, reqs []engine.Request) ([]engine.Re
 
 type chunk struct{ lo, hi int }
 
+// chunks cuts reqs into chunks of at most size requests whose results
+// should take at most budget bytes encoded (resultBytes), so that a
+// replica's answer stays within the actor message limit however large the
+// step; a request over budget on its own is a chunk of its own.
+func chunks(reqs []engine.Request, size, budget int) []chunk {
+	var out []chunk
+	lo, bytes := 0, 0
+	for i, r := range reqs {
+		b := resultBytes(r)
+		if i > lo && (i-lo == size || bytes+b > budget) {
+			out = append(out, chunk{lo, i})
+			lo, bytes = i, 0
+		}
+		bytes += b
+	}
+	if lo < len(reqs) {
+		out = append(out, chunk{lo, len(reqs)})
+	}
+	return out
+}
+
+// resultBytes bounds what one request's results take encoded: the prompt
+// echoed, and for each sample every token's id, logprob and text (14.3
+// bytes a token measured in msgpack; 32 leaves room for long tokens).
+func resultBytes(r engine.Request) int {
+	return 256 + 8*len(r.Prompt) + max(r.Params.N, 1)*(64+32*max(r.Params.MaxTokens, 0))
+}
+
 type outcome struct {
 	c       chunk
 	r       *replica
@@ -519,10 +547,7 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 		live := max(len(p.live()), 1)
 		size = (len(reqs) + live - 1) / live
 	}
-	var pending []chunk
-	for lo := 0; lo < len(reqs); lo += size {
-		pending = append(pending, chunk{lo, min(lo+size, len(reqs))})
-	}
+	pending := chunks(reqs, size, p.node.System().MaxMessageSize()/2)
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan outcome, len(pending))
@@ -707,6 +732,12 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 			if err == nil || errors.As(err, &answered) {
 				failingSince = time.Time{}
 				return v, false, err
+			}
+			if errors.Is(err, actor.ErrTooLarge) {
+				// Refused for its size, by this node or the replica's: no
+				// sign of a loss, and a retry would be refused again.
+				failingSince = time.Time{}
+				return nil, false, err
 			}
 			if isLost() {
 				return nil, true, nil

@@ -969,3 +969,73 @@ func TestPoolDropsAReplicaThatStopsAnswering(t *testing.T) {
 		t.Errorf("replicas %+v, %d chunks run again; want silent-0 lost as unanswered, silent-1 live, 1 chunk moved", reps, pool.Redispatched())
 	}
 }
+
+// A step whose results would not fit in one message is cut into chunks
+// whose answers do, so it generates under any actor message limit (16 KiB
+// here); before, the one chunk's answer was refused for its size, the
+// refusal was taken for a failing replica, and the replica was dropped.
+func TestPoolChunksFitTheMessageLimit(t *testing.T) {
+	if proctest.Isolated(t) {
+		return
+	}
+	t.Setenv("RLNODE_MAX_MESSAGE_SIZE", "16KiB")
+	ctx := testCtx(t)
+	n, key := keyedNode(ctx, t, "fit")
+	if got := n.System().MaxMessageSize(); got != 16<<10 {
+		t.Fatalf("message limit %d, want 16 KiB", got)
+	}
+	// The replica on a node of its own: in one process a call's answer
+	// is passed by reference, never encoded, so no limit applies.
+	far := nodetest.Start(t, n, nodetest.Options{ID: "fit-far", CPUs: 2, Resources: cluster.Resources{"far": 1}, Key: key})
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}, Replicas: 1, Name: "fit",
+		Resources: cluster.Resources{cluster.CPU: 1, "far": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	reqs := poolRequests("f", 8)
+	for i := range reqs {
+		reqs[i].Params.N, reqs[i].Params.MaxTokens = 4, 64
+	}
+	got, err := pool.Generate(ctx, reqs)
+	if err != nil {
+		t.Fatalf("generate: %v", err)
+	}
+	tokens := 0
+	for _, r := range got {
+		for _, s := range r.Samples {
+			tokens += len(s.TokenIDs)
+		}
+	}
+	if tokens*12 < 16<<10 {
+		t.Fatalf("%d tokens generated: too few for the answers to pass the 16 KiB limit in one message", tokens)
+	}
+	base, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSamples(t, "chunks under a 16 KiB limit", got, reference(t, base, reqs), 0)
+	if r := pool.Replicas()[0]; r.Lost != "" || r.Node != far.ID {
+		t.Errorf("replica %+v: lost, or not on %s", r, far.ID)
+	}
+}
+
+// chunks keeps each chunk within the count and the byte budget, a request
+// over the budget alone.
+func TestPoolChunkBounds(t *testing.T) {
+	reqs := poolRequests("b", 6)
+	one := rollout.ResultBytes(reqs[0])
+	for _, c := range []struct {
+		size, budget int
+		want         string
+	}{
+		{6, 100 * one, "[{0 6}]"},
+		{4, 100 * one, "[{0 4} {4 6}]"},
+		{6, 2 * one, "[{0 2} {2 4} {4 6}]"},
+		{6, one / 2, "[{0 1} {1 2} {2 3} {3 4} {4 5} {5 6}]"},
+	} {
+		if got := fmt.Sprint(rollout.Chunks(reqs, c.size, c.budget)); got != c.want {
+			t.Errorf("size %d, budget %d: %s, want %s", c.size, c.budget, got, c.want)
+		}
+	}
+}
