@@ -883,12 +883,20 @@ func (p *Pool) Close() error {
 	p.closed = true
 	p.mu.Unlock()
 	p.stop()
-	var errs []string
-	for _, r := range p.live() {
-		if err := p.stopReplica(r, "rollout pool closed"); err != nil {
-			errs = append(errs, err.Error())
-		}
+	// All at once, each within its own 10 s: one after another, N frozen
+	// replicas cost N×10 s.
+	live := p.live()
+	errs := make([]string, len(live))
+	var wg sync.WaitGroup
+	for i, r := range live {
+		wg.Go(func() {
+			if err := p.stopReplica(r, "rollout pool closed"); err != nil {
+				errs[i] = err.Error()
+			}
+		})
 	}
+	wg.Wait()
+	errs = slices.DeleteFunc(errs, func(e string) bool { return e == "" })
 	if len(errs) > 0 {
 		sort.Strings(errs)
 		return fmt.Errorf("rollout pool: close: %s", strings.Join(errs, "; "))
