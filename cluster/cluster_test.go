@@ -96,6 +96,9 @@ func runTestNode() int {
 			return 1
 		}
 	}
+	if d, err := time.ParseDuration(os.Getenv("RLNODE_TEST_GOSSIP_TO_DEAD")); err == nil {
+		gossipToTheDead = d
+	}
 	bind := os.Getenv("RLNODE_TEST_BIND")
 	if bind == "" {
 		bind = "127.0.0.1:0"

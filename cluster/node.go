@@ -216,6 +216,14 @@ type Node struct {
 	args         argStore        // large spawn arguments this node offers (args.go)
 	clockMu      sync.Mutex
 	clocks       map[string]clockNote // node id -> its clock against ours (noteClock)
+	// lost: members lost without leaving (crashed, or cut off by a
+	// partition), by node id, while reconnectFor lasts; reconnecting: the
+	// ids whose Join is under way. Both under lmu.
+	lmu          sync.Mutex
+	lost         map[string]lostMember
+	reconnecting map[string]bool
+	lastLoss     atomic.Int64 // when the latest member was lost without leaving (unix ns)
+	gossipNet    *cappedTransport
 
 	events       chan memberlist.NodeEvent
 	reconcileNow chan struct{}   // a node left: reconcile without waiting for the tick
@@ -234,6 +242,30 @@ type Node struct {
 type memberInfo struct {
 	id, gossip, actor string
 }
+
+// lostMember is a member lost without leaving: where it was, and since when.
+type lostMember struct {
+	gossip string
+	since  time.Time
+}
+
+// gossipToTheDead, when set (by tests), replaces memberlist's 30 s during
+// which a node still gossips to members it declared dead: a partition
+// shorter than that heals without reconnect.
+var gossipToTheDead time.Duration
+
+const (
+	// reconnectFor is how long a node keeps trying to join a member lost
+	// without leaving, as Serf does: memberlist alone never probes a
+	// member it declared dead, so after a partition longer than its
+	// gossip-to-the-dead window (30 s) each side went on without the
+	// other for good, both sides' nodes ALIVE in their own status only.
+	reconnectFor = 24 * time.Hour
+	// lostQuorumFor is how long a lost member still counts as one of the
+	// cluster's nodes for hasQuorum: after it, a node that lost most of
+	// the cluster at once (a crash of most nodes) takes them for gone.
+	lostQuorumFor = 10 * time.Minute
+)
 
 // nodeMeta is memberlist's per-node metadata (at most 512 bytes).
 type nodeMeta struct {
@@ -353,6 +385,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		clocks:       map[string]clockNote{},
 		reaping:      map[string]bool{},
 		restarting:   map[string]bool{},
+		lost:         map[string]lostMember{},
+		reconnecting: map[string]bool{},
 		building:     map[string]*nodeBuild{},
 		events:       make(chan memberlist.NodeEvent, 256),
 		reconcileNow: make(chan struct{}, 1),
@@ -405,6 +439,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// A node restarted under the same id (new ports) may rejoin soon after
 	// its old self was declared dead.
 	mc.DeadNodeReclaimTime = 2 * time.Second
+	if gossipToTheDead > 0 {
+		mc.GossipToTheDeadTime = gossipToTheDead
+	}
 	mc.Delegate = &gossipDelegate{n: n}
 	mc.Conflict = &gossipDelegate{n: n}
 	mc.Ping = clockDelegate{n: n}
@@ -418,6 +455,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	mc.Transport = gt
+	n.gossipNet = gt
 	if port == 0 {
 		mc.BindPort = gt.GetAutoBindPort()
 		mc.AdvertisePort = mc.BindPort
@@ -443,6 +481,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	go n.eventLoop()
 	go n.reconcileLoop()
+	go n.reconnectLoop()
 
 	if len(cfg.Join) > 0 {
 		if err := n.join(ctx, cfg.Join); err != nil {
@@ -696,6 +735,9 @@ func (n *Node) eventLoop() {
 				n.members[meta.ID] = info
 				n.mmu.Unlock()
 				n.left.Delete(meta.ID)
+				n.lmu.Lock()
+				delete(n.lost, meta.ID)
+				n.lmu.Unlock()
 				if ev.Event == memberlist.NodeJoin && meta.ID != n.id {
 					n.log.Info("node joined", "member", meta.ID, "gossip", info.gossip)
 				}
@@ -708,6 +750,12 @@ func (n *Node) eventLoop() {
 					continue
 				}
 				n.log.Warn("node left or lost", "member", meta.ID, "gossip", info.gossip)
+				if rec, ok := n.dir.Node(meta.ID); !ok || !rec.Leaving {
+					n.lmu.Lock()
+					n.lost[meta.ID] = lostMember{gossip: info.gossip, since: time.Now()}
+					n.lmu.Unlock()
+					n.lastLoss.Store(time.Now().UnixNano())
+				}
 				n.sys.ForgetAddress(meta.Actor, fmt.Errorf("node %s (%s): %w", meta.ID, meta.Actor, actor.ErrNodeLost))
 				// Not here: a restart waits for its actor's build (a model
 				// load), and this loop must go on taking in membership.
@@ -735,6 +783,90 @@ func (n *Node) reconcileLoop() {
 			n.reconcile()
 		}
 	}
+}
+
+// reconnectLoop tries, every push/pull interval, to join again the
+// members lost without leaving (reconnect).
+func (n *Node) reconnectLoop() {
+	t := time.NewTicker(n.cfg.Detection.PushPull)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stopped:
+			return
+		case <-t.C:
+			n.reconnect(time.Now())
+		}
+	}
+}
+
+// reconnect starts a join of each lost member's gossip address, one at a
+// time per member, for reconnectFor after it was lost. When a partition
+// heals, the join brings both sides' memberships and directories
+// together again. A member whose record says it was stopping, or whose
+// address another live member has now, is no longer tried.
+func (n *Node) reconnect(now time.Time) {
+	if n.isLeaving() {
+		return
+	}
+	taken := map[string]bool{}
+	n.mmu.RLock()
+	for _, m := range n.members {
+		taken[m.gossip] = true
+	}
+	n.mmu.RUnlock()
+	n.lmu.Lock()
+	defer n.lmu.Unlock()
+	for id, l := range n.lost {
+		if rec, ok := n.dir.Node(id); now.Sub(l.since) > reconnectFor || taken[l.gossip] || ok && rec.Leaving {
+			delete(n.lost, id)
+			continue
+		}
+		if n.reconnecting[id] {
+			continue
+		}
+		n.reconnecting[id] = true
+		go func() {
+			if _, err := n.ml.Join([]string{l.gossip}); err == nil {
+				n.log.Info("joined a lost node again", "member", id, "gossip", l.gossip)
+			}
+			n.lmu.Lock()
+			delete(n.reconnecting, id)
+			n.lmu.Unlock()
+		}()
+	}
+}
+
+// hasQuorum reports whether this node sees at least half of the
+// cluster's nodes: those alive and those lost without leaving in the last
+// lostQuorumFor. A node that sees fewer may be the one cut off (a
+// partition, a firewall that lets it send but not receive): it must not
+// take the others' actors for lost, as what it writes reaches them as
+// soon as it can send, and their hosts would stop actors that run.
+func (n *Node) hasQuorum(now time.Time) bool {
+	alive := len(n.aliveIDs())
+	lost := 0
+	n.lmu.Lock()
+	for id, l := range n.lost {
+		if now.Sub(l.since) < lostQuorumFor && !n.isAlive(id) {
+			lost++
+		}
+	}
+	n.lmu.Unlock()
+	return 2*alive >= alive+lost
+}
+
+// lossSettle is how long membership must go without a new loss before
+// the leader handles the lost nodes. A node cut off from the others loses
+// them one after another, as its probes reach each in turn; before they
+// are all gone it still seems to see half of them (hasQuorum).
+func (n *Node) lossSettle() time.Duration {
+	return max(missingGrace, 10*n.cfg.Detection.ProbeInterval)
+}
+
+// settling reports whether a member was lost less than lossSettle ago.
+func (n *Node) settling(now time.Time) bool {
+	return now.Sub(time.Unix(0, n.lastLoss.Load())) < n.lossSettle()
 }
 
 // leader is the alive node with the lowest id: it alone restarts actors of

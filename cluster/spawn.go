@@ -491,6 +491,14 @@ func (n *Node) reconcile() {
 	n.recMu.Lock()
 	defer n.recMu.Unlock()
 	now := time.Now()
+	if n.settling(now) {
+		return // more members may be lost: hasQuorum needs them all
+	}
+	if !n.hasQuorum(now) {
+		n.warn.Warn(n.log, "this node sees fewer than half of the cluster's nodes: it leaves the actors of the nodes it lost as they are until it sees them again or they have been lost "+lostQuorumFor.String(),
+			"alive", len(n.aliveIDs()))
+		return
+	}
 	for _, rec := range n.dir.Actors() {
 		if rec.State == Dead || n.isRestarting(rec.Name) {
 			continue

@@ -1,11 +1,14 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"log"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/rlnode/rlnode/internal/connlimit"
@@ -24,7 +27,17 @@ type cappedTransport struct {
 	done    chan struct{}
 	once    sync.Once
 	refused func(peer string, err error)
+	packets chan *memberlist.Packet
+	gone    chan struct{} // closed once the listeners have exited
+	goneOne sync.Once
+	// cut, set by tests (Node.cutOff), drops every packet and stream in
+	// either direction, as a network partition around the node would,
+	// while the node runs on.
+	cut atomic.Bool
 }
+
+// errCut is what a dial of a cut-off transport fails with.
+var errCut = errors.New("gossip transport cut off (test partition)")
 
 // newGossipTransport binds memberlist's transport on host:port (port 0
 // picks one free for both UDP and TCP, retried as memberlist does), with
@@ -46,9 +59,62 @@ func newGossipTransport(host string, port, streamsPerAddr int, logger *log.Logge
 		return nil, fmt.Errorf("gossip: %s", listenReason(err))
 	}
 	t := &cappedTransport{NetTransport: nt, gate: connlimit.New(connlimit.Limits{Total: streamsPerAddr}),
-		streams: make(chan net.Conn), done: make(chan struct{}), refused: refused}
+		streams: make(chan net.Conn), done: make(chan struct{}), refused: refused,
+		packets: make(chan *memberlist.Packet), gone: make(chan struct{})}
 	go t.admit()
+	go t.forwardPackets()
 	return t, nil
+}
+
+// forwardPackets hands memberlist the packets received, less those that
+// arrive while the transport is cut off. Once shutting down it drops them
+// instead: the UDP listener, which Shutdown waits for, must not block
+// handing over a packet nobody reads.
+func (t *cappedTransport) forwardPackets() {
+	in := t.NetTransport.PacketCh()
+	for {
+		select {
+		case <-t.gone:
+			return
+		case p := <-in:
+			if t.cut.Load() {
+				continue
+			}
+			select {
+			case t.packets <- p:
+			case <-t.done:
+			}
+		}
+	}
+}
+
+// PacketCh returns the packets received.
+func (t *cappedTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }
+
+// WriteTo and WriteToAddress send a packet; one sent while cut off is
+// lost on the way, silently, as on a network.
+func (t *cappedTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	return t.WriteToAddress(b, memberlist.Address{Addr: addr})
+}
+
+func (t *cappedTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	if t.cut.Load() {
+		return time.Now(), nil
+	}
+	return t.NetTransport.WriteToAddress(b, a)
+}
+
+// DialTimeout and DialAddressTimeout open a stream; while cut off the
+// dial fails.
+func (t *cappedTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	return t.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
+}
+
+func (t *cappedTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if t.cut.Load() {
+		return nil, errCut
+	}
+	return t.NetTransport.DialAddressTimeout(a, timeout)
 }
 
 func (t *cappedTransport) admit() {
@@ -58,6 +124,10 @@ func (t *cappedTransport) admit() {
 		case <-t.done:
 			return
 		case c := <-in:
+			if t.cut.Load() {
+				c.Close()
+				continue
+			}
 			slot, err := t.gate.Admit(c.RemoteAddr())
 			if err != nil {
 				t.refused(c.RemoteAddr().String(), err)
@@ -81,7 +151,9 @@ func (t *cappedTransport) StreamCh() <-chan net.Conn { return t.streams }
 // Shutdown stops admitting streams and shuts the transport down.
 func (t *cappedTransport) Shutdown() error {
 	t.once.Do(func() { close(t.done) })
-	return t.NetTransport.Shutdown()
+	err := t.NetTransport.Shutdown()
+	t.goneOne.Do(func() { close(t.gone) })
+	return err
 }
 
 // listenReason is memberlist's listen error without its own preamble

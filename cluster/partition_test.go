@@ -1,0 +1,88 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// cutOff drops (on) or passes again (off) every gossip packet and stream
+// to and from n, as a network partition around it would: the others take
+// it for lost and it takes them for lost, while both sides run on.
+func (n *Node) cutOff(on bool) { n.gossipNet.cut.Store(on) }
+
+// A node cut off from the rest of the cluster sees every other node lost
+// and, as the only member it can see, is its own leader. It used to take
+// the actors of all the others for lost too and record them DEAD ("node
+// lost"): its status showed actors that ran as dead, then, once the dead
+// records' time was up, no actors at all; a node cut off only one way
+// (it can send, not receive) sent those records to the others, whose
+// hosts then stopped their actors that ran. And when the partition healed,
+// neither side joined the other again: each went on alone for good.
+// Now a node that sees fewer than half of the cluster's nodes leaves the
+// actors of the nodes it lost as they are, and lost members are joined
+// again once they can be reached.
+func TestCutOffNodeLeavesOthersActorsAndRejoins(t *testing.T) {
+	// memberlist still gossips to members it declared dead for 30 s,
+	// which heals a shorter partition by itself; the test does not wait
+	// that long.
+	gossipToTheDead = 100 * time.Millisecond
+	defer func() { gossipToTheDead = 0 }()
+	key := testKey(t)
+	a := startLocalNode(t, "a-cut", key) // the lowest id: the leader of the side it is on
+	for _, id := range []string{"b-far", "c-far"} {
+		startNodeProcess(t, id, key, a.GossipAddress(), 0, "", "RLNODE_TEST_GOSSIP_TO_DEAD=100ms")
+	}
+	waitFor(t, "3 nodes", 20*time.Second, func() bool { return nodeCount(a) == 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	names := map[string]string{"far-b": "b-far", "far-c": "c-far"}
+	for name, node := range names {
+		if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: name, Node: node, Detached: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	a.cutOff(true)
+	cut := true
+	defer func() {
+		if cut {
+			a.cutOff(false)
+		}
+	}()
+	waitFor(t, "a-cut to take b-far and c-far for lost", 30*time.Second, func() bool {
+		return !a.isAlive("b-far") && !a.isAlive("c-far") && a.sawLeave("b-far") && a.sawLeave("c-far")
+	})
+	// b-far and c-far take a-cut for lost as soon (they probe it as
+	// often), so by the time a-cut's membership has settled below, neither
+	// side gossips to the other any more.
+	waitFor(t, "a-cut's membership to settle", 30*time.Second, func() bool { return !a.settling(time.Now()) })
+	a.reconcile() // a pass as the reconcile loop runs it every second
+	for name, node := range names {
+		rec, _ := a.dir.Actor(name)
+		if rec.State != Alive || rec.Node != node {
+			t.Errorf("cut off: a-cut records %s %s on %q (%s), want it left ALIVE on %s", name, rec.State, rec.Node, rec.Cause, node)
+		}
+	}
+	// Ten minutes on, the dead records a cut-off node wrote were dropped,
+	// and rlnode status on it listed no actors at all.
+	a.dir.collect(time.Now().Add(time.Second), a.isAlive)
+	if got := len(a.Status().Actors); got != len(names) {
+		t.Errorf("cut off, once dead records are collected: status lists %d actors, want %d", got, len(names))
+	}
+
+	a.cutOff(false)
+	cut = false
+	waitFor(t, "a-cut to see b-far and c-far again after the partition healed", 60*time.Second, func() bool {
+		return a.isAlive("b-far") && a.isAlive("c-far") && nodeCount(a) == 3
+	})
+	for name, node := range names {
+		h, err := a.Lookup(ctx, name)
+		if err != nil {
+			t.Fatalf("after the heal: %v", err)
+		}
+		if s, err := Call[Sum](ctx, h, WhereAreYou{}); err != nil || s.Node != node {
+			t.Errorf("after the heal: %s answers %+v, %v; want it alive on %s", name, s, err, node)
+		}
+	}
+}
