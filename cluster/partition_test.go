@@ -86,3 +86,29 @@ func TestCutOffNodeLeavesOthersActorsAndRejoins(t *testing.T) {
 		}
 	}
 }
+
+// A member whose actor port cannot be reached while its gossip passes (a
+// firewall; here its actor transport is closed) still looks free to
+// placement. A spawn placed on it failed at once with "connection ... closed:
+// node lost", though other nodes had room: rlnode run, whose rollout pool
+// spawns its actors on any node, gave up. The spawn now goes to the next
+// node that fits.
+func TestSpawnGoesElsewhereWhenTheChosenNodeCannotBeReached(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "a-reachable", key)
+	startNodeProcess(t, "b-mute", key, a.GossipAddress(), 0, "", "RLNODE_TEST_MUTE_ACTORS=1")
+	waitFor(t, "2 nodes", 20*time.Second, func() bool { return nodeCount(a) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Half of a-reachable's CPUs taken: placement prefers b-mute, idle.
+	if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "filler", Node: "a-reachable", Resources: Resources{CPU: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "placed", Resources: Resources{CPU: 0.5}})
+	if err != nil {
+		t.Fatalf("spawn with b-mute unreachable and room on a-reachable: %v", err)
+	}
+	if rec, _ := h.Record(); rec.Node != "a-reachable" || rec.State != Alive {
+		t.Fatalf("placed on %s (%s), want ALIVE on a-reachable", rec.Node, rec.State)
+	}
+}

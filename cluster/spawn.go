@@ -184,6 +184,17 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 		}
 		rep, err := actor.CallAs[spawnReply](ctx, n.sys, nref, req)
 		if err != nil {
+			if ctx.Err() == nil && errors.Is(err, actor.ErrNodeLost) && req.Group == "" && req.PinNode == "" {
+				// Its actor port cannot be reached (a firewall that passes
+				// gossip, a node dying): another node may fit. Should the
+				// request have got through all the same, the record the
+				// next node writes is newer than the one written there,
+				// whose copy its host then stops (fencing).
+				req.BaseVersion++
+				exclude[target] = true
+				lastErr = fmt.Errorf("node %s: %w", target, err)
+				continue
+			}
 			if ctx.Err() != nil {
 				cause := "its spawn was abandoned by the caller"
 				if abandoned != nil {
