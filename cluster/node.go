@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -827,11 +828,23 @@ func (n *Node) reconnect(now time.Time) {
 		}
 		n.reconnecting[id] = true
 		go func() {
-			if _, err := n.ml.Join([]string{l.gossip}); err == nil {
-				n.log.Info("joined a lost node again", "member", id, "gossip", l.gossip)
+			refused := false
+			if c, err := net.DialTimeout("tcp", l.gossip, n.cfg.JoinTimeout); err == nil {
+				c.Close()
+				if _, err := n.ml.Join([]string{l.gossip}); err == nil {
+					n.log.Info("joined a lost node again", "member", id, "gossip", l.gossip)
+				}
+			} else {
+				refused = errors.Is(err, syscall.ECONNREFUSED)
 			}
 			n.lmu.Lock()
 			delete(n.reconnecting, id)
+			if refused {
+				// Its host answers and nothing listens there: the node
+				// ended (a crash, a SIGKILL), it is not cut off. It no
+				// longer counts for hasQuorum.
+				delete(n.lost, id)
+			}
 			n.lmu.Unlock()
 		}()
 	}

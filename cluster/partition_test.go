@@ -112,3 +112,29 @@ func TestSpawnGoesElsewhereWhenTheChosenNodeCannotBeReached(t *testing.T) {
 		t.Fatalf("placed on %s (%s), want ALIVE on a-reachable", rec.Node, rec.State)
 	}
 }
+
+// Most of the cluster killed at once (SIGKILL, a crash) is not a
+// partition: their hosts refuse connections on the gossip port, so the
+// survivor stops counting them for hasQuorum and restarts their actors as
+// it did before quorum, instead of waiting as if it were the one cut off.
+func TestSurvivorOfKilledNodesRestartsTheirActors(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "a-survives", key)
+	var killed []*testNode
+	for _, id := range []string{"b-killed", "c-killed"} {
+		killed = append(killed, startNodeProcess(t, id, key, a.GossipAddress(), 0, ""))
+	}
+	waitFor(t, "3 nodes", 20*time.Second, func() bool { return nodeCount(a) == 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "moves", Node: "b-killed", MaxRestarts: 1, Detached: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range killed {
+		_ = k.Cmd.Process.Kill()
+	}
+	waitFor(t, "the actor of b-killed restarted on a-survives", 60*time.Second, func() bool {
+		rec, _ := a.dir.Actor("moves")
+		return rec.State == Alive && rec.Node == "a-survives"
+	})
+}
