@@ -184,7 +184,8 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 		}
 		rep, err := actor.CallAs[spawnReply](ctx, n.sys, nref, req)
 		if err != nil {
-			if ctx.Err() == nil && errors.Is(err, actor.ErrNodeLost) && req.Group == "" && req.PinNode == "" {
+			lost := errors.Is(err, actor.ErrConnLost) || errors.Is(err, actor.ErrNodeLost)
+			if ctx.Err() == nil && lost && req.Group == "" && req.PinNode == "" {
 				// Its actor port cannot be reached (a firewall that passes
 				// gossip, a node dying): another node may fit. Should the
 				// request have got through all the same, the record the
