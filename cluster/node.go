@@ -906,7 +906,7 @@ func (n *Node) send(u *update, reliable bool) {
 		return
 	}
 	msg := append([]byte{gossipUpdate}, b...)
-	if !reliable && len(msg) <= 1200 {
+	if !reliable && len(msg) <= maxGossipUpdate {
 		n.queue.QueueBroadcast(&broadcast{msg: msg})
 		return
 	}
@@ -1028,6 +1028,10 @@ func (n *Node) Views() []NodeView {
 // gossip wire tags.
 const gossipUpdate byte = 1
 
+// maxGossipUpdate is the largest update sent as gossip (in UDP packets);
+// larger ones go over memberlist's TCP path.
+const maxGossipUpdate = 1200
+
 type gossipDelegate struct{ n *Node }
 
 func (g *gossipDelegate) NodeMeta(limit int) []byte {
@@ -1048,7 +1052,26 @@ func (g *gossipDelegate) NotifyMsg(b []byte) {
 		g.n.warn.Warn(g.n.log, "dropping malformed gossip update", "err", err)
 		return
 	}
-	g.n.dir.merge(u)
+	g.n.regossip(g.n.dir.merge(u))
+}
+
+// regossip passes on, once, the records an update changed here. A writer
+// broadcasts a change only RetransmitMult × ⌈log10(N+1)⌉ times, so with
+// six nodes or more some never heard of it until the next push/pull (5 s,
+// 30 s with lan detection, never across a partition); every node that
+// learns a change gossiping it too spreads it as an epidemic does, and
+// stops, since a node that has a record already passes nothing on. A
+// change too large for one gossip packet went to every member over TCP
+// from its writer and is not sent again.
+func (n *Node) regossip(changed *update) {
+	if changed.empty() {
+		return
+	}
+	b, err := encodeUpdate(changed)
+	if err != nil || len(b)+1 > maxGossipUpdate {
+		return
+	}
+	n.queue.QueueBroadcast(&broadcast{msg: append([]byte{gossipUpdate}, b...)})
 }
 
 func (g *gossipDelegate) GetBroadcasts(overhead, limit int) [][]byte {
