@@ -643,11 +643,15 @@ func (n *Node) Stop() {
 
 	n.publishNode() // now says Leaving
 	n.cancelBuilds("node stopped", 10*time.Second)
+	// All at once: each may take up to 10 s to stop (an actor busy in
+	// Receive), and one after another they added up.
+	var wg sync.WaitGroup
 	for _, ref := range n.sys.Local() {
 		if ref.Name != nodeActorName {
-			_ = n.sys.StopLocal(ref.Name, "node stopped")
+			wg.Go(func() { _ = n.sys.StopLocal(ref.Name, "node stopped") })
 		}
 	}
+	wg.Wait()
 	// The leaving record and the death records must reach the others
 	// before memberlist's leave does, or the leader takes the stop for a
 	// crash ("node lost"). Gossip alone may lag behind the leave on a

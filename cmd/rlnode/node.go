@@ -348,6 +348,9 @@ func fmtMemory(free, total float64) string {
 	return fmt.Sprintf("%.1f/%.1f GiB", free/gib, total/gib)
 }
 
+// stopWait bounds how long `rlnode stop` waits for a node it asked to stop.
+const stopWait = 45 * time.Second
+
 func stopCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode stop", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -402,8 +405,10 @@ func stopCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		asked = append(asked, ri)
 	}
-	// Wait for the processes to leave, bounded.
-	deadline := time.Now().Add(15 * time.Second)
+	// Wait for the processes to leave, bounded: a node's stop may take a
+	// build's cancel (10 s), an actor busy in Receive (10 s) and a member
+	// that does not answer its last records (10 s) before it leaves.
+	deadline := time.Now().Add(stopWait)
 	for _, ri := range asked {
 		for !processGone(ri.PID) && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond)
@@ -411,7 +416,7 @@ func stopCommand(args []string, stdout, stderr io.Writer) int {
 		if processGone(ri.PID) {
 			fmt.Fprintf(stdout, "node %s stopped\n", ri.NodeID)
 		} else {
-			fmt.Fprintf(stderr, "rlnode stop: node %s (pid %d) asked to stop but still running after 15s\n", ri.NodeID, ri.PID)
+			fmt.Fprintf(stderr, "rlnode stop: node %s (pid %d) asked to stop but still running after %s (its log says why; kill %d ends it at once)\n", ri.NodeID, ri.PID, stopWait, ri.PID)
 			code = 1
 		}
 	}
