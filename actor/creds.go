@@ -14,6 +14,10 @@ import (
 // handshake) on the actor transport and the bulk path.
 const handshakeTimeout = 10 * time.Second
 
+// connectTries is how many times a connection to a peer is tried before
+// the calls waiting for it fail (ErrConnLost).
+const connectTries = 3
+
 // memberCreds are the actor transport's gRPC credentials: the connection
 // cap per remote address, then TLS when configured, then the member
 // handshake when the node has a secret. With neither, the transport is in

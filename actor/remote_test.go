@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -266,5 +268,47 @@ func TestKilledPeerFailsPendingCalls(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("pending call to a killed node did not fail within 10s")
+	}
+}
+
+// A peer whose actor port takes connections and never answers (a
+// firewall, a host gone from the network while gossip still lists it)
+// fails the calls waiting for it with ErrConnLost after connectTries
+// tries of handshakeTimeout and 2 s between them (36 s), within a
+// caller's 75 s; before, protoactor's 5 tries of gRPC's 20 s (110 s) left
+// the caller to give up first, with no word of the connection.
+func TestSilentPeerFailsCallsWithConnLost(t *testing.T) {
+	s := startTestSystem(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // accepted, never answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	addr := lis.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 75*time.Second)
+	defer cancel()
+	_, err = s.Call(ctx, Ref{Name: "x", Kind: "k", Address: addr, ID: "a/x"}, Ping{N: 1})
+	if !errors.Is(err, ErrConnLost) || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("call to a silent port: %v; want ErrConnLost naming %s before the caller gives up", err, addr)
 	}
 }
