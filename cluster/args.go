@@ -78,20 +78,20 @@ func (n *Node) offerArgs(args []byte) (ref argsRef, done func()) {
 // is not DEAD refers to.
 func (n *Node) releaseArgs() {
 	s := &n.args
+	// The directory is read under s.mu: a spawn merges its actor's record
+	// before its done() takes s.mu, so an offer whose spawn has finished
+	// is seen in use here.
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if len(s.blobs) == 0 {
-		s.mu.Unlock()
 		return
 	}
-	s.mu.Unlock()
 	used := map[string]bool{}
 	for _, r := range n.dir.Actors() {
 		if r.State != Dead && r.ArgsAt != nil && r.ArgsAt.Node == n.id {
 			used[r.ArgsAt.Sum] = true
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for sum, b := range s.blobs {
 		if b.inFlight == 0 && !used[sum] {
 			n.sys.Bulk().Release(b.ref.Ref)
