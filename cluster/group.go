@@ -33,8 +33,9 @@ func (n *Node) CreatePlacementGroup(ctx context.Context, bundles []Bundle, st St
 	_, _ = rand.Read(raw[:])
 	id := "pg-" + hex.EncodeToString(raw[:])
 	var lastErr error
-	left := map[string]bool{} // nodes left out: they did not answer
-	for attempt := 0; attempt < 3+len(left); attempt++ {
+	left := map[string]bool{}  // nodes left out: they did not answer
+	fresh := map[string]bool{} // nodes whose refusal brought their own record
+	for attempt := 0; attempt < 3+len(left)+len(fresh); attempt++ {
 		var views []NodeView
 		for _, v := range n.Views() {
 			if !left[v.ID] {
@@ -48,7 +49,7 @@ func (n *Node) CreatePlacementGroup(ctx context.Context, bundles []Bundle, st St
 			}
 			return nil, err
 		}
-		silent, retry, err := n.reserveAll(ctx, id, bundles, nodes)
+		silent, retry, refuser, err := n.reserveAll(ctx, id, bundles, nodes)
 		if err == nil {
 			n.write(&update{Groups: []GroupRecord{{ID: id, Strategy: st, Bundles: bundles, Nodes: nodes, Version: 1, Writer: n.id, Owner: n.id}}})
 			return &PlacementGroup{ID: id, Strategy: st, Bundles: bundles, Nodes: nodes}, nil
@@ -61,6 +62,9 @@ func (n *Node) CreatePlacementGroup(ctx context.Context, bundles []Bundle, st St
 		}
 		if !retry {
 			return nil, err
+		}
+		if refuser != "" {
+			fresh[refuser] = true
 		}
 		lastErr = err
 	}
@@ -75,7 +79,11 @@ const reserveTimeout = 10 * time.Second
 // it releases what was reserved. silent names a node that did not answer
 // (unreachable, or not within reserveTimeout), which is also asked, in
 // the background, to release what it may have reserved after all.
-func (n *Node) reserveAll(ctx context.Context, id string, bundles []Bundle, nodes []string) (silent string, retry bool, err error) {
+//
+// A node that refuses for want of resources sends its own record, which
+// is merged here (refuser names it): the placement that chose it read a
+// view that gossip had not yet brought up to date.
+func (n *Node) reserveAll(ctx context.Context, id string, bundles []Bundle, nodes []string) (silent string, retry bool, refuser string, err error) {
 	per := map[string]*reserveRequest{}
 	for i, node := range nodes {
 		r := per[node]
@@ -102,23 +110,28 @@ func (n *Node) reserveAll(ctx context.Context, id string, bundles []Bundle, node
 			}
 			var re *refusal
 			if errors.As(err, &re) {
-				return "", re.retry, fmt.Errorf("placement group: reserve on node %s: %w", node, err)
+				if re.node != nil && re.node.ID == node {
+					n.dir.merge(&update{Nodes: []NodeRecord{*re.node}})
+					refuser = node
+				}
+				return "", re.retry, refuser, fmt.Errorf("placement group: reserve on node %s: %w", node, err)
 			}
 			go func() {
 				uctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				n.unreserveOn(uctx, id, node)
 			}()
-			return node, false, fmt.Errorf("placement group: reserve on node %s: no answer: %w", node, err)
+			return node, false, "", fmt.Errorf("placement group: reserve on node %s: no answer: %w", node, err)
 		}
 		done = append(done, node)
 	}
-	return "", false, nil
+	return "", false, "", nil
 }
 
 type refusal struct {
 	msg   string
 	retry bool
+	node  *NodeRecord // the refusing node's record, when it sent one
 }
 
 func (r *refusal) Error() string { return r.msg }
@@ -133,7 +146,7 @@ func (n *Node) askNode(ctx context.Context, node string, msg any) error {
 		return err
 	}
 	if rep.Err != "" {
-		return &refusal{msg: rep.Err, retry: rep.Retry}
+		return &refusal{msg: rep.Err, retry: rep.Retry, node: rep.Node}
 	}
 	return nil
 }

@@ -66,6 +66,10 @@ type unreserveRequest struct{ Group string }
 type okReply struct {
 	Err   string
 	Retry bool
+	// Node is the refusing node's own record, as it stands after the
+	// refusal: the asker's view of it was stale (gossip had not brought
+	// the resources taken since), and its next try uses this one.
+	Node *NodeRecord `msgpack:",omitempty"`
 }
 
 type lookupRequest struct{ Name string }
@@ -112,7 +116,14 @@ func (a *nodeActor) Receive(ctx *actor.Context, msg any) (any, error) {
 			return okReply{Err: "reserve: indices and resources differ in length"}, nil
 		}
 		if err := n.ledger.reserve(m.Group, m.Indices, m.Resources, m.Version); err != nil {
-			return okReply{Err: fmt.Sprintf("node %s: %v", n.id, err), Retry: errors.Is(err, ErrInfeasible)}, nil
+			rep := okReply{Err: fmt.Sprintf("node %s: %v", n.id, err), Retry: errors.Is(err, ErrInfeasible)}
+			if rep.Retry {
+				n.publishNode()
+				if rec, ok := n.dir.Node(n.id); ok {
+					rep.Node = &rec
+				}
+			}
+			return rep, nil
 		}
 		n.publishNode()
 		return okReply{}, nil
