@@ -17,6 +17,7 @@ import (
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/verify"
 	"github.com/rlnode/rlnode/rollout/weights"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // ActorKind is the kind name of the rollout actor: it hosts an engine on
@@ -140,6 +141,8 @@ type JobResult struct {
 	// Generation jobs.
 	Results []engine.Result
 	// Episode jobs: the turns as Arrow IPC file bytes, inline or offered.
+	// Generation jobs whose results would not fit in a message have them
+	// offered here instead, msgpack-encoded (FetchResults).
 	Arrow         []byte
 	Bulk          *actor.BulkRef
 	Turns         int
@@ -539,7 +542,19 @@ func (a *rolloutActor) work(s Submit) (res JobResult, tokens int) {
 				tokens += len(smp.TokenIDs)
 			}
 		}
-		return JobResult{Results: out, WeightVersion: a.solver.WeightVersion()}, tokens
+		res := JobResult{Results: out, WeightVersion: a.solver.WeightVersion()}
+		// About 14 bytes a token encoded; 32 leaves room for long tokens.
+		if limit := min(a.cfg.BulkThreshold, a.sys.MaxMessageSize()/2); 32*tokens > limit {
+			b, err := msgpack.Marshal(out)
+			if err != nil {
+				return JobResult{Error: err.Error()}, 0
+			}
+			if len(b) > limit {
+				ref := a.sys.Bulk().Offer(b, 1, a.cfg.JobTTL)
+				res.Results, res.Bulk = nil, &ref
+			}
+		}
+		return res, tokens
 	}
 	turns, err := a.episodes(*s.Episode)
 	if err != nil {
@@ -700,13 +715,33 @@ func Await(ctx context.Context, c Caller, s Submit) (JobResult, error) {
 	}
 }
 
-// Generate runs plain generation on a rollout actor.
-func Generate(ctx context.Context, c Caller, reqs []engine.Request) ([]engine.Result, int64, error) {
+// Generate runs plain generation on a rollout actor; results too large
+// for a message are fetched over the bulk path of sys.
+func Generate(ctx context.Context, c Caller, sys *actor.System, reqs []engine.Request) ([]engine.Result, int64, error) {
 	r, err := Await(ctx, c, Submit{Generate: &GenerateRequest{Requests: reqs}})
 	if err != nil {
 		return nil, 0, err
 	}
-	return r.Results, r.WeightVersion, nil
+	out, err := FetchResults(ctx, sys, r)
+	return out, r.WeightVersion, err
+}
+
+// FetchResults is a finished generation job's results: inline, or fetched
+// over the bulk path of sys when the actor offered them (too large for a
+// message).
+func FetchResults(ctx context.Context, sys *actor.System, r JobResult) ([]engine.Result, error) {
+	if r.Bulk == nil {
+		return r.Results, nil
+	}
+	b, err := sys.Bulk().Fetch(ctx, *r.Bulk)
+	if err != nil {
+		return nil, fmt.Errorf("rollout job %s: fetch results: %w", r.Job, err)
+	}
+	var out []engine.Result
+	if err := msgpack.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("rollout job %s: results: %w", r.Job, err)
+	}
+	return out, nil
 }
 
 // RunEpisodes runs a batch of episodes on a rollout actor and returns the

@@ -187,7 +187,7 @@ func TestActorEmbedded(t *testing.T) {
 			if (res.Bulk != nil) != (threshold == 1) || res.MeanReward != 1 || res.Turns != 12 || res.WeightVersion != 3 {
 				t.Errorf("result: bulk %v mean %v turns %d version %d", res.Bulk, res.MeanReward, res.Turns, res.WeightVersion)
 			}
-			results, version, err := rollout.Generate(ctx, h, []engine.Request{{ID: "r1", Prompt: []int{1, 2, 3}, Params: engine.SamplingParams{N: 2, MaxTokens: 8}}})
+			results, version, err := rollout.Generate(ctx, h, n.System(), []engine.Request{{ID: "r1", Prompt: []int{1, 2, 3}, Params: engine.SamplingParams{N: 2, MaxTokens: 8}}})
 			if err != nil || len(results) != 1 || len(results[0].Samples) != 2 || version != 3 {
 				t.Fatalf("generate: %+v %d %v", results, version, err)
 			}

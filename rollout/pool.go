@@ -808,15 +808,23 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 				return nil, true, nil
 			case jr.Error != "":
 				return nil, false, refusalError(fail("job %s: %s", t.Job, jr.Error), jr.Refusal)
-			case len(jr.Results) != len(reqs):
-				return nil, false, fail("job %s: %d results for %d requests", t.Job, len(jr.Results), len(reqs))
+			}
+			results, err := FetchResults(ctx, p.node.System(), jr)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, false, ctx.Err()
+				}
+				return nil, true, nil // offered by a replica now gone: the chunk runs again
+			}
+			if len(results) != len(reqs) {
+				return nil, false, fail("job %s: %d results for %d requests", t.Job, len(results), len(reqs))
 			}
 			for i := range reqs {
-				if jr.Results[i].RequestID != reqs[i].ID {
-					return nil, false, fail("job %s: result %d answers request %q, want %q", t.Job, i, jr.Results[i].RequestID, reqs[i].ID)
+				if results[i].RequestID != reqs[i].ID {
+					return nil, false, fail("job %s: result %d answers request %q, want %q", t.Job, i, results[i].RequestID, reqs[i].ID)
 				}
 			}
-			return jr.Results, false, nil
+			return results, false, nil
 		}
 		if lost, err := pause(); lost || err != nil {
 			return nil, lost, err

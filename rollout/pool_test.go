@@ -1018,6 +1018,23 @@ func TestPoolChunksFitTheMessageLimit(t *testing.T) {
 	if r := pool.Replicas()[0]; r.Lost != "" || r.Node != far.ID {
 		t.Errorf("replica %+v: lost, or not on %s", r, far.ID)
 	}
+
+	// One request whose results alone pass the limit: the replica offers
+	// them on its bulk path and the pool fetches them.
+	one := poolRequests("g", 1)
+	one[0].Params.N, one[0].Params.MaxTokens = 8, 256
+	got, err = pool.Generate(ctx, one)
+	if err != nil {
+		t.Fatalf("generate one large request: %v", err)
+	}
+	tokens = 0
+	for _, s := range got[0].Samples {
+		tokens += len(s.TokenIDs)
+	}
+	if tokens*12 < 16<<10 {
+		t.Fatalf("%d tokens generated: too few to pass the 16 KiB limit", tokens)
+	}
+	sameSamples(t, "one request over the limit", got, reference(t, base, one), 0)
 }
 
 // chunks keeps each chunk within the count and the byte budget, a request
