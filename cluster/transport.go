@@ -122,7 +122,18 @@ func (t *cappedTransport) admit() {
 	for {
 		select {
 		case <-t.done:
-			return
+			// The TCP listener, which Shutdown waits for, must not block
+			// handing over a stream nobody reads: close what still comes
+			// until it has stopped (a node stopping while a peer opened a
+			// stream hung in Stop for good).
+			for {
+				select {
+				case <-t.gone:
+					return
+				case c := <-in:
+					c.Close()
+				}
+			}
 		case c := <-in:
 			if t.cut.Load() {
 				c.Close()
