@@ -543,8 +543,7 @@ func (a *rolloutActor) work(s Submit) (res JobResult, tokens int) {
 			}
 		}
 		res := JobResult{Results: out, WeightVersion: a.solver.WeightVersion()}
-		// About 14 bytes a token encoded; 32 leaves room for long tokens.
-		if limit := min(a.cfg.BulkThreshold, a.sys.MaxMessageSize()/2); 32*tokens > limit {
+		if limit := min(a.cfg.BulkThreshold, a.sys.MaxMessageSize()/2); resultTokenBytes*tokens > limit {
 			b, err := msgpack.Marshal(out)
 			if err != nil {
 				return JobResult{Error: err.Error()}, 0

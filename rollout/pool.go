@@ -486,11 +486,15 @@ func chunks(reqs []engine.Request, size, budget int) []chunk {
 	return out
 }
 
+// resultTokenBytes bounds what one generated token takes in encoded
+// results: its id, logprob and text (14.3 bytes measured in msgpack; 32
+// leaves room for long tokens).
+const resultTokenBytes = 32
+
 // resultBytes bounds what one request's results take encoded: the prompt
-// echoed, and for each sample every token's id, logprob and text (14.3
-// bytes a token measured in msgpack; 32 leaves room for long tokens).
+// echoed, and resultTokenBytes for each token of each sample.
 func resultBytes(r engine.Request) int {
-	return 256 + 8*len(r.Prompt) + max(r.Params.N, 1)*(64+32*max(r.Params.MaxTokens, 0))
+	return 256 + 8*len(r.Prompt) + max(r.Params.N, 1)*(64+resultTokenBytes*max(r.Params.MaxTokens, 0))
 }
 
 type outcome struct {
