@@ -96,6 +96,11 @@ func runTestNode() int {
 			return 1
 		}
 	}
+	// An older build: another wire protocol, and maybe no check of it.
+	if w, err := strconv.Atoi(os.Getenv("RLNODE_TEST_WIRE")); err == nil {
+		spoken = w
+	}
+	checkWires = os.Getenv("RLNODE_TEST_WIRE_CHECK") != "0"
 	if d, err := time.ParseDuration(os.Getenv("RLNODE_TEST_GOSSIP_TO_DEAD")); err == nil {
 		gossipToTheDead = d
 	}

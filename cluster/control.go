@@ -49,6 +49,8 @@ type NodeStatus struct {
 	// queried node's (negative: behind), as last measured on gossip
 	// probes; absent for the queried node and before a measure.
 	ClockOffsetS float64 `json:"clock_offset_s,omitempty"`
+	// Build is the node's rlnode build ("VERSION (REVISION)").
+	Build string `json:"build,omitempty"`
 }
 
 // ActorStatus describes one actor.
@@ -99,6 +101,7 @@ func (n *Node) Status() Status {
 			Total: rec.Total, Used: rec.Used, Free: rec.Total.Sub(rec.Used), State: state,
 			UptimeS:      now.Add(offset).Sub(time.UnixMilli(rec.StartedMs)).Round(time.Second).Seconds(),
 			ClockOffsetS: offset.Round(time.Millisecond).Seconds(),
+			Build:        rec.Build,
 		})
 	}
 	for _, r := range n.dir.Actors() {

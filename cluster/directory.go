@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -72,7 +73,9 @@ type NodeRecord struct {
 	Used      Resources `msgpack:"u"`
 	StartedMs int64     `msgpack:"s"`
 	Leaving   bool      `msgpack:"lv,omitempty"`
-	Version   uint64    `msgpack:"v"`
+	// Build is the node's build (buildinfo.String).
+	Build   string `msgpack:"bd,omitempty"`
+	Version uint64 `msgpack:"v"`
 
 	// OwnerGraceMs is how long what this node owns outlives its absence
 	// (its Detection.OwnerGrace): the leader applies it (ownerGone).
@@ -99,6 +102,9 @@ type GroupRecord struct {
 
 // update is the unit of gossip: any mix of records.
 type update struct {
+	// Wire is the sender's wire protocol (wire.go): set by encodeUpdate,
+	// checked by decodeUpdate.
+	Wire   int           `msgpack:"wv,omitempty"`
 	Actors []ActorRecord `msgpack:"a,omitempty"`
 	Nodes  []NodeRecord  `msgpack:"n,omitempty"`
 	Groups []GroupRecord `msgpack:"g,omitempty"`
@@ -225,14 +231,31 @@ func sortedValues[R any](d *Directory, m map[string]R) []R {
 	return out
 }
 
-func encodeUpdate(u *update) ([]byte, error) { return msgpack.Marshal(u) }
+func encodeUpdate(u *update) ([]byte, error) {
+	c := *u
+	c.Wire = spoken
+	return msgpack.Marshal(&c)
+}
 
+// decodeUpdate decodes an update of this node's wire protocol; one of
+// another (an older build's, or a newer one's) is refused with an
+// errOtherWire.
 func decodeUpdate(b []byte) (*update, error) {
 	var u update
 	if err := msgpack.Unmarshal(b, &u); err != nil {
 		return nil, err
 	}
+	if u.Wire != spoken {
+		return nil, errOtherWire{u.Wire}
+	}
 	return &u, nil
+}
+
+// errOtherWire is a directory update of another wire protocol.
+type errOtherWire struct{ wire int }
+
+func (e errOtherWire) Error() string {
+	return fmt.Sprintf("directory update of wire protocol %d, this node speaks %d: every node of a cluster must run builds of one wire protocol", e.wire, spoken)
 }
 
 // deadRecordTTL is how long the directory keeps DEAD actors, removed

@@ -23,6 +23,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/internal/buildinfo"
 	"github.com/rlnode/rlnode/internal/ratelog"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -238,6 +239,10 @@ type Node struct {
 	// sends, and takenBy is set when a live member already has its id.
 	joining atomic.Bool
 	takenBy atomic.Pointer[string]
+	// wireRefused is set when a join met a member of another wire
+	// protocol (wire.go).
+	wireRefused atomic.Pointer[error]
+	build       string // buildinfo.String()
 }
 
 type memberInfo struct {
@@ -272,6 +277,10 @@ const (
 type nodeMeta struct {
 	ID    string `msgpack:"i"`
 	Actor string `msgpack:"a"`
+	// Wire is the node's wire protocol (wire.go), Build its build
+	// (buildinfo.String).
+	Wire  int    `msgpack:"w,omitempty"`
+	Build string `msgpack:"b,omitempty"`
 }
 
 // Start starts a node: it joins cfg.Join if given, or begins a new cluster.
@@ -390,6 +399,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		reconnecting: map[string]bool{},
 		building:     map[string]*nodeBuild{},
 		events:       make(chan memberlist.NodeEvent, 256),
+		build:        buildinfo.String(),
 		reconcileNow: make(chan struct{}, 1),
 		stopped:      make(chan struct{}),
 	}
@@ -445,6 +455,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	mc.Delegate = &gossipDelegate{n: n}
 	mc.Conflict = &gossipDelegate{n: n}
+	if checkWires {
+		mc.Merge = wireDelegate{n: n}
+		mc.Alive = wireDelegate{n: n}
+	}
 	mc.Ping = clockDelegate{n: n}
 	mc.Events = &memberlist.ChannelEventDelegate{Ch: n.events}
 	mc.Logger = log.New(&slogWriter{l: n.log, warn: &n.warn, stopping: n.stopping}, "", 0)
@@ -508,6 +522,9 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 	defer cancel()
 	select {
 	case r := <-ch:
+		if p := n.wireRefused.Load(); p != nil {
+			return fmt.Errorf("join %s: %w", strings.Join(addrs, ", "), *p)
+		}
 		if r.err != nil && r.k == 0 {
 			return fmt.Errorf("join %s: no member answered (wrong address, or a gossip key that does not match the cluster's): %w", strings.Join(addrs, ", "), joinErr{r.err})
 		}
@@ -997,7 +1014,7 @@ func (n *Node) nodeRecord() NodeRecord {
 	n.stopMu.Unlock()
 	rec := NodeRecord{
 		ID: n.id, Actor: n.sys.Address(), Labels: n.cfg.Labels, Host: actor.HostID(), Total: total, Used: used,
-		StartedMs: n.started.UnixMilli(), Leaving: leaving, OwnerGraceMs: n.cfg.Detection.OwnerGrace.Milliseconds(),
+		StartedMs: n.started.UnixMilli(), Leaving: leaving, Build: n.build, OwnerGraceMs: n.cfg.Detection.OwnerGrace.Milliseconds(),
 		// Wall-clock versions let a node restarted under the same id
 		// supersede the records of its previous life.
 		Version: max(old.Version+1, uint64(time.Now().UnixNano())),
@@ -1039,7 +1056,7 @@ const maxGossipUpdate = 1200
 type gossipDelegate struct{ n *Node }
 
 func (g *gossipDelegate) NodeMeta(limit int) []byte {
-	b, _ := msgpack.Marshal(nodeMeta{ID: g.n.id, Actor: g.n.sys.Address()})
+	b, _ := msgpack.Marshal(nodeMeta{ID: g.n.id, Actor: g.n.sys.Address(), Wire: spoken, Build: g.n.build})
 	if len(b) > limit {
 		return nil
 	}
@@ -1053,7 +1070,7 @@ func (g *gossipDelegate) NotifyMsg(b []byte) {
 	}
 	u, err := decodeUpdate(b[1:])
 	if err != nil {
-		g.n.warn.Warn(g.n.log, "dropping malformed gossip update", "err", err)
+		g.n.warn.Warn(g.n.log, "dropping a gossip update", "err", err)
 		return
 	}
 	g.n.regossip(g.n.dir.merge(u))
@@ -1106,7 +1123,7 @@ const directoryStateWarn = 12 << 20
 func (g *gossipDelegate) MergeRemoteState(buf []byte, join bool) {
 	u, err := decodeUpdate(buf)
 	if err != nil {
-		g.n.warn.Warn(g.n.log, "dropping malformed directory state", "err", err)
+		g.n.warn.Warn(g.n.log, "dropping a directory state", "err", err)
 		return
 	}
 	g.n.dir.merge(u)

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"runtime/debug"
 
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/buildinfo"
 	"github.com/rlnode/rlnode/learner/blas"
 )
 
@@ -41,30 +42,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 // version is "rlnode VERSION (COMMIT[, modified]) GO", the module version
 // and the VCS revision the binary was built from as the Go toolchain
 // recorded them, then a line naming the CPU backend's matrix kernel (the
-// instructions it chose; a checkpoint's bytes depend on them).
+// instructions it chose; a checkpoint's bytes depend on them), and the
+// cluster wire protocol (nodes of a cluster must share it).
 func version() string {
-	v, rev, dirty := "(devel)", "", false
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
-			}
-		}
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	switch {
-	case rev != "" && dirty:
-		v += " (" + rev + ", modified)"
-	case rev != "":
-		v += " (" + rev + ")"
-	}
-	return "rlnode " + v + " " + runtime.Version() + "\ncpu kernel: " + blas.KernelName() + " (" + blas.ISAEnv + " caps it: avx512, avx2, generic)"
+	return "rlnode " + buildinfo.String() + " " + runtime.Version() + "\ncpu kernel: " + blas.KernelName() + " (" + blas.ISAEnv + " caps it: avx512, avx2, generic)" +
+		fmt.Sprintf("\ncluster wire protocol: %d (every node of a cluster runs the same)", cluster.Wire)
 }

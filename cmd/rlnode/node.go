@@ -291,6 +291,23 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// buildsOf lists the builds nodes run, each with its nodes ("BUILD on
+// n1, n2"), sorted; nodes whose record has no build yet are left out.
+func buildsOf(nodes []cluster.NodeStatus) []string {
+	on := map[string][]string{}
+	for _, n := range nodes {
+		if n.Build != "" {
+			on[n.Build] = append(on[n.Build], n.ID)
+		}
+	}
+	var out []string
+	for b, ids := range on {
+		out = append(out, b+" on "+strings.Join(ids, ", "))
+	}
+	sort.Strings(out)
+	return out
+}
+
 func printStatus(w io.Writer, st cluster.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "NODE\tSTATE\tGOSSIP\tACTORS\tCPU (free/total)\tGPU (free/total)\tMEMORY (free/total)\tCUSTOM (free/total)\tLABELS\tUPTIME\n")
@@ -321,6 +338,9 @@ func printStatus(w io.Writer, st cluster.Status) {
 			fmt.Fprintf(w, "the clock of node %s is %s %s %s's: keep the hosts' clocks in sync (NTP)\n",
 				n.ID, off.Abs().Round(time.Second), side, st.Node)
 		}
+	}
+	if builds := buildsOf(st.Nodes); len(builds) > 1 {
+		fmt.Fprintf(w, "nodes run different builds of one wire protocol: %s; install one rlnode on every host\n", strings.Join(builds, "; "))
 	}
 	fmt.Fprintln(w)
 	if len(st.Actors) == 0 {

@@ -338,6 +338,22 @@ func TestPrintStatusClockSkew(t *testing.T) {
 	}
 }
 
+// Nodes of one wire protocol but different builds get a line naming
+// each build and its nodes; nodes of one build do not.
+func TestPrintStatusBuilds(t *testing.T) {
+	var b strings.Builder
+	printStatus(&b, cluster.Status{Node: "head", Nodes: []cluster.NodeStatus{
+		{ID: "head", State: "ALIVE", Build: "v0.3.0 (aaa)"}, {ID: "w1", State: "ALIVE", Build: "v0.3.1 (bbb)"}, {ID: "w2", State: "ALIVE", Build: "v0.3.0 (aaa)"}}})
+	if out := b.String(); !strings.Contains(out, "nodes run different builds of one wire protocol: v0.3.0 (aaa) on head, w2; v0.3.1 (bbb) on w1") {
+		t.Errorf("status:\n%s", out)
+	}
+	b.Reset()
+	printStatus(&b, cluster.Status{Node: "head", Nodes: []cluster.NodeStatus{{ID: "head", State: "ALIVE", Build: "v0.3.0 (aaa)"}, {ID: "w1", State: "ALIVE", Build: "v0.3.0 (aaa)"}}})
+	if out := b.String(); strings.Contains(out, "different builds") {
+		t.Errorf("one build, yet:\n%s", out)
+	}
+}
+
 func TestNodeIDInUseRefused(t *testing.T) {
 	home := t.TempDir()
 	a := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "alpha", "--gpus", "0")
