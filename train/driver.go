@@ -886,6 +886,9 @@ func (r *run) checkpoint(ctx context.Context, dir string) (err error) {
 			}
 			return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
 		}
+		if err := r.checkSavedVisible(ctx, p, dir); err != nil {
+			return err
+		}
 		if err := p.tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {
 			return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
 		}

@@ -8,11 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/shard"
 )
@@ -62,21 +65,84 @@ func (r *run) checkRunFolderShared(ctx context.Context, id string, shards int, g
 	defer os.Remove(probe)
 	lctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	const why = "the learners write their part of each checkpoint into the run folder from their own nodes, so with learners on other hosts the run folder (--out) must be on a filesystem every node sees (NFS, a cluster filesystem)"
 	for _, rl := range g.List(lctx, r.cfg.Out) {
-		who := fmt.Sprintf("the %s learner", id)
-		if shards > 1 {
-			who = fmt.Sprintf("rank %d of the %s learner", rl.Rank, id)
-		}
+		who := learnerMember(id, shards, rl.Rank)
 		if rl.Err != nil {
-			return fmt.Errorf("run folder %s: %s cannot list it: %w; %s", r.cfg.Out, who, rl.Err, why)
+			return fmt.Errorf("run folder %s: %s cannot list it: %w; %s", r.cfg.Out, who, rl.Err, whyShared)
 		}
 		if _, ok := slices.BinarySearch(rl.Listed.Names, name); !ok && !rl.Listed.Truncated {
 			return fmt.Errorf("run folder %s is not shared with %s on host %s (actor address %s): it does not see the file %s this host wrote there; %s",
-				r.cfg.Out, who, rl.Listed.Host, rl.Listed.Addr, name, why)
+				r.cfg.Out, who, rl.Listed.Host, rl.Listed.Addr, name, whyShared)
 		}
 	}
 	return nil
+}
+
+// whyShared is why the run folder must be shared.
+const whyShared = "the learners write their part of each checkpoint into the run folder from their own nodes, so with learners on other hosts the run folder (--out) must be on a filesystem every node sees (NFS, a cluster filesystem)"
+
+// learnerMember names member rank of a policy's learner.
+func learnerMember(id string, shards, rank int) string {
+	if shards > 1 {
+		return fmt.Sprintf("rank %d of the %s learner", rank, id)
+	}
+	return fmt.Sprintf("the %s learner", id)
+}
+
+// checkSavedVisible checks, once p's learner has saved into dir, that
+// every member's node sees there what this host sees, no more and no
+// less: a folder that stopped being shared after the learners were
+// placed (an unmounted share on one host) would otherwise leave each
+// checkpoint split between hosts, with a manifest over this host's part
+// only. A member that does not answer is left to the next step to find
+// lost.
+func (r *run) checkSavedVisible(ctx context.Context, p *policy, dir string) error {
+	mine, err := learner.ListDir(dir, "")
+	if errors.Is(err, fs.ErrNotExist) {
+		// Only learners on other hosts wrote into it.
+		mine, err = learner.Listed{}, nil
+	}
+	if err != nil {
+		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, rl := range p.learner.List(lctx, dir) {
+		who := learnerMember(p.id, p.l.Shards, rl.Rank)
+		if rl.Err != nil {
+			if _, answered := errors.AsType[*actor.ActorError](rl.Err); !answered {
+				r.log.Warn("checkpoint: a learner did not answer the check that it sees the checkpoint", "policy", p.id, "rank", rl.Rank, "checkpoint", dir, "err", rl.Err)
+				continue
+			}
+			return fmt.Errorf("driver: checkpoint %s: %s (host %s) cannot list it: %w; %s", dir, who, rl.Listed.Host, rl.Err, whyShared)
+		}
+		if rl.Listed.Truncated || mine.Truncated {
+			continue
+		}
+		if missing := missingFrom(mine.Names, rl.Listed.Names); len(missing) > 0 {
+			return fmt.Errorf("driver: checkpoint %s: %s on host %s (actor address %s) sees %s there, which this host does not: the run folder is no longer shared; %s",
+				dir, who, rl.Listed.Host, rl.Listed.Addr, strings.Join(missing, ", "), whyShared)
+		}
+		if missing := missingFrom(rl.Listed.Names, mine.Names); len(missing) > 0 {
+			return fmt.Errorf("driver: checkpoint %s: %s on host %s (actor address %s) does not see %s, which this host sees there: the run folder is no longer shared; %s",
+				dir, who, rl.Listed.Host, rl.Listed.Addr, strings.Join(missing, ", "), whyShared)
+		}
+	}
+	return nil
+}
+
+// missingFrom lists the names of want (sorted) that have (sorted) lacks,
+// at most five of them.
+func missingFrom(have, want []string) []string {
+	var out []string
+	for _, n := range want {
+		if _, ok := slices.BinarySearch(have, n); !ok {
+			if out = append(out, n); len(out) == 5 {
+				break
+			}
+		}
+	}
+	return out
 }
 
 // warnNoOptimizer warns when the checkpoint a policy's learner is about to

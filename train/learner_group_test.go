@@ -550,6 +550,53 @@ func TestRunFolderNotSharedIsRefused(t *testing.T) {
 	}
 }
 
+// A run folder that stops being shared after the learners were placed
+// (the share unmounted on one host) is found at the next checkpoint:
+// the run stops there, naming the learner member and its host, and the
+// split checkpoint is removed instead of getting a manifest over this
+// host's part only.
+func TestRunFolderUnsharedMidRunIsFound(t *testing.T) {
+	for _, shards := range []int{1, 2} {
+		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Resources: cluster.Resources{"lh": 1}, Logger: actor.DiscardLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(node.Stop)
+			out := t.TempDir()
+			child := nodetest.Start(t, node, nodetest.Options{CPUs: 2, Resources: cluster.Resources{"lh": 1}, OwnMounts: true})
+			cfg := shardRun(out, shards)
+			cfg.Node = node
+			cfg.LearnerResources = cluster.Resources{cluster.CPU: 0.5, "lh": 1}
+			if shards == 1 {
+				// On the child: the driver's node has too little CPU.
+				cfg.Learner.Shards = 0
+				cfg.LearnerResources = cluster.Resources{cluster.CPU: 1.5}
+			}
+			var mountErr error
+			cfg.Progress = func(m Metrics) {
+				if m.Step == 1 {
+					mountErr = child.MountPrivate(out)
+				}
+			}
+			_, err = Run(ctx, cfg)
+			if mountErr != nil {
+				t.Skip(mountErr)
+			}
+			if err == nil || !strings.Contains(err.Error(), "the run folder is no longer shared") || !strings.Contains(err.Error(), "learner on host") {
+				t.Fatalf("run whose folder stopped being shared with node %s: %v; want the checkpoint refused", child.ID, err)
+			}
+			t.Log(err)
+			steps, _ := filepath.Glob(filepath.Join(out, "checkpoints", "step-*"))
+			if len(steps) != 0 {
+				t.Errorf("checkpoints left: %v; want the split one removed", steps)
+			}
+		})
+	}
+}
+
 // Weights offered by a learner whose node then goes away cannot be
 // fetched: that is the learner's loss, which the training loop restarts
 // from (a shard.Failure, not answered), unless the run itself is stopping.

@@ -40,6 +40,10 @@ type Options struct {
 	// is not shared. Where that cannot be had, the child fails to start
 	// with a line beginning "ERR private dir" (Start skips the test).
 	PrivateDir string
+	// OwnMounts runs the node in a mount namespace of its own (Linux and
+	// root only; where that cannot be had, Start skips the test), where
+	// Node.MountPrivate can later give it a folder of its own.
+	OwnMounts bool
 }
 
 type settings struct {
@@ -64,7 +68,7 @@ func runNode(js string) int {
 		fmt.Println("ERR", env, err)
 		return 1
 	}
-	if s.PrivateDir != "" {
+	if s.PrivateDir != "" || s.OwnMounts {
 		if err := mountPrivate(s.PrivateDir); err != nil {
 			fmt.Println("ERR private dir", s.PrivateDir+":", err)
 			return 1
@@ -110,7 +114,7 @@ func Start(t testing.TB, join *cluster.Node, o Options, extra ...string) *Node {
 		t.Fatal(err)
 	}
 	var attr *syscall.SysProcAttr
-	if o.PrivateDir != "" {
+	if o.PrivateDir != "" || o.OwnMounts {
 		attr = privateAttr()
 	}
 	c := proctest.StartWith(t, 30*time.Second, attr, append([]string{env + "=" + string(js)}, extra...)...)

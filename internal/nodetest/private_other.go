@@ -10,3 +10,6 @@ import (
 func privateAttr() *syscall.SysProcAttr { return nil }
 
 func mountPrivate(string) error { return errors.New("mount namespaces are Linux only") }
+
+// MountPrivate needs Linux's mount namespaces.
+func (n *Node) MountPrivate(string) error { return errors.New("mount namespaces are Linux only") }
