@@ -60,3 +60,27 @@ func Example() {
 	// hello ada (#1)
 	// hello alan (#2)
 }
+
+func init() {
+	cluster.RegisterTask("example.square", func(ctx context.Context, x int) (int, error) { return x * x, nil })
+}
+
+// Tasks run a registered function once on a node with room for it; their
+// futures are collected in order.
+func ExampleSubmit() {
+	ctx := context.Background()
+	node, err := cluster.Start(ctx, cluster.Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		panic(err)
+	}
+	defer node.Stop()
+
+	var fs []*cluster.Future[int]
+	for x := range 4 {
+		fs = append(fs, cluster.Submit[int](ctx, node, "example.square", x, cluster.TaskOptions{}))
+	}
+	squares, err := cluster.Gather(ctx, fs)
+	fmt.Println(squares, err)
+	// Output:
+	// [0 1 4 9] <nil>
+}

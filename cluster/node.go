@@ -242,6 +242,9 @@ type Node struct {
 	// wireRefused is set when a join met a member of another wire
 	// protocol (wire.go).
 	wireRefused atomic.Pointer[error]
+	// tasks are the tasks running here (task.go), each's cancel by id.
+	tmu   sync.Mutex
+	tasks map[string]context.CancelFunc
 	build       string // buildinfo.String()
 }
 
@@ -660,6 +663,8 @@ func (n *Node) Stop() {
 
 	n.publishNode() // now says Leaving
 	n.cancelBuilds("node stopped", 10*time.Second)
+	n.cancelTasks()
+	n.waitTasks(5 * time.Second)
 	// All at once: each may take up to 10 s to stop (an actor busy in
 	// Receive), and one after another they added up.
 	var wg sync.WaitGroup

@@ -131,6 +131,11 @@ func (a *nodeActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		n.ledger.unreserve(m.Group)
 		n.publishNode()
 		return okReply{}, nil
+	case taskRequest:
+		return n.hostTask(ctx, m)
+	case taskCancel:
+		n.cancelTask(m.ID)
+		return nil, nil
 	case lookupRequest:
 		for _, ref := range n.sys.Local() {
 			if ref.Name == m.Name {

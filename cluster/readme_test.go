@@ -14,7 +14,7 @@ import (
 
 // README's "Programmatic use (Go)" block, put in a program of its own
 // that imports rlnode as another module would, builds and answers its
-// call on the one-process cluster it starts.
+// call and its task on the one-process cluster it starts.
 func TestReadmeProgramRuns(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
@@ -61,7 +61,7 @@ func (g *greeter) Receive(ctx *actor.Context, msg any) (any, error) {
 func main() {
 	ctx := context.Background()
 ` + string(m[1]) + `
-	fmt.Printf("reply %q, error %v\n", g.Text, err)
+	fmt.Printf("reply %q, square %d, error %v\n", g.Text, sq, err)
 	node.Stop()
 }
 `
@@ -76,7 +76,7 @@ func main() {
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), `reply "hello ada", error <nil>`) {
+	if err != nil || !strings.Contains(string(out), `reply "hello ada", square 49, error <nil>`) {
 		t.Fatalf("README's program: %v\n%s\n%s", err, out, prog)
 	}
 }

@@ -1,0 +1,378 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+)
+
+// Tasks are functions run once on some node of the cluster, as Ray's
+// remote functions: RegisterTask names one on every node that may run it
+// (as kinds are registered), Submit places a call of it by its resources
+// and returns a Future. The node that runs it charges the resources for
+// as long as it runs, so tasks queue when the cluster is full. A task
+// whose node is lost or stops runs again elsewhere (at least once, not
+// exactly once: give idempotent functions MaxRetries); its own error is
+// returned as it is, as an *actor.ActorError.
+
+// TaskOptions place and bound one task.
+type TaskOptions struct {
+	// Resources it holds while it runs; nil: one CPU, as Ray's default.
+	Resources Resources
+	// Labels a node must carry; Node pins it to one node.
+	Labels map[string]string
+	Node   string
+	// MaxRetries is how many times it runs again after its node was lost
+	// mid-run (0: never; the task failed with actor.ErrNodeLost or
+	// actor.ErrConnLost then). A node that stops gracefully hands its
+	// tasks back without counting.
+	MaxRetries int
+}
+
+type taskFunc func(ctx context.Context, args any) (any, error)
+
+var tasks = struct {
+	sync.RWMutex
+	fns map[string]taskFunc
+}{fns: map[string]taskFunc{}}
+
+// RegisterTask registers fn as task name in this process, and A and R as
+// messages (actor.RegisterMessage), unless they are interface types.
+// Every node that may run it registers it, as kinds are registered; the
+// submitter registers it too, for the types.
+func RegisterTask[A, R any](name string, fn func(ctx context.Context, args A) (R, error)) {
+	var a A
+	var r R
+	for _, ex := range []any{a, r} {
+		if ex != nil {
+			actor.RegisterMessage(ex)
+		}
+	}
+	tasks.Lock()
+	defer tasks.Unlock()
+	tasks.fns[name] = func(ctx context.Context, args any) (any, error) {
+		a, ok := args.(A)
+		if !ok && args != nil {
+			var want A
+			return nil, fmt.Errorf("task %s takes %T arguments, got %T", name, want, args)
+		}
+		return fn(ctx, a)
+	}
+}
+
+type taskRequest struct {
+	ID        string
+	Name      string
+	ArgsType  string
+	Args      []byte
+	Resources Resources
+	Labels    map[string]string
+}
+
+type taskReply struct {
+	ResultType string
+	Result     []byte
+	// Err is the node's refusal or the task's error; Retry says another
+	// node may run it (this one is full or stopping), Own that the task
+	// function itself failed.
+	Err   string
+	Retry bool
+	Own   bool
+	// Node is the refusing node's record (as okReply.Node).
+	Node *NodeRecord `msgpack:",omitempty"`
+}
+
+type taskCancel struct{ ID string }
+
+func init() { actor.RegisterMessage(taskRequest{}, taskReply{}, taskCancel{}) }
+
+// Future is a submitted task's result to come.
+type Future[R any] struct {
+	done chan struct{}
+	res  R
+	err  error
+}
+
+// Done is closed once the result (or the error) is in.
+func (f *Future[R]) Done() <-chan struct{} { return f.done }
+
+// Get waits for the result within ctx.
+func (f *Future[R]) Get(ctx context.Context) (R, error) {
+	select {
+	case <-f.done:
+		return f.res, f.err
+	case <-ctx.Done():
+		var zero R
+		return zero, ctx.Err()
+	}
+}
+
+// Gather waits for every future, within ctx, and returns their results
+// in order, or the first error met in that order.
+func Gather[R any](ctx context.Context, fs []*Future[R]) ([]R, error) {
+	out := make([]R, len(fs))
+	for i, f := range fs {
+		r, err := f.Get(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("future %d of %d: %w", i, len(fs), err)
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// Submit runs task name with args on a node that fits o, as n places it,
+// and returns at once. ctx bounds the whole task, its waits for room and
+// its retries; when it ends, the running task's context is cancelled on
+// its node. A request that no node could ever fit fails at once, saying
+// what every node offers; one that fits but finds every such node busy
+// waits for room.
+func Submit[R any](ctx context.Context, n *Node, name string, args any, o TaskOptions) *Future[R] {
+	f := &Future[R]{done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		v, err := n.runTask(ctx, name, args, o)
+		if err != nil {
+			f.err = err
+			return
+		}
+		r, ok := v.(R)
+		if !ok && v != nil {
+			f.err = fmt.Errorf("task %s: result is %T, not %T", name, v, f.res)
+			return
+		}
+		f.res = r
+	}()
+	return f
+}
+
+// taskRoomPoll is how often a task that found no free room looks again.
+const taskRoomPoll = 100 * time.Millisecond
+
+func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions) (any, error) {
+	if o.MaxRetries < 0 {
+		return nil, fmt.Errorf("task %s: MaxRetries %d is negative", name, o.MaxRetries)
+	}
+	res := o.Resources
+	if res == nil {
+		res = Resources{CPU: 1}
+	}
+	if err := res.Check(); err != nil {
+		return nil, fmt.Errorf("task %s: %w", name, err)
+	}
+	at, body, err := actor.EncodeMessage(args)
+	if err != nil {
+		return nil, fmt.Errorf("task %s: arguments: %w", name, err)
+	}
+	if lim := n.sys.InlineLimit() - 4096; len(body) > lim {
+		return nil, fmt.Errorf("task %s: arguments: %s of %d bytes encoded, over the %d-byte message bound: pass what the task can read itself (a path, a bulk reference)", name, at, len(body), lim)
+	}
+	var raw [12]byte
+	_, _ = rand.Read(raw[:])
+	req := taskRequest{ID: hex.EncodeToString(raw[:]), Name: name, ArgsType: at, Args: body, Resources: res, Labels: o.Labels}
+	want := Request{Resources: res, Labels: o.Labels, Node: o.Node}
+	retries, handedBack := 0, 0
+	// avoid: nodes that refused it for want of room, until it next waits
+	// for room; lost: nodes it was lost with, for good.
+	avoid, lost := map[string]bool{}, map[string]bool{}
+	for {
+		target, err := n.placeTask(want, avoid, lost)
+		if err != nil {
+			return nil, fmt.Errorf("task %s: %w", name, err)
+		}
+		if target == "" {
+			// Room on none now: wait for some.
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("task %s: waiting for %s of free room: %w", name, res, ctx.Err())
+			case <-time.After(taskRoomPoll):
+			}
+			clear(avoid)
+			continue
+		}
+		nref, err := n.nodeRef(target)
+		if err != nil {
+			avoid[target] = true
+			continue
+		}
+		rep, err := actor.CallAs[taskReply](ctx, n.sys, nref, req)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			_ = n.sys.Tell(nref, taskCancel{ID: req.ID})
+			return nil, fmt.Errorf("task %s on node %s: %w", name, target, err)
+		case err != nil && (errors.Is(err, actor.ErrConnLost) || errors.Is(err, actor.ErrNodeLost)):
+			if retries >= o.MaxRetries {
+				return nil, fmt.Errorf("task %s on node %s (after %d retries): %w", name, target, retries, err)
+			}
+			retries++
+			lost[target] = true
+			n.log.Warn("task lost with its node; running it again", "task", name, "node", target, "retry", retries, "err", err)
+		case err != nil:
+			return nil, fmt.Errorf("task %s on node %s: %w", name, target, err)
+		case rep.Own:
+			return nil, &actor.ActorError{Message: fmt.Sprintf("task %s on node %s: %s", name, target, rep.Err)}
+		case rep.Err != "" && rep.Retry && handedBack < maxHandBacks:
+			if rep.Node != nil {
+				n.dir.merge(&update{Nodes: []NodeRecord{*rep.Node}})
+			}
+			handedBack++
+			avoid[target] = true
+		case rep.Err != "":
+			return nil, fmt.Errorf("task %s: %s", name, rep.Err)
+		default:
+			v, err := actor.DecodeMessage(rep.ResultType, rep.Result)
+			if err != nil {
+				return nil, fmt.Errorf("task %s on node %s: result: %w", name, target, err)
+			}
+			return v, nil
+		}
+	}
+}
+
+// maxHandBacks bounds how often one task is refused for want of room (a
+// stale view) or handed back by a stopping node before it fails.
+const maxHandBacks = 64
+
+// placeTask picks the node for a task among those in neither avoid nor
+// lost: "" when some node not in lost could fit it but none has the room
+// free now; an error when none ever could.
+func (n *Node) placeTask(want Request, avoid, lost map[string]bool) (string, error) {
+	var all, views []NodeView
+	for _, v := range n.Views() {
+		if !lost[v.ID] {
+			all = append(all, v)
+		}
+		if !lost[v.ID] && !avoid[v.ID] {
+			views = append(views, v)
+		}
+	}
+	if id, err := PlaceOne(views, want); err == nil {
+		return id, nil
+	}
+	for _, v := range all {
+		if (want.Node == "" || v.ID == want.Node) && matchLabels(v.Labels, want.Labels) && v.Total.Covers(want.Resources) {
+			return "", nil
+		}
+	}
+	return "", infeasibleOne(all, want)
+}
+
+// hostTask is the node actor's part of a task: charge its resources, run
+// it off the loop, answer later.
+func (n *Node) hostTask(ctx *actor.Context, m taskRequest) (any, error) {
+	refuse := func(retry bool, format string, a ...any) (any, error) {
+		rep := taskReply{Err: fmt.Sprintf("node %s: ", n.id) + fmt.Sprintf(format, a...), Retry: retry}
+		if retry {
+			n.publishNode()
+			if rec, ok := n.dir.Node(n.id); ok {
+				rep.Node = &rec
+			}
+		}
+		return rep, nil
+	}
+	if n.stopping() {
+		return refuse(true, "stopping")
+	}
+	tasks.RLock()
+	fn := tasks.fns[m.Name]
+	tasks.RUnlock()
+	if fn == nil {
+		return refuse(false, "no task %q is registered here (cluster.RegisterTask on every node)", m.Name)
+	}
+	if !matchLabels(n.cfg.Labels, m.Labels) {
+		return refuse(true, "labels %s, not %s", fmtLabels(n.cfg.Labels), fmtLabels(m.Labels))
+	}
+	args, err := actor.DecodeMessage(m.ArgsType, m.Args)
+	if err != nil {
+		return refuse(false, "task %s: arguments: %v", m.Name, err)
+	}
+	key := "task/" + m.ID
+	if err := n.ledger.acquire(key, m.Resources, "", 0); err != nil {
+		return refuse(errors.Is(err, ErrInfeasible), "%v", err)
+	}
+	n.publishNode()
+	tctx, cancel := context.WithCancel(context.Background())
+	n.tmu.Lock()
+	if n.tasks == nil {
+		n.tasks = map[string]context.CancelFunc{}
+	}
+	n.tasks[m.ID] = cancel
+	n.tmu.Unlock()
+	reply := ctx.ReplyLater()
+	go func() {
+		v, err := runTaskFunc(tctx, fn, args)
+		cancel()
+		n.ledger.release(key)
+		n.publishNode()
+		// Out of the running once answered (waitTasks).
+		defer func() {
+			n.tmu.Lock()
+			delete(n.tasks, m.ID)
+			n.tmu.Unlock()
+		}()
+		switch {
+		case err != nil && n.stopping():
+			reply.Send(taskReply{Err: fmt.Sprintf("node %s stopped while task %s ran", n.id, m.Name), Retry: true}, nil)
+		case err != nil:
+			reply.Send(taskReply{Err: err.Error(), Own: true}, nil)
+		default:
+			rt, rb, err := actor.EncodeMessage(v)
+			if err != nil {
+				reply.Send(taskReply{Err: fmt.Sprintf("result: %v", err), Own: true}, nil)
+				return
+			}
+			reply.Send(taskReply{ResultType: rt, Result: rb}, nil)
+		}
+	}()
+	return nil, nil
+}
+
+// runTaskFunc runs fn, a panic in it becoming its error.
+func runTaskFunc(ctx context.Context, fn taskFunc, args any) (v any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			v, err = nil, fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return fn(ctx, args)
+}
+
+// cancelTask cancels the running task id, if it runs here.
+func (n *Node) cancelTask(id string) {
+	n.tmu.Lock()
+	cancel := n.tasks[id]
+	n.tmu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// cancelTasks cancels every task running here (the node stops); their
+// submitters run them elsewhere.
+func (n *Node) cancelTasks() {
+	n.tmu.Lock()
+	defer n.tmu.Unlock()
+	for _, cancel := range n.tasks {
+		cancel()
+	}
+}
+
+// waitTasks waits up to max for the tasks running here to end, so their
+// submitters hear that this node stopped (and run them elsewhere) before
+// it leaves.
+func (n *Node) waitTasks(max time.Duration) {
+	for deadline := time.Now().Add(max); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		n.tmu.Lock()
+		k := len(n.tasks)
+		n.tmu.Unlock()
+		if k == 0 {
+			return
+		}
+	}
+}

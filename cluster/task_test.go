@@ -1,0 +1,201 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+)
+
+// taskRunning counts the test.hold tasks running in this process, and
+// taskCancelled those whose context was cancelled.
+var taskRunning, taskPeak, taskCancelled atomic.Int64
+
+func init() {
+	RegisterTask("test.square", func(_ context.Context, x int) (int, error) { return x * x, nil })
+	RegisterTask("test.fail", func(context.Context, int) (int, error) { return 0, errors.New("no good") })
+	RegisterTask("test.panic", func(context.Context, int) (int, error) { panic("boom") })
+	// test.pid holds its resources for ms milliseconds (or until its
+	// context ends) and answers with its process id.
+	RegisterTask("test.pid", func(ctx context.Context, ms int) (int, error) {
+		k := taskRunning.Add(1)
+		defer taskRunning.Add(-1)
+		for p := taskPeak.Load(); k > p && !taskPeak.CompareAndSwap(p, k); p = taskPeak.Load() {
+		}
+		select {
+		case <-time.After(time.Duration(ms) * time.Millisecond):
+			return os.Getpid(), nil
+		case <-ctx.Done():
+			taskCancelled.Add(1)
+			return 0, ctx.Err()
+		}
+	})
+}
+
+// Tasks run where they fit, results come back in order, and the task's
+// own failures come back as the callee's errors, not retried.
+func TestTasksRunWhereTheyFit(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "task-a", key)
+	child := startNodeProcess(t, "task-b", key, a.GossipAddress(), 0, "")
+	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var fs []*Future[int]
+	for i := range 10 {
+		fs = append(fs, Submit[int](ctx, a, "test.square", i, TaskOptions{}))
+	}
+	got, err := Gather(ctx, fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range got {
+		if v != i*i {
+			t.Fatalf("squares: %v", got)
+		}
+	}
+
+	// Two tasks that each take a whole node's CPUs run one on each node.
+	pids, err := Gather(ctx, []*Future[int]{
+		Submit[int](ctx, a, "test.pid", 300, TaskOptions{Resources: Resources{CPU: 2}}),
+		Submit[int](ctx, a, "test.pid", 300, TaskOptions{Resources: Resources{CPU: 2}}),
+	})
+	if err != nil || !(pids[0] == child.Cmd.Process.Pid) == !(pids[1] == child.Cmd.Process.Pid) {
+		t.Errorf("two whole-node tasks ran in processes %v (%v); want one here (%d) and one on the child (%d)", pids, err, os.Getpid(), child.Cmd.Process.Pid)
+	}
+
+	for _, c := range []struct {
+		name string
+		o    TaskOptions
+		want string
+	}{
+		{"test.fail", TaskOptions{}, "no good"},
+		{"test.panic", TaskOptions{}, "panic: boom"},
+		{"test.none", TaskOptions{}, `no task "test.none" is registered here`},
+		{"test.square", TaskOptions{Resources: Resources{CPU: 100}}, "no node can host {CPU:100}"},
+		{"test.square", TaskOptions{Node: "task-z"}, "(no such live node)"},
+		{"test.square", TaskOptions{MaxRetries: -1}, "MaxRetries -1 is negative"},
+	} {
+		_, err := Submit[int](ctx, a, c.name, 3, c.o).Get(ctx)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("task %s %+v: %v; want an error containing %q", c.name, c.o, err, c.want)
+		}
+		if c.want == "no good" {
+			if _, ok := errors.AsType[*actor.ActorError](err); !ok {
+				t.Errorf("a task's own error is %T, not *actor.ActorError", err)
+			}
+		}
+	}
+	if _, err := Submit[string](ctx, a, "test.square", 3, TaskOptions{}).Get(ctx); err == nil || !strings.Contains(err.Error(), "result is int, not string") {
+		t.Errorf("a result of another type: %v", err)
+	}
+}
+
+// Tasks wait for room instead of overcommitting a node, and one whose
+// caller gives up is cancelled on its node, its resources freed.
+func TestTasksQueueAndCancel(t *testing.T) {
+	a := startLocalNode(t, "task-q", testKey(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	taskPeak.Store(0)
+	var fs []*Future[int]
+	for range 4 {
+		fs = append(fs, Submit[int](ctx, a, "test.pid", 100, TaskOptions{Resources: Resources{CPU: 2}}))
+	}
+	if _, err := Gather(ctx, fs); err != nil {
+		t.Fatal(err)
+	}
+	if p := taskPeak.Load(); p != 1 {
+		t.Errorf("%d tasks of 2 CPUs ran at once on a node of 2", p)
+	}
+
+	before := taskCancelled.Load()
+	tctx, tcancel := context.WithCancel(ctx)
+	f := Submit[int](tctx, a, "test.pid", 60_000, TaskOptions{})
+	waitFor(t, "the task to start", 10*time.Second, func() bool { return taskRunning.Load() == 1 })
+	tcancel()
+	if _, err := f.Get(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled task's result: %v; want context.Canceled", err)
+	}
+	waitFor(t, "the task's context cancelled on its node", 10*time.Second, func() bool { return taskCancelled.Load() == before+1 })
+	waitFor(t, "the task's CPU freed", 10*time.Second, func() bool {
+		rec, _ := a.dir.Node(a.ID())
+		return rec.Used[CPU] == 0
+	})
+}
+
+// A task whose node is lost runs again elsewhere when it has retries
+// left, and fails naming the loss when it has none.
+func TestTaskRetriesAfterItsNodeIsLost(t *testing.T) {
+	for _, retries := range []int{1, 0} {
+		key := testKey(t)
+		a := startLocalNode(t, fmt.Sprintf("task-r%d", retries), key)
+		child := startNodeProcess(t, "task-lost", key, a.GossipAddress(), 0, "")
+		waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		// Keep this node full, so the task goes to the child.
+		hctx, release := context.WithCancel(ctx)
+		hold := Submit[int](hctx, a, "test.pid", 60_000, TaskOptions{Resources: Resources{CPU: 2}, Node: a.ID()})
+		waitFor(t, "this node full", 10*time.Second, func() bool { return taskRunning.Load() == 1 })
+		// Long enough to be killed with its node; run again, it ends.
+		f := Submit[int](ctx, a, "test.pid", 5_000, TaskOptions{Resources: Resources{CPU: 1}, MaxRetries: retries})
+		waitFor(t, "the task running on the child", 10*time.Second, func() bool {
+			rec, _ := a.dir.Node("task-lost")
+			return rec.Used[CPU] == 1
+		})
+		_ = child.Cmd.Process.Kill()
+		<-child.Exited
+		if retries == 0 {
+			_, err := f.Get(ctx)
+			if !errors.Is(err, actor.ErrNodeLost) && !errors.Is(err, actor.ErrConnLost) || !strings.Contains(err.Error(), "node task-lost (after 0 retries)") {
+				t.Errorf("task lost with its node, no retries: %v; want the loss named", err)
+			}
+		} else {
+			// Once it waits for room here, make some.
+			time.Sleep(500 * time.Millisecond)
+			release()
+			pid, err := f.Get(ctx)
+			if err != nil || pid != os.Getpid() {
+				t.Errorf("task lost with its node, 1 retry: pid %d, %v; want it run again here (%d)", pid, err, os.Getpid())
+			}
+		}
+		release()
+		_, _ = hold.Get(ctx)
+		cancel()
+	}
+}
+
+// A node that stops gracefully hands its running tasks back, and they run
+// elsewhere without using a retry.
+func TestTaskHandedBackByAStoppingNode(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "task-h", key)
+	child := startNodeProcess(t, "task-stops", key, a.GossipAddress(), 0, "")
+	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hctx, release := context.WithCancel(ctx)
+	defer release()
+	hold := Submit[int](hctx, a, "test.pid", 60_000, TaskOptions{Resources: Resources{CPU: 2}, Node: a.ID()})
+	waitFor(t, "this node full", 10*time.Second, func() bool { return taskRunning.Load() == 1 })
+	f := Submit[int](ctx, a, "test.pid", 5_000, TaskOptions{Resources: Resources{CPU: 1}})
+	waitFor(t, "the task running on the child", 10*time.Second, func() bool {
+		rec, _ := a.dir.Node("task-stops")
+		return rec.Used[CPU] == 1
+	})
+	child.Stdin.Close() // the child stops gracefully
+	<-child.Exited
+	release()
+	pid, err := f.Get(ctx)
+	if err != nil || pid != os.Getpid() {
+		t.Errorf("task of a stopping node: pid %d, %v; want it run again here (%d)", pid, err, os.Getpid())
+	}
+	_, _ = hold.Get(ctx)
+}
