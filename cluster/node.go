@@ -245,7 +245,7 @@ type Node struct {
 	// tasks are the tasks running here (task.go), each's cancel by id.
 	tmu   sync.Mutex
 	tasks map[string]context.CancelFunc
-	build       string // buildinfo.String()
+	build string // buildinfo.String()
 }
 
 type memberInfo struct {
