@@ -127,6 +127,18 @@ func Gather[R any](ctx context.Context, fs []*Future[R]) ([]R, error) {
 	return out, nil
 }
 
+// CallAsync is Call in the background: the Future of h's reply to msg,
+// bounded by ctx. Calls to many actors at once, collected with Gather,
+// are Ray's ray.get([a.f.remote() for a in actors]).
+func CallAsync[R any](ctx context.Context, h *Handle, msg any) *Future[R] {
+	f := &Future[R]{done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		f.res, f.err = Call[R](ctx, h, msg)
+	}()
+	return f
+}
+
 // Submit runs task name with args on a node that fits o, as n places it,
 // and returns at once. ctx bounds the whole task, its waits for room and
 // its retries; when it ends, the running task's context is cancelled on

@@ -199,3 +199,34 @@ func TestTaskHandedBackByAStoppingNode(t *testing.T) {
 	}
 	_, _ = hold.Get(ctx)
 }
+
+// CallAsync's futures gather actors' replies in order, and a failing
+// call's error is Gather's.
+func TestCallAsyncGathers(t *testing.T) {
+	a := startLocalNode(t, "async-a", testKey(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var hs []*Handle
+	for i := range 3 {
+		h, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: fmt.Sprintf("async-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	var fs []*Future[Sum]
+	for i, h := range hs {
+		fs = append(fs, CallAsync[Sum](ctx, h, Add{N: i + 1}))
+	}
+	sums, err := Gather(ctx, fs)
+	if err != nil || len(sums) != 3 || sums[0].N != 1 || sums[1].N != 2 || sums[2].N != 3 {
+		t.Fatalf("gathered %+v, %v", sums, err)
+	}
+	if err := hs[1].Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Gather(ctx, []*Future[Sum]{CallAsync[Sum](ctx, hs[0], Add{N: 1}), CallAsync[Sum](ctx, hs[1], Add{N: 1})})
+	if err == nil || !strings.Contains(err.Error(), "future 1 of 2") {
+		t.Errorf("a call to a stopped actor, gathered: %v; want future 1's error", err)
+	}
+}
