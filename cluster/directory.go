@@ -127,10 +127,22 @@ type Directory struct {
 	onActor func(old, cur ActorRecord)
 	// onGroup is told of every group record that changed, likewise.
 	onGroup func(old, cur GroupRecord)
+	// nodesChanged is closed and replaced whenever a node record changes
+	// (NodeChanges).
+	nodesChanged chan struct{}
 }
 
 func newDirectory() *Directory {
-	return &Directory{actors: map[string]ActorRecord{}, nodes: map[string]NodeRecord{}, groups: map[string]GroupRecord{}}
+	return &Directory{actors: map[string]ActorRecord{}, nodes: map[string]NodeRecord{}, groups: map[string]GroupRecord{},
+		nodesChanged: make(chan struct{})}
+}
+
+// nodeChanges is closed at the next change of a node record (its free
+// resources, say).
+func (d *Directory) nodeChanges() <-chan struct{} {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.nodesChanged
 }
 
 // merge applies u and returns the records that changed.
@@ -154,6 +166,10 @@ func (d *Directory) merge(u *update) *update {
 		}
 		d.nodes[r.ID] = r
 		changed.Nodes = append(changed.Nodes, r)
+	}
+	if len(changed.Nodes) > 0 {
+		close(d.nodesChanged)
+		d.nodesChanged = make(chan struct{})
 	}
 	type groupPair struct{ old, cur GroupRecord }
 	var groupChanges []groupPair

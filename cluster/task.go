@@ -164,8 +164,9 @@ func Submit[R any](ctx context.Context, n *Node, name string, args any, o TaskOp
 	return f
 }
 
-// taskRoomPoll is how often a task that found no free room looks again.
-const taskRoomPoll = 100 * time.Millisecond
+// taskRoomPoll is how often a task that found no free room looks again
+// when no node record changed meanwhile (membership may have).
+const taskRoomPoll = time.Second
 
 func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions) (any, error) {
 	if o.MaxRetries < 0 {
@@ -189,20 +190,24 @@ func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions
 	_, _ = rand.Read(raw[:])
 	req := taskRequest{ID: hex.EncodeToString(raw[:]), Name: name, ArgsType: at, Args: body, Resources: res, Labels: o.Labels}
 	want := Request{Resources: res, Labels: o.Labels, Node: o.Node}
-	retries, handedBack := 0, 0
+	retries := 0
 	// avoid: nodes that refused it for want of room, until it next waits
 	// for room; lost: nodes it was lost with, for good.
 	avoid, lost := map[string]bool{}, map[string]bool{}
 	for {
+		// Taken before placing, so a change in between is not missed.
+		changes := n.dir.nodeChanges()
 		target, err := n.placeTask(want, avoid, lost)
 		if err != nil {
 			return nil, fmt.Errorf("task %s: %w", name, err)
 		}
 		if target == "" {
-			// Room on none now: wait for some.
+			// Room on none now: wait for a node's record to change (room
+			// freed here, or gossip of it from elsewhere), or a while.
 			select {
 			case <-ctx.Done():
 				return nil, fmt.Errorf("task %s: waiting for %s of free room: %w", name, res, ctx.Err())
+			case <-changes:
 			case <-time.After(taskRoomPoll):
 			}
 			clear(avoid)
@@ -229,11 +234,14 @@ func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions
 			return nil, fmt.Errorf("task %s on node %s: %w", name, target, err)
 		case rep.Own:
 			return nil, &actor.ActorError{Message: fmt.Sprintf("task %s on node %s: %s", name, target, rep.Err)}
-		case rep.Err != "" && rep.Retry && handedBack < maxHandBacks:
+		case rep.Err != "" && rep.Retry:
+			// Refused for want of room (the view was stale: the node's own
+			// record comes with it) or handed back by a stopping node.
+			// Neither counts: each try avoids that node until the task
+			// next waits, and it waits for a record to change.
 			if rep.Node != nil {
 				n.dir.merge(&update{Nodes: []NodeRecord{*rep.Node}})
 			}
-			handedBack++
 			avoid[target] = true
 		case rep.Err != "":
 			return nil, fmt.Errorf("task %s: %s", name, rep.Err)
@@ -246,10 +254,6 @@ func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions
 		}
 	}
 }
-
-// maxHandBacks bounds how often one task is refused for want of room (a
-// stale view) or handed back by a stopping node before it fails.
-const maxHandBacks = 64
 
 // placeTask picks the node for a task among those in neither avoid nor
 // lost: "" when some node not in lost could fit it but none has the room

@@ -116,6 +116,21 @@ func TestTasksQueueAndCancel(t *testing.T) {
 		t.Errorf("%d tasks of 2 CPUs ran at once on a node of 2", p)
 	}
 
+	// Many short tasks queue, none is refused for good.
+	taskPeak.Store(0)
+	fs = fs[:0]
+	start := time.Now()
+	for range 200 {
+		fs = append(fs, Submit[int](ctx, a, "test.pid", 1, TaskOptions{}))
+	}
+	if _, err := Gather(ctx, fs); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("200 tasks of 1 CPU and 1 ms on 2 CPUs: %v", time.Since(start))
+	if p := taskPeak.Load(); p > 2 {
+		t.Errorf("%d tasks of 1 CPU ran at once on a node of 2", p)
+	}
+
 	before := taskCancelled.Load()
 	tctx, tcancel := context.WithCancel(ctx)
 	f := Submit[int](tctx, a, "test.pid", 60_000, TaskOptions{})
