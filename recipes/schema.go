@@ -186,6 +186,11 @@ type Data struct {
 	// VerifyWorkers bounds the verifications running at once; 0 is the
 	// driver's default (the cores for code, 1 for math and gsm8k).
 	VerifyWorkers int `yaml:"verify_workers"`
+	// VerifyOn is where code verifications run: driver (in the driver's
+	// process) or cluster (as tasks of one CPU on any node of the
+	// cluster with one free; verify_workers in flight, default the
+	// cluster's CPUs). Default driver.
+	VerifyOn string `yaml:"verify_on"`
 }
 
 // Task is the built-in seeded synthetic problem generator (rollout/task).
@@ -764,7 +769,7 @@ func Default() *Recipe {
 		Seed:    1,
 		Models:  Models{Policy: Model{}},
 		Engines: Engines{Policy: defaultEngine()},
-		Data:    Data{Verifier: "math"},
+		Data:    Data{Verifier: "math", VerifyOn: "driver"},
 		Episode: Episode{Type: "single", MaxToolCalls: 4},
 		Algorithm: Algorithm{
 			Name: "grpo", GroupSize: 8, BatchPrompts: 16, MaxTokens: 256, Temperature: 1, TopP: 1,

@@ -391,6 +391,10 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	}
 	c.oneOf("data.verifier", d.Verifier, Verifiers)
 	c.nonNegative("data.verify_workers", d.VerifyWorkers)
+	c.oneOf("data.verify_on", d.VerifyOn, []string{"driver", "cluster"})
+	if d.VerifyOn == "cluster" && d.Verifier != "code" {
+		c.add("data.verify_on", "cluster is for the code verifier (data.verifier: code): checking a %s answer takes microseconds, less than a task's round trip", d.Verifier)
+	}
 	if t := d.Task; t != nil {
 		for i, k := range t.Kinds {
 			c.oneOf(fmt.Sprintf("data.task.kinds.%d", i), k, slices.Concat(TaskKinds, HiddenTaskKinds))

@@ -52,6 +52,11 @@ type Config struct {
 	// VerifyWorkers bounds the verifications running at once (default:
 	// the cores for code, 1 for math and gsm8k).
 	VerifyWorkers int
+	// VerifyOn is where code verifications run: VerifyOnDriver (also "":
+	// in this process, VerifyWorkers at once) or VerifyOnCluster (as
+	// cluster tasks of one CPU on any node with one free, VerifyWorkers
+	// in flight; a run without a cluster, Node nil, verifies here).
+	VerifyOn string
 	// SandboxMode is the code sandbox's mode: "" (bwrap where it works,
 	// else namespaces), "bwrap", "namespaces" or "rlimit-only-trusted-code".
 	SandboxMode string
@@ -481,6 +486,10 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("verify_workers", c.VerifyWorkers, "want ≥ 0 (0: default)")
 	case c.Verifier != "" && c.Verifier != VerifierMath && c.Verifier != VerifierGSM8K && c.Verifier != VerifierCode:
 		return nil, bad("verifier", c.Verifier, "want math, gsm8k or code")
+	case c.VerifyOn != "" && c.VerifyOn != VerifyOnDriver && c.VerifyOn != VerifyOnCluster:
+		return nil, bad("verify_on", c.VerifyOn, "want driver or cluster")
+	case c.VerifyOn == VerifyOnCluster && c.Verifier != VerifierCode:
+		return nil, bad("verify_on", c.VerifyOn, "cluster is for the code verifier: checking a math answer takes microseconds, less than a task's round trip")
 	case c.Dataset != nil && c.Dataset.Train == "":
 		return nil, fmt.Errorf("driver config: dataset.train: empty")
 	case c.Verifier == VerifierCode && c.Dataset == nil:

@@ -360,6 +360,18 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		}
 		defer r.node.Stop()
 	}
+	if cfg.VerifyOn == VerifyOnCluster && cfg.Node != nil {
+		r.verifier = &clusterVerifier{node: r.node, mode: cfg.SandboxMode}
+		if r.cfg.VerifyWorkers == 0 {
+			// As many in flight as the cluster has CPUs; those held by
+			// actors make the rest wait their turn.
+			var cpus float64
+			for _, v := range r.node.Views() {
+				cpus += v.Total[cluster.CPU]
+			}
+			r.cfg.VerifyWorkers = max(1, int(cpus))
+		}
+	}
 	solverLearner := cfg.Learner
 	solverLearner.Model, solverLearner.ModelDir, solverLearner.Seed = cfg.Model, cfg.ModelDir, cfg.Seed
 	if cfg.Node == nil {
@@ -645,6 +657,9 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan, stoppable
 		t0 = time.Now()
 		if r.cfg.multiTurn() {
 			te, err := evalTurns(ctx, r.cfg, r.tpl, r.solver.eng, r.feedbackEngine(), r.src, r.eval, r.verifier)
+			if err == nil {
+				err = verifierFailure(r.verifier)
+			}
 			if err != nil {
 				return fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
 			}
@@ -655,6 +670,9 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan, stoppable
 			se, err := r.evaluate(ctx)
 			if err != nil {
 				return err
+			}
+			if err := verifierFailure(r.verifier); err != nil {
+				return fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
 			}
 			m.EvalAccuracy, m.EvalSampled, m.EvalGroups = &se.Accuracy, se.Sampled, se.Groups
 			if se.Agent != nil {
@@ -722,6 +740,9 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 	batch, err := pipe.next(ctx, p)
 	if err != nil {
 		return Metrics{}, err
+	}
+	if err := verifierFailure(r.verifier); err != nil {
+		return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
 	}
 	gen := batch.genSeconds
 	if cfg.MaxStaleness == 0 {

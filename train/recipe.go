@@ -262,6 +262,7 @@ func (l recipe) config(out string) (Config, error) {
 		Seed:           r.Seed,
 		Learner:        lc,
 		VerifyWorkers:  r.Data.VerifyWorkers,
+		VerifyOn:       r.Data.VerifyOn,
 		PromptTemplate: tpl.prompt,
 		AnswerTemplate: tpl.answer,
 		WarmupSteps:    r.SFT.Steps, WarmupBatch: r.SFT.BatchSize, WarmupLR: r.SFT.LR,

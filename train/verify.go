@@ -1,9 +1,16 @@
 package train
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
@@ -62,4 +69,98 @@ func newPython(cfg Config) (episode.PythonExecutor, error) {
 		return nil, fmt.Errorf("driver: python tool: %w", err)
 	}
 	return episode.SandboxPython{Sandbox: sb}, nil
+}
+
+// Where code verifications run (Config.VerifyOn).
+const (
+	VerifyOnDriver  = "driver"
+	VerifyOnCluster = "cluster"
+)
+
+// verifyTaskName is the cluster task that runs one code verification
+// (VerifyOnCluster); every rlnode process registers it.
+const verifyTaskName = "rlnode.verify.code"
+
+// verifyTask is one code verification sent to a node.
+type verifyTask struct {
+	Response    string
+	Ref         verify.Reference
+	SandboxMode string
+}
+
+// clusterVerifyTimeout bounds one verification on the cluster: the wait
+// for a free CPU and the sandbox's own 10 s.
+const clusterVerifyTimeout = 5 * time.Minute
+
+// sandboxes are this process's code sandboxes for cluster verifications,
+// one per mode, made at the first task.
+var sandboxes sync.Map // mode -> *sandboxOnce
+
+type sandboxOnce struct {
+	once sync.Once
+	sb   *verify.Sandbox
+	err  error
+}
+
+func init() {
+	cluster.RegisterTask(verifyTaskName, func(ctx context.Context, t verifyTask) (verify.Result, error) {
+		v, _ := sandboxes.LoadOrStore(t.SandboxMode, &sandboxOnce{})
+		s := v.(*sandboxOnce)
+		s.once.Do(func() {
+			s.sb, s.err = verify.NewSandbox(verify.SandboxConfig{Mode: t.SandboxMode, Concurrency: runtime.NumCPU()})
+		})
+		if s.err != nil {
+			host, _ := os.Hostname()
+			return verify.Result{}, fmt.Errorf("code sandbox on host %s: %w", host, s.err)
+		}
+		return verify.Code{Sandbox: s.sb}.Verify(ctx, t.Response, t.Ref), nil
+	})
+}
+
+// clusterVerifier runs code verifications as cluster tasks of one CPU
+// each, on whichever nodes have one free, so a run's verification is not
+// bound to the driver's cores. A task lost with its node runs again
+// elsewhere. A verification that cannot be had at all (no free CPU within
+// clusterVerifyTimeout, a node whose sandbox cannot start) is not scored
+// 0 as a wrong answer would be: the first such failure is kept (failure)
+// and the driver stops the run at the step's end with it.
+type clusterVerifier struct {
+	node   *cluster.Node
+	mode   string
+	failed atomic.Pointer[error]
+}
+
+func (v *clusterVerifier) Verify(ctx context.Context, response string, ref verify.Reference) verify.Result {
+	tctx, cancel := context.WithTimeout(ctx, clusterVerifyTimeout)
+	defer cancel()
+	res, err := cluster.Submit[verify.Result](tctx, v.node, verifyTaskName, verifyTask{Response: response, Ref: ref, SandboxMode: v.mode},
+		cluster.TaskOptions{Resources: cluster.Resources{cluster.CPU: 1}, MaxRetries: 3}).Get(tctx)
+	if err == nil {
+		clusterVerified.Add(1)
+		return res
+	}
+	if ctx.Err() != nil {
+		return verify.Result{Error: ctx.Err().Error()}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("no CPU of the cluster was free for a verification within %v (every node's CPUs held by actors?): free some, or set data.verify_on: driver: %w", clusterVerifyTimeout, err)
+	}
+	err = fmt.Errorf("code verification on the cluster: %w", err)
+	v.failed.CompareAndSwap(nil, &err)
+	return verify.Result{Error: err.Error()}
+}
+
+// clusterVerified counts the verifications cluster tasks answered in
+// this process.
+var clusterVerified atomic.Int64
+
+// verifierFailure is the failure a verifier keeps that must stop the run
+// (clusterVerifier), or nil.
+func verifierFailure(v verify.Verifier) error {
+	if cv, ok := v.(*clusterVerifier); ok {
+		if p := cv.failed.Load(); p != nil {
+			return *p
+		}
+	}
+	return nil
 }

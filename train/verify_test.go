@@ -1,12 +1,17 @@
 package train
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/nodetest"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/verify"
@@ -28,6 +33,13 @@ func TestCodeVerifier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkCodeVerdicts(t, v)
+}
+
+// checkCodeVerdicts has v score a right program, a half-right one and two
+// that hang.
+func checkCodeVerdicts(t *testing.T, v verify.Verifier) {
+	t.Helper()
 	ref := verify.Reference{Tests: []string{"assert f(2) == 4", "assert f(0) == 0"}}
 	jobs := []episode.Answer{
 		{Text: "def f(x):\n    return x * 2\n", Ref: ref},
@@ -102,5 +114,92 @@ func TestCodeRun(t *testing.T) {
 	}
 	if ev.Problems != 2 || ev.Accuracy != lines[4]["eval_accuracy"] {
 		t.Errorf("checkpoint evaluation %+v, the run's last eval_accuracy %v on 2 problems", ev, lines[4]["eval_accuracy"])
+	}
+}
+
+// codeRun is TestCodeRun's configuration: a few steps of a code run on
+// six one-function problems.
+func codeRun(t *testing.T, out string) Config {
+	rows := []map[string]any{}
+	for _, p := range []struct{ name, code, test string }{
+		{"double", "def double(x):\n    return 2 * x", "assert double(3) == 6"},
+		{"neg", "def neg(x):\n    return -x", "assert neg(3) == -3"},
+		{"inc", "def inc(x):\n    return x + 1", "assert inc(3) == 4"},
+		{"sq", "def sq(x):\n    return x * x", "assert sq(3) == 9"},
+		{"first", "def first(xs):\n    return xs[0]", "assert first([3, 1]) == 3"},
+		{"last", "def last(xs):\n    return xs[-1]", "assert last([3, 1]) == 1"},
+	} {
+		rows = append(rows, map[string]any{"text": "Write " + p.name + ".", "code": p.code, "test_list": []string{p.test}})
+	}
+	c := tinyRun(out)
+	c.Dataset = &Dataset{Train: writeJSONL(t, rows), Mapping: data.Mapping{Prompt: "text", Answer: "code", Tests: "test_list"}}
+	c.Verifier = VerifierCode
+	c.AnswerTemplate = "{{.Answer}}"
+	c.PromptTemplate = "{{.Question}}\n"
+	m := *c.Model
+	m.MaxPositions = 64
+	c.Model = &m
+	c.MaxTokens, c.Learner.MaxResponseLen = 32, 32
+	c.WarmupBatch, c.EvalProblems = 4, 2
+	return c
+}
+
+// Code verifications run as cluster tasks on another node when the
+// driver's has no CPU free (verify_on: cluster), with the verdicts and
+// the checkpoint of verifying in the driver's process (this run's
+// rewards are all 0: the verdicts are checked on their own); a cluster
+// with no CPU for them stops the run, naming why.
+func TestCodeRunVerifiesOnTheCluster(t *testing.T) {
+	needPython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	local := t.TempDir()
+	c := codeRun(t, local)
+	if _, err := Run(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+
+	// The driver's node has the learner's one CPU and nothing else: every
+	// verification runs on the child.
+	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Resources: cluster.Resources{"lh": 1}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Stop)
+	nodetest.Start(t, node, nodetest.Options{CPUs: 2})
+	before := clusterVerified.Load()
+	remote := t.TempDir()
+	c = codeRun(t, remote)
+	c.Node, c.VerifyOn = node, VerifyOnCluster
+	c.LearnerResources = cluster.Resources{cluster.CPU: 1, "lh": 1}
+	if _, err := Run(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	// Verdicts from the child's sandbox are the driver's.
+	checkCodeVerdicts(t, &clusterVerifier{node: node})
+	// 3 RL steps of 4 prompts × 4 samples, and 2 evaluations of 2.
+	if k := clusterVerified.Load() - before; k < 3*16 {
+		t.Errorf("%d verifications ran as cluster tasks; want every one of the run's", k)
+	}
+	for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
+		a, _ := os.ReadFile(filepath.Join(local, "checkpoints", "step-5", f))
+		b, _ := os.ReadFile(filepath.Join(remote, "checkpoints", "step-5", f))
+		if len(a) == 0 || !bytes.Equal(a, b) {
+			t.Errorf("step-5/%s differs between verifying in the driver and on the cluster (%d and %d bytes)", f, len(a), len(b))
+		}
+	}
+
+	// No node offers a whole CPU: the first RL step fails, naming why.
+	bare, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 0.5, Resources: cluster.Resources{"lh": 1}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bare.Stop)
+	c = codeRun(t, t.TempDir())
+	c.Node, c.VerifyOn = bare, VerifyOnCluster
+	c.LearnerResources = cluster.Resources{"lh": 1}
+	_, err = Run(ctx, c)
+	if err == nil || !strings.Contains(err.Error(), "code verification on the cluster") || !strings.Contains(err.Error(), "no node can host {CPU:1}") {
+		t.Errorf("verifying on a cluster without a free CPU: %v; want the run stopped naming it", err)
 	}
 }
