@@ -51,6 +51,8 @@ type NodeStatus struct {
 	ClockOffsetS float64 `json:"clock_offset_s,omitempty"`
 	// Build is the node's rlnode build ("VERSION (REVISION)").
 	Build string `json:"build,omitempty"`
+	// Tasks is how many tasks run on the node.
+	Tasks int `json:"tasks"`
 }
 
 // ActorStatus describes one actor.
@@ -102,6 +104,7 @@ func (n *Node) Status() Status {
 			UptimeS:      now.Add(offset).Sub(time.UnixMilli(rec.StartedMs)).Round(time.Second).Seconds(),
 			ClockOffsetS: offset.Round(time.Millisecond).Seconds(),
 			Build:        rec.Build,
+			Tasks:        rec.Tasks,
 		})
 	}
 	for _, r := range n.dir.Actors() {

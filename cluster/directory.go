@@ -74,7 +74,9 @@ type NodeRecord struct {
 	StartedMs int64     `msgpack:"s"`
 	Leaving   bool      `msgpack:"lv,omitempty"`
 	// Build is the node's build (buildinfo.String).
-	Build   string `msgpack:"bd,omitempty"`
+	Build string `msgpack:"bd,omitempty"`
+	// Tasks is how many tasks run on the node (task.go).
+	Tasks   int    `msgpack:"tk,omitempty"`
 	Version uint64 `msgpack:"v"`
 
 	// OwnerGraceMs is how long what this node owns outlives its absence

@@ -312,7 +312,6 @@ func (n *Node) hostTask(ctx *actor.Context, m taskRequest) (any, error) {
 	if err := n.ledger.acquire(key, m.Resources, "", 0); err != nil {
 		return refuse(errors.Is(err, ErrInfeasible), "%v", err)
 	}
-	n.publishNode()
 	tctx, cancel := context.WithCancel(context.Background())
 	n.tmu.Lock()
 	if n.tasks == nil {
@@ -320,18 +319,16 @@ func (n *Node) hostTask(ctx *actor.Context, m taskRequest) (any, error) {
 	}
 	n.tasks[m.ID] = cancel
 	n.tmu.Unlock()
+	n.publishNode()
 	reply := ctx.ReplyLater()
 	go func() {
 		v, err := runTaskFunc(tctx, fn, args)
 		cancel()
+		n.tmu.Lock()
+		delete(n.tasks, m.ID)
+		n.tmu.Unlock()
 		n.ledger.release(key)
 		n.publishNode()
-		// Out of the running once answered (waitTasks).
-		defer func() {
-			n.tmu.Lock()
-			delete(n.tasks, m.ID)
-			n.tmu.Unlock()
-		}()
 		switch {
 		case err != nil && n.stopping():
 			reply.Send(taskReply{Err: fmt.Sprintf("node %s stopped while task %s ran", n.id, m.Name), Retry: true}, nil)
@@ -357,6 +354,13 @@ func runTaskFunc(ctx context.Context, fn taskFunc, args any) (v any, err error) 
 		}
 	}()
 	return fn(ctx, args)
+}
+
+// runningTasks is how many tasks run here.
+func (n *Node) runningTasks() int {
+	n.tmu.Lock()
+	defer n.tmu.Unlock()
+	return len(n.tasks)
 }
 
 // cancelTask cancels the running task id, if it runs here.

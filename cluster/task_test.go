@@ -135,6 +135,9 @@ func TestTasksQueueAndCancel(t *testing.T) {
 	tctx, tcancel := context.WithCancel(ctx)
 	f := Submit[int](tctx, a, "test.pid", 60_000, TaskOptions{})
 	waitFor(t, "the task to start", 10*time.Second, func() bool { return taskRunning.Load() == 1 })
+	if st := a.Status(); st.Nodes[0].Tasks != 1 {
+		t.Errorf("status says %d tasks run on %s; want 1", st.Nodes[0].Tasks, st.Nodes[0].ID)
+	}
 	tcancel()
 	if _, err := f.Get(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled task's result: %v; want context.Canceled", err)
@@ -142,7 +145,7 @@ func TestTasksQueueAndCancel(t *testing.T) {
 	waitFor(t, "the task's context cancelled on its node", 10*time.Second, func() bool { return taskCancelled.Load() == before+1 })
 	waitFor(t, "the task's CPU freed", 10*time.Second, func() bool {
 		rec, _ := a.dir.Node(a.ID())
-		return rec.Used[CPU] == 0
+		return rec.Used[CPU] == 0 && rec.Tasks == 0
 	})
 }
 

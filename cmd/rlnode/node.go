@@ -310,7 +310,7 @@ func buildsOf(nodes []cluster.NodeStatus) []string {
 
 func printStatus(w io.Writer, st cluster.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "NODE\tSTATE\tGOSSIP\tACTORS\tCPU (free/total)\tGPU (free/total)\tMEMORY (free/total)\tCUSTOM (free/total)\tLABELS\tUPTIME\n")
+	fmt.Fprintf(tw, "NODE\tSTATE\tGOSSIP\tACTORS\tCPU (free/total)\tGPU (free/total)\tMEMORY (free/total)\tCUSTOM (free/total)\tLABELS\tTASKS\tUPTIME\n")
 	for _, n := range st.Nodes {
 		var labels, custom []string
 		for k, v := range n.Labels {
@@ -323,10 +323,10 @@ func printStatus(w io.Writer, st cluster.Status) {
 			}
 		}
 		sort.Strings(custom)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g/%g\t%g/%g\t%s\t%s\t%s\t%s\n", n.ID, n.State, n.Gossip, n.Actor,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g/%g\t%g/%g\t%s\t%s\t%s\t%d\t%s\n", n.ID, n.State, n.Gossip, n.Actor,
 			n.Free[cluster.CPU], n.Total[cluster.CPU], n.Free[cluster.GPU], n.Total[cluster.GPU],
 			fmtMemory(n.Free[cluster.Memory], n.Total[cluster.Memory]),
-			dashIfEmpty(strings.Join(custom, ",")), dashIfEmpty(strings.Join(labels, ",")), time.Duration(n.UptimeS*float64(time.Second)))
+			dashIfEmpty(strings.Join(custom, ",")), dashIfEmpty(strings.Join(labels, ",")), n.Tasks, time.Duration(n.UptimeS*float64(time.Second)))
 	}
 	tw.Flush()
 	for _, n := range st.Nodes {
