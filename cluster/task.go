@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -67,10 +68,13 @@ func RegisterTask[A, R any](name string, fn func(ctx context.Context, args A) (R
 }
 
 type taskRequest struct {
-	ID        string
-	Name      string
-	ArgsType  string
-	Args      []byte
+	ID       string
+	Name     string
+	ArgsType string
+	Args     []byte
+	// ArgsAt replaces Args over InlineArgsMax: they stay on the
+	// submitter's bulk path for the node to fetch.
+	ArgsAt    *actor.BulkRef `msgpack:",omitempty"`
 	Resources Resources
 	Labels    map[string]string
 }
@@ -78,6 +82,9 @@ type taskRequest struct {
 type taskReply struct {
 	ResultType string
 	Result     []byte
+	// ResultAt replaces Result over InlineArgsMax: offered once on the
+	// node's bulk path for the submitter to fetch.
+	ResultAt *actor.BulkRef `msgpack:",omitempty"`
 	// Err is the node's refusal or the task's error; Retry says another
 	// node may run it (this one is full or stopping), Own that the task
 	// function itself failed.
@@ -164,6 +171,13 @@ func Submit[R any](ctx context.Context, n *Node, name string, args any, o TaskOp
 	return f
 }
 
+// MaxTaskBytes bounds a task's arguments and its result, encoded. Those
+// over InlineArgsMax travel on the bulk path, not in the messages.
+const MaxTaskBytes = 1 << 30
+
+// taskResultTTL is how long a large result waits for its submitter.
+const taskResultTTL = 10 * time.Minute
+
 // taskRoomPoll is how often a task that found no free room looks again
 // when no node record changed meanwhile (membership may have).
 const taskRoomPoll = time.Second
@@ -183,12 +197,18 @@ func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions
 	if err != nil {
 		return nil, fmt.Errorf("task %s: arguments: %w", name, err)
 	}
-	if lim := n.sys.InlineLimit() - 4096; len(body) > lim {
-		return nil, fmt.Errorf("task %s: arguments: %s of %d bytes encoded, over the %d-byte message bound: pass what the task can read itself (a path, a bulk reference)", name, at, len(body), lim)
+	if len(body) > MaxTaskBytes {
+		return nil, fmt.Errorf("task %s: arguments: %s of %d bytes encoded, over the %d-byte bound: pass what the task can read itself (a path, a bulk reference)", name, at, len(body), MaxTaskBytes)
 	}
 	var raw [12]byte
 	_, _ = rand.Read(raw[:])
 	req := taskRequest{ID: hex.EncodeToString(raw[:]), Name: name, ArgsType: at, Args: body, Resources: res, Labels: o.Labels}
+	if len(body) > InlineArgsMax {
+		// Fetched by each node that runs it; withdrawn once it is done.
+		ref := n.sys.Bulk().Offer(body, math.MaxInt32, 24*time.Hour)
+		defer n.sys.Bulk().Release(ref)
+		req.Args, req.ArgsAt = nil, &ref
+	}
 	want := Request{Resources: res, Labels: o.Labels, Node: o.Node}
 	retries := 0
 	// avoid: nodes that refused it for want of room, until it next waits
@@ -246,7 +266,13 @@ func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions
 		case rep.Err != "":
 			return nil, fmt.Errorf("task %s: %s", name, rep.Err)
 		default:
-			v, err := actor.DecodeMessage(rep.ResultType, rep.Result)
+			raw := rep.Result
+			if rep.ResultAt != nil {
+				if raw, err = n.sys.Bulk().Fetch(ctx, *rep.ResultAt); err != nil {
+					return nil, fmt.Errorf("task %s on node %s: fetch the result: %w", name, target, err)
+				}
+			}
+			v, err := actor.DecodeMessage(rep.ResultType, raw)
 			if err != nil {
 				return nil, fmt.Errorf("task %s on node %s: result: %w", name, target, err)
 			}
@@ -304,9 +330,12 @@ func (n *Node) hostTask(ctx *actor.Context, m taskRequest) (any, error) {
 	if !matchLabels(n.cfg.Labels, m.Labels) {
 		return refuse(true, "labels %s, not %s", fmtLabels(n.cfg.Labels), fmtLabels(m.Labels))
 	}
-	args, err := actor.DecodeMessage(m.ArgsType, m.Args)
-	if err != nil {
-		return refuse(false, "task %s: arguments: %v", m.Name, err)
+	var args any
+	if m.ArgsAt == nil {
+		var err error
+		if args, err = actor.DecodeMessage(m.ArgsType, m.Args); err != nil {
+			return refuse(false, "task %s: arguments: %v", m.Name, err)
+		}
 	}
 	key := "task/" + m.ID
 	if err := n.ledger.acquire(key, m.Resources, "", 0); err != nil {
@@ -322,7 +351,20 @@ func (n *Node) hostTask(ctx *actor.Context, m taskRequest) (any, error) {
 	n.publishNode()
 	reply := ctx.ReplyLater()
 	go func() {
-		v, err := runTaskFunc(tctx, fn, args)
+		var v any
+		var err error
+		if m.ArgsAt != nil {
+			// Off the node actor's loop: fetched, then decoded.
+			var raw []byte
+			if raw, err = n.sys.Bulk().Fetch(tctx, *m.ArgsAt); err != nil {
+				err = fmt.Errorf("fetch the task's arguments: %w", err)
+			} else if args, err = actor.DecodeMessage(m.ArgsType, raw); err != nil {
+				err = fmt.Errorf("arguments: %w", err)
+			}
+		}
+		if err == nil {
+			v, err = runTaskFunc(tctx, fn, args)
+		}
 		cancel()
 		n.tmu.Lock()
 		delete(n.tasks, m.ID)
@@ -336,11 +378,17 @@ func (n *Node) hostTask(ctx *actor.Context, m taskRequest) (any, error) {
 			reply.Send(taskReply{Err: err.Error(), Own: true}, nil)
 		default:
 			rt, rb, err := actor.EncodeMessage(v)
-			if err != nil {
+			switch {
+			case err != nil:
 				reply.Send(taskReply{Err: fmt.Sprintf("result: %v", err), Own: true}, nil)
-				return
+			case len(rb) > MaxTaskBytes:
+				reply.Send(taskReply{Err: fmt.Sprintf("result: %s of %d bytes encoded, over the %d-byte bound", rt, len(rb), MaxTaskBytes), Own: true}, nil)
+			case len(rb) > InlineArgsMax:
+				ref := n.sys.Bulk().Offer(rb, 1, taskResultTTL)
+				reply.Send(taskReply{ResultType: rt, ResultAt: &ref}, nil)
+			default:
+				reply.Send(taskReply{ResultType: rt, Result: rb}, nil)
 			}
-			reply.Send(taskReply{ResultType: rt, Result: rb}, nil)
 		}
 	}()
 	return nil, nil

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,8 @@ func init() {
 	RegisterTask("test.square", func(_ context.Context, x int) (int, error) { return x * x, nil })
 	RegisterTask("test.fail", func(context.Context, int) (int, error) { return 0, errors.New("no good") })
 	RegisterTask("test.panic", func(context.Context, int) (int, error) { panic("boom") })
+	// test.twice answers its bytes twice over.
+	RegisterTask("test.twice", func(_ context.Context, b []byte) ([]byte, error) { return append(b, b...), nil })
 	// test.pid holds its resources for ms milliseconds (or until its
 	// context ends) and answers with its process id.
 	RegisterTask("test.pid", func(ctx context.Context, ms int) (int, error) {
@@ -246,5 +249,28 @@ func TestCallAsyncGathers(t *testing.T) {
 	_, err = Gather(ctx, []*Future[Sum]{CallAsync[Sum](ctx, hs[0], Add{N: 1}), CallAsync[Sum](ctx, hs[1], Add{N: 1})})
 	if err == nil || !strings.Contains(err.Error(), "future 1 of 2") {
 		t.Errorf("a call to a stopped actor, gathered: %v; want future 1's error", err)
+	}
+}
+
+// Arguments and results over InlineArgsMax travel on the bulk path: a
+// task on a child node whose message limit is 64 KiB takes 1 MiB and
+// answers 2 MiB.
+func TestTaskLargeArgumentsAndResult(t *testing.T) {
+	t.Setenv(actor.MaxMessageSizeEnv, "64KiB")
+	key := testKey(t)
+	a := startLocalNode(t, "task-big", key)
+	child := startNodeProcess(t, "task-big-b", key, a.GossipAddress(), 0, "", actor.MaxMessageSizeEnv+"=64KiB")
+	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	in := make([]byte, 1<<20)
+	for i := range in {
+		in[i] = byte(i * 7)
+	}
+	for _, node := range []string{child.id, a.ID()} {
+		out, err := Submit[[]byte](ctx, a, "test.twice", in, TaskOptions{Node: node}).Get(ctx)
+		if err != nil || len(out) != 2<<20 || !bytes.Equal(out[:1<<20], in) || !bytes.Equal(out[1<<20:], in) {
+			t.Errorf("1 MiB to a task on node %s: %d bytes back, %v; want the 2 MiB", node, len(out), err)
+		}
 	}
 }
