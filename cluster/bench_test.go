@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"syscall"
 	"testing"
@@ -111,4 +112,37 @@ func startVictim(b *testing.B, a *Node, id string, key []byte, env string) *test
 	}
 	time.Sleep(time.Second)
 	return tn
+}
+
+// BenchmarkTask times one task's round trip (test.square, sequential),
+// beside an actor call of the same size to the same node as the
+// reference: on this process's node and on a child node process.
+//
+//	go test ./cluster -run '^$' -bench 'Task$' -benchtime 2000x
+func BenchmarkTask(b *testing.B) {
+	key := testKey(b)
+	a := startLocalNode(b, "bench-task", key)
+	child := startNodeProcess(b, "bench-task-b", key, a.GossipAddress(), 0, "")
+	waitFor(b, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	ctx := context.Background()
+	for _, where := range []struct{ name, node string }{{"local", a.ID()}, {"remote", child.id}} {
+		h, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "bench-" + where.name, Node: where.node})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(where.name+"/task", func(b *testing.B) {
+			for i := range b.N {
+				if v, err := Submit[int](ctx, a, "test.square", i, TaskOptions{Node: where.node}).Get(ctx); err != nil || v != i*i {
+					b.Fatal(v, err)
+				}
+			}
+		})
+		b.Run(where.name+"/call", func(b *testing.B) {
+			for range b.N {
+				if _, err := Call[Sum](ctx, h, Add{N: 1}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

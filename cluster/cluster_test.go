@@ -234,7 +234,7 @@ func startLocalNodeWith(t testing.TB, id string, key []byte, det Detection) *Nod
 	return n
 }
 
-func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for !cond() {

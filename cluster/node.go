@@ -933,7 +933,7 @@ func (n *Node) send(u *update, reliable bool) {
 	}
 	msg := append([]byte{gossipUpdate}, b...)
 	if !reliable && len(msg) <= maxGossipUpdate {
-		n.queue.QueueBroadcast(&broadcast{msg: msg})
+		n.queue.QueueBroadcast(newBroadcast(u, msg))
 		return
 	}
 	n.sendReliableMsg(msg)
@@ -1097,7 +1097,7 @@ func (n *Node) regossip(changed *update) {
 	if err != nil || len(b)+1 > maxGossipUpdate {
 		return
 	}
-	n.queue.QueueBroadcast(&broadcast{msg: append([]byte{gossipUpdate}, b...)})
+	n.queue.QueueBroadcast(newBroadcast(changed, append([]byte{gossipUpdate}, b...)))
 }
 
 func (g *gossipDelegate) GetBroadcasts(overhead, limit int) [][]byte {
@@ -1144,11 +1144,48 @@ func (g *gossipDelegate) NotifyConflict(existing, other *memberlist.Node) {
 	}
 }
 
+// newBroadcast is msg, the encoded update u, for memberlist's queue. An
+// update of one record is named after it, so that a newer version of the
+// record queued later replaces it in the queue (what this node queues of
+// one record comes in increasing versions: its own writes, and records
+// that merge found newer). Any other is marked unique. Either way the
+// queue does not scan itself on every insert: with plain broadcasts it
+// did, and a node that wrote its record thousands of times a second (a
+// task's start and end) spent most of its time there.
+func newBroadcast(u *update, msg []byte) memberlist.Broadcast {
+	switch {
+	case len(u.Nodes) == 1 && len(u.Actors)+len(u.Groups) == 0:
+		return &namedBroadcast{broadcast{msg}, "n/" + u.Nodes[0].ID}
+	case len(u.Actors) == 1 && len(u.Nodes)+len(u.Groups) == 0:
+		return &namedBroadcast{broadcast{msg}, "a/" + u.Actors[0].Name}
+	case len(u.Groups) == 1 && len(u.Nodes)+len(u.Actors) == 0:
+		return &namedBroadcast{broadcast{msg}, "g/" + u.Groups[0].ID}
+	}
+	return &uniqueBroadcast{broadcast{msg}}
+}
+
 type broadcast struct{ msg []byte }
 
-func (b *broadcast) Invalidates(memberlist.Broadcast) bool { return false }
-func (b *broadcast) Message() []byte                       { return b.msg }
-func (b *broadcast) Finished()                             {}
+func (b *broadcast) Message() []byte { return b.msg }
+func (b *broadcast) Finished()       {}
+
+// namedBroadcast carries one record (memberlist.NamedBroadcast).
+type namedBroadcast struct {
+	broadcast
+	name string
+}
+
+func (b *namedBroadcast) Name() string { return b.name }
+func (b *namedBroadcast) Invalidates(o memberlist.Broadcast) bool {
+	nb, ok := o.(*namedBroadcast)
+	return ok && nb.name == b.name
+}
+
+// uniqueBroadcast carries several records (memberlist.UniqueBroadcast).
+type uniqueBroadcast struct{ broadcast }
+
+func (b *uniqueBroadcast) UniqueBroadcast()                      {}
+func (b *uniqueBroadcast) Invalidates(memberlist.Broadcast) bool { return false }
 
 // slogWriter routes memberlist's log lines to slog at debug level, except
 // errors, which are warnings limited per kind: junk sent to the gossip
