@@ -41,13 +41,22 @@ func init() {
 	})
 }
 
+// twoNodes starts a node in this process and a child node process,
+// id and childID, with env added to the child's environment, and
+// waits until the first sees both.
+func twoNodes(t testing.TB, id, childID string, env ...string) (*Node, *testNode) {
+	t.Helper()
+	key := testKey(t)
+	a := startLocalNode(t, id, key)
+	child := startNodeProcess(t, childID, key, a.GossipAddress(), 0, "", env...)
+	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	return a, child
+}
+
 // Tasks run where they fit, results come back in order, and the task's
 // own failures come back as the callee's errors, not retried.
 func TestTasksRunWhereTheyFit(t *testing.T) {
-	key := testKey(t)
-	a := startLocalNode(t, "task-a", key)
-	child := startNodeProcess(t, "task-b", key, a.GossipAddress(), 0, "")
-	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	a, child := twoNodes(t, "task-a", "task-b")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -156,10 +165,7 @@ func TestTasksQueueAndCancel(t *testing.T) {
 // left, and fails naming the loss when it has none.
 func TestTaskRetriesAfterItsNodeIsLost(t *testing.T) {
 	for _, retries := range []int{1, 0} {
-		key := testKey(t)
-		a := startLocalNode(t, fmt.Sprintf("task-r%d", retries), key)
-		child := startNodeProcess(t, "task-lost", key, a.GossipAddress(), 0, "")
-		waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+		a, child := twoNodes(t, fmt.Sprintf("task-r%d", retries), "task-lost")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		// Keep this node full, so the task goes to the child.
 		hctx, release := context.WithCancel(ctx)
@@ -196,10 +202,7 @@ func TestTaskRetriesAfterItsNodeIsLost(t *testing.T) {
 // A node that stops gracefully hands its running tasks back, and they run
 // elsewhere without using a retry.
 func TestTaskHandedBackByAStoppingNode(t *testing.T) {
-	key := testKey(t)
-	a := startLocalNode(t, "task-h", key)
-	child := startNodeProcess(t, "task-stops", key, a.GossipAddress(), 0, "")
-	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	a, child := twoNodes(t, "task-h", "task-stops")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	hctx, release := context.WithCancel(ctx)
@@ -257,10 +260,7 @@ func TestCallAsyncGathers(t *testing.T) {
 // answers 2 MiB.
 func TestTaskLargeArgumentsAndResult(t *testing.T) {
 	t.Setenv(actor.MaxMessageSizeEnv, "64KiB")
-	key := testKey(t)
-	a := startLocalNode(t, "task-big", key)
-	child := startNodeProcess(t, "task-big-b", key, a.GossipAddress(), 0, "", actor.MaxMessageSizeEnv+"=64KiB")
-	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	a, child := twoNodes(t, "task-big", "task-big-b", actor.MaxMessageSizeEnv+"=64KiB")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	in := make([]byte, 1<<20)

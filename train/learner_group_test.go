@@ -507,6 +507,37 @@ func TestShardsThatDoNotFitFailAtPlacement(t *testing.T) {
 	}
 }
 
+// folderRun is a run of shards learner ranks (1: one learner) on a
+// cluster of this process's node and a child node in a mount namespace
+// of its own, which sees an empty folder of its own at the run folder's
+// path from the start (private) or once the test mounts one
+// (Node.MountPrivate). With 2 shards one rank is on each node; the one
+// learner is on the child.
+func folderRun(ctx context.Context, t *testing.T, shards int, private bool) (Config, string, *nodetest.Node) {
+	t.Helper()
+	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Resources: cluster.Resources{"lh": 1}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Stop)
+	out := t.TempDir()
+	o := nodetest.Options{CPUs: 2, Resources: cluster.Resources{"lh": 1}, OwnMounts: true}
+	if private {
+		o.PrivateDir = out
+	}
+	child := nodetest.Start(t, node, o)
+	cfg := shardRun(out, shards)
+	cfg.Node = node
+	// One rank's worth of "lh" on each node; the one learner needs more
+	// CPU than the driver's node has.
+	cfg.LearnerResources = cluster.Resources{cluster.CPU: 0.5, "lh": 1}
+	if shards == 1 {
+		cfg.Learner.Shards = 0
+		cfg.LearnerResources = cluster.Resources{cluster.CPU: 1.5}
+	}
+	return cfg, out, child
+}
+
 // A run folder that a learner's host does not share (each host's own
 // disk at the same path) is refused when the learner is placed, naming
 // the learner and its host: before, the run went on and every checkpoint
@@ -519,26 +550,8 @@ func TestRunFolderNotSharedIsRefused(t *testing.T) {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Resources: cluster.Resources{"lh": 1}, Logger: actor.DiscardLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(node.Stop)
-			out := t.TempDir()
-			child := nodetest.Start(t, node, nodetest.Options{CPUs: 2, Resources: cluster.Resources{"lh": 1}, PrivateDir: out})
-			cfg := shardRun(out, shards)
-			if shards == 1 {
-				cfg.Learner.Shards = 0
-			}
-			cfg.Node = node
-			// One rank's worth of "lh" on each node: with 2 shards one rank is
-			// on each side; with 1 the learner may land on either, so the
-			// driver's node offers none then.
-			cfg.LearnerResources = cluster.Resources{cluster.CPU: 0.5, "lh": 1}
-			if shards == 1 {
-				cfg.LearnerResources = cluster.Resources{cluster.CPU: 1.5}
-			}
-			_, err = Run(ctx, cfg)
+			cfg, out, child := folderRun(ctx, t, shards, true)
+			_, err := Run(ctx, cfg)
 			if err == nil || !strings.Contains(err.Error(), "on a filesystem every node sees") || !strings.Contains(err.Error(), "learner") {
 				t.Fatalf("run with a learner on node %s that does not share %s: %v; want the run folder refused", child.ID, out, err)
 			}
@@ -560,28 +573,14 @@ func TestRunFolderUnsharedMidRunIsFound(t *testing.T) {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Resources: cluster.Resources{"lh": 1}, Logger: actor.DiscardLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(node.Stop)
-			out := t.TempDir()
-			child := nodetest.Start(t, node, nodetest.Options{CPUs: 2, Resources: cluster.Resources{"lh": 1}, OwnMounts: true})
-			cfg := shardRun(out, shards)
-			cfg.Node = node
-			cfg.LearnerResources = cluster.Resources{cluster.CPU: 0.5, "lh": 1}
-			if shards == 1 {
-				// On the child: the driver's node has too little CPU.
-				cfg.Learner.Shards = 0
-				cfg.LearnerResources = cluster.Resources{cluster.CPU: 1.5}
-			}
+			cfg, out, child := folderRun(ctx, t, shards, false)
 			var mountErr error
 			cfg.Progress = func(m Metrics) {
 				if m.Step == 1 {
 					mountErr = child.MountPrivate(out)
 				}
 			}
-			_, err = Run(ctx, cfg)
+			_, err := Run(ctx, cfg)
 			if mountErr != nil {
 				t.Skip(mountErr)
 			}

@@ -67,30 +67,10 @@ func checkCodeVerdicts(t *testing.T, v verify.Verifier) {
 // sandboxed verifier, evaluation on the held-out rows.
 func TestCodeRun(t *testing.T) {
 	needPython(t)
-	rows := []map[string]any{}
-	for _, p := range []struct{ name, code, test string }{
-		{"double", "def double(x):\n    return 2 * x", "assert double(3) == 6"},
-		{"neg", "def neg(x):\n    return -x", "assert neg(3) == -3"},
-		{"inc", "def inc(x):\n    return x + 1", "assert inc(3) == 4"},
-		{"sq", "def sq(x):\n    return x * x", "assert sq(3) == 9"},
-		{"first", "def first(xs):\n    return xs[0]", "assert first([3, 1]) == 3"},
-		{"last", "def last(xs):\n    return xs[-1]", "assert last([3, 1]) == 1"},
-	} {
-		rows = append(rows, map[string]any{"text": "Write " + p.name + ".", "code": p.code, "test_list": []string{p.test}})
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	out := t.TempDir()
-	c := tinyRun(out)
-	c.Dataset = &Dataset{Train: writeJSONL(t, rows), Mapping: data.Mapping{Prompt: "text", Answer: "code", Tests: "test_list"}}
-	c.Verifier = VerifierCode
-	c.AnswerTemplate = "{{.Answer}}"
-	c.PromptTemplate = "{{.Question}}\n"
-	m := *c.Model
-	m.MaxPositions = 64
-	c.Model = &m
-	c.MaxTokens, c.Learner.MaxResponseLen = 32, 32
-	c.WarmupBatch, c.EvalProblems = 4, 2
+	c := codeRun(t, out)
 	res, err := Run(ctx, c)
 	if err != nil {
 		t.Fatal(err)
