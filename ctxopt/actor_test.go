@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -246,8 +247,9 @@ func TestExecutorStopWhileTheModelLoads(t *testing.T) {
 }
 
 // TestExecutorStopEndsItsJobs: stopping an executor actor (its pool's
-// Close, its node's stop) ends the jobs it runs and it stops at once;
-// here its model server holds every call. The jobs ran under a context of
+// Close, its node's stop) ends the jobs it runs, those of RunJobs and
+// those submitted to run in the background, and it stops at once; here
+// its model server holds every call. The jobs ran under a context of
 // their own (up to 10 minutes): the stop waited protoactor's 10 s bound
 // and failed with its timeout, the jobs going on.
 func TestExecutorStopEndsItsJobs(t *testing.T) {
@@ -279,6 +281,13 @@ func TestExecutorStopEndsItsJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := RandomConfigs(r.SpaceOf(), 1, rand.New(rand.NewPCG(1, 1)))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A chunk submitted to run in the background, and one run in Receive.
+	if v, err := s.Call(ctx, ref, SubmitJobs{ID: "bg", Jobs: []Job{{Q: qs[0], C: cs[0], Seed: 2}}}); err != nil || v != (JobsAccepted{ID: "bg"}) {
+		t.Fatalf("submit: %v, %v", v, err)
+	}
+	vllmtest.WaitArrivals(ctx, t, arrived, 1)
 	ran := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -286,13 +295,169 @@ func TestExecutorStopEndsItsJobs(t *testing.T) {
 		_, err := s.Call(ctx, ref, RunJobs{Jobs: []Job{{Q: qs[0], C: cs[0], Seed: 1}}})
 		ran <- err
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	vllmtest.WaitArrivals(ctx, t, arrived, 1)
 	if err := s.StopLocal("executor", "stopped by test"); err != nil {
 		t.Fatalf("stop of an executor running jobs: %v", err)
 	}
 	if err := <-ran; !errors.Is(err, context.Canceled) {
 		t.Errorf("the jobs the stop ended: %v, want context.Canceled", err)
+	}
+}
+
+// TestExecutorPoolDropsAnExecutorThatStopsAnswering: an executor whose node
+// freezes (SIGSTOP: its sockets stay open, it answers nothing) while the
+// cluster still lists it (every node's failure detection here takes
+// minutes to suspect a silent member) is dropped LossTimeout after the
+// first unanswered call was sent, and its chunk runs on another executor:
+// the batch's outcomes are still exactly a local executor's.
+func TestExecutorPoolDropsAnExecutorThatStopsAnswering(t *testing.T) {
+	key := make([]byte, 32)
+	if _, err := crand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	slow := cluster.Detection{ProbeInterval: time.Second, ProbeTimeout: 500 * time.Millisecond, SuspicionMult: 600,
+		GossipInterval: 200 * time.Millisecond, PushPull: 5 * time.Second}
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: "driver", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Detection: slow, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	e1 := nodetest.Start(t, n, nodetest.Options{ID: "e1", CPUs: 2, Key: key, Detection: slow})
+	nodetest.Start(t, n, nodetest.Options{ID: "e2", CPUs: 2, Key: key, Detection: slow})
+
+	src, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bound from the recipe (executor.loss_timeout).
+	r, err := ParseRecipe("ctxopt_bandit.yaml", []byte(strings.NewReplacer("python: true", "python: false\n  loss_timeout: 1s",
+		"tools: [calculator, python]", "tools: [calculator]").Replace(string(src))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := StartExecutorPool(ctx, n, r, "exec", []string{"e1", "e2"}, PoolOptions{RespawnEvery: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			pool.Close(ctx)
+		}
+	}()
+	local, err := r.NewExecutor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := Questions(2, task.HeldOut, []string{task.Word, task.Arithmetic}, []int{2, 5}, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := RandomConfigs(r.SpaceOf(), len(qs), rand.New(rand.NewPCG(2, 2)))
+	want, err := Execute(ctx, local, qs, cs, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	e1.Freeze(t)
+	local.Remote = pool
+	bctx, bcancel := context.WithTimeout(ctx, time.Minute)
+	defer bcancel()
+	got, err := Execute(bctx, local, qs, cs, 7)
+	if err != nil {
+		t.Fatalf("batch with e1 frozen: %v (executors %+v)", err, pool.Executors())
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("job %d: through the pool %+v, local %+v", i, got[i], want[i])
+		}
+	}
+	if !slices.ContainsFunc(n.Views(), func(v cluster.NodeView) bool { return v.ID == "e1" }) {
+		t.Fatalf("the cluster no longer lists e1: the test needs it listed while frozen")
+	}
+	ex := pool.Executors()
+	if ex[0].Node != "e1" || !strings.Contains(ex[0].Lost, "unanswered for 1s") || ex[1].Lost != "" {
+		t.Errorf("executors %+v: want e1's lost as unanswered, e2's live", ex)
+	}
+	if pool.Retried() < 1 {
+		t.Errorf("%d chunks ran again, want e1's", pool.Retried())
+	}
+	// Close returns with e1 still frozen (rlnode ctxopt closes the pool
+	// with no deadline of its own).
+	done := make(chan struct{})
+	go func() {
+		pool.Close(context.Background())
+		close(done)
+	}()
+	select {
+	case <-done:
+		closed = true
+	case <-ctx.Done():
+		t.Fatalf("Close did not return while e1 was frozen")
+	}
+}
+
+// TestExecutorPoolWaitsForASlowExecution: an execution that takes longer
+// than LossTimeout (its model server holds the call) on an executor that
+// answers is not a loss: the executor answers the pool's calls while its
+// jobs run, the batch waits for them, nothing runs twice.
+func TestExecutorPoolWaitsForASlowExecution(t *testing.T) {
+	srv := vllmtest.New(vllmtest.Options{})
+	defer srv.Close()
+	key := make([]byte, 32)
+	if _, err := crand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: "driver", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	nodetest.Start(t, n, nodetest.Options{ID: "e1", CPUs: 2, Key: key})
+	src, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe := strings.NewReplacer("  engine: sim", "  engine: openai\n  url: "+srv.URL()+"\n  model: "+srv.Model()+"\n  context: 4096\n  loss_timeout: 1s",
+		"python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))
+	r, err := ParseRecipe("openai.yaml", []byte(recipe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := StartExecutorPool(ctx, n, r, "slow", []string{"e1"}, PoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close(ctx)
+	x, err := r.NewExecutor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Engine.Close()
+	x.Remote = pool
+	qs, err := Questions(1, task.HeldOut, []string{task.Word}, []int{1}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := RandomConfigs(r.SpaceOf(), 1, rand.New(rand.NewPCG(1, 1)))
+	srv.HoldRequests()
+	arrived := vllmtest.WatchArrivals(srv)
+	ran := make(chan error, 1)
+	go func() {
+		_, err := Execute(ctx, x, qs, cs, 1)
+		ran <- err
+	}()
+	vllmtest.WaitArrivals(ctx, t, arrived, 1)
+	time.Sleep(3 * time.Second) // the execution outlasts LossTimeout (1 s) three times
+	srv.Release()
+	if err := <-ran; err != nil {
+		t.Fatalf("a slow execution: %v", err)
+	}
+	if e := pool.Executors(); len(e) != 1 || e[0].Lost != "" || pool.Retried() != 0 {
+		t.Errorf("executors %+v, %d chunks run again: want the slow one live, nothing run again", e, pool.Retried())
 	}
 }

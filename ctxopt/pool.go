@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,11 +26,18 @@ type PoolOptions struct {
 	// ReplaceWait is how long a batch waits for a live executor when every
 	// one is lost (default 2 min) before it fails.
 	ReplaceWait time.Duration
-	// LossTimeout is how long calls to an executor may keep failing in
-	// transport, while the cluster still lists it, before it is dropped
-	// as lost (default 15 s).
+	// LossTimeout is how long calls to an executor may keep failing or
+	// go unanswered, while the cluster still lists it, before it is
+	// dropped as lost and its chunk runs elsewhere; it counts from the
+	// sending of the first such call. Executors answer at once while their
+	// jobs run, so a slow execution never counts. Default: the recipe's
+	// executor.loss_timeout, else DefaultLossTimeout.
 	LossTimeout time.Duration
 }
+
+// DefaultLossTimeout is PoolOptions.LossTimeout's default: longer than
+// the cluster's failure detection plus a loaded node's pauses.
+const DefaultLossTimeout = 15 * time.Second
 
 // ExecutorPool runs batches on executor actors: a batch is cut into one
 // chunk per live executor, each chunk runs on the least busy one, and the
@@ -37,7 +45,7 @@ type PoolOptions struct {
 // those a local executor would give, whichever executor runs them.
 //
 // An executor that is lost (its process killed, its node gone, its calls
-// failing for LossTimeout) is replaced: a new executor actor is spawned on
+// failing or unanswered for LossTimeout) is replaced: a new executor actor is spawned on
 // any node that can host it, tried again every RespawnEvery, and the
 // chunks the lost one held run again on the others. An error the executor
 // itself answers (a bad job, an engine failure) fails the batch. Safe for
@@ -60,6 +68,7 @@ type ExecutorPool struct {
 	closed    bool
 
 	names    atomic.Int64
+	chunks   atomic.Int64 // submitted chunks, for their IDs
 	replaced atomic.Int64
 	retried  atomic.Int64
 }
@@ -90,7 +99,10 @@ func StartExecutorPool(ctx context.Context, n *cluster.Node, r *Recipe, prefix s
 		o.ReplaceWait = 2 * time.Minute
 	}
 	if o.LossTimeout <= 0 {
-		o.LossTimeout = 15 * time.Second
+		o.LossTimeout = r.lossTimeout
+	}
+	if o.LossTimeout <= 0 {
+		o.LossTimeout = DefaultLossTimeout
 	}
 	p := &ExecutorPool{node: n, args: ExecutorArgs{File: r.file, Recipe: r.source}, name: prefix, opts: o,
 		log: n.System().Logger(), changed: make(chan struct{})}
@@ -160,7 +172,7 @@ func (p *ExecutorPool) lose(rep *execReplica, cause string) {
 // every RespawnEvery until one starts or the pool closes.
 func (p *ExecutorPool) replace(old *execReplica) {
 	go func() { // it may still run (calls failing): stop it
-		ctx, cancel := context.WithTimeout(p.watch, 10*time.Second)
+		ctx, cancel := context.WithTimeout(p.watch, stopWait)
 		_ = p.node.StopActor(ctx, old.name)
 		cancel()
 	}()
@@ -229,7 +241,11 @@ func (p *ExecutorPool) Replaced() int64 { return p.replaced.Load() }
 // Retried is how many chunks ran again after their executor was lost.
 func (p *ExecutorPool) Retried() int64 { return p.retried.Load() }
 
-// Close stops the executor actors and their replacement.
+// stopWait bounds the stop of one executor (Close, and that of a lost one).
+const stopWait = 10 * time.Second
+
+// Close stops the executor actors and their replacement, waiting at most
+// stopWait (or until ctx ends) for any one executor's node to answer.
 func (p *ExecutorPool) Close(ctx context.Context) {
 	p.mu.Lock()
 	p.closed = true
@@ -240,9 +256,11 @@ func (p *ExecutorPool) Close(ctx context.Context) {
 	for i, r := range reps {
 		names[i] = r.h.Name()
 	}
-	// At once: an executor whose node does not answer must not use up
-	// the others' time (they would be recorded as not answering).
-	_ = p.node.StopActors(ctx, 0, names...)
+	// All at once, each within stopWait: an executor whose node does not
+	// answer (frozen, its port cut while gossip passes) must neither use
+	// up the others' time nor hold Close; its record is marked stopped and
+	// the node stops it when it hears of that.
+	_ = p.node.StopActors(ctx, stopWait, names...)
 }
 
 // live returns the live executors.
@@ -254,6 +272,17 @@ func (p *ExecutorPool) liveLocked() []*execReplica {
 		}
 	}
 	return out
+}
+
+// lostLocked names the lost executors, their nodes and causes.
+func (p *ExecutorPool) lostLocked() string {
+	var out []string
+	for _, r := range p.reps {
+		if r.cause != "" {
+			out = append(out, fmt.Sprintf("%s on node %s: %s", r.name, r.node, r.cause))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // acquire picks the least busy live executor, waiting up to ReplaceWait
@@ -276,12 +305,13 @@ func (p *ExecutorPool) acquire(ctx context.Context) (*execReplica, error) {
 		}
 		replacing, ch, why := p.replacing, p.changed, p.lastErr
 		closed := p.closed
+		lost := p.lostLocked()
 		p.mu.Unlock()
 		if closed {
 			return nil, fmt.Errorf("executor pool %s is closed", p.name)
 		}
 		if replacing == 0 {
-			return nil, fmt.Errorf("executor pool %s: every executor lost, none being replaced", p.name)
+			return nil, fmt.Errorf("executor pool %s: every executor lost, none being replaced: %s", p.name, lost)
 		}
 		if deadline == nil {
 			deadline = time.After(p.opts.ReplaceWait)
@@ -289,9 +319,9 @@ func (p *ExecutorPool) acquire(ctx context.Context) (*execReplica, error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("executor pool %s: every executor lost, waiting for a replacement: %w", p.name, ctx.Err())
+			return nil, fmt.Errorf("executor pool %s: every executor lost (%s), waiting for a replacement: %w", p.name, lost, ctx.Err())
 		case <-deadline:
-			return nil, fmt.Errorf("executor pool %s: every executor lost and none replaced within %v (last try: %s)", p.name, p.opts.ReplaceWait, why)
+			return nil, fmt.Errorf("executor pool %s: every executor lost (%s) and none replaced within %v (last try: %s)", p.name, lost, p.opts.ReplaceWait, why)
 		}
 	}
 }
@@ -321,45 +351,126 @@ func (p *ExecutorPool) runChunk(ctx context.Context, jobs []Job) ([]Outcome, err
 	}
 }
 
-// callReplica calls r until it answers, it is lost (lost true), or ctx
-// ends. Transport failures are retried; past LossTimeout r is dropped.
-func (p *ExecutorPool) callReplica(ctx context.Context, r *execReplica, jobs []Job) ([]Outcome, bool, error) {
+// The pool's wait between CollectJobs calls: from pollFirst, doubling up
+// to pollMax (an answered poll costs the executor a map lookup).
+const (
+	pollFirst = 5 * time.Millisecond
+	pollMax   = 100 * time.Millisecond
+)
+
+// callReplica submits jobs to r and collects their outcomes, until they
+// come, r is lost (lost true), the executor answers an error, or ctx ends.
+// A call that fails in transport or goes unanswered is tried again; once
+// calls have failed or gone unanswered for LossTimeout, counted from the
+// sending of the first of them, r is dropped here. A busy executor answers
+// every call at once (its jobs run in the background), so the bound never
+// depends on how long an execution takes.
+func (p *ExecutorPool) callReplica(ctx context.Context, r *execReplica, jobs []Job) (outs []Outcome, lost bool, err error) {
 	cctx, cancel, isLost := lostctx.WithLost(ctx, r.lost)
 	defer cancel()
-	var failingSince time.Time
-	wait := 50 * time.Millisecond
-	for {
-		res, err := r.h.Call(cctx, RunJobs{Jobs: jobs})
-		var answered *actor.ActorError
-		switch {
-		case err == nil:
-			o, ok := res.(JobOutcomes)
-			if !ok || len(o.Outcomes) != len(jobs) {
-				return nil, false, fmt.Errorf("executor %s on node %s answered %T with %d outcomes for %d jobs", r.name, r.node, res, len(o.Outcomes), len(jobs))
-			}
-			return o.Outcomes, false, nil
-		case errors.As(err, &answered):
-			return nil, false, fmt.Errorf("executor %s on node %s: %w", r.name, r.node, err)
-		case isLost():
-			return nil, true, nil
-		case ctx.Err() != nil:
-			return nil, false, ctx.Err()
-		}
-		if failingSince.IsZero() {
-			failingSince = time.Now()
-		} else if time.Since(failingSince) > p.opts.LossTimeout {
-			p.lose(r, fmt.Sprintf("calls failing for %v: %v", p.opts.LossTimeout, err))
-			return nil, true, nil
-		}
+	wait := pollFirst
+	pause := func() (lost bool, err error) {
 		select {
 		case <-cctx.Done():
 			if isLost() {
-				return nil, true, nil
+				return true, nil
 			}
-			return nil, false, ctx.Err()
+			return false, ctx.Err()
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, 2*time.Second)
+		wait = min(2*wait, pollMax)
+		return false, nil
+	}
+	var failingSince time.Time
+	call := func(msg any) (any, bool, error) {
+		for {
+			sent := time.Now()
+			since := failingSince
+			if since.IsZero() {
+				since = sent
+			}
+			mctx, mcancel := context.WithTimeout(cctx, since.Add(p.opts.LossTimeout).Sub(sent))
+			v, err := r.h.Call(mctx, msg)
+			mcancel()
+			var answered *actor.ActorError
+			if err == nil || errors.As(err, &answered) {
+				failingSince = time.Time{}
+				return v, false, err
+			}
+			if errors.Is(err, actor.ErrTooLarge) {
+				// Refused for its size: no sign of a loss, and a retry
+				// would be refused again.
+				return nil, false, err
+			}
+			if isLost() {
+				return nil, true, nil
+			}
+			if ctx.Err() != nil {
+				return nil, false, ctx.Err()
+			}
+			if failingSince.IsZero() {
+				failingSince = sent
+			}
+			if time.Since(failingSince) >= p.opts.LossTimeout {
+				p.lose(r, fmt.Sprintf("calls failing or unanswered for %v: %v", p.opts.LossTimeout, err))
+				return nil, true, nil
+			}
+			if lost, err := pause(); lost || err != nil {
+				return nil, lost, err
+			}
+		}
+	}
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("executor %s on node %s: %s", r.name, r.node, fmt.Sprintf(format, args...))
+	}
+
+	id := fmt.Sprintf("%s/%d", p.name, p.chunks.Add(1))
+	v, lost, err := call(SubmitJobs{ID: id, Jobs: jobs})
+	switch {
+	case lost:
+		return nil, true, nil
+	case err != nil:
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		return nil, false, fail("submit: %v", err)
+	}
+	if _, ok := v.(JobsAccepted); !ok {
+		return nil, false, fail("submit answered %T, want JobsAccepted", v)
+	}
+	defer func() {
+		if outs == nil && err == nil || ctx.Err() != nil {
+			// Abandoned (r lost, ctx ended): the jobs need not run on.
+			_ = r.h.Tell(CancelJobs{ID: id})
+		}
+	}()
+	for {
+		v, lost, err := call(CollectJobs{ID: id})
+		switch {
+		case lost:
+			return nil, true, nil
+		case err != nil && ctx.Err() != nil:
+			return nil, false, ctx.Err()
+		case err != nil && (strings.Contains(err.Error(), msgNoJobs) || strings.Contains(err.Error(), msgExecutorStopped)):
+			// The actor forgot the jobs (restarted in place) or was
+			// stopped under them: they run again; the watch decides
+			// about the executor.
+			return nil, true, nil
+		case err != nil:
+			return nil, false, fmt.Errorf("executor %s on node %s: %w", r.name, r.node, err)
+		}
+		c, ok := v.(JobsCollected)
+		switch {
+		case !ok:
+			return nil, false, fail("collect answered %T, want JobsCollected", v)
+		case c.Done && len(c.Outcomes) != len(jobs):
+			return nil, false, fail("%d outcomes for %d jobs", len(c.Outcomes), len(jobs))
+		case c.Done:
+			return c.Outcomes, false, nil
+		}
+		if lost, err := pause(); lost || err != nil {
+			return nil, lost, err
+		}
 	}
 }
 

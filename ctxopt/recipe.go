@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -46,6 +47,10 @@ type Recipe struct {
 		SearchURL   string  `yaml:"search_url"`
 		Temperature float64 `yaml:"temperature"`
 		Workers     int     `yaml:"workers"`
+		// LossTimeout is how long an executor actor's calls may fail or go
+		// unanswered before it is dropped (a duration such as "15s";
+		// PoolOptions.LossTimeout).
+		LossTimeout string `yaml:"loss_timeout"`
 		// LM is the native engine's model, trained here (lm.go).
 		LM *LMConfig `yaml:"lm"`
 	} `yaml:"executor"`
@@ -78,9 +83,10 @@ type Recipe struct {
 	Structure *PPOYAML `yaml:"structure_ppo"`
 	Prompt    *PPOYAML `yaml:"prompt_ppo"`
 
-	file   string
-	source []byte
-	root   *yaml.Node
+	file        string
+	source      []byte
+	root        *yaml.Node
+	lossTimeout time.Duration // executor.loss_timeout; 0: unset
 }
 
 // PPOYAML is a learner's PPO section.
@@ -256,6 +262,17 @@ func (r *Recipe) validate() error {
 	}
 	if r.Executor.Workers < 0 || r.Executor.Workers > 256 {
 		add("executor.workers", "%d not in 0..256", r.Executor.Workers)
+	}
+	if r.Executor.LossTimeout != "" {
+		d, err := time.ParseDuration(r.Executor.LossTimeout)
+		switch {
+		case err != nil:
+			add("executor.loss_timeout", "%q: want a duration such as 15s", r.Executor.LossTimeout)
+		case d < time.Second || d > time.Hour:
+			add("executor.loss_timeout", "%v not in 1s..1h", d)
+		default:
+			r.lossTimeout = d
+		}
 	}
 	if r.Executor.Temperature < 0 || r.Executor.Temperature > 2 {
 		add("executor.temperature", "%v not in [0, 2]", r.Executor.Temperature)

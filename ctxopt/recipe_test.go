@@ -59,6 +59,8 @@ func TestRecipeValidation(t *testing.T) {
 		{"unknown field", "embed_dim: 64", "embed_dim: 64\nembed_dims: 3", "embed_dims", `field embed_dims not found`},
 		{"bad formulation", "formulation: bandit", "formulation: tabular", "formulation:", `formulation: "tabular"`},
 		{"bad ppo", "  epochs: 4", "  epochs: 0", "ppo:", "ppo: epochs 0 not in 1..64"},
+		{"loss timeout not a duration", "  engine: sim", "  engine: sim\n  loss_timeout: soon", "loss_timeout", `executor.loss_timeout: "soon": want a duration`},
+		{"loss timeout too short", "  engine: sim", "  engine: sim\n  loss_timeout: 100ms", "loss_timeout", `executor.loss_timeout: 100ms not in 1s..1h`},
 	}
 	for _, c := range cases {
 		src := strings.Replace(string(base), c.old, c.new, 1)

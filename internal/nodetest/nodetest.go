@@ -44,6 +44,10 @@ type Options struct {
 	// root only; where that cannot be had, Start skips the test), where
 	// Node.MountPrivate can later give it a folder of its own.
 	OwnMounts bool
+	// Detection is the node's failure detection (cluster.Config's; zero:
+	// the cluster's default). A test that freezes a node and wants the
+	// others to go on listing it gives every node a slow one.
+	Detection cluster.Detection
 }
 
 type settings struct {
@@ -76,7 +80,7 @@ func runNode(js string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	n, err := cluster.Start(ctx, cluster.Config{NodeID: s.ID, Bind: "127.0.0.1:0", Key: s.Key, CPUs: s.CPUs,
-		Resources: s.Resources, Join: []string{s.Join}, Logger: actor.DiscardLogger()})
+		Resources: s.Resources, Join: []string{s.Join}, Detection: s.Detection, Logger: actor.DiscardLogger()})
 	cancel()
 	if err != nil {
 		fmt.Println("ERR", err)
@@ -99,6 +103,19 @@ type Node struct {
 func (n *Node) Kill() {
 	_ = n.Cmd.Process.Kill()
 	<-n.Exited
+}
+
+// Freeze stops the child node's process (SIGSTOP: its sockets stay open,
+// it answers nothing) and returns once it has stopped; it is let go on
+// (SIGCONT) at the test's end, before the node is stopped.
+func (n *Node) Freeze(t testing.TB) {
+	t.Helper()
+	pid := n.Cmd.Process.Pid
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP to child node %s (process %d): %v", n.ID, pid, err)
+	}
+	waitStopped(t, pid)
 }
 
 // Start starts a child node with o, joined to join's cluster, with extra
