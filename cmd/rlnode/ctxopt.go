@@ -44,6 +44,8 @@ const ctxoptUsage = `usage:
       type (picked on train questions); --also scores more learned policies
       beside it; writes DIR/benchmark.json and DIR/pareto.png
 
+train and benchmark lock DIR (DIR/run.lock, as rlnode run): a second one on
+it meanwhile is refused.
 --seed N replaces the recipe's seed (questions, initial weights, sampling).
 --address HOST:PORT [--key-file PATH] [--bind HOST:PORT] joins a running cluster
 and runs the executions on one executor actor per other node (the same
@@ -159,6 +161,16 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, node *cluster.
 	if (sub == "eval" || sub == "benchmark") && policy == "" {
 		return fmt.Errorf("--policy FILE is required")
 	}
+	if out != "" {
+		// As rlnode run's: a second train or benchmark on the folder while
+		// this one runs is refused, naming this process, instead of both
+		// writing metrics.jsonl, policy.json or benchmark.json.
+		unlock, err := lockRunDir(out)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	x, err := r.NewExecutor(ctx)
 	if err != nil {
 		return err
@@ -187,11 +199,6 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, node *cluster.
 	trainQs, heldOut, err := r.Questions()
 	if err != nil {
 		return err
-	}
-	if out != "" {
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			return err
-		}
 	}
 	switch sub {
 	case "train":

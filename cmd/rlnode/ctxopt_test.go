@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +186,48 @@ func smallLMRecipe(t *testing.T, dir string, more ...[2]string) string {
 		t.Fatal(err)
 	}
 	return rf
+}
+
+// TestCtxoptRunFolderInUseIsRefused: ctxopt train and benchmark hold
+// rlnode run's lock on --out DIR, so a second one on the same folder is
+// refused naming the holder (before, both wrote metrics.jsonl and
+// policy.json there), and a train after the holder is done runs and
+// leaves no lock behind.
+func TestCtxoptRunFolderInUseIsRefused(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "ctxopt", "recipes", "ctxopt_bandit.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe := filepath.Join(t.TempDir(), "bandit.yaml")
+	// No python: no sandbox needed.
+	if err := os.WriteFile(recipe, []byte(strings.NewReplacer("python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	unlock, err := lockRunDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(t.TempDir(), "policy.json")
+	for _, args := range [][]string{
+		{"train", recipe, "--iterations", "2", "--eval-per-type", "1", "--out", dir},
+		{"benchmark", recipe, "--policy", policy, "--eval-per-type", "1", "--out", dir},
+	} {
+		var out, errb bytes.Buffer
+		code := runMain(append([]string{"ctxopt"}, args...), &out, &errb)
+		if code != 1 || !strings.Contains(errb.String(), "is in use by another run (pid "+strconv.Itoa(os.Getpid())) {
+			t.Errorf("rlnode ctxopt %s while the folder is locked: exit %d\n%s%s", args[0], code, out.String(), errb.String())
+		}
+	}
+	unlock()
+	var out, errb bytes.Buffer
+	if code := runMain([]string{"ctxopt", "train", recipe, "--iterations", "2", "--eval-per-type", "1", "--out", dir}, &out, &errb); code != 0 {
+		t.Fatalf("train after the lock was released: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "policy.json")); err != nil {
+		t.Errorf("the train wrote no policy: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, runLockFile)); !os.IsNotExist(err) {
+		t.Errorf("the finished train left %s (%v)", runLockFile, err)
+	}
 }
