@@ -23,6 +23,13 @@ type PPOConfig struct {
 }
 
 // Check reports settings PPO cannot run with.
+// Bounds on a network's hidden layers: each network and its optimizer
+// state hold several copies of their weights.
+const (
+	maxHiddenLayers  = 8
+	maxHiddenWeights = 1 << 24
+)
+
 func (c PPOConfig) Check() error {
 	switch {
 	case !(c.LR > 0 && c.LR < 1):
@@ -42,10 +49,20 @@ func (c PPOConfig) Check() error {
 	case len(c.Hidden) == 0:
 		return fmt.Errorf("ppo: no hidden layers")
 	}
-	for _, h := range c.Hidden {
+	if len(c.Hidden) > maxHiddenLayers {
+		return fmt.Errorf("ppo: %d hidden layers, at most %d", len(c.Hidden), maxHiddenLayers)
+	}
+	weights := 0
+	for i, h := range c.Hidden {
 		if h < 1 || h > 4096 {
 			return fmt.Errorf("ppo: hidden size %d not in 1..4096", h)
 		}
+		if i > 0 {
+			weights += c.Hidden[i-1] * h
+		}
+	}
+	if weights > maxHiddenWeights {
+		return fmt.Errorf("ppo: hidden layers %v hold %d weights between them, more than %d", c.Hidden, weights, maxHiddenWeights)
 	}
 	return nil
 }

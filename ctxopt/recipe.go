@@ -119,6 +119,13 @@ func Builtins() []string {
 // maxRecipeBytes bounds a recipe file.
 const maxRecipeBytes = 1 << 20
 
+// Bounds on the configuration space: the policies' heads and inputs, and
+// the benchmark's fixed configurations, grow with them.
+const (
+	maxAtoms   = 256
+	maxBudgets = 16
+)
+
 // LoadRecipe reads a built-in recipe by name or a file by path, and
 // validates it.
 func LoadRecipe(nameOrPath string) (*Recipe, error) {
@@ -280,6 +287,9 @@ func (r *Recipe) validate() error {
 	if len(r.Space.Atoms) == 0 {
 		add("space.atoms", "the prompt-atom library is empty: give at least one atom")
 	}
+	if len(r.Space.Atoms) > maxAtoms {
+		add("space.atoms", "%d atoms, at most %d", len(r.Space.Atoms), maxAtoms)
+	}
 	for i, a := range r.Space.Atoms {
 		if strings.TrimSpace(a) == "" || len(a) > 500 {
 			add(fmt.Sprintf("space.atoms.%d", i), "an atom must be non-empty text of at most 500 bytes")
@@ -291,9 +301,14 @@ func (r *Recipe) validate() error {
 	if len(r.Space.Budgets) == 0 {
 		add("space.budgets", "no token budgets")
 	}
+	if len(r.Space.Budgets) > maxBudgets {
+		add("space.budgets", "%d budgets, at most %d", len(r.Space.Budgets), maxBudgets)
+	}
 	ctx := r.ContextTokens()
 	for i, b := range r.Space.Budgets {
 		switch {
+		case slices.Index(r.Space.Budgets, b) != i:
+			add(fmt.Sprintf("space.budgets.%d", i), "budget %d listed twice", b)
 		case b <= 0:
 			add(fmt.Sprintf("space.budgets.%d", i), "budget %d must be positive", b)
 		case ctx > 0 && b > ctx/2:
@@ -328,8 +343,11 @@ func (r *Recipe) validate() error {
 		}
 	}
 	for i, k := range r.Data.Kinds {
-		if !slices.Contains(task.Kinds, k) {
+		switch {
+		case !slices.Contains(task.Kinds, k):
 			add(fmt.Sprintf("data.kinds.%d", i), "unknown task kind %q (want one of %s)", k, strings.Join(task.Kinds, ", "))
+		case slices.Index(r.Data.Kinds, k) != i:
+			add(fmt.Sprintf("data.kinds.%d", i), "task kind %q listed twice", k)
 		}
 	}
 	if len(r.Data.Kinds) == 0 {
@@ -339,8 +357,11 @@ func (r *Recipe) validate() error {
 		add("data.levels", "no levels")
 	}
 	for i, l := range r.Data.Levels {
-		if l < 1 || l > task.MaxLevel {
+		switch {
+		case l < 1 || l > task.MaxLevel:
 			add(fmt.Sprintf("data.levels.%d", i), "level %d not in 1..%d", l, task.MaxLevel)
+		case slices.Index(r.Data.Levels, l) != i:
+			add(fmt.Sprintf("data.levels.%d", i), "level %d listed twice", l)
 		}
 	}
 	if r.Data.TrainPerType < 1 || r.Data.TrainPerType > 10000 {

@@ -59,6 +59,13 @@ func TestRecipeValidation(t *testing.T) {
 		{"unknown field", "embed_dim: 64", "embed_dim: 64\nembed_dims: 3", "embed_dims", `field embed_dims not found`},
 		{"bad formulation", "formulation: bandit", "formulation: tabular", "formulation:", `formulation: "tabular"`},
 		{"bad ppo", "  epochs: 4", "  epochs: 0", "ppo:", "ppo: epochs 0 not in 1..64"},
+		{"budget twice", "budgets: [64, 256, 512]", "budgets: [64, 256, 64]", "budgets:", "space.budgets.2: budget 64 listed twice"},
+		{"too many budgets", "budgets: [64, 256, 512]", "budgets: [" + strings.Repeat("1, ", 16) + "512]", "budgets:", "space.budgets: 17 budgets, at most 16"},
+		{"level twice", "levels: [", "levels: [2, 2, ", "levels:", "data.levels.1: level 2 listed twice"},
+		{"kind twice", "kinds: [", "kinds: [word, word, ", "kinds:", `data.kinds.1: task kind "word" listed twice`},
+		{"too many atoms", "  atoms:\n    - Think step by step.", "  atoms:\n" + strings.Repeat("    - a\n", 251) + "    - Think step by step.", "  atoms:", "space.atoms: 257 atoms, at most 256"},
+		{"too many hidden layers", "  hidden: [64, 64]", "  hidden: [" + strings.Repeat("8, ", 8) + "8]", "ppo:", "ppo: 9 hidden layers, at most 8"},
+		{"hidden layers too large", "  hidden: [64, 64]", "  hidden: [4096, 4096, 4096]", "ppo:", "ppo: hidden layers [4096 4096 4096] hold 33554432 weights"},
 		{"loss timeout not a duration", "  engine: sim", "  engine: sim\n  loss_timeout: soon", "loss_timeout", `executor.loss_timeout: "soon": want a duration`},
 		{"loss timeout too short", "  engine: sim", "  engine: sim\n  loss_timeout: 100ms", "loss_timeout", `executor.loss_timeout: 100ms not in 1s..1h`},
 	}
