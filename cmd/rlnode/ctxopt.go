@@ -202,16 +202,20 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, node *cluster.
 	}
 	switch sub {
 	case "train":
-		mf, err := os.Create(filepath.Join(out, "metrics.jsonl"))
+		mpath := filepath.Join(out, "metrics.jsonl")
+		mf, err := os.Create(mpath)
 		if err != nil {
 			return err
 		}
 		defer mf.Close()
 		enc := json.NewEncoder(mf)
+		var logErr error // the first failed write of metrics.jsonl
 		start := time.Now()
 		stats, err := ctxopt.Train(ctx, m, x, trainQs, ctxopt.TrainOptions{Iterations: r.Train.Iterations, Batch: r.Train.Batch, Seed: r.Seed,
 			Log: func(s ctxopt.IterStats) {
-				enc.Encode(s)
+				if err := enc.Encode(s); err != nil && logErr == nil {
+					logErr = fmt.Errorf("write %s: %w", mpath, err)
+				}
 				if s.Iter%10 == 0 || s.Iter == r.Train.Iterations-1 {
 					fmt.Fprintf(stdout, "iter %4d  reward %6.3f  accuracy %.3f  cost %.3f  executions/s %.0f  model calls/s %.0f  %.0fs\n",
 						s.Iter, s.Reward, s.Accuracy, s.Cost, s.ExecPerSec, s.CallsPerSec, s.Elapsed)
@@ -219,6 +223,12 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, node *cluster.
 			}})
 		if err != nil {
 			return err
+		}
+		if logErr != nil {
+			return logErr
+		}
+		if err := mf.Close(); err != nil {
+			return fmt.Errorf("write %s: %w", mpath, err)
 		}
 		var execs, calls, secs float64
 		for _, s := range stats {

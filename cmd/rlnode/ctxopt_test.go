@@ -231,3 +231,31 @@ func TestCtxoptRunFolderInUseIsRefused(t *testing.T) {
 		t.Errorf("the finished train left %s (%v)", runLockFile, err)
 	}
 }
+
+// TestCtxoptTrainMetricsWriteFailureFails: a train whose metrics.jsonl
+// cannot be written (here a link to /dev/full: every write fails with
+// ENOSPC) fails naming the file. Before, the write errors were dropped and
+// the train exited 0 with an empty metrics.jsonl.
+func TestCtxoptTrainMetricsWriteFailureFails(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skipf("no /dev/full: %v", err)
+	}
+	src, err := os.ReadFile(filepath.Join("..", "..", "ctxopt", "recipes", "ctxopt_bandit.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe := filepath.Join(t.TempDir(), "bandit.yaml")
+	if err := os.WriteFile(recipe, []byte(strings.NewReplacer("python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	metrics := filepath.Join(dir, "metrics.jsonl")
+	if err := os.Symlink("/dev/full", metrics); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := runMain([]string{"ctxopt", "train", recipe, "--iterations", "2", "--eval-per-type", "1", "--out", dir}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "write "+metrics+": ") {
+		t.Errorf("train with metrics.jsonl unwritable: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+}
