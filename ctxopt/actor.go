@@ -38,6 +38,11 @@ type JobOutcomes struct{ Outcomes []Outcome }
 type SubmitJobs struct {
 	ID   string
 	Jobs []Job
+	// Idle is how long the jobs run on with no CollectJobs for them
+	// before the actor takes them for abandoned (their caller gone) and
+	// stops them; 0 means 2 min. Running jobs have no other bound: a
+	// slow execution is bounded by its engine's and tools' own timeouts.
+	Idle time.Duration
 }
 
 // JobsAccepted answers SubmitJobs.
@@ -66,13 +71,15 @@ const (
 )
 
 const (
-	// maxChunkTime bounds one chunk's run on an actor.
+	// maxChunkTime bounds one RunJobs on an actor.
 	maxChunkTime = 10 * time.Minute
 	// maxHeldJobs bounds the chunks an executor actor holds, running,
 	// waiting or done and not yet collected.
 	maxHeldJobs = 64
 	// heldJobsTTL is how long finished jobs nobody collected are kept.
 	heldJobsTTL = 10 * time.Minute
+	// defaultIdle is SubmitJobs.Idle's default.
+	defaultIdle = 2 * time.Minute
 )
 
 func init() {
@@ -114,6 +121,7 @@ type executorActor struct {
 // heldJobs is one submitted chunk.
 type heldJobs struct {
 	cancel context.CancelFunc
+	polled time.Time // the submit or the last CollectJobs
 	done   bool
 	ended  time.Time
 	outs   []Outcome
@@ -153,7 +161,8 @@ func (a *executorActor) submit(actx *actor.Context, m SubmitJobs) (JobsAccepted,
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, ok := a.jobs[m.ID]; ok {
+	if j, ok := a.jobs[m.ID]; ok {
+		j.polled = time.Now()
 		return JobsAccepted{ID: m.ID}, nil
 	}
 	for id, j := range a.jobs {
@@ -164,29 +173,63 @@ func (a *executorActor) submit(actx *actor.Context, m SubmitJobs) (JobsAccepted,
 	if len(a.jobs) >= maxHeldJobs {
 		return JobsAccepted{}, fmt.Errorf("%s %s: %d chunks held already (at most %d)", ExecutorKind, actx.Self().Name, len(a.jobs), maxHeldJobs)
 	}
+	idle := m.Idle
+	if idle <= 0 {
+		idle = defaultIdle
+	}
+	idle = max(idle, time.Second)
 	// A stop of the actor (its pool's Close, its node's stop) ends the jobs.
-	ctx, cancel := context.WithTimeout(a.life, maxChunkTime)
-	j := &heldJobs{cancel: cancel}
+	ctx, cancel := context.WithCancel(a.life)
+	j := &heldJobs{cancel: cancel, polled: time.Now()}
 	a.jobs[m.ID] = j
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
 		defer cancel()
+		done := make(chan struct{})
 		var outs []Outcome
 		var err error
-		select {
-		case a.slot <- struct{}{}:
-			outs, err = a.x.RunBatch(ctx, m.Jobs)
-			<-a.slot
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		if err != nil && a.life.Err() != nil {
-			err = fmt.Errorf("%s: %w", msgExecutorStopped, err)
+		go func() {
+			defer close(done)
+			select {
+			case a.slot <- struct{}{}:
+				outs, err = a.x.RunBatch(ctx, m.Jobs)
+				<-a.slot
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}()
+		tick := time.NewTicker(idle / 4)
+		defer tick.Stop()
+		abandoned := false
+		for running := true; running; {
+			select {
+			case <-done:
+				running = false
+			case <-tick.C:
+				a.mu.Lock()
+				abandoned = time.Since(j.polled) > idle
+				a.mu.Unlock()
+				if abandoned {
+					cancel()
+					<-done
+					running = false
+				}
+			}
 		}
 		a.mu.Lock()
+		defer a.mu.Unlock()
+		switch {
+		case abandoned:
+			// Nobody collects them: forget them.
+			if a.jobs[m.ID] == j {
+				delete(a.jobs, m.ID)
+			}
+			return
+		case err != nil && a.life.Err() != nil:
+			err = fmt.Errorf("%s: %w", msgExecutorStopped, err)
+		}
 		j.done, j.ended, j.outs, j.err = true, time.Now(), outs, err
-		a.mu.Unlock()
 	}()
 	return JobsAccepted{ID: m.ID}, nil
 }
@@ -199,6 +242,7 @@ func (a *executorActor) collect(id string) (JobsCollected, error) {
 	case !ok:
 		return JobsCollected{}, fmt.Errorf("%s: %s %q (never submitted, already collected, or forgotten)", ExecutorKind, msgNoJobs, id)
 	case !j.done:
+		j.polled = time.Now()
 		return JobsCollected{}, nil
 	}
 	delete(a.jobs, id)

@@ -461,3 +461,119 @@ func TestExecutorPoolWaitsForASlowExecution(t *testing.T) {
 		t.Errorf("executors %+v, %d chunks run again: want the slow one live, nothing run again", e, pool.Retried())
 	}
 }
+
+// TestExecutorPoolCutsLargeBatches: a batch whose jobs would pass the
+// actor message limit in one chunk (1 MiB here, on every node) is cut into
+// chunks of at most chunkJobs, run one after another on the one
+// executor: the outcomes are a local executor's. Before, the batch was cut
+// into one chunk per executor whatever its size, and that chunk was
+// refused for its size (the run worked in process, not on a cluster).
+func TestExecutorPoolCutsLargeBatches(t *testing.T) {
+	t.Setenv(actor.MaxMessageSizeEnv, "512KiB")
+	key := make([]byte, 32)
+	if _, err := crand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: "driver", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	if got := n.System().MaxMessageSize(); got != 512<<10 {
+		t.Fatalf("message limit %d, want 512 KiB", got)
+	}
+	nodetest.Start(t, n, nodetest.Options{ID: "e1", CPUs: 2, Key: key}, actor.MaxMessageSizeEnv+"=512KiB")
+	src, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ParseRecipe("ctxopt_bandit.yaml", []byte(strings.NewReplacer("python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := StartExecutors(ctx, n, r, "big", []string{"e1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close(ctx)
+	local, err := r.NewExecutor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := Questions(3, task.HeldOut, []string{task.Word, task.Arithmetic}, []int{1, 2, 3, 4, 5}, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := RandomConfigs(r.SpaceOf(), len(qs), rand.New(rand.NewPCG(3, 3)))
+	want, err := Execute(ctx, local, qs, cs, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local.Remote = pool
+	got, err := Execute(ctx, local, qs, cs, 3)
+	if err != nil {
+		t.Fatalf("a batch of %d jobs on one executor: %v", len(qs), err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("job %d: through the pool %+v, local %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestExecutorStopsAbandonedJobs: jobs submitted to an executor actor that
+// nobody collects for their Idle (their caller gone) are stopped and
+// forgotten, and the executor takes the next ones; here the model server
+// holds every call, so the first chunk would otherwise hold the executor
+// (before: for up to 10 minutes, the bound of any chunk however busy).
+func TestExecutorStopsAbandonedJobs(t *testing.T) {
+	srv := vllmtest.New(vllmtest.Options{})
+	defer srv.Close()
+	srv.HoldRequests()
+	defer srv.Release()
+	arrived := vllmtest.WatchArrivals(srv)
+	src, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe := strings.NewReplacer("  engine: sim", "  engine: openai\n  url: "+srv.URL()+"\n  model: "+srv.Model()+"\n  context: 4096",
+		"python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))
+	r, err := ParseRecipe("openai.yaml", []byte(recipe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	ref, err := s.SpawnLocal(actor.LocalSpawn{Name: "executor", Kind: ExecutorKind, Args: ExecutorArgs{File: "openai.yaml", Recipe: []byte(recipe)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := Questions(1, task.HeldOut, []string{task.Word}, []int{1}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := RandomConfigs(r.SpaceOf(), 1, rand.New(rand.NewPCG(1, 1)))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.Call(ctx, ref, SubmitJobs{ID: "left", Jobs: []Job{{Q: qs[0], C: cs[0], Seed: 1}}, Idle: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	vllmtest.WaitArrivals(ctx, t, arrived, 1)
+	// One chunk runs at a time: the next one's call reaches the server
+	// only once the first is stopped.
+	if _, err := s.Call(ctx, ref, SubmitJobs{ID: "next", Jobs: []Job{{Q: qs[0], C: cs[0], Seed: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	vllmtest.WaitArrivals(ctx, t, arrived, 1)
+	if _, err := s.Call(ctx, ref, CollectJobs{ID: "left"}); err == nil || !strings.Contains(err.Error(), msgNoJobs) {
+		t.Errorf("collect of the abandoned jobs: %v, want %q", err, msgNoJobs)
+	}
+	if v, err := s.Call(ctx, ref, CollectJobs{ID: "next"}); err != nil || v.(JobsCollected).Done {
+		t.Errorf("collect of the running jobs: %+v, %v; want them running", v, err)
+	}
+}

@@ -425,7 +425,9 @@ func (p *ExecutorPool) callReplica(ctx context.Context, r *execReplica, jobs []J
 	}
 
 	id := fmt.Sprintf("%s/%d", p.name, p.chunks.Add(1))
-	v, lost, err := call(SubmitJobs{ID: id, Jobs: jobs})
+	// The executor stops the jobs once no poll came for twice the loss
+	// bound: by then this pool has dropped it (or is gone).
+	v, lost, err := call(SubmitJobs{ID: id, Jobs: jobs, Idle: max(2*p.opts.LossTimeout, 10*time.Second)})
 	switch {
 	case lost:
 		return nil, true, nil
@@ -474,7 +476,20 @@ func (p *ExecutorPool) callReplica(ctx context.Context, r *execReplica, jobs []J
 	}
 }
 
-// RunBatch implements Runner.
+// chunkJobs bounds the jobs of one chunk, so that a chunk and its outcomes
+// stay below the actor message limit however large the batch: a job takes
+// a few hundred bytes, its outcome a few with the answer's text (at most
+// a budget's tokens); jobBytes per job leaves room for both.
+func chunkJobs(limit int) int { return min(max(limit/jobBytes, 16), maxChunkJobs) }
+
+const (
+	jobBytes     = 4 << 10
+	maxChunkJobs = 1024 // reached at a 4 MiB limit (the default is 64 MiB)
+)
+
+// RunBatch implements Runner: the batch is cut into one chunk per live
+// executor (more when a chunk would pass chunkJobs), and as many chunks
+// as there are live executors run at once.
 func (p *ExecutorPool) RunBatch(ctx context.Context, jobs []Job) ([]Outcome, error) {
 	if len(jobs) == 0 {
 		return nil, nil
@@ -482,25 +497,37 @@ func (p *ExecutorPool) RunBatch(ctx context.Context, jobs []Job) ([]Outcome, err
 	p.mu.Lock()
 	k := min(max(len(p.liveLocked()), 1), len(jobs))
 	p.mu.Unlock()
+	size := min((len(jobs)+k-1)/k, chunkJobs(p.node.System().MaxMessageSize()))
+	chunks := (len(jobs) + size - 1) / size
 	out := make([]Outcome, len(jobs))
-	errs := make([]error, k)
+	errs := make([]error, chunks)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	next := make(chan int)
 	var wg sync.WaitGroup
-	for c := range k {
-		lo, hi := c*len(jobs)/k, (c+1)*len(jobs)/k
+	for range min(k, chunks) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := p.runChunk(ctx, jobs[lo:hi])
-			if err != nil {
-				errs[c] = fmt.Errorf("jobs %d..%d: %w", lo, hi-1, err)
-				cancel()
-				return
+			for c := range next {
+				lo, hi := c*size, min((c+1)*size, len(jobs))
+				res, err := p.runChunk(ctx, jobs[lo:hi])
+				if err != nil {
+					errs[c] = fmt.Errorf("jobs %d..%d: %w", lo, hi-1, err)
+					cancel()
+					continue
+				}
+				copy(out[lo:hi], res)
 			}
-			copy(out[lo:hi], res)
 		}()
 	}
+	for c := range chunks {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- c
+	}
+	close(next)
 	wg.Wait()
 	// The first failure cancelled the other chunks: report it, not them.
 	for _, err := range errs {
@@ -509,6 +536,9 @@ func (p *ExecutorPool) RunBatch(ctx context.Context, jobs []Job) ([]Outcome, err
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	return out, nil
