@@ -71,6 +71,9 @@ const (
 )
 
 const (
+	// executorBuildTime bounds the build of an executor actor's executor
+	// (its model's load, its engine's check).
+	executorBuildTime = time.Minute
 	// maxChunkTime bounds one RunJobs on an actor.
 	maxChunkTime = 10 * time.Minute
 	// maxHeldJobs bounds the chunks an executor actor holds, running,
@@ -94,7 +97,7 @@ func init() {
 			return nil, err
 		}
 		// The node's stop ends the build (the executor model's load).
-		ctx, cancel := context.WithTimeout(actx.Context(), time.Minute)
+		ctx, cancel := context.WithTimeout(actx.Context(), executorBuildTime)
 		defer cancel()
 		x, err := r.NewExecutor(ctx)
 		if err != nil {

@@ -309,7 +309,8 @@ func TestExecutorStopEndsItsJobs(t *testing.T) {
 // cluster still lists it (every node's failure detection here takes
 // minutes to suspect a silent member) is dropped LossTimeout after the
 // first unanswered call was sent, and its chunk runs on another executor:
-// the batch's outcomes are still exactly a local executor's.
+// the batch's outcomes are still exactly a local executor's; the pool's
+// Close returns, and a new executor's start on the frozen node fails.
 func TestExecutorPoolDropsAnExecutorThatStopsAnswering(t *testing.T) {
 	key := make([]byte, 32)
 	if _, err := crand.Read(key); err != nil {
@@ -396,6 +397,13 @@ func TestExecutorPoolDropsAnExecutorThatStopsAnswering(t *testing.T) {
 		closed = true
 	case <-ctx.Done():
 		t.Fatalf("Close did not return while e1 was frozen")
+	}
+	// An executor started on the frozen node: the start fails naming it
+	// once the build bound and LossTimeout have passed (before, it waited
+	// for as long as ctx lasted).
+	if _, err := StartExecutorPool(ctx, n, r, "again", []string{"e1"}, PoolOptions{}); err == nil || ctx.Err() != nil ||
+		!strings.Contains(err.Error(), "start executor again-0 on e1: no answer within 1m1s") {
+		t.Errorf("start on the frozen node: %v; want it refused naming the executor and e1", err)
 	}
 }
 

@@ -119,13 +119,23 @@ func StartExecutorPool(ctx context.Context, n *cluster.Node, r *Recipe, prefix s
 	return p, nil
 }
 
+// spawn starts an executor on node (any node when empty), waiting at most
+// the executor's build bound plus LossTimeout for the node's answer: a
+// node that is frozen, or stuck, while gossip lists it would otherwise
+// hold the start for as long as ctx lasts (rlnode ctxopt's has no end).
 func (p *ExecutorPool) spawn(ctx context.Context, node string) (*execReplica, error) {
 	name := fmt.Sprintf("%s-%d", p.name, p.names.Add(1)-1)
-	h, err := p.node.Spawn(ctx, ExecutorKind, cluster.SpawnOptions{Name: name, Node: node, Args: p.args})
+	wait := executorBuildTime + p.opts.LossTimeout
+	sctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	h, err := p.node.Spawn(sctx, ExecutorKind, cluster.SpawnOptions{Name: name, Node: node, Args: p.args})
 	if err != nil {
 		where := node
 		if where == "" {
 			where = "any node"
+		}
+		if ctx.Err() == nil && sctx.Err() != nil {
+			return nil, fmt.Errorf("start executor %s on %s: no answer within %v: %w", name, where, wait, err)
 		}
 		return nil, fmt.Errorf("start executor %s on %s: %w", name, where, err)
 	}
