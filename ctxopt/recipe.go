@@ -139,21 +139,42 @@ func LoadRecipe(nameOrPath string) (*Recipe, error) {
 			return nil, fmt.Errorf("no built-in context-optimization recipe %q (built-in: %s)", nameOrPath, strings.Join(Builtins(), ", "))
 		}
 	} else {
-		st, err := os.Stat(nameOrPath)
-		if pe := (*os.PathError)(nil); errors.As(err, &pe) {
-			err = pe.Err // the message names the file already
-		}
-		if err != nil {
-			return nil, fmt.Errorf("recipe %s: %w", nameOrPath, err)
-		}
-		if st.Size() > maxRecipeBytes {
-			return nil, fmt.Errorf("recipe %s: %d bytes, more than %d", nameOrPath, st.Size(), maxRecipeBytes)
-		}
-		if b, err = os.ReadFile(nameOrPath); err != nil {
+		if b, err = readBounded(nameOrPath, maxRecipeBytes); err != nil {
 			return nil, fmt.Errorf("recipe %s: %w", nameOrPath, err)
 		}
 	}
 	return ParseRecipe(file, b)
+}
+
+// readBounded reads the file at path, refusing one over limit bytes: by
+// its size when it is a regular file, and by what it gives when it is not
+// (a pipe, a device, a /proc file, whose size says nothing).
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+		err = pe.Err // the caller's message names the file already
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case st.IsDir():
+		return nil, errors.New("a directory, not a file")
+	case st.Mode().IsRegular() && st.Size() > limit:
+		return nil, fmt.Errorf("%d bytes, more than %d", st.Size(), limit)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("more than %d bytes", limit)
+	}
+	return b, nil
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: (?:unmarshal errors:\n\s*)?line (\d+): (.*)`)

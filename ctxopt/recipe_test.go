@@ -2,10 +2,12 @@ package ctxopt
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -117,5 +119,59 @@ func TestRecipeValidation(t *testing.T) {
 	}
 	if _, err := ParseRecipe("r.yaml", []byte("name: [")); err == nil || !strings.HasPrefix(err.Error(), "r.yaml:1: ") {
 		t.Errorf("broken YAML: %v", err)
+	}
+}
+
+// TestLoadersBoundWhatTheyRead: a recipe or policy path that is not a
+// regular file (here a pipe giving more than the bound) is refused once
+// the bound is passed, naming the file; a directory is refused as one.
+// Before, the bound was checked on the file's size only (0 for a pipe or a
+// device) and the whole stream was read into memory.
+func TestLoadersBoundWhatTheyRead(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		limit int
+		load  func(path string) error
+	}{
+		{"recipe", maxRecipeBytes, func(path string) error { _, err := LoadRecipe(path); return err }},
+		{"policy", maxPolicyBytes, func(path string) error {
+			r, err := LoadRecipe("ctxopt_bandit")
+			if err != nil {
+				return err
+			}
+			m, err := r.Method(context.Background())
+			if err != nil {
+				return err
+			}
+			return LoadPolicy(path, m)
+		}},
+	} {
+		fifo := filepath.Join(t.TempDir(), c.name+".fifo")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Skipf("mkfifo: %v", err)
+		}
+		wrote := make(chan struct{})
+		go func() {
+			defer close(wrote)
+			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			chunk := []byte(strings.Repeat("#\n", 32<<10))
+			for n := 0; n <= c.limit; n += len(chunk) {
+				if _, err := f.Write(chunk); err != nil {
+					return // the reader stopped at the bound
+				}
+			}
+		}()
+		err := c.load(fifo)
+		<-wrote
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%s %s: more than %d bytes", c.name, fifo, c.limit)) {
+			t.Errorf("%s from a pipe over the bound: %v", c.name, err)
+		}
+		if err := c.load(t.TempDir()); err == nil || !strings.Contains(err.Error(), "a directory, not a file") {
+			t.Errorf("%s from a directory: %v", c.name, err)
+		}
 	}
 }

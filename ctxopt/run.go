@@ -338,14 +338,7 @@ func SavePolicy(path string, m Method) error {
 // LoadPolicy reads weights SavePolicy wrote into m, checking that every
 // parameter is there with its shape.
 func LoadPolicy(path string, m Method) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("policy %s: %w", path, err)
-	}
-	if st.Size() > maxPolicyBytes {
-		return fmt.Errorf("policy %s: %d bytes, more than %d", path, st.Size(), maxPolicyBytes)
-	}
-	b, err := os.ReadFile(path)
+	b, err := readBounded(path, maxPolicyBytes)
 	if err != nil {
 		return fmt.Errorf("policy %s: %w", path, err)
 	}
