@@ -585,3 +585,69 @@ func TestExecutorStopsAbandonedJobs(t *testing.T) {
 		t.Errorf("collect of the running jobs: %+v, %v; want them running", v, err)
 	}
 }
+
+// TestExecutorPoolDropsAnExecutorThatForgetsAChunk: an executor that
+// answers that it does not hold a chunk it accepted (here the test cancels
+// the chunk on it behind the pool's back, as a restart in place would
+// forget it) is dropped and the chunk runs on its replacement. Before, the
+// chunk ran again on the same executor, which kept it live: one that
+// forgot every chunk held the batch in that loop for ever.
+func TestExecutorPoolDropsAnExecutorThatForgetsAChunk(t *testing.T) {
+	srv := vllmtest.New(vllmtest.Options{})
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: "driver", Bind: "127.0.0.1:0", CPUs: 2, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	src, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe := strings.NewReplacer("  engine: sim", "  engine: openai\n  url: "+srv.URL()+"\n  model: "+srv.Model()+"\n  context: 4096",
+		"python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))
+	r, err := ParseRecipe("openai.yaml", []byte(recipe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := StartExecutorPool(ctx, n, r, "forget", []string{"driver"}, PoolOptions{RespawnEvery: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close(ctx)
+	x, err := r.NewExecutor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Engine.Close()
+	x.Remote = pool
+	qs, err := Questions(1, task.HeldOut, []string{task.Word}, []int{1}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := RandomConfigs(r.SpaceOf(), 1, rand.New(rand.NewPCG(1, 1)))
+	srv.HoldRequests()
+	arrived := vllmtest.WatchArrivals(srv)
+	ran := make(chan error, 1)
+	go func() {
+		_, err := Execute(ctx, x, qs, cs, 1)
+		ran <- err
+	}()
+	vllmtest.WaitArrivals(ctx, t, arrived, 1)
+	pool.mu.Lock()
+	first := pool.reps[0]
+	pool.mu.Unlock()
+	if err := first.h.Tell(CancelJobs{ID: "forget/1"}); err != nil {
+		t.Fatal(err)
+	}
+	vllmtest.WaitArrivals(ctx, t, arrived, 1) // the chunk again, on the replacement
+	srv.Release()
+	if err := <-ran; err != nil {
+		t.Fatalf("the batch: %v", err)
+	}
+	if e := pool.Executors(); !strings.Contains(e[0].Lost, msgNoJobs) || pool.Retried() != 1 {
+		t.Errorf("executors %+v, %d chunks run again: want forget-0 dropped for forgetting its chunk, the chunk run again once", e, pool.Retried())
+	}
+}

@@ -465,8 +465,9 @@ func (p *ExecutorPool) callReplica(ctx context.Context, r *execReplica, jobs []J
 			return nil, false, ctx.Err()
 		case err != nil && (strings.Contains(err.Error(), msgNoJobs) || strings.Contains(err.Error(), msgExecutorStopped)):
 			// The actor forgot the jobs (restarted in place) or was
-			// stopped under them: they run again; the watch decides
-			// about the executor.
+			// stopped under them: they run again elsewhere, and it is
+			// dropped, so that a chunk is never tried on it for ever.
+			p.lose(r, fmt.Sprintf("chunk %s: %v", id, err))
 			return nil, true, nil
 		case err != nil:
 			return nil, false, fmt.Errorf("executor %s on node %s: %w", r.name, r.node, err)
