@@ -651,3 +651,61 @@ func TestExecutorPoolDropsAnExecutorThatForgetsAChunk(t *testing.T) {
 		t.Errorf("executors %+v, %d chunks run again: want forget-0 dropped for forgetting its chunk, the chunk run again once", e, pool.Retried())
 	}
 }
+
+// TestExecutorPoolAllLostNamesThem: when every executor is lost and none
+// can be replaced within ReplaceWait (here the model server they need is
+// gone), the batch fails naming each lost executor, its node and why, and
+// the last replacement's failure. Before, it said only that every executor
+// was lost.
+func TestExecutorPoolAllLostNamesThem(t *testing.T) {
+	srv := vllmtest.New(vllmtest.Options{})
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, err := cluster.Start(ctx, cluster.Config{NodeID: "driver", Bind: "127.0.0.1:0", CPUs: 2, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	src, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe := strings.NewReplacer("  engine: sim", "  engine: openai\n  url: "+srv.URL()+"\n  model: "+srv.Model()+"\n  context: 4096",
+		"python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))
+	r, err := ParseRecipe("openai.yaml", []byte(recipe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := StartExecutorPool(ctx, n, r, "gone", []string{"driver"}, PoolOptions{RespawnEvery: 100 * time.Millisecond, ReplaceWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close(ctx)
+	x, err := r.NewExecutor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Engine.Close()
+	x.Remote = pool
+	srv.Close() // no replacement can start: its engine's server is gone
+	if err := n.StopActor(ctx, "gone-0"); err != nil {
+		t.Fatal(err)
+	}
+	for pool.Executors()[0].Lost == "" {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the stopped executor was never dropped")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	qs, err := Questions(1, task.HeldOut, []string{task.Word}, []int{1}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Execute(ctx, x, qs, RandomConfigs(r.SpaceOf(), 1, rand.New(rand.NewPCG(1, 1))), 1)
+	if err == nil || !strings.Contains(err.Error(), "every executor lost (gone-0 on node driver: DEAD on node driver: stopped) and none replaced within 1s (last try: ") ||
+		strings.Contains(err.Error(), "last try: )") {
+		t.Errorf("a batch with every executor lost: %v; want the lost executor, its node, why, and the last try named", err)
+	}
+}

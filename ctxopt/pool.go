@@ -331,6 +331,9 @@ func (p *ExecutorPool) acquire(ctx context.Context) (*execReplica, error) {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("executor pool %s: every executor lost (%s), waiting for a replacement: %w", p.name, lost, ctx.Err())
 		case <-deadline:
+			if why == "" {
+				why = "none has finished yet"
+			}
 			return nil, fmt.Errorf("executor pool %s: every executor lost (%s) and none replaced within %v (last try: %s)", p.name, lost, p.opts.ReplaceWait, why)
 		}
 	}
