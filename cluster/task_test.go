@@ -74,7 +74,16 @@ func TestTasksRunWhereTheyFit(t *testing.T) {
 		}
 	}
 
-	// Two tasks that each take a whole node's CPUs run one on each node.
+	// Two tasks that each take a whole node's CPUs run one on each node,
+	// once this node sees both free (the squares' ends reach it by gossip).
+	waitFor(t, "both nodes' CPUs free", 10*time.Second, func() bool {
+		for _, v := range a.Views() {
+			if v.Free[CPU] != v.Total[CPU] {
+				return false
+			}
+		}
+		return true
+	})
 	pids, err := Gather(ctx, []*Future[int]{
 		Submit[int](ctx, a, "test.pid", 300, TaskOptions{Resources: Resources{CPU: 2}}),
 		Submit[int](ctx, a, "test.pid", 300, TaskOptions{Resources: Resources{CPU: 2}}),
