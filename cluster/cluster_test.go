@@ -492,3 +492,22 @@ func startLocalNodeJoin(t testing.TB, id string, key []byte, join string) *Node 
 	t.Cleanup(n.Stop)
 	return n
 }
+
+// A join address without a port, or with a port that is not one, is
+// refused naming it: memberlist dials such an address on this node's own
+// gossip port, so `rlnode join 127.0.0.1` answered itself and the node
+// said it was up in a cluster of one.
+func TestJoinWantsHostAndPort(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1", "127.0.0.1:", "127.0.0.1:gossip", "127.0.0.1:70000", "[::1]"} {
+		n, err := Start(context.Background(), Config{Bind: "127.0.0.1:0", Join: []string{addr}, Key: testKey(t),
+			JoinTimeout: 2 * time.Second, Logger: actor.DiscardLogger()})
+		if err == nil {
+			n.Stop()
+			t.Errorf("join %q: started, want it refused", addr)
+			continue
+		}
+		if !strings.Contains(err.Error(), fmt.Sprintf("join address %q", addr)) || !strings.Contains(err.Error(), "HOST:PORT") {
+			t.Errorf("join %q: %v, want the address named and HOST:PORT asked for", addr, err)
+		}
+	}
+}

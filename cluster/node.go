@@ -318,6 +318,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	case len(cfg.Key) != 16 && len(cfg.Key) != 24 && len(cfg.Key) != 32:
 		return nil, fmt.Errorf("gossip key is %d bytes; want 16, 24 or 32", len(cfg.Key))
 	}
+	for _, j := range cfg.Join {
+		if err := checkJoinAddr(j); err != nil {
+			return nil, err
+		}
+	}
 	if !validAmount(cfg.CPUs) {
 		return nil, fmt.Errorf("CPUs %v: want a finite number ≥ 0 (0: every core)", cfg.CPUs)
 	}
@@ -555,6 +560,20 @@ func (n *Node) join(ctx context.Context, addrs []string) error {
 	case <-ctx.Done():
 		return fmt.Errorf("join %s: no member answered within %s", strings.Join(addrs, ", "), n.cfg.JoinTimeout)
 	}
+}
+
+// checkJoinAddr refuses a join address that is not HOST:PORT with a port
+// from 1 to 65535. Memberlist dials an address without a port on this
+// node's own gossip port, so the node would join itself and run alone.
+func checkJoinAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("join address %q: want HOST:PORT, a member's gossip address (e.g. 10.0.0.1:7946): %w", addr, addrReason(err))
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("join address %q: want HOST:PORT, a member's gossip address (e.g. 10.0.0.1:7946): port %q is not 1 to 65535", addr, port)
+	}
+	return nil
 }
 
 // addrReason is what is wrong with an address net.SplitHostPort refused,
