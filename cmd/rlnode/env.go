@@ -187,6 +187,14 @@ func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, f
 	if err != nil {
 		return fail(err)
 	}
+	// A turn the engine or the environment failed has no episode to
+	// write: refuse the file, as the JSONL episodes do, rather than write
+	// failed turns as if they were played.
+	for _, t := range turns {
+		if t.FinishReason == "error" {
+			return fail(fmt.Errorf("episode %s turn %d failed: %s", t.EpisodeID, t.Turn, t.Note))
+		}
+	}
 	if jsonl {
 		eps, err := chats.Episodes(c.env, c.task, c.model, func(g int64) int64 { return c.seed + g }, turns)
 		if err == nil {

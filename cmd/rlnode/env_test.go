@@ -211,3 +211,33 @@ func TestEnvRolloutScriptedRefusesArrow(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvRolloutModelFailedTurnsFail: a model whose context cannot hold
+// the environment's prompt fails every turn; both files are refused with
+// the engine's reason. Before, the Arrow file was written from the failed
+// turns and the command said it wrote the episodes (mean return 0, no
+// outcomes), exit 0.
+func TestEnvRolloutModelFailedTurnsFail(t *testing.T) {
+	home := t.TempDir()
+	cfg := filepath.Join(home, "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":32,"intermediate_size":64,
+		"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":800,"max_position_embeddings":64,
+		"tie_word_embeddings":true,"torch_dtype":"float32","bos_token_id":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(home, "model")
+	if _, stderr, code := runRlnode(t, home, "model", "init", "--config", cfg, "--out", model); code != 0 {
+		t.Fatalf("model init: exit %d: %s", code, stderr)
+	}
+	for _, name := range []string{"model.arrow", "model.jsonl"} {
+		out := filepath.Join(home, name)
+		stdout, stderr, code := runRlnode(t, home, "env", "rollout", "equations", "--policy", model, "--episodes", "2", "--max-steps", "2",
+			"--max-tokens", "8", "--out", out)
+		if code != 1 || !strings.Contains(stderr, "turn 0 failed") || !strings.Contains(stderr, "context") {
+			t.Errorf("%s: exit %d, want 1 naming the failed turn and its reason\nstdout: %s\nstderr: %s", name, code, stdout, stderr)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("%s was written (%v)", out, err)
+		}
+	}
+}
