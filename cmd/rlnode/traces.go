@@ -339,7 +339,7 @@ func tracesStats(store string, f traces.Filter, by string, stdout, stderr io.Wri
 		return usageError{err}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "%s\tCALLS\tERRORS\tIN_TOKENS\tOUT_TOKENS\tP50\tP90\tP99\tREWARD_MEAN\n", strings.ToUpper(by))
+	fmt.Fprintf(tw, "%s\tSPANS\tERRORS\tIN_TOKENS\tOUT_TOKENS\tP50\tP90\tP99\tREWARD_MEAN\n", strings.ToUpper(by))
 	for _, r := range rows {
 		mean := "-"
 		if r.Rewards > 0 {
@@ -459,8 +459,9 @@ func tracesTrajectories(store string, f traces.Filter, policy, tokPath, out stri
 		return err
 	}
 	turns, dropped := traces.Trajectories(ts, opt)
-	for _, d := range dropped {
-		fmt.Fprintf(stderr, "rlnode traces: left out trace %s %s: %s\n", d.Trace, d.Span, d.Why)
+	printDropped(stderr, dropped)
+	if len(turns) == 0 {
+		return fmt.Errorf("no trajectory rows from the %d traces that pass the filters, nothing written to %s", len(ts), out)
 	}
 	if out == "-" {
 		return data.WriteTrajectories(stdout, turns, 0)
@@ -470,4 +471,36 @@ func tracesTrajectories(store string, f traces.Filter, policy, tokPath, out stri
 	}
 	fmt.Fprintf(stderr, "exported %d trajectory rows of %d traces to %s\n", len(turns), len(ts), out)
 	return nil
+}
+
+// printDropped says which traces and calls became no trajectory row: one
+// line per reason with its count and the first few, so a store of
+// thousands of traces that all lack the reward asked for gives one line,
+// not thousands.
+func printDropped(w io.Writer, dropped []traces.Dropped) {
+	const shown = 3
+	var reasons []string
+	byWhy := map[string][]traces.Dropped{}
+	for _, d := range dropped {
+		if byWhy[d.Why] == nil {
+			reasons = append(reasons, d.Why)
+		}
+		byWhy[d.Why] = append(byWhy[d.Why], d)
+	}
+	for _, why := range reasons {
+		ds := byWhy[why]
+		var names []string
+		for _, d := range ds[:min(len(ds), shown)] {
+			name := "trace " + d.Trace
+			if d.Span != "" {
+				name += " span " + d.Span
+			}
+			names = append(names, name)
+		}
+		more := ""
+		if len(ds) > shown {
+			more = fmt.Sprintf(", and %d more", len(ds)-shown)
+		}
+		fmt.Fprintf(w, "rlnode traces: left out %d: %s (%s%s)\n", len(ds), why, strings.Join(names, ", "), more)
+	}
 }

@@ -563,3 +563,46 @@ func TestProxyDropsClientThatDoesNotRead(t *testing.T) {
 		t.Fatal("the proxy still forwards to a client that has not read for 2 minutes (--write-timeout 1s)")
 	}
 }
+
+// TestTracesOfARunStatsAndExport: a store as rlnode run records it (an
+// invoke_agent span over each episode's calls). stats counts spans, and
+// says so: its column was headed CALLS while it counted the agent spans
+// too (10,240 "calls" for 5,120 one-call episodes). An export to
+// trajectories under a reward no trace carries says so once per reason
+// with a count, not once per trace (a line for each of 1,280 traces),
+// and fails instead of writing an empty file with exit 0.
+func TestTracesOfARunStatsAndExport(t *testing.T) {
+	home := t.TempDir()
+	store := filepath.Join(home, "traces")
+	w, err := traces.OpenWriter(store, traces.WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var turns []data.Turn
+	for e := range 5 {
+		turns = append(turns, data.Turn{EpisodeID: fmt.Sprintf("e%d", e), GroupID: int64(e), PolicyID: "solver",
+			PromptIDs: []int32{1, 2}, ResponseIDs: []int32{3}, ResponseText: "4", FinishReason: "stop", Reward: 1, FinalReward: 1})
+	}
+	if err := w.Add(traces.SpansFromTurns("run1", 1, turns, 1, time.Now())...); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := runRlnode(t, home, "traces", "stats", "--store", store, "--by", "agent")
+	if fields := strings.Fields(out); code != 0 || len(fields) < 11 || fields[1] != "SPANS" || fields[10] != "10" {
+		t.Errorf("traces stats: exit %d, want a SPANS column counting 10 spans (5 episodes, each an agent span and a call):\n%s%s", code, out, stderr)
+	}
+	arrow := filepath.Join(home, "turns.arrow")
+	out, stderr, code = runRlnode(t, home, "traces", "export", "--store", store, "--format", "trajectories", "--reward", "human", "--out", arrow)
+	if code != 1 || strings.Count(stderr, "left out") != 1 || !strings.Contains(stderr, "left out 5: no reward human (") ||
+		!strings.Contains(stderr, "and 2 more)") || !strings.Contains(stderr, "no trajectory rows from the 5 traces") {
+		t.Errorf("export under a reward no trace has: exit %d, want 1 with one summary line:\n%s%s", code, out, stderr)
+	}
+	if _, err := os.Stat(arrow); !os.IsNotExist(err) {
+		t.Errorf("%s was written (%v)", arrow, err)
+	}
+	if _, stderr, code = runRlnode(t, home, "traces", "export", "--store", store, "--format", "trajectories", "--reward", "final", "--out", arrow); code != 0 {
+		t.Errorf("export under the final reward: exit %d: %s", code, stderr)
+	}
+}
