@@ -391,7 +391,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if res.FinalEval >= 0 {
 		fmt.Fprintf(stdout, "eval accuracy at the end: %.3f (%d held-out problems)\n", res.FinalEval, res.EvalProblems)
 	}
-	if cfg.Rollout != nil {
+	if cfg.Rollout != nil && res.RolloutRegenerated > 0 {
 		fmt.Fprintf(stdout, "rollout: %d generation chunks regenerated after lost rollout actors\n", res.RolloutRegenerated)
 	}
 	if res.TraceCalls > 0 {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -47,5 +48,11 @@ func TestRunOnClusterRelativeOut(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(nodeDir, rel)); err == nil {
 		t.Errorf("the learner wrote %s under its node's working directory %s", rel, nodeDir)
+	}
+	// No rollout actor was lost, so the run says nothing of lost ones
+	// (it printed "rollout: 0 generation chunks regenerated after lost
+	// rollout actors" after every run on a cluster).
+	if !strings.Contains(string(out), "rollout actors") || strings.Contains(string(out), "after lost rollout actors") {
+		t.Errorf("a run that lost no rollout actor speaks of lost ones, or placed none:\n%s", out)
 	}
 }
