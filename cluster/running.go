@@ -101,6 +101,9 @@ func processGone(pid int, start string) string {
 		return fmt.Sprintf("its run file names no process (pid %d)", pid)
 	}
 	now, err := processStart(pid)
+	if errors.Is(err, errProcessExited) {
+		return fmt.Sprintf("process %d is not running (it has exited; its parent has not reaped it yet)", pid)
+	}
 	if err != nil {
 		return fmt.Sprintf("process %d is not running", pid)
 	}
@@ -111,9 +114,15 @@ func processGone(pid int, start string) string {
 	return ""
 }
 
+// errProcessExited: the process has exited but is not yet reaped (a
+// zombie). Its /proc entry, start time included, stays until its parent
+// waits for it, which init in a container may do late.
+var errProcessExited = errors.New("process exited")
+
 // processStart is the start time of process pid, in clock ticks after boot
 // (field 22 of /proc/PID/stat): with the pid it names one process for
-// good, where a pid alone is reused once the process ends.
+// good, where a pid alone is reused once the process ends. A process that
+// has exited and awaits reaping is errProcessExited.
 func processStart(pid int) (string, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -129,6 +138,9 @@ func processStart(pid int) (string, error) {
 	const startField = 22 - 3 // fields after ")" begin with field 3
 	if len(f) <= startField {
 		return "", fmt.Errorf("/proc/%d/stat: %d fields after the command name", pid, len(f))
+	}
+	if f[0] == "Z" || f[0] == "X" { // field 3, the state: zombie or dead
+		return "", errProcessExited
 	}
 	return f[startField], nil
 }
