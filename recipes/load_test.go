@@ -170,7 +170,8 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"models.policy.lora.rank=0"}, "models.policy.lora.rank: 0: want a positive integer"},
 		{[]string{"models.policy.lora.targets=[qkv]"}, `models.policy.lora.targets.0: "qkv"`},
 		{[]string{"models.policy.init.vocab_size=100"}, "the built-in tokenizer needs at least"},
-		{[]string{"models.policy.path=/nonexistent"}, "both path and init are set"},
+		// How to drop the recipe's init when --set gives a path.
+		{[]string{"models.policy.path=/nonexistent"}, "models.policy: both path and init are set; want one (to load path, drop init: --set models.policy.init=null)"},
 		{[]string{"models.reference.init={}"}, "algorithm.kl_coef is 0: the reference model would be loaded and never used"},
 		{[]string{"data.task.held_out_percent=100"}, "data.task.held_out_percent: 100: want 1..99"},
 		{[]string{"data.verifier=code"}, "the built-in task has math answers"},

@@ -766,7 +766,8 @@ func (c *checker) model(path string, m *Model) {
 	case m.Path == "" && m.Init == nil:
 		c.add(path, "want path (a checkpoint directory) or init (a random initialization)")
 	case m.Path != "" && m.Init != nil:
-		c.add(path, "both path and init are set; want one")
+		// A built-in recipe's init stays when --set adds a path.
+		c.add(path, "both path and init are set; want one (to load path, drop init: --set %s.init=null)", path)
 	case !filepath.IsAbs(m.Path) && IsHubID(m.Path): // resolve found no such model
 		_, err := HubSnapshot(m.Path)
 		c.add(path+".path", "%s is neither a checkpoint directory nor a hub id in the cache: %v", m.Path, err)
