@@ -69,7 +69,7 @@ const minOwnerGrace = 5 * time.Second
 func runCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("out", "", "run directory (default ./runs/NAME-YYYYMMDD-HHMMSS)")
+	out := fs.String("out", "", "run directory (default ./runs/NAME-YYYYMMDD-HHMMSS, or NAME-YYYYMMDD-HHMMSS-2... when that exists)")
 	resume := fs.Bool("resume", false, "continue from the newest checkpoint in --out (the recipe may change only its schedule, eval, placement, checkpoint, trace and description)")
 	overwrite := fs.Bool("overwrite", false, "replace the run --out holds (its recipe, metrics, checkpoints and curves are removed)")
 	address := fs.String("address", "", "join the cluster a member at HOST:PORT (gossip address) belongs to and generate on rollout actors there; default: an embedded single-node cluster")
@@ -148,6 +148,16 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if err := l.WriteResolved(&resolved); err != nil {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		return 1
+	}
+	if *out == "" {
+		// The default names the second: a run started beside another in
+		// the same second takes the next free NAME-DATE-N.
+		if dir, err = reserveRunDir(dir); err != nil {
+			fmt.Fprintf(stderr, "rlnode run: %v\n", err)
+			return 1
+		}
+		cfg.Out = dir
+		defer os.Remove(dir) // only while still empty: a run that wrote nothing leaves nothing
 	}
 	unlock, err := lockRunDir(dir)
 	if err != nil {

@@ -3,8 +3,11 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 const savedRecipe = `# resolved recipe: builtin:quickstart
@@ -116,5 +119,57 @@ func TestRunFailedBeforeAStepSaysNoCurves(t *testing.T) {
 		"--set", "deterministic=false", "--set", "engines.policy.kind=vllm", "--set", "engines.policy.vllm={servers: [http://127.0.0.1:1], model: m}")
 	if code != 1 || !strings.Contains(stdout, "curves: none (no step finished)") {
 		t.Errorf("run against an unreachable vLLM server: exit %d, want 1 and no curves said:\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestRunDefaultOutIsItsOwn: without --out a run takes ./runs/NAME-DATE,
+// or NAME-DATE-2, -3... when that folder exists: two runs started in the
+// same second (a loop starting one per seed) each get a folder. Before,
+// the second was refused ("--out runs/quickstart-... is in use by another
+// run", an --out it was never given), or with the first one finished,
+// "holds another run". Here every name of the next two minutes holds
+// another run already.
+func TestRunDefaultOutIsItsOwn(t *testing.T) {
+	home, cwd := t.TempDir(), t.TempDir()
+	now := time.Now()
+	for s := range 120 {
+		taken := filepath.Join(cwd, "runs", "quickstart-"+now.Add(time.Duration(s)*time.Second).Format("20060102-150405"))
+		if err := os.MkdirAll(taken, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(taken, "recipe.yaml"), []byte("name: other\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := rlnodeCmd(t, home, "run", "quickstart", "--set", "sft.steps=1", "--set", "schedule.steps=1",
+		"--set", "eval.held_out=8", "--traces", "off")
+	cmd.Dir = cwd
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("rlnode run without --out beside runs of the same names: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`writing to (runs/quickstart-\d{8}-\d{6}-2)\n`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("the run did not write to NAME-DATE-2:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(cwd, string(m[1]), "metrics.jsonl")); err != nil {
+		t.Errorf("the run's own folder: %v", err)
+	}
+}
+
+// TestReserveRunDir: each reservation of one name gets a folder of its
+// own, made by it.
+func TestReserveRunDir(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "runs", "q-20260101-000000")
+	var got []string
+	for range 3 {
+		dir, err := reserveRunDir(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, dir)
+	}
+	if want := []string{base, base + "-2", base + "-3"}; !slices.Equal(got, want) {
+		t.Fatalf("reserved %v, want %v", got, want)
 	}
 }
