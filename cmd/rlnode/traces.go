@@ -209,6 +209,9 @@ func tracesList(store string, f traces.Filter, asJSON bool, limit int, stdout, s
 		return err
 	}
 	if limit > 0 && len(ts) > limit {
+		// Said on stderr, so that a count of the lines is not taken for
+		// the count of the traces.
+		fmt.Fprintf(stderr, "rlnode traces list: the newest %d of the %d traces that pass the filters (--limit 0 lists all)\n", limit, len(ts))
 		ts = ts[len(ts)-limit:]
 	}
 	if asJSON {

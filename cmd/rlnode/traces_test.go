@@ -570,7 +570,8 @@ func TestProxyDropsClientThatDoesNotRead(t *testing.T) {
 // too (10,240 "calls" for 5,120 one-call episodes). An export to
 // trajectories under a reward no trace carries says so once per reason
 // with a count, not once per trace (a line for each of 1,280 traces),
-// and fails instead of writing an empty file with exit 0.
+// and fails instead of writing an empty file with exit 0. list past its
+// --limit says how many traces it left out (it cut 1,280 to 100 silently).
 func TestTracesOfARunStatsAndExport(t *testing.T) {
 	home := t.TempDir()
 	store := filepath.Join(home, "traces")
@@ -592,6 +593,11 @@ func TestTracesOfARunStatsAndExport(t *testing.T) {
 	out, stderr, code := runRlnode(t, home, "traces", "stats", "--store", store, "--by", "agent")
 	if fields := strings.Fields(out); code != 0 || len(fields) < 11 || fields[1] != "SPANS" || fields[10] != "10" {
 		t.Errorf("traces stats: exit %d, want a SPANS column counting 10 spans (5 episodes, each an agent span and a call):\n%s%s", code, out, stderr)
+	}
+	// list shows the newest --limit traces, and says that there are more.
+	out, stderr, code = runRlnode(t, home, "traces", "list", "--store", store, "--limit", "2")
+	if code != 0 || strings.Count(out, "\n") != 3 || !strings.Contains(stderr, "the newest 2 of the 5 traces that pass the filters (--limit 0 lists all)") {
+		t.Errorf("traces list --limit 2 of 5 traces: exit %d, want 2 rows and a note of the 5:\n%s%s", code, out, stderr)
 	}
 	arrow := filepath.Join(home, "turns.arrow")
 	out, stderr, code = runRlnode(t, home, "traces", "export", "--store", store, "--format", "trajectories", "--reward", "human", "--out", arrow)
