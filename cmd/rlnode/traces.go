@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -87,11 +88,11 @@ func tracesCommand(args []string, stdout, stderr io.Writer) int {
 			return tracesExport(*store, f, *format, *out, stdout, stderr)
 		}
 	case "annotate":
-		trace := fs.String("trace", "", "trace id")
+		trace := fs.String("trace", "", "trace id, or a unique prefix of one")
 		span := fs.String("span", "", "span id (default: the trace's root span)")
 		reward := fs.String("reward", "", "NAME=VALUE, e.g. human=1")
 		reason := fs.String("reason", "", "why")
-		run = func() error { return tracesAnnotate(*store, *trace, *span, *reward, *reason, stdout) }
+		run = func() error { return tracesAnnotate(*store, *trace, *span, *reward, *reason, stdout, stderr) }
 	case "reward":
 		kind := fs.String("kind", "tool", "tool, answer or coordination")
 		verifier := fs.String("verifier", "math", "answer rewards: math or gsm8k")
@@ -383,7 +384,7 @@ func tracesExport(store string, f traces.Filter, format, out string, stdout, std
 	return nil
 }
 
-func tracesAnnotate(store, trace, span, reward, reason string, stdout io.Writer) error {
+func tracesAnnotate(store, trace, span, reward, reason string, stdout, stderr io.Writer) error {
 	name, val, ok := strings.Cut(reward, "=")
 	v, err := strconv.ParseFloat(val, 64)
 	if !ok || name == "" || err != nil {
@@ -391,6 +392,25 @@ func tracesAnnotate(store, trace, span, reward, reason string, stdout io.Writer)
 	}
 	if trace == "" {
 		return usageError{fmt.Errorf("--trace is required")}
+	}
+	// The trace (and span) must be in the store: an annotation of an id
+	// no trace has would be written and never reach one.
+	f := traces.Any()
+	f.TraceID = trace
+	ts, err := loadTraces(store, f, stderr)
+	if err != nil {
+		return err
+	}
+	switch len(ts) {
+	case 0:
+		return fmt.Errorf("no trace %s in %s", trace, store)
+	case 1:
+		trace = ts[0].ID.String()
+	default:
+		return fmt.Errorf("%d traces start with %s; give more of the id", len(ts), trace)
+	}
+	if span != "" && !slices.ContainsFunc(ts[0].Spans, func(s traces.Span) bool { return s.SpanID.String() == span }) {
+		return fmt.Errorf("trace %s has no span %s", trace, span)
 	}
 	if err := traces.Annotate(store, traces.Annotation{TraceID: trace, SpanID: span, By: "rlnode traces annotate",
 		Reward: traces.Reward{Name: name, Value: v, Reason: reason}}); err != nil {

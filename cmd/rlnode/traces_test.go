@@ -574,22 +574,7 @@ func TestProxyDropsClientThatDoesNotRead(t *testing.T) {
 // --limit says how many traces it left out (it cut 1,280 to 100 silently).
 func TestTracesOfARunStatsAndExport(t *testing.T) {
 	home := t.TempDir()
-	store := filepath.Join(home, "traces")
-	w, err := traces.OpenWriter(store, traces.WriterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var turns []data.Turn
-	for e := range 5 {
-		turns = append(turns, data.Turn{EpisodeID: fmt.Sprintf("e%d", e), GroupID: int64(e), PolicyID: "solver",
-			PromptIDs: []int32{1, 2}, ResponseIDs: []int32{3}, ResponseText: "4", FinishReason: "stop", Reward: 1, FinalReward: 1})
-	}
-	if err := w.Add(traces.SpansFromTurns("run1", 1, turns, 1, time.Now())...); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	store := writeRunTraces(t, filepath.Join(home, "traces"), 5)
 	out, stderr, code := runRlnode(t, home, "traces", "stats", "--store", store, "--by", "agent")
 	if fields := strings.Fields(out); code != 0 || len(fields) < 11 || fields[1] != "SPANS" || fields[10] != "10" {
 		t.Errorf("traces stats: exit %d, want a SPANS column counting 10 spans (5 episodes, each an agent span and a call):\n%s%s", code, out, stderr)
@@ -610,5 +595,73 @@ func TestTracesOfARunStatsAndExport(t *testing.T) {
 	}
 	if _, stderr, code = runRlnode(t, home, "traces", "export", "--store", store, "--format", "trajectories", "--reward", "final", "--out", arrow); code != 0 {
 		t.Errorf("export under the final reward: exit %d: %s", code, stderr)
+	}
+}
+
+// writeRunTraces writes a store as rlnode run records one: n one-call
+// episodes, each an invoke_agent span over a text_completion span.
+func writeRunTraces(t *testing.T, store string, n int) string {
+	t.Helper()
+	w, err := traces.OpenWriter(store, traces.WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var turns []data.Turn
+	for e := range n {
+		turns = append(turns, data.Turn{EpisodeID: fmt.Sprintf("e%d", e), GroupID: int64(e), PolicyID: "solver",
+			PromptIDs: []int32{1, 2}, ResponseIDs: []int32{3}, ResponseText: "4", FinishReason: "stop", Reward: 1, FinalReward: 1})
+	}
+	if err := w.Add(traces.SpansFromTurns("run1", 1, turns, 1, time.Now())...); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// TestTracesAnnotateNamesAStoredTrace: annotate takes a trace id or a
+// unique prefix of one, as show does, and refuses an id no trace of the
+// store has, a span not in the trace, and a store that does not exist.
+// Before, a mistyped id was "annotated" (exit 0) and the reward never
+// reached a trace, a prefix was refused as a malformed id, and a
+// mistyped --store was created to hold the annotation.
+func TestTracesAnnotateNamesAStoredTrace(t *testing.T) {
+	home := t.TempDir()
+	store := writeRunTraces(t, filepath.Join(home, "traces"), 2)
+	out, stderr, code := runRlnode(t, home, "traces", "list", "--store", store)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 {
+		t.Fatalf("traces list: exit %d:\n%s%s", code, out, stderr)
+	}
+	id := strings.Fields(lines[1])[0]
+	other := strings.Fields(lines[2])[0]
+	missing := strings.Repeat("f", 32)
+	if id == missing || other == missing {
+		t.Skip("a trace id of all f")
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--store", store, "--trace", missing}, "no trace " + missing + " in " + store},
+		{[]string{"--store", store, "--trace", id, "--span", strings.Repeat("0", 15) + "1"}, "trace " + id + " has no span 0000000000000001"},
+		{[]string{"--store", filepath.Join(home, "nostore"), "--trace", id}, "no such file or directory"},
+	} {
+		_, stderr, code := runRlnode(t, home, append([]string{"traces", "annotate", "--reward", "human=1"}, c.args...)...)
+		if code != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("annotate %v: exit %d, want 1 and %q:\n%s", c.args, code, c.want, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(home, "nostore")); !os.IsNotExist(err) {
+		t.Errorf("annotate made the store it was given by mistake (%v)", err)
+	}
+	out, stderr, code = runRlnode(t, home, "traces", "annotate", "--store", store, "--trace", id[:8], "--reward", "human=1")
+	if code != 0 || !strings.Contains(out, "annotated trace "+id+": human = 1") {
+		t.Fatalf("annotate by a prefix: exit %d:\n%s%s", code, out, stderr)
+	}
+	out, _, _ = runRlnode(t, home, "traces", "list", "--store", store, "--reward", "human", "--min-reward", "1")
+	if !strings.Contains(out, id) || strings.Contains(out, other) {
+		t.Errorf("the annotated trace, listed by its reward:\n%s", out)
 	}
 }
