@@ -112,6 +112,10 @@ func parse(file string, src []byte, dir string, sets []string) (*Loaded, error) 
 			if strings.HasPrefix(text, "did not find expected ',' or") {
 				text += " (the [ ] or { } that opens on this line is not closed, or lacks a comma)"
 			}
+			if lines := bytes.Split(src, []byte("\n")); text == "found character that cannot start any token" &&
+				line >= 1 && line <= len(lines) && bytes.ContainsRune(lines[line-1], '\t') {
+				text += " (a tab: YAML indents with spaces)"
+			}
 			return Errors{{Pos: Pos{File: file, Line: line}, Msg: "YAML: " + text}}
 		}
 		return Errors{{Pos: Pos{File: file}, Msg: "YAML: " + strings.TrimPrefix(msg, "yaml: ")}}
