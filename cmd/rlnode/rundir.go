@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/rlnode/rlnode/recipes"
+	"github.com/rlnode/rlnode/train"
 )
 
 // runFiles are what a run writes into its directory; any of them there
@@ -52,6 +53,12 @@ func checkRunDir(dir string, resolved []byte, resume, overwrite bool) error {
 		}
 		return nil
 	case !resume:
+		if cks, err := train.Checkpoints(dir); err == nil && len(cks) == 0 {
+			// A run that stopped before its first checkpoint (a placement
+			// no node could take, say): --resume has nothing to continue.
+			return fmt.Errorf("--out %s holds another run (%s) that wrote no checkpoint, so --resume cannot continue it: replace it with --overwrite, or choose another folder",
+				dir, strings.Join(held, ", "))
+		}
 		return fmt.Errorf("--out %s holds another run (%s): continue it with --resume, replace it with --overwrite, or choose another folder",
 			dir, strings.Join(held, ", "))
 	}

@@ -29,8 +29,13 @@ func TestCheckRunDir(t *testing.T) {
 	}{
 		{name: "empty folder", recipe: savedRecipe},
 		{name: "unrelated files", files: []string{"notes.txt"}, recipe: savedRecipe, left: []string{"notes.txt"}},
-		{name: "another run", files: []string{"recipe.yaml", "metrics.jsonl"}, recipe: savedRecipe,
-			want: "holds another run (recipe.yaml, metrics.jsonl): continue it with --resume, replace it with --overwrite"},
+		{name: "another run", files: []string{"recipe.yaml", "metrics.jsonl", "checkpoints/step-5/x"}, recipe: savedRecipe,
+			want: "holds another run (recipe.yaml, metrics.jsonl, checkpoints): continue it with --resume, replace it with --overwrite"},
+		// One that stopped before its first checkpoint (a placement no node
+		// could take): --resume would fail with "no complete, intact
+		// checkpoint", so it is not offered.
+		{name: "another run without checkpoints", files: []string{"recipe.yaml", "metrics.jsonl", "traces/x"}, recipe: savedRecipe,
+			want: "holds another run (recipe.yaml, metrics.jsonl, traces) that wrote no checkpoint, so --resume cannot continue it: replace it with --overwrite"},
 		{name: "checkpoints only", files: []string{"checkpoints/step-5/x"}, recipe: savedRecipe, want: "holds another run (checkpoints)"},
 		{name: "resume, same recipe", files: []string{"recipe.yaml", "checkpoints/step-5/x"}, recipe: savedRecipe, resume: true},
 		{name: "resume, longer schedule", files: []string{"recipe.yaml"}, resume: true,
