@@ -384,14 +384,14 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "rlnode run: stopped %s, before any checkpoint: nothing to resume\n", where)
 			return 130
 		}
-		fmt.Fprintf(stderr, "rlnode run: stopped %s; continue from checkpoint %s with: rlnode run %s --out %s --resume\n",
-			where, filepath.Base(newest), filepath.Join(dir, recipes.ResolvedFile), dir)
+		fmt.Fprintf(stderr, "rlnode run: stopped %s; continue from checkpoint %s with: %s\n",
+			where, filepath.Base(newest), resumeCommand(fs, dir))
 		return 130
 	case err != nil:
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		if newest != "" {
-			fmt.Fprintf(stderr, "rlnode run: once the cause is fixed, continue from checkpoint %s with: rlnode run %s --out %s --resume\n",
-				filepath.Base(newest), filepath.Join(dir, recipes.ResolvedFile), dir)
+			fmt.Fprintf(stderr, "rlnode run: once the cause is fixed, continue from checkpoint %s with: %s\n",
+				filepath.Base(newest), resumeCommand(fs, dir))
 		}
 		return 1
 	}
@@ -410,6 +410,28 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "done: %d steps\n", res.Steps)
 	return 0
+}
+
+// resumeFlags are the flags of rlnode run that say where a run runs and
+// what it records, which a resume must be given again: without them the
+// command the hint prints would continue a cluster run in one process on
+// this host (or on another cluster, with another key), or record traces
+// the run did not.
+var resumeFlags = []string{"address", "bind", "key-file", "detection", "owner-grace", "traces", "trace-sample"}
+
+// resumeCommand is the command that continues the run in dir: its
+// resolved recipe, --out, --resume, and those of resumeFlags that this
+// command was given.
+func resumeCommand(fs *flag.FlagSet, dir string) string {
+	args := []string{"rlnode", "run", filepath.Join(dir, recipes.ResolvedFile), "--out", dir, "--resume"}
+	given := map[string]string{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = f.Value.String() })
+	for _, name := range resumeFlags {
+		if v, ok := given[name]; ok {
+			args = append(args, "--"+name, v)
+		}
+	}
+	return shellJoin(args)
 }
 
 // printRecipeError prints a recipe load error: every problem as
