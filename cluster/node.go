@@ -256,6 +256,12 @@ type memberInfo struct {
 type lostMember struct {
 	gossip string
 	since  time.Time
+	// ended: its host refused a connection on its gossip port (a crash,
+	// a SIGKILL), so it is not cut off: it no longer counts for
+	// hasQuorum, and its address is still tried, as a node restarted
+	// there (the first node, started again with the same `rlnode start`)
+	// joins no one by itself.
+	ended bool
 }
 
 // gossipToTheDead, when set (by tests), replaces memberlist's 30 s during
@@ -849,7 +855,9 @@ func (n *Node) reconnectLoop() {
 // reconnect starts a join of each lost member's gossip address, one at a
 // time per member, for reconnectFor after it was lost. When a partition
 // heals, the join brings both sides' memberships and directories
-// together again. A member whose record says it was stopping, or whose
+// together again; when a node killed there is started again at the same
+// address, the join brings it into the cluster (Serf reconnects failed
+// members alike). A member whose record says it was stopping, or whose
 // address another live member has now, is no longer tried.
 func (n *Node) reconnect(now time.Time) {
 	if n.isLeaving() {
@@ -884,11 +892,13 @@ func (n *Node) reconnect(now time.Time) {
 			}
 			n.lmu.Lock()
 			delete(n.reconnecting, id)
-			if refused {
+			if cur, ok := n.lost[id]; ok && refused && !cur.ended {
 				// Its host answers and nothing listens there: the node
 				// ended (a crash, a SIGKILL), it is not cut off. It no
-				// longer counts for hasQuorum.
-				delete(n.lost, id)
+				// longer counts for hasQuorum; its address is still
+				// tried, for a node started again there.
+				cur.ended = true
+				n.lost[id] = cur
 			}
 			n.lmu.Unlock()
 		}()
@@ -906,7 +916,7 @@ func (n *Node) hasQuorum(now time.Time) bool {
 	lost := 0
 	n.lmu.Lock()
 	for id, l := range n.lost {
-		if now.Sub(l.since) < lostQuorumFor && !n.isAlive(id) {
+		if !l.ended && now.Sub(l.since) < lostQuorumFor && !n.isAlive(id) {
 			lost++
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/actor"
 )
 
 // cutOff drops (on) or passes again (off) every gossip packet and stream
@@ -136,5 +138,46 @@ func TestSurvivorOfKilledNodesRestartsTheirActors(t *testing.T) {
 	waitFor(t, "the actor of b-killed restarted on a-survives", 60*time.Second, func() bool {
 		rec, _ := a.dir.Actor("moves")
 		return rec.State == Alive && rec.Node == "a-survives"
+	})
+}
+
+// The first node of a cluster (`rlnode start`, which joins no one) killed
+// and started again with the same command, at the same address, must be
+// one cluster with the nodes that joined through it. Before, the members
+// that had joined through it dropped its address at the first refused
+// connection after the kill (a crash is not a partition), so the node
+// started again there stayed a cluster of its own for good: `rlnode
+// status` and `rlnode run --address` at its address saw it alone, the
+// others went on without it. Now they go on trying the address of a
+// killed member, and the first try after it is up again joins it.
+func TestRestartedFirstNodeIsJoinedAgain(t *testing.T) {
+	key := testKey(t)
+	first := startNodeProcess(t, "s-first", key, "", 0, "", "RLNODE_TEST_BIND=127.0.0.1:0")
+	a, err := Start(context.Background(), Config{NodeID: "a-joined", Bind: "127.0.0.1:0", Key: key, CPUs: 2,
+		Join: []string{first.gossip}, Detection: FastDetection, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	waitFor(t, "2 nodes", 20*time.Second, func() bool { return nodeCount(a) == 2 })
+
+	_ = first.Cmd.Process.Kill()
+	<-first.Exited
+	waitFor(t, "a-joined to take s-first for lost", 30*time.Second, func() bool { return !a.isAlive("s-first") && a.sawLeave("s-first") })
+	// The node started again must find a-joined past its first try of the
+	// address, which finds nothing listening there.
+	waitFor(t, "a-joined to find s-first's address refused", 30*time.Second, func() bool {
+		a.lmu.Lock()
+		defer a.lmu.Unlock()
+		l, ok := a.lost["s-first"]
+		return !ok || l.ended
+	})
+
+	again := startNodeProcess(t, "s-again", key, "", 0, "", "RLNODE_TEST_BIND="+first.gossip)
+	if again.gossip != first.gossip {
+		t.Fatalf("the node started again listens on %s, want %s", again.gossip, first.gossip)
+	}
+	waitFor(t, "a-joined and the first node started again to be one cluster", 60*time.Second, func() bool {
+		return a.isAlive("s-again") && nodeCount(a) == 2
 	})
 }
