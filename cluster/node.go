@@ -258,9 +258,10 @@ type lostMember struct {
 	since  time.Time
 	// ended: its host refused a connection on its gossip port (a crash,
 	// a SIGKILL), so it is not cut off: it no longer counts for
-	// hasQuorum, and its address is still tried, as a node restarted
-	// there (the first node, started again with the same `rlnode start`)
-	// joins no one by itself.
+	// hasQuorum. Such a member is still tried only when its address is
+	// one this node joined through (isJoinAddress): a node started again
+	// there (the first node, by the same `rlnode start`) joins no one by
+	// itself, while any other restarted node joins through that address.
 	ended bool
 }
 
@@ -855,9 +856,10 @@ func (n *Node) reconnectLoop() {
 // reconnect starts a join of each lost member's gossip address, one at a
 // time per member, for reconnectFor after it was lost. When a partition
 // heals, the join brings both sides' memberships and directories
-// together again; when a node killed there is started again at the same
-// address, the join brings it into the cluster (Serf reconnects failed
-// members alike). A member whose record says it was stopping, or whose
+// together again; when the node this node joined through is killed and
+// started again at the same address, the join brings it into the cluster
+// (as Serf reconnects failed members; a killed member at any other
+// address is dropped once its host refuses, see lostMember.ended). A member whose record says it was stopping, or whose
 // address another live member has now, is no longer tried.
 func (n *Node) reconnect(now time.Time) {
 	if n.isLeaving() {
@@ -890,19 +892,50 @@ func (n *Node) reconnect(now time.Time) {
 			} else {
 				refused = errors.Is(err, syscall.ECONNREFUSED)
 			}
+			retry := refused && n.isJoinAddress(l.gossip) // a name lookup: not under lmu
 			n.lmu.Lock()
 			delete(n.reconnecting, id)
 			if cur, ok := n.lost[id]; ok && refused && !cur.ended {
 				// Its host answers and nothing listens there: the node
 				// ended (a crash, a SIGKILL), it is not cut off. It no
-				// longer counts for hasQuorum; its address is still
-				// tried, for a node started again there.
-				cur.ended = true
-				n.lost[id] = cur
+				// longer counts for hasQuorum. A join address is still
+				// tried, for the node started again there; any other is
+				// dropped, as its port may be another process's by now.
+				if retry {
+					cur.ended = true
+					n.lost[id] = cur
+				} else {
+					delete(n.lost, id)
+				}
 			}
 			n.lmu.Unlock()
 		}()
 	}
+}
+
+// isJoinAddress reports whether gossip (host:port as memberlist gives it)
+// is one of the addresses this node was started to join (Config.Join),
+// names resolved.
+func (n *Node) isJoinAddress(gossip string) bool {
+	for _, a := range n.cfg.Join {
+		if a == gossip {
+			return true
+		}
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			continue
+		}
+		ips, err := net.LookupHost(host)
+		if err != nil {
+			continue
+		}
+		for _, ip := range ips {
+			if net.JoinHostPort(ip, port) == gossip {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // hasQuorum reports whether this node sees at least half of the
