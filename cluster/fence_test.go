@@ -415,3 +415,36 @@ func TestLookupWithANodeFrozen(t *testing.T) {
 		t.Fatalf("lookup with v-frozen frozen: %v; want not found, naming v-frozen alone as not answering", err)
 	}
 }
+
+// A request that does not fit while actors and placement groups whose
+// owner is gone (not yet stopped: the owner grace runs) hold the
+// resources says so, and that they are released after the owner grace.
+// Before, a run's driver killed and resumed at once got only "no node can
+// host {CPU:1 ...}; cluster offers: ... free {memory:...}", with nothing
+// saying that its earlier self's actors held the CPUs for a few seconds
+// more.
+func TestInfeasibleNamesWhatGoneOwnersHold(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "a-full", key)
+	owner := startNodeProcess(t, "o-gone", key, a.GossipAddress(), 0, "", "RLNODE_TEST_OWN_ON=a-full", "RLNODE_TEST_OWNER_GRACE=1h")
+	used := func() float64 { _, u := a.ledger.snapshot(); return u[CPU] }
+	waitFor(t, "the owner's actor and bundle on a-full", 20*time.Second, func() bool {
+		rec, ok := a.dir.Actor("owned")
+		return ok && rec.State == Alive && len(a.dir.Groups()) == 1 && used() == 1.5
+	})
+	_ = owner.Cmd.Process.Signal(syscall.SIGKILL)
+	<-owner.Exited
+	waitFor(t, "a-full to take o-gone for lost", 30*time.Second, func() bool { return !a.isAlive("o-gone") && a.sawLeave("o-gone") })
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const want = "1 actors and 1 placement groups whose owner node (o-gone) is not alive hold {CPU:1.5}"
+	_, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "wants-one", Resources: Resources{CPU: 1}})
+	if !errors.Is(err, ErrInfeasible) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "owner grace") {
+		t.Errorf("spawn: %v; want it infeasible, saying %q and the owner grace", err, want)
+	}
+	_, err = a.CreatePlacementGroup(ctx, []Bundle{{Resources: Resources{CPU: 1}}}, Pack)
+	if !errors.Is(err, ErrInfeasible) || !strings.Contains(err.Error(), want) {
+		t.Errorf("placement group: %v; want it infeasible, saying %q", err, want)
+	}
+}

@@ -44,6 +44,9 @@ func (n *Node) CreatePlacementGroup(ctx context.Context, bundles []Bundle, st St
 		}
 		nodes, err := PlaceGroup(views, bundles, st)
 		if err != nil {
+			if held := n.heldForGoneOwners(); held != "" {
+				err = fmt.Errorf("%w; %s", err, held)
+			}
 			if lastErr != nil {
 				err = fmt.Errorf("%w (earlier attempt: %v)", err, lastErr)
 			}

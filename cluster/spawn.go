@@ -171,6 +171,9 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 	for attempt := 0; attempt < 4; attempt++ {
 		target, err := n.placeSpawn(req, exclude)
 		if err != nil {
+			if held := n.heldForGoneOwners(); held != "" && errors.Is(err, ErrInfeasible) {
+				err = fmt.Errorf("%w; %s", err, held)
+			}
 			if lastErr != nil {
 				return actor.Ref{}, fmt.Errorf("spawn %s: %v (after: %v)", req.Name, err, lastErr)
 			}
@@ -570,6 +573,53 @@ func (n *Node) ownerGone(owner string, now time.Time) bool {
 		return false
 	}
 	return now.Sub(first) >= grace
+}
+
+// heldForGoneOwners says, for an error that no node can host a request,
+// what the actors and placement groups whose owner node is not alive still
+// hold on live nodes: they are stopped once their owner has been gone for its owner
+// grace, and the request may fit then. A run's driver killed and resumed
+// at once met the bare "no node can host" while its earlier self's actors
+// still held the CPUs. Empty when there are none.
+func (n *Node) heldForGoneOwners() string {
+	held := Resources{}
+	owners := map[string]bool{}
+	actors, groups := 0, 0
+	gone := func(owner string) bool { return owner != "" && owner != n.id && !n.isAlive(owner) }
+	for _, rec := range n.dir.Actors() {
+		if rec.State == Dead || rec.Group != "" || !gone(rec.Owner) || !n.isAlive(rec.Node) {
+			continue
+		}
+		held = held.Add(rec.Resources)
+		owners[rec.Owner] = true
+		actors++
+	}
+	for _, g := range n.dir.Groups() {
+		if g.Removed || !gone(g.Owner) {
+			continue
+		}
+		on := false // what its bundles hold on live nodes
+		for i, b := range g.Bundles {
+			if i < len(g.Nodes) && n.isAlive(g.Nodes[i]) {
+				held = held.Add(b.Resources)
+				on = true
+			}
+		}
+		if on {
+			owners[g.Owner] = true
+			groups++
+		}
+	}
+	if actors+groups == 0 {
+		return ""
+	}
+	ids := make([]string, 0, len(owners))
+	for id := range owners {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return fmt.Sprintf("%d actors and %d placement groups whose owner node (%s) is not alive hold %s: the cluster stops them once their owner has been gone for its owner grace (rlnode run --owner-grace, 15 s by default), then try again",
+		actors, groups, strings.Join(ids, ", "), held)
 }
 
 // reapOrphans is the leader's pass over the actors and placement groups
