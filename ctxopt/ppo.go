@@ -22,7 +22,6 @@ type PPOConfig struct {
 	Hidden      []int   // hidden layer sizes of both networks
 }
 
-// Check reports settings PPO cannot run with.
 // Bounds on a network's hidden layers: each network and its optimizer
 // state hold several copies of their weights.
 const (
@@ -30,6 +29,7 @@ const (
 	maxHiddenWeights = 1 << 24
 )
 
+// Check reports settings PPO cannot run with.
 func (c PPOConfig) Check() error {
 	switch {
 	case !(c.LR > 0 && c.LR < 1):
@@ -40,10 +40,10 @@ func (c PPOConfig) Check() error {
 		return fmt.Errorf("ppo: clip %v not in (0, 1)", c.Clip)
 	case c.Epochs < 1 || c.Epochs > 64:
 		return fmt.Errorf("ppo: epochs %d not in 1..64", c.Epochs)
-	case !(c.MaxGradNorm > 0):
-		return fmt.Errorf("ppo: gradient clip %v must be positive", c.MaxGradNorm)
-	case !(c.ValueCoef >= 0):
-		return fmt.Errorf("ppo: value coefficient %v must be non-negative", c.ValueCoef)
+	case !(c.MaxGradNorm > 0) || math.IsInf(c.MaxGradNorm, 0):
+		return fmt.Errorf("ppo: gradient clip %v must be a positive number", c.MaxGradNorm)
+	case !(c.ValueCoef >= 0) || math.IsInf(c.ValueCoef, 0):
+		return fmt.Errorf("ppo: value coefficient %v must be a finite non-negative number", c.ValueCoef)
 	case !(c.Gamma >= 0 && c.Gamma <= 1), !(c.Lambda >= 0 && c.Lambda <= 1):
 		return fmt.Errorf("ppo: gamma %v and lambda %v must be in [0, 1]", c.Gamma, c.Lambda)
 	case len(c.Hidden) == 0:

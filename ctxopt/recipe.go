@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -190,13 +191,110 @@ func ParseRecipe(file string, b []byte) (*Recipe, error) {
 	r.root = &root
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	if err := dec.Decode(r); err != nil {
+	var decodeErrs []error
+	badLines := map[int]bool{}
+	if err := dec.Decode(r); errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: empty recipe", r.file)
+	} else if te := (*yaml.TypeError)(nil); errors.As(err, &te) {
+		// yaml goes on past unknown keys and wrong types, so the checks
+		// below still see every field it could decode.
+		for _, msg := range te.Errors {
+			line, e := r.typeErr(msg)
+			badLines[line] = true
+			decodeErrs = append(decodeErrs, e)
+		}
+	} else if err != nil {
 		return nil, r.yamlErr(err)
 	}
-	if err := r.validate(); err != nil {
-		return nil, err
+	if err := r.validate(); err != nil || len(decodeErrs) > 0 {
+		// A field yaml could not decode keeps its zero value: the checks'
+		// complaint about that zero would only repeat the first error.
+		errs := decodeErrs
+		for _, e := range unjoin(err) {
+			var le lineError
+			if !errors.As(e, &le) || !badLines[le.line] {
+				errs = append(errs, e)
+			}
+		}
+		return nil, errors.Join(errs...)
 	}
 	return r, nil
+}
+
+// typeErr turns one of yaml's decoding errors ("line 14: field bogus not
+// found in type struct {…}", "line 42: cannot unmarshal !!str `x` into
+// int") into FILE:LINE: field: message, the field by its dotted path.
+func (r *Recipe) typeErr(msg string) (int, error) {
+	m := typeErrRE.FindStringSubmatch(msg)
+	if m == nil {
+		return 0, fmt.Errorf("%s: %s", r.file, msg)
+	}
+	line, _ := strconv.Atoi(m[1])
+	text := m[2]
+	if f := unknownFieldRE.FindStringSubmatch(text); f != nil {
+		text = "unknown key"
+	}
+	if path := r.pathAt(line); path != "" {
+		return line, fmt.Errorf("%s:%d: %s: %s", r.file, line, path, text)
+	}
+	return line, fmt.Errorf("%s:%d: %s", r.file, line, text)
+}
+
+var (
+	typeErrRE      = regexp.MustCompile(`^line (\d+): (.*)`)
+	unknownFieldRE = regexp.MustCompile(`^field (\S+) not found in type `)
+)
+
+// pathAt is the dotted path of the key on line (list elements by index),
+// the innermost when several are on it; "" when no key is.
+func (r *Recipe) pathAt(line int) string {
+	var best string
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := n.Content[i].Value
+				if path != "" {
+					p = path + "." + p
+				}
+				if n.Content[i].Line == line {
+					best = p
+				}
+				walk(n.Content[i+1], p)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				walk(c, fmt.Sprintf("%s.%d", path, i))
+			}
+		}
+	}
+	if r.root != nil {
+		walk(r.root, "")
+	}
+	return best
+}
+
+// lineError is a check's error with the line it names.
+type lineError struct {
+	line int
+	msg  string
+}
+
+func (e lineError) Error() string { return e.msg }
+
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 func (r *Recipe) yamlErr(err error) error {
@@ -242,7 +340,8 @@ func (r *Recipe) line(path string) int {
 }
 
 func (r *Recipe) errf(path, format string, args ...any) error {
-	return fmt.Errorf("%s:%d: %s: %s", r.file, r.line(path), path, fmt.Sprintf(format, args...))
+	line := r.line(path)
+	return lineError{line, fmt.Sprintf("%s:%d: %s: %s", r.file, line, path, fmt.Sprintf(format, args...))}
 }
 
 // ContextTokens is the executor model's context length.
@@ -302,7 +401,7 @@ func (r *Recipe) validate() error {
 			r.lossTimeout = d
 		}
 	}
-	if r.Executor.Temperature < 0 || r.Executor.Temperature > 2 {
+	if !(r.Executor.Temperature >= 0 && r.Executor.Temperature <= 2) {
 		add("executor.temperature", "%v not in [0, 2]", r.Executor.Temperature)
 	}
 	if len(r.Space.Atoms) == 0 {
@@ -352,8 +451,8 @@ func (r *Recipe) validate() error {
 			add(p, "the python tool needs executor.python: true")
 		}
 	}
-	if r.Reward.Correct <= 0 {
-		add("reward.correct", "%v must be positive", r.Reward.Correct)
+	if !(r.Reward.Correct > 0) || math.IsInf(r.Reward.Correct, 0) {
+		add("reward.correct", "%v must be a positive number", r.Reward.Correct)
 	}
 	for _, w := range []struct {
 		path string

@@ -58,7 +58,7 @@ func TestRecipeValidation(t *testing.T) {
 		{"budget over the context", "budgets: [64, 256, 512]", "budgets: [64, 256, 4096]", "budgets:", "space.budgets.2: budget 4096 tokens"},
 		{"unknown tool", "tools: [calculator, python]", "tools: [calculator, shell]", "tools:", `space.tools.1: unknown tool "shell"`},
 		{"search without endpoint", "tools: [calculator, python]", "tools: [calculator, search]", "tools:", "space.tools.1: the search tool needs executor.search_url"},
-		{"unknown field", "embed_dim: 64", "embed_dim: 64\nembed_dims: 3", "embed_dims", `field embed_dims not found`},
+		{"unknown field", "embed_dim: 64", "embed_dim: 64\nembed_dims: 3", "embed_dims", `embed_dims: unknown key`},
 		{"bad formulation", "formulation: bandit", "formulation: tabular", "formulation:", `formulation: "tabular"`},
 		{"bad ppo", "  epochs: 4", "  epochs: 0", "ppo:", "ppo: epochs 0 not in 1..64"},
 		{"budget twice", "budgets: [64, 256, 512]", "budgets: [64, 256, 64]", "budgets:", "space.budgets.2: budget 64 listed twice"},
@@ -99,7 +99,7 @@ func TestRecipeValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ name, old, new, want string }{
-		{"no model section", "  lm:", "  lx:", "field lx not found"},
+		{"no model section", "  lm:", "  lx:", "executor.lx: unknown key"},
 		{"heads not dividing", "    heads: 4", "    heads: 5", "executor.lm: hidden 128 is not divisible by heads 5"},
 		{"budget over the model's context", "    context: 1024", "    context: 600", "space.budgets.2: budget 512 tokens leaves under half of the model's 600-token context"},
 		{"a model section with the scripted engine", "  engine: native", "  engine: sim", "executor.lm: only the native engine trains an executor model"},
@@ -172,6 +172,77 @@ func TestLoadersBoundWhatTheyRead(t *testing.T) {
 		}
 		if err := c.load(t.TempDir()); err == nil || !strings.Contains(err.Error(), "a directory, not a file") {
 			t.Errorf("%s from a directory: %v", c.name, err)
+		}
+	}
+}
+
+// A recipe with several problems gets them all at once, each as
+// FILE:LINE: field: message: an unknown key or a wrong type named by its
+// dotted path (not yaml's dump of a Go struct) beside the checks' own
+// findings; NaN and infinite numbers are refused where a finite one is
+// bounded; an empty file says it is empty.
+func TestRecipeValidationReportsEveryProblem(t *testing.T) {
+	base, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(src string, pairs ...string) string {
+		t.Helper()
+		for i := 0; i+1 < len(pairs); i += 2 {
+			out := strings.Replace(src, pairs[i], pairs[i+1], 1)
+			if out == src {
+				t.Fatalf("the edit %q did not apply", pairs[i])
+			}
+			src = out
+		}
+		return src
+	}
+	lineOf := func(src, needle string) string {
+		i := strings.Index(src, needle)
+		if i < 0 {
+			t.Fatalf("%q not in the recipe", needle)
+		}
+		return strconv.Itoa(strings.Count(src[:i], "\n") + 1)
+	}
+	src := edit(string(base),
+		"  workers: 4", "  workers: 4\n  bogus: 1\n  loss_timeout: soon",
+		"budgets: [64, 256, 512]", "budgets: [64, 64, 5000]",
+		"  iterations: 400", "  iterations: many")
+	_, err = ParseRecipe("r.yaml", []byte(src))
+	for _, want := range []string{
+		"r.yaml:" + lineOf(src, "bogus") + ": executor.bogus: unknown key",
+		"r.yaml:" + lineOf(src, "loss_timeout") + `: executor.loss_timeout: "soon": want a duration`,
+		"r.yaml:" + lineOf(src, "budgets:") + ": space.budgets.1: budget 64 listed twice",
+		"r.yaml:" + lineOf(src, "budgets:") + ": space.budgets.2: budget 5000 tokens",
+		"r.yaml:" + lineOf(src, "iterations: many") + ": train.iterations: ",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want it to hold %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "type struct") {
+		t.Errorf("error %v shows a Go type", err)
+	}
+	if err != nil && strings.Contains(err.Error(), "train.iterations: 0 not in") {
+		t.Errorf("error %v also reports the zero a wrong type left", err)
+	}
+
+	for _, c := range []struct{ name, old, new, want string }{
+		{"NaN correct reward", "correct: 5", "correct: .nan", "reward.correct: NaN must be a positive number"},
+		{"infinite correct reward", "correct: 5", "correct: .inf", "reward.correct: +Inf must be a positive number"},
+		{"NaN temperature", "  workers: 4", "  workers: 4\n  temperature: .nan", "executor.temperature: NaN not in [0, 2]"},
+		{"infinite gradient clip", "max_grad_norm: 0.5", "max_grad_norm: .inf", "ppo: gradient clip +Inf must be a positive number"},
+		{"infinite value coefficient", "value_coef: 0.5", "value_coef: .inf", "ppo: value coefficient +Inf must be a finite non-negative number"},
+		{"hidden layers without end", "hidden: [64, 64]", "hidden: [64, 64, 64, 64, 64, 64, 64, 64, 64]", "ppo: 9 hidden layers, at most 8"},
+	} {
+		src := edit(string(base), c.old, c.new)
+		if _, err := ParseRecipe("r.yaml", []byte(src)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want …%s", c.name, err, c.want)
+		}
+	}
+	for _, empty := range []string{"", "# only a comment\n"} {
+		if _, err := ParseRecipe("r.yaml", []byte(empty)); err == nil || err.Error() != "r.yaml: empty recipe" {
+			t.Errorf("empty file %q: %v, want r.yaml: empty recipe", empty, err)
 		}
 	}
 }
