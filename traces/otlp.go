@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -152,35 +153,53 @@ type (
 )
 
 // jsonUint is a uint64 written as a decimal string (or read from a number).
-type jsonUint uint64
+// A value that is neither is kept in bad for the decoder to refuse with
+// the field's path, which encoding/json does not give an Unmarshaler.
+type jsonUint struct {
+	v   uint64
+	bad string
+}
 
 func (u *jsonUint) UnmarshalJSON(b []byte) error {
 	v, err := strconv.ParseUint(strings.Trim(string(b), `"`), 10, 64)
 	if err != nil {
-		return fmt.Errorf("want an unsigned 64-bit integer, got %s", b)
+		*u = jsonUint{bad: truncate(string(b), 64)}
+		return nil
 	}
-	*u = jsonUint(v)
+	*u = jsonUint{v: v}
 	return nil
 }
 
 func (u jsonUint) MarshalJSON() ([]byte, error) {
-	return []byte(`"` + strconv.FormatUint(uint64(u), 10) + `"`), nil
+	return []byte(`"` + strconv.FormatUint(u.v, 10) + `"`), nil
 }
 
-// jsonInt is an int64 written as a decimal string (or read from a number).
-type jsonInt int64
+func (u jsonUint) value(field string) (uint64, error) {
+	if u.bad != "" {
+		return 0, fmt.Errorf("field %s: want an unsigned 64-bit integer, got %s", field, u.bad)
+	}
+	return u.v, nil
+}
+
+// jsonInt is an int64 written as a decimal string (or read from a number);
+// bad as jsonUint's.
+type jsonInt struct {
+	v   int64
+	bad string
+}
 
 func (i *jsonInt) UnmarshalJSON(b []byte) error {
 	v, err := strconv.ParseInt(strings.Trim(string(b), `"`), 10, 64)
 	if err != nil {
-		return fmt.Errorf("want a 64-bit integer, got %s", b)
+		*i = jsonInt{bad: truncate(string(b), 64)}
+		return nil
 	}
-	*i = jsonInt(v)
+	*i = jsonInt{v: v}
 	return nil
 }
 
 func (i jsonInt) MarshalJSON() ([]byte, error) {
-	return []byte(`"` + strconv.FormatInt(int64(i), 10) + `"`), nil
+	return []byte(`"` + strconv.FormatInt(i.v, 10) + `"`), nil
 }
 
 // DecodeOTLPJSON decodes an OTLP/HTTP JSON export request; an error names
@@ -192,7 +211,21 @@ func DecodeOTLPJSON(body []byte) (*tracepb.TracesData, error) {
 		var se *json.SyntaxError
 		switch {
 		case errors.As(err, &te):
-			return nil, fmt.Errorf("field %s: want %v, got JSON %s", te.Field, te.Type, te.Value)
+			field := te.Field
+			if p := jsonPathAt(body, te.Offset); p != "" {
+				field = p
+			}
+			if field == "" {
+				return nil, fmt.Errorf("the request: want a JSON object, got JSON %s", te.Value)
+			}
+			want := te.Type.String()
+			switch te.Type.Kind() {
+			case reflect.Struct:
+				want = "a JSON object"
+			case reflect.Slice:
+				want = "a JSON list"
+			}
+			return nil, fmt.Errorf("field %s: want %s, got JSON %s", field, want, te.Value)
 		case errors.As(err, &se):
 			return nil, fmt.Errorf("not JSON at byte %d: %v", se.Offset, se)
 		}
@@ -218,9 +251,14 @@ func DecodeOTLPJSON(body []byte) (*tracepb.TracesData, error) {
 			}
 			for k, s := range ss.Spans {
 				at := fmt.Sprintf("resourceSpans[%d].scopeSpans[%d].spans[%d]", i, j, k)
-				ps := &tracepb.Span{Name: s.Name, Kind: tracepb.Span_SpanKind(s.Kind),
-					StartTimeUnixNano: uint64(s.StartTimeUnixNano), EndTimeUnixNano: uint64(s.EndTimeUnixNano)}
+				ps := &tracepb.Span{Name: s.Name, Kind: tracepb.Span_SpanKind(s.Kind)}
 				var err error
+				if ps.StartTimeUnixNano, err = s.StartTimeUnixNano.value(at + ".startTimeUnixNano"); err != nil {
+					return nil, err
+				}
+				if ps.EndTimeUnixNano, err = s.EndTimeUnixNano.value(at + ".endTimeUnixNano"); err != nil {
+					return nil, err
+				}
 				if ps.TraceId, err = hexID(s.TraceID, at+".traceId", 16); err != nil {
 					return nil, err
 				}
@@ -240,7 +278,11 @@ func DecodeOTLPJSON(body []byte) (*tracepb.TracesData, error) {
 					if err != nil {
 						return nil, err
 					}
-					ps.Events = append(ps.Events, &tracepb.Span_Event{TimeUnixNano: uint64(ev.TimeUnixNano), Name: ev.Name, Attributes: attrs})
+					tm, err := ev.TimeUnixNano.value(fmt.Sprintf("%s.events[%d].timeUnixNano", at, e))
+					if err != nil {
+						return nil, err
+					}
+					ps.Events = append(ps.Events, &tracepb.Span_Event{TimeUnixNano: tm, Name: ev.Name, Attributes: attrs})
 				}
 				if s.Status != nil {
 					ps.Status = &tracepb.Status{Message: s.Status.Message, Code: tracepb.Status_StatusCode(s.Status.Code)}
@@ -252,6 +294,71 @@ func DecodeOTLPJSON(body []byte) (*tracepb.TracesData, error) {
 		td.ResourceSpans = append(td.ResourceSpans, prs)
 	}
 	return td, nil
+}
+
+// jsonPathAt names the value of body that ends at byte off, with the
+// indices of the lists it sits in (resourceSpans[0].scopeSpans[1].spans[2].kind);
+// "" when off is not inside a value of body.
+func jsonPathAt(body []byte, off int64) string {
+	type level struct {
+		list  bool
+		index int    // the list's next element
+		key   string // the object's key being read
+	}
+	var stack []level
+	path := func() string {
+		var b strings.Builder
+		for _, l := range stack {
+			if l.list {
+				fmt.Fprintf(&b, "[%d]", l.index-1)
+			} else if l.key != "" {
+				if b.Len() > 0 {
+					b.WriteByte('.')
+				}
+				b.WriteString(l.key)
+			}
+		}
+		return b.String()
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	expectKey := false
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			stack = stack[:len(stack)-1]
+			expectKey = len(stack) > 0 && !stack[len(stack)-1].list
+			continue
+		}
+		if expectKey {
+			stack[len(stack)-1].key, expectKey = tok.(string), false
+			continue
+		}
+		if n := len(stack); n > 0 && stack[n-1].list {
+			stack[n-1].index++
+		}
+		switch tok {
+		case json.Delim('{'):
+			if dec.InputOffset() >= off {
+				return path()
+			}
+			stack = append(stack, level{})
+			expectKey = true
+			continue
+		case json.Delim('['):
+			if dec.InputOffset() >= off {
+				return path()
+			}
+			stack = append(stack, level{list: true})
+			continue
+		}
+		if dec.InputOffset() >= off {
+			return path()
+		}
+		expectKey = len(stack) > 0 && !stack[len(stack)-1].list
+	}
 }
 
 func hexID(s, field string, n int) ([]byte, error) {
@@ -287,7 +394,10 @@ func (v *jsonAnyValue) proto(field string, depth int) (*commonpb.AnyValue, error
 	case v.BoolValue != nil:
 		return &commonpb.AnyValue{Value: &commonpb.AnyValue_BoolValue{BoolValue: *v.BoolValue}}, nil
 	case v.IntValue != nil:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: int64(*v.IntValue)}}, nil
+		if v.IntValue.bad != "" {
+			return nil, fmt.Errorf("field %s.intValue: want a 64-bit integer, got %s", field, v.IntValue.bad)
+		}
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: v.IntValue.v}}, nil
 	case v.DoubleValue != nil:
 		return &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: *v.DoubleValue}}, nil
 	case v.BytesValue != nil:
@@ -772,7 +882,7 @@ func EncodeOTLPJSON(td *tracepb.TracesData) ([]byte, error) {
 			for _, s := range ss.Spans {
 				js := jsonSpan{TraceID: hex.EncodeToString(s.TraceId), SpanID: hex.EncodeToString(s.SpanId),
 					ParentSpanID: hex.EncodeToString(s.ParentSpanId), Name: s.Name, Kind: int32(s.Kind),
-					StartTimeUnixNano: jsonUint(s.StartTimeUnixNano), EndTimeUnixNano: jsonUint(s.EndTimeUnixNano),
+					StartTimeUnixNano: jsonUint{v: s.StartTimeUnixNano}, EndTimeUnixNano: jsonUint{v: s.EndTimeUnixNano},
 					Attributes: jsonKVs(s.Attributes)}
 				if s.Status != nil {
 					js.Status = &jsonStatus{Code: int32(s.Status.Code), Message: s.Status.Message}
@@ -801,7 +911,7 @@ func jsonValue(v *commonpb.AnyValue) jsonAnyValue {
 	case *commonpb.AnyValue_BoolValue:
 		return jsonAnyValue{BoolValue: &x.BoolValue}
 	case *commonpb.AnyValue_IntValue:
-		i := jsonInt(x.IntValue)
+		i := jsonInt{v: x.IntValue}
 		return jsonAnyValue{IntValue: &i}
 	case *commonpb.AnyValue_DoubleValue:
 		return jsonAnyValue{DoubleValue: &x.DoubleValue}
