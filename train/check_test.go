@@ -426,3 +426,25 @@ func TestCheckReportsATemplateOnce(t *testing.T) {
 		}
 	}
 }
+
+// A dataset problem longer than a template's output cap (1 MiB) is refused
+// as too long for the context, naming the problem, as a shorter one over
+// the context is: the rendered prompt stops at the cap, it does not become
+// the template's text without the problem (an empty prompt here, which
+// the engine refused at the first generation without naming a row).
+func TestCheckRefusesProblemOverTheTemplateCap(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	file := filepath.Join(t.TempDir(), "long.jsonl")
+	long := `{"prompt":"` + strings.Repeat("a b ", (2<<20)/4) + `","answer":"1"}` + "\n"
+	if err := os.WriteFile(file, []byte(long+`{"prompt":"1+1","answer":"2"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := recipes.Load("quickstart", []string{"data.task=null", "data.dataset={train: " + file + ", eval: " + file + "}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "models.policy.init.max_positions: 64 positions: problem train/0: the first prompt (episode.templates.solver) takes"
+	if err := Check(l); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Check: %v\nwant …%s", err, want)
+	}
+}

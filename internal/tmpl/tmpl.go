@@ -177,8 +177,9 @@ func checkPrintf(args []tparse.Node) string {
 }
 
 // Execute renders t with data. Rendering stops at max bytes of output:
-// then it returns what was written up to the cap (whole writes only) and
-// ErrTooLong.
+// then it returns the first max bytes and ErrTooLong. (A caller that
+// renders on past the error gets a prompt too long for any context, never
+// one that silently lacks the field that did not fit.)
 func Execute(t *template.Template, data any, max int) (string, error) {
 	w := &capped{max: max}
 	if err := t.Execute(w, data); err != nil {
@@ -197,8 +198,9 @@ type capped struct {
 }
 
 func (w *capped) Write(p []byte) (int, error) {
-	if w.b.Len()+len(p) > w.max {
-		return 0, ErrTooLong
+	if room := w.max - w.b.Len(); len(p) > room {
+		w.b.Write(p[:max(room, 0)])
+		return max(room, 0), ErrTooLong
 	}
 	return w.b.Write(p)
 }

@@ -59,8 +59,11 @@ func TestExecuteCapsOutput(t *testing.T) {
 	if err != nil || out != "abcabcabc" {
 		t.Fatalf("at the cap: %q, %v", out, err)
 	}
-	if out, err := Execute(tp, data{Problem: "abcd"}, 9); !errors.Is(err, ErrTooLong) || out != "abcdabcd" {
-		t.Fatalf("over the cap: %q, %v; want ErrTooLong and the writes within the cap", out, err)
+	if out, err := Execute(tp, data{Problem: "abcd"}, 9); !errors.Is(err, ErrTooLong) || out != "abcdabcda" {
+		t.Fatalf("over the cap: %q, %v; want ErrTooLong and the first 9 bytes", out, err)
+	}
+	if out, err := Execute(tp, data{Problem: "abcdefghijk"}, 9); !errors.Is(err, ErrTooLong) || out != "abcdefghi" {
+		t.Fatalf("one field over the cap: %q, %v; want ErrTooLong and the first 9 bytes", out, err)
 	}
 	if _, err := Execute(tp, struct{ Other string }{}, 9); err == nil || errors.Is(err, ErrTooLong) {
 		t.Fatalf("missing field: %v", err)
