@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -377,12 +378,25 @@ func (r *Recipe) validate() error {
 	case "openai":
 		if r.Executor.URL == "" {
 			add("executor.url", "the openai engine needs the server's URL")
+		} else if u, err := url.Parse(r.Executor.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("executor.url", "%q: want http(s)://host:port", r.Executor.URL)
+		} else if strings.HasSuffix(strings.TrimRight(r.Executor.URL, "/"), "/v1") {
+			// as the client (rollout/vllm) takes it, which adds /v1/...
+			add("executor.url", "%q: give the server's base URL, without /v1", r.Executor.URL)
+		}
+		if r.Executor.Model == "" {
+			add("executor.model", "the openai engine needs the served model's name (GET /v1/models lists them)")
 		}
 		if r.Executor.Context <= 0 {
 			add("executor.context", "the openai engine needs the model's context length in tokens")
 		}
 	default:
 		add("executor.engine", "%q: want sim, native or openai", r.Executor.Engine)
+	}
+	if s := r.Executor.SearchURL; s != "" {
+		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("executor.search_url", "%q: want http(s)://host[:port][/path]", s)
+		}
 	}
 	if r.Executor.LM != nil && r.Executor.Engine != "native" {
 		add("executor.lm", "only the native engine trains an executor model")

@@ -246,3 +246,35 @@ func TestRecipeValidationReportsEveryProblem(t *testing.T) {
 		}
 	}
 }
+
+// The openai engine's settings are checked where validate can name them:
+// a URL vllm.New would refuse at train time (with /v1, not http(s), no
+// host), a missing model, and a search endpoint that is not a URL.
+func TestRecipeValidationOpenAIEngine(t *testing.T) {
+	base, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := func(lines string) string {
+		src := strings.Replace(string(base), "  engine: sim", "  engine: openai\n"+lines+"\n  context: 2048", 1)
+		if src == string(base) {
+			t.Fatal("the edit did not apply")
+		}
+		return src
+	}
+	for _, c := range []struct{ name, lines, want string }{
+		{"/v1 in the URL", "  url: http://127.0.0.1:8000/v1\n  model: m", `executor.url: "http://127.0.0.1:8000/v1": give the server's base URL, without /v1`},
+		{"not http", "  url: ftp://h:1\n  model: m", `executor.url: "ftp://h:1": want http(s)://host:port`},
+		{"no host", "  url: http://\n  model: m", `executor.url: "http://": want http(s)://host:port`},
+		{"no model", "  url: http://127.0.0.1:8000", "executor.model: the openai engine needs the served model's name"},
+		{"search endpoint", "  url: http://127.0.0.1:8000\n  model: m\n  search_url: not a url", `executor.search_url: "not a url": want http(s)://host[:port][/path]`},
+	} {
+		_, err := ParseRecipe("r.yaml", []byte(engine(c.lines)))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "r.yaml:") {
+			t.Errorf("%s: %v, want r.yaml:LINE: …%s", c.name, err, c.want)
+		}
+	}
+	if _, err := ParseRecipe("r.yaml", []byte(engine("  url: http://127.0.0.1:8000/\n  model: m"))); err != nil {
+		t.Errorf("a base URL with a slash: %v", err)
+	}
+}
