@@ -63,6 +63,11 @@ func (a *Archer) validate(c *Config) error {
 	return nil
 }
 
+// Resumable says whether a run of c can be continued from its checkpoints
+// with --resume: not with ArCHer, whose critic and replay buffer are not in
+// them.
+func (c Config) Resumable() bool { return c.Archer == nil }
+
 // transition is one solver turn as the critic sees it: state s (the
 // turn's prompt, history included), action a (its response), reward r,
 // next state s' (the next solver turn's prompt) unless done.

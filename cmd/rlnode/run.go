@@ -384,12 +384,16 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "rlnode run: stopped %s, before any checkpoint: nothing to resume\n", where)
 			return 130
 		}
+		if !cfg.Resumable() {
+			fmt.Fprintf(stderr, "rlnode run: stopped %s; checkpoint %s holds its weights, but this run cannot be resumed\n", where, filepath.Base(newest))
+			return 130
+		}
 		fmt.Fprintf(stderr, "rlnode run: stopped %s; continue from checkpoint %s with: %s\n",
 			where, filepath.Base(newest), resumeCommand(fs, dir))
 		return 130
 	case err != nil:
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
-		if newest != "" {
+		if newest != "" && cfg.Resumable() {
 			fmt.Fprintf(stderr, "rlnode run: once the cause is fixed, continue from checkpoint %s with: %s\n",
 				filepath.Base(newest), resumeCommand(fs, dir))
 		}

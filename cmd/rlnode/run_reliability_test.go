@@ -566,3 +566,22 @@ func TestRunFolderInUseIsRefused(t *testing.T) {
 		t.Errorf("the finished run left %s (%v)", runLockFile, err)
 	}
 }
+
+// An archer run cannot be resumed (its critic and replay buffer are not in
+// checkpoints): when --resume is refused, or such a run fails, rlnode run
+// does not advise continuing it with --resume.
+func TestRunArcherDoesNotAdviseResume(t *testing.T) {
+	home := t.TempDir()
+	out := filepath.Join(home, "run")
+	args := []string{"run", "archer", "--out", out, "--set", "sft.steps=1", "--set", "eval.held_out=4", "--set", "algorithm.archer.warmup_steps=0"}
+	if stdout, stderr, code := runRlnode(t, home, append(args, "--set", "schedule.steps=1")...); code != 0 {
+		t.Fatalf("archer run: exit %d\n%s%s", code, stdout, stderr)
+	}
+	_, stderr, code := runRlnode(t, home, append(args, "--set", "schedule.steps=2", "--resume")...)
+	if code == 0 || !strings.Contains(stderr, "resuming is not supported") {
+		t.Fatalf("archer --resume: exit %d: %s", code, stderr)
+	}
+	if strings.Contains(stderr, "continue from checkpoint") {
+		t.Errorf("the refusal advises --resume:\n%s", stderr)
+	}
+}
