@@ -254,6 +254,18 @@ func (h *HTTP) post(ctx context.Context, path string, body any, idempotent bool)
 			r.Info[k] = string(j)
 		}
 	}
+	// What rlnode reads of metadata must say what it means: an "invalid"
+	// that is not a string (true, say) would otherwise pass as a valid
+	// action, silently.
+	for _, k := range []string{"invalid", "outcome"} {
+		if v, ok := w.Metadata[k]; ok && v != nil {
+			if _, ok := v.(string); !ok {
+				j, _ := json.Marshal(v)
+				why := map[string]string{"invalid": "saying why the action was not accepted", "outcome": "naming how the episode ended"}[k]
+				return response{}, h.errorf(path, "metadata.%s: want a string %s, got %s", k, why, clip(string(j)))
+			}
+		}
+	}
 	if s, ok := w.Metadata["invalid"].(string); ok {
 		r.Invalid = s
 	}

@@ -129,6 +129,7 @@ func TestHTTPFaults(t *testing.T) {
 		{task: "fault:noobs", want: "no observation object", steps: 1},
 		{task: "fault:redirect", want: "status 307 Temporary Redirect"},
 		{task: "fault:badname", want: `observation action 0: "Guess Now" is not an action name`, steps: 1},
+		{task: "fault:badinvalid", want: "metadata.invalid: want a string saying why the action was not accepted, got true", steps: 1},
 		{task: "fault:hang", opt: HTTPOptions{Timeout: 300 * time.Millisecond}, want: "no answer within 300ms"},
 	}
 	for _, tc := range tests {

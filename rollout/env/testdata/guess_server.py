@@ -14,8 +14,8 @@ invalid action; the 6th wrong guess ends the episode (outcome step_limit).
 Tasks: "train" and "heldout" draw the number from the seed (train: numbers
 not divisible by 4, heldout: those divisible by 4); an integer 1..16 is
 the number itself. Tasks "fault:MODE" misbehave on /step, for tests:
-malformed, nan, huge, hang, status500, noobs, badname, redirect, flaky
-(503 once, then fine).
+malformed, nan, huge, hang, status500, noobs, badname, badinvalid
+(metadata.invalid not a string), redirect, flaky (503 once, then fine).
 
 Run: python3 guess_server.py [--port N]. It prints
 "listening on http://127.0.0.1:PORT" once it accepts connections.
@@ -118,6 +118,8 @@ def step(body):
             del reply[1]["observation"]
         elif fault == "badname":
             reply[1]["observation"]["actions"] = [{"name": "Guess Now"}]
+        elif fault == "badinvalid":
+            reply[1]["metadata"]["invalid"] = True
         elif fault == "status500":
             reply = (500, {"detail": "the environment crashed"})
         if rid is not None:
