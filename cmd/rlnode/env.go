@@ -233,6 +233,9 @@ func writeEpisodes(path string, eps []offline.Episode) error {
 		err = cerr
 	}
 	if err != nil {
+		// The episodes before the one that failed would read as a whole
+		// collection.
+		os.Remove(path)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil

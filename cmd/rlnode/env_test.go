@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -239,5 +240,24 @@ func TestEnvRolloutModelFailedTurnsFail(t *testing.T) {
 		if _, err := os.Stat(out); !os.IsNotExist(err) {
 			t.Errorf("%s was written (%v)", out, err)
 		}
+	}
+}
+
+// An episode JSON cannot hold (an environment's finite rewards that sum
+// to +Inf) fails the write, and the file is not left holding the episodes
+// before it, which sft.trajectories would read as a whole collection.
+func TestWriteEpisodesLeavesNoPartialFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "eps.jsonl")
+	msgs := []tokenizer.Message{{Role: "user", Content: "o"}, {Role: "assistant", Content: "<action>go</action>"}}
+	eps := []offline.Episode{
+		{Env: "http", Task: "train", Seed: 1, Messages: msgs, Steps: []offline.Step{{Action: "go", Reward: 1}}, Total: 1},
+		{Env: "http", Task: "train", Seed: 2, Messages: msgs, Steps: []offline.Step{{Action: "go", Reward: 1e308}}, Total: math.Inf(1)},
+	}
+	err := writeEpisodes(path, eps)
+	if err == nil || !strings.Contains(err.Error(), "write "+path+": episode 1") {
+		t.Fatalf("write: %v, want an error naming the file and episode 1", err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("%s left behind (%v)", path, err)
 	}
 }
