@@ -118,6 +118,14 @@ func Builtins() []string {
 	return out
 }
 
+// MaxIterations bounds train.iterations, and MaxPerType
+// data.train_per_type and data.eval_per_type (questions per type), in a
+// recipe as in the command's overrides.
+const (
+	MaxIterations = 100000
+	MaxPerType    = 10000
+)
+
 // maxRecipeBytes bounds a recipe file.
 const maxRecipeBytes = 1 << 20
 
@@ -498,14 +506,14 @@ func (r *Recipe) validate() error {
 			add(fmt.Sprintf("data.levels.%d", i), "level %d listed twice", l)
 		}
 	}
-	if r.Data.TrainPerType < 1 || r.Data.TrainPerType > 10000 {
-		add("data.train_per_type", "%d not in 1..10000", r.Data.TrainPerType)
+	if r.Data.TrainPerType < 1 || r.Data.TrainPerType > MaxPerType {
+		add("data.train_per_type", "%d not in 1..%d", r.Data.TrainPerType, MaxPerType)
 	}
-	if r.Data.EvalPerType < 1 || r.Data.EvalPerType > 10000 {
-		add("data.eval_per_type", "%d not in 1..10000", r.Data.EvalPerType)
+	if r.Data.EvalPerType < 1 || r.Data.EvalPerType > MaxPerType {
+		add("data.eval_per_type", "%d not in 1..%d", r.Data.EvalPerType, MaxPerType)
 	}
-	if r.Train.Iterations < 1 || r.Train.Iterations > 100000 {
-		add("train.iterations", "%d not in 1..100000", r.Train.Iterations)
+	if r.Train.Iterations < 1 || r.Train.Iterations > MaxIterations {
+		add("train.iterations", "%d not in 1..%d", r.Train.Iterations, MaxIterations)
 	}
 	if r.Train.Batch < 1 || r.Train.Batch > 4096 {
 		add("train.batch", "%d not in 1..4096", r.Train.Batch)

@@ -118,13 +118,24 @@ func ctxoptCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "executor model: %s (%s)\n", dir, time.Since(start).Round(time.Second))
 		return 0
 	}
-	if *iters > 0 {
-		r.Train.Iterations = *iters
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, o := range []struct {
+		flag, field string
+		v, most     int
+		to          *int
+	}{{"iterations", "train.iterations", *iters, ctxopt.MaxIterations, &r.Train.Iterations},
+		{"eval-per-type", "data.eval_per_type", *evalPer, ctxopt.MaxPerType, &r.Data.EvalPerType}} {
+		if !given[o.flag] {
+			continue
+		}
+		if o.v < 1 || o.v > o.most {
+			fmt.Fprintf(stderr, "rlnode ctxopt %s: --%s %d: want 1..%d (%s)\n", sub, o.flag, o.v, o.most, o.field)
+			return 2
+		}
+		*o.to = o.v
 	}
-	if *evalPer > 0 {
-		r.Data.EvalPerType = *evalPer
-	}
-	if *seed > 0 {
+	if given["seed"] {
 		r.Seed = *seed
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

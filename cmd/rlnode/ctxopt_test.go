@@ -259,3 +259,25 @@ func TestCtxoptTrainMetricsWriteFailureFails(t *testing.T) {
 		t.Errorf("train with metrics.jsonl unwritable: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 }
+
+// --iterations and --eval-per-type hold the recipe's bounds: a value out
+// of them is refused (0 and negatives were ignored, training the recipe's
+// own count; a huge one ran unbounded), before anything starts.
+func TestCtxoptOverridesBounded(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train", "ctxopt_bandit", "--out", dir, "--iterations", "-1"}, "--iterations -1: want 1..100000 (train.iterations)"},
+		{[]string{"train", "ctxopt_bandit", "--out", dir, "--iterations", "0"}, "--iterations 0: want 1..100000 (train.iterations)"},
+		{[]string{"train", "ctxopt_bandit", "--out", dir, "--iterations", "100001"}, "--iterations 100001: want 1..100000"},
+		{[]string{"eval", "ctxopt_bandit", "--policy", filepath.Join(dir, "p.json"), "--eval-per-type", "0"}, "--eval-per-type 0: want 1..10000 (data.eval_per_type)"},
+		{[]string{"benchmark", "ctxopt_bandit", "--policy", filepath.Join(dir, "p.json"), "--out", dir, "--eval-per-type", "99999999"}, "--eval-per-type 99999999: want 1..10000"},
+	} {
+		var out, errb bytes.Buffer
+		if code := runMain(append([]string{"ctxopt"}, c.args...), &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: exit %d: %s%s; want exit 2 and %q", c.args, code, out.String(), errb.String(), c.want)
+		}
+	}
+}
