@@ -656,6 +656,47 @@ func TestTracesAnnotateNamesAStoredTrace(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(home, "nostore")); !os.IsNotExist(err) {
 		t.Errorf("annotate made the store it was given by mistake (%v)", err)
 	}
+	if _, err := os.Stat(filepath.Join(store, traces.AnnotationsFile)); !os.IsNotExist(err) {
+		t.Errorf("a refused annotate wrote %s (%v)", traces.AnnotationsFile, err)
+	}
+	// --span names one of the trace's spans: the reward is that span's,
+	// not its root's nor its siblings'.
+	ts, _, err := traces.Load(store, traces.Any())
+	if err != nil || len(ts) != 2 {
+		t.Fatalf("load: %v, %d traces", err, len(ts))
+	}
+	var child string
+	for _, tr := range ts {
+		if tr.ID.String() == other {
+			for _, s := range tr.Spans {
+				if s.ParentID.IsValid() {
+					child = s.SpanID.String()
+				}
+			}
+		}
+	}
+	if child == "" {
+		t.Fatalf("trace %s has no span under its root", other)
+	}
+	if out, stderr, code := runRlnode(t, home, "traces", "annotate", "--store", store, "--trace", other, "--span", child, "--reward", "judge=0.5"); code != 0 {
+		t.Fatalf("annotate a span: exit %d:\n%s%s", code, out, stderr)
+	}
+	if ts, _, err = traces.Load(store, traces.Any()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range ts {
+		for _, s := range tr.Spans {
+			got := 0.0
+			for _, r := range s.Rewards {
+				if r.Name == "judge" {
+					got = r.Value
+				}
+			}
+			if want := map[bool]float64{true: 0.5}[s.SpanID.String() == child]; got != want {
+				t.Errorf("trace %s span %s: judge %v, want %v", tr.ID, s.SpanID, got, want)
+			}
+		}
+	}
 	out, stderr, code = runRlnode(t, home, "traces", "annotate", "--store", store, "--trace", id[:8], "--reward", "human=1")
 	if code != 0 || !strings.Contains(out, "annotated trace "+id+": human = 1") {
 		t.Fatalf("annotate by a prefix: exit %d:\n%s%s", code, out, stderr)
