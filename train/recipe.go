@@ -262,7 +262,6 @@ func (l recipe) config(out string) (Config, error) {
 		Seed:           r.Seed,
 		Learner:        lc,
 		VerifyWorkers:  r.Data.VerifyWorkers,
-		VerifyOn:       r.Data.VerifyOn,
 		PromptTemplate: tpl.prompt,
 		AnswerTemplate: tpl.answer,
 		WarmupSteps:    r.SFT.Steps, WarmupBatch: r.SFT.BatchSize, WarmupLR: r.SFT.LR,
@@ -272,6 +271,9 @@ func (l recipe) config(out string) (Config, error) {
 		CheckpointEvery: r.Schedule.CheckpointEvery,
 		EngineBatch:     r.Engines.Policy.MaxBatch,
 		EngineDevice:    r.Engines.Policy.Device,
+	}
+	if r.Data.VerifyOn == VerifyOnCluster {
+		cfg.VerifyOn = VerifyOnCluster // driver is the Config's ""
 	}
 	if a.Name == "archer" {
 		ar := recipes.DefaultArcher()

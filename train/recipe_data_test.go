@@ -19,11 +19,13 @@ func TestFromRecipeDataAndVerifier(t *testing.T) {
 		verifier string
 		workers  int
 		dataset  bool
+		verifyOn string
 	}{
-		{"quickstart", nil, "", 0, false},
-		{"grpo_gsm8k", nil, VerifierGSM8K, 0, false},
-		{"mbpp", nil, VerifierCode, 0, true},
-		{"mbpp", []string{"data.verify_workers=3"}, VerifierCode, 3, true},
+		{"quickstart", nil, "", 0, false, ""},
+		{"grpo_gsm8k", nil, VerifierGSM8K, 0, false, ""},
+		{"mbpp", nil, VerifierCode, 0, true, ""},
+		{"mbpp", []string{"data.verify_workers=3"}, VerifierCode, 3, true, ""},
+		{"mbpp", []string{"data.verify_on=cluster"}, VerifierCode, 0, true, VerifyOnCluster},
 	} {
 		t.Run(c.recipe, func(t *testing.T) {
 			t.Chdir(t.TempDir())
@@ -35,8 +37,8 @@ func TestFromRecipeDataAndVerifier(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.Verifier != c.verifier || cfg.VerifyWorkers != c.workers {
-				t.Errorf("verifier %q workers %d, want %q %d", cfg.Verifier, cfg.VerifyWorkers, c.verifier, c.workers)
+			if cfg.Verifier != c.verifier || cfg.VerifyWorkers != c.workers || cfg.VerifyOn != c.verifyOn {
+				t.Errorf("verifier %q workers %d on %q, want %q %d %q", cfg.Verifier, cfg.VerifyWorkers, cfg.VerifyOn, c.verifier, c.workers, c.verifyOn)
 			}
 			if (cfg.Dataset != nil) != c.dataset {
 				t.Fatalf("dataset %+v, want set: %v", cfg.Dataset, c.dataset)
