@@ -77,6 +77,8 @@ func TestValidationRules(t *testing.T) {
 	}{
 		{[]string{"algorithm.lr=-1e-4"}, "--set algorithm.lr=-1e-4: algorithm.lr: -0.0001: want a positive learning rate"},
 		{[]string{"algorithm.lr=0"}, "algorithm.lr: 0: want a positive learning rate"},
+		{[]string{"data.verify_on=cluster"}, "data.verify_on: cluster is for the code verifier (data.verifier: code): checking a math answer takes microseconds"},
+		{[]string{"data.verify_on=gpu"}, `data.verify_on: "gpu"`},
 		{[]string{"algorithm.clip_low=1.2"}, "algorithm.clip_low: 1.2: want a value in [0, 1)"},
 		{[]string{"algorithm.group_size=1"}, "algorithm.group_size: 1: grpo compares the samples of a group"},
 		{[]string{"algorithm.group_size=100000000"}, "algorithm.group_size: 100000000: at most 1024 samples per prompt"},
