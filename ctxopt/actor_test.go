@@ -257,16 +257,7 @@ func TestExecutorStopEndsItsJobs(t *testing.T) {
 	defer srv.Close()
 	srv.HoldRequests()
 	arrived := vllmtest.WatchArrivals(srv)
-	src, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	recipe := strings.NewReplacer("  engine: sim", "  engine: openai\n  url: "+srv.URL()+"\n  model: "+srv.Model()+"\n  context: 4096",
-		"python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))
-	r, err := ParseRecipe("openai.yaml", []byte(recipe))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, recipe := openAIRecipe(t, srv, "")
 	s, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -426,16 +417,7 @@ func TestExecutorPoolWaitsForASlowExecution(t *testing.T) {
 	}
 	defer n.Stop()
 	nodetest.Start(t, n, nodetest.Options{ID: "e1", CPUs: 2, Key: key})
-	src, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	recipe := strings.NewReplacer("  engine: sim", "  engine: openai\n  url: "+srv.URL()+"\n  model: "+srv.Model()+"\n  context: 4096\n  loss_timeout: 1s",
-		"python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))
-	r, err := ParseRecipe("openai.yaml", []byte(recipe))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, _ := openAIRecipe(t, srv, "\n  loss_timeout: 1s")
 	pool, err := StartExecutorPool(ctx, n, r, "slow", []string{"e1"}, PoolOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -542,16 +524,7 @@ func TestExecutorStopsAbandonedJobs(t *testing.T) {
 	srv.HoldRequests()
 	defer srv.Release()
 	arrived := vllmtest.WatchArrivals(srv)
-	src, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	recipe := strings.NewReplacer("  engine: sim", "  engine: openai\n  url: "+srv.URL()+"\n  model: "+srv.Model()+"\n  context: 4096",
-		"python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))
-	r, err := ParseRecipe("openai.yaml", []byte(recipe))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, recipe := openAIRecipe(t, srv, "")
 	s, err := actor.Start(actor.Config{Logger: actor.DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -602,16 +575,7 @@ func TestExecutorPoolDropsAnExecutorThatForgetsAChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Stop()
-	src, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	recipe := strings.NewReplacer("  engine: sim", "  engine: openai\n  url: "+srv.URL()+"\n  model: "+srv.Model()+"\n  context: 4096",
-		"python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))
-	r, err := ParseRecipe("openai.yaml", []byte(recipe))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, _ := openAIRecipe(t, srv, "")
 	pool, err := StartExecutorPool(ctx, n, r, "forget", []string{"driver"}, PoolOptions{RespawnEvery: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -667,16 +631,7 @@ func TestExecutorPoolAllLostNamesThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Stop()
-	src, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	recipe := strings.NewReplacer("  engine: sim", "  engine: openai\n  url: "+srv.URL()+"\n  model: "+srv.Model()+"\n  context: 4096",
-		"python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))
-	r, err := ParseRecipe("openai.yaml", []byte(recipe))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, _ := openAIRecipe(t, srv, "")
 	pool, err := StartExecutorPool(ctx, n, r, "gone", []string{"driver"}, PoolOptions{RespawnEvery: 100 * time.Millisecond, ReplaceWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -708,4 +663,22 @@ func TestExecutorPoolAllLostNamesThem(t *testing.T) {
 		strings.Contains(err.Error(), "last try: )") {
 		t.Errorf("a batch with every executor lost: %v; want the lost executor, its node, why, and the last try named", err)
 	}
+}
+
+// openAIRecipe is the bandit recipe on srv's model (the openai engine, the
+// calculator alone), extra added to its executor section, and its text
+// (an executor's arguments).
+func openAIRecipe(t *testing.T, srv *vllmtest.Server, extra string) (*Recipe, string) {
+	t.Helper()
+	src, err := builtin.ReadFile("recipes/ctxopt_bandit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe := strings.NewReplacer("  engine: sim", "  engine: openai\n  url: "+srv.URL()+"\n  model: "+srv.Model()+"\n  context: 4096"+extra,
+		"python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))
+	r, err := ParseRecipe("openai.yaml", []byte(recipe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, recipe
 }

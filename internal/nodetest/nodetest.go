@@ -112,8 +112,15 @@ func (n *Node) Freeze(t testing.TB) {
 	t.Helper()
 	pid := n.Cmd.Process.Pid
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	FreezeProcess(t, pid)
+}
+
+// FreezeProcess sends SIGSTOP to process pid and returns once every
+// thread of it has stopped (on Linux; elsewhere once the signal is sent).
+func FreezeProcess(t testing.TB, pid int) {
+	t.Helper()
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatalf("SIGSTOP to child node %s (process %d): %v", n.ID, pid, err)
+		t.Fatalf("SIGSTOP to process %d: %v", pid, err)
 	}
 	waitStopped(t, pid)
 }

@@ -8,9 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/internal/proctest"
@@ -40,37 +38,6 @@ func socketOf(t *testing.T, pid int) string {
 		}
 	}
 	return ""
-}
-
-// freeze sends SIGSTOP to process pid and waits until every thread of it
-// has stopped. The kernel stops a process only once the thread picked to
-// take the signal runs: on a loaded machine its other threads go on
-// working (answering a call) for a while after kill returns.
-func freeze(t *testing.T, pid int) {
-	t.Helper()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatalf("SIGSTOP to process %d: %v", pid, err)
-	}
-	allStopped := func() bool {
-		stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
-		for _, p := range stats {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				continue // a thread that ended
-			}
-			// The state follows "(comm) ": T stopped, t traced.
-			i := strings.LastIndexByte(string(b), ')')
-			if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
-				return false
-			}
-		}
-		return len(stats) > 0
-	}
-	for deadline := time.Now().Add(30 * time.Second); !allStopped(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d not stopped 30 s after SIGSTOP", pid)
-		}
-	}
 }
 
 // noSegmentDescriptors fails when process pid holds a descriptor of a

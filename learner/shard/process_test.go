@@ -293,7 +293,7 @@ func TestRankStoppedMidStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = kids[1].Cmd.Process.Signal(syscall.SIGCONT) })
-	freeze(t, kids[1].Cmd.Process.Pid)
+	nodetest.FreezeProcess(t, kids[1].Cmd.Process.Pid)
 	start := time.Now()
 	_, err = g.Train(ctx, groupBatch(0))
 	t.Logf("returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
