@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -38,8 +39,13 @@ func loadCSV(ctx context.Context, path string, m Mapping) ([]Example, error) {
 	}
 	header[0] = strings.TrimPrefix(header[0], "\ufeff") // a byte-order mark
 	for _, p := range m.columns() {
-		if top, _, _ := strings.Cut(p, "."); !containsString(header, top) {
+		top, _, _ := strings.Cut(p, ".")
+		if !containsString(header, top) {
 			return nil, fmt.Errorf("load %s: column %q: not in the header (columns: %s): %w", path, top, strings.Join(header, ", "), ErrBadDataset)
+		}
+		// A row would keep the last of two such columns, unsaid.
+		if first := slices.Index(header, top); slices.Index(header[first+1:], top) >= 0 {
+			return nil, fmt.Errorf("load %s: column %q: twice in the header (columns %d and %d): %w", path, top, first+1, first+2+slices.Index(header[first+1:], top), ErrBadDataset)
 		}
 	}
 	lists := map[string]bool{}

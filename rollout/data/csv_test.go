@@ -77,6 +77,7 @@ func TestLoadCSVErrors(t *testing.T) {
 		{"ragged row", "problem,answer\nq,1\nr\n", Mapping{Prompt: "problem", Answer: "answer"}, "row 1: record on line 3: wrong number of fields"},
 		{"bare quote", "problem,answer\n\"q,1\n", Mapping{Prompt: "problem", Answer: "answer"}, "row 0:"},
 		{"empty prompt", "problem,answer\n,1\n", Mapping{Prompt: "problem", Answer: "answer"}, `line 2: row 0: column "problem": empty prompt`},
+		{"mapped column twice", "problem,answer,problem\nq,1,r\n", Mapping{Prompt: "problem", Answer: "answer"}, `column "problem": twice in the header (columns 1 and 3)`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Load(writeFile(t, "d.csv", c.text), c.m)
@@ -84,6 +85,10 @@ func TestLoadCSVErrors(t *testing.T) {
 				t.Errorf("err %v, want %q", err, c.want)
 			}
 		})
+	}
+	// A column the mapping does not read may repeat.
+	if got, err := Load(writeFile(t, "x.csv", "problem,answer,note,note\nq,1,a,b\n"), Mapping{Prompt: "problem", Answer: "answer"}); err != nil || len(got) != 1 {
+		t.Errorf("an unread column twice: %v %v", got, err)
 	}
 	// A header alone is no rows.
 	if got, err := Load(writeFile(t, "h.csv", "problem,answer\n"), Mapping{Prompt: "problem"}); err != nil || len(got) != 0 {
