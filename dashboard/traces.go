@@ -121,6 +121,10 @@ func parseFilter(q url.Values) (traces.Filter, error) {
 	f := traces.Any()
 	f.Agent, f.Model, f.Run, f.Tool = q.Get("agent"), q.Get("model"), q.Get("run"), q.Get("tool")
 	f.TraceID, f.Reward = strings.TrimSpace(q.Get("trace")), q.Get("reward")
+	// A trace id is 32 hex digits; the filter takes a prefix of one.
+	if id := f.TraceID; len(id) > 32 || strings.Trim(strings.ToLower(id), "0123456789abcdef") != "" {
+		return f, fmt.Errorf("trace=%q: want a trace id (32 hex digits) or a prefix of one", id)
+	}
 	for _, b := range []struct {
 		name string
 		to   *time.Time

@@ -209,6 +209,7 @@ func TestTracesAPI(t *testing.T) {
 	}{
 		{"traces?since=yesterday", 400, `yesterday\": want a time`},
 		{"traces?min_reward=high", 400, `high\": want a number`},
+		{"traces?trace=zz", 400, `zz\": want a trace id (32 hex digits) or a prefix of one`},
 		{"traces?store=" + url.QueryEscape(root), 200, "not a trace store of the dashboard"},
 		{"trace?store=" + url.QueryEscape(store) + "&id=zz", 400, "32 hex digits"},
 		{"trace?store=" + url.QueryEscape(store) + "&id=" + strings.Repeat("ab", 16), 404, "is not in the store"},
