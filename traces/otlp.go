@@ -139,7 +139,7 @@ type (
 		StringValue *string         `json:"stringValue,omitempty"`
 		BoolValue   *bool           `json:"boolValue,omitempty"`
 		IntValue    *jsonInt        `json:"intValue,omitempty"`
-		DoubleValue *float64        `json:"doubleValue,omitempty"`
+		DoubleValue *jsonDouble     `json:"doubleValue,omitempty"`
 		ArrayValue  *jsonArrayValue `json:"arrayValue,omitempty"`
 		KvlistValue *jsonKvlist     `json:"kvlistValue,omitempty"`
 		BytesValue  *string         `json:"bytesValue,omitempty"`
@@ -200,6 +200,53 @@ func (i *jsonInt) UnmarshalJSON(b []byte) error {
 
 func (i jsonInt) MarshalJSON() ([]byte, error) {
 	return []byte(`"` + strconv.FormatInt(i.v, 10) + `"`), nil
+}
+
+// jsonDouble is a double as protobuf's JSON mapping writes one: a number,
+// or a string holding a number, "NaN", "Infinity" or "-Infinity"; bad as
+// jsonUint's.
+type jsonDouble struct {
+	v   float64
+	bad string
+}
+
+func (d *jsonDouble) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if unq, err := strconv.Unquote(s); err == nil {
+		s = unq
+		switch s {
+		case "NaN":
+			*d = jsonDouble{v: math.NaN()}
+			return nil
+		case "Infinity":
+			*d = jsonDouble{v: math.Inf(1)}
+			return nil
+		case "-Infinity":
+			*d = jsonDouble{v: math.Inf(-1)}
+			return nil
+		}
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(v, 0) || math.IsNaN(v) || strings.ContainsAny(s, "xXpP_") {
+		// Only the three names above stand for NaN and the infinities;
+		// ParseFloat would also take "inf", hex floats and "1_0".
+		*d = jsonDouble{bad: truncate(string(b), 64)}
+		return nil
+	}
+	*d = jsonDouble{v: v}
+	return nil
+}
+
+func (d jsonDouble) MarshalJSON() ([]byte, error) {
+	switch {
+	case math.IsNaN(d.v):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(d.v, 1):
+		return []byte(`"Infinity"`), nil
+	case math.IsInf(d.v, -1):
+		return []byte(`"-Infinity"`), nil
+	}
+	return strconv.AppendFloat(nil, d.v, 'g', -1, 64), nil
 }
 
 // DecodeOTLPJSON decodes an OTLP/HTTP JSON export request; an error names
@@ -399,7 +446,10 @@ func (v *jsonAnyValue) proto(field string, depth int) (*commonpb.AnyValue, error
 		}
 		return &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: v.IntValue.v}}, nil
 	case v.DoubleValue != nil:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: *v.DoubleValue}}, nil
+		if v.DoubleValue.bad != "" {
+			return nil, fmt.Errorf("field %s.doubleValue: want a number, got %s", field, v.DoubleValue.bad)
+		}
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: v.DoubleValue.v}}, nil
 	case v.BytesValue != nil:
 		b, err := base64.StdEncoding.DecodeString(*v.BytesValue)
 		if err != nil {
@@ -914,7 +964,7 @@ func jsonValue(v *commonpb.AnyValue) jsonAnyValue {
 		i := jsonInt{v: x.IntValue}
 		return jsonAnyValue{IntValue: &i}
 	case *commonpb.AnyValue_DoubleValue:
-		return jsonAnyValue{DoubleValue: &x.DoubleValue}
+		return jsonAnyValue{DoubleValue: &jsonDouble{v: x.DoubleValue}}
 	case *commonpb.AnyValue_BytesValue:
 		b := base64.StdEncoding.EncodeToString(x.BytesValue)
 		return jsonAnyValue{BytesValue: &b}

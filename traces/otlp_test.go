@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"reflect"
@@ -48,6 +50,10 @@ func TestDecodeOTLPJSONNamesTheField(t *testing.T) {
 			"spans[0].attributes[0].value.bytesValue: want base64"},
 		{"resource attribute int", `{"resourceSpans":[{"resource":{"attributes":[{"key":"k","value":{"intValue":"x"}}]}}]}`,
 			`field resourceSpans[0].resource.attributes[0].value.intValue: want a 64-bit integer, got "x"`},
+		{"attribute double as text", `{"resourceSpans":[{"resource":{"attributes":[{"key":"k","value":{"doubleValue":"lots"}}]}}]}`,
+			`field resourceSpans[0].resource.attributes[0].value.doubleValue: want a number, got "lots"`},
+		{"attribute double as inf", `{"resourceSpans":[{"resource":{"attributes":[{"key":"k","value":{"doubleValue":"inf"}}]}}]}`,
+			`value.doubleValue: want a number, got "inf"`},
 	} {
 		td, err := DecodeOTLPJSON([]byte(c.body))
 		if err == nil {
@@ -55,6 +61,36 @@ func TestDecodeOTLPJSONNamesTheField(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+// Doubles as protobuf's JSON mapping writes them: numbers, numbers in
+// strings, "NaN" and the infinities by name; they come back out the same.
+func TestOTLPJSONDoubles(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want float64
+	}{{`1.5`, 1.5}, {`"1.5"`, 1.5}, {`"-2e3"`, -2000}, {`"NaN"`, math.NaN()}, {`"Infinity"`, math.Inf(1)}, {`"-Infinity"`, math.Inf(-1)}} {
+		body := `{"resourceSpans":[{"resource":{"attributes":[{"key":"k","value":{"doubleValue":` + c.in + `}}]}}]}`
+		td, err := DecodeOTLPJSON([]byte(body))
+		if err != nil {
+			t.Errorf("doubleValue %s: %v", c.in, err)
+			continue
+		}
+		got := td.ResourceSpans[0].Resource.Attributes[0].Value.GetDoubleValue()
+		if got != c.want && !(math.IsNaN(got) && math.IsNaN(c.want)) {
+			t.Errorf("doubleValue %s: %v, want %v", c.in, got, c.want)
+		}
+		out, err := json.Marshal(jsonValue(td.ResourceSpans[0].Resource.Attributes[0].Value))
+		if err != nil {
+			t.Errorf("doubleValue %s back to JSON: %v", c.in, err)
+			continue
+		}
+		var back jsonAnyValue
+		if err := json.Unmarshal(out, &back); err != nil || back.DoubleValue == nil || back.DoubleValue.bad != "" ||
+			(back.DoubleValue.v != c.want && !(math.IsNaN(back.DoubleValue.v) && math.IsNaN(c.want))) {
+			t.Errorf("doubleValue %s written as %s, read back %+v, %v", c.in, out, back.DoubleValue, err)
 		}
 	}
 }
