@@ -423,25 +423,7 @@ func TestExecutorPoolWaitsForASlowExecution(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close(ctx)
-	x, err := r.NewExecutor(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Engine.Close()
-	x.Remote = pool
-	qs, err := Questions(1, task.HeldOut, []string{task.Word}, []int{1}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs := RandomConfigs(r.SpaceOf(), 1, rand.New(rand.NewPCG(1, 1)))
-	srv.HoldRequests()
-	arrived := vllmtest.WatchArrivals(srv)
-	ran := make(chan error, 1)
-	go func() {
-		_, err := Execute(ctx, x, qs, cs, 1)
-		ran <- err
-	}()
-	vllmtest.WaitArrivals(ctx, t, arrived, 1)
+	ran, _ := runHeld(ctx, t, r, pool, srv)
 	time.Sleep(3 * time.Second) // the execution outlasts LossTimeout (1 s) three times
 	srv.Release()
 	if err := <-ran; err != nil {
@@ -581,25 +563,7 @@ func TestExecutorPoolDropsAnExecutorThatForgetsAChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close(ctx)
-	x, err := r.NewExecutor(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Engine.Close()
-	x.Remote = pool
-	qs, err := Questions(1, task.HeldOut, []string{task.Word}, []int{1}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs := RandomConfigs(r.SpaceOf(), 1, rand.New(rand.NewPCG(1, 1)))
-	srv.HoldRequests()
-	arrived := vllmtest.WatchArrivals(srv)
-	ran := make(chan error, 1)
-	go func() {
-		_, err := Execute(ctx, x, qs, cs, 1)
-		ran <- err
-	}()
-	vllmtest.WaitArrivals(ctx, t, arrived, 1)
+	ran, arrived := runHeld(ctx, t, r, pool, srv)
 	pool.mu.Lock()
 	first := pool.reps[0]
 	pool.mu.Unlock()
@@ -681,4 +645,31 @@ func openAIRecipe(t *testing.T, srv *vllmtest.Server, extra string) (*Recipe, st
 		t.Fatal(err)
 	}
 	return r, recipe
+}
+
+// runHeld runs one question of r through pool while srv holds every model
+// call, and returns once the first call has reached srv: the execution's
+// error comes on ran, later calls' arrivals on arrived.
+func runHeld(ctx context.Context, t *testing.T, r *Recipe, pool *ExecutorPool, srv *vllmtest.Server) (ran <-chan error, arrived chan struct{}) {
+	t.Helper()
+	x, err := r.NewExecutor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Engine.Close() })
+	x.Remote = pool
+	qs, err := Questions(1, task.HeldOut, []string{task.Word}, []int{1}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := RandomConfigs(r.SpaceOf(), 1, rand.New(rand.NewPCG(1, 1)))
+	srv.HoldRequests()
+	arrived = vllmtest.WatchArrivals(srv)
+	done := make(chan error, 1)
+	go func() {
+		_, err := Execute(ctx, x, qs, cs, 1)
+		done <- err
+	}()
+	vllmtest.WaitArrivals(ctx, t, arrived, 1)
+	return done, arrived
 }

@@ -194,15 +194,7 @@ func smallLMRecipe(t *testing.T, dir string, more ...[2]string) string {
 // policy.json there), and a train after the holder is done runs and
 // leaves no lock behind.
 func TestCtxoptRunFolderInUseIsRefused(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join("..", "..", "ctxopt", "recipes", "ctxopt_bandit.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	recipe := filepath.Join(t.TempDir(), "bandit.yaml")
-	// No python: no sandbox needed.
-	if err := os.WriteFile(recipe, []byte(strings.NewReplacer("python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	recipe := banditWithoutPython(t)
 	dir := filepath.Join(t.TempDir(), "run")
 	unlock, err := lockRunDir(dir)
 	if err != nil {
@@ -240,14 +232,7 @@ func TestCtxoptTrainMetricsWriteFailureFails(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {
 		t.Skipf("no /dev/full: %v", err)
 	}
-	src, err := os.ReadFile(filepath.Join("..", "..", "ctxopt", "recipes", "ctxopt_bandit.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	recipe := filepath.Join(t.TempDir(), "bandit.yaml")
-	if err := os.WriteFile(recipe, []byte(strings.NewReplacer("python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	recipe := banditWithoutPython(t)
 	dir := t.TempDir()
 	metrics := filepath.Join(dir, "metrics.jsonl")
 	if err := os.Symlink("/dev/full", metrics); err != nil {
@@ -280,4 +265,19 @@ func TestCtxoptOverridesBounded(t *testing.T) {
 			t.Errorf("%v: exit %d: %s%s; want exit 2 and %q", c.args, code, out.String(), errb.String(), c.want)
 		}
 	}
+}
+
+// banditWithoutPython writes the ctxopt_bandit recipe without its python
+// tool (no sandbox needed) and returns its path.
+func banditWithoutPython(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("..", "..", "ctxopt", "recipes", "ctxopt_bandit.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe := filepath.Join(t.TempDir(), "bandit.yaml")
+	if err := os.WriteFile(recipe, []byte(strings.NewReplacer("python: true", "python: false", "tools: [calculator, python]", "tools: [calculator]").Replace(string(src))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return recipe
 }
