@@ -226,6 +226,11 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 		_, _ = fmt.Fprintf(w, "node %s stopping\n", n.id)
 		go n.Stop()
 	})
+	n.ctlMu.Lock()
+	for _, rt := range n.ctlRoutes {
+		mux.Handle(rt.pattern, needToken(token, rt.h))
+	}
+	n.ctlMu.Unlock()
 	// One address may hold a few connections open, never the node's
 	// descriptors; idle and slow clients are cut off.
 	srv := &http.Server{Handler: controlGuard(token, !loopback, mux), ReadHeaderTimeout: 5 * time.Second,
@@ -251,6 +256,41 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 		}
 	}
 	return bound, closeFn, nil
+}
+
+// HandleControl adds a route to the control endpoints that ServeControl
+// serves from now on (net/http's ServeMux pattern: "GET /jobs/{name}").
+// Whatever its method, a request needs the node's token: these routes
+// act for the node's user (rlnode submit's jobs run commands as it).
+func (n *Node) HandleControl(pattern string, h http.Handler) {
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	n.ctlRoutes = append(n.ctlRoutes, controlRoute{pattern: pattern, h: h})
+}
+
+type controlRoute struct {
+	pattern string
+	h       http.Handler
+}
+
+// needToken refuses a request without the bearer token, GET included.
+func needToken(token string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refuseWithoutToken(w, r, token) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// refuseWithoutToken answers 401 to a request without the bearer token
+// and says whether it had it.
+func refuseWithoutToken(w http.ResponseWriter, r *http.Request, token string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		http.Error(w, "control endpoint: refused: "+r.Method+" "+r.URL.Path+" needs the node's token (the .token file beside its run file)", http.StatusUnauthorized)
+		return false
+	}
+	return true
 }
 
 // missingDirs lists dir and those of its parents that do not exist yet,
@@ -284,12 +324,8 @@ func controlGuard(token string, namesOK bool, next http.Handler) http.Handler {
 			http.Error(w, "control endpoint: refused: cross-origin request from "+o, http.StatusForbidden)
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-				http.Error(w, "control endpoint: refused: "+r.Method+" "+r.URL.Path+" needs the node's token (the .token file beside its run file)", http.StatusUnauthorized)
-				return
-			}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && !refuseWithoutToken(w, r, token) {
+			return
 		}
 		next.ServeHTTP(w, r)
 	})

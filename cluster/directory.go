@@ -55,6 +55,9 @@ type ActorRecord struct {
 	// RestartTimeoutMs bounds a restart after node loss
 	// (SpawnOptions.RestartTimeout; 0: DefaultRestartTimeout).
 	RestartTimeoutMs int64 `msgpack:"rt,omitempty" json:"-"`
+	// KeepDeadMs is how long the record is kept once DEAD, when longer
+	// than deadRecordTTL (SpawnOptions.KeepDead).
+	KeepDeadMs int64 `msgpack:"kd,omitempty" json:"-"`
 }
 
 // NodeRecord is the directory's entry for one node: what does not fit in
@@ -281,7 +284,8 @@ func (e errOtherWire) Error() string {
 // without the directory growing for ever.
 const deadRecordTTL = 10 * time.Minute
 
-// collect drops DEAD actor records last updated before cutoff, groups
+// collect drops DEAD actor records last updated before cutoff (or, for a
+// record with a longer KeepDeadMs, that long before cutoff's now), groups
 // removed before cutoff, and records of nodes not alive that started
 // before cutoff. Every node collects on its own clock; a record that
 // push/pull brings back is dropped again on the next pass. Removed groups
@@ -292,8 +296,9 @@ func (d *Directory) collect(cutoff time.Time, alive func(id string) bool) {
 	ms := cutoff.UnixMilli()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	ttl := deadRecordTTL.Milliseconds()
 	for name, r := range d.actors {
-		if r.State == Dead && r.UpdatedMs < ms {
+		if r.State == Dead && r.UpdatedMs < ms-max(r.KeepDeadMs-ttl, 0) {
 			delete(d.actors, name)
 		}
 	}

@@ -64,13 +64,15 @@ func TestDirectoryCollect(t *testing.T) {
 			{Name: "old-dead", State: Dead, UpdatedMs: old, Version: 1},
 			{Name: "new-dead", State: Dead, UpdatedMs: now, Version: 1},
 			{Name: "old-alive", State: Alive, UpdatedMs: old, Version: 1},
+			{Name: "old-dead-kept", State: Dead, UpdatedMs: old, Version: 1, KeepDeadMs: (2 * time.Hour).Milliseconds()},
+			{Name: "old-dead-short", State: Dead, UpdatedMs: old, Version: 1, KeepDeadMs: time.Minute.Milliseconds()},
 		},
 		Nodes: []NodeRecord{{ID: "gone", StartedMs: old, Version: 1}, {ID: "here", StartedMs: old, Version: 1}},
 		Groups: []GroupRecord{{ID: "pg-1", Removed: true, Version: 2, UpdatedMs: old}, {ID: "pg-2", Version: 1},
 			{ID: "pg-3", Removed: true, Version: 2, UpdatedMs: now}},
 	})
 	d.collect(time.Now().Add(-deadRecordTTL), func(id string) bool { return id == "here" })
-	for name, want := range map[string]bool{"old-dead": false, "new-dead": true, "old-alive": true} {
+	for name, want := range map[string]bool{"old-dead": false, "new-dead": true, "old-alive": true, "old-dead-kept": true, "old-dead-short": false} {
 		if _, ok := d.Actor(name); ok != want {
 			t.Errorf("actor %s kept = %v, want %v", name, ok, want)
 		}

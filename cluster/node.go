@@ -51,8 +51,9 @@ type Config struct {
 	// cluster under a fresh random key (Node.Key returns it, for processes
 	// that should join); joining needs the cluster's key.
 	Key []byte
-	// CPUs the node offers (default runtime.NumCPU()), GPUs it offers (-1
-	// detects NVIDIA GPUs), Resources any custom ones, Labels its labels.
+	// CPUs the node offers (default runtime.NumCPU(); NoCPUs: none), GPUs
+	// it offers (-1 detects NVIDIA GPUs), Resources any custom ones,
+	// Labels its labels.
 	CPUs float64
 	GPUs int
 	// Memory is the memory the node offers, in bytes (the Memory
@@ -160,6 +161,10 @@ var LANDetection = Detection{
 	OwnerGrace:     30 * time.Second,
 }
 
+// NoCPUs as Config.CPUs makes a node offer no CPUs (a run's driver that
+// should host none of its actors).
+const NoCPUs = -1.0
+
 // MaxOwnerGrace bounds Detection.OwnerGrace.
 const MaxOwnerGrace = time.Hour
 
@@ -196,6 +201,9 @@ type Node struct {
 
 	bmu      sync.Mutex
 	building map[string]*nodeBuild // actors whose factories run (nodeactor.go)
+
+	ctlMu     sync.Mutex
+	ctlRoutes []controlRoute // HandleControl's
 
 	mmu     sync.RWMutex
 	members map[string]memberInfo // alive members by node id
@@ -330,8 +338,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	if !validAmount(cfg.CPUs) {
-		return nil, fmt.Errorf("CPUs %v: want a finite number ≥ 0 (0: every core)", cfg.CPUs)
+	if cfg.CPUs != NoCPUs && !validAmount(cfg.CPUs) {
+		return nil, fmt.Errorf("CPUs %v: want a finite number ≥ 0 (0: every core), or NoCPUs", cfg.CPUs)
 	}
 	if err := cfg.Resources.Check(); err != nil {
 		return nil, fmt.Errorf("node resources: %w", err)
@@ -377,7 +385,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	total := Resources{CPU: cfg.CPUs, Memory: memory}
-	if cfg.CPUs <= 0 {
+	switch {
+	case cfg.CPUs == NoCPUs:
+		total[CPU] = 0
+	case cfg.CPUs <= 0:
 		total[CPU] = float64(runtime.NumCPU())
 	}
 	var gpus []GPUInfo

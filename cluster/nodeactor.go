@@ -38,6 +38,8 @@ type spawnRequest struct {
 	BaseVersion uint64
 	// RestartTimeoutMs is SpawnOptions.RestartTimeout, kept in the record.
 	RestartTimeoutMs int64
+	// KeepDeadMs is SpawnOptions.KeepDead, kept in the record.
+	KeepDeadMs int64 `msgpack:",omitempty"`
 }
 
 type spawnReply struct {
@@ -241,7 +243,7 @@ func (n *Node) finishSpawn(req spawnRequest, nb *nodeBuild) spawnReply {
 		Name: req.Name, Kind: req.Kind, Node: n.id, Ref: ref, State: Alive,
 		Restarts: req.Restarts, MaxRestarts: req.MaxRestarts, Resources: req.Resources, Labels: req.Labels,
 		PinNode: req.PinNode, Group: req.Group, Bundle: req.Bundle, ArgsType: req.ArgsType, Args: req.Args, ArgsAt: req.ArgsAt, Owner: req.Owner,
-		RestartTimeoutMs: req.RestartTimeoutMs, Version: max(old.Version, req.BaseVersion) + 1, Writer: n.id, UpdatedMs: time.Now().UnixMilli(),
+		RestartTimeoutMs: req.RestartTimeoutMs, KeepDeadMs: req.KeepDeadMs, Version: max(old.Version, req.BaseVersion) + 1, Writer: n.id, UpdatedMs: time.Now().UnixMilli(),
 	}
 	if err != nil {
 		n.ledger.release(req.Name)

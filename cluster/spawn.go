@@ -44,7 +44,15 @@ type SpawnOptions struct {
 	// DefaultRestartTimeout; at most MaxRestartTimeout. The first spawn
 	// is bounded by Spawn's ctx instead.
 	RestartTimeout time.Duration
+	// KeepDead is how long the cluster keeps the actor's record once it
+	// is DEAD, for status to show its end (its cause: a job's outcome,
+	// say); at most MaxKeepDead. Shorter than the default, 10 minutes,
+	// changes nothing.
+	KeepDead time.Duration
 }
+
+// MaxKeepDead bounds SpawnOptions.KeepDead.
+const MaxKeepDead = 7 * 24 * time.Hour
 
 // DefaultRestartTimeout and MaxRestartTimeout: SpawnOptions.RestartTimeout.
 const (
@@ -125,6 +133,9 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	if opts.RestartTimeout < 0 || opts.RestartTimeout > MaxRestartTimeout {
 		return nil, fmt.Errorf("spawn %s: RestartTimeout %v: want 0 (the default, %v) to %v", name, opts.RestartTimeout, DefaultRestartTimeout, MaxRestartTimeout)
 	}
+	if opts.KeepDead < 0 || opts.KeepDead > MaxKeepDead {
+		return nil, fmt.Errorf("spawn %s: KeepDead %v: want 0 to %v", name, opts.KeepDead, MaxKeepDead)
+	}
 	argsType, args, err := actor.EncodeMessage(opts.Args)
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: args: %w", name, err)
@@ -136,7 +147,7 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	req := spawnRequest{
 		Name: name, Kind: kind, ArgsType: argsType, Args: args, Resources: opts.Resources,
 		Labels: opts.Labels, PinNode: opts.Node, MaxRestarts: opts.MaxRestarts, BaseVersion: prev.Version,
-		RestartTimeoutMs: opts.RestartTimeout.Milliseconds(),
+		RestartTimeoutMs: opts.RestartTimeout.Milliseconds(), KeepDeadMs: opts.KeepDead.Milliseconds(),
 	}
 	if len(args) > InlineArgsMax {
 		at, done := n.offerArgs(args)
@@ -575,6 +586,12 @@ func (n *Node) ownerGone(owner string, now time.Time) bool {
 	return now.Sub(first) >= grace
 }
 
+// HeldForGoneOwners says what the actors and placement groups of owner
+// nodes that are gone hold on live nodes, until the cluster stops them
+// (after each owner's grace); empty when nothing is held so. A driver
+// about to start where a lost one ran waits for it to be empty.
+func (n *Node) HeldForGoneOwners() string { return n.heldForGoneOwners() }
+
 // heldForGoneOwners says, for an error that no node can host a request,
 // what the actors and placement groups whose owner node is not alive still
 // hold on live nodes: they are stopped once their owner has been gone for its owner
@@ -707,7 +724,7 @@ func (n *Node) restartOrBury(rec ActorRecord) {
 	req := spawnRequest{
 		Name: rec.Name, Kind: rec.Kind, ArgsType: rec.ArgsType, Args: rec.Args, ArgsAt: rec.ArgsAt, Resources: rec.Resources,
 		Labels: rec.Labels, PinNode: rec.PinNode, MaxRestarts: rec.MaxRestarts, Restarts: rec.Restarts,
-		BaseVersion: rec.Version, Owner: rec.Owner, RestartTimeoutMs: rec.RestartTimeoutMs,
+		BaseVersion: rec.Version, Owner: rec.Owner, RestartTimeoutMs: rec.RestartTimeoutMs, KeepDeadMs: rec.KeepDeadMs,
 	}
 	if req.PinNode != "" && (req.PinNode == lostNode || !n.isAlive(req.PinNode)) {
 		// The pinned node is gone, or stopping (still a member, but the

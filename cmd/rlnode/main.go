@@ -18,6 +18,8 @@ commands:
   join     join a cluster: rlnode join HOST:PORT --key-file PATH
   status   show the cluster's nodes and actors
   stop     stop a node gracefully (--all: every node on this host)
+  submit   run a recipe as a job on the cluster, which goes on without this terminal
+  job      list, follow (logs --follow) and stop the cluster's jobs
   dashboard  serve the cluster and runs pages for a browser (127.0.0.1:8265)
   model    create a checkpoint (model init) or score sequences (model forward)
   serve    serve a model over an OpenAI-compatible HTTP API (or proxy one: --upstream URL), recording traces

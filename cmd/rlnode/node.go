@@ -22,6 +22,7 @@ import (
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/dashboard"
+	"github.com/rlnode/rlnode/jobs"
 )
 
 func init() {
@@ -139,6 +140,9 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 		}
 		cfg.Labels[k] = v
 	}
+	if _, ok := cfg.Labels[jobs.Label]; !ok {
+		cfg.Labels[jobs.Label] = "yes" // rlnode submit's jobs may run here
+	}
 	res, err := cluster.ParseResources(strings.Join(resources, ","))
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode %s: --resource: %v\n", verb, err)
@@ -201,6 +205,13 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode %s: %v\n", verb, err)
 		return 1
 	}
+	absKey, err := filepath.Abs(*keyFile)
+	if err != nil {
+		node.Stop()
+		fmt.Fprintf(stderr, "rlnode %s: --key-file: %v\n", verb, err)
+		return 1
+	}
+	jobs.Serve(node, jobs.Config{KeyFile: absKey})
 	ctrl, closeCtrl, err := node.ServeControl(*control)
 	if err != nil {
 		node.Stop()

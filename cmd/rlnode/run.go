@@ -19,6 +19,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/dashboard"
+	"github.com/rlnode/rlnode/jobs"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/train"
 )
@@ -49,7 +50,7 @@ import (
 
 func init() { commands["run"] = runCommand }
 
-const runUsage = `usage: rlnode run RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--resume | --overwrite] [--address HOST:PORT [--owner-grace D]] [--metrics-addr HOST:PORT [--metrics-max-conns-per-addr N]]
+const runUsage = `usage: rlnode run RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--resume | --overwrite | --continue] [--address HOST:PORT [--owner-grace D] [--driver-only]] [--metrics-addr HOST:PORT [--metrics-max-conns-per-addr N]]
 
 Trains RECIPE (a built-in name or a file). DIR gets metrics.jsonl (one JSON
 object per step), checkpoints/step-N/, recipe.yaml (the resolved recipe) and,
@@ -72,9 +73,11 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "", "run directory (default ./runs/NAME-YYYYMMDD-HHMMSS, or NAME-YYYYMMDD-HHMMSS-2... when that exists)")
 	resume := fs.Bool("resume", false, "continue from the newest checkpoint in --out (the recipe may change only its schedule, eval, placement, checkpoint, trace and description)")
 	overwrite := fs.Bool("overwrite", false, "replace the run --out holds (its recipe, metrics, checkpoints and curves are removed)")
+	cont := fs.Bool("continue", false, "continue the run --out holds from its newest intact checkpoint as --resume does, or start the run there when --out holds none or a run that wrote no checkpoint (how a job's driver starts again on another node)")
 	address := fs.String("address", "", "join the cluster a member at HOST:PORT (gossip address) belongs to and generate on rollout actors there; default: an embedded single-node cluster")
 	keyFile := fs.String("key-file", filepath.Join(cluster.Home(), "cluster.key"), "gossip encryption key file (with --address)")
 	bind := fs.String("bind", "0.0.0.0:0", "gossip address of this process's node (with --address)")
+	driverOnly := fs.Bool("driver-only", false, "with --address: this process's node offers no CPUs, GPUs or memory, so none of the run's actors are placed on it (the drivers of rlnode submit's jobs run so, beside the node that hosts them)")
 	detection := detectionFlag(fs)
 	ownerGrace := fs.Duration("owner-grace", 0, fmt.Sprintf("with --address: how long the cluster keeps this run's learner and rollout actors and placement groups once this process is gone without stopping them (killed, its host lost), %v to %v (default: --detection's, 15s with fast, 30s with lan)", minOwnerGrace, cluster.MaxOwnerGrace))
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics while the run lasts (port 0 picks one)")
@@ -98,12 +101,20 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rlnode run: --resume needs --out DIR (the run to continue)")
 		return 2
 	}
+	if *cont && (*out == "" || *resume || *overwrite) {
+		fmt.Fprintln(stderr, "rlnode run: --continue needs --out DIR, and neither --resume nor --overwrite")
+		return 2
+	}
 	if err := tf.check(); err != nil {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		return 2
 	}
 	if _, err := parseConnsPerAddr(strconv.Itoa(*metricsConns)); err != nil {
 		fmt.Fprintf(stderr, "rlnode run: --metrics-max-conns-per-addr %v\n", err)
+		return 2
+	}
+	if *driverOnly && *address == "" {
+		fmt.Fprintln(stderr, "rlnode run: --driver-only needs --address (without it the run's actors live in its own process)")
 		return 2
 	}
 	switch {
@@ -165,6 +176,22 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer unlock()
+	if *cont {
+		// Decided under the run lock: no other driver writes dir now.
+		if _, err := os.Lstat(filepath.Join(dir, recipes.ResolvedFile)); err == nil {
+			cks, err := train.Checkpoints(dir)
+			if err != nil {
+				fmt.Fprintf(stderr, "rlnode run: --continue: %v\n", err)
+				return 1
+			}
+			if len(cks) > 0 {
+				*resume = true
+			} else {
+				*overwrite = true
+				fmt.Fprintf(stderr, "rlnode run: --continue: %s holds a run that wrote no checkpoint: starting it over\n", dir)
+			}
+		}
+	}
 	if err := checkRunDir(dir, resolved.Bytes(), *resume, *overwrite); err != nil {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		return 2
@@ -251,7 +278,15 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		var nodeLog *slog.Logger
 		nodeLog, setNodeLog = newLateNotes()
-		node, err := cluster.Start(ctx, cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Detection: det, Logger: nodeLog})
+		ncfg := cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Detection: det, Logger: nodeLog}
+		if *driverOnly {
+			ncfg.CPUs, ncfg.GPUs, ncfg.Memory = cluster.NoCPUs, 0, cluster.NoMemory
+		}
+		if job := os.Getenv(jobs.EnvJob); job != "" && jobs.CheckName(job) == nil {
+			// A job's driver says so (and which job) in its node's labels.
+			ncfg.Labels = map[string]string{jobs.DriverLabel: job}
+		}
+		node, err := cluster.Start(ctx, ncfg)
 		if err != nil {
 			fmt.Fprintf(stderr, "rlnode run: %v\n", err) // names the join address, or the --bind at fault
 			return 1
@@ -421,19 +456,26 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 // command the hint prints would continue a cluster run in one process on
 // this host (or on another cluster, with another key), or record traces
 // the run did not.
-var resumeFlags = []string{"address", "bind", "key-file", "detection", "owner-grace", "traces", "trace-sample"}
+var resumeFlags = []string{"address", "bind", "key-file", "detection", "owner-grace", "driver-only", "traces", "trace-sample"}
 
 // resumeCommand is the command that continues the run in dir: its
 // resolved recipe, --out, --resume, and those of resumeFlags that this
 // command was given.
 func resumeCommand(fs *flag.FlagSet, dir string) string {
 	args := []string{"rlnode", "run", filepath.Join(dir, recipes.ResolvedFile), "--out", dir, "--resume"}
-	given := map[string]string{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = f.Value.String() })
+	given := map[string]*flag.Flag{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = f })
 	for _, name := range resumeFlags {
-		if v, ok := given[name]; ok {
-			args = append(args, "--"+name, v)
+		f, ok := given[name]
+		if !ok {
+			continue
 		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			// "--driver-only true" would end the flags at "true".
+			args = append(args, "--"+name+"="+f.Value.String())
+			continue
+		}
+		args = append(args, "--"+name, f.Value.String())
 	}
 	return shellJoin(args)
 }

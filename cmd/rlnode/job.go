@@ -1,0 +1,364 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/jobs"
+)
+
+func init() {
+	commands["submit"] = submitCommand
+	commands["job"] = jobCommand
+}
+
+const submitUsage = `usage: rlnode submit RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--name NAME] [--max-restarts N] [--label k=v]... [--node ID] [--resume] [--no-wait] [--address NODE]
+
+Submits a run of RECIPE (a built-in name or a file) as a job to the cluster a
+node on this host belongs to. A node of the cluster runs the run's driver
+(rlnode run --address) for it, so the run goes on when this terminal or host
+is gone. When the job's node is lost or stops, another node takes the job
+over and continues the run from its newest checkpoint (--resume): DIR must
+then be on a filesystem every node sees. The recipe is checked here first.
+
+Without --no-wait, submit follows the job's log until it ends and exits 0
+when it succeeded; Ctrl-C stops following, not the job.
+
+`
+
+func submitCommand(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rlnode submit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "", "the run's folder, an absolute path every node can write (default: ./runs/NAME-YYYYMMDD-HHMMSS made absolute here)")
+	name := fs.String("name", "", "the job's name, 1-64 letters, digits, '.', '_', '-' (default: NAME-DATE-TIME-XXXX)")
+	maxRestarts := fs.Int("max-restarts", 3, fmt.Sprintf("how many times another node may take the job over after its node was lost or stopped, 0 to %d", jobs.MaxRestartsLimit))
+	node := fs.String("node", "", "run the job's driver on this node id")
+	noWait := fs.Bool("no-wait", false, "return once the job is submitted")
+	resume := fs.Bool("resume", false, "continue the run --out holds from its newest checkpoint (rlnode run --resume); without it a folder that holds a run or job is refused")
+	addr := fs.String("address", "", "gossip address (or node id) of the node on this host to submit through (default: the only one)")
+	var sets, labels repeated
+	fs.Var(&sets, "set", "override KEY.PATH=VALUE (repeatable; VALUE is YAML)")
+	fs.Var(&labels, "label", "a label k=v the job's node must carry (repeatable)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, submitUsage)
+		fs.PrintDefaults()
+	}
+	pos, code, ok := parseCommand(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "rlnode submit: want one recipe (a built-in name or a file)\n\n%s", submitUsage)
+		return 2
+	}
+	if *name != "" {
+		if err := jobs.CheckName(*name); err != nil {
+			fmt.Fprintf(stderr, "rlnode submit: --name: %v\n", err)
+			return 2
+		}
+	}
+	if *resume && *out == "" {
+		fmt.Fprintln(stderr, "rlnode submit: --resume needs --out DIR (the run to continue)")
+		return 2
+	}
+	if *maxRestarts < 0 || *maxRestarts > jobs.MaxRestartsLimit {
+		fmt.Fprintf(stderr, "rlnode submit: --max-restarts %d: want 0 to %d\n", *maxRestarts, jobs.MaxRestartsLimit)
+		return 2
+	}
+	want := map[string]string{}
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			fmt.Fprintf(stderr, "rlnode submit: --label %q: want k=v\n", l)
+			return 2
+		}
+		want[k] = v
+	}
+	l, err := loadChecked(pos[0], sets)
+	if err != nil {
+		printRecipeError(stderr, "submit", pos[0], err)
+		return 1
+	}
+	var resolved bytes.Buffer
+	if err := l.WriteResolved(&resolved); err != nil {
+		fmt.Fprintf(stderr, "rlnode submit: %v\n", err)
+		return 1
+	}
+	dir := *out
+	if dir == "" {
+		dir = filepath.Join("runs", fmt.Sprintf("%s-%s", l.Name, time.Now().Format("20060102-150405")))
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		fmt.Fprintf(stderr, "rlnode submit: --out: %v\n", err)
+		return 1
+	}
+	client, nodeID, ok := jobClient("rlnode submit", *addr, stderr)
+	if !ok {
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	in, err := client.Submit(ctx, jobs.SubmitRequest{
+		Name: *name, Recipe: resolved.String(), RecipeName: l.Name, Out: dir, MaxRestarts: *maxRestarts,
+		Labels: want, Node: *node, Submitter: submitter(), Resume: *resume,
+	})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(stderr, "rlnode submit: node %s: %v\n", nodeID, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "job %s submitted: %s on node %s, writing to %s\n", in.Name, in.Recipe, in.Node, in.Out)
+	fmt.Fprintf(stdout, "  rlnode job logs %s --follow\n  rlnode job stop %s\n", in.Name, in.Name)
+	if *noWait {
+		return 0
+	}
+	return followJob(client, in.Name, 0, stdout, stderr)
+}
+
+// submitter is user@host, as a job records who submitted it.
+func submitter() string {
+	h, _ := os.Hostname()
+	if u, err := user.Current(); err == nil {
+		return u.Username + "@" + h
+	}
+	return h
+}
+
+// jobClient is the job client of the node on this host that addr names.
+func jobClient(cmd, addr string, stderr io.Writer) (jobs.Client, string, bool) {
+	ri, err := cluster.FindRunning(addr)
+	if err != nil {
+		if !errors.Is(err, cluster.ErrNodeGone) {
+			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+		}
+		clearStale(cmd, stderr)
+		return jobs.Client{}, "", false
+	}
+	if ri.Token == "" {
+		fmt.Fprintf(stderr, "%s: node %s: its token file (beside %s) is missing or unreadable: jobs need it\n", cmd, ri.NodeID, ri.File)
+		return jobs.Client{}, "", false
+	}
+	return jobs.Client{Control: ri.Control, Token: ri.Token}, ri.NodeID, true
+}
+
+// followJob prints the job's log from offset until the job has ended and
+// its log is read; Ctrl-C stops following. It returns 0 when the job
+// succeeded.
+func followJob(c jobs.Client, name string, offset int64, stdout, stderr io.Writer) int {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	quiet := 0 // failed reads in a row while the job moves between nodes
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		data, next, status, err := c.Log(ctx, name, offset)
+		cancel()
+		if err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			in, gerr := c.Get(ctx, name)
+			cancel()
+			if gerr != nil || (in.Status != jobs.Running && in.Status != jobs.Restarting) || quiet > 120 {
+				fmt.Fprintf(stderr, "rlnode job: %s: log: %v\n", name, err)
+				return 1
+			}
+			quiet++
+			status = in.Status
+		} else {
+			quiet = 0
+			_, _ = stdout.Write(data)
+			offset = next
+		}
+		if len(data) > 0 {
+			continue // more may be waiting
+		}
+		if status != jobs.Running && status != jobs.Restarting && err == nil {
+			return endOfJob(c, name, stdout)
+		}
+		select {
+		case <-sigs:
+			fmt.Fprintf(stderr, "\nrlnode job: stopped following; job %s goes on (rlnode job logs %s --follow, rlnode job stop %s)\n", name, name, name)
+			return 130
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// endOfJob prints how the job ended and is 0 when it succeeded.
+func endOfJob(c jobs.Client, name string, stdout io.Writer) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	in, err := c.Get(ctx, name)
+	if err != nil {
+		fmt.Fprintf(stdout, "job %s: %v\n", name, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "job %s %s: %s\n", name, in.Status, in.Cause)
+	if in.Status == jobs.Succeeded {
+		return 0
+	}
+	return 1
+}
+
+const jobUsage = `usage: rlnode job list [--json] [--address NODE]
+       rlnode job status NAME [--json] [--address NODE]
+       rlnode job logs NAME [--follow] [--address NODE]
+       rlnode job stop NAME [--now] [--address NODE]
+
+Lists and follows the jobs rlnode submit started, asked of a node on this host.
+A job's status is RUNNING, RESTARTING (its node was lost or stopped; another
+node takes it over), SUCCEEDED, FAILED or STOPPED; an ended job is kept for
+7 days. stop asks the job's run to stop after its current step, which it
+checkpoints (--now kills it at once). Every line of a job's drivers goes to its
+log, RUN/job.log in the run's folder.
+
+`
+
+func jobCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, jobUsage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	verb := args[0]
+	fs := flag.NewFlagSet("rlnode job "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("address", "", "gossip address (or node id) of the node on this host to ask (default: the only one)")
+	asJSON, follow, now := new(bool), new(bool), new(bool)
+	wantName := true
+	switch verb {
+	case "list":
+		asJSON = fs.Bool("json", false, "print JSON")
+		wantName = false
+	case "status":
+		asJSON = fs.Bool("json", false, "print JSON")
+	case "logs":
+		follow = fs.Bool("follow", false, "go on printing until the job ends")
+	case "stop":
+		now = fs.Bool("now", false, "kill the run's driver at once, not after its current step")
+	default:
+		fmt.Fprintf(stderr, "rlnode job: unknown subcommand %q\n\n%s", verb, jobUsage)
+		return 2
+	}
+	fs.Usage = func() {
+		fmt.Fprint(stderr, jobUsage)
+		fs.PrintDefaults()
+	}
+	pos, code, ok := parseCommand(fs, args[1:])
+	if !ok {
+		return code
+	}
+	cmd := "rlnode job " + verb
+	switch {
+	case wantName && len(pos) != 1:
+		fmt.Fprintf(stderr, "%s: want one job name\n", cmd)
+		return 2
+	case !wantName && len(pos) != 0:
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", cmd, pos[0])
+		return 2
+	}
+	if wantName {
+		if err := jobs.CheckName(pos[0]); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+			return 2
+		}
+	}
+	c, nodeID, ok := jobClient(cmd, *addr, stderr)
+	if !ok {
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "%s: node %s: %v\n", cmd, nodeID, err)
+		return 1
+	}
+	switch verb {
+	case "list":
+		list, err := c.List(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		if *asJSON {
+			return printJSON(stdout, list)
+		}
+		printJobs(stdout, list)
+	case "status":
+		in, err := c.Get(ctx, pos[0])
+		if err != nil {
+			return fail(err)
+		}
+		if *asJSON {
+			return printJSON(stdout, in)
+		}
+		printJobs(stdout, []jobs.Info{in})
+		if in.Cause != "" {
+			fmt.Fprintf(stdout, "\n%s\n", in.Cause)
+		}
+	case "logs":
+		if *follow {
+			cancel()
+			return followJob(c, pos[0], 0, stdout, stderr)
+		}
+		var off int64
+		for {
+			data, next, _, err := c.Log(ctx, pos[0], off)
+			if err != nil {
+				return fail(err)
+			}
+			_, _ = stdout.Write(data)
+			if len(data) == 0 {
+				break
+			}
+			off = next
+		}
+	case "stop":
+		if err := c.Stop(ctx, pos[0], *now); err != nil {
+			return fail(err)
+		}
+		if *now {
+			fmt.Fprintf(stdout, "job %s: its driver is killed; rlnode job status %s shows it STOPPED\n", pos[0], pos[0])
+		} else {
+			fmt.Fprintf(stdout, "job %s: asked its run to stop after the current step, which it checkpoints; rlnode job status %s shows when it has\n", pos[0], pos[0])
+		}
+	}
+	return 0
+}
+
+func printJSON(w io.Writer, v any) int {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+	return 0
+}
+
+func printJobs(w io.Writer, list []jobs.Info) {
+	if len(list) == 0 {
+		fmt.Fprintln(w, "no jobs")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATUS\tNODE\tRESTARTS\tSUBMITTED\tRECIPE\tOUT")
+	for _, in := range list {
+		sub := "-"
+		if in.SubmittedMs > 0 {
+			sub = time.UnixMilli(in.SubmittedMs).Format("2006-01-02 15:04:05")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", in.Name, in.Status, dashIfEmpty(in.Node), in.Restarts, in.MaxRestarts, sub, in.Recipe, in.Out)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/jobs"
+	"github.com/rlnode/rlnode/train"
+)
+
+// waitUntil polls cond every 50 ms until it holds or limit passes.
+func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, limit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// jobInfo is `rlnode job status NAME --json`.
+func jobInfo(t *testing.T, home, addr, name string) jobs.Info {
+	t.Helper()
+	out, errOut, code := runRlnode(t, home, "job", "status", name, "--json", "--address", addr)
+	if code != 0 {
+		t.Fatalf("job status %s: exit %d: %s", name, code, errOut)
+	}
+	var in jobs.Info
+	if err := json.Unmarshal([]byte(out), &in); err != nil {
+		t.Fatalf("job status --json: %v\n%s", err, out)
+	}
+	return in
+}
+
+// TestJobSurvivesItsNode: a job whose node is killed (SIGKILL) mid-run
+// is taken over by another node, which waits for the lost driver's
+// actors to be released and continues the run from its newest
+// checkpoint; the run ends with the same weights as an uninterrupted run
+// in one process. The job's driver, the node's child, dies with it.
+func TestJobSurvivesItsNode(t *testing.T) {
+	home := t.TempDir()
+	// The job runs on "host", where none of the run's actors fit (0.1
+	// CPU): they run on "keep", and outlive the driver killed with host.
+	keep := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "keep", "--cpus", "4")
+	host := startRlnode(t, home, "join", keep.gossip, "--bind", "127.0.0.1:0", "--node-id", "host", "--cpus", "0.1")
+	dumpOnFailure(t, keep, host)
+	const rlSteps = 60 // many more than the kill's step 4: the run is far from its end then
+	args := deterministicRun(rlSteps)
+	whole, dir := filepath.Join(t.TempDir(), "whole"), filepath.Join(t.TempDir(), "job")
+	if stdout, stderr, code := runRlnode(t, home, append([]string{"run", "quickstart", "--out", whole}, args...)...); code != 0 {
+		t.Fatalf("uninterrupted run: exit %d\n%s%s", code, stdout, stderr)
+	}
+
+	out, errOut, code := runRlnode(t, home, append([]string{"submit", "quickstart", "--no-wait", "--name", "survivor", "--node", "host",
+		"--out", dir, "--address", keep.gossip}, args...)...)
+	if code != 0 || !strings.Contains(out, "job survivor submitted: quickstart on node host, writing to "+dir) {
+		t.Fatalf("submit: exit %d\n%s%s", code, out, errOut)
+	}
+	firstRL := filepath.Join(dir, "checkpoints", "step-4", train.DriverStateFile)
+	waitUntil(t, 2*time.Minute, "checkpoint step-4", func() bool { _, err := os.Stat(firstRL); return err == nil })
+	driver := jobDriverPID(t, dir)
+	if err := host.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-host.done
+	last := fmt.Sprintf("step-%d", 2+rlSteps)
+	if _, err := os.Stat(filepath.Join(dir, "checkpoints", last)); err == nil {
+		t.Fatal("the job's run ended before its node was killed: nothing was taken over")
+	}
+	// The driver dies with its node (the kernel's parent-death signal):
+	// it must not go on beside the one that takes the job over.
+	waitUntil(t, 10*time.Second, "end of the killed node's driver", func() bool { return processGone(driver) })
+
+	out, errOut, code = runRlnode(t, home, "job", "logs", "survivor", "--follow", "--address", keep.gossip)
+	if code != 0 {
+		t.Fatalf("job logs --follow: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"rlnode job survivor: attempt 1 on node host",
+		"rlnode job survivor: attempt 2 on node keep",
+		"rlnode job survivor: waiting for the lost attempt's actors to be released",
+		"--continue", "resuming from " + filepath.Join(dir, "checkpoints", "step-"),
+		"job survivor SUCCEEDED: job succeeded",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the job's log lacks %q:\n%s", want, out)
+		}
+	}
+	// Had the killed node's driver lived on, it would have run to the end
+	// (a step takes milliseconds) and the next attempt resumed from there.
+	var from int
+	if i := strings.Index(out, "resuming from "+filepath.Join(dir, "checkpoints", "step-")); i < 0 {
+		t.Fatal("no resume")
+	} else if _, err := fmt.Sscanf(out[i+len("resuming from "+filepath.Join(dir, "checkpoints", "step-")):], "%d", &from); err != nil || from >= 2+rlSteps {
+		t.Errorf("the job was taken over from step %d (%v): the killed node's driver went on after its node was gone", from, err)
+	}
+	in := jobInfo(t, home, keep.gossip, "survivor")
+	if in.Status != jobs.Succeeded || in.Restarts != 1 || in.Node != "keep" || in.Out != dir || in.Recipe != "quickstart" {
+		t.Errorf("job status: %+v", in)
+	}
+	for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
+		if a, b := readFile(t, whole, last, f), readFile(t, dir, last, f); !bytes.Equal(a, b) {
+			t.Errorf("%s of the job taken over differs from the uninterrupted run's", f)
+		}
+	}
+}
+
+// jobDriverPID is the pid of the driver that the job log's last attempt
+// started: the process whose environment names the job's folder.
+func jobDriverPID(t *testing.T, dir string) int {
+	t.Helper()
+	var pid int
+	waitUntil(t, 10*time.Second, "the job's driver process", func() bool {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			var p int
+			if _, err := fmt.Sscanf(e.Name(), "%d", &p); err != nil {
+				continue
+			}
+			cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			if err == nil && bytes.Contains(cmdline, []byte(filepath.Join(dir, jobs.RecipeFile))) {
+				pid = p
+				return true
+			}
+		}
+		return false
+	})
+	return pid
+}
+
+// TestJobCommands: a job followed to its end, stopped after a step,
+// failing, and every refusal naming what is wrong.
+func TestJobCommands(t *testing.T) {
+	home := t.TempDir()
+	if _, errOut, code := runRlnode(t, home, "job", "list"); code != 1 || !strings.Contains(errOut, "no rlnode node") {
+		t.Errorf("job list with no node: exit %d, %q", code, errOut)
+	}
+	head := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head")
+	dumpOnFailure(t, head)
+	addr := []string{"--address", head.gossip}
+	dir := filepath.Join(t.TempDir(), "ok")
+
+	// Followed to its end: the submit's exit code is the job's.
+	out, errOut, code := runRlnode(t, home, append(append([]string{"submit", "quickstart", "--name", "ok", "--out", dir}, addr...), tinyRun...)...)
+	if code != 0 || !strings.Contains(out, "done: 7 steps") || !strings.Contains(out, "job ok SUCCEEDED: job succeeded") {
+		t.Fatalf("submit: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "checkpoints", "step-7", train.DriverStateFile)); err != nil {
+		t.Errorf("the job's run: %v", err)
+	}
+	out, _, _ = runRlnode(t, home, append([]string{"job", "list"}, addr...)...)
+	if !strings.Contains(out, "ok") || !strings.Contains(out, "SUCCEEDED") || !strings.Contains(out, dir) {
+		t.Errorf("job list:\n%s", out)
+	}
+	logged, _, code := runRlnode(t, home, append([]string{"job", "logs", "ok"}, addr...)...)
+	if code != 0 || !strings.Contains(logged, "done: 7 steps") || !strings.Contains(logged, "driver exited (status 0)") {
+		t.Errorf("job logs of an ended job: exit %d\n%s", code, logged)
+	}
+
+	// A job into a folder that holds another run is refused, and
+	// nothing there is written over; with --resume it continues the run.
+	recipe := readFileAt(t, filepath.Join(dir, jobs.RecipeFile))
+	_, errOut, code = runRlnode(t, home, append(append([]string{"submit", "quickstart", "--name", "clash", "--out", dir}, addr...), tinyRun...)...)
+	if code != 1 || !strings.Contains(errOut, "run folder "+dir+" on node head holds another run or job (recipe.yaml)") {
+		t.Errorf("a job into another run's folder: exit %d\n%s", code, errOut)
+	}
+	if !bytes.Equal(readFileAt(t, filepath.Join(dir, jobs.RecipeFile)), recipe) {
+		t.Error("the refused job wrote over the folder's job recipe")
+	}
+	out, errOut, code = runRlnode(t, home, append(append(append([]string{"submit", "quickstart", "--name", "more", "--resume", "--out", dir}, addr...), tinyRun...), "--set", "schedule.steps=5")...)
+	if code != 0 || !strings.Contains(out, "resuming from "+filepath.Join(dir, "checkpoints", "step-7")) || !strings.Contains(out, "done: 9 steps") || !strings.Contains(out, "job more SUCCEEDED") {
+		t.Errorf("submit --resume: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// Stopped after a step: the run checkpoints it and the job is STOPPED.
+	long := filepath.Join(t.TempDir(), "long")
+	out, errOut, code = runRlnode(t, home, append(append([]string{"submit", "quickstart", "--no-wait", "--name", "long", "--out", long}, addr...),
+		"--set", "sft.steps=2", "--set", "schedule.steps=100000", "--set", "schedule.eval_every=0", "--set", "eval.held_out=4",
+		"--set", "algorithm.batch_prompts=2", "--set", "algorithm.group_size=2")...)
+	if code != 0 {
+		t.Fatalf("submit --no-wait: exit %d\n%s%s", code, out, errOut)
+	}
+	waitUntil(t, 2*time.Minute, "the long job's RL steps", func() bool {
+		b, _ := os.ReadFile(filepath.Join(long, jobs.LogFile))
+		return bytes.Contains(b, []byte("(RL 2/100000)"))
+	})
+	if out, errOut, code = runRlnode(t, home, append([]string{"job", "stop", "long"}, addr...)...); code != 0 {
+		t.Fatalf("job stop: exit %d\n%s%s", code, out, errOut)
+	}
+	out, _, code = runRlnode(t, home, append([]string{"job", "logs", "long", "--follow"}, addr...)...)
+	if code != 1 || !strings.Contains(out, "job long STOPPED: job stopped") || !strings.Contains(out, "interrupted; stopping after the current step") {
+		t.Errorf("job logs --follow of a stopped job: exit %d\n%s", code, out)
+	}
+	if cks, err := train.Checkpoints(long); err != nil || len(cks) == 0 {
+		t.Errorf("the stopped job wrote no checkpoint: %v %v", cks, err)
+	}
+
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"submit", "quickstart", "--name", "ok", "--out", dir + "2"}, 1, "submit: job ok exists (SUCCEEDED): choose another name"},
+		{[]string{"submit", "quickstart", "--name", "bad name"}, 2, `--name: job name "bad name": want 1 to 64 letters`},
+		{[]string{"submit", "quickstart", "--max-restarts", "101"}, 2, "--max-restarts 101: want 0 to 100"},
+		{[]string{"submit", "quickstart", "--set", "algorithm.lr=-1"}, 1, "algorithm.lr"},
+		{[]string{"submit", "quickstart", "--node", "nowhere"}, 1, "nowhere"},
+		{[]string{"job", "status", "missing"}, 1, "job missing: no such job"},
+		{[]string{"job", "stop", "ok"}, 1, "job ok is SUCCEEDED: it has ended"},
+		{[]string{"job", "logs", "../etc"}, 2, `job name "../etc"`},
+		{[]string{"job", "frobnicate"}, 2, `unknown subcommand "frobnicate"`},
+	} {
+		_, errOut, code := runRlnode(t, home, append(c.args, addr...)...)
+		if code != c.code || !strings.Contains(errOut, c.says) {
+			t.Errorf("rlnode %v: exit %d, %q; want %d, %q", c.args, code, errOut, c.code, c.says)
+		}
+	}
+
+	// The job routes act for the node's user: no token, no answer.
+	t.Setenv("RLNODE_HOME", home)
+	ri, err := cluster.FindRunning(head.gossip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct{ method, path string }{{"GET", "/jobs"}, {"POST", "/jobs"}, {"GET", "/jobs/ok/log"}, {"POST", "/jobs/long/stop"}} {
+		req, _ := http.NewRequest(r.method, "http://"+ri.Control+r.path, strings.NewReader("{}"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s %s without the token: HTTP %d, want 401", r.method, r.path, resp.StatusCode)
+		}
+	}
+}

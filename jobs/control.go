@@ -1,0 +1,508 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+)
+
+// A job's status, from its actor's record.
+const (
+	Running    = "RUNNING"
+	Restarting = "RESTARTING" // its node was lost or stopped; another node takes it over
+	Succeeded  = "SUCCEEDED"
+	Failed     = "FAILED"
+	Stopped    = "STOPPED"
+)
+
+// Info describes one job.
+type Info struct {
+	Name        string `json:"name"`
+	Status      string `json:"status"`
+	Node        string `json:"node"` // the node that runs it, or ran it last
+	Restarts    int    `json:"restarts"`
+	MaxRestarts int    `json:"max_restarts"`
+	Cause       string `json:"cause,omitempty"` // how it ended, or why it restarts
+	Recipe      string `json:"recipe"`
+	Out         string `json:"out"`
+	Submitter   string `json:"submitter,omitempty"`
+	SubmittedMs int64  `json:"submitted_unix_ms"`
+	UpdatedMs   int64  `json:"updated_unix_ms"`
+}
+
+// SubmitRequest is the body of POST /jobs.
+type SubmitRequest struct {
+	// Name is the job's name; empty: the recipe's name and a random suffix.
+	Name        string `json:"name,omitempty"`
+	Recipe      string `json:"recipe"` // the resolved recipe, YAML
+	RecipeName  string `json:"recipe_name"`
+	Out         string `json:"out"`
+	MaxRestarts int    `json:"max_restarts"`
+	// Labels a node must carry to run it; Node pins it to one node.
+	Labels    map[string]string `json:"labels,omitempty"`
+	Node      string            `json:"node,omitempty"`
+	Submitter string            `json:"submitter,omitempty"`
+	// Resume continues the run Out holds (rlnode run --resume).
+	Resume bool `json:"resume,omitempty"`
+}
+
+// Bounds of what a node takes.
+const (
+	// MaxJobs bounds the jobs the cluster keeps, running and ended.
+	MaxJobs = 1000
+	// MaxRestartsLimit bounds SubmitRequest.MaxRestarts.
+	MaxRestartsLimit = 100
+	// KeepEnded is how long the cluster keeps an ended job's record.
+	KeepEnded = cluster.MaxKeepDead
+	maxBody   = MaxRecipeBytes + 16<<10
+	maxLabels = 16
+)
+
+// Serve makes node run jobs and adds the job routes to its control
+// endpoint (call it before Node.ServeControl):
+//
+//	POST /jobs                  submit (SubmitRequest) → Info
+//	GET  /jobs                  every job the cluster keeps → []Info
+//	GET  /jobs/{name}           → Info
+//	GET  /jobs/{name}/log       ?offset=N: the log from N (the body);
+//	                            Rlnode-Log-Next, Rlnode-Job-Status headers
+//	POST /jobs/{name}/stop      ?now=1 kills the driver; else it stops
+//	                            after its current step, checkpointed
+//
+// Every route needs the node's token (Node.HandleControl).
+func Serve(node *cluster.Node, cfg Config) {
+	host.Lock()
+	host.node, host.cfg = node, cfg
+	host.Unlock()
+	node.HandleControl("POST /jobs", http.HandlerFunc(submitHandler))
+	node.HandleControl("GET /jobs", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, list(node))
+	}))
+	node.HandleControl("GET /jobs/{name}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info, code, err := find(r.Context(), node, r.PathValue("name"))
+		if err != nil {
+			http.Error(w, err.Error(), code)
+			return
+		}
+		writeJSON(w, http.StatusOK, info)
+	}))
+	node.HandleControl("GET /jobs/{name}/log", http.HandlerFunc(logHandler))
+	node.HandleControl("POST /jobs/{name}/stop", http.HandlerFunc(stopHandler))
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// info is a job's Info from its record.
+func info(rec cluster.ActorRecord) Info {
+	in := Info{Name: rec.Name, Node: rec.Node, Restarts: rec.Restarts, MaxRestarts: rec.MaxRestarts, UpdatedMs: rec.UpdatedMs}
+	if v, err := actor.DecodeMessage(rec.ArgsType, rec.Args); err == nil {
+		if s, ok := v.(Spec); ok {
+			in.Recipe, in.Out, in.Submitter, in.SubmittedMs = s.RecipeName, s.Out, s.Submitter, s.SubmittedMs
+		}
+	}
+	switch rec.State {
+	case cluster.Alive:
+		in.Status = Running
+	case cluster.Restarting:
+		in.Status, in.Cause = Restarting, rec.Cause
+	default:
+		in.Status, in.Cause = statusOfEnd(rec.Cause), rec.Cause
+	}
+	return in
+}
+
+// statusOfEnd is the status of a job whose actor ended with cause.
+func statusOfEnd(cause string) string {
+	switch {
+	case strings.HasPrefix(cause, "job succeeded"):
+		return Succeeded
+	case strings.HasPrefix(cause, "job stopped"), cause == "stopped":
+		return Stopped
+	}
+	return Failed // it failed, or its node was lost with no restarts left
+}
+
+// records are the cluster's job records, by name.
+func records(node *cluster.Node) []cluster.ActorRecord {
+	var out []cluster.ActorRecord
+	for _, a := range node.Status().Actors {
+		if a.Kind != Kind {
+			continue
+		}
+		if h, err := node.Lookup(context.Background(), a.Name); err == nil {
+			if rec, ok := h.Record(); ok {
+				out = append(out, rec)
+			}
+		}
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
+	return out
+}
+
+func list(node *cluster.Node) []Info {
+	out := []Info{}
+	for _, rec := range records(node) {
+		out = append(out, info(rec))
+	}
+	return out
+}
+
+// find is the named job's record and Info, or an HTTP code and error.
+func find(ctx context.Context, node *cluster.Node, name string) (Info, int, error) {
+	rec, code, err := record(ctx, node, name)
+	if err != nil {
+		return Info{}, code, err
+	}
+	return info(rec), http.StatusOK, nil
+}
+
+func record(ctx context.Context, node *cluster.Node, name string) (cluster.ActorRecord, int, error) {
+	if err := CheckName(name); err != nil {
+		return cluster.ActorRecord{}, http.StatusBadRequest, err
+	}
+	h, err := node.Lookup(ctx, name)
+	if err != nil {
+		return cluster.ActorRecord{}, http.StatusNotFound, fmt.Errorf("job %s: no such job (rlnode job list shows them)", name)
+	}
+	rec, ok := h.Record()
+	if !ok || rec.Kind != Kind {
+		return cluster.ActorRecord{}, http.StatusNotFound, fmt.Errorf("job %s: no such job (an actor of kind %s has that name)", name, rec.Kind)
+	}
+	return rec, http.StatusOK, nil
+}
+
+func submitHandler(w http.ResponseWriter, r *http.Request) {
+	node, _, err := hosting()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	var req SubmitRequest
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err == nil && len(body) > maxBody {
+		err = fmt.Errorf("over %d bytes", maxBody)
+	}
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil {
+		http.Error(w, "submit: request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	info, code, err := submit(r.Context(), node, req)
+	if err != nil {
+		http.Error(w, "submit: "+err.Error(), code)
+		return
+	}
+	writeJSON(w, http.StatusCreated, info)
+}
+
+// submit checks req and spawns its job actor.
+func submit(ctx context.Context, node *cluster.Node, req SubmitRequest) (Info, int, error) {
+	spec := Spec{Recipe: []byte(req.Recipe), RecipeName: req.RecipeName, Out: filepath.Clean(req.Out), SubmittedMs: time.Now().UnixMilli(), Submitter: req.Submitter, Resume: req.Resume}
+	if req.Out == "" {
+		spec.Out = ""
+	}
+	if err := spec.Check(); err != nil {
+		return Info{}, http.StatusBadRequest, err
+	}
+	if req.MaxRestarts < 0 || req.MaxRestarts > MaxRestartsLimit {
+		return Info{}, http.StatusBadRequest, fmt.Errorf("max_restarts %d: want 0 to %d", req.MaxRestarts, MaxRestartsLimit)
+	}
+	if len(req.Labels) > maxLabels {
+		return Info{}, http.StatusBadRequest, fmt.Errorf("%d labels: want at most %d", len(req.Labels), maxLabels)
+	}
+	if len(req.Submitter) > 256 || len(req.RecipeName) > 256 {
+		return Info{}, http.StatusBadRequest, errors.New("submitter or recipe_name over 256 bytes")
+	}
+	name := req.Name
+	if name == "" {
+		base := req.RecipeName
+		if CheckName(base) != nil {
+			base = "job"
+		}
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		name = fmt.Sprintf("%s-%s-%x", base, time.Now().UTC().Format("20060102-150405"), b)
+	}
+	if err := CheckName(name); err != nil {
+		return Info{}, http.StatusBadRequest, err
+	}
+	known := records(node)
+	if len(known) >= MaxJobs {
+		return Info{}, http.StatusTooManyRequests, fmt.Errorf("the cluster keeps %d jobs, its bound: an ended job is forgotten %v after it ends", len(known), KeepEnded)
+	}
+	for _, rec := range known {
+		in := info(rec)
+		if rec.Name == name {
+			return Info{}, http.StatusConflict, fmt.Errorf("job %s exists (%s): choose another name", name, in.Status)
+		}
+		if (in.Status == Running || in.Status == Restarting) && in.Out == spec.Out {
+			return Info{}, http.StatusConflict, fmt.Errorf("job %s (%s) runs into %s already", rec.Name, in.Status, spec.Out)
+		}
+	}
+	labels := map[string]string{Label: "yes"}
+	for k, v := range req.Labels {
+		labels[k] = v
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	h, err := node.Spawn(sctx, Kind, cluster.SpawnOptions{
+		Name: name, Args: spec, Resources: cluster.Resources{}, Labels: labels, Node: req.Node,
+		MaxRestarts: req.MaxRestarts, Detached: true, KeepDead: KeepEnded,
+	})
+	if err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, cluster.ErrInfeasible) {
+			code = http.StatusConflict
+		}
+		return Info{}, code, err
+	}
+	rec, _ := h.Record()
+	return info(rec), http.StatusCreated, nil
+}
+
+type logTask struct {
+	Name   string
+	Offset int64
+}
+
+// logTaskName reads an ended job's log on the node that ran it last.
+const logTaskName = "rlnode.job.log"
+
+func init() {
+	cluster.RegisterTask(logTaskName, func(ctx context.Context, t logTask) (logReply, error) {
+		node, _, err := hosting()
+		if err != nil {
+			return logReply{}, err
+		}
+		rec, _, err := record(ctx, node, t.Name)
+		if err != nil {
+			return logReply{}, err
+		}
+		out := info(rec).Out
+		if out == "" {
+			return logReply{}, fmt.Errorf("job %s: its record names no run folder", t.Name)
+		}
+		return readLog(filepath.Join(out, LogFile), t.Offset, MaxLogRead)
+	})
+}
+
+func logHandler(w http.ResponseWriter, r *http.Request) {
+	node, _, err := hosting()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	off, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
+	if r.URL.Query().Get("offset") == "" {
+		off, err = 0, nil
+	}
+	if err != nil || off < 0 {
+		http.Error(w, fmt.Sprintf("log: offset %q: want a byte offset, 0 or more", r.URL.Query().Get("offset")), http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+	defer cancel()
+	rec, code, err := record(ctx, node, r.PathValue("name"))
+	if err != nil {
+		http.Error(w, err.Error(), code)
+		return
+	}
+	in := info(rec)
+	var rep logReply
+	switch {
+	case rec.State == cluster.Alive:
+		var h *cluster.Handle
+		if h, err = node.Lookup(ctx, rec.Name); err == nil {
+			rep, err = cluster.Call[logReply](ctx, h, logRequest{Offset: off, Max: MaxLogRead})
+		}
+	case rec.Node != "":
+		// Ended: the node that ran it last reads it.
+		rep, err = cluster.Submit[logReply](ctx, node, logTaskName, logTask{Name: rec.Name, Offset: off},
+			cluster.TaskOptions{Node: rec.Node, Resources: cluster.Resources{}}).Get(ctx)
+	default:
+		err = errors.New("it is between nodes")
+	}
+	if err != nil {
+		// The folder may be shared: this node reads it then.
+		if local, lerr := readLog(filepath.Join(in.Out, LogFile), off, MaxLogRead); lerr == nil {
+			rep, err = local, nil
+		}
+	}
+	if err != nil {
+		http.Error(w, fmt.Sprintf("job %s (%s): its log %s on node %s cannot be read from here: %v", rec.Name, in.Status, filepath.Join(in.Out, LogFile), dash(rec.Node), err), http.StatusBadGateway)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Rlnode-Log-Next", strconv.FormatInt(rep.Next, 10))
+	w.Header().Set("Rlnode-Log-Size", strconv.FormatInt(rep.Size, 10))
+	w.Header().Set("Rlnode-Job-Status", in.Status)
+	_, _ = w.Write(rep.Data)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func stopHandler(w http.ResponseWriter, r *http.Request) {
+	node, _, err := hosting()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	now := r.URL.Query().Get("now") == "1"
+	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+	defer cancel()
+	rec, code, err := record(ctx, node, r.PathValue("name"))
+	if err != nil {
+		http.Error(w, err.Error(), code)
+		return
+	}
+	in := info(rec)
+	if rec.State != cluster.Alive {
+		why := "it has ended"
+		if rec.State == cluster.Restarting {
+			why = "it is being restarted on another node; stop it once it is RUNNING"
+		}
+		http.Error(w, fmt.Sprintf("job %s is %s: %s", rec.Name, in.Status, why), http.StatusConflict)
+		return
+	}
+	h, err := node.Lookup(ctx, rec.Name)
+	if err == nil {
+		_, err = cluster.Call[okReply](ctx, h, stopRequest{Now: now})
+	}
+	if err != nil {
+		http.Error(w, fmt.Sprintf("job %s: stop: %v", rec.Name, err), http.StatusBadGateway)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, in)
+}
+
+// Client talks to one node's job routes.
+type Client struct {
+	Control string // the node's control endpoint, HOST:PORT
+	Token   string
+	HTTP    *http.Client // default: http.DefaultClient
+}
+
+func (c Client) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.Control+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		return nil, &HTTPError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(msg))}
+	}
+	return resp, nil
+}
+
+// HTTPError is a node's refusal.
+type HTTPError struct {
+	Code int
+	Msg  string
+}
+
+func (e *HTTPError) Error() string { return e.Msg }
+
+func (c Client) getJSON(ctx context.Context, method, path string, body io.Reader, v any) error {
+	resp, err := c.do(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(v)
+}
+
+// Submit submits a job.
+func (c Client) Submit(ctx context.Context, req SubmitRequest) (Info, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return Info{}, err
+	}
+	var in Info
+	err = c.getJSON(ctx, http.MethodPost, "/jobs", strings.NewReader(string(b)), &in)
+	return in, err
+}
+
+// List lists the jobs the cluster keeps.
+func (c Client) List(ctx context.Context) ([]Info, error) {
+	var out []Info
+	err := c.getJSON(ctx, http.MethodGet, "/jobs", nil, &out)
+	return out, err
+}
+
+// Get describes one job.
+func (c Client) Get(ctx context.Context, name string) (Info, error) {
+	var in Info
+	err := c.getJSON(ctx, http.MethodGet, "/jobs/"+url.PathEscape(name), nil, &in)
+	return in, err
+}
+
+// Log reads the job's log from offset: the bytes, the offset after them
+// and the job's status.
+func (c Client) Log(ctx context.Context, name string, offset int64) ([]byte, int64, string, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/jobs/"+url.PathEscape(name)+"/log?offset="+strconv.FormatInt(offset, 10), nil)
+	if err != nil {
+		return nil, offset, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxLogRead+1))
+	if err != nil {
+		return nil, offset, "", err
+	}
+	next, perr := strconv.ParseInt(resp.Header.Get("Rlnode-Log-Next"), 10, 64)
+	if perr != nil || next != offset+int64(len(b)) {
+		return nil, offset, "", fmt.Errorf("log of job %s: the node answered %d bytes from %d with next offset %q", name, len(b), offset, resp.Header.Get("Rlnode-Log-Next"))
+	}
+	return b, next, resp.Header.Get("Rlnode-Job-Status"), nil
+}
+
+// Stop asks the job to stop: after its current step, which its driver
+// checkpoints, or at once (now).
+func (c Client) Stop(ctx context.Context, name string, now bool) error {
+	path := "/jobs/" + url.PathEscape(name) + "/stop"
+	if now {
+		path += "?now=1"
+	}
+	resp, err := c.do(ctx, http.MethodPost, path, nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}

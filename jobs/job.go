@@ -1,0 +1,507 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+)
+
+// Kind is the job actor's kind; Label marks the nodes that run jobs
+// (rlnode start and join set it; a node a Go program starts runs none).
+const (
+	Kind  = "rlnode.job"
+	Label = "rlnode.jobs"
+)
+
+// EnvJob names the job in its driver's environment; the driver's node
+// carries it as label DriverLabel, so a node that takes the job over can
+// tell when the lost attempt's driver has left the cluster.
+const (
+	EnvJob      = "RLNODE_JOB"
+	DriverLabel = "rlnode.job"
+)
+
+// Files a job keeps in its run folder beside the run's own: the log of
+// every attempt's driver (stdout and stderr, one header line per attempt)
+// and the recipe it was submitted with.
+const (
+	LogFile    = "job.log"
+	RecipeFile = "job-recipe.yaml"
+)
+
+// Spec is what a job runs: a resolved recipe into a run folder.
+type Spec struct {
+	Recipe      []byte // the resolved recipe (YAML), as `rlnode recipe` writes it
+	RecipeName  string
+	Out         string // absolute run folder
+	SubmittedMs int64
+	// Submitter says who submitted it (user@host).
+	Submitter string
+	// Resume continues the run Out holds (rlnode run --resume); without
+	// it the first attempt refuses a folder that holds a run or a job.
+	Resume bool `msgpack:",omitempty"`
+}
+
+// MaxRecipeBytes bounds Spec.Recipe: it travels in the job's record.
+const MaxRecipeBytes = 48 << 10
+
+// Check refuses a spec no node should run.
+func (s Spec) Check() error {
+	switch {
+	case len(s.Recipe) == 0:
+		return errors.New("job: no recipe")
+	case len(s.Recipe) > MaxRecipeBytes:
+		return fmt.Errorf("job: recipe of %d bytes, over the %d-byte bound", len(s.Recipe), MaxRecipeBytes)
+	case s.Out == "" || !filepath.IsAbs(s.Out):
+		return fmt.Errorf("job: run folder %q: want an absolute path (every node resolves it alike)", s.Out)
+	case strings.ContainsAny(s.Out, "\x00\n"):
+		return fmt.Errorf("job: run folder %q: holds a NUL or newline", s.Out)
+	}
+	return nil
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// CheckName refuses a job name that is no plain word of at most 64
+// characters (letters, digits, . _ -).
+func CheckName(name string) error {
+	if !namePattern.MatchString(name) {
+		return fmt.Errorf("job name %q: want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// Config is what the node gives its jobs.
+type Config struct {
+	// KeyFile is the cluster key file the node was started with: a job's
+	// driver joins the cluster with it.
+	KeyFile string
+	// Executable is the rlnode binary a job runs (default: this one).
+	Executable string
+	// StopGrace is how long a job's driver has, once asked to stop with
+	// SIGTERM because its actor stops (its node stops, rlnode job stop
+	// --now), before SIGKILL (default 10 s).
+	StopGrace time.Duration
+}
+
+// host is this process's node and its jobs' config, set by Serve; a
+// process that did not call it runs no jobs.
+var host struct {
+	sync.Mutex
+	node *cluster.Node
+	cfg  Config
+}
+
+func hosting() (*cluster.Node, Config, error) {
+	host.Lock()
+	defer host.Unlock()
+	if host.node == nil {
+		return nil, Config{}, errors.New("this process runs no jobs (it is no node rlnode start or join started)")
+	}
+	return host.node, host.cfg, nil
+}
+
+type logRequest struct {
+	Offset int64
+	Max    int
+}
+
+type logReply struct {
+	Data []byte
+	Next int64 // the offset after Data
+	Size int64 // the log's size now
+}
+
+// stopRequest asks the job's driver to stop after its current step,
+// which it checkpoints (SIGTERM); Now kills it at once.
+type stopRequest struct{ Now bool }
+
+type okReply struct{}
+
+func init() {
+	actor.RegisterMessage(Spec{}, logRequest{}, logReply{}, stopRequest{}, okReply{})
+	actor.RegisterKind(Kind, func(ctx *actor.Context, args any) (actor.Actor, error) {
+		spec, ok := args.(Spec)
+		if !ok {
+			return nil, fmt.Errorf("job: spawn args are %T, want jobs.Spec", args)
+		}
+		return start(ctx, spec)
+	})
+}
+
+// job is the actor: it started one driver process and waits for it.
+type job struct {
+	name string
+	spec Spec
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the driver has exited and the log is closed
+
+	mu        sync.Mutex
+	proc      *os.Process // the driver, once started
+	stopAsked bool        // stopRequest: its end is a stop, not a failure
+	stopping  bool        // the actor is stopping: the driver's end says nothing
+}
+
+// start runs the job's driver: `rlnode run` of the recipe into its
+// folder, joined to this node's cluster, continuing the run (--resume)
+// when the job is restarted after its node was lost and the folder holds
+// a checkpoint.
+func start(actx *actor.Context, spec Spec) (*job, error) {
+	node, cfg, err := hosting()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Check(); err != nil {
+		return nil, err
+	}
+	name := actx.Self().Name
+	if actx.Restarts() == 0 && !spec.Resume {
+		// Nothing of another run or job is written over.
+		for _, f := range []string{"recipe.yaml", LogFile, RecipeFile} {
+			if _, err := os.Lstat(filepath.Join(spec.Out, f)); err == nil {
+				return nil, fmt.Errorf("job %s: run folder %s on node %s holds another run or job (%s): choose another folder, or submit with --resume to continue its run",
+					name, spec.Out, node.ID(), f)
+			}
+		}
+	}
+	if err := os.MkdirAll(spec.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("job %s: run folder: %w", name, err)
+	}
+	recipe := filepath.Join(spec.Out, RecipeFile)
+	if err := writeFileAtomic(recipe, spec.Recipe); err != nil {
+		return nil, fmt.Errorf("job %s: %w", name, err)
+	}
+	logf, err := os.OpenFile(filepath.Join(spec.Out, LogFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: log: %w", name, err)
+	}
+	exe := cfg.Executable
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			logf.Close()
+			return nil, fmt.Errorf("job %s: this node's executable: %w", name, err)
+		}
+	}
+	args := driverArgs(spec, recipe, node.GossipAddress(), cfg.KeyFile, actx.Restarts())
+	attempt := actx.Restarts() + 1
+	hostname, _ := os.Hostname()
+	fmt.Fprintf(logf, "%s rlnode job %s: attempt %d on node %s (%s): rlnode %s\n",
+		time.Now().UTC().Format(time.RFC3339), name, attempt, node.ID(), hostname, strings.Join(args, " "))
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = spec.Out
+	cmd.Env = append(os.Environ(), EnvJob+"="+name)
+	cmd.SysProcAttr = driverAttrs()
+	j := &job{name: name, spec: spec, cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		if actx.Restarts() > 0 {
+			// The lost attempt's driver and what it placed must be gone
+			// first: its actors hold the cluster's resources until its
+			// owner grace ends, and the new driver would find no room.
+			waitForLostDriver(actx.Context(), node, name, logf)
+		}
+		if actx.Context().Err() != nil {
+			started <- actx.Context().Err()
+			logf.Close()
+			close(j.done)
+			return
+		}
+		j.mu.Lock()
+		stopAsked := j.stopAsked
+		j.mu.Unlock()
+		if stopAsked {
+			fmt.Fprintf(logf, "%s rlnode job %s: stopped before its driver started\n", time.Now().UTC().Format(time.RFC3339), name)
+			started <- errors.New("stopped")
+			logf.Close()
+			close(j.done)
+			j.end(actx, "job stopped: before its driver started")
+			return
+		}
+		// The driver is killed when this thread ends (Pdeathsig), so it
+		// dies with its node: the thread stays this goroutine's until the
+		// driver has exited.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		t0 := time.Now()
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintf(logf, "%s rlnode job %s: start %s: %v\n", time.Now().UTC().Format(time.RFC3339), name, exe, err)
+			started <- err
+			logf.Close()
+			close(j.done)
+			j.end(actx, fmt.Sprintf("job failed: start %s: %v", exe, err))
+			return
+		}
+		j.mu.Lock()
+		j.proc = cmd.Process
+		j.mu.Unlock()
+		started <- nil
+		werr := cmd.Wait()
+		j.finish(actx, logf, werr, time.Since(t0))
+	}()
+	if actx.Restarts() == 0 {
+		if err := <-started; err != nil {
+			return nil, fmt.Errorf("job %s: start %s: %w", name, exe, err)
+		}
+	}
+	return j, nil
+}
+
+// lostDriverWait bounds how long a job taken over waits for the lost
+// attempt's driver to leave and its actors to be released.
+const lostDriverWait = 3 * time.Minute
+
+// waitForLostDriver waits, within ctx and lostDriverWait, until no node
+// of the cluster is a driver of job name and nothing is held for gone
+// owners, saying in the log what it waits for.
+func waitForLostDriver(ctx context.Context, node *cluster.Node, name string, logf io.Writer) {
+	deadline := time.Now().Add(lostDriverWait)
+	said := ""
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		why := ""
+		for _, v := range node.Views() {
+			if v.Labels[DriverLabel] == name {
+				why = "the lost attempt's driver, node " + v.ID + ", to leave the cluster"
+			}
+		}
+		if why == "" {
+			if held := node.HeldForGoneOwners(); held != "" {
+				why = "the lost attempt's actors to be released: " + held
+			}
+		}
+		if why == "" {
+			return
+		}
+		if why != said {
+			fmt.Fprintf(logf, "%s rlnode job %s: waiting for %s\n", time.Now().UTC().Format(time.RFC3339), name, why)
+			said = why
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if ctx.Err() == nil {
+		fmt.Fprintf(logf, "%s rlnode job %s: waited %v; starting the driver all the same\n", time.Now().UTC().Format(time.RFC3339), name, lostDriverWait)
+	}
+}
+
+// driverArgs is the driver's command line after the executable.
+func driverArgs(spec Spec, recipe, gossip, keyFile string, restarts int) []string {
+	args := []string{"run", recipe, "--out", spec.Out, "--address", gossip, "--driver-only"}
+	if keyFile != "" {
+		args = append(args, "--key-file", keyFile)
+	}
+	if h, _, err := net.SplitHostPort(gossip); err == nil {
+		args = append(args, "--bind", net.JoinHostPort(h, "0"))
+	}
+	switch {
+	case restarts > 0:
+		// The run decides under its run lock: resume from the newest
+		// intact checkpoint, or start over where the lost attempt wrote
+		// none.
+		args = append(args, "--continue")
+	case spec.Resume:
+		args = append(args, "--resume")
+	}
+	return args
+}
+
+// finish records the driver's end in the log and ends the actor with the
+// job's outcome as its cause, unless the actor is stopping already.
+func (j *job) finish(actx *actor.Context, logf *os.File, werr error, took time.Duration) {
+	j.mu.Lock()
+	stopAsked, stopping := j.stopAsked, j.stopping
+	j.mu.Unlock()
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case werr == nil:
+	case errors.As(werr, &ee):
+		code = ee.ExitCode()
+	default:
+		code = -1
+	}
+	var cause string
+	switch {
+	case werr == nil:
+		cause = "job succeeded"
+	case stopAsked:
+		cause = fmt.Sprintf("job stopped: its run was asked to stop and exited (%v)", werr)
+	default:
+		cause = fmt.Sprintf("job failed: rlnode run %v", werr)
+		if line := lastLine(logf.Name()); line != "" {
+			cause += ": " + line
+		}
+	}
+	fmt.Fprintf(logf, "%s rlnode job %s: driver exited (status %d) after %s: %s\n",
+		time.Now().UTC().Format(time.RFC3339), j.name, code, took.Round(time.Second), cause)
+	logf.Close()
+	close(j.done)
+	if !stopping {
+		j.end(actx, cause)
+	}
+}
+
+// end stops the actor with the job's outcome as its cause.
+func (j *job) end(actx *actor.Context, cause string) {
+	go func() { _ = actx.System().StopLocal(j.name, cause) }()
+}
+
+// lastLine is the last non-empty line of the log's last 4 KiB, cut to
+// 300 bytes: the driver's own last word, its error as a rule.
+func lastLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-4096, 0)
+	b := make([]byte, fi.Size()-off)
+	n, _ := f.ReadAt(b, off)
+	lines := bytes.Split(bytes.TrimRight(b[:n], "\n"), []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(string(lines[i]))
+		if l != "" {
+			if len(l) > 300 {
+				l = l[:300] + "…"
+			}
+			return l
+		}
+	}
+	return ""
+}
+
+// Receive answers log reads and stop requests.
+func (j *job) Receive(actx *actor.Context, msg any) (any, error) {
+	switch m := msg.(type) {
+	case logRequest:
+		return readLog(filepath.Join(j.spec.Out, LogFile), m.Offset, m.Max)
+	case stopRequest:
+		j.mu.Lock()
+		j.stopAsked = true
+		j.mu.Unlock()
+		sig := syscall.SIGTERM
+		if m.Now {
+			sig = syscall.SIGKILL
+		}
+		j.signal(sig)
+		return okReply{}, nil
+	}
+	return nil, fmt.Errorf("job %s: unexpected %T", j.name, msg)
+}
+
+// Stopped ends the driver with the actor (its node stops, the job is
+// stopped at once, or another node restarts it): SIGTERM, then SIGKILL
+// after the stop grace.
+func (j *job) Stopped(actx *actor.Context) {
+	j.mu.Lock()
+	j.stopping = true
+	j.mu.Unlock()
+	select {
+	case <-j.done:
+		return
+	default:
+	}
+	_, cfg, _ := hosting()
+	grace := cfg.StopGrace
+	if grace <= 0 {
+		grace = 10 * time.Second
+	}
+	j.signal(syscall.SIGTERM)
+	select {
+	case <-j.done:
+		return
+	case <-time.After(grace):
+	}
+	j.signal(syscall.SIGKILL)
+	select {
+	case <-j.done:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// signal sends sig to the driver's process group: the driver and what it
+// started.
+func (j *job) signal(sig syscall.Signal) {
+	j.mu.Lock()
+	p := j.proc
+	j.mu.Unlock()
+	if p != nil {
+		_ = syscall.Kill(-p.Pid, sig)
+	}
+}
+
+// MaxLogRead bounds one read of a job's log.
+const MaxLogRead = 1 << 20
+
+// readLog reads at most max bytes (MaxLogRead at most) of the log at
+// path from off.
+func readLog(path string, off int64, max int) (logReply, error) {
+	if off < 0 {
+		return logReply{}, fmt.Errorf("log offset %d: want 0 or more", off)
+	}
+	if max <= 0 || max > MaxLogRead {
+		max = MaxLogRead
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return logReply{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return logReply{}, err
+	}
+	if off > fi.Size() {
+		off = fi.Size()
+	}
+	b := make([]byte, min(int64(max), fi.Size()-off))
+	n, err := f.ReadAt(b, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return logReply{}, err
+	}
+	return logReply{Data: b[:n], Next: off + int64(n), Size: fi.Size()}, nil
+}
+
+// writeFileAtomic writes b to path by a rename, so a reader never sees it
+// cut.
+func writeFileAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,101 @@
+package jobs
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestSpecAndNameChecks(t *testing.T) {
+	ok := Spec{Recipe: []byte("name: x\n"), Out: "/runs/x"}
+	for _, c := range []struct {
+		spec Spec
+		says string
+	}{
+		{ok, ""},
+		{Spec{Out: "/runs/x"}, "no recipe"},
+		{Spec{Recipe: make([]byte, MaxRecipeBytes+1), Out: "/runs/x"}, "over the"},
+		{Spec{Recipe: ok.Recipe, Out: "runs/x"}, "want an absolute path"},
+		{Spec{Recipe: ok.Recipe}, "want an absolute path"},
+		{Spec{Recipe: ok.Recipe, Out: "/runs/x\n--resume"}, "NUL or newline"},
+	} {
+		err := c.spec.Check()
+		if (c.says == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.says)) {
+			t.Errorf("Check(%q): %v, want %q", c.spec.Out, err, c.says)
+		}
+	}
+	for name, good := range map[string]bool{
+		"quickstart-20261127-104352-74f9": true, "a": true, "A.b_c-9": true,
+		"": false, "-x": false, ".hidden": false, "../etc": false, "a/b": false, "a b": false, strings.Repeat("x", 65): false,
+	} {
+		if err := CheckName(name); (err == nil) != good {
+			t.Errorf("CheckName(%q) = %v", name, err)
+		}
+	}
+}
+
+func TestStatusOfEnd(t *testing.T) {
+	for cause, want := range map[string]string{
+		"job succeeded": Succeeded,
+		"job stopped: its run was asked to stop and exited (exit status 1)": Stopped,
+		"stopped": Stopped,
+		"job failed: rlnode run exit status 1: boom": Failed,
+		"node lost": Failed,
+		"node lost; restart failed: spawn x: infeasible placement": Failed,
+	} {
+		if got := statusOfEnd(cause); got != want {
+			t.Errorf("statusOfEnd(%q) = %s, want %s", cause, got, want)
+		}
+	}
+}
+
+func TestDriverArgs(t *testing.T) {
+	spec := Spec{Out: "/runs/x"}
+	base := []string{"run", "/runs/x/job-recipe.yaml", "--out", "/runs/x", "--address", "10.0.0.2:7946", "--driver-only", "--key-file", "/k", "--bind", "10.0.0.2:0"}
+	if got := driverArgs(spec, "/runs/x/job-recipe.yaml", "10.0.0.2:7946", "/k", 0); !reflect.DeepEqual(got, base) {
+		t.Errorf("first attempt: %q", got)
+	}
+	if got := driverArgs(spec, "/runs/x/job-recipe.yaml", "10.0.0.2:7946", "/k", 2); !reflect.DeepEqual(got, append(base[:len(base):len(base)], "--continue")) {
+		t.Errorf("attempt taken over: %q", got)
+	}
+	spec.Resume = true
+	if got := driverArgs(spec, "/runs/x/job-recipe.yaml", "10.0.0.2:7946", "/k", 0); !reflect.DeepEqual(got, append(base[:len(base):len(base)], "--resume")) {
+		t.Errorf("submitted with --resume: %q", got)
+	}
+	v6 := driverArgs(Spec{Out: "/r"}, "/r/j", "[fd00::2]:7946", "", 0)
+	if want := []string{"run", "/r/j", "--out", "/r", "--address", "[fd00::2]:7946", "--driver-only", "--bind", "[fd00::2]:0"}; !reflect.DeepEqual(v6, want) {
+		t.Errorf("IPv6, no key file: %q", v6)
+	}
+}
+
+func TestReadLogBounds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), LogFile)
+	if err := os.WriteFile(path, []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		off        int64
+		max        int
+		data       string
+		next, size int64
+	}{
+		{0, 0, "0123456789", 10, 10},
+		{3, 4, "3456", 7, 10},
+		{8, 100, "89", 10, 10},
+		{10, 5, "", 10, 10},
+		{99, 5, "", 10, 10}, // past the end: nothing, at the end
+	} {
+		rep, err := readLog(path, c.off, c.max)
+		if err != nil || string(rep.Data) != c.data || rep.Next != c.next || rep.Size != c.size {
+			t.Errorf("readLog(%d, %d) = %q %d %d, %v", c.off, c.max, rep.Data, rep.Next, rep.Size, err)
+		}
+	}
+	if _, err := readLog(path, -1, 5); err == nil {
+		t.Error("a negative offset was read")
+	}
+	if _, err := readLog(filepath.Join(t.TempDir(), "none"), 0, 5); err == nil {
+		t.Error("a missing log was read")
+	}
+}
