@@ -11,7 +11,8 @@ import (
 func TestEveryCommandHelp(t *testing.T) {
 	cmds := [][]string{{"model", "init"}, {"model", "forward"}, {"recipe", "list"}, {"recipe", "show"}, {"recipe", "validate"},
 		{"traces", "list"}, {"traces", "show"}, {"traces", "stats"}, {"traces", "export"}, {"traces", "annotate"}, {"traces", "reward"},
-		{"ctxopt", "list"}, {"ctxopt", "validate"}, {"ctxopt", "train"}, {"env", "rollout"}}
+		{"ctxopt", "list"}, {"ctxopt", "validate"}, {"ctxopt", "train"}, {"env", "rollout"},
+		{"job", "list"}, {"job", "status"}, {"job", "logs"}, {"job", "stop"}}
 	for name := range commands {
 		cmds = append(cmds, []string{name})
 	}

@@ -244,3 +244,34 @@ func TestJobCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestRunContinue: rlnode run --continue resumes a run that wrote a
+// checkpoint, starts over one that wrote none, and starts a new run in
+// an empty folder (what a job's driver does on the node that takes the
+// job over).
+func TestRunContinue(t *testing.T) {
+	home := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "run")
+	if _, errOut, code := runRlnode(t, home, "run", "quickstart", "--continue"); code != 2 || !strings.Contains(errOut, "--continue needs --out DIR") {
+		t.Errorf("--continue without --out: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code := runRlnode(t, home, "run", "quickstart", "--out", dir, "--continue", "--resume"); code != 2 || !strings.Contains(errOut, "neither --resume nor --overwrite") {
+		t.Errorf("--continue --resume: exit %d, %q", code, errOut)
+	}
+	out, errOut, code := runRlnode(t, home, append([]string{"run", "quickstart", "--out", dir, "--continue"}, tinyRun...)...)
+	if code != 0 || strings.Contains(out, "resuming") || !strings.Contains(out, "done: 7 steps") {
+		t.Fatalf("--continue into an empty folder: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = runRlnode(t, home, append(append([]string{"run", filepath.Join(dir, "recipe.yaml"), "--out", dir, "--continue"}, tinyRun...), "--set", "schedule.steps=4")...)
+	if code != 0 || !strings.Contains(out, "resuming from "+filepath.Join(dir, "checkpoints", "step-7")) || !strings.Contains(out, "done: 8 steps") {
+		t.Errorf("--continue of a run with a checkpoint: exit %d\n%s%s", code, out, errOut)
+	}
+	// A run stopped before its first checkpoint: started over.
+	if err := os.RemoveAll(filepath.Join(dir, "checkpoints")); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = runRlnode(t, home, append([]string{"run", "quickstart", "--out", dir, "--continue"}, tinyRun...)...)
+	if code != 0 || strings.Contains(out, "resuming") || !strings.Contains(errOut, "holds a run that wrote no checkpoint: starting it over") || !strings.Contains(out, "done: 7 steps") {
+		t.Errorf("--continue of a run without a checkpoint: exit %d\n%s%s", code, out, errOut)
+	}
+}
