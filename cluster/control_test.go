@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rlnode/rlnode/actor"
 )
@@ -201,5 +202,72 @@ func TestServeControlOverAStaleRunFile(t *testing.T) {
 	defer closeCtrl()
 	if ri, err := FindRunning("phoenix"); err != nil || ri.Control != ctrl || ri.ProcessStart == "" {
 		t.Fatalf("FindRunning after the restart: %+v, %v", ri, err)
+	}
+}
+
+// Routes added with HandleControl need the node's token whatever their
+// method (a job's log is as private as its stop), and answer with it.
+func TestHandleControlNeedsTheToken(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	n, err := Start(context.Background(), Config{NodeID: "routes", Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	n.HandleControl("GET /private/{name}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("hello " + r.PathValue("name")))
+	}))
+	ctrl, closeCtrl, err := n.ServeControl("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeCtrl()
+	ri, err := FindRunning("routes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		auth string
+		code int
+		body string
+	}{{"", http.StatusUnauthorized, "needs the node's token"}, {"Bearer wrong", http.StatusUnauthorized, "needs the node's token"}, {"Bearer " + ri.Token, http.StatusOK, "hello x"}} {
+		req, _ := http.NewRequest("GET", "http://"+ctrl+"/private/x", nil)
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.Contains(string(b), c.body) {
+			t.Errorf("GET with %q: HTTP %d %q, want %d %q", c.auth, resp.StatusCode, b, c.code, c.body)
+		}
+	}
+	// The built-in status stays open to GET.
+	if _, err := FetchStatus(context.Background(), ctrl); err != nil {
+		t.Errorf("status: %v", err)
+	}
+}
+
+// A node started with NoResources offers nothing, so nothing is placed
+// on it; a spawn's KeepDead out of its bounds is refused.
+func TestNoResourcesNodeAndKeepDeadBounds(t *testing.T) {
+	n, err := Start(context.Background(), Config{NoResources: true, Memory: NoMemory, CPUs: 8, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	if total, _ := n.Resources(); total[CPU] != 0 || total[GPU] != 0 || total[Memory] != 0 {
+		t.Errorf("a node with NoResources offers %v", total)
+	}
+	if _, err := n.Spawn(context.Background(), "test.counter", SpawnOptions{Resources: Resources{CPU: 1}}); !errors.Is(err, ErrInfeasible) {
+		t.Errorf("a one-CPU actor on a node that offers none: %v", err)
+	}
+	for _, d := range []time.Duration{-time.Second, MaxKeepDead + time.Second} {
+		if _, err := n.Spawn(context.Background(), "test.counter", SpawnOptions{KeepDead: d}); err == nil || !strings.Contains(err.Error(), "KeepDead") {
+			t.Errorf("KeepDead %v: %v", d, err)
+		}
 	}
 }

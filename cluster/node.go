@@ -51,11 +51,14 @@ type Config struct {
 	// cluster under a fresh random key (Node.Key returns it, for processes
 	// that should join); joining needs the cluster's key.
 	Key []byte
-	// CPUs the node offers (default runtime.NumCPU(); NoCPUs: none), GPUs
-	// it offers (-1 detects NVIDIA GPUs), Resources any custom ones,
-	// Labels its labels.
+	// CPUs the node offers (default runtime.NumCPU()), GPUs it offers (-1
+	// detects NVIDIA GPUs), Resources any custom ones, Labels its labels.
 	CPUs float64
 	GPUs int
+	// NoResources makes the node offer no CPUs and no memory, whatever
+	// CPUs and Memory say: a run's driver that hosts none of its actors
+	// (give GPUs 0 and no Resources too).
+	NoResources bool
 	// Memory is the memory the node offers, in bytes (the Memory
 	// resource): 0 detects it (DetectMemory; Start fails where it cannot),
 	// NoMemory offers none.
@@ -160,10 +163,6 @@ var LANDetection = Detection{
 	PushPull:       5 * time.Second,
 	OwnerGrace:     30 * time.Second,
 }
-
-// NoCPUs as Config.CPUs makes a node offer no CPUs (a run's driver that
-// should host none of its actors).
-const NoCPUs = -1.0
 
 // MaxOwnerGrace bounds Detection.OwnerGrace.
 const MaxOwnerGrace = time.Hour
@@ -338,8 +337,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	if cfg.CPUs != NoCPUs && !validAmount(cfg.CPUs) {
-		return nil, fmt.Errorf("CPUs %v: want a finite number ≥ 0 (0: every core), or NoCPUs", cfg.CPUs)
+	if !validAmount(cfg.CPUs) {
+		return nil, fmt.Errorf("CPUs %v: want a finite number ≥ 0 (0: every core)", cfg.CPUs)
 	}
 	if err := cfg.Resources.Check(); err != nil {
 		return nil, fmt.Errorf("node resources: %w", err)
@@ -385,11 +384,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	total := Resources{CPU: cfg.CPUs, Memory: memory}
-	switch {
-	case cfg.CPUs == NoCPUs:
-		total[CPU] = 0
-	case cfg.CPUs <= 0:
+	if cfg.CPUs <= 0 {
 		total[CPU] = float64(runtime.NumCPU())
+	}
+	if cfg.NoResources {
+		total[CPU] = 0
 	}
 	var gpus []GPUInfo
 	switch {

@@ -214,7 +214,7 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 			// The lost attempt's driver and what it placed must be gone
 			// first: its actors hold the cluster's resources until its
 			// owner grace ends, and the new driver would find no room.
-			waitForLostDriver(actx.Context(), node, name, logf)
+			waitForLostDriver(actx.Context(), node, name, logf, j.stopWasAsked)
 		}
 		if actx.Context().Err() != nil {
 			started <- actx.Context().Err()
@@ -222,10 +222,7 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 			close(j.done)
 			return
 		}
-		j.mu.Lock()
-		stopAsked := j.stopAsked
-		j.mu.Unlock()
-		if stopAsked {
+		if j.stopWasAsked() {
 			fmt.Fprintf(logf, "%s rlnode job %s: stopped before its driver started\n", time.Now().UTC().Format(time.RFC3339), name)
 			started <- errors.New("stopped")
 			logf.Close()
@@ -269,10 +266,10 @@ const lostDriverWait = 3 * time.Minute
 // waitForLostDriver waits, within ctx and lostDriverWait, until no node
 // of the cluster is a driver of job name and nothing is held for gone
 // owners, saying in the log what it waits for.
-func waitForLostDriver(ctx context.Context, node *cluster.Node, name string, logf io.Writer) {
+func waitForLostDriver(ctx context.Context, node *cluster.Node, name string, logf io.Writer, stopAsked func() bool) {
 	deadline := time.Now().Add(lostDriverWait)
 	said := ""
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	for time.Now().Before(deadline) && ctx.Err() == nil && !stopAsked() {
 		why := ""
 		for _, v := range node.Views() {
 			if v.Labels[DriverLabel] == name {
@@ -296,9 +293,15 @@ func waitForLostDriver(ctx context.Context, node *cluster.Node, name string, log
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && !stopAsked() {
 		fmt.Fprintf(logf, "%s rlnode job %s: waited %v; starting the driver all the same\n", time.Now().UTC().Format(time.RFC3339), name, lostDriverWait)
 	}
+}
+
+func (j *job) stopWasAsked() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.stopAsked
 }
 
 // driverArgs is the driver's command line after the executable.
@@ -343,6 +346,10 @@ func (j *job) finish(actx *actor.Context, logf *os.File, werr error, took time.D
 		cause = "job succeeded"
 	case stopAsked:
 		cause = fmt.Sprintf("job stopped: its run was asked to stop and exited (%v)", werr)
+	case stopping:
+		// The actor stops: its node stops (another node takes the job
+		// over while it has restarts left) or it was fenced.
+		cause = fmt.Sprintf("the job's actor stopped here, and its driver with it (%v)", werr)
 	default:
 		cause = fmt.Sprintf("job failed: rlnode run %v", werr)
 		if line := lastLine(logf.Name()); line != "" {

@@ -280,7 +280,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		nodeLog, setNodeLog = newLateNotes()
 		ncfg := cluster.Config{Bind: *bind, Join: []string{*address}, Key: key, Detection: det, Logger: nodeLog}
 		if *driverOnly {
-			ncfg.CPUs, ncfg.GPUs, ncfg.Memory = cluster.NoCPUs, 0, cluster.NoMemory
+			ncfg.NoResources, ncfg.GPUs, ncfg.Memory = true, 0, cluster.NoMemory
 		}
 		if job := os.Getenv(jobs.EnvJob); job != "" && jobs.CheckName(job) == nil {
 			// A job's driver says so (and which job) in its node's labels.
