@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/jobs"
 )
 
 // StatusSource answers the cluster's status as one node sees it. Status
@@ -152,8 +153,34 @@ type ClusterView struct {
 	Error  string                  `json:"error,omitempty"`
 	Nodes  []NodeView              `json:"nodes"`
 	Actors []cluster.ActorStatus   `json:"actors"`
+	Jobs   []JobView               `json:"jobs"`
 	Groups []cluster.GroupStatus   `json:"placement_groups"`
 	Totals map[string]ClusterTotal `json:"totals"`
+}
+
+// JobView is a job of rlnode submit, from its actor's record.
+type JobView struct {
+	Name     string `json:"name"`
+	Status   string `json:"status"` // RUNNING, RESTARTING, SUCCEEDED, FAILED, STOPPED
+	Node     string `json:"node"`
+	Restarts int    `json:"restarts"`
+	Cause    string `json:"cause,omitempty"`
+}
+
+// jobViews are the jobs among actors, in their order.
+func jobViews(actors []cluster.ActorStatus) []JobView {
+	out := []JobView{}
+	for _, a := range actors {
+		if a.Kind != jobs.Kind {
+			continue
+		}
+		v := JobView{Name: a.Name, Status: jobs.StatusOf(a.State, a.Cause), Node: a.Node, Restarts: a.Restarts}
+		if a.State != cluster.Alive {
+			v.Cause = a.Cause
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // ClusterTotal sums one resource over the live nodes.
@@ -194,7 +221,7 @@ func (w *clusterWatch) poll(ctx context.Context) {
 			totals[k] = t
 		}
 	}
-	w.view = ClusterView{Asked: st.Node, Taken: now, Nodes: nodes, Actors: st.Actors, Groups: st.Groups, Totals: totals}
+	w.view = ClusterView{Asked: st.Node, Taken: now, Nodes: nodes, Actors: st.Actors, Jobs: jobViews(st.Actors), Groups: st.Groups, Totals: totals}
 }
 
 // run polls until ctx ends.
@@ -223,6 +250,9 @@ func (w *clusterWatch) current() ClusterView {
 	}
 	if v.Groups == nil {
 		v.Groups = []cluster.GroupStatus{}
+	}
+	if v.Jobs == nil {
+		v.Jobs = []JobView{}
 	}
 	if v.Totals == nil {
 		v.Totals = map[string]ClusterTotal{}

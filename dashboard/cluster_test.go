@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -49,5 +50,31 @@ func TestNodeBook(t *testing.T) {
 	got := b2.merge(t0.Add(5*time.Second), nil)
 	if len(got) != 1 || !got[0].GoneSince.Equal(t0.Add(time.Second)) || !got[0].LastSeen.Equal(t0) || got[0].UptimeS != 0 {
 		t.Errorf("gone node: %+v", got)
+	}
+}
+
+// The jobs of rlnode submit are drawn from their actors' records, with
+// the status rlnode job list gives.
+func TestJobViews(t *testing.T) {
+	actors := []cluster.ActorStatus{
+		{Name: "learner-1", Kind: "learner", State: cluster.Alive},
+		{Name: "a", Kind: "rlnode.job", Node: "n1", State: cluster.Alive},
+		{Name: "b", Kind: "rlnode.job", State: cluster.Restarting, Restarts: 1, Cause: "node lost"},
+		{Name: "c", Kind: "rlnode.job", Node: "n2", State: cluster.Dead, Cause: "job succeeded"},
+		{Name: "d", Kind: "rlnode.job", Node: "n2", State: cluster.Dead, Cause: "job failed: rlnode run exit status 1: boom"},
+		{Name: "e", Kind: "rlnode.job", Node: "n2", State: cluster.Dead, Cause: "job stopped: its run was asked to stop and exited (exit status 130)"},
+	}
+	want := []JobView{
+		{Name: "a", Status: "RUNNING", Node: "n1"},
+		{Name: "b", Status: "RESTARTING", Restarts: 1, Cause: "node lost"},
+		{Name: "c", Status: "SUCCEEDED", Node: "n2", Cause: "job succeeded"},
+		{Name: "d", Status: "FAILED", Node: "n2", Cause: "job failed: rlnode run exit status 1: boom"},
+		{Name: "e", Status: "STOPPED", Node: "n2", Cause: "job stopped: its run was asked to stop and exited (exit status 130)"},
+	}
+	if got := jobViews(actors); !reflect.DeepEqual(got, want) {
+		t.Errorf("jobViews:\n got %+v\nwant %+v", got, want)
+	}
+	if got := jobViews(nil); got == nil || len(got) != 0 {
+		t.Errorf("no actors: %#v, want an empty list", got)
 	}
 }

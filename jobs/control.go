@@ -117,15 +117,22 @@ func info(rec cluster.ActorRecord) Info {
 			in.Recipe, in.Out, in.Submitter, in.SubmittedMs = s.RecipeName, s.Out, s.Submitter, s.SubmittedMs
 		}
 	}
-	switch rec.State {
-	case cluster.Alive:
-		in.Status = Running
-	case cluster.Restarting:
-		in.Status, in.Cause = Restarting, rec.Cause
-	default:
-		in.Status, in.Cause = statusOfEnd(rec.Cause), rec.Cause
+	in.Status = StatusOf(rec.State, rec.Cause)
+	if rec.State != cluster.Alive {
+		in.Cause = rec.Cause
 	}
 	return in
+}
+
+// StatusOf is the status of a job whose actor is in state, with cause.
+func StatusOf(state cluster.ActorState, cause string) string {
+	switch state {
+	case cluster.Alive:
+		return Running
+	case cluster.Restarting:
+		return Restarting
+	}
+	return statusOfEnd(cause)
 }
 
 // statusOfEnd is the status of a job whose actor ended with cause.
