@@ -1,14 +1,19 @@
 package ctxopt
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/rlnode/rlnode/ctxopt/simlm"
+	"github.com/rlnode/rlnode/internal/fsizetest"
 	"github.com/rlnode/rlnode/rollout/task"
 )
 
@@ -129,6 +134,40 @@ func TestPolicySaveLoad(t *testing.T) {
 	}
 	if err := LoadPolicy(path, b["bandit"]); err == nil {
 		t.Error("a hierarchical policy loaded into a bandit")
+	}
+}
+
+// A save that fails midway (the disk full: a file size limit in a child
+// process) leaves the policy.json of the previous save whole, so that
+// rlnode ctxopt eval and benchmark still load it; it wrote a cut file.
+func TestSavePolicyFullDisk(t *testing.T) {
+	m := testMethods(t, testSpace())["hierarchical"]
+	if dir, ok := fsizetest.Child(t); ok {
+		path := filepath.Join(dir, "policy.json")
+		err := SavePolicy(path, m)
+		if !errors.Is(err, syscall.EFBIG) {
+			t.Fatalf("save past the file size limit: %v, want EFBIG", err)
+		}
+		return
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.json")
+	if err := SavePolicy(path, m); err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsizetest.Run(t, dir, uint64(len(old)/2))
+	if err := LoadPolicy(path, testMethods(t, testSpace())["hierarchical"]); err != nil {
+		t.Fatalf("the previous policy no longer loads: %v", err)
+	}
+	if b, _ := os.ReadFile(path); !bytes.Equal(b, old) {
+		t.Fatalf("policy.json holds %d bytes after the failed save, want the previous %d", len(b), len(old))
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("%s holds %d files after the failed save, want policy.json alone", dir, len(ents))
 	}
 }
 

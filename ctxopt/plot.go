@@ -3,11 +3,16 @@ package ctxopt
 import (
 	"fmt"
 	"image/color"
+	"io"
+	"path/filepath"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/rlnode/rlnode/internal/atomicfile"
 )
 
 // WritePlot draws accuracy against cost: every fixed configuration, their
@@ -78,7 +83,15 @@ func WritePlot(path string, res Result, learned map[string]Summary) error {
 	p.Legend.Top = false
 	p.Legend.Left = false
 	p.Add(plotter.NewGrid())
-	return p.Save(7*vg.Inch, 5*vg.Inch, path)
+	// As p.Save, the format from the name, but replaced atomically.
+	wt, err := p.WriterTo(7*vg.Inch, 5*vg.Inch, strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), "."))
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return atomicfile.Write(path, 0o644, func(w io.Writer) error {
+		_, err := wt.WriteTo(w)
+		return err
+	})
 }
 
 func sortXY(xy plotter.XYs) {

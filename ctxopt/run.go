@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/atomicfile"
 )
 
 // TrainOptions drive Train.
@@ -318,7 +319,9 @@ func (r Result) TopFixed(n int) []Summary {
 // maxPolicyBytes bounds a saved policy file.
 const maxPolicyBytes = 64 << 20
 
-// SavePolicy writes the method's weights as JSON: learner → param → values.
+// SavePolicy writes the method's weights as JSON: learner → param →
+// values. The file is replaced atomically: a save that fails midway (a
+// full disk, a crash) leaves the previous one whole.
 func SavePolicy(path string, m Method) error {
 	out := map[string]map[string][]float32{}
 	for name, l := range m.Learners() {
@@ -330,9 +333,9 @@ func SavePolicy(path string, m Method) error {
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
-		return err
+		return fmt.Errorf("policy %s: %w", path, err)
 	}
-	return os.WriteFile(path, b, 0o644)
+	return atomicfile.WriteFile(path, b, 0o644)
 }
 
 // LoadPolicy reads weights SavePolicy wrote into m, checking that every

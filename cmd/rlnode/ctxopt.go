@@ -21,6 +21,7 @@ import (
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/ctxopt"
+	"github.com/rlnode/rlnode/internal/atomicfile"
 )
 
 func init() { commands["ctxopt"] = ctxoptCommand }
@@ -315,7 +316,7 @@ func ctxoptRun(ctx context.Context, sub string, r *ctxopt.Recipe, node *cluster.
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(out, "benchmark.json"), b, 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(out, "benchmark.json"), b, 0o644); err != nil {
 		return err
 	}
 	png := filepath.Join(out, "pareto.png")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/fsizetest"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
 
@@ -242,6 +243,55 @@ func TestCtxoptTrainMetricsWriteFailureFails(t *testing.T) {
 	code := runMain([]string{"ctxopt", "train", recipe, "--iterations", "2", "--eval-per-type", "1", "--out", dir}, &out, &errb)
 	if code != 1 || !strings.Contains(errb.String(), "write "+metrics+": ") {
 		t.Errorf("train with metrics.jsonl unwritable: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+}
+
+// TestCtxoptBenchmarkFullDisk: a benchmark whose files cannot be written
+// whole (a file size limit in a child process, as on a full disk) fails
+// naming the file and leaves the previous benchmark.json and pareto.png
+// whole. They were written in place: cut files, a run's results lost.
+func TestCtxoptBenchmarkFullDisk(t *testing.T) {
+	recipe := banditWithoutPython(t)
+	run := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := runMain(append([]string{"ctxopt"}, args...), &out, &errb)
+		return code, out.String() + errb.String()
+	}
+	benchmark := func(dir string) (int, string) {
+		return run("benchmark", recipe, "--policy", filepath.Join(dir, "policy.json"), "--eval-per-type", "1", "--out", filepath.Join(dir, "bench"))
+	}
+	if dir, ok := fsizetest.Child(t); ok {
+		if code, out := benchmark(dir); code != 1 || !strings.Contains(out, "write "+filepath.Join(dir, "bench")) || !strings.Contains(out, "file too large") {
+			t.Fatalf("benchmark with files limited: exit %d, want 1 and an error naming the file:\n%s", code, out)
+		}
+		return
+	}
+	dir := t.TempDir()
+	if code, out := run("train", recipe, "--iterations", "2", "--eval-per-type", "1", "--out", dir); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, out)
+	}
+	if code, out := benchmark(dir); code != 0 {
+		t.Fatalf("benchmark: exit %d\n%s", code, out)
+	}
+	files := []string{filepath.Join(dir, "bench", "benchmark.json"), filepath.Join(dir, "bench", "pareto.png")}
+	old := make([][]byte, len(files))
+	for i, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[i] = b
+	}
+	// Below both files' sizes, then between them: the first write to fail
+	// is benchmark.json's, then the larger one's.
+	small, large := min(len(old[0]), len(old[1])), max(len(old[0]), len(old[1]))
+	for _, limit := range []int{small / 2, (small + large) / 2} {
+		fsizetest.Run(t, dir, uint64(limit))
+		for i, f := range files {
+			if b, _ := os.ReadFile(f); !bytes.Equal(b, old[i]) {
+				t.Fatalf("limit %d: %s holds %d bytes after the failed benchmark, want the previous %d", limit, f, len(b), len(old[i]))
+			}
+		}
 	}
 }
 
