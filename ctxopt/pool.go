@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/lossclock"
 	"github.com/rlnode/rlnode/internal/lostctx"
 
 	"github.com/rlnode/rlnode/actor"
@@ -394,20 +395,16 @@ func (p *ExecutorPool) callReplica(ctx context.Context, r *execReplica, jobs []J
 		wait = min(2*wait, pollMax)
 		return false, nil
 	}
-	var failingSince time.Time
+	clock := lossclock.Clock{Timeout: p.opts.LossTimeout}
 	call := func(msg any) (any, bool, error) {
 		for {
 			sent := time.Now()
-			since := failingSince
-			if since.IsZero() {
-				since = sent
-			}
-			mctx, mcancel := context.WithTimeout(cctx, since.Add(p.opts.LossTimeout).Sub(sent))
+			mctx, mcancel := context.WithTimeout(cctx, clock.Budget(sent))
 			v, err := r.h.Call(mctx, msg)
 			mcancel()
 			var answered *actor.ActorError
 			if err == nil || errors.As(err, &answered) {
-				failingSince = time.Time{}
+				clock.Answered()
 				return v, false, err
 			}
 			if errors.Is(err, actor.ErrTooLarge) {
@@ -421,10 +418,7 @@ func (p *ExecutorPool) callReplica(ctx context.Context, r *execReplica, jobs []J
 			if ctx.Err() != nil {
 				return nil, false, ctx.Err()
 			}
-			if failingSince.IsZero() {
-				failingSince = sent
-			}
-			if time.Since(failingSince) >= p.opts.LossTimeout {
+			if clock.Failed(sent, time.Now()) {
 				p.lose(r, fmt.Sprintf("calls failing or unanswered for %v: %v", p.opts.LossTimeout, err))
 				return nil, true, nil
 			}

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/lossclock"
 	"github.com/rlnode/rlnode/internal/lostctx"
 
 	"github.com/rlnode/rlnode/actor"
@@ -715,32 +716,27 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 	// call retries calls that fail in transport until the cluster reports
 	// r lost, ctx ends, or the failures last LossTimeout (then r is dropped
 	// here). An error the actor itself answered (*actor.ActorError) comes
-	// back at once: r is alive. failingSince is when the first call of the
-	// current run of failures was sent: a call that gets no answer fails
-	// from its sending, so it is cut off once LossTimeout has passed since
-	// then (a node that stops answering would otherwise cost a whole
-	// CallTimeout before the clock even started).
-	var failingSince time.Time
+	// back at once: r is alive. The loss clock counts from the sending of
+	// the first call of the current run of failures: a call that gets no
+	// answer is cut off once LossTimeout has passed since then (a node
+	// that stops answering would otherwise cost a whole CallTimeout before
+	// the clock even started).
+	clock := lossclock.Clock{Timeout: p.cfg.LossTimeout}
 	call := func(msg any) (any, bool, error) {
 		for {
 			sent := time.Now()
-			since := failingSince
-			if since.IsZero() {
-				since = sent
-			}
-			limit := min(p.cfg.CallTimeout, since.Add(p.cfg.LossTimeout).Sub(sent))
-			cctx, ccancel := context.WithTimeout(ctx, limit)
+			cctx, ccancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, clock.Budget(sent)))
 			v, err := r.h.Call(cctx, msg)
 			ccancel()
 			var answered *actor.ActorError
 			if err == nil || errors.As(err, &answered) {
-				failingSince = time.Time{}
+				clock.Answered()
 				return v, false, err
 			}
 			if errors.Is(err, actor.ErrTooLarge) {
 				// Refused for its size, by this node or the replica's: no
 				// sign of a loss, and a retry would be refused again.
-				failingSince = time.Time{}
+				clock.Answered()
 				return nil, false, err
 			}
 			if isLost() {
@@ -749,10 +745,7 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 			if ctx.Err() != nil {
 				return nil, false, ctx.Err()
 			}
-			if failingSince.IsZero() {
-				failingSince = sent
-			}
-			if time.Since(failingSince) >= p.cfg.LossTimeout {
+			if clock.Failed(sent, time.Now()) {
 				p.lose(r, fmt.Sprintf("calls failing or unanswered for %s: %v", p.cfg.LossTimeout, err))
 				return nil, true, nil
 			}
