@@ -241,6 +241,11 @@ func TestActorBadRequests(t *testing.T) {
 }
 
 func TestActorQueueDepth(t *testing.T) {
+	// A gate of its own: the one a previous run (-count=2) released stays
+	// open, and the jobs never waited.
+	gate.Lock()
+	gate.ch = make(chan struct{})
+	gate.Unlock()
 	n := startNode(t)
 	h := spawn(t, n, rollout.ActorConfig{Engine: "gated", Verifier: "exact", Concurrency: 1, MaxQueue: 3}, "")
 	ctx := testCtx(t)
