@@ -155,3 +155,40 @@ func TestRunAgentAcrossNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestRunAgentHTTPEnvHugeRewards: a server whose step rewards are each
+// finite but sum past the largest float (1e308 a step) fails the episodes,
+// not the run: each episode ends at the step whose reward passes the
+// bound (the error in its turn's note: TestHTTPHugeRewards), and
+// metrics.jsonl counts those steps in env_errors. Before,
+// the run ended at its first RL step ("agent returns: episode ...: total
+// reward +Inf").
+func TestRunAgentHTTPEnvHugeRewards(t *testing.T) {
+	url, _ := envtest.GuessServer(t, "--step-reward", "1e308")
+	home, dir := t.TempDir(), filepath.Join(t.TempDir(), "run")
+	stdout, stderr, code := runRlnode(t, home, "run", agentHTTPRecipe(t, url, 2), "--out", dir)
+	if code != 0 {
+		t.Fatalf("rlnode run exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if n := rlSteps(t, dir); n != 2 {
+		t.Fatalf("metrics.jsonl has %d RL steps, want 2\nstderr:\n%s", n, stderr)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m struct {
+			Phase     string   `json:"phase"`
+			EnvErrors *int     `json:"env_errors"`
+			Return    *float64 `json:"episode_return"`
+		}
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		// 2 prompts × 2 episodes, each ended at its first step.
+		if m.Phase == "rl" && (m.EnvErrors == nil || *m.EnvErrors != 4 || m.Return == nil || *m.Return != 0) {
+			t.Fatalf("an RL step's env_errors and episode_return: %s; want 4 and 0", l)
+		}
+	}
+}

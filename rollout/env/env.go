@@ -69,22 +69,37 @@ var (
 	// ErrBadReward: an environment returned a reward that is not a finite
 	// number.
 	ErrBadReward = errors.New("env: reward is not a finite number")
+	// ErrRewardBound: an environment's rewards in one episode summed, in
+	// magnitude, past MaxEpisodeReward.
+	ErrRewardBound = fmt.Errorf("env: an episode's rewards may sum to %g in magnitude at most (env.MaxEpisodeReward)", MaxEpisodeReward)
 )
+
+// MaxEpisodeReward bounds the sum of the magnitudes of one episode's
+// rewards. Rewards each finite can still sum past the largest float (1e308
+// twice), and a batch's returns are summed, averaged and squared again
+// (group advantages, metrics, the learner's float32 value loss): under
+// this bound none of those overflows, and no environment of ours comes
+// near it (the built-in ones' episodes sum to at most a few tens).
+const MaxEpisodeReward = 1e9
 
 // Checked wraps e so that the Env contract holds whatever e does: Step
 // before Reset or after Done is ErrDone (e is not called), a NaN or
-// infinite reward is ErrBadReward and ends the episode, a Reset
-// observation that offers no action is an error. Errors name the step.
+// infinite reward is ErrBadReward and ends the episode, a reward that
+// takes the episode's rewards past MaxEpisodeReward in magnitude is
+// ErrRewardBound and ends the episode, a Reset observation that offers
+// no action is an error. Errors name the step (and an HTTP environment's
+// URL and episode).
 func Checked(e Env) Env { return &checked{env: e} }
 
 type checked struct {
 	env  Env
 	live bool
 	step int
+	size float64 // the sum of the episode's rewards' magnitudes so far
 }
 
 func (c *checked) Reset(ctx context.Context, seed int64, task string) (Observation, error) {
-	c.live, c.step = false, 0
+	c.live, c.step, c.size = false, 0, 0
 	obs, err := c.env.Reset(ctx, seed, task)
 	if err != nil {
 		return Observation{}, fmt.Errorf("reset task %q seed %d: %w", task, seed, err)
@@ -110,6 +125,15 @@ func (c *checked) Step(ctx context.Context, a Action) (StepResult, error) {
 		c.live = false
 		return StepResult{}, fmt.Errorf("step %d (%s): reward %v: %w", c.step, a, r.Reward, ErrBadReward)
 	}
+	if size := c.size + math.Abs(r.Reward); size > MaxEpisodeReward {
+		c.live = false
+		where := ""
+		if h, ok := c.env.(*HTTP); ok {
+			where = fmt.Sprintf("%s %s (episode %s): ", ErrHTTPEnv, h.URL(), h.Episode())
+		}
+		return StepResult{}, fmt.Errorf("%sstep %d (%s): reward %g takes the episode's rewards to %g in magnitude: %w", where, c.step, a, r.Reward, size, ErrRewardBound)
+	}
+	c.size += math.Abs(r.Reward)
 	if r.Done {
 		c.live = false
 	}

@@ -3,6 +3,7 @@ package env
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -197,6 +198,61 @@ func TestChecked(t *testing.T) {
 	}
 	if _, err := Checked(&emptyEnv{}).Reset(ctx, 0, "t"); err == nil || !strings.Contains(err.Error(), "offers no action") {
 		t.Fatalf("reset offering nothing: %v", err)
+	}
+}
+
+// rewardsEnv answers its steps with rewards, one each, never done.
+type rewardsEnv struct {
+	badEnv
+	rewards []float64
+}
+
+func (r *rewardsEnv) Step(context.Context, Action) (StepResult, error) {
+	r.steps++
+	return StepResult{Reward: r.rewards[r.steps-1]}, nil
+}
+
+// Rewards each finite whose magnitudes sum past MaxEpisodeReward end the
+// episode at the step that passes it, naming the step; a new episode
+// starts its sum again. Before, 1e308 twice was taken, and the episode's
+// return, +Inf, failed the whole run.
+func TestCheckedRewardBound(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		rewards []float64
+		ok      int // steps taken before the error; len(rewards): none
+	}{
+		{[]float64{1e308, 1e308}, 0},
+		{[]float64{1.5, 2, 2, 3}, 4},
+		{[]float64{MaxEpisodeReward / 2, -MaxEpisodeReward / 2, 1}, 2}, // magnitudes, not the sum
+		{[]float64{MaxEpisodeReward}, 1},
+		{[]float64{-MaxEpisodeReward, -0.5}, 1},
+	} {
+		for range 2 { // the second episode starts from 0 again
+			e := Checked(&rewardsEnv{rewards: c.rewards})
+			if _, err := e.Reset(ctx, 0, ""); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			taken := 0
+			for range c.rewards {
+				if _, err = e.Step(ctx, act("go", "")); err != nil {
+					break
+				}
+				taken++
+			}
+			if taken != c.ok {
+				t.Fatalf("rewards %v: %d steps taken (error %v), want %d", c.rewards, taken, err, c.ok)
+			}
+			if taken < len(c.rewards) {
+				if want := fmt.Sprintf("step %d (go)", taken+1); !errors.Is(err, ErrRewardBound) || !strings.Contains(err.Error(), want) {
+					t.Fatalf("rewards %v: %v, want ErrRewardBound naming %s", c.rewards, err, want)
+				}
+				if _, err := e.Step(ctx, act("go", "")); !errors.Is(err, ErrDone) {
+					t.Fatalf("rewards %v: a step after the bound: %v, want ErrDone", c.rewards, err)
+				}
+			}
+		}
 	}
 }
 

@@ -46,6 +46,20 @@ func bisect(ctx context.Context, e Env, task string) ([]float64, StepResult, err
 	}
 }
 
+// A server whose rewards (1e308 a step) would sum past the largest float:
+// the first step passes MaxEpisodeReward and ends the episode, the error
+// naming the server, the episode and the step.
+func TestHTTPHugeRewards(t *testing.T) {
+	u, _ := envtest.GuessServer(t, "--step-reward", "1e308")
+	ctx := context.Background()
+	h := openHTTP(t, u, HTTPOptions{})
+	rewards, _, err := bisect(ctx, Checked(h), "11")
+	want := fmt.Sprintf("http environment %s (episode %s): step 1 (guess(8)): reward 1e+308", u, h.Episode())
+	if !errors.Is(err, ErrRewardBound) || !strings.Contains(err.Error(), want) || len(rewards) != 0 {
+		t.Fatalf("rewards %v, error %v; want none and ErrRewardBound naming %q", rewards, err, want)
+	}
+}
+
 func TestHTTPPlays(t *testing.T) {
 	u, _ := envtest.GuessServer(t)
 	ctx := context.Background()

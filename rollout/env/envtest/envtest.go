@@ -20,14 +20,14 @@ const Python = "/usr/bin/python3"
 // GuessServer starts the reference server on a free port of 127.0.0.1 and
 // returns its URL and process; the process is killed when the test ends.
 // The test fails when python3 is missing or the server does not announce
-// its address within 60 s.
-func GuessServer(t testing.TB) (string, *exec.Cmd) {
+// its address within 60 s. args are the server's own (--step-reward R).
+func GuessServer(t testing.TB, args ...string) (string, *exec.Cmd) {
 	t.Helper()
 	if _, err := os.Stat(Python); err != nil {
 		t.Fatalf("%s is needed (scripts/setup.sh installs it): %v", Python, err)
 	}
 	_, here, _, _ := runtime.Caller(0)
-	cmd := exec.Command(Python, filepath.Join(filepath.Dir(here), "..", "testdata", "guess_server.py"))
+	cmd := exec.Command(Python, append([]string{filepath.Join(filepath.Dir(here), "..", "testdata", "guess_server.py")}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -17,8 +17,10 @@ the number itself. Tasks "fault:MODE" misbehave on /step, for tests:
 malformed, nan, huge, hang, status500, noobs, badname, badinvalid
 (metadata.invalid not a string), redirect, flaky (503 once, then fine).
 
-Run: python3 guess_server.py [--port N]. It prints
+Run: python3 guess_server.py [--port N] [--step-reward R]. It prints
 "listening on http://127.0.0.1:PORT" once it accepts connections.
+--step-reward R answers every step of every task with reward R (a hostile
+server for tests: 1e308 on each of two steps sums past the largest float).
 """
 
 import argparse
@@ -38,6 +40,7 @@ ACTIONS = [{"name": "guess", "description": "guess the hidden number", "param": 
 lock = threading.Lock()
 episodes = OrderedDict()  # episode_id -> dict
 flaky_seen = set()
+step_reward = None  # --step-reward: every step's reward, when set
 
 
 def draw(seed, task):
@@ -112,6 +115,8 @@ def step(body):
         reward, text, meta = play(ep, action)
         reply = (200, {"observation": {"text": text, "actions": [] if ep["done"] else ACTIONS},
                        "reward": reward, "done": ep["done"], "metadata": meta})
+        if step_reward is not None:
+            reply[1]["reward"] = step_reward
         if fault == "nan":
             reply[1]["reward"] = float("nan")
         elif fault == "noobs":
@@ -192,7 +197,10 @@ class Handler(BaseHTTPRequestHandler):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--step-reward", type=float, default=None)
     args = ap.parse_args()
+    global step_reward
+    step_reward = args.step_reward
     # A listen backlog of 5 (socketserver's default) drops connection
     # attempts when many episodes connect at once.
     ThreadingHTTPServer.request_queue_size = 256
