@@ -159,6 +159,27 @@ func agentRunner(cfg *Config, tpl *compiled, solver episode.Policy) episode.Runn
 	}
 }
 
+// AgentEpisode is the agent episode a run of cfg (an agent recipe's, from
+// FromRecipe) plays, with policy acting: the recipe's step template
+// (episode.agent.template), step bound, quote limits, seed and
+// environment; newEnv, when set, makes the environments in place of the
+// recipe's. rlnode env rollout plays a run's checkpoint with it, on the
+// prompts the checkpoint was trained on.
+func AgentEpisode(cfg Config, policy episode.Policy, newEnv func() env.Env) (*episode.Agent, error) {
+	if cfg.Episode != EpisodeAgent {
+		return nil, fmt.Errorf("episode type %s, not %s: the recipe plays no environment", cfg.Episode, EpisodeAgent)
+	}
+	t, err := cfg.Agent.validate()
+	if err != nil {
+		return nil, err
+	}
+	ag := agentRunner(&cfg, &compiled{agent: t}, policy).(*episode.Agent)
+	if newEnv != nil {
+		ag.NewEnv = newEnv
+	}
+	return ag, nil
+}
+
 // envSource is the problem source of agent runs: training problem i is
 // the environment's train split with seed Seed + i, held-out problem j its
 // held-out split with seed Seed + j (the agent episode seeds each

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/offline"
+	"github.com/rlnode/rlnode/train"
 )
 
 func init() { commands["env"] = envCommand }
@@ -26,15 +28,27 @@ const envUsage = `usage:
   rlnode env rollout ENV --policy scripted|random|MODEL --out FILE
                 [--episodes 100] [--task train] [--seed 1] [--max-steps 8]
                 [--url URL] [--timeout 30s] [--temperature 1] [--max-tokens 64]
+                [--recipe RECIPE]
       play a policy in environment ENV (equations, calculator, multiply,
       guess, or http with --url: a server speaking OpenEnv's reset/step
       protocol) and write the episodes (docs/environments-io.md). scripted
       is the built-in environment's teacher, random draws an offered
-      action, MODEL (a checkpoint directory or a hub id) plays through the
-      native engine as a run's agent episode does, sampling at
-      --temperature. FILE is JSONL (.jsonl: chat messages with each step's
-      action and reward) or, for MODEL, also an Arrow trajectory file
-      (.arrow: token ids and log probs). Episode k plays seed SEED+k.
+      action, MODEL (a checkpoint directory, a run folder: its newest
+      complete checkpoint, or a hub id) plays through the native engine as
+      a run's agent episode does, sampling at --temperature. FILE is JSONL
+      (.jsonl: chat messages with each step's action and reward) or, for
+      MODEL, also an Arrow trajectory file (.arrow: token ids and log
+      probs). Episode k plays seed SEED+k.
+
+      MODEL plays on the prompts of an agent recipe when there is one: the
+      run's recipe.yaml when MODEL is a run folder or one of its
+      checkpoints, or --recipe RECIPE (a built-in name or a file), which
+      overrides it. Each step's prompt is then the recipe's
+      episode.agent.template, and --max-steps, --max-tokens and
+      --temperature default to its episode.agent.max_steps and
+      algorithm.max_tokens and temperature; ENV may be left out to play
+      the recipe's environment (an http one at its url). Without a recipe
+      the prompts are chat messages.
 `
 
 func envCommand(args []string, stdout, stderr io.Writer) int {
@@ -67,9 +81,43 @@ func envCommand(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 30*time.Second, "http: per request")
 	temperature := fs.Float64("temperature", 1, "MODEL: sampling temperature (0: greedy)")
 	maxTokens := fs.Int("max-tokens", 64, "MODEL: tokens per turn at most")
+	recipeFlag := fs.String("recipe", "", "MODEL: the agent recipe (a built-in name or a file) whose step template, max_steps and sampling it plays with (default: the run's recipe.yaml when MODEL is a run folder or one of its checkpoints)")
 	err := parseFlags(fs, args, "policy", "out")
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	model := *policy != env.PolicyScripted && *policy != env.PolicyRandom
+	if err == nil && !model && *recipeFlag != "" {
+		err = usageError{fmt.Errorf("--recipe: for a model's play (--policy MODEL), not --policy %s", *policy)}
+	}
+	var agentCfg *train.Config
+	var recipeFile string
+	if err == nil && model {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		if agentCfg, recipeFile, err = rolloutRecipe(policy, *recipeFlag, stderr); err == nil && agentCfg != nil {
+			ac := agentCfg.Agent
+			if name == "" {
+				name = ac.Env
+				if ac.Env == train.EnvHTTP && !given["url"] {
+					*url = ac.URL
+				}
+				if ac.Env == train.EnvHTTP && !given["timeout"] && ac.Timeout > 0 {
+					*timeout = ac.Timeout
+				}
+			}
+			if !given["max-steps"] {
+				*maxSteps = ac.MaxSteps
+			}
+			if !given["max-tokens"] {
+				*maxTokens = agentCfg.MaxTokens
+			}
+			if !given["temperature"] {
+				*temperature = agentCfg.Temperature
+			}
+			fmt.Fprintf(stderr, "rlnode env rollout: prompts of %s (episode.agent.template of env %s); env %s, --max-steps %d, --max-tokens %d, --temperature %g\n",
+				recipeFile, ac.Env, name, *maxSteps, *maxTokens, *temperature)
+		}
 	}
 	if err == nil && name == "" {
 		err = usageError{errors.New("ENV is required")}
@@ -106,8 +154,11 @@ func envCommand(args []string, stdout, stderr io.Writer) int {
 		if !(*temperature >= 0) || *maxTokens < 1 {
 			return fail(fmt.Errorf("--temperature %v, --max-tokens %d: want ≥ 0 and ≥ 1", *temperature, *maxTokens))
 		}
+		if agentCfg != nil && strings.HasSuffix(*out, ".jsonl") {
+			fmt.Fprintf(stderr, "rlnode env rollout: %s holds the episodes as chat messages, not the template's prompts the model was given (an .arrow file holds those)\n", *out)
+		}
 		return modelRollout(ctx, stdout, modelRolloutConfig{env: name, newEnv: mkEnv, model: *policy, task: *task, episodes: *episodes,
-			seed: *seed, maxSteps: *maxSteps, temperature: *temperature, maxTokens: *maxTokens, out: *out}, fail)
+			seed: *seed, maxSteps: *maxSteps, temperature: *temperature, maxTokens: *maxTokens, out: *out, recipe: agentCfg, recipeFile: recipeFile}, fail)
 	}
 	if strings.HasSuffix(*out, ".arrow") {
 		// An Arrow trajectory file holds token ids, which only a model's
@@ -146,6 +197,68 @@ type modelRolloutConfig struct {
 	seed                  int64
 	temperature           float64
 	maxTokens             int
+	recipe                *train.Config // an agent recipe's: its step template; nil: chat prompts
+	recipeFile            string        // where recipe came from
+}
+
+// rolloutRecipe resolves --policy and --recipe of a model's play: a run
+// folder becomes its newest complete checkpoint, and the recipe is
+// recipeFlag, else the run's recipe.yaml when the model is a run folder or
+// a checkpoint in one (RUN/checkpoints/step-N), else none (nil). A
+// recipe found in the run folder that is no agent recipe is passed over,
+// saying so; one given by --recipe must be an agent recipe.
+func rolloutRecipe(policy *string, recipeFlag string, stderr io.Writer) (*train.Config, string, error) {
+	dir, err := recipes.ModelDir(*policy)
+	if err != nil {
+		return nil, "", fmt.Errorf("--policy: %w", err)
+	}
+	runRecipe := ""
+	_, cfgErr := os.Stat(filepath.Join(dir, "config.json"))
+	if st, err := os.Stat(filepath.Join(dir, "checkpoints")); err == nil && st.IsDir() && cfgErr != nil {
+		ck, skipped, _, err := train.NewestIntact(dir)
+		for _, s := range skipped {
+			fmt.Fprintf(stderr, "rlnode env rollout: --policy %s: skipping %v\n", *policy, s)
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("--policy %s (a run folder): %w", dir, err)
+		}
+		runRecipe, *policy = filepath.Join(dir, recipes.ResolvedFile), ck
+	} else if parent := filepath.Dir(filepath.Clean(dir)); filepath.Base(parent) == "checkpoints" {
+		if p := filepath.Join(filepath.Dir(parent), recipes.ResolvedFile); regularFile(p) {
+			runRecipe = p
+		}
+	}
+	file := recipeFlag
+	if file == "" {
+		file = runRecipe
+	}
+	if file == "" {
+		return nil, "", nil
+	}
+	l, err := loadCheckedHere(file, nil)
+	if err != nil {
+		return nil, "", fmt.Errorf("--recipe %s: %w", file, err)
+	}
+	cfg, err := train.FromRecipe(l, "")
+	if err != nil {
+		return nil, "", fmt.Errorf("--recipe %s: %w", file, err)
+	}
+	if cfg.Episode != train.EpisodeAgent {
+		if cfg.Episode == "" {
+			cfg.Episode = train.EpisodeSingle
+		}
+		if recipeFlag != "" {
+			return nil, "", fmt.Errorf("--recipe %s: episode.type %s, not agent: it plays no environment", file, cfg.Episode)
+		}
+		fmt.Fprintf(stderr, "rlnode env rollout: %s is a %s recipe, not an agent one: chat prompts\n", file, cfg.Episode)
+		return nil, "", nil
+	}
+	return &cfg, file, nil
+}
+
+func regularFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // modelRollout plays a checkpoint through the agent episode on the native
@@ -164,12 +277,16 @@ func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, f
 		return fail(err)
 	}
 	defer e.Close()
-	ag := &episode.Agent{
-		Policy:   episode.Policy{ID: "policy", Engine: e, Tokenizer: e.Tokenizer(), Params: engine.SamplingParams{Temperature: c.temperature, TopP: 1, MaxTokens: c.maxTokens}},
-		NewEnv:   c.newEnv,
-		MaxSteps: c.maxSteps,
-		Seed:     c.seed,
+	pol := episode.Policy{ID: "policy", Engine: e, Tokenizer: e.Tokenizer(), Params: engine.SamplingParams{Temperature: c.temperature, TopP: 1, MaxTokens: c.maxTokens}}
+	ag := &episode.Agent{Policy: pol, NewEnv: c.newEnv}
+	if c.recipe != nil {
+		// The recipe's prompts (episode.agent.template) and limits, as
+		// its run played them.
+		if ag, err = train.AgentEpisode(*c.recipe, pol, c.newEnv); err != nil {
+			return fail(fmt.Errorf("--recipe %s: %w", c.recipeFile, err))
+		}
 	}
+	ag.MaxSteps, ag.Seed = c.maxSteps, c.seed
 	var chats offline.Chats
 	jsonl := strings.HasSuffix(c.out, ".jsonl")
 	if jsonl {

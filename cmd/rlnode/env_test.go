@@ -261,3 +261,79 @@ func TestWriteEpisodesLeavesNoPartialFile(t *testing.T) {
 		t.Fatalf("%s left behind (%v)", path, err)
 	}
 }
+
+// TestEnvRolloutRunCheckpoint plays the checkpoint of a short run of an
+// agent recipe (agent_equations: a 128-token context) on that recipe's
+// prompts: its episode.agent.template, found in the run folder, or given
+// by --recipe for a checkpoint elsewhere. Before, env rollout always built
+// chat prompts, which overflowed the model's context at the first step.
+func TestEnvRolloutRunCheckpoint(t *testing.T) {
+	home := t.TempDir()
+	run := filepath.Join(home, "run")
+	if stdout, stderr, code := runRlnode(t, home, "run", "agent_equations", "--out", run, "--set", "sft.steps=2", "--set", "sft.batch_size=4",
+		"--set", "schedule.steps=1", "--set", "schedule.eval_every=0", "--set", "eval.held_out=2",
+		"--set", "algorithm.batch_prompts=2", "--set", "algorithm.group_size=2"); code != 0 {
+		t.Fatalf("run: exit %d\n%s%s", code, stdout, stderr)
+	}
+	ck := filepath.Join(run, "checkpoints", "step-3")
+	tok, err := tokenizer.Load(filepath.Join(ck, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// play plays 2 episodes of the model into an Arrow file and checks
+	// that every step's prompt is the template's (the observation last,
+	// after "Done: " and the actions taken) and stays in the context.
+	play := func(name string, args ...string) string {
+		t.Helper()
+		out := filepath.Join(home, name+".arrow")
+		args = append(append([]string{"env", "rollout"}, args...), "--episodes", "2", "--out", out)
+		stdout, stderr, code := runRlnode(t, home, args...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d\n%s%s", name, code, stdout, stderr)
+		}
+		turns, err := data.ReadTrajectoryFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(turns) < 2 {
+			t.Fatalf("%s: %d turns", name, len(turns))
+		}
+		for _, tr := range turns {
+			prompt := tok.Decode(toInts(tr.PromptIDs))
+			if !strings.HasPrefix(prompt, "Done: ") || len(tr.PromptIDs)+len(tr.ResponseIDs) > 128 {
+				t.Fatalf("%s: turn %d of %s: prompt %q (%d tokens, %d more in the response), want the template's within 128", name, tr.Turn, tr.EpisodeID, prompt, len(tr.PromptIDs), len(tr.ResponseIDs))
+			}
+		}
+		return stderr
+	}
+	// A checkpoint of the run folder: its recipe.yaml, ENV left to it.
+	if stderr := play("checkpoint", "--policy", ck); !strings.Contains(stderr, "prompts of "+filepath.Join(run, "recipe.yaml")) {
+		t.Errorf("the rollout does not say whose prompts it uses:\n%s", stderr)
+	}
+	// The run folder: its newest checkpoint, ENV given.
+	play("run", "equations", "--policy", run)
+	// The checkpoint moved out of its run: chat prompts overflow the
+	// context as before, unless --recipe names the recipe.
+	moved := filepath.Join(home, "moved")
+	if err := os.CopyFS(moved, os.DirFS(ck)); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := runRlnode(t, home, "env", "rollout", "equations", "--policy", moved, "--episodes", "2", "--out", filepath.Join(home, "chat.arrow"))
+	if code != 1 || !strings.Contains(stderr, "exceeds the model's context of 128 tokens") {
+		t.Fatalf("a checkpoint with no recipe: exit %d: %s; want the context overflow of chat prompts", code, stderr)
+	}
+	play("recipe", "equations", "--policy", moved, "--recipe", "agent_equations")
+	// --recipe must be an agent recipe.
+	_, stderr, code = runRlnode(t, home, "env", "rollout", "equations", "--policy", ck, "--recipe", "quickstart", "--out", filepath.Join(home, "q.arrow"))
+	if code != 1 || !strings.Contains(stderr, "--recipe quickstart: episode.type single, not agent") {
+		t.Fatalf("--recipe quickstart: exit %d: %s", code, stderr)
+	}
+}
+
+func toInts(ids []int32) []int {
+	out := make([]int, len(ids))
+	for i, v := range ids {
+		out[i] = int(v)
+	}
+	return out
+}
