@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/atomicfile"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
@@ -339,21 +340,11 @@ func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, f
 	return 0
 }
 
-// writeEpisodes writes eps as a JSONL trajectory file at path.
+// writeEpisodes writes eps as a JSONL trajectory file at path, replacing
+// it atomically: a write that fails midway (an episode JSON cannot hold, a
+// full disk, a crash) leaves the previous file, or none, never the
+// episodes before the failure, which sft.trajectories would read as a
+// whole collection.
 func writeEpisodes(path string, eps []offline.Episode) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	err = offline.WriteJSONL(f, eps)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		// The episodes before the one that failed would read as a whole
-		// collection.
-		os.Remove(path)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.Write(path, 0o644, func(w io.Writer) error { return offline.WriteJSONL(w, eps) })
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/fsizetest"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/env/envtest"
@@ -336,4 +338,56 @@ func toInts(ids []int32) []int {
 		out[i] = int(v)
 	}
 	return out
+}
+
+// TestTrajectoryFilesFullDisk: the files sft.trajectories reads, as env
+// rollout and traces export write them (JSONL episodes, JSONL traces,
+// Arrow trajectories), are replaced whole or not at all. A write that
+// failed midway (here a file size limit in a child process, as a full
+// disk) left a cut file, or removed the previous one: a JSONL file cut at
+// a line reads as a smaller whole collection.
+func TestTrajectoryFilesFullDisk(t *testing.T) {
+	cmds := func(dir string) [][]string {
+		store := filepath.Join(dir, "traces")
+		return [][]string{
+			{"env", "rollout", "equations", "--policy", "scripted", "--episodes", "20", "--out", filepath.Join(dir, "teach.jsonl")},
+			{"traces", "export", "--store", store, "--format", "jsonl", "--out", filepath.Join(dir, "traces.jsonl")},
+			{"traces", "export", "--store", store, "--format", "trajectories", "--reward", "final", "--out", filepath.Join(dir, "turns.arrow")},
+		}
+	}
+	files := []string{"teach.jsonl", "traces.jsonl", "turns.arrow"}
+	if dir, ok := fsizetest.Child(t); ok {
+		for i, args := range cmds(dir) {
+			var out, errb bytes.Buffer
+			if code := runMain(args, &out, &errb); code != 1 || !strings.Contains(errb.String(), "write "+filepath.Join(dir, files[i])+": ") ||
+				!strings.Contains(errb.String(), "file too large") {
+				t.Errorf("rlnode %s with files limited: exit %d, want 1 and the error naming the file:\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
+			}
+		}
+		return
+	}
+	dir := t.TempDir()
+	writeRunTraces(t, filepath.Join(dir, "traces"), 40)
+	old := make([][]byte, len(files))
+	smallest := 0
+	for i, args := range cmds(dir) {
+		var out, errb bytes.Buffer
+		if code := runMain(args, &out, &errb); code != 0 {
+			t.Fatalf("rlnode %s: exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
+		}
+		b, err := os.ReadFile(filepath.Join(dir, files[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[i] = b
+		if i == 0 || len(b) < smallest {
+			smallest = len(b)
+		}
+	}
+	fsizetest.Run(t, dir, uint64(smallest/2))
+	for i, f := range files {
+		if b, _ := os.ReadFile(filepath.Join(dir, f)); !bytes.Equal(b, old[i]) {
+			t.Errorf("%s holds %d bytes after the failed write, want the previous %d", f, len(b), len(old[i]))
+		}
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/atomicfile"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/verify"
@@ -369,16 +370,9 @@ func tracesExport(store string, f traces.Filter, format, out string, stdout, std
 	if out == "-" {
 		return write(stdout, ts)
 	}
-	file, err := os.Create(out)
-	if err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	if err := write(file, ts); err != nil {
-		file.Close()
-		return fmt.Errorf("export to %s: %w", out, err)
-	}
-	if err := file.Close(); err != nil {
-		return fmt.Errorf("export to %s: %w", out, err)
+	// Atomically: a failed export leaves the previous file whole.
+	if err := atomicfile.Write(out, 0o644, func(w io.Writer) error { return write(w, ts) }); err != nil {
+		return fmt.Errorf("export: %w", err)
 	}
 	fmt.Fprintf(stderr, "exported %d traces to %s\n", len(ts), out)
 	return nil

@@ -12,6 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/rlnode/rlnode/internal/atomicfile"
 )
 
 // Turn is one row of a trajectory batch: what one policy generated in one
@@ -302,17 +304,11 @@ func UnmarshalTrajectories(name string, b []byte) ([]Turn, error) {
 	return readTrajectories(name, bytes.NewReader(b))
 }
 
-// WriteTrajectoryFile writes turns to path as an Arrow IPC file.
+// WriteTrajectoryFile writes turns to path as an Arrow IPC file, replacing
+// it atomically: a write that fails midway (a full disk, a crash) leaves
+// the previous file whole, never a cut one for sft.trajectories to read.
 func WriteTrajectoryFile(path string, turns []Turn) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := WriteTrajectories(f, turns, 0); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return f.Close()
+	return atomicfile.Write(path, 0o644, func(w io.Writer) error { return WriteTrajectories(w, turns, 0) })
 }
 
 // ReadTrajectoryFile reads all turns of an Arrow IPC file written by
