@@ -236,13 +236,17 @@ func rolloutRecipe(policy *string, recipeFlag string, stderr io.Writer) (*train.
 	if file == "" {
 		return nil, "", nil
 	}
+	what := "--recipe " + file
+	if recipeFlag == "" {
+		what = "the run's recipe " + file
+	}
 	l, err := loadCheckedHere(file, nil)
 	if err != nil {
-		return nil, "", fmt.Errorf("--recipe %s: %w", file, err)
+		return nil, "", fmt.Errorf("%s: %w", what, err)
 	}
 	cfg, err := train.FromRecipe(l, "")
 	if err != nil {
-		return nil, "", fmt.Errorf("--recipe %s: %w", file, err)
+		return nil, "", fmt.Errorf("%s: %w", what, err)
 	}
 	if cfg.Episode != train.EpisodeAgent {
 		if cfg.Episode == "" {
@@ -281,6 +285,9 @@ func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, f
 	pol := episode.Policy{ID: "policy", Engine: e, Tokenizer: e.Tokenizer(), Params: engine.SamplingParams{Temperature: c.temperature, TopP: 1, MaxTokens: c.maxTokens}}
 	ag := &episode.Agent{Policy: pol, NewEnv: c.newEnv}
 	if c.recipe != nil {
+		if c.recipe.TopP > 0 {
+			pol.Params.TopP = c.recipe.TopP // as the run sampled
+		}
 		// The recipe's prompts (episode.agent.template) and limits, as
 		// its run played them.
 		if ag, err = train.AgentEpisode(*c.recipe, pol, c.newEnv); err != nil {
