@@ -482,11 +482,13 @@ const maxKeyFileBytes = 4096
 func LoadOrCreateKey(path string, create bool) ([]byte, bool, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) && create {
-		key, err := createKey(path)
-		if !errors.Is(err, fs.ErrExist) {
-			return key, err == nil, err
+		key, cerr := createKey(path)
+		if !errors.Is(cerr, fs.ErrExist) {
+			return key, cerr == nil, cerr
 		}
-		// Another process created it first: use that key.
+		// Another process created it first: use that key. (This open
+		// assigned a shadowed err once, so the caller got the first
+		// open's "no such file".)
 		f, err = os.Open(path)
 	}
 	if err != nil {
@@ -540,20 +542,29 @@ func createKey(path string) ([]byte, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("key file %s: %w", path, err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return nil, err
-	}
+	// Written whole to a file of its own, then linked to path: a process
+	// that opens path meanwhile (another node starting on this home)
+	// finds no file, or the whole key, never an empty one.
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return nil, fmt.Errorf("key file %s: %w", path, pathReason(err))
 	}
-	_, err = f.WriteString(base64.StdEncoding.EncodeToString(key) + "\n")
-	if cerr := f.Close(); err == nil {
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(base64.StdEncoding.EncodeToString(key) + "\n")
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		_ = os.Remove(path)
 		return nil, fmt.Errorf("key file %s: %w", path, err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fs.ErrExist
+		}
+		return nil, fmt.Errorf("key file %s: %w", path, pathReason(err))
 	}
 	return key, nil
 }

@@ -1,10 +1,13 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -75,4 +78,33 @@ func octal(m os.FileMode) string {
 	const digits = "01234567"
 	p := uint32(m.Perm())
 	return string([]byte{'0', digits[p>>6&7], digits[p>>3&7], digits[p&7]})
+}
+
+// Nodes starting at once on one home all create-or-load the key file:
+// each gets the one key, none an empty file (the key used to be written
+// after its file was created, and a second process reading in between
+// failed with "key is 0 bytes").
+func TestKeyFileCreatedAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	for round := range 200 {
+		path := filepath.Join(dir, fmt.Sprintf("k%d", round), "cluster.key")
+		keys := make([][]byte, 8)
+		errs := make([]error, 8)
+		var wg sync.WaitGroup
+		for i := range keys {
+			wg.Go(func() { keys[i], _, errs[i] = LoadOrCreateKey(path, true) })
+		}
+		wg.Wait()
+		for i := range keys {
+			if errs[i] != nil {
+				t.Fatalf("round %d, caller %d: %v", round, i, errs[i])
+			}
+			if !bytes.Equal(keys[i], keys[0]) {
+				t.Fatalf("round %d: callers got different keys", round)
+			}
+		}
+		if ents, _ := os.ReadDir(filepath.Dir(path)); len(ents) != 1 {
+			t.Fatalf("round %d: the key's folder holds %d entries, want the key alone", round, len(ents))
+		}
+	}
 }
