@@ -15,6 +15,7 @@ import (
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/rollout/data"
+	"github.com/rlnode/rlnode/rollout/env"
 	"github.com/rlnode/rlnode/traces"
 )
 
@@ -128,6 +129,13 @@ func loadTraces(d *TraceData, tok *tokenizer.Tokenizer, pc *policyContext, seed 
 		if n := len(r.PromptIDs) + len(r.ResponseIDs); n > pc.positions {
 			return nil, traceErr("data.traces", "trace %s call %d: %d tokens exceed the policy's context %d (%s)",
 				r.EpisodeID, r.Turn, n, pc.positions, pc.field)
+		}
+		if math.Abs(r.Reward) > env.MaxEpisodeReward {
+			// Two such rewards in a group overflow its mean and spread:
+			// every advantage would be NaN, and the learner would refuse
+			// the batch naming no trace.
+			return nil, traceErr("data.traces.reward", "trace %s call %d: reward %g: want at most %g in magnitude (env.MaxEpisodeReward, the bound on an environment episode's rewards)",
+				r.EpisodeID, r.Turn, r.Reward, env.MaxEpisodeReward)
 		}
 		if strings.Contains(r.Note, "re-tokenized") {
 			lt.retokenized++

@@ -121,6 +121,7 @@ func TestLoadTracesRefusals(t *testing.T) {
 		call{trace: 2, prompt: []int32{1, 2}, answer: []int32{7, 7}, rewards: judge(0), agent: "solver-bot"},
 		call{trace: 3, prompt: []int32{3}, answer: []int32{7, 7, 7}, agent: "solver-bot"})
 	unrewarded := writeStore(t, call{trace: 1, prompt: []int32{1}, answer: []int32{2}}, call{trace: 2, prompt: []int32{1}, answer: []int32{3}})
+	huge := writeStore(t, call{trace: 1, prompt: []int32{1}, answer: []int32{2}, rewards: judge(1e308)}, call{trace: 2, prompt: []int32{1}, answer: []int32{3}, rewards: judge(1e308)})
 	for _, c := range []struct {
 		name       string
 		d          TraceData
@@ -143,6 +144,8 @@ func TestLoadTracesRefusals(t *testing.T) {
 			"2: no prompt of data.traces has that many traces (offline RL groups traces by their first prompt): the 1 prompts have at most 1"},
 		{"groups smaller than group_size", TraceData{Reward: "judge", RL: true}, false, 3, 64, "algorithm.group_size",
 			"3: no prompt of data.traces has that many traces"},
+		{"rewards that overflow a group", TraceData{Store: huge, Reward: "judge", RL: true}, false, 2, 64, "data.traces.reward",
+			"call 0: reward 1e+308: want at most 1e+09 in magnitude"},
 		{"RL without rewards", TraceData{Store: unrewarded, RL: true}, false, 2, 64, "data.traces",
 			"2 traces pass the filters, but no model call of them can be trained on (2 dropped; trace"},
 	} {
