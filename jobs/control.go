@@ -91,16 +91,32 @@ func Serve(node *cluster.Node, cfg Config) {
 	node.HandleControl("GET /jobs", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, list(node))
 	}))
-	node.HandleControl("GET /jobs/{name}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info, code, err := find(r.Context(), node, r.PathValue("name"))
+	node.HandleControl("GET /jobs/{name}", withJob(func(w http.ResponseWriter, _ *http.Request, _ context.Context, _ *cluster.Node, rec cluster.ActorRecord) {
+		writeJSON(w, http.StatusOK, info(rec))
+	}))
+	node.HandleControl("GET /jobs/{name}/log", withJob(logHandler))
+	node.HandleControl("POST /jobs/{name}/stop", withJob(stopHandler))
+}
+
+// withJob answers a request about the job its path names with fn, given
+// the job's record and a context of 20 s; a job that does not exist, or
+// a node that runs no jobs, is answered here.
+func withJob(fn func(w http.ResponseWriter, r *http.Request, ctx context.Context, node *cluster.Node, rec cluster.ActorRecord)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		node, _, err := hosting()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+		defer cancel()
+		rec, code, err := record(ctx, node, r.PathValue("name"))
 		if err != nil {
 			http.Error(w, err.Error(), code)
 			return
 		}
-		writeJSON(w, http.StatusOK, info)
-	}))
-	node.HandleControl("GET /jobs/{name}/log", http.HandlerFunc(logHandler))
-	node.HandleControl("POST /jobs/{name}/stop", http.HandlerFunc(stopHandler))
+		fn(w, r, ctx, node, rec)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -169,15 +185,6 @@ func list(node *cluster.Node) []Info {
 		out = append(out, info(rec))
 	}
 	return out
-}
-
-// find is the named job's record and Info, or an HTTP code and error.
-func find(ctx context.Context, node *cluster.Node, name string) (Info, int, error) {
-	rec, code, err := record(ctx, node, name)
-	if err != nil {
-		return Info{}, code, err
-	}
-	return info(rec), http.StatusOK, nil
 }
 
 func record(ctx context.Context, node *cluster.Node, name string) (cluster.ActorRecord, int, error) {
@@ -312,25 +319,13 @@ func init() {
 	})
 }
 
-func logHandler(w http.ResponseWriter, r *http.Request) {
-	node, _, err := hosting()
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
-	}
+func logHandler(w http.ResponseWriter, r *http.Request, ctx context.Context, node *cluster.Node, rec cluster.ActorRecord) {
 	off, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
 	if r.URL.Query().Get("offset") == "" {
 		off, err = 0, nil
 	}
 	if err != nil || off < 0 {
 		http.Error(w, fmt.Sprintf("log: offset %q: want a byte offset, 0 or more", r.URL.Query().Get("offset")), http.StatusBadRequest)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
-	defer cancel()
-	rec, code, err := record(ctx, node, r.PathValue("name"))
-	if err != nil {
-		http.Error(w, err.Error(), code)
 		return
 	}
 	in := info(rec)
@@ -372,20 +367,8 @@ func dash(s string) string {
 	return s
 }
 
-func stopHandler(w http.ResponseWriter, r *http.Request) {
-	node, _, err := hosting()
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
-	}
+func stopHandler(w http.ResponseWriter, r *http.Request, ctx context.Context, node *cluster.Node, rec cluster.ActorRecord) {
 	now := r.URL.Query().Get("now") == "1"
-	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
-	defer cancel()
-	rec, code, err := record(ctx, node, r.PathValue("name"))
-	if err != nil {
-		http.Error(w, err.Error(), code)
-		return
-	}
 	in := info(rec)
 	if rec.State != cluster.Alive {
 		why := "it has ended"
