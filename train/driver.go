@@ -639,7 +639,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan, stoppable
 	st := r.solver.server.Status()
 	if p.Push {
 		if err := r.syncAll(ctx); err != nil {
-			return err
+			return r.saveBeforeFailing(ctx, m, err)
 		}
 	}
 	m.SyncSeconds = time.Since(t0).Seconds()
@@ -650,7 +650,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan, stoppable
 	}
 	if p.Probe {
 		if err := r.probeWarmup(ctx, m, p); err != nil {
-			return err
+			return r.saveBeforeFailing(ctx, m, err)
 		}
 	}
 	if p.Eval {
@@ -661,7 +661,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan, stoppable
 				err = verifierFailure(r.verifier)
 			}
 			if err != nil {
-				return fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
+				return r.saveBeforeFailing(ctx, m, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err))
 			}
 			te.fill(m)
 			m.EvalGroups = te.Groups
@@ -669,10 +669,10 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan, stoppable
 		} else {
 			se, err := r.evaluate(ctx)
 			if err != nil {
-				return err
+				return r.saveBeforeFailing(ctx, m, err)
 			}
 			if err := verifierFailure(r.verifier); err != nil {
-				return fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
+				return r.saveBeforeFailing(ctx, m, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err))
 			}
 			m.EvalAccuracy, m.EvalSampled, m.EvalGroups = &se.Accuracy, se.Sampled, se.Groups
 			if se.Agent != nil {
@@ -698,6 +698,19 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan, stoppable
 		}
 		r.res.LastCheckpointDir = dir
 	}
+	if err := r.writeMetrics(m); err != nil {
+		return err
+	}
+	r.logged = m.Step
+	r.log.Info("step", "step", m.Step, "phase", m.Phase, "reward", m.RewardMean, "eval", m.EvalAccuracy, "loss", m.Loss)
+	if r.cfg.Progress != nil {
+		r.cfg.Progress(*m)
+	}
+	return nil
+}
+
+// writeMetrics appends m, the step's line, to metrics.jsonl.
+func (r *run) writeMetrics(m *Metrics) error {
 	m.ElapsedSeconds = time.Since(r.start).Seconds()
 	js, err := json.Marshal(m)
 	if err != nil {
@@ -706,12 +719,33 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan, stoppable
 	if _, err := r.metrics.Write(append(js, '\n')); err != nil {
 		return fmt.Errorf("driver: metrics: %w", err)
 	}
-	r.logged = m.Step
-	r.log.Info("step", "step", m.Step, "phase", m.Phase, "reward", m.RewardMean, "eval", m.EvalAccuracy, "loss", m.Loss)
-	if r.cfg.Progress != nil {
-		r.cfg.Progress(*m)
-	}
 	return nil
+}
+
+// saveBeforeFailing is err, the failure of what follows a step's
+// training (the weight push, the warm-up probe, the evaluation: an
+// engine or a verifier failing), after the step is checkpointed with its
+// metrics line, as a step during which a stop was asked is: its
+// training, and every step since the last planned checkpoint, would be
+// lost otherwise, and --resume goes on from it. A learner's failure
+// (its restart redoes the step), a cancelled run and a run that cannot
+// resume are left as they are.
+func (r *run) saveBeforeFailing(ctx context.Context, m *Metrics, err error) error {
+	if ctx.Err() != nil || !r.cfg.Resumable() {
+		return err
+	}
+	if _, ok := errors.AsType[*shard.Failure](err); ok {
+		return err
+	}
+	dir := filepath.Join(r.cfg.Out, "checkpoints", fmt.Sprintf("step-%d", r.step))
+	if cerr := r.checkpoint(ctx, dir); cerr != nil {
+		return fmt.Errorf("%w (checkpointing step %d, trained before it, failed too: %v)", err, r.step, cerr)
+	}
+	r.res.LastCheckpointDir = dir
+	if werr := r.writeMetrics(m); werr == nil {
+		r.logged = m.Step
+	}
+	return fmt.Errorf("%w (step %d, trained before it, is checkpointed in %s)", err, r.step, dir)
 }
 
 // rlStep is one RL step: take the step's batch of episodes from the

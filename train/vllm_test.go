@@ -506,3 +506,55 @@ func TestPPOOnVLLM(t *testing.T) {
 		t.Error("the servers' checkpoint holds the value head")
 	}
 }
+
+// A step whose weight push fails (an engine down) is checkpointed before
+// the run stops, with its metrics line: resumed from it, the run ends
+// with the weights of a run that never failed. (Before, the step and
+// every step since the last planned checkpoint were lost.)
+func TestEngineFailureAfterAStepIsCheckpointed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rw := func(cfg Config) Config {
+		cfg.Learner.Algorithm = learner.RWSFT // every sample counts: a lost step would show in the weights
+		return cfg
+	}
+	full, _, _ := vllmRun(t)
+	full = rw(full)
+	if _, err := Run(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, _, b := vllmRun(t)
+	cfg = rw(cfg)
+	cfg.OnWeights = func(v int64, _ engine.Engine) {
+		if v == 2 {
+			b.Close() // step 3 generates on the other server; its push fails
+		}
+	}
+	_, err := Run(ctx, cfg)
+	step3 := filepath.Join(cfg.Out, "checkpoints", "step-3")
+	if err == nil || !strings.Contains(err.Error(), b.URL()) || !strings.Contains(err.Error(), "(step 3, trained before it, is checkpointed in "+step3+")") {
+		t.Fatalf("Run: %v; want the push's failure naming %s, and step 3 checkpointed", err, b.URL())
+	}
+	if err := VerifyCheckpoint(step3); err != nil {
+		t.Fatalf("the failed step's checkpoint: %v", err)
+	}
+	if m := readMetrics(t, filepath.Join(cfg.Out, "metrics.jsonl")); len(m) != 3 || m[2]["step"] != float64(3) {
+		t.Errorf("metrics lines %v, want steps 1 to 3", m)
+	}
+
+	resumed, _, _ := vllmRun(t)
+	resumed = rw(resumed)
+	resumed.Resume = step3
+	res, err := Run(ctx, resumed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Steps != 5 {
+		t.Errorf("resumed run ended at step %d, want 5", res.Steps)
+	}
+	a, b2 := weightsOf(t, filepath.Join(full.Out, "checkpoints", "step-5")), weightsOf(t, filepath.Join(resumed.Out, "checkpoints", "step-5"))
+	if !sameWeights(a, b2) {
+		t.Error("the run resumed from the failed step's checkpoint ends with other weights than the uninterrupted run")
+	}
+}
