@@ -19,6 +19,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/runlock"
 )
 
 // Kind is the job actor's kind; Label marks the nodes that run jobs
@@ -215,6 +216,7 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 			// first: its actors hold the cluster's resources until its
 			// owner grace ends, and the new driver would find no room.
 			waitForLostDriver(actx.Context(), node, name, logf, j.stopWasAsked)
+			waitForRunLock(actx.Context(), spec.Out, name, logf, j.stopWasAsked)
 		}
 		if actx.Context().Err() != nil {
 			started <- actx.Context().Err()
@@ -295,6 +297,35 @@ func waitForLostDriver(ctx context.Context, node *cluster.Node, name string, log
 	}
 	if ctx.Err() == nil && !stopAsked() {
 		fmt.Fprintf(logf, "%s rlnode job %s: waited %v; starting the driver all the same\n", time.Now().UTC().Format(time.RFC3339), name, lostDriverWait)
+	}
+}
+
+// runLockWait bounds how long a job taken over waits for the run lock.
+const runLockWait = 10 * time.Minute
+
+// waitForRunLock waits, within ctx and runLockWait, until no process
+// holds the run lock of dir: the lost attempt's driver may live on where
+// this node cannot see it (beyond a partition, its node frozen), and a
+// driver started meanwhile would fail at once ("in use by another run").
+// That driver stops once it has lost its actors, which the cluster stops
+// after its owner grace.
+func waitForRunLock(ctx context.Context, dir, name string, logf io.Writer, stopAsked func() bool) {
+	deadline := time.Now().Add(runLockWait)
+	said := false
+	for time.Now().Before(deadline) && ctx.Err() == nil && !stopAsked() {
+		holder, held := runlock.Held(dir)
+		if !held {
+			return
+		}
+		if !said {
+			fmt.Fprintf(logf, "%s rlnode job %s: waiting for the run lock of %s, held by %s (the lost attempt's driver lives on somewhere: it stops once its actors are gone)\n",
+				time.Now().UTC().Format(time.RFC3339), name, dir, holder)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
 	}
 }
 

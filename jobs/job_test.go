@@ -1,11 +1,18 @@
 package jobs
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/internal/runlock"
 )
 
 func TestSpecAndNameChecks(t *testing.T) {
@@ -97,5 +104,55 @@ func TestReadLogBounds(t *testing.T) {
 	}
 	if _, err := readLog(filepath.Join(t.TempDir(), "none"), 0, 5); err == nil {
 		t.Error("a missing log was read")
+	}
+}
+
+// A job taken over waits while another process holds the run's lock (a
+// driver beyond a partition), says so in its log, and goes on once the
+// lock is released; a stop asked meanwhile ends the wait.
+func TestWaitForRunLock(t *testing.T) {
+	dir := t.TempDir()
+	unlock, err := runlock.Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holder, held := runlock.Held(dir); !held || !strings.Contains(holder, fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Fatalf("Held = %q, %v while locked", holder, held)
+	}
+	var log bytes.Buffer
+	released := make(chan struct{})
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		close(released)
+		unlock()
+	}()
+	waitForRunLock(context.Background(), dir, "j", &log, func() bool { return false })
+	select {
+	case <-released:
+	default:
+		t.Fatal("the wait ended while the lock was held")
+	}
+	if !strings.Contains(log.String(), "rlnode job j: waiting for the run lock of "+dir+", held by pid ") {
+		t.Errorf("log: %q", log.String())
+	}
+	if _, held := runlock.Held(dir); held {
+		t.Error("Held after the unlock")
+	}
+
+	// A stop asked ends the wait.
+	unlock, err = runlock.Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	done := make(chan struct{})
+	go func() {
+		waitForRunLock(context.Background(), dir, "j", io.Discard, func() bool { return true })
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("a stop asked did not end the wait")
 	}
 }
