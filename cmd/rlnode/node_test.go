@@ -184,7 +184,8 @@ func TestStartJoinStatusStop(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("status JSON: %v\n%s", err, out)
 		}
-		if len(st.Nodes) == 2 && len(st.Nodes[1].Labels) == 2 || time.Now().After(deadline) {
+		// beta's two labels, and the one every start and join node carries (it runs jobs).
+		if len(st.Nodes) == 2 && len(st.Nodes[1].Labels) == 3 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -195,7 +196,7 @@ func TestStartJoinStatusStop(t *testing.T) {
 		t.Fatalf("status: %+v", st)
 	}
 	out, _, code := runRlnode(t, home, "status", "--address", b.gossip)
-	if code != 0 || !strings.Contains(out, "alpha") || !strings.Contains(out, "rack=7,zone=b") ||
+	if code != 0 || !strings.Contains(out, "alpha") || !strings.Contains(out, "rack=7,rlnode.jobs=yes,zone=b") ||
 		!strings.Contains(out, "MEMORY (free/total)") || !strings.Contains(out, "12.0/12.0 GiB") {
 		t.Fatalf("table status (%d):\n%s", code, out)
 	}

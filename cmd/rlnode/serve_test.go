@@ -136,7 +136,8 @@ func TestServeBadArguments(t *testing.T) {
 		{[]string{"serve"}, 2, "--model is required"},
 		{[]string{"serve", "--model", filepath.Join(t.TempDir(), "none")}, 1, "config.json"},
 		{[]string{"serve", "--model", runDir}, 1, "--model " + runDir + " is a run folder, not a checkpoint: give one of its checkpoints, e.g. " + filepath.Join(runDir, "checkpoints", "step-12")},
-		{[]string{"env", "rollout", "equations", "--policy", runDir, "--out", filepath.Join(runDir, "e.jsonl")}, 1, "--policy " + runDir + " is a run folder"},
+		// env rollout takes a run folder's newest intact checkpoint (as eval does): these two are empty.
+		{[]string{"env", "rollout", "equations", "--policy", runDir, "--out", filepath.Join(runDir, "e.jsonl")}, 1, "--policy " + runDir + " (a run folder): no complete, intact checkpoint in " + filepath.Join(runDir, "checkpoints")},
 		{[]string{"serve", "--model", ckpt, "--listen", "127.0.0.1:99999"}, 1, "--listen"},
 		{[]string{"serve", "--model", ckpt, "--max-batch", "0"}, 2, "--max-batch must be positive"},
 		{[]string{"serve", "--model", ckpt, "--max-body-bytes", "0"}, 2, "--max-body-bytes must be positive"},
