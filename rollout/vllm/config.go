@@ -35,6 +35,11 @@ type Config struct {
 	// ControlTimeout bounds one control call (health, models, LoRA and
 	// weight-transfer endpoints); default 10 min (loading weights is slow).
 	ControlTimeout time.Duration
+	// VocabSize, when above 0, is the served model's vocabulary size
+	// (config.json's vocab_size): an answer with a token id outside
+	// [0, VocabSize) is refused, naming the server, before a learner
+	// trains on it.
+	VocabSize int
 	// WeightVersion is the policy version the servers serve at start.
 	WeightVersion int64
 	// HTTPClient replaces the client's own (for TLS or a proxy). Its Timeout
@@ -72,7 +77,7 @@ func (c Config) withDefaults() (Config, error) {
 		name string
 		v    *int
 		def  int
-	}{{"MaxInFlight", &c.MaxInFlight, 64}, {"MaxAttempts", &c.MaxAttempts, 4}} {
+	}{{"MaxInFlight", &c.MaxInFlight, 64}, {"MaxAttempts", &c.MaxAttempts, 4}, {"VocabSize", &c.VocabSize, 0}} {
 		if *f.v < 0 {
 			return c, fmt.Errorf("vllm config: %s = %d is negative", f.name, *f.v)
 		}

@@ -99,8 +99,8 @@ type chatChoice struct {
 	} `json:"message"`
 	Logprobs *struct {
 		Content []struct {
-			Token   string  `json:"token"`
-			Logprob float64 `json:"logprob"`
+			Token   string   `json:"token"`
+			Logprob *float64 `json:"logprob"`
 		} `json:"content"`
 	} `json:"logprobs"`
 	FinishReason *string `json:"finish_reason"`

@@ -7,16 +7,36 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/rlnode/rlnode/rollout/engine"
 )
 
-// maxResponseBytes bounds one answer read into memory: 64 samples of 32k
-// tokens with their logprobs stay well below it.
+// maxResponseBytes bounds any answer read into memory; a generation
+// answer is bounded tighter by what its request can produce
+// (answerLimit).
 const maxResponseBytes = 256 << 20
+
+// answerLimit is the most bytes a well-formed answer to r can take: a
+// fixed allowance, the prompt's token ids (repeated in every completion
+// choice) and, per sample and generated token, its id, logprob, token
+// string, offset and text, escaped. vLLM's answers stay far below it; a
+// server sending more is broken, and the client must not hold
+// maxResponseBytes for each of its requests in flight.
+func answerLimit(r *engine.Request) int64 {
+	const fixed, perPromptToken, perToken = 64 << 10, 16, 2 << 10
+	n := int64(max(r.Params.N, 1))
+	prompt := int64(len(r.Prompt))
+	for _, m := range r.Messages {
+		prompt += int64(len(m.Content)) + 64 // at most a token per byte, plus the template's
+	}
+	limit := fixed + n*prompt*perPromptToken + n*int64(r.Params.MaxTokens)*perToken
+	return min(limit, maxResponseBytes)
+}
 
 // try sends r once to sl's server and turns the answer into a Result.
 func (c *Client) try(ctx context.Context, sl slot, r *engine.Request, id string, attempt int) (engine.Result, error) {
@@ -54,10 +74,13 @@ func (c *Client) try(ctx context.Context, sl slot, r *engine.Request, id string,
 		return fail(0, true, fmt.Errorf("POST %s: %w", path, err))
 	}
 	defer resp.Body.Close()
-	data, err := readBody(resp.Body)
+	data, err := readBody(resp.Body, answerLimit(r))
 	if err != nil {
 		if ctx.Err() != nil {
 			return fail(resp.StatusCode, false, fmt.Errorf("POST %s: reading the answer: %w", path, ctx.Err()))
+		}
+		if errors.Is(actx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("answer not complete within %v: %w", c.cfg.RequestTimeout, err)
 		}
 		return fail(resp.StatusCode, true, fmt.Errorf("POST %s: reading the answer: %w", path, err))
 	}
@@ -72,7 +95,7 @@ func (c *Client) try(ctx context.Context, sl slot, r *engine.Request, id string,
 		}
 		return fail(resp.StatusCode, retryableStatus(resp.StatusCode), err)
 	}
-	res, retry, err := decodeResult(path, data, r)
+	res, retry, err := decodeResult(path, data, r, c.cfg.VocabSize)
 	if err != nil {
 		return fail(resp.StatusCode, retry, fmt.Errorf("POST %s: %w", path, err))
 	}
@@ -87,14 +110,14 @@ func (c *Client) auth(req *http.Request) {
 	}
 }
 
-// readBody reads an answer, refusing one larger than maxResponseBytes.
-func readBody(r io.Reader) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, maxResponseBytes+1))
+// readBody reads an answer, refusing one longer than limit bytes.
+func readBody(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > maxResponseBytes {
-		return nil, fmt.Errorf("answer longer than %d bytes", maxResponseBytes)
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("answer longer than %d bytes, more than the request can produce", limit)
 	}
 	return data, nil
 }
@@ -133,11 +156,20 @@ func encodeRequest(r *engine.Request, model string) (string, []byte, error) {
 	return path, body, err
 }
 
-// decodeResult turns an answer into a Result. retry says whether another
-// try may succeed: yes for malformed JSON and aborted generations, no for
-// answers that are well-formed but lack what the client asked for.
-func decodeResult(path string, data []byte, r *engine.Request) (res engine.Result, retry bool, err error) {
+// decodeResult turns an answer into a Result, checking it against r: one
+// choice per sample, the prompt r sent (completions), no more tokens than
+// r allows, token ids in [0, vocab) (vocab 0: unchecked) and one finite
+// log-probability ≤ 0 per token. retry says whether another try may
+// succeed: yes for malformed JSON, error bodies, aborted generations and
+// answers no server should give (another server may be sound); no for
+// answers that are well-formed but lack what the client asked for (every
+// server would answer the same).
+func decodeResult(path string, data []byte, r *engine.Request, vocab int) (res engine.Result, retry bool, err error) {
 	n := max(r.Params.N, 1)
+	if msg, ok := errorBody(data); ok {
+		return res, true, fmt.Errorf("HTTP 200 with an error body: %s", msg)
+	}
+	chk := answerCheck{maxTokens: r.Params.MaxTokens, vocab: vocab}
 	if path == "/v1/chat/completions" {
 		var cr chatResponse
 		if err := json.Unmarshal(data, &cr); err != nil {
@@ -146,8 +178,11 @@ func decodeResult(path string, data []byte, r *engine.Request) (res engine.Resul
 		if cr.PromptTokenIDs == nil {
 			return res, false, errNoTokenIDs("prompt_token_ids")
 		}
+		if err := chk.ids("prompt_token_ids", cr.PromptTokenIDs); err != nil {
+			return res, true, err
+		}
 		res.PromptTokenIDs = cr.PromptTokenIDs
-		samples, retry, err := chatSamples(cr.Choices, n)
+		samples, retry, err := chatSamples(cr.Choices, n, chk)
 		res.Samples = samples
 		return res, retry, err
 	}
@@ -168,6 +203,11 @@ func decodeResult(path string, data []byte, r *engine.Request) (res engine.Resul
 		if ch.PromptTokenIDs == nil {
 			return res, false, errNoTokenIDs("prompt_token_ids")
 		}
+		// The learner trains on the prompt the server reports: it must be
+		// the one sent (vLLM adds nothing to a token-id prompt).
+		if !slices.Equal(ch.PromptTokenIDs, r.Prompt) {
+			return res, true, fmt.Errorf("choice %d: prompt_token_ids (%d ids) are not the %d prompt ids sent", ch.Index, len(ch.PromptTokenIDs), len(r.Prompt))
+		}
 		if res.PromptTokenIDs == nil {
 			res.PromptTokenIDs = ch.PromptTokenIDs
 		}
@@ -178,7 +218,7 @@ func decodeResult(path string, data []byte, r *engine.Request) (res engine.Resul
 		if ch.Logprobs != nil {
 			lps = ch.Logprobs.TokenLogprobs
 		}
-		s, retry, err := sample(ch.Index, ch.Text, ch.FinishReason, ch.TokenIDs, len(lps), func(i int) (float64, bool) {
+		s, retry, err := chk.sample(ch.Index, ch.Text, ch.FinishReason, ch.TokenIDs, len(lps), func(i int) (float64, bool) {
 			return derefOK(lps[i])
 		})
 		if err != nil {
@@ -189,7 +229,7 @@ func decodeResult(path string, data []byte, r *engine.Request) (res engine.Resul
 	return res, false, nil
 }
 
-func chatSamples(choices []chatChoice, n int) ([]engine.Sample, bool, error) {
+func chatSamples(choices []chatChoice, n int, chk answerCheck) ([]engine.Sample, bool, error) {
 	if len(choices) != n {
 		return nil, false, fmt.Errorf("%d choices for n = %d", len(choices), n)
 	}
@@ -211,8 +251,8 @@ func chatSamples(choices []chatChoice, n int) ([]engine.Sample, bool, error) {
 		if ch.Logprobs != nil {
 			nlp = len(ch.Logprobs.Content)
 		}
-		s, retry, err := sample(ch.Index, text, ch.FinishReason, ch.TokenIDs, nlp, func(i int) (float64, bool) {
-			return ch.Logprobs.Content[i].Logprob, true
+		s, retry, err := chk.sample(ch.Index, text, ch.FinishReason, ch.TokenIDs, nlp, func(i int) (float64, bool) {
+			return derefOK(ch.Logprobs.Content[i].Logprob)
 		})
 		if err != nil {
 			return nil, retry, err
@@ -222,9 +262,29 @@ func chatSamples(choices []chatChoice, n int) ([]engine.Sample, bool, error) {
 	return out, false, nil
 }
 
+// answerCheck holds what a sound answer to one request keeps to.
+type answerCheck struct {
+	maxTokens int
+	vocab     int // 0: token ids unchecked above
+}
+
+// maxLogprob is the largest log-probability taken: log-softmax is ≤ 0,
+// and the slack covers rounding in any server's arithmetic.
+const maxLogprob = 1e-3
+
+// ids checks token ids against the vocabulary.
+func (a answerCheck) ids(field string, ids []int) error {
+	for i, t := range ids {
+		if t < 0 || (a.vocab > 0 && t >= a.vocab) {
+			return fmt.Errorf("%s[%d] = %d is outside the vocabulary [0, %d)", field, i, t, a.vocab)
+		}
+	}
+	return nil
+}
+
 // sample checks one choice and builds its Sample; logprob(i) is the i-th of
 // nlp logprobs (ok false for a JSON null).
-func sample(index int, text string, finish *string, ids []int, nlp int, logprob func(int) (float64, bool)) (engine.Sample, bool, error) {
+func (a answerCheck) sample(index int, text string, finish *string, ids []int, nlp int, logprob func(int) (float64, bool)) (engine.Sample, bool, error) {
 	reason := ""
 	if finish != nil {
 		reason = *finish
@@ -237,6 +297,12 @@ func sample(index int, text string, finish *string, ids []int, nlp int, logprob 
 	default:
 		return engine.Sample{}, false, fmt.Errorf("choice %d: finish_reason %q, want \"stop\" or \"length\"", index, reason)
 	}
+	if len(ids) > a.maxTokens {
+		return engine.Sample{}, true, fmt.Errorf("choice %d: %d token ids, more than the max_tokens %d asked for", index, len(ids), a.maxTokens)
+	}
+	if err := a.ids(fmt.Sprintf("choice %d: token_ids", index), ids); err != nil {
+		return engine.Sample{}, true, err
+	}
 	if nlp != len(ids) {
 		return engine.Sample{}, false, fmt.Errorf("choice %d: %d logprobs for %d token ids (did the request lose logprobs?)", index, nlp, len(ids))
 	}
@@ -244,11 +310,31 @@ func sample(index int, text string, finish *string, ids []int, nlp int, logprob 
 	for i := range lps {
 		v, ok := logprob(i)
 		if !ok {
-			return engine.Sample{}, false, fmt.Errorf("choice %d: logprob %d is null", index, i)
+			return engine.Sample{}, true, fmt.Errorf("choice %d: logprob %d is null", index, i)
 		}
-		lps[i] = float32(v)
+		f := float32(v)
+		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) || f > maxLogprob {
+			return engine.Sample{}, true, fmt.Errorf("choice %d: logprob %d of token %d is %v, not a log-probability", index, i, ids[i], v)
+		}
+		lps[i] = f
 	}
 	return engine.Sample{TokenIDs: ids, LogProbs: lps, Text: text, FinishReason: reason}, false, nil
+}
+
+// errorBody reports an answer that carries vLLM's error shape instead of
+// a result ({"error": ...} or {"object": "error", ...}), and its message.
+func errorBody(data []byte) (string, bool) {
+	var e struct {
+		Error  json.RawMessage `json:"error"`
+		Object string          `json:"object"`
+	}
+	if json.Unmarshal(data, &e) != nil {
+		return "", false
+	}
+	if (len(e.Error) > 0 && string(e.Error) != "null") || e.Object == "error" {
+		return errorMessage(data), true
+	}
+	return "", false
 }
 
 func derefOK(p *float64) (float64, bool) {

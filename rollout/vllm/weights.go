@@ -315,6 +315,10 @@ func (c *Client) controlRetry(ctx context.Context, s *server, method, path strin
 	return nil, fmt.Errorf("gave up after %d attempts: %w", c.cfg.MaxAttempts, err)
 }
 
+// maxControlBytes bounds a control call's answer (health, models, LoRA and
+// weight-transfer endpoints answer a few hundred bytes).
+const maxControlBytes = 8 << 20
+
 func (c *Client) controlOnce(ctx context.Context, s *server, method, path string, body any) (data []byte, retry bool, err error) {
 	op := method + " " + path
 	fail := func(status int, retry bool, err error) ([]byte, bool, error) {
@@ -349,7 +353,7 @@ func (c *Client) controlOnce(ctx context.Context, s *server, method, path string
 		return fail(0, true, err)
 	}
 	defer resp.Body.Close()
-	data, err = readBody(resp.Body)
+	data, err = readBody(resp.Body, maxControlBytes)
 	if err != nil {
 		return fail(resp.StatusCode, ctx.Err() == nil, fmt.Errorf("reading the answer: %w", err))
 	}

@@ -89,6 +89,17 @@ const (
 	FaultHang           // no answer until the client gives up
 	Fault400            // HTTP 400 (the request is invalid)
 	FaultTruncate       // HTTP 200 with the JSON cut in half
+
+	// Answers no sound server gives: HTTP 200, well-formed JSON.
+	FaultErrorBody     // vLLM's error body ({"error": {...}}) with HTTP 200
+	FaultExtraToken    // the first choice has one token more than max_tokens
+	FaultOutOfVocab    // the first choice's first token id is the vocabulary size
+	FaultNullLogprob   // the first choice's first logprob is null
+	FaultHugeLogprob   // the first choice's first logprob is -1e300 (-Inf in float32)
+	FaultPositive      // the first choice's first logprob is 0.5
+	FaultWrongPrompt   // prompt_token_ids lack the prompt's first id
+	FaultHugeBody      // the answer padded with 64 MiB of text
+	FaultTrickle       // headers, then a byte every 10 ms, never ending
 )
 
 // ChatMessage is one message of a chat completion request.
@@ -662,6 +673,15 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		}
 		choices[j] = ch
 	}
+	corrupt(ft, choices[0], chat, s.opts.Vocab)
+	if ft == FaultWrongPrompt {
+		prompt = prompt[1:]
+		if !chat {
+			for _, ch := range choices {
+				ch["prompt_token_ids"] = prompt
+			}
+		}
+	}
 	if chat {
 		s.answer(w, ft, map[string]any{"id": "chatcmpl-" + id, "object": "chat.completion", "created": 1, "model": model,
 			"choices": choices, "usage": map[string]int{"prompt_tokens": len(prompt)}, "prompt_token_ids": prompt})
@@ -674,16 +694,81 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 }
 
 func (s *Server) answer(w http.ResponseWriter, ft Fault, resp any) {
-	if ft == FaultTruncate {
+	switch ft {
+	case FaultTruncate:
 		b, _ := json.Marshal(resp)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(b[:len(b)/2])
+		return
+	case FaultErrorBody:
+		vllmError(w, http.StatusOK, "InternalServerError", "engine step failed")
+		return
+	case FaultHugeBody:
+		resp.(map[string]any)["padding"] = strings.Repeat("x", 64<<20)
+	case FaultTrickle:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(w)
+		// Until the client hangs up (a write fails); bounded all the same.
+		for range 6000 {
+			if _, err := w.Write([]byte(" ")); err != nil {
+				return
+			}
+			if rc.Flush() != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		return
 	}
 	s.mu.Lock()
 	s.answered++
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// corrupt makes choice ch (of a chat answer when chat) what fault ft says.
+func corrupt(ft Fault, ch map[string]any, chat bool, vocab int) {
+	ids, ok := ch["token_ids"].([]int)
+	if !ok || len(ids) == 0 {
+		return
+	}
+	setLogprob := func(v any) {
+		if chat {
+			ch["logprobs"].(map[string]any)["content"].([]map[string]any)[0]["logprob"] = v
+			return
+		}
+		lps := slices.Clone(ch["logprobs"].(map[string]any)["token_logprobs"].([]float64))
+		out := make([]any, len(lps))
+		for i, lp := range lps {
+			out[i] = lp
+		}
+		out[0] = v
+		ch["logprobs"].(map[string]any)["token_logprobs"] = out
+	}
+	switch ft {
+	case FaultExtraToken:
+		ids = append(slices.Clone(ids), ids[0])
+		ch["token_ids"] = ids
+		if chat {
+			lc := ch["logprobs"].(map[string]any)
+			lc["content"] = append(lc["content"].([]map[string]any), lc["content"].([]map[string]any)[0])
+		} else {
+			lc := ch["logprobs"].(map[string]any)
+			lps := lc["token_logprobs"].([]float64)
+			lc["token_logprobs"] = append(slices.Clone(lps), lps[0])
+		}
+	case FaultOutOfVocab:
+		ids = slices.Clone(ids)
+		ids[0] = vocab
+		ch["token_ids"] = ids
+	case FaultNullLogprob:
+		setLogprob(nil)
+	case FaultHugeLogprob:
+		setLogprob(-1e300)
+	case FaultPositive:
+		setLogprob(0.5)
+	}
 }
 
 // Text is the text a server answers for ids.
