@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/rollout/vllm"
 	"github.com/rlnode/rlnode/weightsync"
@@ -147,9 +148,22 @@ func (r *run) startVLLM(ctx context.Context, p *policy) error {
 	if err != nil {
 		return fmt.Errorf("vLLM weights directory: %w", err)
 	}
+	// The servers serve the policy's model (same config.json): a token id
+	// outside its vocabulary is a broken answer, refused with the
+	// server's name rather than at the learner.
+	mc := p.l.Model
+	if p.l.ModelDir != "" {
+		if mc, err = model.ReadConfig(filepath.Join(p.l.ModelDir, "config.json")); err != nil {
+			return err
+		}
+	}
+	vocab := 0
+	if mc != nil {
+		vocab = mc.VocabSize
+	}
 	srv, err := weightsync.StartVLLM(ctx, weightsync.VLLMConfig{Policy: p.id,
 		Client: vllm.Config{Servers: v.Servers, Model: v.Model, APIKey: v.APIKey, MaxInFlight: v.MaxInFlight,
-			RequestTimeout: v.RequestTimeout, ControlTimeout: v.ReloadTimeout},
+			RequestTimeout: v.RequestTimeout, ControlTimeout: v.ReloadTimeout, VocabSize: vocab},
 		Dir: dir, Keep: v.Keep, ReloadTimeout: v.ReloadTimeout, LoRAName: VLLMLoRAName, MaxStaleness: r.cfg.MaxStaleness, Logger: r.log})
 	if err != nil {
 		return err

@@ -187,6 +187,26 @@ func TestVLLMReloadErrors(t *testing.T) {
 	})
 }
 
+// Servers answering token ids outside the policy's vocabulary stop the
+// run with an error naming a server and the id, not at the learner (before:
+// "batch: ... token id out of range", no server named).
+func TestVLLMOutOfVocabulary(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg, a, b := vllmRun(t)
+	for _, s := range []*vllmtest.Server{a, b} {
+		for range 1000 {
+			s.AddFaults(vllmtest.FaultOutOfVocab)
+		}
+	}
+	_, err := Run(ctx, cfg)
+	if err == nil || !(strings.Contains(err.Error(), a.URL()) || strings.Contains(err.Error(), b.URL())) ||
+		!strings.Contains(err.Error(), "outside the vocabulary [0, "+strconv.Itoa(cfg.Model.VocabSize)+")") {
+		t.Fatalf("Run: err = %v, want one naming a server and the vocabulary", err)
+	}
+	t.Logf("Run: %v", err)
+}
+
 func TestVLLMConfigErrors(t *testing.T) {
 	fb := &VLLM{Servers: []string{"http://127.0.0.1:2"}, Model: "f"}
 	for _, tc := range []struct {
