@@ -91,15 +91,15 @@ const (
 	FaultTruncate       // HTTP 200 with the JSON cut in half
 
 	// Answers no sound server gives: HTTP 200, well-formed JSON.
-	FaultErrorBody     // vLLM's error body ({"error": {...}}) with HTTP 200
-	FaultExtraToken    // the first choice has one token more than max_tokens
-	FaultOutOfVocab    // the first choice's first token id is the vocabulary size
-	FaultNullLogprob   // the first choice's first logprob is null
-	FaultHugeLogprob   // the first choice's first logprob is -1e300 (-Inf in float32)
-	FaultPositive      // the first choice's first logprob is 0.5
-	FaultWrongPrompt   // prompt_token_ids lack the prompt's first id
-	FaultHugeBody      // the answer padded with 64 MiB of text
-	FaultTrickle       // headers, then a byte every 10 ms, never ending
+	FaultErrorBody   // vLLM's error body ({"error": {...}}) with HTTP 200
+	FaultExtraToken  // the first choice has one token more than max_tokens
+	FaultOutOfVocab  // the first choice's first token id is the vocabulary size
+	FaultNullLogprob // the first choice's first logprob is null
+	FaultHugeLogprob // the first choice's first logprob is -1e300 (-Inf in float32)
+	FaultPositive    // the first choice's first logprob is 0.5
+	FaultWrongPrompt // prompt_token_ids lack the prompt's first id
+	FaultHugeBody    // the answer padded with 64 MiB of text
+	FaultTrickle     // headers, then a byte every 10 ms, never ending
 )
 
 // ChatMessage is one message of a chat completion request.
