@@ -33,7 +33,28 @@ type Client struct {
 	next       int    // where the search for the least loaded server starts (ties rotate)
 	closed     bool
 
+	// What the servers were last told to load, so that servers which lost
+	// their weights can be told again (heal): the last reload
+	// (ReloadWeights) and the last adapter (LoadLoRA); nil when none.
+	lastReload *reloadRecord
+	lastLoRA   *loraRecord
+	// healing is non-nil while a heal runs (closed when it ends); healErr
+	// is the last heal's failure, returned to requests until a server is
+	// usable again.
+	healing chan struct{}
+	healErr error
+
 	ids atomic.Uint64 // numbers requests that come without an ID
+}
+
+type reloadRecord struct {
+	path    string
+	version int64
+}
+
+type loraRecord struct {
+	name, path string
+	version    int64
 }
 
 // server is one vLLM server and what the client knows of it. Fields other
@@ -47,6 +68,13 @@ type server struct {
 	// answer to a request sent in an earlier epoch is discarded and retried.
 	epoch  uint64
 	served int64 // requests answered
+	// lost says why the server may no longer hold the weights it was
+	// given: a request's connection broke (a vLLM that restarted serves the
+	// weights it started with), or an adapter loaded there is no longer
+	// listed. A lost server gets no requests until a weight update at it
+	// succeeds; "" when it is not lost.
+	lost string
+	lora string // the adapter this client last loaded there
 }
 
 // ServerStatus is a snapshot of one server as the client sees it.
@@ -55,7 +83,15 @@ type ServerStatus struct {
 	InFlight      int   // requests outstanding now
 	WeightVersion int64 // the policy version it serves
 	Served        int64 // requests it answered
+	// Lost says why the server may have lost its weights (see
+	// ErrServerLost); "" when it has not.
+	Lost string
 }
+
+// ErrServerLost marks errors about servers that may no longer hold the
+// weights they were given (a vLLM that restarted holds the ones it started
+// with): they get no requests until a weight update reaches them again.
+var ErrServerLost = errors.New("server may have lost its weights")
 
 // New checks every server (GET /health, and GET /v1/models lists
 // cfg.Model) and returns a client of them. A server that is down or does not
@@ -70,6 +106,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConns = cfg.MaxInFlight * len(cfg.Servers)
 		tr.MaxIdleConnsPerHost = cfg.MaxInFlight
+		// vLLM (uvicorn) closes a connection idle for
+		// VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default. Dropping ours first
+		// keeps a request from being written onto a connection the server
+		// is closing: that breaks like a restart (the server is marked
+		// lost, see ErrServerLost).
+		tr.IdleConnTimeout = 4 * time.Second
 		hc = &http.Client{Transport: tr}
 	}
 	c := &Client{cfg: cfg, http: hc, changed: make(chan struct{}), model: cfg.Model}
@@ -160,7 +202,7 @@ func (c *Client) Servers() []ServerStatus {
 	defer c.mu.Unlock()
 	out := make([]ServerStatus, len(c.servers))
 	for i, s := range c.servers {
-		out[i] = ServerStatus{URL: s.url, InFlight: s.inFlight, WeightVersion: s.version, Served: s.served}
+		out[i] = ServerStatus{URL: s.url, InFlight: s.inFlight, WeightVersion: s.version, Served: s.served, Lost: s.lost}
 	}
 	return out
 }
@@ -189,7 +231,9 @@ type slot struct {
 
 // acquire waits until dispatch is not paused and some server has a free
 // request slot, then claims the least loaded one (avoiding server avoid, the
-// one that just failed, when another is free). It waits no longer than ctx.
+// one that just failed, when another is free). Lost servers are skipped;
+// when every server is lost it heals them (heal) or returns why it cannot.
+// It waits no longer than ctx.
 func (c *Client) acquire(ctx context.Context, avoid int) (slot, error) {
 	for {
 		c.mu.Lock()
@@ -197,6 +241,7 @@ func (c *Client) acquire(ctx context.Context, avoid int) (slot, error) {
 			c.mu.Unlock()
 			return slot{}, ErrClosed
 		}
+		heal := false
 		if !c.userPaused && c.holds == 0 {
 			if s := c.pickLocked(avoid); s != nil {
 				s.inFlight++
@@ -204,15 +249,111 @@ func (c *Client) acquire(ctx context.Context, avoid int) (slot, error) {
 				c.mu.Unlock()
 				return sl, nil
 			}
+			if c.allLostLocked() && c.healing == nil {
+				if err := c.healErr; err != nil {
+					c.mu.Unlock()
+					return slot{}, err
+				}
+				heal = true
+				c.healing = make(chan struct{})
+			}
 		}
 		ch := c.changed
 		c.mu.Unlock()
+		if heal {
+			err := c.heal(ctx)
+			c.mu.Lock()
+			close(c.healing)
+			c.healing = nil
+			if err != nil && ctx.Err() == nil {
+				c.healErr = err
+			}
+			c.wakeLocked()
+			c.mu.Unlock()
+			continue
+		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			return slot{}, ctx.Err()
 		}
 	}
+}
+
+// allLostLocked reports whether every server is lost.
+func (c *Client) allLostLocked() bool {
+	for _, s := range c.servers {
+		if s.lost == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// markLost records that s may have lost its weights, and why.
+func (c *Client) markLost(s *server, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.lost == "" {
+		s.lost = why
+	}
+	c.wakeLocked()
+}
+
+// found records that s holds the weights it was given again.
+func (c *Client) found(s *server) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.lost != "" {
+		s.lora = "" // a restarted server holds no adapter
+	}
+	s.lost = ""
+	c.healErr = nil
+	c.wakeLocked()
+}
+
+// heal gives every server the weights it was last given: the last reload,
+// then the adapter requests use. Requests wait meanwhile. A server that
+// was never given weights serves those it started with, restarted or not.
+func (c *Client) heal(ctx context.Context) error {
+	c.mu.Lock()
+	rl, lo, model := c.lastReload, c.lastLoRA, c.model
+	var why []string
+	for _, s := range c.servers {
+		why = append(why, s.url+": "+s.lost)
+	}
+	c.mu.Unlock()
+	fail := func(err error) error {
+		return fmt.Errorf("vllm: every server may have lost its weights (%s); giving them back the last ones failed: %w: %w",
+			strings.Join(why, "; "), ErrServerLost, err)
+	}
+	// A restarting server answers /health once it can serve (retried
+	// while it is down or starting, as at New).
+	err := c.eachServer(ctx, func(ctx context.Context, s *server) error {
+		_, err := c.controlRetry(ctx, s, http.MethodGet, "/health", nil)
+		return err
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if rl != nil {
+		if err := c.ReloadWeights(ctx, rl.path, rl.version); err != nil {
+			return fail(err)
+		}
+	}
+	if lo != nil && model == lo.name {
+		if err := c.LoadLoRA(ctx, lo.name, lo.path, lo.version); err != nil {
+			return fail(err)
+		}
+	}
+	if rl == nil && (lo == nil || model != lo.name) {
+		// Nothing was loaded: a server that answers serves the weights it
+		// started with.
+		for _, s := range c.servers {
+			c.found(s)
+		}
+	}
+	return nil
 }
 
 // pickLocked returns the server with the fewest requests outstanding among
@@ -223,7 +364,7 @@ func (c *Client) pickLocked(avoid int) *server {
 	for k := range n {
 		s := c.servers[(c.next+k)%n]
 		switch {
-		case s.inFlight >= c.cfg.MaxInFlight:
+		case s.inFlight >= c.cfg.MaxInFlight || s.lost != "":
 		case s.index == avoid:
 			fallback = s
 		case best == nil || s.inFlight < best.inFlight:

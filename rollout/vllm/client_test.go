@@ -391,10 +391,12 @@ func TestServerDown(t *testing.T) {
 		c := newClient(t, Config{MaxAttempts: 2}, f)
 		f.Close()
 		_, err := c.Generate(testCtx(t), []engine.Request{{ID: "lost", Prompt: promptOf(1), Params: params(2)}})
+		// The broken connection marks it lost; giving it its weights back
+		// finds it down.
 		var re *RequestError
-		if !errors.As(err, &re) || re.Server != f.URL() || re.RequestID != "lost" || !re.Exhausted ||
-			!strings.Contains(err.Error(), "connection refused") {
-			t.Fatalf("err = %v, want an exhausted RequestError at %s for lost", err, f.URL())
+		if !errors.As(err, &re) || re.Server != f.URL() || re.RequestID != "lost" || !errors.Is(err, ErrServerLost) ||
+			!strings.Contains(err.Error(), "GET /health") || !strings.Contains(err.Error(), "connection refused") {
+			t.Fatalf("err = %v, want a RequestError at %s for lost, the server lost and down", err, f.URL())
 		}
 	})
 }

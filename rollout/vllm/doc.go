@@ -8,8 +8,19 @@
 // spread over the servers by least outstanding requests, at most
 // Config.MaxInFlight at a time per server, each attempt bounded by
 // Config.RequestTimeout, and retried with jittered exponential backoff on
-// connection errors, timeouts, 5xx/429 answers, malformed JSON and aborted
-// generations; an error names the server and the request.
+// connection errors, timeouts, 5xx/429 answers, malformed JSON, aborted
+// generations and answers no sound server gives (an error body with HTTP
+// 200, more tokens than max_tokens, token ids outside Config.VocabSize, a
+// completion's prompt ids other than those sent, logprobs that are null,
+// not finite or above 0, a body longer than the request can produce); an
+// error names the server and the request.
+//
+// A vLLM that restarts serves the weights it started with. A server whose
+// connection breaks under a request (or that no longer serves the adapter
+// requests use) is therefore lost: it gets no requests until a weight
+// update reaches it again (ErrServerLost). When every server is lost the
+// client gives them the last weights again (the last reload, then the
+// adapter) before sending more.
 //
 // It also drives weight updates into the servers (LoRA adapters, vLLM's
 // weight-transfer endpoints, reloads from a checkpoint path) and tracks the

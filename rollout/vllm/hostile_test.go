@@ -25,7 +25,7 @@ var hostileFaults = []struct {
 	{"null logprob", vllmtest.FaultNullLogprob, "logprob 0 is null"},
 	{"logprob beyond float32", vllmtest.FaultHugeLogprob, "is -1e+300, not a log-probability"},
 	{"positive logprob", vllmtest.FaultPositive, "is 0.5, not a log-probability"},
-	{"huge body", vllmtest.FaultHugeBody, "more than the request can produce"},
+	{"huge body", vllmtest.FaultHugeBody, "answer longer than the request can produce"},
 	{"body trickling", vllmtest.FaultTrickle, "answer not complete within 300ms"},
 }
 

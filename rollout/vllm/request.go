@@ -71,6 +71,9 @@ func (c *Client) try(ctx context.Context, sl slot, r *engine.Request, id string,
 		if errors.Is(actx.Err(), context.DeadlineExceeded) {
 			return fail(0, true, fmt.Errorf("POST %s: no answer within %v", path, c.cfg.RequestTimeout))
 		}
+		// The connection broke (or was refused): the server may have
+		// restarted, holding the weights it started with.
+		c.markLost(sl.srv, fmt.Sprintf("request %q: %v", id, err))
 		return fail(0, true, fmt.Errorf("POST %s: %w", path, err))
 	}
 	defer resp.Body.Close()
@@ -79,8 +82,11 @@ func (c *Client) try(ctx context.Context, sl slot, r *engine.Request, id string,
 		if ctx.Err() != nil {
 			return fail(resp.StatusCode, false, fmt.Errorf("POST %s: reading the answer: %w", path, ctx.Err()))
 		}
-		if errors.Is(actx.Err(), context.DeadlineExceeded) {
+		switch {
+		case errors.Is(actx.Err(), context.DeadlineExceeded):
 			err = fmt.Errorf("answer not complete within %v: %w", c.cfg.RequestTimeout, err)
+		case !errors.Is(err, errAnswerTooLong):
+			c.markLost(sl.srv, fmt.Sprintf("request %q: reading the answer: %v", id, err))
 		}
 		return fail(resp.StatusCode, true, fmt.Errorf("POST %s: reading the answer: %w", path, err))
 	}
@@ -92,6 +98,11 @@ func (c *Client) try(ctx context.Context, sl slot, r *engine.Request, id string,
 			err = fmt.Errorf("%w: %w", engine.ErrContextFull, err)
 		case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusUnprocessableEntity:
 			err = fmt.Errorf("%w: %w", engine.ErrBadRequest, err)
+		case resp.StatusCode == http.StatusNotFound && sl.model != c.cfg.Model:
+			// The adapter every server loaded is gone from this one: it
+			// restarted. Another server, or the healed one, takes it.
+			c.markLost(sl.srv, fmt.Sprintf("request %q: adapter %q not served", id, sl.model))
+			return fail(resp.StatusCode, true, err)
 		}
 		return fail(resp.StatusCode, retryableStatus(resp.StatusCode), err)
 	}
@@ -110,6 +121,8 @@ func (c *Client) auth(req *http.Request) {
 	}
 }
 
+var errAnswerTooLong = errors.New("answer longer than the request can produce")
+
 // readBody reads an answer, refusing one longer than limit bytes.
 func readBody(r io.Reader, limit int64) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(r, limit+1))
@@ -117,7 +130,7 @@ func readBody(r io.Reader, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("answer longer than %d bytes, more than the request can produce", limit)
+		return nil, fmt.Errorf("%w: more than %d bytes", errAnswerTooLong, limit)
 	}
 	return data, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 )
 
@@ -150,6 +151,7 @@ func (c *Client) FinishWeightUpdate(ctx context.Context, version int64) error {
 			c.mu.Lock()
 			s.version = version
 			c.mu.Unlock()
+			c.found(s)
 		}
 		return err
 	})
@@ -182,6 +184,9 @@ func (c *Client) ReloadWeights(ctx context.Context, path string, version int64) 
 			return fmt.Errorf("vllm: reload weights from %s (version %d): %s: %w (dispatch stays paused)", path, version, st.name, err)
 		}
 	}
+	c.mu.Lock()
+	c.lastReload = &reloadRecord{path: path, version: version}
+	c.mu.Unlock()
 	if err := c.Resume(ctx); err != nil {
 		return fmt.Errorf("vllm: reload weights from %s (version %d): resume: %w", path, version, err)
 	}
@@ -194,7 +199,11 @@ func (c *Client) ReloadWeights(ctx context.Context, path string, version int64) 
 // flight finish and while the adapter loads. The servers run with
 // --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True. Servers that
 // loaded it serve version even if others failed; requests switch to the
-// adapter only when every server has it.
+// adapter only when every server has it. A server that lost its weights
+// (ErrServerLost: a request's connection broke there, or an adapter this
+// client loaded there is no longer listed — it restarted) is refused: an
+// adapter on the base it started with is not the policy; reload the base
+// first.
 func (c *Client) LoadLoRA(ctx context.Context, name, path string, version int64) error {
 	if name == "" || path == "" {
 		return fmt.Errorf("vllm: load LoRA: name %q and path %q must both be set", name, path)
@@ -204,11 +213,15 @@ func (c *Client) LoadLoRA(ctx context.Context, name, path string, version int64)
 	}
 	defer c.unhold()
 	err := c.eachServer(ctx, func(ctx context.Context, s *server) error {
+		if err := c.checkAdapter(ctx, s); err != nil {
+			return err
+		}
 		_, err := c.control(ctx, s, http.MethodPost, "/v1/load_lora_adapter",
 			loadLoRARequest{LoRAName: name, LoRAPath: path, LoadInplace: true})
 		if err == nil {
 			c.mu.Lock()
 			s.version = version
+			s.lora = name
 			c.mu.Unlock()
 		}
 		return err
@@ -218,7 +231,38 @@ func (c *Client) LoadLoRA(ctx context.Context, name, path string, version int64)
 	}
 	c.mu.Lock()
 	c.model = name
+	c.lastLoRA = &loraRecord{name: name, path: path, version: version}
 	c.mu.Unlock()
+	return nil
+}
+
+// checkAdapter refuses s when it is lost, and marks it lost when the
+// adapter this client loaded there is no longer listed (the server
+// restarted between updates, no request saw it go).
+func (c *Client) checkAdapter(ctx context.Context, s *server) error {
+	c.mu.Lock()
+	lost, had := s.lost, s.lora
+	c.mu.Unlock()
+	const op = "POST /v1/load_lora_adapter"
+	if lost != "" {
+		return &ServerError{Server: s.url, Op: op, Err: fmt.Errorf("%w (%s): reload the base first", ErrServerLost, lost)}
+	}
+	if had == "" {
+		return nil
+	}
+	body, err := c.control(ctx, s, http.MethodGet, "/v1/models", nil)
+	if err != nil {
+		return err
+	}
+	ids, err := decodeModels(body)
+	if err != nil {
+		return &ServerError{Server: s.url, Op: "GET /v1/models", Err: err}
+	}
+	if !slices.Contains(ids, had) {
+		why := fmt.Sprintf("adapter %q loaded there is no longer listed (the server restarted?)", had)
+		c.markLost(s, why)
+		return &ServerError{Server: s.url, Op: op, Err: fmt.Errorf("%w (%s): reload the base first", ErrServerLost, why)}
+	}
 	return nil
 }
 

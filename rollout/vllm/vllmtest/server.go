@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -98,7 +99,7 @@ const (
 	FaultHugeLogprob // the first choice's first logprob is -1e300 (-Inf in float32)
 	FaultPositive    // the first choice's first logprob is 0.5
 	FaultWrongPrompt // prompt_token_ids lack the prompt's first id
-	FaultHugeBody    // the answer padded with 64 MiB of text
+	FaultHugeBody    // the answer padded with 4 MiB of text
 	FaultTrickle     // headers, then a byte every 10 ms, never ending
 )
 
@@ -118,7 +119,8 @@ type Params struct {
 
 // Server is one fake vLLM server on 127.0.0.1.
 type Server struct {
-	srv   *httptest.Server
+	srv   *httptest.Server // replaced by Restart (guarded by mu then)
+	url   string
 	opts  Options
 	check bool // refuse prompt ids outside the vocabulary
 
@@ -166,11 +168,12 @@ func New(opts Options) *Server {
 		bodies: map[string]json.RawMessage{}, abort: make(chan struct{}), resumed: make(chan struct{})}
 	close(s.resumed)
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.url = s.srv.URL
 	return s
 }
 
 // URL is the server's base URL (no /v1).
-func (s *Server) URL() string { return s.srv.URL }
+func (s *Server) URL() string { return s.url }
 
 // Model is the served base model's name.
 func (s *Server) Model() string { return s.opts.Model }
@@ -188,10 +191,52 @@ func (s *Server) Close() {
 		close(s.hang)
 		s.hang = nil
 	}
+	srv := s.srv
 	s.mu.Unlock()
 	s.Release()
-	s.srv.CloseClientConnections()
-	s.srv.Close()
+	srv.CloseClientConnections()
+	srv.Close()
+}
+
+// Restart is a vLLM server that exits and starts again on the same
+// address: requests in flight end without an answer (their connections
+// close), and it comes back with what a fresh vLLM holds — the weights it
+// started with, no LoRA adapter, not paused. What it recorded (Reloads,
+// Stats, ...) stays.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errors.New("vllmtest: restart of a closed server")
+	}
+	old := s.srv
+	if s.hang != nil {
+		close(s.hang)
+		s.hang = nil
+	}
+	s.mu.Unlock()
+	addr := old.Listener.Addr().String()
+	old.CloseClientConnections()
+	old.Close()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("vllmtest: restart on %s: %w", addr, err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	srv.Listener.Close()
+	srv.Listener = l
+	s.mu.Lock()
+	s.hold = nil
+	s.weights, s.loras = "base", map[string]string{}
+	s.updating, s.path = false, ""
+	if s.paused {
+		s.paused = false
+		close(s.resumed)
+	}
+	s.srv = srv
+	s.mu.Unlock()
+	srv.Start()
+	return nil
 }
 
 // AddFaults queues faults: each answers the next generation request.
@@ -704,7 +749,7 @@ func (s *Server) answer(w http.ResponseWriter, ft Fault, resp any) {
 		vllmError(w, http.StatusOK, "InternalServerError", "engine step failed")
 		return
 	case FaultHugeBody:
-		resp.(map[string]any)["padding"] = strings.Repeat("x", 64<<20)
+		resp.(map[string]any)["padding"] = strings.Repeat("x", 4<<20)
 	case FaultTrickle:
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
@@ -948,7 +993,7 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		s.updating = false
 		s.weights = "v" + version
 		s.reloads = append(s.reloads, Reload{Path: s.path, Version: version})
-		writeJSON(w, http.StatusOK, map[string]any{"message": "Weight update finished", "weight_gen": 1, "weight_label": ""})
+		writeJSON(w, http.StatusOK, map[string]string{"message": "Weight update finished"})
 	}
 }
 
