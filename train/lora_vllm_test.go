@@ -143,3 +143,36 @@ func adapterOf(t *testing.T, dir string) map[string][]float32 {
 	}
 	return out
 }
+
+// A server restarted between two RL steps holds the base it started with
+// and no adapter: the next push reloads the learner's base on every server
+// before the adapter (before: the adapter went onto the launch base,
+// unsaid, and the run trained on its samples).
+func TestLoRAOnVLLMServerRestarted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, ss := loraVLLMRun(t, t.TempDir())
+	restartAt := int64(cfg.WarmupSteps + 1)
+	var reloadsAt int
+	cfg.OnWeights = func(v int64, eng engine.Engine) {
+		if v == restartAt {
+			reloadsAt = len(ss[0].Reloads())
+			if err := ss[0].Restart(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if _, err := Run(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(cfg.Out, "vllm-weights")
+	rl := ss[0].Reloads()
+	want := filepath.Join(dir, "base-"+strconv.FormatInt(restartAt+1, 10))
+	if len(rl) != reloadsAt+1 || rl[reloadsAt].Path != want {
+		t.Fatalf("%s after its restart: reloads %+v, want one more of %s", ss[0].URL(), rl[reloadsAt:], want)
+	}
+	loads := ss[0].LoRALoads()
+	if got, last := loads[len(loads)-1].Path, filepath.Join(dir, "step-"+strconv.Itoa(cfg.WarmupSteps+cfg.Steps)); got != last {
+		t.Errorf("last adapter load %s, want %s", got, last)
+	}
+}

@@ -2,6 +2,7 @@ package weightsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -135,16 +136,15 @@ func (s *VLLMServer) Publish(ctx context.Context, version int64, src Source) err
 }
 
 // loadAdapter writes u under Dir/step-N/ and loads it on every server,
-// reloading the base first when the servers may not hold it.
+// reloading the base first when the servers may not hold it: at start, and
+// when a server lost its weights (vllm.ErrServerLost: it restarted, and an
+// adapter on the base it started with would not be the policy).
 func (s *VLLMServer) loadAdapter(ctx context.Context, version int64, u weights.Update, src Source) error {
-	if !s.base {
-		// The learner's model is the frozen base: reloaded as this
-		// version, then the adapter on top.
-		if err := s.reload(ctx, version, "base-", src); err != nil {
-			return err
+	for _, st := range s.client.Servers() {
+		if st.Lost != "" {
+			s.log.Warn("vllm: reloading the base", "policy", s.cfg.Policy, "server", st.URL, "lost", st.Lost)
+			s.base = false
 		}
-		s.prune("base-", version) // older bases
-		s.base = true
 	}
 	dir := filepath.Join(s.cfg.Dir, "step-"+strconv.FormatInt(version, 10))
 	if err := os.RemoveAll(dir); err != nil {
@@ -153,6 +153,28 @@ func (s *VLLMServer) loadAdapter(ctx context.Context, version int64, u weights.U
 	if err := weights.WriteAdapter(dir, u, s.cfg.Client.Model); err != nil {
 		return fmt.Errorf("adapter of version %d for vLLM: %w", version, err)
 	}
+	for try := 0; ; try++ {
+		if !s.base {
+			// The learner's model is the frozen base: reloaded as this
+			// version, then the adapter on top.
+			if err := s.reload(ctx, version, "base-", src); err != nil {
+				return err
+			}
+			s.prune("base-", version) // older bases
+			s.base = true
+		}
+		err := s.load(ctx, version, dir)
+		if errors.Is(err, vllm.ErrServerLost) && try == 0 {
+			s.log.Warn("vllm: reloading the base", "policy", s.cfg.Policy, "err", err)
+			s.base = false
+			continue
+		}
+		return err
+	}
+}
+
+// load makes every server load the adapter in dir as version.
+func (s *VLLMServer) load(ctx context.Context, version int64, dir string) error {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReloadTimeout)
 	err := s.client.LoadLoRA(rctx, s.cfg.LoRAName, dir, version)
 	timedOut := rctx.Err() != nil && ctx.Err() == nil
