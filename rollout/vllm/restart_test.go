@@ -30,8 +30,11 @@ func TestRestartedServerGetsNoRequests(t *testing.T) {
 	for i := range reqs {
 		reqs[i] = engine.Request{ID: fmt.Sprint("r", i), Prompt: promptOf(i), Params: params(4)}
 	}
+	// Every request is in flight (held) when a restarts; b answers once
+	// a's have come back to it.
 	a.HoldRequests()
-	arrived := vllmtest.WatchArrivals(a)
+	b.HoldRequests()
+	arrived := vllmtest.WatchArrivals(a, b)
 	done := make(chan error, 1)
 	var res []engine.Result
 	go func() {
@@ -39,10 +42,14 @@ func TestRestartedServerGetsNoRequests(t *testing.T) {
 		res, err = c.Generate(ctx, reqs)
 		done <- err
 	}()
-	vllmtest.WaitArrivals(ctx, t, arrived, 1)
+	vllmtest.WaitArrivals(ctx, t, arrived, len(reqs))
+	if _, tries, _ := a.Stats(); tries == 0 {
+		t.Fatalf("no request went to %s", a.URL())
+	}
 	if err := a.Restart(); err != nil {
 		t.Fatal(err)
 	}
+	b.Release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
