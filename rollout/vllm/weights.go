@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Weight updates. The weight-sync actor calls these; the client keeps the
@@ -402,8 +403,26 @@ func (c *Client) controlOnce(ctx context.Context, s *server, method, path string
 		return fail(resp.StatusCode, ctx.Err() == nil, fmt.Errorf("reading the answer: %w", err))
 	}
 	if resp.StatusCode != http.StatusOK {
+		msg := errorMessage(data)
+		if resp.StatusCode == http.StatusNotFound && msg == "Not Found" {
+			msg += missingRoute(path)
+		}
 		return fail(resp.StatusCode, retryableStatus(resp.StatusCode),
-			fmt.Errorf("HTTP %d: %s", resp.StatusCode, errorMessage(data)))
+			fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg))
 	}
 	return data, false, nil
+}
+
+// missingRoute says how to start a vLLM server whose answer to path was
+// "no such route": vLLM registers the LoRA and weight-transfer routes only
+// when told to.
+func missingRoute(path string) string {
+	path, _, _ = strings.Cut(path, "?")
+	switch path {
+	case "/v1/load_lora_adapter", "/v1/unload_lora_adapter":
+		return " (the server offers no runtime LoRA loading: start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora)"
+	case "/pause", "/resume", "/init_weight_transfer_engine", "/start_weight_update", "/update_weights", "/finish_weight_update":
+		return " (the server offers no weight-transfer endpoints: start it with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config)"
+	}
+	return ""
 }

@@ -293,3 +293,28 @@ func TestPauseWaitLetsRequestsFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A server started without the routes an update needs answers FastAPI's
+// 404 "Not Found": the error says how to start it (before: "HTTP 404: Not
+// Found" and nothing more).
+func TestMissingRoutesSayHowToStartTheServer(t *testing.T) {
+	ctx := testCtx(t)
+	lora := vllmtest.New(vllmtest.Options{Model: fakeModel, NoRuntimeLoRA: true})
+	t.Cleanup(lora.Close)
+	c := newClient(t, Config{}, lora)
+	err := c.LoadLoRA(ctx, "policy", "/ckpt/step-1", 1)
+	for _, s := range []string{lora.URL(), "POST /v1/load_lora_adapter", "HTTP 404: Not Found", "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Errorf("LoadLoRA: err = %v, want it to say %q", err, s)
+		}
+	}
+	wt := vllmtest.New(vllmtest.Options{Model: fakeModel, NoWeightTransfer: true})
+	t.Cleanup(wt.Close)
+	c = newClient(t, Config{}, wt)
+	err = c.ReloadWeights(ctx, "/ckpt/step-1", 1)
+	for _, s := range []string{wt.URL(), "POST /pause?mode=wait", "HTTP 404: Not Found", "VLLM_SERVER_DEV_MODE=1", "--weight-transfer-config"} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Errorf("ReloadWeights: err = %v, want it to say %q", err, s)
+		}
+	}
+}

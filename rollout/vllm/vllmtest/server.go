@@ -56,6 +56,11 @@ type Options struct {
 	// load names. A directory it cannot read is refused with HTTP 400.
 	// Loaded reports what it read last.
 	ReadFiles bool
+	// NoRuntimeLoRA is a server started without
+	// VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, NoWeightTransfer one without
+	// VLLM_SERVER_DEV_MODE=1: those routes do not exist (HTTP 404, FastAPI's
+	// {"detail": "Not Found"}).
+	NoRuntimeLoRA, NoWeightTransfer bool
 }
 
 // Reload is one weight update a server finished: the directory
@@ -473,9 +478,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.serveGenerate(w, r, false)
 	case "POST /v1/chat/completions":
 		s.serveGenerate(w, r, true)
-	case "POST /v1/load_lora_adapter", "POST /v1/unload_lora_adapter", "POST /pause", "POST /resume",
+	case "POST /v1/load_lora_adapter", "POST /v1/unload_lora_adapter":
+		if s.opts.NoRuntimeLoRA {
+			writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
+			return
+		}
+		s.serveControl(w, r)
+	case "POST /pause", "POST /resume",
 		"POST /init_weight_transfer_engine", "POST /start_weight_update", "POST /update_weights",
 		"POST /finish_weight_update":
+		if s.opts.NoWeightTransfer {
+			writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
+			return
+		}
 		s.serveControl(w, r)
 	default:
 		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
