@@ -189,3 +189,24 @@ func TestAdapterNotServedAfterRestart(t *testing.T) {
 		t.Errorf("%s lost = %q, want the adapter not served", a.URL(), st[0].Lost)
 	}
 }
+
+// An adapter unloaded on purpose is not a restart: the next load is no
+// ErrServerLost.
+func TestUnloadedAdapterIsNoRestart(t *testing.T) {
+	a, b := newFake(t), newFake(t)
+	c := newClient(t, Config{}, a, b)
+	ctx := testCtx(t)
+	if err := c.LoadLoRA(ctx, "one", "/ckpt/one", 1); err != nil {
+		t.Fatal(err)
+	}
+	// "two" loads at a only: requests keep "one", so "two" may be unloaded.
+	b.Fail("/v1/load_lora_adapter")
+	if err := c.LoadLoRA(ctx, "two", "/ckpt/two", 2); err == nil {
+		t.Fatal("a load failing at one server succeeded")
+	}
+	b.Fail("")
+	_ = c.UnloadLoRA(ctx, "two") // b never had it: its refusal is expected
+	if err := c.LoadLoRA(ctx, "three", "/ckpt/three", 3); err != nil {
+		t.Fatalf("after unloading an adapter: %v", err)
+	}
+}

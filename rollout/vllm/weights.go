@@ -279,6 +279,13 @@ func (c *Client) UnloadLoRA(ctx context.Context, name string) error {
 	}
 	return c.eachServer(ctx, func(ctx context.Context, s *server) error {
 		_, err := c.control(ctx, s, http.MethodPost, "/v1/unload_lora_adapter", unloadLoRARequest{LoRAName: name})
+		if err == nil {
+			c.mu.Lock()
+			if s.lora == name {
+				s.lora = "" // gone on purpose: its absence says nothing of a restart
+			}
+			c.mu.Unlock()
+		}
 		return err
 	})
 }
