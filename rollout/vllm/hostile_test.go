@@ -27,6 +27,7 @@ var hostileFaults = []struct {
 	{"positive logprob", vllmtest.FaultPositive, "is 0.5, not a log-probability"},
 	{"huge body", vllmtest.FaultHugeBody, "answer longer than the request can produce"},
 	{"body trickling", vllmtest.FaultTrickle, "answer not complete within 300ms"},
+	{"finish_reason error", vllmtest.FaultFinishError, `generation failed at the server (finish_reason "error")`},
 }
 
 // Before: a 200 with an error body failed as "0 choices", unsaid why and

@@ -307,6 +307,9 @@ func (a answerCheck) sample(index int, text string, finish *string, ids []int, n
 	case "abort":
 		// vLLM aborts requests in flight when paused with mode=abort.
 		return engine.Sample{}, true, fmt.Errorf("choice %d: generation aborted by the server", index)
+	case "error":
+		// vLLM answers HTTP 500 for it; another server may be sound.
+		return engine.Sample{}, true, fmt.Errorf("choice %d: generation failed at the server (finish_reason \"error\")", index)
 	default:
 		return engine.Sample{}, false, fmt.Errorf("choice %d: finish_reason %q, want \"stop\" or \"length\"", index, reason)
 	}

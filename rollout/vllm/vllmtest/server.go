@@ -106,6 +106,7 @@ const (
 	FaultWrongPrompt // prompt_token_ids lack the prompt's first id
 	FaultHugeBody    // the answer padded with 4 MiB of text
 	FaultTrickle     // headers, then a byte every 10 ms, never ending
+	FaultFinishError // the first choice's finish_reason is "error" (vLLM answers 500 for it)
 )
 
 // ChatMessage is one message of a chat completion request.
@@ -828,6 +829,8 @@ func corrupt(ft Fault, ch map[string]any, chat bool, vocab int) {
 		setLogprob(-1e300)
 	case FaultPositive:
 		setLogprob(0.5)
+	case FaultFinishError:
+		ch["finish_reason"] = "error"
 	}
 }
 
