@@ -75,6 +75,13 @@ type server struct {
 	// succeeds; "" when it is not lost.
 	lost string
 	lora string // the adapter this client last loaded there
+	// route is how ReloadWeights reloads it: Config.WeightUpdate, or with
+	// WeightUpdateAuto what the server was found to offer ("" until its
+	// first reload); noDisk is the server's answer that ruled the disk
+	// backend out.
+	route     WeightUpdate
+	noDisk    string
+	diskReady bool // init_weight_transfer_engine answered 200
 }
 
 // ServerStatus is a snapshot of one server as the client sees it.
@@ -86,6 +93,10 @@ type ServerStatus struct {
 	// Lost says why the server may have lost its weights (see
 	// ErrServerLost); "" when it has not.
 	Lost string
+	// WeightUpdate is how ReloadWeights reloads it (WeightUpdateDisk or
+	// WeightUpdateReloadWeights); "" while Config.WeightUpdate is auto and
+	// no reload has asked it yet.
+	WeightUpdate WeightUpdate
 }
 
 // ErrServerLost marks errors about servers that may no longer hold the
@@ -116,7 +127,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, http: hc, changed: make(chan struct{}), model: cfg.Model}
 	for i, u := range cfg.Servers {
-		c.servers = append(c.servers, &server{url: u, index: i, version: cfg.WeightVersion})
+		s := &server{url: u, index: i, version: cfg.WeightVersion}
+		if cfg.WeightUpdate != WeightUpdateAuto {
+			s.route = cfg.WeightUpdate
+		}
+		c.servers = append(c.servers, s)
 	}
 	err = c.eachServer(ctx, func(ctx context.Context, s *server) error {
 		return c.checkServer(ctx, s)
@@ -202,7 +217,8 @@ func (c *Client) Servers() []ServerStatus {
 	defer c.mu.Unlock()
 	out := make([]ServerStatus, len(c.servers))
 	for i, s := range c.servers {
-		out[i] = ServerStatus{URL: s.url, InFlight: s.inFlight, WeightVersion: s.version, Served: s.served, Lost: s.lost}
+		out[i] = ServerStatus{URL: s.url, InFlight: s.inFlight, WeightVersion: s.version, Served: s.served, Lost: s.lost,
+			WeightUpdate: s.route}
 	}
 	return out
 }

@@ -9,6 +9,29 @@ import (
 	"time"
 )
 
+// WeightUpdate names a route by which a vLLM server reloads its weights
+// from a checkpoint directory (ReloadWeights). Both need the server
+// started with VLLM_SERVER_DEV_MODE=1.
+type WeightUpdate string
+
+const (
+	// WeightUpdateAuto asks each server once, at its first reload, whether
+	// it offers the disk weight-transfer backend, and uses
+	// WeightUpdateReloadWeights where it does not.
+	WeightUpdateAuto WeightUpdate = "auto"
+	// WeightUpdateDisk is vLLM's weight-transfer API with the "disk"
+	// backend (/start_weight_update, /update_weights {"path"},
+	// /finish_weight_update): the server runs with --weight-transfer-config
+	// '{"backend": "disk"}', which only a vLLM carrying pull request #52152
+	// accepts.
+	WeightUpdateDisk WeightUpdate = "disk"
+	// WeightUpdateReloadWeights is POST /collective_rpc calling the
+	// workers' reload_weights(weights_path=..., is_checkpoint_format=True),
+	// then POST /reset_prefix_cache: a stock vLLM's route (one whose
+	// reload_weights takes weights_path).
+	WeightUpdateReloadWeights WeightUpdate = "reload_weights"
+)
+
 // Config says which servers to use and how to talk to them. Zero durations
 // and counts take the defaults named on each field.
 type Config struct {
@@ -42,6 +65,10 @@ type Config struct {
 	VocabSize int
 	// WeightVersion is the policy version the servers serve at start.
 	WeightVersion int64
+	// WeightUpdate is how ReloadWeights makes a server load a checkpoint
+	// directory: WeightUpdateAuto (the default) asks each server once which
+	// route it offers.
+	WeightUpdate WeightUpdate
 	// HTTPClient replaces the client's own (for TLS or a proxy). Its Timeout
 	// should be 0: the per-call timeouts above bound every call.
 	HTTPClient *http.Client
@@ -101,6 +128,14 @@ func (c Config) withDefaults() (Config, error) {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
+	}
+	switch c.WeightUpdate {
+	case "":
+		c.WeightUpdate = WeightUpdateAuto
+	case WeightUpdateAuto, WeightUpdateDisk, WeightUpdateReloadWeights:
+	default:
+		return c, fmt.Errorf("vllm config: WeightUpdate %q: want %q, %q or %q",
+			c.WeightUpdate, WeightUpdateAuto, WeightUpdateDisk, WeightUpdateReloadWeights)
 	}
 	if c.RetryMax < c.RetryBase {
 		return c, fmt.Errorf("vllm config: RetryMax %v is below RetryBase %v", c.RetryMax, c.RetryBase)

@@ -1,7 +1,9 @@
 package vllm
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	"github.com/rlnode/rlnode/learner/tokenizer"
@@ -149,6 +151,41 @@ type updateWeightsRequest struct {
 
 type finishWeightUpdateRequest struct {
 	WeightVersion string `json:"weight_version"`
+}
+
+// collectiveRPCRequest is the body of POST /collective_rpc
+// (vllm/entrypoints/serve/dev/rpc, VLLM_SERVER_DEV_MODE=1): the worker
+// method, its keyword arguments, and how long the engine waits for the
+// workers, in seconds.
+type collectiveRPCRequest struct {
+	Method  string  `json:"method"`
+	Kwargs  any     `json:"kwargs"`
+	Timeout float64 `json:"timeout,omitempty"`
+}
+
+// reloadWeightsKwargs are the keyword arguments of the model runner's
+// reload_weights: the checkpoint directory to read (it replaces the
+// model's path for this and later reloads), in checkpoint (Hugging Face)
+// format, not vLLM's kernel format.
+type reloadWeightsKwargs struct {
+	WeightsPath        string `json:"weights_path"`
+	IsCheckpointFormat bool   `json:"is_checkpoint_format"`
+}
+
+// checkRPCResults checks a collective_rpc answer: vLLM answers an empty
+// 200 when the call returned None, else {"results": [one per worker]}
+// (reload_weights returns None: null each).
+func checkRPCResults(body []byte) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	var r struct {
+		Results []json.RawMessage `json:"results"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil || r.Results == nil {
+		return fmt.Errorf("answer %s is not collective_rpc's {\"results\": [...]}", clip(string(body)))
+	}
+	return nil
 }
 
 // errorMessage pulls the message out of an error body. vLLM answers errors

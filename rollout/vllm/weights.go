@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Weight updates. The weight-sync actor calls these; the client keeps the
@@ -118,10 +119,12 @@ func (c *Client) StartWeightUpdate(ctx context.Context) error {
 	if err := c.requirePaused("start weight update"); err != nil {
 		return err
 	}
-	return c.eachServer(ctx, func(ctx context.Context, s *server) error {
-		_, err := c.control(ctx, s, http.MethodPost, "/start_weight_update", nil)
-		return err
-	})
+	return c.eachServer(ctx, c.startUpdate)
+}
+
+func (c *Client) startUpdate(ctx context.Context, s *server) error {
+	_, err := c.control(ctx, s, http.MethodPost, "/start_weight_update", nil)
+	return err
 }
 
 // UpdateWeights sends one batch of backend-specific update metadata to
@@ -133,9 +136,13 @@ func (c *Client) UpdateWeights(ctx context.Context, updateInfo any) error {
 		return err
 	}
 	return c.eachServer(ctx, func(ctx context.Context, s *server) error {
-		_, err := c.control(ctx, s, http.MethodPost, "/update_weights", updateWeightsRequest{UpdateInfo: updateInfo})
-		return err
+		return c.updateWeights(ctx, s, updateInfo)
 	})
+}
+
+func (c *Client) updateWeights(ctx context.Context, s *server, updateInfo any) error {
+	_, err := c.control(ctx, s, http.MethodPost, "/update_weights", updateWeightsRequest{UpdateInfo: updateInfo})
+	return err
 }
 
 // FinishWeightUpdate ends the update at every server
@@ -146,44 +153,49 @@ func (c *Client) FinishWeightUpdate(ctx context.Context, version int64) error {
 		return err
 	}
 	return c.eachServer(ctx, func(ctx context.Context, s *server) error {
-		_, err := c.control(ctx, s, http.MethodPost, "/finish_weight_update",
-			finishWeightUpdateRequest{WeightVersion: strconv.FormatInt(version, 10)})
-		if err == nil {
-			c.mu.Lock()
-			s.version = version
-			c.mu.Unlock()
-			c.found(s)
-		}
-		return err
+		return c.finishUpdate(ctx, s, version)
 	})
 }
 
+func (c *Client) finishUpdate(ctx context.Context, s *server, version int64) error {
+	_, err := c.control(ctx, s, http.MethodPost, "/finish_weight_update",
+		finishWeightUpdateRequest{WeightVersion: strconv.FormatInt(version, 10)})
+	if err == nil {
+		c.serves(s, version)
+	}
+	return err
+}
+
+// serves records that s serves version and holds the weights it was given.
+func (c *Client) serves(s *server, version int64) {
+	c.mu.Lock()
+	s.version = version
+	c.mu.Unlock()
+	c.found(s)
+}
+
 // ReloadWeights makes every server load the safetensors checkpoint in
-// directory path (absolute, visible to every server) as weight version
-// version: pause (requests in flight finish first), start, update with
-// {"path": path}, finish, resume. The servers run vLLM's "disk"
-// weight-transfer backend. If a step fails, dispatch stays paused — a server
-// may hold partly loaded weights — and the error says so: retry
-// ReloadWeights' steps or call Resume.
+// directory path (absolute, visible to every server under that path) as
+// weight version version: pause (requests in flight finish first), reload
+// each server by its route (Config.WeightUpdate; with WeightUpdateAuto
+// each server is asked once which it offers), resume. If a server fails,
+// dispatch stays paused — a server may hold partly loaded weights — and
+// the error says so: call ReloadWeights again or Resume.
 func (c *Client) ReloadWeights(ctx context.Context, path string, version int64) error {
 	if path == "" || path[0] != '/' {
 		return fmt.Errorf("vllm: reload weights: path %q is not absolute", path)
 	}
+	if err := c.eachServer(ctx, c.chooseRoute); err != nil {
+		return fmt.Errorf("vllm: reload weights from %s (version %d): %w", path, version, err)
+	}
 	if err := c.Pause(ctx, PauseWait); err != nil {
 		return fmt.Errorf("vllm: reload weights from %s: %w", path, err)
 	}
-	steps := []struct {
-		name string
-		run  func() error
-	}{
-		{"start", func() error { return c.StartWeightUpdate(ctx) }},
-		{"update", func() error { return c.UpdateWeights(ctx, map[string]string{"path": path}) }},
-		{"finish", func() error { return c.FinishWeightUpdate(ctx, version) }},
-	}
-	for _, st := range steps {
-		if err := st.run(); err != nil {
-			return fmt.Errorf("vllm: reload weights from %s (version %d): %s: %w (dispatch stays paused)", path, version, st.name, err)
-		}
+	err := c.eachServer(ctx, func(ctx context.Context, s *server) error {
+		return c.reload(ctx, s, path, version)
+	})
+	if err != nil {
+		return fmt.Errorf("vllm: reload weights from %s (version %d): %w (dispatch stays paused)", path, version, err)
 	}
 	c.mu.Lock()
 	c.lastReload = &reloadRecord{path: path, version: version}
@@ -192,6 +204,115 @@ func (c *Client) ReloadWeights(ctx context.Context, path string, version int64) 
 		return fmt.Errorf("vllm: reload weights from %s (version %d): resume: %w", path, version, err)
 	}
 	return nil
+}
+
+// How to start a server for each route, for errors.
+const (
+	startForDisk = `VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config '{"backend": "disk"}' ` +
+		`(a vLLM with the disk backend, pull request #52152)`
+	startForReloadWeights = "VLLM_SERVER_DEV_MODE=1 (a vLLM whose reload_weights takes weights_path)"
+)
+
+// chooseRoute settles how s is reloaded. The disk backend is asked for
+// with POST /init_weight_transfer_engine {"init_info": {}} (a no-op for
+// that backend); with WeightUpdateAuto any other answer (a stock vLLM's
+// 500 "Weight transfer not configured", another backend's refusal of the
+// empty init_info, a 404 without dev-mode routes, which the pause then
+// names) sends s down the reload_weights route.
+func (c *Client) chooseRoute(ctx context.Context, s *server) error {
+	c.mu.Lock()
+	route, probed := s.route, s.diskReady
+	c.mu.Unlock()
+	if route == WeightUpdateReloadWeights || probed {
+		return nil
+	}
+	_, err := c.control(ctx, s, http.MethodPost, "/init_weight_transfer_engine",
+		initWeightTransferRequest{InitInfo: map[string]any{}})
+	var se *ServerError
+	switch {
+	case err == nil:
+		c.mu.Lock()
+		s.route, s.diskReady = WeightUpdateDisk, true
+		c.mu.Unlock()
+		return nil
+	case route == WeightUpdateDisk:
+		return fmt.Errorf("%w: weight update %q needs the server started with %s; a stock vLLM takes weight update %q",
+			err, WeightUpdateDisk, startForDisk, WeightUpdateReloadWeights)
+	case !errors.As(err, &se) || se.Status == 0:
+		return err // no answer: nothing learnt
+	}
+	c.mu.Lock()
+	s.route, s.noDisk = WeightUpdateReloadWeights, se.Err.Error()
+	c.mu.Unlock()
+	return nil
+}
+
+// reload makes s load the checkpoint in path as version by its route.
+func (c *Client) reload(ctx context.Context, s *server, path string, version int64) error {
+	c.mu.Lock()
+	route, noDisk := s.route, s.noDisk
+	c.mu.Unlock()
+	if route == WeightUpdateDisk {
+		steps := []struct {
+			name string
+			run  func() error
+		}{
+			{"start", func() error { return c.startUpdate(ctx, s) }},
+			{"update", func() error { return c.updateWeights(ctx, s, map[string]string{"path": path}) }},
+			{"finish", func() error { return c.finishUpdate(ctx, s, version) }},
+		}
+		for _, st := range steps {
+			if err := st.run(); err != nil {
+				if c.cfg.WeightUpdate == WeightUpdateAuto {
+					c.mu.Lock()
+					s.route, s.diskReady = "", false // ask again next time: it may have restarted otherwise
+					c.mu.Unlock()
+				}
+				return fmt.Errorf("%s: %w", st.name, err)
+			}
+		}
+		return nil
+	}
+	if err := c.reloadWeightsRPC(ctx, s, path); err != nil {
+		if noDisk != "" {
+			var se *ServerError
+			if errors.As(err, &se) {
+				return &ServerError{Server: s.url, Op: se.Op, Status: se.Status, Err: fmt.Errorf(
+					"%w; and it offers no disk weight-transfer backend (POST /init_weight_transfer_engine answered %s): "+
+						"neither route reloads it; start it with %s, or with %s", se.Err, noDisk, startForReloadWeights, startForDisk)}
+			}
+		}
+		return err
+	}
+	c.serves(s, version)
+	return nil
+}
+
+// reloadWeightsRPC calls the workers' reload_weights at s through
+// POST /collective_rpc, then drops the prefix cache s computed with the
+// old weights (POST /reset_prefix_cache).
+func (c *Client) reloadWeightsRPC(ctx context.Context, s *server, path string) error {
+	req := collectiveRPCRequest{Method: "reload_weights",
+		Kwargs:  reloadWeightsKwargs{WeightsPath: path, IsCheckpointFormat: true},
+		Timeout: c.cfg.ControlTimeout.Seconds()}
+	if dl, ok := ctx.Deadline(); ok {
+		req.Timeout = min(req.Timeout, time.Until(dl).Seconds())
+	}
+	body, err := c.control(ctx, s, http.MethodPost, "/collective_rpc", req)
+	if err != nil {
+		var se *ServerError
+		if errors.As(err, &se) && strings.Contains(se.Err.Error(), "weights_path") {
+			// vLLMs before layerwise reloading: reload_weights() takes
+			// no arguments.
+			se.Err = fmt.Errorf("%w (this vLLM's reload_weights takes no weights_path: it predates layerwise reloading)", se.Err)
+		}
+		return err
+	}
+	if err := checkRPCResults(body); err != nil {
+		return &ServerError{Server: s.url, Op: "POST /collective_rpc", Status: http.StatusOK, Err: err}
+	}
+	_, err = c.control(ctx, s, http.MethodPost, "/reset_prefix_cache", nil)
+	return err
 }
 
 // LoadLoRA loads (or replaces in place) the LoRA adapter name from path at
@@ -428,8 +549,9 @@ func missingRoute(path string) string {
 	switch path {
 	case "/v1/load_lora_adapter", "/v1/unload_lora_adapter":
 		return " (the server offers no runtime LoRA loading: start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora)"
-	case "/pause", "/resume", "/init_weight_transfer_engine", "/start_weight_update", "/update_weights", "/finish_weight_update":
-		return " (the server offers no weight-transfer endpoints: start it with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config)"
+	case "/pause", "/resume", "/collective_rpc", "/reset_prefix_cache",
+		"/init_weight_transfer_engine", "/start_weight_update", "/update_weights", "/finish_weight_update":
+		return " (the server offers no dev-mode routes, which every full-weight reload needs: start it with VLLM_SERVER_DEV_MODE=1)"
 	}
 	return ""
 }

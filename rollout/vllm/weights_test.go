@@ -3,6 +3,7 @@ package vllm
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -169,8 +170,9 @@ func TestReloadWeights(t *testing.T) {
 	if err := c.ReloadWeights(ctx, "/shared/checkpoints/step-100", 100); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"POST /pause?mode=wait", "POST /start_weight_update", "POST /update_weights",
-		"POST /finish_weight_update", "POST /resume"}
+	// The server is asked once whether it runs the disk backend.
+	want := []string{"POST /init_weight_transfer_engine", "POST /pause?mode=wait", "POST /start_weight_update",
+		"POST /update_weights", "POST /finish_weight_update", "POST /resume"}
 	if got := f.Calls(); !slices.Equal(got, want) {
 		t.Errorf("calls = %v, want %v", got, want)
 	}
@@ -312,9 +314,146 @@ func TestMissingRoutesSayHowToStartTheServer(t *testing.T) {
 	t.Cleanup(wt.Close)
 	c = newClient(t, Config{}, wt)
 	err = c.ReloadWeights(ctx, "/ckpt/step-1", 1)
-	for _, s := range []string{wt.URL(), "POST /pause?mode=wait", "HTTP 404: Not Found", "VLLM_SERVER_DEV_MODE=1", "--weight-transfer-config"} {
+	for _, s := range []string{wt.URL(), "POST /pause?mode=wait", "HTTP 404: Not Found", "VLLM_SERVER_DEV_MODE=1"} {
 		if err == nil || !strings.Contains(err.Error(), s) {
 			t.Errorf("ReloadWeights: err = %v, want it to say %q", err, s)
 		}
+	}
+}
+
+// A stock vLLM (main branch: no "disk" weight-transfer backend, started
+// with VLLM_SERVER_DEV_MODE=1 and no --weight-transfer-config) reloads a
+// checkpoint through collective_rpc reload_weights. Before, every reload
+// stopped at POST /start_weight_update's 500 "Weight transfer not
+// configured".
+func TestReloadWeightsOnStockServer(t *testing.T) {
+	f := vllmtest.New(vllmtest.Options{Model: fakeModel, Stock: true})
+	t.Cleanup(f.Close)
+	c := newClient(t, Config{}, f)
+	ctx := testCtx(t)
+	for v := int64(100); v <= 101; v++ {
+		path := fmt.Sprintf("/shared/checkpoints/step-%d", v)
+		if err := c.ReloadWeights(ctx, path, v); err != nil {
+			t.Fatal(err)
+		}
+		req := engine.Request{Prompt: promptOf(5), Params: params(3)}
+		res, err := c.Generate(ctx, []engine.Request{req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResult(t, res[0], req.Prompt, req.Params, vllmtest.ReloadLabel(path), v)
+	}
+	// Asked once (the 500 rules the disk backend out), then reloaded by
+	// RPC each time, the prefix cache dropped after each reload.
+	rpc := []string{"POST /pause?mode=wait", "POST /collective_rpc", "POST /reset_prefix_cache", "POST /resume"}
+	want := append([]string{"POST /init_weight_transfer_engine"}, append(rpc, rpc...)...)
+	if got := f.Calls(); !slices.Equal(got, want) {
+		t.Errorf("calls = %v, want %v", got, want)
+	}
+	if got := string(f.Body("/collective_rpc", "method")); got != `"reload_weights"` {
+		t.Errorf("method = %s", got)
+	}
+	if got := string(f.Body("/collective_rpc", "kwargs")); got != `{"weights_path":"/shared/checkpoints/step-101","is_checkpoint_format":true}` {
+		t.Errorf("kwargs = %s", got)
+	}
+	if got := f.Reloads(); len(got) != 2 || got[1] != (vllmtest.Reload{Path: "/shared/checkpoints/step-101"}) {
+		t.Errorf("reloads = %v", got)
+	}
+	if st := c.Servers()[0]; st.WeightUpdate != WeightUpdateReloadWeights || st.WeightVersion != 101 {
+		t.Errorf("server status %+v, want route reload_weights at version 101", st)
+	}
+}
+
+// With WeightUpdateAuto each server gets the route it offers.
+func TestAutoPicksTheRoutePerServer(t *testing.T) {
+	disk := newFake(t)
+	stock := vllmtest.New(vllmtest.Options{Model: fakeModel, Stock: true})
+	t.Cleanup(stock.Close)
+	c := newClient(t, Config{}, disk, stock)
+	ctx := testCtx(t)
+	if err := c.ReloadWeights(ctx, "/ckpt/step-3", 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := disk.Reloads(); len(got) != 1 || got[0] != (vllmtest.Reload{Path: "/ckpt/step-3", Version: "3"}) {
+		t.Errorf("disk-backend server: reloads %v, want one through the weight-transfer API", got)
+	}
+	if got := stock.Reloads(); len(got) != 1 || got[0] != (vllmtest.Reload{Path: "/ckpt/step-3"}) {
+		t.Errorf("stock server: reloads %v, want one through collective_rpc", got)
+	}
+	if slices.Contains(disk.Calls(), "POST /collective_rpc") || slices.Contains(stock.Calls(), "POST /start_weight_update") {
+		t.Errorf("a server got the other route: %v; %v", disk.Calls(), stock.Calls())
+	}
+	st := c.Servers()
+	if st[0].WeightUpdate != WeightUpdateDisk || st[1].WeightUpdate != WeightUpdateReloadWeights {
+		t.Errorf("routes %q, %q; want disk, reload_weights", st[0].WeightUpdate, st[1].WeightUpdate)
+	}
+
+	// Named routes are taken as given: reload_weights asks nothing.
+	c = newClient(t, Config{WeightUpdate: WeightUpdateReloadWeights}, disk)
+	before := len(disk.Calls())
+	if err := c.ReloadWeights(ctx, "/ckpt/step-4", 4); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"POST /pause?mode=wait", "POST /collective_rpc", "POST /reset_prefix_cache", "POST /resume"}
+	if got := disk.Calls()[before:]; !slices.Equal(got, want) {
+		t.Errorf("weight update reload_weights: calls %v, want %v", got, want)
+	}
+}
+
+// A server that offers neither route is refused naming it and how to
+// start it; so is a stock server told to use the disk backend.
+func TestNoReloadRouteSaysHowToStartTheServer(t *testing.T) {
+	ctx := testCtx(t)
+	old := vllmtest.New(vllmtest.Options{Model: fakeModel, Stock: true, NoReloadPath: true})
+	t.Cleanup(old.Close)
+	c := newClient(t, Config{}, old)
+	err := c.ReloadWeights(ctx, "/ckpt/step-1", 1)
+	for _, s := range []string{old.URL(), "POST /collective_rpc", "HTTP 500", "unexpected keyword argument 'weights_path'",
+		"Weight transfer not configured", "VLLM_SERVER_DEV_MODE=1", `--weight-transfer-config '{"backend": "disk"}'`,
+		"dispatch stays paused"} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Errorf("neither route: err = %v, want it to say %q", err, s)
+		}
+	}
+	if err := c.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.WeightVersion() != 0 {
+		t.Errorf("WeightVersion = %d after a failed reload, want 0", c.WeightVersion())
+	}
+
+	stock := vllmtest.New(vllmtest.Options{Model: fakeModel, Stock: true})
+	t.Cleanup(stock.Close)
+	c = newClient(t, Config{WeightUpdate: WeightUpdateDisk}, stock)
+	err = c.ReloadWeights(ctx, "/ckpt/step-1", 1)
+	for _, s := range []string{stock.URL(), "POST /init_weight_transfer_engine", `--weight-transfer-config '{"backend": "disk"}'`,
+		`"reload_weights"`} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Errorf("disk on a stock server: err = %v, want it to say %q", err, s)
+		}
+	}
+	if got := stock.Calls(); len(got) != 1 {
+		t.Errorf("disk on a stock server: calls %v, want only the init that refused (no pause)", got)
+	}
+
+	// A reload the server fails (out of memory) leaves dispatch paused and
+	// names the server.
+	c = newClient(t, Config{}, stock)
+	stock.Fail("/collective_rpc")
+	err = c.ReloadWeights(ctx, "/ckpt/step-2", 2)
+	for _, s := range []string{stock.URL(), "POST /collective_rpc", "out of memory", "dispatch stays paused"} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Errorf("failed reload: err = %v, want it to say %q", err, s)
+		}
+	}
+	stock.Fail("")
+	if err := c.ReloadWeights(ctx, "/ckpt/step-2", 2); err == nil {
+		t.Error("ReloadWeights while dispatch is still paused: want the pause conflict")
+	}
+	if err := c.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ReloadWeights(ctx, "/ckpt/step-2", 2); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -5,10 +5,11 @@
 // It answers the HTTP surface the client uses with vLLM's documented
 // shapes and conflicts: GET /health, GET /v1/models, POST /v1/completions
 // and /v1/chat/completions (logprobs, return_token_ids), the runtime LoRA
-// endpoints and the weight-transfer ones (/pause, /resume,
+// endpoints and the dev-mode ones (/pause, /resume,
 // /init_weight_transfer_engine, /start_weight_update, /update_weights,
-// /finish_weight_update). Request bodies are decoded strictly against
-// vLLM's field names. Generation is deterministic and cannot learn: token
+// /finish_weight_update with the disk backend, or a Stock vLLM's refusal;
+// /collective_rpc reload_weights, /reset_prefix_cache). Request bodies
+// are decoded strictly against vLLM's field names. Generation is deterministic and cannot learn: token
 // ids and logprobs are a hash of the prompt, the sampling parameters, the
 // sample index and the weights served (Sample), so tests check
 // plumbing and can compute what a client must hand back. Tests inject
@@ -18,6 +19,7 @@
 package vllmtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -58,14 +60,29 @@ type Options struct {
 	ReadFiles bool
 	// NoRuntimeLoRA is a server started without
 	// VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, NoWeightTransfer one without
-	// VLLM_SERVER_DEV_MODE=1: those routes do not exist (HTTP 404, FastAPI's
-	// {"detail": "Not Found"}).
+	// VLLM_SERVER_DEV_MODE=1: those routes (for NoWeightTransfer every
+	// dev-mode route: /pause, /resume, the weight-transfer ones,
+	// /collective_rpc, /reset_prefix_cache) do not exist (HTTP 404,
+	// FastAPI's {"detail": "Not Found"}).
 	NoRuntimeLoRA, NoWeightTransfer bool
+	// Stock is vLLM's main branch started with VLLM_SERVER_DEV_MODE=1 but
+	// without --weight-transfer-config (it has no "disk" backend, pull
+	// request #52152, to be started with): the weight-transfer routes
+	// answer 500, "Weight transfer not configured", and a checkpoint is
+	// reloaded through POST /collective_rpc reload_weights. Without Stock
+	// the server runs the disk backend and offers both.
+	Stock bool
+	// NoReloadPath is a vLLM from before layerwise reloading, whose
+	// workers' reload_weights() takes no arguments: collective_rpc
+	// reload_weights with weights_path fails with HTTP 500.
+	NoReloadPath bool
 }
 
 // Reload is one weight update a server finished: the directory
 // update_weights named ("" for update infos without a path) and the
-// version finish_weight_update gave.
+// version finish_weight_update gave; for a reload through
+// collective_rpc reload_weights, the weights_path it read and no version
+// (that route carries none).
 type Reload struct {
 	Path    string
 	Version string
@@ -148,17 +165,20 @@ type Server struct {
 	paused   bool
 	resumed  chan struct{}
 	updating bool
-	path     string            // of the update in progress
-	weights  string            // label of the base weights, changed by finish_weight_update
-	loras    map[string]string // LoRA adapter name → path
-	reloads  []Reload
-	loads    []LoRALoad
-	loaded   Loaded
-	fail     string        // control path answered HTTP 500 (out of memory)
-	refuse   bool          // update_weights answers 500
-	hang     chan struct{} // non-nil: finish_weight_update waits for it (or the caller's giving up)
-	badModel bool          // GET /v1/models answers malformed JSON
-	noIDs    bool          // answers omit token_ids (as a server ignoring return_token_ids)
+	path     string // of the update in progress
+	weights  string // label of the base weights, changed by finish_weight_update and reload_weights
+	// reloadPath is where reload_weights reads without a weights_path: the
+	// last one given ("" for the launch model).
+	reloadPath string
+	loras      map[string]string // LoRA adapter name → path
+	reloads    []Reload
+	loads      []LoRALoad
+	loaded     Loaded
+	fail       string        // control path answered HTTP 500 (out of memory)
+	refuse     bool          // update_weights answers 500
+	hang       chan struct{} // non-nil: finish_weight_update waits for it (or the caller's giving up)
+	badModel   bool          // GET /v1/models answers malformed JSON
+	noIDs      bool          // answers omit token_ids (as a server ignoring return_token_ids)
 }
 
 // New starts a server; Close stops it.
@@ -234,7 +254,7 @@ func (s *Server) Restart() error {
 	s.mu.Lock()
 	s.hold = nil
 	s.weights, s.loras = "base", map[string]string{}
-	s.updating, s.path = false, ""
+	s.updating, s.path, s.reloadPath = false, "", ""
 	if s.paused {
 		s.paused = false
 		close(s.resumed)
@@ -487,7 +507,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.serveControl(w, r)
 	case "POST /pause", "POST /resume",
 		"POST /init_weight_transfer_engine", "POST /start_weight_update", "POST /update_weights",
-		"POST /finish_weight_update":
+		"POST /finish_weight_update", "POST /collective_rpc", "POST /reset_prefix_cache":
 		if s.opts.NoWeightTransfer {
 			writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
 			return
@@ -878,6 +898,10 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 	var body map[string]json.RawMessage
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			if r.URL.Path == "/collective_rpc" {
+				httpError(w, http.StatusBadRequest, "JSON decode error: "+err.Error())
+				return
+			}
 			writeJSON(w, http.StatusBadRequest, map[string]string{"detail": "Invalid JSON format"})
 			return
 		}
@@ -959,8 +983,14 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"detail": "Missing 'init_info' in request body"})
 			return
 		}
+		if s.notConfigured(w, "init_weight_transfer_engine") {
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"message": "Weight transfer initialized"})
 	case "/start_weight_update":
+		if s.notConfigured(w, "start_weight_update") {
+			return
+		}
 		if s.updating {
 			writeJSON(w, http.StatusConflict, map[string]string{"detail": "start_weight_update called while a weight update is already in progress."})
 			return
@@ -970,6 +1000,9 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 	case "/update_weights":
 		if body["update_info"] == nil {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"detail": "Missing 'update_info' in request body"})
+			return
+		}
+		if s.notConfigured(w, "update_weights") {
 			return
 		}
 		if !s.updating {
@@ -995,6 +1028,9 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		s.path = info.Path
 		writeJSON(w, http.StatusOK, map[string]string{"message": "Weights updated"})
 	case "/finish_weight_update":
+		if s.notConfigured(w, "finish_weight_update") {
+			return
+		}
 		if !s.updating {
 			writeJSON(w, http.StatusConflict, map[string]string{"detail": "finish_weight_update called without a preceding start_weight_update."})
 			return
@@ -1012,7 +1048,141 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		s.weights = "v" + version
 		s.reloads = append(s.reloads, Reload{Path: s.path, Version: version})
 		writeJSON(w, http.StatusOK, map[string]string{"message": "Weight update finished"})
+	case "/collective_rpc":
+		s.collectiveRPC(w, r, body)
+	case "/reset_prefix_cache":
+		w.WriteHeader(http.StatusOK) // vLLM answers an empty 200
 	}
+}
+
+// notConfigured answers a weight-transfer call at a Stock server as vLLM
+// does when started without --weight-transfer-config: the worker's
+// RuntimeError comes back through the engine's utility call as a plain
+// Exception, which vLLM's catch-all handler answers 500. Called with s.mu
+// held.
+func (s *Server) notConfigured(w http.ResponseWriter, method string) bool {
+	if !s.opts.Stock {
+		return false
+	}
+	vllmError(w, http.StatusInternalServerError, "InternalServerError", "Call to "+method+
+		" method failed: Weight transfer not configured. Please set weight_transfer_config to enable weight transfer.")
+	return true
+}
+
+// collectiveRPC answers POST /collective_rpc as
+// vllm/entrypoints/serve/dev/rpc/api_router.py does: 400 (FastAPI's
+// HTTPException, in vLLM's error body) without a method; the method run
+// on every worker (one here), its failure a 500 from vLLM's catch-all
+// handler, its results {"results": [one per worker]}. Only the workers'
+// reload_weights is known. Called with s.mu held.
+func (s *Server) collectiveRPC(w http.ResponseWriter, r *http.Request, body map[string]json.RawMessage) {
+	if body == nil {
+		httpError(w, http.StatusBadRequest, "request body must be a JSON object")
+		return
+	}
+	var method string
+	if json.Unmarshal(body["method"], &method) != nil || method == "" {
+		httpError(w, http.StatusBadRequest, "Missing 'method' in request body")
+		return
+	}
+	failed := func(msg string) {
+		vllmError(w, http.StatusInternalServerError, "InternalServerError", "Call to collective_rpc method failed: "+msg)
+	}
+	if method != "reload_weights" {
+		failed(fmt.Sprintf("'Worker' object has no attribute '%s'", method))
+		return
+	}
+	var kwargs map[string]json.RawMessage
+	if raw := body["kwargs"]; raw != nil && json.Unmarshal(raw, &kwargs) != nil {
+		failed("kwargs is not a dict")
+		return
+	}
+	path := ""
+	for _, k := range keysInOrder(body["kwargs"]) {
+		v := kwargs[k]
+		switch {
+		case s.opts.NoReloadPath:
+			failed(fmt.Sprintf("Worker.reload_weights() got an unexpected keyword argument '%s'", k))
+			return
+		case k == "weights_path":
+			if json.Unmarshal(v, &path) != nil {
+				failed("weights_path must be a str")
+				return
+			}
+		case k == "is_checkpoint_format":
+			var b bool
+			if json.Unmarshal(v, &b) != nil || !b {
+				failed("fake reloads checkpoint-format weights only")
+				return
+			}
+		default:
+			failed(fmt.Sprintf("GPUModelRunner.reload_weights() got an unexpected keyword argument '%s'", k))
+			return
+		}
+	}
+	if path == "" {
+		path = s.reloadPath // the model's path, or the last weights_path
+	}
+	if hang := s.hang; hang != nil {
+		s.mu.Unlock()
+		err := waitOrDone(r.Context(), hang)
+		s.mu.Lock()
+		if err != nil {
+			return
+		}
+	}
+	if s.refuse {
+		failed("failed to load weights from " + path)
+		return
+	}
+	if s.opts.ReadFiles {
+		ws, err := readCheckpoint(path)
+		if err != nil {
+			failed(err.Error())
+			return
+		}
+		s.loaded.Weights = ws
+	}
+	s.reloadPath = path
+	s.weights = ReloadLabel(path)
+	s.reloads = append(s.reloads, Reload{Path: path})
+	writeJSON(w, http.StatusOK, map[string]any{"results": []any{nil}})
+}
+
+// keysInOrder are the keys of JSON object raw in the order written (as
+// Python's keyword arguments keep them, so errors name the same first
+// unexpected one).
+func keysInOrder(raw json.RawMessage) []string {
+	if raw == nil {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	var keys []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return keys
+		}
+		keys = append(keys, t.(string))
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return keys
+		}
+	}
+	return keys
+}
+
+// ReloadLabel is the weights label (see Sample) of a server that
+// reloaded path through collective_rpc reload_weights.
+func ReloadLabel(path string) string { return "reload:" + path }
+
+// httpError writes what vLLM's handler for FastAPI's HTTPException
+// answers: vLLM's error body, the status phrase as its type.
+func httpError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]any{"error": map[string]any{"message": msg, "type": http.StatusText(code), "param": nil, "code": code}})
 }
 
 // waitOrDone waits for ch to close or ctx to end (bounded by a minute so a

@@ -2,6 +2,8 @@ package vllmtest_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -104,5 +106,50 @@ func TestReadFilesRefusesBadDirectories(t *testing.T) {
 	a.Fail("/pause")
 	if err := c.Pause(ctx, vllm.PauseWait); err == nil || !strings.Contains(err.Error(), "out of memory") {
 		t.Errorf("pause on a failing server: err = %v, want out of memory", err)
+	}
+}
+
+// POST /collective_rpc and /reset_prefix_cache answer as vLLM's dev-mode
+// routers do: the method's results, HTTPException's 400 in vLLM's error
+// body, a failed worker call's 500, FastAPI's 404 without dev mode.
+func TestCollectiveRPCAnswers(t *testing.T) {
+	stock := vllmtest.New(vllmtest.Options{Model: "m", Stock: true})
+	defer stock.Close()
+	old := vllmtest.New(vllmtest.Options{Model: "m", Stock: true, NoReloadPath: true})
+	defer old.Close()
+	nodev := vllmtest.New(vllmtest.Options{Model: "m", NoWeightTransfer: true})
+	defer nodev.Close()
+	for _, c := range []struct {
+		srv        *vllmtest.Server
+		path, body string
+		code       int
+		answer     string
+	}{
+		{stock, "/collective_rpc", `{"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/a", "is_checkpoint_format": true}}`,
+			200, `{"results":[null]}`},
+		{stock, "/collective_rpc", `{"kwargs": {}}`,
+			400, `{"error":{"code":400,"message":"Missing 'method' in request body","param":null,"type":"Bad Request"}}`},
+		{stock, "/collective_rpc", `{"method": "nope"}`,
+			500, `{"error":{"code":500,"message":"Call to collective_rpc method failed: 'Worker' object has no attribute 'nope'","param":null,"type":"InternalServerError"}}`},
+		{old, "/collective_rpc", `{"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/a", "is_checkpoint_format": true}}`,
+			500, `{"error":{"code":500,"message":"Call to collective_rpc method failed: Worker.reload_weights() got an unexpected keyword argument 'weights_path'","param":null,"type":"InternalServerError"}}`},
+		{stock, "/start_weight_update", ``,
+			500, `{"error":{"code":500,"message":"Call to start_weight_update method failed: Weight transfer not configured. Please set weight_transfer_config to enable weight transfer.","param":null,"type":"InternalServerError"}}`},
+		{stock, "/reset_prefix_cache", ``, 200, ``},
+		{nodev, "/collective_rpc", `{"method": "reload_weights"}`, 404, `{"detail":"Not Found"}`},
+		{nodev, "/reset_prefix_cache", ``, 404, `{"detail":"Not Found"}`},
+	} {
+		resp, err := http.Post(c.srv.URL()+c.path, "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || strings.TrimSpace(string(b)) != c.answer {
+			t.Errorf("POST %s %s: %d %s, want %d %s", c.path, c.body, resp.StatusCode, b, c.code, c.answer)
+		}
+	}
+	if rl := stock.Reloads(); len(rl) != 1 || rl[0] != (vllmtest.Reload{Path: "/ckpt/a"}) {
+		t.Errorf("reloads = %v", rl)
 	}
 }
