@@ -105,6 +105,8 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"engines.policy.kind=vllm"}, "--set engines.policy.kind=vllm: engines.policy.vllm: kind vllm needs this section"},
 		{[]string{"engines.policy.kind=vllm", "engines.policy.vllm.model=m"}, "engines.policy.vllm.servers: want at least one server URL"},
 		{[]string{"engines.policy.kind=tgi"}, `engines.policy.kind: "tgi": want one of native, vllm`},
+		{[]string{"engines.policy.kind=vllm", "engines.policy.vllm={servers: [http://h:8000], model: m, weight_update: nfs}"},
+			`engines.policy.vllm.weight_update: "nfs": want one of auto, disk, reload_weights`},
 		{[]string{"engines.policy.weight_sync=lora"}, "lora needs the model's lora section"},
 		{[]string{"algorithm.name=ppo"}, "algorithm ppo needs the critic"},
 		{[]string{"algorithm.dual_clip=1"}, "want 0 (off) or a value above 1"},

@@ -168,6 +168,11 @@ type VLLM struct {
 	// MaxInFlight bounds the requests outstanding at one server.
 	// Default 64.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// WeightUpdate is how the servers reload a full-weight checkpoint:
+	// auto (ask each server once), disk (vLLM's weight-transfer API with
+	// the disk backend, pull request #52152) or reload_weights
+	// (collective_rpc reload_weights, a stock vLLM). Default auto.
+	WeightUpdate string `yaml:"weight_update"`
 }
 
 // Data is where problems come from: a built-in task or a dataset file.
@@ -818,7 +823,7 @@ func DefaultArcher() Archer {
 
 func (t *TextualAC) setDefaults() { *t = TextualAC{ConfidenceCoef: 0.1, DependenceCoef: 0.05} }
 
-func (v *VLLM) setDefaults() { *v = VLLM{MaxInFlight: 64} }
+func (v *VLLM) setDefaults() { *v = VLLM{MaxInFlight: 64, WeightUpdate: "auto"} }
 
 func (t *Task) setDefaults() { *t = Task{HeldOutPercent: 10} }
 

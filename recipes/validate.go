@@ -24,22 +24,23 @@ var (
 
 // The names a recipe may use.
 var (
-	EngineKinds    = []string{"native", "vllm"}
-	WeightSyncs    = []string{"full", "lora", "reload"}
-	Verifiers      = []string{"math", "gsm8k", "code"}
-	EpisodeTypes   = []string{"single", "mlmt", "score", "tools", "agent"}
-	Tools          = []string{"calculator", "python"}
-	Algorithms     = []string{"grpo", "ppo", "rloo", "reinforce_pp", "drgrpo", "rw_sft", "archer"}
-	Schedules      = []string{"constant", "cosine"}
-	Weightings     = []string{"exp", "filter", "group_filter"}
-	SFTWeightings  = []string{"none", "exp", "filter"}
-	LoRAPresets    = []string{"qv"}
-	MLMTPolicies   = []string{"solver", "feedback"}
-	FeedbackReward = []string{"final", "improvement"}
-	PlacementModes = []string{"colocated", "split"}
-	SyncModes      = []string{"sync", "async"}
-	Architectures  = []string{"qwen2", "llama"}
-	LoRATargets    = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+	EngineKinds       = []string{"native", "vllm"}
+	WeightSyncs       = []string{"full", "lora", "reload"}
+	VLLMWeightUpdates = []string{"auto", "disk", "reload_weights"}
+	Verifiers         = []string{"math", "gsm8k", "code"}
+	EpisodeTypes      = []string{"single", "mlmt", "score", "tools", "agent"}
+	Tools             = []string{"calculator", "python"}
+	Algorithms        = []string{"grpo", "ppo", "rloo", "reinforce_pp", "drgrpo", "rw_sft", "archer"}
+	Schedules         = []string{"constant", "cosine"}
+	Weightings        = []string{"exp", "filter", "group_filter"}
+	SFTWeightings     = []string{"none", "exp", "filter"}
+	LoRAPresets       = []string{"qv"}
+	MLMTPolicies      = []string{"solver", "feedback"}
+	FeedbackReward    = []string{"final", "improvement"}
+	PlacementModes    = []string{"colocated", "split"}
+	SyncModes         = []string{"sync", "async"}
+	Architectures     = []string{"qwen2", "llama"}
+	LoRATargets       = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
 	// Metrics every episode type has; TurnMetrics need mlmt or score
 	// (turn2_accuracy score, turn3_accuracy mlmt: the final turn);
 	// FeedbackMetrics need mlmt with a feedback policy (turn-3 accuracy
@@ -941,6 +942,7 @@ func (c *checker) engine(path string, e *Engine, m *Model) {
 			c.add(path+".vllm.api_key_env", "%q is not an environment variable name (the key itself never goes in a recipe)", v.APIKeyEnv)
 		}
 		c.positive(path+".vllm.max_in_flight", v.MaxInFlight)
+		c.oneOf(path+".vllm.weight_update", v.WeightUpdate, VLLMWeightUpdates)
 	}
 }
 

@@ -586,7 +586,7 @@ func PruneCheckpoints(out string, keep int) error {
 
 // driverVLLM maps an engine's vllm section onto the driver's.
 func driverVLLM(v *recipes.VLLM) *VLLM {
-	d := &VLLM{Servers: v.Servers, Model: v.Model, MaxInFlight: v.MaxInFlight}
+	d := &VLLM{Servers: v.Servers, Model: v.Model, MaxInFlight: v.MaxInFlight, WeightUpdate: v.WeightUpdate}
 	if v.APIKeyEnv != "" {
 		d.APIKey = os.Getenv(v.APIKeyEnv)
 	}

@@ -239,6 +239,7 @@ func TestFromRecipeVLLM(t *testing.T) {
 	}{
 		{"quickstart", nil},
 		{"quickstart", []string{"engines.policy.weight_sync=reload"}},
+		{"quickstart", []string{"engines.policy.vllm.weight_update=reload_weights"}},
 		{"grpo_gsm8k", nil},
 		{"mlmt_math_static", nil},
 		{"score_math", nil},
@@ -258,7 +259,11 @@ func TestFromRecipeVLLM(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		want := &VLLM{Servers: []string{"http://10.0.0.5:8000", "http://10.0.0.6:8000"}, Model: "Qwen/Qwen2.5-0.5B", MaxInFlight: 8, APIKey: "sekret"}
+		want := &VLLM{Servers: []string{"http://10.0.0.5:8000", "http://10.0.0.6:8000"}, Model: "Qwen/Qwen2.5-0.5B", MaxInFlight: 8, APIKey: "sekret",
+			WeightUpdate: "auto"}
+		if slices.Contains(c.sets, "engines.policy.vllm.weight_update=reload_weights") {
+			want.WeightUpdate = "reload_weights"
+		}
 		if !reflect.DeepEqual(cfg.VLLM, want) || cfg.Rollout != nil || cfg.FeedbackRollout != nil {
 			t.Errorf("%s: VLLM %+v, rollout %+v; want %+v and no rollout actors", name, cfg.VLLM, cfg.Rollout, want)
 		}
@@ -267,7 +272,7 @@ func TestFromRecipeVLLM(t *testing.T) {
 		}
 		var fb *VLLM
 		if c.recipe == "mlmt_math" {
-			fb = &VLLM{Servers: []string{"http://10.0.0.7:8000"}, Model: "fb", MaxInFlight: 64}
+			fb = &VLLM{Servers: []string{"http://10.0.0.7:8000"}, Model: "fb", MaxInFlight: 64, WeightUpdate: "auto"}
 		}
 		if !reflect.DeepEqual(cfg.FeedbackVLLM, fb) {
 			t.Errorf("%s: FeedbackVLLM %+v, want %+v", name, cfg.FeedbackVLLM, fb)

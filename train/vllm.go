@@ -36,8 +36,9 @@ import (
 // Weights: after every learner step (and at start) the learner writes its
 // checkpoint into Dir/step-N/, the driver keeps of it what vLLM loads
 // (config.json, model safetensors) and adds the tokenizer, and every
-// server reloads it as version N (the run's step) (vLLM's "disk"
-// weight transfer: pause, start, update {"path"}, finish, resume). The
+// server reloads it as version N (the run's step) by its route
+// (WeightUpdate: vLLM's "disk" weight transfer, or collective_rpc
+// reload_weights on a stock vLLM; inside pause and resume). The
 // next generation starts only when every server serves N; with
 // Config.MaxStaleness k > 0 the next step's generation runs while a step
 // trains, the reload waits for the requests in flight (which keep the
@@ -64,6 +65,10 @@ type VLLM struct {
 	// RequestTimeout bounds one try of one generation request (default
 	// the client's, 10 min).
 	RequestTimeout time.Duration
+	// WeightUpdate is how the servers reload a checkpoint: "auto" (the
+	// default: each server is asked once), "disk" or "reload_weights"
+	// (vllm.WeightUpdate).
+	WeightUpdate string
 }
 
 func (v *VLLM) validate(field string) error {
@@ -75,6 +80,12 @@ func (v *VLLM) validate(field string) error {
 	case v.MaxInFlight < 0 || v.Keep < 0 || v.ReloadTimeout < 0 || v.RequestTimeout < 0:
 		return fmt.Errorf("driver config: %s: negative MaxInFlight %d, Keep %d, ReloadTimeout %v or RequestTimeout %v",
 			field, v.MaxInFlight, v.Keep, v.ReloadTimeout, v.RequestTimeout)
+	}
+	switch vllm.WeightUpdate(v.WeightUpdate) {
+	case "", vllm.WeightUpdateAuto, vllm.WeightUpdateDisk, vllm.WeightUpdateReloadWeights:
+	default:
+		return fmt.Errorf("driver config: %s.WeightUpdate %q: want %q, %q or %q", field, v.WeightUpdate,
+			vllm.WeightUpdateAuto, vllm.WeightUpdateDisk, vllm.WeightUpdateReloadWeights)
 	}
 	return nil
 }
@@ -163,7 +174,8 @@ func (r *run) startVLLM(ctx context.Context, p *policy) error {
 	}
 	srv, err := weightsync.StartVLLM(ctx, weightsync.VLLMConfig{Policy: p.id,
 		Client: vllm.Config{Servers: v.Servers, Model: v.Model, APIKey: v.APIKey, MaxInFlight: v.MaxInFlight,
-			RequestTimeout: v.RequestTimeout, ControlTimeout: v.ReloadTimeout, VocabSize: vocab},
+			RequestTimeout: v.RequestTimeout, ControlTimeout: v.ReloadTimeout, VocabSize: vocab,
+			WeightUpdate: vllm.WeightUpdate(v.WeightUpdate)},
 		Dir: dir, Keep: v.Keep, ReloadTimeout: v.ReloadTimeout, LoRAName: VLLMLoRAName, MaxStaleness: r.cfg.MaxStaleness, Logger: r.log})
 	if err != nil {
 		return err

@@ -3,8 +3,10 @@ package train
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -576,5 +578,96 @@ func TestEngineFailureAfterAStepIsCheckpointed(t *testing.T) {
 	a, b2 := weightsOf(t, filepath.Join(full.Out, "checkpoints", "step-5")), weightsOf(t, filepath.Join(resumed.Out, "checkpoints", "step-5"))
 	if !sameWeights(a, b2) {
 		t.Error("the run resumed from the failed step's checkpoint ends with other weights than the uninterrupted run")
+	}
+}
+
+// quickstart on vLLM servers as a stock vLLM runs them (main branch,
+// VLLM_SERVER_DEV_MODE=1, no disk weight-transfer backend): each server
+// reloads every learner step's checkpoint through collective_rpc
+// reload_weights; with one server of each kind (weight_update auto) each
+// gets its own route. Before, the run stopped at its first reload with
+// the stock server's "Weight transfer not configured".
+func TestQuickstartOnStockVLLM(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		stock []bool // per server
+	}{
+		{"stock", []bool{true, true}},
+		{"mixed", []bool{true, false}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var servers []*vllmtest.Server
+			var urls []string
+			for _, stock := range c.stock {
+				s := vllmtest.New(vllmtest.Options{Model: "served", Vocab: 768, Stock: stock, ReadFiles: true})
+				defer s.Close()
+				servers = append(servers, s)
+				urls = append(urls, strconv.Quote(s.URL()))
+			}
+			cfg, out := loadRun(t, "quickstart", []string{"deterministic=false", "engines.policy.kind=vllm",
+				"engines.policy.vllm={servers: [" + strings.Join(urls, ", ") + "], model: served}",
+				"sft.steps=1", "sft.batch_size=4", "schedule.steps=2", "schedule.eval_every=2", "eval.held_out=4",
+				"algorithm.batch_prompts=2", "algorithm.group_size=2"})
+			if cfg.VLLM.WeightUpdate != "auto" {
+				t.Errorf("WeightUpdate %q from the recipe's default, want auto", cfg.VLLM.WeightUpdate)
+			}
+			var served []int64
+			cfg.OnWeights = func(v int64, _ engine.Engine) { served = append(served, v) }
+			res, err := Run(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(out, "vllm-weights")
+			for i, s := range servers {
+				rl := s.Reloads()
+				if s.Generated() == 0 || len(rl) != len(served) || len(served) != 4 {
+					t.Fatalf("%s: %d answered, reloads %+v for versions %v; want > 0 and one per version (4)", s.URL(), s.Generated(), rl, served)
+				}
+				for j, r := range rl {
+					want := vllmtest.Reload{Path: filepath.Join(dir, "step-"+strconv.FormatInt(served[j], 10))}
+					if !c.stock[i] {
+						want.Version = strconv.FormatInt(served[j], 10) // the disk backend's finish carries it
+					}
+					if r != want {
+						t.Errorf("%s reload %d = %+v, want %+v", s.URL(), j, r, want)
+					}
+				}
+				// What the server read last is the run's final model.
+				final := filepath.Join(out, "checkpoints", "step-"+strconv.FormatInt(res.WeightVersion, 10))
+				got, want := s.Loaded().Weights, weightsOf(t, final)
+				if len(got) == 0 || !sameWeights(got, weightsOf(t, rl[len(rl)-1].Path)) || !sameWeights(weightsOf(t, rl[len(rl)-1].Path), want) {
+					t.Errorf("%s read %d tensors last, not the run's final weights", s.URL(), len(got))
+				}
+				calls := s.Calls()
+				if c.stock[i] == slices.Contains(calls, "POST /start_weight_update") || c.stock[i] != slices.Contains(calls, "POST /collective_rpc") {
+					t.Errorf("%s (stock %v) got calls %v", s.URL(), c.stock[i], calls)
+				}
+			}
+		})
+	}
+}
+
+// Servers that offer no route to reload a checkpoint (a vLLM whose
+// reload_weights takes no path, without the disk backend) stop the run at
+// its first reload, naming the server and how to start it.
+func TestVLLMWithoutReloadRouteIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := vllmtest.New(vllmtest.Options{Model: "served", Vocab: 768, Stock: true, NoReloadPath: true})
+	defer s.Close()
+	cfg, _ := loadRun(t, "quickstart", []string{"deterministic=false", "engines.policy.kind=vllm",
+		fmt.Sprintf("engines.policy.vllm={servers: [%q], model: served}", s.URL()),
+		"sft.steps=1", "sft.batch_size=4", "schedule.steps=2", "eval.held_out=4",
+		"algorithm.batch_prompts=2", "algorithm.group_size=2"})
+	_, err := Run(ctx, cfg)
+	for _, want := range []string{s.URL(), "weights_path", "VLLM_SERVER_DEV_MODE=1", `--weight-transfer-config '{"backend": "disk"}'`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want it to say %q", err, want)
+		}
+	}
+	if n := s.Generated(); n != 0 {
+		t.Errorf("%d requests answered before the first reload", n)
 	}
 }

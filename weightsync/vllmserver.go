@@ -43,7 +43,8 @@ type VLLMConfig struct {
 
 // VLLMServer is a PolicyServer over vLLM servers through one rollout/vllm
 // client. A full version is the learner's model written to Dir/step-N/
-// and reloaded by every server (vLLM's "disk" weight transfer); a LoRA
+// and reloaded by every server (by its route, vllm.Config.WeightUpdate:
+// vLLM's "disk" weight transfer or collective_rpc reload_weights); a LoRA
 // learner's adapters are written to Dir/step-N/ as a PEFT adapter and
 // loaded in place, after the base (Dir/base-N/) when the servers may not
 // hold it (at start).
@@ -51,7 +52,8 @@ type VLLMServer struct {
 	cfg    VLLMConfig
 	log    *slog.Logger
 	client *vllm.Client
-	base   bool // the servers hold the base adapters merge onto
+	base   bool                         // the servers hold the base adapters merge onto
+	routes map[string]vllm.WeightUpdate // each server's reload route, as last logged
 }
 
 // StartVLLM connects to the servers: the client checks every server
@@ -208,6 +210,7 @@ func (s *VLLMServer) reload(ctx context.Context, version int64, prefix string, s
 	err := s.client.ReloadWeights(rctx, dir, version)
 	timedOut := rctx.Err() != nil && ctx.Err() == nil
 	cancel()
+	s.logRoutes()
 	switch {
 	case err != nil && timedOut:
 		return fmt.Errorf("version %d: the vLLM servers did not confirm the reload within %v: %w", version, s.cfg.ReloadTimeout, err)
@@ -215,6 +218,20 @@ func (s *VLLMServer) reload(ctx context.Context, version int64, prefix string, s
 		return fmt.Errorf("version %d: %w", version, err)
 	}
 	return nil
+}
+
+// logRoutes logs each server's reload route when it is first known or
+// changes.
+func (s *VLLMServer) logRoutes() {
+	if s.routes == nil {
+		s.routes = map[string]vllm.WeightUpdate{}
+	}
+	for _, st := range s.client.Servers() {
+		if st.WeightUpdate != "" && s.routes[st.URL] != st.WeightUpdate {
+			s.routes[st.URL] = st.WeightUpdate
+			s.log.Info("vllm weight update", "policy", s.cfg.Policy, "server", st.URL, "route", string(st.WeightUpdate))
+		}
+	}
 }
 
 // checkServing fails unless every server serves a version in [lo, hi].
