@@ -31,5 +31,6 @@
 //     registers it again (rollout.Pool starts a replacement instead).
 //     vLLM targets registered late are not caught up.
 //   - vLLM's NCCL weight-transfer backend (GPU to GPU) is not driven; full
-//     updates go through the "disk" backend.
+//     updates are reloaded from a checkpoint directory (the "disk" backend,
+//     or collective_rpc reload_weights on a stock vLLM).
 package weightsync

@@ -17,8 +17,9 @@ import (
 // its pause keeps samples from spanning two versions) and a directory every
 // server can read. A LoRA update is written there as a PEFT adapter and
 // loaded in place (Client.LoadLoRA); a full update is written as a
-// safetensors checkpoint and reloaded (Client.ReloadWeights, vLLM's "disk"
-// weight-transfer backend).
+// safetensors checkpoint and reloaded (Client.ReloadWeights: vLLM's "disk"
+// weight-transfer backend or collective_rpc reload_weights, per
+// vllm.Config.WeightUpdate).
 type VLLM struct {
 	Client *vllm.Client
 	// Dir is an absolute directory visible to every server under the same

@@ -23,7 +23,9 @@
 // adapter) before sending more.
 //
 // It also drives weight updates into the servers (LoRA adapters, vLLM's
-// weight-transfer endpoints, reloads from a checkpoint path) and tracks the
+// weight-transfer endpoints, reloads from a checkpoint directory by
+// whichever route each server offers: the disk weight-transfer backend or
+// collective_rpc reload_weights) and tracks the
 // weight version each server serves, so every Result carries the version
 // that produced it. Dispatch is paused around every update: no sample spans
 // two weight versions. It does not decide when to update or move tensors:

@@ -140,7 +140,8 @@ type unloadLoRARequest struct {
 
 // The weight-transfer endpoints (vllm/entrypoints/serve/dev/rlhf) take
 // backend-specific JSON under these keys; the server runs with
-// VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config.
+// VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config (without it every
+// call but the body checks answers 500 "Weight transfer not configured").
 type initWeightTransferRequest struct {
 	InitInfo any `json:"init_info"`
 }
