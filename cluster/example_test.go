@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/rlnode/rlnode/actor"
@@ -83,4 +84,52 @@ func ExampleSubmit() {
 	fmt.Println(squares, err)
 	// Output:
 	// [0 1 4 9] <nil>
+}
+
+// Put keeps a value on this node once; tasks anywhere read it by its
+// reference instead of receiving a copy in every call's arguments.
+func ExamplePut() {
+	ctx := context.Background()
+	node, err := cluster.Start(ctx, cluster.Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		panic(err)
+	}
+	defer node.Stop()
+
+	table, err := cluster.Put(ctx, node, Primes{P: []int{2, 3, 5, 7, 11}})
+	if err != nil {
+		panic(err)
+	}
+	var fs []*cluster.Future[int]
+	for i := range 3 {
+		fs = append(fs, cluster.Submit[int](ctx, node, "example.nth", nth{Table: table, I: i}, cluster.TaskOptions{}))
+	}
+	primes, err := cluster.Gather(ctx, fs)
+	fmt.Println(primes, err)
+	node.Free(table)
+	_, err = cluster.Get[Primes](ctx, node, table)
+	fmt.Println(errors.Is(err, cluster.ErrObjectLost))
+	// Output:
+	// [2 3 5] <nil>
+	// true
+}
+
+// Primes is the object (a registered message); nth asks for element I
+// of it.
+type Primes struct{ P []int }
+
+type nth struct {
+	Table cluster.ObjectRef
+	I     int
+}
+
+func init() {
+	actor.RegisterMessage(Primes{})
+	cluster.RegisterTask("example.nth", func(ctx context.Context, a nth) (int, error) {
+		t, err := cluster.Get[Primes](ctx, cluster.TaskNode(ctx), a.Table)
+		if err != nil {
+			return 0, err
+		}
+		return t.P[a.I], nil
+	})
 }

@@ -65,6 +65,9 @@ type Config struct {
 	Memory    int64
 	Resources Resources
 	Labels    map[string]string
+	// ObjectStoreBytes bounds the objects the node holds (Put); 0 means
+	// DefaultObjectStoreBytes.
+	ObjectStoreBytes int64
 	// TLS secures the actor transport and bulk path.
 	TLS *actor.TLSFiles
 	// Detection tunes failure detection; zero means FastDetection.
@@ -203,6 +206,8 @@ type Node struct {
 
 	ctlMu     sync.Mutex
 	ctlRoutes []controlRoute // HandleControl's
+
+	objects objectStore // Put's (object.go)
 
 	mmu     sync.RWMutex
 	members map[string]memberInfo // alive members by node id
@@ -345,6 +350,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if err := cfg.ConnsPerAddr.check(); err != nil {
 		return nil, err
+	}
+	if cfg.ObjectStoreBytes < 0 {
+		return nil, fmt.Errorf("ObjectStoreBytes %d: want 0 (the default, %d) or more", cfg.ObjectStoreBytes, DefaultObjectStoreBytes)
 	}
 	if _, ok := cfg.Resources[Memory]; ok {
 		return nil, fmt.Errorf("node resources: %w", errMemoryResource)

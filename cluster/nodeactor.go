@@ -103,6 +103,9 @@ func (a *nodeActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		reply := ctx.ReplyLater()
 		go func() { reply.Send(n.finishSpawn(m, nb), nil) }()
 		return nil, nil
+	case objectFree:
+		n.freeLocal(m.IDs...)
+		return nil, nil
 	case stopRequest:
 		n.bmu.Lock()
 		nb := n.building[m.Name]

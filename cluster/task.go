@@ -341,7 +341,7 @@ func (n *Node) hostTask(ctx *actor.Context, m taskRequest) (any, error) {
 	if err := n.ledger.acquire(key, m.Resources, "", 0); err != nil {
 		return refuse(errors.Is(err, ErrInfeasible), "%v", err)
 	}
-	tctx, cancel := context.WithCancel(context.Background())
+	tctx, cancel := context.WithCancel(context.WithValue(context.Background(), nodeKey{}, n))
 	n.tmu.Lock()
 	if n.tasks == nil {
 		n.tasks = map[string]context.CancelFunc{}

@@ -1,0 +1,122 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+)
+
+func init() {
+	// test.objlen reads the object its argument names on the node it runs
+	// on, and answers its length and first byte.
+	RegisterTask("test.objlen", func(ctx context.Context, ref ObjectRef) ([2]int, error) {
+		b, err := Get[[]byte](ctx, TaskNode(ctx), ref)
+		if err != nil {
+			return [2]int{}, err
+		}
+		return [2]int{len(b), int(b[0])}, nil
+	})
+	// test.objput puts n bytes of value v on the node it runs on.
+	RegisterTask("test.objput", func(ctx context.Context, nv [2]int) (ObjectRef, error) {
+		return Put(ctx, TaskNode(ctx), bytes.Repeat([]byte{byte(nv[1])}, nv[0]))
+	})
+}
+
+// An object put on one node is read on it and, by a task, on another;
+// read back with the wrong type, freed, or gone with the node that put
+// it, a Get says so.
+func TestObjectsPutGetFree(t *testing.T) {
+	a, child := twoNodes(t, "obj-a", "obj-b")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	big := bytes.Repeat([]byte{7}, 300<<10) // over the inline bound: the bulk path carries it
+	ref, err := Put(ctx, a, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref.Node != "obj-a" || ref.Size() < int64(len(big)) {
+		t.Errorf("ref %+v", ref)
+	}
+	if got, err := Get[[]byte](ctx, a, ref); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("local Get: %d bytes, %v", len(got), err)
+	}
+	if n, b := a.Objects(); n != 1 || b != ref.Size() {
+		t.Errorf("Objects() = %d, %d", n, b)
+	}
+	there, err := Submit[[2]int](ctx, a, "test.objlen", ref, TaskOptions{Node: "obj-b"}).Get(ctx)
+	if err != nil || there != [2]int{len(big), 7} {
+		t.Fatalf("Get on another node: %v, %v", there, err)
+	}
+	if _, err := Get[string](ctx, a, ref); err == nil || !strings.Contains(err.Error(), "it holds []uint8, not string") {
+		t.Errorf("Get with the wrong type: %v", err)
+	}
+
+	// Put on the child, read here.
+	theirs, err := Submit[ObjectRef](ctx, a, "test.objput", [2]int{100 << 10, 9}, TaskOptions{Node: "obj-b"}).Get(ctx)
+	if err != nil || theirs.Node != "obj-b" {
+		t.Fatalf("put on the child: %+v, %v", theirs, err)
+	}
+	if got, err := Get[[]byte](ctx, a, theirs); err != nil || len(got) != 100<<10 || got[0] != 9 {
+		t.Fatalf("Get of the child's object: %d bytes, %v", len(got), err)
+	}
+
+	a.Free(ref)
+	if _, err := Get[[]byte](ctx, a, ref); !errors.Is(err, ErrObjectLost) || !strings.Contains(err.Error(), "freed on node obj-a") {
+		t.Errorf("local Get after Free: %v", err)
+	}
+	if _, err := Submit[[2]int](ctx, a, "test.objlen", ref, TaskOptions{Node: "obj-b"}).Get(ctx); err == nil || !strings.Contains(err.Error(), ErrObjectLost.Error()) {
+		t.Errorf("Get on another node after Free: %v", err)
+	}
+	if n, b := a.Objects(); n != 0 || b != 0 {
+		t.Errorf("after Free: Objects() = %d, %d", n, b)
+	}
+
+	// Freed from here, the child's object is gone on the child too.
+	a.Free(theirs)
+	waitFor(t, "the child's object freed", 10*time.Second, func() bool {
+		_, err := Get[[]byte](ctx, a, theirs)
+		return errors.Is(err, ErrObjectLost)
+	})
+
+	// An object of a node that is gone is lost.
+	again, err := Submit[ObjectRef](ctx, a, "test.objput", [2]int{10, 1}, TaskOptions{Node: "obj-b"}).Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Cmd.Process.Kill()
+	waitFor(t, "obj-b gone", 20*time.Second, func() bool { return nodeCount(a) == 1 })
+	if _, err := Get[[]byte](ctx, a, again); !errors.Is(err, ErrObjectLost) || !strings.Contains(err.Error(), "node obj-b, which put it, is gone") {
+		t.Errorf("Get of a gone node's object: %v", err)
+	}
+}
+
+// A node's objects are bounded: a Put past Config.ObjectStoreBytes is
+// refused naming the node and both figures, and Free makes room.
+func TestObjectStoreBound(t *testing.T) {
+	n, err := Start(context.Background(), Config{ObjectStoreBytes: 4096, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	ctx := context.Background()
+	first, err := Put(ctx, n, make([]byte, 3000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Put(ctx, n, make([]byte, 2000)); !errors.Is(err, ErrObjectStoreFull) || !strings.Contains(err.Error(), "of its 4096") {
+		t.Errorf("Put past the bound: %v", err)
+	}
+	n.Free(first)
+	if _, err := Put(ctx, n, make([]byte, 2000)); err != nil {
+		t.Errorf("Put after Free: %v", err)
+	}
+	if _, err := Start(context.Background(), Config{ObjectStoreBytes: -1, Logger: actor.DiscardLogger()}); err == nil {
+		t.Error("a negative ObjectStoreBytes started a node")
+	}
+}
