@@ -45,6 +45,11 @@ func TestObjectsPutGetFree(t *testing.T) {
 	}
 	if got, err := Get[[]byte](ctx, a, ref); err != nil || !bytes.Equal(got, big) {
 		t.Fatalf("local Get: %d bytes, %v", len(got), err)
+	} else {
+		got[0] = 99 // a reader's copy is its own: the object stays as put
+		if again, _ := Get[[]byte](ctx, a, ref); again[0] != 7 {
+			t.Error("changing what a Get returned changed the object")
+		}
 	}
 	if n, b := a.Objects(); n != 1 || b != ref.Size() {
 		t.Errorf("Objects() = %d, %d", n, b)
