@@ -515,6 +515,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("gossip on %s: %w", cfg.Bind, err)
 	}
 	n.queue = &memberlist.TransmitLimitedQueue{NumNodes: n.ml.NumMembers, RetransmitMult: 3}
+	nodesBySystem.Store(n.sys, n) // from here on a failed start ends in shutdown, which removes it
 	// Count ourselves a member at once, so an embedded node can place actors
 	// as soon as Start returns (the join event arrives asynchronously).
 	n.members[n.id] = memberInfo{id: n.id, gossip: n.GossipAddress(), actor: n.sys.Address()}
@@ -752,7 +753,21 @@ func (n *Node) shutdown() {
 	n.stopMu.Unlock()
 	_ = n.ml.Shutdown()
 	n.sys.Stop()
+	nodesBySystem.Delete(n.sys)
 	close(n.stopped)
+}
+
+// nodesBySystem maps each running node's actor system to the node, for
+// ActorNode.
+var nodesBySystem sync.Map
+
+// ActorNode is the node an actor runs on, from its Context (nil for an
+// actor system no Node started): what its Receive reads objects with
+// (Get), spawns or submits through.
+func ActorNode(ctx *actor.Context) *Node {
+	n, _ := nodesBySystem.Load(ctx.System())
+	node, _ := n.(*Node)
+	return node
 }
 
 // isMemberAddress is the actor system's peer filter: only alive members'

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +22,24 @@ func init() {
 		}
 		return [2]int{len(b), int(b[0])}, nil
 	})
+	// test.objreader answers an ObjectRef with the length of the bytes it
+	// names, read on the actor's node.
+	actor.RegisterKind("test.objreader", func(*actor.Context, any) (actor.Actor, error) { return objReader{}, nil })
 	// test.objput puts n bytes of value v on the node it runs on.
 	RegisterTask("test.objput", func(ctx context.Context, nv [2]int) (ObjectRef, error) {
 		return Put(ctx, TaskNode(ctx), bytes.Repeat([]byte{byte(nv[1])}, nv[0]))
 	})
+}
+
+type objReader struct{}
+
+func (objReader) Receive(ctx *actor.Context, msg any) (any, error) {
+	ref, ok := msg.(ObjectRef)
+	if !ok {
+		return nil, fmt.Errorf("objreader: %T", msg)
+	}
+	b, err := Get[[]byte](ctx.Context(), ActorNode(ctx), ref)
+	return len(b), err
 }
 
 // An object put on one node is read on it and, by a task, on another;
@@ -57,6 +72,14 @@ func TestObjectsPutGetFree(t *testing.T) {
 	there, err := Submit[[2]int](ctx, a, "test.objlen", ref, TaskOptions{Node: "obj-b"}).Get(ctx)
 	if err != nil || there != [2]int{len(big), 7} {
 		t.Fatalf("Get on another node: %v, %v", there, err)
+	}
+	// An actor on the other node reads it through its node (ActorNode).
+	h, err := a.Spawn(ctx, "test.objreader", SpawnOptions{Node: "obj-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Call[int](ctx, h, ref); err != nil || got != len(big) {
+		t.Errorf("an actor's Get: %d, %v", got, err)
 	}
 	if _, err := Get[string](ctx, a, ref); err == nil || !strings.Contains(err.Error(), "it holds []uint8, not string") {
 		t.Errorf("Get with the wrong type: %v", err)
