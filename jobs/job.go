@@ -159,9 +159,9 @@ type job struct {
 }
 
 // start runs the job's driver: `rlnode run` of the recipe into its
-// folder, joined to this node's cluster, continuing the run (--resume)
-// when the job is restarted after its node was lost and the folder holds
-// a checkpoint.
+// folder, joined to this node's cluster; an attempt after the job's node
+// was lost or stopped waits for the lost driver to be gone and continues
+// the run (--continue).
 func start(actx *actor.Context, spec Spec) (*job, error) {
 	node, cfg, err := hosting()
 	if err != nil {
