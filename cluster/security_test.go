@@ -121,6 +121,10 @@ func TestKeylessForgerGetsNothingDone(t *testing.T) {
 // that never prove membership are closed by their deadline; a member at
 // another address is served meanwhile.
 func TestConnectionCapPerAddress(t *testing.T) {
+	// Its control endpoint's run file goes to a home of its own: in the
+	// user's, a run of this package beside it (another checkout) holds
+	// the same node id, and ServeControl refused.
+	t.Setenv("RLNODE_HOME", t.TempDir())
 	key := testKey(t)
 	a := startLocalNode(t, "capped", key)
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 2 * time.Second}
