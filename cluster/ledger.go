@@ -10,12 +10,16 @@ import (
 // ledger is a node's account of its resources: what actors use and what
 // placement groups reserved. Every spawn and reservation on the node goes
 // through it, so a node is never overcommitted whatever its peers believed.
+// GPUs are also accounted per device (devices.go): each holder gets
+// shares of particular devices.
 type ledger struct {
 	mu      sync.Mutex
 	total   Resources
 	used    Resources // actors outside groups + all reserved bundles
 	bundles map[bundleKey]*bundleUse
 	actors  map[string]actorUse
+	gpuIDs  []int     // GPUInfo.Index of each device
+	gpuFree []float64 // per device: neither held outside groups nor reserved
 }
 
 type bundleKey struct {
@@ -26,18 +30,41 @@ type bundleKey struct {
 type bundleUse struct {
 	reserved, used Resources
 	version        uint64 // of the group record that places it here (reserveRequest.Version)
+	gpus           []gpuShare
+	gpuFree        []float64 // per device: reserved for the bundle, not yet held
 }
 
 type actorUse struct {
 	res    Resources
 	bundle *bundleKey
+	gpus   []gpuShare
 }
 
-func (l *ledger) init(total Resources) {
+func (l *ledger) init(total Resources, gpus []GPUInfo) {
 	l.total = total
 	l.used = Resources{}
 	l.bundles = map[bundleKey]*bundleUse{}
 	l.actors = map[string]actorUse{}
+	l.gpuIDs = make([]int, len(gpus))
+	l.gpuFree = make([]float64, len(gpus))
+	for i, g := range gpus {
+		l.gpuIDs[i], l.gpuFree[i] = g.Index, 1
+	}
+}
+
+// gpusOf is the indices of the devices the holder name (an actor, or
+// "task/ID") was given; nil when it holds none.
+func (l *ledger) gpusOf(name string) []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return deviceIDs(l.gpuIDs, l.actors[name].gpus)
+}
+
+// noDevice is the error for a GPU amount that the free total covers but
+// no choice of devices does.
+func (l *ledger) noDevice(amount float64, free []float64) error {
+	return fmt.Errorf("GPU %s: no choice of devices has it free (free per device %s): %w",
+		fmtAmount(GPU, amount), fmtGPUFree(l.gpuIDs, free), ErrInfeasible)
 }
 
 func (l *ledger) snapshot() (total, used Resources) {
@@ -62,15 +89,25 @@ func (l *ledger) acquire(name string, res Resources, group string, bundle int) e
 		if free := b.reserved.Sub(b.used); !free.Covers(res) {
 			return fmt.Errorf("placement group %s bundle %d has free %s, lacks %s", group, bundle, free, strings.Join(free.Missing(res), ", "))
 		}
+		devs, ok := assignGPUs(b.gpuFree, res[GPU])
+		if !ok {
+			return fmt.Errorf("placement group %s bundle %d: %w", group, bundle, l.noDevice(res[GPU], b.gpuFree))
+		}
+		takeGPUs(b.gpuFree, devs)
 		b.used = b.used.Add(res)
-		l.actors[name] = actorUse{res: res, bundle: &k}
+		l.actors[name] = actorUse{res: res, bundle: &k, gpus: devs}
 		return nil
 	}
 	if free := l.total.Sub(l.used); !free.Covers(res) {
 		return fmt.Errorf("free %s, lacks %s: %w", free, strings.Join(free.Missing(res), ", "), ErrInfeasible)
 	}
+	devs, ok := assignGPUs(l.gpuFree, res[GPU])
+	if !ok {
+		return l.noDevice(res[GPU], l.gpuFree)
+	}
+	takeGPUs(l.gpuFree, devs)
 	l.used = l.used.Add(res)
-	l.actors[name] = actorUse{res: res}
+	l.actors[name] = actorUse{res: res, gpus: devs}
 	return nil
 }
 
@@ -86,10 +123,12 @@ func (l *ledger) release(name string) bool {
 	if a.bundle != nil {
 		if b := l.bundles[*a.bundle]; b != nil {
 			b.used = b.used.Sub(a.res)
+			giveGPUs(b.gpuFree, a.gpus)
 		}
 		return true
 	}
 	l.used = l.used.Sub(a.res)
+	giveGPUs(l.gpuFree, a.gpus)
 	return true
 }
 
@@ -107,8 +146,22 @@ func (l *ledger) reserve(group string, idx []int, res []Resources, version uint6
 	if free := l.total.Sub(l.used); !free.Covers(need) {
 		return fmt.Errorf("free %s, lacks %s: %w", free, strings.Join(free.Missing(need), ", "), ErrInfeasible)
 	}
+	// Devices for each bundle in index order, on a copy: all or none.
+	free := append([]float64(nil), l.gpuFree...)
+	devs := make([][]gpuShare, len(res))
 	for i, r := range res {
-		l.bundles[bundleKey{group, idx[i]}] = &bundleUse{reserved: r.Clone(), used: Resources{}, version: version}
+		d, ok := assignGPUs(free, r[GPU])
+		if !ok {
+			return fmt.Errorf("placement group %s bundle %d: %w", group, idx[i], l.noDevice(r[GPU], free))
+		}
+		takeGPUs(free, d)
+		devs[i] = d
+	}
+	l.gpuFree = free
+	for i, r := range res {
+		own := make([]float64, len(free))
+		giveGPUs(own, devs[i])
+		l.bundles[bundleKey{group, idx[i]}] = &bundleUse{reserved: r.Clone(), used: Resources{}, version: version, gpus: devs[i], gpuFree: own}
 	}
 	l.used = l.used.Add(need)
 	return nil
@@ -123,6 +176,7 @@ func (l *ledger) unreserve(group string) bool {
 	for k, b := range l.bundles {
 		if k.group == group {
 			l.used = l.used.Sub(b.reserved)
+			giveGPUs(l.gpuFree, b.gpus)
 			delete(l.bundles, k)
 			held = true
 		}
@@ -143,6 +197,7 @@ func (l *ledger) unplaced(g GroupRecord, here string) []int {
 			continue
 		}
 		l.used = l.used.Sub(b.reserved)
+		giveGPUs(l.gpuFree, b.gpus)
 		delete(l.bundles, k)
 		out = append(out, k.index)
 	}

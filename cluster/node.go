@@ -437,7 +437,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		stopped:      make(chan struct{}),
 	}
 	n.started = n.now()
-	n.ledger.init(total)
+	n.ledger.init(total, gpus)
 	n.gpuList = gpus
 	n.dir.onActor = n.onActorChange
 	n.dir.onGroup = n.onGroupChange

@@ -342,6 +342,9 @@ func (n *Node) hostTask(ctx *actor.Context, m taskRequest) (any, error) {
 		return refuse(errors.Is(err, ErrInfeasible), "%v", err)
 	}
 	tctx, cancel := context.WithCancel(context.WithValue(context.Background(), nodeKey{}, n))
+	if gpus := n.ledger.gpusOf(key); gpus != nil {
+		tctx = context.WithValue(tctx, taskGPUsKey{}, gpus)
+	}
 	n.tmu.Lock()
 	if n.tasks == nil {
 		n.tasks = map[string]context.CancelFunc{}
