@@ -18,8 +18,12 @@ import (
 // restart on another node) fetches them. Without that, a few rollout
 // actors started with a real tokenizer (megabytes) would make every
 // push/pull carry them, and past memberlist's 20 MB state limit no node
-// could join. Such arguments live as long as the spawning node: an actor
-// Detached from it cannot be restarted elsewhere once it is gone.
+// could join. Such arguments live as long as the spawning node, which is
+// the lifetime of an actor it owns; a Detached actor outlives it, so
+// Spawn refuses them for one that may restart (its restart after its
+// node's loss could not fetch them). Making that work would need a node
+// other than the host to keep a copy, handed on whenever its keeper
+// leaves: not done.
 const (
 	InlineArgsMax = 64 << 10
 	// MaxArgs bounds a spawn's arguments (encoded), as the actor

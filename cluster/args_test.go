@@ -124,3 +124,31 @@ func TestLargeDirectoryStateWarns(t *testing.T) {
 		t.Errorf("a %d-byte state: log %q", len(b), log.String())
 	}
 }
+
+// A Detached actor that may restart outlives its spawner, which keeps its
+// large arguments: Spawn refuses them up front. (Before, the spawn
+// succeeded and the actor died at its first node loss after the spawner
+// had gone: "fetch the N bytes kept by node ...: connection refused".)
+// Small arguments, no restarts, or an attached actor are fine.
+func TestDetachedRestartableRefusesLargeArgs(t *testing.T) {
+	a := startLocalNode(t, "detached-args", testKey(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	big := Blob{Data: make([]byte, InlineArgsMax+1)}
+	_, err := a.Spawn(ctx, "test.argsize", SpawnOptions{Name: "d-big", Args: big, Detached: true, MaxRestarts: -1})
+	if err == nil || !strings.Contains(err.Error(), "InlineArgsMax") || !strings.Contains(err.Error(), "d-big") {
+		t.Fatalf("a restartable Detached actor with %d bytes of arguments: %v; want a refusal naming it and cluster.InlineArgsMax", len(big.Data), err)
+	}
+	if _, ok := a.dir.Actor("d-big"); ok {
+		t.Error("the refused spawn left a record")
+	}
+	for _, o := range []SpawnOptions{
+		{Name: "d-once", Args: big, Detached: true},
+		{Name: "attached", Args: big, MaxRestarts: -1},
+		{Name: "d-small", Args: Blob{Data: make([]byte, 1024)}, Detached: true, MaxRestarts: -1},
+	} {
+		if _, err := a.Spawn(ctx, "test.argsize", o); err != nil {
+			t.Errorf("spawn %s: %v", o.Name, err)
+		}
+	}
+}

@@ -112,7 +112,9 @@ func Call[R any](ctx context.Context, h *Handle, msg any) (R, error) {
 // Spawn starts an actor of kind somewhere in the cluster: on the pinned
 // node, in its placement-group bundle, or on the least-loaded node that has
 // the resources and labels. A request no node can satisfy fails at once
-// with what the cluster offers.
+// with what the cluster offers. A Detached actor that may restart
+// (MaxRestarts not 0) takes Args of at most InlineArgsMax bytes encoded:
+// larger ones stay on the spawning node (args.go), which it outlives.
 func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Handle, error) {
 	name := opts.Name
 	if name == "" {
@@ -143,6 +145,13 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	if len(args) > MaxArgs {
 		return nil, fmt.Errorf("spawn %s: args: %s of %d bytes encoded, over the %d-byte bound: pass what the actor can read itself (a path, a bulk reference)",
 			name, argsType, len(args), MaxArgs)
+	}
+	if opts.Detached && opts.MaxRestarts != 0 && len(args) > InlineArgsMax {
+		// Such arguments live as long as this node (args.go): once it and
+		// the actor's node are gone, a restart elsewhere could not fetch
+		// them, and the actor would die at its first node loss instead.
+		return nil, fmt.Errorf("spawn %s: args: %s of %d bytes encoded, over the %d bytes (cluster.InlineArgsMax) that a Detached actor which may restart (MaxRestarts %d) can be given: larger ones stay on the spawning node, and a restart after it is gone could not fetch them; pass what the actor can read itself (a path on storage every node sees), or MaxRestarts 0, or leave it attached",
+			name, argsType, len(args), InlineArgsMax, opts.MaxRestarts)
 	}
 	req := spawnRequest{
 		Name: name, Kind: kind, ArgsType: argsType, Args: args, Resources: opts.Resources,
