@@ -109,8 +109,14 @@ type Future[R any] struct {
 // Done is closed once the result (or the error) is in.
 func (f *Future[R]) Done() <-chan struct{} { return f.done }
 
-// Get waits for the result within ctx.
+// Get waits for the result within ctx. A result already in is returned
+// whatever ctx's state.
 func (f *Future[R]) Get(ctx context.Context) (R, error) {
+	select {
+	case <-f.done:
+		return f.res, f.err
+	default:
+	}
 	select {
 	case <-f.done:
 		return f.res, f.err

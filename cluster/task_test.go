@@ -283,3 +283,22 @@ func TestTaskLargeArgumentsAndResult(t *testing.T) {
 		}
 	}
 }
+
+// A future whose result is in gives it also to a Get whose ctx has ended
+// (select chose at random between the two before: about half of these
+// Gets returned context.Canceled over a result that was there).
+func TestFutureGetPrefersTheResult(t *testing.T) {
+	a := startLocalNode(t, "future-done", testKey(t))
+	f := Submit[int](context.Background(), a, "test.square", 3, TaskOptions{})
+	<-f.Done()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 200 {
+		if v, err := f.Get(ended); err != nil || v != 9 {
+			t.Fatalf("Get with an ended ctx on a done future: %v, %v; want 9", v, err)
+		}
+	}
+	if got, err := Gather(ended, []*Future[int]{f}); err != nil || got[0] != 9 {
+		t.Fatalf("Gather with an ended ctx on a done future: %v, %v", got, err)
+	}
+}
