@@ -220,10 +220,16 @@ func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions
 	// avoid: nodes that refused it for want of room, until it next waits
 	// for room; lost: nodes it was lost with, for good.
 	avoid, lost := map[string]bool{}, map[string]bool{}
+	var lostErr error // the last loss
 	for {
 		// Taken before placing, so a change in between is not missed.
 		changes := n.dir.nodeChanges()
 		target, err := n.placeTask(want, avoid, lost)
+		if err != nil && lostErr != nil {
+			// Say the loss, which callers test for (errors.Is), not only
+			// that the task's pinned node or labels fit nowhere else.
+			return nil, fmt.Errorf("task %s (retry %d of %d): %w; no other node can run it: %v", name, retries, o.MaxRetries, lostErr, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("task %s: %w", name, err)
 		}
@@ -255,6 +261,7 @@ func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions
 			}
 			retries++
 			lost[target] = true
+			lostErr = fmt.Errorf("lost with node %s: %w", target, err)
 			n.log.Warn("task lost with its node; running it again", "task", name, "node", target, "retry", retries, "err", err)
 		case err != nil:
 			return nil, fmt.Errorf("task %s on node %s: %w", name, target, err)

@@ -302,3 +302,23 @@ func TestFutureGetPrefersTheResult(t *testing.T) {
 		t.Fatalf("Gather with an ended ctx on a done future: %v, %v", got, err)
 	}
 }
+
+// A task pinned to a node that is lost while it runs has nowhere to run
+// again: it fails with the loss (errors.Is ErrNodeLost or ErrConnLost, as
+// README says), not only with "no node can host ... (no such live node)".
+func TestPinnedTaskLostWithItsNodeSaysSo(t *testing.T) {
+	a, child := twoNodes(t, "pinned-a", "pinned-lost")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f := Submit[int](ctx, a, "test.pid", 60_000, TaskOptions{Node: "pinned-lost", MaxRetries: 2})
+	waitFor(t, "the task running on the child", 10*time.Second, func() bool {
+		rec, _ := a.dir.Node("pinned-lost")
+		return rec.Used[CPU] == 1
+	})
+	_ = child.Cmd.Process.Kill()
+	<-child.Exited
+	_, err := f.Get(ctx)
+	if !errors.Is(err, actor.ErrNodeLost) && !errors.Is(err, actor.ErrConnLost) || !strings.Contains(err.Error(), "lost with node pinned-lost") {
+		t.Errorf("a pinned task lost with its node: %v; want the loss named and wrapped", err)
+	}
+}
