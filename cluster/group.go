@@ -151,6 +151,9 @@ func (n *Node) askNode(ctx context.Context, node string, msg any) error {
 	if rep.Err != "" {
 		return &refusal{msg: rep.Err, retry: rep.Retry, node: rep.Node}
 	}
+	if rep.Node != nil {
+		n.dir.merge(&update{Nodes: []NodeRecord{*rep.Node}})
+	}
 	return nil
 }
 

@@ -70,8 +70,19 @@ type okReply struct {
 	Retry bool
 	// Node is the refusing node's own record, as it stands after the
 	// refusal: the asker's view of it was stale (gossip had not brought
-	// the resources taken since), and its next try uses this one.
+	// the resources taken since), and its next try uses this one. A stop
+	// or a release that succeeded carries it too, so that the asker's
+	// next placement counts the resources freed (gossip brings them a
+	// little later).
 	Node *NodeRecord `msgpack:",omitempty"`
+}
+
+// withOwnRecord is r carrying this node's record (okReply.Node).
+func (n *Node) withOwnRecord(r okReply) okReply {
+	if rec, ok := n.dir.Node(n.id); ok {
+		r.Node = &rec
+	}
+	return r
 }
 
 type lookupRequest struct{ Name string }
@@ -135,7 +146,7 @@ func (a *nodeActor) Receive(ctx *actor.Context, msg any) (any, error) {
 	case unreserveRequest:
 		n.ledger.unreserve(m.Group)
 		n.publishNode()
-		return okReply{}, nil
+		return n.withOwnRecord(okReply{}), nil
 	case taskRequest:
 		return n.hostTask(ctx, m)
 	case taskCancel:
@@ -282,7 +293,9 @@ func (n *Node) hostStop(req stopRequest, nb *nodeBuild) okReply {
 	if err := n.sys.StopLocal(req.Name, req.Cause); err != nil {
 		return okReply{Err: err.Error()}
 	}
-	return okReply{}
+	// The actor's death released its resources and published this
+	// node's record (onLocalEvent) before StopLocal returned.
+	return n.withOwnRecord(okReply{})
 }
 
 func (n *Node) hosts(name string) bool {

@@ -419,6 +419,9 @@ func (n *Node) stopActor(ctx context.Context, name, cause string) error {
 		}
 		return fmt.Errorf("stop %s: %s", name, rep.Err)
 	}
+	if rep.Node != nil {
+		n.dir.merge(&update{Nodes: []NodeRecord{*rep.Node}})
+	}
 	return nil
 }
 

@@ -1,0 +1,56 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// What StopActor and RemovePlacementGroup free is counted by the caller's
+// next placement at once: their answer brings the node's own record.
+// Before, a program that stopped its actors and created a placement group
+// (or spawned) straight after was told the node had no free room (its
+// view waited for gossip), e.g. "w1 free {} of {CPU:2}".
+func TestFreedRoomIsSeenAtOnce(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "freed-a", key)
+	startNodeProcess(t, "freed-b", key, a.GossipAddress(), 0, "role=b")
+	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	onB := map[string]string{"role": "b"}
+	whole := Resources{CPU: 2}
+	full := func() bool {
+		for _, v := range a.Views() {
+			if v.ID == "freed-b" {
+				return v.Free[CPU] == 0
+			}
+		}
+		return false
+	}
+	for round := range 3 {
+		name := fmt.Sprintf("freed-%d", round)
+		if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: name, Labels: onB, Resources: whole}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "this node to see freed-b full", 10*time.Second, full)
+		if err := a.StopActor(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		pg, err := a.CreatePlacementGroup(ctx, []Bundle{{Resources: whole, Labels: onB}}, StrictPack)
+		if err != nil {
+			t.Fatalf("round %d: a group right after StopActor freed its room: %v", round, err)
+		}
+		waitFor(t, "this node to see freed-b full", 10*time.Second, full)
+		if err := a.RemovePlacementGroup(ctx, pg.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: name + "b", Labels: onB, Resources: whole}); err != nil {
+			t.Fatalf("round %d: a spawn right after RemovePlacementGroup freed its room: %v", round, err)
+		}
+		if err := a.StopActor(ctx, name+"b"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
