@@ -54,3 +54,29 @@ func TestFreedRoomIsSeenAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// An actor stopped is DEAD in the stopper's directory when StopActor
+// returns, so its name can be spawned again at once (a learner replaced
+// by a new one of the same name). Before, the record said ALIVE until
+// gossip came, and the spawn was refused "actor name already in use (on
+// node freed-b, ALIVE)".
+func TestStoppedNameCanBeSpawnedAtOnce(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "again-a", key)
+	startNodeProcess(t, "again-b", key, a.GossipAddress(), 0, "")
+	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for round := range 3 {
+		h, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "learner", Node: "again-b"})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if err := h.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if rec, _ := h.Record(); rec.State != Dead || rec.Cause != "stopped" {
+			t.Fatalf("round %d: after Stop the record says %s (%s); want DEAD (stopped)", round, rec.State, rec.Cause)
+		}
+	}
+}

@@ -75,6 +75,9 @@ type okReply struct {
 	// next placement counts the resources freed (gossip brings them a
 	// little later).
 	Node *NodeRecord `msgpack:",omitempty"`
+	// Actor is, for a stop, the stopped actor's record as its host wrote
+	// it (DEAD): the asker may spawn that name again at once.
+	Actor *ActorRecord `msgpack:",omitempty"`
 }
 
 // withOwnRecord is r carrying this node's record (okReply.Node).
@@ -283,19 +286,27 @@ func (n *Node) finishSpawn(req spawnRequest, nb *nodeBuild) spawnReply {
 // cancelled; if it had started already, it is stopped once its record is
 // written, so the record ends DEAD rather than ALIVE over a stopped actor.
 func (n *Node) hostStop(req stopRequest, nb *nodeBuild) okReply {
+	stopped := func() okReply {
+		// The actor's death wrote its record and released its resources,
+		// publishing this node's record (onLocalEvent, finishSpawn), before
+		// StopLocal or the build returned.
+		rep := n.withOwnRecord(okReply{})
+		if rec, ok := n.dir.Actor(req.Name); ok && rec.State == Dead {
+			rep.Actor = &rec
+		}
+		return rep
+	}
 	if nb != nil {
 		nb.b.Cancel(req.Cause)
 		<-nb.done
 		if !n.hosts(req.Name) {
-			return okReply{} // it never started: nothing left to stop
+			return stopped() // it never started: nothing left to stop
 		}
 	}
 	if err := n.sys.StopLocal(req.Name, req.Cause); err != nil {
 		return okReply{Err: err.Error()}
 	}
-	// The actor's death released its resources and published this
-	// node's record (onLocalEvent) before StopLocal returned.
-	return n.withOwnRecord(okReply{})
+	return stopped()
 }
 
 func (n *Node) hosts(name string) bool {

@@ -419,9 +419,14 @@ func (n *Node) stopActor(ctx context.Context, name, cause string) error {
 		}
 		return fmt.Errorf("stop %s: %s", name, rep.Err)
 	}
+	u := &update{}
 	if rep.Node != nil {
-		n.dir.merge(&update{Nodes: []NodeRecord{*rep.Node}})
+		u.Nodes = append(u.Nodes, *rep.Node)
 	}
+	if rep.Actor != nil && rep.Actor.Name == name {
+		u.Actors = append(u.Actors, *rep.Actor)
+	}
+	n.dir.merge(u)
 	return nil
 }
 
