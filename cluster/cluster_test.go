@@ -350,6 +350,11 @@ func TestThreeNodesSpawnKillRespawn(t *testing.T) {
 	if n := nextNotice(t, wMov); n.State != Restarting || n.Cause != "node lost" || n.Restarts != 1 {
 		t.Fatalf("movable notice: %+v", n)
 	}
+	// And the watcher hears when it is back (before, RESTARTING was the
+	// last it heard of a restart that succeeded).
+	if n := nextNotice(t, wMov); n.State != Alive || n.Node == "b-gpu" || n.Node == "" || n.Restarts != 1 {
+		t.Fatalf("movable notice after its restart: %+v; want ALIVE on its new node", n)
+	}
 	s, err = Call[Sum](ctx, movable, WhereAreYou{})
 	if err != nil || s.Node == "b-gpu" {
 		t.Fatalf("movable after respawn: %+v, %v", s, err)

@@ -432,15 +432,20 @@ func (n *Node) stopActor(ctx context.Context, name, cause string) error {
 
 // Notice tells a watcher that an actor died or was restarted.
 type Notice struct {
-	Name     string
-	State    ActorState // RESTARTING, ALIVE (restarted in place) or DEAD
-	Cause    string     // "stopped", "panic: ...", "node lost", ...
-	Node     string     // the node it died on
+	Name string
+	// State is RESTARTING (its node was lost or stopped: it is being
+	// restarted on another), ALIVE (restarted: in place after a panic, or
+	// on another node after RESTARTING) or DEAD.
+	State    ActorState
+	Cause    string // "stopped", "panic: ...", "node lost", ...
+	Node     string // the node it died on; for ALIVE, the one it runs on
 	Restarts int
 }
 
 // Watch reports deaths and restarts of the named actor until it is DEAD
-// (the last notice) or ctx ends; the channel is closed then.
+// (the last notice) or ctx ends; the channel is closed then. A restart
+// on another node gives RESTARTING, then ALIVE once it runs there (or
+// DEAD).
 func (n *Node) Watch(ctx context.Context, name string) <-chan Notice {
 	out := make(chan Notice, 16)
 	in := make(chan ActorRecord, 64)
@@ -494,7 +499,8 @@ func (n *Node) unwatch(name string, ch chan ActorRecord) {
 func (n *Node) onActorChange(old, cur ActorRecord) {
 	died := cur.State == Dead && old.State != Dead
 	restarted := cur.State == Restarting && old.State != Restarting ||
-		cur.State == Alive && old.Version != 0 && cur.Restarts > old.Restarts && old.State == Alive
+		cur.State == Alive && old.Version != 0 && cur.Restarts > old.Restarts && old.State == Alive ||
+		cur.State == Alive && old.State == Restarting // back, on another node
 	if (died || cur.State == Restarting) && old.Version != 0 && old.Ref.Address != "" {
 		n.sys.FailActor(old.Ref, fmt.Errorf("%s: %s: %w", cur.Name, cur.Cause, actor.ErrActorDied))
 	}
