@@ -603,8 +603,14 @@ func (n *Node) ownerGone(owner string, now time.Time) bool {
 	}
 	first, seen := n.ownerMissing[owner]
 	if !seen {
-		n.ownerMissing[owner] = now
-		return false
+		// Missing since membership lost it, not since this pass first
+		// looked: the passes wait while losses settle (settling), which
+		// made a 15 s grace about 20 s.
+		first = now
+		if at, ok := n.left.Load(owner); ok && at.(time.Time).Before(now) {
+			first = at.(time.Time)
+		}
+		n.ownerMissing[owner] = first
 	}
 	return now.Sub(first) >= grace
 }
