@@ -133,3 +133,61 @@ func init() {
 		return t.P[a.I], nil
 	})
 }
+
+// WhichGPU asks a worker which GPUs it was given.
+type WhichGPU struct{}
+
+type gpuWorker struct{ gpus []int }
+
+func (w *gpuWorker) Receive(ctx *actor.Context, msg any) (any, error) {
+	if _, ok := msg.(WhichGPU); ok {
+		return w.gpus, nil
+	}
+	return nil, fmt.Errorf("gpu worker: unexpected %T", msg)
+}
+
+func init() {
+	actor.RegisterMessage(WhichGPU{})
+	actor.RegisterKind("example.gpuworker", func(ctx *actor.Context, args any) (actor.Actor, error) {
+		// The devices this actor holds, from its bundle: open these.
+		return &gpuWorker{gpus: cluster.ActorGPUs(ctx)}, nil
+	})
+}
+
+// A placement group reserves one GPU per worker, all or none; each worker
+// is spawned into its bundle and opens the device it was given, as Ray's
+// workers read CUDA_VISIBLE_DEVICES. (Here the node declares two GPUs; on
+// a cluster, STRICT_SPREAD would put each bundle on a node of its own.)
+func ExampleNode_CreatePlacementGroup() {
+	ctx := context.Background()
+	node, err := cluster.Start(ctx, cluster.Config{GPUs: 2, Logger: actor.DiscardLogger()})
+	if err != nil {
+		panic(err)
+	}
+	defer node.Stop()
+
+	one := cluster.Bundle{Resources: cluster.Resources{cluster.GPU: 1}}
+	pg, err := node.CreatePlacementGroup(ctx, []cluster.Bundle{one, one}, cluster.StrictPack)
+	if err != nil {
+		panic(err)
+	}
+	defer node.RemovePlacementGroup(ctx, pg.ID)
+	var calls []*cluster.Future[[]int]
+	for i := range pg.Bundles {
+		h, err := node.Spawn(ctx, "example.gpuworker", cluster.SpawnOptions{
+			Name: fmt.Sprintf("worker-%d", i), Group: pg, Bundle: i, Resources: one.Resources})
+		if err != nil {
+			panic(err)
+		}
+		calls = append(calls, cluster.CallAsync[[]int](ctx, h, WhichGPU{}))
+	}
+	gpus, err := cluster.Gather(ctx, calls)
+	fmt.Println(gpus, err)
+
+	// A third GPU is more than the node has: refused at once.
+	_, err = node.CreatePlacementGroup(ctx, []cluster.Bundle{one}, cluster.Pack)
+	fmt.Println(err != nil)
+	// Output:
+	// [[0] [1]] <nil>
+	// true
+}
