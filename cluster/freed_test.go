@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -79,4 +80,42 @@ func TestStoppedNameCanBeSpawnedAtOnce(t *testing.T) {
 			t.Fatalf("round %d: after Stop the record says %s (%s); want DEAD (stopped)", round, rec.State, rec.Cause)
 		}
 	}
+}
+
+// A STRICT_SPREAD bundle that cannot be placed again after its node is
+// lost says which nodes it may not go to and why: the error listed what
+// the other nodes offer and left those out without a word, so a node
+// with room free seemed ignored.
+func TestStrictSpreadBundleNotReplacedSaysWhy(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "spread-a", key)
+	b := startNodeProcess(t, "spread-b", key, a.GossipAddress(), 0, "role=x")
+	startNodeProcess(t, "spread-c", key, a.GossipAddress(), 0, "role=x")
+	waitFor(t, "3 nodes", 10*time.Second, func() bool { return nodeCount(a) == 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	x := Bundle{Resources: Resources{CPU: 1}, Labels: map[string]string{"role": "x"}}
+	pg, err := a.CreatePlacementGroup(ctx, []Bundle{x, x}, StrictSpread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onB := 0
+	if pg.Nodes[1] == "spread-b" {
+		onB = 1
+	}
+	if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "spread-0", Group: pg, Bundle: onB, MaxRestarts: 1, Resources: x.Resources}); err != nil {
+		t.Fatal(err)
+	}
+	w := a.Watch(ctx, "spread-0")
+	_ = b.Cmd.Process.Kill()
+	for n := range w {
+		if n.State != Dead {
+			continue
+		}
+		if !strings.Contains(n.Cause, "STRICT_SPREAD: not on spread-c, which holds its other bundles") {
+			t.Errorf("cause: %s; want the node left out named", n.Cause)
+		}
+		return
+	}
+	t.Fatal("no DEAD notice")
 }

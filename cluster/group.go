@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -350,6 +351,15 @@ func (n *Node) replaceBundle(groupID string, bundle int, lost string) (string, e
 	}
 	b := g.Bundles[bundle]
 	node, err := PlaceOne(views, Request{Resources: b.Resources, Labels: b.Labels})
+	if err != nil && g.Strategy == StrictSpread && len(taken) > 0 {
+		// The nodes left out are not in the offers listed: say why.
+		others := make([]string, 0, len(taken))
+		for id := range taken {
+			others = append(others, id)
+		}
+		sort.Strings(others)
+		return "", fmt.Errorf("%w (STRICT_SPREAD: not on %s, which hold%s its other bundles)", err, strings.Join(others, ", "), map[bool]string{true: "s"}[len(others) == 1])
+	}
 	if err != nil {
 		return "", err
 	}
