@@ -2,10 +2,14 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/actor"
 )
 
 // What StopActor and RemovePlacementGroup free is counted by the caller's
@@ -118,4 +122,45 @@ func TestStrictSpreadBundleNotReplacedSaysWhy(t *testing.T) {
 		return
 	}
 	t.Fatal("no DEAD notice")
+}
+
+// test.parentonly is a kind only the test process registers, not the
+// child nodes it starts: a node of another program, as an `rlnode join`
+// node is to a user's program.
+func init() {
+	if os.Getenv("RLNODE_TEST_NODE") != "1" {
+		actor.RegisterKind("test.parentonly", func(ctx *actor.Context, args any) (actor.Actor, error) {
+			return &counterActor{}, nil
+		})
+	}
+}
+
+// A spawn that placement sends to a node whose program lacks the kind
+// goes on to another node that fits: before, it failed ("unknown actor
+// kind"), and so did a restart after node loss, which buried an actor of
+// unlimited restarts while nodes that have its kind had room (seen with
+// real processes: a user's nodes beside an `rlnode start` node). A kind
+// no fitting node has still fails, naming each node's refusal.
+func TestSpawnGoesPastNodesWithoutTheKind(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "kinds-a", key)
+	startNodeProcess(t, "kinds-b", key, a.GossipAddress(), 0, "")
+	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// This node busier than the child: placement picks the child first.
+	if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "kinds-filler", Node: "kinds-a", Resources: Resources{CPU: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := a.Spawn(ctx, "test.parentonly", SpawnOptions{Name: "kinds-here", Resources: Resources{CPU: 1}})
+	if err != nil {
+		t.Fatalf("a kind only this node has: %v", err)
+	}
+	if rec, _ := h.Record(); rec.Node != "kinds-a" {
+		t.Fatalf("placed on %s", rec.Node)
+	}
+	_, err = a.Spawn(ctx, "test.nowhere", SpawnOptions{Name: "kinds-none"})
+	if !errors.Is(err, actor.ErrUnknownKind) || !strings.Contains(err.Error(), "node kinds-a") || !strings.Contains(err.Error(), "node kinds-b") {
+		t.Fatalf("a kind no node has: %v; want each node's refusal", err)
+	}
 }

@@ -46,6 +46,10 @@ type spawnReply struct {
 	Record ActorRecord // what the host wrote to the directory
 	Err    string
 	Retry  bool // the node lacked free resources: another node may fit
+	// Elsewhere: this node's program does not have the actor's kind or
+	// its arguments' type registered (a node of another program, as
+	// `rlnode join` is to a user's): another node's may.
+	Elsewhere bool `msgpack:",omitempty"`
 }
 
 type stopRequest struct {
@@ -112,7 +116,8 @@ func (a *nodeActor) Receive(ctx *actor.Context, msg any) (any, error) {
 	case spawnRequest:
 		nb, retry, err := n.beginSpawn(m)
 		if err != nil {
-			return spawnReply{Err: err.Error(), Retry: retry}, nil
+			elsewhere := errors.Is(err, actor.ErrUnknownKind) || errors.Is(err, actor.ErrUnregistered)
+			return spawnReply{Err: err.Error(), Retry: retry, Elsewhere: elsewhere}, nil
 		}
 		reply := ctx.ReplyLater()
 		go func() { reply.Send(n.finishSpawn(m, nb), nil) }()

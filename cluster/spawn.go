@@ -188,8 +188,24 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 		exclude = map[string]bool{}
 	}
 	var lastErr error
+	var cannot []string // nodes whose program lacks the kind (spawnReply.Elsewhere)
 	for attempt := 0; attempt < 4; attempt++ {
 		target, err := n.placeSpawn(req, exclude)
+		if err != nil && len(cannot) > 0 {
+			why := actor.ErrUnregistered
+			if strings.Contains(strings.Join(cannot, ""), actor.ErrUnknownKind.Error()) {
+				why = actor.ErrUnknownKind
+			}
+			rest := ""
+			for _, v := range n.Views() {
+				if !exclude[v.ID] {
+					rest = fmt.Sprintf("; the other nodes do not fit: %v", err)
+					break
+				}
+			}
+			return actor.Ref{}, fmt.Errorf("spawn %s: no node that fits can build it (%w): %s%s",
+				req.Name, why, strings.Join(cannot, "; "), rest)
+		}
 		if err != nil {
 			if held := n.heldForGoneOwners(); held != "" && errors.Is(err, ErrInfeasible) {
 				err = fmt.Errorf("%w; %s", err, held)
@@ -233,6 +249,14 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 			// spawner use the handle at once.
 			n.dir.merge(&update{Actors: []ActorRecord{rep.Record}})
 			return rep.Record.Ref, nil
+		}
+		if rep.Elsewhere && req.Group == "" && req.PinNode == "" {
+			// Not counted: each such node is left out from here on, and
+			// placement fails once none is left.
+			exclude[target] = true
+			cannot = append(cannot, rep.Err)
+			attempt--
+			continue
 		}
 		if !rep.Retry || req.Group != "" || req.PinNode != "" {
 			return actor.Ref{}, fmt.Errorf("spawn %s: %s", req.Name, rep.Err)
