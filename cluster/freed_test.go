@@ -164,3 +164,34 @@ func TestSpawnGoesPastNodesWithoutTheKind(t *testing.T) {
 		t.Fatalf("a kind no node has: %v; want each node's refusal", err)
 	}
 }
+
+// test.parentsquare is a task only the test process registers (as
+// test.parentonly is a kind).
+func init() {
+	if os.Getenv("RLNODE_TEST_NODE") != "1" {
+		RegisterTask("test.parentsquare", func(_ context.Context, x int) (int, error) { return x * x, nil })
+	}
+}
+
+// A task placed on a node whose program lacks it goes on to one that has
+// it; before, it failed with that node's "no task ... is registered here".
+// One that no node has fails, naming each node's refusal.
+func TestTaskGoesPastNodesWithoutIt(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "tkinds-a", key)
+	startNodeProcess(t, "tkinds-b", key, a.GossipAddress(), 0, "")
+	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// This node busier than the child: placement picks the child first.
+	if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "tkinds-filler", Node: "tkinds-a", Resources: Resources{CPU: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := Submit[int](ctx, a, "test.parentsquare", 4, TaskOptions{}).Get(ctx); err != nil || v != 16 {
+		t.Fatalf("a task only this node has: %v, %v", v, err)
+	}
+	_, err := Submit[int](ctx, a, "test.nowhere", 4, TaskOptions{}).Get(ctx)
+	if err == nil || !strings.Contains(err.Error(), "node tkinds-a: no task") || !strings.Contains(err.Error(), "node tkinds-b: no task") {
+		t.Fatalf("a task no node has: %v; want each node's refusal", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,6 +94,9 @@ type taskReply struct {
 	Own   bool
 	// Node is the refusing node's record (as okReply.Node).
 	Node *NodeRecord `msgpack:",omitempty"`
+	// Elsewhere: this node's program has not registered the task or its
+	// arguments' type (spawnReply.Elsewhere): another node's may.
+	Elsewhere bool `msgpack:",omitempty"`
 }
 
 type taskCancel struct{ ID string }
@@ -220,11 +224,22 @@ func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions
 	// avoid: nodes that refused it for want of room, until it next waits
 	// for room; lost: nodes it was lost with, for good.
 	avoid, lost := map[string]bool{}, map[string]bool{}
-	var lostErr error // the last loss
+	var lostErr error   // the last loss
+	var cannot []string // refusals of nodes whose program lacks the task (Elsewhere)
 	for {
 		// Taken before placing, so a change in between is not missed.
 		changes := n.dir.nodeChanges()
 		target, err := n.placeTask(want, avoid, lost)
+		if err != nil && len(cannot) > 0 {
+			rest := ""
+			for _, v := range n.Views() {
+				if !lost[v.ID] {
+					rest = fmt.Sprintf("; the other nodes do not fit: %v", err)
+					break
+				}
+			}
+			return nil, fmt.Errorf("task %s: no node that fits can run it: %s%s", name, strings.Join(cannot, "; "), rest)
+		}
 		if err != nil && lostErr != nil {
 			// Say the loss, which callers test for (errors.Is), not only
 			// that the task's pinned node or labels fit nowhere else.
@@ -267,6 +282,10 @@ func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions
 			return nil, fmt.Errorf("task %s on node %s: %w", name, target, err)
 		case rep.Own:
 			return nil, &actor.ActorError{Message: fmt.Sprintf("task %s on node %s: %s", name, target, rep.Err)}
+		case rep.Elsewhere:
+			// Left out for good, as a lost node is; not a retry.
+			lost[target] = true
+			cannot = append(cannot, rep.Err)
 		case rep.Err != "" && rep.Retry:
 			// Refused for want of room (the view was stale: the node's own
 			// record comes with it) or handed back by a stopping node.
@@ -338,7 +357,10 @@ func (n *Node) hostTask(ctx *actor.Context, m taskRequest) (any, error) {
 	fn := tasks.fns[m.Name]
 	tasks.RUnlock()
 	if fn == nil {
-		return refuse(false, "no task %q is registered here (cluster.RegisterTask on every node)", m.Name)
+		rep, _ := refuse(false, "no task %q is registered here (cluster.RegisterTask on every node)", m.Name)
+		r := rep.(taskReply)
+		r.Elsewhere = true
+		return r, nil
 	}
 	if !matchLabels(n.cfg.Labels, m.Labels) {
 		return refuse(true, "labels %s, not %s", fmtLabels(n.cfg.Labels), fmtLabels(m.Labels))
@@ -347,7 +369,10 @@ func (n *Node) hostTask(ctx *actor.Context, m taskRequest) (any, error) {
 	if m.ArgsAt == nil {
 		var err error
 		if args, err = actor.DecodeMessage(m.ArgsType, m.Args); err != nil {
-			return refuse(false, "task %s: arguments: %v", m.Name, err)
+			rep, _ := refuse(false, "task %s: arguments: %v", m.Name, err)
+			r := rep.(taskReply)
+			r.Elsewhere = errors.Is(err, actor.ErrUnregistered)
+			return r, nil
 		}
 	}
 	key := "task/" + m.ID
