@@ -282,6 +282,11 @@ func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions
 			return nil, fmt.Errorf("task %s on node %s: %w", name, target, err)
 		case rep.Own:
 			return nil, &actor.ActorError{Message: fmt.Sprintf("task %s on node %s: %s", name, target, rep.Err)}
+		case rep.Elsewhere && !registeredTask(name):
+			// Not this program's task either: a name no node may have (a
+			// typo), not a node of another program. Said at once, rather
+			// than waiting for room on busy nodes to be refused there too.
+			return nil, fmt.Errorf("task %s (not registered in this process either): %s", name, rep.Err)
 		case rep.Elsewhere:
 			// Left out for good, as a lost node is; not a retry.
 			lost[target] = true
@@ -433,6 +438,13 @@ func (n *Node) hostTask(ctx *actor.Context, m taskRequest) (any, error) {
 		}
 	}()
 	return nil, nil
+}
+
+// registeredTask says whether this process registered task name.
+func registeredTask(name string) bool {
+	tasks.RLock()
+	defer tasks.RUnlock()
+	return tasks.fns[name] != nil
 }
 
 // runTaskFunc runs fn, a panic in it becoming its error.
