@@ -129,3 +129,15 @@ func deviceIDs(ids []int, devs []gpuShare) []int {
 	sort.Ints(out)
 	return out
 }
+
+// DeviceFor is the CUDA device a holder of gpus (ActorGPUs, TaskGPUs)
+// opens when asked for device ("cuda" or "cuda-bf16", with no index): the
+// first GPU it was given, as "cuda:N" ("cuda-bf16:N"). Any other device,
+// one with an index (the recipe's choice stands), and a holder given no
+// GPU keep device as it is.
+func DeviceFor(device string, gpus []int) string {
+	if len(gpus) == 0 || (device != "cuda" && device != "cuda-bf16") {
+		return device
+	}
+	return fmt.Sprintf("%s:%d", device, gpus[0])
+}

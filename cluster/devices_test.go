@@ -163,3 +163,22 @@ func TestTasksAndActorsAreToldTheirOwnGPUs(t *testing.T) {
 		t.Fatalf("a task beside an actor on device %v was given %v (%v)", mine, theirs, err)
 	}
 }
+
+func TestDeviceFor(t *testing.T) {
+	for _, c := range []struct {
+		device string
+		gpus   []int
+		want   string
+	}{
+		{"cuda", []int{1}, "cuda:1"},
+		{"cuda-bf16", []int{3, 4}, "cuda-bf16:3"},
+		{"cuda", nil, "cuda"},          // no GPU held: device 0, or Slurm's
+		{"cuda:0", []int{1}, "cuda:0"}, // the recipe's index stands
+		{"cpu", []int{1}, "cpu"},
+		{"", []int{1}, ""},
+	} {
+		if got := DeviceFor(c.device, c.gpus); got != c.want {
+			t.Errorf("DeviceFor(%q, %v) = %q, want %q", c.device, c.gpus, got, c.want)
+		}
+	}
+}

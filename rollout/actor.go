@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
@@ -186,6 +187,9 @@ func init() {
 		if !ok {
 			return nil, fmt.Errorf("rollout actor: spawn args are %T, want rollout.ActorConfig", args)
 		}
+		// An actor that holds GPUs runs its engine on the device its
+		// node's ledger gave it.
+		cfg.Device = cluster.DeviceFor(cfg.Device, cluster.ActorGPUs(ctx))
 		return newRolloutActor(ctx, cfg)
 	})
 	RegisterEngine("native", func(ctx context.Context, cfg ActorConfig, model string) (engine.Engine, error) {

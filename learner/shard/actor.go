@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/learner"
 )
 
@@ -49,6 +50,10 @@ func init() {
 		if !ok {
 			return nil, fmt.Errorf("learner-shard actor: spawn args are %T, want learner.ActorConfig", args)
 		}
+		// A rank that holds GPUs opens the device its node's ledger gave
+		// it, not one another holder on the node (a rollout actor, a
+		// task) may have.
+		cfg.Config.Device = cluster.DeviceFor(cfg.Config.Device, cluster.ActorGPUs(ctx))
 		l, err := learner.NewContext(ctx.Context(), cfg.Config)
 		if err != nil {
 			return nil, err

@@ -172,7 +172,13 @@ func (p *PlacedGroup) spawnRank(ctx context.Context, i int, pg *cluster.Placemen
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		args := p.cfg.Actor
-		args.Config.Device = deviceOnNode(args.Config.Device, pg.Nodes, b)
+		if p.cfg.Resources[cluster.GPU] == 0 {
+			// Ranks that hold no GPU resource get no device from their
+			// node's ledger: those on one node count theirs off in bundle
+			// order. (A rank that holds GPUs opens its ledger's device:
+			// cluster.DeviceFor in the rank's factory.)
+			args.Config.Device = deviceOnNode(args.Config.Device, pg.Nodes, b)
+		}
 		h, err := p.node.Spawn(ctx, ActorKind, cluster.SpawnOptions{Name: name, Args: args, Resources: p.cfg.Resources, Group: pg, Bundle: b})
 		if err == nil {
 			rec, ok := h.Record()
