@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -42,7 +43,10 @@ type taskFunc func(ctx context.Context, args any) (any, error)
 var tasks = struct {
 	sync.RWMutex
 	fns map[string]taskFunc
-}{fns: map[string]taskFunc{}}
+	// types are each task's argument and result types, for Submit's
+	// checks before anything runs.
+	types map[string][2]reflect.Type
+}{fns: map[string]taskFunc{}, types: map[string][2]reflect.Type{}}
 
 // RegisterTask registers fn as task name in this process, and A and R as
 // messages (actor.RegisterMessage), unless they are interface types.
@@ -58,6 +62,7 @@ func RegisterTask[A, R any](name string, fn func(ctx context.Context, args A) (R
 	}
 	tasks.Lock()
 	defer tasks.Unlock()
+	tasks.types[name] = [2]reflect.Type{reflect.TypeFor[A](), reflect.TypeFor[R]()}
 	tasks.fns[name] = func(ctx context.Context, args any) (any, error) {
 		a, ok := args.(A)
 		if !ok && args != nil {
@@ -164,6 +169,13 @@ func CallAsync[R any](ctx context.Context, h *Handle, msg any) *Future[R] {
 // waits for room.
 func Submit[R any](ctx context.Context, n *Node, name string, args any, o TaskOptions) *Future[R] {
 	f := &Future[R]{done: make(chan struct{})}
+	if err := checkTaskTypes(name, args, reflect.TypeFor[R]()); err != nil {
+		// Known wrong before it runs: a task that ran would have done its
+		// work for a result the caller cannot take.
+		f.err = err
+		close(f.done)
+		return f
+	}
 	go func() {
 		defer close(f.done)
 		v, err := n.runTask(ctx, name, args, o)
@@ -179,6 +191,25 @@ func Submit[R any](ctx context.Context, n *Node, name string, args any, o TaskOp
 		f.res = r
 	}()
 	return f
+}
+
+// checkTaskTypes refuses a Submit whose arguments or result type do not
+// fit task name as this process registered it (a task this process does
+// not know is left to the nodes).
+func checkTaskTypes(name string, args any, result reflect.Type) error {
+	tasks.RLock()
+	ts, ok := tasks.types[name]
+	tasks.RUnlock()
+	if !ok {
+		return nil
+	}
+	if args != nil && !reflect.TypeOf(args).AssignableTo(ts[0]) {
+		return fmt.Errorf("task %s takes %v arguments, not %T", name, ts[0], args)
+	}
+	if ts[1].Kind() != reflect.Interface && !ts[1].AssignableTo(result) {
+		return fmt.Errorf("task %s returns %v, not %v (Submit's type parameter)", name, ts[1], result)
+	}
+	return nil
 }
 
 // MaxTaskBytes bounds a task's arguments and its result, encoded. Those

@@ -18,8 +18,12 @@ import (
 // taskCancelled those whose context was cancelled.
 var taskRunning, taskPeak, taskCancelled atomic.Int64
 
+// taskCounted counts the test.count tasks run in this process.
+var taskCounted atomic.Int64
+
 func init() {
 	RegisterTask("test.square", func(_ context.Context, x int) (int, error) { return x * x, nil })
+	RegisterTask("test.count", func(_ context.Context, x int) (int64, error) { return taskCounted.Add(int64(x)), nil })
 	RegisterTask("test.fail", func(context.Context, int) (int, error) { return 0, errors.New("no good") })
 	RegisterTask("test.panic", func(context.Context, int) (int, error) { panic("boom") })
 	// test.twice answers its bytes twice over.
@@ -114,7 +118,7 @@ func TestTasksRunWhereTheyFit(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Submit[string](ctx, a, "test.square", 3, TaskOptions{}).Get(ctx); err == nil || !strings.Contains(err.Error(), "result is int, not string") {
+	if _, err := Submit[string](ctx, a, "test.square", 3, TaskOptions{}).Get(ctx); err == nil || !strings.Contains(err.Error(), "task test.square returns int, not string") {
 		t.Errorf("a result of another type: %v", err)
 	}
 }
@@ -320,5 +324,36 @@ func TestPinnedTaskLostWithItsNodeSaysSo(t *testing.T) {
 	_, err := f.Get(ctx)
 	if !errors.Is(err, actor.ErrNodeLost) && !errors.Is(err, actor.ErrConnLost) || !strings.Contains(err.Error(), "lost with node pinned-lost") {
 		t.Errorf("a pinned task lost with its node: %v; want the loss named and wrapped", err)
+	}
+}
+
+// A Submit whose result type or arguments do not fit the task as this
+// process registered it fails before anything runs (it ran, and failed
+// with "result is int, not string" after the work was done).
+func TestSubmitChecksTypesFirst(t *testing.T) {
+	n, err := Start(context.Background(), Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ran := taskCounted.Load()
+	for _, c := range []struct {
+		f    func() error
+		want string
+	}{
+		{func() error { _, err := Submit[string](ctx, n, "test.count", 1, TaskOptions{}).Get(ctx); return err }, "task test.count returns int64, not string"},
+		{func() error { _, err := Submit[int64](ctx, n, "test.count", "one", TaskOptions{}).Get(ctx); return err }, "task test.count takes int arguments, not string"},
+	} {
+		if err := c.f(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want %q", err, c.want)
+		}
+	}
+	if taskCounted.Load() != ran {
+		t.Error("a mistyped task ran")
+	}
+	if sq, err := Submit[any](ctx, n, "test.square", 3, TaskOptions{}).Get(ctx); err != nil || sq != 9 {
+		t.Errorf("Submit[any]: %v, %v", sq, err)
 	}
 }
