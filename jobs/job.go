@@ -401,8 +401,14 @@ func (j *job) end(actx *actor.Context, cause string) {
 	go func() { _ = actx.System().StopLocal(j.name, cause) }()
 }
 
+// ResumeHint begins the line a failed `rlnode run` writes after its
+// error when the run can be continued from a checkpoint; lastLine passes
+// over it, since it says nothing of why the run failed.
+const ResumeHint = "rlnode run: once the cause is fixed, continue from checkpoint "
+
 // lastLine is the last non-empty line of the log's last 4 KiB, cut to
-// 300 bytes: the driver's own last word, its error as a rule.
+// 300 bytes, that is not a ResumeHint: the driver's own last word, its
+// error as a rule.
 func lastLine(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -419,7 +425,7 @@ func lastLine(path string) string {
 	lines := bytes.Split(bytes.TrimRight(b[:n], "\n"), []byte("\n"))
 	for i := len(lines) - 1; i >= 0; i-- {
 		l := strings.TrimSpace(string(lines[i]))
-		if l != "" {
+		if l != "" && !strings.HasPrefix(l, ResumeHint) {
 			if len(l) > 300 {
 				l = l[:300] + "…"
 			}

@@ -156,3 +156,20 @@ func TestWaitForRunLock(t *testing.T) {
 		t.Fatal("a stop asked did not end the wait")
 	}
 }
+
+// A failed job's cause is the driver's error, not the hint that a run
+// which wrote a checkpoint prints after it (the cause said only "once
+// the cause is fixed, continue from checkpoint step-53 with: ...").
+func TestLastLineIsTheError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), LogFile)
+	log := "step 53/302 (RL 51/300) reward 0.000\n" +
+		"checkpoints: /runs/x/checkpoints (newest step-53)\n" +
+		"rlnode run: driver: solver policy: rollout actors: no node can host {CPU:1}\n" +
+		ResumeHint + "step-53 with: rlnode run /runs/x/recipe.yaml --out /runs/x --resume\n\n"
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := lastLine(path), "rlnode run: driver: solver policy: rollout actors: no node can host {CPU:1}"; got != want {
+		t.Errorf("lastLine = %q, want %q", got, want)
+	}
+}

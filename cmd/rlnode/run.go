@@ -429,8 +429,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		if newest != "" && cfg.Resumable() {
-			fmt.Fprintf(stderr, "rlnode run: once the cause is fixed, continue from checkpoint %s with: %s\n",
-				filepath.Base(newest), resumeCommand(fs, dir))
+			fmt.Fprintf(stderr, "%s%s with: %s\n", jobs.ResumeHint, filepath.Base(newest), resumeCommand(fs, dir))
 		}
 		return 1
 	}
