@@ -63,6 +63,12 @@ type SubmitRequest struct {
 const (
 	// MaxJobs bounds the jobs the cluster keeps, running and ended.
 	MaxJobs = 1000
+	// MaxJobsBytes bounds the spawn arguments (their recipes, mostly) of
+	// the jobs the cluster keeps, together: every node's directory holds
+	// them and gossips them whole, and memberlist refuses a state over 20
+	// MB (no node could join the cluster then). MaxJobs recipes of
+	// MaxRecipeBytes would take 48 MiB.
+	MaxJobsBytes = 8 << 20
 	// MaxRestartsLimit bounds SubmitRequest.MaxRestarts.
 	MaxRestartsLimit = 100
 	// KeepEnded is how long the cluster keeps an ended job's record.
@@ -262,6 +268,18 @@ func submit(ctx context.Context, node *cluster.Node, req SubmitRequest) (Info, i
 	known := records(node)
 	if len(known) >= MaxJobs {
 		return Info{}, http.StatusTooManyRequests, fmt.Errorf("the cluster keeps %d jobs, its bound: an ended job is forgotten %v after it ends", len(known), KeepEnded)
+	}
+	_, args, err := actor.EncodeMessage(spec)
+	if err != nil {
+		return Info{}, http.StatusBadRequest, err
+	}
+	held := 0
+	for _, rec := range known {
+		held += len(rec.Args)
+	}
+	if held+len(args) > MaxJobsBytes {
+		return Info{}, http.StatusTooManyRequests, fmt.Errorf("the cluster keeps %d jobs whose records take %.1f MiB, and this one's %.1f KiB would pass their %d MiB bound (every node's directory holds them): an ended job is forgotten %v after it ends, or submit a smaller recipe",
+			len(known), float64(held)/(1<<20), float64(len(args))/(1<<10), MaxJobsBytes>>20, KeepEnded)
 	}
 	for _, rec := range known {
 		in := info(rec)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/runlock"
 )
 
@@ -171,5 +174,47 @@ func TestLastLineIsTheError(t *testing.T) {
 	}
 	if got, want := lastLine(path), "rlnode run: driver: solver policy: rollout actors: no node can host {CPU:1}"; got != want {
 		t.Errorf("lastLine = %q, want %q", got, want)
+	}
+}
+
+// The jobs the cluster keeps (7 days once ended) hold their recipes in
+// the directory every node gossips whole: past memberlist's 20 MB state
+// no node could join ("remote node state is larger than limit", seen
+// after 460 jobs of 48 KiB recipes). A submit past MaxJobsBytes is
+// refused, naming the bound, and the records stay within it.
+func TestJobRecordsStayWithinTheirBound(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Labels: map[string]string{Label: "yes"}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Stop()
+	// Each job's "driver" exits at once: only the records matter here.
+	Serve(node, Config{Executable: "/bin/true"})
+	defer func() {
+		host.Lock()
+		host.node = nil
+		host.Unlock()
+	}()
+	recipe := "name: big\n# " + strings.Repeat("x", MaxRecipeBytes-16) + "\n"
+	dir := t.TempDir()
+	var refused error
+	for i := 0; i < MaxJobs && refused == nil; i++ {
+		_, code, err := submit(ctx, node, SubmitRequest{Name: fmt.Sprintf("big%d", i), Recipe: recipe, RecipeName: "big", Out: filepath.Join(dir, fmt.Sprint(i))})
+		if err != nil && code != http.StatusTooManyRequests {
+			t.Fatalf("submit %d: HTTP %d: %v", i, code, err)
+		}
+		refused = err
+	}
+	held := 0
+	for _, rec := range records(node) {
+		held += len(rec.Args)
+	}
+	if held > MaxJobsBytes {
+		t.Errorf("the cluster keeps %d jobs whose records take %d bytes, over %d", len(records(node)), held, MaxJobsBytes)
+	}
+	if refused == nil || !strings.Contains(refused.Error(), "8 MiB bound") {
+		t.Errorf("the submit past the bound: %v", refused)
 	}
 }
