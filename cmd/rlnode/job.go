@@ -125,7 +125,7 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 	if *noWait {
 		return 0
 	}
-	return followJob(client, in.Name, 0, stdout, stderr)
+	return followJob(client, nodeID, in.Name, 0, stdout, stderr)
 }
 
 // submitter is user@host, as a job records who submitted it.
@@ -154,10 +154,10 @@ func jobClient(cmd, addr string, stderr io.Writer) (jobs.Client, string, bool) {
 	return jobs.Client{Control: ri.Control, Token: ri.Token}, ri.NodeID, true
 }
 
-// followJob prints the job's log from offset until the job has ended and
-// its log is read; Ctrl-C stops following. It returns 0 when the job
-// succeeded.
-func followJob(c jobs.Client, name string, offset int64, stdout, stderr io.Writer) int {
+// followJob prints the job's log from offset, asked of node nodeID
+// through c, until the job has ended and its log is read; Ctrl-C stops
+// following. It returns 0 when the job succeeded.
+func followJob(c jobs.Client, nodeID, name string, offset int64, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -170,8 +170,14 @@ func followJob(c jobs.Client, name string, offset int64, stdout, stderr io.Write
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			in, gerr := c.Get(ctx, name)
 			cancel()
-			if gerr != nil || (in.Status != jobs.Running && in.Status != jobs.Restarting) || quiet > 120 {
-				fmt.Fprintf(stderr, "rlnode job: %s: log: %v\n", name, err)
+			if gerr != nil {
+				// The node asked is gone (stopped, say): the job is not.
+				fmt.Fprintf(stderr, "rlnode job: %s: node %s (control endpoint %s) no longer answers: %v\nrlnode job: the job goes on where it runs: rlnode job logs %s --follow through another node of the cluster\n",
+					name, nodeID, c.Control, gerr, name)
+				return 1
+			}
+			if (in.Status != jobs.Running && in.Status != jobs.Restarting) || quiet > 120 {
+				fmt.Fprintf(stderr, "rlnode job: %s (%s): log, asked of node %s: %v\n", name, in.Status, nodeID, err)
 				return 1
 			}
 			quiet++
@@ -312,7 +318,7 @@ func jobCommand(args []string, stdout, stderr io.Writer) int {
 	case "logs":
 		if *follow {
 			cancel()
-			return followJob(c, pos[0], 0, stdout, stderr)
+			return followJob(c, nodeID, pos[0], 0, stdout, stderr)
 		}
 		var off int64
 		for {

@@ -275,3 +275,35 @@ func TestRunContinue(t *testing.T) {
 		t.Errorf("--continue of a run without a checkpoint: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestFollowThroughANodeThatStops: submit follows the log through the
+// node on its host; when that node stops, submit says which node no
+// longer answers and that the job goes on (it said only "log: Get
+// http://127.0.0.1:PORT/...: connection refused"), and the job does.
+func TestFollowThroughANodeThatStops(t *testing.T) {
+	home := t.TempDir()
+	head := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head")
+	via := startRlnode(t, home, "join", head.gossip, "--bind", "127.0.0.1:0", "--node-id", "via", "--cpus", "0.1")
+	dumpOnFailure(t, head, via)
+	dir := filepath.Join(t.TempDir(), "long")
+	sub := startRun(t, home, "submit", "quickstart", "--name", "long", "--node", "head", "--out", dir, "--address", via.gossip,
+		"--set", "sft.steps=2", "--set", "schedule.steps=100000", "--set", "schedule.eval_every=0", "--set", "eval.held_out=4",
+		"--set", "algorithm.batch_prompts=2", "--set", "algorithm.group_size=2")
+	sub.waitFor(t, "the job's RL steps", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, jobs.LogFile))
+		return bytes.Contains(b, []byte("(RL 2/100000)"))
+	})
+	if out, errOut, code := runRlnode(t, home, "stop", "--address", via.gossip); code != 0 {
+		t.Fatalf("stop via: exit %d\n%s%s", code, out, errOut)
+	}
+	if code := sub.wait(t); code != 1 || !strings.Contains(sub.stderr.String(), "rlnode job: long: node via (control endpoint ") ||
+		!strings.Contains(sub.stderr.String(), "the job goes on where it runs") {
+		t.Errorf("submit following through a node that stopped: exit %d\n%s", code, sub.stderr)
+	}
+	if in := jobInfo(t, home, head.gossip, "long"); in.Status != jobs.Running || in.Node != "head" {
+		t.Errorf("the job once the node it was followed through stopped: %+v", in)
+	}
+	if out, errOut, code := runRlnode(t, home, "job", "stop", "long", "--now", "--address", head.gossip); code != 0 {
+		t.Errorf("job stop --now: exit %d\n%s%s", code, out, errOut)
+	}
+}
