@@ -197,6 +197,10 @@ type Node struct {
 	dir     *Directory
 	queue   *memberlist.TransmitLimitedQueue
 	started time.Time
+	// bornMs is when this process started the node, on the clock that
+	// stamps the records it writes (ActorRecord.UpdatedMs): what an
+	// earlier process under its id wrote is older (forgetPreviousLife).
+	bornMs int64
 
 	ledger  ledger
 	gpuList []GPUInfo // found or declared at Start
@@ -437,6 +441,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		stopped:      make(chan struct{}),
 	}
 	n.started = n.now()
+	n.bornMs = time.Now().UnixMilli()
 	n.ledger.init(total, gpus)
 	n.gpuList = gpus
 	n.dir.onActor = n.onActorChange
@@ -862,6 +867,7 @@ func (n *Node) reconcileLoop() {
 		case <-n.stopped:
 			return
 		case <-t.C:
+			n.forgetPreviousLife()
 			n.reconcile()
 			n.dir.collect(time.Now().Add(-deadRecordTTL), n.isAlive)
 			n.releaseArgs()

@@ -384,3 +384,43 @@ func (n *Node) onLocalEvent(ev actor.Event) {
 func restartsLeft(r ActorRecord) bool {
 	return r.MaxRestarts < 0 || r.Restarts < r.MaxRestarts
 }
+
+// forgetPreviousLife writes what a node loss would for each actor that the
+// directory says runs here, ALIVE, as an earlier process under this
+// node's id last wrote it, no later than this process started (no actor
+// of this process is written in the millisecond it starts), and that this
+// process neither hosts nor builds: RESTARTING, off this node, while it
+// has restarts left (the leader restarts it), else DEAD. A node killed and
+// started again under its id before the others noticed the loss (a
+// supervisor restarting it at once) left those actors ALIVE on it for
+// ever: the leader saw the node alive throughout, and calls went to the
+// gone process's address.
+func (n *Node) forgetPreviousLife() {
+	if n.isLeaving() {
+		return
+	}
+	var lost []ActorRecord
+	for _, rec := range n.dir.Actors() {
+		if rec.Node != n.id || rec.State != Alive || rec.Writer != n.id || rec.UpdatedMs > n.bornMs {
+			continue
+		}
+		n.bmu.Lock()
+		_, building := n.building[rec.Name]
+		n.bmu.Unlock()
+		if building || n.hosts(rec.Name) {
+			continue
+		}
+		rec = n.rewrite(rec)
+		rec.Cause = "node " + n.id + " restarted: its earlier process, which ran the actor, is gone"
+		if restartsLeft(rec) {
+			rec.State, rec.Restarts, rec.Node = Restarting, rec.Restarts+1, ""
+		} else {
+			rec.State = Dead
+		}
+		n.log.Warn("an actor this node's earlier process ran is lost with it", "actor", rec.Name, "state", rec.State)
+		lost = append(lost, rec)
+	}
+	if len(lost) > 0 {
+		n.write(&update{Actors: lost})
+	}
+}

@@ -146,3 +146,51 @@ func TestRestartTimeoutIsTheActors(t *testing.T) {
 		return rec.State == Alive && rec.Node == "rt-c"
 	})
 }
+
+// A node killed and started again under its id and gossip address before
+// the others noticed the loss (a supervisor restarting it at once) loses
+// the actors its earlier process ran, as a lost node does: one with
+// restarts left restarts, one without is DEAD, the cause naming the
+// restart. They stayed ALIVE on it for ever, calls going to the gone
+// process's address (an rlnode job stuck RUNNING, which job stop could
+// not stop).
+func TestActorsOfANodeStartedAgainUnderItsID(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNodeWith(t, "ra-a", key, LANDetection) // the leader, slow to notice a loss
+	start := func(bind string) *Node {
+		n, err := Start(context.Background(), Config{NodeID: "ra-c", Bind: bind, Key: key, CPUs: 2,
+			Join: []string{a.GossipAddress()}, Detection: LANDetection, Logger: actor.DiscardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Stop)
+		return n
+	}
+	c := start("127.0.0.1:0")
+	waitFor(t, "2 nodes with directory records", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	for name, restarts := range map[string]int{"moves": 1, "ends": 0} {
+		if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: name, Node: "ra-c", Detached: true, MaxRestarts: restarts}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gossip := c.GossipAddress()
+	c.shutdown() // a crash: no leave, no death records
+	start(gossip)
+	waitFor(t, "moves restarted and ends DEAD", 60*time.Second, func() bool {
+		m, _ := a.Directory().Actor("moves")
+		e, _ := a.Directory().Actor("ends")
+		return m.State == Alive && m.Restarts == 1 && e.State == Dead
+	})
+	if e, _ := a.Directory().Actor("ends"); !strings.Contains(e.Cause, "node ra-c restarted") {
+		t.Errorf("ends: cause %q", e.Cause)
+	}
+	h, err := a.Lookup(ctx, "moves")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Call[Sum](ctx, h, WhereAreYou{}); err != nil {
+		t.Errorf("moves, restarted: %v", err)
+	}
+}
