@@ -43,7 +43,7 @@ when it succeeded; Ctrl-C stops following, not the job.
 func submitCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode submit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("out", "", "the run's folder, an absolute path every node can write (default: ./runs/NAME-YYYYMMDD-HHMMSS made absolute here)")
+	out := fs.String("out", "", "the run's folder, an absolute path every node can write (default: ./runs/NAME-YYYYMMDD-HHMMSS made absolute here, -2, -3... when taken)")
 	name := fs.String("name", "", "the job's name, 1-64 letters, digits, '.', '_', '-' (default: NAME-DATE-TIME-XXXX)")
 	maxRestarts := fs.Int("max-restarts", 3, fmt.Sprintf("how many times another node may take the job over after its node was lost or stopped, 0 to %d", jobs.MaxRestartsLimit))
 	node := fs.String("node", "", "run the job's driver on this node id")
@@ -98,16 +98,24 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode submit: %v\n", err)
 		return 1
 	}
+	client, nodeID, ok := jobClient("rlnode submit", *addr, stderr)
+	if !ok {
+		return 1
+	}
 	dir := *out
+	reserved := false
 	if dir == "" {
-		dir = filepath.Join("runs", fmt.Sprintf("%s-%s", l.Name, time.Now().Format("20060102-150405")))
+		// The default names the second: a job submitted beside another
+		// in the same second (a sweep's loop) takes the next free
+		// NAME-DATE-N, as rlnode run's default does.
+		if dir, err = reserveRunDir(filepath.Join("runs", fmt.Sprintf("%s-%s", l.Name, time.Now().Format("20060102-150405")))); err != nil {
+			fmt.Fprintf(stderr, "rlnode submit: %v\n", err)
+			return 1
+		}
+		reserved = true
 	}
 	if dir, err = filepath.Abs(dir); err != nil {
 		fmt.Fprintf(stderr, "rlnode submit: --out: %v\n", err)
-		return 1
-	}
-	client, nodeID, ok := jobClient("rlnode submit", *addr, stderr)
-	if !ok {
 		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -117,6 +125,9 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 	})
 	cancel()
 	if err != nil {
+		if reserved {
+			_ = os.Remove(dir) // only while still empty
+		}
 		fmt.Fprintf(stderr, "rlnode submit: node %s: %v\n", nodeID, err)
 		return 1
 	}

@@ -307,3 +307,34 @@ func TestFollowThroughANodeThatStops(t *testing.T) {
 		t.Errorf("job stop --now: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestSubmitsInOneSecond: submit's default folder names the second, and
+// a job submitted beside another in the same second (a sweep's loop)
+// takes the next free NAME-DATE-N, as rlnode run's does; it was refused,
+// the folder holding the other's run. Every folder of the next two
+// minutes holds another run here, so no clock decides the outcome.
+func TestSubmitsInOneSecond(t *testing.T) {
+	home, wd := t.TempDir(), t.TempDir()
+	head := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head")
+	dumpOnFailure(t, head)
+	now := time.Now()
+	for s := range 120 {
+		taken := filepath.Join(wd, "runs", "quickstart-"+now.Add(time.Duration(s)*time.Second).Format("20060102-150405"))
+		if err := os.MkdirAll(taken, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(taken, "recipe.yaml"), []byte("name: other\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := rlnodeCmd(t, home, append([]string{"submit", "quickstart", "--name", "sweep1", "--address", head.gossip}, tinyRun...)...)
+	cmd.Dir = wd
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "job sweep1 SUCCEEDED") {
+		t.Fatalf("submit with the default folder taken: %v\n%s", err, out)
+	}
+	in := jobInfo(t, home, head.gossip, "sweep1")
+	if !strings.HasPrefix(in.Out, filepath.Join(wd, "runs", "quickstart-")) || !strings.HasSuffix(in.Out, "-2") {
+		t.Errorf("the job's folder: %s, want the second of its name", in.Out)
+	}
+}
