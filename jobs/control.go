@@ -302,8 +302,8 @@ func submit(ctx context.Context, node *cluster.Node, req SubmitRequest) (Info, i
 	})
 	if err != nil {
 		code := http.StatusInternalServerError
-		if errors.Is(err, cluster.ErrInfeasible) {
-			code = http.StatusConflict
+		if errors.Is(err, cluster.ErrInfeasible) || errors.Is(err, actor.ErrNameTaken) {
+			code = http.StatusConflict // a submit of the same name beside this one won
 		}
 		return Info{}, code, err
 	}
@@ -484,20 +484,37 @@ func (c Client) Get(ctx context.Context, name string) (Info, error) {
 // Log reads the job's log from offset: the bytes, the offset after them
 // and the job's status.
 func (c Client) Log(ctx context.Context, name string, offset int64) ([]byte, int64, string, error) {
+	p, err := c.LogPart(ctx, name, offset)
+	return p.Data, p.Next, p.Status, err
+}
+
+// LogPart is one read of a job's log: at most MaxLogRead bytes from an
+// offset, the offset after them, the log's size when read and the job's
+// status.
+type LogPart struct {
+	Data       []byte
+	Next, Size int64
+	Status     string
+}
+
+// LogPart reads the job's log from offset.
+func (c Client) LogPart(ctx context.Context, name string, offset int64) (LogPart, error) {
+	p := LogPart{Next: offset}
 	resp, err := c.do(ctx, http.MethodGet, "/jobs/"+url.PathEscape(name)+"/log?offset="+strconv.FormatInt(offset, 10), nil)
 	if err != nil {
-		return nil, offset, "", err
+		return p, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxLogRead+1))
 	if err != nil {
-		return nil, offset, "", err
+		return p, err
 	}
 	next, perr := strconv.ParseInt(resp.Header.Get("Rlnode-Log-Next"), 10, 64)
 	if perr != nil || next != offset+int64(len(b)) {
-		return nil, offset, "", fmt.Errorf("log of job %s: the node answered %d bytes from %d with next offset %q", name, len(b), offset, resp.Header.Get("Rlnode-Log-Next"))
+		return p, fmt.Errorf("log of job %s: the node answered %d bytes from %d with next offset %q", name, len(b), offset, resp.Header.Get("Rlnode-Log-Next"))
 	}
-	return b, next, resp.Header.Get("Rlnode-Job-Status"), nil
+	size, _ := strconv.ParseInt(resp.Header.Get("Rlnode-Log-Size"), 10, 64)
+	return LogPart{Data: b, Next: next, Size: max(size, next), Status: resp.Header.Get("Rlnode-Job-Status")}, nil
 }
 
 // Stop asks the job to stop: after its current step, which its driver

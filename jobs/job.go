@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -183,13 +184,25 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 	if err := os.MkdirAll(spec.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("job %s: run folder: %w", name, err)
 	}
-	recipe := filepath.Join(spec.Out, RecipeFile)
-	if err := writeFileAtomic(recipe, spec.Recipe); err != nil {
-		return nil, fmt.Errorf("job %s: %w", name, err)
+	// The log is created first, and by one job only on a first attempt:
+	// of two jobs started into one folder at once, the second finds it
+	// and writes nothing (its recipe would have replaced the first's).
+	flags := os.O_WRONLY | os.O_APPEND | os.O_CREATE
+	if actx.Restarts() == 0 && !spec.Resume {
+		flags |= os.O_EXCL
 	}
-	logf, err := os.OpenFile(filepath.Join(spec.Out, LogFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logf, err := os.OpenFile(filepath.Join(spec.Out, LogFile), flags, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("job %s: run folder %s on node %s holds another run or job (%s): choose another folder, or submit with --resume to continue its run",
+			name, spec.Out, node.ID(), LogFile)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("job %s: log: %w", name, err)
+	}
+	recipe := filepath.Join(spec.Out, RecipeFile)
+	if err := writeFileAtomic(recipe, spec.Recipe); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("job %s: %w", name, err)
 	}
 	exe := cfg.Executable
 	if exe == "" {
@@ -224,7 +237,17 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 			close(j.done)
 			return
 		}
-		if j.stopWasAsked() {
+		// The driver is killed when this thread ends (Pdeathsig), so it
+		// dies with its node: the thread stays this goroutine's until the
+		// driver has exited.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		t0 := time.Now()
+		// A stop is checked and the driver started under the lock a
+		// stopRequest takes: one asked in between is not missed.
+		j.mu.Lock()
+		if j.stopAsked {
+			j.mu.Unlock()
 			fmt.Fprintf(logf, "%s rlnode job %s: stopped before its driver started\n", time.Now().UTC().Format(time.RFC3339), name)
 			started <- errors.New("stopped")
 			logf.Close()
@@ -232,13 +255,12 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 			j.end(actx, "job stopped: before its driver started")
 			return
 		}
-		// The driver is killed when this thread ends (Pdeathsig), so it
-		// dies with its node: the thread stays this goroutine's until the
-		// driver has exited.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		t0 := time.Now()
-		if err := cmd.Start(); err != nil {
+		err := cmd.Start()
+		if err == nil {
+			j.proc = cmd.Process
+		}
+		j.mu.Unlock()
+		if err != nil {
 			fmt.Fprintf(logf, "%s rlnode job %s: start %s: %v\n", time.Now().UTC().Format(time.RFC3339), name, exe, err)
 			started <- err
 			logf.Close()
@@ -246,9 +268,6 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 			j.end(actx, fmt.Sprintf("job failed: start %s: %v", exe, err))
 			return
 		}
-		j.mu.Lock()
-		j.proc = cmd.Process
-		j.mu.Unlock()
 		started <- nil
 		werr := cmd.Wait()
 		j.finish(actx, logf, werr, time.Since(t0))

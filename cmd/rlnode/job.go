@@ -331,17 +331,27 @@ func jobCommand(args []string, stdout, stderr io.Writer) int {
 			cancel()
 			return followJob(c, nodeID, pos[0], 0, stdout, stderr)
 		}
+		// The log as it is now: read up to the size the first read saw
+		// (a running job's log grows meanwhile: --follow goes on), each
+		// read within its own 30 s.
+		cancel()
 		var off int64
-		for {
-			data, next, _, err := c.Log(ctx, pos[0], off)
+		end := int64(-1)
+		for end < 0 || off < end {
+			rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+			p, err := c.LogPart(rctx, pos[0], off)
+			rcancel()
 			if err != nil {
 				return fail(err)
 			}
-			_, _ = stdout.Write(data)
-			if len(data) == 0 {
+			if end < 0 {
+				end = p.Size
+			}
+			_, _ = stdout.Write(p.Data)
+			if len(p.Data) == 0 {
 				break
 			}
-			off = next
+			off = p.Next
 		}
 	case "stop":
 		if err := c.Stop(ctx, pos[0], *now); err != nil {
