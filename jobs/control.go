@@ -185,11 +185,13 @@ func records(node *cluster.Node) []cluster.ActorRecord {
 	return out
 }
 
+// list is every job the cluster keeps, in the order they were submitted.
 func list(node *cluster.Node) []Info {
 	out := []Info{}
 	for _, rec := range records(node) {
 		out = append(out, info(rec))
 	}
+	sort.SliceStable(out, func(i, k int) bool { return out[i].SubmittedMs < out[k].SubmittedMs })
 	return out
 }
 
