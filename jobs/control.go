@@ -55,7 +55,7 @@ type SubmitRequest struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 	Node      string            `json:"node,omitempty"`
 	Submitter string            `json:"submitter,omitempty"`
-	// Resume continues the run Out holds (rlnode run --resume).
+	// Resume continues the run Out holds (rlnode run --continue).
 	Resume bool `json:"resume,omitempty"`
 }
 

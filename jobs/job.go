@@ -54,7 +54,7 @@ type Spec struct {
 	SubmittedMs int64
 	// Submitter says who submitted it (user@host).
 	Submitter string
-	// Resume continues the run Out holds (rlnode run --resume); without
+	// Resume continues the run Out holds (rlnode run --continue); without
 	// it the first attempt refuses a folder that holds a run or a job.
 	Resume bool `msgpack:",omitempty"`
 }
@@ -363,14 +363,11 @@ func driverArgs(spec Spec, recipe, gossip, keyFile string, restarts int) []strin
 	if h, _, err := net.SplitHostPort(gossip); err == nil {
 		args = append(args, "--bind", net.JoinHostPort(h, "0"))
 	}
-	switch {
-	case restarts > 0:
+	if restarts > 0 || spec.Resume {
 		// The run decides under its run lock: resume from the newest
-		// intact checkpoint, or start over where the lost attempt wrote
-		// none.
+		// intact checkpoint, or start over where the lost attempt (or the
+		// run submitted again) wrote none.
 		args = append(args, "--continue")
-	case spec.Resume:
-		args = append(args, "--resume")
 	}
 	return args
 }

@@ -71,7 +71,7 @@ func TestDriverArgs(t *testing.T) {
 		t.Errorf("attempt taken over: %q", got)
 	}
 	spec.Resume = true
-	if got := driverArgs(spec, "/runs/x/job-recipe.yaml", "10.0.0.2:7946", "/k", 0); !reflect.DeepEqual(got, append(base[:len(base):len(base)], "--resume")) {
+	if got := driverArgs(spec, "/runs/x/job-recipe.yaml", "10.0.0.2:7946", "/k", 0); !reflect.DeepEqual(got, append(base[:len(base):len(base)], "--continue")) {
 		t.Errorf("submitted with --resume: %q", got)
 	}
 	v6 := driverArgs(Spec{Out: "/r"}, "/r/j", "[fd00::2]:7946", "", 0)

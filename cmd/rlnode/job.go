@@ -48,7 +48,7 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 	maxRestarts := fs.Int("max-restarts", 3, fmt.Sprintf("how many times another node may take the job over after its node was lost or stopped, 0 to %d", jobs.MaxRestartsLimit))
 	node := fs.String("node", "", "run the job's driver on this node id")
 	noWait := fs.Bool("no-wait", false, "return once the job is submitted")
-	resume := fs.Bool("resume", false, "continue the run --out holds from its newest checkpoint (rlnode run --resume); without it a folder that holds a run or job is refused")
+	resume := fs.Bool("resume", false, "continue the run --out holds from its newest intact checkpoint, or start it over there when it wrote none (rlnode run --continue); without it a folder that holds a run or job is refused")
 	addr := fs.String("address", "", "gossip address (or node id) of the node on this host to submit through (default: the only one)")
 	var sets, labels repeated
 	fs.Var(&sets, "set", "override KEY.PATH=VALUE (repeatable; VALUE is YAML)")

@@ -182,6 +182,20 @@ func TestJobCommands(t *testing.T) {
 		t.Errorf("submit --resume: exit %d\n%s%s", code, out, errOut)
 	}
 
+	// A job that failed before its first checkpoint (no node has the
+	// resource its learner asks for) is run again into its folder with
+	// --resume: it starts over there.
+	again := filepath.Join(t.TempDir(), "again")
+	out, errOut, code = runRlnode(t, home, append(append([]string{"submit", "quickstart", "--name", "nowhere", "--out", again}, addr...),
+		append(tinyRun, "--set", "placement.learner.custom={nowhere: 1}")...)...)
+	if code != 1 || !strings.Contains(out, "job nowhere FAILED") {
+		t.Fatalf("a job whose learner fits nowhere: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = runRlnode(t, home, append(append([]string{"submit", "quickstart", "--name", "again", "--resume", "--out", again}, addr...), tinyRun...)...)
+	if code != 0 || !strings.Contains(out, "holds a run that wrote no checkpoint: starting it over") || !strings.Contains(out, "job again SUCCEEDED") {
+		t.Errorf("submit --resume of a job that wrote no checkpoint: exit %d\n%s%s", code, out, errOut)
+	}
+
 	// Stopped after a step: the run checkpoints it and the job is STOPPED.
 	long := filepath.Join(t.TempDir(), "long")
 	out, errOut, code = runRlnode(t, home, append(append([]string{"submit", "quickstart", "--no-wait", "--name", "long", "--out", long}, addr...),
