@@ -198,3 +198,32 @@ func TestTaskGoesPastNodesWithoutIt(t *testing.T) {
 		t.Fatalf("a task no node has: %v; want the child's refusal at once", err)
 	}
 }
+
+// Lookup refuses an actor that is DEAD, with its death cause, as Ray's
+// get_actor does (it returned a handle whose calls then failed); Record
+// still reads how it ended.
+func TestLookupRefusesADeadActor(t *testing.T) {
+	n, err := Start(context.Background(), Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := n.Spawn(ctx, "test.counter", SpawnOptions{Name: "gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Lookup(ctx, "gone"); err != nil {
+		t.Fatalf("lookup of a live actor: %v", err)
+	}
+	if err := h.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Lookup(ctx, "gone"); !errors.Is(err, actor.ErrActorDied) || !strings.Contains(err.Error(), "it died (stopped)") {
+		t.Errorf("lookup of a stopped actor: %v", err)
+	}
+	if rec, ok := n.Record("gone"); !ok || rec.State != Dead || rec.Cause != "stopped" {
+		t.Errorf("Record of a stopped actor: %+v, %v", rec, ok)
+	}
+}

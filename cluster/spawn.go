@@ -327,9 +327,14 @@ func (n *Node) resolve(ctx context.Context, name string) (actor.Ref, error) {
 // or, when gossip has not brought its record yet, by asking every node at
 // once, each within lookupTimeout and ctx; the first node that hosts it
 // ends the lookup. Not found, the error names the nodes that did not
-// answer (the actor may be on one of them).
+// answer (the actor may be on one of them). One that is DEAD is refused
+// with its death cause (actor.ErrActorDied), as Ray's get_actor refuses
+// a dead actor: Record reads its record.
 func (n *Node) Lookup(ctx context.Context, name string) (*Handle, error) {
-	if _, ok := n.dir.Actor(name); ok {
+	if rec, ok := n.dir.Actor(name); ok {
+		if rec.State == Dead {
+			return nil, fmt.Errorf("lookup %s: it died (%s): %w", name, rec.Cause, actor.ErrActorDied)
+		}
 		return &Handle{n: n, name: name}, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -377,6 +382,11 @@ func (n *Node) Lookup(ctx context.Context, name string) (*Handle, error) {
 	}
 	return nil, fmt.Errorf("lookup %s: %w", name, actor.ErrActorNotFound)
 }
+
+// Record is the directory's record of the named actor, a DEAD one's
+// too while the cluster keeps it (10 minutes, or its
+// SpawnOptions.KeepDead): how it ended, where it ran.
+func (n *Node) Record(name string) (ActorRecord, bool) { return n.dir.Actor(name) }
 
 // lookupTimeout bounds a node's answer to a lookup, which it answers from
 // memory.

@@ -175,10 +175,8 @@ func records(node *cluster.Node) []cluster.ActorRecord {
 		if a.Kind != Kind {
 			continue
 		}
-		if h, err := node.Lookup(context.Background(), a.Name); err == nil {
-			if rec, ok := h.Record(); ok {
-				out = append(out, rec)
-			}
+		if rec, ok := node.Record(a.Name); ok {
+			out = append(out, rec)
 		}
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
@@ -199,11 +197,15 @@ func record(ctx context.Context, node *cluster.Node, name string) (cluster.Actor
 	if err := CheckName(name); err != nil {
 		return cluster.ActorRecord{}, http.StatusBadRequest, err
 	}
-	h, err := node.Lookup(ctx, name)
-	if err != nil {
-		return cluster.ActorRecord{}, http.StatusNotFound, fmt.Errorf("job %s: no such job (rlnode job list shows them)", name)
+	rec, ok := node.Record(name)
+	if !ok {
+		// Gossip may not have brought a new job's record yet: its node says.
+		h, err := node.Lookup(ctx, name)
+		if err != nil {
+			return cluster.ActorRecord{}, http.StatusNotFound, fmt.Errorf("job %s: no such job (rlnode job list shows them)", name)
+		}
+		rec, ok = h.Record()
 	}
-	rec, ok := h.Record()
 	if !ok || rec.Kind != Kind {
 		return cluster.ActorRecord{}, http.StatusNotFound, fmt.Errorf("job %s: no such job (an actor of kind %s has that name)", name, rec.Kind)
 	}
