@@ -53,6 +53,9 @@ type NodeStatus struct {
 	Build string `json:"build,omitempty"`
 	// Tasks is how many tasks run on the node.
 	Tasks int `json:"tasks"`
+	// Objects and ObjectBytes are the objects the node holds (Put).
+	Objects     int   `json:"objects"`
+	ObjectBytes int64 `json:"object_bytes"`
 }
 
 // ActorStatus describes one actor.
@@ -105,6 +108,8 @@ func (n *Node) Status() Status {
 			ClockOffsetS: offset.Round(time.Millisecond).Seconds(),
 			Build:        rec.Build,
 			Tasks:        rec.Tasks,
+			Objects:      rec.Objects,
+			ObjectBytes:  rec.ObjectBytes,
 		})
 	}
 	for _, r := range n.dir.Actors() {

@@ -80,6 +80,9 @@ type NodeRecord struct {
 	Build string `msgpack:"bd,omitempty"`
 	// Tasks is how many tasks run on the node (task.go).
 	Tasks   int    `msgpack:"tk,omitempty"`
+	// Objects and ObjectBytes are the objects the node holds (Put).
+	Objects     int   `msgpack:"ob,omitempty"`
+	ObjectBytes int64 `msgpack:"obb,omitempty"`
 	Version uint64 `msgpack:"v"`
 
 	// OwnerGraceMs is how long what this node owns outlives its absence

@@ -1118,9 +1118,10 @@ func (n *Node) nodeRecord() NodeRecord {
 	n.stopMu.Lock()
 	leaving := n.leaving
 	n.stopMu.Unlock()
+	objects, objectBytes := n.Objects()
 	rec := NodeRecord{
 		ID: n.id, Actor: n.sys.Address(), Labels: n.cfg.Labels, Host: actor.HostID(), Total: total, Used: used,
-		StartedMs: n.started.UnixMilli(), Leaving: leaving, Build: n.build, Tasks: n.runningTasks(), OwnerGraceMs: n.cfg.Detection.OwnerGrace.Milliseconds(),
+		StartedMs: n.started.UnixMilli(), Leaving: leaving, Build: n.build, Tasks: n.runningTasks(), Objects: objects, ObjectBytes: objectBytes, OwnerGraceMs: n.cfg.Detection.OwnerGrace.Milliseconds(),
 		// Wall-clock versions let a node restarted under the same id
 		// supersede the records of its previous life.
 		Version: max(old.Version+1, uint64(time.Now().UnixNano())),

@@ -83,8 +83,8 @@ func Put(ctx context.Context, n *Node, v any) (ObjectRef, error) {
 	bound := n.objectStoreBytes()
 	s := &n.objects
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.bytes+int64(len(body)) > bound {
+		defer s.mu.Unlock()
 		return ObjectRef{}, fmt.Errorf("put: %s of %d bytes on node %s, which holds %d bytes of objects of its %d: %w (free some, or raise Config.ObjectStoreBytes)",
 			typ, len(body), n.id, s.bytes, bound, ErrObjectStoreFull)
 	}
@@ -97,6 +97,8 @@ func Put(ctx context.Context, n *Node, v any) (ObjectRef, error) {
 	}
 	s.objs[ref.ID] = storedObject{ref: ref, body: body}
 	s.bytes += int64(len(body))
+	s.mu.Unlock()
+	n.publishNode() // status counts it
 	return ref, nil
 }
 
@@ -182,6 +184,9 @@ func (n *Node) freeLocal(ids ...string) {
 	s.mu.Unlock()
 	for _, o := range gone {
 		n.sys.Bulk().Release(o.ref.At)
+	}
+	if len(gone) > 0 {
+		n.publishNode()
 	}
 }
 

@@ -69,6 +69,17 @@ func TestObjectsPutGetFree(t *testing.T) {
 	if n, b := a.Objects(); n != 1 || b != ref.Size() {
 		t.Errorf("Objects() = %d, %d", n, b)
 	}
+	statusObjects := func() (int, int64) {
+		for _, ns := range a.Status().Nodes {
+			if ns.ID == "obj-a" {
+				return ns.Objects, ns.ObjectBytes
+			}
+		}
+		return -1, -1
+	}
+	if n, b := statusObjects(); n != 1 || b != ref.Size() {
+		t.Errorf("status says node obj-a holds %d objects of %d bytes", n, b)
+	}
 	there, err := Submit[[2]int](ctx, a, "test.objlen", ref, TaskOptions{Node: "obj-b"}).Get(ctx)
 	if err != nil || there != [2]int{len(big), 7} {
 		t.Fatalf("Get on another node: %v, %v", there, err)
@@ -103,6 +114,9 @@ func TestObjectsPutGetFree(t *testing.T) {
 	}
 	if n, b := a.Objects(); n != 0 || b != 0 {
 		t.Errorf("after Free: Objects() = %d, %d", n, b)
+	}
+	if n, b := statusObjects(); n != 0 || b != 0 {
+		t.Errorf("after Free, status says node obj-a holds %d objects of %d bytes", n, b)
 	}
 
 	// Freed from here, the child's object is gone on the child too.
