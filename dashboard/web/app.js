@@ -96,7 +96,7 @@ function drawCluster(v) {
   out.push(el("p", {class: "muted"}, `${live} live node${live === 1 ? "" : "s"}` + (v.asked ? ` · as node ${v.asked} sees it` : "") + (sum ? " · " + sum : "")));
 
   out.push(el("h2", {}, "Nodes"));
-  const nt = el("table", {id: "nodes"}, el("tr", {}, ...["node", "state", "gossip", "actors at", "CPUs", "GPUs", "CPU", "GPU", "other resources", "labels", "tasks", "uptime"].map(h => el("th", {}, h))));
+  const nt = el("table", {id: "nodes"}, el("tr", {}, ...["node", "state", "gossip", "actors at", "CPUs", "GPUs", "CPU", "GPU", "other resources", "labels", "tasks", "objects", "uptime"].map(h => el("th", {}, h))));
   for (const n of v.nodes) {
     const other = Object.keys(n.total || {}).filter(k => k !== "CPU" && k !== "GPU").sort()
       .map(k => `${k} ${fmtAmount(k, (n.used || {})[k] || 0)}/${fmtAmount(k, n.total[k])}`).join(", ");
@@ -107,7 +107,8 @@ function drawCluster(v) {
       el("td", {}, n.id), el("td", {}, stateBadge(n.state)), el("td", {}, n.gossip_address || "–"), el("td", {}, n.actor_address || "–"),
       el("td", {}, fmtNum(n.cpus)), el("td", {title: gpus}, String((n.gpus || []).length) + (gpus ? " (" + gpus + ")" : "")),
       resourceCell(n, "CPU"), resourceCell(n, "GPU"), el("td", {class: "wrap"}, other || "–"),
-      el("td", {class: "wrap"}, labels || "–"), el("td", {}, n.gone_since ? "–" : String(n.tasks || 0)), el("td", {}, up)));
+      el("td", {class: "wrap"}, labels || "–"), el("td", {}, n.gone_since ? "–" : String(n.tasks || 0)),
+      el("td", {}, n.gone_since ? "–" : `${n.objects || 0}` + (n.objects ? ` (${fmtAmount("memory", n.object_bytes || 0)})` : "")), el("td", {}, up)));
   }
   out.push(nt);
 
