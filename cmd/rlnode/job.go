@@ -131,12 +131,23 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode submit: node %s: %v\n", nodeID, err)
 		return 1
 	}
+	via := addressFlag(*addr)
 	fmt.Fprintf(stdout, "job %s submitted: %s on node %s, writing to %s\n", in.Name, in.Recipe, in.Node, in.Out)
-	fmt.Fprintf(stdout, "  rlnode job logs %s --follow\n  rlnode job stop %s\n", in.Name, in.Name)
+	fmt.Fprintf(stdout, "  rlnode job logs %s --follow%s\n  rlnode job stop %s%s\n", in.Name, via, in.Name, via)
 	if *noWait {
 		return 0
 	}
-	return followJob(client, nodeID, in.Name, 0, stdout, stderr)
+	return followJob(client, nodeID, in.Name, via, 0, stdout, stderr)
+}
+
+// addressFlag is " --address ADDR" when the command was given one, ""
+// else: the commands it prints to run next must ask the same node, or
+// they fail where several nodes run on the host.
+func addressFlag(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	return " --address " + addr
 }
 
 // submitter is user@host, as a job records who submitted it.
@@ -167,8 +178,9 @@ func jobClient(cmd, addr string, stderr io.Writer) (jobs.Client, string, bool) {
 
 // followJob prints the job's log from offset, asked of node nodeID
 // through c, until the job has ended and its log is read; Ctrl-C stops
-// following. It returns 0 when the job succeeded.
-func followJob(c jobs.Client, nodeID, name string, offset int64, stdout, stderr io.Writer) int {
+// following. via (addressFlag) goes into the commands it suggests. It
+// returns 0 when the job succeeded.
+func followJob(c jobs.Client, nodeID, name, via string, offset int64, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -206,7 +218,7 @@ func followJob(c jobs.Client, nodeID, name string, offset int64, stdout, stderr 
 		}
 		select {
 		case <-sigs:
-			fmt.Fprintf(stderr, "\nrlnode job: stopped following; job %s goes on (rlnode job logs %s --follow, rlnode job stop %s)\n", name, name, name)
+			fmt.Fprintf(stderr, "\nrlnode job: stopped following; job %s goes on (rlnode job logs %s --follow%s, rlnode job stop %s%s)\n", name, name, via, name, via)
 			return 130
 		case <-time.After(500 * time.Millisecond):
 		}
@@ -329,7 +341,7 @@ func jobCommand(args []string, stdout, stderr io.Writer) int {
 	case "logs":
 		if *follow {
 			cancel()
-			return followJob(c, nodeID, pos[0], 0, stdout, stderr)
+			return followJob(c, nodeID, pos[0], addressFlag(*addr), 0, stdout, stderr)
 		}
 		// The log as it is now: read up to the size the first read saw
 		// (a running job's log grows meanwhile: --follow goes on), each

@@ -352,3 +352,35 @@ func TestSubmitsInOneSecond(t *testing.T) {
 		t.Errorf("the job's folder: %s, want the second of its name", in.Out)
 	}
 }
+
+// TestSubmitHintsWork: the commands submit prints to follow and stop its
+// job run as printed. With two nodes on the host (README's walk-through)
+// they lacked the --address submit was given, and each one failed with
+// "2 nodes run on this host ... choose one with --address".
+func TestSubmitHintsWork(t *testing.T) {
+	home := t.TempDir()
+	head := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head")
+	other := startRlnode(t, home, "join", head.gossip, "--bind", "127.0.0.1:0", "--node-id", "other", "--cpus", "0.1")
+	dumpOnFailure(t, head, other)
+	dir := filepath.Join(t.TempDir(), "hinted")
+	out, errOut, code := runRlnode(t, home, append([]string{"submit", "quickstart", "--name", "hinted", "--node", "head", "--out", dir,
+		"--address", head.gossip, "--no-wait"}, tinyRun...)...)
+	if code != 0 {
+		t.Fatalf("submit --no-wait: exit %d\n%s%s", code, out, errOut)
+	}
+	var hints [][]string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "rlnode" && f[1] == "job" {
+			hints = append(hints, f[1:])
+		}
+	}
+	if len(hints) != 2 || hints[0][1] != "logs" || hints[1][1] != "stop" {
+		t.Fatalf("submit's hints: %q\n%s", hints, out)
+	}
+	// Follow first (the job ends), then stop: an ended job is told so.
+	for _, h := range hints {
+		if hout, herr, hcode := runRlnode(t, home, h...); hcode != 0 && !strings.Contains(herr, "it has ended") {
+			t.Errorf("rlnode %s, as submit printed it: exit %d\n%s%s", strings.Join(h, " "), hcode, hout, herr)
+		}
+	}
+}
