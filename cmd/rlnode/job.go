@@ -370,9 +370,9 @@ func jobCommand(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		if *now {
-			fmt.Fprintf(stdout, "job %s: its driver is killed; rlnode job status %s shows it STOPPED\n", pos[0], pos[0])
+			fmt.Fprintf(stdout, "job %s: its driver is killed; rlnode job status %s%s shows it STOPPED\n", pos[0], pos[0], addressFlag(*addr))
 		} else {
-			fmt.Fprintf(stdout, "job %s: asked its run to stop after the current step, which it checkpoints; rlnode job status %s shows when it has\n", pos[0], pos[0])
+			fmt.Fprintf(stdout, "job %s: asked its run to stop after the current step, which it checkpoints; rlnode job status %s%s shows when it has\n", pos[0], pos[0], addressFlag(*addr))
 		}
 	}
 	return 0

@@ -317,7 +317,9 @@ func TestFollowThroughANodeThatStops(t *testing.T) {
 	if in := jobInfo(t, home, head.gossip, "long"); in.Status != jobs.Running || in.Node != "head" {
 		t.Errorf("the job once the node it was followed through stopped: %+v", in)
 	}
-	if out, errOut, code := runRlnode(t, home, "job", "stop", "long", "--now", "--address", head.gossip); code != 0 {
+	// The status command it suggests asks the same node (two run here).
+	if out, errOut, code := runRlnode(t, home, "job", "stop", "long", "--now", "--address", head.gossip); code != 0 ||
+		!strings.Contains(out, "rlnode job status long --address "+head.gossip+" shows it STOPPED") {
 		t.Errorf("job stop --now: exit %d\n%s%s", code, out, errOut)
 	}
 }
