@@ -149,9 +149,10 @@ func (n *Node) objectBody(ctx context.Context, ref ObjectRef) ([]byte, error) {
 }
 
 // Free drops the objects refs name, wherever they are: this node's at
-// once, others' by a message to their node (best effort: a node that does
-// not hear it keeps them until it stops). A Get of a freed object fails
-// with ErrObjectLost.
+// once, others' by a call to their node, which Free waits for (up to
+// freeWait each, in parallel), so a Get after Free fails with
+// ErrObjectLost. A node that cannot be reached keeps them until it stops
+// (logged).
 func (n *Node) Free(refs ...ObjectRef) {
 	remote := map[string][]string{}
 	for _, r := range refs {
@@ -161,14 +162,28 @@ func (n *Node) Free(refs ...ObjectRef) {
 			remote[r.Node] = append(remote[r.Node], r.ID)
 		}
 	}
+	var wg sync.WaitGroup
 	for node, ids := range remote {
-		if ref, err := n.nodeRef(node); err == nil {
-			if err := n.sys.Tell(ref, objectFree{IDs: ids}); err != nil {
-				n.log.Warn("free objects: the message did not go", "node", node, "objects", len(ids), "err", err)
-			}
+		ref, err := n.nodeRef(node)
+		if err != nil {
+			n.log.Warn("free objects: their node is not known here", "node", node, "objects", len(ids), "err", err)
+			continue
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), freeWait)
+			defer cancel()
+			if _, err := n.sys.Call(ctx, ref, objectFree{IDs: ids}); err != nil {
+				n.log.Warn("free objects: their node did not confirm", "node", node, "objects", len(ids), "err", err)
+			}
+		}()
 	}
+	wg.Wait()
 }
+
+// freeWait bounds how long Free waits for another node to drop objects.
+const freeWait = 10 * time.Second
 
 func (n *Node) freeLocal(ids ...string) {
 	s := &n.objects

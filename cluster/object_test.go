@@ -162,3 +162,38 @@ func TestObjectStoreBound(t *testing.T) {
 		t.Error("a negative ObjectStoreBytes started a node")
 	}
 }
+
+// TestFreeOfAnotherNodesObject: Free of an object another node holds has
+// dropped it there when it returns, as README says ("a Get after that
+// fails with ErrObjectLost"). It told the holder without waiting, so a Get
+// right after the Free still read the object.
+func TestFreeOfAnotherNodesObject(t *testing.T) {
+	key := testKey(t)
+	a, err := Start(context.Background(), Config{NodeID: "free-a", Bind: "127.0.0.1:0", Key: key, CPUs: 1, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	b, err := Start(context.Background(), Config{NodeID: "free-b", Bind: "127.0.0.1:0", Key: key, CPUs: 1, Join: []string{a.GossipAddress()}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	waitFor(t, "2 nodes with directory records", 10*time.Second, func() bool { return nodeCount(b) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ref, err := Put(ctx, a, []byte("kept on free-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Get[[]byte](ctx, b, ref); err != nil || string(got) != "kept on free-a" {
+		t.Fatalf("Get on free-b: %q, %v", got, err)
+	}
+	b.Free(ref)
+	if got, err := Get[[]byte](ctx, a, ref); !errors.Is(err, ErrObjectLost) {
+		t.Errorf("Get on the holder after another node freed it: %q, %v", got, err)
+	}
+	if n, _ := a.Objects(); n != 0 {
+		t.Errorf("the holder keeps %d objects after Free", n)
+	}
+}
