@@ -123,6 +123,11 @@ func Get[T any](ctx context.Context, n *Node, ref ObjectRef) (T, error) {
 
 // objectBody is the encoded object, fetched from its node unless n holds it.
 func (n *Node) objectBody(ctx context.Context, ref ObjectRef) ([]byte, error) {
+	if ref.ID == "" || ref.Node == "" {
+		// The zero ref: never put, or dropped on its way (an unexported
+		// field of a message does not travel).
+		return nil, fmt.Errorf("get object: empty ObjectRef (the zero value, not one Put returned; is it an exported field of the message that carried it?)")
+	}
 	if ref.Node == n.id {
 		n.objects.mu.Lock()
 		o, ok := n.objects.objs[ref.ID]

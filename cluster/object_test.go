@@ -197,3 +197,14 @@ func TestFreeOfAnotherNodesObject(t *testing.T) {
 		t.Errorf("the holder keeps %d objects after Free", n)
 	}
 }
+
+// TestGetOfAnEmptyRef: Get of the zero ObjectRef (a message field that did
+// not travel, say) says the ref is empty; it said "node , which put it, is
+// gone", naming no node.
+func TestGetOfAnEmptyRef(t *testing.T) {
+	n := startLocalNode(t, "emptyref-a", testKey(t))
+	_, err := Get[[]byte](context.Background(), n, ObjectRef{})
+	if err == nil || !strings.Contains(err.Error(), "empty ObjectRef") {
+		t.Errorf("Get of the zero ref: %v", err)
+	}
+}
