@@ -169,6 +169,9 @@ func (n *Node) Free(refs ...ObjectRef) {
 	}
 	var wg sync.WaitGroup
 	for node, ids := range remote {
+		if !n.isAlive(node) {
+			continue // its objects went with it
+		}
 		ref, err := n.nodeRef(node)
 		if err != nil {
 			n.log.Warn("free objects: their node is not known here", "node", node, "objects", len(ids), "err", err)
