@@ -124,11 +124,11 @@ func TestWaitForRunLock(t *testing.T) {
 	}
 	var log bytes.Buffer
 	released := make(chan struct{})
-	go func() {
+	go func(unlock func()) {
 		time.Sleep(1500 * time.Millisecond)
 		close(released)
 		unlock()
-	}()
+	}(unlock)
 	waitForRunLock(context.Background(), dir, "j", &log, func() bool { return false })
 	select {
 	case <-released:
@@ -143,11 +143,12 @@ func TestWaitForRunLock(t *testing.T) {
 	}
 
 	// A stop asked ends the wait.
-	unlock, err = runlock.Lock(dir)
+	<-released
+	unlock2, err := runlock.Lock(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unlock()
+	defer unlock2()
 	done := make(chan struct{})
 	go func() {
 		waitForRunLock(context.Background(), dir, "j", io.Discard, func() bool { return true })
