@@ -79,11 +79,11 @@ type NodeRecord struct {
 	// Build is the node's build (buildinfo.String).
 	Build string `msgpack:"bd,omitempty"`
 	// Tasks is how many tasks run on the node (task.go).
-	Tasks   int    `msgpack:"tk,omitempty"`
+	Tasks int `msgpack:"tk,omitempty"`
 	// Objects and ObjectBytes are the objects the node holds (Put).
-	Objects     int   `msgpack:"ob,omitempty"`
-	ObjectBytes int64 `msgpack:"obb,omitempty"`
-	Version uint64 `msgpack:"v"`
+	Objects     int    `msgpack:"ob,omitempty"`
+	ObjectBytes int64  `msgpack:"obb,omitempty"`
+	Version     uint64 `msgpack:"v"`
 
 	// OwnerGraceMs is how long what this node owns outlives its absence
 	// (its Detection.OwnerGrace): the leader applies it (ownerGone).
