@@ -20,6 +20,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/atomicfile"
 	"github.com/rlnode/rlnode/internal/runlock"
 )
 
@@ -200,7 +201,7 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 		return nil, fmt.Errorf("job %s: log: %w", name, err)
 	}
 	recipe := filepath.Join(spec.Out, RecipeFile)
-	if err := writeFileAtomic(recipe, spec.Recipe); err != nil {
+	if err := atomicfile.WriteFile(recipe, spec.Recipe, 0o644); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("job %s: %w", name, err)
 	}
@@ -541,27 +542,4 @@ func readLog(path string, off int64, max int) (logReply, error) {
 		return logReply{}, err
 	}
 	return logReply{Data: b[:n], Next: off + int64(n), Size: fi.Size()}, nil
-}
-
-// writeFileAtomic writes b to path by a rename, so a reader never sees it
-// cut.
-func writeFileAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
