@@ -14,7 +14,6 @@ import (
 	"github.com/rlnode/rlnode/internal/lossclock"
 	"github.com/rlnode/rlnode/internal/lostctx"
 
-	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 )
 
@@ -382,50 +381,15 @@ const (
 func (p *ExecutorPool) callReplica(ctx context.Context, r *execReplica, jobs []Job) (outs []Outcome, lost bool, err error) {
 	cctx, cancel, isLost := lostctx.WithLost(ctx, r.lost)
 	defer cancel()
-	wait := pollFirst
-	pause := func() (lost bool, err error) {
-		select {
-		case <-cctx.Done():
-			if isLost() {
-				return true, nil
-			}
-			return false, ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, pollMax)
-		return false, nil
-	}
-	clock := lossclock.Clock{Timeout: p.opts.LossTimeout}
+	lc := &lossclock.Caller{Clock: lossclock.Clock{Timeout: p.opts.LossTimeout}, PollFirst: pollFirst, PollMax: pollMax, IsLost: isLost}
+	pause := func() (lost bool, err error) { return lc.Pause(cctx) }
 	call := func(msg any) (any, bool, error) {
-		for {
-			sent := time.Now()
-			mctx, mcancel := context.WithTimeout(cctx, clock.Budget(sent))
-			v, err := r.h.Call(mctx, msg)
-			mcancel()
-			var answered *actor.ActorError
-			if err == nil || errors.As(err, &answered) {
-				clock.Answered()
-				return v, false, err
-			}
-			if errors.Is(err, actor.ErrTooLarge) {
-				// Refused for its size: no sign of a loss, and a retry
-				// would be refused again.
-				return nil, false, err
-			}
-			if isLost() {
-				return nil, true, nil
-			}
-			if ctx.Err() != nil {
-				return nil, false, ctx.Err()
-			}
-			if clock.Failed(sent, time.Now()) {
-				p.lose(r, fmt.Sprintf("calls failing or unanswered for %v: %v", p.opts.LossTimeout, err))
-				return nil, true, nil
-			}
-			if lost, err := pause(); lost || err != nil {
-				return nil, lost, err
-			}
+		v, lost, expired, err := lc.Call(cctx, func(mctx context.Context) (any, error) { return r.h.Call(mctx, msg) })
+		if expired {
+			p.lose(r, fmt.Sprintf("calls failing or unanswered for %v: %v", p.opts.LossTimeout, err))
+			return nil, true, nil
 		}
+		return v, lost, err
 	}
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("executor %s on node %s: %s", r.name, r.node, fmt.Sprintf(format, args...))

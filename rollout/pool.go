@@ -698,21 +698,6 @@ func (p *Pool) allLost() error {
 func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) (results []engine.Result, lost bool, err error) {
 	ctx, cancel, isLost := lostctx.WithLost(ctx, r.lost)
 	defer cancel()
-	// pause waits wait (doubling it up to poolPollMax for the next time);
-	// it reports r lost, or ctx's error, if either ends the wait.
-	wait := pollFirst
-	pause := func() (lost bool, err error) {
-		select {
-		case <-ctx.Done():
-			if isLost() {
-				return true, nil
-			}
-			return false, ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, poolPollMax)
-		return false, nil
-	}
 	// call retries calls that fail in transport until the cluster reports
 	// r lost, ctx ends, or the failures last LossTimeout (then r is dropped
 	// here). An error the actor itself answered (*actor.ActorError) comes
@@ -720,39 +705,18 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 	// the first call of the current run of failures: a call that gets no
 	// answer is cut off once LossTimeout has passed since then (a node
 	// that stops answering would otherwise cost a whole CallTimeout before
-	// the clock even started).
-	clock := lossclock.Clock{Timeout: p.cfg.LossTimeout}
+	// the clock even started). pause waits between tries and polls,
+	// doubling up to poolPollMax.
+	lc := &lossclock.Caller{Clock: lossclock.Clock{Timeout: p.cfg.LossTimeout}, MaxWait: p.cfg.CallTimeout,
+		PollFirst: pollFirst, PollMax: poolPollMax, IsLost: isLost}
+	pause := func() (lost bool, err error) { return lc.Pause(ctx) }
 	call := func(msg any) (any, bool, error) {
-		for {
-			sent := time.Now()
-			cctx, ccancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, clock.Budget(sent)))
-			v, err := r.h.Call(cctx, msg)
-			ccancel()
-			var answered *actor.ActorError
-			if err == nil || errors.As(err, &answered) {
-				clock.Answered()
-				return v, false, err
-			}
-			if errors.Is(err, actor.ErrTooLarge) {
-				// Refused for its size, by this node or the replica's: no
-				// sign of a loss, and a retry would be refused again.
-				clock.Answered()
-				return nil, false, err
-			}
-			if isLost() {
-				return nil, true, nil
-			}
-			if ctx.Err() != nil {
-				return nil, false, ctx.Err()
-			}
-			if clock.Failed(sent, time.Now()) {
-				p.lose(r, fmt.Sprintf("calls failing or unanswered for %s: %v", p.cfg.LossTimeout, err))
-				return nil, true, nil
-			}
-			if lost, err := pause(); lost || err != nil {
-				return nil, lost, err
-			}
+		v, lost, expired, err := lc.Call(ctx, func(cctx context.Context) (any, error) { return r.h.Call(cctx, msg) })
+		if expired {
+			p.lose(r, fmt.Sprintf("calls failing or unanswered for %s: %v", p.cfg.LossTimeout, err))
+			return nil, true, nil
 		}
+		return v, lost, err
 	}
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("rollout pool: %s on node %s: %s", r.name, r.node, fmt.Sprintf(format, args...))
@@ -780,7 +744,7 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 	if !ok {
 		return nil, false, fail("submit answered %T, want Ticket", v)
 	}
-	wait = pollFirst
+	lc.ResetPause()
 	for {
 		v, lost, err := call(Collect{Job: t.Job})
 		if lost {
