@@ -1,8 +1,9 @@
 // Package lossclock decides when a replica whose calls keep failing is
 // lost: the pools of rollout and ctxopt drop a replica once its calls have
 // failed in transport or gone unanswered for a loss timeout, counted from
-// the sending of the first such call. It is pure (the caller passes the
-// times) and holds no lock: one call loop owns a Clock.
+// the sending of the first such call. The Clock is pure (the caller
+// passes the times) and holds no lock; Caller is the call loop that owns
+// one (call.go).
 package lossclock
 
 import "time"
