@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/internal/connlimit"
+	"github.com/rlnode/rlnode/internal/ctlsign"
 	"github.com/rlnode/rlnode/internal/httphost"
 )
 
@@ -227,6 +228,10 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 	})
 	mux.Handle("GET /metrics", n.metricsHandler())
 	mux.HandleFunc("POST /stop", func(w http.ResponseWriter, r *http.Request) {
+		if signedRequest(r) {
+			http.Error(w, "control endpoint: refused: a node is stopped from its own host (rlnode stop), with its token", http.StatusForbidden)
+			return
+		}
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = fmt.Fprintf(w, "node %s stopping\n", n.id)
 		go n.Stop()
@@ -238,7 +243,8 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 	n.ctlMu.Unlock()
 	// One address may hold a few connections open, never the node's
 	// descriptors; idle and slow clients are cut off.
-	srv := &http.Server{Handler: controlGuard(token, !loopback, mux), ReadHeaderTimeout: 5 * time.Second,
+	verifier := ctlsign.NewVerifier(n.cfg.Key, nil)
+	srv := &http.Server{Handler: controlGuard(token, verifier, !loopback, mux), ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second}
 	capped := connlimit.Limit(lis, orDefault(n.cfg.ConnsPerAddr.Control, DefaultControlConnsPerAddr))
 	capped.LogRefused(n.log, "control endpoint: refusing a connection")
@@ -265,8 +271,10 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 
 // HandleControl adds a route to the control endpoints that ServeControl
 // serves from now on (net/http's ServeMux pattern: "GET /jobs/{name}").
-// Whatever its method, a request needs the node's token: these routes
-// act for the node's user (rlnode submit's jobs run commands as it).
+// Whatever its method, a request needs the node's token, or to be signed
+// with the cluster key (internal/ctlsign: how a host without a node
+// reaches the routes): these routes act for the node's user (rlnode
+// submit's jobs run commands as it).
 func (n *Node) HandleControl(pattern string, h http.Handler) {
 	n.ctlMu.Lock()
 	defer n.ctlMu.Unlock()
@@ -278,13 +286,26 @@ type controlRoute struct {
 	h       http.Handler
 }
 
-// needToken refuses a request without the bearer token, GET included.
+// needToken refuses a request without the bearer token, GET included,
+// unless controlGuard found it signed with the cluster key.
 func needToken(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if refuseWithoutToken(w, r, token) {
+		if signedRequest(r) || refuseWithoutToken(w, r, token) {
 			next.ServeHTTP(w, r)
 		}
 	})
+}
+
+// MaxSignedBody bounds the body of a request signed with the cluster key,
+// which the control endpoint reads whole to check the signature.
+const MaxSignedBody = 2 << 20
+
+type signedKey struct{}
+
+// signedRequest says whether controlGuard checked r's signature.
+func signedRequest(r *http.Request) bool {
+	ok, _ := r.Context().Value(signedKey{}).(bool)
+	return ok
 }
 
 // refuseWithoutToken answers 401 to a request without the bearer token
@@ -292,7 +313,7 @@ func needToken(token string, next http.Handler) http.Handler {
 func refuseWithoutToken(w http.ResponseWriter, r *http.Request, token string) bool {
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-		http.Error(w, "control endpoint: refused: "+r.Method+" "+r.URL.Path+" needs the node's token (the .token file beside its run file)", http.StatusUnauthorized)
+		http.Error(w, "control endpoint: refused: "+r.Method+" "+r.URL.Path+" needs the node's token (the .token file beside its run file), or a request signed with the cluster key (--address http://HOST:PORT --key-file KEY on rlnode submit and rlnode job)", http.StatusUnauthorized)
 		return false
 	}
 	return true
@@ -317,9 +338,11 @@ func missingDirs(dir string) []string {
 // request whose Origin is not the endpoint itself (a page of any other
 // site) or, unless namesOK (an endpoint bound beyond loopback, reached by
 // host name), whose Host is a name other than localhost (a page that
-// rebinds its own name to 127.0.0.1); and a state-changing request (any
-// method but GET and HEAD) without "Authorization: Bearer <token>" (401).
-func controlGuard(token string, namesOK bool, next http.Handler) http.Handler {
+// rebinds its own name to 127.0.0.1); a request that claims a cluster-key
+// signature that does not hold (401, saying why); and a state-changing
+// request (any method but GET and HEAD) neither signed nor with
+// "Authorization: Bearer <token>" (401).
+func controlGuard(token string, verifier *ctlsign.Verifier, namesOK bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !namesOK && !httphost.ByAddress(r.Host) {
 			http.Error(w, "control endpoint: refused: Host must be an IP address or localhost", http.StatusForbidden)
@@ -327,6 +350,14 @@ func controlGuard(token string, namesOK bool, next http.Handler) http.Handler {
 		}
 		if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host {
 			http.Error(w, "control endpoint: refused: cross-origin request from "+o, http.StatusForbidden)
+			return
+		}
+		if ctlsign.IsSigned(r) {
+			if err := verifier.Verify(r, MaxSignedBody); err != nil {
+				http.Error(w, "control endpoint: "+err.Error(), http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), signedKey{}, true)))
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && !refuseWithoutToken(w, r, token) {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/internal/ctlsign"
 )
 
 func TestControlGuard(t *testing.T) {
@@ -59,7 +60,7 @@ func TestControlGuard(t *testing.T) {
 				r.Header.Set("Authorization", c.auth)
 			}
 			w := httptest.NewRecorder()
-			controlGuard(token, c.namesOK, ok).ServeHTTP(w, r)
+			controlGuard(token, ctlsign.NewVerifier([]byte("k"), nil), c.namesOK, ok).ServeHTTP(w, r)
 			if w.Code != c.want {
 				t.Fatalf("%s %s (Host %s, Origin %q, Authorization %q): HTTP %d, want %d: %s", c.method, "/stop", c.host, c.origin, c.auth, w.Code, c.want, w.Body)
 			}
@@ -269,5 +270,84 @@ func TestNoResourcesNodeAndKeepDeadBounds(t *testing.T) {
 		if _, err := n.Spawn(context.Background(), "test.counter", SpawnOptions{KeepDead: d}); err == nil || !strings.Contains(err.Error(), "KeepDead") {
 			t.Errorf("KeepDead %v: %v", d, err)
 		}
+	}
+}
+
+// A request signed with the cluster key reaches the token routes without
+// the token (how a host without a node submits jobs); one signed with
+// another key, replayed, or changed on the way is refused saying why, and
+// a signed request does not stop the node.
+func TestControlTakesRequestsSignedWithTheClusterKey(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	key := bytes.Repeat([]byte{7}, 32)
+	n, err := Start(context.Background(), Config{NodeID: "signed", Key: key, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	n.HandleControl("POST /echo", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(append([]byte("got "), b...))
+	}))
+	ctrl, closeCtrl, err := n.ServeControl("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeCtrl()
+	do := func(req *http.Request) (int, string) {
+		t.Helper()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	signed := func(k []byte, method, path, body string) *http.Request {
+		req, _ := http.NewRequest(method, "http://"+ctrl+path, strings.NewReader(body))
+		ctlsign.Sign(req, k, []byte(body), time.Now())
+		return req
+	}
+	if code, body := do(signed(key, "POST", "/echo", "ping")); code != http.StatusOK || body != "got ping" {
+		t.Fatalf("signed with the cluster key: HTTP %d %q", code, body)
+	}
+	if code, body := do(signed(bytes.Repeat([]byte{8}, 32), "POST", "/echo", "ping")); code != http.StatusUnauthorized || !strings.Contains(body, "another cluster key") {
+		t.Errorf("signed with another key: HTTP %d %q", code, body)
+	}
+	// The same request twice: the copy is refused.
+	req := signed(key, "POST", "/echo", "once")
+	again := req.Clone(context.Background())
+	again.Body = io.NopCloser(strings.NewReader("once"))
+	if code, _ := do(req); code != http.StatusOK {
+		t.Fatalf("first send: HTTP %d", code)
+	}
+	if code, body := do(again); code != http.StatusUnauthorized || !strings.Contains(body, "replayed") {
+		t.Errorf("replayed: HTTP %d %q", code, body)
+	}
+	// Changed on the way: the body, then the path.
+	changed := signed(key, "POST", "/echo", "pay 1")
+	changed.Body = io.NopCloser(strings.NewReader("pay 9"))
+	if code, body := do(changed); code != http.StatusUnauthorized || !strings.Contains(body, "changed on the way") {
+		t.Errorf("body changed: HTTP %d %q", code, body)
+	}
+	moved := signed(key, "POST", "/echo", "x")
+	moved.URL.Path = "/stop"
+	if code, body := do(moved); code != http.StatusUnauthorized {
+		t.Errorf("path changed to /stop: HTTP %d %q", code, body)
+	}
+	// An hour-old signature.
+	old, _ := http.NewRequest("POST", "http://"+ctrl+"/echo", strings.NewReader("x"))
+	ctlsign.Sign(old, key, []byte("x"), time.Now().Add(-time.Hour))
+	if code, body := do(old); code != http.StatusUnauthorized || !strings.Contains(body, "clock") {
+		t.Errorf("an hour old: HTTP %d %q", code, body)
+	}
+	if code, body := do(signed(key, "POST", "/stop", "")); code != http.StatusForbidden {
+		t.Errorf("signed stop: HTTP %d %q", code, body)
+	}
+	select {
+	case <-n.Done():
+		t.Fatal("a signed request stopped the node")
+	default:
 	}
 }

@@ -1,0 +1,124 @@
+package ctlsign
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// served is req as a server receives it: Host from the URL, the body
+// readable again.
+func served(t *testing.T, method, url, body string, sign func(*http.Request)) *http.Request {
+	t.Helper()
+	out, _ := http.NewRequest(method, url, strings.NewReader(body))
+	sign(out)
+	in := httptest.NewRequest(method, url, strings.NewReader(body))
+	in.Header = out.Header.Clone()
+	return in
+}
+
+func TestVerify(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	now := time.Unix(1_800_000_000, 0)
+	clock := now
+	v := NewVerifier(key, func() time.Time { return clock })
+	at := func(t0 time.Time) func(*http.Request) {
+		return func(r *http.Request) { Sign(r, key, []byte("body"), t0) }
+	}
+	cases := []struct {
+		name   string
+		req    *http.Request
+		refuse string
+	}{
+		{"signed now", served(t, "POST", "http://h:1/jobs?x=1", "body", at(now)), ""},
+		{"4 minutes behind", served(t, "POST", "http://h:1/jobs", "body", at(now.Add(-4*time.Minute))), ""},
+		{"6 minutes ahead", served(t, "POST", "http://h:1/jobs", "body", at(now.Add(6*time.Minute))), "from this node's clock"},
+		{"another key", served(t, "POST", "http://h:1/jobs", "body", func(r *http.Request) { Sign(r, []byte("other"), []byte("body"), now) }), "does not match"},
+		{"body signed, other sent", served(t, "POST", "http://h:1/jobs", "other", at(now)), "does not match"},
+		{"no header", served(t, "POST", "http://h:1/jobs", "body", func(*http.Request) {}), "no RLNODE-HMAC-SHA256"},
+		{"short nonce", served(t, "POST", "http://h:1/jobs", "body", func(r *http.Request) {
+			r.Header.Set("Authorization", Scheme+" t=1800000000,n=ab,s="+strings.Repeat("0", 64))
+		}), "want t=UNIX"},
+		{"unknown field", served(t, "POST", "http://h:1/jobs", "body", func(r *http.Request) {
+			r.Header.Set("Authorization", Scheme+" t=1,x=2")
+		}), "unknown field"},
+		{"huge header", served(t, "POST", "http://h:1/jobs", "body", func(r *http.Request) {
+			r.Header.Set("Authorization", Scheme+" "+strings.Repeat("t=1,", 100))
+		}), "over 256 bytes"},
+	}
+	for _, c := range cases {
+		err := v.Verify(c.req, 1<<10)
+		switch {
+		case c.refuse == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.refuse != "" && (err == nil || !strings.Contains(err.Error(), c.refuse)):
+			t.Errorf("%s: %v, want a refusal saying %q", c.name, err, c.refuse)
+		}
+	}
+	// The handler reads the body the verifier read.
+	r := served(t, "POST", "http://h:1/jobs", "body", at(now))
+	if err := v.Verify(r, 1<<10); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(r.Body); string(b) != "body" {
+		t.Errorf("the body after Verify is %q", b)
+	}
+	// Host is signed: a request sent to h, replayed to another host.
+	moved := served(t, "POST", "http://h:1/jobs", "body", at(now))
+	moved.Host = "other:1"
+	if err := v.Verify(moved, 1<<10); err == nil {
+		t.Error("a request signed for h:1 was taken by other:1")
+	}
+	// A body over the bound.
+	big := served(t, "POST", "http://h:1/jobs", strings.Repeat("x", 2000), func(r *http.Request) { Sign(r, key, []byte(strings.Repeat("x", 2000)), now) })
+	if err := v.Verify(big, 1<<10); err == nil || !strings.Contains(err.Error(), "over 1024 bytes") {
+		t.Errorf("2000-byte body under a 1024 bound: %v", err)
+	}
+	// Replay within the window, then its nonce forgotten after it: an
+	// old copy is refused by its time.
+	r1 := served(t, "GET", "http://h:1/jobs", "", func(r *http.Request) { Sign(r, key, nil, now) })
+	r2 := r1.Clone(r1.Context())
+	if err := v.Verify(r1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Verify(r2, 0); err == nil || !strings.Contains(err.Error(), "replayed") {
+		t.Errorf("replay: %v", err)
+	}
+	clock = now.Add(Window + 2*time.Minute)
+	r3 := r1.Clone(r1.Context())
+	if err := v.Verify(r3, 0); err == nil || !strings.Contains(err.Error(), "clock") {
+		t.Errorf("replay after the window: %v", err)
+	}
+	// The next request taken sweeps the nonces whose window has passed.
+	if err := v.Verify(served(t, "GET", "http://h:1/jobs", "", func(r *http.Request) { Sign(r, key, nil, clock) }), 0); err != nil {
+		t.Fatal(err)
+	}
+	v.mu.Lock()
+	left := len(v.nonces)
+	v.mu.Unlock()
+	if left != 1 {
+		t.Errorf("%d nonces remembered, want the last one only", left)
+	}
+}
+
+// Past MaxNonces in a window, signed requests are refused until older
+// nonces expire; the map does not grow.
+func TestVerifyNonceBound(t *testing.T) {
+	key := []byte("k")
+	now := time.Unix(1_800_000_000, 0)
+	v := NewVerifier(key, func() time.Time { return now })
+	for i := 0; i < MaxNonces; i++ {
+		v.nonces[fmt.Sprintf("%032x", i)] = now.Unix() + 300
+	}
+	r := served(t, "GET", "http://h:1/jobs", "", func(r *http.Request) { Sign(r, key, nil, now) })
+	if err := v.Verify(r, 0); err == nil || !strings.Contains(err.Error(), "try again later") {
+		t.Errorf("past the bound: %v", err)
+	}
+	if len(v.nonces) != MaxNonces {
+		t.Errorf("%d nonces, bound %d", len(v.nonces), MaxNonces)
+	}
+}
