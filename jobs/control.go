@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -17,6 +19,8 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/ctlsign"
+	"github.com/rlnode/rlnode/internal/rundir"
 )
 
 // A job's status, from its actor's record.
@@ -213,7 +217,7 @@ func record(ctx context.Context, node *cluster.Node, name string) (cluster.Actor
 }
 
 func submitHandler(w http.ResponseWriter, r *http.Request) {
-	node, _, err := hosting()
+	node, cfg, err := hosting()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
@@ -230,7 +234,7 @@ func submitHandler(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "submit: request body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	info, code, err := submit(r.Context(), node, req)
+	info, code, err := submit(r.Context(), node, cfg, req)
 	if err != nil {
 		http.Error(w, "submit: "+err.Error(), code)
 		return
@@ -238,14 +242,30 @@ func submitHandler(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, info)
 }
 
-// submit checks req and spawns its job actor.
-func submit(ctx context.Context, node *cluster.Node, req SubmitRequest) (Info, int, error) {
+// submit checks req and spawns its job actor. A request without a run
+// folder (from a host without a node: its paths mean nothing here) gets
+// cfg.RunsDir/RECIPE-DATE[-N], made here.
+func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitRequest) (Info, int, error) {
 	spec := Spec{Recipe: []byte(req.Recipe), RecipeName: req.RecipeName, Out: filepath.Clean(req.Out), SubmittedMs: time.Now().UnixMilli(), Submitter: req.Submitter, Resume: req.Resume}
+	defaultOut := ""
 	if req.Out == "" {
 		spec.Out = ""
+		if cfg.RunsDir != "" && !req.Resume {
+			base := req.RecipeName
+			if CheckName(base) != nil {
+				base = "job"
+			}
+			defaultOut = filepath.Join(cfg.RunsDir, base+"-"+time.Now().Format("20060102-150405"))
+			spec.Out = defaultOut
+		}
 	}
 	if err := spec.Check(); err != nil {
 		return Info{}, http.StatusBadRequest, err
+	}
+	if cfg.Check != nil {
+		if err := cfg.Check(spec.Recipe); err != nil {
+			return Info{}, http.StatusBadRequest, fmt.Errorf("the recipe, checked on node %s (every file it names must be there, at the path it gives): %w", node.ID(), err)
+		}
 	}
 	if req.MaxRestarts < 0 || req.MaxRestarts > MaxRestartsLimit {
 		return Info{}, http.StatusBadRequest, fmt.Errorf("max_restarts %d: want 0 to %d", req.MaxRestarts, MaxRestartsLimit)
@@ -277,6 +297,7 @@ func submit(ctx context.Context, node *cluster.Node, req SubmitRequest) (Info, i
 	if err != nil {
 		return Info{}, http.StatusBadRequest, err
 	}
+	spawned := false
 	held := 0
 	for _, rec := range known {
 		held += len(rec.Args)
@@ -298,12 +319,25 @@ func submit(ctx context.Context, node *cluster.Node, req SubmitRequest) (Info, i
 	for k, v := range req.Labels {
 		labels[k] = v
 	}
+	if defaultOut != "" {
+		dir, err := rundir.Reserve(defaultOut)
+		if err != nil {
+			return Info{}, http.StatusInternalServerError, fmt.Errorf("run folder under %s (node %s): %w", cfg.RunsDir, node.ID(), err)
+		}
+		spec.Out = dir
+		defer func() {
+			if !spawned {
+				_ = os.Remove(dir) // only while still empty
+			}
+		}()
+	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	h, err := node.Spawn(sctx, Kind, cluster.SpawnOptions{
 		Name: name, Args: spec, Resources: cluster.Resources{}, Labels: labels, Node: req.Node,
 		MaxRestarts: req.MaxRestarts, Detached: true, KeepDead: KeepEnded,
 	})
+	spawned = err == nil
 	if err != nil {
 		code := http.StatusInternalServerError
 		if errors.Is(err, cluster.ErrInfeasible) || errors.Is(err, actor.ErrNameTaken) {
@@ -414,16 +448,28 @@ func stopHandler(w http.ResponseWriter, r *http.Request, ctx context.Context, no
 // Client talks to one node's job routes.
 type Client struct {
 	Control string // the node's control endpoint, HOST:PORT
-	Token   string
-	HTTP    *http.Client // default: http.DefaultClient
+	// Token is the node's control token (a client on the node's host);
+	// with Key instead, requests are signed with the cluster key
+	// (internal/ctlsign), which any host that holds it can do.
+	Token string
+	Key   []byte
+	HTTP  *http.Client // default: http.DefaultClient
 }
 
-func (c Client) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.Control+path, body)
+func (c Client) do(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.Control+path, rd)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if c.Key != nil {
+		ctlsign.Sign(req, c.Key, body, time.Now())
+	} else {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -451,7 +497,7 @@ type HTTPError struct {
 
 func (e *HTTPError) Error() string { return e.Msg }
 
-func (c Client) getJSON(ctx context.Context, method, path string, body io.Reader, v any) error {
+func (c Client) getJSON(ctx context.Context, method, path string, body []byte, v any) error {
 	resp, err := c.do(ctx, method, path, body)
 	if err != nil {
 		return err
@@ -467,7 +513,7 @@ func (c Client) Submit(ctx context.Context, req SubmitRequest) (Info, error) {
 		return Info{}, err
 	}
 	var in Info
-	err = c.getJSON(ctx, http.MethodPost, "/jobs", strings.NewReader(string(b)), &in)
+	err = c.getJSON(ctx, http.MethodPost, "/jobs", b, &in)
 	return in, err
 }
 

@@ -94,6 +94,15 @@ type Config struct {
 	// KeyFile is the cluster key file the node was started with: a job's
 	// driver joins the cluster with it.
 	KeyFile string
+	// RunsDir is where a job submitted without a run folder (from a host
+	// without a node, which cannot name one of its own) gets one,
+	// RunsDir/RECIPE-DATE[-N]; empty: such a submit is refused.
+	RunsDir string
+	// Check checks a submitted recipe (resolved, YAML) on this node's
+	// host before the job is taken: files it names that this host does
+	// not see are refused at submit, not when the driver starts. nil:
+	// not checked here.
+	Check func(recipe []byte) error
 	// Executable is the rlnode binary a job runs (default: this one).
 	Executable string
 	// StopGrace is how long a job's driver has, once asked to stop with

@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"os/user"
@@ -26,14 +28,17 @@ func init() {
 	commands["job"] = jobCommand
 }
 
-const submitUsage = `usage: rlnode submit RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--name NAME] [--max-restarts N] [--label k=v]... [--node ID] [--resume] [--no-wait] [--address NODE]
+const submitUsage = `usage: rlnode submit RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--name NAME] [--max-restarts N] [--label k=v]... [--node ID] [--resume] [--no-wait] [--address NODE | --address http://HOST:PORT [--key-file KEY]]
 
 Submits a run of RECIPE (a built-in name or a file) as a job to the cluster a
-node on this host belongs to. A node of the cluster runs the run's driver
-(rlnode run --address) for it, so the run goes on when this terminal or host
-is gone. When the job's node is lost or stops, another node takes the job
-over and continues the run from its newest checkpoint (--resume): DIR must
-then be on a filesystem every node sees. The recipe is checked here first.
+node on this host belongs to, or, with --address http://HOST:PORT, to the
+cluster whose node's control endpoint listens there (a host without a node:
+requests are signed with the cluster key, --key-file). A node of the cluster
+runs the run's driver (rlnode run --address) for it, so the run goes on when
+this terminal or host is gone. When the job's node is lost or stops, another
+node takes the job over and continues the run from its newest checkpoint
+(--resume): DIR must then be on a filesystem every node sees. The recipe is
+checked here first, and again on the node that takes the job.
 
 Without --no-wait, submit follows the job's log until it ends and exits 0
 when it succeeded; Ctrl-C stops following, not the job.
@@ -49,7 +54,8 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 	node := fs.String("node", "", "run the job's driver on this node id")
 	noWait := fs.Bool("no-wait", false, "return once the job is submitted")
 	resume := fs.Bool("resume", false, "continue the run --out holds from its newest intact checkpoint, or start it over there when it wrote none (rlnode run --continue); without it a folder that holds a run or job is refused")
-	addr := fs.String("address", "", "gossip address (or node id) of the node on this host to submit through (default: the only one)")
+	addr := fs.String("address", "", "gossip address (or node id) of the node on this host to submit through (default: the only one), or http://HOST:PORT, a node's control endpoint on another host")
+	keyFile := fs.String("key-file", defaultKeyFile(), "the cluster key file, to sign requests with --address http://HOST:PORT")
 	var sets, labels repeated
 	fs.Var(&sets, "set", "override KEY.PATH=VALUE (repeatable; VALUE is YAML)")
 	fs.Var(&labels, "label", "a label k=v the job's node must carry (repeatable)")
@@ -98,13 +104,21 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode submit: %v\n", err)
 		return 1
 	}
-	client, nodeID, ok := jobClient("rlnode submit", *addr, stderr)
+	client, nodeID, ok := jobClient("rlnode submit", *addr, *keyFile, stderr)
 	if !ok {
 		return 1
 	}
+	remote := client.Key != nil
 	dir := *out
 	reserved := false
-	if dir == "" {
+	switch {
+	case remote && dir != "" && !filepath.IsAbs(dir):
+		fmt.Fprintf(stderr, "rlnode submit: --out %s: with --address %s, an absolute path on the cluster's filesystem (or none: the node picks runs/NAME-DATE in its working folder)\n", dir, *addr)
+		return 2
+	case remote:
+		// The node picks the folder when none is given: a path of this
+		// host means nothing there.
+	case dir == "":
 		// The default names the second: a job submitted beside another
 		// in the same second (a sweep's loop) takes the next free
 		// NAME-DATE-N, as rlnode run's default does.
@@ -114,9 +128,11 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		reserved = true
 	}
-	if dir, err = filepath.Abs(dir); err != nil {
-		fmt.Fprintf(stderr, "rlnode submit: --out: %v\n", err)
-		return 1
+	if !remote {
+		if dir, err = filepath.Abs(dir); err != nil {
+			fmt.Fprintf(stderr, "rlnode submit: --out: %v\n", err)
+			return 1
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	in, err := client.Submit(ctx, jobs.SubmitRequest{
@@ -131,7 +147,7 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode submit: node %s: %v\n", nodeID, err)
 		return 1
 	}
-	via := addressFlag(*addr)
+	via := addressFlag(*addr, *keyFile)
 	fmt.Fprintf(stdout, "job %s submitted: %s on node %s, writing to %s\n", in.Name, in.Recipe, in.Node, in.Out)
 	fmt.Fprintf(stdout, "  rlnode job logs %s --follow%s\n  rlnode job stop %s%s\n", in.Name, via, in.Name, via)
 	if *noWait {
@@ -142,12 +158,53 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 
 // addressFlag is " --address ADDR" when the command was given one, ""
 // else: the commands it prints to run next must ask the same node, or
-// they fail where several nodes run on the host.
-func addressFlag(addr string) string {
+// they fail where several nodes run on the host. A remote address comes
+// with its --key-file where that is not the default.
+func addressFlag(addr, keyFile string) string {
 	if addr == "" {
 		return ""
 	}
+	if isRemote(addr) && keyFile != defaultKeyFile() {
+		return " --address " + addr + " --key-file " + keyFile
+	}
 	return " --address " + addr
+}
+
+func defaultKeyFile() string { return filepath.Join(cluster.Home(), "cluster.key") }
+
+// isRemote says whether --address names a control endpoint by URL (a
+// node on another host) rather than a node on this host.
+func isRemote(addr string) bool {
+	return strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://")
+}
+
+// controlURL is the HOST:PORT of --address http://HOST:PORT, a node's
+// control endpoint on another host.
+func controlURL(addr string) (string, error) {
+	u, err := url.Parse(addr)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("--address %s: %v", addr, err)
+	case u.Scheme == "https":
+		return "", fmt.Errorf("--address %s: a node's control endpoint speaks plain HTTP (requests are signed with the cluster key, not encrypted); to encrypt, tunnel to it (ssh -L 8266:127.0.0.1:PORT HOST) and give --address http://127.0.0.1:8266", addr)
+	case u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil:
+		return "", fmt.Errorf("--address %s: want http://HOST:PORT, a node's control endpoint (rlnode start|join --status-bind HOST:PORT; the node prints it as control:)", addr)
+	}
+	return u.Host, nil
+}
+
+// remoteClient is the client of the control endpoint at addr
+// (http://HOST:PORT), signing its requests with the key in keyFile.
+func remoteClient(addr, keyFile string) (jobs.Client, error) {
+	host, err := controlURL(addr)
+	if err != nil {
+		return jobs.Client{}, err
+	}
+	key, _, err := cluster.LoadOrCreateKey(keyFile, false)
+	if err != nil {
+		return jobs.Client{}, fmt.Errorf("--key-file: %w", err)
+	}
+	return jobs.Client{Control: host, Key: key, HTTP: &http.Client{Timeout: 60 * time.Second}}, nil
 }
 
 // submitter is user@host, as a job records who submitted it.
@@ -160,7 +217,15 @@ func submitter() string {
 }
 
 // jobClient is the job client of the node on this host that addr names.
-func jobClient(cmd, addr string, stderr io.Writer) (jobs.Client, string, bool) {
+func jobClient(cmd, addr, keyFile string, stderr io.Writer) (jobs.Client, string, bool) {
+	if isRemote(addr) {
+		c, err := remoteClient(addr, keyFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+			return jobs.Client{}, "", false
+		}
+		return c, "at " + c.Control, true
+	}
 	ri, err := cluster.FindRunning(addr)
 	if err != nil {
 		if !errors.Is(err, cluster.ErrNodeGone) {
@@ -246,7 +311,9 @@ const jobUsage = `usage: rlnode job list [--json] [--address NODE]
        rlnode job logs NAME [--follow] [--address NODE]
        rlnode job stop NAME [--now] [--address NODE]
 
-Lists and follows the jobs rlnode submit started, asked of a node on this host.
+Lists and follows the jobs rlnode submit started, asked of a node on this host,
+or with --address http://HOST:PORT [--key-file KEY] of the node whose control
+endpoint listens there (requests signed with the cluster key).
 A job's status is RUNNING, RESTARTING (its node was lost or stopped; another
 node takes it over), SUCCEEDED, FAILED or STOPPED; an ended job is kept for
 7 days. stop asks the job's run to stop after its current step, which it
@@ -266,7 +333,8 @@ func jobCommand(args []string, stdout, stderr io.Writer) int {
 	verb := args[0]
 	fs := flag.NewFlagSet("rlnode job "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("address", "", "gossip address (or node id) of the node on this host to ask (default: the only one)")
+	addr := fs.String("address", "", "gossip address (or node id) of the node on this host to ask (default: the only one), or http://HOST:PORT, a node's control endpoint on another host")
+	keyFile := fs.String("key-file", defaultKeyFile(), "the cluster key file, to sign requests with --address http://HOST:PORT")
 	asJSON, follow, now := new(bool), new(bool), new(bool)
 	wantName := true
 	switch verb {
@@ -306,7 +374,7 @@ func jobCommand(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	c, nodeID, ok := jobClient(cmd, *addr, stderr)
+	c, nodeID, ok := jobClient(cmd, *addr, *keyFile, stderr)
 	if !ok {
 		return 1
 	}
@@ -341,7 +409,7 @@ func jobCommand(args []string, stdout, stderr io.Writer) int {
 	case "logs":
 		if *follow {
 			cancel()
-			return followJob(c, nodeID, pos[0], addressFlag(*addr), 0, stdout, stderr)
+			return followJob(c, nodeID, pos[0], addressFlag(*addr, *keyFile), 0, stdout, stderr)
 		}
 		// The log as it is now: read up to the size the first read saw
 		// (a running job's log grows meanwhile: --follow goes on), each
@@ -370,9 +438,9 @@ func jobCommand(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		if *now {
-			fmt.Fprintf(stdout, "job %s: its driver is killed; rlnode job status %s%s shows it STOPPED\n", pos[0], pos[0], addressFlag(*addr))
+			fmt.Fprintf(stdout, "job %s: its driver is killed; rlnode job status %s%s shows it STOPPED\n", pos[0], pos[0], addressFlag(*addr, *keyFile))
 		} else {
-			fmt.Fprintf(stdout, "job %s: asked its run to stop after the current step, which it checkpoints; rlnode job status %s%s shows when it has\n", pos[0], pos[0], addressFlag(*addr))
+			fmt.Fprintf(stdout, "job %s: asked its run to stop after the current step, which it checkpoints; rlnode job status %s%s shows when it has\n", pos[0], pos[0], addressFlag(*addr, *keyFile))
 		}
 	}
 	return 0

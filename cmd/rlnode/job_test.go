@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -385,4 +387,106 @@ func TestSubmitHintsWork(t *testing.T) {
 			t.Errorf("rlnode %s, as submit printed it: exit %d\n%s%s", strings.Join(h, " "), hcode, hout, herr)
 		}
 	}
+}
+
+// bannerValue is the value of a node's banner line "NAME: VALUE".
+func bannerValue(t *testing.T, n *runningNode, name string) string {
+	t.Helper()
+	for _, line := range strings.Split(n.out.String(), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name+":" {
+			return f[1]
+		}
+	}
+	t.Fatalf("no %s: line in the node's banner:\n%s", name, n.out)
+	return ""
+}
+
+// A host with no node of the cluster submits and follows a job through a
+// node's control endpoint by URL, its requests signed with a copy of the
+// cluster key: the run lands in the node's runs folder; a wrong or
+// missing key, https, a relative --out and a recipe naming a file the
+// node does not see are refused, naming why.
+func TestRemoteSubmit(t *testing.T) {
+	home, laptop, work := t.TempDir(), t.TempDir(), t.TempDir()
+	headKey := filepath.Join(home, "cluster.key")
+	head := startRlnodeIn(t, work, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head", "--cpus", "4", "--key-file", headKey)
+	dumpOnFailure(t, head)
+	url := "http://" + bannerValue(t, head, "control")
+	b, err := os.ReadFile(headKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(laptop, "copy.key")
+	if err := os.WriteFile(key, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"submit", "quickstart", "--name", "far", "--address", url, "--key-file", key}, deterministicRun(2)...)
+	out, errOut, code := runRlnode(t, laptop, args...)
+	if code != 0 || !strings.Contains(out, "job far SUCCEEDED") {
+		t.Fatalf("remote submit: exit %d\n%s%s", code, out, errOut)
+	}
+	// The node picked the folder, in its working folder's runs/.
+	st, errOut, code := runRlnode(t, laptop, "job", "status", "far", "--json", "--address", url, "--key-file", key)
+	var in jobs.Info
+	if err := json.Unmarshal([]byte(st), &in); code != 0 || err != nil {
+		t.Fatalf("job status: exit %d, %v\n%s%s", code, err, st, errOut)
+	}
+	if in.Status != jobs.Succeeded || filepath.Dir(in.Out) != filepath.Join(work, "runs") || !strings.HasPrefix(filepath.Base(in.Out), "quickstart-") {
+		t.Fatalf("job far: %+v (want SUCCEEDED in %s)", in, filepath.Join(work, "runs"))
+	}
+	if _, err := os.Stat(filepath.Join(in.Out, "checkpoints", "step-4")); err != nil {
+		t.Errorf("the remote job's last checkpoint: %v", err)
+	}
+	// The hints it printed carry the key file (not the default one).
+	if !strings.Contains(out, "rlnode job logs far --follow --address "+url+" --key-file "+key) {
+		t.Errorf("submit's hints:\n%s", out)
+	}
+	logs, errOut, code := runRlnode(t, laptop, "job", "logs", "far", "--address", url, "--key-file", key)
+	if code != 0 || !strings.Contains(logs, "done: 4 steps") {
+		t.Errorf("job logs: exit %d\n%s%s", code, logs, errOut)
+	}
+	if st, errOut, code := runRlnode(t, laptop, "status", "--address", url); code != 0 || !strings.Contains(st, "head") {
+		t.Errorf("remote status: exit %d\n%s%s", code, st, errOut)
+	}
+	other := filepath.Join(laptop, "other.key")
+	if err := os.WriteFile(other, []byte("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refusals := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"job", "list", "--address", url, "--key-file", other}, "signature does not match"},
+		{[]string{"job", "list", "--address", url}, filepath.Join(laptop, "cluster.key")},
+		{[]string{"job", "list", "--address", strings.Replace(url, "http:", "https:", 1), "--key-file", key}, "speaks plain HTTP"},
+		{[]string{"job", "list", "--address", url + "/jobs", "--key-file", key}, "want http://HOST:PORT"},
+		{[]string{"submit", "quickstart", "--address", url, "--key-file", key, "--out", "runs/x"}, "an absolute path on the cluster's filesystem"},
+	}
+	for _, r := range refusals {
+		out, errOut, code := runRlnode(t, laptop, r.args...)
+		if code == 0 || !strings.Contains(errOut, r.want) {
+			t.Errorf("rlnode %v: exit %d, want a refusal saying %q\n%s%s", r.args, code, r.want, out, errOut)
+		}
+	}
+	// The node checks the recipe on its host: a dataset it does not see.
+	recipe := "name: gone\nmodels:\n  policy:\n    init: {layers: 1, hidden: 32, heads: 2, vocab: 64}\ndata:\n  dataset:\n    train: " + filepath.Join(laptop, "missing.jsonl") + "\n"
+	c := jobs.Client{Control: strings.TrimPrefix(url, "http://"), Key: b64Key(t, b)}
+	_, err = c.Submit(t.Context(), jobs.SubmitRequest{Recipe: recipe, RecipeName: "gone", Out: filepath.Join(work, "gone")})
+	var he *jobs.HTTPError
+	if !errors.As(err, &he) || he.Code != http.StatusBadRequest || !strings.Contains(he.Msg, "checked on node head") || !strings.Contains(he.Msg, "missing.jsonl") {
+		t.Errorf("a recipe naming a file the node does not see: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(work, "gone")); err == nil {
+		t.Error("a refused submit made its run folder")
+	}
+}
+
+// b64Key decodes a key file's contents.
+func b64Key(t *testing.T, b []byte) []byte {
+	t.Helper()
+	k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

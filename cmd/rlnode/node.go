@@ -23,6 +23,8 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/dashboard"
 	"github.com/rlnode/rlnode/jobs"
+	"github.com/rlnode/rlnode/recipes"
+	"github.com/rlnode/rlnode/train"
 )
 
 func init() {
@@ -211,7 +213,13 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode %s: --key-file: %v\n", verb, err)
 		return 1
 	}
-	jobs.Serve(node, jobs.Config{KeyFile: absKey})
+	runsDir, err := filepath.Abs("runs")
+	if err != nil {
+		node.Stop()
+		fmt.Fprintf(stderr, "rlnode %s: %v\n", verb, err)
+		return 1
+	}
+	jobs.Serve(node, jobs.Config{KeyFile: absKey, RunsDir: runsDir, Check: checkJobRecipe})
 	ctrl, closeCtrl, err := node.ServeControl(*control)
 	if err != nil {
 		node.Stop()
@@ -267,16 +275,23 @@ func parseMemoryFlag(s string) (int64, error) {
 func statusCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("address", "", "gossip address (or node id) of a node running on this host")
+	addr := fs.String("address", "", "gossip address (or node id) of a node running on this host, or http://HOST:PORT, a node's control endpoint on another host")
 	asJSON := fs.Bool("json", false, "print JSON with top-level arrays nodes and actors")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: rlnode status [--address HOST:PORT] [--json]\n\nShows the cluster's nodes (resources free/total, custom ones included) and actors,\nasked of a node running on this host.\n\n")
+		fmt.Fprintf(stderr, "usage: rlnode status [--address HOST:PORT | --address http://HOST:PORT] [--json]\n\nShows the cluster's nodes (resources free/total, custom ones included) and actors,\nasked of a node running on this host, or of the node whose control endpoint\nlistens at http://HOST:PORT.\n\n")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseNoArgs(fs, args); !ok {
 		return code
 	}
-	ri, err := cluster.FindRunning(*addr)
+	var ri cluster.RunInfo
+	var err error
+	if isRemote(*addr) {
+		ri.Control, err = controlURL(*addr)
+		ri.NodeID = "at " + ri.Control
+	} else {
+		ri, err = cluster.FindRunning(*addr)
+	}
 	if err != nil {
 		if !errors.Is(err, cluster.ErrNodeGone) {
 			fmt.Fprintf(stderr, "rlnode status: %v\n", err)
@@ -284,7 +299,9 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 		clearStale("rlnode status", stderr)
 		return 1
 	}
-	clearStale("rlnode status", stderr)
+	if !isRemote(*addr) {
+		clearStale("rlnode status", stderr)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := cluster.FetchStatus(ctx, ri.Control)
@@ -619,4 +636,14 @@ func gossipOf(banner string) string {
 		}
 	}
 	return ""
+}
+
+// checkJobRecipe checks a submitted job's resolved recipe as rlnode run
+// will, on this host.
+func checkJobRecipe(src []byte) error {
+	l, err := recipes.Parse("job recipe", src, "", nil)
+	if err == nil {
+		err = train.Check(l)
+	}
+	return err
 }

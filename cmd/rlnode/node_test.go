@@ -85,7 +85,14 @@ type runningNode struct {
 // startRlnode starts `rlnode start|join ...` and waits for its gossip line.
 func startRlnode(t *testing.T, home string, args ...string) *runningNode {
 	t.Helper()
+	return startRlnodeIn(t, "", home, args...)
+}
+
+// startRlnodeIn is startRlnode in the working folder dir ("": this one).
+func startRlnodeIn(t *testing.T, dir, home string, args ...string) *runningNode {
+	t.Helper()
 	cmd := rlnodeCmd(t, home, args...)
+	cmd.Dir = dir
 	pr, pw := io.Pipe()
 	cmd.Stdout = pw
 	var errb bytes.Buffer

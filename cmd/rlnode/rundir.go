@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/rlnode/rlnode/internal/rundir"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/train"
 )
@@ -135,22 +135,4 @@ func diffValues(path string, a, b any, out *[]string) {
 // reserveRunDir makes the folder of a run given no --out: base, or base-2,
 // base-3... when that exists, each made with one mkdir so that runs
 // started in the same second (base names the second) get one each.
-func reserveRunDir(base string) (string, error) {
-	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
-		return "", err
-	}
-	for i := 1; i <= 1000; i++ {
-		dir := base
-		if i > 1 {
-			dir = fmt.Sprintf("%s-%d", base, i)
-		}
-		err := os.Mkdir(dir, 0o755)
-		if err == nil {
-			return dir, nil
-		}
-		if !errors.Is(err, fs.ErrExist) {
-			return "", err
-		}
-	}
-	return "", fmt.Errorf("%s and %s-2 to -1000 all exist: give the run a folder with --out", base, base)
-}
+var reserveRunDir = rundir.Reserve
