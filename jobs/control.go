@@ -61,6 +61,15 @@ type SubmitRequest struct {
 	Submitter string            `json:"submitter,omitempty"`
 	// Resume continues the run Out holds (rlnode run --continue).
 	Resume bool `json:"resume,omitempty"`
+	// A recipe the node reads itself, instead of Recipe (from a host
+	// without a node, whose paths mean nothing on the cluster): Source is
+	// the recipe file's text, SourceName its name as the submitter gave it
+	// (errors name it with its lines), or, with no Source, a built-in
+	// recipe's name; Sets are --set overrides. Relative paths in it are
+	// relative to the node's working folder.
+	Source     string   `json:"source,omitempty"`
+	SourceName string   `json:"source_name,omitempty"`
+	Sets       []string `json:"sets,omitempty"`
 }
 
 // Bounds of what a node takes.
@@ -79,6 +88,7 @@ const (
 	KeepEnded = cluster.MaxKeepDead
 	maxBody   = MaxRecipeBytes + 16<<10
 	maxLabels = 16
+	maxSets   = 256
 )
 
 // Serve makes node run jobs and adds the job routes to its control
@@ -246,6 +256,24 @@ func submitHandler(w http.ResponseWriter, r *http.Request) {
 // folder (from a host without a node: its paths mean nothing here) gets
 // cfg.RunsDir/RECIPE-DATE[-N], made here.
 func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitRequest) (Info, int, error) {
+	checked := false
+	if req.SourceName != "" || req.Source != "" {
+		switch {
+		case req.Recipe != "":
+			return Info{}, http.StatusBadRequest, errors.New("both recipe and source: want one")
+		case req.SourceName == "" || len(req.SourceName) > 4096:
+			return Info{}, http.StatusBadRequest, errors.New("source_name: want the recipe's file name (at most 4096 bytes)")
+		case len(req.Sets) > maxSets:
+			return Info{}, http.StatusBadRequest, fmt.Errorf("%d --set overrides: want at most %d", len(req.Sets), maxSets)
+		case cfg.Resolve == nil:
+			return Info{}, http.StatusBadRequest, fmt.Errorf("node %s reads no recipes (it is no rlnode start or join node)", node.ID())
+		}
+		resolved, name, err := cfg.Resolve(req.SourceName, []byte(req.Source), req.Sets)
+		if err != nil {
+			return Info{}, http.StatusBadRequest, fmt.Errorf("the recipe, as node %s reads it:\n%w", node.ID(), err)
+		}
+		req.Recipe, req.RecipeName, checked = string(resolved), name, true
+	}
 	spec := Spec{Recipe: []byte(req.Recipe), RecipeName: req.RecipeName, Out: filepath.Clean(req.Out), SubmittedMs: time.Now().UnixMilli(), Submitter: req.Submitter, Resume: req.Resume}
 	defaultOut := ""
 	if req.Out == "" {
@@ -262,7 +290,7 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 	if err := spec.Check(); err != nil {
 		return Info{}, http.StatusBadRequest, err
 	}
-	if cfg.Check != nil {
+	if cfg.Check != nil && !checked {
 		if err := cfg.Check(spec.Recipe); err != nil {
 			return Info{}, http.StatusBadRequest, fmt.Errorf("the recipe, checked on node %s (every file it names must be there, at the path it gives): %w", node.ID(), err)
 		}

@@ -103,6 +103,11 @@ type Config struct {
 	// not see are refused at submit, not when the driver starts. nil:
 	// not checked here.
 	Check func(recipe []byte) error
+	// Resolve reads a recipe submitted as written (SubmitRequest.Source)
+	// on this host: its text, or a built-in recipe's name with no text,
+	// with overrides; it returns the recipe resolved and checked, and its
+	// name. nil: such a submit is refused.
+	Resolve func(name string, src []byte, sets []string) (resolved []byte, recipeName string, err error)
 	// Executable is the rlnode binary a job runs (default: this one).
 	Executable string
 	// StopGrace is how long a job's driver has, once asked to stop with

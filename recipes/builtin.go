@@ -62,6 +62,13 @@ func builtin(name string) (builtinRecipe, bool) {
 	return builtinRecipe{file: base + ".yaml", src: src, sets: sets}, true
 }
 
+// IsBuiltin says whether name is a built-in recipe's (Load takes it as
+// one before any file of that name).
+func IsBuiltin(name string) bool {
+	_, ok := builtin(name)
+	return ok
+}
+
 // BuiltinNames lists the built-in recipes, variants included, sorted.
 func BuiltinNames() []string {
 	var names []string

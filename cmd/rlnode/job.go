@@ -21,6 +21,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/jobs"
+	"github.com/rlnode/rlnode/recipes"
 )
 
 func init() {
@@ -94,21 +95,38 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		want[k] = v
 	}
-	l, err := loadChecked(pos[0], sets)
-	if err != nil {
-		printRecipeError(stderr, "submit", pos[0], err)
-		return 1
-	}
-	var resolved bytes.Buffer
-	if err := l.WriteResolved(&resolved); err != nil {
-		fmt.Fprintf(stderr, "rlnode submit: %v\n", err)
-		return 1
-	}
 	client, nodeID, ok := jobClient("rlnode submit", *addr, *keyFile, stderr)
 	if !ok {
 		return 1
 	}
 	remote := client.Key != nil
+	req := jobs.SubmitRequest{Name: *name, Out: *out, MaxRestarts: *maxRestarts, Labels: want, Node: *node, Submitter: submitter(), Resume: *resume}
+	var err error
+	if remote {
+		// The node reads the recipe: the files it names are the
+		// cluster's, not this host's.
+		req.SourceName, req.Sets = pos[0], sets
+		if !recipes.IsBuiltin(pos[0]) {
+			src, err := readRecipeText(pos[0])
+			if err != nil {
+				fmt.Fprintf(stderr, "rlnode submit: %v\n", err)
+				return 1
+			}
+			req.Source = string(src)
+		}
+	} else {
+		l, err := loadChecked(pos[0], sets)
+		if err != nil {
+			printRecipeError(stderr, "submit", pos[0], err)
+			return 1
+		}
+		var resolved bytes.Buffer
+		if err := l.WriteResolved(&resolved); err != nil {
+			fmt.Fprintf(stderr, "rlnode submit: %v\n", err)
+			return 1
+		}
+		req.Recipe, req.RecipeName = resolved.String(), l.Name
+	}
 	dir := *out
 	reserved := false
 	switch {
@@ -122,7 +140,7 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 		// The default names the second: a job submitted beside another
 		// in the same second (a sweep's loop) takes the next free
 		// NAME-DATE-N, as rlnode run's default does.
-		if dir, err = reserveRunDir(filepath.Join("runs", fmt.Sprintf("%s-%s", l.Name, time.Now().Format("20060102-150405")))); err != nil {
+		if dir, err = reserveRunDir(filepath.Join("runs", fmt.Sprintf("%s-%s", req.RecipeName, time.Now().Format("20060102-150405")))); err != nil {
 			fmt.Fprintf(stderr, "rlnode submit: %v\n", err)
 			return 1
 		}
@@ -135,10 +153,8 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	in, err := client.Submit(ctx, jobs.SubmitRequest{
-		Name: *name, Recipe: resolved.String(), RecipeName: l.Name, Out: dir, MaxRestarts: *maxRestarts,
-		Labels: want, Node: *node, Submitter: submitter(), Resume: *resume,
-	})
+	req.Out = dir
+	in, err := client.Submit(ctx, req)
 	cancel()
 	if err != nil {
 		if reserved {
@@ -154,6 +170,30 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	return followJob(client, nodeID, in.Name, via, 0, stdout, stderr)
+}
+
+// readRecipeText reads a recipe file for a node to read (at most
+// recipes.MaxRecipeBytes).
+func readRecipeText(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !strings.ContainsAny(path, "/.") {
+			return nil, fmt.Errorf("recipe %q: no such file, and no built-in recipe by that name (built-in: %s)", path, strings.Join(recipes.BuiltinNames(), ", "))
+		}
+		return nil, fmt.Errorf("recipe: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("recipe %s: not a regular file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, recipes.MaxRecipeBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("recipe %s: %w", path, err)
+	}
+	if len(b) > recipes.MaxRecipeBytes {
+		return nil, fmt.Errorf("recipe %s: over %d bytes: not a recipe", path, recipes.MaxRecipeBytes)
+	}
+	return b, nil
 }
 
 // addressFlag is " --address ADDR" when the command was given one, ""

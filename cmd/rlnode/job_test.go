@@ -445,6 +445,34 @@ func TestRemoteSubmit(t *testing.T) {
 	if code != 0 || !strings.Contains(logs, "done: 4 steps") {
 		t.Errorf("job logs: exit %d\n%s%s", code, logs, errOut)
 	}
+	// A recipe file of this host, naming a dataset by a relative path:
+	// the node reads it, the dataset is the one in its working folder.
+	if err := os.MkdirAll(filepath.Join(work, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var rows strings.Builder
+	for i := range 32 {
+		fmt.Fprintf(&rows, "{\"prompt\": \"%d+%d\", \"answer\": \"%d\"}\n", i%7, i%5, i%7+i%5)
+	}
+	if err := os.WriteFile(filepath.Join(work, "data", "train.jsonl"), []byte(rows.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(laptop, "mine.yaml")
+	if err := os.WriteFile(mine, []byte("name: mine\nmodels: {policy: {init: {}}}\ndata: {dataset: {train: data/train.jsonl}}\neval: {held_out: 4}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args = append([]string{"submit", mine, "--name", "mine", "--address", url, "--key-file", key}, deterministicRun(2)...)
+	if out, errOut, code := runRlnode(t, laptop, args...); code != 0 || !strings.Contains(out, "job mine SUCCEEDED") || !strings.Contains(out, filepath.Join(work, "runs", "mine-")) {
+		t.Fatalf("remote submit of a recipe file: exit %d\n%s%s", code, out, errOut)
+	}
+	bad := filepath.Join(laptop, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("name: bad\nmodels: {policy: {init: {}}}\ndata: {dataset: {train: data/missing.jsonl}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := runRlnode(t, laptop, "submit", bad, "--address", url, "--key-file", key); code == 0 ||
+		!strings.Contains(errOut, "as node head reads it") || !strings.Contains(errOut, bad+":3: data.dataset.train") || !strings.Contains(errOut, filepath.Join(work, "data", "missing.jsonl")) {
+		t.Errorf("a recipe file naming a dataset the node does not have: exit %d\n%s%s", code, out, errOut)
+	}
 	if st, errOut, code := runRlnode(t, laptop, "status", "--address", url); code != 0 || !strings.Contains(st, "head") {
 		t.Errorf("remote status: exit %d\n%s%s", code, st, errOut)
 	}

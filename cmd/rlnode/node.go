@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -219,7 +220,7 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode %s: %v\n", verb, err)
 		return 1
 	}
-	jobs.Serve(node, jobs.Config{KeyFile: absKey, RunsDir: runsDir, Check: checkJobRecipe})
+	jobs.Serve(node, jobs.Config{KeyFile: absKey, RunsDir: runsDir, Check: checkJobRecipe, Resolve: resolveJobRecipe})
 	ctrl, closeCtrl, err := node.ServeControl(*control)
 	if err != nil {
 		node.Stop()
@@ -646,4 +647,32 @@ func checkJobRecipe(src []byte) error {
 		err = train.Check(l)
 	}
 	return err
+}
+
+// resolveJobRecipe reads a recipe submitted as written, from a host
+// without a node: a built-in one by name when src is empty, else src,
+// named name in its errors, with relative paths relative to this node's
+// working folder; checked as rlnode run will.
+func resolveJobRecipe(name string, src []byte, sets []string) ([]byte, string, error) {
+	var l *recipes.Loaded
+	var err error
+	switch {
+	case len(src) == 0 && recipes.IsBuiltin(name):
+		l, err = recipes.Load(name, sets)
+	case len(src) == 0:
+		return nil, "", fmt.Errorf("no built-in recipe %q (built-in: %s), and no recipe text came with it", name, strings.Join(recipes.BuiltinNames(), ", "))
+	default:
+		l, err = recipes.Parse(name, src, "", sets)
+	}
+	if err == nil {
+		err = train.Check(l)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	var b bytes.Buffer
+	if err := l.WriteResolved(&b); err != nil {
+		return nil, "", err
+	}
+	return b.Bytes(), l.Name, nil
 }
