@@ -149,6 +149,51 @@ func Gather[R any](ctx context.Context, fs []*Future[R]) ([]R, error) {
 	return out, nil
 }
 
+// Wait waits, within ctx, until n of fs are done (all of them when n is
+// more), and splits fs into n done ones and the rest, each in fs's order:
+// Ray's ray.wait(refs, num_returns=n), for a program that handles results
+// as they come in (ready's Get returns at once; pending may hold more
+// that are done by now). When ctx ends first, ready is what is done by
+// then, fewer than n, and err is ctx's error.
+func Wait[R any](ctx context.Context, fs []*Future[R], n int) (ready, pending []*Future[R], err error) {
+	n = min(n, len(fs))
+	cases := make(chan int, len(fs))
+	stop := make(chan struct{})
+	defer close(stop)
+	for i, f := range fs {
+		go func() {
+			select {
+			case <-f.done:
+				cases <- i
+			case <-stop:
+			}
+		}()
+	}
+	for got := 0; got < n; got++ {
+		select {
+		case <-cases:
+		case <-ctx.Done():
+			err = ctx.Err()
+			got = n
+		}
+	}
+	for _, f := range fs {
+		select {
+		case <-f.done:
+			if len(ready) < n {
+				ready = append(ready, f)
+				continue
+			}
+		default:
+		}
+		pending = append(pending, f)
+	}
+	if len(ready) == n {
+		err = nil // done by the time ctx's end was seen
+	}
+	return ready, pending, err
+}
+
 // CallAsync is Call in the background: the Future of h's reply to msg,
 // bounded by ctx. Calls to many actors at once, collected with Gather,
 // are Ray's ray.get([a.f.remote() for a in actors]).

@@ -357,3 +357,41 @@ func TestSubmitChecksTypesFirst(t *testing.T) {
 		t.Errorf("Submit[any]: %v, %v", sq, err)
 	}
 }
+
+// Wait returns as many done futures as asked, in the order given, as
+// soon as they are done; the rest stay pending; a ctx that ends first
+// returns what is done with its error.
+func TestWait(t *testing.T) {
+	mk := func() *Future[int] { return &Future[int]{done: make(chan struct{})} }
+	finish := func(f *Future[int], v int) { f.res = v; close(f.done) }
+	fs := []*Future[int]{mk(), mk(), mk()}
+	go finish(fs[2], 2)
+	ctx := context.Background()
+	ready, pending, err := Wait(ctx, fs, 1)
+	if err != nil || len(ready) != 1 || ready[0] != fs[2] || len(pending) != 2 || pending[0] != fs[0] || pending[1] != fs[1] {
+		t.Fatalf("first of three: ready %v, pending %v, %v", ready, pending, err)
+	}
+	finish(fs[0], 0)
+	finish(fs[1], 1)
+	// Both done: one asked, one given, the other stays pending though done.
+	ready, pending, err = Wait(ctx, pending, 1)
+	if err != nil || len(ready) != 1 || ready[0] != fs[0] || len(pending) != 1 || pending[0] != fs[1] {
+		t.Fatalf("one of two done: ready %v, pending %v, %v", ready, pending, err)
+	}
+	if v, _ := ready[0].Get(ctx); v != 0 {
+		t.Errorf("ready future's result %d", v)
+	}
+	// More asked than there are: all of them.
+	if ready, pending, err = Wait(ctx, fs, 10); err != nil || len(ready) != 3 || len(pending) != 0 {
+		t.Errorf("ten of three: ready %d, pending %d, %v", len(ready), len(pending), err)
+	}
+	// ctx ends before the second is done.
+	slow := []*Future[int]{mk(), mk()}
+	finish(slow[1], 1)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	ready, pending, err = Wait(cctx, slow, 2)
+	if !errors.Is(err, context.Canceled) || len(ready) != 1 || ready[0] != slow[1] || len(pending) != 1 {
+		t.Errorf("cancelled: ready %v, pending %v, %v", ready, pending, err)
+	}
+}
