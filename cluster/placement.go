@@ -23,6 +23,23 @@ type NodeView struct {
 // ErrInfeasible means no node (or set of nodes) can satisfy a request.
 var ErrInfeasible = errors.New("infeasible placement")
 
+// ErrNoRoom marks a request that does not fit now but that the live
+// nodes could hold were all their resources free: actors, tasks or
+// groups hold the room, and it may fit once they end. errors.Is(err,
+// ErrInfeasible) holds for it too; a request no node could ever hold is
+// ErrInfeasible alone.
+var ErrNoRoom = fmt.Errorf("%w (no room now: others hold it)", ErrInfeasible)
+
+// allFree is nodes with every resource free.
+func allFree(nodes []NodeView) []NodeView {
+	out := make([]NodeView, len(nodes))
+	for i, n := range nodes {
+		out[i] = n
+		out[i].Free = n.Total
+	}
+	return out
+}
+
 // Request is one actor's placement request.
 type Request struct {
 	Resources Resources
@@ -34,6 +51,19 @@ type Request struct {
 // whose free resources cover the request, the one left least utilised
 // (spreading load), ties by id. The error lists what every node offers.
 func PlaceOne(nodes []NodeView, req Request) (string, error) {
+	best := placeOne(nodes, req)
+	if best != "" {
+		return best, nil
+	}
+	err := infeasibleOne(nodes, req)
+	if placeOne(allFree(nodes), req) != "" {
+		err = fmt.Errorf("%s: %w", strings.TrimSuffix(err.Error(), ": "+ErrInfeasible.Error()), ErrNoRoom)
+	}
+	return "", err
+}
+
+// placeOne is PlaceOne's choice, "" when none fits.
+func placeOne(nodes []NodeView, req Request) string {
 	best, bestScore := "", 2.0
 	for _, n := range sortedNodes(nodes) {
 		if req.Node != "" && n.ID != req.Node {
@@ -46,10 +76,7 @@ func PlaceOne(nodes []NodeView, req Request) (string, error) {
 			best, bestScore = n.ID, s
 		}
 	}
-	if best != "" {
-		return best, nil
-	}
-	return "", infeasibleOne(nodes, req)
+	return best
 }
 
 // utilisation is the largest used fraction over the node's resources.
@@ -136,8 +163,19 @@ type Bundle struct {
 const maxSearchSteps = 200000
 
 // PlaceGroup assigns every bundle a node under the strategy, all or nothing.
-// It returns node ids in bundle order.
+// It returns node ids in bundle order. A group that does not fit now but
+// would were the nodes' resources all free fails with ErrNoRoom.
 func PlaceGroup(nodes []NodeView, bundles []Bundle, st Strategy) ([]string, error) {
+	out, err := placeGroup(nodes, bundles, st)
+	if errors.Is(err, ErrInfeasible) {
+		if _, ferr := placeGroup(allFree(nodes), bundles, st); ferr == nil {
+			err = fmt.Errorf("%s: %w", strings.TrimSuffix(err.Error(), ": "+ErrInfeasible.Error()), ErrNoRoom)
+		}
+	}
+	return out, err
+}
+
+func placeGroup(nodes []NodeView, bundles []Bundle, st Strategy) ([]string, error) {
 	if len(bundles) == 0 {
 		return nil, errors.New("placement group has no bundles")
 	}
@@ -188,7 +226,7 @@ func PlaceGroup(nodes []NodeView, bundles []Bundle, st Strategy) ([]string, erro
 	}
 	if st == Pack {
 		// PACK is best effort of STRICT_PACK: one node when any can take all.
-		if out, err := PlaceGroup(nodes, bundles, StrictPack); err == nil {
+		if out, err := placeGroup(nodes, bundles, StrictPack); err == nil {
 			return out, nil
 		}
 	}

@@ -152,3 +152,48 @@ func TestParseResources(t *testing.T) {
 		}
 	}
 }
+
+// A request the nodes could hold were their resources free is ErrNoRoom
+// (and ErrInfeasible); one they never could is ErrInfeasible alone.
+func TestPlacementNoRoomNow(t *testing.T) {
+	busy := []NodeView{node("a", 4, 1, 0.5, 0), node("b", 2, 0, 1, 0)}
+	for _, c := range []struct {
+		name   string
+		err    error
+		noRoom bool
+	}{
+		{"one, fits a's total", func() error { _, err := PlaceOne(busy, Request{Resources: Resources{CPU: 3, GPU: 1}}); return err }(), true},
+		{"one, over every total", func() error { _, err := PlaceOne(busy, Request{Resources: Resources{CPU: 5}}); return err }(), false},
+		{"one, pinned to b, over b's total", func() error {
+			_, err := PlaceOne(busy, Request{Resources: Resources{CPU: 3}, Node: "b"})
+			return err
+		}(), false},
+		{"one, label no node has", func() error {
+			_, err := PlaceOne(busy, Request{Resources: Resources{CPU: 1}, Labels: map[string]string{"zone": "x"}})
+			return err
+		}(), false},
+		{"group spread, fits the totals", func() error {
+			_, err := PlaceGroup(busy, []Bundle{{Resources: Resources{CPU: 2}}, {Resources: Resources{CPU: 2}}}, StrictSpread)
+			return err
+		}(), true},
+		{"group strict spread, three nodes wanted", func() error {
+			_, err := PlaceGroup(busy, []Bundle{{Resources: Resources{CPU: 1}}, {Resources: Resources{CPU: 1}}, {Resources: Resources{CPU: 1}}}, StrictSpread)
+			return err
+		}(), false},
+		{"group strict pack, over any node", func() error {
+			_, err := PlaceGroup(busy, []Bundle{{Resources: Resources{CPU: 3}}, {Resources: Resources{CPU: 2}}}, StrictPack)
+			return err
+		}(), false},
+	} {
+		if !errors.Is(c.err, ErrInfeasible) {
+			t.Errorf("%s: %v, want ErrInfeasible", c.name, c.err)
+			continue
+		}
+		if errors.Is(c.err, ErrNoRoom) != c.noRoom {
+			t.Errorf("%s: %v: ErrNoRoom %v, want %v", c.name, c.err, !c.noRoom, c.noRoom)
+		}
+		if strings.Count(c.err.Error(), "infeasible placement") != 1 {
+			t.Errorf("%s: %q names the sentinel more than once", c.name, c.err)
+		}
+	}
+}

@@ -211,7 +211,7 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 				err = fmt.Errorf("%w; %s", err, held)
 			}
 			if lastErr != nil {
-				return actor.Ref{}, fmt.Errorf("spawn %s: %v (after: %v)", req.Name, err, lastErr)
+				return actor.Ref{}, fmt.Errorf("spawn %s: %w (after: %v)", req.Name, err, lastErr)
 			}
 			return actor.Ref{}, fmt.Errorf("spawn %s: %w", req.Name, err)
 		}
