@@ -58,6 +58,9 @@ type ActorRecord struct {
 	// KeepDeadMs is how long the record is kept once DEAD, when longer
 	// than deadRecordTTL (SpawnOptions.KeepDead).
 	KeepDeadMs int64 `msgpack:"kd,omitempty" json:"-"`
+	// Note is what an ALIVE actor says it is doing or waiting for
+	// (Node.SetNote); cleared when its state changes.
+	Note string `msgpack:"nt,omitempty" json:"note,omitempty"`
 }
 
 // NodeRecord is the directory's entry for one node: what does not fit in

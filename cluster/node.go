@@ -211,6 +211,11 @@ type Node struct {
 	ctlMu     sync.Mutex
 	ctlRoutes []controlRoute // HandleControl's
 
+	// hostedMu orders this node's rewrites of the records of actors it
+	// hosts (their events, SetNote): two rewrites from one read would
+	// write one version twice, and the directory keeps the first.
+	hostedMu sync.Mutex
+
 	objects objectStore // Put's (object.go)
 
 	mmu     sync.RWMutex

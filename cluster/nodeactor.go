@@ -356,6 +356,8 @@ func (n *Node) onLocalEvent(ev actor.Event) {
 	if ev.Ref.Name == nodeActorName || ev.Type == actor.EventStarted {
 		return
 	}
+	n.hostedMu.Lock()
+	defer n.hostedMu.Unlock()
 	rec, ok := n.dir.Actor(ev.Ref.Name)
 	if ev.Type == actor.EventDied && n.ledger.release(ev.Ref.Name) {
 		defer n.publishNode()
@@ -366,6 +368,7 @@ func (n *Node) onLocalEvent(ev actor.Event) {
 	rec = n.rewrite(rec)
 	rec.Restarts = ev.Restarts
 	rec.Cause = ev.Cause
+	rec.Note = ""
 	switch ev.Type {
 	case actor.EventRestarted:
 		rec.State = Alive
@@ -379,6 +382,34 @@ func (n *Node) onLocalEvent(ev actor.Event) {
 		}
 	}
 	n.write(&update{Actors: []ActorRecord{rec}})
+}
+
+// MaxNoteBytes bounds an actor's note (SetNote).
+const MaxNoteBytes = 512
+
+// SetNote sets what the ALIVE actor name, hosted on this node, says it is
+// doing or waiting for: a line its record carries to every node (`rlnode
+// status --json`'s "note"; a job's PENDING cause), cut to MaxNoteBytes;
+// "" clears it. Its next restart or death clears it too.
+func (n *Node) SetNote(name, note string) error {
+	if len(note) > MaxNoteBytes {
+		note = note[:MaxNoteBytes]
+	}
+	n.hostedMu.Lock()
+	defer n.hostedMu.Unlock()
+	rec, ok := n.dir.Actor(name)
+	switch {
+	case !ok:
+		return fmt.Errorf("actor %s: %w", name, actor.ErrActorNotFound)
+	case rec.Node != n.id || rec.State != Alive || !n.hosts(name):
+		return fmt.Errorf("actor %s is %s on node %s: a note is set by the node that hosts it while ALIVE", name, rec.State, rec.Node)
+	case rec.Note == note:
+		return nil
+	}
+	rec = n.rewrite(rec)
+	rec.Note = note
+	n.write(&update{Actors: []ActorRecord{rec}})
+	return nil
 }
 
 func restartsLeft(r ActorRecord) bool {

@@ -26,6 +26,7 @@ import (
 // A job's status, from its actor's record.
 const (
 	Running    = "RUNNING"
+	Pending    = "PENDING"    // its run found no room on the cluster; it starts again when room frees
 	Restarting = "RESTARTING" // its node was lost or stopped; another node takes it over
 	Succeeded  = "SUCCEEDED"
 	Failed     = "FAILED"
@@ -156,8 +157,16 @@ func info(rec cluster.ActorRecord) Info {
 	in.Status = StatusOf(rec.State, rec.Cause)
 	if rec.State != cluster.Alive {
 		in.Cause = rec.Cause
+	} else if why, ok := strings.CutPrefix(rec.Note, PendingNote); ok {
+		in.Status, in.Cause = Pending, "waiting for room: "+why
 	}
 	return in
+}
+
+// Active says whether a job of this status has not ended: RUNNING,
+// PENDING or RESTARTING.
+func Active(status string) bool {
+	return status == Running || status == Pending || status == Restarting
 }
 
 // StatusOf is the status of a job whose actor is in state, with cause.
@@ -339,7 +348,7 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 		if rec.Name == name {
 			return Info{}, http.StatusConflict, fmt.Errorf("job %s exists (%s): choose another name", name, in.Status)
 		}
-		if (in.Status == Running || in.Status == Restarting) && in.Out == spec.Out {
+		if Active(in.Status) && in.Out == spec.Out {
 			return Info{}, http.StatusConflict, fmt.Errorf("job %s (%s) runs into %s already", rec.Name, in.Status, spec.Out)
 		}
 	}

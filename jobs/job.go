@@ -257,35 +257,76 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 		// driver has exited.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		t0 := time.Now()
-		// A stop is checked and the driver started under the lock a
-		// stopRequest takes: one asked in between is not missed.
-		j.mu.Lock()
-		if j.stopAsked {
+		for attempt := 0; ; attempt++ {
+			t0 := time.Now()
+			// A stop is checked and the driver started under the lock a
+			// stopRequest takes: one asked in between is not missed.
+			j.mu.Lock()
+			if j.stopAsked {
+				j.mu.Unlock()
+				when := "before its driver started"
+				if attempt > 0 {
+					when = "while it waited for room"
+				}
+				fmt.Fprintf(logf, "%s rlnode job %s: stopped %s\n", time.Now().UTC().Format(time.RFC3339), name, when)
+				if attempt == 0 {
+					started <- errors.New("stopped")
+				}
+				logf.Close()
+				close(j.done)
+				j.end(actx, "job stopped: "+when)
+				return
+			}
+			err := cmd.Start()
+			if err == nil {
+				j.proc = cmd.Process
+			}
 			j.mu.Unlock()
-			fmt.Fprintf(logf, "%s rlnode job %s: stopped before its driver started\n", time.Now().UTC().Format(time.RFC3339), name)
-			started <- errors.New("stopped")
-			logf.Close()
-			close(j.done)
-			j.end(actx, "job stopped: before its driver started")
-			return
+			if err != nil {
+				fmt.Fprintf(logf, "%s rlnode job %s: start %s: %v\n", time.Now().UTC().Format(time.RFC3339), name, exe, err)
+				if attempt == 0 {
+					started <- err
+				}
+				logf.Close()
+				close(j.done)
+				j.end(actx, fmt.Sprintf("job failed: start %s: %v", exe, err))
+				return
+			}
+			if attempt == 0 {
+				started <- nil
+			}
+			werr := cmd.Wait()
+			j.mu.Lock()
+			j.proc = nil // its process group is gone: its pid may be another's
+			again := !j.stopAsked && !j.stopping
+			j.mu.Unlock()
+			var ee *exec.ExitError
+			if !again || !errors.As(werr, &ee) || ee.ExitCode() != ExitNoRoom || actx.Context().Err() != nil {
+				j.finish(actx, logf, werr, time.Since(t0))
+				return
+			}
+			// The cluster has no room for the run now, though it could
+			// hold it: the job waits for room (PENDING) and starts its
+			// driver again, which continues the run where it is.
+			why := strings.TrimPrefix(lastLine(logf.Name()), "rlnode run: ")
+			if !j.waitForRoom(actx, node, logf, why) {
+				if j.stopWasAsked() {
+					continue // the loop's check ends the job
+				}
+				// The actor stops (its node stops, or another restarts it).
+				fmt.Fprintf(logf, "%s rlnode job %s: its actor stopped here while it waited for room\n", time.Now().UTC().Format(time.RFC3339), name)
+				logf.Close()
+				close(j.done)
+				return
+			}
+			cmd = exec.Command(exe, driverArgs(spec, recipe, node.GossipAddress(), cfg.KeyFile, 1)...)
+			cmd.Stdout, cmd.Stderr = logf, logf
+			cmd.Dir = spec.Out
+			cmd.Env = append(os.Environ(), EnvJob+"="+name)
+			cmd.SysProcAttr = driverAttrs()
+			fmt.Fprintf(logf, "%s rlnode job %s: room may have freed; starting its driver again on node %s: rlnode %s\n",
+				time.Now().UTC().Format(time.RFC3339), name, node.ID(), strings.Join(cmd.Args[1:], " "))
 		}
-		err := cmd.Start()
-		if err == nil {
-			j.proc = cmd.Process
-		}
-		j.mu.Unlock()
-		if err != nil {
-			fmt.Fprintf(logf, "%s rlnode job %s: start %s: %v\n", time.Now().UTC().Format(time.RFC3339), name, exe, err)
-			started <- err
-			logf.Close()
-			close(j.done)
-			j.end(actx, fmt.Sprintf("job failed: start %s: %v", exe, err))
-			return
-		}
-		started <- nil
-		werr := cmd.Wait()
-		j.finish(actx, logf, werr, time.Since(t0))
 	}()
 	if actx.Restarts() == 0 {
 		if err := <-started; err != nil {
@@ -293,6 +334,55 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 		}
 	}
 	return j, nil
+}
+
+// roomRetry bounds how long a job that waits for room goes without
+// trying its driver again when nothing it can see has freed.
+const roomRetry = 5 * time.Minute
+
+// waitForRoom marks the job PENDING (its record's note) with why, then
+// waits until a node's free resources grow or a node joins (or roomRetry
+// passes), and clears the mark. It is false when a stop was asked or the
+// actor stops meanwhile.
+func (j *job) waitForRoom(actx *actor.Context, node *cluster.Node, logf io.Writer, why string) bool {
+	fmt.Fprintf(logf, "%s rlnode job %s: the cluster has no room for its run now (%s); the job waits (PENDING) until room frees\n",
+		time.Now().UTC().Format(time.RFC3339), j.name, why)
+	_ = node.SetNote(j.name, PendingNote+why)
+	defer func() { _ = node.SetNote(j.name, "") }()
+	seen := map[string]cluster.Resources{}
+	for _, v := range node.Views() {
+		seen[v.ID] = v.Free
+	}
+	deadline := time.Now().Add(roomRetry)
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-actx.Context().Done():
+			return false
+		case <-tick.C:
+		}
+		j.mu.Lock()
+		stop := j.stopAsked || j.stopping
+		j.mu.Unlock()
+		if stop {
+			return false
+		}
+		if time.Now().After(deadline) {
+			return true
+		}
+		for _, v := range node.Views() {
+			before, known := seen[v.ID]
+			if !known {
+				return true // a node joined
+			}
+			for k, amount := range v.Free {
+				if amount > before[k] {
+					return true
+				}
+			}
+		}
+	}
 }
 
 // lostDriverWait bounds how long a job taken over waits for the lost
@@ -431,6 +521,16 @@ func (j *job) finish(actx *actor.Context, logf *os.File, werr error, took time.D
 func (j *job) end(actx *actor.Context, cause string) {
 	go func() { _ = actx.System().StopLocal(j.name, cause) }()
 }
+
+// ExitNoRoom is rlnode run's exit status when the run could not be
+// placed for want of free room that the cluster could give once others
+// release it (cluster.ErrNoRoom): a job's driver that exits so is started
+// again once room may have freed, the job PENDING meanwhile.
+const ExitNoRoom = 75
+
+// PendingNote begins the note (cluster.Node.SetNote) of a job that waits
+// for room; the rest says what its run lacked.
+const PendingNote = "waiting for room: "
 
 // ResumeHint begins the line a failed `rlnode run` writes after its
 // error when the run can be continued from a checkpoint; lastLine passes

@@ -304,7 +304,7 @@ func followJob(c jobs.Client, nodeID, name, via string, offset int64, stdout, st
 					name, nodeID, c.Control, gerr, name)
 				return 1
 			}
-			if (in.Status != jobs.Running && in.Status != jobs.Restarting) || quiet > 120 {
+			if !jobs.Active(in.Status) || quiet > 120 {
 				fmt.Fprintf(stderr, "rlnode job: %s (%s): log, asked of node %s: %v\n", name, in.Status, nodeID, err)
 				return 1
 			}
@@ -318,7 +318,7 @@ func followJob(c jobs.Client, nodeID, name, via string, offset int64, stdout, st
 		if len(data) > 0 {
 			continue // more may be waiting
 		}
-		if status != jobs.Running && status != jobs.Restarting && err == nil {
+		if !jobs.Active(status) && err == nil {
 			return endOfJob(c, name, stdout)
 		}
 		select {

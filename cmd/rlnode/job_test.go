@@ -518,3 +518,52 @@ func b64Key(t *testing.T, b []byte) []byte {
 	}
 	return k
 }
+
+// A job submitted while another holds the cluster's room waits PENDING,
+// saying what its run lacks, and runs once the room frees; one stopped
+// while it waits ends STOPPED. (A run that no node could ever hold fails
+// at once: TestPlacementNoRoomNow.)
+func TestJobsWaitForRoom(t *testing.T) {
+	home, work := t.TempDir(), t.TempDir()
+	n := startRlnodeIn(t, work, home, "start", "--bind", "127.0.0.1:0", "--node-id", "only", "--cpus", "2")
+	dumpOnFailure(t, n)
+	submit := func(name string, steps int) string {
+		t.Helper()
+		dir := filepath.Join(work, name)
+		out, errOut, code := runRlnode(t, home, append([]string{"submit", "quickstart", "--no-wait", "--name", name, "--out", dir}, deterministicRun(steps)...)...)
+		if code != 0 {
+			t.Fatalf("submit %s: exit %d\n%s%s", name, code, out, errOut)
+		}
+		return dir
+	}
+	status := func(name string) jobs.Info { return jobInfo(t, home, n.gossip, name) }
+	holder := submit("holder", 400)
+	waitUntil(t, 3*time.Minute, "the holder's first RL step", func() bool {
+		b, _ := os.ReadFile(filepath.Join(holder, "job.log"))
+		return strings.Contains(string(b), "(RL 1/400)")
+	})
+	waiter := submit("waiter", 2)
+	waitUntil(t, 2*time.Minute, "waiter PENDING", func() bool { return status("waiter").Status == jobs.Pending })
+	if in := status("waiter"); !strings.Contains(in.Cause, "waiting for room") || !strings.Contains(in.Cause, "no node can host") {
+		t.Errorf("the waiting job's cause: %q", in.Cause)
+	}
+	submit("quitter", 2)
+	waitUntil(t, 2*time.Minute, "quitter PENDING", func() bool { return status("quitter").Status == jobs.Pending })
+	if out, errOut, code := runRlnode(t, home, "job", "stop", "quitter"); code != 0 {
+		t.Fatalf("job stop quitter: exit %d\n%s%s", code, out, errOut)
+	}
+	waitUntil(t, time.Minute, "quitter STOPPED", func() bool { return status("quitter").Status == jobs.Stopped })
+	if in := status("quitter"); !strings.Contains(in.Cause, "while it waited for room") {
+		t.Errorf("a job stopped while pending: %+v", in)
+	}
+	if out, errOut, code := runRlnode(t, home, "job", "stop", "holder", "--now"); code != 0 {
+		t.Fatalf("job stop holder --now: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code := runRlnode(t, home, "job", "logs", "waiter", "--follow")
+	if code != 0 || !strings.Contains(out, "job waiter SUCCEEDED") || !strings.Contains(out, "starting its driver again") {
+		t.Fatalf("the waiting job, once the room freed: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(waiter, "checkpoints", "step-4")); err != nil {
+		t.Errorf("the waiting job's last checkpoint: %v", err)
+	}
+}

@@ -426,6 +426,12 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode run: stopped %s; continue from checkpoint %s with: %s\n",
 			where, filepath.Base(newest), resumeCommand(fs, dir))
 		return 130
+	case err != nil && *address != "" && errors.Is(err, cluster.ErrNoRoom):
+		fmt.Fprintf(stderr, "rlnode run: the cluster could hold this run once the actors, tasks or groups that hold its room end (exit %d; a job submitted with rlnode submit waits for it)\nrlnode run: %v\n", jobs.ExitNoRoom, err)
+		if newest != "" && cfg.Resumable() {
+			fmt.Fprintf(stderr, "%s%s with: %s\n", jobs.ResumeHint, filepath.Base(newest), resumeCommand(fs, dir))
+		}
+		return jobs.ExitNoRoom
 	case err != nil:
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		if newest != "" && cfg.Resumable() {
