@@ -109,8 +109,11 @@ func runTestNode() int {
 		bind = "127.0.0.1:0"
 	}
 	memory, _ := strconv.ParseInt(os.Getenv("RLNODE_TEST_MEMORY"), 10, 64)
+	objects, _ := strconv.ParseInt(os.Getenv("RLNODE_TEST_OBJECT_STORE"), 10, 64)
+	spill, _ := strconv.ParseInt(os.Getenv("RLNODE_TEST_OBJECT_SPILL"), 10, 64)
 	n, err := Start(context.Background(), Config{
 		NodeID: os.Getenv("RLNODE_TEST_NODE_ID"), Bind: bind, Key: key, CPUs: 2, GPUs: gpus, Memory: memory,
+		ObjectStoreBytes: objects, ObjectSpillBytes: spill, ObjectSpillDir: os.Getenv("RLNODE_TEST_SPILL_DIR"),
 		Labels: labels, Join: strings.Fields(os.Getenv("RLNODE_TEST_JOIN")), Detection: det, Logger: actor.DiscardLogger(),
 	})
 	if err != nil {

@@ -54,9 +54,11 @@ type NodeStatus struct {
 	Build string `json:"build,omitempty"`
 	// Tasks is how many tasks run on the node.
 	Tasks int `json:"tasks"`
-	// Objects and ObjectBytes are the objects the node holds (Put).
-	Objects     int   `json:"objects"`
-	ObjectBytes int64 `json:"object_bytes"`
+	// Objects and ObjectBytes are the objects the node holds (Put) and
+	// their bytes in memory; ObjectSpilledBytes those it wrote to disk.
+	Objects            int   `json:"objects"`
+	ObjectBytes        int64 `json:"object_bytes"`
+	ObjectSpilledBytes int64 `json:"object_spilled_bytes"`
 }
 
 // ActorStatus describes one actor.
@@ -105,12 +107,13 @@ func (n *Node) Status() Status {
 		st.Nodes = append(st.Nodes, NodeStatus{
 			ID: id, Gossip: rec.Gossip, Actor: rec.Actor, CPUs: rec.Total[CPU], GPUs: gpus, Labels: labels, Host: rec.Host,
 			Total: rec.Total, Used: rec.Used, Free: rec.Total.Sub(rec.Used), State: state,
-			UptimeS:      now.Add(offset).Sub(time.UnixMilli(rec.StartedMs)).Round(time.Second).Seconds(),
-			ClockOffsetS: offset.Round(time.Millisecond).Seconds(),
-			Build:        rec.Build,
-			Tasks:        rec.Tasks,
-			Objects:      rec.Objects,
-			ObjectBytes:  rec.ObjectBytes,
+			UptimeS:            now.Add(offset).Sub(time.UnixMilli(rec.StartedMs)).Round(time.Second).Seconds(),
+			ClockOffsetS:       offset.Round(time.Millisecond).Seconds(),
+			Build:              rec.Build,
+			Tasks:              rec.Tasks,
+			Objects:            rec.Objects,
+			ObjectBytes:        rec.ObjectBytes,
+			ObjectSpilledBytes: rec.ObjectSpilledBytes,
 		})
 	}
 	for _, r := range n.dir.Actors() {

@@ -84,9 +84,11 @@ type NodeRecord struct {
 	// Tasks is how many tasks run on the node (task.go).
 	Tasks int `msgpack:"tk,omitempty"`
 	// Objects and ObjectBytes are the objects the node holds (Put).
-	Objects     int    `msgpack:"ob,omitempty"`
-	ObjectBytes int64  `msgpack:"obb,omitempty"`
-	Version     uint64 `msgpack:"v"`
+	Objects     int   `msgpack:"ob,omitempty"`
+	ObjectBytes int64 `msgpack:"obb,omitempty"`
+	// ObjectSpilledBytes is what of them it wrote to its spill folder.
+	ObjectSpilledBytes int64  `msgpack:"obs,omitempty"`
+	Version            uint64 `msgpack:"v"`
 
 	// OwnerGraceMs is how long what this node owns outlives its absence
 	// (its Detection.OwnerGrace): the leader applies it (ownerGone).

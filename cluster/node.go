@@ -65,9 +65,18 @@ type Config struct {
 	Memory    int64
 	Resources Resources
 	Labels    map[string]string
-	// ObjectStoreBytes bounds the objects the node holds (Put); 0 means
-	// DefaultObjectStoreBytes.
+	// ObjectStoreBytes bounds the objects the node holds in memory (Put);
+	// 0 means DefaultObjectStoreBytes.
 	ObjectStoreBytes int64
+	// ObjectSpillBytes bounds the objects the node writes to its spill
+	// folder when a Put would pass ObjectStoreBytes (least recently used
+	// first); 0 means as much as ObjectStoreBytes, NoObjectSpill none.
+	ObjectSpillBytes int64
+	// ObjectSpillDir holds the spill folders of the nodes of this host
+	// (each node's made 0700 at its first spill, removed when it stops,
+	// and a killed node's by the next node to start); default
+	// Home()/spill.
+	ObjectSpillDir string
 	// TLS secures the actor transport and bulk path.
 	TLS *actor.TLSFiles
 	// Detection tunes failure detection; zero means FastDetection.
@@ -363,6 +372,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.ObjectStoreBytes < 0 {
 		return nil, fmt.Errorf("ObjectStoreBytes %d: want 0 (the default, %d) or more", cfg.ObjectStoreBytes, DefaultObjectStoreBytes)
 	}
+	if cfg.ObjectSpillBytes < NoObjectSpill {
+		return nil, fmt.Errorf("ObjectSpillBytes %d: want 0 (the default: as much as ObjectStoreBytes), more, or NoObjectSpill (%d)", cfg.ObjectSpillBytes, NoObjectSpill)
+	}
 	if _, ok := cfg.Resources[Memory]; ok {
 		return nil, fmt.Errorf("node resources: %w", errMemoryResource)
 	}
@@ -451,6 +463,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.gpuList = gpus
 	n.dir.onActor = n.onActorChange
 	n.dir.onGroup = n.onGroupChange
+	sweepSpill(n.spillRoot(), n.log)
 
 	actorHost, actorPort := host, 0
 	if cfg.ActorBind != "" {
@@ -763,6 +776,7 @@ func (n *Node) shutdown() {
 	n.stopMu.Unlock()
 	_ = n.ml.Shutdown()
 	n.sys.Stop()
+	n.closeObjects()
 	nodesBySystem.Delete(n.sys)
 	close(n.stopped)
 }
@@ -1126,7 +1140,7 @@ func (n *Node) nodeRecord() NodeRecord {
 	objects, objectBytes := n.Objects()
 	rec := NodeRecord{
 		ID: n.id, Actor: n.sys.Address(), Labels: n.cfg.Labels, Host: actor.HostID(), Total: total, Used: used,
-		StartedMs: n.started.UnixMilli(), Leaving: leaving, Build: n.build, Tasks: n.runningTasks(), Objects: objects, ObjectBytes: objectBytes, OwnerGraceMs: n.cfg.Detection.OwnerGrace.Milliseconds(),
+		StartedMs: n.started.UnixMilli(), Leaving: leaving, Build: n.build, Tasks: n.runningTasks(), Objects: objects, ObjectBytes: objectBytes, ObjectSpilledBytes: n.SpilledObjectBytes(), OwnerGraceMs: n.cfg.Detection.OwnerGrace.Milliseconds(),
 		// Wall-clock versions let a node restarted under the same id
 		// supersede the records of its previous life.
 		Version: max(old.Version+1, uint64(time.Now().UnixNano())),

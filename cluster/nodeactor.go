@@ -125,6 +125,8 @@ func (a *nodeActor) Receive(ctx *actor.Context, msg any) (any, error) {
 	case objectFree:
 		n.freeLocal(m.IDs...)
 		return nil, nil
+	case objectGet:
+		return n.serveObject(ctx, m)
 	case stopRequest:
 		n.bmu.Lock()
 		nb := n.building[m.Name]

@@ -138,10 +138,11 @@ func TestObjectsPutGetFree(t *testing.T) {
 	}
 }
 
-// A node's objects are bounded: a Put past Config.ObjectStoreBytes is
-// refused naming the node and both figures, and Free makes room.
+// A node's objects are bounded: with no spilling, a Put past
+// Config.ObjectStoreBytes is refused naming the node and both figures,
+// and Free makes room.
 func TestObjectStoreBound(t *testing.T) {
-	n, err := Start(context.Background(), Config{ObjectStoreBytes: 4096, Logger: actor.DiscardLogger()})
+	n, err := Start(context.Background(), Config{ObjectStoreBytes: 4096, ObjectSpillBytes: NoObjectSpill, Logger: actor.DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 //
 // Bump it with any change an older build would misread; builds before
 // this check existed count as 0.
-const Wire = 1
+const Wire = 2
 
 // spoken is the wire protocol this process speaks and checkWires whether
 // it refuses others: Wire and true but in tests, whose child nodes play
