@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
+	"weak"
 
 	"github.com/rlnode/rlnode/actor"
 )
@@ -99,6 +101,10 @@ type storedObject struct {
 	used     uint64 // the store's tick at its last Put or Get
 	spilling bool   // being written out
 	freed    bool   // freed while being written out
+	// readBack is the body last read back from file while a reader
+	// still holds it (a reader's offer keeps it up to objectOfferTTL):
+	// readers at once share one copy, not one each.
+	readBack weak.Pointer[byte]
 }
 
 type objectFree struct{ IDs []string }
@@ -310,6 +316,9 @@ func (n *Node) objectBody(ctx context.Context, ref ObjectRef) (string, []byte, e
 	if got.Body != nil || got.Size == 0 {
 		return got.Type, got.Body, nil
 	}
+	if beforeObjectFetch != nil {
+		beforeObjectFetch(ref)
+	}
 	body, err := n.sys.Bulk().Fetch(ctx, got.At)
 	if err != nil {
 		if ctx.Err() == nil && (errors.Is(err, actor.ErrBulkAbsent) || !n.isAlive(ref.Node)) {
@@ -319,6 +328,10 @@ func (n *Node) objectBody(ctx context.Context, ref ObjectRef) (string, []byte, e
 	}
 	return got.Type, body, nil
 }
+
+// beforeObjectFetch, when set (tests), runs between the holder's answer
+// and the fetch of a large object.
+var beforeObjectFetch func(ObjectRef)
 
 // askObject asks the node that holds ref's object for it.
 func (n *Node) askObject(ctx context.Context, ref ObjectRef) (objectGot, error) {
@@ -361,6 +374,9 @@ func (n *Node) lookupObject(id string, local bool) objectGot {
 		s.tick++
 		o.used = s.tick
 		body, file = o.body, o.file
+		if p := o.readBack.Value(); body == nil && p != nil {
+			body = unsafe.Slice(p, o.ref.Bytes)
+		}
 	}
 	s.mu.Unlock()
 	if !ok {
@@ -377,6 +393,9 @@ func (n *Node) lookupObject(id string, local bool) objectGot {
 			}
 			return objectGot{Lost: fmt.Sprintf("node %s cannot read it back from its spill file: %v", n.id, err)}
 		}
+		s.mu.Lock()
+		o.readBack = weak.Make(&body[0])
+		s.mu.Unlock()
 	}
 	got := objectGot{Type: o.ref.Type, Size: o.ref.Bytes}
 	if local || len(body) <= objectInline {

@@ -200,9 +200,9 @@ func TestObjectsUnderConcurrentPutGetFree(t *testing.T) {
 	}
 }
 
-// TestObjectOwnerKilledMidGet: the node holding an object is killed while
-// another reads it over the bulk path: the Get ends with the object whole
-// or an error naming the node, never other bytes and never a hang.
+// TestObjectOwnerKilledMidGet: the node holding an object is killed
+// between its answer and the reader's fetch over the bulk path: the Get
+// ends with an error naming the node, never other bytes, never a hang.
 func TestObjectOwnerKilledMidGet(t *testing.T) {
 	a, child := twoNodes(t, "kill-a", "kill-b")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -212,16 +212,17 @@ func TestObjectOwnerKilledMidGet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		got, err := Get[[]byte](ctx, a, ref)
-		if err == nil && (len(got) != size || got[0] != 6 || got[size-1] != 6) {
-			err = errors.New("read other bytes")
-		}
-		done <- err
-	}()
-	_ = child.Cmd.Process.Kill()
-	if err := <-done; err != nil && !strings.Contains(err.Error(), "kill-b") {
+	// The holder dies after it answered, before the reader fetched.
+	beforeObjectFetch = func(ObjectRef) {
+		_ = child.Cmd.Process.Kill()
+		<-child.Exited
+	}
+	defer func() { beforeObjectFetch = nil }()
+	got, err := Get[[]byte](ctx, a, ref)
+	if err == nil && (len(got) != size || got[0] != 6 || got[size-1] != 6) {
+		t.Error("Get read other bytes")
+	}
+	if err == nil || !strings.Contains(err.Error(), "kill-b") {
 		t.Errorf("Get of an object whose node was killed: %v", err)
 	}
 	if ctx.Err() != nil {

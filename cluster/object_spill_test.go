@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -250,4 +251,33 @@ func TestObjectStoreFullOnSeveralNodesAtOnce(t *testing.T) {
 	if ok["full-b"] != 3 || ok["full-c"] != 3 {
 		t.Errorf("Puts taken: %v, want 3 on each node (1,000,000 bytes of 300 KiB objects)", ok)
 	}
+}
+
+// TestSpilledObjectReadersShareOneCopy: readers of a spilled object at
+// once share the bytes read back from its file while any holds them;
+// each read the file into a copy of its own (N readers of a 1 GiB object,
+// their offers held up to objectOfferTTL: N GiB outside every bound).
+func TestSpilledObjectReadersShareOneCopy(t *testing.T) {
+	n, err := Start(context.Background(), Config{ObjectStoreBytes: 100 << 10, ObjectSpillDir: t.TempDir(), Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	ctx := context.Background()
+	first, err := Put(ctx, n, bytes.Repeat([]byte{1}, 80<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Put(ctx, n, bytes.Repeat([]byte{2}, 80<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if n.SpilledObjectBytes() != first.Size() {
+		t.Fatalf("spilled %d bytes, want the first object's %d", n.SpilledObjectBytes(), first.Size())
+	}
+	one := n.lookupObject(first.ID, true)
+	two := n.lookupObject(first.ID, true)
+	if one.Lost != "" || len(one.Body) != int(first.Size()) || &one.Body[0] != &two.Body[0] {
+		t.Errorf("two readers at once read the spilled object into two copies (%q)", one.Lost)
+	}
+	runtime.KeepAlive(one.Body)
 }
