@@ -108,7 +108,7 @@ function drawCluster(v) {
       el("td", {}, fmtNum(n.cpus)), el("td", {title: gpus}, String((n.gpus || []).length) + (gpus ? " (" + gpus + ")" : "")),
       resourceCell(n, "CPU"), resourceCell(n, "GPU"), el("td", {class: "wrap"}, other || "–"),
       el("td", {class: "wrap"}, labels || "–"), el("td", {}, n.gone_since ? "–" : String(n.tasks || 0)),
-      el("td", {}, n.gone_since ? "–" : `${n.objects || 0}` + (n.objects ? ` (${fmtAmount("memory", n.object_bytes || 0)})` : "")), el("td", {}, up)));
+      el("td", {}, n.gone_since ? "–" : `${n.objects || 0}` + (n.objects ? ` (${fmtAmount("memory", n.object_bytes || 0)}` + (n.object_spilled_bytes ? `, ${fmtAmount("memory", n.object_spilled_bytes)} spilled` : "") + ")" : "")), el("td", {}, up)));
   }
   out.push(nt);
 
