@@ -555,9 +555,21 @@ func (n *Node) spillRoot() string {
 	return filepath.Join(Home(), "spill")
 }
 
+// spillHost is this host's name in spill folders' names: one with no
+// "_" (the names' separator).
+func spillHost() string {
+	h, _ := os.Hostname()
+	if h = strings.ReplaceAll(h, "_", "-"); h == "" {
+		h = "localhost"
+	}
+	return h
+}
+
 // spillDir is this node's spill folder, made (0700) at the first call:
-// under the spill root, named by this process (pid and start time) so
-// that a later node can tell it from a live one's (sweepSpill).
+// under the spill root, named by this host and process (pid and start
+// time) so that a later node on the host can tell it from a live one's
+// (sweepSpill), and leaves those of other hosts on a shared filesystem
+// alone.
 func (n *Node) spillDir() (string, error) {
 	s := &n.objects
 	s.mu.Lock()
@@ -571,7 +583,7 @@ func (n *Node) spillDir() (string, error) {
 	}
 	var raw [6]byte
 	_, _ = rand.Read(raw[:])
-	dir := filepath.Join(root, fmt.Sprintf("%d-%s-%s", os.Getpid(), ownProcessStart(), hex.EncodeToString(raw[:])))
+	dir := filepath.Join(root, fmt.Sprintf("%s_%d_%s_%s", spillHost(), os.Getpid(), ownProcessStart(), hex.EncodeToString(raw[:])))
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", fmt.Errorf("spill folder: %w", err)
 	}
@@ -579,23 +591,25 @@ func (n *Node) spillDir() (string, error) {
 	return dir, nil
 }
 
-// sweepSpill removes the spill folders under root left by processes that
-// no longer run (a node killed before it could remove its own).
+// sweepSpill removes the spill folders under root left by this host's
+// processes that no longer run (a node killed before it could remove its
+// own).
 func sweepSpill(root string, log interface{ Warn(string, ...any) }) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return
 	}
+	host := spillHost()
 	for _, e := range entries {
-		parts := strings.Split(e.Name(), "-")
-		if !e.IsDir() || len(parts) != 3 {
-			continue // not a spill folder
+		parts := strings.Split(e.Name(), "_")
+		if !e.IsDir() || len(parts) != 4 || parts[0] != host {
+			continue // not a spill folder of this host
 		}
-		pid, err := strconv.Atoi(parts[0])
+		pid, err := strconv.Atoi(parts[1])
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if why := processGone(pid, parts[1]); why != "" {
+		if why := processGone(pid, parts[2]); why != "" {
 			if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
 				log.Warn("remove a dead process's spilled objects", "folder", filepath.Join(root, e.Name()), "err", err)
 			}

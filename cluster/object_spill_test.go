@@ -281,3 +281,41 @@ func TestSpilledObjectReadersShareOneCopy(t *testing.T) {
 	}
 	runtime.KeepAlive(one.Body)
 }
+
+// TestSpillSweepLeavesOtherHostsFolders: where the spill root is on a
+// filesystem hosts share (a home on NFS), a starting node removes only
+// the folders of this host's dead processes, not those of another host's
+// live node (whose pid means nothing here).
+func TestSpillSweepLeavesOtherHostsFolders(t *testing.T) {
+	root := t.TempDir()
+	n, err := Start(context.Background(), Config{ObjectStoreBytes: 1000, ObjectSpillDir: root, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 2 {
+		if _, err := Put(ctx, n, make([]byte, 600)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ours, _ := os.ReadDir(root)
+	if len(ours) != 1 {
+		t.Fatalf("spill root: %v", ours)
+	}
+	// The same folder name, as another host's node would make it: the pid
+	// and start of a process that does not run here.
+	name := strings.Replace(ours[0].Name(), strconv.Itoa(os.Getpid()), "999999999", 1)
+	other := filepath.Join(root, strings.Replace(name, spillHost(), "another-host", 1))
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	n.Stop()
+	m, err := Start(context.Background(), Config{ObjectSpillDir: root, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Stop()
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("another host's spill folder: %v", err)
+	}
+}
