@@ -319,3 +319,61 @@ func TestSpillSweepLeavesOtherHostsFolders(t *testing.T) {
 		t.Errorf("another host's spill folder: %v", err)
 	}
 }
+
+// TestObjectSpillUnderConcurrentPutGetFree: many goroutines put past the
+// memory bound (spilling each other's objects), read and free at once:
+// every read is whole, every refusal is ErrObjectStoreFull, and once all
+// is freed the store counts nothing, in memory or on disk, and no file is
+// left (go test -race).
+func TestObjectSpillUnderConcurrentPutGetFree(t *testing.T) {
+	root := t.TempDir()
+	n, err := Start(context.Background(), Config{ObjectStoreBytes: 1 << 20, ObjectSpillBytes: 3 << 20, ObjectSpillDir: root, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var kept []ObjectRef
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 12 {
+				v := byte(g*12 + i + 1)
+				size := (100 + (g*12+i)%5*40) << 10
+				ref, err := Put(ctx, n, bytes.Repeat([]byte{v}, size))
+				if err != nil {
+					if !errors.Is(err, ErrObjectStoreFull) {
+						t.Error(err)
+					}
+					continue
+				}
+				got, err := Get[[]byte](ctx, n, ref)
+				if err != nil || len(got) != size || got[0] != v || got[size-1] != v {
+					t.Errorf("Get: %d bytes, %v", len(got), err)
+				}
+				if i%2 == 0 {
+					n.Free(ref)
+				} else {
+					mu.Lock()
+					kept = append(kept, ref)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, ref := range kept {
+		got, err := Get[[]byte](ctx, n, ref)
+		if err != nil || int64(len(got)) < ref.Size()-5 {
+			t.Errorf("Get of a kept object: %d bytes, %v", len(got), err)
+		}
+	}
+	n.Free(kept...)
+	if c, b := n.Objects(); c != 0 || b != 0 || n.SpilledObjectBytes() != 0 {
+		t.Errorf("after every Free: %d objects, %d bytes in memory, %d spilled", c, b, n.SpilledObjectBytes())
+	}
+	if files := spillFiles(t, root); len(files) != 0 {
+		t.Errorf("after every Free: spill files %v", files)
+	}
+}
