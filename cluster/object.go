@@ -173,6 +173,10 @@ func Put(ctx context.Context, n *Node, v any) (ObjectRef, error) {
 	_, _ = rand.Read(raw[:])
 	ref := ObjectRef{ID: hex.EncodeToString(raw[:]), Node: n.id, Type: typ, Bytes: size}
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ObjectRef{}, fmt.Errorf("put: node %s has stopped", n.id)
+	}
 	if s.objs == nil {
 		s.objs = map[string]*storedObject{}
 	}

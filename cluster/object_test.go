@@ -209,3 +209,17 @@ func TestGetOfAnEmptyRef(t *testing.T) {
 		t.Errorf("Get of the zero ref: %v", err)
 	}
 }
+
+// TestPutOnAStoppedNode: Put on a node that has stopped fails naming it;
+// it took the object into a store nobody could read any more and
+// returned a ref as if kept.
+func TestPutOnAStoppedNode(t *testing.T) {
+	n, err := Start(context.Background(), Config{NodeID: "stopped-a", Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Stop()
+	if ref, err := Put(context.Background(), n, []byte("late")); err == nil || !strings.Contains(err.Error(), "node stopped-a has stopped") {
+		t.Errorf("Put on a stopped node: %+v, %v", ref, err)
+	}
+}
