@@ -159,8 +159,15 @@ func TestObjectStoreBound(t *testing.T) {
 	if _, err := Put(ctx, n, make([]byte, 2000)); err != nil {
 		t.Errorf("Put after Free: %v", err)
 	}
+	// An object larger than the whole store (spilling others cannot help).
+	if _, err := Put(ctx, n, make([]byte, 5000)); !errors.Is(err, ErrObjectStoreFull) || !strings.Contains(err.Error(), "over its whole store of 4096 bytes") {
+		t.Errorf("Put of an object over the whole store: %v", err)
+	}
 	if _, err := Start(context.Background(), Config{ObjectStoreBytes: -1, Logger: actor.DiscardLogger()}); err == nil {
 		t.Error("a negative ObjectStoreBytes started a node")
+	}
+	if _, err := Start(context.Background(), Config{ObjectSpillBytes: -2, Logger: actor.DiscardLogger()}); err == nil || !strings.Contains(err.Error(), "ObjectSpillBytes -2") {
+		t.Errorf("ObjectSpillBytes -2: %v", err)
 	}
 }
 
