@@ -122,11 +122,17 @@ type objectGot struct {
 
 func init() { actor.RegisterMessage(ObjectRef{}, objectFree{}, objectGet{}, objectGot{}) }
 
+// errNoNode: Put or Get was given a nil node.
+var errNoNode = errors.New("no node (TaskNode(ctx) is nil outside a task's function, ActorNode in an actor system no node started)")
+
 // Put keeps v (a registered message type) on node n and returns its
 // reference.
 func Put(ctx context.Context, n *Node, v any) (ObjectRef, error) {
 	if err := ctx.Err(); err != nil {
 		return ObjectRef{}, err
+	}
+	if n == nil {
+		return ObjectRef{}, fmt.Errorf("put: %w", errNoNode)
 	}
 	if v == nil {
 		return ObjectRef{}, errors.New("put: a nil value")
@@ -299,6 +305,9 @@ func checkRef(ref ObjectRef) error {
 // objectBody is the encoded object and its type, from n's store or
 // fetched from the node that holds it.
 func (n *Node) objectBody(ctx context.Context, ref ObjectRef) (string, []byte, error) {
+	if n == nil {
+		return "", nil, fmt.Errorf("get object %.64s: %w", ref.ID, errNoNode)
+	}
 	if err := checkRef(ref); err != nil {
 		return "", nil, err
 	}

@@ -230,3 +230,17 @@ func TestPutOnAStoppedNode(t *testing.T) {
 		t.Errorf("Put on a stopped node: %+v, %v", ref, err)
 	}
 }
+
+// TestObjectsOnANilNode: Put and Get given no node (TaskNode(ctx) outside
+// a task, ActorNode in an actor system no node started) fail saying so;
+// they panicked on the nil pointer.
+func TestObjectsOnANilNode(t *testing.T) {
+	ctx := context.Background()
+	if _, err := Put(ctx, TaskNode(ctx), []byte("x")); err == nil || !strings.Contains(err.Error(), "no node") {
+		t.Errorf("Put on no node: %v", err)
+	}
+	ref := ObjectRef{ID: strings.Repeat("ab", 12), Node: "somewhere", Type: "x", Bytes: 1}
+	if _, err := Get[[]byte](ctx, TaskNode(ctx), ref); err == nil || !strings.Contains(err.Error(), "no node") {
+		t.Errorf("Get on no node: %v", err)
+	}
+}
