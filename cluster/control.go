@@ -70,6 +70,7 @@ type ActorStatus struct {
 	Restarts int        `json:"restarts"`
 	Cause    string     `json:"death_cause,omitempty"`
 	Group    string     `json:"placement_group,omitempty"`
+	Note     string     `json:"note,omitempty"` // an ALIVE actor's (Node.SetNote)
 }
 
 // GroupStatus describes one placement group.
@@ -118,7 +119,7 @@ func (n *Node) Status() Status {
 	}
 	for _, r := range n.dir.Actors() {
 		st.Actors = append(st.Actors, ActorStatus{Name: r.Name, Kind: r.Kind, Node: r.Node, State: r.State,
-			Restarts: r.Restarts, Cause: r.Cause, Group: r.Group})
+			Restarts: r.Restarts, Cause: r.Cause, Group: r.Group, Note: r.Note})
 	}
 	for _, g := range n.dir.Groups() {
 		if !g.Removed {

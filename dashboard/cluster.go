@@ -161,7 +161,7 @@ type ClusterView struct {
 // JobView is a job of rlnode submit, from its actor's record.
 type JobView struct {
 	Name     string `json:"name"`
-	Status   string `json:"status"` // RUNNING, RESTARTING, SUCCEEDED, FAILED, STOPPED
+	Status   string `json:"status"` // RUNNING, PENDING, RESTARTING, SUCCEEDED, FAILED, STOPPED
 	Node     string `json:"node"`
 	Restarts int    `json:"restarts"`
 	Cause    string `json:"cause,omitempty"`
@@ -174,10 +174,8 @@ func jobViews(actors []cluster.ActorStatus) []JobView {
 		if a.Kind != jobs.Kind {
 			continue
 		}
-		v := JobView{Name: a.Name, Status: jobs.StatusOf(a.State, a.Cause), Node: a.Node, Restarts: a.Restarts}
-		if a.State != cluster.Alive {
-			v.Cause = a.Cause
-		}
+		v := JobView{Name: a.Name, Node: a.Node, Restarts: a.Restarts}
+		v.Status, v.Cause = jobs.Describe(a.State, a.Cause, a.Note)
 		out = append(out, v)
 	}
 	return out

@@ -63,6 +63,8 @@ func TestJobViews(t *testing.T) {
 		{Name: "c", Kind: "rlnode.job", Node: "n2", State: cluster.Dead, Cause: "job succeeded"},
 		{Name: "d", Kind: "rlnode.job", Node: "n2", State: cluster.Dead, Cause: "job failed: rlnode run exit status 1: boom"},
 		{Name: "e", Kind: "rlnode.job", Node: "n2", State: cluster.Dead, Cause: "job stopped: its run was asked to stop and exited (exit status 130)"},
+		{Name: "f", Kind: "rlnode.job", Node: "n1", State: cluster.Alive, Note: "waiting for room: no node can host {CPU:4}"},
+		{Name: "g", Kind: "rlnode.job", Node: "n1", State: cluster.Alive, Note: "something else"},
 	}
 	want := []JobView{
 		{Name: "a", Status: "RUNNING", Node: "n1"},
@@ -70,6 +72,8 @@ func TestJobViews(t *testing.T) {
 		{Name: "c", Status: "SUCCEEDED", Node: "n2", Cause: "job succeeded"},
 		{Name: "d", Status: "FAILED", Node: "n2", Cause: "job failed: rlnode run exit status 1: boom"},
 		{Name: "e", Status: "STOPPED", Node: "n2", Cause: "job stopped: its run was asked to stop and exited (exit status 130)"},
+		{Name: "f", Status: "PENDING", Node: "n1", Cause: "waiting for room: no node can host {CPU:4}"},
+		{Name: "g", Status: "RUNNING", Node: "n1"},
 	}
 	if got := jobViews(actors); !reflect.DeepEqual(got, want) {
 		t.Errorf("jobViews:\n got %+v\nwant %+v", got, want)

@@ -154,12 +154,7 @@ func info(rec cluster.ActorRecord) Info {
 			in.Recipe, in.Out, in.Submitter, in.SubmittedMs = s.RecipeName, s.Out, s.Submitter, s.SubmittedMs
 		}
 	}
-	in.Status = StatusOf(rec.State, rec.Cause)
-	if rec.State != cluster.Alive {
-		in.Cause = rec.Cause
-	} else if why, ok := strings.CutPrefix(rec.Note, PendingNote); ok {
-		in.Status, in.Cause = Pending, "waiting for room: "+why
-	}
+	in.Status, in.Cause = Describe(rec.State, rec.Cause, rec.Note)
 	return in
 }
 
@@ -167,6 +162,19 @@ func info(rec cluster.ActorRecord) Info {
 // PENDING or RESTARTING.
 func Active(status string) bool {
 	return status == Running || status == Pending || status == Restarting
+}
+
+// Describe is the status of a job whose actor is in state, with cause
+// and note, and what it says of it: how it ended, why it restarts, or
+// what it waits for.
+func Describe(state cluster.ActorState, cause, note string) (status, why string) {
+	if state != cluster.Alive {
+		return StatusOf(state, cause), cause
+	}
+	if w, ok := strings.CutPrefix(note, PendingNote); ok {
+		return Pending, PendingNote + w
+	}
+	return Running, ""
 }
 
 // StatusOf is the status of a job whose actor is in state, with cause.

@@ -116,7 +116,7 @@ function drawCluster(v) {
   out.push(el("h2", {}, `Jobs (${jobs.length})`));
   if (jobs.length === 0) out.push(el("p", {class: "muted"}, "No jobs: rlnode submit RECIPE starts one."));
   else {
-    const jt = el("table", {id: "jobs"}, el("tr", {}, ...["job", "status", "node", "restarts", "how it ended, or why it restarts"].map(h => el("th", {}, h))));
+    const jt = el("table", {id: "jobs"}, el("tr", {}, ...["job", "status", "node", "restarts", "how it ended, why it restarts, or what it waits for"].map(h => el("th", {}, h))));
     for (const j of jobs.slice(0, 2000)) {
       jt.append(el("tr", {"data-job": j.name, "data-status": j.status}, el("td", {}, j.name), el("td", {}, stateBadge(j.status)),
         el("td", {}, j.node || "–"), el("td", {}, j.restarts), el("td", {class: "wrap"}, j.cause || "")));
