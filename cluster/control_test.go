@@ -351,3 +351,49 @@ func TestControlTakesRequestsSignedWithTheClusterKey(t *testing.T) {
 	default:
 	}
 }
+
+// SetNote puts a line in an ALIVE hosted actor's record, seen in Status;
+// its death clears it; a note for an actor this node does not host, or
+// one not ALIVE, is refused; an over-long note is cut.
+func TestSetNote(t *testing.T) {
+	a := startLocalNode(t, "note-a", testKey(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "noted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	note := func() string {
+		for _, s := range a.Status().Actors {
+			if s.Name == "noted" {
+				return s.Note
+			}
+		}
+		return "(no actor)"
+	}
+	if err := a.SetNote("noted", strings.Repeat("x", MaxNoteBytes+10)); err != nil {
+		t.Fatal(err)
+	}
+	if n := note(); len(n) != MaxNoteBytes {
+		t.Errorf("an over-long note kept %d bytes, want %d", len(n), MaxNoteBytes)
+	}
+	if err := a.SetNote("noted", "waiting for room: CPU 4"); err != nil || note() != "waiting for room: CPU 4" {
+		t.Errorf("note %q, %v", note(), err)
+	}
+	if err := a.SetNote("nobody", "x"); err == nil {
+		t.Error("a note for an actor that does not exist was taken")
+	}
+	if err := h.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := a.Record("noted")
+	for deadline := time.Now().Add(10 * time.Second); rec.State != Dead && time.Now().Before(deadline); rec, _ = a.Record("noted") {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if rec.State != Dead || rec.Note != "" {
+		t.Errorf("after its stop: %s, note %q", rec.State, rec.Note)
+	}
+	if err := a.SetNote("noted", "x"); err == nil {
+		t.Error("a note for a DEAD actor was taken")
+	}
+}
