@@ -341,48 +341,101 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 const roomRetry = 5 * time.Minute
 
 // waitForRoom marks the job PENDING (its record's note) with why, then
-// waits until a node's free resources grow or a node joins (or roomRetry
-// passes), and clears the mark. It is false when a stop was asked or the
-// actor stops meanwhile.
+// waits until a node's free resources grow or a node that offers any
+// joins (or roomRetry passes), and clears the mark. Jobs pending since
+// earlier go first: this one waits 3 s for each (at most a minute), and
+// waits on if the room was taken meanwhile, so that freed room does not
+// start every pending job's driver at once. It is false when a stop was
+// asked or the actor stops meanwhile.
 func (j *job) waitForRoom(actx *actor.Context, node *cluster.Node, logf io.Writer, why string) bool {
 	fmt.Fprintf(logf, "%s rlnode job %s: the cluster has no room for its run now (%s); the job waits (PENDING) until room frees\n",
 		time.Now().UTC().Format(time.RFC3339), j.name, why)
 	_ = node.SetNote(j.name, PendingNote+why)
 	defer func() { _ = node.SetNote(j.name, "") }()
-	seen := map[string]cluster.Resources{}
-	for _, v := range node.Views() {
-		seen[v.ID] = v.Free
-	}
+	seen := freeRoom(node.Views())
 	deadline := time.Now().Add(roomRetry)
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
 	for {
-		select {
-		case <-actx.Context().Done():
-			return false
-		case <-tick.C:
-		}
-		j.mu.Lock()
-		stop := j.stopAsked || j.stopping
-		j.mu.Unlock()
-		if stop {
+		if !j.pause(actx, 2*time.Second) {
 			return false
 		}
-		if time.Now().After(deadline) {
+		cur := freeRoom(node.Views())
+		if !roomGrew(seen, cur) && time.Now().Before(deadline) {
+			seen = cur
+			continue
+		}
+		if ahead := pendingAhead(records(node), j.name, j.spec.SubmittedMs); ahead > 0 {
+			if !j.pause(actx, time.Duration(min(ahead, 20))*3*time.Second) {
+				return false
+			}
+			if after := freeRoom(node.Views()); roomGrew(after, cur) {
+				// A job ahead took the room: wait for more.
+				seen, deadline = after, time.Now().Add(roomRetry)
+				continue
+			}
+		}
+		return true
+	}
+}
+
+// pause waits d; false when a stop was asked or the actor stops first.
+func (j *job) pause(actx *actor.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-actx.Context().Done():
+		return false
+	case <-t.C:
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return !j.stopAsked && !j.stopping
+}
+
+// freeRoom is the free resources of each node that offers any.
+func freeRoom(views []cluster.NodeView) map[string]cluster.Resources {
+	out := map[string]cluster.Resources{}
+	for _, v := range views {
+		for _, amount := range v.Total {
+			if amount > 0 {
+				out[v.ID] = v.Free
+				break
+			}
+		}
+	}
+	return out
+}
+
+// roomGrew says whether cur has room that before had not: a node, or
+// more of a resource on one.
+func roomGrew(before, cur map[string]cluster.Resources) bool {
+	for id, free := range cur {
+		old, known := before[id]
+		if !known {
 			return true
 		}
-		for _, v := range node.Views() {
-			before, known := seen[v.ID]
-			if !known {
-				return true // a node joined
-			}
-			for k, amount := range v.Free {
-				if amount > before[k] {
-					return true
-				}
+		for k, amount := range free {
+			if amount > old[k] {
+				return true
 			}
 		}
 	}
+	return false
+}
+
+// pendingAhead counts the PENDING jobs among recs submitted before the
+// job name submitted at ms (ties by name).
+func pendingAhead(recs []cluster.ActorRecord, name string, ms int64) int {
+	n := 0
+	for _, rec := range recs {
+		if rec.Name == name || rec.State != cluster.Alive || !strings.HasPrefix(rec.Note, PendingNote) {
+			continue
+		}
+		in := info(rec)
+		if in.SubmittedMs < ms || (in.SubmittedMs == ms && rec.Name < name) {
+			n++
+		}
+	}
+	return n
 }
 
 // lostDriverWait bounds how long a job taken over waits for the lost

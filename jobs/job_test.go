@@ -219,3 +219,53 @@ func TestJobRecordsStayWithinTheirBound(t *testing.T) {
 		t.Errorf("the submit past the bound: %v", refused)
 	}
 }
+
+// Freed room is seen as room that grew (a node that offers resources
+// joining, or more of a resource on one); jobs pending since earlier are
+// counted ahead.
+func TestRoomAndPendingOrder(t *testing.T) {
+	views := []cluster.NodeView{
+		{ID: "a", Total: cluster.Resources{cluster.CPU: 4}, Free: cluster.Resources{cluster.CPU: 1}},
+		{ID: "driver", Total: cluster.Resources{}, Free: cluster.Resources{}},
+	}
+	before := freeRoom(views)
+	if _, ok := before["driver"]; ok || len(before) != 1 {
+		t.Fatalf("freeRoom counts a node that offers nothing: %v", before)
+	}
+	for _, c := range []struct {
+		name string
+		cur  []cluster.NodeView
+		grew bool
+	}{
+		{"same", views, false},
+		{"a driver node joins", append(views, cluster.NodeView{ID: "d2", Total: cluster.Resources{}}), false},
+		{"a CPU freed", []cluster.NodeView{{ID: "a", Total: cluster.Resources{cluster.CPU: 4}, Free: cluster.Resources{cluster.CPU: 2}}}, true},
+		{"a CPU taken", []cluster.NodeView{{ID: "a", Total: cluster.Resources{cluster.CPU: 4}, Free: cluster.Resources{}}}, false},
+		{"a node joins", append(views, cluster.NodeView{ID: "b", Total: cluster.Resources{cluster.CPU: 1}, Free: cluster.Resources{cluster.CPU: 1}}), true},
+	} {
+		if got := roomGrew(before, freeRoom(c.cur)); got != c.grew {
+			t.Errorf("%s: grew %v, want %v", c.name, got, c.grew)
+		}
+	}
+	rec := func(name string, ms int64, state cluster.ActorState, note string) cluster.ActorRecord {
+		typ, args, err := actor.EncodeMessage(Spec{Recipe: []byte("x"), Out: "/r/" + name, SubmittedMs: ms})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cluster.ActorRecord{Name: name, Kind: Kind, State: state, Note: note, ArgsType: typ, Args: args}
+	}
+	recs := []cluster.ActorRecord{
+		rec("early", 100, cluster.Alive, PendingNote+"CPU"),
+		rec("a-tie", 200, cluster.Alive, PendingNote+"CPU"),
+		rec("me", 200, cluster.Alive, PendingNote+"CPU"),
+		rec("running", 50, cluster.Alive, ""),
+		rec("ended", 10, cluster.Dead, ""),
+		rec("late", 300, cluster.Alive, PendingNote+"CPU"),
+	}
+	if n := pendingAhead(recs, "me", 200); n != 2 {
+		t.Errorf("%d pending jobs ahead, want 2 (early, and a-tie by name)", n)
+	}
+	if n := pendingAhead(recs, "early", 100); n != 0 {
+		t.Errorf("the earliest has %d ahead", n)
+	}
+}
