@@ -34,6 +34,11 @@
 #   engine        rollout/native's device tests, and `rlnode run quickstart`
 #                 for 2 SFT and 2 RL steps with the engine and the learner
 #                 on the GPU
+#   cluster       nodes on this host: one with --gpus auto (nvidia-smi's
+#                 GPUs), one with CUDA_VISIBLE_DEVICES empty (none), and
+#                 `rlnode run quickstart --address` with the learner and the
+#                 rollout actor each holding half a GPU on cuda: the GPUs
+#                 the ledger binds and the devices they open (DeviceFor)
 #   tests-shard   learner/shard's device tests on the GPU (two ranks against
 #                 one learner, ZeRO stage 0 and 1, checkpoint and resume)
 #   attention     one attention's forward and backward passes with each kind
@@ -46,7 +51,7 @@
 #   samehost      the same-host all-reduce at 64 MiB against memcpy and gloo
 # GPU_CHECK_TESTS=0 skips tests-cuda and tests-cpu, GPU_CHECK_STEP=0 step
 # and step-more, GPU_CHECK_PROFILE=0 profile, GPU_CHECK_TORCH=0 torch,
-# GPU_CHECK_DECODE=0 decode and engine, GPU_CHECK_SHARDED=0 tests-shard
+# GPU_CHECK_DECODE=0 decode and engine, GPU_CHECK_CLUSTER=0 cluster, GPU_CHECK_SHARDED=0 tests-shard
 # and step-sharded, GPU_CHECK_ATTN=0 attention, GPU_CHECK_STEP_CPU=0
 # step-cpu, GPU_CHECK_SAMEHOST=0 samehost. GPU_CHECK_SHAPE=tiny times a
 # small Qwen2 instead of Qwen2.5-0.5B's shape in the step sections and
@@ -117,6 +122,7 @@ profile 120 40 GPU_CHECK_PROFILE where the bf16 step's time goes: every device o
 torch 330 120 GPU_CHECK_TORCH log probs and gradients against PyTorch (Qwen2.5-0.5B shape, random weights)
 decode 300 90 GPU_CHECK_DECODE native engine decode tokens/s (${GPU_CHECK_SHAPE:-qwen2.5-0.5b} shape, random weights), and transformers' generate
 engine 240 60 GPU_CHECK_DECODE native engine on the GPU: tests, and a run with the engine and the learner on cuda
+cluster 150 60 GPU_CHECK_CLUSTER nodes with --gpus auto, and a run through them with the learner and the engine on a GPU each holds
 tests-shard 150 40 GPU_CHECK_SHARDED tests: learner/shard (data-parallel ranks on the GPU)
 attention 210 60 GPU_CHECK_ATTN attention forward+backward (Qwen2.5-0.5B heads): warp-per-query, tiled and tensor-core kernels, PyTorch SDPA
 step-more 330 60 GPU_CHECK_STEP training step, variants: bf16 activations, AdamW on the host
@@ -155,6 +161,7 @@ section() {
 	torch) torchcheck "$dir" ;;
 	decode) decode "$dir" ;;
 	engine) engine "$dir" ;;
+	cluster) clustercheck "$dir" ;;
 	attention) attention "$dir" ;;
 	samehost) samehost "$dir" ;;
 	*)
@@ -492,6 +499,43 @@ engine() {
 		tail -n 20 "$out/run.log"
 		rc=1
 	fi
+	rm -rf "$out"
+	return "$rc"
+}
+
+# clustercheck starts two nodes on this host, one offering what nvidia-smi
+# finds (--gpus auto) and one told no GPU is visible, prints the GPUs each
+# offers, and runs quickstart through them (2 SFT and 2 RL steps) with
+# the learner and the rollout actor each holding half a GPU and opening
+# cuda: only the GPU node can host them, and each opens the device the
+# node's ledger gave it.
+clustercheck() {
+	local dir=$1 rc=0 out gossip
+	out=$(mktemp -d)
+	(
+		export RLNODE_HOME=$out/home
+		rl=$dir/bin/rlnode
+		if ! timeout --foreground 40 "$rl" start --bind 127.0.0.1:0 --gpus "${GPU_CHECK_CLUSTER_GPUS:-auto}" --node-id gpu --detach >"$out/start.txt" 2>&1; then
+			echo "rlnode start --gpus auto: FAILED"
+			tail -n 20 "$out/start.txt"
+			exit 1
+		fi
+		gossip=$(awk '$1 == "gossip:" {print $2; exit}' "$out/start.txt")
+		CUDA_VISIBLE_DEVICES='' timeout --foreground 40 "$rl" join "$gossip" --bind 127.0.0.1:0 --gpus auto --node-id cpu \
+			--key-file "$RLNODE_HOME/cluster.key" --detach >"$out/join.txt" 2>&1 || { echo "rlnode join: FAILED"; tail -n 20 "$out/join.txt"; }
+		timeout --foreground 20 "$rl" status --address "$gossip" 2>&1 | sed -n '1,3p'
+		if timeout --foreground 150 "$rl" run quickstart --address "$gossip" --bind 127.0.0.1:0 --key-file "$RLNODE_HOME/cluster.key" --driver-only \
+			--out "$out/run" --set sft.steps=2 --set schedule.steps=2 --set placement.learner.gpus=0.5 --set placement.rollout.gpus=0.5 \
+			--set placement.learner_device=cuda --set engines.policy.device=cuda >"$out/run.log" 2>&1; then
+			echo "rlnode run quickstart through the cluster, learner and engine on half a GPU each: ok"
+			tail -n 2 "$out/run/metrics.jsonl" | cut -c1-200
+		else
+			echo "rlnode run quickstart through the cluster on cuda: FAILED"
+			tail -n 25 "$out/run.log"
+			exit 1
+		fi
+	) || rc=1
+	RLNODE_HOME=$out/home timeout --foreground 30 "$dir/bin/rlnode" stop --all >/dev/null 2>&1 || true
 	rm -rf "$out"
 	return "$rc"
 }
