@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -634,9 +635,18 @@ func (c LMConfig) stepLR(s int) (float64, bool) {
 
 var lmMu sync.Mutex
 
+// lmChecksums lists the SHA-256 of every file of a cache entry
+// (sha256sum's format), written last before the entry is renamed into
+// place.
+const lmChecksums = "checksums.sha256"
+
 // EnsureLM returns the directory of the executor model c trained on sp,
 // training it into the cache (LMCacheDir()/<Key>) first when it is not
-// there. Concurrent callers in one process train it once.
+// there, or when the entry there is torn (a file missing, cut short or
+// not the one its checksums name: what a power loss can leave). The
+// entry is trained in a temporary directory whose files and directory
+// are synced before it is renamed into place. Concurrent callers in one
+// process train it once.
 func EnsureLM(ctx context.Context, c LMConfig, sp Space, python bool, log io.Writer) (string, error) {
 	root, err := LMCacheDir()
 	if err != nil {
@@ -646,7 +656,14 @@ func EnsureLM(ctx context.Context, c LMConfig, sp Space, python bool, log io.Wri
 	lmMu.Lock()
 	defer lmMu.Unlock()
 	if _, err := os.Stat(filepath.Join(dir, "warmup.json")); err == nil {
-		return dir, nil
+		verr := verifyLMEntry(dir)
+		if verr == nil {
+			return dir, nil
+		}
+		fmt.Fprintf(log, "executor model cache: %s is torn (%v): training it again\n", dir, verr)
+		if err := removeLMEntry(root, dir); err != nil {
+			return "", fmt.Errorf("executor model cache: remove the torn %s: %w", dir, err)
+		}
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("executor model cache %s: %w", root, err)
@@ -661,13 +678,153 @@ func EnsureLM(ctx context.Context, c LMConfig, sp Space, python bool, log io.Wri
 	if err := TrainLM(ctx, c, sp, python, tmp, log); err != nil {
 		return "", err
 	}
+	if err := sealLMEntry(tmp); err != nil {
+		return "", fmt.Errorf("executor model cache %s: %w", root, err)
+	}
 	if err := os.Rename(tmp, dir); err != nil {
 		if _, serr := os.Stat(filepath.Join(dir, "warmup.json")); serr == nil {
 			return dir, nil // another process put it there first
 		}
 		return "", fmt.Errorf("executor model cache: %w", err)
 	}
+	syncDir(root) // the rename reaches the disk with the cache folder's sync
 	return dir, nil
+}
+
+// sealLMEntry writes dir's checksums and syncs every file of dir, then
+// dir itself, so that once dir is renamed into place its files are on
+// disk whole.
+func sealLMEntry(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var sums strings.Builder
+	for _, e := range ents {
+		if !e.Type().IsRegular() || e.Name() == lmChecksums {
+			continue
+		}
+		sum, err := fileSHA256(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&sums, "%s  %s\n", sum, e.Name())
+	}
+	if err := os.WriteFile(filepath.Join(dir, lmChecksums), []byte(sums.String()), 0o644); err != nil {
+		return err
+	}
+	if ents, err = os.ReadDir(dir); err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			if err := syncPath(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	syncDir(dir)
+	return nil
+}
+
+// verifyLMEntry checks the cache entry dir: each file its checksums list
+// has that SHA-256. An entry from before the checksums were written
+// passes when its files are there, not empty, and warmup.json is JSON.
+func verifyLMEntry(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, lmChecksums))
+	if errors.Is(err, fs.ErrNotExist) {
+		for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json", "warmup.json"} {
+			st, err := os.Stat(filepath.Join(dir, f))
+			if err != nil {
+				return err
+			}
+			if st.Size() == 0 {
+				return fmt.Errorf("%s is empty", f)
+			}
+		}
+		if meta, err := os.ReadFile(filepath.Join(dir, "warmup.json")); err != nil || !json.Valid(meta) {
+			return fmt.Errorf("warmup.json is not JSON (%v)", err)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		want, name, ok := strings.Cut(line, "  ")
+		if !ok || name == "" || strings.ContainsAny(name, "/\\") || name == "." || name == ".." {
+			return fmt.Errorf("%s: bad line %q", lmChecksums, line)
+		}
+		got, err := fileSHA256(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		if got != want {
+			return fmt.Errorf("%s has SHA-256 %s, %s says %s", name, got, lmChecksums, want)
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("%s lists no file", lmChecksums)
+	}
+	return nil
+}
+
+// removeLMEntry takes the entry dir out of the cache: renamed aside in
+// one step (a reader finds it whole or absent), then removed.
+func removeLMEntry(root, dir string) error {
+	aside, err := os.MkdirTemp(root, "tmp-torn-")
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(dir, filepath.Join(aside, "entry")); err != nil {
+		os.Remove(aside)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // another process took it out first
+		}
+		return err
+	}
+	return os.RemoveAll(aside)
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// syncDir flushes the directory at path to disk where the filesystem
+// allows: some refuse to sync a directory, and what was written is in
+// place either way (as internal/atomicfile does).
+func syncDir(path string) {
+	if d, err := os.Open(path); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
+
+// syncPath flushes the file at path to disk.
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	return nil
 }
 
 // staleTraining is how long a training's directory in the cache may go

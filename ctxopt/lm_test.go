@@ -424,3 +424,76 @@ func TestRemoveStaleTrainings(t *testing.T) {
 		t.Errorf("log %q does not name the removed directory", log.String())
 	}
 }
+
+// TestLMCacheTornEntry: a cache entry whose files are cut short or empty
+// (what a power loss can leave of a folder renamed into place before its
+// files reached the disk) is trained again, not loaded: EnsureLM returned
+// it as the model. An entry written before the checksums were kept is
+// still taken when its files are whole.
+func TestLMCacheTornEntry(t *testing.T) {
+	t.Setenv("RLNODE_CACHE", t.TempDir())
+	sp := testSpace()
+	dir, err := EnsureLM(context.Background(), smallLM, sp, false, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := os.ReadFile(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		tear func(t *testing.T)
+	}{
+		{"model cut", func(t *testing.T) {
+			if err := os.Truncate(filepath.Join(dir, "model.safetensors"), int64(len(model)/2)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"every file empty", func(t *testing.T) {
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if err := os.Truncate(filepath.Join(dir, e.Name()), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+		{"no checksums, model empty", func(t *testing.T) {
+			os.Remove(filepath.Join(dir, lmChecksums))
+			if err := os.Truncate(filepath.Join(dir, "model.safetensors"), 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.tear(t)
+			var log bytes.Buffer
+			again, err := EnsureLM(context.Background(), smallLM, sp, false, &log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again != dir || !strings.Contains(log.String(), "training it again") || !strings.Contains(log.String(), dir) {
+				t.Errorf("EnsureLM over a torn entry: %s, log:\n%s", again, log.String())
+			}
+			if b, err := os.ReadFile(filepath.Join(dir, "model.safetensors")); err != nil || !bytes.Equal(b, model) {
+				t.Errorf("model.safetensors after the rebuild: %d bytes, %v; want the %d bytes trained first", len(b), err, len(model))
+			}
+			eng, err := LoadLM(context.Background(), dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng.Close()
+		})
+	}
+	// An entry from before the checksums, whole, is used as it is.
+	if err := os.Remove(filepath.Join(dir, lmChecksums)); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	if again, err := EnsureLM(context.Background(), smallLM, sp, false, &log); err != nil || again != dir || log.Len() != 0 {
+		t.Errorf("EnsureLM over a whole entry without checksums: %s, %v, log %q: want it used", again, err, log.String())
+	}
+}
