@@ -7,10 +7,13 @@ import (
 )
 
 // Pool spreads calls over replica actors, each call to the replica with the
-// fewest calls outstanding (ties to the earliest replica).
+// fewest calls outstanding, ties taken in turn (round-robin): light traffic,
+// which finds every replica idle, is spread over all of them rather than all
+// sent to the first.
 type Pool struct {
 	replicas []*Handle
 	inflight []atomic.Int64
+	next     atomic.Uint64 // where the next call's search starts
 }
 
 // NewPool makes a pool over the given handles.
@@ -26,9 +29,10 @@ func (p *Pool) Size() int { return len(p.replicas) }
 
 // Call sends msg to the least-busy replica and waits for its reply.
 func (p *Pool) Call(ctx context.Context, msg any) (any, error) {
-	best := 0
-	for i := 1; i < len(p.replicas); i++ {
-		if p.inflight[i].Load() < p.inflight[best].Load() {
+	n := len(p.replicas)
+	best := int((p.next.Add(1) - 1) % uint64(n))
+	for k := 1; k < n; k++ {
+		if i := (best + k) % n; p.inflight[i].Load() < p.inflight[best].Load() {
 			best = i
 		}
 	}
