@@ -59,3 +59,11 @@ func SpansFromTurns(run string, step int, turns []data.Turn, sample float64, end
 	}
 	return out
 }
+
+// isEpisodeRoot says whether s is the root span SpansFromTurns writes for a
+// run's episode: its trace is recorded whole, root first, in one batch, so
+// a second copy of the root starts a second recording of the episode.
+func isEpisodeRoot(s *Span) bool {
+	return !s.ParentID.IsValid() && s.Operation == OpInvokeAgent && s.RunID != "" && s.Source == s.RunID &&
+		s.Step != NoValue && s.ConversationID != ""
+}

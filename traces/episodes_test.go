@@ -2,6 +2,7 @@ package traces
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,4 +73,54 @@ func turnsTraceID(spans []Span, i int) string {
 		}
 	}
 	return ""
+}
+
+// TestRedoneStepReplacesItsEpisodes: a step redone after a restart or
+// --resume records its episodes again under the same trace ids; what the
+// run trained on is the later recording, which is read in place of the
+// earlier one whole. The earlier copy was kept (first copy in write
+// order), and its turns the redone episode did not have were mixed into
+// the trace: a trajectory export held turns the run never trained on.
+func TestRedoneStepReplacesItsEpisodes(t *testing.T) {
+	root := t.TempDir()
+	turn := func(ep string, k int32, text string) data.Turn {
+		return data.Turn{EpisodeID: ep, GroupID: 0, Turn: k, PolicyID: "solver", WeightVersion: 3, PromptIDs: []int32{1, 2},
+			ResponseIDs: []int32{7, int32(k)}, LogProbs: []float32{-0.5, -0.25}, LossMask: []float32{1, 1}, FinishReason: "stop", ResponseText: text}
+	}
+	first := []data.Turn{turn("g0-s0", 0, "first"), turn("g0-s0", 1, "first"), turn("g0-s1", 0, "first")}
+	redone := []data.Turn{turn("g0-s0", 0, "redone"), turn("g0-s1", 0, "redone")}
+	end := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i, turns := range [][]data.Turn{first, redone} {
+		w, err := OpenWriter(root, WriterOptions{FlushInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Add(SpansFromTurns("run-a", 5, turns, 1, end.Add(time.Duration(i)*time.Minute))...); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, skipped, err := Load(root, Any())
+	if err != nil || len(skipped) > 0 {
+		t.Fatal(err, skipped)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d traces, want the 2 episodes", len(got))
+	}
+	for _, tr := range got {
+		if len(tr.Spans) != 2 {
+			t.Errorf("trace %s: %d spans, want the redone recording's root and one turn", tr.Root().ConversationID, len(tr.Spans))
+		}
+		for _, s := range tr.Spans {
+			if s.Operation == OpTextCompletion && !strings.Contains(s.OutputMessages, "redone") {
+				t.Errorf("trace %s turn %d: %s, want the redone step's", tr.Root().ConversationID, s.Turn, s.OutputMessages)
+			}
+		}
+	}
+	rows, _ := Trajectories(got, TrajectoryOptions{Policy: "solver", Reward: "reward"})
+	if len(rows) != 2 {
+		t.Errorf("%d trajectory rows, want the redone step's 2", len(rows))
+	}
 }

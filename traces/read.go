@@ -144,7 +144,10 @@ const (
 // Files that cannot be read (a truncated Parquet file, a bad annotation
 // line) are named in skipped and the rest is still read. A span stored more
 // than once under its trace and span id (an OTLP client that retried, an
-// export posted back) is read once, its first copy in write order.
+// export posted back) is read once, its first copy in write order; but an
+// episode a run recorded again (SpansFromTurns' root stored again: a step
+// redone after a restart or --resume) is read as its last recording,
+// whole, as that is what the run trained on.
 func Load(root string, f Filter) (out []Trace, skipped []Skipped, err error) {
 	if st, err := os.Stat(root); err != nil {
 		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
@@ -182,7 +185,17 @@ func Load(root string, f Filter) (out []Trace, skipped []Skipped, err error) {
 		for _, s := range spans {
 			k := spanKey{s.TraceID, s.SpanID}
 			if seen[k] {
-				continue
+				if !isEpisodeRoot(&s) {
+					continue
+				}
+				// A run's episode recorded again: its step was redone
+				// after a restart or --resume, and the run trained on
+				// this recording. It replaces the earlier one whole.
+				t := byID[s.TraceID]
+				for _, old := range t.Spans {
+					delete(seen, spanKey{old.TraceID, old.SpanID})
+				}
+				t.Spans = t.Spans[:0]
 			}
 			seen[k] = true
 			t := byID[s.TraceID]
