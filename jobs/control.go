@@ -155,6 +155,9 @@ func info(rec cluster.ActorRecord) Info {
 		}
 	}
 	in.Status, in.Cause = Describe(rec.State, rec.Cause, rec.Note)
+	if in.Status == Failed {
+		in.Cause = endCause(rec, in.Out)
+	}
 	return in
 }
 
@@ -175,6 +178,27 @@ func Describe(state cluster.ActorState, cause, note string) (status, why string)
 		return Pending, PendingNote + w
 	}
 	return Running, ""
+}
+
+// endCause is the cause a job's record gives, said for its user: the
+// cluster's "node stopped" or "node lost" of a job with no restarts
+// left names the node, says the restarts are used up and how to
+// continue the run.
+func endCause(rec cluster.ActorRecord, out string) string {
+	if rec.State != cluster.Dead || out == "" {
+		return rec.Cause
+	}
+	var what string
+	switch rec.Cause {
+	case "node stopped":
+		what = "stopped"
+	case "node lost":
+		what = "was lost"
+	default:
+		return rec.Cause
+	}
+	return fmt.Sprintf("node %s %s, and the job had no restarts left (--max-restarts %d): continue its run from its newest checkpoint as a new job with: rlnode submit %s --resume --out %s",
+		rec.Node, what, rec.MaxRestarts, filepath.Join(out, RecipeFile), out)
 }
 
 // StatusOf is the status of a job whose actor is in state, with cause.

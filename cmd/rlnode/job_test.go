@@ -567,3 +567,52 @@ func TestJobsWaitForRoom(t *testing.T) {
 		t.Errorf("the waiting job's last checkpoint: %v", err)
 	}
 }
+
+// TestJobWithNoRestartsLeftWhenItsNodeStops: a job whose node stops
+// (gracefully) with no restarts left ends FAILED, and its cause says
+// that the node stopped, that --max-restarts were used up, and how to
+// continue the run; it said only "node stopped". The command it gives
+// continues the run as a new job.
+func TestJobWithNoRestartsLeftWhenItsNodeStops(t *testing.T) {
+	home := t.TempDir()
+	head := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head")
+	host := startRlnode(t, home, "join", head.gossip, "--bind", "127.0.0.1:0", "--node-id", "host", "--cpus", "0.1")
+	dumpOnFailure(t, head, host)
+	dir := filepath.Join(t.TempDir(), "norestart")
+	long := []string{"--set", "sft.steps=2", "--set", "schedule.steps=100000", "--set", "schedule.eval_every=0", "--set", "eval.held_out=4",
+		"--set", "algorithm.batch_prompts=2", "--set", "algorithm.group_size=2", "--set", "schedule.checkpoint_every=1"}
+	out, errOut, code := runRlnode(t, home, append([]string{"submit", "quickstart", "--no-wait", "--name", "once", "--node", "host",
+		"--max-restarts", "0", "--out", dir, "--address", head.gossip}, long...)...)
+	if code != 0 {
+		t.Fatalf("submit: exit %d\n%s%s", code, out, errOut)
+	}
+	waitUntil(t, 2*time.Minute, "the job's RL steps", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, jobs.LogFile))
+		return bytes.Contains(b, []byte("(RL 2/100000)"))
+	})
+	if out, errOut, code := runRlnode(t, home, "stop", "--address", host.gossip); code != 0 {
+		t.Fatalf("stop host: exit %d\n%s%s", code, out, errOut)
+	}
+	var in jobs.Info
+	waitUntil(t, time.Minute, "the job's end", func() bool {
+		in = jobInfo(t, home, head.gossip, "once")
+		return in.Status != jobs.Running && in.Status != jobs.Restarting
+	})
+	resume := "rlnode submit " + filepath.Join(dir, jobs.RecipeFile) + " --resume --out " + dir
+	if in.Status != jobs.Failed || !strings.Contains(in.Cause, "node host stopped") || !strings.Contains(in.Cause, "--max-restarts 0") ||
+		!strings.HasSuffix(in.Cause, resume) {
+		t.Fatalf("job status once its node stopped with no restarts left: %+v; want FAILED, the node, --max-restarts and %q", in, resume)
+	}
+	// The command continues the run from its newest checkpoint.
+	args := append(strings.Fields(strings.TrimPrefix(resume, "rlnode ")), "--name", "again", "--no-wait", "--address", head.gossip)
+	if out, errOut, code := runRlnode(t, home, args...); code != 0 {
+		t.Fatalf("%s: exit %d\n%s%s", resume, code, out, errOut)
+	}
+	waitUntil(t, 2*time.Minute, "the resumed job's first step", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, jobs.LogFile))
+		return bytes.Contains(b, []byte("resuming from "+filepath.Join(dir, "checkpoints", "step-")))
+	})
+	if out, errOut, code := runRlnode(t, home, "job", "stop", "again", "--now", "--address", head.gossip); code != 0 {
+		t.Errorf("job stop again --now: exit %d\n%s%s", code, out, errOut)
+	}
+}
