@@ -21,6 +21,7 @@ import (
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/atomicfile"
+	"github.com/rlnode/rlnode/internal/outpath"
 	"github.com/rlnode/rlnode/internal/runlock"
 )
 
@@ -196,8 +197,8 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 			}
 		}
 	}
-	if err := os.MkdirAll(spec.Out, 0o755); err != nil {
-		return nil, fmt.Errorf("job %s: run folder: %w", name, err)
+	if err := outpath.MkdirAll(spec.Out); err != nil {
+		return nil, fmt.Errorf("job %s: run folder on node %s: %w", name, node.ID(), err)
 	}
 	// The log is created first, and by one job only on a first attempt:
 	// of two jobs started into one folder at once, the second finds it

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/internal/atomicfile"
+	"github.com/rlnode/rlnode/internal/outpath"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
@@ -142,6 +143,12 @@ func envCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode env rollout: %v\n", err)
 		return 1
 	}
+	// A symbolic link is written through, not replaced by the file.
+	dest, err := outpath.File(*out)
+	if err != nil {
+		return fail(fmt.Errorf("--out: %w", err))
+	}
+	*out = dest
 	mkEnv, err := env.Open(env.Spec{Name: name, URL: *url, Timeout: *timeout})
 	if err != nil {
 		return fail(err)

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/rlnode/rlnode/internal/outpath"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/train"
 )
@@ -106,6 +107,16 @@ func evalCommand(args []string, stdout, stderr io.Writer) int {
 	if len(pos) > 0 || *modelDir == "" {
 		fmt.Fprintf(stderr, "rlnode eval: want --model DIR (and --recipe RECIPE unless DIR is a run folder)\n\n%s", evalUsage)
 		return 2
+	}
+	if *out != "" {
+		// Before the evaluation, which takes a while; a symbolic link is
+		// written through.
+		dest, err := outpath.File(*out)
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode eval: --out: %v\n", err)
+			return 1
+		}
+		*out = dest
 	}
 	if err := evalTarget(modelDir, recipe, stderr); err != nil {
 		fmt.Fprintf(stderr, "rlnode eval: %v\n", err)

@@ -7,6 +7,7 @@ import (
 	"github.com/rlnode/rlnode/recipes"
 	"io"
 
+	"github.com/rlnode/rlnode/internal/outpath"
 	"github.com/rlnode/rlnode/learner"
 )
 
@@ -83,6 +84,9 @@ func modelInit(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 0, "random seed of the initialization")
 	if err := parseFlags(fs, args, "config", "out"); err != nil {
 		return err
+	}
+	if err := outpath.MkdirAll(*out); err != nil {
+		return fmt.Errorf("--out: %w", err)
 	}
 	cfg, params, err := learner.InitCheckpoint(*configPath, *out, *seed)
 	if err != nil {

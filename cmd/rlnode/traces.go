@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/internal/atomicfile"
+	"github.com/rlnode/rlnode/internal/outpath"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/verify"
@@ -83,6 +84,14 @@ func tracesCommand(args []string, stdout, stderr io.Writer) int {
 		policy := fs.String("policy", "actor", "trajectories: the policy id of the rows")
 		tokPath := fs.String("tokenizer", "", "trajectories: tokenizer.json (or a checkpoint folder holding one) to re-tokenize calls recorded without token ids; without it they are left out")
 		run = func() error {
+			if *out != "-" {
+				// A symbolic link is written through, not replaced by the file.
+				dest, err := outpath.File(*out)
+				if err != nil {
+					return fmt.Errorf("--out: %w", err)
+				}
+				*out = dest
+			}
 			if *format == "trajectories" {
 				return tracesTrajectories(*store, f, *policy, *tokPath, *out, stdout, stderr)
 			}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rlnode/rlnode/internal/outpath"
 )
 
 // File is the lock a running `rlnode run` holds on its folder.
@@ -32,8 +34,8 @@ func Lock(dir string) (unlock func(), err error) {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		made = true
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
+	if err := outpath.MkdirAll(dir); err != nil {
+		return nil, fmt.Errorf("--out: %w", err)
 	}
 	path := filepath.Join(dir, File)
 	for range 3 {
