@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/ctxopt/simlm"
+	"github.com/rlnode/rlnode/internal/ctxio"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
@@ -656,9 +657,12 @@ func EnsureLM(ctx context.Context, c LMConfig, sp Space, python bool, log io.Wri
 	lmMu.Lock()
 	defer lmMu.Unlock()
 	if _, err := os.Stat(filepath.Join(dir, "warmup.json")); err == nil {
-		verr := verifyLMEntry(dir)
+		verr := verifyLMEntry(ctx, dir)
 		if verr == nil {
 			return dir, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return "", fmt.Errorf("executor model cache: check %s: %w", dir, err)
 		}
 		fmt.Fprintf(log, "executor model cache: %s is torn (%v): training it again\n", dir, verr)
 		if err := removeLMEntry(root, dir); err != nil {
@@ -678,7 +682,7 @@ func EnsureLM(ctx context.Context, c LMConfig, sp Space, python bool, log io.Wri
 	if err := TrainLM(ctx, c, sp, python, tmp, log); err != nil {
 		return "", err
 	}
-	if err := sealLMEntry(tmp); err != nil {
+	if err := sealLMEntry(ctx, tmp); err != nil {
 		return "", fmt.Errorf("executor model cache %s: %w", root, err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
@@ -694,7 +698,7 @@ func EnsureLM(ctx context.Context, c LMConfig, sp Space, python bool, log io.Wri
 // sealLMEntry writes dir's checksums and syncs every file of dir, then
 // dir itself, so that once dir is renamed into place its files are on
 // disk whole.
-func sealLMEntry(dir string) error {
+func sealLMEntry(ctx context.Context, dir string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err
@@ -704,7 +708,7 @@ func sealLMEntry(dir string) error {
 		if !e.Type().IsRegular() || e.Name() == lmChecksums {
 			continue
 		}
-		sum, err := fileSHA256(filepath.Join(dir, e.Name()))
+		sum, err := fileSHA256(ctx, filepath.Join(dir, e.Name()))
 		if err != nil {
 			return err
 		}
@@ -730,7 +734,8 @@ func sealLMEntry(dir string) error {
 // verifyLMEntry checks the cache entry dir: each file its checksums list
 // has that SHA-256. An entry from before the checksums were written
 // passes when its files are there, not empty, and warmup.json is JSON.
-func verifyLMEntry(dir string) error {
+// It gives up once ctx is done (a slow disk), with ctx's error.
+func verifyLMEntry(ctx context.Context, dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, lmChecksums))
 	if errors.Is(err, fs.ErrNotExist) {
 		for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json", "warmup.json"} {
@@ -756,7 +761,7 @@ func verifyLMEntry(dir string) error {
 		if !ok || name == "" || strings.ContainsAny(name, "/\\") || name == "." || name == ".." {
 			return fmt.Errorf("%s: bad line %q", lmChecksums, line)
 		}
-		got, err := fileSHA256(filepath.Join(dir, name))
+		got, err := fileSHA256(ctx, filepath.Join(dir, name))
 		if err != nil {
 			return err
 		}
@@ -788,14 +793,14 @@ func removeLMEntry(root, dir string) error {
 	return os.RemoveAll(aside)
 }
 
-func fileSHA256(path string) (string, error) {
+func fileSHA256(ctx context.Context, path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	if _, err := io.Copy(h, ctxio.Reader(ctx, f, 1<<20)); err != nil {
 		return "", fmt.Errorf("%s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
