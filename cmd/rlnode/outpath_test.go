@@ -114,3 +114,21 @@ func TestSubmitOutDanglingSymlink(t *testing.T) {
 		t.Errorf("submit --out %s: exit %d\n%s%s\nwant %q", dir, code, out, stderr, want)
 	}
 }
+
+// TestDefaultRunsDanglingSymlink: a run given no --out goes to
+// ./runs/NAME-DATE; ./runs a symbolic link to a missing folder (a
+// scratch disk not mounted) is refused naming it and its target, as
+// --out is; it said "mkdir runs: file exists".
+func TestDefaultRunsDanglingSymlink(t *testing.T) {
+	home, wd := t.TempDir(), t.TempDir()
+	gone := filepath.Join(t.TempDir(), "scratch", "runs")
+	if err := os.Symlink(gone, filepath.Join(wd, "runs")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := rlnodeCmd(t, home, append([]string{"run", "quickstart"}, tinyRun...)...)
+	cmd.Dir = wd
+	out, err := cmd.CombinedOutput()
+	if want := "runs is a symbolic link to " + gone + ", which does not exist: create that folder (mkdir -p " + gone + ")"; err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("run with ./runs a dangling link: %v\n%s\nwant %q", err, out, want)
+	}
+}

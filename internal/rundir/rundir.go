@@ -9,12 +9,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/rlnode/rlnode/internal/outpath"
 )
 
 // Reserve creates and returns the first of base, base-2 … base-1000 that
 // did not exist (and base's parent folders where missing).
 func Reserve(base string) (string, error) {
-	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+	if err := outpath.MkdirAll(filepath.Dir(base)); err != nil {
 		return "", err
 	}
 	for i := 1; i <= 1000; i++ {
