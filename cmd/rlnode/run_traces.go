@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlnode/rlnode/recipes"
@@ -51,6 +52,9 @@ func (f *runTraceFlags) check() error {
 	return nil
 }
 
+// traceWriterOptions are the run's trace writer's (tests shrink them).
+var traceWriterOptions = traces.WriterOptions{FlushInterval: 2 * time.Second}
+
 // open starts recording into the store and returns the train.Config
 // Episodes callback and a close function printing where the traces are;
 // with --traces off both do nothing.
@@ -62,16 +66,30 @@ func (f *runTraceFlags) open(runDir string, stdout, stderr io.Writer) (func(int,
 	if store == "" {
 		store = filepath.Join(runDir, "traces")
 	}
-	w, err := traces.OpenWriter(store, traces.WriterOptions{FlushInterval: 2 * time.Second,
-		OnError: func(err error) { fmt.Fprintf(stderr, "rlnode run: traces: %v\n", err) }})
+	opt := traceWriterOptions
+	opt.OnError = func(err error) { fmt.Fprintf(stderr, "rlnode run: traces: %v\n", err) }
+	w, err := traces.OpenWriter(store, opt)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--traces: %w", err)
 	}
 	run := filepath.Base(filepath.Clean(runDir))
+	// Spans the writer refuses (it fell behind: a slow or full disk) are
+	// dropped, not waited for, so the run goes on; the first drop is said
+	// at once and the count at the end.
+	var dropped, steps atomic.Int64
 	record := func(step int, turns []data.Turn) {
-		w.Add(traces.SpansFromTurns(run, step, turns, *f.sample, time.Now())...)
+		spans := traces.SpansFromTurns(run, step, turns, *f.sample, time.Now())
+		if err := w.Add(spans...); err != nil {
+			if dropped.Add(int64(len(spans))) == int64(len(spans)) {
+				fmt.Fprintf(stderr, "rlnode run: traces: step %d's %d spans dropped, the run goes on: %v\n", step, len(spans), err)
+			}
+			steps.Add(1)
+		}
 	}
 	closeStore := func() {
+		if d := dropped.Load(); d > 0 {
+			fmt.Fprintf(stderr, "rlnode run: traces: %d spans of %d steps were dropped (the store's writer fell behind); %s lacks them\n", d, steps.Load(), store)
+		}
 		if err := w.Close(); err != nil {
 			fmt.Fprintf(stderr, "rlnode run: traces: %v\n", err)
 			return

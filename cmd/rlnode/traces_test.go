@@ -706,3 +706,32 @@ func TestTracesAnnotateNamesAStoredTrace(t *testing.T) {
 		t.Errorf("the annotated trace, listed by its reward:\n%s", out)
 	}
 }
+
+// Spans the trace writer refuses (it fell behind) are said to be dropped,
+// the first at once and the count at the end: they were dropped without a
+// word, and the store silently lacked those steps.
+func TestRunTracesDroppedAreSaid(t *testing.T) {
+	old := traceWriterOptions
+	traceWriterOptions = traces.WriterOptions{FlushInterval: time.Hour, MaxBuffered: 1}
+	defer func() { traceWriterOptions = old }()
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	tf := addRunTraceFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	record, closeStore, err := tf.open(t.TempDir(), io.Discard, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn := func(ep string) data.Turn {
+		return data.Turn{EpisodeID: ep, PolicyID: "solver", PromptIDs: []int32{1}, ResponseIDs: []int32{2}, LogProbs: []float32{-1}, LossMask: []float32{1}}
+	}
+	// With one span buffered at most, the writer refuses a step of more
+	// than four spans at once.
+	record(1, []data.Turn{turn("a"), turn("b"), turn("c")})
+	closeStore()
+	if !strings.Contains(stderr.String(), "step 1's 6 spans dropped, the run goes on") || !strings.Contains(stderr.String(), "6 spans of 1 steps were dropped") {
+		t.Errorf("stderr:\n%s", stderr.String())
+	}
+}
