@@ -97,7 +97,8 @@ type taskReply struct {
 	Err   string
 	Retry bool
 	Own   bool
-	// Node is the refusing node's record (as okReply.Node).
+	// Node is the answering node's record, as it stands after the refusal
+	// or after the task ended and gave its resources back (as okReply.Node).
 	Node *NodeRecord `msgpack:",omitempty"`
 	// Elsewhere: this node's program has not registered the task or its
 	// arguments' type (spawnReply.Elsewhere): another node's may.
@@ -342,6 +343,10 @@ func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions
 			continue
 		}
 		rep, err := actor.CallAs[taskReply](ctx, n.sys, nref, req)
+		if err == nil && rep.Node != nil && rep.Node.ID == target {
+			// The node as it stands after refusing or running the task.
+			n.dir.merge(&update{Nodes: []NodeRecord{*rep.Node}})
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			_ = n.sys.Tell(nref, taskCancel{ID: req.ID})
@@ -372,9 +377,6 @@ func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions
 			// record comes with it) or handed back by a stopping node.
 			// Neither counts: each try avoids that node until the task
 			// next waits, and it waits for a record to change.
-			if rep.Node != nil {
-				n.dir.merge(&update{Nodes: []NodeRecord{*rep.Node}})
-			}
 			avoid[target] = true
 		case rep.Err != "":
 			return nil, fmt.Errorf("task %s: %s", name, rep.Err)
@@ -493,23 +495,30 @@ func (n *Node) hostTask(ctx *actor.Context, m taskRequest) (any, error) {
 		n.tmu.Unlock()
 		n.ledger.release(key)
 		n.publishNode()
+		// Every answer carries this node's record, the task's resources
+		// given back: the submitter's next placement counts them at once
+		// (gossip brings them a little later).
+		var own *NodeRecord
+		if rec, ok := n.dir.Node(n.id); ok {
+			own = &rec
+		}
 		switch {
 		case err != nil && n.stopping():
-			reply.Send(taskReply{Err: fmt.Sprintf("node %s stopped while task %s ran", n.id, m.Name), Retry: true}, nil)
+			reply.Send(taskReply{Err: fmt.Sprintf("node %s stopped while task %s ran", n.id, m.Name), Retry: true, Node: own}, nil)
 		case err != nil:
-			reply.Send(taskReply{Err: err.Error(), Own: true}, nil)
+			reply.Send(taskReply{Err: err.Error(), Own: true, Node: own}, nil)
 		default:
 			rt, rb, err := actor.EncodeMessage(v)
 			switch {
 			case err != nil:
-				reply.Send(taskReply{Err: fmt.Sprintf("result: %v", err), Own: true}, nil)
+				reply.Send(taskReply{Err: fmt.Sprintf("result: %v", err), Own: true, Node: own}, nil)
 			case len(rb) > MaxTaskBytes:
-				reply.Send(taskReply{Err: fmt.Sprintf("result: %s of %d bytes encoded, over the %d-byte bound", rt, len(rb), MaxTaskBytes), Own: true}, nil)
+				reply.Send(taskReply{Err: fmt.Sprintf("result: %s of %d bytes encoded, over the %d-byte bound", rt, len(rb), MaxTaskBytes), Own: true, Node: own}, nil)
 			case len(rb) > InlineArgsMax:
 				ref := n.sys.Bulk().Offer(rb, 1, taskResultTTL)
-				reply.Send(taskReply{ResultType: rt, ResultAt: &ref}, nil)
+				reply.Send(taskReply{ResultType: rt, ResultAt: &ref, Node: own}, nil)
 			default:
-				reply.Send(taskReply{ResultType: rt, Result: rb}, nil)
+				reply.Send(taskReply{ResultType: rt, Result: rb, Node: own}, nil)
 			}
 		}
 	}()
