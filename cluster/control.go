@@ -79,6 +79,11 @@ type GroupStatus struct {
 	Strategy Strategy `json:"strategy"`
 	Bundles  []Bundle `json:"bundles"`
 	Nodes    []string `json:"nodes"`
+	// State is CREATED once every bundle is reserved, PENDING while the
+	// group waits for room (GroupOptions.Wait), as Ray names them.
+	State string `json:"state"`
+	// Pending says what a PENDING group waits for and what holds it.
+	Pending string `json:"pending,omitempty"`
 }
 
 // Status reports the live nodes and every actor the directory knows.
@@ -123,7 +128,11 @@ func (n *Node) Status() Status {
 	}
 	for _, g := range n.dir.Groups() {
 		if !g.Removed {
-			st.Groups = append(st.Groups, GroupStatus{ID: g.ID, Strategy: g.Strategy, Bundles: g.Bundles, Nodes: g.Nodes})
+			gs := GroupStatus{ID: g.ID, Strategy: g.Strategy, Bundles: g.Bundles, Nodes: g.Nodes, State: "CREATED", Pending: g.Pending}
+			if g.Pending != "" {
+				gs.State, gs.Nodes = "PENDING", []string{}
+			}
+			st.Groups = append(st.Groups, gs)
 		}
 	}
 	return st

@@ -102,6 +102,10 @@ type GroupRecord struct {
 	Bundles  []Bundle `msgpack:"b"`
 	Nodes    []string `msgpack:"n"`
 	Removed  bool     `msgpack:"rm,omitempty"`
+	// Pending, set while the group waits for room (GroupOptions.Wait),
+	// says what it waits for; it has no Nodes then. A build that does not
+	// know it reads a group of no nodes, which it shows and may remove.
+	Pending string `msgpack:"pd,omitempty"`
 	// Owner is the node that created the group: the group is removed
 	// when that node is gone (reapOrphans).
 	Owner   string `msgpack:"ow,omitempty"`

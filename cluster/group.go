@@ -24,15 +24,57 @@ type PlacementGroup struct {
 }
 
 // CreatePlacementGroup reserves every bundle or none. A group the cluster
-// cannot hold fails at once with what is missing; it never waits for
-// resources to free up. A node that does not answer its reservation
-// within reserveTimeout, or cannot be reached (a member whose actor port
-// a firewall drops; one frozen and not yet taken for lost), is left out
-// and the group placed again without it.
+// cannot hold now fails at once with what is missing; it never waits for
+// resources to free up (CreatePlacementGroupWith and GroupOptions.Wait
+// do). rlnode's own placements use it: a run whose learner or rollout
+// actors do not fit says so at once, as its spawns do. A node that does
+// not answer its reservation within reserveTimeout, or cannot be reached
+// (a member whose actor port a firewall drops; one frozen and not yet
+// taken for lost), is left out and the group placed again without it.
 func (n *Node) CreatePlacementGroup(ctx context.Context, bundles []Bundle, st Strategy) (*PlacementGroup, error) {
+	return n.CreatePlacementGroupWith(ctx, bundles, st, GroupOptions{})
+}
+
+// GroupOptions say how CreatePlacementGroupWith places a group.
+type GroupOptions struct {
+	// Wait keeps a group that the live nodes could hold, but whose room
+	// others hold now (actors, tasks, other groups), PENDING until that
+	// room is free, within ctx, as Ray's placement groups wait: the call
+	// returns once every bundle is reserved. Meanwhile the group is in the
+	// directory as PENDING with what it waits for (`rlnode status`, the
+	// dashboard). It wakes when a node's record changes (resources freed,
+	// a node joining) or every groupRoomPoll, and never holds a part of
+	// the group while it waits: a try that finds room for only some
+	// bundles releases them. When ctx ends, nothing of the group is left
+	// reserved anywhere and its record is removed. A group the live nodes'
+	// total capacity can never hold fails at once still, naming what is
+	// missing. Waiters are served in no given order.
+	Wait bool
+	// Pending, when set with Wait, is told what the group waits for when
+	// it starts waiting and each time that changes (what is missing and
+	// what holds the room), from the caller's goroutine. The first time,
+	// this node's directory already shows the group PENDING.
+	Pending func(waitingFor string)
+}
+
+// groupRoomPoll is how often a waiting group looks again when no node
+// record changed meanwhile (membership may have).
+const groupRoomPoll = time.Second
+
+// pendingRewrite is the least time between two rewrites of a waiting
+// group's record, so that a busy cluster's churn is not gossiped again
+// as what the group waits for.
+const pendingRewrite = 2 * time.Second
+
+// CreatePlacementGroupWith is CreatePlacementGroup with options: with
+// o.Wait, a group that does not fit the free room now waits for it.
+func (n *Node) CreatePlacementGroupWith(ctx context.Context, bundles []Bundle, st Strategy, o GroupOptions) (*PlacementGroup, error) {
 	var raw [6]byte
 	_, _ = rand.Read(raw[:])
 	id := "pg-" + hex.EncodeToString(raw[:])
+	if o.Wait {
+		return n.waitGroup(ctx, id, bundles, st, o)
+	}
 	var lastErr error
 	left := map[string]bool{}  // nodes left out: they did not answer
 	fresh := map[string]bool{} // nodes whose refusal brought their own record
@@ -53,7 +95,7 @@ func (n *Node) CreatePlacementGroup(ctx context.Context, bundles []Bundle, st St
 			}
 			return nil, err
 		}
-		silent, retry, refuser, err := n.reserveAll(ctx, id, bundles, nodes)
+		silent, retry, refuser, err := n.reserveAll(ctx, id, bundles, nodes, 1)
 		if err == nil {
 			n.write(&update{Groups: []GroupRecord{{ID: id, Strategy: st, Bundles: bundles, Nodes: nodes, Version: 1, Writer: n.id, Owner: n.id}}})
 			return &PlacementGroup{ID: id, Strategy: st, Bundles: bundles, Nodes: nodes}, nil
@@ -87,12 +129,12 @@ const reserveTimeout = 10 * time.Second
 // A node that refuses for want of resources sends its own record, which
 // is merged here (refuser names it): the placement that chose it read a
 // view that gossip had not yet brought up to date.
-func (n *Node) reserveAll(ctx context.Context, id string, bundles []Bundle, nodes []string) (silent string, retry bool, refuser string, err error) {
+func (n *Node) reserveAll(ctx context.Context, id string, bundles []Bundle, nodes []string, version uint64) (silent string, retry bool, refuser string, err error) {
 	per := map[string]*reserveRequest{}
 	for i, node := range nodes {
 		r := per[node]
 		if r == nil {
-			r = &reserveRequest{Group: id, Version: 1}
+			r = &reserveRequest{Group: id, Version: version}
 			per[node] = r
 		}
 		r.Indices = append(r.Indices, i)
@@ -109,8 +151,10 @@ func (n *Node) reserveAll(ctx context.Context, id string, bundles []Bundle, node
 		err := n.askNode(actx, node, *per[node])
 		cancel()
 		if err != nil {
+			// Released even when ctx has ended (the caller gave up while
+			// this node was asked): each within its own bound.
 			for _, d := range done {
-				n.unreserveOn(ctx, id, d)
+				n.releaseOn(context.WithoutCancel(ctx), id, d)
 			}
 			var re *refusal
 			if errors.As(err, &re) {

@@ -286,6 +286,11 @@ func (n *Node) placeSpawn(req spawnRequest, exclude map[string]bool) (string, er
 		if !ok || g.Removed {
 			return "", fmt.Errorf("placement group %s does not exist", req.Group)
 		}
+		if req.Bundle >= len(g.Nodes) {
+			// This node has the record of the group waiting for room,
+			// not yet the one that placed it.
+			return "", fmt.Errorf("placement group %s is not placed yet as this node knows it (%s)", req.Group, g.Pending)
+		}
 		return g.Nodes[req.Bundle], nil
 	}
 	var views []NodeView
