@@ -140,7 +140,7 @@ func (n *Node) pendingReason(nodes []NodeView, bundles []Bundle, st Strategy) st
 		free = free.Add(v.Free)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s of %d bundles %s: ", st, len(bundles), need)
+	fmt.Fprintf(&b, "%s in %d bundle%s: ", need, len(bundles), map[bool]string{true: "s"}[len(bundles) != 1])
 	switch missing := free.Missing(need); {
 	case len(missing) > 0:
 		fmt.Fprintf(&b, "missing %s free", strings.Join(missing, ", "))

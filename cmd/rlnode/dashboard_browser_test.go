@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/dashboard"
 	"github.com/rlnode/rlnode/traces"
 )
@@ -352,4 +355,53 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitInPage(t, ctx, "alpha and beta on rlnode dashboard's cluster page", `["alpha","beta"].every(id => document.querySelector('#nodes tr[data-node="'+id+'"][data-state="ALIVE"]'))`, time.Minute)
+}
+
+// The cluster page's placement-group table shows a group waiting for room
+// PENDING with what it waits for, and each bundle's resources: the table
+// read a bundle's fields as amounts and drew "{resources: NaN}".
+func TestDashboardPlacementGroups(t *testing.T) {
+	ctx := browser(t)
+	node, err := cluster.Start(context.Background(), cluster.Config{Bind: "127.0.0.1:0", CPUs: 2, GPUs: 0, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Stop)
+	gctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	all := []cluster.Bundle{{Resources: cluster.Resources{cluster.CPU: 2}}}
+	held, err := node.CreatePlacementGroup(gctx, all, cluster.StrictPack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan string, 10)
+	ended := make(chan error, 1)
+	go func() {
+		_, err := node.CreatePlacementGroupWith(gctx, all, cluster.StrictPack, cluster.GroupOptions{Wait: true, Pending: func(w string) { waiting <- w }})
+		ended <- err
+	}()
+	<-waiting
+	srv, err := dashboard.Serve("127.0.0.1:0", dashboard.Config{Cluster: dashboard.LocalNode{Node: node}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"cluster")); err != nil {
+		t.Fatal(err)
+	}
+	waitInPage(t, ctx, "a CREATED and a PENDING group", `!!document.querySelector('#groups tr[data-state="CREATED"]') && !!document.querySelector('#groups tr[data-state="PENDING"]')`, time.Minute)
+	rows, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#groups tr[data-group]')].map(r => r.dataset.state + " | " + r.innerText.replace(/\s+/g, " "))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	screenshot(t, ctx, filepath.Join(artifactDir(t), "dashboard-groups.png"))
+	text := strings.Join(rows, "\n")
+	if len(rows) != 2 || strings.Contains(text, "NaN") || !strings.Contains(text, "{CPU: 2}") ||
+		!strings.Contains(text, "CREATED | "+held.ID) || !strings.Contains(text, "missing CPU 2 (has 0) free; held by placement group "+held.ID) {
+		t.Fatalf("placement groups table:\n%s", text)
+	}
+	cancel()
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiting group, its ctx ended: %v", err)
+	}
 }

@@ -386,6 +386,10 @@ func printStatus(w io.Writer, st cluster.Status) {
 	if len(st.Groups) > 0 {
 		fmt.Fprintln(w)
 		for _, g := range st.Groups {
+			if g.State == "PENDING" {
+				fmt.Fprintf(w, "placement group %s %s PENDING: %s\n", g.ID, g.Strategy, g.Pending)
+				continue
+			}
 			fmt.Fprintf(w, "placement group %s %s on %s\n", g.ID, g.Strategy, strings.Join(g.Nodes, ","))
 		}
 	}

@@ -362,6 +362,20 @@ func TestPrintStatusBuilds(t *testing.T) {
 	}
 }
 
+// A placement group waiting for room is listed PENDING with what it
+// waits for; a created one with its nodes.
+func TestPrintStatusPendingGroup(t *testing.T) {
+	var b strings.Builder
+	printStatus(&b, cluster.Status{Node: "head", Nodes: []cluster.NodeStatus{{ID: "head", State: "ALIVE"}}, Groups: []cluster.GroupStatus{
+		{ID: "pg-1", Strategy: cluster.Spread, Nodes: []string{"head", "w1"}, State: "CREATED"},
+		{ID: "pg-2", Strategy: cluster.StrictPack, Nodes: []string{}, State: "PENDING", Pending: "{GPU:2} in 1 bundle: missing GPU 2 (has 0) free; held by actor a ({GPU:2} on w1)"}}})
+	out := b.String()
+	if !strings.Contains(out, "placement group pg-1 SPREAD on head,w1\n") ||
+		!strings.Contains(out, "placement group pg-2 STRICT_PACK PENDING: {GPU:2} in 1 bundle: missing GPU 2 (has 0) free; held by actor a ({GPU:2} on w1)\n") {
+		t.Errorf("status:\n%s", out)
+	}
+}
+
 func TestNodeIDInUseRefused(t *testing.T) {
 	home := t.TempDir()
 	a := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "alpha", "--gpus", "0")

@@ -141,10 +141,18 @@ function drawCluster(v) {
   out.push(el("h2", {}, `Placement groups (${v.placement_groups.length})`));
   if (v.placement_groups.length === 0) out.push(el("p", {class: "muted"}, "No placement groups."));
   else {
-    const gt = el("table", {id: "groups"}, el("tr", {}, ...["group", "strategy", "bundles", "nodes"].map(h => el("th", {}, h))));
+    const gt = el("table", {id: "groups"}, el("tr", {}, ...["group", "state", "strategy", "bundles", "nodes (or what it waits for)"].map(h => el("th", {}, h))));
     for (const g of v.placement_groups) {
-      const bundles = (g.bundles || []).map(b => "{" + Object.keys(b).sort().map(k => `${k}: ${fmtNum(b[k])}`).join(", ") + "}").join(" ");
-      gt.append(el("tr", {}, el("td", {}, g.id), el("td", {}, g.strategy), el("td", {class: "wrap"}, bundles), el("td", {class: "wrap"}, (g.nodes || []).join(", "))));
+      // A bundle is {resources, labels}.
+      const bundles = (g.bundles || []).map(b => {
+        const r = b.resources || {}, l = b.labels || {};
+        const labels = Object.keys(l).sort().map(k => `${k}=${l[k]}`).join(",");
+        return "{" + Object.keys(r).sort().map(k => `${k}: ${fmtAmount(k, r[k])}`).join(", ") + "}" + (labels ? " " + labels : "");
+      }).join(" ");
+      const state = g.state || "CREATED"; // a node of an older build says none
+      const where = state === "PENDING" ? g.pending || "" : (g.nodes || []).join(", ");
+      gt.append(el("tr", {"data-group": g.id, "data-state": state}, el("td", {}, g.id), el("td", {}, stateBadge(state)), el("td", {}, g.strategy),
+        el("td", {class: "wrap"}, bundles), el("td", {class: "wrap"}, where)));
     }
     out.push(gt);
   }
