@@ -87,6 +87,15 @@ func (n *Node) CreatePlacementGroupWith(ctx context.Context, bundles []Bundle, s
 		}
 		nodes, err := PlaceGroup(views, bundles, st)
 		if err != nil {
+			if errors.Is(err, ErrInfeasible) && groupFeasible(views, bundles, st) == nil {
+				need := Resources{}
+				for _, b := range bundles {
+					need = need.Add(b.Resources)
+				}
+				if holders := n.roomHolders(need); holders != "" {
+					err = fmt.Errorf("%w; the room is held by %s (GroupOptions.Wait waits for it)", err, holders)
+				}
+			}
 			if held := n.heldForGoneOwners(); held != "" {
 				err = fmt.Errorf("%w; %s", err, held)
 			}

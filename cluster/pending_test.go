@@ -139,8 +139,8 @@ func TestWaitingGroupGetsTheRoomWhenReleased(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.CreatePlacementGroup(ctx, whole, StrictPack); !errors.Is(err, ErrInfeasible) {
-		t.Fatalf("without Wait, a group whose room is held: %v; want it refused at once", err)
+	if _, err := a.CreatePlacementGroup(ctx, whole, StrictPack); !errors.Is(err, ErrInfeasible) || !strings.Contains(err.Error(), "the room is held by actor gpu-holder ({GPU:2} on wait-b)") {
+		t.Fatalf("without Wait, a group whose room is held: %v; want it refused at once, naming what holds the room", err)
 	}
 	pending, res := waitInBackground(ctx, a, whole, StrictPack)
 	why := <-pending
