@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
@@ -190,4 +191,48 @@ func ExampleNode_CreatePlacementGroup() {
 	// Output:
 	// [[0] [1]] <nil>
 	// true
+}
+
+// A group that waits for room, as Ray's stay PENDING until pg.ready():
+// here a task holds the node's two GPUs, the group waits (PENDING in
+// status, with what holds its room) and is created once the task ends.
+func ExampleNode_CreatePlacementGroupWith() {
+	ctx := context.Background()
+	node, err := cluster.Start(ctx, cluster.Config{NodeID: "example", GPUs: 2, Logger: actor.DiscardLogger()})
+	if err != nil {
+		panic(err)
+	}
+	defer node.Stop()
+
+	started, release := make(chan struct{}), make(chan struct{})
+	cluster.RegisterTask("example.holdgpus", func(ctx context.Context, _ int) (int, error) {
+		close(started)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return 0, nil
+	})
+	task := cluster.Submit[int](ctx, node, "example.holdgpus", 0, cluster.TaskOptions{Resources: cluster.Resources{cluster.GPU: 2}})
+	<-started
+
+	wctx, cancel := context.WithTimeout(ctx, time.Minute) // how long it may wait
+	defer cancel()
+	one := cluster.Bundle{Resources: cluster.Resources{cluster.GPU: 1}}
+	pg, err := node.CreatePlacementGroupWith(wctx, []cluster.Bundle{one, one}, cluster.StrictPack, cluster.GroupOptions{
+		Wait: true,
+		Pending: func(why string) {
+			fmt.Println("pending:", why)
+			close(release) // here: let the task end
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer node.RemovePlacementGroup(ctx, pg.ID)
+	_, err = task.Get(ctx)
+	fmt.Println(len(pg.Nodes), err)
+	// Output:
+	// pending: {GPU:2} in 2 bundles: missing GPU 2 (has 0) free; held by 1 task ({GPU:2} on example)
+	// 2 <nil>
 }
