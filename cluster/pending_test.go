@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -272,5 +273,40 @@ func TestWaitingGroupsRaceAndGiveUpCleanly(t *testing.T) {
 	}
 	if gs := a.Status().Groups; len(gs) != 0 {
 		t.Fatalf("status still shows %+v", gs)
+	}
+}
+
+// A caller that gives up (ctx ends) while a node is still asked for its
+// bundle leaves nothing reserved on the nodes that already said yes.
+// Before, those were released with the caller's ended ctx, which failed:
+// they stayed reserved until the node stopped.
+func TestGivenUpGroupLeavesNothingReserved(t *testing.T) {
+	key := testKey(t)
+	// LAN detection: the frozen node is not taken for lost while asked.
+	a := startLocalNodeWith(t, "giveup-a", key, LANDetection)
+	startNodeProcess(t, "giveup-b", key, a.GossipAddress(), 0, "role=x")
+	m := startNodeProcess(t, "giveup-m", key, a.GossipAddress(), 0, "role=x")
+	waitFor(t, "3 nodes", 20*time.Second, func() bool { return nodeCount(a) == 3 })
+	// Frozen: its reservation is never answered (a stalled host).
+	if err := m.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Cmd.Process.Signal(syscall.SIGCONT) })
+	onX := map[string]string{"role": "x"}
+	two := []Bundle{{Resources: Resources{CPU: 1}, Labels: onX}, {Resources: Resources{CPU: 1}, Labels: onX}}
+	for _, wait := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		res := make(chan error, 1)
+		go func() {
+			_, err := a.CreatePlacementGroupWith(ctx, two, StrictSpread, GroupOptions{Wait: wait})
+			res <- err
+		}()
+		// giveup-b (first in id order) said yes; giveup-m is being asked.
+		waitFor(t, "giveup-b's bundle reserved", 20*time.Second, func() bool { return usedOn(a, "giveup-b")[CPU] == 1 })
+		cancel()
+		if err := <-res; !errors.Is(err, context.Canceled) {
+			t.Fatalf("wait %v: %v; want the caller's ctx's end", wait, err)
+		}
+		waitFor(t, "giveup-b to hold nothing", 20*time.Second, func() bool { return usedOn(a, "giveup-b")[CPU] == 0 })
 	}
 }
