@@ -87,7 +87,7 @@ func (n *Node) CreatePlacementGroupWith(ctx context.Context, bundles []Bundle, s
 		}
 		nodes, err := PlaceGroup(views, bundles, st)
 		if err != nil {
-			if errors.Is(err, ErrInfeasible) && groupFeasible(views, bundles, st) == nil {
+			if errors.Is(err, ErrNoRoom) {
 				need := Resources{}
 				for _, b := range bundles {
 					need = need.Add(b.Resources)

@@ -115,12 +115,7 @@ func (n *Node) waitGroup(ctx context.Context, id string, bundles []Bundle, st St
 // groupFeasible is nil when the nodes, every one empty, could hold the
 // group: a group they never could is refused rather than left waiting.
 func groupFeasible(nodes []NodeView, bundles []Bundle, st Strategy) error {
-	empty := make([]NodeView, len(nodes))
-	for i, v := range nodes {
-		v.Free = v.Total
-		empty[i] = v
-	}
-	if _, err := PlaceGroup(empty, bundles, st); err != nil {
+	if _, err := PlaceGroup(allFree(nodes), bundles, st); err != nil {
 		if !errors.Is(err, ErrInfeasible) {
 			return err
 		}
