@@ -77,11 +77,12 @@ func (n *Node) waitGroup(ctx context.Context, id string, bundles []Bundle, st St
 			// Refused for want of room: the refuser's record came with
 			// it. Try the other nodes before waiting; one refusal per
 			// node per wait, so a node whose view and ledger disagree
-			// (room split across devices) cannot make this spin.
+			// (room split across devices) cannot make this spin. A
+			// refusal that names no node waits.
 			if refuser != "" {
 				refused[refuser] = true
+				continue
 			}
-			continue
 		}
 		why := n.pendingReason(all, bundles, st)
 		if why != shown && time.Since(written) >= pendingRewrite {
