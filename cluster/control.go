@@ -258,7 +258,8 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 	// descriptors; idle and slow clients are cut off.
 	verifier := ctlsign.NewVerifier(n.cfg.Key, nil)
 	srv := &http.Server{Handler: controlGuard(token, verifier, !loopback, mux), ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second}
+		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second,
+		MaxHeaderBytes: MaxControlHeaderBytes}
 	capped := connlimit.Limit(lis, orDefault(n.cfg.ConnsPerAddr.Control, DefaultControlConnsPerAddr))
 	capped.LogRefused(n.log, "control endpoint: refusing a connection")
 	go func() { _ = srv.Serve(capped) }()
@@ -308,6 +309,10 @@ func needToken(token string, next http.Handler) http.Handler {
 		}
 	})
 }
+
+// MaxControlHeaderBytes bounds a request's headers on the control
+// endpoint (net/http's default is 1 MiB, per connection).
+const MaxControlHeaderBytes = 64 << 10
 
 // MaxSignedBody bounds the body of a request signed with the cluster key,
 // which the control endpoint reads whole to check the signature.

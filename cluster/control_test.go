@@ -397,3 +397,29 @@ func TestSetNote(t *testing.T) {
 		t.Error("a note for a DEAD actor was taken")
 	}
 }
+
+// A stranger's headers are bounded far below net/http's 1 MiB default:
+// every connection an address may hold would otherwise buffer as much.
+func TestControlBoundsHeaders(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	n, err := Start(context.Background(), Config{NodeID: "headers", Key: bytes.Repeat([]byte{7}, 32), Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	ctrl, closeCtrl, err := n.ServeControl("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeCtrl()
+	req, _ := http.NewRequest("GET", "http://"+ctrl+"/status", nil)
+	req.Header.Set("X-Padding", strings.Repeat("x", 200<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a 200 KiB header: HTTP %d, want %d", resp.StatusCode, http.StatusRequestHeaderFieldsTooLarge)
+	}
+}

@@ -6,14 +6,16 @@
 //
 // A request carries
 //
-//	Authorization: RLNODE-HMAC-SHA256 t=UNIX_SECONDS,n=NONCE,s=SIGNATURE
+//	Authorization: RLNODE-HMAC-SHA256 t=UNIX_SECONDS,n=NONCE,b=BODY_SHA256,s=SIGNATURE
 //
 // SIGNATURE is the hex HMAC-SHA256, under a key derived from the cluster
 // key, of the method, the request URI (path and query), the Host, t, n
-// and the SHA-256 of the body, one per line. A node takes a request
-// whose t is within Window of its clock and whose nonce it has not seen
-// in that window: a copy of a request, replayed, is refused, and so is
-// one whose method, path, query, host or body was changed on the way.
+// and b (the hex SHA-256 of the body), one per line. A node takes a
+// request whose t is within Window of its clock and whose nonce it has
+// not seen in that window: a copy of a request, replayed, is refused, and
+// so is one whose method, path, query, host or body was changed on the
+// way. The signature is checked before the body is read (b carries its
+// hash), so a request without the key costs the node no body bytes.
 // Neither the request nor the answer is encrypted.
 package ctlsign
 
@@ -52,11 +54,15 @@ func subkey(clusterKey []byte) []byte {
 	return m.Sum(nil)
 }
 
-func signature(key []byte, method, uri, host string, t int64, nonce string, body []byte) string {
-	sum := sha256.Sum256(body)
+func signature(key []byte, method, uri, host string, t int64, nonce, bodyHash string) string {
 	m := hmac.New(sha256.New, key)
-	fmt.Fprintf(m, "%s\n%s\n%s\n%d\n%s\n%s", method, uri, host, t, nonce, hex.EncodeToString(sum[:]))
+	fmt.Fprintf(m, "%s\n%s\n%s\n%d\n%s\n%s", method, uri, host, t, nonce, bodyHash)
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+func bodyHash(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
 }
 
 // Sign sets r's Authorization header: r signed with the cluster key at
@@ -71,8 +77,9 @@ func Sign(r *http.Request, clusterKey, body []byte, now time.Time) {
 		host = r.URL.Host
 	}
 	t := now.Unix()
-	s := signature(subkey(clusterKey), r.Method, r.URL.RequestURI(), host, t, nonce, body)
-	r.Header.Set("Authorization", fmt.Sprintf("%s t=%d,n=%s,s=%s", Scheme, t, nonce, s))
+	b := bodyHash(body)
+	s := signature(subkey(clusterKey), r.Method, r.URL.RequestURI(), host, t, nonce, b)
+	r.Header.Set("Authorization", fmt.Sprintf("%s t=%d,n=%s,b=%s,s=%s", Scheme, t, nonce, b, s))
 }
 
 // IsSigned says whether r claims to be signed (its Authorization names
@@ -102,18 +109,25 @@ func NewVerifier(clusterKey []byte, now func() time.Time) *Verifier {
 // ErrRefused is what every refusal of Verify wraps.
 var ErrRefused = errors.New("signed request refused")
 
-// Verify checks r's signature, reading its body (at most maxBody bytes)
-// and putting it back for the handler. A request that fails is refused
-// with an error saying why; its body is then not read past what was
-// needed.
+// Verify checks r's signature and then reads its body (at most maxBody
+// bytes), checks it against the hash signed and puts it back for the
+// handler. A request that fails is refused with an error saying why; one
+// whose signature does not hold has none of its body read.
 func (v *Verifier) Verify(r *http.Request, maxBody int64) error {
-	t, nonce, sig, err := parse(r.Header.Get("Authorization"))
+	t, nonce, hash, sig, err := parse(r.Header.Get("Authorization"))
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRefused, err)
 	}
 	now := v.now()
 	if d := time.Duration(now.Unix()-t) * time.Second; d > Window || d < -Window {
 		return fmt.Errorf("%w: its time is %v from this node's clock (at most %v): keep both hosts' clocks in sync (NTP)", ErrRefused, d, Window)
+	}
+	want := signature(v.key, r.Method, r.URL.RequestURI(), r.Host, t, nonce, hash)
+	if !hmac.Equal([]byte(want), []byte(sig)) {
+		return fmt.Errorf("%w: the signature does not match: signed with another cluster key, or the request was changed on the way (its method, path, query or Host %q)", ErrRefused, r.Host)
+	}
+	if r.ContentLength > maxBody {
+		return fmt.Errorf("%w: body of %d bytes: over %d bytes", ErrRefused, r.ContentLength, maxBody)
 	}
 	var body []byte
 	if r.Body != nil {
@@ -126,9 +140,8 @@ func (v *Verifier) Verify(r *http.Request, maxBody int64) error {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	want := signature(v.key, r.Method, r.URL.RequestURI(), r.Host, t, nonce, body)
-	if !hmac.Equal([]byte(want), []byte(sig)) {
-		return fmt.Errorf("%w: the signature does not match: signed with another cluster key, or the request was changed on the way", ErrRefused)
+	if bodyHash(body) != hash {
+		return fmt.Errorf("%w: its body is not the one signed (changed on the way)", ErrRefused)
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -151,14 +164,14 @@ func (v *Verifier) Verify(r *http.Request, maxBody int64) error {
 	return nil
 }
 
-// parse reads "SCHEME t=…,n=…,s=…".
-func parse(h string) (t int64, nonce, sig string, err error) {
+// parse reads "SCHEME t=…,n=…,b=…,s=…".
+func parse(h string) (t int64, nonce, hash, sig string, err error) {
 	rest, ok := strings.CutPrefix(h, Scheme+" ")
 	if !ok {
-		return 0, "", "", errors.New("no " + Scheme + " authorization")
+		return 0, "", "", "", errors.New("no " + Scheme + " authorization")
 	}
 	if len(rest) > 256 {
-		return 0, "", "", errors.New("authorization over 256 bytes")
+		return 0, "", "", "", errors.New("authorization over 256 bytes")
 	}
 	var haveT bool
 	for _, part := range strings.Split(rest, ",") {
@@ -167,22 +180,24 @@ func parse(h string) (t int64, nonce, sig string, err error) {
 		case "t":
 			t, err = strconv.ParseInt(val, 10, 64)
 			if err != nil {
-				return 0, "", "", fmt.Errorf("t=%q: not a unix time", val)
+				return 0, "", "", "", fmt.Errorf("t=%q: not a unix time", val)
 			}
 			haveT = true
 		case "n":
 			nonce = val
+		case "b":
+			hash = val
 		case "s":
 			sig = val
 		default:
-			return 0, "", "", fmt.Errorf("unknown field %q", k)
+			return 0, "", "", "", fmt.Errorf("unknown field %q", k)
 		}
 	}
-	if !haveT || len(nonce) != 32 || len(sig) != 64 {
-		return 0, "", "", errors.New("want t=UNIX,n=32 hex digits,s=64 hex digits")
+	if !haveT || len(nonce) != 32 || len(hash) != 64 || len(sig) != 64 {
+		return 0, "", "", "", errors.New("want t=UNIX,n=32 hex digits,b=64 hex digits,s=64 hex digits")
 	}
 	if _, err := hex.DecodeString(nonce); err != nil {
-		return 0, "", "", errors.New("nonce: not hex")
+		return 0, "", "", "", errors.New("nonce: not hex")
 	}
-	return t, nonce, sig, nil
+	return t, nonce, hash, sig, nil
 }

@@ -38,10 +38,10 @@ func TestVerify(t *testing.T) {
 		{"4 minutes behind", served(t, "POST", "http://h:1/jobs", "body", at(now.Add(-4*time.Minute))), ""},
 		{"6 minutes ahead", served(t, "POST", "http://h:1/jobs", "body", at(now.Add(6*time.Minute))), "from this node's clock"},
 		{"another key", served(t, "POST", "http://h:1/jobs", "body", func(r *http.Request) { Sign(r, []byte("other"), []byte("body"), now) }), "does not match"},
-		{"body signed, other sent", served(t, "POST", "http://h:1/jobs", "other", at(now)), "does not match"},
+		{"body signed, other sent", served(t, "POST", "http://h:1/jobs", "other", at(now)), "not the one signed"},
 		{"no header", served(t, "POST", "http://h:1/jobs", "body", func(*http.Request) {}), "no RLNODE-HMAC-SHA256"},
 		{"short nonce", served(t, "POST", "http://h:1/jobs", "body", func(r *http.Request) {
-			r.Header.Set("Authorization", Scheme+" t=1800000000,n=ab,s="+strings.Repeat("0", 64))
+			r.Header.Set("Authorization", Scheme+" t=1800000000,n=ab,b="+strings.Repeat("0", 64)+",s="+strings.Repeat("0", 64))
 		}), "want t=UNIX"},
 		{"unknown field", served(t, "POST", "http://h:1/jobs", "body", func(r *http.Request) {
 			r.Header.Set("Authorization", Scheme+" t=1,x=2")
@@ -120,5 +120,55 @@ func TestVerifyNonceBound(t *testing.T) {
 	}
 	if len(v.nonces) != MaxNonces {
 		t.Errorf("%d nonces, bound %d", len(v.nonces), MaxNonces)
+	}
+}
+
+// countingBody counts the bytes read from it.
+type countingBody struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+func (c *countingBody) Close() error { return nil }
+
+// A request whose signature does not hold is refused before its body is
+// read: a stranger's body costs the node neither the memory nor the time
+// of up to maxBody bytes; a signed header with another body is refused
+// once the body is read.
+func TestVerifyReadsNoBodyUnsigned(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	now := time.Unix(1_800_000_000, 0)
+	v := NewVerifier(key, func() time.Time { return now })
+	body := strings.Repeat("x", 1<<20)
+	for _, c := range []struct {
+		name string
+		sign func(*http.Request)
+	}{
+		{"another key", func(r *http.Request) { Sign(r, []byte("not the key"), []byte(body), now) }},
+		{"a made-up signature", func(r *http.Request) {
+			r.Header.Set("Authorization", fmt.Sprintf("%s t=%d,n=%s,b=%s,s=%s", Scheme, now.Unix(), strings.Repeat("ab", 16), strings.Repeat("0", 64), strings.Repeat("0", 64)))
+		}},
+	} {
+		r := served(t, "POST", "http://h:1/jobs", "", c.sign)
+		cb := &countingBody{r: strings.NewReader(body)}
+		r.Body = cb
+		if err := v.Verify(r, 2<<20); err == nil {
+			t.Fatalf("%s: taken", c.name)
+		}
+		if cb.n != 0 {
+			t.Errorf("%s: %d bytes of the body read before the signature was refused", c.name, cb.n)
+		}
+	}
+	// The header of a signed request, with another body than it signed.
+	r := served(t, "POST", "http://h:1/jobs", "", func(r *http.Request) { Sign(r, key, []byte("signed"), now) })
+	r.Body = io.NopCloser(strings.NewReader("changed"))
+	if err := v.Verify(r, 1<<10); err == nil || !strings.Contains(err.Error(), "body") {
+		t.Errorf("a signed header with another body: %v", err)
 	}
 }
