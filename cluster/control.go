@@ -322,8 +322,21 @@ type signedKey struct{}
 
 // signedRequest says whether controlGuard checked r's signature.
 func signedRequest(r *http.Request) bool {
-	ok, _ := r.Context().Value(signedKey{}).(bool)
+	_, _, ok := SignedRequest(r)
 	return ok
+}
+
+// SignedRequest says whether r, on a control route, came signed with the
+// cluster key (and not with the node's token), with the time and nonce
+// it was signed with. A copy of it sent to another node of the cluster
+// is taken there once too (each node remembers its own nonces): a route
+// that creates something names it from these, so the copy names the
+// same thing and is refused.
+func SignedRequest(r *http.Request) (at time.Time, nonce string, ok bool) {
+	if v, _ := r.Context().Value(signedKey{}).(bool); !v {
+		return time.Time{}, "", false
+	}
+	return ctlsign.Signed(r)
 }
 
 // refuseWithoutToken answers 401 to a request without the bearer token

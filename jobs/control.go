@@ -285,7 +285,14 @@ func submitHandler(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "submit: request body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	info, code, err := submit(r.Context(), node, cfg, req)
+	// A signed request's default name comes from what it was signed
+	// with: a copy of it replayed to another node of the cluster names
+	// the same job there, and is refused as one that exists.
+	at, nonce := time.Now(), ""
+	if t, n, ok := cluster.SignedRequest(r); ok {
+		at, nonce = t, n[:4]
+	}
+	info, code, err := submit(r.Context(), node, cfg, req, at, nonce)
 	if err != nil {
 		http.Error(w, "submit: "+err.Error(), code)
 		return
@@ -295,8 +302,10 @@ func submitHandler(w http.ResponseWriter, r *http.Request) {
 
 // submit checks req and spawns its job actor. A request without a run
 // folder (from a host without a node: its paths mean nothing here) gets
-// cfg.RunsDir/RECIPE-DATE[-N], made here.
-func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitRequest) (Info, int, error) {
+// cfg.RunsDir/RECIPE-DATE[-N], made here. A job without a name gets
+// RECIPE-DATE-SUFFIX, DATE from at and SUFFIX that of the request (4 hex
+// digits; "": random).
+func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitRequest, at time.Time, suffix string) (Info, int, error) {
 	checked := false
 	if req.SourceName != "" || req.Source != "" {
 		switch {
@@ -351,9 +360,12 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 		if CheckName(base) != nil {
 			base = "job"
 		}
-		var b [2]byte
-		_, _ = rand.Read(b[:])
-		name = fmt.Sprintf("%s-%s-%x", base, time.Now().UTC().Format("20060102-150405"), b)
+		if suffix == "" {
+			var b [2]byte
+			_, _ = rand.Read(b[:])
+			suffix = fmt.Sprintf("%x", b)
+		}
+		name = fmt.Sprintf("%s-%s-%s", base, at.UTC().Format("20060102-150405"), suffix)
 	}
 	if err := CheckName(name); err != nil {
 		return Info{}, http.StatusBadRequest, err

@@ -202,7 +202,7 @@ func TestJobRecordsStayWithinTheirBound(t *testing.T) {
 	dir := t.TempDir()
 	var refused error
 	for i := 0; i < MaxJobs && refused == nil; i++ {
-		_, code, err := submit(ctx, node, Config{}, SubmitRequest{Name: fmt.Sprintf("big%d", i), Recipe: recipe, RecipeName: "big", Out: filepath.Join(dir, fmt.Sprint(i))})
+		_, code, err := submit(ctx, node, Config{}, SubmitRequest{Name: fmt.Sprintf("big%d", i), Recipe: recipe, RecipeName: "big", Out: filepath.Join(dir, fmt.Sprint(i))}, time.Now(), "")
 		if err != nil && code != http.StatusTooManyRequests {
 			t.Fatalf("submit %d: HTTP %d: %v", i, code, err)
 		}

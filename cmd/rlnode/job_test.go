@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/ctlsign"
 	"github.com/rlnode/rlnode/jobs"
 	"github.com/rlnode/rlnode/train"
 )
@@ -614,5 +616,65 @@ func TestJobWithNoRestartsLeftWhenItsNodeStops(t *testing.T) {
 	})
 	if out, errOut, code := runRlnode(t, home, "job", "stop", "again", "--now", "--address", head.gossip); code != 0 {
 		t.Errorf("job stop again --now: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// A signed submit seen on the way (the endpoint is plain HTTP) and sent
+// again, as it was, to another node of the cluster: that node has not
+// seen its nonce, and Host travels in the request itself, so the
+// signature holds there. The copy must not start a second job: the
+// job's default name comes from the signed time and nonce, so the copy
+// names the same job and is refused.
+func TestRemoteSubmitReplayedToAnotherNode(t *testing.T) {
+	home, other, work, work2 := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	headKey := filepath.Join(home, "cluster.key")
+	head := startRlnodeIn(t, work, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head", "--cpus", "4", "--key-file", headKey)
+	n2 := startRlnodeIn(t, work2, other, "join", head.gossip, "--bind", "127.0.0.1:0", "--node-id", "n2", "--cpus", "0.1", "--key-file", headKey)
+	dumpOnFailure(t, head, n2)
+	headCtl, n2Ctl := bannerValue(t, head, "control"), bannerValue(t, n2, "control")
+	b, err := os.ReadFile(headKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets := []string{}
+	for i, a := range deterministicRun(2) {
+		if i%2 == 1 {
+			sets = append(sets, a)
+		}
+	}
+	body, _ := json.Marshal(jobs.SubmitRequest{SourceName: "quickstart", Sets: sets, Node: "head"})
+	sent, _ := http.NewRequest("POST", "http://"+headCtl+"/jobs", bytes.NewReader(body))
+	ctlsign.Sign(sent, b64Key(t, b), body, time.Now())
+	copied, _ := http.NewRequest("POST", "http://"+n2Ctl+"/jobs", bytes.NewReader(body))
+	copied.Header, copied.Host = sent.Header.Clone(), headCtl
+	answer := func(req *http.Request) (int, string) {
+		t.Helper()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		msg, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(msg)
+	}
+	code, msg := answer(sent)
+	if code != http.StatusCreated {
+		t.Fatalf("the submit: HTTP %d %s", code, msg)
+	}
+	var in jobs.Info
+	if err := json.Unmarshal([]byte(msg), &in); err != nil {
+		t.Fatal(err)
+	}
+	if code, msg := answer(copied); code != http.StatusConflict || !strings.Contains(msg, in.Name) {
+		t.Errorf("the copy, sent to node n2: HTTP %d %s (want 409: job %s exists)", code, msg, in.Name)
+	}
+	logs, errOut, code := runRlnode(t, home, "job", "logs", in.Name, "--follow", "--address", head.gossip)
+	if code != 0 {
+		t.Errorf("job logs %s: exit %d\n%s%s", in.Name, code, logs, errOut)
+	}
+	list, errOut, code := runRlnode(t, home, "job", "list", "--json", "--address", head.gossip)
+	var all []jobs.Info
+	if err := json.Unmarshal([]byte(list), &all); code != 0 || err != nil || len(all) != 1 {
+		t.Errorf("jobs after the copy: exit %d, %v, want one\n%s%s", code, err, list, errOut)
 	}
 }

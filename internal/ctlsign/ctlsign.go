@@ -88,6 +88,18 @@ func IsSigned(r *http.Request) bool {
 	return strings.HasPrefix(r.Header.Get("Authorization"), Scheme+" ")
 }
 
+// Signed is the time and nonce r's Authorization carries, for a request
+// Verify took: together they name that one request (its copies, sent to
+// another node, carry the same), as a node that derives a name from it
+// needs.
+func Signed(r *http.Request) (t time.Time, nonce string, ok bool) {
+	unix, nonce, _, _, err := parse(r.Header.Get("Authorization"))
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	return time.Unix(unix, 0), nonce, true
+}
+
 // Verifier checks signed requests under one cluster key.
 type Verifier struct {
 	key    []byte
