@@ -87,9 +87,15 @@ const (
 	MaxRestartsLimit = 100
 	// KeepEnded is how long the cluster keeps an ended job's record.
 	KeepEnded = cluster.MaxKeepDead
-	maxBody   = MaxRecipeBytes + 16<<10
-	maxLabels = 16
-	maxSets   = 256
+	// MaxCheckTime is Config.CheckTime's default: how long a node reads
+	// and checks a submitted recipe, waiting for its turn included.
+	MaxCheckTime = 2 * time.Minute
+	// SubmitTime is how long a node may take to answer a submit (the
+	// recipe's check, then placing the job): a client waits that long.
+	SubmitTime = MaxCheckTime + 2*time.Minute
+	maxBody    = MaxRecipeBytes + 16<<10
+	maxLabels  = 16
+	maxSets    = 256
 )
 
 // Serve makes node run jobs and adds the job routes to its control
@@ -273,6 +279,13 @@ func submitHandler(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	// The recipe's check may take minutes (it reads the datasets the
+	// recipe names): the answer must not be cut off by the endpoint's
+	// read and write timeouts, made for quick routes. The client going
+	// away still ends the request's context.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(SubmitTime))
+	_ = rc.SetWriteDeadline(time.Now().Add(SubmitTime))
 	var req SubmitRequest
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err == nil && len(body) > maxBody {
@@ -318,9 +331,16 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 		case cfg.Resolve == nil:
 			return Info{}, http.StatusBadRequest, fmt.Errorf("node %s reads no recipes (it is no rlnode start or join node)", node.ID())
 		}
-		resolved, name, err := cfg.Resolve(req.SourceName, []byte(req.Source), req.Sets)
-		if err != nil {
-			return Info{}, http.StatusBadRequest, fmt.Errorf("the recipe, as node %s reads it:\n%w", node.ID(), err)
+		var resolved []byte
+		var name string
+		code, err := checkBounded(ctx, node, cfg.CheckTime, func() (err error) {
+			resolved, name, err = cfg.Resolve(req.SourceName, []byte(req.Source), req.Sets)
+			return err
+		})
+		if code == http.StatusBadRequest {
+			return Info{}, code, fmt.Errorf("the recipe, as node %s reads it:\n%w", node.ID(), err)
+		} else if err != nil {
+			return Info{}, code, err
 		}
 		req.Recipe, req.RecipeName, checked = string(resolved), name, true
 	}
@@ -341,9 +361,17 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 		return Info{}, http.StatusBadRequest, err
 	}
 	if cfg.Check != nil && !checked {
-		if err := cfg.Check(spec.Recipe); err != nil {
-			return Info{}, http.StatusBadRequest, fmt.Errorf("the recipe, checked on node %s (every file it names must be there, at the path it gives): %w", node.ID(), err)
+		code, err := checkBounded(ctx, node, cfg.CheckTime, func() error { return cfg.Check(spec.Recipe) })
+		if code == http.StatusBadRequest {
+			return Info{}, code, fmt.Errorf("the recipe, checked on node %s (every file it names must be there, at the path it gives): %w", node.ID(), err)
+		} else if err != nil {
+			return Info{}, code, err
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		// The submitter went away while its recipe was checked: it was
+		// told nothing was taken, or will be.
+		return Info{}, http.StatusServiceUnavailable, fmt.Errorf("not submitted: the request ended while its recipe was checked (%v)", err)
 	}
 	if req.MaxRestarts < 0 || req.MaxRestarts > MaxRestartsLimit {
 		return Info{}, http.StatusBadRequest, fmt.Errorf("max_restarts %d: want 0 to %d", req.MaxRestarts, MaxRestartsLimit)
@@ -428,6 +456,51 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 	}
 	rec, _ := h.Record()
 	return info(rec), http.StatusCreated, nil
+}
+
+// checking holds the turn of the one recipe check a node runs at a time.
+var checking = make(chan struct{}, 1)
+
+// checkBounded runs check, a submitted recipe's (it reads what the recipe
+// names: datasets up to a GiB, models, traces), in its turn, one at a
+// time on this node, and within limit (0: MaxCheckTime), waiting
+// included. Past the limit, or when ctx ends, the submit is refused
+// (503) and the check's result, whenever it comes, is dropped. The code
+// is 400 when check refused the recipe, 0 when it passed.
+func checkBounded(ctx context.Context, node *cluster.Node, limit time.Duration, check func() error) (int, error) {
+	if limit <= 0 {
+		limit = MaxCheckTime
+	}
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case checking <- struct{}{}:
+	case <-timer.C:
+		return http.StatusServiceUnavailable, fmt.Errorf("node %s is checking another submitted recipe, and this one's turn did not come within %v: not submitted; try again", node.ID(), limit)
+	case <-ctx.Done():
+		return http.StatusServiceUnavailable, fmt.Errorf("not submitted: the request ended while waiting for its recipe's check (%v)", ctx.Err())
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- fmt.Errorf("checking the recipe on node %s failed: %v", node.ID(), p)
+			}
+			<-checking
+		}()
+		done <- check()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return http.StatusBadRequest, err
+		}
+		return 0, nil
+	case <-timer.C:
+		return http.StatusServiceUnavailable, fmt.Errorf("checking the recipe on node %s took over %v (it reads every dataset and file the recipe names, on the node's host): not submitted", node.ID(), limit)
+	case <-ctx.Done():
+		return http.StatusServiceUnavailable, fmt.Errorf("not submitted: the request ended while its recipe was checked (%v)", ctx.Err())
+	}
 }
 
 type logTask struct {

@@ -109,6 +109,11 @@ type Config struct {
 	// with overrides; it returns the recipe resolved and checked, and its
 	// name. nil: such a submit is refused.
 	Resolve func(name string, src []byte, sets []string) (resolved []byte, recipeName string, err error)
+	// CheckTime bounds Check and Resolve, run one at a time on a node
+	// (they read the datasets and files a recipe names, up to a GiB):
+	// past it, waiting for its turn included, the submit is refused
+	// (503) and never taken. 0: MaxCheckTime.
+	CheckTime time.Duration
 	// Executable is the rlnode binary a job runs (default: this one).
 	Executable string
 	// StopGrace is how long a job's driver has, once asked to stop with

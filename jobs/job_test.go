@@ -269,3 +269,49 @@ func TestRoomAndPendingOrder(t *testing.T) {
 		t.Errorf("the earliest has %d ahead", n)
 	}
 }
+
+// A submitted recipe's check (it reads the datasets the recipe names, up
+// to a GiB) runs one at a time on a node and within Config.CheckTime:
+// past it the submitter is told so, naming the node, and the job is
+// never taken, even once the check ends; a submit that comes while
+// another recipe is checked waits its turn within the same bound.
+func TestSubmitBoundsTheRecipeCheck(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, NodeID: "checker", Labels: map[string]string{Label: "yes"}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Stop()
+	Serve(node, Config{Executable: "/bin/true"})
+	defer func() {
+		host.Lock()
+		host.node = nil
+		host.Unlock()
+	}()
+	release := make(chan struct{})
+	slow := Config{Executable: "/bin/true", CheckTime: time.Millisecond, Check: func([]byte) error { <-release; return nil }}
+	dir := t.TempDir()
+	req := func(name string) SubmitRequest {
+		return SubmitRequest{Name: name, Recipe: "name: x\n", RecipeName: "x", Out: filepath.Join(dir, name)}
+	}
+	_, code, err := submit(ctx, node, slow, req("slow"), time.Now(), "")
+	if code != http.StatusServiceUnavailable || err == nil || !strings.Contains(err.Error(), "node checker") || !strings.Contains(err.Error(), "not submitted") {
+		t.Errorf("a check past its bound: HTTP %d: %v", code, err)
+	}
+	_, code, err = submit(ctx, node, slow, req("waits"), time.Now(), "")
+	if code != http.StatusServiceUnavailable || err == nil || !strings.Contains(err.Error(), "another") {
+		t.Errorf("a check while another runs: HTTP %d: %v", code, err)
+	}
+	close(release)
+	// Once the slow check has ended, the next one takes its turn.
+	quick := Config{Executable: "/bin/true", CheckTime: time.Minute, Check: func([]byte) error { return nil }}
+	if _, code, err := submit(ctx, node, quick, req("quick"), time.Now(), ""); err != nil {
+		t.Fatalf("a quick check after the slow one ended: HTTP %d: %v", code, err)
+	}
+	for _, rec := range records(node) {
+		if rec.Name != "quick" {
+			t.Errorf("job %s was taken after its submit was refused", rec.Name)
+		}
+	}
+}

@@ -152,7 +152,9 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	// The node reads and checks the recipe (its datasets too) before it
+	// answers: that may take it minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), jobs.SubmitTime+30*time.Second)
 	req.Out = dir
 	in, err := client.Submit(ctx, req)
 	cancel()
@@ -244,7 +246,7 @@ func remoteClient(addr, keyFile string) (jobs.Client, error) {
 	if err != nil {
 		return jobs.Client{}, fmt.Errorf("--key-file: %w", err)
 	}
-	return jobs.Client{Control: host, Key: key, HTTP: &http.Client{Timeout: 60 * time.Second}}, nil
+	return jobs.Client{Control: host, Key: key, HTTP: &http.Client{Timeout: jobs.SubmitTime + time.Minute}}, nil
 }
 
 // submitter is user@host, as a job records who submitted it.
