@@ -279,13 +279,6 @@ func submitHandler(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	// The recipe's check may take minutes (it reads the datasets the
-	// recipe names): the answer must not be cut off by the endpoint's
-	// read and write timeouts, made for quick routes. The client going
-	// away still ends the request's context.
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(SubmitTime))
-	_ = rc.SetWriteDeadline(time.Now().Add(SubmitTime))
 	var req SubmitRequest
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err == nil && len(body) > maxBody {
@@ -298,6 +291,14 @@ func submitHandler(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "submit: request body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	// The recipe's check may take minutes (it reads the datasets the
+	// recipe names): the answer must not be cut off by the endpoint's
+	// read and write timeouts, made for quick routes (the body is read
+	// within them). The client going away still ends the request's
+	// context.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(SubmitTime))
+	_ = rc.SetWriteDeadline(time.Now().Add(SubmitTime))
 	// A signed request's default name comes from what it was signed
 	// with: a copy of it replayed to another node of the cluster names
 	// the same job there, and is refused as one that exists.
