@@ -131,8 +131,18 @@ func (v *Verifier) Verify(r *http.Request, maxBody int64) error {
 		return fmt.Errorf("%w: %v", ErrRefused, err)
 	}
 	now := v.now()
-	if d := time.Duration(now.Unix()-t) * time.Second; d > Window || d < -Window {
-		return fmt.Errorf("%w: its time is %v from this node's clock (at most %v): keep both hosts' clocks in sync (NTP)", ErrRefused, d, Window)
+	// Compared in seconds, never subtracted first: a t near the ends of
+	// int64 would wrap around into the window.
+	if w := int64(Window / time.Second); t < now.Unix()-w || t > now.Unix()+w {
+		way := "behind"
+		if t > now.Unix() {
+			way = "ahead of"
+		}
+		off := "over 100 years"
+		if d := t - now.Unix(); d > -100*365*86400 && d < 100*365*86400 {
+			off = (time.Duration(max(d, -d)) * time.Second).String()
+		}
+		return fmt.Errorf("%w: its time is %s %s this node's clock (at most %v either way): keep both hosts' clocks in sync (NTP)", ErrRefused, off, way, Window)
 	}
 	want := signature(v.key, r.Method, r.URL.RequestURI(), r.Host, t, nonce, hash)
 	if !hmac.Equal([]byte(want), []byte(sig)) {

@@ -36,7 +36,7 @@ func TestVerify(t *testing.T) {
 	}{
 		{"signed now", served(t, "POST", "http://h:1/jobs?x=1", "body", at(now)), ""},
 		{"4 minutes behind", served(t, "POST", "http://h:1/jobs", "body", at(now.Add(-4*time.Minute))), ""},
-		{"6 minutes ahead", served(t, "POST", "http://h:1/jobs", "body", at(now.Add(6*time.Minute))), "from this node's clock"},
+		{"6 minutes ahead", served(t, "POST", "http://h:1/jobs", "body", at(now.Add(6*time.Minute))), "6m0s ahead of this node's clock"},
 		{"another key", served(t, "POST", "http://h:1/jobs", "body", func(r *http.Request) { Sign(r, []byte("other"), []byte("body"), now) }), "does not match"},
 		{"body signed, other sent", served(t, "POST", "http://h:1/jobs", "other", at(now)), "not the one signed"},
 		{"no header", served(t, "POST", "http://h:1/jobs", "body", func(*http.Request) {}), "no RLNODE-HMAC-SHA256"},
@@ -170,5 +170,30 @@ func TestVerifyReadsNoBodyUnsigned(t *testing.T) {
 	r.Body = io.NopCloser(strings.NewReader("changed"))
 	if err := v.Verify(r, 1<<10); err == nil || !strings.Contains(err.Error(), "body") {
 		t.Errorf("a signed header with another body: %v", err)
+	}
+}
+
+// A time so far from the node's clock that the difference, in
+// nanoseconds, wraps around int64 is refused like any other time out of
+// the window (a nonce kept until such a time would be forgotten at
+// once, and the request taken again); the refusal says which way the
+// clocks differ.
+func TestVerifyFarTimes(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	now := time.Unix(1_800_000_000, 0)
+	v := NewVerifier(key, func() time.Time { return now })
+	for _, c := range []struct {
+		at   time.Time
+		want string
+	}{
+		{time.Unix(now.Unix()-(1<<55), 0), "behind"},
+		{time.Unix(now.Unix()+(1<<55), 0), "ahead of"},
+		{now.Add(-6 * time.Minute), "6m0s behind"},
+		{now.Add(7 * time.Minute), "7m0s ahead of"},
+	} {
+		r := served(t, "GET", "http://h:1/jobs", "", func(r *http.Request) { Sign(r, key, nil, c.at) })
+		if err := v.Verify(r, 0); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("signed at unix %d, the node's clock at %d: %v, want a refusal saying %q", c.at.Unix(), now.Unix(), err, c.want)
+		}
 	}
 }
