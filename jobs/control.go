@@ -93,7 +93,10 @@ const (
 	// SubmitTime is how long a node may take to answer a submit (the
 	// recipe's check, then placing the job): a client waits that long.
 	SubmitTime = MaxCheckTime + 2*time.Minute
-	maxBody    = MaxRecipeBytes + 16<<10
+	// maxBody bounds POST /jobs's body: a recipe of MaxRecipeBytes as
+	// JSON escapes it (up to 6 bytes a character: "\u003c" for '<'),
+	// with the other fields and the --set overrides.
+	maxBody = 6*MaxRecipeBytes + 64<<10
 	maxLabels  = 16
 	maxSets    = 256
 )
@@ -282,7 +285,7 @@ func submitHandler(w http.ResponseWriter, r *http.Request) {
 	var req SubmitRequest
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err == nil && len(body) > maxBody {
-		err = fmt.Errorf("over %d bytes", maxBody)
+		err = fmt.Errorf("over %d bytes (a job's recipe may hold %d)", maxBody, MaxRecipeBytes)
 	}
 	if err == nil {
 		err = json.Unmarshal(body, &req)
@@ -327,6 +330,8 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 			return Info{}, http.StatusBadRequest, errors.New("both recipe and source: want one")
 		case req.SourceName == "" || len(req.SourceName) > 4096:
 			return Info{}, http.StatusBadRequest, errors.New("source_name: want the recipe's file name (at most 4096 bytes)")
+		case len(req.Source) > MaxRecipeBytes:
+			return Info{}, http.StatusBadRequest, fmt.Errorf("recipe %s: %d bytes, over the %d a job's recipe may hold (it travels in the job's record)", req.SourceName, len(req.Source), MaxRecipeBytes)
 		case len(req.Sets) > maxSets:
 			return Info{}, http.StatusBadRequest, fmt.Errorf("%d --set overrides: want at most %d", len(req.Sets), maxSets)
 		case cfg.Resolve == nil:

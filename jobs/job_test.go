@@ -315,3 +315,44 @@ func TestSubmitBoundsTheRecipeCheck(t *testing.T) {
 		}
 	}
 }
+
+// A recipe file within MaxRecipeBytes is taken whatever its characters:
+// JSON escapes '<', '>' and '&' (templates' tags) as six bytes and a
+// newline as two, so its request body may be several times its size.
+// One over the bound is refused naming the file and the bound.
+func TestSubmitSourceUpToItsBound(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	key := bytes.Repeat([]byte{3}, 32)
+	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, NodeID: "sizes", Key: key, Labels: map[string]string{Label: "yes"}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Stop()
+	runs := t.TempDir()
+	Serve(node, Config{Executable: "/bin/true", RunsDir: runs, Resolve: func(name string, src []byte, _ []string) ([]byte, string, error) {
+		return []byte("name: tags\n"), "tags", nil
+	}})
+	defer func() {
+		host.Lock()
+		host.node = nil
+		host.Unlock()
+	}()
+	ctrl, closeCtrl, err := node.ServeControl("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeCtrl()
+	c := Client{Control: ctrl, Key: key}
+	line := "# <answer> & </answer>\n"
+	src := strings.Repeat(line, MaxRecipeBytes/len(line))
+	if _, err := c.Submit(ctx, SubmitRequest{Name: "tags", SourceName: "tags.yaml", Source: src}); err != nil {
+		t.Errorf("a recipe of %d bytes (bound %d): %v", len(src), MaxRecipeBytes, err)
+	}
+	over := src + strings.Repeat("#", MaxRecipeBytes-len(src)+1)
+	_, err = c.Submit(ctx, SubmitRequest{Name: "over", SourceName: "over.yaml", Source: over})
+	if err == nil || !strings.Contains(err.Error(), "over.yaml") || !strings.Contains(err.Error(), fmt.Sprint(MaxRecipeBytes)) {
+		t.Errorf("a recipe of %d bytes (bound %d): %v", len(over), MaxRecipeBytes, err)
+	}
+}
