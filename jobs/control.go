@@ -96,9 +96,9 @@ const (
 	// maxBody bounds POST /jobs's body: a recipe of MaxRecipeBytes as
 	// JSON escapes it (up to 6 bytes a character: "\u003c" for '<'),
 	// with the other fields and the --set overrides.
-	maxBody = 6*MaxRecipeBytes + 64<<10
-	maxLabels  = 16
-	maxSets    = 256
+	maxBody   = 6*MaxRecipeBytes + 64<<10
+	maxLabels = 16
+	maxSets   = 256
 )
 
 // Serve makes node run jobs and adds the job routes to its control
