@@ -337,10 +337,20 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 		case cfg.Resolve == nil:
 			return Info{}, http.StatusBadRequest, fmt.Errorf("node %s reads no recipes (it is no rlnode start or join node)", node.ID())
 		}
+		src := []byte(req.Source)
+		if req.Source == "" && IsRunRecipe(req.SourceName, req.Out, req.Resume) {
+			// rlnode submit OUT/[job-]recipe.yaml --resume --out OUT from a host
+			// that may not see OUT: the run's own recipe, read here.
+			b, err := readRunRecipe(req.SourceName)
+			if err != nil {
+				return Info{}, http.StatusBadRequest, fmt.Errorf("the run's recipe, as node %s reads it: %w", node.ID(), err)
+			}
+			src = b
+		}
 		var resolved []byte
 		var name string
 		code, err := checkBounded(ctx, node, cfg.CheckTime, func() (err error) {
-			resolved, name, err = cfg.Resolve(req.SourceName, []byte(req.Source), req.Sets)
+			resolved, name, err = cfg.Resolve(req.SourceName, src, req.Sets)
 			return err
 		})
 		if code == http.StatusBadRequest {
@@ -462,6 +472,48 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 	}
 	rec, _ := h.Record()
 	return info(rec), http.StatusCreated, nil
+}
+
+// RunRecipeFile is the resolved recipe a run writes in its folder
+// (recipes.ResolvedFile).
+const RunRecipeFile = "recipe.yaml"
+
+// IsRunRecipe says whether a submit of the recipe file name, resuming
+// (or not) the run in out, resumes it with that run's own recipe (its
+// recipe.yaml, or the job's job-recipe.yaml): a node reads that file
+// itself when no text comes with it, since the run's folder is on the
+// cluster's filesystem, which the submitting host may not see.
+func IsRunRecipe(name, out string, resume bool) bool {
+	if !resume || !filepath.IsAbs(out) {
+		return false
+	}
+	name = filepath.Clean(name)
+	return name == filepath.Join(filepath.Clean(out), RunRecipeFile) || name == filepath.Join(filepath.Clean(out), RecipeFile)
+}
+
+// readRunRecipe reads a run's recipe.yaml: a regular file (never a pipe
+// that would block the read), at most MaxRecipeBytes.
+func readRunRecipe(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxRecipeBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > MaxRecipeBytes {
+		return nil, fmt.Errorf("%s: over the %d bytes a job's recipe may hold", path, MaxRecipeBytes)
+	}
+	return b, nil
 }
 
 // checking holds the turn of the one recipe check a node runs at a time.

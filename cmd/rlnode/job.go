@@ -106,7 +106,11 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 		// The node reads the recipe: the files it names are the
 		// cluster's, not this host's.
 		req.SourceName, req.Sets = pos[0], sets
-		if !recipes.IsBuiltin(pos[0]) {
+		if jobs.IsRunRecipe(pos[0], *out, *resume) {
+			// The run's own recipe, on the cluster's filesystem: the
+			// node reads it (the hints to continue a job name it).
+			req.SourceName = filepath.Clean(pos[0])
+		} else if !recipes.IsBuiltin(pos[0]) {
 			src, err := readRecipeText(pos[0])
 			if err != nil {
 				fmt.Fprintf(stderr, "rlnode submit: %v\n", err)
@@ -328,7 +332,7 @@ func followJob(c jobs.Client, nodeID, name, via string, offset int64, stdout, st
 			continue // more may be waiting
 		}
 		if !jobs.Active(status) && err == nil {
-			return endOfJob(c, name, stdout)
+			return endOfJob(c, name, via, stdout)
 		}
 		select {
 		case <-sigs:
@@ -339,8 +343,10 @@ func followJob(c jobs.Client, nodeID, name, via string, offset int64, stdout, st
 	}
 }
 
-// endOfJob prints how the job ended and is 0 when it succeeded.
-func endOfJob(c jobs.Client, name string, stdout io.Writer) int {
+// endOfJob prints how the job ended and is 0 when it succeeded; a
+// stopped job's line says how to continue it, through the node asked
+// (via, as addressFlag).
+func endOfJob(c jobs.Client, name, via string, stdout io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	in, err := c.Get(ctx, name)
@@ -349,6 +355,9 @@ func endOfJob(c jobs.Client, name string, stdout io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "job %s %s: %s\n", name, in.Status, in.Cause)
+	if in.Status == jobs.Stopped && filepath.IsAbs(in.Out) {
+		fmt.Fprintf(stdout, "continue it with: rlnode submit %s --resume --out %s%s\n", shellQuote(filepath.Join(in.Out, jobs.RecipeFile)), shellQuote(in.Out), via)
+	}
 	if in.Status == jobs.Succeeded {
 		return 0
 	}

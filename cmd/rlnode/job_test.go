@@ -17,6 +17,7 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/ctlsign"
 	"github.com/rlnode/rlnode/jobs"
+	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/train"
 )
 
@@ -676,5 +677,100 @@ func TestRemoteSubmitReplayedToAnotherNode(t *testing.T) {
 	var all []jobs.Info
 	if err := json.Unmarshal([]byte(list), &all); code != 0 || err != nil || len(all) != 1 {
 		t.Errorf("jobs after the copy: exit %d, %v, want one\n%s%s", code, err, list, errOut)
+	}
+	// The run continued from a host that does not see its folder, as a
+	// failed resume's hint says (resume with DIR/recipe.yaml): the node
+	// reads the run's own recipe.
+	c := jobs.Client{Control: headCtl, Key: b64Key(t, b)}
+	again, err := c.Submit(t.Context(), jobs.SubmitRequest{Name: "again", SourceName: filepath.Join(in.Out, "recipe.yaml"), Sets: []string{"schedule.steps=4"}, Resume: true, Out: in.Out})
+	if err != nil {
+		t.Fatalf("resume with the run's recipe.yaml, which only the node sees: %v", err)
+	}
+	if logs, errOut, code := runRlnode(t, home, "job", "logs", again.Name, "--follow", "--address", head.gossip); code != 0 || !strings.Contains(logs, "done: 4 steps") {
+		t.Errorf("the resumed job: exit %d\n%s%s", code, logs, errOut)
+	}
+}
+
+// A remote submit --resume of OUT/recipe.yaml lets the node read it:
+// the run's folder is the cluster's, and may not be on this host.
+func TestNodeReadsTheRunsRecipe(t *testing.T) {
+	if jobs.RunRecipeFile != recipes.ResolvedFile {
+		t.Fatalf("jobs.RunRecipeFile %q, the file a run writes %q", jobs.RunRecipeFile, recipes.ResolvedFile)
+	}
+	for _, c := range []struct {
+		recipe, out  string
+		resume, want bool
+	}{
+		{"/runs/a/recipe.yaml", "/runs/a", true, true},
+		{"/runs/a//recipe.yaml", "/runs/a/", true, true},
+		{"/runs/a/recipe.yaml", "/runs/a", false, false},
+		{"/runs/b/recipe.yaml", "/runs/a", true, false},
+		{"runs/a/recipe.yaml", "runs/a", true, false},
+		{"/runs/a/other.yaml", "/runs/a", true, false},
+		{"/runs/a/job-recipe.yaml", "/runs/a", true, true},
+	} {
+		if got := jobs.IsRunRecipe(c.recipe, c.out, c.resume); got != c.want {
+			t.Errorf("IsRunRecipe(%q, %q, %v) = %v", c.recipe, c.out, c.resume, got)
+		}
+	}
+}
+
+// A job stopped from a host without a node, followed to its end there:
+// the hint it ends with continues the run as a job through the same
+// address, and works as printed; the driver's own hint in the job's log
+// is a submit too (rlnode run --address would run the driver in the
+// terminal, with the node's key file and gossip address).
+func TestRemoteStopThenResumeAsPrinted(t *testing.T) {
+	home, laptop, work := t.TempDir(), t.TempDir(), t.TempDir()
+	headKey := filepath.Join(home, "cluster.key")
+	head := startRlnodeIn(t, work, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head", "--cpus", "4", "--key-file", headKey)
+	dumpOnFailure(t, head)
+	url := "http://" + bannerValue(t, head, "control")
+	b, err := os.ReadFile(headKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(laptop, "copy.key")
+	if err := os.WriteFile(key, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	long := []string{"--set", "sft.steps=0", "--set", "schedule.steps=100000", "--set", "schedule.eval_every=0", "--set", "eval.held_out=4",
+		"--set", "algorithm.batch_prompts=2", "--set", "algorithm.group_size=2", "--set", "schedule.checkpoint_every=1"}
+	args := append([]string{"submit", "quickstart", "--name", "long", "--no-wait", "--address", url, "--key-file", key}, long...)
+	if out, errOut, code := runRlnode(t, laptop, args...); code != 0 {
+		t.Fatalf("submit: exit %d\n%s%s", code, out, errOut)
+	}
+	// Once a step is checkpointed, the driver's hint is printed too.
+	waitUntil(t, 2*time.Minute, "second step in the job's log", func() bool {
+		logs, _, _ := runRlnode(t, laptop, "job", "logs", "long", "--address", url, "--key-file", key)
+		return strings.Contains(logs, "step 2/")
+	})
+	if out, errOut, code := runRlnode(t, laptop, "job", "stop", "long", "--address", url, "--key-file", key); code != 0 {
+		t.Fatalf("job stop: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code := runRlnode(t, laptop, "job", "logs", "long", "--follow", "--address", url, "--key-file", key)
+	if code == 0 || !strings.Contains(out, "job long STOPPED") {
+		t.Fatalf("job logs --follow of a stopped job: exit %d\n%s%s", code, out, errOut)
+	}
+	if strings.Contains(out, "with: rlnode run ") || !strings.Contains(out, "with: rlnode submit ") {
+		t.Errorf("the job's log hints at rlnode run, not at a job:\n%s", out)
+	}
+	var hint []string
+	for _, line := range strings.Split(out, "\n") {
+		if _, cmd, ok := strings.Cut(line, "continue it with: "); ok {
+			hint = strings.Fields(cmd)
+		}
+	}
+	if len(hint) < 2 || hint[0] != "rlnode" || hint[1] != "submit" || !strings.Contains(strings.Join(hint, " "), "--address "+url+" --key-file "+key) {
+		t.Fatalf("no hint to continue the stopped job through %s:\n%s", url, out)
+	}
+	hint = append(hint[1:], "--name", "again", "--no-wait")
+	if out, errOut, code := runRlnode(t, laptop, hint...); code != 0 {
+		t.Fatalf("rlnode %s, as printed: exit %d\n%s%s", strings.Join(hint, " "), code, out, errOut)
+	}
+	runRlnode(t, laptop, "job", "stop", "again", "--now", "--address", url, "--key-file", key)
+	logs, errOut, _ := runRlnode(t, laptop, "job", "logs", "again", "--follow", "--address", url, "--key-file", key)
+	if !strings.Contains(logs, "attempt 1 on node head") || !strings.Contains(logs, "--continue") {
+		t.Errorf("the continued job's log:\n%s%s", logs, errOut)
 	}
 }

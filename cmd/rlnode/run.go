@@ -467,6 +467,11 @@ var resumeFlags = []string{"address", "bind", "key-file", "detection", "owner-gr
 // resolved recipe, --out, --resume, and those of resumeFlags that this
 // command was given.
 func resumeCommand(fs *flag.FlagSet, dir string) string {
+	if os.Getenv(jobs.EnvJob) != "" {
+		// A job's driver: the run goes on as a job (rlnode run --address
+		// would run its driver in a terminal, with this node's key file).
+		return shellJoin([]string{"rlnode", "submit", filepath.Join(dir, jobs.RecipeFile), "--resume", "--out", dir})
+	}
 	args := []string{"rlnode", "run", filepath.Join(dir, recipes.ResolvedFile), "--out", dir, "--resume"}
 	given := map[string]*flag.Flag{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = f })
