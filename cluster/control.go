@@ -492,7 +492,7 @@ func FindRunning(addr string) (RunInfo, error) {
 			return RunInfo{}, &GoneError{Info: ri}
 		}
 	}
-	return RunInfo{}, fmt.Errorf("no node with gossip address, control address or id %s runs on this host (looked in %s); status and stop talk to a node on the same host, whose control endpoint listens on loopback", addr, dir)
+	return RunInfo{}, fmt.Errorf("no node with gossip address, control address or id %s runs on this host (looked in %s); a node on another host is reached at its control endpoint, --address http://HOST:PORT (rlnode status, submit and job; rlnode start|join --status-bind)", addr, dir)
 }
 
 // FetchStatus asks a node's control endpoint for its Status.

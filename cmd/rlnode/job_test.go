@@ -774,3 +774,24 @@ func TestRemoteStopThenResumeAsPrinted(t *testing.T) {
 		t.Errorf("the continued job's log:\n%s%s", logs, errOut)
 	}
 }
+
+// An --address that names no node on this host, given without http://
+// (a new user's slip from a host without a node), says how to reach a
+// node on another host; rlnode stop, which cannot, says so.
+func TestAddressWithoutHTTPSaysSo(t *testing.T) {
+	home := t.TempDir()
+	for _, args := range [][]string{
+		{"job", "list", "--address", "127.0.0.1:1", "--key-file", "k"},
+		{"submit", "quickstart", "--address", "127.0.0.1:1"},
+		{"status", "--address", "127.0.0.1:1"},
+	} {
+		out, errOut, code := runRlnode(t, home, args...)
+		if code == 0 || !strings.Contains(errOut, "--address http://HOST:PORT") || strings.Contains(errOut, "status and stop talk to a node on the same host") {
+			t.Errorf("rlnode %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+	out, errOut, code := runRlnode(t, home, "stop", "--address", "http://127.0.0.1:1")
+	if code == 0 || !strings.Contains(errOut, "its own host") {
+		t.Errorf("rlnode stop --address http://...: exit %d\n%s%s", code, out, errOut)
+	}
+}

@@ -421,6 +421,9 @@ func stopCommand(args []string, stdout, stderr io.Writer) int {
 	case *all && *addr != "":
 		fmt.Fprintln(stderr, "rlnode stop: --all and --address: pick one")
 		return 2
+	case isRemote(*addr):
+		fmt.Fprintf(stderr, "rlnode stop: --address %s: a node is stopped from its own host (rlnode stop there, with its token), never through its control endpoint\n", *addr)
+		return 2
 	case *all:
 		gone := clearStale("rlnode stop", stdout) // nothing to stop there: not a failure
 		dir, infos, err := cluster.Running()
