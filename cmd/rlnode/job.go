@@ -39,7 +39,10 @@ runs the run's driver (rlnode run --address) for it, so the run goes on when
 this terminal or host is gone. When the job's node is lost or stops, another
 node takes the job over and continues the run from its newest checkpoint
 (--resume): DIR must then be on a filesystem every node sees. The recipe is
-checked here first, and again on the node that takes the job.
+checked here first, and again on the node that takes the job; with --address
+http://HOST:PORT that node reads it (its relative paths are relative to the
+node's working folder) and checks it, and picks DIR without --out. A stopped
+job continues with rlnode submit DIR/job-recipe.yaml --resume --out DIR.
 
 Without --no-wait, submit follows the job's log until it ends and exits 0
 when it succeeded; Ctrl-C stops following, not the job.
