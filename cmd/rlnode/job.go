@@ -208,15 +208,21 @@ func readRecipeText(path string) ([]byte, error) {
 // addressFlag is " --address ADDR" when the command was given one, ""
 // else: the commands it prints to run next must ask the same node, or
 // they fail where several nodes run on the host. A remote address comes
-// with its --key-file where that is not the default.
+// with its --key-file (absolute, quoted for the shell) where that is not
+// the default.
 func addressFlag(addr, keyFile string) string {
 	if addr == "" {
 		return ""
 	}
 	if isRemote(addr) && keyFile != defaultKeyFile() {
-		return " --address " + addr + " --key-file " + keyFile
+		// By an absolute path: the command is copied into other
+		// terminals, in other folders.
+		if abs, err := filepath.Abs(keyFile); err == nil {
+			keyFile = abs
+		}
+		return " --address " + shellQuote(addr) + " --key-file " + shellQuote(keyFile)
 	}
-	return " --address " + addr
+	return " --address " + shellQuote(addr)
 }
 
 func defaultKeyFile() string { return filepath.Join(cluster.Home(), "cluster.key") }

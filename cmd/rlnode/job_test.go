@@ -795,3 +795,17 @@ func TestAddressWithoutHTTPSaysSo(t *testing.T) {
 		t.Errorf("rlnode stop --address http://...: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// The commands submit and job print to run next carry the key file by an
+// absolute path, quoted for the shell: they are copied into other
+// terminals, in other folders.
+func TestAddressFlagKeyFileWorksElsewhere(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if got, want := addressFlag("http://h:1", "copy.key"), " --address http://h:1 --key-file "+filepath.Join(dir, "copy.key"); got != want {
+		t.Errorf("addressFlag with a relative key file: %q, want %q", got, want)
+	}
+	if got, want := addressFlag("http://h:1", "/keys/my key"), " --address http://h:1 --key-file '/keys/my key'"; got != want {
+		t.Errorf("addressFlag with a space in the key file: %q, want %q", got, want)
+	}
+}
