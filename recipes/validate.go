@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/rlnode/rlnode/internal/bytesize"
 	"github.com/rlnode/rlnode/internal/tmpl"
@@ -328,8 +329,12 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	c := &checker{}
 	// The run's folder is runs/NAME-DATE: a name must not leave it.
+	// It is printed in job lists and run lines of other users' terminals:
+	// no control characters (an escape sequence would drive them).
 	if n := r.Name; n == "." || n == ".." || strings.ContainsAny(n, "/\\\x00") {
 		c.add("name", "%q: want a single path segment (no / or \\, not . or ..)", n)
+	} else if strings.IndexFunc(n, unicode.IsControl) >= 0 {
+		c.add("name", "%q: want no control characters", n)
 	}
 	a := &r.Algorithm
 	epType := r.Episode.Type
