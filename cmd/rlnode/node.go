@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -244,8 +245,8 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 		keyNote = " (created)"
 	}
 	mem, memFrom := node.Memory()
-	fmt.Fprintf(stdout, "node %s is up\n  gossip:  %s\n  actors:  %s\n  control: %s\n  key:     %s%s\n  memory:  %s (%s)\n",
-		node.ID(), node.GossipAddress(), node.ActorAddress(), ctrl, *keyFile, keyNote, cluster.FormatBytes(mem), memFrom)
+	fmt.Fprintf(stdout, "node %s is up\n  gossip:  %s\n  actors:  %s\n  control: %s%s\n  key:     %s%s\n  memory:  %s (%s)\n",
+		node.ID(), node.GossipAddress(), node.ActorAddress(), ctrl, remoteControl(ctrl, node.GossipAddress()), *keyFile, keyNote, cluster.FormatBytes(mem), memFrom)
 	fmt.Fprint(stdout, dashLine)
 	fmt.Fprintf(stdout, "others join with: rlnode join %s --key-file %s\n", node.GossipAddress(), *keyFile)
 	select {
@@ -682,4 +683,22 @@ func resolveJobRecipe(name string, src []byte, sets []string) ([]byte, string, e
 		return nil, "", err
 	}
 	return b.Bytes(), l.Name, nil
+}
+
+// remoteControl is what the banner adds to a control endpoint bound to a
+// wildcard address: the URL other hosts give rlnode submit, job and
+// status, on the address the node advertises for gossip.
+func remoteControl(ctrl, gossip string) string {
+	host, port, err := net.SplitHostPort(ctrl)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
+		return ""
+	}
+	adv, _, err := net.SplitHostPort(gossip)
+	if err != nil {
+		return ""
+	}
+	return " (from other hosts: --address http://" + net.JoinHostPort(adv, port) + ")"
 }

@@ -479,3 +479,19 @@ func TestKilledNodeRunFileReported(t *testing.T) {
 	gone("status", "reused", code, out, errOut, "node reused", "is gone",
 		fmt.Sprintf("pid %d now belongs to another process", os.Getpid()), "removed it")
 }
+
+// A control endpoint bound to a wildcard address is shown with the URL
+// other hosts reach it at (the banner said only "[::]:PORT").
+func TestRemoteControlHint(t *testing.T) {
+	for _, c := range []struct{ ctrl, gossip, want string }{
+		{"[::]:8266", "10.0.0.5:7946", " (from other hosts: --address http://10.0.0.5:8266)"},
+		{"0.0.0.0:8266", "10.0.0.5:7946", " (from other hosts: --address http://10.0.0.5:8266)"},
+		{"127.0.0.1:8266", "127.0.0.1:7946", ""},
+		{"10.0.0.5:8266", "10.0.0.5:7946", ""},
+		{"[::]:8266", "[fd00::5]:7946", " (from other hosts: --address http://[fd00::5]:8266)"},
+	} {
+		if got := remoteControl(c.ctrl, c.gossip); got != c.want {
+			t.Errorf("remoteControl(%s, %s) = %q, want %q", c.ctrl, c.gossip, got, c.want)
+		}
+	}
+}
