@@ -2,7 +2,11 @@ package recipes
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -53,5 +57,22 @@ func TestRunNameHasNoControlCharacters(t *testing.T) {
 		if onName == c.ok {
 			t.Errorf("name %s: error %v; want accepted %v", c.yaml, err, c.ok)
 		}
+	}
+}
+
+// A checkpoint folder whose config.json or tokenizer.json is a pipe is
+// refused at validation: the run that read it hung at "starting the
+// learner".
+func TestModelFilesMustBeRegular(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "tokenizer.json"), 0o644); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	_, err := Load("quickstart", []string{"models.policy.init=null", "models.policy.path=" + dir})
+	if err == nil || !strings.Contains(err.Error(), "tokenizer.json in "+dir+" is not a regular file") {
+		t.Errorf("a pipe for tokenizer.json: %v", err)
 	}
 }

@@ -780,6 +780,14 @@ func (c *checker) model(path string, m *Model) {
 	case m.Path != "":
 		if _, err := os.Stat(filepath.Join(m.Path, "config.json")); err != nil {
 			c.add(path+".path", "%s is not a checkpoint directory (no config.json)", m.Path)
+			break
+		}
+		// The files a run reads whole must be files: a pipe or device
+		// there would hang (or fill) the run that reads it.
+		for _, f := range []string{"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"} {
+			if st, err := os.Stat(filepath.Join(m.Path, f)); err == nil && !st.Mode().IsRegular() {
+				c.add(path+".path", "%s in %s is not a regular file (%s)", f, m.Path, st.Mode().Type())
+			}
 		}
 	}
 	if in := m.Init; in != nil {
