@@ -63,6 +63,24 @@ func (h HostNodes) Status(ctx context.Context) (cluster.Status, error) {
 	return cluster.Status{}, errors.Join(errs...)
 }
 
+// RemoteNode is the status a node on another host answers at its control
+// endpoint, HOST:PORT (bound beyond loopback: its status is open to GET).
+type RemoteNode struct{ Control string }
+
+// remoteTimeout bounds a remote node's answer.
+const remoteTimeout = 5 * time.Second
+
+// Status asks the node.
+func (r RemoteNode) Status(ctx context.Context) (cluster.Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, remoteTimeout)
+	defer cancel()
+	st, err := cluster.FetchStatus(ctx, r.Control)
+	if err != nil {
+		return cluster.Status{}, fmt.Errorf("node at %s: %w", r.Control, err)
+	}
+	return st, nil
+}
+
 // NodeView is a node as the cluster page shows it: its last status, and
 // when it was last seen alive.
 type NodeView struct {

@@ -20,10 +20,12 @@ import (
 
 func init() { commands["dashboard"] = dashboardCommand }
 
-const dashboardUsage = `usage: rlnode dashboard [--bind HOST:PORT] [--runs DIR]... [--traces DIR]... [--address HOST:PORT] [--max-conns-per-addr N]
+const dashboardUsage = `usage: rlnode dashboard [--bind HOST:PORT] [--runs DIR]... [--traces DIR]... [--address HOST:PORT | http://HOST:PORT] [--max-conns-per-addr N]
 
 Serves pages for a browser until interrupted: the cluster (nodes, actors,
-placement groups) as a node running on this host sees it, and the runs in
+jobs, placement groups) as a node running on this host sees it (or, with
+--address http://HOST:PORT, the node whose control endpoint listens there
+on another host), and the runs in
 the --runs folders (each a run folder, or holding run folders up to two
 levels down): status, step and ETA, charts of metrics.jsonl with runs
 overlaid, the recipe differences between runs; the traces of the --traces
@@ -37,7 +39,7 @@ func dashboardCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode dashboard", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	bind := fs.String("bind", "127.0.0.1:8265", "address HOST:PORT to serve on (loopback unless told otherwise; port 0 picks a free one)")
-	address := fs.String("address", "", "gossip address (or node id) of the node on this host to ask for the cluster's status (default: any that answers)")
+	address := fs.String("address", "", "gossip address (or node id) of the node on this host to ask for the cluster's status (default: any that answers), or http://HOST:PORT, a node's control endpoint on another host")
 	connsPerAddr := fs.Int("max-conns-per-addr", dashboard.DefaultConnsPerAddr, fmt.Sprintf("connections one client address (an IPv6 one with its /64, so hosts sharing a /64 share it) may hold open; more are closed at once (1 to %d)", cluster.MaxConnsPerAddr))
 	var runs repeated
 	fs.Var(&runs, "runs", "folder of runs, or one run folder (repeatable; default: the current folder)")
@@ -69,7 +71,16 @@ func dashboardCommand(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	cfg := dashboard.Config{Cluster: dashboard.HostNodes{Address: *address}, RunDirs: runs, TraceDirs: stores,
+	var src dashboard.StatusSource = dashboard.HostNodes{Address: *address}
+	if isRemote(*address) {
+		host, err := controlURL(*address)
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode dashboard: %v\n", err)
+			return 2
+		}
+		src = dashboard.RemoteNode{Control: host}
+	}
+	cfg := dashboard.Config{Cluster: src, RunDirs: runs, TraceDirs: stores,
 		Log: slog.New(slog.NewTextHandler(stderr, nil)), ConnsPerAddr: *connsPerAddr}
 	if !loopbackBind(*bind) {
 		// The token of a node on this host guards a dashboard others can reach.

@@ -476,6 +476,17 @@ func TestRemoteSubmit(t *testing.T) {
 		!strings.Contains(errOut, "as node head reads it") || !strings.Contains(errOut, bad+":3: data.dataset.train") || !strings.Contains(errOut, filepath.Join(work, "data", "missing.jsonl")) {
 		t.Errorf("a recipe file naming a dataset the node does not have: exit %d\n%s%s", code, out, errOut)
 	}
+	// The dashboard on this host shows the remote cluster, its jobs too.
+	d := startUntil(t, laptop, "dashboard:", "dashboard", "--bind", "127.0.0.1:0", "--runs", laptop, "--address", url)
+	waitUntil(t, time.Minute, "the remote cluster on the dashboard", func() bool {
+		resp, err := http.Get(strings.TrimSuffix(d.banner["dashboard:"], "/") + "/api/cluster")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `"id":"head"`) && strings.Contains(string(b), `"name":"far"`)
+	})
 	if st, errOut, code := runRlnode(t, laptop, "status", "--address", url); code != 0 || !strings.Contains(st, "head") {
 		t.Errorf("remote status: exit %d\n%s%s", code, st, errOut)
 	}
