@@ -378,10 +378,14 @@ func printStatus(w io.Writer, st cluster.Status) {
 	}
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(st.Actors) > 0 {
-		fmt.Fprintf(tw, "ACTOR\tKIND\tNODE\tSTATE\tRESTARTS\tDEATH CAUSE\n")
+		fmt.Fprintf(tw, "ACTOR\tKIND\tNODE\tSTATE\tRESTARTS\tDEATH CAUSE (ALIVE: NOTE)\n")
 	}
 	for _, a := range st.Actors {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", a.Name, a.Kind, a.Node, a.State, a.Restarts, a.Cause)
+		why := a.Cause
+		if a.State == cluster.Alive {
+			why = a.Note
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", a.Name, a.Kind, a.Node, a.State, a.Restarts, why)
 	}
 	tw.Flush()
 	if len(st.Groups) > 0 {

@@ -495,3 +495,16 @@ func TestRemoteControlHint(t *testing.T) {
 		}
 	}
 }
+
+// An ALIVE actor's note shows where a dead one's cause does.
+func TestPrintStatusNotes(t *testing.T) {
+	var b strings.Builder
+	printStatus(&b, cluster.Status{Actors: []cluster.ActorStatus{
+		{Name: "waiting", Kind: "rlnode.job", Node: "n1", State: cluster.Alive, Note: "waiting for room: no node can host {CPU:4}"},
+		{Name: "gone", Kind: "learner", Node: "n1", State: cluster.Dead, Cause: "stopped", Note: "stale"},
+	}})
+	out := b.String()
+	if !strings.Contains(out, "waiting for room: no node can host {CPU:4}") || !strings.Contains(out, "stopped") || strings.Contains(out, "stale") {
+		t.Errorf("status table:\n%s", out)
+	}
+}
