@@ -307,7 +307,8 @@ func followJob(c jobs.Client, nodeID, name, via string, offset int64, stdout, st
 	quiet := 0 // failed reads in a row while the job moves between nodes
 	// A client signing its requests polls more slowly: each request's
 	// nonce is kept by the node for the signature's window (ctlsign), and
-	// a follower at 2 a second would hold 1,200 of its 100,000.
+	// a follower at 2 a second would hold 1,200 of its 100,000; at one
+	// each 2 s, about 330 followers fill it.
 	idle := 500 * time.Millisecond
 	if c.Key != nil {
 		idle = 2 * time.Second
@@ -337,8 +338,11 @@ func followJob(c jobs.Client, nodeID, name, via string, offset int64, stdout, st
 			_, _ = stdout.Write(data)
 			offset = next
 		}
-		if len(data) > 0 {
-			continue // more may be waiting
+		// More may be waiting; a signing client reads on at once only
+		// after a full read (a chatty log must not cost a nonce each
+		// 100 ms), else at its pace.
+		if len(data) > 0 && (c.Key == nil || len(data) >= jobs.MaxLogRead) {
+			continue
 		}
 		if !jobs.Active(status) && err == nil {
 			return endOfJob(c, name, via, stdout)
