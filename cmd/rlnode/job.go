@@ -14,10 +14,12 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/jobs"
@@ -367,7 +369,7 @@ func endOfJob(c jobs.Client, name, via string, stdout io.Writer) int {
 		fmt.Fprintf(stdout, "job %s: %v\n", name, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "job %s %s: %s\n", name, in.Status, in.Cause)
+	fmt.Fprintf(stdout, "job %s %s: %s\n", name, in.Status, printable(in.Cause))
 	if in.Status == jobs.Stopped && filepath.IsAbs(in.Out) {
 		fmt.Fprintf(stdout, "continue it with: rlnode submit %s --resume --out %s%s\n", shellQuote(filepath.Join(in.Out, jobs.RecipeFile)), shellQuote(in.Out), via)
 	}
@@ -475,7 +477,7 @@ func jobCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		printJobs(stdout, []jobs.Info{in})
 		if in.Cause != "" {
-			fmt.Fprintf(stdout, "\n%s\n", in.Cause)
+			fmt.Fprintf(stdout, "\n%s\n", printable(in.Cause))
 		}
 	case "logs":
 		if *follow {
@@ -536,7 +538,27 @@ func printJobs(w io.Writer, list []jobs.Info) {
 		if in.SubmittedMs > 0 {
 			sub = time.UnixMilli(in.SubmittedMs).Format("2006-01-02 15:04:05")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", in.Name, in.Status, dashIfEmpty(in.Node), in.Restarts, in.MaxRestarts, sub, in.Recipe, in.Out)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", in.Name, in.Status, dashIfEmpty(in.Node), in.Restarts, in.MaxRestarts, sub, printable(in.Recipe), printable(in.Out))
 	}
 	tw.Flush()
+}
+
+// printable is s with its control characters written as Go escapes
+// (\n, \x1b): a recipe's name or folder, or a driver's last line, comes
+// from whoever submitted the job, and is printed in other users'
+// terminals, where an escape sequence would drive the terminal.
+func printable(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -820,3 +820,18 @@ func TestAddressFlagKeyFileWorksElsewhere(t *testing.T) {
 		t.Errorf("addressFlag with a space in the key file: %q, want %q", got, want)
 	}
 }
+
+// What a submitter controls (a recipe's name and folder, a driver's last
+// line) is printed with its control characters escaped: job lists show
+// them in other users' terminals.
+func TestJobListsEscapeControlCharacters(t *testing.T) {
+	var b strings.Builder
+	printJobs(&b, []jobs.Info{{Name: "j", Status: jobs.Failed, Recipe: "evil\x1b[2J", Out: "/runs/a\nb"}})
+	out := b.String()
+	if strings.ContainsAny(out, "\x1b") || !strings.Contains(out, `evil\x1b[2J`) || !strings.Contains(out, `/runs/a\nb`) {
+		t.Errorf("job list:\n%q", out)
+	}
+	if got := printable("ünïcode\tx"); got != `ünïcode\tx` {
+		t.Errorf("printable: %q", got)
+	}
+}

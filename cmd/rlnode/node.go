@@ -385,7 +385,7 @@ func printStatus(w io.Writer, st cluster.Status) {
 		if a.State == cluster.Alive {
 			why = a.Note
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", a.Name, a.Kind, a.Node, a.State, a.Restarts, why)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", a.Name, a.Kind, a.Node, a.State, a.Restarts, printable(why))
 	}
 	tw.Flush()
 	if len(st.Groups) > 0 {
