@@ -20,6 +20,7 @@ import (
 func init() { commands["sbatch"] = sbatchCommand }
 
 const sbatchUsage = `usage: rlnode sbatch RECIPE --nodes N --gpus-per-node G [flags]
+       rlnode sbatch --serve --nodes N --gpus-per-node G [flags]
 
 Validates RECIPE (a built-in name or a file) and prints a Slurm batch script
 that runs it on N nodes: 'rlnode start' on the first node of the allocation,
@@ -33,11 +34,24 @@ directories usually are): the cluster key file is shared through it. Set
 RLNODE_ADVERTISE in the job's environment when nodes must talk over an
 address other than the one routing to the first node.
 
+With --serve (no RECIPE) the allocation serves jobs instead of running one
+recipe: the first node's control endpoint listens on its address
+(--control-port), the script writes that URL and the key file's path to
+--address-file (mode 0600) and prints the 'rlnode submit RECIPE --address
+http://HOST:PORT --key-file KEY' line to use from the login host, and keeps
+the cluster up until scancel or the time limit. Then it removes the address
+file, asks every running or pending job to stop after its current step, which
+it checkpoints (rlnode submit RUN/job-recipe.yaml --resume --out RUN continues
+it in another allocation), and stops every node.
+
 flags:
 `
 
 // sbatchOptions are what the batch script is made from.
 type sbatchOptions struct {
+	Serve        bool     // no recipe: keep the cluster up and serve jobs submitted to it
+	ControlPort  int      // --serve: the first node's control endpoint port; 0 picks a free one
+	AddressFile  string   // --serve: where the script writes the control URL and key path ("" is the default beside the job's output; %j is the job id)
 	Recipe       string   // a built-in name, or the recipe file's absolute path
 	Resolved     string   // a file recipe resolved (every default, absolute paths): the script carries it
 	RecipeName   string   // the recipe's name
@@ -94,16 +108,32 @@ func sbatchCommand(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.WaitTimeout, "wait-timeout", 5*time.Minute, "how long the job waits for all nodes to be up")
 	fs.DurationVar(&o.StopTimeout, "stop-timeout", 30*time.Second, "how long shutdown waits for each step before killing it")
 	fs.Var(&sets, "set", "recipe override KEY.PATH=VALUE (repeatable), checked now and passed to rlnode run")
+	fs.BoolVar(&o.Serve, "serve", false, "no RECIPE: keep the cluster up until scancel or the time limit and serve jobs\n"+
+		"submitted to it from the login host (rlnode submit RECIPE --address http://HOST:PORT --key-file KEY, as the job's output and --address-file say)")
+	fs.IntVar(&o.ControlPort, "control-port", 8266, "with --serve: port of the first node's control endpoint, on its address, where jobs are submitted (0 picks a free one)")
+	fs.StringVar(&o.AddressFile, "address-file", "", "with --serve: file the job writes the control endpoint's URL (first line) and the cluster key file's path (second line) to, mode 0600,\n"+
+		"removed when the job ends; %j is the job id (default $SLURM_SUBMIT_DIR/rlnode-%j.address)")
 	pos, code, ok := parseCommand(fs, args)
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 {
-		fmt.Fprintf(stderr, "rlnode sbatch: want one recipe (a built-in name or a file), got %d arguments\n", len(pos))
-		return 2
-	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	o.Sets = sets
 	o.GeneratedCmd = "rlnode sbatch " + shellJoin(args)
+	if o.Serve {
+		return sbatchServe(o, pos, given, stdout, stderr)
+	}
+	for _, f := range []string{"control-port", "address-file"} {
+		if given[f] {
+			fmt.Fprintf(stderr, "rlnode sbatch: --%s: only with --serve (a job that serves jobs submitted to it)\n", f)
+			return 2
+		}
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "rlnode sbatch: want one recipe (a built-in name or a file), got %d arguments (or --serve, to serve jobs submitted to the allocation)\n", len(pos))
+		return 2
+	}
 	l, err := loadChecked(pos[0], sets)
 	if err != nil {
 		if errors.Is(err, recipes.ErrInvalid) {
@@ -129,6 +159,40 @@ func sbatchCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		o.Resolved = b.String()
 	}
+	return writeSbatch(o, l.Recipe, stdout, stderr)
+}
+
+// sbatchServe writes the script of an allocation that serves jobs: no
+// recipe, nothing that only a recipe's run would use.
+func sbatchServe(o sbatchOptions, pos []string, given map[string]bool, stdout, stderr io.Writer) int {
+	var errs []string
+	if len(pos) > 0 {
+		errs = append(errs, fmt.Sprintf("--serve takes no recipe (got %q): the allocation runs the jobs submitted to it, each with its recipe (rlnode submit RECIPE --address ...)", pos[0]))
+	}
+	if given["run-cmd"] {
+		errs = append(errs, "--serve and --run-cmd: pick one (--serve keeps the cluster up for jobs; --run-cmd runs one command and ends the job)")
+	}
+	if given["set"] {
+		errs = append(errs, "--set with --serve: there is no recipe to override; give --set to rlnode submit")
+	}
+	if len(errs) > 0 {
+		fmt.Fprintf(stderr, "rlnode sbatch: %s\n", strings.Join(errs, "\nrlnode sbatch: "))
+		return 2
+	}
+	if o.AddressFile != "" && !filepath.IsAbs(o.AddressFile) {
+		abs, err := filepath.Abs(o.AddressFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "rlnode sbatch: --address-file: %v\n", err)
+			return 1
+		}
+		o.AddressFile = abs
+	}
+	return writeSbatch(o, nil, stdout, stderr)
+}
+
+// writeSbatch checks the options (against recipe r; nil with --serve)
+// and prints the script.
+func writeSbatch(o sbatchOptions, r *recipes.Recipe, stdout, stderr io.Writer) int {
 	if o.Rlnode == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -138,12 +202,14 @@ func sbatchCommand(args []string, stdout, stderr io.Writer) int {
 		o.Rlnode = exe
 	}
 	if o.Out != "" && !filepath.IsAbs(o.Out) {
-		if o.Out, err = filepath.Abs(o.Out); err != nil {
+		abs, err := filepath.Abs(o.Out)
+		if err != nil {
 			fmt.Fprintf(stderr, "rlnode sbatch: %v\n", err)
 			return 1
 		}
+		o.Out = abs
 	}
-	if err := o.check(l.Recipe); err != nil {
+	if err := o.check(r); err != nil {
 		fmt.Fprintf(stderr, "rlnode sbatch: %v\n", err)
 		return 2
 	}
@@ -160,7 +226,8 @@ func sbatchCommand(args []string, stdout, stderr io.Writer) int {
 }
 
 // check refuses options Slurm would refuse, or that cannot hold the
-// recipe's actors.
+// recipe's actors (r; nil with --serve, whose jobs' recipes are checked
+// when they are submitted).
 func (o *sbatchOptions) check(r *recipes.Recipe) error {
 	var errs []string
 	switch {
@@ -192,6 +259,17 @@ func (o *sbatchOptions) check(r *recipes.Recipe) error {
 	if o.Port < 0 || o.Port > 65535 {
 		errs = append(errs, fmt.Sprintf("--port %d: want 0..65535", o.Port))
 	}
+	if o.Serve {
+		switch {
+		case o.ControlPort < 0 || o.ControlPort > 65535:
+			errs = append(errs, fmt.Sprintf("--control-port %d: want 0..65535 (0 picks a free one)", o.ControlPort))
+		case o.ControlPort != 0 && o.ControlPort == o.Port:
+			errs = append(errs, fmt.Sprintf("--control-port %d and --port %d: the first node's control endpoint and gossip listen on one address; give them different ports", o.ControlPort, o.Port))
+		}
+		if strings.ContainsAny(o.AddressFile, "\n\r") {
+			errs = append(errs, fmt.Sprintf("--address-file %q: no line breaks", o.AddressFile))
+		}
+	}
 	if o.WaitTimeout < time.Second || o.StopTimeout < time.Second {
 		errs = append(errs, "--wait-timeout and --stop-timeout: want at least 1s")
 	} else if limit, ok := slurmSeconds(o.Time); ok {
@@ -208,7 +286,7 @@ func (o *sbatchOptions) check(r *recipes.Recipe) error {
 				o.Time, o.StopTimeout, warn, time.Duration(limit)*time.Second))
 		}
 	}
-	if o.GPUsPerNode >= 0 && o.Nodes >= 1 {
+	if r != nil && o.GPUsPerNode >= 0 && o.Nodes >= 1 {
 		p := r.Placement
 		replicas := r.Engines.Policy.Replicas
 		if r.Engines.Feedback != nil {
@@ -229,7 +307,9 @@ func (o *sbatchOptions) check(r *recipes.Recipe) error {
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "\n"))
 	}
-	if o.JobName == "" {
+	if o.JobName == "" && o.Serve {
+		o.JobName = "rlnode-serve"
+	} else if o.JobName == "" {
 		o.JobName = "rlnode-" + regexp.MustCompile(`[^A-Za-z0-9_.-]`).ReplaceAllString(o.RecipeName, "_")
 	}
 	return nil
@@ -332,28 +412,39 @@ func sbatchScript(o sbatchOptions) (string, error) {
 	for strings.Contains(o.Resolved, eof) {
 		eof += "_"
 	}
+	addressFile := `${SLURM_SUBMIT_DIR:-$PWD}/rlnode-%j.address`
+	if o.AddressFile != "" {
+		addressFile = shellQuote(o.AddressFile)
+	}
 	var b strings.Builder
 	err := sbatchTemplate.Execute(&b, map[string]any{
-		"Resolved": o.Resolved,
-		"EOF":      eof,
-		"O":        o,
-		"Rlnode":   shellQuote(o.Rlnode),
-		"Out":      out,
-		"RunCmd":   shellQuote(runCmd),
-		"WaitS":    int(o.WaitTimeout.Seconds()),
-		"StopS":    int(o.StopTimeout.Seconds()),
-		"Recipe":   commentLine(o.Recipe),
-		"Sets":     commentLine(shellJoin(o.Sets)),
-		"SignalS":  signalSeconds(o.StopTimeout),
-		"Command":  commentLine(o.GeneratedCmd),
+		"AddressFile": addressFile,
+		"Resolved":    o.Resolved,
+		"EOF":         eof,
+		"O":           o,
+		"Rlnode":      shellQuote(o.Rlnode),
+		"Out":         out,
+		"RunCmd":      shellQuote(runCmd),
+		"WaitS":       int(o.WaitTimeout.Seconds()),
+		"StopS":       int(o.StopTimeout.Seconds()),
+		"Recipe":      commentLine(o.Recipe),
+		"Sets":        commentLine(shellJoin(o.Sets)),
+		"SignalS":     signalSeconds(o.StopTimeout),
+		"Command":     commentLine(o.GeneratedCmd),
 	})
 	return b.String(), err
 }
 
 var sbatchTemplate = template.Must(template.New("sbatch").Parse(`#!/bin/bash
 # Generated by: {{.Command}}
+{{- if .O.Serve}}
+# Serves jobs submitted from the login host until scancel or the time limit:
+# rlnode submit RECIPE --address URL --key-file KEY, with the URL and KEY the
+# job writes to its address file (and prints).
+{{- else}}
 # Recipe {{.Recipe}}{{if .Sets}} with {{.Sets}}{{end}}: validated when this script was written{{if .Resolved}};
 # the job runs it as resolved then (below, written to $RLNODE_OUT/recipe.yaml){{end}}.
+{{- end}}
 #SBATCH --job-name={{.O.JobName}}
 #SBATCH --nodes={{.O.Nodes}}
 #SBATCH --ntasks-per-node=1
@@ -390,7 +481,12 @@ export RLNODE_NODES={{.O.Nodes}}
 export RLNODE_GPUS_PER_NODE={{.O.GPUsPerNode}}
 export RLNODE_OUT={{.Out}}
 export RLNODE_KEY="$RLNODE_OUT/cluster.key"  # shared through the run directory
+{{- if .O.Serve}}
+RLNODE_ADDRESS_FILE={{.AddressFile}}
+export RLNODE_ADDRESS_FILE=${RLNODE_ADDRESS_FILE//%j/$SLURM_JOB_ID}
+{{- else}}
 RUN_CMD={{.RunCmd}}
+{{- end}}
 WAIT_S={{.WaitS}}
 STOP_S={{.StopS}}
 
@@ -438,7 +534,7 @@ if [ -z "$NODE_IP" ]; then NODE_IP=$(hostname -I | awk "{ print \$1 }"); fi
 eval "$NODE_ENV"
 export NODE_IP  # the run command binds the driver to it
 
-HEAD_PID= SRUN_PID= RUN_PID=
+HEAD_PID= SRUN_PID= RUN_PID={{if .O.Serve}} NAP_PID= SERVING={{end}}
 stop_pid() { # stop_pid PID SECONDS: wait for PID to exit, then kill it
   local pid=$1 i
   for ((i = 0; i < $2 * 10; i++)); do
@@ -450,10 +546,45 @@ stop_pid() { # stop_pid PID SECONDS: wait for PID to exit, then kill it
   wait "$pid" 2>/dev/null
   return 1
 }
+{{- if .O.Serve}}
+# The jobs that have not ended, from the first node's job list.
+active_jobs() {
+  "$RLNODE" job list --json --address "$RLNODE_GOSSIP" 2>/dev/null | tr -d ' \n' \
+    | grep -o '"name":"[^"]*","status":"\(RUNNING\|PENDING\|RESTARTING\)"' | sed 's/^"name":"\([^"]*\)".*/\1/'
+}
+# Asks every job to stop after its current step, which it checkpoints, and
+# waits (bounded) until none runs; a job submitted meanwhile is asked too.
+stop_jobs() {
+  local asked=" " name names deadline=$((SECONDS + STOP_S))
+  while names=$(active_jobs); [ -n "$names" ]; do
+    for name in $names; do
+      case "$asked" in *" $name "*) continue ;; esac
+      asked="$asked$name "
+      if "$RLNODE" job stop "$name" --address "$RLNODE_GOSSIP" >/dev/null 2>&1; then
+        log "job $name: asked to stop after its current step, which it checkpoints"
+      fi
+    done
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      log "jobs still running after ${STOP_S}s, stopped with their nodes: "$names; return 1
+    fi
+    sleep 1
+  done
+  return 0
+}
+{{- end}}
 cleanup() {
   local rc=$? clean=1
   trap - EXIT TERM INT
   log "shutting down (exit status $rc)"
+{{- if .O.Serve}}
+  if [ -n "$SERVING" ]; then
+    # No new submits: the address file goes first (unless another job's
+    # has replaced it), then the jobs stop, then the nodes.
+    if [ "$(head -n 1 "$RLNODE_ADDRESS_FILE" 2>/dev/null)" = "$RLNODE_URL" ]; then rm -f "$RLNODE_ADDRESS_FILE"; fi
+    stop_jobs || clean=0
+  fi
+  if [ -n "$NAP_PID" ]; then kill "$NAP_PID" 2>/dev/null; wait "$NAP_PID" 2>/dev/null; fi
+{{- end}}
   if [ -n "$RUN_PID" ] && kill -0 "$RUN_PID" 2>/dev/null; then
     kill -TERM "$RUN_PID" 2>/dev/null; stop_pid "$RUN_PID" "$STOP_S" || clean=0
   fi
@@ -477,7 +608,7 @@ trap cleanup EXIT
 trap 'log "signal received"; exit 143' TERM INT
 
 log "job $SLURM_JOB_ID: $RLNODE_NODES nodes ($SLURM_JOB_NODELIST), first $HEAD_NODE at $RLNODE_HEAD_ADDR, run directory $RLNODE_OUT"
-"$RLNODE" start --bind "$NODE_IP:{{.O.Port}}" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}"{{if ne .O.Detection "fast"}} --detection {{.O.Detection}}{{end}} \
+"$RLNODE" start --bind "$NODE_IP:{{.O.Port}}"{{if .O.Serve}} --status-bind "$NODE_IP:{{.O.ControlPort}}"{{end}} --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}"{{if ne .O.Detection "fast"}} --detection {{.O.Detection}}{{end}} \
   --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1 &
 HEAD_PID=$!
 
@@ -530,6 +661,33 @@ while :; do
   sleep 1
 done
 log "$up of $RLNODE_NODES nodes up"
+{{- if .O.Serve}}
+
+# Serve: the first node's control endpoint, written where the login host
+# reads it (written whole, then renamed: a reader never sees half of it).
+CONTROL=$(sed -n 's/.*"control_address": *"\([^"]*\)".*/\1/p' "$RLNODE_HOME"/run/*.json 2>/dev/null | head -n 1)
+if [ -z "$CONTROL" ]; then log "the first node's control endpoint is not in its run file ($RLNODE_HOME/run)"; exit 1; fi
+export RLNODE_URL="http://$CONTROL"
+SERVING=1
+mkdir -p "$(dirname "$RLNODE_ADDRESS_FILE")" || exit 1
+if ! (umask 077 && printf '%s\n%s\n' "$RLNODE_URL" "$RLNODE_KEY" >"$RLNODE_ADDRESS_FILE.tmp.$$" && mv -f "$RLNODE_ADDRESS_FILE.tmp.$$" "$RLNODE_ADDRESS_FILE"); then
+  rm -f "$RLNODE_ADDRESS_FILE.tmp.$$"; log "cannot write the address file $RLNODE_ADDRESS_FILE"; exit 1
+fi
+log "serving jobs at $RLNODE_URL until scancel or the time limit; address file $RLNODE_ADDRESS_FILE"
+SUBMIT=$(printf '%q ' "$RLNODE" submit RECIPE --address "$RLNODE_URL" --key-file "$RLNODE_KEY")
+log "submit with: ${SUBMIT% }"
+log "at the end, running jobs stop after their current step, which they checkpoint; continue one with: rlnode submit RUN/job-recipe.yaml --resume --out RUN"
+while :; do
+  if ! kill -0 "$HEAD_PID" 2>/dev/null; then log "the first node exited; its log is $RLNODE_OUT/node-$NODE_NAME.log"; exit 1; fi
+  if [ -n "$SRUN_PID" ] && ! kill -0 "$SRUN_PID" 2>/dev/null; then
+    log "the joining nodes exited; their logs are in $RLNODE_OUT"; exit 1
+  fi
+  sleep 5 &
+  NAP_PID=$!
+  wait "$NAP_PID"
+  NAP_PID=
+done
+{{- else}}
 
 log "running: $RUN_CMD"
 bash -c "$RUN_CMD" &
@@ -539,4 +697,5 @@ rc=$?
 RUN_PID=
 log "run finished with exit status $rc"
 exit "$rc"
+{{- end}}
 `))

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,6 +36,9 @@ func TestSbatchGolden(t *testing.T) {
 		{"smoke_single", []string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--rlnode", "/opt/rlnode/bin/rlnode",
 			"--run-cmd", `"$RLNODE" status --json`, "--wait-timeout", "60s", "--stop-timeout", "10s"}},
 		{"quickstart_lan", []string{"quickstart", "--nodes", "2", "--gpus-per-node", "0", "--rlnode", "/opt/rlnode/bin/rlnode", "--detection", "lan"}},
+		{"serve", []string{"--serve", "--nodes", "2", "--gpus-per-node", "0", "--rlnode", "/opt/rlnode/bin/rlnode"}},
+		{"serve_gpu", []string{"--serve", "--nodes", "4", "--gpus-per-node", "8", "--partition", "gpu", "--time", "1-00:00:00",
+			"--rlnode", "/opt/rlnode/bin/rlnode", "--control-port", "0", "--address-file", "/shared/rl/addr-%j", "--out", "/shared/rl/cluster"}},
 	}
 	var base string
 	for i, c := range cases {
@@ -143,6 +147,19 @@ func TestSbatchRefuses(t *testing.T) {
 		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--mem", "lots"}, 2, `--mem "lots"`},
 		{[]string{"quickstart", "--nodes", "2", "--gpus-per-node", "0", "--detection", "slow"}, 2, `--detection: failure detection "slow": want fast or lan`},
 		{[]string{"nonesuch", "--nodes", "2", "--gpus-per-node", "1"}, 1, "no built-in recipe by that name"},
+		// --serve runs no recipe: what only a recipe's run uses is refused.
+		{[]string{"--serve", "quickstart", "--nodes", "2", "--gpus-per-node", "0"}, 2, `--serve takes no recipe (got "quickstart")`},
+		{[]string{"--serve", "--nodes", "2", "--gpus-per-node", "0", "--run-cmd", "true"}, 2, "--serve and --run-cmd: pick one"},
+		{[]string{"--serve", "--nodes", "2", "--gpus-per-node", "0", "--set", "seed=1"}, 2, "--set with --serve: there is no recipe to override"},
+		{[]string{"--serve", "--gpus-per-node", "0"}, 2, "--nodes is required"},
+		{[]string{"--serve", "--nodes", "2"}, 2, "--gpus-per-node is required"},
+		{[]string{"--serve", "--nodes", "2", "--gpus-per-node", "0", "--control-port", "70000"}, 2, "--control-port 70000: want 0..65535"},
+		{[]string{"--serve", "--nodes", "2", "--gpus-per-node", "0", "--control-port", "7946", "--port", "7946"}, 2, "--control-port 7946 and --port 7946"},
+		{[]string{"--serve", "--nodes", "2", "--gpus-per-node", "0", "--address-file", "a\nb"}, 2, `\nb": no line breaks`},
+		{[]string{"--serve", "--nodes", "1", "--gpus-per-node", "0", "--time", "2:00"}, 2, "in 2m0s: raise --time"},
+		{[]string{"quickstart", "--nodes", "2", "--gpus-per-node", "0", "--control-port", "8266"}, 2, "--control-port: only with --serve"},
+		{[]string{"quickstart", "--nodes", "2", "--gpus-per-node", "0", "--address-file", "a"}, 2, "--address-file: only with --serve"},
+		{[]string{"--nodes", "2", "--gpus-per-node", "0"}, 2, "or --serve, to serve jobs"},
 		// The TERM before the time limit (3 × --stop-timeout + 15 s, Slurm
 		// may send it 60 s early) must leave time to run, and fit --signal.
 		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--time", "1"}, 2, "--time 1: the job is told to stop 3 × --stop-timeout (30s) + 15 s = 105 s before its end"},
@@ -423,4 +440,145 @@ func TestSlurmSeconds(t *testing.T) {
 			t.Errorf("slurmSeconds(%q) = %d, want %d", v, got, want)
 		}
 	}
+}
+
+// A --serve script as a 2-node job on this machine (fake scontrol and
+// srun, real rlnode processes on 127.0.0.1): it writes the address file
+// (mode 0600: the control URL and the key file, itself 0600), a host
+// without a node submits a short run through it that succeeds, and at the
+// end (a TERM to the batch shell, as Slurm sends before the time limit) a
+// job still running is asked to stop after its step, which it checkpoints,
+// before the nodes stop; the address file is gone.
+func TestSbatchServeScript(t *testing.T) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs ip (iproute2) to find the node address")
+	}
+	home := t.TempDir()
+	rl := rlnodeWrapper(t)
+	tmp := t.TempDir()
+	runDir := filepath.Join(tmp, "cluster")
+	addrFile := filepath.Join(tmp, "addr-%j")
+	script, errOut, code := runRlnode(t, home, "sbatch", "--serve", "--nodes", "2", "--gpus-per-node", "0", "--rlnode", rl,
+		"--out", runDir, "--control-port", "0", "--address-file", addrFile, "--wait-timeout", "60s", "--stop-timeout", "45s")
+	if code != 0 {
+		t.Fatalf("sbatch --serve: exit %d: %s", code, errOut)
+	}
+	addrFile = filepath.Join(tmp, "addr-4343")
+	logPath := filepath.Join(tmp, "job.out")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	// A file, not bash's stdin: the nodes inherit stdin, and a pipe they
+	// hold would keep Wait from returning.
+	scriptPath := filepath.Join(tmp, "job.sh")
+	if err := os.WriteFile(scriptPath, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", scriptPath)
+	cmd.Env = append(os.Environ(), "PATH="+fakeSlurm(t, 2)+":"+os.Getenv("PATH"), "SLURM_JOB_ID=4343",
+		"SLURM_JOB_NODELIST=fake[1-2]", "SLURMD_NODENAME=fake1", "TMPDIR="+tmp, "SLURM_SUBMIT_DIR="+tmp)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waitErr error
+	done := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		select {
+		case <-done:
+		default:
+			_ = cmd.Process.Kill()
+			<-done
+			_, _, _ = runRlnode(t, home, "stop", "--all")
+		}
+	})
+	jobLog := func() string { b, _ := os.ReadFile(logPath); return string(b) }
+	waitFor(t, 120*time.Second, "the address file", func() bool {
+		if strings.Contains(jobLog(), "shutting down") {
+			t.Fatalf("the job ended:\n%s\n%s", jobLog(), nodeLogs(runDir))
+		}
+		return fileExists(addrFile)
+	})
+	url, key := serveAddress(t, addrFile)
+	if want := filepath.Join(runDir, "cluster.key"); key != want {
+		t.Errorf("address file names key %s, want %s", key, want)
+	}
+	if !strings.Contains(jobLog(), "submit with: "+rl+" submit RECIPE --address "+url+" --key-file "+key) {
+		t.Errorf("the job's output lacks the submit line for %s:\n%s", url, jobLog())
+	}
+
+	// From a host without a node (a home of its own): a short run succeeds.
+	login := t.TempDir()
+	out, errOut, code := runRlnode(t, login, "submit", "quickstart", "--address", url, "--key-file", key, "--name", "short",
+		"--out", filepath.Join(tmp, "runs", "short"), "--set", "sft.steps=2", "--set", "schedule.steps=2")
+	if code != 0 {
+		t.Fatalf("submit: exit %d\n%s\n%s\n%s", code, out, errOut, jobLog())
+	}
+	// A long one is running when the allocation ends.
+	longDir := filepath.Join(tmp, "runs", "long")
+	if _, errOut, code := runRlnode(t, login, "submit", "quickstart", "--address", url, "--key-file", key, "--name", "long",
+		"--out", longDir, "--set", "sft.steps=1", "--set", "schedule.steps=100000", "--no-wait"); code != 0 {
+		t.Fatalf("submit long: exit %d: %s", code, errOut)
+	}
+	waitFor(t, 120*time.Second, "the long job's first RL step", func() bool {
+		b, _ := os.ReadFile(filepath.Join(longDir, "job.log"))
+		return strings.Contains(string(b), "(RL 1/")
+	})
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(4 * time.Minute):
+		t.Fatalf("the job did not end after its TERM:\n%s", jobLog())
+	}
+	if ee, ok := waitErr.(*exec.ExitError); !ok || ee.ExitCode() != 143 {
+		t.Errorf("the job ended with %v, want exit status 143 (TERM)", waitErr)
+	}
+	log := jobLog()
+	t.Logf("job output:\n%s", log)
+	for _, want := range []string{"2 of 2 nodes up", "job long: asked to stop after its current step", "all nodes stopped cleanly"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("job output lacks %q:\n%s", want, log)
+		}
+	}
+	if fileExists(addrFile) {
+		t.Errorf("the address file %s outlived the job", addrFile)
+	}
+	b, _ := os.ReadFile(filepath.Join(longDir, "job.log"))
+	if !strings.Contains(string(b), "job stopped: its run was asked to stop") {
+		t.Errorf("the long job did not stop as asked:\n%s", b)
+	}
+	if cps, _ := filepath.Glob(filepath.Join(longDir, "checkpoints", "step-*")); len(cps) == 0 {
+		t.Errorf("the long job left no checkpoint to resume from:\n%s", b)
+	}
+	for _, n := range []string{"fake1", "fake2"} {
+		b, _ := os.ReadFile(filepath.Join(runDir, "node-"+n+".log"))
+		if !strings.Contains(string(b), "stopped") {
+			t.Errorf("node %s did not stop gracefully:\n%s", n, b)
+		}
+	}
+}
+
+// serveAddress reads a --serve job's address file: the control URL and
+// the key file's path, both files their owner's alone.
+func serveAddress(t *testing.T, path string) (url, key string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "http://") {
+		t.Fatalf("address file %s: want the URL and the key file on two lines, got %q", path, b)
+	}
+	for _, p := range []string{path, lines[1]} {
+		if fi, err := os.Stat(p); err != nil {
+			t.Error(err)
+		} else if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %04o, want 0600", p, fi.Mode().Perm())
+		}
+	}
+	return lines[0], lines[1]
 }
