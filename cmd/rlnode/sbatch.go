@@ -602,6 +602,11 @@ cleanup() {
   fi
   rm -rf "$RLNODE_HOME"
   if [ "$clean" = 1 ]; then log "all nodes stopped cleanly"; else log "some processes had to be killed"; fi
+{{- if .O.Serve}}
+  # Told to end while serving, and everything stopped in order: the
+  # allocation did its work.
+  if [ -n "$SERVING" ] && [ "$rc" = 143 ] && [ "$clean" = 1 ]; then rc=0; fi
+{{- end}}
   exit "$rc"
 }
 trap cleanup EXIT
@@ -676,7 +681,8 @@ fi
 log "serving jobs at $RLNODE_URL until scancel or the time limit; address file $RLNODE_ADDRESS_FILE"
 SUBMIT=$(printf '%q ' "$RLNODE" submit RECIPE --address "$RLNODE_URL" --key-file "$RLNODE_KEY")
 log "submit with: ${SUBMIT% }"
-log "at the end, running jobs stop after their current step, which they checkpoint; continue one with: rlnode submit RUN/job-recipe.yaml --resume --out RUN"
+log "end it with: scancel --batch --signal=TERM $SLURM_JOB_ID (as at the time limit: running jobs stop after their current step, which they checkpoint, then the nodes stop; a plain scancel signals every process at once, and a job may lose its last step)"
+log "continue a stopped job's run in another allocation with: rlnode submit RUN/job-recipe.yaml --resume --out RUN"
 while :; do
   if ! kill -0 "$HEAD_PID" 2>/dev/null; then log "the first node exited; its log is $RLNODE_OUT/node-$NODE_NAME.log"; exit 1; fi
   if [ -n "$SRUN_PID" ] && ! kill -0 "$SRUN_PID" 2>/dev/null; then

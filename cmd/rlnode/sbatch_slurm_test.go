@@ -183,14 +183,17 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 	daemon(t, env, filepath.Join(dir, "slurmctld.out"), tools["slurmctld"], "-D", "-f", conf)
 	daemon(t, env, filepath.Join(dir, "slurmd-n1.out"), tools["slurmd"], "-D", "-f", conf, "-N", "n1")
 	daemon(t, env, filepath.Join(dir, "slurmd-n2.out"), tools["slurmd"], "-D", "-f", conf, "-N", "n2")
-	slurm := func(name string, args ...string) (string, error) {
+	// slurmIn runs a Slurm command in cwd (sbatch: the job's
+	// SLURM_SUBMIT_DIR); slurm, in this process's folder.
+	slurmIn := func(cwd, name string, args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, tools[name], args...)
-		cmd.Env = env
+		cmd.Env, cmd.Dir = env, cwd
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
+	slurm := func(name string, args ...string) (string, error) { return slurmIn("", name, args...) }
 	waitFor(t, 120*time.Second, "Slurm nodes n1 and n2 to be idle", func() bool {
 		out, err := slurm("sinfo", "-h", "-N", "-o", "%N %T")
 		return err == nil && strings.Count(out, " idle") == 2
@@ -267,6 +270,103 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 	}
 	leftGracefully(runDir, "n1", "n2")
 
+	// --serve: the allocation serves jobs submitted from outside it, through
+	// the address file it writes in the submit folder; scancel stops every
+	// node and removes the file.
+	serveDir := filepath.Join(dir, "serve")
+	if err := os.Mkdir(serveDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runDir = filepath.Join(dir, "serve-cluster")
+	script, errOut, code := runRlnode(t, home, "sbatch", "--serve", "--nodes", "2", "--gpus-per-node", "0", "--rlnode", rl, "--out", runDir,
+		"--control-port", fmt.Sprint(freePort(t)), "--wait-timeout", "120s", "--stop-timeout", "45s")
+	if code != 0 {
+		t.Fatalf("rlnode sbatch --serve: exit %d: %s", code, errOut)
+	}
+	if err := os.WriteFile(filepath.Join(serveDir, "serve.sh"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err = slurmIn(serveDir, "sbatch", "--parsable", "--output="+filepath.Join(dir, "job-%j.out"), "serve.sh")
+	if err != nil {
+		t.Fatalf("sbatch: %v: %s", err, out)
+	}
+	id = strings.TrimSpace(out)
+	addrFile := filepath.Join(serveDir, "rlnode-"+id+".address")
+	waitFor(t, 180*time.Second, "job "+id+"'s address file", func() bool {
+		if st, _ := slurm("squeue", "-h", "-j", id, "-o", "%T"); strings.TrimSpace(st) == "" {
+			b, _ := os.ReadFile(filepath.Join(dir, "job-"+id+".out"))
+			t.Fatalf("job %s ended before serving:\n%s\n%s", id, b, nodeLogs(runDir))
+		}
+		return fileExists(addrFile)
+	})
+	url, keyFile := serveAddress(t, addrFile)
+	// From outside the allocation (no node, a home of its own): without
+	// --out the run goes to runs/ in the job's working folder.
+	login := t.TempDir()
+	subOut, subErr, code := runRlnode(t, login, "submit", "quickstart", "--address", url, "--key-file", keyFile, "--name", "served",
+		"--set", "sft.steps=2", "--set", "schedule.steps=2")
+	if code != 0 || !strings.Contains(subOut, "done: 4 steps") {
+		b, _ := os.ReadFile(filepath.Join(dir, "job-"+id+".out"))
+		t.Errorf("rlnode submit through %s: exit %d\n%s\n%s\njob output:\n%s", url, code, subOut, subErr, b)
+	}
+	if st, _, _ := runRlnode(t, login, "job", "status", "served", "--json", "--address", url, "--key-file", keyFile); !strings.Contains(st, `"status": "SUCCEEDED"`) {
+		t.Errorf("job served: %s", st)
+	}
+	if cps, _ := filepath.Glob(filepath.Join(serveDir, "runs", "quickstart-*", "checkpoints", "step-4")); len(cps) != 1 {
+		t.Errorf("no final checkpoint under %s/runs: %v", serveDir, cps)
+	}
+	// A long run is training when the allocation is told to end as at its
+	// time limit (a TERM to the batch shell alone): the run stops after its
+	// step, which it checkpoints, then the nodes stop.
+	longDir := filepath.Join(serveDir, "runs", "long")
+	if _, errOut, code := runRlnode(t, login, "submit", "quickstart", "--address", url, "--key-file", keyFile, "--name", "long",
+		"--out", longDir, "--set", "sft.steps=1", "--set", "schedule.steps=100000", "--no-wait"); code != 0 {
+		t.Fatalf("submit long: exit %d: %s", code, errOut)
+	}
+	waitFor(t, 180*time.Second, "the long job's first RL step", func() bool {
+		b, _ := os.ReadFile(filepath.Join(longDir, "job.log"))
+		return strings.Contains(string(b), "(RL 1/")
+	})
+	if out, err := slurm("scancel", "--batch", "--signal=TERM", id); err != nil {
+		t.Fatalf("scancel: %v: %s", err, out)
+	}
+	info, out = finished(id)
+	if !strings.Contains(info, "JobState=COMPLETED") || !strings.Contains(out, "job long: asked to stop") || !strings.Contains(out, "all nodes stopped cleanly") {
+		t.Errorf("served job %s did not stop in order: %s\n%s\n%s", id, info, out, nodeLogs(runDir))
+	}
+	jl, _ := os.ReadFile(filepath.Join(longDir, "job.log"))
+	stoppedCheckpointed(t, string(jl))
+	servedEnded := func(id, addrFile, runDir string) {
+		t.Helper()
+		if fileExists(addrFile) {
+			t.Errorf("the address file %s outlived job %s", addrFile, id)
+		}
+		if pids := procsNaming(runDir); len(pids) > 0 {
+			t.Errorf("processes of job %s left running: %v", id, pids)
+		}
+		noNodeHomes(id)
+		leftGracefully(runDir, "n1", "n2")
+	}
+	servedEnded(id, addrFile, runDir)
+
+	// A plain scancel (every process of the job signalled at once) stops
+	// a serving allocation too.
+	out, err = slurmIn(serveDir, "sbatch", "--parsable", "--output="+filepath.Join(dir, "job-%j.out"), "serve.sh")
+	if err != nil {
+		t.Fatalf("sbatch: %v: %s", err, out)
+	}
+	id = strings.TrimSpace(out)
+	addrFile = filepath.Join(serveDir, "rlnode-"+id+".address")
+	waitFor(t, 180*time.Second, "job "+id+"'s address file", func() bool { return fileExists(addrFile) })
+	if out, err := slurm("scancel", id); err != nil {
+		t.Fatalf("scancel: %v: %s", err, out)
+	}
+	info, out = finished(id)
+	if !strings.Contains(info, "JobState=CANCELLED") || !strings.Contains(out, "all nodes stopped cleanly") {
+		t.Errorf("served job %s did not stop cleanly: %s\n%s\n%s", id, info, out, nodeLogs(runDir))
+	}
+	servedEnded(id, addrFile, runDir)
+
 	// scancel mid-run: the trap stops the node cleanly.
 	id, runDir = submit(2, "--run-cmd", `sleep 300`)
 	waitFor(t, 180*time.Second, "job "+id+" to run its command", func() bool {
@@ -319,6 +419,22 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 	if !strings.Contains(info, "ExitCode=127:0") || !strings.Contains(out, "is not an executable file on") {
 		t.Errorf("job with a missing binary: %s\n%s", info, out)
 	}
+}
+
+// procsNaming is the processes whose command line holds s, with it.
+func procsNaming(s string) []string {
+	var found []string
+	procs, _ := os.ReadDir("/proc")
+	for _, d := range procs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), s) {
+			found = append(found, d.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return found
 }
 
 func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
