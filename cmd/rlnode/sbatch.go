@@ -623,7 +623,13 @@ for ((i = 0; i < WAIT_S * 10; i++)); do
   RLNODE_GOSSIP=$(sed -n 's/.*"gossip_address": *"\([^"]*\)".*/\1/p' "$RLNODE_HOME"/run/*.json 2>/dev/null | head -n 1)
   [ -n "$RLNODE_GOSSIP" ] && break
   if ! kill -0 "$HEAD_PID" 2>/dev/null; then
-    log "rlnode start failed:"; cat "$RLNODE_OUT/node-$NODE_NAME.log"; exit 1
+    log "rlnode start failed:"; cat "$RLNODE_OUT/node-$NODE_NAME.log"
+{{- if and .O.Serve (ne .O.ControlPort 0)}}
+    if grep -q "control endpoint: .*address already in use" "$RLNODE_OUT/node-$NODE_NAME.log"; then
+      log "another process on $NODE_NAME (another job's first node?) holds port {{.O.ControlPort}}: write the script with --control-port 0 to take a free one (the address file names it)"
+    fi
+    exit 1
+{{- else}}; exit 1{{end}}
   fi
   sleep 0.1
 done

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -586,5 +587,42 @@ func stoppedCheckpointed(t *testing.T, jobLog string) {
 	m := regexp.MustCompile(`stopped after step (\d+); continue from checkpoint step-(\d+)`).FindStringSubmatch(jobLog)
 	if !strings.Contains(jobLog, "job stopped: its run was asked to stop") || m == nil || m[1] != m[2] {
 		t.Errorf("the job did not stop after a step it checkpointed:\n%s", jobLog)
+	}
+}
+
+// A --serve job whose control port another process holds on the first
+// node says so, and how to take a free one.
+func TestSbatchServeControlPortTaken(t *testing.T) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs ip (iproute2) to find the node address")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	home, tmp := t.TempDir(), t.TempDir()
+	script, errOut, code := runRlnode(t, home, "sbatch", "--serve", "--nodes", "1", "--gpus-per-node", "0", "--rlnode", rlnodeWrapper(t),
+		"--out", filepath.Join(tmp, "cluster"), "--control-port", fmt.Sprint(port), "--wait-timeout", "60s", "--stop-timeout", "20s")
+	if code != 0 {
+		t.Fatalf("sbatch --serve: exit %d: %s", code, errOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	path := filepath.Join(tmp, "job.sh")
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "bash", path)
+	cmd.Env = append(os.Environ(), "PATH="+fakeSlurm(t, 1)+":"+os.Getenv("PATH"), "SLURM_JOB_ID=4344",
+		"SLURM_JOB_NODELIST=fake1", "SLURMD_NODENAME=fake1", "TMPDIR="+tmp, "SLURM_SUBMIT_DIR="+tmp)
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 ||
+		!strings.Contains(string(out), fmt.Sprintf("holds port %d: write the script with --control-port 0", port)) {
+		t.Errorf("job with its control port taken: %v\n%s", err, out)
+	}
+	if fileExists(filepath.Join(tmp, "rlnode-4344.address")) {
+		t.Error("an address file was written")
 	}
 }
