@@ -39,10 +39,12 @@ recipe: the first node's control endpoint listens on its address
 (--control-port), the script writes that URL and the key file's path to
 --address-file (mode 0600) and prints the 'rlnode submit RECIPE --address
 http://HOST:PORT --key-file KEY' line to use from the login host, and keeps
-the cluster up until scancel or the time limit. Then it removes the address
-file, asks every running or pending job to stop after its current step, which
-it checkpoints (rlnode submit RUN/job-recipe.yaml --resume --out RUN continues
-it in another allocation), and stops every node.
+the cluster up until scancel or the time limit. At the time limit, or at
+'scancel --batch --signal=TERM JOBID', it removes the address file, asks every
+running or pending job to stop after its current step, which it checkpoints
+(rlnode submit RUN/job-recipe.yaml --resume --out RUN continues it in another
+allocation), and stops every node; a plain scancel signals every process at
+once, and a job may lose its last step.
 
 flags:
 `
