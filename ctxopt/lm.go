@@ -793,18 +793,7 @@ func removeLMEntry(root, dir string) error {
 	return os.RemoveAll(aside)
 }
 
-func fileSHA256(ctx context.Context, path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, ctxio.Reader(ctx, f, 1<<20)); err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
+var fileSHA256 = ctxio.FileSHA256
 
 // syncDir flushes the directory at path to disk where the filesystem
 // allows: some refuse to sync a directory, and what was written is in

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -255,18 +254,7 @@ func SetAside(s Skipped) (string, error) {
 func fileSHA256(p string) (string, error) { return fileSHA256Context(context.Background(), p) }
 
 // fileSHA256Context is fileSHA256 that checks ctx between reads.
-func fileSHA256Context(ctx context.Context, p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, ctxio.Reader(ctx, f, 1<<20)); err != nil {
-		return "", fmt.Errorf("read %s: %w", p, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
+var fileSHA256Context = ctxio.FileSHA256
 
 // writeSynced writes b to p and flushes it to disk.
 func writeSynced(p string, b []byte) error {

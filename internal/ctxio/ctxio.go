@@ -5,7 +5,11 @@ package ctxio
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"io"
+	"os"
 )
 
 // Reader returns r read at most chunk bytes at a time, each read checking
@@ -28,4 +32,19 @@ func (c *reader) Read(p []byte) (int, error) {
 		p = p[:c.chunk]
 	}
 	return c.r.Read(p)
+}
+
+// FileSHA256 is the hex SHA-256 of the file at path, read in 1 MiB
+// pieces that each check ctx first.
+func FileSHA256(ctx context.Context, path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, Reader(ctx, f, 1<<20)); err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
