@@ -50,6 +50,9 @@ type spawnReply struct {
 	// its arguments' type registered (a node of another program, as
 	// `rlnode join` is to a user's): another node's may.
 	Elsewhere bool `msgpack:",omitempty"`
+	// NoRoom: the node lacked free resources (not labels, not stopping):
+	// it could hold the actor once they are released.
+	NoRoom bool `msgpack:",omitempty"`
 }
 
 type stopRequest struct {
@@ -117,7 +120,7 @@ func (a *nodeActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		nb, retry, err := n.beginSpawn(m)
 		if err != nil {
 			elsewhere := errors.Is(err, actor.ErrUnknownKind) || errors.Is(err, actor.ErrUnregistered)
-			return spawnReply{Err: err.Error(), Retry: retry, Elsewhere: elsewhere}, nil
+			return spawnReply{Err: err.Error(), Retry: retry, Elsewhere: elsewhere, NoRoom: retry && errors.Is(err, ErrInfeasible)}, nil
 		}
 		reply := ctx.ReplyLater()
 		go func() { reply.Send(n.finishSpawn(m, nb), nil) }()

@@ -31,13 +31,28 @@ var ErrInfeasible = errors.New("infeasible placement")
 var ErrNoRoom = fmt.Errorf("%w (no room now: others hold it)", ErrInfeasible)
 
 // allFree is nodes with every resource free.
-func allFree(nodes []NodeView) []NodeView {
+func allFree(nodes []NodeView) []NodeView { return freeBut(nodes, nil) }
+
+// freeBut is nodes with every resource free but what held names (node
+// id -> resources): room that stays taken however long a request waits,
+// such as what the requester holds itself.
+func freeBut(nodes []NodeView, held map[string]Resources) []NodeView {
 	out := make([]NodeView, len(nodes))
 	for i, n := range nodes {
 		out[i] = n
 		out[i].Free = n.Total
+		if h, ok := held[n.ID]; ok {
+			out[i].Free = n.Total.Sub(h)
+		}
 	}
 	return out
+}
+
+// NoRoomNow says whether req, which does not fit nodes now, would were
+// every resource free but what held names: the room it lacks is held by
+// others, who may release it, and it may fit later (ErrNoRoom).
+func NoRoomNow(nodes []NodeView, req Request, held map[string]Resources) bool {
+	return placeOne(freeBut(nodes, held), req) != ""
 }
 
 // Request is one actor's placement request.

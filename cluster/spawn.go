@@ -188,9 +188,13 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 		exclude = map[string]bool{}
 	}
 	var lastErr error
-	var cannot []string // nodes whose program lacks the kind (spawnReply.Elsewhere)
+	var cannot []string           // nodes whose program lacks the kind (spawnReply.Elsewhere)
+	roomless := map[string]bool{} // nodes left out because they lacked free room
 	for attempt := 0; attempt < 4; attempt++ {
 		target, err := n.placeSpawn(req, exclude)
+		if err != nil {
+			err = n.noRoomOrNever(req, exclude, roomless, err)
+		}
 		if err != nil && len(cannot) > 0 {
 			why := actor.ErrUnregistered
 			if strings.Contains(strings.Join(cannot, ""), actor.ErrUnknownKind.Error()) {
@@ -262,9 +266,88 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 			return actor.Ref{}, fmt.Errorf("spawn %s: %s", req.Name, rep.Err)
 		}
 		exclude[target] = true
+		if rep.NoRoom {
+			roomless[target] = true
+		}
 		lastErr = errors.New(rep.Err)
 	}
+	if len(roomless) > 0 {
+		// Every try was refused, the last for want of room (or not).
+		err := fmt.Errorf("%s: %w", strings.TrimSuffix(lastErr.Error(), ": "+ErrInfeasible.Error()), ErrInfeasible)
+		return actor.Ref{}, fmt.Errorf("spawn %s: %w", req.Name, n.noRoomOrNever(req, exclude, roomless, err))
+	}
 	return actor.Ref{}, fmt.Errorf("spawn %s: %w", req.Name, lastErr)
+}
+
+// noRoomOrNever tells a spawn that found no node (err) that may fit
+// later, ErrNoRoom, from one that never will, ErrInfeasible alone. It may
+// fit later when the live nodes it may use, those left out because they
+// lacked free room (roomless, refusals seen by a stale view) among them,
+// could hold it with every resource free but what the spawn's owner
+// holds itself: the owner's actors and groups do not free while it waits
+// for room (a run's learner holding the CPU its rollout actor lacks).
+func (n *Node) noRoomOrNever(req spawnRequest, exclude, roomless map[string]bool, err error) error {
+	if !errors.Is(err, ErrInfeasible) || req.Group != "" {
+		return err
+	}
+	var views []NodeView
+	for _, v := range n.Views() {
+		if !exclude[v.ID] || roomless[v.ID] {
+			views = append(views, v)
+		}
+	}
+	own, ownWhat := n.heldBy(req.Owner)
+	fits := NoRoomNow(views, Request{Resources: req.Resources, Labels: req.Labels, Node: req.PinNode}, own)
+	text := err.Error()
+	for _, sentinel := range []error{ErrNoRoom, ErrInfeasible} {
+		if t, ok := strings.CutSuffix(text, ": "+sentinel.Error()); ok {
+			text = t
+			break
+		}
+	}
+	switch {
+	case fits:
+		return fmt.Errorf("%s: %w", text, ErrNoRoom)
+	case errors.Is(err, ErrNoRoom) || len(roomless) > 0 && ownWhat != "nothing":
+		return fmt.Errorf("%s; it would fit only were room freed that its owner, node %s, holds itself (%s): %w",
+			text, req.Owner, ownWhat, ErrInfeasible)
+	}
+	return err
+}
+
+// heldBy is what the actors and placement groups that node owner owns
+// hold, per node, and the same in words; nothing for owner "".
+func (n *Node) heldBy(owner string) (map[string]Resources, string) {
+	held := map[string]Resources{}
+	if owner == "" {
+		return held, "nothing"
+	}
+	var what []string
+	for _, rec := range n.dir.Actors() {
+		if rec.Owner != owner || rec.State == Dead || rec.Group != "" || rec.Node == "" {
+			continue
+		}
+		held[rec.Node] = held[rec.Node].Add(rec.Resources)
+		what = append(what, fmt.Sprintf("actor %s %s on %s", rec.Name, rec.Resources, rec.Node))
+	}
+	for _, g := range n.dir.Groups() {
+		if g.Owner != owner || g.Removed {
+			continue
+		}
+		for i, b := range g.Bundles {
+			if i < len(g.Nodes) {
+				held[g.Nodes[i]] = held[g.Nodes[i]].Add(b.Resources)
+				what = append(what, fmt.Sprintf("placement group %s bundle %d %s on %s", g.ID, i, b.Resources, g.Nodes[i]))
+			}
+		}
+	}
+	if len(what) == 0 {
+		return held, "nothing"
+	}
+	if len(what) > 8 {
+		what = append(what[:8], fmt.Sprintf("%d more", len(what)-8))
+	}
+	return held, strings.Join(what, ", ")
 }
 
 // abandonSpawn asks the node at nref to stop the actor whose spawn the
