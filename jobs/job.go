@@ -17,6 +17,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
@@ -596,9 +597,13 @@ const PendingNote = "waiting for room: "
 // over it, since it says nothing of why the run failed.
 const ResumeHint = "rlnode run: once the cause is fixed, continue from checkpoint "
 
+// logLine matches a line of the driver's logger (log/slog's text form),
+// as its gossip writes on its way out ("node left or lost"): no cause.
+var logLine = regexp.MustCompile(`^(rlnode run: )?(time=\S+ )?level=[A-Z]+ `)
+
 // lastLine is the last non-empty line of the log's last 4 KiB, cut to
-// 300 bytes, that is not a ResumeHint: the driver's own last word, its
-// error as a rule.
+// 300 bytes, that is not a ResumeHint nor, where another is, a log line:
+// the driver's own last word, its error as a rule.
 func lastLine(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -613,16 +618,33 @@ func lastLine(path string) string {
 	b := make([]byte, fi.Size()-off)
 	n, _ := f.ReadAt(b, off)
 	lines := bytes.Split(bytes.TrimRight(b[:n], "\n"), []byte("\n"))
+	logged := ""
 	for i := len(lines) - 1; i >= 0; i-- {
 		l := strings.TrimSpace(string(lines[i]))
-		if l != "" && !strings.HasPrefix(l, ResumeHint) {
-			if len(l) > 300 {
-				l = l[:300] + "…"
-			}
-			return l
+		if l == "" || strings.HasPrefix(l, ResumeHint) {
+			continue
 		}
+		if logLine.MatchString(l) {
+			if logged == "" {
+				logged = l
+			}
+			continue
+		}
+		return cutLine(l)
 	}
-	return ""
+	return cutLine(logged)
+}
+
+// cutLine cuts l to 300 bytes, at a character's start.
+func cutLine(l string) string {
+	if len(l) <= 300 {
+		return l
+	}
+	i := 300
+	for i > 0 && !utf8.RuneStart(l[i]) {
+		i--
+	}
+	return l[:i] + "…"
 }
 
 // Receive answers log reads and stop requests.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
@@ -175,6 +176,35 @@ func TestLastLineIsTheError(t *testing.T) {
 	}
 	if got, want := lastLine(path), "rlnode run: driver: solver policy: rollout actors: no node can host {CPU:1}"; got != want {
 		t.Errorf("lastLine = %q, want %q", got, want)
+	}
+	// The driver's log lines after its error (its gossip seeing other
+	// drivers leave as it stops) are no cause: a job's FAILED cause and
+	// PENDING note said `level=WARN msg="node left or lost" ...`.
+	log = "rlnode run: driver: place the solver learner: spawn learner-1: no node can host {CPU:1}\n" +
+		"rlnode run: level=WARN msg=\"node left or lost\" node=vm-fe4fae member=vm-1a23b7 gossip=127.0.0.1:38479\n" +
+		"time=2026-11-27T14:18:25.000Z level=INFO msg=\"node stopped\"\n"
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := lastLine(path), "rlnode run: driver: place the solver learner: spawn learner-1: no node can host {CPU:1}"; got != want {
+		t.Errorf("lastLine past log lines = %q, want %q", got, want)
+	}
+	// A log of log lines alone gives its last.
+	log = "rlnode run: level=INFO msg=\"starting the learner\"\nrlnode run: level=WARN msg=\"node left or lost\"\n"
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := lastLine(path), `rlnode run: level=WARN msg="node left or lost"`; got != want {
+		t.Errorf("lastLine of log lines alone = %q, want %q", got, want)
+	}
+	// A long line is cut at a character's start: the cut-off half of
+	// one was an invalid byte in the job's cause and its JSON.
+	long := "rlnode run: x" + strings.Repeat("é", 200)
+	if err := os.WriteFile(path, []byte(long+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastLine(path); !utf8.ValidString(got) || !strings.HasSuffix(got, "…") || len(got) > 300+len("…") {
+		t.Errorf("lastLine of a long line = %q (%d bytes), want it cut within 300 bytes at a character's start, with …", got, len(got))
 	}
 }
 
