@@ -176,9 +176,10 @@ type job struct {
 	done chan struct{} // closed when the driver has exited and the log is closed
 
 	mu        sync.Mutex
-	proc      *os.Process // the driver, once started
-	stopAsked bool        // stopRequest: its end is a stop, not a failure
-	stopping  bool        // the actor is stopping: the driver's end says nothing
+	proc      *os.Process   // the driver, once started
+	stopAsked bool          // stopRequest: its end is a stop, not a failure
+	stopCh    chan struct{} // closed with stopAsked set: ends a pause at once
+	stopping  bool          // the actor is stopping: the driver's end says nothing
 }
 
 // start runs the job's driver: `rlnode run` of the recipe into its
@@ -243,7 +244,7 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 	cmd.Dir = spec.Out
 	cmd.Env = append(os.Environ(), EnvJob+"="+name)
 	cmd.SysProcAttr = driverAttrs()
-	j := &job{name: name, spec: spec, cmd: cmd, done: make(chan struct{})}
+	j := &job{name: name, spec: spec, cmd: cmd, done: make(chan struct{}), stopCh: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		if actx.Restarts() > 0 {
@@ -357,7 +358,11 @@ const roomRetry = 5 * time.Minute
 func (j *job) waitForRoom(actx *actor.Context, node *cluster.Node, logf io.Writer, why string) bool {
 	fmt.Fprintf(logf, "%s rlnode job %s: the cluster has no room for its run now (%s); the job waits (PENDING) until room frees\n",
 		time.Now().UTC().Format(time.RFC3339), j.name, why)
-	_ = node.SetNote(j.name, PendingNote+why)
+	// A driver that exits at once may beat the record of the job's
+	// first attempt, which the note needs ALIVE: it is set again until
+	// it is (without it the job showed RUNNING and no job counted it
+	// ahead of them).
+	noted := node.SetNote(j.name, PendingNote+why) == nil
 	defer func() { _ = node.SetNote(j.name, "") }()
 	seen := freeRoom(node.Views())
 	deadline := time.Now().Add(roomRetry)
@@ -365,13 +370,19 @@ func (j *job) waitForRoom(actx *actor.Context, node *cluster.Node, logf io.Write
 		if !j.pause(actx, 2*time.Second) {
 			return false
 		}
+		if !noted {
+			noted = node.SetNote(j.name, PendingNote+why) == nil
+		}
 		cur := freeRoom(node.Views())
 		if !roomGrew(seen, cur) && time.Now().Before(deadline) {
 			seen = cur
 			continue
 		}
 		if ahead := pendingAhead(records(node), j.name, j.spec.SubmittedMs); ahead > 0 {
-			if !j.pause(actx, time.Duration(min(ahead, 20))*3*time.Second) {
+			d := time.Duration(min(ahead, 20)) * aheadWait
+			fmt.Fprintf(logf, "%s rlnode job %s: room may have freed; %d jobs pending since earlier go first: it waits %s\n",
+				time.Now().UTC().Format(time.RFC3339), j.name, ahead, d)
+			if !j.pause(actx, d) {
 				return false
 			}
 			if after := freeRoom(node.Views()); roomGrew(after, cur) {
@@ -384,12 +395,18 @@ func (j *job) waitForRoom(actx *actor.Context, node *cluster.Node, logf io.Write
 	}
 }
 
+// aheadWait is how long a job that waits for room lets each job pending
+// since earlier go first once room may have freed.
+var aheadWait = 3 * time.Second
+
 // pause waits d; false when a stop was asked or the actor stops first.
 func (j *job) pause(actx *actor.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-actx.Context().Done():
+		return false
+	case <-j.stopCh:
 		return false
 	case <-t.C:
 	}
@@ -654,6 +671,9 @@ func (j *job) Receive(actx *actor.Context, msg any) (any, error) {
 		return readLog(filepath.Join(j.spec.Out, LogFile), m.Offset, m.Max)
 	case stopRequest:
 		j.mu.Lock()
+		if !j.stopAsked {
+			close(j.stopCh)
+		}
 		j.stopAsked = true
 		j.mu.Unlock()
 		sig := syscall.SIGTERM

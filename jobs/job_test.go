@@ -3,6 +3,7 @@ package jobs
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"net/http"
@@ -384,5 +385,83 @@ func TestSubmitSourceUpToItsBound(t *testing.T) {
 	_, err = c.Submit(ctx, SubmitRequest{Name: "over", SourceName: "over.yaml", Source: over})
 	if err == nil || !strings.Contains(err.Error(), "over.yaml") || !strings.Contains(err.Error(), fmt.Sprint(MaxRecipeBytes)) {
 		t.Errorf("a recipe of %d bytes (bound %d): %v", len(over), MaxRecipeBytes, err)
+	}
+}
+
+// A job stopped while it lets the jobs pending since earlier go first
+// (3 s each, up to a minute) ends at once: the stop was looked at only
+// once that wait was over. Here the wait is made an hour long, so a stop
+// that waited for it would not end the job within the test's minute.
+func TestStopWhileOthersGoFirst(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Key: key, Labels: map[string]string{Label: "yes"}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Stop()
+	// Each job's "driver" finds no room.
+	driver := filepath.Join(t.TempDir(), "noroom")
+	if err := os.WriteFile(driver, []byte("#!/bin/sh\necho 'rlnode run: no node can host {CPU:8}'\nexit 75\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	Serve(node, Config{Executable: driver})
+	defer func() {
+		host.Lock()
+		host.node = nil
+		host.Unlock()
+	}()
+	defer func(d time.Duration) { aheadWait = d }(aheadWait)
+	aheadWait = time.Hour
+	dir := t.TempDir()
+	status := func(name string) (Info, bool) {
+		rec, ok := node.Record(name)
+		return info(rec), ok
+	}
+	for _, name := range []string{"a-first", "b-second"} {
+		if _, code, err := submit(ctx, node, Config{}, SubmitRequest{Name: name, Recipe: "name: x\n", RecipeName: "x", Out: filepath.Join(dir, name)}, time.Now(), ""); err != nil {
+			t.Fatalf("submit %s: HTTP %d: %v", name, code, err)
+		}
+		waitFor(t, ctx, name+" PENDING", func() bool { in, _ := status(name); return in.Status == Pending })
+	}
+	// Room grows: a node that offers a CPU joins.
+	more, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Key: key, Join: []string{node.GossipAddress()}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer more.Stop()
+	log := filepath.Join(dir, "b-second", LogFile)
+	waitFor(t, ctx, "b-second to let a-first go first", func() bool {
+		b, _ := os.ReadFile(log)
+		return strings.Contains(string(b), "1 jobs pending since earlier go first")
+	})
+	h, err := node.Lookup(ctx, "b-second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.Call[okReply](ctx, h, stopRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	stopCtx, stopCancel := context.WithTimeout(ctx, time.Minute)
+	defer stopCancel()
+	waitFor(t, stopCtx, "b-second STOPPED", func() bool { in, _ := status("b-second"); return in.Status == Stopped })
+	if in, _ := status("b-second"); !strings.Contains(in.Cause, "while it waited for room") {
+		t.Errorf("b-second stopped while others went first: %+v", in)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test when ctx ends first.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not within the test's bound", what)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
