@@ -387,8 +387,10 @@ const jobUsage = `usage: rlnode job list [--json] [--address NODE]
 Lists and follows the jobs rlnode submit started, asked of a node on this host,
 or with --address http://HOST:PORT [--key-file KEY] of the node whose control
 endpoint listens there (requests signed with the cluster key).
-A job's status is RUNNING, RESTARTING (its node was lost or stopped; another
-node takes it over), SUCCEEDED, FAILED or STOPPED; an ended job is kept for
+A job's status is RUNNING, PENDING (its run found no room the cluster could
+give once others release it; it starts again when room frees), RESTARTING (its
+node was lost or stopped; another node takes it over), SUCCEEDED, FAILED or
+STOPPED; an ended job is kept for
 7 days. stop asks the job's run to stop after its current step, which it
 checkpoints (--now kills it at once). Every line of a job's drivers goes to its
 log, RUN/job.log in the run's folder.

@@ -21,6 +21,7 @@ import (
 	"github.com/rlnode/rlnode/dashboard"
 	"github.com/rlnode/rlnode/jobs"
 	"github.com/rlnode/rlnode/recipes"
+	"github.com/rlnode/rlnode/rollout"
 	"github.com/rlnode/rlnode/train"
 )
 
@@ -426,7 +427,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode run: stopped %s; continue from checkpoint %s with: %s\n",
 			where, filepath.Base(newest), resumeCommand(fs, dir))
 		return 130
-	case err != nil && *address != "" && errors.Is(err, cluster.ErrNoRoom):
+	case err != nil && *address != "" && noRoomNow(err):
 		fmt.Fprintf(stderr, "rlnode run: the cluster could hold this run once the actors, tasks or groups that hold its room end (exit %d; a job submitted with rlnode submit waits for it)\nrlnode run: %v\n", jobs.ExitNoRoom, err)
 		if newest != "" && cfg.Resumable() {
 			fmt.Fprintf(stderr, "%s%s with: %s\n", jobs.ResumeHint, filepath.Base(newest), resumeCommand(fs, dir))
@@ -654,3 +655,16 @@ func (h skipSteps) Handle(ctx context.Context, r slog.Record) error {
 
 func (h skipSteps) WithAttrs(as []slog.Attr) slog.Handler { return skipSteps{h.Handler.WithAttrs(as)} }
 func (h skipSteps) WithGroup(name string) slog.Handler    { return skipSteps{h.Handler.WithGroup(name)} }
+
+// noRoomNow says whether the run failed for want of room the cluster
+// could give once others release it (cluster.ErrNoRoom): placing what it
+// needs, or replacing its rollout actors, all lost mid-run, whose last
+// try rollout.ErrAllLost carries as text only.
+func noRoomNow(err error) bool {
+	if errors.Is(err, cluster.ErrNoRoom) {
+		return true
+	}
+	msg := err.Error()
+	i := strings.LastIndex(msg, "the last try: ")
+	return errors.Is(err, rollout.ErrAllLost) && i >= 0 && strings.Contains(msg[i:], cluster.ErrNoRoom.Error())
+}
