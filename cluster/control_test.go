@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/internal/ctlsign"
@@ -376,6 +377,14 @@ func TestSetNote(t *testing.T) {
 	}
 	if n := note(); len(n) != MaxNoteBytes {
 		t.Errorf("an over-long note kept %d bytes, want %d", len(n), MaxNoteBytes)
+	}
+	// Cut at a character's start (an odd prefix puts a 2-byte one across
+	// the bound).
+	if err := a.SetNote("noted", "x"+strings.Repeat("é", MaxNoteBytes)); err != nil {
+		t.Fatal(err)
+	}
+	if n := note(); !utf8.ValidString(n) || len(n) > MaxNoteBytes || len(n) < MaxNoteBytes-3 {
+		t.Errorf("an over-long note of 2-byte characters kept %d bytes, valid UTF-8 %v; want up to %d, whole characters", len(n), utf8.ValidString(n), MaxNoteBytes)
 	}
 	if err := a.SetNote("noted", "waiting for room: CPU 4"); err != nil || note() != "waiting for room: CPU 4" {
 		t.Errorf("note %q, %v", note(), err)

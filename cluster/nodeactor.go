@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rlnode/rlnode/actor"
 )
@@ -398,7 +399,12 @@ const MaxNoteBytes = 512
 // "" clears it. Its next restart or death clears it too.
 func (n *Node) SetNote(name, note string) error {
 	if len(note) > MaxNoteBytes {
-		note = note[:MaxNoteBytes]
+		// Cut at a character's start: half of one is no text for JSON.
+		i := MaxNoteBytes
+		for i > 0 && !utf8.RuneStart(note[i]) {
+			i--
+		}
+		note = note[:i]
 	}
 	n.hostedMu.Lock()
 	defer n.hostedMu.Unlock()

@@ -46,8 +46,7 @@ func (n *Node) waitGroup(ctx context.Context, id string, bundles []Bundle, st St
 			return nil, fmt.Errorf("placement group %s was removed while it waited for room", id)
 		}
 		all := n.Views()
-		own, ownWhat := n.heldBy(n.id)
-		if err := groupFeasible(all, bundles, st, own, ownWhat); err != nil {
+		if err := groupFeasible(all, bundles, st); err != nil {
 			return giveUp(err)
 		}
 		var views []NodeView
@@ -114,22 +113,14 @@ func (n *Node) waitGroup(ctx context.Context, id string, bundles []Bundle, st St
 	}
 }
 
-// groupFeasible is nil when the nodes, every one empty but for what its
-// creator holds itself (own, in words ownWhat), could hold the group: a
-// group they never could is refused rather than left waiting, and so is
-// one that waits for room its creator's actors and groups hold.
-func groupFeasible(nodes []NodeView, bundles []Bundle, st Strategy, own map[string]Resources, ownWhat string) error {
-	if _, err := placeGroup(allFree(nodes), bundles, st); err != nil {
+// groupFeasible is nil when the nodes, every one empty, could hold the
+// group: a group they never could is refused rather than left waiting.
+func groupFeasible(nodes []NodeView, bundles []Bundle, st Strategy) error {
+	if _, err := PlaceGroup(allFree(nodes), bundles, st); err != nil {
 		if !errors.Is(err, ErrInfeasible) {
 			return err
 		}
 		return fmt.Errorf("the live nodes could not hold it even with nothing else on them: %w", err)
-	}
-	if _, err := placeGroup(freeBut(nodes, own), bundles, st); err != nil {
-		if !errors.Is(err, ErrInfeasible) {
-			return err
-		}
-		return fmt.Errorf("the live nodes could hold it only were room freed that its creator holds itself (%s): %w", ownWhat, err)
 	}
 	return nil
 }
