@@ -88,12 +88,10 @@ func (n *Node) CreatePlacementGroupWith(ctx context.Context, bundles []Bundle, s
 		nodes, err := PlaceGroup(views, bundles, st)
 		if err != nil {
 			if errors.Is(err, ErrNoRoom) {
-				// Room this node's own actors and groups hold does not
-				// free while its caller waits: that is no room, never.
-				own, ownWhat := n.heldBy(n.id)
-				if _, ferr := placeGroup(freeBut(views, own), bundles, st); errors.Is(ferr, ErrInfeasible) {
-					text := strings.TrimSuffix(err.Error(), ": "+ErrNoRoom.Error())
-					return nil, fmt.Errorf("%s; it would fit only were room freed that its creator, node %s, holds itself (%s): %w", text, n.id, ownWhat, ErrInfeasible)
+				if own, ownWhat := n.heldBy(n.id); ownWhat != "nothing" {
+					if _, ferr := placeGroup(freeBut(views, own), bundles, st); errors.Is(ferr, ErrInfeasible) {
+						err = fmt.Errorf("%w; %w: node %s (%s)", err, ErrHeldBySelf, n.id, ownWhat)
+					}
 				}
 				need := Resources{}
 				for _, b := range bundles {

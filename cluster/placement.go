@@ -30,6 +30,13 @@ var ErrInfeasible = errors.New("infeasible placement")
 // ErrInfeasible alone.
 var ErrNoRoom = fmt.Errorf("%w (no room now: others hold it)", ErrInfeasible)
 
+// ErrHeldBySelf marks an ErrNoRoom whose missing room is held by the
+// requester's own actors or groups (the node that spawns or creates):
+// it fits only were they released, which a caller that waits without
+// releasing them (a run placing its rollout actors beside its learner)
+// never sees. errors.Is(err, ErrNoRoom) holds for it too.
+var ErrHeldBySelf = errors.New("the room it lacks is held by its requester's own actors or groups")
+
 // allFree is nodes with every resource free.
 func allFree(nodes []NodeView) []NodeView { return freeBut(nodes, nil) }
 
@@ -46,13 +53,6 @@ func freeBut(nodes []NodeView, held map[string]Resources) []NodeView {
 		}
 	}
 	return out
-}
-
-// NoRoomNow says whether req, which does not fit nodes now, would were
-// every resource free but what held names: the room it lacks is held by
-// others, who may release it, and it may fit later (ErrNoRoom).
-func NoRoomNow(nodes []NodeView, req Request, held map[string]Resources) bool {
-	return placeOne(freeBut(nodes, held), req) != ""
 }
 
 // Request is one actor's placement request.

@@ -280,12 +280,12 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 }
 
 // noRoomOrNever tells a spawn that found no node (err) that may fit
-// later, ErrNoRoom, from one that never will, ErrInfeasible alone. It may
-// fit later when the live nodes it may use, those left out because they
-// lacked free room (roomless, refusals seen by a stale view) among them,
-// could hold it with every resource free but what the spawn's owner
-// holds itself: the owner's actors and groups do not free while it waits
-// for room (a run's learner holding the CPU its rollout actor lacks).
+// later, ErrNoRoom, from one that never will, ErrInfeasible alone: it
+// may when the live nodes it may use, those left out because they
+// lacked free room among them (roomless: refusals a stale view ran
+// into), could hold it with every resource free. Where it would fit only
+// were the room its owner holds itself freed too, it is also
+// ErrHeldBySelf, naming what.
 func (n *Node) noRoomOrNever(req spawnRequest, exclude, roomless map[string]bool, err error) error {
 	if !errors.Is(err, ErrInfeasible) || req.Group != "" {
 		return err
@@ -296,8 +296,10 @@ func (n *Node) noRoomOrNever(req spawnRequest, exclude, roomless map[string]bool
 			views = append(views, v)
 		}
 	}
-	own, ownWhat := n.heldBy(req.Owner)
-	fits := NoRoomNow(views, Request{Resources: req.Resources, Labels: req.Labels, Node: req.PinNode}, own)
+	want := Request{Resources: req.Resources, Labels: req.Labels, Node: req.PinNode}
+	if placeOne(allFree(views), want) == "" {
+		return err
+	}
 	text := err.Error()
 	for _, sentinel := range []error{ErrNoRoom, ErrInfeasible} {
 		if t, ok := strings.CutSuffix(text, ": "+sentinel.Error()); ok {
@@ -305,14 +307,10 @@ func (n *Node) noRoomOrNever(req spawnRequest, exclude, roomless map[string]bool
 			break
 		}
 	}
-	switch {
-	case fits:
-		return fmt.Errorf("%s: %w", text, ErrNoRoom)
-	case errors.Is(err, ErrNoRoom) || len(roomless) > 0 && ownWhat != "nothing":
-		return fmt.Errorf("%s; it would fit only were room freed that its owner, node %s, holds itself (%s): %w",
-			text, req.Owner, ownWhat, ErrInfeasible)
+	if own, ownWhat := n.heldBy(req.Owner); placeOne(freeBut(views, own), want) == "" {
+		return fmt.Errorf("%s; %w: node %s (%s): %w", text, ErrHeldBySelf, req.Owner, ownWhat, ErrNoRoom)
 	}
-	return err
+	return fmt.Errorf("%s: %w", text, ErrNoRoom)
 }
 
 // heldBy is what the actors and placement groups that node owner owns

@@ -3,26 +3,29 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
 )
 
-// A spawn that finds no room is ErrNoRoom only when room others hold
-// would let it in: rlnode run exits 75 on it, and a job waits for room
-// and starts its driver again. Two ways it was misjudged:
+// A spawn that finds no room is ErrNoRoom when room others hold would
+// let it in: rlnode run exits 75 on it, and a job waits for room and
+// starts its driver again. Two ways it was misjudged:
 //   - the spawner's view was stale (gossip had not yet brought what
 //     another node's actor took), so it asked the full node, was refused
 //     and left that node out; placed again on the rest, the spawn was
 //     ErrInfeasible alone, "never", and a job submitted while others
 //     held the room failed instead of waiting (2 of 8 jobs of a sweep);
 //   - the room it lacked was held by the spawner's own actors (a run
-//     whose learner takes a CPU of the two its rollout actor wants): it
-//     was ErrNoRoom, though it frees only when the run ends, so the job
-//     waited for it for ever, starting its driver again each time its
-//     own driver's exit freed the learner's CPU. Placement groups, and
-//     those that wait for room (GroupOptions.Wait), likewise.
+//     whose learner takes a CPU of the two its rollout actor wants): the
+//     run exited 75 though that room frees only when it ends, so its job
+//     would wait for ever, starting its driver again each time its own
+//     driver's exit freed the learner's CPU. Such a spawn, and a group
+//     likewise, is ErrHeldBySelf too (still ErrNoRoom: a program may
+//     release its own actors, and a waiting group waits for them).
 func TestSpawnNoRoomNowOrNever(t *testing.T) {
 	key := testKey(t)
 	start := func(id string, cpus float64, join []string) *Node {
@@ -48,13 +51,13 @@ func TestSpawnNoRoomNowOrNever(t *testing.T) {
 	waitFor(t, "a and c to see b with 2 free CPUs", 20*time.Second, func() bool { return freeOnB(a) == 2 && freeOnB(c) == 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	want := func(what string, err error, noRoom bool) {
+	want := func(what string, err error, noRoom, self bool) {
 		t.Helper()
 		if !errors.Is(err, ErrInfeasible) {
 			t.Fatalf("%s: %v, want ErrInfeasible", what, err)
 		}
-		if errors.Is(err, ErrNoRoom) != noRoom {
-			t.Errorf("%s: %v: ErrNoRoom %v, want %v", what, err, !noRoom, noRoom)
+		if errors.Is(err, ErrNoRoom) != noRoom || errors.Is(err, ErrHeldBySelf) != self {
+			t.Errorf("%s: %v: ErrNoRoom %v, ErrHeldBySelf %v; want %v, %v", what, err, errors.Is(err, ErrNoRoom), errors.Is(err, ErrHeldBySelf), noRoom, self)
 		}
 	}
 
@@ -66,14 +69,15 @@ func TestSpawnNoRoomNowOrNever(t *testing.T) {
 	}
 	waitFor(t, "a to see b with 0.5 free", 20*time.Second, func() bool { return freeOnB(a) == 0.5 })
 	_, err = a.Spawn(ctx, "test.counter", SpawnOptions{Name: "snr-x", Resources: Resources{CPU: 1}})
-	want("the room held by the spawner's own actor", err, false)
+	want("the room held by the spawner's own actor", err, true, true)
+	if !strings.Contains(fmt.Sprint(err), "actor snr-own {CPU:1.5} on snr-b") {
+		t.Errorf("the error does not name the spawner's own actor: %v", err)
+	}
 	_, err = a.CreatePlacementGroup(ctx, []Bundle{{Resources: Resources{CPU: 1}}}, Pack)
-	want("a group whose room the creator's own actor holds", err, false)
-	_, err = a.CreatePlacementGroupWith(ctx, []Bundle{{Resources: Resources{CPU: 1}}}, Pack, GroupOptions{Wait: true})
-	want("a waiting group whose room the creator's own actor holds", err, false)
+	want("a group whose room the creator's own actor holds", err, true, true)
 	waitFor(t, "c to see b with 0.5 free", 20*time.Second, func() bool { return freeOnB(c) == 0.5 })
 	_, err = c.CreatePlacementGroup(ctx, []Bundle{{Resources: Resources{CPU: 1}}}, Pack)
-	want("a group whose room another node's actor holds", err, true)
+	want("a group whose room another node's actor holds", err, true, false)
 	if err := own.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -89,9 +93,9 @@ func TestSpawnNoRoomNowOrNever(t *testing.T) {
 		t.Skipf("a's view of b is already fresh (%v free): nothing stale to place on", free)
 	}
 	_, err = a.Spawn(ctx, "test.counter", SpawnOptions{Name: "snr-y", Resources: Resources{CPU: 1}})
-	want("the room held by another node's actor, seen stale", err, true)
+	want("the room held by another node's actor, seen stale", err, true, false)
 	a.cutOff(false)
 	waitFor(t, "a to see b with 0.5 free", 20*time.Second, func() bool { return freeOnB(a) == 0.5 })
 	_, err = a.Spawn(ctx, "test.counter", SpawnOptions{Name: "snr-z", Resources: Resources{CPU: 1}})
-	want("the room held by another node's actor", err, true)
+	want("the room held by another node's actor", err, true, false)
 }

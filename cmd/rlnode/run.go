@@ -657,14 +657,16 @@ func (h skipSteps) WithAttrs(as []slog.Attr) slog.Handler { return skipSteps{h.H
 func (h skipSteps) WithGroup(name string) slog.Handler    { return skipSteps{h.Handler.WithGroup(name)} }
 
 // noRoomNow says whether the run failed for want of room the cluster
-// could give once others release it (cluster.ErrNoRoom): placing what it
-// needs, or replacing its rollout actors, all lost mid-run, whose last
-// try rollout.ErrAllLost carries as text only.
+// could give once others release it (cluster.ErrNoRoom, not room its own
+// actors hold, cluster.ErrHeldBySelf, which frees only when it ends):
+// placing what it needs, or replacing its rollout actors, all lost
+// mid-run, whose last try rollout.ErrAllLost carries as text only.
 func noRoomNow(err error) bool {
 	if errors.Is(err, cluster.ErrNoRoom) {
-		return true
+		return !errors.Is(err, cluster.ErrHeldBySelf)
 	}
 	msg := err.Error()
 	i := strings.LastIndex(msg, "the last try: ")
-	return errors.Is(err, rollout.ErrAllLost) && i >= 0 && strings.Contains(msg[i:], cluster.ErrNoRoom.Error())
+	return errors.Is(err, rollout.ErrAllLost) && i >= 0 && strings.Contains(msg[i:], cluster.ErrNoRoom.Error()) &&
+		!strings.Contains(msg[i:], cluster.ErrHeldBySelf.Error())
 }
