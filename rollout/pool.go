@@ -386,6 +386,11 @@ func (p *Pool) awaitLive(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("rollout pool: every replica lost, waiting for a replacement: %w", ctx.Err())
 		case <-deadline:
+			// The last try's failure as it is now: a try that failed
+			// since the loop read it does not signal changed.
+			p.mu.Lock()
+			why = p.replaceErr
+			p.mu.Unlock()
 			return fmt.Errorf("%w (no replacement started within %v; the last try: %s)", p.allLost(), p.cfg.ReplaceWait, why)
 		}
 	}
