@@ -432,3 +432,14 @@ func TestControlBoundsHeaders(t *testing.T) {
 		t.Errorf("a 200 KiB header: HTTP %d, want %d", resp.StatusCode, http.StatusRequestHeaderFieldsTooLarge)
 	}
 }
+
+// A record this node writes anew for a change of state (a restart, a
+// loss, a death: bury, restartOrBury, forgetPreviousLife) drops the
+// actor's note; those written after a node's loss kept it.
+func TestRewriteDropsTheNote(t *testing.T) {
+	n := &Node{id: "n1"}
+	rec := n.rewrite(ActorRecord{Name: "a", State: Alive, Version: 3, Note: "waiting for room: CPU 1"})
+	if rec.Note != "" || rec.Version != 4 || rec.Writer != "n1" {
+		t.Errorf("rewritten: %+v", rec)
+	}
+}

@@ -374,7 +374,6 @@ func (n *Node) onLocalEvent(ev actor.Event) {
 	rec = n.rewrite(rec)
 	rec.Restarts = ev.Restarts
 	rec.Cause = ev.Cause
-	rec.Note = ""
 	switch ev.Type {
 	case actor.EventRestarted:
 		rec.State = Alive

@@ -835,10 +835,12 @@ func (n *Node) reapOrphans(now time.Time) {
 const missingGrace = 3 * time.Second
 
 // rewrite is rec as this node writes it anew: the next version, written
-// by this node, now.
+// by this node, now, without its note (a rewrite is a change of state,
+// SetNote's aside, which sets the note after).
 func (n *Node) rewrite(rec ActorRecord) ActorRecord {
 	rec.Version++
 	rec.Writer, rec.UpdatedMs = n.id, time.Now().UnixMilli()
+	rec.Note = ""
 	return rec
 }
 
