@@ -168,11 +168,11 @@ func init() {
 	})
 }
 
-// job is the actor: it started one driver process and waits for it.
+// job is the actor: it runs the job's driver process, again each time
+// the run found no room, and waits for it.
 type job struct {
 	name string
 	spec Spec
-	cmd  *exec.Cmd
 	done chan struct{} // closed when the driver has exited and the log is closed
 
 	mu        sync.Mutex
@@ -239,12 +239,18 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 	hostname, _ := os.Hostname()
 	fmt.Fprintf(logf, "%s rlnode job %s: attempt %d on node %s (%s): rlnode %s\n",
 		time.Now().UTC().Format(time.RFC3339), name, attempt, node.ID(), hostname, strings.Join(args, " "))
-	cmd := exec.Command(exe, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Dir = spec.Out
-	cmd.Env = append(os.Environ(), EnvJob+"="+name)
-	cmd.SysProcAttr = driverAttrs()
-	j := &job{name: name, spec: spec, cmd: cmd, done: make(chan struct{}), stopCh: make(chan struct{})}
+	// driver is the driver's process: in the run folder, writing to the
+	// job's log, in a process group of its own.
+	driver := func(args []string) *exec.Cmd {
+		cmd := exec.Command(exe, args...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.Dir = spec.Out
+		cmd.Env = append(os.Environ(), EnvJob+"="+name)
+		cmd.SysProcAttr = driverAttrs()
+		return cmd
+	}
+	cmd := driver(args)
+	j := &job{name: name, spec: spec, done: make(chan struct{}), stopCh: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		if actx.Restarts() > 0 {
@@ -327,11 +333,7 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 				close(j.done)
 				return
 			}
-			cmd = exec.Command(exe, driverArgs(spec, recipe, node.GossipAddress(), cfg.KeyFile, 1)...)
-			cmd.Stdout, cmd.Stderr = logf, logf
-			cmd.Dir = spec.Out
-			cmd.Env = append(os.Environ(), EnvJob+"="+name)
-			cmd.SysProcAttr = driverAttrs()
+			cmd = driver(driverArgs(spec, recipe, node.GossipAddress(), cfg.KeyFile, 1))
 			fmt.Fprintf(logf, "%s rlnode job %s: room may have freed; starting its driver again on node %s: rlnode %s\n",
 				time.Now().UTC().Format(time.RFC3339), name, node.ID(), strings.Join(cmd.Args[1:], " "))
 		}
