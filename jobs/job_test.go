@@ -217,18 +217,8 @@ func TestLastLineIsTheError(t *testing.T) {
 func TestJobRecordsStayWithinTheirBound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Labels: map[string]string{Label: "yes"}, Logger: actor.DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Stop()
 	// Each job's "driver" exits at once: only the records matter here.
-	Serve(node, Config{Executable: "/bin/true"})
-	defer func() {
-		host.Lock()
-		host.node = nil
-		host.Unlock()
-	}()
+	node := serveJobs(t, cluster.Config{}, Config{Executable: "/bin/true"})
 	recipe := "name: big\n# " + strings.Repeat("x", MaxRecipeBytes-16) + "\n"
 	dir := t.TempDir()
 	var refused error
@@ -309,17 +299,7 @@ func TestRoomAndPendingOrder(t *testing.T) {
 func TestSubmitBoundsTheRecipeCheck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, NodeID: "checker", Labels: map[string]string{Label: "yes"}, Logger: actor.DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Stop()
-	Serve(node, Config{Executable: "/bin/true"})
-	defer func() {
-		host.Lock()
-		host.node = nil
-		host.Unlock()
-	}()
+	node := serveJobs(t, cluster.Config{NodeID: "checker"}, Config{Executable: "/bin/true"})
 	release := make(chan struct{})
 	slow := Config{Executable: "/bin/true", CheckTime: time.Millisecond, Check: func([]byte) error { <-release; return nil }}
 	dir := t.TempDir()
@@ -356,20 +336,10 @@ func TestSubmitSourceUpToItsBound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	key := bytes.Repeat([]byte{3}, 32)
-	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, NodeID: "sizes", Key: key, Labels: map[string]string{Label: "yes"}, Logger: actor.DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Stop()
 	runs := t.TempDir()
-	Serve(node, Config{Executable: "/bin/true", RunsDir: runs, Resolve: func(name string, src []byte, _ []string) ([]byte, string, error) {
+	node := serveJobs(t, cluster.Config{NodeID: "sizes", Key: key}, Config{Executable: "/bin/true", RunsDir: runs, Resolve: func(name string, src []byte, _ []string) ([]byte, string, error) {
 		return []byte("name: tags\n"), "tags", nil
 	}})
-	defer func() {
-		host.Lock()
-		host.node = nil
-		host.Unlock()
-	}()
 	ctrl, closeCtrl, err := node.ServeControl("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -399,22 +369,12 @@ func TestStopWhileOthersGoFirst(t *testing.T) {
 	if _, err := rand.Read(key); err != nil {
 		t.Fatal(err)
 	}
-	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Key: key, Labels: map[string]string{Label: "yes"}, Logger: actor.DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Stop()
 	// Each job's "driver" finds no room.
 	driver := filepath.Join(t.TempDir(), "noroom")
 	if err := os.WriteFile(driver, []byte("#!/bin/sh\necho 'rlnode run: no node can host {CPU:8}'\nexit 75\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	Serve(node, Config{Executable: driver})
-	defer func() {
-		host.Lock()
-		host.node = nil
-		host.Unlock()
-	}()
+	node := serveJobs(t, cluster.Config{Key: key}, Config{Executable: driver})
 	defer func(d time.Duration) { aheadWait = d }(aheadWait)
 	aheadWait = time.Hour
 	dir := t.TempDir()
@@ -464,4 +424,23 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// serveJobs starts a node of one CPU that runs jobs (nc says the rest),
+// serves jobs on it with jc, and undoes both when the test ends.
+func serveJobs(t *testing.T, nc cluster.Config, jc Config) *cluster.Node {
+	t.Helper()
+	nc.Bind, nc.CPUs, nc.Labels, nc.Logger = "127.0.0.1:0", 1, map[string]string{Label: "yes"}, actor.DiscardLogger()
+	node, err := cluster.Start(context.Background(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Stop)
+	Serve(node, jc)
+	t.Cleanup(func() {
+		host.Lock()
+		host.node = nil
+		host.Unlock()
+	})
+	return node
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -411,18 +410,7 @@ func bannerValue(t *testing.T, n *runningNode, name string) string {
 // node does not see are refused, naming why.
 func TestRemoteSubmit(t *testing.T) {
 	home, laptop, work := t.TempDir(), t.TempDir(), t.TempDir()
-	headKey := filepath.Join(home, "cluster.key")
-	head := startRlnodeIn(t, work, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head", "--cpus", "4", "--key-file", headKey)
-	dumpOnFailure(t, head)
-	url := "http://" + bannerValue(t, head, "control")
-	b, err := os.ReadFile(headKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := filepath.Join(laptop, "copy.key")
-	if err := os.WriteFile(key, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, url, key, clusterKey := remoteHead(t, home, work, laptop)
 	args := append([]string{"submit", "quickstart", "--name", "far", "--address", url, "--key-file", key}, deterministicRun(2)...)
 	out, errOut, code := runRlnode(t, laptop, args...)
 	if code != 0 || !strings.Contains(out, "job far SUCCEEDED") {
@@ -512,8 +500,8 @@ func TestRemoteSubmit(t *testing.T) {
 	}
 	// The node checks the recipe on its host: a dataset it does not see.
 	recipe := "name: gone\nmodels:\n  policy:\n    init: {layers: 1, hidden: 32, heads: 2, vocab: 64}\ndata:\n  dataset:\n    train: " + filepath.Join(laptop, "missing.jsonl") + "\n"
-	c := jobs.Client{Control: strings.TrimPrefix(url, "http://"), Key: b64Key(t, b)}
-	_, err = c.Submit(t.Context(), jobs.SubmitRequest{Recipe: recipe, RecipeName: "gone", Out: filepath.Join(work, "gone")})
+	c := jobs.Client{Control: strings.TrimPrefix(url, "http://"), Key: clusterKey}
+	_, err := c.Submit(t.Context(), jobs.SubmitRequest{Recipe: recipe, RecipeName: "gone", Out: filepath.Join(work, "gone")})
 	var he *jobs.HTTPError
 	if !errors.As(err, &he) || he.Code != http.StatusBadRequest || !strings.Contains(he.Msg, "checked on node head") || !strings.Contains(he.Msg, "missing.jsonl") {
 		t.Errorf("a recipe naming a file the node does not see: %v", err)
@@ -523,14 +511,28 @@ func TestRemoteSubmit(t *testing.T) {
 	}
 }
 
-// b64Key decodes a key file's contents.
-func b64Key(t *testing.T, b []byte) []byte {
+// remoteHead starts node "head" (4 CPUs) with home, in the working
+// folder work, and copies its cluster key into laptop (mode 0600), as a
+// host without a node holds it: the node, its control endpoint's URL,
+// the copy's path and the key.
+func remoteHead(t *testing.T, home, work, laptop string) (*runningNode, string, string, []byte) {
 	t.Helper()
-	k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
+	headKey := filepath.Join(home, "cluster.key")
+	head := startRlnodeIn(t, work, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head", "--cpus", "4", "--key-file", headKey)
+	dumpOnFailure(t, head)
+	b, err := os.ReadFile(headKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k
+	keyCopy := filepath.Join(laptop, "copy.key")
+	if err := os.WriteFile(keyCopy, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := cluster.LoadOrCreateKey(headKey, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return head, "http://" + bannerValue(t, head, "control"), keyCopy, key
 }
 
 // A job submitted while another holds the cluster's room waits PENDING,
@@ -644,7 +646,7 @@ func TestRemoteSubmitReplayedToAnotherNode(t *testing.T) {
 	n2 := startRlnodeIn(t, work2, other, "join", head.gossip, "--bind", "127.0.0.1:0", "--node-id", "n2", "--cpus", "0.1", "--key-file", headKey)
 	dumpOnFailure(t, head, n2)
 	headCtl, n2Ctl := bannerValue(t, head, "control"), bannerValue(t, n2, "control")
-	b, err := os.ReadFile(headKey)
+	clusterKey, _, err := cluster.LoadOrCreateKey(headKey, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -656,7 +658,7 @@ func TestRemoteSubmitReplayedToAnotherNode(t *testing.T) {
 	}
 	body, _ := json.Marshal(jobs.SubmitRequest{SourceName: "quickstart", Sets: sets, Node: "head"})
 	sent, _ := http.NewRequest("POST", "http://"+headCtl+"/jobs", bytes.NewReader(body))
-	ctlsign.Sign(sent, b64Key(t, b), body, time.Now())
+	ctlsign.Sign(sent, clusterKey, body, time.Now())
 	copied, _ := http.NewRequest("POST", "http://"+n2Ctl+"/jobs", bytes.NewReader(body))
 	copied.Header, copied.Host = sent.Header.Clone(), headCtl
 	answer := func(req *http.Request) (int, string) {
@@ -692,7 +694,7 @@ func TestRemoteSubmitReplayedToAnotherNode(t *testing.T) {
 	// The run continued from a host that does not see its folder, as a
 	// failed resume's hint says (resume with DIR/recipe.yaml): the node
 	// reads the run's own recipe.
-	c := jobs.Client{Control: headCtl, Key: b64Key(t, b)}
+	c := jobs.Client{Control: headCtl, Key: clusterKey}
 	again, err := c.Submit(t.Context(), jobs.SubmitRequest{Name: "again", SourceName: filepath.Join(in.Out, "recipe.yaml"), Sets: []string{"schedule.steps=4"}, Resume: true, Out: in.Out})
 	if err != nil {
 		t.Fatalf("resume with the run's recipe.yaml, which only the node sees: %v", err)
@@ -733,18 +735,7 @@ func TestNodeReadsTheRunsRecipe(t *testing.T) {
 // terminal, with the node's key file and gossip address).
 func TestRemoteStopThenResumeAsPrinted(t *testing.T) {
 	home, laptop, work := t.TempDir(), t.TempDir(), t.TempDir()
-	headKey := filepath.Join(home, "cluster.key")
-	head := startRlnodeIn(t, work, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head", "--cpus", "4", "--key-file", headKey)
-	dumpOnFailure(t, head)
-	url := "http://" + bannerValue(t, head, "control")
-	b, err := os.ReadFile(headKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := filepath.Join(laptop, "copy.key")
-	if err := os.WriteFile(key, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, url, key, _ := remoteHead(t, home, work, laptop)
 	long := []string{"--set", "sft.steps=0", "--set", "schedule.steps=100000", "--set", "schedule.eval_every=0", "--set", "eval.held_out=4",
 		"--set", "algorithm.batch_prompts=2", "--set", "algorithm.group_size=2", "--set", "schedule.checkpoint_every=1"}
 	args := append([]string{"submit", "quickstart", "--name", "long", "--no-wait", "--address", url, "--key-file", key}, long...)
