@@ -52,7 +52,7 @@ func Load(nameOrPath string, sets []string) (*Loaded, error) {
 		}
 		return l, err
 	}
-	src, err := readRecipeFile(nameOrPath)
+	src, err := ReadFile(nameOrPath)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !strings.ContainsAny(nameOrPath, "/.") {
 			return nil, fmt.Errorf("recipe %q: no such file, and no built-in recipe by that name (built-in: %s)", nameOrPath, strings.Join(BuiltinNames(), ", "))
@@ -70,15 +70,24 @@ func Load(nameOrPath string, sets []string) (*Loaded, error) {
 // dataset passed by mistake must not be parsed as one.
 const MaxRecipeBytes = 1 << 20
 
-func readRecipeFile(path string) ([]byte, error) {
+// ReadFile reads the recipe file at path: a regular file (a pipe would
+// block the reader) of at most MaxRecipeBytes.
+func ReadFile(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case st.IsDir():
+		return nil, fmt.Errorf("%s is a directory, not a recipe file", path)
+	case !st.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file (%s), not a recipe file", path, st.Mode().Type())
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		return nil, fmt.Errorf("%s is a directory, not a recipe file", path)
-	}
 	src, err := io.ReadAll(io.LimitReader(f, MaxRecipeBytes+1))
 	if err != nil {
 		return nil, err

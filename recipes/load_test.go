@@ -9,7 +9,9 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -575,5 +577,25 @@ func TestLoRAPreset(t *testing.T) {
 		if lo.Dropout != c.dropout || fmt.Sprint(lo.Targets) != c.targets || lo.Alpha != 16 {
 			t.Errorf("%v: %+v", c.sets, lo)
 		}
+	}
+}
+
+// A recipe path that is a pipe is refused without opening it: Load (and
+// the remote submit that reads a recipe file) blocked until something
+// wrote into it.
+func TestRecipeFileThatIsAPipe(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "r.yaml")
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := Load(p, nil); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), p+" is not a regular file") {
+			t.Errorf("a pipe as the recipe: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Load blocked on a pipe")
 	}
 }

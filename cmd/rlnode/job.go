@@ -183,26 +183,15 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 	return followJob(client, nodeID, in.Name, via, 0, stdout, stderr)
 }
 
-// readRecipeText reads a recipe file for a node to read (at most
-// recipes.MaxRecipeBytes).
+// readRecipeText reads a recipe file for a node to read
+// (recipes.ReadFile).
 func readRecipeText(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) && !strings.ContainsAny(path, "/.") {
-			return nil, fmt.Errorf("recipe %q: no such file, and no built-in recipe by that name (built-in: %s)", path, strings.Join(recipes.BuiltinNames(), ", "))
-		}
+	b, err := recipes.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && !strings.ContainsAny(path, "/."):
+		return nil, fmt.Errorf("recipe %q: no such file, and no built-in recipe by that name (built-in: %s)", path, strings.Join(recipes.BuiltinNames(), ", "))
+	case err != nil:
 		return nil, fmt.Errorf("recipe: %w", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("recipe %s: not a regular file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, recipes.MaxRecipeBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("recipe %s: %w", path, err)
-	}
-	if len(b) > recipes.MaxRecipeBytes {
-		return nil, fmt.Errorf("recipe %s: over %d bytes: not a recipe", path, recipes.MaxRecipeBytes)
 	}
 	return b, nil
 }
