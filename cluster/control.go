@@ -249,15 +249,19 @@ func (n *Node) ServeControl(addr string) (string, func(), error) {
 		_, _ = fmt.Fprintf(w, "node %s stopping\n", n.id)
 		go n.Stop()
 	})
+	streamed := map[string]int64{}
 	n.ctlMu.Lock()
 	for _, rt := range n.ctlRoutes {
 		mux.Handle(rt.pattern, needToken(token, rt.h))
+		if rt.stream > 0 {
+			streamed[rt.pattern] = rt.stream
+		}
 	}
 	n.ctlMu.Unlock()
 	// One address may hold a few connections open, never the node's
 	// descriptors; idle and slow clients are cut off.
 	verifier := ctlsign.NewVerifier(n.cfg.Key, nil)
-	srv := &http.Server{Handler: controlGuard(token, verifier, !loopback, mux), ReadHeaderTimeout: 5 * time.Second,
+	srv := &http.Server{Handler: controlGuard(token, verifier, !loopback, mux, streamed), ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second,
 		MaxHeaderBytes: MaxControlHeaderBytes}
 	capped := connlimit.Limit(lis, orDefault(n.cfg.ConnsPerAddr.Control, DefaultControlConnsPerAddr))
@@ -295,9 +299,23 @@ func (n *Node) HandleControl(pattern string, h http.Handler) {
 	n.ctlRoutes = append(n.ctlRoutes, controlRoute{pattern: pattern, h: h})
 }
 
+// HandleControlStream is HandleControl for a route whose body (of at most
+// maxBody bytes) is too large to hold in memory, an upload: a signed
+// request's body is not read before the handler runs; the handler reads
+// it as it comes, and the read that reaches its end fails unless the
+// bytes are the ones signed (ctlsign.Verifier.VerifyStream). The handler
+// must act on the body only once it has read it whole without error, and
+// bounds a request with the token itself.
+func (n *Node) HandleControlStream(pattern string, maxBody int64, h http.Handler) {
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	n.ctlRoutes = append(n.ctlRoutes, controlRoute{pattern: pattern, h: h, stream: max(maxBody, 1)})
+}
+
 type controlRoute struct {
 	pattern string
 	h       http.Handler
+	stream  int64 // > 0: the body bound of a streamed route (HandleControlStream)
 }
 
 // needToken refuses a request without the bearer token, GET included,
@@ -373,7 +391,11 @@ func missingDirs(dir string) []string {
 // signature that does not hold (401, saying why); and a state-changing
 // request (any method but GET and HEAD) neither signed nor with
 // "Authorization: Bearer <token>" (401).
-func controlGuard(token string, verifier *ctlsign.Verifier, namesOK bool, next http.Handler) http.Handler {
+//
+// A signed request to a streamed route (its pattern in streamed, with its
+// body bound) has its signature checked here and its body as the handler
+// reads it.
+func controlGuard(token string, verifier *ctlsign.Verifier, namesOK bool, next *http.ServeMux, streamed map[string]int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !namesOK && !httphost.ByAddress(r.Host) {
 			http.Error(w, "control endpoint: refused: Host must be an IP address or localhost", http.StatusForbidden)
@@ -384,7 +406,11 @@ func controlGuard(token string, verifier *ctlsign.Verifier, namesOK bool, next h
 			return
 		}
 		if ctlsign.IsSigned(r) {
-			if err := verifier.Verify(r, MaxSignedBody); err != nil {
+			verify := func() error { return verifier.Verify(r, MaxSignedBody) }
+			if _, pattern := next.Handler(r); streamed[pattern] > 0 {
+				verify = func() error { return verifier.VerifyStream(r, streamed[pattern]) }
+			}
+			if err := verify(); err != nil {
 				http.Error(w, "control endpoint: "+err.Error(), http.StatusUnauthorized)
 				return
 			}

@@ -23,7 +23,8 @@ import (
 
 func TestControlGuard(t *testing.T) {
 	const token = "s3cret"
-	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
+	ok := http.NewServeMux()
+	ok.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
 	cases := []struct {
 		name    string
 		method  string
@@ -61,7 +62,7 @@ func TestControlGuard(t *testing.T) {
 				r.Header.Set("Authorization", c.auth)
 			}
 			w := httptest.NewRecorder()
-			controlGuard(token, ctlsign.NewVerifier([]byte("k"), nil), c.namesOK, ok).ServeHTTP(w, r)
+			controlGuard(token, ctlsign.NewVerifier([]byte("k"), nil), c.namesOK, ok, nil).ServeHTTP(w, r)
 			if w.Code != c.want {
 				t.Fatalf("%s %s (Host %s, Origin %q, Authorization %q): HTTP %d, want %d: %s", c.method, "/stop", c.host, c.origin, c.auth, w.Code, c.want, w.Body)
 			}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,6 +73,14 @@ type SubmitRequest struct {
 	Source     string   `json:"source,omitempty"`
 	SourceName string   `json:"source_name,omitempty"`
 	Sets       []string `json:"sets,omitempty"`
+	// WorkingDir is the SHA-256 of a package (PUT /packages/{sha256})
+	// the node unpacks into the run folder's working_dir before it reads
+	// the recipe (Source or SourceName): the recipe's relative paths then
+	// resolve in that copy, from SourceDir (the recipe file's folder in
+	// it, slash-separated; "" its root), and those of the --set overrides
+	// from its root. Out, when given, must be a new or empty folder.
+	WorkingDir string `json:"working_dir,omitempty"`
+	SourceDir  string `json:"source_dir,omitempty"`
 }
 
 // Bounds of what a node takes.
@@ -111,12 +121,18 @@ const (
 //	                            Rlnode-Log-Next, Rlnode-Job-Status headers
 //	POST /jobs/{name}/stop      ?now=1 kills the driver; else it stops
 //	                            after its current step, checkpointed
+//	GET, PUT /packages/{sha256} working dirs (packages.go)
 //
 // Every route needs the node's token (Node.HandleControl).
 func Serve(node *cluster.Node, cfg Config) {
+	var store *packageStore
+	if cfg.PackagesDir != "" {
+		store = &packageStore{dir: cfg.PackagesDir, now: time.Now, uploading: map[string]bool{}}
+	}
 	host.Lock()
-	host.node, host.cfg = node, cfg
+	host.node, host.cfg, host.store = node, cfg, store
 	host.Unlock()
+	servePackages(node, store)
 	node.HandleControl("POST /jobs", http.HandlerFunc(submitHandler))
 	node.HandleControl("GET /jobs", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, list(node))
@@ -324,6 +340,16 @@ func submitHandler(w http.ResponseWriter, r *http.Request) {
 // digits; "": random).
 func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitRequest, at time.Time, suffix string) (Info, int, error) {
 	checked := false
+	var made *madeRunDir
+	if req.WorkingDir != "" {
+		var code int
+		var err error
+		if made, code, err = unpackWorkingDir(node, cfg, req); err != nil {
+			return Info{}, code, err
+		}
+		defer func() { made.undo() }()
+		req.Out = made.out
+	}
 	if req.SourceName != "" || req.Source != "" {
 		switch {
 		case req.Recipe != "":
@@ -349,8 +375,13 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 		}
 		var resolved []byte
 		var name string
+		dir, setsDir := "", ""
+		if made != nil {
+			setsDir = made.workingDir
+			dir = filepath.Join(setsDir, filepath.FromSlash(req.SourceDir))
+		}
 		code, err := checkBounded(ctx, node, cfg.CheckTime, func() (err error) {
-			resolved, name, err = cfg.Resolve(req.SourceName, src, req.Sets)
+			resolved, name, err = cfg.Resolve(req.SourceName, src, dir, setsDir, req.Sets)
 			return err
 		})
 		if code == http.StatusBadRequest {
@@ -463,6 +494,9 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 		MaxRestarts: req.MaxRestarts, Detached: true, KeepDead: KeepEnded,
 	})
 	spawned = err == nil
+	if spawned {
+		made.keep()
+	}
 	if err != nil {
 		code := http.StatusInternalServerError
 		if errors.Is(err, cluster.ErrInfeasible) || errors.Is(err, actor.ErrNameTaken) {
@@ -677,19 +711,12 @@ func (c Client) do(ctx context.Context, method, path string, body []byte) (*http
 	if err != nil {
 		return nil, err
 	}
-	if c.Key != nil {
-		ctlsign.Sign(req, c.Key, body, time.Now())
-	} else {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
+	sum := sha256.Sum256(body)
+	c.authorize(req, hex.EncodeToString(sum[:]))
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.client().Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -699,6 +726,23 @@ func (c Client) do(ctx context.Context, method, path string, body []byte) (*http
 		return nil, &HTTPError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(msg))}
 	}
 	return resp, nil
+}
+
+// authorize signs req, whose body hashes to bodySHA256 (hex), with the
+// cluster key, or gives it the node's token.
+func (c Client) authorize(req *http.Request, bodySHA256 string) {
+	if c.Key != nil {
+		ctlsign.SignHash(req, c.Key, bodySHA256, time.Now())
+	} else {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+}
+
+func (c Client) client() *http.Client {
+	if c.HTTP == nil {
+		return http.DefaultClient
+	}
+	return c.HTTP
 }
 
 // HTTPError is a node's refusal.

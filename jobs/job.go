@@ -107,9 +107,14 @@ type Config struct {
 	Check func(recipe []byte) error
 	// Resolve reads a recipe submitted as written (SubmitRequest.Source)
 	// on this host: its text, or a built-in recipe's name with no text,
-	// with overrides; it returns the recipe resolved and checked, and its
-	// name. nil: such a submit is refused.
-	Resolve func(name string, src []byte, sets []string) (resolved []byte, recipeName string, err error)
+	// with overrides; relative paths in the text are relative to dir,
+	// those of the overrides to setsDir (both "": this process's working
+	// folder). It returns the recipe resolved and checked, and its name.
+	// nil: such a submit is refused.
+	Resolve func(name string, src []byte, dir, setsDir string, sets []string) (resolved []byte, recipeName string, err error)
+	// PackagesDir is where uploaded working dirs wait for their submit
+	// (SubmitRequest.WorkingDir); empty: uploads are refused.
+	PackagesDir string
 	// CheckTime bounds Check and Resolve, run one at a time on a node
 	// (they read the datasets and files a recipe names, up to a GiB):
 	// past it, waiting for its turn included, the submit is refused
@@ -127,8 +132,9 @@ type Config struct {
 // process that did not call it runs no jobs.
 var host struct {
 	sync.Mutex
-	node *cluster.Node
-	cfg  Config
+	node  *cluster.Node
+	cfg   Config
+	store *packageStore // nil: no PackagesDir
 }
 
 func hosting() (*cluster.Node, Config, error) {

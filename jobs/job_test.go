@@ -337,7 +337,7 @@ func TestSubmitSourceUpToItsBound(t *testing.T) {
 	defer cancel()
 	key := bytes.Repeat([]byte{3}, 32)
 	runs := t.TempDir()
-	node := serveJobs(t, cluster.Config{NodeID: "sizes", Key: key}, Config{Executable: "/bin/true", RunsDir: runs, Resolve: func(name string, src []byte, _ []string) ([]byte, string, error) {
+	node := serveJobs(t, cluster.Config{NodeID: "sizes", Key: key}, Config{Executable: "/bin/true", RunsDir: runs, Resolve: func(name string, src []byte, _, _ string, _ []string) ([]byte, string, error) {
 		return []byte("name: tags\n"), "tags", nil
 	}})
 	ctrl, closeCtrl, err := node.ServeControl("127.0.0.1:0")

@@ -40,13 +40,20 @@ func (l *Loaded) Pos(path string) (Pos, bool) {
 // A name that is neither a built-in recipe nor a file is an error naming
 // the built-in recipes.
 func Load(nameOrPath string, sets []string) (*Loaded, error) {
+	return LoadIn(nameOrPath, sets, "")
+}
+
+// LoadIn is Load with the relative paths of the --set overrides relative
+// to setsDir (the working directory when empty): a node reading a recipe
+// submitted with a working directory resolves them in its copy.
+func LoadIn(nameOrPath string, sets []string, setsDir string) (*Loaded, error) {
 	if b, ok := builtin(nameOrPath); ok {
 		dir, err := builtinDataDir()
 		if err != nil {
 			return nil, err
 		}
 		all := append(append([]string{}, b.sets...), sets...)
-		l, err := parse("builtin:"+b.file, b.src, dir, all)
+		l, err := parse("builtin:"+b.file, b.src, dir, setsDir, all)
 		if l != nil {
 			l.Source, l.Sets = "builtin:"+nameOrPath, append([]string{}, sets...)
 		}
@@ -63,7 +70,7 @@ func Load(nameOrPath string, sets []string) (*Loaded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("recipe %s: %w", nameOrPath, err)
 	}
-	return parse(nameOrPath, src, dir, sets)
+	return parse(nameOrPath, src, dir, setsDir, sets)
 }
 
 // MaxRecipeBytes bounds a recipe file: a recipe is a page of YAML, and a
@@ -101,12 +108,18 @@ func ReadFile(path string) ([]byte, error) {
 // Parse loads a recipe from src; file names it in errors, relative paths
 // in it are relative to dir (the working directory when dir is empty).
 func Parse(file string, src []byte, dir string, sets []string) (*Loaded, error) {
-	return parse(file, src, dir, sets)
+	return parse(file, src, dir, "", sets)
+}
+
+// ParseIn is Parse with the relative paths of the --set overrides
+// relative to setsDir (the working directory when empty).
+func ParseIn(file string, src []byte, dir, setsDir string, sets []string) (*Loaded, error) {
+	return parse(file, src, dir, setsDir, sets)
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-func parse(file string, src []byte, dir string, sets []string) (*Loaded, error) {
+func parse(file string, src []byte, dir, setsDir string, sets []string) (*Loaded, error) {
 	d := &decoder{file: file, sets: map[*yaml.Node]string{}, pos: map[string]Pos{}}
 	fileErr := func(err error) error {
 		msg := err.Error()
@@ -168,7 +181,7 @@ func parse(file string, src []byte, dir string, sets []string) (*Loaded, error) 
 		if r.Name == "" {
 			r.Name = strings.TrimSuffix(filepath.Base(strings.TrimPrefix(file, "builtin:")), filepath.Ext(file))
 		}
-		r.resolve(dir, l.isSet, l.fromSet)
+		r.resolve(dir, setsDir, l.isSet, l.fromSet)
 		for _, p := range r.validate(l.isSet) {
 			if !related(failed, p.Path) {
 				d.errs = append(d.errs, l.at(p))

@@ -110,13 +110,16 @@ func modelPath(raw, local string) string {
 	return raw
 }
 
-func (r *Recipe) resolve(dir string, isSet, fromSet func(string) bool) {
+func (r *Recipe) resolve(dir, setsDir string, isSet, fromSet func(string) bool) {
 	abs := func(path, p string) string {
 		if p == "" || filepath.IsAbs(p) {
 			return p
 		}
 		if dir != "" && !fromSet(path) {
 			return filepath.Join(dir, p)
+		}
+		if setsDir != "" && fromSet(path) {
+			return filepath.Join(setsDir, p)
 		}
 		if a, err := filepath.Abs(p); err == nil {
 			return a

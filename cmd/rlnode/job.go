@@ -31,7 +31,7 @@ func init() {
 	commands["job"] = jobCommand
 }
 
-const submitUsage = `usage: rlnode submit RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--name NAME] [--max-restarts N] [--label k=v]... [--node ID] [--resume] [--no-wait] [--address NODE | --address http://HOST:PORT [--key-file KEY]]
+const submitUsage = `usage: rlnode submit RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--working-dir DIR [--exclude PATTERN]...] [--name NAME] [--max-restarts N] [--label k=v]... [--node ID] [--resume] [--no-wait] [--address NODE | --address http://HOST:PORT [--key-file KEY]]
 
 Submits a run of RECIPE (a built-in name or a file) as a job to the cluster a
 node on this host belongs to, or, with --address http://HOST:PORT, to the
@@ -45,6 +45,14 @@ checked here first, and again on the node that takes the job; with --address
 http://HOST:PORT that node reads it (its relative paths are relative to the
 node's working folder) and checks it, and picks DIR without --out. A stopped
 job continues with rlnode submit DIR/job-recipe.yaml --resume --out DIR.
+
+With --working-dir DIR, the folder (less .git and what --exclude matches)
+is packed, sent to the node (once: a node that holds the same bytes is not
+sent them again) and unpacked into the run folder's working_dir, where the
+recipe's relative paths resolve: those of a recipe file inside DIR from its
+folder's copy, as here, those of --set overrides and of a recipe outside
+DIR (or a built-in) from DIR's root. The cluster then needs none of the
+files beforehand.
 
 Without --no-wait, submit follows the job's log until it ends and exits 0
 when it succeeded; Ctrl-C stops following, not the job.
@@ -62,9 +70,11 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 	resume := fs.Bool("resume", false, "continue the run --out holds from its newest intact checkpoint, or start it over there when it wrote none (rlnode run --continue); without it a folder that holds a run or job is refused")
 	addr := fs.String("address", "", "gossip address (or node id) of the node on this host to submit through (default: the only one), or http://HOST:PORT, a node's control endpoint on another host")
 	keyFile := fs.String("key-file", defaultKeyFile(), "the cluster key file, to sign requests with --address http://HOST:PORT")
-	var sets, labels repeated
+	workingDir := fs.String("working-dir", "", "a folder of this host to send with the job: the recipe's relative paths resolve in its copy on the cluster")
+	var sets, labels, excludes repeated
 	fs.Var(&sets, "set", "override KEY.PATH=VALUE (repeatable; VALUE is YAML)")
 	fs.Var(&labels, "label", "a label k=v the job's node must carry (repeatable)")
+	fs.Var(&excludes, "exclude", "leave out of --working-dir what matches PATTERN: a name at any depth (*.ckpt, outputs), or a path from its root with a slash (data/raw) (repeatable; .git always)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, submitUsage)
 		fs.PrintDefaults()
@@ -87,6 +97,18 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rlnode submit: --resume needs --out DIR (the run to continue)")
 		return 2
 	}
+	if *workingDir == "" && len(excludes) > 0 {
+		fmt.Fprintln(stderr, "rlnode submit: --exclude is for --working-dir")
+		return 2
+	}
+	if *workingDir != "" && *resume {
+		fmt.Fprintf(stderr, "rlnode submit: --working-dir with --resume: a run continues with the working dir its folder holds (%s)\n", filepath.Join(*out, jobs.WorkingDirFolder))
+		return 2
+	}
+	if err := jobs.CheckExcludes(excludes); err != nil {
+		fmt.Fprintf(stderr, "rlnode submit: %v\n", err)
+		return 2
+	}
 	if *maxRestarts < 0 || *maxRestarts > jobs.MaxRestartsLimit {
 		fmt.Fprintf(stderr, "rlnode submit: --max-restarts %d: want 0 to %d\n", *maxRestarts, jobs.MaxRestartsLimit)
 		return 2
@@ -107,7 +129,14 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 	remote := client.Key != nil
 	req := jobs.SubmitRequest{Name: *name, Out: *out, MaxRestarts: *maxRestarts, Labels: want, Node: *node, Submitter: submitter(), Resume: *resume}
 	var err error
-	if remote {
+	var wd *workingDirUpload
+	if *workingDir != "" {
+		if wd, err = prepareWorkingDir(*workingDir, excludes, pos[0], sets, &req); err != nil {
+			printRecipeError(stderr, "submit", pos[0], err)
+			return 1
+		}
+		defer wd.remove()
+	} else if remote {
 		// The node reads the recipe: the files it names are the
 		// cluster's, not this host's.
 		req.SourceName, req.Sets = pos[0], sets
@@ -158,6 +187,12 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 	if !remote {
 		if dir, err = filepath.Abs(dir); err != nil {
 			fmt.Fprintf(stderr, "rlnode submit: --out: %v\n", err)
+			return 1
+		}
+	}
+	if wd != nil {
+		if err := wd.send(client, nodeID, stdout); err != nil {
+			fmt.Fprintf(stderr, "rlnode submit: node %s: working dir %s: %v\n", nodeID, *workingDir, err)
 			return 1
 		}
 	}

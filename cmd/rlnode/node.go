@@ -221,7 +221,7 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rlnode %s: %v\n", verb, err)
 		return 1
 	}
-	jobs.Serve(node, jobs.Config{KeyFile: absKey, RunsDir: runsDir, Check: checkJobRecipe, Resolve: resolveJobRecipe})
+	jobs.Serve(node, jobs.Config{KeyFile: absKey, RunsDir: runsDir, Check: checkJobRecipe, Resolve: resolveJobRecipe, PackagesDir: filepath.Join(cluster.Home(), "packages")})
 	ctrl, closeCtrl, err := node.ServeControl(*control)
 	if err != nil {
 		node.Stop()
@@ -662,19 +662,20 @@ func checkJobRecipe(src []byte) error {
 }
 
 // resolveJobRecipe reads a recipe submitted as written, from a host
-// without a node: a built-in one by name when src is empty, else src,
-// named name in its errors, with relative paths relative to this node's
-// working folder; checked as rlnode run will.
-func resolveJobRecipe(name string, src []byte, sets []string) ([]byte, string, error) {
+// without a node or with a working dir: a built-in one by name when src
+// is empty, else src, named name in its errors, with relative paths
+// relative to dir and those of the overrides to setsDir (both "": this
+// node's working folder); checked as rlnode run will.
+func resolveJobRecipe(name string, src []byte, dir, setsDir string, sets []string) ([]byte, string, error) {
 	var l *recipes.Loaded
 	var err error
 	switch {
 	case len(src) == 0 && recipes.IsBuiltin(name):
-		l, err = recipes.Load(name, sets)
+		l, err = recipes.LoadIn(name, sets, setsDir)
 	case len(src) == 0:
 		return nil, "", fmt.Errorf("no built-in recipe %q (built-in: %s), and no recipe text came with it", name, strings.Join(recipes.BuiltinNames(), ", "))
 	default:
-		l, err = recipes.Parse(name, src, "", sets)
+		l, err = recipes.ParseIn(name, src, dir, setsDir, sets)
 	}
 	if err == nil {
 		err = train.Check(l)

@@ -27,6 +27,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	"strconv"
@@ -69,6 +70,12 @@ func bodyHash(body []byte) string {
 // time now. body is r's body (nil for none); r.Host, or r.URL.Host when
 // empty, is the host signed, as net/http sends it.
 func Sign(r *http.Request, clusterKey, body []byte, now time.Time) {
+	SignHash(r, clusterKey, bodyHash(body), now)
+}
+
+// SignHash is Sign for a body given by its hex SHA-256 (a body streamed
+// from a file, too large to hold in memory).
+func SignHash(r *http.Request, clusterKey []byte, bodySHA256 string, now time.Time) {
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	nonce := hex.EncodeToString(raw[:])
@@ -77,9 +84,8 @@ func Sign(r *http.Request, clusterKey, body []byte, now time.Time) {
 		host = r.URL.Host
 	}
 	t := now.Unix()
-	b := bodyHash(body)
-	s := signature(subkey(clusterKey), r.Method, r.URL.RequestURI(), host, t, nonce, b)
-	r.Header.Set("Authorization", fmt.Sprintf("%s t=%d,n=%s,b=%s,s=%s", Scheme, t, nonce, b, s))
+	s := signature(subkey(clusterKey), r.Method, r.URL.RequestURI(), host, t, nonce, bodySHA256)
+	r.Header.Set("Authorization", fmt.Sprintf("%s t=%d,n=%s,b=%s,s=%s", Scheme, t, nonce, bodySHA256, s))
 }
 
 // IsSigned says whether r claims to be signed (its Authorization names
@@ -126,30 +132,9 @@ var ErrRefused = errors.New("signed request refused")
 // handler. A request that fails is refused with an error saying why; one
 // whose signature does not hold has none of its body read.
 func (v *Verifier) Verify(r *http.Request, maxBody int64) error {
-	t, nonce, hash, sig, err := parse(r.Header.Get("Authorization"))
+	hash, err := v.checkSignature(r, maxBody)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrRefused, err)
-	}
-	now := v.now()
-	// Compared in seconds, never subtracted first: a t near the ends of
-	// int64 would wrap around into the window.
-	if w := int64(Window / time.Second); t < now.Unix()-w || t > now.Unix()+w {
-		way := "behind"
-		if t > now.Unix() {
-			way = "ahead of"
-		}
-		off := "over 100 years"
-		if d := t - now.Unix(); d > -100*365*86400 && d < 100*365*86400 {
-			off = (time.Duration(max(d, -d)) * time.Second).String()
-		}
-		return fmt.Errorf("%w: its time is %s %s this node's clock (at most %v either way): keep both hosts' clocks in sync (NTP)", ErrRefused, off, way, Window)
-	}
-	want := signature(v.key, r.Method, r.URL.RequestURI(), r.Host, t, nonce, hash)
-	if !hmac.Equal([]byte(want), []byte(sig)) {
-		return fmt.Errorf("%w: the signature does not match: signed with another cluster key, or the request was changed on the way (its method, path, query or Host %q)", ErrRefused, r.Host)
-	}
-	if r.ContentLength > maxBody {
-		return fmt.Errorf("%w: body of %d bytes: over %d bytes", ErrRefused, r.ContentLength, maxBody)
+		return err
 	}
 	var body []byte
 	if r.Body != nil {
@@ -165,9 +150,107 @@ func (v *Verifier) Verify(r *http.Request, maxBody int64) error {
 	if bodyHash(body) != hash {
 		return fmt.Errorf("%w: its body is not the one signed (changed on the way)", ErrRefused)
 	}
+	return v.takeNonce(r)
+}
+
+// VerifyStream checks r's signature and takes its nonce, reading none of
+// its body: the handler reads the body (of at most maxBody bytes) as it
+// comes, and the read that reaches its end fails, with an error wrapping
+// ErrRefused, unless the bytes read are the ones signed. For an upload
+// too large to hold in memory: the handler must not act on the body
+// before its last read succeeded.
+func (v *Verifier) VerifyStream(r *http.Request, maxBody int64) error {
+	hash, err := v.checkSignature(r, maxBody)
+	if err != nil {
+		return err
+	}
+	if err := v.takeNonce(r); err != nil {
+		return err
+	}
+	body := r.Body
+	if body == nil {
+		body = http.NoBody
+	}
+	r.Body = &signedBody{rc: body, want: hash, h: sha256.New(), left: maxBody}
+	return nil
+}
+
+// signedBody hashes a body as it is read and fails its last read when the
+// hash is not the one signed, or when it runs past its bound.
+type signedBody struct {
+	rc   io.ReadCloser
+	want string
+	h    hash.Hash
+	left int64
+	err  error
+}
+
+func (b *signedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.rc.Read(p)
+	b.h.Write(p[:n])
+	b.left -= int64(n)
+	switch {
+	case b.left < 0:
+		b.err = fmt.Errorf("%w: body over its bound", ErrRefused)
+		return 0, b.err
+	case errors.Is(err, io.EOF):
+		if hex.EncodeToString(b.h.Sum(nil)) != b.want {
+			b.err = fmt.Errorf("%w: its body is not the one signed (changed on the way)", ErrRefused)
+			return n, b.err
+		}
+	}
+	return n, err
+}
+
+func (b *signedBody) Close() error { return b.rc.Close() }
+
+// checkSignature checks r's time and signature, and that its declared
+// length is within maxBody; it returns the body hash signed.
+func (v *Verifier) checkSignature(r *http.Request, maxBody int64) (string, error) {
+	t, nonce, hash, sig, err := parse(r.Header.Get("Authorization"))
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	now := v.now()
+	// Compared in seconds, never subtracted first: a t near the ends of
+	// int64 would wrap around into the window.
+	if w := int64(Window / time.Second); t < now.Unix()-w || t > now.Unix()+w {
+		way := "behind"
+		if t > now.Unix() {
+			way = "ahead of"
+		}
+		off := "over 100 years"
+		if d := t - now.Unix(); d > -100*365*86400 && d < 100*365*86400 {
+			off = (time.Duration(max(d, -d)) * time.Second).String()
+		}
+		return "", fmt.Errorf("%w: its time is %s %s this node's clock (at most %v either way): keep both hosts' clocks in sync (NTP)", ErrRefused, off, way, Window)
+	}
+	want := signature(v.key, r.Method, r.URL.RequestURI(), r.Host, t, nonce, hash)
+	if !hmac.Equal([]byte(want), []byte(sig)) {
+		return "", fmt.Errorf("%w: the signature does not match: signed with another cluster key, or the request was changed on the way (its method, path, query or Host %q)", ErrRefused, r.Host)
+	}
+	if r.ContentLength > maxBody {
+		return "", fmt.Errorf("%w: body of %d bytes: over %d bytes", ErrRefused, r.ContentLength, maxBody)
+	}
+	return hash, nil
+}
+
+// takeNonce refuses r when its nonce was taken before (a replay), and
+// remembers it for the signature's window.
+func (v *Verifier) takeNonce(r *http.Request) error {
+	t, nonce, _, _, err := parse(r.Header.Get("Authorization"))
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRefused, err)
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	unix := now.Unix()
+	unix := v.now().Unix()
 	if unix >= v.sweep {
 		for n, until := range v.nonces {
 			if until < unix {

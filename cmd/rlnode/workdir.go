@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rlnode/rlnode/jobs"
+	"github.com/rlnode/rlnode/recipes"
+	"github.com/rlnode/rlnode/train"
+)
+
+// workingDirUpload is a working dir packed for a submit (rlnode submit
+// --working-dir), in a temporary file until sent.
+type workingDirUpload struct {
+	dir   string
+	file  *os.File
+	stats jobs.PackStats
+}
+
+// prepareWorkingDir checks the recipe against the working dir dir as the
+// node will read it (relative paths from the recipe file's folder when
+// inside dir, else from dir's root; --set paths from dir's root), fills
+// req's recipe fields for the node to read it, and packs dir.
+func prepareWorkingDir(dir string, excludes []string, recipe string, sets []string, req *jobs.SubmitRequest) (*workingDirUpload, error) {
+	root, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(root); err != nil {
+		return nil, fmt.Errorf("--working-dir: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("--working-dir %s: not a folder", dir)
+	}
+	var l *recipes.Loaded
+	if recipes.IsBuiltin(recipe) {
+		req.SourceName = recipe
+		l, err = recipes.LoadIn(recipe, sets, root)
+	} else {
+		src, rerr := readRecipeText(recipe)
+		if rerr != nil {
+			return nil, rerr
+		}
+		from := root
+		if abs, aerr := filepath.Abs(filepath.Dir(recipe)); aerr == nil {
+			if rel, rerr := filepath.Rel(root, abs); rerr == nil && (rel == "." || filepath.IsLocal(rel)) {
+				from = abs
+				if rel != "." {
+					req.SourceDir = filepath.ToSlash(rel)
+				}
+			}
+		}
+		req.SourceName, req.Source = recipe, string(src)
+		l, err = recipes.ParseIn(recipe, src, from, root, sets)
+	}
+	if err == nil {
+		err = train.Check(l)
+	}
+	if err != nil {
+		return nil, err
+	}
+	req.Sets, req.RecipeName = sets, l.Name
+	f, err := os.CreateTemp("", "rlnode-working-dir-*.tar.gz")
+	if err != nil {
+		return nil, err
+	}
+	w := &workingDirUpload{dir: dir, file: f}
+	if w.stats, err = jobs.PackWorkingDir(root, append(append([]string{}, jobs.DefaultExcludes...), excludes...), f); err != nil {
+		w.remove()
+		return nil, err
+	}
+	req.WorkingDir = w.stats.SHA256
+	return w, nil
+}
+
+// send uploads the package to the node c talks to, unless it holds it
+// already, saying which on stdout.
+func (w *workingDirUpload) send(c jobs.Client, nodeID string, stdout io.Writer) error {
+	st := w.stats
+	fmt.Fprintf(stdout, "working dir %s: %d files, %s (packed %s, sha256 %s)", w.dir, st.Files, mib(st.Bytes), mib(st.Packed), st.SHA256[:12])
+	if st.NExcluded > 0 {
+		fmt.Fprintf(stdout, "; left out %d entries matching --exclude or .git", st.NExcluded)
+	}
+	fmt.Fprintln(stdout)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	has, err := c.HasPackage(ctx, st.SHA256)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if has {
+		fmt.Fprintf(stdout, "  node %s holds it already\n", nodeID)
+		return nil
+	}
+	if _, err := w.file.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	// No byte for jobs' idle bound fails it; a whole upload is bounded by
+	// a rate no network a cluster runs on falls under (1 MiB/s).
+	t0 := time.Now()
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute+time.Duration(st.Packed>>20)*time.Second)
+	defer cancel()
+	if err := c.UploadPackage(ctx, st.SHA256, w.file, st.Packed); err != nil {
+		return fmt.Errorf("upload: %w", err)
+	}
+	d := time.Since(t0)
+	fmt.Fprintf(stdout, "  sent to node %s in %.1f s (%.1f MiB/s)\n", nodeID, d.Seconds(), float64(st.Packed)/(1<<20)/max(d.Seconds(), 1e-3))
+	return nil
+}
+
+// remove removes the packed file.
+func (w *workingDirUpload) remove() {
+	if w != nil && w.file != nil {
+		w.file.Close()
+		os.Remove(w.file.Name())
+	}
+}
+
+// mib prints n bytes in KiB, MiB or GiB.
+func mib(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+}

@@ -1,0 +1,369 @@
+package jobs
+
+// Uploaded working directories (workdir.go), kept by a node by their
+// SHA-256 until a submit unpacks one into its job's run folder:
+//
+//	GET /packages/{sha256}   → 200 {"sha256", "bytes"}, or 404
+//	PUT /packages/{sha256}   the package's bytes → 201 (200: held already)
+//
+// The name is the content's hash, so a package is checked whole before it
+// is kept, the same folder submitted again (a sweep) is not sent again,
+// and a submit names exactly the bytes it was checked with.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rlnode/rlnode/internal/rundir"
+)
+
+const (
+	// PackageTTL is how long a node keeps a package after it was last
+	// uploaded or submitted.
+	PackageTTL = time.Hour
+	// MaxPackagesBytes bounds the packages a node keeps together.
+	MaxPackagesBytes = 8 << 30
+	// uploadIdle is how long an upload may go without a byte arriving.
+	uploadIdle = time.Minute
+)
+
+var shaPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// packageStore is a folder of packages, one file SHA256.tar.gz each.
+type packageStore struct {
+	dir   string
+	now   func() time.Time
+	limit int64 // the bytes it keeps at most; 0: MaxPackagesBytes
+
+	mu        sync.Mutex
+	uploading map[string]bool
+}
+
+// errNoRoom: the node keeps MaxPackagesBytes already.
+var errNoRoom = errors.New("no room for more packages")
+
+func (s *packageStore) path(sha string) string { return filepath.Join(s.dir, sha+".tar.gz") }
+
+// has says whether the package is held, with its size, and keeps it
+// another PackageTTL.
+func (s *packageStore) has(sha string) (int64, bool) {
+	fi, err := os.Stat(s.path(sha))
+	if err != nil || !fi.Mode().IsRegular() {
+		return 0, false
+	}
+	now := s.now()
+	_ = os.Chtimes(s.path(sha), now, now)
+	return fi.Size(), true
+}
+
+// sweep removes the packages unused for PackageTTL, and uploads left
+// torn by a node that died, and returns the bytes of those left.
+func (s *packageStore) sweep() int64 {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return 0
+	}
+	var held int64
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if s.now().Sub(fi.ModTime()) > PackageTTL {
+			_ = os.Remove(filepath.Join(s.dir, e.Name()))
+			continue
+		}
+		held += fi.Size()
+	}
+	return held
+}
+
+// put reads a package from r (size bytes, or -1 when unknown) and keeps
+// it as sha, once its bytes hash to sha. It says whether it was held
+// already.
+func (s *packageStore) put(sha string, size int64, r io.Reader) (held bool, err error) {
+	if _, ok := s.has(sha); ok {
+		return true, nil
+	}
+	if size > MaxPackageBytes {
+		return false, fmt.Errorf("%d bytes: over the %d GiB a package may hold", size, MaxPackageBytes>>30)
+	}
+	s.mu.Lock()
+	if s.uploading[sha] {
+		s.mu.Unlock()
+		return false, fmt.Errorf("package %s is being uploaded by another request: try again once it is done", sha[:12])
+	}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		s.mu.Unlock()
+		return false, err
+	}
+	limit := s.limit
+	if limit <= 0 {
+		limit = MaxPackagesBytes
+	}
+	if kept := s.sweep(); kept+max(size, 0) > limit {
+		s.mu.Unlock()
+		return false, fmt.Errorf("%w: this node keeps %.1f GiB of uploaded working dirs, and %d bytes more would pass its bound of %.1f GiB (each is kept %v after its last use)", errNoRoom, float64(kept)/(1<<30), size, float64(limit)/(1<<30), PackageTTL)
+	}
+	s.uploading[sha] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.uploading, sha)
+		s.mu.Unlock()
+	}()
+	f, err := os.CreateTemp(s.dir, ".upload-*")
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(f.Name()) // gone once renamed
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, MaxPackageBytes+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("reading the package: %w", err)
+	case n > MaxPackageBytes:
+		return false, fmt.Errorf("over the %d GiB a package may hold", MaxPackageBytes>>30)
+	case size >= 0 && n != size:
+		return false, fmt.Errorf("%d bytes came of the %d announced", n, size)
+	case hex.EncodeToString(h.Sum(nil)) != sha:
+		return false, fmt.Errorf("its %d bytes do not hash to %s (SHA-256): changed on the way, or misnamed", n, sha)
+	}
+	if err := os.Rename(f.Name(), s.path(sha)); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// open opens a held package to unpack it, and keeps it another
+// PackageTTL.
+func (s *packageStore) open(sha string) (*os.File, error) {
+	if _, ok := s.has(sha); !ok {
+		return nil, fmt.Errorf("working dir package %s: this node holds no such package (uploads are kept %v after their last use): upload it again (rlnode submit --working-dir does)", sha, PackageTTL)
+	}
+	return os.Open(s.path(sha))
+}
+
+// PackageInfo answers GET and PUT /packages/{sha256}.
+type PackageInfo struct {
+	SHA256 string `json:"sha256"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// servePackages adds the package routes.
+func servePackages(node interface {
+	HandleControl(string, http.Handler)
+	HandleControlStream(string, int64, http.Handler)
+}, store *packageStore) {
+	node.HandleControl("GET /packages/{sha}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sha := r.PathValue("sha")
+		if !shaPattern.MatchString(sha) {
+			http.Error(w, "package: want its SHA-256, 64 lowercase hex digits", http.StatusBadRequest)
+			return
+		}
+		if store == nil {
+			http.Error(w, "package: this node takes no working dirs", http.StatusNotFound)
+			return
+		}
+		size, ok := store.has(sha)
+		if !ok {
+			http.Error(w, "package "+sha+": not held here", http.StatusNotFound)
+			return
+		}
+		writeJSON(w, http.StatusOK, PackageInfo{SHA256: sha, Bytes: size})
+	}))
+	node.HandleControlStream("PUT /packages/{sha}", MaxPackageBytes, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sha := r.PathValue("sha")
+		if !shaPattern.MatchString(sha) {
+			http.Error(w, "package: want its SHA-256, 64 lowercase hex digits", http.StatusBadRequest)
+			return
+		}
+		if store == nil {
+			http.Error(w, "package: this node takes no working dirs (it is no rlnode start or join node)", http.StatusServiceUnavailable)
+			return
+		}
+		// The endpoint's read timeout is made for small requests: an
+		// upload may take minutes, and is cut off only when no byte
+		// comes for uploadIdle.
+		rc := http.NewResponseController(w)
+		body := &idleReader{r: r.Body, extend: func() { _ = rc.SetReadDeadline(time.Now().Add(uploadIdle)) }}
+		body.extend()
+		held, err := store.put(sha, r.ContentLength, body)
+		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		if err != nil {
+			code := http.StatusBadRequest
+			if errors.Is(err, errNoRoom) {
+				code = http.StatusInsufficientStorage
+			} else if strings.Contains(err.Error(), "being uploaded") {
+				code = http.StatusConflict
+			}
+			http.Error(w, "package "+sha[:12]+": "+err.Error(), code)
+			return
+		}
+		code := http.StatusCreated
+		if held {
+			code = http.StatusOK
+		}
+		size, _ := store.has(sha)
+		writeJSON(w, code, PackageInfo{SHA256: sha, Bytes: size})
+	}))
+}
+
+// idleReader calls extend before every read: the connection's deadline
+// moves on while bytes come.
+type idleReader struct {
+	r      io.Reader
+	extend func()
+}
+
+func (i *idleReader) Read(p []byte) (int, error) {
+	i.extend()
+	return i.r.Read(p)
+}
+
+// HasPackage says whether the node holds the package sha (and keeps it
+// another PackageTTL).
+func (c Client) HasPackage(ctx context.Context, sha string) (bool, error) {
+	var in PackageInfo
+	err := c.getJSON(ctx, http.MethodGet, "/packages/"+sha, nil, &in)
+	var he *HTTPError
+	if errors.As(err, &he) && he.Code == http.StatusNotFound {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// UploadPackage sends the package in file (size bytes, hashing to sha) to
+// the node.
+func (c Client) UploadPackage(ctx context.Context, sha string, file io.Reader, size int64) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+c.Control+"/packages/"+sha, io.NopCloser(file))
+	if err != nil {
+		return err
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", "application/gzip")
+	c.authorize(req, sha)
+	// Bounded by ctx, not by the client's timeout (made for requests
+	// that answer within minutes; an upload may take longer).
+	hc := *c.client()
+	hc.Timeout = 0
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return &HTTPError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(msg))}
+	}
+	return nil
+}
+
+// madeRunDir is the run folder a working-dir submit unpacked into: undone
+// (what it made removed) unless kept, once the job is spawned.
+type madeRunDir struct {
+	out, workingDir string
+	madeOut         bool // the run folder was made (or reserved) for this submit
+	kept            bool
+}
+
+func (m *madeRunDir) keep() {
+	if m != nil {
+		m.kept = true
+	}
+}
+
+func (m *madeRunDir) undo() {
+	if m == nil || m.kept {
+		return
+	}
+	_ = os.RemoveAll(m.workingDir)
+	if m.madeOut {
+		_ = os.Remove(m.out) // only while empty
+	}
+}
+
+// unpackWorkingDir unpacks req's working dir package into its run folder:
+// req.Out (absolute, new or empty) or, without one, cfg.RunsDir/RECIPE-DATE
+// reserved here.
+func unpackWorkingDir(node interface{ ID() string }, cfg Config, req SubmitRequest) (*madeRunDir, int, error) {
+	host.Lock()
+	store := host.store
+	host.Unlock()
+	sd := filepath.FromSlash(req.SourceDir)
+	switch {
+	case store == nil:
+		return nil, http.StatusBadRequest, fmt.Errorf("node %s takes no working dirs (it is no rlnode start or join node)", node.ID())
+	case !shaPattern.MatchString(req.WorkingDir):
+		return nil, http.StatusBadRequest, errors.New("working_dir: want a package's SHA-256, 64 lowercase hex digits")
+	case req.Recipe != "" || (req.Source == "" && req.SourceName == ""):
+		return nil, http.StatusBadRequest, errors.New("working_dir: the node reads the recipe in it: send its text (source) or a built-in's name (source_name), not a resolved recipe")
+	case req.Resume:
+		return nil, http.StatusBadRequest, errors.New("working_dir with resume: a run continues with the working dir its folder holds (RUN/" + WorkingDirFolder + ")")
+	case req.SourceDir != "" && (!filepath.IsLocal(sd) || len(req.SourceDir) > maxEntryName):
+		return nil, http.StatusBadRequest, fmt.Errorf("source_dir %q: want a relative path inside the working dir", clip(req.SourceDir))
+	case req.Out != "" && !filepath.IsAbs(req.Out):
+		return nil, http.StatusBadRequest, fmt.Errorf("out %s: want an absolute path", req.Out)
+	}
+	f, err := store.open(req.WorkingDir)
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	defer f.Close()
+	m := &madeRunDir{out: filepath.Clean(req.Out)}
+	switch {
+	case req.Out == "" && cfg.RunsDir == "":
+		return nil, http.StatusBadRequest, fmt.Errorf("node %s has no runs folder for a job submitted without --out", node.ID())
+	case req.Out == "":
+		base := req.SourceName
+		if len(req.Source) == 0 {
+			base = filepath.Base(base)
+		} else {
+			base = strings.TrimSuffix(filepath.Base(base), filepath.Ext(base))
+		}
+		if CheckName(base) != nil {
+			base = "job"
+		}
+		if m.out, err = rundir.Reserve(filepath.Join(cfg.RunsDir, base+"-"+time.Now().Format("20060102-150405"))); err != nil {
+			return nil, http.StatusInternalServerError, fmt.Errorf("run folder under %s (node %s): %w", cfg.RunsDir, node.ID(), err)
+		}
+		m.madeOut = true
+	default:
+		entries, err := os.ReadDir(m.out)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			if err := os.MkdirAll(m.out, 0o755); err != nil {
+				return nil, http.StatusBadRequest, fmt.Errorf("run folder %s (node %s): %w", m.out, node.ID(), err)
+			}
+			m.madeOut = true
+		case err != nil:
+			return nil, http.StatusBadRequest, fmt.Errorf("run folder %s (node %s): %w", m.out, node.ID(), err)
+		case len(entries) > 0:
+			return nil, http.StatusConflict, fmt.Errorf("run folder %s (node %s) is not empty: a job with a working dir starts in a new or empty folder", m.out, node.ID())
+		}
+	}
+	m.workingDir = filepath.Join(m.out, WorkingDirFolder)
+	if _, err := UnpackWorkingDir(f, m.workingDir); err != nil {
+		m.undo()
+		return nil, http.StatusBadRequest, fmt.Errorf("node %s: %w", node.ID(), err)
+	}
+	if req.SourceDir != "" && !isDir(filepath.Join(m.workingDir, sd)) {
+		m.undo()
+		return nil, http.StatusBadRequest, fmt.Errorf("source_dir %q: no such folder in the working dir", req.SourceDir)
+	}
+	return m, 0, nil
+}
