@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,6 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/ctlsign"
 )
 
 // writeTree makes files (path → content; a path ending in / is a folder)
@@ -399,5 +404,76 @@ func TestPackageStore(t *testing.T) {
 	s.limit = int64(len(body)) - 1
 	if _, err := s.put(sha, int64(len(body)), bytes.NewReader(body)); !errors.Is(err, errNoRoom) {
 		t.Errorf("over the store's bound: %v", err)
+	}
+}
+
+// The package routes on a node's control endpoint: an upload signed with
+// the cluster key is kept once its bytes hash to its name; changed on the
+// way, signed with another key, unsigned or misnamed, it is refused and
+// nothing is kept.
+func TestPackageRoutes(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	key := bytes.Repeat([]byte{7}, 32)
+	packages := filepath.Join(t.TempDir(), "packages")
+	node := serveJobs(t, cluster.Config{NodeID: "pkgs", Key: key}, Config{Executable: "/bin/true", RunsDir: t.TempDir(), PackagesDir: packages})
+	ctrl, closeCtrl, err := node.ServeControl("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeCtrl()
+	ctx := t.Context()
+	c := Client{Control: ctrl, Key: key}
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{"data/a.jsonl": strings.Repeat("{}\n", 1000)})
+	pkg, st := pack(t, src)
+	if has, err := c.HasPackage(ctx, st.SHA256); err != nil || has {
+		t.Fatalf("before the upload: has %v, %v", has, err)
+	}
+	if err := c.UploadPackage(ctx, st.SHA256, bytes.NewReader(pkg), int64(len(pkg))); err != nil {
+		t.Fatal(err)
+	}
+	if has, err := c.HasPackage(ctx, st.SHA256); err != nil || !has {
+		t.Fatalf("after the upload: has %v, %v", has, err)
+	}
+	other := append([]byte{}, pkg...)
+	other[len(other)/2] ^= 1
+	osum := sha256.Sum256(other)
+	osha := hex.EncodeToString(osum[:])
+	put := func(sha string, body []byte, auth func(*http.Request)) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+ctrl+"/packages/"+sha, bytes.NewReader(body))
+		auth(req)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		msg, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(msg)
+	}
+	cases := []struct {
+		name, sha string
+		body      []byte
+		auth      func(*http.Request)
+		code      int
+		want      string
+	}{
+		{"signed for other bytes", osha, pkg, func(r *http.Request) { ctlsign.SignHash(r, key, osha, time.Now()) }, http.StatusBadRequest, "not the one signed"},
+		{"signed, misnamed", osha, pkg, func(r *http.Request) { ctlsign.Sign(r, key, pkg, time.Now()) }, http.StatusBadRequest, "do not hash to"},
+		{"another key", osha, other, func(r *http.Request) { ctlsign.Sign(r, []byte("another"), other, time.Now()) }, http.StatusUnauthorized, "does not match"},
+		{"unsigned", osha, other, func(*http.Request) {}, http.StatusUnauthorized, "needs the node's token"},
+		{"not a hash", "..%2F..%2Fetc", other, func(r *http.Request) { ctlsign.Sign(r, key, other, time.Now()) }, http.StatusBadRequest, "64 lowercase hex digits"},
+	}
+	for _, cs := range cases {
+		if code, msg := put(cs.sha, cs.body, cs.auth); code != cs.code || !strings.Contains(msg, cs.want) {
+			t.Errorf("%s: HTTP %d %s, want %d saying %q", cs.name, code, msg, cs.code, cs.want)
+		}
+	}
+	if has, err := c.HasPackage(ctx, osha); err != nil || has {
+		t.Errorf("a refused upload is held: %v %v", has, err)
+	}
+	entries, _ := os.ReadDir(packages)
+	if len(entries) != 1 {
+		t.Errorf("the store holds %v, want the one package", entries)
 	}
 }

@@ -197,3 +197,58 @@ func TestVerifyFarTimes(t *testing.T) {
 		}
 	}
 }
+
+// VerifyStream reads none of the body: the handler's read that reaches
+// its end fails unless the bytes are the ones signed, or when they pass
+// the bound; a replay is refused before any byte.
+func TestVerifyStream(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	now := time.Unix(1_800_000_000, 0)
+	v := NewVerifier(key, func() time.Time { return now })
+	body := strings.Repeat("package bytes ", 1000)
+	sign := func(r *http.Request) { Sign(r, key, []byte(body), now) }
+	cases := []struct {
+		name, sent string
+		bound      int64
+		refuse     string
+	}{
+		{"the bytes signed", body, 1 << 20, ""},
+		{"one byte changed", body[:5000] + "X" + body[5001:], 1 << 20, "not the one signed"},
+		{"cut short", body[:100], 1 << 20, "not the one signed"},
+		{"bytes added", body + "more", 1 << 20, "not the one signed"},
+		{"past the bound", body, 1000, "over"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, _ := http.NewRequest("PUT", "http://h:1/packages/x", strings.NewReader(body))
+			sign(out)
+			in := httptest.NewRequest("PUT", "http://h:1/packages/x", strings.NewReader(c.sent))
+			in.Header = out.Header.Clone()
+			in.ContentLength = -1
+			if err := v.VerifyStream(in, c.bound); err != nil {
+				t.Fatalf("VerifyStream: %v", err)
+			}
+			got, err := io.ReadAll(in.Body)
+			switch {
+			case c.refuse == "" && (err != nil || string(got) != body):
+				t.Errorf("read %d bytes, %v", len(got), err)
+			case c.refuse != "" && (err == nil || !strings.Contains(err.Error(), c.refuse)):
+				t.Errorf("read %d bytes, %v: want a refusal saying %q", len(got), err, c.refuse)
+			}
+			// A copy of the same request is refused at once.
+			again := httptest.NewRequest("PUT", "http://h:1/packages/x", strings.NewReader(c.sent))
+			again.Header, again.ContentLength = out.Header.Clone(), -1
+			if err := v.VerifyStream(again, c.bound); err == nil || !strings.Contains(err.Error(), "used before") {
+				t.Errorf("replayed: %v", err)
+			}
+		})
+	}
+	// Signed with another key: refused before its body is touched.
+	out, _ := http.NewRequest("PUT", "http://h:1/packages/x", strings.NewReader(body))
+	Sign(out, []byte("another key"), []byte(body), now)
+	in := httptest.NewRequest("PUT", "http://h:1/packages/x", strings.NewReader(body))
+	in.Header = out.Header.Clone()
+	if err := v.VerifyStream(in, 1<<20); err == nil || !strings.Contains(err.Error(), "does not match") {
+		t.Errorf("another key: %v", err)
+	}
+}
