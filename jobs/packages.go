@@ -116,6 +116,10 @@ func (s *packageStore) put(sha string, size int64, r io.Reader) (held bool, err 
 		s.mu.Unlock()
 		return false, fmt.Errorf("%w: this node keeps %.1f GiB of uploaded working dirs, and %d bytes more would pass its bound of %.1f GiB (each is kept %v after its last use)", errNoRoom, float64(kept)/(1<<30), size, float64(limit)/(1<<30), PackageTTL)
 	}
+	if err := checkDisk(s.dir, max(size, 0)); err != nil {
+		s.mu.Unlock()
+		return false, fmt.Errorf("%w: %v", errNoRoom, err)
+	}
 	s.uploading[sha] = true
 	s.mu.Unlock()
 	defer func() {
@@ -129,7 +133,7 @@ func (s *packageStore) put(sha string, size int64, r io.Reader) (held bool, err 
 	}
 	defer os.Remove(f.Name()) // gone once renamed
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, MaxPackageBytes+1))
+	n, err := io.Copy(io.MultiWriter(&diskChecked{w: f, dir: s.dir}, h), io.LimitReader(r, MaxPackageBytes+1))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -147,6 +151,25 @@ func (s *packageStore) put(sha string, size int64, r io.Reader) (held bool, err 
 		return false, err
 	}
 	return false, nil
+}
+
+// diskChecked writes to w, and fails once a write would leave less than
+// diskReserve free in dir (checked every 64 MiB): an upload of unknown
+// size is bounded by the disk too.
+type diskChecked struct {
+	w     io.Writer
+	dir   string
+	since int64
+}
+
+func (d *diskChecked) Write(b []byte) (int, error) {
+	if d.since += int64(len(b)); d.since >= 64<<20 {
+		d.since = 0
+		if err := checkDisk(d.dir, 64<<20); err != nil {
+			return 0, err
+		}
+	}
+	return d.w.Write(b)
 }
 
 // open opens a held package to unpack it, and keeps it another

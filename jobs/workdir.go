@@ -44,6 +44,26 @@ var (
 	unpackBytes int64 = MaxWorkingDirBytes
 )
 
+// diskReserve is the free space a node keeps on the filesystem it
+// unpacks and stores working dirs on: an upload or unpack that would
+// leave less is refused, so that a stranger's package cannot fill the
+// disk the node's runs write their checkpoints to.
+const diskReserve = 1 << 30
+
+// diskFree reads the free space where a node writes (a variable so that
+// tests can make a disk full).
+var diskFree = statfsFree
+
+// checkDisk refuses writing n more bytes into dir when that would leave
+// less than diskReserve free there.
+func checkDisk(dir string, n int64) error {
+	free, ok := diskFree(dir)
+	if ok && free-n < diskReserve {
+		return fmt.Errorf("%s has %.2f GiB free, and %.2f GiB more would leave under the %d GiB this node keeps free", dir, float64(free)/(1<<30), float64(n)/(1<<30), diskReserve>>30)
+	}
+	return nil
+}
+
 // WorkingDirFolder is the folder of a job's run folder that holds its
 // working directory, unpacked.
 const WorkingDirFolder = "working_dir"
@@ -306,6 +326,9 @@ func UnpackWorkingDir(r io.Reader, dst string) (st UnpackStats, err error) {
 		case tar.TypeReg:
 			if hdr.Size < 0 || st.Bytes+hdr.Size > unpackBytes {
 				return st, fmt.Errorf("working dir package: entry %q: its %d bytes pass the %d bytes a working dir may unpack to", name, hdr.Size, unpackBytes)
+			}
+			if err := checkDisk(dst, hdr.Size); err != nil {
+				return st, fmt.Errorf("working dir package: entry %q: %w", name, err)
 			}
 			mode := os.FileMode(0o644)
 			if hdr.Mode&0o100 != 0 {

@@ -477,3 +477,24 @@ func TestPackageRoutes(t *testing.T) {
 		t.Errorf("the store holds %v, want the one package", entries)
 	}
 }
+
+// A package that would leave the node's disk under diskReserve free is
+// refused, uploaded or unpacked, saying how much is free.
+func TestWorkingDirKeepsDiskFree(t *testing.T) {
+	defer func(f func(string) (int64, bool)) { diskFree = f }(diskFree)
+	diskFree = func(string) (int64, bool) { return diskReserve + 100, true }
+	s := &packageStore{dir: filepath.Join(t.TempDir(), "packages"), now: time.Now, uploading: map[string]bool{}}
+	body := bytes.Repeat([]byte("x"), 200)
+	sum := sha256.Sum256(body)
+	if _, err := s.put(hex.EncodeToString(sum[:]), int64(len(body)), bytes.NewReader(body)); !errors.Is(err, errNoRoom) || !strings.Contains(err.Error(), "GiB free") {
+		t.Errorf("upload onto a full disk: %v", err)
+	}
+	dst := filepath.Join(t.TempDir(), "wd")
+	pkg := tarGz(t, tar.Header{Typeflag: tar.TypeReg, Name: "small", Size: 50}, tar.Header{Typeflag: tar.TypeReg, Name: "big", Size: 200})
+	if _, err := UnpackWorkingDir(bytes.NewReader(pkg), dst); err == nil || !strings.Contains(err.Error(), `"big"`) || !strings.Contains(err.Error(), "GiB free") {
+		t.Errorf("unpack onto a full disk: %v", err)
+	}
+	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("left %s behind: %v", dst, err)
+	}
+}
