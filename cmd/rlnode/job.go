@@ -31,7 +31,7 @@ func init() {
 	commands["job"] = jobCommand
 }
 
-const submitUsage = `usage: rlnode submit RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--working-dir DIR [--exclude PATTERN]...] [--name NAME] [--max-restarts N] [--label k=v]... [--node ID] [--resume] [--no-wait] [--address NODE | --address http://HOST:PORT [--key-file KEY]]
+const submitUsage = `usage: rlnode submit RECIPE [--out DIR] [--set KEY.PATH=VALUE]... [--working-dir FOLDER [--exclude PATTERN]...] [--name NAME] [--max-restarts N] [--label k=v]... [--node ID] [--resume] [--no-wait] [--address NODE | --address http://HOST:PORT [--key-file KEY]]
 
 Submits a run of RECIPE (a built-in name or a file) as a job to the cluster a
 node on this host belongs to, or, with --address http://HOST:PORT, to the
@@ -46,13 +46,13 @@ http://HOST:PORT that node reads it (its relative paths are relative to the
 node's working folder) and checks it, and picks DIR without --out. A stopped
 job continues with rlnode submit DIR/job-recipe.yaml --resume --out DIR.
 
-With --working-dir DIR, the folder (less .git and what --exclude matches)
-is packed, sent to the node (once: a node that holds the same bytes is not
-sent them again) and unpacked into the run folder's working_dir, where the
-recipe's relative paths resolve: those of a recipe file inside DIR from its
-folder's copy, as here, those of --set overrides and of a recipe outside
-DIR (or a built-in) from DIR's root. The cluster then needs none of the
-files beforehand.
+With --working-dir FOLDER, the folder (less .git and what --exclude
+matches) is packed, sent to the node (once: a node that holds the same
+bytes is not sent them again) and unpacked into DIR/working_dir, where the
+recipe's relative paths resolve: those of a recipe file inside FOLDER from
+its folder's copy, as here, those of --set overrides and of a recipe
+outside FOLDER (or a built-in) from FOLDER's root. The cluster then needs
+none of the files beforehand; DIR must be new or empty.
 
 Without --no-wait, submit follows the job's log until it ends and exits 0
 when it succeeded; Ctrl-C stops following, not the job.
