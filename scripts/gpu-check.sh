@@ -25,12 +25,12 @@
 #                 the device backend, fp32, bf16 and bf16 with tensor-core
 #                 attention (GPU_CHECK_TC=0 leaves that out), beside
 #                 PyTorch eager (learner/cuda/testdata/torch_step.py)
-#   profile       one bf16 step (and one with tensor-core attention) with
-#                 every device op timed alone, the top 25 printed
 #   torch         log probs and gradients of a Qwen2.5-0.5B-shaped
 #                 checkpoint on the GPU against PyTorch's on the GPU
 #   decode        native decode tokens/s at batch 1 and 64, fp32 and bf16,
 #                 beside transformers' generate (hf_generate.py)
+#   profile       one bf16 step (and one with tensor-core attention) with
+#                 every device op timed alone, the top 25 printed
 #   engine        rollout/native's device tests, and `rlnode run quickstart`
 #                 for 2 SFT and 2 RL steps with the engine and the learner
 #                 on the GPU
@@ -111,16 +111,17 @@ unpack() {
 }
 
 # Sections, in the order run runs them: the correctness tests and the
-# figures the backend is judged by first, so that a run cut short by its
+# figures the backend is judged by first (the issue's must-show: tests,
+# step beside PyTorch, log probs and gradients against PyTorch, decode), so that a run cut short by its
 # budget still has them. Each line: name, the most seconds it may take, the
 # fewest it is worth starting with, the switch that skips it, and its
 # title in the report.
 SECTIONS="
 tests-cuda 240 60 GPU_CHECK_TESTS tests: learner/cuda (kernels, cuBLASLt, the device backend's steps on the GPU)
 step 240 90 GPU_CHECK_STEP training step (${GPU_CHECK_SHAPE:-qwen2.5-0.5b} shape, random weights): device backend and PyTorch eager
-profile 120 40 GPU_CHECK_PROFILE where the bf16 step's time goes: every device op timed alone, the top 25
 torch 330 120 GPU_CHECK_TORCH log probs and gradients against PyTorch (Qwen2.5-0.5B shape, random weights)
 decode 300 90 GPU_CHECK_DECODE native engine decode tokens/s (${GPU_CHECK_SHAPE:-qwen2.5-0.5b} shape, random weights), and transformers' generate
+profile 120 40 GPU_CHECK_PROFILE where the bf16 step's time goes: every device op timed alone, the top 25
 engine 240 60 GPU_CHECK_DECODE native engine on the GPU: tests, and a run with the engine and the learner on cuda
 cluster 150 60 GPU_CHECK_CLUSTER nodes with --gpus auto, and a run through them with the learner and the engine on a GPU each holds
 tests-shard 150 40 GPU_CHECK_SHARDED tests: learner/shard (data-parallel ranks on the GPU)
