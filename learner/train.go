@@ -251,7 +251,8 @@ func (l *Learner) TrainContext(ctx context.Context, b Batch) (Stats, error) {
 	st.ClipFrac, st.ClipFracLow, st.ClipFracHigh = ps.ClipFrac(), ps.ClipFracLow(), ps.ClipFracHigh()
 	st.ApproxKL, st.RefKL = ps.ApproxKL(), ps.RefKL()
 	if p.refKL != nil && st.Tokens > 0 {
-		// Every rank computed it over the whole batch (PPO's pre-pass).
+		// Every rank holds it for the whole batch (PPO's pre-pass,
+		// shared).
 		var s float64
 		for i, k := range p.refKL {
 			for t, v := range k {
@@ -430,12 +431,10 @@ func (l *Learner) prepare(ctx context.Context, b Batch) (*prepared, error) {
 	if l.shard != nil {
 		rank, ranks = l.shard.Rank, l.shard.Ranks
 	}
-	var all []micro
 	if ranks > 1 {
 		// Every rank checks every sequence, so a bad one fails the step on
 		// all ranks alike, not only on the rank that trains on it.
-		var err error
-		if all, err = layout(0, n); err != nil {
+		if _, err := layout(0, n); err != nil {
 			return nil, err
 		}
 	}
@@ -453,18 +452,18 @@ func (l *Learner) prepare(ctx context.Context, b Batch) (*prepared, error) {
 	}
 
 	// Old log probs (and values) by a forward pass when the ratio can
-	// differ from 1 or the critic's values are needed. A rank needs only
-	// its own sequences', except under PPO, whose advantages are whitened
-	// over the whole batch: then every rank runs the pre-pass on all of it.
+	// differ from 1 or the critic's values are needed. Each rank runs it
+	// on its own sequences. Under a critic every rank needs every
+	// sequence's (PPO whitens its advantages over the whole batch; a
+	// value baseline shapes every reward of a group): the ranks then add
+	// up what each computed, zeros elsewhere, which gives every rank the
+	// same bits a pass over the whole batch would, for 1/ranks of its
+	// cost.
 	critic := cfg.Algorithm == PPO || (cfg.ValueBaseline != nil && cfg.policyGradient())
 	if cfg.policyGradient() && (mbs > 1 || cfg.epochs() > 1 || critic) {
 		p.old, p.oldVal = make([][]float32, n), make([][]float32, n)
-		pre := p.mini
-		if ranks > 1 && critic {
-			pre = [][]micro{all}
-		}
-		p.pre = pre
-		for _, mini := range pre {
+		p.pre = p.mini
+		for _, mini := range p.pre {
 			for _, mb := range mini {
 				if err := ctx.Err(); err != nil {
 					return nil, fmt.Errorf("old log probs: %w", err)
@@ -477,12 +476,17 @@ func (l *Learner) prepare(ctx context.Context, b Batch) (*prepared, error) {
 					logp, _, err = l.model.Forward(mb.bt)
 				}
 				if err != nil {
-					return nil, fmt.Errorf("old log probs: %w", err)
+					return nil, l.rankFailed(fmt.Errorf("old log probs: %w", err), ranks > 1 && critic)
 				}
 				copy(p.old[mb.lo:], clone2(mb.bt.Split(logp)))
 				if val != nil {
 					copy(p.oldVal[mb.lo:], clone2(mb.bt.Split(val)))
 				}
+			}
+		}
+		if ranks > 1 && critic {
+			if err := l.shareSequences(b.Responses, p.old, p.oldVal); err != nil {
+				return nil, fmt.Errorf("old log probs: %w", err)
 			}
 		}
 	}
@@ -599,9 +603,15 @@ func (l *Learner) rewardKL(ctx context.Context, p *prepared, b Batch) ([][]float
 			}
 			logp, _, err := l.ref.Forward(mb.bt)
 			if err != nil {
-				return nil, fmt.Errorf("reference policy: %w", err)
+				return nil, l.rankFailed(fmt.Errorf("reference policy: %w", err), l.shard != nil && l.shard.Ranks > 1)
 			}
 			copy(ref[mb.lo:], clone2(mb.bt.Split(logp)))
+		}
+	}
+	if l.shard != nil && l.shard.Ranks > 1 {
+		// The pre-pass covered this rank's sequences (prepare).
+		if err := l.shareSequences(b.Responses, ref); err != nil {
+			return nil, fmt.Errorf("reference policy: %w", err)
 		}
 	}
 	kl, err := rl.KLPenalty(l.cfg.Loss.KL, p.old, ref, p.masks)
@@ -609,6 +619,52 @@ func (l *Learner) rewardKL(ctx context.Context, p *prepared, b Batch) ([][]float
 		return nil, err
 	}
 	return kl, nil
+}
+
+// shareSequences gives every rank every sequence's per-token values in
+// each of vs: a rank holds those of its own sequences (nil elsewhere),
+// and the ranks add up theirs, zeros elsewhere, in one collective (in
+// float64, so each value comes back with its bits: x + 0 is x).
+func (l *Learner) shareSequences(responses [][]int32, vs ...[][]float32) error {
+	total := 0
+	for _, r := range responses {
+		total += len(r)
+	}
+	flat := make([]float64, 0, total*len(vs))
+	for _, v := range vs {
+		for i, r := range responses {
+			if v[i] == nil {
+				flat = append(flat, make([]float64, len(r))...)
+				continue
+			}
+			for _, x := range v[i] {
+				flat = append(flat, float64(x))
+			}
+		}
+	}
+	if err := l.shard.SumStats(flat); err != nil {
+		return fmt.Errorf("sharing the ranks' sequences: %w", err)
+	}
+	for _, v := range vs {
+		for i, r := range responses {
+			v[i] = make([]float32, len(r))
+			for t := range v[i] {
+				v[i][t] = float32(flat[t])
+			}
+			flat = flat[len(r):]
+		}
+	}
+	return nil
+}
+
+// rankFailed is err, told to the other ranks first when shared (they
+// wait for this rank's part in a collective of the pre-pass, and would
+// otherwise wait out its timeout).
+func (l *Learner) rankFailed(err error, shared bool) error {
+	if shared {
+		l.shard.Abort(l.step+1, err)
+	}
+	return err
 }
 
 // groupSize checks that ids form contiguous groups of one size and

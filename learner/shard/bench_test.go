@@ -349,6 +349,23 @@ func BenchmarkTrainStepQuickstart(b *testing.B) {
 	benchTrainStep(b, "quickstart", quickstartBatch(), 256*24)
 }
 
+// quickstartPPOConfig is quickstartConfig under PPO with a value head and
+// two mini-batches: every rank needs the old log probs and values of the
+// whole batch (its advantages are whitened over it).
+func quickstartPPOConfig(shards int) learner.Config {
+	l := quickstartConfig(shards)
+	l.Algorithm, l.MiniBatches = learner.PPO, 2
+	return l
+}
+
+// BenchmarkTrainStepQuickstartPPO is BenchmarkTrainStepQuickstart's step
+// under PPO (quickstartPPOConfig): the pre-pass of old log probs and
+// values weighs on it, which each rank runs on its own sequences and
+// shares.
+func BenchmarkTrainStepQuickstartPPO(b *testing.B) {
+	benchTrainStep(b, "quickstart-ppo", quickstartBatch(), 256*24)
+}
+
 func benchTrainStep(b *testing.B, modelName string, batch learner.Batch, tokens int) {
 	for _, tc := range []struct{ n, procs int }{{1, runtime.NumCPU()}, {1, 1}, {2, max(1, runtime.NumCPU()/2)}} {
 		n := tc.n

@@ -4,7 +4,9 @@
 //
 // Every rank gets the whole batch, computes advantages and loss
 // normalizers over all of it and runs forward and backward on its slice
-// (learner.Sharding). The gradients meet in a ring: reduce-scatter and
+// (learner.Sharding); the old-policy pre-pass that PPO and a value
+// baseline need over the whole batch runs on each rank's slice, and the
+// ranks share the results (Sharding.SumStats). The gradients meet in a ring: reduce-scatter and
 // all-gather in buckets of BucketElems floats, InFlight buckets at a time,
 // over a Transport. The reduction overlaps the backward pass: the flat
 // gradient buffer is laid out in the order backward finishes gradients
@@ -54,6 +56,5 @@
 // (which compete with backward for the cores); parameter sharding (ZeRO-3/FSDP) is not
 // implemented (every rank holds the whole policy, so weight sync reads
 // rank 0); a ZeRO-1 checkpoint needs a directory every rank can write (a
-// shared file system across hosts); PPO ranks each run the old-policy
-// pre-pass over the whole batch (its advantages are whitened batch-wide).
+// shared file system across hosts).
 package shard

@@ -56,6 +56,8 @@ func runRankNode() int {
 		spawn.Args = learner.ActorConfig{Config: quickstartConfig(shards)}
 	case "bench9m":
 		spawn.Args = learner.ActorConfig{Config: bench9MConfig(shards)}
+	case "quickstart-ppo":
+		spawn.Args = learner.ActorConfig{Config: quickstartPPOConfig(shards)}
 	case "bench":
 		spawn.Kind = benchKind
 	}
