@@ -262,6 +262,13 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 			attempt--
 			continue
 		}
+		if rep.NoRoom && req.Group == "" && req.PinNode != "" {
+			// The pinned node lacked free room that this node's view
+			// (stale) showed it had: no other node may take it, but it
+			// may have room later, as an unpinned spawn's refusal may.
+			err := fmt.Errorf("%s: %w", strings.TrimSuffix(rep.Err, ": "+ErrInfeasible.Error()), ErrInfeasible)
+			return actor.Ref{}, fmt.Errorf("spawn %s: %w", req.Name, n.noRoomOrNever(req, exclude, map[string]bool{target: true}, err))
+		}
 		if !rep.Retry || req.Group != "" || req.PinNode != "" {
 			return actor.Ref{}, fmt.Errorf("spawn %s: %s", req.Name, rep.Err)
 		}

@@ -99,3 +99,97 @@ func TestSpawnNoRoomNowOrNever(t *testing.T) {
 	_, err = a.Spawn(ctx, "test.counter", SpawnOptions{Name: "snr-z", Resources: Resources{CPU: 1}})
 	want("the room held by another node's actor", err, true, false)
 }
+
+// A spawn pinned to a node that lacks room is ErrNoRoom as an unpinned
+// one is, and ErrHeldBySelf where the spawner's own actors hold that
+// room: rlnode run exits 75 on it and its job waits PENDING. When the
+// spawner's view of the node was stale, the node's refusal came back as
+// its text alone (neither ErrNoRoom nor ErrInfeasible): the run exited 1
+// and its job FAILED.
+func TestPinnedSpawnNoRoom(t *testing.T) {
+	key := testKey(t)
+	start := func(id string, cpus float64, join []string) *Node {
+		n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: cpus,
+			Join: join, Detection: LANDetection, Logger: actor.DiscardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Stop)
+		return n
+	}
+	a := start("pin-a", 0.5, nil)
+	start("pin-b", 2, []string{a.GossipAddress()})
+	c := start("pin-c", 0.5, []string{a.GossipAddress()})
+	freeOnB := func(n *Node) float64 {
+		for _, v := range n.Views() {
+			if v.ID == "pin-b" {
+				return v.Free[CPU]
+			}
+		}
+		return -1
+	}
+	bothSeeAllFree := func() bool { return freeOnB(a) == 2 && freeOnB(c) == 2 }
+	waitFor(t, "a and c to see b with 2 free CPUs", 20*time.Second, bothSeeAllFree)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pinned := func(what string, name string, cpus float64, noRoom, self bool) {
+		t.Helper()
+		_, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: name, Node: "pin-b", Resources: Resources{CPU: cpus}})
+		t.Logf("%s: %v", what, err)
+		if !errors.Is(err, ErrInfeasible) || !strings.Contains(fmt.Sprint(err), "pin-b") {
+			t.Errorf("%s: %v; want ErrInfeasible naming pin-b", what, err)
+			return
+		}
+		if errors.Is(err, ErrNoRoom) != noRoom || errors.Is(err, ErrHeldBySelf) != self {
+			t.Errorf("%s: %v: ErrNoRoom %v, ErrHeldBySelf %v; want %v, %v", what, err, errors.Is(err, ErrNoRoom), errors.Is(err, ErrHeldBySelf), noRoom, self)
+		}
+	}
+	stale := func() bool {
+		t.Helper()
+		if free := freeOnB(a); free != 2 {
+			t.Logf("a's view of b is already fresh (%v free): the stale case is not tried", free)
+			return false
+		}
+		return true
+	}
+
+	// a's own actor holds most of b, as a's view shows.
+	own, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "pin-own", Node: "pin-b", Resources: Resources{CPU: 1.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a to see b with 0.5 free", 20*time.Second, func() bool { return freeOnB(a) == 0.5 })
+	pinned("pinned where the spawner's own actor holds the room", "pin-1", 1, true, true)
+	pinned("pinned, more than the node has", "pin-2", 4, false, false)
+	if err := own.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a and c to see b with 2 free again", 20*time.Second, bothSeeAllFree)
+
+	// The same, with a's view of b stale: b refuses.
+	a.cutOff(true)
+	own, err = a.Spawn(ctx, "test.counter", SpawnOptions{Name: "pin-own2", Node: "pin-b", Resources: Resources{CPU: 1.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stale() {
+		pinned("pinned where the spawner's own actor holds the room, seen stale", "pin-3", 1, true, true)
+	}
+	a.cutOff(false)
+	if err := own.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a and c to see b with 2 free again", 20*time.Second, bothSeeAllFree)
+
+	// Another node's actor holds it, first seen stale, then fresh.
+	a.cutOff(true)
+	if _, err := c.Spawn(ctx, "test.counter", SpawnOptions{Name: "pin-other", Node: "pin-b", Resources: Resources{CPU: 1.5}}); err != nil {
+		t.Fatal(err)
+	}
+	if stale() {
+		pinned("pinned where another node's actor holds the room, seen stale", "pin-4", 1, true, false)
+	}
+	a.cutOff(false)
+	waitFor(t, "a to see b with 0.5 free", 20*time.Second, func() bool { return freeOnB(a) == 0.5 })
+	pinned("pinned where another node's actor holds the room", "pin-5", 1, true, false)
+}
