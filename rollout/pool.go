@@ -136,6 +136,7 @@ type Pool struct {
 	replacing  int
 	replaceErr string
 	changed    chan struct{}
+	next       int // where pick's search starts: ties are taken in turn
 
 	moved    atomic.Int64
 	replaced atomic.Int64
@@ -670,13 +671,21 @@ func (p *Pool) live() []*replica {
 	return out
 }
 
-// pick reserves the live replica with the fewest chunks outstanding (ties
-// to the earliest); nil when none is live.
+// pick reserves the live replica with the fewest chunks outstanding, ties
+// taken in turn (as cluster.Pool takes them): light traffic, which finds
+// every replica idle, is spread over all of them rather than all sent to
+// the first. nil when none is live.
 func (p *Pool) pick() *replica {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if len(p.reps) == 0 {
+		return nil
+	}
 	var best *replica
-	for _, r := range p.reps {
+	start := p.next % len(p.reps)
+	p.next = start + 1
+	for k := range p.reps {
+		r := p.reps[(start+k)%len(p.reps)]
 		if r.cause == "" && (best == nil || r.busy < best.busy) {
 			best = r
 		}

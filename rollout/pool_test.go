@@ -284,6 +284,52 @@ func TestPoolBusyReplica(t *testing.T) {
 	}
 }
 
+// TestPoolTakesTiesInTurn: replicas equally busy are taken in turn, as
+// cluster.Pool takes them. Ties all went to the first replica: with
+// fewer requests than replicas (one-request calls here, idle replicas
+// each time) it served them all while the others idled.
+func TestPoolTakesTiesInTurn(t *testing.T) {
+	if proctest.Isolated(t) {
+		return
+	}
+	n := startNode(t)
+	ctx := testCtx(t)
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}, Replicas: 3, Name: "ties"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	base, err := tinyModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		reqs int
+		want []int64 // jobs each replica has completed after the call
+	}{
+		{"one request", 1, []int64{1, 0, 0}},
+		{"another", 1, []int64{1, 1, 0}},
+		{"a third", 1, []int64{1, 1, 1}},
+		{"two requests", 2, []int64{2, 2, 1}},
+		{"one more", 1, []int64{2, 2, 2}},
+	} {
+		reqs := poolRequests("tie", c.reqs)
+		got, err := pool.Generate(ctx, reqs)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		sameSamples(t, c.name, got, reference(t, base, reqs), 0)
+		var served []int64
+		for _, h := range pool.Handles() {
+			served = append(served, completed(t, h))
+		}
+		if !slices.Equal(served, c.want) {
+			t.Errorf("after %s: the replicas completed %v jobs, want %v", c.name, served, c.want)
+		}
+	}
+}
+
 func TestPoolErrors(t *testing.T) {
 	if proctest.Isolated(t) {
 		return
