@@ -9,12 +9,15 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 	"weak"
@@ -303,7 +306,10 @@ func checkRef(ref ObjectRef) error {
 }
 
 // objectBody is the encoded object and its type, from n's store or
-// fetched from the node that holds it.
+// fetched from the node that holds it. When the holder cannot be reached
+// (killed, most likely, and membership has not noticed yet) it asks again
+// until membership says the node is gone, and the object is lost with it,
+// or until memberLossWithin has passed and the node is still a member.
 func (n *Node) objectBody(ctx context.Context, ref ObjectRef) (string, []byte, error) {
 	if n == nil {
 		return "", nil, fmt.Errorf("get object %.64s: %w", ref.ID, errNoNode)
@@ -311,15 +317,86 @@ func (n *Node) objectBody(ctx context.Context, ref ObjectRef) (string, []byte, e
 	if err := checkRef(ref); err != nil {
 		return "", nil, err
 	}
-	var got objectGot
 	if ref.Node == n.id {
-		got = n.lookupObject(ref.ID, true)
-	} else {
-		var err error
-		if got, err = n.askObject(ctx, ref); err != nil {
+		return n.readObject(ctx, ref, n.lookupObject(ref.ID, true))
+	}
+	var first time.Time // when the holder first could not be reached
+	pause := objectRetryFirst
+	for {
+		got, err := n.askObject(ctx, ref)
+		var typ string
+		var body []byte
+		if err == nil {
+			typ, body, err = n.readObject(ctx, ref, got)
+		}
+		if err == nil || ctx.Err() != nil || !unreachable(err) {
+			return typ, body, err
+		}
+		if first.IsZero() {
+			first = time.Now()
+		}
+		deadline := first.Add(n.memberLossWithin())
+		if err := n.awaitHolder(ctx, ref, err, min(pause, time.Until(deadline))); err != nil {
 			return "", nil, err
 		}
+		if time.Now().After(deadline) {
+			return "", nil, fmt.Errorf("get object %s from node %s: %w (unreachable for %s, yet still a member)",
+				ref.ID, ref.Node, err, time.Since(first).Round(time.Millisecond))
+		}
+		pause = min(2*pause, objectRetryMax)
 	}
+}
+
+// The pauses between asks of a holder that cannot be reached.
+const (
+	objectRetryFirst = 50 * time.Millisecond
+	objectRetryMax   = time.Second
+)
+
+// awaitHolder waits for wait, after the holder of ref could not be
+// reached (err), and fails with ErrObjectLost, naming the node, as soon
+// as membership says it is gone; with ctx's error when ctx ends first.
+func (n *Node) awaitHolder(ctx context.Context, ref ObjectRef, err error, wait time.Duration) error {
+	done := time.NewTimer(max(wait, 0))
+	defer done.Stop()
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		if !n.isAlive(ref.Node) {
+			return fmt.Errorf("get object %s: node %s, which put it, is gone (%v): %w", ref.ID, ref.Node, err, ErrObjectLost)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("get object %s from node %s: %w (while waiting to learn whether the node is gone, after: %v)", ref.ID, ref.Node, ctx.Err(), err)
+		case <-done.C:
+			return nil
+		case <-poll.C:
+		}
+	}
+}
+
+// memberLossWithin bounds how long membership takes to declare a killed
+// member dead, as memberlist times it: a failed probe, then its longest
+// suspicion (6 times SuspicionMult × log10(members) probe intervals),
+// and missingGrace for the verdict's gossip to come here.
+func (n *Node) memberLossWithin() time.Duration {
+	d := n.cfg.Detection
+	scale := max(1, math.Log10(float64(len(n.aliveIDs()))))
+	return d.ProbeInterval + d.ProbeTimeout + time.Duration(6*float64(d.SuspicionMult)*scale*float64(d.ProbeInterval)) + missingGrace
+}
+
+// unreachable says whether err, from asking an object's holder or
+// fetching from it, is the transport failing (a dial refused, a
+// connection broken), not an answer.
+func unreachable(err error) bool {
+	var ne net.Error
+	return errors.Is(err, actor.ErrConnLost) || errors.Is(err, actor.ErrNodeLost) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// readObject is the object got says, fetched on the bulk path when the
+// holder offered it there.
+func (n *Node) readObject(ctx context.Context, ref ObjectRef, got objectGot) (string, []byte, error) {
 	if got.Lost != "" {
 		return "", nil, fmt.Errorf("get object %s: %s: %w", ref.ID, got.Lost, ErrObjectLost)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,31 +202,55 @@ func TestObjectsUnderConcurrentPutGetFree(t *testing.T) {
 }
 
 // TestObjectOwnerKilledMidGet: the node holding an object is killed
-// between its answer and the reader's fetch over the bulk path: the Get
-// ends with an error naming the node, never other bytes, never a hang.
+// (SIGKILL) during a Get, before membership has noticed: the Get ends
+// with ErrObjectLost naming the node, never other bytes, never a hang.
+// It ended with the transport's error (connection refused, the bulk
+// fetch's dial), which a caller cannot tell from a node still up.
 func TestObjectOwnerKilledMidGet(t *testing.T) {
-	a, child := twoNodes(t, "kill-a", "kill-b")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const size = 48 << 20
-	ref, err := Submit[ObjectRef](ctx, a, "test.objput", [2]int{size, 6}, TaskOptions{Node: "kill-b"}).Get(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The holder dies after it answered, before the reader fetched.
-	beforeObjectFetch = func(ObjectRef) {
-		_ = child.Cmd.Process.Kill()
-		<-child.Exited
-	}
-	defer func() { beforeObjectFetch = nil }()
-	got, err := Get[[]byte](ctx, a, ref)
-	if err == nil && (len(got) != size || got[0] != 6 || got[size-1] != 6) {
-		t.Error("Get read other bytes")
-	}
-	if err == nil || !strings.Contains(err.Error(), "kill-b") {
-		t.Errorf("Get of an object whose node was killed: %v", err)
-	}
-	if ctx.Err() != nil {
-		t.Error("Get did not end before the test's context")
+	for _, c := range []struct {
+		name string
+		size int
+		// afterAnswer kills the holder between its answer and the
+		// reader's fetch over the bulk path; else it is killed before
+		// the Get.
+		afterAnswer bool
+	}{
+		{"killed between the answer and the fetch", 48 << 20, true},
+		{"killed before the holder is asked, a large object", 1 << 20, false},
+		{"killed before the holder is asked, a small object", 100, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, child := twoNodes(t, "kill-a", "kill-b")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			ref, err := Submit[ObjectRef](ctx, a, "test.objput", [2]int{c.size, 6}, TaskOptions{Node: "kill-b"}).Get(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kill := func() {
+				_ = child.Cmd.Process.Signal(syscall.SIGKILL)
+				<-child.Exited
+			}
+			if c.afterAnswer {
+				beforeObjectFetch = func(ObjectRef) { kill() }
+				defer func() { beforeObjectFetch = nil }()
+			} else {
+				kill()
+			}
+			if !a.isAlive("kill-b") {
+				t.Log("membership noticed the kill before the Get began: the case is not what it means to be")
+			}
+			got, err := Get[[]byte](ctx, a, ref)
+			t.Logf("Get: %v", err)
+			if err == nil && (len(got) != c.size || got[0] != 6 || got[c.size-1] != 6) {
+				t.Error("Get read other bytes")
+			}
+			if !errors.Is(err, ErrObjectLost) || !strings.Contains(err.Error(), "kill-b") {
+				t.Errorf("Get of an object whose node was killed: %v; want ErrObjectLost naming kill-b", err)
+			}
+			if ctx.Err() != nil {
+				t.Error("Get did not end before the test's context")
+			}
+		})
 	}
 }
