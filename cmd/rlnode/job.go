@@ -131,7 +131,7 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 	var err error
 	var wd *workingDirUpload
 	if *workingDir != "" {
-		if wd, err = prepareWorkingDir(*workingDir, excludes, pos[0], sets, &req); err != nil {
+		if wd, err = prepareWorkingDir(*workingDir, excludes, pos[0], sets, &req, stdout); err != nil {
 			printRecipeError(stderr, "submit", pos[0], err)
 			return 1
 		}

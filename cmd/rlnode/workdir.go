@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlnode/rlnode/jobs"
@@ -25,7 +26,7 @@ type workingDirUpload struct {
 // node will read it (relative paths from the recipe file's folder when
 // inside dir, else from dir's root; --set paths from dir's root), fills
 // req's recipe fields for the node to read it, and packs dir.
-func prepareWorkingDir(dir string, excludes []string, recipe string, sets []string, req *jobs.SubmitRequest) (*workingDirUpload, error) {
+func prepareWorkingDir(dir string, excludes []string, recipe string, sets []string, req *jobs.SubmitRequest, stdout io.Writer) (*workingDirUpload, error) {
 	root, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -63,6 +64,7 @@ func prepareWorkingDir(dir string, excludes []string, recipe string, sets []stri
 		return nil, err
 	}
 	req.Sets, req.RecipeName = sets, l.Name
+	fmt.Fprintf(stdout, "packing working dir %s\n", dir)
 	f, err := os.CreateTemp("", "rlnode-working-dir-*.tar.gz")
 	if err != nil {
 		return nil, err
@@ -80,7 +82,7 @@ func prepareWorkingDir(dir string, excludes []string, recipe string, sets []stri
 // already, saying which on stdout.
 func (w *workingDirUpload) send(c jobs.Client, nodeID string, stdout io.Writer) error {
 	st := w.stats
-	fmt.Fprintf(stdout, "working dir %s: %d files, %s (packed %s, sha256 %s)", w.dir, st.Files, mib(st.Bytes), mib(st.Packed), st.SHA256[:12])
+	fmt.Fprintf(stdout, "  %d files, %s (packed %s, sha256 %s)", st.Files, mib(st.Bytes), mib(st.Packed), st.SHA256[:12])
 	if st.NExcluded > 0 {
 		fmt.Fprintf(stdout, "; left out %d entries matching --exclude or .git", st.NExcluded)
 	}
@@ -103,12 +105,43 @@ func (w *workingDirUpload) send(c jobs.Client, nodeID string, stdout io.Writer) 
 	t0 := time.Now()
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute+time.Duration(st.Packed>>20)*time.Second)
 	defer cancel()
-	if err := c.UploadPackage(ctx, st.SHA256, w.file, st.Packed); err != nil {
+	sent := &countingReader{r: w.file}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		// A line every 10 s while a large upload goes on, so a wait of
+		// minutes shows it moves.
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				n := sent.n.Load()
+				fmt.Fprintf(stdout, "  sending: %s of %s (%.1f MiB/s)\n", mib(n), mib(st.Packed), float64(n)/(1<<20)/time.Since(t0).Seconds())
+			}
+		}
+	}()
+	if err := c.UploadPackage(ctx, st.SHA256, sent, st.Packed); err != nil {
 		return fmt.Errorf("upload: %w", err)
 	}
 	d := time.Since(t0)
 	fmt.Fprintf(stdout, "  sent to node %s in %.1f s (%.1f MiB/s)\n", nodeID, d.Seconds(), float64(st.Packed)/(1<<20)/max(d.Seconds(), 1e-3))
 	return nil
+}
+
+// countingReader counts the bytes read through it (read by another
+// goroutine).
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // remove removes the packed file.
