@@ -27,27 +27,11 @@ import (
 //     likewise, is ErrHeldBySelf too (still ErrNoRoom: a program may
 //     release its own actors, and a waiting group waits for them).
 func TestSpawnNoRoomNowOrNever(t *testing.T) {
-	key := testKey(t)
-	start := func(id string, cpus float64, join []string) *Node {
-		n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: cpus,
-			Join: join, Detection: LANDetection, Logger: actor.DiscardLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(n.Stop)
-		return n
-	}
+	start := lanNodes(t)
 	a := start("snr-a", 0.5, nil)
 	start("snr-b", 2, []string{a.GossipAddress()})
 	c := start("snr-c", 0.5, []string{a.GossipAddress()})
-	freeOnB := func(n *Node) float64 {
-		for _, v := range n.Views() {
-			if v.ID == "snr-b" {
-				return v.Free[CPU]
-			}
-		}
-		return -1
-	}
+	freeOnB := func(n *Node) float64 { return freeCPUOn(n, "snr-b") }
 	waitFor(t, "a and c to see b with 2 free CPUs", 20*time.Second, func() bool { return freeOnB(a) == 2 && freeOnB(c) == 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -107,27 +91,11 @@ func TestSpawnNoRoomNowOrNever(t *testing.T) {
 // its text alone (neither ErrNoRoom nor ErrInfeasible): the run exited 1
 // and its job FAILED.
 func TestPinnedSpawnNoRoom(t *testing.T) {
-	key := testKey(t)
-	start := func(id string, cpus float64, join []string) *Node {
-		n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: cpus,
-			Join: join, Detection: LANDetection, Logger: actor.DiscardLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(n.Stop)
-		return n
-	}
+	start := lanNodes(t)
 	a := start("pin-a", 0.5, nil)
 	start("pin-b", 2, []string{a.GossipAddress()})
 	c := start("pin-c", 0.5, []string{a.GossipAddress()})
-	freeOnB := func(n *Node) float64 {
-		for _, v := range n.Views() {
-			if v.ID == "pin-b" {
-				return v.Free[CPU]
-			}
-		}
-		return -1
-	}
+	freeOnB := func(n *Node) float64 { return freeCPUOn(n, "pin-b") }
 	bothSeeAllFree := func() bool { return freeOnB(a) == 2 && freeOnB(c) == 2 }
 	waitFor(t, "a and c to see b with 2 free CPUs", 20*time.Second, bothSeeAllFree)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -192,4 +160,31 @@ func TestPinnedSpawnNoRoom(t *testing.T) {
 	a.cutOff(false)
 	waitFor(t, "a to see b with 0.5 free", 20*time.Second, func() bool { return freeOnB(a) == 0.5 })
 	pinned("pinned where another node's actor holds the room", "pin-5", 1, true, false)
+}
+
+// lanNodes returns a starter of nodes with LAN detection under one key,
+// each stopped when the test ends.
+func lanNodes(t *testing.T) func(id string, cpus float64, join []string) *Node {
+	key := testKey(t)
+	return func(id string, cpus float64, join []string) *Node {
+		t.Helper()
+		n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: cpus,
+			Join: join, Detection: LANDetection, Logger: actor.DiscardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Stop)
+		return n
+	}
+}
+
+// freeCPUOn is the free CPU that n's view gives node id, -1 when it has
+// no view of it.
+func freeCPUOn(n *Node, id string) float64 {
+	for _, v := range n.Views() {
+		if v.ID == id {
+			return v.Free[CPU]
+		}
+	}
+	return -1
 }

@@ -193,13 +193,8 @@ func servePackages(node interface {
 	HandleControlStream(string, int64, http.Handler)
 }, store *packageStore) {
 	node.HandleControl("GET /packages/{sha}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sha := r.PathValue("sha")
-		if !shaPattern.MatchString(sha) {
-			http.Error(w, "package: want its SHA-256, 64 lowercase hex digits", http.StatusBadRequest)
-			return
-		}
-		if store == nil {
-			http.Error(w, "package: this node takes no working dirs", http.StatusNotFound)
+		sha, ok := packageName(w, r, store)
+		if !ok {
 			return
 		}
 		size, ok := store.has(sha)
@@ -210,13 +205,8 @@ func servePackages(node interface {
 		writeJSON(w, http.StatusOK, PackageInfo{SHA256: sha, Bytes: size})
 	}))
 	node.HandleControlStream("PUT /packages/{sha}", MaxPackageBytes, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sha := r.PathValue("sha")
-		if !shaPattern.MatchString(sha) {
-			http.Error(w, "package: want its SHA-256, 64 lowercase hex digits", http.StatusBadRequest)
-			return
-		}
-		if store == nil {
-			http.Error(w, "package: this node takes no working dirs (it is no rlnode start or join node)", http.StatusServiceUnavailable)
+		sha, ok := packageName(w, r, store)
+		if !ok {
 			return
 		}
 		// The endpoint's read timeout is made for small requests: an
@@ -244,6 +234,21 @@ func servePackages(node interface {
 		size, _ := store.has(sha)
 		writeJSON(w, code, PackageInfo{SHA256: sha, Bytes: size})
 	}))
+}
+
+// packageName is the package r's path names, or false once r is answered:
+// a name that is no SHA-256, or a node that keeps no packages.
+func packageName(w http.ResponseWriter, r *http.Request, store *packageStore) (string, bool) {
+	sha := r.PathValue("sha")
+	switch {
+	case !shaPattern.MatchString(sha):
+		http.Error(w, "package: want its SHA-256, 64 lowercase hex digits", http.StatusBadRequest)
+		return "", false
+	case store == nil:
+		http.Error(w, "package: this node takes no working dirs (it is no rlnode start or join node)", http.StatusServiceUnavailable)
+		return "", false
+	}
+	return sha, true
 }
 
 // idleReader calls extend before every read: the connection's deadline
