@@ -123,6 +123,9 @@ func (n *Node) Status() Status {
 		})
 	}
 	for _, r := range n.dir.Actors() {
+		if r.Forgotten {
+			continue
+		}
 		st.Actors = append(st.Actors, ActorStatus{Name: r.Name, Kind: r.Kind, Node: r.Node, State: r.State,
 			Restarts: r.Restarts, Cause: r.Cause, Group: r.Group, Note: r.Note})
 	}

@@ -444,3 +444,73 @@ func TestRewriteDropsTheNote(t *testing.T) {
 		t.Errorf("rewritten: %+v", rec)
 	}
 }
+
+// Forget drops an ended actor's record from status and Record at once,
+// on the node asked and, once gossip brings it, on the others; its
+// arguments go with it; the name may be spawned again; a live actor's
+// record is refused; the directory drops the record deadRecordTTL on.
+func TestForget(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "fg-a", key)
+	b, err := Start(context.Background(), Config{NodeID: "fg-b", Bind: "127.0.0.1:0", Key: key, CPUs: 2, Join: []string{a.GossipAddress()}, Detection: FastDetection, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "ended", Detached: true, KeepDead: MaxKeepDead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Forget("ended"); err == nil || !strings.Contains(err.Error(), "stop it first") {
+		t.Errorf("forgetting a live actor: %v", err)
+	}
+	if err := h.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dead := func(n *Node) bool { rec, ok := n.Record("ended"); return ok && rec.State == Dead }
+	waitFor(t, "the record DEAD on both nodes", 20*time.Second, func() bool { return dead(a) && dead(b) })
+	listed := func(n *Node) bool {
+		for _, s := range n.Status().Actors {
+			if s.Name == "ended" {
+				return true
+			}
+		}
+		return false
+	}
+	if err := b.Forget("ended"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.Record("ended"); ok || listed(b) {
+		t.Error("a forgotten record is still shown on the node that forgot it")
+	}
+	waitFor(t, "the forgetting on the other node", 20*time.Second, func() bool { _, ok := a.Record("ended"); return !ok && !listed(a) })
+	if raw, ok := a.dir.Actor("ended"); !ok || !raw.Forgotten || raw.Args != nil || raw.KeepDeadMs != 0 {
+		t.Errorf("the directory's record: %+v, %v (want it kept, forgotten, without arguments, for deadRecordTTL)", raw, ok)
+	}
+	if err := a.Forget("ended"); !errors.Is(err, actor.ErrActorNotFound) {
+		t.Errorf("forgetting it again: %v", err)
+	}
+	if err := a.Forget("nobody"); !errors.Is(err, actor.ErrActorNotFound) {
+		t.Errorf("forgetting an actor that never was: %v", err)
+	}
+	// The name is free: a new actor of that name is shown, on both nodes.
+	if _, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "ended"}); err != nil {
+		t.Fatalf("spawning the forgotten name again: %v", err)
+	}
+	alive := func(n *Node) bool { rec, ok := n.Record("ended"); return ok && rec.State == Alive && !rec.Forgotten }
+	waitFor(t, "the new actor on both nodes", 20*time.Second, func() bool { return alive(a) && alive(b) })
+	// A forgotten record leaves the directory after deadRecordTTL.
+	if err := a.StopActor(ctx, "ended"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second actor DEAD", 20*time.Second, func() bool { return dead(a) })
+	if err := a.Forget("ended"); err != nil {
+		t.Fatal(err)
+	}
+	a.dir.collect(time.Now().Add(deadRecordTTL+time.Second), func(string) bool { return true })
+	if _, ok := a.dir.Actor("ended"); ok {
+		t.Error("a forgotten record outlived deadRecordTTL")
+	}
+}

@@ -61,6 +61,11 @@ type ActorRecord struct {
 	// Note is what an ALIVE actor says it is doing or waiting for
 	// (Node.SetNote); cleared when its state changes.
 	Note string `msgpack:"nt,omitempty" json:"note,omitempty"`
+	// Forgotten marks a DEAD record its user asked the cluster to forget
+	// (Node.Forget): gone from status and Record at once, from every
+	// directory deadRecordTTL later (a node that missed the forgetting
+	// must not bring the earlier version back meanwhile).
+	Forgotten bool `msgpack:"fg,omitempty" json:"-"`
 }
 
 // NodeRecord is the directory's entry for one node: what does not fit in

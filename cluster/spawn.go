@@ -479,7 +479,34 @@ func (n *Node) Lookup(ctx context.Context, name string) (*Handle, error) {
 // Record is the directory's record of the named actor, a DEAD one's
 // too while the cluster keeps it (10 minutes, or its
 // SpawnOptions.KeepDead): how it ended, where it ran.
-func (n *Node) Record(name string) (ActorRecord, bool) { return n.dir.Actor(name) }
+func (n *Node) Record(name string) (ActorRecord, bool) {
+	rec, ok := n.dir.Actor(name)
+	if rec.Forgotten {
+		return ActorRecord{}, false
+	}
+	return rec, ok
+}
+
+// Forget drops the record of the DEAD actor name from the cluster's
+// view (status, Record) at once, and from every node's directory
+// deadRecordTTL later, instead of after its SpawnOptions.KeepDead: its
+// spawn arguments go at once (a record kept long, a finished job's, holds
+// its recipe). A live actor is refused: stop it first.
+func (n *Node) Forget(name string) error {
+	n.hostedMu.Lock()
+	defer n.hostedMu.Unlock()
+	rec, ok := n.dir.Actor(name)
+	switch {
+	case !ok || rec.Forgotten:
+		return fmt.Errorf("actor %s: %w", name, actor.ErrActorNotFound)
+	case rec.State != Dead:
+		return fmt.Errorf("actor %s is %s on node %s: only an ended actor's record is forgotten; stop it first", name, rec.State, rec.Node)
+	}
+	rec = n.rewrite(rec)
+	rec.Forgotten, rec.KeepDeadMs, rec.Args, rec.ArgsAt = true, 0, nil, nil
+	n.write(&update{Actors: []ActorRecord{rec}})
+	return nil
+}
 
 // lookupTimeout bounds a node's answer to a lookup, which it answers from
 // memory.

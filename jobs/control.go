@@ -121,6 +121,7 @@ const (
 //	                            Rlnode-Log-Next, Rlnode-Job-Status headers
 //	POST /jobs/{name}/stop      ?now=1 kills the driver; else it stops
 //	                            after its current step, checkpointed
+//	DELETE /jobs/{name}         forgets an ended job (its run folder stays)
 //	GET, PUT /packages/{sha256} working dirs (packages.go)
 //
 // Every route needs the node's token (Node.HandleControl).
@@ -142,6 +143,7 @@ func Serve(node *cluster.Node, cfg Config) {
 	}))
 	node.HandleControl("GET /jobs/{name}/log", withJob(logHandler))
 	node.HandleControl("POST /jobs/{name}/stop", withJob(stopHandler))
+	node.HandleControl("DELETE /jobs/{name}", withJob(deleteHandler))
 }
 
 // withJob answers a request about the job its path names with fn, given
@@ -691,6 +693,22 @@ func stopHandler(w http.ResponseWriter, r *http.Request, ctx context.Context, no
 	writeJSON(w, http.StatusAccepted, in)
 }
 
+// deleteHandler forgets an ended job: its record goes from every list at
+// once (and from the cluster's bounds: MaxJobs, MaxJobsBytes); its run
+// folder, log included, stays where it is.
+func deleteHandler(w http.ResponseWriter, _ *http.Request, _ context.Context, node *cluster.Node, rec cluster.ActorRecord) {
+	in := info(rec)
+	if Active(in.Status) {
+		http.Error(w, fmt.Sprintf("job %s is %s: stop it first (rlnode job stop %s), then delete it", rec.Name, in.Status, rec.Name), http.StatusConflict)
+		return
+	}
+	if err := node.Forget(rec.Name); err != nil {
+		http.Error(w, fmt.Sprintf("job %s: delete: %v", rec.Name, err), http.StatusConflict)
+		return
+	}
+	writeJSON(w, http.StatusOK, in)
+}
+
 // Client talks to one node's job routes.
 type Client struct {
 	Control string // the node's control endpoint, HOST:PORT
@@ -821,6 +839,13 @@ func (c Client) LogPart(ctx context.Context, name string, offset int64) (LogPart
 	}
 	size, _ := strconv.ParseInt(resp.Header.Get("Rlnode-Log-Size"), 10, 64)
 	return LogPart{Data: b, Next: next, Size: max(size, next), Status: resp.Header.Get("Rlnode-Job-Status")}, nil
+}
+
+// Delete forgets an ended job; it returns what the job was.
+func (c Client) Delete(ctx context.Context, name string) (Info, error) {
+	var in Info
+	err := c.getJSON(ctx, http.MethodDelete, "/jobs/"+url.PathEscape(name), nil, &in)
+	return in, err
 }
 
 // Stop asks the job to stop: after its current step, which its driver

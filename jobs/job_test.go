@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -443,4 +444,76 @@ func serveJobs(t *testing.T, nc cluster.Config, jc Config) *cluster.Node {
 		host.Unlock()
 	})
 	return node
+}
+
+// An ended job is deleted at once, leaving its run folder; a running one
+// is refused until stopped; a deleted name is gone.
+func TestDeleteJobs(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A "driver" that runs until stopped.
+	exe := filepath.Join(t.TempDir(), "driver.sh")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	key := bytes.Repeat([]byte{5}, 32)
+	node := serveJobs(t, cluster.Config{NodeID: "del", Key: key}, Config{Executable: exe, StopGrace: time.Second})
+	ctrl, closeCtrl, err := node.ServeControl("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeCtrl()
+	c := Client{Control: ctrl, Key: key}
+	out := filepath.Join(t.TempDir(), "run")
+	if _, err := c.Submit(ctx, SubmitRequest{Name: "long", Recipe: "name: long\n", RecipeName: "long", Out: out}); err != nil {
+		t.Fatal(err)
+	}
+	status := func() string {
+		in, err := c.Get(ctx, "long")
+		if err != nil {
+			return err.Error()
+		}
+		return in.Status
+	}
+	for deadline := time.Now().Add(time.Minute); status() != Running; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("job long: %s, want RUNNING", status())
+		}
+	}
+	var he *HTTPError
+	if _, err := c.Delete(ctx, "long"); !errors.As(err, &he) || he.Code != http.StatusConflict || !strings.Contains(he.Msg, "stop it first") {
+		t.Errorf("deleting a running job: %v", err)
+	}
+	if err := c.Stop(ctx, "long", true); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); status() != Stopped; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("job long: %s, want STOPPED", status())
+		}
+	}
+	in, err := c.Delete(ctx, "long")
+	if err != nil || in.Name != "long" || in.Status != Stopped || in.Out != out {
+		t.Fatalf("delete: %+v, %v", in, err)
+	}
+	if list, err := c.List(ctx); err != nil || len(list) != 0 {
+		t.Errorf("jobs after the delete: %+v, %v", list, err)
+	}
+	if _, err := c.Get(ctx, "long"); !errors.As(err, &he) || he.Code != http.StatusNotFound {
+		t.Errorf("status of the deleted job: %v", err)
+	}
+	if _, err := c.Delete(ctx, "long"); !errors.As(err, &he) || he.Code != http.StatusNotFound {
+		t.Errorf("deleting it again: %v", err)
+	}
+	if _, err := os.Stat(out); err != nil {
+		t.Errorf("the deleted job's run folder: %v", err)
+	}
+	// The name is free again.
+	if _, err := c.Submit(ctx, SubmitRequest{Name: "long", Recipe: "name: long\n", RecipeName: "long", Out: filepath.Join(t.TempDir(), "run2")}); err != nil {
+		t.Errorf("a job of the deleted one's name: %v", err)
+	}
+	if err := c.Stop(ctx, "long", true); err != nil {
+		t.Error(err)
+	}
 }

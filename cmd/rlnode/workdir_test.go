@@ -142,4 +142,24 @@ func TestSubmitWorkingDir(t *testing.T) {
 	if code != 0 || strings.Count(list, `"name"`) != 3 {
 		t.Errorf("the refused submits left jobs: exit %d\n%s%s", code, list, errOut)
 	}
+
+	// Ended jobs are deleted, by name or all at once; their folders stay.
+	out, errOut, code = runRlnode(t, laptop, "job", "delete", "wd1", "--address", url, "--key-file", key)
+	if code != 0 || !strings.Contains(out, "job wd1 (SUCCEEDED) deleted; its run folder "+filepath.Dir(wd)+" stays") {
+		t.Errorf("job delete wd1: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := os.Stat(wd); err != nil {
+		t.Errorf("the deleted job's working dir: %v", err)
+	}
+	out, errOut, code = runRlnode(t, laptop, "job", "delete", "wd1", "--address", url, "--key-file", key)
+	if code != 1 || !strings.Contains(errOut, "wd1: job wd1: no such job") {
+		t.Errorf("deleting wd1 again: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = runRlnode(t, laptop, "job", "delete", "--ended", "--address", url, "--key-file", key)
+	if code != 0 || !strings.Contains(out, "job wd2 (SUCCEEDED) deleted") || !strings.Contains(out, "job wd3 (SUCCEEDED) deleted") {
+		t.Errorf("job delete --ended: exit %d\n%s%s", code, out, errOut)
+	}
+	if list, errOut, code := runRlnode(t, laptop, "job", "list", "--json", "--address", url, "--key-file", key); code != 0 || strings.TrimSpace(list) != "[]" {
+		t.Errorf("jobs left after deleting every ended one: exit %d\n%s%s", code, list, errOut)
+	}
 }
