@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlnode/rlnode/actor"
 )
 
 // A node that learns a record change from gossip passes it on once: a
@@ -46,16 +45,7 @@ func TestRecordChangesArePassedOnOnce(t *testing.T) {
 // reservations" (seen now and then with mlmt_math on 2 learner shards).
 // The creating node's gossip is cut here, so its view stays stale.
 func TestPlacementGroupRetriesOnTheRefusingNodesRecord(t *testing.T) {
-	key := testKey(t)
-	start := func(id string, cpus float64, join []string) *Node {
-		n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: cpus,
-			Join: join, Detection: LANDetection, Logger: actor.DiscardLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(n.Stop)
-		return n
-	}
+	start := lanNodes(t)
 	a := start("pgr-a", 1, nil)
 	start("pgr-b", 2, []string{a.GossipAddress()})
 	start("pgr-c", 2, []string{a.GossipAddress()})
