@@ -34,9 +34,10 @@ import (
 //
 // ModeBwrap runs it under bubblewrap: new user, pid, network, ipc, uts
 // and cgroup namespaces (no network at all), a read-only view of /usr and
-// the /lib links only, a size-capped tmpfs as /tmp, a new session, and
-// death with the parent. ModeNamespaces builds the same with the
-// kernel's namespaces directly (nsinit.go), for hosts without bubblewrap.
+// the /lib links only, size-capped tmpfs as /tmp and /dev/shm, the
+// seccomp filter of seccomp.go, a new session, and death with the
+// parent. ModeNamespaces builds the same with the kernel's namespaces
+// directly (nsinit.go), for hosts without bubblewrap.
 // In both, the code sees no host process, file outside /usr, or network,
 // and nothing it starts outlives its run: the pid namespace dies with it.
 // ModeRlimitOnly has the rlimits alone and contains nothing (the code
@@ -150,7 +151,7 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 		if cfg.Mode != ModeNamespaces {
 			if bwrapErr = s.probe(ModeBwrap); bwrapErr == nil {
 				s.mode = ModeBwrap
-				s.isolation = "bwrap: user, pid, network, ipc, uts and cgroup namespaces; read-only /usr; tmpfs /tmp; rlimits"
+				s.isolation = "bwrap: user, pid, network, ipc, uts and cgroup namespaces; read-only /usr; tmpfs /tmp; seccomp; rlimits"
 				break
 			}
 			if cfg.Mode == ModeBwrap {
@@ -220,6 +221,16 @@ func (s *Sandbox) probe(mode string) error {
 	cmd.SysProcAttr = s.sysProcAttr(slot, mode)
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	if mode == ModeBwrap {
+		filter, err := bwrapSeccompFile()
+		if err != nil {
+			return err
+		}
+		if filter != nil {
+			defer filter.Close()
+			cmd.ExtraFiles = []*os.File{nil, filter}
+		}
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("probe %s: %w: %s", args[0], err, bytes.TrimSpace(out))
@@ -286,15 +297,50 @@ func (s *Sandbox) bwrapArgs() []string {
 			args = append(args, "--ro-bind", d, d)
 		}
 	}
+	// bwrap's /dev is a tmpfs without a size: it gets a capped /dev/shm
+	// and is made read-only, so no file there holds memory past the limits.
 	args = append(args,
 		"--proc", "/proc", "--dev", "/dev",
+		"--size", fmt.Sprint(s.cfg.Limits.FileBytes), "--tmpfs", "/dev/shm",
+		"--remount-ro", "/dev",
 		"--size", fmt.Sprint(s.cfg.Limits.FileBytes), "--tmpfs", "/tmp",
 		"--remount-ro", "/",
 		"--chdir", "/tmp",
 		"--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
 		"--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8",
 	)
+	if seccompProgram() != nil {
+		args = append(args, "--seccomp", fmt.Sprint(bwrapSeccompFD))
+	}
 	return args
+}
+
+// bwrapSeccompFD is where bwrap reads the seccomp program from: the fd
+// after the harness's report pipe (3).
+const bwrapSeccompFD = 4
+
+// bwrapSeccompFile is the read end of a pipe that holds the seccomp
+// program, for bwrap's --seccomp; nil where there is no program for this
+// architecture.
+func bwrapSeccompFile() (*os.File, error) {
+	prog := seccompProgram()
+	if prog == nil {
+		return nil, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp pipe: %w", err)
+	}
+	// The program is a few hundred bytes: the pipe's buffer holds it.
+	_, err = w.Write(prog)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("seccomp pipe: %w", err)
+	}
+	return r, nil
 }
 
 // sysProcAttr puts the child in its own process group (so the wall-clock
@@ -471,6 +517,17 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 	}
 	defer reportR.Close()
 	cmd.ExtraFiles = []*os.File{reportW}
+	if s.mode == ModeBwrap {
+		filter, err := bwrapSeccompFile()
+		if err != nil {
+			reportW.Close()
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		if filter != nil {
+			defer filter.Close()
+			cmd.ExtraFiles = append(cmd.ExtraFiles, filter)
+		}
+	}
 
 	start := time.Now()
 	if err := cmd.Start(); err != nil {

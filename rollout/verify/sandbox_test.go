@@ -682,6 +682,59 @@ print(written)
 					}
 				}
 			})
+			t.Run("hold memory that no rlimit counts", func(t *testing.T) {
+				// System V shared memory outlives its mapping, memfds and
+				// tmpfs files are not address space: each must stay within
+				// the run's limits (RLIMIT_AS, the tmpfs sizes).
+				lim := s.Limits()
+				run := runJob(t, s, PythonJob{Program: fmt.Sprintf(`import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+libc.shmdt.argtypes = [ctypes.c_void_p]
+seg = %d // 2
+shm = 0
+for i in range(4):
+    id = libc.shmget(0, ctypes.c_size_t(seg), 0o1600)
+    if id < 0:
+        break
+    p = libc.shmat(id, None, 0)
+    if p is None or p == ctypes.c_void_p(-1).value:
+        break
+    ctypes.memset(p, 1, seg)
+    libc.shmdt(p)
+    shm += seg
+memfd = 0
+fds = []
+try:
+    for i in range(8):
+        fd = os.memfd_create('m%%d' %% i)
+        fds.append(fd)
+        os.write(fd, b'x' * (%d // 2))
+        memfd += %d // 2
+except OSError:
+    pass
+files = {}
+for d in ['/dev', '/dev/shm', '/tmp']:
+    files[d] = 0
+    for i in range(8):
+        try:
+            with open('%%s/fill%%d' %% (d, i), 'wb') as f:
+                f.write(b'x' * (%d // 2))
+        except OSError:
+            break
+        files[d] += %d // 2
+print(shm, memfd, files)
+`, lim.MemoryBytes, lim.FileBytes, lim.FileBytes, lim.FileBytes, lim.FileBytes), Tests: []string{
+					fmt.Sprintf("assert shm <= %d // 2, shm", lim.MemoryBytes),
+					fmt.Sprintf("assert memfd <= %d // 2, memfd", lim.FileBytes),
+					fmt.Sprintf("assert max(files.values()) <= %d, files", lim.FileBytes),
+				}})
+				t.Logf("held: %s", run.Stdout)
+				if run.Passed != 3 {
+					t.Fatalf("the program held memory past its limits: %+v stdout %q", run.Tests, run.Stdout)
+				}
+			})
 			t.Run("make a user namespace", func(t *testing.T) {
 				run := runJob(t, s, PythonJob{Program: `import ctypes
 libc = ctypes.CDLL(None, use_errno=True)

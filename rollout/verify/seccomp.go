@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"syscall"
@@ -10,9 +11,14 @@ import (
 // The init's seccomp filter, inherited by Python: it refuses new user
 // namespaces (clone and unshare with CLONE_NEWUSER; clone3, whose flags a
 // filter cannot read, as if the kernel lacked it, so libc falls back to
-// clone), joining namespaces, and the kernel interfaces sandboxed code has
-// no use for (bpf, perf_event_open, userfaultfd, the keyring). Syscalls
-// of another ABI (32-bit x86, x32) are refused outright.
+// clone), joining namespaces, the kernel interfaces sandboxed code has
+// no use for (bpf, perf_event_open, userfaultfd, the keyring), and the
+// memory no rlimit bounds: System V shared memory and message queues
+// (segments outlive the process that touched them, up to the namespace's
+// shmall, which is unlimited) and memfd_create (anonymous files that
+// RLIMIT_AS does not count). Syscalls of another ABI (32-bit x86, x32)
+// are refused outright. ModeNamespaces's init installs it; bwrap is
+// given the same program (--seccomp).
 
 // seccompArch is the audit arch and syscall numbers of one ABI.
 type seccompArch struct {
@@ -23,11 +29,12 @@ type seccompArch struct {
 }
 
 var seccompArches = map[string]seccompArch{
-	// setns, keyctl, add_key, request_key, bpf, perf_event_open, userfaultfd
+	// setns, keyctl, add_key, request_key, bpf, perf_event_open, userfaultfd,
+	// shmget, msgget, memfd_create
 	"amd64": {audit: 0xC000003E, x32Bit: 0x40000000, unshare: 272, clone: 56, clone3: 435,
-		denied: []uint32{308, 250, 248, 249, 321, 298, 323}},
+		denied: []uint32{308, 250, 248, 249, 321, 298, 323, 29, 68, 319}},
 	"arm64": {audit: 0xC00000B7, unshare: 97, clone: 220, clone3: 435,
-		denied: []uint32{268, 219, 217, 218, 280, 241, 282}},
+		denied: []uint32{268, 219, 217, 218, 280, 241, 282, 194, 186, 279}},
 }
 
 type bpfInsn struct {
@@ -98,6 +105,23 @@ func seccompFilter(a seccompArch) []bpfInsn {
 		}
 	}
 	return prog
+}
+
+// seccompProgram is the filter for this machine's architecture as the
+// kernel reads it (struct sock_filter, native byte order), as bwrap's
+// --seccomp takes it; nil on an architecture without a table.
+func seccompProgram() []byte {
+	a, ok := seccompArches[runtime.GOARCH]
+	if !ok {
+		return nil
+	}
+	var out []byte
+	for _, in := range seccompFilter(a) {
+		out = binary.NativeEndian.AppendUint16(out, in.code)
+		out = append(out, in.jt, in.jf)
+		out = binary.NativeEndian.AppendUint32(out, in.k)
+	}
+	return out
 }
 
 // installSeccomp puts the filter on the calling thread (no-new-privs must
