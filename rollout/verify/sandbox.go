@@ -27,6 +27,9 @@ import (
 //     space, CPU seconds, processes, file size, open files, no core dumps);
 //   - a wall-clock limit, after which the whole process group is killed;
 //   - stdout and stderr capped (the pipe is closed past the cap);
+//   - the tests judged in a process of their own that the program cannot
+//     read or write (harness.py), against values the program returns as
+//     plain data, so the program cannot forge its verdict;
 //   - a private temp dir as working directory and HOME, removed afterwards;
 //   - a uid of its own per concurrent slot when rlnode runs as root, so
 //     that RLIMIT_NPROC applies (the kernel exempts root from it) and
@@ -256,10 +259,10 @@ func (s *Sandbox) probeNamespaces() error {
 	return err
 }
 
-// command is the command line that runs Python's -c program in mode
-// (ModeBwrap or ModeNamespaces) and its working directory.
-func (s *Sandbox) command(mode string, slot int, program string) ([]string, string, error) {
-	python := []string{s.cfg.Python, "-I", "-c", program}
+// command is the command line that runs Python's -c program with its
+// arguments in mode (ModeBwrap or ModeNamespaces) and its working directory.
+func (s *Sandbox) command(mode string, slot int, program string, arg ...string) ([]string, string, error) {
+	python := append([]string{s.cfg.Python, "-I", "-c", program}, arg...)
 	if mode == ModeBwrap {
 		return append(s.bwrapArgs(), python...), "/", nil
 	}
@@ -460,13 +463,16 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 	}
 	nonce := hex.EncodeToString(nonceBytes)
 	lim := s.cfg.Limits
-	input, err := json.Marshal(map[string]any{
-		"nonce": nonce, "setup": job.Setup, "program": job.Program, "tests": job.Tests,
-		"limits": map[string]any{
-			"memory_bytes": lim.MemoryBytes, "processes": lim.Processes, "file_bytes": lim.FileBytes,
-			"cpu_seconds": lim.CPUSeconds, "test_seconds": lim.Test.Seconds(),
-		},
+	// The limits are the harness's argument: it sets them and starts the
+	// program's process before it reads the job (with the tests) from stdin.
+	limits, err := json.Marshal(map[string]any{
+		"memory_bytes": lim.MemoryBytes, "processes": lim.Processes, "file_bytes": lim.FileBytes,
+		"cpu_seconds": lim.CPUSeconds, "test_seconds": lim.Test.Seconds(),
 	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: encode limits: %w", err)
+	}
+	input, err := json.Marshal(map[string]any{"nonce": nonce, "setup": job.Setup, "program": job.Program, "tests": job.Tests})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: encode job: %w", err)
 	}
@@ -486,9 +492,9 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 				return nil, fmt.Errorf("sandbox: temp dir %s: %w", dir, err)
 			}
 		}
-		args = []string{s.cfg.Python, "-I", "-c", harnessSource}
+		args = []string{s.cfg.Python, "-I", "-c", harnessSource, string(limits)}
 		env = append(env, "HOME="+dir, "TMPDIR="+dir)
-	} else if args, dir, err = s.command(s.mode, slot, harnessSource); err != nil {
+	} else if args, dir, err = s.command(s.mode, slot, harnessSource, string(limits)); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 

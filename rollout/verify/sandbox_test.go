@@ -406,6 +406,163 @@ func TestCodeVerify(t *testing.T) {
 	}
 }
 
+// TestCodeVerifyForgedVerdicts: programs written to score without solving
+// the task (none of them computes f) must score 0 in every mode, the
+// trusted one too: the verdict is the harness's, not the program's.
+func TestCodeVerifyForgedVerdicts(t *testing.T) {
+	ref := Reference{Tests: []string{"assert f(1) == 2", "assert f(2) == 5"}}
+	forgeries := []struct{ name, program string }{
+		{"report with the harness's own function", `import os, sys
+say = sys._getframe(1).f_locals['say']
+for i in range(2):
+    say('test', i, 'pass', '')
+say('done')
+os._exit(0)
+`},
+		{"rewrite the harness's report encoder", `import json
+encode = json.dumps
+def forged(parts, *a, **k):
+    parts = list(parts)
+    if parts and parts[0] == 'test':
+        parts[2], parts[3] = 'pass', ''
+    return encode(parts, *a, **k)
+json.dumps = forged
+def f(x):
+    return None
+`},
+		{"an answer equal to everything", `class Anything:
+    def __eq__(self, other):
+        return True
+def f(x):
+    return Anything()
+`},
+		{"an int equal to everything", `class Anything(int):
+    def __eq__(self, other):
+        return True
+    __hash__ = int.__hash__
+def f(x):
+    return Anything(0)
+`},
+		{"read the expected values from memory", `import gc, re
+want = {}
+for o in gc.get_objects():
+    try:
+        values = list(o.values()) if isinstance(o, dict) else list(o) if isinstance(o, list) else []
+    except Exception:
+        continue
+    for v in values:
+        for t in (v if isinstance(v, list) else [v]):
+            m = re.match(r'assert f\((\d+)\) == (\d+)', t) if isinstance(t, str) else None
+            if m:
+                want[int(m.group(1))] = int(m.group(2))
+def f(x):
+    return want.get(x)
+`},
+	}
+	for mode, s := range sandboxes(t) {
+		t.Run(mode, func(t *testing.T) {
+			v := Code{Sandbox: s}
+			for _, tc := range forgeries {
+				t.Run(tc.name, func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					res := v.Verify(ctx, tc.program, ref)
+					t.Logf("%+v", res)
+					if res.Reward != 0 {
+						t.Fatalf("a program that does not compute f scored %v: %+v", res.Reward, res)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestCodeVerifyHonestShapes: the ways MBPP-style tests use a program's
+// values (calls, globals, generators, classes, the program's imports,
+// namedtuples and Counters against plain literals) score as before.
+func TestCodeVerifyHonestShapes(t *testing.T) {
+	program := `import math
+from collections import Counter, namedtuple
+Point = namedtuple('Point', 'x y')
+LIMIT = 10
+def area(r):
+    return math.pi * r * r
+def evens(n):
+    return (i for i in range(n) if i % 2 == 0)
+def counts(s):
+    return Counter(s)
+def point(x, y):
+    return Point(x, y)
+def big(n):
+    return 7 ** n
+def raises():
+    raise ValueError('bad input')
+def checks(x):
+    assert x > 0, 'not positive'
+    return x
+def apply(xs, k=1):
+    return [x * k for x in xs]
+class Stack:
+    def __init__(self):
+        self.items = []
+    def push(self, x):
+        self.items.append(x)
+        return len(self.items)
+    def top(self):
+        return self.items[-1]
+def same(x):
+    return x
+def matcher(s):
+    import re
+    return re.search('a+', s)
+`
+	tests := []struct {
+		test, outcome string
+	}{
+		{"assert math.isclose(area(1), 3.14159, rel_tol=1e-4)", TestPassed},
+		{"assert list(evens(7)) == [0, 2, 4, 6]", TestPassed},
+		{"assert set(evens(5)) == {0, 2, 4}", TestPassed},
+		{"assert 4 in evens(5)", TestPassed},
+		{"assert counts('abca') == {'a': 2, 'b': 1, 'c': 1}", TestPassed},
+		{"assert point(1, 2) == (1, 2)", TestPassed},
+		{"assert big(3000) % 1000 == 7 ** 3000 % 1000", TestPassed},
+		{"assert LIMIT == 10", TestPassed},
+		{"assert apply([1, 2], k=3) == [3, 6]", TestPassed},
+		{"assert all(same(i) == i for i in range(3))", TestPassed},
+		{"assert [same(x) for x in (1.5, -0.0, 'é', b'\\x00', None, True, (1, [2]), frozenset({3}), 2j)] == [1.5, -0.0, 'é', b'\\x00', None, True, (1, [2]), frozenset({3}), 2j]", TestPassed},
+		{"s = Stack()\nassert s.push(5) == 1\nassert s.top() == 5", TestPassed},
+		{"assert len(Stack().items) == 0", TestPassed},
+		{"assert same(1) is not None and same(None) is None", TestPassed},
+		{"assert area(1) == 3", TestFailed},
+		{"assert checks(-1) == -1", TestFailed},
+		{"assert raises() == 1", TestError},
+		{"assert matcher('baa')", TestPassed},
+		{"assert matcher('baa') == 'aa'", TestError},
+		{"assert undefined_name(3)", TestError},
+	}
+	ref := Reference{}
+	for _, tc := range tests {
+		ref.Tests = append(ref.Tests, tc.test)
+	}
+	for mode, s := range sandboxes(t) {
+		t.Run(mode, func(t *testing.T) {
+			run := runJob(t, s, PythonJob{Program: program, Tests: ref.Tests})
+			if run.ProgramError != "" || run.Stopped != "" {
+				t.Fatalf("run: %+v", run)
+			}
+			for i, tc := range tests {
+				if run.Tests[i].Outcome != tc.outcome {
+					t.Errorf("%q: %+v, want %s", tc.test, run.Tests[i], tc.outcome)
+				}
+			}
+			if !strings.Contains(run.Tests[15].Detail, "not positive") || !strings.Contains(run.Tests[16].Detail, "ValueError: bad input") ||
+				!strings.Contains(run.Tests[18].Detail, "not plain data") || !strings.Contains(run.Tests[19].Detail, "NameError") {
+				t.Errorf("details: %+v", run.Tests[15:])
+			}
+		})
+	}
+}
+
 // BenchmarkSandboxTrivial measures sandboxed executions per second of a
 // trivial program with one test, in each available mode.
 func BenchmarkSandboxTrivial(b *testing.B) {
