@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"sync"
@@ -39,6 +40,7 @@ func newVerifier(cfg Config) (verify.Verifier, error) {
 		if err != nil {
 			return nil, fmt.Errorf("driver: code verifier: %w", err)
 		}
+		logSandbox(cfg.Logger, "code verifier", sb)
 		return verify.Code{Sandbox: sb}, nil
 	}
 	return nil, fmt.Errorf("driver config: verifier %q: want math, gsm8k or code", cfg.Verifier)
@@ -68,7 +70,16 @@ func newPython(cfg Config) (episode.PythonExecutor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("driver: python tool: %w", err)
 	}
+	logSandbox(cfg.Logger, "python tool", sb)
 	return episode.SandboxPython{Sandbox: sb}, nil
+}
+
+// logSandbox says which sandbox runs generated code (auto picks bwrap or
+// namespaces by what works on this host): a run never leaves it unsaid.
+func logSandbox(log *slog.Logger, use string, sb *verify.Sandbox) {
+	if log != nil {
+		log.Info("code sandbox", "for", use, "mode", sb.Mode(), "isolation", sb.Isolation())
+	}
 }
 
 // Where code verifications run (Config.VerifyOn).

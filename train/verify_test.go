@@ -3,6 +3,7 @@ package train
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,27 @@ func TestCodeVerifier(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkCodeVerdicts(t, v)
+}
+
+// TestCodeSandboxSaid: the sandbox a run's code verifier and python tool
+// picked (auto: bwrap or namespaces, whichever works here) is in the run's
+// log, never left unsaid.
+func TestCodeSandboxSaid(t *testing.T) {
+	needPython(t)
+	var logged bytes.Buffer
+	cfg := Config{Verifier: VerifierCode, PythonTool: true, VerifyWorkers: 1, Logger: slog.New(slog.NewTextHandler(&logged, nil))}
+	if _, err := newVerifier(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newPython(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("log:\n%s", logged.String())
+	for _, use := range []string{"code verifier", "python tool"} {
+		if !strings.Contains(logged.String(), `msg="code sandbox" for="`+use+`" mode=`) {
+			t.Errorf("the log does not say which sandbox the %s uses", use)
+		}
+	}
 }
 
 // checkCodeVerdicts has v score a right program, a half-right one and two
