@@ -116,12 +116,38 @@ def encode(v, handles):
     if isinstance(v, Handle):
         return ["h", v._id]
     if handles is None:
-        raise TypeError("a %s cannot be sent to the program" % type(v).__name__)
+        # The judge's side: a function or class a module names (abs, len,
+        # math.sqrt) goes by that name; nothing else of the judge's does.
+        ref = named(v)
+        if ref is None:
+            raise TypeError("a %s of the test's cannot be passed to the program: only plain data and "
+                            "functions and classes a module names (abs, math.sqrt)" % type(v).__name__)
+        return ["r", ref[0], ref[1]]
     handles.append(v)
     return ["h", len(handles) - 1, type(v).__name__]
 
 
-def decode(e, handle):
+def named(v):
+    """(module, qualified name) that import to v itself, or None."""
+    module, qualname = getattr(v, "__module__", None), getattr(v, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    try:
+        return (module, qualname) if by_name(module, qualname) is v else None
+    except Exception:
+        return None
+
+
+def by_name(module, qualname):
+    v = importlib.import_module(module)
+    for part in qualname.split("."):
+        v = getattr(v, part)
+    return v
+
+
+def decode(e, handle, refs=False):
+    """The value e encodes; handle makes a handle's, and refs (the runner's
+    side only) lets functions and classes come by name."""
     tag = e[0]
     if tag == "n":
         return None
@@ -140,17 +166,19 @@ def decode(e, handle):
     if tag == "y":
         return bytes.fromhex(e[1])
     if tag == "t":
-        return tuple(decode(x, handle) for x in e[1])
+        return tuple(decode(x, handle, refs) for x in e[1])
     if tag == "l":
-        return [decode(x, handle) for x in e[1]]
+        return [decode(x, handle, refs) for x in e[1]]
     if tag == "d":
-        return {decode(k, handle): decode(x, handle) for k, x in e[1]}
+        return {decode(k, handle, refs): decode(x, handle, refs) for k, x in e[1]}
     if tag == "F":
-        return frozenset(decode(x, handle) for x in e[1])
+        return frozenset(decode(x, handle, refs) for x in e[1])
     if tag == "S":
-        return set(decode(x, handle) for x in e[1])
+        return set(decode(x, handle, refs) for x in e[1])
     if tag == "h":
         return handle(e)
+    if tag == "r" and refs and len(e) == 3:
+        return by_name(str(e[1]), str(e[2]))
     raise ValueError("unknown value tag %r" % (tag,))
 
 
@@ -199,13 +227,13 @@ def runner(rfd, wfd, lim):
                         out = ["value", encode(v, handles)]
             elif op == "call":
                 fn = from_judge(["h", req[2]])
-                args = [decode(a, from_judge) for a in req[3]]
-                kwargs = {str(k): decode(a, from_judge) for k, a in req[4]}
+                args = [decode(a, from_judge, True) for a in req[3]]
+                kwargs = {str(k): decode(a, from_judge, True) for k, a in req[4]}
                 out = ["value", encode(fn(*args, **kwargs), handles)]
             elif op == "getattr":
                 out = ["value", encode(getattr(from_judge(["h", req[2]]), req[3]), handles)]
             elif op == "getitem":
-                out = ["value", encode(from_judge(["h", req[2]])[decode(req[3], from_judge)], handles)]
+                out = ["value", encode(from_judge(["h", req[2]])[decode(req[3], from_judge, True)], handles)]
             elif op == "bool":
                 out = ["value", encode(bool(from_judge(["h", req[2]])), handles)]
             elif op == "len":
@@ -439,8 +467,8 @@ def judge(pid, requests, replies, lim):
             say(stage, "error", describe(e))
             return
     say("program", "ok", "")
+    names = Names(setup_names)  # what a test assigns, the next ones see
     for i, test in enumerate(job.get("tests") or []):
-        names = Names(setup_names)
         try:
             step("test", test, lambda src: exec(compile(src, "<test %d>" % (i + 1), "exec"), names))
             say("test", i, "pass", "")

@@ -443,6 +443,29 @@ def f(x):
 def f(x):
     return Anything(0)
 `},
+		{"read the expected values from the harness's memory", `import os, re
+want = {}
+for pid in (os.getpid(), os.getppid()):
+    try:
+        maps = open('/proc/%d/maps' % pid).read().splitlines()
+        mem = open('/proc/%d/mem' % pid, 'rb')
+    except OSError:
+        continue
+    for line in maps:
+        addr, perms = line.split()[:2]
+        lo, hi = (int(x, 16) for x in addr.split('-'))
+        if not perms.startswith('rw') or hi - lo > 64 << 20:
+            continue
+        try:
+            mem.seek(lo)
+            chunk = mem.read(hi - lo)
+        except (OSError, ValueError, OverflowError):
+            continue
+        for m in re.finditer(rb'assert f\((\d+)\) == (\d+)', chunk):
+            want[int(m.group(1))] = int(m.group(2))
+def f(x):
+    return want.get(x)
+`},
 		{"read the expected values from memory", `import gc, re
 want = {}
 for o in gc.get_objects():
@@ -512,6 +535,8 @@ class Stack:
         return self.items[-1]
 def same(x):
     return x
+def call(fn, *args):
+    return fn(*args)
 def matcher(s):
     import re
     return re.search('a+', s)
@@ -533,6 +558,9 @@ def matcher(s):
 		{"s = Stack()\nassert s.push(5) == 1\nassert s.top() == 5", TestPassed},
 		{"assert len(Stack().items) == 0", TestPassed},
 		{"assert same(1) is not None and same(None) is None", TestPassed},
+		{"assert call(abs, -3) == 3 and call(math.sqrt, 4) == 2 and call(int, '7') == 7 and call(same, 5) == 5", TestPassed},
+		{"kept = same([1, 2])", TestPassed},
+		{"assert kept == [1, 2]", TestPassed},
 		{"assert area(1) == 3", TestFailed},
 		{"assert checks(-1) == -1", TestFailed},
 		{"assert raises() == 1", TestError},
@@ -555,9 +583,9 @@ def matcher(s):
 					t.Errorf("%q: %+v, want %s", tc.test, run.Tests[i], tc.outcome)
 				}
 			}
-			if !strings.Contains(run.Tests[15].Detail, "not positive") || !strings.Contains(run.Tests[16].Detail, "ValueError: bad input") ||
-				!strings.Contains(run.Tests[18].Detail, "not plain data") || !strings.Contains(run.Tests[19].Detail, "NameError") {
-				t.Errorf("details: %+v", run.Tests[15:])
+			if !strings.Contains(run.Tests[18].Detail, "not positive") || !strings.Contains(run.Tests[19].Detail, "ValueError: bad input") ||
+				!strings.Contains(run.Tests[21].Detail, "not plain data") || !strings.Contains(run.Tests[22].Detail, "NameError") {
+				t.Errorf("details: %+v", run.Tests[18:])
 			}
 		})
 	}
