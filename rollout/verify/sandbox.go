@@ -31,7 +31,7 @@ import (
 //     read or write (harness.py), against values the program returns as
 //     plain data, so the program cannot forge its verdict;
 //   - a private temp dir as working directory and HOME, removed afterwards;
-//   - a uid of its own per concurrent slot when rlnode runs as root, so
+//   - a uid of its own per run when rlnode runs as root (uids.go), so
 //     that RLIMIT_NPROC applies (the kernel exempts root from it) and
 //     root-owned files are out of reach.
 //
@@ -91,7 +91,7 @@ type SandboxConfig struct {
 	Bwrap       string // bubblewrap binary; default "bwrap" from PATH
 	Limits      Limits // zero value: DefaultLimits
 	Concurrency int    // runs at once; default runtime.NumCPU()
-	// UIDBase is the first uid of the per-slot uids used when running as
+	// UIDBase is the first of the uids the runs take, one each, when running as
 	// root; default 0x7A000000 (far above any login uid).
 	UIDBase int
 	TempDir string // parent of the private temp dirs; default os.TempDir()
@@ -142,7 +142,7 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 	if fi, err := os.Stat(cfg.TempDir); err != nil {
 		return nil, fmt.Errorf("sandbox temp dir: %w", err)
 	} else if s.asRoot && fi.Mode().Perm()&0o001 == 0 {
-		// The per-slot uids must reach their private dirs inside it.
+		// The runs' uids must reach their private dirs inside it.
 		return nil, fmt.Errorf("sandbox temp dir %s: mode %v is not searchable by other users", cfg.TempDir, fi.Mode().Perm())
 	}
 	for i := range cfg.Concurrency {
@@ -178,7 +178,7 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 		s.mode = ModeRlimitOnly
 		s.isolation = "rlimit-only: rlimits alone; the code is trusted: it can reach the network, this user's files and processes"
 		if s.asRoot {
-			s.isolation = "rlimit-only: rlimits; own uid per slot; network, pid, ipc and uts namespaces; the code is trusted: it can write to world-writable paths"
+			s.isolation = "rlimit-only: rlimits; own uid per run; network, pid, ipc and uts namespaces; the code is trusted: it can write to world-writable paths"
 		}
 	case "rlimit":
 		return nil, fmt.Errorf("sandbox mode %q: does not contain untrusted code; use %q (the default picks bwrap or namespaces), or %q for code you trust", cfg.Mode, ModeNamespaces, ModeRlimitOnly)
@@ -186,9 +186,17 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox mode %q: want %q, %q or %q", cfg.Mode, ModeBwrap, ModeNamespaces, ModeRlimitOnly)
 	}
 	if s.asRoot {
-		s.isolation += fmt.Sprintf("; uids %d..%d", cfg.UIDBase, cfg.UIDBase+cfg.Concurrency-1)
+		s.isolation += fmt.Sprintf("; a uid of its own per run, from %d", cfg.UIDBase)
 	}
 	return s, nil
+}
+
+// claimUID is the uid a run takes as root (uids.go), 0 otherwise.
+func (s *Sandbox) claimUID() (int, func(), error) {
+	if !s.asRoot {
+		return 0, func() {}, nil
+	}
+	return claimUID(s.cfg.UIDBase, s.cfg.TempDir)
 }
 
 // Mode is ModeBwrap, ModeNamespaces or ModeRlimitOnly: which sandbox runs the code.
@@ -213,7 +221,12 @@ func (s *Sandbox) probe(mode string) error {
 	defer cancel()
 	slot := <-s.slots
 	defer func() { s.slots <- slot }()
-	args, dir, err := s.command(mode, slot, "print('ok')")
+	uid, release, err := s.claimUID()
+	if err != nil {
+		return err
+	}
+	defer release()
+	args, dir, err := s.command(mode, uid, "print('ok')")
 	if err != nil {
 		return err
 	}
@@ -221,7 +234,7 @@ func (s *Sandbox) probe(mode string) error {
 	if mode == ModeNamespaces {
 		cmd.Args[0] = nsInitArg0
 	}
-	cmd.SysProcAttr = s.sysProcAttr(slot, mode)
+	cmd.SysProcAttr = s.sysProcAttr(uid, mode)
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	if mode == ModeBwrap {
@@ -260,8 +273,9 @@ func (s *Sandbox) probeNamespaces() error {
 }
 
 // command is the command line that runs Python's -c program with its
-// arguments in mode (ModeBwrap or ModeNamespaces) and its working directory.
-func (s *Sandbox) command(mode string, slot int, program string, arg ...string) ([]string, string, error) {
+// arguments in mode (ModeBwrap or ModeNamespaces), as uid when running as
+// root, and its working directory.
+func (s *Sandbox) command(mode string, uid int, program string, arg ...string) ([]string, string, error) {
 	python := append([]string{s.cfg.Python, "-I", "-c", program}, arg...)
 	if mode == ModeBwrap {
 		return append(s.bwrapArgs(), python...), "/", nil
@@ -276,7 +290,7 @@ func (s *Sandbox) command(mode string, slot int, program string, arg ...string) 
 	}
 	cfg.UserNS = s.userns
 	if s.asRoot && !s.userns {
-		cfg.UID, cfg.GID = s.cfg.UIDBase+slot, s.cfg.UIDBase+slot
+		cfg.UID, cfg.GID = uid, uid
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
@@ -349,16 +363,16 @@ func bwrapSeccompFile() (*os.File, error) {
 // sysProcAttr puts the child in its own process group (so the wall-clock
 // kill reaches its children) and kills it with its parent. In
 // ModeNamespaces it makes the namespaces, mapping uid and gid 0 inside to
-// the caller's (as root: the slot's) ids. As root in the other modes it
-// switches to the slot's uid and, in ModeRlimitOnly, unshares the
+// the caller's (as root: the run's) ids. As root in the other modes it
+// switches to the run's uid and, in ModeRlimitOnly, unshares the
 // namespaces that need no mounts.
-func (s *Sandbox) sysProcAttr(slot int, mode string) *syscall.SysProcAttr {
+func (s *Sandbox) sysProcAttr(runUID int, mode string) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	uid := uint32(s.cfg.UIDBase + slot)
+	uid := uint32(runUID)
 	if mode == ModeNamespaces {
 		attr.Cloneflags = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
 		if !s.userns {
-			return attr // the init runs as root and starts Python as the slot's uid
+			return attr // the init runs as root and starts Python as the run's uid
 		}
 		attr.Cloneflags |= syscall.CLONE_NEWUSER
 		hostUID, hostGID := os.Getuid(), os.Getgid()
@@ -456,6 +470,11 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 		return nil, fmt.Errorf("sandbox: waiting for a free slot: %w", ctx.Err())
 	}
 	defer func() { s.slots <- slot }()
+	uid, release, err := s.claimUID()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	defer release()
 
 	nonceBytes := make([]byte, 16)
 	if _, err := rand.Read(nonceBytes); err != nil {
@@ -487,14 +506,13 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 		}
 		defer os.RemoveAll(dir)
 		if s.asRoot {
-			uid := s.cfg.UIDBase + slot
 			if err := os.Chown(dir, uid, uid); err != nil {
 				return nil, fmt.Errorf("sandbox: temp dir %s: %w", dir, err)
 			}
 		}
 		args = []string{s.cfg.Python, "-I", "-c", harnessSource, string(limits)}
 		env = append(env, "HOME="+dir, "TMPDIR="+dir)
-	} else if args, dir, err = s.command(s.mode, slot, harnessSource, string(limits)); err != nil {
+	} else if args, dir, err = s.command(s.mode, uid, harnessSource, string(limits)); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 
@@ -506,7 +524,7 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 	}
 	cmd.Dir = dir
 	cmd.Env = env
-	cmd.SysProcAttr = s.sysProcAttr(slot, s.mode)
+	cmd.SysProcAttr = s.sysProcAttr(uid, s.mode)
 	cmd.Cancel = func() error {
 		// The whole group: bwrap, the init or python and anything it
 		// forked (with a pid namespace, all of it dies with its init).

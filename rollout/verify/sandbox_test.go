@@ -1078,3 +1078,68 @@ func killedVerifier(t *testing.T, mode string) {
 	}
 	t.Fatalf("processes of the sandbox outlived the killed verifier: %v", left)
 }
+
+// TestSandboxRunsShareNoUID: as root each run has a uid of its own, so
+// that RLIMIT_NPROC is its own where no user namespace keeps the count
+// apart (rlimit-only, and namespaces where the kernel refuses a user
+// namespace); two sandboxes of one process (a run's verifier and python
+// tool, two rollout actors of a node) must not hand the same uid to two
+// runs at once, or one run's fork bomb stops the other's honest subprocess.
+func TestSandboxRunsShareNoUID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("per-run uids are made only as root")
+	}
+	lim := testLimits()
+	lim.Wall, lim.Test, lim.CPUSeconds = 60*time.Second, 40*time.Second, 20
+	for _, mode := range []string{ModeBwrap, ModeNamespaces, nsWithoutUserNS, ModeRlimitOnly} {
+		t.Run(mode, func(t *testing.T) {
+			var boxes [2]*Sandbox
+			for i := range boxes {
+				var s *Sandbox
+				var err error
+				if mode == nsWithoutUserNS {
+					s, err = namespacesWithoutUserNS(lim)
+				} else {
+					s, err = NewSandbox(SandboxConfig{Mode: mode, Limits: lim, Concurrency: 1, UIDBase: testUIDBase})
+				}
+				if err != nil {
+					t.Skipf("%s cannot run here: %v", mode, err)
+				}
+				boxes[i] = s
+			}
+			// The first run takes every process its limit allows, then
+			// becomes a process the test can see, and holds them all until
+			// it is cancelled.
+			marker := fmt.Sprintf("rlnode-forks-held-%d-%s", os.Getpid(), mode)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				boxes[0].RunPython(ctx, PythonJob{Program: fmt.Sprintf(`import os, sys, time
+for i in range(64):
+    try:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+    except OSError:
+        break
+os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', %q])
+`, marker), Tests: []string{"assert True"}})
+			}()
+			for deadline := time.Now().Add(30 * time.Second); len(processesWith(t, marker)) == 0; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the first run did not take its processes")
+				}
+			}
+			run := runJob(t, boxes[1], PythonJob{Program: `import subprocess, sys
+out = subprocess.run([sys.executable, '-c', 'print(6 * 7)'], capture_output=True, text=True).stdout.strip()
+`, Tests: []string{"assert out == '42'"}})
+			cancel()
+			<-done
+			if run.Passed != 1 {
+				t.Fatalf("a run beside another sandbox's fork bomb could not start a subprocess: %+v", run)
+			}
+		})
+	}
+}

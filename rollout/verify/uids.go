@@ -1,0 +1,87 @@
+package verify
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+)
+
+// As root every run gets a uid of its own, so that its RLIMIT_NPROC
+// counts its processes alone where no user namespace keeps the count
+// apart (ModeRlimitOnly, ModeNamespaces where the kernel refuses a user
+// namespace). A uid is claimed for one run at a time: within the process
+// (every Sandbox of it, whatever its UIDBase) and across processes (a
+// run's verifier, rollout actors, `rlnode verify` on one node) by an
+// flock on a file named after the uid, which the kernel drops when the
+// process dies.
+
+// uidSpan is how many uids from UIDBase a claim tries.
+const uidSpan = 1 << 16
+
+var heldUIDs = struct {
+	sync.Mutex
+	uids map[int]bool
+}{uids: map[int]bool{}}
+
+// uidLockDir is where the uid claims' lock files live: root's own
+// directory (a directory of another owner, or open to others, could be
+// another user's to forge or hold claims in).
+func uidLockDir(tempDir string) (string, error) {
+	parent := "/run"
+	if fi, err := os.Stat(parent); err != nil || !fi.IsDir() {
+		parent = tempDir
+	}
+	dir := filepath.Join(parent, "rlnode-sandbox-uids")
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("sandbox uid claims: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return "", fmt.Errorf("sandbox uid claims: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || st.Uid != 0 || fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("sandbox uid claims: %s is not a directory of root's closed to others (%v); remove it", dir, fi.Mode())
+	}
+	return dir, nil
+}
+
+// claimUID claims the first free uid from base for one run; release
+// gives it back.
+func claimUID(base int, tempDir string) (uid int, release func(), err error) {
+	dir, err := uidLockDir(tempDir)
+	if err != nil {
+		return 0, nil, err
+	}
+	heldUIDs.Lock()
+	defer heldUIDs.Unlock()
+	for uid = base; uid < base+uidSpan; uid++ {
+		if heldUIDs.uids[uid] {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(uid)), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return 0, nil, fmt.Errorf("sandbox uid claims: %w", err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				continue // another process's run holds it
+			}
+			return 0, nil, fmt.Errorf("sandbox uid claims: lock %s: %w", f.Name(), err)
+		}
+		heldUIDs.uids[uid] = true
+		claimed := uid
+		return uid, func() {
+			heldUIDs.Lock()
+			delete(heldUIDs.uids, claimed)
+			heldUIDs.Unlock()
+			f.Close() // drops the flock
+		}, nil
+	}
+	return 0, nil, fmt.Errorf("sandbox uid claims: all %d uids from %d are in use", uidSpan, base)
+}
