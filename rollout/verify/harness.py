@@ -37,6 +37,7 @@ class TestTimeout(BaseException):
 
 def _rlnode_harness():
     lim = json.loads(sys.argv[1])
+    del sys.argv[1:]  # the program sees the argv of python3 -c, as before
 
     def setlimit(which, value):
         if value > 0:

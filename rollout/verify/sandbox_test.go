@@ -508,6 +508,8 @@ func TestCodeVerifyHonestShapes(t *testing.T) {
 from collections import Counter, namedtuple
 Point = namedtuple('Point', 'x y')
 LIMIT = 10
+import sys
+ARGV = list(sys.argv)
 def area(r):
     return math.pi * r * r
 def evens(n):
@@ -558,6 +560,7 @@ def matcher(s):
 		{"s = Stack()\nassert s.push(5) == 1\nassert s.top() == 5", TestPassed},
 		{"assert len(Stack().items) == 0", TestPassed},
 		{"assert same(1) is not None and same(None) is None", TestPassed},
+		{"assert ARGV == ['-c']", TestPassed},
 		{"assert call(abs, -3) == 3 and call(math.sqrt, 4) == 2 and call(int, '7') == 7 and call(same, 5) == 5", TestPassed},
 		{"kept = same([1, 2])", TestPassed},
 		{"assert kept == [1, 2]", TestPassed},
@@ -583,9 +586,9 @@ def matcher(s):
 					t.Errorf("%q: %+v, want %s", tc.test, run.Tests[i], tc.outcome)
 				}
 			}
-			if !strings.Contains(run.Tests[18].Detail, "not positive") || !strings.Contains(run.Tests[19].Detail, "ValueError: bad input") ||
-				!strings.Contains(run.Tests[21].Detail, "not plain data") || !strings.Contains(run.Tests[22].Detail, "NameError") {
-				t.Errorf("details: %+v", run.Tests[18:])
+			if !strings.Contains(run.Tests[19].Detail, "not positive") || !strings.Contains(run.Tests[20].Detail, "ValueError: bad input") ||
+				!strings.Contains(run.Tests[22].Detail, "not plain data") || !strings.Contains(run.Tests[23].Detail, "NameError") {
+				t.Errorf("details: %+v", run.Tests[19:])
 			}
 		})
 	}
