@@ -44,7 +44,6 @@ def _rlnode_harness():
             resource.setrlimit(which, (value, value))
 
     setlimit(resource.RLIMIT_AS, lim["memory_bytes"])
-    setlimit(resource.RLIMIT_NPROC, lim["processes"])
     setlimit(resource.RLIMIT_FSIZE, lim["file_bytes"])
     setlimit(resource.RLIMIT_NOFILE, 64)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -60,7 +59,11 @@ def _rlnode_harness():
 
     to_runner_r, to_runner_w = os.pipe()
     from_runner_r, from_runner_w = os.pipe()
+    # The process limit comes after the fork: where it counts all of a
+    # user's processes (no user namespace, not root), the harness's own
+    # fork must not need room the program would not need.
     pid = os.fork()
+    setlimit(resource.RLIMIT_NPROC, lim["processes"])
     if pid == 0:
         try:
             os.close(to_runner_w)

@@ -1146,3 +1146,40 @@ out = subprocess.run([sys.executable, '-c', 'print(6 * 7)'], capture_output=True
 		})
 	}
 }
+
+// TestSandboxHarnessTakesNoProcessOfTheLimit: where RLIMIT_NPROC counts
+// processes the run did not start (rlimit-only as a user who has others
+// running), a program that starts none must still run: the harness's own
+// second process is not the program's to pay for. As root the test gives
+// a uid more processes than the limit and runs there.
+func TestSandboxHarnessTakesNoProcessOfTheLimit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start processes as another uid")
+	}
+	lim := testLimits()
+	base := testUIDBase + 8
+	ctx, cancel := context.WithCancel(context.Background())
+	var others []*exec.Cmd
+	defer func() {
+		cancel()
+		for _, cmd := range others {
+			cmd.Wait()
+		}
+	}()
+	for range lim.Processes + 4 {
+		cmd := exec.CommandContext(ctx, "/usr/bin/sleep", "60")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(base), Gid: uint32(base), Groups: []uint32{}}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, cmd)
+	}
+	s, err := NewSandbox(SandboxConfig{Mode: ModeRlimitOnly, Limits: lim, Concurrency: 1, UIDBase: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := runJob(t, s, PythonJob{Program: "def f(x):\n    return x + 1\n", Tests: []string{"assert f(1) == 2"}})
+	if run.Passed != 1 {
+		t.Fatalf("the program did not run: %+v", run)
+	}
+}
