@@ -21,6 +21,7 @@
 import builtins
 import importlib
 import json
+import numbers
 import os
 import resource
 import signal
@@ -99,6 +100,8 @@ def encode(v, handles):
         return ["b", bool(v)]
     if isinstance(v, int):
         return ["i", hex(int(v))]  # no digit limit in base 16
+    if handles is not None and isinstance(v, numbers.Integral):
+        return ["i", hex(int(v))]  # numpy's integers compare as ints did
     if isinstance(v, float):
         return ["f", repr(float(v))]
     if isinstance(v, complex):

@@ -510,6 +510,14 @@ Point = namedtuple('Point', 'x y')
 LIMIT = 10
 import sys
 ARGV = list(sys.argv)
+import numbers
+class Six:  # an integer that is not an int, as numpy's are
+    def __int__(self):
+        return 6
+    def __eq__(self, other):
+        return other == 6
+numbers.Integral.register(Six)
+SIX = Six()
 def area(r):
     return math.pi * r * r
 def evens(n):
@@ -561,6 +569,7 @@ def matcher(s):
 		{"assert len(Stack().items) == 0", TestPassed},
 		{"assert same(1) is not None and same(None) is None", TestPassed},
 		{"assert ARGV == ['-c']", TestPassed},
+		{"assert SIX == 6 and [SIX] == [6]", TestPassed},
 		{"assert call(abs, -3) == 3 and call(math.sqrt, 4) == 2 and call(int, '7') == 7 and call(same, 5) == 5", TestPassed},
 		{"kept = same([1, 2])", TestPassed},
 		{"assert kept == [1, 2]", TestPassed},
@@ -586,9 +595,9 @@ def matcher(s):
 					t.Errorf("%q: %+v, want %s", tc.test, run.Tests[i], tc.outcome)
 				}
 			}
-			if !strings.Contains(run.Tests[19].Detail, "not positive") || !strings.Contains(run.Tests[20].Detail, "ValueError: bad input") ||
-				!strings.Contains(run.Tests[22].Detail, "not plain data") || !strings.Contains(run.Tests[23].Detail, "NameError") {
-				t.Errorf("details: %+v", run.Tests[19:])
+			if !strings.Contains(run.Tests[20].Detail, "not positive") || !strings.Contains(run.Tests[21].Detail, "ValueError: bad input") ||
+				!strings.Contains(run.Tests[23].Detail, "not plain data") || !strings.Contains(run.Tests[24].Detail, "NameError") {
+				t.Errorf("details: %+v", run.Tests[20:])
 			}
 		})
 	}
