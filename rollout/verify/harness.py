@@ -334,10 +334,11 @@ class Handle:
 class Judge:
     """The judge's side of the requests to the runner."""
 
-    def __init__(self, pid, requests, replies):
-        self.pid, self.requests, self.replies = pid, requests, replies
+    def __init__(self, pid, requests, replies, seconds):
+        self.pid, self.requests, self.replies, self.seconds = pid, requests, replies, seconds
         self.deadline = 0.0  # of the current step, time.monotonic()
         self.in_request = False
+        self.alarm_missed = False  # the step's alarm came during a request
         self.gone = None
 
     def request(self, op, *args):
@@ -362,6 +363,8 @@ class Judge:
             self.gone = RunnerGone("the program's process ended", status)
         if self.gone is not None:
             raise self.gone
+        if self.alarm_missed:
+            raise TestTimeout("test ran longer than %g s" % self.seconds)
         out = json.loads(line)
         if out[0] == "error":
             if out[3] is True:
@@ -402,10 +405,12 @@ def judge(pid, requests, replies, lim):
             pass
 
     say("limits")
-    j = Judge(pid, requests, replies)
+    j = Judge(pid, requests, replies, lim["test_seconds"])
 
     def on_alarm(signum, frame):
-        if not j.in_request:  # the runner has an alarm of its own
+        if j.in_request:
+            j.alarm_missed = True  # the runner has an alarm of its own; the judge stops at the answer
+        else:
             raise TestTimeout("test ran longer than %g s" % lim["test_seconds"])
 
     signal.signal(signal.SIGALRM, on_alarm)
@@ -439,6 +444,7 @@ def judge(pid, requests, replies, lim):
 
     def step(stage, src, run):
         j.deadline = time.monotonic() + lim["test_seconds"]
+        j.alarm_missed = False
         signal.setitimer(signal.ITIMER_REAL, lim["test_seconds"])
         try:
             run(src)

@@ -152,16 +152,17 @@ func TestSandboxTests(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			run := runJob(t, s, PythonJob{
 				Setup:   "import math",
-				Program: "def area(r):\n    return math.pi * r * r\nprint('defined')\n",
+				Program: "def area(r):\n    return math.pi * r * r\ndef slow():\n    import time\n    try:\n        time.sleep(1.5)\n    except BaseException:\n        pass\nprint('defined')\n",
 				Tests: []string{
 					"assert abs(area(1) - 3.14159) < 1e-4",
 					"assert area(2) == 0, 'wrong on purpose'",
 					"assert undefined_name(3)",
 					"while True:\n    pass",
+					"x = slow()  # swallows its alarm, then the test loops\nwhile True:\n    pass",
 					"assert area(0) == 0",
 				},
 			})
-			want := []string{TestPassed, TestFailed, TestError, TestError, TestPassed}
+			want := []string{TestPassed, TestFailed, TestError, TestError, TestError, TestPassed}
 			for i, w := range want {
 				if run.Tests[i].Outcome != w {
 					t.Errorf("test %d: %+v, want %s", i+1, run.Tests[i], w)
@@ -171,7 +172,7 @@ func TestSandboxTests(t *testing.T) {
 				t.Errorf("run: %+v", run)
 			}
 			if !strings.Contains(run.Tests[1].Detail, "wrong on purpose") || !strings.Contains(run.Tests[2].Detail, "NameError") ||
-				!strings.Contains(run.Tests[3].Detail, "longer than") {
+				!strings.Contains(run.Tests[3].Detail, "longer than") || !strings.Contains(run.Tests[4].Detail, "longer than") {
 				t.Errorf("details: %+v", run.Tests)
 			}
 			if string(run.Stdout) != "defined\n" {
