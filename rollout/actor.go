@@ -213,6 +213,12 @@ func init() {
 	})
 }
 
+// logSandbox says in the node's log which sandbox runs the actor's
+// generated code (auto picks bwrap or namespaces by what works there).
+func logSandbox(ctx *actor.Context, use string, sb *verify.Sandbox) {
+	ctx.Logger().Info("code sandbox", "for", use, "mode", sb.Mode(), "isolation", sb.Isolation())
+}
+
 // EngineFactory builds the engine a rollout actor hosts; model is
 // ActorConfig.Model or FeedbackModel. ctx ends when the actor's spawn is
 // given up (its node stops): a factory that loads weights checks it and
@@ -335,6 +341,9 @@ func newRolloutActor(ctx *actor.Context, cfg ActorConfig) (*rolloutActor, error)
 	if err != nil {
 		return nil, fmt.Errorf("rollout actor: verifier %q: %w", cfg.Verifier, err)
 	}
+	if c, ok := v.(verify.Code); ok && c.Sandbox != nil {
+		logSandbox(ctx, "code verifier", c.Sandbox)
+	}
 	if cfg.ModelFiles != nil && (cfg.Model != "" || !cfg.WeightSync) {
 		return nil, fmt.Errorf("rollout actor: ModelFiles (an engine that starts with no weights) need an empty Model (have %q) and WeightSync (have %v)", cfg.Model, cfg.WeightSync)
 	}
@@ -356,6 +365,7 @@ func newRolloutActor(ctx *actor.Context, cfg ActorConfig) (*rolloutActor, error)
 			a.closeEngines()
 			return nil, fmt.Errorf("rollout actor: python tool: %w", err)
 		}
+		logSandbox(ctx, "python tool", sb)
 		a.python = episode.SandboxPython{Sandbox: sb}
 	}
 	if cfg.WeightSync {

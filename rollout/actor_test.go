@@ -1,10 +1,12 @@
 package rollout_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -443,4 +445,45 @@ func TestActorStopWhileTheEngineLoads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestActorSaysItsCodeSandbox: a rollout actor with the code verifier and
+// the python tool says in its node's log which sandbox runs their code.
+func TestActorSaysItsCodeSandbox(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skipf("the code sandbox needs /usr/bin/python3: %v", err)
+	}
+	var logged syncBuffer
+	s, err := actor.Start(actor.Config{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if _, err := s.SpawnLocal(actor.LocalSpawn{Name: "coder", Kind: rollout.ActorKind, Args: rollout.ActorConfig{Engine: "scripted", Verifier: "code", PythonTool: true}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("log:\n%s", logged.String())
+	for _, use := range []string{"code verifier", "python tool"} {
+		if !strings.Contains(logged.String(), `msg="code sandbox" actor=coder for="`+use+`" mode=`) {
+			t.Errorf("the node's log does not say which sandbox the actor's %s uses", use)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
