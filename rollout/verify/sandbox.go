@@ -248,10 +248,12 @@ func (s *Sandbox) probe(mode string) error {
 		}
 	}
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("probe %s: %w: %s", args[0], err, bytes.TrimSpace(out))
+	if out = bytes.TrimSpace(out); err != nil && len(out) > 0 {
+		return fmt.Errorf("probe %s: %w: %s", args[0], err, out)
+	} else if err != nil {
+		return fmt.Errorf("probe %s: %w", args[0], err)
 	}
-	if string(bytes.TrimSpace(out)) != "ok" {
+	if string(out) != "ok" {
 		return fmt.Errorf("probe %s: unexpected output %q", args[0], out)
 	}
 	return nil
@@ -268,6 +270,11 @@ func (s *Sandbox) probeNamespaces() error {
 			return nil
 		}
 		s.userns = true
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		// What clone(CLONE_NEWUSER) says when user.max_user_namespaces is
+		// 0 (user namespaces off) or used up.
+		return fmt.Errorf("%w (the kernel makes no more user namespaces: sysctl user.max_user_namespaces is 0 or used up)", err)
 	}
 	return err
 }

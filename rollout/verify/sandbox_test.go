@@ -1193,3 +1193,48 @@ func TestSandboxHarnessTakesNoProcessOfTheLimit(t *testing.T) {
 		t.Fatalf("the program did not run: %+v", run)
 	}
 }
+
+// userNSOffEnv marks the test binary run again by
+// TestSandboxWithUserNamespacesOff in a user namespace that may make none.
+const userNSOffEnv = "RLNODE_SANDBOX_USERNS_OFF_CHILD"
+
+// TestSandboxWithUserNamespacesOff: where the kernel makes no user
+// namespace, auto says that no sandbox can contain code, and why, and
+// never falls back to rlimits alone. The test binary runs again in a user
+// namespace of its own whose limit of user namespaces is 0.
+func TestSandboxWithUserNamespacesOff(t *testing.T) {
+	if os.Getenv(userNSOffEnv) != "" {
+		if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0\n"), 0); err != nil {
+			t.Fatal(err)
+		}
+		_, err := NewSandbox(SandboxConfig{Limits: testLimits(), Concurrency: 1})
+		t.Logf("NewSandbox: %v", err)
+		for _, want := range []string{"no sandbox can contain code", "user.max_user_namespaces", ModeRlimitOnly} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("NewSandbox with user namespaces off: %v; want an error naming %q", err, want)
+			}
+		}
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-test.run", "^TestSandboxWithUserNamespacesOff$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), userNSOffEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil && strings.Contains(err.Error(), "fork/exec") {
+		t.Skipf("this host makes no user namespace for the test either: %v", err)
+	}
+	t.Logf("in a user namespace that may make none:\n%s", out)
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestSandboxWithUserNamespacesOff") {
+		t.Fatalf("the test in a user namespace that may make none failed: %v", err)
+	}
+}
