@@ -14,8 +14,8 @@
 # process the program never ran in, against values the program never saw:
 # the program cannot rewrite the tests, the judge's report, or what == and
 # assert mean. The runner's objects that are not plain data come back as
-# handles that can be called, read, iterated and tested for truth, but
-# not compared. The judge reports on fd 3, one line per step:
+# handles that can be called, read, iterated and converted (bool, str,
+# int, float), but not compared. The judge reports on fd 3, one line per step:
 # "<nonce> <json list>". A failing or hanging test does not hide the
 # others: each runs on its own, under its own alarm.
 import builtins
@@ -30,6 +30,8 @@ import time
 
 MAX_REPLY_BYTES = 16 << 20  # one value from the runner
 MAX_ITEMS = 1 << 20  # items of one iteration of a handle
+CONVERSIONS = {"bool": bool, "str": str, "int": int, "index": lambda v: __import__("operator").index(v),
+               "float": float, "complex": complex}
 
 
 class TestTimeout(BaseException):
@@ -241,8 +243,16 @@ def runner(rfd, wfd, lim):
                 out = ["value", encode(getattr(from_judge(["h", req[2]]), req[3]), handles)]
             elif op == "getitem":
                 out = ["value", encode(from_judge(["h", req[2]])[decode(req[3], from_judge, True)], handles)]
-            elif op == "bool":
-                out = ["value", encode(bool(from_judge(["h", req[2]])), handles)]
+            elif op == "convert":
+                v = from_judge(["h", req[2]])
+                kind = req[3]
+                if kind == "format":
+                    v = format(v, str(req[4]))
+                elif kind in CONVERSIONS:
+                    v = CONVERSIONS[kind](v)
+                else:
+                    raise ValueError("unknown conversion %r" % (kind,))
+                out = ["value", encode(v, handles)]
             elif op == "len":
                 out = ["value", encode(len(from_judge(["h", req[2]])), handles)]
             elif op == "iter":
@@ -285,7 +295,8 @@ class ProgramError(Exception):
 
 class Handle:
     """A value of the program's that is not plain data: it can be called,
-    read and iterated (each a request to the runner), not compared."""
+    read, iterated and converted to plain data (each a request to the
+    runner), not compared."""
 
     __slots__ = ("_id", "_type", "_judge")
 
@@ -318,7 +329,27 @@ class Handle:
     def __bool__(self):
         # The program could as well have answered True or False: its own
         # truth is no secret of the test's.
-        return self._judge.ask("bool", self._id) is True
+        return self._judge.ask("convert", self._id, "bool") is True
+
+    # Likewise a conversion to plain data: the program could have answered
+    # that value itself, and the judge compares it.
+    def __str__(self):
+        return self._judge.ask("convert", self._id, "str")
+
+    def __format__(self, spec):
+        return self._judge.ask("convert", self._id, "format", str(spec))
+
+    def __int__(self):
+        return self._judge.ask("convert", self._id, "int")
+
+    def __index__(self):
+        return self._judge.ask("convert", self._id, "index")
+
+    def __float__(self):
+        return self._judge.ask("convert", self._id, "float")
+
+    def __complex__(self):
+        return self._judge.ask("convert", self._id, "complex")
 
     def _opaque(self, *args):
         raise TypeError("the program's %s is not plain data (numbers, strings, bytes, lists, tuples, dicts, sets, "

@@ -536,6 +536,17 @@ def checks(x):
     return x
 def apply(xs, k=1):
     return [x * k for x in xs]
+class Money:
+    def __init__(self, cents):
+        self.cents = cents
+    def __str__(self):
+        return '$%d.%02d' % divmod(self.cents, 100)
+    def __int__(self):
+        return self.cents
+    def __float__(self):
+        return self.cents / 100
+    def __format__(self, spec):
+        return format(self.cents / 100, spec)
 class Stack:
     def __init__(self):
         self.items = []
@@ -571,6 +582,7 @@ def matcher(s):
 		{"assert same(1) is not None and same(None) is None", TestPassed},
 		{"assert ARGV == ['-c']", TestPassed},
 		{"assert SIX == 6 and [SIX] == [6]", TestPassed},
+		{"assert str(Money(150)) == '$1.50' and int(Money(150)) == 150 and float(Money(150)) == 1.5 and f'{Money(150):.1f}' == '1.5'", TestPassed},
 		{"assert call(abs, -3) == 3 and call(math.sqrt, 4) == 2 and call(int, '7') == 7 and call(same, 5) == 5", TestPassed},
 		{"kept = same([1, 2])", TestPassed},
 		{"assert kept == [1, 2]", TestPassed},
@@ -596,9 +608,9 @@ def matcher(s):
 					t.Errorf("%q: %+v, want %s", tc.test, run.Tests[i], tc.outcome)
 				}
 			}
-			if !strings.Contains(run.Tests[20].Detail, "not positive") || !strings.Contains(run.Tests[21].Detail, "ValueError: bad input") ||
-				!strings.Contains(run.Tests[23].Detail, "not plain data") || !strings.Contains(run.Tests[24].Detail, "NameError") {
-				t.Errorf("details: %+v", run.Tests[20:])
+			if !strings.Contains(run.Tests[21].Detail, "not positive") || !strings.Contains(run.Tests[22].Detail, "ValueError: bad input") ||
+				!strings.Contains(run.Tests[24].Detail, "not plain data") || !strings.Contains(run.Tests[25].Detail, "NameError") {
+				t.Errorf("details: %+v", run.Tests[21:])
 			}
 		})
 	}
