@@ -129,6 +129,11 @@ func Serve(node *cluster.Node, cfg Config) {
 	var store *packageStore
 	if cfg.PackagesDir != "" {
 		store = &packageStore{dir: cfg.PackagesDir, now: time.Now, uploading: map[string]bool{}}
+		// A node killed while it received uploads left them torn; those
+		// unused past their TTL go too.
+		store.mu.Lock()
+		store.sweep()
+		store.mu.Unlock()
 	}
 	host.Lock()
 	host.node, host.cfg, host.store = node, cfg, store

@@ -36,6 +36,9 @@ const (
 	MaxPackagesBytes = 8 << 30
 	// uploadIdle is how long an upload may go without a byte arriving.
 	uploadIdle = time.Minute
+	// uploadPrefix begins the name of an upload's file until it is
+	// checked and renamed SHA256.tar.gz.
+	uploadPrefix = ".upload-"
 )
 
 var shaPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -48,6 +51,12 @@ type packageStore struct {
 
 	mu        sync.Mutex
 	uploading map[string]bool
+	// reserved is the bytes announced by the uploads in progress here,
+	// and temps their files: an upload is counted against limit from its
+	// start, at its whole size, so uploads beside each other cannot pass
+	// it together.
+	reserved int64
+	temps    map[string]bool
 }
 
 // errNoRoom: the node keeps MaxPackagesBytes already.
@@ -68,7 +77,10 @@ func (s *packageStore) has(sha string) (int64, bool) {
 }
 
 // sweep removes the packages unused for PackageTTL, and uploads left
-// torn by a node that died, and returns the bytes of those left.
+// torn by a node that died or by a request that ended (a live upload
+// writes at least every uploadIdle, or is cut off), and returns the
+// bytes of those left, less this store's uploads in progress (counted in
+// reserved). Called with mu held.
 func (s *packageStore) sweep() int64 {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
@@ -77,10 +89,14 @@ func (s *packageStore) sweep() int64 {
 	var held int64
 	for _, e := range entries {
 		fi, err := e.Info()
-		if err != nil || !fi.Mode().IsRegular() {
+		if err != nil || !fi.Mode().IsRegular() || s.temps[e.Name()] {
 			continue
 		}
-		if s.now().Sub(fi.ModTime()) > PackageTTL {
+		ttl := PackageTTL
+		if strings.HasPrefix(e.Name(), uploadPrefix) {
+			ttl = 2 * uploadIdle
+		}
+		if s.now().Sub(fi.ModTime()) > ttl {
 			_ = os.Remove(filepath.Join(s.dir, e.Name()))
 			continue
 		}
@@ -112,26 +128,34 @@ func (s *packageStore) put(sha string, size int64, r io.Reader) (held bool, err 
 	if limit <= 0 {
 		limit = MaxPackagesBytes
 	}
-	if kept := s.sweep(); kept+max(size, 0) > limit {
+	if kept := s.sweep() + s.reserved; kept+max(size, 0) > limit {
 		s.mu.Unlock()
-		return false, fmt.Errorf("%w: this node keeps %.1f GiB of uploaded working dirs, and %d bytes more would pass its bound of %.1f GiB (each is kept %v after its last use)", errNoRoom, float64(kept)/(1<<30), size, float64(limit)/(1<<30), PackageTTL)
+		return false, fmt.Errorf("%w: this node keeps %.1f GiB of uploaded working dirs (uploads in progress included), and %d bytes more would pass its bound of %.1f GiB (each is kept %v after its last use)", errNoRoom, float64(kept)/(1<<30), size, float64(limit)/(1<<30), PackageTTL)
 	}
-	if err := checkDisk(s.dir, max(size, 0)); err != nil {
+	if err := checkDisk(s.dir, s.reserved+max(size, 0)); err != nil {
 		s.mu.Unlock()
 		return false, fmt.Errorf("%w: %v", errNoRoom, err)
 	}
-	s.uploading[sha] = true
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.uploading, sha)
-		s.mu.Unlock()
-	}()
-	f, err := os.CreateTemp(s.dir, ".upload-*")
+	f, err := os.CreateTemp(s.dir, uploadPrefix+"*")
 	if err != nil {
+		s.mu.Unlock()
 		return false, err
 	}
-	defer os.Remove(f.Name()) // gone once renamed
+	if s.temps == nil {
+		s.temps = map[string]bool{}
+	}
+	tmp := filepath.Base(f.Name())
+	s.uploading[sha], s.temps[tmp] = true, true
+	s.reserved += max(size, 0)
+	s.mu.Unlock()
+	defer func() {
+		_ = os.Remove(f.Name()) // gone once renamed
+		s.mu.Lock()
+		delete(s.uploading, sha)
+		delete(s.temps, tmp)
+		s.reserved -= max(size, 0)
+		s.mu.Unlock()
+	}()
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(&diskChecked{w: f, dir: s.dir}, h), io.LimitReader(r, MaxPackageBytes+1))
 	if cerr := f.Close(); err == nil {
@@ -207,6 +231,12 @@ func servePackages(node interface {
 	node.HandleControlStream("PUT /packages/{sha}", MaxPackageBytes, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sha, ok := packageName(w, r, store)
 		if !ok {
+			return
+		}
+		if r.ContentLength < 0 {
+			// Its size is counted against the node's bound before its
+			// first byte is kept.
+			http.Error(w, "package "+sha[:12]+": send its size (Content-Length): an upload of unknown size is refused", http.StatusLengthRequired)
 			return
 		}
 		// The endpoint's read timeout is made for small requests: an
