@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -336,6 +337,7 @@ func (c Client) UploadPackage(ctx context.Context, sha string, file io.Reader, s
 type madeRunDir struct {
 	out, workingDir string
 	madeOut         bool // the run folder was made (or reserved) for this submit
+	madeWorkingDir  bool // its working_dir was made by this submit
 	kept            bool
 }
 
@@ -349,11 +351,19 @@ func (m *madeRunDir) undo() {
 	if m == nil || m.kept {
 		return
 	}
-	_ = os.RemoveAll(m.workingDir)
+	// A working_dir made by another submit into the same folder is
+	// that one's, whole or still unpacking.
+	if m.madeWorkingDir {
+		_ = os.RemoveAll(m.workingDir)
+	}
 	if m.madeOut {
 		_ = os.Remove(m.out) // only while empty
 	}
 }
+
+// outChecked runs once a working-dir submit found its run folder new or
+// empty, before it claims it (tests run a rival submit here).
+var outChecked = func() {}
 
 // unpackWorkingDir unpacks req's working dir package into its run folder:
 // req.Out (absolute, new or empty) or, without one, cfg.RunsDir/RECIPE-DATE
@@ -404,10 +414,16 @@ func unpackWorkingDir(node interface{ ID() string }, cfg Config, req SubmitReque
 		entries, err := os.ReadDir(m.out)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
-			if err := os.MkdirAll(m.out, 0o755); err != nil {
+			if err := os.MkdirAll(filepath.Dir(m.out), 0o755); err != nil {
 				return nil, http.StatusBadRequest, fmt.Errorf("run folder %s (node %s): %w", m.out, node.ID(), err)
 			}
-			m.madeOut = true
+			// Made here, or by a submit beside this one (its working_dir,
+			// made first, tells it from this one below).
+			merr := os.Mkdir(m.out, 0o755)
+			if merr != nil && !errors.Is(merr, fs.ErrExist) {
+				return nil, http.StatusBadRequest, fmt.Errorf("run folder %s (node %s): %w", m.out, node.ID(), merr)
+			}
+			m.madeOut = merr == nil
 		case err != nil:
 			return nil, http.StatusBadRequest, fmt.Errorf("run folder %s (node %s): %w", m.out, node.ID(), err)
 		case len(entries) > 0:
@@ -415,7 +431,18 @@ func unpackWorkingDir(node interface{ ID() string }, cfg Config, req SubmitReque
 		}
 	}
 	m.workingDir = filepath.Join(m.out, WorkingDirFolder)
-	if _, err := UnpackWorkingDir(f, m.workingDir); err != nil {
+	outChecked()
+	// Making working_dir claims the folder: of two submits into it at
+	// once, one makes it, the other is refused and removes nothing.
+	if err := os.Mkdir(m.workingDir, 0o755); err != nil {
+		m.undo()
+		if errors.Is(err, fs.ErrExist) {
+			return nil, http.StatusConflict, fmt.Errorf("run folder %s (node %s) is not empty: another submit unpacks its working dir there", m.out, node.ID())
+		}
+		return nil, http.StatusBadRequest, fmt.Errorf("run folder %s (node %s): %w", m.out, node.ID(), err)
+	}
+	m.madeWorkingDir = true
+	if _, err := unpackInto(f, m.workingDir); err != nil {
 		m.undo()
 		return nil, http.StatusBadRequest, fmt.Errorf("node %s: %w", node.ID(), err)
 	}

@@ -283,15 +283,20 @@ type UnpackStats struct {
 // kind, no entry twice), with the executable bit their only mode, within
 // MaxWorkingDirFiles and MaxWorkingDirBytes; anything else stops it with
 // an error naming the entry. On error dst is removed.
-func UnpackWorkingDir(r io.Reader, dst string) (st UnpackStats, err error) {
+func UnpackWorkingDir(r io.Reader, dst string) (UnpackStats, error) {
 	if err := os.Mkdir(dst, 0o755); err != nil {
-		return st, fmt.Errorf("working dir: %w", err)
+		return UnpackStats{}, fmt.Errorf("working dir: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = os.RemoveAll(dst)
-		}
-	}()
+	st, err := unpackInto(r, dst)
+	if err != nil {
+		_ = os.RemoveAll(dst)
+	}
+	return st, err
+}
+
+// unpackInto is UnpackWorkingDir into dst, a folder made for it, which
+// it leaves as it is on error.
+func unpackInto(r io.Reader, dst string) (st UnpackStats, err error) {
 	zr, err := gzip.NewReader(r)
 	if err != nil {
 		return st, fmt.Errorf("working dir package: %w", err)

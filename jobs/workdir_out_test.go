@@ -1,0 +1,57 @@
+package jobs
+
+import (
+	"bytes"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rlnode/rlnode/cluster"
+)
+
+// Two submits of working dirs into one new --out at once: one takes the
+// folder, the other is refused (409) and leaves the first's working dir
+// whole.
+func TestWorkingDirSubmitsIntoOneFolder(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	packages := filepath.Join(t.TempDir(), "packages")
+	node := serveJobs(t, cluster.Config{NodeID: "one-out"}, Config{Executable: "/bin/true", RunsDir: t.TempDir(), PackagesDir: packages})
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{"data/a.jsonl": "{}\n", "recipe.yaml": "name: x\n"})
+	pkg, st := pack(t, src)
+	host.Lock()
+	store := host.store
+	host.Unlock()
+	if _, err := store.put(st.SHA256, int64(len(pkg)), bytes.NewReader(pkg)); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "run")
+	req := SubmitRequest{WorkingDir: st.SHA256, SourceName: "recipe.yaml", Source: "name: x\n", Out: out}
+	var rival *madeRunDir
+	var rivalErr error
+	defer func(f func()) { outChecked = f }(outChecked)
+	first := true
+	outChecked = func() {
+		if first { // the rival finds the folder as new as this submit did
+			first = false
+			rival, _, rivalErr = unpackWorkingDir(node, Config{}, req)
+		}
+	}
+	m, code, err := unpackWorkingDir(node, Config{}, req)
+	if rivalErr != nil {
+		t.Fatalf("the rival submit: %v", rivalErr)
+	}
+	if err == nil || code != http.StatusConflict || !strings.Contains(err.Error(), "another submit") {
+		t.Errorf("the second submit into %s: %d %v (made %v), want 409 naming the other submit", out, code, err, m)
+	}
+	if got := listTree(t, rival.workingDir); got["data/a.jsonl"] != "{}\n" {
+		t.Errorf("the first submit's working dir after the second's refusal: %v", got)
+	}
+	m.undo()
+	rival.undo()
+	if left, _ := os.ReadDir(out); len(left) > 0 {
+		t.Errorf("both undone, %s holds %v", out, left)
+	}
+}
