@@ -69,6 +69,13 @@ func prepareWorkingDir(dir string, excludes []string, recipe string, sets []stri
 	if err != nil {
 		return nil, err
 	}
+	// Unlinked at once, read through its descriptor: a submit killed or
+	// interrupted (Ctrl-C) while it packs or uploads leaves no package
+	// (up to jobs.MaxPackageBytes) in the temporary folder.
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return nil, err
+	}
 	w := &workingDirUpload{dir: dir, file: f}
 	if w.stats, err = jobs.PackWorkingDir(root, append(append([]string{}, jobs.DefaultExcludes...), excludes...), f); err != nil {
 		w.remove()
@@ -144,11 +151,10 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// remove removes the packed file.
+// remove closes the packed file (unlinked when made), which frees it.
 func (w *workingDirUpload) remove() {
 	if w != nil && w.file != nil {
 		w.file.Close()
-		os.Remove(w.file.Name())
 	}
 }
 
