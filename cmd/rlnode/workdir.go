@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -104,9 +106,6 @@ func (w *workingDirUpload) send(c jobs.Client, nodeID string, stdout io.Writer) 
 		fmt.Fprintf(stdout, "  node %s holds it already\n", nodeID)
 		return nil
 	}
-	if _, err := w.file.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
 	// No byte for jobs' idle bound fails it; a whole upload is bounded by
 	// a rate no network a cluster runs on falls under (1 MiB/s).
 	t0 := time.Now()
@@ -125,13 +124,43 @@ func (w *workingDirUpload) send(c jobs.Client, nodeID string, stdout io.Writer) 
 			case <-done:
 				return
 			case <-tick.C:
-				n := sent.n.Load()
-				fmt.Fprintf(stdout, "  sending: %s of %s (%.1f MiB/s)\n", mib(n), mib(st.Packed), float64(n)/(1<<20)/time.Since(t0).Seconds())
+				if n := sent.n.Load(); n > 0 {
+					fmt.Fprintf(stdout, "  sending: %s of %s (%.1f MiB/s)\n", mib(n), mib(st.Packed), float64(n)/(1<<20)/time.Since(t0).Seconds())
+				}
 			}
 		}
 	}()
-	if err := c.UploadPackage(ctx, st.SHA256, sent, st.Packed); err != nil {
-		return fmt.Errorf("upload: %w", err)
+	for waiting := false; ; {
+		if _, err := w.file.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		sent.n.Store(0)
+		err := c.UploadPackage(ctx, st.SHA256, sent, st.Packed)
+		var he *jobs.HTTPError
+		if !errors.As(err, &he) || he.Code != http.StatusConflict {
+			if err != nil {
+				return fmt.Errorf("upload: %w", err)
+			}
+			break
+		}
+		// Another submit of the same folder (a sweep's, beside this one)
+		// is sending the node these bytes: they serve this one too once
+		// there, or are sent again should that upload fail.
+		if !waiting {
+			fmt.Fprintf(stdout, "  node %s is receiving the same package from another submit: waiting for it\n", nodeID)
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("upload: waiting for another submit's upload of the same package: %w", ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+		if has, err := c.HasPackage(ctx, st.SHA256); err != nil {
+			return err
+		} else if has {
+			fmt.Fprintf(stdout, "  node %s holds it now (sent by the other submit)\n", nodeID)
+			return nil
+		}
 	}
 	d := time.Since(t0)
 	fmt.Fprintf(stdout, "  sent to node %s in %.1f s (%.1f MiB/s)\n", nodeID, d.Seconds(), float64(st.Packed)/(1<<20)/max(d.Seconds(), 1e-3))

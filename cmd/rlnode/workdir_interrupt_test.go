@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/jobs"
 )
 
 // A submit interrupted (Ctrl-C) while it uploads its working dir leaves
@@ -88,5 +92,75 @@ func writeFiles(t *testing.T, root string, files map[string]string) {
 		if err := os.WriteFile(full, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Two submits of one folder at once (a sweep's): the second finds the
+// node receiving the same package from the first and waits for it, rather
+// than fail on the node's 409.
+func TestSubmitWorkingDirWaitsForTheSameUpload(t *testing.T) {
+	home, work := t.TempDir(), t.TempDir()
+	n := startRlnodeIn(t, work, home, "start", "--bind", "127.0.0.1:0", "--node-id", "same", "--cpus", "2")
+	dumpOnFailure(t, n)
+	proj := filepath.Join(t.TempDir(), "proj")
+	writeFiles(t, proj, map[string]string{
+		"recipe.yaml": "name: mine\nmodels: {policy: {init: {}}}\ndata: {dataset: {train: train.jsonl}}\neval: {held_out: 4}\n",
+		"train.jsonl": strings.Repeat("{\"prompt\": \"1+1\", \"answer\": \"2\"}\n", 32),
+	})
+	var pkg bytes.Buffer
+	st, err := jobs.PackWorkingDir(proj, jobs.DefaultExcludes, &pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := os.ReadFile(filepath.Join(home, "run", "same.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jobs.Client{Control: bannerValue(t, n, "control"), Token: strings.TrimSpace(string(token))}
+	// The first submit's upload, under way: half its bytes sent.
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	first := make(chan error, 1)
+	go func() { first <- c.UploadPackage(context.Background(), st.SHA256, pr, st.Packed) }()
+	b := pkg.Bytes()
+	if _, err := pw.Write(b[:len(b)/2]); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, time.Minute, "the first upload's file on the node", func() bool {
+		m, _ := filepath.Glob(filepath.Join(home, "packages", ".upload-*"))
+		return len(m) > 0
+	})
+	cmd := rlnodeCmd(t, home, append([]string{"submit", filepath.Join(proj, "recipe.yaml"), "--working-dir", proj, "--no-wait", "--out", filepath.Join(work, "second")}, deterministicRun(2)...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	sc := bufio.NewScanner(stdout)
+	var out strings.Builder
+	for !strings.Contains(out.String(), "waiting for it") {
+		if !sc.Scan() {
+			_ = cmd.Wait()
+			t.Fatalf("the second submit ended without waiting for the first upload:\n%s%s", out.String(), errb.String())
+		}
+		out.WriteString(sc.Text() + "\n")
+	}
+	if _, err := pw.Write(b[len(b)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if err := <-first; err != nil {
+		t.Fatalf("the first upload: %v", err)
+	}
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+	}
+	if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "holds it now") || !strings.Contains(out.String(), "submitted") {
+		t.Errorf("the second submit: %v\n%s%s", err, out.String(), errb.String())
 	}
 }
