@@ -24,7 +24,23 @@ type Loaded struct {
 	// Sets are the --set overrides applied, in order.
 	Sets []string
 
-	pos map[string]Pos
+	pos      map[string]Pos
+	relative []RelPath
+}
+
+// RelPath is a path a recipe (or a --set override) wrote relative, and
+// where it resolved.
+type RelPath struct {
+	Field    string // as "data.dataset.train"
+	Written  string
+	Resolved string
+	Set      bool // written by a --set override
+}
+
+// RelativePaths lists the recipe's relative paths in field order: a job
+// sent with a working dir checks that none leads out of the folder.
+func (l *Loaded) RelativePaths() []RelPath {
+	return append([]RelPath(nil), l.relative...)
 }
 
 // Pos is where the value at path (as "algorithm.lr") came from; ok is
@@ -181,7 +197,9 @@ func parse(file string, src []byte, dir, setsDir string, sets []string) (*Loaded
 		if r.Name == "" {
 			r.Name = strings.TrimSuffix(filepath.Base(strings.TrimPrefix(file, "builtin:")), filepath.Ext(file))
 		}
-		r.resolve(dir, setsDir, l.isSet, l.fromSet)
+		r.resolve(dir, setsDir, l.isSet, l.fromSet, func(path, written, resolved string) {
+			l.relative = append(l.relative, RelPath{Field: path, Written: written, Resolved: resolved, Set: l.fromSet(path)})
+		})
 		for _, p := range r.validate(l.isSet) {
 			if !related(failed, p.Path) {
 				d.errs = append(d.errs, l.at(p))

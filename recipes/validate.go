@@ -110,21 +110,24 @@ func modelPath(raw, local string) string {
 	return raw
 }
 
-func (r *Recipe) resolve(dir, setsDir string, isSet, fromSet func(string) bool) {
+func (r *Recipe) resolve(dir, setsDir string, isSet, fromSet func(string) bool, relative func(path, written, resolved string)) {
 	abs := func(path, p string) string {
 		if p == "" || filepath.IsAbs(p) {
 			return p
 		}
-		if dir != "" && !fromSet(path) {
-			return filepath.Join(dir, p)
+		a := p
+		switch {
+		case dir != "" && !fromSet(path):
+			a = filepath.Join(dir, p)
+		case setsDir != "" && fromSet(path):
+			a = filepath.Join(setsDir, p)
+		default:
+			if cwd, err := filepath.Abs(p); err == nil {
+				a = cwd
+			}
 		}
-		if setsDir != "" && fromSet(path) {
-			return filepath.Join(setsDir, p)
-		}
-		if a, err := filepath.Abs(p); err == nil {
-			return a
-		}
-		return p
+		relative(path, p, a)
+		return a
 	}
 	for _, m := range []struct {
 		path string

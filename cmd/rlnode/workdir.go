@@ -65,6 +65,22 @@ func prepareWorkingDir(dir string, excludes []string, recipe string, sets []stri
 	if err != nil {
 		return nil, err
 	}
+	// A relative path that climbs out of the folder names a file of this
+	// host that does not travel: on the node it would resolve beside the
+	// run's folder, to whatever is there. A built-in's own paths are the
+	// node's built-in data.
+	for _, p := range l.RelativePaths() {
+		if recipes.IsBuiltin(recipe) && !p.Set {
+			continue
+		}
+		if rel, rerr := filepath.Rel(root, p.Resolved); rerr != nil || (rel != "." && !filepath.IsLocal(rel)) {
+			at := recipe
+			if pos, ok := l.Pos(p.Field); ok {
+				at = pos.String()
+			}
+			return nil, fmt.Errorf("%s: %s: %s leads out of --working-dir %s (to %s): only the folder travels with the job; move the file into it, or name one the cluster's nodes hold by an absolute path", at, p.Field, p.Written, dir, p.Resolved)
+		}
+	}
 	req.Sets, req.RecipeName = sets, l.Name
 	fmt.Fprintf(stdout, "packing working dir %s\n", dir)
 	f, err := os.CreateTemp("", "rlnode-working-dir-*.tar.gz")

@@ -164,3 +164,47 @@ func TestSubmitWorkingDirWaitsForTheSameUpload(t *testing.T) {
 		t.Errorf("the second submit: %v\n%s%s", err, out.String(), errb.String())
 	}
 }
+
+// A recipe path that climbs out of --working-dir names a file that does
+// not travel with the job: the submit refuses it before it packs or
+// sends anything, naming the field, the folder and where it leads.
+func TestSubmitWorkingDirRefusesPathsOutOfIt(t *testing.T) {
+	laptop := t.TempDir()
+	proj := filepath.Join(laptop, "proj")
+	rows := strings.Repeat("{\"prompt\": \"1+1\", \"answer\": \"2\"}\n", 32)
+	writeFiles(t, laptop, map[string]string{
+		"shared.jsonl":      rows,
+		"proj/train.jsonl":  rows,
+		"proj/sub/in.yaml":  "name: climb\nmodels: {policy: {init: {}}}\ndata: {dataset: {train: ../../shared.jsonl}}\neval: {held_out: 4}\n",
+		"proj/sub/ok.yaml":  "name: ok\nmodels: {policy: {init: {}}}\ndata: {dataset: {train: ../train.jsonl}}\neval: {held_out: 4}\n",
+		"outside.yaml":      "name: outside\nmodels: {policy: {init: {}}}\ndata: {dataset: {train: train.jsonl}}\neval: {held_out: 4}\n",
+		"proj/sub/keep.txt": "x",
+	})
+	key := filepath.Join(laptop, "cluster.key")
+	if err := os.WriteFile(key, bytes.Repeat([]byte("k"), 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing listens here: a refusal comes before any request.
+	addr := "http://127.0.0.1:9"
+	cases := []struct {
+		name string
+		args []string
+		want string // "" : refused for no path, only for the missing node
+	}{
+		{"recipe inside, climbing out", []string{filepath.Join(proj, "sub", "in.yaml")}, "data.dataset.train: ../../shared.jsonl leads out of --working-dir"},
+		{"--set climbing out", []string{filepath.Join(laptop, "outside.yaml"), "--set", "data.dataset.train=../shared.jsonl"}, "--set data.dataset.train=../shared.jsonl: data.dataset.train: ../shared.jsonl leads out of --working-dir"},
+		{"inside, up one folder", []string{filepath.Join(proj, "sub", "ok.yaml")}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append(append([]string{"submit"}, c.args...), "--working-dir", proj, "--no-wait", "--address", addr, "--key-file", key)
+			out, errOut, code := runRlnode(t, laptop, args...)
+			switch {
+			case c.want != "" && (code != 1 || !strings.Contains(errOut, c.want) || strings.Contains(out, "working dir "+proj)):
+				t.Errorf("exit %d, want 1 saying %q before packing\n%s%s", code, c.want, out, errOut)
+			case c.want == "" && (strings.Contains(errOut, "leads out of") || !strings.Contains(out, "working dir "+proj)):
+				t.Errorf("a path inside the folder was refused, or the folder not packed: exit %d\n%s%s", code, out, errOut)
+			}
+		})
+	}
+}
