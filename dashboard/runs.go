@@ -135,7 +135,11 @@ func (rs *Runs) Find() []string {
 		f.Close()
 		sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
 		for _, e := range entries {
-			if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && e.Name() != "checkpoints" {
+			// A run's checkpoints are no runs, nor is a job's working dir
+			// (jobs.WorkingDirFolder: the submitter's folder, often with
+			// its own recipe.yaml) in a run folder its run has not
+			// written to yet.
+			if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && e.Name() != "checkpoints" && e.Name() != "working_dir" {
 				walk(filepath.Join(dir, e.Name()), depth-1)
 			}
 		}

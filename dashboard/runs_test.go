@@ -45,6 +45,7 @@ func TestRunsFindAndResolve(t *testing.T) {
 	writeRun(t, filepath.Join(root, "sweep", "lr1"), 0, 3, 1)
 	writeRun(t, filepath.Join(root, "deep", "x", "y"), 0, 3, 1)             // three levels down: not searched
 	writeRun(t, filepath.Join(root, "a", "checkpoints", "step-2"), 0, 3, 1) // inside a run: not a run
+	writeRun(t, filepath.Join(root, "job", "working_dir"), 0, 3, 1)         // a job's working dir, its run not begun: not a run
 	if err := os.MkdirAll(filepath.Join(root, "empty"), 0o755); err != nil {
 		t.Fatal(err)
 	}
