@@ -35,11 +35,20 @@ const (
 	PackageTTL = time.Hour
 	// MaxPackagesBytes bounds the packages a node keeps together.
 	MaxPackagesBytes = 8 << 30
-	// uploadIdle is how long an upload may go without a byte arriving.
-	uploadIdle = time.Minute
 	// uploadPrefix begins the name of an upload's file until it is
 	// checked and renamed SHA256.tar.gz.
 	uploadPrefix = ".upload-"
+)
+
+// Time bounds of an upload (variables so that tests can lower them).
+var (
+	// uploadIdle is how long an upload may go without a byte arriving.
+	uploadIdle = time.Minute
+	// uploadMinRate is the slowest an upload may come on average, in
+	// bytes a second, after uploadIdle: one that trickles a byte a
+	// minute would otherwise hold its room against the bound, its file
+	// and its connection for years.
+	uploadMinRate int64 = 64 << 10
 )
 
 var shaPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -241,13 +250,12 @@ func servePackages(node interface {
 			return
 		}
 		// The endpoint's read timeout is made for small requests: an
-		// upload may take minutes, and is cut off only when no byte
-		// comes for uploadIdle.
-		rc := http.NewResponseController(w)
-		body := &idleReader{r: r.Body, extend: func() { _ = rc.SetReadDeadline(time.Now().Add(uploadIdle)) }}
-		body.extend()
+		// upload may take minutes, and is cut off when no byte comes for
+		// uploadIdle, or when it comes slower than uploadMinRate.
+		body := &idleReader{r: r.Body, rc: http.NewResponseController(w),
+			deadline: time.Now().Add(uploadIdle + time.Duration(r.ContentLength/uploadMinRate)*time.Second)}
 		held, err := store.put(sha, r.ContentLength, body)
-		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		_ = body.rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
 		if err != nil {
 			code := http.StatusBadRequest
 			if errors.Is(err, errNoRoom) {
@@ -282,16 +290,30 @@ func packageName(w http.ResponseWriter, r *http.Request, store *packageStore) (s
 	return sha, true
 }
 
-// idleReader calls extend before every read: the connection's deadline
-// moves on while bytes come.
+// idleReader moves the connection's read deadline on before every read,
+// uploadIdle ahead, never past the whole upload's deadline, and says
+// which of the two a read that timed out passed.
 type idleReader struct {
-	r      io.Reader
-	extend func()
+	r        io.Reader
+	rc       *http.ResponseController
+	deadline time.Time
 }
 
 func (i *idleReader) Read(p []byte) (int, error) {
-	i.extend()
-	return i.r.Read(p)
+	next := time.Now().Add(uploadIdle)
+	if next.After(i.deadline) {
+		next = i.deadline
+	}
+	_ = i.rc.SetReadDeadline(next)
+	n, err := i.r.Read(p)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		if time.Now().Before(i.deadline) {
+			err = fmt.Errorf("no byte came for %v: %w", uploadIdle, err)
+		} else {
+			err = fmt.Errorf("it came slower than %d KiB/s on average, the least this node takes: %w", uploadMinRate>>10, err)
+		}
+	}
+	return n, err
 }
 
 // HasPackage says whether the node holds the package sha (and keeps it

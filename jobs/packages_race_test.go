@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -128,5 +129,56 @@ func TestPackageUploadNeedsItsSize(t *testing.T) {
 	}
 	if has, err := (Client{Control: ctrl, Key: key}).HasPackage(t.Context(), shaOf(body)); err != nil || has {
 		t.Errorf("the upload of unknown size is held: %v %v", has, err)
+	}
+}
+
+// trickle gives its bytes one at a time, a pause before each.
+type trickle struct {
+	b     []byte
+	pause time.Duration
+}
+
+func (t *trickle) Read(p []byte) (int, error) {
+	if len(t.b) == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(t.pause)
+	p[0], t.b = t.b[0], t.b[1:]
+	return 1, nil
+}
+
+// An upload that never goes idle but trickles in (a byte every 100 ms,
+// never uploadIdle apart) is cut off once it falls under uploadMinRate,
+// saying so, and leaves nothing: it held its room against the store's
+// bound, its file and its connection for as long as it trickled.
+func TestTrickledUploadIsCutOff(t *testing.T) {
+	defer func(d time.Duration, r int64) { uploadIdle, uploadMinRate = d, r }(uploadIdle, uploadMinRate)
+	uploadIdle, uploadMinRate = time.Second, 1<<20
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	key := bytes.Repeat([]byte{5}, 32)
+	packages := filepath.Join(t.TempDir(), "packages")
+	node := serveJobs(t, cluster.Config{NodeID: "trickled", Key: key}, Config{Executable: "/bin/true", RunsDir: t.TempDir(), PackagesDir: packages})
+	ctrl, closeCtrl, err := node.ServeControl("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeCtrl()
+	body := bytes.Repeat([]byte("t"), 2000) // 200 s at this pace
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+ctrl+"/packages/"+shaOf(body), &trickle{b: body, pause: 100 * time.Millisecond})
+	req.ContentLength = int64(len(body))
+	ctlsign.SignHash(req, key, shaOf(body), time.Now())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("the trickled upload was not answered: %v", err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 == 2 || !strings.Contains(string(msg), "slower than") {
+		t.Errorf("the trickled upload: HTTP %d %s, want refused for its pace", resp.StatusCode, msg)
+	}
+	if left, _ := filepath.Glob(filepath.Join(packages, "*")); len(left) > 0 {
+		t.Errorf("the store keeps %v", left)
 	}
 }
