@@ -51,8 +51,9 @@ matches) is packed, sent to the node (once: a node that holds the same
 bytes is not sent them again) and unpacked into DIR/working_dir, where the
 recipe's relative paths resolve: those of a recipe file inside FOLDER from
 its folder's copy, as here, those of --set overrides and of a recipe
-outside FOLDER (or a built-in) from FOLDER's root. The cluster then needs
-none of the files beforehand; DIR must be new or empty.
+outside FOLDER (or a built-in) from FOLDER's root; one that climbs out of
+FOLDER is refused, as it would not travel. The cluster then needs none of
+the files beforehand; DIR must be new or empty.
 
 Without --no-wait, submit follows the job's log until it ends and exits 0
 when it succeeded; Ctrl-C stops following, not the job.
