@@ -210,7 +210,7 @@ func PackWorkingDir(dir string, excludes []string, w io.Writer) (PackStats, erro
 				if fi.Mode()&0o100 != 0 {
 					mode = 0o755
 				}
-				if err := packFile(tw, p, r, mode, fi.Size()); err != nil {
+				if err := packFile(tw, p, r, mode, fi); err != nil {
 					return fmt.Errorf("working dir %s: %s: %w", dir, r, err)
 				}
 			default:
@@ -238,14 +238,24 @@ func PackWorkingDir(dir string, excludes []string, w io.Writer) (PackStats, erro
 	return st, nil
 }
 
-// packFile writes the file at p as entry name, of the size it had when
-// listed: a file that changes size meanwhile is refused, not packed torn.
-func packFile(tw *tar.Writer, p, name string, mode, size int64) error {
+// packFile writes the file at p, listed as fi (for a link, the file it
+// leads to), as entry name: a file that is not the one listed when opened
+// (swapped, for a link out of the folder too), or that changes size or
+// time while read (a dataset still being written), is refused, not
+// packed torn.
+func packFile(tw *tar.Writer, p, name string, mode int64, fi fs.FileInfo) error {
+	beforePackOpen(p)
 	f, err := os.Open(p)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	if now, err := f.Stat(); err != nil {
+		return err
+	} else if !os.SameFile(fi, now) {
+		return errors.New("changed while packed (replaced by another file or a link since listed): pack it again once it is done changing")
+	}
+	size := fi.Size()
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: size, Format: tar.FormatPAX}); err != nil {
 		return err
 	}
@@ -253,11 +263,19 @@ func packFile(tw *tar.Writer, p, name string, mode, size int64) error {
 	if err != nil {
 		return err
 	}
-	if n != size {
-		return fmt.Errorf("changed while packed (%d bytes read of %d)", n, size)
+	now, err := f.Stat()
+	switch {
+	case err != nil:
+		return err
+	case n != size || now.Size() != size || !now.ModTime().Equal(fi.ModTime()):
+		return fmt.Errorf("changed while packed (%d bytes when listed, %d now): pack it again once it is done changing", size, now.Size())
 	}
 	return nil
 }
+
+// beforePackOpen runs before a file is opened to be packed (tests change
+// it there).
+var beforePackOpen = func(string) {}
 
 type countWriter struct {
 	w io.Writer
