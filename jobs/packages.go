@@ -69,6 +69,9 @@ type packageStore struct {
 	temps    map[string]bool
 }
 
+// errUploading: another request uploads the same package now.
+var errUploading = errors.New("being uploaded by another request: try again once it is done")
+
 // errNoRoom: the node keeps MaxPackagesBytes already.
 var errNoRoom = errors.New("no room for more packages")
 
@@ -128,7 +131,7 @@ func (s *packageStore) put(sha string, size int64, r io.Reader) (held bool, err 
 	s.mu.Lock()
 	if s.uploading[sha] {
 		s.mu.Unlock()
-		return false, fmt.Errorf("package %s is being uploaded by another request: try again once it is done", sha[:12])
+		return false, errUploading
 	}
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		s.mu.Unlock()
@@ -260,7 +263,7 @@ func servePackages(node interface {
 			code := http.StatusBadRequest
 			if errors.Is(err, errNoRoom) {
 				code = http.StatusInsufficientStorage
-			} else if strings.Contains(err.Error(), "being uploaded") {
+			} else if errors.Is(err, errUploading) {
 				code = http.StatusConflict
 			}
 			http.Error(w, "package "+sha[:12]+": "+err.Error(), code)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -109,7 +110,14 @@ func (w *workingDirUpload) send(c jobs.Client, nodeID string, stdout io.Writer) 
 	st := w.stats
 	fmt.Fprintf(stdout, "  %d files, %s (packed %s, sha256 %s)", st.Files, mib(st.Bytes), mib(st.Packed), st.SHA256[:12])
 	if st.NExcluded > 0 {
-		fmt.Fprintf(stdout, "; left out %d entries matching --exclude or .git", st.NExcluded)
+		// Named, so a folder left out by a pattern too broad shows here,
+		// not as a file the node lacks.
+		names := st.Excluded[:min(len(st.Excluded), 5)]
+		more := ""
+		if st.NExcluded > len(names) {
+			more = fmt.Sprintf(" and %d more", st.NExcluded-len(names))
+		}
+		fmt.Fprintf(stdout, "; left out %s%s (.git, --exclude)", strings.Join(names, ", "), more)
 	}
 	fmt.Fprintln(stdout)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -167,7 +167,8 @@ func TestSubmitWorkingDirWaitsForTheSameUpload(t *testing.T) {
 
 // A recipe path that climbs out of --working-dir names a file that does
 // not travel with the job: the submit refuses it before it packs or
-// sends anything, naming the field, the folder and where it leads.
+// sends anything, naming the field, the folder and where it leads. What
+// a folder it packs leaves out is named.
 func TestSubmitWorkingDirRefusesPathsOutOfIt(t *testing.T) {
 	laptop := t.TempDir()
 	proj := filepath.Join(laptop, "proj")
@@ -179,6 +180,8 @@ func TestSubmitWorkingDirRefusesPathsOutOfIt(t *testing.T) {
 		"proj/sub/ok.yaml":  "name: ok\nmodels: {policy: {init: {}}}\ndata: {dataset: {train: ../train.jsonl}}\neval: {held_out: 4}\n",
 		"outside.yaml":      "name: outside\nmodels: {policy: {init: {}}}\ndata: {dataset: {train: train.jsonl}}\neval: {held_out: 4}\n",
 		"proj/sub/keep.txt": "x",
+		"proj/.git/HEAD":    "ref: refs/heads/main\n",
+		"proj/big/blob.bin": "b",
 	})
 	key := filepath.Join(laptop, "cluster.key")
 	if err := os.WriteFile(key, bytes.Repeat([]byte("k"), 32), 0o600); err != nil {
@@ -193,7 +196,7 @@ func TestSubmitWorkingDirRefusesPathsOutOfIt(t *testing.T) {
 	}{
 		{"recipe inside, climbing out", []string{filepath.Join(proj, "sub", "in.yaml")}, "data.dataset.train: ../../shared.jsonl leads out of --working-dir"},
 		{"--set climbing out", []string{filepath.Join(laptop, "outside.yaml"), "--set", "data.dataset.train=../shared.jsonl"}, "--set data.dataset.train=../shared.jsonl: data.dataset.train: ../shared.jsonl leads out of --working-dir"},
-		{"inside, up one folder", []string{filepath.Join(proj, "sub", "ok.yaml")}, ""},
+		{"inside, up one folder", []string{filepath.Join(proj, "sub", "ok.yaml"), "--exclude", "big"}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -202,8 +205,8 @@ func TestSubmitWorkingDirRefusesPathsOutOfIt(t *testing.T) {
 			switch {
 			case c.want != "" && (code != 1 || !strings.Contains(errOut, c.want) || strings.Contains(out, "working dir "+proj)):
 				t.Errorf("exit %d, want 1 saying %q before packing\n%s%s", code, c.want, out, errOut)
-			case c.want == "" && (strings.Contains(errOut, "leads out of") || !strings.Contains(out, "working dir "+proj)):
-				t.Errorf("a path inside the folder was refused, or the folder not packed: exit %d\n%s%s", code, out, errOut)
+			case c.want == "" && (strings.Contains(errOut, "leads out of") || !strings.Contains(out, "working dir "+proj) || !strings.Contains(out, "left out .git, big (.git, --exclude)")):
+				t.Errorf("a path inside the folder was refused, or the folder not packed, or what was left out not named: exit %d\n%s%s", code, out, errOut)
 			}
 		})
 	}
