@@ -451,6 +451,10 @@ func unpackWorkingDir(node interface{ ID() string }, cfg Config, req SubmitReque
 			m.madeOut = merr == nil
 		case err != nil:
 			return nil, http.StatusBadRequest, fmt.Errorf("run folder %s (node %s): %w", m.out, node.ID(), err)
+		case len(entries) == 1 && entries[0].Name() == WorkingDirFolder:
+			// A submit whose node died while it unpacked (its run never
+			// began), or one unpacking there now.
+			return nil, http.StatusConflict, fmt.Errorf("run folder %s (node %s) holds only %s: a submit unpacks there now, or one whose node stopped while it unpacked left it (no run began there): once no submit runs, remove the folder or choose another --out", m.out, node.ID(), WorkingDirFolder)
 		case len(entries) > 0:
 			return nil, http.StatusConflict, fmt.Errorf("run folder %s (node %s) is not empty: a job with a working dir starts in a new or empty folder", m.out, node.ID())
 		}

@@ -55,3 +55,30 @@ func TestWorkingDirSubmitsIntoOneFolder(t *testing.T) {
 		t.Errorf("both undone, %s holds %v", out, left)
 	}
 }
+
+// A run folder that holds only a working_dir, left by a submit whose node
+// was killed while it unpacked, is refused saying what it holds and what
+// to do, and is left as it is.
+func TestWorkingDirLeftByAKilledUnpack(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	packages := filepath.Join(t.TempDir(), "packages")
+	node := serveJobs(t, cluster.Config{NodeID: "killed"}, Config{Executable: "/bin/true", RunsDir: t.TempDir(), PackagesDir: packages})
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{"recipe.yaml": "name: x\n"})
+	pkg, st := pack(t, src)
+	host.Lock()
+	store := host.store
+	host.Unlock()
+	if _, err := store.put(st.SHA256, int64(len(pkg)), bytes.NewReader(pkg)); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "run")
+	writeTree(t, filepath.Join(out, WorkingDirFolder), map[string]string{"data/part": "torn"})
+	m, code, err := unpackWorkingDir(node, Config{}, SubmitRequest{WorkingDir: st.SHA256, SourceName: "recipe.yaml", Source: "name: x\n", Out: out})
+	if err == nil || code != http.StatusConflict || !strings.Contains(err.Error(), "holds only working_dir") || !strings.Contains(err.Error(), "remove the folder") {
+		t.Errorf("submit into a folder a killed unpack left: %d %v (made %v)", code, err, m)
+	}
+	if got := listTree(t, out); got["working_dir/data/part"] != "torn" {
+		t.Errorf("the folder after the refusal: %v", got)
+	}
+}
