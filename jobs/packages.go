@@ -422,11 +422,18 @@ func unpackWorkingDir(node interface{ ID() string }, cfg Config, req SubmitReque
 	case req.Out == "" && cfg.RunsDir == "":
 		return nil, http.StatusBadRequest, fmt.Errorf("node %s has no runs folder for a job submitted without --out", node.ID())
 	case req.Out == "":
-		base := req.SourceName
-		if len(req.Source) == 0 {
-			base = filepath.Base(base)
-		} else {
-			base = strings.TrimSuffix(filepath.Base(base), filepath.Ext(base))
+		// The recipe's name, as a run folder without a working dir is
+		// named (the node checks the recipe only after it unpacked it:
+		// this is the submitter's word, a name CheckName takes or none);
+		// else its file's.
+		base := req.RecipeName
+		if CheckName(base) != nil {
+			base = req.SourceName
+			if len(req.Source) == 0 {
+				base = filepath.Base(base)
+			} else {
+				base = strings.TrimSuffix(filepath.Base(base), filepath.Ext(base))
+			}
 		}
 		if CheckName(base) != nil {
 			base = "job"

@@ -82,3 +82,31 @@ func TestWorkingDirLeftByAKilledUnpack(t *testing.T) {
 		t.Errorf("the folder after the refusal: %v", got)
 	}
 }
+
+// Without --out, a working-dir submit's run folder is named after the
+// recipe, as one without a working dir is, not after its file (every
+// recipe.yaml of a sweep made runs/recipe-DATE).
+func TestWorkingDirRunFolderName(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	runs := t.TempDir()
+	node := serveJobs(t, cluster.Config{NodeID: "named"}, Config{Executable: "/bin/true", RunsDir: runs, PackagesDir: filepath.Join(t.TempDir(), "packages")})
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{"recipe.yaml": "name: mine\n"})
+	pkg, st := pack(t, src)
+	host.Lock()
+	store := host.store
+	host.Unlock()
+	if _, err := store.put(st.SHA256, int64(len(pkg)), bytes.NewReader(pkg)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ recipeName, want string }{{"mine", "mine-"}, {"../bad name", "recipe-"}} {
+		m, _, err := unpackWorkingDir(node, Config{RunsDir: runs}, SubmitRequest{WorkingDir: st.SHA256, SourceName: "recipes/recipe.yaml", Source: "name: mine\n", RecipeName: c.recipeName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := filepath.Base(m.out); filepath.Dir(m.out) != runs || !strings.HasPrefix(got, c.want) {
+			t.Errorf("recipe name %q: run folder %s, want %s/%s…", c.recipeName, m.out, runs, c.want)
+		}
+		m.undo()
+	}
+}
