@@ -203,11 +203,15 @@ func TurnsFromRecord(rec arrow.RecordBatch) ([]Turn, error) {
 		}
 		return a, nil
 	}
+	n := int(rec.NumRows())
 	arrs := make([]arrow.Array, len(TrajectorySchema.Fields()))
 	for i, f := range TrajectorySchema.Fields() {
 		a, err := col(f.Name, f.Type)
 		if err != nil {
 			return nil, err
+		}
+		if err := checkColumn(a, n); err != nil {
+			return nil, fmt.Errorf("column %q: %w: %w", f.Name, err, ErrBadTrajectory)
 		}
 		arrs[i] = a
 	}
@@ -222,7 +226,6 @@ func TurnsFromRecord(rec arrow.RecordBatch) ([]Turn, error) {
 		s, e := l.ValueOffsets(r)
 		return append([]float32(nil), l.ListValues().(*array.Float32).Float32Values()[s:e]...)
 	}
-	n := int(rec.NumRows())
 	out := make([]Turn, n)
 	for r := range n {
 		for i, a := range arrs {
@@ -257,6 +260,55 @@ func TurnsFromRecord(rec arrow.RecordBatch) ([]Turn, error) {
 		out[r] = t
 	}
 	return out, nil
+}
+
+// checkColumn checks that a trajectory column holds n rows that its
+// buffers back: a record batch read from a damaged file may declare more
+// rows, or offsets past its values, than its buffers hold.
+func checkColumn(a arrow.Array, n int) error {
+	if a.Len() != n {
+		return fmt.Errorf("%d rows in a record batch of %d", a.Len(), n)
+	}
+	if n == 0 {
+		return nil
+	}
+	var values int
+	switch a := a.(type) {
+	case *array.String:
+		return a.ValidateFull()
+	case *array.Int32:
+		values = len(a.Int32Values())
+	case *array.Int64:
+		values = len(a.Int64Values())
+	case *array.Float64:
+		values = len(a.Float64Values())
+	case *array.List:
+		base := a.Data().Offset()
+		offs := a.Offsets()
+		if len(offs) < base+n+1 {
+			return fmt.Errorf("%d list offsets for %d rows", len(offs)-base, n)
+		}
+		offs = offs[base:]
+		var child int
+		switch v := a.ListValues().(type) {
+		case *array.Int32:
+			child = len(v.Int32Values())
+		case *array.Float32:
+			child = len(v.Float32Values())
+		}
+		for r := range n {
+			if s, e := offs[r], offs[r+1]; s < 0 || e < s || int(e) > child {
+				return fmt.Errorf("row %d: list offsets [%d, %d) outside its %d values", r, s, e, child)
+			}
+		}
+		return nil
+	default:
+		return nil
+	}
+	if values < n {
+		return fmt.Errorf("%d values for %d rows", values, n)
+	}
+	return nil
 }
 
 // WriteTrajectories writes turns to w as an Arrow IPC file (one record
@@ -322,17 +374,35 @@ func ReadTrajectoryFile(path string) ([]Turn, error) {
 	return readTrajectories(path, f)
 }
 
-func readTrajectories(name string, r ipc.ReadAtSeeker) ([]Turn, error) {
+// readTrajectories reads an Arrow IPC file from r. The file may be damaged
+// or hostile (a cut download, a file from another tool, bytes from another
+// node): checkIPCFile first refuses metadata that would make arrow-go's
+// reader allocate what it declares, and a panic of that reader on offsets
+// that point wrong is an error naming the file.
+func readTrajectories(name string, r ipc.ReadAtSeeker) (out []Turn, err error) {
+	size, err := r.Seek(0, io.SeekEnd)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if err := checkIPCFile(r, size); err != nil {
+		return nil, fmt.Errorf("read %s: not an Arrow IPC file or a damaged one: %w: %w", name, err, ErrBadTrajectory)
+	}
+	batch := -1
+	defer func() {
+		if e := recover(); e != nil {
+			out, err = nil, fmt.Errorf("read %s: damaged Arrow IPC file (the reader failed at record batch %d: %v): %w", name, batch, e, ErrBadTrajectory)
+		}
+	}()
 	fr, err := ipc.NewFileReader(r)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: not an Arrow IPC file: %w", name, err)
+		return nil, fmt.Errorf("read %s: not an Arrow IPC file: %w: %w", name, err, ErrBadTrajectory)
 	}
 	defer fr.Close()
-	var out []Turn
 	for i := range fr.NumRecords() {
+		batch = i
 		rec, err := fr.RecordBatchAt(i)
 		if err != nil {
-			return nil, fmt.Errorf("read %s: record batch %d: %w", name, i, err)
+			return nil, fmt.Errorf("read %s: record batch %d: %w: %w", name, i, err, ErrBadTrajectory)
 		}
 		turns, err := TurnsFromRecord(rec)
 		rec.Release()
