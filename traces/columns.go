@@ -2,6 +2,7 @@ package traces
 
 import (
 	"encoding/hex"
+	"fmt"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -243,22 +244,36 @@ func record(spans []Span) arrow.RecordBatch {
 
 // spansOf reads spans back from a record; columns the record lacks keep
 // their zero (or unset) values, so files written before a column was added
-// still read.
-func spansOf(rec arrow.RecordBatch) []Span {
-	out := make([]Span, rec.NumRows())
+// still read. A column of another type is an error naming it: its spans
+// would otherwise read as unset (a zero trace id) without a word.
+func spansOf(rec arrow.RecordBatch) (out []Span, err error) {
+	// A damaged file can decode to arrays whose parts disagree (a list's
+	// offsets past its values), which arrow-go does not check when it
+	// reads them: reading such a cell panics.
+	col := ""
+	defer func() {
+		if e := recover(); e != nil {
+			out, err = nil, fmt.Errorf("column %q: damaged data: %v", col, e)
+		}
+	}()
+	out = make([]Span, rec.NumRows())
 	for i := range out {
 		out[i] = NewSpan()
 	}
 	sc := rec.Schema()
-	for _, col := range columns {
-		idx := sc.FieldIndices(col.field.Name)
-		if len(idx) == 0 || !arrow.TypeEqual(sc.Field(idx[0]).Type, col.field.Type) {
-			continue
+	for _, c := range columns {
+		col = c.field.Name
+		idx := sc.FieldIndices(c.field.Name)
+		if len(idx) == 0 {
+			continue // a file written before the column was added
+		}
+		if got := sc.Field(idx[0]).Type; !arrow.TypeEqual(got, c.field.Type) {
+			return nil, fmt.Errorf("column %q: type %s, want %s", c.field.Name, got, c.field.Type)
 		}
 		a := rec.Column(idx[0])
 		for i := range out {
-			col.get(a, i, &out[i])
+			c.get(a, i, &out[i])
 		}
 	}
-	return out
+	return out, nil
 }

@@ -15,10 +15,9 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/parquet"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	oteltrace "go.opentelemetry.io/otel/trace"
+
+	"github.com/rlnode/rlnode/internal/pqread"
 )
 
 // Trace is the spans of one trace id, in start order, with the rewards
@@ -138,6 +137,9 @@ func (s Skipped) String() string { return fmt.Sprintf("%s: %v", s.File, s.Err) }
 const (
 	maxAnnotationLine = 64 << 10
 	maxIndexLine      = 64 << 10
+	// maxFileBytes bounds one Parquet file of a store and the column data
+	// its footer declares: a file is read whole into memory.
+	maxFileBytes = 1 << 30
 )
 
 // Load reads the traces of the store at root that pass f, in start order.
@@ -240,14 +242,30 @@ func parquetFiles(root string) ([]string, error) {
 }
 
 // ReadFile reads the spans of one Parquet file of the store.
+// A store's files may be damaged or come from another tool: pqread reads
+// them without trusting their footers, and a file that is not a regular
+// file (a pipe, a device) is refused before it is opened, as opening a
+// pipe waits for a writer.
 func ReadFile(path string) ([]Span, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s)", st.Mode().Type())
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	mem := memory.DefaultAllocator
-	tbl, err := pqarrow.ReadTable(context.Background(), f, parquet.NewReaderProperties(mem), pqarrow.ArrowReadProperties{}, mem)
+	if st, err = f.Stat(); err != nil {
+		return nil, err
+	}
+	if st.Size() > maxFileBytes {
+		return nil, fmt.Errorf("%d bytes, over the %d-byte limit for one file of a store", st.Size(), int64(maxFileBytes))
+	}
+	tbl, err := pqread.ReadTable(context.Background(), f, st.Size(), maxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("not a readable Parquet file: %w", err)
 	}
@@ -256,7 +274,11 @@ func ReadFile(path string) ([]Span, error) {
 	defer tr.Release()
 	var out []Span
 	for tr.Next() {
-		out = append(out, spansOf(tr.RecordBatch())...)
+		spans, err := spansOf(tr.RecordBatch())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, spans...)
 	}
 	if err := tr.Err(); err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/rlnode/rlnode/rollout/verify"
@@ -482,6 +484,49 @@ func TestLoadContextStops(t *testing.T) {
 		ex, err := LoadContext(ctx, p, m)
 		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), filepath.Base(p)) || ex != nil {
 			t.Errorf("%s with an ended context: %d rows, %v; want context.Canceled naming the file", p, len(ex), err)
+		}
+	}
+}
+
+// A Parquet dataset whose footer says a column chunk lies past the file
+// (a terabyte long) or has a negative length is an error naming the file
+// and the column. Before, arrow-go's reader allocated the declared length
+// (the process died: "fatal error: runtime: out of memory") or, for a
+// struct's field, panicked in a goroutine of its own, past Load's recover.
+func TestLoadParquetColumnChunkOutsideTheFile(t *testing.T) {
+	src, err := os.ReadFile(writeParquet(t, 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Mapping{Prompt: "question", Answer: "meta.solution"}
+	for _, c := range []struct {
+		column string
+		length int64
+	}{{"question", 1 << 40}, {"meta.solution", -70}} {
+		n := int(binary.LittleEndian.Uint32(src[len(src)-8:]))
+		start := len(src) - 8 - n
+		md, err := metadata.NewFileMetaData(src[start:len(src)-8], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, col := range md.RowGroups[0].Columns {
+			if strings.Join(col.MetaData.PathInSchema, ".") == c.column {
+				col.MetaData.TotalCompressedSize = c.length
+			}
+		}
+		var footer bytes.Buffer
+		if _, err := md.WriteTo(&footer, nil); err != nil {
+			t.Fatal(err)
+		}
+		b := append(append([]byte(nil), src[:start]...), footer.Bytes()...)
+		b = append(binary.LittleEndian.AppendUint32(b, uint32(footer.Len())), "PAR1"...)
+		p := filepath.Join(t.TempDir(), "bad.parquet")
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err = Load(p, m)
+		if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "column "+c.column) || !errors.Is(err, ErrBadDataset) {
+			t.Errorf("column %s declaring %d bytes: %v; want ErrBadDataset naming the file and the column", c.column, c.length, err)
 		}
 	}
 }

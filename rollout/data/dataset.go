@@ -16,11 +16,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/parquet"
-	"github.com/apache/arrow-go/v18/parquet/file"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
+	"github.com/rlnode/rlnode/internal/pqread"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
 
@@ -174,9 +171,16 @@ func loadParquet(ctx context.Context, path string, m Mapping) ([]Example, error)
 		return nil, fmt.Errorf("load dataset: %w", err)
 	}
 	defer f.Close()
-	tbl, err := readParquetTable(ctx, f)
+	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("load %s: read parquet: %w", path, err)
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	tbl, err := pqread.ReadTable(ctx, f, st.Size(), datasetLimit)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("load %s: read parquet: %w", path, err)
+		}
+		return nil, fmt.Errorf("load %s: read parquet: %w: %w", path, err, ErrBadDataset)
 	}
 	defer tbl.Release()
 	sc := tbl.Schema()
@@ -218,52 +222,6 @@ func loadParquet(ctx context.Context, path string, m Mapping) ([]Example, error)
 		return nil, fmt.Errorf("load %s: %w", path, err)
 	}
 	return out, nil
-}
-
-// readParquetTable reads a whole Parquet file. A damaged file must be an
-// error, never a crash nor fewer rows: arrow-go's reader panics on some
-// damaged metadata (a length past what a slice can hold), so a panic is
-// turned into an error, and the rows read must be the rows the file's
-// footer declares (a damaged row-group or page count otherwise drops rows
-// without a word).
-func readParquetTable(ctx context.Context, f parquet.ReaderAtSeeker) (tbl arrow.Table, err error) {
-	defer func() {
-		if e := recover(); e != nil {
-			if tbl != nil {
-				tbl.Release()
-			}
-			tbl, err = nil, fmt.Errorf("damaged file (the reader failed: %v): %w", e, ErrBadDataset)
-		}
-	}()
-	mem := memory.DefaultAllocator
-	pf, err := file.NewParquetReader(f, file.WithReadProps(parquet.NewReaderProperties(mem)))
-	if err != nil {
-		return nil, err
-	}
-	var declared int64
-	for i := range pf.NumRowGroups() {
-		n := pf.MetaData().RowGroup(i).TotalByteSize()
-		if n < 0 || n > datasetLimit-declared {
-			return nil, fmt.Errorf("its footer declares over %d bytes of uncompressed column data, the limit: %w", datasetLimit, ErrBadDataset)
-		}
-		declared += n
-	}
-	rd, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, mem)
-	if err != nil {
-		return nil, err
-	}
-	tbl, err = rd.ReadTable(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
-		}
-		return nil, err
-	}
-	if got, want := tbl.NumRows(), pf.NumRows(); got != want {
-		tbl.Release()
-		return nil, fmt.Errorf("damaged file: read %d rows, its footer declares %d: %w", got, want, ErrBadDataset)
-	}
-	return tbl, nil
 }
 
 func columnNames(sc *arrow.Schema) string {
