@@ -262,7 +262,7 @@ func (l *Learner) LoadContext(ctx context.Context, dir string) error {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("learner: load %s: %w", refPath, err)
 			}
-			v, shape, err := rf.Float32(p.Name)
+			v, shape, err := rf.FiniteFloat32(p.Name)
 			if err != nil {
 				return fmt.Errorf("learner: load %s: %w", refPath, err)
 			}

@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,6 +119,16 @@ func TestLoadErrors(t *testing.T) {
 			ts[4].Shape = []int{ts[4].Shape[1], ts[4].Shape[0]}
 			return ts
 		}), `tensor "` + good[4].Name + `": shape [16 8], want [8 16]`},
+		// A diverged run's checkpoint or a damaged file: every logit the
+		// weight touches would be NaN, and a run would train on it.
+		{"a NaN weight", edit(func(ts []safetensors.Tensor) []safetensors.Tensor {
+			ts[4] = withElement(t, ts[4], 1*ts[4].Shape[1]+2, float32(math.NaN()))
+			return ts
+		}), `tensor "` + good[4].Name + `": element [1 2] of shape [8 16] is NaN: not a finite number`},
+		{"an infinite weight", edit(func(ts []safetensors.Tensor) []safetensors.Tensor {
+			ts[0] = withElement(t, ts[0], 5, float32(math.Inf(-1)))
+			return ts
+		}), `tensor "` + good[0].Name + `": element [0 5] of shape [32 16] is -Inf`},
 		{"unexpected", edit(func(ts []safetensors.Tensor) []safetensors.Tensor {
 			x, _ := safetensors.FromFloat32("model.layers.0.mlp.gate_proj.bias", safetensors.F32, []int{1}, []float32{0})
 			return append(ts, x)
@@ -153,6 +164,49 @@ func TestLoadErrors(t *testing.T) {
 	if _, err := Load(dir, cpu.New()); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "out of range") {
 		t.Errorf("truncated: %v", err)
 	}
+}
+
+// A config.json whose sizes disagree with the weights' (another model's
+// config, a damaged one) is an error naming the tensor and both shapes,
+// found before the model is allocated. Before, Load allocated the model
+// the config described first: 16M tokens × 65536 wide is 4 TiB, and the
+// process died ("fatal error: out of memory").
+func TestLoadConfigDisagreeingWithWeights(t *testing.T) {
+	m := tinyModel(t, tinyConfig(Qwen2), 3)
+	dir := t.TempDir()
+	if err := m.Save(dir, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	cfg := m.Config
+	cfg.VocabSize, cfg.HiddenSize, cfg.IntermediateSize = 1<<24, 1<<16, 1<<16
+	cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim = 512, 512, 128
+	js, err := cfg.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(dir, cpu.New())
+	want := filepath.Join(dir, "model.safetensors") + `: tensor "model.embed_tokens.weight": shape [32 16], want [16777216 65536]`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want %q", err, want)
+	}
+}
+
+// withElement is a copy of t with element i set to x.
+func withElement(t *testing.T, ts safetensors.Tensor, i int, x float32) safetensors.Tensor {
+	t.Helper()
+	v, err := ts.Float32()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v[i] = x
+	out, err := safetensors.FromFloat32(ts.Name, ts.DType, ts.Shape, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func TestBatchErrors(t *testing.T) {

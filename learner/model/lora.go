@@ -370,7 +370,7 @@ func (m *Model) LoadLoRAContext(ctx context.Context, dir string) error {
 		if !sameShape(t.Shape, shape) {
 			return fmt.Errorf("load lora %s: tensor %q: shape %v, want %v", wpath, name, t.Shape, shape)
 		}
-		v, err := t.Float32()
+		v, err := t.FiniteFloat32()
 		if err != nil {
 			return fmt.Errorf("load lora %s: %w", wpath, err)
 		}

@@ -105,11 +105,19 @@ func New(cfg Config, b backend.Backend) (*Model, error) {
 	if err := cfg.validate(""); err != nil {
 		return nil, fmt.Errorf("new model: %w", err)
 	}
+	return build(cfg, b), nil
+}
+
+// build lays out the model of a valid cfg; with a nil backend it
+// allocates nothing (the parameters' names and shapes only).
+func build(cfg Config, b backend.Backend) *Model {
 	m := &Model{Config: cfg, B: b}
 	h, d := cfg.HiddenSize, cfg.HeadDim
 	param := func(name string, shape ...int) *Param {
 		p := &Param{Name: name, Shape: shape}
-		p.W = b.Alloc(p.Len())
+		if b != nil {
+			p.W = b.Alloc(p.Len())
+		}
 		m.params = append(m.params, p)
 		return p
 	}
@@ -141,7 +149,7 @@ func New(cfg Config, b backend.Backend) (*Model, error) {
 	} else {
 		m.LMHead = param("lm_head.weight", cfg.VocabSize, h)
 	}
-	return m, nil
+	return m
 }
 
 // Params lists the parameters in checkpoint order (the tied lm_head once).
@@ -302,6 +310,17 @@ func LoadContext(ctx context.Context, dir string, b backend.Backend) (*Model, er
 	if err != nil {
 		return nil, fmt.Errorf("load model %s: %w", dir, err)
 	}
+	if err := cfg.validate(""); err != nil {
+		return nil, fmt.Errorf("load model %s: %w", dir, err)
+	}
+	// The weights' shapes are checked before the model is allocated: a
+	// config.json whose sizes disagree with the weights' (another model's,
+	// a damaged one) would have the model take what it says, terabytes.
+	for _, p := range build(*cfg, nil).params {
+		if err := checkTensor(ck, p); err != nil {
+			return nil, err
+		}
+	}
 	m, err := New(*cfg, b)
 	if err != nil {
 		return nil, fmt.Errorf("load model %s: %w", dir, err)
@@ -323,14 +342,11 @@ func (m *Model) loadWeights(ctx context.Context, ck *safetensors.Checkpoint) err
 			return fmt.Errorf("load %s: %w", ck.Dir, err)
 		}
 		want[p.Name] = true
-		t, file, ok := ck.Tensor(p.Name)
-		if !ok {
-			return fmt.Errorf("load %s: tensor %q: missing", file, p.Name)
+		if err := checkTensor(ck, p); err != nil {
+			return err
 		}
-		if !sameShape(t.Shape, p.Shape) {
-			return fmt.Errorf("load %s: tensor %q: shape %v, want %v", file, p.Name, t.Shape, p.Shape)
-		}
-		v, err := t.Float32()
+		t, file, _ := ck.Tensor(p.Name)
+		v, err := t.FiniteFloat32()
 		if err != nil {
 			return fmt.Errorf("load %s: %w", file, err)
 		}
@@ -342,6 +358,18 @@ func (m *Model) loadWeights(ctx context.Context, ck *safetensors.Checkpoint) err
 		}
 		_, file, _ := ck.Tensor(name)
 		return fmt.Errorf("load %s: tensor %q: not a parameter of %s with this config", file, name, m.Config.Architecture)
+	}
+	return nil
+}
+
+// checkTensor checks that the checkpoint holds p, of p's shape.
+func checkTensor(ck *safetensors.Checkpoint, p *Param) error {
+	t, file, ok := ck.Tensor(p.Name)
+	if !ok {
+		return fmt.Errorf("load %s: tensor %q: missing", file, p.Name)
+	}
+	if !sameShape(t.Shape, p.Shape) {
+		return fmt.Errorf("load %s: tensor %q: shape %v, want %v (as config.json's sizes say)", file, p.Name, t.Shape, p.Shape)
 	}
 	return nil
 }

@@ -178,7 +178,7 @@ func (m *Model) readValueHead(dir string) (map[string][]float32, error) {
 		if !sameShape(t.Shape, shape) {
 			return nil, fmt.Errorf("load value head %s: tensor %q: shape %v, want %v", path, name, t.Shape, shape)
 		}
-		if out[name], err = t.Float32(); err != nil {
+		if out[name], err = t.FiniteFloat32(); err != nil {
 			return nil, fmt.Errorf("load value head %s: %w", path, err)
 		}
 	}

@@ -113,6 +113,30 @@ func (t *Tensor) Float32() ([]float32, error) {
 	return out, nil
 }
 
+// ErrNotFinite is wrapped by FiniteFloat32's errors: a weight that is NaN
+// or infinite (a diverged run's checkpoint, a damaged file) would make
+// every logit it touches NaN, and training on it trains on NaN.
+var ErrNotFinite = errors.New("not a finite number")
+
+// FiniteFloat32 is Float32 for weights: a NaN or infinite element is an
+// error naming the tensor and the element's index.
+func (t *Tensor) FiniteFloat32() ([]float32, error) {
+	v, err := t.Float32()
+	if err != nil {
+		return nil, err
+	}
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			at := make([]int, len(t.Shape))
+			for k, r := len(t.Shape)-1, i; k >= 0; k-- {
+				at[k], r = r%t.Shape[k], r/t.Shape[k]
+			}
+			return nil, fmt.Errorf("tensor %q: element %v of shape %v is %v: %w", t.Name, at, t.Shape, x, ErrNotFinite)
+		}
+	}
+	return v, nil
+}
+
 // FromFloat32 builds a tensor of the given dtype (F32 or BF16) from float32
 // values. BF16 rounds to nearest even, as torch does.
 func FromFloat32(name string, dtype DType, shape []int, v []float32) (Tensor, error) {
@@ -361,6 +385,20 @@ func Parse(path string, b []byte) (*File, error) {
 		return nil, fmt.Errorf("safetensors %s: tensors cover %d data bytes but the file holds %d (corrupt header or trailing bytes)", path, end, len(data))
 	}
 	return f, nil
+}
+
+// FiniteFloat32 is File.Float32 for weights: a NaN or infinite element is
+// an error naming the file, the tensor and the element.
+func (f *File) FiniteFloat32(name string) ([]float32, []int, error) {
+	t, ok := f.Tensor(name)
+	if !ok {
+		return nil, nil, fmt.Errorf("safetensors %s: tensor %q: not found", f.Path, name)
+	}
+	v, err := t.FiniteFloat32()
+	if err != nil {
+		return nil, nil, fmt.Errorf("safetensors %s: %w", f.Path, err)
+	}
+	return v, t.Shape, nil
 }
 
 // Float32 returns the named tensor converted to float32 with its shape. The

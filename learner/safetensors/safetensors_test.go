@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"encoding/binary"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -272,5 +273,32 @@ func TestRewriteCheckpoint(t *testing.T) {
 	}
 	if _, file, ok := c.Tensor("zz"); ok || file != filepath.Join(dir, IndexFile) {
 		t.Errorf("missing tensor: ok=%v file %s, want the index", ok, file)
+	}
+}
+
+// FiniteFloat32 refuses NaN and infinite elements of every dtype it reads,
+// naming the tensor and the element's index; finite values pass as
+// Float32 gives them.
+func TestFiniteFloat32(t *testing.T) {
+	for _, c := range []struct {
+		dtype DType
+		bits  []byte // element [1 0] of a 2×2 tensor
+		want  string
+	}{
+		{F32, []byte{0, 0, 0xc0, 0x7f}, "element [1 0] of shape [2 2] is NaN"},
+		{BF16, []byte{0x80, 0x7f}, "element [1 0] of shape [2 2] is +Inf"},
+		{F16, []byte{0x00, 0xfc}, "element [1 0] of shape [2 2] is -Inf"},
+		{F16, []byte{0x01, 0x7e}, "element [1 0] of shape [2 2] is NaN"},
+	} {
+		size := c.dtype.Size()
+		tn := Tensor{Name: "w", DType: c.dtype, Shape: []int{2, 2}, Data: make([]byte, 4*size)}
+		if v, err := tn.FiniteFloat32(); err != nil || len(v) != 4 {
+			t.Fatalf("%s zeros: %v %v", c.dtype, v, err)
+		}
+		copy(tn.Data[2*size:], c.bits)
+		_, err := tn.FiniteFloat32()
+		if err == nil || !errors.Is(err, ErrNotFinite) || !strings.Contains(err.Error(), `tensor "w": `+c.want) {
+			t.Errorf("%s %x: %v, want %q", c.dtype, c.bits, err, c.want)
+		}
 	}
 }

@@ -118,7 +118,7 @@ func CheckpointBase(dir string) func(context.Context, []string) (map[string][]fl
 			if !ok {
 				return nil, fmt.Errorf("base weights: %s has no tensor %q", path, n)
 			}
-			v, err := t.Float32()
+			v, err := t.FiniteFloat32()
 			if err != nil {
 				return nil, fmt.Errorf("base weights: %s: %w", path, err)
 			}
