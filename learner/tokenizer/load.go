@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -67,11 +68,45 @@ type preTokenizerJSON struct {
 // Errors name the file and the offending field; features this package does
 // not implement wrap ErrUnsupported.
 func Load(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path, MaxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: load %s: %w", path, err)
 	}
 	return Parse(path, data)
+}
+
+// MaxFileBytes caps a tokenizer.json: the largest published ones are tens
+// of megabytes, and the file is read whole.
+const MaxFileBytes = 512 << 20
+
+// readBounded reads a regular file of at most limit bytes. A pipe or a
+// device (a path that is /dev/zero) is refused before it is read: it
+// would block, or fill memory without end.
+func readBounded(path string, limit int64) ([]byte, error) {
+	// Stat before open: opening a pipe waits for a writer.
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s)", st.Mode().Type())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%d bytes, over the %d-byte limit for a tokenizer file", st.Size(), limit)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("over the %d-byte limit for a tokenizer file", limit)
+	}
+	return data, nil
 }
 
 // Parse reads tokenizer.json content; name is used in errors.
@@ -133,6 +168,11 @@ func parse(data []byte) (*Tokenizer, error) {
 		return nil, jsonError("model", err)
 	}
 
+	// Ids index dense tables: one id far past the tokens there are would
+	// have them take what it says (a vocabulary entry with id 2^40 made
+	// the process die). Real files number their tokens 0..n-1, a few with
+	// gaps; a gap of up to maxIDGap ids is allowed.
+	maxID := len(m.Vocab) + len(f.AddedTokens) + maxIDGap
 	t := &Tokenizer{ignoreMerges: m.IgnoreMerges}
 	if err := t.readNormalizer(f.Normalizer); err != nil {
 		return nil, err
@@ -143,10 +183,10 @@ func parse(data []byte) (*Tokenizer, error) {
 	if err := checkDecoder(f.Decoder); err != nil {
 		return nil, err
 	}
-	if err := t.readModel(&m); err != nil {
+	if err := t.readModel(&m, maxID); err != nil {
 		return nil, err
 	}
-	if err := t.readAddedTokens(f.AddedTokens); err != nil {
+	if err := t.readAddedTokens(f.AddedTokens, maxID); err != nil {
 		return nil, err
 	}
 	t.rawNormalizer, t.rawPreTokenizer = f.Normalizer, f.PreTokenizer
@@ -258,7 +298,10 @@ func checkDecoder(raw json.RawMessage) error {
 	return nil
 }
 
-func (t *Tokenizer) readModel(m *bpeModelJSON) error {
+// maxIDGap is how many ids a tokenizer.json may leave unused.
+const maxIDGap = 1 << 16
+
+func (t *Tokenizer) readModel(m *bpeModelJSON, idLimit int) error {
 	switch {
 	case m.Dropout != nil && *m.Dropout != 0:
 		return fmt.Errorf("field model.dropout: %w: %v (BPE dropout is for training only)", ErrUnsupported, *m.Dropout)
@@ -279,6 +322,9 @@ func (t *Tokenizer) readModel(m *bpeModelJSON) error {
 	for tok, id := range m.Vocab {
 		if id < 0 {
 			return fmt.Errorf("field model.vocab[%q]: negative id %d", tok, id)
+		}
+		if id > idLimit {
+			return fmt.Errorf("field model.vocab[%q]: id %d is far past the %d tokens the file holds (ids run 0..n-1; at most %d unused)", tok, id, idLimit-maxIDGap, maxIDGap)
 		}
 		if other, dup := byID[id]; dup {
 			a, b := other, tok
@@ -382,7 +428,7 @@ func (t *Tokenizer) addMerge(a, b string) error {
 	return nil
 }
 
-func (t *Tokenizer) readAddedTokens(list []addedTokenJSON) error {
+func (t *Tokenizer) readAddedTokens(list []addedTokenJSON, maxID int) error {
 	seen := make(map[int]bool, len(list))
 	for i, a := range list {
 		field := fmt.Sprintf("added_tokens[%d]", i)
@@ -391,6 +437,8 @@ func (t *Tokenizer) readAddedTokens(list []addedTokenJSON) error {
 			return fmt.Errorf("field %s.id: missing", field)
 		case *a.ID < 0:
 			return fmt.Errorf("field %s.id: negative id %d", field, *a.ID)
+		case *a.ID > maxID:
+			return fmt.Errorf("field %s.id: id %d is far past the %d tokens the file holds (ids run 0..n-1; at most %d unused)", field, *a.ID, maxID-maxIDGap, maxIDGap)
 		case a.Content == "":
 			return fmt.Errorf("field %s.content: empty", field)
 		case a.SingleWord || a.LStrip || a.RStrip:

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -135,6 +136,28 @@ func TestLoadErrors(t *testing.T) {
 		{"added token on a vocab id", func(t *testing.T) string {
 			return mutateFixture(t, func(f map[string]any) { f["added_tokens"].([]any)[0].(map[string]any)["id"] = 300 })
 		}, []string{"added_tokens[0].id", "id 300"}, false},
+		// Ids index dense tables: an id of 2^40 had the loader allocate
+		// that many entries (the process died of it).
+		{"vocab id far past the tokens", func(t *testing.T) string {
+			return mutateFixture(t, func(f map[string]any) { model(f)["vocab"].(map[string]any)["zz"] = float64(1 << 40) })
+		}, []string{`model.vocab["zz"]`, "id 1099511627776 is far past the"}, false},
+		{"added token id far past the tokens", func(t *testing.T) string {
+			return mutateFixture(t, func(f map[string]any) { f["added_tokens"].([]any)[1].(map[string]any)["id"] = float64(1 << 40) })
+		}, []string{"added_tokens[1].id", "id 1099511627776 is far past the"}, false},
+		{"a device", func(t *testing.T) string {
+			p := filepath.Join(t.TempDir(), "tokenizer.json")
+			if err := os.Symlink("/dev/zero", p); err != nil {
+				t.Skip(err)
+			}
+			return p
+		}, []string{"not a regular file"}, false},
+		{"a pipe", func(t *testing.T) string {
+			p := filepath.Join(t.TempDir(), "tokenizer.json")
+			if err := syscall.Mkfifo(p, 0o644); err != nil {
+				t.Skip("mkfifo:", err)
+			}
+			return p
+		}, []string{"not a regular file"}, false},
 		{"added token content of wrong type", func(t *testing.T) string {
 			return mutateFixture(t, func(f map[string]any) { f["added_tokens"].([]any)[0].(map[string]any)["content"] = 5 })
 		}, []string{"added_tokens.content", "number"}, false},
