@@ -78,6 +78,9 @@ func TestLoadCSVErrors(t *testing.T) {
 		{"bare quote", "problem,answer\n\"q,1\n", Mapping{Prompt: "problem", Answer: "answer"}, "row 0:"},
 		{"empty prompt", "problem,answer\n,1\n", Mapping{Prompt: "problem", Answer: "answer"}, `line 2: row 0: column "problem": empty prompt`},
 		{"mapped column twice", "problem,answer,problem\nq,1,r\n", Mapping{Prompt: "problem", Answer: "answer"}, `column "problem": twice in the header (columns 1 and 3)`},
+		// Latin-1 (a spreadsheet's export): the bytes reached the
+		// tokenizer as they were, the prompt not the file's text.
+		{"not UTF-8", "problem,answer\nq,1\n\"caf\xe9 au lait\",2\n", Mapping{Prompt: "problem", Answer: "answer"}, `row 1 (line 3): column "problem": not UTF-8 at byte 4 of the field, which starts at column 1`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Load(writeFile(t, "d.csv", c.text), c.m)

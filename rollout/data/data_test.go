@@ -70,6 +70,9 @@ func TestLoadJSONLErrors(t *testing.T) {
 		// Two objects on one line (a lost newline): the second was dropped
 		// without a word, and so was any text after the first.
 		{"two objects on a line", `{"prompt": "a", "answer": "1"}` + "\n" + `  {"prompt": "b", "answer": "2"}{"prompt": "c", "answer": "3"}`, DefaultMapping, []string{"row 1", "line 2", "text after the JSON object at column 33"}},
+		// The JSON decoder put U+FFFD in place of the byte: the prompt
+		// trained on was not the file's.
+		{"not UTF-8", `{"prompt": "a", "answer": "1"}` + "\n" + `{"prompt": "caf` + "\xe9" + `", "answer": "1"}`, DefaultMapping, []string{"row 1", "line 2", "not UTF-8 at byte 16 of the line"}},
 		{"text after the object", `{"prompt": "a", "answer": "1"} x`, DefaultMapping, []string{"row 0", "line 1", "column 32"}},
 		{"line too long", `{"prompt": "a", "answer": "1"}` + "\n" + `{"prompt": "` + strings.Repeat("a", MaxLineBytes) + `"}`, DefaultMapping, []string{"line 2", "over the 67108864-byte limit for one line"}},
 	}
@@ -528,5 +531,35 @@ func TestLoadParquetColumnChunkOutsideTheFile(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "column "+c.column) || !errors.Is(err, ErrBadDataset) {
 			t.Errorf("column %s declaring %d bytes: %v; want ErrBadDataset naming the file and the column", c.column, c.length, err)
 		}
+	}
+}
+
+// A Parquet string cell that is not UTF-8 is an error naming the file, the
+// row and the column, as in a JSONL or CSV file.
+func TestLoadParquetNotUTF8(t *testing.T) {
+	sc := arrow.NewSchema([]arrow.Field{{Name: "question", Type: arrow.BinaryTypes.String}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	b.Field(0).(*array.StringBuilder).AppendValues([]string{"tea", "caf\xe9"}, nil)
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	p := filepath.Join(t.TempDir(), "d.parquet")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pqarrow.NewFileWriter(sc, f, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(p, Mapping{Prompt: "question"})
+	if err == nil || !strings.Contains(err.Error(), p+`: row 1: column "question": not UTF-8 at byte 4`) || !errors.Is(err, ErrBadDataset) {
+		t.Errorf("error %v, want the file, row 1, the column and the byte", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -139,6 +140,11 @@ func loadJSONL(ctx context.Context, path string, m Mapping) ([]Example, error) {
 		if len(b) == 0 {
 			continue
 		}
+		if !utf8.Valid(b) {
+			// The JSON decoder would put U+FFFD in place of the bytes:
+			// the prompt trained on would not be the file's.
+			return nil, fmt.Errorf("load %s: row %d (line %d): not UTF-8 at byte %d of the line (a file in another encoding, or one cut mid-character): %w", path, len(out), line, invalidUTF8At(sc.Bytes())+1, ErrBadDataset)
+		}
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.UseNumber()
 		var row map[string]any
@@ -232,6 +238,28 @@ func columnNames(sc *arrow.Schema) string {
 	return strings.Join(names, ", ")
 }
 
+// invalidUTF8At is the index of the first byte of b that does not start a
+// valid UTF-8 character, or -1.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
+}
+
+// text is a string cell, which must be UTF-8: a prompt of other bytes
+// would reach the tokenizer as something other than the file's text.
+func text(s string) (any, error) {
+	if !utf8.ValidString(s) {
+		return nil, fmt.Errorf("not UTF-8 at byte %d", invalidUTF8At([]byte(s))+1)
+	}
+	return s, nil
+}
+
 // arrowValue converts one cell to the JSON-like values the mapping walks:
 // string, json.Number, bool, nil, []any, map[string]any.
 func arrowValue(a arrow.Array, i int) (any, error) {
@@ -240,15 +268,15 @@ func arrowValue(a arrow.Array, i int) (any, error) {
 	}
 	switch a := a.(type) {
 	case *array.String:
-		return a.Value(i), nil
+		return text(a.Value(i))
 	case *array.LargeString:
-		return a.Value(i), nil
+		return text(a.Value(i))
 	case *array.StringView:
-		return a.Value(i), nil
+		return text(a.Value(i))
 	case *array.Binary:
-		return string(a.Value(i)), nil
+		return text(string(a.Value(i)))
 	case *array.LargeBinary:
-		return string(a.Value(i)), nil
+		return text(string(a.Value(i)))
 	case *array.Boolean:
 		return a.Value(i), nil
 	case *array.Int8:
