@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -31,6 +32,31 @@ type index struct {
 	WeightMap map[string]string `json:"weight_map"`
 }
 
+// readIndex reads an index file: a regular file of at most maxHeader
+// bytes (a pipe there would block, a device fill memory).
+func readIndex(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", path, st.Mode().Type())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxHeader+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxHeader {
+		return nil, fmt.Errorf("%s: over the %d-byte limit for an index", path, maxHeader)
+	}
+	return b, nil
+}
+
 // OpenCheckpoint reads dir/model.safetensors.index.json and its shards when
 // the index exists, else dir/model.safetensors.
 func OpenCheckpoint(dir string) (*Checkpoint, error) {
@@ -43,7 +69,7 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 func OpenCheckpointContext(ctx context.Context, dir string) (*Checkpoint, error) {
 	c := &Checkpoint{Dir: dir, files: map[string]*File{}, where: map[string]string{}}
 	ipath := filepath.Join(dir, IndexFile)
-	b, err := os.ReadFile(ipath)
+	b, err := readIndex(ipath)
 	if errors.Is(err, os.ErrNotExist) {
 		f, err := ReadFileContext(ctx, filepath.Join(dir, SingleFile))
 		if err != nil {

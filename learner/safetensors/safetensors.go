@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"sort"
@@ -291,12 +292,66 @@ func ReadFileContext(ctx context.Context, path string) (*File, error) {
 	}
 	defer f.Close()
 	size := 0
-	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && int64(int(st.Size())) == st.Size() {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read safetensors %s: %w", path, err)
+	}
+	r := ctxio.Reader(ctx, f, readChunk)
+	if !st.Mode().IsRegular() {
+		return readStream(path, r)
+	}
+	if int64(int(st.Size())) == st.Size() {
 		size = int(st.Size())
 	}
 	// MinRead beyond the size: EOF is seen without growing the buffer.
 	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead))
-	if _, err := buf.ReadFrom(ctxio.Reader(ctx, f, readChunk)); err != nil {
+	if _, err := buf.ReadFrom(r); err != nil {
+		return nil, fmt.Errorf("read safetensors %s: %w", path, err)
+	}
+	return Parse(path, buf.Bytes())
+}
+
+// readStream reads a safetensors file whose size is not known beforehand
+// (a pipe, a device): the header first, then only as many bytes as its
+// tensors' offsets declare and one more, so that a stream without end
+// (/dev/zero, /dev/urandom) is an error, not memory filled until the
+// process dies. Parse then checks the bytes as it checks a file's.
+func readStream(path string, r io.Reader) (*File, error) {
+	b := make([]byte, 8)
+	if n, err := io.ReadFull(r, b); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return Parse(path, b[:n])
+		}
+		return nil, fmt.Errorf("read safetensors %s: %w", path, err)
+	}
+	hlen := binary.LittleEndian.Uint64(b)
+	if hlen > maxHeader {
+		return nil, fmt.Errorf("safetensors %s: header length %d over the %d-byte limit (corrupt, or not a safetensors file)", path, hlen, maxHeader)
+	}
+	b = append(b, make([]byte, hlen)...)
+	if n, err := io.ReadFull(r, b[8:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return Parse(path, b[:8+n])
+		}
+		return nil, fmt.Errorf("read safetensors %s: %w", path, err)
+	}
+	raw := map[string]json.RawMessage{}
+	if err := json.Unmarshal(b[8:], &raw); err != nil {
+		return nil, fmt.Errorf("safetensors %s: bad header JSON: %w", path, err)
+	}
+	var end int64
+	for name, msg := range raw {
+		if name == "__metadata__" {
+			continue
+		}
+		e, err := parseEntry(msg)
+		if err != nil {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: bad header entry: %w", path, name, err)
+		}
+		end = max(end, e.Offsets[1])
+	}
+	buf := bytes.NewBuffer(b)
+	if _, err := buf.ReadFrom(io.LimitReader(r, end+1)); err != nil {
 		return nil, fmt.Errorf("read safetensors %s: %w", path, err)
 	}
 	return Parse(path, buf.Bytes())

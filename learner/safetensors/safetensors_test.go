@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -300,5 +301,64 @@ func TestFiniteFloat32(t *testing.T) {
 		if err == nil || !errors.Is(err, ErrNotFinite) || !strings.Contains(err.Error(), `tensor "w": `+c.want) {
 			t.Errorf("%s %x: %v, want %q", c.dtype, c.bits, err, c.want)
 		}
+	}
+}
+
+// A safetensors path that is not a regular file is read as far as its
+// header declares and one byte more: a pipe serving a whole file loads as
+// the file does, and a stream without end (/dev/zero, or a file followed
+// by more bytes) is an error, where the whole stream was read into memory
+// until the process died.
+func TestReadFileStream(t *testing.T) {
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		t.Skip(err)
+	}
+	if _, err := ReadFile("/dev/zero"); err == nil || !strings.Contains(err.Error(), "safetensors /dev/zero: bad header JSON") {
+		t.Errorf("/dev/zero: %v", err)
+	}
+	a, _ := FromFloat32("a", F32, []int{2, 3}, []float32{1, 2, 3, 4, 5, 6})
+	b, _ := FromFloat32("b", BF16, []int{4}, []float32{7, 8, 9, 10})
+	file, err := Encode([]Tensor{a, b}, map[string]string{"format": "pt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		endless bool
+		want    string
+	}{{"a whole file", false, ""}, {"a file and bytes without end", true, "corrupt header or trailing bytes"}} {
+		t.Run(c.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "model.safetensors")
+			if err := syscall.Mkfifo(p, 0o644); err != nil {
+				t.Skip("mkfifo:", err)
+			}
+			go func() {
+				w, err := os.OpenFile(p, os.O_WRONLY, 0)
+				if err != nil {
+					return
+				}
+				defer w.Close()
+				if _, err := w.Write(file); err != nil || !c.endless {
+					return
+				}
+				junk := make([]byte, 1<<16)
+				for {
+					if _, err := w.Write(junk); err != nil {
+						return // the reader closed its end
+					}
+				}
+			}()
+			f, err := ReadFile(p)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatal(err)
+			case c.want == "":
+				if v, _, err := f.Float32("b"); err != nil || v[3] != 10 || len(f.Tensors) != 2 {
+					t.Errorf("tensor b %v, %v (%d tensors)", v, err, len(f.Tensors))
+				}
+			case err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), p):
+				t.Errorf("error %v, want %q naming the file", err, c.want)
+			}
+		})
 	}
 }
