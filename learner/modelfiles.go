@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 
+	"github.com/rlnode/rlnode/internal/readfile"
 	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
@@ -137,8 +137,11 @@ type sequencesFile struct {
 // readSequences reads the file at path and checks every sequence against
 // the model's config (read from cfgPath): ids in [0, vocab_size), at least
 // one prompt token, and no more tokens than max_position_embeddings.
+// maxSequencesBytes caps a model forward input file, read whole.
+const maxSequencesBytes = 1 << 30
+
 func readSequences(path string, cfg *model.Config, cfgPath string) ([]model.Sequence, error) {
-	b, err := os.ReadFile(path)
+	b, err := readfile.Regular(path, maxSequencesBytes)
 	if err != nil {
 		return nil, err
 	}

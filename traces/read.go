@@ -18,6 +18,7 @@ import (
 	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/rlnode/rlnode/internal/pqread"
+	"github.com/rlnode/rlnode/internal/readfile"
 )
 
 // Trace is the spans of one trace id, in start order, with the rewards
@@ -247,12 +248,9 @@ func parquetFiles(root string) ([]string, error) {
 // file (a pipe, a device) is refused before it is opened, as opening a
 // pipe waits for a writer.
 func ReadFile(path string) ([]Span, error) {
-	st, err := os.Stat(path)
+	st, err := readfile.Stat(path)
 	if err != nil {
 		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file (%s)", st.Mode().Type())
 	}
 	f, err := os.Open(path)
 	if err != nil {

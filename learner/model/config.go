@@ -4,8 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+
+	"github.com/rlnode/rlnode/internal/readfile"
 )
+
+// maxConfigBytes caps a config.json: they are kilobytes.
+const maxConfigBytes = 16 << 20
 
 // Config is the part of a Hugging Face config.json the model reads.
 type Config struct {
@@ -37,7 +41,7 @@ const (
 
 // ReadConfig reads and validates a config.json.
 func ReadConfig(path string) (*Config, error) {
-	b, err := os.ReadFile(path)
+	b, err := readfile.Regular(path, maxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}

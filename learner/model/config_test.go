@@ -1,6 +1,8 @@
 package model
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -87,5 +89,18 @@ func TestConfigDefaults(t *testing.T) {
 		if cfg.MaxPositions != c.positions || cfg.NumKVHeads != 4 || cfg.RMSNormEps != 1e-6 || cfg.RopeTheta != 10000 || cfg.TieWordEmbeddings || cfg.HeadDim != 8 {
 			t.Errorf("%s defaults: %+v", c.arch, cfg)
 		}
+	}
+}
+
+// A config.json that is a device or a pipe is refused before it is read:
+// /dev/zero was read into memory until the process died, and a pipe
+// blocked the load until something wrote into it.
+func TestReadConfigNotARegularFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.json")
+	if err := os.Symlink("/dev/zero", p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadConfig(p); err == nil || !strings.Contains(err.Error(), p+": a device, not a regular file") {
+		t.Errorf("config.json → /dev/zero: %v", err)
 	}
 }

@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/rlnode/rlnode/internal/readfile"
 )
 
 // File names of a Hugging Face checkpoint directory.
@@ -32,31 +33,6 @@ type index struct {
 	WeightMap map[string]string `json:"weight_map"`
 }
 
-// readIndex reads an index file: a regular file of at most maxHeader
-// bytes (a pipe there would block, a device fill memory).
-func readIndex(path string) ([]byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%s)", path, st.Mode().Type())
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxHeader+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxHeader {
-		return nil, fmt.Errorf("%s: over the %d-byte limit for an index", path, maxHeader)
-	}
-	return b, nil
-}
-
 // OpenCheckpoint reads dir/model.safetensors.index.json and its shards when
 // the index exists, else dir/model.safetensors.
 func OpenCheckpoint(dir string) (*Checkpoint, error) {
@@ -69,7 +45,7 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 func OpenCheckpointContext(ctx context.Context, dir string) (*Checkpoint, error) {
 	c := &Checkpoint{Dir: dir, files: map[string]*File{}, where: map[string]string{}}
 	ipath := filepath.Join(dir, IndexFile)
-	b, err := readIndex(ipath)
+	b, err := readfile.Regular(ipath, maxHeader)
 	if errors.Is(err, os.ErrNotExist) {
 		f, err := ReadFileContext(ctx, filepath.Join(dir, SingleFile))
 		if err != nil {
@@ -87,7 +63,7 @@ func OpenCheckpointContext(ctx context.Context, dir string) (*Checkpoint, error)
 	c.index = ipath
 	var idx index
 	if err := json.Unmarshal(b, &idx); err != nil {
-		return nil, fmt.Errorf("open checkpoint %s: %w", ipath, err)
+		return nil, fmt.Errorf("open checkpoint: %w", err)
 	}
 	if len(idx.WeightMap) == 0 {
 		return nil, fmt.Errorf("open checkpoint %s: weight_map is empty", ipath)
@@ -100,7 +76,7 @@ func OpenCheckpointContext(ctx context.Context, dir string) (*Checkpoint, error)
 		if !ok {
 			f, err = ReadFileContext(ctx, filepath.Join(dir, shard))
 			if err != nil {
-				return nil, fmt.Errorf("open checkpoint %s: %w", ipath, err)
+				return nil, fmt.Errorf("open checkpoint: %w", err)
 			}
 			c.files[shard] = f
 		}

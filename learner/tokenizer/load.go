@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"sort"
 	"strings"
+
+	"github.com/rlnode/rlnode/internal/readfile"
 )
 
 // The parts of tokenizer.json this package reads. Sections kept verbatim for
@@ -68,7 +68,7 @@ type preTokenizerJSON struct {
 // Errors name the file and the offending field; features this package does
 // not implement wrap ErrUnsupported.
 func Load(path string) (*Tokenizer, error) {
-	data, err := readBounded(path, MaxFileBytes)
+	data, err := readfile.Regular(path, MaxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: load %s: %w", path, err)
 	}
@@ -78,36 +78,6 @@ func Load(path string) (*Tokenizer, error) {
 // MaxFileBytes caps a tokenizer.json: the largest published ones are tens
 // of megabytes, and the file is read whole.
 const MaxFileBytes = 512 << 20
-
-// readBounded reads a regular file of at most limit bytes. A pipe or a
-// device (a path that is /dev/zero) is refused before it is read: it
-// would block, or fill memory without end.
-func readBounded(path string, limit int64) ([]byte, error) {
-	// Stat before open: opening a pipe waits for a writer.
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file (%s)", st.Mode().Type())
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if st.Size() > limit {
-		return nil, fmt.Errorf("%d bytes, over the %d-byte limit for a tokenizer file", st.Size(), limit)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("over the %d-byte limit for a tokenizer file", limit)
-	}
-	return data, nil
-}
 
 // Parse reads tokenizer.json content; name is used in errors.
 func Parse(name string, data []byte) (*Tokenizer, error) {
