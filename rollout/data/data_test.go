@@ -12,7 +12,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -561,5 +563,48 @@ func TestLoadParquetNotUTF8(t *testing.T) {
 	_, err = Load(p, Mapping{Prompt: "question"})
 	if err == nil || !strings.Contains(err.Error(), p+`: row 1: column "question": not UTF-8 at byte 4`) || !errors.Is(err, ErrBadDataset) {
 		t.Errorf("error %v, want the file, row 1, the column and the byte", err)
+	}
+}
+
+// A dataset or trajectory path that is a pipe or a device is an error
+// naming it, before it is opened: opening a pipe waited for a writer.
+func TestLoadNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	pipe := filepath.Join(dir, "train.jsonl")
+	if err := syscall.Mkfifo(pipe, 0o644); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	zero := filepath.Join(dir, "train.csv")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	traj := filepath.Join(dir, "t.arrow")
+	if err := syscall.Mkfifo(traj, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path string
+		load func() error
+		want string
+	}{
+		{pipe, func() error { _, err := Load(pipe, DefaultMapping); return err }, "a named pipe, not a regular file"},
+		{zero, func() error { _, err := Load(zero, DefaultMapping); return err }, "a device, not a regular file"},
+		{traj, func() error { _, err := ReadTrajectoryFile(traj); return err }, "a named pipe, not a regular file"},
+	} {
+		done := make(chan error, 1)
+		go func() { done <- c.load() }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), c.path+": "+c.want) {
+				t.Errorf("%s: %v, want %q", c.path, err, c.want)
+			}
+		case <-time.After(time.Minute):
+			for _, p := range []string{pipe, traj} {
+				if w, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					w.Close()
+				}
+			}
+			t.Fatalf("%s: the load blocked", c.path)
+		}
 	}
 }

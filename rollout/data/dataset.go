@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/rlnode/rlnode/internal/pqread"
+	"github.com/rlnode/rlnode/internal/readfile"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
 
@@ -95,7 +97,16 @@ func LoadContext(ctx context.Context, path string, m Mapping) ([]Example, error)
 	if m.Prompt == "" {
 		return nil, fmt.Errorf("load %s: mapping has no prompt column: %w", path, ErrBadDataset)
 	}
-	if st, err := os.Stat(path); err == nil && st.Size() > datasetLimit {
+	// A pipe or a device is refused before it is opened: opening a pipe
+	// waits for a writer, and /dev/zero has no end.
+	st, err := readfile.Stat(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("load dataset: %w", err)
+		}
+		return nil, fmt.Errorf("load dataset: %w: %w", err, ErrBadDataset)
+	}
+	if st.Size() > datasetLimit {
 		return nil, fmt.Errorf("load %s: %d bytes, over the %d-byte limit for a dataset file: %w", path, st.Size(), datasetLimit, ErrBadDataset)
 	}
 	switch strings.ToLower(filepath.Ext(path)) {

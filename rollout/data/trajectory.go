@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/rlnode/rlnode/internal/atomicfile"
+	"github.com/rlnode/rlnode/internal/readfile"
 )
 
 // Turn is one row of a trajectory batch: what one policy generated in one
@@ -366,6 +367,9 @@ func WriteTrajectoryFile(path string, turns []Turn) error {
 // ReadTrajectoryFile reads all turns of an Arrow IPC file written by
 // WriteTrajectoryFile (or any writer using TrajectorySchema's columns).
 func ReadTrajectoryFile(path string) ([]Turn, error) {
+	if _, err := readfile.Stat(path); err != nil { // a pipe would block the open
+		return nil, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
