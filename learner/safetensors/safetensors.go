@@ -335,9 +335,9 @@ func readStream(path string, r io.Reader) (*File, error) {
 		}
 		return nil, fmt.Errorf("read safetensors %s: %w", path, err)
 	}
-	raw := map[string]json.RawMessage{}
-	if err := json.Unmarshal(b[8:], &raw); err != nil {
-		return nil, fmt.Errorf("safetensors %s: bad header JSON: %w", path, err)
+	raw, err := headerEntries(b[8:])
+	if err != nil {
+		return nil, fmt.Errorf("safetensors %s: %w", path, err)
 	}
 	var end int64
 	for name, msg := range raw {
@@ -357,6 +357,42 @@ func readStream(path string, r io.Reader) (*File, error) {
 	return Parse(path, buf.Bytes())
 }
 
+// headerEntries reads the header's object: each name and its entry. A
+// name given twice is an error: a JSON decoder keeps the last, and the
+// tensor the first one described would go without a word.
+func headerEntries(h []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(h))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		if err == nil {
+			err = fmt.Errorf("%v where an object belongs", t)
+		}
+		return nil, fmt.Errorf("bad header JSON: %w", err)
+	}
+	out := map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("bad header JSON: %w", err)
+		}
+		name := t.(string) // an object's keys are strings
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("bad header JSON: %q: %w", name, err)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("tensor %q: twice in the header (corrupt header)", name)
+		}
+		out[name] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("bad header JSON: %w", err)
+	}
+	if rest := bytes.TrimSpace(h[dec.InputOffset():]); len(rest) > 0 {
+		return nil, fmt.Errorf("bad header JSON: text after the object: %.20q", rest)
+	}
+	return out, nil
+}
+
 // Parse parses safetensors bytes; path is used in error messages only. The
 // returned tensors alias b.
 func Parse(path string, b []byte) (*File, error) {
@@ -367,9 +403,9 @@ func Parse(path string, b []byte) (*File, error) {
 	if hlen > maxHeader || hlen > uint64(len(b)-8) {
 		return nil, fmt.Errorf("safetensors %s: header length %d exceeds file size %d (truncated or corrupt)", path, hlen, len(b))
 	}
-	raw := map[string]json.RawMessage{}
-	if err := json.Unmarshal(b[8:8+hlen], &raw); err != nil {
-		return nil, fmt.Errorf("safetensors %s: bad header JSON: %w", path, err)
+	raw, err := headerEntries(b[8 : 8+hlen])
+	if err != nil {
+		return nil, fmt.Errorf("safetensors %s: %w", path, err)
 	}
 	data := b[8+hlen:]
 	f := &File{Path: path, byName: map[string]int{}}

@@ -141,6 +141,13 @@ func TestBadFiles(t *testing.T) {
 		{"gap", header(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}`, 12), `tensor "b": data starts at byte 8, want 4`},
 		{"overlap", header(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, 8), `tensor "b": data starts at byte 4, want 8`},
 		{"trailing bytes", header(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, 12), "tensors cover 8 data bytes but the file holds 12"},
+		// A JSON decoder keeps the last of two entries of one name: the
+		// first's bytes were reported as a gap before the second's, and a
+		// file whose duplicates agree loaded.
+		{"a name twice", header(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, 8), `tensor "a": twice in the header`},
+		{"a name twice, alike", header(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, 4), `tensor "a": twice in the header`},
+		{"a header that is not an object", header(`[1, 2]`, 0), "bad header JSON"},
+		{"text after the header", header(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}} x`, 8), `bad header JSON: text after the object: "x"`},
 		{"overflowing shape", header(`{"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}}`, 8), `tensor "w": shape [4294967296 4294967296] of F32 overflows`},
 	}
 	for _, c := range cases {
@@ -361,4 +368,34 @@ func TestReadFileStream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Parse of any bytes is a File or an error naming the file, never a
+// panic; a File's tensors tile its data and convert as their dtype says.
+func FuzzParse(f *testing.F) {
+	a, _ := FromFloat32("a", F32, []int{2, 3}, []float32{1, 2, 3, 4, 5, 6})
+	b, _ := FromFloat32("b", BF16, []int{4}, []float32{7, 8, 9, 10})
+	good, err := Encode([]Tensor{a, b}, map[string]string{"format": "pt"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(header(`{"w":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}}`, 4))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		file, err := Parse("fuzz.safetensors", b)
+		if err != nil {
+			if !strings.Contains(err.Error(), "fuzz.safetensors") {
+				t.Errorf("error does not name the file: %v", err)
+			}
+			return
+		}
+		for _, tn := range file.Tensors {
+			if tn.DType.Size() == 0 {
+				continue
+			}
+			if v, err := tn.Float32(); err != nil || len(v) != tn.NumElements() {
+				t.Errorf("tensor %q: %d values, %v", tn.Name, len(v), err)
+			}
+		}
+	})
 }
