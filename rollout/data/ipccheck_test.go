@@ -141,6 +141,13 @@ func TestReadHostileTrajectoryFile(t *testing.T) {
 			// Node 1 is group_id (int64), whose buffer holds 3 values.
 			put64(b, l.msg+l.nodesVector+16, 1<<20)
 		}, ""},
+		// Another tool's file: nothing checked the numbers it wrote until
+		// the learner's step refused a NaN mask, naming no file.
+		{"a NaN loss mask", false, func(b []byte, l ipcLayout) {
+			// loss_mask (field 9): its list's 2 buffers, then its child's
+			// validity and values, 26 to 29.
+			binary.LittleEndian.PutUint32(b[l.body+l.bufs[29][0]:], 0x7fc00000)
+		}, "loss mask of response token 0 is NaN"},
 		{"list offsets past the values", false, func(b []byte, l ipcLayout) {
 			// Buffers per field: string 3, int 2, list 2 (+ its child's 2).
 			// prompt_ids is field 6: validity and offsets at 14 and 15.

@@ -120,7 +120,7 @@ var TrajectorySchema = arrow.NewSchema([]arrow.Field{
 var ErrBadTrajectory = errors.New("bad trajectory data")
 
 // Check reports the first inconsistency in t: per-token columns of unequal
-// length or non-finite numbers.
+// length or non-finite numbers (rewards, logprobs, loss mask, advantages).
 func (t *Turn) Check() error {
 	n := len(t.ResponseIDs)
 	switch {
@@ -134,6 +134,18 @@ func (t *Turn) Check() error {
 	for _, v := range [...]float64{t.Reward, t.FinalReward} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return fmt.Errorf("episode %s turn %d: reward %v is not finite: %w", t.EpisodeID, t.Turn, v, ErrBadTrajectory)
+		}
+	}
+	// A NaN or infinite per-token number read from a file failed the
+	// learner's step, far from the file that held it.
+	for _, col := range [...]struct {
+		name string
+		v    []float32
+	}{{"logprob", t.LogProbs}, {"loss mask", t.LossMask}, {"advantage", t.Advantages}} {
+		for i, x := range col.v {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("episode %s turn %d: %s of response token %d is %v, not finite: %w", t.EpisodeID, t.Turn, col.name, i, x, ErrBadTrajectory)
+			}
 		}
 	}
 	return nil
