@@ -115,8 +115,8 @@ func (t *Tensor) Float32() ([]float32, error) {
 }
 
 // ErrNotFinite is wrapped by FiniteFloat32's errors: a weight that is NaN
-// or infinite (a diverged run's checkpoint, a damaged file) would make
-// every logit it touches NaN, and training on it trains on NaN.
+// or infinite (a diverged run's checkpoint, a damaged file) makes every
+// logit it touches NaN, and a step on it fails far from the file.
 var ErrNotFinite = errors.New("not a finite number")
 
 // FiniteFloat32 is Float32 for weights: a NaN or infinite element is an
