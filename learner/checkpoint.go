@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rlnode/rlnode/internal/readfile"
 	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
@@ -215,7 +216,7 @@ func (l *Learner) LoadContext(ctx context.Context, dir string) error {
 		return fmt.Errorf("learner: load %s: value head present %v, the learner's %v", dir, m.Value != nil, l.model.Value != nil)
 	}
 	var state checkpointState
-	js, err := os.ReadFile(filepath.Join(dir, StateFile))
+	js, err := readfile.Regular(filepath.Join(dir, StateFile), maxStateBytes)
 	if err != nil {
 		return fmt.Errorf("learner: load: %w", err)
 	}
@@ -304,12 +305,16 @@ func (l *Learner) LoadContext(ctx context.Context, dir string) error {
 	return nil
 }
 
+// maxStateBytes caps the learner's state file, read whole: it is
+// kilobytes.
+const maxStateBytes = 16 << 20
+
 // OptimizerOmitted reports whether the checkpoint in dir was saved without
 // its AdamW state (Config.OmitOptimizer), so that resuming from it restarts
 // the optimizer's moments.
 func OptimizerOmitted(dir string) (bool, error) {
 	path := filepath.Join(dir, StateFile)
-	js, err := os.ReadFile(path)
+	js, err := readfile.Regular(path, maxStateBytes)
 	if err != nil {
 		return false, fmt.Errorf("learner: %w", err)
 	}

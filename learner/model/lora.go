@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rlnode/rlnode/internal/readfile"
 	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/safetensors"
 )
@@ -340,7 +341,7 @@ func (m *Model) LoadLoRA(dir string) error {
 // adapter is hundreds of MiB, which a stop should not wait for.
 func (m *Model) LoadLoRAContext(ctx context.Context, dir string) error {
 	cpath := filepath.Join(dir, AdapterConfig)
-	b, err := os.ReadFile(cpath)
+	b, err := readfile.Regular(cpath, maxConfigBytes)
 	if err != nil {
 		return fmt.Errorf("load lora: %w", err)
 	}
