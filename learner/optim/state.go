@@ -88,6 +88,16 @@ func (o *AdamW) LoadState(params []*Param, s AdamWState) error {
 			if i := firstNonFinite(data); i >= 0 {
 				return fmt.Errorf("adamw load state: tensor %q: %v at index %d", name, data[i], i)
 			}
+			if f.prefix == ExpAvgSqPrefix {
+				// A mean of squares is never below 0; the square root
+				// of one that is made the next update NaN, and the
+				// checkpoint after it held NaN weights.
+				for i, x := range data {
+					if x < 0 {
+						return fmt.Errorf("adamw load state: tensor %q: %v at index %d, below 0 (a mean of squared gradients)", name, x, i)
+					}
+				}
+			}
 			*f.dst = append([]float32(nil), data...)
 			delete(byName, name)
 		}
