@@ -76,8 +76,9 @@ func Load(path string) (*Tokenizer, error) {
 }
 
 // MaxFileBytes caps a tokenizer.json: the largest published ones are tens
-// of megabytes, and the file is read whole.
-const MaxFileBytes = 512 << 20
+// of megabytes, and the file is read whole and its vocabulary and merges
+// held in tables several times its size.
+const MaxFileBytes = 128 << 20
 
 // Parse reads tokenizer.json content; name is used in errors.
 func Parse(name string, data []byte) (*Tokenizer, error) {
