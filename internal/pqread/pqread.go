@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -23,8 +24,8 @@ import (
 var ErrDamaged = errors.New("damaged Parquet file")
 
 // ReadTable reads every column of the Parquet file r, which holds size
-// bytes. limit bounds the uncompressed column data the footer declares:
-// the table is held in memory whole.
+// bytes. limit bounds the uncompressed column data the footer declares,
+// and twice limit the memory the table takes: it is held in memory whole.
 //
 // arrow-go's reader trusts the footer: it allocates a column chunk's
 // declared length before it reads it (a length past the file, or a
@@ -43,7 +44,13 @@ func ReadTable(ctx context.Context, r parquet.ReaderAtSeeker, size, limit int64)
 			tbl, err = nil, fmt.Errorf("the reader failed: %v: %w", e, ErrDamaged)
 		}
 	}()
-	mem := memory.DefaultAllocator
+	// The footer's sizes bound nothing the reader builds from a
+	// dictionary: a value stored once and repeated by run-length
+	// encoding in every row of a file of kilobytes makes gigabytes of
+	// Arrow data. So the reader's allocations are counted and stop at
+	// twice limit (its builders grow by doubling), with a panic that the
+	// recovers here and in arrow-go turn into an error.
+	mem := &limitAllocator{mem: memory.DefaultAllocator, limit: 2 * limit}
 	pf, err := file.NewParquetReader(r, file.WithReadProps(parquet.NewReaderProperties(mem)))
 	if err != nil {
 		return nil, err
@@ -59,6 +66,9 @@ func ReadTable(ctx context.Context, r parquet.ReaderAtSeeker, size, limit int64)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
+		}
+		if mem.over.Load() {
+			return nil, fmt.Errorf("its data come to over %d bytes in memory, the limit: %w", mem.limit, ErrDamaged)
 		}
 		return nil, err
 	}
@@ -124,4 +134,35 @@ func checkFooter(md *metadata.FileMetaData, size, limit int64) error {
 		}
 	}
 	return nil
+}
+
+// limitAllocator is an allocator that panics once more than limit bytes
+// are held: arrow-go's allocators cannot return an error.
+type limitAllocator struct {
+	mem   memory.Allocator
+	limit int64
+	used  atomic.Int64
+	over  atomic.Bool
+}
+
+func (a *limitAllocator) take(n int64) {
+	if a.used.Add(n) > a.limit {
+		a.over.Store(true)
+		panic(fmt.Sprintf("over %d bytes in memory, the limit", a.limit))
+	}
+}
+
+func (a *limitAllocator) Allocate(size int) []byte {
+	a.take(int64(size))
+	return a.mem.Allocate(size)
+}
+
+func (a *limitAllocator) Reallocate(size int, b []byte) []byte {
+	a.take(int64(size - len(b)))
+	return a.mem.Reallocate(size, b)
+}
+
+func (a *limitAllocator) Free(b []byte) {
+	a.used.Add(-int64(len(b)))
+	a.mem.Free(b)
 }

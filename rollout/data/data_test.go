@@ -612,3 +612,49 @@ func TestLoadNotARegularFile(t *testing.T) {
 		}
 	}
 }
+
+// A Parquet file of kilobytes whose one value, stored once in a
+// dictionary, repeats in every row decodes to far more than the file and
+// its footer declare: its loading stops at twice the dataset limit in
+// memory, an error naming the file. Before, it loaded whole: 20 MB of
+// prompts from a 20 KB file under a 10 MB limit (1000 times the file; a
+// 1 MB file of this kind decodes to a gigabyte).
+func TestLoadParquetDictionaryBomb(t *testing.T) {
+	sc := arrow.NewSchema([]arrow.Field{{Name: "question", Type: arrow.BinaryTypes.String}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	q := strings.Repeat("x", 1000)
+	for range 20000 {
+		b.Field(0).(*array.StringBuilder).Append(q)
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	p := filepath.Join(t.TempDir(), "bomb.parquet")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pqarrow.NewFileWriter(sc, f, parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Zstd)), pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(p); err != nil || st.Size() > 100<<10 {
+		t.Fatalf("the file: %v, %v; want under 100 KiB", st, err)
+	}
+	defer func(prev int64) { datasetLimit = prev }(datasetLimit)
+	datasetLimit = 10 << 20
+	_, err = Load(p, Mapping{Prompt: "question"})
+	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "over 20971520 bytes in memory") || !errors.Is(err, ErrBadDataset) {
+		t.Errorf("error %v, want ErrBadDataset naming the file and the memory limit", err)
+	}
+	datasetLimit = 30 << 20 // room for it: it loads
+	if ex, err := Load(p, Mapping{Prompt: "question"}); err != nil || len(ex) != 20000 {
+		t.Errorf("under a 30 MB limit: %d rows, %v", len(ex), err)
+	}
+}
