@@ -9,7 +9,9 @@ import (
 	"io"
 	"math"
 	"os"
+	"unicode/utf8"
 
+	"github.com/rlnode/rlnode/internal/readfile"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 )
 
@@ -107,6 +109,9 @@ func (e *Episode) Check() error {
 // ReadJSONL reads a trajectory file of Episode lines, checking each. Blank
 // lines are skipped; errors name the file and line.
 func ReadJSONL(path string) ([]Episode, error) {
+	if _, err := readfile.Stat(path); err != nil { // a pipe would block the open
+		return nil, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -129,6 +134,11 @@ func DecodeJSONL(name string, r io.Reader) ([]Episode, error) {
 		}
 		if len(out) == MaxEpisodes {
 			return nil, fmt.Errorf("%s:%d: more than %d episodes", name, line, MaxEpisodes)
+		}
+		if !utf8.Valid(b) {
+			// The JSON decoder would put U+FFFD in place of the bytes:
+			// the text trained on would not be the file's.
+			return nil, fmt.Errorf("%s:%d: not UTF-8 at byte %d of the line (a file in another encoding, or one cut mid-character)", name, line, invalidAt(b)+1)
 		}
 		var e Episode
 		dec := json.NewDecoder(bytes.NewReader(b))
@@ -153,6 +163,19 @@ func DecodeJSONL(name string, r io.Reader) ([]Episode, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return out, nil
+}
+
+// invalidAt is the index of the first byte of b that does not start a
+// valid UTF-8 character.
+func invalidAt(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
 }
 
 // WriteJSONL writes episodes one a line.

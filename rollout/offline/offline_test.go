@@ -110,6 +110,8 @@ func TestReadJSONLBad(t *testing.T) {
 		{strings.Replace(good, `"seed":1`, `"seed":1,"reward":3`, 1), `unknown field "reward"`},
 		{`{"env":"` + strings.Repeat("x", MaxLineBytes) + `"}`, "x.jsonl:1: a line over 1048576 bytes"},
 		{`{"env":"e","messages":[{"role":"user","content":"q"}],"steps":[],"total":0}`, "no assistant message"},
+		// Latin-1 text: the decoder put U+FFFD in place of the byte.
+		{strings.Replace(good, `"content":"q"`, "\"content\":\"caf\xe9\"", 1), "x.jsonl:1: not UTF-8 at byte 73 of the line"},
 		// A lost newline: the second episode was dropped without a word.
 		{good + "\n" + good + good, "x.jsonl:2: text after the episode's JSON object"},
 	}
