@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -312,9 +311,6 @@ func TestTrajectoryRejectsBadTurns(t *testing.T) {
 		{func(t *Turn) { t.LossMask = nil }, "0 loss-mask entries"},
 		{func(t *Turn) { t.Advantages = []float32{1} }, "1 advantages"},
 		{func(t *Turn) { t.Reward = 1 / float64(zero()) }, "not finite"},
-		{func(t *Turn) { t.LossMask[1] = float32(math.NaN()) }, "loss mask of response token 1 is NaN, not finite"},
-		{func(t *Turn) { t.LogProbs[0] = float32(math.Inf(-1)) }, "logprob of response token 0 is -Inf"},
-		{func(t *Turn) { t.Advantages = []float32{0, float32(math.Inf(1))} }, "advantage of response token 1 is +Inf"},
 	} {
 		ts := sampleTurns()
 		c.edit(&ts[0])

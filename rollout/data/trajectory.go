@@ -120,7 +120,7 @@ var TrajectorySchema = arrow.NewSchema([]arrow.Field{
 var ErrBadTrajectory = errors.New("bad trajectory data")
 
 // Check reports the first inconsistency in t: per-token columns of unequal
-// length or non-finite numbers (rewards, logprobs, loss mask, advantages).
+// length or non-finite rewards.
 func (t *Turn) Check() error {
 	n := len(t.ResponseIDs)
 	switch {
@@ -136,8 +136,16 @@ func (t *Turn) Check() error {
 			return fmt.Errorf("episode %s turn %d: reward %v is not finite: %w", t.EpisodeID, t.Turn, v, ErrBadTrajectory)
 		}
 	}
-	// A NaN or infinite per-token number read from a file failed the
-	// learner's step, far from the file that held it.
+	return nil
+}
+
+// checkFinite reports the first NaN or infinite per-token number of t.
+// Files are held to it as they are read: such a number read from a file
+// failed the learner's step, far from the file that held it. (A live
+// run's episodes are not: a policy whose weights turned non-finite makes
+// NaN log probs, and the learner's refusal of that batch is what stops
+// the run, naming its ranks and newest checkpoint.)
+func (t *Turn) checkFinite() error {
 	for _, col := range [...]struct {
 		name string
 		v    []float32
@@ -387,7 +395,16 @@ func ReadTrajectoryFile(path string) ([]Turn, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return readTrajectories(path, f)
+	turns, err := readTrajectories(path, f)
+	if err != nil {
+		return nil, err
+	}
+	for i := range turns {
+		if err := turns[i].checkFinite(); err != nil {
+			return nil, fmt.Errorf("read %s: row %d: %w", path, i, err)
+		}
+	}
+	return turns, nil
 }
 
 // readTrajectories reads an Arrow IPC file from r. The file may be damaged
