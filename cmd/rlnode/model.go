@@ -4,11 +4,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/rlnode/rlnode/recipes"
 	"io"
 
+	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/internal/outpath"
 	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/recipes"
 )
 
 func init() { commands["model"] = modelCommand }
@@ -84,6 +86,15 @@ func modelInit(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 0, "random seed of the initialization")
 	if err := parseFlags(fs, args, "config", "out"); err != nil {
 		return err
+	}
+	// The weights are made in this process's memory (float32) before they
+	// are written: a size past it is refused, not a fatal out of memory.
+	mc, err := model.ReadConfig(*configPath)
+	if err != nil {
+		return err
+	}
+	if need, have := int64(mc.NumParams())*4, actor.HostMemory(); have > 0 && need > have {
+		return fmt.Errorf("config %s: a model of %d parameters takes %.1f GiB as float32 to initialise, over this host's %.1f GiB of memory", *configPath, mc.NumParams(), float64(need)/(1<<30), float64(have)/(1<<30))
 	}
 	if err := outpath.MkdirAll(*out); err != nil {
 		return fmt.Errorf("--out: %w", err)

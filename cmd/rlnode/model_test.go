@@ -109,6 +109,14 @@ func TestModelCommandErrors(t *testing.T) {
 	smallVocab := filepath.Join(dir, "small-vocab.json")
 	os.WriteFile(smallVocab, []byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":16,"intermediate_size":32,
 		"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":277}`), 0o644)
+	// Sizes whose parameter count wraps an int around (2^40 × 2^30),
+	// and sizes that fit the bound but not this host's memory.
+	wraps := filepath.Join(dir, "wraps.json")
+	os.WriteFile(wraps, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":1073741824,"intermediate_size":64,
+		"num_hidden_layers":1,"num_attention_heads":1,"vocab_size":1099511627776}`), 0o644)
+	tooBig := filepath.Join(dir, "too-big.json")
+	os.WriteFile(tooBig, []byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":8192,"intermediate_size":32768,
+		"num_hidden_layers":512,"num_attention_heads":64,"vocab_size":152064}`), 0o644)
 	badCfg := filepath.Join(dir, "config.json")
 	os.WriteFile(badCfg, []byte(`{"architectures":["MistralForCausalLM"]}`), 0o644)
 	cases := []struct {
@@ -119,6 +127,8 @@ func TestModelCommandErrors(t *testing.T) {
 		{[]string{"model", "frobnicate"}, 2, `unknown subcommand "frobnicate"`},
 		{[]string{"model", "init", "--out", dir}, 2, "--config is required"},
 		{[]string{"model", "init", "--config", badCfg, "--out", dir}, 1, "field architectures"},
+		{[]string{"model", "init", "--config", wraps, "--out", filepath.Join(dir, "wraps")}, 1, "parameters, over the 1.1e+12 a model may have"},
+		{[]string{"model", "init", "--config", tooBig, "--out", filepath.Join(dir, "too-big")}, 1, "GiB as float32 to initialise, over this host's"},
 		{[]string{"model", "init", "--config", smallVocab, "--out", filepath.Join(dir, "small")}, 1, "field vocab_size: 277 is too small for the built-in tokenizer (at least 278"},
 		{[]string{"model", "forward", "--model", dir}, 2, "--input is required"},
 		{[]string{"model", "forward", "--model", filepath.Join(src, "qwen2"), "--input", bad, "--out", filepath.Join(dir, "o")}, 1, `unknown field "extra"`},

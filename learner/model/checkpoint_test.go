@@ -169,8 +169,9 @@ func TestLoadErrors(t *testing.T) {
 // A config.json whose sizes disagree with the weights' (another model's
 // config, a damaged one) is an error naming the tensor and both shapes,
 // found before the model is allocated. Before, Load allocated the model
-// the config described first: 16M tokens × 65536 wide is 4 TiB, and the
-// process died ("fatal error: out of memory").
+// the config described first: 16M tokens × 16384 wide is 1 TiB, and the
+// process died ("fatal error: out of memory"). (Sizes past model.MaxParams
+// are refused before, by the config's own check.)
 func TestLoadConfigDisagreeingWithWeights(t *testing.T) {
 	m := tinyModel(t, tinyConfig(Qwen2), 3)
 	dir := t.TempDir()
@@ -178,8 +179,8 @@ func TestLoadConfigDisagreeingWithWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := m.Config
-	cfg.VocabSize, cfg.HiddenSize, cfg.IntermediateSize = 1<<24, 1<<16, 1<<16
-	cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim = 512, 512, 128
+	cfg.VocabSize, cfg.HiddenSize, cfg.IntermediateSize = 1<<24, 1<<14, 1<<14
+	cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim = 128, 128, 128
 	js, err := cfg.JSON()
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +189,7 @@ func TestLoadConfigDisagreeingWithWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Load(dir, cpu.New())
-	want := filepath.Join(dir, "model.safetensors") + `: tensor "model.embed_tokens.weight": shape [32 16], want [16777216 65536]`
+	want := filepath.Join(dir, "model.safetensors") + `: tensor "model.embed_tokens.weight": shape [32 16], want [16777216 16384]`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("error %v, want %q", err, want)
 	}

@@ -140,6 +140,13 @@ func (c *Config) validate(prefix string) error {
 	if len(errs) > 0 {
 		return errors.Join(errs...) // the checks below divide by these
 	}
+	// NumParams in int would wrap around for sizes a hostile or mistyped
+	// config.json can give (vocab_size 2^40 × hidden_size 2^30), and pass
+	// every memory check as a small model; counted in float64 first.
+	if n := c.numParamsFloat(); n > MaxParams {
+		bad("the sizes give a model of %.3g parameters, over the %.3g a model may have (hidden_size %d, intermediate_size %d, num_hidden_layers %d, vocab_size %d)", n, float64(MaxParams), c.HiddenSize, c.IntermediateSize, c.NumLayers, c.VocabSize)
+		return errors.Join(errs...)
+	}
 	if c.Architecture != Qwen2 && c.Architecture != Llama {
 		bad("field architectures: unsupported architecture %q", c.Architecture)
 	}
@@ -273,6 +280,25 @@ func (p *fieldParser) string(field string, required bool, def string) string {
 		return def
 	}
 	return x
+}
+
+// MaxParams bounds the parameters a config may give a model: 2^40, past
+// any model this project can train or serve, and far from where an int
+// count wraps around.
+const MaxParams = 1 << 40
+
+// numParamsFloat is NumParams counted in float64, which cannot wrap.
+func (c *Config) numParamsFloat() float64 {
+	h, q, kv := float64(c.HiddenSize), float64(c.NumHeads)*float64(c.HeadDim), float64(c.NumKVHeads)*float64(c.HeadDim)
+	layer := 2*h + h*q + 2*h*kv + q*h + 3*h*float64(c.IntermediateSize)
+	if c.AttentionBias {
+		layer += q + 2*kv
+	}
+	n := float64(c.VocabSize)*h + float64(c.NumLayers)*layer + h
+	if !c.TieWordEmbeddings {
+		n += float64(c.VocabSize) * h
+	}
+	return n
 }
 
 // NumParams is the parameter count the config implies (a tied lm_head
