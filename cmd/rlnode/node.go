@@ -414,12 +414,17 @@ func stopCommand(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("address", "", "gossip address (or node id) of the node to stop, on this host")
 	all := fs.Bool("all", false, "stop every node running on this host")
+	jobWait := fs.Duration("stop-timeout", 30*time.Second, "how long the cluster's jobs get to stop after their current step when no node would be left to take them over")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: rlnode stop [--address HOST:PORT | --all]\n\nStops a node running on this host gracefully: its actors stop, then it leaves\nthe cluster.\n\n")
+		fmt.Fprintf(stderr, "usage: rlnode stop [--address HOST:PORT | --all] [--stop-timeout 30s]\n\nStops a node running on this host gracefully: its actors stop, then it leaves\nthe cluster. A job on a node that stops goes on on another node that runs\njobs; when no such node would be left (stop --all of a cluster on one\nmachine), each job is first asked to stop after its current step, which it\ncheckpoints, as rlnode job stop does.\n\n")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseNoArgs(fs, args); !ok {
 		return code
+	}
+	if *jobWait <= 0 {
+		fmt.Fprintf(stderr, "rlnode stop: --stop-timeout %v: want a positive duration\n", *jobWait)
+		return 2
 	}
 	var nodes []cluster.RunInfo
 	switch {
@@ -455,6 +460,9 @@ func stopCommand(args []string, stdout, stderr io.Writer) int {
 		nodes = []cluster.RunInfo{ri}
 	}
 	code := 0
+	if !stopJobsFirst(nodes, *jobWait, stdout, stderr) {
+		code = 1
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var asked []cluster.RunInfo
