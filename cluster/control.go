@@ -505,11 +505,7 @@ func FindRunning(addr string) (RunInfo, error) {
 		case 1:
 			return infos[0], nil
 		}
-		var list []string
-		for _, ri := range infos {
-			list = append(list, ri.Gossip)
-		}
-		return RunInfo{}, fmt.Errorf("%d nodes run on this host (%s): choose one with --address", len(infos), strings.Join(list, ", "))
+		return RunInfo{}, &SeveralNodesError{Nodes: infos}
 	}
 	for _, ri := range infos {
 		if ri.Gossip == addr || ri.Control == addr || ri.NodeID == addr {
@@ -522,6 +518,18 @@ func FindRunning(addr string) (RunInfo, error) {
 		}
 	}
 	return RunInfo{}, fmt.Errorf("no node with gossip address, control address or id %s runs on this host (looked in %s); a node on another host is reached at its control endpoint, --address http://HOST:PORT (rlnode status, submit and job; rlnode start|join --status-bind)", addr, dir)
+}
+
+// SeveralNodesError is FindRunning's answer to no address when several
+// nodes run on this host: Nodes are they.
+type SeveralNodesError struct{ Nodes []RunInfo }
+
+func (e *SeveralNodesError) Error() string {
+	var list []string
+	for _, ri := range e.Nodes {
+		list = append(list, ri.Gossip)
+	}
+	return fmt.Sprintf("%d nodes run on this host (%s): choose one with --address", len(e.Nodes), strings.Join(list, ", "))
 }
 
 // FetchStatus asks a node's control endpoint for its Status.

@@ -308,7 +308,7 @@ func jobClient(cmd, addr, keyFile string, stderr io.Writer) (jobs.Client, string
 		}
 		return c, "at " + c.Control, true
 	}
-	ri, err := cluster.FindRunning(addr)
+	ri, err := findClusterNode(addr)
 	if err != nil {
 		if !errors.Is(err, cluster.ErrNodeGone) {
 			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
@@ -321,6 +321,40 @@ func jobClient(cmd, addr, keyFile string, stderr io.Writer) (jobs.Client, string
 		return jobs.Client{}, "", false
 	}
 	return jobs.Client{Control: ri.Control, Token: ri.Token}, ri.NodeID, true
+}
+
+// findClusterNode is the node on this host that addr names, as
+// cluster.FindRunning finds it; with no address and several nodes here
+// (README's cluster on one machine), the first of them when they all
+// belong to one cluster: the cluster's status and jobs are the same
+// asked of any of its nodes.
+func findClusterNode(addr string) (cluster.RunInfo, error) {
+	ri, err := cluster.FindRunning(addr)
+	var several *cluster.SeveralNodesError
+	if addr != "" || !errors.As(err, &several) {
+		return ri, err
+	}
+	first := several.Nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, serr := cluster.FetchStatus(ctx, first.Control)
+	if serr != nil {
+		return ri, fmt.Errorf("%w (node %s does not answer: %v)", err, first.NodeID, serr)
+	}
+	members := map[string]bool{}
+	for _, n := range st.Nodes {
+		members[n.ID] = true
+	}
+	var apart []string
+	for _, o := range several.Nodes[1:] {
+		if !members[o.NodeID] {
+			apart = append(apart, o.NodeID)
+		}
+	}
+	if len(apart) > 0 {
+		return ri, fmt.Errorf("%w: they are not all of one cluster (node %s's cluster lacks %s)", err, first.NodeID, strings.Join(apart, ", "))
+	}
+	return first, nil
 }
 
 // followJob prints the job's log from offset, asked of node nodeID

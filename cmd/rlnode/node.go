@@ -292,7 +292,7 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 		ri.Control, err = controlURL(*addr)
 		ri.NodeID = "at " + ri.Control
 	} else {
-		ri, err = cluster.FindRunning(*addr)
+		ri, err = findClusterNode(*addr)
 	}
 	if err != nil {
 		if !errors.Is(err, cluster.ErrNodeGone) {

@@ -58,3 +58,44 @@ func TestStopAllStopsJobsFirst(t *testing.T) {
 		t.Errorf("the stopped step's checkpoint: %v", err)
 	}
 }
+
+// TestOneClusterNeedsNoAddress: with README's cluster on one machine
+// (several nodes on the host, one cluster), status, submit and job
+// commands without --address ask any of its nodes, as README's sweep
+// example does; each failed with "choose one with --address". Nodes of
+// two clusters on the host still need it, and the error says why.
+func TestOneClusterNeedsNoAddress(t *testing.T) {
+	home := t.TempDir()
+	head := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head")
+	peer := startRlnode(t, home, "join", head.gossip, "--bind", "127.0.0.1:0", "--node-id", "peer", "--cpus", "1")
+	dumpOnFailure(t, head, peer)
+	waitUntil(t, time.Minute, "both nodes in head's status", func() bool {
+		out, _, code := runRlnode(t, home, "status", "--address", head.gossip)
+		return code == 0 && strings.Contains(out, "peer") && strings.Contains(out, "head")
+	})
+	dir := filepath.Join(t.TempDir(), "noaddr")
+	out, errOut, code := runRlnode(t, home, append([]string{"submit", "quickstart", "--name", "noaddr", "--out", dir}, tinyRun...)...)
+	if code != 0 || !strings.Contains(out, "job noaddr SUCCEEDED") {
+		t.Fatalf("submit without --address: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, args := range [][]string{{"job", "list"}, {"job", "status", "noaddr"}, {"job", "logs", "noaddr"}, {"status"}} {
+		out, errOut, code := runRlnode(t, home, args...)
+		want := "noaddr"
+		if args[0] == "status" {
+			want = "peer"
+		}
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("rlnode %s without --address: exit %d, want %q in\n%s%s", strings.Join(args, " "), code, want, out, errOut)
+		}
+	}
+	// A node of another cluster (its own key) on the same host.
+	apart := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "apart", "--key-file", filepath.Join(t.TempDir(), "apart.key"))
+	dumpOnFailure(t, apart)
+	for _, args := range [][]string{{"job", "list"}, {"status"}} {
+		_, errOut, code := runRlnode(t, home, args...)
+		if code != 1 || !strings.Contains(errOut, "3 nodes run on this host") || !strings.Contains(errOut, "choose one with --address") ||
+			!strings.Contains(errOut, "not all of one cluster") {
+			t.Errorf("rlnode %s with nodes of two clusters here: exit %d, %q", strings.Join(args, " "), code, errOut)
+		}
+	}
+}
