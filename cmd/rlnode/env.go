@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -193,8 +194,8 @@ func envCommand(args []string, stdout, stderr io.Writer) int {
 		done[ep.Outcome]++
 	}
 	n := float64(len(eps))
-	fmt.Fprintf(stdout, "%d episodes of %s (task %s, policy %s) written to %s: mean return %.3f, %.2f steps per episode, outcomes %v\n",
-		len(eps), name, *task, *policy, *out, total/n, float64(steps)/n, done)
+	fmt.Fprintf(stdout, "%d episodes of %s (task %s, policy %s) written to %s: mean return %.3f, %.2f steps per episode, outcomes: %s\n",
+		len(eps), name, *task, *policy, *out, total/n, float64(steps)/n, outcomeCounts(done))
 	return 0
 }
 
@@ -349,8 +350,8 @@ func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, f
 			outcomes[strings.TrimSpace(oc)]++
 		}
 	}
-	fmt.Fprintf(stdout, "%d episodes of %s (task %s, policy %s) written to %s: mean return %.3f, %.2f steps per episode, outcomes %v\n",
-		c.episodes, c.env, c.task, c.model, c.out, total/float64(c.episodes), float64(len(turns))/float64(c.episodes), outcomes)
+	fmt.Fprintf(stdout, "%d episodes of %s (task %s, policy %s) written to %s: mean return %.3f, %.2f steps per episode, outcomes: %s\n",
+		c.episodes, c.env, c.task, c.model, c.out, total/float64(c.episodes), float64(len(turns))/float64(c.episodes), outcomeCounts(outcomes))
 	return 0
 }
 
@@ -361,4 +362,22 @@ func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, f
 // whole collection.
 func writeEpisodes(path string, eps []offline.Episode) error {
 	return atomicfile.Write(path, 0o644, func(w io.Writer) error { return offline.WriteJSONL(w, eps) })
+}
+
+// outcomeCounts is how many episodes ended each way, by outcome name
+// ("solved 18, step_limit 2"), or "none recorded".
+func outcomeCounts(n map[string]int) string {
+	names := make([]string, 0, len(n))
+	for k := range n {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = fmt.Sprintf("%s %d", k, n[k])
+	}
+	if len(parts) == 0 {
+		return "none recorded"
+	}
+	return strings.Join(parts, ", ")
 }

@@ -391,3 +391,25 @@ func TestTrajectoryFilesFullDisk(t *testing.T) {
 		}
 	}
 }
+
+// TestOutcomeCounts: env rollout's summary names each way episodes ended
+// in words; it printed Go's map syntax ("outcomes map[solved:20]").
+func TestOutcomeCounts(t *testing.T) {
+	for _, c := range []struct {
+		in   map[string]int
+		want string
+	}{
+		{nil, "none recorded"},
+		{map[string]int{"solved": 20}, "solved 20"},
+		{map[string]int{"wrong_answer": 2, "solved": 1, "step_limit": 2}, "solved 1, step_limit 2, wrong_answer 2"},
+	} {
+		if got := outcomeCounts(c.in); got != c.want {
+			t.Errorf("outcomeCounts(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "teacher.jsonl")
+	stdout, stderr, code := runRlnode(t, t.TempDir(), "env", "rollout", "equations", "--policy", "scripted", "--episodes", "4", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "outcomes: solved 4\n") {
+		t.Errorf("env rollout equations --policy scripted: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
