@@ -283,7 +283,9 @@ func docFixtures(t *testing.T, home string) *strings.Replacer {
 		t.Fatalf("model init: exit %d: %s", code, stderr)
 	}
 	traceID := docTraceStore(t, filepath.Join(data, "traces"))
-	return strings.NewReplacer("PATH/", data+"/", "=DIR", "="+model, "HOST", "127.0.0.1", "NAME", "policy", "=N", "=2", "TRACE_ID", traceID)
+	writeReadmeRecipe(t, data)
+	return strings.NewReplacer("PATH/", data+"/", "=DIR", "="+model, "HOST", "127.0.0.1", "NAME", "policy", "=N", "=2", "TRACE_ID", traceID,
+		"my_mlmt.yaml", filepath.Join(data, "my_mlmt.yaml"))
 }
 
 func writeQAParquet(t *testing.T, path string, rows [][2]string) {
