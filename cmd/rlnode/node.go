@@ -450,6 +450,10 @@ func stopCommand(args []string, stdout, stderr io.Writer) int {
 		nodes = infos
 	default:
 		ri, err := cluster.FindRunning(*addr)
+		var several *cluster.SeveralNodesError
+		if errors.As(err, &several) {
+			err = fmt.Errorf("%w, or stop them all with --all", err)
+		}
 		if err != nil {
 			if !errors.Is(err, cluster.ErrNodeGone) {
 				fmt.Fprintf(stderr, "rlnode stop: %v\n", err)

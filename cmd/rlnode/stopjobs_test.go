@@ -88,6 +88,10 @@ func TestOneClusterNeedsNoAddress(t *testing.T) {
 			t.Errorf("rlnode %s without --address: exit %d, want %q in\n%s%s", strings.Join(args, " "), code, want, out, errOut)
 		}
 	}
+	// stop stops one node: it needs --address, or --all.
+	if _, errOut, code := runRlnode(t, home, "stop"); code != 1 || !strings.Contains(errOut, "choose one with --address, or stop them all with --all") {
+		t.Errorf("rlnode stop without --address, two nodes here: exit %d, %q", code, errOut)
+	}
 	// A node of another cluster (its own key) on the same host.
 	apart := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "apart", "--key-file", filepath.Join(t.TempDir(), "apart.key"))
 	dumpOnFailure(t, apart)
