@@ -22,7 +22,9 @@ import (
 	"github.com/rlnode/rlnode/internal/ratelog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 )
 
 // Defaults for Config's limits.
@@ -458,7 +460,32 @@ type levelFilter struct {
 func (l levelFilter) Enabled(ctx context.Context, lv slog.Level) bool {
 	return lv >= l.min && l.h.Enabled(ctx, lv)
 }
-func (l levelFilter) Handle(ctx context.Context, r slog.Record) error { return l.h.Handle(ctx, r) }
+func (l levelFilter) Handle(ctx context.Context, r slog.Record) error {
+	if ownClose(r) {
+		return nil
+	}
+	return l.h.Handle(ctx, r)
+}
+
+// ownClose says whether r is protoactor's "lost connection" for a
+// connection this node closed itself (gRPC's Canceled, "the client
+// connection is closing": its endpoint dropped once the peer left or was
+// forgotten). Logged as an error, it put an ERROR line in every node's
+// log at the end of every run whose driver left the cluster in order.
+func ownClose(r slog.Record) bool {
+	if r.Message != "EndpointWriter lost connection" {
+		return false
+	}
+	own := false
+	r.Attrs(func(a slog.Attr) bool {
+		if err, ok := a.Value.Any().(error); ok && a.Key == "error" {
+			own = status.Code(err) == codes.Canceled
+			return false
+		}
+		return true
+	})
+	return own
+}
 func (l levelFilter) WithAttrs(a []slog.Attr) slog.Handler {
 	return levelFilter{h: l.h.WithAttrs(a), min: l.min}
 }
