@@ -294,12 +294,19 @@ func (o *sbatchOptions) check(r *recipes.Recipe) error {
 		if r.Engines.Feedback != nil {
 			replicas += r.Engines.Feedback.Replicas
 		}
-		need := float64(replicas)*p.Rollout.GPUs + float64(p.LearnerShards)*p.Learner.GPUs
+		// Each trained policy's learner holds placement.learner on each of
+		// its shards: MLMT's feedback policy has one of its own, unless
+		// static (no policy) or sharing the solver's weights.
+		learners := 1
+		if m := r.Algorithm.MLMT; r.Episode.Type == "mlmt" && !m.StaticFeedback && !m.SharedWeights {
+			learners = 2
+		}
+		need := float64(replicas)*p.Rollout.GPUs + float64(learners*p.LearnerShards)*p.Learner.GPUs
 		have := float64(o.Nodes * o.GPUsPerNode)
 		switch {
 		case need > have:
-			errs = append(errs, fmt.Sprintf("the recipe's actors reserve %g GPUs (%d rollout actors × %g + %d learner shards × %g) but %d nodes × %d GPUs give %g",
-				need, replicas, p.Rollout.GPUs, p.LearnerShards, p.Learner.GPUs, o.Nodes, o.GPUsPerNode, have))
+			errs = append(errs, fmt.Sprintf("the recipe's actors reserve %g GPUs (%d rollout actors × %g + %d learners × %d shards × %g) but %d nodes × %d GPUs give %g",
+				need, replicas, p.Rollout.GPUs, learners, p.LearnerShards, p.Learner.GPUs, o.Nodes, o.GPUsPerNode, have))
 		case p.Rollout.GPUs > float64(o.GPUsPerNode) || p.Learner.GPUs > float64(o.GPUsPerNode):
 			errs = append(errs, fmt.Sprintf("one actor reserves more GPUs (rollout %g, learner %g) than a node has (%d)", p.Rollout.GPUs, p.Learner.GPUs, o.GPUsPerNode))
 		case need == 0 && o.GPUsPerNode > 0:

@@ -144,6 +144,10 @@ func TestSbatchRefuses(t *testing.T) {
 		{[]string{"quickstart", "--nodes", "2", "--gpus-per-node", "1", "--partition", "a b"}, 2, "--partition"},
 		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "1", "--set", "placement.learner.gpus=2"}, 2, "reserve 2 GPUs"},
 		{[]string{"quickstart", "--nodes", "2", "--gpus-per-node", "1", "--set", "placement.learner_shards=2", "--set", "placement.learner.gpus=2"}, 2, "reserve 4 GPUs"},
+		// MLMT's feedback policy has a learner of its own (README's
+		// mlmt_math example needs 2 GPUs; 1 node × 1 GPU was accepted).
+		{[]string{"mlmt_math", "--nodes", "1", "--gpus-per-node", "1", "--set", "placement.learner.gpus=1"}, 2, "reserve 2 GPUs (2 rollout actors × 0 + 2 learners × 1 shards × 1)"},
+		{[]string{"mlmt_math", "--nodes", "2", "--gpus-per-node", "1", "--set", "placement.learner_shards=2", "--set", "placement.learner.gpus=1"}, 2, "reserve 4 GPUs"},
 		{[]string{"--nodes", "2", "--gpus-per-node", "1"}, 2, "want one recipe"},
 		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--cpus-per-task", "-1"}, 2, "--cpus-per-task -1"},
 		{[]string{"quickstart", "--nodes", "1", "--gpus-per-node", "0", "--mem", "lots"}, 2, `--mem "lots"`},
