@@ -263,7 +263,7 @@ func rolloutRecipe(policy *string, recipeFlag string, stderr io.Writer) (*train.
 		if recipeFlag != "" {
 			return nil, "", fmt.Errorf("--recipe %s: episode.type %s, not agent: it plays no environment", file, cfg.Episode)
 		}
-		fmt.Fprintf(stderr, "rlnode env rollout: %s is a %s recipe, not an agent one: chat prompts\n", file, cfg.Episode)
+		fmt.Fprintf(stderr, "rlnode env rollout: %s is a %s recipe, not an agent one: its prompts are passed over, and the model plays on chat prompts (its tokenizer's chat template)\n", file, cfg.Episode)
 		return nil, "", nil
 	}
 	return &cfg, file, nil
