@@ -43,7 +43,7 @@ func stopJobsFirst(stopping []cluster.RunInfo, timeout time.Duration, stdout, st
 		return true
 	}
 	for _, n := range st.Nodes {
-		if _, runsJobs := n.Labels[jobs.Label]; runsJobs && !leaving[n.ID] {
+		if n.Labels[jobs.Label] == "yes" && !leaving[n.ID] { // as a job's placement asks
 			return true // node n takes the jobs over
 		}
 	}

@@ -59,6 +59,35 @@ func TestStopAllStopsJobsFirst(t *testing.T) {
 	}
 }
 
+// TestStoppingTheLastJobNode: a node that stops while the others left do
+// not run jobs (labelled rlnode.jobs=no, which a job's placement passes
+// over) asks its jobs to stop after their step first too, and the other
+// node stays up.
+func TestStoppingTheLastJobNode(t *testing.T) {
+	home := t.TempDir()
+	head := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "head")
+	peer := startRlnode(t, home, "join", head.gossip, "--bind", "127.0.0.1:0", "--node-id", "peer", "--cpus", "1", "--label", "rlnode.jobs=no")
+	dumpOnFailure(t, head, peer)
+	dir := filepath.Join(t.TempDir(), "last")
+	out, errOut, code := runRlnode(t, home, "submit", "quickstart", "--no-wait", "--name", "last", "--out", dir, "--address", head.gossip,
+		"--set", "sft.steps=2", "--set", "schedule.steps=100000", "--set", "schedule.eval_every=0", "--set", "eval.held_out=4",
+		"--set", "algorithm.batch_prompts=2", "--set", "algorithm.group_size=2")
+	if code != 0 {
+		t.Fatalf("submit --no-wait: exit %d\n%s%s", code, out, errOut)
+	}
+	waitUntil(t, 2*time.Minute, "the job's RL steps", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, jobs.LogFile))
+		return bytes.Contains(b, []byte("(RL 2/100000)"))
+	})
+	out, errOut, code = runRlnode(t, home, "stop", "--address", head.gossip)
+	if code != 0 || !strings.Contains(out, "job last (RUNNING): asked to stop after its current step") || !strings.Contains(out, "job last STOPPED") {
+		t.Fatalf("stop head, the only node that runs jobs: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := runRlnode(t, home, "status", "--address", peer.gossip); code != 0 || !strings.Contains(out, "peer") {
+		t.Errorf("status of the node left: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
 // TestOneClusterNeedsNoAddress: with README's cluster on one machine
 // (several nodes on the host, one cluster), status, submit and job
 // commands without --address ask any of its nodes, as README's sweep
