@@ -24,66 +24,80 @@ import (
 // batch script of `rlnode sbatch --serve` does at its end. It returns
 // false when a job was still running at the timeout.
 func stopJobsFirst(stopping []cluster.RunInfo, timeout time.Duration, stdout, stderr io.Writer) bool {
-	var ask cluster.RunInfo
 	leaving := map[string]bool{}
 	for _, ri := range stopping {
 		leaving[ri.NodeID] = true
-		if ask.Token == "" && ri.Token != "" {
-			ask = ri
+	}
+	// One node asked for each cluster among the stopping nodes (a host
+	// may run nodes of several), of those no node outside could take over.
+	var clusters []jobs.Client
+	var asking []string
+	seen := map[string]bool{}
+	for _, ri := range stopping {
+		if seen[ri.NodeID] || ri.Token == "" {
+			continue // its cluster is asked, or it cannot be (no token)
 		}
-	}
-	if ask.Token == "" {
-		return true // no node whose job routes this host may use
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	st, err := cluster.FetchStatus(ctx, ask.Control)
-	cancel()
-	if err != nil {
-		fmt.Fprintf(stderr, "rlnode stop: node %s: its cluster's nodes: %v (its jobs are not asked to stop first)\n", ask.NodeID, err)
-		return true
-	}
-	for _, n := range st.Nodes {
-		if n.Labels[jobs.Label] == "yes" && !leaving[n.ID] { // as a job's placement asks
-			return true // node n takes the jobs over
-		}
-	}
-	c := jobs.Client{Control: ask.Control, Token: ask.Token}
-	asked := map[string]jobs.Info{}
-	deadline := time.Now().Add(timeout)
-	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		list, err := c.List(ctx)
+		st, err := cluster.FetchStatus(ctx, ri.Control)
 		cancel()
 		if err != nil {
-			fmt.Fprintf(stderr, "rlnode stop: node %s: the cluster's jobs: %v (they are not asked to stop first)\n", ask.NodeID, err)
-			return true
+			fmt.Fprintf(stderr, "rlnode stop: node %s: its cluster's nodes: %v (its jobs are not asked to stop first)\n", ri.NodeID, err)
+			continue
 		}
+		takeover := false
+		for _, n := range st.Nodes {
+			seen[n.ID] = true
+			if n.Labels[jobs.Label] == "yes" && !leaving[n.ID] { // as a job's placement asks
+				takeover = true // node n takes the jobs over
+			}
+		}
+		seen[ri.NodeID] = true
+		if !takeover {
+			clusters = append(clusters, jobs.Client{Control: ri.Control, Token: ri.Token})
+			asking = append(asking, ri.NodeID)
+		}
+	}
+	asked := map[string]jobs.Info{} // by the node asked and job name
+	deadline := time.Now().Add(timeout)
+	for {
 		var active []string
-		for _, in := range list {
-			prev, wasAsked := asked[in.Name]
-			switch {
-			case jobs.Active(in.Status) && !wasAsked:
-				// A job submitted meanwhile is asked too.
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := c.Stop(ctx, in.Name, false)
-				cancel()
-				if err != nil {
-					fmt.Fprintf(stderr, "rlnode stop: job %s (%s): %v\n", in.Name, in.Status, err)
-				} else {
-					fmt.Fprintf(stdout, "job %s (%s): asked to stop after its current step, which it checkpoints (no node outside those stopping runs jobs)\n", in.Name, in.Status)
-				}
-				asked[in.Name] = in
-				active = append(active, in.Name)
-			case jobs.Active(in.Status):
-				active = append(active, in.Name)
-			case wasAsked && jobs.Active(prev.Status):
-				asked[in.Name] = in
-				fmt.Fprintf(stdout, "job %s %s: %s\n", in.Name, in.Status, printable(in.Cause))
-				if in.Status == jobs.Stopped && filepath.IsAbs(in.Out) {
-					fmt.Fprintf(stdout, "  continue it on a cluster with: rlnode submit %s --resume --out %s\n", shellQuote(filepath.Join(in.Out, jobs.RecipeFile)), shellQuote(in.Out))
+		for i, c := range clusters {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			list, err := c.List(ctx)
+			cancel()
+			if err != nil {
+				fmt.Fprintf(stderr, "rlnode stop: node %s: the cluster's jobs: %v (they are not asked to stop first)\n", asking[i], err)
+				clusters[i] = jobs.Client{}
+				continue
+			}
+			for _, in := range list {
+				key := asking[i] + "/" + in.Name
+				prev, wasAsked := asked[key]
+				switch {
+				case jobs.Active(in.Status) && !wasAsked:
+					// A job submitted meanwhile is asked too.
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					err := c.Stop(ctx, in.Name, false)
+					cancel()
+					if err != nil {
+						fmt.Fprintf(stderr, "rlnode stop: job %s (%s): %v\n", in.Name, in.Status, err)
+					} else {
+						fmt.Fprintf(stdout, "job %s (%s): asked to stop after its current step, which it checkpoints (no node outside those stopping runs jobs)\n", in.Name, in.Status)
+					}
+					asked[key] = in
+					active = append(active, in.Name)
+				case jobs.Active(in.Status):
+					active = append(active, in.Name)
+				case wasAsked && jobs.Active(prev.Status):
+					asked[key] = in
+					fmt.Fprintf(stdout, "job %s %s: %s\n", in.Name, in.Status, printable(in.Cause))
+					if in.Status == jobs.Stopped && filepath.IsAbs(in.Out) {
+						fmt.Fprintf(stdout, "  continue it on a cluster with: rlnode submit %s --resume --out %s\n", shellQuote(filepath.Join(in.Out, jobs.RecipeFile)), shellQuote(in.Out))
+					}
 				}
 			}
 		}
+		clusters, asking = dropEmpty(clusters, asking)
 		if len(active) == 0 {
 			return true
 		}
@@ -95,4 +109,17 @@ func stopJobsFirst(stopping []cluster.RunInfo, timeout time.Duration, stdout, st
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// dropEmpty leaves out the clusters whose job list could not be read
+// (a zero Client), with the node each was asked through.
+func dropEmpty(cs []jobs.Client, via []string) ([]jobs.Client, []string) {
+	var keptC []jobs.Client
+	var keptV []string
+	for i, c := range cs {
+		if c.Control != "" {
+			keptC, keptV = append(keptC, c), append(keptV, via[i])
+		}
+	}
+	return keptC, keptV
 }
