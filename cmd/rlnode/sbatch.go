@@ -606,7 +606,10 @@ cleanup() {
     stop_pid "$SRUN_PID" "$STOP_S" || clean=0
   fi
   if [ -n "$HEAD_PID" ] && kill -0 "$HEAD_PID" 2>/dev/null; then
-    "$RLNODE" stop >/dev/null 2>&1 || kill -TERM "$HEAD_PID" 2>/dev/null
+    # The last node of the cluster: its stop asks the jobs left to stop
+    # first and waits for them, here 1 s, not 30 (stop_jobs gave --serve's
+    # jobs their time), so that the whole shutdown fits the TERM's lead.
+    "$RLNODE" stop --stop-timeout 1s >/dev/null 2>&1 || kill -TERM "$HEAD_PID" 2>/dev/null
     stop_pid "$HEAD_PID" "$STOP_S" || clean=0
   fi
   rm -rf "$RLNODE_HOME"
