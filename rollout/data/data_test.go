@@ -62,8 +62,12 @@ func TestLoadJSONLErrors(t *testing.T) {
 		want       []string // substrings of the error
 	}{
 		{"garbled", `{"prompt": "a", "answer": "1"}` + "\n{nope\n", DefaultMapping, []string{"row 1", "line 2", "not a JSON object"}},
-		{"missing column", `{"prompt": "a"}`, DefaultMapping, []string{"row 0", `column "answer"`, `no field "answer"`}},
-		{"nested missing", `{"q": {"text": "a"}}`, Mapping{Prompt: "q.body"}, []string{`column "q.body"`, `no field "body"`}},
+		// A column mapped with a typo: the error says which fields the row has.
+		{"missing column", `{"prompt": "a", "answr": "1"}`, DefaultMapping, []string{"row 0", `column "answer"`, `no field "answer" (it has "answr", "prompt")`}},
+		{"nested missing", `{"q": {"text": "a"}}`, Mapping{Prompt: "q.body"}, []string{`column "q.body"`, `no field "body" (it has "text")`}},
+		{"empty object", `{"q": {}}`, Mapping{Prompt: "q.body"}, []string{`no field "body" (it has none)`}},
+		{"many fields", manyFields(26), Mapping{Prompt: "prompt"}, []string{`no field "prompt" (it has "f00", "f01"`, `"f19" and 6 more)`}},
+		{"long name", `{"` + strings.Repeat("é", 30) + `": 1}`, Mapping{Prompt: "prompt"}, []string{`(it has "` + strings.Repeat("é", 20) + `…")`}},
 		{"list index", `{"msgs": [{"content": "a"}]}`, Mapping{Prompt: "msgs.3.content"}, []string{`no element "3" in a list of 1`}},
 		{"mistyped", `{"prompt": {"a": 1}}`, Mapping{Prompt: "prompt"}, []string{`column "prompt"`, "an object where a string"}},
 		{"tests mistyped", `{"prompt": "p", "tests": [1]}`, Mapping{Prompt: "prompt", Tests: "tests"}, []string{`column "tests"`, "element 0 is a number"}},
@@ -653,4 +657,13 @@ func TestLoadParquetDictionaryBomb(t *testing.T) {
 	if ex, err := Load(p, Mapping{Prompt: "question"}); err != nil || len(ex) != 20000 {
 		t.Errorf("under a 30 MB limit: %d rows, %v", len(ex), err)
 	}
+}
+
+// manyFields is a JSONL row of n fields f00, f01, ...
+func manyFields(n int) string {
+	fields := make([]string, n)
+	for i := range fields {
+		fields[i] = fmt.Sprintf(`"f%02d": 1`, i)
+	}
+	return "{" + strings.Join(fields, ", ") + "}"
 }

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -406,7 +407,7 @@ func lookup(v any, path string) (any, error) {
 		case map[string]any:
 			next, ok := c[seg]
 			if !ok {
-				return nil, fmt.Errorf("no field %q", seg)
+				return nil, fmt.Errorf("no field %q (%s)", seg, fieldNames(c))
 			}
 			cur = next
 		case []any:
@@ -423,6 +424,42 @@ func lookup(v any, path string) (any, error) {
 	}
 	return cur, nil
 }
+
+// fieldNames says which fields an object has, for the error that names
+// one it lacks (a column mapped with a typo): sorted, quoted, at most
+// maxNamesShown of them, each cut to maxNameShown bytes (rows may be
+// anyone's).
+func fieldNames(obj map[string]any) string {
+	if len(obj) == 0 {
+		return "it has none"
+	}
+	names := make([]string, 0, len(obj))
+	for k := range obj {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("it has ")
+	for i, k := range names {
+		if i == maxNamesShown {
+			fmt.Fprintf(&b, " and %d more", len(names)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if len(k) > maxNameShown {
+			k = strings.ToValidUTF8(k[:maxNameShown], "") + "…"
+		}
+		fmt.Fprintf(&b, "%q", k)
+	}
+	return b.String()
+}
+
+const (
+	maxNamesShown = 20
+	maxNameShown  = 40
+)
 
 func scalarString(v any) (string, error) {
 	switch v := v.(type) {
