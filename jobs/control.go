@@ -691,6 +691,14 @@ func stopHandler(w http.ResponseWriter, r *http.Request, ctx context.Context, no
 	if err == nil {
 		_, err = cluster.Call[okReply](ctx, h, stopRequest{Now: now})
 	}
+	if errors.Is(err, actor.ErrActorDied) {
+		// A PENDING job ends at once when asked to stop, and its death
+		// may reach this node before the reply: the stop took.
+		if after, ok := node.Record(rec.Name); ok && strings.HasPrefix(after.Cause, "job stopped") {
+			writeJSON(w, http.StatusAccepted, info(after))
+			return
+		}
+	}
 	if err != nil {
 		http.Error(w, fmt.Sprintf("job %s: stop: %v", rec.Name, err), http.StatusBadGateway)
 		return

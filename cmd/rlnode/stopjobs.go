@@ -78,6 +78,13 @@ func stopJobsFirst(stopping []cluster.RunInfo, timeout time.Duration, stdout, st
 					// A job submitted meanwhile is asked too.
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					err := c.Stop(ctx, in.Name, false)
+					if err != nil {
+						// A PENDING job ends at once when asked: the
+						// error may be the stop having taken.
+						if now, gerr := c.Get(ctx, in.Name); gerr == nil && !jobs.Active(now.Status) {
+							err = nil
+						}
+					}
 					cancel()
 					if err != nil {
 						fmt.Fprintf(stderr, "rlnode stop: job %s (%s): %v\n", in.Name, in.Status, err)
