@@ -89,7 +89,11 @@ func stopJobsFirst(stopping []cluster.RunInfo, timeout time.Duration, stdout, st
 					if err != nil {
 						fmt.Fprintf(stderr, "rlnode stop: job %s (%s): %v\n", in.Name, in.Status, err)
 					} else {
-						fmt.Fprintf(stdout, "job %s (%s): asked to stop after its current step, which it checkpoints (no node outside those stopping runs jobs)\n", in.Name, in.Status)
+						what := "after its current step, which it checkpoints"
+						if in.Status == jobs.Pending {
+							what = "(it waits for room: no step to finish)"
+						}
+						fmt.Fprintf(stdout, "job %s (%s): asked to stop %s (no node outside those stopping runs jobs)\n", in.Name, in.Status, what)
 					}
 					asked[key] = in
 					active = append(active, in.Name)
