@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -27,7 +28,14 @@ func checkContext(cfg Config, tpl *compiled, feedbackModel string) (field string
 	case err != nil && cfg.Dataset != nil:
 		// A dataset that does not load (damaged, empty, a column missing)
 		// is refused here, so that validate and sbatch say so before a
-		// job is queued; the error names the file.
+		// job is queued; the error names the file, and a column's error
+		// the field that maps it.
+		var ce *data.ColumnError
+		if errors.As(err, &ce) {
+			if f := cfg.Dataset.columnField(ce.Column); f != "" {
+				return f, err
+			}
+		}
 		return "data.dataset", err
 	case err != nil:
 		return "", nil // the run reports the data source itself
@@ -126,4 +134,32 @@ func contextOf(l learner.Config, model string) (*policyContext, error) {
 		pc.positions, pc.field = mc.MaxPositions, model+".path"
 	}
 	return pc, nil
+}
+
+// columnField is the recipe field that maps col: the training file's
+// columns first, then the eval file's own, then the hint column; "" when
+// none names it.
+func (ds *Dataset) columnField(col string) string {
+	named := func(m data.Mapping, section string) string {
+		for _, c := range []struct{ col, key string }{
+			{m.Prompt, "prompt"}, {m.Answer, "answer"}, {m.Tests, "tests"}, {m.Setup, "setup"}, {m.ID, "id"},
+		} {
+			if c.col == col {
+				return "data.dataset." + section + "." + c.key
+			}
+		}
+		return ""
+	}
+	if f := named(ds.Mapping, "columns"); f != "" {
+		return f
+	}
+	if ds.EvalMapping != nil {
+		if f := named(*ds.EvalMapping, "eval_columns"); f != "" {
+			return f
+		}
+	}
+	if col == ds.hintColumn() {
+		return "data.dataset.columns.hint"
+	}
+	return ""
 }

@@ -82,8 +82,8 @@ func TestDatasetHintColumn(t *testing.T) {
 		}
 		// Refused by the recipe's checks, before anything runs.
 		_, err = FromRecipe(l, t.TempDir())
-		if err == nil || !strings.Contains(err.Error(), `"clue"`) || !strings.Contains(err.Error(), "train.jsonl") || !strings.Contains(err.Error(), "data.dataset") {
-			t.Errorf("error %v: want one naming data.dataset, the column \"clue\" and the file", err)
+		if err == nil || !strings.Contains(err.Error(), `"clue"`) || !strings.Contains(err.Error(), "train.jsonl") || !strings.Contains(err.Error(), "data.dataset.columns.hint: ") {
+			t.Errorf("error %v: want one naming data.dataset.columns.hint, the column \"clue\" and the file", err)
 		}
 	})
 	t.Run("refused", func(t *testing.T) {

@@ -64,7 +64,9 @@ func TestReadmeRecipeExample(t *testing.T) {
 	text := readFileAt(t, recipe)
 	for _, c := range []struct{ from, to, want string }{
 		{"group_size: 4", "group_sise: 4", `: algorithm.group_sise: unknown key "group_sise" (did you mean "group_size"?)`},
+		{"hint: hint}", "hint: hnt}", `: data.dataset.columns.hint: `},
 		{"hint: hint}", "hint: hnt}", `pick.jsonl: line 1: row 0: column "hnt": no field "hnt" (it has "answer", "hint", "question")`},
+		{"prompt: question,", "prompt: questoin,", `: data.dataset.columns.prompt: `},
 	} {
 		bad := filepath.Join(dir, "bad.yaml")
 		if err := os.WriteFile(bad, []byte(strings.Replace(string(text), c.from, c.to, 1)), 0o644); err != nil {

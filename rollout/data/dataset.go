@@ -73,6 +73,17 @@ var DefaultMapping = Mapping{Prompt: "prompt", Answer: "answer"}
 // ErrBadDataset marks source rows that do not fit the mapping.
 var ErrBadDataset = errors.New("bad dataset")
 
+// ColumnError is a file or row that lacks, or cannot read, a column the
+// mapping names: Column is the mapping's path for it, so that a recipe's
+// check can name the field that maps it.
+type ColumnError struct {
+	Column string
+	Err    error
+}
+
+func (e *ColumnError) Error() string { return e.Err.Error() }
+func (e *ColumnError) Unwrap() error { return e.Err }
+
 // MaxLineBytes caps one JSONL line.
 const MaxLineBytes = 64 << 20
 
@@ -208,7 +219,7 @@ func loadParquet(ctx context.Context, path string, m Mapping) ([]Example, error)
 		top, _, _ := strings.Cut(p, ".")
 		idx := sc.FieldIndices(top)
 		if len(idx) == 0 {
-			return nil, fmt.Errorf("load %s: column %q: not in the file (columns: %s): %w", path, top, columnNames(sc), ErrBadDataset)
+			return nil, &ColumnError{Column: p, Err: fmt.Errorf("load %s: column %q: not in the file (columns: %s): %w", path, top, columnNames(sc), ErrBadDataset)}
 		}
 		cols = append(cols, idx[0])
 	}
@@ -349,7 +360,7 @@ func (m Mapping) example(path string, row int, v map[string]any) (Example, error
 			*dst, err = scalarString(x)
 		}
 		if err != nil {
-			return fmt.Errorf("row %d: column %q: %w: %w", row, col, err, ErrBadDataset)
+			return &ColumnError{Column: col, Err: fmt.Errorf("row %d: column %q: %w: %w", row, col, err, ErrBadDataset)}
 		}
 		return nil
 	}
@@ -371,7 +382,7 @@ func (m Mapping) example(path string, row int, v map[string]any) (Example, error
 			ex.Ref.Setup, err = scalarString(x)
 		}
 		if err != nil {
-			return Example{}, fmt.Errorf("row %d: column %q: %w: %w", row, m.Setup, err, ErrBadDataset)
+			return Example{}, &ColumnError{Column: m.Setup, Err: fmt.Errorf("row %d: column %q: %w: %w", row, m.Setup, err, ErrBadDataset)}
 		}
 	}
 	if err := str(m.ID, &ex.ID); err != nil {
@@ -390,11 +401,11 @@ func (m Mapping) example(path string, row int, v map[string]any) (Example, error
 			ex.Ref.Tests, err = stringList(x)
 		}
 		if err != nil {
-			return Example{}, fmt.Errorf("row %d: column %q: %w: %w", row, m.Tests, err, ErrBadDataset)
+			return Example{}, &ColumnError{Column: m.Tests, Err: fmt.Errorf("row %d: column %q: %w: %w", row, m.Tests, err, ErrBadDataset)}
 		}
 	}
 	if strings.TrimSpace(ex.Prompt) == "" {
-		return Example{}, fmt.Errorf("row %d: column %q: empty prompt: %w", row, m.Prompt, ErrBadDataset)
+		return Example{}, &ColumnError{Column: m.Prompt, Err: fmt.Errorf("row %d: column %q: empty prompt: %w", row, m.Prompt, ErrBadDataset)}
 	}
 	return ex, nil
 }
