@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
 )
 
 // A node that learns a record change from gossip passes it on once: a
