@@ -456,9 +456,10 @@ func (l *Learner) prepare(ctx context.Context, b Batch) (*prepared, error) {
 	// on its own sequences. Under a critic every rank needs every
 	// sequence's (PPO whitens its advantages over the whole batch; a
 	// value baseline shapes every reward of a group): the ranks then add
-	// up what each computed, zeros elsewhere, which gives every rank the
-	// same bits a pass over the whole batch would, for 1/ranks of its
-	// cost.
+	// up what each computed, zeros elsewhere, so every rank holds the same
+	// bits for 1/ranks of a whole-batch pass's cost. (They are not the
+	// bits of a whole-batch pass: a sequence's forward pass depends, at
+	// float32 rounding, on the micro-batch it is packed in.)
 	critic := cfg.Algorithm == PPO || (cfg.ValueBaseline != nil && cfg.policyGradient())
 	if cfg.policyGradient() && (mbs > 1 || cfg.epochs() > 1 || critic) {
 		p.old, p.oldVal = make([][]float32, n), make([][]float32, n)
