@@ -45,6 +45,7 @@ func TestReadmeProgramRuns(t *testing.T) {
 import (
 	"context"
 	"fmt"
+	"log"
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
