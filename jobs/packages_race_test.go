@@ -105,15 +105,8 @@ func TestTornUploadsAreSwept(t *testing.T) {
 // An upload that does not say its size is refused before its body is
 // kept: the store counts each upload at its size from its start.
 func TestPackageUploadNeedsItsSize(t *testing.T) {
-	t.Setenv("RLNODE_HOME", t.TempDir())
 	key := bytes.Repeat([]byte{9}, 32)
-	packages := filepath.Join(t.TempDir(), "packages")
-	node := serveJobs(t, cluster.Config{NodeID: "sized", Key: key}, Config{Executable: "/bin/true", RunsDir: t.TempDir(), PackagesDir: packages})
-	ctrl, closeCtrl, err := node.ServeControl("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeCtrl()
+	ctrl, _ := packageNode(t, "sized", key)
 	body := bytes.Repeat([]byte("d"), 4096)
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, "http://"+ctrl+"/packages/"+shaOf(body), io.NopCloser(bytes.NewReader(body)))
 	req.ContentLength = -1 // sent chunked
@@ -154,15 +147,8 @@ func (t *trickle) Read(p []byte) (int, error) {
 func TestTrickledUploadIsCutOff(t *testing.T) {
 	defer func(d time.Duration, r int64) { uploadIdle, uploadMinRate = d, r }(uploadIdle, uploadMinRate)
 	uploadIdle, uploadMinRate = time.Second, 1<<20
-	t.Setenv("RLNODE_HOME", t.TempDir())
 	key := bytes.Repeat([]byte{5}, 32)
-	packages := filepath.Join(t.TempDir(), "packages")
-	node := serveJobs(t, cluster.Config{NodeID: "trickled", Key: key}, Config{Executable: "/bin/true", RunsDir: t.TempDir(), PackagesDir: packages})
-	ctrl, closeCtrl, err := node.ServeControl("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeCtrl()
+	ctrl, packages := packageNode(t, "trickled", key)
 	body := bytes.Repeat([]byte("t"), 2000) // 200 s at this pace
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

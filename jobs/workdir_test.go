@@ -412,15 +412,8 @@ func TestPackageStore(t *testing.T) {
 // way, signed with another key, unsigned or misnamed, it is refused and
 // nothing is kept.
 func TestPackageRoutes(t *testing.T) {
-	t.Setenv("RLNODE_HOME", t.TempDir())
 	key := bytes.Repeat([]byte{7}, 32)
-	packages := filepath.Join(t.TempDir(), "packages")
-	node := serveJobs(t, cluster.Config{NodeID: "pkgs", Key: key}, Config{Executable: "/bin/true", RunsDir: t.TempDir(), PackagesDir: packages})
-	ctrl, closeCtrl, err := node.ServeControl("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeCtrl()
+	ctrl, packages := packageNode(t, "pkgs", key)
 	ctx := t.Context()
 	c := Client{Control: ctrl, Key: key}
 	src := t.TempDir()
@@ -497,4 +490,20 @@ func TestWorkingDirKeepsDiskFree(t *testing.T) {
 	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("left %s behind: %v", dst, err)
 	}
+}
+
+// packageNode starts node id under key, taking working dirs into its own
+// packages folder, with its control endpoint on loopback: the endpoint's
+// address and the packages folder.
+func packageNode(t *testing.T, id string, key []byte) (string, string) {
+	t.Helper()
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	packages := filepath.Join(t.TempDir(), "packages")
+	node := serveJobs(t, cluster.Config{NodeID: id, Key: key}, Config{Executable: "/bin/true", RunsDir: t.TempDir(), PackagesDir: packages})
+	ctrl, closeCtrl, err := node.ServeControl("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeCtrl)
+	return ctrl, packages
 }

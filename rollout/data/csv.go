@@ -67,7 +67,7 @@ func loadCSV(ctx context.Context, path string, m Mapping) ([]Example, error) {
 			return nil, fmt.Errorf("load %s: row %d: %v: %w", path, len(out), err, ErrBadDataset)
 		}
 		for i := range rec {
-			if at := invalidUTF8At([]byte(rec[i])); at >= 0 {
+			if at := InvalidUTF8At([]byte(rec[i])); at >= 0 {
 				line, col := r.FieldPos(i)
 				return nil, fmt.Errorf("load %s: row %d (line %d): column %q: not UTF-8 at byte %d of the field, which starts at column %d (a file in another encoding: save it as UTF-8): %w", path, len(out), line, header[i], at+1, col, ErrBadDataset)
 			}

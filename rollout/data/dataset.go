@@ -166,7 +166,7 @@ func loadJSONL(ctx context.Context, path string, m Mapping) ([]Example, error) {
 		if !utf8.Valid(b) {
 			// The JSON decoder would put U+FFFD in place of the bytes:
 			// the prompt trained on would not be the file's.
-			return nil, fmt.Errorf("load %s: row %d (line %d): not UTF-8 at byte %d of the line (a file in another encoding, or one cut mid-character): %w", path, len(out), line, invalidUTF8At(sc.Bytes())+1, ErrBadDataset)
+			return nil, fmt.Errorf("load %s: row %d (line %d): not UTF-8 at byte %d of the line (a file in another encoding, or one cut mid-character): %w", path, len(out), line, InvalidUTF8At(sc.Bytes())+1, ErrBadDataset)
 		}
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.UseNumber()
@@ -261,9 +261,9 @@ func columnNames(sc *arrow.Schema) string {
 	return strings.Join(names, ", ")
 }
 
-// invalidUTF8At is the index of the first byte of b that does not start a
-// valid UTF-8 character, or -1.
-func invalidUTF8At(b []byte) int {
+// InvalidUTF8At is the index of the first byte of b that does not start a
+// valid UTF-8 character, or -1: where an error about a file's text points.
+func InvalidUTF8At(b []byte) int {
 	for i := 0; i < len(b); {
 		r, n := utf8.DecodeRune(b[i:])
 		if r == utf8.RuneError && n == 1 {
@@ -278,7 +278,7 @@ func invalidUTF8At(b []byte) int {
 // would reach the tokenizer as something other than the file's text.
 func text(s string) (any, error) {
 	if !utf8.ValidString(s) {
-		return nil, fmt.Errorf("not UTF-8 at byte %d", invalidUTF8At([]byte(s))+1)
+		return nil, fmt.Errorf("not UTF-8 at byte %d", InvalidUTF8At([]byte(s))+1)
 	}
 	return s, nil
 }

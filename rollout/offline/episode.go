@@ -13,6 +13,7 @@ import (
 
 	"github.com/rlnode/rlnode/internal/readfile"
 	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/data"
 )
 
 // Bounds on what a trajectory file may hold.
@@ -138,7 +139,7 @@ func DecodeJSONL(name string, r io.Reader) ([]Episode, error) {
 		if !utf8.Valid(b) {
 			// The JSON decoder would put U+FFFD in place of the bytes:
 			// the text trained on would not be the file's.
-			return nil, fmt.Errorf("%s:%d: not UTF-8 at byte %d of the line (a file in another encoding, or one cut mid-character)", name, line, invalidAt(b)+1)
+			return nil, fmt.Errorf("%s:%d: not UTF-8 at byte %d of the line (a file in another encoding, or one cut mid-character)", name, line, data.InvalidUTF8At(b)+1)
 		}
 		var e Episode
 		dec := json.NewDecoder(bytes.NewReader(b))
@@ -163,19 +164,6 @@ func DecodeJSONL(name string, r io.Reader) ([]Episode, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return out, nil
-}
-
-// invalidAt is the index of the first byte of b that does not start a
-// valid UTF-8 character.
-func invalidAt(b []byte) int {
-	for i := 0; i < len(b); {
-		r, n := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && n == 1 {
-			return i
-		}
-		i += n
-	}
-	return -1
 }
 
 // WriteJSONL writes episodes one a line.
