@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // As root every run gets a uid of its own, so that its RLIMIT_NPROC
@@ -77,6 +79,7 @@ func claimUID(base int, tempDir string) (uid int, release func(), err error) {
 		heldUIDs.uids[uid] = true
 		claimed := uid
 		return uid, func() {
+			drainUID(claimed, 2*time.Second)
 			heldUIDs.Lock()
 			delete(heldUIDs.uids, claimed)
 			heldUIDs.Unlock()
@@ -84,4 +87,60 @@ func claimUID(base int, tempDir string) (uid int, release func(), err error) {
 		}, nil
 	}
 	return 0, nil, fmt.Errorf("sandbox uid claims: all %d uids from %d are in use", uidSpan, base)
+}
+
+// drainUID kills what still runs as uid and waits, at most limit, until
+// the kernel has reaped it, before the uid is given to another run: a
+// run's processes outlive its end for a moment (a pid namespace's are
+// killed when its init dies, and reaped after), and RLIMIT_NPROC counts
+// them for the next run of the same uid, whose first fork then failed
+// (EAGAIN) where the run before it forked up to its limit.
+//
+// Only uids past the ranges of system and login users (65536 and up; the
+// default UIDBase is far past them) are drained: a UIDBase set low could
+// name a uid that others' processes run as.
+func drainUID(uid int, limit time.Duration) {
+	if uid < 1<<16 {
+		return
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		pids := pidsOf(uid)
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// pidsOf lists the processes whose real uid is uid (those /proc shows).
+func pidsOf(uid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := strconv.Itoa(uid)
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+				if f := strings.Fields(rest); len(f) > 0 && f[0] == want {
+					out = append(out, pid)
+				}
+				break
+			}
+		}
+	}
+	return out
 }
