@@ -90,11 +90,11 @@ func claimUID(base int, tempDir string) (uid int, release func(), err error) {
 }
 
 // drainUID kills what still runs as uid and waits, at most limit, until
-// the kernel has reaped it, before the uid is given to another run: a
-// run's processes outlive its end for a moment (a pid namespace's are
-// killed when its init dies, and reaped after), and RLIMIT_NPROC counts
-// them for the next run of the same uid, whose first fork then failed
-// (EAGAIN) where the run before it forked up to its limit.
+// it has died, before the uid is given to another run: a run's processes
+// can outlive its end (a daemon that left its process group, in modes
+// without a pid namespace; a pid namespace's for a moment), and
+// RLIMIT_NPROC counts them for the next run of the same uid, whose first
+// fork then failed (EAGAIN).
 //
 // Only uids past the ranges of system and login users (65536 and up; the
 // default UIDBase is far past them) are drained: a UIDBase set low could
@@ -116,7 +116,10 @@ func drainUID(uid int, limit time.Duration) {
 	}
 }
 
-// pidsOf lists the processes whose real uid is uid (those /proc shows).
+// pidsOf lists the live processes whose real uid is uid (those /proc
+// shows). Zombies are left out: they run nothing, and their reaper (pid
+// 1, for a pid namespace's or a daemon's) may take a second, which every
+// run's end would then wait.
 func pidsOf(uid int) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -133,9 +136,13 @@ func pidsOf(uid int) []int {
 		if err != nil {
 			continue // gone meanwhile
 		}
+		zombie := false
 		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "State:"); ok {
+				zombie = strings.HasPrefix(strings.TrimSpace(rest), "Z")
+			}
 			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
-				if f := strings.Fields(rest); len(f) > 0 && f[0] == want {
+				if f := strings.Fields(rest); len(f) > 0 && f[0] == want && !zombie {
 					out = append(out, pid)
 				}
 				break
