@@ -24,9 +24,17 @@ import (
 // uidSpan is how many uids from UIDBase a claim tries.
 const uidSpan = 1 << 16
 
+// uidTurn is how many uids from UIDBase claims take in turn (more, up to
+// uidSpan, only while those are all held): a uid just given back is not
+// the next one claimed, so what its last run left (zombies its reaper has
+// not yet reaped, which RLIMIT_NPROC still counts) is gone before it
+// comes round again; and no more than this many claim files are made.
+const uidTurn = 1024
+
 var heldUIDs = struct {
 	sync.Mutex
 	uids map[int]bool
+	next int // the offset from the base the next claim tries first
 }{uids: map[int]bool{}}
 
 // uidLockDir is where the uid claims' lock files live: root's own
@@ -61,7 +69,11 @@ func claimUID(base int, tempDir string) (uid int, release func(), err error) {
 	}
 	heldUIDs.Lock()
 	defer heldUIDs.Unlock()
-	for uid = base; uid < base+uidSpan; uid++ {
+	for i := 0; i < uidSpan; i++ {
+		uid = base + i
+		if i < uidTurn {
+			uid = base + (heldUIDs.next+i)%uidTurn
+		}
 		if heldUIDs.uids[uid] {
 			continue
 		}
@@ -77,6 +89,7 @@ func claimUID(base int, tempDir string) (uid int, release func(), err error) {
 			return 0, nil, fmt.Errorf("sandbox uid claims: lock %s: %w", f.Name(), err)
 		}
 		heldUIDs.uids[uid] = true
+		heldUIDs.next = (uid - base + 1) % uidTurn
 		claimed := uid
 		return uid, func() {
 			drainUID(claimed, 2*time.Second)
