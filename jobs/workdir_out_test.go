@@ -15,20 +15,9 @@ import (
 // folder, the other is refused (409) and leaves the first's working dir
 // whole.
 func TestWorkingDirSubmitsIntoOneFolder(t *testing.T) {
-	t.Setenv("RLNODE_HOME", t.TempDir())
-	packages := filepath.Join(t.TempDir(), "packages")
-	node := serveJobs(t, cluster.Config{NodeID: "one-out"}, Config{Executable: "/bin/true", RunsDir: t.TempDir(), PackagesDir: packages})
-	src := t.TempDir()
-	writeTree(t, src, map[string]string{"data/a.jsonl": "{}\n", "recipe.yaml": "name: x\n"})
-	pkg, st := pack(t, src)
-	host.Lock()
-	store := host.store
-	host.Unlock()
-	if _, err := store.put(st.SHA256, int64(len(pkg)), bytes.NewReader(pkg)); err != nil {
-		t.Fatal(err)
-	}
+	node, sha := nodeHolding(t, "one-out", t.TempDir(), map[string]string{"data/a.jsonl": "{}\n", "recipe.yaml": "name: x\n"})
 	out := filepath.Join(t.TempDir(), "run")
-	req := SubmitRequest{WorkingDir: st.SHA256, SourceName: "recipe.yaml", Source: "name: x\n", Out: out}
+	req := SubmitRequest{WorkingDir: sha, SourceName: "recipe.yaml", Source: "name: x\n", Out: out}
 	var rival *madeRunDir
 	var rivalErr error
 	defer func(f func()) { outChecked = f }(outChecked)
@@ -60,21 +49,10 @@ func TestWorkingDirSubmitsIntoOneFolder(t *testing.T) {
 // was killed while it unpacked, is refused saying what it holds and what
 // to do, and is left as it is.
 func TestWorkingDirLeftByAKilledUnpack(t *testing.T) {
-	t.Setenv("RLNODE_HOME", t.TempDir())
-	packages := filepath.Join(t.TempDir(), "packages")
-	node := serveJobs(t, cluster.Config{NodeID: "killed"}, Config{Executable: "/bin/true", RunsDir: t.TempDir(), PackagesDir: packages})
-	src := t.TempDir()
-	writeTree(t, src, map[string]string{"recipe.yaml": "name: x\n"})
-	pkg, st := pack(t, src)
-	host.Lock()
-	store := host.store
-	host.Unlock()
-	if _, err := store.put(st.SHA256, int64(len(pkg)), bytes.NewReader(pkg)); err != nil {
-		t.Fatal(err)
-	}
+	node, sha := nodeHolding(t, "killed", t.TempDir(), map[string]string{"recipe.yaml": "name: x\n"})
 	out := filepath.Join(t.TempDir(), "run")
 	writeTree(t, filepath.Join(out, WorkingDirFolder), map[string]string{"data/part": "torn"})
-	m, code, err := unpackWorkingDir(node, Config{}, SubmitRequest{WorkingDir: st.SHA256, SourceName: "recipe.yaml", Source: "name: x\n", Out: out})
+	m, code, err := unpackWorkingDir(node, Config{}, SubmitRequest{WorkingDir: sha, SourceName: "recipe.yaml", Source: "name: x\n", Out: out})
 	if err == nil || code != http.StatusConflict || !strings.Contains(err.Error(), "holds only working_dir") || !strings.Contains(err.Error(), "remove the folder") {
 		t.Errorf("submit into a folder a killed unpack left: %d %v (made %v)", code, err, m)
 	}
@@ -87,20 +65,10 @@ func TestWorkingDirLeftByAKilledUnpack(t *testing.T) {
 // recipe, as one without a working dir is, not after its file (every
 // recipe.yaml of a sweep made runs/recipe-DATE).
 func TestWorkingDirRunFolderName(t *testing.T) {
-	t.Setenv("RLNODE_HOME", t.TempDir())
 	runs := t.TempDir()
-	node := serveJobs(t, cluster.Config{NodeID: "named"}, Config{Executable: "/bin/true", RunsDir: runs, PackagesDir: filepath.Join(t.TempDir(), "packages")})
-	src := t.TempDir()
-	writeTree(t, src, map[string]string{"recipe.yaml": "name: mine\n"})
-	pkg, st := pack(t, src)
-	host.Lock()
-	store := host.store
-	host.Unlock()
-	if _, err := store.put(st.SHA256, int64(len(pkg)), bytes.NewReader(pkg)); err != nil {
-		t.Fatal(err)
-	}
+	node, sha := nodeHolding(t, "named", runs, map[string]string{"recipe.yaml": "name: mine\n"})
 	for _, c := range []struct{ recipeName, want string }{{"mine", "mine-"}, {"../bad name", "recipe-"}} {
-		m, _, err := unpackWorkingDir(node, Config{RunsDir: runs}, SubmitRequest{WorkingDir: st.SHA256, SourceName: "recipes/recipe.yaml", Source: "name: mine\n", RecipeName: c.recipeName})
+		m, _, err := unpackWorkingDir(node, Config{RunsDir: runs}, SubmitRequest{WorkingDir: sha, SourceName: "recipes/recipe.yaml", Source: "name: mine\n", RecipeName: c.recipeName})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,4 +77,23 @@ func TestWorkingDirRunFolderName(t *testing.T) {
 		}
 		m.undo()
 	}
+}
+
+// nodeHolding starts node id running jobs into runs, and keeps in its
+// package store a working dir of files (path → content): the node and
+// the package's SHA-256.
+func nodeHolding(t *testing.T, id, runs string, files map[string]string) (*cluster.Node, string) {
+	t.Helper()
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	node := serveJobs(t, cluster.Config{NodeID: id}, Config{Executable: "/bin/true", RunsDir: runs, PackagesDir: filepath.Join(t.TempDir(), "packages")})
+	src := t.TempDir()
+	writeTree(t, src, files)
+	pkg, st := pack(t, src)
+	host.Lock()
+	store := host.store
+	host.Unlock()
+	if _, err := store.put(st.SHA256, int64(len(pkg)), bytes.NewReader(pkg)); err != nil {
+		t.Fatal(err)
+	}
+	return node, st.SHA256
 }
