@@ -132,13 +132,19 @@ func writeParquet(t *testing.T, rows int) string {
 	rec := b.NewRecordBatch()
 	defer rec.Release()
 	p := filepath.Join(t.TempDir(), "train.parquet")
+	writeRecord(t, p, rec, parquet.WithCompression(compress.Codecs.Snappy), parquet.WithMaxRowGroupLength(7))
+	return p
+}
+
+// writeRecord writes rec as the Parquet file p, with the writer options
+// given.
+func writeRecord(t *testing.T, p string, rec arrow.RecordBatch, opts ...parquet.WriterProperty) {
+	t.Helper()
 	f, err := os.Create(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := pqarrow.NewFileWriter(sc, f,
-		parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Snappy), parquet.WithMaxRowGroupLength(7)),
-		pqarrow.DefaultWriterProps())
+	w, err := pqarrow.NewFileWriter(rec.Schema(), f, parquet.NewWriterProperties(opts...), pqarrow.DefaultWriterProps())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +154,6 @@ func writeParquet(t *testing.T, rows int) string {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return p
 }
 
 func TestLoadParquet(t *testing.T) {
@@ -550,21 +555,8 @@ func TestLoadParquetNotUTF8(t *testing.T) {
 	rec := b.NewRecordBatch()
 	defer rec.Release()
 	p := filepath.Join(t.TempDir(), "d.parquet")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := pqarrow.NewFileWriter(sc, f, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	_, err = Load(p, Mapping{Prompt: "question"})
+	writeRecord(t, p, rec)
+	_, err := Load(p, Mapping{Prompt: "question"})
 	if err == nil || !strings.Contains(err.Error(), p+`: row 1: column "question": not UTF-8 at byte 4`) || !errors.Is(err, ErrBadDataset) {
 		t.Errorf("error %v, want the file, row 1, the column and the byte", err)
 	}
@@ -630,26 +622,13 @@ func TestLoadParquetDictionaryBomb(t *testing.T) {
 	rec := b.NewRecordBatch()
 	defer rec.Release()
 	p := filepath.Join(t.TempDir(), "bomb.parquet")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := pqarrow.NewFileWriter(sc, f, parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Zstd)), pqarrow.DefaultWriterProps())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeRecord(t, p, rec, parquet.WithCompression(compress.Codecs.Zstd))
 	if st, err := os.Stat(p); err != nil || st.Size() > 100<<10 {
 		t.Fatalf("the file: %v, %v; want under 100 KiB", st, err)
 	}
 	defer func(prev int64) { datasetLimit = prev }(datasetLimit)
 	datasetLimit = 10 << 20
-	_, err = Load(p, Mapping{Prompt: "question"})
+	_, err := Load(p, Mapping{Prompt: "question"})
 	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "over 20971520 bytes in memory") || !errors.Is(err, ErrBadDataset) {
 		t.Errorf("error %v, want ErrBadDataset naming the file and the memory limit", err)
 	}
