@@ -17,23 +17,19 @@ import (
 )
 
 // InitCheckpoint writes a randomly initialized checkpoint of the model that
-// the Hugging Face config.json at configPath describes to dir: config.json,
-// model.safetensors (dtype as torch_dtype: bfloat16 or float32) and the
-// built-in tokenizer, cut to the model's vocabulary when that is smaller so
-// that every id it produces has an embedding. It returns the config and
-// the number of parameters.
-func InitCheckpoint(configPath, dir string, seed uint64) (model.Config, int, error) {
-	cfg, err := model.ReadConfig(configPath)
-	if err != nil {
-		return model.Config{}, 0, err
-	}
+// cfg (the Hugging Face config.json at configPath, model.ReadConfig)
+// describes to dir: config.json, model.safetensors (dtype as torch_dtype:
+// bfloat16 or float32) and the built-in tokenizer, cut to the model's
+// vocabulary when that is smaller so that every id it produces has an
+// embedding. It returns the number of parameters.
+func InitCheckpoint(cfg *model.Config, configPath, dir string, seed uint64) (int, error) {
 	tok, err := tokenizer.BuiltinSized(cfg.VocabSize)
 	if err != nil {
-		return model.Config{}, 0, fmt.Errorf("config %s: field vocab_size: %d is too small for the built-in tokenizer (at least %d: 256 byte tokens and Qwen's 22 added tokens)", configPath, cfg.VocabSize, tokenizer.BuiltinMinVocabSize)
+		return 0, fmt.Errorf("config %s: field vocab_size: %d is too small for the built-in tokenizer (at least %d: 256 byte tokens and Qwen's 22 added tokens)", configPath, cfg.VocabSize, tokenizer.BuiltinMinVocabSize)
 	}
 	m, err := model.New(*cfg, cpu.New())
 	if err != nil {
-		return model.Config{}, 0, err
+		return 0, err
 	}
 	m.InitRandom(seed)
 	dtype := safetensors.F32
@@ -41,12 +37,12 @@ func InitCheckpoint(configPath, dir string, seed uint64) (model.Config, int, err
 		dtype = safetensors.BF16
 	}
 	if err := m.Save(dir, dtype); err != nil {
-		return model.Config{}, 0, err
+		return 0, err
 	}
 	if err := tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {
-		return model.Config{}, 0, err
+		return 0, err
 	}
-	return *cfg, m.NumParams(), nil
+	return m.NumParams(), nil
 }
 
 // ScoreSequences runs the checkpoint in dir on the sequences of the JSON

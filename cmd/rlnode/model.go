@@ -99,11 +99,11 @@ func modelInit(args []string, stdout, stderr io.Writer) error {
 	if err := outpath.MkdirAll(*out); err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
-	cfg, params, err := learner.InitCheckpoint(*configPath, *out, *seed)
+	params, err := learner.InitCheckpoint(mc, *configPath, *out, *seed)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s: %s, %d parameters, seed %d\n", *out, cfg.Architecture, params, *seed)
+	fmt.Fprintf(stdout, "wrote %s: %s, %d parameters, seed %d\n", *out, mc.Architecture, params, *seed)
 	return nil
 }
 
