@@ -22,6 +22,7 @@ import (
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/ctlsign"
+	"github.com/rlnode/rlnode/internal/readfile"
 	"github.com/rlnode/rlnode/internal/rundir"
 )
 
@@ -374,7 +375,9 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 		if req.Source == "" && IsRunRecipe(req.SourceName, req.Out, req.Resume) {
 			// rlnode submit OUT/[job-]recipe.yaml --resume --out OUT from a host
 			// that may not see OUT: the run's own recipe, read here.
-			b, err := readRunRecipe(req.SourceName)
+			// A regular file (a pipe would block the read), at most
+			// MaxRecipeBytes.
+			b, err := readfile.Regular(req.SourceName, MaxRecipeBytes)
 			if err != nil {
 				return Info{}, http.StatusBadRequest, fmt.Errorf("the run's recipe, as node %s reads it: %w", node.ID(), err)
 			}
@@ -530,31 +533,6 @@ func IsRunRecipe(name, out string, resume bool) bool {
 	}
 	name = filepath.Clean(name)
 	return name == filepath.Join(filepath.Clean(out), RunRecipeFile) || name == filepath.Join(filepath.Clean(out), RecipeFile)
-}
-
-// readRunRecipe reads a run's recipe.yaml: a regular file (never a pipe
-// that would block the read), at most MaxRecipeBytes.
-func readRunRecipe(path string) ([]byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxRecipeBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(b) > MaxRecipeBytes {
-		return nil, fmt.Errorf("%s: over the %d bytes a job's recipe may hold", path, MaxRecipeBytes)
-	}
-	return b, nil
 }
 
 // checking holds the turn of the one recipe check a node runs at a time.
