@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/bytesize"
 	"github.com/rlnode/rlnode/jobs"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/train"
@@ -108,7 +109,7 @@ func prepareWorkingDir(dir string, excludes []string, recipe string, sets []stri
 // already, saying which on stdout.
 func (w *workingDirUpload) send(c jobs.Client, nodeID string, stdout io.Writer) error {
 	st := w.stats
-	fmt.Fprintf(stdout, "  %d files, %s (packed %s, sha256 %s)", st.Files, mib(st.Bytes), mib(st.Packed), st.SHA256[:12])
+	fmt.Fprintf(stdout, "  %d files, %s (packed %s, sha256 %s)", st.Files, size(st.Bytes), size(st.Packed), st.SHA256[:12])
 	if st.NExcluded > 0 {
 		// Named, so a folder left out by a pattern too broad shows here,
 		// not as a file the node lacks.
@@ -149,7 +150,7 @@ func (w *workingDirUpload) send(c jobs.Client, nodeID string, stdout io.Writer) 
 				return
 			case <-tick.C:
 				if n := sent.n.Load(); n > 0 {
-					fmt.Fprintf(stdout, "  sending: %s of %s (%.1f MiB/s)\n", mib(n), mib(st.Packed), float64(n)/(1<<20)/time.Since(t0).Seconds())
+					fmt.Fprintf(stdout, "  sending: %s of %s (%.1f MiB/s)\n", size(n), size(st.Packed), float64(n)/(1<<20)/time.Since(t0).Seconds())
 				}
 			}
 		}
@@ -211,14 +212,5 @@ func (w *workingDirUpload) remove() {
 	}
 }
 
-// mib prints n bytes in KiB, MiB or GiB.
-func mib(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	default:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-}
+// size is n bytes in binary units ("1.5 MiB").
+func size(n int64) string { return bytesize.Format(float64(n)) }
