@@ -132,7 +132,7 @@ var ErrRefused = errors.New("signed request refused")
 // handler. A request that fails is refused with an error saying why; one
 // whose signature does not hold has none of its body read.
 func (v *Verifier) Verify(r *http.Request, maxBody int64) error {
-	hash, err := v.checkSignature(r, maxBody)
+	sg, err := v.checkSignature(r, maxBody)
 	if err != nil {
 		return err
 	}
@@ -147,10 +147,10 @@ func (v *Verifier) Verify(r *http.Request, maxBody int64) error {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	if bodyHash(body) != hash {
+	if bodyHash(body) != sg.hash {
 		return fmt.Errorf("%w: its body is not the one signed (changed on the way)", ErrRefused)
 	}
-	return v.takeNonce(r)
+	return v.takeNonce(sg)
 }
 
 // VerifyStream checks r's signature and takes its nonce, reading none of
@@ -160,18 +160,18 @@ func (v *Verifier) Verify(r *http.Request, maxBody int64) error {
 // too large to hold in memory: the handler must not act on the body
 // before its last read succeeded.
 func (v *Verifier) VerifyStream(r *http.Request, maxBody int64) error {
-	hash, err := v.checkSignature(r, maxBody)
+	sg, err := v.checkSignature(r, maxBody)
 	if err != nil {
 		return err
 	}
-	if err := v.takeNonce(r); err != nil {
+	if err := v.takeNonce(sg); err != nil {
 		return err
 	}
 	body := r.Body
 	if body == nil {
 		body = http.NoBody
 	}
-	r.Body = &signedBody{rc: body, want: hash, h: sha256.New(), left: maxBody}
+	r.Body = &signedBody{rc: body, want: sg.hash, h: sha256.New(), left: maxBody}
 	return nil
 }
 
@@ -210,12 +210,19 @@ func (b *signedBody) Read(p []byte) (int, error) {
 
 func (b *signedBody) Close() error { return b.rc.Close() }
 
+// signedAs is what a request's signature names: its time, nonce and
+// body hash.
+type signedAs struct {
+	t           int64
+	nonce, hash string
+}
+
 // checkSignature checks r's time and signature, and that its declared
-// length is within maxBody; it returns the body hash signed.
-func (v *Verifier) checkSignature(r *http.Request, maxBody int64) (string, error) {
+// length is within maxBody; it returns what the signature names.
+func (v *Verifier) checkSignature(r *http.Request, maxBody int64) (signedAs, error) {
 	t, nonce, hash, sig, err := parse(r.Header.Get("Authorization"))
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrRefused, err)
+		return signedAs{}, fmt.Errorf("%w: %v", ErrRefused, err)
 	}
 	now := v.now()
 	// Compared in seconds, never subtracted first: a t near the ends of
@@ -229,25 +236,22 @@ func (v *Verifier) checkSignature(r *http.Request, maxBody int64) (string, error
 		if d := t - now.Unix(); d > -100*365*86400 && d < 100*365*86400 {
 			off = (time.Duration(max(d, -d)) * time.Second).String()
 		}
-		return "", fmt.Errorf("%w: its time is %s %s this node's clock (at most %v either way): keep both hosts' clocks in sync (NTP)", ErrRefused, off, way, Window)
+		return signedAs{}, fmt.Errorf("%w: its time is %s %s this node's clock (at most %v either way): keep both hosts' clocks in sync (NTP)", ErrRefused, off, way, Window)
 	}
 	want := signature(v.key, r.Method, r.URL.RequestURI(), r.Host, t, nonce, hash)
 	if !hmac.Equal([]byte(want), []byte(sig)) {
-		return "", fmt.Errorf("%w: the signature does not match: signed with another cluster key, or the request was changed on the way (its method, path, query or Host %q)", ErrRefused, r.Host)
+		return signedAs{}, fmt.Errorf("%w: the signature does not match: signed with another cluster key, or the request was changed on the way (its method, path, query or Host %q)", ErrRefused, r.Host)
 	}
 	if r.ContentLength > maxBody {
-		return "", fmt.Errorf("%w: body of %d bytes: over %d bytes", ErrRefused, r.ContentLength, maxBody)
+		return signedAs{}, fmt.Errorf("%w: body of %d bytes: over %d bytes", ErrRefused, r.ContentLength, maxBody)
 	}
-	return hash, nil
+	return signedAs{t: t, nonce: nonce, hash: hash}, nil
 }
 
-// takeNonce refuses r when its nonce was taken before (a replay), and
-// remembers it for the signature's window.
-func (v *Verifier) takeNonce(r *http.Request) error {
-	t, nonce, _, _, err := parse(r.Header.Get("Authorization"))
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrRefused, err)
-	}
+// takeNonce refuses a request whose nonce was taken before (a replay),
+// and remembers it for the signature's window.
+func (v *Verifier) takeNonce(sg signedAs) error {
+	t, nonce := sg.t, sg.nonce
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	unix := v.now().Unix()
