@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/rundir"
 )
 
@@ -225,10 +226,7 @@ type PackageInfo struct {
 }
 
 // servePackages adds the package routes.
-func servePackages(node interface {
-	HandleControl(string, http.Handler)
-	HandleControlStream(string, int64, http.Handler)
-}, store *packageStore) {
+func servePackages(node *cluster.Node, store *packageStore) {
 	node.HandleControl("GET /packages/{sha}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sha, ok := packageName(w, r, store)
 		if !ok {
