@@ -23,6 +23,12 @@ type LocalSpawn struct {
 	// Restarts is the number of restarts already used (an actor respawned
 	// after its node was lost keeps its count).
 	Restarts int
+	// MaxConcurrency is how many messages Receive may handle at once, as
+	// Ray's max_concurrency: 0 or 1 is one at a time (in order); N > 1
+	// handles up to N at once, each in its own goroutine, in no given
+	// order, and the next waits in the mailbox until one returns. At most
+	// ConcurrencyLimit.
+	MaxConcurrency int
 	// Factory, when set, builds the actor instead of the registered kind's
 	// factory (for actors private to a package, like a node's own actor).
 	Factory Factory
@@ -34,6 +40,10 @@ type LocalSpawn struct {
 	LoadArgs func(ctx context.Context) (any, error)
 }
 
+// ConcurrencyLimit bounds LocalSpawn.MaxConcurrency (and a cluster
+// spawn's): each message handled at once is a goroutine.
+const ConcurrencyLimit = 10000
+
 // hosted is one actor living on this node.
 type hosted struct {
 	sys  *System
@@ -44,6 +54,11 @@ type hosted struct {
 	inst Actor
 	// endLife cancels ctx's Context: at a stop's request, and once stopped.
 	endLife context.CancelFunc
+	// slots holds a token per message being handled at once when
+	// spec.MaxConcurrency > 1 (nil otherwise); inflight counts their
+	// goroutines, which the actor's stop waits for.
+	slots    chan struct{}
+	inflight sync.WaitGroup
 
 	mu        sync.Mutex
 	stopCause string
@@ -98,8 +113,14 @@ func (s *System) ReserveLocal(spec LocalSpawn) (*Build, error) {
 	if spec.Name == "" {
 		return nil, fmt.Errorf("spawn %s: empty actor name", spec.Kind)
 	}
+	if spec.MaxConcurrency < 0 || spec.MaxConcurrency > ConcurrencyLimit {
+		return nil, fmt.Errorf("spawn %s %q: MaxConcurrency %d: want 0 or 1 (one message at a time) up to %d", spec.Kind, spec.Name, spec.MaxConcurrency, ConcurrencyLimit)
+	}
 	id := "a/" + spec.Name
 	h := &hosted{sys: s, spec: spec}
+	if spec.MaxConcurrency > 1 {
+		h.slots = make(chan struct{}, spec.MaxConcurrency)
+	}
 	h.ref = Ref{Name: spec.Name, Kind: spec.Kind, Address: s.addr, ID: id}
 	life, endLife := context.WithCancel(s.life)
 	h.ctx = &Context{sys: s, self: h.ref, restarts: spec.Restarts, life: life}
@@ -267,6 +288,10 @@ func (h *hosted) receive(c pa.Context) {
 		h.handleWire(c, m, false)
 	case *heldRelease:
 		h.handleWire(c, m.a, true)
+	case *concurrentPanic:
+		if m.inst == h.inst { // not restarted for this instance yet
+			h.afterPanic(c, m.cause)
+		}
 	case *pa.Stopped:
 		h.stopped()
 	}
@@ -321,8 +346,12 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any, released bool) {
 // handle runs Receive and routes its result to the local caller (call) or
 // the remote caller (wire); both nil means a Tell.
 func (h *hosted) handle(c pa.Context, msg any, call *localCall, wire *wireEnvelope) {
+	if h.slots != nil {
+		h.handleAtOnce(msg, delivery{call: call, wire: wire, sender: c.Sender()})
+		return
+	}
 	h.ctx.cur = delivery{call: call, wire: wire, sender: c.Sender()}
-	reply, err, panicked := h.invoke(msg)
+	reply, err, panicked := h.invoke(h.inst, h.ctx, msg)
 	later := h.ctx.later
 	h.ctx.cur, h.ctx.later = delivery{}, nil
 	if panicked != "" {
@@ -348,14 +377,59 @@ func (h *hosted) handle(c pa.Context, msg any, call *localCall, wire *wireEnvelo
 	}
 }
 
-func (h *hosted) invoke(msg any) (reply any, err error, panicked string) {
+// concurrentPanic tells the mailbox that a Receive running at once with
+// others (MaxConcurrency > 1) panicked in inst: the restart in place
+// happens there, once per instance.
+type concurrentPanic struct {
+	inst  Actor
+	cause string
+}
+
+// handleAtOnce runs Receive in a goroutine of its own once a slot is free
+// (MaxConcurrency > 1). The mailbox waits for the slot, so messages past
+// the bound stay queued; an actor asked to stop meanwhile refuses them.
+// Each message gets a Context of its own (its delivery, its ReplyLater),
+// and runs on the instance current when it was taken: after a panic, the
+// messages already running finish on the old instance while the next ones
+// go to the rebuilt one.
+func (h *hosted) handleAtOnce(msg any, to delivery) {
+	select {
+	case h.slots <- struct{}{}:
+	case <-h.ctx.life.Done():
+		(&Reply{sys: h.sys, to: to, name: h.ref.Name}).Send(nil, fmt.Errorf("actor %s is stopping: %w", h.ref.Name, ErrActorDied))
+		return
+	}
+	mc := &Context{sys: h.sys, self: h.ref, restarts: h.ctx.restarts, life: h.ctx.life, cur: to}
+	inst := h.inst
+	h.inflight.Add(1)
+	go func() {
+		defer h.inflight.Done()
+		defer func() { <-h.slots }()
+		reply, err, panicked := h.invoke(inst, mc, msg)
+		if panicked != "" {
+			err = fmt.Errorf("%s", panicked)
+		}
+		r := mc.later
+		switch {
+		case r == nil:
+			(&Reply{sys: h.sys, to: to, name: h.ref.Name}).Send(reply, err)
+		case err != nil:
+			r.Send(nil, err) // as in handle: an error answers at once
+		}
+		if panicked != "" {
+			h.sys.as.Root.Send(h.pid, &concurrentPanic{inst: inst, cause: panicked})
+		}
+	}()
+}
+
+func (h *hosted) invoke(inst Actor, ctx *Context, msg any) (reply any, err error, panicked string) {
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = fmt.Sprintf("panic: %v", p)
 			h.sys.log.Error("actor panicked", "actor", h.ref.Name, "panic", p, "stack", string(debug.Stack()))
 		}
 	}()
-	reply, err = h.inst.Receive(h.ctx, msg)
+	reply, err = inst.Receive(ctx, msg)
 	return reply, err, ""
 }
 
@@ -424,6 +498,12 @@ func (h *hosted) runStopped() {
 
 func (h *hosted) stopped() {
 	defer h.endLife()
+	if h.slots != nil {
+		// Receives running at once (MaxConcurrency) end before the
+		// Stopped hook releases what they may use: their Context ends.
+		h.endLife()
+		h.inflight.Wait()
+	}
 	h.runStopped()
 	h.sys.forgetHeld(h.pid.Id)
 	h.mu.Lock()

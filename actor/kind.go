@@ -9,10 +9,13 @@ import (
 )
 
 // Actor is the behaviour of one actor. Receive is called for one message at
-// a time (never concurrently for the same actor); its result is the reply to
-// a Call (ignored for a Tell) and a non-nil error reaches the caller as an
-// *ActorError. A panic inside Receive is caught: the actor is restarted
-// while it has restarts left, and dies with the panic text as cause after.
+// a time (never concurrently for the same actor), unless the actor was
+// spawned with a MaxConcurrency above 1: then up to that many calls run at
+// once, in no given order, and Receive must be safe for concurrent use.
+// Its result is the reply to a Call (ignored for a Tell) and a non-nil
+// error reaches the caller as an *ActorError. A panic inside Receive is
+// caught: the actor is restarted while it has restarts left, and dies with
+// the panic text as cause after.
 type Actor interface {
 	Receive(ctx *Context, msg any) (any, error)
 }

@@ -29,7 +29,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runPeer hosts a counter named "peer" and "sleepy", prints its address and
+// runPeer hosts a counter named "peer", "sleepy" and "gather" (four calls
+// at once), prints its address and
 // lives until stdin closes.
 func runPeer() {
 	cfg := Config{Logger: DiscardLogger()}
@@ -69,6 +70,10 @@ func runPeer() {
 		os.Exit(1)
 	}
 	if _, err := s.SpawnLocal(LocalSpawn{Name: "sleepy", Kind: "test.sleeper"}); err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	if _, err := s.SpawnLocal(LocalSpawn{Name: "gather", Kind: "test.gather", MaxConcurrency: 4}); err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}

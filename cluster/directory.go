@@ -27,17 +27,19 @@ const (
 
 // ActorRecord is the directory's entry for one named actor.
 type ActorRecord struct {
-	Name        string            `msgpack:"n" json:"name"`
-	Kind        string            `msgpack:"k" json:"kind"`
-	Node        string            `msgpack:"o" json:"node"`
-	Ref         actor.Ref         `msgpack:"r" json:"-"`
-	State       ActorState        `msgpack:"s" json:"state"`
-	Restarts    int               `msgpack:"rs" json:"restarts"`
-	MaxRestarts int               `msgpack:"mr" json:"max_restarts"`
-	Cause       string            `msgpack:"c,omitempty" json:"death_cause,omitempty"`
-	Resources   Resources         `msgpack:"re,omitempty" json:"resources,omitempty"`
-	Labels      map[string]string `msgpack:"l,omitempty" json:"labels,omitempty"`
-	PinNode     string            `msgpack:"p,omitempty" json:"-"`
+	Name        string     `msgpack:"n" json:"name"`
+	Kind        string     `msgpack:"k" json:"kind"`
+	Node        string     `msgpack:"o" json:"node"`
+	Ref         actor.Ref  `msgpack:"r" json:"-"`
+	State       ActorState `msgpack:"s" json:"state"`
+	Restarts    int        `msgpack:"rs" json:"restarts"`
+	MaxRestarts int        `msgpack:"mr" json:"max_restarts"`
+	// MaxConcurrency is SpawnOptions.MaxConcurrency (0: one at a time).
+	MaxConcurrency int               `msgpack:"mc,omitempty" json:"max_concurrency,omitempty"`
+	Cause          string            `msgpack:"c,omitempty" json:"death_cause,omitempty"`
+	Resources      Resources         `msgpack:"re,omitempty" json:"resources,omitempty"`
+	Labels         map[string]string `msgpack:"l,omitempty" json:"labels,omitempty"`
+	PinNode        string            `msgpack:"p,omitempty" json:"-"`
 	// Owner is the node whose process spawned the actor (SpawnOptions.
 	// Detached: none): the actor shares its fate (reapOrphans).
 	Owner    string `msgpack:"ow,omitempty" json:"owner,omitempty"`

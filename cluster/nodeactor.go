@@ -31,9 +31,11 @@ type spawnRequest struct {
 	PinNode     string
 	MaxRestarts int
 	Restarts    int
-	Group       string
-	Bundle      int
-	Owner       string
+	// MaxConcurrency is SpawnOptions.MaxConcurrency, kept in the record.
+	MaxConcurrency int `msgpack:",omitempty"`
+	Group          string
+	Bundle         int
+	Owner          string
 	// BaseVersion is the newest version of the actor's record the requester
 	// knows; the host writes above it even if gossip has not reached it.
 	BaseVersion uint64
@@ -227,7 +229,7 @@ func (n *Node) beginSpawn(req spawnRequest) (nb *nodeBuild, retry bool, err erro
 		return nil, errors.Is(err, ErrInfeasible), fmt.Errorf("node %s: %w", n.id, err)
 	}
 	var b *actor.Build
-	spec := actor.LocalSpawn{Name: req.Name, Kind: req.Kind, MaxRestarts: req.MaxRestarts, Restarts: req.Restarts}
+	spec := actor.LocalSpawn{Name: req.Name, Kind: req.Kind, MaxRestarts: req.MaxRestarts, Restarts: req.Restarts, MaxConcurrency: req.MaxConcurrency}
 	if at := req.ArgsAt; at != nil {
 		// Fetched when the build runs, off this node's loop.
 		spec.LoadArgs = func(ctx context.Context) (any, error) {
@@ -269,7 +271,7 @@ func (n *Node) finishSpawn(req spawnRequest, nb *nodeBuild) spawnReply {
 	old, _ := n.dir.Actor(req.Name)
 	rec := ActorRecord{
 		Name: req.Name, Kind: req.Kind, Node: n.id, Ref: ref, State: Alive,
-		Restarts: req.Restarts, MaxRestarts: req.MaxRestarts, Resources: req.Resources, Labels: req.Labels,
+		Restarts: req.Restarts, MaxRestarts: req.MaxRestarts, MaxConcurrency: req.MaxConcurrency, Resources: req.Resources, Labels: req.Labels,
 		PinNode: req.PinNode, Group: req.Group, Bundle: req.Bundle, ArgsType: req.ArgsType, Args: req.Args, ArgsAt: req.ArgsAt, Owner: req.Owner,
 		RestartTimeoutMs: req.RestartTimeoutMs, KeepDeadMs: req.KeepDeadMs, Version: max(old.Version, req.BaseVersion) + 1, Writer: n.id, UpdatedMs: time.Now().UnixMilli(),
 	}

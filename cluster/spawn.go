@@ -29,6 +29,15 @@ type SpawnOptions struct {
 	// MaxRestarts bounds restarts after panics and node loss; -1 means
 	// without limit, 0 (the default) never restarts.
 	MaxRestarts int
+	// MaxConcurrency is how many messages the actor handles at once, as
+	// Ray's max_concurrency: 0 or 1 (the default) one at a time, in the
+	// order they came; N up to actor.ConcurrencyLimit runs up to N of its
+	// Receives at once, in no given order (its Receive must be safe for
+	// concurrent use), the others waiting in its mailbox. For an actor
+	// that waits on something slow per call (a model server, an
+	// environment) without taking its replies over by hand
+	// (actor.Context.ReplyLater).
+	MaxConcurrency int
 	// Group and Bundle place the actor into a reserved placement-group slot.
 	Group  *PlacementGroup
 	Bundle int
@@ -138,6 +147,9 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	if opts.KeepDead < 0 || opts.KeepDead > MaxKeepDead {
 		return nil, fmt.Errorf("spawn %s: KeepDead %v: want 0 to %v", name, opts.KeepDead, MaxKeepDead)
 	}
+	if opts.MaxConcurrency < 0 || opts.MaxConcurrency > actor.ConcurrencyLimit {
+		return nil, fmt.Errorf("spawn %s: MaxConcurrency %d: want 0 or 1 (one message at a time, the default) up to %d", name, opts.MaxConcurrency, actor.ConcurrencyLimit)
+	}
 	argsType, args, err := actor.EncodeMessage(opts.Args)
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: args: %w", name, err)
@@ -155,7 +167,7 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	}
 	req := spawnRequest{
 		Name: name, Kind: kind, ArgsType: argsType, Args: args, Resources: opts.Resources,
-		Labels: opts.Labels, PinNode: opts.Node, MaxRestarts: opts.MaxRestarts, BaseVersion: prev.Version,
+		Labels: opts.Labels, PinNode: opts.Node, MaxRestarts: opts.MaxRestarts, MaxConcurrency: opts.MaxConcurrency, BaseVersion: prev.Version,
 		RestartTimeoutMs: opts.RestartTimeout.Milliseconds(), KeepDeadMs: opts.KeepDead.Milliseconds(),
 	}
 	if len(args) > InlineArgsMax {
@@ -908,7 +920,7 @@ func (n *Node) restartOrBury(rec ActorRecord) {
 	n.write(&update{Actors: []ActorRecord{rec}})
 	req := spawnRequest{
 		Name: rec.Name, Kind: rec.Kind, ArgsType: rec.ArgsType, Args: rec.Args, ArgsAt: rec.ArgsAt, Resources: rec.Resources,
-		Labels: rec.Labels, PinNode: rec.PinNode, MaxRestarts: rec.MaxRestarts, Restarts: rec.Restarts,
+		Labels: rec.Labels, PinNode: rec.PinNode, MaxRestarts: rec.MaxRestarts, MaxConcurrency: rec.MaxConcurrency, Restarts: rec.Restarts,
 		BaseVersion: rec.Version, Owner: rec.Owner, RestartTimeoutMs: rec.RestartTimeoutMs, KeepDeadMs: rec.KeepDeadMs,
 	}
 	if req.PinNode != "" && (req.PinNode == lostNode || !n.isAlive(req.PinNode)) {
