@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -279,5 +280,34 @@ func TestMaxConcurrencyRemote(t *testing.T) {
 			t.Errorf("remote call %d: reached %v max %d payload %d bytes, %v; want 4 inside at once and the payload back",
 				i, g.Reached, g.Max, len(g.Payload), errs[i])
 		}
+	}
+}
+
+// The cost of handing each message to a goroutine of its own: in-process
+// Echo calls, 8 callers at once, to an actor taking one at a time and to
+// one taking up to 8.
+func BenchmarkCallMaxConcurrency(b *testing.B) {
+	for _, n := range []int{1, 8} {
+		b.Run(fmt.Sprintf("max=%d", n), func(b *testing.B) {
+			s, err := Start(Config{Logger: DiscardLogger()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Stop()
+			ref, err := s.SpawnLocal(LocalSpawn{Name: "echo", Kind: "test.counter", MaxConcurrency: n})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.SetParallelism(4) // 8 callers on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := s.Call(ctx, ref, Echo{Payload: []byte("x")}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }
