@@ -43,7 +43,15 @@ func TestHostileAnswersRefusedAndRetried(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				f := newFake(t)
-				c := newClient(t, Config{MaxAttempts: 2, RequestTimeout: 300 * time.Millisecond, VocabSize: vllmtest.DefaultVocab}, f)
+				// Only the trickle needs the request cut short; the others
+				// get time to spare, so that a loaded machine (the 4 MiB
+				// body's encoding under -race) does not turn their refusal
+				// into a timeout.
+				timeout := 10 * time.Second
+				if tc.fault == vllmtest.FaultTrickle {
+					timeout = 300 * time.Millisecond
+				}
+				c := newClient(t, Config{MaxAttempts: 2, RequestTimeout: timeout, VocabSize: vllmtest.DefaultVocab}, f)
 				req := engine.Request{ID: "h1", Prompt: promptOf(1), Params: params(5)}
 				if chat {
 					req = engine.Request{ID: "h1", Messages: []tokenizer.Message{{Role: "user", Content: "hi"}}, Params: params(5)}
