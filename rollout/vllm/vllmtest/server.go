@@ -72,6 +72,10 @@ type Options struct {
 	// reloaded through POST /collective_rpc reload_weights. Without Stock
 	// the server runs the disk backend and offers both.
 	Stock bool
+	// Addr is the address to listen on (HOST:PORT); default a free port
+	// on 127.0.0.1. New panics when it cannot listen there; NewAt
+	// returns the error.
+	Addr string
 	// NoReloadPath is a vLLM from before layerwise reloading, whose
 	// workers' reload_weights() takes no arguments: collective_rpc
 	// reload_weights with weights_path fails with HTTP 500.
@@ -183,6 +187,15 @@ type Server struct {
 
 // New starts a server; Close stops it.
 func New(opts Options) *Server {
+	s, err := NewAt(opts)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// NewAt starts a server, listening on opts.Addr when set.
+func NewAt(opts Options) (*Server, error) {
 	check := opts.Vocab > 0
 	if opts.Model == "" {
 		opts.Model = "fake/model"
@@ -193,9 +206,20 @@ func New(opts Options) *Server {
 	s := &Server{opts: opts, check: check, weights: "base", loras: map[string]string{},
 		bodies: map[string]json.RawMessage{}, abort: make(chan struct{}), resumed: make(chan struct{})}
 	close(s.resumed)
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	if opts.Addr == "" {
+		s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	} else {
+		l, err := net.Listen("tcp", opts.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("vllmtest: listen on %s: %w", opts.Addr, err)
+		}
+		s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+		s.srv.Listener.Close()
+		s.srv.Listener = l
+		s.srv.Start()
+	}
 	s.url = s.srv.URL
-	return s
+	return s, nil
 }
 
 // URL is the server's base URL (no /v1).

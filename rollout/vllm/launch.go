@@ -1,0 +1,451 @@
+package vllm
+
+// vLLM servers that rlnode starts and stops itself: each is an actor of
+// kind ServerKind holding its GPUs, which runs `vllm serve` as a child
+// process bound to those devices and answers ServerURLRequest with where
+// it listens once /health answers.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+)
+
+// ServerKind is the actor kind of a launched vLLM server.
+const ServerKind = "rlnode.vllm-server"
+
+// LaunchLabel is the node label, set to "on", of nodes that launch vLLM
+// servers (OfferServers): a launch is placed only there.
+const LaunchLabel = "rlnode.vllm"
+
+// Bounds of a launch.
+const (
+	MaxLaunchArgs        = 64
+	MaxLaunchArgLen      = 4096
+	DefaultStartTimeout  = 20 * time.Minute
+	MaxStartTimeout      = 2 * time.Hour
+	serverStopGrace      = 20 * time.Second
+	launchLogTail        = 4096
+	healthPollEvery      = 500 * time.Millisecond
+	maxLaunchedPerNode   = 64
+	launchEnvCommandName = "RLNODE_VLLM_COMMAND"
+)
+
+// LaunchFlags are the `vllm serve` options a launch may add (each with
+// its value where it takes one). rlnode sets the model, --served-model-name,
+// --host, --port and --api-key itself; anything that runs code from the
+// model's folder (--trust-remote-code), reads other files or changes
+// where the server listens is refused, since a recipe may come from
+// anyone who holds the cluster key.
+var LaunchFlags = []string{
+	"--dtype", "--max-model-len", "--gpu-memory-utilization", "--tensor-parallel-size",
+	"--pipeline-parallel-size", "--max-num-seqs", "--max-num-batched-tokens", "--enable-prefix-caching",
+	"--no-enable-prefix-caching", "--enforce-eager", "--seed", "--kv-cache-dtype", "--block-size",
+	"--swap-space", "--enable-lora", "--max-lora-rank", "--max-loras", "--weight-transfer-config",
+	"--enable-chunked-prefill", "--no-enable-chunked-prefill", "--quantization", "--disable-log-requests",
+}
+
+// flagsWithoutValue are LaunchFlags that take no value.
+var flagsWithoutValue = []string{"--enable-prefix-caching", "--no-enable-prefix-caching", "--enforce-eager",
+	"--enable-lora", "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--disable-log-requests"}
+
+// CheckLaunchArgs reports the first argument of args a launch does not
+// take: an option outside LaunchFlags, a value where none goes, or a
+// size out of bounds. Both the recipe check and the server actor run it.
+func CheckLaunchArgs(args []string) error {
+	if len(args) > MaxLaunchArgs {
+		return fmt.Errorf("%d arguments, over the %d a launch takes", len(args), MaxLaunchArgs)
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if len(a) > MaxLaunchArgLen || strings.ContainsRune(a, 0) {
+			return fmt.Errorf("argument %d: over %d bytes or holds a NUL", i, MaxLaunchArgLen)
+		}
+		name, value, hasValue := strings.Cut(a, "=")
+		if !slices.Contains(LaunchFlags, name) {
+			return fmt.Errorf("argument %d %q: not an option a launch may set (%s); rlnode sets the model, --served-model-name, --host, --port and --api-key",
+				i, a, strings.Join(LaunchFlags, " "))
+		}
+		if slices.Contains(flagsWithoutValue, name) {
+			if hasValue {
+				return fmt.Errorf("argument %d %q: %s takes no value", i, a, name)
+			}
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(args) || strings.HasPrefix(args[i+1], "--") {
+				return fmt.Errorf("argument %d %q: %s needs a value", i, a, name)
+			}
+			i++
+			value = args[i]
+		}
+		if len(value) > MaxLaunchArgLen {
+			return fmt.Errorf("argument %d: %s's value over %d bytes", i, name, MaxLaunchArgLen)
+		}
+	}
+	return nil
+}
+
+// LaunchArgs are a server actor's spawn arguments.
+type LaunchArgs struct {
+	// Model is what `vllm serve` serves: a model folder on the node.
+	Model string
+	// ServedName is the served model name (--served-model-name).
+	ServedName string
+	// Args are more `vllm serve` options (CheckLaunchArgs).
+	Args []string
+	// StartTimeoutMs bounds the start until /health answers (0:
+	// DefaultStartTimeout).
+	StartTimeoutMs int64
+	// APIKey is the servers' --api-key (given them as VLLM_API_KEY, out
+	// of the process list): LaunchServers makes one per launch.
+	APIKey string
+}
+
+// ServerURLRequest asks a server actor where its server listens; the
+// reply is ServerURL.
+type ServerURLRequest struct{}
+
+// ServerURL answers ServerURLRequest.
+type ServerURL struct {
+	URL string
+	// Devices are the CUDA_VISIBLE_DEVICES the server was started with
+	// (empty: it holds no GPU and inherited the node's).
+	Devices string
+	PID     int
+	// Log is the server's output on its node.
+	Log string
+}
+
+func init() {
+	actor.RegisterMessage(LaunchArgs{}, ServerURLRequest{}, ServerURL{})
+	actor.RegisterKind(ServerKind, newServerActor)
+}
+
+var launchCommand atomic.Pointer[[]string]
+
+// OfferServers makes this process's nodes launch vLLM servers with
+// command (e.g. "vllm", "serve"; the model and options follow it): a node
+// started with it should carry LaunchLabel. Without it a server actor
+// placed here refuses to start.
+func OfferServers(command []string) error {
+	if len(command) == 0 || command[0] == "" {
+		return errors.New("vllm launch command is empty")
+	}
+	c := slices.Clone(command)
+	launchCommand.Store(&c)
+	return nil
+}
+
+// DefaultCommand is the command a run's own node launches servers with:
+// $RLNODE_VLLM_COMMAND split at spaces, or "vllm serve".
+func DefaultCommand() []string {
+	if c := strings.Fields(os.Getenv(launchEnvCommandName)); len(c) > 0 {
+		return c
+	}
+	return []string{"vllm", "serve"}
+}
+
+var launchedHere atomic.Int32
+
+type serverActor struct {
+	url, devices, log string
+	cmd               *exec.Cmd
+	exited            chan struct{} // closed when the process has been waited for
+	waitErr           error
+	stopOnce          sync.Once
+}
+
+func newServerActor(ctx *actor.Context, args any) (actor.Actor, error) {
+	a, ok := args.(LaunchArgs)
+	if !ok {
+		return nil, fmt.Errorf("vllm server: spawn args are %T, want vllm.LaunchArgs", args)
+	}
+	cmdp := launchCommand.Load()
+	if cmdp == nil {
+		return nil, fmt.Errorf("vllm server: node %s does not launch vLLM servers (start it with --vllm COMMAND)", ctx.System().Address())
+	}
+	if a.Model == "" || a.ServedName == "" {
+		return nil, errors.New("vllm server: empty model or served model name")
+	}
+	if err := CheckLaunchArgs(a.Args); err != nil {
+		return nil, fmt.Errorf("vllm server: %w", err)
+	}
+	timeout := time.Duration(a.StartTimeoutMs) * time.Millisecond
+	if timeout <= 0 {
+		timeout = DefaultStartTimeout
+	}
+	if timeout > MaxStartTimeout {
+		return nil, fmt.Errorf("vllm server: start timeout %v over %v", timeout, MaxStartTimeout)
+	}
+	if n := launchedHere.Add(1); n > maxLaunchedPerNode {
+		launchedHere.Add(-1)
+		return nil, fmt.Errorf("vllm server: %d servers already run on node %s, the most one node launches", maxLaunchedPerNode, ctx.System().Address())
+	}
+	s, err := startServer(ctx, *cmdp, a, timeout)
+	if err != nil {
+		launchedHere.Add(-1)
+		return nil, err
+	}
+	return s, nil
+}
+
+// startServer runs the server and waits for its /health.
+func startServer(ctx *actor.Context, command []string, a LaunchArgs, timeout time.Duration) (*serverActor, error) {
+	host, _, err := net.SplitHostPort(ctx.System().Address())
+	if err != nil || host == "" {
+		host = "127.0.0.1"
+	}
+	port, err := freePort(host)
+	if err != nil {
+		return nil, fmt.Errorf("vllm server: pick a port on %s: %w", host, err)
+	}
+	s := &serverActor{url: "http://" + net.JoinHostPort(host, strconv.Itoa(port)), exited: make(chan struct{})}
+	dir := filepath.Join(os.TempDir(), "rlnode-vllm")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("vllm server: log folder: %w", err)
+	}
+	s.log = filepath.Join(dir, safeName(ctx.Self().Name)+".log")
+	logf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("vllm server: log: %w", err)
+	}
+	argv := append(slices.Clone(command[1:]), a.Model, "--served-model-name", a.ServedName, "--host", host, "--port", strconv.Itoa(port))
+	argv = append(argv, a.Args...)
+	cmd := exec.Command(command[0], argv...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	env := append(os.Environ(), "VLLM_SERVER_DEV_MODE=1", "VLLM_API_KEY="+a.APIKey)
+	if gpus := cluster.ActorGPUs(ctx); len(gpus) > 0 {
+		parent, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
+		s.devices = childDevices(gpus, parent, set)
+		env = append(env, "CUDA_VISIBLE_DEVICES="+s.devices)
+	}
+	cmd.Env = env
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("vllm server: start %s: %w", command[0], err)
+	}
+	s.cmd = cmd
+	go func() {
+		s.waitErr = cmd.Wait()
+		logf.Close()
+		close(s.exited)
+	}()
+	if err := s.awaitHealth(ctx.Context(), timeout); err != nil {
+		s.stop()
+		return nil, err
+	}
+	ctx.Logger().Info("vLLM server started", "url", s.url, "devices", s.devices, "pid", cmd.Process.Pid, "log", s.log)
+	return s, nil
+}
+
+// awaitHealth polls /health until it answers 200, the process exits,
+// timeout passes or ctx ends.
+func (s *serverActor) awaitHealth(ctx context.Context, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(healthPollEvery)
+	defer tick.Stop()
+	client := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/health", nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-s.exited:
+			return fmt.Errorf("vllm server: %s exited before it served (%v); the end of its log %s:\n%s", s.cmd.Path, s.waitErr, s.log, tailOf(s.log))
+		case <-deadline.C:
+			return fmt.Errorf("vllm server: %s did not answer /health within %v (engines.*.vllm.launch.start_timeout); the end of its log %s:\n%s", s.url, timeout, s.log, tailOf(s.log))
+		case <-ctx.Done():
+			return fmt.Errorf("vllm server: start abandoned: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// Receive implements actor.Actor.
+func (s *serverActor) Receive(_ *actor.Context, msg any) (any, error) {
+	switch msg.(type) {
+	case ServerURLRequest:
+		select {
+		case <-s.exited:
+			return nil, fmt.Errorf("vllm server %s exited (%v); the end of its log %s:\n%s", s.url, s.waitErr, s.log, tailOf(s.log))
+		default:
+		}
+		return ServerURL{URL: s.url, Devices: s.devices, PID: s.cmd.Process.Pid, Log: s.log}, nil
+	}
+	return nil, fmt.Errorf("vllm server: unexpected %T", msg)
+}
+
+// Stopped implements actor.Stopper: the server's process group gets
+// SIGTERM, then SIGKILL after serverStopGrace.
+func (s *serverActor) Stopped(*actor.Context) { s.stop() }
+
+func (s *serverActor) stop() {
+	s.stopOnce.Do(func() {
+		defer launchedHere.Add(-1)
+		pgid := s.cmd.Process.Pid
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(serverStopGrace):
+		}
+		_ = syscall.Kill(-pgid, syscall.SIGKILL) // what the server left behind too
+		<-s.exited
+	})
+}
+
+// childDevices maps the node's CUDA ordinals to the CUDA_VISIBLE_DEVICES
+// a child process needs: through the node's own list where it has one.
+func childDevices(ordinals []int, parent string, set bool) string {
+	var list []string
+	if set {
+		list = strings.Split(parent, ",")
+	}
+	out := make([]string, len(ordinals))
+	for i, o := range ordinals {
+		if set && o < len(list) {
+			out[i] = strings.TrimSpace(list[o])
+		} else {
+			out[i] = strconv.Itoa(o)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
+
+func safeName(s string) string { return unsafeChars.ReplaceAllString(s, "_") }
+
+// tailOf is the last launchLogTail bytes of the file at path.
+func tailOf(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	off := max(st.Size()-launchLogTail, 0)
+	buf := make([]byte, st.Size()-off)
+	n, _ := f.ReadAt(buf, off)
+	return string(bytes.TrimSpace(buf[:n]))
+}
+
+// Launch is a set of servers to start for one policy.
+type Launch struct {
+	// Servers is how many (each its own process); GPUs how many GPUs each
+	// holds (0: none, a server on the CPU).
+	Servers int
+	GPUs    float64
+	LaunchArgs
+}
+
+// Launched are servers started by LaunchServers.
+type Launched struct {
+	URLs    []string
+	APIKey  string // every server's --api-key
+	handles []*cluster.Handle
+}
+
+// LaunchServers starts l.Servers server actors named prefix-0, prefix-1,
+// … on nodes that launch servers (LaunchLabel), at once, and waits for each
+// to serve. On an error the ones started are stopped.
+func LaunchServers(ctx context.Context, node *cluster.Node, prefix string, l Launch) (*Launched, error) {
+	if l.Servers < 1 {
+		return nil, fmt.Errorf("vllm launch: %d servers: want at least 1", l.Servers)
+	}
+	res := cluster.Resources{}
+	if l.GPUs > 0 {
+		res[cluster.GPU] = l.GPUs
+	}
+	var kb [24]byte
+	_, _ = rand.Read(kb[:])
+	l.APIKey = hex.EncodeToString(kb[:])
+	out := &Launched{URLs: make([]string, l.Servers), APIKey: l.APIKey, handles: make([]*cluster.Handle, l.Servers)}
+	errs := make([]error, l.Servers)
+	var wg sync.WaitGroup
+	for i := range l.Servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("%s-%d", prefix, i)
+			h, err := node.Spawn(ctx, ServerKind, cluster.SpawnOptions{Name: name, Args: l.LaunchArgs, Resources: res,
+				Labels: map[string]string{LaunchLabel: "on"}})
+			if err != nil {
+				errs[i] = fmt.Errorf("vllm server %s: %w", name, err)
+				return
+			}
+			out.handles[i] = h
+			u, err := cluster.Call[ServerURL](ctx, h, ServerURLRequest{})
+			if err != nil {
+				errs[i] = fmt.Errorf("vllm server %s: %w", name, err)
+				return
+			}
+			out.URLs[i] = u.URL
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		out.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return out, nil
+}
+
+// Stop stops every server (each waits up to serverStopGrace for its
+// process to exit).
+func (l *Launched) Stop(ctx context.Context) {
+	if l == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, serverStopGrace+10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, h := range l.handles {
+		if h == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = h.Stop(ctx)
+		}()
+	}
+	wg.Wait()
+}

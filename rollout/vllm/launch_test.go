@@ -1,0 +1,183 @@
+package vllm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/rollout/engine"
+)
+
+// buildFakeVLLM builds vllmtest/fakevllm, the stand-in for `vllm serve`.
+func buildFakeVLLM(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "fakevllm")
+	cmd := exec.Command("go", "build", "-o", bin, "./vllmtest/fakevllm")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build fakevllm: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// launchNode is a one-node cluster that offers 2 GPUs and launches
+// servers.
+func launchNode(t *testing.T) *cluster.Node {
+	t.Helper()
+	n, err := cluster.Start(context.Background(), cluster.Config{CPUs: 2, GPUs: 2,
+		Labels: map[string]string{LaunchLabel: "on"}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	return n
+}
+
+type fakeRecord struct {
+	Options []string `json:"options"`
+	Devices string   `json:"cuda_visible_devices"`
+	DevMode string   `json:"dev_mode"`
+	KeySet  bool     `json:"api_key_set"`
+	Served  string   `json:"served_model_name"`
+	PID     int      `json:"pid"`
+}
+
+// Two servers of one GPU each start on different devices, with dev mode,
+// an API key and the options given; a client with the launch's key
+// generates on them; Stop ends their processes.
+func TestLaunchServers(t *testing.T) {
+	fake := buildFakeVLLM(t)
+	rec := t.TempDir()
+	t.Setenv("FAKEVLLM_RECORD", rec)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	node := launchNode(t)
+	model := t.TempDir()
+	args := LaunchArgs{Model: model, ServedName: "policy", Args: []string{"--dtype", "bfloat16", "--enforce-eager"}}
+
+	launchCommand.Store(nil)
+	if _, err := LaunchServers(ctx, node, "unoffered", Launch{Servers: 1, GPUs: 1, LaunchArgs: args}); err == nil || !strings.Contains(err.Error(), "does not launch vLLM servers") {
+		t.Fatalf("a node that does not offer servers: %v", err)
+	}
+	if err := OfferServers([]string{fake, "serve"}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := LaunchServers(ctx, node, "pol", Launch{Servers: 2, GPUs: 1, LaunchArgs: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(ctx, Config{Servers: l.URLs, Model: "policy", APIKey: l.APIKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Generate(ctx, []engine.Request{{ID: "a", Prompt: promptOf(1), Params: params(4)}, {ID: "b", Prompt: promptOf(2), Params: params(4)}})
+	if err != nil || len(res) != 2 || len(res[0].Samples[0].TokenIDs) == 0 {
+		t.Fatalf("generate on launched servers: %+v, %v", res, err)
+	}
+	// The /v1 routes want the launch's key.
+	if _, err := New(ctx, Config{Servers: l.URLs, Model: "policy", APIKey: "wrong"}); err == nil {
+		t.Error("a client with another API key was let in")
+	}
+
+	files, _ := filepath.Glob(filepath.Join(rec, "*.json"))
+	if len(files) != 2 {
+		t.Fatalf("%d servers recorded, want 2", len(files))
+	}
+	var devices []string
+	var pids []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r fakeRecord
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.DevMode != "1" || !r.KeySet || r.Served != "policy" || !slices.Equal(r.Options, args.Args) {
+			t.Errorf("server started with %+v", r)
+		}
+		devices = append(devices, r.Devices)
+		pids = append(pids, r.PID)
+	}
+	slices.Sort(devices)
+	if !slices.Equal(devices, []string{"0", "1"}) {
+		t.Errorf("CUDA_VISIBLE_DEVICES %v, want one device each: 0 and 1", devices)
+	}
+	l.Stop(ctx)
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("server process %d still there after Stop (%v)", pid, err)
+		}
+	}
+	// Their GPUs are free again: two more fit.
+	l, err = LaunchServers(ctx, node, "again", Launch{Servers: 2, GPUs: 1, LaunchArgs: args})
+	if err != nil {
+		t.Fatalf("after Stop: %v", err)
+	}
+	l.Stop(ctx)
+}
+
+// A server that exits before it serves fails the launch with the end of
+// its log; options a launch may not set are refused before anything runs.
+func TestLaunchServersRefused(t *testing.T) {
+	fake := buildFakeVLLM(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	node := launchNode(t)
+	if err := OfferServers([]string{fake, "serve"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FAKEVLLM_FAIL", "torch.OutOfMemoryError: CUDA out of memory")
+	_, err := LaunchServers(ctx, node, "oom", Launch{Servers: 1, GPUs: 1, LaunchArgs: LaunchArgs{Model: t.TempDir(), ServedName: "policy"}})
+	if err == nil || !strings.Contains(err.Error(), "CUDA out of memory") || !strings.Contains(err.Error(), "exited before it served") {
+		t.Fatalf("a server that exits at start: %v", err)
+	}
+	for _, args := range [][]string{
+		{"--trust-remote-code"},
+		{"--port", "9"},
+		{"--api-key=x"},
+		{"--chat-template", "/etc/shadow"},
+		{"--dtype"},
+		{"--enforce-eager=yes"},
+		slices.Repeat([]string{"--enforce-eager"}, MaxLaunchArgs+1),
+	} {
+		if err := CheckLaunchArgs(args); err == nil {
+			t.Errorf("launch args %q accepted", args)
+		}
+		_, err := LaunchServers(ctx, node, "bad", Launch{Servers: 1, LaunchArgs: LaunchArgs{Model: t.TempDir(), ServedName: "policy", Args: args}})
+		if err == nil {
+			t.Errorf("launch with %q started", args)
+		}
+	}
+	if err := CheckLaunchArgs([]string{"--max-model-len=4096", "--gpu-memory-utilization", "0.5", "--enable-lora"}); err != nil {
+		t.Errorf("allowed options refused: %v", err)
+	}
+}
+
+func TestChildDevices(t *testing.T) {
+	for _, tc := range []struct {
+		ordinals []int
+		parent   string
+		set      bool
+		want     string
+	}{
+		{[]int{0, 1}, "", false, "0,1"},
+		{[]int{1}, "4,6", true, "6"},
+		{[]int{0, 1}, "GPU-aaa, GPU-bbb", true, "GPU-aaa,GPU-bbb"},
+	} {
+		if got := childDevices(tc.ordinals, tc.parent, tc.set); got != tc.want {
+			t.Errorf("childDevices(%v, %q, %v) = %q, want %q", tc.ordinals, tc.parent, tc.set, got, tc.want)
+		}
+	}
+}
