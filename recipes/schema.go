@@ -155,10 +155,17 @@ type Engine struct {
 	VLLM *VLLM `yaml:"vllm,omitempty"`
 }
 
-// VLLM points at running vLLM OpenAI-compatible servers.
+// VLLM points at running vLLM OpenAI-compatible servers, or has the run
+// start its own (Launch).
 type VLLM struct {
-	// Servers are base URLs (http or https, no /v1 suffix). At least one.
+	// Servers are base URLs (http or https, no /v1 suffix). At least one,
+	// unless Launch is set.
 	Servers []string `yaml:"servers,omitempty"`
+	// Launch has the run start its servers, as actors holding GPUs on the
+	// nodes that launch vLLM (the run's own node; on a cluster, nodes
+	// started with --vllm), and stop them when it ends. Instead of
+	// Servers.
+	Launch *VLLMLaunch `yaml:"launch,omitempty"`
 	// Model is the served model name. Required.
 	Model string `yaml:"model"`
 	// APIKeyEnv names the environment variable holding the servers' API
@@ -173,6 +180,28 @@ type VLLM struct {
 	// the disk backend, pull request #52152) or reload_weights
 	// (collective_rpc reload_weights, a stock vLLM). Default auto.
 	WeightUpdate string `yaml:"weight_update"`
+}
+
+// VLLMLaunch is how many vLLM servers a run starts and with what. Each
+// runs `vllm serve MODEL` (MODEL the policy's models.*.path, which the
+// node must see) with the served model name, its own port and API key,
+// VLLM_SERVER_DEV_MODE=1 and CUDA_VISIBLE_DEVICES set to the GPUs it
+// holds.
+type VLLMLaunch struct {
+	// Count is how many servers. Default 1; at most 64.
+	Count int `yaml:"count"`
+	// GPUs each server holds (its --tensor-parallel-size should match).
+	// 0 runs one without a GPU. Default 1.
+	GPUs float64 `yaml:"gpus"`
+	// Args are more `vllm serve` options, from a list rlnode allows
+	// (--dtype, --max-model-len, --gpu-memory-utilization,
+	// --tensor-parallel-size, --enable-lora, ...: rollout/vllm.LaunchFlags);
+	// nothing that runs the model folder's code or names other files.
+	Args []string `yaml:"args,omitempty"`
+	// StartTimeoutSeconds bounds a server's start until it answers
+	// /health (loading the model, compiling its graphs). Default 1200;
+	// at most 7200.
+	StartTimeoutSeconds float64 `yaml:"start_timeout_seconds"`
 }
 
 // Data is where problems come from: a built-in task or a dataset file.
@@ -824,6 +853,8 @@ func DefaultArcher() Archer {
 func (t *TextualAC) setDefaults() { *t = TextualAC{ConfidenceCoef: 0.1, DependenceCoef: 0.05} }
 
 func (v *VLLM) setDefaults() { *v = VLLM{MaxInFlight: 64, WeightUpdate: "auto"} }
+
+func (l *VLLMLaunch) setDefaults() { *l = VLLMLaunch{Count: 1, GPUs: 1, StartTimeoutSeconds: 1200} }
 
 func (t *Task) setDefaults() { *t = Task{HeldOutPercent: 10} }
 

@@ -212,6 +212,11 @@ func (r *Recipe) resolve(dir, setsDir string, isSet, fromSet func(string) bool, 
 		if p := r.Engines.Policy.VLLM; p != nil {
 			v := *p
 			v.Servers = slices.Clone(p.Servers)
+			if p.Launch != nil {
+				l := *p.Launch // servers of its own, launched alike
+				l.Args = slices.Clone(p.Launch.Args)
+				v.Launch = &l
+			}
 			e.VLLM = &v
 		}
 		r.Engines.Feedback = &e
@@ -940,8 +945,16 @@ func (c *checker) engine(path string, e *Engine, m *Model) {
 		c.add(path+".vllm", "set, but kind is native: remove it or set kind: vllm")
 	case e.VLLM != nil:
 		v := e.VLLM
-		if len(v.Servers) == 0 {
-			c.add(path+".vllm.servers", "want at least one server URL (http://HOST:PORT)")
+		switch {
+		case len(v.Servers) == 0 && v.Launch == nil:
+			c.add(path+".vllm.servers", "want at least one server URL (http://HOST:PORT), or a launch section to have the run start its servers")
+		case len(v.Servers) > 0 && v.Launch != nil:
+			c.add(path+".vllm.launch", "set with servers: the run uses running servers or starts its own, not both")
+		case v.Launch != nil:
+			c.vllmLaunch(path+".vllm.launch", v.Launch)
+			if m != nil && m.Path == "" {
+				c.add(path+".vllm.launch", "the servers serve the model's path, and this policy's model has none (init): make a checkpoint first (rlnode model init) and name it in models.*.path")
+			}
 		}
 		for i, s := range v.Servers {
 			u, err := url.Parse(s)
@@ -959,6 +972,20 @@ func (c *checker) engine(path string, e *Engine, m *Model) {
 		}
 		c.positive(path+".vllm.max_in_flight", v.MaxInFlight)
 		c.oneOf(path+".vllm.weight_update", v.WeightUpdate, VLLMWeightUpdates)
+	}
+}
+
+// vllmLaunch checks the bounds of a launch section; which vllm serve
+// options it may add is rollout/vllm's to say (train.Check).
+func (c *checker) vllmLaunch(path string, l *VLLMLaunch) {
+	if l.Count < 1 || l.Count > 64 {
+		c.add(path+".count", "%d: want 1 to 64 servers", l.Count)
+	}
+	if l.GPUs < 0 || l.GPUs > 64 || math.IsNaN(l.GPUs) {
+		c.add(path+".gpus", "%v: want 0 (no GPU) to 64 GPUs per server", l.GPUs)
+	}
+	if l.StartTimeoutSeconds <= 0 || l.StartTimeoutSeconds > 7200 || math.IsNaN(l.StartTimeoutSeconds) {
+		c.add(path+".start_timeout_seconds", "%v: want more than 0, at most 7200", l.StartTimeoutSeconds)
 	}
 }
 

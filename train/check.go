@@ -3,12 +3,14 @@ package train
 import (
 	"context"
 	"reflect"
+	"slices"
 
 	"github.com/rlnode/rlnode/internal/tmpl"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/recipes"
 	"github.com/rlnode/rlnode/rollout/episode"
 	"github.com/rlnode/rlnode/rollout/task"
+	"github.com/rlnode/rlnode/rollout/vllm"
 )
 
 // Check reports everything about a loaded recipe that a run would refuse
@@ -74,6 +76,18 @@ func (l recipe) packageChecks() []recipes.Problem {
 	if t := r.Data.Task; t != nil {
 		_, err := task.New(taskConfig(t))
 		add("data.task", err)
+	}
+	for _, e := range []struct {
+		path string
+		e    *recipes.Engine
+	}{{"engines.policy", &r.Engines.Policy}, {"engines.feedback", r.Engines.Feedback}} {
+		if e.e == nil || e.e.VLLM == nil || e.e.VLLM.Launch == nil {
+			continue
+		}
+		if p := r.Engines.Policy.VLLM; e.path == "engines.feedback" && p != nil && p.Launch != nil && slices.Equal(p.Launch.Args, e.e.VLLM.Launch.Args) {
+			continue // the policy's, copied (or the same): said once
+		}
+		add(e.path+".vllm.launch.args", vllm.CheckLaunchArgs(e.e.VLLM.Launch.Args))
 	}
 	// One template at a time, the others at their (valid) defaults, so that
 	// each problem is reported at its own template's line.

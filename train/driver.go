@@ -23,6 +23,7 @@ import (
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/task"
 	"github.com/rlnode/rlnode/rollout/verify"
+	"github.com/rlnode/rlnode/rollout/vllm"
 	"github.com/rlnode/rlnode/weightsync"
 )
 
@@ -209,6 +210,9 @@ type policy struct {
 	server  weightsync.PolicyServer
 	eng     *policyEngine // server with the policy's tokenizer
 	tok     *tokenizer.Tokenizer
+	// launched are the vLLM servers the run started for the policy
+	// (VLLM.Launch), stopped with it.
+	launched *vllm.Launched
 	// regenerated counts the chunks that rollout servers replaced by a
 	// learner restart ran again.
 	regenerated int64
@@ -355,7 +359,16 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 
 	r.node = cfg.Node
 	if r.node == nil {
-		if r.node, err = cluster.Start(ctx, cluster.Config{CPUs: embeddedCPUs(cfg), Memory: cfg.EmbeddedMemory, Logger: actor.DiscardLogger()}); err != nil {
+		ncfg := cluster.Config{CPUs: embeddedCPUs(cfg), Memory: cfg.EmbeddedMemory, Logger: actor.DiscardLogger()}
+		if cfg.launchesVLLM() {
+			// The run's own node starts the vLLM servers, on this host's
+			// GPUs, with $RLNODE_VLLM_COMMAND or vllm serve.
+			if err := vllm.OfferServers(vllm.DefaultCommand()); err != nil {
+				return Result{}, fmt.Errorf("driver: %w", err)
+			}
+			ncfg.GPUs, ncfg.Labels = -1, map[string]string{vllm.LaunchLabel: "on"}
+		}
+		if r.node, err = cluster.Start(ctx, ncfg); err != nil {
 			return Result{}, fmt.Errorf("driver: embedded cluster: %w", err)
 		}
 		defer r.node.Stop()
@@ -473,6 +486,7 @@ func (p *policy) stopEngine() {
 
 func (p *policy) stop() {
 	p.stopEngine()
+	p.launched.Stop(context.Background())
 	p.learner.Stop()
 }
 

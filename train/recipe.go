@@ -19,6 +19,7 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/tmpl"
 	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/rollout/vllm"
 )
 
 // recipe is a loaded recipe seen by the driver's conversion.
@@ -426,9 +427,18 @@ func (l recipe) config(out string) (Config, error) {
 		cfg.LearnerResources = res
 	}
 	if onVLLM {
-		cfg.VLLM = driverVLLM(r.Engines.Policy.VLLM)
+		var err error
+		if cfg.VLLM, err = driverVLLM(r.Engines.Policy.VLLM, r.Models.Policy.Path); err != nil {
+			return Config{}, fmt.Errorf("recipe %s: engines.policy.vllm: %w", l.Source, err)
+		}
 		if fb := r.Engines.Feedback; fb != nil && fb.Kind == "vllm" && cfg.Feedback != nil {
-			cfg.FeedbackVLLM = driverVLLM(fb.VLLM)
+			served := r.Models.Policy.Path
+			if m := r.Models.Feedback; m != nil {
+				served = m.Path
+			}
+			if cfg.FeedbackVLLM, err = driverVLLM(fb.VLLM, served); err != nil {
+				return Config{}, fmt.Errorf("recipe %s: engines.feedback.vllm: %w", l.Source, err)
+			}
 		}
 	} else if l.needsRolloutActors() {
 		cfg.Rollout, cfg.FeedbackRollout = l.rolloutPlacement(cfg.Feedback != nil)
@@ -584,13 +594,22 @@ func PruneCheckpoints(out string, keep int) error {
 	return nil
 }
 
-// driverVLLM maps an engine's vllm section onto the driver's.
-func driverVLLM(v *recipes.VLLM) *VLLM {
+// driverVLLM maps an engine's vllm section onto the driver's; a launch
+// serves model, the policy's model folder.
+func driverVLLM(v *recipes.VLLM, model string) (*VLLM, error) {
 	d := &VLLM{Servers: v.Servers, Model: v.Model, MaxInFlight: v.MaxInFlight, WeightUpdate: v.WeightUpdate}
 	if v.APIKeyEnv != "" {
 		d.APIKey = os.Getenv(v.APIKeyEnv)
 	}
-	return d
+	if l := v.Launch; l != nil {
+		abs, err := filepath.Abs(model)
+		if err != nil {
+			return nil, err
+		}
+		d.Launch = &vllm.Launch{Servers: l.Count, GPUs: l.GPUs, LaunchArgs: vllm.LaunchArgs{Model: abs, Args: l.Args,
+			StartTimeoutMs: int64(l.StartTimeoutSeconds * 1000)}}
+	}
+	return d, nil
 }
 
 // refuseVLLM reports what a recipe with engines.policy.kind vllm asks for

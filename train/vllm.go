@@ -69,12 +69,21 @@ type VLLM struct {
 	// default: each server is asked once), "disk" or "reload_weights"
 	// (vllm.WeightUpdate).
 	WeightUpdate string
+	// Launch, instead of Servers, has the run start its servers as
+	// actors on the cluster's nodes that launch them (vllm.LaunchServers:
+	// the run's own node, or nodes started with --vllm), each serving
+	// Launch.Model, and stop them when it ends.
+	Launch *vllm.Launch
 }
 
 func (v *VLLM) validate(field string) error {
 	switch {
-	case len(v.Servers) == 0:
-		return fmt.Errorf("driver config: %s.Servers is empty: give at least one vLLM server URL", field)
+	case len(v.Servers) == 0 && v.Launch == nil:
+		return fmt.Errorf("driver config: %s.Servers is empty: give at least one vLLM server URL, or Launch", field)
+	case len(v.Servers) > 0 && v.Launch != nil:
+		return fmt.Errorf("driver config: %s: Servers and Launch are both set: the run uses running servers or starts its own, not both", field)
+	case v.Launch != nil && (v.Launch.Servers < 1 || v.Launch.Model == ""):
+		return fmt.Errorf("driver config: %s.Launch: %d servers of model %q: want at least one, and a model folder", field, v.Launch.Servers, v.Launch.Model)
 	case v.Model == "":
 		return fmt.Errorf("driver config: %s.Model is empty: name the served model", field)
 	case v.MaxInFlight < 0 || v.Keep < 0 || v.ReloadTimeout < 0 || v.RequestTimeout < 0:
@@ -88,6 +97,11 @@ func (v *VLLM) validate(field string) error {
 			vllm.WeightUpdateAuto, vllm.WeightUpdateDisk, vllm.WeightUpdateReloadWeights)
 	}
 	return nil
+}
+
+// launchesVLLM reports whether the run starts vLLM servers of its own.
+func (c *Config) launchesVLLM() bool {
+	return (c.VLLM != nil && c.VLLM.Launch != nil) || (c.FeedbackVLLM != nil && c.FeedbackVLLM.Launch != nil)
 }
 
 // validateVLLM checks VLLM and FeedbackVLLM against the rest of c.
@@ -172,8 +186,25 @@ func (r *run) startVLLM(ctx context.Context, p *policy) error {
 	if mc != nil {
 		vocab = mc.VocabSize
 	}
+	servers, key := v.Servers, v.APIKey
+	if v.Launch != nil {
+		// Launched once per run: a learner restart that starts the engine
+		// anew keeps the servers (a vLLM start takes minutes).
+		if p.launched == nil {
+			l := *v.Launch
+			l.ServedName = v.Model
+			prefix := fmt.Sprintf("vllm-%s-%d", p.id, time.Now().UnixNano())
+			start := time.Now()
+			if p.launched, err = vllm.LaunchServers(ctx, r.node, prefix, l); err != nil {
+				return fmt.Errorf("launch vLLM servers: %w", err)
+			}
+			r.log.Info("vLLM servers started", "policy", p.id, "servers", strings.Join(p.launched.URLs, " "), "gpus_each", l.GPUs,
+				"took", time.Since(start).Round(time.Millisecond))
+		}
+		servers, key = p.launched.URLs, p.launched.APIKey
+	}
 	srv, err := weightsync.StartVLLM(ctx, weightsync.VLLMConfig{Policy: p.id,
-		Client: vllm.Config{Servers: v.Servers, Model: v.Model, APIKey: v.APIKey, MaxInFlight: v.MaxInFlight,
+		Client: vllm.Config{Servers: servers, Model: v.Model, APIKey: key, MaxInFlight: v.MaxInFlight,
 			RequestTimeout: v.RequestTimeout, ControlTimeout: v.ReloadTimeout, VocabSize: vocab,
 			WeightUpdate: vllm.WeightUpdate(v.WeightUpdate)},
 		Dir: dir, Keep: v.Keep, ReloadTimeout: v.ReloadTimeout, LoRAName: VLLMLoRAName, MaxStaleness: r.cfg.MaxStaleness, Logger: r.log})

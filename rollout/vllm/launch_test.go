@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,19 +15,8 @@ import (
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
 )
-
-// buildFakeVLLM builds vllmtest/fakevllm, the stand-in for `vllm serve`.
-func buildFakeVLLM(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "fakevllm")
-	cmd := exec.Command("go", "build", "-o", bin, "./vllmtest/fakevllm")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build fakevllm: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // launchNode is a one-node cluster that offers 2 GPUs and launches
 // servers.
@@ -56,7 +44,7 @@ type fakeRecord struct {
 // an API key and the options given; a client with the launch's key
 // generates on them; Stop ends their processes.
 func TestLaunchServers(t *testing.T) {
-	fake := buildFakeVLLM(t)
+	fake := vllmtest.BuildFakeVLLM(t)
 	rec := t.TempDir()
 	t.Setenv("FAKEVLLM_RECORD", rec)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -131,7 +119,7 @@ func TestLaunchServers(t *testing.T) {
 // A server that exits before it serves fails the launch with the end of
 // its log; options a launch may not set are refused before anything runs.
 func TestLaunchServersRefused(t *testing.T) {
-	fake := buildFakeVLLM(t)
+	fake := vllmtest.BuildFakeVLLM(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	node := launchNode(t)
