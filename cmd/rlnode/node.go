@@ -26,6 +26,7 @@ import (
 	"github.com/rlnode/rlnode/dashboard"
 	"github.com/rlnode/rlnode/jobs"
 	"github.com/rlnode/rlnode/recipes"
+	"github.com/rlnode/rlnode/rollout/vllm"
 	"github.com/rlnode/rlnode/train"
 )
 
@@ -65,6 +66,7 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	tlsCA := fs.String("tls-ca", "", "PEM CA that signed every node's certificate")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	detection := detectionFlag(fs)
+	vllmCommand := fs.String("vllm", "", `start the vLLM servers runs ask for (engines.*.vllm.launch) on this node's GPUs with COMMAND, e.g. "vllm serve" or "/opt/venv/bin/vllm serve" (the model and options follow it); default: none here`)
 	detach := fs.Bool("detach", false, "run in the background, logging to a file under $RLNODE_HOME/logs; returns once the node is up")
 	var labels, resources, dashRuns, dashTraces, caps repeated
 	var dash dashboardFlag
@@ -146,6 +148,16 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	}
 	if _, ok := cfg.Labels[jobs.Label]; !ok {
 		cfg.Labels[jobs.Label] = "yes" // rlnode submit's jobs may run here
+	}
+	if c := strings.Fields(*vllmCommand); len(c) > 0 {
+		if err := vllm.OfferServers(c); err != nil {
+			fmt.Fprintf(stderr, "rlnode %s: --vllm: %v\n", verb, err)
+			return 2
+		}
+		cfg.Labels[vllm.LaunchLabel] = "on" // runs' launches are placed here
+	} else if cfg.Labels[vllm.LaunchLabel] != "" {
+		fmt.Fprintf(stderr, "rlnode %s: --label %s=%s: that label says the node launches vLLM servers; give --vllm COMMAND instead\n", verb, vllm.LaunchLabel, cfg.Labels[vllm.LaunchLabel])
+		return 2
 	}
 	res, err := cluster.ParseResources(strings.Join(resources, ","))
 	if err != nil {
