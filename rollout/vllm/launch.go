@@ -169,6 +169,7 @@ var launchedHere atomic.Int32
 
 type serverActor struct {
 	url, devices, log string
+	noted             bool
 	cmd               *exec.Cmd
 	exited            chan struct{} // closed when the process has been waited for
 	waitErr           error
@@ -288,13 +289,24 @@ func (s *serverActor) awaitHealth(ctx context.Context, timeout time.Duration) er
 }
 
 // Receive implements actor.Actor.
-func (s *serverActor) Receive(_ *actor.Context, msg any) (any, error) {
+func (s *serverActor) Receive(ctx *actor.Context, msg any) (any, error) {
 	switch msg.(type) {
 	case ServerURLRequest:
 		select {
 		case <-s.exited:
 			return nil, fmt.Errorf("vllm server %s exited (%v); the end of its log %s:\n%s", s.url, s.waitErr, s.log, tailOf(s.log))
 		default:
+		}
+		if !s.noted {
+			// Its record exists once it was built: status shows where it serves.
+			s.noted = true
+			if n := cluster.ActorNode(ctx); n != nil {
+				note := "serving " + s.url
+				if s.devices != "" {
+					note += " on CUDA devices " + s.devices
+				}
+				_ = n.SetNote(ctx.Self().Name, note+", log "+s.log)
+			}
 		}
 		return ServerURL{URL: s.url, Devices: s.devices, PID: s.cmd.Process.Pid, Log: s.log}, nil
 	}

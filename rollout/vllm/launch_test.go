@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -77,6 +78,12 @@ func TestLaunchServers(t *testing.T) {
 		t.Error("a client with another API key was let in")
 	}
 
+	for i, u := range l.URLs {
+		rec, _ := node.Record(fmt.Sprintf("pol-%d", i))
+		if !strings.HasPrefix(rec.Note, "serving "+u+" on CUDA devices ") {
+			t.Errorf("server %d's note %q, want where it serves and on which devices", i, rec.Note)
+		}
+	}
 	files, _ := filepath.Glob(filepath.Join(rec, "*.json"))
 	if len(files) != 2 {
 		t.Fatalf("%d servers recorded, want 2", len(files))
