@@ -137,7 +137,7 @@ type ServerURL struct {
 }
 
 func init() {
-	actor.RegisterMessage(LaunchArgs{}, ServerURLRequest{}, ServerURL{})
+	actor.RegisterMessage(LaunchArgs{}, ServerURLRequest{}, ServerURL{}, ServerExited{})
 	actor.RegisterKind(ServerKind, newServerActor)
 }
 
@@ -167,12 +167,26 @@ func DefaultCommand() []string {
 
 var launchedHere atomic.Int32
 
+// ports keeps each server actor's port across its restarts in place, so
+// that the URL the run's client holds reaches the new process.
+var ports sync.Map // actor name → int
+
+// ServerExited tells a server actor that its process ended without being
+// stopped: the actor panics, and so is restarted in place (a new process
+// on the same port) while it has restarts left.
+type ServerExited struct{}
+
+// ServerRestarts is how often a launched server is started again after
+// its process ended by itself (a crash, an out-of-memory kill).
+const ServerRestarts = 3
+
 type serverActor struct {
 	url, devices, log string
 	noted             bool
 	cmd               *exec.Cmd
 	exited            chan struct{} // closed when the process has been waited for
 	waitErr           error
+	stopping          atomic.Bool
 	stopOnce          sync.Once
 }
 
@@ -205,6 +219,7 @@ func newServerActor(ctx *actor.Context, args any) (actor.Actor, error) {
 	s, err := startServer(ctx, *cmdp, a, timeout)
 	if err != nil {
 		launchedHere.Add(-1)
+		ports.Delete(ctx.Self().Name)
 		return nil, err
 	}
 	return s, nil
@@ -216,20 +231,28 @@ func startServer(ctx *actor.Context, command []string, a LaunchArgs, timeout tim
 	if err != nil || host == "" {
 		host = "127.0.0.1"
 	}
-	port, err := freePort(host)
-	if err != nil {
+	var port int
+	if p, ok := ports.Load(ctx.Self().Name); ok {
+		port = p.(int) // a restart in place: the URL stays
+	} else if port, err = freePort(host); err != nil {
 		return nil, fmt.Errorf("vllm server: pick a port on %s: %w", host, err)
 	}
+	ports.Store(ctx.Self().Name, port)
 	s := &serverActor{url: "http://" + net.JoinHostPort(host, strconv.Itoa(port)), exited: make(chan struct{})}
 	dir := filepath.Join(os.TempDir(), "rlnode-vllm")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("vllm server: log folder: %w", err)
 	}
 	s.log = filepath.Join(dir, safeName(ctx.Self().Name)+".log")
-	logf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+	if ctx.Restarts() > 0 {
+		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND // the crash's lines stay above
+	}
+	logf, err := os.OpenFile(s.log, flags, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("vllm server: log: %w", err)
 	}
+	fmt.Fprintf(logf, "=== rlnode: %s starts %s (restart %d) ===\n", ctx.Self().Name, command[0], ctx.Restarts())
 	argv := append(slices.Clone(command[1:]), a.Model, "--served-model-name", a.ServedName, "--host", host, "--port", strconv.Itoa(port))
 	argv = append(argv, a.Args...)
 	cmd := exec.Command(command[0], argv...)
@@ -247,12 +270,17 @@ func startServer(ctx *actor.Context, command []string, a LaunchArgs, timeout tim
 		return nil, fmt.Errorf("vllm server: start %s: %w", command[0], err)
 	}
 	s.cmd = cmd
+	sys, self := ctx.System(), ctx.Self()
 	go func() {
 		s.waitErr = cmd.Wait()
 		logf.Close()
 		close(s.exited)
+		if !s.stopping.Load() {
+			_ = sys.Tell(self, ServerExited{}) // gone by itself: restart
+		}
 	}()
 	if err := s.awaitHealth(ctx.Context(), timeout); err != nil {
+		s.stopping.Store(true)
 		s.stop()
 		return nil, err
 	}
@@ -291,6 +319,12 @@ func (s *serverActor) awaitHealth(ctx context.Context, timeout time.Duration) er
 // Receive implements actor.Actor.
 func (s *serverActor) Receive(ctx *actor.Context, msg any) (any, error) {
 	switch msg.(type) {
+	case ServerExited:
+		if s.stopping.Load() {
+			return nil, nil
+		}
+		s.stop() // what the process left in its group
+		panic(fmt.Sprintf("vllm server %s exited by itself (%v); the end of its log %s: %s", s.url, s.waitErr, s.log, lastLine(s.log)))
 	case ServerURLRequest:
 		select {
 		case <-s.exited:
@@ -315,7 +349,11 @@ func (s *serverActor) Receive(ctx *actor.Context, msg any) (any, error) {
 
 // Stopped implements actor.Stopper: the server's process group gets
 // SIGTERM, then SIGKILL after serverStopGrace.
-func (s *serverActor) Stopped(*actor.Context) { s.stop() }
+func (s *serverActor) Stopped(ctx *actor.Context) {
+	s.stopping.Store(true)
+	s.stop()
+	ports.Delete(ctx.Self().Name)
+}
 
 func (s *serverActor) stop() {
 	s.stopOnce.Do(func() {
@@ -361,6 +399,19 @@ func freePort(host string) (int, error) {
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 
 func safeName(s string) string { return unsafeChars.ReplaceAllString(s, "_") }
+
+// lastLine is the last line of the file at path, at most 512 bytes: a
+// restart's cause.
+func lastLine(path string) string {
+	t := tailOf(path)
+	if i := strings.LastIndexByte(t, '\n'); i >= 0 {
+		t = t[i+1:]
+	}
+	if len(t) > 512 {
+		t = t[len(t)-512:]
+	}
+	return t
+}
 
 // tailOf is the last launchLogTail bytes of the file at path.
 func tailOf(path string) string {
@@ -418,7 +469,7 @@ func LaunchServers(ctx context.Context, node *cluster.Node, prefix string, l Lau
 			defer wg.Done()
 			name := fmt.Sprintf("%s-%d", prefix, i)
 			h, err := node.Spawn(ctx, ServerKind, cluster.SpawnOptions{Name: name, Args: l.LaunchArgs, Resources: res,
-				Labels: map[string]string{LaunchLabel: "on"}})
+				Labels: map[string]string{LaunchLabel: "on"}, MaxRestarts: ServerRestarts})
 			if err != nil {
 				errs[i] = fmt.Errorf("vllm server %s: %w", name, err)
 				return

@@ -109,6 +109,58 @@ func TestLaunchServers(t *testing.T) {
 	if !slices.Equal(devices, []string{"0", "1"}) {
 		t.Errorf("CUDA_VISIBLE_DEVICES %v, want one device each: 0 and 1", devices)
 	}
+
+	// A server that dies by itself starts again in place: same URL, a new
+	// process, one restart on its record; the client's requests reach it
+	// again once it is reloaded (a restarted server serves no request
+	// before).
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var restarted fakeRecord
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(files[0])
+		var r fakeRecord
+		if json.Unmarshal(b, &r) == nil && r.PID != pids[0] {
+			restarted = r
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed server (pid %d) was not started again", pids[0])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	pids = append(pids, restarted.PID)
+	for i := range l.URLs {
+		for {
+			rec, _ := node.Record(fmt.Sprintf("pol-%d", i))
+			if rec.State == "ALIVE" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("server %d is %s", i, rec.State)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err := c.ReloadWeights(ctx, t.TempDir(), 7); err != nil {
+		t.Fatalf("reload after a server's restart: %v", err)
+	}
+	if _, err := c.Generate(ctx, []engine.Request{{ID: "c", Prompt: promptOf(3), Params: params(4)}}); err != nil {
+		t.Fatalf("generate after a server's restart: %v", err)
+	}
+	for restarts := 0; restarts != 1; {
+		restarts = 0
+		for i := range l.URLs {
+			rec, _ := node.Record(fmt.Sprintf("pol-%d", i))
+			restarts += rec.Restarts
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d restarts on the servers' records, want 1", restarts)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	l.Stop(ctx)
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
