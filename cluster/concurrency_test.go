@@ -63,15 +63,7 @@ func (a *atOnce) Receive(ctx *actor.Context, msg any) (any, error) {
 func TestSpawnMaxConcurrency(t *testing.T) {
 	key := testKey(t)
 	a := startLocalNode(t, "mc-a", key)
-	join := func(id string) *Node {
-		n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2,
-			Labels: map[string]string{"slot": "x"}, Join: []string{a.GossipAddress()}, Logger: actor.DiscardLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(n.Stop)
-		return n
-	}
+	join := func(id string) *Node { return joinSlotX(t, a, key, id) }
 	b, _ := join("mc-b"), join("mc-c")
 	waitFor(t, "3 nodes with directory records", 10*time.Second, func() bool { return nodeCount(a) == 3 })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

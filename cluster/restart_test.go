@@ -9,6 +9,18 @@ import (
 	"github.com/rlnode/rlnode/actor"
 )
 
+// joinSlotX starts node id, 2 CPUs and the label slot=x, joined to a.
+func joinSlotX(t *testing.T, a *Node, key []byte, id string) *Node {
+	t.Helper()
+	n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2,
+		Labels: map[string]string{"slot": "x"}, Join: []string{a.GossipAddress()}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	return n
+}
+
 // slowRestart builds at once the first time and, restarted (after its
 // node was lost), waits for the test like a model load.
 var slowRestartBegun, slowRestartRelease chan struct{}
@@ -35,15 +47,7 @@ func TestMembershipWhileARestartBuilds(t *testing.T) {
 	slowRestartBegun, slowRestartRelease = make(chan struct{}, 1), make(chan struct{})
 	key := testKey(t)
 	a := startLocalNode(t, "mr-a", key) // the leader: lowest id
-	join := func(id string) *Node {
-		n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2,
-			Labels: map[string]string{"slot": "x"}, Join: []string{a.GossipAddress()}, Logger: actor.DiscardLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(n.Stop)
-		return n
-	}
+	join := func(id string) *Node { return joinSlotX(t, a, key, id) }
 	b, _ := join("mr-b"), join("mr-c")
 	waitFor(t, "3 nodes with directory records", 10*time.Second, func() bool { return nodeCount(a) == 3 })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -98,15 +102,7 @@ func init() {
 func TestRestartTimeoutIsTheActors(t *testing.T) {
 	key := testKey(t)
 	a := startLocalNode(t, "rt-a", key) // the leader: lowest id
-	join := func(id string) *Node {
-		n, err := Start(context.Background(), Config{NodeID: id, Bind: "127.0.0.1:0", Key: key, CPUs: 2,
-			Labels: map[string]string{"slot": "x"}, Join: []string{a.GossipAddress()}, Logger: actor.DiscardLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(n.Stop)
-		return n
-	}
+	join := func(id string) *Node { return joinSlotX(t, a, key, id) }
 	b, _ := join("rt-b"), join("rt-c")
 	waitFor(t, "3 nodes with directory records", 10*time.Second, func() bool { return nodeCount(a) == 3 })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
