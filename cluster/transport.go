@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -56,6 +57,11 @@ func newGossipTransport(host string, port, streamsPerAddr int, logger *log.Logge
 		}
 	}
 	if err != nil {
+		if strings.Contains(err.Error(), "address already in use") {
+			// memberlist formats the net error with %v: keep what it was,
+			// so a caller can tell a taken port (another node there?).
+			return nil, &inUseError{msg: "gossip: " + listenReason(err)}
+		}
 		return nil, fmt.Errorf("gossip: %s", listenReason(err))
 	}
 	t := &cappedTransport{NetTransport: nt, gate: connlimit.New(connlimit.Limits{Total: streamsPerAddr}),
@@ -170,6 +176,13 @@ func (t *cappedTransport) Shutdown() error {
 // listenReason is memberlist's listen error without its own preamble
 // ("failed to start TCP listener on "HOST" port N: listen tcp HOST:N: …"):
 // the net package's part names the address and says what failed.
+// inUseError is a gossip listener refused for a port something else
+// holds; it is syscall.EADDRINUSE to errors.Is.
+type inUseError struct{ msg string }
+
+func (e *inUseError) Error() string { return e.msg }
+func (e *inUseError) Unwrap() error { return syscall.EADDRINUSE }
+
 func listenReason(err error) string {
 	msg := err.Error()
 	for _, op := range []string{"listen tcp", "listen udp"} {

@@ -219,6 +219,7 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	node, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode %s: %v\n", verb, err)
+		portTakenHint(stderr, "--bind", *bind, err)
 		return 1
 	}
 	absKey, err := filepath.Abs(*keyFile)
@@ -238,6 +239,7 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		node.Stop()
 		fmt.Fprintf(stderr, "rlnode %s: %v\n", verb, err)
+		portTakenHint(stderr, "--status-bind", *control, err)
 		return 1
 	}
 	defer closeCtrl()
@@ -730,4 +732,43 @@ func remoteControl(ctrl, gossip string) string {
 		return ""
 	}
 	return " (from other hosts: --address http://" + net.JoinHostPort(adv, port) + ")"
+}
+
+// portTakenHint follows an error that a port is taken with what to do:
+// the likely cause is a node started there before (a --detach one the
+// user forgot), which rlnode status and rlnode stop find by its address.
+func portTakenHint(w io.Writer, flag, addr string, err error) {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return
+	}
+	if ri, ok := nodeOnPort(addr); ok {
+		fmt.Fprintf(w, "node %s already runs there (pid %d): rlnode status --address %s shows it, rlnode stop --address %s stops it; or give %s another port (0 picks a free one)\n",
+			ri.NodeID, ri.PID, ri.Gossip, ri.Gossip, flag)
+		return
+	}
+	dir, _, _ := cluster.RunFiles()
+	fmt.Fprintf(w, "no node of this RLNODE_HOME (%s) runs there; a node started with another RLNODE_HOME or by another user may (rlnode status with that RLNODE_HOME shows it), or another program holds the port; give %s another port (0 picks a free one)\n",
+		dir, flag)
+}
+
+// nodeOnPort is the running node of this RLNODE_HOME whose gossip or
+// control endpoint is on addr's port: a --bind 0.0.0.0:7946 node's run
+// file names the address it advertises, not 0.0.0.0.
+func nodeOnPort(addr string) (cluster.RunInfo, bool) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "0" {
+		return cluster.RunInfo{}, false
+	}
+	_, all, _ := cluster.RunFiles()
+	for _, ri := range all {
+		if ri.Gone != "" {
+			continue
+		}
+		for _, a := range []string{ri.Gossip, ri.Control} {
+			if _, p, err := net.SplitHostPort(a); err == nil && p == port {
+				return ri, true
+			}
+		}
+	}
+	return cluster.RunInfo{}, false
 }

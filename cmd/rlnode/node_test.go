@@ -411,6 +411,47 @@ func TestNodeIDInUseRefused(t *testing.T) {
 	}
 }
 
+// A start or join on a port a node holds says which node holds it and how
+// to see or stop it (it used to say only "address already in use"), and,
+// when no node of this RLNODE_HOME does, that one of another may.
+func TestPortTakenHint(t *testing.T) {
+	home := t.TempDir()
+	a := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "alpha", "--gpus", "0")
+	var control string
+	for _, line := range strings.Split(a.out.String(), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "control:" {
+			control = f[1]
+		}
+	}
+	if control == "" {
+		t.Fatalf("no control address in the banner:\n%s", a.out)
+	}
+	keyFile := filepath.Join(home, "cluster.key")
+	for _, c := range []struct {
+		home string
+		args []string
+		want []string
+	}{
+		{home, []string{"start", "--bind", a.gossip}, []string{"address already in use",
+			"node alpha already runs there (pid ", "rlnode status --address " + a.gossip, "rlnode stop --address " + a.gossip, "give --bind another port"}},
+		{home, []string{"start", "--bind", "127.0.0.1:0", "--status-bind", control, "--detach"}, []string{"control endpoint",
+			"node alpha already runs there", "give --status-bind another port"}},
+		{t.TempDir(), []string{"join", a.gossip, "--bind", a.gossip, "--key-file", keyFile}, []string{"address already in use",
+			"no node of this RLNODE_HOME", "a node started with another RLNODE_HOME or by another user may"}},
+	} {
+		_, errOut, code := runRlnode(t, c.home, append(c.args, "--gpus", "0")...)
+		if code == 0 {
+			t.Errorf("rlnode %v: a second node came up on a taken port", c.args)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("rlnode %v: exit %d, stderr lacks %q:\n%s", c.args, code, w, errOut)
+			}
+		}
+	}
+}
+
 // A node killed with SIGKILL leaves its run file. status and stop say the
 // node is gone (its process is not running, or its pid now belongs to
 // another process) and remove the file, where they used to skip it
