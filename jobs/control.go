@@ -315,7 +315,7 @@ func submitHandler(w http.ResponseWriter, r *http.Request) {
 		err = json.Unmarshal(body, &req)
 	}
 	if err != nil {
-		http.Error(w, "submit: request body: "+err.Error(), http.StatusBadRequest)
+		http.Error(w, "request body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
 	// The recipe's check may take minutes (it reads the datasets the
@@ -333,9 +333,10 @@ func submitHandler(w http.ResponseWriter, r *http.Request) {
 	if t, n, ok := cluster.SignedRequest(r); ok {
 		at, nonce = t, n[:4]
 	}
+	// The client names the command already (rlnode submit: node N: …).
 	info, code, err := submit(r.Context(), node, cfg, req, at, nonce)
 	if err != nil {
-		http.Error(w, "submit: "+err.Error(), code)
+		http.Error(w, err.Error(), code)
 		return
 	}
 	writeJSON(w, http.StatusCreated, info)

@@ -228,7 +228,7 @@ func TestJobCommands(t *testing.T) {
 		code int
 		says string
 	}{
-		{[]string{"submit", "quickstart", "--name", "ok", "--out", dir + "2"}, 1, "submit: job ok exists (SUCCEEDED): choose another name"},
+		{[]string{"submit", "quickstart", "--name", "ok", "--out", dir + "2"}, 1, ": job ok exists (SUCCEEDED): choose another name"},
 		{[]string{"submit", "quickstart", "--name", "bad name"}, 2, `--name: job name "bad name": want 1 to 64 letters`},
 		{[]string{"submit", "quickstart", "--max-restarts", "101"}, 2, "--max-restarts 101: want 0 to 100"},
 		{[]string{"submit", "quickstart", "--set", "algorithm.lr=-1"}, 1, "algorithm.lr"},
@@ -241,6 +241,11 @@ func TestJobCommands(t *testing.T) {
 		_, errOut, code := runRlnode(t, home, append(c.args, addr...)...)
 		if code != c.code || !strings.Contains(errOut, c.says) {
 			t.Errorf("rlnode %v: exit %d, %q; want %d, %q", c.args, code, errOut, c.code, c.says)
+		}
+		// The command's name begins the line once ("rlnode submit: node
+		// N: submit: job ok exists" said it twice).
+		if n := strings.Count(errOut, c.args[0]+": "); n > 1 {
+			t.Errorf("rlnode %v: %q names %q %d times", c.args, errOut, c.args[0], n)
 		}
 	}
 
