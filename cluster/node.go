@@ -859,8 +859,12 @@ func (n *Node) eventLoop() {
 				if meta.ID == n.id {
 					continue
 				}
-				n.log.Warn("node left or lost", "member", meta.ID, "gossip", info.gossip)
-				if rec, ok := n.dir.Node(meta.ID); !ok || !rec.Leaving {
+				// A node that stops in order says so (its record is Leaving)
+				// before it leaves the gossip: that is news, not trouble.
+				if rec, ok := n.dir.Node(meta.ID); ok && rec.Leaving {
+					n.log.Info("node left", "member", meta.ID, "gossip", info.gossip)
+				} else {
+					n.log.Warn("node lost", "member", meta.ID, "gossip", info.gossip)
 					n.lmu.Lock()
 					n.lost[meta.ID] = lostMember{gossip: info.gossip, since: time.Now()}
 					n.lmu.Unlock()

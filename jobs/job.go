@@ -623,7 +623,7 @@ const PendingNote = "waiting for room: "
 const ResumeHint = "rlnode run: once the cause is fixed, continue from checkpoint "
 
 // logLine matches a line of the driver's logger (log/slog's text form),
-// as its gossip writes on its way out ("node left or lost"): no cause.
+// as its gossip writes on its way out ("node lost", "node left"): no cause.
 var logLine = regexp.MustCompile(`^(rlnode run: )?(time=\S+ )?level=[A-Z]+ `)
 
 // lastLine is the last non-empty line of the log's last 4 KiB, cut to
