@@ -86,8 +86,15 @@ func (l *ledger) acquire(name string, res Resources, group string, bundle int) e
 		if b == nil {
 			return fmt.Errorf("placement group %s bundle %d is not reserved on this node", group, bundle)
 		}
+		if !b.reserved.Covers(res) {
+			return fmt.Errorf("placement group %s bundle %d reserves %s in all, lacks %s: the actor never fits in it", group, bundle, b.reserved, strings.Join(b.reserved.Missing(res), ", "))
+		}
 		if free := b.reserved.Sub(b.used); !free.Covers(res) {
-			return fmt.Errorf("placement group %s bundle %d has free %s, lacks %s", group, bundle, free, strings.Join(free.Missing(res), ", "))
+			// Only the group's own actors take from its bundles: the room
+			// frees when one of them ends. ErrInfeasible marks the reply
+			// NoRoom; the spawner makes it ErrNoRoom.
+			return fmt.Errorf("placement group %s bundle %d has free %s, lacks %s: the group's own actors hold the bundle (%s): %w",
+				group, bundle, free, strings.Join(free.Missing(res), ", "), l.bundleHolders(k), ErrInfeasible)
 		}
 		devs, ok := assignGPUs(b.gpuFree, res[GPU])
 		if !ok {
@@ -109,6 +116,25 @@ func (l *ledger) acquire(name string, res Resources, group string, bundle int) e
 	l.used = l.used.Add(res)
 	l.actors[name] = actorUse{res: res, gpus: devs}
 	return nil
+}
+
+// bundleHolders names the actors that hold part of bundle k, with what
+// each holds (l.mu held).
+func (l *ledger) bundleHolders(k bundleKey) string {
+	var who []string
+	for name, a := range l.actors {
+		if a.bundle != nil && *a.bundle == k {
+			who = append(who, fmt.Sprintf("%s %s", name, a.res))
+		}
+	}
+	if len(who) == 0 {
+		return "none now"
+	}
+	sort.Strings(who)
+	if len(who) > 8 {
+		who = append(who[:8], fmt.Sprintf("%d more", len(who)-8))
+	}
+	return strings.Join(who, ", ")
 }
 
 // release returns an actor's resources; it reports whether it held any.

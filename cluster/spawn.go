@@ -182,6 +182,12 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 		if opts.Bundle < 0 || opts.Bundle >= len(opts.Group.Nodes) {
 			return nil, fmt.Errorf("spawn %s: bundle %d out of range: group %s has %d bundles", name, opts.Bundle, opts.Group.ID, len(opts.Group.Nodes))
 		}
+		if opts.Bundle < len(opts.Group.Bundles) {
+			if b := opts.Group.Bundles[opts.Bundle].Resources; !b.Covers(opts.Resources) {
+				return nil, fmt.Errorf("spawn %s: placement group %s bundle %d reserves %s in all, lacks %s: %w",
+					name, opts.Group.ID, opts.Bundle, b, strings.Join(b.Missing(opts.Resources), ", "), ErrInfeasible)
+			}
+		}
 		req.Group, req.Bundle = opts.Group.ID, opts.Bundle
 	}
 	if _, err := n.spawnSomewhere(ctx, req, nil, nil); err != nil {
@@ -280,6 +286,16 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 			// may have room later, as an unpinned spawn's refusal may.
 			err := fmt.Errorf("%s: %w", strings.TrimSuffix(rep.Err, ": "+ErrInfeasible.Error()), ErrInfeasible)
 			return actor.Ref{}, fmt.Errorf("spawn %s: %w", req.Name, n.noRoomOrNever(req, exclude, map[string]bool{target: true}, err))
+		}
+		if rep.NoRoom && req.Group != "" {
+			// The bundle's reservation covers the actor, but the group's
+			// own actors hold it: room that frees only when one of them
+			// ends, and the group's owner's own.
+			text := strings.TrimSuffix(rep.Err, ": "+ErrInfeasible.Error())
+			if g, ok := n.dir.Group(req.Group); ok && g.Owner != "" && g.Owner == req.Owner {
+				return actor.Ref{}, fmt.Errorf("spawn %s: %s; %w: %w", req.Name, text, ErrHeldBySelf, ErrNoRoom)
+			}
+			return actor.Ref{}, fmt.Errorf("spawn %s: %s: %w", req.Name, text, ErrNoRoom)
 		}
 		if !rep.Retry || req.Group != "" || req.PinNode != "" {
 			return actor.Ref{}, fmt.Errorf("spawn %s: %s", req.Name, rep.Err)

@@ -188,3 +188,41 @@ func freeCPUOn(n *Node, id string) float64 {
 	}
 	return -1
 }
+
+// A spawn into a placement-group bundle that the group's own actors
+// already fill is ErrNoRoom and, the group being the spawner's own,
+// ErrHeldBySelf, saying who holds the bundle; one larger than the bundle
+// is ErrInfeasible alone. Both came back as plain text, so a caller could
+// not tell "wait" from "never" (a pinned spawn's refusal was typed already,
+// TestPinnedSpawnNoRoom).
+func TestBundleSpawnNoRoom(t *testing.T) {
+	n := startLocalNode(t, "bundle-a", testKey(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g, err := n.CreatePlacementGroup(ctx, []Bundle{{Resources: Resources{CPU: 1}}}, Pack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Spawn(ctx, "test.counter", SpawnOptions{Name: "in-bundle", Group: g, Bundle: 0, Resources: Resources{CPU: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name          string
+		cpus          float64
+		noRoom, self  bool
+		says, notSays string
+	}{
+		{"bundle-full", 1, true, true, "the group's own actors hold the bundle (in-bundle {CPU:1})", ""},
+		{"bundle-too-small", 2, false, false, "reserves {CPU:1} in all, lacks CPU", "own actors"},
+	} {
+		_, err := n.Spawn(ctx, "test.counter", SpawnOptions{Name: c.name, Group: g, Bundle: 0, Resources: Resources{CPU: c.cpus}})
+		t.Logf("%s: %v", c.name, err)
+		if !errors.Is(err, ErrInfeasible) || errors.Is(err, ErrNoRoom) != c.noRoom || errors.Is(err, ErrHeldBySelf) != c.self {
+			t.Errorf("%s: %v: ErrInfeasible %v, ErrNoRoom %v, ErrHeldBySelf %v; want true, %v, %v", c.name, err,
+				errors.Is(err, ErrInfeasible), errors.Is(err, ErrNoRoom), errors.Is(err, ErrHeldBySelf), c.noRoom, c.self)
+		}
+		if msg := fmt.Sprint(err); !strings.Contains(msg, c.says) || c.notSays != "" && strings.Contains(msg, c.notSays) {
+			t.Errorf("%s: %q: want it to say %q (and not %q)", c.name, msg, c.says, c.notSays)
+		}
+	}
+}
