@@ -171,32 +171,32 @@ func TestLastLineIsTheError(t *testing.T) {
 	path := filepath.Join(t.TempDir(), LogFile)
 	log := "step 53/302 (RL 51/300) reward 0.000\n" +
 		"checkpoints: /runs/x/checkpoints (newest step-53)\n" +
-		"rlnode run: driver: solver policy: rollout actors: no node can host {CPU:1}\n" +
+		"rlnode run: solver policy: rollout actors: no node can host {CPU:1}\n" +
 		ResumeHint + "step-53 with: rlnode run /runs/x/recipe.yaml --out /runs/x --resume\n\n"
 	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := lastLine(path), "rlnode run: driver: solver policy: rollout actors: no node can host {CPU:1}"; got != want {
+	if got, want := lastLine(path), "rlnode run: solver policy: rollout actors: no node can host {CPU:1}"; got != want {
 		t.Errorf("lastLine = %q, want %q", got, want)
 	}
 	// The driver's log lines after its error (its gossip seeing other
 	// drivers leave as it stops) are no cause: a job's FAILED cause and
-	// PENDING note said `level=WARN msg="node left or lost" ...`.
-	log = "rlnode run: driver: place the solver learner: spawn learner-1: no node can host {CPU:1}\n" +
-		"rlnode run: level=WARN msg=\"node left or lost\" node=vm-fe4fae member=vm-1a23b7 gossip=127.0.0.1:38479\n" +
+	// PENDING note said `level=WARN msg="node lost" ...`.
+	log = "rlnode run: place the solver learner: spawn learner-1: no node can host {CPU:1}\n" +
+		"rlnode run: level=WARN msg=\"node lost\" node=vm-fe4fae member=vm-1a23b7 gossip=127.0.0.1:38479\n" +
 		"time=2026-11-27T14:18:25.000Z level=INFO msg=\"node stopped\"\n"
 	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := lastLine(path), "rlnode run: driver: place the solver learner: spawn learner-1: no node can host {CPU:1}"; got != want {
+	if got, want := lastLine(path), "rlnode run: place the solver learner: spawn learner-1: no node can host {CPU:1}"; got != want {
 		t.Errorf("lastLine past log lines = %q, want %q", got, want)
 	}
 	// A log of log lines alone gives its last.
-	log = "rlnode run: level=INFO msg=\"starting the learner\"\nrlnode run: level=WARN msg=\"node left or lost\"\n"
+	log = "rlnode run: level=INFO msg=\"starting the learner\"\nrlnode run: level=WARN msg=\"node lost\"\n"
 	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := lastLine(path), `rlnode run: level=WARN msg="node left or lost"`; got != want {
+	if got, want := lastLine(path), `rlnode run: level=WARN msg="node lost"`; got != want {
 		t.Errorf("lastLine of log lines alone = %q, want %q", got, want)
 	}
 	// A long line is cut at a character's start: the cut-off half of

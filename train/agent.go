@@ -92,36 +92,36 @@ var AgentTemplateFields = []string{"Observation", "Actions", "Taken", "Step"}
 
 func (a *AgentConfig) validate() (*template.Template, error) {
 	if a == nil {
-		return nil, fmt.Errorf("driver config: agent: episode agent needs its settings")
+		return nil, fmt.Errorf("train config: agent: episode agent needs its settings")
 	}
 	if a.Env == EnvHTTP {
 		if _, err := env.Open(env.Spec{Name: EnvHTTP, URL: a.URL, Timeout: a.Timeout, Retries: a.Retries}); err != nil {
-			return nil, fmt.Errorf("driver config: agent.url: %w", err)
+			return nil, fmt.Errorf("train config: agent.url: %w", err)
 		}
 		if a.Timeout < 0 {
-			return nil, fmt.Errorf("driver config: agent.timeout %v: want ≥ 0", a.Timeout)
+			return nil, fmt.Errorf("train config: agent.timeout %v: want ≥ 0", a.Timeout)
 		}
 	} else if _, err := env.New(a.Env, 0); err != nil {
-		return nil, fmt.Errorf("driver config: agent.env: %w", err)
+		return nil, fmt.Errorf("train config: agent.env: %w", err)
 	} else if a.URL != "" {
-		return nil, fmt.Errorf("driver config: agent.url: for env %s only (env is %q)", EnvHTTP, a.Env)
+		return nil, fmt.Errorf("train config: agent.url: for env %s only (env is %q)", EnvHTTP, a.Env)
 	}
 	switch {
 	case a.MaxSteps < 1 || a.MaxSteps > MaxAgentSteps:
-		return nil, fmt.Errorf("driver config: agent.max_steps %d: want 1..%d", a.MaxSteps, MaxAgentSteps)
+		return nil, fmt.Errorf("train config: agent.max_steps %d: want 1..%d", a.MaxSteps, MaxAgentSteps)
 	case math.IsNaN(a.Gamma) || a.Gamma < 0 || a.Gamma > 1:
-		return nil, fmt.Errorf("driver config: agent.gamma %v: want 0..1", a.Gamma)
+		return nil, fmt.Errorf("train config: agent.gamma %v: want 0..1", a.Gamma)
 	case a.Returns != ReturnsEpisode && a.Returns != ReturnsDiscounted:
-		return nil, fmt.Errorf("driver config: agent.returns %q: want %s or %s", a.Returns, ReturnsEpisode, ReturnsDiscounted)
+		return nil, fmt.Errorf("train config: agent.returns %q: want %s or %s", a.Returns, ReturnsEpisode, ReturnsDiscounted)
 	case !strings.Contains(a.Template, ".Observation"):
-		return nil, fmt.Errorf("driver config: agent.template %q: must use .Observation", a.Template)
+		return nil, fmt.Errorf("train config: agent.template %q: must use .Observation", a.Template)
 	}
 	t, err := tmpl.Parse("agent.template", a.Template, AgentTemplateFields...)
 	if err != nil {
-		return nil, fmt.Errorf("driver config: agent.template: %w", err)
+		return nil, fmt.Errorf("train config: agent.template: %w", err)
 	}
 	if _, err := tmpl.Execute(t, AgentTemplateData{Observation: "o", Actions: "a", Taken: "t"}, tmpl.MaxOutput); err != nil {
-		return nil, fmt.Errorf("driver config: agent.template: %w", err)
+		return nil, fmt.Errorf("train config: agent.template: %w", err)
 	}
 	return t, nil
 }
@@ -260,7 +260,7 @@ func (r *run) warmupStepAgent(ctx context.Context) (Metrics, error) {
 		}
 		steps, err := teacherEpisode(ctx, cfg.Agent, r.tpl.agent, seed, env.TaskTrain)
 		if err != nil {
-			return Metrics{}, fmt.Errorf("driver: warm-up: %w", err)
+			return Metrics{}, fmt.Errorf("warm-up: %w", err)
 		}
 		for _, s := range steps {
 			b.Prompts = append(b.Prompts, toInt32(r.solver.tok.Encode(s.prompt)))

@@ -27,15 +27,15 @@ type WarmupUntil struct {
 func (u *WarmupUntil) check(c *Config) error {
 	switch {
 	case c.Episode != EpisodeAgent:
-		return fmt.Errorf("driver config: warmup_until: set, but the episode type is %q, not agent", c.Episode)
+		return fmt.Errorf("train config: warmup_until: set, but the episode type is %q, not agent", c.Episode)
 	case c.WarmupSteps <= 0:
-		return fmt.Errorf("driver config: warmup_until: set, but warmup_steps is %d", c.WarmupSteps)
+		return fmt.Errorf("train config: warmup_until: set, but warmup_steps is %d", c.WarmupSteps)
 	case !(u.Completion > 0 && u.Completion <= 1):
-		return fmt.Errorf("driver config: warmup_until: completion %v: want (0, 1]", u.Completion)
+		return fmt.Errorf("train config: warmup_until: completion %v: want (0, 1]", u.Completion)
 	case u.Every <= 0:
-		return fmt.Errorf("driver config: warmup_until: every %d: want > 0", u.Every)
+		return fmt.Errorf("train config: warmup_until: every %d: want > 0", u.Every)
 	case u.Episodes <= 0:
-		return fmt.Errorf("driver config: warmup_until: episodes %d: want > 0", u.Episodes)
+		return fmt.Errorf("train config: warmup_until: episodes %d: want > 0", u.Episodes)
 	}
 	return nil
 }
@@ -55,7 +55,7 @@ func (r *run) probeTrain(ctx context.Context, n int) (float64, error) {
 	for j := range probs {
 		p, err := r.src.train(j)
 		if err != nil {
-			return 0, fmt.Errorf("driver: warm-up probe at step %d: training problem %d: %w", r.step, j, err)
+			return 0, fmt.Errorf("warm-up probe at step %d: training problem %d: %w", r.step, j, err)
 		}
 		probs[j] = p
 	}
@@ -66,7 +66,7 @@ func (r *run) probeTrain(ctx context.Context, n int) (float64, error) {
 		err = failedTurns(turns)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("driver: warm-up probe at step %d: %w", r.step, err)
+		return 0, fmt.Errorf("warm-up probe at step %d: %w", r.step, err)
 	}
 	return agentStats(turns, envActions(r.cfg.Agent.Env)).CompletionRate, nil
 }
@@ -106,9 +106,9 @@ func (r *run) resumeWarmupEnd(ds driverState, path string) error {
 	w := *ds.WarmupSteps
 	switch {
 	case r.cfg.WarmupUntil == nil:
-		return fmt.Errorf("driver: resume: %s: warm-up ended early at step %d, but the run has no warm-up probe (sft.until)", path, w)
+		return fmt.Errorf("resume: %s: warm-up ended early at step %d, but the run has no warm-up probe (sft.until)", path, w)
 	case w <= 0 || w > r.warmupPlanned || w > ds.Step:
-		return fmt.Errorf("driver: resume: %s: warm-up ended at step %d: want 1..%d and at most the checkpoint's step %d", path, w, r.warmupPlanned, ds.Step)
+		return fmt.Errorf("resume: %s: warm-up ended at step %d: want 1..%d and at most the checkpoint's step %d", path, w, r.warmupPlanned, ds.Step)
 	}
 	r.cfg.WarmupSteps, r.warmupEnded = w, &w
 	return nil

@@ -34,13 +34,13 @@ type Archer struct {
 
 func (a *Archer) validate(c *Config) error {
 	bad := func(field string, v any, want string) error {
-		return fmt.Errorf("driver config: archer: %s %v: %s", field, v, want)
+		return fmt.Errorf("train config: archer: %s %v: %s", field, v, want)
 	}
 	switch {
 	case c.Episode != "" && c.Episode != EpisodeSingle && c.Episode != EpisodeSCoRe && c.Episode != EpisodeMLMT:
 		return bad("episode", c.Episode, "archer runs single, score and mlmt episodes")
 	case c.BiLevel != nil || c.StopGradient || c.ShapeRefine || c.FreezeSolver:
-		return fmt.Errorf("driver config: archer: the solver trains every turn on its critic's advantage (one of bi_level, stop_gradient, shape_refine, freeze_solver is set)")
+		return fmt.Errorf("train config: archer: the solver trains every turn on its critic's advantage (one of bi_level, stop_gradient, shape_refine, freeze_solver is set)")
 	case c.Learner.Algorithm == learner.PPO || c.Learner.Algorithm == learner.RWSFT:
 		return bad("learner algorithm", c.Learner.Algorithm, "archer's actor is a policy gradient on given advantages (grpo)")
 	case !(a.CriticLR > 0) || math.IsInf(a.CriticLR, 0):
@@ -58,7 +58,7 @@ func (a *Archer) validate(c *Config) error {
 	case a.WarmupSteps < 0:
 		return bad("warmup_steps", a.WarmupSteps, "want ≥ 0")
 	case c.Resume != "":
-		return fmt.Errorf("driver config: archer: resuming is not supported: the critic and its replay buffer are not in checkpoints")
+		return fmt.Errorf("train config: archer: resuming is not supported: the critic and its replay buffer are not in checkpoints")
 	}
 	return nil
 }

@@ -425,13 +425,13 @@ type compiled struct {
 
 func (c *Config) validate() (*compiled, error) {
 	bad := func(field string, v any, want string) error {
-		return fmt.Errorf("driver config: %s %v: %s", field, v, want)
+		return fmt.Errorf("train config: %s %v: %s", field, v, want)
 	}
 	switch {
 	case c.Out == "":
-		return nil, fmt.Errorf("driver config: out: empty run directory")
+		return nil, fmt.Errorf("train config: out: empty run directory")
 	case (c.Model == nil) == (c.ModelDir == ""):
-		return nil, fmt.Errorf("driver config: set exactly one of model and model_dir")
+		return nil, fmt.Errorf("train config: set exactly one of model and model_dir")
 	case c.WarmupSteps < 0:
 		return nil, bad("warmup_steps", c.WarmupSteps, "want ≥ 0")
 	case c.WarmupSteps > 0 && c.WarmupBatch <= 0:
@@ -439,7 +439,7 @@ func (c *Config) validate() (*compiled, error) {
 	case c.WarmupSteps > 0 && !(c.WarmupLR > 0):
 		return nil, bad("warmup_lr", c.WarmupLR, "want > 0")
 	case c.RWGroupFilter && (c.Episode != EpisodeAgent || c.Learner.Algorithm != learner.RWSFT || !c.Learner.RWFilter):
-		return nil, fmt.Errorf("driver config: rw_group_filter: needs agent episodes and rw_sft with filter weights (episode %q, algorithm %s)", c.Episode, c.Learner.Algorithm)
+		return nil, fmt.Errorf("train config: rw_group_filter: needs agent episodes and rw_sft with filter weights (episode %q, algorithm %s)", c.Episode, c.Learner.Algorithm)
 	case c.WarmupUntil != nil && c.WarmupUntil.check(c) != nil:
 		return nil, c.WarmupUntil.check(c)
 	case c.WarmupTrajectories != nil && c.WarmupTrajectories.check() != nil:
@@ -491,11 +491,11 @@ func (c *Config) validate() (*compiled, error) {
 	case c.VerifyOn == VerifyOnCluster && c.Verifier != VerifierCode:
 		return nil, bad("verify_on", c.VerifyOn, "cluster is for the code verifier: checking a math answer takes microseconds, less than a task's round trip")
 	case c.Dataset != nil && c.Dataset.Train == "":
-		return nil, fmt.Errorf("driver config: dataset.train: empty")
+		return nil, fmt.Errorf("train config: dataset.train: empty")
 	case c.Verifier == VerifierCode && c.Dataset == nil:
 		return nil, bad("verifier", c.Verifier, "code problems come from a dataset (the task has math answers)")
 	case c.FeedbackRollout != nil && c.Feedback == nil:
-		return nil, fmt.Errorf("driver config: feedback_rollout: set, but the run has no feedback policy")
+		return nil, fmt.Errorf("train config: feedback_rollout: set, but the run has no feedback policy")
 	}
 	if err := c.EvalSampling.validate(); err != nil {
 		return nil, err
@@ -525,7 +525,7 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, err
 	}
 	if strings.Contains(c.PromptTemplate, ".Hint") {
-		return nil, fmt.Errorf("driver config: prompt_template %q: uses .Hint, which only the feedback policy may see", c.PromptTemplate)
+		return nil, fmt.Errorf("train config: prompt_template %q: uses .Hint, which only the feedback policy may see", c.PromptTemplate)
 	}
 	if t.answer, err = parseTemplate("answer_template", c.AnswerTemplate, "Answer"); err != nil {
 		return nil, err
@@ -539,7 +539,7 @@ func (c *Config) validate() (*compiled, error) {
 	case EpisodeSCoRe:
 		switch {
 		case c.Feedback != nil:
-			return nil, fmt.Errorf("driver config: feedback: a feedback policy needs episode mlmt (episode is score)")
+			return nil, fmt.Errorf("train config: feedback: a feedback policy needs episode mlmt (episode is score)")
 		case !(c.ScoreAlpha >= 0):
 			return nil, bad("score_alpha", c.ScoreAlpha, "want ≥ 0")
 		}
@@ -557,7 +557,7 @@ func (c *Config) validate() (*compiled, error) {
 			return nil, err
 		}
 		if !c.Calculator && !c.PythonTool {
-			return nil, fmt.Errorf("driver config: calculator, python_tool: episode tools offers no tool: set one or both")
+			return nil, fmt.Errorf("train config: calculator, python_tool: episode tools offers no tool: set one or both")
 		}
 	case EpisodeAgent:
 		if t.agent, err = c.Agent.validate(); err != nil {
@@ -567,35 +567,35 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("episode", c.Episode, "want single, mlmt, score, tools or agent")
 	}
 	if c.Episode != EpisodeAgent && c.Agent != nil {
-		return nil, fmt.Errorf("driver config: agent: for episode agent (episode is %q)", c.Episode)
+		return nil, fmt.Errorf("train config: agent: for episode agent (episode is %q)", c.Episode)
 	}
 	if c.Episode != EpisodeTools && (c.ToolResponseTemplate != "" || c.MaxToolCalls != 0 || c.Calculator || c.PythonTool) {
-		return nil, fmt.Errorf("driver config: tool_response_template, max_tool_calls, calculator and python_tool are for episode tools (episode is %q)", c.Episode)
+		return nil, fmt.Errorf("train config: tool_response_template, max_tool_calls, calculator and python_tool are for episode tools (episode is %q)", c.Episode)
 	}
 	if !c.multiTurn() && (c.Feedback != nil || c.StopGradient || c.FeedbackReward != "") {
-		return nil, fmt.Errorf("driver config: feedback, stop_gradient and feedback_reward are for episode mlmt (episode is %q)", c.Episode)
+		return nil, fmt.Errorf("train config: feedback, stop_gradient and feedback_reward are for episode mlmt (episode is %q)", c.Episode)
 	}
 	if c.ShapeRefine && (c.Episode != EpisodeMLMT || !(c.ScoreAlpha >= 0)) {
-		return nil, fmt.Errorf("driver config: shape_refine: for episode mlmt with score_alpha ≥ 0 (episode %q, score_alpha %v)", c.Episode, c.ScoreAlpha)
+		return nil, fmt.Errorf("train config: shape_refine: for episode mlmt with score_alpha ≥ 0 (episode %q, score_alpha %v)", c.Episode, c.ScoreAlpha)
 	}
 	if stage1 := c.ScoreStage1Steps != 0 || c.ScoreStage1KLCoef != 0; stage1 && c.Episode != EpisodeSCoRe && !(c.Episode == EpisodeMLMT && c.ShapeRefine) {
-		return nil, fmt.Errorf("driver config: score_stage1_steps, score_stage1_kl_coef: for episode score, or mlmt with shape_refine (RL-guided SCoRe) (episode is %q)", c.Episode)
+		return nil, fmt.Errorf("train config: score_stage1_steps, score_stage1_kl_coef: for episode score, or mlmt with shape_refine (RL-guided SCoRe) (episode is %q)", c.Episode)
 	} else if stage1 && (c.SharedWeights || c.StopGradient || c.FreezeSolver) {
-		return nil, fmt.Errorf("driver config: score_stage1_steps: stage I trains both solver attempts of one model of its own (shared_weights, stop_gradient and freeze_solver are off)")
+		return nil, fmt.Errorf("train config: score_stage1_steps: stage I trains both solver attempts of one model of its own (shared_weights, stop_gradient and freeze_solver are off)")
 	}
 	if c.FreezeSolver && c.Episode != EpisodeMLMT {
-		return nil, fmt.Errorf("driver config: freeze_solver: for episode mlmt (episode is %q)", c.Episode)
+		return nil, fmt.Errorf("train config: freeze_solver: for episode mlmt (episode is %q)", c.Episode)
 	}
 	if b := c.BiLevel; b != nil {
 		switch {
 		case c.Episode != EpisodeMLMT || c.Feedback == nil:
-			return nil, fmt.Errorf("driver config: bi_level: needs episode mlmt with a feedback policy (the value V_L is on its head)")
+			return nil, fmt.Errorf("train config: bi_level: needs episode mlmt with a feedback policy (the value V_L is on its head)")
 		case !c.Feedback.Train:
-			return nil, fmt.Errorf("driver config: bi_level: the feedback learner trains the value every step: set feedback.train (TrainGuidance false keeps its policy fixed)")
+			return nil, fmt.Errorf("train config: bi_level: the feedback learner trains the value every step: set feedback.train (TrainGuidance false keeps its policy fixed)")
 		case c.ShapeRefine:
-			return nil, fmt.Errorf("driver config: bi_level: both levels train on the final reward (shape_refine is set)")
+			return nil, fmt.Errorf("train config: bi_level: both levels train on the final reward (shape_refine is set)")
 		case c.FeedbackReward == FeedbackRewardImprovement:
-			return nil, fmt.Errorf("driver config: bi_level: both levels train on the final reward (feedback_reward is %q)", c.FeedbackReward)
+			return nil, fmt.Errorf("train config: bi_level: both levels train on the final reward (feedback_reward is %q)", c.FeedbackReward)
 		}
 	}
 	if a := c.Archer; a != nil {
@@ -609,11 +609,11 @@ func (c *Config) validate() (*compiled, error) {
 	l := c.Learner
 	l.Model, l.ModelDir, l.Seed = c.Model, c.ModelDir, c.Seed
 	if err := l.Validate(); err != nil {
-		return nil, fmt.Errorf("driver config: %w", err)
+		return nil, fmt.Errorf("train config: %w", err)
 	}
 	if f := c.Feedback; f != nil {
 		if err := f.learnerConfig(*c).Validate(); err != nil {
-			return nil, fmt.Errorf("driver config: feedback: %w", err)
+			return nil, fmt.Errorf("train config: feedback: %w", err)
 		}
 	}
 	return &t, nil
@@ -623,35 +623,35 @@ func (c *Config) validateMLMT(t *compiled) error {
 	var err error
 	switch f := c.Feedback; {
 	case f != nil && (f.Model == nil) == (f.ModelDir == ""):
-		return fmt.Errorf("driver config: feedback: set exactly one of model and model_dir")
+		return fmt.Errorf("train config: feedback: set exactly one of model and model_dir")
 	case f != nil && f.LR < 0:
-		return fmt.Errorf("driver config: feedback.lr %g: want > 0, or 0 for the solver's", f.LR)
+		return fmt.Errorf("train config: feedback.lr %g: want > 0, or 0 for the solver's", f.LR)
 	case f == nil && c.StopGradient:
-		return fmt.Errorf("driver config: stop_gradient: the stop-gradient variant trains a feedback policy; static feedback has none")
+		return fmt.Errorf("train config: stop_gradient: the stop-gradient variant trains a feedback policy; static feedback has none")
 	case f != nil && c.StopGradient && !f.Train:
-		return fmt.Errorf("driver config: stop_gradient: the stop-gradient variant trains the feedback policy; set feedback.train")
+		return fmt.Errorf("train config: stop_gradient: the stop-gradient variant trains the feedback policy; set feedback.train")
 	case c.FreezeSolver && (f == nil || !f.Train):
-		return fmt.Errorf("driver config: freeze_solver: with the solver frozen the feedback policy must train (set feedback with train)")
+		return fmt.Errorf("train config: freeze_solver: with the solver frozen the feedback policy must train (set feedback with train)")
 	case c.FreezeSolver && c.StopGradient:
-		return fmt.Errorf("driver config: freeze_solver: the stop-gradient variant trains the solver's first turn; a frozen solver trains neither")
+		return fmt.Errorf("train config: freeze_solver: the stop-gradient variant trains the solver's first turn; a frozen solver trains neither")
 	}
 	switch c.FeedbackReward {
 	case "", FeedbackRewardFinal, FeedbackRewardImprovement:
 	default:
-		return fmt.Errorf("driver config: feedback_reward %q: want final or improvement", c.FeedbackReward)
+		return fmt.Errorf("train config: feedback_reward %q: want final or improvement", c.FeedbackReward)
 	}
 	if t.refine, err = parseTemplate("refine_template", c.RefineTemplate, "Feedback"); err != nil {
 		return err
 	}
 	if strings.Contains(c.RefineTemplate, ".Hint") {
-		return fmt.Errorf("driver config: refine_template %q: uses .Hint, which only the feedback policy may see", c.RefineTemplate)
+		return fmt.Errorf("train config: refine_template %q: uses .Hint, which only the feedback policy may see", c.RefineTemplate)
 	}
 	if c.Feedback == nil {
 		if t.staticFeedback, err = parseTemplate("static_feedback_template", c.StaticFeedbackTemplate, ""); err != nil {
 			return err
 		}
 		if strings.Contains(c.StaticFeedbackTemplate, ".Hint") {
-			return fmt.Errorf("driver config: static_feedback_template %q: uses .Hint: static feedback is the baseline without the hidden information", c.StaticFeedbackTemplate)
+			return fmt.Errorf("train config: static_feedback_template %q: uses .Hint: static feedback is the baseline without the hidden information", c.StaticFeedbackTemplate)
 		}
 		return nil
 	}
@@ -660,7 +660,7 @@ func (c *Config) validateMLMT(t *compiled) error {
 		needs = ""
 		for _, f := range []struct{ name, text string }{{"feedback_template", c.FeedbackTemplate}, {"refine_template", c.RefineTemplate}, {"static_feedback_template", c.StaticFeedbackTemplate}} {
 			if strings.Contains(f.text, ".Attempt") {
-				return fmt.Errorf("driver config: %s %q: uses .Attempt, but textual_ac writes the context before the answer it serves", f.name, f.text)
+				return fmt.Errorf("train config: %s %q: uses .Attempt, but textual_ac writes the context before the answer it serves", f.name, f.text)
 			}
 		}
 	}
@@ -684,17 +684,17 @@ func (c *Config) validateMLMT(t *compiled) error {
 
 func parseTemplate(field, text, needs string) (*template.Template, error) {
 	if strings.TrimSpace(text) == "" {
-		return nil, fmt.Errorf("driver config: %s: empty", field)
+		return nil, fmt.Errorf("train config: %s: empty", field)
 	}
 	if needs != "" && !strings.Contains(text, "."+needs) {
-		return nil, fmt.Errorf("driver config: %s %q: must use .%s", field, text, needs)
+		return nil, fmt.Errorf("train config: %s %q: must use .%s", field, text, needs)
 	}
 	t, err := tmpl.Parse(field, text, "Question", "Answer", "Hint", "Attempt", "Feedback", "Output")
 	if err != nil {
-		return nil, fmt.Errorf("driver config: %s: %w", field, err)
+		return nil, fmt.Errorf("train config: %s: %w", field, err)
 	}
 	if _, err := tmpl.Execute(t, TemplateData{Question: "q", Answer: "a", Hint: "h", Attempt: "t", Feedback: "f", Output: "o"}, tmpl.MaxOutput); err != nil {
-		return nil, fmt.Errorf("driver config: %s: %w", field, err)
+		return nil, fmt.Errorf("train config: %s: %w", field, err)
 	}
 	return t, nil
 }

@@ -97,7 +97,7 @@ type datasetSource struct {
 // many held-out problems evaluation needs (0: none).
 func loadDataset(ctx context.Context, ds *Dataset, seed uint64, evalProblems int) (*datasetSource, error) {
 	if ds.Epochs < 0 {
-		return nil, fmt.Errorf("driver config: dataset.epochs %d: want ≥ 0", ds.Epochs)
+		return nil, fmt.Errorf("train config: dataset.epochs %d: want ≥ 0", ds.Epochs)
 	}
 	trainMap, evalMap := ds.Mapping, ds.Mapping
 	if ds.EvalMapping != nil {
@@ -110,10 +110,10 @@ func loadDataset(ctx context.Context, ds *Dataset, seed uint64, evalProblems int
 	}
 	train, err := data.LoadContext(ctx, ds.Train, trainMap)
 	if err != nil {
-		return nil, fmt.Errorf("driver: dataset train: %w", err)
+		return nil, fmt.Errorf("dataset train: %w", err)
 	}
 	if len(train) == 0 {
-		return nil, fmt.Errorf("driver: dataset train %s: no rows: %w", ds.Train, data.ErrBadDataset)
+		return nil, fmt.Errorf("dataset train %s: no rows: %w", ds.Train, data.ErrBadDataset)
 	}
 	s := &datasetSource{trainFile: ds.Train, seed: seed, epochs: ds.Epochs, trainEx: train, refs: map[string]verify.Reference{}, orderEpoch: -1}
 	add := func(id string, ex data.Example) task.Problem {
@@ -131,17 +131,17 @@ func loadDataset(ctx context.Context, ds *Dataset, seed uint64, evalProblems int
 	case ds.Eval != "":
 		ev, err := data.LoadContext(ctx, ds.Eval, evalMap)
 		if err != nil {
-			return nil, fmt.Errorf("driver: dataset eval: %w", err)
+			return nil, fmt.Errorf("dataset eval: %w", err)
 		}
 		if evalProblems > 0 && len(ev) == 0 {
-			return nil, fmt.Errorf("driver: dataset eval %s: no rows: %w", ds.Eval, data.ErrBadDataset)
+			return nil, fmt.Errorf("dataset eval %s: no rows: %w", ds.Eval, data.ErrBadDataset)
 		}
 		for i := range min(evalProblems, len(ev)) {
 			s.evalProbs = append(s.evalProbs, add(fmt.Sprintf("eval/%d", i), ev[i]))
 		}
 	case evalProblems > 0:
 		if evalProblems >= len(train) {
-			return nil, fmt.Errorf("driver: dataset train %s: %d rows: holding out %d for evaluation (no eval file) leaves none to train on; set data.dataset.eval or a smaller eval.held_out: %w",
+			return nil, fmt.Errorf("dataset train %s: %d rows: holding out %d for evaluation (no eval file) leaves none to train on; set data.dataset.eval or a smaller eval.held_out: %w",
 				ds.Train, len(train), evalProblems, data.ErrBadDataset)
 		}
 		perm := rand.New(rand.NewPCG(seed, heldOutStream)).Perm(len(train))
@@ -205,7 +205,7 @@ func newSource(ctx context.Context, cfg Config) (problemSource, error) {
 	if cfg.Dataset == nil {
 		gen, err := task.New(cfg.Task)
 		if err != nil {
-			return nil, fmt.Errorf("driver: task: %w", err)
+			return nil, fmt.Errorf("task: %w", err)
 		}
 		return taskSource{gen}, nil
 	}
@@ -223,7 +223,7 @@ func newSource(ctx context.Context, cfg Config) (problemSource, error) {
 		}
 	}
 	if e := cfg.Dataset.Epochs; e > 0 && cfg.trainProblems() > e*len(s.trainRows) {
-		return nil, fmt.Errorf("driver config: dataset.epochs %d: the run draws %d training problems, %d epochs of %d rows hold %d",
+		return nil, fmt.Errorf("train config: dataset.epochs %d: the run draws %d training problems, %d epochs of %d rows hold %d",
 			e, cfg.trainProblems(), e, len(s.trainRows), e*len(s.trainRows))
 	}
 	return s, nil

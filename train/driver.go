@@ -314,7 +314,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		if err != nil && starting && ctx.Err() != nil {
 			// Whatever failed first (a spawn, a model's init) failed
 			// because the start was cancelled.
-			err = fmt.Errorf("driver: stopped while starting (%v): %w", err, context.Canceled)
+			err = fmt.Errorf("stopped while starting (%v): %w", err, context.Canceled)
 		}
 	}()
 	r := &run{cfg: cfg, tpl: tpl, log: cfg.Logger, start: time.Now(), res: Result{PostWarmupEval: -1, FinalEval: -1}, warmupPlanned: cfg.WarmupSteps}
@@ -328,13 +328,13 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return Result{}, err
 	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return Result{}, fmt.Errorf("driver: %w", err)
+		return Result{}, fmt.Errorf("create the run folder: %w", err)
 	}
 	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
 	if cfg.Resume != "" {
 		if !cfg.ResumeVerified {
 			if err := r.verifyCheckpoint(ctx, cfg.Resume); err != nil {
-				return Result{}, fmt.Errorf("driver: resume: %w", err)
+				return Result{}, fmt.Errorf("resume: %w", err)
 			}
 		}
 		if err := r.readResumeState(); err != nil {
@@ -343,17 +343,17 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
 	}
 	if r.metrics, err = os.OpenFile(filepath.Join(cfg.Out, "metrics.jsonl"), flags, 0o644); err != nil {
-		return Result{}, fmt.Errorf("driver: %w", err)
+		return Result{}, fmt.Errorf("metrics: %w", err)
 	}
 	defer func() {
 		if cerr := r.metrics.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("driver: metrics: %w", cerr)
+			err = fmt.Errorf("metrics: %w", cerr)
 		}
 	}()
 	if cfg.Resume != "" {
 		// Steps after the checkpoint (a run that went on past it) are redone.
 		if err := r.cutMetrics(r.step); err != nil {
-			return Result{}, fmt.Errorf("driver: resume: %w", err)
+			return Result{}, fmt.Errorf("resume: %w", err)
 		}
 	}
 
@@ -364,12 +364,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			// The run's own node starts the vLLM servers, on this host's
 			// GPUs, with $RLNODE_VLLM_COMMAND or vllm serve.
 			if err := vllm.OfferServers(vllm.DefaultCommand()); err != nil {
-				return Result{}, fmt.Errorf("driver: %w", err)
+				return Result{}, fmt.Errorf("launch vLLM servers: %w", err)
 			}
 			ncfg.GPUs, ncfg.Labels = -1, map[string]string{vllm.LaunchLabel: "on"}
 		}
 		if r.node, err = cluster.Start(ctx, ncfg); err != nil {
-			return Result{}, fmt.Errorf("driver: embedded cluster: %w", err)
+			return Result{}, fmt.Errorf("embedded cluster: %w", err)
 		}
 		defer r.node.Stop()
 	}
@@ -409,10 +409,10 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if d := cfg.Traces; d != nil {
 		pc, err := contextOf(r.solver.l, "models.policy")
 		if err != nil {
-			return Result{}, fmt.Errorf("driver: data.traces: %w", err)
+			return Result{}, fmt.Errorf("data.traces: %w", err)
 		}
 		if r.traces, err = loadTraces(d, r.solver.tok, pc, cfg.Seed, cfg.WarmupSteps > 0, cfg.GroupSize, cfg.PromptsPerStep); err != nil {
-			return Result{}, fmt.Errorf("driver: %s: %w", traceField(err), err)
+			return Result{}, fmt.Errorf("%s: %w", traceField(err), err)
 		}
 		r.res.TraceCalls, r.res.TraceRetokenized = r.traces.rows, r.traces.retokenized
 	}
@@ -440,7 +440,7 @@ func (r *run) startPolicy(ctx context.Context, id string, l learner.Config, resu
 	r.log.Info("starting the learner", "policy", id)
 	ls, err := r.placeLearners(ctx, id, l, resume)
 	if err != nil {
-		return nil, fmt.Errorf("driver: %w", err)
+		return nil, err
 	}
 	p := &policy{id: id, learner: ls, l: l, ro: ro}
 	if err := r.startEngine(ctx, p); err != nil {
@@ -466,7 +466,7 @@ func (r *run) startEngine(ctx context.Context, p *policy) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("driver: %s policy: %w", p.id, err)
+		return fmt.Errorf("%s policy: %w", p.id, err)
 	}
 	p.eng = &policyEngine{Engine: p.server, tok: p.tok}
 	return nil
@@ -507,7 +507,7 @@ func (r *run) syncAll(ctx context.Context) error {
 func (r *run) syncWeights(ctx context.Context, p *policy) error {
 	version := int64(r.step)
 	if err := p.server.Publish(ctx, version, r.source(p)); err != nil {
-		return fmt.Errorf("driver: %s version %d: %w", p.id, version, err)
+		return fmt.Errorf("%s version %d: %w", p.id, version, err)
 	}
 	if p == r.solver {
 		r.version = version
@@ -522,7 +522,7 @@ func (r *run) syncWeights(ctx context.Context, p *policy) error {
 func (r *run) pickEvalProblems() error {
 	probs, err := r.src.heldOut(r.cfg.EvalProblems)
 	if err != nil {
-		return fmt.Errorf("driver: %w", err)
+		return fmt.Errorf("pick the evaluation problems: %w", err)
 	}
 	r.eval = probs
 	r.res.EvalProblems = len(r.eval)
@@ -536,7 +536,7 @@ func (r *run) prompt(p task.Problem) []int {
 func (r *run) nextTrain() (task.Problem, error) {
 	p, err := r.src.train(r.cursor)
 	if err != nil {
-		return p, fmt.Errorf("driver: train problem %d: %w", r.cursor, err)
+		return p, fmt.Errorf("train problem %d: %w", r.cursor, err)
 	}
 	r.cursor++
 	return p, nil
@@ -548,7 +548,7 @@ func (r *run) setAlgorithm(ctx context.Context, name string, lr float64) error {
 			continue
 		}
 		if err := p.learner.SetAlgorithm(ctx, name, lr); err != nil {
-			return fmt.Errorf("driver: set the %s algorithm %s: %w", p.id, name, err)
+			return fmt.Errorf("set the %s algorithm %s: %w", p.id, name, err)
 		}
 	}
 	return nil
@@ -559,7 +559,7 @@ func (r *run) setAlgorithm(ctx context.Context, name string, lr float64) error {
 func endOfText(tok *tokenizer.Tokenizer) (int, error) {
 	eos, ok := tok.TokenID(tokenizer.EndOfText)
 	if !ok {
-		return 0, fmt.Errorf("driver: the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
+		return 0, fmt.Errorf("the tokenizer has no %s token to end answers with", tokenizer.EndOfText)
 	}
 	return eos, nil
 }
@@ -617,7 +617,7 @@ func (r *run) train(ctx context.Context, p *policy, b learner.Batch) (learner.St
 		if p != r.solver && r.cfg.BiLevel == nil {
 			step = r.step // the solver trained on this step first
 		}
-		return st, fmt.Errorf("driver: train the %s at step %d: %w", p.id, step, err)
+		return st, fmt.Errorf("train the %s at step %d: %w", p.id, step, err)
 	}
 	if p == r.solver {
 		// A run's step is one Train call, whatever the optimizer steps
@@ -675,7 +675,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan, stoppable
 				err = verifierFailure(r.verifier)
 			}
 			if err != nil {
-				return r.saveBeforeFailing(ctx, m, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err))
+				return r.saveBeforeFailing(ctx, m, fmt.Errorf("evaluate at step %d: %w", r.step, err))
 			}
 			te.fill(m)
 			m.EvalGroups = te.Groups
@@ -686,7 +686,7 @@ func (r *run) finishStep(ctx context.Context, m *Metrics, p *StepPlan, stoppable
 				return r.saveBeforeFailing(ctx, m, err)
 			}
 			if err := verifierFailure(r.verifier); err != nil {
-				return r.saveBeforeFailing(ctx, m, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err))
+				return r.saveBeforeFailing(ctx, m, fmt.Errorf("evaluate at step %d: %w", r.step, err))
 			}
 			m.EvalAccuracy, m.EvalSampled, m.EvalGroups = &se.Accuracy, se.Sampled, se.Groups
 			if se.Agent != nil {
@@ -728,10 +728,10 @@ func (r *run) writeMetrics(m *Metrics) error {
 	m.ElapsedSeconds = time.Since(r.start).Seconds()
 	js, err := json.Marshal(m)
 	if err != nil {
-		return fmt.Errorf("driver: metrics: %w", err)
+		return fmt.Errorf("metrics: %w", err)
 	}
 	if _, err := r.metrics.Write(append(js, '\n')); err != nil {
-		return fmt.Errorf("driver: metrics: %w", err)
+		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil
 }
@@ -790,7 +790,7 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 		return Metrics{}, err
 	}
 	if err := verifierFailure(r.verifier); err != nil {
-		return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+		return Metrics{}, fmt.Errorf("step %d: %w", r.step+1, err)
 	}
 	gen := batch.genSeconds
 	if cfg.MaxStaleness == 0 {
@@ -812,17 +812,17 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 	trainTurns := batch.turns
 	if cfg.Episode == EpisodeAgent {
 		if trainTurns, err = agentTraining(batch.turns, cfg.Learner.Algorithm, cfg.Agent); err != nil {
-			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+			return Metrics{}, fmt.Errorf("step %d: %w", r.step+1, err)
 		}
 	}
 	sb, err := BatchFromTrajectories(r.solver.id, trainTurns, solverTurns)
 	if err != nil {
-		return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+		return Metrics{}, fmt.Errorf("step %d: %w", r.step+1, err)
 	}
 	if cfg.RWGroupFilter {
 		rows, _, err := trajectoryRows(r.solver.id, trainTurns, solverTurns)
 		if err != nil {
-			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+			return Metrics{}, fmt.Errorf("step %d: %w", r.step+1, err)
 		}
 		sb.Weights = groupFilterWeights(trainTurns, rows, cfg.Learner.RWThreshold)
 	}
@@ -832,13 +832,13 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 			second = 2 // RL-guided SCoRe: the refine turn
 		}
 		if err := scoreStage1(&sb, trainTurns, r.solver.id, solverTurns, second, cfg.Learner.Loss.KLCoef, cfg.ScoreStage1KLCoef); err != nil {
-			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+			return Metrics{}, fmt.Errorf("step %d: %w", r.step+1, err)
 		}
 	}
 	var fbb learner.Batch
 	if trainFeedback {
 		if fbb, err = BatchFromTrajectories(r.feedback.id, batch.turns, nil); err != nil {
-			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+			return Metrics{}, fmt.Errorf("step %d: %w", r.step+1, err)
 		}
 	}
 	t1 := time.Now()
@@ -850,14 +850,14 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 			return Metrics{}, err
 		}
 		if err := biLevelAdvantages(&sb, batch.turns, r.solver.id, r.feedback.id, solverTurns, fst.Values); err != nil {
-			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+			return Metrics{}, fmt.Errorf("step %d: %w", r.step+1, err)
 		}
 	}
 	var cm Metrics
 	if cfg.Archer != nil {
 		actor, err := r.archerStep(ctx, &sb, batch.turns, &cm)
 		if err != nil {
-			return Metrics{}, fmt.Errorf("driver: step %d: %w", r.step+1, err)
+			return Metrics{}, fmt.Errorf("step %d: %w", r.step+1, err)
 		}
 		trainSolver = trainSolver && actor
 	}
@@ -951,15 +951,15 @@ func (r *run) checkpoint(ctx context.Context, dir string) (err error) {
 		if _, err := p.learner.Save(ctx, dir); err != nil {
 			if f, ok := errors.AsType[*shard.Failure](err); ok && f.Answered {
 				// Left out of the chain, so trainLoop does not restart.
-				return fmt.Errorf("driver: checkpoint %s: %s learner (not restarted: its own save failed): %w", dir, f.Policy, f.Err)
+				return fmt.Errorf("checkpoint %s: %s learner (not restarted: its own save failed): %w", dir, f.Policy, f.Err)
 			}
-			return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+			return fmt.Errorf("checkpoint %s: %w", dir, err)
 		}
 		if err := r.checkSavedVisible(ctx, p, dir); err != nil {
 			return err
 		}
 		if err := p.tok.Save(filepath.Join(dir, "tokenizer.json")); err != nil {
-			return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+			return fmt.Errorf("checkpoint %s: %w", dir, err)
 		}
 		return nil
 	}
@@ -979,13 +979,13 @@ func (r *run) checkpoint(ctx context.Context, dir string) (err error) {
 	// truncated file that --resume takes for a complete checkpoint).
 	tmp := filepath.Join(dir, DriverStateFile+".tmp")
 	if err := os.WriteFile(tmp, append(js, '\n'), 0o644); err != nil {
-		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+		return fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, DriverStateFile)); err != nil {
-		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+		return fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	if err := WriteManifestContext(ctx, dir); err != nil {
-		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+		return fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	return nil
 }
@@ -1008,17 +1008,17 @@ func (r *run) readResumeState() error {
 	path := filepath.Join(r.cfg.Resume, DriverStateFile)
 	js, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("driver: resume: %w", err)
+		return fmt.Errorf("resume: %w", err)
 	}
 	var ds driverState
 	if err := json.Unmarshal(js, &ds); err != nil {
-		return fmt.Errorf("driver: resume: %s: %w", path, err)
+		return fmt.Errorf("resume: %s: %w", path, err)
 	}
 	switch {
 	case ds.Seed != r.cfg.Seed:
-		return fmt.Errorf("driver: resume: %s: seed %d, the config's %d", path, ds.Seed, r.cfg.Seed)
+		return fmt.Errorf("resume: %s: seed %d, the config's %d", path, ds.Seed, r.cfg.Seed)
 	case ds.Step < 0 || ds.TrainCursor < 0:
-		return fmt.Errorf("driver: resume: %s: step %d, cursor %d: want ≥ 0", path, ds.Step, ds.TrainCursor)
+		return fmt.Errorf("resume: %s: step %d, cursor %d: want ≥ 0", path, ds.Step, ds.TrainCursor)
 	}
 	r.step, r.cursor = ds.Step, ds.TrainCursor
 	return r.resumeWarmupEnd(ds, path)

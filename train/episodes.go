@@ -203,7 +203,7 @@ func (r *run) startEpisodes(ctx context.Context, onPolicy int64, after <-chan st
 	if cfg.TextualAC != nil {
 		sc, ok := r.solver.server.(engine.Scorer)
 		if !ok {
-			return nil, fmt.Errorf("driver: textual_ac: the solver's engine (%T) cannot score answers: it must be the in-process native engine", r.solver.server)
+			return nil, fmt.Errorf("textual_ac: the solver's engine (%T) cannot score answers: it must be the in-process native engine", r.solver.server)
 		}
 		scorer = sc
 	}

@@ -65,7 +65,7 @@ func (e EvalSampling) passK() []int {
 
 func (e EvalSampling) validate() error {
 	bad := func(field string, v any, want string) error {
-		return fmt.Errorf("driver config: eval_sampling.%s %v: %s", field, v, want)
+		return fmt.Errorf("train config: eval_sampling.%s %v: %s", field, v, want)
 	}
 	switch {
 	case e.Samples < 0:

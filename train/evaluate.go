@@ -39,7 +39,7 @@ type SingleEval struct {
 // scored by cfg's verifier (math, gsm8k, or code in the sandbox).
 func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (SingleEval, error) {
 	if cfg.multiTurn() {
-		return SingleEval{}, fmt.Errorf("driver: evaluate %s: episode %q is multi-turn (EvaluateCheckpoint)", dir, cfg.Episode)
+		return SingleEval{}, fmt.Errorf("evaluate %s: episode %q is multi-turn (EvaluateCheckpoint)", dir, cfg.Episode)
 	}
 	cfg.Out = dir // validate wants a run directory; nothing is written
 	tpl, err := cfg.validate()
@@ -47,7 +47,7 @@ func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (Sing
 		return SingleEval{}, err
 	}
 	if cfg.EvalProblems <= 0 {
-		return SingleEval{}, fmt.Errorf("driver: evaluate %s: eval_problems %d: want > 0", dir, cfg.EvalProblems)
+		return SingleEval{}, fmt.Errorf("evaluate %s: eval_problems %d: want > 0", dir, cfg.EvalProblems)
 	}
 	cfg.EvalEvery = max(cfg.EvalEvery, 1) // the source holds out EvalProblems
 	src, err := newSource(ctx, cfg)
@@ -56,7 +56,7 @@ func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (Sing
 	}
 	probs, err := src.heldOut(cfg.EvalProblems)
 	if err != nil {
-		return SingleEval{}, fmt.Errorf("driver: %w", err)
+		return SingleEval{}, fmt.Errorf("pick the evaluation problems: %w", err)
 	}
 	v, err := newVerifier(cfg)
 	if err != nil {
@@ -72,14 +72,14 @@ func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (Sing
 	}
 	eng, err := native.LoadContext(ctx, dir, native.Config{MaxBatch: batch, Device: cfg.EngineDevice})
 	if err != nil {
-		return SingleEval{}, fmt.Errorf("driver: load model %s: %w", dir, err)
+		return SingleEval{}, fmt.Errorf("load model %s: %w", dir, err)
 	}
 	defer eng.Close()
 	r := &run{cfg: cfg, tpl: tpl, src: src, verifier: v, python: py, eval: probs,
 		solver: &policy{id: "solver", eng: &policyEngine{Engine: eng, tok: eng.Tokenizer()}, tok: eng.Tokenizer()}}
 	out, err := r.evaluate(ctx)
 	if err != nil {
-		return SingleEval{}, fmt.Errorf("driver: evaluate %s: %w", dir, err)
+		return SingleEval{}, fmt.Errorf("evaluate %s: %w", dir, err)
 	}
 	return out, nil
 }
@@ -102,7 +102,7 @@ func (r *run) evaluate(ctx context.Context) (SingleEval, error) {
 		err = failedTurns(turns)
 	}
 	if err != nil {
-		return SingleEval{}, fmt.Errorf("driver: evaluate at step %d: %w", r.step, err)
+		return SingleEval{}, fmt.Errorf("evaluate at step %d: %w", r.step, err)
 	}
 	if r.cfg.Episode == EpisodeAgent {
 		st := agentStats(turns, envActions(r.cfg.Agent.Env))
@@ -252,7 +252,7 @@ func evalTurns(ctx context.Context, cfg Config, tpl *compiled, solver, fb *polic
 // cfg.Feedback is set) from dir/feedback — the layout Run writes.
 func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, error) {
 	if !cfg.multiTurn() {
-		return TurnEval{}, fmt.Errorf("driver: evaluate %s: episode %q is not multi-turn", dir, cfg.Episode)
+		return TurnEval{}, fmt.Errorf("evaluate %s: episode %q is not multi-turn", dir, cfg.Episode)
 	}
 	cfg.Out = dir // validate wants a run directory; nothing is written
 	tpl, err := cfg.validate()
@@ -260,7 +260,7 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 		return TurnEval{}, err
 	}
 	if cfg.EvalProblems <= 0 {
-		return TurnEval{}, fmt.Errorf("driver: evaluate %s: eval_problems %d: want > 0", dir, cfg.EvalProblems)
+		return TurnEval{}, fmt.Errorf("evaluate %s: eval_problems %d: want > 0", dir, cfg.EvalProblems)
 	}
 	cfg.EvalEvery = max(cfg.EvalEvery, 1) // a dataset source holds out EvalProblems
 	src, err := newSource(ctx, cfg)
@@ -269,7 +269,7 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 	}
 	probs, err := src.heldOut(cfg.EvalProblems)
 	if err != nil {
-		return TurnEval{}, fmt.Errorf("driver: %w", err)
+		return TurnEval{}, fmt.Errorf("pick the evaluation problems: %w", err)
 	}
 	v, err := newVerifier(cfg)
 	if err != nil {
@@ -281,17 +281,17 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 	}
 	solver, err := native.LoadContext(ctx, dir, native.Config{MaxBatch: batch, MaxStepTokens: 4096, Device: cfg.EngineDevice})
 	if err != nil {
-		return TurnEval{}, fmt.Errorf("driver: load solver %s: %w", dir, err)
+		return TurnEval{}, fmt.Errorf("load solver %s: %w", dir, err)
 	}
 	defer solver.Close()
 	var fb *native.Engine
 	if cfg.Feedback != nil && !cfg.SharedWeights {
 		fdir := filepath.Join(dir, FeedbackDir)
 		if _, err := os.Stat(fdir); err != nil {
-			return TurnEval{}, fmt.Errorf("driver: the recipe has a feedback policy, but %s has none: %w", dir, err)
+			return TurnEval{}, fmt.Errorf("the recipe has a feedback policy, but %s has none: %w", dir, err)
 		}
 		if fb, err = native.LoadContext(ctx, fdir, native.Config{MaxBatch: batch, MaxStepTokens: 4096, Device: cfg.EngineDevice}); err != nil {
-			return TurnEval{}, fmt.Errorf("driver: load feedback policy %s: %w", fdir, err)
+			return TurnEval{}, fmt.Errorf("load feedback policy %s: %w", fdir, err)
 		}
 		defer fb.Close()
 	}
@@ -305,7 +305,7 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 	}
 	te, err := evalTurns(ctx, cfg, tpl, se, fbe, src, probs, v)
 	if err != nil {
-		return TurnEval{}, fmt.Errorf("driver: evaluate %s: %w", dir, err)
+		return TurnEval{}, fmt.Errorf("evaluate %s: %w", dir, err)
 	}
 	return te, nil
 }

@@ -103,7 +103,7 @@ func (r *run) checkSavedVisible(ctx context.Context, p *policy, dir string) erro
 		mine, err = learner.Listed{}, nil
 	}
 	if err != nil {
-		return fmt.Errorf("driver: checkpoint %s: %w", dir, err)
+		return fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	lctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -114,17 +114,17 @@ func (r *run) checkSavedVisible(ctx context.Context, p *policy, dir string) erro
 				r.log.Warn("checkpoint: a learner did not answer the check that it sees the checkpoint", "policy", p.id, "rank", rl.Rank, "checkpoint", dir, "err", rl.Err)
 				continue
 			}
-			return fmt.Errorf("driver: checkpoint %s: %s (host %s) cannot list it: %w; %s", dir, who, rl.Listed.Host, rl.Err, whyShared)
+			return fmt.Errorf("checkpoint %s: %s (host %s) cannot list it: %w; %s", dir, who, rl.Listed.Host, rl.Err, whyShared)
 		}
 		if rl.Listed.Truncated || mine.Truncated {
 			continue
 		}
 		if missing := missingFrom(mine.Names, rl.Listed.Names); len(missing) > 0 {
-			return fmt.Errorf("driver: checkpoint %s: %s on host %s (actor address %s) sees %s there, which this host does not: the run folder is no longer shared; %s",
+			return fmt.Errorf("checkpoint %s: %s on host %s (actor address %s) sees %s there, which this host does not: the run folder is no longer shared; %s",
 				dir, who, rl.Listed.Host, rl.Listed.Addr, strings.Join(missing, ", "), whyShared)
 		}
 		if missing := missingFrom(rl.Listed.Names, mine.Names); len(missing) > 0 {
-			return fmt.Errorf("driver: checkpoint %s: %s on host %s (actor address %s) does not see %s, which this host sees there: the run folder is no longer shared; %s",
+			return fmt.Errorf("checkpoint %s: %s on host %s (actor address %s) does not see %s, which this host sees there: the run folder is no longer shared; %s",
 				dir, who, rl.Listed.Host, rl.Listed.Addr, strings.Join(missing, ", "), whyShared)
 		}
 	}
@@ -185,14 +185,14 @@ func (r *run) trainLoop(ctx context.Context) error {
 		}
 		step := r.logged + 1
 		if lf.Answered {
-			return fmt.Errorf("driver: step %d: the %s learner failed on its own, none of its ranks lost; not restarted (it would fail the same way; %s): %w",
+			return fmt.Errorf("step %d: the %s learner failed on its own, none of its ranks lost; not restarted (it would fail the same way; %s): %w",
 				step, lf.Policy, r.newestCheckpoint(), err)
 		}
 		if !RetryAfterFailure(failed, step) {
-			return fmt.Errorf("driver: step %d failed again after a restart of the learners, giving up: %w", step, err)
+			return fmt.Errorf("step %d failed again after a restart of the learners, giving up: %w", step, err)
 		}
 		if rerr := r.restartLearners(ctx, err); rerr != nil {
-			return fmt.Errorf("driver: step %d: %w; restarting the learners: %w", step, err, rerr)
+			return fmt.Errorf("step %d: %w; restarting the learners: %w", step, err, rerr)
 		}
 		s = Restarted(r.step)
 	}
@@ -234,9 +234,9 @@ func (r *run) steps(ctx context.Context, s State) error {
 		}
 		if err := ctx.Err(); err != nil {
 			if p.Phase == PhaseWarmup {
-				return fmt.Errorf("driver: warm-up step %d: %w", p.Step, err)
+				return fmt.Errorf("warm-up step %d: %w", p.Step, err)
 			}
-			return fmt.Errorf("driver: step %d: %w", p.Step, err)
+			return fmt.Errorf("step %d: %w", p.Step, err)
 		}
 		if r.cfg.stepBegins != nil {
 			r.cfg.stepBegins(p.Step)
@@ -275,7 +275,7 @@ func (r *run) steps(ctx context.Context, s State) error {
 			return err
 		}
 		if r.step != p.Step {
-			return fmt.Errorf("driver: step %d was carried out as step %d", p.Step, r.step)
+			return fmt.Errorf("step %d was carried out as step %d", p.Step, r.step)
 		}
 		last := Plan(sc, After(s, p)).Done // the last step ends the run anyway
 		if !last && r.stopAsked() {
@@ -363,7 +363,7 @@ func (r *run) restartLearners(ctx context.Context, cause error) error {
 		}
 		// Replaced ranks may be on other hosts now.
 		if err := r.checkRunFolderShared(ctx, p.id, p.l.Shards, p.learner); err != nil {
-			return fmt.Errorf("driver: %w", err)
+			return err
 		}
 		// Engines and rollout actors' weight syncers refuse a version
 		// older than they serve: replace them. A new local engine takes
@@ -387,16 +387,16 @@ func readDriverState(dir string, seed uint64) (driverState, error) {
 	var ds driverState
 	js, err := os.ReadFile(path)
 	if err != nil {
-		return ds, fmt.Errorf("driver state: %w", err)
+		return ds, fmt.Errorf("read the run's state: %w", err)
 	}
 	if err := json.Unmarshal(js, &ds); err != nil {
-		return ds, fmt.Errorf("driver state: %s: %w", path, err)
+		return ds, fmt.Errorf("%s: %w", path, err)
 	}
 	switch {
 	case ds.Seed != seed:
-		return ds, fmt.Errorf("driver state: %s: seed %d, the config's %d", path, ds.Seed, seed)
+		return ds, fmt.Errorf("%s: seed %d, the config's %d", path, ds.Seed, seed)
 	case ds.Step < 0 || ds.TrainCursor < 0:
-		return ds, fmt.Errorf("driver state: %s: step %d, cursor %d: want ≥ 0", path, ds.Step, ds.TrainCursor)
+		return ds, fmt.Errorf("%s: step %d, cursor %d: want ≥ 0", path, ds.Step, ds.TrainCursor)
 	}
 	return ds, nil
 }

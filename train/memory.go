@@ -126,7 +126,7 @@ func (r *run) checkEmbeddedMemory(solver learner.Config) error {
 	learners := func(id string, l learner.Config) error {
 		b, err := learnerRankMemory(l)
 		if err != nil {
-			return fmt.Errorf("driver: %s policy: %w", id, err)
+			return fmt.Errorf("%s policy: %w", id, err)
 		}
 		add("placement.learner_shards", max(l.Shards, 1), id+" learner ranks (weights, gradients, AdamW moments)", withMemory(r.cfg.LearnerResources, b))
 		return nil
@@ -137,7 +137,7 @@ func (r *run) checkEmbeddedMemory(solver learner.Config) error {
 		}
 		b, err := engineMemory(l, r.cfg.EngineDevice)
 		if err != nil {
-			return fmt.Errorf("driver: %s policy: %w", id, err)
+			return fmt.Errorf("%s policy: %w", id, err)
 		}
 		add(field, ro.Replicas, id+" rollout actors (the model's weights)", withMemory(ro.Resources, b))
 		return nil
@@ -173,6 +173,6 @@ func (r *run) checkEmbeddedMemory(solver learner.Config) error {
 	if need <= has {
 		return nil
 	}
-	return fmt.Errorf("driver: %s: the run reserves memory %s on the embedded node, which has %s: %s; lower %s, or run on a cluster (rlnode run --address)",
+	return fmt.Errorf("%s: the run reserves memory %s on the embedded node, which has %s: %s; lower %s, or run on a cluster (rlnode run --address)",
 		needs[biggest].field, cluster.FormatBytes(need), cluster.FormatBytes(has), strings.Join(parts, ", "), needs[biggest].field)
 }

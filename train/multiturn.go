@@ -57,7 +57,7 @@ func (r *run) warmupStepMultiTurn(ctx context.Context) (Metrics, error) {
 		err = failedTurns(turns)
 	}
 	if err != nil {
-		return Metrics{}, fmt.Errorf("driver: warm-up step %d: %w", r.step+1, err)
+		return Metrics{}, fmt.Errorf("warm-up step %d: %w", r.step+1, err)
 	}
 	var sb, fbb learner.Batch
 	for j, p := range probs {
@@ -114,7 +114,7 @@ func (r *run) setRLAlgorithms(ctx context.Context) error {
 			l = r.cfg.Feedback.learnerConfig(r.cfg)
 		}
 		if err := p.learner.SetAlgorithm(ctx, l.Algorithm, l.LR); err != nil {
-			return fmt.Errorf("driver: set the %s algorithm %s: %w", p.id, l.Algorithm, err)
+			return fmt.Errorf("set the %s algorithm %s: %w", p.id, l.Algorithm, err)
 		}
 	}
 	return nil

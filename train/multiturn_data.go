@@ -39,10 +39,10 @@ func (s *datasetSource) loadHints(ctx context.Context, ds *Dataset) error {
 	load := func(which, path string, rows int) ([]string, error) {
 		ex, err := data.LoadContext(ctx, path, data.Mapping{Prompt: ds.Mapping.Prompt, Answer: col})
 		if err != nil {
-			return nil, fmt.Errorf("driver: dataset %s: the feedback templates use .Hint, read from column %q: %w", which, col, err)
+			return nil, fmt.Errorf("dataset %s: the feedback templates use .Hint, read from column %q: %w", which, col, err)
 		}
 		if rows >= 0 && len(ex) != rows {
-			return nil, fmt.Errorf("driver: dataset %s %s: %d rows, %d a moment ago (the file changed?)", which, path, len(ex), rows)
+			return nil, fmt.Errorf("dataset %s %s: %d rows, %d a moment ago (the file changed?)", which, path, len(ex), rows)
 		}
 		out := make([]string, len(ex))
 		for i, e := range ex {
@@ -67,7 +67,7 @@ func (s *datasetSource) loadHints(ctx context.Context, ds *Dataset) error {
 		which, row, _ := strings.Cut(p.ID, "/")
 		k, err := strconv.Atoi(row)
 		if err != nil {
-			return fmt.Errorf("driver: held-out problem %s: %w", p.ID, err)
+			return fmt.Errorf("held-out problem %s: %w", p.ID, err)
 		}
 		if which == "eval" {
 			p.Hint = eval[k]

@@ -234,7 +234,7 @@ func waitTurn(ctx context.Context, after <-chan struct{}) error {
 func (r *run) checkLag(onPolicy, lowest int64) (int64, error) {
 	lag := onPolicy - lowest
 	if lag > int64(r.cfg.MaxStaleness) {
-		return lag, fmt.Errorf("driver: step %d: a sample of weight version %d lags the on-policy version %d by %d, more than max staleness %d",
+		return lag, fmt.Errorf("step %d: a sample of weight version %d lags the on-policy version %d by %d, more than max staleness %d",
 			r.step+1, lowest, onPolicy, lag, r.cfg.MaxStaleness)
 	}
 	return lag, nil
@@ -276,7 +276,7 @@ func (p *pipeline) close() {
 func (p *pipeline) next(ctx context.Context, plan StepPlan) (*episodeBatch, error) {
 	r := p.r
 	if plan.DrawOwn != (len(p.ahead) == 0) {
-		return nil, fmt.Errorf("driver: step %d: the plan draws its batch %v with %d drawn ahead", plan.Step, plan.DrawOwn, len(p.ahead))
+		return nil, fmt.Errorf("step %d: the plan draws its batch %v with %d drawn ahead", plan.Step, plan.DrawOwn, len(p.ahead))
 	}
 	if plan.DrawOwn {
 		b, err := p.start(p.gctx, plan.OnPolicy, nil)
@@ -289,12 +289,12 @@ func (p *pipeline) next(ctx context.Context, plan StepPlan) (*episodeBatch, erro
 	select {
 	case <-batch.ready():
 	case <-ctx.Done():
-		return nil, fmt.Errorf("driver: generate for step %d: %w", plan.Step, ctx.Err())
+		return nil, fmt.Errorf("generate for step %d: %w", plan.Step, ctx.Err())
 	}
 	p.ahead = p.ahead[1:]
 	r.prefetched -= batch.problems()
 	if err := batch.failed(); err != nil {
-		return nil, fmt.Errorf("driver: generate for step %d: %w", plan.Step, err)
+		return nil, fmt.Errorf("generate for step %d: %w", plan.Step, err)
 	}
 	for _, onPolicy := range plan.Ahead {
 		after := batch.ready()

@@ -22,13 +22,13 @@ func (c *Config) validateScoreStages() error {
 	case s == 0 && c.ScoreStage1KLCoef == 0:
 		return nil
 	case s < 0:
-		return fmt.Errorf("driver config: score_stage1_steps %d: want ≥ 0", s)
+		return fmt.Errorf("train config: score_stage1_steps %d: want ≥ 0", s)
 	case !(c.ScoreStage1KLCoef > 0) || math.IsInf(c.ScoreStage1KLCoef, 0):
-		return fmt.Errorf("driver config: score_stage1_kl_coef %v: want finite and > 0 with score_stage1_steps %d", c.ScoreStage1KLCoef, s)
+		return fmt.Errorf("train config: score_stage1_kl_coef %v: want finite and > 0 with score_stage1_steps %d", c.ScoreStage1KLCoef, s)
 	case !(c.Learner.Loss.KLCoef > 0):
-		return fmt.Errorf("driver config: score_stage1_steps %d: the learner's KL coefficient is %v; both stages need one > 0 (stage II's β1)", s, c.Learner.Loss.KLCoef)
+		return fmt.Errorf("train config: score_stage1_steps %d: the learner's KL coefficient is %v; both stages need one > 0 (stage II's β1)", s, c.Learner.Loss.KLCoef)
 	case c.Learner.KLInReward:
-		return fmt.Errorf("driver config: score_stage1_steps %d: the KL is in the reward (kl_in_reward); stage I weighs it in the loss", s)
+		return fmt.Errorf("train config: score_stage1_steps %d: the KL is in the reward (kl_in_reward); stage I weighs it in the loss", s)
 	}
 	return nil
 }

@@ -25,24 +25,24 @@ func (c *Config) validateHierarchy() error {
 	if h, l := c.UpdateRatio[0], c.UpdateRatio[1]; h != 0 || l != 0 {
 		switch {
 		case h < 1 || l < 1:
-			return fmt.Errorf("driver config: update_ratio %d:%d: want both ≥ 1", h, l)
+			return fmt.Errorf("train config: update_ratio %d:%d: want both ≥ 1", h, l)
 		case c.Episode != EpisodeMLMT || c.Feedback == nil || !c.Feedback.Train || c.FreezeSolver:
-			return fmt.Errorf("driver config: update_ratio %d:%d: alternates the feedback policy's and the solver's updates: needs episode mlmt with both trained", h, l)
+			return fmt.Errorf("train config: update_ratio %d:%d: alternates the feedback policy's and the solver's updates: needs episode mlmt with both trained", h, l)
 		case c.BiLevel != nil:
-			return fmt.Errorf("driver config: update_ratio %d:%d: not with bi_level", h, l)
+			return fmt.Errorf("train config: update_ratio %d:%d: not with bi_level", h, l)
 		}
 	}
 	if c.SharedWeights {
 		f := c.Feedback
 		switch {
 		case c.Episode != EpisodeMLMT || f == nil || !f.Train || c.FreezeSolver:
-			return fmt.Errorf("driver config: shared_weights: one model in the solver's and the feedback policy's roles: needs episode mlmt with both trained")
+			return fmt.Errorf("train config: shared_weights: one model in the solver's and the feedback policy's roles: needs episode mlmt with both trained")
 		case c.BiLevel != nil:
-			return fmt.Errorf("driver config: shared_weights: not with bi_level (its value head lives on a feedback model of its own)")
+			return fmt.Errorf("train config: shared_weights: not with bi_level (its value head lives on a feedback model of its own)")
 		case c.FeedbackRollout != nil || c.FeedbackVLLM != nil:
-			return fmt.Errorf("driver config: shared_weights: the feedback role generates on the solver's engines (feedback_rollout, feedback_vllm set)")
+			return fmt.Errorf("train config: shared_weights: the feedback role generates on the solver's engines (feedback_rollout, feedback_vllm set)")
 		case f.Algorithm != "" && f.Algorithm != c.Learner.Algorithm, f.LR != 0 && f.LR != c.Learner.LR, f.LoRA != nil:
-			return fmt.Errorf("driver config: shared_weights: one learner trains both roles: the feedback policy's algorithm %q, lr %v and LoRA (%v) must be the solver's", f.Algorithm, f.LR, f.LoRA != nil)
+			return fmt.Errorf("train config: shared_weights: one learner trains both roles: the feedback policy's algorithm %q, lr %v and LoRA (%v) must be the solver's", f.Algorithm, f.LR, f.LoRA != nil)
 		}
 	}
 	ac := c.TextualAC
@@ -51,15 +51,15 @@ func (c *Config) validateHierarchy() error {
 	}
 	switch {
 	case c.Episode != EpisodeMLMT || c.Feedback == nil:
-		return fmt.Errorf("driver config: textual_ac: needs episode mlmt with a feedback policy (the context generator)")
+		return fmt.Errorf("train config: textual_ac: needs episode mlmt with a feedback policy (the context generator)")
 	case c.BiLevel != nil:
-		return fmt.Errorf("driver config: textual_ac: not with bi_level")
+		return fmt.Errorf("train config: textual_ac: not with bi_level")
 	case c.FeedbackReward == FeedbackRewardImprovement:
-		return fmt.Errorf("driver config: textual_ac: the context's reward builds on the final reward (feedback_reward is %q)", c.FeedbackReward)
+		return fmt.Errorf("train config: textual_ac: the context's reward builds on the final reward (feedback_reward is %q)", c.FeedbackReward)
 	case c.Rollout != nil || c.VLLM != nil || c.MaxStaleness > 0:
-		return fmt.Errorf("driver config: textual_ac: the solver's engine scores its answers: it must run in process, synchronously (no rollout actors, vLLM or max_staleness)")
+		return fmt.Errorf("train config: textual_ac: the solver's engine scores its answers: it must run in process, synchronously (no rollout actors, vLLM or max_staleness)")
 	case !(ac.ConfidenceCoef >= 0) || !(ac.DependenceCoef >= 0) || math.IsInf(ac.ConfidenceCoef, 0) || math.IsInf(ac.DependenceCoef, 0):
-		return fmt.Errorf("driver config: textual_ac: coefficients %v, %v: want finite and ≥ 0", ac.ConfidenceCoef, ac.DependenceCoef)
+		return fmt.Errorf("train config: textual_ac: coefficients %v, %v: want finite and ≥ 0", ac.ConfidenceCoef, ac.DependenceCoef)
 	}
 	return nil
 }

@@ -44,11 +44,11 @@ type TraceData struct {
 func (d *TraceData) check() error {
 	switch {
 	case d.Store == "":
-		return fmt.Errorf("driver config: traces: no store")
+		return fmt.Errorf("train config: traces: no store")
 	case !slices.Contains([]string{"", "none", "exp", "filter"}, d.Weighting):
-		return fmt.Errorf("driver config: traces: weighting %q: want none, exp or filter", d.Weighting)
+		return fmt.Errorf("train config: traces: weighting %q: want none, exp or filter", d.Weighting)
 	case d.Weighting == "exp" && !(d.Beta > 0):
-		return fmt.Errorf("driver config: traces: beta %v: want > 0", d.Beta)
+		return fmt.Errorf("train config: traces: beta %v: want > 0", d.Beta)
 	}
 	return nil
 }
@@ -190,7 +190,7 @@ func warmupBatchFromTraces(rows []data.Turn, k, batch int, d *TraceData) (learne
 	if d.Weighting == "exp" {
 		w, err := rl.RewardWeights(rewards, d.Beta)
 		if err != nil {
-			return learner.Batch{}, fmt.Errorf("driver: warm-up step %d on data.traces: %w", k+1, err)
+			return learner.Batch{}, fmt.Errorf("warm-up step %d on data.traces: %w", k+1, err)
 		}
 		b.Weights = w
 	}
@@ -292,7 +292,7 @@ func (g *traceGroups) batch(j int, algorithm string) ([]data.Turn, error) {
 func (r *run) startTraceGroups(_ context.Context, onPolicy int64, _ <-chan struct{}) (*episodeBatch, error) {
 	turns, err := r.traces.groups.batch(r.traceDrawn, r.cfg.Learner.Algorithm)
 	if err != nil {
-		return nil, fmt.Errorf("driver: data.traces: offline batch %d: %w", r.traceDrawn+1, err)
+		return nil, fmt.Errorf("data.traces: offline batch %d: %w", r.traceDrawn+1, err)
 	}
 	r.traceDrawn++
 	for i := range turns {
@@ -310,7 +310,7 @@ func readTraces(cfg Config) (*loadedTraces, error) {
 	sl.Model, sl.ModelDir = cfg.Model, cfg.ModelDir
 	pc, err := contextOf(sl, "models.policy")
 	if err != nil {
-		return nil, fmt.Errorf("driver: data.traces: %w", err)
+		return nil, fmt.Errorf("data.traces: %w", err)
 	}
 	return loadTraces(cfg.Traces, pc.tok, pc, cfg.Seed, cfg.WarmupSteps > 0, cfg.GroupSize, cfg.PromptsPerStep)
 }

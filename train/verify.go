@@ -38,12 +38,12 @@ func newVerifier(cfg Config) (verify.Verifier, error) {
 	case VerifierCode:
 		sb, err := verify.NewSandbox(verify.SandboxConfig{Mode: cfg.SandboxMode, Concurrency: cfg.verifyWorkers()})
 		if err != nil {
-			return nil, fmt.Errorf("driver: code verifier: %w", err)
+			return nil, fmt.Errorf("code verifier: %w", err)
 		}
 		logSandbox(cfg.Logger, "code verifier", sb)
 		return verify.Code{Sandbox: sb}, nil
 	}
-	return nil, fmt.Errorf("driver config: verifier %q: want math, gsm8k or code", cfg.Verifier)
+	return nil, fmt.Errorf("train config: verifier %q: want math, gsm8k or code", cfg.Verifier)
 }
 
 // verifyWorkers is how many verifications run at once: VerifyWorkers, or
@@ -68,7 +68,7 @@ func newPython(cfg Config) (episode.PythonExecutor, error) {
 	}
 	sb, err := verify.NewSandbox(verify.SandboxConfig{Mode: cfg.SandboxMode, Concurrency: cfg.verifyWorkers()})
 	if err != nil {
-		return nil, fmt.Errorf("driver: python tool: %w", err)
+		return nil, fmt.Errorf("python tool: %w", err)
 	}
 	logSandbox(cfg.Logger, "python tool", sb)
 	return episode.SandboxPython{Sandbox: sb}, nil

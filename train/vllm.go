@@ -79,21 +79,21 @@ type VLLM struct {
 func (v *VLLM) validate(field string) error {
 	switch {
 	case len(v.Servers) == 0 && v.Launch == nil:
-		return fmt.Errorf("driver config: %s.Servers is empty: give at least one vLLM server URL, or Launch", field)
+		return fmt.Errorf("train config: %s.Servers is empty: give at least one vLLM server URL, or Launch", field)
 	case len(v.Servers) > 0 && v.Launch != nil:
-		return fmt.Errorf("driver config: %s: Servers and Launch are both set: the run uses running servers or starts its own, not both", field)
+		return fmt.Errorf("train config: %s: Servers and Launch are both set: the run uses running servers or starts its own, not both", field)
 	case v.Launch != nil && (v.Launch.Servers < 1 || v.Launch.Model == ""):
-		return fmt.Errorf("driver config: %s.Launch: %d servers of model %q: want at least one, and a model folder", field, v.Launch.Servers, v.Launch.Model)
+		return fmt.Errorf("train config: %s.Launch: %d servers of model %q: want at least one, and a model folder", field, v.Launch.Servers, v.Launch.Model)
 	case v.Model == "":
-		return fmt.Errorf("driver config: %s.Model is empty: name the served model", field)
+		return fmt.Errorf("train config: %s.Model is empty: name the served model", field)
 	case v.MaxInFlight < 0 || v.Keep < 0 || v.ReloadTimeout < 0 || v.RequestTimeout < 0:
-		return fmt.Errorf("driver config: %s: negative MaxInFlight %d, Keep %d, ReloadTimeout %v or RequestTimeout %v",
+		return fmt.Errorf("train config: %s: negative MaxInFlight %d, Keep %d, ReloadTimeout %v or RequestTimeout %v",
 			field, v.MaxInFlight, v.Keep, v.ReloadTimeout, v.RequestTimeout)
 	}
 	switch vllm.WeightUpdate(v.WeightUpdate) {
 	case "", vllm.WeightUpdateAuto, vllm.WeightUpdateDisk, vllm.WeightUpdateReloadWeights:
 	default:
-		return fmt.Errorf("driver config: %s.WeightUpdate %q: want %q, %q or %q", field, v.WeightUpdate,
+		return fmt.Errorf("train config: %s.WeightUpdate %q: want %q, %q or %q", field, v.WeightUpdate,
 			vllm.WeightUpdateAuto, vllm.WeightUpdateDisk, vllm.WeightUpdateReloadWeights)
 	}
 	return nil
@@ -108,15 +108,15 @@ func (c *Config) launchesVLLM() bool {
 func (c *Config) validateVLLM() error {
 	switch {
 	case c.VLLM == nil:
-		return errors.New("driver config: FeedbackVLLM without VLLM: the feedback policy runs on vLLM servers only when the solver does")
+		return errors.New("train config: FeedbackVLLM without VLLM: the feedback policy runs on vLLM servers only when the solver does")
 	case c.Rollout != nil:
-		return errors.New("driver config: VLLM and Rollout are both set: the solver generates on vLLM servers or on rollout actors, not both")
+		return errors.New("train config: VLLM and Rollout are both set: the solver generates on vLLM servers or on rollout actors, not both")
 	case c.Feedback != nil && c.FeedbackVLLM == nil:
-		return errors.New("driver config: VLLM with a feedback policy but no FeedbackVLLM: the feedback policy needs vLLM servers of its own (its weights differ from the solver's)")
+		return errors.New("train config: VLLM with a feedback policy but no FeedbackVLLM: the feedback policy needs vLLM servers of its own (its weights differ from the solver's)")
 	case c.FeedbackVLLM != nil && c.Feedback == nil:
-		return errors.New("driver config: FeedbackVLLM set, but the run has no feedback policy")
+		return errors.New("train config: FeedbackVLLM set, but the run has no feedback policy")
 	case c.FeedbackVLLM != nil && c.FeedbackRollout != nil:
-		return errors.New("driver config: FeedbackVLLM and FeedbackRollout are both set: the feedback policy generates on vLLM servers or on rollout actors, not both")
+		return errors.New("train config: FeedbackVLLM and FeedbackRollout are both set: the feedback policy generates on vLLM servers or on rollout actors, not both")
 	}
 	if err := c.VLLM.validate("VLLM"); err != nil {
 		return err
@@ -129,11 +129,11 @@ func (c *Config) validateVLLM() error {
 	}
 	for _, u := range c.FeedbackVLLM.Servers {
 		if slices.Contains(c.VLLM.Servers, u) {
-			return fmt.Errorf("driver config: FeedbackVLLM.Servers: %s also serves the solver (VLLM.Servers): a server holds one policy's weights", u)
+			return fmt.Errorf("train config: FeedbackVLLM.Servers: %s also serves the solver (VLLM.Servers): a server holds one policy's weights", u)
 		}
 	}
 	if c.VLLM.Dir != "" && c.VLLM.Dir == c.FeedbackVLLM.Dir {
-		return fmt.Errorf("driver config: FeedbackVLLM.Dir %s is VLLM.Dir too: each policy's checkpoints need their own directory", c.VLLM.Dir)
+		return fmt.Errorf("train config: FeedbackVLLM.Dir %s is VLLM.Dir too: each policy's checkpoints need their own directory", c.VLLM.Dir)
 	}
 	return nil
 }

@@ -34,17 +34,17 @@ type WarmupTrajectories struct {
 func (w *WarmupTrajectories) check() error {
 	switch {
 	case w.Path == "" && w.Collect == nil:
-		return fmt.Errorf("driver config: warmup_trajectories: no file and nothing to collect")
+		return fmt.Errorf("train config: warmup_trajectories: no file and nothing to collect")
 	case w.Path != "" && w.Collect != nil:
-		return fmt.Errorf("driver config: warmup_trajectories: both a file (%s) and episodes to collect", w.Path)
+		return fmt.Errorf("train config: warmup_trajectories: both a file (%s) and episodes to collect", w.Path)
 	case w.Collect != nil && (w.Collect.Teacher < 0 || w.Collect.Random < 0 || w.Collect.Teacher+w.Collect.Random == 0):
-		return fmt.Errorf("driver config: warmup_trajectories: collect %d teacher and %d random episodes: want ≥ 0 each, > 0 in all", w.Collect.Teacher, w.Collect.Random)
+		return fmt.Errorf("train config: warmup_trajectories: collect %d teacher and %d random episodes: want ≥ 0 each, > 0 in all", w.Collect.Teacher, w.Collect.Random)
 	case w.BaseSteps < 0:
-		return fmt.Errorf("driver config: warmup_trajectories: base_steps %d: want ≥ 0", w.BaseSteps)
+		return fmt.Errorf("train config: warmup_trajectories: base_steps %d: want ≥ 0", w.BaseSteps)
 	case !slices.Contains([]string{"none", "exp", "filter"}, w.Weighting):
-		return fmt.Errorf("driver config: warmup_trajectories: weighting %q: want none, exp or filter", w.Weighting)
+		return fmt.Errorf("train config: warmup_trajectories: weighting %q: want none, exp or filter", w.Weighting)
 	case w.Weighting == "exp" && !(w.Beta > 0):
-		return fmt.Errorf("driver config: warmup_trajectories: beta %v: want > 0", w.Beta)
+		return fmt.Errorf("train config: warmup_trajectories: beta %v: want > 0", w.Beta)
 	}
 	return nil
 }
@@ -64,9 +64,9 @@ func (r *run) loadTrajectories(ctx context.Context, w *WarmupTrajectories) (*tra
 	t, err := readTrajectories(ctx, r.cfg, r.tpl, w)
 	if err != nil {
 		if w.Collect != nil {
-			return nil, fmt.Errorf("driver: sft.collect: %w", err)
+			return nil, fmt.Errorf("sft.collect: %w", err)
 		}
-		return nil, fmt.Errorf("driver: sft.trajectories: %w", err)
+		return nil, fmt.Errorf("sft.trajectories: %w", err)
 	}
 	return t, nil
 }
@@ -139,7 +139,7 @@ func (r *run) warmupStepTrajectories(ctx context.Context, traj *trajectorySample
 	if cfg.WarmupTrajectories.Weighting == "exp" && !base {
 		w, err := rl.RewardWeights(rewards, cfg.WarmupTrajectories.Beta)
 		if err != nil {
-			return Metrics{}, fmt.Errorf("driver: warm-up step %d: %w", r.step+1, err)
+			return Metrics{}, fmt.Errorf("warm-up step %d: %w", r.step+1, err)
 		}
 		b.Weights = w
 	}

@@ -94,7 +94,7 @@ func TestValidateRefusesWhatRunRefuses(t *testing.T) {
 		{"quickstart", []string{"algorithm.kl_coef=0.05", "models.reference.init={}"}, "--set models.reference.init={}: models.reference.init: a randomly initialized reference model is not supported"},
 		{vllm2, nil, vllm2 + ":7: engines.policy.replicas: 2 is not supported with kind vllm"},
 		{"mlmt_math", []string{"engines.feedback.max_batch=8"}, "--set engines.feedback.max_batch=8: engines.feedback.max_batch: 8 differs"},
-		{"quickstart", []string{"data.task=null", "data.dataset.train=" + cut}, "--set data.dataset.train=" + cut + ": data.dataset: driver: dataset train: load " + cut + ": row 1 (line 2)"},
+		{"quickstart", []string{"data.task=null", "data.dataset.train=" + cut}, "--set data.dataset.train=" + cut + ": data.dataset: dataset train: load " + cut + ": row 1 (line 2)"},
 	} {
 		l, err := recipes.Load(c.recipe, c.sets)
 		if err != nil {
