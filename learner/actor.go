@@ -232,19 +232,21 @@ type ListRequest struct {
 }
 
 // Listed answers ListRequest: the names in Dir (at most MaxListed, sorted),
-// and the learner's host name and actor address, for the driver's errors.
+// and the learner's host name, actor address and device, for the driver's
+// errors and the placement it logs.
 type Listed struct {
 	Names     []string
 	Truncated bool
 	Host      string
 	Addr      string
+	Device    string `msgpack:",omitempty"` // Config.Device as the learner opened it; "" is the CPU
 }
 
 // MaxListed bounds Listed.Names.
 const MaxListed = 4096
 
-// ListDir answers a ListRequest on this node.
-func ListDir(dir, addr string) (Listed, error) {
+// ListDir answers a ListRequest on this node, for a learner on device.
+func ListDir(dir, addr, device string) (Listed, error) {
 	if dir == "" {
 		return Listed{}, fmt.Errorf("list: empty directory")
 	}
@@ -258,7 +260,7 @@ func ListDir(dir, addr string) (Listed, error) {
 		return Listed{}, fmt.Errorf("list %s: %w", dir, err)
 	}
 	host, _ := os.Hostname()
-	out := Listed{Host: host, Addr: addr}
+	out := Listed{Host: host, Addr: addr, Device: device}
 	if len(names) > MaxListed {
 		names, out.Truncated = names[:MaxListed], true
 	}
@@ -349,7 +351,7 @@ func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		}
 		return Saved{Dir: m.Dir, Step: a.l.Step()}, nil
 	case ListRequest:
-		return ListDir(m.Dir, ctx.System().Address())
+		return ListDir(m.Dir, ctx.System().Address(), a.l.Config().Device)
 	case LoadRequest:
 		if err := a.l.LoadContext(ctx.Context(), m.Dir); err != nil {
 			return nil, err

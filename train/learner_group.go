@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/shard"
 )
@@ -28,21 +29,56 @@ func (r *run) placeLearners(ctx context.Context, id string, l learner.Config, re
 	if err != nil {
 		return nil, fmt.Errorf("%s learner: memory: %w", id, err)
 	}
+	res := withMemory(r.cfg.LearnerResources, mem)
 	g, err := shard.StartGroup(ctx, r.node, shard.GroupConfig{
 		Policy:    id,
 		Actor:     learner.ActorConfig{Config: l, ResumeDir: resume},
-		Resources: withMemory(r.cfg.LearnerResources, mem),
+		Resources: res,
 		Options:   shard.Options{Timeout: r.cfg.LearnerTimeout},
 	})
 	if err == nil && l.Shards > 1 {
 		r.log.Info("learner shards joined", "policy", id, "shards", l.Shards, "gradients", g.Gradients())
 	}
 	if err == nil {
-		if err = r.checkRunFolderShared(ctx, id, l.Shards, g); err != nil {
+		var listed []shard.RankListing
+		if listed, err = r.checkRunFolderShared(ctx, id, l.Shards, g); err != nil {
 			g.Stop()
+		} else {
+			r.logLearnerPlacement("learner placed", id, res, g, listed)
 		}
 	}
 	return g, err
+}
+
+// logLearnerPlacement says where a policy's learner runs: on a cluster,
+// each member's node, host and device, so a user sees where the run
+// landed (rlnode status shows the actors, not which is which). listed is
+// the members' answers to the run folder's check, by rank (nil without a
+// run folder).
+func (r *run) logLearnerPlacement(msg, id string, res cluster.Resources, g *shard.PlacedGroup, listed []shard.RankListing) {
+	members := g.Members()
+	where := make([]string, len(members))
+	for i, m := range members {
+		host, device := "", "cpu"
+		if i < len(listed) && listed[i].Err == nil {
+			host = listed[i].Listed.Host
+			if d := listed[i].Listed.Device; d != "" {
+				device = d
+			}
+		}
+		w := "node " + m.Node
+		if host != "" {
+			w += ", host " + host
+		}
+		w += ", device " + device
+		if len(members) > 1 {
+			w = fmt.Sprintf("rank %d: %s (actor %s)", i, w, m.Name)
+		} else {
+			w += " (actor " + m.Name + ")"
+		}
+		where[i] = w
+	}
+	r.log.Info(msg, "policy", id, "shards", len(members), "each", res.String(), "at", strings.Join(where, "; "))
 }
 
 // checkRunFolderShared checks that every member of a policy's learner sees
@@ -51,31 +87,32 @@ func (r *run) placeLearners(ctx context.Context, id string, l learner.Config, re
 // disk would leave every checkpoint split between hosts, each part
 // unusable, and the run would not know. A file written here just now must
 // be in each member's listing of the folder.
-func (r *run) checkRunFolderShared(ctx context.Context, id string, shards int, g *shard.PlacedGroup) error {
+func (r *run) checkRunFolderShared(ctx context.Context, id string, shards int, g *shard.PlacedGroup) ([]shard.RankListing, error) {
 	if r.cfg.Out == "" {
-		return nil
+		return nil, nil
 	}
 	var raw [8]byte
 	_, _ = rand.Read(raw[:])
 	name := ".shared-check-" + hex.EncodeToString(raw[:])
 	probe := filepath.Join(r.cfg.Out, name)
 	if err := os.WriteFile(probe, nil, 0o644); err != nil {
-		return fmt.Errorf("run folder: %w", err)
+		return nil, fmt.Errorf("run folder: %w", err)
 	}
 	defer os.Remove(probe)
 	lctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	for _, rl := range g.List(lctx, r.cfg.Out) {
+	listed := g.List(lctx, r.cfg.Out)
+	for _, rl := range listed {
 		who := learnerMember(id, shards, rl.Rank)
 		if rl.Err != nil {
-			return fmt.Errorf("run folder %s: %s cannot list it: %w; %s", r.cfg.Out, who, rl.Err, whyShared)
+			return nil, fmt.Errorf("run folder %s: %s cannot list it: %w; %s", r.cfg.Out, who, rl.Err, whyShared)
 		}
 		if _, ok := slices.BinarySearch(rl.Listed.Names, name); !ok && !rl.Listed.Truncated {
-			return fmt.Errorf("run folder %s is not shared with %s on host %s (actor address %s): it does not see the file %s this host wrote there; %s",
+			return nil, fmt.Errorf("run folder %s is not shared with %s on host %s (actor address %s): it does not see the file %s this host wrote there; %s",
 				r.cfg.Out, who, rl.Listed.Host, rl.Listed.Addr, name, whyShared)
 		}
 	}
-	return nil
+	return listed, nil
 }
 
 // whyShared is why the run folder must be shared.
@@ -97,7 +134,7 @@ func learnerMember(id string, shards, rank int) string {
 // only. A member that does not answer is left to the next step to find
 // lost.
 func (r *run) checkSavedVisible(ctx context.Context, p *policy, dir string) error {
-	mine, err := learner.ListDir(dir, "")
+	mine, err := learner.ListDir(dir, "", "")
 	if errors.Is(err, fs.ErrNotExist) {
 		// Only learners on other hosts wrote into it.
 		mine, err = learner.Listed{}, nil
@@ -362,9 +399,11 @@ func (r *run) restartLearners(ctx context.Context, cause error) error {
 			return err
 		}
 		// Replaced ranks may be on other hosts now.
-		if err := r.checkRunFolderShared(ctx, p.id, p.l.Shards, p.learner); err != nil {
+		listed, err := r.checkRunFolderShared(ctx, p.id, p.l.Shards, p.learner)
+		if err != nil {
 			return err
 		}
+		r.logLearnerPlacement("learner placed again", p.id, p.learner.Resources(), p.learner, listed)
 		// Engines and rollout actors' weight syncers refuse a version
 		// older than they serve: replace them. A new local engine takes
 		// the restored weights in syncAll below; new rollout actors get

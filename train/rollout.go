@@ -6,9 +6,11 @@ package train
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
@@ -109,7 +111,29 @@ func (r *run) startRollout(ctx context.Context, p *policy) error {
 		rec.report()
 	}
 	p.server = srv
+	r.logRolloutPlacement(p.id, withMemory(ro.Resources, mem), srv.Replicas())
 	return nil
+}
+
+// logRolloutPlacement says where a policy's rollout actors run: each
+// one's node and the address it is reached at, and the device its engine
+// opens.
+func (r *run) logRolloutPlacement(id string, res cluster.Resources, reps []rollout.ReplicaStatus) {
+	device := r.cfg.EngineDevice
+	if device == "" {
+		device = "cpu"
+	}
+	where := make([]string, len(reps))
+	for i, rep := range reps {
+		w := rep.Name + " on node " + rep.Node
+		if rec, ok := r.node.Directory().Node(rep.Node); ok {
+			if host, _, err := net.SplitHostPort(rec.Actor); err == nil {
+				w += " (" + host + ")"
+			}
+		}
+		where[i] = w
+	}
+	r.log.Info("rollout actors placed", "policy", id, "actors", len(reps), "each", res.String(), "device", device, "at", strings.Join(where, "; "))
 }
 
 // startRecorder tells rolloutStartHook the weights rollout actors start

@@ -112,7 +112,9 @@ func (s *RolloutServer) start(ctx context.Context, version int64, src Source) er
 		return fmt.Errorf("rollout actors: %w", err)
 	}
 	s.pool.SetStep(start)
-	s.log.Info("rollout actors", "policy", cfg.Policy, "replicas", len(s.pool.Replicas()), "nodes", replicaNodes(s.pool.Replicas()))
+	// rlnode run logs where they landed in the user's words
+	// ("rollout actors placed"); this line is for programs of their own.
+	s.log.Debug("rollout actors", "policy", cfg.Policy, "replicas", len(s.pool.Replicas()), "nodes", replicaNodes(s.pool.Replicas()))
 	if u.LoRA != nil {
 		return s.publish(ctx, version, u)
 	}
@@ -134,6 +136,10 @@ func (s *RolloutServer) GenerateFor(ctx context.Context, onPolicy int64, reqs []
 // WeightVersion implements engine.Engine: the lowest version the live
 // actors serve.
 func (s *RolloutServer) WeightVersion() int64 { return s.pool.WeightVersion() }
+
+// Replicas reports each rollout actor (rollout.Pool.Replicas): its name
+// and node, in start order.
+func (s *RolloutServer) Replicas() []rollout.ReplicaStatus { return s.pool.Replicas() }
 
 // Status implements PolicyServer.
 func (s *RolloutServer) Status() ServerStatus {

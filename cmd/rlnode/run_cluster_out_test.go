@@ -49,6 +49,17 @@ func TestRunOnClusterRelativeOut(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(nodeDir, rel)); err == nil {
 		t.Errorf("the learner wrote %s under its node's working directory %s", rel, nodeDir)
 	}
+	// The run says where its actors landed: the learner (pinned to head by
+	// its custom resource) with its node, host and device, the rollout
+	// actors with their nodes. It said only "rollout actors
+	// nodes=NODE×1", and nothing of the learner.
+	host, _ := os.Hostname()
+	for _, want := range []string{`msg="learner placed" policy=solver shards=1`, "node head, host " + host + ", device cpu",
+		`msg="rollout actors placed" policy=solver actors=1`, "device=cpu", "-0 on node "} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the run's output lacks %q:\n%s", want, out)
+		}
+	}
 	// No rollout actor was lost, so the run says nothing of lost ones
 	// (it printed "rollout: 0 generation chunks regenerated after lost
 	// rollout actors" after every run on a cluster).

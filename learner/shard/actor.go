@@ -138,7 +138,7 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		}
 		return learner.Saved{Dir: m.Dir, Step: a.l.Step()}, nil
 	case learner.ListRequest:
-		return learner.ListDir(m.Dir, ctx.System().Address())
+		return learner.ListDir(m.Dir, ctx.System().Address(), a.l.Config().Device)
 	case learner.LoadRequest:
 		return nil, fmt.Errorf("learner-shard %s: a rank loads a checkpoint only with its whole group (JoinRequest.ResumeDir, Group.Restart)", ctx.Self().Name)
 	case learner.SetAlgorithmRequest:

@@ -150,6 +150,9 @@ func (p *PlacedGroup) Gradients() string {
 	return p.g.Gradients()
 }
 
+// Resources are what each member holds (GroupConfig.Resources).
+func (p *PlacedGroup) Resources() cluster.Resources { return p.cfg.Resources }
+
 // Members are the member actors, by rank.
 func (p *PlacedGroup) Members() []Member {
 	out := make([]Member, len(p.ranks))
