@@ -294,6 +294,14 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		defer node.Stop()
 		cfg.Node = node
+		// Say what this process adds to the cluster: without
+		// --driver-only the run's actors may land in it, beside the
+		// nodes of the host it runs on (which offer the same cores).
+		if total, _ := node.Resources(); *driverOnly {
+			fmt.Fprintf(stdout, "joined the cluster at %s as node %s, offering nothing (--driver-only): the run's actors go to the other nodes\n", *address, node.ID())
+		} else {
+			fmt.Fprintf(stdout, "joined the cluster at %s as node %s, offering %s: the run's actors may be placed in this process (--driver-only: none)\n", *address, node.ID(), total)
+		}
 		// On a cluster, generation goes to rollout actors, unless vLLM
 		// servers generate (the driver's client talks to them directly).
 		if cfg.Rollout == nil && cfg.VLLM == nil {

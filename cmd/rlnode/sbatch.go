@@ -26,8 +26,9 @@ Validates RECIPE (a built-in name or a file) and prints a Slurm batch script
 that runs it on N nodes: 'rlnode start' on the first node of the allocation,
 'rlnode join' on the others through srun (GPUs as Slurm assigned them:
 SLURM_GPUS_ON_NODE, else CUDA_VISIBLE_DEVICES), a wait (bounded) until all N
-nodes are up, 'rlnode run RECIPE', and a clean shutdown on exit, error,
-scancel or the time limit. Submit it with: rlnode sbatch ... > job.sh && sbatch job.sh
+nodes are up, 'rlnode run RECIPE --driver-only' (its process offers nothing:
+the first node offers that host already), and a clean shutdown on exit,
+error, scancel or the time limit. Submit it with: rlnode sbatch ... > job.sh && sbatch job.sh
 
 The run directory (--out) must be on a filesystem every node sees (as home
 directories usually are): the cluster key file is shared through it. Set
@@ -402,9 +403,11 @@ func sbatchScript(o sbatchOptions) (string, error) {
 			recipe, sets = `"$RLNODE_OUT/recipe.yaml"`, nil // the overrides are in it
 		}
 		// The driver joins as a node of its own, bound to the first node's
-		// address and holding the cluster's key.
+		// address and holding the cluster's key. It offers nothing: the
+		// first node offers that host already, and a driver that offered
+		// it too counted the host twice (its actors could overfill it).
 		parts := []string{`"$RLNODE"`, "run", recipe, "--out", `"$RLNODE_OUT/run"`, "--address", `"$RLNODE_GOSSIP"`,
-			"--key-file", `"$RLNODE_KEY"`, "--bind", `"$NODE_IP:0"`}
+			"--key-file", `"$RLNODE_KEY"`, "--bind", `"$NODE_IP:0"`, "--driver-only"}
 		if o.Detection != "fast" {
 			parts = append(parts, "--detection", o.Detection)
 		}

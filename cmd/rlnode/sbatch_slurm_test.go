@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -402,6 +403,31 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 		}
 		if _, err := os.Stat(filepath.Join(runDir, "run", "checkpoints", "step-4")); err != nil {
 			t.Errorf("%d nodes: no final checkpoint: %v", nodes, err)
+		}
+		// The driver offers nothing (the first node offers its host
+		// already), so the learner and the rollout actor are on the
+		// job's nodes. The driver offered the host a second time, and
+		// took the learner in two of three runs.
+		var slurmNodes []string
+		for _, n := range []string{"n1", "n2"}[:nodes] {
+			b, _ := os.ReadFile(filepath.Join(runDir, "node-"+n+".log"))
+			if m := regexp.MustCompile(`(?m)^node (\S+) is up$`).FindSubmatch(b); m != nil {
+				slurmNodes = append(slurmNodes, string(m[1]))
+			}
+		}
+		if !strings.Contains(out, "offering nothing (--driver-only)") {
+			t.Errorf("%d nodes: the driver did not join as --driver-only:\n%s", nodes, out)
+		}
+		for _, what := range []string{`msg="learner placed"`, `msg="rollout actors placed"`} {
+			line := ""
+			for _, l := range strings.Split(out, "\n") {
+				if strings.Contains(l, what) {
+					line = l
+				}
+			}
+			if !slices.ContainsFunc(slurmNodes, func(id string) bool { return strings.Contains(line, "node "+id) }) {
+				t.Errorf("%d nodes: %s: %q names none of the job's nodes %v", nodes, what, line, slurmNodes)
+			}
 		}
 		leftGracefully(runDir, []string{"n1", "n2"}[:nodes]...)
 	}

@@ -15,7 +15,7 @@ export RLNODE_NODES=2
 export RLNODE_GPUS_PER_NODE=0
 export RLNODE_OUT=${SLURM_SUBMIT_DIR:-$PWD}/rlnode-${SLURM_JOB_ID}
 export RLNODE_KEY="$RLNODE_OUT/cluster.key"  # shared through the run directory
-RUN_CMD='"$RLNODE" run quickstart --out "$RLNODE_OUT/run" --address "$RLNODE_GOSSIP" --key-file "$RLNODE_KEY" --bind "$NODE_IP:0"'
+RUN_CMD='"$RLNODE" run quickstart --out "$RLNODE_OUT/run" --address "$RLNODE_GOSSIP" --key-file "$RLNODE_KEY" --bind "$NODE_IP:0" --driver-only'
 WAIT_S=300
 STOP_S=30
 
