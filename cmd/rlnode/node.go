@@ -211,7 +211,7 @@ func nodeCommand(verb string, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.Key = key
 	if *detach {
-		return detachNode(verb, args, stdout, stderr)
+		return detachNode(verb, args, created, stdout, stderr)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -585,7 +585,7 @@ func parseNoArgs(fs *flag.FlagSet, args []string) (code int, ok bool) {
 // detachNode runs this command again without --detach in a new session,
 // its output in a log file under Home()/logs, and returns once the node is
 // up (its banner, then the log's path) or has failed (its log).
-func detachNode(verb string, args []string, stdout, stderr io.Writer) int {
+func detachNode(verb string, args []string, keyCreated bool, stdout, stderr io.Writer) int {
 	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode %s --detach: find this binary: %v\n", verb, err)
@@ -618,6 +618,10 @@ func detachNode(verb string, args []string, stdout, stderr io.Writer) int {
 		if head, _, ok := strings.Cut(string(b), "\n"+"others join with:"); ok {
 			hint, _, _ := strings.Cut(string(b[len(head)+1:]), "\n")
 			banner := upBlock(head)
+			if keyCreated {
+				// This process created the key; the child found it.
+				banner = markKeyCreated(banner)
+			}
 			fmt.Fprintf(stdout, "%s\n%s\n  pid:     %d\n  log:     %s\nstop it with: rlnode stop --address %s (or rlnode stop --all)\n",
 				banner, hint, cmd.Process.Pid, logPath, gossipOf(banner))
 			return 0
@@ -771,4 +775,15 @@ func nodeOnPort(addr string) (cluster.RunInfo, bool) {
 		}
 	}
 	return cluster.RunInfo{}, false
+}
+
+// markKeyCreated adds " (created)" to the banner's key line.
+func markKeyCreated(banner string) string {
+	lines := strings.Split(banner, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "  key:") && !strings.HasSuffix(l, " (created)") {
+			lines[i] = l + " (created)"
+		}
+	}
+	return strings.Join(lines, "\n")
 }

@@ -15,9 +15,11 @@ import (
 func TestDetachStatusStopAll(t *testing.T) {
 	home := t.TempDir()
 	t.Cleanup(func() { runRlnode(t, home, "stop", "--all") })
+	var banner string
 	detached := func(args ...string) string {
 		t.Helper()
 		stdout, stderr, code := runRlnode(t, home, args...)
+		banner = stdout
 		if code != 0 {
 			t.Fatalf("rlnode %v: exit %d\n%s%s", args, code, stdout, stderr)
 		}
@@ -38,8 +40,24 @@ func TestDetachStatusStopAll(t *testing.T) {
 		}
 		return gossipOf(stdout)
 	}
+	keyLine := func() string {
+		for _, line := range strings.Split(banner, "\n") {
+			if strings.HasPrefix(line, "  key:") {
+				return line
+			}
+		}
+		return ""
+	}
 	head := detached("start", "--bind", "127.0.0.1:0", "--detach")
+	// The key this start created is said to be new, as without --detach
+	// (the child that prints the banner found it made already).
+	if want := filepath.Join(home, "cluster.key") + " (created)"; !strings.HasSuffix(keyLine(), want) {
+		t.Errorf("start --detach on a new home: key line %q, want it to end %q", keyLine(), want)
+	}
 	joined := detached("join", head, "--bind", "0.0.0.0:0", "--resource", "TPU=4", "--detach")
+	if strings.Contains(keyLine(), "(created)") {
+		t.Errorf("join --detach: key line %q says created", keyLine())
+	}
 	if !strings.HasPrefix(joined, "127.0.0.1:") {
 		t.Errorf("a node bound to 0.0.0.0 that joined %s advertises %s, want 127.0.0.1 (the address on the route to it)", head, joined)
 	}
