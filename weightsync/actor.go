@@ -99,7 +99,7 @@ func Start(ctx context.Context, node *cluster.Node, initial int64, cfg Config) (
 		forget(s.tok)
 		s.tok = ""
 		s.Close()
-		return nil, fmt.Errorf("weightsync: start: %w", err)
+		return nil, fmt.Errorf("weight sync: start: %w", err)
 	}
 	return s, nil
 }

@@ -61,14 +61,14 @@ func engineLimit(push time.Duration) time.Duration {
 // Errors callers branch on.
 var (
 	// ErrNoEngines: no engine is registered (or every one was removed).
-	ErrNoEngines = errors.New("weightsync: no engines registered")
+	ErrNoEngines = errors.New("weight sync: no engines registered")
 	// ErrEngineFailed marks a publish in which some engines failed; they
 	// were removed and the others serve the new version.
 	ErrEngineFailed = errors.New("engine failed")
 	// ErrStaleVersion: a version not newer than the last published one.
-	ErrStaleVersion = errors.New("weightsync: version not newer than the published one")
+	ErrStaleVersion = errors.New("weight sync: version not newer than the published one")
 	// ErrEnginesRegistered: Keep with engines registered (Publish to them).
-	ErrEnginesRegistered = errors.New("weightsync: engines are registered: publish to them")
+	ErrEnginesRegistered = errors.New("weight sync: engines are registered: publish to them")
 )
 
 // EngineStatus is one engine as the Syncer sees it.
@@ -211,7 +211,7 @@ func (s *Syncer) Register(ctx context.Context, ref actor.Ref) error {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("weightsync: register engine %s: waiting for a publish to end: %w", ref.Name, ctx.Err())
+		return fmt.Errorf("weight sync: register engine %s: waiting for a publish to end: %w", ref.Name, ctx.Err())
 	}
 	defer func() { <-s.sem }()
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
@@ -219,15 +219,15 @@ func (s *Syncer) Register(ctx context.Context, ref actor.Ref) error {
 	node := s.nodeOf(ref.Address)
 	v, err := s.node.System().Call(qctx, ref, weights.VersionRequest{})
 	if err != nil {
-		return fmt.Errorf("weightsync: register engine %s on node %s: %w", ref.Name, node, err)
+		return fmt.Errorf("weight sync: register engine %s on node %s: %w", ref.Name, node, err)
 	}
 	ev, ok := v.(weights.EngineVersion)
 	if !ok {
-		return fmt.Errorf("weightsync: register engine %s on node %s: answered %T, want weights.EngineVersion (is it a weight-sync engine host?)", ref.Name, node, v)
+		return fmt.Errorf("weight sync: register engine %s on node %s: answered %T, want weights.EngineVersion (is it a weight-sync engine host?)", ref.Name, node, v)
 	}
 	t := &target{name: ref.Name, node: node, ref: ref, version: ev.Version}
 	if err := s.catchUp(ctx, t); err != nil {
-		return fmt.Errorf("weightsync: register engine %s on node %s: %w", ref.Name, node, err)
+		return fmt.Errorf("weight sync: register engine %s on node %s: %w", ref.Name, node, err)
 	}
 	if err := s.add(t); err != nil {
 		return err
@@ -283,10 +283,10 @@ func (s *Syncer) add(t *target) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ctx.Err() != nil {
-		return errors.New("weightsync: register: syncer closed")
+		return errors.New("weight sync: register: syncer closed")
 	}
 	if _, dup := s.targets[t.name]; dup {
-		return fmt.Errorf("weightsync: register engine %s: already registered", t.name)
+		return fmt.Errorf("weight sync: register engine %s: already registered", t.name)
 	}
 	t.stop = func() {}
 	s.targets[t.name] = t

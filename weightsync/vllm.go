@@ -37,13 +37,13 @@ type VLLM struct {
 // RegisterVLLM adds a vLLM target under name. Its version is the client's.
 func (s *Syncer) RegisterVLLM(name string, v VLLM) (EngineStatus, error) {
 	if v.Client == nil {
-		return EngineStatus{}, fmt.Errorf("weightsync: register vLLM %s: no client", name)
+		return EngineStatus{}, fmt.Errorf("weight sync: register vLLM %s: no client", name)
 	}
 	if !filepath.IsAbs(v.Dir) {
-		return EngineStatus{}, fmt.Errorf("weightsync: register vLLM %s: Dir %q is not absolute", name, v.Dir)
+		return EngineStatus{}, fmt.Errorf("weight sync: register vLLM %s: Dir %q is not absolute", name, v.Dir)
 	}
 	if err := os.MkdirAll(v.Dir, 0o755); err != nil {
-		return EngineStatus{}, fmt.Errorf("weightsync: register vLLM %s: %w", name, err)
+		return EngineStatus{}, fmt.Errorf("weight sync: register vLLM %s: %w", name, err)
 	}
 	if v.LoRAName == "" {
 		v.LoRAName = "policy"

@@ -64,12 +64,12 @@ func OpenMailbox(sys *actor.System, name string) (*Mailbox, error) {
 		return mailboxActor{in: m.in, addr: BulkAddr{Addr: sys.Bulk().Addr(), Name: name}}, nil
 	}})
 	if err != nil {
-		return nil, fmt.Errorf("shard: mailbox: %w", err)
+		return nil, fmt.Errorf("learner shards: mailbox: %w", err)
 	}
 	m.ref = ref
 	if m.unregister, err = sys.Bulk().HandlePush(name, m.receive); err != nil {
 		_ = sys.StopLocal(name, "closed")
-		return nil, fmt.Errorf("shard: mailbox: %w", err)
+		return nil, fmt.Errorf("learner shards: mailbox: %w", err)
 	}
 	return m, nil
 }
@@ -155,14 +155,14 @@ func (m *Mailbox) Close() {
 // (peers[rank] is m) for epoch; messages of earlier epochs are dropped.
 func (m *Mailbox) Transport(epoch uint64, rank int, peers []actor.Ref, o Options) (Transport, error) {
 	if rank < 0 || rank >= len(peers) {
-		return nil, fmt.Errorf("shard: rank %d of %d", rank, len(peers))
+		return nil, fmt.Errorf("learner shards: rank %d of %d", rank, len(peers))
 	}
 	if peers[rank] != m.ref {
-		return nil, fmt.Errorf("shard: rank %d's mailbox is %s, the group lists %s", rank, m.ref, peers[rank])
+		return nil, fmt.Errorf("learner shards: rank %d's mailbox is %s, the group lists %s", rank, m.ref, peers[rank])
 	}
 	for i, p := range peers {
 		if p.IsZero() {
-			return nil, fmt.Errorf("shard: rank %d has no mailbox", i)
+			return nil, fmt.Errorf("learner shards: rank %d has no mailbox", i)
 		}
 	}
 	m.in.forget(epoch)

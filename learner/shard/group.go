@@ -57,22 +57,22 @@ func (g *Group) Epoch() uint64 { return g.epoch }
 // checkpoint in dir first: a checkpoint written by any shard count.
 func (g *Group) Restart(ctx context.Context, ranks []actor.Ref, dir string) error {
 	if dir == "" {
-		return fmt.Errorf("shard: restart: no checkpoint directory")
+		return fmt.Errorf("learner shards: restart: no checkpoint directory")
 	}
 	return g.join(ctx, ranks, dir)
 }
 
 func (g *Group) join(ctx context.Context, ranks []actor.Ref, dir string) error {
 	if len(ranks) == 0 {
-		return fmt.Errorf("shard: group of no ranks")
+		return fmt.Errorf("learner shards: group of no ranks")
 	}
 	seen := map[actor.Ref]int{}
 	for i, r := range ranks {
 		if r.IsZero() {
-			return fmt.Errorf("shard: rank %d has an empty actor ref", i)
+			return fmt.Errorf("learner shards: rank %d has an empty actor ref", i)
 		}
 		if j, dup := seen[r]; dup {
-			return fmt.Errorf("shard: rank %d is rank %d's actor %s again", i, j, r)
+			return fmt.Errorf("learner shards: rank %d is rank %d's actor %s again", i, j, r)
 		}
 		seen[r] = i
 	}
@@ -114,7 +114,7 @@ func (g *Group) Gradients() string { return g.gradients }
 // error names the rank and its node.
 func (g *Group) Train(ctx context.Context, b learner.Batch) (learner.Stats, error) {
 	if g.failed != nil {
-		return learner.Stats{}, fmt.Errorf("shard: train: %w: %v", ErrGroupFailed, g.failed)
+		return learner.Stats{}, fmt.Errorf("learner shards: train: %w: %v", ErrGroupFailed, g.failed)
 	}
 	// Encoded at most once, and offered once for all the ranks on other
 	// nodes, before any rank is called: a batch that cannot be sent
@@ -122,7 +122,7 @@ func (g *Group) Train(ctx context.Context, b learner.Batch) (learner.Stats, erro
 	reqs, release, err := learner.PrepareTrain(g.sys, b, g.ranks)
 	if err != nil {
 		// Nothing was sent; the same batch would fail the same way.
-		g.answered = fmt.Errorf("shard: train (epoch %d): %w", g.epoch, err)
+		g.answered = fmt.Errorf("learner shards: train (epoch %d): %w", g.epoch, err)
 		return learner.Stats{}, g.answered
 	}
 	defer release()
@@ -133,7 +133,7 @@ func (g *Group) Train(ctx context.Context, b learner.Batch) (learner.Stats, erro
 	}
 	st, ok := replies[0].(learner.Stats)
 	if !ok {
-		return learner.Stats{}, fmt.Errorf("shard: train: rank 0 replied %T", replies[0])
+		return learner.Stats{}, fmt.Errorf("learner shards: train: rank 0 replied %T", replies[0])
 	}
 	return st, nil
 }
@@ -141,7 +141,7 @@ func (g *Group) Train(ctx context.Context, b learner.Batch) (learner.Stats, erro
 // Save writes a checkpoint of the group to dir (reachable by every rank).
 func (g *Group) Save(ctx context.Context, dir string) (learner.Saved, error) {
 	if g.failed != nil {
-		return learner.Saved{}, fmt.Errorf("shard: save: %w: %v", ErrGroupFailed, g.failed)
+		return learner.Saved{}, fmt.Errorf("learner shards: save: %w: %v", ErrGroupFailed, g.failed)
 	}
 	replies, err := g.fanOut(ctx, g.ranks, "save", func(int) any { return learner.SaveRequest{Dir: dir} }, nil)
 	if err != nil {
@@ -161,7 +161,7 @@ func (g *Group) SetAlgorithm(ctx context.Context, name string, lr float64) error
 // whole under ZeRO stages 0 and 1).
 func (g *Group) Weights(ctx context.Context, req learner.WeightsRequest) (learner.WeightsOffer, error) {
 	if g.failed != nil {
-		return learner.WeightsOffer{}, fmt.Errorf("shard: weights: %w: %v", ErrGroupFailed, g.failed)
+		return learner.WeightsOffer{}, fmt.Errorf("learner shards: weights: %w: %v", ErrGroupFailed, g.failed)
 	}
 	off, err := actor.CallAs[learner.WeightsOffer](ctx, g.sys, g.ranks[0], req)
 	g.answered = nil
@@ -324,9 +324,9 @@ func (g *Group) fanOut(ctx context.Context, ranks []actor.Ref, what string, msg 
 		// The caller gave up (a run stopped at once): say so in a way
 		// errors.Is sees, whatever the ranks answered.
 		g.answered = nil
-		return replies, fmt.Errorf("shard: %s (epoch %d): %w: %s", what, g.epoch, err, strings.Join(parts, "; "))
+		return replies, fmt.Errorf("learner shards: %s (epoch %d): %w: %s", what, g.epoch, err, strings.Join(parts, "; "))
 	}
-	err := fmt.Errorf("shard: %s (epoch %d): %s", what, g.epoch, strings.Join(parts, "; "))
+	err := fmt.Errorf("learner shards: %s (epoch %d): %s", what, g.epoch, strings.Join(parts, "; "))
 	g.answered = nil
 	if answeredAll(errs) {
 		g.answered = err

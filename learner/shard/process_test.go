@@ -232,7 +232,7 @@ func TestRankKilledMidStep(t *testing.T) {
 	// connection is reset), or one waiting on its shared buffer (its
 	// process has exited), and abort the others itself; either way the
 	// others' errors name rank 1.
-	if !strings.HasPrefix(msg, "shard: train (epoch 1): rank 1 ("+refs[1].Address+")") ||
+	if !strings.HasPrefix(msg, "learner shards: train (epoch 1): rank 1 ("+refs[1].Address+")") ||
 		!(strings.Contains(msg, "rank 1 ("+refs[1].Address+") is lost") || strings.Contains(msg, " to rank 1 (node "+refs[1].Address+"): ") ||
 			strings.Contains(msg, "rank 1 (node "+refs[1].Address+") died")) {
 		t.Errorf("error does not lead with the dead rank 1 at %s, nor say the others were aborted for it: %v", refs[1].Address, err)
@@ -303,7 +303,7 @@ func TestRankStoppedMidStep(t *testing.T) {
 		t.Fatal("the step succeeded with rank 1 stopped")
 	}
 	msg := err.Error()
-	if !strings.HasPrefix(msg, "shard: train (epoch 1): rank 1 ("+refs[1].Address+"): no reply within") || !(strings.Contains(msg, "rank 1 (node "+refs[1].Address+") sent nothing") || strings.Contains(msg, "rank 1 (node "+refs[1].Address+") took nothing")) {
+	if !strings.HasPrefix(msg, "learner shards: train (epoch 1): rank 1 ("+refs[1].Address+"): no reply within") || !(strings.Contains(msg, "rank 1 (node "+refs[1].Address+") sent nothing") || strings.Contains(msg, "rank 1 (node "+refs[1].Address+") took nothing")) {
 		t.Errorf("error does not say rank 0 waited on rank 1 and rank 1 never replied: %v", err)
 	}
 }

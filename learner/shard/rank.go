@@ -227,7 +227,7 @@ func (r *Rank) layTensors() error {
 		return err
 	}
 	if r.total < r.t.Size() {
-		return fmt.Errorf("shard: join: %d trainable elements for %d ranks", r.total, r.t.Size())
+		return fmt.Errorf("learner shards: join: %d trainable elements for %d ranks", r.total, r.t.Size())
 	}
 	r.freeFlat()
 	if s := r.ring.shm; s != nil {
@@ -241,7 +241,7 @@ func (r *Rank) layTensors() error {
 				v, err := s.newView(r.total)
 				s.view = v
 				if err != nil {
-					return fmt.Errorf("shard: view of the new layout: %w", err)
+					return fmt.Errorf("learner shards: view of the new layout: %w", err)
 				}
 			}
 			return nil
@@ -421,7 +421,7 @@ func (r *Rank) layOut(groups [][]int) error {
 	for _, g := range groups {
 		for _, i := range g {
 			if i < 0 || i >= n || seen[i] {
-				return fmt.Errorf("shard: join: gradient groups name tensor %d twice or out of [0, %d)", i, n)
+				return fmt.Errorf("learner shards: join: gradient groups name tensor %d twice or out of [0, %d)", i, n)
 			}
 			seen[i] = true
 			r.order = append(r.order, i)
@@ -430,7 +430,7 @@ func (r *Rank) layOut(groups [][]int) error {
 		}
 	}
 	if len(r.order) != n {
-		return fmt.Errorf("shard: join: gradient groups cover %d of %d trainable tensors", len(r.order), n)
+		return fmt.Errorf("learner shards: join: gradient groups cover %d of %d trainable tensors", len(r.order), n)
 	}
 	return nil
 }
@@ -476,14 +476,14 @@ func (r *Rank) takeOptimizer() error {
 		for _, prefix := range []string{optim.ExpAvgPrefix, optim.ExpAvgSqPrefix} {
 			v, ok := byName[prefix+r.names[p.ti]]
 			if !ok {
-				return fmt.Errorf("shard: rank %d: optimizer state has no %q", r.t.Rank(), prefix+r.names[p.ti])
+				return fmt.Errorf("learner shards: rank %d: optimizer state has no %q", r.t.Rank(), prefix+r.names[p.ti])
 			}
 			st.Tensors = append(st.Tensors, optim.Tensor{Name: prefix + p.name, Data: v[p.lo:p.hi]})
 		}
 	}
 	z := optim.NewAdamW(c.Beta1, c.Beta2, c.Eps, c.WeightDecay)
 	if err := z.LoadState(params, st); err != nil {
-		return fmt.Errorf("shard: rank %d: %w", r.t.Rank(), err)
+		return fmt.Errorf("learner shards: rank %d: %w", r.t.Rank(), err)
 	}
 	if err := r.l.Optimizer().LoadState(nil, optim.AdamWState{}); err != nil {
 		return err
@@ -525,7 +525,7 @@ func (r *Rank) update(_ int, params []*optim.Param, lr float64) (float64, error)
 	}
 	if len(params) != len(r.names) {
 		r.drop()
-		return 0, fmt.Errorf("shard: %d trainable tensors, joined with %d", len(params), len(r.names))
+		return 0, fmt.Errorf("learner shards: %d trainable tensors, joined with %d", len(params), len(r.names))
 	}
 	if err := r.finish(params); err != nil {
 		return 0, r.fail(fmt.Errorf("gradients: %w", err))
@@ -685,10 +685,10 @@ func (r *Rank) Save(dir string) error { return r.SaveContext(context.Background(
 // wrapping ctx's (learner.Learner.SaveContext).
 func (r *Rank) SaveContext(ctx context.Context, dir string) error {
 	if r.failed != nil {
-		return fmt.Errorf("shard: save %s: %w: %v", dir, ErrGroupFailed, r.failed)
+		return fmt.Errorf("learner shards: save %s: %w: %v", dir, ErrGroupFailed, r.failed)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("shard: save: %w", err)
+		return fmt.Errorf("learner shards: save: %w", err)
 	}
 	rank := r.t.Rank()
 	if r.stage == 0 || r.l.Config().OmitOptimizer {
@@ -700,7 +700,7 @@ func (r *Rank) SaveContext(ctx context.Context, dir string) error {
 		return nil
 	}
 	if err := r.l.SyncSlices(r.zopt); err != nil {
-		return fmt.Errorf("shard: save: rank %d: %w", rank, err)
+		return fmt.Errorf("learner shards: save: rank %d: %w", rank, err)
 	}
 	var parts []learner.OptimizerPart
 	st := r.zopt.State()
@@ -723,7 +723,7 @@ func (r *Rank) SaveContext(ctx context.Context, dir string) error {
 		q.ExpAvgSq = append(q.ExpAvgSq, sq...)
 	}
 	if err := learner.WriteOptimizerShard(dir, rank, r.t.Size(), r.zopt.StepCount(), parts); err != nil {
-		return fmt.Errorf("shard: save: rank %d: %w", rank, err)
+		return fmt.Errorf("learner shards: save: rank %d: %w", rank, err)
 	}
 	if rank == 0 {
 		return r.l.SaveModelContext(ctx, dir)
@@ -747,7 +747,7 @@ func RestartContext(ctx context.Context, l *learner.Learner, t Transport, epoch 
 	}
 	if dir != "" {
 		if err := l.LoadContext(ctx, dir); err != nil {
-			return nil, fmt.Errorf("shard: restart rank %d: %w", t.Rank(), err)
+			return nil, fmt.Errorf("learner shards: restart rank %d: %w", t.Rank(), err)
 		}
 	}
 	return Join(l, t, epoch, o)
