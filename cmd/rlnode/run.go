@@ -442,6 +442,10 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		return jobs.ExitNoRoom
 	case err != nil:
+		if *address != "" && errors.Is(err, cluster.ErrHeldBySelf) {
+			// Before the error: a job's FAILED cause is its driver's last line.
+			fmt.Fprintln(stderr, "rlnode run: the cluster is too small for this run: the room the rest of it needs is held by its own learners and rollout actors, and frees only when it ends; add nodes (rlnode join), give them more (--cpus, --gpus), or place less (placement.* in rlnode recipe show RECIPE --resolved)")
+		}
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		if newest != "" && cfg.Resumable() {
 			fmt.Fprintf(stderr, "%s%s with: %s\n", jobs.ResumeHint, filepath.Base(newest), resumeCommand(fs, dir))

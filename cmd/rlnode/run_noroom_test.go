@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/rlnode/rlnode/cluster"
@@ -48,5 +50,23 @@ func TestRunNoRoomNow(t *testing.T) {
 		if got := noRoomNow(c.err); got != c.want {
 			t.Errorf("%s: noRoomNow(%q) = %v, want %v", c.name, c.err, got, c.want)
 		}
+	}
+}
+
+// A run whose own learner holds the room its rollout actor needs (a
+// one-node cluster of one CPU) fails saying the cluster is too small for
+// it and what to do, before the placement error, which stays the last
+// line (a job's FAILED cause). It printed the placement error alone,
+// which a new user read as someone else holding the room.
+func TestRunClusterTooSmallSaysSo(t *testing.T) {
+	home := t.TempDir()
+	head := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--cpus", "1", "--gpus", "0")
+	_, errOut, code := runRlnode(t, home, "run", "quickstart", "--address", head.gossip, "--bind", "127.0.0.1:0", "--driver-only",
+		"--out", filepath.Join(t.TempDir(), "run"), "--set", "sft.steps=1", "--set", "schedule.steps=1")
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	last := lines[len(lines)-1]
+	if code != 1 || !strings.Contains(errOut, "the cluster is too small for this run") || !strings.Contains(errOut, "add nodes (rlnode join)") ||
+		!strings.Contains(last, cluster.ErrHeldBySelf.Error()) {
+		t.Errorf("run on a cluster of one CPU: exit %d, want 1, the hint, then the placement error last:\n%s", code, errOut)
 	}
 }
