@@ -73,6 +73,7 @@ type sbatchOptions struct {
 	RunCmd       string // replaces 'rlnode run ...' (shell text)
 	Port         int    // gossip port of the first node; 0 picks a free one
 	Detection    string // every node's --detection; "fast" (the default) is left off the command lines
+	VLLM         string // every node's --vllm command ("" none): set when the recipe launches vLLM servers
 	WaitTimeout  time.Duration
 	StopTimeout  time.Duration
 	GeneratedCmd string   // the command line that made the script, for its header
@@ -108,6 +109,7 @@ func sbatchCommand(args []string, stdout, stderr io.Writer) int {
 		"e.g. --run-cmd '\"$RLNODE\" status --json' for a smoke test of the allocation")
 	fs.IntVar(&o.Port, "port", 0, "gossip port of the first node (0 picks a free one)")
 	fs.StringVar(&o.Detection, "detection", "fast", "failure detection of every node and the driver: fast or lan (see rlnode start -h)")
+	fs.StringVar(&o.VLLM, "vllm", "", "the command every node starts a run's vLLM servers with (engines.*.vllm.launch), e.g. \"/opt/venv/bin/vllm serve\" (default: vllm serve when the recipe launches servers, else none)")
 	fs.DurationVar(&o.WaitTimeout, "wait-timeout", 5*time.Minute, "how long the job waits for all nodes to be up")
 	fs.DurationVar(&o.StopTimeout, "stop-timeout", 30*time.Second, "how long shutdown waits for each step before killing it")
 	fs.Var(&sets, "set", "recipe override KEY.PATH=VALUE (repeatable), checked now and passed to rlnode run")
@@ -303,11 +305,26 @@ func (o *sbatchOptions) check(r *recipes.Recipe) error {
 			learners = 2
 		}
 		need := float64(replicas)*p.Rollout.GPUs + float64(learners*p.LearnerShards)*p.Learner.GPUs
+		// Launched vLLM servers hold theirs; every node may start them.
+		var servers float64
+		for _, e := range []*recipes.Engine{&r.Engines.Policy, r.Engines.Feedback} {
+			if e != nil && e.VLLM != nil && e.VLLM.Launch != nil {
+				servers += float64(e.VLLM.Launch.Count) * e.VLLM.Launch.GPUs
+				if o.VLLM == "" {
+					o.VLLM = "vllm serve"
+				}
+			}
+		}
+		need += servers
 		have := float64(o.Nodes * o.GPUsPerNode)
 		switch {
 		case need > have:
-			errs = append(errs, fmt.Sprintf("the recipe's actors reserve %g GPUs (%d rollout actors × %g + %d learners × %d shards × %g) but %d nodes × %d GPUs give %g",
-				need, replicas, p.Rollout.GPUs, learners, p.LearnerShards, p.Learner.GPUs, o.Nodes, o.GPUsPerNode, have))
+			launched := ""
+			if servers > 0 {
+				launched = fmt.Sprintf(" + %g for launched vLLM servers", servers)
+			}
+			errs = append(errs, fmt.Sprintf("the recipe's actors reserve %g GPUs (%d rollout actors × %g + %d learners × %d shards × %g%s) but %d nodes × %d GPUs give %g",
+				need, replicas, p.Rollout.GPUs, learners, p.LearnerShards, p.Learner.GPUs, launched, o.Nodes, o.GPUsPerNode, have))
 		case p.Rollout.GPUs > float64(o.GPUsPerNode) || p.Learner.GPUs > float64(o.GPUsPerNode):
 			errs = append(errs, fmt.Sprintf("one actor reserves more GPUs (rollout %g, learner %g) than a node has (%d)", p.Rollout.GPUs, p.Learner.GPUs, o.GPUsPerNode))
 		case need == 0 && o.GPUsPerNode > 0:
@@ -437,6 +454,7 @@ func sbatchScript(o sbatchOptions) (string, error) {
 		"Rlnode":      shellQuote(o.Rlnode),
 		"Out":         out,
 		"RunCmd":      shellQuote(runCmd),
+		"VLLM":        shellQuote(o.VLLM),
 		"WaitS":       int(o.WaitTimeout.Seconds()),
 		"StopS":       int(o.StopTimeout.Seconds()),
 		"Recipe":      commentLine(o.Recipe),
@@ -493,6 +511,9 @@ export RLNODE_NODES={{.O.Nodes}}
 export RLNODE_GPUS_PER_NODE={{.O.GPUsPerNode}}
 export RLNODE_OUT={{.Out}}
 export RLNODE_KEY="$RLNODE_OUT/cluster.key"  # shared through the run directory
+{{- if .O.VLLM}}
+export RLNODE_VLLM_CMD={{.VLLM}}  # every node may start the run's vLLM servers (engines.*.vllm.launch)
+{{- end}}
 {{- if .O.Serve}}
 RLNODE_ADDRESS_FILE={{.AddressFile}}
 export RLNODE_ADDRESS_FILE=${RLNODE_ADDRESS_FILE//%j/$SLURM_JOB_ID}
@@ -628,7 +649,7 @@ trap cleanup EXIT
 trap 'log "signal received"; exit 143' TERM INT
 
 log "job $SLURM_JOB_ID: $RLNODE_NODES nodes ($SLURM_JOB_NODELIST), first $HEAD_NODE at $RLNODE_HEAD_ADDR, run directory $RLNODE_OUT"
-"$RLNODE" start --bind "$NODE_IP:{{.O.Port}}"{{if .O.Serve}} --status-bind "$NODE_IP:{{.O.ControlPort}}"{{end}} --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}"{{if ne .O.Detection "fast"}} --detection {{.O.Detection}}{{end}} \
+"$RLNODE" start --bind "$NODE_IP:{{.O.Port}}"{{if .O.Serve}} --status-bind "$NODE_IP:{{.O.ControlPort}}"{{end}} --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}"{{if ne .O.Detection "fast"}} --detection {{.O.Detection}}{{end}}{{if .O.VLLM}} --vllm "$RLNODE_VLLM_CMD"{{end}} \
   --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1 &
 HEAD_PID=$!
 
@@ -660,7 +681,7 @@ if [ ! -x "$RLNODE" ]; then
   exit 127
 fi
 for ((i = 0; i < 600; i++)); do [ -s "$RLNODE_KEY" ] && break; sleep 0.1; done
-exec "$RLNODE" join "$RLNODE_GOSSIP" --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}"{{if ne .O.Detection "fast"}} --detection {{.O.Detection}}{{end}} \
+exec "$RLNODE" join "$RLNODE_GOSSIP" --bind "$NODE_IP:0" --key-file "$RLNODE_KEY" --gpus "$(gpus_here)" --cpus "${SLURM_CPUS_PER_TASK:-0}"{{if ne .O.Detection "fast"}} --detection {{.O.Detection}}{{end}}{{if .O.VLLM}} --vllm "$RLNODE_VLLM_CMD"{{end}} \
   --label "slurm_node=$NODE_NAME" >"$RLNODE_OUT/node-$NODE_NAME.log" 2>&1'
   export NODE_ENV
   srun --job-name=rlnode-join --nodes=$((RLNODE_NODES - 1)) --ntasks=$((RLNODE_NODES - 1)) --ntasks-per-node=1 \

@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/cuda"
+	"github.com/rlnode/rlnode/train"
 )
 
 // The generated scripts' text is pinned by golden files (regenerate with
@@ -628,5 +630,55 @@ func TestSbatchServeControlPortTaken(t *testing.T) {
 	}
 	if fileExists(filepath.Join(tmp, "rlnode-4344.address")) {
 		t.Error("an address file was written")
+	}
+}
+
+// A recipe that launches vLLM servers: every node of the script is
+// started with --vllm (vllm serve, or --vllm COMMAND), and the servers'
+// GPUs count against the allocation.
+func TestSbatchLaunchesVLLM(t *testing.T) {
+	home := t.TempDir()
+	model := t.TempDir()
+	if _, err := learner.InitCheckpoint(train.Quickstart("").Model, "quickstart", model, 1); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"sbatch", "quickstart", "--nodes", "2", "--gpus-per-node", "2",
+		"--set", "deterministic=false", "--set", "engines.policy.kind=vllm", "--set", fmt.Sprintf("models.policy={path: %q}", model),
+		"--set", "placement.learner.gpus=1"}
+	launch := func(count int) []string {
+		return []string{"--set", fmt.Sprintf("engines.policy.vllm={model: served, launch: {count: %d, gpus: 1}}", count)}
+	}
+	for _, c := range []struct {
+		extra []string
+		cmd   string
+	}{
+		{launch(2), "'vllm serve'"},
+		{append(launch(3), "--vllm", "/opt/venv/bin/vllm serve"), "'/opt/venv/bin/vllm serve'"},
+	} {
+		script, errOut, code := runRlnode(t, home, append(base, c.extra...)...)
+		if code != 0 {
+			t.Fatalf("sbatch %v: exit %d\n%s", c.extra, code, errOut)
+		}
+		if !strings.Contains(script, "export RLNODE_VLLM_CMD="+c.cmd+" ") {
+			t.Errorf("sbatch %v: the script does not export RLNODE_VLLM_CMD=%s", c.extra, c.cmd)
+		}
+		if n := strings.Count(script, `--vllm "$RLNODE_VLLM_CMD"`); n != 2 {
+			t.Errorf("sbatch %v: --vllm on %d node command lines, want 2 (start and join)", c.extra, n)
+		}
+		path := filepath.Join(t.TempDir(), "job.sh")
+		if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("bash", "-n", path).CombinedOutput(); err != nil {
+			t.Errorf("sbatch %v: bash -n: %v\n%s", c.extra, err, out)
+		}
+	}
+	_, errOut, code := runRlnode(t, home, append(base, launch(4)...)...)
+	if code != 2 || !strings.Contains(errOut, "reserve 5 GPUs") || !strings.Contains(errOut, "+ 4 for launched vLLM servers") {
+		t.Errorf("4 launched servers and a learner on 2 × 2 GPUs: exit %d, %s", code, errOut)
+	}
+	script, _, _ := runRlnode(t, home, "sbatch", "quickstart", "--nodes", "1", "--gpus-per-node", "0")
+	if strings.Contains(script, "RLNODE_VLLM_CMD") {
+		t.Error("a recipe that launches nothing got --vllm")
 	}
 }
