@@ -447,3 +447,64 @@ func TestNewContextGivesUp(t *testing.T) {
 		}
 	}
 }
+
+// A batch whose bad value sits in a later mini-batch is refused before
+// the first optimizer step, not when the loss reaches that mini-batch:
+// mask values other than 0 or 1, and a policy whose pre-pass gives
+// non-finite old log probabilities (a diverged model).
+func TestTrainRefusesBadBatchBeforeAnyStep(t *testing.T) {
+	masked := func(b *Batch, v float32) {
+		b.Masks = make([][]float32, len(b.Responses))
+		for i, r := range b.Responses {
+			b.Masks[i] = ones(len(r))
+		}
+		b.Masks[6][1] = v // in the second mini-batch
+	}
+	for _, tc := range []struct {
+		name, alg, want string
+		edit            func(*Batch)
+		poison          bool
+	}{
+		{"sft mask 2", SFT, "masks[6][1] is 2, want 0 or 1", func(b *Batch) { masked(b, 2) }, false},
+		{"sft mask -1", SFT, "masks[6][1] is -1, want 0 or 1", func(b *Batch) { masked(b, -1) }, false},
+		{"grpo mask 0.5", GRPO, "masks[6][1] is 0.5, want 0 or 1", func(b *Batch) { masked(b, 0.5) }, false},
+		{"given advantages mask 2", GRPO, "masks[6][1] is 2, want 0 or 1", func(b *Batch) {
+			masked(b, 2)
+			b.Advantages = make([][]float32, len(b.Responses))
+			for i, r := range b.Responses {
+				b.Advantages[i] = ones(len(r))
+			}
+		}, false},
+		{"mask NaN", GRPO, "masks[6][1] is NaN", func(b *Batch) { masked(b, float32(math.NaN())) }, false},
+		{"diverged policy", GRPO, "old log probs[0][0] is NaN", func(*Batch) {}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tinyConfig(tc.alg)
+			c.MiniBatches = 2
+			l := newLearner(t, c)
+			if tc.poison {
+				m := l.Model()
+				nan := make([]float32, m.Norm.Len())
+				for i := range nan {
+					nan[i] = float32(math.NaN())
+				}
+				m.B.Upload(m.Norm.W, nan)
+			}
+			b := groupBatch()
+			tc.edit(&b)
+			before := l.PolicyWeights()
+			_, err := l.Train(b)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			if l.Step() != 0 {
+				t.Errorf("a refused batch took %d optimizer steps", l.Step())
+			}
+			if !tc.poison {
+				if d := maxDiff(before, l.PolicyWeights()); d != 0 {
+					t.Errorf("a refused batch changed the weights by %v", d)
+				}
+			}
+		})
+	}
+}

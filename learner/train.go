@@ -366,6 +366,16 @@ func (l *Learner) prepare(ctx context.Context, b Batch) (*prepared, error) {
 	if err := perToken("masks", p.masks, true); err != nil {
 		return nil, err
 	}
+	// The losses refuse any other mask value too, but only when they
+	// reach the sequence's micro-batch: after the optimizer steps of the
+	// mini-batches before it.
+	for i, m := range p.masks {
+		for t, x := range m {
+			if x != 0 && x != 1 {
+				return nil, fmt.Errorf("batch: masks[%d][%d] is %v, want 0 or 1", i, t, x)
+			}
+		}
+	}
 	if err := perToken("sample_logprobs", b.SampleLogProbs, cfg.policyGradient() && cfg.Loss.TISCap > 0); err != nil {
 		return nil, err
 	}
@@ -589,7 +599,37 @@ func (l *Learner) prepare(ctx context.Context, b Batch) (*prepared, error) {
 			return nil, err
 		}
 	}
+	if err := p.checkFinite(); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// checkFinite refuses a prepared batch whose per-token numbers are not
+// finite at a loss token: the pre-pass's old log probs and values (a
+// diverged model), the advantages, returns and weights. The losses would
+// refuse them too, but at the micro-batch that holds them, after the
+// optimizer steps of the mini-batches before it; here no weight has
+// changed yet.
+func (p *prepared) checkFinite() error {
+	for _, f := range []struct {
+		name string
+		v    [][]float32
+	}{{"old log probs", p.old}, {"old values", p.oldVal}, {"advantages", p.adv}, {"returns", p.returns}} {
+		for i, seq := range f.v {
+			for t, x := range seq {
+				if p.masks[i][t] != 0 && (math.IsNaN(float64(x)) || math.IsInf(float64(x), 0)) {
+					return fmt.Errorf("batch: %s[%d][%d] is %v at a loss token", f.name, i, t, x)
+				}
+			}
+		}
+	}
+	for i, w := range p.weights {
+		if math.IsNaN(w) || math.IsInf(w, 0) {
+			return fmt.Errorf("batch: sequence weights[%d] is %v", i, w)
+		}
+	}
+	return nil
 }
 
 // rewardKL is KLInReward's per-token KL of the pre-pass's log probabilities
