@@ -15,6 +15,7 @@ import (
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/learner/shard"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
@@ -507,6 +508,11 @@ func (r *run) syncAll(ctx context.Context) error {
 func (r *run) syncWeights(ctx context.Context, p *policy) error {
 	version := int64(r.step)
 	if err := p.server.Publish(ctx, version, r.source(p)); err != nil {
+		if errors.Is(err, safetensors.ErrNotFinite) {
+			// A diverged step: the run stops; the engines serve the
+			// version before, and no checkpoint of it is written.
+			return fmt.Errorf("%s weights of step %d are not finite (the learner's step diverged; the engines keep the version before): %w", p.id, version, err)
+		}
 		return fmt.Errorf("%s version %d: %w", p.id, version, err)
 	}
 	if p == r.solver {
@@ -750,6 +756,9 @@ func (r *run) saveBeforeFailing(ctx context.Context, m *Metrics, err error) erro
 	}
 	if _, ok := errors.AsType[*shard.Failure](err); ok {
 		return err
+	}
+	if errors.Is(err, safetensors.ErrNotFinite) {
+		return err // the weights diverged: a checkpoint of them would resume nothing
 	}
 	dir := filepath.Join(r.cfg.Out, "checkpoints", fmt.Sprintf("step-%d", r.step))
 	if cerr := r.checkpoint(ctx, dir); cerr != nil {

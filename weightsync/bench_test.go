@@ -26,8 +26,18 @@ func benchConfig() model.Config {
 		RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
 }
 
-func benchUpdate(b *testing.B) (string, weights.Update) {
-	m, err := model.New(benchConfig(), cpu.New())
+// quickstartConfig is the quickstart recipe's model (models.policy.init):
+// about 0.5 M parameters.
+func quickstartConfig() model.Config {
+	return model.Config{Architecture: model.Qwen2, HiddenSize: 128, IntermediateSize: 384, NumLayers: 2,
+		NumHeads: 4, NumKVHeads: 2, HeadDim: 32, VocabSize: 768, MaxPositions: 64,
+		RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true, AttentionBias: true, TorchDType: "float32"}
+}
+
+func benchUpdate(b *testing.B) (string, weights.Update) { return benchUpdateOf(b, benchConfig()) }
+
+func benchUpdateOf(b *testing.B, cfg model.Config) (string, weights.Update) {
+	m, err := model.New(cfg, cpu.New())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -42,35 +52,72 @@ func benchUpdate(b *testing.B) (string, weights.Update) {
 // offer, decodes it and swaps it in. BenchmarkBulkFetch is one plain pull
 // of the same payload, the floor a push to one engine can reach.
 func BenchmarkPublish(b *testing.B) {
-	dir, u := benchUpdate(b)
-	for _, engines := range []int{1, 3} {
-		b.Run(fmt.Sprintf("engines=%d", engines), func(b *testing.B) {
-			n := embedded(b)
-			refs := spawnEngines(b, n, "bench-", dir, "", engines)
-			s, err := Start(context.Background(), n, 0, Config{})
+	for _, tc := range []struct {
+		name    string
+		cfg     model.Config
+		engines []int
+	}{{"", benchConfig(), []int{1, 3}}, {"quickstart/", quickstartConfig(), []int{1}}} {
+		dir, u := benchUpdateOf(b, tc.cfg)
+		for _, engines := range tc.engines {
+			benchPublish(b, fmt.Sprintf("%sengines=%d", tc.name, engines), dir, u, engines)
+		}
+	}
+}
+
+// BenchmarkCheckFinite is the publisher's check that a version holds no
+// NaN or infinity (Syncer.Publish runs it once a version; each native
+// engine once more on what it swaps in): the quickstart model's weights
+// and the ~39 MB model's.
+func BenchmarkCheckFinite(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		cfg  model.Config
+	}{{"quickstart", quickstartConfig()}, {"39MB", benchConfig()}} {
+		_, u := benchUpdateOf(b, tc.cfg)
+		var n int64
+		for _, v := range u.Tensors {
+			n += 4 * int64(len(v))
+		}
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(n)
+			for b.Loop() {
+				if err := weights.CheckFinite(u.Tensors); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// benchPublish publishes u, saved in dir as the engines' starting model,
+// to that many native engines, once per iteration.
+func benchPublish(b *testing.B, name, dir string, u weights.Update, engines int) {
+	b.Run(name, func(b *testing.B) {
+		n := embedded(b)
+		refs := spawnEngines(b, n, "bench-", dir, "", engines)
+		s, err := Start(context.Background(), n, 0, Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		for _, r := range refs {
+			if err := s.Register(context.Background(), r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		var bytes int
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			rep, err := s.Publish(ctx, int64(i+1), u)
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer s.Close()
-			for _, r := range refs {
-				if err := s.Register(context.Background(), r); err != nil {
-					b.Fatal(err)
-				}
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			var bytes int
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				rep, err := s.Publish(ctx, int64(i+1), u)
-				if err != nil {
-					b.Fatal(err)
-				}
-				bytes = rep.Bytes
-			}
-			b.SetBytes(int64(bytes))
-		})
-	}
+			bytes = rep.Bytes
+		}
+		b.SetBytes(int64(bytes))
+	})
 }
 
 func BenchmarkBulkFetch(b *testing.B) {

@@ -2,6 +2,8 @@ package weightsync
 
 import (
 	"context"
+	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -277,4 +279,79 @@ func startPushedRollout(t *testing.T, ctx context.Context, replicas int) (*Rollo
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s, src, cfg
+}
+
+// poison puts a NaN into value 3 of m's final norm, as a diverged learner
+// step leaves its weights.
+func poison(m *model.Model) {
+	v := make([]float32, m.Norm.Len())
+	m.B.Download(v, m.Norm.W)
+	v[3] = float32(math.NaN())
+	m.B.Upload(m.Norm.W, v)
+}
+
+// A version holding a NaN is refused before any engine loads it, with an
+// error naming the version and the tensor; the engines keep serving the
+// version before.
+func TestPublishRefusesNonFiniteWeights(t *testing.T) {
+	const want = `tensor "model.norm.weight"`
+	refused := func(t *testing.T, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "version 2") || !strings.Contains(err.Error(), "NaN") || !errors.Is(err, safetensors.ErrNotFinite) {
+			t.Fatalf("publish of a NaN version: error %v, want one naming version 2, %s and NaN", err, want)
+		}
+	}
+	t.Run("engine", func(t *testing.T) {
+		cfg := nativetest.Config()
+		s, err := StartEngine(context.Background(), &cfg, "", native.Config{MaxBatch: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ctx := testCtx(t, 60*time.Second)
+		src := &modelSource{m: nativetest.Model(t, cfg, 2)}
+		if err := s.Publish(ctx, 1, src); err != nil {
+			t.Fatal(err)
+		}
+		good := nativetest.Model(t, cfg, 2)
+		poison(src.m)
+		refused(t, s.Publish(ctx, 2, src))
+		checkAgainst(t, "after the refused version", good, greedy(t, s), 1)
+	})
+	t.Run("vllm", func(t *testing.T) {
+		opts := vllmtest.Options{Model: "tiny", Vocab: tokenizer.BuiltinVocabSize}
+		a := vllmtest.New(opts)
+		defer a.Close()
+		ctx := testCtx(t, 60*time.Second)
+		s, err := StartVLLM(ctx, VLLMConfig{Policy: "solver", Client: vllm.Config{Servers: []string{a.URL()}, Model: "tiny"},
+			Dir: t.TempDir(), ReloadTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		src := &modelSource{m: nativetest.Model(t, nativetest.Config(), 2)}
+		if err := s.Publish(ctx, 1, src); err != nil {
+			t.Fatal(err)
+		}
+		poison(src.m)
+		refused(t, s.Publish(ctx, 2, src))
+		if rl := a.Reloads(); len(rl) != 1 || s.WeightVersion() != 1 {
+			t.Errorf("reloads %+v, version %d: want only version 1's", rl, s.WeightVersion())
+		}
+	})
+	t.Run("rollout", func(t *testing.T) {
+		ctx := testCtx(t, 2*time.Minute)
+		s, src, cfg := startPushedRollout(t, ctx, 2)
+		src.m = nativetest.Model(t, cfg, 3)
+		if err := s.Publish(ctx, 1, src); err != nil {
+			t.Fatal(err)
+		}
+		good := nativetest.Model(t, cfg, 3)
+		poison(src.m)
+		refused(t, s.Publish(ctx, 2, src))
+		if rs := s.Status().Replicas; rs == nil || rs.Live != 2 || rs.Replaced != 0 {
+			t.Errorf("replicas %+v after the refused version, want the 2 engines kept", rs)
+		}
+		checkAgainst(t, "after the refused version", good, greedy(t, s), 1)
+	})
 }

@@ -423,6 +423,10 @@ func (s *Syncer) VersionFor(ctx context.Context, step int64) (int64, error) {
 // ErrEngineFailed), the others serve version. Publishes run one at a time.
 func (s *Syncer) Publish(ctx context.Context, version int64, u weights.Update) (Report, error) {
 	start := time.Now()
+	if err := weights.CheckFinite(u.Tensors); err != nil {
+		// Before any engine is asked: they keep the version they serve.
+		return Report{}, fmt.Errorf("publish version %d: %w", version, err)
+	}
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -554,6 +558,9 @@ func (s *Syncer) Publish(ctx context.Context, version int64, u weights.Update) (
 func (s *Syncer) Keep(ctx context.Context, version int64, u weights.Update) error {
 	if u.LoRA != nil {
 		return fmt.Errorf("keep version %d: a LoRA update: kept weights must be full", version)
+	}
+	if err := weights.CheckFinite(u.Tensors); err != nil {
+		return fmt.Errorf("keep version %d: %w", version, err)
 	}
 	blob, err := weights.Encode(version, u)
 	if err != nil {

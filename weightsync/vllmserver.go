@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/vllm"
 	"github.com/rlnode/rlnode/rollout/weights"
@@ -148,6 +149,9 @@ func (s *VLLMServer) loadAdapter(ctx context.Context, version int64, u weights.U
 			s.base = false
 		}
 	}
+	if err := weights.CheckFinite(u.Tensors); err != nil {
+		return fmt.Errorf("adapter of version %d for vLLM: %w", version, err)
+	}
 	dir := filepath.Join(s.cfg.Dir, "step-"+strconv.FormatInt(version, 10))
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("vLLM weights: %w", err)
@@ -197,6 +201,10 @@ func (s *VLLMServer) reload(ctx context.Context, version int64, prefix string, s
 	if err := src.WriteModel(ctx, tmp); err != nil {
 		_ = os.RemoveAll(tmp)
 		return err
+	}
+	if err := checkFiniteModel(ctx, tmp); err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("model of version %d for vLLM: %w", version, err)
 	}
 	dir := filepath.Join(s.cfg.Dir, prefix+strconv.FormatInt(version, 10))
 	if err := os.RemoveAll(dir); err != nil {
@@ -284,3 +292,26 @@ func (s *VLLMServer) prune(prefix string, below int64) {
 }
 
 var _ PolicyServer = (*VLLMServer)(nil)
+
+// checkFiniteModel refuses a written model holding a NaN or an infinity
+// (a diverged learner step), before any server is asked to load it: vLLM
+// would serve it without a word.
+func checkFiniteModel(ctx context.Context, dir string) error {
+	ck, err := safetensors.OpenCheckpointContext(ctx, dir)
+	if err != nil {
+		return err
+	}
+	for _, name := range ck.Names() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, _, ok := ck.Tensor(name)
+		if !ok {
+			return fmt.Errorf("%s: tensor %q listed but not found", dir, name)
+		}
+		if _, err := t.FiniteFloat32(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

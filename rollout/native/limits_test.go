@@ -387,7 +387,7 @@ func TestNonFinite(t *testing.T) {
 		for i := range v {
 			v[i] = good[i%len(good)]
 		}
-		if got := nonFinite(v); got != -1 {
+		if got := FirstNonFinite(v); got != -1 {
 			t.Fatalf("%d finite values: %d", n, got)
 		}
 		for at := range n {
@@ -397,7 +397,7 @@ func TestNonFinite(t *testing.T) {
 				if at+1 < n {
 					w[n-1] = bad[0] // a later one does not hide the first
 				}
-				if got := nonFinite(w); got != at {
+				if got := FirstNonFinite(w); got != at {
 					t.Fatalf("%v at %d of %d: found at %d", x, at, n, got)
 				}
 			}

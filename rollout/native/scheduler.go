@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/safetensors"
 )
 
 // seq is one sample being decoded.
@@ -394,8 +395,8 @@ func (e *Engine) SetWeights(ctx context.Context, version int64, weights map[stri
 		case len(v) != p.Len():
 			return fmt.Errorf("native engine: set weights version %d: tensor %q: %d values, want %d (shape %v)", version, name, len(v), p.Len(), p.Shape)
 		}
-		if i := nonFinite(v); i >= 0 {
-			return fmt.Errorf("native engine: set weights version %d: tensor %q: value %d is %v", version, name, i, v[i])
+		if i := FirstNonFinite(v); i >= 0 {
+			return fmt.Errorf("native engine: set weights version %d: tensor %q: value %d is %v: %w", version, name, i, v[i], safetensors.ErrNotFinite)
 		}
 		sw.params = append(sw.params, p)
 		sw.data = append(sw.data, v)
@@ -425,10 +426,10 @@ func (e *Engine) SetWeights(ctx context.Context, version int64, weights map[stri
 	}
 }
 
-// nonFinite is the index of v's first NaN or infinity (an exponent of
-// all ones), or -1: integer tests, four values a step, at a fraction of
-// the cost of math.IsNaN and math.IsInf on a version's every weight.
-func nonFinite(v []float32) int {
+// FirstNonFinite is the index of v's first NaN or infinity (an exponent
+// of all ones), or -1: integer tests, four values a step, at a fraction
+// of the cost of math.IsNaN and math.IsInf on a version's every weight.
+func FirstNonFinite(v []float32) int {
 	const exp = 0x7f800000
 	i := 0
 	for ; i+4 <= len(v); i += 4 {

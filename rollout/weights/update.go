@@ -12,6 +12,7 @@ import (
 
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/safetensors"
+	"github.com/rlnode/rlnode/rollout/native"
 )
 
 // Update is one policy version's weights: full tensors (all or some of the
@@ -368,4 +369,24 @@ func loraBaseNames(u Update) ([]string, error) {
 		out[i] = ad.module + ".weight"
 	}
 	return out, nil
+}
+
+// CheckFinite refuses weights holding a NaN or an infinity, the mark of
+// a diverged learner step, naming the first such tensor (by name order)
+// and the value's index; the error wraps safetensors.ErrNotFinite. A
+// version refused here reaches no engine, which keeps serving the one
+// before.
+func CheckFinite(tensors map[string][]float32) error {
+	names := make([]string, 0, len(tensors))
+	for n := range tensors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		v := tensors[n]
+		if i := native.FirstNonFinite(v); i >= 0 {
+			return fmt.Errorf("tensor %q: value %d is %v: %w", n, i, v[i], safetensors.ErrNotFinite)
+		}
+	}
+	return nil
 }
