@@ -353,7 +353,7 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 	if req.WorkingDir != "" {
 		var code int
 		var err error
-		if made, code, err = unpackWorkingDir(node, cfg, req); err != nil {
+		if made, code, err = unpackWorkingDir(ctx, node, cfg, req); err != nil {
 			return Info{}, code, err
 		}
 		defer func() { made.undo() }()

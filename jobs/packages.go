@@ -81,14 +81,31 @@ func (s *packageStore) path(sha string) string { return filepath.Join(s.dir, sha
 // has says whether the package is held, with its size, and keeps it
 // another PackageTTL.
 func (s *packageStore) has(sha string) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hasLocked(sha)
+}
+
+// hasLocked is has with mu held: a sweep, which holds it too, cannot
+// remove the package between the look and the new time, so a package
+// has (a GET) confirmed lives PackageTTL more, past the submit that names
+// it; one that is gone by the time its time moves on is not held.
+func (s *packageStore) hasLocked(sha string) (int64, bool) {
 	fi, err := os.Stat(s.path(sha))
 	if err != nil || !fi.Mode().IsRegular() {
 		return 0, false
 	}
+	afterPackageStat(s)
 	now := s.now()
-	_ = os.Chtimes(s.path(sha), now, now)
+	if err := os.Chtimes(s.path(sha), now, now); err != nil {
+		return 0, false
+	}
 	return fi.Size(), true
 }
+
+// afterPackageStat runs between has's look at a package and its new time
+// (tests sweep there).
+var afterPackageStat = func(*packageStore) {}
 
 // sweep removes the packages unused for PackageTTL, and uploads left
 // torn by a node that died or by a request that ended (a live upload
@@ -213,7 +230,11 @@ func (d *diskChecked) Write(b []byte) (int, error) {
 // open opens a held package to unpack it, and keeps it another
 // PackageTTL.
 func (s *packageStore) open(sha string) (*os.File, error) {
-	if _, ok := s.has(sha); !ok {
+	// Opened under mu: a sweep may remove it after, not before (an open
+	// file is read whole on removal too).
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.hasLocked(sha); !ok {
 		return nil, fmt.Errorf("working dir package %s: this node holds no such package (uploads are kept %v after their last use): upload it again (rlnode submit --working-dir does)", sha, PackageTTL)
 	}
 	return os.Open(s.path(sha))
@@ -384,6 +405,34 @@ func (m *madeRunDir) undo() {
 	}
 }
 
+// MaxUnpacks bounds the working dirs a node unpacks at once: each writes
+// up to MaxWorkingDirBytes, and submits beside each other, a stranger's
+// among them, must not share the node's disk and CPU among more.
+const MaxUnpacks = 2
+
+// unpacking holds the turns of the unpacks a node runs.
+var unpacking = make(chan struct{}, MaxUnpacks)
+
+// unpackWait is how long a submit waits for its turn to unpack (a
+// variable so that tests can lower it): a minute of the SubmitTime its
+// client waits for an answer, the recipe's check (MaxCheckTime) after it.
+var unpackWait = time.Minute
+
+// unpackTurn waits for a turn to unpack, within unpackWait and while
+// ctx lasts, and returns what gives it back.
+func unpackTurn(ctx context.Context, node interface{ ID() string }) (func(), error) {
+	timer := time.NewTimer(unpackWait)
+	defer timer.Stop()
+	select {
+	case unpacking <- struct{}{}:
+		return func() { <-unpacking }, nil
+	case <-timer.C:
+		return nil, fmt.Errorf("node %s is unpacking %d other working dirs (its most at once), and this one's turn did not come within %v: not submitted; try again", node.ID(), MaxUnpacks, unpackWait)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("not submitted: the request ended while waiting for its turn to unpack the working dir on node %s (%v)", node.ID(), ctx.Err())
+	}
+}
+
 // outChecked runs once a working-dir submit found its run folder new or
 // empty, before it claims it (tests run a rival submit here).
 var outChecked = func() {}
@@ -391,7 +440,7 @@ var outChecked = func() {}
 // unpackWorkingDir unpacks req's working dir package into its run folder:
 // req.Out (absolute, new or empty) or, without one, cfg.RunsDir/RECIPE-DATE
 // reserved here.
-func unpackWorkingDir(node interface{ ID() string }, cfg Config, req SubmitRequest) (*madeRunDir, int, error) {
+func unpackWorkingDir(ctx context.Context, node interface{ ID() string }, cfg Config, req SubmitRequest) (*madeRunDir, int, error) {
 	host.Lock()
 	store := host.store
 	host.Unlock()
@@ -410,6 +459,11 @@ func unpackWorkingDir(node interface{ ID() string }, cfg Config, req SubmitReque
 	case req.Out != "" && !filepath.IsAbs(req.Out):
 		return nil, http.StatusBadRequest, fmt.Errorf("out %s: want an absolute path", req.Out)
 	}
+	release, err := unpackTurn(ctx, node)
+	if err != nil {
+		return nil, http.StatusServiceUnavailable, err
+	}
+	defer release()
 	f, err := store.open(req.WorkingDir)
 	if err != nil {
 		return nil, http.StatusBadRequest, err
@@ -476,7 +530,7 @@ func unpackWorkingDir(node interface{ ID() string }, cfg Config, req SubmitReque
 		return nil, http.StatusBadRequest, fmt.Errorf("run folder %s (node %s): %w", m.out, node.ID(), err)
 	}
 	m.madeWorkingDir = true
-	if _, err := unpackInto(f, m.workingDir); err != nil {
+	if _, err := unpackInto(ctx, f, m.workingDir); err != nil {
 		m.undo()
 		return nil, http.StatusBadRequest, fmt.Errorf("node %s: %w", node.ID(), err)
 	}

@@ -11,7 +11,10 @@ package jobs
 
 import (
 	"archive/tar"
+	"bufio"
+	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -53,6 +56,11 @@ const diskReserve = 1 << 30
 // diskFree reads the free space where a node writes (a variable so that
 // tests can make a disk full).
 var diskFree = statfsFree
+
+// DiskFree is the bytes an unprivileged writer may still put on the
+// filesystem that holds dir; ok is false where it cannot be read (the
+// submitting host checks its temporary folder with it).
+func DiskFree(dir string) (free int64, ok bool) { return statfsFree(dir) }
 
 // checkDisk refuses writing n more bytes into dir when that would leave
 // less than diskReserve free there.
@@ -305,7 +313,7 @@ func UnpackWorkingDir(r io.Reader, dst string) (UnpackStats, error) {
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		return UnpackStats{}, fmt.Errorf("working dir: %w", err)
 	}
-	st, err := unpackInto(r, dst)
+	st, err := unpackInto(context.Background(), r, dst)
 	if err != nil {
 		_ = os.RemoveAll(dst)
 	}
@@ -313,17 +321,33 @@ func UnpackWorkingDir(r io.Reader, dst string) (UnpackStats, error) {
 }
 
 // unpackInto is UnpackWorkingDir into dst, a folder made for it, which
-// it leaves as it is on error.
-func unpackInto(r io.Reader, dst string) (st UnpackStats, err error) {
-	zr, err := gzip.NewReader(r)
+// it leaves as it is on error; it gives up, between entries, once ctx
+// is done.
+func unpackInto(ctx context.Context, r io.Reader, dst string) (st UnpackStats, err error) {
+	// gzip reads r through br, a ByteReader, and no further than its
+	// member's end: what br holds after it is what followed the member.
+	br := bufio.NewReader(r)
+	zr, err := gzip.NewReader(br)
 	if err != nil {
 		return st, fmt.Errorf("working dir package: %w", err)
 	}
 	zr.Multistream(false)
-	tr := tar.NewReader(zr)
+	tail := &tailReader{r: zr}
+	tr := tar.NewReader(tail)
 	for {
+		if err := ctx.Err(); err != nil {
+			return st, fmt.Errorf("working dir package: unpacking stopped after %d entries: %w", st.Files+st.Dirs, err)
+		}
+		tail.watch()
 		hdr, err := tr.Next()
+		tail.on = false
 		if errors.Is(err, io.EOF) {
+			// archive/tar takes a stream that ends at a header's place, or
+			// after one zero block, for a whole archive: a package cut
+			// there would unpack short without a word.
+			if !tail.endOfArchive() {
+				return st, errors.New("working dir package: the tar ends without its end-of-archive blocks (cut short, or split over several gzip members)")
+			}
 			break
 		}
 		if err != nil {
@@ -380,9 +404,73 @@ func unpackInto(r io.Reader, dst string) (st UnpackStats, err error) {
 			return st, fmt.Errorf("working dir package: entry %q: type %q (a link, device or other): a working dir holds files and folders only", name, string(rune(hdr.Typeflag)))
 		}
 	}
-	// Whatever follows the tar's end (more gzip members, trailing bytes)
-	// is not part of it.
+	if err := checkPackageEnd(zr, br); err != nil {
+		return st, fmt.Errorf("working dir package: %w", err)
+	}
 	return st, nil
+}
+
+// tarRecordPadding is the most zero bytes a tar writer may add after the
+// end-of-archive blocks, to fill its last record (GNU tar's 20 blocks).
+const tarRecordPadding = 20 * 512
+
+// checkPackageEnd reads what follows the tar's end: within its gzip
+// member, up to tarRecordPadding zero bytes and the member's end (which
+// checks its CRC and length); after the member, nothing. A package is
+// one gzip member holding one tar: anything else was not packed by
+// PackWorkingDir, and bytes past the tar's end are not unpacked.
+func checkPackageEnd(zr *gzip.Reader, br *bufio.Reader) error {
+	rest, err := io.ReadAll(io.LimitReader(zr, tarRecordPadding+1))
+	if err != nil {
+		return err
+	}
+	if len(rest) > tarRecordPadding || bytes.ContainsFunc(rest, func(c rune) bool { return c != 0 }) {
+		return errors.New("data after the tar's end-of-archive blocks")
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		if err != nil {
+			return err
+		}
+		return errors.New("bytes after the gzip member that holds the tar (a second member, or trailing data): a package is one gzip member")
+	}
+	return nil
+}
+
+// tailReader passes reads on and, while on, counts what it passed and
+// the zero bytes at the end of that: within one call of Next the tar
+// reader reads a header's blocks, or at the archive's end the last
+// entry's padding and the two zero blocks. (Off while the entries' data
+// is read: a package may hold gigabytes.)
+type tailReader struct {
+	r         io.Reader
+	on        bool
+	sinceMark int64 // bytes read since watch
+	zeros     int64 // zero bytes at the end of those
+}
+
+func (t *tailReader) watch() { t.on, t.sinceMark, t.zeros = true, 0, 0 }
+
+func (t *tailReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if !t.on {
+		return n, err
+	}
+	for _, c := range p[:n] {
+		if c == 0 {
+			t.zeros++
+		} else {
+			t.zeros = 0
+		}
+	}
+	t.sinceMark += int64(n)
+	return n, err
+}
+
+// endOfArchive says whether the last Next, which found the archive's
+// end, read its two zero blocks (after the last entry's padding, fewer
+// than 512 zero bytes, also read then).
+func (t *tailReader) endOfArchive() bool {
+	return t.sinceMark >= 2*512 && t.zeros == t.sinceMark
 }
 
 // mkParents makes dir, inside root, and the folders above it up to root:

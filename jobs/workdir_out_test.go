@@ -2,11 +2,14 @@ package jobs
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rlnode/rlnode/cluster"
 )
@@ -25,10 +28,10 @@ func TestWorkingDirSubmitsIntoOneFolder(t *testing.T) {
 	outChecked = func() {
 		if first { // the rival finds the folder as new as this submit did
 			first = false
-			rival, _, rivalErr = unpackWorkingDir(node, Config{}, req)
+			rival, _, rivalErr = unpackWorkingDir(context.Background(), node, Config{}, req)
 		}
 	}
-	m, code, err := unpackWorkingDir(node, Config{}, req)
+	m, code, err := unpackWorkingDir(context.Background(), node, Config{}, req)
 	if rivalErr != nil {
 		t.Fatalf("the rival submit: %v", rivalErr)
 	}
@@ -52,7 +55,7 @@ func TestWorkingDirLeftByAKilledUnpack(t *testing.T) {
 	node, sha := nodeHolding(t, "killed", t.TempDir(), map[string]string{"recipe.yaml": "name: x\n"})
 	out := filepath.Join(t.TempDir(), "run")
 	writeTree(t, filepath.Join(out, WorkingDirFolder), map[string]string{"data/part": "torn"})
-	m, code, err := unpackWorkingDir(node, Config{}, SubmitRequest{WorkingDir: sha, SourceName: "recipe.yaml", Source: "name: x\n", Out: out})
+	m, code, err := unpackWorkingDir(context.Background(), node, Config{}, SubmitRequest{WorkingDir: sha, SourceName: "recipe.yaml", Source: "name: x\n", Out: out})
 	if err == nil || code != http.StatusConflict || !strings.Contains(err.Error(), "holds only working_dir") || !strings.Contains(err.Error(), "remove the folder") {
 		t.Errorf("submit into a folder a killed unpack left: %d %v (made %v)", code, err, m)
 	}
@@ -68,7 +71,7 @@ func TestWorkingDirRunFolderName(t *testing.T) {
 	runs := t.TempDir()
 	node, sha := nodeHolding(t, "named", runs, map[string]string{"recipe.yaml": "name: mine\n"})
 	for _, c := range []struct{ recipeName, want string }{{"mine", "mine-"}, {"../bad name", "recipe-"}} {
-		m, _, err := unpackWorkingDir(node, Config{RunsDir: runs}, SubmitRequest{WorkingDir: sha, SourceName: "recipes/recipe.yaml", Source: "name: mine\n", RecipeName: c.recipeName})
+		m, _, err := unpackWorkingDir(context.Background(), node, Config{RunsDir: runs}, SubmitRequest{WorkingDir: sha, SourceName: "recipes/recipe.yaml", Source: "name: mine\n", RecipeName: c.recipeName})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,4 +99,56 @@ func nodeHolding(t *testing.T, id, runs string, files map[string]string) (*clust
 		t.Fatal(err)
 	}
 	return node, st.SHA256
+}
+
+// A node unpacks at most MaxUnpacks working dirs at once: a submit that
+// finds every turn taken waits up to unpackWait, then is refused (503)
+// naming the node, and so is one whose request ends while it waits;
+// neither makes a run folder. Once a turn is free it unpacks.
+func TestWorkingDirUnpacksTakeTurns(t *testing.T) {
+	node, sha := nodeHolding(t, "turns", t.TempDir(), map[string]string{"recipe.yaml": "name: x\n"})
+	defer func(d time.Duration) { unpackWait = d }(unpackWait)
+	unpackWait = 50 * time.Millisecond
+	for range MaxUnpacks { // every turn taken, as by unpacks in progress
+		unpacking <- struct{}{}
+	}
+	free := func() {
+		for range MaxUnpacks {
+			<-unpacking
+		}
+	}
+	defer func() {
+		if len(unpacking) == MaxUnpacks {
+			free()
+		}
+	}()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		want string
+	}{
+		{"no turn in time", context.Background(), "node turns is unpacking 2 other working dirs"},
+		{"request ended", cancelled, "the request ended while waiting for its turn"},
+	} {
+		out := filepath.Join(t.TempDir(), "run")
+		m, code, err := unpackWorkingDir(c.ctx, node, Config{}, SubmitRequest{WorkingDir: sha, SourceName: "recipe.yaml", Source: "name: x\n", Out: out})
+		if err == nil || code != http.StatusServiceUnavailable || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %d %v (made %v), want 503 saying %q", c.name, code, err, m, c.want)
+		}
+		if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: made %s (%v)", c.name, out, err)
+		}
+	}
+	free()
+	out := filepath.Join(t.TempDir(), "run")
+	m, _, err := unpackWorkingDir(context.Background(), node, Config{}, SubmitRequest{WorkingDir: sha, SourceName: "recipe.yaml", Source: "name: x\n", Out: out})
+	if err != nil {
+		t.Fatalf("with the turns free: %v", err)
+	}
+	m.keep()
+	if len(unpacking) != 0 {
+		t.Errorf("%d turns held after the unpack returned", len(unpacking))
+	}
 }

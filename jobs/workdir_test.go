@@ -507,3 +507,108 @@ func packageNode(t *testing.T, id string, key []byte) (string, string) {
 	t.Cleanup(closeCtrl)
 	return ctrl, packages
 }
+
+// A package is one gzip member holding one whole tar: a tar cut at an
+// entry's boundary, or after one of its two end blocks, a tar split over
+// gzip members, and bytes after the tar or after the member are refused;
+// zero padding to the tar's record size (as GNU tar writes) is not.
+func TestUnpackWorkingDirRefusesIncompletePackages(t *testing.T) {
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	var ends []int // where each entry's data (padded) ends
+	for _, name := range []string{"a", "b"} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Size: 100, Mode: 0o644, Format: tar.FormatPAX}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(bytes.Repeat([]byte{'x'}, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tw.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, raw.Len())
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	whole := raw.Bytes()
+	if len(whole) != ends[1]+1024 {
+		t.Fatalf("tar of %d bytes, want its entries' %d and two end blocks", len(whole), ends[1])
+	}
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	for _, c := range []struct {
+		name string
+		pkg  []byte
+		want string // "" for a package that unpacks
+	}{
+		{"whole", gz(t, whole), ""},
+		{"padded to a tar record", gz(t, cat(whole, make([]byte, 10240-len(whole)%10240))), ""},
+		{"cut after the first entry", gz(t, whole[:ends[0]]), "without its end-of-archive blocks"},
+		{"cut after the last entry", gz(t, whole[:ends[1]]), "without its end-of-archive blocks"},
+		{"cut after one end block", gz(t, whole[:ends[1]+512]), "without its end-of-archive blocks"},
+		{"split over two gzip members", cat(gz(t, whole[:ends[0]]), gz(t, whole[ends[0]:])), "without its end-of-archive blocks"},
+		{"a second gzip member after the tar", cat(gz(t, whole), gz(t, []byte("more"))), "bytes after the gzip member"},
+		{"bytes after the gzip member", cat(gz(t, whole), []byte("junk")), "bytes after the gzip member"},
+		{"data after the tar's end", gz(t, cat(whole, []byte("junk"))), "data after the tar's end-of-archive blocks"},
+		{"zeros past a record after the tar's end", gz(t, cat(whole, make([]byte, 20*1024))), "data after the tar's end-of-archive blocks"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "wd")
+			st, err := UnpackWorkingDir(bytes.NewReader(c.pkg), dst)
+			if c.want == "" {
+				if err != nil || st.Files != 2 {
+					t.Fatalf("unpacked %+v, %v: want both files", st, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v (unpacked %+v), want it to say %q", err, st, c.want)
+			}
+			if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("left %s behind: %v", dst, err)
+			}
+		})
+	}
+}
+
+// A package a GET confirmed at the very end of its TTL is not swept
+// before the submit that names it opens it: the sweep of an upload beside
+// the GET waits for the GET, which gives the package PackageTTL more.
+func TestPackageConfirmedSurvivesTheSweep(t *testing.T) {
+	now := time.Now()
+	s := &packageStore{dir: filepath.Join(t.TempDir(), "packages"), now: func() time.Time { return now }, uploading: map[string]bool{}}
+	body := []byte("a package's bytes")
+	sum := sha256.Sum256(body)
+	sha := hex.EncodeToString(sum[:])
+	if _, err := s.put(sha, int64(len(body)), bytes.NewReader(body)); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(s.path(sha))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = fi.ModTime().Add(PackageTTL) // exactly at its TTL
+	defer func(f func(*packageStore)) { afterPackageStat = f }(afterPackageStat)
+	swept := false
+	afterPackageStat = func(s *packageStore) {
+		// An upload's sweep, a moment after the GET looked.
+		now = now.Add(time.Second)
+		if s.mu.TryLock() {
+			swept = true
+			s.sweep()
+			s.mu.Unlock()
+		}
+	}
+	if _, ok := s.has(sha); !ok {
+		t.Fatal("GET: not held at its TTL's end")
+	}
+	afterPackageStat = func(*packageStore) {}
+	s.mu.Lock()
+	s.sweep()
+	s.mu.Unlock()
+	f, err := s.open(sha)
+	if err != nil {
+		t.Fatalf("the submit after a GET answered 200 (a sweep ran beside the GET: %v): %v", swept, err)
+	}
+	f.Close()
+}
