@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rlnode/rlnode/internal/bytesize"
@@ -84,10 +85,14 @@ func prepareWorkingDir(dir string, excludes []string, recipe string, sets []stri
 		}
 	}
 	req.Sets, req.RecipeName = sets, l.Name
-	fmt.Fprintf(stdout, "packing working dir %s\n", dir)
-	f, err := os.CreateTemp("", "rlnode-working-dir-*.tar.gz")
+	tmp := os.TempDir()
+	fmt.Fprintf(stdout, "packing working dir %s in %s\n", dir, tmp)
+	if free, ok := tempFree(tmp); ok && free < packReserve+packChunk {
+		return nil, packNoRoom(tmp, free)
+	}
+	f, err := os.CreateTemp(tmp, "rlnode-working-dir-*.tar.gz")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("packing the working dir in %s (the temporary folder: set TMPDIR to choose another): %w", tmp, err)
 	}
 	// Unlinked at once, read through its descriptor: a submit killed or
 	// interrupted (Ctrl-C) while it packs or uploads leaves no package
@@ -97,12 +102,52 @@ func prepareWorkingDir(dir string, excludes []string, recipe string, sets []stri
 		return nil, err
 	}
 	w := &workingDirUpload{dir: dir, file: f}
-	if w.stats, err = jobs.PackWorkingDir(root, append(append([]string{}, jobs.DefaultExcludes...), excludes...), f); err != nil {
+	if w.stats, err = jobs.PackWorkingDir(root, append(append([]string{}, jobs.DefaultExcludes...), excludes...), &packTarget{f: f, dir: tmp}); err != nil {
 		w.remove()
 		return nil, err
 	}
 	req.WorkingDir = w.stats.SHA256
 	return w, nil
+}
+
+// packReserve is the free space packing leaves in the temporary folder,
+// checked before it starts and every packChunk written: that folder may
+// be a small tmpfs (memory), and a package may reach jobs.MaxPackageBytes.
+const packReserve = 64 << 20
+
+// packChunk is how much packing writes between two looks at the free
+// space (a variable so that tests can lower it).
+var packChunk int64 = 64 << 20
+
+// tempFree reads the free space of the temporary folder (a variable so
+// that tests can make it full).
+var tempFree = jobs.DiskFree
+
+func packNoRoom(dir string, free int64) error {
+	return fmt.Errorf("packing the working dir in %s (the temporary folder): %s free there, and packing leaves at least %s: set TMPDIR to a folder with room (a package takes up to the folder's size), or --exclude what the run does not read", dir, size(free), size(packReserve))
+}
+
+// packTarget writes the package into its file in dir, and fails before a
+// write that could leave under packReserve free there, or at one that
+// finds the disk full, naming dir.
+type packTarget struct {
+	f     *os.File
+	dir   string
+	since int64
+}
+
+func (p *packTarget) Write(b []byte) (int, error) {
+	if p.since += int64(len(b)); p.since >= packChunk {
+		p.since = 0
+		if free, ok := tempFree(p.dir); ok && free < packReserve+packChunk {
+			return 0, packNoRoom(p.dir, free)
+		}
+	}
+	n, err := p.f.Write(b)
+	if errors.Is(err, syscall.ENOSPC) {
+		err = fmt.Errorf("packing the working dir in %s (the temporary folder): %w: set TMPDIR to a folder with room", p.dir, err)
+	}
+	return n, err
 }
 
 // send uploads the package to the node c talks to, unless it holds it
