@@ -45,6 +45,10 @@ const VLLMLoRAName = "rlnode-solver"
 // policy, version and the number of tensors pushed.
 var testAdapterPushed func(policy string, version int64, tensors int)
 
+// testWeightsFetched, when set by a test, sees (and may change) every
+// part of a learner's weights fetched for a push: policy, step, tensors.
+var testWeightsFetched func(policy string, step int, w map[string][]float32)
+
 // learnerSource is a policy's learner as the weightsync.Source of the
 // version the run's current step publishes.
 type learnerSource struct {
@@ -140,6 +144,9 @@ func (s learnerSource) fetch(ctx context.Context, part string) (learner.WeightsO
 		return off, nil, fmt.Errorf("%s of step %d: %w", what, s.r.step, err)
 	}
 	w, err := s.decode(ctx, off, what)
+	if err == nil && testWeightsFetched != nil {
+		testWeightsFetched(s.p.id, s.r.step, w)
+	}
 	return off, w, err
 }
 
