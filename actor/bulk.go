@@ -632,11 +632,23 @@ func (b *Bulk) conn(ctx context.Context, addr string) (c *bulkConn, reused bool,
 			deadline = time.Now().Add(handshakeTimeout)
 		}
 		_ = nc.SetDeadline(deadline)
+		// The handshake ends with ctx too: a peer that stopped answering
+		// (frozen) would hold it for handshakeTimeout.
+		stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Now()) })
 		err := p.client(nc)
+		stopped := stop()
 		_ = nc.SetDeadline(time.Time{})
 		if err != nil {
 			nc.Close()
+			if !stopped && ctx.Err() != nil {
+				return nil, false, fmt.Errorf("member handshake: %w", ctx.Err())
+			}
 			return nil, false, err
+		}
+		if !stopped {
+			// ctx ended as the handshake did: the deadline may be set.
+			nc.Close()
+			return nil, false, fmt.Errorf("member handshake: %w", ctx.Err())
 		}
 	}
 	return &bulkConn{Conn: nc}, false, nil

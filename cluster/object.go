@@ -323,11 +323,20 @@ func (n *Node) objectBody(ctx context.Context, ref ObjectRef) (string, []byte, e
 	var first time.Time // when the holder first could not be reached
 	pause := objectRetryFirst
 	for {
-		got, err := n.askObject(ctx, ref)
+		// A frozen holder (SIGSTOP, a host stalled) fails no dial and no
+		// read: its kernel keeps the connections open. Membership tells
+		// it from a live one, as it tells a killed one, and ends the ask
+		// and the fetch.
+		hctx, stop := n.whileMember(ctx, ref.Node)
+		got, err := n.askObject(hctx, ref)
 		var typ string
 		var body []byte
 		if err == nil {
-			typ, body, err = n.readObject(ctx, ref, got)
+			typ, body, err = n.readObject(hctx, ref, got)
+		}
+		stop()
+		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(hctx), errHolderGone) {
+			return "", nil, fmt.Errorf("get object %s: node %s, which put it, stopped answering and membership declared it gone (%v): %w", ref.ID, ref.Node, err, ErrObjectLost)
 		}
 		if err == nil || ctx.Err() != nil || !unreachable(err) {
 			return typ, body, err
@@ -344,6 +353,37 @@ func (n *Node) objectBody(ctx context.Context, ref ObjectRef) (string, []byte, e
 				ref.ID, ref.Node, err, time.Since(first).Round(time.Millisecond))
 		}
 		pause = min(2*pause, objectRetryMax)
+	}
+}
+
+// errHolderGone is the cause whileMember's context ends with.
+var errHolderGone = errors.New("the object's node is no member any more")
+
+// whileMember is ctx, ended with the cause errHolderGone once membership
+// says node is gone (looked at every 20 ms), and what stops the watch.
+func (n *Node) whileMember(ctx context.Context, node string) (context.Context, func()) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		poll := time.NewTicker(20 * time.Millisecond)
+		defer poll.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-hctx.Done():
+				return
+			case <-poll.C:
+				if !n.isAlive(node) {
+					cancel(errHolderGone)
+					return
+				}
+			}
+		}
+	}()
+	return hctx, func() {
+		close(done)
+		cancel(nil)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -247,6 +248,77 @@ func TestObjectOwnerKilledMidGet(t *testing.T) {
 			}
 			if !errors.Is(err, ErrObjectLost) || !strings.Contains(err.Error(), "kill-b") {
 				t.Errorf("Get of an object whose node was killed: %v; want ErrObjectLost naming kill-b", err)
+			}
+			if ctx.Err() != nil {
+				t.Error("Get did not end before the test's context")
+			}
+		})
+	}
+}
+
+// TestObjectOwnerFrozenMidGet: the node holding an object is frozen
+// (SIGSTOP): its sockets stay open and its kernel takes every byte, so no
+// dial or read fails. Membership notices it as it notices a killed node;
+// the Get then ends with ErrObjectLost naming the node, not at its
+// context's end.
+func TestObjectOwnerFrozenMidGet(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		size int
+		// afterAnswer freezes the holder between its answer and the
+		// reader's fetch over the bulk path; else before the Get asks.
+		afterAnswer bool
+		// warm fetches an object first, so that the reader holds a bulk
+		// connection to the holder (no dial, no handshake to time out).
+		warm bool
+	}{
+		{"frozen between the answer and the fetch", 48 << 20, true, false},
+		{"frozen between the answer and the fetch, on a bulk connection in use", 48 << 20, true, true},
+		{"frozen before the holder is asked", 100, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, child := twoNodes(t, "freeze-a", "freeze-b")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			ref, err := Submit[ObjectRef](ctx, a, "test.objput", [2]int{c.size, 6}, TaskOptions{Node: "freeze-b"}).Get(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.warm {
+				if _, err := Get[[]byte](ctx, a, ref); err != nil {
+					t.Fatal(err)
+				}
+			}
+			freeze := func() {
+				_ = child.Cmd.Process.Signal(syscall.SIGSTOP)
+				// The signal is delivered on its own time: wait until the
+				// process is stopped ("T" in /proc/PID/stat).
+				stat := fmt.Sprintf("/proc/%d/stat", child.Cmd.Process.Pid)
+				waitFor(t, "freeze-b stopped", 10*time.Second, func() bool {
+					b, err := os.ReadFile(stat)
+					i := bytes.LastIndexByte(b, ')')
+					return err == nil && i > 0 && i+2 < len(b) && b[i+2] == 'T'
+				})
+			}
+			// Thawed and killed at the end, so the process does not
+			// outlive the test stopped.
+			defer func() {
+				_ = child.Cmd.Process.Signal(syscall.SIGKILL)
+				_ = child.Cmd.Process.Signal(syscall.SIGCONT)
+			}()
+			if c.afterAnswer {
+				beforeObjectFetch = func(ObjectRef) { freeze() }
+				defer func() { beforeObjectFetch = nil }()
+			} else {
+				freeze()
+			}
+			got, err := Get[[]byte](ctx, a, ref)
+			t.Logf("Get: %v", err)
+			if err == nil && (len(got) != c.size || got[0] != 6 || got[c.size-1] != 6) {
+				t.Error("Get read other bytes")
+			}
+			if !errors.Is(err, ErrObjectLost) || !strings.Contains(err.Error(), "freeze-b") {
+				t.Errorf("Get of an object whose node is frozen: %v; want ErrObjectLost naming freeze-b", err)
 			}
 			if ctx.Err() != nil {
 				t.Error("Get did not end before the test's context")
