@@ -600,7 +600,9 @@ func (l *Learner) prepare(ctx context.Context, b Batch) (*prepared, error) {
 		}
 	}
 	if err := p.checkFinite(); err != nil {
-		return nil, err
+		// A rank's own pre-pass may hold the non-finite value alone: the
+		// others would wait for it in the step's first collective.
+		return nil, l.rankFailed(err, ranks > 1)
 	}
 	return p, nil
 }

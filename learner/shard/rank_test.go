@@ -128,32 +128,42 @@ func TestJoinRefusesDifferentWeights(t *testing.T) {
 	}
 }
 
-// A step that fails on one rank alone (its slice's loss is NaN) fails the
-// others at once through the abort, not at their timeout, and the group
-// then refuses to train.
+// A step that fails on one rank alone fails the others at once through
+// the abort, not at their timeout, and the group then refuses to train:
+// its slice's loss is NaN, or (two mini-batches) its pre-pass's old log
+// probabilities are, which the batch's checks refuse before any step.
 func TestLocalFailureAbortsGroup(t *testing.T) {
-	c := tinyConfig(learner.GRPO, 2, 1)
-	ranks := memGroup(t, c, Options{Timeout: 10 * time.Minute})
-	// Poison rank 1's weights after the join's check.
-	p := ranks[1].Learner().TrainableParams()
-	for i := range p[0].Data {
-		p[0].Data[i] = float32(math.NaN())
-	}
-	done := make(chan []error, 1)
-	go func() { _, errs := trainAll(ranks, groupBatch(0)); done <- errs }()
-	var errs []error
-	select {
-	case errs = <-done:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("rank 0 still waits for rank 1, whose step failed")
-	}
-	if errs[1] == nil || !strings.Contains(errs[1].Error(), "NaN") {
-		t.Errorf("rank 1: %v; want its NaN loss", errs[1])
-	}
-	if !errors.Is(errs[0], ErrAborted) || !strings.Contains(errs[0].Error(), "NaN") {
-		t.Errorf("rank 0: %v; want ErrAborted carrying rank 1's cause", errs[0])
-	}
-	if _, errs := trainAll(ranks, groupBatch(1)); !errors.Is(errs[0], ErrGroupFailed) {
-		t.Errorf("train after the failure: %v; want ErrGroupFailed", errs[0])
+	for _, tc := range []struct {
+		name        string
+		miniBatches int
+		want        string
+	}{{"loss", 1, "NaN"}, {"pre-pass", 2, "old log probs[2][0] is NaN"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tinyConfig(learner.GRPO, 2, 1)
+			c.MiniBatches = tc.miniBatches
+			ranks := memGroup(t, c, Options{Timeout: 10 * time.Minute})
+			// Poison rank 1's weights after the join's check.
+			p := ranks[1].Learner().TrainableParams()
+			for i := range p[0].Data {
+				p[0].Data[i] = float32(math.NaN())
+			}
+			done := make(chan []error, 1)
+			go func() { _, errs := trainAll(ranks, groupBatch(0)); done <- errs }()
+			var errs []error
+			select {
+			case errs = <-done:
+			case <-time.After(2 * time.Minute):
+				t.Fatal("rank 0 still waits for rank 1, whose step failed")
+			}
+			if errs[1] == nil || !strings.Contains(errs[1].Error(), tc.want) {
+				t.Errorf("rank 1: %v; want %q", errs[1], tc.want)
+			}
+			if !errors.Is(errs[0], ErrAborted) || !strings.Contains(errs[0].Error(), "NaN") {
+				t.Errorf("rank 0: %v; want ErrAborted carrying rank 1's cause", errs[0])
+			}
+			if _, errs := trainAll(ranks, groupBatch(1)); !errors.Is(errs[0], ErrGroupFailed) {
+				t.Errorf("train after the failure: %v; want ErrGroupFailed", errs[0])
+			}
+		})
 	}
 }
