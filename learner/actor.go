@@ -25,6 +25,11 @@ type ActorConfig struct {
 	Config Config
 	// ResumeDir, when set, is a checkpoint (Save) loaded at spawn time.
 	ResumeDir string
+	// Folders, when set, serves the folders the learner reads and takes
+	// the checkpoints it saves when its node does not see the run folder
+	// (folders.go); nil: every folder is read and written where it is
+	// named.
+	Folders *Folders `msgpack:",omitempty"`
 }
 
 // TrainRequest asks for one Train call; the reply is Stats. The batch is
@@ -220,6 +225,11 @@ type SaveRequest struct {
 type Saved struct {
 	Dir  string
 	Step int
+	// Staged, from a learner that does not see the run folder (Folders),
+	// lists the files it wrote into its staging folder (Staged.Dir) for
+	// Dir: the saver pulls them with FetchFolder, then sends
+	// StagedDoneRequest{Dir: Staged.Dir}.
+	Staged *FolderManifest `msgpack:",omitempty"`
 }
 
 // ListRequest asks a learner which entries its node sees in Dir; the
@@ -240,6 +250,10 @@ type Listed struct {
 	Host      string
 	Addr      string
 	Device    string `msgpack:",omitempty"` // Config.Device as the learner opened it; "" is the CPU
+	// Staged: the learner did not see the run folder when it was built;
+	// it lists nothing, and its folders travel over the bulk path
+	// (Folders).
+	Staged bool `msgpack:",omitempty"`
 }
 
 // MaxListed bounds Listed.Names.
@@ -282,7 +296,8 @@ type Loaded struct {
 
 func init() {
 	actor.RegisterMessage(ActorConfig{}, TrainRequest{}, Batch{}, Stats{}, SetAlgorithmRequest{}, AlgorithmSet{}, AdapterInfo{},
-		WeightsRequest{}, WeightsOffer{}, SaveRequest{}, Saved{}, ListRequest{}, Listed{}, LoadRequest{}, Loaded{})
+		WeightsRequest{}, WeightsOffer{}, SaveRequest{}, Saved{}, ListRequest{}, Listed{}, LoadRequest{}, Loaded{},
+		Folders{}, FolderFile{}, FolderManifest{}, ManifestRequest{}, ChunkRequest{}, Chunk{}, StagedDoneRequest{}, StagedDone{})
 	actor.RegisterKind(ActorKind, func(ctx *actor.Context, args any) (actor.Actor, error) {
 		cfg, ok := args.(ActorConfig)
 		if !ok {
@@ -291,26 +306,27 @@ func init() {
 		if cfg.Config.Shards > 1 {
 			return nil, fmt.Errorf("learner actor: config shards %d: a sharded learner is %d actors of kind learner-shard joined by learner/shard.NewGroup, not one learner actor", cfg.Config.Shards, cfg.Config.Shards)
 		}
-		l, err := NewContext(ctx.Context(), cfg.Config)
+		l, st, err := OpenActor(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
-		if cfg.ResumeDir != "" {
-			if err := l.LoadContext(ctx.Context(), cfg.ResumeDir); err != nil {
-				l.Close() // the device's memory goes back
-				return nil, err
-			}
-		}
-		return &learnerActor{l: l}, nil
+		return &learnerActor{l: l, st: st}, nil
 	})
 }
 
 type learnerActor struct {
-	l *Learner
+	l  *Learner
+	st *Staging // nil when the node sees the run folder
 }
 
-// Stopped implements actor.Stopper: the learner's device is released.
-func (a *learnerActor) Stopped(*actor.Context) { a.l.Close() }
+// Stopped implements actor.Stopper: the learner's device is released,
+// and its staging folder removed.
+func (a *learnerActor) Stopped(*actor.Context) {
+	a.l.Close()
+	if a.st != nil {
+		a.st.Close()
+	}
+}
 
 // Receive implements actor.Actor.
 func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
@@ -346,17 +362,41 @@ func (a *learnerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		if m.Dir == "" {
 			return nil, fmt.Errorf("learner actor: save: empty directory")
 		}
+		if a.st != nil {
+			man, err := a.st.Save(ctx.Context(), m.Dir, func(dir string) error { return a.l.SaveContext(ctx.Context(), dir) })
+			if err != nil {
+				return nil, err
+			}
+			return Saved{Dir: m.Dir, Step: a.l.Step(), Staged: man}, nil
+		}
 		if err := a.l.SaveContext(ctx.Context(), m.Dir); err != nil {
 			return nil, err
 		}
 		return Saved{Dir: m.Dir, Step: a.l.Step()}, nil
 	case ListRequest:
+		if a.st != nil {
+			l := a.st.Listed()
+			l.Device = a.l.Config().Device
+			return l, nil
+		}
 		return ListDir(m.Dir, ctx.System().Address(), a.l.Config().Device)
 	case LoadRequest:
-		if err := a.l.LoadContext(ctx.Context(), m.Dir); err != nil {
+		load := func(dir string) error { return a.l.LoadContext(ctx.Context(), dir) }
+		var err error
+		if a.st != nil {
+			err = a.st.Load(ctx.Context(), m.Dir, load)
+		} else {
+			err = load(m.Dir)
+		}
+		if err != nil {
 			return nil, err
 		}
 		return Loaded{Step: a.l.Step()}, nil
+	}
+	if a.st != nil {
+		if reply, ok, err := a.st.Serve(msg); ok {
+			return reply, err
+		}
 	}
 	return nil, fmt.Errorf("learner actor: unexpected message %T", msg)
 }

@@ -271,6 +271,12 @@ type Config struct {
 
 	// stepBegins, when set (by tests), is called as each step begins.
 	stepBegins func(step int)
+	// pulled, when set (by tests), is called as the parts of a checkpoint
+	// staged by learner members that do not see the run folder arrive
+	// (shard.GroupConfig.Pulled); pullChunk is the bytes asked for at once
+	// (0: learner.FolderChunk).
+	pulled    func(policy string, rank int, node string, f learner.FolderFile, got int64)
+	pullChunk int64
 	// finishBegins, when set (by tests), is called as each step's end
 	// begins: the weight push, a probe, the evaluation, the checkpoint.
 	finishBegins func(step int)

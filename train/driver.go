@@ -265,6 +265,11 @@ type run struct {
 	// one did (cfg.WarmupSteps is then that step).
 	warmupPlanned int
 	warmupEnded   *int
+	// folders serves the learners whose nodes do not see the run folder
+	// what they load (learner.Folders); probe is the name of the file
+	// that tells them apart (placeLearners).
+	folders *learner.FolderServer
+	probe   string
 }
 
 // Run trains per cfg: it places the learner actor on the cluster, starts
@@ -386,6 +391,10 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			r.cfg.VerifyWorkers = max(1, int(cpus))
 		}
 	}
+	if err := r.serveFolders(); err != nil {
+		return Result{}, err
+	}
+	defer r.folders.Close()
 	solverLearner := cfg.Learner
 	solverLearner.Model, solverLearner.ModelDir, solverLearner.Seed = cfg.Model, cfg.ModelDir, cfg.Seed
 	if cfg.Node == nil {

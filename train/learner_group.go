@@ -30,23 +30,32 @@ func (r *run) placeLearners(ctx context.Context, id string, l learner.Config, re
 		return nil, fmt.Errorf("%s learner: memory: %w", id, err)
 	}
 	res := withMemory(r.cfg.LearnerResources, mem)
-	g, err := shard.StartGroup(ctx, r.node, shard.GroupConfig{
+	r.folders.Allow(l.ModelDir, l.RefModelDir)
+	gc := shard.GroupConfig{
 		Policy:    id,
-		Actor:     learner.ActorConfig{Config: l, ResumeDir: resume},
+		Actor:     learner.ActorConfig{Config: l, ResumeDir: resume, Folders: r.learnerFolders()},
 		Resources: res,
 		Options:   shard.Options{Timeout: r.cfg.LearnerTimeout},
-	})
-	if err == nil && l.Shards > 1 {
-		r.log.Info("learner shards joined", "policy", id, "shards", l.Shards, "gradients", g.Gradients())
+		PullChunk: r.cfg.pullChunk,
+		Pulled:    r.pulled(id),
 	}
-	if err == nil {
-		var listed []shard.RankListing
-		if listed, err = r.checkRunFolderShared(ctx, id, l.Shards, g); err != nil {
-			g.Stop()
-		} else {
-			r.logLearnerPlacement("learner placed", id, res, g, listed)
+	var g *shard.PlacedGroup
+	err = r.withProbe(func() error {
+		var err error
+		if g, err = shard.StartGroup(ctx, r.node, gc); err != nil {
+			return err
 		}
-	}
+		if l.Shards > 1 {
+			r.log.Info("learner shards joined", "policy", id, "shards", l.Shards, "gradients", g.Gradients())
+		}
+		listed, err := r.checkRunFolderShared(ctx, id, l.Shards, g)
+		if err != nil {
+			g.Stop()
+			return err
+		}
+		r.logLearnerPlacement("learner placed", id, res, g, listed)
+		return nil
+	})
 	return g, err
 }
 
@@ -81,24 +90,68 @@ func (r *run) logLearnerPlacement(msg, id string, res cluster.Resources, g *shar
 	r.log.Info(msg, "policy", id, "shards", len(members), "each", res.String(), "at", strings.Join(where, "; "))
 }
 
-// checkRunFolderShared checks that every member of a policy's learner sees
-// the run folder this process sees: the learners write their part of each
-// checkpoint into it from their own nodes, so a folder on each host's own
-// disk would leave every checkpoint split between hosts, each part
-// unusable, and the run would not know. A file written here just now must
-// be in each member's listing of the folder.
-func (r *run) checkRunFolderShared(ctx context.Context, id string, shards int, g *shard.PlacedGroup) ([]shard.RankListing, error) {
-	if r.cfg.Out == "" {
-		return nil, nil
-	}
+// serveFolders starts the folder server that gives learners on hosts
+// without the run folder what they load (learner.ServeFolders): the
+// policies' models and references (placeLearners), the checkpoint
+// resumed from, and this run's checkpoints.
+func (r *run) serveFolders() error {
 	var raw [8]byte
 	_, _ = rand.Read(raw[:])
-	name := ".shared-check-" + hex.EncodeToString(raw[:])
-	probe := filepath.Join(r.cfg.Out, name)
+	name := hex.EncodeToString(raw[:])
+	r.probe = ".shared-check-" + name
+	var err error
+	if r.folders, err = learner.ServeFolders(r.node.System(), "learner-folders-"+name); err != nil {
+		return fmt.Errorf("learner folders: %w", err)
+	}
+	r.folders.Allow(r.cfg.Resume)
+	r.folders.AllowUnder(r.cfg.Resume, filepath.Join(r.cfg.Out, "checkpoints"))
+	return nil
+}
+
+// learnerFolders is what every learner is told of the run folder
+// (learner.Folders).
+func (r *run) learnerFolders() *learner.Folders {
+	dir, err := filepath.Abs(r.cfg.Out)
+	if err != nil {
+		dir = r.cfg.Out
+	}
+	return &learner.Folders{Server: r.folders.Ref(), RunDir: dir, Probe: r.probe}
+}
+
+// withProbe runs f, which places learners, with the probe file in the run
+// folder: a learner built meanwhile that sees it writes its checkpoints
+// into the run folder from its own node; one that does not is served
+// over the bulk path (learner.Folders).
+func (r *run) withProbe(f func() error) error {
+	probe := filepath.Join(r.cfg.Out, r.probe)
 	if err := os.WriteFile(probe, nil, 0o644); err != nil {
-		return nil, fmt.Errorf("run folder: %w", err)
+		return fmt.Errorf("run folder: %w", err)
 	}
 	defer os.Remove(probe)
+	return f()
+}
+
+// pulled logs each file of a checkpoint part pulled from a learner member
+// that does not see the run folder.
+func (r *run) pulled(id string) func(int, string, learner.FolderFile, int64) {
+	return func(rank int, node string, f learner.FolderFile, got int64) {
+		if r.cfg.pulled != nil {
+			r.cfg.pulled(id, rank, node, f, got)
+		}
+		if got == f.Size {
+			r.log.Debug("checkpoint file pulled from a learner without the run folder", "policy", id, "rank", rank, "node", node, "file", f.Name, "bytes", f.Size)
+		}
+	}
+}
+
+// checkRunFolderShared checks, while the probe file is in the run folder
+// (withProbe), that every member of a policy's learner that saw it when
+// it was built sees it still: those write their part of each checkpoint
+// into the run folder from their own nodes, so a folder that stopped
+// being shared meanwhile would leave each checkpoint split between hosts,
+// each part unusable, and the run would not know. Members that did not
+// see it (learner.Listed.Staged) are served over the bulk path.
+func (r *run) checkRunFolderShared(ctx context.Context, id string, shards int, g *shard.PlacedGroup) ([]shard.RankListing, error) {
 	lctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	listed := g.List(lctx, r.cfg.Out)
@@ -107,16 +160,20 @@ func (r *run) checkRunFolderShared(ctx context.Context, id string, shards int, g
 		if rl.Err != nil {
 			return nil, fmt.Errorf("run folder %s: %s cannot list it: %w; %s", r.cfg.Out, who, rl.Err, whyShared)
 		}
-		if _, ok := slices.BinarySearch(rl.Listed.Names, name); !ok && !rl.Listed.Truncated {
-			return nil, fmt.Errorf("run folder %s is not shared with %s on host %s (actor address %s): it does not see the file %s this host wrote there; %s",
-				r.cfg.Out, who, rl.Listed.Host, rl.Listed.Addr, name, whyShared)
+		if rl.Listed.Staged {
+			r.log.Info("learner does not see the run folder: its model and checkpoints travel over the network", "policy", id, "member", who, "host", rl.Listed.Host, "addr", rl.Listed.Addr)
+			continue
+		}
+		if _, ok := slices.BinarySearch(rl.Listed.Names, r.probe); !ok && !rl.Listed.Truncated {
+			return nil, fmt.Errorf("run folder %s is not shared with %s on host %s (actor address %s) any more: it saw the file %s this host wrote there when it started, and does not now; %s",
+				r.cfg.Out, who, rl.Listed.Host, rl.Listed.Addr, r.probe, whyShared)
 		}
 	}
 	return listed, nil
 }
 
-// whyShared is why the run folder must be shared.
-const whyShared = "the learners write their part of each checkpoint into the run folder from their own nodes, so with learners on other hosts the run folder (--out) must be on a filesystem every node sees (NFS, a cluster filesystem)"
+// whyShared is why a run folder a learner saw must stay shared.
+const whyShared = "a learner that sees the run folder when it starts writes its part of each checkpoint there from its own node, so the folder must stay shared with it for the whole run (a learner started on a host that does not see the run folder at all gets its model and sends its checkpoints over the network instead)"
 
 // learnerMember names member rank of a policy's learner.
 func learnerMember(id string, shards, rank int) string {
@@ -145,6 +202,9 @@ func (r *run) checkSavedVisible(ctx context.Context, p *policy, dir string) erro
 	lctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for _, rl := range p.learner.List(lctx, dir) {
+		if rl.Err == nil && rl.Listed.Staged {
+			continue // its part was pulled into dir (PlacedGroup.Save)
+		}
 		who := learnerMember(p.id, p.l.Shards, rl.Rank)
 		if rl.Err != nil {
 			if _, answered := errors.AsType[*actor.ActorError](rl.Err); !answered {
@@ -395,15 +455,21 @@ func (r *run) restartLearners(ctx context.Context, cause error) error {
 			pdir = filepath.Join(dir, FeedbackDir)
 		}
 		r.warnNoOptimizer(p.id, pdir)
-		if err := p.learner.Restart(ctx, pdir); err != nil {
-			return err
-		}
-		// Replaced ranks may be on other hosts now.
-		listed, err := r.checkRunFolderShared(ctx, p.id, p.l.Shards, p.learner)
+		err := r.withProbe(func() error {
+			if err := p.learner.Restart(ctx, pdir); err != nil {
+				return err
+			}
+			// Replaced ranks may be on other hosts now.
+			listed, err := r.checkRunFolderShared(ctx, p.id, p.l.Shards, p.learner)
+			if err != nil {
+				return err
+			}
+			r.logLearnerPlacement("learner placed again", p.id, p.learner.Resources(), p.learner, listed)
+			return nil
+		})
 		if err != nil {
 			return err
 		}
-		r.logLearnerPlacement("learner placed again", p.id, p.learner.Resources(), p.learner, listed)
 		// Engines and rollout actors' weight syncers refuse a version
 		// older than they serve: replace them. A new local engine takes
 		// the restored weights in syncAll below; new rollout actors get

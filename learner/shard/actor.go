@@ -54,21 +54,19 @@ func init() {
 		// it, not one another holder on the node (a rollout actor, a
 		// task) may have.
 		cfg.Config.Device = cluster.DeviceFor(cfg.Config.Device, cluster.ActorGPUs(ctx))
-		l, err := learner.NewContext(ctx.Context(), cfg.Config)
+		l, st, err := learner.OpenActor(ctx, cfg)
 		if err != nil {
 			return nil, err
-		}
-		if cfg.ResumeDir != "" {
-			if err := l.LoadContext(ctx.Context(), cfg.ResumeDir); err != nil {
-				l.Close() // the device's memory goes back
-				return nil, err
-			}
 		}
 		mb, err := OpenMailbox(ctx.System(), ctx.Self().Name+".mailbox")
 		if err != nil {
+			l.Close()
+			if st != nil {
+				st.Close()
+			}
 			return nil, err
 		}
-		return &rankActor{l: l, mb: mb}, nil
+		return &rankActor{l: l, mb: mb, st: st}, nil
 	})
 }
 
@@ -76,16 +74,20 @@ type rankActor struct {
 	l    *learner.Learner
 	mb   *Mailbox
 	rank *Rank
+	st   *learner.Staging // nil when the node sees the run folder
 }
 
 // Stopped implements actor.Stopper: the mailbox, the rank's buffers and
-// the learner's device are released.
+// the learner's device are released, and its staging folder removed.
 func (a *rankActor) Stopped(*actor.Context) {
 	a.mb.Close()
 	if a.rank != nil {
 		a.rank.Close()
 	}
 	a.l.Close()
+	if a.st != nil {
+		a.st.Close()
+	}
 }
 
 // Receive implements actor.Actor.
@@ -103,9 +105,16 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		}
 		a.rank = nil
 		var r *Rank
-		if m.ResumeDir != "" {
+		switch {
+		case m.ResumeDir != "" && a.st != nil:
+			err = a.st.Load(ctx.Context(), m.ResumeDir, func(dir string) error {
+				var lerr error
+				r, lerr = RestartContext(ctx.Context(), a.l, t, m.Epoch, m.Options, dir)
+				return lerr
+			})
+		case m.ResumeDir != "":
 			r, err = RestartContext(ctx.Context(), a.l, t, m.Epoch, m.Options, m.ResumeDir)
-		} else {
+		default:
 			r, err = Join(a.l, t, m.Epoch, m.Options)
 		}
 		if err != nil {
@@ -133,11 +142,23 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		if m.Dir == "" {
 			return nil, fmt.Errorf("learner-shard %s: save: empty directory", ctx.Self().Name)
 		}
+		if a.st != nil {
+			man, err := a.st.Save(ctx.Context(), m.Dir, func(dir string) error { return a.rank.SaveContext(ctx.Context(), dir) })
+			if err != nil {
+				return nil, err
+			}
+			return learner.Saved{Dir: m.Dir, Step: a.l.Step(), Staged: man}, nil
+		}
 		if err := a.rank.SaveContext(ctx.Context(), m.Dir); err != nil {
 			return nil, err
 		}
 		return learner.Saved{Dir: m.Dir, Step: a.l.Step()}, nil
 	case learner.ListRequest:
+		if a.st != nil {
+			l := a.st.Listed()
+			l.Device = a.l.Config().Device
+			return l, nil
+		}
 		return learner.ListDir(m.Dir, ctx.System().Address(), a.l.Config().Device)
 	case learner.LoadRequest:
 		return nil, fmt.Errorf("learner-shard %s: a rank loads a checkpoint only with its whole group (JoinRequest.ResumeDir, Group.Restart)", ctx.Self().Name)
@@ -160,6 +181,11 @@ func (a *rankActor) Receive(ctx *actor.Context, msg any) (any, error) {
 			ttl = 2 * time.Minute
 		}
 		return learner.WeightsOffer{Step: a.l.Step(), Ref: ctx.System().Bulk().Offer(data, m.Readers, ttl), Adapter: ad}, nil
+	}
+	if a.st != nil {
+		if reply, ok, err := a.st.Serve(msg); ok {
+			return reply, err
+		}
 	}
 	return nil, fmt.Errorf("learner-shard %s: unexpected message %T", ctx.Self().Name, msg)
 }

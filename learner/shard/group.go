@@ -140,15 +140,28 @@ func (g *Group) Train(ctx context.Context, b learner.Batch) (learner.Stats, erro
 
 // Save writes a checkpoint of the group to dir (reachable by every rank).
 func (g *Group) Save(ctx context.Context, dir string) (learner.Saved, error) {
-	if g.failed != nil {
-		return learner.Saved{}, fmt.Errorf("learner shards: save: %w: %v", ErrGroupFailed, g.failed)
-	}
-	replies, err := g.fanOut(ctx, g.ranks, "save", func(int) any { return learner.SaveRequest{Dir: dir} }, nil)
+	all, err := g.saveAll(ctx, dir)
 	if err != nil {
 		return learner.Saved{}, err
 	}
-	s, _ := replies[0].(learner.Saved)
-	return s, nil
+	return all[0], nil
+}
+
+// saveAll is Save with every rank's answer, by rank: a rank that does
+// not see dir's folder says where it staged its part (Saved.Staged).
+func (g *Group) saveAll(ctx context.Context, dir string) ([]learner.Saved, error) {
+	if g.failed != nil {
+		return nil, fmt.Errorf("learner shards: save: %w: %v", ErrGroupFailed, g.failed)
+	}
+	replies, err := g.fanOut(ctx, g.ranks, "save", func(int) any { return learner.SaveRequest{Dir: dir} }, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]learner.Saved, len(replies))
+	for i, r := range replies {
+		out[i], _ = r.(learner.Saved)
+	}
+	return out, nil
 }
 
 // SetAlgorithm switches every rank's algorithm (and peak rate when lr > 0).

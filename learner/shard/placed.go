@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -27,6 +28,13 @@ type GroupConfig struct {
 	// Options are the ranks' collective settings (Options.Timeout bounds
 	// how long a lost rank takes to fail a step).
 	Options Options
+	// Pulled, when set, is called as the parts of a checkpoint that
+	// members on hosts without the run folder staged arrive (Save): the
+	// member and its node, the file and how many of its bytes are here.
+	Pulled func(rank int, node string, f learner.FolderFile, got int64)
+	// PullChunk is how many bytes of a staged file are asked for at once
+	// (0: learner.FolderChunk).
+	PullChunk int64
 }
 
 // Failure is an error of a learner call (train, save, weights, set
@@ -269,20 +277,79 @@ func (p *PlacedGroup) Weights(ctx context.Context, req learner.WeightsRequest) (
 	return off, nil
 }
 
-// Save writes a checkpoint to dir (ranks: one optimizer file each, so dir
-// must be reachable by every rank).
+// Save writes a checkpoint to dir (ranks: one optimizer file each). A
+// member whose node does not see dir's folder (learner.Folders) saves
+// its part into a staging folder of its own, and Save pulls it into dir
+// here, checking each file's size and SHA-256 against what the member
+// says it wrote, before the member removes its copy. A pull that fails
+// (the member lost mid-transfer, bytes that do not match) is a Failure
+// the caller may restart from, and leaves no partial file in dir.
 func (p *PlacedGroup) Save(ctx context.Context, dir string) (learner.Saved, error) {
-	var sv learner.Saved
+	var saves []learner.Saved
 	var err error
 	if p.g != nil {
-		sv, err = p.g.Save(ctx, dir)
+		saves, err = p.g.saveAll(ctx, dir)
 	} else {
+		var sv learner.Saved
 		sv, err = cluster.Call[learner.Saved](ctx, p.ranks[0].h, learner.SaveRequest{Dir: dir})
+		saves = []learner.Saved{sv}
 	}
 	if err != nil {
-		return sv, p.fail("save "+dir, err)
+		return learner.Saved{}, p.fail("save "+dir, err)
 	}
-	return sv, nil
+	for i, sv := range saves {
+		if sv.Staged == nil {
+			continue
+		}
+		if err := p.pull(ctx, i, dir, *sv.Staged); err != nil {
+			// Not the member's own answer: the caller restarts.
+			return learner.Saved{}, &Failure{Policy: p.cfg.Policy, Op: "save " + dir, Err: err}
+		}
+	}
+	out := saves[0]
+	out.Staged = nil
+	return out, nil
+}
+
+// pull fetches the part of a checkpoint that member i staged (m) into
+// dir, then tells the member to remove its copy.
+func (p *PlacedGroup) pull(ctx context.Context, i int, dir string, m learner.FolderManifest) error {
+	who := p.memberName(i)
+	h := p.ranks[i].h
+	node := ""
+	if rec, ok := h.Record(); ok {
+		node = rec.Node
+	}
+	from := func(ctx context.Context, msg any) (any, error) { return h.Call(ctx, msg) }
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("pull the checkpoint part of %s: %w", who, err)
+	}
+	var fetched func(learner.FolderFile, int64)
+	if p.cfg.Pulled != nil {
+		fetched = func(f learner.FolderFile, got int64) { p.cfg.Pulled(i, node, f, got) }
+	}
+	err := learner.FetchFolder(ctx, p.node.System(), from, m, dir, learner.FetchOptions{Chunk: p.cfg.PullChunk, Fetched: fetched})
+	if err != nil {
+		return fmt.Errorf("pull %s's part of checkpoint %s from its node (which does not see the run folder): %w", who, dir, err)
+	}
+	// The checkpoint is whole here; a member that does not answer drops
+	// its copy at its next save, or when it stops.
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, _ = h.Call(dctx, learner.StagedDoneRequest{Dir: m.Dir})
+	return nil
+}
+
+// memberName names member i in errors.
+func (p *PlacedGroup) memberName(i int) string {
+	where := ""
+	if rec, ok := p.ranks[i].h.Record(); ok {
+		where = " on node " + rec.Node
+	}
+	if p.g == nil {
+		return fmt.Sprintf("the %s learner%s", p.cfg.Policy, where)
+	}
+	return fmt.Sprintf("rank %d of the %s learner%s", i, p.cfg.Policy, where)
 }
 
 // RankListing is one member's answer to a learner.ListRequest, or why it
