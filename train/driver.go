@@ -268,8 +268,9 @@ type run struct {
 	// folders serves the learners whose nodes do not see the run folder
 	// what they load (learner.Folders); probe is the name of the file
 	// that tells them apart (placeLearners).
-	folders *learner.FolderServer
-	probe   string
+	folders     *learner.FolderServer
+	probe       string
+	pulledBytes int64 // of checkpoint files pulled from such learners, in all
 }
 
 // Run trains per cfg: it places the learner actor on the cluster, starts
@@ -966,12 +967,16 @@ func (r *run) checkpoint(ctx context.Context, dir string) (err error) {
 		err = fmt.Errorf("%w (the partial %s is removed; %s)", err, filepath.Base(dir), r.newestCheckpoint())
 	}()
 	save := func(p *policy, dir string) error {
+		t0, pulled := time.Now(), r.pulledBytes
 		if _, err := p.learner.Save(ctx, dir); err != nil {
 			if f, ok := errors.AsType[*shard.Failure](err); ok && f.Answered {
 				// Left out of the chain, so trainLoop does not restart.
 				return fmt.Errorf("checkpoint %s: %s learner (not restarted: its own save failed): %w", dir, f.Policy, f.Err)
 			}
 			return fmt.Errorf("checkpoint %s: %w", dir, err)
+		}
+		if n := r.pulledBytes - pulled; n > 0 {
+			r.log.Info("checkpoint saved by learners that do not see the run folder and pulled here", "policy", p.id, "checkpoint", dir, "pulled_bytes", n, "seconds", time.Since(t0).Seconds())
 		}
 		if err := r.checkSavedVisible(ctx, p, dir); err != nil {
 			return err

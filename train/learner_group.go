@@ -139,6 +139,7 @@ func (r *run) pulled(id string) func(int, string, learner.FolderFile, int64) {
 			r.cfg.pulled(id, rank, node, f, got)
 		}
 		if got == f.Size {
+			r.pulledBytes += f.Size
 			r.log.Debug("checkpoint file pulled from a learner without the run folder", "policy", id, "rank", rank, "node", node, "file", f.Name, "bytes", f.Size)
 		}
 	}
