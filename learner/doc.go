@@ -1,6 +1,7 @@
 // Package learner holds the policy model, tokenizer, tensor backends, optimizer,
 // RL objectives and sharding. Its math is pure code with no network and no
-// actors; only the learner actor wrapper (actor.go) imports package actor.
+// actors; only the learner actor wrapper (actor.go) and the folder
+// transfers of its actors (folders.go) import package actor.
 //
 // At its root, Learner trains a policy (and an optional value head) on
 // batches of trajectories with one of the algorithms GRPO, Dr.GRPO, RLOO,
@@ -12,6 +13,12 @@
 // (Config.KLInReward), entropy bonus); it saves and loads checkpoints
 // (weights in safetensors, AdamW moments unless Config.OmitOptimizer,
 // reference, step, where the RL phase began).
+//
+// A learner actor whose node does not see the driver's run folder
+// (ActorConfig.Folders) fetches the folders it loads from the driver's
+// folder server and stages the checkpoints it saves for the driver to pull,
+// over the bulk path (folders.go; the actor wrappers and the folder
+// server import package actor).
 //
 // Phases: an SFT warm-up (SetAlgorithm(SFT, lr)) trains at a constant rate;
 // the learning-rate schedule (warm-up, cosine) belongs to the RL phase and

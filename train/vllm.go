@@ -53,8 +53,10 @@ type VLLM struct {
 	APIKey string
 	// MaxInFlight bounds the requests outstanding per server (default 64).
 	MaxInFlight int
-	// Dir is a directory the learner writes and every server reads under
-	// the same path (a shared file system); default Out/vllm-weights.
+	// Dir is a directory the learner writes (from the driver's host when
+	// the learner does not see the run folder: learner.Folders) and every
+	// server reads under the same path (a shared file system); default
+	// Out/vllm-weights.
 	// Made absolute.
 	Dir string
 	// Keep is how many step directories stay in Dir (default 2).

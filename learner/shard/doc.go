@@ -55,6 +55,8 @@
 // overlap hides only the communication's waiting, not its copies and sums
 // (which compete with backward for the cores); parameter sharding (ZeRO-3/FSDP) is not
 // implemented (every rank holds the whole policy, so weight sync reads
-// rank 0); a ZeRO-1 checkpoint needs a directory every rank can write (a
-// shared file system across hosts).
+// rank 0). A rank writes its part of a ZeRO-1 checkpoint into the
+// checkpoint directory when its node sees it (a shared file system across
+// hosts), else into a staging folder of its own that PlacedGroup.Save
+// pulls (learner.Folders).
 package shard

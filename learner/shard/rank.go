@@ -672,8 +672,9 @@ func (r *Rank) deviceFailed(err error) error {
 	return err
 }
 
-// Save writes the group's checkpoint share of this rank into dir (a
-// directory every rank can reach: a shared file system across nodes).
+// Save writes the group's checkpoint share of this rank into dir (the
+// checkpoint directory where the rank's node sees it, else the rank's
+// staging folder: learner.Folders).
 // Stage 0: rank 0 writes an unsharded checkpoint (learner.Save). Stage 1:
 // rank 0 writes weights, reference and learner_state.json, and every rank
 // its optimizer shard (learner.ShardOptimizerFile); with
