@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -350,21 +351,24 @@ func (c ctxReader) Read(p []byte) (int, error) {
 
 // CheckManifest refuses a manifest that another node sent before any of
 // its bytes are fetched: names that are not plain file names, or twice;
-// negative sizes; malformed hashes; more than MaxFolderFiles.
+// negative sizes, or sizes whose sum overflows; malformed hashes; more
+// than MaxFolderFiles.
 func CheckManifest(m FolderManifest) error {
 	if len(m.Files) > MaxFolderFiles {
 		return fmt.Errorf("manifest of %s: %d files, at most %d", m.Dir, len(m.Files), MaxFolderFiles)
 	}
 	seen := map[string]bool{}
+	var total int64
 	for _, f := range m.Files {
 		switch {
 		case f.Name == "" || f.Name != filepath.Base(f.Name) || strings.HasPrefix(f.Name, ".") || strings.ContainsAny(f.Name, "/\\\x00"):
 			return fmt.Errorf("manifest of %s: file name %q: want a plain name", m.Dir, f.Name)
 		case seen[f.Name]:
 			return fmt.Errorf("manifest of %s: file %q twice", m.Dir, f.Name)
-		case f.Size < 0:
+		case f.Size < 0 || f.Size > math.MaxInt64-total:
 			return fmt.Errorf("manifest of %s: file %q of %d bytes", m.Dir, f.Name, f.Size)
 		}
+		total += f.Size
 		if b, err := hex.DecodeString(f.SHA256); err != nil || len(b) != sha256.Size {
 			return fmt.Errorf("manifest of %s: file %q: SHA-256 %q is not 64 hex digits", m.Dir, f.Name, f.SHA256)
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -224,6 +225,7 @@ func TestCheckManifest(t *testing.T) {
 		{"empty name", []FolderFile{{Name: "", SHA256: ok}}, "want a plain name"},
 		{"twice", []FolderFile{{Name: "a", SHA256: ok}, {Name: "a", SHA256: ok}}, "twice"},
 		{"negative size", []FolderFile{{Name: "a", Size: -1, SHA256: ok}}, "of -1 bytes"},
+		{"sizes that overflow", []FolderFile{{Name: "a", Size: math.MaxInt64 - 1, SHA256: ok}, {Name: "b", Size: 2, SHA256: ok}}, "of 2 bytes"},
 		{"bad hash", []FolderFile{{Name: "a", SHA256: "zz"}}, "64 hex digits"},
 		{"too many", many, "at most"},
 	} {
