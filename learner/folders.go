@@ -488,9 +488,9 @@ type Staging struct {
 
 // OpenStaging is the staging of a learner built with f on sys's node:
 // nil when f is nil or the node sees the run folder (the probe file is
-// there). Its folder is under $RLNODE_HOME/staging, else the system's
-// temporary folder, named by the process and self, the learner's actor
-// name; folders left by processes that are gone are removed.
+// there). Its folder is under the node's home ($RLNODE_HOME, default
+// ~/.rlnode) in staging/, named by the process and self, the learner's
+// actor name; folders left there by processes that are gone are removed.
 func OpenStaging(sys *actor.System, f *Folders, self string) (*Staging, error) {
 	if f == nil || f.Probe == "" || f.RunDir == "" {
 		return nil, nil
@@ -498,10 +498,7 @@ func OpenStaging(sys *actor.System, f *Folders, self string) (*Staging, error) {
 	if _, err := os.Stat(filepath.Join(f.RunDir, f.Probe)); err == nil {
 		return nil, nil
 	}
-	base := filepath.Join(os.TempDir(), fmt.Sprintf("rlnode-staging-%d", os.Getuid()))
-	if h := os.Getenv("RLNODE_HOME"); h != "" {
-		base = filepath.Join(h, "staging")
-	}
+	base := filepath.Join(stagingHome(), "staging")
 	if err := os.MkdirAll(base, 0o700); err != nil {
 		return nil, fmt.Errorf("learner: staging: %w", err)
 	}
@@ -511,6 +508,19 @@ func OpenStaging(sys *actor.System, f *Folders, self string) (*Staging, error) {
 		return nil, fmt.Errorf("learner: staging: %w", err)
 	}
 	return &Staging{sys: sys, src: *f, root: root, saves: newFolderFiles()}, nil
+}
+
+// stagingHome is the node's home folder (cluster.Home, which this
+// package may not import): $RLNODE_HOME, else ~/.rlnode, else a folder
+// of this user's in the temporary folder.
+func stagingHome() string {
+	if h := os.Getenv("RLNODE_HOME"); h != "" {
+		return h
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".rlnode")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("rlnode-%d", os.Getuid()))
 }
 
 // sanitize keeps an actor name usable in a file name.
