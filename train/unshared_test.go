@@ -50,10 +50,10 @@ func servedModels(t *testing.T, root string) (modelDir, refDir string) {
 }
 
 // unsharedCluster is this process's node (1 CPU) and children child
-// nodes (2 CPUs each), every node with one "lh", each child in a mount
-// namespace of its own; with hide, the children see an empty folder of
-// their own at each of hidden (as hosts that share no filesystem with the
-// driver's see its paths).
+// nodes (2 CPUs each, each with an RLNODE_HOME of its own), every node
+// with one "lh", each child in a mount namespace of its own; with hide,
+// the children see an empty folder of their own at each of hidden (as
+// hosts that share no filesystem with the driver's see its paths).
 func unsharedCluster(ctx context.Context, t *testing.T, children int, hide bool, hidden ...string) (*cluster.Node, []*nodetest.Node) {
 	t.Helper()
 	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Resources: cluster.Resources{"lh": 1}, Logger: actor.DiscardLogger()})
@@ -63,7 +63,7 @@ func unsharedCluster(ctx context.Context, t *testing.T, children int, hide bool,
 	t.Cleanup(node.Stop)
 	var kids []*nodetest.Node
 	for range children {
-		c := nodetest.Start(t, node, nodetest.Options{CPUs: 2, Resources: cluster.Resources{"lh": 1}, OwnMounts: true})
+		c := nodetest.Start(t, node, nodetest.Options{CPUs: 2, Resources: cluster.Resources{"lh": 1}, OwnMounts: true}, "RLNODE_HOME="+t.TempDir())
 		if hide {
 			for _, d := range hidden {
 				if err := c.MountPrivate(d); err != nil {
@@ -138,6 +138,27 @@ func sameCheckpoints(t *testing.T, what string, want, got map[string]string) {
 	}
 }
 
+// noStaging fails on anything left in the staging folders of kids'
+// homes (RLNODE_HOME, unsharedCluster) once their learners stopped.
+func noStaging(t *testing.T, kids []*nodetest.Node) {
+	t.Helper()
+	for _, k := range kids {
+		home := ""
+		for _, e := range k.Cmd.Env {
+			if v, ok := strings.CutPrefix(e, "RLNODE_HOME="); ok {
+				home = v
+			}
+		}
+		if home == "" {
+			t.Fatalf("child %s has no RLNODE_HOME of its own", k.ID)
+		}
+		ents, _ := os.ReadDir(filepath.Join(home, "staging"))
+		for _, e := range ents {
+			t.Errorf("child %s's staging folder is left: %s", k.ID, filepath.Join(home, "staging", e.Name()))
+		}
+	}
+}
+
 // noPartFiles fails on a temporary file of a transfer left under out.
 func noPartFiles(t *testing.T, out string) {
 	t.Helper()
@@ -170,7 +191,7 @@ func TestRunFolderNotSharedIsServed(t *testing.T) {
 				if resume != "" {
 					hidden = append(hidden, filepath.Dir(filepath.Dir(resume)))
 				}
-				node, _ := unsharedCluster(ctx, t, 1, hide, hidden...)
+				node, kids := unsharedCluster(ctx, t, 1, hide, hidden...)
 				cfg := servedRun(node, out, shards, modelDir, refDir)
 				cfg.Resume = resume
 				var mu sync.Mutex
@@ -188,6 +209,7 @@ func TestRunFolderNotSharedIsServed(t *testing.T) {
 				}
 				t.Logf("%s run: %.1f s, %d checkpoint bytes pulled from the learner's node", name, time.Since(start).Seconds(), pulled)
 				noPartFiles(t, out)
+				noStaging(t, kids)
 				return out, pulled
 			}
 			shared, sharedPulled := run("shared", false, "")
@@ -273,6 +295,13 @@ func TestUnsharedLearnerKilledMidTransfer(t *testing.T) {
 			}
 			checkStepsOnce(t, filepath.Join(out, "metrics.jsonl"), 5)
 			noPartFiles(t, out)
+			var alive []*nodetest.Node
+			for _, k := range kids {
+				if k.ID != killedNode {
+					alive = append(alive, k)
+				}
+			}
+			noStaging(t, alive)
 			for _, step := range []string{"step-2", "step-4", "step-5"} {
 				if err := VerifyCheckpoint(filepath.Join(out, "checkpoints", step)); err != nil {
 					t.Errorf("%v", err)
