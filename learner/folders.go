@@ -102,13 +102,16 @@ type StagedDone struct{}
 // chunks a server keeps offered at once, and the disk a transfer must
 // leave free where it writes.
 const (
-	MaxFolderFiles  = 1024
-	FolderChunk     = 64 << 20
-	maxChunkOffers  = 8
-	minFreeAfter    = 256 << 20
-	chunkOfferTTL   = 2 * time.Minute
-	folderServerTag = "learner-folders"
+	MaxFolderFiles = 1024
+	FolderChunk    = 64 << 20
+	maxChunkOffers = 8
+	minFreeAfter   = 256 << 20
+	chunkOfferTTL  = 2 * time.Minute
 )
+
+// folderServerKind is the folder server's actor kind (a local actor, not
+// spawned by name).
+const folderServerKind = "learner-folders"
 
 // FolderServer answers ManifestRequest and ChunkRequest for the folders it
 // was told to offer (Allow, AllowUnder), read-only: the driver's, for
@@ -124,7 +127,7 @@ type FolderServer struct {
 // nothing until told (Allow).
 func ServeFolders(sys *actor.System, name string) (*FolderServer, error) {
 	s := &FolderServer{sys: sys, name: name, fs: newFolderFiles()}
-	ref, err := sys.SpawnLocal(actor.LocalSpawn{Name: name, Kind: folderServerTag, Factory: func(*actor.Context, any) (actor.Actor, error) {
+	ref, err := sys.SpawnLocal(actor.LocalSpawn{Name: name, Kind: folderServerKind, Factory: func(*actor.Context, any) (actor.Actor, error) {
 		return folderServerActor{s}, nil
 	}})
 	if err != nil {
@@ -149,6 +152,9 @@ func (s *FolderServer) AllowUnder(roots ...string) { s.fs.allow(true, roots...) 
 func (s *FolderServer) Close() { _ = s.sys.StopLocal(s.name, "closed") }
 
 type folderServerActor struct{ s *FolderServer }
+
+// Stopped implements actor.Stopper: chunks still on offer are withdrawn.
+func (a folderServerActor) Stopped(*actor.Context) { a.s.fs.releaseAll(a.s.sys) }
 
 func (a folderServerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 	switch m := msg.(type) {
@@ -288,6 +294,17 @@ func (f *folderFiles) chunk(sys *actor.System, dir string, r ChunkRequest) (Chun
 		sys.Bulk().Release(o) // fetched or abandoned by now; a no-op if fetched
 	}
 	return Chunk{Ref: ref}, nil
+}
+
+// releaseAll withdraws the chunks on offer.
+func (f *folderFiles) releaseAll(sys *actor.System) {
+	f.mu.Lock()
+	old := f.offers
+	f.offers = nil
+	f.mu.Unlock()
+	for _, o := range old {
+		sys.Bulk().Release(o)
+	}
 }
 
 // ManifestOf lists dir's top-level regular files (symbolic links
@@ -555,8 +572,13 @@ func sweepStaging(base string) {
 // Root is the staging folder.
 func (s *Staging) Root() string { return s.root }
 
-// Close removes the staging folder.
-func (s *Staging) Close() { _ = os.RemoveAll(s.root) }
+// Close withdraws the chunks on offer and removes the staging folder.
+func (s *Staging) Close() {
+	if s.sys != nil {
+		s.saves.releaseAll(s.sys)
+	}
+	_ = os.RemoveAll(s.root)
+}
 
 // Fetch copies the driver's folder dir into a new staging folder and
 // returns it, and done, which removes it.
