@@ -54,6 +54,11 @@ func (c Code) Verify(ctx context.Context, response string, ref Reference) (res R
 		return Result{Error: err.Error()}
 	}
 	res.Reward = float64(run.Passed) / float64(len(ref.Tests))
+	if run.OutOfMemory {
+		// The run went over its memory as a whole: what passed before the
+		// kill does not count, as no test of a program that dies counts.
+		res.Reward = 0
+	}
 	var notes []string
 	if run.ProgramError != "" {
 		notes = append(notes, run.ProgramError)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"syscall"
 )
 
@@ -35,7 +37,15 @@ type nsInitConfig struct {
 	UID, GID int      // Python's ids when the init runs as real root (no user namespace); 0 otherwise
 }
 
+// gateArg0 marks a process started as the gate of a run with a cgroup
+// (startGated): its arguments are the fd it waits on, then the path and
+// the argv it execs.
+const gateArg0 = "rlnode-sandbox-gate"
+
 func init() {
+	if len(os.Args) > 3 && os.Args[0] == gateArg0 {
+		os.Exit(gate(os.Args[1], os.Args[2], os.Args[3:]))
+	}
 	if len(os.Args) > 1 && os.Args[0] == nsInitArg0 {
 		// Package initialisation runs on the main thread with the
 		// goroutine locked to it: the per-thread prctls below and the
@@ -44,10 +54,38 @@ func init() {
 	}
 }
 
+// gate waits for one byte on fd, which its parent writes once this
+// process is in its run's cgroup, and then execs path with argv; it exits
+// with 125 without running anything when the pipe closes first.
+func gate(fdArg, path string, argv []string) int {
+	runtime.GOMAXPROCS(1) // few threads while it waits: pids.max counts them
+	fd, err := strconv.Atoi(fdArg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox gate: bad fd %q\n", fdArg)
+		return 125
+	}
+	var b [1]byte
+	for {
+		n, err := syscall.Read(fd, b[:])
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if n != 1 {
+			return 125 // not let through: the run did not get its cgroup
+		}
+		break
+	}
+	syscall.Close(fd)
+	err = syscall.Exec(path, argv, os.Environ())
+	fmt.Fprintf(os.Stderr, "sandbox gate: exec %s: %v\n", path, err)
+	return 125
+}
+
 // nsInit sets up the sandbox's root, runs argv as its child and returns
 // its exit status (128+N when it died of signal N), 125 when the setup
 // failed.
 func nsInit(config string, argv []string) int {
+	runtime.GOMAXPROCS(1) // few threads: a run's pids.max counts them
 	var cfg nsInitConfig
 	if err := json.Unmarshal([]byte(config), &cfg); err != nil || len(argv) == 0 {
 		fmt.Fprintf(os.Stderr, "sandbox init: bad arguments: %v\n", err)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -63,24 +64,28 @@ type Limits struct {
 	Wall        time.Duration // whole run, wall clock
 	Test        time.Duration // each of setup, program and test (SIGALRM in the harness)
 	CPUSeconds  int           // RLIMIT_CPU
-	MemoryBytes int64         // RLIMIT_AS
-	Processes   int           // RLIMIT_NPROC: processes and threads of the sandbox's uid
-	FileBytes   int64         // RLIMIT_FSIZE, and the size of bwrap's /tmp
-	OutputBytes int           // stdout and stderr, each
+	MemoryBytes int64         // RLIMIT_AS, each process
+	// RunMemoryBytes bounds the run as a whole (its processes and its /tmp
+	// and /dev/shm) where runs get a cgroup (RunBound); 0: twice MemoryBytes.
+	RunMemoryBytes int64
+	Processes      int   // RLIMIT_NPROC: processes and threads of the sandbox's uid
+	FileBytes      int64 // RLIMIT_FSIZE, and the size of bwrap's /tmp
+	OutputBytes    int   // stdout and stderr, each
 }
 
 // DefaultLimits suit MBPP-sized programs: 10 s wall, 3 s per test, 5 CPU
-// seconds, 512 MiB of address space, 32 processes, 16 MiB files, 64 KiB
-// of output.
+// seconds, 512 MiB of address space per process and 1 GiB of memory for
+// the run, 32 processes, 16 MiB files, 64 KiB of output.
 func DefaultLimits() Limits {
 	return Limits{
-		Wall:        10 * time.Second,
-		Test:        3 * time.Second,
-		CPUSeconds:  5,
-		MemoryBytes: 512 << 20,
-		Processes:   32,
-		FileBytes:   16 << 20,
-		OutputBytes: 64 << 10,
+		Wall:           10 * time.Second,
+		Test:           3 * time.Second,
+		CPUSeconds:     5,
+		MemoryBytes:    512 << 20,
+		RunMemoryBytes: 1 << 30,
+		Processes:      32,
+		FileBytes:      16 << 20,
+		OutputBytes:    64 << 10,
 	}
 }
 
@@ -90,7 +95,7 @@ type SandboxConfig struct {
 	Python      string // interpreter; default /usr/bin/python3
 	Bwrap       string // bubblewrap binary; default "bwrap" from PATH
 	Limits      Limits // zero value: DefaultLimits
-	Concurrency int    // runs at once; default runtime.NumCPU()
+	Concurrency int    // runs at once, at most MaxConcurrency; default runtime.NumCPU() within that bound
 	// UIDBase is the first of the uids the runs take, one each, when running as
 	// root; default 0x7A000000 (far above any login uid).
 	UIDBase int
@@ -106,6 +111,7 @@ type Sandbox struct {
 	asRoot    bool
 	userns    bool // ModeNamespaces: a user namespace too (always, unless running as root where the kernel refuses one)
 	slots     chan int
+	cg        *cgroupBound // how runs' memory is bounded as a whole (version 0: per process only)
 }
 
 // NewSandbox checks the interpreter and picks the mode: with Mode "" it
@@ -122,8 +128,8 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 	if cfg.Limits == (Limits{}) {
 		cfg.Limits = DefaultLimits()
 	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = runtime.NumCPU()
+	if cfg.Limits.RunMemoryBytes == 0 {
+		cfg.Limits.RunMemoryBytes = 2 * cfg.Limits.MemoryBytes
 	}
 	if cfg.UIDBase == 0 {
 		cfg.UIDBase = 0x7A000000
@@ -132,13 +138,19 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 		cfg.TempDir = os.TempDir()
 	}
 	if cfg.Limits.Wall <= 0 || cfg.Limits.Test <= 0 || cfg.Limits.CPUSeconds <= 0 || cfg.Limits.MemoryBytes <= 0 ||
-		cfg.Limits.Processes <= 0 || cfg.Limits.FileBytes <= 0 || cfg.Limits.OutputBytes <= 0 {
+		cfg.Limits.RunMemoryBytes <= 0 || cfg.Limits.Processes <= 0 || cfg.Limits.FileBytes <= 0 || cfg.Limits.OutputBytes <= 0 {
 		return nil, fmt.Errorf("sandbox limits: every limit must be positive: %+v", cfg.Limits)
+	}
+	most, why := MaxConcurrency(cfg.Limits)
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = min(runtime.NumCPU(), most)
+	} else if cfg.Concurrency > most {
+		return nil, fmt.Errorf("sandbox: %d runs at once: at most %d on this host (%s)", cfg.Concurrency, most, why)
 	}
 	if _, err := os.Stat(cfg.Python); err != nil {
 		return nil, fmt.Errorf("sandbox python: %w", err)
 	}
-	s := &Sandbox{cfg: cfg, asRoot: os.Geteuid() == 0, slots: make(chan int, cfg.Concurrency)}
+	s := &Sandbox{cfg: cfg, asRoot: os.Geteuid() == 0, slots: make(chan int, cfg.Concurrency), cg: &cgroupBound{}}
 	if fi, err := os.Stat(cfg.TempDir); err != nil {
 		return nil, fmt.Errorf("sandbox temp dir: %w", err)
 	} else if s.asRoot && fi.Mode().Perm()&0o001 == 0 {
@@ -188,8 +200,19 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 	if s.asRoot {
 		s.isolation += fmt.Sprintf("; a uid of its own per run, from %d", cfg.UIDBase)
 	}
+	if s.cg = runCgroups(); s.cg.version != 0 {
+		// The cgroup has been made and removed; this checks that a program
+		// of this mode runs in one (the gate, the move, the limits).
+		if err := s.probe(s.mode); err != nil {
+			s.cg = &cgroupBound{reason: fmt.Sprintf("a %s run in a cgroup of its own failed here: %v", s.mode, err)}
+		}
+	}
 	return s, nil
 }
+
+// RunBound says how a run's memory and processes are bounded: by a
+// cgroup per run, or (where this host gives none, and why) per process.
+func (s *Sandbox) RunBound() string { return s.cg.describe(s.cfg.Limits) }
 
 // claimUID is the uid a run takes as root (uids.go), 0 otherwise.
 func (s *Sandbox) claimUID() (int, func(), error) {
@@ -210,6 +233,9 @@ func (s *Sandbox) Limits() Limits { return s.cfg.Limits }
 
 // probe runs a trivial program in mode.
 func (s *Sandbox) probe(mode string) error {
+	if mode == ModeRlimitOnly {
+		return nil // nothing to probe but the cgroup, which every mode's run uses alike
+	}
 	if mode == ModeBwrap {
 		path, err := exec.LookPath(s.cfg.Bwrap)
 		if err != nil {
@@ -247,8 +273,20 @@ func (s *Sandbox) probe(mode string) error {
 			cmd.ExtraFiles = []*os.File{nil, filter}
 		}
 	}
-	out, err := cmd.CombinedOutput()
-	if out = bytes.TrimSpace(out); err != nil && len(out) > 0 {
+	var rc *runCgroup
+	if s.cg != nil && s.cg.version != 0 {
+		if rc, err = s.cg.newRun(s.cfg.Limits); err != nil {
+			return err
+		}
+		defer rc.remove()
+	}
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err = startGated(cmd, rc); err == nil {
+		err = cmd.Wait()
+	}
+	out := bytes.TrimSpace(buf.Bytes())
+	if err != nil && len(out) > 0 {
 		return fmt.Errorf("probe %s: %w: %s", args[0], err, out)
 	} else if err != nil {
 		return fmt.Errorf("probe %s: %w", args[0], err)
@@ -440,6 +478,12 @@ type PythonRun struct {
 	Stderr       []byte // at most Limits.OutputBytes
 	Truncated    bool   // stdout or stderr went over the cap
 	Elapsed      time.Duration
+	// OutOfMemory: the kernel killed a process of the run because the run
+	// as a whole went over Limits.RunMemoryBytes (its cgroup's bound).
+	OutOfMemory bool
+	// PeakMemoryBytes is the most memory the run held at once, by its
+	// cgroup (0 without one).
+	PeakMemoryBytes int64
 }
 
 // errOutputCap stops the copy of a stream that went over its cap.
@@ -532,9 +576,20 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 	cmd.Dir = dir
 	cmd.Env = env
 	cmd.SysProcAttr = s.sysProcAttr(uid, s.mode)
+	var rc *runCgroup
+	if s.cg.version != 0 {
+		if rc, err = s.cg.newRun(lim); err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		defer rc.remove()
+	}
 	cmd.Cancel = func() error {
 		// The whole group: bwrap, the init or python and anything it
-		// forked (with a pid namespace, all of it dies with its init).
+		// forked (with a pid namespace, all of it dies with its init);
+		// and whatever is in the run's cgroup.
+		if rc != nil {
+			rc.killAll()
+		}
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	cmd.WaitDelay = 2 * time.Second
@@ -561,7 +616,7 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 	}
 
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := startGated(cmd, rc); err != nil {
 		reportW.Close()
 		return nil, fmt.Errorf("sandbox: start %s: %w", args[0], err)
 	}
@@ -573,6 +628,9 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 	// pid namespace), then stop reading the report pipe if a straggler holds
 	// it open.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if rc != nil {
+		rc.killAll()
+	}
 	var lines []reportLine
 	select {
 	case lines = <-reports:
@@ -590,6 +648,10 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 	}
 	if cmd.ProcessState != nil {
 		run.ExitCode = cmd.ProcessState.ExitCode()
+	}
+	if rc != nil {
+		run.OutOfMemory = rc.oomKills() > 0
+		run.PeakMemoryBytes = rc.peak()
 	}
 	for i := range run.Tests {
 		run.Tests[i].Outcome = TestNotRun
@@ -615,6 +677,8 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 		run.Stopped = fmt.Sprintf("wall-clock limit of %v", lim.Wall)
 	case ctx.Err() != nil:
 		run.Stopped = "cancelled: " + ctx.Err().Error()
+	case run.OutOfMemory:
+		run.Stopped = fmt.Sprintf("out of memory: the run's processes and files went over its %d MiB (its cgroup killed them)", lim.RunMemoryBytes>>20)
 	case !limitsSet:
 		return run, fmt.Errorf("sandbox: the harness did not start (exit %d): %s", run.ExitCode, strings.TrimSpace(string(run.Stderr)))
 	case stdout.overCap || stderr.overCap:
@@ -623,6 +687,39 @@ func (s *Sandbox) RunPython(ctx context.Context, job PythonJob) (*PythonRun, err
 		run.Stopped = exitReason(cmd.ProcessState, waitErr)
 	}
 	return run, nil
+}
+
+// startGated starts cmd. With rc, cmd's process waits first, in a gate
+// (gateArg0) that runs nothing of the command, until it is in rc; then
+// the gate execs the command, and all it starts is born in rc.
+func startGated(cmd *exec.Cmd, rc *runCgroup) error {
+	if rc == nil {
+		return cmd.Start()
+	}
+	gateR, gateW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("gate pipe: %w", err)
+	}
+	defer gateW.Close()
+	fd := 3 + len(cmd.ExtraFiles)
+	cmd.ExtraFiles = append(cmd.ExtraFiles, gateR)
+	cmd.Args = append([]string{gateArg0, strconv.Itoa(fd), cmd.Path}, cmd.Args...)
+	cmd.Path = "/proc/self/exe"
+	err = cmd.Start()
+	gateR.Close()
+	if err != nil {
+		return err
+	}
+	if err = rc.add(cmd.Process.Pid); err == nil {
+		_, err = gateW.Write([]byte{1})
+	}
+	if err != nil {
+		// Closed without a byte, the gate exits without running anything.
+		gateW.Close()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+	return err
 }
 
 // exitReason says why the harness ended without finishing.
