@@ -31,7 +31,11 @@ const verifyUsage = `usage:
       (auto takes the first that works here, and refuses to run code when
       neither does); rlimit-only-trusted-code contains nothing (the code
       can reach this user's files, processes and the network) and is only
-      for code you trust.
+      for code you trust. Each program's run is bounded as a whole (1 GiB,
+      its processes and files together) by a cgroup of its own where this
+      host allows one, else per process (512 MiB each); which applies is
+      printed. --workers is at most 2 per core, and no more than the
+      host's memory holds at 1 GiB a run.
 `
 
 func verifyCommand(args []string, stdout, stderr io.Writer) int {
@@ -41,7 +45,8 @@ func verifyCommand(args []string, stdout, stderr io.Writer) int {
 	task := fs.String("task", "", "math, gsm8k or code")
 	in := fs.String("in", "", "input JSONL file")
 	out := fs.String("out", "", "output JSONL file (default stdout)")
-	workers := fs.Int("workers", runtime.NumCPU(), "lines scored at once")
+	most, why := verify.MaxConcurrency(verify.DefaultLimits())
+	workers := fs.Int("workers", min(runtime.NumCPU(), most), fmt.Sprintf("lines scored at once, at most %d here (%s)", most, why))
 	sandboxMode := fs.String("sandbox", "auto", "code sandbox: auto (bwrap when it works, else namespaces), bwrap, namespaces, or rlimit-only-trusted-code (contains nothing)")
 	lastNumber := fs.Bool("last-number", false, "gsm8k: take the last number of a response that states no answer")
 	err := parseFlags(fs, args, "task", "in")
@@ -50,6 +55,9 @@ func verifyCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if err == nil && *workers < 1 {
 		err = usageError{fmt.Errorf("--workers %d: want at least 1", *workers)}
+	}
+	if err == nil && *workers > most {
+		err = usageError{fmt.Errorf("--workers %d: at most %d on this host (%s)", *workers, most, why)}
 	}
 	var v verify.Verifier
 	if err == nil {
@@ -74,6 +82,7 @@ func verifyCommand(args []string, stdout, stderr io.Writer) int {
 			sb, err = verify.NewSandbox(verify.SandboxConfig{Mode: mode, Concurrency: *workers})
 			if err == nil {
 				fmt.Fprintf(stderr, "rlnode verify: sandbox %s\n", sb.Isolation())
+				fmt.Fprintf(stderr, "rlnode verify: memory bounded %s\n", sb.RunBound())
 				v = verify.Code{Sandbox: sb}
 			}
 		default:
