@@ -681,6 +681,9 @@ func defaultNodeID() string {
 // ID is this node's id.
 func (n *Node) ID() string { return n.id }
 
+// Logger is the node's logger (Config.Logger, with the node's id).
+func (n *Node) Logger() *slog.Logger { return n.log }
+
 // Key is the cluster key the node runs under: the one its Config gave, or
 // the one made for it. Whoever holds it is a member.
 func (n *Node) Key() []byte { return append([]byte(nil), n.cfg.Key...) }

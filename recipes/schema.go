@@ -218,7 +218,9 @@ type Data struct {
 	// sandbox; needs python3). Default math.
 	Verifier string `yaml:"verifier"`
 	// VerifyWorkers bounds the verifications running at once; 0 is the
-	// driver's default (the cores for code, 1 for math and gsm8k).
+	// driver's default (the cores for code, 1 for math and gsm8k). At most
+	// MaxVerifyWorkers; code verified in the driver, at most 2 per core
+	// and what the host's memory holds at 1 GiB a program (a run checks).
 	VerifyWorkers int `yaml:"verify_workers"`
 	// VerifyOn is where code verifications run: driver (in the driver's
 	// process) or cluster (as tasks of one CPU on any node of the

@@ -87,6 +87,11 @@ const (
 	// and a mistyped or hostile size (layers: 2000000) must be refused
 	// here, not exhaust the host's memory when the learner builds it.
 	MaxInitParams = 10_000_000_000
+	// MaxVerifyWorkers bounds data.verify_workers on any host: each is a
+	// verification in flight (a sandboxed program, or a task on the
+	// cluster); a run also holds code verified in the driver to the host's
+	// bound (rollout/verify's MaxConcurrency).
+	MaxVerifyWorkers = 4096
 )
 
 // algorithmAliases are the learner's spellings of algorithm names.
@@ -403,6 +408,7 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 	}
 	c.oneOf("data.verifier", d.Verifier, Verifiers)
 	c.nonNegative("data.verify_workers", d.VerifyWorkers)
+	c.atMost("data.verify_workers", d.VerifyWorkers, MaxVerifyWorkers, "verifications at once (in the driver, also no more than the host's bound on programs at once, which a run checks)")
 	c.oneOf("data.verify_on", d.VerifyOn, []string{"driver", "cluster"})
 	if d.VerifyOn == "cluster" && d.Verifier != "code" {
 		c.add("data.verify_on", "cluster is for the code verifier (data.verifier: code): checking a %s answer takes microseconds, less than a task's round trip", d.Verifier)

@@ -216,7 +216,7 @@ func init() {
 // logSandbox says in the node's log which sandbox runs the actor's
 // generated code (auto picks bwrap or namespaces by what works there).
 func logSandbox(ctx *actor.Context, use string, sb *verify.Sandbox) {
-	ctx.Logger().Info("code sandbox", "for", use, "mode", sb.Mode(), "isolation", sb.Isolation())
+	ctx.Logger().Info("code sandbox", "for", use, "mode", sb.Mode(), "isolation", sb.Isolation(), "memory", sb.RunBound())
 }
 
 // EngineFactory builds the engine a rollout actor hosts; model is

@@ -16,6 +16,7 @@ import (
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/task"
+	"github.com/rlnode/rlnode/rollout/verify"
 )
 
 // Config is everything the training loop needs. Recipes map onto it;
@@ -50,7 +51,8 @@ type Config struct {
 	// VerifierGSM8K or VerifierCode (sandboxed Python tests; verify.go).
 	Verifier string
 	// VerifyWorkers bounds the verifications running at once (default:
-	// the cores for code, 1 for math and gsm8k).
+	// the cores for code, 1 for math and gsm8k); with code verified in the
+	// driver, at most verify.MaxConcurrency.
 	VerifyWorkers int
 	// VerifyOn is where code verifications run: VerifyOnDriver (also "":
 	// in this process, VerifyWorkers at once) or VerifyOnCluster (as
@@ -490,6 +492,11 @@ func (c *Config) validate() (*compiled, error) {
 		return nil, bad("max_staleness", c.MaxStaleness, "asynchronous MLMT generates the feedback turn on rollout actors too: set feedback_rollout")
 	case c.VerifyWorkers < 0:
 		return nil, bad("verify_workers", c.VerifyWorkers, "want ≥ 0 (0: default)")
+	case c.VerifyWorkers > 0 && c.sandboxConcurrency() > 0 && (c.Verifier == VerifierCode || c.PythonTool):
+		// The driver's sandboxes run this many programs at once.
+		if most, why := verify.MaxConcurrency(verify.DefaultLimits()); c.VerifyWorkers > most {
+			return nil, bad("verify_workers", c.VerifyWorkers, fmt.Sprintf("at most %d programs at once on this host (%s); or verify_on: cluster", most, why))
+		}
 	case c.Verifier != "" && c.Verifier != VerifierMath && c.Verifier != VerifierGSM8K && c.Verifier != VerifierCode:
 		return nil, bad("verifier", c.Verifier, "want math, gsm8k or code")
 	case c.VerifyOn != "" && c.VerifyOn != VerifyOnDriver && c.VerifyOn != VerifyOnCluster:

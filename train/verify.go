@@ -27,8 +27,9 @@ const (
 // verify's sandbox (bwrap where it works, else namespaces; SandboxMode
 // forces one) with verify.DefaultLimits: 10 s wall clock per program (the
 // process group is killed then), 3 s per test, 5 CPU seconds, 512 MiB of
-// address space, 32 processes, 16 MiB of files, 64 KiB of output, so a
-// hanging or hostile program costs at most 10 s of one worker.
+// address space per process and 1 GiB per run where the host gives runs a
+// cgroup, 32 processes, 16 MiB of files, 64 KiB of output, so a hanging or
+// hostile program costs at most 10 s of one worker.
 func newVerifier(cfg Config) (verify.Verifier, error) {
 	switch cfg.Verifier {
 	case "", VerifierMath:
@@ -36,7 +37,7 @@ func newVerifier(cfg Config) (verify.Verifier, error) {
 	case VerifierGSM8K:
 		return verify.GSM8K{}, nil
 	case VerifierCode:
-		sb, err := verify.NewSandbox(verify.SandboxConfig{Mode: cfg.SandboxMode, Concurrency: cfg.verifyWorkers()})
+		sb, err := verify.NewSandbox(verify.SandboxConfig{Mode: cfg.SandboxMode, Concurrency: cfg.sandboxConcurrency()})
 		if err != nil {
 			return nil, fmt.Errorf("code verifier: %w", err)
 		}
@@ -59,6 +60,18 @@ func (c *Config) verifyWorkers() int {
 	return 1
 }
 
+// sandboxConcurrency is how many runs the driver's own sandboxes let go at
+// once: VerifyWorkers where verifications run in the driver (checked
+// against verify.MaxConcurrency in validate), else the sandbox's default
+// (the cores, within the host's bound): with verify_on cluster,
+// verify_workers counts tasks in flight on the whole cluster.
+func (c *Config) sandboxConcurrency() int {
+	if c.VerifyOn == VerifyOnCluster {
+		return 0
+	}
+	return c.verifyWorkers()
+}
+
 // newPython is the python tool of tool episodes (PythonTool): each call
 // runs as a program in verify's sandbox, with the code verifier's limits;
 // nil without the tool.
@@ -66,7 +79,7 @@ func newPython(cfg Config) (episode.PythonExecutor, error) {
 	if !cfg.PythonTool {
 		return nil, nil
 	}
-	sb, err := verify.NewSandbox(verify.SandboxConfig{Mode: cfg.SandboxMode, Concurrency: cfg.verifyWorkers()})
+	sb, err := verify.NewSandbox(verify.SandboxConfig{Mode: cfg.SandboxMode, Concurrency: cfg.sandboxConcurrency()})
 	if err != nil {
 		return nil, fmt.Errorf("python tool: %w", err)
 	}
@@ -75,10 +88,11 @@ func newPython(cfg Config) (episode.PythonExecutor, error) {
 }
 
 // logSandbox says which sandbox runs generated code (auto picks bwrap or
-// namespaces by what works on this host): a run never leaves it unsaid.
+// namespaces by what works on this host) and how a run's memory is
+// bounded: a run never leaves it unsaid.
 func logSandbox(log *slog.Logger, use string, sb *verify.Sandbox) {
 	if log != nil {
-		log.Info("code sandbox", "for", use, "mode", sb.Mode(), "isolation", sb.Isolation())
+		log.Info("code sandbox", "for", use, "mode", sb.Mode(), "isolation", sb.Isolation(), "memory", sb.RunBound())
 	}
 }
 
@@ -118,7 +132,16 @@ func init() {
 		v, _ := sandboxes.LoadOrStore(t.SandboxMode, &sandboxOnce{})
 		s := v.(*sandboxOnce)
 		s.once.Do(func() {
-			s.sb, s.err = verify.NewSandbox(verify.SandboxConfig{Mode: t.SandboxMode, Concurrency: runtime.NumCPU()})
+			// The node's cores within the host's bound (verify.MaxConcurrency);
+			// the task's CPU reservation keeps runs within the cores anyway.
+			s.sb, s.err = verify.NewSandbox(verify.SandboxConfig{Mode: t.SandboxMode})
+			log := slog.Default()
+			if n := cluster.TaskNode(ctx); n != nil {
+				log = n.Logger()
+			}
+			if s.err == nil {
+				logSandbox(log, "cluster verification tasks", s.sb)
+			}
 		})
 		if s.err != nil {
 			host, _ := os.Hostname()
