@@ -81,6 +81,7 @@ func TestValidationRules(t *testing.T) {
 		{[]string{"algorithm.lr=0"}, "algorithm.lr: 0: want a positive learning rate"},
 		{[]string{"data.verify_on=cluster"}, "data.verify_on: cluster is for the code verifier (data.verifier: code): checking a math answer takes microseconds"},
 		{[]string{"data.verify_on=gpu"}, `data.verify_on: "gpu"`},
+		{[]string{"data.verify_workers=100000000"}, "data.verify_workers: 100000000: at most 4096 verifications at once"},
 		{[]string{"algorithm.clip_low=1.2"}, "algorithm.clip_low: 1.2: want a value in [0, 1)"},
 		{[]string{"algorithm.group_size=1"}, "algorithm.group_size: 1: grpo compares the samples of a group"},
 		{[]string{"algorithm.group_size=100000000"}, "algorithm.group_size: 100000000: at most 1024 samples per prompt"},

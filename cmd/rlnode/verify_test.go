@@ -153,6 +153,7 @@ func TestVerifyUsage(t *testing.T) {
 		{[]string{"verify", "--task", "math"}, 2, "--in is required"},
 		{[]string{"verify", "--task", "poetry", "--in", in}, 2, `--task "poetry"`},
 		{[]string{"verify", "--task", "math", "--in", in, "--workers", "0"}, 2, "--workers 0"},
+		{[]string{"verify", "--task", "code", "--in", in, "--workers", "100000000"}, 2, "--workers 100000000: at most"},
 		{[]string{"verify", "--task", "math", "--in", filepath.Join(dir, "missing.jsonl")}, 1, "missing.jsonl"},
 		{[]string{"verify", "--task", "code", "--in", in, "--sandbox", "chroot"}, 2, `--sandbox "chroot": want auto, bwrap, namespaces or rlimit-only-trusted-code`},
 		{[]string{"verify", "--task", "math", "--in", in, "--out", filepath.Join(dir, "no", "such", "dir.jsonl")}, 1, "no such file"},

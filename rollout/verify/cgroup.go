@@ -168,6 +168,9 @@ func (b *cgroupBound) delegateV2() error {
 
 // newRun makes the cgroup(s) of one run with lim's bounds.
 func (b *cgroupBound) newRun(lim Limits) (*runCgroup, error) {
+	if lim.RunMemoryBytes <= 0 || lim.Processes <= 0 {
+		return nil, fmt.Errorf("run cgroup: memory %d and processes %d: want both positive", lim.RunMemoryBytes, lim.Processes)
+	}
 	name := fmt.Sprintf("%s%s-%d", runCgroupPrefix, b.self, b.seq.Add(1))
 	rc := &runCgroup{version: b.version, mem: filepath.Join(b.memParent, name)}
 	rc.dirs = []string{rc.mem}
