@@ -34,9 +34,14 @@ const verifyUsage = `usage:
       for code you trust. Each program's run is bounded as a whole (1 GiB,
       its processes and files together) by a cgroup of its own where this
       host allows one, else per process (512 MiB each); which applies is
-      printed. --workers is at most 2 per core, and no more than the
-      host's memory holds at 1 GiB a run.
+      printed. For code, --workers is at most 2 per core, and no more
+      than the host's memory holds at 1 GiB a run; for answers, 16 per
+      core.
 `
+
+// answerWorkersPerCore bounds --workers for math and gsm8k: past it more
+// goroutines only take memory.
+const answerWorkersPerCore = 16
 
 func verifyCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rlnode verify", flag.ContinueOnError)
@@ -46,7 +51,7 @@ func verifyCommand(args []string, stdout, stderr io.Writer) int {
 	in := fs.String("in", "", "input JSONL file")
 	out := fs.String("out", "", "output JSONL file (default stdout)")
 	most, why := verify.MaxConcurrency(verify.DefaultLimits())
-	workers := fs.Int("workers", min(runtime.NumCPU(), most), fmt.Sprintf("lines scored at once, at most %d here (%s)", most, why))
+	workers := fs.Int("workers", min(runtime.NumCPU(), most), fmt.Sprintf("lines scored at once; code: at most %d here (%s)", most, why))
 	sandboxMode := fs.String("sandbox", "auto", "code sandbox: auto (bwrap when it works, else namespaces), bwrap, namespaces, or rlimit-only-trusted-code (contains nothing)")
 	lastNumber := fs.Bool("last-number", false, "gsm8k: take the last number of a response that states no answer")
 	err := parseFlags(fs, args, "task", "in")
@@ -55,6 +60,10 @@ func verifyCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if err == nil && *workers < 1 {
 		err = usageError{fmt.Errorf("--workers %d: want at least 1", *workers)}
+	}
+	if *task != "code" {
+		// Answers are checked in microseconds, each worker a goroutine.
+		most, why = answerWorkersPerCore*runtime.NumCPU(), fmt.Sprintf("%d per core × %d cores for answers", answerWorkersPerCore, runtime.NumCPU())
 	}
 	if err == nil && *workers > most {
 		err = usageError{fmt.Errorf("--workers %d: at most %d on this host (%s)", *workers, most, why)}

@@ -136,6 +136,11 @@ func TestVerifyCode(t *testing.T) {
 	if !strings.Contains(stderr, "sandbox ") || !strings.Contains(stderr, "in.jsonl:6:") {
 		t.Errorf("stderr does not name the sandbox and the bad line:\n%s", stderr)
 	}
+	// Which memory bound applies is said, whichever it is.
+	if !strings.Contains(stderr, "rlnode verify: memory bounded per run: a cgroup") &&
+		!strings.Contains(stderr, "rlnode verify: memory bounded per process only (") {
+		t.Errorf("stderr does not say how a run's memory is bounded:\n%s", stderr)
+	}
 }
 
 func TestVerifyUsage(t *testing.T) {

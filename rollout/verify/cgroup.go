@@ -117,7 +117,12 @@ func (b *cgroupBound) detect() error {
 	b.removeLeftovers()
 	// A run's cgroup, made and removed once: what a run needs works here.
 	rc, err := b.newRun(Limits{RunMemoryBytes: 64 << 20, Processes: 1})
-	if err != nil {
+	switch {
+	case errors.Is(err, os.ErrPermission):
+		return fmt.Errorf("%w (this user may not make cgroups there: not root, and the cgroup is not delegated to it)", err)
+	case errors.Is(err, syscall.EROFS):
+		return fmt.Errorf("%w (the cgroup file system is mounted read-only)", err)
+	case err != nil:
 		return err
 	}
 	return rc.remove()
