@@ -70,3 +70,27 @@ func TestCodeWarmupNeedsReferenceColumn(t *testing.T) {
 		t.Errorf("no warm-up, no answer column: %v", err)
 	}
 }
+
+// data.verify_workers within the recipe's bound but past what this host
+// runs at once in the driver's sandbox is refused by name; on the cluster
+// it counts tasks in flight, and is not held to this host's bound.
+func TestVerifyWorkersHostBound(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for _, c := range []struct {
+		sets []string
+		want string
+	}{
+		{[]string{"data.verify_workers=4096"}, "verify_workers 4096: at most"},
+		{[]string{"data.verify_workers=4096", "data.verify_on=cluster"}, ""},
+	} {
+		l, err := recipes.Load("mbpp", c.sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// FromRecipe checks the config it makes.
+		_, err = FromRecipe(l, t.TempDir())
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%v: %v, want %q", c.sets, err, c.want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,6 +57,54 @@ func TestCodeSandboxSaid(t *testing.T) {
 			t.Errorf("the log does not say which sandbox the %s uses", use)
 		}
 	}
+	if strings.Count(logged.String(), ` memory="per `) != 2 {
+		t.Errorf("the log does not say twice how a run's memory is bounded")
+	}
+}
+
+// TestClusterVerifySandboxSaid: a node's verification tasks say, in the
+// node's log, which sandbox and memory bound they use, once (when the
+// sandbox is made), not only when it fails.
+func TestClusterVerifySandboxSaid(t *testing.T) {
+	needPython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var logged syncBuffer
+	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Stop)
+	// A mode of its own: this process's sandbox for it is made by this test.
+	v := &clusterVerifier{node: node, mode: verify.ModeRlimitOnly}
+	ref := verify.Reference{Tests: []string{"assert f(2) == 4"}}
+	for range 2 {
+		if res := v.Verify(ctx, "def f(x):\n    return x * 2\n", ref); res.Reward != 1 {
+			t.Fatalf("Verify = %+v, want reward 1", res)
+		}
+	}
+	said := strings.Count(logged.String(), `for="cluster verification tasks" mode=rlimit-only-trusted-code`)
+	if said != 1 || !strings.Contains(logged.String(), "memory=") {
+		t.Errorf("the node's log says the tasks' sandbox %d times (want once, with its memory bound):\n%s", said, logged.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger that goroutines share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // checkCodeVerdicts has v score a right program, a half-right one and two
