@@ -149,7 +149,7 @@ func (b *cgroupBound) delegateV2() error {
 		want += " +pids"
 	}
 	subtree := filepath.Join(dir, "cgroup.subtree_control")
-	err = os.WriteFile(subtree, []byte(want), 0)
+	err = writeCgroup(subtree, want)
 	if errors.Is(err, syscall.EBUSY) {
 		procs, rerr := cgroupProcs(dir)
 		if rerr != nil || len(procs) != 1 || procs[0] != os.Getpid() {
@@ -160,10 +160,10 @@ func (b *cgroupBound) delegateV2() error {
 		if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("cgroup v2: make %s: %w", leaf, err)
 		}
-		if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+		if err := writeCgroup(filepath.Join(leaf, "cgroup.procs"), strconv.Itoa(os.Getpid())); err != nil {
 			return fmt.Errorf("cgroup v2: move this process into %s: %w", leaf, err)
 		}
-		err = os.WriteFile(subtree, []byte(want), 0)
+		err = writeCgroup(subtree, want)
 	}
 	if err != nil {
 		return fmt.Errorf("cgroup v2: enable %s in %s: %w", want, subtree, err)
@@ -203,13 +203,13 @@ func (b *cgroupBound) newRun(lim Limits) (*runCgroup, error) {
 		writes = [][3]string{{"memory.limit_in_bytes", mem}, {"memory.memsw.limit_in_bytes", mem, "optional"}}
 	}
 	for _, w := range writes {
-		err := os.WriteFile(filepath.Join(rc.mem, w[0]), []byte(w[1]), 0)
+		err := writeCgroup(filepath.Join(rc.mem, w[0]), w[1])
 		if err != nil && !(w[2] == "optional" && errors.Is(err, os.ErrNotExist)) {
 			return fail(err)
 		}
 	}
 	if b.pids {
-		if err := os.WriteFile(filepath.Join(pidsDir, "pids.max"), []byte(pids), 0); err != nil {
+		if err := writeCgroup(filepath.Join(pidsDir, "pids.max"), pids); err != nil {
 			return fail(err)
 		}
 	}
@@ -254,7 +254,7 @@ type runCgroup struct {
 // add moves pid (every thread of it) into the run's cgroups.
 func (rc *runCgroup) add(pid int) error {
 	for _, d := range rc.dirs {
-		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		if err := writeCgroup(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("run cgroup: move process %d into %s: %w", pid, d, err)
 		}
 	}
@@ -299,7 +299,7 @@ func (rc *runCgroup) peak() int64 {
 // killAll kills every process in the run's cgroups.
 func (rc *runCgroup) killAll() {
 	for _, d := range rc.made {
-		if rc.version == 2 && os.WriteFile(filepath.Join(d, "cgroup.kill"), []byte("1"), 0) == nil {
+		if rc.version == 2 && writeCgroup(filepath.Join(d, "cgroup.kill"), "1") == nil {
 			continue
 		}
 		procs, _ := cgroupProcs(d)
@@ -453,4 +453,19 @@ func startTime(pid int) string {
 		return ""
 	}
 	return f[19]
+}
+
+// writeCgroup writes value to a cgroup's file. The file is never created:
+// one the kernel does not have (memory.swap.max without swap accounting)
+// is ENOENT, where a create would be EACCES.
+func writeCgroup(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

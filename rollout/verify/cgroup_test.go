@@ -237,3 +237,36 @@ func TestMaxConcurrency(t *testing.T) {
 		t.Fatalf("default runs at once = %d, want %d", got, want)
 	}
 }
+
+// TestCgroupV2WithoutMemory: a cgroup v2 whose controllers do not include
+// memory (a hybrid host, where memory is v1's) gives runs no v2 cgroup,
+// and says why.
+func TestCgroupV2WithoutMemory(t *testing.T) {
+	mounts, err := cgroupMounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths, err := selfCgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := mounts[""]
+	if !ok {
+		t.Skip("no cgroup v2 is mounted here")
+	}
+	dir, err := m.dir(paths[""])
+	if err != nil {
+		t.Skipf("this process's cgroup v2: %v", err)
+	}
+	ctrl, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		t.Skipf("cgroup v2 %s: %v", dir, err)
+	}
+	if strings.Contains(string(ctrl), "memory") {
+		t.Skipf("cgroup v2 %s has the memory controller (%q): the run tests use it", dir, strings.TrimSpace(string(ctrl)))
+	}
+	b := &cgroupBound{version: 2, memParent: dir}
+	if err := b.delegateV2(); err == nil || !strings.Contains(err.Error(), "the memory controller is not delegated to it") {
+		t.Fatalf("delegateV2 on %s with controllers %q: %v, want refused saying why", dir, strings.TrimSpace(string(ctrl)), err)
+	}
+}
