@@ -26,6 +26,8 @@ import (
 //
 //   - rlimits set by the harness before any untrusted code runs (address
 //     space, CPU seconds, processes, file size, open files, no core dumps);
+//   - where the host allows, a cgroup of its own that bounds the run's
+//     memory and processes as a whole (cgroup.go), else the reason said;
 //   - a wall-clock limit, after which the whole process group is killed;
 //   - stdout and stderr capped (the pipe is closed past the cap);
 //   - the tests judged in a process of their own that the program cannot
