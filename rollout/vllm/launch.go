@@ -199,8 +199,10 @@ func newServerActor(ctx *actor.Context, args any) (actor.Actor, error) {
 	if cmdp == nil {
 		return nil, fmt.Errorf("vllm server: node %s does not launch vLLM servers (start it with --vllm COMMAND)", ctx.System().Address())
 	}
-	if a.Model == "" || a.ServedName == "" {
-		return nil, errors.New("vllm server: empty model or served model name")
+	// Both go on the command line before the options: neither may read as
+	// one (a model "--trust-remote-code" would be taken for the flag).
+	if !filepath.IsAbs(a.Model) || a.ServedName == "" || strings.HasPrefix(a.ServedName, "-") || len(a.Model)+len(a.ServedName) > 2*MaxLaunchArgLen {
+		return nil, fmt.Errorf("vllm server: model %q, served model name %q: want an absolute folder and a name that does not start with -", a.Model, a.ServedName)
 	}
 	if err := CheckLaunchArgs(a.Args); err != nil {
 		return nil, fmt.Errorf("vllm server: %w", err)

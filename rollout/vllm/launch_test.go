@@ -207,6 +207,12 @@ func TestLaunchServersRefused(t *testing.T) {
 			t.Errorf("launch with %q started", args)
 		}
 	}
+	for _, a := range []LaunchArgs{{Model: "--trust-remote-code", ServedName: "policy"}, {Model: "relative/model", ServedName: "policy"},
+		{Model: t.TempDir(), ServedName: "--trust-remote-code"}} {
+		if _, err := LaunchServers(ctx, node, "odd", Launch{Servers: 1, LaunchArgs: a}); err == nil || !strings.Contains(err.Error(), "want an absolute folder") {
+			t.Errorf("launch of %+v: %v", a, err)
+		}
+	}
 	if err := CheckLaunchArgs([]string{"--max-model-len=4096", "--gpu-memory-utilization", "0.5", "--enable-lora"}); err != nil {
 		t.Errorf("allowed options refused: %v", err)
 	}
