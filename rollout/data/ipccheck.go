@@ -1,10 +1,12 @@
 package data
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // checkIPCFile looks over the metadata of an Arrow IPC file of size bytes
@@ -57,6 +59,7 @@ func checkIPCFile(r io.ReaderAt, size int64) error {
 		return fmt.Errorf("footer: %w", err)
 	}
 	var decompressed int64
+	var blocks [][2]int64 // offset, end
 	for _, field := range []struct {
 		id   int
 		name string
@@ -73,6 +76,7 @@ func checkIPCFile(r io.ReaderAt, size int64) error {
 			if off < 0 || meta < 8 || body < 0 || meta > maxIPCMetadata || off > size || meta > size-off || body > size-off-meta {
 				return fmt.Errorf("%s %d: block at byte %d with %d bytes of metadata and %d of data lies outside the file's %d bytes", field.name, i, off, meta, body, size)
 			}
+			blocks = append(blocks, [2]int64{off, off + meta + body})
 			d, err := checkIPCMessage(r, off, meta, body)
 			if err != nil {
 				return fmt.Errorf("%s %d (at byte %d): %w", field.name, i, off, err)
@@ -81,6 +85,34 @@ func checkIPCFile(r io.ReaderAt, size int64) error {
 				return fmt.Errorf("%s %d: compressed buffers declare over %d bytes uncompressed, the limit", field.name, i, int64(maxIPCDecompressed))
 			}
 		}
+	}
+	return checkIPCBlocks(r, blocks, size-tail-n)
+}
+
+// checkIPCBlocks checks that the blocks a footer lists are the messages
+// between the file's schema message and its end-of-stream marker, which
+// ends at footer: a damaged footer that lists fewer (none, when a byte of
+// its table is changed) would have the rows it leaves out read as absent,
+// with no error.
+func checkIPCBlocks(r io.ReaderAt, blocks [][2]int64, footer int64) error {
+	var head [8]byte
+	if _, err := r.ReadAt(head[:], 8); err != nil {
+		return err
+	}
+	schemaLen := int64(int32(binary.LittleEndian.Uint32(head[4:])))
+	if binary.LittleEndian.Uint32(head[:4]) != 0xFFFFFFFF || schemaLen < 0 || schemaLen > maxIPCMetadata {
+		return errors.New("no schema message after the magic")
+	}
+	slices.SortFunc(blocks, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	pos := 16 + schemaLen
+	for _, b := range blocks {
+		if b[0] != pos {
+			return fmt.Errorf("the footer lists a message at byte %d, but the stream has one at byte %d", b[0], pos)
+		}
+		pos = b[1]
+	}
+	if pos+8 != footer {
+		return fmt.Errorf("the footer lists %d messages, ending at byte %d, but the stream goes on to byte %d", len(blocks), pos, footer-8)
 	}
 	return nil
 }

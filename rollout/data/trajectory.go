@@ -43,10 +43,14 @@ type Turn struct {
 	FinishReason string
 	ResponseText string
 	Note         string // why a reward is 0 without a normal verdict, if so
+
+	// Call is what traces record of the turn's model calls; training
+	// never reads it.
+	Call Call
 }
 
 // SchemaVersion names the trajectory schema in the Arrow schema metadata.
-const SchemaVersion = "rlnode.trajectory/v2"
+const SchemaVersion = "rlnode.trajectory/v3"
 
 // Column names of the trajectory schema, in order.
 const (
@@ -93,8 +97,25 @@ var (
 //	response_text   utf8
 //	note            utf8
 //
+// then the columns of the turn's Call, optional on read (v2 files lack
+// them):
+//
+//	model            utf8
+//	start_unix_nano  int64  (0: not recorded)
+//	end_unix_nano    int64
+//	prompt_text      utf8
+//	prompt_messages  utf8   (JSON [{"role", "content"}]; empty for a text prompt)
+//	prompt_bytes     int64  (the whole prompt's size; more than kept when cut)
+//	tool_calls       utf8   (JSON [{"name", "arguments", "result", "error", "start", "end"}])
+//
 // The schema metadata holds "rlnode.schema" = SchemaVersion.
-var TrajectorySchema = arrow.NewSchema([]arrow.Field{
+var TrajectorySchema = arrow.NewSchema(append(trainingFields, callFields...), func() *arrow.Metadata {
+	m := arrow.NewMetadata([]string{"rlnode.schema"}, []string{SchemaVersion})
+	return &m
+}())
+
+// trainingFields are the columns every trajectory file holds.
+var trainingFields = []arrow.Field{
 	{Name: ColEpisodeID, Type: arrow.BinaryTypes.String},
 	{Name: ColGroupID, Type: arrow.PrimitiveTypes.Int64},
 	{Name: ColSample, Type: arrow.PrimitiveTypes.Int32},
@@ -111,10 +132,7 @@ var TrajectorySchema = arrow.NewSchema([]arrow.Field{
 	{Name: ColFinishReason, Type: arrow.BinaryTypes.String},
 	{Name: ColResponseText, Type: arrow.BinaryTypes.String},
 	{Name: ColNote, Type: arrow.BinaryTypes.String},
-}, func() *arrow.Metadata {
-	m := arrow.NewMetadata([]string{"rlnode.schema"}, []string{SchemaVersion})
-	return &m
-}())
+}
 
 // ErrBadTrajectory marks trajectory data that does not fit the schema.
 var ErrBadTrajectory = errors.New("bad trajectory data")
@@ -204,13 +222,17 @@ func NewRecord(mem memory.Allocator, turns []Turn) (arrow.RecordBatch, error) {
 		str(13).Append(t.FinishReason)
 		str(14).Append(t.ResponseText)
 		str(15).Append(t.Note)
+		if err := appendCall(b.Fields()[len(trainingFields):], t.Call); err != nil {
+			return nil, fmt.Errorf("episode %s turn %d: %w", t.EpisodeID, t.Turn, err)
+		}
 	}
 	return b.NewRecordBatch(), nil
 }
 
 // TurnsFromRecord reads the rows of a trajectory record batch. Columns are
 // found by name; a missing column or one of another type is an error
-// naming it. Extra columns are ignored.
+// naming it. The call columns are optional (files written before them
+// lack them). Extra columns are ignored.
 func TurnsFromRecord(rec arrow.RecordBatch) ([]Turn, error) {
 	sc := rec.Schema()
 	col := func(name string, want arrow.DataType) (arrow.Array, error) {
@@ -225,8 +247,8 @@ func TurnsFromRecord(rec arrow.RecordBatch) ([]Turn, error) {
 		return a, nil
 	}
 	n := int(rec.NumRows())
-	arrs := make([]arrow.Array, len(TrajectorySchema.Fields()))
-	for i, f := range TrajectorySchema.Fields() {
+	arrs := make([]arrow.Array, len(trainingFields))
+	for i, f := range trainingFields {
 		a, err := col(f.Name, f.Type)
 		if err != nil {
 			return nil, err
@@ -246,6 +268,10 @@ func TurnsFromRecord(rec arrow.RecordBatch) ([]Turn, error) {
 		l := arrs[i].(*array.List)
 		s, e := l.ValueOffsets(r)
 		return append([]float32(nil), l.ListValues().(*array.Float32).Float32Values()[s:e]...)
+	}
+	calls, err := callColumns(rec)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]Turn, n)
 	for r := range n {
@@ -274,6 +300,9 @@ func TurnsFromRecord(rec arrow.RecordBatch) ([]Turn, error) {
 		}
 		if len(t.Advantages) == 0 {
 			t.Advantages = nil
+		}
+		if t.Call, err = callAt(calls, r); err != nil {
+			return nil, fmt.Errorf("row %d: %w", r, err)
 		}
 		if err := t.Check(); err != nil {
 			return nil, fmt.Errorf("row %d: %w", r, err)
