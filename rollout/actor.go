@@ -605,7 +605,7 @@ func (a *rolloutActor) work(s Submit) (res JobResult, tokens int) {
 }
 
 func (a *rolloutActor) episodes(r EpisodeRequest) ([]data.Turn, error) {
-	solver := episode.Policy{ID: a.cfg.PolicyID, Engine: a.solver, Params: r.Params}
+	solver := episode.Policy{ID: a.cfg.PolicyID, Engine: a.solver, Params: r.Params, Model: a.cfg.Model}
 	lim := episode.Limits{}
 	var run episode.Runner
 	var err error
@@ -624,7 +624,7 @@ func (a *rolloutActor) episodes(r EpisodeRequest) ([]data.Turn, error) {
 			if a.feedback == nil {
 				return nil, errors.New("mlmt episode: this actor hosts no feedback engine (set FeedbackEngine, or ask for StaticFeedback)")
 			}
-			fb = &episode.Policy{ID: a.cfg.FeedbackPolicy, Engine: a.feedback, Params: r.FeedbackParams}
+			fb = &episode.Policy{ID: a.cfg.FeedbackPolicy, Engine: a.feedback, Params: r.FeedbackParams, Model: a.cfg.FeedbackModel}
 		}
 		var m *episode.MLMT
 		if m, err = episode.NewMLMT(solver, fb, a.verifier, r.Templates, lim); err == nil {

@@ -211,6 +211,7 @@ type policy struct {
 	server  weightsync.PolicyServer
 	eng     *policyEngine // server with the policy's tokenizer
 	tok     *tokenizer.Tokenizer
+	model   string // the model's name in traces (modelName)
 	// launched are the vLLM servers the run started for the policy
 	// (VLLM.Launch), stopped with it.
 	launched *vllm.Launched
@@ -220,10 +221,11 @@ type policy struct {
 }
 
 // policyEngine is what episodes generate with: a policy's engine and its
-// tokenizer.
+// tokenizer, and the model's name for traces (modelName).
 type policyEngine struct {
 	engine.Engine
-	tok *tokenizer.Tokenizer
+	tok   *tokenizer.Tokenizer
+	model string
 }
 
 func (e *policyEngine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
@@ -479,8 +481,24 @@ func (r *run) startEngine(ctx context.Context, p *policy) error {
 	if err != nil {
 		return fmt.Errorf("%s policy: %w", p.id, err)
 	}
-	p.eng = &policyEngine{Engine: p.server, tok: p.tok}
+	p.model = r.modelName(p)
+	p.eng = &policyEngine{Engine: p.server, tok: p.tok, model: p.model}
 	return nil
+}
+
+// modelName names p's model in its turns' traces: the vLLM servers'
+// model, the checkpoint it started from, or, trained from scratch,
+// "scratch:" and its architecture.
+func (r *run) modelName(p *policy) string {
+	switch v := r.vllmConfig(p); {
+	case v != nil && v.Model != "":
+		return v.Model
+	case p.l.ModelDir != "":
+		return p.l.ModelDir
+	case p.l.Model != nil:
+		return "scratch:" + p.l.Model.Architecture
+	}
+	return p.id
 }
 
 // stopEngine closes p's policy server.

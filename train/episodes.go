@@ -111,7 +111,7 @@ func episodePolicy(id string, eng *policyEngine, params engine.SamplingParams) *
 	if eng == nil {
 		return nil
 	}
-	return &episode.Policy{ID: id, Engine: eng, Params: params, Tokenizer: eng.Tokenizer()}
+	return &episode.Policy{ID: id, Engine: eng, Params: params, Tokenizer: eng.Tokenizer(), Model: eng.model}
 }
 
 // turnSeed is the first sampling seed of stage t of the RL step whose
@@ -171,7 +171,7 @@ func stepEngineOf(p *policy, onPolicy int64) *policyEngine {
 	if p == nil {
 		return nil
 	}
-	return &policyEngine{Engine: weightsync.AtVersion(p.server, onPolicy), tok: p.tok}
+	return &policyEngine{Engine: weightsync.AtVersion(p.server, onPolicy), tok: p.tok, model: p.model}
 }
 
 // startEpisodes draws the next PromptsPerStep problems and their sampling

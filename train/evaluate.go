@@ -76,7 +76,7 @@ func EvaluateSingleCheckpoint(ctx context.Context, cfg Config, dir string) (Sing
 	}
 	defer eng.Close()
 	r := &run{cfg: cfg, tpl: tpl, src: src, verifier: v, python: py, eval: probs,
-		solver: &policy{id: "solver", eng: &policyEngine{Engine: eng, tok: eng.Tokenizer()}, tok: eng.Tokenizer()}}
+		solver: &policy{id: "solver", eng: &policyEngine{Engine: eng, tok: eng.Tokenizer(), model: dir}, tok: eng.Tokenizer()}}
 	out, err := r.evaluate(ctx)
 	if err != nil {
 		return SingleEval{}, fmt.Errorf("evaluate %s: %w", dir, err)
@@ -295,11 +295,11 @@ func EvaluateCheckpoint(ctx context.Context, cfg Config, dir string) (TurnEval, 
 		}
 		defer fb.Close()
 	}
-	se := &policyEngine{Engine: solver, tok: solver.Tokenizer()}
+	se := &policyEngine{Engine: solver, tok: solver.Tokenizer(), model: dir}
 	var fbe *policyEngine
 	switch {
 	case fb != nil:
-		fbe = &policyEngine{Engine: fb, tok: fb.Tokenizer()}
+		fbe = &policyEngine{Engine: fb, tok: fb.Tokenizer(), model: filepath.Join(dir, FeedbackDir)}
 	case cfg.SharedWeights:
 		fbe = se
 	}

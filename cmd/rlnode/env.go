@@ -290,7 +290,7 @@ func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, f
 		return fail(err)
 	}
 	defer e.Close()
-	pol := episode.Policy{ID: "policy", Engine: e, Tokenizer: e.Tokenizer(), Params: engine.SamplingParams{Temperature: c.temperature, TopP: 1, MaxTokens: c.maxTokens}}
+	pol := episode.Policy{ID: "policy", Engine: e, Tokenizer: e.Tokenizer(), Model: dir, Params: engine.SamplingParams{Temperature: c.temperature, TopP: 1, MaxTokens: c.maxTokens}}
 	ag := &episode.Agent{Policy: pol, NewEnv: c.newEnv}
 	if c.recipe != nil {
 		if c.recipe.TopP > 0 {

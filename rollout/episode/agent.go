@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
@@ -175,7 +176,7 @@ func (r *Agent) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 		}
 	}
 	// Step 0: one request of N samples per example.
-	reqs := make([]engine.Request, len(b.Examples))
+	reqs := make([]call, len(b.Examples))
 	for i := range b.Examples {
 		e := eps[i*b.N]
 		pr, err := r.prompt(e, 0)
@@ -202,7 +203,7 @@ func (r *Agent) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 			return nil, err
 		}
 		var next []*agentState
-		var reqs []engine.Request
+		var reqs []call
 		for _, e := range live {
 			if e.done {
 				continue
@@ -263,9 +264,8 @@ func outcomeOf(o outcome, s int) outcome {
 	if o.err != nil {
 		return o
 	}
-	res := o.res
-	res.Samples = res.Samples[s : s+1]
-	return outcome{res: res}
+	o.res.Samples = o.res.Samples[s : s+1]
+	return o
 }
 
 // play records step of every live episode from its engine outcome and
@@ -283,23 +283,23 @@ func (r *Agent) play(ctx context.Context, lim Limits, live []*agentState, outs [
 			continue
 		}
 		if o.err != nil {
-			e.turns = append(e.turns, failedTurn(r.Policy, fmt.Sprintf("step %d: %v", step, o.err)))
+			e.turns = append(e.turns, failedTurn(r.Policy, o, fmt.Sprintf("step %d: %v", step, o.err)))
 			e.done = true
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.playOne(ctx, lim, e, o.res, step, maxSteps)
+			r.playOne(ctx, lim, e, o, step, maxSteps)
 		}()
 	}
 	wg.Wait()
 	return ctx.Err()
 }
 
-func (r *Agent) playOne(ctx context.Context, lim Limits, e *agentState, res engine.Result, step, maxSteps int) {
-	smp := res.Samples[0]
-	t := turnOf(r.Policy, res, smp)
+func (r *Agent) playOne(ctx context.Context, lim Limits, e *agentState, o outcome, step, maxSteps int) {
+	smp := o.res.Samples[0]
+	t := turnOf(r.Policy, o, smp)
 	var notes []string
 	a, err := env.ParseAction(smp.Text)
 	taken := a.String()
@@ -307,7 +307,24 @@ func (r *Agent) playOne(ctx context.Context, lim Limits, e *agentState, res engi
 		notes = append(notes, err.Error())
 		a, taken = env.Action{}, "?"
 	}
+	start := time.Now()
 	sr, err := e.env.Step(ctx, a)
+	if a.Name != "" {
+		// The action, as tracing agents record a tool call: what it
+		// returned is the next observation.
+		tc := data.ToolCall{Name: a.Name, Arguments: a.Param, Start: start, End: time.Now()}
+		switch {
+		case err != nil:
+			tc.Error = err.Error()
+		case sr.Invalid != "":
+			tc.Error, tc.Result = sr.Invalid, sr.Observation.Text
+		case sr.Info[env.InfoToolError] != "":
+			tc.Error, tc.Result = sr.Info[env.InfoToolError], sr.Observation.Text
+		default:
+			tc.Result = sr.Observation.Text
+		}
+		t.Call.AddTool(tc)
+	}
 	switch {
 	case err != nil:
 		notes = append(notes, NoteEnvError+err.Error())

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/rlnode/rlnode/rollout/data"
@@ -17,12 +18,14 @@ import (
 // Policy is one trainable policy taking part in episodes: the engine that
 // serves it and how it samples. ID is recorded in every Turn it produced.
 // Tokenizer turns text prompts (Prompt.Text) into token ids; prompts given
-// as chat messages need none.
+// as chat messages need none. Model names the model the engine serves in
+// the turns' traces (data.Call.Model).
 type Policy struct {
 	ID        string
 	Engine    engine.Engine
 	Params    engine.SamplingParams
 	Tokenizer Tokenizer
+	Model     string
 }
 
 // Tokenizer turns text into token ids of a policy's vocabulary.
@@ -43,18 +46,25 @@ func (p Policy) check(role string) error {
 	return nil
 }
 
+// call is one request to an engine with its prompt as written, which the
+// turn it makes records for traces.
+type call struct {
+	engine.Request
+	prompt Prompt
+}
+
 // request is the request id asking p for prompt with params.
-func (p Policy) request(id string, prompt Prompt, params engine.SamplingParams) (engine.Request, error) {
+func (p Policy) request(id string, prompt Prompt, params engine.SamplingParams) (call, error) {
 	req := engine.Request{ID: id, Params: params}
 	switch {
 	case prompt.Messages != nil:
 		req.Messages = prompt.Messages
 	case p.Tokenizer == nil:
-		return req, fmt.Errorf("policy %q: request %s: a text prompt needs the policy's tokenizer", p.ID, id)
+		return call{}, fmt.Errorf("policy %q: request %s: a text prompt needs the policy's tokenizer", p.ID, id)
 	default:
 		req.Prompt = p.Tokenizer.Encode(prompt.Text)
 	}
-	return req, nil
+	return call{Request: req, prompt: prompt}, nil
 }
 
 // Batch is the input of one rollout step: N episodes (a GRPO group) per
@@ -255,21 +265,33 @@ func ones(n int) []float32 {
 // episodeID names episode s of group g.
 func episodeID(g int64, s int) string { return fmt.Sprintf("g%d-s%d", g, s) }
 
-// outcome is what one request produced: a result, or why it failed.
+// outcome is what one request produced: a result, or why it failed; the
+// prompt it was asked with and when the engine call that carried it ran.
 type outcome struct {
-	res engine.Result
-	err error
+	res        engine.Result
+	err        error
+	prompt     Prompt
+	start, end time.Time
 }
 
-// generate runs reqs on p's engine. An engine refusing the batch as bad
+// generate runs calls on p's engine. An engine refusing the batch as bad
 // (engine.ErrBadRequest) is retried request by request, so one bad prompt
 // fails only its own episode; any other error fails the whole call.
-func generate(ctx context.Context, p Policy, reqs []engine.Request) ([]outcome, error) {
-	out := make([]outcome, len(reqs))
-	if len(reqs) == 0 {
+func generate(ctx context.Context, p Policy, calls []call) ([]outcome, error) {
+	out := make([]outcome, len(calls))
+	if len(calls) == 0 {
 		return out, nil
 	}
+	reqs := make([]engine.Request, len(calls))
+	for i := range calls {
+		reqs[i] = calls[i].Request
+	}
+	start := time.Now()
 	res, err := p.Engine.Generate(ctx, reqs)
+	end := time.Now()
+	for i := range out {
+		out[i].prompt, out[i].start, out[i].end = calls[i].prompt, start, end
+	}
 	if err == nil {
 		if len(res) != len(reqs) {
 			return nil, fmt.Errorf("policy %q: engine returned %d results for %d requests", p.ID, len(res), len(reqs))
@@ -289,8 +311,8 @@ func generate(ctx context.Context, p Policy, reqs []engine.Request) ([]outcome, 
 		out[0].err = err
 		return out, nil
 	}
-	for i := range reqs {
-		one, err := generate(ctx, p, reqs[i:i+1])
+	for i := range calls {
+		one, err := generate(ctx, p, calls[i:i+1])
 		if err != nil {
 			return nil, err
 		}
@@ -299,8 +321,9 @@ func generate(ctx context.Context, p Policy, reqs []engine.Request) ([]outcome, 
 	return out, nil
 }
 
-// turnOf records sample s of result r as a turn of policy p.
-func turnOf(p Policy, r engine.Result, s engine.Sample) data.Turn {
+// turnOf records sample s of outcome o's result as a turn of policy p.
+func turnOf(p Policy, o outcome, s engine.Sample) data.Turn {
+	r := o.res
 	lp := append([]float32(nil), s.LogProbs...)
 	if len(lp) != len(s.TokenIDs) { // an engine breaking its contract: keep the row consistent
 		lp = make([]float32, len(s.TokenIDs))
@@ -314,16 +337,32 @@ func turnOf(p Policy, r engine.Result, s engine.Sample) data.Turn {
 		LossMask:      ones(len(s.TokenIDs)),
 		FinishReason:  s.FinishReason,
 		ResponseText:  strings.ToValidUTF8(s.Text, "\uFFFD"),
+		Call:          callOf(p, o),
 	}
 }
 
-// failedTurn records a request that produced nothing.
-func failedTurn(p Policy, why string) data.Turn {
+// failedTurn records a request (outcome o) that produced nothing.
+func failedTurn(p Policy, o outcome, why string) data.Turn {
 	return data.Turn{
 		PolicyID: p.ID, WeightVersion: p.Engine.WeightVersion(),
 		PromptIDs: []int32{}, ResponseIDs: []int32{}, LogProbs: []float32{}, LossMask: []float32{},
-		FinishReason: "error", Note: why,
+		FinishReason: "error", Note: why, Call: callOf(p, o),
 	}
+}
+
+// callOf is what a turn's trace records of outcome o: the model, when
+// the engine call ran and the prompt (cut to data.MaxPromptBytes).
+func callOf(p Policy, o outcome) data.Call {
+	c := data.Call{Model: p.Model, Start: o.start, End: o.end}
+	var msgs []data.Message
+	if o.prompt.Messages != nil {
+		msgs = make([]data.Message, len(o.prompt.Messages))
+		for i, m := range o.prompt.Messages {
+			msgs[i] = data.Message{Role: m.Role, Content: m.Content}
+		}
+	}
+	c.CutPrompt(o.prompt.Text, msgs)
+	return c
 }
 
 func joinNotes(notes ...string) string {
@@ -340,7 +379,7 @@ func joinNotes(notes ...string) string {
 // of N samples per example, the prompt of prompt (the Prompter's Solver or
 // ToolSolver). It returns, per example, the outcome.
 func first(ctx context.Context, solver Policy, prompt func(data.Example) (Prompt, error), b Batch, id string) ([]outcome, error) {
-	reqs := make([]engine.Request, len(b.Examples))
+	reqs := make([]call, len(b.Examples))
 	for i, ex := range b.Examples {
 		pr, err := prompt(ex)
 		if err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/rlnode/rlnode/rollout/data"
-	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
 
@@ -102,11 +101,11 @@ func (r *MLMT) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 			e := &mlmtState{ex: ex, i: i, s: s}
 			eps = append(eps, e)
 			if o := outs[i]; o.err != nil {
-				e.turns, e.done = append(e.turns, failedTurn(r.Solver, "turn 0: "+o.err.Error())), true
+				e.turns, e.done = append(e.turns, failedTurn(r.Solver, o, "turn 0: "+o.err.Error())), true
 				continue
 			}
 			smp := outs[i].res.Samples[s]
-			t := turnOf(r.Solver, outs[i].res, smp)
+			t := turnOf(r.Solver, outs[i], smp)
 			t.Reward, t.Note = rewards[0], notes[0]
 			rewards, notes = rewards[1:], notes[1:]
 			e.turns = append(e.turns, t)
@@ -173,7 +172,7 @@ func (r *MLMT) finish(ctx context.Context, b Batch, eps []*mlmtState, fb *Policy
 		}
 	} else {
 		var live []*mlmtState
-		var reqs []engine.Request
+		var reqs []call
 		for _, e := range eps {
 			if e.done {
 				continue
@@ -195,12 +194,12 @@ func (r *MLMT) finish(ctx context.Context, b Batch, eps []*mlmtState, fb *Policy
 		}
 		for k, e := range live {
 			if o := outs[k]; o.err != nil {
-				e.turns = append(e.turns, failedTurn(*fb, "turn 1: "+o.err.Error()))
+				e.turns = append(e.turns, failedTurn(*fb, o, "turn 1: "+o.err.Error()))
 				e.done = true
 				continue
 			}
 			smp := outs[k].res.Samples[0]
-			e.turns = append(e.turns, turnOf(*fb, outs[k].res, smp))
+			e.turns = append(e.turns, turnOf(*fb, outs[k], smp))
 			q, cut := lim.Quote(smp.Text)
 			e.feedback = q
 			if cut {
@@ -211,7 +210,7 @@ func (r *MLMT) finish(ctx context.Context, b Batch, eps []*mlmtState, fb *Policy
 
 	// Turn 2: refine.
 	var live []*mlmtState
-	var reqs []engine.Request
+	var reqs []call
 	for _, e := range eps {
 		if e.done {
 			continue
@@ -244,10 +243,10 @@ func (r *MLMT) finish(ctx context.Context, b Batch, eps []*mlmtState, fb *Policy
 	final := make(map[*mlmtState]float64)
 	for k, e := range live {
 		if o := outs[k]; o.err != nil {
-			e.turns = append(e.turns, failedTurn(r.Solver, "turn 2: "+o.err.Error()))
+			e.turns = append(e.turns, failedTurn(r.Solver, o, "turn 2: "+o.err.Error()))
 			continue
 		}
-		t := turnOf(r.Solver, outs[k].res, outs[k].res.Samples[0])
+		t := turnOf(r.Solver, outs[k], outs[k].res.Samples[0])
 		t.Reward, t.Note = rewards[0], notes[0]
 		rewards, notes = rewards[1:], notes[1:]
 		final[e] = t.Reward

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/rlnode/rlnode/rollout/data"
-	"github.com/rlnode/rlnode/rollout/engine"
 	"github.com/rlnode/rlnode/rollout/verify"
 )
 
@@ -57,18 +56,18 @@ func (r *SCoRe) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 	}
 	var eps []*slot
 	var live []*slot
-	var reqs []engine.Request
+	var reqs []call
 	for i, ex := range b.Examples {
 		g := b.FirstGroupID + int64(i)
 		for s := range b.N {
 			e := &slot{ref: ex.Ref}
 			eps = append(eps, e)
 			if o := outs[i]; o.err != nil {
-				e.turns = append(e.turns, failedTurn(r.Solver, "turn 0: "+o.err.Error()))
+				e.turns = append(e.turns, failedTurn(r.Solver, o, "turn 0: "+o.err.Error()))
 				continue
 			}
 			smp := outs[i].res.Samples[s]
-			t := turnOf(r.Solver, outs[i].res, smp)
+			t := turnOf(r.Solver, outs[i], smp)
 			t.Reward, t.Note = rewards[0], notes[0]
 			rewards, notes = rewards[1:], notes[1:]
 			q, cut := lim.Quote(smp.Text)
@@ -103,10 +102,10 @@ func (r *SCoRe) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 	}
 	for k, e := range live {
 		if o := outs[k]; o.err != nil {
-			e.turns = append(e.turns, failedTurn(r.Solver, "turn 1: "+o.err.Error()))
+			e.turns = append(e.turns, failedTurn(r.Solver, o, "turn 1: "+o.err.Error()))
 			continue
 		}
-		t := turnOf(r.Solver, outs[k].res, outs[k].res.Samples[0])
+		t := turnOf(r.Solver, outs[k], outs[k].res.Samples[0])
 		t.Reward, t.Note = rewards[0], notes[0]
 		rewards, notes = rewards[1:], notes[1:]
 		e.turns = append(e.turns, t)

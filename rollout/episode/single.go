@@ -53,9 +53,9 @@ func (r *SingleTurn) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 		for s := range b.N {
 			var t data.Turn
 			if o := outs[i]; o.err != nil {
-				t = failedTurn(r.Solver, "turn 0: "+o.err.Error())
+				t = failedTurn(r.Solver, o, "turn 0: "+o.err.Error())
 			} else {
-				t = turnOf(r.Solver, o.res, o.res.Samples[s])
+				t = turnOf(r.Solver, o, o.res.Samples[s])
 				t.Reward, t.Note = rewards[0], notes[0]
 				rewards, notes = rewards[1:], notes[1:]
 			}

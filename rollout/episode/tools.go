@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
@@ -107,10 +108,10 @@ func (r *ToolUse) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 			e := &toolState{ex: ex, i: i, group: b.FirstGroupID + int64(i), sample: s}
 			eps = append(eps, e)
 			if o := outs[i]; o.err != nil {
-				e.turn, e.done = failedTurn(r.Solver, "turn 0: "+o.err.Error()), true
+				e.turn, e.done = failedTurn(r.Solver, o, "turn 0: "+o.err.Error()), true
 				continue
 			}
-			e.turn = turnOf(r.Solver, outs[i].res, outs[i].res.Samples[s])
+			e.turn = turnOf(r.Solver, outs[i], outs[i].res.Samples[s])
 			e.prompt = append([]int(nil), outs[i].res.PromptTokenIDs...)
 			e.seq = append(e.seq, outs[i].res.Samples[s].TokenIDs...)
 			e.last = outs[i].res.Samples[s].Text
@@ -120,12 +121,12 @@ func (r *ToolUse) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 	}
 	for round := 1; ; round++ {
 		var live []*toolState
-		var reqs []engine.Request
+		var reqs []call
 		for _, e := range eps {
 			if e.done {
 				continue
 			}
-			call, ok := lastToolCall(e.last)
+			tc, ok := lastToolCall(e.last)
 			if !ok || e.turn.FinishReason == "length" {
 				e.done = true
 				continue
@@ -136,7 +137,10 @@ func (r *ToolUse) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 				continue
 			}
 			e.calls++
-			out := r.runTool(ctx, call)
+			start := time.Now()
+			out := r.runTool(ctx, tc)
+			e.turn.Call.AddTool(data.ToolCall{Name: tc.Name, Arguments: string(tc.Arguments), Result: out,
+				Error: toolError(tc, out), Start: start, End: time.Now()})
 			q, _ := lim.Quote(out)
 			resp, err := r.Prompter.ToolResponse(q)
 			if err != nil {
@@ -151,7 +155,7 @@ func (r *ToolUse) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 			p := b.params(r.Solver.Params, StageFinal+round, e.i, e.sample, round, 1)
 			prompt := append(append([]int(nil), e.prompt...), e.seq...)
 			live = append(live, e)
-			reqs = append(reqs, engine.Request{ID: fmt.Sprintf("%s-c%d", episodeID(e.group, e.sample), round), Prompt: prompt, Params: p})
+			reqs = append(reqs, call{Request: engine.Request{ID: fmt.Sprintf("%s-c%d", episodeID(e.group, e.sample), round), Prompt: prompt, Params: p}})
 		}
 		if len(reqs) == 0 {
 			break
@@ -176,6 +180,7 @@ func (r *ToolUse) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 			e.turn.LogProbs = append(e.turn.LogProbs, lp...)
 			e.turn.LossMask = append(e.turn.LossMask, ones(len(smp.TokenIDs))...)
 			e.turn.FinishReason = smp.FinishReason
+			e.turn.Call.End = outs[k].end
 			if outs[k].res.WeightVersion != e.version {
 				e.notes = append(e.notes, fmt.Sprintf("weight version changed from %d to %d mid-episode", e.version, outs[k].res.WeightVersion))
 				e.version = min(e.version, outs[k].res.WeightVersion)
@@ -236,6 +241,16 @@ func lastToolCall(text string) (toolCall, bool) {
 		return toolCall{bad: "tool call is not valid JSON: " + err.Error()}, true
 	}
 	return c, true
+}
+
+// toolError is the error a tool call ended with, for traces: runTool's
+// outputs that begin "error: " (a call it could not make or the tool
+// refused); a program that printed an error is not one.
+func toolError(c toolCall, out string) string {
+	if c.bad != "" || strings.HasPrefix(out, "error: ") {
+		return strings.TrimPrefix(out, "error: ")
+	}
+	return ""
 }
 
 func (r *ToolUse) runTool(ctx context.Context, c toolCall) string {
