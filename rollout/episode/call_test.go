@@ -192,4 +192,3 @@ func (refusing) Generate(context.Context, []engine.Request) ([]engine.Result, er
 }
 func (refusing) WeightVersion() int64 { return 0 }
 func (refusing) Close() error         { return nil }
-
