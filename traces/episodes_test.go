@@ -124,3 +124,85 @@ func TestRedoneStepReplacesItsEpisodes(t *testing.T) {
 		t.Errorf("%d trajectory rows, want the redone step's 2", len(rows))
 	}
 }
+
+// A turn's Call becomes what serve records of a call: the model in the
+// span's name and request/response model, the engine call's start and end,
+// the prompt as input messages (text as one user message, a chat's
+// messages as they were), a cut prompt marked, and each tool call as an
+// execute_tool span under its turn; the root spans its episode's calls.
+// Rows without a Call (read from older files) keep the step's end.
+func TestSpansFromTurnsCarryCalls(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 19, 0, 0, 0, time.UTC)
+	end := t0.Add(time.Minute)
+	turns := []data.Turn{
+		{EpisodeID: "g0-s0", Turn: 0, PolicyID: "solver", PromptIDs: []int32{1}, ResponseIDs: []int32{2}, LogProbs: []float32{-1}, LossMask: []float32{1},
+			FinishReason: "stop", ResponseText: "a",
+			Call: data.Call{Model: "Qwen/Qwen2.5-0.5B", Start: t0, End: t0.Add(200 * time.Millisecond), Prompt: "What is 2+3?", PromptBytes: 12}},
+		{EpisodeID: "g0-s0", Turn: 1, PolicyID: "feedback", PromptIDs: []int32{1}, ResponseIDs: []int32{2}, LogProbs: []float32{-1}, LossMask: []float32{1},
+			FinishReason: "stop", ResponseText: "b",
+			Call: data.Call{Model: "teacher", Start: t0.Add(time.Second), End: t0.Add(3 * time.Second),
+				Messages: []data.Message{{Role: "system", Content: "s"}, {Role: "user", Content: "u" + data.CutMark}}, PromptBytes: 90000,
+				Tools: []data.ToolCall{
+					{Name: "calculate", Arguments: "2+3", Result: "5", Start: t0.Add(1500 * time.Millisecond), End: t0.Add(1600 * time.Millisecond)},
+					{Name: "python", Arguments: "1/0", Error: "sandbox: killed", Start: t0.Add(2 * time.Second), End: t0.Add(2500 * time.Millisecond)}}}},
+		{EpisodeID: "g1-s0", Turn: 0, PolicyID: "solver", PromptIDs: []int32{1}, ResponseIDs: []int32{2}, LogProbs: []float32{-1}, LossMask: []float32{1},
+			FinishReason: "stop", ResponseText: "c"},
+	}
+	spans := SpansFromTurns("run-b", 3, turns, 1, end)
+	type want struct {
+		name, op, model, parent, input, attrs, tool, result, status string
+		start, end                                                  time.Time
+	}
+	wants := []want{
+		{name: "invoke_agent solver", op: OpInvokeAgent, start: t0, end: t0.Add(3 * time.Second)},
+		{name: "text_completion Qwen/Qwen2.5-0.5B", op: OpTextCompletion, model: "Qwen/Qwen2.5-0.5B", parent: "root",
+			input: `[{"role":"user","parts":[{"type":"text","content":"What is 2+3?"}]}]`, start: t0, end: t0.Add(200 * time.Millisecond)},
+		{name: "chat teacher", op: OpChat, model: "teacher", parent: "root", attrs: `{"rlnode.record.truncated":true}`,
+			input: `[{"role":"system","parts":[{"type":"text","content":"s"}]},{"role":"user","parts":[{"type":"text","content":"u[... cut]"}]}]`,
+			start: t0.Add(time.Second), end: t0.Add(3 * time.Second)},
+		{name: "execute_tool calculate", op: OpExecuteTool, parent: "chat", tool: "calculate", result: "5", status: "unset",
+			start: t0.Add(1500 * time.Millisecond), end: t0.Add(1600 * time.Millisecond)},
+		{name: "execute_tool python", op: OpExecuteTool, parent: "chat", tool: "python", status: "error",
+			start: t0.Add(2 * time.Second), end: t0.Add(2500 * time.Millisecond)},
+		{name: "invoke_agent solver", op: OpInvokeAgent, start: end, end: end},
+		{name: "text_completion solver", op: OpTextCompletion, parent: "root", start: end, end: end},
+	}
+	if len(spans) != len(wants) {
+		t.Fatalf("%d spans, want %d", len(spans), len(wants))
+	}
+	parents := map[string]Span{"root": spans[0], "chat": spans[2]}
+	for i, w := range wants {
+		s := spans[i]
+		if i == 6 {
+			parents["root"] = spans[5]
+		}
+		if s.Name != w.name || s.Operation != w.op || s.RequestModel != w.model || s.ResponseModel != w.model ||
+			s.InputMessages != w.input || s.Attributes != w.attrs || !s.Start.Equal(w.start) || !s.End.Equal(w.end) {
+			t.Errorf("span %d: %q op %q model %q/%q input %s attrs %q %v–%v;\nwant %+v", i, s.Name, s.Operation, s.RequestModel, s.ResponseModel,
+				s.InputMessages, s.Attributes, s.Start, s.End, w)
+		}
+		if w.parent != "" && (s.ParentID != parents[w.parent].SpanID || s.TraceID != parents[w.parent].TraceID) {
+			t.Errorf("span %d: parent %s, want the %s span %s", i, s.ParentID, w.parent, parents[w.parent].SpanID)
+		}
+		if w.op == OpExecuteTool && (s.ToolName != w.tool || s.ToolResult != w.result || s.Status.String() != w.status ||
+			s.RunID != "run-b" || s.Turn != 1 || s.ConversationID != "g0-s0" || s.ToolCallID == "") {
+			t.Errorf("span %d: tool %q result %q status %s run %q turn %d conversation %q call id %q", i, s.ToolName, s.ToolResult, s.Status,
+				s.RunID, s.Turn, s.ConversationID, s.ToolCallID)
+		}
+	}
+	if spans[4].StatusMessage != "sandbox: killed" || !spans[4].Failed() {
+		t.Errorf("failed tool: status message %q", spans[4].StatusMessage)
+	}
+	// Tool spans are not model calls: the trajectories are the three turns.
+	var tr []Trace
+	for _, s := range spans {
+		if len(tr) == 0 || tr[len(tr)-1].ID != s.TraceID {
+			tr = append(tr, Trace{ID: s.TraceID})
+		}
+		tr[len(tr)-1].Spans = append(tr[len(tr)-1].Spans, s)
+	}
+	rows, dropped := Trajectories(tr, TrajectoryOptions{Policy: "solver", Reward: "reward"})
+	if len(rows) != 3 || len(dropped) != 0 {
+		t.Errorf("%d rows, dropped %v; want the 3 turns", len(rows), dropped)
+	}
+}
