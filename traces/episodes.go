@@ -14,10 +14,12 @@ import (
 // episode (its id derived from the run and the episode), one span per turn
 // under a root invoke_agent span, with the turn's model, prompt, token
 // ids, logprobs, policy, weight version and rewards ("reward": what the
-// turn trained on; "final": the episode's last answer's score), and under
-// each turn an execute_tool span per tool it called. A turn's span lasts
-// from its first engine call to its last answer; the root, from its
-// episode's first call to its last. Rows without call times (written
+// turn trained on; "final": the episode's last answer's score), and an
+// execute_tool span per tool a turn called. A turn's span lasts from its
+// first engine call to its last answer; the root, from its episode's first
+// call to its last call or tool. Tool spans are the root's children,
+// beside the model calls (an agent calls a tool after the model's answer),
+// and carry their turn's number. Rows without call times (written
 // before they were recorded) are placed at end, when the step finished.
 // sample ∈ [0, 1] keeps that share of episodes, picked by a hash of their
 // ids so the choice is the same on every run.
@@ -87,7 +89,7 @@ func SpansFromTurns(run string, step int, turns []data.Turn, sample float64, end
 		out = append(out, s)
 		for k, tc := range t.Call.Tools {
 			c := NewSpan()
-			c.TraceID, c.ParentID = s.TraceID, s.SpanID
+			c.TraceID, c.ParentID = s.TraceID, out[r].SpanID
 			ch := sha256.Sum256(append(th[:], byte(k), byte(k>>8)))
 			copy(c.SpanID[:], ch[:8])
 			c.Name, c.Operation, c.Source = "execute_tool "+tc.Name, OpExecuteTool, run
@@ -98,6 +100,9 @@ func SpansFromTurns(run string, step int, turns []data.Turn, sample float64, end
 			c.ToolArguments, c.ToolResult = tc.Arguments, tc.Result
 			if tc.Error != "" {
 				c.Status, c.StatusMessage, c.ErrorType = StatusError, tc.Error, "tool_error"
+			}
+			if c.End.After(out[r].End) {
+				out[r].End = c.End
 			}
 			out = append(out, c)
 		}

@@ -129,7 +129,8 @@ func TestRedoneStepReplacesItsEpisodes(t *testing.T) {
 // span's name and request/response model, the engine call's start and end,
 // the prompt as input messages (text as one user message, a chat's
 // messages as they were), a cut prompt marked, and each tool call as an
-// execute_tool span under its turn; the root spans its episode's calls.
+// execute_tool span beside the model calls; the root spans its episode's
+// calls and tools.
 // Rows without a Call (read from older files) keep the step's end.
 func TestSpansFromTurnsCarryCalls(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 19, 0, 0, 0, time.UTC)
@@ -160,9 +161,9 @@ func TestSpansFromTurnsCarryCalls(t *testing.T) {
 		{name: "chat teacher", op: OpChat, model: "teacher", parent: "root", attrs: `{"rlnode.record.truncated":true}`,
 			input: `[{"role":"system","parts":[{"type":"text","content":"s"}]},{"role":"user","parts":[{"type":"text","content":"u[... cut]"}]}]`,
 			start: t0.Add(time.Second), end: t0.Add(3 * time.Second)},
-		{name: "execute_tool calculate", op: OpExecuteTool, parent: "chat", tool: "calculate", result: "5", status: "unset",
+		{name: "execute_tool calculate", op: OpExecuteTool, parent: "root", tool: "calculate", result: "5", status: "unset",
 			start: t0.Add(1500 * time.Millisecond), end: t0.Add(1600 * time.Millisecond)},
-		{name: "execute_tool python", op: OpExecuteTool, parent: "chat", tool: "python", status: "error",
+		{name: "execute_tool python", op: OpExecuteTool, parent: "root", tool: "python", status: "error",
 			start: t0.Add(2 * time.Second), end: t0.Add(2500 * time.Millisecond)},
 		{name: "invoke_agent solver", op: OpInvokeAgent, start: end, end: end},
 		{name: "text_completion solver", op: OpTextCompletion, parent: "root", start: end, end: end},

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"hash/fnv"
+	"strings"
 
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
@@ -81,6 +82,7 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 			if len(s.FinishReasons) > 0 && s.FinishReasons[0] != "" {
 				row.FinishReason = s.FinishReasons[0]
 			}
+			row.Call = callOf(s)
 			row.PromptIDs, row.ResponseIDs = s.PromptTokenIDs, s.OutputTokenIDs
 			if row.PromptIDs == nil || row.ResponseIDs == nil {
 				if opt.Tokenizer == nil {
@@ -180,6 +182,33 @@ func promptIDs(s *Span, tok *tokenizer.Tokenizer) []int {
 		msgs = append(msgs, tm)
 	}
 	return tok.EncodeChat(msgs, true)
+}
+
+// callOf is what a row keeps of call s for traces made from it again:
+// its model, times and prompt (data.Call's bounds).
+func callOf(s *Span) data.Call {
+	c := data.Call{Model: s.ResponseModel, Start: s.Start, End: s.End}
+	if c.Model == "" {
+		c.Model = s.RequestModel
+	}
+	if s.Operation == OpTextCompletion {
+		c.CutPrompt(MessagesText(s.InputMessages), nil)
+		return c
+	}
+	var ms []message
+	json.Unmarshal([]byte(s.InputMessages), &ms)
+	msgs := make([]data.Message, 0, len(ms))
+	for _, m := range ms {
+		var text strings.Builder
+		for _, p := range m.Parts {
+			if p.Type == "text" {
+				text.WriteString(p.Content)
+			}
+		}
+		msgs = append(msgs, data.Message{Role: m.Role, Content: text.String()})
+	}
+	c.CutPrompt("", msgs)
+	return c
 }
 
 // firstAnswer is the text of the first output message.
