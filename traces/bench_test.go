@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/native"
 	"github.com/rlnode/rlnode/rollout/native/nativetest"
 	"github.com/rlnode/rlnode/traces"
@@ -194,4 +195,58 @@ func BenchmarkProxyThroughput(b *testing.B) {
 		b.Fatalf("%d requests failed, %d of %d spans written", failed.Load(), w.Written(), b.N)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "spans/s")
+}
+
+// BenchmarkRunStepRecording is what rlnode run spends recording one RL
+// step's episodes: the spans made from its turns and added to the store
+// (add: what the run's goroutine pays), then written (add+flush: the
+// Parquet file and its index line, which the writer's goroutine does in
+// the background during a run), per step of
+// quickstart's shape (32 prompts × 8 samples, one turn each, prompts of a
+// few tokens) and of an agent's (16 episodes of 3 steps with a tool call
+// each, 2 KiB prompts).
+func BenchmarkRunStepRecording(b *testing.B) {
+	shapes := []struct {
+		name                    string
+		episodes, steps, prompt int
+		tools                   bool
+	}{{"quickstart", 256, 1, 20, false}, {"agent", 16, 3, 2048, true}}
+	for _, sh := range shapes {
+		for _, flush := range []bool{false, true} {
+			name := sh.name + "/add"
+			if flush {
+				name += "+flush"
+			}
+			b.Run(name, func(b *testing.B) {
+				t0 := time.Now()
+				var turns []data.Turn
+				for e := range sh.episodes {
+					for k := range sh.steps {
+						tr := data.Turn{EpisodeID: fmt.Sprintf("g%d-s%d", e/8, e%8), GroupID: int64(e / 8), Sample: int32(e % 8), Turn: int32(k),
+							PolicyID: "solver", WeightVersion: 3, PromptIDs: make([]int32, sh.prompt/4), ResponseIDs: make([]int32, 8),
+							LogProbs: make([]float32, 8), LossMask: make([]float32, 8), FinishReason: "stop", ResponseText: "\\boxed{16}"}
+						tr.Call = data.Call{Model: "scratch:Qwen2ForCausalLM", Start: t0, End: t0.Add(300 * time.Millisecond)}
+						tr.Call.CutPrompt(string(bytes.Repeat([]byte("x"), sh.prompt)), nil)
+						if sh.tools {
+							tr.Call.AddTool(data.ToolCall{Name: "calculate", Arguments: "671*91", Result: "61061", Start: t0, End: t0})
+						}
+						turns = append(turns, tr)
+					}
+				}
+				w := openStore(b)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := w.Add(traces.SpansFromTurns("bench", i, turns, 1, t0)...); err != nil {
+						b.Fatal(err)
+					}
+					if flush {
+						if err := w.Flush(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
+		}
+	}
 }
