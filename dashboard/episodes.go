@@ -25,6 +25,16 @@ type EpisodeTurn struct {
 	Reward        *float64 `json:"reward,omitempty"`
 	Feedback      string   `json:"feedback,omitempty"` // the reward's reason: why it is what it is
 	Status        string   `json:"status"`
+	// Tools are the tools the turn called (an agent's actions), in order.
+	Tools []EpisodeTool `json:"tools,omitempty"`
+}
+
+// EpisodeTool is one tool call of a turn: its execute_tool span.
+type EpisodeTool struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments,omitempty"`
+	Result    string `json:"result,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // Episode is one recorded RL episode (a trace `rlnode run` wrote).
@@ -66,8 +76,8 @@ func Verdict(score float64, ok bool) string {
 }
 
 // EpisodeOf reads an episode from a trace: its root span names the
-// episode, each other span with a turn number is a turn. ok is false for
-// a trace that is not an episode.
+// episode, each model call with a turn number is a turn, each tool call
+// one of its turn's tools. ok is false for a trace that is not an episode.
 func EpisodeOf(t *traces.Trace) (Episode, bool) {
 	root := t.Root()
 	if root.Operation != traces.OpInvokeAgent || root.RunID == "" {
@@ -84,9 +94,14 @@ func EpisodeOf(t *traces.Trace) (Episode, bool) {
 		e.Final = &final
 	}
 	e.Verdict = Verdict(final, ok)
+	var tools []*traces.Span
 	for i := range t.Spans {
 		s := &t.Spans[i]
 		if s == root || s.Turn == traces.NoValue {
+			continue
+		}
+		if s.Operation == traces.OpExecuteTool {
+			tools = append(tools, s)
 			continue
 		}
 		e.Policy = cmp(e.Policy, s.Policy)
@@ -109,6 +124,16 @@ func EpisodeOf(t *traces.Trace) (Episode, bool) {
 		e.Turns = append(e.Turns, turn)
 	}
 	sort.SliceStable(e.Turns, func(i, j int) bool { return e.Turns[i].Turn < e.Turns[j].Turn })
+	sort.SliceStable(tools, func(i, j int) bool { return tools[i].Start.Before(tools[j].Start) })
+	for _, s := range tools {
+		for k := range e.Turns {
+			if e.Turns[k].Turn == s.Turn && len(e.Turns[k].Tools) < maxToolsShown {
+				e.Turns[k].Tools = append(e.Turns[k].Tools, EpisodeTool{Name: clip(s.ToolName, 256), Arguments: clip(s.ToolArguments, maxTextBytes),
+					Result: clip(s.ToolResult, maxTextBytes), Error: clip(s.StatusMessage, maxTextBytes)})
+				break
+			}
+		}
+	}
 	return e, true
 }
 

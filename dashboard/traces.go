@@ -26,6 +26,7 @@ const (
 	defaultEpisodes   = 20
 	maxEpisodesShown  = 200
 	maxPromptIDsShown = 64
+	maxToolsShown     = 64 // per turn of an episode
 	maxSkippedShown   = 20
 )
 

@@ -305,6 +305,34 @@ func TestEpisodesAPI(t *testing.T) {
 		t.Errorf("episode trace: %d spans, want the root and 2 turns", len(tv.Spans))
 	}
 
+	// A run's turns carry their prompt text and tool calls (an agent's
+	// actions): the calls are turns, the tools listed on theirs.
+	agentRun := filepath.Join(runs, "agent")
+	writeRun(t, agentRun, 0, 1, 1)
+	at := []data.Turn{
+		{EpisodeID: "g0-s0", PolicyID: "p", PromptIDs: []int32{5}, ResponseIDs: []int32{1}, ResponseText: "<action>calculate(2*3)</action>", FinishReason: "stop",
+			Call: data.Call{Model: "m", Start: t0, End: t0.Add(time.Second), Prompt: "What is 2*3?", PromptBytes: 12,
+				Tools: []data.ToolCall{{Name: "calculate", Arguments: "2*3", Result: "2*3 = 6", Start: t0.Add(time.Second), End: t0.Add(time.Second)}}}},
+		{EpisodeID: "g0-s0", Turn: 1, PolicyID: "p", PromptIDs: []int32{5, 6}, ResponseIDs: []int32{2}, ResponseText: "<action>fly</action>", FinishReason: "stop",
+			Call: data.Call{Model: "m", Start: t0.Add(2 * time.Second), End: t0.Add(3 * time.Second), Prompt: "What is 2*3? 2*3 = 6", PromptBytes: 20,
+				Tools: []data.ToolCall{{Name: "fly", Error: "unknown action", Start: t0.Add(3 * time.Second), End: t0.Add(3 * time.Second)}}}},
+	}
+	writeStore(t, filepath.Join(agentRun, RunTracesFolder), traces.SpansFromTurns("agent", 1, at, 1, t0))
+	var ap EpisodePage
+	getJSONInto(t, api+url.QueryEscape(agentRun), 200, &ap)
+	if ap.Total != 1 || len(ap.Items[0].Turns) != 2 {
+		t.Fatalf("agent episodes %+v, want one of 2 turns", ap)
+	}
+	for k, want := range []struct {
+		prompt string
+		tool   EpisodeTool
+	}{{"user: What is 2*3?", EpisodeTool{Name: "calculate", Arguments: "2*3", Result: "2*3 = 6"}}, {"user: What is 2*3? 2*3 = 6", EpisodeTool{Name: "fly", Error: "unknown action"}}} {
+		turn := ap.Items[0].Turns[k]
+		if turn.Prompt != want.prompt || len(turn.Tools) != 1 || turn.Tools[0] != want.tool {
+			t.Errorf("agent turn %d: prompt %q tools %+v; want %q and %+v", k, turn.Prompt, turn.Tools, want.prompt, want.tool)
+		}
+	}
+
 	// A run without a store says so.
 	var none EpisodePage
 	getJSONInto(t, api+url.QueryEscape(empty), 200, &none)

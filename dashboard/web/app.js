@@ -676,11 +676,13 @@ function episodeCard(store, e) {
   const card = el("div", {class: "episode", "data-episode": e.id, "data-trace": e.trace, "data-verdict": e.verdict}, head);
   for (const t of e.turns) {
     const prompt = t.prompt ? el("pre", {}, t.prompt)
-      : el("div", {class: "muted"}, `${t.prompt_tokens} prompt tokens (the run records token ids, not text): ` + (t.prompt_ids || []).join(" ") + (t.prompt_tokens > (t.prompt_ids || []).length ? " …" : ""));
+      : el("div", {class: "muted"}, `${t.prompt_tokens} prompt tokens (no prompt text recorded): ` + (t.prompt_ids || []).join(" ") + (t.prompt_tokens > (t.prompt_ids || []).length ? " …" : ""));
     card.append(el("div", {class: "turn", "data-turn": t.turn},
       el("div", {class: "muted"}, `turn ${t.turn}` + (t.weight_version !== undefined ? ` · weights v${t.weight_version}` : "") + ` · ${t.output_tokens} tokens out` + (t.finish_reason ? ` · ${t.finish_reason}` : "") + (t.status === "error" ? " · error" : "")),
       el("div", {class: "label"}, "prompt"), prompt,
       el("div", {class: "label"}, "response"), el("pre", {}, t.response || "(empty)"),
+      ...(t.tools || []).map(c => el("div", {class: "tool"}, el("span", {class: "label"}, "tool "), el("span", {class: "mono"}, `${c.name}(${c.arguments || ""})`),
+        c.error ? el("span", {class: "feedback"}, " — error: " + c.error) : null, c.result ? el("pre", {}, c.result) : null)),
       el("div", {}, el("span", {class: "label"}, "reward "), t.reward !== undefined ? fmtNum(t.reward) : "–", t.feedback ? el("span", {class: "feedback"}, " — " + t.feedback) : null)));
   }
   return card;
