@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -487,18 +488,34 @@ func (r *run) startEngine(ctx context.Context, p *policy) error {
 }
 
 // modelName names p's model in its turns' traces: the vLLM servers'
-// model, the checkpoint it started from, or, trained from scratch,
-// "scratch:" and its architecture.
+// model, the checkpoint it started from (a Hugging Face cache snapshot by
+// its hub id), or, trained from scratch, "scratch:" and its architecture.
 func (r *run) modelName(p *policy) string {
 	switch v := r.vllmConfig(p); {
 	case v != nil && v.Model != "":
 		return v.Model
 	case p.l.ModelDir != "":
-		return p.l.ModelDir
+		return checkpointName(p.l.ModelDir)
 	case p.l.Model != nil:
 		return "scratch:" + p.l.Model.Architecture
 	}
 	return p.id
+}
+
+// checkpointName is dir, or ORG/NAME for a snapshot of the Hugging Face
+// cache (…/models--ORG--NAME/snapshots/REVISION), as the recipe named it.
+func checkpointName(dir string) string {
+	rev := filepath.Clean(dir)
+	snaps := filepath.Dir(rev)
+	repo := filepath.Base(filepath.Dir(snaps))
+	if filepath.Base(snaps) != "snapshots" || !strings.HasPrefix(repo, "models--") {
+		return dir
+	}
+	org, name, ok := strings.Cut(strings.TrimPrefix(repo, "models--"), "--")
+	if !ok || org == "" || name == "" {
+		return dir
+	}
+	return org + "/" + name
 }
 
 // stopEngine closes p's policy server.
