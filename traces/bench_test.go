@@ -225,7 +225,7 @@ func BenchmarkRunStepRecording(b *testing.B) {
 						tr := data.Turn{EpisodeID: fmt.Sprintf("g%d-s%d", e/8, e%8), GroupID: int64(e / 8), Sample: int32(e % 8), Turn: int32(k),
 							PolicyID: "solver", WeightVersion: 3, PromptIDs: make([]int32, sh.prompt/4), ResponseIDs: make([]int32, 8),
 							LogProbs: make([]float32, 8), LossMask: make([]float32, 8), FinishReason: "stop", ResponseText: "\\boxed{16}"}
-						tr.Call = data.Call{Model: "scratch:Qwen2ForCausalLM", Start: t0, End: t0.Add(300 * time.Millisecond)}
+						tr.Call = data.Call{Model: "scratch:Qwen2ForCausalLM/solver", Start: t0, End: t0.Add(300 * time.Millisecond)}
 						tr.Call.CutPrompt(string(bytes.Repeat([]byte("x"), sh.prompt)), nil)
 						if sh.tools {
 							tr.Call.AddTool(data.ToolCall{Name: "calculate", Arguments: "671*91", Result: "61061", Start: t0, End: t0})

@@ -489,7 +489,9 @@ func (r *run) startEngine(ctx context.Context, p *policy) error {
 
 // modelName names p's model in its turns' traces: the vLLM servers'
 // model, the checkpoint it started from (a Hugging Face cache snapshot by
-// its hub id), or, trained from scratch, "scratch:" and its architecture.
+// its hub id), or, trained from scratch, "scratch:", its architecture and
+// the policy ("scratch:Qwen2ForCausalLM/feedback": MLMT's two policies
+// are two models).
 func (r *run) modelName(p *policy) string {
 	switch v := r.vllmConfig(p); {
 	case v != nil && v.Model != "":
@@ -497,7 +499,7 @@ func (r *run) modelName(p *policy) string {
 	case p.l.ModelDir != "":
 		return checkpointName(p.l.ModelDir)
 	case p.l.Model != nil:
-		return "scratch:" + p.l.Model.Architecture
+		return "scratch:" + p.l.Model.Architecture + "/" + p.id
 	}
 	return p.id
 }

@@ -72,7 +72,7 @@ func TestRunTracesToTraining(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const model = "scratch:Qwen2ForCausalLM"
+	const model = "scratch:Qwen2ForCausalLM/solver"
 
 	// Export: every model call has what serve records of one.
 	exp := filepath.Join(t.TempDir(), "spans.jsonl")
