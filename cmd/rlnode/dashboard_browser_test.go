@@ -329,7 +329,17 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, _ := opened.Reward("final")
-	for _, want := range []string{"prompt tokens", "RESPONSE", "verifier score", dashboard.Verdict(final, true)} {
+	// The run recorded its prompts' text: the card shows the first turn's.
+	var prompt string
+	for _, s := range opened.Spans {
+		if s.Turn == 0 && s.Operation != traces.OpInvokeAgent {
+			prompt = strings.TrimSpace(traces.MessagesText(s.InputMessages))
+		}
+	}
+	if prompt == "" {
+		t.Fatalf("the episode's first turn recorded no prompt text: %+v", opened.Spans)
+	}
+	for _, want := range []string{"PROMPT", prompt, "RESPONSE", "verifier score", dashboard.Verdict(final, true)} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("the episode card lacks %q:\n%s", want, text)
 		}
