@@ -2,10 +2,8 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -48,26 +46,11 @@ func TestRecipeLaunchesVLLM(t *testing.T) {
 	if _, err := Run(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	files, _ := filepath.Glob(filepath.Join(rec, "*.json"))
-	if len(files) != 4 {
-		t.Fatalf("%d servers started, want 4 (2 for each policy)", len(files))
+	recs := vllmtest.FakeRecords(t, rec)
+	if len(recs) != 4 {
+		t.Fatalf("%d servers started, want 4 (2 for each policy)", len(recs))
 	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r struct {
-			Model   string   `json:"model"`
-			Served  string   `json:"served_model_name"`
-			Options []string `json:"options"`
-			DevMode string   `json:"dev_mode"`
-			KeySet  bool     `json:"api_key_set"`
-			PID     int      `json:"pid"`
-		}
-		if err := json.Unmarshal(b, &r); err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range recs {
 		if r.Model != model || r.Served != "served" || !slices.Equal(r.Options, []string{"--enforce-eager"}) || r.DevMode != "1" || !r.KeySet {
 			t.Errorf("server started with %+v", r)
 		}

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -46,24 +44,12 @@ func TestRunLaunchesVLLMOnANode(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("run: exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	files, _ := filepath.Glob(filepath.Join(rec, "*.json"))
-	if len(files) != 2 {
-		t.Fatalf("%d servers started, want 2", len(files))
+	recs := vllmtest.FakeRecords(t, rec)
+	if len(recs) != 2 {
+		t.Fatalf("%d servers started, want 2", len(recs))
 	}
 	var devices []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r struct {
-			Model   string `json:"model"`
-			Devices string `json:"cuda_visible_devices"`
-			PID     int    `json:"pid"`
-		}
-		if err := json.Unmarshal(b, &r); err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range recs {
 		if r.Model != model {
 			t.Errorf("server of %s, want %s", r.Model, model)
 		}

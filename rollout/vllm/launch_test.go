@@ -2,11 +2,8 @@ package vllm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -30,15 +27,6 @@ func launchNode(t *testing.T) *cluster.Node {
 	}
 	t.Cleanup(n.Stop)
 	return n
-}
-
-type fakeRecord struct {
-	Options []string `json:"options"`
-	Devices string   `json:"cuda_visible_devices"`
-	DevMode string   `json:"dev_mode"`
-	KeySet  bool     `json:"api_key_set"`
-	Served  string   `json:"served_model_name"`
-	PID     int      `json:"pid"`
 }
 
 // Two servers of one GPU each start on different devices, with dev mode,
@@ -84,21 +72,13 @@ func TestLaunchServers(t *testing.T) {
 			t.Errorf("server %d's note %q, want where it serves and on which devices", i, rec.Note)
 		}
 	}
-	files, _ := filepath.Glob(filepath.Join(rec, "*.json"))
-	if len(files) != 2 {
-		t.Fatalf("%d servers recorded, want 2", len(files))
+	recs := vllmtest.FakeRecords(t, rec)
+	if len(recs) != 2 {
+		t.Fatalf("%d servers recorded, want 2", len(recs))
 	}
 	var devices []string
 	var pids []int
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r fakeRecord
-		if err := json.Unmarshal(b, &r); err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range recs {
 		if r.DevMode != "1" || !r.KeySet || r.Served != "policy" || !slices.Equal(r.Options, args.Args) {
 			t.Errorf("server started with %+v", r)
 		}
@@ -117,21 +97,20 @@ func TestLaunchServers(t *testing.T) {
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	var restarted fakeRecord
+	var restarted int
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		b, _ := os.ReadFile(files[0])
-		var r fakeRecord
-		if json.Unmarshal(b, &r) == nil && r.PID != pids[0] {
-			restarted = r
-			break
+	for restarted == 0 {
+		for _, r := range vllmtest.FakeRecords(t, rec) {
+			if r.Port == recs[0].Port && r.PID != pids[0] {
+				restarted = r.PID // the same port, a new process
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the killed server (pid %d) was not started again", pids[0])
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	pids = append(pids, restarted.PID)
+	pids = append(pids, restarted)
 	for i := range l.URLs {
 		for {
 			rec, _ := node.Record(fmt.Sprintf("pol-%d", i))

@@ -1,6 +1,7 @@
 package vllmtest
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,4 +19,39 @@ func BuildFakeVLLM(t testing.TB) string {
 		t.Fatalf("build fakevllm: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// FakeRecord is what fakevllm writes under FAKEVLLM_RECORD: how it was
+// started.
+type FakeRecord struct {
+	Model   string   `json:"model"`
+	Served  string   `json:"served_model_name"`
+	Host    string   `json:"host"`
+	Port    string   `json:"port"`
+	Options []string `json:"options"`
+	Devices string   `json:"cuda_visible_devices"`
+	DevMode string   `json:"dev_mode"`
+	KeySet  bool     `json:"api_key_set"`
+	PID     int      `json:"pid"`
+}
+
+// FakeRecords reads the records of the fakevllm servers started with
+// FAKEVLLM_RECORD=dir, by their files' names (their ports).
+func FakeRecords(t testing.TB, dir string) []FakeRecord {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]FakeRecord, len(files))
+	for i, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &out[i]); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	return out
 }
