@@ -1,7 +1,6 @@
 package rollout_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/logbuf"
 	"github.com/rlnode/rlnode/internal/nodetest"
 	"github.com/rlnode/rlnode/internal/slowfile"
 	"github.com/rlnode/rlnode/learner/cuda"
@@ -453,7 +453,7 @@ func TestActorSaysItsCodeSandbox(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skipf("the code sandbox needs /usr/bin/python3: %v", err)
 	}
-	var logged syncBuffer
+	var logged logbuf.Buffer
 	s, err := actor.Start(actor.Config{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -468,22 +468,4 @@ func TestActorSaysItsCodeSandbox(t *testing.T) {
 			t.Errorf("the node's log does not say which sandbox the actor's %s uses", use)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger written from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -7,12 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/logbuf"
 	"github.com/rlnode/rlnode/internal/nodetest"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/episode"
@@ -69,7 +69,7 @@ func TestClusterVerifySandboxSaid(t *testing.T) {
 	needPython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var logged syncBuffer
+	var logged logbuf.Buffer
 	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 1, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -87,24 +87,6 @@ func TestClusterVerifySandboxSaid(t *testing.T) {
 	if said != 1 || !strings.Contains(logged.String(), "memory=") {
 		t.Errorf("the node's log says the tasks' sandbox %d times (want once, with its memory bound):\n%s", said, logged.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger that goroutines share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // checkCodeVerdicts has v score a right program, a half-right one and two
