@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -143,18 +142,7 @@ func TestAbortedBucketsDoNotLeak(t *testing.T) {
 			c := tinyConfig(learner.GRPO, 2, stage)
 			ranks := memGroup(t, c, Options{BucketElems: 100, Timeout: 10 * time.Minute})
 			base := runtime.NumGoroutine()
-			p := ranks[1].Learner().TrainableParams()
-			for i := range p[0].Data {
-				p[0].Data[i] = float32(math.NaN())
-			}
-			done := make(chan []error, 1)
-			go func() { _, errs := trainAll(ranks, groupBatch(0)); done <- errs }()
-			var errs []error
-			select {
-			case errs = <-done:
-			case <-time.After(2 * time.Minute):
-				t.Fatal("rank 0 still waits for rank 1, whose step failed")
-			}
+			errs := trainPoisoned(t, ranks)
 			if !errors.Is(errs[0], ErrAborted) || errs[1] == nil {
 				t.Fatalf("errors %v; want rank 1's NaN and rank 0 aborted", errs)
 			}

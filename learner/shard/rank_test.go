@@ -142,19 +142,7 @@ func TestLocalFailureAbortsGroup(t *testing.T) {
 			c := tinyConfig(learner.GRPO, 2, 1)
 			c.MiniBatches = tc.miniBatches
 			ranks := memGroup(t, c, Options{Timeout: 10 * time.Minute})
-			// Poison rank 1's weights after the join's check.
-			p := ranks[1].Learner().TrainableParams()
-			for i := range p[0].Data {
-				p[0].Data[i] = float32(math.NaN())
-			}
-			done := make(chan []error, 1)
-			go func() { _, errs := trainAll(ranks, groupBatch(0)); done <- errs }()
-			var errs []error
-			select {
-			case errs = <-done:
-			case <-time.After(2 * time.Minute):
-				t.Fatal("rank 0 still waits for rank 1, whose step failed")
-			}
+			errs := trainPoisoned(t, ranks)
 			if errs[1] == nil || !strings.Contains(errs[1].Error(), tc.want) {
 				t.Errorf("rank 1: %v; want %q", errs[1], tc.want)
 			}
@@ -165,5 +153,25 @@ func TestLocalFailureAbortsGroup(t *testing.T) {
 				t.Errorf("train after the failure: %v; want ErrGroupFailed", errs[0])
 			}
 		})
+	}
+}
+
+// trainPoisoned makes rank 1's weights NaN (after the join's check) and
+// trains every rank on one batch: rank 1's step fails, and rank 0 must not
+// wait for it past 2 minutes.
+func trainPoisoned(t *testing.T, ranks []*Rank) []error {
+	t.Helper()
+	p := ranks[1].Learner().TrainableParams()
+	for i := range p[0].Data {
+		p[0].Data[i] = float32(math.NaN())
+	}
+	done := make(chan []error, 1)
+	go func() { _, errs := trainAll(ranks, groupBatch(0)); done <- errs }()
+	select {
+	case errs := <-done:
+		return errs
+	case <-time.After(2 * time.Minute):
+		t.Fatal("rank 0 still waits for rank 1, whose step failed")
+		return nil
 	}
 }
