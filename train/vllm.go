@@ -211,6 +211,10 @@ func (r *run) startVLLM(ctx context.Context, p *policy) error {
 			WeightUpdate: vllm.WeightUpdate(v.WeightUpdate)},
 		Dir: dir, Keep: v.Keep, ReloadTimeout: v.ReloadTimeout, LoRAName: VLLMLoRAName, MaxStaleness: r.cfg.MaxStaleness, Logger: r.log})
 	if err != nil {
+		// The run ends with this error: its servers go now, not when the
+		// owner's node is reaped.
+		p.launched.Stop(context.WithoutCancel(ctx))
+		p.launched = nil
 		return err
 	}
 	p.server, p.tok = srv, tok
