@@ -1,13 +1,10 @@
 package verify
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
+
+	"github.com/rlnode/rlnode/cluster"
 )
 
 // RunsPerCore bounds a sandbox's runs at once by the cores: the runs are
@@ -32,58 +29,17 @@ func MaxConcurrency(lim Limits) (int, string) {
 		return byCores, fmt.Sprintf("%d per core × %d cores; this host's memory is unknown", RunsPerCore, cores)
 	}
 	byMemory := int(min(mem/run, 1<<20))
-	why := fmt.Sprintf("%d per core × %d cores, and %d MiB of %s / %d MiB per run", RunsPerCore, cores, mem>>20, from, run>>20)
+	why := fmt.Sprintf("%d per core × %d cores, and %d MiB (%s) / %d MiB per run", RunsPerCore, cores, mem>>20, from, run>>20)
 	return max(1, min(byCores, byMemory)), why
 }
 
-// hostMemory is this host's memory (MemTotal), or its memory cgroup's
-// limit where that is less, and which of them it is.
+// hostMemory is this host's memory, or its memory cgroup's limit where
+// that is less (cluster.DetectMemory, as a node offers it), and where it
+// was read; 0 when it cannot be read.
 func hostMemory() (int64, string) {
-	var total int64
-	if f, err := os.Open("/proc/meminfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-				total = kb << 10
-			}
-		}
-		f.Close()
-	}
-	mem, from := total, "memory"
-	if limit := cgroupMemoryLimit(); limit > 0 && (mem <= 0 || limit < mem) {
-		mem, from = limit, "this process's memory cgroup limit"
+	mem, from, err := cluster.DetectMemory()
+	if err != nil {
+		return 0, ""
 	}
 	return mem, from
-}
-
-// cgroupMemoryLimit is the memory limit of this process's cgroup (v1
-// memory.limit_in_bytes, v2 memory.max), 0 when it has none or none can
-// be read.
-func cgroupMemoryLimit() int64 {
-	paths, err := selfCgroups()
-	if err != nil {
-		return 0
-	}
-	mounts, err := cgroupMounts()
-	if err != nil {
-		return 0
-	}
-	file, m, path := "memory.limit_in_bytes", mounts["memory"], paths["memory"]
-	if _, v1 := mounts["memory"]; !v1 {
-		file, m, path = "memory.max", mounts[""], paths[""]
-	}
-	dir, err := m.dir(path)
-	if err != nil || m.point == "" {
-		return 0
-	}
-	b, err := os.ReadFile(filepath.Join(dir, file))
-	if err != nil {
-		return 0
-	}
-	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || v <= 0 || v >= 1<<62 {
-		return 0 // "max", or v1's "no limit" (near 2^63)
-	}
-	return v
 }
