@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/internal/ctxio"
 )
 
 // A learner placed on a host that does not see the driver's run folder
@@ -331,39 +332,13 @@ func ManifestOf(ctx context.Context, dir string) (FolderManifest, error) {
 		if len(m.Files) == MaxFolderFiles {
 			return FolderManifest{}, fmt.Errorf("learner: manifest of %s: more than %d files", dir, MaxFolderFiles)
 		}
-		sum, err := fileSHA256(ctx, p)
+		sum, err := ctxio.FileSHA256(ctx, p)
 		if err != nil {
 			return FolderManifest{}, fmt.Errorf("learner: manifest of %s: %w", dir, err)
 		}
 		m.Files = append(m.Files, FolderFile{Name: e.Name(), Size: st.Size(), SHA256: sum})
 	}
 	return m, nil
-}
-
-func fileSHA256(ctx context.Context, path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, ctxReader{ctx, f}); err != nil {
-		return "", fmt.Errorf("hash %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// ctxReader fails once ctx is done.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 // CheckManifest refuses a manifest that another node sent before any of
