@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/internal/atomicfile"
 	"github.com/rlnode/rlnode/internal/ctxio"
 )
 
@@ -407,35 +408,25 @@ func FetchFolder(ctx context.Context, sys *actor.System, from FolderCaller, m Fo
 	return nil
 }
 
-func fetchFile(ctx context.Context, sys *actor.System, from FolderCaller, dir string, f FolderFile, dst string, chunk int64, fetched func(FolderFile, int64)) (err error) {
-	tmp, err := os.CreateTemp(dst, "."+f.Name+".part-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+func fetchFile(ctx context.Context, sys *actor.System, from FolderCaller, dir string, f FolderFile, dst string, chunk int64, fetched func(FolderFile, int64)) error {
+	// Under a temporary name until every byte is in and hashes right.
+	return atomicfile.Write(filepath.Join(dst, f.Name), 0o644, func(w io.Writer) error {
+		h := sha256.New()
+		for off := int64(0); off < f.Size; {
+			n := min(chunk, f.Size-off)
+			if err := fetchChunk(ctx, sys, from, ChunkRequest{Dir: dir, Name: f.Name, Off: off, Len: n}, w, h); err != nil {
+				return fmt.Errorf("bytes [%d, %d) of %d: %w", off, off+n, f.Size, err)
+			}
+			off += n
+			if fetched != nil {
+				fetched(f, off)
+			}
 		}
-	}()
-	h := sha256.New()
-	for off := int64(0); off < f.Size; {
-		n := min(chunk, f.Size-off)
-		if err := fetchChunk(ctx, sys, from, ChunkRequest{Dir: dir, Name: f.Name, Off: off, Len: n}, tmp, h); err != nil {
-			return fmt.Errorf("bytes [%d, %d) of %d: %w", off, off+n, f.Size, err)
+		if sum := hex.EncodeToString(h.Sum(nil)); sum != f.SHA256 {
+			return fmt.Errorf("SHA-256 %s, the sender said %s: refused", sum, f.SHA256)
 		}
-		off += n
-		if fetched != nil {
-			fetched(f, off)
-		}
-	}
-	if sum := hex.EncodeToString(h.Sum(nil)); sum != f.SHA256 {
-		return fmt.Errorf("SHA-256 %s, the sender said %s: refused", sum, f.SHA256)
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dst, f.Name))
+		return nil
+	})
 }
 
 // fetchChunk fetches one chunk and appends it to w and h.

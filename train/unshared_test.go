@@ -163,7 +163,7 @@ func noStaging(t *testing.T, kids []*nodetest.Node) {
 func noPartFiles(t *testing.T, out string) {
 	t.Helper()
 	_ = filepath.WalkDir(out, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && strings.Contains(d.Name(), ".part-") {
+		if err == nil && strings.Contains(d.Name(), ".tmp-") {
 			t.Errorf("a transfer's temporary file is left: %s", p)
 		}
 		return nil
