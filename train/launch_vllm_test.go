@@ -18,8 +18,9 @@ import (
 
 // A recipe whose engines say launch has the run start its vLLM servers
 // (here fakevllm, through RLNODE_VLLM_COMMAND, on no GPU) and stop them
-// when it ends; mlmt_math's feedback policy launches servers of its own. The fakes cannot learn: this checks that the run
-// starts, uses and stops its servers.
+// when it ends; mlmt_math's feedback policy launches servers of its own.
+// The fakes cannot learn: this checks that the run starts, uses and
+// stops its servers.
 func TestRecipeLaunchesVLLM(t *testing.T) {
 	fake := vllmtest.BuildFakeVLLM(t)
 	rec := t.TempDir()
