@@ -14,6 +14,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlnode/rlnode/internal/connlimit"
@@ -756,8 +757,11 @@ func (b *Bulk) FetchView(ctx context.Context, ref BulkRef) (p []byte, release fu
 	if err := checkFetchSize(ref); err != nil {
 		return nil, nil, err
 	}
-	if p, release, handled, err := b.viewLocal(ctx, ref, b.fetchRequest(localViewMagic, ref, 0, ref.Size)); handled {
-		return p, release, err
+	sctx, prog, stop := b.watchStall(ctx)
+	p, release, handled, err := b.viewLocal(sctx, ref, b.fetchRequest(localViewMagic, ref, 0, ref.Size), prog.mark)
+	stop()
+	if handled {
+		return p, release, prog.stalled(ctx, sctx, ref, err)
 	}
 	p, err = b.Fetch(ctx, ref)
 	if err != nil {
@@ -780,21 +784,25 @@ func (b *Bulk) fetchRequest(magic string, ref BulkRef, off, n int64) []byte {
 }
 
 // FetchRange pulls len(dst) bytes of ref's payload starting at off into dst.
+// It fails with ErrBulkStalled when no byte arrives for Config.BulkStall.
 func (b *Bulk) FetchRange(ctx context.Context, ref BulkRef, off int64, dst []byte) error {
 	if len(ref.ID) != 32 {
 		return fmt.Errorf("bulk fetch from %s: malformed offer id %q", ref.Addr, ref.ID)
 	}
 	req := b.fetchRequest(bulkMagic, ref, off, int64(len(dst)))
-	if handled, err := b.fetchLocal(ctx, ref, off, dst, req); handled {
-		return err
+	sctx, p, stop := b.watchStall(ctx)
+	defer stop()
+	if handled, err := b.fetchLocal(sctx, ref, off, dst, req, p.mark); handled {
+		return p.stalled(ctx, sctx, ref, err)
 	}
 	var status error
-	err := b.do(ctx, ref.Addr, func(c *bulkConn) error {
+	err := b.do(sctx, ref.Addr, func(c *bulkConn) error {
 		if _, err := c.Write(req); err != nil {
 			return stale(err)
 		}
+		r := progressCounter{r: c, p: p}
 		var st [1]byte
-		if _, err := io.ReadFull(c, st[:]); err != nil {
+		if _, err := io.ReadFull(r, st[:]); err != nil {
 			return stale(err)
 		}
 		if st[0] != bulkStatusOK {
@@ -806,10 +814,13 @@ func (b *Bulk) FetchRange(ctx context.Context, ref BulkRef, off int64, dst []byt
 		}
 		for got := 0; got < len(dst); {
 			k := min(len(dst)-got, bulkChunk)
-			if _, err := io.ReadFull(c, dst[got:got+k]); err != nil {
+			if _, err := io.ReadFull(r, dst[got:got+k]); err != nil {
 				return fmt.Errorf("after %d of %d bytes: %w", got, len(dst), err)
 			}
 			got += k
+			if fetchedChunk != nil {
+				fetchedChunk(got)
+			}
 		}
 		return nil
 	})
@@ -817,10 +828,93 @@ func (b *Bulk) FetchRange(ctx context.Context, ref BulkRef, off int64, dst []byt
 		return status
 	}
 	if err != nil {
-		return fmt.Errorf("bulk fetch from %s: %w", ref.Addr, err)
+		return p.stalled(ctx, sctx, ref, fmt.Errorf("bulk fetch from %s: %w", ref.Addr, err))
 	}
 	b.sys.stats.bulkFetched.Add(uint64(len(dst)))
 	return nil
+}
+
+// fetchedChunk, when set (tests), runs after each chunk a fetch over TCP
+// reads, with the bytes read so far.
+var fetchedChunk func(got int)
+
+// fetchProgress is when a fetch last received anything, and what it
+// counted of the payload (over TCP).
+type fetchProgress struct {
+	last atomic.Int64 // UnixNano
+	got  atomic.Int64
+}
+
+func (p *fetchProgress) mark() { p.last.Store(time.Now().UnixNano()) }
+
+// stalled is err, or the stall that caused it: the fetch's own context
+// (sctx) ended with ErrBulkStalled while the caller's (ctx) did not.
+func (p *fetchProgress) stalled(ctx, sctx context.Context, ref BulkRef, err error) error {
+	if err == nil || ctx.Err() != nil || !errors.Is(context.Cause(sctx), ErrBulkStalled) {
+		return err
+	}
+	idle := time.Since(time.Unix(0, p.last.Load())).Round(time.Millisecond)
+	had := ""
+	if got := p.got.Load(); got > 0 {
+		had = fmt.Sprintf(" after %d bytes came", got)
+	}
+	why := fmt.Errorf("bulk fetch of %d bytes from %s: %w: no byte for %s%s (its node is stuck, or the path to it drops packets)",
+		ref.Size, ref.Addr, ErrBulkStalled, idle, had)
+	if errors.Is(err, context.Canceled) {
+		return why // the transport's error is only the stall's echo
+	}
+	// Not wrapped: callers must not take it for a broken connection.
+	return fmt.Errorf("%w: %v", why, err)
+}
+
+// progressCounter marks each read that brings bytes.
+type progressCounter struct {
+	r io.Reader
+	p *fetchProgress
+}
+
+func (c progressCounter) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	if n > 0 {
+		c.p.got.Add(int64(n))
+		c.p.mark()
+	}
+	return n, err
+}
+
+// watchStall is ctx, ended with the cause ErrBulkStalled once the
+// progress it returns has not been marked for Config.BulkStall, and what
+// stops the watch. It bounds silence, never a transfer's length.
+func (b *Bulk) watchStall(ctx context.Context) (context.Context, *fetchProgress, func()) {
+	p := &fetchProgress{}
+	p.mark()
+	stall := b.sys.cfg.BulkStall
+	if stall <= 0 {
+		return ctx, p, func() {}
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(max(stall/8, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-sctx.Done():
+				return
+			case now := <-t.C:
+				if now.Sub(time.Unix(0, p.last.Load())) >= stall {
+					cancel(ErrBulkStalled)
+					return
+				}
+			}
+		}
+	}()
+	return sctx, p, func() {
+		close(done)
+		cancel(nil)
+	}
 }
 
 // Push sends payload to the receiver registered under name on the node

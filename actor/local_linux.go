@@ -968,8 +968,9 @@ func fetchAnswer(l *localConn, ref BulkRef, off int64, n int) (fd int, mode byte
 }
 
 // readStream reads a streamed answer of len(dst) bytes through the ring.
-func readStream(l *localConn, dst []byte) error {
-	r := &localReader{l: l, left: int64(len(dst)), slot: -1}
+// progress, when not nil, runs as each chunk is read.
+func readStream(l *localConn, dst []byte, progress deadliner) error {
+	r := &localReader{l: l, left: int64(len(dst)), slot: -1, progress: progress}
 	if _, err := io.ReadFull(r, dst); err != nil {
 		return fmt.Errorf("after %d of %d bytes: %w", int64(len(dst))-r.left-int64(len(r.cur)), len(dst), err)
 	}
@@ -978,7 +979,8 @@ func readStream(l *localConn, dst []byte) error {
 
 // fetchLocal is FetchRange over the same-host path; handled is false when
 // the peer is not on this host.
-func (b *Bulk) fetchLocal(ctx context.Context, ref BulkRef, off int64, dst []byte, req []byte) (handled bool, err error) {
+// progress runs as the answer and each chunk arrive.
+func (b *Bulk) fetchLocal(ctx context.Context, ref BulkRef, off int64, dst []byte, req []byte, progress deadliner) (handled bool, err error) {
 	var status error
 	handled, err = b.doLocal(ctx, ref.Addr, func(l *localConn) error {
 		if _, err := l.c.Write(req); err != nil {
@@ -988,8 +990,9 @@ func (b *Bulk) fetchLocal(ctx context.Context, ref BulkRef, off int64, dst []byt
 		if status = st; st != nil || err != nil {
 			return err
 		}
+		progress()
 		if mode == localStream {
-			return readStream(l, dst)
+			return readStream(l, dst, progress)
 		}
 		err = checkSegment(fd, int(ref.Size))
 		if err == nil {
@@ -1021,7 +1024,7 @@ func (b *Bulk) fetchLocal(ctx context.Context, ref BulkRef, off int64, dst []byt
 // mapped read-only (and populated: reading it faults no more), or, when
 // the owner has no copy to give, the bytes streamed into a new buffer.
 // handled is false when the peer is not on this host.
-func (b *Bulk) viewLocal(ctx context.Context, ref BulkRef, req []byte) (p []byte, release func(), handled bool, err error) {
+func (b *Bulk) viewLocal(ctx context.Context, ref BulkRef, req []byte, progress deadliner) (p []byte, release func(), handled bool, err error) {
 	var status error
 	var mapped []byte
 	var held *localConn
@@ -1033,9 +1036,10 @@ func (b *Bulk) viewLocal(ctx context.Context, ref BulkRef, req []byte) (p []byte
 		if status = st; st != nil || err != nil {
 			return err
 		}
+		progress()
 		if mode == localStream {
 			p = make([]byte, ref.Size)
-			return readStream(l, p)
+			return readStream(l, p, progress)
 		}
 		mem, err := mapReceived(fd, int(ref.Size), unix.PROT_READ, unix.MAP_POPULATE)
 		unix.Close(fd)

@@ -45,11 +45,11 @@ func (b *Bulk) serveLocalQuery(c net.Conn, r io.Reader) bool {
 	return err == nil
 }
 
-func (b *Bulk) fetchLocal(context.Context, BulkRef, int64, []byte, []byte) (bool, error) {
+func (b *Bulk) fetchLocal(context.Context, BulkRef, int64, []byte, []byte, func()) (bool, error) {
 	return false, nil
 }
 
-func (b *Bulk) viewLocal(context.Context, BulkRef, []byte) ([]byte, func(), bool, error) {
+func (b *Bulk) viewLocal(context.Context, BulkRef, []byte, func()) ([]byte, func(), bool, error) {
 	return nil, nil, false, nil
 }
 

@@ -87,7 +87,17 @@ type Config struct {
 	// admit yet is held before it is dropped (default DefaultPeerGrace; a
 	// negative value drops at once). See held.go.
 	PeerGrace time.Duration
+	// BulkStall is how long a bulk fetch may receive no byte from its
+	// peer before it fails with ErrBulkStalled (default DefaultBulkStall).
+	// It bounds silence, not the transfer: a slow link that keeps
+	// delivering bytes is never cut, however large the payload. A
+	// negative value waits for the caller's context alone.
+	BulkStall time.Duration
 }
+
+// DefaultBulkStall is Config.BulkStall's default: as long as a bulk
+// server waits for a reader that stops reading.
+const DefaultBulkStall = 30 * time.Second
 
 func (c *Config) withDefaults() Config {
 	out := *c
@@ -108,6 +118,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.PeerGrace == 0 {
 		out.PeerGrace = DefaultPeerGrace
+	}
+	if out.BulkStall == 0 {
+		out.BulkStall = DefaultBulkStall
 	}
 	if out.MaxUnprovenPerAddr <= 0 {
 		out.MaxUnprovenPerAddr = DefaultMaxUnprovenPerAddr
@@ -132,6 +145,10 @@ var (
 	ErrConnLost      = errors.New("connection lost (the node may still be up)")
 	ErrActorDied     = errors.New("actor died")
 	ErrSystemStopped = errors.New("actor system stopped")
+	// ErrBulkStalled: a bulk fetch received no byte for Config.BulkStall
+	// (its peer's process is stuck, or the path to it drops packets while
+	// the connection stays open).
+	ErrBulkStalled = errors.New("bulk transfer stalled")
 )
 
 // ActorError is the error a callee returned (or the panic it raised), as
@@ -202,6 +219,7 @@ type pendingCall struct {
 	target string // Address + "/" + ID
 	addr   string
 	ch     chan callResult
+	since  time.Time // when it was sent
 }
 
 type callResult struct {
@@ -398,7 +416,7 @@ func (s *System) register(target, addr string) (uint64, chan callResult) {
 	id := s.nextCall.Add(1)
 	ch := make(chan callResult, 1)
 	s.pmu.Lock()
-	s.pending[id] = &pendingCall{target: target, addr: addr, ch: ch}
+	s.pending[id] = &pendingCall{target: target, addr: addr, ch: ch, since: time.Now()}
 	s.pmu.Unlock()
 	return id, ch
 }
@@ -438,6 +456,24 @@ func (s *System) failWhere(match func(*pendingCall) bool, err error) {
 // cluster layer calls it when membership declares that node lost.
 func (s *System) FailAddress(addr string, err error) {
 	s.failWhere(func(p *pendingCall) bool { return p.addr == addr }, err)
+}
+
+// PendingAddresses are the addresses of the other nodes that calls from
+// this system have waited on for longer than age, each once: what a
+// liveness check should look at (the cluster layer pings their nodes).
+func (s *System) PendingAddresses(age time.Duration) []string {
+	cut := time.Now().Add(-age)
+	seen := map[string]bool{}
+	var out []string
+	s.pmu.Lock()
+	for _, p := range s.pending {
+		if p.addr != s.addr && !seen[p.addr] && p.since.Before(cut) {
+			seen[p.addr] = true
+			out = append(out, p.addr)
+		}
+	}
+	s.pmu.Unlock()
+	return out
 }
 
 // FailActor fails every pending call to the actor ref (it died).
