@@ -79,6 +79,11 @@ type Config struct {
 	ObjectSpillDir string
 	// TLS secures the actor transport and bulk path.
 	TLS *actor.TLSFiles
+	// BulkStall is how long a bulk transfer (an object's Get, a weight or
+	// checkpoint pull) may receive no byte before it fails (default
+	// actor.DefaultBulkStall; negative: only the caller's context bounds
+	// it). It bounds silence, not length: a slow link is never cut.
+	BulkStall time.Duration
 	// Detection tunes failure detection; zero means FastDetection.
 	Detection Detection
 	// JoinTimeout bounds Join (default 10s).
@@ -146,6 +151,14 @@ type Detection struct {
 	// and the leader applies each owner's own (its own only to an owner
 	// whose record has none).
 	OwnerGrace time.Duration
+	// Unresponsive is how long another node may leave a liveness ping
+	// unanswered, while calls from this node wait on it, before those
+	// calls fail with ErrNodeUnresponsive (default DefaultUnresponsive; a
+	// negative value never pings). Membership cannot see such a node: its
+	// gossip answers while its actors do not (deadlocked, or stuck behind
+	// one that never returns). An actor busy with a long call is not
+	// unresponsive: the ping goes to its node's own actor, not to it.
+	Unresponsive time.Duration
 }
 
 // FastDetection notices a killed node in about a second on a LAN or
@@ -337,6 +350,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Detection.OwnerGrace <= 0 {
 		cfg.Detection.OwnerGrace = FastDetection.OwnerGrace
 	}
+	if cfg.Detection.Unresponsive == 0 {
+		cfg.Detection.Unresponsive = DefaultUnresponsive
+	}
 	if cfg.Detection.OwnerGrace > MaxOwnerGrace {
 		return nil, fmt.Errorf("Detection.OwnerGrace %v: want at most %v", cfg.Detection.OwnerGrace, MaxOwnerGrace)
 	}
@@ -478,7 +494,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.sys, err = actor.Start(actor.Config{
 		Host: actorHost, Port: actorPort, AdvertiseHost: cfg.Advertise, TLS: cfg.TLS, Secret: cfg.Key, Logger: n.log,
-		MaxConnsPerAddr: cfg.ConnsPerAddr.Actor,
+		MaxConnsPerAddr: cfg.ConnsPerAddr.Actor, BulkStall: cfg.BulkStall,
 	})
 	if err != nil {
 		return nil, err
@@ -554,6 +570,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.eventLoop()
 	go n.reconcileLoop()
 	go n.reconnectLoop()
+	go n.livenessLoop()
 
 	if len(cfg.Join) > 0 {
 		if err := n.join(ctx, cfg.Join); err != nil {

@@ -309,7 +309,10 @@ func checkRef(ref ObjectRef) error {
 // fetched from the node that holds it. When the holder cannot be reached
 // (killed, most likely, and membership has not noticed yet) it asks again
 // until membership says the node is gone, and the object is lost with it,
-// or until memberLossWithin has passed and the node is still a member.
+// or until memberLossWithin has passed and the node is still a member. A
+// holder whose gossip answers while its actors do not fails the ask with
+// ErrNodeUnresponsive (liveness.go), and one whose bulk path goes silent
+// mid-fetch fails it with actor.ErrBulkStalled: neither is asked again.
 func (n *Node) objectBody(ctx context.Context, ref ObjectRef) (string, []byte, error) {
 	if n == nil {
 		return "", nil, fmt.Errorf("get object %.64s: %w", ref.ID, errNoNode)
@@ -337,6 +340,11 @@ func (n *Node) objectBody(ctx context.Context, ref ObjectRef) (string, []byte, e
 		stop()
 		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(hctx), errHolderGone) {
 			return "", nil, fmt.Errorf("get object %s: node %s, which put it, stopped answering and membership declared it gone (%v): %w", ref.ID, ref.Node, err, ErrObjectLost)
+		}
+		if err != nil && ctx.Err() == nil && (errors.Is(err, ErrNodeUnresponsive) || errors.Is(err, actor.ErrBulkStalled)) {
+			// Stuck, not gone: asking again would wait as long again, and
+			// no other node holds the object.
+			return "", nil, fmt.Errorf("%w (no other node holds object %s: an object lives on the node that put it)", err, ref.ID)
 		}
 		if err == nil || ctx.Err() != nil || !unreachable(err) {
 			return typ, body, err

@@ -86,7 +86,11 @@ func (h *Handle) Call(ctx context.Context, msg any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return h.n.sys.Call(ctx, ref, msg)
+	v, err := h.n.sys.Call(ctx, ref, msg)
+	if errors.Is(err, ErrNodeUnresponsive) {
+		return nil, fmt.Errorf("call %s: %w", h.name, err)
+	}
+	return v, err
 }
 
 // Tell sends msg without waiting for a reply.

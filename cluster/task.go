@@ -32,9 +32,10 @@ type TaskOptions struct {
 	Labels map[string]string
 	Node   string
 	// MaxRetries is how many times it runs again after its node was lost
-	// mid-run (0: never; the task failed with actor.ErrNodeLost or
-	// actor.ErrConnLost then). A node that stops gracefully hands its
-	// tasks back without counting.
+	// mid-run, or stuck (0: never; the task failed with actor.ErrNodeLost,
+	// actor.ErrConnLost or ErrNodeUnresponsive then; a stuck node is told
+	// to cancel it, should it come back). A node that stops gracefully
+	// hands its tasks back without counting.
 	MaxRetries int
 }
 
@@ -351,7 +352,10 @@ func (n *Node) runTask(ctx context.Context, name string, args any, o TaskOptions
 		case err != nil && ctx.Err() != nil:
 			_ = n.sys.Tell(nref, taskCancel{ID: req.ID})
 			return nil, fmt.Errorf("task %s on node %s: %w", name, target, err)
-		case err != nil && (errors.Is(err, actor.ErrConnLost) || errors.Is(err, actor.ErrNodeLost)):
+		case err != nil && (errors.Is(err, actor.ErrConnLost) || errors.Is(err, actor.ErrNodeLost) || errors.Is(err, ErrNodeUnresponsive)):
+			if errors.Is(err, ErrNodeUnresponsive) {
+				_ = n.sys.Tell(nref, taskCancel{ID: req.ID}) // should it come back to life
+			}
 			if retries >= o.MaxRetries {
 				return nil, fmt.Errorf("task %s on node %s (after %d retries): %w", name, target, retries, err)
 			}
