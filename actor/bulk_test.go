@@ -356,3 +356,41 @@ func TestIdleBulkConnsAreSwept(t *testing.T) {
 		t.Errorf("%d peers left in the idle pool, want none", idleKeys)
 	}
 }
+
+// TestBulkStallFromTheEnvironment: RLNODE_BULK_STALL sets Config.BulkStall
+// where the Config leaves it 0; a value that is no duration, or zero, is
+// refused naming the variable.
+func TestBulkStallFromTheEnvironment(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want time.Duration
+		err  string
+	}{
+		{"", DefaultBulkStall, ""},
+		{"2m", 2 * time.Minute, ""},
+		{"-1s", -time.Second, ""},
+		{"soon", 0, `RLNODE_BULK_STALL="soon"`},
+		{"0", 0, `RLNODE_BULK_STALL="0"`},
+	} {
+		t.Run(c.env, func(t *testing.T) {
+			t.Setenv(BulkStallEnv, c.env)
+			s, err := Start(Config{Logger: DiscardLogger()})
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Errorf("Start: %v, want an error naming %s", err, c.err)
+				}
+				if s != nil {
+					s.Stop()
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Stop()
+			if s.cfg.BulkStall != c.want {
+				t.Errorf("BulkStall %v, want %v", s.cfg.BulkStall, c.want)
+			}
+		})
+	}
+}

@@ -40,6 +40,10 @@ const (
 	// Config.MaxMessageSize where the Config leaves it 0 (an amount such
 	// as "512KiB": internal/bytesize).
 	MaxMessageSizeEnv = "RLNODE_MAX_MESSAGE_SIZE"
+	// BulkStallEnv names the environment variable that sets
+	// Config.BulkStall where the Config leaves it 0 (a duration such as
+	// "2m"; negative: no bound but the caller's context).
+	BulkStallEnv = "RLNODE_BULK_STALL"
 )
 
 // Config configures one node's actor system.
@@ -88,7 +92,8 @@ type Config struct {
 	// negative value drops at once). See held.go.
 	PeerGrace time.Duration
 	// BulkStall is how long a bulk fetch may receive no byte from its
-	// peer before it fails with ErrBulkStalled (default DefaultBulkStall).
+	// peer before it fails with ErrBulkStalled (default DefaultBulkStall,
+	// or the environment variable RLNODE_BULK_STALL, e.g. "2m").
 	// It bounds silence, not the transfer: a slow link that keeps
 	// delivering bytes is never cut, however large the payload. A
 	// negative value waits for the caller's context alone.
@@ -240,6 +245,18 @@ func Start(cfg Config) (*System, error) {
 				return nil, fmt.Errorf("actor system: %s=%q: %w", MaxMessageSizeEnv, v, err)
 			}
 			cfg.MaxMessageSize = int(n)
+		}
+	}
+	if cfg.BulkStall == 0 {
+		if v := os.Getenv(BulkStallEnv); v != "" {
+			d, err := time.ParseDuration(v)
+			if err == nil && d == 0 {
+				err = errors.New("want a duration such as 2m, or a negative one for none")
+			}
+			if err != nil {
+				return nil, fmt.Errorf("actor system: %s=%q: %w", BulkStallEnv, v, err)
+			}
+			cfg.BulkStall = d
 		}
 	}
 	c := cfg.withDefaults()

@@ -25,6 +25,12 @@ import (
 // unanswered for Detection.Unresponsive while calls waited on it.
 var ErrNodeUnresponsive = errors.New("node unresponsive")
 
+// UnresponsiveEnv names the environment variable that sets
+// Detection.Unresponsive where the Config leaves it 0: every node and run
+// driver a shell starts (`rlnode start`, `join`, `run`, a job's driver)
+// reads it.
+const UnresponsiveEnv = "RLNODE_UNRESPONSIVE"
+
 // DefaultUnresponsive is Detection.Unresponsive's default: a node actor
 // answers a ping in microseconds, and in well under a second on a loaded
 // host; 30 s of silence is no slowness.

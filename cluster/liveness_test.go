@@ -174,3 +174,41 @@ func TestBusyNodeIsNotUnresponsive(t *testing.T) {
 		t.Fatalf("a 6 s task on a well node (Unresponsive 2 s): pid %d, %v", pid, err)
 	}
 }
+
+// TestUnresponsiveFromTheEnvironment: RLNODE_UNRESPONSIVE sets
+// Detection.Unresponsive where the Config leaves it 0; a value that is no
+// duration, or zero, stops the node from starting, naming the variable.
+func TestUnresponsiveFromTheEnvironment(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want time.Duration
+		err  string
+	}{
+		{"", DefaultUnresponsive, ""},
+		{"2m", 2 * time.Minute, ""},
+		{"-1s", -time.Second, ""},
+		{"soon", 0, `RLNODE_UNRESPONSIVE="soon"`},
+		{"0s", 0, `RLNODE_UNRESPONSIVE="0s"`},
+	} {
+		t.Run(c.env, func(t *testing.T) {
+			t.Setenv(UnresponsiveEnv, c.env)
+			n, err := Start(context.Background(), Config{Bind: "127.0.0.1:0", Key: testKey(t), CPUs: 1, Memory: NoMemory, Logger: actor.DiscardLogger()})
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Errorf("Start: %v, want an error naming %s", err, c.err)
+				}
+				if n != nil {
+					n.Stop()
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.Stop()
+			if got := n.cfg.Detection.Unresponsive; got != c.want {
+				t.Errorf("Unresponsive %v, want %v", got, c.want)
+			}
+		})
+	}
+}

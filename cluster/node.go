@@ -153,8 +153,9 @@ type Detection struct {
 	OwnerGrace time.Duration
 	// Unresponsive is how long another node may leave a liveness ping
 	// unanswered, while calls from this node wait on it, before those
-	// calls fail with ErrNodeUnresponsive (default DefaultUnresponsive; a
-	// negative value never pings). Membership cannot see such a node: its
+	// calls fail with ErrNodeUnresponsive (default DefaultUnresponsive, or
+	// the environment variable RLNODE_UNRESPONSIVE, e.g. "2m"; a negative
+	// value never pings). Membership cannot see such a node: its
 	// gossip answers while its actors do not (deadlocked, or stuck behind
 	// one that never returns). An actor busy with a long call is not
 	// unresponsive: the ping goes to its node's own actor, not to it.
@@ -352,6 +353,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.Detection.Unresponsive == 0 {
 		cfg.Detection.Unresponsive = DefaultUnresponsive
+		if v := os.Getenv(UnresponsiveEnv); v != "" {
+			d, err := time.ParseDuration(v)
+			if err == nil && d == 0 {
+				err = errors.New("want a duration such as 2m, or a negative one for no pings")
+			}
+			if err != nil {
+				return nil, fmt.Errorf("start node: %s=%q: %w", UnresponsiveEnv, v, err)
+			}
+			cfg.Detection.Unresponsive = d
+		}
 	}
 	if cfg.Detection.OwnerGrace > MaxOwnerGrace {
 		return nil, fmt.Errorf("Detection.OwnerGrace %v: want at most %v", cfg.Detection.OwnerGrace, MaxOwnerGrace)
