@@ -56,6 +56,9 @@ type spawnReply struct {
 	// NoRoom: the node lacked free resources (not labels, not stopping):
 	// it could hold the actor once they are released.
 	NoRoom bool `msgpack:",omitempty"`
+	// TryElsewhere: the actor's factory refused with ErrTryElsewhere
+	// (this node cannot build it; another may).
+	TryElsewhere bool `msgpack:",omitempty"`
 }
 
 type stopRequest struct {
@@ -288,7 +291,8 @@ func (n *Node) finishSpawn(req spawnRequest, nb *nodeBuild) spawnReply {
 		}
 		// A node that began to stop meanwhile leaves room to try another.
 		retry := stopCause == "" && (errors.Is(err, actor.ErrSystemStopped) || n.isLeaving())
-		return spawnReply{Err: fmt.Sprintf("node %s: %v", n.id, err), Retry: retry}
+		return spawnReply{Err: fmt.Sprintf("node %s: %v", n.id, err), Retry: retry,
+			TryElsewhere: stopCause == "" && errors.Is(err, ErrTryElsewhere)}
 	}
 	n.write(&update{Actors: []ActorRecord{rec}})
 	n.publishNode()

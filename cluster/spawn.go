@@ -122,6 +122,14 @@ func Call[R any](ctx context.Context, h *Handle, msg any) (R, error) {
 	return r, nil
 }
 
+// ErrTryElsewhere, wrapped in the error of an actor's factory, says that
+// this node cannot build the actor but another may (a node that does not
+// see a folder the actor needs): a spawn or a restart that placed it here
+// tries each other node that fits, and fails with every refusal when none
+// builds it. A pinned actor, or one in a placement group, fails with the
+// refusal at once.
+var ErrTryElsewhere = errors.New("another node may build it")
+
 // Spawn starts an actor of kind somewhere in the cluster: on the pinned
 // node, in its placement-group bundle, or on the least-loaded node that has
 // the resources and labels. A request no node can satisfy fails at once
@@ -211,6 +219,7 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 	}
 	var lastErr error
 	var cannot []string           // nodes whose program lacks the kind (spawnReply.Elsewhere)
+	var refused []string          // nodes whose factory said another may build it (spawnReply.TryElsewhere)
 	roomless := map[string]bool{} // nodes left out because they lacked free room
 	for attempt := 0; attempt < 4; attempt++ {
 		target, err := n.placeSpawn(req, exclude)
@@ -231,6 +240,16 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 			}
 			return actor.Ref{}, fmt.Errorf("spawn %s: no node that fits can build it (%w): %s%s",
 				req.Name, why, strings.Join(cannot, "; "), rest)
+		}
+		if err != nil && len(refused) > 0 {
+			rest := ""
+			for _, v := range n.Views() {
+				if !exclude[v.ID] {
+					rest = fmt.Sprintf("; the other nodes do not fit: %v", err)
+					break
+				}
+			}
+			return actor.Ref{}, fmt.Errorf("spawn %s: no node that fits would build it: %s%s", req.Name, strings.Join(refused, "; "), rest)
 		}
 		if err != nil {
 			if held := n.heldForGoneOwners(); held != "" && errors.Is(err, ErrInfeasible) {
@@ -281,6 +300,13 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 			// placement fails once none is left.
 			exclude[target] = true
 			cannot = append(cannot, rep.Err)
+			attempt--
+			continue
+		}
+		if rep.TryElsewhere && req.Group == "" && req.PinNode == "" {
+			// As for Elsewhere: left out from here on, not counted.
+			exclude[target] = true
+			refused = append(refused, rep.Err)
 			attempt--
 			continue
 		}
