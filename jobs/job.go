@@ -201,6 +201,21 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 		return nil, err
 	}
 	name := actx.Self().Name
+	if actx.Restarts() == 0 && spec.Resume {
+		if err := holdsARun(spec.Out); err != nil {
+			hostname, _ := os.Hostname()
+			return nil, fmt.Errorf("job %s: node %s (host %s) cannot continue its run (%w): %w", name, node.ID(), hostname, cluster.ErrTryElsewhere, err)
+		}
+	}
+	if actx.Restarts() > 0 {
+		if err := seesRunFolder(spec.Out); err != nil {
+			hostname, _ := os.Hostname()
+			return nil, fmt.Errorf("job %s: node %s (host %s) cannot take it over (%w): %w; the run is not started over here in an empty folder. "+
+				"To continue it from its newest checkpoint, run `rlnode submit %s --resume --out %s` on a host that sees the folder (that of the lost attempt's node, once it is back, or one you copy the folder to), "+
+				"and give later jobs an --out on a filesystem every node mounts",
+				name, node.ID(), hostname, cluster.ErrTryElsewhere, err, filepath.Join(spec.Out, RecipeFile), spec.Out)
+		}
+	}
 	if actx.Restarts() == 0 && !spec.Resume {
 		// Nothing of another run or job is written over.
 		for _, f := range []string{"recipe.yaml", LogFile, RecipeFile} {
@@ -350,6 +365,40 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 		}
 	}
 	return j, nil
+}
+
+// seesRunFolder is nil when this host sees the run folder that the job's
+// earlier attempt wrote (on a filesystem they share, or this same host),
+// else why not. Every attempt writes its log there before its driver
+// starts, so a folder without it is not that attempt's: the folder is on
+// the lost attempt's host alone, or was removed.
+func seesRunFolder(out string) error {
+	_, err := os.Stat(filepath.Join(out, LogFile))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		if _, derr := os.Stat(out); errors.Is(derr, fs.ErrNotExist) {
+			return fmt.Errorf("this host does not see its run folder %s, which the lost attempt wrote on its own host (the folder is not on a filesystem both share, or was removed)", out)
+		}
+		return fmt.Errorf("its run folder %s here lacks the %s the lost attempt wrote there (this host's folder of that name is not the lost attempt's: not on a filesystem both share, or emptied)", out, LogFile)
+	}
+	return fmt.Errorf("its run folder %s: %w", out, err)
+}
+
+// holdsARun is nil when run folder out, which a job submitted with
+// --resume continues, holds a run or a job here, else why not: a folder
+// this host does not see would be made empty and the run started over.
+func holdsARun(out string) error {
+	for _, f := range []string{"recipe.yaml", LogFile, RecipeFile} {
+		if _, err := os.Stat(filepath.Join(out, f)); err == nil {
+			return nil
+		}
+	}
+	if _, err := os.Stat(out); err != nil {
+		return fmt.Errorf("this host does not see the run folder %s that --resume names (%v)", out, err)
+	}
+	return fmt.Errorf("the run folder %s that --resume names holds no run here (no recipe.yaml, %s or %s)", out, LogFile, RecipeFile)
 }
 
 // roomRetry bounds how long a job that waits for room goes without

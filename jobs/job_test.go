@@ -517,3 +517,46 @@ func TestDeleteJobs(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A node takes a job over only from a run folder that holds the lost
+// attempt's log, and continues a --resume job only from one that holds a
+// run: a folder it does not see (another host's) is not made empty here
+// and started over.
+func TestRunFolderChecks(t *testing.T) {
+	root := t.TempDir()
+	mk := func(name string, files ...string) string {
+		dir := filepath.Join(root, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	for _, c := range []struct {
+		dir        string
+		takeover   string // what seesRunFolder's error says; "" for none
+		resumeSays string // holdsARun's
+	}{
+		{mk("logged", LogFile), "", ""},
+		{mk("ran", "recipe.yaml"), "lacks the job.log", ""},
+		{mk("submitted", RecipeFile), "lacks the job.log", ""},
+		{mk("empty"), "lacks the job.log", "holds no run here"},
+		{filepath.Join(root, "elsewhere"), "does not see its run folder", "does not see the run folder"},
+	} {
+		err := seesRunFolder(c.dir)
+		if (c.takeover == "") != (err == nil) || (err != nil && (!strings.Contains(err.Error(), c.takeover) || !strings.Contains(err.Error(), c.dir))) {
+			t.Errorf("seesRunFolder(%s): %v, want %q", filepath.Base(c.dir), err, c.takeover)
+		}
+		err = holdsARun(c.dir)
+		if (c.resumeSays == "") != (err == nil) || (err != nil && (!strings.Contains(err.Error(), c.resumeSays) || !strings.Contains(err.Error(), c.dir))) {
+			t.Errorf("holdsARun(%s): %v, want %q", filepath.Base(c.dir), err, c.resumeSays)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "elsewhere")); err == nil {
+		t.Error("a check made the folder it does not see")
+	}
+}

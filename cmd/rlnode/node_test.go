@@ -93,6 +93,12 @@ func startRlnodeIn(t *testing.T, dir, home string, args ...string) *runningNode 
 	t.Helper()
 	cmd := rlnodeCmd(t, home, args...)
 	cmd.Dir = dir
+	return startNodeCmd(t, cmd, args)
+}
+
+// startNodeCmd starts cmd, an rlnode node with args, as startRlnode does.
+func startNodeCmd(t *testing.T, cmd *exec.Cmd, args []string) *runningNode {
+	t.Helper()
 	pr, pw := io.Pipe()
 	cmd.Stdout = pw
 	var errb bytes.Buffer
