@@ -80,8 +80,18 @@ func SpansFromTurns(run string, step int, turns []data.Turn, sample float64, end
 		s.OutputMessages = marshal([]message{{Role: "assistant", Parts: []part{{Type: "text", Content: t.ResponseText}}, FinishReason: t.FinishReason}})
 		s.FinishReasons = []string{t.FinishReason}
 		s.Rewards = []Reward{{Name: "reward", Value: t.Reward, Reason: t.Note}}
+		attrs := map[string]any{}
 		if t.Call.PromptBytes > promptKept(&t.Call) {
-			s.Attributes = `{"rlnode.record.truncated":true}`
+			attrs["rlnode.record.truncated"] = true
+		}
+		// Tokens the model did not write (a tool episode's tool results,
+		// mask 0): the tool spans below say where; this says how many, so
+		// a reader can check that the two agree.
+		if n := inserted(t.LossMask); n > 0 {
+			attrs[AttrInsertedTokens] = n
+		}
+		if len(attrs) > 0 {
+			s.Attributes = marshal(attrs)
 		}
 		if t.FinishReason == "error" {
 			s.Status, s.StatusMessage = StatusError, t.Note
@@ -101,6 +111,9 @@ func SpansFromTurns(run string, step int, turns []data.Turn, sample float64, end
 			if tc.Error != "" {
 				c.Status, c.StatusMessage, c.ErrorType = StatusError, tc.Error, "tool_error"
 			}
+			if tc.TokensTo > tc.TokensFrom {
+				c.Attributes = marshal(map[string]int32{AttrInsertedStart: tc.TokensFrom, AttrInsertedEnd: tc.TokensTo})
+			}
 			if c.End.After(out[r].End) {
 				out[r].End = c.End
 			}
@@ -108,6 +121,17 @@ func SpansFromTurns(run string, step int, turns []data.Turn, sample float64, end
 		}
 	}
 	return out
+}
+
+// inserted counts the response tokens a turn's mask leaves out.
+func inserted(mask []float32) int {
+	n := 0
+	for _, m := range mask {
+		if m == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // callMessages is a turn's prompt in the conventions' message schema: a

@@ -1,7 +1,9 @@
 package traces
 
 import (
+	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,8 +40,8 @@ func TestSpansFromTurnsRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	back, dropped := Trajectories(order, TrajectoryOptions{Policy: "solver", Reward: "reward"})
-	if len(dropped) > 0 || len(back) != len(turns) {
+	back, dropped, err := Trajectories(order, TrajectoryOptions{Policy: "solver", Reward: "reward"})
+	if err != nil || len(dropped) > 0 || len(back) != len(turns) {
 		t.Fatalf("%d rows back, dropped %v", len(back), dropped)
 	}
 	for i := range turns {
@@ -119,7 +121,10 @@ func TestRedoneStepReplacesItsEpisodes(t *testing.T) {
 			}
 		}
 	}
-	rows, _ := Trajectories(got, TrajectoryOptions{Policy: "solver", Reward: "reward"})
+	rows, _, err := Trajectories(got, TrajectoryOptions{Policy: "solver", Reward: "reward"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(rows) != 2 {
 		t.Errorf("%d trajectory rows, want the redone step's 2", len(rows))
 	}
@@ -194,7 +199,10 @@ func TestSpansFromTurnsCarryCalls(t *testing.T) {
 	if spans[4].StatusMessage != "sandbox: killed" || !spans[4].Failed() {
 		t.Errorf("failed tool: status message %q", spans[4].StatusMessage)
 	}
-	// Tool spans are not model calls: the trajectories are the three turns.
+	// Tool spans are not model calls. The first episode holds calls of two
+	// models: which one trains must be named; the solver's model gives its
+	// one turn; the teacher's turn had tools run while it generated and no
+	// word of where their results went, so it is refused.
 	var tr []Trace
 	for _, s := range spans {
 		if len(tr) == 0 || tr[len(tr)-1].ID != s.TraceID {
@@ -202,8 +210,18 @@ func TestSpansFromTurnsCarryCalls(t *testing.T) {
 		}
 		tr[len(tr)-1].Spans = append(tr[len(tr)-1].Spans, s)
 	}
-	rows, dropped := Trajectories(tr, TrajectoryOptions{Policy: "solver", Reward: "reward"})
-	if len(rows) != 3 || len(dropped) != 0 {
-		t.Errorf("%d rows, dropped %v; want the 3 turns", len(rows), dropped)
+	var ae *AlignmentError
+	_, _, err := Trajectories(tr, TrajectoryOptions{Policy: "solver", Reward: "reward"})
+	if !errors.As(err, &ae) || !slices.Equal(ae.Models, []string{"Qwen/Qwen2.5-0.5B", "teacher"}) || ae.Span != spans[2].SpanID.String() {
+		t.Errorf("no model named: %v, want the trace refused naming both models at the teacher's call", err)
+	}
+	rows, dropped, err := Trajectories(tr, TrajectoryOptions{Policy: "solver", Reward: "reward", Model: "Qwen/Qwen2.5-0.5B"})
+	if err != nil || len(rows) != 1 || len(dropped) != 0 || rows[0].Call.Model != "Qwen/Qwen2.5-0.5B" {
+		t.Errorf("%d rows, dropped %v, err %v; want the solver model's one turn", len(rows), dropped, err)
+	}
+	_, _, err = Trajectories(tr, TrajectoryOptions{Policy: "solver", Reward: "reward", Model: "teacher"})
+	if !errors.As(err, &ae) || ae.Span != spans[2].SpanID.String() || !strings.Contains(ae.Why, spans[3].SpanID.String()) ||
+		!strings.Contains(ae.Why, "ran while the call was generating") {
+		t.Errorf("teacher: %v, want its call refused naming the calculator's span", err)
 	}
 }

@@ -59,4 +59,13 @@ const (
 	// AttrSource names the store partition explicitly (a resource or span
 	// attribute).
 	AttrSource = "rlnode.source"
+	// AttrInsertedTokens, on a model call, counts its output token ids
+	// that the model did not write: results of tools that ran while the
+	// call was generating, placed between its engine calls (a tool
+	// episode's turn). AttrInsertedStart and AttrInsertedEnd, on each such
+	// execute_tool span, say where its result is: output tokens [start,
+	// end) of the model call of its trace and turn.
+	AttrInsertedTokens = "rlnode.inserted_tokens"
+	AttrInsertedStart  = "rlnode.inserted_tokens.start"
+	AttrInsertedEnd    = "rlnode.inserted_tokens.end"
 )

@@ -3,7 +3,11 @@ package traces
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"hash/fnv"
+	"math"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/rlnode/rlnode/learner/tokenizer"
@@ -36,16 +40,52 @@ type Dropped struct {
 	Why         string
 }
 
+// AlignmentError refuses a trace whose token ids cannot be told apart into
+// what the trained model wrote and what it did not, rather than guessing
+// (a row of it would train tokens the model did not write as its own, or
+// the other way round). Span is the call or tool span at fault.
+type AlignmentError struct {
+	Trace, Span string
+	Why         string
+	// Models are the models whose calls the trace holds, when it is
+	// refused for holding calls of several with none named as trained.
+	Models []string
+}
+
+func (e *AlignmentError) Error() string {
+	return fmt.Sprintf("trace %s span %s: %s", e.Trace, e.Span, e.Why)
+}
+
 // Trajectories turns stored traces into trajectory rows, the input of the
-// learner's batch (train.BatchFromTrajectories): one row per model call
-// (chat or text_completion span with an answer), the trace as the episode
-// and its calls in start order as the turns. Token ids and logprobs are
-// the recorded ones where the call carried them (vLLM's return_token_ids
-// and logprobs; the first choice of a call); otherwise the text is
-// re-tokenized and logprobs are zero (Note says so). Traces whose first
-// prompt is the same share a GRPO group (offline GRPO groups traces by
-// prompt), numbered in order of first appearance.
-func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dropped []Dropped) {
+// learner's batch (train.BatchFromTrajectories): one row per model call of
+// the trained model (chat or text_completion span with an answer), the
+// trace as the episode and its calls in start order as the turns. A row's
+// prompt is what the call was asked, its response what the call answered:
+// what came between two calls (tool results, observations, a user's or
+// another model's messages) reaches the model only in a later call's
+// prompt and carries no loss. Where a call's output ids also hold tokens
+// the model did not write (a run's tool episode places tool results
+// between the engine calls of one turn), the execute_tool spans of the
+// call's turn say where (AttrInsertedStart, AttrInsertedEnd), the call how
+// many (AttrInsertedTokens), and those tokens get loss mask 0. A trace
+// whose pieces do not add up is refused with an *AlignmentError naming
+// the span: logprobs or a usage count that disagree with the token ids,
+// a placed result outside the call's output or overlapping another, a
+// count the tool spans do not account for, or a tool that ran while a
+// call was generating and says nothing of where its result went.
+//
+// Calls of other models than opt.Model are never rows (a judge's or
+// another agent's answers are not the policy's to train on); with
+// opt.Model empty, a trace whose calls name more than one model is
+// refused, as which one is being trained is not said.
+//
+// Token ids and logprobs are the recorded ones where the call carried
+// them (vLLM's return_token_ids and logprobs; the first choice of a
+// call); otherwise the text is re-tokenized and logprobs are zero (Note
+// says so). Traces whose first prompt is the same share a GRPO group
+// (offline GRPO groups traces by prompt), numbered in order of first
+// appearance.
+func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dropped []Dropped, err error) {
 	groups := map[uint64]int64{}
 	samples := map[int64]int32{}
 	for ti := range traces {
@@ -55,10 +95,19 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 			dropped = append(dropped, Dropped{Trace: t.ID.String(), Why: "no reward " + rewardName(opt.Reward)})
 			continue
 		}
+		if opt.Model == "" {
+			if err := oneModel(t); err != nil {
+				return nil, nil, err
+			}
+		}
+		placed, err := placedResults(t)
+		if err != nil {
+			return nil, nil, err
+		}
 		var rows []data.Turn
 		for si := range t.Spans {
 			s := &t.Spans[si]
-			if s.Operation != OpChat && s.Operation != OpTextCompletion || s.OutputMessages == "" {
+			if !isAnswer(s) {
 				continue
 			}
 			if opt.Model != "" && s.RequestModel != opt.Model && s.ResponseModel != opt.Model {
@@ -84,6 +133,10 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 			}
 			row.Call = callOf(s)
 			row.PromptIDs, row.ResponseIDs = s.PromptTokenIDs, s.OutputTokenIDs
+			mask, err := lossMask(t, s, placed[si])
+			if err != nil {
+				return nil, nil, err
+			}
 			if row.PromptIDs == nil || row.ResponseIDs == nil {
 				if opt.Tokenizer == nil {
 					drop("no token ids recorded and no tokenizer to re-tokenize with")
@@ -94,7 +147,9 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 					row.PromptIDs = int32s32(promptIDs(s, opt.Tokenizer))
 				}
 				if row.ResponseIDs == nil {
+					// The answer's text is the model's own: nothing to mask.
 					row.ResponseIDs = int32s32(opt.Tokenizer.Encode(firstAnswer(s.OutputMessages)))
+					mask = nil
 				}
 			}
 			if len(row.ResponseIDs) == 0 {
@@ -102,14 +157,17 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 				continue
 			}
 			row.LogProbs = s.OutputLogprobs
-			if len(row.LogProbs) != len(row.ResponseIDs) {
+			if row.LogProbs == nil || s.OutputTokenIDs == nil {
 				row.LogProbs = make([]float32, len(row.ResponseIDs))
 				row.Note = joinNote(row.Note, "logprobs not recorded")
 			}
-			row.LossMask = make([]float32, len(row.ResponseIDs))
-			for i := range row.LossMask {
-				row.LossMask[i] = 1
+			if mask == nil {
+				mask = make([]float32, len(row.ResponseIDs))
+				for i := range mask {
+					mask[i] = 1
+				}
 			}
+			row.LossMask = mask
 			rows = append(rows, row)
 		}
 		if len(rows) == 0 {
@@ -130,7 +188,181 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 		samples[g]++
 		turns = append(turns, rows...)
 	}
-	return turns, dropped
+	return turns, dropped, nil
+}
+
+// isAnswer says whether s is a model call with an answer.
+func isAnswer(s *Span) bool {
+	return (s.Operation == OpChat || s.Operation == OpTextCompletion) && s.OutputMessages != ""
+}
+
+// modelOf is the model that answered call s (the one asked, when the
+// answer names none).
+func modelOf(s *Span) string {
+	if s.ResponseModel != "" {
+		return s.ResponseModel
+	}
+	return s.RequestModel
+}
+
+// oneModel refuses trace t when its calls were answered by more than one
+// model and none was named as the one being trained.
+func oneModel(t *Trace) error {
+	var models []string
+	for i := range t.Spans {
+		s := &t.Spans[i]
+		if !isAnswer(s) || s.Failed() || slices.Contains(models, modelOf(s)) {
+			continue
+		}
+		models = append(models, modelOf(s))
+		if len(models) > 1 {
+			named := make([]string, len(models))
+			for k, m := range models {
+				named[k] = strconv.Quote(m)
+			}
+			return &AlignmentError{Trace: t.ID.String(), Span: s.SpanID.String(), Models: models, Why: fmt.Sprintf(
+				"model calls of %s in one trace, and no model is named as the one being trained: another model's answers (a judge's, another agent's) are not the policy's to train on",
+				strings.Join(named, " and "))}
+		}
+	}
+	return nil
+}
+
+// placement is a tool result placed among a call's output token ids.
+type placement struct {
+	tool       *Span
+	start, end int64
+}
+
+// placedResults maps each model call of t (its index in t.Spans) to the
+// tool results placed among its output ids (AttrInsertedStart/End): the
+// call of the tool's turn that ran around it. A tool span with a
+// placement and no such call, or a malformed one, is an *AlignmentError.
+func placedResults(t *Trace) (map[int][]placement, error) {
+	out := map[int][]placement{}
+	for i := range t.Spans {
+		c := &t.Spans[i]
+		if c.Operation != OpExecuteTool {
+			continue
+		}
+		a := intAttrs(c)
+		start, okS := a[AttrInsertedStart]
+		end, okE := a[AttrInsertedEnd]
+		if !okS && !okE {
+			continue
+		}
+		bad := func(why string, args ...any) error {
+			return &AlignmentError{Trace: t.ID.String(), Span: c.SpanID.String(), Why: fmt.Sprintf("tool %q: ", c.ToolName) + fmt.Sprintf(why, args...)}
+		}
+		if !okS || !okE || start < 0 || end <= start {
+			return nil, bad("its result's place among a call's output tokens (%s, %s) is not a range [start, end) with 0 ≤ start < end", AttrInsertedStart, AttrInsertedEnd)
+		}
+		call := -1
+		for k := range t.Spans {
+			s := &t.Spans[k]
+			if isAnswer(s) && sameTurn(s, c) && within(c, s) {
+				if call >= 0 {
+					return nil, bad("its result is placed among the output tokens of a call of its turn, and two calls (%s, %s) ran around it", t.Spans[call].SpanID, s.SpanID)
+				}
+				call = k
+			}
+		}
+		if call < 0 {
+			return nil, bad("its result is placed among output tokens [%d, %d) of a call of its turn, but no model call of its turn ran around it", start, end)
+		}
+		out[call] = append(out[call], placement{c, start, end})
+	}
+	return out, nil
+}
+
+// lossMask is call s's mask over its recorded output ids: 0 where the
+// tool results placed says are, 1 elsewhere; nil when all are the model's
+// or no ids were recorded. It checks the pieces against the ids.
+func lossMask(t *Trace, s *Span, placed []placement) ([]float32, error) {
+	bad := func(why string, args ...any) error {
+		return &AlignmentError{Trace: t.ID.String(), Span: s.SpanID.String(), Why: fmt.Sprintf("call of %q: ", modelOf(s)) + fmt.Sprintf(why, args...)}
+	}
+	n := len(s.OutputTokenIDs)
+	if s.OutputLogprobs != nil && len(s.OutputLogprobs) != n {
+		return nil, bad("%d logprobs recorded for %d output token ids", len(s.OutputLogprobs), n)
+	}
+	if s.PromptTokenIDs != nil && s.InputTokens > 0 && s.InputTokens != int64(len(s.PromptTokenIDs)) {
+		return nil, bad("its usage says %d input tokens, but %d prompt token ids are recorded", s.InputTokens, len(s.PromptTokenIDs))
+	}
+	declared := intAttrs(s)[AttrInsertedTokens]
+	if s.OutputTokenIDs == nil {
+		if declared > 0 || len(placed) > 0 {
+			return nil, bad("tokens not the model's are placed among its output, but no output token ids are recorded to place them in")
+		}
+		return nil, nil
+	}
+	// A tool that ran while the call was generating may have its result
+	// among the call's tokens; unless it says where, they cannot be told
+	// from the model's (runs before rlnode recorded the places did this).
+	for i := range t.Spans {
+		c := &t.Spans[i]
+		if c.Operation == OpExecuteTool && sameTurn(s, c) && within(c, s) && !slices.ContainsFunc(placed, func(p placement) bool { return p.tool == c }) {
+			return nil, bad("tool span %s (%q) ran while the call was generating and does not say which of the %d output tokens hold its result (%s, %s); refusing to train them all as the model's",
+				c.SpanID, c.ToolName, n, AttrInsertedStart, AttrInsertedEnd)
+		}
+	}
+	if len(placed) == 0 && declared == 0 {
+		return nil, nil
+	}
+	mask := make([]float32, n)
+	for i := range mask {
+		mask[i] = 1
+	}
+	var total int64
+	for _, p := range placed {
+		if p.end > int64(n) {
+			return nil, bad("tool span %s places its result at output tokens [%d, %d), past the %d recorded", p.tool.SpanID, p.start, p.end, n)
+		}
+		for k := p.start; k < p.end; k++ {
+			if mask[k] == 0 {
+				return nil, bad("tool span %s places its result at output tokens [%d, %d), over another tool's", p.tool.SpanID, p.start, p.end)
+			}
+			if s.OutputLogprobs != nil && s.OutputLogprobs[k] != 0 {
+				// A run records 0 for tokens its engine did not sample;
+				// a sampled one here means the place is not the result's.
+				return nil, bad("tool span %s places its result at output tokens [%d, %d), but token %d has sampled logprob %v", p.tool.SpanID, p.start, p.end, k, s.OutputLogprobs[k])
+			}
+			mask[k] = 0
+		}
+		total += p.end - p.start
+	}
+	if total != declared {
+		return nil, bad("%d of its output tokens are not the model's (%s), but its tools' results are placed at %d", declared, AttrInsertedTokens, total)
+	}
+	return mask, nil
+}
+
+// sameTurn says whether spans a and b are of the same turn (or either
+// does not say).
+func sameTurn(a, b *Span) bool { return a.Turn == NoValue || b.Turn == NoValue || a.Turn == b.Turn }
+
+// within says whether tool span c ran inside call s's time: started after
+// the call did and ended before it answered.
+func within(c, s *Span) bool { return c.Start.After(s.Start) && c.End.Before(s.End) }
+
+// intAttrs are s's integer attributes among its other attributes.
+func intAttrs(s *Span) map[string]int64 {
+	if !strings.Contains(s.Attributes, "rlnode.inserted_tokens") {
+		return nil
+	}
+	var m map[string]any
+	if json.Unmarshal([]byte(s.Attributes), &m) != nil {
+		return nil
+	}
+	out := map[string]int64{}
+	for _, k := range []string{AttrInsertedTokens, AttrInsertedStart, AttrInsertedEnd} {
+		if f, ok := m[k].(float64); ok && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+			out[k] = int64(f)
+		} else if ok {
+			out[k] = -1 // not an integer: refused as a bad range
+		}
+	}
+	return out
 }
 
 func rewardName(n string) string {

@@ -102,7 +102,10 @@ func TestLearnerBatchFromRecordedTraces(t *testing.T) {
 		t.Fatalf("traces %d, skipped %v: %v", len(all), skipped, err)
 	}
 	tok := tokenizer.Builtin()
-	turns, dropped := traces.Trajectories(all, traces.TrajectoryOptions{Policy: "actor", Reward: "human", Tokenizer: tok})
+	turns, dropped, err := traces.Trajectories(all, traces.TrajectoryOptions{Policy: "actor", Reward: "human", Tokenizer: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(dropped) > 0 || len(turns) != 3 {
 		t.Fatalf("%d turns, dropped %+v", len(turns), dropped)
 	}

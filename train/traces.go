@@ -114,8 +114,15 @@ func loadTraces(d *TraceData, tok *tokenizer.Tokenizer, pc *policyContext, seed 
 			d.Reward, len(ts), rewardNames(ts))
 	}
 	keepUnrewarded := !d.RL && math.IsNaN(d.MinReward) && d.Weighting != "exp" && d.Weighting != "filter"
-	rows, dropped := traces.Trajectories(ts, traces.TrajectoryOptions{Policy: "solver", Reward: d.Reward, Model: d.Filter.Model,
+	rows, dropped, err := traces.Trajectories(ts, traces.TrajectoryOptions{Policy: "solver", Reward: d.Reward, Model: d.Filter.Model,
 		Tokenizer: tok, KeepUnrewarded: keepUnrewarded})
+	if err != nil {
+		var ae *traces.AlignmentError
+		if errors.As(err, &ae) && ae.Models != nil {
+			return nil, traceErr("data.traces.model", "%w: name the policy's model here", err)
+		}
+		return nil, traceErr("data.traces", "%w", err)
+	}
 	if len(rows) == 0 {
 		why := "none of their spans is a model call with an answer"
 		if len(dropped) > 0 {
@@ -176,16 +183,23 @@ func warmupRows(rows []data.Turn, d *TraceData, seed uint64) ([]data.Turn, error
 }
 
 // warmupBatchFromTraces is warm-up step k's batch: batch rows taken in
-// turn from the shuffled rows, so a resumed run at step k takes the same;
+// turn from the shuffled rows, so a resumed run at step k takes the same,
+// each with its loss mask (tokens the model did not write carry no loss);
 // exp weighting weighs them by their rewards.
 func warmupBatchFromTraces(rows []data.Turn, k, batch int, d *TraceData) (learner.Batch, error) {
 	var b learner.Batch
 	var rewards []float64
+	masked := false
 	for i := range batch {
 		r := &rows[(k*batch+i)%len(rows)]
 		b.Prompts = append(b.Prompts, slices.Clone(r.PromptIDs))
 		b.Responses = append(b.Responses, slices.Clone(r.ResponseIDs))
+		b.Masks = append(b.Masks, slices.Clone(r.LossMask))
 		rewards = append(rewards, r.Reward)
+		masked = masked || slices.ContainsFunc(r.LossMask, func(m float32) bool { return m != 1 })
+	}
+	if !masked {
+		b.Masks = nil // all ones, as the learner takes nil
 	}
 	if d.Weighting == "exp" {
 		w, err := rl.RewardWeights(rewards, d.Beta)

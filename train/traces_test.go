@@ -27,6 +27,7 @@ type call struct {
 	agent    string
 	startSec int64
 	input    string // gen_ai.input.messages, for calls without ids
+	model    string
 }
 
 // writeStore writes calls into a new store, one span each, calls of one
@@ -46,6 +47,7 @@ func writeStore(t *testing.T, calls ...call) string {
 		s.End = s.Start.Add(time.Microsecond)
 		s.OutputMessages = `[{"role":"assistant","parts":[{"type":"text","content":"x"}]}]`
 		s.PromptTokenIDs, s.OutputTokenIDs, s.Rewards, s.InputMessages = c.prompt, c.answer, c.rewards, c.input
+		s.RequestModel = c.model
 		w.Add(s)
 	}
 	if err := w.Close(); err != nil {
@@ -113,6 +115,23 @@ func TestLoadTracesWarmup(t *testing.T) {
 	}
 }
 
+// A warm-up batch on traces keeps each row's loss mask: tokens the model
+// did not write (a tool's result inside a turn) carry no loss. Rows that
+// are all the model's leave the batch's masks nil, as before.
+func TestWarmupBatchFromTracesKeepsMasks(t *testing.T) {
+	rows := []data.Turn{
+		{PromptIDs: []int32{1}, ResponseIDs: []int32{5, 6, 7, 8}, LossMask: []float32{1, 0, 0, 1}},
+		{PromptIDs: []int32{2}, ResponseIDs: []int32{9}, LossMask: []float32{1}},
+	}
+	b, err := warmupBatchFromTraces(rows, 0, 2, &TraceData{})
+	if err != nil || !slices.EqualFunc(b.Masks, [][]float32{{1, 0, 0, 1}, {1}}, slices.Equal) {
+		t.Errorf("masks %v, %v; want the rows'", b.Masks, err)
+	}
+	if b, _ := warmupBatchFromTraces(rows[1:], 0, 2, &TraceData{}); b.Masks != nil {
+		t.Errorf("masks %v of unmasked rows, want nil", b.Masks)
+	}
+}
+
 // Each way data.traces can select nothing to train on is an error naming
 // the recipe field to change.
 func TestLoadTracesRefusals(t *testing.T) {
@@ -122,6 +141,7 @@ func TestLoadTracesRefusals(t *testing.T) {
 		call{trace: 3, prompt: []int32{3}, answer: []int32{7, 7, 7}, agent: "solver-bot"})
 	unrewarded := writeStore(t, call{trace: 1, prompt: []int32{1}, answer: []int32{2}}, call{trace: 2, prompt: []int32{1}, answer: []int32{3}})
 	huge := writeStore(t, call{trace: 1, prompt: []int32{1}, answer: []int32{2}, rewards: judge(1e308)}, call{trace: 2, prompt: []int32{1}, answer: []int32{3}, rewards: judge(1e308)})
+	judged := writeStore(t, call{trace: 1, prompt: []int32{1}, answer: []int32{2}, model: "policy"}, call{trace: 1, prompt: []int32{1, 2, 5}, answer: []int32{3}, model: "judge"})
 	for _, c := range []struct {
 		name       string
 		d          TraceData
@@ -146,6 +166,8 @@ func TestLoadTracesRefusals(t *testing.T) {
 			"3: no prompt of data.traces has that many traces"},
 		{"rewards that overflow a group", TraceData{Store: huge, Reward: "judge", RL: true}, false, 2, 64, "data.traces.reward",
 			"call 0: reward 1e+308: want at most 1e+09 in magnitude"},
+		{"calls of two models, none named", TraceData{Store: judged}, true, 2, 64, "data.traces.model",
+			`model calls of "policy" and "judge" in one trace, and no model is named as the one being trained`},
 		{"RL without rewards", TraceData{Store: unrewarded, RL: true}, false, 2, 64, "data.traces",
 			"2 traces pass the filters, but no model call of them can be trained on (2 dropped; trace"},
 	} {

@@ -484,7 +484,14 @@ func tracesTrajectories(store string, f traces.Filter, policy, tokPath, out stri
 	if err != nil {
 		return err
 	}
-	turns, dropped := traces.Trajectories(ts, opt)
+	turns, dropped, err := traces.Trajectories(ts, opt)
+	if err != nil {
+		var ae *traces.AlignmentError
+		if errors.As(err, &ae) && ae.Models != nil {
+			return fmt.Errorf("%w (name it with --model)", err)
+		}
+		return err
+	}
 	printDropped(stderr, dropped)
 	if len(turns) == 0 {
 		return fmt.Errorf("no trajectory rows from the %d traces that pass the filters, nothing written to %s", len(ts), out)

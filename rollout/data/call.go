@@ -47,6 +47,14 @@ type ToolCall struct {
 	Error     string    `json:"error,omitempty"`
 	Start     time.Time `json:"start"`
 	End       time.Time `json:"end"`
+	// TokensFrom and TokensTo, when TokensTo > TokensFrom, say that the
+	// result was placed among the turn's response ids at [TokensFrom,
+	// TokensTo): tokens the engine did not sample (loss mask 0), between
+	// two of the turn's engine calls (a tool episode). Unset when the
+	// result is not among them (an agent's action: its observation is the
+	// next turn's prompt).
+	TokensFrom int32 `json:"tokens_from,omitempty"`
+	TokensTo   int32 `json:"tokens_to,omitempty"`
 }
 
 // Bounds on what a Call keeps: a turn's prompt can be a whole chat (an

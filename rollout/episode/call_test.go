@@ -104,7 +104,17 @@ func TestTurnsRecordTheirCalls(t *testing.T) {
 			if got.Start.Before(tr.Call.Start) || got.End.After(tr.Call.End) {
 				t.Errorf("row %d: the tool ran %v–%v, outside its turn's %v–%v", k, got.Start, got.End, tr.Call.Start, tr.Call.End)
 			}
-			got.Start, got.End = want[k].Start, want[k].End
+			// The result's tokens are placed where the turn's mask is 0, and
+			// nowhere else is.
+			for i, m := range tr.LossMask {
+				if in := int32(i) >= got.TokensFrom && int32(i) < got.TokensTo; in != (m == 0) {
+					t.Errorf("row %d: token %d has mask %v, the tool result placed at [%d, %d)", k, i, m, got.TokensFrom, got.TokensTo)
+				}
+			}
+			if got.TokensTo <= got.TokensFrom {
+				t.Errorf("row %d: the tool result's tokens are not placed: [%d, %d)", k, got.TokensFrom, got.TokensTo)
+			}
+			got.Start, got.End, got.TokensFrom, got.TokensTo = want[k].Start, want[k].End, 0, 0
 			if got != want[k] {
 				t.Errorf("row %d: tool call %+v, want %+v", k, got, want[k])
 			}

@@ -139,14 +139,18 @@ func (r *ToolUse) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 			e.calls++
 			start := time.Now()
 			out := r.runTool(ctx, tc)
-			e.turn.Call.AddTool(data.ToolCall{Name: tc.Name, Arguments: string(tc.Arguments), Result: out,
-				Error: toolError(tc, out), Start: start, End: time.Now()})
+			end := time.Now()
 			q, _ := lim.Quote(out)
 			resp, err := r.Prompter.ToolResponse(q)
 			if err != nil {
 				return nil, err
 			}
 			ids := tok.Encode(resp)
+			// Where the result's tokens sit, so the turn's trace says which
+			// of its tokens the model did not write.
+			from := int32(len(e.turn.ResponseIDs))
+			e.turn.Call.AddTool(data.ToolCall{Name: tc.Name, Arguments: string(tc.Arguments), Result: out,
+				Error: toolError(tc, out), Start: start, End: end, TokensFrom: from, TokensTo: from + int32(len(ids))})
 			e.seq = append(e.seq, ids...)
 			e.turn.ResponseIDs = append(e.turn.ResponseIDs, toInt32(ids)...)
 			e.turn.LogProbs = append(e.turn.LogProbs, make([]float32, len(ids))...)
