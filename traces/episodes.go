@@ -90,6 +90,9 @@ func SpansFromTurns(run string, step int, turns []data.Turn, sample float64, end
 		if n := inserted(t.LossMask); n > 0 {
 			attrs[AttrInsertedTokens] = n
 		}
+		if t.Call.EndShared && !t.Call.End.IsZero() {
+			attrs[AttrEndShared] = true
+		}
 		if len(attrs) > 0 {
 			s.Attributes = marshal(attrs)
 		}

@@ -146,7 +146,7 @@ func TestSpansFromTurnsCarryCalls(t *testing.T) {
 			Call: data.Call{Model: "Qwen/Qwen2.5-0.5B", Start: t0, End: t0.Add(200 * time.Millisecond), Prompt: "What is 2+3?", PromptBytes: 12}},
 		{EpisodeID: "g0-s0", Turn: 1, PolicyID: "feedback", PromptIDs: []int32{1}, ResponseIDs: []int32{2}, LogProbs: []float32{-1}, LossMask: []float32{1},
 			FinishReason: "stop", ResponseText: "b",
-			Call: data.Call{Model: "teacher", Start: t0.Add(time.Second), End: t0.Add(3 * time.Second),
+			Call: data.Call{Model: "teacher", Start: t0.Add(time.Second), End: t0.Add(3 * time.Second), EndShared: true,
 				Messages: []data.Message{{Role: "system", Content: "s"}, {Role: "user", Content: "u" + data.CutMark}}, PromptBytes: 90000,
 				Tools: []data.ToolCall{
 					{Name: "calculate", Arguments: "2+3", Result: "5", Start: t0.Add(1500 * time.Millisecond), End: t0.Add(1600 * time.Millisecond)},
@@ -163,7 +163,7 @@ func TestSpansFromTurnsCarryCalls(t *testing.T) {
 		{name: "invoke_agent solver", op: OpInvokeAgent, start: t0, end: t0.Add(3 * time.Second)},
 		{name: "text_completion Qwen/Qwen2.5-0.5B", op: OpTextCompletion, model: "Qwen/Qwen2.5-0.5B", parent: "root",
 			input: `[{"role":"user","parts":[{"type":"text","content":"What is 2+3?"}]}]`, start: t0, end: t0.Add(200 * time.Millisecond)},
-		{name: "chat teacher", op: OpChat, model: "teacher", parent: "root", attrs: `{"rlnode.record.truncated":true}`,
+		{name: "chat teacher", op: OpChat, model: "teacher", parent: "root", attrs: `{"rlnode.call.end_shared":true,"rlnode.record.truncated":true}`,
 			input: `[{"role":"system","parts":[{"type":"text","content":"s"}]},{"role":"user","parts":[{"type":"text","content":"u[... cut]"}]}]`,
 			start: t0.Add(time.Second), end: t0.Add(3 * time.Second)},
 		{name: "execute_tool calculate", op: OpExecuteTool, parent: "root", tool: "calculate", result: "5", status: "unset",

@@ -68,4 +68,8 @@ const (
 	AttrInsertedTokens = "rlnode.inserted_tokens"
 	AttrInsertedStart  = "rlnode.inserted_tokens.start"
 	AttrInsertedEnd    = "rlnode.inserted_tokens.end"
+	// AttrEndShared (true), on a run's model call, says its end is the
+	// engine call's, which every request of the batch shares: the engine
+	// did not say when this call's own sequence was done.
+	AttrEndShared = "rlnode.call.end_shared"
 )

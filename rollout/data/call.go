@@ -17,10 +17,14 @@ import (
 // it, and rows written before it existed have none (the zero Call).
 type Call struct {
 	Model string
-	// Start is when the turn's first engine call was sent, End when its
-	// last answered (a batch of requests answers together, so each
-	// request of a batch has the batch's times).
+	// Start is when the turn's first engine call was sent (the batch's
+	// send time), End when its last one's sequence was done (the engine's
+	// word per sequence, else the batch's answer: EndShared).
 	Start, End time.Time
+	// EndShared says End is the engine call's, which every request of its
+	// batch shares: the engine did not say when this call's sequence was
+	// done (engine.Sample.Finished), so its latency is the batch's.
+	EndShared bool
 	// Prompt is a text prompt as written; Messages a chat prompt's
 	// messages. Both are cut to MaxPromptBytes of text together
 	// (CutPrompt); PromptBytes is the whole prompt's size.
@@ -136,6 +140,7 @@ const (
 	ColPromptMessages = "prompt_messages" // JSON [{"role", "content"}]
 	ColPromptBytes    = "prompt_bytes"
 	ColToolCalls      = "tool_calls" // JSON [ToolCall]
+	ColEndShared      = "end_shared"
 )
 
 // callFields are the optional columns of a Call, in schema order.
@@ -147,6 +152,7 @@ var callFields = []arrow.Field{
 	{Name: ColPromptMessages, Type: arrow.BinaryTypes.String},
 	{Name: ColPromptBytes, Type: arrow.PrimitiveTypes.Int64},
 	{Name: ColToolCalls, Type: arrow.BinaryTypes.String},
+	{Name: ColEndShared, Type: arrow.FixedWidthTypes.Boolean},
 }
 
 func unixNano(t time.Time) int64 {
@@ -188,6 +194,7 @@ func appendCall(bs []array.Builder, c Call) error {
 	bs[4].(*array.StringBuilder).Append(msgs)
 	bs[5].(*array.Int64Builder).Append(c.PromptBytes)
 	bs[6].(*array.StringBuilder).Append(tools)
+	bs[7].(*array.BooleanBuilder).Append(c.EndShared)
 	return nil
 }
 
@@ -229,6 +236,7 @@ func callAt(cols []arrow.Array, r int) (Call, error) {
 	}
 	c.Model, c.Prompt, c.PromptBytes = str(0), str(3), i64(5)
 	c.Start, c.End = fromUnixNano(i64(1)), fromUnixNano(i64(2))
+	c.EndShared = cols[7] != nil && !cols[7].IsNull(r) && cols[7].(*array.Boolean).Value(r)
 	if s := str(4); s != "" {
 		if err := json.Unmarshal([]byte(s), &c.Messages); err != nil {
 			return Call{}, fmt.Errorf("column %q: not a JSON list of messages: %v: %w", ColPromptMessages, err, ErrBadTrajectory)

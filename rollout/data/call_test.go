@@ -39,10 +39,10 @@ func turnsWithCalls() []Turn {
 	t0 := time.Date(2026, 11, 27, 19, 0, 0, 123456789, time.UTC)
 	turns[0].Call = Call{Model: "Qwen/Qwen2.5-0.5B", Start: t0, End: t0.Add(250 * time.Millisecond),
 		Prompt: "What is 2 + 3?\n", PromptBytes: 15}
-	turns[1].Call = Call{Model: "feedback-model", Start: t0.Add(time.Second), End: t0.Add(2 * time.Second),
+	turns[1].Call = Call{Model: "feedback-model", Start: t0.Add(time.Second), End: t0.Add(2 * time.Second), EndShared: true,
 		Messages:    []Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Check: 5"}},
 		PromptBytes: 17,
-		Tools: []ToolCall{{Name: "calculate", Arguments: "2+3", Result: "5", Start: t0.Add(1100 * time.Millisecond), End: t0.Add(1200 * time.Millisecond)},
+		Tools: []ToolCall{{Name: "calculate", Arguments: "2+3", Result: "5", Start: t0.Add(1100 * time.Millisecond), End: t0.Add(1200 * time.Millisecond), TokensFrom: 2, TokensTo: 5},
 			{Name: "python", Arguments: `{"code": "1/0"}`, Error: "sandbox: killed", Start: t0.Add(1300 * time.Millisecond), End: t0.Add(1400 * time.Millisecond)}}}
 	return turns
 }

@@ -106,7 +106,8 @@ var (
 //	prompt_text      utf8
 //	prompt_messages  utf8   (JSON [{"role", "content"}]; empty for a text prompt)
 //	prompt_bytes     int64  (the whole prompt's size; more than kept when cut)
-//	tool_calls       utf8   (JSON [{"name", "arguments", "result", "error", "start", "end"}])
+//	tool_calls       utf8   (JSON [{"name", "arguments", "result", "error", "start", "end", "tokens_from", "tokens_to"}])
+//	end_shared       bool   (end_unix_nano is the batch's, not the call's own)
 //
 // The schema metadata holds "rlnode.schema" = SchemaVersion.
 var TrajectorySchema = arrow.NewSchema(append(trainingFields, callFields...), func() *arrow.Metadata {

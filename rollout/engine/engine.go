@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rlnode/rlnode/learner/tokenizer"
 )
@@ -81,6 +82,11 @@ type Sample struct {
 	LogProbs     []float32
 	Text         string
 	FinishReason string // "stop" (stop string, stop id or EOS) or "length"
+	// Finished is when the sample was done: its last token decoded (the
+	// native engine), its answer received (an HTTP server's client). The
+	// samples of one batch finish at their own times. Zero when the
+	// engine cannot say.
+	Finished time.Time
 }
 
 // Result answers one Request.

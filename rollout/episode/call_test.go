@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
@@ -202,3 +203,64 @@ func (refusing) Generate(context.Context, []engine.Request) ([]engine.Result, er
 }
 func (refusing) WeightVersion() int64 { return 0 }
 func (refusing) Close() error         { return nil }
+
+// finishing stamps each sample its engine returns with a time from
+// finished (given the Generate call's start and the sample's index in the
+// call), as an engine that says when each sequence was done.
+type finishing struct {
+	*episodetest.ScriptedEngine
+	finished func(start time.Time, i int) time.Time
+}
+
+func (f finishing) Generate(ctx context.Context, reqs []engine.Request) ([]engine.Result, error) {
+	start := time.Now()
+	res, err := f.ScriptedEngine.Generate(ctx, reqs)
+	i := 0
+	for r := range res {
+		for s := range res[r].Samples {
+			res[r].Samples[s].Finished = f.finished(start, i)
+			i++
+		}
+	}
+	// The call answers after its last sequence was done.
+	for time.Since(start) <= time.Duration(i) {
+	}
+	return res, err
+}
+
+// The turns of one engine call end when their own sequences were done, as
+// the engine says; where it does not (or names a time outside the call,
+// another node's clock), they end with the call and say so (EndShared).
+func TestCallsOfABatchEndWithTheirSequences(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		finished func(start time.Time, i int) time.Time
+		own      bool
+	}{
+		{"the engine's word", func(start time.Time, i int) time.Time { return start.Add(time.Duration(i)) }, true},
+		{"no word", func(time.Time, int) time.Time { return time.Time{} }, false},
+		{"another clock", func(start time.Time, i int) time.Time { return start.Add(-time.Hour) }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			eng := finishing{episodetest.NewScriptedEngine(func(r engine.Request, k int) string { return strings.Repeat("x ", k+1) }), c.finished}
+			r, err := episode.NewSingleTurn(policy("solver", eng), episodetest.ExactVerifier{}, episode.Templates{}, episode.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			turns, err := r.Run(ctx(t), episode.Batch{Examples: problems, N: 2})
+			if err != nil || len(turns) != 4 {
+				t.Fatalf("%d turns, %v", len(turns), err)
+			}
+			ends := map[time.Time]bool{}
+			for k, tr := range turns {
+				ends[tr.Call.End] = true
+				if tr.Call.EndShared == c.own || tr.Call.End.Before(tr.Call.Start) {
+					t.Errorf("turn %d: %v–%v, end shared %v", k, tr.Call.Start, tr.Call.End, tr.Call.EndShared)
+				}
+			}
+			if want := map[bool]int{true: 4, false: 1}[c.own]; len(ends) != want {
+				t.Errorf("%d distinct ends among the batch's 4 turns, want %d", len(ends), want)
+			}
+		})
+	}
+}

@@ -337,7 +337,7 @@ func turnOf(p Policy, o outcome, s engine.Sample) data.Turn {
 		LossMask:      ones(len(s.TokenIDs)),
 		FinishReason:  s.FinishReason,
 		ResponseText:  strings.ToValidUTF8(s.Text, "\uFFFD"),
-		Call:          callOf(p, o),
+		Call:          callOf(p, o, &s),
 	}
 }
 
@@ -346,14 +346,18 @@ func failedTurn(p Policy, o outcome, why string) data.Turn {
 	return data.Turn{
 		PolicyID: p.ID, WeightVersion: p.Engine.WeightVersion(),
 		PromptIDs: []int32{}, ResponseIDs: []int32{}, LogProbs: []float32{}, LossMask: []float32{},
-		FinishReason: "error", Note: why, Call: callOf(p, o),
+		FinishReason: "error", Note: why, Call: callOf(p, o, nil),
 	}
 }
 
-// callOf is what a turn's trace records of outcome o: the model, when
-// the engine call ran and the prompt (cut to data.MaxPromptBytes).
-func callOf(p Policy, o outcome) data.Call {
-	c := data.Call{Model: p.Model, Start: o.start, End: o.end}
+// callOf is what a turn's trace records of sample s of outcome o (nil:
+// none came): the model, when the engine call was sent and when s was
+// done, and the prompt (cut to data.MaxPromptBytes).
+func callOf(p Policy, o outcome, s *engine.Sample) data.Call {
+	c := data.Call{Model: p.Model, Start: o.start, End: o.end, EndShared: true}
+	if s != nil {
+		c.End, c.EndShared = endOf(o, *s)
+	}
 	var msgs []data.Message
 	if o.prompt.Messages != nil {
 		msgs = make([]data.Message, len(o.prompt.Messages))
@@ -363,6 +367,18 @@ func callOf(p Policy, o outcome) data.Call {
 	}
 	c.CutPrompt(o.prompt.Text, msgs)
 	return c
+}
+
+// endOf is when sample s of outcome o was done: the engine's word
+// (Sample.Finished) where it falls inside the engine call, else the
+// call's end, which the batch's requests share (shared true). An engine
+// on another node has another clock: its word outside the call is not
+// taken.
+func endOf(o outcome, s engine.Sample) (end time.Time, shared bool) {
+	if f := s.Finished; !f.IsZero() && !f.Before(o.start) && !f.After(o.end) {
+		return f, false
+	}
+	return o.end, true
 }
 
 func joinNotes(notes ...string) string {

@@ -184,7 +184,7 @@ func (r *ToolUse) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 			e.turn.LogProbs = append(e.turn.LogProbs, lp...)
 			e.turn.LossMask = append(e.turn.LossMask, ones(len(smp.TokenIDs))...)
 			e.turn.FinishReason = smp.FinishReason
-			e.turn.Call.End = outs[k].end
+			e.turn.Call.End, e.turn.Call.EndShared = endOf(outs[k], smp)
 			if outs[k].res.WeightVersion != e.version {
 				e.notes = append(e.notes, fmt.Sprintf("weight version changed from %d to %d mid-episode", e.version, outs[k].res.WeightVersion))
 				e.version = min(e.version, outs[k].res.WeightVersion)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -522,5 +523,43 @@ func TestClosed(t *testing.T) {
 	}
 	if err := e.SetWeights(testCtx(t), 1, map[string][]float32{"model.norm.weight": make([]float32, 32)}); !errors.Is(err, ErrClosed) {
 		t.Errorf("set weights after close: %v, want ErrClosed", err)
+	}
+}
+
+// The sequences of one batch are done at their own times: each sample's
+// Finished falls inside the Generate call, and one that decoded more tokens
+// finished later than one that decoded fewer.
+func TestSamplesOfABatchFinishAtTheirOwnTimes(t *testing.T) {
+	e, _ := testEngine(t, Config{})
+	prompt := tokenizer.Builtin().Encode("Sam has 4 books and")
+	var reqs []engine.Request
+	for i, n := range []int{40, 2, 10} {
+		reqs = append(reqs, engine.Request{ID: strconv.Itoa(i), Prompt: prompt, Params: engine.SamplingParams{MaxTokens: n}})
+	}
+	before := time.Now()
+	res, err := e.Generate(testCtx(t), reqs)
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done []engine.Sample
+	for i, r := range res {
+		s := r.Samples[0]
+		if s.FinishReason != "length" || len(s.TokenIDs) != reqs[i].Params.MaxTokens {
+			// The greedy continuation of this prompt runs 40 tokens
+			// (TestStopConditions); a shorter one is that test's failure.
+			t.Fatalf("request %d: %s after %d tokens, want length after %d", i, s.FinishReason, len(s.TokenIDs), reqs[i].Params.MaxTokens)
+		}
+		if s.Finished.Before(before) || s.Finished.After(after) {
+			t.Errorf("request %d: finished at %v, outside the call's %v–%v", i, s.Finished, before, after)
+		}
+		done = append(done, s)
+	}
+	slices.SortFunc(done, func(a, b engine.Sample) int { return len(a.TokenIDs) - len(b.TokenIDs) })
+	for i := 1; i < len(done); i++ {
+		if !done[i].Finished.After(done[i-1].Finished) {
+			t.Errorf("%d tokens finished at %v, not after %d tokens at %v", len(done[i].TokenIDs), done[i].Finished,
+				len(done[i-1].TokenIDs), done[i-1].Finished)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/safetensors"
@@ -292,6 +293,7 @@ func (e *Engine) accept(d draw) bool {
 	}
 	out.Text = s.det.text()
 	out.FinishReason = finish
+	out.Finished = time.Now()
 	j.left--
 	if j.left == 0 {
 		j.result.WeightVersion = e.version.Load()

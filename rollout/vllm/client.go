@@ -533,6 +533,10 @@ func (c *Client) generate(ctx context.Context, r *engine.Request) (engine.Result
 				Err: errors.New("weights changed while the request was out; discarded")}
 		}
 		if err == nil {
+			now := time.Now() // the answer is in: each request answers on its own
+			for i := range res.Samples {
+				res.Samples[i].Finished = now
+			}
 			return res, nil
 		}
 		var re *RequestError
