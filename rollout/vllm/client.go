@@ -527,15 +527,15 @@ func (c *Client) generate(ctx context.Context, r *engine.Request) (engine.Result
 			return engine.Result{}, &RequestError{RequestID: id, Attempt: attempt - 1, Err: fmt.Errorf("waiting for a free server: %w", err)}
 		}
 		res, err := c.try(ctx, sl, r, id, attempt)
+		arrived := time.Now() // each request answers on its own
 		stale := c.release(sl, err == nil)
 		if err == nil && stale {
 			err = &RequestError{Server: sl.srv.url, RequestID: id, Attempt: attempt, retry: true,
 				Err: errors.New("weights changed while the request was out; discarded")}
 		}
 		if err == nil {
-			now := time.Now() // the answer is in: each request answers on its own
 			for i := range res.Samples {
-				res.Samples[i].Finished = now
+				res.Samples[i].Finished = arrived
 			}
 			return res, nil
 		}

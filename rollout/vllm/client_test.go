@@ -709,3 +709,54 @@ func TestCustomHTTPClient(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Each request of a batch finishes when its own answer arrives: with one
+// server holding its request, the other request's samples are done before
+// the held one is let go, the held one's after.
+func TestSamplesFinishWhenTheirAnswerArrives(t *testing.T) {
+	a, b := newFake(t), newFake(t)
+	b.HoldRequests()
+	c := newClient(t, Config{MaxInFlight: 4}, a, b)
+	reqs := []engine.Request{{ID: "r0", Prompt: promptOf(0), Params: params(3)}, {ID: "r1", Prompt: promptOf(1), Params: params(3)}}
+	type answer struct {
+		res []engine.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	before := time.Now()
+	go func() {
+		res, err := c.Generate(testCtx(t), reqs)
+		done <- answer{res, err}
+	}()
+	ctx := testCtx(t)
+	// The client has the free server's answer once it counts it served.
+	for c.Servers()[0].Served+c.Servers()[1].Served == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the free server's answer never arrived")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	released := time.Now()
+	b.Release()
+	got := <-done
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	var early, late int
+	for _, r := range got.res {
+		for _, s := range r.Samples {
+			switch f := s.Finished; {
+			case f.Before(before):
+				t.Errorf("request %s: finished at %v, before the call", r.RequestID, f)
+			case f.Before(released):
+				early++
+			default:
+				late++
+			}
+		}
+	}
+	if early != 1 || late != 1 {
+		t.Errorf("%d samples done before the held server was let go and %d after, want 1 and 1", early, late)
+	}
+}
