@@ -82,6 +82,7 @@ type SpanView struct {
 	Operation      string          `json:"operation,omitempty"`
 	StartMS        float64         `json:"start_ms"`
 	DurationMS     float64         `json:"duration_ms"`
+	EndShared      bool            `json:"end_shared,omitempty"` // the duration is the call's batch's
 	Status         string          `json:"status"`
 	StatusMessage  string          `json:"status_message,omitempty"`
 	ErrorType      string          `json:"error_type,omitempty"`
@@ -324,7 +325,7 @@ func traceView(store string, t *traces.Trace) TraceView {
 
 func spanView(t0 time.Time, s *traces.Span) SpanView {
 	v := SpanView{ID: s.SpanID.String(), Name: clip(s.Name, 512), Operation: s.Operation,
-		StartMS: ms(s.Start.Sub(t0)), DurationMS: ms(s.Duration()), Status: s.Status.String(),
+		StartMS: ms(s.Start.Sub(t0)), DurationMS: ms(s.Duration()), EndShared: s.EndShared(), Status: s.Status.String(),
 		StatusMessage: clip(s.StatusMessage, maxTextBytes), ErrorType: s.ErrorType, Agent: s.AgentName,
 		Model: cmp(s.RequestModel, s.ResponseModel), Provider: s.Provider, Tool: s.ToolName,
 		InputTokens: set(s.InputTokens), OutputTokens: set(s.OutputTokens), Run: s.RunID,

@@ -170,7 +170,7 @@ func TestTracesAPI(t *testing.T) {
 	if len(tv.Spans) != 3 || tv.Spans[1].Parent != tv.Spans[0].ID || tv.Spans[2].Parent != tv.Spans[1].ID {
 		t.Fatalf("trace spans %+v, want root → chat → tool", tv.Spans)
 	}
-	if c := tv.Spans[1]; c.StartMS != 100 || c.DurationMS != 500 || c.Input != "user: what is 2+2?" || c.Output != "assistant: 4" || *c.InputTokens != 12 {
+	if c := tv.Spans[1]; c.StartMS != 100 || c.DurationMS != 500 || c.Input != "user: what is 2+2?" || c.Output != "assistant: 4" || *c.InputTokens != 12 || c.EndShared {
 		t.Errorf("chat span %+v", c)
 	}
 	if tl := tv.Spans[2]; tl.Status != "error" || tl.StatusMessage != "tool timed out" || tl.ToolArguments != `{"q":"2+2"}` {
@@ -357,5 +357,26 @@ func TestClipAndMessages(t *testing.T) {
 	}
 	if got := clip("héllo", 2); got != "h… (5 more bytes)" {
 		t.Errorf("clip inside a character: %q", got)
+	}
+}
+
+// A run's call whose engine did not say when its sequence was done has its
+// batch's end; the page is told so, and marks the duration.
+func TestSpanViewSaysSharedEnd(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		attrs string
+		want  bool
+	}{
+		{"", false},
+		{`{"rlnode.call.end_shared":true}`, true},
+		{`{"rlnode.call.end_shared":false,"rlnode.record.truncated":true}`, false},
+		{`{"rlnode.call.end_shared":"yes"}`, false},
+	} {
+		s := traces.NewSpan()
+		s.Operation, s.Start, s.End, s.Attributes = traces.OpChat, t0, t0.Add(time.Second), c.attrs
+		if v := spanView(t0, &s); v.EndShared != c.want || v.DurationMS != 1000 {
+			t.Errorf("attributes %s: end shared %v, duration %v ms; want %v", c.attrs, v.EndShared, v.DurationMS, c.want)
+		}
 	}
 }

@@ -1,6 +1,8 @@
 package traces
 
 import (
+	"encoding/json"
+	"strings"
 	"time"
 
 	oteltrace "go.opentelemetry.io/otel/trace"
@@ -123,4 +125,14 @@ func SourceOf(s *Span, service, fallback string) string {
 		}
 	}
 	return fallback
+}
+
+// EndShared says whether call s's end is its batch's, not its own
+// (AttrEndShared): its duration is then the batch's.
+func (s *Span) EndShared() bool {
+	if !strings.Contains(s.Attributes, AttrEndShared) {
+		return false
+	}
+	var m map[string]any
+	return json.Unmarshal([]byte(s.Attributes), &m) == nil && m[AttrEndShared] == true
 }

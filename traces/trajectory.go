@@ -345,15 +345,6 @@ func sameTurn(a, b *Span) bool { return a.Turn == NoValue || b.Turn == NoValue |
 // the call did and ended before it answered.
 func within(c, s *Span) bool { return c.Start.After(s.Start) && c.End.Before(s.End) }
 
-// endShared says whether call s's end is its batch's (AttrEndShared).
-func endShared(s *Span) bool {
-	if !strings.Contains(s.Attributes, AttrEndShared) {
-		return false
-	}
-	var m map[string]any
-	return json.Unmarshal([]byte(s.Attributes), &m) == nil && m[AttrEndShared] == true
-}
-
 // intAttrs are s's integer attributes among its other attributes.
 func intAttrs(s *Span) map[string]int64 {
 	if !strings.Contains(s.Attributes, "rlnode.inserted_tokens") {
@@ -428,7 +419,7 @@ func promptIDs(s *Span, tok *tokenizer.Tokenizer) []int {
 // callOf is what a row keeps of call s for traces made from it again:
 // its model, times and prompt (data.Call's bounds).
 func callOf(s *Span) data.Call {
-	c := data.Call{Model: s.ResponseModel, Start: s.Start, End: s.End, EndShared: endShared(s)}
+	c := data.Call{Model: s.ResponseModel, Start: s.Start, End: s.End, EndShared: s.EndShared()}
 	if c.Model == "" {
 		c.Model = s.RequestModel
 	}

@@ -603,7 +603,7 @@ function spanTree(spans) {
     const what = [s.model, s.tool].filter(Boolean).join(" · ");
     const tok = s.input_tokens !== undefined || s.output_tokens !== undefined ? `${s.input_tokens ?? "–"} / ${s.output_tokens ?? "–"}` : "";
     const row = el("tr", {"data-span": s.id, "data-depth": depth, "data-parent": s.parent || "", class: "clickable" + (s.status === "error" ? " failed" : "")},
-      el("td", {style: `padding-left:${8 + 18 * depth}px`}, (kids.has(s.id) ? "▾ " : "· ") + s.name), el("td", {}, bar), el("td", {}, fmtMS(s.duration_ms)),
+      el("td", {style: `padding-left:${8 + 18 * depth}px`}, (kids.has(s.id) ? "▾ " : "· ") + s.name), el("td", {}, bar), el("td", s.end_shared ? {title: "the engine did not say when this call finished: its batch's time"} : {}, fmtMS(s.duration_ms) + (s.end_shared ? " (batch)" : "")),
       el("td", {}, s.status), el("td", {}, what), el("td", {}, tok), el("td", {class: "wrap"}, rewardText(s.rewards)));
     const detail = el("tr", {class: "detail", hidden: true}, el("td", {colspan: 7}, spanDetail(s)));
     row.addEventListener("click", () => { detail.hidden = !detail.hidden; });
