@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
@@ -100,7 +101,8 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 				return nil, nil, err
 			}
 		}
-		placed, err := placedResults(t)
+		nested := toolsInCalls(t)
+		placed, err := placedResults(t, nested)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -133,7 +135,7 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 			}
 			row.Call = callOf(s)
 			row.PromptIDs, row.ResponseIDs = s.PromptTokenIDs, s.OutputTokenIDs
-			mask, err := lossMask(t, s, placed[si])
+			mask, err := lossMask(t, s, nested.tools[si], placed[si])
 			if err != nil {
 				return nil, nil, err
 			}
@@ -234,11 +236,60 @@ type placement struct {
 	start, end int64
 }
 
+// nesting says which tools of a trace ran inside which model calls (of
+// the same turn, or where either does not say its turn): tools maps a
+// call's index in the trace's spans to its tools, calls a tool to its
+// calls.
+type nesting struct {
+	tools map[int][]*Span
+	calls map[*Span][]int
+}
+
+// toolsInCalls finds, for each model call of t, the tools that started
+// after it and ended before it answered. Tools are searched in start
+// order, so calls that do not overlap cost one look at each tool, not a
+// scan of the trace each.
+func toolsInCalls(t *Trace) nesting {
+	n := nesting{tools: map[int][]*Span{}, calls: map[*Span][]int{}}
+	var tools []*Span
+	for i := range t.Spans {
+		if t.Spans[i].Operation == OpExecuteTool {
+			tools = append(tools, &t.Spans[i])
+		}
+	}
+	if len(tools) == 0 {
+		return n
+	}
+	slices.SortStableFunc(tools, func(a, b *Span) int { return a.Start.Compare(b.Start) })
+	for k := range t.Spans {
+		s := &t.Spans[k]
+		if !isAnswer(s) {
+			continue
+		}
+		lo, _ := slices.BinarySearchFunc(tools, s.Start, func(c *Span, at time.Time) int {
+			if c.Start.After(at) {
+				return 1
+			}
+			return -1
+		})
+		for _, c := range tools[lo:] {
+			if !c.Start.Before(s.End) {
+				break
+			}
+			if c.End.Before(s.End) && sameTurn(s, c) {
+				n.tools[k] = append(n.tools[k], c)
+				n.calls[c] = append(n.calls[c], k)
+			}
+		}
+	}
+	return n
+}
+
 // placedResults maps each model call of t (its index in t.Spans) to the
 // tool results placed among its output ids (AttrInsertedStart/End): the
 // call of the tool's turn that ran around it. A tool span with a
 // placement and no such call, or a malformed one, is an *AlignmentError.
-func placedResults(t *Trace) (map[int][]placement, error) {
+func placedResults(t *Trace, nested nesting) (map[int][]placement, error) {
 	out := map[int][]placement{}
 	for i := range t.Spans {
 		c := &t.Spans[i]
@@ -257,28 +308,23 @@ func placedResults(t *Trace) (map[int][]placement, error) {
 		if !okS || !okE || start < 0 || end <= start {
 			return nil, bad("its result's place among a call's output tokens (%s, %s) is not a range [start, end) with 0 ≤ start < end", AttrInsertedStart, AttrInsertedEnd)
 		}
-		call := -1
-		for k := range t.Spans {
-			s := &t.Spans[k]
-			if isAnswer(s) && sameTurn(s, c) && within(c, s) {
-				if call >= 0 {
-					return nil, bad("its result is placed among the output tokens of a call of its turn, and two calls (%s, %s) ran around it", t.Spans[call].SpanID, s.SpanID)
-				}
-				call = k
-			}
-		}
-		if call < 0 {
+		calls := nested.calls[c]
+		switch {
+		case len(calls) == 0:
 			return nil, bad("its result is placed among output tokens [%d, %d) of a call of its turn, but no model call of its turn ran around it", start, end)
+		case len(calls) > 1:
+			return nil, bad("its result is placed among the output tokens of a call of its turn, and two calls (%s, %s) ran around it", t.Spans[calls[0]].SpanID, t.Spans[calls[1]].SpanID)
 		}
-		out[call] = append(out[call], placement{c, start, end})
+		out[calls[0]] = append(out[calls[0]], placement{c, start, end})
 	}
 	return out, nil
 }
 
 // lossMask is call s's mask over its recorded output ids: 0 where the
 // tool results placed says are, 1 elsewhere; nil when all are the model's
-// or no ids were recorded. It checks the pieces against the ids.
-func lossMask(t *Trace, s *Span, placed []placement) ([]float32, error) {
+// or no ids were recorded. It checks the pieces against the ids: among
+// them the tools that ran inside the call (inside).
+func lossMask(t *Trace, s *Span, inside []*Span, placed []placement) ([]float32, error) {
 	bad := func(why string, args ...any) error {
 		return &AlignmentError{Trace: t.ID.String(), Span: s.SpanID.String(), Why: fmt.Sprintf("call of %q: ", modelOf(s)) + fmt.Sprintf(why, args...)}
 	}
@@ -299,9 +345,8 @@ func lossMask(t *Trace, s *Span, placed []placement) ([]float32, error) {
 	// A tool that ran while the call was generating may have its result
 	// among the call's tokens; unless it says where, they cannot be told
 	// from the model's (runs before rlnode recorded the places did this).
-	for i := range t.Spans {
-		c := &t.Spans[i]
-		if c.Operation == OpExecuteTool && sameTurn(s, c) && within(c, s) && !slices.ContainsFunc(placed, func(p placement) bool { return p.tool == c }) {
+	for _, c := range inside {
+		if !slices.ContainsFunc(placed, func(p placement) bool { return p.tool == c }) {
 			return nil, bad("tool span %s (%q) ran while the call was generating and does not say which of the %d output tokens hold its result (%s, %s); refusing to train them all as the model's",
 				c.SpanID, c.ToolName, n, AttrInsertedStart, AttrInsertedEnd)
 		}
@@ -340,10 +385,6 @@ func lossMask(t *Trace, s *Span, placed []placement) ([]float32, error) {
 // sameTurn says whether spans a and b are of the same turn (or either
 // does not say).
 func sameTurn(a, b *Span) bool { return a.Turn == NoValue || b.Turn == NoValue || a.Turn == b.Turn }
-
-// within says whether tool span c ran inside call s's time: started after
-// the call did and ended before it answered.
-func within(c, s *Span) bool { return c.Start.After(s.Start) && c.End.Before(s.End) }
 
 // intAttrs are s's integer attributes among its other attributes.
 func intAttrs(s *Span) map[string]int64 {
