@@ -296,3 +296,36 @@ func TestTrajectoriesRefuseMisalignedTraces(t *testing.T) {
 		t.Fatalf("%+v, %v", rows, err)
 	}
 }
+
+// A tool episode whose call after the tool is refused (its context full)
+// keeps the tool's result in the turn, masked: the turn runs to the
+// refused call's answer, so its trace still places the result inside it.
+func TestToolEpisodeTraceWithRefusedFollowUp(t *testing.T) {
+	eng := episodetest.NewScriptedEngine(nil)
+	eng.Reply = func(r engine.Request, _ int) string {
+		if len(r.Prompt) > 0 {
+			return episodetest.Refuse
+		}
+		return `<tool_call>{"name": "calculator", "arguments": {"expression": "2+3"}}</tool_call>`
+	}
+	p := episode.Policy{ID: "solver", Engine: eng, Model: "m", Params: engine.SamplingParams{MaxTokens: 64, Temperature: 1}}
+	r, err := episode.NewToolUse(p, episodetest.ExactVerifier{}, eng.Tok, nil, episode.Templates{}, episode.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	turns, err := r.Run(ctx, episode.Batch{N: 1, Examples: []data.Example{{ID: "add", Prompt: "What is 2+3?", Ref: verify.Reference{Answer: "5"}}}})
+	if err != nil || len(turns) != 1 || len(turns[0].Call.Tools) != 1 {
+		t.Fatalf("%d turns, %v", len(turns), err)
+	}
+	if tr := turns[0]; tr.Call.End.Before(tr.Call.Tools[0].End) || !tr.Call.EndShared {
+		t.Errorf("turn %v–%v (shared %v), its tool %v–%v: want the turn to run past the tool", tr.Call.Start, tr.Call.End, tr.Call.EndShared,
+			tr.Call.Tools[0].Start, tr.Call.Tools[0].End)
+	}
+	rows, _, err := traces.Trajectories(storeRoundTrip(t, traces.SpansFromTurns("run-t", 1, turns, 1, time.Now())),
+		traces.TrajectoryOptions{Policy: "solver", Reward: "reward"})
+	if err != nil || len(rows) != 1 || !slices.Equal(rows[0].LossMask, turns[0].LossMask) || !slices.Contains(rows[0].LossMask, 0) {
+		t.Fatalf("rows %+v: %v; want the turn's mask %v", rows, err, turns[0].LossMask)
+	}
+}

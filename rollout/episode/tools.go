@@ -172,6 +172,9 @@ func (r *ToolUse) Run(ctx context.Context, b Batch) ([]data.Turn, error) {
 			if o := outs[k]; o.err != nil {
 				e.notes = append(e.notes, fmt.Sprintf("call %d: %v", round, o.err))
 				e.last, e.done = "", true
+				// The turn still ran to this call's answer: its tool's
+				// result, already in the turn, lies inside the turn's time.
+				e.turn.Call.End, e.turn.Call.EndShared = o.end, true
 				continue
 			}
 			smp := outs[k].res.Samples[0]
