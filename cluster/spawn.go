@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // SpawnOptions says where and how to run an actor.
@@ -71,42 +72,143 @@ const (
 
 // Handle is a Ray-style handle to a named actor. It follows the actor
 // across restarts: each call goes to the node the directory says hosts it.
+//
+// A handle is a message field like any other: put it in a message, a
+// task's arguments or an actor's spawn arguments and the receiver calls
+// the same actor through it. On the wire it is the actor's name; where it
+// is decoded it calls through the one node its process runs (a process
+// running none or several returns ErrUnboundHandle: look the name up on
+// the node meant, Node.Lookup). In-process messages pass it as it is.
 type Handle struct {
-	n    *Node
+	n    *Node // nil for a handle decoded from a message, until first use
 	name string
+}
+
+// ErrUnboundHandle is returned by a handle decoded from a message in a
+// process that does not run exactly one node, so none to call through.
+var ErrUnboundHandle = errors.New("handle came in a message to a process that runs no node, or several: look its name up with Node.Lookup")
+
+// MaxActorName bounds an actor's name, in bytes: Spawn refuses longer
+// ones, and a handle naming one does not decode.
+const MaxActorName = 1024
+
+// handleWire is a handle's form in a message.
+type handleWire struct {
+	Name string
+}
+
+// EncodeMsgpack writes the handle as the actor's name.
+func (h Handle) EncodeMsgpack(enc *msgpack.Encoder) error {
+	return enc.Encode(handleWire{Name: h.name})
+}
+
+// DecodeMsgpack reads a handle from a message, refusing a name Spawn
+// would refuse; the handle binds to its process's node when first used.
+func (h *Handle) DecodeMsgpack(dec *msgpack.Decoder) error {
+	var w handleWire
+	if err := dec.Decode(&w); err != nil {
+		return fmt.Errorf("actor handle: %w", err)
+	}
+	if err := checkActorName(w.Name); err != nil {
+		return fmt.Errorf("actor handle: %w", err)
+	}
+	*h = Handle{name: w.Name}
+	return nil
+}
+
+// checkActorName says why name cannot name an actor, or nil.
+func checkActorName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty actor name")
+	case strings.HasPrefix(name, "$"):
+		return fmt.Errorf("actor name %.64q: names starting with $ are reserved", name)
+	case len(name) > MaxActorName:
+		return fmt.Errorf("actor name %.64q...: %d bytes, over the %d-byte bound", name, len(name), MaxActorName)
+	}
+	return nil
+}
+
+// node is the node h calls through: its own, or for a handle decoded from
+// a message, the one node this process runs.
+func (h *Handle) node() (*Node, error) {
+	if h == nil {
+		return nil, fmt.Errorf("nil actor handle: %w", actor.ErrActorNotFound)
+	}
+	if h.n != nil {
+		return h.n, nil
+	}
+	var only *Node
+	count := 0
+	nodesBySystem.Range(func(_, v any) bool {
+		only, count = v.(*Node), count+1
+		return count < 2
+	})
+	if count != 1 {
+		return nil, fmt.Errorf("actor %s: %w", h.name, ErrUnboundHandle)
+	}
+	return only, nil
 }
 
 // Name is the actor's name.
 func (h *Handle) Name() string { return h.name }
 
 // Call sends msg and waits for the reply (see actor.System.Call). While the
-// actor is restarting the call waits for it, within ctx.
+// actor is restarting the call waits for it, within ctx. An actor this
+// node's directory does not know yet (a handle that came in a message
+// before gossip brought its record) is looked up first.
 func (h *Handle) Call(ctx context.Context, msg any) (any, error) {
-	ref, err := h.n.resolve(ctx, h.name)
+	n, err := h.node()
 	if err != nil {
 		return nil, err
 	}
-	v, err := h.n.sys.Call(ctx, ref, msg)
+	if _, ok := n.dir.Actor(h.name); !ok {
+		if _, err := n.Lookup(ctx, h.name); err != nil {
+			return nil, fmt.Errorf("call %s: %w", h.name, err)
+		}
+	}
+	ref, err := n.resolve(ctx, h.name)
+	if err != nil {
+		return nil, err
+	}
+	v, err := n.sys.Call(ctx, ref, msg)
 	if errors.Is(err, ErrNodeUnresponsive) {
 		return nil, fmt.Errorf("call %s: %w", h.name, err)
 	}
 	return v, err
 }
 
-// Tell sends msg without waiting for a reply.
+// Tell sends msg without waiting for a reply. It needs the actor ALIVE in
+// this node's directory.
 func (h *Handle) Tell(msg any) error {
-	rec, ok := h.n.dir.Actor(h.name)
+	n, err := h.node()
+	if err != nil {
+		return err
+	}
+	rec, ok := n.dir.Actor(h.name)
 	if !ok || rec.State != Alive {
 		return fmt.Errorf("tell %s: %w", h.name, actor.ErrActorNotFound)
 	}
-	return h.n.sys.Tell(rec.Ref, msg)
+	return n.sys.Tell(rec.Ref, msg)
 }
 
 // Record is the directory's current record of the actor.
-func (h *Handle) Record() (ActorRecord, bool) { return h.n.dir.Actor(h.name) }
+func (h *Handle) Record() (ActorRecord, bool) {
+	n, err := h.node()
+	if err != nil {
+		return ActorRecord{}, false
+	}
+	return n.dir.Actor(h.name)
+}
 
 // Stop stops the actor for good (it is not restarted).
-func (h *Handle) Stop(ctx context.Context) error { return h.n.StopActor(ctx, h.name) }
+func (h *Handle) Stop(ctx context.Context) error {
+	n, err := h.node()
+	if err != nil {
+		return err
+	}
+	return n.StopActor(ctx, h.name)
+}
 
 // Call is Handle.Call with the reply's type asserted.
 func Call[R any](ctx context.Context, h *Handle, msg any) (R, error) {
@@ -143,8 +245,8 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 		_, _ = rand.Read(b[:])
 		name = kind + "-" + hex.EncodeToString(b[:])
 	}
-	if strings.HasPrefix(name, "$") {
-		return nil, fmt.Errorf("spawn %s: names starting with $ are reserved", name)
+	if err := checkActorName(name); err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
 	}
 	prev, exists := n.dir.Actor(name)
 	if exists && prev.State != Dead {
