@@ -140,6 +140,9 @@ func (f *Future[R]) Get(ctx context.Context) (R, error) {
 // Gather waits for every future, within ctx, and returns their results
 // in order, or the first error met in that order.
 func Gather[R any](ctx context.Context, fs []*Future[R]) ([]R, error) {
+	if err := checkFutures(fs); err != nil {
+		return nil, fmt.Errorf("gather: %w", err)
+	}
 	out := make([]R, len(fs))
 	for i, f := range fs {
 		r, err := f.Get(ctx)
@@ -158,6 +161,9 @@ func Gather[R any](ctx context.Context, fs []*Future[R]) ([]R, error) {
 // that are done by now). When ctx ends first, ready is what is done by
 // then, fewer than n, and err is ctx's error.
 func Wait[R any](ctx context.Context, fs []*Future[R], n int) (ready, pending []*Future[R], err error) {
+	if err := checkFutures(fs); err != nil {
+		return nil, nil, fmt.Errorf("wait: %w", err)
+	}
 	n = min(n, len(fs))
 	cases := make(chan int, len(fs))
 	stop := make(chan struct{})
@@ -194,6 +200,16 @@ func Wait[R any](ctx context.Context, fs []*Future[R], n int) (ready, pending []
 		err = nil // done by the time ctx's end was seen
 	}
 	return ready, pending, err
+}
+
+// checkFutures refuses a nil future, which no call or task made.
+func checkFutures[R any](fs []*Future[R]) error {
+	for i, f := range fs {
+		if f == nil || f.done == nil {
+			return fmt.Errorf("future %d of %d is nil, not one CallAsync or Submit made", i, len(fs))
+		}
+	}
+	return nil
 }
 
 // CallAsync is Call in the background: the Future of h's reply to msg,

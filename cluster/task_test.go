@@ -395,3 +395,18 @@ func TestWait(t *testing.T) {
 		t.Errorf("cancelled: ready %v, pending %v, %v", ready, pending, err)
 	}
 }
+
+// TestWaitAndGatherRefuseNilFutures: a nil future in the list is an error
+// naming its place; Wait's watcher goroutine crashed the process on it.
+func TestWaitAndGatherRefuseNilFutures(t *testing.T) {
+	done := &Future[int]{done: make(chan struct{})}
+	close(done.done)
+	for _, fs := range [][]*Future[int]{{nil}, {done, nil}, {done, {}}} {
+		if _, _, err := Wait(context.Background(), fs, 1); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("future %d of %d is nil", len(fs)-1, len(fs))) {
+			t.Errorf("Wait over %d futures, the last nil: %v", len(fs), err)
+		}
+		if _, err := Gather(context.Background(), fs); err == nil || !strings.Contains(err.Error(), "is nil") {
+			t.Errorf("Gather over %d futures, the last nil: %v", len(fs), err)
+		}
+	}
+}
