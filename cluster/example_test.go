@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
@@ -235,4 +236,45 @@ func ExampleNode_CreatePlacementGroupWith() {
 	// Output:
 	// pending: {GPU:2} in 2 bundles: missing GPU 2 (has 0) free; held by 1 task ({GPU:2} on example)
 	// 2 <nil>
+}
+
+// Map sends messages over a pool of replicas (rollout workers, say), at
+// most perReplica calls out on each: a message goes to a replica once it
+// has room, so slow replicas take fewer, and replies come as they finish,
+// each with its message's index.
+func ExampleMap() {
+	ctx := context.Background()
+	node, err := cluster.Start(ctx, cluster.Config{Logger: actor.DiscardLogger()})
+	if err != nil {
+		panic(err)
+	}
+	defer node.Stop()
+
+	var replicas []*cluster.Handle
+	for range 2 {
+		h, err := node.Spawn(ctx, "example.greeter", cluster.SpawnOptions{})
+		if err != nil {
+			panic(err)
+		}
+		replicas = append(replicas, h)
+	}
+	pool, err := cluster.NewPool(replicas...)
+	if err != nil {
+		panic(err)
+	}
+	names := []string{"ada", "alan", "grace", "edsger", "barbara"}
+	msgs := make([]Greet, len(names))
+	for i, name := range names {
+		msgs[i] = Greet{Name: name}
+	}
+	replies := make([]string, len(msgs))
+	for m := range cluster.Map[Greeting](ctx, pool, msgs, 1) {
+		if m.Err != nil {
+			panic(m.Err) // or count it and go on: the other messages still come
+		}
+		replies[m.Index], _, _ = strings.Cut(m.Reply.Text, " (#")
+	}
+	fmt.Println(strings.Join(replies, ", "))
+	// Output:
+	// hello ada, hello alan, hello grace, hello edsger, hello barbara
 }

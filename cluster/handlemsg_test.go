@@ -93,21 +93,29 @@ func TestHandleInMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Spawn arguments are encoded even for an actor of this process.
+	local, err := a.Spawn(ctx, "test.relay", SpawnOptions{Name: "hm-relay-local", Node: "hm-a", Args: RelayArgs{To: ctr}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
-		name string
-		msg  any
-		want int // the counter's sum after the call
+		name  string
+		relay *Handle
+		where string // the relay's node as it reports it
+		msg   any
+		want  int // the counter's sum after the call
 	}{
-		{"in a message", Forward{To: ctr, N: 5}, 5},
-		{"in spawn arguments", ForwardToArgs{N: 7}, 12},
+		{"in a message", relay, "hm-c", Forward{To: ctr, N: 5}, 5},
+		{"in spawn arguments", relay, "hm-c", ForwardToArgs{N: 7}, 12},
+		{"in spawn arguments, in-process", local, "", ForwardToArgs{N: 1}, 13},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Call[Relayed](ctx, relay, tc.msg)
+			got, err := Call[Relayed](ctx, tc.relay, tc.msg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Relay != "hm-c" || got.Sum.Node != "hm-b" || got.Sum.N != tc.want {
-				t.Fatalf("relay answered %+v, want relay hm-c, counter hm-b at %d", got, tc.want)
+			if got.Relay != tc.where || got.Sum.Node != "hm-b" || got.Sum.N != tc.want {
+				t.Fatalf("relay answered %+v, want relay %q, counter hm-b at %d", got, tc.where, tc.want)
 			}
 		})
 	}
