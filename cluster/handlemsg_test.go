@@ -156,6 +156,39 @@ func TestHandleDecodedWithoutNode(t *testing.T) {
 	}
 }
 
+// TestHandleFieldsRoundTrip: handles as pointers, values and in lists
+// keep their names through the codec; unset ones stay unset.
+func TestHandleFieldsRoundTrip(t *testing.T) {
+	type fields struct {
+		Ptr, NilPtr *Handle
+		Val, Unset  Handle
+		List        []*Handle
+	}
+	in := fields{Ptr: &Handle{name: "learner"}, Val: Handle{name: "sync"}, List: []*Handle{{name: "r0"}, nil, {name: "r1"}}}
+	b, err := msgpack.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out fields
+	if err := msgpack.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	names := func(f fields) string {
+		s := []string{}
+		for _, h := range append([]*Handle{f.Ptr, f.NilPtr, &f.Val, &f.Unset}, f.List...) {
+			if h == nil {
+				s = append(s, "nil")
+			} else {
+				s = append(s, fmt.Sprintf("%q", h.Name()))
+			}
+		}
+		return strings.Join(s, " ")
+	}
+	if got, want := names(out), names(in); got != want {
+		t.Errorf("decoded %s, want %s", got, want)
+	}
+}
+
 // TestHandleDecodeRefusesBadNames: a handle from the wire names an actor
 // as Spawn would allow, or the message does not decode.
 func TestHandleDecodeRefusesBadNames(t *testing.T) {

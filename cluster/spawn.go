@@ -13,6 +13,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // SpawnOptions says where and how to run an actor.
@@ -97,14 +98,22 @@ type handleWire struct {
 	Name string
 }
 
-// EncodeMsgpack writes the handle as the actor's name.
+// EncodeMsgpack writes the handle as the actor's name; a zero Handle (a
+// field left unset) as nil.
 func (h Handle) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if h.name == "" {
+		return enc.EncodeNil()
+	}
 	return enc.Encode(handleWire{Name: h.name})
 }
 
 // DecodeMsgpack reads a handle from a message, refusing a name Spawn
 // would refuse; the handle binds to its process's node when first used.
 func (h *Handle) DecodeMsgpack(dec *msgpack.Decoder) error {
+	if c, err := dec.PeekCode(); err == nil && c == msgpcode.Nil {
+		*h = Handle{}
+		return dec.DecodeNil()
+	}
 	var w handleWire
 	if err := dec.Decode(&w); err != nil {
 		return fmt.Errorf("actor handle: %w", err)
