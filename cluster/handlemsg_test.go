@@ -63,6 +63,10 @@ func (r *relayActor) Receive(ctx *actor.Context, msg any) (any, error) {
 }
 
 func init() {
+	RegisterTask("test.relaytask", func(ctx context.Context, m Forward) (Relayed, error) {
+		sum, err := Call[Sum](ctx, m.To, Add{N: m.N})
+		return Relayed{Sum: sum, Relay: os.Getenv("RLNODE_TEST_NODE_ID")}, err
+	})
 	actor.RegisterMessage(Forward{}, RelayArgs{}, ForwardToArgs{}, Relayed{})
 	actor.RegisterKind("test.relay", func(ctx *actor.Context, args any) (actor.Actor, error) {
 		r := &relayActor{node: os.Getenv("RLNODE_TEST_NODE_ID")}
@@ -73,9 +77,9 @@ func init() {
 	})
 }
 
-// TestHandleInMessage: a handle the driver holds reaches actors on other
-// nodes inside a message and inside spawn arguments, and they call the
-// actor it names (on a third node) through it.
+// TestHandleInMessage: a handle the driver holds reaches actors and a task
+// on other nodes inside a message, spawn arguments and task arguments, and
+// they call the actor it names (on a third node) through it.
 func TestHandleInMessage(t *testing.T) {
 	key := testKey(t)
 	a := startLocalNode(t, "hm-a", key)
@@ -119,6 +123,15 @@ func TestHandleInMessage(t *testing.T) {
 			}
 		})
 	}
+	t.Run("in a task's arguments", func(t *testing.T) {
+		got, err := Submit[Relayed](ctx, a, "test.relaytask", Forward{To: ctr, N: 2}, TaskOptions{Node: "hm-c"}).Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Relay != "hm-c" || got.Sum.Node != "hm-b" || got.Sum.N != 15 {
+			t.Fatalf("task answered %+v, want it on hm-c, counter hm-b at 15", got)
+		}
+	})
 }
 
 // TestHandleDecodedWithoutNode: a handle decoded in a process that runs no
