@@ -58,7 +58,8 @@ type loraRecord struct {
 }
 
 // server is one vLLM server and what the client knows of it. Fields other
-// than url are guarded by Client.mu.
+// than index are guarded by Client.mu (url too: Config.Locate may move it;
+// Client.urlOf reads it).
 type server struct {
 	url      string
 	index    int
@@ -82,6 +83,12 @@ type server struct {
 	route     WeightUpdate
 	noDisk    string
 	diskReady bool // init_weight_transfer_engine answered 200
+	// With Config.Locate: process is the Location.Process last found
+	// ("" before the first update); staged is Location.Staged; missing
+	// says why the last update could not find it ("" when it did).
+	process string
+	staged  bool
+	missing string
 }
 
 // ServerStatus is a snapshot of one server as the client sees it.
@@ -97,6 +104,9 @@ type ServerStatus struct {
 	// WeightUpdateReloadWeights); "" while Config.WeightUpdate is auto and
 	// no reload has asked it yet.
 	WeightUpdate WeightUpdate
+	// Missing says why Config.Locate did not find it at the last update
+	// (restarting, or gone for good); "" when it did, or without Locate.
+	Missing string
 }
 
 // ErrServerLost marks errors about servers that may no longer hold the
@@ -155,10 +165,10 @@ func (c *Client) checkServer(ctx context.Context, s *server) error {
 	}
 	ids, err := decodeModels(body)
 	if err != nil {
-		return &ServerError{Server: s.url, Op: "GET /v1/models", Err: err}
+		return &ServerError{Server: c.urlOf(s), Op: "GET /v1/models", Err: err}
 	}
 	if !slices.Contains(ids, c.cfg.Model) {
-		return &ServerError{Server: s.url, Op: "GET /v1/models",
+		return &ServerError{Server: c.urlOf(s), Op: "GET /v1/models",
 			Err: fmt.Errorf("model %q is not served; the server lists %s", c.cfg.Model, quoteList(ids))}
 	}
 	return nil
@@ -186,7 +196,7 @@ func (c *Client) Models(ctx context.Context, i int) ([]string, error) {
 	}
 	ids, err := decodeModels(body)
 	if err != nil {
-		return nil, &ServerError{Server: s.url, Op: "GET /v1/models", Err: err}
+		return nil, &ServerError{Server: c.urlOf(s), Op: "GET /v1/models", Err: err}
 	}
 	return ids, nil
 }
@@ -199,12 +209,22 @@ func (c *Client) Model() string {
 	return c.model
 }
 
-// WeightVersion is the lowest weight version any server serves: every
-// server serves it or a newer one.
+// WeightVersion is the lowest weight version any server that gets
+// requests serves (any server, when all are lost): every request goes to
+// a server serving it or a newer one.
 func (c *Client) WeightVersion() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v := c.servers[0].version
+	v, found := int64(0), false
+	for _, s := range c.servers {
+		if s.lost == "" && (!found || s.version < v) {
+			v, found = s.version, true
+		}
+	}
+	if found {
+		return v
+	}
+	v = c.servers[0].version
 	for _, s := range c.servers[1:] {
 		v = min(v, s.version)
 	}
@@ -218,7 +238,7 @@ func (c *Client) Servers() []ServerStatus {
 	out := make([]ServerStatus, len(c.servers))
 	for i, s := range c.servers {
 		out[i] = ServerStatus{URL: s.url, InFlight: s.inFlight, WeightVersion: s.version, Served: s.served, Lost: s.lost,
-			WeightUpdate: s.route}
+			WeightUpdate: s.route, Missing: s.missing}
 	}
 	return out
 }
@@ -240,6 +260,7 @@ var ErrClosed = errors.New("vllm client is closed")
 // slot is one request's claim on a server, taken by acquire.
 type slot struct {
 	srv     *server
+	url     string
 	version int64
 	epoch   uint64
 	model   string
@@ -261,7 +282,7 @@ func (c *Client) acquire(ctx context.Context, avoid int) (slot, error) {
 		if !c.userPaused && c.holds == 0 {
 			if s := c.pickLocked(avoid); s != nil {
 				s.inFlight++
-				sl := slot{srv: s, version: s.version, epoch: s.epoch, model: c.model}
+				sl := slot{srv: s, url: s.url, version: s.version, epoch: s.epoch, model: c.model}
 				c.mu.Unlock()
 				return sl, nil
 			}
@@ -343,12 +364,19 @@ func (c *Client) heal(ctx context.Context) error {
 		return fmt.Errorf("vllm: every server may have lost its weights (%s); giving them back the last ones failed: %w: %w",
 			strings.Join(why, "; "), ErrServerLost, err)
 	}
-	// A restarting server answers /health once it can serve (retried
-	// while it is down or starting, as at New).
-	err := c.eachServer(ctx, func(ctx context.Context, s *server) error {
-		_, err := c.controlRetry(ctx, s, http.MethodGet, "/health", nil)
-		return err
-	})
+	var err error
+	if c.cfg.Locate != nil {
+		// Launched servers start again, in place or on another node:
+		// wait (bounded) until one is found and answers.
+		err = c.awaitLocated(ctx)
+	} else {
+		// A restarting server answers /health once it can serve (retried
+		// while it is down or starting, as at New).
+		err = c.eachServer(ctx, func(ctx context.Context, s *server) error {
+			_, err := c.controlRetry(ctx, s, http.MethodGet, "/health", nil)
+			return err
+		})
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -366,7 +394,12 @@ func (c *Client) heal(ctx context.Context) error {
 		// Nothing was loaded: a server that answers serves the weights it
 		// started with.
 		for _, s := range c.servers {
-			c.found(s)
+			c.mu.Lock()
+			missing := s.missing
+			c.mu.Unlock()
+			if missing == "" {
+				c.found(s)
+			}
 		}
 	}
 	return nil
@@ -416,13 +449,25 @@ func (c *Client) wakeLocked() {
 
 // eachServer runs fn for every server at once and joins the errors.
 func (c *Client) eachServer(ctx context.Context, fn func(context.Context, *server) error) error {
-	errs := make([]error, len(c.servers))
+	return c.each(ctx, c.servers, fn)
+}
+
+// each runs fn for every server of list at once and joins the errors.
+func (c *Client) each(ctx context.Context, list []*server, fn func(context.Context, *server) error) error {
+	errs := make([]error, len(list))
 	var wg sync.WaitGroup
-	for i, s := range c.servers {
+	for i, s := range list {
 		wg.Go(func() { errs[i] = fn(ctx, s) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// urlOf is where s listens now.
+func (c *Client) urlOf(s *server) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return s.url
 }
 
 // Generate sends every request to a server and returns one Result per
@@ -530,7 +575,7 @@ func (c *Client) generate(ctx context.Context, r *engine.Request) (engine.Result
 		arrived := time.Now() // each request answers on its own
 		stale := c.release(sl, err == nil)
 		if err == nil && stale {
-			err = &RequestError{Server: sl.srv.url, RequestID: id, Attempt: attempt, retry: true,
+			err = &RequestError{Server: sl.url, RequestID: id, Attempt: attempt, retry: true,
 				Err: errors.New("weights changed while the request was out; discarded")}
 		}
 		if err == nil {

@@ -1,6 +1,7 @@
 package vllm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -72,6 +73,36 @@ type Config struct {
 	// HTTPClient replaces the client's own (for TLS or a proxy). Its Timeout
 	// should be 0: the per-call timeouts above bound every call.
 	HTTPClient *http.Client
+	// Locate, when set, says where server i (in Servers' order) is now:
+	// servers rlnode launched, which start again in place when their
+	// process ends and on another node, at another URL, when their node
+	// is lost (LaunchServers). Every weight update (ReloadWeights,
+	// LoadLoRA, and the reload that gives lost servers their weights back)
+	// asks it for every server first. A server found at another URL or in
+	// another process holds the weights it started with: it counts as lost
+	// (no requests) until that update reaches it. A server it cannot find
+	// (restarting, or gone for good) sits the update out and gets no
+	// requests until a later update finds it; an update that finds none
+	// fails. Without Locate a server's URL never changes and every update
+	// needs every server.
+	Locate func(ctx context.Context, i int) (Location, error)
+	// Stage, when set, is the path server i reads folder dir from where
+	// Locate said it is Staged (its node does not see dir: a copy on its
+	// node, which Stage fetches). Updates stage before they pause
+	// generation.
+	Stage func(ctx context.Context, i int, dir string) (string, error)
+}
+
+// Location is where a server is now (Config.Locate).
+type Location struct {
+	// URL is its base URL (no /v1).
+	URL string
+	// Process names its process (node and process id); another one than
+	// last time means it started again.
+	Process string
+	// Staged says its node does not see the folders the client names: each
+	// goes through Config.Stage.
+	Staged bool
 }
 
 // withDefaults checks c and fills its zero fields.

@@ -41,7 +41,7 @@ func answerLimit(r *engine.Request) int64 {
 // try sends r once to sl's server and turns the answer into a Result.
 func (c *Client) try(ctx context.Context, sl slot, r *engine.Request, id string, attempt int) (engine.Result, error) {
 	fail := func(status int, retry bool, err error) (engine.Result, error) {
-		return engine.Result{}, &RequestError{Server: sl.srv.url, RequestID: id, Attempt: attempt,
+		return engine.Result{}, &RequestError{Server: sl.url, RequestID: id, Attempt: attempt,
 			Status: status, retry: retry, Err: err}
 	}
 	path, body, err := encodeRequest(r, sl.model)
@@ -50,7 +50,7 @@ func (c *Client) try(ctx context.Context, sl slot, r *engine.Request, id string,
 	}
 	actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, sl.srv.url+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, sl.url+path, bytes.NewReader(body))
 	if err != nil {
 		return fail(0, false, err)
 	}

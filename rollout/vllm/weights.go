@@ -40,6 +40,15 @@ const (
 // flight to finish. If a server fails to pause, dispatch stays paused and
 // the error names the server; call Resume to go on.
 func (c *Client) Pause(ctx context.Context, mode PauseMode) error {
+	list, err := c.located(ctx)
+	if err != nil {
+		return fmt.Errorf("vllm: pause: %w", err)
+	}
+	return c.pauseOn(ctx, mode, list)
+}
+
+// pauseOn is Pause at the servers of list.
+func (c *Client) pauseOn(ctx context.Context, mode PauseMode, list []*server) error {
 	if mode != PauseWait && mode != PauseAbort {
 		return fmt.Errorf("vllm: pause mode %q: want %q or %q", mode, PauseWait, PauseAbort)
 	}
@@ -64,7 +73,7 @@ func (c *Client) Pause(ctx context.Context, mode PauseMode) error {
 		s.epoch++ // answers to requests still out (mode abort) are stale
 	}
 	c.mu.Unlock()
-	return c.eachServer(ctx, func(ctx context.Context, s *server) error {
+	return c.each(ctx, list, func(ctx context.Context, s *server) error {
 		_, err := c.control(ctx, s, http.MethodPost, "/pause?mode="+string(mode), nil)
 		return err
 	})
@@ -74,13 +83,22 @@ func (c *Client) Pause(ctx context.Context, mode PauseMode) error {
 // dispatch. If a server fails to resume, dispatch stays paused and the
 // error names it; Resume may be called again.
 func (c *Client) Resume(ctx context.Context) error {
+	list, err := c.located(ctx)
+	if err != nil {
+		return fmt.Errorf("vllm: resume: %w", err)
+	}
+	return c.resumeOn(ctx, list)
+}
+
+// resumeOn is Resume at the servers of list.
+func (c *Client) resumeOn(ctx context.Context, list []*server) error {
 	c.mu.Lock()
 	paused := c.userPaused
 	c.mu.Unlock()
 	if !paused {
 		return errors.New("vllm: resume: not paused")
 	}
-	err := c.eachServer(ctx, func(ctx context.Context, s *server) error {
+	err := c.each(ctx, list, func(ctx context.Context, s *server) error {
 		_, err := c.control(ctx, s, http.MethodPost, "/resume", nil)
 		return err
 	})
@@ -175,24 +193,35 @@ func (c *Client) serves(s *server, version int64) {
 }
 
 // ReloadWeights makes every server load the safetensors checkpoint in
-// directory path (absolute, visible to every server under that path) as
-// weight version version: pause (requests in flight finish first), reload
-// each server by its route (Config.WeightUpdate; with WeightUpdateAuto
-// each server is asked once which it offers), resume. If a server fails,
-// dispatch stays paused — a server may hold partly loaded weights — and
-// the error says so: call ReloadWeights again or Resume.
+// directory path (absolute, visible to every server under that path, or
+// staged on its node through Config.Stage) as weight version version:
+// pause (requests in flight finish first), reload each server by its route
+// (Config.WeightUpdate; with WeightUpdateAuto each server is asked once
+// which it offers), resume. With Config.Locate only the servers it finds
+// take part. If a server fails, dispatch stays paused — a server may hold
+// partly loaded weights — and the error says so: call ReloadWeights again
+// or Resume.
 func (c *Client) ReloadWeights(ctx context.Context, path string, version int64) error {
 	if path == "" || path[0] != '/' {
 		return fmt.Errorf("vllm: reload weights: path %q is not absolute", path)
 	}
-	if err := c.eachServer(ctx, c.chooseRoute); err != nil {
+	list, err := c.located(ctx)
+	if err != nil {
 		return fmt.Errorf("vllm: reload weights from %s (version %d): %w", path, version, err)
 	}
-	if err := c.Pause(ctx, PauseWait); err != nil {
+	// Staged copies are fetched while the servers still generate.
+	paths, err := c.stagedPaths(ctx, list, path)
+	if err != nil {
+		return fmt.Errorf("vllm: reload weights from %s (version %d): %w", path, version, err)
+	}
+	if err := c.each(ctx, list, c.chooseRoute); err != nil {
+		return fmt.Errorf("vllm: reload weights from %s (version %d): %w", path, version, err)
+	}
+	if err := c.pauseOn(ctx, PauseWait, list); err != nil {
 		return fmt.Errorf("vllm: reload weights from %s: %w", path, err)
 	}
-	err := c.eachServer(ctx, func(ctx context.Context, s *server) error {
-		return c.reload(ctx, s, path, version)
+	err = c.each(ctx, list, func(ctx context.Context, s *server) error {
+		return c.reload(ctx, s, paths[s], version)
 	})
 	if err != nil {
 		return fmt.Errorf("vllm: reload weights from %s (version %d): %w (dispatch stays paused)", path, version, err)
@@ -200,7 +229,7 @@ func (c *Client) ReloadWeights(ctx context.Context, path string, version int64) 
 	c.mu.Lock()
 	c.lastReload = &reloadRecord{path: path, version: version}
 	c.mu.Unlock()
-	if err := c.Resume(ctx); err != nil {
+	if err := c.resumeOn(ctx, list); err != nil {
 		return fmt.Errorf("vllm: reload weights from %s (version %d): resume: %w", path, version, err)
 	}
 	return nil
@@ -277,7 +306,7 @@ func (c *Client) reload(ctx context.Context, s *server, path string, version int
 		if noDisk != "" {
 			var se *ServerError
 			if errors.As(err, &se) {
-				return &ServerError{Server: s.url, Op: se.Op, Status: se.Status, Err: fmt.Errorf(
+				return &ServerError{Server: c.urlOf(s), Op: se.Op, Status: se.Status, Err: fmt.Errorf(
 					"%w; and it offers no disk weight-transfer backend (POST /init_weight_transfer_engine answered %s): "+
 						"neither route reloads it; start it with %s, or with %s", se.Err, noDisk, startForReloadWeights, startForDisk)}
 			}
@@ -309,7 +338,7 @@ func (c *Client) reloadWeightsRPC(ctx context.Context, s *server, path string) e
 		return err
 	}
 	if err := checkRPCResults(body); err != nil {
-		return &ServerError{Server: s.url, Op: "POST /collective_rpc", Status: http.StatusOK, Err: err}
+		return &ServerError{Server: c.urlOf(s), Op: "POST /collective_rpc", Status: http.StatusOK, Err: err}
 	}
 	_, err = c.control(ctx, s, http.MethodPost, "/reset_prefix_cache", nil)
 	return err
@@ -330,16 +359,24 @@ func (c *Client) LoadLoRA(ctx context.Context, name, path string, version int64)
 	if name == "" || path == "" {
 		return fmt.Errorf("vllm: load LoRA: name %q and path %q must both be set", name, path)
 	}
+	list, err := c.located(ctx)
+	if err != nil {
+		return fmt.Errorf("vllm: load LoRA %q from %s: %w", name, path, err)
+	}
+	paths, err := c.stagedPaths(ctx, list, path)
+	if err != nil {
+		return fmt.Errorf("vllm: load LoRA %q from %s: %w", name, path, err)
+	}
 	if err := c.hold(ctx); err != nil {
 		return fmt.Errorf("vllm: load LoRA %q: waiting for requests in flight: %w", name, err)
 	}
 	defer c.unhold()
-	err := c.eachServer(ctx, func(ctx context.Context, s *server) error {
+	err = c.each(ctx, list, func(ctx context.Context, s *server) error {
 		if err := c.checkAdapter(ctx, s); err != nil {
 			return err
 		}
 		_, err := c.control(ctx, s, http.MethodPost, "/v1/load_lora_adapter",
-			loadLoRARequest{LoRAName: name, LoRAPath: path, LoadInplace: true})
+			loadLoRARequest{LoRAName: name, LoRAPath: paths[s], LoadInplace: true})
 		if err == nil {
 			c.mu.Lock()
 			s.version = version
@@ -367,7 +404,7 @@ func (c *Client) checkAdapter(ctx context.Context, s *server) error {
 	c.mu.Unlock()
 	const op = "POST /v1/load_lora_adapter"
 	if lost != "" {
-		return &ServerError{Server: s.url, Op: op, Err: fmt.Errorf("%w (%s): reload the base first", ErrServerLost, lost)}
+		return &ServerError{Server: c.urlOf(s), Op: op, Err: fmt.Errorf("%w (%s): reload the base first", ErrServerLost, lost)}
 	}
 	if had == "" {
 		return nil
@@ -378,12 +415,12 @@ func (c *Client) checkAdapter(ctx context.Context, s *server) error {
 	}
 	ids, err := decodeModels(body)
 	if err != nil {
-		return &ServerError{Server: s.url, Op: "GET /v1/models", Err: err}
+		return &ServerError{Server: c.urlOf(s), Op: "GET /v1/models", Err: err}
 	}
 	if !slices.Contains(ids, had) {
 		why := fmt.Sprintf("adapter %q loaded there is no longer listed (the server restarted?)", had)
 		c.markLost(s, why)
-		return &ServerError{Server: s.url, Op: op, Err: fmt.Errorf("%w (%s): reload the base first", ErrServerLost, why)}
+		return &ServerError{Server: c.urlOf(s), Op: op, Err: fmt.Errorf("%w (%s): reload the base first", ErrServerLost, why)}
 	}
 	return nil
 }
@@ -494,8 +531,9 @@ const maxControlBytes = 8 << 20
 
 func (c *Client) controlOnce(ctx context.Context, s *server, method, path string, body any) (data []byte, retry bool, err error) {
 	op := method + " " + path
+	url := c.urlOf(s)
 	fail := func(status int, retry bool, err error) ([]byte, bool, error) {
-		return nil, retry, &ServerError{Server: s.url, Op: op, Status: status, Err: err}
+		return nil, retry, &ServerError{Server: url, Op: op, Status: status, Err: err}
 	}
 	var rd io.Reader
 	if body != nil {
@@ -507,7 +545,7 @@ func (c *Client) controlOnce(ctx context.Context, s *server, method, path string
 	}
 	actx, cancel := context.WithTimeout(ctx, c.cfg.ControlTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, method, s.url+path, rd)
+	req, err := http.NewRequestWithContext(actx, method, url+path, rd)
 	if err != nil {
 		return fail(0, false, err)
 	}

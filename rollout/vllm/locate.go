@@ -1,0 +1,171 @@
+package vllm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Servers that move (Config.Locate): a launched server starts again in
+// place when its process ends, and on another node, at another URL, when
+// its node is lost. Each weight update first finds every server; the ones
+// found take part, the others sit it out, lost, and get no requests.
+
+// located asks Config.Locate for every server and returns those found,
+// in index order; without Locate, every server. A server found at another
+// URL or in another process is marked lost (relocate); one not found is
+// marked lost and missing. None found is an error naming each server and
+// why.
+func (c *Client) located(ctx context.Context) ([]*server, error) {
+	if c.cfg.Locate == nil {
+		return c.servers, nil
+	}
+	found := make([]bool, len(c.servers))
+	errs := make([]error, len(c.servers))
+	var wg sync.WaitGroup
+	for i, s := range c.servers {
+		wg.Go(func() {
+			loc, err := c.cfg.Locate(ctx, s.index)
+			if err == nil {
+				err = checkLocation(loc)
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("vllm server %d (last at %s): %w", s.index, c.urlOf(s), err)
+				c.notFound(s, err)
+				return
+			}
+			c.relocate(s, loc)
+			found[i] = true
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []*server
+	for i, s := range c.servers {
+		if found[i] {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("vllm: no server to update: %w", errors.Join(errs...))
+	}
+	return out, nil
+}
+
+// checkLocation refuses a Location that is no base URL.
+func checkLocation(loc Location) error {
+	if !strings.HasPrefix(loc.URL, "http://") && !strings.HasPrefix(loc.URL, "https://") || strings.HasSuffix(loc.URL, "/v1") {
+		return fmt.Errorf("located at %q: want a base URL, http://host:port", loc.URL)
+	}
+	return nil
+}
+
+// notFound records that Locate did not find s: it gets no requests until
+// an update finds it and reaches it.
+func (c *Client) notFound(s *server, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.missing = err.Error()
+	if s.lost == "" {
+		s.lost = "not found: " + err.Error()
+	}
+	c.wakeLocked()
+}
+
+// relocate records where s is now. A server at another URL, or in another
+// process than the one last found, started again: it holds the weights it
+// started with and whatever route it offers now.
+func (c *Client) relocate(s *server, loc Location) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.missing = ""
+	s.staged = loc.Staged
+	url := strings.TrimRight(loc.URL, "/")
+	moved := url != s.url
+	restarted := s.process != "" && loc.Process != s.process
+	first := s.process == ""
+	s.process = loc.Process
+	if !moved && (!restarted || first) {
+		return
+	}
+	why := fmt.Sprintf("started again as process %s", loc.Process)
+	if moved {
+		why = fmt.Sprintf("moved from %s to %s (process %s)", s.url, url, loc.Process)
+	}
+	s.url = url
+	s.lost = why
+	s.lora = ""
+	if c.cfg.WeightUpdate == WeightUpdateAuto {
+		s.route, s.noDisk, s.diskReady = "", "", false
+	} else if s.route == WeightUpdateDisk {
+		s.diskReady = false
+	}
+	c.wakeLocked()
+}
+
+// awaitLocated waits, within ctx and ControlTimeout, until Locate finds a
+// server that answers /health.
+func (c *Client) awaitLocated(ctx context.Context) error {
+	deadline := time.Now().Add(c.cfg.ControlTimeout)
+	for attempt := 1; ; attempt++ {
+		list, err := c.located(ctx)
+		if err == nil {
+			healthy := 0
+			var mu sync.Mutex
+			err = c.each(ctx, list, func(ctx context.Context, s *server) error {
+				_, err := c.control(ctx, s, http.MethodGet, "/health", nil)
+				if err == nil {
+					mu.Lock()
+					healthy++
+					mu.Unlock()
+				}
+				return err
+			})
+			if healthy > 0 {
+				return nil
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no server found that answers within %v: %w", c.cfg.ControlTimeout, err)
+		}
+		if werr := sleepCtx(ctx, backoff(c.cfg.RetryBase, c.cfg.RetryMax, attempt+1)); werr != nil {
+			return werr
+		}
+	}
+}
+
+// stagedPaths is the path each server of list reads dir from: dir, or
+// for a staged server the copy Config.Stage made on its node.
+func (c *Client) stagedPaths(ctx context.Context, list []*server, dir string) (map[*server]string, error) {
+	paths := make(map[*server]string, len(list))
+	var mu sync.Mutex
+	err := c.each(ctx, list, func(ctx context.Context, s *server) error {
+		c.mu.Lock()
+		staged := s.staged
+		c.mu.Unlock()
+		p := dir
+		if staged && c.cfg.Stage != nil {
+			var err error
+			if p, err = c.cfg.Stage(ctx, s.index, dir); err != nil {
+				return &ServerError{Server: c.urlOf(s), Op: "stage " + dir + " on its node", Err: err}
+			}
+			if p == "" || p[0] != '/' {
+				return &ServerError{Server: c.urlOf(s), Op: "stage " + dir + " on its node", Err: fmt.Errorf("staged at %q: not an absolute path", p)}
+			}
+		}
+		mu.Lock()
+		paths[s] = p
+		mu.Unlock()
+		return nil
+	})
+	return paths, err
+}

@@ -1,0 +1,218 @@
+package vllm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rlnode/rlnode/rollout/engine"
+	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
+)
+
+// locator stands in for Launched.Locate: where each server is, or why it
+// is not found, as a test sets it.
+type locator struct {
+	mu    sync.Mutex
+	at    map[int]Location
+	err   map[int]error
+	calls map[int]int
+	// until, when set for a server, makes Locate fail for it until it has
+	// been asked that many times, then find it at next.
+	until map[int]int
+	next  map[int]Location
+}
+
+func newLocator(fakes ...*vllmtest.Server) *locator {
+	l := &locator{at: map[int]Location{}, err: map[int]error{}, calls: map[int]int{}, until: map[int]int{}, next: map[int]Location{}}
+	for i, f := range fakes {
+		l.at[i] = Location{URL: f.URL(), Process: fmt.Sprintf("node-%d/1", i)}
+	}
+	return l
+}
+
+func (l *locator) Locate(_ context.Context, i int) (Location, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls[i]++
+	if n, ok := l.until[i]; ok {
+		if l.calls[i] <= n {
+			return Location{}, fmt.Errorf("server actor vllm-%d is RESTARTING (node lost)", i)
+		}
+		return l.next[i], nil
+	}
+	if err := l.err[i]; err != nil {
+		return Location{}, err
+	}
+	return l.at[i], nil
+}
+
+func (l *locator) set(i int, loc Location, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.at[i], l.err[i] = loc, err
+}
+
+func requests(n int, tag string) []engine.Request {
+	reqs := make([]engine.Request, n)
+	for i := range reqs {
+		reqs[i] = engine.Request{ID: fmt.Sprint(tag, i), Prompt: promptOf(i), Params: params(4)}
+	}
+	return reqs
+}
+
+// A launched server whose node is lost starts again elsewhere, at another
+// URL. While it is not found it sits the weight updates out and gets no
+// requests; the first update that finds it at its new URL reloads it, and
+// only then do requests reach it, all of the version it was given.
+func TestClientFollowsMovedServer(t *testing.T) {
+	ctx := testCtx(t)
+	a, b := newFake(t), newFake(t)
+	loc := newLocator(a, b)
+	c := newClient(t, Config{Locate: loc.Locate}, a, b)
+	if err := c.ReloadWeights(ctx, "/ckpt/step-1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Generate(ctx, requests(8, "a")); err != nil {
+		t.Fatal(err)
+	}
+
+	// a's node is lost: its process is gone, its actor is restarting.
+	a.Close()
+	loc.set(0, Location{}, errors.New("server actor vllm-0 is RESTARTING (node lost)"))
+	reqs := requests(8, "b")
+	res, err := c.Generate(ctx, reqs)
+	if err != nil {
+		t.Fatalf("generate with a server gone: %v", err)
+	}
+	for i := range reqs {
+		checkResult(t, res[i], reqs[i].Prompt, reqs[i].Params, "v1", 1)
+	}
+	if err := c.ReloadWeights(ctx, "/ckpt/step-2", 2); err != nil {
+		t.Fatalf("reload with a server not found: %v", err)
+	}
+	st := c.Servers()
+	if st[0].Missing == "" || st[0].Lost == "" || st[1].Lost != "" || st[1].WeightVersion != 2 {
+		t.Fatalf("after a reload without server 0: %+v", st)
+	}
+	if v := c.WeightVersion(); v != 2 {
+		t.Errorf("WeightVersion %d, want 2 (the server that gets requests)", v)
+	}
+
+	// It serves again on another node.
+	moved := newFake(t)
+	loc.set(0, Location{URL: moved.URL(), Process: "node-2/7"}, nil)
+	if _, err := c.Generate(ctx, requests(4, "c")); err != nil {
+		t.Fatal(err)
+	}
+	if n := moved.Generated(); n != 0 {
+		t.Fatalf("the moved server got %d requests before an update reached it", n)
+	}
+	if err := c.ReloadWeights(ctx, "/ckpt/step-3", 3); err != nil {
+		t.Fatalf("reload once the server moved: %v", err)
+	}
+	if r := moved.Reloads(); len(r) != 1 || r[0].Path != "/ckpt/step-3" || r[0].Version != "3" {
+		t.Fatalf("the moved server's reloads: %+v, want /ckpt/step-3 as version 3", r)
+	}
+	st = c.Servers()
+	if st[0].URL != moved.URL() || st[0].Lost != "" || st[0].Missing != "" || st[0].WeightVersion != 3 {
+		t.Fatalf("server 0 after the update that found it: %+v", st[0])
+	}
+	reqs = requests(16, "d")
+	res, err = c.Generate(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range reqs {
+		checkResult(t, res[i], reqs[i].Prompt, reqs[i].Params, "v3", 3)
+	}
+	if moved.Generated() == 0 {
+		t.Errorf("no request reached the moved server")
+	}
+}
+
+// The only server moves: requests wait while it is not found, and the
+// client gives it the last weights at its new URL before they go there.
+func TestOnlyServerMovesAndIsHealed(t *testing.T) {
+	ctx := testCtx(t)
+	a := newFake(t)
+	loc := newLocator(a)
+	c := newClient(t, Config{Locate: loc.Locate}, a)
+	if err := c.ReloadWeights(ctx, "/ckpt/step-4", 4); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	moved := newFake(t)
+	loc.mu.Lock()
+	loc.until[0] = loc.calls[0] + 3 // not found three times, then at its new URL
+	loc.next[0] = Location{URL: moved.URL(), Process: "node-2/9"}
+	loc.mu.Unlock()
+	reqs := requests(4, "h")
+	res, err := c.Generate(ctx, reqs)
+	if err != nil {
+		t.Fatalf("generate while the only server moves: %v", err)
+	}
+	for i := range reqs {
+		checkResult(t, res[i], reqs[i].Prompt, reqs[i].Params, "v4", 4)
+	}
+	if r := moved.Reloads(); len(r) != 1 || r[0].Path != "/ckpt/step-4" {
+		t.Errorf("the moved server's reloads: %+v, want the last weights, /ckpt/step-4", r)
+	}
+}
+
+// A server in another process at the same URL (started again in place)
+// counts as lost until an update reaches it; a staged server reads each
+// folder from the path Stage gives; no server found fails the update,
+// naming why.
+func TestLocatedRestartsStagingAndNoneFound(t *testing.T) {
+	ctx := testCtx(t)
+	a, b := newFake(t), newFake(t)
+	loc := newLocator(a, b)
+	loc.at[1] = Location{URL: b.URL(), Process: "node-1/1", Staged: true}
+	var staged []string
+	var mu sync.Mutex
+	stage := func(_ context.Context, i int, dir string) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		staged = append(staged, fmt.Sprint(i, dir))
+		return fmt.Sprintf("/staging/%d%s", i, dir), nil
+	}
+	c := newClient(t, Config{Locate: loc.Locate, Stage: stage}, a, b)
+	if err := c.ReloadWeights(ctx, "/ckpt/step-1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.Reloads(); len(r) != 1 || r[0].Path != "/ckpt/step-1" {
+		t.Errorf("unstaged server reloaded %+v, want /ckpt/step-1", r)
+	}
+	if r := b.Reloads(); len(r) != 1 || r[0].Path != "/staging/1/ckpt/step-1" {
+		t.Errorf("staged server reloaded %+v, want /staging/1/ckpt/step-1", r)
+	}
+	if err := c.LoadLoRA(ctx, "policy", "/ckpt/step-2", 2); err != nil {
+		t.Fatal(err)
+	}
+	if l := b.LoRALoads(); len(l) != 1 || l[0].Path != "/staging/1/ckpt/step-2" {
+		t.Errorf("staged server loaded the adapter from %+v, want /staging/1/ckpt/step-2", l)
+	}
+	if len(staged) != 2 {
+		t.Errorf("staged %v, want server 1's two folders only", staged)
+	}
+
+	// b started again in place: same URL, another process.
+	loc.set(1, Location{URL: b.URL(), Process: "node-1/2", Staged: true}, nil)
+	err := c.LoadLoRA(ctx, "policy", "/ckpt/step-3", 3)
+	if !errors.Is(err, ErrServerLost) {
+		t.Fatalf("adapter onto a server in a new process: %v, want ErrServerLost (reload the base first)", err)
+	}
+	if st := c.Servers(); !strings.Contains(st[1].Lost, "started again") {
+		t.Errorf("server 1 lost %q, want started again", st[1].Lost)
+	}
+
+	loc.set(0, Location{}, errors.New("server actor vllm-0 is gone: node lost"))
+	loc.set(1, Location{}, errors.New("server actor vllm-1 is gone: node lost"))
+	err = c.ReloadWeights(ctx, "/ckpt/step-4", 4)
+	if err == nil || !strings.Contains(err.Error(), "no server to update") || !strings.Contains(err.Error(), "vllm-1 is gone") {
+		t.Fatalf("reload with no server found: %v", err)
+	}
+}
