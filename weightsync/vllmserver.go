@@ -26,10 +26,15 @@ type VLLMConfig struct {
 	// WeightVersion is set to -1: no version until the first Publish).
 	// Its ControlTimeout should be ReloadTimeout's.
 	Client vllm.Config
-	// Dir is an absolute directory every server reads under the same path;
-	// Keep is how many step directories stay there (default 2).
+	// Dir is an absolute directory every server reads under the same path,
+	// or from a copy on its node (vllm.Config.Stage); Keep is how many step
+	// directories stay there (default 2).
 	Dir  string
 	Keep int
+	// Written, when set, is told of each folder of Dir once written anew
+	// (before any server loads it): a folder server that offers Dir to
+	// servers that copy it forgets what it knew of the folder's files.
+	Written func(dir string)
 	// ReloadTimeout bounds one reload or adapter load at every server
 	// (default 10 min).
 	ReloadTimeout time.Duration
@@ -144,7 +149,9 @@ func (s *VLLMServer) Publish(ctx context.Context, version int64, src Source) err
 // adapter on the base it started with would not be the policy).
 func (s *VLLMServer) loadAdapter(ctx context.Context, version int64, u weights.Update, src Source) error {
 	for _, st := range s.client.Servers() {
-		if st.Lost != "" {
+		// A server not found (restarting elsewhere, or gone) gets the base
+		// when an update finds it again (vllm.ErrServerLost below).
+		if st.Lost != "" && st.Missing == "" {
 			s.log.Warn("vllm: reloading the base", "policy", s.cfg.Policy, "server", st.URL, "lost", st.Lost)
 			s.base = false
 		}
@@ -159,6 +166,7 @@ func (s *VLLMServer) loadAdapter(ctx context.Context, version int64, u weights.U
 	if err := weights.WriteAdapter(dir, u, s.cfg.Client.Model); err != nil {
 		return fmt.Errorf("adapter of version %d for vLLM: %w", version, err)
 	}
+	s.written(dir)
 	for try := 0; ; try++ {
 		if !s.base {
 			// The learner's model is the frozen base: reloaded as this
@@ -214,6 +222,7 @@ func (s *VLLMServer) reload(ctx context.Context, version int64, prefix string, s
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("vLLM weights: %w", err)
 	}
+	s.written(dir)
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReloadTimeout)
 	err := s.client.ReloadWeights(rctx, dir, version)
 	timedOut := rctx.Err() != nil && ctx.Err() == nil
@@ -226,6 +235,12 @@ func (s *VLLMServer) reload(ctx context.Context, version int64, prefix string, s
 		return fmt.Errorf("version %d: %w", version, err)
 	}
 	return nil
+}
+
+func (s *VLLMServer) written(dir string) {
+	if s.cfg.Written != nil {
+		s.cfg.Written(dir)
+	}
 }
 
 // logRoutes logs each server's reload route when it is first known or
@@ -242,10 +257,15 @@ func (s *VLLMServer) logRoutes() {
 	}
 }
 
-// checkServing fails unless every server serves a version in [lo, hi].
+// checkServing fails unless every server that gets requests serves a
+// version in [lo, hi]. A lost one gets none until an update reaches it
+// (and, where the servers are launched, one not found sits updates out).
 func (s *VLLMServer) checkServing(lo, hi int64) error {
 	var wrong []string
 	for _, st := range s.client.Servers() {
+		if st.Lost != "" {
+			continue
+		}
 		if st.WeightVersion < lo || st.WeightVersion > hi {
 			wrong = append(wrong, fmt.Sprintf("%s serves version %d", st.URL, st.WeightVersion))
 		}
