@@ -150,6 +150,16 @@ func (s *FolderServer) Allow(dirs ...string) { s.fs.allow(false, dirs...) }
 // checkpoints).
 func (s *FolderServer) AllowUnder(roots ...string) { s.fs.allow(true, roots...) }
 
+// Changed tells the server that folder dir was written anew: the
+// manifest it computed of it, if any, is dropped (the next reader's
+// hashes the files again), and it stays offered as it was.
+func (s *FolderServer) Changed(dir string) {
+	f := s.fs
+	f.mu.Lock()
+	delete(f.manifests, filepath.Clean(dir))
+	f.mu.Unlock()
+}
+
 // Close stops the server.
 func (s *FolderServer) Close() { _ = s.sys.StopLocal(s.name, "closed") }
 
