@@ -1,6 +1,7 @@
 package vllmtest
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -33,6 +34,43 @@ type FakeRecord struct {
 	DevMode string   `json:"dev_mode"`
 	KeySet  bool     `json:"api_key_set"`
 	PID     int      `json:"pid"`
+	// ModelFiles is the SHA-256 of each file of Model, by name.
+	ModelFiles map[string]string `json:"model_files"`
+}
+
+// FakeEvent is a line of fakevllm's events file (FAKEVLLM_RECORD): a
+// weight update it finished or a generation it answered (Event).
+type FakeEvent struct {
+	Op      string `json:"op"`
+	Path    string `json:"path"`
+	Version string `json:"version"`
+	Weights string `json:"weights"`
+	// Files is the SHA-256 of each file of Path when it was loaded;
+	// Siblings how many entries Path's parent folder held then.
+	Files    map[string]string `json:"files"`
+	Siblings int               `json:"siblings"`
+}
+
+// FakeEvents reads the events of the fakevllm server that listened on
+// port, started with FAKEVLLM_RECORD=dir, in order.
+func FakeEvents(t testing.TB, dir, port string) []FakeEvent {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, port+".events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []FakeEvent
+	for i, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var e FakeEvent
+		if err := json.Unmarshal(line, &e); err != nil {
+			t.Fatalf("%s line %d: %v", filepath.Join(dir, port+".events.jsonl"), i+1, err)
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // FakeRecords reads the records of the fakevllm servers started with

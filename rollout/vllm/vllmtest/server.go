@@ -80,6 +80,24 @@ type Options struct {
 	// workers' reload_weights() takes no arguments: collective_rpc
 	// reload_weights with weights_path fails with HTTP 500.
 	NoReloadPath bool
+	// Events, when set, is told of every weight update the server
+	// finished and every generation request it answers, in order (called
+	// with the server's lock held: it must not call the server).
+	Events func(Event)
+}
+
+// Event is a weight update a server finished or a generation request it
+// answers (Options.Events).
+type Event struct {
+	// Op is "reload" (a checkpoint: update_weights or collective_rpc),
+	// "lora" (an adapter) or "generate".
+	Op string
+	// Path is the folder a reload or LoRA load read; Version the version
+	// finish_weight_update gave ("" for collective_rpc and LoRA loads).
+	Path, Version string
+	// Weights is the weights label a generation sampled from (see
+	// Sample).
+	Weights string
 }
 
 // Reload is one weight update a server finished: the directory
@@ -742,6 +760,9 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 	weights := s.weightsOf(model)
 	s.models = append(s.models, model)
 	noIDs := s.noIDs
+	if weights != "" {
+		s.event(Event{Op: "generate", Weights: weights})
+	}
 	s.mu.Unlock()
 	if weights == "" {
 		vllmError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", model))
@@ -972,6 +993,7 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		}
 		s.loras[name] = path
 		s.loads = append(s.loads, LoRALoad{Name: name, Path: path})
+		s.event(Event{Op: "lora", Path: path})
 		_, _ = fmt.Fprintf(w, "Success: LoRA adapter '%s' added successfully.", name)
 	case "/v1/unload_lora_adapter":
 		name := str("lora_name")
@@ -1071,11 +1093,19 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		s.updating = false
 		s.weights = "v" + version
 		s.reloads = append(s.reloads, Reload{Path: s.path, Version: version})
+		s.event(Event{Op: "reload", Path: s.path, Version: version})
 		writeJSON(w, http.StatusOK, map[string]string{"message": "Weight update finished"})
 	case "/collective_rpc":
 		s.collectiveRPC(w, r, body)
 	case "/reset_prefix_cache":
 		w.WriteHeader(http.StatusOK) // vLLM answers an empty 200
+	}
+}
+
+// event tells Options.Events of e. Called with s.mu held.
+func (s *Server) event(e Event) {
+	if s.opts.Events != nil {
+		s.opts.Events(e)
 	}
 }
 
@@ -1170,6 +1200,7 @@ func (s *Server) collectiveRPC(w http.ResponseWriter, r *http.Request, body map[
 	s.reloadPath = path
 	s.weights = ReloadLabel(path)
 	s.reloads = append(s.reloads, Reload{Path: path})
+	s.event(Event{Op: "reload", Path: path})
 	writeJSON(w, http.StatusOK, map[string]any{"results": []any{nil}})
 }
 

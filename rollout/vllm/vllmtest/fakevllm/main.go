@@ -4,14 +4,22 @@
 // vllmtest's answers in vLLM's shapes there, and runs until SIGTERM. The
 // vocabulary is MODEL/config.json's vocab_size where there is one.
 //
-// FAKEVLLM_RECORD=DIR writes DIR/PORT.json with its arguments and the
+// FAKEVLLM_RECORD=DIR writes DIR/PORT.json with its arguments, the
 // environment variables vLLM reads (CUDA_VISIBLE_DEVICES,
-// VLLM_SERVER_DEV_MODE, whether VLLM_API_KEY is set); FAKEVLLM_FAIL=TEXT
-// prints TEXT and exits 1 before serving, as a vLLM that runs out of
-// memory loading the model.
+// VLLM_SERVER_DEV_MODE, whether VLLM_API_KEY is set) and the SHA-256 of
+// each file of MODEL, and appends to DIR/PORT.events.jsonl a line for
+// every weight update it finished (with the SHA-256 of each file of the
+// folder it read, and how many entries that folder's parent holds) and
+// every generation it answers; FAKEVLLM_READ_FILES=1 reads MODEL's
+// config.json (exiting 1 without it) and every checkpoint and adapter it
+// is told to load, as vLLM does (vllmtest.Options.ReadFiles);
+// FAKEVLLM_FAIL=TEXT prints TEXT and exits 1 before serving, as a vLLM
+// that runs out of memory loading the model.
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -52,6 +60,12 @@ func main() {
 			rest = append(rest, args[i])
 		}
 	}
+	readFiles := os.Getenv("FAKEVLLM_READ_FILES") == "1"
+	opts.ReadFiles = readFiles
+	if _, err := os.Stat(filepath.Join(model, "config.json")); err != nil && readFiles {
+		fmt.Fprintln(os.Stderr, "fakevllm: model", model+":", err)
+		os.Exit(1)
+	}
 	if b, err := os.ReadFile(filepath.Join(model, "config.json")); err == nil {
 		var c struct {
 			VocabSize int `json:"vocab_size"`
@@ -64,10 +78,27 @@ func main() {
 		_, keySet := os.LookupEnv("VLLM_API_KEY")
 		rec, _ := json.Marshal(map[string]any{"model": model, "served_model_name": opts.Model, "host": host, "port": port,
 			"options": rest, "cuda_visible_devices": os.Getenv("CUDA_VISIBLE_DEVICES"),
-			"dev_mode": os.Getenv("VLLM_SERVER_DEV_MODE"), "api_key_set": keySet, "pid": os.Getpid()})
+			"dev_mode": os.Getenv("VLLM_SERVER_DEV_MODE"), "api_key_set": keySet, "pid": os.Getpid(),
+			"model_files": hashes(model)})
 		if err := os.WriteFile(filepath.Join(dir, port+".json"), rec, 0o600); err != nil {
 			fmt.Fprintln(os.Stderr, "fakevllm:", err)
 			os.Exit(1)
+		}
+		events, err := os.OpenFile(filepath.Join(dir, port+".events.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fakevllm:", err)
+			os.Exit(1)
+		}
+		defer events.Close()
+		opts.Events = func(e vllmtest.Event) {
+			line := map[string]any{"op": e.Op, "path": e.Path, "version": e.Version, "weights": e.Weights}
+			if e.Path != "" {
+				line["files"] = hashes(e.Path)
+				sib, _ := os.ReadDir(filepath.Dir(e.Path))
+				line["siblings"] = len(sib)
+			}
+			b, _ := json.Marshal(line)
+			_, _ = events.Write(append(b, '\n'))
 		}
 	}
 	if msg := os.Getenv("FAKEVLLM_FAIL"); msg != "" {
@@ -85,4 +116,23 @@ func main() {
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
 	s.Close()
+}
+
+// hashes is the SHA-256 of each regular file in dir, by name (empty
+// where dir cannot be read).
+func hashes(dir string) map[string]string {
+	out := map[string]string{}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		h := sha256.Sum256(b)
+		out[e.Name()] = hex.EncodeToString(h[:])
+	}
+	return out
 }
