@@ -3,7 +3,11 @@ package vllm
 // vLLM servers that rlnode starts and stops itself: each is an actor of
 // kind ServerKind holding its GPUs, which runs `vllm serve` as a child
 // process bound to those devices and answers ServerURLRequest with where
-// it listens once /health answers.
+// it listens once /health answers. On a node that does not see the run
+// folder (LaunchArgs.Folders: the learners' probe file) it serves a copy
+// of the model fetched onto its node, and each folder it is told to load
+// is fetched there too (StageRequest), over the driver's folder server
+// (learner.ServeFolders, learner.Staging).
 
 import (
 	"bytes"
@@ -28,6 +32,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/learner"
 )
 
 // ServerKind is the actor kind of a launched vLLM server.
@@ -48,6 +53,16 @@ const (
 	healthPollEvery      = 500 * time.Millisecond
 	maxLaunchedPerNode   = 64
 	launchEnvCommandName = "RLNODE_VLLM_COMMAND"
+	// keepStaged is how many staged weight folders a server keeps: the one
+	// it loads and the one before.
+	keepStaged = 2
+	// locateTimeout bounds asking a server actor where it serves
+	// (Launched.Locate).
+	locateTimeout = time.Minute
+	// stageAllowance is added to the start timeout to bound a restart on
+	// another node, which fetches the model first where that node does
+	// not see it.
+	stageAllowance = 30 * time.Minute
 )
 
 // LaunchFlags are the `vllm serve` options a launch may add (each with
@@ -119,6 +134,12 @@ type LaunchArgs struct {
 	// APIKey is the servers' --api-key (given them as VLLM_API_KEY, out
 	// of the process list): LaunchServers makes one per launch.
 	APIKey string
+	// Folders, when set, says where the driver serves its folders from:
+	// a server whose node does not see Folders.Probe in the run folder
+	// serves a copy of Model fetched onto its node, and answers
+	// StageRequest with copies too. Nil: every node sees Model and the
+	// folders it loads.
+	Folders *learner.Folders
 }
 
 // ServerURLRequest asks a server actor where its server listens; the
@@ -134,10 +155,28 @@ type ServerURL struct {
 	PID     int
 	// Log is the server's output on its node.
 	Log string
+	// Staged says the server's node does not see the run folder: it
+	// serves a copy of the model, and reads each folder it loads from the
+	// copy StageRequest makes.
+	Staged bool
+}
+
+// StageRequest asks a server actor for the path its server reads folder
+// Dir (absolute, on the driver's host) from: Dir itself where its node
+// sees the run folder; else a copy fetched onto its node, each file
+// checked by size and SHA-256, of which it keeps the newest two (the one
+// loading and the one before). The reply is StagedPath.
+type StageRequest struct {
+	Dir string
+}
+
+// StagedPath answers StageRequest.
+type StagedPath struct {
+	Path string
 }
 
 func init() {
-	actor.RegisterMessage(LaunchArgs{}, ServerURLRequest{}, ServerURL{}, ServerExited{})
+	actor.RegisterMessage(LaunchArgs{}, ServerURLRequest{}, ServerURL{}, ServerExited{}, StageRequest{}, StagedPath{})
 	actor.RegisterKind(ServerKind, newServerActor)
 }
 
@@ -171,6 +210,71 @@ var launchedHere atomic.Int32
 // that the URL the run's client holds reaches the new process.
 var ports sync.Map // actor name → int
 
+// stagings keeps each staged server actor's copies across its restarts
+// in place (a model is fetched once per node); Stopped removes them.
+var stagings sync.Map // actor name → *serverStaging
+
+// serverStaging is what a server on a node that does not see the run
+// folder holds there: the model's copy, and the newest keepStaged folders
+// it was told to load.
+type serverStaging struct {
+	mu    sync.Mutex
+	st    *learner.Staging
+	model string
+	kept  []stagedCopy // oldest first
+}
+
+type stagedCopy struct {
+	dir, local string
+	done       func()
+}
+
+// openStaging is the staging of server actor name, reused across its
+// restarts in place: nil where its node sees the run folder (or a
+// carries no Folders). A new one fetches the model first.
+func openStaging(ctx *actor.Context, a LaunchArgs) (*serverStaging, error) {
+	name := ctx.Self().Name
+	if v, ok := stagings.Load(name); ok {
+		return v.(*serverStaging), nil
+	}
+	st, err := learner.OpenStaging(ctx.System(), a.Folders, name)
+	if err != nil || st == nil {
+		return nil, err
+	}
+	local, _, err := st.Fetch(ctx.Context(), a.Model) // removed with the staging folder
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("vllm server: stage model %s on node %s: %w", a.Model, ctx.System().Address(), err)
+	}
+	ss := &serverStaging{st: st, model: local}
+	stagings.Store(name, ss)
+	return ss, nil
+}
+
+// stage fetches dir onto the node and removes all but the newest
+// keepStaged copies.
+func (ss *serverStaging) stage(ctx context.Context, dir string) (string, error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	local, done, err := ss.st.Fetch(ctx, dir)
+	if err != nil {
+		return "", err
+	}
+	ss.kept = append(ss.kept, stagedCopy{dir: dir, local: local, done: done})
+	for len(ss.kept) > keepStaged {
+		ss.kept[0].done()
+		ss.kept = ss.kept[1:]
+	}
+	return local, nil
+}
+
+// closeStaging removes server actor name's copies.
+func closeStaging(name string) {
+	if v, ok := stagings.LoadAndDelete(name); ok {
+		v.(*serverStaging).st.Close()
+	}
+}
+
 // ServerExited tells a server actor that its process ended without being
 // stopped: the actor panics, and so is restarted in place (a new process
 // on the same port) while it has restarts left.
@@ -182,6 +286,7 @@ const ServerRestarts = 3
 
 type serverActor struct {
 	url, devices, log string
+	staging           *serverStaging // nil: its node sees the run folder
 	noted             bool
 	cmd               *exec.Cmd
 	exited            chan struct{} // closed when the process has been waited for
@@ -218,12 +323,22 @@ func newServerActor(ctx *actor.Context, args any) (actor.Actor, error) {
 		launchedHere.Add(-1)
 		return nil, fmt.Errorf("vllm server: %d servers already run on node %s, the most one node launches", maxLaunchedPerNode, ctx.System().Address())
 	}
+	ss, err := openStaging(ctx, a)
+	if err != nil {
+		launchedHere.Add(-1)
+		return nil, err
+	}
+	if ss != nil {
+		a.Model = ss.model
+	}
 	s, err := startServer(ctx, *cmdp, a, timeout)
 	if err != nil {
 		launchedHere.Add(-1)
 		ports.Delete(ctx.Self().Name)
+		closeStaging(ctx.Self().Name)
 		return nil, err
 	}
+	s.staging = ss
 	return s, nil
 }
 
@@ -259,7 +374,7 @@ func startServer(ctx *actor.Context, command []string, a LaunchArgs, timeout tim
 	argv = append(argv, a.Args...)
 	cmd := exec.Command(command[0], argv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = serverProcAttr()
 	env := append(os.Environ(), "VLLM_SERVER_DEV_MODE=1", "VLLM_API_KEY="+a.APIKey)
 	if gpus := cluster.ActorGPUs(ctx); len(gpus) > 0 {
 		parent, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
@@ -286,7 +401,7 @@ func startServer(ctx *actor.Context, command []string, a LaunchArgs, timeout tim
 		s.stop()
 		return nil, err
 	}
-	ctx.Logger().Info("vLLM server started", "url", s.url, "devices", s.devices, "pid", cmd.Process.Pid, "log", s.log)
+	ctx.Logger().Info("vLLM server started", "url", s.url, "devices", s.devices, "pid", cmd.Process.Pid, "log", s.log, "model", a.Model)
 	return s, nil
 }
 
@@ -320,7 +435,19 @@ func (s *serverActor) awaitHealth(ctx context.Context, timeout time.Duration) er
 
 // Receive implements actor.Actor.
 func (s *serverActor) Receive(ctx *actor.Context, msg any) (any, error) {
-	switch msg.(type) {
+	switch m := msg.(type) {
+	case StageRequest:
+		if !filepath.IsAbs(m.Dir) {
+			return nil, fmt.Errorf("vllm server %s: stage %q: not an absolute folder", s.url, m.Dir)
+		}
+		if s.staging == nil {
+			return StagedPath{Path: m.Dir}, nil
+		}
+		p, err := s.staging.stage(ctx.Context(), m.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("vllm server %s: stage %s on node %s: %w", s.url, m.Dir, ctx.System().Address(), err)
+		}
+		return StagedPath{Path: p}, nil
 	case ServerExited:
 		if s.stopping.Load() {
 			return nil, nil
@@ -344,7 +471,7 @@ func (s *serverActor) Receive(ctx *actor.Context, msg any) (any, error) {
 				_ = n.SetNote(ctx.Self().Name, note+", log "+s.log)
 			}
 		}
-		return ServerURL{URL: s.url, Devices: s.devices, PID: s.cmd.Process.Pid, Log: s.log}, nil
+		return ServerURL{URL: s.url, Devices: s.devices, PID: s.cmd.Process.Pid, Log: s.log, Staged: s.staging != nil}, nil
 	}
 	return nil, fmt.Errorf("vllm server: unexpected %T", msg)
 }
@@ -355,6 +482,7 @@ func (s *serverActor) Stopped(ctx *actor.Context) {
 	s.stopping.Store(true)
 	s.stop()
 	ports.Delete(ctx.Self().Name)
+	closeStaging(ctx.Self().Name)
 }
 
 func (s *serverActor) stop() {
@@ -459,6 +587,14 @@ func LaunchServers(ctx context.Context, node *cluster.Node, prefix string, l Lau
 	if l.GPUs > 0 {
 		res[cluster.GPU] = l.GPUs
 	}
+	// A server restarted on another node after its node is lost starts
+	// there as it did here (and fetches the model where that node does not
+	// see it).
+	restartTimeout := time.Duration(l.StartTimeoutMs) * time.Millisecond
+	if restartTimeout <= 0 {
+		restartTimeout = DefaultStartTimeout
+	}
+	restartTimeout = min(restartTimeout+stageAllowance, cluster.MaxRestartTimeout)
 	var kb [24]byte
 	_, _ = rand.Read(kb[:])
 	l.APIKey = hex.EncodeToString(kb[:])
@@ -471,7 +607,7 @@ func LaunchServers(ctx context.Context, node *cluster.Node, prefix string, l Lau
 			defer wg.Done()
 			name := fmt.Sprintf("%s-%d", prefix, i)
 			h, err := node.Spawn(ctx, ServerKind, cluster.SpawnOptions{Name: name, Args: l.LaunchArgs, Resources: res,
-				Labels: map[string]string{LaunchLabel: "on"}, MaxRestarts: ServerRestarts})
+				Labels: map[string]string{LaunchLabel: "on"}, MaxRestarts: ServerRestarts, RestartTimeout: restartTimeout})
 			if err != nil {
 				errs[i] = fmt.Errorf("vllm server %s: %w", name, err)
 				return
@@ -491,6 +627,46 @@ func LaunchServers(ctx context.Context, node *cluster.Node, prefix string, l Lau
 		return nil, err
 	}
 	return out, nil
+}
+
+// Locate is where server i (in URLs' order) serves now, for
+// Config.Locate: it moves when its node is lost and the cluster starts it
+// on another. A server restarting, or gone for good, is an error saying
+// so.
+func (l *Launched) Locate(ctx context.Context, i int) (Location, error) {
+	if i < 0 || i >= len(l.handles) || l.handles[i] == nil {
+		return Location{}, fmt.Errorf("vllm launch: no server %d", i)
+	}
+	h := l.handles[i]
+	rec, ok := h.Record()
+	switch {
+	case !ok:
+		return Location{}, fmt.Errorf("server actor %s: no record in the cluster", h.Name())
+	case rec.State == cluster.Dead:
+		return Location{}, fmt.Errorf("server actor %s is gone: %s", h.Name(), rec.Cause)
+	case rec.State != cluster.Alive:
+		return Location{}, fmt.Errorf("server actor %s is %s (%s)", h.Name(), rec.State, rec.Cause)
+	}
+	cctx, cancel := context.WithTimeout(ctx, locateTimeout)
+	defer cancel()
+	u, err := cluster.Call[ServerURL](cctx, h, ServerURLRequest{})
+	if err != nil {
+		return Location{}, fmt.Errorf("server actor %s on node %s: %w", h.Name(), rec.Node, err)
+	}
+	return Location{URL: u.URL, Process: fmt.Sprintf("%s/%d", rec.Node, u.PID), Staged: u.Staged}, nil
+}
+
+// Stage is the path server i reads dir from (StageRequest), for
+// Config.Stage; the driver's folder server must offer dir.
+func (l *Launched) Stage(ctx context.Context, i int, dir string) (string, error) {
+	if i < 0 || i >= len(l.handles) || l.handles[i] == nil {
+		return "", fmt.Errorf("vllm launch: no server %d", i)
+	}
+	r, err := cluster.Call[StagedPath](ctx, l.handles[i], StageRequest{Dir: dir})
+	if err != nil {
+		return "", err
+	}
+	return r.Path, nil
 }
 
 // Stop stops every server (each waits up to serverStopGrace for its
