@@ -270,9 +270,12 @@ type run struct {
 	warmupEnded   *int
 	// folders serves the learners whose nodes do not see the run folder
 	// what they load (learner.Folders); probe is the name of the file
-	// that tells them apart (placeLearners).
+	// that tells them apart (placeLearners); vllmProbe is the file that
+	// tells launched vLLM servers apart, in the run folder while the run
+	// lasts (a server restarted on another node looks for it then).
 	folders     *learner.FolderServer
 	probe       string
+	vllmProbe   string
 	pulledBytes int64 // of checkpoint files pulled from such learners, in all
 }
 
@@ -398,7 +401,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if err := r.serveFolders(); err != nil {
 		return Result{}, err
 	}
-	defer r.folders.Close()
+	defer r.closeFolders()
 	solverLearner := cfg.Learner
 	solverLearner.Model, solverLearner.ModelDir, solverLearner.Seed = cfg.Model, cfg.ModelDir, cfg.Seed
 	if cfg.Node == nil {

@@ -105,7 +105,23 @@ func (r *run) serveFolders() error {
 	}
 	r.folders.Allow(r.cfg.Resume)
 	r.folders.AllowUnder(r.cfg.Resume, filepath.Join(r.cfg.Out, "checkpoints"))
+	if r.cfg.launchesVLLM() {
+		r.vllmProbe = ".vllm-shared-check-" + name
+		if err := os.WriteFile(filepath.Join(r.cfg.Out, r.vllmProbe), nil, 0o644); err != nil {
+			r.folders.Close()
+			return fmt.Errorf("run folder: %w", err)
+		}
+	}
 	return nil
+}
+
+// closeFolders stops the folder server and removes the vLLM servers'
+// probe file.
+func (r *run) closeFolders() {
+	r.folders.Close()
+	if r.vllmProbe != "" {
+		_ = os.Remove(filepath.Join(r.cfg.Out, r.vllmProbe))
+	}
 }
 
 // learnerFolders is what every learner is told of the run folder

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/rollout/vllm"
@@ -55,8 +56,9 @@ type VLLM struct {
 	MaxInFlight int
 	// Dir is a directory the learner writes (from the driver's host when
 	// the learner does not see the run folder: learner.Folders) and every
-	// server reads under the same path (a shared file system); default
-	// Out/vllm-weights.
+	// server reads under the same path (a shared file system) or, for a
+	// launched server whose node does not see the run folder, from a copy
+	// fetched onto its node; default Out/vllm-weights.
 	// Made absolute.
 	Dir string
 	// Keep is how many step directories stay in Dir (default 2).
@@ -189,12 +191,24 @@ func (r *run) startVLLM(ctx context.Context, p *policy) error {
 		vocab = mc.VocabSize
 	}
 	servers, key := v.Servers, v.APIKey
+	var written func(string)
+	var locate func(context.Context, int) (vllm.Location, error)
+	var stage func(context.Context, int, string) (string, error)
 	if v.Launch != nil {
 		// Launched once per run: a learner restart that starts the engine
 		// anew keeps the servers (a vLLM start takes minutes).
 		if p.launched == nil {
 			l := *v.Launch
 			l.ServedName = v.Model
+			// A server whose node does not see the run folder fetches the
+			// model and each weights folder from this host.
+			abs, err := filepath.Abs(r.cfg.Out)
+			if err != nil {
+				return fmt.Errorf("run folder: %w", err)
+			}
+			l.Folders = &learner.Folders{Server: r.folders.Ref(), RunDir: abs, Probe: r.vllmProbe}
+			r.folders.Allow(l.Model)
+			r.folders.AllowUnder(dir)
 			prefix := fmt.Sprintf("vllm-%s-%d", p.id, time.Now().UnixNano())
 			start := time.Now()
 			if p.launched, err = vllm.LaunchServers(ctx, r.node, prefix, l); err != nil {
@@ -204,12 +218,13 @@ func (r *run) startVLLM(ctx context.Context, p *policy) error {
 				"took", time.Since(start).Round(time.Millisecond))
 		}
 		servers, key = p.launched.URLs, p.launched.APIKey
+		locate, stage, written = p.launched.Locate, p.launched.Stage, r.folders.Changed
 	}
 	srv, err := weightsync.StartVLLM(ctx, weightsync.VLLMConfig{Policy: p.id,
 		Client: vllm.Config{Servers: servers, Model: v.Model, APIKey: key, MaxInFlight: v.MaxInFlight,
 			RequestTimeout: v.RequestTimeout, ControlTimeout: v.ReloadTimeout, VocabSize: vocab,
-			WeightUpdate: vllm.WeightUpdate(v.WeightUpdate)},
-		Dir: dir, Keep: v.Keep, ReloadTimeout: v.ReloadTimeout, LoRAName: VLLMLoRAName, MaxStaleness: r.cfg.MaxStaleness, Logger: r.log})
+			WeightUpdate: vllm.WeightUpdate(v.WeightUpdate), Locate: locate, Stage: stage},
+		Dir: dir, Keep: v.Keep, Written: written, ReloadTimeout: v.ReloadTimeout, LoRAName: VLLMLoRAName, MaxStaleness: r.cfg.MaxStaleness, Logger: r.log})
 	if err != nil {
 		// The run ends with this error: its servers go now, not when the
 		// owner's node is reaped.

@@ -1,0 +1,304 @@
+package train
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/actor"
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/nodetest"
+	"github.com/rlnode/rlnode/rollout/vllm"
+	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
+)
+
+// vllmCluster is this process's node (2 CPUs and the one "drv", where the
+// learner goes) and children child nodes that launch vLLM servers with
+// fakevllm (1 CPU each, an RLNODE_HOME of their own, fakevllm recording
+// into rec and reading what it loads), each in a mount namespace of its
+// own; with hide, the children see an empty folder of their own at each
+// of hidden (hosts that share no filesystem with the driver's).
+func vllmCluster(ctx context.Context, t *testing.T, fake, rec string, children int, hide bool, hidden ...string) (*cluster.Node, []*nodetest.Node) {
+	t.Helper()
+	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 2, Resources: cluster.Resources{"drv": 1}, Logger: actor.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Stop)
+	var kids []*nodetest.Node
+	for range children {
+		c := nodetest.Start(t, node, nodetest.Options{CPUs: 1, Labels: map[string]string{vllm.LaunchLabel: "on"}, OwnMounts: true},
+			"RLNODE_HOME="+t.TempDir(), testVLLMCommand+"="+fake+" serve", "FAKEVLLM_RECORD="+rec, "FAKEVLLM_READ_FILES=1")
+		if hide {
+			for _, d := range hidden {
+				if err := c.MountPrivate(d); err != nil {
+					t.Skip(err)
+				}
+			}
+		}
+		kids = append(kids, c)
+	}
+	return node, kids
+}
+
+// launchedRun is tinyRun from modelDir, its learner on node, generating
+// on servers vLLM servers the run launches; every weights folder is kept.
+func launchedRun(node *cluster.Node, out, modelDir string, servers int) Config {
+	cfg := tinyRun(out)
+	cfg.Node = node
+	cfg.Model, cfg.ModelDir = nil, modelDir
+	cfg.LearnerResources = cluster.Resources{cluster.CPU: 1, "drv": 1}
+	cfg.VLLM = &VLLM{Model: "tiny", Keep: 100, ReloadTimeout: 2 * time.Minute,
+		Launch: &vllm.Launch{Servers: servers, LaunchArgs: vllm.LaunchArgs{Model: modelDir, StartTimeoutMs: 60_000}}}
+	return cfg
+}
+
+// homeOf is child k's RLNODE_HOME.
+func homeOf(t *testing.T, k *nodetest.Node) string {
+	t.Helper()
+	for _, e := range k.Cmd.Env {
+		if v, ok := strings.CutPrefix(e, "RLNODE_HOME="); ok {
+			return v
+		}
+	}
+	t.Fatalf("child %s has no RLNODE_HOME of its own", k.ID)
+	return ""
+}
+
+// folderHashes is the SHA-256 of each file in dir, by name.
+func folderHashes(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.Sum256(b)
+		out[e.Name()] = hex.EncodeToString(h[:])
+	}
+	return out
+}
+
+// checkLoads checks a server's reloads (events): each of the version
+// named and of Out/vllm-weights/step-N's bytes, read from that folder
+// (within, "") or from a staged copy under within, beside at most the
+// model's copy and one other version; versions go up by one from first.
+func checkLoads(t *testing.T, who string, events []vllmtest.FakeEvent, out, within string, first int) (last int) {
+	t.Helper()
+	last = first - 1
+	for _, e := range events {
+		if e.Op != "reload" {
+			continue
+		}
+		v, err := strconv.Atoi(e.Version)
+		if err != nil || v != last+1 {
+			t.Errorf("%s: reload of version %q after %d", who, e.Version, last)
+		}
+		last = v
+		dir := filepath.Join(out, "vllm-weights", "step-"+e.Version)
+		switch {
+		case within == "" && e.Path != dir:
+			t.Errorf("%s: version %s loaded from %s, want %s", who, e.Version, e.Path, dir)
+		case within != "" && !strings.HasPrefix(e.Path, within+string(filepath.Separator)):
+			t.Errorf("%s: version %s loaded from %s, want a copy under %s", who, e.Version, e.Path, within)
+		case within != "" && e.Siblings > 1+2:
+			t.Errorf("%s: version %s: %d folders staged beside it, want at most the model and 2 versions", who, e.Version, e.Siblings)
+		}
+		if want := folderHashes(t, dir); !maps.Equal(e.Files, want) {
+			t.Errorf("%s: version %s loaded files %v, want %s's %v", who, e.Version, e.Files, dir, want)
+		}
+	}
+	return last
+}
+
+// A run whose vLLM server's node does not see the run folder, nor the
+// model's folder, completes: the server serves a copy of the model with
+// its bytes, and loads every version from a copy on its node with the
+// bytes the driver wrote, keeping two; its copies are gone once the run
+// ends. On a node that sees both, the server reads the folders
+// themselves, as before. Before, the unshared run's server could not
+// start (it serves the model's path, which its node does not have).
+func TestVLLMServersOnUnsharedNodes(t *testing.T) {
+	fake := vllmtest.BuildFakeVLLM(t)
+	for _, shared := range []bool{true, false} {
+		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			rec, out := t.TempDir(), t.TempDir()
+			modelDir, _ := servedModels(t, t.TempDir())
+			node, kids := vllmCluster(ctx, t, fake, rec, 1, !shared, out, filepath.Dir(modelDir))
+			cfg := launchedRun(node, out, modelDir, 1)
+			res, err := Run(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs := vllmtest.FakeRecords(t, rec)
+			if len(recs) != 1 {
+				t.Fatalf("%d servers started, want 1", len(recs))
+			}
+			r := recs[0]
+			staging := ""
+			if !shared {
+				staging = filepath.Join(homeOf(t, kids[0]), "staging")
+			}
+			if shared && r.Model != modelDir || !shared && !strings.HasPrefix(r.Model, staging+string(filepath.Separator)) {
+				t.Errorf("the server served %s (shared %v)", r.Model, shared)
+			}
+			if want := folderHashes(t, modelDir); !maps.Equal(r.ModelFiles, want) {
+				t.Errorf("the server's model files %v, want %v", r.ModelFiles, want)
+			}
+			events := vllmtest.FakeEvents(t, rec, r.Port)
+			last := checkLoads(t, "server", events, out, staging, 0)
+			if total := cfg.WarmupSteps + cfg.Steps; last != total || res.WeightVersion != int64(total) {
+				t.Errorf("last version loaded %d, run's %d, want %d", last, res.WeightVersion, total)
+			}
+			generated := 0
+			for _, e := range events {
+				if e.Op == "generate" {
+					generated++
+				}
+			}
+			if generated == 0 {
+				t.Error("the server answered no generation")
+			}
+			if err := syscall.Kill(r.PID, 0); !errors.Is(err, syscall.ESRCH) {
+				t.Errorf("server process %d still there after the run (%v)", r.PID, err)
+			}
+			noStaging(t, kids)
+		})
+	}
+}
+
+// The node of the run's only vLLM server is killed (SIGKILL) mid-run: the
+// cluster starts the server on the other node, at another URL, where the
+// run folder is not seen either; the run's client finds it there, gives
+// it the current weights (staged on its node) before any request, and the
+// run completes on it, its last version the run's. The killed node's
+// server process goes with its node. Before, the client kept the old URL:
+// the next requests failed there and the run stopped.
+func TestVLLMServerMovesAfterNodeLoss(t *testing.T) {
+	fake := vllmtest.BuildFakeVLLM(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rec, out := t.TempDir(), t.TempDir()
+	modelDir, _ := servedModels(t, t.TempDir())
+	node, kids := vllmCluster(ctx, t, fake, rec, 2, true, out, filepath.Dir(modelDir))
+	cfg := launchedRun(node, out, modelDir, 1)
+	cfg.Steps = 4
+	killAt := cfg.WarmupSteps + 1
+	var killed *nodetest.Node
+	var first vllmtest.FakeRecord
+	cfg.Progress = func(m Metrics) {
+		if m.Step != killAt || killed != nil {
+			return
+		}
+		recs := vllmtest.FakeRecords(t, rec)
+		if len(recs) != 1 {
+			t.Errorf("%d servers before the kill, want 1", len(recs))
+			return
+		}
+		first = recs[0]
+		parent := parentOf(t, first.PID)
+		for _, k := range kids {
+			if k.Cmd.Process.Pid == parent {
+				killed = k
+			}
+		}
+		if killed == nil {
+			t.Errorf("the server's process %d is no child node's (its parent is %d)", first.PID, parent)
+			return
+		}
+		killed.Kill()
+	}
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("run whose vLLM server's node was killed: %v", err)
+	}
+	if killed == nil {
+		t.Fatal("no server node was killed")
+	}
+	total := cfg.WarmupSteps + cfg.Steps
+	if res.Steps != total {
+		t.Errorf("%d steps, want %d", res.Steps, total)
+	}
+	checkStepsOnce(t, filepath.Join(out, "metrics.jsonl"), total)
+	var other *nodetest.Node
+	for _, k := range kids {
+		if k != killed {
+			other = k
+		}
+	}
+	var moved *vllmtest.FakeRecord
+	for _, r := range vllmtest.FakeRecords(t, rec) {
+		if r.PID != first.PID {
+			moved = &r
+		}
+	}
+	if moved == nil {
+		t.Fatal("the server was not started again")
+	}
+	staging := filepath.Join(homeOf(t, other), "staging")
+	if !strings.HasPrefix(moved.Model, staging+string(filepath.Separator)) || moved.Port == first.Port && moved.Host == first.Host {
+		t.Errorf("restarted server serves %s at %s:%s, want a copy under %s at another URL than %s:%s", moved.Model, moved.Host, moved.Port, staging, first.Host, first.Port)
+	}
+	events := vllmtest.FakeEvents(t, rec, moved.Port)
+	if len(events) == 0 || events[0].Op != "reload" {
+		t.Fatalf("the restarted server's first event %+v, want a reload before any request", events)
+	}
+	firstVersion, _ := strconv.Atoi(events[0].Version)
+	if firstVersion < killAt {
+		t.Errorf("the restarted server first loaded version %d, older than the %d the run had when its node was killed", firstVersion, killAt)
+	}
+	if last := checkLoads(t, "restarted server", events, out, staging, firstVersion); last != total {
+		t.Errorf("the restarted server's last version %d, want the run's %d", last, total)
+	}
+	generated := 0
+	for _, e := range events {
+		if e.Op == "generate" {
+			generated++
+		}
+	}
+	if generated == 0 {
+		t.Error("no request reached the restarted server")
+	}
+	t.Logf("node %s killed after step %d; the server restarted on %s, loaded versions %d..%d and answered %d generations", killed.ID, killAt, other.ID, firstVersion, total, generated)
+	if err := syscall.Kill(first.PID, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the killed node's server process %d is still there (%v)", first.PID, err)
+	}
+	noStaging(t, []*nodetest.Node{other})
+}
+
+// parentOf is the parent process of process pid (Linux: /proc).
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The parent is the second field after "(comm) ".
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		t.Fatalf("/proc/%d/stat: %q", pid, b)
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ppid
+}
