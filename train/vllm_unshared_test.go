@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,7 +25,7 @@ import (
 
 // vllmCluster is this process's node (2 CPUs and the one "drv", where the
 // learner goes) and children child nodes that launch vLLM servers with
-// fakevllm (1 CPU each, an RLNODE_HOME of their own, fakevllm recording
+// fakevllm (1 CPU and 1 GPU each, an RLNODE_HOME of their own, fakevllm recording
 // into rec and reading what it loads), each in a mount namespace of its
 // own; with hide, the children see an empty folder of their own at each
 // of hidden (hosts that share no filesystem with the driver's).
@@ -37,7 +38,7 @@ func vllmCluster(ctx context.Context, t *testing.T, fake, rec string, children i
 	t.Cleanup(node.Stop)
 	var kids []*nodetest.Node
 	for range children {
-		c := nodetest.Start(t, node, nodetest.Options{CPUs: 1, Labels: map[string]string{vllm.LaunchLabel: "on"}, OwnMounts: true},
+		c := nodetest.Start(t, node, nodetest.Options{CPUs: 1, GPUs: 1, Labels: map[string]string{vllm.LaunchLabel: "on"}, OwnMounts: true},
 			"RLNODE_HOME="+t.TempDir(), testVLLMCommand+"="+fake+" serve", "FAKEVLLM_RECORD="+rec, "FAKEVLLM_READ_FILES=1")
 		if hide {
 			for _, d := range hidden {
@@ -184,103 +185,141 @@ func TestVLLMServersOnUnsharedNodes(t *testing.T) {
 	}
 }
 
-// The node of the run's only vLLM server is killed (SIGKILL) mid-run: the
-// cluster starts the server on the other node, at another URL, where the
-// run folder is not seen either; the run's client finds it there, gives
-// it the current weights (staged on its node) before any request, and the
-// run completes on it, its last version the run's. The killed node's
-// server process goes with its node. Before, the client kept the old URL:
-// the next requests failed there and the run stopped.
+// The node of a vLLM server is killed (SIGKILL) mid-run: the cluster
+// starts the server on the node left with a free GPU, at another URL,
+// where the run folder is not seen either; the run's client finds it there, gives it the
+// current weights (staged on its node) before any request, and the run
+// completes with it serving, its last version the run's. With one server,
+// requests wait for it; with two, the run goes on with the other while it
+// is not found. The killed node's server process goes with its node.
+// Before, the client kept the old URL: the next request (one server) or
+// weight reload (two) failed there and the run stopped.
 func TestVLLMServerMovesAfterNodeLoss(t *testing.T) {
 	fake := vllmtest.BuildFakeVLLM(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	rec, out := t.TempDir(), t.TempDir()
-	modelDir, _ := servedModels(t, t.TempDir())
-	node, kids := vllmCluster(ctx, t, fake, rec, 2, true, out, filepath.Dir(modelDir))
-	cfg := launchedRun(node, out, modelDir, 1)
-	cfg.Steps = 4
-	killAt := cfg.WarmupSteps + 1
-	var killed *nodetest.Node
-	var first vllmtest.FakeRecord
-	cfg.Progress = func(m Metrics) {
-		if m.Step != killAt || killed != nil {
-			return
-		}
-		recs := vllmtest.FakeRecords(t, rec)
-		if len(recs) != 1 {
-			t.Errorf("%d servers before the kill, want 1", len(recs))
-			return
-		}
-		first = recs[0]
-		parent := parentOf(t, first.PID)
-		for _, k := range kids {
-			if k.Cmd.Process.Pid == parent {
-				killed = k
+	for _, servers := range []int{1, 2} {
+		t.Run(fmt.Sprint("servers=", servers), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			rec, out := t.TempDir(), t.TempDir()
+			modelDir, _ := servedModels(t, t.TempDir())
+			// A GPU each: each server on a node of its own, and one node
+			// left for the one restarted.
+			node, kids := vllmCluster(ctx, t, fake, rec, servers+1, true, out, filepath.Dir(modelDir))
+			cfg := launchedRun(node, out, modelDir, servers)
+			cfg.VLLM.Launch.GPUs = 1
+			cfg.Steps = 4 + 3*(servers-1)
+			killAt := cfg.WarmupSteps + 1
+			// With two servers the run goes on without the lost one; a few
+			// steps on, it waits for its replacement to start, so that the
+			// steps left reach it.
+			waitAt := killAt + 3*(servers-1)
+			var killed *nodetest.Node
+			var before []vllmtest.FakeRecord // the servers when the node was killed
+			lost := map[int]bool{}           // the killed node's servers' processes
+			cfg.Progress = func(m Metrics) {
+				if m.Step == waitAt && killed != nil {
+					for !restartedAlive(node, len(lost)) && ctx.Err() == nil {
+						time.Sleep(50 * time.Millisecond)
+					}
+				}
+				if m.Step != killAt || killed != nil {
+					return
+				}
+				before = vllmtest.FakeRecords(t, rec)
+				if len(before) != servers {
+					t.Errorf("%d servers before the kill, want %d", len(before), servers)
+					return
+				}
+				parent := parentOf(t, before[0].PID)
+				for _, k := range kids {
+					if k.Cmd.Process.Pid == parent {
+						killed = k
+					}
+				}
+				if killed == nil {
+					t.Errorf("the server's process %d is no child node's (its parent is %d)", before[0].PID, parent)
+					return
+				}
+				for _, r := range before {
+					if parentOf(t, r.PID) == parent {
+						lost[r.PID] = true
+					}
+				}
+				killed.Kill()
 			}
-		}
-		if killed == nil {
-			t.Errorf("the server's process %d is no child node's (its parent is %d)", first.PID, parent)
-			return
-		}
-		killed.Kill()
+			start := time.Now()
+			res, err := Run(ctx, cfg)
+			if err != nil {
+				t.Fatalf("run whose vLLM server's node was killed: %v", err)
+			}
+			if killed == nil {
+				t.Fatal("no server node was killed")
+			}
+			total := cfg.WarmupSteps + cfg.Steps
+			if res.Steps != total {
+				t.Errorf("%d steps, want %d", res.Steps, total)
+			}
+			checkStepsOnce(t, filepath.Join(out, "metrics.jsonl"), total)
+			recs := vllmtest.FakeRecords(t, rec)
+			if len(recs) != servers+len(lost) {
+				t.Fatalf("%d servers started, want %d and the %d of the killed node restarted", len(recs), servers, len(lost))
+			}
+			old := map[string]bool{}
+			for _, r := range before {
+				old[r.Host+":"+r.Port] = true
+			}
+			for _, moved := range recs {
+				if slices.ContainsFunc(before, func(r vllmtest.FakeRecord) bool { return r.PID == moved.PID }) {
+					continue
+				}
+				who := fmt.Sprintf("server restarted at %s:%s", moved.Host, moved.Port)
+				var on *nodetest.Node
+				staging := ""
+				for _, k := range kids {
+					if st := filepath.Join(homeOf(t, k), "staging"); strings.HasPrefix(moved.Model, st+string(filepath.Separator)) {
+						on, staging = k, st
+					}
+				}
+				if on == nil || on == killed || old[moved.Host+":"+moved.Port] {
+					t.Fatalf("%s serves %s, want a copy in the staging of a node not killed, at another URL than the killed servers'", who, moved.Model)
+				}
+				events := vllmtest.FakeEvents(t, rec, moved.Port)
+				if len(events) == 0 || events[0].Op != "reload" {
+					t.Fatalf("%s: first event %+v, want a reload before any request", who, events)
+				}
+				firstVersion, _ := strconv.Atoi(events[0].Version)
+				if firstVersion < killAt {
+					t.Errorf("%s first loaded version %d, older than the %d the run had when its node was killed", who, firstVersion, killAt)
+				}
+				if last := checkLoads(t, who, events, out, staging, firstVersion); last != total {
+					t.Errorf("%s: last version %d, want the run's %d", who, last, total)
+				}
+				generated := 0
+				for _, e := range events {
+					if e.Op == "generate" {
+						generated++
+					}
+				}
+				if generated == 0 {
+					t.Errorf("no request reached the %s", who)
+				}
+				t.Logf("node %s (%d of the %d servers) killed after step %d; %s on %s loaded versions %d..%d and answered %d generations; run %.1f s",
+					killed.ID, len(lost), servers, killAt, who, on.ID, firstVersion, total, generated, time.Since(start).Seconds())
+			}
+			for pid := range lost {
+				if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+					t.Errorf("the killed node's server process %d is still there (%v)", pid, err)
+				}
+			}
+			var alive []*nodetest.Node
+			for _, k := range kids {
+				if k != killed {
+					alive = append(alive, k)
+				}
+			}
+			noStaging(t, alive)
+		})
 	}
-	res, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatalf("run whose vLLM server's node was killed: %v", err)
-	}
-	if killed == nil {
-		t.Fatal("no server node was killed")
-	}
-	total := cfg.WarmupSteps + cfg.Steps
-	if res.Steps != total {
-		t.Errorf("%d steps, want %d", res.Steps, total)
-	}
-	checkStepsOnce(t, filepath.Join(out, "metrics.jsonl"), total)
-	var other *nodetest.Node
-	for _, k := range kids {
-		if k != killed {
-			other = k
-		}
-	}
-	var moved *vllmtest.FakeRecord
-	for _, r := range vllmtest.FakeRecords(t, rec) {
-		if r.PID != first.PID {
-			moved = &r
-		}
-	}
-	if moved == nil {
-		t.Fatal("the server was not started again")
-	}
-	staging := filepath.Join(homeOf(t, other), "staging")
-	if !strings.HasPrefix(moved.Model, staging+string(filepath.Separator)) || moved.Port == first.Port && moved.Host == first.Host {
-		t.Errorf("restarted server serves %s at %s:%s, want a copy under %s at another URL than %s:%s", moved.Model, moved.Host, moved.Port, staging, first.Host, first.Port)
-	}
-	events := vllmtest.FakeEvents(t, rec, moved.Port)
-	if len(events) == 0 || events[0].Op != "reload" {
-		t.Fatalf("the restarted server's first event %+v, want a reload before any request", events)
-	}
-	firstVersion, _ := strconv.Atoi(events[0].Version)
-	if firstVersion < killAt {
-		t.Errorf("the restarted server first loaded version %d, older than the %d the run had when its node was killed", firstVersion, killAt)
-	}
-	if last := checkLoads(t, "restarted server", events, out, staging, firstVersion); last != total {
-		t.Errorf("the restarted server's last version %d, want the run's %d", last, total)
-	}
-	generated := 0
-	for _, e := range events {
-		if e.Op == "generate" {
-			generated++
-		}
-	}
-	if generated == 0 {
-		t.Error("no request reached the restarted server")
-	}
-	t.Logf("node %s killed after step %d; the server restarted on %s, loaded versions %d..%d and answered %d generations", killed.ID, killAt, other.ID, firstVersion, total, generated)
-	if err := syscall.Kill(first.PID, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Errorf("the killed node's server process %d is still there (%v)", first.PID, err)
-	}
-	noStaging(t, []*nodetest.Node{other})
 }
 
 // parentOf is the parent process of process pid (Linux: /proc).
@@ -301,4 +340,16 @@ func parentOf(t *testing.T, pid int) int {
 		t.Fatal(err)
 	}
 	return ppid
+}
+
+// restartedAlive says whether node's directory holds n vLLM server
+// actors that restarted and serve again (ALIVE).
+func restartedAlive(node *cluster.Node, n int) bool {
+	alive := 0
+	for _, a := range node.Status().Actors {
+		if a.Kind == vllm.ServerKind && a.State == cluster.Alive && a.Restarts > 0 {
+			alive++
+		}
+	}
+	return alive >= n
 }

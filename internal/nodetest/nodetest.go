@@ -32,8 +32,9 @@ type Options struct {
 	// CPUs and Resources are what the node offers (cluster.Config's).
 	CPUs      float64
 	Resources cluster.Resources
-	// Labels are the node's labels (cluster.Config's).
+	// Labels are the node's labels, GPUs the GPUs it offers (cluster.Config's).
 	Labels map[string]string
+	GPUs   int
 	// Key is the cluster key; default: the joined node's (Node.Key).
 	Key []byte
 	// PrivateDir, when set, is a folder the node sees as an empty one of
@@ -82,7 +83,7 @@ func runNode(js string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	n, err := cluster.Start(ctx, cluster.Config{NodeID: s.ID, Bind: "127.0.0.1:0", Key: s.Key, CPUs: s.CPUs,
-		Resources: s.Resources, Labels: s.Labels, Join: []string{s.Join}, Detection: s.Detection, Logger: actor.DiscardLogger()})
+		Resources: s.Resources, Labels: s.Labels, GPUs: s.GPUs, Join: []string{s.Join}, Detection: s.Detection, Logger: actor.DiscardLogger()})
 	cancel()
 	if err != nil {
 		fmt.Println("ERR", err)
