@@ -23,19 +23,29 @@ import (
 	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
 )
 
-// vllmCluster is this process's node (2 CPUs and the one "drv", where the
-// learner goes) and children child nodes that launch vLLM servers with
-// fakevllm (1 CPU and 1 GPU each, an RLNODE_HOME of their own, fakevllm recording
-// into rec and reading what it loads), each in a mount namespace of its
-// own; with hide, the children see an empty folder of their own at each
-// of hidden (hosts that share no filesystem with the driver's).
-func vllmCluster(ctx context.Context, t *testing.T, fake, rec string, children int, hide bool, hidden ...string) (*cluster.Node, []*nodetest.Node) {
+// vllmDriver is this process's node: 2 CPUs and the one "drv", where the
+// learner goes. One per test, shared by its subtests: protoactor's start
+// sets gRPC's global logger, which a node started earlier in the process
+// may be reading (a race under -race, DESIGN.md).
+func vllmDriver(t *testing.T) *cluster.Node {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	node, err := cluster.Start(ctx, cluster.Config{Bind: "127.0.0.1:0", CPUs: 2, Resources: cluster.Resources{"drv": 1}, Logger: actor.DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(node.Stop)
+	return node
+}
+
+// vllmCluster joins to node children child nodes that launch vLLM servers with
+// fakevllm (1 CPU and 1 GPU each, an RLNODE_HOME of their own, fakevllm recording
+// into rec and reading what it loads), each in a mount namespace of its
+// own; with hide, the children see an empty folder of their own at each
+// of hidden (hosts that share no filesystem with the driver's).
+func vllmCluster(t *testing.T, node *cluster.Node, fake, rec string, children int, hide bool, hidden ...string) []*nodetest.Node {
+	t.Helper()
 	var kids []*nodetest.Node
 	for range children {
 		c := nodetest.Start(t, node, nodetest.Options{CPUs: 1, GPUs: 1, Labels: map[string]string{vllm.LaunchLabel: "on"}, OwnMounts: true},
@@ -49,7 +59,7 @@ func vllmCluster(ctx context.Context, t *testing.T, fake, rec string, children i
 		}
 		kids = append(kids, c)
 	}
-	return node, kids
+	return kids
 }
 
 // launchedRun is tinyRun from modelDir, its learner on node, generating
@@ -136,13 +146,14 @@ func checkLoads(t *testing.T, who string, events []vllmtest.FakeEvent, out, with
 // start (it serves the model's path, which its node does not have).
 func TestVLLMServersOnUnsharedNodes(t *testing.T) {
 	fake := vllmtest.BuildFakeVLLM(t)
+	node := vllmDriver(t)
 	for _, shared := range []bool{true, false} {
 		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
 			rec, out := t.TempDir(), t.TempDir()
 			modelDir, _ := servedModels(t, t.TempDir())
-			node, kids := vllmCluster(ctx, t, fake, rec, 1, !shared, out, filepath.Dir(modelDir))
+			kids := vllmCluster(t, node, fake, rec, 1, !shared, out, filepath.Dir(modelDir))
 			cfg := launchedRun(node, out, modelDir, 1)
 			res, err := Run(ctx, cfg)
 			if err != nil {
@@ -196,6 +207,7 @@ func TestVLLMServersOnUnsharedNodes(t *testing.T) {
 // weight reload (two) failed there and the run stopped.
 func TestVLLMServerMovesAfterNodeLoss(t *testing.T) {
 	fake := vllmtest.BuildFakeVLLM(t)
+	node := vllmDriver(t)
 	for _, servers := range []int{1, 2} {
 		t.Run(fmt.Sprint("servers=", servers), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -204,7 +216,7 @@ func TestVLLMServerMovesAfterNodeLoss(t *testing.T) {
 			modelDir, _ := servedModels(t, t.TempDir())
 			// A GPU each: each server on a node of its own, and one node
 			// left for the one restarted.
-			node, kids := vllmCluster(ctx, t, fake, rec, servers+1, true, out, filepath.Dir(modelDir))
+			kids := vllmCluster(t, node, fake, rec, servers+1, true, out, filepath.Dir(modelDir))
 			cfg := launchedRun(node, out, modelDir, servers)
 			cfg.VLLM.Launch.GPUs = 1
 			cfg.Steps = 4 + 3*(servers-1)
