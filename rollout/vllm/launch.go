@@ -468,6 +468,9 @@ func (s *serverActor) Receive(ctx *actor.Context, msg any) (any, error) {
 				if s.devices != "" {
 					note += " on CUDA devices " + s.devices
 				}
+				if s.staging != nil {
+					note += ", a copy of the model in " + s.staging.model
+				}
 				_ = n.SetNote(ctx.Self().Name, note+", log "+s.log)
 			}
 		}

@@ -93,6 +93,9 @@ func TestLaunchedServerStagesFolders(t *testing.T) {
 			if r := recs[0]; shared && r.Model != model || !shared && !under(r.Model) {
 				t.Errorf("server serves %s (shared %v, staging under %s)", r.Model, shared, staging)
 			}
+			if rec, _ := node.Record("staged-0"); shared == strings.Contains(rec.Note, "a copy of the model in "+staging) {
+				t.Errorf("server's note %q (shared %v)", rec.Note, shared)
+			}
 			if !maps.Equal(recs[0].ModelFiles, dirHashes(t, model)) {
 				t.Errorf("served model files %v, want %v", recs[0].ModelFiles, dirHashes(t, model))
 			}
