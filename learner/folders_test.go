@@ -283,3 +283,56 @@ func TestOpenStaging(t *testing.T) {
 		t.Errorf("Close left %s", st.Root())
 	}
 }
+
+// A folder written anew under the same name is offered with its new
+// files once the server is told (Changed): the new bytes arrive. Before
+// it is told, the manifest it computed stands, and the new bytes are
+// refused for not matching it.
+func TestFolderServerChanged(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sys := folderSystem(t)
+	root := t.TempDir()
+	src := filepath.Join(root, "step-3")
+	write := func(b string) {
+		t.Helper()
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, "model.safetensors"), []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("first version")
+	srv, err := ServeFolders(sys, "folders-changed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	srv.AllowUnder(root)
+	from := func(ctx context.Context, msg any) (any, error) { return sys.Call(ctx, srv.Ref(), msg) }
+	fetch := func() (string, error) {
+		t.Helper()
+		reply, err := from(ctx, ManifestRequest{Dir: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := t.TempDir()
+		if err := FetchFolder(ctx, sys, from, reply.(FolderManifest), dst, FetchOptions{}); err != nil {
+			return "", err
+		}
+		b, err := os.ReadFile(filepath.Join(dst, "model.safetensors"))
+		return string(b), err
+	}
+	if got, err := fetch(); err != nil || got != "first version" {
+		t.Fatalf("first fetch: %q, %v", got, err)
+	}
+	write("second version, longer")
+	if _, err := fetch(); err == nil {
+		t.Fatal("a folder rewritten without Changed was fetched against its old manifest")
+	}
+	srv.Changed(src)
+	if got, err := fetch(); err != nil || got != "second version, longer" {
+		t.Fatalf("after Changed: %q, %v", got, err)
+	}
+}
