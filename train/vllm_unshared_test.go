@@ -137,24 +137,56 @@ func checkLoads(t *testing.T, who string, events []vllmtest.FakeEvent, out, with
 	return last
 }
 
+// checkAdapterLoads checks a server's adapter loads (events): the n-th of
+// Out/vllm-weights/step-(first+n)'s bytes, read from a staged copy under
+// within, beside at most the model's copy and one other; it returns the
+// last step loaded.
+func checkAdapterLoads(t *testing.T, events []vllmtest.FakeEvent, out, within string, first int) (last int) {
+	t.Helper()
+	last = first - 1
+	for _, e := range events {
+		if e.Op != "lora" {
+			continue
+		}
+		last++
+		dir := filepath.Join(out, "vllm-weights", fmt.Sprintf("step-%d", last))
+		if !strings.HasPrefix(e.Path, within+string(filepath.Separator)) || e.Siblings > 1+2 {
+			t.Errorf("adapter of step %d loaded from %s beside %d folders, want a copy under %s beside at most 2 others", last, e.Path, e.Siblings-1, within)
+		}
+		if want := folderHashes(t, dir); !maps.Equal(e.Files, want) {
+			t.Errorf("adapter of step %d: loaded files %v, want %s's %v", last, e.Files, dir, want)
+		}
+	}
+	return last
+}
+
 // A run whose vLLM server's node does not see the run folder, nor the
 // model's folder, completes: the server serves a copy of the model with
 // its bytes, and loads every version from a copy on its node with the
 // bytes the driver wrote, keeping two; its copies are gone once the run
-// ends. On a node that sees both, the server reads the folders
-// themselves, as before. Before, the unshared run's server could not
-// start (it serves the model's path, which its node does not have).
+// ends; a LoRA run's server loads each step's adapter from a copy too. On
+// a node that sees both, the server reads the folders themselves, as
+// before. Before, the unshared run's server could not start (it serves
+// the model's path, which its node does not have).
 func TestVLLMServersOnUnsharedNodes(t *testing.T) {
 	fake := vllmtest.BuildFakeVLLM(t)
 	node := vllmDriver(t)
-	for _, shared := range []bool{true, false} {
-		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		shared, lora bool
+	}{{"shared", true, false}, {"unshared", false, false}, {"unshared_lora", false, true}} {
+		shared := tc.shared
+		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
 			rec, out := t.TempDir(), t.TempDir()
 			modelDir, _ := servedModels(t, t.TempDir())
 			kids := vllmCluster(t, node, fake, rec, 1, !shared, out, filepath.Dir(modelDir))
 			cfg := launchedRun(node, out, modelDir, 1)
+			if tc.lora {
+				lc := loraRun(out)
+				cfg.Learner.Algorithm, cfg.Learner.LoRA, cfg.Learner.LR = lc.Learner.Algorithm, lc.Learner.LoRA, lc.Learner.LR
+			}
 			res, err := Run(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -176,6 +208,13 @@ func TestVLLMServersOnUnsharedNodes(t *testing.T) {
 			}
 			events := vllmtest.FakeEvents(t, rec, r.Port)
 			last := checkLoads(t, "server", events, out, staging, 0)
+			if tc.lora {
+				// Full weights through the warm-up, then each step's adapter.
+				if last != cfg.WarmupSteps {
+					t.Errorf("last full version loaded %d, want the warm-up's %d", last, cfg.WarmupSteps)
+				}
+				last = checkAdapterLoads(t, events, out, staging, cfg.WarmupSteps+1)
+			}
 			if total := cfg.WarmupSteps + cfg.Steps; last != total || res.WeightVersion != int64(total) {
 				t.Errorf("last version loaded %d, run's %d, want %d", last, res.WeightVersion, total)
 			}
