@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
@@ -130,6 +132,41 @@ func TestLaunchedServerStagesFolders(t *testing.T) {
 				}
 			}
 			if _, err := c.Generate(ctx, requests(2, "s")); err != nil {
+				t.Fatal(err)
+			}
+
+			// Its process dies: it starts again in place, on the copy it
+			// had; the next reload finds the new process and reaches it.
+			if err := syscall.Kill(recs[0].PID, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			var again vllmtest.FakeRecord
+			for again.PID == 0 || again.PID == recs[0].PID {
+				if ctx.Err() != nil {
+					t.Fatal("the killed server was not started again")
+				}
+				time.Sleep(20 * time.Millisecond)
+				again = vllmtest.FakeRecords(t, rec)[0]
+			}
+			if again.Model != recs[0].Model {
+				t.Errorf("restarted in place on %s, want the model it had, %s", again.Model, recs[0].Model)
+			}
+			for rec, _ := node.Record("staged-0"); rec.State != cluster.Alive; rec, _ = node.Record("staged-0") {
+				if ctx.Err() != nil {
+					t.Fatalf("server is %s", rec.State)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := c.ReloadWeights(ctx, filepath.Join(weights, "step-4"), 5); err != nil {
+				t.Fatalf("reload after a restart in place: %v", err)
+			}
+			if st := c.Servers()[0]; st.Lost != "" || st.WeightVersion != 5 {
+				t.Errorf("after the reload: %+v", st)
+			}
+			if ev := vllmtest.FakeEvents(t, rec, again.Port); ev[len(ev)-1].Op != "reload" || ev[len(ev)-1].Version != "5" {
+				t.Errorf("restarted server's last event %+v, want the reload of version 5", ev[len(ev)-1])
+			}
+			if _, err := c.Generate(ctx, requests(2, "r")); err != nil {
 				t.Fatal(err)
 			}
 			l.Stop(ctx)
