@@ -1,17 +1,20 @@
 package train
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -259,6 +262,8 @@ func TestVLLMServerMovesAfterNodeLoss(t *testing.T) {
 			cfg := launchedRun(node, out, modelDir, servers)
 			cfg.VLLM.Launch.GPUs = 1
 			cfg.Steps = 4 + 3*(servers-1)
+			var logged syncBuffer
+			cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
 			killAt := cfg.WarmupSteps + 1
 			// With two servers the run goes on without the lost one; a few
 			// steps on, it waits for its replacement to start, so that the
@@ -362,6 +367,20 @@ func TestVLLMServerMovesAfterNodeLoss(t *testing.T) {
 					t.Errorf("the killed node's server process %d is still there (%v)", pid, err)
 				}
 			}
+			if servers > 1 {
+				// The run said which server sat the updates out, and when
+				// it found it again.
+				for _, want := range []string{"vllm server not found", "vllm server found"} {
+					if !strings.Contains(logged.String(), `msg="`+want) {
+						t.Errorf("the run's log has no %q", want)
+					}
+				}
+				for _, line := range strings.Split(logged.String(), "\n") {
+					if strings.Contains(line, `msg="vllm server `) {
+						t.Log(line)
+					}
+				}
+			}
 			var alive []*nodetest.Node
 			for _, k := range kids {
 				if k != killed {
@@ -371,6 +390,24 @@ func TestVLLMServerMovesAfterNodeLoss(t *testing.T) {
 			noStaging(t, alive)
 		})
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the run's goroutines to log into.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // parentOf is the parent process of process pid (Linux: /proc).

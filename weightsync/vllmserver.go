@@ -60,6 +60,7 @@ type VLLMServer struct {
 	client *vllm.Client
 	base   bool                         // the servers hold the base adapters merge onto
 	routes map[string]vllm.WeightUpdate // each server's reload route, as last logged
+	where  []string                     // each server's URL, or why it was not found, as last logged
 }
 
 // StartVLLM connects to the servers: the client checks every server
@@ -125,6 +126,7 @@ func (s *VLLMServer) Publish(ctx context.Context, version int64, src Source) err
 	if err != nil {
 		return err
 	}
+	defer s.logWhere()
 	if ad != nil {
 		err = s.loadAdapter(ctx, version, *ad, src)
 	} else {
@@ -240,6 +242,29 @@ func (s *VLLMServer) reload(ctx context.Context, version int64, prefix string, s
 func (s *VLLMServer) written(dir string) {
 	if s.cfg.Written != nil {
 		s.cfg.Written(dir)
+	}
+}
+
+// logWhere logs a server that an update did not find (a launched server
+// restarting, or gone), and one found again or at another URL.
+func (s *VLLMServer) logWhere() {
+	for i, st := range s.client.Servers() {
+		now := st.URL
+		if st.Missing != "" {
+			now = "not found: " + st.Missing
+		}
+		if i >= len(s.where) {
+			s.where = append(s.where, st.URL)
+		}
+		if s.where[i] == now {
+			continue
+		}
+		if st.Missing != "" {
+			s.log.Warn("vllm server not found: it sits weight updates out and gets no requests until one finds it", "policy", s.cfg.Policy, "server", i, "last_url", st.URL, "why", st.Missing)
+		} else {
+			s.log.Info("vllm server found", "policy", s.cfg.Policy, "server", i, "url", st.URL, "was", s.where[i])
+		}
+		s.where[i] = now
 	}
 }
 
