@@ -20,7 +20,12 @@
 // requests use) is therefore lost: it gets no requests until a weight
 // update reaches it again (ErrServerLost). When every server is lost the
 // client gives them the last weights again (the last reload, then the
-// adapter) before sending more.
+// adapter) before sending more. Servers rlnode launched (launch.go) may
+// move: with Config.Locate each update first finds every server, follows
+// one to its new URL or process (lost until the update reaches it), and
+// leaves one not found out of the update and of requests; with
+// Config.Stage a server whose node does not see the run folder reads each
+// folder from a copy on its node.
 //
 // It also drives weight updates into the servers (LoRA adapters, vLLM's
 // weight-transfer endpoints, reloads from a checkpoint directory by

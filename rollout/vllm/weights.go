@@ -34,8 +34,8 @@ const (
 	PauseAbort PauseMode = "abort"
 )
 
-// Pause stops dispatch and pauses generation at every server
-// (POST /pause?mode=...). Requests made meanwhile wait for Resume. With
+// Pause stops dispatch and pauses generation at every server (with
+// Config.Locate, every server it finds) (POST /pause?mode=...). Requests made meanwhile wait for Resume. With
 // PauseWait it first waits (within ctx) for the client's requests in
 // flight to finish. If a server fails to pause, dispatch stays paused and
 // the error names the server; call Resume to go on.
@@ -79,8 +79,8 @@ func (c *Client) pauseOn(ctx context.Context, mode PauseMode, list []*server) er
 	})
 }
 
-// Resume resumes generation at every server (POST /resume) and then
-// dispatch. If a server fails to resume, dispatch stays paused and the
+// Resume resumes generation at every server (with Config.Locate, every
+// server it finds) (POST /resume) and then dispatch. If a server fails to resume, dispatch stays paused and the
 // error names it; Resume may be called again.
 func (c *Client) Resume(ctx context.Context) error {
 	list, err := c.located(ctx)
