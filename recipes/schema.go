@@ -183,8 +183,9 @@ type VLLM struct {
 }
 
 // VLLMLaunch is how many vLLM servers a run starts and with what. Each
-// runs `vllm serve MODEL` (MODEL the policy's models.*.path, which the
-// node must see) with the served model name, its own port and API key,
+// runs `vllm serve MODEL` (MODEL the policy's models.*.path, or a copy
+// fetched onto a node that does not see the run folder) with the served
+// model name, its own port and API key,
 // VLLM_SERVER_DEV_MODE=1 and CUDA_VISIBLE_DEVICES set to the GPUs it
 // holds.
 type VLLMLaunch struct {
