@@ -85,10 +85,13 @@ type server struct {
 	diskReady bool // init_weight_transfer_engine answered 200
 	// With Config.Locate: process is the Location.Process last found
 	// ("" before the first update); staged is Location.Staged; missing
-	// says why the last update could not find it ("" when it did).
+	// says why the last update could not find it ("" when it did); goneAt
+	// is the URL and process where it gave no answer (eachFound), which
+	// it must answer /health at before it takes part again.
 	process string
 	staged  bool
 	missing string
+	goneAt  string
 }
 
 // ServerStatus is a snapshot of one server as the client sees it.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -32,6 +34,13 @@ func (c *Client) located(ctx context.Context) ([]*server, error) {
 			loc, err := c.cfg.Locate(ctx, s.index)
 			if err == nil {
 				err = checkLocation(loc)
+			}
+			if err == nil && c.stillGone(s, loc) {
+				// The process that gave no answer at the last update is
+				// still where Locate says: it counts once it answers.
+				if _, herr := c.control(ctx, s, http.MethodGet, "/health", nil); herr != nil {
+					err = fmt.Errorf("no answer at %s: %w", loc.URL, herr)
+				}
 			}
 			if err != nil {
 				errs[i] = fmt.Errorf("vllm server %d (last at %s): %w", s.index, c.urlOf(s), err)
@@ -66,6 +75,14 @@ func checkLocation(loc Location) error {
 	return nil
 }
 
+// stillGone reports whether loc is where s gave no answer at the last
+// update (eachFound).
+func (c *Client) stillGone(s *server, loc Location) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return s.goneAt != "" && s.goneAt == strings.TrimRight(loc.URL, "/")+" "+loc.Process
+}
+
 // notFound records that Locate did not find s: it gets no requests until
 // an update finds it and reaches it.
 func (c *Client) notFound(s *server, err error) {
@@ -84,7 +101,7 @@ func (c *Client) notFound(s *server, err error) {
 func (c *Client) relocate(s *server, loc Location) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s.missing = ""
+	s.missing, s.goneAt = "", ""
 	s.staged = loc.Staged
 	url := strings.TrimRight(loc.URL, "/")
 	moved := url != s.url
@@ -168,4 +185,61 @@ func (c *Client) stagedPaths(ctx context.Context, list []*server, dir string) (m
 		return nil
 	})
 	return paths, err
+}
+
+// eachFound is each for one step of a weight update over *list, the
+// servers found for it. With Config.Locate a server whose process is gone
+// (no answer: the connection was refused or broke; its node may be lost
+// and not yet known as such) is marked not found and left out of *list
+// and of the steps after, as one Locate did not find; any other error
+// fails the step. None left is an error.
+func (c *Client) eachFound(ctx context.Context, list *[]*server, fn func(context.Context, *server) error) error {
+	if c.cfg.Locate == nil {
+		return c.each(ctx, *list, fn)
+	}
+	gone := make([]bool, len(*list))
+	errs := make([]error, len(*list))
+	var wg sync.WaitGroup
+	for i, s := range *list {
+		wg.Go(func() {
+			err := fn(ctx, s)
+			if err != nil && ctx.Err() == nil && noAnswer(err) {
+				c.notFound(s, fmt.Errorf("no answer: %w", err))
+				c.mu.Lock()
+				s.goneAt = s.url + " " + s.process
+				c.mu.Unlock()
+				gone[i] = true
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	var kept []*server
+	var failed []error
+	for i, s := range *list {
+		switch {
+		case gone[i]:
+		case errs[i] != nil:
+			failed = append(failed, errs[i])
+			kept = append(kept, s)
+		default:
+			kept = append(kept, s)
+		}
+	}
+	if len(kept) == 0 {
+		return fmt.Errorf("vllm: no server to update: %w", errors.Join(errs...))
+	}
+	*list = kept
+	return errors.Join(failed...)
+}
+
+// noAnswer reports whether err is a call that got no answer because the
+// connection was refused or broke (not a timeout, not an HTTP answer).
+func noAnswer(err error) bool {
+	var se *ServerError
+	if !errors.As(err, &se) || se.Status != 0 {
+		return false
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && !op.Timeout() || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }

@@ -216,3 +216,60 @@ func TestLocatedRestartsStagingAndNoneFound(t *testing.T) {
 		t.Fatalf("reload with no server found: %v", err)
 	}
 }
+
+// A server Locate finds whose process gives no answer (its node lost and
+// not yet known as such: the connection is refused) sits the update out,
+// lost, instead of failing it; it takes part again once it answers where
+// it was found, and gets requests once an update reaches it.
+func TestUpdateLeavesOutServerWithNoAnswer(t *testing.T) {
+	ctx := testCtx(t)
+	a, b := newFake(t), newFake(t)
+	loc := newLocator(a, b)
+	c := newClient(t, Config{Locate: loc.Locate}, a, b)
+	if err := c.ReloadWeights(ctx, "/ckpt/step-1", 1); err != nil {
+		t.Fatal(err)
+	}
+	dead := newFake(t)
+	deadURL := dead.URL()
+	dead.Close()
+	loc.set(0, Location{URL: deadURL, Process: "node-0/2"}, nil)
+	for v := int64(2); v <= 3; v++ {
+		if err := c.ReloadWeights(ctx, fmt.Sprintf("/ckpt/step-%d", v), v); err != nil {
+			t.Fatalf("version %d with a server that gives no answer: %v", v, err)
+		}
+		st := c.Servers()
+		if !strings.Contains(st[0].Missing, "no answer") || st[0].Lost == "" || st[1].WeightVersion != v {
+			t.Fatalf("version %d: %+v", v, st)
+		}
+		reqs := requests(4, fmt.Sprint("v", v))
+		res, err := c.Generate(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range reqs {
+			checkResult(t, res[i], reqs[i].Prompt, reqs[i].Params, fmt.Sprint("v", v), v)
+		}
+	}
+	back, err := vllmtest.NewAt(vllmtest.Options{Model: fakeModel, Addr: strings.TrimPrefix(deadURL, "http://")})
+	if err != nil {
+		t.Skipf("cannot listen at %s again: %v", deadURL, err)
+	}
+	t.Cleanup(back.Close)
+	if err := c.ReloadWeights(ctx, "/ckpt/step-4", 4); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Servers()[0]; st.Lost != "" || st.Missing != "" || st.WeightVersion != 4 {
+		t.Fatalf("server 0 answering again: %+v", st)
+	}
+	reqs := requests(16, "w")
+	res, err := c.Generate(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range reqs {
+		checkResult(t, res[i], reqs[i].Prompt, reqs[i].Params, "v4", 4)
+	}
+	if back.Generated() == 0 {
+		t.Error("no request reached the server that answers again")
+	}
+}

@@ -44,11 +44,11 @@ func (c *Client) Pause(ctx context.Context, mode PauseMode) error {
 	if err != nil {
 		return fmt.Errorf("vllm: pause: %w", err)
 	}
-	return c.pauseOn(ctx, mode, list)
+	return c.pauseOn(ctx, mode, &list)
 }
 
-// pauseOn is Pause at the servers of list.
-func (c *Client) pauseOn(ctx context.Context, mode PauseMode, list []*server) error {
+// pauseOn is Pause at the servers of *list (eachFound).
+func (c *Client) pauseOn(ctx context.Context, mode PauseMode, list *[]*server) error {
 	if mode != PauseWait && mode != PauseAbort {
 		return fmt.Errorf("vllm: pause mode %q: want %q or %q", mode, PauseWait, PauseAbort)
 	}
@@ -73,7 +73,7 @@ func (c *Client) pauseOn(ctx context.Context, mode PauseMode, list []*server) er
 		s.epoch++ // answers to requests still out (mode abort) are stale
 	}
 	c.mu.Unlock()
-	return c.each(ctx, list, func(ctx context.Context, s *server) error {
+	return c.eachFound(ctx, list, func(ctx context.Context, s *server) error {
 		_, err := c.control(ctx, s, http.MethodPost, "/pause?mode="+string(mode), nil)
 		return err
 	})
@@ -87,18 +87,18 @@ func (c *Client) Resume(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("vllm: resume: %w", err)
 	}
-	return c.resumeOn(ctx, list)
+	return c.resumeOn(ctx, &list)
 }
 
-// resumeOn is Resume at the servers of list.
-func (c *Client) resumeOn(ctx context.Context, list []*server) error {
+// resumeOn is Resume at the servers of *list (eachFound).
+func (c *Client) resumeOn(ctx context.Context, list *[]*server) error {
 	c.mu.Lock()
 	paused := c.userPaused
 	c.mu.Unlock()
 	if !paused {
 		return errors.New("vllm: resume: not paused")
 	}
-	err := c.each(ctx, list, func(ctx context.Context, s *server) error {
+	err := c.eachFound(ctx, list, func(ctx context.Context, s *server) error {
 		_, err := c.control(ctx, s, http.MethodPost, "/resume", nil)
 		return err
 	})
@@ -214,13 +214,13 @@ func (c *Client) ReloadWeights(ctx context.Context, path string, version int64) 
 	if err != nil {
 		return fmt.Errorf("vllm: reload weights from %s (version %d): %w", path, version, err)
 	}
-	if err := c.each(ctx, list, c.chooseRoute); err != nil {
+	if err := c.eachFound(ctx, &list, c.chooseRoute); err != nil {
 		return fmt.Errorf("vllm: reload weights from %s (version %d): %w", path, version, err)
 	}
-	if err := c.pauseOn(ctx, PauseWait, list); err != nil {
+	if err := c.pauseOn(ctx, PauseWait, &list); err != nil {
 		return fmt.Errorf("vllm: reload weights from %s: %w", path, err)
 	}
-	err = c.each(ctx, list, func(ctx context.Context, s *server) error {
+	err = c.eachFound(ctx, &list, func(ctx context.Context, s *server) error {
 		return c.reload(ctx, s, paths[s], version)
 	})
 	if err != nil {
@@ -229,7 +229,7 @@ func (c *Client) ReloadWeights(ctx context.Context, path string, version int64) 
 	c.mu.Lock()
 	c.lastReload = &reloadRecord{path: path, version: version}
 	c.mu.Unlock()
-	if err := c.resumeOn(ctx, list); err != nil {
+	if err := c.resumeOn(ctx, &list); err != nil {
 		return fmt.Errorf("vllm: reload weights from %s (version %d): resume: %w", path, version, err)
 	}
 	return nil
@@ -371,7 +371,7 @@ func (c *Client) LoadLoRA(ctx context.Context, name, path string, version int64)
 		return fmt.Errorf("vllm: load LoRA %q: waiting for requests in flight: %w", name, err)
 	}
 	defer c.unhold()
-	err = c.each(ctx, list, func(ctx context.Context, s *server) error {
+	err = c.eachFound(ctx, &list, func(ctx context.Context, s *server) error {
 		if err := c.checkAdapter(ctx, s); err != nil {
 			return err
 		}
