@@ -289,7 +289,7 @@ func TestThreeNodesSpawnKillRespawn(t *testing.T) {
 
 	// Bad requests fail at once with what the cluster offers.
 	_, err = a.Spawn(ctx, "test.counter", SpawnOptions{Resources: Resources{GPU: 4}})
-	if !errors.Is(err, ErrInfeasible) || !strings.Contains(err.Error(), "b-gpu free") || !strings.Contains(err.Error(), "{GPU:4}") {
+	if !errors.Is(err, ErrInfeasible) || !strings.Contains(err.Error(), "b-gpu GPU 1/1") || !strings.Contains(err.Error(), "{GPU:4}") {
 		t.Fatalf("infeasible spawn: %v", err)
 	}
 	_, err = a.Spawn(ctx, "no.such.kind", SpawnOptions{Node: "c-cpu"})

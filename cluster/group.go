@@ -88,17 +88,21 @@ func (n *Node) CreatePlacementGroupWith(ctx context.Context, bundles []Bundle, s
 		nodes, err := PlaceGroup(views, bundles, st)
 		if err != nil {
 			if errors.Is(err, ErrNoRoom) {
+				self := false
 				if own, ownWhat := n.heldBy(n.id); ownWhat != "nothing" {
 					if _, ferr := placeGroup(freeBut(views, own), bundles, st); errors.Is(ferr, ErrInfeasible) {
 						err = fmt.Errorf("%w; %w: node %s (%s)", err, ErrHeldBySelf, n.id, ownWhat)
+						self = true
 					}
 				}
 				need := Resources{}
 				for _, b := range bundles {
 					need = need.Add(b.Resources)
 				}
-				if holders := n.roomHolders(need); holders != "" {
-					err = fmt.Errorf("%w; the room is held by %s (GroupOptions.Wait waits for it)", err, holders)
+				// Where the creator's own hold the room, ErrHeldBySelf's
+				// words above name them: listing them again said no more.
+				if holders := n.roomHolders(need); holders != "" && !self {
+					err = fmt.Errorf("%w; the room is held by %s", err, holders)
 				}
 			}
 			if held := n.heldForGoneOwners(); held != "" {

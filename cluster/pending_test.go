@@ -131,7 +131,7 @@ func TestWaitingGroupGetsTheRoomWhenReleased(t *testing.T) {
 
 	// Infeasible on the cluster's total: refused at once, not left waiting.
 	_, err := a.CreatePlacementGroupWith(ctx, []Bundle{{Resources: Resources{GPU: 4}, Labels: onB}}, StrictPack, GroupOptions{Wait: true})
-	if !errors.Is(err, ErrInfeasible) || errors.Is(err, ErrNoRoom) || ctx.Err() != nil || !strings.Contains(err.Error(), "missing GPU 4 (has 2)") {
+	if !errors.Is(err, ErrInfeasible) || errors.Is(err, ErrNoRoom) || ctx.Err() != nil || !strings.Contains(err.Error(), "the group needs GPU 4 (has 2)") {
 		t.Fatalf("a group no node could ever hold: %v; want it refused at once, naming what is missing", err)
 	}
 
@@ -140,7 +140,8 @@ func TestWaitingGroupGetsTheRoomWhenReleased(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.CreatePlacementGroup(ctx, whole, StrictPack); !errors.Is(err, ErrNoRoom) || !strings.Contains(err.Error(), "the room is held by actor gpu-holder ({GPU:2} on wait-b)") {
+	// a's own actor: ErrHeldBySelf names it.
+	if _, err := a.CreatePlacementGroup(ctx, whole, StrictPack); !errors.Is(err, ErrHeldBySelf) || !strings.Contains(err.Error(), "actor gpu-holder {GPU:2} on wait-b") {
 		t.Fatalf("without Wait, a group whose room is held: %v; want it refused at once, naming what holds the room", err)
 	}
 	pending, res := waitInBackground(ctx, a, whole, StrictPack)

@@ -25,10 +25,12 @@ var ErrInfeasible = errors.New("infeasible placement")
 
 // ErrNoRoom marks a request that does not fit now but that the live
 // nodes could hold were all their resources free: actors, tasks or
-// groups hold the room, and it may fit once they end. errors.Is(err,
-// ErrInfeasible) holds for it too; a request no node could ever hold is
-// ErrInfeasible alone.
-var ErrNoRoom = fmt.Errorf("%w (no room now: others hold it)", ErrInfeasible)
+// groups hold the room, and it may fit once they end (a group created
+// with GroupOptions.Wait waits for that). errors.Is(err, ErrInfeasible)
+// holds for it too; a request no node could ever hold is ErrInfeasible
+// alone. Its text names no holder, as the holders may be the
+// requester's own (ErrHeldBySelf): the error says who they are.
+var ErrNoRoom = fmt.Errorf("%w (no free room now, though the nodes could hold it)", ErrInfeasible)
 
 // ErrHeldBySelf marks an ErrNoRoom whose missing room is held by the
 // requester's own actors or groups (the node that spawns or creates):
@@ -121,24 +123,97 @@ func infeasibleOne(nodes []NodeView, req Request) error {
 			b.WriteString(" (no such live node)")
 		}
 	}
-	b.WriteString("; cluster offers: ")
-	b.WriteString(describeNodes(nodes))
+	b.WriteString("; ")
+	b.WriteString(describeNodes(nodes, req.Resources, len(req.Labels) > 0))
 	return fmt.Errorf("%s: %w", b.String(), ErrInfeasible)
 }
 
-func describeNodes(nodes []NodeView) string {
+// maxNodesNamed bounds how many nodes a placement error describes one
+// by one: the error must stay readable on a cluster of hundreds.
+const maxNodesNamed = 8
+
+// describeNodes says what each node has free of the resources need asks
+// for, as "free/total per node: b CPU 2/8, GPU 2/2; a CPU 0/8", the
+// nodes with the most free first, and names apart the nodes that offer
+// none of them (a driver that offers nothing). Labels are shown only
+// where the request names some (withLabels): every node of a cluster
+// started by rlnode carries rlnode.jobs=yes, which said nothing there.
+func describeNodes(nodes []NodeView, need Resources, withLabels bool) string {
 	if len(nodes) == 0 {
 		return "no live nodes"
 	}
-	var parts []string
+	var kinds []string
+	for _, k := range sortedKeys(need) {
+		if need[k] > 0 {
+			kinds = append(kinds, k)
+		}
+	}
+	if len(kinds) == 0 {
+		// A request for nothing (pinned to a node that is gone): every
+		// kind any node offers.
+		all := Resources{}
+		for _, n := range nodes {
+			all = all.Add(n.Total)
+		}
+		for _, k := range sortedKeys(all) {
+			if all[k] > 0 {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	type entry struct {
+		n    NodeView
+		free float64
+	}
+	var offer []entry
+	var none []string
 	for _, n := range sortedNodes(nodes) {
-		s := fmt.Sprintf("%s free %s of %s", n.ID, n.Free, n.Total)
-		if len(n.Labels) > 0 {
-			s += " labels " + fmtLabels(n.Labels)
+		free, total := Resources{}, Resources{}
+		for _, k := range kinds {
+			free[k], total[k] = n.Free[k], n.Total[k]
+		}
+		if size(total) == 0 {
+			none = append(none, n.ID)
+			continue
+		}
+		offer = append(offer, entry{n, size(free)})
+	}
+	sort.SliceStable(offer, func(i, j int) bool { return offer[i].free > offer[j].free })
+	var parts []string
+	for i, e := range offer {
+		if i == maxNodesNamed {
+			parts = append(parts, fmt.Sprintf("%d more", len(offer)-maxNodesNamed))
+			break
+		}
+		var amounts []string
+		for _, k := range kinds {
+			if k == Memory {
+				amounts = append(amounts, fmt.Sprintf("memory %s/%s", fmtAmount(k, e.n.Free[k]), fmtAmount(k, e.n.Total[k])))
+			} else {
+				amounts = append(amounts, fmt.Sprintf("%s %s/%s", k, fmtAmount(k, e.n.Free[k]), fmtAmount(k, e.n.Total[k])))
+			}
+		}
+		s := e.n.ID + " " + strings.Join(amounts, ", ")
+		if withLabels {
+			s += " labels " + fmtLabels(e.n.Labels)
 		}
 		parts = append(parts, s)
 	}
-	return strings.Join(parts, "; ")
+	var b strings.Builder
+	if len(parts) > 0 {
+		b.WriteString("free/total per node: ")
+		b.WriteString(strings.Join(parts, "; "))
+	}
+	if len(none) > 0 {
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		if len(none) > maxNodesNamed {
+			none = append(none[:maxNodesNamed], fmt.Sprintf("%d more", len(none)-maxNodesNamed))
+		}
+		fmt.Fprintf(&b, "without %s: %s", strings.Join(kinds, " or "), strings.Join(none, ", "))
+	}
+	return b.String()
 }
 
 func sortedNodes(nodes []NodeView) []NodeView {
@@ -307,8 +382,10 @@ func size(r Resources) float64 {
 
 func infeasibleGroup(ns []NodeView, bundles []Bundle, st Strategy) error {
 	need := Resources{}
+	labels := false
 	var bs []string
 	for _, b := range bundles {
+		labels = labels || len(b.Labels) > 0
 		need = need.Add(b.Resources)
 		s := b.Resources.String()
 		if len(b.Labels) > 0 {
@@ -317,7 +394,7 @@ func infeasibleGroup(ns []NodeView, bundles []Bundle, st Strategy) error {
 		bs = append(bs, s)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "placement group %s of %d bundles [%s] does not fit", st, len(bundles), strings.Join(bs, ", "))
+	fmt.Fprintf(&b, "placement group %s of %d bundle%s [%s] does not fit", st, len(bundles), plural(len(bundles)), strings.Join(bs, ", "))
 	total, free := Resources{}, Resources{}
 	for _, n := range ns {
 		total = total.Add(n.Total)
@@ -325,9 +402,9 @@ func infeasibleGroup(ns []NodeView, bundles []Bundle, st Strategy) error {
 	}
 	switch {
 	case !total.Covers(need):
-		fmt.Fprintf(&b, ": the cluster has in all %s, missing %s", total, strings.Join(total.Missing(need), ", "))
+		fmt.Fprintf(&b, ": the cluster has in all %s; the group needs %s", total, strings.Join(total.Missing(need), ", "))
 	case !free.Covers(need):
-		fmt.Fprintf(&b, ": the cluster has free %s, missing %s", free, strings.Join(free.Missing(need), ", "))
+		fmt.Fprintf(&b, ": the cluster has free %s; the group needs %s", free, strings.Join(free.Missing(need), ", "))
 	case st == StrictPack:
 		fmt.Fprintf(&b, ": no single node has %s free", need)
 	case st == StrictSpread && len(ns) < len(bundles):
@@ -335,7 +412,15 @@ func infeasibleGroup(ns []NodeView, bundles []Bundle, st Strategy) error {
 	default:
 		b.WriteString(": no assignment of bundles to nodes fits")
 	}
-	b.WriteString("; cluster offers: ")
-	b.WriteString(describeNodes(ns))
+	b.WriteString("; ")
+	b.WriteString(describeNodes(ns, need, labels))
 	return fmt.Errorf("%s: %w", b.String(), ErrInfeasible)
+}
+
+// plural is "s" unless n is 1.
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -35,7 +36,7 @@ func TestPlaceOne(t *testing.T) {
 		{"pinned node", Request{Resources: Resources{CPU: 1}, Node: "b"}, "b", nil},
 		{"zero request fits anywhere", Request{}, "a", nil},
 		{"too many gpus", Request{Resources: Resources{GPU: 3}}, "",
-			[]string{"no node can host {GPU:3}", "a free {CPU:8} of {CPU:8}", "b free {CPU:2 GPU:2} of {CPU:8 GPU:2}"}},
+			[]string{"no node can host {GPU:3}; free/total per node: b GPU 2/2; without GPU: a, c"}},
 		{"pinned node lacks room", Request{Resources: Resources{CPU: 4}, Node: "b"}, "", []string{"on node b"}},
 		{"pinned node unknown", Request{Node: "zz"}, "", []string{"no such live node"}},
 		{"custom resource", Request{Resources: Resources{"tpu": 1}}, "", []string{"{tpu:1}"}},
@@ -51,6 +52,49 @@ func TestPlaceOne(t *testing.T) {
 				t.Fatalf("PlaceOne = %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// What each node offers, after a refusal, is read by a person: one
+// entry per node of the resources asked for, as free/total (the way
+// rlnode status shows them), the nodes with most free first, and apart
+// the nodes that offer none of them. It was "cluster offers: a free
+// {memory:23.5 GiB} of {CPU:2 memory:23.5 GiB} labels rlnode.jobs=yes;
+// d free {} of {}; ..." for every node: a free CPU count of 0 was left
+// out, every node repeated its labels, and a driver that offers nothing
+// took a place like the others.
+func TestDescribeNodes(t *testing.T) {
+	const gib = 1 << 30
+	jobs := map[string]string{"rlnode.jobs": "yes"}
+	cluster3 := []NodeView{
+		{ID: "a", Labels: jobs, Total: Resources{CPU: 2, Memory: 8 * gib}, Free: Resources{Memory: 8 * gib}},
+		{ID: "b", Labels: jobs, Total: Resources{CPU: 2, Memory: 8 * gib}, Free: Resources{CPU: 1, Memory: 8 * gib}},
+		{ID: "d", Total: Resources{}, Free: Resources{}},
+	}
+	var many []NodeView
+	for i := range 12 {
+		many = append(many, NodeView{ID: fmt.Sprintf("n%02d", i), Total: Resources{CPU: 4}, Free: Resources{CPU: float64(i % 5)}})
+	}
+	for _, c := range []struct {
+		name   string
+		nodes  []NodeView
+		need   Resources
+		labels bool
+		want   string
+	}{
+		{"the kinds asked for, most free first; a node offering none apart", cluster3, Resources{CPU: 2, Memory: gib}, false,
+			"free/total per node: b CPU 1/2, memory 8.0 GiB/8.0 GiB; a CPU 0/2, memory 8.0 GiB/8.0 GiB; without CPU or memory: d"},
+		{"labels where the request names some", cluster3[:1], Resources{CPU: 1}, true,
+			"free/total per node: a CPU 0/2 labels rlnode.jobs=yes"},
+		{"a request for nothing: every kind offered", cluster3[1:], Resources{}, false,
+			"free/total per node: b CPU 1/2, memory 8.0 GiB/8.0 GiB; without CPU or memory: d"},
+		{"no nodes", nil, Resources{CPU: 1}, false, "no live nodes"},
+		{"a large cluster: the eight with most free", many, Resources{CPU: 8}, false,
+			"free/total per node: n04 CPU 4/4; n09 CPU 4/4; n03 CPU 3/4; n08 CPU 3/4; n02 CPU 2/4; n07 CPU 2/4; n01 CPU 1/4; n06 CPU 1/4; 4 more"},
+	} {
+		if got := describeNodes(c.nodes, c.need, c.labels); got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
 	}
 }
 

@@ -486,6 +486,9 @@ func (n *Node) noRoomOrNever(req spawnRequest, exclude, roomless map[string]bool
 	if own, ownWhat := n.heldBy(req.Owner); placeOne(freeBut(views, own), want) == "" {
 		return fmt.Errorf("%s; %w: node %s (%s): %w", text, ErrHeldBySelf, req.Owner, ownWhat, ErrNoRoom)
 	}
+	if holders := n.roomHolders(req.Resources); holders != "" {
+		text += "; the room is held by " + holders
+	}
 	return fmt.Errorf("%s: %w", text, ErrNoRoom)
 }
 
@@ -498,8 +501,8 @@ func (n *Node) heldBy(owner string) (map[string]Resources, string) {
 	}
 	var what []string
 	for _, rec := range n.dir.Actors() {
-		if rec.Owner != owner || rec.State == Dead || rec.Group != "" || rec.Node == "" {
-			continue
+		if rec.Owner != owner || rec.State == Dead || rec.Group != "" || rec.Node == "" || size(rec.Resources) == 0 {
+			continue // an actor that reserves nothing holds no room
 		}
 		held[rec.Node] = held[rec.Node].Add(rec.Resources)
 		what = append(what, fmt.Sprintf("actor %s %s on %s", rec.Name, rec.Resources, rec.Node))

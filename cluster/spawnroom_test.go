@@ -82,6 +82,10 @@ func TestSpawnNoRoomNowOrNever(t *testing.T) {
 	waitFor(t, "a to see b with 0.5 free", 20*time.Second, func() bool { return freeOnB(a) == 0.5 })
 	_, err = a.Spawn(ctx, "test.counter", SpawnOptions{Name: "snr-z", Resources: Resources{CPU: 1}})
 	want("the room held by another node's actor", err, true, false)
+	// It names what holds the room, as a group's refusal does.
+	if !strings.Contains(fmt.Sprint(err), "the room is held by actor snr-other ({CPU:1.5} on snr-b)") {
+		t.Errorf("the error does not name the actor that holds the room: %v", err)
+	}
 }
 
 // A spawn pinned to a node that lacks room is ErrNoRoom as an unpinned
@@ -212,7 +216,7 @@ func TestBundleSpawnNoRoom(t *testing.T) {
 		noRoom, self  bool
 		says, notSays string
 	}{
-		{"bundle-full", 1, true, true, "the group's own actors hold the bundle (in-bundle {CPU:1})", ""},
+		{"bundle-full", 1, true, true, "the group's own actors hold the bundle (in-bundle {CPU:1})", "others hold"},
 		{"bundle-too-small", 2, false, false, "reserves {CPU:1} in all, lacks CPU", "own actors"},
 	} {
 		_, err := n.Spawn(ctx, "test.counter", SpawnOptions{Name: c.name, Group: g, Bundle: 0, Resources: Resources{CPU: c.cpus}})
@@ -224,5 +228,36 @@ func TestBundleSpawnNoRoom(t *testing.T) {
 		if msg := fmt.Sprint(err); !strings.Contains(msg, c.says) || c.notSays != "" && strings.Contains(msg, c.notSays) {
 			t.Errorf("%s: %q: want it to say %q (and not %q)", c.name, msg, c.says, c.notSays)
 		}
+	}
+}
+
+// A group whose room only the creator's own actors hold says so, once,
+// and not that others hold it, nor that a waiting group would get it:
+// such room frees only when the creator releases it. The error named the
+// creator's actor twice, ended "(no room now: others hold it)" and
+// advised GroupOptions.Wait, which would wait for ever.
+func TestGroupHeldBySelfSaysSo(t *testing.T) {
+	n := startLocalNode(t, "self-a", testKey(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := n.Spawn(ctx, "test.counter", SpawnOptions{Name: "self-holder", Resources: Resources{CPU: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Spawn(ctx, "test.counter", SpawnOptions{Name: "self-empty"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n.CreatePlacementGroup(ctx, []Bundle{{Resources: Resources{CPU: 2}}}, Pack)
+	t.Logf("%v", err)
+	if !errors.Is(err, ErrHeldBySelf) {
+		t.Fatalf("%v: want ErrHeldBySelf", err)
+	}
+	msg := err.Error()
+	for _, bad := range []string{"others hold", "GroupOptions.Wait", "self-empty", "1 bundles"} {
+		if strings.Contains(msg, bad) {
+			t.Errorf("%q says %q", msg, bad)
+		}
+	}
+	if strings.Count(msg, "self-holder") != 1 {
+		t.Errorf("%q: want the holder named once", msg)
 	}
 }
