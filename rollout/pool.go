@@ -173,7 +173,7 @@ type ReplicaStatus struct {
 }
 
 // ErrAllLost: every replica of the pool is lost.
-var ErrAllLost = errors.New("rollout pool: every rollout actor is lost")
+var ErrAllLost = errors.New("every rollout actor is lost")
 
 // StartPool spawns the replicas, registers their engines with
 // cfg.Weights, and watches them. A replica that cannot be started or
@@ -201,11 +201,11 @@ func StartPool(ctx context.Context, node *cluster.Node, cfg PoolConfig) (*Pool, 
 		}
 	}
 	if placements != 1 || len(spawn) == 0 {
-		return nil, fmt.Errorf("rollout pool: set exactly one of PoolConfig.Nodes, Group and Replicas (got %d nodes, group %v, %d replicas)",
+		return nil, fmt.Errorf("rollout actors: set exactly one of PoolConfig.Nodes, Group and Replicas (got %d nodes, group %v, %d replicas)",
 			len(cfg.Nodes), cfg.Group != nil, cfg.Replicas)
 	}
 	if cfg.ChunkSize < 0 {
-		return nil, fmt.Errorf("rollout pool: ChunkSize %d: want ≥ 0", cfg.ChunkSize)
+		return nil, fmt.Errorf("rollout actors: ChunkSize %d: want ≥ 0", cfg.ChunkSize)
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 30 * time.Second
@@ -253,7 +253,7 @@ func (p *Pool) startReplica(ctx context.Context, opts cluster.SpawnOptions) (*re
 	}
 	h, err := p.node.Spawn(ctx, ActorKind, opts)
 	if err != nil {
-		return nil, fmt.Errorf("rollout pool: start %s on %s: %w", opts.Name, where, err)
+		return nil, fmt.Errorf("rollout actors: start one on %s: %w", where, err)
 	}
 	// A replacement goes back into this replica's placement-group bundle
 	// (startReplacement).
@@ -277,7 +277,7 @@ func (p *Pool) startReplica(ctx context.Context, opts cluster.SpawnOptions) (*re
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = p.node.StopActor(sctx, r.name)
-		return nil, fmt.Errorf("rollout pool: register the engine of %s on node %s with the weight syncer: %w", r.name, r.node, err)
+		return nil, fmt.Errorf("rollout actors: register the engine of %s on node %s with the weight syncer: %w", r.name, r.node, err)
 	}
 	return r, nil
 }
@@ -385,7 +385,7 @@ func (p *Pool) awaitLive(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("rollout pool: every replica lost, waiting for a replacement: %w", ctx.Err())
+			return fmt.Errorf("rollout actors: every one lost, waiting for a replacement: %w", ctx.Err())
 		case <-deadline:
 			// The last try's failure as it is now: a try that failed
 			// since the loop read it does not signal changed.
@@ -525,7 +525,7 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 	closed := p.closed
 	p.mu.Unlock()
 	if closed {
-		return nil, errors.New("rollout pool: closed")
+		return nil, errors.New("rollout actors: closed")
 	}
 	if err := p.awaitLive(ctx); err != nil {
 		return nil, err
@@ -547,7 +547,7 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 				break
 			}
 			if !dropped && !p.dropUnsynced() && len(p.live()) > 0 {
-				return nil, fmt.Errorf("rollout pool: generate for step %d: %w", step, err)
+				return nil, fmt.Errorf("rollout actors: generate for step %d: %w", step, err)
 			}
 		}
 		bound = step - int64(w.MaxStaleness())
@@ -595,7 +595,7 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 		select {
 		case o = <-done:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("rollout pool: generate for step %d: %w", step, ctx.Err())
+			return nil, fmt.Errorf("rollout actors: generate for step %d: %w", step, ctx.Err())
 		}
 		running--
 		switch {
@@ -612,7 +612,7 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 		default:
 			for i, res := range o.results {
 				if res.WeightVersion < bound {
-					return nil, fmt.Errorf("rollout pool: request %s on %s (node %s): weight version %d, older than step %d allows (%d with max staleness %d)",
+					return nil, fmt.Errorf("rollout actors: request %s on %s (node %s): weight version %d, older than step %d allows (%d with max staleness %d)",
 						res.RequestID, o.r.name, o.r.node, res.WeightVersion, step, bound, step-bound)
 				}
 				results[o.c.lo+i] = res
@@ -733,7 +733,7 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 		return v, lost, err
 	}
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("rollout pool: %s on node %s: %s", r.name, r.node, fmt.Sprintf(format, args...))
+		return fmt.Errorf("rollout actors: %s on node %s: %s", r.name, r.node, fmt.Sprintf(format, args...))
 	}
 
 	var v any
@@ -882,7 +882,7 @@ func (p *Pool) Close() error {
 	errs = slices.DeleteFunc(errs, func(e string) bool { return e == "" })
 	if len(errs) > 0 {
 		sort.Strings(errs)
-		return fmt.Errorf("rollout pool: close: %s", strings.Join(errs, "; "))
+		return fmt.Errorf("rollout actors: close: %s", strings.Join(errs, "; "))
 	}
 	return nil
 }

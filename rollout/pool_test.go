@@ -348,7 +348,9 @@ func TestPoolErrors(t *testing.T) {
 	}{
 		{"no placement", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}}, "exactly one of PoolConfig.Nodes, Group and Replicas"},
 		{"two placements", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}, Replicas: 1, Nodes: []string{n.ID()}}, "exactly one"},
-		{"unknown node", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}, Nodes: []string{"nowhere"}, Name: "e1"}, "start e1-0 on nowhere"},
+		{"unknown node", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}, Nodes: []string{"nowhere"}, Name: "e1"}, "rollout actors: start one on nowhere: spawn e1-0"},
+		{"no node fits", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}, Replicas: 1, Resources: cluster.Resources{cluster.CPU: 1000}, Name: "e4"},
+			"rollout actors: start one on any node: spawn e4-0: no node can host {CPU:1000}"},
 		{"unknown engine", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "nope"}, Replicas: 1, Name: "e2"}, `unknown engine "nope"`},
 		{"engine without weights", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "scripted", Verifier: "exact"}, Replicas: 1, Weights: syncer, Name: "e3"}, "does not take weight pushes"},
 		{"negative chunk", rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "pool-tiny"}, Replicas: 1, ChunkSize: -1}, "ChunkSize -1"},
@@ -361,6 +363,11 @@ func TestPoolErrors(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("error %v, want %q", err, c.want)
+			}
+			// A run prints these to its user, who knows rollout actors
+			// (rlnode run logs "rollout actors placed"), not the pool.
+			if err != nil && strings.Contains(err.Error(), "rollout pool") {
+				t.Errorf("error %v says \"rollout pool\"", err)
 			}
 		})
 	}
@@ -383,7 +390,7 @@ func TestPoolErrors(t *testing.T) {
 	}
 	bad := poolRequests("b", 2)
 	bad[1].Params.MaxTokens = 0
-	if _, err := pool.Generate(ctx, bad); err == nil || !strings.Contains(err.Error(), "rollout pool: plain-") || !strings.Contains(err.Error(), "request b-1: bad generation request") {
+	if _, err := pool.Generate(ctx, bad); err == nil || !strings.Contains(err.Error(), "rollout actors: plain-") || !strings.Contains(err.Error(), "request b-1: bad generation request") {
 		t.Errorf("bad request: %v", err)
 	}
 	if _, err := cluster.Call[rollout.EngineHost](ctx, pool.Handles()[0], rollout.EngineHostRequest{}); err == nil || !strings.Contains(err.Error(), "WeightSync") {

@@ -109,7 +109,7 @@ func (s *RolloutServer) start(ctx context.Context, version int64, src Source) er
 		pc.Replicas, pc.Resources = cfg.Replicas, res
 	}
 	if s.pool, err = rollout.StartPool(ctx, s.node, pc); err != nil {
-		return fmt.Errorf("rollout actors: %w", err)
+		return err // it says "rollout actors: ..."
 	}
 	s.pool.SetStep(start)
 	// rlnode run logs where they landed in the user's words

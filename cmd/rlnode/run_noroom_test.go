@@ -31,7 +31,7 @@ func TestRunNoRoomNow(t *testing.T) {
 	// when the run ends, and its job would wait for it for ever.
 	self := fmt.Errorf("no node can host {CPU:2}; %w: node vm-1 (actor learner-1 {CPU:1} on head): %w", cluster.ErrHeldBySelf, cluster.ErrNoRoom)
 	allLost := func(last error) error {
-		return fmt.Errorf("generate for step 53: %w (no replacement started within 1m0s; the last try: rollout pool: start r-1: spawn r-1: %s)", rollout.ErrAllLost, last)
+		return fmt.Errorf("generate for step 53: %w (no replacement started within 1m0s; the last try: rollout actors: start one on any node: spawn r-1: %s)", rollout.ErrAllLost, last)
 	}
 	for _, c := range []struct {
 		name string
@@ -42,7 +42,7 @@ func TestRunNoRoomNow(t *testing.T) {
 		{"placing an actor, never", fmt.Errorf("place the learner: spawn l: %w", never), false},
 		{"every rollout actor lost, the last try no room now", allLost(noRoom), true},
 		{"every rollout actor lost, the last try never", allLost(never), false},
-		{"placing an actor, the room its own actors hold", fmt.Errorf("rollout pool: spawn r: %w", self), false},
+		{"placing an actor, the room its own actors hold", fmt.Errorf("rollout actors: start one on any node: spawn r: %w", self), false},
 		{"every rollout actor lost, the last try held by its own", allLost(self), false},
 		{"every rollout actor lost, none tried", fmt.Errorf("generate: %w (no replacement was tried)", rollout.ErrAllLost), false},
 		{"another failure naming no room", fmt.Errorf("verifier: %s", noRoom), false},
