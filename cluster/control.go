@@ -162,6 +162,14 @@ type RunInfo struct {
 	Gone string `json:"-"`
 }
 
+// LookedIn says where a command looked for this host's nodes (dir, the
+// run folder of Home) and how to find a node that recorded itself in
+// another: nodes started with several RLNODE_HOMEs on one host (a
+// cluster tried on one machine) were reported as not running at all.
+func LookedIn(dir string) string {
+	return fmt.Sprintf("looked in %s, where nodes started with this RLNODE_HOME record themselves; for one started with another, set RLNODE_HOME to that", dir)
+}
+
 // Home is rlnode's state directory: $RLNODE_HOME, or ~/.rlnode.
 func Home() string {
 	if h := os.Getenv("RLNODE_HOME"); h != "" {
@@ -501,7 +509,7 @@ func FindRunning(addr string) (RunInfo, error) {
 			if len(gone) == 1 {
 				return RunInfo{}, &GoneError{Info: gone[0]}
 			}
-			return RunInfo{}, fmt.Errorf("no rlnode node runs on this host (looked in %s); start one with `rlnode start`", dir)
+			return RunInfo{}, fmt.Errorf("no rlnode node runs on this host (%s); start one with `rlnode start`", LookedIn(dir))
 		case 1:
 			return infos[0], nil
 		}
@@ -517,7 +525,7 @@ func FindRunning(addr string) (RunInfo, error) {
 			return RunInfo{}, &GoneError{Info: ri}
 		}
 	}
-	return RunInfo{}, fmt.Errorf("no node with gossip address, control address or id %s runs on this host (looked in %s); a node on another host is reached at its control endpoint, --address http://HOST:PORT (rlnode status, submit and job; rlnode start|join --status-bind)", addr, dir)
+	return RunInfo{}, fmt.Errorf("no node with gossip address, control address or id %s runs on this host (%s); a node on another host is reached at its control endpoint, --address http://HOST:PORT (rlnode status, submit and job; rlnode start|join --status-bind)", addr, LookedIn(dir))
 }
 
 // SeveralNodesError is FindRunning's answer to no address when several

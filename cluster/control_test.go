@@ -514,3 +514,18 @@ func TestForget(t *testing.T) {
 		t.Error("a forgotten record outlived deadRecordTTL")
 	}
 }
+
+// A node not found among this RLNODE_HOME's run files may run under
+// another (each node of a cluster tried on one machine with a home of
+// its own): the error says where it looked and that RLNODE_HOME picks
+// the folder. It said only that no node ran on this host, while one did.
+func TestFindRunningNamesRLNodeHome(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("RLNODE_HOME", home)
+	for _, addr := range []string{"", "127.0.0.1:7946"} {
+		_, err := FindRunning(addr)
+		if err == nil || !strings.Contains(err.Error(), filepath.Join(home, "run")) || !strings.Contains(err.Error(), "set RLNODE_HOME") {
+			t.Errorf("FindRunning(%q) = %v; want it to name %s and RLNODE_HOME", addr, err, filepath.Join(home, "run"))
+		}
+	}
+}

@@ -47,7 +47,7 @@ func (h HostNodes) Status(ctx context.Context) (cluster.Status, error) {
 		infos = []cluster.RunInfo{ri}
 	}
 	if len(infos) == 0 {
-		return cluster.Status{}, fmt.Errorf("no rlnode node runs on this host (looked in %s); start one with `rlnode start`", dir)
+		return cluster.Status{}, fmt.Errorf("no rlnode node runs on this host (%s); start one with `rlnode start`", cluster.LookedIn(dir))
 	}
 	var errs []error
 	for _, ri := range infos {

@@ -457,7 +457,7 @@ func stopCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		if len(infos) == 0 {
 			if len(gone) == 0 {
-				fmt.Fprintf(stdout, "no rlnode node runs on this host (looked in %s)\n", dir)
+				fmt.Fprintf(stdout, "no rlnode node runs on this host (%s)\n", cluster.LookedIn(dir))
 			}
 			return 0
 		}
