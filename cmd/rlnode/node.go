@@ -622,8 +622,8 @@ func detachNode(verb string, args []string, keyCreated bool, stdout, stderr io.W
 				// This process created the key; the child found it.
 				banner = markKeyCreated(banner)
 			}
-			fmt.Fprintf(stdout, "%s\n%s\n  pid:     %d\n  log:     %s\nstop it with: rlnode stop --address %s (or rlnode stop --all)\n",
-				banner, hint, cmd.Process.Pid, logPath, gossipOf(banner))
+			fmt.Fprintf(stdout, "%s\n  pid:     %d\n  log:     %s\n%s\nstop it with: rlnode stop --address %s (or rlnode stop --all)\n",
+				banner, cmd.Process.Pid, logPath, hint, gossipOf(banner))
 			return 0
 		}
 		select {

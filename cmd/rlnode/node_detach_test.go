@@ -32,6 +32,19 @@ func TestDetachStatusStopAll(t *testing.T) {
 		if !strings.HasPrefix(stdout, "node ") || !strings.Contains(strings.SplitN(stdout, "\n", 2)[0], " is up") {
 			t.Errorf("rlnode %v: stdout does not begin with the node's \"is up\" line (the lines it logged while joining belong in its log):\n%s", args, stdout)
 		}
+		// The node's facts (addresses, key, memory, pid, log) are one
+		// indented block under "is up", the commands to use after it:
+		// pid and log came after the join line, apart from the others.
+		lines := strings.Split(strings.TrimSpace(stdout), "\n")
+		block := 1
+		for block < len(lines) && strings.HasPrefix(lines[block], "  ") {
+			block++
+		}
+		for _, line := range lines[block:] {
+			if strings.HasPrefix(line, "  ") {
+				t.Errorf("rlnode %v: %q is apart from the node's block of facts:\n%s", args, line, stdout)
+			}
+		}
 		if filepath.Dir(logPath) != filepath.Join(home, "logs") {
 			t.Fatalf("rlnode %v: log %q, want a file in %s:\n%s", args, logPath, filepath.Join(home, "logs"), stdout)
 		}
