@@ -209,6 +209,11 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "rlnode run: --resume: %v\n", err)
+			if cks, cerr := train.Checkpoints(dir); cerr == nil && len(cks) == 0 {
+				// Stopped before its first checkpoint: nothing to resume,
+				// and the user is left to guess how to start it again.
+				fmt.Fprintf(stderr, "rlnode run: the run in %s wrote no checkpoint: start it again there with --continue instead of --resume (or --overwrite)\n", dir)
+			}
 			return 1
 		}
 		if noManifest {

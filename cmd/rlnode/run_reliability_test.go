@@ -251,7 +251,8 @@ func TestRunResumeSkipsAnIncompleteCheckpoint(t *testing.T) {
 	// Nothing to resume from at all.
 	empty := t.TempDir()
 	_, stderr, code = runRlnode(t, home, "run", "quickstart", "--out", empty, "--resume")
-	if code != 1 || !strings.Contains(stderr, "no complete, intact checkpoint in "+filepath.Join(empty, "checkpoints")) {
+	if code != 1 || !strings.Contains(stderr, "no complete, intact checkpoint in "+filepath.Join(empty, "checkpoints")) ||
+		!strings.Contains(stderr, "wrote no checkpoint: start it again there with --continue") {
 		t.Errorf("resume without checkpoints: exit %d\n%s", code, stderr)
 	}
 }
