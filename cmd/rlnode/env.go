@@ -340,19 +340,32 @@ func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, f
 		return fail(err)
 	}
 	var total float64
-	outcomes := map[string]int{}
 	for _, t := range turns {
 		if t.Turn == 0 {
 			total += t.FinalReward
 		}
-		if _, oc, ok := strings.Cut(t.Note, "outcome: "); ok {
-			oc, _, _ = strings.Cut(oc, ";")
-			outcomes[strings.TrimSpace(oc)]++
-		}
 	}
 	fmt.Fprintf(stdout, "%d episodes of %s (task %s, policy %s) written to %s: mean return %.3f, %.2f steps per episode, outcomes: %s\n",
-		c.episodes, c.env, c.task, c.model, c.out, total/float64(c.episodes), float64(len(turns))/float64(c.episodes), outcomeCounts(outcomes))
+		c.episodes, c.env, c.task, c.model, c.out, total/float64(c.episodes), float64(len(turns))/float64(c.episodes), outcomeCounts(turnOutcomes(turns)))
 	return 0
+}
+
+// turnOutcomes counts how a model's episodes ended: the environment's
+// outcome where it ended one, max_steps where the episode ran out of
+// steps first (every episode of a policy that never finishes, which the
+// summary called "none recorded").
+func turnOutcomes(turns []data.Turn) map[string]int {
+	outcomes := map[string]int{}
+	for _, t := range turns {
+		s := episode.AgentStepOf(t)
+		switch {
+		case s.Outcome != "":
+			outcomes[s.Outcome]++
+		case strings.Contains(t.Note, "stopped after "):
+			outcomes["max_steps"]++
+		}
+	}
+	return outcomes
 }
 
 // writeEpisodes writes eps as a JSONL trajectory file at path, replacing

@@ -413,3 +413,18 @@ func TestOutcomeCounts(t *testing.T) {
 		t.Errorf("env rollout equations --policy scripted: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
+
+// A checkpoint's episodes that run out of steps are counted as such:
+// every episode of a policy that never finished was summed up as
+// "outcomes: none recorded", as if nothing had been counted.
+func TestTurnOutcomes(t *testing.T) {
+	turns := []data.Turn{
+		{Turn: 0, Note: "no action; invalid action: no action given"},
+		{Turn: 1, Note: "invalid action: no action given; stopped after 2 steps"},
+		{Turn: 0, Note: "outcome: solved"},
+		{Turn: 0, Note: "invalid action: no action given; outcome: step_limit"},
+	}
+	if got, want := outcomeCounts(turnOutcomes(turns)), "max_steps 1, solved 1, step_limit 1"; got != want {
+		t.Errorf("outcomes %q, want %q", got, want)
+	}
+}
