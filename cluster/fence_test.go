@@ -438,7 +438,7 @@ func TestInfeasibleNamesWhatGoneOwnersHold(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	const want = "1 actors and 1 placement groups whose owner node (o-gone) is not alive hold {CPU:1.5}"
+	const want = "1 actor and 1 placement group whose owner node (o-gone) is not alive hold {CPU:1.5}"
 	_, err := a.Spawn(ctx, "test.counter", SpawnOptions{Name: "wants-one", Resources: Resources{CPU: 1}})
 	if !errors.Is(err, ErrInfeasible) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "owner grace") {
 		t.Errorf("spawn: %v; want it infeasible, saying %q and the owner grace", err, want)

@@ -990,8 +990,8 @@ func (n *Node) heldForGoneOwners() string {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	return fmt.Sprintf("%d actors and %d placement groups whose owner node (%s) is not alive hold %s: the cluster stops them once their owner has been gone for its owner grace (rlnode run --owner-grace, 15 s by default), then try again",
-		actors, groups, strings.Join(ids, ", "), held)
+	return fmt.Sprintf("%d actor%s and %d placement group%s whose owner node (%s) is not alive hold %s: the cluster stops them once their owner has been gone for its owner grace (rlnode run --owner-grace, 15 s by default), then try again",
+		actors, plural(actors), groups, plural(groups), strings.Join(ids, ", "), held)
 }
 
 // reapOrphans is the leader's pass over the actors and placement groups
