@@ -194,8 +194,11 @@ func describeNodes(nodes []NodeView, need Resources, withLabels bool) string {
 			}
 		}
 		s := e.n.ID + " " + strings.Join(amounts, ", ")
-		if withLabels {
+		switch {
+		case withLabels && len(e.n.Labels) > 0:
 			s += " labels " + fmtLabels(e.n.Labels)
+		case withLabels:
+			s += " no labels"
 		}
 		parts = append(parts, s)
 	}

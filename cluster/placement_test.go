@@ -86,6 +86,8 @@ func TestDescribeNodes(t *testing.T) {
 			"free/total per node: b CPU 1/2, memory 8.0 GiB/8.0 GiB; a CPU 0/2, memory 8.0 GiB/8.0 GiB; without CPU or memory: d"},
 		{"labels where the request names some", cluster3[:1], Resources{CPU: 1}, true,
 			"free/total per node: a CPU 0/2 labels rlnode.jobs=yes"},
+		{"a node without labels where the request names some", []NodeView{{ID: "e", Total: Resources{CPU: 1}, Free: Resources{CPU: 1}}}, Resources{CPU: 2}, true,
+			"free/total per node: e CPU 1/1 no labels"},
 		{"a request for nothing: every kind offered", cluster3[1:], Resources{}, false,
 			"free/total per node: b CPU 1/2, memory 8.0 GiB/8.0 GiB; without CPU or memory: d"},
 		{"no nodes", nil, Resources{CPU: 1}, false, "no live nodes"},
