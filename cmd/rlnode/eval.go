@@ -234,6 +234,8 @@ func evalTarget(model, recipe *string, stderr io.Writer) error {
 		return nil // the model is checked after the recipe (verifyModel)
 	}
 	switch {
+	case errors.Is(statErr, os.ErrNotExist):
+		return fmt.Errorf("--model %s: no such folder (want a run folder, a checkpoint folder or a hub model id ORG/NAME of the local Hugging Face cache)", dir)
 	case statErr != nil:
 		return fmt.Errorf("--model: %w", statErr)
 	case !st.IsDir():
@@ -357,11 +359,21 @@ func sampledFigures(s *train.SampledEval) string {
 // written by rlnode run, or by an older one) passes.
 // A run folder is refused naming its newest checkpoint (rlnode eval
 // resolves one itself, in evalTarget); flag names the argument.
+// A path that is no folder, or a folder without config.json, is refused
+// naming the flag: it read "read config: stat DIR/config.json: ...".
 func verifyModel(flag, dir string) error {
-	if _, err := os.Stat(filepath.Join(dir, "config.json")); errors.Is(err, os.ErrNotExist) {
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && !recipes.IsHubID(dir):
+		return fmt.Errorf("%s %s: no such folder (give a checkpoint folder, such as a run's checkpoints/step-N, or a hub id ORG/NAME of the local Hugging Face cache)", flag, dir)
+	case err == nil && !st.IsDir():
+		return fmt.Errorf("%s %s is a file, not a checkpoint folder", flag, dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); errors.Is(err, os.ErrNotExist) && st != nil {
 		if cks, _ := train.Checkpoints(dir); len(cks) > 0 {
 			return fmt.Errorf("%s %s is a run folder, not a checkpoint: give one of its checkpoints, e.g. %s", flag, dir, cks[len(cks)-1])
 		}
+		return fmt.Errorf("%s %s holds no config.json: not a checkpoint folder", flag, dir)
 	}
 	if err := train.VerifyCheckpoint(dir); err != nil && !errors.Is(err, train.ErrNoManifest) {
 		return err

@@ -118,6 +118,9 @@ func modelForward(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args, "model", "input", "out"); err != nil {
 		return err
 	}
+	if err := verifyModel("--model", *dir); err != nil {
+		return err
+	}
 	model, err := recipes.ModelDir(*dir)
 	if err != nil {
 		return fmt.Errorf("--model: %w", err)

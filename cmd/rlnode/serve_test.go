@@ -128,13 +128,23 @@ func TestServeBadArguments(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A path that is not there, and a folder that is no checkpoint: before,
+	// "read config: stat none/config.json: no such file or directory",
+	// naming neither the flag nor what was wanted.
+	none, empty := filepath.Join(t.TempDir(), "none"), t.TempDir()
 	tests := []struct {
 		args []string
 		code int
 		want string
 	}{
 		{[]string{"serve"}, 2, "--model is required"},
-		{[]string{"serve", "--model", filepath.Join(t.TempDir(), "none")}, 1, "config.json"},
+		{[]string{"serve", "--model", none}, 1, "--model " + none + ": no such folder"},
+		{[]string{"serve", "--model", "none"}, 1, "--model none: no such folder"},
+		{[]string{"serve", "--model", empty}, 1, "--model " + empty + " holds no config.json: not a checkpoint folder"},
+		{[]string{"serve", "--model", filepath.Join(ckpt, "config.json")}, 1, "config.json is a file, not a checkpoint folder"},
+		{[]string{"env", "rollout", "equations", "--policy", none, "--out", filepath.Join(empty, "e.jsonl")}, 1, "--policy " + none + ": no such folder"},
+		{[]string{"eval", "--model", none}, 2, "--model " + none + ": no such folder"},
+		{[]string{"model", "forward", "--model", none, "--input", "in.json", "--out", filepath.Join(empty, "out.safetensors")}, 1, "--model " + none + ": no such folder"},
 		{[]string{"serve", "--model", runDir}, 1, "--model " + runDir + " is a run folder, not a checkpoint: give one of its checkpoints, e.g. " + filepath.Join(runDir, "checkpoints", "step-12")},
 		// env rollout takes a run folder's newest intact checkpoint (as eval does): these two are empty.
 		{[]string{"env", "rollout", "equations", "--policy", runDir, "--out", filepath.Join(runDir, "e.jsonl")}, 1, "--policy " + runDir + " (a run folder): no complete, intact checkpoint in " + filepath.Join(runDir, "checkpoints")},
