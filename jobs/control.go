@@ -476,7 +476,11 @@ func submit(ctx context.Context, node *cluster.Node, cfg Config, req SubmitReque
 	for _, rec := range known {
 		in := info(rec)
 		if rec.Name == name {
-			return Info{}, http.StatusConflict, fmt.Errorf("job %s exists (%s): choose another name", name, in.Status)
+			if Active(in.Status) {
+				return Info{}, http.StatusConflict, fmt.Errorf("job %s exists (%s): choose another name", name, in.Status)
+			}
+			// An ended one is kept for days: say how to reuse its name now.
+			return Info{}, http.StatusConflict, fmt.Errorf("job %s exists (%s): choose another name, or forget it first with rlnode job delete %s", name, in.Status, name)
 		}
 		if Active(in.Status) && in.Out == spec.Out {
 			return Info{}, http.StatusConflict, fmt.Errorf("job %s (%s) runs into %s already", rec.Name, in.Status, spec.Out)

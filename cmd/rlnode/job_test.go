@@ -228,7 +228,7 @@ func TestJobCommands(t *testing.T) {
 		code int
 		says string
 	}{
-		{[]string{"submit", "quickstart", "--name", "ok", "--out", dir + "2"}, 1, ": job ok exists (SUCCEEDED): choose another name"},
+		{[]string{"submit", "quickstart", "--name", "ok", "--out", dir + "2"}, 1, ": job ok exists (SUCCEEDED): choose another name, or forget it first with rlnode job delete ok"},
 		{[]string{"submit", "quickstart", "--name", "bad name"}, 2, `--name: job name "bad name": want 1 to 64 letters`},
 		{[]string{"submit", "quickstart", "--max-restarts", "101"}, 2, "--max-restarts 101: want 0 to 100"},
 		{[]string{"submit", "quickstart", "--set", "algorithm.lr=-1"}, 1, "algorithm.lr"},
