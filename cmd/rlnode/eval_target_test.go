@@ -29,7 +29,7 @@ func TestEvalTargetErrors(t *testing.T) {
 	}
 	for model, want := range map[string]string{
 		"runs/nope":                     "runs/nope: no such folder here, and model runs/nope: not in the local Hugging Face cache",
-		filepath.Join(dir, "nope", "x"): "no such file or directory",
+		filepath.Join(dir, "nope", "x"): filepath.Join(dir, "nope", "x") + ": no such folder (want a run folder",
 		file:                            "not a folder",
 		empty:                           "neither a run folder (no checkpoints/) nor a checkpoint (no config.json)",
 		ckpt:                            "is a checkpoint, not a run folder: give --recipe RECIPE",
