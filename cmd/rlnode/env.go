@@ -125,6 +125,9 @@ func envCommand(args []string, stdout, stderr io.Writer) int {
 	if err == nil && name == "" {
 		err = usageError{errors.New("ENV is required")}
 	}
+	if err == nil && name == train.EnvHTTP && *url == "" {
+		err = usageError{errors.New("ENV http needs --url URL, the environment server's address")}
+	}
 	if err == nil && (*episodes < 1 || *episodes > offline.MaxEpisodes) {
 		err = usageError{fmt.Errorf("--episodes %d: want 1 to %d", *episodes, offline.MaxEpisodes)}
 	}

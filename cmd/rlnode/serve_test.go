@@ -143,6 +143,8 @@ func TestServeBadArguments(t *testing.T) {
 		{[]string{"serve", "--model", empty}, 1, "--model " + empty + " holds no config.json: not a checkpoint folder"},
 		{[]string{"serve", "--model", filepath.Join(ckpt, "config.json")}, 1, "config.json is a file, not a checkpoint folder"},
 		{[]string{"env", "rollout", "equations", "--policy", none, "--out", filepath.Join(empty, "e.jsonl")}, 1, "--policy " + none + ": no such folder"},
+		// It said: environment url "": want http(s)://host[:port][/path].
+		{[]string{"env", "rollout", "http", "--policy", "random", "--out", filepath.Join(empty, "h.jsonl")}, 2, "ENV http needs --url URL"},
 		{[]string{"eval", "--model", none}, 2, "--model " + none + ": no such folder"},
 		{[]string{"model", "forward", "--model", none, "--input", "in.json", "--out", filepath.Join(empty, "out.safetensors")}, 1, "--model " + none + ": no such folder"},
 		{[]string{"serve", "--model", runDir}, 1, "--model " + runDir + " is a run folder, not a checkpoint: give one of its checkpoints, e.g. " + filepath.Join(runDir, "checkpoints", "step-12")},
