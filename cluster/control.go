@@ -525,7 +525,7 @@ func FindRunning(addr string) (RunInfo, error) {
 			return RunInfo{}, &GoneError{Info: ri}
 		}
 	}
-	return RunInfo{}, fmt.Errorf("no node with gossip address, control address or id %s runs on this host (%s); a node on another host is reached at its control endpoint, --address http://HOST:PORT (rlnode status, submit and job; rlnode start|join --status-bind)", addr, LookedIn(dir))
+	return RunInfo{}, fmt.Errorf("no node with gossip address, control address or id %s found on this host (%s); a node on another host is reached at its control endpoint, --address http://HOST:PORT (rlnode status, submit and job; rlnode start|join --status-bind)", addr, LookedIn(dir))
 }
 
 // SeveralNodesError is FindRunning's answer to no address when several
