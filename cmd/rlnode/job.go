@@ -549,6 +549,7 @@ func jobCommand(args []string, stdout, stderr io.Writer) int {
 			return printJSON(stdout, list)
 		}
 		printJobs(stdout, list)
+		printPending(stdout, list)
 	case "status":
 		in, err := c.Get(ctx, pos[0])
 		if err != nil {
@@ -623,6 +624,19 @@ func printJobs(w io.Writer, list []jobs.Info) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", in.Name, in.Status, dashIfEmpty(in.Node), in.Restarts, in.MaxRestarts, sub, printable(in.Recipe), printable(in.Out))
 	}
 	tw.Flush()
+}
+
+// printPending says under the list what each PENDING job waits for:
+// the table alone showed PENDING, and what it lacked took a job status
+// per job.
+func printPending(w io.Writer, list []jobs.Info) {
+	sep := "\n" // a blank line after the table
+	for _, in := range list {
+		if in.Status == jobs.Pending && in.Cause != "" {
+			fmt.Fprintf(w, "%s%s PENDING: %s\n", sep, in.Name, printable(in.Cause))
+			sep = ""
+		}
+	}
 }
 
 // printable is s with its control characters written as Go escapes

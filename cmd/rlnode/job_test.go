@@ -831,3 +831,20 @@ func TestJobListsEscapeControlCharacters(t *testing.T) {
 		t.Errorf("printable: %q", got)
 	}
 }
+
+// job list says under the table what each PENDING job waits for, as
+// README promises; it showed the status alone.
+func TestJobListSaysWhatPendingJobsWaitFor(t *testing.T) {
+	var b strings.Builder
+	list := []jobs.Info{
+		{Name: "run", Status: jobs.Running},
+		{Name: "wait", Status: jobs.Pending, Cause: "waiting for room: no node can host {CPU:1}\x1b[2J"},
+		{Name: "done", Status: jobs.Failed, Cause: "job failed"},
+	}
+	printJobs(&b, list)
+	printPending(&b, list)
+	out := b.String()
+	if !strings.Contains(out, "\nwait PENDING: waiting for room: no node can host {CPU:1}\\x1b[2J\n") || strings.Contains(out, "job failed") {
+		t.Errorf("job list:\n%s", out)
+	}
+}
