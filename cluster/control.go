@@ -528,6 +528,17 @@ func FindRunning(addr string) (RunInfo, error) {
 	return RunInfo{}, fmt.Errorf("no node with gossip address, control address or id %s found on this host (%s); a node on another host is reached at its control endpoint, --address http://HOST:PORT (rlnode status, submit and job; rlnode start|join --status-bind)", addr, LookedIn(dir))
 }
 
+// NoAnswer is err, a request's failure since start, with a word for a
+// user where the node did not answer in time: a node whose process is
+// stopped (SIGSTOP, a debugger) or starved gave only Go's "context
+// deadline exceeded".
+func NoAnswer(err error, start time.Time) error {
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("no answer within %v (the node's process may be stopped, stuck or starved of CPU): %w", time.Since(start).Round(time.Second), err)
+}
+
 // SeveralNodesError is FindRunning's answer to no address when several
 // nodes run on this host: Nodes are they.
 type SeveralNodesError struct{ Nodes []RunInfo }
@@ -544,9 +555,10 @@ func (e *SeveralNodesError) Error() string {
 func FetchStatus(ctx context.Context, control string) (Status, error) {
 	var st Status
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+control+"/status", nil)
+	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return st, fmt.Errorf("status from %s: %w", control, err)
+		return st, fmt.Errorf("status from %s: %w", control, NoAnswer(err, start))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -529,3 +529,17 @@ func TestFindRunningNamesRLNodeHome(t *testing.T) {
 		}
 	}
 }
+
+// A node whose control endpoint takes the request and never answers (its
+// process stopped with SIGSTOP) is reported in words, with Go's error
+// kept underneath: rlnode status said only "context deadline exceeded".
+func TestFetchStatusFromANodeThatDoesNotAnswer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := FetchStatus(ctx, strings.TrimPrefix(srv.URL, "http://"))
+	if !errors.Is(err, context.DeadlineExceeded) || err == nil || !strings.Contains(err.Error(), "no answer within") || !strings.Contains(err.Error(), "may be stopped") {
+		t.Errorf("status from a node that does not answer: %v", err)
+	}
+}

@@ -730,9 +730,10 @@ func (c Client) do(ctx context.Context, method, path string, body []byte) (*http
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	start := time.Now()
 	resp, err := c.client().Do(req)
 	if err != nil {
-		return nil, err
+		return nil, cluster.NoAnswer(err, start)
 	}
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
