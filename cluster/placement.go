@@ -187,11 +187,7 @@ func describeNodes(nodes []NodeView, need Resources, withLabels bool) string {
 		}
 		var amounts []string
 		for _, k := range kinds {
-			if k == Memory {
-				amounts = append(amounts, fmt.Sprintf("memory %s/%s", fmtAmount(k, e.n.Free[k]), fmtAmount(k, e.n.Total[k])))
-			} else {
-				amounts = append(amounts, fmt.Sprintf("%s %s/%s", k, fmtAmount(k, e.n.Free[k]), fmtAmount(k, e.n.Total[k])))
-			}
+			amounts = append(amounts, fmt.Sprintf("%s %s/%s", k, fmtAmount(k, e.n.Free[k]), fmtAmount(k, e.n.Total[k])))
 		}
 		s := e.n.ID + " " + strings.Join(amounts, ", ")
 		switch {
@@ -214,7 +210,11 @@ func describeNodes(nodes []NodeView, need Resources, withLabels bool) string {
 		if len(none) > maxNodesNamed {
 			none = append(none[:maxNodesNamed], fmt.Sprintf("%d more", len(none)-maxNodesNamed))
 		}
-		fmt.Fprintf(&b, "without %s: %s", strings.Join(kinds, " or "), strings.Join(none, ", "))
+		if len(kinds) == 0 {
+			fmt.Fprintf(&b, "offering nothing: %s", strings.Join(none, ", "))
+		} else {
+			fmt.Fprintf(&b, "without %s: %s", strings.Join(kinds, " or "), strings.Join(none, ", "))
+		}
 	}
 	return b.String()
 }

@@ -91,6 +91,7 @@ func TestDescribeNodes(t *testing.T) {
 		{"a request for nothing: every kind offered", cluster3[1:], Resources{}, false,
 			"free/total per node: b CPU 1/2, memory 8.0 GiB/8.0 GiB; without CPU or memory: d"},
 		{"no nodes", nil, Resources{CPU: 1}, false, "no live nodes"},
+		{"a request for nothing where no node offers anything", cluster3[2:], Resources{}, false, "offering nothing: d"},
 		{"a large cluster: the eight with most free", many, Resources{CPU: 8}, false,
 			"free/total per node: n04 CPU 4/4; n09 CPU 4/4; n03 CPU 3/4; n08 CPU 3/4; n02 CPU 2/4; n07 CPU 2/4; n01 CPU 1/4; n06 CPU 1/4; 4 more"},
 	} {
