@@ -152,7 +152,7 @@ func TestMemoryDecidesNode(t *testing.T) {
 		}
 	}
 	_, err = a.Spawn(ctx, "test.counter", SpawnOptions{Name: "six-again", Resources: Resources{CPU: 1, Memory: 6 * gib}})
-	if err == nil || !strings.Contains(err.Error(), "memory:6.0 GiB") || !strings.Contains(err.Error(), "memory:2.0 GiB") {
+	if err == nil || !strings.Contains(err.Error(), "memory:6.0 GiB") || !strings.Contains(err.Error(), "2.0 GiB") {
 		t.Errorf("a second 6 GiB actor: %v; want it refused, in GiB", err)
 	}
 }

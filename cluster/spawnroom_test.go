@@ -79,7 +79,10 @@ func TestSpawnNoRoomNowOrNever(t *testing.T) {
 	_, err = a.Spawn(ctx, "test.counter", SpawnOptions{Name: "snr-y", Resources: Resources{CPU: 1}})
 	want("the room held by another node's actor, seen stale", err, true, false)
 	a.cutOff(false)
-	waitFor(t, "a to see b with 0.5 free", 20*time.Second, func() bool { return freeOnB(a) == 0.5 })
+	waitFor(t, "a to see b with 0.5 free, and the actor that holds it", 20*time.Second, func() bool {
+		rec, ok := a.dir.Actor("snr-other")
+		return freeOnB(a) == 0.5 && ok && rec.State == Alive
+	})
 	_, err = a.Spawn(ctx, "test.counter", SpawnOptions{Name: "snr-z", Resources: Resources{CPU: 1}})
 	want("the room held by another node's actor", err, true, false)
 	// It names what holds the room, as a group's refusal does.
