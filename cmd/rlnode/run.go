@@ -499,8 +499,13 @@ func resumeCommand(fs *flag.FlagSet, dir string) string {
 			continue
 		}
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-			// "--driver-only true" would end the flags at "true".
-			args = append(args, "--"+name+"="+f.Value.String())
+			// "--driver-only true" would end the flags at "true"; a
+			// set one reads as the user typed it.
+			if f.Value.String() == "true" {
+				args = append(args, "--"+name)
+			} else {
+				args = append(args, "--"+name+"="+f.Value.String())
+			}
 			continue
 		}
 		args = append(args, "--"+name, f.Value.String())
