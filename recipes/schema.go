@@ -641,9 +641,20 @@ type SFT struct {
 	// .Answer). Default `\boxed{ {{- .Answer -}} }`: \boxed{ANSWER}.
 	Response string `yaml:"response"`
 	// FeedbackResponse is MLMT's feedback policy's target (over .Problem,
-	// .Hint, .Answer, .Attempt). Needed by an mlmt run with a feedback
-	// policy and sft.steps > 0. Default none.
+	// .Hint, .AnyHint, .Answer, .Attempt). Needed by an mlmt run with a
+	// feedback policy and sft.steps > 0. Default none. .AnyHint is a hint
+	// of the same form that says nothing of the problem (for the pick
+	// task, a position drawn at random; for a dataset, another training
+	// row's hint): a target with it teaches the form of feedback and
+	// leaves what to say to RL.
 	FeedbackResponse string `yaml:"feedback_response"`
+	// RefineFeedback is the feedback the solver's warm-up refine prompts
+	// show (over the same fields). Default: FeedbackResponse's text. With
+	// feedback_response " take the {{.AnyHint}}" and refine_feedback
+	// " take the {{.Hint}}" the solver learns to follow feedback that
+	// names the hint, while the feedback policy must learn from the
+	// verifier's reward to name it.
+	RefineFeedback string `yaml:"refine_feedback,omitempty"`
 	// Trajectories, when set, is the warm-up's data: a JSONL file of agent
 	// episodes (rlnode env rollout) or a run's Arrow trajectory file
 	// (.arrow). Each warm-up step trains the policy on BatchSize of its

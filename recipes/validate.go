@@ -1146,6 +1146,9 @@ func (c *checker) mlmt(r *Recipe) {
 	if r.SFT.FeedbackResponse != "" && r.Episode.Type != "mlmt" {
 		c.add("sft.feedback_response", "set, but episode.type is %q (it is for mlmt)", r.Episode.Type)
 	}
+	if r.SFT.RefineFeedback != "" && r.Episode.Type != "mlmt" {
+		c.add("sft.refine_feedback", "set, but episode.type is %q (it is for mlmt)", r.Episode.Type)
+	}
 	m := &r.Algorithm.MLMT
 	if bl := r.Algorithm.BiLevel; bl != nil {
 		c.biLevel(r, bl)

@@ -200,6 +200,7 @@ func (envSource) heldOut(n int) ([]task.Problem, error) {
 }
 
 func (envSource) reference(task.Problem) verify.Reference { return verify.Reference{} }
+func (envSource) anyHint(task.Problem) string             { return "" }
 
 // teacherStep is one step of a scripted teacher's episode: the prompt the
 // policy would see and the action the teacher took, as the policy writes

@@ -79,11 +79,17 @@ type Config struct {
 	// task or the dataset's hint column — and .Attempt, the solver's first
 	// answer);
 	// FeedbackAnswerTemplate the feedback its SFT warm-up trains on (over
-	// .Question, .Hint, .Answer, .Attempt); StaticFeedbackTemplate the
+	// .Question, .Hint, .AnyHint, .Answer, .Attempt);
+	// RefineFeedbackTemplate the feedback the solver's warm-up refine
+	// prompts show (same fields; empty: FeedbackAnswerTemplate's text), so
+	// the solver can learn to use feedback that names the hint while the
+	// feedback policy's own target names any position (.AnyHint) and what
+	// to say is left to RL; StaticFeedbackTemplate the
 	// feedback text without a feedback policy (over .Question, .Attempt);
 	// RefineTemplate the solver's third-turn prompt (over .Question,
 	// .Attempt, .Feedback).
 	FeedbackTemplate, FeedbackAnswerTemplate, StaticFeedbackTemplate, RefineTemplate string
+	RefineFeedbackTemplate                                                           string
 	// Feedback is MLMT's feedback policy; nil is static feedback (the
 	// baseline): StaticFeedbackTemplate is the feedback.
 	Feedback *FeedbackPolicy
@@ -383,8 +389,11 @@ func (c *Config) multiTurn() bool { return c.Episode == EpisodeMLMT || c.Episode
 type TemplateData struct {
 	Question, Answer string
 	// Hint is the problem's hidden information (task.Problem.Hint): only
-	// the feedback policy's templates may show it.
-	Hint string
+	// the feedback policy's templates may show it. AnyHint is a hint of the
+	// same form that says nothing of this problem (task.AnyHint; for a
+	// dataset, the hint of another training row): a warm-up target that
+	// teaches a feedback policy the form of a hint, not its content.
+	Hint, AnyHint string
 	// Attempt is the solver's first answer; Feedback the feedback text.
 	Attempt, Feedback string
 	// Output is a tool's output (ToolResponseTemplate).
@@ -427,6 +436,7 @@ func Quickstart(out string) Config {
 type compiled struct {
 	prompt, answer                                   *template.Template
 	feedback, feedbackAnswer, staticFeedback, refine *template.Template
+	refineFeedback                                   *template.Template
 	review, toolResponse                             *template.Template
 	agent                                            *template.Template
 }
@@ -659,6 +669,13 @@ func (c *Config) validateMLMT(t *compiled) error {
 	if strings.Contains(c.RefineTemplate, ".Hint") {
 		return fmt.Errorf("train config: refine_template %q: uses .Hint, which only the feedback policy may see", c.RefineTemplate)
 	}
+	// .AnyHint is a warm-up target's field: the episodes' turns render
+	// no such value.
+	for _, f := range []struct{ name, text string }{{"feedback_template", c.FeedbackTemplate}, {"refine_template", c.RefineTemplate}, {"static_feedback_template", c.StaticFeedbackTemplate}} {
+		if strings.Contains(f.text, ".AnyHint") {
+			return fmt.Errorf("train config: %s %q: uses .AnyHint, which only the warm-up's targets (feedback_answer_template, refine_feedback_template) render", f.name, f.text)
+		}
+	}
 	if c.Feedback == nil {
 		if t.staticFeedback, err = parseTemplate("static_feedback_template", c.StaticFeedbackTemplate, ""); err != nil {
 			return err
@@ -684,6 +701,12 @@ func (c *Config) validateMLMT(t *compiled) error {
 		if t.feedbackAnswer, err = parseTemplate("feedback_answer_template", c.FeedbackAnswerTemplate, ""); err != nil {
 			return err
 		}
+		t.refineFeedback = t.feedbackAnswer
+	}
+	if strings.TrimSpace(c.RefineFeedbackTemplate) != "" {
+		if t.refineFeedback, err = parseTemplate("refine_feedback_template", c.RefineFeedbackTemplate, ""); err != nil {
+			return err
+		}
 	}
 	// The static text is also evaluated beside the trained feedback
 	// (turn3_accuracy_static) when given.
@@ -702,11 +725,11 @@ func parseTemplate(field, text, needs string) (*template.Template, error) {
 	if needs != "" && !strings.Contains(text, "."+needs) {
 		return nil, fmt.Errorf("train config: %s %q: must use .%s", field, text, needs)
 	}
-	t, err := tmpl.Parse(field, text, "Question", "Answer", "Hint", "Attempt", "Feedback", "Output")
+	t, err := tmpl.Parse(field, text, "Question", "Answer", "Hint", "AnyHint", "Attempt", "Feedback", "Output")
 	if err != nil {
 		return nil, fmt.Errorf("train config: %s: %w", field, err)
 	}
-	if _, err := tmpl.Execute(t, TemplateData{Question: "q", Answer: "a", Hint: "h", Attempt: "t", Feedback: "f", Output: "o"}, tmpl.MaxOutput); err != nil {
+	if _, err := tmpl.Execute(t, TemplateData{Question: "q", Answer: "a", Hint: "h", AnyHint: "h", Attempt: "t", Feedback: "f", Output: "o"}, tmpl.MaxOutput); err != nil {
 		return nil, fmt.Errorf("train config: %s: %w", field, err)
 	}
 	return t, nil
@@ -725,8 +748,10 @@ func render(t *template.Template, d TemplateData) string {
 // candidates; the hint "2nd" is shown to the feedback policy only), a
 // solver and a trainable feedback policy of the quickstart's architecture
 // trained from scratch on CPU. The SFT warm-up teaches the solver the
-// \boxed{} answer after both of its prompts and the feedback policy to
-// name the hinted position ("take the 2nd"); GRPO then trains both on the
+// \boxed{} answer after both of its prompts, its refine prompt showing
+// feedback that names the hinted position ("take the 2nd"), and the
+// feedback policy the form of its feedback ("take the" and any position,
+// .AnyHint): what to say is left to GRPO, which then trains both on the
 // refined answer's reward. See the package doc for the measured runs.
 func MLMTMath(out string) Config {
 	c := Quickstart(out)
@@ -734,7 +759,8 @@ func MLMTMath(out string) Config {
 	c.Task = task.Config{Seed: 1, Kinds: []string{task.Pick}, Level: 2, HeldOutPercent: 30}
 	c.PromptTemplate = "{{.Question}}\n"
 	c.FeedbackTemplate = "{{.Question}}\nhint: {{.Hint}}\ntry: {{.Attempt}}\nfeedback:"
-	c.FeedbackAnswerTemplate = " take the {{.Hint}}"
+	c.FeedbackAnswerTemplate = " take the {{.AnyHint}}"
+	c.RefineFeedbackTemplate = " take the {{.Hint}}"
 	c.StaticFeedbackTemplate = " check your answer"
 	c.RefineTemplate = "{{.Question}}\ntry: {{.Attempt}}\nfeedback:{{.Feedback}}\n"
 	m := *c.Model
@@ -743,7 +769,7 @@ func MLMTMath(out string) Config {
 	fm := m
 	c.Feedback = &FeedbackPolicy{Model: &fm, Train: true}
 	c.FeedbackReward = FeedbackRewardFinal
-	c.WarmupSteps, c.WarmupBatch = 150, 32
+	c.WarmupSteps, c.WarmupBatch = 300, 32
 	c.Steps, c.PromptsPerStep, c.GroupSize = 200, 16, 8
 	c.EvalEvery, c.EvalProblems, c.CheckpointEvery = 25, 256, 100
 	return c

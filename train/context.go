@@ -81,14 +81,14 @@ func checkContext(cfg Config, tpl *compiled, feedbackModel string) (field string
 			later, _ := pr.Review(ex, "")
 			seqs = append(seqs, seq{solver, "the review prompt (episode.templates.review)", later.Text, answer, cfg.WarmupSteps > 0})
 		case EpisodeMLMT:
-			d := TemplateData{Question: p.Question, Hint: p.Hint, Answer: p.Answer}
+			d := TemplateData{Question: p.Question, Hint: p.Hint, AnyHint: src.anyHint(p), Answer: p.Answer}
 			fbText := render(tpl.staticFeedback, d)
 			if fb != nil {
 				fbPrompt, _ := pr.Feedback(ex, "")
 				target := ""
 				if tpl.feedbackAnswer != nil {
-					fbText = render(tpl.feedbackAnswer, d)
-					target = fbText
+					fbText = render(tpl.refineFeedback, d)
+					target = render(tpl.feedbackAnswer, d)
 				}
 				seqs = append(seqs, seq{fb, "the feedback prompt (episode.templates.feedback)", fbPrompt.Text, target, cfg.WarmupSteps > 0})
 			}

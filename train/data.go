@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 
 	"github.com/rlnode/rlnode/rollout/data"
@@ -60,6 +61,9 @@ type problemSource interface {
 	heldOut(n int) ([]task.Problem, error)
 	// reference is what a problem's answers are verified against.
 	reference(p task.Problem) verify.Reference
+	// anyHint is TemplateData.AnyHint for p: a hint of the form p's
+	// hints take that is drawn independently of p's answer.
+	anyHint(p task.Problem) string
 }
 
 type taskSource struct{ gen *task.Generator }
@@ -71,6 +75,7 @@ func (s taskSource) heldOut(n int) ([]task.Problem, error) {
 func (s taskSource) reference(p task.Problem) verify.Reference {
 	return verify.Reference{Answer: p.Answer}
 }
+func (s taskSource) anyHint(p task.Problem) string { return task.AnyHint(p) }
 
 // datasetSource serves a loaded dataset. Problem IDs are "train/ROW" and
 // "eval/ROW" (rows of the loaded files); refs holds their references.
@@ -189,6 +194,18 @@ func (s *datasetSource) heldOut(n int) ([]task.Problem, error) {
 }
 
 func (s *datasetSource) reference(p task.Problem) verify.Reference { return s.refs[p.ID] }
+
+// anyHint is the hint of a training row chosen by a hash of p (the
+// hints' own distribution, independent of p's answer); "" when the hint
+// column is not loaded.
+func (s *datasetSource) anyHint(p task.Problem) string {
+	if len(s.trainHints) == 0 {
+		return ""
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d\x00%s\x00%s", s.seed, p.ID, p.Question)
+	return s.trainHints[h.Sum64()%uint64(len(s.trainHints))]
+}
 
 // trainProblems is how many training problems a single-turn run draws:
 // the warm-up's and the RL steps'.

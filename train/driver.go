@@ -667,6 +667,9 @@ func (r *run) warmupTrain(ctx context.Context, b learner.Batch, t0 time.Time) (M
 // run's.
 func (r *run) train(ctx context.Context, p *policy, b learner.Batch) (learner.Stats, error) {
 	b.PolicyID = p.id
+	if testTrainBatch != nil {
+		testTrainBatch(p.id, r.step, b)
+	}
 	st, err := p.learner.Train(ctx, b)
 	if err != nil {
 		step := r.step + 1
@@ -682,6 +685,10 @@ func (r *run) train(ctx context.Context, p *policy, b learner.Batch) (learner.St
 	}
 	return st, nil
 }
+
+// testTrainBatch, when set by a test, sees every batch a policy trains
+// on: policy, the run's step before it, the batch.
+var testTrainBatch func(policy string, step int, b learner.Batch)
 
 // fill copies the solver's Stats of the run's current step into m.
 func (r *run) fill(m *Metrics, st learner.Stats) {

@@ -6,12 +6,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/cpu"
 	"github.com/rlnode/rlnode/learner/model"
+	"github.com/rlnode/rlnode/learner/tokenizer"
+	"github.com/rlnode/rlnode/rollout/task"
 )
 
 // TestMLMTLearns runs the mlmt_math preset and its static-feedback
@@ -336,5 +339,79 @@ func TestMLMTFeedbackOnly(t *testing.T) {
 		if _, err := Run(ctx, c); err == nil || !strings.Contains(err.Error(), "freeze_solver") {
 			t.Errorf("error %v, want one naming freeze_solver", err)
 		}
+	}
+}
+
+// TestMLMTWarmupHintFree checks mlmt_math's warm-up texts: the feedback
+// policy's target names .AnyHint (the hint by chance alone) while the
+// solver's refine prompt shows feedback naming the hint, for the
+// problems the warm-up drew, in order.
+func TestMLMTWarmupHintFree(t *testing.T) {
+	cfg := tinyMLMT(t.TempDir())
+	cfg.Steps = 0
+	if cfg.FeedbackAnswerTemplate != " take the {{.AnyHint}}" || cfg.RefineFeedbackTemplate != " take the {{.Hint}}" {
+		t.Fatalf("preset warm-up templates %q, %q", cfg.FeedbackAnswerTemplate, cfg.RefineFeedbackTemplate)
+	}
+	tok, err := tokenizer.BuiltinSized(cfg.Model.VocabSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := func(ids []int32) string {
+		out := make([]int, len(ids))
+		for i, id := range ids {
+			out[i] = int(id)
+		}
+		return tok.Decode(out)
+	}
+	var mu sync.Mutex
+	batches := map[string][]learner.Batch{}
+	testTrainBatch = func(policy string, _ int, b learner.Batch) {
+		mu.Lock()
+		defer mu.Unlock()
+		batches[policy] = append(batches[policy], b)
+	}
+	defer func() { testTrainBatch = nil }()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := Run(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	gen, err := task.New(cfg.Task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, solver := batches["feedback"], batches["solver"]
+	if len(fb) != cfg.WarmupSteps || len(solver) != cfg.WarmupSteps {
+		t.Fatalf("%d feedback and %d solver batches, want %d each", len(fb), len(solver), cfg.WarmupSteps)
+	}
+	named, i := 0, 0
+	for s := range cfg.WarmupSteps {
+		if len(fb[s].Prompts) != cfg.WarmupBatch || len(solver[s].Prompts) != 2*cfg.WarmupBatch {
+			t.Fatalf("warm-up step %d: %d feedback and %d solver sequences, want %d and %d", s+1, len(fb[s].Prompts), len(solver[s].Prompts), cfg.WarmupBatch, 2*cfg.WarmupBatch)
+		}
+		for j := range cfg.WarmupBatch {
+			p, err := gen.Problem(task.Train, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			i++
+			prompt, target := decode(fb[s].Prompts[j]), decode(fb[s].Responses[j])
+			if !strings.Contains(prompt, p.Question+"\nhint: "+p.Hint+"\n") {
+				t.Fatalf("feedback prompt %q is not problem %s's (%q, hint %s)", prompt, p.ID, p.Question, p.Hint)
+			}
+			if want := " take the " + task.AnyHint(p) + "<|endoftext|>"; target != want {
+				t.Errorf("%s: feedback target %q, want %q", p.ID, target, want)
+			}
+			if task.AnyHint(p) == p.Hint {
+				named++
+			}
+			refine := decode(solver[s].Prompts[2*j+1])
+			if !strings.Contains(refine, "feedback: take the "+p.Hint+"\n") {
+				t.Errorf("%s: refine prompt %q does not show feedback naming the hint %s", p.ID, refine, p.Hint)
+			}
+		}
+	}
+	if named == i {
+		t.Errorf("every one of %d feedback targets names the hint", i)
 	}
 }

@@ -31,7 +31,8 @@ func (r *run) feedbackEngine() *policyEngine {
 // the reference answer after the first prompt and after the later one,
 // and the feedback policy on the reference feedback
 // (FeedbackAnswerTemplate, which may show the hint); both learn the
-// formats. With static feedback the later prompt carries the static text.
+// formats. The later prompt shows RefineFeedbackTemplate's feedback
+// (FeedbackAnswerTemplate's when it is not set). With static feedback the later prompt carries the static text.
 func (r *run) warmupStepMultiTurn(ctx context.Context) (Metrics, error) {
 	cfg := r.cfg
 	eos, err := endOfText(r.solver.tok)
@@ -68,17 +69,17 @@ func (r *run) warmupStepMultiTurn(ctx context.Context) (Metrics, error) {
 		if cfg.Episode == EpisodeSCoRe {
 			later, _ = pr.Review(exs[j], attempt)
 		} else {
-			d := TemplateData{Question: p.Question, Hint: p.Hint, Answer: p.Answer, Attempt: attempt}
+			d := TemplateData{Question: p.Question, Hint: p.Hint, AnyHint: r.src.anyHint(p), Answer: p.Answer, Attempt: attempt}
 			var fbText string
 			switch {
 			case r.cfg.SharedWeights: // one model in both roles: one batch
-				fbText = render(r.tpl.feedbackAnswer, d)
-				sft(r.solver.tok, &sb, toInt32(r.solver.tok.Encode(render(r.tpl.feedback, d))), fbText)
+				fbText = render(r.tpl.refineFeedback, d)
+				sft(r.solver.tok, &sb, toInt32(r.solver.tok.Encode(render(r.tpl.feedback, d))), render(r.tpl.feedbackAnswer, d))
 			case r.feedback == nil:
 				fbText = render(r.tpl.staticFeedback, d)
 			default:
-				fbText = render(r.tpl.feedbackAnswer, d)
-				sft(r.feedback.tok, &fbb, toInt32(r.feedback.tok.Encode(render(r.tpl.feedback, d))), fbText)
+				fbText = render(r.tpl.refineFeedback, d)
+				sft(r.feedback.tok, &fbb, toInt32(r.feedback.tok.Encode(render(r.tpl.feedback, d))), render(r.tpl.feedbackAnswer, d))
 			}
 			later, _ = pr.Refine(exs[j], attempt, fbText)
 		}

@@ -18,10 +18,18 @@ import (
 const DefaultHintColumn = "hint"
 
 // feedbackUsesHint says whether a template of the feedback policy (its
-// prompt or its warm-up target) shows .Hint.
+// prompt or its warm-up target) or the warm-up's refine feedback shows
+// .Hint or .AnyHint.
 func (c *Config) feedbackUsesHint() bool {
-	return c.Episode == EpisodeMLMT && c.Feedback != nil &&
-		(strings.Contains(c.FeedbackTemplate, ".Hint") || strings.Contains(c.FeedbackAnswerTemplate, ".Hint"))
+	if c.Episode != EpisodeMLMT || c.Feedback == nil {
+		return false
+	}
+	for _, t := range []string{c.FeedbackTemplate, c.FeedbackAnswerTemplate, c.RefineFeedbackTemplate} {
+		if strings.Contains(t, ".Hint") || strings.Contains(t, ".AnyHint") {
+			return true
+		}
+	}
+	return false
 }
 
 func (ds *Dataset) hintColumn() string {

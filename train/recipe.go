@@ -157,6 +157,7 @@ func (l recipe) refuseAgent(no func(field, format string, args ...any)) {
 type driverTemplates struct {
 	prompt, answer                                 string
 	feedbackPrompt, feedbackAnswer, static, refine string
+	refineFeedback                                 string
 	review, toolResponse                           string
 }
 
@@ -193,7 +194,10 @@ func (l recipe) templates() (driverTemplates, []recipes.Problem) {
 		if !r.Algorithm.MLMT.StaticFeedback {
 			t.feedbackPrompt = tpl("episode.templates.feedback", et.Feedback, "Problem", "Attempt", "Hint")
 			if r.SFT.FeedbackResponse != "" {
-				t.feedbackAnswer = tpl("sft.feedback_response", r.SFT.FeedbackResponse, "Problem", "Hint", "Answer", "Attempt")
+				t.feedbackAnswer = tpl("sft.feedback_response", r.SFT.FeedbackResponse, "Problem", "Hint", "AnyHint", "Answer", "Attempt")
+			}
+			if r.SFT.RefineFeedback != "" {
+				t.refineFeedback = tpl("sft.refine_feedback", r.SFT.RefineFeedback, "Problem", "Hint", "AnyHint", "Answer", "Attempt")
 			}
 		}
 	case "score":
@@ -351,6 +355,7 @@ func (l recipe) config(out string) (Config, error) {
 	}
 	if hasFeedback {
 		cfg.FeedbackTemplate, cfg.FeedbackAnswerTemplate = tpl.feedbackPrompt, tpl.feedbackAnswer
+		cfg.RefineFeedbackTemplate = tpl.refineFeedback
 		fb := &FeedbackPolicy{Train: slices.Contains(r.Algorithm.MLMT.Train, "feedback"),
 			Algorithm: learnerAlgorithms[fbAlgo], LR: r.Algorithm.MLMT.FeedbackLR}
 		if bl := r.Algorithm.BiLevel; bl != nil {

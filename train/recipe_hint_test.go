@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"github.com/rlnode/rlnode/recipes"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/rollout/task"
 )
 
 // writeHintRows writes n pick-style rows whose hint sits in column col
@@ -102,4 +105,37 @@ func TestDatasetHintColumn(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A dataset's .AnyHint is the hint column of a training row chosen by a
+// hash of the problem: one of the rows' hints, the same on every call,
+// different problems getting different ones; none without the column.
+// A template that shows only .AnyHint still loads the column.
+func TestDatasetAnyHint(t *testing.T) {
+	hints := []string{"1st", "2nd", "3rd", "1st", "2nd", "3rd"}
+	s := &datasetSource{seed: 3, trainHints: hints}
+	seen := map[string]bool{}
+	for i := range 60 {
+		p := task.Problem{ID: fmt.Sprintf("train/%d", i), Question: fmt.Sprintf("Pick: %d 5 6", i)}
+		h := s.anyHint(p)
+		if !slices.Contains(hints, h) || h != s.anyHint(p) {
+			t.Fatalf("%s: anyHint %q then %q: want one of %v, the same twice", p.ID, h, s.anyHint(p), hints)
+		}
+		seen[h] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("60 problems drew hints %v, want all three", seen)
+	}
+	if h := (&datasetSource{}).anyHint(task.Problem{ID: "train/0"}); h != "" {
+		t.Errorf("anyHint without a hint column: %q", h)
+	}
+	c := MLMTMath("OUT")
+	c.FeedbackTemplate, c.FeedbackAnswerTemplate, c.RefineFeedbackTemplate = "{{.Question}} try: {{.Attempt}}\nfeedback:", " take the {{.AnyHint}}", ""
+	if !c.feedbackUsesHint() {
+		t.Error("a feedback target showing .AnyHint does not load the hint column")
+	}
+	c.FeedbackAnswerTemplate = " try again"
+	if c.feedbackUsesHint() {
+		t.Error("templates showing neither .Hint nor .AnyHint load the hint column")
+	}
 }

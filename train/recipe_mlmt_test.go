@@ -18,9 +18,15 @@ import (
 // The multi-turn built-ins map onto the driver's presets: mlmt_math is
 // MLMTMath (templates rendering the same text), its variants
 // differ from it only where they say, and score_math is
-// SCoReMath.
+// SCoReMath. bi_level_score and rl_guided_score keep the warm-up
+// mlmt_math had before its feedback target stopped naming the hint
+// (hintWarmup).
 func TestFromRecipeMultiTurn(t *testing.T) {
-	data := TemplateData{Question: "Pick: 17 42 8", Answer: "42", Hint: "2nd", Attempt: `\boxed{17}`, Feedback: " take the 2nd"}
+	data := TemplateData{Question: "Pick: 17 42 8", Answer: "42", Hint: "2nd", AnyHint: "3rd", Attempt: `\boxed{17}`, Feedback: " take the 2nd"}
+	hintWarmup := func(c Config) Config {
+		c.FeedbackAnswerTemplate, c.RefineFeedbackTemplate, c.WarmupSteps = " take the {{.Hint}}", "", 150
+		return c
+	}
 	for _, tc := range []struct {
 		recipe string
 		want   func() Config
@@ -29,22 +35,22 @@ func TestFromRecipeMultiTurn(t *testing.T) {
 		{"mlmt_math_stopgrad", func() Config { c := MLMTMath("OUT"); c.StopGradient = true; return c }},
 		{"mlmt_math_static", func() Config {
 			c := MLMTMath("OUT")
-			c.Feedback, c.FeedbackTemplate, c.FeedbackAnswerTemplate = nil, "", ""
+			c.Feedback, c.FeedbackTemplate, c.FeedbackAnswerTemplate, c.RefineFeedbackTemplate = nil, "", "", ""
 			return c
 		}},
 		{"score_math", func() Config { return SCoReMath("OUT") }},
 		{"bi_level_score", func() Config {
-			c := MLMTMath("OUT")
+			c := hintWarmup(MLMTMath("OUT"))
 			c.BiLevel = &BiLevel{ValueCoef: 0.1, ValueLossCoef: 1, TrainGuidance: true, GuidanceKLCoef: 0.05}
 			return c
 		}},
 		{"rl_guided_score", func() Config {
-			c := MLMTMath("OUT")
+			c := hintWarmup(MLMTMath("OUT"))
 			c.ShapeRefine, c.ScoreAlpha = true, 10
 			return c
 		}},
 		{"bi_level_score_stopgrad", func() Config {
-			c := MLMTMath("OUT")
+			c := hintWarmup(MLMTMath("OUT"))
 			c.BiLevel = &BiLevel{ValueCoef: 0.1, ValueLossCoef: 1, StopValueGradients: true, TrainGuidance: true, GuidanceKLCoef: 0.05}
 			return c
 		}},
@@ -67,6 +73,7 @@ func TestFromRecipeMultiTurn(t *testing.T) {
 				{"answer", got.AnswerTemplate, want.AnswerTemplate},
 				{"feedback", got.FeedbackTemplate, want.FeedbackTemplate},
 				{"feedback answer", got.FeedbackAnswerTemplate, want.FeedbackAnswerTemplate},
+				{"refine feedback", got.RefineFeedbackTemplate, want.RefineFeedbackTemplate},
 				{"static feedback", got.StaticFeedbackTemplate, want.StaticFeedbackTemplate},
 				{"refine", got.RefineTemplate, want.RefineTemplate},
 				{"review", got.ReviewTemplate, want.ReviewTemplate},
@@ -83,9 +90,9 @@ func TestFromRecipeMultiTurn(t *testing.T) {
 			}
 			// Templates compared by rendering; the rest field by field.
 			got.PromptTemplate, got.AnswerTemplate, got.FeedbackTemplate, got.FeedbackAnswerTemplate = "", "", "", ""
-			got.StaticFeedbackTemplate, got.RefineTemplate, got.ReviewTemplate = "", "", ""
+			got.StaticFeedbackTemplate, got.RefineTemplate, got.ReviewTemplate, got.RefineFeedbackTemplate = "", "", "", ""
 			want.PromptTemplate, want.AnswerTemplate, want.FeedbackTemplate, want.FeedbackAnswerTemplate = "", "", "", ""
-			want.StaticFeedbackTemplate, want.RefineTemplate, want.ReviewTemplate = "", "", ""
+			want.StaticFeedbackTemplate, want.RefineTemplate, want.ReviewTemplate, want.RefineFeedbackTemplate = "", "", "", ""
 			if want.EngineBatch == 0 {
 				want.EngineBatch = 256
 			}

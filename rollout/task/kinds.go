@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -439,4 +440,20 @@ func Ordinal(k int) string {
 		suffix = "rd"
 	}
 	return strconv.Itoa(k) + suffix
+}
+
+// AnyHint is a hint of p's form drawn independently of p's answer: for a
+// pick problem, a position among its candidates chosen by a hash of the
+// problem (uniform over the positions, so it names the hinted one by
+// chance alone, 1 in level+1); "" for a problem of a kind without hints.
+// It is what a feedback policy that ignores the hint would say, and makes
+// a warm-up target that teaches the form of a hint and none of its
+// content.
+func AnyHint(p Problem) string {
+	if p.Kind != Pick || p.Level < 1 {
+		return ""
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%s", p.ID, p.Question)
+	return Ordinal(1 + int(mix(h.Sum64(), 0x5eed)%uint64(p.Level+1)))
 }

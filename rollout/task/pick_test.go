@@ -84,3 +84,55 @@ func TestOrdinal(t *testing.T) {
 		}
 	}
 }
+
+// TestAnyHint checks that AnyHint names a position of the problem's own
+// candidates, each about equally often, and the hinted one no more often
+// than chance (it must carry nothing of the answer); that it is the same
+// on every call and differs between seeds; and that kinds without hints
+// get none.
+func TestAnyHint(t *testing.T) {
+	for _, level := range []int{1, 2, 4} {
+		t.Run(fmt.Sprint("level ", level), func(t *testing.T) {
+			n := level + 1
+			const draws = 3000
+			probs := gen(t, Config{Seed: 5, Kinds: []string{Pick}, Level: level, HeldOutPercent: 30}, Train, draws)
+			other := gen(t, Config{Seed: 6, Kinds: []string{Pick}, Level: level, HeldOutPercent: 30}, Train, draws)
+			pos := map[string]int{}
+			same, differ := 0, 0
+			for i, p := range probs {
+				h := AnyHint(p)
+				if h != AnyHint(p) {
+					t.Fatalf("%s: AnyHint %q, then %q", p.ID, h, AnyHint(p))
+				}
+				pos[h]++
+				if h == p.Hint {
+					same++
+				}
+				if h != AnyHint(other[i]) {
+					differ++
+				}
+			}
+			for k := 1; k <= n; k++ {
+				got := float64(pos[Ordinal(k)]) / draws
+				if got < 0.8/float64(n) || got > 1.2/float64(n) {
+					t.Errorf("position %s drawn %.3f of the time, want about %.3f", Ordinal(k), got, 1/float64(n))
+				}
+				delete(pos, Ordinal(k))
+			}
+			if len(pos) > 0 {
+				t.Errorf("hints outside the %d positions: %v", n, pos)
+			}
+			if got := float64(same) / draws; got < 0.8/float64(n) || got > 1.2/float64(n) {
+				t.Errorf("AnyHint equals the hint %.3f of the time, want about %.3f (chance)", got, 1/float64(n))
+			}
+			if differ == 0 {
+				t.Error("AnyHint is the same for every problem index under two seeds")
+			}
+		})
+	}
+	for _, p := range gen(t, Config{Seed: 5, Kinds: Kinds, Level: 2, HeldOutPercent: 30}, Train, 60) {
+		if h := AnyHint(p); h != "" {
+			t.Errorf("%s (%s): AnyHint %q, want none", p.ID, p.Kind, h)
+		}
+	}
+}
