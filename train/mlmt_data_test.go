@@ -142,7 +142,7 @@ func TestMultiTurnTurnsUseRunVerifier(t *testing.T) {
 	}{{VerifierGSM8K, 1}, {VerifierMath, 0}} {
 		cfg := tinyMLMT(t.TempDir())
 		cfg.Task, cfg.Dataset, cfg.Verifier = task.Config{}, &Dataset{Train: train, Mapping: data.Mapping{Prompt: "q", Answer: "a"}}, tc.verifier
-		cfg.FeedbackTemplate, cfg.FeedbackAnswerTemplate = "{{.Question}}\ntry: {{.Attempt}}\nfeedback:", " again"
+		cfg.FeedbackTemplate, cfg.FeedbackAnswerTemplate, cfg.RefineFeedbackTemplate = "{{.Question}}\ntry: {{.Attempt}}\nfeedback:", " again", ""
 		te := evalOnFake(t, context.Background(), cfg, "#### 7", 4)
 		if te.Turn1 != tc.want || te.Final != tc.want {
 			t.Errorf("verifier %s: turn-1 %v, turn-3 %v; want %v both", tc.verifier, te.Turn1, te.Final, tc.want)
@@ -259,7 +259,7 @@ func codeMLMT(out, train string) Config {
 	c.Task = task.Config{}
 	c.Dataset = &Dataset{Train: train, Eval: train, Mapping: data.Mapping{Prompt: "text", Answer: "code", Tests: "test_list"}}
 	c.Verifier = VerifierCode
-	c.FeedbackTemplate, c.FeedbackAnswerTemplate = "{{.Question}}\ntry: {{.Attempt}}\nfeedback:", " again"
+	c.FeedbackTemplate, c.FeedbackAnswerTemplate, c.RefineFeedbackTemplate = "{{.Question}}\ntry: {{.Attempt}}\nfeedback:", " again", ""
 	c.AnswerTemplate = "{{.Answer}}"
 	c.MaxTokens, c.Learner.MaxResponseLen = 16, 16
 	c.EvalProblems = 6

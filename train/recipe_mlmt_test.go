@@ -18,13 +18,14 @@ import (
 // The multi-turn built-ins map onto the driver's presets: mlmt_math is
 // MLMTMath (templates rendering the same text), its variants
 // differ from it only where they say, and score_math is
-// SCoReMath. bi_level_score and rl_guided_score keep the warm-up
-// mlmt_math had before its feedback target stopped naming the hint
-// (hintWarmup).
+// SCoReMath. bi_level_score and rl_guided_score keep the warm-up and
+// learning rates mlmt_math had before its feedback target stopped naming
+// the hint (hintWarmup).
 func TestFromRecipeMultiTurn(t *testing.T) {
 	data := TemplateData{Question: "Pick: 17 42 8", Answer: "42", Hint: "2nd", AnyHint: "3rd", Attempt: `\boxed{17}`, Feedback: " take the 2nd"}
 	hintWarmup := func(c Config) Config {
 		c.FeedbackAnswerTemplate, c.RefineFeedbackTemplate, c.WarmupSteps = " take the {{.Hint}}", "", 150
+		c.Feedback.LR, c.Learner.Loss.EntropyCoef = c.Learner.LR, 0
 		return c
 	}
 	for _, tc := range []struct {
@@ -103,14 +104,14 @@ func TestFromRecipeMultiTurn(t *testing.T) {
 				t.Fatalf("feedback %+v, preset %+v", got.Feedback, want.Feedback)
 			}
 			if got.Feedback != nil {
-				if arch(got.Feedback.Model) != arch(want.Feedback.Model) || got.Feedback.Train != want.Feedback.Train || got.Feedback.ModelDir != want.Feedback.ModelDir {
+				if arch(got.Feedback.Model) != arch(want.Feedback.Model) || got.Feedback.Train != want.Feedback.Train || got.Feedback.ModelDir != want.Feedback.ModelDir || got.Feedback.LR != want.Feedback.LR {
 					t.Errorf("feedback %+v %+v, preset %+v %+v", *got.Feedback, arch(got.Feedback.Model), *want.Feedback, arch(want.Feedback.Model))
 				}
 			}
 			got.LearnerResources = nil // the recipe's default, the driver's default
 			got.Model, want.Model, got.Feedback, want.Feedback = nil, nil, nil, nil
 			gl, wl := got.Learner, want.Learner
-			if gl.Algorithm != wl.Algorithm || gl.LR != wl.LR || gl.Loss.ClipLow != wl.Loss.ClipLow || gl.Loss.ClipHigh != wl.Loss.ClipHigh ||
+			if gl.Algorithm != wl.Algorithm || gl.LR != wl.LR || gl.Loss.ClipLow != wl.Loss.ClipLow || gl.Loss.ClipHigh != wl.Loss.ClipHigh || gl.Loss.EntropyCoef != wl.Loss.EntropyCoef ||
 				gl.MicroBatchSeqs != wl.MicroBatchSeqs || gl.MaxResponseLen != wl.MaxResponseLen || gl.MaxGradNorm != wl.MaxGradNorm {
 				t.Errorf("learner %+v, preset %+v", gl, wl)
 			}
