@@ -34,11 +34,12 @@ func TestFromRecipeFeedbackAlgorithm(t *testing.T) {
 		solver, fb   string
 		lr, fbLR     float64
 	}{
-		{"default", "mlmt_math", nil, learner.GRPO, learner.GRPO, 0, 0},
-		{"solver-ppo-feedback-grpo", "mlmt_math", append(ppoSolver, "algorithm.mlmt.feedback_algorithm=grpo"), learner.PPO, learner.GRPO, 0, 0},
-		{"solver-grpo-feedback-ppo", "mlmt_math", []string{"algorithm.mlmt.feedback_algorithm=ppo", "models.feedback.value_head=true"}, learner.GRPO, learner.PPO, 0, 0},
-		{"alias", "mlmt_math", []string{"algorithm.mlmt.feedback_algorithm=dr_grpo"}, learner.GRPO, learner.DrGRPO, 0, 0},
+		{"default", "mlmt_math", nil, learner.GRPO, learner.GRPO, 0, 5e-4},
+		{"solver-ppo-feedback-grpo", "mlmt_math", append(ppoSolver, "algorithm.mlmt.feedback_algorithm=grpo"), learner.PPO, learner.GRPO, 0, 5e-4},
+		{"solver-grpo-feedback-ppo", "mlmt_math", []string{"algorithm.mlmt.feedback_algorithm=ppo", "models.feedback.value_head=true"}, learner.GRPO, learner.PPO, 0, 5e-4},
+		{"alias", "mlmt_math", []string{"algorithm.mlmt.feedback_algorithm=dr_grpo"}, learner.GRPO, learner.DrGRPO, 0, 5e-4},
 		{"lr", "mlmt_math", []string{"algorithm.lr=1e-4", "algorithm.mlmt.feedback_lr=3e-4"}, learner.GRPO, learner.GRPO, 1e-4, 3e-4},
+		{"feedback lr defaults to lr", "rl_guided_score", []string{"algorithm.lr=2e-4"}, learner.GRPO, learner.GRPO, 2e-4, 2e-4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := loadFromRecipe(t, c.recipe, c.sets)
@@ -48,10 +49,7 @@ func TestFromRecipeFeedbackAlgorithm(t *testing.T) {
 			if cfg.Learner.Algorithm != c.solver || cfg.Feedback == nil || cfg.Feedback.Algorithm != c.fb {
 				t.Fatalf("solver %q, feedback %+v; want %q and %q", cfg.Learner.Algorithm, cfg.Feedback, c.solver, c.fb)
 			}
-			wantLR := c.fbLR
-			if wantLR == 0 {
-				wantLR = cfg.Learner.LR // the default is algorithm.lr
-			}
+			wantLR := c.fbLR // mlmt_math sets algorithm.mlmt.feedback_lr 5e-4
 			if (c.lr != 0 && cfg.Learner.LR != c.lr) || cfg.Feedback.LR != wantLR {
 				t.Errorf("lr %g, feedback lr %g; want %g and %g", cfg.Learner.LR, cfg.Feedback.LR, c.lr, wantLR)
 			}
