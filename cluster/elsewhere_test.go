@@ -70,4 +70,11 @@ func TestSpawnTriesElsewhere(t *testing.T) {
 	if rec, ok := a.dir.Actor("refusing"); ok && rec.State == Alive {
 		t.Errorf("an actor no node built is recorded ALIVE on %s", rec.Node)
 	}
+
+	// Refused on where-a, no room now on where-b (its ballast): the error
+	// keeps ErrNoRoom, which callers wait on.
+	_, err = a.Spawn(ctx, "test.refusing", SpawnOptions{Name: "refusing-big", Resources: Resources{CPU: 1}})
+	if err == nil || !strings.Contains(err.Error(), "no folder of mine here") || !errors.Is(err, ErrNoRoom) {
+		t.Errorf("spawn refused by the node with room, the other full: %v; want the refusal, wrapping ErrNoRoom", err)
+	}
 }

@@ -43,7 +43,7 @@ func (n *Node) livenessLoop() {
 	if window <= 0 {
 		return
 	}
-	every := min(window/4, 5*time.Second)
+	every := max(min(window/4, 5*time.Second), time.Millisecond) // a ticker of 0 panics
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var mu sync.Mutex

@@ -342,25 +342,18 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 			if strings.Contains(strings.Join(cannot, ""), actor.ErrUnknownKind.Error()) {
 				why = actor.ErrUnknownKind
 			}
-			rest := ""
-			for _, v := range n.Views() {
-				if !exclude[v.ID] {
-					rest = fmt.Sprintf("; the other nodes do not fit: %v", err)
-					break
-				}
+			if n.othersLeft(exclude) {
+				// err keeps its sentinel (ErrNoRoom: room may come).
+				return actor.Ref{}, fmt.Errorf("spawn %s: no node that fits can build it (%w): %s; the other nodes do not fit: %w",
+					req.Name, why, strings.Join(cannot, "; "), err)
 			}
-			return actor.Ref{}, fmt.Errorf("spawn %s: no node that fits can build it (%w): %s%s",
-				req.Name, why, strings.Join(cannot, "; "), rest)
+			return actor.Ref{}, fmt.Errorf("spawn %s: no node that fits can build it (%w): %s", req.Name, why, strings.Join(cannot, "; "))
 		}
 		if err != nil && len(refused) > 0 {
-			rest := ""
-			for _, v := range n.Views() {
-				if !exclude[v.ID] {
-					rest = fmt.Sprintf("; the other nodes do not fit: %v", err)
-					break
-				}
+			if n.othersLeft(exclude) {
+				return actor.Ref{}, fmt.Errorf("spawn %s: no node that fits would build it: %s; the other nodes do not fit: %w", req.Name, strings.Join(refused, "; "), err)
 			}
-			return actor.Ref{}, fmt.Errorf("spawn %s: no node that fits would build it: %s%s", req.Name, strings.Join(refused, "; "), rest)
+			return actor.Ref{}, fmt.Errorf("spawn %s: no node that fits would build it: %s", req.Name, strings.Join(refused, "; "))
 		}
 		if err != nil {
 			if held := n.heldForGoneOwners(); held != "" && errors.Is(err, ErrInfeasible) {
@@ -1163,4 +1156,14 @@ func restartTimeout(ms int64) time.Duration {
 func (n *Node) sawLeave(id string) bool {
 	_, ok := n.left.Load(id)
 	return ok
+}
+
+// othersLeft says whether a node not in exclude is in the view.
+func (n *Node) othersLeft(exclude map[string]bool) bool {
+	for _, v := range n.Views() {
+		if !exclude[v.ID] {
+			return true
+		}
+	}
+	return false
 }
