@@ -248,16 +248,11 @@ func Start(cfg Config) (*System, error) {
 		}
 	}
 	if cfg.BulkStall == 0 {
-		if v := os.Getenv(BulkStallEnv); v != "" {
-			d, err := time.ParseDuration(v)
-			if err == nil && d == 0 {
-				err = errors.New("want a duration such as 2m, or a negative one for none")
-			}
-			if err != nil {
-				return nil, fmt.Errorf("actor system: %s=%q: %w", BulkStallEnv, v, err)
-			}
-			cfg.BulkStall = d
+		d, err := BoundFromEnv(BulkStallEnv)
+		if err != nil {
+			return nil, fmt.Errorf("actor system: %w", err)
 		}
+		cfg.BulkStall = d
 	}
 	c := cfg.withDefaults()
 	s := &System{
@@ -595,3 +590,21 @@ func (s *System) InlineLimit() int { return min(s.cfg.InlineLimit, s.cfg.MaxMess
 // MaxMessageSize is the largest message body this node sends or accepts
 // (Config.MaxMessageSize).
 func (s *System) MaxMessageSize() int { return s.cfg.MaxMessageSize }
+
+// BoundFromEnv reads a time bound from environment variable name: 0 when
+// it is unset, else its duration (a negative one is no bound); zero or
+// no duration is an error naming the variable.
+func BoundFromEnv(name string) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err == nil && d == 0 {
+		err = errors.New("want a duration such as 2m, or a negative one for none")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", name, v, err)
+	}
+	return d, nil
+}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -352,17 +353,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Detection.OwnerGrace = FastDetection.OwnerGrace
 	}
 	if cfg.Detection.Unresponsive == 0 {
-		cfg.Detection.Unresponsive = DefaultUnresponsive
-		if v := os.Getenv(UnresponsiveEnv); v != "" {
-			d, err := time.ParseDuration(v)
-			if err == nil && d == 0 {
-				err = errors.New("want a duration such as 2m, or a negative one for no pings")
-			}
-			if err != nil {
-				return nil, fmt.Errorf("start node: %s=%q: %w", UnresponsiveEnv, v, err)
-			}
-			cfg.Detection.Unresponsive = d
+		d, err := actor.BoundFromEnv(UnresponsiveEnv)
+		if err != nil {
+			return nil, fmt.Errorf("start node: %w", err)
 		}
+		cfg.Detection.Unresponsive = cmp.Or(d, DefaultUnresponsive)
 	}
 	if cfg.Detection.OwnerGrace > MaxOwnerGrace {
 		return nil, fmt.Errorf("Detection.OwnerGrace %v: want at most %v", cfg.Detection.OwnerGrace, MaxOwnerGrace)
