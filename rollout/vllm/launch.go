@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -382,13 +383,20 @@ func startServer(ctx *actor.Context, command []string, a LaunchArgs, timeout tim
 		env = append(env, "CUDA_VISIBLE_DEVICES="+s.devices)
 	}
 	cmd.Env = env
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("vllm server: start %s: %w", command[0], err)
-	}
-	s.cmd = cmd
 	sys, self := ctx.System(), ctx.Self()
+	started := make(chan error, 1)
 	go func() {
+		// Pdeathsig fires when the thread that started the process ends,
+		// not the node's process: the thread stays this goroutine's until
+		// the server has exited, or the runtime retiring it would kill a
+		// healthy server.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		s.waitErr = cmd.Wait()
 		logf.Close()
 		close(s.exited)
@@ -396,6 +404,11 @@ func startServer(ctx *actor.Context, command []string, a LaunchArgs, timeout tim
 			_ = sys.Tell(self, ServerExited{}) // gone by itself: restart
 		}
 	}()
+	if err := <-started; err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("vllm server: start %s: %w", command[0], err)
+	}
+	s.cmd = cmd
 	if err := s.awaitHealth(ctx.Context(), timeout); err != nil {
 		s.stopping.Store(true)
 		s.stop()
@@ -667,9 +680,29 @@ func (l *Launched) Stage(ctx context.Context, i int, dir string) (string, error)
 	}
 	r, err := cluster.Call[StagedPath](ctx, l.handles[i], StageRequest{Dir: dir})
 	if err != nil {
+		if serverGone(err) {
+			return "", fmt.Errorf("%w: %w", ErrServerMissing, err)
+		}
 		return "", err
 	}
 	return r.Path, nil
+}
+
+// ErrServerMissing is a Config.Stage failure because the server's actor
+// is gone (its node lost or unresponsive, the actor dead or not found):
+// the update goes on without that server, as without one Locate does not
+// find.
+var ErrServerMissing = errors.New("vllm server missing")
+
+// serverGone reports whether err is a call to a server actor that could
+// not reach it or that it did not live to answer.
+func serverGone(err error) bool {
+	for _, e := range []error{actor.ErrNodeLost, actor.ErrConnLost, actor.ErrActorDied, actor.ErrActorNotFound, cluster.ErrNodeUnresponsive, cluster.ErrNodeGone} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // Stop stops every server (each waits up to serverStopGrace for its

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"time"
 )
 
 // Servers that move (Config.Locate): a launched server starts again in
@@ -126,10 +125,11 @@ func (c *Client) relocate(s *server, loc Location) {
 	c.wakeLocked()
 }
 
-// awaitLocated waits, within ctx and ControlTimeout, until Locate finds a
-// server that answers /health.
-func (c *Client) awaitLocated(ctx context.Context) error {
-	deadline := time.Now().Add(c.cfg.ControlTimeout)
+// awaitLocated waits, within parent and ControlTimeout (each attempt
+// included), until Locate finds a server that answers /health.
+func (c *Client) awaitLocated(parent context.Context) error {
+	ctx, cancel := context.WithTimeout(parent, c.cfg.ControlTimeout)
+	defer cancel()
 	for attempt := 1; ; attempt++ {
 		list, err := c.located(ctx)
 		if err == nil {
@@ -148,24 +148,29 @@ func (c *Client) awaitLocated(ctx context.Context) error {
 				return nil
 			}
 		}
+		if ctx.Err() == nil {
+			_ = sleepCtx(ctx, backoff(c.cfg.RetryBase, c.cfg.RetryMax, attempt+1))
+		}
+		if parent.Err() != nil {
+			return parent.Err()
+		}
 		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if time.Now().After(deadline) {
+			if err == nil {
+				err = errors.New("none answered")
+			}
 			return fmt.Errorf("no server found that answers within %v: %w", c.cfg.ControlTimeout, err)
-		}
-		if werr := sleepCtx(ctx, backoff(c.cfg.RetryBase, c.cfg.RetryMax, attempt+1)); werr != nil {
-			return werr
 		}
 	}
 }
 
-// stagedPaths is the path each server of list reads dir from: dir, or
-// for a staged server the copy Config.Stage made on its node.
-func (c *Client) stagedPaths(ctx context.Context, list []*server, dir string) (map[*server]string, error) {
-	paths := make(map[*server]string, len(list))
+// stagedPaths is the path each server of *list reads dir from: dir, or
+// for a staged server the copy Config.Stage made on its node. A server
+// whose Stage fails with ErrServerMissing (its node lost while it copied)
+// sits the update out as eachFound leaves out one that gives no answer.
+func (c *Client) stagedPaths(ctx context.Context, list *[]*server, dir string) (map[*server]string, error) {
+	paths := make(map[*server]string, len(*list))
 	var mu sync.Mutex
-	err := c.each(ctx, list, func(ctx context.Context, s *server) error {
+	err := c.eachFound(ctx, list, func(ctx context.Context, s *server) error {
 		c.mu.Lock()
 		staged := s.staged
 		c.mu.Unlock()
@@ -203,7 +208,7 @@ func (c *Client) eachFound(ctx context.Context, list *[]*server, fn func(context
 	for i, s := range *list {
 		wg.Go(func() {
 			err := fn(ctx, s)
-			if err != nil && ctx.Err() == nil && noAnswer(err) {
+			if err != nil && ctx.Err() == nil && (noAnswer(err) || errors.Is(err, ErrServerMissing)) {
 				c.notFound(s, fmt.Errorf("no answer: %w", err))
 				c.mu.Lock()
 				s.goneAt = s.url + " " + s.process
@@ -219,6 +224,7 @@ func (c *Client) eachFound(ctx context.Context, list *[]*server, fn func(context
 	for i, s := range *list {
 		switch {
 		case gone[i]:
+			// left out: sits this update out
 		case errs[i] != nil:
 			failed = append(failed, errs[i])
 			kept = append(kept, s)

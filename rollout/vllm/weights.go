@@ -210,7 +210,7 @@ func (c *Client) ReloadWeights(ctx context.Context, path string, version int64) 
 		return fmt.Errorf("vllm: reload weights from %s (version %d): %w", path, version, err)
 	}
 	// Staged copies are fetched while the servers still generate.
-	paths, err := c.stagedPaths(ctx, list, path)
+	paths, err := c.stagedPaths(ctx, &list, path)
 	if err != nil {
 		return fmt.Errorf("vllm: reload weights from %s (version %d): %w", path, version, err)
 	}
@@ -363,7 +363,7 @@ func (c *Client) LoadLoRA(ctx context.Context, name, path string, version int64)
 	if err != nil {
 		return fmt.Errorf("vllm: load LoRA %q from %s: %w", name, path, err)
 	}
-	paths, err := c.stagedPaths(ctx, list, path)
+	paths, err := c.stagedPaths(ctx, &list, path)
 	if err != nil {
 		return fmt.Errorf("vllm: load LoRA %q from %s: %w", name, path, err)
 	}
