@@ -3,8 +3,6 @@ package train
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -92,20 +90,11 @@ func homeOf(t *testing.T, k *nodetest.Node) string {
 // folderHashes is the SHA-256 of each file in dir, by name.
 func folderHashes(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
+	h, err := vllmtest.FolderHashes(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]string{}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := sha256.Sum256(b)
-		out[e.Name()] = hex.EncodeToString(h[:])
-	}
-	return out
+	return h
 }
 
 // checkLoads checks a server's reloads (events): each of the version

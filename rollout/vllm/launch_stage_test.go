@@ -2,8 +2,6 @@ package vllm
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"os"
@@ -22,20 +20,11 @@ import (
 // dirHashes is the SHA-256 of each file in dir, by name.
 func dirHashes(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
+	h, err := vllmtest.FolderHashes(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]string{}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := sha256.Sum256(b)
-		out[e.Name()] = hex.EncodeToString(h[:])
-	}
-	return out
+	return h
 }
 
 // A launched server whose node does not see the run folder (no probe

@@ -36,6 +36,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/ctxio"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/safetensors"
 )
@@ -1295,4 +1296,25 @@ func readAdapter(dir string) (*safetensors.File, map[string]json.RawMessage, err
 		return nil, nil, fmt.Errorf("%s: bad %s (%v)", dir, model.AdapterWeights, err)
 	}
 	return f, cfg, nil
+}
+
+// FolderHashes is the SHA-256 (hex) of each regular file in dir, by
+// name: what a test compares the folders a server loaded with.
+func FolderHashes(dir string) (map[string]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		h, err := ctxio.FileSHA256(context.Background(), filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out[e.Name()] = h
+	}
+	return out, nil
 }

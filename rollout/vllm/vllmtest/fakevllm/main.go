@@ -18,8 +18,6 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -121,18 +119,9 @@ func main() {
 // hashes is the SHA-256 of each regular file in dir, by name (empty
 // where dir cannot be read).
 func hashes(dir string) map[string]string {
-	out := map[string]string{}
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			continue
-		}
-		h := sha256.Sum256(b)
-		out[e.Name()] = hex.EncodeToString(h[:])
+	h, err := vllmtest.FolderHashes(dir)
+	if err != nil {
+		return map[string]string{}
 	}
-	return out
+	return h
 }
