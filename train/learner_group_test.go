@@ -502,7 +502,7 @@ func TestShardsThatDoNotFitFailAtPlacement(t *testing.T) {
 	cfg.Learner.Shards = 2
 	cfg.LearnerResources = cluster.Resources{cluster.CPU: 1}
 	_, err = Run(ctx, cfg)
-	if err == nil || !strings.Contains(err.Error(), "2 feedback learner shards") || !strings.Contains(err.Error(), "missing CPU") {
+	if err == nil || !strings.Contains(err.Error(), "2 feedback learner shards") || !strings.Contains(err.Error(), "the group needs CPU") {
 		t.Fatalf("err %v, want the feedback policy's 2 shards refused for want of CPU", err)
 	}
 }

@@ -173,7 +173,7 @@ func TestStartGroup(t *testing.T) {
 
 	t.Run("does_not_fit", func(t *testing.T) {
 		_, err := StartGroup(ctx, node, GroupConfig{Policy: "solver", Actor: learner.ActorConfig{Config: tinyConfig(learner.GRPO, 3, 1)}})
-		if err == nil || !strings.Contains(err.Error(), "3 solver learner shards") || !strings.Contains(err.Error(), "missing CPU") {
+		if err == nil || !strings.Contains(err.Error(), "3 solver learner shards") || !strings.Contains(err.Error(), "the group needs CPU") {
 			t.Fatalf("err %v, want 3 solver shards refused for want of CPU", err)
 		}
 		if n := liveActors(node, ActorKind); n != 0 {
