@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rlnode/rlnode/learner"
 	"github.com/rlnode/rlnode/learner/model"
 	"github.com/rlnode/rlnode/learner/safetensors"
 	"github.com/rlnode/rlnode/rollout/vllm"
@@ -202,11 +201,8 @@ func (r *run) startVLLM(ctx context.Context, p *policy) error {
 			l.ServedName = v.Model
 			// A server whose node does not see the run folder fetches the
 			// model and each weights folder from this host.
-			abs, err := filepath.Abs(r.cfg.Out)
-			if err != nil {
-				return fmt.Errorf("run folder: %w", err)
-			}
-			l.Folders = &learner.Folders{Server: r.folders.Ref(), RunDir: abs, Probe: r.vllmProbe}
+			l.Folders = r.learnerFolders()
+			l.Folders.Probe = r.vllmProbe // kept for the run, not only while learners are placed
 			r.folders.Allow(l.Model)
 			r.folders.AllowUnder(dir)
 			prefix := fmt.Sprintf("vllm-%s-%d", p.id, time.Now().UnixNano())

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,13 +11,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/logbuf"
 	"github.com/rlnode/rlnode/internal/nodetest"
 	"github.com/rlnode/rlnode/rollout/vllm"
 	"github.com/rlnode/rlnode/rollout/vllm/vllmtest"
@@ -251,7 +250,7 @@ func TestVLLMServerMovesAfterNodeLoss(t *testing.T) {
 			cfg := launchedRun(node, out, modelDir, servers)
 			cfg.VLLM.Launch.GPUs = 1
 			cfg.Steps = 4 + 3*(servers-1)
-			var logged syncBuffer
+			var logged logbuf.Buffer
 			cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
 			killAt := cfg.WarmupSteps + 1
 			// With two servers the run goes on without the lost one; a few
@@ -379,24 +378,6 @@ func TestVLLMServerMovesAfterNodeLoss(t *testing.T) {
 			noStaging(t, alive)
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the run's goroutines to log into.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // parentOf is the parent process of process pid (Linux: /proc).
