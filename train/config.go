@@ -769,8 +769,9 @@ func MLMTMath(out string) Config {
 	c.Model = &m
 	fm := m
 	// The feedback policy must find by sampling that naming the hinted
-	// position pays: at lr 1e-4 and no entropy bonus it did in one seed of
-	// three within 200 steps, its entropy collapsing first in the others.
+	// position pays: with no entropy bonus it did within 200 steps in one
+	// seed of three at lr 1e-4, and in two at 5e-4, the third's entropy
+	// collapsing before it found it (docs/learning.md).
 	c.Feedback = &FeedbackPolicy{Model: &fm, Train: true, LR: 5e-4}
 	c.Learner.Loss.EntropyCoef = 0.01
 	c.FeedbackReward = FeedbackRewardFinal

@@ -32,7 +32,8 @@ func (r *run) feedbackEngine() *policyEngine {
 // and the feedback policy on the reference feedback
 // (FeedbackAnswerTemplate, which may show the hint); both learn the
 // formats. The later prompt shows RefineFeedbackTemplate's feedback
-// (FeedbackAnswerTemplate's when it is not set). With static feedback the later prompt carries the static text.
+// (FeedbackAnswerTemplate's when it is not set); with static feedback,
+// the static text.
 func (r *run) warmupStepMultiTurn(ctx context.Context) (Metrics, error) {
 	cfg := r.cfg
 	eos, err := endOfText(r.solver.tok)
