@@ -270,6 +270,11 @@ type TracesData struct {
 	Model  string `yaml:"model"`
 	Run    string `yaml:"run"`
 	Source string `yaml:"source"`
+	// SkipRefused leaves out a trace whose calls cannot be aligned with
+	// their token ids (or that holds calls of two models with Model
+	// unset), counted and named once, instead of stopping the run.
+	// Default false: one such trace stops it.
+	SkipRefused bool `yaml:"skip_refused,omitempty"`
 }
 
 // Dataset is a file of problems.

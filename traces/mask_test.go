@@ -297,6 +297,37 @@ func TestTrajectoriesRefuseMisalignedTraces(t *testing.T) {
 	}
 }
 
+// With SkipRefused a refused trace is dropped, said why, and the other
+// traces still give their rows; without it the whole call fails.
+func TestTrajectoriesSkipRefused(t *testing.T) {
+	const call = 1
+	good, bad := toolTurnSpans(), toolTurnSpans()
+	for i := range bad {
+		bad[i].TraceID[0] ^= 0xff // another trace
+	}
+	bad[call].OutputLogprobs = bad[call].OutputLogprobs[:6]
+	ts := append(tracesOf(good), tracesOf(bad)...)
+	if len(ts) != 2 {
+		t.Fatalf("%d traces, want 2", len(ts))
+	}
+	opt := traces.TrajectoryOptions{Policy: "solver", Reward: "reward"}
+	if rows, _, err := traces.Trajectories(ts, opt); err == nil {
+		t.Fatalf("%d rows and no error without SkipRefused", len(rows))
+	}
+	opt.SkipRefused = true
+	rows, dropped, err := traces.Trajectories(ts, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].EpisodeID != good[0].TraceID.String() {
+		t.Errorf("rows %+v, want the good trace's one", rows)
+	}
+	if len(dropped) != 1 || dropped[0].Trace != bad[0].TraceID.String() || dropped[0].Span != bad[call].SpanID.String() ||
+		!strings.HasPrefix(dropped[0].Why, "refused: ") || !strings.Contains(dropped[0].Why, "6 logprobs recorded for 7") {
+		t.Errorf("dropped %+v, want the bad trace refused at its call", dropped)
+	}
+}
+
 // A tool episode whose call after the tool is refused (its context full)
 // keeps the tool's result in the turn, masked: the turn runs to the
 // refused call's answer, so its trace still places the result inside it.

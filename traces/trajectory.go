@@ -3,6 +3,7 @@ package traces
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -28,6 +29,10 @@ type TrajectoryOptions struct {
 	KeepUnrewarded bool
 	// Model keeps only calls to this model ("": every call).
 	Model string
+	// SkipRefused makes a trace refused with an *AlignmentError a Dropped
+	// entry (its Why starting "refused: ") instead of the error: the other
+	// traces still become rows. Off, one such trace fails the whole call.
+	SkipRefused bool
 	// Tokenizer re-tokenizes calls recorded without token ids (chat: the
 	// chat template over the input messages with the generation prompt;
 	// completion: the prompt text; the answer: its text, without an
@@ -89,6 +94,17 @@ func (e *AlignmentError) Error() string {
 func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dropped []Dropped, err error) {
 	groups := map[uint64]int64{}
 	samples := map[int64]int32{}
+	// skip reports whether err refuses the trace only (opt.SkipRefused):
+	// it is dropped and the others go on.
+	skip := func(err error) bool {
+		var ae *AlignmentError
+		if !opt.SkipRefused || !errors.As(err, &ae) {
+			return false
+		}
+		dropped = append(dropped, Dropped{Trace: ae.Trace, Span: ae.Span, Why: "refused: " + ae.Why})
+		return true
+	}
+traceLoop:
 	for ti := range traces {
 		t := &traces[ti]
 		reward, ok := t.Reward(opt.Reward)
@@ -98,12 +114,18 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 		}
 		if opt.Model == "" {
 			if err := oneModel(t); err != nil {
+				if skip(err) {
+					continue
+				}
 				return nil, nil, err
 			}
 		}
 		nested := toolsInCalls(t)
 		placed, err := placedResults(t, nested)
 		if err != nil {
+			if skip(err) {
+				continue
+			}
 			return nil, nil, err
 		}
 		var rows []data.Turn
@@ -137,6 +159,9 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 			row.PromptIDs, row.ResponseIDs = s.PromptTokenIDs, s.OutputTokenIDs
 			mask, err := lossMask(t, s, nested.tools[si], placed[si])
 			if err != nil {
+				if skip(err) {
+					continue traceLoop // none of its rows
+				}
 				return nil, nil, err
 			}
 			if row.PromptIDs == nil || row.ResponseIDs == nil {

@@ -185,6 +185,10 @@ type Result struct {
 	// TraceCalls are the recorded calls Config.Traces selected, of them
 	// TraceRetokenized recorded without token ids (re-tokenized).
 	TraceCalls, TraceRetokenized int
+	// TracesRefused were left out (data.traces.skip_refused); the first's
+	// reason.
+	TracesRefused     int
+	FirstTraceRefused string
 }
 
 // DriverStateFile is the driver's part of a checkpoint: where the data
@@ -432,6 +436,10 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			return Result{}, fmt.Errorf("%s: %w", traceField(err), err)
 		}
 		r.res.TraceCalls, r.res.TraceRetokenized = r.traces.rows, r.traces.retokenized
+		r.res.TracesRefused, r.res.FirstTraceRefused = r.traces.refused, r.traces.firstRefused
+		if r.traces.refused > 0 {
+			r.log.Warn("data.traces: traces refused and left out (skip_refused)", "traces", r.traces.refused, "first", r.traces.firstRefused)
+		}
 	}
 	// The engines start from the learners' weights, whatever the init.
 	if err := r.syncAll(ctx); err != nil {

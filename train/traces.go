@@ -39,6 +39,9 @@ type TraceData struct {
 	// traces with the same first prompt, every call of a trace credited
 	// with the group-relative advantage of the trace's reward.
 	RL bool
+	// SkipRefused leaves out the traces traces.Trajectories refuses (the
+	// run says how many and the first one's reason) instead of failing.
+	SkipRefused bool
 }
 
 func (d *TraceData) check() error {
@@ -81,6 +84,10 @@ type loadedTraces struct {
 	groups      *traceGroups // offline RL's; nil without RL
 	rows        int          // calls read
 	retokenized int          // of them, re-tokenized (no token ids recorded)
+	// refused traces left out (TraceData.SkipRefused), and the first's
+	// reason.
+	refused      int
+	firstRefused string
 }
 
 // loadTraces reads d's store for a run with warmup warm-up steps and
@@ -115,7 +122,7 @@ func loadTraces(d *TraceData, tok *tokenizer.Tokenizer, pc *policyContext, seed 
 	}
 	keepUnrewarded := !d.RL && math.IsNaN(d.MinReward) && d.Weighting != "exp" && d.Weighting != "filter"
 	rows, dropped, err := traces.Trajectories(ts, traces.TrajectoryOptions{Policy: "solver", Reward: d.Reward, Model: d.Filter.Model,
-		Tokenizer: tok, KeepUnrewarded: keepUnrewarded})
+		Tokenizer: tok, KeepUnrewarded: keepUnrewarded, SkipRefused: d.SkipRefused})
 	if err != nil {
 		var ae *traces.AlignmentError
 		if errors.As(err, &ae) && ae.Models != nil {
@@ -132,6 +139,14 @@ func loadTraces(d *TraceData, tok *tokenizer.Tokenizer, pc *policyContext, seed 
 			len(ts), len(dropped), why)
 	}
 	lt := &loadedTraces{rows: len(rows)}
+	for _, dr := range dropped {
+		if why, ok := strings.CutPrefix(dr.Why, "refused: "); ok {
+			if lt.refused == 0 {
+				lt.firstRefused = fmt.Sprintf("trace %s span %s: %s", dr.Trace, dr.Span, why)
+			}
+			lt.refused++
+		}
+	}
 	for _, r := range rows {
 		if n := len(r.PromptIDs) + len(r.ResponseIDs); n > pc.positions {
 			return nil, traceErr("data.traces", "trace %s call %d: %d tokens exceed the policy's context %d (%s)",
@@ -335,7 +350,7 @@ func traceData(tr *recipes.TracesData, sft recipes.SFT) *TraceData {
 	f := traces.Any()
 	f.Agent, f.Model, f.Run, f.Source = tr.Agent, tr.Model, tr.Run, tr.Source
 	d := &TraceData{Store: tr.Store, Filter: f, Reward: tr.Reward, MinReward: math.NaN(),
-		Weighting: sft.Weighting, Beta: sft.Beta, Threshold: sft.Threshold, RL: tr.Train == "rl"}
+		Weighting: sft.Weighting, Beta: sft.Beta, Threshold: sft.Threshold, RL: tr.Train == "rl", SkipRefused: tr.SkipRefused}
 	if tr.MinReward != nil {
 		d.MinReward = *tr.MinReward
 	}

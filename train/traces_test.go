@@ -190,6 +190,28 @@ func TestLoadTracesRefusals(t *testing.T) {
 	}
 }
 
+// data.traces.skip_refused leaves the two-model trace out, counted with
+// its reason, and loads the other.
+func TestLoadTracesSkipRefused(t *testing.T) {
+	store := writeStore(t,
+		call{trace: 1, prompt: []int32{1}, answer: []int32{2}, model: "policy"},
+		call{trace: 1, prompt: []int32{1, 2, 5}, answer: []int32{3}, model: "judge"},
+		call{trace: 2, prompt: []int32{1}, answer: []int32{4}, model: "policy"})
+	d := &TraceData{Store: store, Filter: traces.Any(), MinReward: math.NaN(), SkipRefused: true}
+	d.Filter.MinReward, d.Filter.MaxReward = math.NaN(), math.NaN()
+	lt, err := loadTraces(d, nil, testContext, 1, true, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lt.rows != 1 || lt.refused != 1 || !strings.Contains(lt.firstRefused, `model calls of "policy" and "judge" in one trace`) {
+		t.Errorf("%d rows, %d refused (%q); want 1 row, trace 1 refused for its two models", lt.rows, lt.refused, lt.firstRefused)
+	}
+	d.SkipRefused = false
+	if _, err := loadTraces(d, nil, testContext, 1, true, 2, 1); err == nil || traceField(err) != "data.traces.model" {
+		t.Errorf("without skip_refused: %v, want the trace refused at data.traces.model", err)
+	}
+}
+
 // Offline RL's batches: groups of traces with the same first prompt, each
 // slot a group of its own, every call of a trace credited with the
 // trace's group-relative advantage; the learner's batch holds the

@@ -470,6 +470,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "data.traces: %d model calls (%d with recorded token ids, %d re-tokenized)\n",
 			res.TraceCalls, res.TraceCalls-res.TraceRetokenized, res.TraceRetokenized)
 	}
+	if res.TracesRefused > 0 {
+		fmt.Fprintf(stdout, "data.traces: %d traces refused and left out (skip_refused); the first: %s\n", res.TracesRefused, res.FirstTraceRefused)
+	}
 	fmt.Fprintf(stdout, "done: %d steps\n", res.Steps)
 	return 0
 }

@@ -83,6 +83,7 @@ func tracesCommand(args []string, stdout, stderr io.Writer) int {
 		out := fs.String("out", "-", "file to write (-: standard output)")
 		policy := fs.String("policy", "actor", "trajectories: the policy id of the rows")
 		tokPath := fs.String("tokenizer", "", "trajectories: tokenizer.json (or a checkpoint folder holding one) to re-tokenize calls recorded without token ids; without it they are left out")
+		skipRefused := fs.Bool("skip-refused", false, "trajectories: leave out (and list) traces whose calls cannot be aligned with their token ids, instead of failing")
 		run = func() error {
 			if *out != "-" {
 				// A symbolic link is written through, not replaced by the file.
@@ -93,7 +94,7 @@ func tracesCommand(args []string, stdout, stderr io.Writer) int {
 				*out = dest
 			}
 			if *format == "trajectories" {
-				return tracesTrajectories(*store, f, *policy, *tokPath, *out, stdout, stderr)
+				return tracesTrajectories(*store, f, *policy, *tokPath, *out, *skipRefused, stdout, stderr)
 			}
 			return tracesExport(*store, f, *format, *out, stdout, stderr)
 		}
@@ -468,8 +469,8 @@ func tracesReward(store string, f traces.Filter, kind, verifierName string, tr t
 	return nil
 }
 
-func tracesTrajectories(store string, f traces.Filter, policy, tokPath, out string, stdout, stderr io.Writer) error {
-	opt := traces.TrajectoryOptions{Policy: policy, Reward: f.Reward, Model: f.Model}
+func tracesTrajectories(store string, f traces.Filter, policy, tokPath, out string, skipRefused bool, stdout, stderr io.Writer) error {
+	opt := traces.TrajectoryOptions{Policy: policy, Reward: f.Reward, Model: f.Model, SkipRefused: skipRefused}
 	if tokPath != "" {
 		if st, err := os.Stat(tokPath); err == nil && st.IsDir() {
 			tokPath = filepath.Join(tokPath, "tokenizer.json")
@@ -488,7 +489,10 @@ func tracesTrajectories(store string, f traces.Filter, policy, tokPath, out stri
 	if err != nil {
 		var ae *traces.AlignmentError
 		if errors.As(err, &ae) && ae.Models != nil {
-			return fmt.Errorf("%w (name it with --model)", err)
+			return fmt.Errorf("%w (name it with --model, or leave such traces out with --skip-refused)", err)
+		}
+		if ae != nil {
+			return fmt.Errorf("%w (leave such traces out with --skip-refused)", err)
 		}
 		return err
 	}
