@@ -56,6 +56,20 @@ func (l *locator) set(i int, loc Location, err error) {
 	l.at[i], l.err[i] = loc, err
 }
 
+// generateAt sends n requests tagged tag through c and checks that every
+// result came from weights at version (what names the step on failure).
+func generateAt(ctx context.Context, t *testing.T, c *Client, n int, tag, what, weights string, version int64) {
+	t.Helper()
+	reqs := requests(n, tag)
+	res, err := c.Generate(ctx, reqs)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	for i := range reqs {
+		checkResult(t, res[i], reqs[i].Prompt, reqs[i].Params, weights, version)
+	}
+}
+
 func requests(n int, tag string) []engine.Request {
 	reqs := make([]engine.Request, n)
 	for i := range reqs {
@@ -83,14 +97,7 @@ func TestClientFollowsMovedServer(t *testing.T) {
 	// a's node is lost: its process is gone, its actor is restarting.
 	a.Close()
 	loc.set(0, Location{}, errors.New("server actor vllm-0 is RESTARTING (node lost)"))
-	reqs := requests(8, "b")
-	res, err := c.Generate(ctx, reqs)
-	if err != nil {
-		t.Fatalf("generate with a server gone: %v", err)
-	}
-	for i := range reqs {
-		checkResult(t, res[i], reqs[i].Prompt, reqs[i].Params, "v1", 1)
-	}
+	generateAt(ctx, t, c, 8, "b", "generate with a server gone", "v1", 1)
 	if err := c.ReloadWeights(ctx, "/ckpt/step-2", 2); err != nil {
 		t.Fatalf("reload with a server not found: %v", err)
 	}
@@ -121,14 +128,7 @@ func TestClientFollowsMovedServer(t *testing.T) {
 	if st[0].URL != moved.URL() || st[0].Lost != "" || st[0].Missing != "" || st[0].WeightVersion != 3 {
 		t.Fatalf("server 0 after the update that found it: %+v", st[0])
 	}
-	reqs = requests(16, "d")
-	res, err = c.Generate(ctx, reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range reqs {
-		checkResult(t, res[i], reqs[i].Prompt, reqs[i].Params, "v3", 3)
-	}
+	generateAt(ctx, t, c, 16, "d", "generate", "v3", 3)
 	if moved.Generated() == 0 {
 		t.Errorf("no request reached the moved server")
 	}
@@ -150,14 +150,7 @@ func TestOnlyServerMovesAndIsHealed(t *testing.T) {
 	loc.until[0] = loc.calls[0] + 3 // not found three times, then at its new URL
 	loc.next[0] = Location{URL: moved.URL(), Process: "node-2/9"}
 	loc.mu.Unlock()
-	reqs := requests(4, "h")
-	res, err := c.Generate(ctx, reqs)
-	if err != nil {
-		t.Fatalf("generate while the only server moves: %v", err)
-	}
-	for i := range reqs {
-		checkResult(t, res[i], reqs[i].Prompt, reqs[i].Params, "v4", 4)
-	}
+	generateAt(ctx, t, c, 4, "h", "generate while the only server moves", "v4", 4)
 	if r := moved.Reloads(); len(r) != 1 || r[0].Path != "/ckpt/step-4" {
 		t.Errorf("the moved server's reloads: %+v, want the last weights, /ckpt/step-4", r)
 	}
@@ -242,14 +235,7 @@ func TestUpdateLeavesOutServerWithNoAnswer(t *testing.T) {
 		if !strings.Contains(st[0].Missing, "no answer") || st[0].Lost == "" || st[1].WeightVersion != v {
 			t.Fatalf("version %d: %+v", v, st)
 		}
-		reqs := requests(4, fmt.Sprint("v", v))
-		res, err := c.Generate(ctx, reqs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range reqs {
-			checkResult(t, res[i], reqs[i].Prompt, reqs[i].Params, fmt.Sprint("v", v), v)
-		}
+		generateAt(ctx, t, c, 4, fmt.Sprint("v", v), fmt.Sprint("generate at version ", v), fmt.Sprint("v", v), v)
 	}
 	back, err := vllmtest.NewAt(vllmtest.Options{Model: fakeModel, Addr: strings.TrimPrefix(deadURL, "http://")})
 	if err != nil {
@@ -262,14 +248,7 @@ func TestUpdateLeavesOutServerWithNoAnswer(t *testing.T) {
 	if st := c.Servers()[0]; st.Lost != "" || st.Missing != "" || st.WeightVersion != 4 {
 		t.Fatalf("server 0 answering again: %+v", st)
 	}
-	reqs := requests(16, "w")
-	res, err := c.Generate(ctx, reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range reqs {
-		checkResult(t, res[i], reqs[i].Prompt, reqs[i].Params, "v4", 4)
-	}
+	generateAt(ctx, t, c, 16, "w", "generate", "v4", 4)
 	if back.Generated() == 0 {
 		t.Error("no request reached the server that answers again")
 	}
