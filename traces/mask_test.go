@@ -323,7 +323,7 @@ func TestTrajectoriesSkipRefused(t *testing.T) {
 		t.Errorf("rows %+v, want the good trace's one", rows)
 	}
 	if len(dropped) != 1 || dropped[0].Trace != bad[0].TraceID.String() || dropped[0].Span != bad[call].SpanID.String() ||
-		!strings.HasPrefix(dropped[0].Why, "refused: ") || !strings.Contains(dropped[0].Why, "6 logprobs recorded for 7") {
+		!dropped[0].Refused || !strings.HasPrefix(dropped[0].Why, "refused: ") || !strings.Contains(dropped[0].Why, "6 logprobs recorded for 7") {
 		t.Errorf("dropped %+v, want the bad trace refused at its call", dropped)
 	}
 }

@@ -41,9 +41,12 @@ type TrajectoryOptions struct {
 }
 
 // Dropped is a call (or a trace) that became no trajectory, and why.
+// Refused marks a trace left out for an *AlignmentError
+// (TrajectoryOptions.SkipRefused); its Why starts "refused: ".
 type Dropped struct {
 	Trace, Span string
 	Why         string
+	Refused     bool
 }
 
 // AlignmentError refuses a trace whose token ids cannot be told apart into
@@ -101,7 +104,7 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 		if !opt.SkipRefused || !errors.As(err, &ae) {
 			return false
 		}
-		dropped = append(dropped, Dropped{Trace: ae.Trace, Span: ae.Span, Why: "refused: " + ae.Why})
+		dropped = append(dropped, Dropped{Trace: ae.Trace, Span: ae.Span, Why: "refused: " + ae.Why, Refused: true})
 		return true
 	}
 traceLoop:

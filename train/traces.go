@@ -140,9 +140,9 @@ func loadTraces(d *TraceData, tok *tokenizer.Tokenizer, pc *policyContext, seed 
 	}
 	lt := &loadedTraces{rows: len(rows)}
 	for _, dr := range dropped {
-		if why, ok := strings.CutPrefix(dr.Why, "refused: "); ok {
+		if dr.Refused {
 			if lt.refused == 0 {
-				lt.firstRefused = fmt.Sprintf("trace %s span %s: %s", dr.Trace, dr.Span, why)
+				lt.firstRefused = fmt.Sprintf("trace %s span %s: %s", dr.Trace, dr.Span, strings.TrimPrefix(dr.Why, "refused: "))
 			}
 			lt.refused++
 		}
