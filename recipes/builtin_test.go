@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -49,6 +50,38 @@ func TestBuiltinsLoadAndRoundTrip(t *testing.T) {
 				t.Errorf("resolved recipe loads back different:\n%s", strings.Join(d, "\n"))
 			}
 		})
+	}
+}
+
+// On the pick task only the feedback policy sees the hint, and what RL
+// proves is that it learns to pass the hint on. A built-in recipe whose
+// warm-up target for the feedback policy names the hint would have SFT
+// teach that instead (turn 3 near 1.0 with no RL step): the target may
+// name only a position drawn apart from the answer (.AnyHint), while the
+// solver's refine prompts may show the hint (sft.refine_feedback).
+func TestBuiltinPickWarmupsLeaveTheHintToRL(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	checked := 0
+	for _, name := range BuiltinNames() {
+		l, err := Load(name, nil)
+		if err != nil {
+			t.Fatalf("Load(%q): %v", name, err)
+		}
+		if l.Data.Task == nil || !slices.Contains(l.Data.Task.Kinds, "pick") || l.SFT.FeedbackResponse == "" {
+			continue
+		}
+		checked++
+		if strings.Contains(l.SFT.FeedbackResponse, ".Hint") {
+			t.Errorf("%s: sft.feedback_response %q names the hint: the warm-up, not RL, would teach the feedback policy to pass it on", name, l.SFT.FeedbackResponse)
+		}
+		if !strings.Contains(l.SFT.FeedbackResponse, ".AnyHint") || !strings.Contains(l.SFT.RefineFeedback, ".Hint") {
+			t.Errorf("%s: sft.feedback_response %q, sft.refine_feedback %q: want the form with .AnyHint and the solver shown .Hint", name, l.SFT.FeedbackResponse, l.SFT.RefineFeedback)
+		}
+	}
+	// mlmt_math(_static, _stopgrad), bi_level_score(_stopgrad), rl_guided_score,
+	// archer_multiturn, textual_ac(_shared).
+	if checked < 9 {
+		t.Errorf("checked %d pick recipes with a feedback warm-up, want at least 9", checked)
 	}
 }
 
