@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -173,7 +174,11 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		case reflect.Pointer, reflect.Slice, reflect.Map:
 			v.SetZero() // an explicit null removes an optional section or list
 		default:
-			d.errorf(n, path, "no value (remove the key to keep the default)")
+			if _, set := d.sets[n]; set {
+				d.errorf(n, path, "null removes a key, and the recipe does not set %s (nothing to remove)", path)
+			} else {
+				d.errorf(n, path, "no value (remove the key to keep the default)")
+			}
 		}
 		return
 	}
@@ -450,6 +455,9 @@ func editDistance(a, b string) int {
 // applySet applies the override "a.b.c=value" to the document's root
 // mapping: the value (parsed as YAML, so 3, 1e-4, true, [a, b] and null
 // keep their types) replaces or adds the key, creating sections on the way.
+// A null value removes a key the recipe has; on a key it lacks it is added
+// as null, so a misspelt key is still named (and a value field says it has
+// nothing to remove).
 // The nodes it adds are recorded in marks so errors name the override.
 func applySet(root *yaml.Node, set string, marks map[*yaml.Node]string) error {
 	keyPath, value, ok := strings.Cut(set, "=")
@@ -495,6 +503,11 @@ func applySet(root *yaml.Node, set string, marks map[*yaml.Node]string) error {
 				}
 			}
 			switch {
+			case found >= 0 && last && isNull(val):
+				// null removes the key: the recipe reads as if it had never
+				// been written (a default applies, an optional section is
+				// gone), which is how a variant drops a built-in's setting.
+				cur.Content = slices.Delete(cur.Content, found-1, found+1)
 			case found >= 0 && last:
 				cur.Content[found] = val
 			case found >= 0:
@@ -552,4 +565,8 @@ func markAll(n *yaml.Node, set string, marks map[*yaml.Node]string) {
 	for _, c := range n.Content {
 		markAll(c, set, marks)
 	}
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
 }

@@ -283,6 +283,55 @@ func TestSetOverrides(t *testing.T) {
 	}
 }
 
+// --set KEY=null removes a key the recipe has, so a variant of a built-in
+// can drop a setting its new episode type refuses (mlmt_math as a
+// single-turn run); on a shared anchor only the path named loses it, and a
+// null for a key the recipe lacks is named, not silently ignored.
+func TestSetNullRemovesKey(t *testing.T) {
+	t.Setenv("RLNODE_HOME", t.TempDir())
+	single := []string{"episode.type=single", "models.feedback=null", "engines.feedback=null",
+		"sft.feedback_response=null", "sft.refine_feedback=null", "algorithm.mlmt=null"}
+	l, err := Load("mlmt_math", single)
+	if err != nil {
+		t.Fatalf("mlmt_math as single-turn: %v", err)
+	}
+	if l.Episode.Type != "single" || l.SFT.FeedbackResponse != "" || l.SFT.RefineFeedback != "" || l.Models.Feedback != nil || l.SFT.Steps != 300 {
+		t.Errorf("episode %q, feedback_response %q, refine_feedback %q, feedback model %v, sft.steps %d",
+			l.Episode.Type, l.SFT.FeedbackResponse, l.SFT.RefineFeedback, l.Models.Feedback, l.SFT.Steps)
+	}
+	if _, ok := l.Pos("sft.feedback_response"); ok {
+		t.Error("sft.feedback_response still has a position after --set null removed it")
+	}
+	// Without the removals the same variant is refused, naming the keys.
+	if _, err := Load("mlmt_math", single[:3]); err == nil || !strings.Contains(err.Error(), `sft.feedback_response: set, but episode.type is "single"`) {
+		t.Errorf("mlmt_math with episode.type=single and its mlmt keys kept: %v", err)
+	}
+	// A removed value takes its default.
+	l, err = Parse("base.yaml", []byte(base), "", []string{"algorithm.lr=3e-4", "algorithm.lr=null"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def, _ := Parse("base.yaml", []byte(base), "", nil); l.Algorithm.LR != def.Algorithm.LR {
+		t.Errorf("algorithm.lr after removal %v, want the default %v", l.Algorithm.LR, def.Algorithm.LR)
+	}
+	src := "models:\n  policy:\n    init: &tiny {hidden_size: 32, heads: 2, layers: 3}\n  feedback:\n    init: *tiny\nepisode: {type: mlmt}\ndata: {task: {}}\n"
+	l, err = Parse("shared.yaml", []byte(src), "", []string{"models.feedback.init.layers=null"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Models.Policy.Init.Layers != 3 || l.Models.Feedback.Init.Layers == 3 {
+		t.Errorf("layers after removing the feedback's: policy %d, feedback %d; want 3 and the default", l.Models.Policy.Init.Layers, l.Models.Feedback.Init.Layers)
+	}
+	for set, want := range map[string]string{
+		"algorithm.lrr=null":      `--set algorithm.lrr=null: algorithm.lrr: unknown key "lrr" (did you mean "lr"?)`,
+		"sft.feedback_response=~": "--set sft.feedback_response=~: sft.feedback_response: null removes a key, and the recipe does not set sft.feedback_response (nothing to remove)",
+	} {
+		if _, err := Parse("base.yaml", []byte(base), "", []string{set}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--set %s: %v, want %q", set, err, want)
+		}
+	}
+}
+
 // The resolved recipe keeps explicit zeros whose default is not zero.
 func TestResolvedKeepsZeros(t *testing.T) {
 	l, err := Parse("base.yaml", []byte(base), "", []string{"algorithm.grad_clip=0", "checkpoint.optimizer=false", "eval.held_out=7"})
