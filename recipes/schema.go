@@ -275,6 +275,10 @@ type TracesData struct {
 	// unset), counted and named once, instead of stopping the run.
 	// Default false: one such trace stops it.
 	SkipRefused bool `yaml:"skip_refused,omitempty"`
+	// MergeCalls trains the calls of a conversation whose prompts extend
+	// each other token for token as one row (the conversation computed
+	// once); false makes every call its own row. Default true.
+	MergeCalls *bool `yaml:"merge_calls,omitempty"`
 }
 
 // Dataset is a file of problems.

@@ -174,47 +174,76 @@ func agentTrace() (spans []traces.Span, completions [][]int32, inserted []int32)
 // An agent trace with tool calls trains exactly the policy model's
 // completions: the batch's loss-carrying tokens (mask 1) are the three
 // calls' answers, with their logprobs; the tool's output, the inserted user
-// message and the judge's answer carry none. Without the model named, the
-// trace with the judge's call is refused.
+// message and the judge's answer carry none. Each call's prompt extends
+// the one before it with its answer, so by default the three calls are
+// one row (the tool's output and the user's message inside it, masked);
+// PerCall gives a row each. Without the model named, the trace with the
+// judge's call is refused.
 func TestAgentTraceTrainsTheCompletions(t *testing.T) {
 	spans, completions, inserted := agentTrace()
 	got := storeRoundTrip(t, spans)
-	rows, dropped, err := traces.Trajectories(got, traces.TrajectoryOptions{Policy: "solver", Reward: "judge", Model: "policy"})
-	if err != nil || len(dropped) > 0 || len(rows) != 3 {
-		t.Fatalf("%d rows, dropped %v: %v", len(rows), dropped, err)
-	}
-	b, err := train.BatchFromTrajectories("solver", rows, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var trained [][]int32
-	for i := range b.Responses {
-		var ids []int32
-		for k, id := range b.Responses[i] {
-			if b.Masks == nil || b.Masks[i][k] == 1 {
-				ids = append(ids, id)
+	for _, perCall := range []bool{false, true} {
+		built, err := traces.Build(got, traces.TrajectoryOptions{Policy: "solver", Reward: "judge", Model: "policy", PerCall: perCall})
+		wantRows := 1
+		if perCall {
+			wantRows = 3
+		}
+		if err != nil || len(built.Dropped) > 0 || len(built.Turns) != wantRows || built.Calls != 3 || len(built.Splits) != 0 {
+			t.Fatalf("per call %v: %+v: %v; want %d rows of 3 calls, none split", perCall, built, err, wantRows)
+		}
+		b, err := train.BatchFromTrajectories("solver", built.Turns, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var trained, untrained [][]int32
+		for i := range b.Responses {
+			var ids, not []int32
+			for k, id := range b.Responses[i] {
+				if b.Masks == nil || b.Masks[i][k] == 1 {
+					ids = append(ids, id)
+					if lp := b.SampleLogProbs[i][k]; lp != -0.5 {
+						t.Errorf("per call %v row %d token %d: sample logprob %v, want the completion's", perCall, i, k, lp)
+					}
+					continue
+				}
+				not = append(not, id)
+				if lp := b.SampleLogProbs[i][k]; lp != 0 {
+					t.Errorf("per call %v row %d token %d (inserted): sample logprob %v, want 0", perCall, i, k, lp)
+				}
 			}
+			trained, untrained = append(trained, ids), append(untrained, not)
 		}
-		trained = append(trained, ids)
-		for _, lp := range b.SampleLogProbs[i] {
-			if lp != -0.5 {
-				t.Errorf("row %d: sample logprobs %v, want the completion's", i, b.SampleLogProbs[i])
+		if perCall {
+			if !slices.EqualFunc(trained, completions, slices.Equal) {
+				t.Errorf("tokens with loss %v, want the policy's completions %v", trained, completions)
 			}
+			for i, not := range untrained {
+				if len(not) > 0 {
+					t.Errorf("row %d: response holds tokens the policy did not write: %v", i, not)
+				}
+			}
+			// Each row's prompt is what its call saw: the tool's output and
+			// the user's message are context there.
+			if !slices.Equal(b.Prompts[1], spans[3].PromptTokenIDs) || !slices.Equal(b.Prompts[2], spans[4].PromptTokenIDs) {
+				t.Errorf("prompts %v, want the calls' own", b.Prompts)
+			}
+			continue
 		}
-		if slices.ContainsFunc(b.Responses[i], func(id int32) bool { return slices.Contains(inserted, id) }) {
-			t.Errorf("row %d: response %v holds tokens the policy did not write (%v)", i, b.Responses[i], inserted)
+		// The merged row is the last call's prompt and answer, token for
+		// token: each answer sits where its call saw it.
+		if whole := slices.Concat(b.Prompts[0], b.Responses[0]); !slices.Equal(whole, slices.Concat(spans[4].PromptTokenIDs, completions[2])) ||
+			!slices.Equal(b.Prompts[0], spans[1].PromptTokenIDs) {
+			t.Errorf("merged row %v | %v, want the first call's prompt, then the conversation to the last answer", b.Prompts[0], b.Responses[0])
 		}
-	}
-	if !slices.EqualFunc(trained, completions, slices.Equal) {
-		t.Errorf("tokens with loss %v, want the policy's completions %v", trained, completions)
-	}
-	// Each row's prompt is what its call saw: the tool's output and the
-	// user's message are context there.
-	if !slices.Equal(b.Prompts[1], spans[3].PromptTokenIDs) || !slices.Equal(b.Prompts[2], spans[4].PromptTokenIDs) {
-		t.Errorf("prompts %v, want the calls' own", b.Prompts)
+		if want := slices.Concat(completions...); !slices.Equal(trained[0], want) {
+			t.Errorf("tokens with loss %v, want the policy's completions %v", trained[0], want)
+		}
+		if want := inserted[:len(inserted)-2]; !slices.Equal(untrained[0], want) { // not the judge's answer: it comes after
+			t.Errorf("tokens without loss %v, want the tool's output and the user's message %v", untrained[0], want)
+		}
 	}
 
-	_, _, err = traces.Trajectories(got, traces.TrajectoryOptions{Policy: "solver", Reward: "judge"})
+	_, _, err := traces.Trajectories(got, traces.TrajectoryOptions{Policy: "solver", Reward: "judge"})
 	var ae *traces.AlignmentError
 	if !errors.As(err, &ae) || !slices.Equal(ae.Models, []string{"policy", "judge"}) || ae.Span != spans[5].SpanID.String() ||
 		!strings.Contains(err.Error(), "trace "+spans[0].TraceID.String()) {

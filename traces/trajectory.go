@@ -38,6 +38,51 @@ type TrajectoryOptions struct {
 	// completion: the prompt text; the answer: its text, without an
 	// end-of-turn token). Nil drops such calls.
 	Tokenizer *tokenizer.Tokenizer
+	// PerCall makes every call its own row, as rlnode did before calls
+	// were merged: a conversation of k calls is then k rows that each
+	// hold the whole conversation before their answer. Off (the default),
+	// a call whose prompt extends the row before it token for token
+	// joins that row (see Build).
+	PerCall bool
+}
+
+// SplitReason is why a call of a conversation starts a row of its own
+// instead of joining the row of the calls before it.
+type SplitReason string
+
+const (
+	// SplitPrefix: the call's prompt does not begin with the row's whole
+	// sequence (the context was cut or summarized, a system prompt
+	// rewritten, the history re-rendered).
+	SplitPrefix SplitReason = "prompt does not extend the conversation"
+	// SplitModel: the call was answered by another model than the row's.
+	SplitModel SplitReason = "another model"
+	// SplitVersion: the call was sampled from other weights (another
+	// rlnode.weight_version) than the row's; a row has one version.
+	SplitVersion SplitReason = "another weight version"
+	// SplitReward: the call trains on another reward than the row's
+	// calls (its own reward differs), which a row could not carry.
+	SplitReward SplitReason = "another reward"
+)
+
+// Split is a call that starts a new row of its trace although a row of
+// the trace's calls comes before it, and why.
+type Split struct {
+	Trace, Span string
+	Reason      SplitReason
+	Why         string // the detail: where the tokens part, which models
+}
+
+// Built is what Build made of stored traces.
+type Built struct {
+	// Turns are the rows, one trace's next to each other.
+	Turns   []data.Turn
+	Dropped []Dropped
+	// Calls is the number of model calls the rows hold, Retokenized how
+	// many of them were re-tokenized (no token ids recorded).
+	Calls, Retokenized int
+	// Splits are the calls that could not join the row before them.
+	Splits []Split
 }
 
 // Dropped is a call (or a trace) that became no trajectory, and why.
@@ -95,6 +140,32 @@ func (e *AlignmentError) Error() string {
 // (offline GRPO groups traces by prompt), numbered in order of first
 // appearance.
 func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dropped []Dropped, err error) {
+	b, err := Build(traces, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b.Turns, b.Dropped, nil
+}
+
+// Build is Trajectories with what it counted, and the calls of a
+// conversation merged into one row (unless opt.PerCall): a call whose
+// prompt token ids begin with the whole sequence of the row before it
+// (that row's prompt and response ids, token for token) joins that row.
+// The row's response grows by what the call's prompt adds (tool results,
+// observations, a user's or another model's messages: loss mask 0,
+// logprob 0) and by the call's answer (its own mask and logprobs), so
+// every token keeps its call's mask and logprob and the learner sees
+// each answer in the context its call saw, computing the conversation's
+// early tokens once instead of once per call. A call that does not
+// extend the row, or was answered by another model, sampled from another
+// weight version or trains on another reward, starts a new row: Splits
+// names it and why.
+func Build(traces []Trace, opt TrajectoryOptions) (*Built, error) {
+	var (
+		turns   []data.Turn
+		dropped []Dropped
+		out     Built
+	)
 	groups := map[uint64]int64{}
 	samples := map[int64]int32{}
 	// skip reports whether err refuses the trace only (opt.SkipRefused):
@@ -120,7 +191,7 @@ traceLoop:
 				if skip(err) {
 					continue
 				}
-				return nil, nil, err
+				return nil, err
 			}
 		}
 		nested := toolsInCalls(t)
@@ -129,9 +200,13 @@ traceLoop:
 			if skip(err) {
 				continue
 			}
-			return nil, nil, err
+			return nil, err
 		}
-		var rows []data.Turn
+		var (
+			rows        []data.Turn
+			spanIDs     []string
+			retokenized int
+		)
 		for si := range t.Spans {
 			s := &t.Spans[si]
 			if !isAnswer(s) {
@@ -165,7 +240,7 @@ traceLoop:
 				if skip(err) {
 					continue traceLoop // none of its rows
 				}
-				return nil, nil, err
+				return nil, err
 			}
 			if row.PromptIDs == nil || row.ResponseIDs == nil {
 				if opt.Tokenizer == nil {
@@ -199,9 +274,20 @@ traceLoop:
 			}
 			row.LossMask = mask
 			rows = append(rows, row)
+			spanIDs = append(spanIDs, s.SpanID.String())
+			if strings.Contains(row.Note, "re-tokenized") {
+				retokenized++
+			}
 		}
 		if len(rows) == 0 {
 			continue
+		}
+		out.Calls += len(rows)
+		out.Retokenized += retokenized
+		if !opt.PerCall {
+			var splits []Split
+			rows, splits = mergeCalls(rows, spanIDs)
+			out.Splits = append(out.Splits, splits...)
 		}
 		h := fnv.New64a()
 		for _, id := range rows[0].PromptIDs {
@@ -218,7 +304,83 @@ traceLoop:
 		samples[g]++
 		turns = append(turns, rows...)
 	}
-	return turns, dropped, nil
+	out.Turns, out.Dropped = turns, dropped
+	return &out, nil
+}
+
+// mergeCalls folds each of one trace's call rows (in start order; spans
+// their span ids) into the row before it where its prompt extends that
+// row's sequence token for token (Build), and says where it could not.
+// The check is on token ids, never on text: text that renders the same
+// may tokenize differently, and only the ids say that the learner would
+// see the call's answer in the context the call saw.
+func mergeCalls(rows []data.Turn, spans []string) ([]data.Turn, []Split) {
+	var (
+		out    []data.Turn
+		splits []Split
+	)
+	for i, r := range rows {
+		if i == 0 {
+			out = append(out, r)
+			continue
+		}
+		cur := &out[len(out)-1]
+		reason, why := extends(cur, &r)
+		if reason != "" {
+			splits = append(splits, Split{Trace: r.EpisodeID, Span: spans[i], Reason: reason, Why: why})
+			r.Turn = int32(len(out))
+			out = append(out, r)
+			continue
+		}
+		// A fresh slice: the first call's response may share its array
+		// with the stored span's ids.
+		seen := len(cur.PromptIDs) + len(cur.ResponseIDs)
+		inserted := len(r.PromptIDs) - seen
+		n := len(cur.ResponseIDs) + inserted + len(r.ResponseIDs)
+		resp := make([]int32, 0, n)
+		resp = append(append(append(resp, cur.ResponseIDs...), r.PromptIDs[seen:]...), r.ResponseIDs...)
+		lp := make([]float32, 0, n)
+		lp = append(append(append(lp, cur.LogProbs...), make([]float32, inserted)...), r.LogProbs...)
+		mask := make([]float32, 0, n)
+		mask = append(append(append(mask, cur.LossMask...), make([]float32, inserted)...), r.LossMask...)
+		cur.ResponseIDs, cur.LogProbs, cur.LossMask = resp, lp, mask
+		cur.ResponseText += r.ResponseText
+		cur.FinishReason = r.FinishReason
+		if r.Note != "" && !strings.Contains(cur.Note, r.Note) {
+			cur.Note = joinNote(cur.Note, r.Note)
+		}
+		cur.Call.End = r.Call.End
+		cur.Call.EndShared = cur.Call.EndShared || r.Call.EndShared
+	}
+	return out, splits
+}
+
+// extends says why call row r cannot join row cur ("" when it can).
+func extends(cur, r *data.Turn) (SplitReason, string) {
+	switch {
+	case r.Call.Model != cur.Call.Model:
+		return SplitModel, fmt.Sprintf("a call of %q after calls of %q", r.Call.Model, cur.Call.Model)
+	case r.WeightVersion != cur.WeightVersion:
+		return SplitVersion, fmt.Sprintf("weight version %d after %d", r.WeightVersion, cur.WeightVersion)
+	case r.Reward != cur.Reward:
+		return SplitReward, fmt.Sprintf("reward %v after %v", r.Reward, cur.Reward)
+	}
+	seen := len(cur.PromptIDs) + len(cur.ResponseIDs)
+	if len(r.PromptIDs) < seen {
+		return SplitPrefix, fmt.Sprintf("its prompt has %d tokens, fewer than the %d of the conversation so far (the context was cut?)", len(r.PromptIDs), seen)
+	}
+	for k, id := range r.PromptIDs[:seen] {
+		var want int32
+		if k < len(cur.PromptIDs) {
+			want = cur.PromptIDs[k]
+		} else {
+			want = cur.ResponseIDs[k-len(cur.PromptIDs)]
+		}
+		if id != want {
+			return SplitPrefix, fmt.Sprintf("its prompt token %d is %d where the conversation so far has %d", k, id, want)
+		}
+	}
+	return "", ""
 }
 
 // isAnswer says whether s is a model call with an answer.

@@ -185,6 +185,12 @@ type Result struct {
 	// TraceCalls are the recorded calls Config.Traces selected, of them
 	// TraceRetokenized recorded without token ids (re-tokenized).
 	TraceCalls, TraceRetokenized int
+	// TraceRows are the rows those calls make: fewer where the calls of a
+	// conversation merged (data.traces.merge_calls). TraceSplits are the
+	// calls that could not join the row of their trace before them, by
+	// reason, in the order of the reasons' names.
+	TraceRows   int
+	TraceSplits []TraceSplit
 	// TracesRefused were left out (data.traces.skip_refused); the first's
 	// reason.
 	TracesRefused     int
@@ -435,7 +441,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		if r.traces, err = loadTraces(d, r.solver.tok, pc, cfg.Seed, cfg.WarmupSteps > 0, cfg.GroupSize, cfg.PromptsPerStep); err != nil {
 			return Result{}, fmt.Errorf("%s: %w", traceField(err), err)
 		}
-		r.res.TraceCalls, r.res.TraceRetokenized = r.traces.rows, r.traces.retokenized
+		r.res.TraceCalls, r.res.TraceRetokenized, r.res.TraceRows = r.traces.calls, r.traces.retokenized, r.traces.rows
+		r.res.TraceSplits = r.traces.splitList()
+		r.log.Info("data.traces: rows", "calls", r.traces.calls, "rows", r.traces.rows, "per_call", d.PerCall)
+		for _, sp := range r.res.TraceSplits {
+			r.log.Info("data.traces: calls that start a row of their own", "reason", sp.Reason, "calls", sp.Calls, "first", sp.First)
+		}
 		r.res.TracesRefused, r.res.FirstTraceRefused = r.traces.refused, r.traces.firstRefused
 		if r.traces.refused > 0 {
 			r.log.Warn("data.traces: traces refused and left out (skip_refused)", "traces", r.traces.refused, "first", r.traces.firstRefused)

@@ -42,6 +42,10 @@ type TraceData struct {
 	// SkipRefused leaves out the traces traces.Trajectories refuses (the
 	// run says how many and the first one's reason) instead of failing.
 	SkipRefused bool
+	// PerCall trains every call as its own row (recipe
+	// data.traces.merge_calls: false) instead of merging the calls of a
+	// conversation whose prompts extend each other (traces.Build).
+	PerCall bool
 }
 
 func (d *TraceData) check() error {
@@ -82,12 +86,37 @@ func traceField(err error) string {
 type loadedTraces struct {
 	warmup      []data.Turn  // the warm-up's rows, shuffled; nil without a warm-up
 	groups      *traceGroups // offline RL's; nil without RL
-	rows        int          // calls read
+	calls       int          // calls read
 	retokenized int          // of them, re-tokenized (no token ids recorded)
+	rows        int          // the rows they make (fewer where calls merged)
+	// splits count the calls that started a row of their own although
+	// calls of their trace came before them, by reason; firstSplit names
+	// the first of each.
+	splits     map[traces.SplitReason]int
+	firstSplit map[traces.SplitReason]string
 	// refused traces left out (TraceData.SkipRefused), and the first's
 	// reason.
 	refused      int
 	firstRefused string
+}
+
+// TraceSplit counts the calls of data.traces that started a row of their
+// own although calls of their trace came before them, for one reason
+// (traces.SplitReason), and names the first.
+type TraceSplit struct {
+	Reason string
+	Calls  int
+	First  string
+}
+
+// splitList is lt's splits, in the order of their reasons.
+func (lt *loadedTraces) splitList() []TraceSplit {
+	var out []TraceSplit
+	for reason, n := range lt.splits {
+		out = append(out, TraceSplit{Reason: string(reason), Calls: n, First: lt.firstSplit[reason]})
+	}
+	slices.SortFunc(out, func(a, b TraceSplit) int { return strings.Compare(a.Reason, b.Reason) })
+	return out
 }
 
 // loadTraces reads d's store for a run with warmup warm-up steps and
@@ -121,8 +150,8 @@ func loadTraces(d *TraceData, tok *tokenizer.Tokenizer, pc *policyContext, seed 
 			d.Reward, len(ts), rewardNames(ts))
 	}
 	keepUnrewarded := !d.RL && math.IsNaN(d.MinReward) && d.Weighting != "exp" && d.Weighting != "filter"
-	rows, dropped, err := traces.Trajectories(ts, traces.TrajectoryOptions{Policy: "solver", Reward: d.Reward, Model: d.Filter.Model,
-		Tokenizer: tok, KeepUnrewarded: keepUnrewarded, SkipRefused: d.SkipRefused})
+	built, err := traces.Build(ts, traces.TrajectoryOptions{Policy: "solver", Reward: d.Reward, Model: d.Filter.Model,
+		Tokenizer: tok, KeepUnrewarded: keepUnrewarded, SkipRefused: d.SkipRefused, PerCall: d.PerCall})
 	if err != nil {
 		var ae *traces.AlignmentError
 		if errors.As(err, &ae) && ae.Models != nil {
@@ -130,6 +159,7 @@ func loadTraces(d *TraceData, tok *tokenizer.Tokenizer, pc *policyContext, seed 
 		}
 		return nil, traceErr("data.traces", "%w", err)
 	}
+	rows, dropped := built.Turns, built.Dropped
 	if len(rows) == 0 {
 		why := "none of their spans is a model call with an answer"
 		if len(dropped) > 0 {
@@ -138,7 +168,16 @@ func loadTraces(d *TraceData, tok *tokenizer.Tokenizer, pc *policyContext, seed 
 		return nil, traceErr("data.traces", "%d traces pass the filters, but no model call of them can be trained on (%d dropped; %s)",
 			len(ts), len(dropped), why)
 	}
-	lt := &loadedTraces{rows: len(rows)}
+	lt := &loadedTraces{calls: built.Calls, retokenized: built.Retokenized, rows: len(rows)}
+	for _, sp := range built.Splits {
+		if lt.splits == nil {
+			lt.splits, lt.firstSplit = map[traces.SplitReason]int{}, map[traces.SplitReason]string{}
+		}
+		if lt.splits[sp.Reason] == 0 {
+			lt.firstSplit[sp.Reason] = fmt.Sprintf("trace %s span %s: %s", sp.Trace, sp.Span, sp.Why)
+		}
+		lt.splits[sp.Reason]++
+	}
 	for _, dr := range dropped {
 		if dr.Refused {
 			if lt.refused == 0 {
@@ -149,18 +188,15 @@ func loadTraces(d *TraceData, tok *tokenizer.Tokenizer, pc *policyContext, seed 
 	}
 	for _, r := range rows {
 		if n := len(r.PromptIDs) + len(r.ResponseIDs); n > pc.positions {
-			return nil, traceErr("data.traces", "trace %s call %d: %d tokens exceed the policy's context %d (%s)",
+			return nil, traceErr("data.traces", "trace %s row %d: %d tokens exceed the policy's context %d (%s)",
 				r.EpisodeID, r.Turn, n, pc.positions, pc.field)
 		}
 		if math.Abs(r.Reward) > env.MaxEpisodeReward {
 			// Two such rewards in a group overflow its mean and spread:
 			// every advantage would be NaN, and the learner would refuse
 			// the batch naming no trace.
-			return nil, traceErr("data.traces.reward", "trace %s call %d: reward %g: want at most %g in magnitude (env.MaxEpisodeReward, the bound on an environment episode's rewards)",
+			return nil, traceErr("data.traces.reward", "trace %s row %d: reward %g: want at most %g in magnitude (env.MaxEpisodeReward, the bound on an environment episode's rewards)",
 				r.EpisodeID, r.Turn, r.Reward, env.MaxEpisodeReward)
-		}
-		if strings.Contains(r.Note, "re-tokenized") {
-			lt.retokenized++
 		}
 	}
 	if warmup {
@@ -350,7 +386,8 @@ func traceData(tr *recipes.TracesData, sft recipes.SFT) *TraceData {
 	f := traces.Any()
 	f.Agent, f.Model, f.Run, f.Source = tr.Agent, tr.Model, tr.Run, tr.Source
 	d := &TraceData{Store: tr.Store, Filter: f, Reward: tr.Reward, MinReward: math.NaN(),
-		Weighting: sft.Weighting, Beta: sft.Beta, Threshold: sft.Threshold, RL: tr.Train == "rl", SkipRefused: tr.SkipRefused}
+		Weighting: sft.Weighting, Beta: sft.Beta, Threshold: sft.Threshold, RL: tr.Train == "rl", SkipRefused: tr.SkipRefused,
+		PerCall: tr.MergeCalls != nil && !*tr.MergeCalls}
 	if tr.MinReward != nil {
 		d.MinReward = *tr.MinReward
 	}

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -165,7 +166,7 @@ func TestLoadTracesRefusals(t *testing.T) {
 		{"groups smaller than group_size", TraceData{Reward: "judge", RL: true}, false, 3, 64, "algorithm.group_size",
 			"3: no prompt of data.traces has that many traces"},
 		{"rewards that overflow a group", TraceData{Store: huge, Reward: "judge", RL: true}, false, 2, 64, "data.traces.reward",
-			"call 0: reward 1e+308: want at most 1e+09 in magnitude"},
+			"row 0: reward 1e+308: want at most 1e+09 in magnitude"},
 		{"calls of two models, none named", TraceData{Store: judged}, true, 2, 64, "data.traces.model",
 			`model calls of "policy" and "judge" in one trace, and no model is named as the one being trained`},
 		{"RL without rewards", TraceData{Store: unrewarded, RL: true}, false, 2, 64, "data.traces",
@@ -215,8 +216,16 @@ func TestLoadTracesSkipRefused(t *testing.T) {
 // Offline RL's batches: groups of traces with the same first prompt, each
 // slot a group of its own, every call of a trace credited with the
 // trace's group-relative advantage; the learner's batch holds the
-// recorded tokens exactly.
+// recorded tokens exactly. The two calls of trace 2 (the second's prompt
+// extends the first's prompt and answer) are one row by default, the
+// token between them without loss, and a row each with PerCall.
 func TestTraceGroupBatches(t *testing.T) {
+	for _, perCall := range []bool{false, true} {
+		t.Run(fmt.Sprintf("per call %v", perCall), func(t *testing.T) { testTraceGroupBatches(t, perCall) })
+	}
+}
+
+func testTraceGroupBatches(t *testing.T, perCall bool) {
 	p, q := []int32{1, 2, 3}, []int32{4, 5}
 	calls := []call{
 		{trace: 1, prompt: p, answer: []int32{10}, rewards: judge(1)},
@@ -231,13 +240,21 @@ func TestTraceGroupBatches(t *testing.T) {
 		calls[i].startSec = int64(calls[i].trace)
 	}
 	store := writeStore(t, calls...)
-	d := &TraceData{Store: store, Filter: traces.Any(), Reward: "judge", MinReward: math.NaN(), RL: true}
+	d := &TraceData{Store: store, Filter: traces.Any(), Reward: "judge", MinReward: math.NaN(), RL: true, PerCall: perCall}
 	lt, err := loadTraces(d, nil, testContext, 3, false, 2, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lt.warmup != nil || len(lt.groups.groups) != 2 || lt.rows != 7 {
-		t.Fatalf("loaded %+v, groups %v", lt, lt.groups.groups)
+	rows, masks := 7, map[string][]float32{}
+	if !perCall {
+		// Trace 2's row: its first prompt, then both answers with the
+		// token its second prompt added between them.
+		calls = slices.Concat(calls[:1], []call{{trace: 2, prompt: p, answer: []int32{11, 12, 6, 13}, rewards: judge(0.5)}}, calls[3:])
+		masks[traces.Span{TraceID: [16]byte{2}}.TraceID.String()] = []float32{1, 1, 0, 1}
+		rows = 6
+	}
+	if lt.warmup != nil || len(lt.groups.groups) != 2 || lt.rows != rows || lt.calls != 7 || len(lt.splits) != 0 {
+		t.Fatalf("loaded %+v, groups %v; want %d rows of 7 calls", lt, lt.groups.groups, rows)
 	}
 	byTrace := map[string][]call{}
 	for _, c := range calls {
@@ -285,9 +302,19 @@ func TestTraceGroupBatches(t *testing.T) {
 				if !slices.Equal(r.PromptIDs, c.prompt) || !slices.Equal(r.ResponseIDs, c.answer) || r.Reward != rewards[k] {
 					t.Errorf("batch %d row %+v, recorded %+v", j, r, c)
 				}
-				for _, a := range r.Advantages {
-					if float64(a) != float64(float32(adv[k])) {
-						t.Errorf("batch %d trace %s call advantage %v, want %v", j, r.EpisodeID, a, adv[k])
+				mask := masks[r.EpisodeID]
+				if mask == nil {
+					mask = []float32{1}
+					for range len(r.ResponseIDs) - 1 {
+						mask = append(mask, 1)
+					}
+				}
+				if !slices.Equal(r.LossMask, mask) {
+					t.Errorf("batch %d trace %s mask %v, want %v", j, r.EpisodeID, r.LossMask, mask)
+				}
+				for i, a := range r.Advantages {
+					if want := float32(adv[k]) * mask[i]; a != want {
+						t.Errorf("batch %d trace %s token %d advantage %v, want %v", j, r.EpisodeID, i, a, want)
 					}
 				}
 			}

@@ -467,8 +467,11 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "rollout: %d generation chunks regenerated after lost rollout actors\n", res.RolloutRegenerated)
 	}
 	if res.TraceCalls > 0 {
-		fmt.Fprintf(stdout, "data.traces: %d model calls (%d with recorded token ids, %d re-tokenized)\n",
-			res.TraceCalls, res.TraceCalls-res.TraceRetokenized, res.TraceRetokenized)
+		fmt.Fprintf(stdout, "data.traces: %d model calls (%d with recorded token ids, %d re-tokenized) in %d rows\n",
+			res.TraceCalls, res.TraceCalls-res.TraceRetokenized, res.TraceRetokenized, res.TraceRows)
+		for _, sp := range res.TraceSplits {
+			fmt.Fprintf(stdout, "data.traces: %d calls start a row of their own: %s (the first: %s)\n", sp.Calls, sp.Reason, sp.First)
+		}
 	}
 	if res.TracesRefused > 0 {
 		fmt.Fprintf(stdout, "data.traces: %d traces refused and left out (skip_refused); the first: %s\n", res.TracesRefused, res.FirstTraceRefused)

@@ -79,11 +79,12 @@ func tracesCommand(args []string, stdout, stderr io.Writer) int {
 		by := fs.String("by", "agent", "group by agent, tool, model or source")
 		run = func() error { return tracesStats(*store, f, *by, stdout, stderr) }
 	case "export":
-		format := fs.String("format", "jsonl", "jsonl, parquet, otlp-json, or trajectories (Arrow IPC rows the learner trains on: one per model call, rewarded by --reward)")
+		format := fs.String("format", "jsonl", "jsonl, parquet, otlp-json, or trajectories (Arrow IPC rows the learner trains on: one per conversation of model calls, rewarded by --reward)")
 		out := fs.String("out", "-", "file to write (-: standard output)")
 		policy := fs.String("policy", "actor", "trajectories: the policy id of the rows")
 		tokPath := fs.String("tokenizer", "", "trajectories: tokenizer.json (or a checkpoint folder holding one) to re-tokenize calls recorded without token ids; without it they are left out")
 		skipRefused := fs.Bool("skip-refused", false, "trajectories: leave out (and list) traces whose calls cannot be aligned with their token ids, instead of failing")
+		mergeCalls := fs.Bool("merge-calls", true, "trajectories: merge the calls of a trace whose prompts extend the previous call's prompt and answer token for token into one row; false: one row per call")
 		run = func() error {
 			if *out != "-" {
 				// A symbolic link is written through, not replaced by the file.
@@ -94,7 +95,7 @@ func tracesCommand(args []string, stdout, stderr io.Writer) int {
 				*out = dest
 			}
 			if *format == "trajectories" {
-				return tracesTrajectories(*store, f, *policy, *tokPath, *out, *skipRefused, stdout, stderr)
+				return tracesTrajectories(*store, f, *policy, *tokPath, *out, trajectoryFlags{*skipRefused, !*mergeCalls}, stdout, stderr)
 			}
 			return tracesExport(*store, f, *format, *out, stdout, stderr)
 		}
@@ -469,8 +470,11 @@ func tracesReward(store string, f traces.Filter, kind, verifierName string, tr t
 	return nil
 }
 
-func tracesTrajectories(store string, f traces.Filter, policy, tokPath, out string, skipRefused bool, stdout, stderr io.Writer) error {
-	opt := traces.TrajectoryOptions{Policy: policy, Reward: f.Reward, Model: f.Model, SkipRefused: skipRefused}
+// trajectoryFlags are export --format trajectories' switches.
+type trajectoryFlags struct{ skipRefused, perCall bool }
+
+func tracesTrajectories(store string, f traces.Filter, policy, tokPath, out string, fl trajectoryFlags, stdout, stderr io.Writer) error {
+	opt := traces.TrajectoryOptions{Policy: policy, Reward: f.Reward, Model: f.Model, SkipRefused: fl.skipRefused, PerCall: fl.perCall}
 	if tokPath != "" {
 		if st, err := os.Stat(tokPath); err == nil && st.IsDir() {
 			tokPath = filepath.Join(tokPath, "tokenizer.json")
@@ -485,7 +489,7 @@ func tracesTrajectories(store string, f traces.Filter, policy, tokPath, out stri
 	if err != nil {
 		return err
 	}
-	turns, dropped, err := traces.Trajectories(ts, opt)
+	built, err := traces.Build(ts, opt)
 	if err != nil {
 		var ae *traces.AlignmentError
 		if errors.As(err, &ae) && ae.Models != nil {
@@ -496,7 +500,9 @@ func tracesTrajectories(store string, f traces.Filter, policy, tokPath, out stri
 		}
 		return err
 	}
-	printDropped(stderr, dropped)
+	turns := built.Turns
+	printDropped(stderr, built.Dropped)
+	printSplits(stderr, built.Splits)
 	if len(turns) == 0 {
 		return fmt.Errorf("no trajectory rows from the %d traces that pass the filters, nothing written to %s", len(ts), out)
 	}
@@ -506,8 +512,26 @@ func tracesTrajectories(store string, f traces.Filter, policy, tokPath, out stri
 	if err := data.WriteTrajectoryFile(out, turns); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "exported %d trajectory rows of %d traces to %s\n", len(turns), len(ts), out)
+	fmt.Fprintf(stderr, "exported %d trajectory rows (%d model calls) of %d traces to %s\n", len(turns), built.Calls, len(ts), out)
 	return nil
+}
+
+// printSplits says which calls started a row of their own although calls
+// of their trace came before them: one line per reason with its count
+// and the first one, as printDropped does.
+func printSplits(w io.Writer, splits []traces.Split) {
+	var reasons []traces.SplitReason
+	byReason := map[traces.SplitReason][]traces.Split{}
+	for _, s := range splits {
+		if byReason[s.Reason] == nil {
+			reasons = append(reasons, s.Reason)
+		}
+		byReason[s.Reason] = append(byReason[s.Reason], s)
+	}
+	for _, r := range reasons {
+		first := byReason[r][0]
+		fmt.Fprintf(w, "%d calls start a row of their own: %s (the first: trace %s span %s: %s)\n", len(byReason[r]), r, first.Trace, first.Span, first.Why)
+	}
 }
 
 // printDropped says which traces and calls became no trajectory row: one
