@@ -82,6 +82,11 @@ type Sample struct {
 	LogProbs     []float32
 	Text         string
 	FinishReason string // "stop" (stop string, stop id or EOS) or "length"
+	// Started is when the engine began the sample's request: admitted it
+	// to its running batch (the native engine), sent its HTTP request (an
+	// HTTP server's client). The requests of one batch that wait for
+	// room start at their own times. Zero when the engine cannot say.
+	Started time.Time
 	// Finished is when the sample was done: its last token decoded (the
 	// native engine), its answer received (an HTTP server's client). The
 	// samples of one batch finish at their own times. Zero when the

@@ -204,9 +204,10 @@ func (refusing) Generate(context.Context, []engine.Request) ([]engine.Result, er
 func (refusing) WeightVersion() int64 { return 0 }
 func (refusing) Close() error         { return nil }
 
-// finishing stamps each sample its engine returns with a time from
+// finishing stamps each sample its engine returns with times from
 // finished (given the Generate call's start and the sample's index in the
-// call), as an engine that says when each sequence was done.
+// call) for its start and its end, as an engine that says when it began
+// each request and when each sequence was done.
 type finishing struct {
 	*episodetest.ScriptedEngine
 	finished func(start time.Time, i int) time.Time
@@ -218,20 +219,24 @@ func (f finishing) Generate(ctx context.Context, reqs []engine.Request) ([]engin
 	i := 0
 	for r := range res {
 		for s := range res[r].Samples {
-			res[r].Samples[s].Finished = f.finished(start, i)
+			// Each begun at its own time, and done one tick later.
+			res[r].Samples[s].Started = f.finished(start, i)
+			res[r].Samples[s].Finished = f.finished(start, i+1)
 			i++
 		}
 	}
 	// The call answers after its last sequence was done.
-	for time.Since(start) <= time.Duration(i) {
+	for time.Since(start) <= time.Duration(i+1) {
 	}
 	return res, err
 }
 
-// The turns of one engine call end when their own sequences were done, as
-// the engine says; where it does not (or names a time outside the call,
-// another node's clock), they end with the call and say so (EndShared).
-func TestCallsOfABatchEndWithTheirSequences(t *testing.T) {
+// The turns of one engine call start when the engine began their
+// requests and end when their own sequences were done, as the engine
+// says; where it does not (or names a time outside the call, another
+// node's clock), they start when the call was sent and end with the call
+// and say so (EndShared).
+func TestCallsOfABatchStartAndEndWithTheirSequences(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		finished func(start time.Time, i int) time.Time
@@ -251,15 +256,15 @@ func TestCallsOfABatchEndWithTheirSequences(t *testing.T) {
 			if err != nil || len(turns) != 4 {
 				t.Fatalf("%d turns, %v", len(turns), err)
 			}
-			ends := map[time.Time]bool{}
+			starts, ends := map[time.Time]bool{}, map[time.Time]bool{}
 			for k, tr := range turns {
-				ends[tr.Call.End] = true
+				starts[tr.Call.Start], ends[tr.Call.End] = true, true
 				if tr.Call.EndShared == c.own || tr.Call.End.Before(tr.Call.Start) {
 					t.Errorf("turn %d: %v–%v, end shared %v", k, tr.Call.Start, tr.Call.End, tr.Call.EndShared)
 				}
 			}
-			if want := map[bool]int{true: 4, false: 1}[c.own]; len(ends) != want {
-				t.Errorf("%d distinct ends among the batch's 4 turns, want %d", len(ends), want)
+			if want := map[bool]int{true: 4, false: 1}[c.own]; len(ends) != want || len(starts) != want {
+				t.Errorf("%d distinct starts and %d distinct ends among the batch's 4 turns, want %d", len(starts), len(ends), want)
 			}
 		})
 	}

@@ -351,12 +351,13 @@ func failedTurn(p Policy, o outcome, why string) data.Turn {
 }
 
 // callOf is what a turn's trace records of sample s of outcome o (nil:
-// none came): the model, when the engine call was sent and when s was
-// done, and the prompt (cut to data.MaxPromptBytes).
+// none came): the model, when s's request was begun and when s was done,
+// and the prompt (cut to data.MaxPromptBytes).
 func callOf(p Policy, o outcome, s *engine.Sample) data.Call {
 	c := data.Call{Model: p.Model, Start: o.start, End: o.end, EndShared: true}
 	if s != nil {
 		c.End, c.EndShared = endOf(o, *s)
+		c.Start = startOf(o, *s, c.End)
 	}
 	var msgs []data.Message
 	if o.prompt.Messages != nil {
@@ -379,6 +380,17 @@ func endOf(o outcome, s engine.Sample) (end time.Time, shared bool) {
 		return f, false
 	}
 	return o.end, true
+}
+
+// startOf is when sample s of outcome o was begun: the engine's word
+// (Sample.Started: admitted to its batch, its HTTP request sent) where it
+// falls inside the engine call and not after the sample's end, else when
+// the call was sent, which the batch's requests share.
+func startOf(o outcome, s engine.Sample, end time.Time) time.Time {
+	if b := s.Started; !b.IsZero() && !b.Before(o.start) && !b.After(end) {
+		return b
+	}
+	return o.start
 }
 
 func joinNotes(notes ...string) string {

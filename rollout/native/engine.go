@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rlnode/rlnode/learner/backend"
 	"github.com/rlnode/rlnode/learner/cuda"
@@ -346,6 +347,9 @@ type job struct {
 	fed     int
 	left    int // samples not finished
 	started bool
+	// admitted is when the scheduler took the request into its batch
+	// (its samples' Started).
+	admitted time.Time
 }
 
 func (j *job) fail(err error) error {

@@ -526,6 +526,38 @@ func TestClosed(t *testing.T) {
 	}
 }
 
+// Requests of one batch that wait for room in the engine's batch start at
+// their own times: with room for one sequence, each request is admitted
+// after the one before it was done, inside the Generate call.
+func TestRequestsOfABatchStartWhenAdmitted(t *testing.T) {
+	e, _ := testEngine(t, Config{MaxBatch: 1})
+	prompt := tokenizer.Builtin().Encode("Sam has 4 books and")
+	var reqs []engine.Request
+	for i, n := range []int{5, 3, 4} {
+		reqs = append(reqs, engine.Request{ID: strconv.Itoa(i), Prompt: prompt, Params: engine.SamplingParams{MaxTokens: n}})
+	}
+	before := time.Now()
+	res, err := e.Generate(testCtx(t), reqs)
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var samples []engine.Sample
+	for i, r := range res {
+		s := r.Samples[0]
+		if s.Started.Before(before) || s.Finished.After(after) || s.Finished.Before(s.Started) {
+			t.Errorf("request %d: %v–%v, outside the call's %v–%v", i, s.Started, s.Finished, before, after)
+		}
+		samples = append(samples, s)
+	}
+	slices.SortFunc(samples, func(a, b engine.Sample) int { return a.Started.Compare(b.Started) })
+	for i := 1; i < len(samples); i++ {
+		if samples[i].Started.Before(samples[i-1].Finished) {
+			t.Errorf("a request started at %v, before the one admitted before it was done (%v)", samples[i].Started, samples[i-1].Finished)
+		}
+	}
+}
+
 // The sequences of one batch are done at their own times: each sample's
 // Finished falls inside the Generate call, and one that decoded more tokens
 // finished later than one that decoded fewer.

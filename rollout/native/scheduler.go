@@ -117,6 +117,7 @@ func (e *Engine) run() {
 			}
 			waiting.cache = e.m.NewKVCache()
 			waiting.left = waiting.n
+			waiting.admitted = time.Now()
 			prefill = append(prefill, waiting)
 			waiting = nil
 		}
@@ -293,7 +294,7 @@ func (e *Engine) accept(d draw) bool {
 	}
 	out.Text = s.det.text()
 	out.FinishReason = finish
-	out.Finished = time.Now()
+	out.Started, out.Finished = j.admitted, time.Now()
 	j.left--
 	if j.left == 0 {
 		j.result.WeightVersion = e.version.Load()

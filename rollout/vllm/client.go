@@ -574,6 +574,7 @@ func (c *Client) generate(ctx context.Context, r *engine.Request) (engine.Result
 			}
 			return engine.Result{}, &RequestError{RequestID: id, Attempt: attempt - 1, Err: fmt.Errorf("waiting for a free server: %w", err)}
 		}
+		sent := time.Now() // after waiting for a free server
 		res, err := c.try(ctx, sl, r, id, attempt)
 		arrived := time.Now() // each request answers on its own
 		stale := c.release(sl, err == nil)
@@ -583,7 +584,7 @@ func (c *Client) generate(ctx context.Context, r *engine.Request) (engine.Result
 		}
 		if err == nil {
 			for i := range res.Samples {
-				res.Samples[i].Finished = arrived
+				res.Samples[i].Started, res.Samples[i].Finished = sent, arrived
 			}
 			return res, nil
 		}

@@ -760,3 +760,32 @@ func TestSamplesFinishWhenTheirAnswerArrives(t *testing.T) {
 		t.Errorf("%d samples done before the held server was let go and %d after, want 1 and 1", early, late)
 	}
 }
+
+// A request of a batch starts when it is sent: with one server taking one
+// request at a time, the second is sent once the first's answer is in.
+func TestSamplesStartWhenTheirRequestIsSent(t *testing.T) {
+	c := newClient(t, Config{MaxInFlight: 1}, newFake(t))
+	reqs := []engine.Request{{ID: "r0", Prompt: promptOf(0), Params: params(2)}, {ID: "r1", Prompt: promptOf(1), Params: params(2)}}
+	before := time.Now()
+	res, err := c.Generate(testCtx(t), reqs)
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []engine.Sample // each request's first sample
+	for _, r := range res {
+		for _, s := range r.Samples {
+			if s.Started.Before(before) || s.Finished.Before(s.Started) || s.Finished.After(after) {
+				t.Errorf("request %s: %v–%v, outside the call's %v–%v", r.RequestID, s.Started, s.Finished, before, after)
+			}
+			if s.Started != r.Samples[0].Started {
+				t.Errorf("request %s: samples started at %v and %v; one request is sent once", r.RequestID, s.Started, r.Samples[0].Started)
+			}
+		}
+		first = append(first, r.Samples[0])
+	}
+	slices.SortFunc(first, func(a, b engine.Sample) int { return a.Started.Compare(b.Started) })
+	if len(first) != 2 || first[1].Started.Before(first[0].Finished) {
+		t.Errorf("requests %v–%v and %v–%v: the second was sent before the first's answer arrived", first[0].Started, first[0].Finished, first[1].Started, first[1].Finished)
+	}
+}
