@@ -4,7 +4,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/traces"
 )
 
@@ -64,4 +66,63 @@ func TestBuildSplitsWhereTheConversationBreaks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// With MergeRewards (training that reads only the trace's reward, or
+// none), a call of another own reward joins the row, which takes the
+// last call's reward.
+func TestBuildMergeRewards(t *testing.T) {
+	spans, _, _ := agentTrace()
+	spans[4].Rewards = []traces.Reward{{Name: "judge", Value: 0.5}}
+	b, err := traces.Build(tracesOf(spans), traces.TrajectoryOptions{Policy: "solver", Reward: "judge", Model: "policy", MergeRewards: true})
+	if err != nil || len(b.Turns) != 1 || len(b.Splits) != 0 || b.Turns[0].Reward != 0.5 || b.Turns[0].FinalReward != 1.5 {
+		t.Fatalf("%+v: %v; want one row with the last call's reward 0.5 and the trace's 1.5", b, err)
+	}
+}
+
+// Calls imported without token ids (OTLP spans of a chat) are
+// re-tokenized; where the second call's templated prompt begins with the
+// first call's prompt and re-tokenized answer, they merge like recorded
+// ids, the answer keeping its loss and the rest of the second prompt
+// (the end of the first answer's turn, the user's message) none.
+func TestBuildMergesRetokenizedCalls(t *testing.T) {
+	tok := tokenizer.Builtin()
+	user := `{"role":"user","parts":[{"type":"text","content":"2+2?"}]}`
+	answer := `{"role":"assistant","parts":[{"type":"text","content":"The answer is 4."}]}`
+	again := `{"role":"user","parts":[{"type":"text","content":"Sure?"}]}`
+	call := func(i int, input string) traces.Span {
+		s := traces.NewSpan()
+		s.TraceID, s.SpanID, s.Operation, s.RequestModel = [16]byte{9}, [8]byte{byte(i + 1)}, traces.OpChat, "m"
+		s.Start = time.Unix(int64(i), 0)
+		s.End = s.Start.Add(time.Millisecond)
+		s.InputMessages, s.OutputMessages = input, "["+answer+"]"
+		return s
+	}
+	ts := tracesOf([]traces.Span{call(0, "["+user+"]"), call(1, "["+user+","+answer+","+again+"]")})
+	b, err := traces.Build(ts, traces.TrajectoryOptions{Tokenizer: tok, KeepUnrewarded: true})
+	if err != nil || len(b.Turns) != 1 || b.Calls != 2 || b.Retokenized != 2 || len(b.Splits) != 0 {
+		t.Fatalf("%+v: %v; want the two re-tokenized calls in one row", b, err)
+	}
+	r := b.Turns[0]
+	ids := tok.Encode("The answer is 4.")
+	var trained []int32
+	for k, m := range r.LossMask {
+		if m == 1 {
+			trained = append(trained, r.ResponseIDs[k])
+		}
+	}
+	if want := toInt32s(slices.Concat(ids, ids)); !slices.Equal(trained, want) {
+		t.Errorf("tokens with loss %v, want the answer twice %v", trained, want)
+	}
+	if !strings.Contains(tok.Decode(intsOf(r.ResponseIDs)), "Sure?") || len(r.ResponseIDs) <= 2*len(ids) {
+		t.Errorf("response %q, want the user's second message inside it", tok.Decode(intsOf(r.ResponseIDs)))
+	}
+}
+
+func toInt32s(ids []int) []int32 {
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out
 }

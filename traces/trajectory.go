@@ -44,6 +44,12 @@ type TrajectoryOptions struct {
 	// a call whose prompt extends the row before it token for token
 	// joins that row (see Build).
 	PerCall bool
+	// MergeRewards lets calls whose own rewards differ join one row, which
+	// takes its last call's reward: for training that reads a trace's
+	// reward only (offline RL credits every call with the trace's) or
+	// none (plain SFT). Off, such a call starts a row (SplitReward), so
+	// that each row's reward is each of its calls'.
+	MergeRewards bool
 }
 
 // SplitReason is why a call of a conversation starts a row of its own
@@ -111,10 +117,11 @@ func (e *AlignmentError) Error() string {
 }
 
 // Trajectories turns stored traces into trajectory rows, the input of the
-// learner's batch (train.BatchFromTrajectories): one row per model call of
-// the trained model (chat or text_completion span with an answer), the
-// trace as the episode and its calls in start order as the turns. A row's
-// prompt is what the call was asked, its response what the call answered:
+// learner's batch (train.BatchFromTrajectories): the model calls of the
+// trained model (chat or text_completion spans with an answer), the trace
+// as the episode and its calls in start order, the calls of one
+// conversation in one row unless opt.PerCall (Build says how). A call's
+// prompt is what it was asked, its response what it answered:
 // what came between two calls (tool results, observations, a user's or
 // another model's messages) reaches the model only in a later call's
 // prompt and carries no loss. Where a call's output ids also hold tokens
@@ -128,8 +135,9 @@ func (e *AlignmentError) Error() string {
 // count the tool spans do not account for, or a tool that ran while a
 // call was generating and says nothing of where its result went.
 //
-// Calls of other models than opt.Model are never rows (a judge's or
-// another agent's answers are not the policy's to train on); with
+// Calls of other models than opt.Model are never trained (a judge's or
+// another agent's answers are not the policy's to train on; one may sit,
+// masked, in a later call's prompt); with
 // opt.Model empty, a trace whose calls name more than one model is
 // refused, as which one is being trained is not said.
 //
@@ -286,7 +294,7 @@ traceLoop:
 		out.Retokenized += retokenized
 		if !opt.PerCall {
 			var splits []Split
-			rows, splits = mergeCalls(rows, spanIDs)
+			rows, splits = mergeCalls(rows, spanIDs, opt.MergeRewards)
 			out.Splits = append(out.Splits, splits...)
 		}
 		h := fnv.New64a()
@@ -314,7 +322,7 @@ traceLoop:
 // The check is on token ids, never on text: text that renders the same
 // may tokenize differently, and only the ids say that the learner would
 // see the call's answer in the context the call saw.
-func mergeCalls(rows []data.Turn, spans []string) ([]data.Turn, []Split) {
+func mergeCalls(rows []data.Turn, spans []string, mergeRewards bool) ([]data.Turn, []Split) {
 	var (
 		out    []data.Turn
 		splits []Split
@@ -325,7 +333,7 @@ func mergeCalls(rows []data.Turn, spans []string) ([]data.Turn, []Split) {
 			continue
 		}
 		cur := &out[len(out)-1]
-		reason, why := extends(cur, &r)
+		reason, why := extends(cur, &r, mergeRewards)
 		if reason != "" {
 			splits = append(splits, Split{Trace: r.EpisodeID, Span: spans[i], Reason: reason, Why: why})
 			r.Turn = int32(len(out))
@@ -345,7 +353,7 @@ func mergeCalls(rows []data.Turn, spans []string) ([]data.Turn, []Split) {
 		mask = append(append(append(mask, cur.LossMask...), make([]float32, inserted)...), r.LossMask...)
 		cur.ResponseIDs, cur.LogProbs, cur.LossMask = resp, lp, mask
 		cur.ResponseText += r.ResponseText
-		cur.FinishReason = r.FinishReason
+		cur.FinishReason, cur.Reward = r.FinishReason, r.Reward
 		if r.Note != "" && !strings.Contains(cur.Note, r.Note) {
 			cur.Note = joinNote(cur.Note, r.Note)
 		}
@@ -355,16 +363,9 @@ func mergeCalls(rows []data.Turn, spans []string) ([]data.Turn, []Split) {
 	return out, splits
 }
 
-// extends says why call row r cannot join row cur ("" when it can).
-func extends(cur, r *data.Turn) (SplitReason, string) {
-	switch {
-	case r.Call.Model != cur.Call.Model:
-		return SplitModel, fmt.Sprintf("a call of %q after calls of %q", r.Call.Model, cur.Call.Model)
-	case r.WeightVersion != cur.WeightVersion:
-		return SplitVersion, fmt.Sprintf("weight version %d after %d", r.WeightVersion, cur.WeightVersion)
-	case r.Reward != cur.Reward:
-		return SplitReward, fmt.Sprintf("reward %v after %v", r.Reward, cur.Reward)
-	}
+// extends says why call row r cannot join row cur ("" when it can): the
+// tokens first, as the reason that no setting changes.
+func extends(cur, r *data.Turn, mergeRewards bool) (SplitReason, string) {
 	seen := len(cur.PromptIDs) + len(cur.ResponseIDs)
 	if len(r.PromptIDs) < seen {
 		return SplitPrefix, fmt.Sprintf("its prompt has %d tokens, fewer than the %d of the conversation so far (the context was cut?)", len(r.PromptIDs), seen)
@@ -379,6 +380,14 @@ func extends(cur, r *data.Turn) (SplitReason, string) {
 		if id != want {
 			return SplitPrefix, fmt.Sprintf("its prompt token %d is %d where the conversation so far has %d", k, id, want)
 		}
+	}
+	switch {
+	case r.Call.Model != cur.Call.Model:
+		return SplitModel, fmt.Sprintf("a call of %q after calls of %q", r.Call.Model, cur.Call.Model)
+	case r.WeightVersion != cur.WeightVersion:
+		return SplitVersion, fmt.Sprintf("weight version %d after %d", r.WeightVersion, cur.WeightVersion)
+	case !mergeRewards && r.Reward != cur.Reward:
+		return SplitReward, fmt.Sprintf("reward %v after %v", r.Reward, cur.Reward)
 	}
 	return "", ""
 }

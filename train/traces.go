@@ -150,8 +150,11 @@ func loadTraces(d *TraceData, tok *tokenizer.Tokenizer, pc *policyContext, seed 
 			d.Reward, len(ts), rewardNames(ts))
 	}
 	keepUnrewarded := !d.RL && math.IsNaN(d.MinReward) && d.Weighting != "exp" && d.Weighting != "filter"
+	// Only a warm-up that filters or weighs by reward reads a row's own
+	// reward: offline RL credits the trace's, plain SFT none.
+	readsRowRewards := warmup && (!math.IsNaN(d.MinReward) || d.Weighting == "exp" || d.Weighting == "filter")
 	built, err := traces.Build(ts, traces.TrajectoryOptions{Policy: "solver", Reward: d.Reward, Model: d.Filter.Model,
-		Tokenizer: tok, KeepUnrewarded: keepUnrewarded, SkipRefused: d.SkipRefused, PerCall: d.PerCall})
+		Tokenizer: tok, KeepUnrewarded: keepUnrewarded, SkipRefused: d.SkipRefused, PerCall: d.PerCall, MergeRewards: !readsRowRewards})
 	if err != nil {
 		var ae *traces.AlignmentError
 		if errors.As(err, &ae) && ae.Models != nil {
@@ -200,7 +203,7 @@ func loadTraces(d *TraceData, tok *tokenizer.Tokenizer, pc *policyContext, seed 
 		}
 	}
 	if warmup {
-		if lt.warmup, err = warmupRows(rows, d, seed); err != nil {
+		if lt.warmup, err = warmupRows(rows, built.Calls, d, seed); err != nil {
 			return nil, err
 		}
 	}
@@ -212,9 +215,10 @@ func loadTraces(d *TraceData, tok *tokenizer.Tokenizer, pc *policyContext, seed 
 	return lt, nil
 }
 
-// warmupRows are the rows the warm-up trains on: those rewarded at least
-// MinReward (and Threshold under filter weighting), shuffled with seed.
-func warmupRows(rows []data.Turn, d *TraceData, seed uint64) ([]data.Turn, error) {
+// warmupRows are the rows (of calls model calls) the warm-up trains on:
+// those rewarded at least MinReward (and Threshold under filter
+// weighting), shuffled with seed.
+func warmupRows(rows []data.Turn, calls int, d *TraceData, seed uint64) ([]data.Turn, error) {
 	var kept []data.Turn
 	for _, r := range rows {
 		if !math.IsNaN(d.MinReward) && r.Reward < d.MinReward || d.Weighting == "filter" && r.Reward < d.Threshold {
@@ -227,7 +231,7 @@ func warmupRows(rows []data.Turn, d *TraceData, seed uint64) ([]data.Turn, error
 		if d.Weighting == "filter" && (math.IsNaN(bound) || d.Threshold > bound) {
 			field, bound = "sft.threshold", d.Threshold
 		}
-		return nil, traceErr(field, "%v: none of the %d model calls is rewarded that much (reward %s)", bound, len(rows), rewardLabel(d.Reward))
+		return nil, traceErr(field, "%v: none of the %d model calls is rewarded that much (reward %s)", bound, calls, rewardLabel(d.Reward))
 	}
 	rand.New(rand.NewPCG(seed, 0x7472616365)).Shuffle(len(kept), func(i, j int) { kept[i], kept[j] = kept[j], kept[i] })
 	return kept, nil

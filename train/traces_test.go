@@ -213,6 +213,68 @@ func TestLoadTracesSkipRefused(t *testing.T) {
 	}
 }
 
+// A conversation's calls whose prompts extend each other load as one row;
+// a call whose prompt does not (its context cut) starts a row of its own,
+// counted by reason with the first named. data.traces.merge_calls: false
+// (PerCall) loads a row per call.
+func TestLoadTracesMergesConversations(t *testing.T) {
+	store := writeStore(t,
+		call{trace: 1, prompt: []int32{1, 2}, answer: []int32{3}, rewards: judge(0)},
+		call{trace: 1, prompt: []int32{1, 2, 3, 4}, answer: []int32{5}, rewards: judge(1)},
+		call{trace: 1, prompt: []int32{4, 5, 6}, answer: []int32{7}},
+		call{trace: 2, prompt: []int32{1, 2}, answer: []int32{8}})
+	for _, c := range []struct {
+		perCall bool
+		rows    int
+		splits  []TraceSplit
+	}{
+		{false, 3, []TraceSplit{{Reason: string(traces.SplitPrefix), Calls: 1, First: "trace " + traces.Span{TraceID: [16]byte{1}}.TraceID.String() +
+			" span " + traces.Span{SpanID: [8]byte{3}}.SpanID.String() + ": its prompt has 3 tokens, fewer than the 5 of the conversation so far"}}},
+		{true, 4, nil},
+	} {
+		d := &TraceData{Store: store, Filter: traces.Any(), Reward: "judge", MinReward: math.NaN(), PerCall: c.perCall}
+		d.Filter.MinReward, d.Filter.MaxReward = math.NaN(), math.NaN()
+		lt, err := loadTraces(d, nil, testContext, 1, true, 2, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		splits := lt.splitList()
+		if lt.calls != 4 || lt.rows != c.rows || len(lt.warmup) != c.rows || len(splits) != len(c.splits) {
+			t.Fatalf("per call %v: %d calls in %d rows (%d warm-up), splits %+v; want 4 in %d, splits %+v", c.perCall, lt.calls, lt.rows, len(lt.warmup), splits, c.rows, c.splits)
+		}
+		for i, sp := range splits {
+			if want := c.splits[i]; sp.Reason != want.Reason || sp.Calls != want.Calls || !strings.HasPrefix(sp.First, want.First) {
+				t.Errorf("split %+v, want %+v", sp, want)
+			}
+		}
+		if c.perCall {
+			continue
+		}
+		var merged *data.Turn
+		for i := range lt.warmup {
+			if len(lt.warmup[i].ResponseIDs) > 1 {
+				merged = &lt.warmup[i]
+			}
+		}
+		if merged == nil || !slices.Equal(merged.PromptIDs, []int32{1, 2}) || !slices.Equal(merged.ResponseIDs, []int32{3, 4, 5}) ||
+			!slices.Equal(merged.LossMask, []float32{1, 0, 1}) {
+			t.Errorf("warm-up rows %+v, want trace 1's first two calls as [1 2] | [3 4 5] with mask [1 0 1]", lt.warmup)
+		}
+	}
+	// The first two calls' own rewards differ (0 and 1): a warm-up that
+	// reads them (min_reward) keeps them apart, and says so (trace 2, with
+	// no judge reward, is left out).
+	d := &TraceData{Store: store, Filter: traces.Any(), Reward: "judge", MinReward: 0}
+	d.Filter.MinReward, d.Filter.MaxReward = math.NaN(), math.NaN()
+	lt, err := loadTraces(d, nil, testContext, 1, true, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if splits := lt.splitList(); lt.rows != 3 || len(splits) != 2 || splits[0].Reason != string(traces.SplitReward) || splits[0].Calls != 1 {
+		t.Errorf("min_reward: %d rows, splits %+v; want trace 1's 3 calls apart, the second split for its reward", lt.rows, splits)
+	}
+}
+
 // Offline RL's batches: groups of traces with the same first prompt, each
 // slot a group of its own, every call of a trace credited with the
 // trace's group-relative advantage; the learner's batch holds the

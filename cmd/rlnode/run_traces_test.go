@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -183,9 +184,13 @@ func TestRunTracesToTraining(t *testing.T) {
 	}
 
 	// The trajectories made from the store (what data.traces trains on)
-	// hold the recorded calls: their prompt ids, and their prompts.
+	// hold the recorded calls: their prompt ids, and their prompts. The
+	// agent's steps write each prompt anew (the observation before the
+	// list of actions), so no call's prompt extends the step before it:
+	// each is its own row, and the export says why.
 	arrow := filepath.Join(t.TempDir(), "turns.arrow")
-	if code, out, stderr := run(t, "traces", "export", "--store", store, "--format", "trajectories", "--reward", "reward", "--out", arrow); code != 0 {
+	code, out, stderr = run(t, "traces", "export", "--store", store, "--format", "trajectories", "--reward", "reward", "--out", arrow)
+	if code != 0 {
 		t.Fatalf("traces export --format trajectories: exit %d: %s%s", code, out, stderr)
 	}
 	turns, err := data.ReadTrajectoryFile(arrow)
@@ -194,6 +199,15 @@ func TestRunTracesToTraining(t *testing.T) {
 	}
 	if len(turns) != len(calls) {
 		t.Fatalf("%d trajectory rows, want the %d model calls", len(turns), len(calls))
+	}
+	episodes := 0
+	for _, s := range spans {
+		if s.Operation == traces.OpInvokeAgent {
+			episodes++
+		}
+	}
+	if n := len(calls) - episodes; n > 0 && !strings.Contains(stderr, fmt.Sprintf("%d calls start a row of their own: prompt does not extend the conversation", n)) {
+		t.Errorf("export of %d calls of %d episodes, as %d rows, does not say why %d calls were not merged:\n%s", len(calls), episodes, len(turns), n, stderr)
 	}
 	for i, tr := range turns {
 		if tr.Call.Model != model || tr.Call.Prompt == "" && len(tr.Call.Messages) == 0 || tr.Note != "" {
