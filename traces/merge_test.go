@@ -68,6 +68,59 @@ func TestBuildSplitsWhereTheConversationBreaks(t *testing.T) {
 	}
 }
 
+// Agents that take turns in one trace (conversations interleaved) each
+// merge into their own row: a call joins the latest row its prompt
+// extends, among the trace's last 8. A conversation 9 rows back is not
+// searched, and its call starts a row.
+func TestBuildMergesInterleavedConversations(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	var spans []traces.Span
+	call := func(prompt, answer []int32) {
+		s := traces.NewSpan()
+		s.TraceID, s.SpanID, s.Operation = [16]byte{0xb1}, [8]byte{byte(len(spans) + 1)}, traces.OpChat
+		s.RequestModel, s.ResponseModel = "policy", "policy"
+		s.Start = t0.Add(time.Duration(len(spans)) * time.Second)
+		s.End = s.Start.Add(time.Second / 2)
+		s.PromptTokenIDs, s.OutputTokenIDs = prompt, answer
+		s.OutputMessages = `[{"role":"assistant","parts":[{"type":"text","content":"x"}]}]`
+		spans = append(spans, s)
+	}
+	// Conversations a and b: a1, b1, a2, b2, a3, each prompt its own
+	// conversation's so far and a new message.
+	a1, b1 := []int32{1, 2}, []int32{5, 6}
+	call(a1, []int32{10})
+	call(b1, []int32{20})
+	a2 := slices.Concat(a1, []int32{10, 3})
+	call(a2, []int32{11})
+	b2 := slices.Concat(b1, []int32{20, 7})
+	call(b2, []int32{21})
+	call(slices.Concat(a2, []int32{11, 4}), []int32{12})
+	b, err := traces.Build(tracesOf(spans), traces.TrajectoryOptions{Policy: "solver", KeepUnrewarded: true})
+	if err != nil || len(b.Turns) != 2 || b.Calls != 5 {
+		t.Fatalf("%+v: %v; want conversations a and b as 2 rows of 5 calls", b, err)
+	}
+	if len(b.Splits) != 1 || b.Splits[0].Span != spans[1].SpanID.String() || b.Splits[0].Reason != traces.SplitPrefix {
+		t.Errorf("splits %+v, want b's first call only", b.Splits)
+	}
+	a, bb := b.Turns[0], b.Turns[1]
+	if !slices.Equal(a.ResponseIDs, []int32{10, 3, 11, 4, 12}) || !slices.Equal(a.LossMask, []float32{1, 0, 1, 0, 1}) ||
+		!slices.Equal(bb.ResponseIDs, []int32{20, 7, 21}) || !slices.Equal(bb.LossMask, []float32{1, 0, 1}) || bb.Turn != 1 {
+		t.Errorf("rows %v %v | %v %v, want a's three answers and b's two", a.ResponseIDs, a.LossMask, bb.ResponseIDs, bb.LossMask)
+	}
+
+	// Nine conversations' first calls, then the first one's second: its
+	// row is 9 back.
+	spans = nil
+	for k := range 9 {
+		call([]int32{int32(k + 1)}, []int32{30})
+	}
+	call([]int32{1, 30, 2}, []int32{31})
+	b, err = traces.Build(tracesOf(spans), traces.TrajectoryOptions{Policy: "solver", KeepUnrewarded: true})
+	if err != nil || len(b.Turns) != 10 || len(b.Splits) != 9 {
+		t.Fatalf("%d rows, %d splits: %v; want 10 rows, every call but the first split", len(b.Turns), len(b.Splits), err)
+	}
+}
+
 // With MergeRewards (training that reads only the trace's reward, or
 // none), a call of another own reward joins the row, which takes the
 // last call's reward.

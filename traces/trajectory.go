@@ -157,17 +157,18 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 
 // Build is Trajectories with what it counted, and the calls of a
 // conversation merged into one row (unless opt.PerCall): a call whose
-// prompt token ids begin with the whole sequence of the row before it
-// (that row's prompt and response ids, token for token) joins that row.
+// prompt token ids begin with the whole sequence of one of its trace's
+// latest rows (that row's prompt and response ids, token for token)
+// joins that row.
 // The row's response grows by what the call's prompt adds (tool results,
 // observations, a user's or another model's messages: loss mask 0,
 // logprob 0) and by the call's answer (its own mask and logprobs), so
 // every token keeps its call's mask and logprob and the learner sees
 // each answer in the context its call saw, computing the conversation's
-// early tokens once instead of once per call. A call that does not
-// extend the row, or was answered by another model, sampled from another
-// weight version or trains on another reward, starts a new row: Splits
-// names it and why.
+// early tokens once instead of once per call. A call that extends no
+// row, or whose row was answered by another model, sampled from another
+// weight version or trains on another reward (unless opt.MergeRewards),
+// starts a new row: Splits names it and why.
 func Build(traces []Trace, opt TrajectoryOptions) (*Built, error) {
 	var (
 		turns   []data.Turn
@@ -316,42 +317,59 @@ traceLoop:
 	return &out, nil
 }
 
+// openRows is how many of a trace's latest rows a call may extend, most
+// recent first: agents that take turns in one trace (several
+// conversations interleaved) merge, and a hostile trace of many calls
+// costs at most this many comparisons of its tokens per call.
+const openRows = 8
+
 // mergeCalls folds each of one trace's call rows (in start order; spans
-// their span ids) into the row before it where its prompt extends that
-// row's sequence token for token (Build), and says where it could not.
-// The check is on token ids, never on text: text that renders the same
-// may tokenize differently, and only the ids say that the learner would
-// see the call's answer in the context the call saw.
+// their span ids) into the latest row whose sequence its prompt extends
+// token for token (Build), and says where it could not. The check is on
+// token ids, never on text: text that renders the same may tokenize
+// differently, and only the ids say that the learner would see the
+// call's answer in the context the call saw.
 func mergeCalls(rows []data.Turn, spans []string, mergeRewards bool) ([]data.Turn, []Split) {
 	var (
 		out    []data.Turn
+		owned  []bool // out[k]'s id, logprob and mask slices are its own
 		splits []Split
 	)
+	last := -1 // the row of the call before
 	for i, r := range rows {
-		if i == 0 {
-			out = append(out, r)
-			continue
+		target, reason, why := -1, SplitReason(""), ""
+		for k := len(out) - 1; k >= max(0, len(out)-openRows); k-- {
+			if mismatch(&out[k], &r) != "" {
+				continue
+			}
+			if reason, why = compatible(&out[k], &r, mergeRewards); reason == "" {
+				target = k
+			}
+			break
 		}
-		cur := &out[len(out)-1]
-		reason, why := extends(cur, &r, mergeRewards)
-		if reason != "" {
-			splits = append(splits, Split{Trace: r.EpisodeID, Span: spans[i], Reason: reason, Why: why})
+		if target < 0 {
+			if last >= 0 {
+				if reason == "" {
+					reason, why = SplitPrefix, mismatch(&out[last], &r)
+				}
+				splits = append(splits, Split{Trace: r.EpisodeID, Span: spans[i], Reason: reason, Why: why})
+			}
 			r.Turn = int32(len(out))
-			out = append(out, r)
+			out, owned = append(out, r), append(owned, false)
+			last = len(out) - 1
 			continue
 		}
-		// A fresh slice: the first call's response may share its array
-		// with the stored span's ids.
-		seen := len(cur.PromptIDs) + len(cur.ResponseIDs)
-		inserted := len(r.PromptIDs) - seen
-		n := len(cur.ResponseIDs) + inserted + len(r.ResponseIDs)
-		resp := make([]int32, 0, n)
-		resp = append(append(append(resp, cur.ResponseIDs...), r.PromptIDs[seen:]...), r.ResponseIDs...)
-		lp := make([]float32, 0, n)
-		lp = append(append(append(lp, cur.LogProbs...), make([]float32, inserted)...), r.LogProbs...)
-		mask := make([]float32, 0, n)
-		mask = append(append(append(mask, cur.LossMask...), make([]float32, inserted)...), r.LossMask...)
-		cur.ResponseIDs, cur.LogProbs, cur.LossMask = resp, lp, mask
+		cur := &out[target]
+		if !owned[target] {
+			// The first call's slices may share their arrays with the
+			// stored span's ids: copy them once, append in place after.
+			cur.ResponseIDs, cur.LogProbs, cur.LossMask = slices.Clone(cur.ResponseIDs), slices.Clone(cur.LogProbs), slices.Clone(cur.LossMask)
+			owned[target] = true
+		}
+		inserted := r.PromptIDs[len(cur.PromptIDs)+len(cur.ResponseIDs):]
+		cur.ResponseIDs = append(append(cur.ResponseIDs, inserted...), r.ResponseIDs...)
+		cur.LogProbs = append(append(cur.LogProbs, make([]float32, len(inserted))...), r.LogProbs...)
+		cur.LossMask = append(append(cur.LossMask, make([]float32, len(inserted))...), r.LossMask...)
 		cur.ResponseText += r.ResponseText
 		cur.FinishReason, cur.Reward = r.FinishReason, r.Reward
 		if r.Note != "" && !strings.Contains(cur.Note, r.Note) {
@@ -359,28 +377,42 @@ func mergeCalls(rows []data.Turn, spans []string, mergeRewards bool) ([]data.Tur
 		}
 		cur.Call.End = r.Call.End
 		cur.Call.EndShared = cur.Call.EndShared || r.Call.EndShared
+		last = target
 	}
 	return out, splits
 }
 
-// extends says why call row r cannot join row cur ("" when it can): the
-// tokens first, as the reason that no setting changes.
-func extends(cur, r *data.Turn, mergeRewards bool) (SplitReason, string) {
+// mismatch says where call row r's prompt stops extending row cur's
+// sequence ("" where it extends it).
+func mismatch(cur, r *data.Turn) string {
 	seen := len(cur.PromptIDs) + len(cur.ResponseIDs)
 	if len(r.PromptIDs) < seen {
-		return SplitPrefix, fmt.Sprintf("its prompt has %d tokens, fewer than the %d of the conversation so far (the context was cut?)", len(r.PromptIDs), seen)
+		return fmt.Sprintf("its prompt has %d tokens, fewer than the %d of the conversation so far (the context was cut?)", len(r.PromptIDs), seen)
 	}
-	for k, id := range r.PromptIDs[:seen] {
-		var want int32
-		if k < len(cur.PromptIDs) {
-			want = cur.PromptIDs[k]
-		} else {
-			want = cur.ResponseIDs[k-len(cur.PromptIDs)]
-		}
-		if id != want {
-			return SplitPrefix, fmt.Sprintf("its prompt token %d is %d where the conversation so far has %d", k, id, want)
+	if k := mismatchAt(cur.PromptIDs, r.PromptIDs); k >= 0 {
+		return fmt.Sprintf("its prompt token %d is %d where the conversation so far has %d", k, r.PromptIDs[k], cur.PromptIDs[k])
+	}
+	if k := mismatchAt(cur.ResponseIDs, r.PromptIDs[len(cur.PromptIDs):]); k >= 0 {
+		at := len(cur.PromptIDs) + k
+		return fmt.Sprintf("its prompt token %d is %d where the conversation so far has %d", at, r.PromptIDs[at], cur.ResponseIDs[k])
+	}
+	return ""
+}
+
+// mismatchAt is the first index where b differs from a (len(b) ≥
+// len(a)), or -1.
+func mismatchAt(a, b []int32) int {
+	for k, id := range a {
+		if b[k] != id {
+			return k
 		}
 	}
+	return -1
+}
+
+// compatible says why call row r, whose prompt extends row cur, still
+// cannot join it ("" when it can).
+func compatible(cur, r *data.Turn, mergeRewards bool) (SplitReason, string) {
 	switch {
 	case r.Call.Model != cur.Call.Model:
 		return SplitModel, fmt.Sprintf("a call of %q after calls of %q", r.Call.Model, cur.Call.Model)
