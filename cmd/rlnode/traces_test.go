@@ -286,7 +286,7 @@ func TestProxyRecordsOpenAIClientAndOTLP(t *testing.T) {
 			t.Fatalf("run %s: exit %d:\n%s%s", name, code, out, stderr)
 		}
 		// What was recorded with token ids and what re-tokenized is stated.
-		if !strings.Contains(out, "data.traces: 5 model calls (3 with recorded token ids, 2 re-tokenized)") {
+		if !strings.Contains(out, "data.traces: 5 model calls (3 with recorded token ids, 2 re-tokenized) in 5 rows\n") {
 			t.Errorf("run %s does not state the recorded and re-tokenized calls:\n%s", name, out)
 		}
 		return readStepMetrics(t, filepath.Join(dir, "metrics.jsonl"))
