@@ -41,7 +41,7 @@ type TrajectoryOptions struct {
 	// PerCall makes every call its own row, as rlnode did before calls
 	// were merged: a conversation of k calls is then k rows that each
 	// hold the whole conversation before their answer. Off (the default),
-	// a call whose prompt extends the row before it token for token
+	// a call whose prompt extends a row of its trace token for token
 	// joins that row (see Build).
 	PerCall bool
 	// MergeRewards lets calls whose own rewards differ join one row, which
@@ -52,8 +52,8 @@ type TrajectoryOptions struct {
 	MergeRewards bool
 }
 
-// SplitReason is why a call of a conversation starts a row of its own
-// instead of joining the row of the calls before it.
+// SplitReason is why a call starts a row of its own instead of joining a
+// row of the calls of its trace before it.
 type SplitReason string
 
 const (
@@ -71,8 +71,8 @@ const (
 	SplitReward SplitReason = "another reward"
 )
 
-// Split is a call that starts a new row of its trace although a row of
-// the trace's calls comes before it, and why.
+// Split is a call that starts a new row of its trace although rows of the
+// trace's calls come before it, and why.
 type Split struct {
 	Trace, Span string
 	Reason      SplitReason
@@ -87,7 +87,8 @@ type Built struct {
 	// Calls is the number of model calls the rows hold, Retokenized how
 	// many of them were re-tokenized (no token ids recorded).
 	Calls, Retokenized int
-	// Splits are the calls that could not join the row before them.
+	// Splits are the calls that joined no row of the calls of their trace
+	// before them.
 	Splits []Split
 }
 
@@ -159,8 +160,8 @@ func Trajectories(traces []Trace, opt TrajectoryOptions) (turns []data.Turn, dro
 // conversation merged into one row (unless opt.PerCall): a call whose
 // prompt token ids begin with the whole sequence of one of its trace's
 // latest rows (that row's prompt and response ids, token for token)
-// joins that row.
-// The row's response grows by what the call's prompt adds (tool results,
+// joins that row. The row's response grows by what the call's prompt
+// adds (tool results,
 // observations, a user's or another model's messages: loss mask 0,
 // logprob 0) and by the call's answer (its own mask and logprobs), so
 // every token keeps its call's mask and logprob and the learner sees
@@ -339,7 +340,7 @@ func mergeCalls(rows []data.Turn, spans []string, mergeRewards bool) ([]data.Tur
 	for i, r := range rows {
 		target, reason, why := -1, SplitReason(""), ""
 		for k := len(out) - 1; k >= max(0, len(out)-openRows); k-- {
-			if mismatch(&out[k], &r) != "" {
+			if divergence(&out[k], &r) >= 0 {
 				continue
 			}
 			if reason, why = compatible(&out[k], &r, mergeRewards); reason == "" {
@@ -382,32 +383,44 @@ func mergeCalls(rows []data.Turn, spans []string, mergeRewards bool) ([]data.Tur
 	return out, splits
 }
 
-// mismatch says where call row r's prompt stops extending row cur's
-// sequence ("" where it extends it).
-func mismatch(cur, r *data.Turn) string {
-	seen := len(cur.PromptIDs) + len(cur.ResponseIDs)
-	if len(r.PromptIDs) < seen {
-		return fmt.Sprintf("its prompt has %d tokens, fewer than the %d of the conversation so far (the context was cut?)", len(r.PromptIDs), seen)
+// divergence is the first token of call row r's prompt that differs from
+// row cur's sequence (its prompt, then its response), len(r.PromptIDs)
+// when the prompt ends before the sequence does, or -1 when the prompt
+// extends the sequence.
+func divergence(cur, r *data.Turn) int {
+	if len(r.PromptIDs) < len(cur.PromptIDs)+len(cur.ResponseIDs) {
+		return len(r.PromptIDs)
 	}
-	if k := mismatchAt(cur.PromptIDs, r.PromptIDs); k >= 0 {
-		return fmt.Sprintf("its prompt token %d is %d where the conversation so far has %d", k, r.PromptIDs[k], cur.PromptIDs[k])
-	}
-	if k := mismatchAt(cur.ResponseIDs, r.PromptIDs[len(cur.PromptIDs):]); k >= 0 {
-		at := len(cur.PromptIDs) + k
-		return fmt.Sprintf("its prompt token %d is %d where the conversation so far has %d", at, r.PromptIDs[at], cur.ResponseIDs[k])
-	}
-	return ""
-}
-
-// mismatchAt is the first index where b differs from a (len(b) ≥
-// len(a)), or -1.
-func mismatchAt(a, b []int32) int {
-	for k, id := range a {
-		if b[k] != id {
+	for k, id := range cur.PromptIDs {
+		if r.PromptIDs[k] != id {
 			return k
 		}
 	}
+	for k, id := range cur.ResponseIDs {
+		if r.PromptIDs[len(cur.PromptIDs)+k] != id {
+			return len(cur.PromptIDs) + k
+		}
+	}
 	return -1
+}
+
+// mismatch says where call row r's prompt stops extending row cur's
+// sequence.
+func mismatch(cur, r *data.Turn) string {
+	seen := len(cur.PromptIDs) + len(cur.ResponseIDs)
+	k := divergence(cur, r)
+	if k < 0 {
+		return "its prompt extends the conversation"
+	}
+	if k == len(r.PromptIDs) {
+		return fmt.Sprintf("its prompt has %d tokens, fewer than the %d of the conversation so far (the context was cut?)", len(r.PromptIDs), seen)
+	}
+	want := cur.PromptIDs
+	at := k
+	if k >= len(cur.PromptIDs) {
+		want, at = cur.ResponseIDs, k-len(cur.PromptIDs)
+	}
+	return fmt.Sprintf("its prompt token %d is %d where the conversation so far has %d", k, r.PromptIDs[k], want[at])
 }
 
 // compatible says why call row r, whose prompt extends row cur, still
