@@ -56,6 +56,10 @@ type spawnReply struct {
 	// NoRoom: the node lacked free resources (not labels, not stopping):
 	// it could hold the actor once they are released.
 	NoRoom bool `msgpack:",omitempty"`
+	// Free is what the node had free when it refused for want of room
+	// (NoRoom): the spawner's view of it was stale, and its error lists
+	// the node with this, not with the room the view showed.
+	Free Resources `msgpack:",omitempty"`
 	// TryElsewhere: the actor's factory refused with ErrTryElsewhere
 	// (this node cannot build it; another may).
 	TryElsewhere bool `msgpack:",omitempty"`
@@ -126,7 +130,12 @@ func (a *nodeActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		nb, retry, err := n.beginSpawn(m)
 		if err != nil {
 			elsewhere := errors.Is(err, actor.ErrUnknownKind) || errors.Is(err, actor.ErrUnregistered)
-			return spawnReply{Err: err.Error(), Retry: retry, Elsewhere: elsewhere, NoRoom: retry && errors.Is(err, ErrInfeasible)}, nil
+			rep := spawnReply{Err: err.Error(), Retry: retry, Elsewhere: elsewhere, NoRoom: retry && errors.Is(err, ErrInfeasible)}
+			if rep.NoRoom {
+				total, used := n.ledger.snapshot()
+				rep.Free = total.Sub(used)
+			}
+			return rep, nil
 		}
 		reply := ctx.ReplyLater()
 		go func() { reply.Send(n.finishSpawn(m, nb), nil) }()

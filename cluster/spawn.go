@@ -329,11 +329,17 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 		exclude = map[string]bool{}
 	}
 	var lastErr error
-	var cannot []string           // nodes whose program lacks the kind (spawnReply.Elsewhere)
-	var refused []string          // nodes whose factory said another may build it (spawnReply.TryElsewhere)
-	roomless := map[string]bool{} // nodes left out because they lacked free room
+	var cannot []string                    // nodes whose program lacks the kind (spawnReply.Elsewhere)
+	var refused []string                   // nodes whose factory said another may build it (spawnReply.TryElsewhere)
+	roomless := map[string]bool{}          // nodes left out because they lacked free room
+	roomlessFree := map[string]Resources{} // what each of them said it had free
+	lastListed := false                    // lastErr is a roomless node's refusal, which the error's node list gives
 	for attempt := 0; attempt < 4; attempt++ {
 		target, err := n.placeSpawn(req, exclude)
+		listed := false
+		if err != nil && len(roomless) > 0 && req.Group == "" && errors.Is(err, ErrInfeasible) {
+			err, listed = n.withRoomless(req, exclude, roomlessFree, err)
+		}
 		if err != nil {
 			err = n.noRoomOrNever(req, exclude, roomless, err)
 		}
@@ -359,7 +365,7 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 			if held := n.heldForGoneOwners(); held != "" && errors.Is(err, ErrInfeasible) {
 				err = fmt.Errorf("%w; %s", err, held)
 			}
-			if lastErr != nil {
+			if lastErr != nil && !(lastListed && listed) {
 				return actor.Ref{}, fmt.Errorf("spawn %s: %w (after: %v)", req.Name, err, lastErr)
 			}
 			return actor.Ref{}, fmt.Errorf("spawn %s: %w", req.Name, err)
@@ -367,7 +373,7 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 		nref, err := n.nodeRef(target)
 		if err != nil {
 			exclude[target] = true
-			lastErr = err
+			lastErr, lastListed = err, false
 			continue
 		}
 		rep, err := actor.CallAs[spawnReply](ctx, n.sys, nref, req)
@@ -381,7 +387,7 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 				// whose copy its host then stops (fencing).
 				req.BaseVersion++
 				exclude[target] = true
-				lastErr = fmt.Errorf("node %s: %w", target, err)
+				lastErr, lastListed = fmt.Errorf("node %s: %w", target, err), false
 				continue
 			}
 			if ctx.Err() != nil {
@@ -437,8 +443,9 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 		exclude[target] = true
 		if rep.NoRoom {
 			roomless[target] = true
+			roomlessFree[target] = rep.Free
 		}
-		lastErr = errors.New(rep.Err)
+		lastErr, lastListed = errors.New(rep.Err), rep.NoRoom
 	}
 	if len(roomless) > 0 {
 		// Every try was refused, the last for want of room (or not).
@@ -446,6 +453,31 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 		return actor.Ref{}, fmt.Errorf("spawn %s: %w", req.Name, n.noRoomOrNever(req, exclude, roomless, err))
 	}
 	return actor.Ref{}, fmt.Errorf("spawn %s: %w", req.Name, lastErr)
+}
+
+// withRoomless is err, a placement that found no node among those not
+// excluded, said again over those nodes and the ones that refused the
+// spawn for want of room, each of these with the room it said it had
+// free (free; the view's where it said none), and whether it was: the
+// nodes left out by the refusals are the ones a reader most needs in the
+// list, since the spawner's view showed them with room.
+func (n *Node) withRoomless(req spawnRequest, exclude map[string]bool, free map[string]Resources, err error) (error, bool) {
+	var views []NodeView
+	for _, v := range n.Views() {
+		if f, ok := free[v.ID]; ok {
+			if len(f) > 0 {
+				v.Free = f
+			}
+			views = append(views, v)
+		} else if !exclude[v.ID] {
+			views = append(views, v)
+		}
+	}
+	want := Request{Resources: req.Resources, Labels: req.Labels, Node: req.PinNode}
+	if placeOne(views, want) != "" {
+		return err, false // a refusing node has room by what it said: keep the placement's own words
+	}
+	return infeasibleOne(views, want), true
 }
 
 // noRoomOrNever tells a spawn that found no node (err) that may fit

@@ -78,6 +78,13 @@ func TestSpawnNoRoomNowOrNever(t *testing.T) {
 	}
 	_, err = a.Spawn(ctx, "test.counter", SpawnOptions{Name: "snr-y", Resources: Resources{CPU: 1}})
 	want("the room held by another node's actor, seen stale", err, true, false)
+	t.Logf("seen stale: %v", err)
+	// The per-node list names the node that refused, with the room it
+	// said it had: it was left out of the list once placement skipped it,
+	// so the error named only the two nodes that never could.
+	if !strings.Contains(fmt.Sprint(err), "snr-b CPU 0.5/2") {
+		t.Errorf("the error does not give the refusing node's free room: %v", err)
+	}
 	a.cutOff(false)
 	waitFor(t, "a to see b with 0.5 free, and the actor that holds it", 20*time.Second, func() bool {
 		rec, ok := a.dir.Actor("snr-other")
