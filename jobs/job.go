@@ -343,7 +343,7 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 			// The cluster has no room for the run now, though it could
 			// hold it: the job waits for room (PENDING) and starts its
 			// driver again, which continues the run where it is.
-			why := strings.TrimPrefix(lastLine(logf.Name()), "rlnode run: ")
+			why := pendingWhy(lastWord(logf.Name()))
 			if !j.waitForRoom(actx, node, logf, why) {
 				if j.stopWasAsked() {
 					continue // the loop's check ends the job
@@ -675,10 +675,13 @@ const ResumeHint = "rlnode run: once the cause is fixed, continue from checkpoin
 // as its gossip writes on its way out ("node lost", "node left"): no cause.
 var logLine = regexp.MustCompile(`^(rlnode run: )?(time=\S+ )?level=[A-Z]+ `)
 
-// lastLine is the last non-empty line of the log's last 4 KiB, cut to
-// 300 bytes, that is not a ResumeHint nor, where another is, a log line:
-// the driver's own last word, its error as a rule.
-func lastLine(path string) string {
+// lastLine is lastWord cut to 300 bytes.
+func lastLine(path string) string { return cutLine(lastWord(path), 300) }
+
+// lastWord is the last non-empty line of the log's last 4 KiB that is
+// not a ResumeHint nor, where another is, a log line: the driver's own
+// last word, its error as a rule.
+func lastWord(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
@@ -704,21 +707,40 @@ func lastLine(path string) string {
 			}
 			continue
 		}
-		return cutLine(l)
-	}
-	return cutLine(logged)
-}
-
-// cutLine cuts l to 300 bytes, at a character's start.
-func cutLine(l string) string {
-	if len(l) <= 300 {
 		return l
 	}
-	i := 300
+	return logged
+}
+
+// cutLine cuts l to n bytes, at a character's start, marking the cut.
+func cutLine(l string, n int) string {
+	if len(l) <= n {
+		return l
+	}
+	i := n
 	for i > 0 && !utf8.RuneStart(l[i]) {
 		i--
 	}
 	return l[:i] + "…"
+}
+
+// spawnOf matches what a spawn's error begins with: the actor's name,
+// which the run made up (learner-2413475f) and says nothing to its user.
+var spawnOf = regexp.MustCompile(`spawn [^\s:]+: `)
+
+// pendingWhy is what a job waits for, said from its driver's last line,
+// the run's placement error: without "rlnode run: ", the names the run
+// made up for its actors, and the words of cluster.ErrNoRoom and what
+// trails them (PENDING says as much), cut to what a note holds (with
+// PendingNote before it). Cut first to 300 bytes, the list of what
+// holds the room, the part a user acts on, was lost.
+func pendingWhy(line string) string {
+	line = strings.TrimPrefix(line, "rlnode run: ")
+	if i := strings.Index(line, ": "+cluster.ErrNoRoom.Error()); i >= 0 {
+		line = line[:i]
+	}
+	line = spawnOf.ReplaceAllString(line, "")
+	return cutLine(line, cluster.MaxNoteBytes-len(PendingNote)-len("…"))
 }
 
 // Receive answers log reads and stop requests.

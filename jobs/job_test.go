@@ -210,6 +210,33 @@ func TestLastLineIsTheError(t *testing.T) {
 	}
 }
 
+// What a PENDING job waits for is its driver's placement error said for
+// its user: it read "waiting for room: place the solver learner: spawn
+// learner-2413475f: no node can host …", cut at 300 bytes inside the
+// list of what holds the room (the part a user acts on), with the run's
+// made-up actor names and ErrNoRoom's words, which PENDING says already.
+func TestPendingWhy(t *testing.T) {
+	held := "the room is held by actor learner-65a22525 ({CPU:2 memory:7.5 MiB} on vm-9a8637), actor learner-e9cc05a4 ({CPU:2 memory:7.5 MiB} on vm-1569dd)"
+	cases := []struct{ name, line, want string }{
+		{"a learner, seen from a driver",
+			"rlnode run: place the solver learner: spawn learner-2413475f: no node can host {CPU:2 memory:7.5 MiB}; free/total per node: vm-58a95f CPU 1/2, memory 23.5 GiB/23.5 GiB; vm-1569dd CPU 0/2, memory 23.5 GiB/23.5 GiB; vm-9a8637 CPU 0/2, memory 23.5 GiB/23.5 GiB; without CPU or memory: vm-05bab8, vm-0b98f7; " + held + ": " + cluster.ErrNoRoom.Error() + " (after: node x: lacks CPU)",
+			"place the solver learner: no node can host {CPU:2 memory:7.5 MiB}; free/total per node: vm-58a95f CPU 1/2, memory 23.5 GiB/23.5 GiB; vm-1569dd CPU 0/2, memory 23.5 GiB/23.5 GiB; vm-9a8637 CPU 0/2, memory 23.5 GiB/23.5 GiB; without CPU or memory: vm-05bab8, vm-0b98f7; " + held},
+		{"rollout actors",
+			"rlnode run: rollout actors: start one on any node: spawn rollout-solver-17958-0: no node can host {CPU:1}; free/total per node: a CPU 0/1: " + cluster.ErrNoRoom.Error(),
+			"rollout actors: start one on any node: no node can host {CPU:1}; free/total per node: a CPU 0/1"},
+		{"a line of other words stays", "rlnode run: the spawn of nothing: x", "the spawn of nothing: x"},
+	}
+	for _, c := range cases {
+		if got := pendingWhy(c.line); got != c.want {
+			t.Errorf("%s:\n got %q\nwant %q", c.name, got, c.want)
+		}
+	}
+	long := pendingWhy("rlnode run: " + strings.Repeat("é", 400))
+	if note := PendingNote + long; len(note) > cluster.MaxNoteBytes || !utf8.ValidString(note) || !strings.HasSuffix(note, "…") {
+		t.Errorf("a long reason's note is %d bytes (at most %d), valid %v: %q", len(note), cluster.MaxNoteBytes, utf8.ValidString(note), note)
+	}
+}
+
 // The jobs the cluster keeps (7 days once ended) hold their recipes in
 // the directory every node gossips whole: past memberlist's 20 MB state
 // no node could join ("remote node state is larger than limit", seen
