@@ -171,6 +171,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		cfg.Out = dir
 		defer os.Remove(dir) // only while still empty: a run that wrote nothing leaves nothing
 	}
+	_, statErr := os.Stat(dir) // before the lock makes it
 	unlock, err := lockRunDir(dir)
 	if err != nil {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
@@ -196,6 +197,16 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if err := checkRunDir(dir, resolved.Bytes(), *resume, *overwrite); err != nil {
 		fmt.Fprintf(stderr, "rlnode run: %v\n", err)
 		return 2
+	}
+	if *resume && len(heldRunFiles(dir)) == 0 {
+		// Not "wrote no checkpoint: start it again with --continue": there
+		// is no run there, and the folder may be a typo of the one meant.
+		what := "holds no run (none of " + strings.Join(runFiles, ", ") + ")"
+		if errors.Is(statErr, os.ErrNotExist) {
+			what = "does not exist"
+		}
+		fmt.Fprintf(stderr, "rlnode run: --resume: --out %s %s: there is no run to continue; to start a run there, leave out --resume\n", dir, what)
+		return 1
 	}
 	if *resume {
 		// A run killed while writing a checkpoint leaves it without the

@@ -248,12 +248,31 @@ func TestRunResumeSkipsAnIncompleteCheckpoint(t *testing.T) {
 	} else if err := train.VerifyCheckpoint(cks[0]); err != nil {
 		t.Errorf("the resumed run's checkpoint: %v", err)
 	}
-	// Nothing to resume from at all.
-	empty := t.TempDir()
-	_, stderr, code = runRlnode(t, home, "run", "quickstart", "--out", empty, "--resume")
-	if code != 1 || !strings.Contains(stderr, "no complete, intact checkpoint in "+filepath.Join(empty, "checkpoints")) ||
+	// Nothing to resume from at all: a run that wrote no checkpoint is
+	// told to start again there; a folder with no run, or none, is not
+	// (it was told the same: "the run in DIR wrote no checkpoint").
+	noCheckpoint := t.TempDir()
+	if err := os.WriteFile(filepath.Join(noCheckpoint, "metrics.jsonl"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = runRlnode(t, home, "run", "quickstart", "--out", noCheckpoint, "--resume")
+	if code != 1 || !strings.Contains(stderr, "no complete, intact checkpoint in "+filepath.Join(noCheckpoint, "checkpoints")) ||
 		!strings.Contains(stderr, "wrote no checkpoint: start it again there with --continue") {
-		t.Errorf("resume without checkpoints: exit %d\n%s", code, stderr)
+		t.Errorf("resume of a run without checkpoints: exit %d\n%s", code, stderr)
+	}
+	empty, gone := t.TempDir(), filepath.Join(t.TempDir(), "typo")
+	for _, c := range []struct{ dir, want string }{
+		{empty, "--out " + empty + " holds no run (none of recipe.yaml, "},
+		{gone, "--out " + gone + " does not exist"},
+	} {
+		_, stderr, code = runRlnode(t, home, "run", "quickstart", "--out", c.dir, "--resume")
+		if code != 1 || !strings.Contains(stderr, c.want) || !strings.Contains(stderr, "there is no run to continue; to start a run there, leave out --resume") ||
+			strings.Contains(stderr, "--continue") {
+			t.Errorf("resume in %s: exit %d\n%s", c.dir, code, stderr)
+		}
+		if _, err := os.Stat(gone); err == nil {
+			t.Errorf("the refused --resume left %s behind", gone)
+		}
 	}
 }
 

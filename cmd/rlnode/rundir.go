@@ -20,6 +20,17 @@ import (
 // means the directory holds a run.
 var runFiles = []string{recipes.ResolvedFile, "metrics.jsonl", "checkpoints", "curves.png", "vllm-weights", "traces"}
 
+// heldRunFiles are the runFiles dir holds.
+func heldRunFiles(dir string) []string {
+	var held []string
+	for _, f := range runFiles {
+		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
+			held = append(held, f)
+		}
+	}
+	return held
+}
+
 // resumableChanges are the recipe sections a resumed run may change: how
 // long it runs and how often it evaluates and saves, how it evaluates,
 // where its actors go, and its description. Anything else would continue
@@ -35,12 +46,7 @@ func checkRunDir(dir string, resolved []byte, resume, overwrite bool) error {
 	if resume && overwrite {
 		return errors.New("--resume and --overwrite: pick one")
 	}
-	var held []string
-	for _, f := range runFiles {
-		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
-			held = append(held, f)
-		}
-	}
+	held := heldRunFiles(dir)
 	if len(held) == 0 {
 		return nil
 	}
