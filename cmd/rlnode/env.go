@@ -172,6 +172,10 @@ func envCommand(args []string, stdout, stderr io.Writer) int {
 		return modelRollout(ctx, stdout, modelRolloutConfig{env: name, newEnv: mkEnv, model: *policy, task: *task, episodes: *episodes,
 			seed: *seed, maxSteps: *maxSteps, temperature: *temperature, maxTokens: *maxTokens, out: *out, recipe: agentCfg, recipeFile: recipeFile}, fail)
 	}
+	if !strings.HasSuffix(*out, ".arrow") && !strings.HasSuffix(*out, ".jsonl") {
+		// The name picks the format: any other was written as JSONL.
+		return fail(fmt.Errorf("--out %s: %s episodes go to a JSONL file (.jsonl)", *out, *policy))
+	}
 	if strings.HasSuffix(*out, ".arrow") {
 		// An Arrow trajectory file holds token ids, which only a model's
 		// episodes have; JSONL under that name would be read as Arrow.
@@ -282,6 +286,10 @@ func regularFile(p string) bool {
 // or its chats as JSONL episodes.
 func modelRollout(ctx context.Context, stdout io.Writer, c modelRolloutConfig, fail func(error) int) int {
 	if err := verifyModel("--policy", c.model); err != nil {
+		if !strings.ContainsRune(c.model, '/') {
+			// A word, not a path: most likely scripted or random mistyped.
+			err = fmt.Errorf("%w; the built-in policies are %s and %s", err, env.PolicyScripted, env.PolicyRandom)
+		}
 		return fail(err)
 	}
 	dir, err := recipes.ModelDir(c.model)

@@ -460,6 +460,14 @@ folders, logs included, stay.
 
 `
 
+// jobVerbOf is the job subcommand for the words other tools use for it
+// (Ray's, Slurm's, the shell's).
+var jobVerbOf = map[string]string{
+	"cancel": "stop", "kill": "stop --now", "scancel": "stop",
+	"ls": "list", "ps": "list", "log": "logs", "tail": "logs --follow",
+	"show": "status", "info": "status", "rm": "delete", "remove": "delete",
+}
+
 func jobCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, jobUsage)
@@ -489,7 +497,11 @@ func jobCommand(args []string, stdout, stderr io.Writer) int {
 		allEnded = fs.Bool("ended", false, "delete every ended job (SUCCEEDED, FAILED, STOPPED)")
 		wantName = false
 	default:
-		fmt.Fprintf(stderr, "rlnode job: unknown subcommand %q\n\n%s", verb, jobUsage)
+		hint := ""
+		if v, ok := jobVerbOf[verb]; ok {
+			hint = fmt.Sprintf(" (rlnode job %s does that)", v)
+		}
+		fmt.Fprintf(stderr, "rlnode job: unknown subcommand %q%s\n\n%s", verb, hint, jobUsage)
 		return 2
 	}
 	fs.Usage = func() {

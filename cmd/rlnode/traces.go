@@ -28,7 +28,7 @@ func init() { commands["traces"] = tracesCommand }
 func tracesUsage(w io.Writer) {
 	fmt.Fprint(w, `usage: rlnode traces SUBCOMMAND --store DIR [flags]
 
-Reads a trace store (written by rlnode serve --traces):
+Reads a trace store (a run's RUN/traces, or one written by rlnode serve --traces):
   list      traces that pass the filters, one a line
   show      one trace as a tree of spans: rlnode traces show --store DIR TRACE_ID
   stats     calls, errors, tokens, latency percentiles and mean reward per agent, tool, model or source
@@ -129,7 +129,7 @@ func tracesCommand(args []string, stdout, stderr io.Writer) int {
 		err = usageError{fmt.Errorf("unexpected argument %q", pos[0])}
 	}
 	if err == nil && *store == "" {
-		err = usageError{fmt.Errorf("--store is required")}
+		err = usageError{fmt.Errorf("--store is required (a trace store: a run's RUN/traces, or rlnode serve's --traces)")}
 	}
 	if err == nil && ff != nil {
 		err = parseFilterTimes(&f, *ff.since, *ff.until, *ff.minR, *ff.maxR, time.Now())
