@@ -477,6 +477,10 @@ func stopCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		nodes = []cluster.RunInfo{ri}
 	}
+	var elsewhere []cluster.NodeStatus
+	if *all {
+		elsewhere = sameHostElsewhere(nodes)
+	}
 	code := 0
 	if !stopJobsFirst(nodes, *jobWait, stdout, stderr) {
 		code = 1
@@ -507,7 +511,52 @@ func stopCommand(args []string, stdout, stderr io.Writer) int {
 			code = 1
 		}
 	}
+	if len(elsewhere) > 0 {
+		var names []string
+		for _, n := range elsewhere {
+			names = append(names, fmt.Sprintf("%s (%s)", n.ID, n.Gossip))
+		}
+		what := fmt.Sprintf("%d more nodes of the cluster run", len(elsewhere))
+		if len(elsewhere) == 1 {
+			what = "1 more node of the cluster runs"
+		}
+		fmt.Fprintf(stderr, "rlnode stop: %s on this host, started with another RLNODE_HOME than %s: %s; stop each with the RLNODE_HOME it started with: RLNODE_HOME=DIR rlnode stop --all\n",
+			what, cluster.Home(), strings.Join(names, ", "))
+	}
 	return code
+}
+
+// sameHostElsewhere is the nodes of the clusters of nodes (all of this
+// RLNODE_HOME's on this host) that run on this host too but are not among
+// them: started with another RLNODE_HOME, so that stop --all, which finds
+// nodes by the run files under its own, leaves them running. Drivers of
+// rlnode run are not counted: they end with their runs.
+func sameHostElsewhere(nodes []cluster.RunInfo) []cluster.NodeStatus {
+	ours := map[string]bool{}
+	for _, ri := range nodes {
+		ours[ri.NodeID] = true
+	}
+	var out []cluster.NodeStatus
+	seen := map[string]bool{}
+	for _, ri := range nodes {
+		if seen[ri.NodeID] {
+			continue // its cluster was asked
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, err := cluster.FetchStatus(ctx, ri.Control)
+		cancel()
+		if err != nil {
+			continue // stop says what it can of this node itself
+		}
+		for _, n := range st.Nodes {
+			_, started := n.Labels[jobs.Label] // every rlnode start or join carries it
+			if !seen[n.ID] && !ours[n.ID] && started && n.Host != "" && n.Host == actor.HostID() {
+				out = append(out, n)
+			}
+			seen[n.ID] = true
+		}
+	}
+	return out
 }
 
 // clearStale removes the run files of the nodes on this host that are gone

@@ -555,3 +555,32 @@ func TestPrintStatusNotes(t *testing.T) {
 		t.Errorf("status table:\n%s", out)
 	}
 }
+
+// stop --all stops the nodes of this RLNODE_HOME, found by the run files
+// under it; a node of the cluster started on this host with another home
+// went on running, unmentioned, after "node alpha stopped" (a cluster on
+// one machine with a home per node, as three hosts would have). It is
+// named now, with how to stop it, and left running.
+func TestStopAllNamesNodesOfOtherHomes(t *testing.T) {
+	home, other := t.TempDir(), t.TempDir()
+	a := startRlnode(t, home, "start", "--bind", "127.0.0.1:0", "--node-id", "alpha", "--gpus", "0", "--cpus", "1")
+	b := startRlnode(t, other, "join", a.gossip, "--bind", "127.0.0.1:0", "--node-id", "beta", "--gpus", "0", "--cpus", "1",
+		"--key-file", filepath.Join(home, "cluster.key"))
+	waitUntil(t, time.Minute, "alpha to see beta", func() bool {
+		out, _, _ := runRlnode(t, home, "status", "--json")
+		return strings.Contains(out, `"id": "beta"`)
+	})
+	out, errOut, code := runRlnode(t, home, "stop", "--all")
+	want := "1 more node of the cluster runs on this host, started with another RLNODE_HOME than " + home + ": beta (" + b.gossip + "); stop each with the RLNODE_HOME it started with"
+	if code != 0 || !strings.Contains(out, "node alpha stopped") || !strings.Contains(errOut, want) {
+		t.Errorf("stop --all: exit %d\n%s%s\nwant %q", code, out, errOut, want)
+	}
+	select {
+	case <-b.done:
+		t.Errorf("beta stopped with the other home's stop --all")
+	default:
+	}
+	if out, errOut, code := runRlnode(t, other, "stop", "--all"); code != 0 || !strings.Contains(out, "node beta stopped") || strings.Contains(errOut, "more node") {
+		t.Errorf("stop --all of beta's home: exit %d\n%s%s", code, out, errOut)
+	}
+}
