@@ -207,9 +207,13 @@ type System struct {
 
 	observer   atomic.Pointer[func(Event)]
 	peerFilter atomic.Pointer[func(addr string) bool]
-	held       heldQueue // messages from senders not (yet) admitted
-	proof      *memberProof
-	warn       ratelog.Limiter // warnings about what the network sent
+	// peerLeaving says whether the node at an actor address is leaving in
+	// order (SetPeerLeaving): the log filter's, read from protoactor's
+	// goroutines.
+	peerLeaving atomic.Pointer[func(addr string) bool]
+	held        heldQueue // messages from senders not (yet) admitted
+	proof       *memberProof
+	warn        ratelog.Limiter // warnings about what the network sent
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -273,7 +277,7 @@ func Start(cfg Config) (*System, error) {
 
 	quiet := c.Logger.With("component", "protoactor")
 	s.as = pa.NewActorSystem(pa.WithLoggerFactory(func(*pa.ActorSystem) *slog.Logger {
-		return slog.New(levelFilter{h: quiet.Handler(), min: slog.LevelWarn})
+		return slog.New(levelFilter{h: quiet.Handler(), min: slog.LevelWarn, leaving: &s.peerLeaving})
 	}))
 
 	// The whole batch must fit in one gRPC message: bodies above InlineLimit
@@ -369,6 +373,20 @@ func (s *System) Logger() *slog.Logger { return s.log }
 // SetObserver installs the function told about every hosted actor's start,
 // restart and death. It is called from actor goroutines and must not block.
 func (s *System) SetObserver(f func(Event)) { s.observer.Store(&f) }
+
+// SetPeerLeaving installs the check of whether the node at an actor
+// address is leaving the cluster in order. protoactor's "lost connection"
+// on a connection to such a node, which its process closes as it exits
+// (a run's driver, whose peers may still be sending it their last
+// replies), is not logged: it put an ERROR line in the log of every node
+// that hosted a failed run's actors. Nil checks nothing.
+func (s *System) SetPeerLeaving(f func(addr string) bool) {
+	if f == nil {
+		s.peerLeaving.Store(nil)
+		return
+	}
+	s.peerLeaving.Store(&f)
+}
 
 // SetPeerFilter installs the membership check: messages whose sending node
 // address it rejects are held for Config.PeerGrace (the sender may have
@@ -503,16 +521,39 @@ func (s *System) failAll(err error) {
 type levelFilter struct {
 	h   slog.Handler
 	min slog.Level
+	// leaving, where set, holds System.SetPeerLeaving's check.
+	leaving *atomic.Pointer[func(addr string) bool]
 }
 
 func (l levelFilter) Enabled(ctx context.Context, lv slog.Level) bool {
 	return lv >= l.min && l.h.Enabled(ctx, lv)
 }
 func (l levelFilter) Handle(ctx context.Context, r slog.Record) error {
-	if ownClose(r) {
+	if ownClose(r) || l.peerLeft(r) {
 		return nil
 	}
 	return l.h.Handle(ctx, r)
+}
+
+// peerLeft says whether r is protoactor's "lost connection" for a
+// connection to a node that is leaving in order (its process closed it).
+func (l levelFilter) peerLeft(r slog.Record) bool {
+	if r.Message != "EndpointWriter lost connection" || l.leaving == nil {
+		return false
+	}
+	f := l.leaving.Load()
+	if f == nil {
+		return false
+	}
+	addr := ""
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "address" {
+			addr = a.Value.String()
+			return false
+		}
+		return true
+	})
+	return addr != "" && (*f)(addr)
 }
 
 // ownClose says whether r is protoactor's "lost connection" for a
@@ -535,10 +576,10 @@ func ownClose(r slog.Record) bool {
 	return own
 }
 func (l levelFilter) WithAttrs(a []slog.Attr) slog.Handler {
-	return levelFilter{h: l.h.WithAttrs(a), min: l.min}
+	return levelFilter{h: l.h.WithAttrs(a), min: l.min, leaving: l.leaving}
 }
 func (l levelFilter) WithGroup(n string) slog.Handler {
-	return levelFilter{h: l.h.WithGroup(n), min: l.min}
+	return levelFilter{h: l.h.WithGroup(n), min: l.min, leaving: l.leaving}
 }
 
 // DiscardLogger is a logger that writes nothing, for tests and benchmarks.

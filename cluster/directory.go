@@ -247,6 +247,19 @@ func (d *Directory) Actors() []ActorRecord { return sortedValues(d, d.actors) }
 // Node returns the record of a node.
 func (d *Directory) Node(id string) (NodeRecord, bool) { return get(d, d.nodes, id) }
 
+// leavingAt says whether the node whose actor address is addr said it
+// is leaving in order (its record is Leaving).
+func (d *Directory) leavingAt(addr string) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, r := range d.nodes {
+		if r.Actor == addr && r.Leaving {
+			return true
+		}
+	}
+	return false
+}
+
 // Group returns a placement group's record.
 func (d *Directory) Group(id string) (GroupRecord, bool) { return get(d, d.groups, id) }
 

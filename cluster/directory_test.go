@@ -96,3 +96,20 @@ func TestDirectoryCollect(t *testing.T) {
 		t.Errorf("group removed lately: %+v (kept %v), want it kept as removed", g, ok)
 	}
 }
+
+// leavingAt, the actor system's check before it drops protoactor's "lost
+// connection" line for a peer, is true only of a node whose newest record
+// says it is leaving in order.
+func TestDirectoryLeavingAt(t *testing.T) {
+	d := newDirectory()
+	d.merge(&update{Nodes: []NodeRecord{
+		{ID: "up", Actor: "127.0.0.1:1", Version: 1},
+		{ID: "going", Actor: "127.0.0.1:2", Version: 1},
+	}})
+	d.merge(&update{Nodes: []NodeRecord{{ID: "going", Actor: "127.0.0.1:2", Leaving: true, Version: 2}}})
+	for addr, want := range map[string]bool{"127.0.0.1:1": false, "127.0.0.1:2": true, "127.0.0.1:3": false} {
+		if got := d.leavingAt(addr); got != want {
+			t.Errorf("leavingAt(%s) = %v, want %v", addr, got, want)
+		}
+	}
+}

@@ -506,6 +506,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.sys.SetPeerFilter(n.isMemberAddress)
+	n.sys.SetPeerLeaving(n.dir.leavingAt)
 	n.sys.SetObserver(n.onLocalEvent)
 	if _, err := n.sys.SpawnLocal(actor.LocalSpawn{Name: nodeActorName, Kind: nodeActorKind, Factory: n.nodeActorFactory, MaxRestarts: -1}); err != nil {
 		n.sys.Stop()
