@@ -344,7 +344,7 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 			// hold it: the job waits for room (PENDING) and starts its
 			// driver again, which continues the run where it is.
 			why := pendingWhy(lastWord(logf.Name()))
-			if !j.waitForRoom(actx, node, logf, why) {
+			if !j.waitForRoom(actx, node, logf, why, roomRetryAfter(attempt+1)) {
 				if j.stopWasAsked() {
 					continue // the loop's check ends the job
 				}
@@ -405,14 +405,35 @@ func holdsARun(out string) error {
 // trying its driver again when nothing it can see has freed.
 const roomRetry = 5 * time.Minute
 
+// firstRoomRetry is how long a job waits, the first time its run found
+// no room, before it tries its driver again though no room grew
+// (roomRetryAfter).
+var firstRoomRetry = 5 * time.Second
+
+// roomRetryAfter is how long a job whose run found no room for the n-th
+// time in a row waits before it tries its driver again when no room
+// grows: firstRoomRetry, doubled each time, up to roomRetry. The room a
+// run lacked may have been held by runs racing it for that room (jobs
+// submitted together: each placed its learner, none found room for its
+// rollout actors) whose drivers, failing as it did, freed it before this
+// job began to wait: no room grew after that, and every such job waited
+// roomRetry on an idle cluster.
+func roomRetryAfter(n int) time.Duration {
+	d := firstRoomRetry
+	for i := 1; i < n && d < roomRetry; i++ {
+		d *= 2
+	}
+	return min(d, roomRetry)
+}
+
 // waitForRoom marks the job PENDING (its record's note) with why, then
 // waits until a node's free resources grow or a node that offers any
-// joins (or roomRetry passes), and clears the mark. Jobs pending since
+// joins, or retryAfter passes, and clears the mark. Jobs pending since
 // earlier go first: this one waits 3 s for each (at most a minute), and
 // waits on if the room was taken meanwhile, so that freed room does not
 // start every pending job's driver at once. It is false when a stop was
 // asked or the actor stops meanwhile.
-func (j *job) waitForRoom(actx *actor.Context, node *cluster.Node, logf io.Writer, why string) bool {
+func (j *job) waitForRoom(actx *actor.Context, node *cluster.Node, logf io.Writer, why string, retryAfter time.Duration) bool {
 	fmt.Fprintf(logf, "%s rlnode job %s: the cluster has no room for its run now (%s); the job waits (PENDING) until room frees\n",
 		time.Now().UTC().Format(time.RFC3339), j.name, why)
 	// A driver that exits at once may beat the record of the job's
@@ -422,7 +443,7 @@ func (j *job) waitForRoom(actx *actor.Context, node *cluster.Node, logf io.Write
 	noted := node.SetNote(j.name, PendingNote+why) == nil
 	defer func() { _ = node.SetNote(j.name, "") }()
 	seen := freeRoom(node.Views())
-	deadline := time.Now().Add(roomRetry)
+	deadline := time.Now().Add(retryAfter)
 	for {
 		if !j.pause(actx, 2*time.Second) {
 			return false
@@ -444,7 +465,7 @@ func (j *job) waitForRoom(actx *actor.Context, node *cluster.Node, logf io.Write
 			}
 			if after := freeRoom(node.Views()); roomGrew(after, cur) {
 				// A job ahead took the room: wait for more.
-				seen, deadline = after, time.Now().Add(roomRetry)
+				seen, deadline = after, time.Now().Add(retryAfter)
 				continue
 			}
 		}

@@ -587,3 +587,21 @@ func TestRunFolderChecks(t *testing.T) {
 		t.Error("a check made the folder it does not see")
 	}
 }
+
+// A job that found no room tries again, with no room grown, after 5 s,
+// then after twice as long each time in a row, up to roomRetry: jobs
+// submitted together that each took part of the room and all failed
+// waited roomRetry on an idle cluster.
+func TestRoomRetryAfter(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		want time.Duration
+	}{
+		{1, 5 * time.Second}, {2, 10 * time.Second}, {3, 20 * time.Second}, {6, 160 * time.Second},
+		{7, roomRetry}, {100, roomRetry},
+	} {
+		if got := roomRetryAfter(c.n); got != c.want {
+			t.Errorf("roomRetryAfter(%d) = %v, want %v", c.n, got, c.want)
+		}
+	}
+}

@@ -592,6 +592,45 @@ func TestJobsWaitForRoom(t *testing.T) {
 	}
 }
 
+// Jobs submitted together race for the same room: on a node of 2 CPUs,
+// each of two places its learner (1 CPU) and finds none for its rollout
+// actor, and both drivers exit, freeing it, before either job begins to
+// wait. No room grew after that, so both waited PENDING the 5 minutes of
+// roomRetry on an idle node (four such jobs on three nodes did so by
+// hand). They try again after 5 s now, the earlier first, and both run.
+func TestJobsSubmittedTogetherAllRun(t *testing.T) {
+	home, work := t.TempDir(), t.TempDir()
+	n := startRlnodeIn(t, work, home, "start", "--bind", "127.0.0.1:0", "--node-id", "only", "--cpus", "2")
+	dumpOnFailure(t, n)
+	names := []string{"first", "second"}
+	for _, name := range names {
+		args := append([]string{"submit", "quickstart", "--no-wait", "--name", name, "--out", filepath.Join(work, name)}, deterministicRun(2)...)
+		if out, errOut, code := runRlnode(t, home, args...); code != 0 {
+			t.Fatalf("submit %s: exit %d\n%s%s", name, code, out, errOut)
+		}
+	}
+	// Well within roomRetry: a job that waited it out fails here.
+	waitUntil(t, 3*time.Minute, "both jobs to end", func() bool {
+		for _, name := range names {
+			if jobs.Active(jobInfo(t, home, n.gossip, name).Status) {
+				return false
+			}
+		}
+		return true
+	})
+	raced := 0
+	for _, name := range names {
+		b, _ := os.ReadFile(filepath.Join(work, name, "job.log"))
+		if strings.Contains(string(b), "has no room for its run now") {
+			raced++
+		}
+		if in := jobInfo(t, home, n.gossip, name); in.Status != jobs.Succeeded {
+			t.Errorf("job %s: %s (%s)\n%s", name, in.Status, in.Cause, b)
+		}
+	}
+	t.Logf("%d of the jobs found no room at first", raced)
+}
+
 // TestJobWithNoRestartsLeftWhenItsNodeStops: a job whose node stops
 // (gracefully) with no restarts left ends FAILED, and its cause says
 // that the node stopped, that --max-restarts were used up, and how to
