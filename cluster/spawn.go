@@ -338,7 +338,7 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 		target, err := n.placeSpawn(req, exclude)
 		listed := false
 		if err != nil && len(roomless) > 0 && req.Group == "" && errors.Is(err, ErrInfeasible) {
-			err, listed = n.withRoomless(req, exclude, roomlessFree, err)
+			listed, err = n.withRoomless(req, exclude, roomlessFree, err)
 		}
 		if err != nil {
 			err = n.noRoomOrNever(req, exclude, roomless, err)
@@ -455,13 +455,13 @@ func (n *Node) spawnSomewhere(ctx context.Context, req spawnRequest, exclude map
 	return actor.Ref{}, fmt.Errorf("spawn %s: %w", req.Name, lastErr)
 }
 
-// withRoomless is err, a placement that found no node among those not
-// excluded, said again over those nodes and the ones that refused the
-// spawn for want of room, each of these with the room it said it had
-// free (free; the view's where it said none), and whether it was: the
+// withRoomless says err, a placement that found no node among those not
+// excluded, again over those nodes and the ones that refused the spawn
+// for want of room, each of these with the room it said it had free
+// (free; the view's where it said none), and whether it did so: the
 // nodes left out by the refusals are the ones a reader most needs in the
 // list, since the spawner's view showed them with room.
-func (n *Node) withRoomless(req spawnRequest, exclude map[string]bool, free map[string]Resources, err error) (error, bool) {
+func (n *Node) withRoomless(req spawnRequest, exclude map[string]bool, free map[string]Resources, err error) (bool, error) {
 	var views []NodeView
 	for _, v := range n.Views() {
 		if f, ok := free[v.ID]; ok {
@@ -475,9 +475,9 @@ func (n *Node) withRoomless(req spawnRequest, exclude map[string]bool, free map[
 	}
 	want := Request{Resources: req.Resources, Labels: req.Labels, Node: req.PinNode}
 	if placeOne(views, want) != "" {
-		return err, false // a refusing node has room by what it said: keep the placement's own words
+		return false, err // a refusing node has room by what it said: keep the placement's own words
 	}
-	return infeasibleOne(views, want), true
+	return true, infeasibleOne(views, want)
 }
 
 // noRoomOrNever tells a spawn that found no node (err) that may fit
