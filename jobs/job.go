@@ -343,7 +343,7 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 			// The cluster has no room for the run now, though it could
 			// hold it: the job waits for room (PENDING) and starts its
 			// driver again, which continues the run where it is.
-			why := pendingWhy(lastWord(logf.Name()))
+			why := pendingWhy(lastWord(logf.Name()), node.Record, node.Views())
 			if !j.waitForRoom(actx, node, logf, why, roomRetryAfter(attempt+1)) {
 				if j.stopWasAsked() {
 					continue // the loop's check ends the job
@@ -745,6 +745,36 @@ func cutLine(l string, n int) string {
 	return l[:i] + "…"
 }
 
+// holderOf matches an actor named in a placement error's list of what
+// holds the room ("the room is held by actor NAME ({CPU:2} on N)").
+var holderOf = regexp.MustCompile(`actor ([^\s(),;]+) \(`)
+
+// holdersJobs is why with each actor it names as holding the room that a
+// job's run owns named with that job ("actor learner-424e9156 of job p1
+// (...)"): the actor's name alone, made up by its run, did not say which
+// of the cluster's jobs holds the room. An actor's owner is its run's
+// driver's node, which carries the job's name as label DriverLabel.
+func holdersJobs(why string, recordOf func(name string) (cluster.ActorRecord, bool), views []cluster.NodeView) string {
+	i := strings.Index(why, "held by ")
+	if i < 0 || recordOf == nil {
+		return why
+	}
+	jobOf := map[string]string{} // driver node id -> job name
+	for _, v := range views {
+		if name := v.Labels[DriverLabel]; name != "" {
+			jobOf[v.ID] = name
+		}
+	}
+	held := holderOf.ReplaceAllStringFunc(why[i:], func(m string) string {
+		name := holderOf.FindStringSubmatch(m)[1]
+		if rec, ok := recordOf(name); ok && rec.State == cluster.Alive && jobOf[rec.Owner] != "" {
+			return "actor " + name + " of job " + jobOf[rec.Owner] + " ("
+		}
+		return m
+	})
+	return why[:i] + held
+}
+
 // spawnOf matches what a spawn's error begins with: the actor's name,
 // which the run made up (learner-2413475f) and says nothing to its user.
 var spawnOf = regexp.MustCompile(`spawn [^\s:]+: `)
@@ -752,15 +782,16 @@ var spawnOf = regexp.MustCompile(`spawn [^\s:]+: `)
 // pendingWhy is what a job waits for, said from its driver's last line,
 // the run's placement error: without "rlnode run: ", the names the run
 // made up for its actors, and the words of cluster.ErrNoRoom and what
-// trails them (PENDING says as much), cut to what a note holds (with
-// PendingNote before it). Cut first to 300 bytes, the list of what
+// trails them (PENDING says as much), with the jobs whose actors hold
+// the room (holdersJobs, from recordOf and views), cut to what a note holds
+// (with PendingNote before it). Cut first to 300 bytes, the list of what
 // holds the room, the part a user acts on, was lost.
-func pendingWhy(line string) string {
+func pendingWhy(line string, recordOf func(name string) (cluster.ActorRecord, bool), views []cluster.NodeView) string {
 	line = strings.TrimPrefix(line, "rlnode run: ")
 	if i := strings.Index(line, ": "+cluster.ErrNoRoom.Error()); i >= 0 {
 		line = line[:i]
 	}
-	line = spawnOf.ReplaceAllString(line, "")
+	line = holdersJobs(spawnOf.ReplaceAllString(line, ""), recordOf, views)
 	return cutLine(line, cluster.MaxNoteBytes-len(PendingNote)-len("…"))
 }
 

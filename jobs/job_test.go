@@ -227,11 +227,24 @@ func TestPendingWhy(t *testing.T) {
 		{"a line of other words stays", "rlnode run: the spawn of nothing: x", "the spawn of nothing: x"},
 	}
 	for _, c := range cases {
-		if got := pendingWhy(c.line); got != c.want {
+		if got := pendingWhy(c.line, nil, nil); got != c.want {
 			t.Errorf("%s:\n got %q\nwant %q", c.name, got, c.want)
 		}
 	}
-	long := pendingWhy("rlnode run: " + strings.Repeat("é", 400))
+	// The actors that hold the room are named with their jobs: the
+	// learner's owner is job p1's driver node (label DriverLabel).
+	views := []cluster.NodeView{{ID: "drv-p1", Labels: map[string]string{DriverLabel: "p1"}}, {ID: "vm-9a8637", Labels: map[string]string{Label: "yes"}}}
+	recs := map[string]cluster.ActorRecord{
+		"learner-65a22525": {Name: "learner-65a22525", Owner: "drv-p1", State: cluster.Alive},
+		"learner-e9cc05a4": {Name: "learner-e9cc05a4", Owner: "someone", State: cluster.Alive},
+	}
+	recordOf := func(name string) (cluster.ActorRecord, bool) { r, ok := recs[name]; return r, ok }
+	want := "place the solver learner: no node can host {CPU:2}; free/total per node: vm-9a8637 CPU 0/2; the room is held by actor learner-65a22525 of job p1 ({CPU:2 memory:7.5 MiB} on vm-9a8637), actor learner-e9cc05a4 ({CPU:2 memory:7.5 MiB} on vm-1569dd)"
+	line := "rlnode run: place the solver learner: spawn learner-2413475f: no node can host {CPU:2}; free/total per node: vm-9a8637 CPU 0/2; " + held + ": " + cluster.ErrNoRoom.Error()
+	if got := pendingWhy(line, recordOf, views); got != want {
+		t.Errorf("with the holders' jobs:\n got %q\nwant %q", got, want)
+	}
+	long := pendingWhy("rlnode run: "+strings.Repeat("é", 400), nil, nil)
 	if note := PendingNote + long; len(note) > cluster.MaxNoteBytes || !utf8.ValidString(note) || !strings.HasSuffix(note, "…") {
 		t.Errorf("a long reason's note is %d bytes (at most %d), valid %v: %q", len(note), cluster.MaxNoteBytes, utf8.ValidString(note), note)
 	}

@@ -565,10 +565,12 @@ func TestJobsWaitForRoom(t *testing.T) {
 	})
 	waiter := submit("waiter", 2)
 	waitUntil(t, 2*time.Minute, "waiter PENDING", func() bool { return status("waiter").Status == jobs.Pending })
-	// It names what holds the room, and neither the run's made-up actor
-	// names nor the placement error's sentinel (PENDING says that).
+	// It names what holds the room, and the job whose it is, and neither
+	// the run's made-up actor names nor the placement error's sentinel
+	// (PENDING says that).
 	if in := status("waiter"); !strings.Contains(in.Cause, "waiting for room") || !strings.Contains(in.Cause, "no node can host") ||
-		!strings.Contains(in.Cause, "the room is held by actor") || strings.Contains(in.Cause, "spawn learner-") || strings.Contains(in.Cause, "infeasible placement") {
+		!strings.Contains(in.Cause, "the room is held by actor") || !strings.Contains(in.Cause, " of job holder (") ||
+		strings.Contains(in.Cause, "spawn learner-") || strings.Contains(in.Cause, "infeasible placement") {
 		t.Errorf("the waiting job's cause: %q", in.Cause)
 	}
 	submit("quitter", 2)
