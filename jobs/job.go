@@ -408,7 +408,7 @@ const roomRetry = 5 * time.Minute
 // firstRoomRetry is how long a job waits, the first time its run found
 // no room, before it tries its driver again though no room grew
 // (roomRetryAfter).
-var firstRoomRetry = 5 * time.Second
+const firstRoomRetry = 5 * time.Second
 
 // roomRetryAfter is how long a job whose run found no room for the n-th
 // time in a row waits before it tries its driver again when no room
