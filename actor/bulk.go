@@ -57,6 +57,9 @@ const (
 	bulkServerIdle  = time.Minute
 	bulkPoolPerPeer = 8
 	bulkMaxPushHdr  = 64 << 10
+	// bulkPushPiece is how much of a push's payload one write hands the
+	// connection: each one that goes through is progress (Push).
+	bulkPushPiece = 1 << 20
 )
 
 // bulkProgress is how long a read or write of a request's bytes may make
@@ -850,16 +853,30 @@ func (p *fetchProgress) mark() { p.last.Store(time.Now().UnixNano()) }
 // stalled is err, or the stall that caused it: the fetch's own context
 // (sctx) ended with ErrBulkStalled while the caller's (ctx) did not.
 func (p *fetchProgress) stalled(ctx, sctx context.Context, ref BulkRef, err error) error {
-	if err == nil || ctx.Err() != nil || !errors.Is(context.Cause(sctx), ErrBulkStalled) {
-		return err
-	}
-	idle := time.Since(time.Unix(0, p.last.Load())).Round(time.Millisecond)
 	had := ""
 	if got := p.got.Load(); got > 0 {
 		had = fmt.Sprintf(" after %d bytes came", got)
 	}
-	why := fmt.Errorf("bulk fetch of %d bytes from %s: %w: no byte for %s%s (its node is stuck, or the path to it drops packets)",
-		ref.Size, ref.Addr, ErrBulkStalled, idle, had)
+	return p.stalledAs(ctx, sctx, err, fmt.Sprintf("bulk fetch of %d bytes from %s", ref.Size, ref.Addr), "no byte", had)
+}
+
+// pushStalled is stalled for a push of n bytes to addr: the receiver took
+// no byte and gave no answer for Config.BulkStall.
+func (p *fetchProgress) pushStalled(ctx, sctx context.Context, addr string, n int, err error) error {
+	had := ""
+	if sent := p.got.Load(); sent > 0 {
+		had = fmt.Sprintf(" after %d bytes went", sent)
+	}
+	return p.stalledAs(ctx, sctx, err, fmt.Sprintf("bulk push of %d bytes to %s", n, addr), "the receiver took no byte and gave no answer", had)
+}
+
+func (p *fetchProgress) stalledAs(ctx, sctx context.Context, err error, what, silent, had string) error {
+	if err == nil || ctx.Err() != nil || !errors.Is(context.Cause(sctx), ErrBulkStalled) {
+		return err
+	}
+	idle := time.Since(time.Unix(0, p.last.Load())).Round(time.Millisecond)
+	why := fmt.Errorf("%s: %w: %s for %s%s (its node is stuck, or the path to it drops packets)",
+		what, ErrBulkStalled, silent, idle, had)
 	if errors.Is(err, context.Canceled) {
 		return why // the transport's error is only the stall's echo
 	}
@@ -921,6 +938,9 @@ func (b *Bulk) watchStall(ctx context.Context) (context.Context, *fetchProgress,
 // whose bulk address is addr (its Bulk().Addr()), with hdr for the
 // receiver's handler, and returns once that handler has taken it. It
 // writes straight from payload, which the caller may reuse afterwards.
+// It fails with ErrBulkStalled when the receiver takes no byte and gives
+// no answer for Config.BulkStall (a receiver that accepted the connection
+// and then stopped reading held the sender forever otherwise).
 func (b *Bulk) Push(ctx context.Context, addr, name string, hdr, payload []byte) error {
 	if len(name) == 0 || len(name) > 0xffff || len(hdr) > bulkMaxPushHdr {
 		return fmt.Errorf("bulk push to %s: receiver name of %d bytes, header of %d", addr, len(name), len(hdr))
@@ -932,11 +952,13 @@ func (b *Bulk) Push(ctx context.Context, addr, name string, hdr, payload []byte)
 	req = binary.BigEndian.AppendUint32(req, uint32(len(hdr)))
 	req = append(req, hdr...)
 	req = binary.BigEndian.AppendUint64(req, uint64(len(payload)))
-	if handled, err := b.pushLocal(ctx, addr, name, req, payload); handled {
-		return err
+	sctx, p, stop := b.watchStall(ctx)
+	defer stop()
+	if handled, err := b.pushLocal(sctx, addr, name, req, payload, p.mark); handled {
+		return p.pushStalled(ctx, sctx, addr, len(payload), err)
 	}
 	var status error
-	err := b.do(ctx, addr, func(c *bulkConn) error {
+	err := b.do(sctx, addr, func(c *bulkConn) error {
 		var st [1]byte
 		if !c.hello {
 			from := b.sys.addr
@@ -952,10 +974,21 @@ func (b *Bulk) Push(ctx context.Context, addr, name string, hdr, payload []byte)
 				return status
 			}
 			c.hello = true
+			p.mark()
 		}
-		bufs := net.Buffers{req, payload}
-		if _, err := bufs.WriteTo(c.Conn); err != nil {
+		// In pieces, each write that goes through marking progress: a
+		// receiver that stops reading stalls the push, a slow one does not.
+		if _, err := c.Write(req); err != nil {
 			return stale(err)
+		}
+		for rest := payload; len(rest) > 0; {
+			k := min(len(rest), bulkPushPiece)
+			if _, err := c.Write(rest[:k]); err != nil {
+				return stale(err)
+			}
+			p.got.Add(int64(k))
+			p.mark()
+			rest = rest[k:]
 		}
 		if _, err := io.ReadFull(c, st[:]); err != nil {
 			return stale(err)
@@ -970,7 +1003,7 @@ func (b *Bulk) Push(ctx context.Context, addr, name string, hdr, payload []byte)
 		return status
 	}
 	if err != nil {
-		return fmt.Errorf("bulk push to %s: %w", addr, err)
+		return p.pushStalled(ctx, sctx, addr, len(payload), fmt.Errorf("bulk push to %s: %w", addr, err))
 	}
 	return nil
 }

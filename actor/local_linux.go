@@ -1088,13 +1088,15 @@ func (b *Bulk) viewLocal(ctx context.Context, ref BulkRef, req []byte, progress 
 }
 
 // pushLocal is Push over the same-host path; handled is false when the
-// peer is not on this host.
-func (b *Bulk) pushLocal(ctx context.Context, addr, name string, req, payload []byte) (handled bool, err error) {
+// peer is not on this host. progress runs before each wait on the
+// receiver and as each piece goes.
+func (b *Bulk) pushLocal(ctx context.Context, addr, name string, req, payload []byte, progress deadliner) (handled bool, err error) {
 	var status error
 	handled, err = b.doLocal(ctx, addr, func(l *localConn) error {
-		if err := l.send(req, payload, nil); err != nil {
+		if err := l.send(req, payload, progress); err != nil {
 			return err
 		}
+		progress()
 		var st [1]byte
 		if _, err := io.ReadFull(l.c, st[:]); err != nil {
 			return err

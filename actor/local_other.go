@@ -53,6 +53,6 @@ func (b *Bulk) viewLocal(context.Context, BulkRef, []byte, func()) ([]byte, func
 	return nil, nil, false, nil
 }
 
-func (b *Bulk) pushLocal(context.Context, string, string, []byte, []byte) (bool, error) {
+func (b *Bulk) pushLocal(context.Context, string, string, []byte, []byte, func()) (bool, error) {
 	return false, nil
 }

@@ -120,3 +120,55 @@ func TestBulkSlowFetchIsNotCut(t *testing.T) {
 		t.Error("the slow fetch brought other bytes")
 	}
 }
+
+// TestBulkPushToAStuckReceiver: a push to a node that took the
+// connection and then reads nothing more (frozen here, after a first push
+// proved the connection; a stuck process looks the same) fails with
+// ErrBulkStalled once Config.BulkStall passes without the receiver taking
+// a byte or answering, naming the peer, over TCP and on the same-host
+// path; before, the sender's write (or its wait for the answer) held it
+// until the caller's context ended, forever under context.Background.
+func TestBulkPushToAStuckReceiver(t *testing.T) {
+	const size = 48 << 20
+	for _, c := range []struct {
+		name string
+		tcp  bool
+	}{
+		{name: "TCP", tcp: true},
+		{name: "same host"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := Start(Config{Logger: DiscardLogger(), BulkTCPOnly: c.tcp, BulkStall: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Stop)
+			p := startPeer(t)
+			t.Cleanup(func() { // killed, then let run to be reaped
+				_ = p.Cmd.Process.Signal(syscall.SIGKILL)
+				_ = p.Cmd.Process.Signal(syscall.SIGCONT)
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			off, err := CallAs[Offered](ctx, s, bulkerRef(p), OfferPattern{Size: 1, Seed: 1, Count: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := off.Refs[0].Addr
+			// A first push opens (and keeps) the connection: the peer has no
+			// receiver of that name, and says so.
+			if err := s.Bulk().Push(ctx, addr, "nobody", nil, []byte("hello")); !errors.Is(err, ErrBulkAbsent) {
+				t.Fatalf("first push: %v, want ErrBulkAbsent", err)
+			}
+			freeze(t, p.Cmd.Process.Pid)
+			err = s.Bulk().Push(ctx, addr, "nobody", nil, pattern(size, 4))
+			t.Logf("Push: %v", err)
+			if !errors.Is(err, ErrBulkStalled) || !strings.Contains(err.Error(), addr) {
+				t.Errorf("push to a frozen receiver: %v; want ErrBulkStalled naming %s", err, addr)
+			}
+			if ctx.Err() != nil {
+				t.Error("the push did not end before the test's context")
+			}
+		})
+	}
+}

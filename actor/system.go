@@ -92,7 +92,8 @@ type Config struct {
 	// negative value drops at once). See held.go.
 	PeerGrace time.Duration
 	// BulkStall is how long a bulk fetch may receive no byte from its
-	// peer before it fails with ErrBulkStalled (default DefaultBulkStall,
+	// peer, or a push's receiver take no byte and give no answer, before
+	// it fails with ErrBulkStalled (default DefaultBulkStall,
 	// or the environment variable RLNODE_BULK_STALL, e.g. "2m").
 	// It bounds silence, not the transfer: a slow link that keeps
 	// delivering bytes is never cut, however large the payload. A
@@ -150,7 +151,8 @@ var (
 	ErrConnLost      = errors.New("connection lost (the node may still be up)")
 	ErrActorDied     = errors.New("actor died")
 	ErrSystemStopped = errors.New("actor system stopped")
-	// ErrBulkStalled: a bulk fetch received no byte for Config.BulkStall
+	// ErrBulkStalled: a bulk fetch received no byte, or a push's receiver
+	// took none and gave no answer, for Config.BulkStall
 	// (its peer's process is stuck, or the path to it drops packets while
 	// the connection stays open).
 	ErrBulkStalled = errors.New("bulk transfer stalled")
