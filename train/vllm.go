@@ -63,8 +63,13 @@ type VLLM struct {
 	// Keep is how many step directories stay in Dir (default 2).
 	Keep int
 	// ReloadTimeout bounds one reload at every server: a server that does
-	// not confirm within it stops the step (default 10 min).
+	// not confirm within it stops the step (default 10 min). It starts once
+	// the weights are on every server's node.
 	ReloadTimeout time.Duration
+	// StageTimeout bounds copying the weights onto the nodes of launched
+	// servers that do not see the run folder, before ReloadTimeout starts
+	// (default weightsync.DefaultStageTimeout, 1 h).
+	StageTimeout time.Duration
 	// RequestTimeout bounds one try of one generation request (default
 	// the client's, 10 min).
 	RequestTimeout time.Duration
@@ -89,9 +94,9 @@ func (v *VLLM) validate(field string) error {
 		return fmt.Errorf("train config: %s.Launch: %d servers of model %q: want at least one, and a model folder", field, v.Launch.Servers, v.Launch.Model)
 	case v.Model == "":
 		return fmt.Errorf("train config: %s.Model is empty: name the served model", field)
-	case v.MaxInFlight < 0 || v.Keep < 0 || v.ReloadTimeout < 0 || v.RequestTimeout < 0:
-		return fmt.Errorf("train config: %s: negative MaxInFlight %d, Keep %d, ReloadTimeout %v or RequestTimeout %v",
-			field, v.MaxInFlight, v.Keep, v.ReloadTimeout, v.RequestTimeout)
+	case v.MaxInFlight < 0 || v.Keep < 0 || v.ReloadTimeout < 0 || v.StageTimeout < 0 || v.RequestTimeout < 0:
+		return fmt.Errorf("train config: %s: negative MaxInFlight %d, Keep %d, ReloadTimeout %v, StageTimeout %v or RequestTimeout %v",
+			field, v.MaxInFlight, v.Keep, v.ReloadTimeout, v.StageTimeout, v.RequestTimeout)
 	}
 	switch vllm.WeightUpdate(v.WeightUpdate) {
 	case "", vllm.WeightUpdateAuto, vllm.WeightUpdateDisk, vllm.WeightUpdateReloadWeights:
@@ -220,7 +225,7 @@ func (r *run) startVLLM(ctx context.Context, p *policy) error {
 		Client: vllm.Config{Servers: servers, Model: v.Model, APIKey: key, MaxInFlight: v.MaxInFlight,
 			RequestTimeout: v.RequestTimeout, ControlTimeout: v.ReloadTimeout, VocabSize: vocab,
 			WeightUpdate: vllm.WeightUpdate(v.WeightUpdate), Locate: locate, Stage: stage},
-		Dir: dir, Keep: v.Keep, Written: written, ReloadTimeout: v.ReloadTimeout, LoRAName: VLLMLoRAName, MaxStaleness: r.cfg.MaxStaleness, Logger: r.log})
+		Dir: dir, Keep: v.Keep, Written: written, ReloadTimeout: v.ReloadTimeout, StageTimeout: v.StageTimeout, LoRAName: VLLMLoRAName, MaxStaleness: r.cfg.MaxStaleness, Logger: r.log})
 	if err != nil {
 		// The run ends with this error: its servers go now, not when the
 		// owner's node is reaped.

@@ -355,3 +355,75 @@ func TestPublishRefusesNonFiniteWeights(t *testing.T) {
 		checkAgainst(t, "after the refused version", good, greedy(t, s), 1)
 	})
 }
+
+// Copying a folder onto the nodes of servers that do not see it
+// (vllm.Config.Stage) has its own bound, StageTimeout, before the
+// reload's bound starts: a copy slower than ReloadTimeout still reloads
+// (the update stages once, and the reload reads that copy), and a copy
+// over StageTimeout fails naming the copy, before any server is paused.
+// Before, the copy counted against ReloadTimeout: a model that took
+// longer to copy than a reload may take could never be served.
+func TestVLLMStagingBoundApartFromReload(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		stageTakes    time.Duration // 0: until the copy's context ends
+		reload, stage time.Duration // ReloadTimeout, StageTimeout
+		wantErr       string
+	}{
+		{name: "a copy slower than a reload may take", stageTakes: 3 * time.Second, reload: 2 * time.Second},
+		{name: "a copy over its own bound", reload: time.Minute, stage: time.Second, wantErr: "copying"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := vllmtest.New(vllmtest.Options{Model: "tiny", Vocab: tokenizer.BuiltinVocabSize})
+			defer srv.Close()
+			dir := t.TempDir()
+			ctx := testCtx(t, 60*time.Second)
+			var stages []string
+			locate := func(context.Context, int) (vllm.Location, error) {
+				return vllm.Location{URL: srv.URL(), Process: "node-1/1", Staged: true}, nil
+			}
+			stage := func(ctx context.Context, _ int, d string) (string, error) {
+				stages = append(stages, d)
+				wait := c.stageTakes
+				if wait == 0 {
+					wait = time.Hour
+				}
+				select {
+				case <-time.After(wait):
+					return d, nil // the test's node sees the folder: its "copy" is the folder
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
+			}
+			s, err := StartVLLM(ctx, VLLMConfig{Policy: "solver", Client: vllm.Config{Servers: []string{srv.URL()}, Model: "tiny", Locate: locate, Stage: stage},
+				Dir: dir, ReloadTimeout: c.reload, StageTimeout: c.stage})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			err = s.Publish(ctx, 1, &modelSource{m: nativetest.Model(t, nativetest.Config(), 2)})
+			if c.wantErr == "" {
+				if err != nil {
+					t.Fatalf("publish with a copy of %v and ReloadTimeout %v: %v", c.stageTakes, c.reload, err)
+				}
+				if rl := srv.Reloads(); len(rl) != 1 || rl[0].Path != filepath.Join(dir, "step-1") {
+					t.Errorf("reloads %+v, want one of %s/step-1", rl, dir)
+				}
+				if len(stages) != 1 {
+					t.Errorf("staged %v, want step-1 once (the reload reads the copy made before it)", stages)
+				}
+				return
+			}
+			t.Logf("Publish: %v", err)
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) || !strings.Contains(err.Error(), c.stage.String()) {
+				t.Errorf("publish with a copy that never ends: %v; want an error about the copy naming %v", err, c.stage)
+			}
+			if rl := srv.Reloads(); len(rl) != 0 {
+				t.Errorf("reloads %+v after a copy that failed, want none", rl)
+			}
+			if ctx.Err() != nil {
+				t.Error("the publish did not end before the test's context")
+			}
+		})
+	}
+}

@@ -36,8 +36,14 @@ type VLLMConfig struct {
 	// servers that copy it forgets what it knew of the folder's files.
 	Written func(dir string)
 	// ReloadTimeout bounds one reload or adapter load at every server
-	// (default 10 min).
+	// (default 10 min), once the folder is on their nodes.
 	ReloadTimeout time.Duration
+	// StageTimeout bounds copying a folder onto the nodes of servers that
+	// do not see Dir (vllm.Config.Stage), before the reload's bound
+	// starts (default DefaultStageTimeout): a copy's time grows with the
+	// model and the link to this host, a reload's does not. Each chunk of
+	// a copy is bounded on its own too (it must keep arriving).
+	StageTimeout time.Duration
 	// LoRAName is the name adapters are loaded under, which requests then
 	// use as their model.
 	LoRAName string
@@ -46,6 +52,10 @@ type VLLMConfig struct {
 	MaxStaleness int
 	Logger       *slog.Logger // default discards
 }
+
+// DefaultStageTimeout is VLLMConfig.StageTimeout's default: a 16 GB
+// model copied at 5 MB/s.
+const DefaultStageTimeout = time.Hour
 
 // VLLMServer is a PolicyServer over vLLM servers through one rollout/vllm
 // client. A full version is the learner's model written to Dir/step-N/
@@ -74,6 +84,9 @@ func StartVLLM(ctx context.Context, cfg VLLMConfig) (*VLLMServer, error) {
 	}
 	if cfg.ReloadTimeout <= 0 {
 		cfg.ReloadTimeout = 10 * time.Minute
+	}
+	if cfg.StageTimeout <= 0 {
+		cfg.StageTimeout = DefaultStageTimeout
 	}
 	cc := cfg.Client
 	cc.WeightVersion = -1
@@ -191,6 +204,9 @@ func (s *VLLMServer) loadAdapter(ctx context.Context, version int64, u weights.U
 
 // load makes every server load the adapter in dir as version.
 func (s *VLLMServer) load(ctx context.Context, version int64, dir string) error {
+	if err := s.stage(ctx, version, dir); err != nil {
+		return err
+	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReloadTimeout)
 	err := s.client.LoadLoRA(rctx, s.cfg.LoRAName, dir, version)
 	timedOut := rctx.Err() != nil && ctx.Err() == nil
@@ -225,6 +241,9 @@ func (s *VLLMServer) reload(ctx context.Context, version int64, prefix string, s
 		return fmt.Errorf("vLLM weights: %w", err)
 	}
 	s.written(dir)
+	if err := s.stage(ctx, version, dir); err != nil {
+		return err
+	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReloadTimeout)
 	err := s.client.ReloadWeights(rctx, dir, version)
 	timedOut := rctx.Err() != nil && ctx.Err() == nil
@@ -233,6 +252,22 @@ func (s *VLLMServer) reload(ctx context.Context, version int64, prefix string, s
 	switch {
 	case err != nil && timedOut:
 		return fmt.Errorf("version %d: the vLLM servers did not confirm the reload within %v: %w", version, s.cfg.ReloadTimeout, err)
+	case err != nil:
+		return fmt.Errorf("version %d: %w", version, err)
+	}
+	return nil
+}
+
+// stage copies dir onto the nodes of the servers that do not see it,
+// within StageTimeout, before the reload's own bound starts.
+func (s *VLLMServer) stage(ctx context.Context, version int64, dir string) error {
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.StageTimeout)
+	err := s.client.Stage(sctx, dir)
+	timedOut := sctx.Err() != nil && ctx.Err() == nil
+	cancel()
+	switch {
+	case err != nil && timedOut:
+		return fmt.Errorf("version %d: copying %s onto the nodes of the vLLM servers that do not see it took over %v: %w", version, dir, s.cfg.StageTimeout, err)
 	case err != nil:
 		return fmt.Errorf("version %d: %w", version, err)
 	}

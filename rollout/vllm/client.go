@@ -92,6 +92,14 @@ type server struct {
 	staged  bool
 	missing string
 	goneAt  string
+	// prestaged is the copy Client.Stage made on its node, for the update
+	// of that folder that follows (used once, by the process that made it).
+	prestaged prestage
+}
+
+// prestage is where a staged server's process holds its copy of dir.
+type prestage struct {
+	dir, process, path string
 }
 
 // ServerStatus is a snapshot of one server as the client sees it.

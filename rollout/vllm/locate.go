@@ -163,8 +163,41 @@ func (c *Client) awaitLocated(parent context.Context) error {
 	}
 }
 
+// Stage copies folder dir (absolute) onto the node of each staged server
+// Config.Locate finds, through Config.Stage, ahead of the ReloadWeights or
+// LoadLoRA of dir: that update then reads the copies made here, where the
+// server is still the process that made its copy, and copies only for the
+// others. It lets a caller bound the copy apart from the reload: a copy's
+// time grows with the folder and the link to the driver; a server's
+// reload does not. Without Locate or Stage it does nothing.
+func (c *Client) Stage(ctx context.Context, dir string) error {
+	if c.cfg.Locate == nil || c.cfg.Stage == nil {
+		return nil
+	}
+	if dir == "" || dir[0] != '/' {
+		return fmt.Errorf("vllm: stage %q: not an absolute folder", dir)
+	}
+	list, err := c.located(ctx)
+	if err != nil {
+		return fmt.Errorf("vllm: stage %s: %w", dir, err)
+	}
+	paths, err := c.stagedPaths(ctx, &list, dir)
+	c.mu.Lock()
+	for s, p := range paths {
+		if s.staged {
+			s.prestaged = prestage{dir: dir, process: s.process, path: p}
+		}
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("vllm: stage %s: %w", dir, err)
+	}
+	return nil
+}
+
 // stagedPaths is the path each server of *list reads dir from: dir, or
-// for a staged server the copy Config.Stage made on its node. A server
+// for a staged server the copy Config.Stage made on its node (or that
+// Stage made before, by the same process). A server
 // whose Stage fails with ErrServerMissing (its node lost while it copied)
 // sits the update out as eachFound leaves out one that gives no answer.
 func (c *Client) stagedPaths(ctx context.Context, list *[]*server, dir string) (map[*server]string, error) {
@@ -172,10 +205,14 @@ func (c *Client) stagedPaths(ctx context.Context, list *[]*server, dir string) (
 	var mu sync.Mutex
 	err := c.eachFound(ctx, list, func(ctx context.Context, s *server) error {
 		c.mu.Lock()
-		staged := s.staged
+		staged, pre, process := s.staged, s.prestaged, s.process
+		s.prestaged = prestage{}
 		c.mu.Unlock()
 		p := dir
-		if staged && c.cfg.Stage != nil {
+		switch {
+		case staged && pre.dir == dir && pre.process == process:
+			p = pre.path
+		case staged && c.cfg.Stage != nil:
 			var err error
 			if p, err = c.cfg.Stage(ctx, s.index, dir); err != nil {
 				return &ServerError{Server: c.urlOf(s), Op: "stage " + dir + " on its node", Err: err}
