@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"sync"
 
+	"github.com/rlnode/rlnode/internal/mpcheck"
 	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -104,6 +105,11 @@ func decodeBody(name string, body []byte) (any, error) {
 	isPtr := base.Kind() == reflect.Pointer
 	if isPtr {
 		base = base.Elem()
+	}
+	// Checked first: msgpack makes a slice at its declared length before
+	// reading an element (internal/mpcheck).
+	if err := mpcheck.Check(body); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", name, err)
 	}
 	v := reflect.New(base)
 	if err := msgpack.Unmarshal(body, v.Interface()); err != nil {

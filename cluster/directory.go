@@ -295,7 +295,7 @@ func encodeUpdate(u *update) ([]byte, error) {
 // errOtherWire.
 func decodeUpdate(b []byte) (*update, error) {
 	var u update
-	if err := msgpack.Unmarshal(b, &u); err != nil {
+	if err := unmarshalChecked(b, &u); err != nil {
 		return nil, err
 	}
 	if u.Wire != spoken {

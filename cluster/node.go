@@ -861,7 +861,7 @@ func (n *Node) eventLoop() {
 			return
 		case ev := <-n.events:
 			var meta nodeMeta
-			if err := msgpack.Unmarshal(ev.Node.Meta, &meta); err != nil || meta.ID == "" {
+			if err := unmarshalChecked(ev.Node.Meta, &meta); err != nil || meta.ID == "" {
 				n.log.Warn("ignoring member with unreadable metadata", "member", ev.Node.Name, "err", err)
 				continue
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/rlnode/rlnode/internal/mpcheck"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -47,7 +48,7 @@ func (e *wireError) Error() string {
 // protocol, else why not.
 func (n *Node) checkWire(m *memberlist.Node) error {
 	var meta nodeMeta
-	if err := msgpack.Unmarshal(m.Meta, &meta); err != nil {
+	if err := unmarshalChecked(m.Meta, &meta); err != nil {
 		return fmt.Errorf("node %s (%s): unreadable metadata: %w", m.Name, m.Address(), err)
 	}
 	if meta.Wire != spoken {
@@ -92,4 +93,14 @@ func (n *Node) refuseWire(err error) {
 		return
 	}
 	n.warn.Warn(n.log, "refusing a member of another wire protocol", "err", err)
+}
+
+// unmarshalChecked decodes msgpack bytes another node sent into v, once
+// mpcheck has found that they declare no more than they hold (msgpack
+// makes a slice at its declared length before reading an element).
+func unmarshalChecked(b []byte, v any) error {
+	if err := mpcheck.Check(b); err != nil {
+		return err
+	}
+	return msgpack.Unmarshal(b, v)
 }

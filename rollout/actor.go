@@ -11,6 +11,7 @@ import (
 
 	"github.com/rlnode/rlnode/actor"
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/mpcheck"
 	"github.com/rlnode/rlnode/learner/tokenizer"
 	"github.com/rlnode/rlnode/rollout/data"
 	"github.com/rlnode/rlnode/rollout/engine"
@@ -751,6 +752,9 @@ func FetchResults(ctx context.Context, sys *actor.System, r JobResult) ([]engine
 		return nil, fmt.Errorf("rollout job %s: fetch results: %w", r.Job, err)
 	}
 	var out []engine.Result
+	if err := mpcheck.Check(b); err != nil {
+		return nil, fmt.Errorf("rollout job %s: results: %w", r.Job, err)
+	}
 	if err := msgpack.Unmarshal(b, &out); err != nil {
 		return nil, fmt.Errorf("rollout job %s: results: %w", r.Job, err)
 	}
