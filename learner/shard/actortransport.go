@@ -81,8 +81,8 @@ func (m *Mailbox) receive(hdr []byte, n int64, r io.Reader) error {
 	}
 	tag := Tag{Epoch: binary.BigEndian.Uint64(hdr), Op: binary.BigEndian.Uint64(hdr[8:]),
 		Bucket: binary.BigEndian.Uint32(hdr[16:]), Step: binary.BigEndian.Uint32(hdr[20:])}
-	if n > 1<<40 {
-		return fmt.Errorf("shard mailbox: chunk of %d bytes", n)
+	if m := actor.HostMemory(); n > 1<<40 || (m > 0 && n > m) {
+		return fmt.Errorf("shard mailbox: chunk of %d bytes, over the %d bytes of memory here", n, m)
 	}
 	if l, ok := r.(actor.PayloadLender); ok {
 		// Same host: the chunk stays in the sender's segment until the
@@ -92,6 +92,14 @@ func (m *Mailbox) receive(hdr []byte, n int64, r io.Reader) error {
 			return nil
 		}
 	}
+	if n > eagerChunk {
+		data, err := readGrowing(r, n)
+		if err != nil {
+			return err
+		}
+		m.in.put(tag, delivery{data: data})
+		return nil
+	}
 	data := getBuf(int(n))
 	if _, err := io.ReadFull(r, data); err != nil {
 		putBuf(data)
@@ -99,6 +107,31 @@ func (m *Mailbox) receive(hdr []byte, n int64, r io.Reader) error {
 	}
 	m.in.put(tag, delivery{data: data})
 	return nil
+}
+
+// eagerChunk is the largest pushed chunk a mailbox makes room for before
+// its bytes arrive; a larger one grows as they come, so a push that
+// declares more than it sends costs what it sent.
+const eagerChunk = 64 << 20
+
+// readGrowing reads n bytes from r into a buffer that doubles (from
+// eagerChunk) as they arrive.
+func readGrowing(r io.Reader, n int64) ([]byte, error) {
+	buf := make([]byte, 0, eagerChunk)
+	for int64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(2*int64(cap(buf)), n))
+			copy(grown, buf)
+			buf = grown
+		}
+		k := min(int64(cap(buf)), n) - int64(len(buf))
+		got, err := io.ReadFull(r, buf[len(buf):int64(len(buf))+k])
+		buf = buf[:len(buf)+got]
+		if err != nil {
+			return nil, fmt.Errorf("shard mailbox: chunk of %d bytes: after %d: %w", n, len(buf), err)
+		}
+	}
+	return buf, nil
 }
 
 // bufPools recycle received chunks by power-of-two capacity (class i
