@@ -978,17 +978,19 @@ func (b *Bulk) Push(ctx context.Context, addr, name string, hdr, payload []byte)
 		}
 		// In pieces, each write that goes through marking progress: a
 		// receiver that stops reading stalls the push, a slow one does not.
-		if _, err := c.Write(req); err != nil {
-			return stale(err)
-		}
-		for rest := payload; len(rest) > 0; {
+		head := req // the first piece goes with the request, in one write
+		for rest := payload; ; {
 			k := min(len(rest), bulkPushPiece)
-			if _, err := c.Write(rest[:k]); err != nil {
+			bufs := net.Buffers{head, rest[:k]}
+			if _, err := bufs.WriteTo(c.Conn); err != nil {
 				return stale(err)
 			}
 			p.got.Add(int64(k))
 			p.mark()
-			rest = rest[k:]
+			head, rest = nil, rest[k:]
+			if len(rest) == 0 {
+				break
+			}
 		}
 		if _, err := io.ReadFull(c, st[:]); err != nil {
 			return stale(err)
