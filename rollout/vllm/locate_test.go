@@ -300,3 +300,48 @@ func TestStageOfAMissingServerSitsOut(t *testing.T) {
 		t.Errorf("reload with a Stage that fails for another reason: %v, want it to fail naming it", err)
 	}
 }
+
+// Stage copies a folder ahead of its update, which reads that copy; a
+// server that started again in between (another process) is staged again
+// by the update, since its copy went with the old one.
+func TestStageAheadOfUpdate(t *testing.T) {
+	ctx := testCtx(t)
+	a, b := newFake(t), newFake(t)
+	loc := newLocator(a, b)
+	loc.at[1] = Location{URL: b.URL(), Process: "node-1/1", Staged: true}
+	var mu sync.Mutex
+	var staged []string
+	stage := func(_ context.Context, i int, dir string) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		staged = append(staged, fmt.Sprint(i, dir))
+		return fmt.Sprintf("/staging/%d-%d%s", i, len(staged), dir), nil
+	}
+	c := newClient(t, Config{Locate: loc.Locate, Stage: stage}, a, b)
+	if err := c.Stage(ctx, "relative/step-1"); err == nil {
+		t.Error("Stage of a relative folder: no error")
+	}
+	for v, restart := range []bool{false, true} {
+		dir := fmt.Sprintf("/ckpt/step-%d", v+1)
+		if err := c.Stage(ctx, dir); err != nil {
+			t.Fatal(err)
+		}
+		if restart {
+			loc.set(1, Location{URL: b.URL(), Process: "node-1/2", Staged: true}, nil)
+		}
+		if err := c.ReloadWeights(ctx, dir, int64(v+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"1/ckpt/step-1", "1/ckpt/step-2", "1/ckpt/step-2"}
+	if fmt.Sprint(staged) != fmt.Sprint(want) {
+		t.Errorf("staged %v, want %v: once ahead of each update, and again for the server that started again", staged, want)
+	}
+	r := b.Reloads()
+	if len(r) != 2 || r[0].Path != "/staging/1-1/ckpt/step-1" || r[1].Path != "/staging/1-3/ckpt/step-2" {
+		t.Errorf("the staged server reloaded %+v, want the copy Stage made, then the new process's own copy", r)
+	}
+	if r := a.Reloads(); len(r) != 2 || r[1].Path != "/ckpt/step-2" {
+		t.Errorf("the unstaged server reloaded %+v, want the folders themselves", r)
+	}
+}
