@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -439,32 +441,61 @@ func fetchFile(ctx context.Context, sys *actor.System, from FolderCaller, dir st
 	})
 }
 
+// chunkAsks is how often a reader asks for one chunk whose offer the
+// server withdrew before the reader fetched it: the server keeps
+// maxChunkOffers on offer, and more readers at once than that (servers
+// staging one model together) withdraw each other's.
+const chunkAsks = 20
+
 // fetchChunk fetches one chunk and appends it to w and h.
 func fetchChunk(ctx context.Context, sys *actor.System, from FolderCaller, r ChunkRequest, w io.Writer, h hash.Hash) error {
 	// It must keep arriving: 2 minutes, and 1 s per 64 MiB.
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute+time.Duration(r.Len>>26)*time.Second)
 	defer cancel()
-	reply, err := from(cctx, r)
-	if err != nil {
+	for ask := 1; ; ask++ {
+		reply, err := from(cctx, r)
+		if err != nil {
+			return err
+		}
+		c, ok := reply.(Chunk)
+		if !ok {
+			return fmt.Errorf("reply %T, want learner.Chunk", reply)
+		}
+		if c.Ref.Size != r.Len {
+			return fmt.Errorf("offered %d bytes for a chunk of %d: refused", c.Ref.Size, r.Len)
+		}
+		data, err := sys.Bulk().Fetch(cctx, c.Ref)
+		if errors.Is(err, actor.ErrBulkAbsent) {
+			if ask == chunkAsks {
+				return fmt.Errorf("its offer was withdrawn %d times before it could be fetched (more readers at once than the %d chunks the server keeps on offer): %w", ask, maxChunkOffers, err)
+			}
+			// Apart from the readers it raced with, then again.
+			if err := sleepCtx(cctx, time.Duration(ask)*time.Duration(1+rand.IntN(10))*time.Millisecond); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if int64(len(data)) != r.Len {
+			return fmt.Errorf("got %d bytes for a chunk of %d", len(data), r.Len)
+		}
+		h.Write(data)
+		_, err = w.Write(data)
 		return err
 	}
-	c, ok := reply.(Chunk)
-	if !ok {
-		return fmt.Errorf("reply %T, want learner.Chunk", reply)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	if c.Ref.Size != r.Len {
-		return fmt.Errorf("offered %d bytes for a chunk of %d: refused", c.Ref.Size, r.Len)
-	}
-	data, err := sys.Bulk().Fetch(cctx, c.Ref)
-	if err != nil {
-		return err
-	}
-	if int64(len(data)) != r.Len {
-		return fmt.Errorf("got %d bytes for a chunk of %d", len(data), r.Len)
-	}
-	h.Write(data)
-	_, err = w.Write(data)
-	return err
 }
 
 // Staging is a staged learner's side of the transfers (see Folders): the

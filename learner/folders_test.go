@@ -336,3 +336,50 @@ func TestFolderServerChanged(t *testing.T) {
 		t.Fatalf("after Changed: %q, %v", got, err)
 	}
 }
+
+// TestFolderServerManyReaders: more readers than the chunks a folder
+// server keeps on offer (16 servers staging one model at once) each get
+// the folder whole: a reader whose chunk was withdrawn for a newer one
+// before it fetched it asks again. Before, it failed with "bulk offer not
+// found" and the server (a learner, a vLLM server) did not start.
+func TestFolderServerManyReaders(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sys := folderSystem(t)
+	src := t.TempDir()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<14) // 256 KiB
+	if err := os.WriteFile(filepath.Join(src, "model.safetensors"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ServeFolders(sys, "folders-many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	srv.Allow(src)
+	from := func(ctx context.Context, msg any) (any, error) { return sys.Call(ctx, srv.Ref(), msg) }
+	reply, err := from(ctx, ManifestRequest{Dir: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := reply.(FolderManifest)
+	const readers = 4 * maxChunkOffers
+	errs := make(chan error, readers)
+	for range readers {
+		go func() {
+			dst := t.TempDir()
+			err := FetchFolder(ctx, sys, from, m, dst, FetchOptions{Chunk: 4 << 10})
+			if err == nil {
+				if got, rerr := os.ReadFile(filepath.Join(dst, "model.safetensors")); rerr != nil || !bytes.Equal(got, data) {
+					err = fmt.Errorf("the copy differs (%v)", rerr)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range readers {
+		if err := <-errs; err != nil {
+			t.Errorf("one of %d readers at once: %v", readers, err)
+		}
+	}
+}
