@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -173,17 +174,17 @@ func (a folderServerActor) Stopped(*actor.Context) { a.s.fs.releaseAll(a.s.sys) 
 func (a folderServerActor) Receive(ctx *actor.Context, msg any) (any, error) {
 	switch m := msg.(type) {
 	case ManifestRequest:
-		dir, err := a.s.fs.allowed(m.Dir)
+		dir, plain, err := a.s.fs.allowed(m.Dir)
 		if err != nil {
 			return nil, err
 		}
-		return a.s.fs.manifest(ctx.Context(), dir)
+		return a.s.fs.manifest(ctx.Context(), dir, plain)
 	case ChunkRequest:
-		dir, err := a.s.fs.allowed(m.Dir)
+		dir, plain, err := a.s.fs.allowed(m.Dir)
 		if err != nil {
 			return nil, err
 		}
-		return a.s.fs.chunk(ctx.System(), dir, m)
+		return a.s.fs.chunk(ctx.System(), dir, m, plain)
 	}
 	return nil, fmt.Errorf("learner folder server: unexpected message %T", msg)
 }
@@ -218,20 +219,49 @@ func (f *folderFiles) allow(under bool, dirs ...string) {
 	}
 }
 
-// allowed is dir, cleaned, when the server offers it.
-func (f *folderFiles) allowed(dir string) (string, error) {
-	d := filepath.Clean(dir)
+// allowed is dir, cleaned, when the server offers it. plain says it is
+// offered as a folder under a root (a run's checkpoints, the vLLM
+// weights), which rlnode writes and which holds only plain files: no
+// symbolic link may lead there from the root, nor be one of its files.
+// A folder offered by name (a model's) is the operator's, links and all
+// (a Hugging Face cache's snapshot links to its blobs).
+func (f *folderFiles) allowed(dir string) (d string, plain bool, err error) {
+	d = filepath.Clean(dir)
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.exact[d] {
-		return d, nil
+	exact, under := f.exact[d], slices.Clone(f.under)
+	f.mu.Unlock()
+	if exact {
+		return d, false, nil
 	}
-	for _, root := range f.under {
-		if rel, err := filepath.Rel(root, d); err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			return d, nil
+	for _, root := range under {
+		rel, err := filepath.Rel(root, d)
+		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			continue
+		}
+		if err := noLinkBelow(root, rel); err != nil {
+			return "", false, fmt.Errorf("learner folder server: %s: %w", d, err)
+		}
+		return d, true, nil
+	}
+	return "", false, fmt.Errorf("learner folder server: %q is not a folder offered to learners", dir)
+}
+
+// noLinkBelow refuses a symbolic link on the path from root down to
+// root/rel (root itself may be one).
+func noLinkBelow(root, rel string) error {
+	p := root
+	for _, part := range strings.Split(rel, string(filepath.Separator)) {
+		p = filepath.Join(p, part)
+		st, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if st.Mode()&os.ModeSymlink != 0 {
+			target, _ := os.Readlink(p)
+			return fmt.Errorf("%s is a symbolic link (to %s) below %s, whose folders hold plain files: refused", p, target, root)
 		}
 	}
-	return "", fmt.Errorf("learner folder server: %q is not a folder offered to learners", dir)
+	return nil
 }
 
 // set records m as dir's manifest (a staged learner's save).
@@ -250,15 +280,16 @@ func (f *folderFiles) forget(dir string) {
 	f.mu.Unlock()
 }
 
-// manifest is dir's manifest, computed (hashing every file) once.
-func (f *folderFiles) manifest(ctx context.Context, dir string) (FolderManifest, error) {
+// manifest is dir's manifest, computed (hashing every file) once; plain
+// refuses a file that is a symbolic link.
+func (f *folderFiles) manifest(ctx context.Context, dir string, plain bool) (FolderManifest, error) {
 	f.mu.Lock()
 	m, ok := f.manifests[dir]
 	f.mu.Unlock()
 	if ok {
 		return m, nil
 	}
-	m, err := ManifestOf(ctx, dir)
+	m, err := manifestOf(ctx, dir, plain)
 	if err != nil {
 		return FolderManifest{}, err
 	}
@@ -270,8 +301,9 @@ func (f *folderFiles) manifest(ctx context.Context, dir string) (FolderManifest,
 
 // chunk offers the bytes r asks for, of a file of dir's manifest, once.
 // At most maxChunkOffers stay offered: a reader that asks for more
-// withdraws its oldest.
-func (f *folderFiles) chunk(sys *actor.System, dir string, r ChunkRequest) (Chunk, error) {
+// withdraws its oldest. plain reads a file only if it is no symbolic
+// link (one swapped in since the manifest is refused).
+func (f *folderFiles) chunk(sys *actor.System, dir string, r ChunkRequest, plain bool) (Chunk, error) {
 	f.mu.Lock()
 	m, ok := f.manifests[dir]
 	f.mu.Unlock()
@@ -286,7 +318,11 @@ func (f *folderFiles) chunk(sys *actor.System, dir string, r ChunkRequest) (Chun
 	if r.Off < 0 || r.Len <= 0 || r.Len > FolderChunk || r.Off > size || r.Len > size-r.Off {
 		return Chunk{}, fmt.Errorf("learner folder server: %s: bytes [%d, +%d) of a %d-byte file, at most %d at once", filepath.Join(dir, r.Name), r.Off, r.Len, size, FolderChunk)
 	}
-	file, err := os.Open(filepath.Join(dir, r.Name))
+	open := os.Open
+	if plain {
+		open = openNoFollow
+	}
+	file, err := open(filepath.Join(dir, r.Name))
 	if err != nil {
 		return Chunk{}, fmt.Errorf("learner folder server: %w", err)
 	}
@@ -325,6 +361,11 @@ func (f *folderFiles) releaseAll(sys *actor.System) {
 // followed; folders and names beginning with "." left out) with their
 // sizes and SHA-256, at most MaxFolderFiles of them.
 func ManifestOf(ctx context.Context, dir string) (FolderManifest, error) {
+	return manifestOf(ctx, dir, false)
+}
+
+// manifestOf is ManifestOf; plain refuses a file that is a symbolic link.
+func manifestOf(ctx context.Context, dir string, plain bool) (FolderManifest, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return FolderManifest{}, fmt.Errorf("learner: manifest of %s: %w", dir, err)
@@ -335,6 +376,10 @@ func ManifestOf(ctx context.Context, dir string) (FolderManifest, error) {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
+		if plain && e.Type()&os.ModeSymlink != 0 {
+			target, _ := os.Readlink(p)
+			return FolderManifest{}, fmt.Errorf("learner: manifest of %s: %s is a symbolic link (to %s), in a folder that holds plain files: refused", dir, e.Name(), target)
+		}
 		st, err := os.Stat(p)
 		if err != nil {
 			return FolderManifest{}, fmt.Errorf("learner: manifest of %s: %w", dir, err)
@@ -659,7 +704,7 @@ func (s *Staging) Serve(msg any) (reply any, ok bool, err error) {
 		if s.saved == "" || filepath.Clean(m.Dir) != s.saved {
 			return nil, true, fmt.Errorf("learner: no staged checkpoint %q here", m.Dir)
 		}
-		c, err := s.saves.chunk(s.sys, s.saved, m)
+		c, err := s.saves.chunk(s.sys, s.saved, m, true)
 		return c, true, err
 	case StagedDoneRequest:
 		if s.saved != "" && filepath.Clean(m.Dir) == s.saved {

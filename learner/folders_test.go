@@ -383,3 +383,65 @@ func TestFolderServerManyReaders(t *testing.T) {
 		}
 	}
 }
+
+// TestFolderServerLinksOutOfItsRoots: folders offered by root (a run's
+// checkpoints, the vLLM weights) are written by rlnode and hold plain
+// files: a symbolic link there (a folder, or a file, pointing out: planted
+// by whoever else writes a shared run folder) is refused, naming it, so
+// the server never hands out the driver host's files through it. A model
+// folder offered by name still follows its links (a Hugging Face cache's
+// snapshot links to its blobs). Before, the server served what the links
+// pointed to.
+func TestFolderServerLinksOutOfItsRoots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sys := folderSystem(t)
+	root := t.TempDir()
+	outside, under, model := filepath.Join(root, "home"), filepath.Join(root, "run", "checkpoints"), filepath.Join(root, "model")
+	for _, d := range []string{outside, filepath.Join(under, "step-2"), model} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secret := filepath.Join(outside, "id_ed25519")
+	for p, b := range map[string]string{secret: "secret", filepath.Join(under, "step-2", "model.safetensors"): "weights", filepath.Join(outside, "blob"): "blob"} {
+		if err := os.WriteFile(p, []byte(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{
+		filepath.Join(under, "step-9"):                 outside,
+		filepath.Join(under, "step-2", "optimizer.pt"): secret,
+		filepath.Join(model, "config.json"):            filepath.Join(outside, "blob"),
+	} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := ServeFolders(sys, "folders-links")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	srv.Allow(model)
+	srv.AllowUnder(under)
+	call := func(msg any) (any, error) { return sys.Call(ctx, srv.Ref(), msg) }
+	for _, c := range []struct {
+		dir, want string
+	}{
+		{filepath.Join(under, "step-9"), "symbolic link"},
+		{filepath.Join(under, "step-2"), "optimizer.pt"},
+	} {
+		reply, err := call(ManifestRequest{Dir: c.dir})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("manifest of %s: %+v, %v; want a refusal naming %q", c.dir, reply, err, c.want)
+		}
+	}
+	reply, err := call(ManifestRequest{Dir: model})
+	if err != nil {
+		t.Fatalf("manifest of a model folder whose file is a link: %v", err)
+	}
+	if m := reply.(FolderManifest); len(m.Files) != 1 || m.Files[0].Name != "config.json" || m.Files[0].Size != 4 {
+		t.Errorf("model folder's manifest %+v, want config.json, the link's 4 bytes", m)
+	}
+}

@@ -4,6 +4,7 @@ package learner
 
 import (
 	"errors"
+	"os"
 	"syscall"
 )
 
@@ -22,4 +23,9 @@ func freeBytes(dir string) (free int64, ok bool) {
 func processAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// openNoFollow opens path to read, refusing a symbolic link.
+func openNoFollow(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 }
