@@ -132,6 +132,18 @@ func TestHandleInMessage(t *testing.T) {
 			t.Fatalf("task answered %+v, want it on hm-c, counter hm-b at 15", got)
 		}
 	})
+	// A handle forged to name an actor no node hosts: the receiver's call
+	// through it fails, naming it, once every node has said so; the relay
+	// answers the next message.
+	t.Run("naming no actor", func(t *testing.T) {
+		_, err := Call[Relayed](ctx, relay, Forward{To: &Handle{name: "hm-ghost"}, N: 1})
+		if err == nil || !strings.Contains(err.Error(), "hm-ghost") || !strings.Contains(err.Error(), "not found") {
+			t.Fatalf("a call through a handle naming no actor: %v, want not found naming hm-ghost", err)
+		}
+		if got, err := Call[Relayed](ctx, relay, Forward{To: ctr, N: 1}); err != nil || got.Sum.N != 16 {
+			t.Fatalf("the relay after it: %+v, %v", got, err)
+		}
+	})
 }
 
 // TestHandleDecodedWithoutNode: a handle decoded in a process that runs no
