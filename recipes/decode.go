@@ -525,6 +525,11 @@ func applySet(root *yaml.Node, set string, marks map[*yaml.Node]string) error {
 			if err != nil || idx < 0 || idx > len(cur.Content) {
 				return fmt.Errorf("%s is a list of %d; want an index 0..%d, got %q", at, len(cur.Content), len(cur.Content), s)
 			}
+			if last && isNull(val) {
+				// null removes a key; an element the list holds would have
+				// been refused as "not set" by the recipe, which it is.
+				return fmt.Errorf("%s.%d: null removes a key, not a list element: give the whole list instead (--set %s=[...])", at, idx, at)
+			}
 			if idx == len(cur.Content) {
 				if !last {
 					return fmt.Errorf("%s.%d: can only append a whole element", at, idx)

@@ -332,6 +332,20 @@ func TestSetNullRemovesKey(t *testing.T) {
 	}
 }
 
+// --set LIST.N=null names the list: null removes a key, and the element
+// the recipe does set was refused as one "the recipe does not set".
+func TestSetNullOnAListElement(t *testing.T) {
+	src := strings.Replace(base, "  task: {}", "  task: {kinds: [word, linear]}", 1)
+	for _, set := range []string{"data.task.kinds.0=null", "data.task.kinds.2=~"} {
+		_, err := Parse("base.yaml", []byte(src), "", []string{set})
+		idx := set[len("data.task.kinds."):strings.Index(set, "=")]
+		want := "--set " + set + ": data.task.kinds." + idx + ": null removes a key, not a list element: give the whole list instead (--set data.task.kinds=[...])"
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--set %s: %v, want %q", set, err, want)
+		}
+	}
+}
+
 // The resolved recipe keeps explicit zeros whose default is not zero.
 func TestResolvedKeepsZeros(t *testing.T) {
 	l, err := Parse("base.yaml", []byte(base), "", []string{"algorithm.grad_clip=0", "checkpoint.optimizer=false", "eval.held_out=7"})
