@@ -512,6 +512,10 @@ func applySet(root *yaml.Node, set string, marks map[*yaml.Node]string) error {
 				cur.Content[found] = val
 			case found >= 0:
 				cur, shared = private(cur.Content, found, shared)
+			case last && isNull(val) && mergesKey(cur, s, map[*yaml.Node]bool{}):
+				// Not "the recipe does not set it": it does, through <<.
+				return fmt.Errorf("%s: null removes a key the recipe writes here, and %s comes from a merge key (<<): give it a value instead",
+					keyPath, s)
 			case last:
 				cur.Content = append(cur.Content, newKey(s), val)
 			default:
@@ -574,4 +578,39 @@ func markAll(n *yaml.Node, set string, marks map[*yaml.Node]string) {
 
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+// mergesKey says whether mapping m takes key through a merge key ("<<:
+// *base", "<<: [*a, *b]"), directly or through its sources' own; seen
+// keeps a source that merges itself from looping.
+func mergesKey(m *yaml.Node, key string, seen map[*yaml.Node]bool) bool {
+	m = resolveAlias(m)
+	if m.Kind != yaml.MappingNode || seen[m] {
+		return false
+	}
+	seen[m] = true
+	for j := 0; j+1 < len(m.Content); j += 2 {
+		if k := m.Content[j]; k.Kind != yaml.ScalarNode || k.Tag != "!!merge" {
+			continue
+		}
+		srcs := []*yaml.Node{m.Content[j+1]}
+		if v := resolveAlias(m.Content[j+1]); v.Kind == yaml.SequenceNode {
+			srcs = v.Content
+		}
+		for _, src := range srcs {
+			src = resolveAlias(src)
+			if src.Kind != yaml.MappingNode {
+				continue
+			}
+			for i := 0; i+1 < len(src.Content); i += 2 {
+				if src.Content[i].Value == key && src.Content[i].Tag != "!!merge" {
+					return true
+				}
+			}
+			if mergesKey(src, key, seen) {
+				return true
+			}
+		}
+	}
+	return false
 }

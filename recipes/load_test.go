@@ -346,6 +346,22 @@ func TestSetNullOnAListElement(t *testing.T) {
 	}
 }
 
+// --set KEY=null on a key a section takes through a merge key (<<) says
+// so: the recipe does set it, and null cannot remove it there.
+func TestSetNullOnAMergedKey(t *testing.T) {
+	src := "models:\n  policy:\n    init: &tiny {hidden_size: 32, heads: 2, layers: 3}\n  feedback:\n    init: {<<: *tiny, layers: 2}\nepisode: {type: mlmt}\ndata: {task: {}}\n"
+	_, err := Parse("merged.yaml", []byte(src), "", []string{"models.feedback.init.hidden_size=null"})
+	want := "--set models.feedback.init.hidden_size=null: models.feedback.init.hidden_size: null removes a key the recipe writes here, and hidden_size comes from a merge key (<<): give it a value instead"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%v, want %q", err, want)
+	}
+	// A key the section writes itself is still removed.
+	l, err := Parse("merged.yaml", []byte(src), "", []string{"models.feedback.init.layers=null"})
+	if err != nil || l.Models.Feedback.Init.Layers != 3 {
+		t.Errorf("layers=null: %v, feedback layers %v; want the merged 3", err, l)
+	}
+}
+
 // The resolved recipe keeps explicit zeros whose default is not zero.
 func TestResolvedKeepsZeros(t *testing.T) {
 	l, err := Parse("base.yaml", []byte(base), "", []string{"algorithm.grad_clip=0", "checkpoint.optimizer=false", "eval.held_out=7"})
