@@ -84,7 +84,7 @@ func tracesCommand(args []string, stdout, stderr io.Writer) int {
 		policy := fs.String("policy", "actor", "trajectories: the policy id of the rows")
 		tokPath := fs.String("tokenizer", "", "trajectories: tokenizer.json (or a checkpoint folder holding one) to re-tokenize calls recorded without token ids; without it they are left out")
 		skipRefused := fs.Bool("skip-refused", false, "trajectories: leave out (and list) traces whose calls cannot be aligned with their token ids, instead of failing")
-		mergeCalls := fs.Bool("merge-calls", true, "trajectories: merge the calls of a trace whose prompts extend the previous call's prompt and answer token for token into one row; false: one row per call")
+		mergeCalls := fs.Bool("merge-calls", true, "trajectories: a call whose prompt extends the prompt and answer ids of one of its trace's latest 8 rows, token for token, joins that row; false: one row per call")
 		run = func() error {
 			if *out != "-" {
 				// A symbolic link is written through, not replaced by the file.
