@@ -17,11 +17,21 @@ type localEnvelope struct {
 	call *localCall
 }
 
-type localCall struct{ id uint64 }
+// localCall is an in-process call: its id among the pending calls, and
+// its cancellation, which caller and actor share.
+type localCall struct {
+	id    uint64
+	state callState
+}
 
 // Call sends msg to the actor ref and waits for its reply. It returns when
 // the reply arrives, ctx is done, the actor dies or its node is lost. The
 // callee's error comes back as an *ActorError.
+//
+// A call given up before its reply (ctx ends) is cancelled at the actor,
+// as Ray's ray.cancel: one still in the actor's mailbox is dropped without
+// running, and a running one sees its Context end with cause
+// ErrCallCancelled (Receive decides whether to stop).
 func (s *System) Call(ctx context.Context, ref Ref, msg any) (any, error) {
 	if ref.IsZero() {
 		return nil, fmt.Errorf("call: empty actor ref: %w", ErrActorNotFound)
@@ -36,8 +46,9 @@ func (s *System) Call(ctx context.Context, ref Ref, msg any) (any, error) {
 			return nil, fmt.Errorf("call %s on node %s: %w", ref.Name, s.addr, ErrActorNotFound)
 		}
 		id, ch := s.register(ref.Address+"/"+ref.ID, ref.Address)
-		s.as.Root.Send(pid, &localEnvelope{msg: msg, call: &localCall{id: id}})
-		return s.wait(ctx, id, ch, ref)
+		lc := &localCall{id: id}
+		s.as.Root.Send(pid, &localEnvelope{msg: msg, call: lc})
+		return s.wait(ctx, id, ch, ref, func() { lc.state.abandon() })
 	}
 	id, ch := s.register(ref.Address+"/"+ref.ID, ref.Address)
 	a, err := s.encodeWire(kindCall, id, msg)
@@ -46,7 +57,7 @@ func (s *System) Call(ctx context.Context, ref Ref, msg any) (any, error) {
 		return nil, fmt.Errorf("call %s: %w", ref.Name, err)
 	}
 	s.as.Root.RequestWithCustomSender(pid, a, s.replyPID)
-	return s.wait(ctx, id, ch, ref)
+	return s.wait(ctx, id, ch, ref, func() { s.sendCancel(ref.Address, id) })
 }
 
 // Tell sends msg to ref without waiting. It fails only when msg cannot be
@@ -109,12 +120,16 @@ func (s *System) encodeWire(kind uint8, call uint64, msg any) (*anypb.Any, error
 	return &anypb.Any{TypeUrl: envelopeTypeURL, Value: w.b}, nil
 }
 
-func (s *System) wait(ctx context.Context, id uint64, ch chan callResult, ref Ref) (any, error) {
+// wait waits for call id's result; a call given up while still pending
+// is cancelled at the actor (abandon).
+func (s *System) wait(ctx context.Context, id uint64, ch chan callResult, ref Ref, abandon func()) (any, error) {
 	var r callResult
 	select {
 	case r = <-ch:
 	case <-ctx.Done():
-		s.unregister(id)
+		if s.unregister(id) {
+			abandon()
+		}
 		return nil, fmt.Errorf("call %s: %w", ref.Name, ctx.Err())
 	case <-s.closed:
 		s.unregister(id)

@@ -126,6 +126,9 @@ const (
 	kindTell  uint8 = 1
 	kindCall  uint8 = 2
 	kindReply uint8 = 3
+	// kindCancel gives up call Call of the sending node (cancel.go): no
+	// type, no body.
+	kindCancel uint8 = 4
 )
 
 // wireEnvelope is what crosses the network inside the Any. Body holds the
@@ -306,11 +309,11 @@ func unmarshalEnvelope(a *anypb.Any) (*wireEnvelope, error) {
 	}
 	e.Body = r.b
 	switch e.Kind {
-	case kindTell, kindCall, kindReply:
+	case kindTell, kindCall, kindReply, kindCancel:
 	default:
 		return nil, fmt.Errorf("decode envelope: unknown kind %d", e.Kind)
 	}
-	if e.Kind != kindReply && e.Type == "" {
+	if (e.Kind == kindTell || e.Kind == kindCall) && e.Type == "" {
 		return nil, errors.New("decode envelope: no message type")
 	}
 	return e, nil

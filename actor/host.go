@@ -282,8 +282,16 @@ func (s *System) Local() []Ref {
 func (h *hosted) receive(c pa.Context) {
 	switch m := c.Message().(type) {
 	case *localEnvelope:
+		var st *callState
+		if m.call != nil {
+			st = &m.call.state
+			if st.isCancelled() {
+				h.sys.stats.callsDropped.Add(1) // its caller gave it up while it queued
+				return
+			}
+		}
 		h.sys.stats.received.Add(1)
-		h.handle(c, m.msg, m.call, nil)
+		h.handle(c, m.msg, m.call, nil, st)
 	case *anypb.Any:
 		h.handleWire(c, m, false)
 	case *heldRelease:
@@ -307,7 +315,7 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any, released bool) {
 		s.warn.Warn(s.log, "dropping malformed message", "actor", h.ref.Name, "err", err)
 		return
 	}
-	if e.Kind == kindReply {
+	if e.Kind == kindReply || e.Kind == kindCancel {
 		return
 	}
 	if released {
@@ -318,10 +326,20 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any, released bool) {
 		}
 		return
 	}
+	var st *callState
+	if e.Kind == kindCall {
+		// Before its body is fetched: a call given up while it queued
+		// costs nothing more.
+		if st = s.inbound.begin(e.From, e.Call, h); st == nil {
+			s.stats.callsDropped.Add(1)
+			return
+		}
+	}
 	body := e.Body
 	if e.Bulk != nil {
 		if e.Bulk.Size > int64(s.cfg.MaxMessageSize) {
 			h.replyWire(c, e, nil, fmt.Errorf("message body of %d bytes over the %d-byte limit: %w", e.Bulk.Size, s.cfg.MaxMessageSize, ErrTooLarge))
+			s.endCall(st)
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), bulkFetchTimeout)
@@ -329,6 +347,7 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any, released bool) {
 		cancel()
 		if err != nil {
 			h.replyWire(c, e, nil, fmt.Errorf("fetch message body: %w", err))
+			s.endCall(st)
 			return
 		}
 	}
@@ -337,23 +356,31 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any, released bool) {
 		s.stats.dropped.Add(1)
 		s.warn.Warn(s.log, "dropping undecodable message", "actor", h.ref.Name, "from", e.From, "err", err)
 		h.replyWire(c, e, nil, err)
+		s.endCall(st)
 		return
 	}
 	s.stats.received.Add(1)
-	h.handle(c, msg, nil, e)
+	h.handle(c, msg, nil, e, st)
 }
 
 // handle runs Receive and routes its result to the local caller (call) or
-// the remote caller (wire); both nil means a Tell.
-func (h *hosted) handle(c pa.Context, msg any, call *localCall, wire *wireEnvelope) {
+// the remote caller (wire); both nil means a Tell. st is a call's
+// cancellation: its Receive gets a Context of its own, whose Context ends
+// with the call.
+func (h *hosted) handle(c pa.Context, msg any, call *localCall, wire *wireEnvelope, st *callState) {
+	to := delivery{call: call, wire: wire, sender: c.Sender(), state: st}
 	if h.slots != nil {
-		h.handleAtOnce(msg, delivery{call: call, wire: wire, sender: c.Sender()})
+		h.handleAtOnce(msg, to)
 		return
 	}
-	h.ctx.cur = delivery{call: call, wire: wire, sender: c.Sender()}
-	reply, err, panicked := h.invoke(h.inst, h.ctx, msg)
-	later := h.ctx.later
-	h.ctx.cur, h.ctx.later = delivery{}, nil
+	ctx := h.ctx
+	if st != nil {
+		ctx = &Context{sys: h.sys, self: h.ref, restarts: h.ctx.restarts, life: h.ctx.life, call: st}
+	}
+	ctx.cur = to
+	reply, err, panicked := h.invoke(h.inst, ctx, msg)
+	later := ctx.later
+	ctx.cur, ctx.later = delivery{}, nil
 	if panicked != "" {
 		err = fmt.Errorf("%s", panicked)
 	}
@@ -371,6 +398,9 @@ func (h *hosted) handle(c pa.Context, msg any, call *localCall, wire *wireEnvelo
 		h.sys.complete(call.id, callResult{value: reply, err: err})
 	case wire != nil && wire.Kind == kindCall:
 		h.replyWire(c, wire, reply, err)
+	}
+	if later == nil {
+		h.sys.endCall(st)
 	}
 	if panicked != "" {
 		h.afterPanic(c, panicked)
@@ -392,14 +422,29 @@ type concurrentPanic struct {
 // and runs on the instance current when it was taken: after a panic, the
 // messages already running finish on the old instance while the next ones
 // go to the rebuilt one.
+// A call given up while it waits for a slot is dropped at once.
 func (h *hosted) handleAtOnce(msg any, to delivery) {
+	var gone <-chan struct{}
+	if to.state != nil {
+		gone = to.state.goneCh()
+	}
 	select {
 	case h.slots <- struct{}{}:
 	case <-h.ctx.life.Done():
 		(&Reply{sys: h.sys, to: to, name: h.ref.Name}).Send(nil, fmt.Errorf("actor %s is stopping: %w", h.ref.Name, ErrActorDied))
 		return
+	case <-gone:
+		h.sys.stats.callsDropped.Add(1)
+		h.sys.endCall(to.state)
+		return
 	}
-	mc := &Context{sys: h.sys, self: h.ref, restarts: h.ctx.restarts, life: h.ctx.life, cur: to}
+	if to.state != nil && to.state.isCancelled() { // given up as the slot freed
+		<-h.slots
+		h.sys.stats.callsDropped.Add(1)
+		h.sys.endCall(to.state)
+		return
+	}
+	mc := &Context{sys: h.sys, self: h.ref, restarts: h.ctx.restarts, life: h.ctx.life, cur: to, call: to.state}
 	inst := h.inst
 	h.inflight.Add(1)
 	go func() {
@@ -506,6 +551,7 @@ func (h *hosted) stopped() {
 	}
 	h.runStopped()
 	h.sys.forgetHeld(h.pid.Id)
+	h.sys.inbound.forget(h)
 	h.mu.Lock()
 	cause := h.stopCause
 	h.mu.Unlock()

@@ -71,6 +71,10 @@ type Context struct {
 	self     Ref
 	restarts int
 	life     context.Context // ends when this actor is asked to stop, or its node
+	// call is the cancellation of the call being handled (nil in a
+	// factory, a Stopped hook or a Tell): each call's Receive gets a
+	// Context of its own.
+	call *callState
 
 	// The message Receive is handling, and its deferred reply once
 	// ReplyLater was called: only Receive's goroutine touches them.
@@ -87,13 +91,28 @@ func (c *Context) System() *System { return c.sys }
 // Restarts is how many times this actor has been restarted so far.
 func (c *Context) Restarts() int { return c.restarts }
 
-// Context is cancelled when the actor is asked to stop (StopLocal, and so
+// Context is the context of what the actor is doing. In Receive handling
+// a Call it is the call's, as net/http's Request.Context: it ends when
+// the caller gives the call up (its context ends, its Future is
+// cancelled: context.Cause is then ErrCallCancelled), when the call is
+// answered (Receive returns, or the Reply of ReplyLater is sent) and when
+// the actor is asked to stop. In a factory, a Stopped hook or a Tell's
+// Receive it is Life. A Receive that works long (a learner's step, a
+// generation) passes it down and returns its error, so a call nobody
+// waits for any more stops; work that must outlive the call takes Life.
+func (c *Context) Context() context.Context {
+	if c.call == nil {
+		return c.life
+	}
+	return c.call.context(c.life)
+}
+
+// Life is cancelled when the actor is asked to stop (StopLocal, and so
 // a cluster's StopActor) or its node begins to stop. A factory that builds
-// something large (a learner's model) and a Receive that works long (a
-// learner encoding its weights) check it between parts and return its
-// error, so a stop does not wait for them: an actor stops only once its
-// Receive returns.
-func (c *Context) Context() context.Context { return c.life }
+// something large (a learner's model) and work that outlives one call (a
+// job the actor runs in the background) check it, so a stop does not wait
+// for them: an actor stops only once its Receive returns.
+func (c *Context) Life() context.Context { return c.life }
 
 // Logger is the system's logger with the actor's name attached.
 func (c *Context) Logger() *slog.Logger { return c.sys.log.With("actor", c.self.Name) }

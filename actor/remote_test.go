@@ -77,6 +77,12 @@ func runPeer() {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
+	for i, name := range []string{"gate1", "gate2"} {
+		if _, err := s.SpawnLocal(LocalSpawn{Name: name, Kind: "test.gate", MaxConcurrency: i + 1}); err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+	}
 	// A bare protoactor echo actor, for the side-by-side benchmarks.
 	if _, err := s.as.Root.SpawnNamed(pa.PropsFromFunc(bareEcho), "bare"); err != nil {
 		fmt.Println("ERR", err)

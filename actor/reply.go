@@ -12,6 +12,7 @@ type delivery struct {
 	call   *localCall
 	wire   *wireEnvelope
 	sender *pa.PID
+	state  *callState // the call's cancellation (nil for a Tell)
 }
 
 // Reply is the reply to one message, sent after Receive returned
@@ -28,7 +29,8 @@ type Reply struct {
 // its next messages: Receive's own result is then not sent (unless it is
 // an error, or Receive panics: that answers at once), and the returned
 // Reply sends it, from any goroutine. Call it from Receive only. For a
-// Tell the Reply sends nothing. A caller whose actor stops before the
+// Tell the Reply sends nothing. The call's Context (Context.Context)
+// lasts until the reply is sent. A caller whose actor stops before the
 // reply is sent gets ErrActorDied (in-process) or waits for its context
 // or the node's loss (remote), as with any call.
 func (c *Context) ReplyLater() *Reply {
@@ -45,6 +47,7 @@ func (r *Reply) Send(value any, err error) {
 		return
 	}
 	s := r.sys
+	defer s.endCall(r.to.state)
 	select {
 	case <-s.closed:
 		return

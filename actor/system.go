@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"strconv"
@@ -201,6 +202,7 @@ type System struct {
 	nextCall atomic.Uint64
 	pmu      sync.Mutex
 	pending  map[uint64]*pendingCall
+	inbound  inboundCalls // calls from other nodes being handled here (cancel.go)
 
 	amu    sync.Mutex
 	actors map[string]*hosted // by name
@@ -269,6 +271,10 @@ func Start(cfg Config) (*System, error) {
 		closed:  make(chan struct{}),
 	}
 	s.life, s.endLife = context.WithCancel(context.Background())
+	// Call ids start at random (48 bits, so they stay short on the wire):
+	// a process restarted at the address of one that died does not meet
+	// the cancels other nodes kept for its predecessor's calls.
+	s.nextCall.Store(mrand.Uint64() >> 16)
 	// Bind first so a busy port is an error, not protoactor's panic.
 	lis, err := net.Listen("tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
 	if err != nil {
@@ -337,6 +343,7 @@ func Start(cfg Config) (*System, error) {
 	s.addr = s.as.Address()
 
 	s.replyPID, _ = s.as.ProcessRegistry.Add(&replyProcess{s: s}, "rlnode$replies")
+	s.as.ProcessRegistry.Add(&cancelProcess{s: s}, cancelProcessID)
 	s.as.EventStream.Subscribe(func(ev any) {
 		if t, ok := ev.(*remote.EndpointTerminatedEvent); ok {
 			s.FailAddress(t.Address, fmt.Errorf("actor transport to %s: %w", t.Address, ErrConnLost))
@@ -453,10 +460,14 @@ func (s *System) register(target, addr string) (uint64, chan callResult) {
 	return id, ch
 }
 
-func (s *System) unregister(id uint64) {
+// unregister forgets the pending call id; false when it was answered or
+// failed meanwhile.
+func (s *System) unregister(id uint64) bool {
 	s.pmu.Lock()
+	_, ok := s.pending[id]
 	delete(s.pending, id)
 	s.pmu.Unlock()
+	return ok
 }
 
 func (s *System) complete(id uint64, r callResult) {
@@ -600,6 +611,7 @@ func (s *System) ForgetAddress(addr string, cause error) {
 
 type stats struct {
 	callsSent, tellsSent, received, dropped, held, bulkServed, bulkFetched, bulkLocal atomic.Uint64
+	cancelsSent, cancelsReceived, callsDropped, callsInterrupted                      atomic.Uint64
 }
 
 // Stats are a node's transport counters since it started.
@@ -612,6 +624,16 @@ type Stats struct {
 	BulkBytesServed  uint64 // bytes other nodes pulled from this node's offers
 	BulkBytesFetched uint64 // bytes this node pulled
 	BulkBytesLocal   uint64 // bytes this node served, pulled or pushed through shared memory (same host)
+	// CancelsSent counts calls this node gave up before their reply (the
+	// caller's context ended) and told the actor's node so; CancelsReceived
+	// the cancels other nodes sent here.
+	CancelsSent     uint64
+	CancelsReceived uint64
+	// CallsDropped counts calls to this node's actors given up by their
+	// callers before they began: dropped unrun. CallsInterrupted counts
+	// running calls whose Context a remote caller's cancel ended.
+	CallsDropped     uint64
+	CallsInterrupted uint64
 }
 
 // Stats returns the transport counters.
@@ -622,6 +644,8 @@ func (s *System) Stats() Stats {
 		MessagesHeld:    s.stats.held.Load(),
 		BulkBytesServed: s.stats.bulkServed.Load(), BulkBytesFetched: s.stats.bulkFetched.Load(),
 		BulkBytesLocal: s.stats.bulkLocal.Load(),
+		CancelsSent:    s.stats.cancelsSent.Load(), CancelsReceived: s.stats.cancelsReceived.Load(),
+		CallsDropped: s.stats.callsDropped.Load(), CallsInterrupted: s.stats.callsInterrupted.Load(),
 	}
 }
 
