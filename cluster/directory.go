@@ -35,7 +35,9 @@ type ActorRecord struct {
 	Restarts    int        `msgpack:"rs" json:"restarts"`
 	MaxRestarts int        `msgpack:"mr" json:"max_restarts"`
 	// MaxConcurrency is SpawnOptions.MaxConcurrency (0: one at a time).
-	MaxConcurrency int               `msgpack:"mc,omitempty" json:"max_concurrency,omitempty"`
+	MaxConcurrency int `msgpack:"mc,omitempty" json:"max_concurrency,omitempty"`
+	// MaxCallRetries is SpawnOptions.MaxCallRetries (0: calls never sent twice).
+	MaxCallRetries int               `msgpack:"cr,omitempty" json:"max_call_retries,omitempty"`
 	Cause          string            `msgpack:"c,omitempty" json:"death_cause,omitempty"`
 	Resources      Resources         `msgpack:"re,omitempty" json:"resources,omitempty"`
 	Labels         map[string]string `msgpack:"l,omitempty" json:"labels,omitempty"`

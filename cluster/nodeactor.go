@@ -33,6 +33,8 @@ type spawnRequest struct {
 	Restarts    int
 	// MaxConcurrency is SpawnOptions.MaxConcurrency, kept in the record.
 	MaxConcurrency int `msgpack:",omitempty"`
+	// MaxCallRetries is SpawnOptions.MaxCallRetries, kept in the record.
+	MaxCallRetries int `msgpack:",omitempty"`
 	Group          string
 	Bundle         int
 	Owner          string
@@ -283,7 +285,7 @@ func (n *Node) finishSpawn(req spawnRequest, nb *nodeBuild) spawnReply {
 	old, _ := n.dir.Actor(req.Name)
 	rec := ActorRecord{
 		Name: req.Name, Kind: req.Kind, Node: n.id, Ref: ref, State: Alive,
-		Restarts: req.Restarts, MaxRestarts: req.MaxRestarts, MaxConcurrency: req.MaxConcurrency, Resources: req.Resources, Labels: req.Labels,
+		Restarts: req.Restarts, MaxRestarts: req.MaxRestarts, MaxConcurrency: req.MaxConcurrency, MaxCallRetries: req.MaxCallRetries, Resources: req.Resources, Labels: req.Labels,
 		PinNode: req.PinNode, Group: req.Group, Bundle: req.Bundle, ArgsType: req.ArgsType, Args: req.Args, ArgsAt: req.ArgsAt, Owner: req.Owner,
 		RestartTimeoutMs: req.RestartTimeoutMs, KeepDeadMs: req.KeepDeadMs, Version: max(old.Version, req.BaseVersion) + 1, Writer: n.id, UpdatedMs: time.Now().UnixMilli(),
 	}

@@ -31,6 +31,15 @@ type SpawnOptions struct {
 	// MaxRestarts bounds restarts after panics and node loss; -1 means
 	// without limit, 0 (the default) never restarts.
 	MaxRestarts int
+	// MaxCallRetries is how many times a call to the actor is sent again
+	// when the incarnation it went to was lost (its node lost or stopped,
+	// the actor stopped to be moved) and the cluster restarted it, as
+	// Ray's max_task_retries: the call goes to the new incarnation. 0 (the
+	// default) never sends a call twice: calls are not assumed idempotent,
+	// opt in only for those that are. -1 retries as long as the actor
+	// restarts. The call's own error and a panic in its Receive are never
+	// retried. Handle.WithRetries sets it for one handle's calls.
+	MaxCallRetries int
 	// MaxConcurrency is how many messages the actor handles at once, as
 	// Ray's max_concurrency: 0 or 1 (the default) one at a time, in the
 	// order they came; N up to actor.ConcurrencyLimit runs up to N of its
@@ -83,6 +92,10 @@ const (
 type Handle struct {
 	n    *Node // nil for a handle decoded from a message, until first use
 	name string
+	// retries overrides the record's MaxCallRetries when retriesSet
+	// (WithRetries); it does not travel in messages.
+	retries    int
+	retriesSet bool
 }
 
 // ErrUnboundHandle is returned by a handle decoded from a message in a
@@ -165,7 +178,12 @@ func (h *Handle) Name() string { return h.name }
 // Call sends msg and waits for the reply (see actor.System.Call). While the
 // actor is restarting the call waits for it, within ctx. An actor this
 // node's directory does not know yet (a handle that came in a message
-// before gossip brought its record) is looked up first.
+// before gossip brought its record) is looked up first. ctx's end cancels
+// the call at the actor (dropped if still queued; its Context ends if
+// running). An actor spawned with MaxCallRetries (or a handle from
+// WithRetries) gets a call whose incarnation was lost again, once the
+// cluster restarted it; the error is then a *RetryError saying how many
+// tries were made.
 func (h *Handle) Call(ctx context.Context, msg any) (any, error) {
 	n, err := h.node()
 	if err != nil {
@@ -176,27 +194,166 @@ func (h *Handle) Call(ctx context.Context, msg any) (any, error) {
 			return nil, fmt.Errorf("call %s: %w", h.name, err)
 		}
 	}
-	ref, err := n.resolve(ctx, h.name)
-	if err != nil {
-		return nil, err
+	for tries := 1; ; tries++ {
+		rec, err := n.resolveRecord(ctx, h.name)
+		if err != nil {
+			if tries == 1 {
+				return nil, err
+			}
+			return nil, &RetryError{Actor: h.name, Tries: tries - 1, MaxRetries: h.retriesOf(rec), Err: err}
+		}
+		v, err := n.sys.Call(ctx, rec.Ref, msg)
+		if err == nil {
+			return v, nil
+		}
+		if errors.Is(err, ErrNodeUnresponsive) {
+			err = fmt.Errorf("call %s: %w", h.name, err)
+		}
+		bound := h.retriesOf(rec)
+		if bound == 0 {
+			return nil, err
+		}
+		if !incarnationLost(err) || ctx.Err() != nil || (bound > 0 && tries > bound) {
+			return nil, &RetryError{Actor: h.name, Tries: tries, MaxRetries: bound, Err: err}
+		}
+		if why := n.awaitReincarnation(ctx, h.name, rec); why != nil {
+			return nil, &RetryError{Actor: h.name, Tries: tries, MaxRetries: bound, Err: fmt.Errorf("%w (not sent again: %v)", err, why)}
+		}
 	}
-	v, err := n.sys.Call(ctx, ref, msg)
-	if errors.Is(err, ErrNodeUnresponsive) {
-		return nil, fmt.Errorf("call %s: %w", h.name, err)
-	}
-	return v, err
 }
 
+// WithRetries is a handle to the same actor whose calls are retried up to
+// n times after restarts (-1: as long as it restarts; 0: never), whatever
+// the actor's MaxCallRetries: for the calls of one caller that are
+// idempotent, or that must not be retried. It applies to this handle's
+// calls only and does not travel in messages.
+func (h *Handle) WithRetries(n int) *Handle {
+	c := *h
+	c.retries, c.retriesSet = max(n, -1), true
+	return &c
+}
+
+// retriesOf is the retry bound for h's calls to the actor of rec.
+func (h *Handle) retriesOf(rec ActorRecord) int {
+	if h.retriesSet {
+		return h.retries
+	}
+	return rec.MaxCallRetries
+}
+
+// RetryError is the error of a call that could be retried
+// (SpawnOptions.MaxCallRetries, Handle.WithRetries): its last try's
+// error, and how many tries were made. errors.Is and errors.As see the
+// last error through it.
+type RetryError struct {
+	Actor      string
+	Tries      int // calls sent, the first one included
+	MaxRetries int // the bound (-1: as long as the actor restarts)
+	Err        error
+}
+
+func (e *RetryError) Error() string {
+	bound := fmt.Sprintf("at most %d retries", e.MaxRetries)
+	if e.MaxRetries < 0 {
+		bound = "retries without bound"
+	}
+	tries := "tries"
+	if e.Tries == 1 {
+		tries = "try"
+	}
+	return fmt.Sprintf("actor %s: %d %s (%s after restarts): %v", e.Actor, e.Tries, tries, bound, e.Err)
+}
+
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// incarnationLost says whether a call's error means the incarnation it
+// went to may be gone (its node lost or unreachable, the actor stopped),
+// so that a restarted one could take the call; not the actor's own error.
+func incarnationLost(err error) bool {
+	var ae *actor.ActorError
+	if errors.As(err, &ae) {
+		return false
+	}
+	return errors.Is(err, actor.ErrNodeLost) || errors.Is(err, actor.ErrConnLost) ||
+		errors.Is(err, actor.ErrActorDied) || errors.Is(err, ErrNodeUnresponsive)
+}
+
+// reincarnationWait bounds how long a call whose incarnation seems lost
+// waits for the cluster to record the actor restarting or restarted: a
+// node lost is noticed within seconds (LANDetection: about 11), and a
+// connection that broke to a node that lives on changes nothing.
+const reincarnationWait = 30 * time.Second
+
+// awaitReincarnation waits, within ctx and reincarnationWait, until the
+// directory records the actor past the incarnation of old (restarting, or
+// alive with more restarts or elsewhere); it says why not otherwise.
+func (n *Node) awaitReincarnation(ctx context.Context, name string, old ActorRecord) error {
+	bound := time.NewTimer(reincarnationWait)
+	defer bound.Stop()
+	for {
+		n.wmu.Lock()
+		changed := n.changed
+		n.wmu.Unlock()
+		rec, ok := n.dir.Actor(name)
+		switch {
+		case !ok:
+			return fmt.Errorf("actor %s is gone from the directory", name)
+		case rec.State == Dead:
+			return fmt.Errorf("actor %s died (%s)", name, rec.Cause)
+		case rec.State == Restarting, rec.Restarts > old.Restarts, rec.Ref != old.Ref:
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-bound.C:
+			return fmt.Errorf("the cluster still records the incarnation it went to (node %s, %d restarts) ALIVE after %v", old.Node, old.Restarts, reincarnationWait)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.stopped:
+			return actor.ErrSystemStopped
+		}
+	}
+}
+
+// ErrActorRestarting is Tell's error for an actor the cluster is
+// restarting: a Tell does not wait (TellContext does).
+var ErrActorRestarting = errors.New("actor is restarting")
+
 // Tell sends msg without waiting for a reply. It needs the actor ALIVE in
-// this node's directory.
+// this node's directory: to one that is restarting it fails at once with
+// ErrActorRestarting, naming the actor (Ray would queue the message; a
+// Tell here never blocks its caller). TellContext waits for the restart.
 func (h *Handle) Tell(msg any) error {
 	n, err := h.node()
 	if err != nil {
 		return err
 	}
 	rec, ok := n.dir.Actor(h.name)
-	if !ok || rec.State != Alive {
+	switch {
+	case ok && rec.State == Restarting:
+		return fmt.Errorf("tell %s: restart %d (after %s) not done: %w", h.name, rec.Restarts, rec.Cause, ErrActorRestarting)
+	case !ok || rec.State != Alive:
 		return fmt.Errorf("tell %s: %w", h.name, actor.ErrActorNotFound)
+	}
+	return n.sys.Tell(rec.Ref, msg)
+}
+
+// TellContext is Tell that waits, within ctx, for an actor that is
+// restarting (as Call does), and looks up one this node's directory does
+// not know yet. Delivery is not confirmed.
+func (h *Handle) TellContext(ctx context.Context, msg any) error {
+	n, err := h.node()
+	if err != nil {
+		return err
+	}
+	if _, ok := n.dir.Actor(h.name); !ok {
+		if _, err := n.Lookup(ctx, h.name); err != nil {
+			return fmt.Errorf("tell %s: %w", h.name, err)
+		}
+	}
+	rec, err := n.resolveRecord(ctx, h.name)
+	if err != nil {
+		return fmt.Errorf("tell: %w", err)
 	}
 	return n.sys.Tell(rec.Ref, msg)
 }
@@ -270,6 +427,9 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	if opts.KeepDead < 0 || opts.KeepDead > MaxKeepDead {
 		return nil, fmt.Errorf("spawn %s: KeepDead %v: want 0 to %v", name, opts.KeepDead, MaxKeepDead)
 	}
+	if opts.MaxCallRetries < -1 {
+		return nil, fmt.Errorf("spawn %s: MaxCallRetries %d: want -1 (as long as it restarts), 0 (never, the default) or more", name, opts.MaxCallRetries)
+	}
 	if opts.MaxConcurrency < 0 || opts.MaxConcurrency > actor.ConcurrencyLimit {
 		return nil, fmt.Errorf("spawn %s: MaxConcurrency %d: want 0 or 1 (one message at a time, the default) up to %d", name, opts.MaxConcurrency, actor.ConcurrencyLimit)
 	}
@@ -290,7 +450,7 @@ func (n *Node) Spawn(ctx context.Context, kind string, opts SpawnOptions) (*Hand
 	}
 	req := spawnRequest{
 		Name: name, Kind: kind, ArgsType: argsType, Args: args, Resources: opts.Resources,
-		Labels: opts.Labels, PinNode: opts.Node, MaxRestarts: opts.MaxRestarts, MaxConcurrency: opts.MaxConcurrency, BaseVersion: prev.Version,
+		Labels: opts.Labels, PinNode: opts.Node, MaxRestarts: opts.MaxRestarts, MaxConcurrency: opts.MaxConcurrency, MaxCallRetries: opts.MaxCallRetries, BaseVersion: prev.Version,
 		RestartTimeoutMs: opts.RestartTimeout.Milliseconds(), KeepDeadMs: opts.KeepDead.Milliseconds(),
 	}
 	if len(args) > InlineArgsMax {
@@ -590,6 +750,12 @@ func (n *Node) placeSpawn(req spawnRequest, exclude map[string]bool) (string, er
 // resolve returns the current ref of a named actor, waiting while it
 // restarts.
 func (n *Node) resolve(ctx context.Context, name string) (actor.Ref, error) {
+	rec, err := n.resolveRecord(ctx, name)
+	return rec.Ref, err
+}
+
+// resolveRecord is resolve with the actor's whole record.
+func (n *Node) resolveRecord(ctx context.Context, name string) (ActorRecord, error) {
 	for {
 		n.wmu.Lock()
 		changed := n.changed
@@ -597,18 +763,18 @@ func (n *Node) resolve(ctx context.Context, name string) (actor.Ref, error) {
 		rec, ok := n.dir.Actor(name)
 		switch {
 		case !ok:
-			return actor.Ref{}, fmt.Errorf("actor %s: %w", name, actor.ErrActorNotFound)
+			return ActorRecord{}, fmt.Errorf("actor %s: %w", name, actor.ErrActorNotFound)
 		case rec.State == Alive:
-			return rec.Ref, nil
+			return rec, nil
 		case rec.State == Dead:
-			return actor.Ref{}, fmt.Errorf("actor %s died (%s): %w", name, rec.Cause, actor.ErrActorDied)
+			return rec, fmt.Errorf("actor %s died (%s): %w", name, rec.Cause, actor.ErrActorDied)
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return actor.Ref{}, fmt.Errorf("actor %s is restarting: %w", name, ctx.Err())
+			return rec, fmt.Errorf("actor %s is restarting: %w", name, ctx.Err())
 		case <-n.stopped:
-			return actor.Ref{}, actor.ErrSystemStopped
+			return rec, actor.ErrSystemStopped
 		}
 	}
 }
@@ -1105,7 +1271,7 @@ func (n *Node) restartOrBury(rec ActorRecord) {
 	n.write(&update{Actors: []ActorRecord{rec}})
 	req := spawnRequest{
 		Name: rec.Name, Kind: rec.Kind, ArgsType: rec.ArgsType, Args: rec.Args, ArgsAt: rec.ArgsAt, Resources: rec.Resources,
-		Labels: rec.Labels, PinNode: rec.PinNode, MaxRestarts: rec.MaxRestarts, MaxConcurrency: rec.MaxConcurrency, Restarts: rec.Restarts,
+		Labels: rec.Labels, PinNode: rec.PinNode, MaxRestarts: rec.MaxRestarts, MaxConcurrency: rec.MaxConcurrency, MaxCallRetries: rec.MaxCallRetries, Restarts: rec.Restarts,
 		BaseVersion: rec.Version, Owner: rec.Owner, RestartTimeoutMs: rec.RestartTimeoutMs, KeepDeadMs: rec.KeepDeadMs,
 	}
 	if req.PinNode != "" && (req.PinNode == lostNode || !n.isAlive(req.PinNode)) {

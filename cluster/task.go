@@ -110,11 +110,23 @@ type taskCancel struct{ ID string }
 
 func init() { actor.RegisterMessage(taskRequest{}, taskReply{}, taskCancel{}) }
 
-// Future is a submitted task's result to come.
+// Future is a submitted task's or an actor call's result to come.
 type Future[R any] struct {
-	done chan struct{}
-	res  R
-	err  error
+	done   chan struct{}
+	res    R
+	err    error
+	cancel context.CancelFunc // nil for a future that failed before it began
+}
+
+// Cancel gives the call or task up, as Ray's ray.cancel: a call still in
+// its actor's mailbox is dropped without running and a running one sees
+// its Context end (actor.ErrCallCancelled); a task's context is cancelled
+// on its node. The Future then fails with context.Canceled, unless its
+// result was in first. Cancelling twice, or a done Future, does nothing.
+func (f *Future[R]) Cancel() {
+	if f != nil && f.cancel != nil {
+		f.cancel()
+	}
 }
 
 // Done is closed once the result (or the error) is in.
@@ -216,9 +228,11 @@ func checkFutures[R any](fs []*Future[R]) error {
 // bounded by ctx. Calls to many actors at once, collected with Gather,
 // are Ray's ray.get([a.f.remote() for a in actors]).
 func CallAsync[R any](ctx context.Context, h *Handle, msg any) *Future[R] {
-	f := &Future[R]{done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(ctx)
+	f := &Future[R]{done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(f.done)
+		defer cancel()
 		f.res, f.err = Call[R](ctx, h, msg)
 	}()
 	return f
@@ -239,8 +253,11 @@ func Submit[R any](ctx context.Context, n *Node, name string, args any, o TaskOp
 		close(f.done)
 		return f
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	f.cancel = cancel
 	go func() {
 		defer close(f.done)
+		defer cancel()
 		v, err := n.runTask(ctx, name, args, o)
 		if err != nil {
 			f.err = err
