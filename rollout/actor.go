@@ -130,6 +130,17 @@ type Collect struct {
 	Job string
 }
 
+// CancelJob gives submitted jobs up (told, not called): those still
+// waiting for a slot never run, running ones' engine and episodes see
+// their context end, and the jobs are forgotten, their outcomes never
+// collected. The pool tells it for the jobs it stops waiting for (ctx's
+// end, another chunk's failure), all of a replica's at once, so an early
+// stop leaves no work on the replicas: a waiting job never takes the slot
+// a cancelled running one frees.
+type CancelJob struct {
+	Jobs []string
+}
+
 // JobResult is a job's outcome. While the job runs, Done is false.
 type JobResult struct {
 	Job   string
@@ -178,10 +189,15 @@ type ActorStats struct {
 	GeneratedTokens int64   // response tokens produced by finished jobs
 	TokensPerSecond float64 // over the last finished jobs (a 30 s window)
 	Episodes        int64
+	// Started counts the jobs that took a slot and began; Cancelled those
+	// given up by CancelJob, before they began or while they ran (counted
+	// in neither Completed nor Failed).
+	Started   int64
+	Cancelled int64
 }
 
 func init() {
-	actor.RegisterMessage(ActorConfig{}, GenerateRequest{}, EpisodeRequest{}, Submit{}, Ticket{}, Collect{},
+	actor.RegisterMessage(ActorConfig{}, GenerateRequest{}, EpisodeRequest{}, Submit{}, Ticket{}, Collect{}, CancelJob{},
 		JobResult{}, StatsRequest{}, ActorStats{}, EngineHostRequest{}, EngineHost{})
 	actor.RegisterKind(ActorKind, func(ctx *actor.Context, args any) (actor.Actor, error) {
 		cfg, ok := args.(ActorConfig)
@@ -277,6 +293,11 @@ type job struct {
 	done   bool
 	result JobResult
 	ended  time.Time
+	// ctx is the job's, under the actor's; cancel ends it (CancelJob),
+	// and a cancelled job is forgotten once it ends.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	cancelled bool
 }
 
 type rolloutActor struct {
@@ -300,7 +321,7 @@ type rolloutActor struct {
 	running int
 	window  []tokenMark
 
-	completed, failed, tokens, episodeCount atomic.Int64
+	completed, failed, tokens, episodeCount, started, cancelled atomic.Int64
 }
 
 type tokenMark struct {
@@ -417,6 +438,9 @@ func (a *rolloutActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		return a.submit(m)
 	case Collect:
 		return a.collect(m.Job)
+	case CancelJob:
+		a.cancelJobs(m.Jobs)
+		return nil, nil
 	case StatsRequest:
 		return a.stats(), nil
 	case EngineHostRequest:
@@ -443,6 +467,7 @@ func (a *rolloutActor) submit(s Submit) (Ticket, error) {
 	}
 	a.next++
 	j := &job{id: fmt.Sprintf("job-%d", a.next), submit: s}
+	j.ctx, j.cancel = context.WithCancel(a.ctx)
 	a.jobs[j.id] = j
 	a.waiting++
 	a.wg.Add(1)
@@ -476,35 +501,86 @@ func (a *rolloutActor) collect(id string) (JobResult, error) {
 	return j.result, nil
 }
 
+// cancelJobs gives jobs up (CancelJob): each is forgotten at once when
+// done, else its context ends and run forgets it when it returns.
+func (a *rolloutActor) cancelJobs(ids []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, id := range ids {
+		j, ok := a.jobs[id]
+		switch {
+		case !ok:
+		case j.done:
+			a.forget(j)
+		default:
+			j.cancelled = true
+			j.cancel()
+		}
+	}
+}
+
+// forget drops a job and what it offered; a.mu held.
+func (a *rolloutActor) forget(j *job) {
+	if j.result.Bulk != nil {
+		a.sys.Bulk().Release(*j.result.Bulk)
+	}
+	delete(a.jobs, j.id)
+}
+
 func (a *rolloutActor) run(j *job) {
 	defer a.wg.Done()
+	defer j.cancel()
 	got := false
 	select {
 	case a.slots <- struct{}{}:
 		got = true
 	case <-a.ctx.Done():
+	case <-j.ctx.Done():
+	}
+	if got && j.ctx.Err() != nil && a.ctx.Err() == nil {
+		// Cancelled as the slot freed: it does not begin either.
+		<-a.slots
+		got = false
+	}
+	if !got && a.ctx.Err() == nil {
+		// Cancelled while it waited: it never runs.
+		a.cancelled.Add(1)
+		a.mu.Lock()
+		a.waiting--
+		a.forget(j)
+		a.mu.Unlock()
+		return
 	}
 	a.mu.Lock()
 	a.waiting--
 	a.running++
 	a.mu.Unlock()
+	if got {
+		a.started.Add(1)
+	}
 	start := time.Now()
-	res, tokens := a.work(j.submit)
+	res, tokens := a.work(j.ctx, j.submit)
 	if got {
 		<-a.slots
 	}
 	res.Job, res.Done, res.Elapsed = j.id, true, time.Since(start)
-	if res.Error != "" {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.running--
+	switch {
+	case j.cancelled:
+		a.cancelled.Add(1)
+		j.result = res
+		a.forget(j)
+		return
+	case res.Error != "":
 		a.failed.Add(1)
-	} else {
+	default:
 		a.completed.Add(1)
 		a.tokens.Add(int64(tokens))
 	}
-	a.mu.Lock()
-	a.running--
 	j.done, j.result, j.ended = true, res, time.Now()
 	a.window = append(a.window, tokenMark{at: time.Now(), tokens: tokens, took: res.Elapsed})
-	a.mu.Unlock()
 }
 
 // The Refusal kinds of a JobResult.
@@ -538,7 +614,7 @@ func refusalError(err error, refusal string) error {
 
 // work runs one job; a panic in an engine or verifier fails the job, not
 // the node.
-func (a *rolloutActor) work(s Submit) (res JobResult, tokens int) {
+func (a *rolloutActor) work(ctx context.Context, s Submit) (res JobResult, tokens int) {
 	defer func() {
 		if p := recover(); p != nil {
 			res, tokens = JobResult{Error: fmt.Sprintf("panic: %v", p)}, 0
@@ -548,7 +624,7 @@ func (a *rolloutActor) work(s Submit) (res JobResult, tokens int) {
 		return JobResult{Error: msgActorStopped}, 0
 	}
 	if s.Generate != nil {
-		out, err := a.solver.Generate(a.ctx, s.Generate.Requests)
+		out, err := a.solver.Generate(ctx, s.Generate.Requests)
 		if err != nil {
 			return JobResult{Error: err.Error(), Refusal: refusalOf(err)}, 0
 		}
@@ -570,7 +646,7 @@ func (a *rolloutActor) work(s Submit) (res JobResult, tokens int) {
 		}
 		return res, tokens
 	}
-	turns, err := a.episodes(*s.Episode)
+	turns, err := a.episodes(ctx, *s.Episode)
 	if err != nil {
 		return JobResult{Error: err.Error()}, 0
 	}
@@ -605,7 +681,7 @@ func (a *rolloutActor) work(s Submit) (res JobResult, tokens int) {
 	return res, tokens
 }
 
-func (a *rolloutActor) episodes(r EpisodeRequest) ([]data.Turn, error) {
+func (a *rolloutActor) episodes(ctx context.Context, r EpisodeRequest) ([]data.Turn, error) {
 	solver := episode.Policy{ID: a.cfg.PolicyID, Engine: a.solver, Params: r.Params, Model: a.cfg.Model}
 	lim := episode.Limits{}
 	var run episode.Runner
@@ -649,7 +725,7 @@ func (a *rolloutActor) episodes(r EpisodeRequest) ([]data.Turn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return run.Run(a.ctx, episode.Batch{Examples: r.Examples, N: r.N, FirstGroupID: r.FirstGroupID})
+	return run.Run(ctx, episode.Batch{Examples: r.Examples, N: r.N, FirstGroupID: r.FirstGroupID})
 }
 
 func (a *rolloutActor) stats() ActorStats {
@@ -672,6 +748,7 @@ func (a *rolloutActor) stats() ActorStats {
 	st := ActorStats{
 		WeightVersion: a.solver.WeightVersion(), QueueDepth: a.waiting, Running: a.running,
 		Completed: a.completed.Load(), Failed: a.failed.Load(), GeneratedTokens: a.tokens.Load(), Episodes: a.episodeCount.Load(),
+		Started: a.started.Load(), Cancelled: a.cancelled.Load(),
 	}
 	if len(a.window) > 0 {
 		if span := time.Since(first).Seconds(); span > 0 {

@@ -561,6 +561,10 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 	pending := chunks(reqs, size, p.node.System().MaxMessageSize()/2)
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Before gctx's end reaches the chunks: a step that returns early
+	// tells each replica of all its jobs at once.
+	book := &jobBook{}
+	defer book.cancelAll()
 	done := make(chan outcome, len(pending))
 	results := make([]engine.Result, len(reqs))
 	running := 0
@@ -574,7 +578,7 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 			pending = pending[1:]
 			running++
 			go func() {
-				res, lost, err := p.runChunk(gctx, r, reqs[c.lo:c.hi])
+				res, lost, err := p.runChunk(gctx, r, reqs[c.lo:c.hi], book)
 				p.mu.Lock()
 				r.busy--
 				p.mu.Unlock()
@@ -627,6 +631,54 @@ func (p *Pool) GenerateStep(ctx context.Context, step int64, reqs []engine.Reque
 	p.version = low
 	p.mu.Unlock()
 	return results, nil
+}
+
+// jobBook holds the jobs a GenerateStep has submitted to its replicas and
+// not collected, so that a step that returns early (ctx's end, a chunk's
+// failure) cancels each replica's in one CancelJob: told one by one, a
+// job still waiting could take the slot a cancelled running one freed,
+// and begin, before its own cancel came.
+type jobBook struct {
+	mu     sync.Mutex
+	closed bool
+	jobs   map[*replica][]string
+}
+
+// add books job on r; false once the step gave up (cancelAll ran): the
+// chunk then cancels its job itself.
+func (b *jobBook) add(r *replica, job string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	if b.jobs == nil {
+		b.jobs = map[*replica][]string{}
+	}
+	b.jobs[r] = append(b.jobs[r], job)
+	return true
+}
+
+func (b *jobBook) remove(r *replica, job string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if i := slices.Index(b.jobs[r], job); i >= 0 {
+		b.jobs[r] = slices.Delete(b.jobs[r], i, i+1)
+	}
+}
+
+// cancelAll tells each replica to drop the jobs booked on it.
+func (b *jobBook) cancelAll() {
+	b.mu.Lock()
+	b.closed = true
+	jobs := b.jobs
+	b.jobs = nil
+	b.mu.Unlock()
+	for r, ids := range jobs {
+		if len(ids) > 0 {
+			_ = r.h.Tell(CancelJob{Jobs: ids})
+		}
+	}
 }
 
 // dropUnsynced loses every live replica whose engine is no longer
@@ -709,7 +761,8 @@ func (p *Pool) allLost() error {
 // runChunk runs reqs as one generation job on r. lost says the job was
 // abandoned because r is lost: the caller runs it elsewhere. err is a
 // failure of the job itself (a bad request fails the same anywhere).
-func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) (results []engine.Result, lost bool, err error) {
+func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request, book *jobBook) (results []engine.Result, lost bool, err error) {
+	step := ctx
 	ctx, cancel, isLost := lostctx.WithLost(ctx, r.lost)
 	defer cancel()
 	// call retries calls that fail in transport until the cluster reports
@@ -758,6 +811,23 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 	if !ok {
 		return nil, false, fail("submit answered %T, want Ticket", v)
 	}
+	collected := false
+	booked := book.add(r, t.Job)
+	defer func() {
+		if collected {
+			book.remove(r, t.Job)
+			return
+		}
+		if booked && step.Err() != nil {
+			return // the step gave up: it tells r of all its jobs at once (jobBook.cancelAll)
+		}
+		// Given up on its own (r lost or dropped, a failed collect): r
+		// drops the job, or stops it if it runs, instead of generating
+		// for nobody. Told, so it costs no wait; a replica gone or
+		// restarting has no job to drop.
+		book.remove(r, t.Job)
+		_ = r.h.Tell(CancelJob{Jobs: []string{t.Job}})
+	}()
 	lc.ResetPause()
 	for {
 		v, lost, err := call(Collect{Job: t.Job})
@@ -777,6 +847,7 @@ func (p *Pool) runChunk(ctx context.Context, r *replica, reqs []engine.Request) 
 			return nil, false, fail("collect answered %T, want JobResult", v)
 		}
 		if jr.Done {
+			collected = true // the replica forgot the job when it answered
 			switch {
 			case jr.Error == msgActorStopped:
 				p.lose(r, "actor stopped")

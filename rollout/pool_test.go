@@ -1109,3 +1109,56 @@ func TestPoolChunkBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolEarlyStopCancelsJobs: a Generate given up (its ctx ends) while
+// one chunk runs on the replica and five wait in its queue leaves no work
+// there: the replica drops the five unrun and stops the running one (its
+// engine's context ends), and forgets all six. Before, the five ran one
+// after another once the first was done, for nobody, holding the
+// replica's slot against the next step's chunks.
+func TestPoolEarlyStopCancelsJobs(t *testing.T) {
+	if proctest.Isolated(t) {
+		return
+	}
+	gate.Lock()
+	gate.ch = make(chan struct{}) // held shut: a job runs until cancelled
+	gate.Unlock()
+	n := startNode(t)
+	ctx := testCtx(t)
+	pool, err := rollout.StartPool(ctx, n, rollout.PoolConfig{Actor: rollout.ActorConfig{Engine: "gated", Verifier: "exact", Concurrency: 1, MaxQueue: 8},
+		Replicas: 1, ChunkSize: 1, Name: "early"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	h := pool.Handles()[0]
+	gctx, giveUp := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := pool.Generate(gctx, poolRequests("early", 6))
+		done <- err
+	}()
+	waitStats := func(what string, ok func(rollout.ActorStats) bool) rollout.ActorStats {
+		t.Helper()
+		for {
+			st := stats(t, h)
+			if ok(st) {
+				return st
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the replica never showed %s: %+v", what, st)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	waitStats("1 job running, 5 waiting", func(st rollout.ActorStats) bool { return st.Running == 1 && st.QueueDepth == 5 })
+	giveUp()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Generate given up: %v, want context.Canceled", err)
+	}
+	st := waitStats("every job cancelled", func(st rollout.ActorStats) bool { return st.Cancelled == 6 })
+	if st.Started != 1 || st.Running != 0 || st.QueueDepth != 0 || st.Completed != 0 || st.Failed != 0 {
+		t.Errorf("replica after the early stop: %+v; want 1 job begun, none running, waiting, completed or failed", st)
+	}
+}
