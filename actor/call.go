@@ -22,6 +22,7 @@ type localEnvelope struct {
 type localCall struct {
 	id    uint64
 	state callState
+	items chan any // a streamed call's replies (Stream), else nil
 }
 
 // Call sends msg to the actor ref and waits for its reply. It returns when
@@ -138,28 +139,7 @@ func (s *System) wait(ctx context.Context, id uint64, ch chan callResult, ref Re
 	if r.wire == nil {
 		return r.value, r.err
 	}
-	e := r.wire
-	if e.Err != "" {
-		return nil, &ActorError{Actor: ref.Name, Message: e.Err}
-	}
-	if e.Type == "" {
-		return nil, nil
-	}
-	body := e.Body
-	if e.Bulk != nil {
-		if e.Bulk.Size > int64(s.cfg.MaxMessageSize) {
-			return nil, fmt.Errorf("call %s: reply of %d bytes over the %d-byte limit: %w", ref.Name, e.Bulk.Size, s.cfg.MaxMessageSize, ErrTooLarge)
-		}
-		var err error
-		if body, err = s.bulk.Fetch(ctx, *e.Bulk); err != nil {
-			return nil, fmt.Errorf("call %s: fetch reply body: %w", ref.Name, err)
-		}
-	}
-	v, err := decodeBody(e.Type, body)
-	if err != nil {
-		return nil, fmt.Errorf("call %s: %w", ref.Name, err)
-	}
-	return v, nil
+	return s.decodeReply(ctx, ref, r.wire)
 }
 
 // replyProcess receives replies from other nodes. It is a bare protoactor
@@ -183,13 +163,17 @@ func (p *replyProcess) SendUserMessage(_ *pa.PID, message any) {
 		p.s.warn.Warn(p.s.log, "dropping malformed reply", "err", err)
 		return
 	}
-	if e.Kind != kindReply {
+	if e.Kind != kindReply && e.Kind != kindItem {
 		p.s.warn.Warn(p.s.log, "dropping non-reply sent to the reply process", "kind", e.Kind, "from", e.From)
 		return
 	}
 	if !p.s.allowed(e.From) {
 		p.s.stats.dropped.Add(1)
 		p.s.warn.Warn(p.s.log, "dropping reply from a non-member", "from", e.From)
+		return
+	}
+	if e.Kind == kindItem {
+		p.s.deliverItem(e.Call, callResult{wire: e})
 		return
 	}
 	p.s.complete(e.Call, callResult{wire: e})

@@ -2,6 +2,7 @@ package actor
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -49,6 +50,11 @@ type callState struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	gone      chan struct{} // closed when cancelled; made on first use
+
+	// A remote stream's producer's credits (stream.go).
+	credits    int
+	creditInit bool
+	creditSig  chan struct{}
 
 	key   callKey // a remote call's key in the table
 	owner *hosted // the actor handling a remote call
@@ -246,7 +252,7 @@ func (p *cancelProcess) SendUserMessage(_ *pa.PID, message any) {
 		return
 	}
 	e, err := unmarshalEnvelope(a)
-	if err == nil && e.Kind != kindCancel {
+	if err == nil && e.Kind != kindCancel && e.Kind != kindCredit {
 		err = fmt.Errorf("envelope of kind %d sent to the cancel process", e.Kind)
 	}
 	if err != nil {
@@ -257,6 +263,15 @@ func (p *cancelProcess) SendUserMessage(_ *pa.PID, message any) {
 	if !s.allowed(e.From) {
 		s.stats.dropped.Add(1)
 		s.warn.Warn(s.log, "dropping a cancel from a non-member", "from", e.From)
+		return
+	}
+	if e.Kind == kindCredit {
+		n, k := binary.Uvarint(e.Body)
+		if k <= 0 {
+			s.stats.dropped.Add(1)
+			return
+		}
+		s.inbound.credit(e.From, e.Call, n)
 		return
 	}
 	s.stats.cancelsReceived.Add(1)

@@ -129,7 +129,16 @@ const (
 	// kindCancel gives up call Call of the sending node (cancel.go): no
 	// type, no body.
 	kindCancel uint8 = 4
+	// kindStreamCall is a call whose answer may be several replies
+	// (stream.go): kindItem each, then a kindReply that ends it;
+	// kindCredit (uvarint body) lets the producer send that many more.
+	kindStreamCall uint8 = 5
+	kindItem       uint8 = 6
+	kindCredit     uint8 = 7
 )
+
+// isCall says whether an envelope of kind k waits for a reply.
+func isCall(k uint8) bool { return k == kindCall || k == kindStreamCall }
 
 // wireEnvelope is what crosses the network inside the Any. Body holds the
 // message's msgpack bytes, or is empty when the body went over the bulk path
@@ -309,11 +318,11 @@ func unmarshalEnvelope(a *anypb.Any) (*wireEnvelope, error) {
 	}
 	e.Body = r.b
 	switch e.Kind {
-	case kindTell, kindCall, kindReply, kindCancel:
+	case kindTell, kindCall, kindReply, kindCancel, kindStreamCall, kindItem, kindCredit:
 	default:
 		return nil, fmt.Errorf("decode envelope: unknown kind %d", e.Kind)
 	}
-	if (e.Kind == kindTell || e.Kind == kindCall) && e.Type == "" {
+	if (e.Kind == kindTell || isCall(e.Kind) || e.Kind == kindItem) && e.Type == "" {
 		return nil, errors.New("decode envelope: no message type")
 	}
 	return e, nil

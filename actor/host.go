@@ -315,7 +315,8 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any, released bool) {
 		s.warn.Warn(s.log, "dropping malformed message", "actor", h.ref.Name, "err", err)
 		return
 	}
-	if e.Kind == kindReply || e.Kind == kindCancel {
+	switch e.Kind {
+	case kindReply, kindCancel, kindItem, kindCredit:
 		return
 	}
 	if released {
@@ -327,7 +328,7 @@ func (h *hosted) handleWire(c pa.Context, a *anypb.Any, released bool) {
 		return
 	}
 	var st *callState
-	if e.Kind == kindCall {
+	if isCall(e.Kind) {
 		// Before its body is fetched: a call given up while it queued
 		// costs nothing more.
 		if st = s.inbound.begin(e.From, e.Call, h); st == nil {
@@ -396,7 +397,7 @@ func (h *hosted) handle(c pa.Context, msg any, call *localCall, wire *wireEnvelo
 			err = &ActorError{Actor: h.ref.Name, Message: err.Error(), err: err}
 		}
 		h.sys.complete(call.id, callResult{value: reply, err: err})
-	case wire != nil && wire.Kind == kindCall:
+	case wire != nil && isCall(wire.Kind):
 		h.replyWire(c, wire, reply, err)
 	}
 	if later == nil {
@@ -479,7 +480,7 @@ func (h *hosted) invoke(inst Actor, ctx *Context, msg any) (reply any, err error
 }
 
 func (h *hosted) replyWire(c pa.Context, req *wireEnvelope, reply any, err error) {
-	if req.Kind != kindCall {
+	if !isCall(req.Kind) {
 		return
 	}
 	sender := c.Sender()

@@ -77,6 +77,10 @@ func runPeer() {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
+	if _, err := s.SpawnLocal(LocalSpawn{Name: "streamer", Kind: "test.streamer", MaxConcurrency: 2}); err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
 	for i, name := range []string{"gate1", "gate2"} {
 		if _, err := s.SpawnLocal(LocalSpawn{Name: name, Kind: "test.gate", MaxConcurrency: i + 1}); err != nil {
 			fmt.Println("ERR", err)

@@ -59,7 +59,7 @@ func (r *Reply) Send(value any, err error) {
 			err = &ActorError{Actor: r.name, Message: err.Error(), err: err}
 		}
 		s.complete(r.to.call.id, callResult{value: value, err: err})
-	case r.to.wire != nil && r.to.wire.Kind == kindCall && r.to.sender != nil:
+	case r.to.wire != nil && isCall(r.to.wire.Kind) && r.to.sender != nil:
 		s.as.Root.Send(r.to.sender, s.wireReply(r.to.wire, value, err))
 	}
 }

@@ -233,6 +233,9 @@ type pendingCall struct {
 	addr   string
 	ch     chan callResult
 	since  time.Time // when it was sent
+	// fail, for a stream (stream.go), takes its failure: ch may be full
+	// of items its caller has not read.
+	fail chan error
 }
 
 type callResult struct {
@@ -475,8 +478,43 @@ func (s *System) complete(id uint64, r callResult) {
 	p := s.pending[id]
 	delete(s.pending, id)
 	s.pmu.Unlock()
-	if p != nil {
-		p.ch <- r
+	if p == nil {
+		return
+	}
+	if p.fail == nil {
+		p.ch <- r // room for one: a call is completed once
+		return
+	}
+	select {
+	case p.ch <- r:
+	default:
+		// A peer that sent past its stream's window: the end is lost, and
+		// the stream fails rather than the reply process blocking.
+		s.stats.dropped.Add(1)
+		select {
+		case p.fail <- fmt.Errorf("stream's producer sent past its window of %d: %w", StreamWindow, ErrConnLost):
+		default:
+		}
+	}
+}
+
+// deliverItem hands one item of stream id to its caller.
+func (s *System) deliverItem(id uint64, r callResult) {
+	s.pmu.Lock()
+	p := s.pending[id]
+	if p != nil && p.fail == nil {
+		p = nil // not a stream: a reply is its only answer
+	}
+	s.pmu.Unlock()
+	if p == nil {
+		s.stats.dropped.Add(1)
+		return
+	}
+	select {
+	case p.ch <- r:
+	default:
+		s.stats.dropped.Add(1)
+		s.warn.Warn(s.log, "dropping a stream item past the stream's window", "from", r.wire.From)
 	}
 }
 
@@ -491,6 +529,13 @@ func (s *System) failWhere(match func(*pendingCall) bool, err error) {
 	}
 	s.pmu.Unlock()
 	for _, p := range hit {
+		if p.fail != nil {
+			select {
+			case p.fail <- err:
+			default:
+			}
+			continue
+		}
 		p.ch <- callResult{err: err}
 	}
 }

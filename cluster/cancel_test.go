@@ -34,7 +34,11 @@ type HolderCount struct{}
 type HolderCounted struct {
 	Started, Cancelled, Told int
 	Node                     string
+	StreamStopped            string // why its last stream stopped early
 }
+
+// CountTo asks a holder to stream the replies Sum{N: 1} to Sum{N: N}.
+type CountTo struct{ N int }
 
 // HolderArgs: a holder restarted (not first built) waits in its factory
 // until Gate answers, so a test sees it RESTARTING as long as it needs.
@@ -48,6 +52,7 @@ type holderActor struct {
 
 	mu                       sync.Mutex
 	started, cancelled, told int
+	streamStopped            string
 	active                   int
 	changed                  chan struct{}
 }
@@ -81,6 +86,22 @@ func (a *holderActor) Receive(ctx *actor.Context, msg any) (any, error) {
 		a.told += m.N
 		a.mu.Unlock()
 		return nil, nil
+	case CountTo:
+		w, err := ctx.StreamReplies()
+		if err != nil {
+			return nil, err
+		}
+		for i := 1; i <= m.N; i++ {
+			if err := w.Send(Sum{N: i, Node: a.node}); err != nil {
+				a.mu.Lock()
+				a.streamStopped = err.Error()
+				a.mu.Unlock()
+				w.Close(err)
+				return nil, nil
+			}
+		}
+		w.Close(nil)
+		return nil, nil
 	case HolderCount:
 		// A hold cancelled may still be on its way out (MaxConcurrency):
 		// the count waits for it.
@@ -88,7 +109,7 @@ func (a *holderActor) Receive(ctx *actor.Context, msg any) (any, error) {
 			a.mu.Lock()
 			if a.active == 0 {
 				defer a.mu.Unlock()
-				return HolderCounted{Started: a.started, Cancelled: a.cancelled, Told: a.told, Node: a.node}, nil
+				return HolderCounted{Started: a.started, Cancelled: a.cancelled, Told: a.told, Node: a.node, StreamStopped: a.streamStopped}, nil
 			}
 			if a.changed == nil {
 				a.changed = make(chan struct{})
@@ -142,7 +163,7 @@ func (gatekeeper) Receive(ctx *actor.Context, msg any) (any, error) {
 }
 
 func init() {
-	actor.RegisterMessage(HoldCall{}, Began{}, HolderCount{}, HolderCounted{}, HolderArgs{}, GateWait{})
+	actor.RegisterMessage(HoldCall{}, Began{}, HolderCount{}, HolderCounted{}, HolderArgs{}, GateWait{}, CountTo{})
 	actor.RegisterKind("test.holder", func(ctx *actor.Context, args any) (actor.Actor, error) {
 		if a, ok := args.(HolderArgs); ok && a.Gate != nil && ctx.Restarts() > 0 {
 			if _, err := a.Gate.Call(ctx.Life(), GateWait{}); err != nil {
@@ -277,6 +298,43 @@ func TestEarlyStopCancelsQueuedCalls(t *testing.T) {
 			t.Errorf("%s: %d more began, %d more cancelled; want 1 and 1 (the queued one dropped)", h.Name(), c.Started-was.Started, c.Cancelled-was.Cancelled)
 		}
 	})
+}
+
+// TestStreamFromAnotherNode: cluster.Stream yields a replica's streamed
+// replies in order, from another node; a break out of the loop cancels the
+// producer there.
+func TestStreamFromAnotherNode(t *testing.T) {
+	key := testKey(t)
+	a := startLocalNode(t, "st-a", key)
+	startNodeProcess(t, "st-b", key, a.GossipAddress(), 0, "")
+	waitFor(t, "2 nodes", 10*time.Second, func() bool { return nodeCount(a) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h, err := a.Spawn(ctx, "test.holder", SpawnOptions{Name: "st-holder", Node: "st-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 1
+	for s, err := range Stream[Sum](ctx, h, CountTo{N: 3 * actor.StreamWindow}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.N != want || s.Node != "st-b" {
+			t.Fatalf("reply %d: %+v", want, s)
+		}
+		want++
+	}
+	if want != 3*actor.StreamWindow+1 {
+		t.Fatalf("%d replies, want %d", want-1, 3*actor.StreamWindow)
+	}
+	for s, err := range Stream[Sum](ctx, h, CountTo{N: 1 << 20}) {
+		if err != nil || s.N >= 5 {
+			break
+		}
+	}
+	if c := countOn(t, ctx, h); !strings.Contains(c.StreamStopped, actor.ErrCallCancelled.Error()) {
+		t.Errorf("producer after the break: stopped by %q, want the cancel", c.StreamStopped)
+	}
 }
 
 // TestCallRetriesAfterRestart: calls in flight to three actors on node b

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"iter"
 	"sort"
 	"strings"
 	"sync"
@@ -218,6 +220,63 @@ func (h *Handle) Call(ctx context.Context, msg any) (any, error) {
 		}
 		if why := n.awaitReincarnation(ctx, h.name, rec); why != nil {
 			return nil, &RetryError{Actor: h.name, Tries: tries, MaxRetries: bound, Err: fmt.Errorf("%w (not sent again: %v)", err, why)}
+		}
+	}
+}
+
+// Stream sends msg to the actor for a streamed answer (actor.System.Stream:
+// replies read with Next as they come, the producer held to
+// actor.StreamWindow unread ones; Close, or the end, cancels it). While
+// the actor is restarting it waits for it, within ctx, as Call does;
+// a stream is not retried.
+func (h *Handle) Stream(ctx context.Context, msg any) (*actor.Stream, error) {
+	n, err := h.node()
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := n.dir.Actor(h.name); !ok {
+		if _, err := n.Lookup(ctx, h.name); err != nil {
+			return nil, fmt.Errorf("stream %s: %w", h.name, err)
+		}
+	}
+	ref, err := n.resolve(ctx, h.name)
+	if err != nil {
+		return nil, err
+	}
+	return n.sys.Stream(ctx, ref, msg)
+}
+
+// Stream yields the replies of h's actor to msg as they come, in order
+// (Ray's num_returns="streaming"): each with a nil error, then it ends.
+// A failure (the actor's error after its replies, its death, ctx's end)
+// is yielded once, with a zero reply, and ends it. Breaking out of the
+// loop cancels the producer (its Send fails).
+func Stream[R any](ctx context.Context, h *Handle, msg any) iter.Seq2[R, error] {
+	return func(yield func(R, error) bool) {
+		var zero R
+		st, err := h.Stream(ctx, msg)
+		if err != nil {
+			yield(zero, err)
+			return
+		}
+		defer st.Close()
+		for {
+			v, err := st.Next(ctx)
+			switch {
+			case errors.Is(err, io.EOF):
+				return
+			case err != nil:
+				yield(zero, err)
+				return
+			}
+			r, ok := v.(R)
+			if !ok {
+				yield(zero, fmt.Errorf("stream %s: reply is %T, want %T", h.name, v, zero))
+				return
+			}
+			if !yield(r, nil) {
+				return
+			}
 		}
 	}
 }
