@@ -37,6 +37,9 @@ func (s *System) Call(ctx context.Context, ref Ref, msg any) (any, error) {
 	if ref.IsZero() {
 		return nil, fmt.Errorf("call: empty actor ref: %w", ErrActorNotFound)
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("call %s: %w", ref.Name, err) // not sent: nothing to cancel
+	}
 	s.stats.callsSent.Add(1)
 	pid := &pa.PID{Address: ref.Address, Id: ref.ID}
 	if ref.Address == s.addr {
@@ -46,19 +49,19 @@ func (s *System) Call(ctx context.Context, ref Ref, msg any) (any, error) {
 		if _, ok := s.as.ProcessRegistry.GetLocal(ref.ID); !ok {
 			return nil, fmt.Errorf("call %s on node %s: %w", ref.Name, s.addr, ErrActorNotFound)
 		}
-		id, ch := s.register(ref.Address+"/"+ref.ID, ref.Address)
-		lc := &localCall{id: id}
+		lc := &localCall{}
+		id, ch := s.register(ref.Address+"/"+ref.ID, ref.Address, ctx.Done(), lc)
 		s.as.Root.Send(pid, &localEnvelope{msg: msg, call: lc})
-		return s.wait(ctx, id, ch, ref, func() { lc.state.abandon() })
+		return s.wait(ctx, id, ch, ref)
 	}
-	id, ch := s.register(ref.Address+"/"+ref.ID, ref.Address)
+	id, ch := s.register(ref.Address+"/"+ref.ID, ref.Address, ctx.Done(), nil)
 	a, err := s.encodeWire(kindCall, id, msg)
 	if err != nil {
 		s.unregister(id)
 		return nil, fmt.Errorf("call %s: %w", ref.Name, err)
 	}
 	s.as.Root.RequestWithCustomSender(pid, a, s.replyPID)
-	return s.wait(ctx, id, ch, ref, func() { s.sendCancel(ref.Address, id) })
+	return s.wait(ctx, id, ch, ref)
 }
 
 // Tell sends msg to ref without waiting. It fails only when msg cannot be
@@ -122,15 +125,14 @@ func (s *System) encodeWire(kind uint8, call uint64, msg any) (*anypb.Any, error
 }
 
 // wait waits for call id's result; a call given up while still pending
-// is cancelled at the actor (abandon).
-func (s *System) wait(ctx context.Context, id uint64, ch chan callResult, ref Ref, abandon func()) (any, error) {
+// is cancelled at the actor, with the others made with the same ctx
+// (abandonGroup).
+func (s *System) wait(ctx context.Context, id uint64, ch chan callResult, ref Ref) (any, error) {
 	var r callResult
 	select {
 	case r = <-ch:
 	case <-ctx.Done():
-		if s.unregister(id) {
-			abandon()
-		}
+		s.abandonGroup(ctx.Done(), id)
 		return nil, fmt.Errorf("call %s: %w", ref.Name, ctx.Err())
 	case <-s.closed:
 		s.unregister(id)

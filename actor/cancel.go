@@ -50,6 +50,7 @@ type callState struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	gone      chan struct{} // closed when cancelled; made on first use
+	goneShut  bool
 
 	// A remote stream's producer's credits (stream.go).
 	credits    int
@@ -85,22 +86,41 @@ func (c *callState) context(life context.Context) context.Context {
 	return c.ctx
 }
 
-// abandon marks the call given up by its caller; true when it was neither
-// given up nor answered before.
+// abandon marks the call given up by its caller and ends its context;
+// true when it was neither given up nor answered before.
 func (c *callState) abandon() bool {
+	if !c.mark() {
+		return false
+	}
+	c.fire()
+	return true
+}
+
+// mark marks the call given up, so that it is dropped if not begun, but
+// leaves a running one's context alone until fire: the calls a caller
+// gives up at once are all marked before any running one ends, so that
+// none still queued can take the turn a running one frees.
+func (c *callState) mark() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cancelled || c.ended {
 		return false
 	}
 	c.cancelled = true
+	return true
+}
+
+// fire ends a marked call's context.
+func (c *callState) fire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.cancel != nil {
 		c.cancel(ErrCallCancelled)
 	}
-	if c.gone != nil {
+	if c.gone != nil && !c.goneShut {
 		close(c.gone)
+		c.goneShut = true
 	}
-	return true
 }
 
 // end marks the call answered: its context ends.
@@ -130,6 +150,7 @@ func (c *callState) goneCh() <-chan struct{} {
 		c.gone = make(chan struct{})
 		if c.cancelled {
 			close(c.gone)
+			c.goneShut = true
 		}
 	}
 	return c.gone
@@ -164,17 +185,31 @@ func (t *inboundCalls) begin(from string, id uint64, h *hosted) *callState {
 	return st
 }
 
-// cancel applies a cancel from node from for its call id; true when it
-// reached a running call.
-func (t *inboundCalls) cancel(from string, id uint64) bool {
-	k := callKey{from: from, id: id}
+// cancel applies a cancel from node from for its call ids, all at once
+// (callState.mark); it returns how many running calls it reached.
+func (t *inboundCalls) cancel(from string, ids ...uint64) int {
+	var fire []*callState
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if st := t.running[k]; st != nil {
-		return st.abandon()
+	for _, id := range ids {
+		if st := t.running[callKey{from: from, id: id}]; st != nil {
+			if st.mark() {
+				fire = append(fire, st)
+			}
+			continue
+		}
+		t.keep(callKey{from: from, id: id})
 	}
+	t.mu.Unlock()
+	for _, st := range fire {
+		st.fire()
+	}
+	return len(fire)
+}
+
+// keep keeps the cancel of call k, not begun here; t.mu held.
+func (t *inboundCalls) keep(k callKey) {
 	if _, ok := t.early[k]; ok {
-		return false
+		return
 	}
 	if t.early == nil {
 		t.early = map[callKey]struct{}{}
@@ -188,7 +223,6 @@ func (t *inboundCalls) cancel(from string, id uint64) bool {
 		t.next = (t.next + 1) % maxCancelsKept
 	}
 	t.early[k] = struct{}{}
-	return false
 }
 
 // finish drops a remote call from the table once answered.
@@ -230,11 +264,64 @@ func (s *System) endCall(st *callState) {
 	st.end()
 }
 
-// sendCancel tells the node at addr that this node gave its call id up.
-func (s *System) sendCancel(addr string, id uint64) {
-	a, _ := marshalEnvelope(&wireEnvelope{Kind: kindCancel, Call: id, From: s.addr})
-	s.stats.cancelsSent.Add(1)
-	s.as.Root.Send(&pa.PID{Address: addr, Id: cancelProcessID}, a)
+// maxCancelBatch bounds the call ids of one cancel envelope.
+const maxCancelBatch = 1024
+
+// sendCancel tells the node at addr that this node gave its calls ids up,
+// in envelopes of up to maxCancelBatch ids applied at once there: the call
+// id, and the others as uvarints in the body.
+func (s *System) sendCancel(addr string, ids ...uint64) {
+	for len(ids) > 0 {
+		n := min(len(ids), maxCancelBatch)
+		e := wireEnvelope{Kind: kindCancel, Call: ids[0], From: s.addr}
+		for _, id := range ids[1:n] {
+			e.Body = binary.AppendUvarint(e.Body, id)
+		}
+		a, _ := marshalEnvelope(&e)
+		s.stats.cancelsSent.Add(uint64(n))
+		s.as.Root.Send(&pa.PID{Address: addr, Id: cancelProcessID}, a)
+		ids = ids[n:]
+	}
+}
+
+// abandonGroup gives up the pending calls made with the context whose
+// Done channel is done (a Map's calls, say), call id among them, at once:
+// in-process ones are all marked before any is fired, and each node gets
+// one cancel envelope for all of its, so that a call still queued behind a
+// running one is dropped, not begun in the turn the running one frees.
+// Another call's goroutine may have taken the group already: then none.
+func (s *System) abandonGroup(done <-chan struct{}, id uint64) {
+	s.pmu.Lock()
+	if _, ok := s.pending[id]; !ok {
+		s.pmu.Unlock()
+		return
+	}
+	var group []*pendingCall
+	for k, p := range s.pending {
+		if k == id || (p.done == done && p.fail == nil) {
+			group = append(group, p)
+			delete(s.pending, k)
+		}
+	}
+	s.pmu.Unlock()
+	var local []*callState
+	remote := map[string][]uint64{}
+	for _, p := range group {
+		switch {
+		case p.lc != nil:
+			if p.lc.state.mark() {
+				local = append(local, &p.lc.state)
+			}
+		case p.addr != s.addr:
+			remote[p.addr] = append(remote[p.addr], p.id)
+		}
+	}
+	for addr, ids := range remote {
+		s.sendCancel(addr, ids...)
+	}
+	for _, st := range local {
+		st.fire()
+	}
 }
 
 // cancelProcess receives other nodes' cancels. Like the reply process it
@@ -274,10 +361,16 @@ func (p *cancelProcess) SendUserMessage(_ *pa.PID, message any) {
 		s.inbound.credit(e.From, e.Call, n)
 		return
 	}
-	s.stats.cancelsReceived.Add(1)
-	if s.inbound.cancel(e.From, e.Call) {
-		s.stats.callsInterrupted.Add(1)
+	ids := []uint64{e.Call}
+	for b := e.Body; len(b) > 0 && len(ids) < maxCancelBatch; {
+		id, k := binary.Uvarint(b)
+		if k <= 0 {
+			break
+		}
+		ids, b = append(ids, id), b[k:]
 	}
+	s.stats.cancelsReceived.Add(uint64(len(ids)))
+	s.stats.callsInterrupted.Add(uint64(s.inbound.cancel(e.From, ids...)))
 }
 
 func (p *cancelProcess) SendSystemMessage(*pa.PID, any) {}

@@ -178,13 +178,14 @@ func TestCancelReachesTheActor(t *testing.T) {
 				t.Fatalf("gate: began %v, %d ended by their cancel, other causes %q; want %d began and cancelled, the other %d dropped unrun",
 					got.Began, got.Cancelled, got.Other, tc.running, calls-tc.running)
 			}
+			// Calls given up before they were sent are not sent at all.
 			after := s.Stats()
 			if tc.ref.Address == s.Address() {
-				if d := after.CallsDropped - before.CallsDropped; d != uint64(calls-tc.running) {
-					t.Errorf("CallsDropped grew by %d, want %d", d, calls-tc.running)
+				if d := after.CallsDropped - before.CallsDropped; d > uint64(calls-tc.running) {
+					t.Errorf("CallsDropped grew by %d, more than the %d queued", d, calls-tc.running)
 				}
-			} else if d := after.CancelsSent - before.CancelsSent; d != calls {
-				t.Errorf("CancelsSent grew by %d, want %d", d, calls)
+			} else if d := after.CancelsSent - before.CancelsSent; d < uint64(tc.running) || d > calls {
+				t.Errorf("CancelsSent grew by %d, want %d to %d", d, tc.running, calls)
 			}
 			select {
 			case n := <-notes:
@@ -288,7 +289,7 @@ func TestCancelsKeptAreBounded(t *testing.T) {
 	}
 	// A cancel for a running call ends its Context and keeps nothing.
 	c := st.context(context.Background())
-	if !tbl.cancel("10.0.0.9:7000", 0) || !errors.Is(context.Cause(c), ErrCallCancelled) {
+	if tbl.cancel("10.0.0.9:7000", 0) != 1 || !errors.Is(context.Cause(c), ErrCallCancelled) {
 		t.Errorf("a running call's cancel: cause %v", context.Cause(c))
 	}
 	tbl.finish(st)

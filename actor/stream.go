@@ -46,12 +46,16 @@ type Stream struct {
 
 	final *callResult // a local call's end, read before its last items
 	end   error       // io.EOF, the call's error or ErrStreamClosed: sticky
+	// unbind stops the cancel on Stream's ctx's end, once the stream ended.
+	unbind func() bool
+	life   context.Context // Stream's ctx: its end ends the stream
 }
 
 // Stream sends msg to the actor ref, which may answer it with several
 // replies (Context.StreamReplies); read them with Next. A Receive that
-// answers as for a Call gives one reply. Close the Stream when done with
-// it before its end: that cancels the call at the actor.
+// answers as for a Call gives one reply. ctx bounds the whole stream: its
+// end cancels the call at the actor, as Close does; Close a Stream given
+// up before its end.
 func (s *System) Stream(ctx context.Context, ref Ref, msg any) (*Stream, error) {
 	if ref.IsZero() {
 		return nil, fmt.Errorf("stream: empty actor ref: %w", ErrActorNotFound)
@@ -63,7 +67,7 @@ func (s *System) Stream(ctx context.Context, ref Ref, msg any) (*Stream, error) 
 	}
 	s.stats.callsSent.Add(1)
 	pid := &pa.PID{Address: ref.Address, Id: ref.ID}
-	st := &Stream{s: s, ref: ref, fail: make(chan error, 1)}
+	st := &Stream{s: s, ref: ref, fail: make(chan error, 1), life: ctx}
 	if ref.Address == s.addr {
 		if _, err := registeredName(msg); err != nil {
 			return nil, fmt.Errorf("stream %s: %w", ref.Name, err)
@@ -75,6 +79,7 @@ func (s *System) Stream(ctx context.Context, ref Ref, msg any) (*Stream, error) 
 		st.items = make(chan any, StreamWindow)
 		st.lc = &localCall{id: st.id, items: st.items}
 		s.as.Root.Send(pid, &localEnvelope{msg: msg, call: st.lc})
+		st.unbind = context.AfterFunc(ctx, st.cancel)
 		return st, nil
 	}
 	st.id, st.ch = s.registerStream(ref, StreamWindow+1, st.fail)
@@ -84,7 +89,25 @@ func (s *System) Stream(ctx context.Context, ref Ref, msg any) (*Stream, error) 
 		return nil, fmt.Errorf("stream %s: %w", ref.Name, err)
 	}
 	s.as.Root.RequestWithCustomSender(pid, a, s.replyPID)
+	st.unbind = context.AfterFunc(ctx, st.cancel)
 	return st, nil
+}
+
+// cancel gives the call up at the actor if it is still pending. Safe from
+// any goroutine (it touches the system's state only).
+func (st *Stream) cancel() {
+	if !st.s.unregister(st.id) {
+		return
+	}
+	select { // a Next waiting with another context learns of it
+	case st.fail <- context.Canceled:
+	default:
+	}
+	if st.lc != nil {
+		st.lc.state.abandon()
+		return
+	}
+	st.s.sendCancel(st.ref.Address, st.id)
 }
 
 func (s *System) registerStream(ref Ref, room int, fail chan error) (uint64, chan callResult) {
@@ -102,6 +125,10 @@ func (s *System) registerStream(ref Ref, room int, fail chan error) (uint64, cha
 // leaves the stream open: Close gives it up.
 func (st *Stream) Next(ctx context.Context) (any, error) {
 	for {
+		if err := st.life.Err(); err != nil && st.end == nil {
+			st.cancel()
+			st.end = fmt.Errorf("stream %s: %w", st.ref.Name, err)
+		}
 		if st.end != nil {
 			return nil, st.end
 		}
@@ -127,8 +154,8 @@ func (st *Stream) Next(ctx context.Context) (any, error) {
 				v, err := st.s.decodeReply(ctx, st.ref, r.wire)
 				st.credit()
 				if err != nil {
-					st.Close()
 					st.end = err
+					st.Close()
 					return nil, err
 				}
 				return v, nil
@@ -141,6 +168,7 @@ func (st *Stream) Next(ctx context.Context) (any, error) {
 				return v, nil
 			}
 		case err := <-st.fail:
+			st.unbind()
 			st.end = fmt.Errorf("stream %s: %w", st.ref.Name, err)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("stream %s: %w", st.ref.Name, ctx.Err())
@@ -151,6 +179,7 @@ func (st *Stream) Next(ctx context.Context) (any, error) {
 // finish takes the call's end: a value it carried (a Receive that
 // answered as for a Call) is the last reply, and true.
 func (st *Stream) finish(ctx context.Context, r callResult) (any, bool) {
+	st.unbind()
 	st.end = io.EOF
 	var v any
 	var err error
@@ -185,14 +214,8 @@ func (st *Stream) Close() {
 	if st.end == nil {
 		st.end = ErrStreamClosed
 	}
-	if !st.s.unregister(st.id) {
-		return
-	}
-	if st.lc != nil {
-		st.lc.state.abandon()
-		return
-	}
-	st.s.sendCancel(st.ref.Address, st.id)
+	st.unbind()
+	st.cancel()
 }
 
 // Streamer sends the replies of a streamed call (Context.StreamReplies).

@@ -50,6 +50,7 @@ func (s *streamer) Receive(ctx *Context, msg any) (any, error) {
 		}
 		s.mu.Lock()
 		s.active++
+		s.stopped = ""
 		s.mu.Unlock()
 		defer s.done()
 		for i := range m.N {
@@ -193,6 +194,27 @@ func TestStreamedReplies(t *testing.T) {
 			}
 			if sent := c.Sent - before.Sent - n; !strings.Contains(c.Stopped, ErrCallCancelled.Error()) || sent > 3+StreamWindow {
 				t.Errorf("producer after Close: %d sent, stopped by %q; want at most %d, stopped by the cancel", sent, c.Stopped, 3+StreamWindow)
+			}
+
+			// The end of Stream's ctx stops the producer too.
+			sctx, stop := context.WithCancel(ctx)
+			st, err = s.Stream(sctx, tc.ref, streamAsk{N: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Next(ctx); err != nil {
+				t.Fatal(err)
+			}
+			stop()
+			if _, err := st.Next(ctx); !errors.Is(err, context.Canceled) {
+				t.Errorf("Next after the stream's ctx ended: %v", err)
+			}
+			c2, err := CallAs[streamCounted](ctx, s, tc.ref, streamCount{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sent := c2.Sent - c.Sent; !strings.Contains(c2.Stopped, ErrCallCancelled.Error()) || sent > 1+StreamWindow {
+				t.Errorf("producer after its stream's ctx ended: %d sent, stopped by %q", sent, c2.Stopped)
 			}
 
 			// The producer's error comes after its replies.

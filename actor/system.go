@@ -236,6 +236,11 @@ type pendingCall struct {
 	// fail, for a stream (stream.go), takes its failure: ch may be full
 	// of items its caller has not read.
 	fail chan error
+	// id, the context's Done channel it was made with and, in-process,
+	// the call itself: what abandonGroup needs.
+	id   uint64
+	done <-chan struct{}
+	lc   *localCall
 }
 
 type callResult struct {
@@ -454,11 +459,14 @@ func (s *System) Stop() {
 // Done is closed once the system has stopped.
 func (s *System) Done() <-chan struct{} { return s.closed }
 
-func (s *System) register(target, addr string) (uint64, chan callResult) {
+func (s *System) register(target, addr string, done <-chan struct{}, lc *localCall) (uint64, chan callResult) {
 	id := s.nextCall.Add(1)
 	ch := make(chan callResult, 1)
+	if lc != nil {
+		lc.id = id
+	}
 	s.pmu.Lock()
-	s.pending[id] = &pendingCall{target: target, addr: addr, ch: ch, since: time.Now()}
+	s.pending[id] = &pendingCall{target: target, addr: addr, ch: ch, since: time.Now(), id: id, done: done, lc: lc}
 	s.pmu.Unlock()
 	return id, ch
 }

@@ -266,8 +266,10 @@ func TestEarlyStopCancelsQueuedCalls(t *testing.T) {
 				t.Errorf("%s: %d calls began, %d ended by their cancel; want 1 and 1 (its 2 queued dropped)", h.Name(), c.Started, c.Cancelled)
 			}
 		}
-		if d := a.System().Stats().CancelsSent - before; d != 6 {
-			t.Errorf("%d cancels sent, want one per call sent (6)", d)
+		// One per call sent: the running 2 and those queued (a goroutine
+		// that had not sent its call by the stop does not send it).
+		if d := a.System().Stats().CancelsSent - before; d < 2 || d > 6 {
+			t.Errorf("%d cancels sent, want 2 to 6", d)
 		}
 		select {
 		case b := <-began:
