@@ -17,8 +17,10 @@ import (
 // another node (ActorRecord.ArgsAt) with none at all.
 //
 // Bump it with any change an older build would misread; builds before
-// this check existed count as 0.
-const Wire = 2
+// this check existed count as 0. 3: cancel, stream and credit envelopes,
+// and ActorRecord.MaxCallRetries (an older leader restarting an actor
+// would drop it).
+const Wire = 3
 
 // spoken is the wire protocol this process speaks and checkWires whether
 // it refuses others: Wire and true but in tests, whose child nodes play
