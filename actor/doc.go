@@ -1,6 +1,7 @@
 // Package actor is rlnode's typed actor API over protoactor-go: actor kinds
 // registered by name, spawn, references, Call (request/response with context
-// deadline and cancellation) and Tell, watches, pools, and the message codec
+// deadline and cancellation that reaches the actor), Stream (several replies
+// under a window) and Tell, watches, pools, and the message codec
 // that carries plain Go structs as msgpack between nodes.
 //
 // It owns the actor transport (protoactor remote over gRPC) and the chunked
