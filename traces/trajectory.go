@@ -79,6 +79,31 @@ type Split struct {
 	Why         string // the detail: where the tokens part, which models
 }
 
+// SplitSummary counts the splits of one reason and names the first.
+type SplitSummary struct {
+	Reason SplitReason
+	Calls  int
+	First  string // "trace T span S: why"
+}
+
+// SummarizeSplits is splits as one summary per reason, in the order the
+// reasons first occur, so a store of thousands of calls that split for one
+// reason reads as one line (the run and the export print the same lines).
+func SummarizeSplits(splits []Split) []SplitSummary {
+	var out []SplitSummary
+	at := map[SplitReason]int{}
+	for _, sp := range splits {
+		i, seen := at[sp.Reason]
+		if !seen {
+			i = len(out)
+			at[sp.Reason] = i
+			out = append(out, SplitSummary{Reason: sp.Reason, First: fmt.Sprintf("trace %s span %s: %s", sp.Trace, sp.Span, sp.Why)})
+		}
+		out[i].Calls++
+	}
+	return out
+}
+
 // Built is what Build made of stored traces.
 type Built struct {
 	// Turns are the rows, one trace's next to each other.

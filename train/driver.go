@@ -442,7 +442,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			return Result{}, fmt.Errorf("%s: %w", traceField(err), err)
 		}
 		r.res.TraceCalls, r.res.TraceRetokenized, r.res.TraceRows = r.traces.calls, r.traces.retokenized, r.traces.rows
-		r.res.TraceSplits = r.traces.splitList()
+		r.res.TraceSplits = r.traces.splits
 		r.log.Info("data.traces: rows", "calls", r.traces.calls, "rows", r.traces.rows, "per_call", d.PerCall)
 		for _, sp := range r.res.TraceSplits {
 			r.log.Info("data.traces: calls that start a row of their own", "reason", sp.Reason, "calls", sp.Calls, "first", sp.First)

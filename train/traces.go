@@ -90,10 +90,9 @@ type loadedTraces struct {
 	retokenized int          // of them, re-tokenized (no token ids recorded)
 	rows        int          // the rows they make (fewer where calls merged)
 	// splits count the calls that started a row of their own although
-	// calls of their trace came before them, by reason; firstSplit names
-	// the first of each.
-	splits     map[traces.SplitReason]int
-	firstSplit map[traces.SplitReason]string
+	// calls of their trace came before them: one per reason, in the order
+	// the reasons first occur, each naming its first call.
+	splits []TraceSplit
 	// refused traces left out (TraceData.SkipRefused), and the first's
 	// reason.
 	refused      int
@@ -103,21 +102,7 @@ type loadedTraces struct {
 // TraceSplit counts the calls of data.traces that started a row of their
 // own although calls of their trace came before them, for one reason
 // (traces.SplitReason), and names the first.
-type TraceSplit struct {
-	Reason string
-	Calls  int
-	First  string
-}
-
-// splitList is lt's splits, in the order of their reasons.
-func (lt *loadedTraces) splitList() []TraceSplit {
-	var out []TraceSplit
-	for reason, n := range lt.splits {
-		out = append(out, TraceSplit{Reason: string(reason), Calls: n, First: lt.firstSplit[reason]})
-	}
-	slices.SortFunc(out, func(a, b TraceSplit) int { return strings.Compare(a.Reason, b.Reason) })
-	return out
-}
+type TraceSplit = traces.SplitSummary
 
 // loadTraces reads d's store for a run with warmup warm-up steps and
 // groupSize × perStep RL batches: the calls as trajectory rows (recorded
@@ -172,15 +157,7 @@ func loadTraces(d *TraceData, tok *tokenizer.Tokenizer, pc *policyContext, seed 
 			len(ts), len(dropped), why)
 	}
 	lt := &loadedTraces{calls: built.Calls, retokenized: built.Retokenized, rows: len(rows)}
-	for _, sp := range built.Splits {
-		if lt.splits == nil {
-			lt.splits, lt.firstSplit = map[traces.SplitReason]int{}, map[traces.SplitReason]string{}
-		}
-		if lt.splits[sp.Reason] == 0 {
-			lt.firstSplit[sp.Reason] = fmt.Sprintf("trace %s span %s: %s", sp.Trace, sp.Span, sp.Why)
-		}
-		lt.splits[sp.Reason]++
-	}
+	lt.splits = traces.SummarizeSplits(built.Splits)
 	for _, dr := range dropped {
 		if dr.Refused {
 			if lt.refused == 0 {

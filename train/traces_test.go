@@ -228,7 +228,7 @@ func TestLoadTracesMergesConversations(t *testing.T) {
 		rows    int
 		splits  []TraceSplit
 	}{
-		{false, 3, []TraceSplit{{Reason: string(traces.SplitPrefix), Calls: 1, First: "trace " + traces.Span{TraceID: [16]byte{1}}.TraceID.String() +
+		{false, 3, []TraceSplit{{Reason: traces.SplitPrefix, Calls: 1, First: "trace " + traces.Span{TraceID: [16]byte{1}}.TraceID.String() +
 			" span " + traces.Span{SpanID: [8]byte{3}}.SpanID.String() + ": its prompt has 3 tokens, fewer than the 5 of the conversation so far"}}},
 		{true, 4, nil},
 	} {
@@ -238,7 +238,7 @@ func TestLoadTracesMergesConversations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		splits := lt.splitList()
+		splits := lt.splits
 		if lt.calls != 4 || lt.rows != c.rows || len(lt.warmup) != c.rows || len(splits) != len(c.splits) {
 			t.Fatalf("per call %v: %d calls in %d rows (%d warm-up), splits %+v; want 4 in %d, splits %+v", c.perCall, lt.calls, lt.rows, len(lt.warmup), splits, c.rows, c.splits)
 		}
@@ -270,7 +270,7 @@ func TestLoadTracesMergesConversations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if splits := lt.splitList(); lt.rows != 3 || len(splits) != 2 || splits[0].Reason != string(traces.SplitReward) || splits[0].Calls != 1 {
+	if splits := lt.splits; lt.rows != 3 || len(splits) != 2 || splits[0].Reason != traces.SplitReward || splits[0].Calls != 1 {
 		t.Errorf("min_reward: %d rows, splits %+v; want trace 1's 3 calls apart, the second split for its reward", lt.rows, splits)
 	}
 }

@@ -481,7 +481,8 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "data.traces: %d model calls (%d with recorded token ids, %d re-tokenized) in %d rows\n",
 			res.TraceCalls, res.TraceCalls-res.TraceRetokenized, res.TraceRetokenized, res.TraceRows)
 		for _, sp := range res.TraceSplits {
-			fmt.Fprintf(stdout, "data.traces: %d calls start a row of their own: %s (the first: %s)\n", sp.Calls, sp.Reason, sp.First)
+			fmt.Fprint(stdout, "data.traces: ")
+			printSplit(stdout, sp)
 		}
 	}
 	if res.TracesRefused > 0 {

@@ -520,18 +520,14 @@ func tracesTrajectories(store string, f traces.Filter, policy, tokPath, out stri
 // of their trace came before them: one line per reason with its count
 // and the first one, as printDropped does.
 func printSplits(w io.Writer, splits []traces.Split) {
-	var reasons []traces.SplitReason
-	byReason := map[traces.SplitReason][]traces.Split{}
-	for _, s := range splits {
-		if byReason[s.Reason] == nil {
-			reasons = append(reasons, s.Reason)
-		}
-		byReason[s.Reason] = append(byReason[s.Reason], s)
+	for _, sp := range traces.SummarizeSplits(splits) {
+		printSplit(w, sp)
 	}
-	for _, r := range reasons {
-		first := byReason[r][0]
-		fmt.Fprintf(w, "%d calls start a row of their own: %s (the first: trace %s span %s: %s)\n", len(byReason[r]), r, first.Trace, first.Span, first.Why)
-	}
+}
+
+// printSplit is the line the export and the run print for one reason.
+func printSplit(w io.Writer, sp traces.SplitSummary) {
+	fmt.Fprintf(w, "%d calls start a row of their own: %s (the first: %s)\n", sp.Calls, sp.Reason, sp.First)
 }
 
 // printDropped says which traces and calls became no trajectory row: one
