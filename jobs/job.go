@@ -292,6 +292,10 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 		// driver has exited.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		// noRoom counts the driver's no-room exits in a row: one that ran
+		// longer than the longest wait had room, so the next wait starts
+		// short again.
+		noRoom := 0
 		for attempt := 0; ; attempt++ {
 			t0 := time.Now()
 			// A stop is checked and the driver started under the lock a
@@ -343,8 +347,12 @@ func start(actx *actor.Context, spec Spec) (*job, error) {
 			// The cluster has no room for the run now, though it could
 			// hold it: the job waits for room (PENDING) and starts its
 			// driver again, which continues the run where it is.
+			if time.Since(t0) > roomRetry {
+				noRoom = 0
+			}
+			noRoom++
 			why := pendingWhy(lastWord(logf.Name()), node.Record, node.Views())
-			if !j.waitForRoom(actx, node, logf, why, roomRetryAfter(attempt+1)) {
+			if !j.waitForRoom(actx, node, logf, why, roomRetryAfter(noRoom)) {
 				if j.stopWasAsked() {
 					continue // the loop's check ends the job
 				}
