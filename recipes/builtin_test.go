@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"text/template"
 )
 
 // Every built-in recipe loads and validates, and its resolved form loads
@@ -73,6 +74,23 @@ func TestBuiltinPickWarmupsLeaveTheHintToRL(t *testing.T) {
 		checked++
 		if strings.Contains(l.SFT.FeedbackResponse, ".Hint") {
 			t.Errorf("%s: sft.feedback_response %q names the hint: the warm-up, not RL, would teach the feedback policy to pass it on", name, l.SFT.FeedbackResponse)
+		}
+		// What the target says must not depend on the hint or the answer:
+		// rendered for two problems that differ only in those, it is the same.
+		render := func(hint, answer string) string {
+			tpl, err := template.New(name).Parse(l.SFT.FeedbackResponse)
+			if err != nil {
+				t.Fatalf("%s: sft.feedback_response: %v", name, err)
+			}
+			var b strings.Builder
+			fields := map[string]string{"Problem": "Pick: 17 42 8", "Question": "Pick: 17 42 8", "Attempt": "\\boxed{42}", "AnyHint": "3rd", "Hint": hint, "Answer": answer}
+			if err := tpl.Execute(&b, fields); err != nil {
+				t.Fatalf("%s: sft.feedback_response: %v", name, err)
+			}
+			return b.String()
+		}
+		if a, b := render("1st", "17"), render("2nd", "42"); a != b {
+			t.Errorf("%s: sft.feedback_response %q renders %q for hint 1st (answer 17) and %q for hint 2nd (answer 42): the warm-up would teach what only RL should", name, l.SFT.FeedbackResponse, a, b)
 		}
 		if !strings.Contains(l.SFT.FeedbackResponse, ".AnyHint") || !strings.Contains(l.SFT.RefineFeedback, ".Hint") {
 			t.Errorf("%s: sft.feedback_response %q, sft.refine_feedback %q: want the form with .AnyHint and the solver shown .Hint", name, l.SFT.FeedbackResponse, l.SFT.RefineFeedback)
