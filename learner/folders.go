@@ -515,7 +515,7 @@ func fetchChunk(ctx context.Context, sys *actor.System, from FolderCaller, r Chu
 				return fmt.Errorf("its offer was withdrawn %d times before it could be fetched (more readers at once than the %d chunks the server keeps on offer): %w", ask, maxChunkOffers, err)
 			}
 			// Apart from the readers it raced with, then again.
-			if err := sleepCtx(cctx, time.Duration(ask)*time.Duration(1+rand.IntN(10))*time.Millisecond); err != nil {
+			if err := ctxio.Sleep(cctx, time.Duration(ask)*time.Duration(1+rand.IntN(10))*time.Millisecond); err != nil {
 				return err
 			}
 			continue
@@ -529,17 +529,6 @@ func fetchChunk(ctx context.Context, sys *actor.System, from FolderCaller, r Chu
 		h.Write(data)
 		_, err = w.Write(data)
 		return err
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

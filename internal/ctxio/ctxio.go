@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 )
 
 // Reader returns r read at most chunk bytes at a time, each read checking
@@ -47,4 +48,18 @@ func FileSHA256(ctx context.Context, path string) (string, error) {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Sleep waits d, or until ctx is done, whichever comes first; it returns
+// ctx's error in the second case (a retry loop's wait that a caller's
+// cancellation cuts short).
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/ctxio"
 	"github.com/rlnode/rlnode/rollout/engine"
 )
 
@@ -571,7 +572,7 @@ func (c *Client) generate(ctx context.Context, r *engine.Request) (engine.Result
 	avoid := -1
 	for attempt := 1; attempt <= c.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
-			if err := sleepCtx(ctx, backoff(c.cfg.RetryBase, c.cfg.RetryMax, attempt)); err != nil {
+			if err := ctxio.Sleep(ctx, backoff(c.cfg.RetryBase, c.cfg.RetryMax, attempt)); err != nil {
 				return engine.Result{}, last.withCause(attempt-1, err)
 			}
 		}
@@ -615,17 +616,6 @@ func backoff(base, max time.Duration, attempt int) time.Duration {
 	}
 	d = min(d, max)
 	return d/2 + time.Duration(randInt64N(int64(d/2)+1))
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func quoteList(ss []string) string {

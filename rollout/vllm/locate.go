@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/rlnode/rlnode/internal/ctxio"
 )
 
 // Servers that move (Config.Locate): a launched server starts again in
@@ -149,7 +151,7 @@ func (c *Client) awaitLocated(parent context.Context) error {
 			}
 		}
 		if ctx.Err() == nil {
-			_ = sleepCtx(ctx, backoff(c.cfg.RetryBase, c.cfg.RetryMax, attempt+1))
+			_ = ctxio.Sleep(ctx, backoff(c.cfg.RetryBase, c.cfg.RetryMax, attempt+1))
 		}
 		if parent.Err() != nil {
 			return parent.Err()

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/ctxio"
 )
 
 // Weight updates. The weight-sync actor calls these; the client keeps the
@@ -511,7 +513,7 @@ func (c *Client) controlRetry(ctx context.Context, s *server, method, path strin
 	var err error
 	for attempt := 1; attempt <= c.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
-			if werr := sleepCtx(ctx, backoff(c.cfg.RetryBase, c.cfg.RetryMax, attempt)); werr != nil {
+			if werr := ctxio.Sleep(ctx, backoff(c.cfg.RetryBase, c.cfg.RetryMax, attempt)); werr != nil {
 				return nil, fmt.Errorf("%w (after: %v)", werr, err)
 			}
 		}
