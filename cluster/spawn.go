@@ -177,6 +177,21 @@ func (h *Handle) node() (*Node, error) {
 // Name is the actor's name.
 func (h *Handle) Name() string { return h.name }
 
+// known is h's node, once h's actor is in its directory (looked up from
+// the cluster when it is not yet); verb names the operation in the error.
+func (h *Handle) known(ctx context.Context, verb string) (*Node, error) {
+	n, err := h.node()
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := n.dir.Actor(h.name); !ok {
+		if _, err := n.Lookup(ctx, h.name); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", verb, h.name, err)
+		}
+	}
+	return n, nil
+}
+
 // Call sends msg and waits for the reply (see actor.System.Call). While the
 // actor is restarting the call waits for it, within ctx. An actor this
 // node's directory does not know yet (a handle that came in a message
@@ -187,14 +202,9 @@ func (h *Handle) Name() string { return h.name }
 // cluster restarted it; the error is then a *RetryError saying how many
 // tries were made.
 func (h *Handle) Call(ctx context.Context, msg any) (any, error) {
-	n, err := h.node()
+	n, err := h.known(ctx, "call")
 	if err != nil {
 		return nil, err
-	}
-	if _, ok := n.dir.Actor(h.name); !ok {
-		if _, err := n.Lookup(ctx, h.name); err != nil {
-			return nil, fmt.Errorf("call %s: %w", h.name, err)
-		}
 	}
 	for tries := 1; ; tries++ {
 		rec, err := n.resolveRecord(ctx, h.name)
@@ -230,14 +240,9 @@ func (h *Handle) Call(ctx context.Context, msg any) (any, error) {
 // the actor is restarting it waits for it, within ctx, as Call does;
 // a stream is not retried.
 func (h *Handle) Stream(ctx context.Context, msg any) (*actor.Stream, error) {
-	n, err := h.node()
+	n, err := h.known(ctx, "stream")
 	if err != nil {
 		return nil, err
-	}
-	if _, ok := n.dir.Actor(h.name); !ok {
-		if _, err := n.Lookup(ctx, h.name); err != nil {
-			return nil, fmt.Errorf("stream %s: %w", h.name, err)
-		}
 	}
 	ref, err := n.resolve(ctx, h.name)
 	if err != nil {
@@ -401,14 +406,9 @@ func (h *Handle) Tell(msg any) error {
 // restarting (as Call does), and looks up one this node's directory does
 // not know yet. Delivery is not confirmed.
 func (h *Handle) TellContext(ctx context.Context, msg any) error {
-	n, err := h.node()
+	n, err := h.known(ctx, "tell")
 	if err != nil {
 		return err
-	}
-	if _, ok := n.dir.Actor(h.name); !ok {
-		if _, err := n.Lookup(ctx, h.name); err != nil {
-			return fmt.Errorf("tell %s: %w", h.name, err)
-		}
 	}
 	rec, err := n.resolveRecord(ctx, h.name)
 	if err != nil {
