@@ -455,11 +455,12 @@ func editDistance(a, b string) int {
 // applySet applies the override "a.b.c=value" to the document's root
 // mapping: the value (parsed as YAML, so 3, 1e-4, true, [a, b] and null
 // keep their types) replaces or adds the key, creating sections on the way.
-// A null value removes a key the recipe has; on a key it lacks it is added
-// as null, so a misspelt key is still named (and a value field says it has
-// nothing to remove).
+// A null value removes a key the recipe has (recorded in removed, so a
+// problem with its absence names the override); on a key it lacks it is
+// added as null, so a misspelt key is still named (and a value field says
+// it has nothing to remove).
 // The nodes it adds are recorded in marks so errors name the override.
-func applySet(root *yaml.Node, set string, marks map[*yaml.Node]string) error {
+func applySet(root *yaml.Node, set string, marks map[*yaml.Node]string, removed map[string]string) error {
 	keyPath, value, ok := strings.Cut(set, "=")
 	if !ok || keyPath == "" {
 		return fmt.Errorf("want KEY.PATH=VALUE")
@@ -508,6 +509,7 @@ func applySet(root *yaml.Node, set string, marks map[*yaml.Node]string) error {
 				// been written (a default applies, an optional section is
 				// gone), which is how a variant drops a built-in's setting.
 				cur.Content = slices.Delete(cur.Content, found-1, found+1)
+				removed[keyPath] = set // errors about it name the override
 			case found >= 0 && last:
 				cur.Content[found] = val
 			case found >= 0:

@@ -25,6 +25,7 @@ type Loaded struct {
 	Sets []string
 
 	pos      map[string]Pos
+	removed  map[string]string // paths a --set KEY=null removed → the override
 	relative []RelPath
 }
 
@@ -179,14 +180,15 @@ func parse(file string, src []byte, dir, setsDir string, sets []string) (*Loaded
 	if root.Kind != yaml.MappingNode {
 		return nil, Errors{{Pos: Pos{File: file, Line: root.Line}, Msg: "want a recipe (key: value pairs), got " + describe(root)}}
 	}
+	removed := map[string]string{}
 	for _, s := range sets {
-		if err := applySet(root, s, d.sets); err != nil {
+		if err := applySet(root, s, d.sets, removed); err != nil {
 			d.errs = append(d.errs, &Error{Pos: Pos{File: file, Set: s}, Msg: err.Error()})
 		}
 	}
 	r := Default()
 	d.decode(root, reflect.ValueOf(r).Elem(), "")
-	l := &Loaded{Recipe: r, Source: file, Sets: append([]string{}, sets...), pos: d.pos}
+	l := &Loaded{Recipe: r, Source: file, Sets: append([]string{}, sets...), pos: d.pos, removed: removed}
 	{
 		// A field that failed to decode keeps its default; the checks below
 		// skip problems on or around it so one mistake is reported once.
@@ -258,11 +260,15 @@ func (l *Loaded) isSet(path string) bool {
 }
 
 // nearest is the position of path, or of its closest ancestor that the
-// file sets, or the file itself.
+// file sets (or that a --set KEY=null removed: that override), or the
+// file itself.
 func (l *Loaded) nearest(path string) Pos {
 	for p := path; p != ""; {
 		if pos, ok := l.pos[p]; ok {
 			return pos
+		}
+		if set, ok := l.removed[p]; ok {
+			return Pos{File: l.Source, Set: set}
 		}
 		i := strings.LastIndex(p, ".")
 		if i < 0 {

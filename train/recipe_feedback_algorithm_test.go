@@ -39,7 +39,7 @@ func TestFromRecipeFeedbackAlgorithm(t *testing.T) {
 		{"solver-grpo-feedback-ppo", "mlmt_math", []string{"algorithm.mlmt.feedback_algorithm=ppo", "models.feedback.value_head=true"}, learner.GRPO, learner.PPO, 0, 5e-4},
 		{"alias", "mlmt_math", []string{"algorithm.mlmt.feedback_algorithm=dr_grpo"}, learner.GRPO, learner.DrGRPO, 0, 5e-4},
 		{"lr", "mlmt_math", []string{"algorithm.lr=1e-4", "algorithm.mlmt.feedback_lr=3e-4"}, learner.GRPO, learner.GRPO, 1e-4, 3e-4},
-		{"feedback lr defaults to lr", "rl_guided_score", []string{"algorithm.lr=2e-4"}, learner.GRPO, learner.GRPO, 2e-4, 2e-4},
+		{"feedback lr defaults to lr", "rl_guided_score", []string{"algorithm.lr=2e-4", "algorithm.mlmt.feedback_lr=null"}, learner.GRPO, learner.GRPO, 2e-4, 2e-4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := loadFromRecipe(t, c.recipe, c.sets)

@@ -18,16 +18,10 @@ import (
 // The multi-turn built-ins map onto the driver's presets: mlmt_math is
 // MLMTMath (templates rendering the same text), its variants
 // differ from it only where they say, and score_math is
-// SCoReMath. bi_level_score and rl_guided_score keep the warm-up and
-// learning rates mlmt_math had before its feedback target stopped naming
-// the hint (hintWarmup).
+// SCoReMath. bi_level_score and rl_guided_score take mlmt_math's warm-up,
+// learning rates and entropy bonus.
 func TestFromRecipeMultiTurn(t *testing.T) {
 	data := TemplateData{Question: "Pick: 17 42 8", Answer: "42", Hint: "2nd", AnyHint: "3rd", Attempt: `\boxed{17}`, Feedback: " take the 2nd"}
-	hintWarmup := func(c Config) Config {
-		c.FeedbackAnswerTemplate, c.RefineFeedbackTemplate, c.WarmupSteps = " take the {{.Hint}}", "", 150
-		c.Feedback.LR, c.Learner.Loss.EntropyCoef = c.Learner.LR, 0
-		return c
-	}
 	for _, tc := range []struct {
 		recipe string
 		want   func() Config
@@ -41,17 +35,17 @@ func TestFromRecipeMultiTurn(t *testing.T) {
 		}},
 		{"score_math", func() Config { return SCoReMath("OUT") }},
 		{"bi_level_score", func() Config {
-			c := hintWarmup(MLMTMath("OUT"))
+			c := MLMTMath("OUT")
 			c.BiLevel = &BiLevel{ValueCoef: 0.1, ValueLossCoef: 1, TrainGuidance: true, GuidanceKLCoef: 0.05}
 			return c
 		}},
 		{"rl_guided_score", func() Config {
-			c := hintWarmup(MLMTMath("OUT"))
+			c := MLMTMath("OUT")
 			c.ShapeRefine, c.ScoreAlpha = true, 10
 			return c
 		}},
 		{"bi_level_score_stopgrad", func() Config {
-			c := hintWarmup(MLMTMath("OUT"))
+			c := MLMTMath("OUT")
 			c.BiLevel = &BiLevel{ValueCoef: 0.1, ValueLossCoef: 1, StopValueGradients: true, TrainGuidance: true, GuidanceKLCoef: 0.05}
 			return c
 		}},
