@@ -302,7 +302,17 @@ type Batch struct {
 	// policy loss: one finite value ≥ 0 per sequence, nil: 1 each
 	// (policy-gradient algorithms; SCoRe's stage I).
 	PGWeights, KLWeights []float64
+	// EntropyCoef, when set, weighs this batch's entropy bonus instead of
+	// Loss.EntropyCoef: a driver adapting the coefficient per step
+	// (algorithm.entropy_target) sends it with each batch. Finite, in
+	// [0, MaxEntropyCoef]; policy-gradient algorithms only.
+	EntropyCoef *float64 `msgpack:",omitempty"`
 }
+
+// MaxEntropyCoef bounds Batch.EntropyCoef: an entropy bonus weighed above
+// 1 per token outweighs any normalized advantage, so a larger value sent
+// with a batch is a fault, not a setting.
+const MaxEntropyCoef = 1.0
 
 // Stats report one Train call (summed or averaged over its mini-batches).
 type Stats struct {

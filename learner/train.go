@@ -85,6 +85,9 @@ func (l *Learner) TrainContext(ctx context.Context, b Batch) (Stats, error) {
 		k := pass % len(p.mini)
 		mini := p.mini[k]
 		lossCfg := l.cfg.Loss
+		if b.EntropyCoef != nil {
+			lossCfg.EntropyCoef = *b.EntropyCoef // checked by prepare
+		}
 		if l.cfg.KLInReward {
 			lossCfg.KLCoef = 0 // in the rewards instead
 		}
@@ -403,6 +406,14 @@ func (l *Learner) prepare(ctx context.Context, b Batch) (*prepared, error) {
 		}
 	}
 	p.pgW, p.klW = b.PGWeights, b.KLWeights
+	if c := b.EntropyCoef; c != nil {
+		switch {
+		case !cfg.policyGradient():
+			return nil, fmt.Errorf("batch: entropy_coef: only policy-gradient algorithms have an entropy bonus (algorithm %s)", cfg.Algorithm)
+		case !(*c >= 0 && *c <= MaxEntropyCoef):
+			return nil, fmt.Errorf("batch: entropy_coef %v: want a value in [0, %v]", *c, MaxEntropyCoef)
+		}
+	}
 	needRewards := cfg.Algorithm != SFT && (p.adv == nil || cfg.Algorithm == RWSFT || cfg.Algorithm == PPO || cfg.ValueBaseline != nil)
 	if needRewards || b.Rewards != nil {
 		if len(b.Rewards) != n {
