@@ -380,6 +380,19 @@ func (a *AgentEpisode) setDefaults() {
 	*a = AgentEpisode{MaxSteps: 8, Returns: "episode", Gamma: 1, Template: DefaultAgentTemplate}
 }
 
+// Defaults of adaptive entropy control (algorithm.entropy_target).
+// DefaultEntropyCoefStep is Skywork-OR1's Δ. DefaultEntropyCoefMax is ten
+// such steps: the bonus a policy gets after ten RL steps below the target
+// in a row, five times the usual fixed 0.01, and a bound on how far a
+// coefficient can overshoot before the entropy answers.
+const (
+	DefaultEntropyCoefStep = 0.005
+	DefaultEntropyCoefMax  = 0.05
+	// MaxEntropyCoef bounds entropy_coef_max (the learner refuses a
+	// coefficient above it).
+	MaxEntropyCoef = 1.0
+)
+
 // Algorithm is the RL algorithm and its hyper-parameters.
 type Algorithm struct {
 	// Name is grpo, ppo (with the value head as critic), rloo,
@@ -413,8 +426,22 @@ type Algorithm struct {
 	// every response token's reward before GAE instead of adding the KL
 	// to the loss (InstructGPT's and TRL's PPO). Default false.
 	KLInReward bool `yaml:"kl_in_reward"`
-	// EntropyCoef weighs the entropy bonus; ≥ 0. Default 0.
+	// EntropyCoef weighs the entropy bonus; ≥ 0. Default 0. With
+	// EntropyTarget it is the adapted coefficient's starting value.
 	EntropyCoef float64 `yaml:"entropy_coef"`
+	// EntropyTarget, when set, adapts each trained policy's entropy
+	// coefficient after every RL step toward this mean token entropy (nats,
+	// > 0; Skywork-OR1's adaptive entropy control): a step below it raises
+	// the coefficient by EntropyCoefStep, a step above lowers it, within
+	// [0, EntropyCoefMax], and the bonus is applied only while the policy's
+	// last measured entropy is below the target. Absent: entropy_coef is a
+	// fixed bonus.
+	EntropyTarget *float64 `yaml:"entropy_target,omitempty"`
+	// EntropyCoefStep is the coefficient's change per RL step, ≥ 0;
+	// EntropyCoefMax its ceiling, in [entropy_coef, 1]. Only with
+	// EntropyTarget. Default DefaultEntropyCoefStep, DefaultEntropyCoefMax.
+	EntropyCoefStep *float64 `yaml:"entropy_coef_step,omitempty"`
+	EntropyCoefMax  *float64 `yaml:"entropy_coef_max,omitempty"`
 	// Aggregation is token-mean, seq-mean-token-mean or
 	// seq-mean-token-sum-norm. Default token-mean (drgrpo:
 	// seq-mean-token-sum-norm).

@@ -193,6 +193,16 @@ func (r *Recipe) resolve(dir, setsDir string, isSet, fromSet func(string) bool, 
 			a.Aggregation = "seq-mean-token-sum-norm"
 		}
 	}
+	if a.EntropyTarget != nil {
+		if a.EntropyCoefStep == nil {
+			v := DefaultEntropyCoefStep
+			a.EntropyCoefStep = &v
+		}
+		if a.EntropyCoefMax == nil {
+			v := DefaultEntropyCoefMax
+			a.EntropyCoefMax = &v
+		}
+	}
 	mlmt := r.Episode.Type == "mlmt"
 	if m := &a.MLMT; mlmt && !m.StaticFeedback {
 		if n, ok := algorithmAliases[m.FeedbackAlgorithm]; ok {
@@ -520,6 +530,7 @@ func (r *Recipe) validate(isSet func(string) bool) []Problem {
 		c.add("algorithm.kl_estimator", "%q: want k1, k2 or k3", a.KLEstimator)
 	}
 	c.nonNegativeF("algorithm.entropy_coef", a.EntropyCoef)
+	c.entropyControl(r, algoOK)
 	if !slices.Contains(Aggregations, a.Aggregation) {
 		c.add("algorithm.aggregation", "%q: want token-mean, seq-mean-token-mean or seq-mean-token-sum-norm", a.Aggregation)
 	}
@@ -1517,4 +1528,62 @@ func (c *checker) sftUntil(r *Recipe) {
 	if u.Episodes < 0 || u.Episodes > MaxUntilEpisodes {
 		c.add("sft.until.episodes", "%d: want 1..%d (0: %d)", u.Episodes, MaxUntilEpisodes, DefaultUntilEpisodes)
 	}
+}
+
+// entropyControl checks adaptive entropy control (algorithm.entropy_target
+// and the fields that go with it).
+func (c *checker) entropyControl(r *Recipe, algoOK bool) {
+	a := &r.Algorithm
+	if a.EntropyTarget == nil {
+		for _, f := range []struct {
+			path string
+			v    *float64
+		}{{"algorithm.entropy_coef_step", a.EntropyCoefStep}, {"algorithm.entropy_coef_max", a.EntropyCoefMax}} {
+			if f.v != nil {
+				c.add(f.path, "%v: only with algorithm.entropy_target (adaptive entropy control), which is absent", *f.v)
+			}
+		}
+		return
+	}
+	if t := *a.EntropyTarget; !(t > 0) || math.IsInf(t, 0) {
+		c.add("algorithm.entropy_target", "%v: want a finite mean token entropy > 0 (nats)", t)
+	}
+	if s := *a.EntropyCoefStep; !(s >= 0) || math.IsInf(s, 0) {
+		c.add("algorithm.entropy_coef_step", "%v: want a finite value ≥ 0", s)
+	}
+	switch m := *a.EntropyCoefMax; {
+	case !(m >= 0 && m <= MaxEntropyCoef):
+		c.add("algorithm.entropy_coef_max", "%v: want a value in [0, %v]", m, MaxEntropyCoef)
+	case a.EntropyCoef > m:
+		c.add("algorithm.entropy_coef", "%v: the adapted coefficient starts here, so it must be at most algorithm.entropy_coef_max %v", a.EntropyCoef, m)
+	}
+	if !algoOK {
+		return
+	}
+	// A policy has an entropy term when it trains in RL with a
+	// policy-gradient loss: rw_sft has none, and bi-level's feedback
+	// policy without train_guidance_model trains its value head alone.
+	mlmt := r.Episode.Type == "mlmt"
+	trains := func(p string) bool { return !mlmt || slices.Contains(a.MLMT.Train, p) }
+	var controlled []string
+	if trains("solver") && a.Name != "rw_sft" {
+		controlled = append(controlled, "solver")
+	}
+	fb := mlmt && !a.MLMT.StaticFeedback && !a.MLMT.SharedWeights && trains("feedback")
+	if fb && a.MLMT.FeedbackAlgorithm != "rw_sft" && (a.BiLevel == nil || a.BiLevel.TrainGuidanceModel) {
+		controlled = append(controlled, "feedback")
+	}
+	if len(controlled) == 0 {
+		c.add("algorithm.entropy_target", "%v: no policy this run trains has an entropy term to adapt (algorithm.name %q%s)", *a.EntropyTarget, a.Name, feedbackNote(r))
+	}
+}
+
+// feedbackNote names the feedback policy's algorithm for entropyControl's
+// error, where the recipe has one.
+func feedbackNote(r *Recipe) string {
+	m := r.Algorithm.MLMT
+	if r.Episode.Type != "mlmt" || m.StaticFeedback || m.SharedWeights {
+		return ""
+	}
+	return fmt.Sprintf(", algorithm.mlmt.feedback_algorithm %q, algorithm.mlmt.train %v", m.FeedbackAlgorithm, m.Train)
 }

@@ -106,6 +106,10 @@ type Config struct {
 	// feedback learner's value V_L is the solver's baseline (bilevel.go).
 	// Nil: off.
 	BiLevel *BiLevel
+	// EntropyControl adapts each trained policy's entropy coefficient
+	// toward a target entropy (entropy.go); nil: Learner.Loss.EntropyCoef
+	// is a fixed bonus.
+	EntropyControl *EntropyControl
 	// Archer trains the solver with ArCHer (archer.go): an utterance-level
 	// critic in the driver gives every solver turn the advantage
 	// Q(s, a) − V(s). Nil: off.
@@ -627,6 +631,9 @@ func (c *Config) validate() (*compiled, error) {
 		}
 	}
 	if err := c.validateHierarchy(); err != nil {
+		return nil, err
+	}
+	if err := c.validateEntropyControl(); err != nil {
 		return nil, err
 	}
 	l := c.Learner

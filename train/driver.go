@@ -67,6 +67,12 @@ type Metrics struct {
 	FeedbackGradNorm *float64 `json:"feedback_grad_norm,omitempty"`
 	FeedbackEntropy  *float64 `json:"feedback_entropy,omitempty"`
 	FeedbackLR       *float64 `json:"feedback_lr,omitempty"`
+	// EntropyCoef and FeedbackEntropyCoef are the entropy coefficients the
+	// solver's and the feedback policy's losses used at an RL step that
+	// trained them, under entropy control (Config.EntropyControl): 0 while
+	// the policy's entropy was above the target.
+	EntropyCoef         *float64 `json:"entropy_coef,omitempty"`
+	FeedbackEntropyCoef *float64 `json:"feedback_entropy_coef,omitempty"`
 	// The feedback policy's critic (PPO): as ValueLoss, ExplainedVar.
 	FeedbackValueLoss    *float64 `json:"feedback_value_loss,omitempty"`
 	FeedbackExplainedVar *float64 `json:"feedback_explained_var,omitempty"`
@@ -209,6 +215,9 @@ type driverState struct {
 	// WarmupSteps is the warm-up's length once a probe ended it early
 	// (Config.WarmupUntil); absent otherwise.
 	WarmupSteps *int `json:"warmup_steps,omitempty"`
+	// EntropyControl is each controlled policy's entropy controller
+	// (Config.EntropyControl), by policy id; absent without control.
+	EntropyControl map[string]entropyState `json:"entropy_control,omitempty"`
 }
 
 // policy is one trained policy: its learner (one actor or a shard
@@ -278,6 +287,9 @@ type run struct {
 	// one did (cfg.WarmupSteps is then that step).
 	warmupPlanned int
 	warmupEnded   *int
+	// entropy is the entropy controller's state of each policy it adapts
+	// (Config.EntropyControl), by policy id; nil without control.
+	entropy map[string]entropyState
 	// folders serves the learners whose nodes do not see the run folder
 	// what they load (learner.Folders); probe is the name of the file
 	// that tells them apart (placeLearners); vllmProbe is the file that
@@ -353,6 +365,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return Result{}, fmt.Errorf("create the run folder: %w", err)
 	}
+	r.startEntropyControl()
 	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
 	if cfg.Resume != "" {
 		if !cfg.ResumeVerified {
@@ -930,8 +943,9 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 	// Bi-level MLMT trains the feedback policy first: its value of each
 	// episode before the step is the solver's baseline.
 	var fst learner.Stats
+	var solverCoef, feedbackCoef *float64 // under entropy control
 	if cfg.BiLevel != nil {
-		if fst, err = r.train(ctx, r.feedback, fbb); err != nil {
+		if fst, feedbackCoef, err = r.trainRL(ctx, r.feedback, fbb); err != nil {
 			return Metrics{}, err
 		}
 		if err := biLevelAdvantages(&sb, batch.turns, r.solver.id, r.feedback.id, solverTurns, fst.Values); err != nil {
@@ -949,20 +963,21 @@ func (r *run) rlStep(ctx context.Context, pipe *pipeline, p StepPlan) (Metrics, 
 	var st learner.Stats
 	if !trainSolver {
 		r.step++ // the run's step, with no solver step in it
-	} else if st, err = r.train(ctx, r.solver, sb); err != nil {
+	} else if st, solverCoef, err = r.trainRL(ctx, r.solver, sb); err != nil {
 		return Metrics{}, err
 	}
-	m := Metrics{Phase: "rl"}
+	m := Metrics{Phase: "rl", EntropyCoef: solverCoef}
 	r.fill(&m, st)
 	if !trainSolver {
 		m.ValueLoss, m.ValueClipFrac, m.ExplainedVar = nil, nil, nil
 	}
 	m.CriticQLoss, m.CriticVLoss, m.ReplaySize, m.CriticAdvantageMean = cm.CriticQLoss, cm.CriticVLoss, cm.ReplaySize, cm.CriticAdvantageMean
 	if trainFeedback && cfg.BiLevel == nil {
-		if fst, err = r.train(ctx, r.feedback, fbb); err != nil {
+		if fst, feedbackCoef, err = r.trainRL(ctx, r.feedback, fbb); err != nil {
 			return Metrics{}, err
 		}
 	}
+	m.FeedbackEntropyCoef = feedbackCoef
 	if trainFeedback {
 		fillFeedback(&m, fst, cfg.Feedback.learnerConfig(cfg).Algorithm)
 		if cfg.BiLevel != nil {
@@ -1060,7 +1075,7 @@ func (r *run) checkpoint(ctx context.Context, dir string) (err error) {
 			return err
 		}
 	}
-	js, err := json.MarshalIndent(driverState{Step: r.step, TrainCursor: r.cursor - r.prefetched, WeightVersion: r.version, Seed: r.cfg.Seed, WarmupSteps: r.warmupEnded}, "", "  ")
+	js, err := json.MarshalIndent(driverState{Step: r.step, TrainCursor: r.cursor - r.prefetched, WeightVersion: r.version, Seed: r.cfg.Seed, WarmupSteps: r.warmupEnded, EntropyControl: r.entropy}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -1110,6 +1125,9 @@ func (r *run) readResumeState() error {
 		return fmt.Errorf("resume: %s: step %d, cursor %d: want ≥ 0", path, ds.Step, ds.TrainCursor)
 	}
 	r.step, r.cursor = ds.Step, ds.TrainCursor
+	if err := r.resumeEntropyControl(ds, path); err != nil {
+		return err
+	}
 	return r.resumeWarmupEnd(ds, path)
 }
 

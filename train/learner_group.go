@@ -463,6 +463,9 @@ func (r *run) restartLearners(ctx context.Context, cause error) error {
 	if err := r.resumeWarmupEnd(ds, dir); err != nil {
 		return err
 	}
+	if err := r.resumeEntropyControl(ds, dir); err != nil {
+		return err
+	}
 	for _, p := range []*policy{r.solver, r.feedback} {
 		if p == nil {
 			continue

@@ -289,6 +289,16 @@ func (l recipe) config(out string) (Config, error) {
 			CriticUpdates: ar.CriticUpdatesPerStep, CriticBatch: ar.CriticBatchSize, WarmupSteps: ar.WarmupSteps,
 			InitFromPolicy: ar.CriticInit == "policy"}
 	}
+	if a.EntropyTarget != nil {
+		ec := &EntropyControl{Target: *a.EntropyTarget, Step: recipes.DefaultEntropyCoefStep, Max: recipes.DefaultEntropyCoefMax}
+		if a.EntropyCoefStep != nil {
+			ec.Step = *a.EntropyCoefStep
+		}
+		if a.EntropyCoefMax != nil {
+			ec.Max = *a.EntropyCoefMax
+		}
+		cfg.EntropyControl = ec
+	}
 	if t := r.SFT.Trajectories; t != "" {
 		cfg.WarmupTrajectories = &WarmupTrajectories{Path: t, Weighting: r.SFT.Weighting, Beta: r.SFT.Beta, Threshold: r.SFT.Threshold, BaseSteps: r.SFT.BaseSteps}
 	}
