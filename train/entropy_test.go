@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/learner"
+	"github.com/rlnode/rlnode/recipes"
 )
-
 
 // The controller's rule (Skywork-OR1's adaptive entropy control): below
 // the target the coefficient rises a step, above it falls a step, at it
@@ -99,7 +99,7 @@ func TestEntropyControlPerPolicy(t *testing.T) {
 		t.Fatalf("starting state %v, want solver and feedback at 0.01", r.entropy)
 	}
 	ec := c.EntropyControl
-	r.entropy["solver"] = ec.observe(r.entropy["solver"], 0.1)       // below: up
+	r.entropy["solver"] = ec.observe(r.entropy["solver"], 0.1)      // below: up
 	r.entropy["feedback"] = ec.observe(r.entropy["feedback"], 1.68) // above: down
 	r.entropy["solver"] = ec.observe(r.entropy["solver"], 0.1)
 	if s, f := r.entropy["solver"], r.entropy["feedback"]; math.Abs(s.Coef-0.02) > 1e-15 || math.Abs(f.Coef-0.005) > 1e-15 {
@@ -132,6 +132,14 @@ func TestEntropyControlPerPolicy(t *testing.T) {
 		if got := strings.Join(cc.entropyControlled(), " "); got != tc.want {
 			t.Errorf("%s: controlled %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The recipe's ceiling on entropy_coef_max is the learner's on a batch's
+// coefficient (recipes imports nothing of the learner to share it).
+func TestEntropyCoefBoundsAgree(t *testing.T) {
+	if recipes.MaxEntropyCoef != learner.MaxEntropyCoef {
+		t.Errorf("recipes.MaxEntropyCoef %v, learner.MaxEntropyCoef %v", recipes.MaxEntropyCoef, learner.MaxEntropyCoef)
 	}
 }
 
@@ -283,5 +291,18 @@ func TestEntropyControlOffAboveTarget(t *testing.T) {
 		if m["phase"] == "rl" && (m["entropy_coef"] != 0.0 || m["feedback_entropy_coef"] != 0.0) {
 			t.Errorf("step %v: entropy_coef %v, feedback_entropy_coef %v, want 0 above the target", m["step"], m["entropy_coef"], m["feedback_entropy_coef"])
 		}
+	}
+}
+
+// The recipe's keys map onto Config.EntropyControl, with the defaults for
+// those not given; without entropy_target there is none.
+func TestEntropyControlFromRecipe(t *testing.T) {
+	cfg, _ := loadRun(t, "quickstart", []string{"algorithm.entropy_target=0.4", "algorithm.entropy_coef_max=0.02"})
+	want := EntropyControl{Target: 0.4, Step: recipes.DefaultEntropyCoefStep, Max: 0.02}
+	if cfg.EntropyControl == nil || *cfg.EntropyControl != want {
+		t.Errorf("entropy control %+v, want %+v", cfg.EntropyControl, want)
+	}
+	if cfg, _ := loadRun(t, "quickstart", nil); cfg.EntropyControl != nil {
+		t.Errorf("no entropy_target: entropy control %+v, want none", *cfg.EntropyControl)
 	}
 }
