@@ -588,18 +588,38 @@ func (n *Node) Free(refs ...ObjectRef) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), freeWait)
-			defer cancel()
-			if _, err := n.sys.Call(ctx, ref, objectFree{IDs: ids}); err != nil {
-				n.log.Warn("free objects: their node did not confirm", "node", node, "objects", len(ids), "err", err)
+			// Only the wait is freeWait: a call whose context ends is
+			// cancelled at the actor (dropped unrun while still queued), and
+			// the objects must go even when their node answers late. The
+			// call itself is bounded by freeDeliver.
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), freeDeliver)
+				defer cancel()
+				_, err := n.sys.Call(ctx, ref, objectFree{IDs: ids})
+				done <- err
+			}()
+			wait := time.NewTimer(freeWait)
+			defer wait.Stop()
+			select {
+			case err := <-done:
+				if err != nil {
+					n.log.Warn("free objects: their node did not confirm", "node", node, "objects", len(ids), "err", err)
+				}
+			case <-wait.C:
+				n.log.Warn("free objects: their node did not confirm in time; the request stays queued there", "node", node, "objects", len(ids), "waited", freeWait)
 			}
 		}()
 	}
 	wg.Wait()
 }
 
-// freeWait bounds how long Free waits for another node to drop objects.
-const freeWait = 10 * time.Second
+// freeWait bounds how long Free waits for another node to drop objects;
+// freeDeliver how long the request may wait in that node's queue.
+const (
+	freeWait    = 10 * time.Second
+	freeDeliver = 10 * time.Minute
+)
 
 func (n *Node) freeLocal(ids ...string) {
 	s := &n.objects

@@ -200,6 +200,8 @@ func (r *run) trainRL(ctx context.Context, p *policy, b learner.Batch) (learner.
 	if err != nil {
 		return st, nil, err
 	}
-	r.entropy[p.id] = r.cfg.EntropyControl.observe(s, st.Entropy)
+	if st.Tokens > 0 { // a batch with no loss token measured no entropy (Stats.Entropy 0)
+		r.entropy[p.id] = r.cfg.EntropyControl.observe(s, st.Entropy)
+	}
 	return st, &coef, nil
 }

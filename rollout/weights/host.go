@@ -224,8 +224,9 @@ type engineHost struct {
 func (h *engineHost) Receive(ctx *actor.Context, msg any) (any, error) {
 	switch m := msg.(type) {
 	case Push:
-		// The actor's context: a stop of the host (its rollout actor's,
-		// its node's) ends a push in progress instead of waiting for it.
+		// The push call's context: its caller giving up, or a stop of the
+		// host (its rollout actor's, its node's), ends a push in progress
+		// instead of waiting for it.
 		if err := h.recv.Apply(ctx.Context(), ctx.System(), m); err != nil {
 			return nil, fmt.Errorf("engine %s on %s: %w", h.name, ctx.System().Address(), err)
 		}
