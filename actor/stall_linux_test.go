@@ -53,16 +53,7 @@ func TestBulkFetchFromAStuckPeer(t *testing.T) {
 		{name: "same host, before the answer"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s, err := Start(Config{Logger: DiscardLogger(), BulkTCPOnly: c.tcp, BulkStall: 2 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(s.Stop)
-			p := startPeer(t)
-			t.Cleanup(func() { // killed, then let run to be reaped
-				_ = p.Cmd.Process.Signal(syscall.SIGKILL)
-				_ = p.Cmd.Process.Signal(syscall.SIGCONT)
-			})
+			s, p := stallPair(t, c.tcp)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			off, err := CallAs[Offered](ctx, s, bulkerRef(p), OfferPattern{Size: size, Seed: 3, Count: 1})
@@ -138,16 +129,7 @@ func TestBulkPushToAStuckReceiver(t *testing.T) {
 		{name: "same host"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s, err := Start(Config{Logger: DiscardLogger(), BulkTCPOnly: c.tcp, BulkStall: 2 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(s.Stop)
-			p := startPeer(t)
-			t.Cleanup(func() { // killed, then let run to be reaped
-				_ = p.Cmd.Process.Signal(syscall.SIGKILL)
-				_ = p.Cmd.Process.Signal(syscall.SIGCONT)
-			})
+			s, p := stallPair(t, c.tcp)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			off, err := CallAs[Offered](ctx, s, bulkerRef(p), OfferPattern{Size: 1, Seed: 1, Count: 1})
@@ -171,4 +153,22 @@ func TestBulkPushToAStuckReceiver(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stallPair is a system whose bulk transfers stall after 2 s of silence
+// (over TCP only, or the same-host path too) and a peer process the test
+// may freeze; the peer is killed, then let run to be reaped, at cleanup.
+func stallPair(t *testing.T, tcpOnly bool) (*System, *peerProc) {
+	t.Helper()
+	s, err := Start(Config{Logger: DiscardLogger(), BulkTCPOnly: tcpOnly, BulkStall: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	p := startPeer(t)
+	t.Cleanup(func() {
+		_ = p.Cmd.Process.Signal(syscall.SIGKILL)
+		_ = p.Cmd.Process.Signal(syscall.SIGCONT)
+	})
+	return s, p
 }
